@@ -1,0 +1,25 @@
+#!/usr/bin/env node
+// Runs a TypeScript entry of this repository with tsx's loader, so the CLI works
+// right after `npm install` without a build step. The loader is passed through
+// execArgv so child processes (the engine) inherit it.
+'use strict';
+const { spawnSync } = require('node:child_process');
+const path = require('node:path');
+
+const [entry, ...args] = process.argv.slice(2);
+if (!entry) {
+  process.stderr.write('usage: run-ts.cjs <file.ts> [args...]\n');
+  process.exit(2);
+}
+const root = path.resolve(__dirname, '..');
+const tsx = require.resolve('tsx', { paths: [root] });
+const result = spawnSync(
+  process.execPath,
+  ['--import', require('node:url').pathToFileURL(tsx).href, path.resolve(root, entry), ...args],
+  { stdio: 'inherit' },
+);
+if (result.error) {
+  process.stderr.write(`kvdesk: could not start node: ${result.error.message}\n`);
+  process.exit(1);
+}
+process.exit(result.status ?? 1);

@@ -1,0 +1,138 @@
+/**
+ * ModelSpec: the one normalized description of a model package that the rest of
+ * kvdesk sees (engine, scheduler, UI). Produced by src/main/packages from any
+ * supported layout; never partially filled: a package either yields a complete
+ * spec or a PACKAGE_INVALID error.
+ */
+
+/** Which on-disk layout a package was recognised as (PACKAGES.md numbering). */
+export type PackageLayout = 'onnx-genai' | 'ort-genai' | 'hf-optimum' | 'ort-package';
+
+/** Element types kvdesk supports for KV tensors. */
+export type KvDtype = 'float32' | 'float16' | 'bfloat16';
+
+/** Element types of graph ports as onnxruntime names them. */
+export type PortDtype = 'int32' | 'int64' | 'float32' | 'float16' | 'bfloat16' | 'bool' | 'uint8' | 'int8';
+
+/** A named graph input or output with its declared shape (symbolic dims as strings). */
+export interface GraphPort {
+  name: string;
+  dtype: PortDtype;
+  shape: Array<number | string>;
+}
+
+/**
+ * One KV cache tensor pair: a past input and the present output the graph
+ * produces from it. Split layouts have one pair for keys and one for values per
+ * layer; the combined layout (`past_%d`, shape [2, batch, heads, seq, dim]) has
+ * one pair per layer holding both.
+ */
+export interface KvTensorSpec {
+  layer: number;
+  role: 'key' | 'value' | 'combined';
+  past: string;
+  present: string;
+  dtype: KvDtype;
+  /** Declared past shape; the batch axis and the sequence axis are symbolic. */
+  shape: Array<number | string>;
+  batchAxis: number;
+  seqAxis: number;
+  /** Number of KV heads (the fixed dim before seq in both layouts). */
+  kvHeads: number;
+  headDim: number;
+  /** Bytes one more position adds to this tensor at batch 1: fixed dims × dtype width. */
+  bytesPerToken: number;
+}
+
+/** Static (pre-allocated, written in place) cache ports, as in onnx-genai `static_cache`. */
+export interface StaticCacheSpec {
+  writeIndicesInput: string;
+  kvSequenceLengthInput: string;
+  keyCacheInputs: string[];
+  valueCacheInputs: string[];
+  keyCacheOutputs: string[];
+  valueCacheOutputs: string[];
+  /** Declared shape of each cache input (all equal), e.g. [batch, maxSeq, width]. */
+  shape: Array<number | string>;
+  dtype: KvDtype;
+}
+
+/** KV cache description: dynamic past/present pairs, a static cache, or none at all. */
+export type KvSpec =
+  | { kind: 'dynamic'; tensors: KvTensorSpec[] }
+  | { kind: 'static'; cache: StaticCacheSpec }
+  | { kind: 'none' };
+
+/** Ports of the decoder graph that the engine binds by name (never guessed when metadata names them). */
+export interface DecoderPorts {
+  inputIds: GraphPort;
+  attentionMask?: GraphPort;
+  positionIds?: GraphPort;
+  logits: GraphPort;
+}
+
+/** A file that belongs to the package, relative to the package root, with its size. */
+export interface PackageFile {
+  path: string;
+  bytes: number;
+}
+
+/** Sampling defaults from the package (generation_config.json, genai_config search block). */
+export interface SearchDefaults {
+  doSample?: boolean;
+  temperature?: number;
+  topK?: number;
+  topP?: number;
+  minP?: number;
+  repetitionPenalty?: number;
+  maxNewTokens?: number;
+}
+
+/** Where the tokenizer lives and what the package says about special tokens. */
+export interface TokenizerSpec {
+  /** Absolute path of tokenizer.json. */
+  tokenizerJson: string;
+  /** Absolute path of tokenizer_config.json, when present. */
+  tokenizerConfig?: string;
+  bosToken?: string;
+  eosToken?: string;
+  padToken?: string;
+  unkToken?: string;
+  /** Whether the package asks for BOS to be prepended (tokenizer_config add_bos_token). */
+  addBosToken?: boolean;
+}
+
+/** The normalized model package. */
+export interface ModelSpec {
+  /** Stable id used by the API (`model` field), derived from the folder name. */
+  id: string;
+  displayName: string;
+  layout: PackageLayout;
+  /** Absolute path of the package root. */
+  root: string;
+  /** model.type / model_type when the package says so. */
+  modelType?: string;
+  files: PackageFile[];
+  /** Bytes of the graph plus its external weights. */
+  weightsBytes: number;
+  /** Absolute path of the decoder ONNX graph. */
+  graphPath: string;
+  ports: DecoderPorts;
+  kv: KvSpec;
+  numLayers: number;
+  /** KV bytes per token at batch 1 (SCHEDULER.md "bpt"). */
+  bpt: number;
+  contextLength: number;
+  vocabSize: number;
+  eosTokenIds: number[];
+  bosTokenId?: number;
+  padTokenId?: number;
+  chatTemplate?: string;
+  tokenizer: TokenizerSpec;
+  search: SearchDefaults;
+  /** Execution providers the package offers (ORT names). */
+  backends: string[];
+  /** Session options the package asks for (genai_config session_options), passed through verbatim. */
+  sessionOptions?: Record<string, unknown>;
+  warnings: string[];
+}

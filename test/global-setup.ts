@@ -1,0 +1,14 @@
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import { execFileSync } from 'node:child_process';
+
+/** Makes sure the default model package exists (it is generated, never committed). */
+export default function setup(): void {
+  const root = path.resolve(__dirname, '..');
+  if (!existsSync(path.join(root, 'resources/models/default/onnx/model.onnx'))) {
+    execFileSync(process.execPath, [path.join(root, 'bin/run-ts.cjs'), 'scripts/generate-model.ts', '--default'], {
+      cwd: root,
+      stdio: 'inherit',
+    });
+  }
+}
