@@ -1,0 +1,171 @@
+/**
+ * The engine's state machine, independent of how messages arrive (a forked
+ * child process today; an Electron utilityProcess later). Holds loaded models,
+ * session KV and running generations; emits EngineEvents.
+ */
+import { KvdeskError, toErrorInfo } from '../../shared/errors';
+import { type SessionKv, LoadedDecoder } from './decoder';
+import type { EngineCommand, EngineEvent, EngineStats } from './protocol';
+
+/** Token frames are batched: at most one per this many ms per request (plus the final flush). */
+const FRAME_INTERVAL_MS = 16;
+
+interface RunningGeneration {
+  stop: 'stop' | 'cancelled' | null;
+}
+
+/** Creates an engine that reports through `emit`. */
+export function createEngineCore(emit: (event: EngineEvent) => void) {
+  const models = new Map<string, LoadedDecoder>();
+  const sessions = new Map<string, { modelId: string; kv: SessionKv }>();
+  const running = new Map<string, RunningGeneration>();
+  const stats = { runs: 0, generations: 0, refused: 0 };
+
+  function reply(callId: number, fn: () => Promise<unknown>): void {
+    fn().then(
+      (value) => emit({ type: 'reply', callId, ok: true, value: value ?? null }),
+      (err) => emit({ type: 'reply', callId, ok: false, error: toErrorInfo(err) }),
+    );
+  }
+
+  function sessionBytes(kv: SessionKv): number {
+    let total = 0;
+    for (const t of kv.past.values()) total += (t.data as Float32Array).byteLength;
+    return total;
+  }
+
+  function snapshotStats(): EngineStats {
+    return {
+      ...stats,
+      models: [...models.keys()],
+      sessions: [...sessions].map(([sessionId, s]) => ({
+        sessionId,
+        tokens: s.kv.tokens.length,
+        kvBytes: sessionBytes(s.kv),
+      })),
+    };
+  }
+
+  async function generate(cmd: Extract<EngineCommand, { type: 'generate' }>): Promise<void> {
+    const model = models.get(cmd.modelId);
+    if (!model) throw new KvdeskError('MODEL_NOT_LOADED', `model ${cmd.modelId} is not loaded in the engine`);
+    let session: { modelId: string; kv: SessionKv } | undefined;
+    if (cmd.sessionId) {
+      session = sessions.get(cmd.sessionId);
+      if (session && session.modelId !== cmd.modelId) {
+        sessions.delete(cmd.sessionId);
+        session = undefined;
+      }
+      if (!session) {
+        session = { modelId: cmd.modelId, kv: { tokens: [], past: new Map() } };
+        sessions.set(cmd.sessionId, session);
+      }
+    }
+    const state: RunningGeneration = { stop: null };
+    running.set(cmd.requestId, state);
+    stats.generations++;
+    const R = cmd.rows.length;
+    let pending: number[][] = Array.from({ length: R }, () => []);
+    let pendingCount = 0;
+    let lastFlush = 0;
+    let lastKv = 0;
+    const flush = (): void => {
+      if (pendingCount === 0) return;
+      emit({ type: 'tokens', requestId: cmd.requestId, ids: pending, kvBytes: lastKv });
+      pending = Array.from({ length: R }, () => []);
+      pendingCount = 0;
+      lastFlush = Date.now();
+    };
+    try {
+      const outcome = await model.generate(
+        {
+          rows: cmd.rows,
+          maxNewTokens: cmd.maxNewTokens,
+          sampling: cmd.sampling,
+          eosTokenIds: cmd.eosTokenIds,
+          ...(session ? { session: session.kv } : {}),
+        },
+        {
+          onStart: (prefillTokens, reusedTokens) =>
+            emit({ type: 'started', requestId: cmd.requestId, prefillTokens, reusedTokens }),
+          onStep: (ids, kvBytes) => {
+            for (let r = 0; r < R; r++) {
+              const id = ids[r] as number;
+              if (id >= 0) {
+                (pending[r] as number[]).push(id);
+                pendingCount++;
+              }
+            }
+            lastKv = kvBytes;
+            if (Date.now() - lastFlush >= FRAME_INTERVAL_MS) flush();
+          },
+          stopRequested: () => state.stop,
+          countRun: () => {
+            stats.runs++;
+          },
+        },
+      );
+      flush();
+      emit({ type: 'done', requestId: cmd.requestId, ...outcome });
+    } catch (err) {
+      flush();
+      // A failed turn leaves its session KV in an unknown state: drop it, the next turn recomputes.
+      if (cmd.sessionId) sessions.delete(cmd.sessionId);
+      emit({ type: 'failed', requestId: cmd.requestId, error: toErrorInfo(err) });
+    } finally {
+      running.delete(cmd.requestId);
+    }
+  }
+
+  /** Handles one command from the host. */
+  function handle(cmd: EngineCommand): void {
+    switch (cmd.type) {
+      case 'load':
+        reply(cmd.callId, async () => {
+          const previous = models.get(cmd.modelId);
+          const decoder = await LoadedDecoder.load(cmd.spec, cmd.options);
+          models.set(cmd.modelId, decoder);
+          if (previous) await previous.dispose();
+          return { modelId: cmd.modelId };
+        });
+        return;
+      case 'unload':
+        reply(cmd.callId, async () => {
+          const model = models.get(cmd.modelId);
+          models.delete(cmd.modelId);
+          for (const [id, s] of sessions) if (s.modelId === cmd.modelId) sessions.delete(id);
+          if (model) await model.dispose();
+          return { modelId: cmd.modelId };
+        });
+        return;
+      case 'generate':
+        // Defence in depth: the host only sends work for live grants; a command without one is refused here too.
+        if (typeof cmd.grantToken !== 'string' || cmd.grantToken.length === 0) {
+          stats.refused++;
+          emit({
+            type: 'failed',
+            requestId: cmd.requestId,
+            error: { code: 'NOT_ADMITTED', message: 'engine work requires an admission grant from the scheduler' },
+          });
+          return;
+        }
+        void generate(cmd).catch((err) =>
+          emit({ type: 'failed', requestId: cmd.requestId, error: toErrorInfo(err) }),
+        );
+        return;
+      case 'cancel': {
+        const state = running.get(cmd.requestId);
+        if (state && !state.stop) state.stop = cmd.reason;
+        return;
+      }
+      case 'dropSession':
+        sessions.delete(cmd.sessionId);
+        return;
+      case 'stats':
+        reply(cmd.callId, async () => snapshotStats());
+        return;
+    }
+  }
+
+  return { handle, stats: snapshotStats };
+}

@@ -1,0 +1,16 @@
+/**
+ * Entry point of the engine process (child_process.fork). Everything that
+ * blocks on onnxruntime happens here, never on the host's event loop.
+ */
+import { createEngineCore } from './engine-core';
+import type { EngineCommand, EngineEvent } from './protocol';
+
+function send(event: EngineEvent): void {
+  if (process.connected) process.send?.(event);
+}
+
+const core = createEngineCore(send);
+process.on('message', (msg) => core.handle(msg as EngineCommand));
+// The host going away (crash, kill) must not leave an orphan engine computing.
+process.on('disconnect', () => process.exit(0));
+send({ type: 'ready', pid: process.pid });

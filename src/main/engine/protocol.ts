@@ -1,0 +1,90 @@
+/**
+ * Messages between the host and the engine process. The engine runs in its own
+ * process (child_process.fork) because onnxruntime-node's session.run blocks the
+ * thread it runs on; the host's event loop must stay free for the UI and API.
+ */
+import type { ErrorInfo } from '../../shared/errors';
+import type { ModelSpec } from '../../shared/model-spec';
+
+/** Sampling settings of one request. temperature 0 (or greedy) means argmax. */
+export interface SamplingParams {
+  greedy: boolean;
+  temperature: number;
+  topK: number;
+  topP: number;
+  minP: number;
+  repetitionPenalty: number;
+  seed: number;
+}
+
+/** Options the engine applies when it creates an onnxruntime session. */
+export interface EngineSessionOptions {
+  intraOpNumThreads: number;
+  executionProviders: string[];
+}
+
+/** Why a generation ended (per request; rows report their own). */
+export type FinishReason = 'eos' | 'stop' | 'length' | 'context' | 'cancelled';
+
+/** Host → engine. */
+export type EngineCommand =
+  | { type: 'load'; callId: number; modelId: string; spec: ModelSpec; options: EngineSessionOptions }
+  | { type: 'unload'; callId: number; modelId: string }
+  | {
+      type: 'generate';
+      requestId: string;
+      /** Token of the live admission grant the scheduler issued; work without one is refused. */
+      grantToken: string;
+      modelId: string;
+      /** Prompt ids per row (rows are left-padded to one length and run as one batch). */
+      rows: number[][];
+      maxNewTokens: number;
+      sampling: SamplingParams;
+      eosTokenIds: number[];
+      /** Chat session whose KV is kept after this turn (rows must be 1). */
+      sessionId?: string;
+    }
+  | { type: 'cancel'; requestId: string; reason: 'stop' | 'cancelled' }
+  | { type: 'dropSession'; sessionId: string }
+  | { type: 'stats'; callId: number };
+
+/** Engine → host. */
+export type EngineEvent =
+  | { type: 'ready'; pid: number }
+  | { type: 'reply'; callId: number; ok: true; value: unknown }
+  | { type: 'reply'; callId: number; ok: false; error: ErrorInfo }
+  | {
+      type: 'started';
+      requestId: string;
+      /** Prompt tokens the engine actually prefilled (fewer than the prompt when a session prefix was reused). */
+      prefillTokens: number;
+      reusedTokens: number;
+    }
+  | {
+      type: 'tokens';
+      requestId: string;
+      /** New ids per row since the last frame. */
+      ids: number[][];
+      /** KV bytes the request's tensors hold right now. */
+      kvBytes: number;
+    }
+  | {
+      type: 'done';
+      requestId: string;
+      finishReason: FinishReason;
+      rowFinishReasons: FinishReason[];
+      kvBytes: number;
+      /** Tokens a session now holds in its KV (0 without a session). */
+      sessionTokens: number;
+      generatedTokens: number;
+    }
+  | { type: 'failed'; requestId: string; error: ErrorInfo };
+
+/** Engine statistics, used by tests to prove no work ran without admission. */
+export interface EngineStats {
+  runs: number;
+  generations: number;
+  refused: number;
+  models: string[];
+  sessions: Array<{ sessionId: string; tokens: number; kvBytes: number }>;
+}

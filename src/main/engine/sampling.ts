@@ -1,0 +1,173 @@
+/**
+ * Token selection from one row of logits. Runs once per generated token, so it
+ * avoids sorting the whole vocabulary: top-k is a bounded heap selection, and a
+ * full sort only happens for nucleus sampling without top-k.
+ */
+import type { SamplingParams } from './protocol';
+
+/** A deterministic 32-bit PRNG (mulberry32): the same seed gives the same tokens. */
+export function createRng(seed: number): () => number {
+  let a = (Math.floor(seed) >>> 0) ^ 0x9e3779b9;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** Index of the largest value in logits[offset, offset+length). Ties go to the lowest index. */
+export function argmax(logits: ArrayLike<number>, offset: number, length: number): number {
+  let best = 0;
+  let bestValue = Number.NEGATIVE_INFINITY;
+  for (let i = 0; i < length; i++) {
+    const v = logits[offset + i] as number;
+    if (v > bestValue) {
+      bestValue = v;
+      best = i;
+    }
+  }
+  return best;
+}
+
+/**
+ * Indices of the k largest values (unordered), via a min-heap of size k:
+ * O(V log k) instead of sorting V values.
+ */
+export function topKIndices(values: Float32Array, k: number): Int32Array {
+  const n = values.length;
+  if (k >= n) {
+    const all = new Int32Array(n);
+    for (let i = 0; i < n; i++) all[i] = i;
+    return all;
+  }
+  const heap = new Int32Array(k);
+  let size = 0;
+  const less = (a: number, b: number): boolean => {
+    const va = values[a] as number;
+    const vb = values[b] as number;
+    return va < vb || (va === vb && a > b);
+  };
+  const siftDown = (start: number): void => {
+    let i = start;
+    for (;;) {
+      const l = 2 * i + 1;
+      const r = l + 1;
+      let m = i;
+      if (l < size && less(heap[l] as number, heap[m] as number)) m = l;
+      if (r < size && less(heap[r] as number, heap[m] as number)) m = r;
+      if (m === i) return;
+      const tmp = heap[i] as number;
+      heap[i] = heap[m] as number;
+      heap[m] = tmp;
+      i = m;
+    }
+  };
+  for (let idx = 0; idx < n; idx++) {
+    if (size < k) {
+      heap[size] = idx;
+      size++;
+      let i = size - 1;
+      while (i > 0) {
+        const p = (i - 1) >> 1;
+        if (!less(heap[i] as number, heap[p] as number)) break;
+        const tmp = heap[i] as number;
+        heap[i] = heap[p] as number;
+        heap[p] = tmp;
+        i = p;
+      }
+    } else if (less(heap[0] as number, idx)) {
+      heap[0] = idx;
+      siftDown(0);
+    }
+  }
+  return heap;
+}
+
+/** Per-request sampler: owns its PRNG and scratch buffers so nothing is allocated per token. */
+export class Sampler {
+  private readonly rng: () => number;
+  private scratch: Float32Array;
+
+  constructor(
+    private readonly params: SamplingParams,
+    vocabSize: number,
+  ) {
+    this.rng = createRng(params.seed);
+    this.scratch = new Float32Array(vocabSize);
+  }
+
+  /** True when this sampler always takes the most likely token. */
+  get isGreedy(): boolean {
+    return this.params.greedy || this.params.temperature <= 0;
+  }
+
+  /**
+   * Picks the next token from logits[offset, offset+vocab). `seen` holds the ids
+   * the repetition penalty applies to (prompt + generated so far).
+   */
+  sample(logits: Float32Array, offset: number, vocab: number, seen?: ReadonlySet<number>): number {
+    const p = this.params;
+    const penalize = p.repetitionPenalty !== 1 && seen !== undefined && seen.size > 0;
+    if (this.isGreedy && !penalize) return argmax(logits, offset, vocab);
+
+    if (this.scratch.length !== vocab) this.scratch = new Float32Array(vocab);
+    const x = this.scratch;
+    x.set(logits.subarray(offset, offset + vocab));
+    if (penalize && seen) {
+      for (const id of seen) {
+        if (id < 0 || id >= vocab) continue;
+        const v = x[id] as number;
+        x[id] = v > 0 ? v / p.repetitionPenalty : v * p.repetitionPenalty;
+      }
+    }
+    if (this.isGreedy) return argmax(x, 0, vocab);
+
+    const invT = 1 / p.temperature;
+    const k = p.topK > 0 ? Math.min(p.topK, vocab) : vocab;
+    const candidates = topKIndices(x, k);
+    let max = Number.NEGATIVE_INFINITY;
+    for (const idx of candidates) max = Math.max(max, x[idx] as number);
+    const probs = new Float64Array(candidates.length);
+    let sum = 0;
+    for (let i = 0; i < candidates.length; i++) {
+      const e = Math.exp(((x[candidates[i] as number] as number) - max) * invT);
+      probs[i] = e;
+      sum += e;
+    }
+    // The largest probability is exp(0)/sum, so min-p's threshold needs no pass over the values.
+    const minKeep = p.minP > 0 ? p.minP / sum : 0;
+    let order: number[];
+    if (p.topP < 1) {
+      order = Array.from(candidates.keys()).sort((a, b) => (probs[b] as number) - (probs[a] as number));
+      let cumulative = 0;
+      let cut = order.length;
+      for (let i = 0; i < order.length; i++) {
+        cumulative += (probs[order[i] as number] as number) / sum;
+        if (cumulative >= p.topP) {
+          cut = i + 1;
+          break;
+        }
+      }
+      order = order.slice(0, cut);
+    } else {
+      order = Array.from(candidates.keys());
+    }
+    let total = 0;
+    const kept: number[] = [];
+    for (const i of order) {
+      const pi = (probs[i] as number) / sum;
+      if (pi < minKeep) continue;
+      kept.push(i);
+      total += probs[i] as number;
+    }
+    if (kept.length === 0) return argmax(x, 0, vocab);
+    let r = this.rng() * total;
+    for (const i of kept) {
+      r -= probs[i] as number;
+      if (r <= 0) return candidates[i] as number;
+    }
+    return candidates[kept[kept.length - 1] as number] as number;
+  }
+}

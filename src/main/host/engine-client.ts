@@ -1,0 +1,230 @@
+/**
+ * The host's handle on the engine process: forks it, correlates calls, routes
+ * token frames to their generation, and turns a crash into a failure of every
+ * generation in flight. The only door to engine work is `generate`, and it
+ * refuses any grant the scheduler does not vouch for.
+ */
+import { type ChildProcess, fork } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { type ErrorInfo, KvdeskError } from '../../shared/errors';
+import type { ModelSpec } from '../../shared/model-spec';
+import type { EngineCommand, EngineEvent, EngineSessionOptions, EngineStats } from '../engine/protocol';
+
+/** Receives the events of one generation. */
+export interface GenerationHandlers {
+  onStarted(prefillTokens: number, reusedTokens: number): void;
+  onTokens(ids: number[][], kvBytes: number): void;
+  onDone(event: Extract<EngineEvent, { type: 'done' }>): void;
+  onFailed(error: ErrorInfo): void;
+}
+
+/** What the engine needs to start a generation, besides the grant. */
+export type GenerateCommand = Omit<Extract<EngineCommand, { type: 'generate' }>, 'type' | 'grantToken'>;
+
+/** Options of the engine client. */
+export interface EngineClientOptions {
+  /** True only for a grant the scheduler issued and has not released. */
+  verifyGrant: (grantToken: string) => boolean;
+  /** Called when the engine process exits unexpectedly (after in-flight work was failed). */
+  onCrash?: (reason: string) => void;
+  /** Explicit engine entry (tests); defaults to the built process.js or the TypeScript source. */
+  entry?: string;
+}
+
+/** Locates the engine entry: the bundled process.js in a build, else the TS source run through tsx. */
+function resolveEntry(explicit?: string): { file: string; execArgv: string[] } {
+  const built = [path.join(__dirname, 'engine.js'), path.join(__dirname, '../engine/process.js')];
+  const candidates = explicit ? [explicit] : built;
+  for (const file of candidates) {
+    if (file.endsWith('.js') && existsSync(file)) return { file, execArgv: [] };
+  }
+  const source = explicit ?? path.join(__dirname, '../engine/process.ts');
+  const tsx = require.resolve('tsx');
+  return { file: source, execArgv: ['--import', pathToFileURL(tsx).href] };
+}
+
+/** Client of one engine process. */
+export class EngineClient {
+  private child: ChildProcess | null = null;
+  private ready: Promise<void> | null = null;
+  private nextCallId = 1;
+  private readonly calls = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
+  private readonly generations = new Map<string, GenerationHandlers>();
+  private closing = false;
+
+  constructor(
+    private readonly sessionOptions: EngineSessionOptions,
+    private readonly options: EngineClientOptions,
+  ) {}
+
+  /** Starts the engine process if it is not running; resolves when it is ready for commands. */
+  start(): Promise<void> {
+    if (this.ready) return this.ready;
+    this.closing = false;
+    const { file, execArgv } = resolveEntry(this.options.entry);
+    const child = fork(file, [], {
+      execArgv,
+      serialization: 'advanced',
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    });
+    this.child = child;
+    this.ready = new Promise<void>((resolve, reject) => {
+      const onEarlyExit = (code: number | null, signal: NodeJS.Signals | null) =>
+        reject(new KvdeskError('ENGINE_FAILED', `the engine process exited during start-up (code ${code}, signal ${signal})`));
+      child.once('exit', onEarlyExit);
+      child.on('message', (msg: EngineEvent) => {
+        if (msg.type === 'ready') {
+          child.off('exit', onEarlyExit);
+          resolve();
+          return;
+        }
+        this.dispatch(msg);
+      });
+      child.on('exit', (code, signal) => this.onExit(child, code, signal));
+    });
+    return this.ready;
+  }
+
+  /** Process id of the engine (tests kill it to prove crash handling). */
+  get pid(): number | undefined {
+    return this.child?.pid;
+  }
+
+  private dispatch(msg: EngineEvent): void {
+    if (msg.type === 'reply') {
+      const call = this.calls.get(msg.callId);
+      if (!call) return;
+      this.calls.delete(msg.callId);
+      if (msg.ok) call.resolve(msg.value);
+      else call.reject(new KvdeskError(msg.error.code, msg.error.message, msg.error.detail));
+      return;
+    }
+    if (msg.type === 'ready') return;
+    const handlers = this.generations.get(msg.requestId);
+    if (!handlers) return;
+    switch (msg.type) {
+      case 'started':
+        handlers.onStarted(msg.prefillTokens, msg.reusedTokens);
+        return;
+      case 'tokens':
+        handlers.onTokens(msg.ids, msg.kvBytes);
+        return;
+      case 'done':
+        this.generations.delete(msg.requestId);
+        handlers.onDone(msg);
+        return;
+      case 'failed':
+        this.generations.delete(msg.requestId);
+        handlers.onFailed(msg.error);
+        return;
+    }
+  }
+
+  private onExit(child: ChildProcess, code: number | null, signal: NodeJS.Signals | null): void {
+    if (this.child !== child) return;
+    this.child = null;
+    this.ready = null;
+    const reason = `the engine process exited (code ${code}, signal ${signal})`;
+    const error: ErrorInfo = {
+      code: 'ENGINE_FAILED',
+      message: `${reason}; the request was stopped and its KV reservation released`,
+    };
+    for (const [, call] of this.calls) call.reject(new KvdeskError('ENGINE_FAILED', reason));
+    this.calls.clear();
+    const inflight = [...this.generations.values()];
+    this.generations.clear();
+    for (const h of inflight) h.onFailed(error);
+    if (!this.closing) this.options.onCrash?.(reason);
+  }
+
+  private send(cmd: EngineCommand): void {
+    if (!this.child?.connected) throw new KvdeskError('ENGINE_FAILED', 'the engine process is not running');
+    this.child.send(cmd);
+  }
+
+  private call<T>(build: (callId: number) => EngineCommand): Promise<T> {
+    return this.start().then(
+      () =>
+        new Promise<T>((resolve, reject) => {
+          const callId = this.nextCallId++;
+          this.calls.set(callId, { resolve: resolve as (v: unknown) => void, reject });
+          try {
+            this.send(build(callId));
+          } catch (err) {
+            this.calls.delete(callId);
+            reject(err as Error);
+          }
+        }),
+    );
+  }
+
+  /** Creates the model's onnxruntime session in the engine. */
+  load(modelId: string, spec: ModelSpec): Promise<void> {
+    return this.call<unknown>((callId) => ({ type: 'load', callId, modelId, spec, options: this.sessionOptions })).then(
+      () => undefined,
+    );
+  }
+
+  /** Releases the model's session and its sessions' KV. */
+  unload(modelId: string): Promise<void> {
+    return this.call<unknown>((callId) => ({ type: 'unload', callId, modelId })).then(() => undefined);
+  }
+
+  /** Engine counters (runs, generations) and held session KV. */
+  stats(): Promise<EngineStats> {
+    return this.call<EngineStats>((callId) => ({ type: 'stats', callId }));
+  }
+
+  /**
+   * Starts engine work for an admitted request. Called only from RunnerService
+   * after the scheduler's `admitted` signal; a grant the scheduler does not hold
+   * live is refused with NOT_ADMITTED before anything reaches the engine.
+   */
+  generate(grantToken: string, cmd: GenerateCommand, handlers: GenerationHandlers): void {
+    if (!this.options.verifyGrant(grantToken)) {
+      throw new KvdeskError(
+        'NOT_ADMITTED',
+        `request ${cmd.requestId} has no live admission grant: engine work must go through the scheduler`,
+      );
+    }
+    if (this.generations.has(cmd.requestId)) {
+      throw new KvdeskError('INTERNAL', `request ${cmd.requestId} is already running in the engine`);
+    }
+    this.generations.set(cmd.requestId, handlers);
+    try {
+      this.send({ type: 'generate', grantToken, ...cmd });
+    } catch (err) {
+      this.generations.delete(cmd.requestId);
+      throw err;
+    }
+  }
+
+  /** Asks the engine to stop a generation before its next step. */
+  cancel(requestId: string, reason: 'stop' | 'cancelled'): void {
+    if (this.generations.has(requestId) && this.child?.connected) this.send({ type: 'cancel', requestId, reason });
+  }
+
+  /** Drops a chat session's retained KV (eviction, thread closed). */
+  dropSession(sessionId: string): void {
+    if (this.child?.connected) this.send({ type: 'dropSession', sessionId });
+  }
+
+  /** Kills the engine process without ceremony (tests; a hung engine). */
+  kill(signal: NodeJS.Signals = 'SIGKILL'): void {
+    this.child?.kill(signal);
+  }
+
+  /** Stops the engine process. */
+  async close(): Promise<void> {
+    this.closing = true;
+    const child = this.child;
+    if (!child) return;
+    await new Promise<void>((resolve) => {
+      child.once('exit', () => resolve());
+      child.disconnect();
+      setTimeout(() => child.kill('SIGKILL'), 2000).unref();
+    });
+  }
+}
