@@ -1,0 +1,317 @@
+/**
+ * The kvdesk command line: inspect | generate. A thin adapter over
+ * RunnerService and the package loader; no business logic lives here.
+ * Exit codes: 0 done, 2 bad input, 3 refused by the scheduler, 1 internal error.
+ */
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { type ErrorInfo, KvdeskError, toErrorInfo } from '../shared/errors';
+import type { GenerateRequest } from '../shared/contract';
+import type { ModelSpec } from '../shared/model-spec';
+import { RunnerService } from '../main/host/runner-service';
+import { loadModelSpec } from '../main/packages';
+import { parseByteSize } from '../main/scheduler';
+import { formatBytes } from './format';
+
+const USAGE = `kvdesk — run local ONNX language models with an explicit KV-cache budget
+
+Usage:
+  kvdesk inspect <package> [--json]
+  kvdesk generate <package> (--prompt TEXT | --prompt-ids 1,2,3) [options]
+
+generate options:
+  --prompt TEXT            prompt text (repeat for a multi-row batch)
+  --prompt-ids IDS         comma-separated token ids
+  --chat                   render the prompt with the package's chat template
+  --system TEXT            system prompt (with --chat)
+  --max-new-tokens N       tokens to generate (default: package default or 256)
+  --greedy                 always take the most likely token
+  --temperature T --top-k K --top-p P --min-p M --repetition-penalty R
+  --seed S                 the same seed gives the same tokens
+  --stop STR               stop string (repeatable)
+  --rows N                 generate N rows of the same prompt as one batched request
+  --kv-budget SIZE         KV budget, e.g. 512, 64KiB, 2GiB (default: derived from RAM)
+  --threads N              onnxruntime intra-op threads (default: every core)
+  --json                   print one JSON object on stdout
+
+Exit codes: 0 done, 2 bad input, 3 refused by the KV scheduler, 1 internal error.`;
+
+/** Maps an error code to the CLI's exit code. */
+export function exitCodeFor(code: ErrorInfo['code']): number {
+  switch (code) {
+    case 'KV_BUDGET_EXCEEDED':
+    case 'QUEUE_FULL':
+      return 3;
+    case 'BAD_REQUEST':
+    case 'PACKAGE_INVALID':
+    case 'MODEL_LOAD_FAILED':
+    case 'MODEL_NOT_LOADED':
+    case 'TOKEN_OUT_OF_VOCAB':
+    case 'CONTEXT_OVERFLOW':
+    case 'SESSION_INVALID':
+      return 2;
+    default:
+      return 1;
+  }
+}
+
+interface Io {
+  out: (s: string) => void;
+  err: (s: string) => void;
+}
+
+function fail(io: Io, json: boolean, info: ErrorInfo): number {
+  if (json) io.out(`${JSON.stringify({ error: { code: info.code, message: info.message, ...(info.detail ?? {}) } })}\n`);
+  else io.err(`kvdesk: ${info.message}\n`);
+  return exitCodeFor(info.code);
+}
+
+function badArgs(message: string): KvdeskError {
+  return new KvdeskError('BAD_REQUEST', `${message} (see kvdesk --help)`);
+}
+
+function parseNumber(name: string, value: string | undefined, integer = false): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (!Number.isFinite(n) || (integer && !Number.isInteger(n))) {
+    throw badArgs(`--${name} expects ${integer ? 'an integer' : 'a number'}, got "${value}"`);
+  }
+  return n;
+}
+
+function parseIds(value: string): number[] {
+  const parts = value.split(',').map((s) => s.trim());
+  const ids = parts.map(Number);
+  if (parts.length === 0 || ids.some((n, i) => parts[i] === '' || !Number.isInteger(n) || n < 0)) {
+    throw badArgs(`--prompt-ids expects comma-separated non-negative integers, got "${value}"`);
+  }
+  return ids;
+}
+
+/** Summary of a spec for `inspect` (JSON form keeps bpt at the top level). */
+export function inspectJson(spec: ModelSpec): Record<string, unknown> {
+  return {
+    id: spec.id,
+    displayName: spec.displayName,
+    layout: spec.layout,
+    root: spec.root,
+    modelType: spec.modelType ?? null,
+    bpt: spec.bpt,
+    contextLength: spec.contextLength,
+    kvBytesFullContext: spec.bpt * spec.contextLength,
+    vocabSize: spec.vocabSize,
+    numLayers: spec.numLayers,
+    weightsBytes: spec.weightsBytes,
+    eosTokenIds: spec.eosTokenIds,
+    bosTokenId: spec.bosTokenId ?? null,
+    padTokenId: spec.padTokenId ?? null,
+    ports: spec.ports,
+    kv: spec.kv,
+    hasChatTemplate: spec.chatTemplate !== undefined,
+    search: spec.search,
+    backends: spec.backends,
+    files: spec.files,
+    warnings: spec.warnings,
+  };
+}
+
+function inspectText(spec: ModelSpec): string {
+  const kv = spec.kv;
+  const lines = [
+    `${spec.displayName}  (${spec.layout}${spec.modelType ? `, ${spec.modelType}` : ''})`,
+    `  root           ${spec.root}`,
+    `  graph          ${path.relative(spec.root, spec.graphPath)}  weights ${formatBytes(spec.weightsBytes)}`,
+    `  context        ${spec.contextLength} tokens   vocab ${spec.vocabSize}   layers ${spec.numLayers}`,
+    `  bpt            ${spec.bpt} bytes per token (${formatBytes(spec.bpt)})`,
+    `  full context   ${formatBytes(spec.bpt * spec.contextLength)} of KV (${spec.bpt * spec.contextLength} bytes); 4 at once ${formatBytes(4 * spec.bpt * spec.contextLength)}`,
+  ];
+  if (kv.kind === 'dynamic') {
+    const first = kv.tensors[0];
+    lines.push(
+      `  kv             ${kv.tensors.length} tensors, ${first?.role === 'combined' ? 'combined K/V' : 'split K/V'}, ${first?.kvHeads} heads × ${first?.headDim} dims, ${first?.dtype}`,
+    );
+  } else if (kv.kind === 'static') {
+    lines.push(`  kv             static cache ${kv.cache.keyCacheInputs.length} layers, shape [${kv.cache.shape.join(', ')}]`);
+  } else lines.push('  kv             none');
+  lines.push(
+    `  ports          ids ${spec.ports.inputIds.name} (${spec.ports.inputIds.dtype}), logits ${spec.ports.logits.name}` +
+      `${spec.ports.attentionMask ? `, mask ${spec.ports.attentionMask.name}` : ''}${spec.ports.positionIds ? `, positions ${spec.ports.positionIds.name}` : ''}`,
+    `  eos            ${spec.eosTokenIds.join(', ') || 'none'}${spec.bosTokenId !== undefined ? `   bos ${spec.bosTokenId}` : ''}`,
+    `  chat template  ${spec.chatTemplate ? 'yes' : 'no (kvdesk uses ChatML)'}`,
+    `  backends       ${spec.backends.join(', ')}`,
+  );
+  for (const w of spec.warnings) lines.push(`  warning        ${w}`);
+  return `${lines.join('\n')}\n`;
+}
+
+async function inspect(args: string[], io: Io): Promise<number> {
+  const { values, positionals } = parseArgs({ args, options: { json: { type: 'boolean' } }, allowPositionals: true });
+  const json = values.json === true;
+  try {
+    if (positionals.length !== 1) throw badArgs('inspect takes exactly one package path');
+    const spec = await loadModelSpec(path.resolve(positionals[0] as string));
+    io.out(json ? `${JSON.stringify(inspectJson(spec))}\n` : inspectText(spec));
+    return 0;
+  } catch (err) {
+    return fail(io, json, toErrorInfo(err));
+  }
+}
+
+async function generate(args: string[], io: Io): Promise<number> {
+  const options = {
+    prompt: { type: 'string', multiple: true },
+    'prompt-ids': { type: 'string' },
+    chat: { type: 'boolean' },
+    system: { type: 'string' },
+    'max-new-tokens': { type: 'string' },
+    greedy: { type: 'boolean' },
+    temperature: { type: 'string' },
+    'top-k': { type: 'string' },
+    'top-p': { type: 'string' },
+    'min-p': { type: 'string' },
+    'repetition-penalty': { type: 'string' },
+    seed: { type: 'string' },
+    stop: { type: 'string', multiple: true },
+    rows: { type: 'string' },
+    'kv-budget': { type: 'string' },
+    threads: { type: 'string' },
+    json: { type: 'boolean' },
+  } as const;
+  const json = args.includes('--json');
+  let parsed: ReturnType<typeof parseArgs<{ args: string[]; options: typeof options; allowPositionals: true }>>;
+  try {
+    parsed = parseArgs({ args, options, allowPositionals: true });
+  } catch (err) {
+    return fail(io, json, badArgs((err as Error).message).toInfo());
+  }
+  const { values, positionals } = parsed;
+  let host: RunnerService | undefined;
+  try {
+    if (positionals.length !== 1) throw badArgs('generate takes exactly one package path');
+    const prompts = values.prompt ?? [];
+    if ((prompts.length > 0) === (values['prompt-ids'] !== undefined)) {
+      throw badArgs('give --prompt TEXT or --prompt-ids 1,2,3 (exactly one of them)');
+    }
+    const kvBudget = values['kv-budget'] !== undefined ? parseByteSize(values['kv-budget']) : undefined;
+    const threads = parseNumber('threads', values.threads, true);
+    const sampling: NonNullable<GenerateRequest['sampling']> = {};
+    const t = parseNumber('temperature', values.temperature);
+    if (t !== undefined) sampling.temperature = t;
+    const k = parseNumber('top-k', values['top-k'], true);
+    if (k !== undefined) sampling.topK = k;
+    const p = parseNumber('top-p', values['top-p']);
+    if (p !== undefined) sampling.topP = p;
+    const mp = parseNumber('min-p', values['min-p']);
+    if (mp !== undefined) sampling.minP = mp;
+    const rp = parseNumber('repetition-penalty', values['repetition-penalty']);
+    if (rp !== undefined) sampling.repetitionPenalty = rp;
+    const seed = parseNumber('seed', values.seed, true);
+    if (seed !== undefined) sampling.seed = seed;
+    if (values.greedy) sampling.greedy = true;
+    const request: Record<string, unknown> = { sampling };
+    if (values['prompt-ids'] !== undefined) request.promptIds = parseIds(values['prompt-ids']);
+    else if (prompts.length > 1) request.prompts = prompts;
+    else request.prompt = prompts[0];
+    if (values.chat) request.chat = true;
+    if (values.system !== undefined) request.system = values.system;
+    const maxNew = parseNumber('max-new-tokens', values['max-new-tokens'], true);
+    if (maxNew !== undefined) request.maxNewTokens = maxNew;
+    const rows = parseNumber('rows', values.rows, true);
+    if (rows !== undefined) request.rows = rows;
+    if (values.stop) request.stop = values.stop;
+
+    host = new RunnerService({
+      ...(kvBudget !== undefined ? { kvBudgetBytes: kvBudget } : {}),
+      ...(threads !== undefined ? { intraOpNumThreads: threads } : {}),
+    });
+    const info = await host.loadModel(path.resolve(positionals[0] as string));
+    const multiRow = (request.prompts as unknown[] | undefined)?.length !== undefined || (rows ?? 1) > 1;
+    const handle = host.generate(request, (frame) => {
+      if (json) return;
+      if (frame.type === 'admitted' && frame.budgetCap) {
+        const c = frame.budgetCap;
+        io.err(
+          `kvdesk: reply capped at ${c.admittedMaxTokens} tokens by the KV budget (asked ${c.requestedMaxTokens}; needs ${c.requestedBytes} bytes, ${c.availableBytes} available): raise --kv-budget or shorten the prompt\n`,
+        );
+      }
+      if (frame.type === 'accepted' && frame.clipped) {
+        io.err(
+          `kvdesk: max new tokens clipped from ${frame.clipped.requestedMaxTokens} to ${frame.clipped.clippedMaxTokens} by the context window (${frame.clipped.contextLength} tokens)\n`,
+        );
+      }
+      if (frame.type === 'tokens' && !multiRow) io.out(frame.rows[0]?.text ?? '');
+    });
+    const result = await handle.result;
+    if (json) {
+      io.out(
+        `${JSON.stringify({
+          tokenIds: result.tokenIds,
+          text: result.text,
+          finishReason: result.finishReason,
+          promptTokens: result.promptTokens,
+          bpt: result.bpt,
+          kvBytes: result.kvBytes,
+          reservedBytes: result.reservedBytes,
+          ...(result.budgetCap ? { budgetCap: result.budgetCap } : {}),
+          ...(result.clipped ? { clipped: result.clipped } : {}),
+          ...(result.rows.length > 1 ? { rows: result.rows } : {}),
+          timings: {
+            loadMs: round(info.loadMs),
+            ttftMs: round(result.timings.ttftMs),
+            tokensPerSecond: round(result.timings.tokensPerSecond),
+          },
+        })}\n`,
+      );
+    } else {
+      if (multiRow) result.rows.forEach((r, i) => io.out(`[row ${i}] ${r.text}\n`));
+      else io.out('\n');
+      io.err(
+        `kvdesk: ${result.tokenIds.length} tokens, finish ${result.finishReason}, ttft ${round(result.timings.ttftMs)} ms, ${round(result.timings.tokensPerSecond)} tok/s, KV ${formatBytes(result.kvBytes)} (bpt ${result.bpt})\n`,
+      );
+    }
+    return 0;
+  } catch (err) {
+    return fail(io, json, toErrorInfo(err));
+  } finally {
+    await host?.close();
+  }
+}
+
+function round(n: number): number {
+  return Math.round(n * 100) / 100;
+}
+
+/** Runs the CLI with arguments (without node and script); returns the exit code. */
+export async function main(argv: string[], io: Io): Promise<number> {
+  const [command, ...rest] = argv;
+  switch (command) {
+    case 'inspect':
+      return inspect(rest, io);
+    case 'generate':
+      return generate(rest, io);
+    case undefined:
+    case '-h':
+    case '--help':
+    case 'help':
+      io.out(`${USAGE}\n`);
+      return command === undefined ? 2 : 0;
+    default:
+      io.err(`kvdesk: unknown command "${command}"\n\n${USAGE}\n`);
+      return 2;
+  }
+}
+
+if (require.main === module) {
+  main(process.argv.slice(2), {
+    out: (s) => process.stdout.write(s),
+    err: (s) => process.stderr.write(s),
+  }).then(
+    (code) => {
+      process.exitCode = code;
+    },
+    (err) => {
+      process.stderr.write(`kvdesk: internal error: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+      process.exitCode = 1;
+    },
+  );
+}
