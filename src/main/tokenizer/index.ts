@@ -1,0 +1,20 @@
+export {
+  type AppliedChat,
+  applyChat,
+  type ChatMessage,
+  DEFAULT_CHAT_TEMPLATE,
+  type RenderChatOptions,
+  renderChatTemplate,
+} from './chat-template';
+export { createStopMatcher, type StopMatcher, type StopPush } from './stop-matcher';
+export { createStreamDecoder, MAX_STREAM_WINDOW, type StreamDecoder } from './stream-decoder';
+export {
+  createTextTokenizer,
+  type DecodeOptions,
+  type EncodeOptions,
+  loadTokenizer,
+  type SpecialToken,
+  type SpecialTokens,
+  type TextTokenizer,
+  type TextTokenizerInput,
+} from './text-tokenizer';

@@ -1,0 +1,163 @@
+import { readFileSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import {
+  applyChat,
+  createTextTokenizer,
+  DEFAULT_CHAT_TEMPLATE,
+  loadTokenizer,
+  renderChatTemplate,
+} from '../../../src/main/tokenizer';
+import { KvdeskError } from '../../../src/shared/errors';
+import { fixture, fixturesSkipReason, haveFixtures } from '../../helpers/fixtures';
+import { byteFallbackTokenizerJson, byteLevelTokenizerJson } from './tokenizer-builders';
+
+function thrown(fn: () => unknown): KvdeskError {
+  try {
+    fn();
+  } catch (err) {
+    if (err instanceof KvdeskError) return err;
+    throw err;
+  }
+  throw new Error('expected a KvdeskError, nothing was thrown');
+}
+
+const SOURCE = 'tokenizer_config.json field chat_template';
+const conversation = [
+  { role: 'system', content: 'Be brief.' },
+  { role: 'user', content: 'Hi' },
+];
+
+describe('renderChatTemplate', () => {
+  it('renders the default ChatML template', () => {
+    expect(renderChatTemplate(DEFAULT_CHAT_TEMPLATE, conversation, { addGenerationPrompt: true })).toBe(
+      '<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n',
+    );
+    expect(renderChatTemplate(DEFAULT_CHAT_TEMPLATE, conversation, { addGenerationPrompt: false })).toBe(
+      '<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n',
+    );
+  });
+
+  it('passes bos_token and eos_token, and empty strings when the package has none', () => {
+    // `+` on an undefined value is an error in Jinja, so missing tokens must arrive as ''.
+    const template = '{% for m in messages %}{{ bos_token + m.content + eos_token }}{% endfor %}';
+    const opts = { addGenerationPrompt: false, bosToken: '<s>', eosToken: '</s>' };
+    expect(renderChatTemplate(template, conversation, opts)).toBe('<s>Be brief.</s><s>Hi</s>');
+    expect(renderChatTemplate(template, conversation, { addGenerationPrompt: false })).toBe('Be brief.Hi');
+  });
+
+  it('names the source and the Jinja message for a syntax error', () => {
+    const err = thrown(() =>
+      renderChatTemplate('{% for m in messages %}{{ m.content }', conversation, {
+        addGenerationPrompt: true,
+        source: SOURCE,
+      }),
+    );
+    expect(err.code).toBe('PACKAGE_INVALID');
+    expect(err.message).toContain(SOURCE);
+    expect(err.message).toContain('Expected closing expression token');
+    expect(err.detail).toEqual({ source: SOURCE });
+  });
+
+  it('names the source for a template that fails while rendering', () => {
+    const err = thrown(() =>
+      renderChatTemplate('{{ messages[0].content.nope() }}', conversation, {
+        addGenerationPrompt: true,
+        source: SOURCE,
+      }),
+    );
+    expect(err.code).toBe('PACKAGE_INVALID');
+    expect(err.message).toContain(SOURCE);
+    expect(err.message).toContain('Cannot call something that is not a function');
+  });
+
+  it("reports the template's own raise_exception as a request problem", () => {
+    const template =
+      "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}{{ m.content }}{% endfor %}";
+    const err = thrown(() => renderChatTemplate(template, conversation, { addGenerationPrompt: true, source: SOURCE }));
+    expect(err.code).toBe('BAD_REQUEST');
+    expect(err.message).toContain('System role not supported');
+    expect(err.message).toContain(SOURCE);
+    expect(renderChatTemplate(template, [{ role: 'user', content: 'ok' }], { addGenerationPrompt: true })).toBe('ok');
+  });
+
+  it('refuses messages without a string role and content', () => {
+    const bad = [{ role: 'user', content: 3 }] as unknown as Array<{ role: string; content: string }>;
+    const err = thrown(() => renderChatTemplate(DEFAULT_CHAT_TEMPLATE, bad, { addGenerationPrompt: true }));
+    expect(err.code).toBe('BAD_REQUEST');
+    expect(err.detail).toEqual({ index: 0 });
+  });
+});
+
+describe.skipIf(!haveFixtures)(
+  `tiny-reasoning chat template (${haveFixtures ? 'fixtures' : fixturesSkipReason})`,
+  () => {
+    const dir = fixture('onnx-genai/tiny-reasoning');
+    const template = haveFixtures
+      ? (JSON.parse(readFileSync(`${dir}/tokenizer_config.json`, 'utf8')) as { chat_template: string }).chat_template
+      : '';
+
+    it('renders the conversation and opens a <think> block for the answer', () => {
+      const messages = [{ role: 'user', content: 'hello world' }];
+      expect(renderChatTemplate(template, messages, { addGenerationPrompt: true, source: SOURCE })).toBe(
+        '<|user|>\nhello world\n<|assistant|>\n<think>\n',
+      );
+      expect(renderChatTemplate(template, messages, { addGenerationPrompt: false })).toBe('<|user|>\nhello world\n');
+    });
+
+    it('applyChat encodes it with one <bos> (the post-processor would add it) and no <eos>', async () => {
+      const tok = await loadTokenizer(
+        { tokenizerJson: `${dir}/tokenizer.json`, tokenizerConfig: `${dir}/tokenizer_config.json` },
+        { vocabSize: 32 },
+      );
+      const { ids, text, usedDefaultTemplate } = applyChat(tok, template, [{ role: 'user', content: 'hello world' }]);
+      expect(usedDefaultTemplate).toBe(false);
+      expect(text).toBe('<|user|>\nhello world\n<|assistant|>\n<think>\n');
+      // The Whitespace pre-tokenizer splits "<|user|>" into "<|" "user" "|>" and "<think>" into "<" "think" ">":
+      // all unknown words, so <unk>=1.
+      expect(ids).toEqual([2, 1, 1, 1, 4, 5, 1, 1, 1, 1, 1, 1]);
+    });
+  },
+);
+
+describe('applyChat', () => {
+  const fallback = createTextTokenizer({ tokenizerJson: byteFallbackTokenizerJson(), vocabSize: 270 });
+  const bos = fallback.specialTokens.bos?.id;
+
+  it('does not add a second BOS when the template writes bos_token', () => {
+    const { ids, text } = applyChat(fallback, '{{ bos_token }}{{ messages[0].content }}', [
+      { role: 'user', content: 'hello' },
+    ]);
+    expect(text).toBe('<s>hello');
+    expect(bos).toBe(1);
+    expect(ids.filter((id) => id === bos)).toHaveLength(1);
+    expect(ids[0]).toBe(bos);
+  });
+
+  it('adds BOS when the template does not write it and the tokenizer starts prompts with it', () => {
+    const { ids } = applyChat(fallback, '{{ messages[0].content }}', [{ role: 'user', content: 'hello' }]);
+    expect(ids[0]).toBe(bos);
+    expect(ids.filter((id) => id === bos)).toHaveLength(1);
+  });
+
+  it('adds nothing for a tokenizer that does not start prompts with BOS', () => {
+    const tok = createTextTokenizer({ tokenizerJson: byteLevelTokenizerJson(), vocabSize: 257 });
+    const { ids } = applyChat(tok, '{{ messages[0].content }}', [{ role: 'user', content: 'hi' }]);
+    expect(ids).toEqual([104, 105]);
+  });
+
+  it('falls back to ChatML and says so when the package has no template', () => {
+    const tok = createTextTokenizer({ tokenizerJson: byteLevelTokenizerJson(), vocabSize: 257 });
+    const r = applyChat(tok, undefined, [{ role: 'user', content: 'hi' }]);
+    expect(r.usedDefaultTemplate).toBe(true);
+    expect(r.text).toBe('<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n');
+    expect(tok.decode(r.ids)).toBe(r.text);
+    expect(applyChat(tok, '   ', [{ role: 'user', content: 'hi' }]).usedDefaultTemplate).toBe(true);
+  });
+
+  it('refuses a rendered prompt the model vocabulary does not cover', () => {
+    const tok = createTextTokenizer({ tokenizerJson: byteLevelTokenizerJson(), vocabSize: 120 });
+    expect(thrown(() => applyChat(tok, '{{ messages[0].content }}', [{ role: 'user', content: 'hi~' }])).code).toBe(
+      'TOKEN_OUT_OF_VOCAB',
+    );
+  });
+});
