@@ -55,6 +55,12 @@ export interface StaticCacheSpec {
   /** Declared shape of each cache input (all equal), e.g. [batch, maxSeq, width]. */
   shape: Array<number | string>;
   dtype: KvDtype;
+  /**
+   * Axis of `shape` that holds the pre-allocated sequence length (1 for
+   * [batch, maxSeq, width], 2 for [batch, heads, maxSeq, dim]); stated because a
+   * shape like [batch, 16, 16] cannot tell it apart from the width.
+   */
+  seqAxis?: number;
 }
 
 /** KV cache description: dynamic past/present pairs, a static cache, or none at all. */
@@ -102,6 +108,15 @@ export interface TokenizerSpec {
   addBosToken?: boolean;
 }
 
+/** One selectable graph file of a package (Optimum `model.onnx`, `model_fp16.onnx`, `model_q4.onnx`, …). */
+export interface GraphVariant {
+  /** Variant name: the file-name suffix (`fp16`, `quantized`, `q4`), `fp32` for the plain `model.onnx`. */
+  name: string;
+  /** Path relative to the package root. */
+  path: string;
+  bytes: number;
+}
+
 /** The normalized model package. */
 export interface ModelSpec {
   /** Stable id used by the API (`model` field), derived from the folder name. */
@@ -134,5 +149,14 @@ export interface ModelSpec {
   backends: string[];
   /** Session options the package asks for (genai_config session_options), passed through verbatim. */
   sessionOptions?: Record<string, unknown>;
+  /**
+   * Graph inputs that no port above binds (e.g. Optimum `use_cache_branch`). The
+   * engine must supply them or refuse the model; each also has a warning.
+   */
+  extraInputs?: GraphPort[];
+  /** Graph files the package offers to choose from (loadModelSpec option `graphVariant`), when it has several. */
+  graphVariants?: GraphVariant[];
+  /** Name of the variant `graphPath` is, when the package has variants. */
+  graphVariant?: string;
   warnings: string[];
 }

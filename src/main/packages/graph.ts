@@ -1,0 +1,235 @@
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import type { GraphPort, KvDtype, PortDtype } from '../../shared/model-spec';
+import { type OnnxGraphInfo, type OnnxValueInfo, readOnnxGraphInfo } from './onnx-reader';
+import { describeWhere, formatBytes, type PackageWhere, packageError } from './package-error';
+import { type PackageContext, relName, resolveConfigPath } from './package-fs';
+
+/** A decoder graph read and checked: its info plus the external-data files it needs. */
+export interface LoadedGraph {
+  /** Real absolute path of the .onnx file. */
+  path: string;
+  /** Path relative to the package root, used in messages. */
+  file: string;
+  info: OnnxGraphInfo;
+  /** Graph file bytes plus the distinct external-data files' bytes. */
+  weightsBytes: number;
+  /** External-data files (relative to the package root). */
+  externalFiles: string[];
+}
+
+const PORT_DTYPES: Record<number, PortDtype> = {
+  1: 'float32',
+  2: 'uint8',
+  3: 'int8',
+  6: 'int32',
+  7: 'int64',
+  9: 'bool',
+  10: 'float16',
+  16: 'bfloat16',
+};
+
+const ONNX_TYPE_NAMES: Record<number, string> = {
+  0: 'undefined (not a tensor)',
+  1: 'float32',
+  2: 'uint8',
+  3: 'int8',
+  4: 'uint16',
+  5: 'int16',
+  6: 'int32',
+  7: 'int64',
+  8: 'string',
+  9: 'bool',
+  10: 'float16',
+  11: 'float64',
+  12: 'uint32',
+  13: 'uint64',
+  14: 'complex64',
+  15: 'complex128',
+  16: 'bfloat16',
+  17: 'float8e4m3fn',
+  18: 'float8e4m3fnuz',
+  19: 'float8e5m2',
+  20: 'float8e5m2fnuz',
+  21: 'uint4',
+  22: 'int4',
+  23: 'float4e2m1',
+};
+
+const KV_BYTES: Record<KvDtype, number> = { float32: 4, float16: 2, bfloat16: 2 };
+
+/** Name of an ONNX element type for messages. */
+export function onnxTypeName(elemType: number): string {
+  return ONNX_TYPE_NAMES[elemType] ?? `type ${elemType}`;
+}
+
+/** The PortDtype of an ONNX element type, or undefined when kvdesk cannot bind such a port. */
+export function portDtype(elemType: number): PortDtype | undefined {
+  return PORT_DTYPES[elemType];
+}
+
+/** The KvDtype of an ONNX element type, or undefined when it is not a supported KV type. */
+export function kvDtype(elemType: number): KvDtype | undefined {
+  const t = PORT_DTYPES[elemType];
+  return t === 'float32' || t === 'float16' || t === 'bfloat16' ? t : undefined;
+}
+
+/** Bytes per element of a KV dtype. */
+export function kvDtypeBytes(dtype: KvDtype): number {
+  return KV_BYTES[dtype];
+}
+
+/** `[batch, 2, seq, 8]` for messages. */
+export function formatShape(shape: Array<number | string> | undefined): string {
+  return shape === undefined ? '(no declared shape)' : `[${shape.join(', ')}]`;
+}
+
+/**
+ * Reads the graph header and checks every external-data reference: the
+ * location must stay inside the package and the referenced byte range must
+ * exist in the data file (a truncated download is the usual cause).
+ */
+export async function loadGraph(ctx: PackageContext, absPath: string): Promise<LoadedGraph> {
+  const file = relName(ctx, absPath);
+  const info = await readOnnxGraphInfo(absPath, file);
+  const dataSizes = new Map<string, number>();
+  // Big exports reference one data file from hundreds of initializers: check each location once.
+  const resolved = new Map<string, string>();
+  for (const ref of info.externalData) {
+    const where: PackageWhere = { file, field: `initializer "${ref.tensor}" external_data.location` };
+    let dataPath = resolved.get(ref.location);
+    if (dataPath === undefined) {
+      dataPath = await resolveConfigPath(ctx, ref.location, where, path.dirname(absPath));
+      resolved.set(ref.location, dataPath);
+    }
+    let size = dataSizes.get(dataPath);
+    if (size === undefined) {
+      size = (await fs.stat(dataPath)).size;
+      dataSizes.set(dataPath, size);
+    }
+    const end = ref.offset + (ref.length ?? 0);
+    if (end > size) {
+      const dataFile = relName(ctx, dataPath);
+      throw packageError(
+        `${dataFile} is truncated: ${file} stores initializer "${ref.tensor}" at bytes ${ref.offset}..${end} of it, ` +
+          `but ${dataFile} has only ${formatBytes(size)}. Re-download or re-export ${dataFile} (and ${file}) completely.`,
+        { file: dataFile, field: `initializer "${ref.tensor}"` },
+        { graphFile: file, dataFile, expectedBytes: end, actualBytes: size },
+      );
+    }
+  }
+  let weightsBytes = info.fileBytes;
+  for (const size of dataSizes.values()) weightsBytes += size;
+  return {
+    path: absPath,
+    file,
+    info,
+    weightsBytes,
+    externalFiles: [...dataSizes.keys()].map((p) => relName(ctx, p)).sort(),
+  };
+}
+
+/** The graph's actual inputs and outputs, for messages about a name it lacks. */
+export function describeGraphIo(graph: LoadedGraph): string {
+  const names = (list: OnnxValueInfo[]): string => list.map((v) => v.name).join(', ');
+  return `${graph.file} has inputs: ${names(graph.info.inputs)}; outputs: ${names(graph.info.outputs)}`;
+}
+
+export function findInput(graph: LoadedGraph, name: string): OnnxValueInfo | undefined {
+  return graph.info.inputs.find((v) => v.name === name);
+}
+
+export function findOutput(graph: LoadedGraph, name: string): OnnxValueInfo | undefined {
+  return graph.info.outputs.find((v) => v.name === name);
+}
+
+/** What a port binding needs to say when it fails: the config place that named the port, if any. */
+export interface PortSource {
+  /** Where the name came from; undefined when it is the layout's conventional default. */
+  where: PackageWhere | undefined;
+  /** The config field (and file) that can name this port, for the "set … to" hint. */
+  hint: string;
+}
+
+/**
+ * Binds a named graph input/output. A missing name is an error naming the port,
+ * the field that named it (or the convention that implied it) and the graph's
+ * actual ports; a port of a type kvdesk cannot feed is an error too.
+ */
+export function bindPort(
+  graph: LoadedGraph,
+  kind: 'input' | 'output',
+  name: string,
+  source: PortSource,
+  allowed: readonly PortDtype[],
+): GraphPort {
+  const found = kind === 'input' ? findInput(graph, name) : findOutput(graph, name);
+  const where = source.where ?? { file: graph.file };
+  if (found === undefined) {
+    const origin =
+      source.where === undefined
+        ? `kvdesk expects the ${kind} "${name}" (the layout's convention)`
+        : `${describeWhere(source.where)} names the ${kind} "${name}"`;
+    throw packageError(
+      `${origin}, but the graph has no such ${kind}. ${describeGraphIo(graph)}. ` +
+        `Set ${source.hint} to the right name, or use the graph that belongs to this package.`,
+      where,
+      {
+        port: name,
+        graphFile: graph.file,
+        graphInputs: graph.info.inputs.map((i) => i.name),
+        graphOutputs: graph.info.outputs.map((o) => o.name),
+      },
+    );
+  }
+  const dtype = portDtype(found.elemType);
+  if (dtype === undefined || !allowed.includes(dtype)) {
+    throw packageError(
+      `${graph.file}: ${kind} "${name}" has element type ${onnxTypeName(found.elemType)}; kvdesk binds it only as ${allowed.join(' or ')}. ` +
+        `Check that ${source.hint} names the right port, or re-export the model with a supported type.`,
+      where,
+      { port: name, dtype: onnxTypeName(found.elemType) },
+    );
+  }
+  return { name: found.name, dtype, shape: found.shape ?? [] };
+}
+
+/** Like bindPort, but an absent port is fine (optional inputs bound only when the graph has them). */
+export function bindOptionalPort(
+  graph: LoadedGraph,
+  kind: 'input' | 'output',
+  name: string,
+  source: PortSource,
+  allowed: readonly PortDtype[],
+): GraphPort | undefined {
+  const found = kind === 'input' ? findInput(graph, name) : findOutput(graph, name);
+  if (found === undefined && source.where === undefined) return undefined;
+  return bindPort(graph, kind, name, source, allowed);
+}
+
+export const ID_DTYPES: readonly PortDtype[] = ['int32', 'int64'];
+export const MASK_DTYPES: readonly PortDtype[] = ['int32', 'int64', 'bool'];
+export const LOGITS_DTYPES: readonly PortDtype[] = ['float32', 'float16', 'bfloat16'];
+
+/** The last dim of the logits output when it is a fixed number: the vocabulary the model scores. */
+export function logitsVocab(logits: GraphPort): number | undefined {
+  const last = logits.shape[logits.shape.length - 1];
+  return typeof last === 'number' && last > 0 ? last : undefined;
+}
+
+/**
+ * Graph inputs no binding claimed. The engine must know about them (it cannot
+ * feed what it does not know), so they are reported in the spec and warned about.
+ */
+export function unboundInputs(ctx: PackageContext, graph: LoadedGraph, bound: Set<string>): GraphPort[] {
+  const extra: GraphPort[] = [];
+  for (const input of graph.info.inputs) {
+    if (bound.has(input.name)) continue;
+    const dtype = portDtype(input.elemType);
+    ctx.warnings.push(
+      `${graph.file} has the input "${input.name}" (${onnxTypeName(input.elemType)} ${formatShape(input.shape)}) that no port binding uses; the engine must supply it or refuse the model.`,
+    );
+    if (dtype !== undefined) extra.push({ name: input.name, dtype, shape: input.shape ?? [] });
+  }
+  return extra;
+}

@@ -1,0 +1,155 @@
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import { KvdeskError } from '../../shared/errors';
+import type { ModelSpec, PackageLayout } from '../../shared/model-spec';
+import { loadHfOptimumLayout } from './layout-hf-optimum';
+import { loadOnnxGenaiLayout, ONNX_GENAI_METADATA } from './layout-onnx-genai';
+import { loadOrtGenaiLayout } from './layout-ort-genai';
+import type { LoadOptions } from './load-options';
+import { packageError } from './package-error';
+import { isNotFound, makeContext, type PackageContext } from './package-fs';
+
+export { CONFIG_MAX_BYTES } from './config-file';
+export { kvBytesForTokens, tokensForKvBytes } from './kv-bytes';
+export type { LoadOptions } from './load-options';
+export type { PackageContext } from './package-fs';
+export { makeContext } from './package-fs';
+
+/** Marker files, most specific first: the first present decides the layout. */
+const MARKERS: Array<{ layout: PackageLayout; files: readonly string[] }> = [
+  { layout: 'ort-package', files: ['manifest.json'] },
+  { layout: 'ort-genai', files: ['genai_config.json'] },
+  { layout: 'onnx-genai', files: ONNX_GENAI_METADATA },
+  { layout: 'hf-optimum', files: ['config.json'] },
+];
+
+const WHAT_EACH_LAYOUT_NEEDS =
+  'kvdesk recognises: (1) onnx-genai: tokenizer.json, decoder.onnx (or one *.onnx) and inference_metadata.yaml|yml|json; ' +
+  '(2) onnxruntime-genai: genai_config.json, tokenizer.json and the graph genai_config names; ' +
+  '(3) Hugging Face / Optimum: config.json, tokenizer.json and onnx/model.onnx (or model.onnx); ' +
+  '(4) ORT model package: manifest.json with variant folders.';
+
+/** Checks that `dir` is an existing, non-empty directory and returns its real path. */
+async function packageRoot(dir: string): Promise<string> {
+  const where = { file: '.' };
+  let stat: import('node:fs').Stats;
+  try {
+    stat = await fs.stat(dir);
+  } catch (err) {
+    if (isNotFound(err))
+      throw packageError(`${dir} does not exist. Pick the folder that holds the model package.`, where, { path: dir });
+    throw err;
+  }
+  if (!stat.isDirectory()) {
+    throw packageError(
+      `${dir} is not a directory. kvdesk loads a model package folder: pick the folder that contains the model's .onnx, tokenizer and config files, not a single file.`,
+      where,
+      { path: dir },
+    );
+  }
+  const real = await fs.realpath(dir);
+  const entries = await fs.readdir(real);
+  if (entries.filter((e) => !e.startsWith('.')).length === 0) {
+    throw packageError(
+      `${dir} is empty. Copy the model package's files into it (or pick the folder they are in). ${WHAT_EACH_LAYOUT_NEEDS}`,
+      where,
+      { path: dir },
+    );
+  }
+  return real;
+}
+
+async function markersIn(dir: string): Promise<Array<{ layout: PackageLayout; file: string }>> {
+  const names = new Set(await fs.readdir(dir));
+  const found: Array<{ layout: PackageLayout; file: string }> = [];
+  for (const marker of MARKERS) {
+    const file = marker.files.find((f) => names.has(f));
+    if (file !== undefined) found.push({ layout: marker.layout, file });
+  }
+  return found;
+}
+
+async function unrecognised(dir: string, realDir: string): Promise<KvdeskError> {
+  const names = (await fs.readdir(realDir)).filter((n) => !n.startsWith('.')).sort();
+  const shown = names.slice(0, 20).join(', ') + (names.length > 20 ? `, … (${names.length} in all)` : '');
+  return packageError(
+    `${dir} is not a model package kvdesk recognises: it has ${shown}, but none of genai_config.json, inference_metadata.yaml|yml|json, config.json or manifest.json. ${WHAT_EACH_LAYOUT_NEEDS}`,
+    { file: '.' },
+    { path: dir, found: names.slice(0, 50) },
+  );
+}
+
+/**
+ * Recognises which layout (PACKAGES.md 1–4) a folder holds, by its marker file.
+ * Refuses a missing path, a file, an empty folder and a folder with no marker
+ * (saying what each layout needs).
+ */
+export async function detectLayout(dir: string): Promise<PackageLayout> {
+  const root = await packageRoot(dir);
+  const [first] = await markersIn(root);
+  if (first === undefined) throw await unrecognised(dir, root);
+  return first.layout;
+}
+
+/**
+ * Loads one layout from `ctx.dir`. Layout 4 (ORT model packages) resolves a
+ * variant folder and calls this with a context whose `dir` is that folder and
+ * whose `root` is the package, so containment checks cover the whole package.
+ */
+export async function loadLayout(
+  layout: PackageLayout,
+  ctx: PackageContext,
+  options: LoadOptions = {},
+): Promise<ModelSpec> {
+  switch (layout) {
+    case 'onnx-genai':
+      return loadOnnxGenaiLayout(ctx, options);
+    case 'ort-genai':
+      return loadOrtGenaiLayout(ctx, options);
+    case 'hf-optimum':
+      return loadHfOptimumLayout(ctx, options);
+    case 'ort-package':
+      throw packageError(
+        `${path.basename(ctx.dir)} is an ORT model package (manifest.json), which this kvdesk cannot load yet. Load one of its variant folders directly instead.`,
+        { file: 'manifest.json' },
+      );
+  }
+}
+
+/**
+ * Discovers, validates and normalizes the model package in `dir` into a
+ * complete ModelSpec, or throws KvdeskError('PACKAGE_INVALID') whose message
+ * names the file (and field) and what to do. Nothing is partly returned.
+ */
+export async function loadModelSpec(dir: string, options: LoadOptions = {}): Promise<ModelSpec> {
+  const root = await packageRoot(dir);
+  const markers = await markersIn(root);
+  const [first, ...others] = markers;
+  if (first === undefined) throw await unrecognised(dir, root);
+  const ctx = makeContext(root);
+  if (others.length > 0) {
+    ctx.warnings.push(
+      `The folder has the marker files of several layouts (${markers.map((m) => m.file).join(', ')}); it was read as ${first.layout} because ${first.file} is the most specific.`,
+    );
+  }
+  try {
+    return await loadLayout(first.layout, ctx, options);
+  } catch (err) {
+    throw asPackageError(err, root);
+  }
+}
+
+/** File-system failures (permissions, I/O) become PACKAGE_INVALID naming the path; bugs stay bugs. */
+function asPackageError(err: unknown, root: string): unknown {
+  if (err instanceof KvdeskError) return err;
+  const e = err as { code?: unknown; path?: unknown; message?: unknown } | null;
+  if (e !== null && typeof e === 'object' && typeof e.code === 'string' && /^E[A-Z]+$/.test(e.code)) {
+    const file = typeof e.path === 'string' ? path.relative(root, e.path) || '.' : '.';
+    return packageError(
+      `Could not read ${file} in the package (${e.code}: ${String(e.message)}). Check that the files are readable and complete.`,
+      { file },
+      { errno: e.code },
+    );
+  }
+  return err;
+}

@@ -1,0 +1,224 @@
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import type { DecoderPorts, GraphVariant, KvSpec, ModelSpec } from '../../shared/model-spec';
+import { ConfigFields, readConfigFile } from './config-file';
+import { bindOptionalPort, bindPort, ID_DTYPES, LOGITS_DTYPES, loadGraph, MASK_DTYPES, unboundInputs } from './graph';
+import { buildDynamicKv, matchKvTemplates } from './kv-geometry';
+import type { LoadOptions } from './load-options';
+import { packageError } from './package-error';
+import { findFile, listFileNames, type PackageContext, relName } from './package-fs';
+import { definedNumbers, finishSpec, missingField, readSearchDefaults, resolveVocab } from './spec-assembly';
+import { readTokenizerFiles, type TokenIds } from './tokenizer-files';
+
+// model.onnx, model_fp16.onnx, model_q4f16.onnx, model_quantized.onnx, ... (Optimum / transformers.js naming).
+const VARIANT_FILE = /^model(?:_([A-Za-z0-9_]+))?\.onnx$/;
+
+/** A graph variant with the absolute path it was found at. */
+export interface FoundVariant extends GraphVariant {
+  abs: string;
+}
+
+/** Graph files of an Optimum package: `onnx/model*.onnx` and `model*.onnx` at the root. */
+export async function findGraphVariants(
+  ctx: PackageContext,
+): Promise<{ variants: FoundVariant[]; otherOnnx: string[] }> {
+  const variants: FoundVariant[] = [];
+  const otherOnnx: string[] = [];
+  for (const folder of [path.join(ctx.dir, 'onnx'), ctx.dir]) {
+    for (const name of await listFileNames(folder)) {
+      if (!name.toLowerCase().endsWith('.onnx')) continue;
+      const abs = path.join(folder, name);
+      const m = VARIANT_FILE.exec(name);
+      if (m === null) {
+        otherOnnx.push(relName(ctx, abs));
+        continue;
+      }
+      if ((await findFile(ctx, name, folder)) === undefined) continue;
+      variants.push({ name: m[1] ?? 'fp32', path: relName(ctx, abs), bytes: (await fs.stat(abs)).size, abs });
+    }
+  }
+  return { variants, otherOnnx };
+}
+
+function chooseVariant(
+  ctx: PackageContext,
+  variants: FoundVariant[],
+  otherOnnx: string[],
+  options: LoadOptions,
+): FoundVariant {
+  const here = { file: relName(ctx, ctx.dir) };
+  const listing = variants.map((v) => `${v.name} (${v.path})`).join(', ');
+  if (variants.length === 0) {
+    throw packageError(
+      otherOnnx.length > 0
+        ? `No ONNX graph kvdesk can use: it looks for onnx/model.onnx or model.onnx (and model_<variant>.onnx siblings), but found only ${otherOnnx.join(', ')}. ` +
+            'Export the model with Optimum as a single decoder with past (model.onnx), or rename the decoder graph.'
+        : 'No ONNX graph: the package has neither onnx/model.onnx nor model.onnx. Add the exported decoder graph (with its external weights, if any).',
+      here,
+      { candidates: otherOnnx },
+    );
+  }
+  if (options.graphVariant !== undefined) {
+    const want = options.graphVariant;
+    const matches = variants.filter((v) => v.name === want || v.path === want || path.posix.basename(v.path) === want);
+    const [only, ...more] = matches;
+    if (only === undefined || more.length > 0) {
+      throw packageError(
+        `Graph variant "${want}" ${only === undefined ? 'is not in the package' : 'matches several graphs'}; the package offers: ${listing}. Pick one by name or by path.`,
+        here,
+        { candidates: variants.map((v) => v.path) },
+      );
+    }
+    return only;
+  }
+  const plain = variants.filter((v) => v.name === 'fp32');
+  const [first, ...rest] = plain.length > 0 ? plain : variants;
+  if (first === undefined || rest.length > 0) {
+    const why = plain.length > 1 ? 'both onnx/model.onnx and model.onnx exist' : 'there is no plain model.onnx';
+    throw packageError(
+      `Several ONNX graphs and no rule to choose (${why}): ${listing}. Remove the extra graphs or pick one with the graphVariant option.`,
+      here,
+      { candidates: variants.map((v) => v.path) },
+    );
+  }
+  return first;
+}
+
+/** Loads a Hugging Face / Optimum / transformers.js package (PACKAGES.md layout 3). */
+export async function loadHfOptimumLayout(ctx: PackageContext, options: LoadOptions): Promise<ModelSpec> {
+  const configPath = await findFile(ctx, 'config.json');
+  if (configPath === undefined) throw packageError('config.json is missing.', { file: 'config.json' });
+  const cfg = new ConfigFields(await readConfigFile(ctx, configPath));
+  const file = cfg.file;
+  const genPath = await findFile(ctx, 'generation_config.json');
+  const gen = genPath === undefined ? undefined : new ConfigFields(await readConfigFile(ctx, genPath));
+  const tokenizer = await readTokenizerFiles(ctx);
+
+  // GPT-2 style configs use n_positions/n_layer/n_head/n_embd.
+  const contextField =
+    ['max_position_embeddings', 'n_positions', 'n_ctx'].find((f) => cfg.has(f)) ?? 'max_position_embeddings';
+  const contextLength = cfg.int(contextField, 1);
+  if (contextLength === undefined) {
+    throw missingField(
+      file,
+      'max_position_embeddings',
+      'Add the context window in tokens (e.g. "max_position_embeddings": 4096); kvdesk also reads n_positions.',
+    );
+  }
+
+  const { variants, otherOnnx } = await findGraphVariants(ctx);
+  const variant = chooseVariant(ctx, variants, otherOnnx, options);
+  const graph = await loadGraph(ctx, variant.abs);
+
+  const hint = (name: string): string =>
+    `the graph (Optimum names the ${name} port "${name}"; re-export with optimum-cli export onnx --task text-generation-with-past)`;
+  const ports: DecoderPorts = {
+    inputIds: bindPort(graph, 'input', 'input_ids', { where: undefined, hint: hint('input_ids') }, ID_DTYPES),
+    logits: bindPort(graph, 'output', 'logits', { where: undefined, hint: hint('logits') }, LOGITS_DTYPES),
+  };
+  const attentionMask = bindOptionalPort(
+    graph,
+    'input',
+    'attention_mask',
+    { where: undefined, hint: hint('attention_mask') },
+    MASK_DTYPES,
+  );
+  if (attentionMask !== undefined) ports.attentionMask = attentionMask;
+  const positionIds = bindOptionalPort(
+    graph,
+    'input',
+    'position_ids',
+    { where: undefined, hint: hint('position_ids') },
+    ID_DTYPES,
+  );
+  if (positionIds !== undefined) ports.positionIds = positionIds;
+
+  const pairs = matchKvTemplates(graph, [
+    { role: 'key', past: 'past_key_values.%d.key', present: 'present.%d.key' },
+    { role: 'value', past: 'past_key_values.%d.value', present: 'present.%d.value' },
+  ]);
+  const heads = cfg.int('num_attention_heads', 1) ?? cfg.int('n_head', 1);
+  const hidden = cfg.int('hidden_size', 1) ?? cfg.int('n_embd', 1);
+  const headDim =
+    cfg.int('head_dim', 1) ??
+    (hidden !== undefined && heads !== undefined && hidden % heads === 0 ? hidden / heads : undefined);
+  const fallback = {
+    source: `${file} (num_key_value_heads / head_dim)`,
+    fieldsHint: `Add \`num_key_value_heads\` and \`head_dim\` (or \`hidden_size\` and \`num_attention_heads\`) to ${file}, or re-export the graph with fixed head dims.`,
+    ...definedNumbers({ kvHeads: cfg.int('num_key_value_heads', 1) ?? heads, headDim }),
+  };
+  let kv: KvSpec = { kind: 'none' };
+  let bpt = 0;
+  let numLayers = cfg.int('num_hidden_layers', 1) ?? cfg.int('n_layer', 1) ?? 0;
+  if (pairs.length > 0) {
+    const d = buildDynamicKv(ctx, graph, pairs, fallback);
+    kv = { kind: 'dynamic', tensors: d.tensors };
+    bpt = d.bpt;
+    if (numLayers !== 0 && numLayers !== d.numLayers) {
+      ctx.warnings.push(
+        `${file}: \`num_hidden_layers\` is ${numLayers} but ${graph.file} has KV inputs for ${d.numLayers} layers; the graph's ${d.numLayers} are used.`,
+      );
+    }
+    numLayers = d.numLayers;
+  } else {
+    ctx.warnings.push(
+      `${graph.file} has no past_key_values.N.key/value inputs: it was exported without a KV cache, so every step recomputes the whole sequence. Export with --task text-generation-with-past for speed.`,
+    );
+  }
+  const bound = new Set(
+    [ports.inputIds.name, ports.attentionMask?.name, ports.positionIds?.name, ...pairs.map((p) => p.past)].filter(
+      (n): n is string => n !== undefined,
+    ),
+  );
+
+  const vocabDeclared = cfg.int('vocab_size', 1);
+  const vocabSize = resolveVocab(
+    ctx,
+    vocabDeclared === undefined ? undefined : { value: vocabDeclared, file, field: 'vocab_size' },
+    ports.logits,
+    graph,
+    tokenizer.size,
+  );
+  // generation_config.json is what transformers' generate() uses, so it wins over config.json.
+  const idsFrom = (kind: 'eos' | 'bos' | 'pad'): TokenIds | undefined => {
+    const field = `${kind}_token_id`;
+    for (const source of [gen, cfg]) {
+      const ids = source?.intList(field);
+      if (source !== undefined && ids !== undefined) return { ids, file: source.file, field, declared: true };
+    }
+    return tokenizer.special(kind);
+  };
+  const eos = idsFrom('eos');
+  if (eos === undefined) {
+    throw missingField(
+      genPath === undefined ? 'generation_config.json' : relName(ctx, genPath),
+      'eos_token_id',
+      'No end-of-sequence token is known: add "eos_token_id" to generation_config.json (or config.json), or "eos_token" to tokenizer_config.json.',
+    );
+  }
+  const bos = idsFrom('bos');
+  const pad = idsFrom('pad');
+  const modelType = cfg.str('model_type');
+
+  return finishSpec(ctx, {
+    layout: 'hf-optimum',
+    ...(modelType === undefined ? {} : { modelType }),
+    graph,
+    ports,
+    kv,
+    numLayers,
+    bpt,
+    contextLength,
+    vocabSize,
+    eos,
+    ...(bos === undefined ? {} : { bos }),
+    ...(pad === undefined ? {} : { pad }),
+    tokenizer,
+    search: gen === undefined ? {} : readSearchDefaults(gen, ''),
+    backends: [],
+    extraInputs: unboundInputs(ctx, graph, bound),
+    ...(variants.length > 1
+      ? { graphVariants: variants.map(({ abs: _abs, ...v }) => v), graphVariant: variant.name }
+      : {}),
+  });
+}

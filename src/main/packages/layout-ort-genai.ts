@@ -1,0 +1,258 @@
+import type { DecoderPorts, KvSpec, ModelSpec } from '../../shared/model-spec';
+import { ConfigFields, readConfigFile } from './config-file';
+import {
+  bindOptionalPort,
+  bindPort,
+  describeGraphIo,
+  ID_DTYPES,
+  LOGITS_DTYPES,
+  loadGraph,
+  MASK_DTYPES,
+  type PortSource,
+  unboundInputs,
+} from './graph';
+import { buildDynamicKv, matchKvTemplates } from './kv-geometry';
+import type { LoadOptions } from './load-options';
+import { packageError } from './package-error';
+import { findFile, type PackageContext, resolveConfigPath } from './package-fs';
+import { definedNumbers, finishSpec, missingField, readSearchDefaults, resolveVocab } from './spec-assembly';
+import { readTokenizerFiles, type TokenIds } from './tokenizer-files';
+
+/** onnxruntime-genai provider_options keys → onnxruntime execution provider names. */
+const PROVIDERS: Record<string, string> = {
+  cpu: 'CPUExecutionProvider',
+  cuda: 'CUDAExecutionProvider',
+  rocm: 'ROCMExecutionProvider',
+  dml: 'DmlExecutionProvider',
+  webgpu: 'WebGpuExecutionProvider',
+  coreml: 'CoreMLExecutionProvider',
+  qnn: 'QNNExecutionProvider',
+  openvino: 'OpenVINOExecutionProvider',
+  tensorrt: 'TensorrtExecutionProvider',
+  nvtensorrtrtx: 'NvTensorRTRTXExecutionProvider',
+  migraphx: 'MIGraphXExecutionProvider',
+  vitisai: 'VitisAIExecutionProvider',
+  xnnpack: 'XnnpackExecutionProvider',
+  js: 'JsExecutionProvider',
+};
+
+/** Execution providers named in `session_options.provider_options` (a list of `{ name: {options} }`). */
+function providersFrom(ctx: PackageContext, cfg: ConfigFields, field: string): string[] {
+  const value = cfg.get(field);
+  if (value === undefined) return [];
+  if (!Array.isArray(value)) return cfg.fail(field, 'is not a list', 'Write it as a list like [{ "cuda": {} }].');
+  const out: string[] = [];
+  value.forEach((entry, i) => {
+    if (entry === null || typeof entry !== 'object' || Array.isArray(entry)) {
+      cfg.fail(`${field}[${i}]`, 'is not an object', 'Write each provider as { "<name>": { options } }.');
+    }
+    for (const key of Object.keys(entry as object)) {
+      const known = PROVIDERS[key.toLowerCase()];
+      if (known !== undefined) {
+        out.push(known);
+      } else {
+        const name = key.endsWith('ExecutionProvider') ? key : `${key}ExecutionProvider`;
+        ctx.warnings.push(
+          `${cfg.file}: \`${field}[${i}]\` names the provider "${key}", which kvdesk does not know; offering it as ${name}.`,
+        );
+        out.push(name);
+      }
+    }
+  });
+  return out;
+}
+
+/** Loads an onnxruntime-genai package (PACKAGES.md layout 2) from genai_config.json. */
+export async function loadOrtGenaiLayout(ctx: PackageContext, options: LoadOptions): Promise<ModelSpec> {
+  const configPath = await findFile(ctx, 'genai_config.json');
+  if (configPath === undefined) throw packageError('genai_config.json is missing.', { file: 'genai_config.json' });
+  const cfg = new ConfigFields(await readConfigFile(ctx, configPath));
+  const file = cfg.file;
+  const tokenizer = await readTokenizerFiles(ctx);
+
+  const contextLength = cfg.int('model.context_length', 1);
+  if (contextLength === undefined)
+    throw missingField(
+      file,
+      'model.context_length',
+      'Add the context window in tokens, e.g. "context_length": 4096 under "model".',
+    );
+  const filename = cfg.str('model.decoder.filename');
+  if (filename === undefined)
+    throw missingField(
+      file,
+      'model.decoder.filename',
+      'Name the decoder graph file, e.g. "filename": "model.onnx" under "model.decoder".',
+    );
+  if (options.graphVariant !== undefined) {
+    ctx.warnings.push(
+      `The graphVariant option ("${options.graphVariant}") does not apply to onnxruntime-genai packages: ${file} names the one decoder graph.`,
+    );
+  }
+  const graph = await loadGraph(ctx, await resolveConfigPath(ctx, filename, cfg.where('model.decoder.filename')));
+
+  // Names come from decoder.inputs/outputs when given; otherwise onnxruntime-genai's defaults apply.
+  const portName = (field: string, fallback: string): { name: string; source: PortSource } => {
+    const full = `model.decoder.${field}`;
+    const name = cfg.str(full);
+    const hint = `\`${full}\` in ${file}`;
+    return name === undefined
+      ? { name: fallback, source: { where: undefined, hint } }
+      : { name, source: { where: cfg.where(full), hint } };
+  };
+  const ids = portName('inputs.input_ids', 'input_ids');
+  const logits = portName('outputs.logits', 'logits');
+  const mask = portName('inputs.attention_mask', 'attention_mask');
+  const pos = portName('inputs.position_ids', 'position_ids');
+  const ports: DecoderPorts = {
+    inputIds: bindPort(graph, 'input', ids.name, ids.source, ID_DTYPES),
+    logits: bindPort(graph, 'output', logits.name, logits.source, LOGITS_DTYPES),
+  };
+  const attentionMask = bindOptionalPort(graph, 'input', mask.name, mask.source, MASK_DTYPES);
+  if (attentionMask !== undefined) ports.attentionMask = attentionMask;
+  const positionIds = bindOptionalPort(graph, 'input', pos.name, pos.source, ID_DTYPES);
+  if (positionIds !== undefined) ports.positionIds = positionIds;
+
+  const combinedPast = cfg.str('model.decoder.inputs.past_names');
+  const combinedPresent = cfg.str('model.decoder.outputs.present_names');
+  if ((combinedPast === undefined) !== (combinedPresent === undefined)) {
+    const missing =
+      combinedPast === undefined ? 'model.decoder.inputs.past_names' : 'model.decoder.outputs.present_names';
+    throw missingField(
+      file,
+      missing,
+      'A combined KV cache needs both past_names and present_names templates (e.g. "past_%d" and "present_%d").',
+    );
+  }
+  const templates =
+    combinedPast !== undefined && combinedPresent !== undefined
+      ? [
+          {
+            role: 'combined' as const,
+            past: combinedPast,
+            present: combinedPresent,
+            pastField: 'model.decoder.inputs.past_names',
+            presentField: 'model.decoder.outputs.present_names',
+          },
+        ]
+      : [
+          {
+            role: 'key' as const,
+            past: cfg.str('model.decoder.inputs.past_key_names') ?? 'past_key_values.%d.key',
+            present: cfg.str('model.decoder.outputs.present_key_names') ?? 'present.%d.key',
+            pastField: 'model.decoder.inputs.past_key_names',
+            presentField: 'model.decoder.outputs.present_key_names',
+          },
+          {
+            role: 'value' as const,
+            past: cfg.str('model.decoder.inputs.past_value_names') ?? 'past_key_values.%d.value',
+            present: cfg.str('model.decoder.outputs.present_value_names') ?? 'present.%d.value',
+            pastField: 'model.decoder.inputs.past_value_names',
+            presentField: 'model.decoder.outputs.present_value_names',
+          },
+        ];
+  for (const t of templates) {
+    for (const [field, template] of [
+      [t.pastField, t.past],
+      [t.presentField, t.present],
+    ] as const) {
+      if (template.split('%d').length !== 2) {
+        cfg.fail(
+          field,
+          `is ${JSON.stringify(template)}, which does not contain exactly one %d`,
+          'Write the name template with one %d where the layer index goes, e.g. "past_key_values.%d.key".',
+        );
+      }
+    }
+  }
+  const pairs = matchKvTemplates(
+    graph,
+    templates.map((t) => ({
+      role: t.role,
+      past: t.past,
+      present: t.present,
+      where: cfg.where(t.pastField),
+      presentWhere: cfg.where(t.presentField),
+    })),
+  );
+  const declaredLayers = cfg.int('model.decoder.num_hidden_layers', 1);
+  if (pairs.length === 0) {
+    throw packageError(
+      `${file}: no input of ${graph.file} matches the KV name templates ${templates.map((t) => `"${t.past}"`).join(' / ')}` +
+        `${templates.some((t) => cfg.has(t.pastField)) ? '' : ' (onnxruntime-genai defaults)'}. ${describeGraphIo(graph)}. ` +
+        "Set model.decoder.inputs.past_key_names/past_value_names (or past_names for a combined cache) and the matching outputs to the graph's KV port names.",
+      { file, field: templates[0]?.pastField ?? 'model.decoder.inputs' },
+      { graphInputs: graph.info.inputs.map((i) => i.name) },
+    );
+  }
+  const numHeads = cfg.int('model.decoder.num_attention_heads', 1);
+  const hidden = cfg.int('model.decoder.hidden_size', 1);
+  const headSize =
+    cfg.int('model.decoder.head_size', 1) ??
+    (hidden !== undefined && numHeads !== undefined ? hidden / numHeads : undefined);
+  const fallback = {
+    source: `${file} model.decoder`,
+    fieldsHint: `Add \`model.decoder.num_key_value_heads\` and \`model.decoder.head_size\` to ${file}, or re-export the graph with fixed head dims.`,
+    ...definedNumbers({
+      kvHeads: cfg.int('model.decoder.num_key_value_heads', 1) ?? numHeads,
+      headDim: headSize !== undefined && Number.isInteger(headSize) ? headSize : undefined,
+    }),
+  };
+  const d = buildDynamicKv(ctx, graph, pairs, fallback);
+  const kv: KvSpec = { kind: 'dynamic', tensors: d.tensors };
+  const { bpt, numLayers } = d;
+  if (declaredLayers !== undefined && declaredLayers !== numLayers) {
+    ctx.warnings.push(
+      `${file}: \`model.decoder.num_hidden_layers\` is ${declaredLayers} but ${graph.file} has KV inputs for ${numLayers} layers; the graph's ${numLayers} are used.`,
+    );
+  }
+  const bound = new Set(
+    [ports.inputIds.name, ports.attentionMask?.name, ports.positionIds?.name, ...pairs.map((p) => p.past)].filter(
+      (n): n is string => n !== undefined,
+    ),
+  );
+
+  const vocabDeclared = cfg.int('model.vocab_size', 1);
+  const vocabSize = resolveVocab(
+    ctx,
+    vocabDeclared === undefined ? undefined : { value: vocabDeclared, file, field: 'model.vocab_size' },
+    ports.logits,
+    graph,
+    tokenizer.size,
+  );
+  const idsAt = (field: string): TokenIds | undefined => {
+    const list = cfg.intList(field);
+    return list === undefined ? undefined : { ids: list, file, field, declared: true };
+  };
+  const eos = idsAt('model.eos_token_id');
+  if (eos === undefined)
+    throw missingField(
+      file,
+      'model.eos_token_id',
+      'Add the end-of-sequence token id (an integer or a list), e.g. "eos_token_id": 2 under "model".',
+    );
+  const bos = idsAt('model.bos_token_id');
+  const pad = idsAt('model.pad_token_id');
+
+  const sessionOptions = cfg.object('model.decoder.session_options');
+  const modelType = cfg.str('model.type');
+  return finishSpec(ctx, {
+    layout: 'ort-genai',
+    ...(modelType === undefined ? {} : { modelType }),
+    graph,
+    ports,
+    kv,
+    numLayers,
+    bpt,
+    contextLength,
+    vocabSize,
+    eos,
+    ...(bos === undefined ? {} : { bos }),
+    ...(pad === undefined ? {} : { pad }),
+    tokenizer,
+    search: readSearchDefaults(cfg, 'search'),
+    backends: providersFrom(ctx, cfg, 'model.decoder.session_options.provider_options'),
+    ...(sessionOptions === undefined ? {} : { sessionOptions }),
+    extraInputs: unboundInputs(ctx, graph, bound),
+  });
+}

@@ -1,0 +1,194 @@
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import type { PackageFile } from '../../shared/model-spec';
+import { describeWhere, type PackageWhere, packageError } from './package-error';
+
+/**
+ * What a layout loader works in. `root` is the containment boundary (the folder
+ * the person picked); `dir` holds this layout's files. They are the same for
+ * layouts 1–3; an ORT model package (layout 4) points `dir` at a variant folder
+ * inside `root`, so every path check still guards the whole package.
+ */
+export interface PackageContext {
+  /** Real path of the package root. */
+  root: string;
+  /** Real path of the folder holding this layout's files (root or a folder inside it). */
+  dir: string;
+  /** Non-fatal findings, collected while loading and returned in the spec. */
+  warnings: string[];
+}
+
+/** Creates a context for a layout folder; `root` defaults to `dir`. Both must already be real paths. */
+export function makeContext(dir: string, root: string = dir): PackageContext {
+  return { root, dir, warnings: [] };
+}
+
+/** Path of `abs` relative to the package root with forward slashes, as messages and PackageFile use it. */
+export function relName(ctx: PackageContext, abs: string): string {
+  const rel = path.relative(ctx.root, abs);
+  return rel === '' ? '.' : rel.split(path.sep).join('/');
+}
+
+function isInside(root: string, candidate: string): boolean {
+  const rel = path.relative(root, candidate);
+  return rel === '' || (!rel.startsWith('..') && !path.isAbsolute(rel));
+}
+
+/**
+ * Checks that a path found inside the package (by listing a folder) does not
+ * escape it through a symlink, and returns its real path; undefined when the
+ * entry does not exist. Symlinks inside the package are fine: Hugging Face
+ * caches are made of them.
+ */
+export async function realPathInside(
+  ctx: PackageContext,
+  abs: string,
+  where: PackageWhere,
+): Promise<string | undefined> {
+  let real: string;
+  try {
+    real = await fs.realpath(abs);
+  } catch (err) {
+    if (isNotFound(err)) {
+      // A dangling symlink is there but unusable: say so instead of "missing".
+      const link = await fs.lstat(abs).catch(() => undefined);
+      if (link?.isSymbolicLink()) {
+        throw packageError(
+          `${describeWhere(where)}: ${relName(ctx, abs)} is a symlink to a file that does not exist. Replace it with the real file.`,
+          where,
+        );
+      }
+      return undefined;
+    }
+    throw err;
+  }
+  if (!isInside(ctx.root, real)) {
+    throw packageError(
+      `${describeWhere(where)}: ${relName(ctx, abs)} resolves through a symlink to ${real}, outside the package folder ${ctx.root}. ` +
+        'kvdesk only reads files inside the package: copy the file into the package instead of linking to it.',
+      where,
+      { resolvedPath: real },
+    );
+  }
+  return real;
+}
+
+/**
+ * Resolves a path written in a config file (e.g. genai_config `decoder.filename`,
+ * an external-data `location`) against `base`, refusing anything that could
+ * read outside the package: absolute paths, `..` segments, and symlinks that
+ * lead out. Returns the absolute path; a missing file is an error naming the field.
+ */
+export async function resolveConfigPath(
+  ctx: PackageContext,
+  ref: string,
+  where: PackageWhere,
+  base: string = ctx.dir,
+): Promise<string> {
+  const shown = JSON.stringify(ref);
+  if (ref.trim() === '') {
+    throw packageError(`${describeWhere(where)} is empty. Name a file inside the package.`, where);
+  }
+  // Both separators and drive letters count: a package written on Windows must not escape on any OS.
+  if (path.isAbsolute(ref) || path.win32.isAbsolute(ref) || /^[a-zA-Z]:/.test(ref)) {
+    throw packageError(
+      `${describeWhere(where)} is the absolute path ${shown}. Paths in a package must be relative to the package folder; write the file name relative to it.`,
+      where,
+      { path: ref },
+    );
+  }
+  if (ref.split(/[\\/]/).includes('..')) {
+    throw packageError(
+      `${describeWhere(where)} is ${shown}, which contains "..". Paths in a package may not leave the package folder; put the file inside it and name it without "..".`,
+      where,
+      { path: ref },
+    );
+  }
+  const abs = path.resolve(base, ...ref.split(/[\\/]/));
+  const real = await realPathInside(ctx, abs, where);
+  if (real === undefined || !(await fs.stat(real)).isFile()) {
+    throw packageError(
+      `${describeWhere(where)} names ${shown}, but ${relName(ctx, abs)} ${real === undefined ? 'does not exist in the package' : 'is not a file'}. Add the file or fix the name.`,
+      where,
+      { path: ref },
+    );
+  }
+  // The link path, not its target: external data is found relative to the graph's own folder.
+  return abs;
+}
+
+/**
+ * Finds the file `name` directly inside `dir`, or undefined. Returns the path as
+ * found (a symlink stays a symlink) after checking its target is inside the package.
+ */
+export async function findFile(ctx: PackageContext, name: string, dir: string = ctx.dir): Promise<string | undefined> {
+  const abs = path.join(dir, name);
+  const real = await realPathInside(ctx, abs, { file: relName(ctx, abs) });
+  if (real === undefined) return undefined;
+  const stat = await fs.stat(real);
+  return stat.isFile() ? abs : undefined;
+}
+
+/** Names of the regular files (or symlinks to them) directly inside `dir`; empty when `dir` is missing. */
+export async function listFileNames(dir: string): Promise<string[]> {
+  let entries: import('node:fs').Dirent[];
+  try {
+    entries = await fs.readdir(dir, { withFileTypes: true });
+  } catch (err) {
+    if (isNotFound(err)) return [];
+    throw err;
+  }
+  return entries
+    .filter((e) => e.isFile() || e.isSymbolicLink())
+    .map((e) => e.name)
+    .sort();
+}
+
+const LIST_MAX_DEPTH = 6;
+const LIST_MAX_FILES = 10_000;
+
+/**
+ * Every file of the package under `dir` with its size, relative to the root.
+ * Symlinks that lead outside are left out (they are refused only if a loader
+ * actually needs them); dot-folders (.git, .cache) are skipped.
+ */
+export async function listPackageFiles(ctx: PackageContext, dir: string = ctx.dir): Promise<PackageFile[]> {
+  const out: PackageFile[] = [];
+  let truncated = false;
+  async function walk(folder: string, depth: number): Promise<void> {
+    const entries = await fs.readdir(folder, { withFileTypes: true });
+    for (const entry of entries) {
+      if (out.length >= LIST_MAX_FILES) {
+        truncated = true;
+        return;
+      }
+      if (entry.name.startsWith('.')) continue;
+      const abs = path.join(folder, entry.name);
+      let real = abs;
+      if (entry.isSymbolicLink()) {
+        const resolved = await fs.realpath(abs).catch(() => undefined);
+        if (resolved === undefined || !isInside(ctx.root, resolved)) continue;
+        real = resolved;
+      }
+      const stat = await fs.stat(real).catch(() => undefined);
+      if (stat === undefined) continue;
+      if (stat.isDirectory()) {
+        if (depth < LIST_MAX_DEPTH && !entry.isSymbolicLink()) await walk(abs, depth + 1);
+      } else if (stat.isFile()) {
+        out.push({ path: relName(ctx, abs), bytes: stat.size });
+      }
+    }
+  }
+  await walk(dir, 0);
+  if (truncated)
+    ctx.warnings.push(
+      `The package has more than ${LIST_MAX_FILES} files; only the first ${LIST_MAX_FILES} are listed.`,
+    );
+  return out.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
+}
+
+/** True for ENOENT/ENOTDIR errors from node:fs. */
+export function isNotFound(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return code === 'ENOENT' || code === 'ENOTDIR';
+}

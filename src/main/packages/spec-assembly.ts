@@ -1,0 +1,178 @@
+import path from 'node:path';
+import type {
+  DecoderPorts,
+  GraphPort,
+  GraphVariant,
+  KvSpec,
+  ModelSpec,
+  PackageLayout,
+  SearchDefaults,
+} from '../../shared/model-spec';
+import type { ConfigFields } from './config-file';
+import { type LoadedGraph, logitsVocab } from './graph';
+import { packageError } from './package-error';
+import { listPackageFiles, type PackageContext } from './package-fs';
+import type { TokenIds, TokenizerFacts } from './tokenizer-files';
+
+/** Everything a layout loader works out; finishSpec adds what is the same for every layout. */
+export interface SpecParts {
+  layout: PackageLayout;
+  modelType?: string;
+  graph: LoadedGraph;
+  ports: DecoderPorts;
+  kv: KvSpec;
+  numLayers: number;
+  bpt: number;
+  contextLength: number;
+  vocabSize: number;
+  eos: TokenIds;
+  bos?: TokenIds;
+  pad?: TokenIds;
+  tokenizer: TokenizerFacts;
+  search: SearchDefaults;
+  backends: string[];
+  sessionOptions?: Record<string, unknown>;
+  extraInputs: GraphPort[];
+  graphVariants?: GraphVariant[];
+  graphVariant?: string;
+}
+
+/** The provider every onnxruntime build has; always offered. */
+export const CPU_PROVIDER = 'CPUExecutionProvider';
+
+/** API id from a folder name: lowercase, runs of other characters become '-'. */
+export function slugify(name: string): string {
+  const slug = name
+    .toLowerCase()
+    .replace(/[^a-z0-9._-]+/g, '-')
+    .replace(/^[-.]+|[-.]+$/g, '');
+  return slug === '' ? 'model' : slug;
+}
+
+/**
+ * The vocabulary the model scores: the logits output's fixed last dim when the
+ * graph declares one (it is what the engine will see), else the config's
+ * declared size, else the tokenizer's size.
+ */
+export function resolveVocab(
+  ctx: PackageContext,
+  declared: { value: number; file: string; field: string } | undefined,
+  logits: GraphPort,
+  graph: LoadedGraph,
+  tokenizerSize: number,
+): number {
+  const fromGraph = logitsVocab(logits);
+  if (declared !== undefined) {
+    if (fromGraph !== undefined && fromGraph !== declared.value) {
+      ctx.warnings.push(
+        `${declared.file}: \`${declared.field}\` is ${declared.value} but ${graph.file} output "${logits.name}" scores ${fromGraph} tokens; using ${fromGraph}.`,
+      );
+      return fromGraph;
+    }
+    return declared.value;
+  }
+  if (fromGraph !== undefined) return fromGraph;
+  ctx.warnings.push(
+    `Neither the package config nor ${graph.file} (output "${logits.name}" ${JSON.stringify(logits.shape)}) states the vocabulary size; using tokenizer.json's ${tokenizerSize}.`,
+  );
+  return tokenizerSize;
+}
+
+/**
+ * Token ids must be inside the vocabulary. An id a config field declares is a
+ * package error (the field is wrong); an id only looked up in tokenizer files is
+ * a warning, since a tokenizer larger than the model is legal (the tokenizer
+ * refuses such ids at encode time) and the package still runs.
+ */
+function checkIdsInVocab(ctx: PackageContext, kind: string, ids: TokenIds | undefined, vocabSize: number): void {
+  if (ids === undefined) return;
+  const outside = ids.ids.filter((id) => id >= vocabSize);
+  if (outside.length === 0) return;
+  const list = outside.join(', ');
+  if (ids.declared) {
+    throw packageError(
+      `${ids.file}: \`${ids.field}\` is ${list}, outside the model's vocabulary of ${vocabSize} tokens (valid ids 0..${vocabSize - 1}). ` +
+        'Fix the token id (or the vocabulary size) in the package config.',
+      { file: ids.file, field: ids.field },
+      { ids: outside, vocabSize },
+    );
+  }
+  ctx.warnings.push(
+    `${kind} token id ${list} (from ${ids.file} ${ids.field}) is outside the model's vocabulary of ${vocabSize}; the model can never produce it${kind === 'eos' ? ', so generation ends only at the token limit' : ''}.`,
+  );
+}
+
+/** Reads HF-named sampling defaults (generation_config.json, genai `search`) under `prefix`. */
+export function readSearchDefaults(fields: ConfigFields, prefix: string): SearchDefaults {
+  const at = (name: string): string => (prefix === '' ? name : `${prefix}.${name}`);
+  const search: SearchDefaults = {};
+  const doSample = fields.bool(at('do_sample'));
+  if (doSample !== undefined) search.doSample = doSample;
+  const temperature = fields.num(at('temperature'), 0);
+  if (temperature !== undefined) search.temperature = temperature;
+  const topK = fields.int(at('top_k'), 0);
+  if (topK !== undefined) search.topK = topK;
+  const topP = fields.num(at('top_p'), 0, 1);
+  if (topP !== undefined) search.topP = topP;
+  const minP = fields.num(at('min_p'), 0, 1);
+  if (minP !== undefined) search.minP = minP;
+  const repetitionPenalty = fields.num(at('repetition_penalty'), 0);
+  if (repetitionPenalty !== undefined) search.repetitionPenalty = repetitionPenalty;
+  const maxNewTokens = fields.int(at('max_new_tokens'), 1);
+  if (maxNewTokens !== undefined) search.maxNewTokens = maxNewTokens;
+  return search;
+}
+
+/** Adds the parts every layout shares (identity, files, id range checks) and returns the finished spec. */
+export async function finishSpec(ctx: PackageContext, parts: SpecParts): Promise<ModelSpec> {
+  checkIdsInVocab(ctx, 'eos', parts.eos, parts.vocabSize);
+  checkIdsInVocab(ctx, 'bos', parts.bos, parts.vocabSize);
+  checkIdsInVocab(ctx, 'pad', parts.pad, parts.vocabSize);
+  if (parts.tokenizer.size > parts.vocabSize) {
+    ctx.warnings.push(
+      `tokenizer.json knows ${parts.tokenizer.size} tokens but the model's vocabulary is ${parts.vocabSize}: text that encodes to an id ≥ ${parts.vocabSize} is refused when it is tokenized.`,
+    );
+  }
+  const name = path.basename(ctx.root);
+  const spec: ModelSpec = {
+    id: slugify(name),
+    displayName: name,
+    layout: parts.layout,
+    root: ctx.root,
+    files: await listPackageFiles(ctx),
+    weightsBytes: parts.graph.weightsBytes,
+    graphPath: parts.graph.path,
+    ports: parts.ports,
+    kv: parts.kv,
+    numLayers: parts.numLayers,
+    bpt: parts.bpt,
+    contextLength: parts.contextLength,
+    vocabSize: parts.vocabSize,
+    eosTokenIds: [...new Set(parts.eos.ids)],
+    tokenizer: parts.tokenizer.spec,
+    search: parts.search,
+    backends: [...new Set([CPU_PROVIDER, ...parts.backends])],
+    warnings: ctx.warnings,
+  };
+  if (parts.modelType !== undefined) spec.modelType = parts.modelType;
+  if (parts.bos !== undefined && parts.bos.ids[0] !== undefined) spec.bosTokenId = parts.bos.ids[0];
+  if (parts.pad !== undefined && parts.pad.ids[0] !== undefined) spec.padTokenId = parts.pad.ids[0];
+  if (parts.tokenizer.chatTemplate !== undefined) spec.chatTemplate = parts.tokenizer.chatTemplate;
+  if (parts.sessionOptions !== undefined) spec.sessionOptions = parts.sessionOptions;
+  if (parts.extraInputs.length > 0) spec.extraInputs = parts.extraInputs;
+  if (parts.graphVariants !== undefined) spec.graphVariants = parts.graphVariants;
+  if (parts.graphVariant !== undefined) spec.graphVariant = parts.graphVariant;
+  return spec;
+}
+
+/** A required field that is missing: the error names the field and what to write. */
+export function missingField(file: string, field: string, fix: string): Error {
+  return packageError(`${file}: \`${field}\` is missing. ${fix}`, { file, field });
+}
+
+/** Drops undefined entries so optional fields stay absent rather than present-and-undefined. */
+export function definedNumbers<T extends Record<string, number | undefined>>(values: T): { [K in keyof T]?: number } {
+  const out: { [K in keyof T]?: number } = {};
+  for (const [k, v] of Object.entries(values)) if (v !== undefined) (out as Record<string, number>)[k] = v;
+  return out;
+}

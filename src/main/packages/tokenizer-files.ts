@@ -1,0 +1,241 @@
+import path from 'node:path';
+import type { TokenizerSpec } from '../../shared/model-spec';
+import {
+  CONFIG_MAX_BYTES,
+  type ConfigDoc,
+  ConfigFields,
+  parseJsonText,
+  readConfigFile,
+  readLimitedText,
+} from './config-file';
+import { packageError } from './package-error';
+import { findFile, listFileNames, type PackageContext, relName } from './package-fs';
+
+/** tokenizer.json carries the whole vocabulary (Gemma's is ~33 MB); this only guards against absurd files. */
+export const TOKENIZER_MAX_BYTES = 256 * 1024 * 1024;
+
+export type SpecialKind = 'bos' | 'eos' | 'pad' | 'unk';
+
+/** Conventional special-token spellings, tried in order when no config names the token. */
+const CONVENTIONAL: Record<SpecialKind, string[]> = {
+  eos: ['<eos>', '</s>', '<|endoftext|>', '<|end_of_text|>', '<|eot_id|>', '<|im_end|>', '[SEP]'],
+  bos: ['<bos>', '<s>', '<|begin_of_text|>', '<|startoftext|>', '<|endoftext|>', '[CLS]'],
+  pad: ['<pad>', '<|pad|>', '[PAD]', '<|padding|>'],
+  unk: ['<unk>', '<|unk|>', '[UNK]'],
+};
+
+/** A special token id with where it came from, so range checks can say which field to fix. */
+export interface TokenIds {
+  ids: number[];
+  file: string;
+  field: string;
+  /** True when a config field declares the id; false when it was looked up from tokenizer files. */
+  declared: boolean;
+}
+
+/** What the tokenizer files say, read once and shared by every layout. */
+export interface TokenizerFacts {
+  spec: TokenizerSpec;
+  /** Highest token id in tokenizer.json plus one (vocabulary and added tokens). */
+  size: number;
+  tokenizerConfig: ConfigDoc | undefined;
+  chatTemplate: string | undefined;
+  /** Id of a token string in tokenizer.json (added tokens, then the model vocabulary). */
+  idOf(token: string): number | undefined;
+  /**
+   * The id of a special token per tokenizer files: tokenizer_config's `<kind>_token`
+   * first, then a conventionally named token in tokenizer.json.
+   */
+  special(kind: SpecialKind): TokenIds | undefined;
+}
+
+/** tokenizer_config special tokens are plain strings or AddedToken objects `{ content }`. */
+function tokenString(fields: ConfigFields, field: string): string | undefined {
+  const value = fields.get(field);
+  if (value === undefined) return undefined;
+  if (typeof value === 'string') return value;
+  if (
+    typeof value === 'object' &&
+    !Array.isArray(value) &&
+    typeof (value as { content?: unknown }).content === 'string'
+  ) {
+    return (value as { content: string }).content;
+  }
+  return fields.fail(field, 'is neither a string nor an object with `content`', 'Write the token text, e.g. "</s>".');
+}
+
+/**
+ * Reads tokenizer.json (required), tokenizer_config.json and a chat template
+ * (`chat_template.jinja`, tokenizer_config `chat_template`, or `chat_template.json`).
+ */
+export async function readTokenizerFiles(ctx: PackageContext): Promise<TokenizerFacts> {
+  const tokenizerPath = await findFile(ctx, 'tokenizer.json');
+  if (tokenizerPath === undefined) {
+    const present = await listFileNames(ctx.dir);
+    const slow = ['vocab.json', 'merges.txt', 'tokenizer.model', 'vocab.txt', 'spiece.model'].filter((n) =>
+      present.includes(n),
+    );
+    const file = relName(ctx, path.join(ctx.dir, 'tokenizer.json'));
+    throw packageError(
+      `No tokenizer: ${file} is missing. kvdesk needs a Hugging Face tokenizer.json next to the model` +
+        (slow.length > 0 ? ` (found only ${slow.join(', ')}, the files of a "slow" tokenizer)` : '') +
+        '. Save one with transformers: AutoTokenizer.from_pretrained(...).save_pretrained(folder), and copy tokenizer.json into the package.',
+      { file },
+    );
+  }
+  const file = relName(ctx, tokenizerPath);
+  const json = parseJsonText(await readLimitedText(ctx, tokenizerPath, TOKENIZER_MAX_BYTES, 'tokenizer files'), file);
+  if (
+    json === null ||
+    typeof json !== 'object' ||
+    Array.isArray(json) ||
+    typeof (json as { model?: unknown }).model !== 'object'
+  ) {
+    throw packageError(
+      `${file} is not a Hugging Face tokenizer.json (it has no \`model\` object). Replace it with the tokenizer.json saved by the tokenizers library.`,
+      { file, field: 'model' },
+    );
+  }
+  const tok = json as {
+    model: { vocab?: unknown; unk_token?: unknown };
+    added_tokens?: unknown;
+    post_processor?: unknown;
+  };
+  const ids = new Map<string, number>();
+  const specialIds = new Map<string, number>();
+  let size = 0;
+  const vocab = tok.model.vocab;
+  if (Array.isArray(vocab)) {
+    // Unigram: [[piece, score], ...], the id is the position.
+    vocab.forEach((entry, i) => {
+      if (Array.isArray(entry) && typeof entry[0] === 'string' && !ids.has(entry[0])) ids.set(entry[0], i);
+    });
+    size = vocab.length;
+  } else if (vocab !== null && typeof vocab === 'object') {
+    for (const [piece, id] of Object.entries(vocab as Record<string, unknown>)) {
+      if (typeof id === 'number' && Number.isSafeInteger(id)) {
+        ids.set(piece, id);
+        size = Math.max(size, id + 1);
+      }
+    }
+  }
+  if (Array.isArray(tok.added_tokens)) {
+    for (const added of tok.added_tokens as Array<{ id?: unknown; content?: unknown; special?: unknown }>) {
+      if (typeof added?.content === 'string' && typeof added.id === 'number' && Number.isSafeInteger(added.id)) {
+        ids.set(added.content, added.id);
+        if (added.special === true) specialIds.set(added.content, added.id);
+        size = Math.max(size, added.id + 1);
+      }
+    }
+  }
+  // TemplateProcessing post-processors name the tokens they insert, with ids.
+  const pp = tok.post_processor as { special_tokens?: Record<string, { ids?: unknown }> } | null | undefined;
+  if (pp?.special_tokens && typeof pp.special_tokens === 'object') {
+    for (const [name, entry] of Object.entries(pp.special_tokens)) {
+      const first = Array.isArray(entry?.ids) ? entry.ids[0] : undefined;
+      if (typeof first === 'number' && !specialIds.has(name)) specialIds.set(name, first);
+    }
+  }
+  if (size === 0) {
+    throw packageError(`${file} has an empty vocabulary. Replace it with the model's real tokenizer.json.`, {
+      file,
+      field: 'model.vocab',
+    });
+  }
+  const idOf = (token: string): number | undefined => specialIds.get(token) ?? ids.get(token);
+
+  const configPath = await findFile(ctx, 'tokenizer_config.json');
+  const tokenizerConfig = configPath === undefined ? undefined : await readConfigFile(ctx, configPath);
+  const cfg = tokenizerConfig === undefined ? undefined : new ConfigFields(tokenizerConfig);
+
+  const spec: TokenizerSpec = { tokenizerJson: tokenizerPath };
+  if (configPath !== undefined) spec.tokenizerConfig = configPath;
+  // null means the config says explicitly that there is no such token (Llama's `"pad_token": null`).
+  const configured: Partial<Record<SpecialKind, string | null>> = {};
+  for (const kind of ['bos', 'eos', 'pad', 'unk'] as const) {
+    if (tokenizerConfig?.data[`${kind}_token`] === null) configured[kind] = null;
+    const text = cfg === undefined ? undefined : tokenString(cfg, `${kind}_token`);
+    if (text !== undefined) configured[kind] = text;
+  }
+  const special = (kind: SpecialKind): TokenIds | undefined => {
+    const text = configured[kind];
+    if (text === null) return undefined;
+    if (text !== undefined && cfg !== undefined) {
+      const id = idOf(text);
+      if (id === undefined) {
+        return cfg.fail(
+          `${kind}_token`,
+          `is ${JSON.stringify(text)}, which tokenizer.json does not contain`,
+          'Fix the token text or use the matching tokenizer.json.',
+        );
+      }
+      return { ids: [id], file: cfg.file, field: `${kind}_token`, declared: false };
+    }
+    for (const name of CONVENTIONAL[kind]) {
+      const id = specialIds.get(name) ?? ids.get(name);
+      if (id !== undefined) return { ids: [id], file, field: `token "${name}"`, declared: false };
+    }
+    if (kind === 'unk' && typeof tok.model.unk_token === 'string') {
+      const id = idOf(tok.model.unk_token);
+      if (id !== undefined) return { ids: [id], file, field: 'model.unk_token', declared: false };
+    }
+    return undefined;
+  };
+  // Token strings in the spec: what the config says, else the conventional token found in tokenizer.json.
+  for (const kind of ['bos', 'eos', 'pad', 'unk'] as const) {
+    let text = configured[kind];
+    if (text === null) continue;
+    if (text === undefined) {
+      text = CONVENTIONAL[kind].find((name) => ids.has(name) || specialIds.has(name));
+      if (text === undefined && kind === 'unk' && typeof tok.model.unk_token === 'string') text = tok.model.unk_token;
+    }
+    if (text !== undefined) spec[`${kind}Token`] = text;
+  }
+  const addBos = cfg?.bool('add_bos_token');
+  if (addBos !== undefined) spec.addBosToken = addBos;
+
+  const chatTemplate = await readChatTemplate(ctx, cfg);
+  return { spec, size, tokenizerConfig, chatTemplate, idOf, special };
+}
+
+async function readChatTemplate(ctx: PackageContext, cfg: ConfigFields | undefined): Promise<string | undefined> {
+  const jinja = await findFile(ctx, 'chat_template.jinja');
+  // transformers writes chat_template.jinja in preference to the config field, so it wins.
+  if (jinja !== undefined) return readLimitedText(ctx, jinja, CONFIG_MAX_BYTES, 'chat templates');
+  const fromConfig = cfg === undefined ? undefined : templateFrom(ctx, cfg);
+  if (fromConfig !== undefined) return fromConfig;
+  const jsonPath = await findFile(ctx, 'chat_template.json');
+  if (jsonPath !== undefined) return templateFrom(ctx, new ConfigFields(await readConfigFile(ctx, jsonPath)));
+  return undefined;
+}
+
+/** `chat_template`: a string, or a list of `{ name, template }` of which kvdesk uses 'default'. */
+function templateFrom(ctx: PackageContext, cfg: ConfigFields): string | undefined {
+  const value = cfg.get('chat_template');
+  if (value === undefined) return undefined;
+  if (typeof value === 'string') return value;
+  if (Array.isArray(value)) {
+    const names: string[] = [];
+    for (const [i, entry] of value.entries()) {
+      const e = entry as { name?: unknown; template?: unknown } | null;
+      if (e === null || typeof e !== 'object' || typeof e.name !== 'string' || typeof e.template !== 'string') {
+        cfg.fail(
+          `chat_template[${i}]`,
+          'is not an object with string `name` and `template`',
+          'Write each entry as { "name": ..., "template": ... }.',
+        );
+      }
+      if (e.name === 'default') return e.template;
+      names.push(e.name);
+    }
+    ctx.warnings.push(
+      `${cfg.file}: \`chat_template\` lists the templates ${names.join(', ')} but none named "default"; chat formatting is off until one is chosen.`,
+    );
+    return undefined;
+  }
+  return cfg.fail(
+    'chat_template',
+    'is neither a string nor a list of named templates',
+    'Write the Jinja template as a string.',
+  );
+}
