@@ -64,11 +64,33 @@ function commonPrefix(a: number[], b: number[]): number {
 
 /** A decoder session plus the spec that says how to bind it. */
 export class LoadedDecoder {
+  /**
+   * Whether the graph really runs with batch > 1. Some exports declare a
+   * symbolic batch but fix it internally; their rows take turns instead.
+   */
+  batchable = true;
+
   private constructor(
     readonly spec: ModelSpec,
     private readonly session: ort.InferenceSession,
     private readonly kvTensors: KvTensorSpec[],
   ) {}
+
+  /** One tiny two-row run at load time tells whether batching works for this graph. */
+  private async probeBatch(): Promise<void> {
+    const ports = this.spec.ports;
+    const feeds: Record<string, ort.Tensor> = {};
+    const first = this.spec.bosTokenId ?? this.spec.eosTokenIds[0] ?? 0;
+    feeds[ports.inputIds.name] = idTensor(ports.inputIds, [first, first], [2, 1]);
+    if (ports.attentionMask) feeds[ports.attentionMask.name] = idTensor(ports.attentionMask, [1, 1], [2, 1]);
+    if (ports.positionIds) feeds[ports.positionIds.name] = idTensor(ports.positionIds, [0, 0], [2, 1]);
+    for (const t of this.kvTensors) feeds[t.past] = emptyPast(t, 2);
+    try {
+      await this.session.run(feeds);
+    } catch {
+      this.batchable = false;
+    }
+  }
 
   /** Creates the onnxruntime session; a graph onnxruntime cannot run is a MODEL_LOAD_FAILED error. */
   static async load(spec: ModelSpec, options: EngineSessionOptions): Promise<LoadedDecoder> {
@@ -86,6 +108,8 @@ export class LoadedDecoder {
         interOpNumThreads: 1,
         executionProviders: options.executionProviders,
         graphOptimizationLevel: 'all',
+        // Failures reach the person as KvdeskErrors with onnxruntime's message; its own log would repeat them.
+        logSeverityLevel: 4,
       });
     } catch (err) {
       const reason = err instanceof Error ? err.message : String(err);
@@ -95,7 +119,9 @@ export class LoadedDecoder {
         { file: spec.graphPath },
       );
     }
-    return new LoadedDecoder(spec, session, spec.kv.kind === 'dynamic' ? spec.kv.tensors : []);
+    const decoder = new LoadedDecoder(spec, session, spec.kv.kind === 'dynamic' ? spec.kv.tensors : []);
+    await decoder.probeBatch();
+    return decoder;
   }
 
   async dispose(): Promise<void> {
@@ -109,6 +135,40 @@ export class LoadedDecoder {
 
   /** Runs one generation to its end. Throws KvdeskError on engine failure. */
   async generate(job: GenerationJob, hooks: GenerationHooks): Promise<GenerationOutcome> {
+    if (this.batchable || job.rows.length === 1) return this.generateBatch(job, hooks);
+    // Rows take turns on a graph that cannot batch; each row still reports in its own column.
+    const R = job.rows.length;
+    const outcomes: GenerationOutcome[] = [];
+    let doneKv = 0;
+    for (let r = 0; r < R; r++) {
+      const outcome = await this.generateBatch(
+        { ...job, rows: [job.rows[r] as number[]] },
+        {
+          onStart: (prefill, reused) => r === 0 && hooks.onStart(prefill * R, reused),
+          onStep: (ids, kvBytes) => {
+            const row: number[] = new Array(R).fill(-1);
+            row[r] = ids[0] as number;
+            hooks.onStep(row, doneKv + kvBytes);
+          },
+          stopRequested: hooks.stopRequested,
+          countRun: hooks.countRun,
+        },
+      );
+      outcomes.push(outcome);
+      doneKv += outcome.kvBytes;
+      if (outcome.finishReason === 'stop' || outcome.finishReason === 'cancelled') break;
+    }
+    const last = outcomes[outcomes.length - 1] as GenerationOutcome;
+    return {
+      finishReason: last.finishReason,
+      rowFinishReasons: job.rows.map((_, r) => outcomes[r]?.finishReason ?? last.finishReason),
+      kvBytes: doneKv,
+      generatedTokens: Math.max(...outcomes.map((o) => o.generatedTokens)),
+      sessionTokens: 0,
+    };
+  }
+
+  private async generateBatch(job: GenerationJob, hooks: GenerationHooks): Promise<GenerationOutcome> {
     const spec = this.spec;
     const ports = spec.ports;
     const R = job.rows.length;

@@ -14,8 +14,19 @@ interface RunningGeneration {
   stop: 'stop' | 'cancelled' | null;
 }
 
+/**
+ * Test failpoint: with KVDESK_ENGINE_FAULT_AFTER_RUNS=N the engine fails every
+ * session.run after the N-th, so tests can drive the real error path end to end.
+ */
+function faultAfterRuns(): number {
+  const raw = process.env.KVDESK_ENGINE_FAULT_AFTER_RUNS;
+  const n = raw === undefined ? Number.NaN : Number(raw);
+  return Number.isInteger(n) && n >= 0 ? n : Number.POSITIVE_INFINITY;
+}
+
 /** Creates an engine that reports through `emit`. */
 export function createEngineCore(emit: (event: EngineEvent) => void) {
+  const faultAfter = faultAfterRuns();
   const models = new Map<string, LoadedDecoder>();
   const sessions = new Map<string, { modelId: string; kv: SessionKv }>();
   const running = new Map<string, RunningGeneration>();
@@ -102,6 +113,9 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
           stopRequested: () => state.stop,
           countRun: () => {
             stats.runs++;
+            if (stats.runs > faultAfter) {
+              throw new KvdeskError('ENGINE_FAILED', `injected engine fault after ${faultAfter} runs`);
+            }
           },
         },
       );

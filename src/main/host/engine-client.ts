@@ -31,6 +31,8 @@ export interface EngineClientOptions {
   onCrash?: (reason: string) => void;
   /** Explicit engine entry (tests); defaults to the built process.js or the TypeScript source. */
   entry?: string;
+  /** Extra environment for the engine process (tests set failpoints here). */
+  env?: Record<string, string>;
 }
 
 /** Locates the engine entry: the bundled process.js in a build, else the TS source run through tsx. */
@@ -67,6 +69,7 @@ export class EngineClient {
     const child = fork(file, [], {
       execArgv,
       serialization: 'advanced',
+      env: { ...process.env, ...this.options.env },
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
     this.child = child;

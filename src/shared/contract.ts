@@ -1,0 +1,129 @@
+/**
+ * The contract between kvdesk's front ends (CLI, renderer, HTTP API) and the
+ * host's RunnerService. Every input from outside is parsed with these schemas.
+ */
+import { z } from 'zod';
+import type { ErrorInfo } from './errors';
+
+/** A chat message. */
+export const ChatMessage = z.object({
+  role: z.enum(['system', 'user', 'assistant', 'tool']),
+  content: z.string(),
+});
+export type ChatMessage = z.infer<typeof ChatMessage>;
+
+/** Sampling settings; omitted fields take the package's defaults, then kvdesk's. */
+export const SamplingSettings = z.object({
+  greedy: z.boolean().optional(),
+  temperature: z.number().min(0).max(10).optional(),
+  topK: z.number().int().min(0).optional(),
+  topP: z.number().gt(0).max(1).optional(),
+  minP: z.number().min(0).max(1).optional(),
+  repetitionPenalty: z.number().gt(0).max(10).optional(),
+  seed: z.number().int().min(0).max(2 ** 53).optional(),
+});
+export type SamplingSettings = z.infer<typeof SamplingSettings>;
+
+const tokenId = z.number().int().min(0);
+
+/**
+ * A generation request. Exactly one prompt form: text, ids, chat messages, or
+ * several rows of text/ids (one batched request).
+ */
+export const GenerateRequest = z
+  .object({
+    /** Loaded model id; omitted: the default (first loaded) model. */
+    model: z.string().min(1).optional(),
+    prompt: z.string().optional(),
+    promptIds: z.array(tokenId).min(1).optional(),
+    messages: z.array(ChatMessage).min(1).optional(),
+    prompts: z.array(z.string()).min(1).optional(),
+    promptIdRows: z.array(z.array(tokenId).min(1)).min(1).optional(),
+    /** Render `prompt` through the package's chat template as one user message. */
+    chat: z.boolean().optional(),
+    /** System prompt for `chat`/`messages`. */
+    system: z.string().optional(),
+    /** Copies of the prompt to generate (OpenAI `n`); multi-row requests reserve for every row. */
+    rows: z.number().int().min(1).max(64).optional(),
+    maxNewTokens: z.number().int().min(1).max(1_000_000).optional(),
+    sampling: SamplingSettings.optional(),
+    stop: z.array(z.string().min(1)).max(16).optional(),
+    /** Keep this conversation's KV between turns. */
+    sessionId: z.string().min(1).max(200).optional(),
+    threadId: z.string().max(200).optional(),
+    priority: z.number().int().min(-100).max(100).optional(),
+  })
+  .refine(
+    (r) =>
+      [r.prompt, r.promptIds, r.messages, r.prompts, r.promptIdRows].filter((x) => x !== undefined).length === 1,
+    { message: 'give exactly one of prompt, promptIds, messages, prompts, promptIdRows' },
+  );
+export type GenerateRequest = z.infer<typeof GenerateRequest>;
+
+/** Why a reply ended. `context`: the context window was full. */
+export type FinishReason = 'eos' | 'stop' | 'length' | 'context' | 'cancelled';
+
+/** Present when the KV budget allowed fewer new tokens than asked (SCHEDULER.md capped admission). */
+export interface BudgetCap {
+  requestedMaxTokens: number;
+  admittedMaxTokens: number;
+  requestedBytes: number;
+  admittedBytes: number;
+  availableBytes: number;
+}
+
+/** Present when the context window clipped max new tokens at acceptance. */
+export interface ContextClip {
+  requestedMaxTokens: number;
+  clippedMaxTokens: number;
+  contextLength: number;
+}
+
+/** One row's output. */
+export interface RowResult {
+  tokenIds: number[];
+  text: string;
+  finishReason: FinishReason;
+}
+
+/** The final result of a generation. Row 0 is repeated at the top level for convenience. */
+export interface GenerationResult {
+  requestId: string;
+  modelId: string;
+  tokenIds: number[];
+  text: string;
+  finishReason: FinishReason;
+  rows: RowResult[];
+  promptTokens: number;
+  /** Prompt tokens served from a session's retained KV instead of being recomputed. */
+  reusedTokens: number;
+  bpt: number;
+  /** KV bytes the request's tensors held at the end. */
+  kvBytes: number;
+  reservedBytes: number;
+  budgetCap?: BudgetCap;
+  clipped?: ContextClip;
+  timings: { queueMs: number; ttftMs: number; totalMs: number; tokensPerSecond: number };
+}
+
+/** Frames of one generation stream, in order: accepted → admitted → tokens* → done | error. */
+export type StreamFrame =
+  | {
+      type: 'accepted';
+      requestId: string;
+      modelId: string;
+      promptTokens: number;
+      rows: number;
+      maxNewTokens: number;
+      clipped?: ContextClip;
+    }
+  | {
+      type: 'admitted';
+      requestId: string;
+      reservedBytes: number;
+      admittedMaxTokens: number;
+      budgetCap?: BudgetCap;
+    }
+  | { type: 'tokens'; requestId: string; rows: Array<{ ids: number[]; text: string }> }
+  | { type: 'done'; requestId: string; result: GenerationResult }
+  | { type: 'error'; requestId: string; error: ErrorInfo };

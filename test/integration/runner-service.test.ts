@@ -1,0 +1,289 @@
+/**
+ * RunnerService end to end: the real scheduler, the real engine process, real
+ * onnxruntime on generated and fixture packages. Proves the single admission
+ * funnel and that every terminal path returns the reservation.
+ */
+import { cp, mkdtemp, readFile, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { onnx } from 'onnx-proto';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import type { StreamFrame } from '../../src/shared/contract';
+import { KvdeskError } from '../../src/shared/errors';
+import { type HostSettings, RunnerService } from '../../src/main/host/runner-service';
+import { defaultModelDir, fixture, haveFixtures } from '../helpers/fixtures';
+import { slowModel } from '../helpers/models';
+
+const hosts: RunnerService[] = [];
+afterEach(async () => {
+  await Promise.all(hosts.splice(0).map((h) => h.close()));
+});
+
+async function host(settings: Partial<HostSettings> = {}, model = defaultModelDir): Promise<RunnerService> {
+  const h = new RunnerService({ intraOpNumThreads: 2, ...settings });
+  hosts.push(h);
+  await h.loadModel(model);
+  return h;
+}
+
+const greedy = { greedy: true };
+const prompt = [10, 20, 30, 40, 50];
+
+function expectEmptyLedger(h: RunnerService): void {
+  const s = h.snapshot();
+  expect(s.reservedBytes).toBe(0);
+  expect(s.usedBytes).toBe(0);
+  expect(s.running).toHaveLength(0);
+  expect(s.queue).toHaveLength(0);
+}
+
+async function rejection(p: Promise<unknown>): Promise<KvdeskError> {
+  try {
+    await p;
+  } catch (err) {
+    expect(err).toBeInstanceOf(KvdeskError);
+    return err as KvdeskError;
+  }
+  throw new Error('expected the promise to reject');
+}
+
+describe('the admission funnel', () => {
+  it('refuses an over-budget request before any engine work', async () => {
+    const h = await host({ kvBudgetBytes: 4 * 1024 });
+    const err = await rejection(h.generate({ promptIds: prompt, maxNewTokens: 8, sampling: greedy }).result);
+    expect(err.code).toBe('KV_BUDGET_EXCEEDED');
+    expect(err.detail).toMatchObject({ requiredBytes: 6 * 1024, budgetBytes: 4096, bpt: 1024, promptTokens: 5, rows: 1 });
+    const stats = await h.engine.stats();
+    expect(stats.runs).toBe(0);
+    expect(stats.generations).toBe(0);
+    expectEmptyLedger(h);
+  });
+
+  it('emits admitted after the reservation, and starts engine work only after admitted', async () => {
+    const h = await host();
+    const log: string[] = [];
+    h.onSchedulerEvent((e) => log.push(`sched:${e.type}`));
+    const realGenerate = h.engine.generate.bind(h.engine);
+    vi.spyOn(h.engine, 'generate').mockImplementation((token, cmd, handlers) => {
+      log.push(`engine:generate live=${h.scheduler.isGrantLive(token)} reserved=${h.snapshot().reservedBytes}`);
+      return realGenerate(token, cmd, handlers);
+    });
+    const frames: StreamFrame['type'][] = [];
+    const result = await h.generate({ promptIds: prompt, maxNewTokens: 4, sampling: greedy }, (f) => {
+      frames.push(f.type);
+      log.push(`frame:${f.type}`);
+    }).result;
+    const admitted = log.indexOf('sched:admitted');
+    const engine = log.findIndex((l) => l.startsWith('engine:generate'));
+    expect(admitted).toBeGreaterThan(log.indexOf('sched:accepted'));
+    expect(engine).toBeGreaterThan(admitted);
+    expect(log[engine]).toBe(`engine:generate live=true reserved=${(5 + 4) * 1024}`);
+    expect(log.filter((l) => l === 'sched:admitted')).toHaveLength(1);
+    expect(log.filter((l) => l === 'sched:released')).toHaveLength(1);
+    expect(frames[0]).toBe('accepted');
+    expect(frames[1]).toBe('admitted');
+    expect(frames.at(-1)).toBe('done');
+    expect(result.reservedBytes).toBe(9 * 1024);
+    expectEmptyLedger(h);
+  });
+
+  it('the engine refuses work without a live grant from the scheduler', async () => {
+    const h = await host();
+    const handlers = { onStarted() {}, onTokens() {}, onDone() {}, onFailed() {} };
+    expect(() =>
+      h.engine.generate('forged-token', { requestId: 'x', modelId: h.listModels()[0]?.id ?? '', rows: [prompt], maxNewTokens: 2, sampling: { greedy: true, temperature: 0, topK: 0, topP: 1, minP: 0, repetitionPenalty: 1, seed: 1 }, eosTokenIds: [] }, handlers),
+    ).toThrow(/no live admission grant/);
+    expect((await h.engine.stats()).runs).toBe(0);
+  });
+
+  it('a multi-row request reserves for every row and each row equals its solo run', async () => {
+    const h = await host();
+    const solo = await h.generate({ promptIds: prompt, maxNewTokens: 6, sampling: greedy }).result;
+    const batch = await h.generate({ promptIds: prompt, rows: 3, maxNewTokens: 6, sampling: greedy }).result;
+    expect(batch.reservedBytes).toBe(3 * (5 + 6) * 1024);
+    expect(batch.rows).toHaveLength(3);
+    for (const row of batch.rows) expect(row.tokenIds).toEqual(solo.tokenIds);
+    const mixed = await h.generate({ promptIdRows: [prompt, [7, 8]], maxNewTokens: 6, sampling: greedy }).result;
+    expect(mixed.reservedBytes).toBe(2 * (5 + 6) * 1024);
+    expect(mixed.rows[0]?.tokenIds).toEqual(solo.tokenIds);
+    const short = await h.generate({ promptIds: [7, 8], maxNewTokens: 6, sampling: greedy }).result;
+    expect(mixed.rows[1]?.tokenIds).toEqual(short.tokenIds);
+  });
+});
+
+describe('every terminal path returns the reservation', () => {
+  it('after success', async () => {
+    const h = await host();
+    const r = await h.generate({ promptIds: prompt, maxNewTokens: 8, sampling: greedy }).result;
+    expect(r.tokenIds.length).toBeGreaterThan(0);
+    expectEmptyLedger(h);
+    expect(h.snapshot().recent.at(-1)?.state).toBe('finished');
+  });
+
+  it('after a stop string', async () => {
+    const h = await host();
+    const free = await h.generate({ promptIds: prompt, maxNewTokens: 24, sampling: greedy }).result;
+    const stop = free.text.slice(3, 5);
+    expect(stop.length).toBe(2);
+    const r = await h.generate({ promptIds: prompt, maxNewTokens: 24, sampling: greedy, stop: [stop] }).result;
+    expect(r.finishReason).toBe('stop');
+    expect(r.text).toBe(free.text.slice(0, free.text.indexOf(stop)));
+    expectEmptyLedger(h);
+  });
+
+  it('after a cancel mid-generation', async () => {
+    const h = await host({}, slowModel());
+    let cancelled = false;
+    const handle = h.generate({ promptIds: prompt, maxNewTokens: 2000, sampling: greedy }, (f) => {
+      if (f.type === 'tokens' && !cancelled) {
+        cancelled = true;
+        handle.cancel('user');
+      }
+    });
+    const err = await rejection(handle.result);
+    expect(err.code).toBe('CANCELLED');
+    expectEmptyLedger(h);
+    const recent = h.snapshot().recent.at(-1);
+    expect(recent?.state).toBe('cancelled');
+    expect(recent?.generatedTokens).toBeLessThan(50);
+  });
+
+  it('after an engine error', async () => {
+    const h = await host({ engineEnv: { KVDESK_ENGINE_FAULT_AFTER_RUNS: '3' } });
+    const err = await rejection(h.generate({ promptIds: prompt, maxNewTokens: 20, sampling: greedy }).result);
+    expect(err.code).toBe('ENGINE_FAILED');
+    expect(err.message).toMatch(/injected engine fault/);
+    expectEmptyLedger(h);
+    expect(h.snapshot().recent.at(-1)?.state).toBe('failed');
+  });
+
+  it('after the engine process is killed, and the host recovers', async () => {
+    const h = await host({}, slowModel());
+    let killed = false;
+    const handle = h.generate({ promptIds: prompt, maxNewTokens: 2000, sampling: greedy }, (f) => {
+      if (f.type === 'tokens' && !killed) {
+        killed = true;
+        h.engine.kill();
+      }
+    });
+    const err = await rejection(handle.result);
+    expect(err.code).toBe('ENGINE_FAILED');
+    expect(err.message).toMatch(/engine process exited/);
+    expectEmptyLedger(h);
+    // The engine comes back with the same model loaded.
+    await vi.waitFor(async () => expect((await h.engine.stats()).models).toHaveLength(1), { timeout: 30_000 });
+    const again = await h.generate({ promptIds: prompt, maxNewTokens: 2, sampling: greedy }).result;
+    expect(again.tokenIds.length).toBeGreaterThan(0);
+  });
+
+  it('for a request cancelled while queued', async () => {
+    const h = await host({ maxRunning: 1 }, slowModel());
+    const first = h.generate({ promptIds: prompt, maxNewTokens: 30, sampling: greedy });
+    const frames: string[] = [];
+    const second = h.generate({ promptIds: prompt, maxNewTokens: 4, sampling: greedy }, (f) => frames.push(f.type));
+    expect(h.snapshot().queue.map((q) => q.id)).toEqual([second.requestId]);
+    second.cancel('user');
+    expect((await rejection(second.result)).code).toBe('CANCELLED');
+    expect(frames).toEqual(['accepted', 'error']);
+    await first.result;
+    expectEmptyLedger(h);
+  });
+});
+
+describe('capping and context', () => {
+  it('a capped request stops at its admitted length', async () => {
+    const h = await host({ kvBudgetBytes: (5 + 3) * 1024 });
+    const frames: StreamFrame[] = [];
+    const r = await h.generate({ promptIds: prompt, maxNewTokens: 40, sampling: greedy }, (f) => frames.push(f)).result;
+    expect(r.budgetCap).toMatchObject({ requestedMaxTokens: 40, admittedMaxTokens: 3, admittedBytes: 8 * 1024 });
+    expect(r.tokenIds.length).toBeLessThanOrEqual(3);
+    if (r.finishReason !== 'eos') expect(r.tokenIds).toHaveLength(3);
+    const admitted = frames.find((f) => f.type === 'admitted');
+    expect(admitted && admitted.type === 'admitted' && admitted.budgetCap?.admittedMaxTokens).toBe(3);
+    expectEmptyLedger(h);
+  });
+});
+
+describe('sessions keep their KV between turns', () => {
+  it('a second turn prefills only the new tokens and matches a cold run', async () => {
+    const h = await host();
+    const turn1 = await h.generate({ promptIds: prompt, maxNewTokens: 4, sampling: greedy, sessionId: 's1' }).result;
+    const held = h.scheduler.sessionInfo('s1');
+    const heldTokens = prompt.length + turn1.tokenIds.length - 1;
+    expect(held?.tokens).toBe(heldTokens);
+    expect(held?.heldBytes).toBe(heldTokens * 1024);
+    expect(h.snapshot().heldBytes).toBe(heldTokens * 1024);
+    const stats = await h.engine.stats();
+    expect(stats.sessions).toEqual([{ sessionId: 's1', tokens: heldTokens, kvBytes: heldTokens * 1024 }]);
+
+    const next = [...prompt, ...turn1.tokenIds, 60, 70, 80];
+    const frames: StreamFrame[] = [];
+    const turn2 = await h.generate({ promptIds: next, maxNewTokens: 5, sampling: greedy, sessionId: 's1' }, (f) => frames.push(f)).result;
+    expect(turn2.reusedTokens).toBe(heldTokens);
+    const accepted = frames[0];
+    expect(accepted?.type === 'accepted' && accepted.promptTokens).toBe(next.length);
+    const cold = await h.generate({ promptIds: next, maxNewTokens: 5, sampling: greedy }).result;
+    expect(turn2.tokenIds).toEqual(cold.tokenIds);
+    expect(cold.reusedTokens).toBe(0);
+
+    h.closeSession('s1');
+    expect(h.snapshot().heldBytes).toBe(0);
+    await vi.waitFor(async () => expect((await h.engine.stats()).sessions).toEqual([]));
+  });
+});
+
+describe('engine facts', () => {
+  it('bpt × length equals the bytes of the real present tensors', async () => {
+    const models = [defaultModelDir, ...(haveFixtures ? [fixture('onnx-genai/tiny-llm'), fixture('onnxruntime-genai/tiny-random-gpt2-fp32')] : [])];
+    for (const dir of models) {
+      const h = await host({}, dir);
+      const ids = dir === defaultModelDir ? prompt : [5, 6, 7];
+      const r = await h.generate({ promptIds: ids, maxNewTokens: 6, sampling: greedy, rows: 2 }).result;
+      const length = ids.length + r.tokenIds.length - 1;
+      expect(r.kvBytes, dir).toBe(2 * r.bpt * length);
+      expect(r.rows[1]?.tokenIds, dir).toEqual(r.rows[0]?.tokenIds);
+    }
+  });
+
+  it("the host's event loop keeps running while the engine computes a long prefill", async () => {
+    const h = await host({}, slowModel());
+    const longPrompt = Array.from({ length: 700 }, (_, i) => 3 + ((i * 7) % 400));
+    let maxGap = 0;
+    let ticks = 0;
+    let last = performance.now();
+    const timer = setInterval(() => {
+      const now = performance.now();
+      maxGap = Math.max(maxGap, now - last);
+      last = now;
+      ticks++;
+    }, 5);
+    const started = performance.now();
+    const r = await h.generate({ promptIds: longPrompt, maxNewTokens: 3, sampling: greedy }).result;
+    const elapsed = performance.now() - started;
+    clearInterval(timer);
+    // The prefill alone takes hundreds of ms; had it run on this thread, no timer could fire meanwhile.
+    expect(r.timings.ttftMs).toBeGreaterThan(150);
+    expect(maxGap).toBeLessThan(Math.min(100, r.timings.ttftMs / 2));
+    expect(ticks).toBeGreaterThan(elapsed / 5 / 4);
+  });
+
+  it('a graph onnxruntime cannot run is a clear error; nothing stays loaded and the engine survives', async () => {
+    const h = await host();
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-badop-'));
+    await cp(defaultModelDir, dir, { recursive: true });
+    const file = path.join(dir, 'onnx/model.onnx');
+    const model = onnx.ModelProto.decode(await readFile(file));
+    const node = model.graph?.node?.find((n) => n.opType === 'MatMul');
+    expect(node).toBeDefined();
+    if (node) node.opType = 'KvdeskNoSuchOp';
+    await writeFile(file, onnx.ModelProto.encode(model).finish());
+    const err = await rejection(h.loadModel(dir, { id: 'broken' }));
+    expect(err.code).toBe('MODEL_LOAD_FAILED');
+    expect(err.message).toMatch(/KvdeskNoSuchOp/);
+    expect(h.listModels().map((m) => m.id)).not.toContain('broken');
+    expect((await h.engine.stats()).models).not.toContain('broken');
+    const ok = await h.generate({ promptIds: prompt, maxNewTokens: 2, sampling: greedy }).result;
+    expect(ok.tokenIds.length).toBeGreaterThan(0);
+  });
+});
+
