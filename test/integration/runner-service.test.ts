@@ -246,8 +246,9 @@ describe('engine facts', () => {
   });
 
   it("the host's event loop keeps running while the engine computes a long prefill", async () => {
-    const h = await host({}, slowModel());
-    const longPrompt = Array.from({ length: 700 }, (_, i) => 3 + ((i * 7) % 400));
+    // One engine thread leaves a core to the host even when other test files run beside this one.
+    const h = await host({ intraOpNumThreads: 1 }, slowModel());
+    const longPrompt = Array.from({ length: 1000 }, (_, i) => 3 + ((i * 7) % 400));
     let maxGap = 0;
     let ticks = 0;
     let last = performance.now();
@@ -261,9 +262,10 @@ describe('engine facts', () => {
     const r = await h.generate({ promptIds: longPrompt, maxNewTokens: 3, sampling: greedy }).result;
     const elapsed = performance.now() - started;
     clearInterval(timer);
-    // The prefill alone takes hundreds of ms; had it run on this thread, no timer could fire meanwhile.
-    expect(r.timings.ttftMs).toBeGreaterThan(150);
-    expect(maxGap).toBeLessThan(Math.min(100, r.timings.ttftMs / 2));
+    // The prefill is one session.run of hundreds of ms; had it run on this thread, no timer could fire
+    // during it and the largest gap would be at least that long.
+    expect(r.timings.ttftMs).toBeGreaterThan(250);
+    expect(maxGap).toBeLessThan(r.timings.ttftMs / 3);
     expect(ticks).toBeGreaterThan(elapsed / 5 / 4);
   });
 

@@ -1,0 +1,34 @@
+import path from 'node:path';
+import react from '@vitejs/plugin-react';
+import { defineConfig } from 'electron-vite';
+
+// main: the Electron composition root plus the engine process entry (forked by the host).
+// preload: CommonJS (no "type": "module"), as a sandboxed preload requires.
+// renderer: the same build serves the Electron window and the headless `serve` mode.
+export default defineConfig({
+  main: {
+    build: {
+      outDir: 'out/main',
+      rollupOptions: {
+        input: {
+          index: path.resolve(__dirname, 'src/main/index.ts'),
+          engine: path.resolve(__dirname, 'src/main/engine/process.ts'),
+        },
+      },
+    },
+  },
+  preload: {
+    build: {
+      outDir: 'out/preload',
+      rollupOptions: { input: { index: path.resolve(__dirname, 'src/preload/index.ts') } },
+    },
+  },
+  renderer: {
+    root: path.resolve(__dirname, 'src/renderer'),
+    plugins: [react()],
+    build: {
+      outDir: path.resolve(__dirname, 'out/renderer'),
+      rollupOptions: { input: path.resolve(__dirname, 'src/renderer/index.html') },
+    },
+  },
+});

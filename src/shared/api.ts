@@ -1,0 +1,166 @@
+/**
+ * Every call, event stream and token stream between a front end (renderer over
+ * Electron IPC or WebSocket) and the host. Adapters (ipc/, server/) validate
+ * each request with these schemas and forward to RunnerService; they hold no
+ * business logic. Responses travel in the Result envelope of ./errors.
+ */
+import { z } from 'zod';
+import { type GenerateRequest, SamplingSettings, type StreamFrame } from './contract';
+import type { Result } from './errors';
+import type { ModelSpec } from './model-spec';
+import type { SchedulerEvent, SchedulerSnapshot } from './scheduler-types';
+
+/** A model the host has loaded, as front ends see it. */
+export interface ModelInfo {
+  id: string;
+  spec: ModelSpec;
+  loadMs: number;
+  /** Execution provider the model runs on, e.g. "cpu". */
+  backend: string;
+  /** True for the package kvdesk generated and loads at first start. */
+  isDefault: boolean;
+}
+
+/** The outcome of validating a package without loading it (drop → validation card). */
+export type PackageCheck = { ok: true; spec: ModelSpec } | { ok: false; error: { code: string; message: string; file?: string; field?: string } };
+
+/** A chat message as stored in a thread. */
+export const StoredMessage = z.object({
+  id: z.string().min(1).max(100),
+  role: z.enum(['system', 'user', 'assistant']),
+  content: z.string().max(2_000_000),
+  createdAt: z.number(),
+  /** Generation facts shown under an assistant reply. */
+  stats: z
+    .object({
+      ttftMs: z.number().optional(),
+      tokensPerSecond: z.number().optional(),
+      tokens: z.number().optional(),
+      finishReason: z.string().optional(),
+      budgetCap: z
+        .object({
+          requestedMaxTokens: z.number(),
+          admittedMaxTokens: z.number(),
+          requestedBytes: z.number(),
+          admittedBytes: z.number(),
+          availableBytes: z.number(),
+        })
+        .optional(),
+      clipped: z.object({ requestedMaxTokens: z.number(), clippedMaxTokens: z.number(), contextLength: z.number() }).optional(),
+      error: z.object({ code: z.string(), message: z.string() }).optional(),
+    })
+    .optional(),
+});
+export type StoredMessage = z.infer<typeof StoredMessage>;
+
+/** A chat thread with its settings. */
+export const Thread = z.object({
+  id: z.string().min(1).max(100),
+  title: z.string().max(200),
+  createdAt: z.number(),
+  updatedAt: z.number(),
+  modelId: z.string().max(200).optional(),
+  systemPrompt: z.string().max(100_000).optional(),
+  sampling: SamplingSettings.optional(),
+  maxNewTokens: z.number().int().min(1).max(1_000_000).optional(),
+  messages: z.array(StoredMessage).max(10_000),
+});
+export type Thread = z.infer<typeof Thread>;
+
+/** Persistent UI settings. */
+export const UiSettings = z.object({
+  lastThreadId: z.string().max(100).optional(),
+  inspectorOpen: z.boolean().optional(),
+});
+export type UiSettings = z.infer<typeof UiSettings>;
+
+/** Budget controls the inspector can change live. */
+export const BudgetPatch = z.object({
+  kvBudgetBytes: z.number().int().min(0).nullable().optional(),
+  maxRunning: z.number().int().min(1).max(256).optional(),
+  maxQueue: z.number().int().min(1).max(100_000).optional(),
+});
+export type BudgetPatch = z.infer<typeof BudgetPatch>;
+
+const Empty = z.object({}).strict();
+const Id = z.object({ id: z.string().min(1).max(200) }).strict();
+
+/** Request schemas of every invoke call, keyed by name. */
+export const CallSchemas = {
+  listModels: Empty,
+  /** Validate a package folder on the host's disk without loading it. */
+  checkPackage: z.object({ path: z.string().min(1).max(4096) }).strict(),
+  loadModel: z.object({ path: z.string().min(1).max(4096) }).strict(),
+  unloadModel: Id,
+  getSnapshot: Empty,
+  configureBudget: BudgetPatch.strict(),
+  cancel: z.object({ requestId: z.string().min(1).max(200) }).strict(),
+  closeSession: z.object({ sessionId: z.string().min(1).max(200) }).strict(),
+  listThreads: Empty,
+  saveThread: Thread,
+  deleteThread: Id,
+  getSettings: Empty,
+  saveSettings: UiSettings,
+} as const;
+
+/** Response types of every invoke call. */
+export interface CallResponses {
+  listModels: ModelInfo[];
+  checkPackage: PackageCheck;
+  loadModel: ModelInfo;
+  unloadModel: null;
+  getSnapshot: SchedulerSnapshot;
+  configureBudget: SchedulerSnapshot;
+  cancel: { cancelled: boolean };
+  closeSession: null;
+  listThreads: Thread[];
+  saveThread: null;
+  deleteThread: null;
+  getSettings: UiSettings;
+  saveSettings: null;
+}
+
+export type CallName = keyof typeof CallSchemas;
+export type CallRequest<N extends CallName> = z.infer<(typeof CallSchemas)[N]>;
+
+/** Events the host broadcasts to every front end. */
+export interface HostEvents {
+  /** Budget snapshot, throttled to ≤ 10 Hz, latest wins. */
+  budget: SchedulerSnapshot;
+  /** Discrete scheduler events for the timeline. */
+  scheduler: SchedulerEvent;
+  /** The set of loaded models changed. */
+  models: ModelInfo[];
+}
+export type HostEventName = keyof HostEvents;
+
+/**
+ * The API a renderer sees, whatever the transport: Electron's preload exposes
+ * it as `window.kvdesk`; in a browser the WebSocket client implements it.
+ */
+export interface KvdeskApi {
+  invoke<N extends CallName>(name: N, request: CallRequest<N>): Promise<Result<CallResponses[N]>>;
+  /** Starts a generation; frames arrive in order; the returned function cancels it. */
+  generate(request: GenerateRequest, onFrame: (frame: StreamFrame) => void): () => void;
+  on<E extends HostEventName>(event: E, listener: (payload: HostEvents[E]) => void): () => void;
+  /** Hands dropped package files to the host; in Electron they are read by path, in a browser uploaded. */
+  importPackage(files: PackageUpload): Promise<Result<ModelInfo>>;
+  /** Which transport this is (shown in the UI; tests check it). */
+  readonly transport: 'electron' | 'websocket';
+}
+
+/** Files of a dropped folder: a path on the host's disk (Electron) or the files themselves (browser). */
+export type PackageUpload =
+  | { kind: 'path'; path: string }
+  | { kind: 'files'; name: string; files: Array<{ path: string; data: ArrayBuffer }> };
+
+/** Wire messages of the WebSocket transport (JSON text frames). */
+export type WsClientMessage =
+  | { t: 'invoke'; id: number; name: CallName; request: unknown }
+  | { t: 'generate'; id: string; request: unknown }
+  | { t: 'cancel'; id: string };
+
+export type WsServerMessage =
+  | { t: 'result'; id: number; result: Result<unknown> }
+  | { t: 'frame'; id: string; frame: StreamFrame }
+  | { t: 'event'; event: HostEventName; payload: unknown };
