@@ -1,0 +1,299 @@
+/**
+ * HostApi: the contract of src/shared/api.ts implemented once over
+ * RunnerService, the package loader and the thread store. Electron IPC and the
+ * WebSocket/HTTP server are thin adapters over it.
+ */
+import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { lstat, mkdir, rename, rm, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import {
+  CallSchemas,
+  type CallName,
+  type CallResponses,
+  type HostEventName,
+  type HostEvents,
+  type ModelInfo,
+  type PackageCheck,
+} from '../../shared/api';
+import type { StreamFrame } from '../../shared/contract';
+import { KvdeskError, type Result, toErrorInfo } from '../../shared/errors';
+import { loadModelSpec } from '../packages';
+import { ThreadStore } from '../store/thread-store';
+import type { RunnerService } from './runner-service';
+
+/** Budget snapshots go out at most this often (ARCHITECTURE.md: ≤ 10 Hz, latest wins). */
+const BUDGET_INTERVAL_MS = 100;
+
+/** Limits on a browser upload of a package folder. */
+export interface UploadLimits {
+  maxTotalBytes: number;
+  maxFiles: number;
+}
+
+const DEFAULT_UPLOAD_LIMITS: UploadLimits = { maxTotalBytes: 8 * 1024 ** 3, maxFiles: 10_000 };
+
+/** The host API every transport adapts. */
+export interface HostApi {
+  readonly runner: RunnerService;
+  /** Validates `request` with CallSchemas[name] and runs it; never throws. */
+  call<N extends CallName>(name: N, request: unknown): Promise<Result<CallResponses[N]>>;
+  /** Validates and starts a generation; invalid input arrives as an 'error' frame. */
+  generate(request: unknown, onFrame: (f: StreamFrame) => void): { requestId: string; cancel(reason?: 'user' | 'disconnect'): void };
+  /** Browser drop: writes the files atomically into the model library, validates and loads. */
+  importFiles(upload: { name: string; files: Array<{ path: string; data: Uint8Array }> }): Promise<Result<ModelInfo>>;
+  /** Electron drop / dialog: loads a package folder by path. */
+  importPath(path: string): Promise<Result<ModelInfo>>;
+  /** Host events: 'budget' (throttled ≤ 10 Hz), 'scheduler', 'models'. */
+  on<E extends HostEventName>(event: E, fn: (payload: HostEvents[E]) => void): () => void;
+  close(): Promise<void>;
+}
+
+/** Options of createHostApi. */
+export interface HostApiOptions {
+  runner: RunnerService;
+  /** Threads, settings and uploaded models live here. */
+  dataDir: string;
+  /** Loaded at start when present. */
+  defaultModelDir?: string;
+  uploadLimits?: Partial<UploadLimits>;
+  log?: (line: string) => void;
+}
+
+/** Makes a relative upload path safe, or says why it is not. */
+export function safeRelativePath(p: string): string {
+  const norm = p.replace(/\\/g, '/');
+  if (norm.startsWith('/') || /^[A-Za-z]:/.test(norm)) throw new KvdeskError('BAD_REQUEST', `upload path "${p}" is absolute`);
+  const parts = norm.split('/').filter((s) => s !== '' && s !== '.');
+  if (parts.length === 0) throw new KvdeskError('BAD_REQUEST', `upload path "${p}" is empty`);
+  if (parts.some((s) => s === '..')) throw new KvdeskError('BAD_REQUEST', `upload path "${p}" leaves the package ("..")`);
+  if (parts.some((s) => s.includes('\0'))) throw new KvdeskError('BAD_REQUEST', `upload path "${p}" has a NUL byte`);
+  return parts.join('/');
+}
+
+function slug(name: string): string {
+  return name.replace(/[^A-Za-z0-9._-]+/g, '-').replace(/^[-.]+|[-.]+$/g, '').slice(0, 80) || 'package';
+}
+
+/** Creates the host API and loads the default model (a failure there is logged, never fatal). */
+export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
+  const { runner } = opts;
+  const store = new ThreadStore(opts.dataDir);
+  const limits: UploadLimits = { ...DEFAULT_UPLOAD_LIMITS, ...opts.uploadLimits };
+  const libraryDir = path.join(opts.dataDir, 'models');
+  const log = opts.log ?? ((line: string) => process.stderr.write(`${line}\n`));
+  const listeners: { [E in HostEventName]: Set<(p: HostEvents[E]) => void> } = {
+    budget: new Set(),
+    scheduler: new Set(),
+    models: new Set(),
+  };
+  let defaultModelId: string | undefined;
+
+  function emit<E extends HostEventName>(event: E, payload: HostEvents[E]): void {
+    for (const fn of listeners[event]) {
+      try {
+        fn(payload);
+      } catch (err) {
+        log(`kvdesk: a ${event} listener failed: ${(err as Error).message}`);
+      }
+    }
+  }
+
+  function models(): ModelInfo[] {
+    return runner
+      .listModels()
+      .map((m) => ({ id: m.id, spec: m.spec, loadMs: m.loadMs, backend: 'cpu', isDefault: m.id === defaultModelId }));
+  }
+
+  // Budget snapshots: leading edge plus one trailing emit per window, so the last state always arrives.
+  let budgetTimer: NodeJS.Timeout | null = null;
+  let budgetDirty = false;
+  let lastBudget = 0;
+  function budgetChanged(): void {
+    if (listeners.budget.size === 0) return;
+    budgetDirty = true;
+    if (budgetTimer) return;
+    const wait = Math.max(0, lastBudget + BUDGET_INTERVAL_MS - Date.now());
+    budgetTimer = setTimeout(() => {
+      budgetTimer = null;
+      if (!budgetDirty) return;
+      budgetDirty = false;
+      lastBudget = Date.now();
+      emit('budget', runner.snapshot());
+    }, wait);
+  }
+  const unsubscribe = runner.onSchedulerEvent((e) => {
+    // Per-frame progress is carried by the throttled snapshot; the timeline gets the discrete events.
+    if (e.type !== 'progress') emit('scheduler', e);
+    budgetChanged();
+  });
+
+  async function load(dir: string): Promise<ModelInfo> {
+    const info = await runner.loadModel(dir);
+    const all = models();
+    emit('models', all);
+    budgetChanged();
+    return all.find((m) => m.id === info.id) as ModelInfo;
+  }
+
+  async function wrap<T>(fn: () => Promise<T>): Promise<Result<T>> {
+    try {
+      return { ok: true, value: await fn() };
+    } catch (err) {
+      return { ok: false, error: toErrorInfo(err) };
+    }
+  }
+
+  const handlers: { [N in CallName]: (req: never) => Promise<CallResponses[N]> } = {
+    listModels: async () => models(),
+    checkPackage: async (req: { path: string }): Promise<PackageCheck> => {
+      try {
+        return { ok: true, spec: await loadModelSpec(path.resolve(req.path)) };
+      } catch (err) {
+        const info = toErrorInfo(err);
+        const file = info.detail?.file;
+        const field = info.detail?.field;
+        return {
+          ok: false,
+          error: {
+            code: info.code,
+            message: info.message,
+            ...(typeof file === 'string' ? { file } : {}),
+            ...(typeof field === 'string' ? { field } : {}),
+          },
+        };
+      }
+    },
+    loadModel: async (req: { path: string }) => load(path.resolve(req.path)),
+    unloadModel: async (req: { id: string }) => {
+      await runner.unloadModel(req.id);
+      emit('models', models());
+      budgetChanged();
+      return null;
+    },
+    getSnapshot: async () => runner.snapshot(),
+    configureBudget: async (req: { kvBudgetBytes?: number | null; maxRunning?: number; maxQueue?: number }) => {
+      runner.configure(req);
+      budgetChanged();
+      return runner.snapshot();
+    },
+    cancel: async (req: { requestId: string }) => ({ cancelled: runner.cancel(req.requestId, 'user') }),
+    closeSession: async (req: { sessionId: string }) => {
+      runner.closeSession(req.sessionId);
+      return null;
+    },
+    listThreads: async () => store.list(),
+    saveThread: async (req: Parameters<ThreadStore['save']>[0]) => {
+      await store.save(req);
+      return null;
+    },
+    deleteThread: async (req: { id: string }) => {
+      await store.delete(req.id);
+      // A deleted thread's retained KV is dead weight in the budget.
+      runner.closeSession(req.id);
+      return null;
+    },
+    getSettings: async () => store.getSettings(),
+    saveSettings: async (req: Parameters<ThreadStore['saveSettings']>[0]) => {
+      await store.saveSettings(req);
+      return null;
+    },
+  };
+
+  const api: HostApi = {
+    runner,
+    async call(name, request) {
+      const schema = CallSchemas[name];
+      if (!schema) {
+        return { ok: false, error: { code: 'BAD_REQUEST', message: `unknown call "${String(name)}"` } };
+      }
+      const parsed = schema.safeParse(request ?? {});
+      if (!parsed.success) {
+        const issue = parsed.error.issues[0];
+        const where = issue && issue.path.length > 0 ? ` field ${issue.path.join('.')}:` : '';
+        return { ok: false, error: { code: 'BAD_REQUEST', message: `invalid ${name} request:${where} ${issue?.message ?? ''}`.trim() } };
+      }
+      const handler = handlers[name] as (req: unknown) => Promise<CallResponses[typeof name]>;
+      return wrap(() => handler(parsed.data));
+    },
+    generate(request, onFrame) {
+      let errored = false;
+      const handle = runner.generate(request, (frame) => {
+        if (frame.type === 'error') errored = true;
+        onFrame(frame);
+      });
+      handle.result.catch((err) => {
+        // Validation failures reject before any frame: the stream still ends with an error frame.
+        if (!errored) onFrame({ type: 'error', requestId: handle.requestId, error: toErrorInfo(err) });
+      });
+      return { requestId: handle.requestId, cancel: (reason = 'user') => handle.cancel(reason) };
+    },
+    importPath(dir) {
+      return wrap(() => load(path.resolve(dir)));
+    },
+    importFiles(upload) {
+      return wrap(async () => {
+        if (upload.files.length === 0) throw new KvdeskError('BAD_REQUEST', 'the dropped folder is empty');
+        if (upload.files.length > limits.maxFiles) {
+          throw new KvdeskError('BAD_REQUEST', `the folder has ${upload.files.length} files; at most ${limits.maxFiles} are accepted`);
+        }
+        let total = 0;
+        for (const f of upload.files) total += f.data.byteLength;
+        if (total > limits.maxTotalBytes) {
+          throw new KvdeskError('BAD_REQUEST', `the folder holds ${total} bytes; uploads are limited to ${limits.maxTotalBytes} bytes`, {
+            totalBytes: total,
+            limitBytes: limits.maxTotalBytes,
+          });
+        }
+        const files = upload.files.map((f) => ({ rel: safeRelativePath(f.path), data: f.data }));
+        // A browser gives paths like "pkg/tokenizer.json": drop the shared top folder.
+        const tops = new Set(files.map((f) => f.rel.split('/')[0]));
+        const strip = tops.size === 1 && files.every((f) => f.rel.includes('/'));
+        await mkdir(libraryDir, { recursive: true });
+        const staging = path.join(libraryDir, `.incoming-${randomBytes(6).toString('hex')}`);
+        try {
+          for (const f of files) {
+            const rel = strip ? f.rel.split('/').slice(1).join('/') : f.rel;
+            const target = path.join(staging, rel);
+            if (!target.startsWith(staging + path.sep)) throw new KvdeskError('BAD_REQUEST', `upload path "${f.rel}" leaves the package`);
+            await mkdir(path.dirname(target), { recursive: true });
+            await writeFile(target, f.data, { flag: 'wx' });
+          }
+          // Validate exactly as for a path before the package enters the library.
+          await loadModelSpec(staging);
+          let final = path.join(libraryDir, slug(upload.name));
+          for (let i = 2; existsSync(final); i++) final = path.join(libraryDir, `${slug(upload.name)}-${i}`);
+          await rename(staging, final);
+          try {
+            return await load(final);
+          } catch (err) {
+            await rm(final, { recursive: true, force: true });
+            throw err;
+          }
+        } finally {
+          if (await lstat(staging).then(() => true, () => false)) await rm(staging, { recursive: true, force: true });
+        }
+      });
+    },
+    on(event, fn) {
+      const set = listeners[event] as Set<typeof fn>;
+      set.add(fn);
+      return () => set.delete(fn);
+    },
+    async close() {
+      unsubscribe();
+      if (budgetTimer) clearTimeout(budgetTimer);
+      await runner.close();
+    },
+  };
+
+  if (opts.defaultModelDir && existsSync(opts.defaultModelDir)) {
+    try {
+      defaultModelId = (await load(opts.defaultModelDir)).id;
+      emit('models', models());
+    } catch (err) {
+      log(`kvdesk: the default model at ${opts.defaultModelDir} did not load: ${toErrorInfo(err).message}`);
+    }
+  }
+  return api;
+}

@@ -1,0 +1,146 @@
+/** HostApi over a real RunnerService: call validation, uploads, threads, throttled budget events. */
+import { readdir, readFile, mkdtemp } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { Thread } from '../../src/shared/api';
+import type { StreamFrame } from '../../src/shared/contract';
+import { createHostApi, type HostApi, safeRelativePath } from '../../src/main/host/host-api';
+import { RunnerService } from '../../src/main/host/runner-service';
+import { defaultModelDir } from '../helpers/fixtures';
+
+const apis: HostApi[] = [];
+afterEach(async () => {
+  await Promise.all(apis.splice(0).map((a) => a.close()));
+});
+
+async function makeApi(): Promise<{ api: HostApi; dataDir: string }> {
+  const dataDir = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-host-'));
+  const api = await createHostApi({ runner: new RunnerService({ intraOpNumThreads: 1 }), dataDir, defaultModelDir });
+  apis.push(api);
+  return { api, dataDir };
+}
+
+async function packageFiles(dir: string, prefix: string): Promise<Array<{ path: string; data: Uint8Array }>> {
+  const out: Array<{ path: string; data: Uint8Array }> = [];
+  for (const entry of await readdir(dir, { withFileTypes: true, recursive: true })) {
+    if (!entry.isFile() || entry.name.startsWith('.')) continue;
+    const abs = path.join(entry.parentPath, entry.name);
+    out.push({ path: `${prefix}/${path.relative(dir, abs)}`, data: await readFile(abs) });
+  }
+  return out;
+}
+
+describe('HostApi', () => {
+  it('loads the default model at start and lists it as the default', async () => {
+    const { api } = await makeApi();
+    const r = await api.call('listModels', {});
+    expect(r.ok).toBe(true);
+    if (r.ok) {
+      expect(r.value).toHaveLength(1);
+      expect(r.value[0]).toMatchObject({ isDefault: true, backend: 'cpu' });
+      expect(r.value[0]?.spec.bpt).toBe(1024);
+    }
+  });
+
+  it('refuses malformed requests with BAD_REQUEST naming the field', async () => {
+    const { api } = await makeApi();
+    const r = await api.call('configureBudget', { maxRunning: -3 });
+    expect(r).toMatchObject({ ok: false, error: { code: 'BAD_REQUEST' } });
+    if (!r.ok) expect(r.error.message).toMatch(/maxRunning/);
+    const unknown = await api.call('nope' as 'listModels', {});
+    expect(unknown).toMatchObject({ ok: false, error: { code: 'BAD_REQUEST' } });
+    const extra = await api.call('listModels', { sneaky: 1 });
+    expect(extra.ok).toBe(false);
+  });
+
+  it('a generation with invalid input ends in one error frame', async () => {
+    const { api } = await makeApi();
+    const frames: StreamFrame[] = [];
+    api.generate({ prompt: 'x', promptIds: [1] }, (f) => frames.push(f));
+    await new Promise((r) => setTimeout(r, 20));
+    expect(frames).toHaveLength(1);
+    expect(frames[0]).toMatchObject({ type: 'error', error: { code: 'BAD_REQUEST' } });
+  });
+
+  it('checkPackage reports the file at fault without loading anything', async () => {
+    const { api } = await makeApi();
+    const r = await api.call('checkPackage', { path: path.join(defaultModelDir, 'onnx') });
+    expect(r.ok).toBe(true);
+    if (r.ok) {
+      expect(r.value.ok).toBe(false);
+      if (!r.value.ok) expect(r.value.error.code).toBe('PACKAGE_INVALID');
+    }
+    const models = await api.call('listModels', {});
+    expect(models.ok && models.value.length).toBe(1);
+  });
+
+  it('imports an uploaded package folder into the library and loads it', async () => {
+    const { api, dataDir } = await makeApi();
+    const files = await packageFiles(defaultModelDir, 'my-model');
+    const r = await api.importFiles({ name: 'my model', files });
+    expect(r.ok, JSON.stringify(r)).toBe(true);
+    if (r.ok) expect(r.value.spec.root).toBe(path.join(dataDir, 'models', 'my-model'));
+    const listed = await api.call('listModels', {});
+    expect(listed.ok && listed.value.map((m) => m.spec.root)).toContain(path.join(dataDir, 'models', 'my-model'));
+  });
+
+  it('refuses an upload that leaves the package and keeps nothing of a bad one', async () => {
+    const { api, dataDir } = await makeApi();
+    const escape = await api.importFiles({ name: 'evil', files: [{ path: '../../etc/x', data: new Uint8Array(1) }] });
+    expect(escape).toMatchObject({ ok: false, error: { code: 'BAD_REQUEST' } });
+    const bad = await api.importFiles({ name: 'bad', files: [{ path: 'bad/config.json', data: new TextEncoder().encode('{') }] });
+    expect(bad).toMatchObject({ ok: false, error: { code: 'PACKAGE_INVALID' } });
+    const left = await readdir(path.join(dataDir, 'models')).catch(() => []);
+    expect(left).toEqual([]);
+    expect(() => safeRelativePath('/abs')).toThrow(/absolute/);
+    expect(() => safeRelativePath('C:\\x')).toThrow(/absolute/);
+    expect(safeRelativePath('a/./b\\c')).toBe('a/b/c');
+  });
+
+  it('persists threads and settings, and deleting a thread closes its session', async () => {
+    const { api } = await makeApi();
+    const thread: Thread = { id: 't1', title: 'Hello', createdAt: 1, updatedAt: 2, messages: [] };
+    expect((await api.call('saveThread', thread)).ok).toBe(true);
+    expect((await api.call('saveSettings', { lastThreadId: 't1' })).ok).toBe(true);
+    const frames: StreamFrame[] = [];
+    await new Promise<void>((resolve) => {
+      api.generate({ promptIds: [5, 6, 7], maxNewTokens: 3, sampling: { greedy: true }, sessionId: 't1' }, (f) => {
+        frames.push(f);
+        if (f.type === 'done' || f.type === 'error') resolve();
+      });
+    });
+    expect(frames.at(-1)?.type).toBe('done');
+    expect(api.runner.snapshot().heldBytes).toBeGreaterThan(0);
+    const listed = await api.call('listThreads', {});
+    expect(listed.ok && listed.value.map((t) => t.id)).toEqual(['t1']);
+    expect(await api.call('getSettings', {})).toEqual({ ok: true, value: { lastThreadId: 't1' } });
+    expect((await api.call('deleteThread', { id: 't1' })).ok).toBe(true);
+    expect(api.runner.snapshot().heldBytes).toBe(0);
+    const after = await api.call('listThreads', {});
+    expect(after.ok && after.value).toEqual([]);
+    expect((await api.call('saveThread', { ...thread, id: '../x' })).ok).toBe(false);
+  });
+
+  it('broadcasts budget snapshots at most 10 times a second, the last state included', async () => {
+    const { api } = await makeApi();
+    const times: number[] = [];
+    let last: number | undefined;
+    api.on('budget', (s) => {
+      times.push(Date.now());
+      last = s.reservedBytes;
+    });
+    const done = Array.from({ length: 3 }, () =>
+      new Promise<void>((resolve) => {
+        api.generate({ promptIds: [5, 6, 7], maxNewTokens: 40, sampling: { greedy: true } }, (f) => {
+          if (f.type === 'done' || f.type === 'error') resolve();
+        });
+      }),
+    );
+    await Promise.all(done);
+    await new Promise((r) => setTimeout(r, 250));
+    expect(times.length).toBeGreaterThan(0);
+    for (let i = 1; i < times.length; i++) expect((times[i] as number) - (times[i - 1] as number)).toBeGreaterThanOrEqual(95);
+    expect(last).toBe(0);
+  });
+});
