@@ -48,6 +48,7 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
   function snapshotStats(): EngineStats {
     return {
       ...stats,
+      peakBatchRows: Math.max(0, ...[...models.values()].map((m) => m.peakBatchRows)),
       models: [...models.keys()],
       sessions: [...sessions].map(([sessionId, s]) => ({
         sessionId,

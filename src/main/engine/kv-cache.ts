@@ -61,3 +61,98 @@ export function truncateSeq(spec: KvTensorSpec, tensor: ort.Tensor, keep: number
   shape[spec.seqAxis] = keep;
   return new ort.Tensor(tensor.type as 'float32' | 'float16', dst, shape);
 }
+
+/**
+ * Views a KV tensor as [pre, batch, mid, seq, post] (the batch axis always
+ * precedes the sequence axis in both split and combined layouts), so batch and
+ * sequence edits are copies of contiguous blocks.
+ */
+function blocks(spec: KvTensorSpec, dims: readonly number[]) {
+  let pre = 1;
+  for (let i = 0; i < spec.batchAxis; i++) pre *= dims[i] as number;
+  let mid = 1;
+  for (let i = spec.batchAxis + 1; i < spec.seqAxis; i++) mid *= dims[i] as number;
+  let post = 1;
+  for (let i = spec.seqAxis + 1; i < dims.length; i++) post *= dims[i] as number;
+  return { pre, batch: dims[spec.batchAxis] as number, mid, seq: dims[spec.seqAxis] as number, post };
+}
+
+function withDims(spec: KvTensorSpec, dims: readonly number[], batch: number, seq: number): number[] {
+  const out = dims.slice();
+  out[spec.batchAxis] = batch;
+  out[spec.seqAxis] = seq;
+  return out;
+}
+
+/** Pads a KV tensor on the left of its sequence axis with zeros up to `seq` positions (masked out by the caller). */
+export function padSeqLeft(spec: KvTensorSpec, tensor: ort.Tensor, seq: number): ort.Tensor {
+  const b = blocks(spec, tensor.dims);
+  if (seq === b.seq) return tensor;
+  const src = tensor.data as TypedArray;
+  const rows = b.pre * b.batch * b.mid;
+  const dst = allocate(spec.dtype, rows * seq * b.post);
+  const from = b.seq * b.post;
+  const to = seq * b.post;
+  const shift = (seq - b.seq) * b.post;
+  for (let i = 0; i < rows; i++) dst.set(src.subarray(i * from, (i + 1) * from), i * to + shift);
+  return new ort.Tensor(tensor.type as 'float32' | 'float16', dst, withDims(spec, tensor.dims, b.batch, seq));
+}
+
+/** Drops the first `drop` positions of the sequence axis (padding every row has). */
+export function trimSeqLeft(spec: KvTensorSpec, tensor: ort.Tensor, drop: number): ort.Tensor {
+  if (drop <= 0) return tensor;
+  return sliceSeq(spec, tensor, drop, tensor.dims[spec.seqAxis] as number);
+}
+
+/** Keeps positions [from, to) of the sequence axis. */
+export function sliceSeq(spec: KvTensorSpec, tensor: ort.Tensor, from: number, to: number): ort.Tensor {
+  const b = blocks(spec, tensor.dims);
+  const src = tensor.data as TypedArray;
+  const rows = b.pre * b.batch * b.mid;
+  const keep = to - from;
+  const dst = allocate(spec.dtype, rows * keep * b.post);
+  for (let i = 0; i < rows; i++) {
+    const start = (i * b.seq + from) * b.post;
+    dst.set(src.subarray(start, start + keep * b.post), i * keep * b.post);
+  }
+  return new ort.Tensor(tensor.type as 'float32' | 'float16', dst, withDims(spec, tensor.dims, b.batch, keep));
+}
+
+/** Concatenates KV tensors of equal sequence length along the batch axis. */
+export function concatBatch(spec: KvTensorSpec, tensors: ort.Tensor[]): ort.Tensor {
+  if (tensors.length === 1) return tensors[0] as ort.Tensor;
+  const parts = tensors.map((t) => ({ t, b: blocks(spec, t.dims) }));
+  const first = parts[0]?.b;
+  if (!first) throw new KvdeskError('INTERNAL', 'concatBatch needs at least one tensor');
+  const total = parts.reduce((n, p) => n + p.b.batch, 0);
+  const unit = first.mid * first.seq * first.post;
+  const dst = allocate(spec.dtype, first.pre * total * unit);
+  let offset = 0;
+  for (let p = 0; p < first.pre; p++) {
+    for (const part of parts) {
+      if (part.b.seq !== first.seq) throw new KvdeskError('INTERNAL', 'concatBatch: sequence lengths differ');
+      const src = part.t.data as TypedArray;
+      const len = part.b.batch * unit;
+      dst.set(src.subarray(p * len, (p + 1) * len), offset);
+      offset += len;
+    }
+  }
+  return new ort.Tensor(tensors[0]?.type as 'float32' | 'float16', dst, withDims(spec, tensors[0]?.dims ?? [], total, first.seq));
+}
+
+/** Keeps the given batch rows, in order. */
+export function selectBatch(spec: KvTensorSpec, tensor: ort.Tensor, rows: number[]): ort.Tensor {
+  const b = blocks(spec, tensor.dims);
+  const src = tensor.data as TypedArray;
+  const unit = b.mid * b.seq * b.post;
+  const dst = allocate(spec.dtype, b.pre * rows.length * unit);
+  let offset = 0;
+  for (let p = 0; p < b.pre; p++) {
+    for (const r of rows) {
+      const start = (p * b.batch + r) * unit;
+      dst.set(src.subarray(start, start + unit), offset);
+      offset += unit;
+    }
+  }
+  return new ort.Tensor(tensor.type as 'float32' | 'float16', dst, withDims(spec, tensor.dims, rows.length, b.seq));
+}

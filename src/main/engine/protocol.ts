@@ -85,6 +85,8 @@ export interface EngineStats {
   runs: number;
   generations: number;
   refused: number;
+  /** Most rows one batched decode step has carried. */
+  peakBatchRows: number;
   models: string[];
   sessions: Array<{ sessionId: string; tokens: number; kvBytes: number }>;
 }

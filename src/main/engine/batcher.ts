@@ -1,0 +1,355 @@
+/**
+ * Continuous batching for one loaded decoder: every running request's rows go
+ * through one session.run per decode step. Newcomers are prefilled on their own
+ * (left-padded among their rows, reusing session KV), then merged into the
+ * batch by left-padding the shorter side's KV with masked zeros. Requests leave
+ * between steps; padding every remaining row shares is trimmed. Sampling stays
+ * per request, so a request's greedy tokens do not depend on its neighbours.
+ */
+import type * as ort from 'onnxruntime-node';
+import { KvdeskError } from '../../shared/errors';
+import type { KvTensorSpec, ModelSpec } from '../../shared/model-spec';
+import type { GenerationHooks, GenerationJob, GenerationOutcome } from './decoder';
+import { commonPrefix, idTensor } from './feeds';
+import { concatBatch, emptyPast, padSeqLeft, selectBatch, sliceSeq, tensorsBytes, trimSeqLeft, truncateSeq } from './kv-cache';
+import type { FinishReason } from './protocol';
+import { Sampler } from './sampling';
+
+type RunFn = (feeds: Record<string, ort.Tensor>) => Promise<ort.InferenceSession.OnnxValueMapType>;
+
+interface Row {
+  req: Member;
+  index: number;
+  /** Zero positions on the left of this row in the batch KV. */
+  pad: number;
+  nextPos: number;
+  lastId: number;
+  done: FinishReason | null;
+}
+
+interface Member {
+  job: GenerationJob;
+  hooks: GenerationHooks;
+  samplers: Sampler[];
+  seen: Array<Set<number>> | undefined;
+  rows: Row[];
+  generated: number;
+  /** Tokens this request's KV encodes per row (longest row). */
+  length: number;
+  /** Prompt + generated ids fed through the graph (session turns, one row). */
+  fed: number[];
+  resolve: (o: GenerationOutcome) => void;
+  reject: (e: Error) => void;
+}
+
+/** Per-model batcher; `submit` resolves when the request ends. */
+export class ContinuousBatcher {
+  private pending: Member[] = [];
+  private rows: Row[] = [];
+  private past = new Map<string, ort.Tensor>();
+  private seq = 0;
+  private looping = false;
+
+  constructor(
+    private readonly spec: ModelSpec,
+    private readonly kvTensors: KvTensorSpec[],
+    private readonly run: RunFn,
+    /** False for graphs that cannot batch: then requests take turns, one row at a time. */
+    private readonly canBatch: () => boolean,
+  ) {}
+
+  /** Largest number of rows one decode step has run (stats: proves batching happened). */
+  peakRows = 0;
+
+  submit(job: GenerationJob, hooks: GenerationHooks): Promise<GenerationOutcome> {
+    if (job.rows.length < 1) return Promise.reject(new KvdeskError('BAD_REQUEST', 'a generation needs at least one row'));
+    if (job.session && job.rows.length !== 1) {
+      return Promise.reject(new KvdeskError('BAD_REQUEST', 'a session turn has exactly one row'));
+    }
+    return new Promise((resolve, reject) => {
+      const vocab = this.spec.vocabSize;
+      this.pending.push({
+        job,
+        hooks,
+        samplers: job.rows.map(() => new Sampler(job.sampling, vocab)),
+        seen: job.sampling.repetitionPenalty !== 1 ? job.rows.map((r) => new Set(r)) : undefined,
+        rows: [],
+        generated: 0,
+        length: 0,
+        fed: job.rows[0]?.slice() ?? [],
+        resolve,
+        reject,
+      });
+      if (!this.looping) void this.loop();
+    });
+  }
+
+  private members(): Member[] {
+    return [...new Set(this.rows.map((r) => r.req))];
+  }
+
+  private async loop(): Promise<void> {
+    this.looping = true;
+    try {
+      for (;;) {
+        for (const m of this.members()) {
+          const stop = m.hooks.stopRequested();
+          if (stop) this.finish(m, stop);
+        }
+        while (this.pending.length > 0 && (this.rows.length === 0 || this.canBatch())) {
+          const m = this.pending.shift() as Member;
+          const stop = m.hooks.stopRequested();
+          if (stop) {
+            m.resolve({ finishReason: stop, rowFinishReasons: m.job.rows.map(() => stop), kvBytes: 0, generatedTokens: 0, sessionTokens: 0 });
+            continue;
+          }
+          try {
+            await this.prefill(m);
+          } catch (err) {
+            m.reject(err as Error);
+          }
+        }
+        if (this.rows.length === 0) break;
+        try {
+          await this.step();
+        } catch (err) {
+          // A failed batched run leaves every member's KV unknown: all of them fail.
+          for (const m of this.members()) m.reject(err as Error);
+          this.rows = [];
+          this.past.clear();
+          this.seq = 0;
+        }
+      }
+    } finally {
+      this.looping = false;
+    }
+    if (this.pending.length > 0) void this.loop();
+  }
+
+  private async runCounted(hooks: GenerationHooks, feeds: Record<string, ort.Tensor>) {
+    hooks.countRun();
+    try {
+      return await this.run(feeds);
+    } catch (err) {
+      throw new KvdeskError('ENGINE_FAILED', `onnxruntime failed during generation: ${err instanceof Error ? err.message : String(err)}`);
+    }
+  }
+
+  private logitsOf(out: ort.InferenceSession.OnnxValueMapType) {
+    const name = this.spec.ports.logits.name;
+    const t = out[name];
+    if (!t) throw new KvdeskError('ENGINE_FAILED', `the graph produced no ${name} output`);
+    return { data: t.data as Float32Array, seq: t.dims[1] ?? 1, vocab: t.dims[2] ?? this.spec.vocabSize };
+  }
+
+  private presents(out: ort.InferenceSession.OnnxValueMapType): Map<string, ort.Tensor> {
+    const next = new Map<string, ort.Tensor>();
+    for (const t of this.kvTensors) {
+      const present = out[t.present];
+      if (!present) throw new KvdeskError('ENGINE_FAILED', `the graph produced no ${t.present} output`);
+      next.set(t.past, present);
+    }
+    return next;
+  }
+
+  /** Runtime check of bpt: the real tensors must hold exactly rows × positions × bpt bytes. */
+  private checkBytes(past: Map<string, ort.Tensor>, rows: number, seq: number): number {
+    const bytes = tensorsBytes(past.values());
+    if (bytes !== rows * seq * this.spec.bpt) {
+      throw new KvdeskError(
+        'ENGINE_FAILED',
+        `KV tensors hold ${bytes} bytes for ${rows} rows × ${seq} positions, but bpt ${this.spec.bpt} says ${rows * seq * this.spec.bpt}: the package's KV geometry does not match its graph`,
+      );
+    }
+    return bytes;
+  }
+
+  /** Samples one token for each live row of a member from the logits rows given. */
+  private sampleMember(m: Member, logits: { data: Float32Array; seq: number; vocab: number }, batchIndexOf: (r: Row) => number): number[] {
+    const ids: number[] = new Array(m.rows.length).fill(-1);
+    const eos = m.job.eosTokenIds;
+    const vocab = Math.min(this.spec.vocabSize, logits.vocab);
+    for (const row of m.rows) {
+      if (row.done) continue;
+      const offset = (batchIndexOf(row) * logits.seq + (logits.seq - 1)) * logits.vocab;
+      const id = (m.samplers[row.index] as Sampler).sample(logits.data, offset, vocab, m.seen?.[row.index]);
+      ids[row.index] = id;
+      row.lastId = id;
+      m.seen?.[row.index]?.add(id);
+      if (eos.includes(id)) row.done = 'eos';
+    }
+    m.generated++;
+    m.hooks.onStep(ids, m.rows.length * m.length * this.spec.bpt);
+    return ids;
+  }
+
+  /** Whether a member is over after its latest token; finishes it if so. */
+  private settle(m: Member): boolean {
+    let reason: FinishReason | null = null;
+    if (m.rows.every((r) => r.done !== null)) reason = 'eos';
+    else if (m.generated >= m.job.maxNewTokens) reason = 'length';
+    else if (m.length + 1 > this.spec.contextLength) reason = 'context';
+    if (!reason) return false;
+    this.finish(m, reason);
+    return true;
+  }
+
+  private async prefill(m: Member): Promise<void> {
+    const spec = this.spec;
+    const ports = spec.ports;
+    const R = m.job.rows.length;
+    const session = m.job.session;
+    let past = new Map<string, ort.Tensor>();
+    let pastLen = 0;
+    let reused = 0;
+    if (session && session.tokens.length > 0) {
+      const row = m.job.rows[0] as number[];
+      reused = Math.min(commonPrefix(session.tokens, row), row.length - 1);
+      if (reused > 0) {
+        for (const t of this.kvTensors) {
+          const held = session.past.get(t.past);
+          if (!held) throw new KvdeskError('INTERNAL', `session KV lacks ${t.past}`);
+          past.set(t.past, truncateSeq(t, held, reused));
+        }
+        pastLen = reused;
+      }
+    }
+    if (pastLen === 0) {
+      reused = 0;
+      past = new Map(this.kvTensors.map((t) => [t.past, emptyPast(t, R)]));
+    }
+    const newRows = m.job.rows.map((r) => r.slice(reused));
+    const P = Math.max(...newRows.map((r) => r.length));
+    const padId = spec.padTokenId ?? spec.eosTokenIds[0] ?? 0;
+    const ids: number[] = [];
+    const mask: number[] = [];
+    const positions: number[] = [];
+    m.rows = newRows.map((row, index) => {
+      const padN = P - row.length;
+      for (let i = 0; i < pastLen; i++) mask.push(1);
+      for (let i = 0; i < P; i++) {
+        const real = i >= padN;
+        ids.push(real ? (row[i - padN] as number) : padId);
+        mask.push(real ? 1 : 0);
+        positions.push(real ? pastLen + i - padN : 0);
+      }
+      // Padding sits after the reused prefix; the merge below only ever pads on the far left, so
+      // a session row (R = 1) never has inner padding.
+      return { req: m, index, pad: padN, nextPos: pastLen + row.length, lastId: padId, done: null };
+    });
+    m.hooks.onStart(R * P, reused);
+    const feeds: Record<string, ort.Tensor> = {};
+    feeds[ports.inputIds.name] = idTensor(ports.inputIds, ids, [R, P]);
+    if (ports.attentionMask) feeds[ports.attentionMask.name] = idTensor(ports.attentionMask, mask, [R, pastLen + P]);
+    if (ports.positionIds) feeds[ports.positionIds.name] = idTensor(ports.positionIds, positions, [R, P]);
+    for (const t of this.kvTensors) feeds[t.past] = past.get(t.past) as ort.Tensor;
+    const out = await this.runCounted(m.hooks, feeds);
+    const present = this.presents(out);
+    const seq = pastLen + P;
+    this.checkBytes(present, R, seq);
+    m.length = seq;
+    if (R > 1 && pastLen > 0) throw new KvdeskError('INTERNAL', 'multi-row requests never reuse session KV');
+    const logits = this.logitsOf(out);
+    this.sampleMember(m, logits, (r) => r.index);
+    // The new member's KV becomes part of the batch whether or not it is already done, so finish() can save it.
+    this.merge(m, present, seq);
+    this.settle(m);
+  }
+
+  private merge(m: Member, present: Map<string, ort.Tensor>, seq: number): void {
+    if (this.rows.length === 0) {
+      this.past = present;
+      this.seq = seq;
+      this.rows = [...m.rows];
+      return;
+    }
+    const target = Math.max(this.seq, seq);
+    const merged = new Map<string, ort.Tensor>();
+    for (const t of this.kvTensors) {
+      const a = padSeqLeft(t, this.past.get(t.past) as ort.Tensor, target);
+      const b = padSeqLeft(t, present.get(t.past) as ort.Tensor, target);
+      merged.set(t.past, concatBatch(t, [a, b]));
+    }
+    for (const r of this.rows) r.pad += target - this.seq;
+    for (const r of m.rows) r.pad += target - seq;
+    this.past = merged;
+    this.seq = target;
+    this.rows = [...this.rows, ...m.rows];
+  }
+
+  private async step(): Promise<void> {
+    const ports = this.spec.ports;
+    const B = this.rows.length;
+    const L = this.seq;
+    this.peakRows = Math.max(this.peakRows, B);
+    const ids = this.rows.map((r) => r.lastId);
+    const mask: number[] = new Array(B * (L + 1));
+    for (let b = 0; b < B; b++) {
+      const pad = (this.rows[b] as Row).pad;
+      for (let i = 0; i <= L; i++) mask[b * (L + 1) + i] = i < pad ? 0 : 1;
+    }
+    const positions = this.rows.map((r) => r.nextPos);
+    const feeds: Record<string, ort.Tensor> = {};
+    feeds[ports.inputIds.name] = idTensor(ports.inputIds, ids, [B, 1]);
+    if (ports.attentionMask) feeds[ports.attentionMask.name] = idTensor(ports.attentionMask, mask, [B, L + 1]);
+    if (ports.positionIds) feeds[ports.positionIds.name] = idTensor(ports.positionIds, positions, [B, 1]);
+    for (const t of this.kvTensors) feeds[t.past] = this.past.get(t.past) as ort.Tensor;
+    const first = this.rows[0] as Row;
+    const out = await this.runCounted(first.req.hooks, feeds);
+    this.past = this.presents(out);
+    this.seq = L + 1;
+    this.checkBytes(this.past, B, this.seq);
+    const logits = this.logitsOf(out);
+    const indexOf = new Map(this.rows.map((r, i) => [r, i]));
+    for (const m of this.members()) {
+      for (const r of m.rows) {
+        r.nextPos++;
+        if (m.job.rows.length === 1) m.fed.push(r.lastId);
+      }
+      m.length++;
+      this.sampleMember(m, logits, (r) => indexOf.get(r) as number);
+    }
+    for (const m of this.members()) this.settle(m);
+  }
+
+  private finish(m: Member, reason: FinishReason): void {
+    const indexOf = new Map(this.rows.map((r, i) => [r, i]));
+    const mine = m.rows.map((r) => indexOf.get(r)).filter((i): i is number => i !== undefined);
+    const keep = this.rows.map((_, i) => i).filter((i) => !mine.includes(i));
+    const session = m.job.session;
+    if (session && mine.length === 1) {
+      const at = mine[0] as number;
+      const sessionPast = new Map<string, ort.Tensor>();
+      for (const t of this.kvTensors) {
+        const row = selectBatch(t, this.past.get(t.past) as ort.Tensor, [at]);
+        sessionPast.set(t.past, sliceSeq(t, row, this.seq - m.length, this.seq));
+      }
+      session.past = sessionPast;
+      session.tokens = m.fed.slice(0, m.length);
+    }
+    const kvBytes = m.rows.length * m.length * this.spec.bpt;
+    if (keep.length === 0) {
+      this.rows = [];
+      this.past = new Map();
+      this.seq = 0;
+    } else {
+      const remaining = keep.map((i) => this.rows[i] as Row);
+      const drop = Math.min(...remaining.map((r) => r.pad));
+      const next = new Map<string, ort.Tensor>();
+      for (const t of this.kvTensors) {
+        next.set(t.past, trimSeqLeft(t, selectBatch(t, this.past.get(t.past) as ort.Tensor, keep), drop));
+      }
+      for (const r of remaining) r.pad -= drop;
+      this.past = next;
+      this.seq -= drop;
+      this.rows = remaining;
+    }
+    m.resolve({
+      finishReason: reason,
+      rowFinishReasons: m.rows.map((r) => r.done ?? reason),
+      kvBytes,
+      generatedTokens: m.generated,
+      sessionTokens: session ? session.tokens.length : 0,
+    });
+  }
+}

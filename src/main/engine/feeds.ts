@@ -1,0 +1,22 @@
+/** Building the id/mask/position tensors a decoder graph is fed. */
+import * as ort from 'onnxruntime-node';
+import { KvdeskError } from '../../shared/errors';
+import type { GraphPort } from '../../shared/model-spec';
+
+/** An int32 or int64 tensor, as the graph port declares. */
+export function idTensor(port: GraphPort, values: number[], dims: number[]): ort.Tensor {
+  if (port.dtype === 'int64') return new ort.Tensor('int64', BigInt64Array.from(values, (v) => BigInt(v)), dims);
+  if (port.dtype === 'int32') return new ort.Tensor('int32', Int32Array.from(values), dims);
+  throw new KvdeskError(
+    'MODEL_LOAD_FAILED',
+    `graph input ${port.name} has type ${port.dtype}; kvdesk feeds token ids, masks and positions as int32 or int64`,
+  );
+}
+
+/** Length of the common prefix of two id sequences. */
+export function commonPrefix(a: readonly number[], b: readonly number[]): number {
+  const n = Math.min(a.length, b.length);
+  let i = 0;
+  while (i < n && a[i] === b[i]) i++;
+  return i;
+}

@@ -1,0 +1,84 @@
+/**
+ * Continuous batching on the real engine: requests admitted together share one
+ * session.run per decode step, and a request's greedy tokens never depend on
+ * what it was batched with.
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import type { GenerationResult } from '../../src/shared/contract';
+import { RunnerService } from '../../src/main/host/runner-service';
+import { defaultModelDir, fixture, fixturesSkipReason, haveFixtures } from '../helpers/fixtures';
+
+const hosts: RunnerService[] = [];
+afterEach(async () => {
+  await Promise.all(hosts.splice(0).map((h) => h.close()));
+});
+
+async function host(dir: string, maxRunning = 8): Promise<RunnerService> {
+  const h = new RunnerService({ intraOpNumThreads: 2, maxRunning });
+  hosts.push(h);
+  await h.loadModel(dir);
+  return h;
+}
+
+function run(h: RunnerService, promptIds: number[], maxNewTokens: number): Promise<GenerationResult> {
+  return h.generate({ promptIds, maxNewTokens, sampling: { greedy: true } }).result;
+}
+
+describe.skipIf(!haveFixtures)(`batching parity on tiny-random-gpt2-fp32${haveFixtures ? '' : ` (skipped: ${fixturesSkipReason})`}`, () => {
+  it('two concurrent requests give exactly the onnxruntime-genai oracle', async () => {
+    const h = await host(fixture('onnxruntime-genai/tiny-random-gpt2-fp32'));
+    const [a, b] = await Promise.all([run(h, [0, 0, 0, 52], 6), run(h, [0, 0, 195, 731], 6)]);
+    expect([0, 0, 0, 52, ...(a?.tokenIds ?? [])]).toEqual([0, 0, 0, 52, 204, 204, 204, 204, 204, 204]);
+    expect([0, 0, 195, 731, ...(b?.tokenIds ?? [])]).toEqual([0, 0, 195, 731, 731, 114, 114, 114, 114, 114]);
+    expect((await h.engine.stats()).peakBatchRows).toBe(2);
+  });
+});
+
+describe('batching parity on the default model', () => {
+  const prompts = Array.from({ length: 8 }, (_, i) => Array.from({ length: 3 + i * 5 }, (_, j) => 10 + ((i * 31 + j * 7) % 400)));
+
+  it('eight concurrent greedy requests with different prompt lengths each equal their solo run', async () => {
+    const h = await host(defaultModelDir);
+    const solo: number[][] = [];
+    for (const p of prompts) solo.push((await run(h, p, 20)).tokenIds);
+    const before = (await h.engine.stats()).runs;
+    const together = await Promise.all(prompts.map((p) => run(h, p, 20)));
+    const stats = await h.engine.stats();
+    together.forEach((r, i) => expect(r.tokenIds, `request ${i}`).toEqual(solo[i]));
+    // One run per step for everyone: far fewer runs than eight solo generations.
+    expect(stats.peakBatchRows).toBeGreaterThanOrEqual(4);
+    const soloRuns = solo.reduce((n, s) => n + s.length, 0);
+    expect(stats.runs - before).toBeLessThan(soloRuns / 2);
+  });
+
+  it('a request joining mid-way does not change the tokens of those already running', async () => {
+    const h = await host(defaultModelDir);
+    const long = prompts[6] as number[];
+    const other = prompts[1] as number[];
+    const late = prompts[4] as number[];
+    const soloLong = (await run(h, long, 40)).tokenIds;
+    const soloOther = (await run(h, other, 40)).tokenIds;
+    const soloLate = (await run(h, late, 10)).tokenIds;
+    let joined: Promise<GenerationResult> | undefined;
+    const first = h.generate({ promptIds: long, maxNewTokens: 40, sampling: { greedy: true } }, (f) => {
+      if (f.type === 'tokens' && !joined) joined = run(h, late, 10);
+    }).result;
+    const second = run(h, other, 40);
+    const [a, b] = await Promise.all([first, second]);
+    expect(joined).toBeDefined();
+    const c = await (joined as Promise<GenerationResult>);
+    expect(a.tokenIds).toEqual(soloLong);
+    expect(b.tokenIds).toEqual(soloOther);
+    expect(c.tokenIds).toEqual(soloLate);
+    expect((await h.engine.stats()).peakBatchRows).toBe(3);
+  });
+
+  it('sampling stays per request: the same seed gives the same tokens alone and batched', async () => {
+    const h = await host(defaultModelDir);
+    const sampled = (p: number[], seed: number) =>
+      h.generate({ promptIds: p, maxNewTokens: 16, sampling: { temperature: 0.9, topK: 40, seed } }).result;
+    const alone = (await sampled(prompts[2] as number[], 11)).tokenIds;
+    const [x] = await Promise.all([sampled(prompts[2] as number[], 11), sampled(prompts[3] as number[], 12), sampled(prompts[5] as number[], 13)]);
+    expect(x?.tokenIds).toEqual(alone);
+  });
+});
