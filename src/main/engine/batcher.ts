@@ -10,7 +10,7 @@ import type * as ort from 'onnxruntime-node';
 import { KvdeskError } from '../../shared/errors';
 import type { KvTensorSpec, ModelSpec } from '../../shared/model-spec';
 import type { GenerationHooks, GenerationJob, GenerationOutcome } from './decoder';
-import { commonPrefix, idTensor } from './feeds';
+import { commonPrefix, idTensor, maskTensor } from './feeds';
 import { concatBatch, emptyPast, padSeqLeft, selectBatch, sliceSeq, tensorsBytes, trimSeqLeft, truncateSeq } from './kv-cache';
 import type { FinishReason } from './protocol';
 import { Sampler } from './sampling';
@@ -283,15 +283,16 @@ export class ContinuousBatcher {
     const L = this.seq;
     this.peakRows = Math.max(this.peakRows, B);
     const ids = this.rows.map((r) => r.lastId);
-    const mask: number[] = new Array(B * (L + 1));
-    for (let b = 0; b < B; b++) {
-      const pad = (this.rows[b] as Row).pad;
-      for (let i = 0; i <= L; i++) mask[b * (L + 1) + i] = i < pad ? 0 : 1;
-    }
     const positions = this.rows.map((r) => r.nextPos);
     const feeds: Record<string, ort.Tensor> = {};
     feeds[ports.inputIds.name] = idTensor(ports.inputIds, ids, [B, 1]);
-    if (ports.attentionMask) feeds[ports.attentionMask.name] = idTensor(ports.attentionMask, mask, [B, L + 1]);
+    if (ports.attentionMask) {
+      feeds[ports.attentionMask.name] = maskTensor(
+        ports.attentionMask,
+        this.rows.map((r) => r.pad),
+        L + 1,
+      );
+    }
     if (ports.positionIds) feeds[ports.positionIds.name] = idTensor(ports.positionIds, positions, [B, 1]);
     for (const t of this.kvTensors) feeds[t.past] = this.past.get(t.past) as ort.Tensor;
     const first = this.rows[0] as Row;

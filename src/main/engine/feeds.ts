@@ -20,3 +20,23 @@ export function commonPrefix(a: readonly number[], b: readonly number[]): number
   while (i < n && a[i] === b[i]) i++;
   return i;
 }
+
+/**
+ * The attention mask of a left-padded batch: each row is `pads[b]` zeros then
+ * ones. Built with native fills, since it is rebuilt every decode step.
+ */
+export function maskTensor(port: GraphPort, pads: number[], length: number): ort.Tensor {
+  const B = pads.length;
+  const dims = [B, length];
+  if (port.dtype === 'int64') {
+    const data = new BigInt64Array(B * length).fill(1n);
+    pads.forEach((pad, b) => data.fill(0n, b * length, b * length + Math.min(pad, length)));
+    return new ort.Tensor('int64', data, dims);
+  }
+  if (port.dtype === 'int32') {
+    const data = new Int32Array(B * length).fill(1);
+    pads.forEach((pad, b) => data.fill(0, b * length, b * length + Math.min(pad, length)));
+    return new ort.Tensor('int32', data, dims);
+  }
+  throw new KvdeskError('MODEL_LOAD_FAILED', `graph input ${port.name} has type ${port.dtype}; attention masks must be int32 or int64`);
+}
