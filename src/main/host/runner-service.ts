@@ -160,7 +160,8 @@ export class RunnerService {
 
   private refreshBudget(): void {
     const budget = this.computeBudget();
-    this.scheduler.reconfigure({ limitBytes: budget.limitBytes, derivation: budget.derivation });
+    const outcome = this.scheduler.reconfigure({ limitBytes: budget.limitBytes, derivation: budget.derivation });
+    if (!outcome.ok) throw new KvdeskError(outcome.error.code, outcome.error.message, outcome.error.detail);
   }
 
   /** Changes the budget settings live (UI controls, API). */
@@ -171,12 +172,13 @@ export class RunnerService {
     if (patch.maxRunning !== undefined) this.settings.maxRunning = patch.maxRunning;
     if (patch.maxQueue !== undefined) this.settings.maxQueue = patch.maxQueue;
     const budget = this.computeBudget();
-    this.scheduler.reconfigure({
+    const outcome = this.scheduler.reconfigure({
       limitBytes: budget.limitBytes,
       derivation: budget.derivation,
       maxRunning: this.settings.maxRunning,
       maxQueue: this.settings.maxQueue,
     });
+    if (!outcome.ok) throw new KvdeskError(outcome.error.code, outcome.error.message, outcome.error.detail);
   }
 
   /** Validates a package and loads it into the engine. Atomic: on any error nothing stays loaded. */
@@ -606,9 +608,9 @@ class Generation {
       const row = this.rows[0] as number[];
       const tokens = [...row, ...(this.rowIds[0] as number[])].slice(0, sessionTokens);
       this.host.setSessionMirror(sessionId, { modelId: this.model.id, tokens });
-      this.host.scheduler.finish(this.id, schedReason, { sessionTokens: tokens.length });
+      this.host.scheduler.finish(this.id, schedReason, { sessionTokens: tokens.length, generatedTokens: this.generated });
     } else {
-      this.host.scheduler.finish(this.id, schedReason);
+      this.host.scheduler.finish(this.id, schedReason, { generatedTokens: this.generated });
     }
     this.ended = true;
     const end = performance.now();

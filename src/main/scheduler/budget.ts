@@ -1,0 +1,149 @@
+/**
+ * The KV byte budget B: how it is derived from memory sizes and how a person
+ * writes it. Pure functions; the host reads the memory sizes and passes them in.
+ */
+import { KvdeskError } from '../../shared/errors';
+import type { BudgetDerivation } from '../../shared/scheduler-types';
+
+const UNITS = ['KiB', 'MiB', 'GiB', 'TiB'] as const;
+
+/**
+ * Formats bytes with binary units and one decimal (`3.2 GiB`), as the UI does;
+ * exact bytes below 1 KiB. Called when building derivation formulas and messages.
+ */
+export function formatBytes(bytes: number): string {
+  const sign = bytes < 0 ? '−' : '';
+  let value = Math.abs(bytes);
+  if (value < 1024) return `${sign}${value} B`;
+  let unit = 0;
+  value /= 1024;
+  // Stop at TiB: a larger unit would only hide the magnitude from a person reading a memory size.
+  while (value >= 1024 && unit < UNITS.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  return `${sign}${value.toFixed(1)} ${UNITS[unit]}`;
+}
+
+/** Inputs of {@link deriveCpuBudget}; all byte counts are whole bytes. */
+export interface CpuBudgetInputs {
+  /** System RAM (the host reads os.totalmem()). */
+  totalMemoryBytes: number;
+  /** Share of RAM kvdesk may use, in (0, 1]. */
+  fraction: number;
+  /** Bytes of the loaded model's weights. */
+  weightsBytes: number;
+  /** Fixed allowance for the runtime, activations and the app itself. */
+  overheadBytes: number;
+  /** A person's explicit limit; when set it wins, and the derivation is still kept for display. */
+  overrideBytes?: number;
+}
+
+function requireBytes(name: string, value: number): void {
+  if (!Number.isSafeInteger(value) || value < 0) {
+    throw new KvdeskError('BAD_REQUEST', `${name} must be a whole number of bytes ≥ 0, got ${value}.`, {
+      field: name,
+      value: String(value),
+    });
+  }
+}
+
+/**
+ * Derives the CPU backend's budget: RAM × fraction − weights − overhead,
+ * clamped at 0. Called by the host when a model is loaded on CPU or a setting
+ * changes; its result feeds createScheduler or reconfigure.
+ */
+export function deriveCpuBudget(inputs: CpuBudgetInputs): { limitBytes: number; derivation: BudgetDerivation } {
+  const { totalMemoryBytes, fraction, weightsBytes, overheadBytes, overrideBytes } = inputs;
+  requireBytes('totalMemoryBytes', totalMemoryBytes);
+  requireBytes('weightsBytes', weightsBytes);
+  requireBytes('overheadBytes', overheadBytes);
+  if (overrideBytes !== undefined) requireBytes('overrideBytes', overrideBytes);
+  if (!(fraction > 0 && fraction <= 1)) {
+    throw new KvdeskError('BAD_REQUEST', `fraction must be in (0, 1], got ${fraction}.`, {
+      field: 'fraction',
+      value: String(fraction),
+    });
+  }
+  const derivedBytes = Math.floor(totalMemoryBytes * fraction) - weightsBytes - overheadBytes;
+  const notes: string[] = [];
+  const terms = `${formatBytes(totalMemoryBytes)} system RAM × ${fraction} − ${formatBytes(weightsBytes)} weights − ${formatBytes(overheadBytes)} overhead`;
+  let derivedText = `${terms} = ${formatBytes(derivedBytes)}`;
+  let limitBytes = derivedBytes;
+  if (derivedBytes < 0) {
+    limitBytes = 0;
+    derivedText += ' → 0 B';
+    notes.push(
+      `The model's weights and overhead exceed ${fraction} of system RAM by ${formatBytes(-derivedBytes)}: ` +
+        'nothing is left for the KV cache. Raise the fraction, free memory, or load a smaller model.',
+    );
+  }
+  const base = { memory: 'system-ram' as const, totalMemoryBytes, fraction, weightsBytes, overheadBytes, derivedBytes };
+  if (overrideBytes !== undefined) {
+    notes.push(`Set by override; the derivation would give ${formatBytes(limitBytes)}.`);
+    return {
+      limitBytes: overrideBytes,
+      derivation: {
+        source: 'override',
+        ...base,
+        overrideBytes,
+        limitBytes: overrideBytes,
+        formula: `override ${formatBytes(overrideBytes)} (derived: ${derivedText})`,
+        notes,
+      },
+    };
+  }
+  return { limitBytes, derivation: { source: 'derived', ...base, limitBytes, formula: derivedText, notes } };
+}
+
+/** A derivation for a limit set directly (settings, CLI flag, tests). Called wherever no memory sizes are involved. */
+export function explicitDerivation(limitBytes: number, note?: string): BudgetDerivation {
+  requireBytes('limitBytes', limitBytes);
+  return {
+    source: 'explicit',
+    limitBytes,
+    formula: `set to ${formatBytes(limitBytes)}`,
+    notes: note === undefined ? [] : [note],
+  };
+}
+
+const MULTIPLIERS: Record<string, number> = {
+  '': 1,
+  b: 1,
+  kb: 1e3,
+  mb: 1e6,
+  gb: 1e9,
+  tb: 1e12,
+  kib: 1024,
+  mib: 1024 ** 2,
+  gib: 1024 ** 3,
+  tib: 1024 ** 4,
+  // Single letters follow Docker and the JVM (-Xmx2g): binary.
+  k: 1024,
+  m: 1024 ** 2,
+  g: 1024 ** 3,
+  t: 1024 ** 4,
+};
+
+/**
+ * Parses a byte size as a person writes it: `512`, `64KiB`, `2 GiB`, `1.5GB`,
+ * `2g` (case-insensitive; KB/MB/GB are decimal, KiB/MiB/GiB and single letters
+ * binary; fractions round down to whole bytes). Called for settings and CLI flags.
+ * @throws KvdeskError BAD_REQUEST for anything else.
+ */
+export function parseByteSize(input: string): number {
+  const match = /^\s*(\d+(?:\.\d+)?|\.\d+)\s*([a-z]*)\s*$/i.exec(input);
+  // An unknown unit multiplies by NaN, which the safe-integer check below turns into the error.
+  const bytes =
+    match === null
+      ? Number.NaN
+      : Math.floor(Number(match[1]) * (MULTIPLIERS[(match[2] as string).toLowerCase()] ?? Number.NaN));
+  if (!Number.isSafeInteger(bytes)) {
+    throw new KvdeskError(
+      'BAD_REQUEST',
+      `Cannot read "${input}" as a byte size: write a number with an optional unit, e.g. 512, 64KiB, 2GiB or 1.5GB.`,
+      { input },
+    );
+  }
+  return bytes;
+}
