@@ -52,6 +52,8 @@ export const GenerateRequest = z
     sessionId: z.string().min(1).max(200).optional(),
     threadId: z.string().max(200).optional(),
     priority: z.number().int().min(-100).max(100).optional(),
+    /** Ends the request with TIMEOUT this many ms after acceptance (queue time included). */
+    timeoutMs: z.number().int().min(1).max(24 * 3600 * 1000).optional(),
   })
   .refine(
     (r) =>

@@ -176,6 +176,15 @@ describe('every terminal path returns the reservation', () => {
     expect(again.tokenIds.length).toBeGreaterThan(0);
   });
 
+  it('after a timeout', async () => {
+    const h = await host({}, slowModel());
+    const err = await rejection(h.generate({ promptIds: prompt, maxNewTokens: 3000, sampling: greedy, timeoutMs: 300 }).result);
+    expect(err.code).toBe('TIMEOUT');
+    expect(err.message).toMatch(/300 ms/);
+    expectEmptyLedger(h);
+    expect(h.snapshot().recent.at(-1)?.endReason).toBe('timeout');
+  });
+
   it('for a request cancelled while queued', async () => {
     const h = await host({ maxRunning: 1 }, slowModel());
     const first = h.generate({ promptIds: prompt, maxNewTokens: 30, sampling: greedy });
@@ -267,6 +276,18 @@ describe('engine facts', () => {
     expect(r.timings.ttftMs).toBeGreaterThan(250);
     expect(maxGap).toBeLessThan(r.timings.ttftMs / 3);
     expect(ticks).toBeGreaterThan(elapsed / 5 / 4);
+  });
+
+  it('a bad package is refused naming the file, and nothing stays loaded', async () => {
+    const h = await host();
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-badpkg-'));
+    await cp(defaultModelDir, dir, { recursive: true });
+    await writeFile(path.join(dir, 'config.json'), '{ "model_type": "llama", ');
+    const err = await rejection(h.loadModel(dir, { id: 'bad' }));
+    expect(err.code).toBe('PACKAGE_INVALID');
+    expect(err.message).toMatch(/config\.json/);
+    expect(h.listModels().map((m) => m.id)).toEqual(['default']);
+    expect((await h.engine.stats()).models).toEqual(['default']);
   });
 
   it('a graph onnxruntime cannot run is a clear error; nothing stays loaded and the engine survives', async () => {

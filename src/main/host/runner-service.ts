@@ -482,6 +482,11 @@ class Generation {
       ...(this.clipped ? { clipped: this.clipped } : {}),
     });
     this.acceptedSent = true;
+    if (this.req.timeoutMs !== undefined) {
+      // Counts from acceptance: time spent queued is part of what the caller waits for.
+      const timer = setTimeout(() => this.cancel('timeout'), this.req.timeoutMs);
+      timer.unref();
+    }
     if (this.pendingGrant) {
       const g = this.pendingGrant;
       this.pendingGrant = null;
@@ -502,7 +507,7 @@ class Generation {
     });
     if (this.cancelReason) {
       this.host.scheduler.cancel(this.id, this.cancelReason);
-      this.fail(new KvdeskError('CANCELLED', 'the request was cancelled before it started'));
+      this.fail(this.cancelError('before it started'));
       return;
     }
     const spec = this.model.spec;
@@ -600,7 +605,7 @@ class Generation {
     if (cancelled) {
       this.host.scheduler.cancel(this.id, this.cancelReason ?? 'user');
       if (sessionId) this.host.setSessionMirror(sessionId, undefined);
-      this.fail(new KvdeskError('CANCELLED', 'the request was cancelled', { generatedTokens: this.generated }));
+      this.fail(this.cancelError(`after ${this.generated} tokens`));
       return;
     }
     const schedReason = finishReason === 'stop' ? 'stop' : finishReason === 'eos' ? 'eos' : 'length';
@@ -653,6 +658,18 @@ class Generation {
     return engineReason === 'eos' ? 'length' : engineReason;
   }
 
+  private cancelError(when: string): KvdeskError {
+    if (this.cancelReason === 'timeout') {
+      return new KvdeskError('TIMEOUT', `the request timed out ${when} (limit ${this.req.timeoutMs} ms)`, {
+        timeoutMs: this.req.timeoutMs ?? null,
+        generatedTokens: this.generated,
+      });
+    }
+    return new KvdeskError('CANCELLED', `the request was cancelled ${when} (${this.cancelReason ?? 'user'})`, {
+      generatedTokens: this.generated,
+    });
+  }
+
   cancel(reason: 'user' | 'disconnect' | 'timeout' | 'shutdown'): void {
     if (this.ended || this.cancelReason) return;
     this.cancelReason = reason;
@@ -660,7 +677,7 @@ class Generation {
       // Still queued (or not yet accepted): no engine work exists, the scheduler drops it.
       if (this.acceptedSent) {
         this.host.scheduler.cancel(this.id, reason);
-        this.fail(new KvdeskError('CANCELLED', 'the request was cancelled while queued'));
+        this.fail(this.cancelError('while queued'));
       }
       return;
     }
