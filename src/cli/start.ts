@@ -1,21 +1,332 @@
 /**
- * `npm start`. The desktop window arrives with the desktop issue; until then
- * this runs a short demo on the default model through the same RunnerService
- * the CLI uses, and says how to go further.
+ * `npm start` and `npm run serve`.
+ *
+ *   npm start            build with electron-vite when out/ is missing or older than the sources,
+ *                        then open the Electron window. Where the Electron binary is missing (or
+ *                        Linux has no display) say so in one paragraph and start the headless UI.
+ *   npm run serve        build the renderer when missing or stale, then `kvdesk serve`.
+ *
+ * Arguments after `--` go to Electron (`npm start -- --no-sandbox`) or to `kvdesk serve`
+ * (`npm run serve -- --port 8080`). The Electron binary is found without `require('electron')`,
+ * whose first call tries to download it (and fails offline).
  */
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
-import { main } from './main';
 
-const root = path.resolve(__dirname, '../..');
-const model = path.join(root, 'resources/models/default');
+/** Repository root (this file is src/cli/start.ts). */
+export const ROOT = path.resolve(__dirname, '../..');
 
-process.stdout.write(
-  'kvdesk: the desktop window is not part of this build yet; running the CLI demo on the default model.\n' +
-    `Try it yourself:  npx kvdesk generate ${path.relative(process.cwd(), model) || '.'} --chat --prompt "Hello"\n\n`,
-);
-main(['generate', model, '--chat', '--prompt', 'Hello! Who are you?', '--max-new-tokens', '48', '--seed', '7'], {
-  out: (s) => process.stdout.write(s),
-  err: (s) => process.stderr.write(s),
-}).then((code) => {
-  process.exitCode = code;
-});
+/** Executable inside Electron's dist folder, per platform (as node_modules/electron/install.js names it). */
+export function electronPlatformPath(platform: NodeJS.Platform | string): string | null {
+  switch (platform) {
+    case 'darwin':
+    case 'mas':
+      return 'Electron.app/Contents/MacOS/Electron';
+    case 'linux':
+    case 'freebsd':
+    case 'openbsd':
+      return 'electron';
+    case 'win32':
+      return 'electron.exe';
+    default:
+      return null;
+  }
+}
+
+/** Where the Electron binary is, or where it was expected. */
+export type ElectronLocation = { found: true; path: string } | { found: false; expected: string; reason: string };
+
+/**
+ * Finds the Electron binary the way node_modules/electron/index.js does
+ * (path.txt, then dist/, or ELECTRON_OVERRIDE_DIST_PATH), but only looks: it
+ * never runs the package's download.
+ */
+export function locateElectron(options: {
+  electronDir: string;
+  env: NodeJS.ProcessEnv;
+  platform: NodeJS.Platform | string;
+  exists?: (p: string) => boolean;
+  readText?: (p: string) => string | null;
+}): ElectronLocation {
+  const exists = options.exists ?? existsSync;
+  const readText =
+    options.readText ??
+    ((p: string) => {
+      try {
+        return readFileSync(p, 'utf8');
+      } catch {
+        return null;
+      }
+    });
+  if (!exists(path.join(options.electronDir, 'package.json'))) {
+    return {
+      found: false,
+      expected: options.electronDir,
+      reason: `the electron package is not installed (no ${path.join(options.electronDir, 'package.json')})`,
+    };
+  }
+  const recorded = readText(path.join(options.electronDir, 'path.txt'))?.trim() || null;
+  const executable = recorded ?? electronPlatformPath(options.platform);
+  if (!executable) {
+    return {
+      found: false,
+      expected: options.electronDir,
+      reason: `Electron has no build for platform ${options.platform}`,
+    };
+  }
+  const override = options.env.ELECTRON_OVERRIDE_DIST_PATH;
+  const binary = override ? path.join(override, executable) : path.join(options.electronDir, 'dist', executable);
+  if (exists(binary)) return { found: true, path: binary };
+  return {
+    found: false,
+    expected: binary,
+    reason: override
+      ? `ELECTRON_OVERRIDE_DIST_PATH is set but ${binary} does not exist`
+      : `the electron package is installed without its binary (no ${binary})`,
+  };
+}
+
+/** The one paragraph printed when the window cannot open. */
+export function missingElectronMessage(location: { expected: string; reason: string }, version: string | null): string {
+  const v = version ? ` ${version}` : '';
+  return (
+    `kvdesk: cannot open the desktop window: ${location.reason}. ` +
+    `npm installs Electron's binary in a separate download that fails offline or behind a blocking proxy ` +
+    `(and is skipped with ELECTRON_SKIP_BINARY_DOWNLOAD). To get it, run \`node node_modules/electron/install.js\` ` +
+    `(or \`npx install-electron\`) on a machine with internet access, or set ELECTRON_OVERRIDE_DIST_PATH to a folder ` +
+    `holding an Electron${v} build, then run \`npm start\` again. Until then kvdesk runs its headless UI: ` +
+    `the same app in your browser, at the URL below.\n`
+  );
+}
+
+/** The paragraph printed when Linux has no display to show a window on. */
+export function noDisplayMessage(): string {
+  return (
+    'kvdesk: cannot open the desktop window: neither DISPLAY nor WAYLAND_DISPLAY is set, so there is no screen ' +
+    'to show it on (a server, a container, an SSH session). Run `npm start` in a desktop session, or under ' +
+    '`xvfb-run npm start` for a virtual one. Until then kvdesk runs its headless UI: the same app in your browser, ' +
+    'at the URL below.\n'
+  );
+}
+
+/** True when the Linux session has no display server to connect to. */
+export function lacksDisplay(platform: NodeJS.Platform | string, env: NodeJS.ProcessEnv): boolean {
+  return platform === 'linux' && !env.DISPLAY && !env.WAYLAND_DISPLAY;
+}
+
+/** Newest modification time (ms) of the files under `paths` (folders are walked); 0 when none exist. */
+export function newestMtime(paths: string[]): number {
+  let newest = 0;
+  const visit = (p: string) => {
+    let st: ReturnType<typeof statSync>;
+    try {
+      st = statSync(p);
+    } catch {
+      return;
+    }
+    if (st.isDirectory()) {
+      for (const entry of readdirSync(p)) if (entry !== 'node_modules') visit(path.join(p, entry));
+    } else {
+      newest = Math.max(newest, st.mtimeMs);
+    }
+  };
+  for (const p of paths) visit(p);
+  return newest;
+}
+
+/**
+ * Why a build is needed, or null when every output exists and is newer than
+ * every input.
+ */
+export function staleReason(outputs: string[], inputs: string[]): string | null {
+  let oldestOutput = Number.POSITIVE_INFINITY;
+  for (const out of outputs) {
+    if (!existsSync(out)) return `${path.relative(ROOT, out) || out} is missing`;
+    oldestOutput = Math.min(oldestOutput, statSync(out).mtimeMs);
+  }
+  const newestInput = newestMtime(inputs);
+  if (newestInput > oldestOutput) return 'the sources changed since the last build';
+  return null;
+}
+
+const APP_OUTPUTS = ['out/main/index.js', 'out/main/engine.js', 'out/preload/index.js', 'out/renderer/index.html'];
+const APP_INPUTS = ['src/main', 'src/preload', 'src/shared', 'src/renderer', 'electron.vite.config.ts', 'package.json'];
+const RENDERER_OUTPUTS = ['out/renderer/index.html'];
+const RENDERER_INPUTS = ['src/renderer', 'src/shared'];
+
+function abs(paths: string[]): string[] {
+  return paths.map((p) => path.join(ROOT, p));
+}
+
+function say(text: string): void {
+  process.stdout.write(text);
+}
+
+/** Runs a build command; true when it succeeded. */
+function build(what: string, args: string[]): boolean {
+  say(`kvdesk: building ${what}…\n`);
+  const result = spawnSync(process.execPath, args, { cwd: ROOT, stdio: 'inherit' });
+  if (result.error) process.stderr.write(`kvdesk: could not run the build: ${result.error.message}\n`);
+  return result.status === 0;
+}
+
+function electronViteBin(): string {
+  return path.join(ROOT, 'node_modules/electron-vite/bin/electron-vite.js');
+}
+
+/** Builds main, preload and renderer when out/ is missing or stale; false when no usable build exists. */
+export function ensureAppBuild(): boolean {
+  const reason = staleReason(abs(APP_OUTPUTS), abs(APP_INPUTS));
+  if (reason === null) return true;
+  say(`kvdesk: ${reason}.\n`);
+  if (build('the app with electron-vite', [electronViteBin(), 'build'])) return true;
+  const usable = APP_OUTPUTS.every((p) => existsSync(path.join(ROOT, p)));
+  process.stderr.write(
+    usable
+      ? 'kvdesk: the build failed (see above); starting the previous build in out/.\n'
+      : 'kvdesk: the build failed (see above) and out/ has no complete earlier build to start; fix the error and run it again.\n',
+  );
+  return usable;
+}
+
+/** Builds the renderer when missing or stale (for the headless UI); false when there is none. */
+export function ensureRendererBuild(): boolean {
+  const reason = staleReason(abs(RENDERER_OUTPUTS), abs(RENDERER_INPUTS));
+  if (reason === null) return true;
+  say(`kvdesk: renderer: ${reason}.\n`);
+  // The renderer's own Vite config builds only the UI; without it electron-vite builds everything.
+  const rendererConfig = ['vite.config.mts', 'vite.config.ts']
+    .map((name) => path.join(ROOT, 'src/renderer', name))
+    .find((file) => existsSync(file));
+  const ok = rendererConfig
+    ? build('the renderer', [path.join(ROOT, 'node_modules/vite/bin/vite.js'), 'build', '--config', rendererConfig])
+    : build('the app with electron-vite', [electronViteBin(), 'build']);
+  if (ok) return true;
+  const usable = RENDERER_OUTPUTS.every((p) => existsSync(path.join(ROOT, p)));
+  process.stderr.write(
+    usable
+      ? 'kvdesk: the renderer build failed (see above); serving the previous build in out/renderer.\n'
+      : 'kvdesk: the renderer build failed (see above) and there is no earlier build to serve.\n',
+  );
+  return usable;
+}
+
+/** The URL a `kvdesk serve` output line announces, or null. */
+export function servedUrl(line: string): string | null {
+  const m = /kvdesk serving (https?:\/\/\S+)/.exec(line);
+  return m?.[1] ?? null;
+}
+
+function forwardSignals(child: ChildProcess): void {
+  for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
+    process.on(signal, () => {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+    });
+  }
+}
+
+function exitCodeOf(code: number | null, signal: NodeJS.Signals | null): number {
+  if (code !== null) return code;
+  return signal === 'SIGINT' || signal === 'SIGTERM' ? 0 : 1;
+}
+
+/** Starts `kvdesk serve` with `args`, echoes its output and points at its URL; resolves with its exit code. */
+export function runServe(args: string[]): Promise<number> {
+  if (!existsSync(path.join(ROOT, 'src/cli/serve.ts'))) {
+    process.stderr.write(
+      'kvdesk: the headless server (src/cli/serve.ts) is not part of this checkout yet, so there is nothing to start.\n',
+    );
+    return Promise.resolve(1);
+  }
+  const child = spawn(process.execPath, [path.join(ROOT, 'bin/kvdesk.cjs'), 'serve', ...args], {
+    cwd: ROOT,
+    stdio: ['inherit', 'pipe', 'inherit'],
+  });
+  forwardSignals(child);
+  let buffered = '';
+  let announced = false;
+  child.stdout?.setEncoding('utf8');
+  child.stdout?.on('data', (chunk: string) => {
+    process.stdout.write(chunk);
+    if (announced) return;
+    buffered += chunk;
+    const lines = buffered.split('\n');
+    buffered = lines.pop() ?? '';
+    for (const line of lines) {
+      const url = servedUrl(line);
+      if (url) {
+        announced = true;
+        say(`\nkvdesk: open ${url} in your browser (Ctrl+C stops the server).\n\n`);
+        break;
+      }
+    }
+  });
+  return new Promise((resolve) => {
+    child.on('error', (err) => {
+      process.stderr.write(`kvdesk: could not start the headless server: ${err.message}\n`);
+      resolve(1);
+    });
+    child.on('exit', (code, signal) => resolve(exitCodeOf(code, signal)));
+  });
+}
+
+/** Launches Electron on the built app; resolves with its exit code. */
+export function runElectron(binary: string, args: string[]): Promise<number> {
+  const env = { ...process.env };
+  // Set by some IDE terminals; it would make Electron run as plain Node instead of opening the app.
+  delete env.ELECTRON_RUN_AS_NODE;
+  if (process.platform === 'linux' && process.getuid?.() === 0 && !args.includes('--no-sandbox')) {
+    process.stderr.write(
+      "kvdesk: running as root: Chromium refuses to start its sandbox as root. Run as a normal user, or pass `npm start -- --no-sandbox` (this removes the OS sandbox around the window's renderer).\n",
+    );
+  }
+  const child = spawn(binary, [ROOT, ...args], { cwd: ROOT, stdio: 'inherit', env });
+  forwardSignals(child);
+  return new Promise((resolve) => {
+    child.on('error', (err) => {
+      process.stderr.write(`kvdesk: could not start Electron (${binary}): ${err.message}\n`);
+      resolve(1);
+    });
+    child.on('exit', (code, signal) => resolve(exitCodeOf(code, signal)));
+  });
+}
+
+function electronVersion(electronDir: string): string | null {
+  try {
+    return (
+      (JSON.parse(readFileSync(path.join(electronDir, 'package.json'), 'utf8')) as { version?: string }).version ?? null
+    );
+  } catch {
+    return null;
+  }
+}
+
+/** `npm start` (argv: extra Electron arguments) or, with `serve` first, `npm run serve`. */
+export async function main(argv: string[]): Promise<number> {
+  if (argv[0] === 'serve') {
+    if (!ensureRendererBuild()) return 1;
+    return runServe(argv.slice(1));
+  }
+  const electronDir = path.join(ROOT, 'node_modules/electron');
+  const location = locateElectron({ electronDir, env: process.env, platform: process.platform });
+  if (location.found && !lacksDisplay(process.platform, process.env)) {
+    if (!ensureAppBuild()) return 1;
+    return runElectron(location.path, argv);
+  }
+  say(`${location.found ? noDisplayMessage() : missingElectronMessage(location, electronVersion(electronDir))}\n`);
+  if (!ensureRendererBuild()) return 1;
+  return runServe([]);
+}
+
+if (typeof require !== 'undefined' && typeof module !== 'undefined' && require.main === module) {
+  main(process.argv.slice(2)).then(
+    (code) => {
+      process.exitCode = code;
+    },
+    (err: unknown) => {
+      process.stderr.write(`kvdesk: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+      process.exitCode = 1;
+    },
+  );
+}

@@ -50,6 +50,8 @@ describe('HostApi', () => {
     if (!r.ok) expect(r.error.message).toMatch(/maxRunning/);
     const unknown = await api.call('nope' as 'listModels', {});
     expect(unknown).toMatchObject({ ok: false, error: { code: 'BAD_REQUEST' } });
+    const inherited = await api.call('toString' as 'listModels', {});
+    expect(inherited).toMatchObject({ ok: false, error: { code: 'BAD_REQUEST' } });
     const extra = await api.call('listModels', { sneaky: 1 });
     expect(extra.ok).toBe(false);
   });

@@ -6,8 +6,11 @@ import { createEngineCore } from './engine-core';
 import type { EngineCommand, EngineEvent } from './protocol';
 
 function send(event: EngineEvent): void {
-  if (process.connected) process.send?.(event);
+  // The host may go away between the check and the write (quit mid-stream): that is not an engine error.
+  if (process.connected) process.send?.(event, undefined, undefined, () => {});
 }
+
+process.on('error', () => {});
 
 const core = createEngineCore(send);
 process.on('message', (msg) => core.handle(msg as EngineCommand));

@@ -203,7 +203,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
   const api: HostApi = {
     runner,
     async call(name, request) {
-      const schema = CallSchemas[name];
+      const schema = Object.hasOwn(CallSchemas, name) ? CallSchemas[name] : undefined;
       if (!schema) {
         return { ok: false, error: { code: 'BAD_REQUEST', message: `unknown call "${String(name)}"` } };
       }

@@ -1,0 +1,153 @@
+/**
+ * Electron composition root (the only file that creates windows): one
+ * instance per user-data folder, the host (RunnerService + HostApi, the engine
+ * in its own process), the IPC adapter, the hardened window, and a clean quit
+ * that stops every generation and the engine.
+ *
+ * The engine process: RunnerService's EngineClient forks out/main/engine.js
+ * with child_process.fork. Inside Electron's main process, fork runs the
+ * Electron binary itself with ELECTRON_RUN_AS_NODE=1 added to the child's
+ * environment (Electron patches fork to do so), so the engine is a plain Node
+ * process with onnxruntime-node (an N-API addon) loaded there, never here.
+ */
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import { app, type BrowserWindow, session } from 'electron';
+import { toErrorInfo } from '../shared/errors';
+import { createHostApi, type HostApi } from './host/host-api';
+import { RunnerService } from './host/runner-service';
+import { type IpcHandle, registerIpc } from './ipc';
+import { originOf } from './ipc/validate';
+import {
+  APP_ENTRY_URL,
+  APP_ORIGIN,
+  applyDevCsp,
+  buildContentSecurityPolicy,
+  createMainWindow,
+  hardenApp,
+  hardenSession,
+  installAppProtocol,
+  registerAppScheme,
+} from './window';
+
+/** The host gets this long to stop generations and the engine on quit. */
+const SHUTDOWN_TIMEOUT_MS = 5000;
+
+// Tests and side-by-side runs get their own data folder (and with it their own single-instance lock).
+if (process.env.KVDESK_DATA_DIR) app.setPath('userData', path.resolve(process.env.KVDESK_DATA_DIR));
+
+// electron-vite dev serves the renderer over HTTP; a packaged or `npm start` run uses the built files.
+const devServerUrl = !app.isPackaged ? process.env.ELECTRON_RENDERER_URL : undefined;
+const devServerOrigin = devServerUrl ? originOf(devServerUrl) : null;
+const trustedOrigin = devServerOrigin ?? APP_ORIGIN;
+
+registerAppScheme();
+hardenApp(() => trustedOrigin);
+
+/** Where the default model package lives: next to the app when packaged, in the checkout otherwise. */
+function defaultModelDir(): string {
+  return app.isPackaged
+    ? path.join(process.resourcesPath, 'models', 'default')
+    : path.join(app.getAppPath(), 'resources', 'models', 'default');
+}
+
+let mainWindow: BrowserWindow | null = null;
+let runner: RunnerService | null = null;
+let hostPromise: Promise<HostApi> | null = null;
+let ipc: IpcHandle | null = null;
+
+function openWindow(): BrowserWindow {
+  const win = createMainWindow({
+    preloadPath: path.join(__dirname, '../preload/index.js'),
+    url: devServerUrl ?? APP_ENTRY_URL,
+  });
+  mainWindow = win;
+  ipc?.attachWindow(win);
+  win.on('closed', () => {
+    if (mainWindow === win) mainWindow = null;
+  });
+  return win;
+}
+
+function focusWindow(): void {
+  const win = mainWindow ?? openWindow();
+  if (win.isMinimized()) win.restore();
+  win.focus();
+}
+
+async function start(): Promise<void> {
+  const ses = session.defaultSession;
+  const csp = buildContentSecurityPolicy(devServerOrigin ? { devServerOrigin } : {});
+  hardenSession(ses, trustedOrigin);
+  installAppProtocol(ses, path.join(__dirname, '../renderer'), csp);
+  if (devServerOrigin) applyDevCsp(ses, devServerOrigin, csp);
+
+  const engineEntry = path.join(__dirname, 'engine.js');
+  runner = new RunnerService(existsSync(engineEntry) ? { engineEntry } : {});
+  const modelDir = defaultModelDir();
+  hostPromise = createHostApi({
+    runner,
+    dataDir: app.getPath('userData'),
+    ...(existsSync(modelDir) ? { defaultModelDir: modelDir } : {}),
+  });
+  hostPromise.catch((err) => {
+    process.stderr.write(`kvdesk: the host did not start: ${toErrorInfo(err).message}\n`);
+  });
+  if (!existsSync(modelDir)) {
+    process.stderr.write(
+      `kvdesk: no default model at ${modelDir}; generate it with \`npm run generate:models -- --default\`, or drop a package on the window\n`,
+    );
+  }
+  // The window opens at once; calls made while the default model loads wait for the host.
+  ipc = registerIpc({ host: hostPromise, getWindow: () => mainWindow, trustedOrigin });
+  openWindow();
+}
+
+let quitState: 'running' | 'closing' | 'closed' = 'running';
+
+/** Stops every stream (releasing its reservation), then the host and its engine process. */
+async function shutdown(): Promise<void> {
+  ipc?.dispose();
+  const closing = (async () => {
+    const host = hostPromise ? await hostPromise.catch(() => null) : null;
+    if (host) await host.close();
+    else await runner?.close();
+  })();
+  const timeout = new Promise<void>((resolve) => setTimeout(resolve, SHUTDOWN_TIMEOUT_MS).unref());
+  await Promise.race([closing.catch(() => {}), timeout]);
+}
+
+if (!app.requestSingleInstanceLock()) {
+  // Another kvdesk owns this data folder; it focuses its window (second-instance) and we leave.
+  app.quit();
+} else {
+  app.on('second-instance', () => {
+    if (app.isReady()) focusWindow();
+  });
+  app.on('window-all-closed', () => {
+    // macOS keeps apps alive without windows; the engine stays loaded for the next window.
+    if (process.platform !== 'darwin') app.quit();
+  });
+  app.on('activate', () => {
+    if (app.isReady() && mainWindow === null) openWindow();
+  });
+  app.on('before-quit', (event) => {
+    if (quitState === 'closed') return;
+    event.preventDefault();
+    if (quitState === 'closing') return;
+    quitState = 'closing';
+    void shutdown().finally(() => {
+      quitState = 'closed';
+      app.quit();
+    });
+  });
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => app.quit());
+
+  app
+    .whenReady()
+    .then(start)
+    .catch((err: unknown) => {
+      process.stderr.write(`kvdesk: the app did not start: ${toErrorInfo(err).message}\n`);
+      app.exit(1);
+    });
+}
