@@ -117,6 +117,50 @@ export interface GraphVariant {
   bytes: number;
 }
 
+/**
+ * One variant of an ORT model package (PACKAGES.md layout 4): a folder built
+ * for one execution provider. Listed in the spec so the person and the
+ * inspector can see every backend the package offers and what each would cost.
+ */
+export interface PackageVariantInfo {
+  /** Component the variant belongs to (the text model's). */
+  component: string;
+  /** Variant name (its key in the manifest). */
+  name: string;
+  /** Execution provider, ORT name (`CUDAExecutionProvider`). */
+  ep: string;
+  /** `cpu` | `gpu` | `npu`, as the manifest says. */
+  device?: string;
+  /** `additional_metadata.precision` (`fp32`, `fp16`, `int4`, …). */
+  precision?: string;
+  /** Opaque EP compatibility token from the manifest. */
+  compatibilityString?: string;
+  /** Variant folder relative to the package root. */
+  directory: string;
+  /** Whether this machine can use `ep` (per the backends the loader was given). */
+  usable: boolean;
+  /** Layout of the variant folder (1–3), when it could be read. */
+  layout?: PackageLayout;
+  /** Graph plus external weights, when the variant could be read. */
+  weightsBytes?: number;
+  /** KV bytes per token at batch 1, when the variant could be read. */
+  bpt?: number;
+  contextLength?: number;
+  /** Why the figures above are missing (the variant folder could not be read). */
+  unreadable?: string;
+}
+
+/** What an ORT model package's manifest.json says about itself. */
+export interface PackageManifestInfo {
+  schemaVersion: string;
+  layout: 'portable' | 'installed';
+  packageName?: string;
+  packageVersion?: string;
+  description?: string;
+  /** The component used as the text model. */
+  component: string;
+}
+
 /** The normalized model package. */
 export interface ModelSpec {
   /** Stable id used by the API (`model` field), derived from the folder name. */
@@ -158,5 +202,24 @@ export interface ModelSpec {
   graphVariants?: GraphVariant[];
   /** Name of the variant `graphPath` is, when the package has variants. */
   graphVariant?: string;
+  /** ORT model packages: every variant of the text model, in manifest order. */
+  variants?: PackageVariantInfo[];
+  /** ORT model packages: name of the variant this spec describes (its graph, tokenizer, ports). */
+  selectedVariant?: string;
+  /**
+   * The execution provider (ORT name) the chosen variant was built for; the
+   * engine must create the session with it. Absent for layouts 1–3 (CPU).
+   */
+  executionProvider?: string;
+  /** Provider options for that provider (`executor_info.ort.provider_options`), strings as ORT takes them. */
+  providerOptions?: Record<string, string>;
+  /**
+   * onnxruntime session config entries (`executor_info.ort.session_options`,
+   * e.g. `session.intra_op_thread_count`), path values already resolved to
+   * absolute paths; pass them as SessionOptions `extra`.
+   */
+  sessionConfigEntries?: Record<string, string>;
+  /** ORT model packages: the manifest's own description of the package. */
+  packageInfo?: PackageManifestInfo;
   warnings: string[];
 }

@@ -2,14 +2,24 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { KvdeskError } from '../../shared/errors';
 import type { ModelSpec, PackageLayout } from '../../shared/model-spec';
+import { CONFIG_MAX_BYTES } from './config-file';
 import { loadHfOptimumLayout } from './layout-hf-optimum';
 import { loadOnnxGenaiLayout, ONNX_GENAI_METADATA } from './layout-onnx-genai';
 import { loadOrtGenaiLayout } from './layout-ort-genai';
 import type { LoadOptions } from './load-options';
+import { looksLikeOrtManifest } from './ort-manifest';
+import { loadOrtPackage } from './ort-package';
 import { packageError } from './package-error';
-import { isNotFound, makeContext, type PackageContext } from './package-fs';
+import { findFile, isNotFound, makeContext, type PackageContext, relName } from './package-fs';
 
 export { CONFIG_MAX_BYTES } from './config-file';
+export {
+  bestUsableProvider,
+  knownProviderName,
+  PROVIDER_PREFERENCE,
+  providerName,
+  providerRank,
+} from './execution-providers';
 export { kvBytesForTokens, tokensForKvBytes } from './kv-bytes';
 export type { LoadOptions } from './load-options';
 export type { PackageContext } from './package-fs';
@@ -69,6 +79,29 @@ async function markersIn(dir: string): Promise<Array<{ layout: PackageLayout; fi
   return found;
 }
 
+/**
+ * The markers of the package root. Hugging Face repositories sometimes ship an
+ * unrelated manifest.json: one that does not read as an ORT package manifest
+ * is dropped (with a warning) when the folder has another marker to go by.
+ */
+async function packageMarkers(
+  root: string,
+  warnings: string[],
+): Promise<Array<{ layout: PackageLayout; file: string }>> {
+  const markers = await markersIn(root);
+  if (
+    markers[0]?.layout === 'ort-package' &&
+    markers.length > 1 &&
+    !(await looksLikeOrtManifest(path.join(root, 'manifest.json'), CONFIG_MAX_BYTES))
+  ) {
+    warnings.push(
+      'manifest.json is not an ORT model package manifest (it has neither `schema_version` nor `components`), so it was ignored.',
+    );
+    return markers.slice(1);
+  }
+  return markers;
+}
+
 async function unrecognised(dir: string, realDir: string): Promise<KvdeskError> {
   const names = (await fs.readdir(realDir)).filter((n) => !n.startsWith('.')).sort();
   const shown = names.slice(0, 20).join(', ') + (names.length > 20 ? `, … (${names.length} in all)` : '');
@@ -86,7 +119,7 @@ async function unrecognised(dir: string, realDir: string): Promise<KvdeskError> 
  */
 export async function detectLayout(dir: string): Promise<PackageLayout> {
   const root = await packageRoot(dir);
-  const [first] = await markersIn(root);
+  const [first] = await packageMarkers(root, []);
   if (first === undefined) throw await unrecognised(dir, root);
   return first.layout;
 }
@@ -109,11 +142,34 @@ export async function loadLayout(
     case 'hf-optimum':
       return loadHfOptimumLayout(ctx, options);
     case 'ort-package':
-      throw packageError(
-        `${path.basename(ctx.dir)} is an ORT model package (manifest.json), which this kvdesk cannot load yet. Load one of its variant folders directly instead.`,
-        { file: 'manifest.json' },
-      );
+      return loadOrtPackage(ctx, options, loadVariantFolder);
   }
+}
+
+/**
+ * Loads an ORT package's variant folder: it must hold one of layouts 1–3. A
+ * manifest.json there is not followed (packages do not nest), so it counts
+ * only when nothing else marks the folder, and then it is refused.
+ */
+async function loadVariantFolder(ctx: PackageContext, options: LoadOptions): Promise<ModelSpec> {
+  const markers = (await markersIn(ctx.dir)).filter((m) => m.layout !== 'ort-package');
+  const [first, ...others] = markers;
+  const folder = relName(ctx, ctx.dir);
+  if (first === undefined) {
+    const nested = await findFile(ctx, 'manifest.json');
+    throw packageError(
+      nested !== undefined
+        ? `The variant folder ${folder} is itself an ORT model package (it has manifest.json); packages do not nest. Put the model files (one of layouts 1–3) in the variant folder.`
+        : `The variant folder ${folder} holds no model kvdesk recognises: it needs genai_config.json, inference_metadata.yaml|yml|json or config.json next to the graph and tokenizer. ${WHAT_EACH_LAYOUT_NEEDS}`,
+      { file: folder },
+    );
+  }
+  if (others.length > 0) {
+    ctx.warnings.push(
+      `The variant folder ${folder} has the marker files of several layouts (${markers.map((m) => m.file).join(', ')}); it was read as ${first.layout} because ${first.file} is the most specific.`,
+    );
+  }
+  return loadLayout(first.layout, ctx, options);
 }
 
 /**
@@ -123,10 +179,10 @@ export async function loadLayout(
  */
 export async function loadModelSpec(dir: string, options: LoadOptions = {}): Promise<ModelSpec> {
   const root = await packageRoot(dir);
-  const markers = await markersIn(root);
+  const ctx = makeContext(root);
+  const markers = await packageMarkers(root, ctx.warnings);
   const [first, ...others] = markers;
   if (first === undefined) throw await unrecognised(dir, root);
-  const ctx = makeContext(root);
   if (others.length > 0) {
     ctx.warnings.push(
       `The folder has the marker files of several layouts (${markers.map((m) => m.file).join(', ')}); it was read as ${first.layout} because ${first.file} is the most specific.`,

@@ -107,8 +107,12 @@ export async function loadHfOptimumLayout(ctx: PackageContext, options: LoadOpti
   }
 
   const { variants, otherOnnx } = await findGraphVariants(ctx);
-  const variant = chooseVariant(ctx, variants, otherOnnx, options);
-  const graph = await loadGraph(ctx, variant.abs);
+  // An ORT package's executor_info.ort.model_file names the graph outright; the Optimum naming rule is then moot.
+  const variant: FoundVariant | undefined =
+    options.graphFile === undefined
+      ? chooseVariant(ctx, variants, otherOnnx, options)
+      : variants.find((v) => path.resolve(v.abs) === path.resolve(options.graphFile ?? ''));
+  const graph = await loadGraph(ctx, variant?.abs ?? options.graphFile ?? '');
 
   const hint = (name: string): string =>
     `the graph (Optimum names the ${name} port "${name}"; re-export with optimum-cli export onnx --task text-generation-with-past)`;
@@ -217,8 +221,7 @@ export async function loadHfOptimumLayout(ctx: PackageContext, options: LoadOpti
     search: gen === undefined ? {} : readSearchDefaults(gen, ''),
     backends: [],
     extraInputs: unboundInputs(ctx, graph, bound),
-    ...(variants.length > 1
-      ? { graphVariants: variants.map(({ abs: _abs, ...v }) => v), graphVariant: variant.name }
-      : {}),
+    ...(variants.length > 1 ? { graphVariants: variants.map(({ abs: _abs, ...v }) => v) } : {}),
+    ...(variants.length > 1 && variant !== undefined ? { graphVariant: variant.name } : {}),
   });
 }

@@ -44,6 +44,8 @@ async function findMetadata(ctx: PackageContext): Promise<string> {
  * `graphVariant` option may name one of several by file name.
  */
 async function findGraph(ctx: PackageContext, options: LoadOptions): Promise<string> {
+  // Named by an ORT package's executor_info.ort.model_file, already checked against the package's path rules.
+  if (options.graphFile !== undefined) return options.graphFile;
   const onnxFiles = (await listFileNames(ctx.dir)).filter((n) => n.toLowerCase().endsWith('.onnx'));
   const shown = onnxFiles.map((n) => relName(ctx, path.join(ctx.dir, n)));
   let chosen: string | undefined;

@@ -1,5 +1,7 @@
+import path from 'node:path';
 import type { DecoderPorts, KvSpec, ModelSpec } from '../../shared/model-spec';
 import { ConfigFields, readConfigFile } from './config-file';
+import { knownProviderName } from './execution-providers';
 import {
   bindOptionalPort,
   bindPort,
@@ -14,27 +16,9 @@ import {
 import { buildDynamicKv, matchKvTemplates } from './kv-geometry';
 import type { LoadOptions } from './load-options';
 import { packageError } from './package-error';
-import { findFile, type PackageContext, resolveConfigPath } from './package-fs';
+import { findFile, type PackageContext, relName, resolveConfigPath } from './package-fs';
 import { definedNumbers, finishSpec, missingField, readSearchDefaults, resolveVocab } from './spec-assembly';
 import { readTokenizerFiles, type TokenIds } from './tokenizer-files';
-
-/** onnxruntime-genai provider_options keys → onnxruntime execution provider names. */
-const PROVIDERS: Record<string, string> = {
-  cpu: 'CPUExecutionProvider',
-  cuda: 'CUDAExecutionProvider',
-  rocm: 'ROCMExecutionProvider',
-  dml: 'DmlExecutionProvider',
-  webgpu: 'WebGpuExecutionProvider',
-  coreml: 'CoreMLExecutionProvider',
-  qnn: 'QNNExecutionProvider',
-  openvino: 'OpenVINOExecutionProvider',
-  tensorrt: 'TensorrtExecutionProvider',
-  nvtensorrtrtx: 'NvTensorRTRTXExecutionProvider',
-  migraphx: 'MIGraphXExecutionProvider',
-  vitisai: 'VitisAIExecutionProvider',
-  xnnpack: 'XnnpackExecutionProvider',
-  js: 'JsExecutionProvider',
-};
 
 /** Execution providers named in `session_options.provider_options` (a list of `{ name: {options} }`). */
 function providersFrom(ctx: PackageContext, cfg: ConfigFields, field: string): string[] {
@@ -47,7 +31,7 @@ function providersFrom(ctx: PackageContext, cfg: ConfigFields, field: string): s
       cfg.fail(`${field}[${i}]`, 'is not an object', 'Write each provider as { "<name>": { options } }.');
     }
     for (const key of Object.keys(entry as object)) {
-      const known = PROVIDERS[key.toLowerCase()];
+      const known = knownProviderName(key);
       if (known !== undefined) {
         out.push(known);
       } else {
@@ -68,7 +52,14 @@ export async function loadOrtGenaiLayout(ctx: PackageContext, options: LoadOptio
   if (configPath === undefined) throw packageError('genai_config.json is missing.', { file: 'genai_config.json' });
   const cfg = new ConfigFields(await readConfigFile(ctx, configPath));
   const file = cfg.file;
-  const tokenizer = await readTokenizerFiles(ctx);
+  // The tokenizer may live elsewhere, typically a `sha256:` shared asset several variants of an ORT package use.
+  const tokenizerField = ['tokenizer_dir', 'model.tokenizer_dir'].find((f) => cfg.has(f));
+  const tokenizerRef = tokenizerField === undefined ? undefined : cfg.str(tokenizerField);
+  const tokenizerDir =
+    tokenizerField === undefined || tokenizerRef === undefined
+      ? ctx.dir
+      : await resolveConfigPath(ctx, tokenizerRef, cfg.where(tokenizerField), ctx.dir, 'dir');
+  const tokenizer = await readTokenizerFiles(ctx, tokenizerDir);
 
   const contextLength = cfg.int('model.context_length', 1);
   if (contextLength === undefined)
@@ -89,7 +80,18 @@ export async function loadOrtGenaiLayout(ctx: PackageContext, options: LoadOptio
       `The graphVariant option ("${options.graphVariant}") does not apply to onnxruntime-genai packages: ${file} names the one decoder graph.`,
     );
   }
-  const graph = await loadGraph(ctx, await resolveConfigPath(ctx, filename, cfg.where('model.decoder.filename')));
+  const named = await resolveConfigPath(ctx, filename, cfg.where('model.decoder.filename'));
+  let graphPath = named;
+  if (options.graphFile !== undefined) {
+    // An ORT package's executor_info.ort.model_file is what onnxruntime itself would load, so it wins.
+    graphPath = options.graphFile;
+    if (path.resolve(graphPath) !== path.resolve(named)) {
+      ctx.warnings.push(
+        `${file}: \`model.decoder.filename\` names ${JSON.stringify(filename)}, but the package's executor_info.ort.model_file names ${relName(ctx, graphPath)}; kvdesk loads ${relName(ctx, graphPath)}.`,
+      );
+    }
+  }
+  const graph = await loadGraph(ctx, graphPath);
 
   // Names come from decoder.inputs/outputs when given; otherwise onnxruntime-genai's defaults apply.
   const portName = (field: string, fallback: string): { name: string; source: PortSource } => {

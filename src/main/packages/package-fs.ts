@@ -16,11 +16,28 @@ export interface PackageContext {
   dir: string;
   /** Non-fatal findings, collected while loading and returned in the spec. */
   warnings: string[];
+  /**
+   * True only for an ORT package with `"layout": "installed"` that the person
+   * chose to trust: its paths may then be absolute, contain `..` and lead
+   * outside `root`. Everything else is confined to `root`.
+   */
+  trusted?: boolean;
+  /**
+   * Resolves a `sha256:<hex>[/tail]` shared-asset reference to an absolute path
+   * (after checking the asset's digest). Set by the ORT package loader; without
+   * it such a reference is refused, since only a package has shared assets.
+   */
+  resolveSharedRef?: (ref: string, where: PackageWhere, kind: 'file' | 'dir') => Promise<string>;
 }
 
 /** Creates a context for a layout folder; `root` defaults to `dir`. Both must already be real paths. */
 export function makeContext(dir: string, root: string = dir): PackageContext {
   return { root, dir, warnings: [] };
+}
+
+/** True for a `sha256:` shared-asset reference (ORT model packages), whatever follows the prefix. */
+export function isSharedRef(ref: string): boolean {
+  return ref.startsWith('sha256:');
 }
 
 /** Path of `abs` relative to the package root with forward slashes, as messages and PackageFile use it. */
@@ -62,7 +79,7 @@ export async function realPathInside(
     }
     throw err;
   }
-  if (!isInside(ctx.root, real)) {
+  if (ctx.trusted !== true && !isInside(ctx.root, real)) {
     throw packageError(
       `${describeWhere(where)}: ${relName(ctx, abs)} resolves through a symlink to ${real}, outside the package folder ${ctx.root}. ` +
         'kvdesk only reads files inside the package: copy the file into the package instead of linking to it.',
@@ -74,41 +91,69 @@ export async function realPathInside(
 }
 
 /**
- * Resolves a path written in a config file (e.g. genai_config `decoder.filename`,
- * an external-data `location`) against `base`, refusing anything that could
- * read outside the package: absolute paths, `..` segments, and symlinks that
- * lead out. Returns the absolute path; a missing file is an error naming the field.
+ * Checks a path written in a package file against the path rules without
+ * touching the disk: not empty, and (unless the package is trusted) neither
+ * absolute nor containing `..`. Shared to keep one wording for every refusal.
  */
-export async function resolveConfigPath(
-  ctx: PackageContext,
-  ref: string,
-  where: PackageWhere,
-  base: string = ctx.dir,
-): Promise<string> {
+export function checkPathRef(ctx: PackageContext, ref: string, where: PackageWhere, what = 'a file'): void {
   const shown = JSON.stringify(ref);
   if (ref.trim() === '') {
-    throw packageError(`${describeWhere(where)} is empty. Name a file inside the package.`, where);
+    throw packageError(`${describeWhere(where)} is empty. Name ${what} inside the package.`, where);
   }
+  if (ctx.trusted === true) return;
   // Both separators and drive letters count: a package written on Windows must not escape on any OS.
   if (path.isAbsolute(ref) || path.win32.isAbsolute(ref) || /^[a-zA-Z]:/.test(ref)) {
     throw packageError(
-      `${describeWhere(where)} is the absolute path ${shown}. Paths in a package must be relative to the package folder; write the file name relative to it.`,
+      `${describeWhere(where)} is the absolute path ${shown}. Paths in a package must be relative to the package folder; write the ${what === 'a folder' ? 'folder' : 'file'} name relative to it.`,
       where,
       { path: ref },
     );
   }
   if (ref.split(/[\\/]/).includes('..')) {
     throw packageError(
-      `${describeWhere(where)} is ${shown}, which contains "..". Paths in a package may not leave the package folder; put the file inside it and name it without "..".`,
+      `${describeWhere(where)} is ${shown}, which contains "..". Paths in a package may not leave the package folder; put the ${what === 'a folder' ? 'folder' : 'file'} inside it and name it without "..".`,
       where,
       { path: ref },
     );
   }
-  const abs = path.resolve(base, ...ref.split(/[\\/]/));
+}
+
+/**
+ * Resolves a path written in a config file (e.g. genai_config `decoder.filename`,
+ * an external-data `location`) against `base`, refusing anything that could
+ * read outside the package: absolute paths, `..` segments, and symlinks that
+ * lead out. A `sha256:` reference goes to the package's shared assets. Returns
+ * the absolute path; a missing file (or folder, for kind 'dir') is an error naming the field.
+ */
+export async function resolveConfigPath(
+  ctx: PackageContext,
+  ref: string,
+  where: PackageWhere,
+  base: string = ctx.dir,
+  kind: 'file' | 'dir' = 'file',
+): Promise<string> {
+  const shown = JSON.stringify(ref);
+  if (isSharedRef(ref)) {
+    if (ctx.resolveSharedRef === undefined) {
+      throw packageError(
+        `${describeWhere(where)} is the shared-asset reference ${shown}, but only an ORT model package (a folder with manifest.json and shared_assets/) has shared assets. Load the whole package, or copy the file into this folder and name it.`,
+        where,
+        { path: ref },
+      );
+    }
+    return ctx.resolveSharedRef(ref, where, kind);
+  }
+  const what = kind === 'dir' ? 'a folder' : 'a file';
+  checkPathRef(ctx, ref, where, what);
+  // Absolute paths get here only in a trusted installed package.
+  const abs = path.isAbsolute(ref) ? path.normalize(ref) : path.resolve(base, ...ref.split(/[\\/]/));
   const real = await realPathInside(ctx, abs, where);
-  if (real === undefined || !(await fs.stat(real)).isFile()) {
+  const stat = real === undefined ? undefined : await fs.stat(real);
+  const ok = kind === 'dir' ? stat?.isDirectory() === true : stat?.isFile() === true;
+  if (!ok) {
+    const problem = real === undefined ? 'does not exist in the package' : `is not ${what}`;
     throw packageError(
-      `${describeWhere(where)} names ${shown}, but ${relName(ctx, abs)} ${real === undefined ? 'does not exist in the package' : 'is not a file'}. Add the file or fix the name.`,
+      `${describeWhere(where)} names ${shown}, but ${relName(ctx, abs)} ${problem}. Add the ${kind === 'dir' ? 'folder' : 'file'} or fix the name.`,
       where,
       { path: ref },
     );

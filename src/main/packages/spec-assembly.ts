@@ -9,6 +9,7 @@ import type {
   SearchDefaults,
 } from '../../shared/model-spec';
 import type { ConfigFields } from './config-file';
+import { CPU_PROVIDER } from './execution-providers';
 import { type LoadedGraph, logitsVocab } from './graph';
 import { packageError } from './package-error';
 import { listPackageFiles, type PackageContext } from './package-fs';
@@ -37,8 +38,7 @@ export interface SpecParts {
   graphVariant?: string;
 }
 
-/** The provider every onnxruntime build has; always offered. */
-export const CPU_PROVIDER = 'CPUExecutionProvider';
+export { CPU_PROVIDER };
 
 /** API id from a folder name: lowercase, runs of other characters become '-'. */
 export function slugify(name: string): string {

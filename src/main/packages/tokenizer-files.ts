@@ -66,16 +66,18 @@ function tokenString(fields: ConfigFields, field: string): string | undefined {
 
 /**
  * Reads tokenizer.json (required), tokenizer_config.json and a chat template
- * (`chat_template.jinja`, tokenizer_config `chat_template`, or `chat_template.json`).
+ * (`chat_template.jinja`, tokenizer_config `chat_template`, or `chat_template.json`)
+ * from `dir`: the layout folder, or a tokenizer folder a config names
+ * (genai_config `tokenizer_dir`, e.g. a shared asset of an ORT package).
  */
-export async function readTokenizerFiles(ctx: PackageContext): Promise<TokenizerFacts> {
-  const tokenizerPath = await findFile(ctx, 'tokenizer.json');
+export async function readTokenizerFiles(ctx: PackageContext, dir: string = ctx.dir): Promise<TokenizerFacts> {
+  const tokenizerPath = await findFile(ctx, 'tokenizer.json', dir);
   if (tokenizerPath === undefined) {
-    const present = await listFileNames(ctx.dir);
+    const present = await listFileNames(dir);
     const slow = ['vocab.json', 'merges.txt', 'tokenizer.model', 'vocab.txt', 'spiece.model'].filter((n) =>
       present.includes(n),
     );
-    const file = relName(ctx, path.join(ctx.dir, 'tokenizer.json'));
+    const file = relName(ctx, path.join(dir, 'tokenizer.json'));
     throw packageError(
       `No tokenizer: ${file} is missing. kvdesk needs a Hugging Face tokenizer.json next to the model` +
         (slow.length > 0 ? ` (found only ${slow.join(', ')}, the files of a "slow" tokenizer)` : '') +
@@ -144,7 +146,7 @@ export async function readTokenizerFiles(ctx: PackageContext): Promise<Tokenizer
   }
   const idOf = (token: string): number | undefined => specialIds.get(token) ?? ids.get(token);
 
-  const configPath = await findFile(ctx, 'tokenizer_config.json');
+  const configPath = await findFile(ctx, 'tokenizer_config.json', dir);
   const tokenizerConfig = configPath === undefined ? undefined : await readConfigFile(ctx, configPath);
   const cfg = tokenizerConfig === undefined ? undefined : new ConfigFields(tokenizerConfig);
 
@@ -194,17 +196,21 @@ export async function readTokenizerFiles(ctx: PackageContext): Promise<Tokenizer
   const addBos = cfg?.bool('add_bos_token');
   if (addBos !== undefined) spec.addBosToken = addBos;
 
-  const chatTemplate = await readChatTemplate(ctx, cfg);
+  const chatTemplate = await readChatTemplate(ctx, cfg, dir);
   return { spec, size, tokenizerConfig, chatTemplate, idOf, special };
 }
 
-async function readChatTemplate(ctx: PackageContext, cfg: ConfigFields | undefined): Promise<string | undefined> {
-  const jinja = await findFile(ctx, 'chat_template.jinja');
+async function readChatTemplate(
+  ctx: PackageContext,
+  cfg: ConfigFields | undefined,
+  dir: string,
+): Promise<string | undefined> {
+  const jinja = await findFile(ctx, 'chat_template.jinja', dir);
   // transformers writes chat_template.jinja in preference to the config field, so it wins.
   if (jinja !== undefined) return readLimitedText(ctx, jinja, CONFIG_MAX_BYTES, 'chat templates');
   const fromConfig = cfg === undefined ? undefined : templateFrom(ctx, cfg);
   if (fromConfig !== undefined) return fromConfig;
-  const jsonPath = await findFile(ctx, 'chat_template.json');
+  const jsonPath = await findFile(ctx, 'chat_template.json', dir);
   if (jsonPath !== undefined) return templateFrom(ctx, new ConfigFields(await readConfigFile(ctx, jsonPath)));
   return undefined;
 }
