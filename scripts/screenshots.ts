@@ -1,0 +1,154 @@
+/**
+ * Screenshots of the running app for the README: docs/chat.png, docs/models.png,
+ * docs/inspector.png. Starts a real `kvdesk serve` (real engine and scheduler)
+ * with a small KV budget so the budget bar has something to show, drives
+ * Debian Chromium through the same steps a person would, and captures the window.
+ *
+ *   node bin/run-ts.cjs scripts/screenshots.ts
+ *
+ * Needs Chromium at /usr/bin/chromium (or KVDESK_CHROMIUM) and a renderer build
+ * (it runs the renderer build first unless KVDESK_E2E_SKIP_BUILD=1).
+ */
+import { existsSync, mkdirSync } from 'node:fs';
+import path from 'node:path';
+import { chromium, type Page } from 'playwright-core';
+import { CHROMIUM, CHROMIUM_ARGS } from '../test/e2e/chromium';
+import globalSetup from '../test/e2e/global-setup';
+import { ROOT, startServe } from '../test/e2e/serve';
+
+const DOCS = path.join(ROOT, 'docs');
+const FIXTURE = path.resolve(ROOT, '../shared/fixtures/onnx-genai/tiny-llm');
+/** 6 MiB: three full-length replies of the default model (1 KiB per token) fit, a fourth would queue. */
+const BUDGET = '6MiB';
+
+async function newChat(page: Page, title: string): Promise<void> {
+  await page.getByTestId('new-thread').click();
+  await page.waitForTimeout(100);
+  void title;
+}
+
+async function settings(
+  page: Page,
+  s: { maxNewTokens?: number; greedy?: boolean; seed?: number; system?: string },
+): Promise<void> {
+  await page.getByTestId('settings-toggle').click();
+  const panel = page.getByTestId('settings-panel');
+  if (s.system !== undefined) {
+    await panel.getByTestId('system-prompt').fill(s.system);
+    await panel.getByTestId('system-prompt').blur();
+  }
+  if (s.maxNewTokens !== undefined) {
+    await panel.getByTestId('setting-maxNewTokens').fill(String(s.maxNewTokens));
+    await panel.getByTestId('setting-maxNewTokens').blur();
+  }
+  if (s.seed !== undefined) {
+    await panel.getByTestId('setting-seed').fill(String(s.seed));
+    await panel.getByTestId('setting-seed').blur();
+  }
+  if (s.greedy !== undefined) await panel.getByTestId('setting-greedy').setChecked(s.greedy);
+  await page.getByTestId('settings-toggle').click();
+}
+
+async function say(page: Page, text: string, wait = true): Promise<void> {
+  await page.getByTestId('chat-input').fill(text);
+  await page.getByTestId('chat-input').press('Enter');
+  if (wait) await page.getByTestId('send-button').waitFor({ state: 'visible', timeout: 60_000 });
+}
+
+async function rename(page: Page, title: string): Promise<void> {
+  const id = await page.getByTestId('chat-view').getAttribute('data-thread-id');
+  const item = page.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`);
+  await item.dblclick();
+  await page.getByTestId('thread-rename-input').fill(title);
+  await page.getByTestId('thread-rename-input').press('Enter');
+}
+
+async function setLimit(page: Page, text: string): Promise<void> {
+  await page.getByTestId('budget-limit-input').fill(text);
+  await page.getByTestId('budget-limit-apply').click();
+  await page.waitForTimeout(200);
+}
+
+async function main(): Promise<void> {
+  globalSetup();
+  mkdirSync(DOCS, { recursive: true });
+  const server = await startServe(['--kv-budget', BUDGET]);
+  const browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
+  try {
+    const page = await browser.newPage({
+      viewport: { width: 1440, height: 900 },
+      deviceScaleFactor: 1,
+      colorScheme: 'light',
+    });
+    await page.goto(server.url);
+    await page.getByTestId('thread-list').and(page.locator('[data-loaded="true"]')).waitFor();
+
+    // A few threads, so the list looks lived in.
+    for (const [title, prompt] of [
+      ['Notes', 'Summarise my notes'],
+      ['Code help', 'Why is my loop slow?'],
+    ] as const) {
+      await newChat(page, title);
+      await settings(page, { maxNewTokens: 24, seed: 2 });
+      await say(page, prompt);
+      await rename(page, title);
+    }
+
+    // The chat: two turns of one thread (the second reuses the session's KV), the second capped by the budget.
+    await newChat(page, 'Story time');
+    await settings(page, { maxNewTokens: 96, seed: 11, system: 'You are a storyteller.' });
+    await say(page, 'Tell me a story about a lighthouse keeper.');
+    await rename(page, 'Story time');
+    // Room for the prompt plus a few dozen tokens only: the reply is admitted with a capped length.
+    await setLimit(page, '300KiB');
+    await settings(page, { maxNewTokens: 512 });
+    await say(page, 'Make it longer, with a twist at the end.');
+    await setLimit(page, BUDGET);
+    await page.mouse.move(0, 0);
+    await page.waitForTimeout(300);
+    await page.screenshot({ path: path.join(DOCS, 'chat.png'), animations: 'disabled' });
+    console.log('wrote docs/chat.png');
+
+    // The inspector: three replies streaming at once against the 6 MiB budget, sessions holding KV.
+    const long = [] as string[];
+    for (let i = 0; i < 3; i++) {
+      await newChat(page, `Long ${i}`);
+      // Greedy decoding of this prompt runs for over a thousand tokens on the default model.
+      if (i === 0) await settings(page, { maxNewTokens: 1800, greedy: true, system: '' });
+      await say(page, 'Tell me a long story', false);
+      long.push((await page.getByTestId('chat-view').getAttribute('data-thread-id')) ?? '');
+    }
+    await page.getByTestId('budget-running-count').filter({ hasText: 'running 3/' }).waitFor({ timeout: 10_000 });
+    await page.waitForTimeout(700);
+    await page.screenshot({ path: path.join(DOCS, 'inspector.png'), animations: 'disabled' });
+    console.log('wrote docs/inspector.png');
+    for (const id of long) {
+      await page.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click();
+      await page
+        .getByTestId('stop-button')
+        .click({ timeout: 1000 })
+        .catch(() => {});
+    }
+
+    // The models view: a dropped fixture package, validated and loaded, above the default model.
+    await page.getByTestId('models-toggle').click();
+    if (existsSync(FIXTURE)) {
+      // The folder chooser (<input webkitdirectory>) gives the files with their folder name, as a real drop does.
+      await page.getByTestId('model-file-input').setInputFiles(FIXTURE);
+      await page.getByTestId('model-card').getByTestId('model-loaded').waitFor({ timeout: 30_000 });
+    } else {
+      console.log(`(fixture ${FIXTURE} absent: the models screenshot shows the default model only)`);
+    }
+    await page.waitForTimeout(300);
+    await page.screenshot({ path: path.join(DOCS, 'models.png'), animations: 'disabled' });
+    console.log('wrote docs/models.png');
+  } finally {
+    await browser.close();
+    await server.stop();
+  }
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});

@@ -1,0 +1,412 @@
+/**
+ * The one place that connects the transport to the store. It subscribes to
+ * host events and generation streams, writes into the store from outside
+ * React (through the frame coalescer, once per animation frame), and offers
+ * the actions components call. Components never touch the transport.
+ */
+import type { BudgetPatch, KvdeskApi, ModelInfo, StoredMessage, Thread } from '../../shared/api';
+import type { SamplingSettings } from '../../shared/contract';
+import type { ErrorInfo, Result } from '../../shared/errors';
+import type { AppStore } from '../store';
+import { UNTITLED } from '../store/chat-slice';
+import type { PackageImport } from '../store/types';
+import type { Transport } from '../transport';
+import { createFrameCoalescer, type Flush } from './frame-coalescer';
+import { buildChatRequest, newId } from './prompt';
+
+/** A file of a dropped folder, read in the browser. */
+export interface DroppedFile {
+  path: string;
+  data: ArrayBuffer;
+}
+
+export interface Bridge {
+  newThread(): Thread;
+  selectThread(id: string): void;
+  renameThread(id: string, title: string): void;
+  deleteThread(id: string): void;
+  updateThreadSettings(
+    id: string,
+    patch: { systemPrompt?: string; sampling?: SamplingSettings; maxNewTokens?: number | undefined },
+  ): void;
+  /** Sends a user message in the active thread (creating one if there is none). */
+  send(text: string): void;
+  /** Stops the reply streaming in a thread (the active one by default). */
+  stop(threadId?: string): void;
+  /** Generates the last reply of a thread again. */
+  regenerate(threadId: string): void;
+  /** Replaces a user message, drops everything after it, and sends again. */
+  editAndResend(threadId: string, messageId: string, text: string): void;
+  setActiveModel(id: string): void;
+  importFiles(name: string, files: DroppedFile[]): Promise<void>;
+  importPath(name: string, path: string): Promise<void>;
+  loadPackage(path: string): Promise<void>;
+  unloadModel(id: string): Promise<void>;
+  configureBudget(patch: BudgetPatch): Promise<Result<unknown>>;
+  setInspectorOpen(open: boolean): void;
+  /** Electron only: the host path of a dropped file. */
+  pathForFile(file: File): string | undefined;
+  /** Electron only: the OS folder chooser; undefined where the page must use a file input. */
+  readonly chooseFolder: (() => Promise<string | null>) | undefined;
+  readonly api: KvdeskApi;
+}
+
+/** Where the coalescer schedules its flush: the next animation frame, or a timer when the page is hidden (rAF pauses then). */
+function scheduleFrame(fn: () => void): void {
+  if (typeof document !== 'undefined' && document.hidden) {
+    setTimeout(fn, 100);
+    return;
+  }
+  requestAnimationFrame(fn);
+  // rAF stops firing if the page is hidden after this point; the timer makes sure a final frame still lands.
+  setTimeout(fn, 250);
+}
+
+function packageError(error: ErrorInfo): NonNullable<PackageImport['error']> {
+  const d = error.detail ?? {};
+  const file = typeof d.file === 'string' ? d.file : undefined;
+  const field = typeof d.field === 'string' ? d.field : undefined;
+  return { code: error.code, message: error.message, ...(file ? { file } : {}), ...(field ? { field } : {}) };
+}
+
+export function startBridge(transport: Transport, store: AppStore): Bridge {
+  const api = transport.api;
+  const s = () => store.getState();
+  /** Cancel functions of generations in flight, by assistant message id. */
+  const cancels = new Map<string, () => void>();
+  /** Model each thread's host session was built with (a session cannot change model). */
+  const sessionModel = new Map<string, string>();
+  let settingsLoaded = false;
+
+  function notify(text: string): void {
+    s().setNotice(text);
+  }
+
+  function report<T>(what: string, r: Result<T>): r is { ok: true; value: T } {
+    if (!r.ok) notify(`${what}: ${r.error.message}`);
+    return r.ok;
+  }
+
+  /** Persists a thread without replies still streaming (their text is partial; a crash loses at most those). */
+  function saveThread(threadId: string): void {
+    const t = s().threads.find((x) => x.id === threadId);
+    if (!t) return;
+    const live = s().live;
+    const thread: Thread = { ...t, messages: t.messages.filter((m) => live[m.id] === undefined) };
+    void api.invoke('saveThread', thread).then((r) => report('Could not save the chat', r));
+  }
+
+  function saveSettings(): void {
+    if (!settingsLoaded) return; // never overwrite saved settings with defaults before they were read
+    const { lastThreadId, inspectorOpen } = s().ui;
+    void api.invoke('saveSettings', {
+      ...(lastThreadId ? { lastThreadId } : {}),
+      ...(inspectorOpen !== undefined ? { inspectorOpen } : {}),
+    });
+  }
+
+  const coalescer = createFrameCoalescer({
+    schedule: scheduleFrame,
+    apply(flush: Flush) {
+      const before = s().live;
+      if (flush.batches.length > 0) s().applyFrames(flush.batches, Date.now());
+      if (flush.events.length > 0) s().pushEvents(flush.events);
+      if (flush.snapshot) s().setSnapshot(flush.snapshot);
+      const after = s().live;
+      for (const b of flush.batches) {
+        const was = before[b.messageId];
+        if (was && !after[b.messageId]) {
+          cancels.delete(b.messageId);
+          saveThread(was.threadId);
+        }
+      }
+    },
+  });
+
+  // --- host events -------------------------------------------------------------
+  api.on('budget', (snap) => coalescer.snapshot(snap));
+  api.on('scheduler', (e) => coalescer.event(e));
+  api.on('models', (models) => s().setModels(models));
+
+  async function refreshHostState(replaceSnapshot: boolean): Promise<void> {
+    const [models, snap] = await Promise.all([api.invoke('listModels', {}), api.invoke('getSnapshot', {})]);
+    if (models.ok) s().setModels(models.value);
+    if (snap.ok) s().setSnapshot(snap.value, replaceSnapshot);
+  }
+
+  async function loadPersisted(): Promise<void> {
+    const [threads, settings] = await Promise.all([api.invoke('listThreads', {}), api.invoke('getSettings', {})]);
+    const ui = settings.ok ? settings.value : {};
+    if (settings.ok) {
+      s().setUi({ ...ui, inspectorOpen: ui.inspectorOpen ?? true });
+      settingsLoaded = true;
+    }
+    if (threads.ok) {
+      s().loadThreads(threads.value, ui.lastThreadId);
+      for (const t of threads.value) if (t.modelId) sessionModel.set(t.id, t.modelId);
+    } else {
+      notify(`Could not read saved chats: ${threads.error.message}`);
+      s().loadThreads([]);
+    }
+  }
+
+  s().setTransport(api.transport);
+  s().setConnection(transport.state);
+  let firstOpen = true;
+  const onOpen = () => {
+    const replace = !firstOpen;
+    if (firstOpen) void loadPersisted();
+    firstOpen = false;
+    void refreshHostState(replace);
+    s().setNotice(null);
+  };
+  transport.onConnection((state) => {
+    s().setConnection(state);
+    if (state === 'open') onOpen();
+    else if (state === 'reconnecting') notify('Connection to kvdesk lost; reconnecting…');
+  });
+  // Calls queue until the socket opens, so the first load can start right away.
+  onOpen();
+
+  // --- chat --------------------------------------------------------------------
+  function defaultsFrom(thread: Thread | undefined): Partial<Thread> {
+    if (!thread) return {};
+    return {
+      ...(thread.systemPrompt ? { systemPrompt: thread.systemPrompt } : {}),
+      ...(thread.sampling ? { sampling: thread.sampling } : {}),
+      ...(thread.maxNewTokens ? { maxNewTokens: thread.maxNewTokens } : {}),
+    };
+  }
+
+  function activeThread(): Thread | undefined {
+    const st = s();
+    return st.threads.find((t) => t.id === st.activeThreadId);
+  }
+
+  function rememberOpen(id: string | null): void {
+    s().setUi({ lastThreadId: id ?? undefined });
+    saveSettings();
+  }
+
+  function newThread(): Thread {
+    const now = Date.now();
+    const thread: Thread = {
+      id: newId('t', now),
+      title: UNTITLED,
+      createdAt: now,
+      updatedAt: now,
+      messages: [],
+      ...defaultsFrom(activeThread()),
+    };
+    s().addThread(thread);
+    s().setView('chat');
+    saveThread(thread.id);
+    rememberOpen(thread.id);
+    return thread;
+  }
+
+  function liveIn(threadId: string): string | undefined {
+    return Object.values(s().live).find((l) => l.threadId === threadId)?.messageId;
+  }
+
+  /** Starts a turn: the store gets the new messages, the host gets the request, frames flow back through the coalescer. */
+  function runTurn(threadId: string, append: StoredMessage[], keepBefore?: string): void {
+    if (liveIn(threadId)) {
+      notify('This chat is still replying. Stop it first (Esc).');
+      return;
+    }
+    const modelId = s().activeModelId;
+    const assistantId = newId('m');
+    s().startReply({ threadId, assistantId, append, keepBefore, now: Date.now(), ...(modelId ? { modelId } : {}) });
+    const thread = s().threads.find((t) => t.id === threadId);
+    if (!thread) return;
+    saveThread(threadId); // the person's message is kept even if the reply never comes
+    const history = thread.messages.filter((m) => m.id !== assistantId);
+    const request = buildChatRequest(thread, history, modelId);
+    const start = () => {
+      const cancel = api.generate(request, (frame) => coalescer.frame(assistantId, frame));
+      cancels.set(assistantId, cancel);
+    };
+    // A host session is bound to the model it was built with: switching models starts it over.
+    const previous = sessionModel.get(threadId);
+    if (modelId) sessionModel.set(threadId, modelId);
+    if (previous && modelId && previous !== modelId) {
+      void api.invoke('closeSession', { sessionId: threadId }).then(start);
+    } else start();
+  }
+
+  function send(text: string): void {
+    const content = text.trim();
+    if (!content) return;
+    const thread = activeThread() ?? newThread();
+    s().setView('chat');
+    runTurn(thread.id, [{ id: newId('m'), role: 'user', content, createdAt: Date.now() }]);
+  }
+
+  function stop(threadId?: string): void {
+    const id = threadId ?? s().activeThreadId;
+    if (!id) return;
+    const messageId = liveIn(id);
+    if (!messageId) return;
+    s().markStopping(messageId);
+    cancels.get(messageId)?.();
+  }
+
+  function regenerate(threadId: string): void {
+    const thread = s().threads.find((t) => t.id === threadId);
+    if (!thread) return;
+    // Keep everything up to the last user message; the reply(ies) after it are generated again.
+    let lastUser = -1;
+    thread.messages.forEach((m, i) => {
+      if (m.role === 'user') lastUser = i;
+    });
+    const after = thread.messages[lastUser + 1];
+    if (lastUser < 0) return;
+    runTurn(threadId, [], after?.id);
+  }
+
+  function editAndResend(threadId: string, messageId: string, text: string): void {
+    const thread = s().threads.find((t) => t.id === threadId);
+    const original = thread?.messages.find((m) => m.id === messageId);
+    const content = text.trim();
+    if (!thread || !original || !content) return;
+    runTurn(threadId, [{ ...original, id: newId('m'), content, createdAt: Date.now() }], messageId);
+  }
+
+  // --- models ------------------------------------------------------------------
+  async function refreshModels(): Promise<ModelInfo[] | undefined> {
+    const r = await api.invoke('listModels', {});
+    if (r.ok) s().setModels(r.value);
+    return r.ok ? r.value : undefined;
+  }
+
+  async function importFiles(name: string, files: DroppedFile[]): Promise<void> {
+    const bytes = files.reduce((n, f) => n + f.data.byteLength, 0);
+    s().setPackageImport({ name, status: 'uploading', files: files.length, bytes });
+    s().setView('models');
+    const r = await api.importPackage({ kind: 'files', name, files });
+    if (r.ok) {
+      s().setPackageImport({
+        name,
+        status: 'ready',
+        spec: r.value.spec,
+        modelId: r.value.id,
+        files: files.length,
+        bytes,
+      });
+      await refreshModels();
+    } else {
+      s().setPackageImport({ name, status: 'error', error: packageError(r.error), files: files.length, bytes });
+    }
+  }
+
+  async function importPath(name: string, path: string): Promise<void> {
+    s().setPackageImport({ name, status: 'reading', path });
+    s().setView('models');
+    const r = await api.invoke('checkPackage', { path });
+    if (!r.ok) {
+      s().setPackageImport({ name, status: 'error', path, error: packageError(r.error) });
+    } else if (!r.value.ok) {
+      s().setPackageImport({ name, status: 'error', path, error: r.value.error });
+    } else {
+      s().setPackageImport({ name, status: 'ready', path, spec: r.value.spec });
+    }
+  }
+
+  async function loadPackage(path: string): Promise<void> {
+    s().setModelBusy(path, true);
+    const r = await api.invoke('loadModel', { path });
+    s().setModelBusy(path, false);
+    if (!r.ok) {
+      const current = s().packageImport;
+      if (current?.path === path || current?.spec?.root === path) {
+        s().setPackageImport({ ...current, status: 'error', error: packageError(r.error) });
+      } else notify(`Could not load the model: ${r.error.message}`);
+      return;
+    }
+    s().forgetUnloaded(path);
+    const current = s().packageImport;
+    if (current && (current.path === path || current.spec?.root === path)) {
+      s().setPackageImport({ ...current, modelId: r.value.id, spec: r.value.spec });
+    }
+    await refreshModels();
+  }
+
+  async function unloadModel(id: string): Promise<void> {
+    const model = s().models.find((m) => m.id === id);
+    s().setModelBusy(id, true);
+    const r = await api.invoke('unloadModel', { id });
+    s().setModelBusy(id, false);
+    if (!report('Could not unload the model', r)) return;
+    if (model) s().rememberUnloaded({ root: model.spec.root, spec: model.spec });
+    const current = s().packageImport;
+    if (current?.modelId === id) {
+      const { modelId: _dropped, ...rest } = current;
+      s().setPackageImport({ ...rest, path: model?.spec.root ?? current.path });
+    }
+    await refreshModels();
+  }
+
+  return {
+    api,
+    newThread,
+    selectThread(id) {
+      s().selectThread(id);
+      s().setView('chat');
+      rememberOpen(id);
+    },
+    renameThread(id, title) {
+      s().renameThread(id, title);
+      saveThread(id);
+    },
+    deleteThread(id) {
+      stop(id);
+      s().removeThread(id);
+      sessionModel.delete(id);
+      // The host also closes the thread's session, giving its retained KV back to the budget.
+      void api.invoke('deleteThread', { id }).then((r) => report('Could not delete the chat', r));
+      rememberOpen(s().activeThreadId);
+    },
+    updateThreadSettings(id, patch) {
+      const next: Partial<Thread> = {};
+      if ('systemPrompt' in patch) next.systemPrompt = patch.systemPrompt;
+      if ('sampling' in patch) next.sampling = patch.sampling;
+      if ('maxNewTokens' in patch) next.maxNewTokens = patch.maxNewTokens;
+      s().updateThread(id, next);
+      saveThread(id);
+    },
+    send,
+    stop,
+    regenerate,
+    editAndResend,
+    setActiveModel(id) {
+      s().setActiveModel(id);
+    },
+    importFiles,
+    importPath,
+    loadPackage,
+    unloadModel,
+    async configureBudget(patch) {
+      const r = await api.invoke('configureBudget', patch);
+      if (r.ok) s().setSnapshot(r.value);
+      return r;
+    },
+    setInspectorOpen(open) {
+      s().setUi({ inspectorOpen: open });
+      saveSettings();
+    },
+    chooseFolder:
+      transport.api.transport === 'electron' && transport.api.chooseFolder
+        ? () => (transport.api.chooseFolder as () => Promise<string | null>)()
+        : undefined,
+    pathForFile(file) {
+      const t = transport.api;
+      if (t.transport !== 'electron' || !t.getPathForFile) return undefined;
+      try {
+        return t.getPathForFile(file) || undefined;
+      } catch {
+        return undefined;
+      }
+    },
+  };
+}

@@ -1,0 +1,39 @@
+/** Builds the generate request for a chat turn from a thread (pure, unit-tested). */
+import type { StoredMessage, Thread } from '../../shared/api';
+import type { ChatMessage, GenerateRequest } from '../../shared/contract';
+
+/**
+ * The conversation the model sees: every user message and every assistant reply
+ * that has text. Refused or failed turns (no text) are left out, so a retry
+ * after raising the budget sends the same prompt the refusal was about.
+ */
+export function conversationOf(messages: StoredMessage[]): ChatMessage[] {
+  return messages
+    .filter((m) => m.role !== 'assistant' || (m.content.length > 0 && !m.stats?.error))
+    .map((m) => ({ role: m.role, content: m.content }));
+}
+
+/**
+ * One chat turn. `sessionId` is the thread id, so the host keeps the thread's
+ * KV resident between turns and only prefills what is new; `threadId` labels the
+ * request in the inspector.
+ */
+export function buildChatRequest(thread: Thread, history: StoredMessage[], modelId: string | null): GenerateRequest {
+  const messages = conversationOf(history);
+  const system = thread.systemPrompt?.trim();
+  const sampling = thread.sampling && Object.keys(thread.sampling).length > 0 ? thread.sampling : undefined;
+  return {
+    ...(modelId ? { model: modelId } : {}),
+    messages,
+    ...(system ? { system } : {}),
+    ...(thread.maxNewTokens ? { maxNewTokens: thread.maxNewTokens } : {}),
+    ...(sampling ? { sampling } : {}),
+    sessionId: thread.id,
+    threadId: thread.id,
+  };
+}
+
+/** Ids that sort by creation time and do not collide across windows. */
+export function newId(prefix: string, now = Date.now()): string {
+  return `${prefix}-${now.toString(36)}-${Math.random().toString(36).slice(2, 8)}`;
+}

@@ -1,0 +1,133 @@
+/** The window: header, threads, chat or models, inspector; drop-anywhere and keyboard shortcuts. */
+import { useEffect, useRef, useState } from 'react';
+import { useApp, useAppStore, useBridge } from '../bridge/context';
+import { captureDrop } from '../lib/folder-drop';
+import { ChatView } from './ChatView';
+import { CHAT_INPUT_ID } from './Composer';
+import { Header, MODEL_PICKER_ID } from './Header';
+import { Inspector } from './Inspector';
+import { ModelsView } from './ModelsView';
+import { ThreadList } from './ThreadList';
+
+function hasFiles(e: DragEvent): boolean {
+  return Array.from(e.dataTransfer?.types ?? []).includes('Files');
+}
+
+/** Folder drops anywhere on the window go to the Models view. */
+function useWindowDrop(): boolean {
+  const bridge = useBridge();
+  const store = useAppStore();
+  const [over, setOver] = useState(false);
+  const depth = useRef(0);
+  useEffect(() => {
+    const enter = (e: DragEvent) => {
+      if (!hasFiles(e)) return;
+      depth.current += 1;
+      setOver(true);
+    };
+    const leave = () => {
+      depth.current = Math.max(0, depth.current - 1);
+      if (depth.current === 0) setOver(false);
+    };
+    const overHandler = (e: DragEvent) => {
+      if (!hasFiles(e)) return;
+      e.preventDefault(); // without this the browser opens the file instead of dropping it here
+      if (e.dataTransfer) e.dataTransfer.dropEffect = 'copy';
+    };
+    const drop = (e: DragEvent) => {
+      depth.current = 0;
+      setOver(false);
+      const dt = e.dataTransfer;
+      if (!dt || (dt.files.length === 0 && dt.items.length === 0)) return;
+      e.preventDefault();
+      const first = dt.files[0];
+      const path = first ? bridge.pathForFile(first) : undefined;
+      if (path && dt.files.length === 1) {
+        void bridge.importPath(first?.name ?? 'package', path);
+        return;
+      }
+      const read = captureDrop(dt);
+      store.getState().setPackageImport({ name: first?.name ?? 'package', status: 'reading' });
+      store.getState().setView('models');
+      read().then(
+        (pkg) => bridge.importFiles(pkg.name, pkg.files),
+        (err: unknown) =>
+          store.getState().setPackageImport({
+            name: first?.name ?? 'package',
+            status: 'error',
+            error: { code: 'PACKAGE_INVALID', message: err instanceof Error ? err.message : String(err) },
+          }),
+      );
+    };
+    window.addEventListener('dragenter', enter);
+    window.addEventListener('dragleave', leave);
+    window.addEventListener('dragover', overHandler);
+    window.addEventListener('drop', drop);
+    return () => {
+      window.removeEventListener('dragenter', enter);
+      window.removeEventListener('dragleave', leave);
+      window.removeEventListener('dragover', overHandler);
+      window.removeEventListener('drop', drop);
+    };
+  }, [bridge, store]);
+  return over;
+}
+
+function useShortcuts(): void {
+  const bridge = useBridge();
+  const store = useAppStore();
+  useEffect(() => {
+    const onKey = (e: KeyboardEvent) => {
+      const mod = e.ctrlKey || e.metaKey;
+      if (mod && !e.shiftKey && !e.altKey && e.key.toLowerCase() === 'n') {
+        e.preventDefault();
+        bridge.newThread();
+        requestAnimationFrame(() => document.getElementById(CHAT_INPUT_ID)?.focus());
+      } else if (mod && !e.shiftKey && !e.altKey && e.key.toLowerCase() === 'k') {
+        e.preventDefault();
+        document.getElementById(MODEL_PICKER_ID)?.focus();
+      } else if (e.key === 'Escape' && !e.defaultPrevented) {
+        const s = store.getState();
+        if (s.activeThreadId && Object.values(s.live).some((l) => l.threadId === s.activeThreadId)) {
+          e.preventDefault();
+          bridge.stop();
+        }
+      }
+    };
+    window.addEventListener('keydown', onKey);
+    return () => window.removeEventListener('keydown', onKey);
+  }, [bridge, store]);
+}
+
+function Notice() {
+  const notice = useApp((s) => s.notice);
+  const setNotice = useApp((s) => s.setNotice);
+  if (!notice) return null;
+  return (
+    <div className="notice" role="status" data-testid="notice">
+      <span>{notice}</span>
+      <button type="button" className="small" onClick={() => setNotice(null)}>
+        dismiss
+      </button>
+    </div>
+  );
+}
+
+export function App() {
+  const view = useApp((s) => s.view);
+  const inspectorOpen = useApp((s) => s.ui.inspectorOpen !== false);
+  const dragging = useWindowDrop();
+  useShortcuts();
+  return (
+    <div className="app" data-testid="app">
+      <Header />
+      <div className="body">
+        <ThreadList />
+        {view === 'models' ? <ModelsView /> : <ChatView />}
+        {inspectorOpen && <Inspector />}
+      </div>
+      <Notice />
+      {dragging && <div className="drop-overlay">Drop a model package folder to validate it</div>}
+    </div>
+  );
+}

@@ -1,0 +1,207 @@
+/** Message box with Send/Stop, a one-line summary of the thread's settings, and the settings themselves. */
+import { useRef, useState } from 'react';
+import { useShallow } from 'zustand/react/shallow';
+import type { Thread } from '../../shared/api';
+import type { SamplingSettings } from '../../shared/contract';
+import { useApp, useBridge } from '../bridge/context';
+
+/** Id of the message box, focused after sending and on thread switch. */
+export const CHAT_INPUT_ID = 'chat-input';
+
+function summary(thread: Thread | undefined): string {
+  const s = thread?.sampling ?? {};
+  const parts: string[] = [];
+  if (s.greedy) parts.push('greedy');
+  parts.push(`temp ${s.temperature ?? 'default'}`);
+  if (s.topP !== undefined) parts.push(`top-p ${s.topP}`);
+  if (s.topK !== undefined) parts.push(`top-k ${s.topK}`);
+  if (s.minP !== undefined) parts.push(`min-p ${s.minP}`);
+  if (s.repetitionPenalty !== undefined) parts.push(`rep ${s.repetitionPenalty}`);
+  if (s.seed !== undefined) parts.push(`seed ${s.seed}`);
+  parts.push(`max ${thread?.maxNewTokens ?? 'default'}`);
+  return parts.join(' · ');
+}
+
+type NumField = {
+  key: keyof SamplingSettings;
+  label: string;
+  min: number;
+  max?: number;
+  step: number;
+  int?: boolean;
+  placeholder: string;
+};
+
+const FIELDS: NumField[] = [
+  { key: 'temperature', label: 'temperature', min: 0, max: 10, step: 0.05, placeholder: '0.7' },
+  { key: 'topP', label: 'top-p', min: 0.01, max: 1, step: 0.01, placeholder: '1' },
+  { key: 'topK', label: 'top-k', min: 0, step: 1, int: true, placeholder: '0 (off)' },
+  { key: 'minP', label: 'min-p', min: 0, max: 1, step: 0.01, placeholder: '0' },
+  { key: 'repetitionPenalty', label: 'repetition penalty', min: 0.01, max: 10, step: 0.05, placeholder: '1' },
+  { key: 'seed', label: 'seed', min: 0, step: 1, int: true, placeholder: 'random' },
+];
+
+/** Reads a number box: empty means "model default" (undefined); out-of-range values are clamped by the host's schema, so refuse them here. */
+function readNumber(text: string, f: Pick<NumField, 'min' | 'max' | 'int'>): number | undefined | null {
+  if (text.trim() === '') return undefined;
+  const n = Number(text);
+  if (!Number.isFinite(n) || n < f.min || (f.max !== undefined && n > f.max) || (f.int && !Number.isInteger(n)))
+    return null;
+  return n;
+}
+
+function SettingsPanel({ thread }: { thread: Thread }) {
+  const bridge = useBridge();
+  const sampling = thread.sampling ?? {};
+  const setSampling = (key: keyof SamplingSettings, value: number | boolean | undefined) => {
+    const next: SamplingSettings = { ...sampling };
+    if (value === undefined) delete next[key];
+    else (next as Record<string, number | boolean>)[key] = value;
+    bridge.updateThreadSettings(thread.id, { sampling: next });
+  };
+  return (
+    <div className="settings" data-testid="settings-panel">
+      <label className="system">
+        system prompt
+        <textarea
+          data-testid="system-prompt"
+          defaultValue={thread.systemPrompt ?? ''}
+          placeholder="You are a helpful assistant."
+          onBlur={(e) => {
+            if (e.target.value !== (thread.systemPrompt ?? ''))
+              bridge.updateThreadSettings(thread.id, { systemPrompt: e.target.value });
+          }}
+        />
+      </label>
+      {FIELDS.map((f) => (
+        <label key={f.key}>
+          {f.label}
+          <input
+            type="number"
+            data-testid={`setting-${f.key}`}
+            min={f.min}
+            max={f.max}
+            step={f.step}
+            placeholder={f.placeholder}
+            defaultValue={(sampling[f.key] as number | undefined) ?? ''}
+            onBlur={(e) => {
+              const v = readNumber(e.target.value, f);
+              if (v === null) e.target.setCustomValidity(`between ${f.min} and ${f.max ?? '∞'}`);
+              else {
+                e.target.setCustomValidity('');
+                if (v !== sampling[f.key]) setSampling(f.key, v);
+              }
+              e.target.reportValidity();
+            }}
+          />
+        </label>
+      ))}
+      <label>
+        max tokens
+        <input
+          type="number"
+          data-testid="setting-maxNewTokens"
+          min={1}
+          step={1}
+          placeholder="model default"
+          defaultValue={thread.maxNewTokens ?? ''}
+          onBlur={(e) => {
+            const v = readNumber(e.target.value, { min: 1, max: 1_000_000, int: true });
+            if (v === null) return;
+            if (v !== thread.maxNewTokens) bridge.updateThreadSettings(thread.id, { maxNewTokens: v });
+          }}
+        />
+      </label>
+      <label>
+        greedy
+        <input
+          type="checkbox"
+          data-testid="setting-greedy"
+          checked={sampling.greedy === true}
+          onChange={(e) => setSampling('greedy', e.target.checked ? true : undefined)}
+        />
+      </label>
+      <div className="hint">Empty fields use the model package's defaults. The same seed gives the same reply.</div>
+    </div>
+  );
+}
+
+export function Composer({ threadId }: { threadId: string | null }) {
+  const bridge = useBridge();
+  const { thread, streaming } = useApp(
+    useShallow((s) => ({
+      thread: s.threads.find((t) => t.id === threadId),
+      streaming: threadId !== null && Object.values(s.live).some((l) => l.threadId === threadId),
+    })),
+  );
+  const noModel = useApp((s) => s.models.length === 0);
+  const [text, setText] = useState('');
+  const [open, setOpen] = useState(false);
+  const ref = useRef<HTMLTextAreaElement>(null);
+
+  const send = () => {
+    if (!text.trim() || streaming) return;
+    bridge.send(text);
+    setText('');
+  };
+
+  return (
+    <div className="composer">
+      <div className="box">
+        <textarea
+          id={CHAT_INPUT_ID}
+          ref={ref}
+          data-testid="chat-input"
+          rows={Math.min(8, Math.max(1, text.split('\n').length))}
+          placeholder={noModel ? 'Load a model to chat (Models)…' : 'Message… (Enter sends, Shift+Enter new line)'}
+          value={text}
+          onChange={(e) => setText(e.target.value)}
+          onKeyDown={(e) => {
+            if (e.key === 'Enter' && !e.shiftKey && !e.nativeEvent.isComposing) {
+              e.preventDefault();
+              send();
+            }
+          }}
+        />
+        {streaming ? (
+          <button
+            type="button"
+            className="danger"
+            data-testid="stop-button"
+            onClick={() => bridge.stop(threadId ?? undefined)}
+            title="Stop (Esc)"
+          >
+            Stop
+          </button>
+        ) : (
+          <button
+            type="button"
+            className="primary"
+            data-testid="send-button"
+            disabled={!text.trim()}
+            onClick={send}
+            title="Send (Enter)"
+          >
+            Send
+          </button>
+        )}
+      </div>
+      <div className="summary">
+        <span className="num" data-testid="settings-summary">
+          {summary(thread)}
+        </span>
+        {thread?.systemPrompt && <span title={thread.systemPrompt}>· system prompt set</span>}
+        <button
+          type="button"
+          className="ghost"
+          data-testid="settings-toggle"
+          onClick={() => setOpen(!open)}
+          disabled={!thread}
+        >
+          {open ? 'hide settings' : 'system & sampling…'}
+        </button>
+      </div>
+      {open && thread && <SettingsPanel key={thread.id} thread={thread} />}
+    </div>
+  );
+}

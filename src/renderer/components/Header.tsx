@@ -1,0 +1,108 @@
+/** Top bar: model picker with its backend, the budget at a glance, the Models and Inspector toggles. */
+import { useShallow } from 'zustand/react/shallow';
+import { useApp, useBridge } from '../bridge/context';
+import { exactBytes, formatBytes } from '../lib/format';
+import { BudgetBar } from './BudgetBar';
+
+/** Id of the model picker; Ctrl/Cmd+K focuses it. */
+export const MODEL_PICKER_ID = 'model-picker';
+
+function ModelPicker() {
+  const bridge = useBridge();
+  const { models, activeModelId } = useApp(useShallow((s) => ({ models: s.models, activeModelId: s.activeModelId })));
+  const active = models.find((m) => m.id === activeModelId);
+  return (
+    <div className="picker">
+      <label className="sr-only" htmlFor={MODEL_PICKER_ID}>
+        Model
+      </label>
+      <select
+        id={MODEL_PICKER_ID}
+        data-testid="model-picker"
+        value={activeModelId ?? ''}
+        onChange={(e) => bridge.setActiveModel(e.target.value)}
+        title="Model for new replies (Ctrl/Cmd+K)"
+      >
+        {models.length === 0 && <option value="">no model loaded</option>}
+        {models.map((m) => (
+          <option key={m.id} value={m.id}>
+            {m.spec.displayName}
+            {m.isDefault ? ' (default)' : ''}
+          </option>
+        ))}
+      </select>
+      {active && (
+        <span className="badge" data-testid="model-backend" title="Execution provider in use">
+          {active.backend.replace(/ExecutionProvider$/, '').toUpperCase()}
+        </span>
+      )}
+    </div>
+  );
+}
+
+function HeaderBudget() {
+  const snapshot = useApp((s) => s.snapshot);
+  if (!snapshot) return <div className="header-budget muted">budget …</div>;
+  const taken = snapshot.reservedBytes + snapshot.heldBytes;
+  return (
+    <div className="header-budget" title="KV budget: reserved + held by sessions / limit">
+      <span className="muted">budget</span>
+      <BudgetBar snapshot={snapshot} testId="budget-bar" />
+      <span
+        className="figures num"
+        data-testid="header-budget-figures"
+        title={`${exactBytes(taken)} of ${exactBytes(snapshot.limitBytes)}`}
+      >
+        {formatBytes(taken)} / {formatBytes(snapshot.limitBytes)}
+      </span>
+    </div>
+  );
+}
+
+export function Header() {
+  const bridge = useBridge();
+  const { view, inspectorOpen, connection, transport } = useApp(
+    useShallow((s) => ({
+      view: s.view,
+      inspectorOpen: s.ui.inspectorOpen !== false,
+      connection: s.connection,
+      transport: s.transport,
+    })),
+  );
+  const setView = useApp((s) => s.setView);
+  return (
+    <header className="header">
+      <span className="brand">kvdesk</span>
+      <ModelPicker />
+      <button
+        type="button"
+        className={view === 'models' ? 'primary' : ''}
+        data-testid="models-toggle"
+        onClick={() => setView(view === 'models' ? 'chat' : 'models')}
+        title="Model packages: drop, validate, load"
+      >
+        Models
+      </button>
+      <div className="spacer" />
+      <HeaderBudget />
+      {connection !== 'open' && (
+        <span className={`conn ${connection}`} data-testid="connection">
+          {connection === 'connecting' ? 'connecting…' : 'reconnecting…'}
+        </span>
+      )}
+      <span className="sr-only" data-testid="transport">
+        {transport}
+      </span>
+      <button
+        type="button"
+        className={inspectorOpen ? 'primary' : ''}
+        data-testid="inspector-toggle"
+        aria-pressed={inspectorOpen}
+        onClick={() => bridge.setInspectorOpen(!inspectorOpen)}
+        title="Budget inspector"
+      >
+        Inspector
+      </button>
+    </header>
+  );
+}

@@ -1,0 +1,425 @@
+/**
+ * The budget inspector: where the KV budget goes right now (bar and legend),
+ * how the limit was derived, live controls, the requests and sessions behind
+ * the numbers, and the scheduler's event timeline.
+ */
+import { memo, useMemo, useState } from 'react';
+import type { Thread } from '../../shared/api';
+import type { SchedulerRequestView, SchedulerSnapshot } from '../../shared/scheduler-types';
+import { useApp, useBridge } from '../bridge/context';
+import { exactBytes, formatBytes, formatInteger, formatMs, parseByteSize } from '../lib/format';
+import type { TimelineEvent } from '../store/types';
+import { BudgetBar } from './BudgetBar';
+import { Bytes } from './Bytes';
+
+function useThreadTitles(): Map<string, string> {
+  const threads = useApp((s) => s.threads);
+  return useMemo(() => new Map(threads.map((t: Thread) => [t.id, t.title])), [threads]);
+}
+
+function Derivation({ snap }: { snap: SchedulerSnapshot }) {
+  const d = snap.derivation;
+  const mem = d.memory === 'device-memory' ? 'device memory' : 'RAM';
+  const derivedLines = d.totalMemoryBytes !== undefined && (
+    <>
+      <div>
+        {d.source === 'override' ? 'derivation: ' : '= '}
+        <Bytes value={d.totalMemoryBytes} /> {mem} × {d.fraction ?? 1}
+      </div>
+      {d.weightsBytes !== undefined && (
+        <div>
+          − weights <Bytes value={d.weightsBytes} />
+        </div>
+      )}
+      {d.overheadBytes !== undefined && (
+        <div>
+          − overhead <Bytes value={d.overheadBytes} />
+        </div>
+      )}
+      {d.derivedBytes !== undefined && (d.source === 'override' || d.derivedBytes !== d.limitBytes) && (
+        <div>
+          = <Bytes value={d.derivedBytes} />
+          {d.source === 'derived' ? ' (clamped)' : ''}
+        </div>
+      )}
+    </>
+  );
+  return (
+    <div className="derivation" data-testid="budget-derivation" data-source={d.source} title={d.formula}>
+      {d.source === 'derived' && derivedLines}
+      {d.source === 'override' && (
+        <>
+          <div>set by override</div>
+          {derivedLines}
+        </>
+      )}
+      {d.source === 'explicit' && <div>set explicitly</div>}
+      {d.notes.map((n) => (
+        <div key={n}>{n}</div>
+      ))}
+    </div>
+  );
+}
+
+function BudgetSection({ snap }: { snap: SchedulerSnapshot }) {
+  const reservedUnused = Math.max(0, snap.reservedBytes - snap.usedBytes);
+  return (
+    <section data-testid="inspector-budget">
+      <h2>KV budget</h2>
+      <div className="limit-line">
+        limit <Bytes value={snap.limitBytes} testId="budget-limit-bytes" />
+      </div>
+      <Derivation snap={snap} />
+      <BudgetBar snapshot={snap} testId="inspector-budget-bar" />
+      <div className="legend">
+        <span className="swatch used" />
+        <span>used</span>
+        <Bytes className="v" value={snap.usedBytes} testId="budget-used-bytes" />
+        <span className="swatch reserved" />
+        <span>reserved, not yet used</span>
+        <Bytes className="v" value={reservedUnused} testId="budget-reserved-unused-bytes" />
+        <span className="swatch held" />
+        <span>held by idle sessions</span>
+        <Bytes className="v" value={snap.heldBytes} testId="budget-held-bytes" />
+        <span className="swatch free" />
+        <span>free</span>
+        <Bytes className="v" value={snap.freeBytes} testId="budget-free-bytes" />
+      </div>
+      <div className="totals">
+        <span>
+          reserved <Bytes value={snap.reservedBytes} testId="budget-reserved-bytes" /> (used + not yet used)
+        </span>
+        {snap.bpt !== null && (
+          <span title={exactBytes(snap.bpt)}>
+            bpt <span className="num">{formatInteger(snap.bpt)} B</span>
+          </span>
+        )}
+        <span data-testid="budget-running-count">
+          running {snap.running.length}/{snap.maxRunning}
+        </span>
+        <span data-testid="budget-queued-count">
+          queued {snap.queue.length}/{snap.maxQueue}
+        </span>
+      </div>
+      {snap.violations.length > 0 && (
+        <div className="refusal failed" data-testid="budget-violations">
+          {snap.violations.length} broken promise(s) recorded: {snap.violations[snap.violations.length - 1]?.message}
+        </div>
+      )}
+    </section>
+  );
+}
+
+function Controls({ snap }: { snap: SchedulerSnapshot }) {
+  const bridge = useBridge();
+  const [limit, setLimit] = useState('');
+  const [maxRunning, setMaxRunning] = useState('');
+  const [error, setError] = useState<string | null>(null);
+  const apply = async (patch: Parameters<typeof bridge.configureBudget>[0]) => {
+    const r = await bridge.configureBudget(patch);
+    setError(r.ok ? null : r.error.message);
+    return r.ok;
+  };
+  const applyLimit = async () => {
+    const bytes = parseByteSize(limit);
+    if (bytes === null) {
+      setError(`"${limit}" is not a size: try 512, 64KiB, 1.5GiB.`);
+      return;
+    }
+    if (await apply({ kvBudgetBytes: bytes })) setLimit('');
+  };
+  const applyRunning = async () => {
+    const n = Number(maxRunning);
+    if (!Number.isInteger(n) || n < 1 || n > 256) {
+      setError('Max running is a whole number from 1 to 256.');
+      return;
+    }
+    if (await apply({ maxRunning: n })) setMaxRunning('');
+  };
+  return (
+    <section data-testid="inspector-controls">
+      <h2>Controls</h2>
+      <div className="controls">
+        <label htmlFor="budget-limit">limit</label>
+        <input
+          id="budget-limit"
+          type="text"
+          data-testid="budget-limit-input"
+          placeholder={`${formatBytes(snap.limitBytes)} (e.g. 64KiB, 2GiB)`}
+          value={limit}
+          onChange={(e) => setLimit(e.target.value)}
+          onKeyDown={(e) => {
+            if (e.key === 'Enter') void applyLimit();
+          }}
+        />
+        <button
+          type="button"
+          data-testid="budget-limit-apply"
+          disabled={!limit.trim()}
+          onClick={() => void applyLimit()}
+        >
+          Set
+        </button>
+        <label htmlFor="max-running">max running</label>
+        <input
+          id="max-running"
+          type="number"
+          min={1}
+          max={256}
+          data-testid="max-running-input"
+          placeholder={String(snap.maxRunning)}
+          value={maxRunning}
+          onChange={(e) => setMaxRunning(e.target.value)}
+          onKeyDown={(e) => {
+            if (e.key === 'Enter') void applyRunning();
+          }}
+        />
+        <button
+          type="button"
+          data-testid="max-running-apply"
+          disabled={!maxRunning.trim()}
+          onClick={() => void applyRunning()}
+        >
+          Set
+        </button>
+        {snap.derivation.source !== 'derived' && (
+          <button
+            type="button"
+            className="ghost"
+            style={{ gridColumn: '1 / -1', justifySelf: 'start' }}
+            data-testid="budget-use-derived"
+            onClick={() => void apply({ kvBudgetBytes: null })}
+          >
+            use the derived limit again
+          </button>
+        )}
+        {error && (
+          <div className="err" data-testid="budget-control-error">
+            {error}
+          </div>
+        )}
+      </div>
+    </section>
+  );
+}
+
+function RequestRow({ r, title }: { r: SchedulerRequestView; title: string | undefined }) {
+  const n = r.admittedMaxTokens ?? r.maxNewTokens;
+  const prompt = r.sessionPrefixTokens > 0 ? `${r.sessionPrefixTokens}+${r.promptTokens}` : String(r.promptTokens);
+  return (
+    <tr
+      data-testid="request-row"
+      data-request-id={r.id}
+      data-state={r.state}
+      data-reserved-bytes={r.reservedBytes}
+      data-used-bytes={r.usedBytes}
+      title={r.error ? `${r.error.code}: ${r.error.message}` : r.id}
+    >
+      <td className="mono">{r.id.slice(0, 6)}</td>
+      <td className="thread" title={title ?? r.threadId}>
+        {title ?? (r.threadId ? r.threadId.slice(0, 8) : '—')}
+      </td>
+      <td>
+        <span className={`state ${r.state}`}>{r.state}</span>
+      </td>
+      <td className="r num">{r.rows}</td>
+      <td
+        className="r num"
+        title={`prompt tokens${r.sessionPrefixTokens > 0 ? ' (session prefix + new)' : ''} + max new tokens${
+          r.requestedMaxTokens !== r.maxNewTokens ? ` (asked ${r.requestedMaxTokens}, clipped to the context)` : ''
+        }`}
+      >
+        {prompt} + {n}
+      </td>
+      <td className="r">
+        <Bytes value={r.usedBytes} /> / <Bytes value={r.reservedBytes} />
+      </td>
+      <td
+        className="r num"
+        data-testid={r.budgetCap ? 'request-cap' : undefined}
+        title={
+          r.budgetCap
+            ? `asked ${r.budgetCap.requestedMaxTokens} tokens, admitted ${r.budgetCap.admittedMaxTokens}`
+            : undefined
+        }
+      >
+        {r.budgetCap ? `${r.budgetCap.admittedMaxTokens}/${r.budgetCap.requestedMaxTokens}` : ''}
+      </td>
+    </tr>
+  );
+}
+
+function Requests({ snap }: { snap: SchedulerSnapshot }) {
+  const titles = useThreadTitles();
+  // Live work first (running, then queued in admission order), then what ended, newest first.
+  const rows = [...snap.running, ...snap.queue, ...[...snap.recent].reverse()];
+  return (
+    <section>
+      <h2>Requests</h2>
+      {rows.length === 0 ? (
+        <div className="muted">No requests yet.</div>
+      ) : (
+        <div className="table-wrap">
+          <table className="table" data-testid="request-table">
+            <thead>
+              <tr>
+                <th>id</th>
+                <th>thread</th>
+                <th>state</th>
+                <th className="r" title="rows">
+                  R
+                </th>
+                <th className="r" title="prompt tokens + max new tokens">
+                  tokens
+                </th>
+                <th className="r" title="KV bytes used / reserved">
+                  used / reserved
+                </th>
+                <th className="r" title="budget cap: admitted / asked tokens">
+                  cap
+                </th>
+              </tr>
+            </thead>
+            <tbody>
+              {rows.map((r) => (
+                <RequestRow key={r.id} r={r} title={r.threadId ? titles.get(r.threadId) : undefined} />
+              ))}
+            </tbody>
+          </table>
+        </div>
+      )}
+    </section>
+  );
+}
+
+function Sessions({ snap }: { snap: SchedulerSnapshot }) {
+  const titles = useThreadTitles();
+  if (snap.sessions.length === 0) return null;
+  return (
+    <section>
+      <h2>Sessions</h2>
+      <table className="table" data-testid="session-table">
+        <thead>
+          <tr>
+            <th>chat</th>
+            <th>state</th>
+            <th className="r">tokens</th>
+            <th className="r">held</th>
+          </tr>
+        </thead>
+        <tbody>
+          {snap.sessions.map((s) => (
+            <tr key={s.sessionId} data-testid="session-row" data-session-id={s.sessionId} data-held-bytes={s.heldBytes}>
+              <td className="thread" title={s.sessionId}>
+                {titles.get(s.sessionId) ?? s.sessionId.slice(0, 10)}
+              </td>
+              <td>
+                <span className={`state ${s.state === 'idle' ? 'cancelled' : s.state}`}>{s.state}</span>
+              </td>
+              <td className="r num">{formatInteger(s.tokens)}</td>
+              <td className="r">
+                <Bytes value={s.heldBytes} />
+              </td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+      <div className="muted" style={{ fontSize: 12, marginTop: 4 }}>
+        Idle sessions keep their KV so the next turn only computes what is new; they are evicted (least recently used
+        first) when a request needs the room.
+      </div>
+    </section>
+  );
+}
+
+function short(id: string | undefined): string {
+  return id ? `#${id.slice(0, 6)}` : '';
+}
+
+/** One line per event: what happened, with its numbers. */
+export function describeEvent(e: TimelineEvent): string {
+  switch (e.type) {
+    case 'accepted':
+      return `${short(e.requestId)} ${e.promptTokens} prompt + ${e.maxNewTokens} max tok${e.rows > 1 ? ` × ${e.rows} rows` : ''}${e.clipped ? ' (clipped)' : ''}`;
+    case 'queued':
+      return `${short(e.requestId)} position ${e.position + 1} of ${e.queueLength}`;
+    case 'admitted':
+      return `${short(e.requestId)} reserved ${formatBytes(e.reservedBytes)} for ${e.admittedMaxTokens} tok after ${formatMs(e.queueMs)}${e.budgetCap ? ` (capped from ${e.budgetCap.requestedMaxTokens})` : ''}`;
+    case 'rejected':
+      return `${short(e.requestId)} ${e.error.code}${e.stage === 'queued' ? ' while queued' : ''}`;
+    case 'firstToken':
+      return `${short(e.requestId)} first token after ${formatMs(e.ttftMs)}`;
+    case 'finished':
+      return `${short(e.requestId)} ${e.reason}, ${e.generatedTokens} tok`;
+    case 'cancelled':
+      return `${short(e.requestId)} ${e.reason}${e.wasRunning ? '' : ' (was queued)'}`;
+    case 'failed':
+      return `${short(e.requestId)} ${e.error.code}`;
+    case 'released':
+      return `${short(e.requestId)} returned ${formatBytes(e.bytes)}${e.retainedBytes > 0 ? `, session keeps ${formatBytes(e.retainedBytes)}` : ''}`;
+    case 'evicted':
+      return `session ${e.sessionId.slice(0, 10)} dropped ${formatBytes(e.bytes)} (${e.reason})`;
+    case 'reconfigured':
+      return `limit ${formatBytes(e.limits.before.limitBytes)} → ${formatBytes(e.limits.after.limitBytes)}, max running ${e.limits.after.maxRunning}${e.overLimit ? ', over the new limit' : ''}${e.rejectedRequestIds.length ? `, refused ${e.rejectedRequestIds.length} queued` : ''}`;
+    case 'violation':
+      return e.violation.message;
+  }
+}
+
+const Timeline = memo(function Timeline() {
+  const events = useApp((s) => s.events);
+  const shown = events.slice(-120).reverse();
+  const newest = shown[0]?.at ?? 0;
+  const span = 60_000;
+  return (
+    <section>
+      <h2>Timeline</h2>
+      <div className="timeline-strip" title="the last 60 seconds of scheduler events">
+        {events
+          .filter((e) => newest - e.at <= span)
+          .map((e, i) => (
+            <span
+              // biome-ignore lint/suspicious/noArrayIndexKey: events have no id; order is stable within the strip
+              key={i}
+              className={`tick ${e.type}`}
+              style={{ left: `calc(${(1 - (newest - e.at) / span) * 100}% - 3px)` }}
+              title={`${e.type}: ${describeEvent(e)}`}
+            />
+          ))}
+      </div>
+      {shown.length === 0 ? (
+        <div className="muted">No scheduler events yet.</div>
+      ) : (
+        <ul className="events" data-testid="timeline">
+          {shown.map((e, i) => (
+            // biome-ignore lint/suspicious/noArrayIndexKey: newest-first list of immutable events
+            <li key={`${e.at}-${i}`} data-testid="timeline-event" data-type={e.type}>
+              <span className="t num">{i === 0 ? 'now' : `−${((newest - e.at) / 1000).toFixed(2)}s`}</span>
+              <span className={`k ${e.type}`}>{e.type}</span>
+              <span>{describeEvent(e)}</span>
+            </li>
+          ))}
+        </ul>
+      )}
+    </section>
+  );
+});
+
+export function Inspector() {
+  const snap = useApp((s) => s.snapshot);
+  return (
+    <aside className="inspector" aria-label="Budget inspector" data-testid="inspector">
+      {snap ? (
+        <>
+          <BudgetSection snap={snap} />
+          <Controls snap={snap} />
+          <Requests snap={snap} />
+          <Sessions snap={snap} />
+        </>
+      ) : (
+        <div className="muted">Waiting for the scheduler…</div>
+      )}
+      <Timeline />
+    </aside>
+  );
+}

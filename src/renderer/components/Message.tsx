@@ -1,0 +1,266 @@
+/** One message: user text (editable), or an assistant reply with its live phase, stats, notes and refusals. */
+import { memo, useDeferredValue, useState } from 'react';
+import { useShallow } from 'zustand/react/shallow';
+import type { StoredMessage } from '../../shared/api';
+import { useApp, useBridge } from '../bridge/context';
+import { exactBytes, formatBytes, formatInteger, formatMs, formatRate } from '../lib/format';
+import { describeRefusal } from '../lib/refusal';
+import type { LiveReply } from '../store/types';
+import { Bytes } from './Bytes';
+import { CopyButton, Markdown } from './Markdown';
+
+type Stats = NonNullable<StoredMessage['stats']>;
+
+function StatsLine({ stats }: { stats: Stats }) {
+  const parts: string[] = [];
+  if (stats.ttftMs !== undefined) parts.push(`ttft ${formatMs(stats.ttftMs)}`);
+  if (stats.tokensPerSecond !== undefined && stats.tokensPerSecond > 0) parts.push(formatRate(stats.tokensPerSecond));
+  if (stats.tokens !== undefined) parts.push(`${formatInteger(stats.tokens)} tok`);
+  if (stats.finishReason) parts.push(stats.finishReason === 'cancelled' ? 'stopped' : stats.finishReason);
+  if (parts.length === 0) return null;
+  return (
+    <div className="stats num" data-testid="message-stats" data-finish-reason={stats.finishReason}>
+      {parts.join(' · ')}
+    </div>
+  );
+}
+
+function CapNote({ cap }: { cap: NonNullable<Stats['budgetCap']> }) {
+  return (
+    <div
+      className="note"
+      data-testid="budget-cap-note"
+      data-admitted={cap.admittedMaxTokens}
+      data-requested={cap.requestedMaxTokens}
+    >
+      ⚠ Reply capped at {formatInteger(cap.admittedMaxTokens)} tokens by the KV budget (asked{' '}
+      {formatInteger(cap.requestedMaxTokens)}:{' '}
+      <span title={exactBytes(cap.requestedBytes)}>{formatBytes(cap.requestedBytes)}</span> needed,{' '}
+      <span title={exactBytes(cap.availableBytes)}>{formatBytes(cap.availableBytes)}</span> free) — raise the limit or
+      shorten the prompt.
+    </div>
+  );
+}
+
+function ClipNote({ clip }: { clip: NonNullable<Stats['clipped']> }) {
+  return (
+    <div className="note" data-testid="context-clip-note">
+      ⚠ Max tokens cut from {formatInteger(clip.requestedMaxTokens)} to {formatInteger(clip.clippedMaxTokens)} so the
+      reply fits the model's context of {formatInteger(clip.contextLength)} tokens — start a new chat for a longer
+      reply.
+    </div>
+  );
+}
+
+function Refusal({ messageId, error }: { messageId: string; error: NonNullable<Stats['error']> }) {
+  // The full detail (numbers) is known for refusals seen in this run; after a reload the host's sentence carries them.
+  const detail = useApp((s) => s.errorDetails[messageId]);
+  const view = describeRefusal(detail ?? { code: error.code as never, message: error.message });
+  return (
+    <div className={`refusal ${view.refused ? '' : 'failed'}`} data-testid="refusal" data-code={view.code} role="alert">
+      <div className="title">{view.title}</div>
+      {view.figures.length > 0 && (
+        <div className="figures">
+          {view.figures.map((f) => (
+            <span
+              key={f.label}
+              data-testid={`refusal-${f.label.replace(/\s+/g, '-')}`}
+              data-bytes={f.bytes}
+              title={f.bytes === undefined ? undefined : exactBytes(f.bytes)}
+            >
+              {f.label} <b className="num">{f.text}</b>
+            </span>
+          ))}
+        </div>
+      )}
+      <div className="detail">{view.message}</div>
+      <div className="action">{view.action}</div>
+    </div>
+  );
+}
+
+function LivePhase({ live }: { live: LiveReply }) {
+  const queuePosition = useApp((s) => {
+    if (live.phase !== 'queued' || !live.requestId) return -1;
+    return s.snapshot?.queue.findIndex((q) => q.id === live.requestId) ?? -1;
+  });
+  if (live.stopping) return <div className="phase">stopping…</div>;
+  if (live.phase === 'sending') {
+    return (
+      <div className="phase" data-testid="sending-indicator">
+        <span className="spinner" /> sending…
+      </div>
+    );
+  }
+  if (live.phase === 'queued') {
+    return (
+      <div className="phase" data-testid="queued-indicator">
+        <span className="spinner" />
+        <span className="queued">queued</span>
+        {queuePosition >= 0 && <span>position {queuePosition + 1}</span>}
+        <span>
+          waiting for {formatInteger((live.promptTokens ?? 0) + (live.maxNewTokens ?? 0))} tokens of KV to be free —
+          nothing is reserved yet
+        </span>
+      </div>
+    );
+  }
+  return (
+    <div className="phase num" data-testid="running-indicator">
+      {live.tokens === 0 && <span className="spinner" />}
+      {formatInteger(live.tokens)} / {formatInteger(live.admittedMaxTokens ?? live.maxNewTokens ?? 0)} tok
+      {live.reservedBytes !== undefined && (
+        <>
+          {' '}
+          · reserved <Bytes value={live.reservedBytes} />
+        </>
+      )}
+    </div>
+  );
+}
+
+function AssistantMessage({
+  message,
+  threadId,
+  isLast,
+}: {
+  message: StoredMessage;
+  threadId: string;
+  isLast: boolean;
+}) {
+  const bridge = useBridge();
+  const live = useApp((s) => s.live[message.id]);
+  const threadBusy = useApp((s) => Object.values(s.live).some((l) => l.threadId === threadId));
+  // While streaming, React may skip intermediate texts under load instead of parsing Markdown for each.
+  const deferred = useDeferredValue(message.content);
+  const text = live ? deferred : message.content;
+  const stats = message.stats;
+  const cap = stats?.budgetCap ?? live?.budgetCap;
+  const clip = stats?.clipped ?? live?.clipped;
+  const state = live ? live.phase : stats?.error ? 'error' : stats?.finishReason === 'cancelled' ? 'cancelled' : 'done';
+  return (
+    <div className="message assistant" data-testid="message-assistant" data-message-id={message.id} data-state={state}>
+      <div className="who">
+        assistant
+        {!live && (
+          <span className="tools">
+            {message.content && <CopyButton text={message.content} testId="message-copy" />}
+            {isLast && !threadBusy && (
+              <button
+                type="button"
+                className="small"
+                data-testid="regenerate"
+                onClick={() => bridge.regenerate(threadId)}
+              >
+                regenerate
+              </button>
+            )}
+          </span>
+        )}
+      </div>
+      <div className={`bubble ${live?.phase === 'running' ? 'streaming' : ''}`} data-testid="message-text">
+        {text && <Markdown text={text} />}
+      </div>
+      {live && <LivePhase live={live} />}
+      {stats?.error && <Refusal messageId={message.id} error={stats.error} />}
+      {cap && <CapNote cap={cap} />}
+      {clip && <ClipNote clip={clip} />}
+      {stats && !live && <StatsLine stats={stats} />}
+    </div>
+  );
+}
+
+function UserMessage({ message, threadId }: { message: StoredMessage; threadId: string }) {
+  const bridge = useBridge();
+  const { editing, threadBusy } = useApp(
+    useShallow((s) => ({
+      editing: s.editingMessageId === message.id,
+      threadBusy: Object.values(s.live).some((l) => l.threadId === threadId),
+    })),
+  );
+  const setEditing = useApp((s) => s.setEditing);
+  const [draft, setDraft] = useState(message.content);
+  if (editing) {
+    const submit = () => bridge.editAndResend(threadId, message.id, draft);
+    return (
+      <div className="message user edit-box" data-testid="message-user" data-message-id={message.id}>
+        <div className="who">you (editing)</div>
+        <textarea
+          data-testid="edit-input"
+          value={draft}
+          // biome-ignore lint/a11y/noAutofocus: editing was asked for
+          autoFocus
+          onChange={(e) => setDraft(e.target.value)}
+          onKeyDown={(e) => {
+            if (e.key === 'Enter' && !e.shiftKey && !e.nativeEvent.isComposing) {
+              e.preventDefault();
+              submit();
+            }
+            if (e.key === 'Escape') {
+              e.stopPropagation();
+              setEditing(null);
+            }
+          }}
+        />
+        <div className="row">
+          <button type="button" onClick={() => setEditing(null)}>
+            Cancel
+          </button>
+          <button
+            type="button"
+            className="primary"
+            data-testid="edit-send"
+            disabled={!draft.trim() || threadBusy}
+            onClick={submit}
+          >
+            Send
+          </button>
+        </div>
+      </div>
+    );
+  }
+  return (
+    <div className="message user" data-testid="message-user" data-message-id={message.id}>
+      <div className="who">
+        you
+        <span className="tools">
+          <CopyButton text={message.content} />
+          {!threadBusy && (
+            <button
+              type="button"
+              className="small"
+              data-testid="edit-message"
+              onClick={() => {
+                setDraft(message.content);
+                setEditing(message.id);
+              }}
+            >
+              edit
+            </button>
+          )}
+        </span>
+      </div>
+      <div className="bubble" data-testid="message-text">
+        {message.content}
+      </div>
+    </div>
+  );
+}
+
+export const Message = memo(function Message({
+  message,
+  threadId,
+  isLast,
+}: {
+  message: StoredMessage;
+  threadId: string;
+  isLast: boolean;
+}) {
+  return message.role === 'user' ? (
+    <UserMessage message={message} threadId={threadId} />
+  ) : message.role === 'assistant' ? (
+    <AssistantMessage message={message} threadId={threadId} isLast={isLast} />
+  ) : (
+    <div className="message system muted">system: {message.content}</div>
+  );
+});

@@ -1,0 +1,74 @@
+/**
+ * The thread's messages, virtualized: only the rows on screen (plus a few) are
+ * mounted, so a thread with thousands of messages scrolls as smoothly as a
+ * short one. Heights are measured as rows render (Markdown varies a lot).
+ * Sticks to the bottom while a reply streams, unless the person scrolled up.
+ */
+import { useVirtualizer } from '@tanstack/react-virtual';
+import { useCallback, useLayoutEffect, useRef } from 'react';
+import { useApp } from '../bridge/context';
+import { Message } from './Message';
+
+const EMPTY: never[] = [];
+
+export function MessageList({ threadId }: { threadId: string }) {
+  const messages = useApp((s) => s.threads.find((t) => t.id === threadId)?.messages ?? EMPTY);
+  const scrollRef = useRef<HTMLDivElement>(null);
+  const stick = useRef(true);
+
+  const virtualizer = useVirtualizer({
+    count: messages.length,
+    getScrollElement: () => scrollRef.current,
+    estimateSize: () => 120,
+    overscan: 6,
+    getItemKey: (i) => messages[i]?.id ?? i,
+  });
+
+  const toBottom = useCallback(() => {
+    const el = scrollRef.current;
+    if (el && stick.current) el.scrollTop = el.scrollHeight;
+  }, []);
+
+  // A new thread opens at its end.
+  // biome-ignore lint/correctness/useExhaustiveDependencies: runs when the thread changes
+  useLayoutEffect(() => {
+    stick.current = true;
+    if (messages.length > 0) virtualizer.scrollToIndex(messages.length - 1, { align: 'end' });
+  }, [threadId]);
+
+  const last = messages[messages.length - 1];
+  const total = virtualizer.getTotalSize();
+  // Follow growth (new messages, streamed text, re-measured rows) when pinned to the bottom.
+  // biome-ignore lint/correctness/useExhaustiveDependencies: these values are the triggers
+  useLayoutEffect(toBottom, [messages.length, last?.content.length, total]);
+
+  return (
+    <div
+      className="messages"
+      ref={scrollRef}
+      data-testid="message-list"
+      onScroll={(e) => {
+        const el = e.currentTarget;
+        stick.current = el.scrollHeight - el.scrollTop - el.clientHeight < 60;
+      }}
+    >
+      <div className="messages-inner" style={{ height: total + 24 }}>
+        {virtualizer.getVirtualItems().map((item) => {
+          const m = messages[item.index];
+          if (!m) return null;
+          return (
+            <div
+              key={item.key}
+              className="message-row"
+              data-index={item.index}
+              ref={virtualizer.measureElement}
+              style={{ transform: `translateY(${item.start + 12}px)` }}
+            >
+              <Message message={m} threadId={threadId} isLast={item.index === messages.length - 1} />
+            </div>
+          );
+        })}
+      </div>
+    </div>
+  );
+}

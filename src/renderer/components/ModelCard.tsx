@@ -1,0 +1,158 @@
+/** A validated model package: what it is, what its KV costs, whether it fits the budget, and load/unload. */
+import type { ReactNode } from 'react';
+import type { ModelSpec } from '../../shared/model-spec';
+import { useApp } from '../bridge/context';
+import { FIT_CONCURRENCY, fitBadge, fitLabel } from '../lib/fit';
+import { exactBytes, formatBytes, formatInteger } from '../lib/format';
+import { Bytes } from './Bytes';
+
+function kvShape(spec: ModelSpec): { heads: string; headDim: string; dtype: string; kind: string } {
+  if (spec.kv.kind === 'dynamic') {
+    const t = spec.kv.tensors[0];
+    return {
+      heads: t ? String(t.kvHeads) : '—',
+      headDim: t ? String(t.headDim) : '—',
+      dtype: t?.dtype ?? '—',
+      kind: t?.role === 'combined' ? 'combined K/V' : 'split K/V',
+    };
+  }
+  if (spec.kv.kind === 'static') {
+    return { heads: '—', headDim: '—', dtype: spec.kv.cache.dtype, kind: `static [${spec.kv.cache.shape.join(', ')}]` };
+  }
+  return { heads: '—', headDim: '—', dtype: '—', kind: 'no KV cache' };
+}
+
+function Field({ k, children, testId }: { k: string; children: ReactNode; testId?: string }) {
+  return (
+    <div data-testid={testId}>
+      <span className="k">{k}</span>
+      <span className="num">{children}</span>
+    </div>
+  );
+}
+
+export function ModelCard({
+  spec,
+  loaded,
+  backend,
+  isDefault,
+  active,
+  busy,
+  onLoad,
+  onUnload,
+  onUse,
+  testId = 'model-card',
+}: {
+  spec: ModelSpec;
+  loaded: boolean;
+  backend?: string;
+  isDefault?: boolean;
+  active?: boolean;
+  busy?: boolean;
+  onLoad?: () => void;
+  onUnload?: () => void;
+  onUse?: () => void;
+  testId?: string;
+}) {
+  const snapshot = useApp((s) => s.snapshot);
+  const kv = kvShape(spec);
+  const fit = snapshot
+    ? fitBadge(
+        { bpt: spec.bpt, contextLength: spec.contextLength, weightsBytes: spec.weightsBytes, loaded },
+        { limitBytes: snapshot.limitBytes, derivation: snapshot.derivation },
+      )
+    : null;
+  const badgeClass = fit ? (fit.level === 'fits' ? 'ok' : fit.level === 'tight' ? 'warn' : 'bad') : '';
+  const oneContext = spec.bpt * spec.contextLength;
+  return (
+    <div className="card" data-testid={testId} data-model-id={spec.id} data-loaded={loaded}>
+      <div className="top">
+        <h3 data-testid="model-name" title={spec.displayName}>
+          {spec.displayName}
+        </h3>
+        {isDefault && <span className="badge">default</span>}
+        {loaded ? (
+          <span className="badge ok" data-testid="model-loaded">
+            loaded{backend ? ` · ${backend.replace(/ExecutionProvider$/, '')}` : ''}
+          </span>
+        ) : (
+          <span className="badge" data-testid="model-not-loaded">
+            validated · not loaded
+          </span>
+        )}
+        {fit && (
+          <span
+            className={`badge ${badgeClass}`}
+            data-testid="fit-badge"
+            data-level={fit.level}
+            title={fit.explanation}
+          >
+            {fitLabel(fit.level)}
+          </span>
+        )}
+      </div>
+      <div className="spec">
+        <Field k="layout" testId="model-layout">
+          {spec.layout}
+          {spec.modelType ? ` · ${spec.modelType}` : ''}
+        </Field>
+        <Field k="layers">{spec.numLayers}</Field>
+        <Field k="KV heads × head dim">
+          {kv.heads} × {kv.headDim}
+        </Field>
+        <Field k="KV dtype">
+          {kv.dtype} <span className="muted">({kv.kind})</span>
+        </Field>
+        <Field k="bytes per token" testId="model-bpt">
+          <span title={exactBytes(spec.bpt)} data-bytes={spec.bpt}>
+            {formatInteger(spec.bpt)} B
+          </span>
+        </Field>
+        <Field k="context">{formatInteger(spec.contextLength)} tok</Field>
+        <Field k="weights">
+          <Bytes value={spec.weightsBytes} />
+        </Field>
+        <Field k="backends">{spec.backends.map((b) => b.replace(/ExecutionProvider$/, '')).join(', ') || '—'}</Field>
+      </div>
+      <div className="kvline" data-testid="model-kv-line">
+        <span>
+          one full context = <Bytes value={oneContext} testId="model-one-context" />, {FIT_CONCURRENCY} at once ={' '}
+          <Bytes value={oneContext * FIT_CONCURRENCY} />
+        </span>
+        {fit && (
+          <span className="muted">
+            against <span title={exactBytes(fit.budgetBytes)}>{formatBytes(fit.budgetBytes)}</span> budget —{' '}
+            {fit.explanation}
+          </span>
+        )}
+      </div>
+      {spec.warnings.length > 0 && (
+        <ul className="warnings">
+          {spec.warnings.map((w) => (
+            <li key={w}>{w}</li>
+          ))}
+        </ul>
+      )}
+      <div className="path" title={spec.root}>
+        {spec.root}
+      </div>
+      <div className="buttons">
+        {!loaded && onLoad && (
+          <button type="button" className="primary" data-testid="model-load" disabled={busy} onClick={onLoad}>
+            {busy ? 'Loading…' : 'Load'}
+          </button>
+        )}
+        {loaded && onUse && (
+          <button type="button" data-testid="model-use" disabled={active} onClick={onUse}>
+            {active ? 'In use for new replies' : 'Use for new replies'}
+          </button>
+        )}
+        {loaded && onUnload && (
+          <button type="button" data-testid="model-unload" disabled={busy} onClick={onUnload}>
+            {busy ? 'Unloading…' : 'Unload'}
+          </button>
+        )}
+      </div>
+    </div>
+  );
+}

@@ -1,0 +1,205 @@
+/** Model packages: drop or choose a folder, see it validated (or why not), load and unload. */
+import { useRef, useState } from 'react';
+import { useShallow } from 'zustand/react/shallow';
+import { useApp, useBridge } from '../bridge/context';
+import { fromFileList } from '../lib/folder-drop';
+import { formatBytes, formatInteger } from '../lib/format';
+import { ModelCard } from './ModelCard';
+
+function ImportResult() {
+  const bridge = useBridge();
+  const imp = useApp((s) => s.packageImport);
+  const setPackageImport = useApp((s) => s.setPackageImport);
+  const { models, busyModels, activeModelId } = useApp(
+    useShallow((s) => ({ models: s.models, busyModels: s.busyModels, activeModelId: s.activeModelId })),
+  );
+  if (!imp) return null;
+  if (imp.status === 'reading' || imp.status === 'uploading') {
+    return (
+      <div className="card" data-testid="model-import-progress">
+        <div className="top">
+          <h3>{imp.name}</h3>
+          <span className="badge">{imp.status === 'reading' ? 'validating…' : 'uploading and validating…'}</span>
+        </div>
+        {imp.files !== undefined && (
+          <div className="muted">
+            {formatInteger(imp.files)} files, {formatBytes(imp.bytes ?? 0)}
+          </div>
+        )}
+      </div>
+    );
+  }
+  if (imp.status === 'error' && imp.error) {
+    return (
+      <div className="card error" data-testid="model-error" data-code={imp.error.code}>
+        <div className="top">
+          <h3>{imp.name}</h3>
+          <span className="badge bad">{imp.error.code}</span>
+        </div>
+        <div className="msg" data-testid="model-error-message">
+          {imp.error.message}
+        </div>
+        {(imp.error.file || imp.error.field) && (
+          <div className="where">
+            {imp.error.file && (
+              <span>
+                file{' '}
+                <b className="mono" data-testid="model-error-file">
+                  {imp.error.file}
+                </b>
+              </span>
+            )}
+            {imp.error.field && (
+              <span>
+                field{' '}
+                <b className="mono" data-testid="model-error-field">
+                  {imp.error.field}
+                </b>
+              </span>
+            )}
+          </div>
+        )}
+        <div className="buttons">
+          <button type="button" data-testid="model-error-dismiss" onClick={() => setPackageImport(null)}>
+            Dismiss
+          </button>
+        </div>
+      </div>
+    );
+  }
+  if (!imp.spec) return null;
+  const loadedModel = models.find((m) => m.id === imp.modelId || m.spec.root === imp.spec?.root);
+  const path = imp.path ?? imp.spec.root;
+  return (
+    <ModelCard
+      spec={loadedModel?.spec ?? imp.spec}
+      loaded={loadedModel !== undefined}
+      backend={loadedModel?.backend}
+      active={loadedModel?.id === activeModelId}
+      busy={busyModels.includes(path) || (loadedModel !== undefined && busyModels.includes(loadedModel.id))}
+      onLoad={() => void bridge.loadPackage(path)}
+      onUnload={loadedModel ? () => void bridge.unloadModel(loadedModel.id) : undefined}
+      onUse={loadedModel ? () => bridge.setActiveModel(loadedModel.id) : undefined}
+    />
+  );
+}
+
+export function ModelsView() {
+  const bridge = useBridge();
+  const { models, unloaded, busyModels, activeModelId, importedRoot } = useApp(
+    useShallow((s) => ({
+      models: s.models,
+      unloaded: s.unloaded,
+      busyModels: s.busyModels,
+      activeModelId: s.activeModelId,
+      importedRoot: s.packageImport?.spec?.root,
+    })),
+  );
+  const inputRef = useRef<HTMLInputElement>(null);
+  const [readError, setReadError] = useState<string | null>(null);
+
+  const onChoose = async (files: FileList | null) => {
+    setReadError(null);
+    if (!files || files.length === 0) return;
+    const list = Array.from(files);
+    const path = list[0] ? bridge.pathForFile(list[0]) : undefined;
+    try {
+      if (path) {
+        // Electron: the host reads the folder itself; the first file's folder is the package.
+        const rel = list[0]?.webkitRelativePath ?? '';
+        const depth = rel.split('/').length - 1;
+        const root = path
+          .split(/[\\/]/)
+          .slice(0, -depth || undefined)
+          .join('/');
+        await bridge.importPath(rel.split('/')[0] ?? 'package', root);
+      } else {
+        const pkg = await fromFileList(list);
+        await bridge.importFiles(pkg.name, pkg.files);
+      }
+    } catch (err) {
+      setReadError(err instanceof Error ? err.message : String(err));
+    } finally {
+      if (inputRef.current) inputRef.current.value = '';
+    }
+  };
+
+  return (
+    <section className="models" aria-label="Models" data-testid="models-view">
+      <div className="models-inner">
+        <div className="drop-zone" data-testid="model-drop-zone">
+          <strong>Drop a model package folder</strong> anywhere on this window, or{' '}
+          <button
+            type="button"
+            data-testid="model-choose"
+            onClick={() => {
+              const choose = bridge.chooseFolder;
+              if (!choose) {
+                inputRef.current?.click();
+                return;
+              }
+              // Electron: the OS dialog gives a path and the host reads the folder in place.
+              void choose().then((dir) => {
+                if (dir) void bridge.importPath(dir.split(/[\\/]/).filter(Boolean).pop() ?? 'package', dir);
+              });
+            }}
+          >
+            choose a folder…
+          </button>
+          <input
+            ref={inputRef}
+            type="file"
+            className="sr-only"
+            data-testid="model-file-input"
+            // webkitdirectory is not in React's typings; set as a plain attribute.
+            {...{ webkitdirectory: '', directory: '' }}
+            multiple
+            onChange={(e) => void onChoose(e.target.files)}
+          />
+          <div className="muted" style={{ marginTop: 6 }}>
+            onnx-genai (inference_metadata.yaml), onnxruntime-genai (genai_config.json) or Hugging Face Optimum
+            (config.json + onnx/) layouts. kvdesk validates the graph and computes its KV bytes per token before
+            anything is loaded.
+          </div>
+          {readError && (
+            <div className="refusal failed" data-testid="model-read-error">
+              {readError}
+            </div>
+          )}
+        </div>
+        <ImportResult />
+        <div className="section-title">Loaded</div>
+        {models.length === 0 && <div className="muted">No model is loaded.</div>}
+        {models
+          .filter((m) => m.spec.root !== importedRoot)
+          .map((m) => (
+            <ModelCard
+              key={m.id}
+              testId="loaded-model-card"
+              spec={m.spec}
+              loaded
+              backend={m.backend}
+              isDefault={m.isDefault}
+              active={m.id === activeModelId}
+              busy={busyModels.includes(m.id)}
+              onUnload={() => void bridge.unloadModel(m.id)}
+              onUse={() => bridge.setActiveModel(m.id)}
+            />
+          ))}
+        {unloaded.filter((p) => p.root !== importedRoot).length > 0 && <div className="section-title">Unloaded</div>}
+        {unloaded
+          .filter((p) => p.root !== importedRoot)
+          .map((p) => (
+            <ModelCard
+              key={p.root}
+              testId="unloaded-model-card"
+              spec={p.spec}
+              loaded={false}
+              busy={busyModels.includes(p.root)}
+              onLoad={() => void bridge.loadPackage(p.root)}
+            />
+          ))}
+      </div>
+    </section>
+  );
+}

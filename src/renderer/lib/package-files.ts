@@ -1,0 +1,41 @@
+/**
+ * Pure helpers for package folders read in the browser (no DOM types, so they
+ * are unit-tested in node): path splitting and which files an upload keeps.
+ */
+
+/** A file of the package, path relative to the package root with `/` separators. */
+export interface PackageFile {
+  path: string;
+  data: ArrayBuffer;
+}
+
+export interface ReadPackage {
+  name: string;
+  files: PackageFile[];
+}
+
+/** Files a browser must never send (OS litter), and a cap that keeps an accidental drop of a home folder from uploading it. */
+const IGNORED = /(^|\/)(\.DS_Store|Thumbs\.db|desktop\.ini|\.git\/.*)$/;
+export const MAX_FILES = 2000;
+
+/**
+ * Splits `tiny-llm/onnx/model.onnx` (webkitRelativePath or an entry's fullPath)
+ * into the folder name and the path inside it. A bare name has no folder.
+ */
+export function splitRelative(path: string): { root: string | null; rest: string } {
+  const clean = path.replace(/\\/g, '/').replace(/^\/+/, '');
+  const slash = clean.indexOf('/');
+  return slash < 0 ? { root: null, rest: clean } : { root: clean.slice(0, slash), rest: clean.slice(slash + 1) };
+}
+
+/** Keeps what belongs in an upload; throws a person-readable error for a folder that is clearly not a package. */
+export function selectPackageFiles(files: PackageFile[]): PackageFile[] {
+  const kept = files.filter((f) => f.path.length > 0 && !IGNORED.test(f.path));
+  if (kept.length === 0) throw new Error('The folder is empty.');
+  if (kept.length > MAX_FILES) {
+    throw new Error(
+      `The folder has ${kept.length} files; a model package has far fewer (limit ${MAX_FILES}). Drop the package folder itself.`,
+    );
+  }
+  return kept;
+}

@@ -1,0 +1,107 @@
+/**
+ * Turns an error from a generation into what the thread shows: what happened,
+ * the numbers behind it, and the one thing a person can do about it.
+ */
+import type { ErrorInfo } from '../../shared/errors';
+import { formatBytes, formatInteger } from './format';
+
+export interface RefusalFigure {
+  label: string;
+  /** Shown text. */
+  text: string;
+  /** Exact bytes, when the figure is a byte count (tooltip and data-bytes). */
+  bytes?: number;
+}
+
+export interface RefusalView {
+  code: string;
+  title: string;
+  figures: RefusalFigure[];
+  /** The one thing to do. */
+  action: string;
+  /** The host's own sentence (it carries the numbers even when detail was lost, e.g. after reload). */
+  message: string;
+  /** A refusal by the scheduler (shown in amber), as opposed to a failure (red). */
+  refused: boolean;
+}
+
+function num(detail: ErrorInfo['detail'], key: string): number | undefined {
+  const v = detail?.[key];
+  return typeof v === 'number' && Number.isFinite(v) ? v : undefined;
+}
+
+function bytesFigure(label: string, bytes: number | undefined): RefusalFigure[] {
+  return bytes === undefined ? [] : [{ label, text: formatBytes(bytes), bytes }];
+}
+
+function countFigure(label: string, n: number | undefined, unit = ''): RefusalFigure[] {
+  return n === undefined ? [] : [{ label, text: `${formatInteger(n)}${unit}` }];
+}
+
+/** Explains a generation error; unknown codes fall back to the host's message. */
+export function describeRefusal(error: ErrorInfo): RefusalView {
+  const d = error.detail;
+  const base = { code: error.code, message: error.message };
+  switch (error.code) {
+    case 'KV_BUDGET_EXCEEDED':
+      return {
+        ...base,
+        refused: true,
+        title: 'Refused: this request can never fit the KV budget',
+        figures: [
+          ...bytesFigure('required', num(d, 'requiredBytes')),
+          ...bytesFigure('budget', num(d, 'budgetBytes')),
+          ...countFigure('prompt', num(d, 'promptTokens'), ' tok'),
+          ...(num(d, 'sessionTokens') ? countFigure('session', num(d, 'sessionTokens'), ' tok') : []),
+          ...countFigure('rows', num(d, 'rows')),
+          ...bytesFigure('per token', num(d, 'bpt')),
+        ],
+        action: 'Raise the limit or shorten the prompt.',
+      };
+    case 'CONTEXT_OVERFLOW':
+      return {
+        ...base,
+        refused: true,
+        title: "Refused: the prompt fills the model's context window",
+        figures: [
+          ...countFigure('prompt', num(d, 'promptTokens'), ' tok'),
+          ...(num(d, 'sessionTokens') ? countFigure('earlier turns', num(d, 'sessionTokens'), ' tok') : []),
+          ...countFigure('context', num(d, 'contextLength'), ' tok'),
+        ],
+        action: 'Shorten the prompt or start a new chat.',
+      };
+    case 'QUEUE_FULL': {
+      const retry = num(d, 'retryAfterMs');
+      return {
+        ...base,
+        refused: true,
+        title: 'Refused: the admission queue is full',
+        figures: [...countFigure('waiting', num(d, 'queueLength')), ...countFigure('queue limit', num(d, 'maxQueue'))],
+        action:
+          retry === undefined
+            ? 'Try again in a moment.'
+            : `Try again in about ${Math.max(1, Math.ceil(retry / 1000))} s.`,
+      };
+    }
+    case 'SESSION_INVALID':
+      return {
+        ...base,
+        refused: true,
+        title: 'This chat is busy',
+        figures: [],
+        action: 'Wait for the reply or stop it.',
+      };
+    case 'MODEL_NOT_LOADED':
+      return { ...base, refused: false, title: 'No model is loaded', figures: [], action: 'Load a model package.' };
+    case 'TOKEN_OUT_OF_VOCAB':
+      return {
+        ...base,
+        refused: false,
+        title: "The text has tokens outside the model's vocabulary",
+        figures: [],
+        action: 'Use a model with a matching tokenizer.',
+      };
+    default:
+      return { ...base, refused: false, title: `Failed (${error.code})`, figures: [], action: 'Try again.' };
+  }
+}

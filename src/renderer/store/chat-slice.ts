@@ -1,0 +1,239 @@
+/**
+ * Chat threads, their messages, and the replies being generated. Pure reducers:
+ * the bridge calls them after (or instead of) talking to the host, so they can
+ * be tested without a transport.
+ */
+
+import type { StateCreator } from 'zustand/vanilla';
+import type { StoredMessage, Thread } from '../../shared/api';
+import type { StreamFrame } from '../../shared/contract';
+import type { ErrorInfo } from '../../shared/errors';
+import type { AppState, ChatSlice, FrameBatch, LiveReply } from './types';
+
+/** Title a thread has until its first message names it. */
+export const UNTITLED = 'New chat';
+
+/** A short title from the first user message: its first line, cut at a word near 48 characters. */
+export function titleFrom(text: string): string {
+  const line = text.trim().split('\n')[0]?.trim() ?? '';
+  if (line.length <= 48) return line || UNTITLED;
+  const cut = line.slice(0, 48);
+  const space = cut.lastIndexOf(' ');
+  return `${(space > 24 ? cut.slice(0, space) : cut).trimEnd()}…`;
+}
+
+/** Newest activity first, as the thread list shows them. */
+export function sortThreads(threads: Thread[]): Thread[] {
+  return [...threads].sort((a, b) => b.updatedAt - a.updatedAt || b.createdAt - a.createdAt);
+}
+
+function mapThread(threads: Thread[], id: string, fn: (t: Thread) => Thread): Thread[] {
+  return threads.map((t) => (t.id === id ? fn(t) : t));
+}
+
+/**
+ * Applies one generation's frames to its assistant message and live entry.
+ * Returns the new message and live entry (undefined when the stream ended).
+ */
+export function reduceFrames(
+  message: StoredMessage,
+  live: LiveReply,
+  frames: StreamFrame[],
+  errors: { set(error: ErrorInfo): void },
+): { message: StoredMessage; live: LiveReply | undefined } {
+  let content = message.content;
+  let next: LiveReply | undefined = { ...live };
+  let stats = message.stats;
+  for (const frame of frames) {
+    if (next === undefined) break; // nothing may follow done/error
+    switch (frame.type) {
+      case 'accepted':
+        next = {
+          ...next,
+          requestId: frame.requestId,
+          phase: next.phase === 'sending' ? 'queued' : next.phase,
+          promptTokens: frame.promptTokens,
+          maxNewTokens: frame.maxNewTokens,
+          clipped: frame.clipped,
+        };
+        break;
+      case 'admitted':
+        next = {
+          ...next,
+          requestId: frame.requestId,
+          phase: 'running',
+          reservedBytes: frame.reservedBytes,
+          admittedMaxTokens: frame.admittedMaxTokens,
+          budgetCap: frame.budgetCap,
+        };
+        break;
+      case 'tokens': {
+        const row = frame.rows[0];
+        if (row) {
+          content += row.text;
+          next = { ...next, phase: 'running', tokens: next.tokens + row.ids.length };
+        }
+        break;
+      }
+      case 'done': {
+        const r = frame.result;
+        content = r.text;
+        stats = {
+          ttftMs: r.timings.ttftMs,
+          tokensPerSecond: r.timings.tokensPerSecond,
+          tokens: r.tokenIds.length,
+          finishReason: r.finishReason,
+          ...(r.budgetCap ? { budgetCap: r.budgetCap } : {}),
+          ...(r.clipped ? { clipped: r.clipped } : {}),
+        };
+        next = undefined;
+        break;
+      }
+      case 'error': {
+        const capAndClip = {
+          ...(next.budgetCap ? { budgetCap: next.budgetCap } : {}),
+          ...(next.clipped ? { clipped: next.clipped } : {}),
+        };
+        if (frame.error.code === 'CANCELLED') {
+          // Stopped by the person: the partial reply is theirs to keep.
+          stats = { tokens: next.tokens, finishReason: 'cancelled', ...capAndClip };
+        } else {
+          stats = {
+            ...(next.tokens > 0 ? { tokens: next.tokens } : {}),
+            ...capAndClip,
+            error: { code: frame.error.code, message: frame.error.message },
+          };
+          errors.set(frame.error);
+        }
+        next = undefined;
+        break;
+      }
+    }
+  }
+  return { message: { ...message, content, ...(stats ? { stats } : {}) }, live: next };
+}
+
+export const createChatSlice: StateCreator<AppState, [], [], ChatSlice> = (set, get) => ({
+  threads: [],
+  activeThreadId: null,
+  threadsLoaded: false,
+  live: {},
+  errorDetails: {},
+  editingMessageId: null,
+
+  loadThreads(threads, openThreadId) {
+    set((s) => {
+      // A person may have started a chat before the saved ones arrived: keep it (and keep it open).
+      const local = s.threads.filter((t) => !threads.some((x) => x.id === t.id));
+      const sorted = sortThreads([...local, ...threads.map((t) => s.threads.find((x) => x.id === t.id) ?? t)]);
+      const has = (id: string | null | undefined) => id != null && sorted.some((t) => t.id === id);
+      const open = has(s.activeThreadId) ? s.activeThreadId : has(openThreadId) ? openThreadId : sorted[0]?.id;
+      return { threads: sorted, activeThreadId: open ?? null, threadsLoaded: true };
+    });
+  },
+
+  addThread(thread) {
+    set((s) => ({ threads: [thread, ...s.threads.filter((t) => t.id !== thread.id)], activeThreadId: thread.id }));
+  },
+
+  selectThread(id) {
+    set({ activeThreadId: id, editingMessageId: null });
+  },
+
+  renameThread(id, title) {
+    const clean = title.trim().slice(0, 200) || UNTITLED;
+    set((s) => ({ threads: mapThread(s.threads, id, (t) => ({ ...t, title: clean })) }));
+  },
+
+  removeThread(id) {
+    set((s) => {
+      const threads = s.threads.filter((t) => t.id !== id);
+      const live = Object.fromEntries(Object.entries(s.live).filter(([, l]) => l.threadId !== id));
+      const activeThreadId = s.activeThreadId === id ? (threads[0]?.id ?? null) : s.activeThreadId;
+      return { threads, live, activeThreadId };
+    });
+  },
+
+  updateThread(id, patch) {
+    set((s) => ({ threads: mapThread(s.threads, id, (t) => ({ ...t, ...patch })) }));
+  },
+
+  setEditing(messageId) {
+    set({ editingMessageId: messageId });
+  },
+
+  startReply({ threadId, assistantId, append, keepBefore, now, modelId }) {
+    const thread = get().threads.find((t) => t.id === threadId);
+    if (!thread) return;
+    let kept = thread.messages;
+    if (keepBefore !== undefined) {
+      const at = kept.findIndex((m) => m.id === keepBefore);
+      if (at >= 0) kept = kept.slice(0, at);
+    }
+    const assistant: StoredMessage = { id: assistantId, role: 'assistant', content: '', createdAt: now };
+    const firstUser = append.find((m) => m.role === 'user');
+    const title = thread.title === UNTITLED && firstUser ? titleFrom(firstUser.content) : thread.title;
+    const updated: Thread = {
+      ...thread,
+      title,
+      updatedAt: now,
+      ...(modelId ? { modelId } : {}),
+      messages: [...kept, ...append, assistant],
+    };
+    const live: LiveReply = { threadId, messageId: assistantId, phase: 'sending', startedAt: now, tokens: 0 };
+    set((s) => ({
+      threads: [updated, ...s.threads.filter((t) => t.id !== threadId)],
+      live: { ...s.live, [assistantId]: live },
+      editingMessageId: null,
+    }));
+  },
+
+  applyFrames(batches: FrameBatch[], now: number) {
+    set((s) => {
+      let threads = s.threads;
+      let live = s.live;
+      let errorDetails = s.errorDetails;
+      for (const batch of batches) {
+        const current = live[batch.messageId];
+        if (!current) continue; // thread deleted while streaming, or a late frame after the end
+        const thread = threads.find((t) => t.id === current.threadId);
+        const message = thread?.messages.find((m) => m.id === batch.messageId);
+        if (!thread || !message) continue;
+        const result = reduceFrames(message, current, batch.frames, {
+          set(error) {
+            errorDetails = { ...errorDetails, [batch.messageId]: error };
+          },
+        });
+        const ended = result.live === undefined;
+        threads = mapThread(threads, thread.id, (t) => ({
+          ...t,
+          ...(ended ? { updatedAt: now } : {}),
+          messages: t.messages.map((m) => (m.id === batch.messageId ? result.message : m)),
+        }));
+        if (ended) {
+          const { [batch.messageId]: _gone, ...rest } = live;
+          live = rest;
+        } else {
+          live = { ...live, [batch.messageId]: result.live as LiveReply };
+        }
+      }
+      return { threads, live, errorDetails };
+    });
+  },
+
+  failReply(messageId, error) {
+    const current = get().live[messageId];
+    if (!current) return;
+    get().applyFrames(
+      [{ messageId, frames: [{ type: 'error', requestId: current.requestId ?? '', error }] }],
+      Date.now(),
+    );
+  },
+
+  markStopping(messageId) {
+    set((s) => {
+      const current = s.live[messageId];
+      return current ? { live: { ...s.live, [messageId]: { ...current, stopping: true } } } : {};
+    });
+  },
+});

@@ -1,0 +1,27 @@
+/** UI settings (persisted through saveSettings) and window state (not persisted). */
+import type { StateCreator } from 'zustand/vanilla';
+import type { AppState, SettingsSlice } from './types';
+
+export const createSettingsSlice: StateCreator<AppState, [], [], SettingsSlice> = (set) => ({
+  ui: { inspectorOpen: true },
+  view: 'chat',
+  connection: 'connecting',
+  transport: null,
+  notice: null,
+
+  setUi(patch) {
+    set((s) => ({ ui: { ...s.ui, ...patch } }));
+  },
+  setView(view) {
+    set({ view });
+  },
+  setConnection(connection) {
+    set({ connection });
+  },
+  setTransport(transport) {
+    set({ transport });
+  },
+  setNotice(notice) {
+    set({ notice });
+  },
+});

@@ -1,0 +1,144 @@
+/**
+ * The shape of the one renderer store. Each slice owns its data and the pure
+ * reducers that change it; the bridge (../bridge) does all I/O and calls them.
+ */
+import type { ModelInfo, StoredMessage, Thread, UiSettings } from '../../shared/api';
+import type { BudgetCap, ContextClip, StreamFrame } from '../../shared/contract';
+import type { ErrorInfo } from '../../shared/errors';
+import type { ModelSpec } from '../../shared/model-spec';
+import type { SchedulerEvent, SchedulerSnapshot } from '../../shared/scheduler-types';
+
+/** A package a person dropped or chose: being read, validated, or the outcome. */
+export interface PackageImport {
+  /** Folder name as dropped. */
+  name: string;
+  status: 'reading' | 'uploading' | 'ready' | 'error';
+  /** Files and bytes read so far (progress while reading a big folder). */
+  files?: number;
+  bytes?: number;
+  /** On success: the validated spec, and the model id when the host loaded it. */
+  spec?: ModelSpec;
+  modelId?: string;
+  /** Electron: the path on disk (checked first, loaded on request). */
+  path?: string;
+  error?: { code: string; message: string; file?: string; field?: string };
+}
+
+/** A package the renderer knows about: loaded now, or loaded earlier and unloaded (can be loaded again by path). */
+export interface KnownPackage {
+  root: string;
+  spec: ModelSpec;
+  modelId?: string;
+}
+
+export interface ModelsSlice {
+  models: ModelInfo[];
+  /** The model new turns use; null until the host reports one. */
+  activeModelId: string | null;
+  /** Outcome of the last drop or choice. */
+  packageImport: PackageImport | null;
+  /** Unloaded packages that can be loaded again (by their root path). */
+  unloaded: KnownPackage[];
+  /** Model ids with a load/unload in flight. */
+  busyModels: string[];
+  setModels(models: ModelInfo[]): void;
+  setActiveModel(id: string | null): void;
+  setPackageImport(state: PackageImport | null): void;
+  setModelBusy(id: string, busy: boolean): void;
+  /** Remembers an unloaded model so the Models view can offer to load it again. */
+  rememberUnloaded(pkg: KnownPackage): void;
+  forgetUnloaded(root: string): void;
+}
+
+/** Where a reply is between the click and its first token. */
+export type ReplyPhase = 'sending' | 'queued' | 'running';
+
+/** A reply being generated (runtime only, never persisted). */
+export interface LiveReply {
+  threadId: string;
+  messageId: string;
+  requestId?: string;
+  phase: ReplyPhase;
+  /** Client clock when the request was sent. */
+  startedAt: number;
+  promptTokens?: number;
+  maxNewTokens?: number;
+  admittedMaxTokens?: number;
+  reservedBytes?: number;
+  tokens: number;
+  budgetCap?: BudgetCap;
+  clipped?: ContextClip;
+  stopping?: boolean;
+}
+
+/** Frames of one generation, in order, merged by the coalescer since the last animation frame. */
+export interface FrameBatch {
+  messageId: string;
+  frames: StreamFrame[];
+}
+
+export interface ChatSlice {
+  threads: Thread[];
+  activeThreadId: string | null;
+  /** False until listThreads answered (the UI shows nothing rather than an empty list that then jumps). */
+  threadsLoaded: boolean;
+  live: Record<string, LiveReply>;
+  /** Full error detail of refusals this run saw; persistence keeps only code and message. */
+  errorDetails: Record<string, ErrorInfo>;
+  /** Message being edited (edit-and-resend). */
+  editingMessageId: string | null;
+  loadThreads(threads: Thread[], openThreadId?: string): void;
+  addThread(thread: Thread): void;
+  selectThread(id: string | null): void;
+  renameThread(id: string, title: string): void;
+  removeThread(id: string): void;
+  updateThread(id: string, patch: Partial<Omit<Thread, 'id' | 'messages'>>): void;
+  setEditing(messageId: string | null): void;
+  /**
+   * Starts a reply: keeps the thread's messages up to (not including) `keepBefore`
+   * when given, appends `append` (e.g. the user's message) and an empty assistant
+   * message with a live entry.
+   */
+  startReply(args: {
+    threadId: string;
+    assistantId: string;
+    append: StoredMessage[];
+    keepBefore?: string;
+    now: number;
+    modelId?: string;
+  }): void;
+  /** Applies coalesced stream frames; one store update per animation frame. */
+  applyFrames(batches: FrameBatch[], now: number): void;
+  /** A reply failed before any frame arrived (transport down, rejected send). */
+  failReply(messageId: string, error: ErrorInfo): void;
+  markStopping(messageId: string): void;
+}
+
+/** Timeline entries; `progress` events are left out because the snapshot carries the same numbers. */
+export type TimelineEvent = Exclude<SchedulerEvent, { type: 'progress' }>;
+
+export interface SchedulerSlice {
+  snapshot: SchedulerSnapshot | null;
+  events: TimelineEvent[];
+  setSnapshot(snapshot: SchedulerSnapshot, replace?: boolean): void;
+  pushEvents(events: SchedulerEvent[]): void;
+}
+
+export type ConnectionState = 'connecting' | 'open' | 'reconnecting';
+export type MainView = 'chat' | 'models';
+
+export interface SettingsSlice {
+  ui: UiSettings;
+  view: MainView;
+  connection: ConnectionState;
+  transport: 'electron' | 'websocket' | null;
+  /** Short message at the bottom of the window (failed save, connection lost). */
+  notice: string | null;
+  setUi(patch: Partial<UiSettings>): void;
+  setView(view: MainView): void;
+  setConnection(state: ConnectionState): void;
+  setTransport(kind: 'electron' | 'websocket'): void;
+  setNotice(text: string | null): void;
+}
+
+export type AppState = ModelsSlice & ChatSlice & SchedulerSlice & SettingsSlice;

@@ -1,0 +1,46 @@
+/**
+ * Picks the transport: Electron's preload exposes the API as `window.kvdesk`;
+ * anywhere else the page was served by `kvdesk serve` and talks to it over
+ * the WebSocket on the same origin.
+ */
+import type { KvdeskApi } from '../../shared/api';
+import { type ConnectionState, createWsClient, urlsFromLocation } from './ws-client';
+
+/**
+ * What the Electron preload adds beyond KvdeskApi: the host path of a dropped
+ * File (`webUtils.getPathForFile`) and the OS folder chooser.
+ */
+export interface ElectronExtras {
+  getPathForFile?: (file: File) => string;
+  chooseFolder?: () => Promise<string | null>;
+}
+
+export interface Transport {
+  api: KvdeskApi & ElectronExtras;
+  /** Connection state changes; Electron IPC is always open. */
+  onConnection(listener: (state: ConnectionState) => void): () => void;
+  readonly state: ConnectionState;
+}
+
+declare global {
+  interface Window {
+    kvdesk?: KvdeskApi & ElectronExtras;
+  }
+}
+
+export function createTransport(): Transport {
+  const preload = window.kvdesk;
+  if (preload) {
+    return { api: preload, onConnection: () => () => {}, state: 'open' };
+  }
+  const client = createWsClient(urlsFromLocation(window.location));
+  return {
+    api: client,
+    onConnection: (l) => client.onConnection(l),
+    get state() {
+      return client.state;
+    },
+  };
+}
+
+export type { ConnectionState } from './ws-client';

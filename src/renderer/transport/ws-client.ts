@@ -1,0 +1,250 @@
+/**
+ * KvdeskApi over the headless server's WebSocket (`/ws`), for a renderer that
+ * runs in a plain browser. Speaks exactly the wire messages of
+ * src/shared/api.ts: invokes carry numeric ids, generations are multiplexed by
+ * string ids, host events are broadcast. Reconnects with backoff; what was in
+ * flight when the socket closed ends with an error rather than hanging.
+ */
+import type {
+  CallName,
+  CallRequest,
+  CallResponses,
+  HostEventName,
+  HostEvents,
+  KvdeskApi,
+  ModelInfo,
+  PackageUpload,
+  WsClientMessage,
+  WsServerMessage,
+} from '../../shared/api';
+import type { GenerateRequest, StreamFrame } from '../../shared/contract';
+import type { ErrorInfo, Result } from '../../shared/errors';
+
+export type ConnectionState = 'connecting' | 'open' | 'reconnecting';
+
+/** The subset of the DOM WebSocket the client uses (a fake can stand in for tests). */
+export interface SocketLike {
+  readyState: number;
+  send(data: string): void;
+  close(): void;
+  onopen: ((ev: unknown) => void) | null;
+  onclose: ((ev: unknown) => void) | null;
+  onerror: ((ev: unknown) => void) | null;
+  onmessage: ((ev: { data: unknown }) => void) | null;
+}
+
+export interface WsClientOptions {
+  /** ws:// or wss:// URL of `/ws`, token included. */
+  url: string;
+  /** URL of `POST /api/models/upload`, token included. */
+  uploadUrl: string;
+  token?: string;
+  createSocket?: (url: string) => SocketLike;
+  fetch?: typeof fetch;
+  /** Delay before reconnect attempt n (0-based). */
+  backoffMs?: (attempt: number) => number;
+  setTimer?: (fn: () => void, ms: number) => unknown;
+}
+
+/** The WebSocket client: KvdeskApi plus connection state for the status line. */
+export interface WsClient extends KvdeskApi {
+  onConnection(listener: (state: ConnectionState) => void): () => void;
+  readonly state: ConnectionState;
+  close(): void;
+}
+
+const OPEN = 1;
+
+function lost(message: string): ErrorInfo {
+  return { code: 'INTERNAL', message };
+}
+
+/** Builds the client's URLs from the page's location: same origin, `?token=` passed through when present. */
+export function urlsFromLocation(loc: { protocol: string; host: string; search: string }): {
+  url: string;
+  uploadUrl: string;
+  token?: string;
+} {
+  const token = new URLSearchParams(loc.search).get('token') ?? undefined;
+  const q = token ? `?token=${encodeURIComponent(token)}` : '';
+  const ws = loc.protocol === 'https:' ? 'wss:' : 'ws:';
+  return {
+    url: `${ws}//${loc.host}/ws${q}`,
+    uploadUrl: `${loc.protocol}//${loc.host}/api/models/upload${q}`,
+    ...(token ? { token } : {}),
+  };
+}
+
+export function createWsClient(options: WsClientOptions): WsClient {
+  const createSocket = options.createSocket ?? ((url: string) => new WebSocket(url) as unknown as SocketLike);
+  const doFetch = options.fetch ?? ((...args: Parameters<typeof fetch>) => fetch(...args));
+  const backoff = options.backoffMs ?? ((n: number) => Math.min(5000, 250 * 2 ** n));
+  const setTimer = options.setTimer ?? ((fn: () => void, ms: number) => setTimeout(fn, ms));
+
+  let socket: SocketLike | null = null;
+  let state: ConnectionState = 'connecting';
+  let attempt = 0;
+  let closed = false;
+  let nextInvokeId = 1;
+  let nextGenId = 1;
+  const session = Math.random().toString(36).slice(2, 8);
+  /** Messages written while the socket was not open; sent in order on (re)connect. */
+  let outbox: string[] = [];
+  const invokes = new Map<number, (r: Result<unknown>) => void>();
+  const generations = new Map<string, (frame: StreamFrame) => void>();
+  const listeners = new Map<HostEventName, Set<(payload: unknown) => void>>();
+  const connectionListeners = new Set<(s: ConnectionState) => void>();
+
+  function setState(next: ConnectionState): void {
+    if (state === next) return;
+    state = next;
+    for (const l of connectionListeners) l(next);
+  }
+
+  function write(msg: WsClientMessage): void {
+    const text = JSON.stringify(msg);
+    if (socket && socket.readyState === OPEN) socket.send(text);
+    else outbox.push(text);
+  }
+
+  function onMessage(data: unknown): void {
+    if (typeof data !== 'string') return;
+    let msg: WsServerMessage;
+    try {
+      msg = JSON.parse(data) as WsServerMessage;
+    } catch {
+      return;
+    }
+    if (msg.t === 'result') {
+      const done = invokes.get(msg.id);
+      invokes.delete(msg.id);
+      done?.(msg.result);
+    } else if (msg.t === 'frame') {
+      const sink = generations.get(msg.id);
+      if (msg.frame.type === 'done' || msg.frame.type === 'error') generations.delete(msg.id);
+      sink?.(msg.frame);
+    } else if (msg.t === 'event') {
+      for (const l of listeners.get(msg.event) ?? []) l(msg.payload);
+    }
+  }
+
+  function connect(): void {
+    const s = createSocket(options.url);
+    socket = s;
+    s.onopen = () => {
+      attempt = 0;
+      const pending = outbox;
+      outbox = [];
+      for (const text of pending) s.send(text);
+      setState('open');
+    };
+    s.onmessage = (ev) => onMessage(ev.data);
+    s.onerror = () => {
+      // onclose follows; reconnecting is handled there.
+    };
+    s.onclose = () => {
+      if (socket !== s) return;
+      socket = null;
+      // Calls and streams on the old socket cannot be answered any more: end them now.
+      for (const [id, done] of invokes) {
+        invokes.delete(id);
+        done({ ok: false, error: lost('The connection to kvdesk closed before it answered. Try again.') });
+      }
+      for (const [id, sink] of generations) {
+        generations.delete(id);
+        sink({
+          type: 'error',
+          requestId: '',
+          error: lost('The connection to kvdesk closed while this reply was streaming; the host stopped it.'),
+        });
+      }
+      if (closed) return;
+      setState('reconnecting');
+      setTimer(connect, backoff(attempt++));
+    };
+  }
+
+  async function importPackage(upload: PackageUpload): Promise<Result<ModelInfo>> {
+    if (upload.kind === 'path') {
+      return {
+        ok: false,
+        error: { code: 'BAD_REQUEST', message: 'A browser cannot hand the host a path; drop the folder instead.' },
+      };
+    }
+    // multipart/form-data keeps bytes as bytes (the JSON form base64-encodes into one string and is capped lower).
+    // Each part's filename is `<folder>/<path>`: the host strips the shared top folder.
+    const form = new FormData();
+    form.append('name', upload.name);
+    for (const f of upload.files) form.append('file', new Blob([f.data]), `${upload.name}/${f.path}`);
+    let res: Response;
+    try {
+      res = await doFetch(options.uploadUrl, {
+        method: 'POST',
+        headers: options.token ? { authorization: `Bearer ${options.token}` } : {},
+        body: form,
+      });
+    } catch (err) {
+      return {
+        ok: false,
+        error: lost(`Could not upload the package: ${err instanceof Error ? err.message : String(err)}`),
+      };
+    }
+    let json: unknown;
+    try {
+      json = await res.json();
+    } catch {
+      return { ok: false, error: lost(`The upload answered HTTP ${res.status} without a JSON body.`) };
+    }
+    // The server answers with the Result envelope; tolerate a bare ModelInfo or `{ error }` too.
+    if (json && typeof json === 'object' && 'ok' in json) return json as Result<ModelInfo>;
+    if (json && typeof json === 'object' && 'error' in json) {
+      const e = (json as { error: ErrorInfo }).error;
+      return { ok: false, error: e };
+    }
+    if (res.ok) return { ok: true, value: json as ModelInfo };
+    return { ok: false, error: lost(`The upload failed with HTTP ${res.status}.`) };
+  }
+
+  connect();
+
+  return {
+    transport: 'websocket',
+    get state() {
+      return state;
+    },
+    invoke<N extends CallName>(name: N, request: CallRequest<N>): Promise<Result<CallResponses[N]>> {
+      const id = nextInvokeId++;
+      return new Promise((resolve) => {
+        invokes.set(id, resolve as (r: Result<unknown>) => void);
+        write({ t: 'invoke', id, name, request });
+      });
+    },
+    generate(request: GenerateRequest, onFrame: (frame: StreamFrame) => void): () => void {
+      const id = `${session}-${nextGenId++}`;
+      generations.set(id, onFrame);
+      write({ t: 'generate', id, request });
+      return () => {
+        if (generations.has(id)) write({ t: 'cancel', id });
+      };
+    },
+    on<E extends HostEventName>(event: E, listener: (payload: HostEvents[E]) => void): () => void {
+      let set = listeners.get(event);
+      if (!set) {
+        set = new Set();
+        listeners.set(event, set);
+      }
+      const l = listener as (payload: unknown) => void;
+      set.add(l);
+      return () => set.delete(l);
+    },
+    importPackage,
+    onConnection(listener) {
+      connectionListeners.add(listener);
+      return () => connectionListeners.delete(listener);
+    },
+    close() {
+      closed = true;
+      socket?.close();
+    },
+  };
+}

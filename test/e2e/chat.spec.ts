@@ -1,0 +1,94 @@
+/** Chat with the default model: a reply streams in, Stop (button and Esc) ends it and returns its reservation. */
+import { apiSnapshot, expect, lastReply, newChat, send, setSettings, test } from './fixtures';
+
+// Greedy decoding of this prompt runs for well over a thousand tokens on the default model,
+// so there is time to see it stream and to stop it.
+const LONG = 'Tell me a long story';
+
+test('a reply streams in, shows its stats, and Stop ends it', async ({ app, server }) => {
+  await newChat(app);
+  await setSettings(app, { greedy: true, maxNewTokens: 1900 });
+  await send(app, LONG);
+
+  const reply = lastReply(app);
+  // Streaming: the reply is running and already has text before it ends.
+  await expect(reply).toHaveAttribute('data-state', 'running');
+  await expect(reply.getByTestId('message-text')).not.toHaveText(/^\s*$/);
+  const early = (await reply.getByTestId('message-text').textContent()) ?? '';
+  await expect(app.getByTestId('stop-button')).toBeVisible();
+  // The text keeps growing while it streams.
+  await expect
+    .poll(async () => ((await reply.getByTestId('message-text').textContent()) ?? '').length)
+    .toBeGreaterThan(early.length);
+
+  await app.getByTestId('stop-button').click();
+  await expect(reply).toHaveAttribute('data-state', 'cancelled');
+  await expect(app.getByTestId('send-button')).toBeVisible();
+  await expect(reply.getByTestId('message-stats')).toContainText('stopped');
+  const tokens = Number(
+    /([\d,]+) tok/.exec((await reply.getByTestId('message-stats').textContent()) ?? '')?.[1]?.replace(/,/g, ''),
+  );
+  expect(tokens).toBeGreaterThan(0);
+  expect(tokens).toBeLessThan(1900);
+  // Stopping returned the reservation: nothing is reserved any more.
+  await expect.poll(async () => (await apiSnapshot(server)).reservedBytes).toBe(0);
+});
+
+test('a finished reply shows ttft, rate, tokens and finish reason; Esc stops the next one', async ({ app }) => {
+  await newChat(app);
+  await setSettings(app, { maxNewTokens: 24, seed: 1 });
+  await send(app, 'Hello!');
+  const reply = lastReply(app);
+  await expect(reply).toHaveAttribute('data-state', 'done', { timeout: 30_000 });
+  const stats = reply.getByTestId('message-stats');
+  await expect(stats).toContainText(/ttft [\d.]+ m?s/);
+  await expect(stats).toContainText(/tok\/s/);
+  await expect(stats).toHaveAttribute('data-finish-reason', /^(eos|length|stop)$/);
+  await expect(app.getByTestId('message-user')).toHaveCount(1);
+
+  // Esc stops a streaming reply from anywhere in the window.
+  await setSettings(app, { greedy: true, maxNewTokens: 1900 });
+  await send(app, LONG);
+  await expect(lastReply(app)).toHaveAttribute('data-state', 'running');
+  await app.keyboard.press('Escape');
+  await expect(lastReply(app)).toHaveAttribute('data-state', 'cancelled');
+  await expect(app.getByTestId('message-assistant')).toHaveCount(2);
+});
+
+test('regenerate replaces the last reply; edit-and-resend replaces the turn', async ({ app }) => {
+  await newChat(app);
+  await setSettings(app, { maxNewTokens: 8 });
+  await send(app, 'first question');
+  await expect(lastReply(app)).toHaveAttribute('data-state', 'done', { timeout: 30_000 });
+  const firstId = await lastReply(app).getAttribute('data-message-id');
+
+  await lastReply(app).hover();
+  await app.getByTestId('regenerate').click();
+  await expect(lastReply(app)).not.toHaveAttribute('data-message-id', firstId ?? '');
+  await expect(lastReply(app)).toHaveAttribute('data-state', 'done', { timeout: 30_000 });
+  await expect(app.getByTestId('message-assistant')).toHaveCount(1);
+
+  const user = app.getByTestId('message-user').first();
+  await user.hover();
+  await user.getByTestId('edit-message').click();
+  await app.getByTestId('edit-input').fill('second question');
+  await app.getByTestId('edit-input').press('Enter');
+  await expect(app.getByTestId('message-user')).toHaveCount(1);
+  await expect(app.getByTestId('message-user')).toContainText('second question');
+  await expect(lastReply(app)).toHaveAttribute('data-state', 'done', { timeout: 30_000 });
+});
+
+test('keyboard: Ctrl+N starts a chat, Ctrl+K focuses the model picker, Shift+Enter is a new line', async ({ app }) => {
+  const before = await app.getByTestId('thread-item').count();
+  await app.keyboard.press('Control+n');
+  await expect(app.getByTestId('thread-item')).toHaveCount(before + 1);
+  await app.keyboard.press('Control+k');
+  await expect(app.getByTestId('model-picker')).toBeFocused();
+  const input = app.getByTestId('chat-input');
+  await input.click();
+  await input.pressSequentially('line one');
+  await input.press('Shift+Enter');
+  await input.pressSequentially('line two');
+  await expect(input).toHaveValue('line one\nline two');
+  await expect(app.getByTestId('message-user')).toHaveCount(0);
+});

@@ -1,0 +1,114 @@
+/**
+ * The browser tests' fixtures: one real `kvdesk serve` per worker, a page
+ * opened on it, and the small steps every test repeats (new chat, settings, send).
+ */
+import { test as base, expect, type Page } from '@playwright/test';
+import type { SchedulerSnapshot } from '../../src/shared/scheduler-types';
+import { type ServeHandle, startServe } from './serve';
+
+export const test = base.extend<{ app: Page }, { server: ServeHandle }>({
+  server: [
+    // biome-ignore lint/correctness/noEmptyPattern: Playwright fixtures take their dependencies by destructuring
+    async ({}, use) => {
+      const server = await startServe();
+      await use(server);
+      await server.stop();
+    },
+    { scope: 'worker', timeout: 120_000 },
+  ],
+  app: async ({ page, server }, use) => {
+    const errors: string[] = [];
+    page.on('pageerror', (e) => errors.push(e.message));
+    await page.goto(server.url);
+    await expect(page.getByTestId('model-picker')).toHaveValue(/.+/);
+    await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+    await use(page);
+    expect(errors, 'uncaught errors in the page').toEqual([]);
+  },
+});
+
+export { expect };
+
+/** The scheduler's own snapshot, as the HTTP API serves it. */
+export async function apiSnapshot(server: ServeHandle): Promise<SchedulerSnapshot> {
+  const res = await fetch(`${server.url}/v1/kvdesk/budget`);
+  expect(res.status).toBe(200);
+  const body = (await res.json()) as SchedulerSnapshot | { snapshot: SchedulerSnapshot };
+  return 'snapshot' in body ? body.snapshot : body;
+}
+
+/** Starts a new chat and returns its thread id. */
+export async function newChat(page: Page): Promise<string> {
+  const before = await page.getByTestId('chat-view').getAttribute('data-thread-id');
+  await page.getByTestId('new-thread').click();
+  await expect(page.getByTestId('chat-view')).not.toHaveAttribute('data-thread-id', before ?? '');
+  return (await page.getByTestId('chat-view').getAttribute('data-thread-id')) ?? '';
+}
+
+/** Sets the open thread's sampling/limits through the settings panel (they commit on blur). */
+export async function setSettings(
+  page: Page,
+  s: { greedy?: boolean; maxNewTokens?: number; seed?: number },
+): Promise<void> {
+  const panel = page.getByTestId('settings-panel');
+  if (!(await panel.isVisible())) await page.getByTestId('settings-toggle').click();
+  if (s.maxNewTokens !== undefined) {
+    await panel.getByTestId('setting-maxNewTokens').fill(String(s.maxNewTokens));
+    await panel.getByTestId('setting-maxNewTokens').blur();
+  }
+  if (s.seed !== undefined) {
+    await panel.getByTestId('setting-seed').fill(String(s.seed));
+    await panel.getByTestId('setting-seed').blur();
+  }
+  if (s.greedy !== undefined) await panel.getByTestId('setting-greedy').setChecked(s.greedy);
+  if (s.maxNewTokens !== undefined)
+    await expect(page.getByTestId('settings-summary')).toContainText(`max ${s.maxNewTokens}`);
+  await page.getByTestId('settings-toggle').click();
+}
+
+/** Types a message and sends it with Enter. */
+export async function send(page: Page, text: string): Promise<void> {
+  await page.getByTestId('chat-input').fill(text);
+  await page.getByTestId('chat-input').press('Enter');
+  await expect(page.getByTestId('message-user').last()).toContainText(text);
+}
+
+/** The last assistant message of the open thread. */
+export function lastReply(page: Page) {
+  return page.getByTestId('message-assistant').last();
+}
+
+/** One contract call over the server's WebSocket, as another front end would make it. */
+export async function wsCall(
+  server: ServeHandle,
+  name: string,
+  request: unknown,
+): Promise<{ ok: boolean; value?: unknown }> {
+  const { WebSocket } = await import('ws');
+  const ws = new WebSocket(`${server.url.replace(/^http/, 'ws')}/ws`);
+  try {
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error('/ws did not open within 15 s')), 15_000);
+      ws.once('open', () => {
+        clearTimeout(timer);
+        resolve();
+      });
+      ws.once('error', reject);
+    });
+    const reply = new Promise<{ ok: boolean; value?: unknown }>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`${name}: no answer over /ws within 15 s`)), 15_000);
+      ws.on('message', (data) => {
+        const msg = JSON.parse(String(data)) as { t: string; id?: number; result?: { ok: boolean; value?: unknown } };
+        if (msg.t === 'result' && msg.id === 1 && msg.result) {
+          clearTimeout(timer);
+          resolve(msg.result);
+        }
+      });
+      ws.once('close', (code) => reject(new Error(`${name}: /ws closed (${code}) before answering`)));
+    });
+    ws.send(JSON.stringify({ t: 'invoke', id: 1, name, request }));
+    return await reply;
+  } finally {
+    ws.close();
+  }
+}

@@ -1,0 +1,42 @@
+/**
+ * Before the browser tests: Debian Chromium must exist, the default model must
+ * exist, and the renderer is built fresh into out/renderer (what serve hosts).
+ */
+import { execFileSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import { CHROMIUM } from './chromium';
+import { ROOT } from './serve';
+
+export default function globalSetup(): void {
+  if (!existsSync(CHROMIUM)) {
+    throw new Error(
+      `The browser tests run in Debian's Chromium at ${CHROMIUM}, which is missing. Install it with ` +
+        '`apt-get update && apt-get install -y chromium` (or set KVDESK_CHROMIUM to another Chromium binary).',
+    );
+  }
+  if (!existsSync(path.join(ROOT, 'resources/models/default/onnx/model.onnx'))) {
+    execFileSync(process.execPath, [path.join(ROOT, 'bin/run-ts.cjs'), 'scripts/generate-model.ts', '--default'], {
+      cwd: ROOT,
+      stdio: 'inherit',
+    });
+  }
+  if (process.env.KVDESK_E2E_SKIP_BUILD !== '1') {
+    // Only the renderer: main/preload are not needed by `serve`, and this takes about a second.
+    execFileSync(
+      process.execPath,
+      [
+        path.join(ROOT, 'node_modules/vite/bin/vite.js'),
+        'build',
+        '--config',
+        'src/renderer/vite.config.mts',
+        '--logLevel',
+        'warn',
+      ],
+      {
+        cwd: ROOT,
+        stdio: 'inherit',
+      },
+    );
+  }
+}

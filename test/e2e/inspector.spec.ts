@@ -1,0 +1,132 @@
+/** The budget inspector against the scheduler's own snapshot: three chats at once, and refusals with their numbers. */
+import type { Page } from '@playwright/test';
+import { apiSnapshot, expect, lastReply, newChat, send, setSettings, test } from './fixtures';
+
+const LONG = 'Tell me a long story';
+
+async function uiRequestRows(page: Page): Promise<Array<{ id: string; state: string; reserved: number }>> {
+  return page.getByTestId('request-row').evaluateAll((rows) =>
+    rows.map((r) => ({
+      id: r.getAttribute('data-request-id') ?? '',
+      state: r.getAttribute('data-state') ?? '',
+      reserved: Number(r.getAttribute('data-reserved-bytes')),
+    })),
+  );
+}
+
+test('three chats at once show three reservations whose bytes equal the scheduler snapshot', async ({
+  app,
+  server,
+}) => {
+  const threads: string[] = [];
+  for (let i = 0; i < 3; i++) {
+    threads.push(await newChat(app));
+    if (i === 0) await setSettings(app, { greedy: true, maxNewTokens: 1900 }); // new chats inherit these
+    await send(app, LONG);
+  }
+
+  // While all three run, the inspector's rows, its reserved total, the header bar and the HTTP API
+  // agree byte for byte (polled: snapshots reach the page at ≤ 10 Hz).
+  await expect
+    .poll(
+      async () => {
+        const api = await apiSnapshot(server);
+        const ui = await uiRequestRows(app);
+        const uiReserved = Number(await app.getByTestId('budget-reserved-bytes').getAttribute('data-bytes'));
+        const headerReserved = Number(await app.getByTestId('budget-bar').getAttribute('data-reserved-bytes'));
+        const mine = api.running.filter((r) => r.threadId && threads.includes(r.threadId));
+        const uiRunning = ui.filter((r) => r.state === 'running');
+        return {
+          running: mine.length,
+          sameRows: mine.every((r) =>
+            uiRunning.some((u) => u.id === r.id && u.reserved === r.reservedBytes && r.reservedBytes > 0),
+          ),
+          sameTotal: uiReserved === api.reservedBytes && headerReserved === api.reservedBytes,
+          totalIsSum: api.reservedBytes === mine.reduce((n, r) => n + r.reservedBytes, 0),
+        };
+      },
+      { timeout: 10_000, intervals: [100] },
+    )
+    .toEqual({ running: 3, sameRows: true, sameTotal: true, totalIsSum: true });
+  await expect(app.getByTestId('budget-running-count')).toContainText('running 3/');
+  const limit = Number(await app.getByTestId('budget-limit-bytes').getAttribute('data-bytes'));
+  expect(limit).toBe((await apiSnapshot(server)).limitBytes);
+
+  // Stop all three: every reservation comes back.
+  for (const id of threads) {
+    await app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click();
+    // A reply may end on its own between looking and clicking; either way its bytes come back.
+    await app
+      .getByTestId('stop-button')
+      .click({ timeout: 1000 })
+      .catch(() => {});
+  }
+  await expect.poll(async () => (await apiSnapshot(server)).reservedBytes).toBe(0);
+  await expect(app.getByTestId('budget-reserved-bytes')).toHaveAttribute('data-bytes', '0');
+  // Ended requests stay in the table with what they had reserved.
+  const api = await apiSnapshot(server);
+  const ended = api.recent.filter((x) => x.threadId && threads.includes(x.threadId));
+  expect(ended).toHaveLength(3);
+  const ui = await uiRequestRows(app);
+  for (const r of ended) expect(ui.find((u) => u.id === r.id)?.reserved).toBe(r.reservedBytes);
+});
+
+test('a request over a small budget is refused with its numbers; a partial fit is capped', async ({ app, server }) => {
+  await newChat(app);
+  await setSettings(app, { maxNewTokens: 200, seed: 3 });
+  // 8 KiB holds 8 tokens of the default model (1 KiB per token): less than any chat prompt.
+  await app.getByTestId('budget-limit-input').fill('8KiB');
+  await app.getByTestId('budget-limit-apply').click();
+  await expect(app.getByTestId('budget-limit-bytes')).toHaveAttribute('data-bytes', '8192');
+  expect((await apiSnapshot(server)).limitBytes).toBe(8192);
+
+  await send(app, 'Please tell me about the KV cache');
+  const refusal = lastReply(app).getByTestId('refusal');
+  await expect(refusal).toHaveAttribute('data-code', 'KV_BUDGET_EXCEEDED');
+  await expect(refusal.getByTestId('refusal-budget')).toHaveAttribute('data-bytes', '8192');
+  const required = Number(await refusal.getByTestId('refusal-required').getAttribute('data-bytes'));
+  const prompt = Number(((await refusal.getByTestId('refusal-prompt').textContent()) ?? '').replace(/\D/g, ''));
+  expect(prompt).toBeGreaterThan(8);
+  expect(required).toBe((prompt + 1) * 1024); // rows × (prompt + 1) × bpt
+  await expect(refusal).toContainText('Raise the limit or shorten the prompt');
+  await expect(app.getByTestId('send-button')).toBeVisible();
+
+  // Room for the prompt and 20 more tokens, while 200 were asked: admitted with a capped reply.
+  await newChat(app);
+  await app.getByTestId('budget-limit-input').fill(String((prompt + 20) * 1024));
+  await app.getByTestId('budget-limit-apply').click();
+  await send(app, 'Please tell me about the KV cache');
+  const reply = lastReply(app);
+  await expect(reply).toHaveAttribute('data-state', /done|cancelled/, { timeout: 30_000 });
+  await expect(reply.getByTestId('budget-cap-note')).toHaveAttribute('data-admitted', '20');
+  await expect(reply.getByTestId('budget-cap-note')).toHaveAttribute('data-requested', '200');
+  await expect(reply.getByTestId('budget-cap-note')).toContainText('raise the limit or shorten the prompt');
+
+  // Back to the derived limit for the other tests.
+  await app.getByTestId('budget-use-derived').click();
+  await expect(app.getByTestId('budget-derivation')).toHaveAttribute('data-source', 'derived');
+  expect((await apiSnapshot(server)).derivation.source).toBe('derived');
+});
+
+test('max running changes live: with one slot a second chat waits in the queue', async ({ app, server }) => {
+  await app.getByTestId('max-running-input').fill('1');
+  await app.getByTestId('max-running-apply').click();
+  await expect.poll(async () => (await apiSnapshot(server)).maxRunning).toBe(1);
+  const first = await newChat(app);
+  await setSettings(app, { greedy: true, maxNewTokens: 1900 });
+  await send(app, LONG);
+  await expect(lastReply(app)).toHaveAttribute('data-state', 'running');
+  const second = await newChat(app);
+  await send(app, LONG);
+  await expect(lastReply(app).getByTestId('queued-indicator')).toBeVisible();
+  await expect(app.getByTestId('budget-queued-count')).toContainText('queued 1/');
+  // Stopping the running one lets the queued one in.
+  await app.getByTestId('thread-list').locator(`[data-thread-id="${first}"]`).click();
+  await app.getByTestId('stop-button').click();
+  await app.getByTestId('thread-list').locator(`[data-thread-id="${second}"]`).click();
+  await expect(lastReply(app)).toHaveAttribute('data-state', 'running');
+  await app.getByTestId('stop-button').click();
+  await app.getByTestId('max-running-input').fill('4');
+  await app.getByTestId('max-running-apply').click();
+  await expect.poll(async () => (await apiSnapshot(server)).maxRunning).toBe(4);
+});

@@ -1,0 +1,99 @@
+/**
+ * Model packages: a fixture package dropped on the window is validated and
+ * loaded (card with bpt and fit badge); a broken package chosen with the
+ * folder input shows its error with file and field.
+ */
+import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { expect, test } from './fixtures';
+import { ROOT } from './serve';
+
+const FIXTURE = path.resolve(ROOT, '../shared/fixtures/onnx-genai/tiny-llm');
+const fixtureMissing = !existsSync(FIXTURE);
+if (fixtureMissing) console.log(`[kvdesk e2e] model drop tests skipped: fixture package ${FIXTURE} is absent`);
+
+/** The page's DOM, typed just enough for the drop (this file is type-checked without the DOM library). */
+interface DropDom {
+  DataTransfer: new () => { items: { add(file: unknown): void } };
+  File: new (parts: unknown[], name: string) => unknown;
+  DragEvent: new (type: string, init: { bubbles: boolean; cancelable: boolean; dataTransfer: unknown }) => unknown;
+  document: { body: { dispatchEvent(event: unknown): boolean } };
+  atob(s: string): string;
+}
+
+test.describe('model packages', () => {
+  test.skip(fixtureMissing, `fixture package ${FIXTURE} is absent`);
+
+  test('dropping a package folder validates and loads it', async ({ app }) => {
+    const files = readdirSync(FIXTURE).map((name) => ({
+      name,
+      base64: readFileSync(path.join(FIXTURE, name)).toString('base64'),
+    }));
+    // A drop event whose dataTransfer carries the package's files, dispatched on the window's drop target.
+    await app.evaluate((list) => {
+      const w = globalThis as unknown as DropDom;
+      const dt = new w.DataTransfer();
+      for (const f of list) {
+        const bin = w.atob(f.base64);
+        const bytes = new Uint8Array(bin.length);
+        for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+        dt.items.add(new w.File([bytes], f.name));
+      }
+      w.document.body.dispatchEvent(new w.DragEvent('drop', { bubbles: true, cancelable: true, dataTransfer: dt }));
+    }, files);
+
+    await expect(app.getByTestId('models-view')).toBeVisible();
+    const card = app.getByTestId('model-card');
+    await expect(card.getByTestId('model-loaded')).toBeVisible({ timeout: 30_000 });
+    await expect(card.getByTestId('model-layout')).toContainText('onnx-genai');
+    // tiny-llm: 1 layer, 2 KV heads × 8 dims, float32 → 2 × 2 × 8 × 4 = 128 bytes per token; context 16.
+    await expect(card.getByTestId('model-bpt').locator('[data-bytes]')).toHaveAttribute('data-bytes', '128');
+    await expect(card.getByTestId('model-one-context')).toHaveAttribute('data-bytes', String(128 * 16));
+    await expect(card.getByTestId('fit-badge')).toHaveAttribute('data-level', 'fits');
+    const id = await card.getAttribute('data-model-id');
+    await expect(app.getByTestId('model-picker').locator(`option[value="${id}"]`)).toHaveCount(1);
+
+    // Unload it again: the default model stays in use.
+    await card.getByTestId('model-unload').click();
+    await expect(card.getByTestId('model-not-loaded')).toBeVisible();
+    await expect(app.getByTestId('model-picker').locator(`option[value="${id}"]`)).toHaveCount(0);
+    await expect(card.getByTestId('model-load')).toBeVisible();
+  });
+
+  test('a broken package shows its error with file and field', async ({ app }) => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-bad-'));
+    const bad = path.join(dir, 'broken-llm');
+    try {
+      cpSync(FIXTURE, bad, { recursive: true });
+      const meta = path.join(bad, 'inference_metadata.yaml');
+      rmSync(meta, { force: true });
+      writeFileSync(
+        meta,
+        readFileSync(path.join(FIXTURE, 'inference_metadata.yaml'), 'utf8').replace(
+          /max_sequence_length: \d+/,
+          'max_sequence_length: -3',
+        ),
+      );
+      await app.getByTestId('models-toggle').click();
+      await app.getByTestId('model-file-input').setInputFiles(bad); // a folder, as <input webkitdirectory> gives it
+      const error = app.getByTestId('model-error');
+      await expect(error).toHaveAttribute('data-code', 'PACKAGE_INVALID', { timeout: 30_000 });
+      await expect(error.getByTestId('model-error-file')).toHaveText('inference_metadata.yaml');
+      await expect(error.getByTestId('model-error-field')).toHaveText('model.max_sequence_length');
+      await expect(error.getByTestId('model-error-message')).toContainText('-3');
+      await expect(app.getByTestId('model-card')).toHaveCount(0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+test('the default model has a card with its KV figures and a fit badge', async ({ app }) => {
+  await app.getByTestId('models-toggle').click();
+  const card = app.getByTestId('loaded-model-card').filter({ hasText: 'default' }).first();
+  await expect(card.getByTestId('model-bpt').locator('[data-bytes]')).toHaveAttribute('data-bytes', '1024');
+  await expect(card.getByTestId('model-one-context')).toHaveAttribute('data-bytes', String(1024 * 2048));
+  await expect(card.getByTestId('fit-badge')).toHaveAttribute('data-level', /fits|tight|wont-fit/);
+  await expect(app.getByTestId('model-backend')).toHaveText('CPU');
+});

@@ -1,0 +1,81 @@
+/**
+ * Starts a real `kvdesk serve --port 0` (real engine process, real scheduler)
+ * for the browser tests and the screenshot script, and stops it again.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+
+export const ROOT = path.resolve(__dirname, '../..');
+
+export interface ServeHandle {
+  url: string;
+  dataDir: string;
+  /** Everything the server printed (for failure messages). */
+  log(): string;
+  stop(): Promise<void>;
+}
+
+/** Starts the server in its own process group (the CLI wrapper runs the server as a child) and waits for /health. */
+export async function startServe(extraArgs: string[] = [], timeoutMs = 90_000): Promise<ServeHandle> {
+  const dataDir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-e2e-'));
+  const child: ChildProcess = spawn(
+    process.execPath,
+    [path.join(ROOT, 'bin/kvdesk.cjs'), 'serve', '--port', '0', '--data-dir', dataDir, ...extraArgs],
+    { cwd: ROOT, detached: true, stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  let output = '';
+  child.stdout?.on('data', (d) => {
+    output += String(d);
+  });
+  child.stderr?.on('data', (d) => {
+    output += String(d);
+  });
+  const stop = async () => {
+    if (child.exitCode === null && child.pid !== undefined) {
+      const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+      try {
+        process.kill(-child.pid, 'SIGTERM'); // the wrapper and the server it started
+      } catch {
+        // already gone
+      }
+      const timer = setTimeout(() => {
+        try {
+          if (child.pid !== undefined) process.kill(-child.pid, 'SIGKILL');
+        } catch {
+          // already gone
+        }
+      }, 10_000);
+      await exited;
+      clearTimeout(timer);
+    }
+    rmSync(dataDir, { recursive: true, force: true });
+  };
+  const deadline = Date.now() + timeoutMs;
+  let url: string | undefined;
+  while (Date.now() < deadline) {
+    const m = /kvdesk serving (http:\/\/\S+)/.exec(output);
+    if (m?.[1]) {
+      url = m[1];
+      break;
+    }
+    if (child.exitCode !== null) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  if (!url) {
+    await stop();
+    throw new Error(`kvdesk serve did not print its URL within ${timeoutMs} ms:\n${output}`);
+  }
+  // /health answers 200 once the default model is loaded.
+  while (Date.now() < deadline) {
+    const ok = await fetch(`${url}/health`).then(
+      (r) => r.status === 200,
+      () => false,
+    );
+    if (ok) return { url, dataDir, log: () => output, stop };
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  await stop();
+  throw new Error(`kvdesk serve at ${url} never reported healthy:\n${output}`);
+}

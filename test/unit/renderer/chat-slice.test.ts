@@ -1,0 +1,291 @@
+import { describe, expect, it } from 'vitest';
+import { createFrameCoalescer } from '../../../src/renderer/bridge/frame-coalescer';
+import { createAppStore } from '../../../src/renderer/store';
+import { sortThreads, titleFrom, UNTITLED } from '../../../src/renderer/store/chat-slice';
+import { result, thread, tokens } from './fixtures';
+
+function storeWithThread() {
+  const store = createAppStore();
+  store.getState().loadThreads([thread('t1', { title: UNTITLED })]);
+  return store;
+}
+
+function start(store: ReturnType<typeof createAppStore>, text = 'hello') {
+  store.getState().startReply({
+    threadId: 't1',
+    assistantId: 'a1',
+    append: [{ id: 'u1', role: 'user', content: text, createdAt: 5 }],
+    now: 10,
+    modelId: 'default',
+  });
+}
+
+const accepted = {
+  type: 'accepted',
+  requestId: 'r1',
+  modelId: 'default',
+  promptTokens: 7,
+  rows: 1,
+  maxNewTokens: 64,
+} as const;
+const admitted = { type: 'admitted', requestId: 'r1', reservedBytes: 71 * 1024, admittedMaxTokens: 64 } as const;
+
+describe('thread operations', () => {
+  it('loads threads newest first and reopens the last open thread', () => {
+    const store = createAppStore();
+    store
+      .getState()
+      .loadThreads([thread('a', { updatedAt: 1 }), thread('b', { updatedAt: 3 }), thread('c', { updatedAt: 2 })], 'c');
+    const s = store.getState();
+    expect(s.threads.map((t) => t.id)).toEqual(['b', 'c', 'a']);
+    expect(s.activeThreadId).toBe('c');
+    expect(s.threadsLoaded).toBe(true);
+  });
+
+  it('opens the newest thread when the last open one is gone', () => {
+    const store = createAppStore();
+    store.getState().loadThreads([thread('a', { updatedAt: 1 }), thread('b', { updatedAt: 3 })], 'deleted');
+    expect(store.getState().activeThreadId).toBe('b');
+    const empty = createAppStore();
+    empty.getState().loadThreads([]);
+    expect(empty.getState().activeThreadId).toBeNull();
+  });
+
+  it('adds, renames and removes; removing the open thread opens the next', () => {
+    const store = createAppStore();
+    store.getState().loadThreads([thread('a', { updatedAt: 1 })]);
+    store.getState().addThread(thread('b', { updatedAt: 2 }));
+    expect(store.getState().activeThreadId).toBe('b');
+    expect(store.getState().threads.map((t) => t.id)).toEqual(['b', 'a']);
+    store.getState().renameThread('a', '  Story time  ');
+    expect(store.getState().threads.find((t) => t.id === 'a')?.title).toBe('Story time');
+    store.getState().renameThread('a', '   ');
+    expect(store.getState().threads.find((t) => t.id === 'a')?.title).toBe(UNTITLED);
+    store.getState().removeThread('b');
+    expect(store.getState().threads.map((t) => t.id)).toEqual(['a']);
+    expect(store.getState().activeThreadId).toBe('a');
+  });
+
+  it('removing a thread drops its live replies', () => {
+    const store = storeWithThread();
+    start(store);
+    expect(Object.keys(store.getState().live)).toEqual(['a1']);
+    store.getState().removeThread('t1');
+    expect(store.getState().live).toEqual({});
+  });
+
+  it('titles a new thread from its first message', () => {
+    expect(titleFrom('Tell me a story\nabout dragons')).toBe('Tell me a story');
+    expect(titleFrom('   ')).toBe(UNTITLED);
+    const long = titleFrom('word '.repeat(30));
+    expect(long.length).toBeLessThanOrEqual(49);
+    expect(long.endsWith('…')).toBe(true);
+    const store = storeWithThread();
+    start(store, 'Tell me a story');
+    expect(store.getState().threads[0]?.title).toBe('Tell me a story');
+  });
+
+  it('sortThreads breaks ties by creation time', () => {
+    expect(sortThreads([thread('a', { createdAt: 1 }), thread('b', { createdAt: 2 })]).map((t) => t.id)).toEqual([
+      'b',
+      'a',
+    ]);
+  });
+});
+
+describe('replies', () => {
+  it('startReply appends the user message and an empty assistant message with a live entry', () => {
+    const store = storeWithThread();
+    start(store);
+    const t = store.getState().threads[0];
+    expect(t?.messages.map((m) => [m.role, m.content])).toEqual([
+      ['user', 'hello'],
+      ['assistant', ''],
+    ]);
+    expect(t?.modelId).toBe('default');
+    expect(store.getState().live.a1).toMatchObject({ threadId: 't1', phase: 'sending', tokens: 0 });
+  });
+
+  it('startReply with keepBefore drops that message and everything after (edit-and-resend, regenerate)', () => {
+    const store = createAppStore();
+    store.getState().loadThreads([
+      thread('t1', {
+        messages: [
+          { id: 'u1', role: 'user', content: 'one', createdAt: 1 },
+          { id: 'a1', role: 'assistant', content: 'reply one', createdAt: 2 },
+          { id: 'u2', role: 'user', content: 'two', createdAt: 3 },
+          { id: 'a2', role: 'assistant', content: 'reply two', createdAt: 4 },
+        ],
+      }),
+    ]);
+    store.getState().startReply({
+      threadId: 't1',
+      assistantId: 'a3',
+      append: [{ id: 'u3', role: 'user', content: 'two, edited', createdAt: 5 }],
+      keepBefore: 'u2',
+      now: 6,
+    });
+    expect(store.getState().threads[0]?.messages.map((m) => m.id)).toEqual(['u1', 'a1', 'u3', 'a3']);
+  });
+
+  it('moves through queued → running and appends tokens', () => {
+    const store = storeWithThread();
+    start(store);
+    store.getState().applyFrames([{ messageId: 'a1', frames: [accepted] }], 11);
+    expect(store.getState().live.a1).toMatchObject({
+      phase: 'queued',
+      requestId: 'r1',
+      promptTokens: 7,
+      maxNewTokens: 64,
+    });
+    store
+      .getState()
+      .applyFrames([{ messageId: 'a1', frames: [admitted, tokens('Hel', [1, 2]), tokens('lo', [3])] }], 12);
+    expect(store.getState().live.a1).toMatchObject({ phase: 'running', reservedBytes: 71 * 1024, tokens: 3 });
+    expect(store.getState().threads[0]?.messages[1]?.content).toBe('Hello');
+  });
+
+  it('done sets the final text and the stats, including the budget cap and the clip', () => {
+    const store = storeWithThread();
+    start(store);
+    const budgetCap = {
+      requestedMaxTokens: 512,
+      admittedMaxTokens: 96,
+      requestedBytes: 4096,
+      admittedBytes: 1024,
+      availableBytes: 1024,
+    };
+    const clipped = { requestedMaxTokens: 5000, clippedMaxTokens: 512, contextLength: 2048 };
+    store.getState().applyFrames(
+      [
+        {
+          messageId: 'a1',
+          frames: [
+            accepted,
+            admitted,
+            tokens('ab'),
+            { type: 'done', requestId: 'r1', result: result({ text: 'abc', budgetCap, clipped }) },
+          ],
+        },
+      ],
+      20,
+    );
+    const s = store.getState();
+    expect(s.live).toEqual({});
+    const m = s.threads[0]?.messages[1];
+    expect(m?.content).toBe('abc');
+    expect(m?.stats).toEqual({ ttftMs: 12, tokensPerSecond: 100, tokens: 3, finishReason: 'eos', budgetCap, clipped });
+    expect(s.threads[0]?.updatedAt).toBe(20);
+  });
+
+  it('a refusal becomes an error on the message, with its full detail kept for this run', () => {
+    const store = storeWithThread();
+    start(store);
+    const error = {
+      code: 'KV_BUDGET_EXCEEDED' as const,
+      message: 'needs 8.0 KiB but the KV budget is 4.0 KiB',
+      detail: { requiredBytes: 8192, budgetBytes: 4096, bpt: 1024, promptTokens: 7, rows: 1 },
+    };
+    store.getState().applyFrames([{ messageId: 'a1', frames: [{ type: 'error', requestId: 'r1', error }] }], 30);
+    const s = store.getState();
+    expect(s.live).toEqual({});
+    expect(s.threads[0]?.messages[1]?.stats?.error).toEqual({ code: 'KV_BUDGET_EXCEEDED', message: error.message });
+    expect(s.errorDetails.a1).toEqual(error);
+  });
+
+  it('a stop (CANCELLED) keeps the partial reply and records it as stopped', () => {
+    const store = storeWithThread();
+    start(store);
+    store.getState().markStopping('a1');
+    expect(store.getState().live.a1?.stopping).toBe(true);
+    store.getState().applyFrames(
+      [
+        {
+          messageId: 'a1',
+          frames: [
+            admitted,
+            tokens('partial', [1, 2]),
+            { type: 'error', requestId: 'r1', error: { code: 'CANCELLED', message: 'cancelled' } },
+          ],
+        },
+      ],
+      40,
+    );
+    const m = store.getState().threads[0]?.messages[1];
+    expect(m?.content).toBe('partial');
+    expect(m?.stats).toEqual({ tokens: 2, finishReason: 'cancelled' });
+    expect(store.getState().errorDetails).toEqual({});
+  });
+
+  it('ignores frames after the end and frames for unknown messages', () => {
+    const store = storeWithThread();
+    start(store);
+    store
+      .getState()
+      .applyFrames(
+        [{ messageId: 'a1', frames: [{ type: 'done', requestId: 'r1', result: result() }, tokens('late')] }],
+        50,
+      );
+    store.getState().applyFrames(
+      [
+        { messageId: 'a1', frames: [tokens('later')] },
+        { messageId: 'nope', frames: [tokens('x')] },
+      ],
+      51,
+    );
+    expect(store.getState().threads[0]?.messages[1]?.content).toBe('abc');
+  });
+
+  it('failReply ends a reply that never got a frame', () => {
+    const store = storeWithThread();
+    start(store);
+    store.getState().failReply('a1', { code: 'INTERNAL', message: 'connection lost' });
+    expect(store.getState().live).toEqual({});
+    expect(store.getState().threads[0]?.messages[1]?.stats?.error?.code).toBe('INTERNAL');
+  });
+});
+
+describe('coalescer + store', () => {
+  it('a burst of tokens from two chats costs one store update per animation frame', () => {
+    const store = createAppStore();
+    store.getState().loadThreads([thread('t1'), thread('t2')]);
+    for (const [t, a] of [
+      ['t1', 'a1'],
+      ['t2', 'a2'],
+    ] as const) {
+      store.getState().startReply({ threadId: t, assistantId: a, append: [], now: 1 });
+    }
+    let updates = 0;
+    store.subscribe(() => {
+      updates += 1;
+    });
+    let frame: (() => void) | null = null;
+    const c = createFrameCoalescer({
+      schedule: (fn) => {
+        frame = fn;
+      },
+      apply: (f) => store.getState().applyFrames(f.batches, 2),
+    });
+    for (let i = 0; i < 500; i++) {
+      c.frame('a1', tokens('x'));
+      c.frame('a2', tokens('y'));
+    }
+    expect(updates).toBe(0);
+    (frame as unknown as () => void)();
+    expect(updates).toBe(1);
+    const byId = Object.fromEntries(store.getState().threads.map((t) => [t.id, t.messages[0]?.content]));
+    expect(byId).toEqual({ t1: 'x'.repeat(500), t2: 'y'.repeat(500) });
+    expect(store.getState().live.a1?.tokens).toBe(500);
+  });
+});
+
+describe('saved threads arriving late', () => {
+  it('keep a chat started before they arrived, and keep it open', () => {
+    const store = createAppStore();
+    store.getState().addThread(thread('fresh', { updatedAt: 100 }));
+    store.getState().loadThreads([thread('old', { updatedAt: 1 })], 'old');
+    const s = store.getState();
+    expect(s.threads.map((t) => t.id)).toEqual(['fresh', 'old']);
+    expect(s.activeThreadId).toBe('fresh');
+  });
+});

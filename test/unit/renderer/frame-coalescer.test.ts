@@ -1,0 +1,121 @@
+import { describe, expect, it } from 'vitest';
+import { createFrameCoalescer, type Flush, mergeTokenFrames } from '../../../src/renderer/bridge/frame-coalescer';
+import { result, snapshot, tokens } from './fixtures';
+
+/** A coalescer whose "animation frame" fires when the test says so. */
+function harness() {
+  const flushes: Flush[] = [];
+  let pendingFrame: (() => void) | null = null;
+  let scheduled = 0;
+  const c = createFrameCoalescer({
+    schedule(fn) {
+      scheduled += 1;
+      pendingFrame = fn;
+    },
+    apply(f) {
+      flushes.push(f);
+    },
+  });
+  return {
+    c,
+    flushes,
+    scheduledCount: () => scheduled,
+    animationFrame() {
+      const fn = pendingFrame;
+      pendingFrame = null;
+      fn?.();
+    },
+  };
+}
+
+describe('frame coalescer', () => {
+  it('applies a thousand token frames as one merged frame per animation frame', () => {
+    const h = harness();
+    for (let i = 0; i < 1000; i++) h.c.frame('m1', tokens(String(i % 10), [i]));
+    expect(h.flushes).toHaveLength(0);
+    expect(h.scheduledCount()).toBe(1); // one request for the next frame, not one per token
+    h.animationFrame();
+    expect(h.flushes).toHaveLength(1);
+    const [batch] = h.flushes[0]?.batches ?? [];
+    expect(batch?.messageId).toBe('m1');
+    expect(batch?.frames).toHaveLength(1);
+    const f = batch?.frames[0];
+    expect(f?.type).toBe('tokens');
+    if (f?.type !== 'tokens') throw new Error('unreachable');
+    expect(f.rows[0]?.ids).toHaveLength(1000);
+    expect(f.rows[0]?.text).toBe('0123456789'.repeat(100));
+  });
+
+  it('keeps frame order around tokens: accepted, admitted, tokens, done', () => {
+    const h = harness();
+    h.c.frame('m1', { type: 'accepted', requestId: 'r1', modelId: 'x', promptTokens: 3, rows: 1, maxNewTokens: 10 });
+    h.c.frame('m1', { type: 'admitted', requestId: 'r1', reservedBytes: 100, admittedMaxTokens: 10 });
+    h.c.frame('m1', tokens('a'));
+    h.c.frame('m1', tokens('b'));
+    h.c.frame('m1', { type: 'done', requestId: 'r1', result: result() });
+    h.animationFrame();
+    expect(h.flushes[0]?.batches[0]?.frames.map((f) => f.type)).toEqual(['accepted', 'admitted', 'tokens', 'done']);
+  });
+
+  it('keeps generations apart', () => {
+    const h = harness();
+    h.c.frame('m1', tokens('a'));
+    h.c.frame('m2', tokens('x'));
+    h.c.frame('m1', tokens('b'));
+    h.animationFrame();
+    const batches = h.flushes[0]?.batches ?? [];
+    expect(batches.map((b) => b.messageId)).toEqual(['m1', 'm2']);
+    const first = batches[0]?.frames[0];
+    expect(first?.type === 'tokens' && first.rows[0]?.text).toBe('ab');
+  });
+
+  it('delivers only the latest snapshot and every event in order', () => {
+    const h = harness();
+    h.c.snapshot(snapshot({ at: 1 }));
+    h.c.snapshot(snapshot({ at: 2 }));
+    h.c.event({ type: 'queued', at: 1, requestId: 'a', position: 0, queueLength: 1 });
+    h.c.event({ type: 'firstToken', at: 2, requestId: 'a', ttftMs: 5 });
+    h.animationFrame();
+    expect(h.flushes).toHaveLength(1);
+    expect(h.flushes[0]?.snapshot?.at).toBe(2);
+    expect(h.flushes[0]?.events.map((e) => e.type)).toEqual(['queued', 'firstToken']);
+  });
+
+  it('starts over after a flush and does nothing when idle', () => {
+    const h = harness();
+    h.c.frame('m1', tokens('a'));
+    h.animationFrame();
+    h.animationFrame();
+    expect(h.flushes).toHaveLength(1);
+    h.c.frame('m1', tokens('b'));
+    expect(h.c.pending()).toBe(1);
+    h.c.flushNow();
+    expect(h.flushes).toHaveLength(2);
+    expect(h.c.pending()).toBe(0);
+    h.animationFrame(); // the frame scheduled before flushNow finds nothing to do
+    expect(h.flushes).toHaveLength(2);
+  });
+
+  it('merges multi-row token frames row by row', () => {
+    const a = {
+      type: 'tokens' as const,
+      requestId: 'r',
+      rows: [
+        { ids: [1], text: 'a' },
+        { ids: [2], text: 'b' },
+      ],
+    };
+    const b = {
+      type: 'tokens' as const,
+      requestId: 'r',
+      rows: [
+        { ids: [3], text: 'c' },
+        { ids: [4], text: 'd' },
+      ],
+    };
+    expect(mergeTokenFrames(a, b).rows).toEqual([
+      { ids: [1, 3], text: 'ac' },
+      { ids: [2, 4], text: 'bd' },
+    ]);
+  });
+});

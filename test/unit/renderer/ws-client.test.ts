@@ -1,0 +1,154 @@
+import { describe, expect, it } from 'vitest';
+import { createWsClient, type SocketLike, urlsFromLocation } from '../../../src/renderer/transport/ws-client';
+import type { WsClientMessage, WsServerMessage } from '../../../src/shared/api';
+import type { StreamFrame } from '../../../src/shared/contract';
+import { snapshot } from './fixtures';
+
+class FakeSocket implements SocketLike {
+  readyState = 0;
+  sent: WsClientMessage[] = [];
+  onopen: ((ev: unknown) => void) | null = null;
+  onclose: ((ev: unknown) => void) | null = null;
+  onerror: ((ev: unknown) => void) | null = null;
+  onmessage: ((ev: { data: unknown }) => void) | null = null;
+  constructor(readonly url: string) {}
+  send(data: string) {
+    this.sent.push(JSON.parse(data));
+  }
+  close() {
+    this.readyState = 3;
+    this.onclose?.({});
+  }
+  open() {
+    this.readyState = 1;
+    this.onopen?.({});
+  }
+  receive(msg: WsServerMessage) {
+    this.onmessage?.({ data: JSON.stringify(msg) });
+  }
+}
+
+function setup() {
+  const sockets: FakeSocket[] = [];
+  const timers: Array<{ fn: () => void; ms: number }> = [];
+  const client = createWsClient({
+    url: 'ws://127.0.0.1:1/ws',
+    uploadUrl: 'http://127.0.0.1:1/api/models/upload',
+    createSocket: (url) => {
+      const s = new FakeSocket(url);
+      sockets.push(s);
+      return s;
+    },
+    setTimer: (fn, ms) => timers.push({ fn, ms }),
+  });
+  const last = () => sockets[sockets.length - 1] as FakeSocket;
+  return { client, sockets, timers, last };
+}
+
+describe('WebSocket client', () => {
+  it('builds same-origin URLs and passes the page token through', () => {
+    expect(urlsFromLocation({ protocol: 'http:', host: '127.0.0.1:8080', search: '' })).toEqual({
+      url: 'ws://127.0.0.1:8080/ws',
+      uploadUrl: 'http://127.0.0.1:8080/api/models/upload',
+    });
+    expect(urlsFromLocation({ protocol: 'https:', host: 'box:443', search: '?token=a b&x=1' })).toEqual({
+      url: 'wss://box:443/ws?token=a%20b',
+      uploadUrl: 'https://box:443/api/models/upload?token=a%20b',
+      token: 'a b',
+    });
+  });
+
+  it('queues calls until the socket opens and routes results by id', async () => {
+    const { client, last } = setup();
+    const a = client.invoke('listThreads', {});
+    const b = client.invoke('getSettings', {});
+    expect(last().sent).toEqual([]);
+    last().open();
+    expect(last().sent).toEqual([
+      { t: 'invoke', id: 1, name: 'listThreads', request: {} },
+      { t: 'invoke', id: 2, name: 'getSettings', request: {} },
+    ]);
+    last().receive({ t: 'result', id: 2, result: { ok: true, value: { lastThreadId: 'x' } } });
+    last().receive({ t: 'result', id: 1, result: { ok: true, value: [] } });
+    expect(await b).toEqual({ ok: true, value: { lastThreadId: 'x' } });
+    expect(await a).toEqual({ ok: true, value: [] });
+  });
+
+  it('multiplexes generations by id and cancels only live ones', () => {
+    const { client, last } = setup();
+    last().open();
+    const got: Record<string, StreamFrame[]> = { one: [], two: [] };
+    const cancelOne = client.generate({ prompt: 'a' }, (f) => got.one?.push(f));
+    client.generate({ prompt: 'b' }, (f) => got.two?.push(f));
+    const [g1, g2] = last().sent as Array<Extract<WsClientMessage, { t: 'generate' }>>;
+    expect(g1?.t).toBe('generate');
+    expect(g1?.id).not.toBe(g2?.id);
+    last().receive({
+      t: 'frame',
+      id: g2?.id ?? '',
+      frame: { type: 'tokens', requestId: 'r2', rows: [{ ids: [1], text: 'x' }] },
+    });
+    last().receive({
+      t: 'frame',
+      id: g1?.id ?? '',
+      frame: { type: 'admitted', requestId: 'r1', reservedBytes: 1, admittedMaxTokens: 1 },
+    });
+    expect(got.one?.map((f) => f.type)).toEqual(['admitted']);
+    expect(got.two?.map((f) => f.type)).toEqual(['tokens']);
+    cancelOne();
+    expect(last().sent[2]).toEqual({ t: 'cancel', id: g1?.id });
+    last().receive({
+      t: 'frame',
+      id: g1?.id ?? '',
+      frame: { type: 'error', requestId: 'r1', error: { code: 'CANCELLED', message: 'x' } },
+    });
+    cancelOne(); // the stream ended: nothing more to cancel
+    expect(last().sent).toHaveLength(3);
+  });
+
+  it('delivers host events to listeners until they unsubscribe', () => {
+    const { client, last } = setup();
+    last().open();
+    const seen: number[] = [];
+    const off = client.on('budget', (s) => seen.push(s.at));
+    last().receive({ t: 'event', event: 'budget', payload: snapshot({ at: 7 }) });
+    off();
+    last().receive({ t: 'event', event: 'budget', payload: snapshot({ at: 8 }) });
+    expect(seen).toEqual([7]);
+  });
+
+  it('on close: ends pending calls and streams with an error, then reconnects with backoff', async () => {
+    const { client, sockets, timers, last } = setup();
+    const states: string[] = [];
+    client.onConnection((s) => states.push(s));
+    last().open();
+    const pending = client.invoke('listModels', {});
+    const frames: StreamFrame[] = [];
+    client.generate({ prompt: 'x' }, (f) => frames.push(f));
+    last().close();
+    const r = await pending;
+    expect(r.ok).toBe(false);
+    expect(frames).toHaveLength(1);
+    expect(frames[0]?.type).toBe('error');
+    expect(states).toEqual(['open', 'reconnecting']);
+    expect(timers).toHaveLength(1);
+    timers[0]?.fn();
+    expect(sockets).toHaveLength(2);
+    const again = client.invoke('listModels', {});
+    last().open();
+    expect(states).toEqual(['open', 'reconnecting', 'open']);
+    expect(last().sent).toEqual([{ t: 'invoke', id: 2, name: 'listModels', request: {} }]);
+    last().receive({ t: 'result', id: 2, result: { ok: true, value: [] } });
+    expect((await again).ok).toBe(true);
+  });
+
+  it('ignores malformed server messages', () => {
+    const { client, last } = setup();
+    last().open();
+    const seen: unknown[] = [];
+    client.on('models', (m) => seen.push(m));
+    last().onmessage?.({ data: 'not json' });
+    last().onmessage?.({ data: new ArrayBuffer(2) });
+    expect(seen).toEqual([]);
+  });
+});
