@@ -164,10 +164,9 @@ export class EngineClient {
   }
 
   /** Creates the model's onnxruntime session in the engine. */
-  load(modelId: string, spec: ModelSpec): Promise<void> {
-    return this.call<unknown>((callId) => ({ type: 'load', callId, modelId, spec, options: this.sessionOptions })).then(
-      () => undefined,
-    );
+  load(modelId: string, spec: ModelSpec, executionProviders?: string[]): Promise<void> {
+    const options = executionProviders ? { ...this.sessionOptions, executionProviders } : this.sessionOptions;
+    return this.call<unknown>((callId) => ({ type: 'load', callId, modelId, spec, options })).then(() => undefined);
   }
 
   /** Releases the model's session and its sessions' KV. */

@@ -19,6 +19,7 @@ import {
 import type { StreamFrame } from '../../shared/contract';
 import { KvdeskError, type Result, toErrorInfo } from '../../shared/errors';
 import { loadModelSpec } from '../packages';
+import { providerShortName } from '../packages/execution-providers';
 import { ThreadStore } from '../store/thread-store';
 import type { RunnerService } from './runner-service';
 
@@ -102,7 +103,13 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
   function models(): ModelInfo[] {
     return runner
       .listModels()
-      .map((m) => ({ id: m.id, spec: m.spec, loadMs: m.loadMs, backend: 'cpu', isDefault: m.id === defaultModelId }));
+      .map((m) => ({
+        id: m.id,
+        spec: m.spec,
+        loadMs: m.loadMs,
+        backend: providerShortName(m.spec.executionProvider ?? 'CPUExecutionProvider') ?? 'cpu',
+        isDefault: m.id === defaultModelId,
+      }));
   }
 
   // Budget snapshots: leading edge plus one trailing emit per window, so the last state always arrives.

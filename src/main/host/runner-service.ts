@@ -20,10 +20,14 @@ import { type ErrorInfo, KvdeskError, toErrorInfo } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
 import type { AdmissionGrant, BudgetSnapshot, SchedulerEvent } from '../../shared/scheduler-types';
 import type { SamplingParams } from '../engine/protocol';
+import { detectBackendsInChildProcess, usableProviders } from '../backends';
 import { loadModelSpec } from '../packages';
+import { providerShortName } from '../packages/execution-providers';
 import { type Scheduler, createScheduler, deriveCpuBudget } from '../scheduler';
 import { type TextTokenizer, applyChat, createStopMatcher, createStreamDecoder, loadTokenizer } from '../tokenizer';
 import { EngineClient } from './engine-client';
+
+const CPU = 'CPUExecutionProvider';
 
 /** Budget and engine settings of a host. */
 export interface HostSettings {
@@ -181,13 +185,44 @@ export class RunnerService {
     if (!outcome.ok) throw new KvdeskError(outcome.error.code, outcome.error.message, outcome.error.detail);
   }
 
-  /** Validates a package and loads it into the engine. Atomic: on any error nothing stays loaded. */
-  async loadModel(dir: string, options: { id?: string } = {}): Promise<ModelInfo> {
+  /** Usable execution providers, probed once (in a child process) and only when a package offers a GPU variant. */
+  private backends: Promise<string[]> | null = null;
+
+  private usableBackends(): Promise<string[]> {
+    this.backends ??= detectBackendsInChildProcess().then(
+      (report) => usableProviders(report),
+      () => [CPU],
+    );
+    return this.backends;
+  }
+
+  /**
+   * Validates a package and loads it into the engine. Atomic: on any error
+   * nothing stays loaded. `backend` picks an execution provider (default: the
+   * best usable one the package offers); a GPU session that fails to start
+   * falls back to CPU with a warning on the spec, when the package has a CPU variant.
+   */
+  async loadModel(dir: string, options: { id?: string; backend?: string } = {}): Promise<ModelInfo> {
     const started = this.now();
-    const spec = await loadModelSpec(dir);
+    const cpuOnly = await loadModelSpec(dir, { availableBackends: [CPU] });
+    const offersGpu = (cpuOnly.variants ?? []).some((v) => v.ep !== CPU) || (options.backend !== undefined && options.backend !== CPU);
+    const available = offersGpu ? await this.usableBackends() : [CPU];
+    let spec = offersGpu
+      ? await loadModelSpec(dir, { availableBackends: available, ...(options.backend ? { backend: options.backend } : {}) })
+      : cpuOnly;
     const id = options.id ?? spec.id;
     const tokenizer = await loadTokenizer(spec.tokenizer, { vocabSize: spec.vocabSize });
-    await this.engine.load(id, { ...spec, id });
+    const ep = spec.executionProvider ?? CPU;
+    try {
+      await this.engine.load(id, { ...spec, id }, [providerShortName(ep) ?? 'cpu']);
+    } catch (err) {
+      const info = toErrorInfo(err);
+      const canFallBack = ep !== CPU && info.code === 'MODEL_LOAD_FAILED' && (spec.variants ?? []).some((v) => v.ep === CPU);
+      if (!canFallBack) throw err;
+      spec = await loadModelSpec(dir, { availableBackends: [CPU], backend: CPU });
+      spec = { ...spec, warnings: [...spec.warnings, `${ep} could not start this model (${info.message}); kvdesk runs it on the CPU instead`] };
+      await this.engine.load(id, { ...spec, id }, ['cpu']);
+    }
     const model: LoadedModel = { id, spec: { ...spec, id }, tokenizer, loadMs: this.now() - started };
     this.models.set(id, model);
     this.refreshBudget();
@@ -357,7 +392,7 @@ export class RunnerService {
     void (async () => {
       for (const m of models) {
         try {
-          await this.engine.load(m.id, m.spec);
+          await this.engine.load(m.id, m.spec, [providerShortName(m.spec.executionProvider ?? CPU) ?? 'cpu']);
         } catch {
           this.models.delete(m.id);
         }

@@ -211,6 +211,20 @@ describe('an ORT package of the generated default model', () => {
     expect(a.promptTokens).toBe(b.promptTokens);
   });
 
+  it('RunnerService honours an explicit backend: CUDA is refused here with what the package offers', async () => {
+    const { dir } = await defaultModelPackage();
+    const host = new RunnerService({ intraOpNumThreads: 1 });
+    hosts.push(host);
+    if (usableProviders(report).includes(CUDA)) {
+      expect((await host.loadModel(dir, { backend: 'cuda' })).spec.executionProvider).toBe(CUDA);
+      return;
+    }
+    await expect(host.loadModel(dir, { backend: 'cuda' })).rejects.toMatchObject({ code: 'PACKAGE_INVALID' });
+    expect(host.listModels()).toEqual([]);
+    const cpu = await host.loadModel(dir, { backend: 'cpu' });
+    expect(cpu.spec.executionProvider).toBe(CPU);
+  });
+
   it('refuses the package when only its CUDA variant remains and CUDA is not usable', async () => {
     const { dir } = await defaultModelPackage();
     await fs.rm(path.join(dir, 'cpu'), { recursive: true });
