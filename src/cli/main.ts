@@ -3,12 +3,23 @@
  * RunnerService and the package loader; no business logic lives here.
  * Exit codes: 0 done, 2 bad input, 3 refused by the scheduler, 1 internal error.
  */
+import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { type ErrorInfo, KvdeskError, toErrorInfo } from '../shared/errors';
 import type { GenerateRequest } from '../shared/contract';
 import type { ModelSpec } from '../shared/model-spec';
-import { RunnerService } from '../main/host/runner-service';
+import {
+  describeReport,
+  detectBackendsInChildProcess,
+  deviceBudgetFns,
+  deviceKey,
+  formatVariantFits,
+  readNvidiaGpuMemory,
+  usableProviders,
+  variantFits,
+} from '../main/backends';
+import { defaultHostSettings, RunnerService } from '../main/host/runner-service';
 import { loadModelSpec } from '../main/packages';
 import { parseByteSize } from '../main/scheduler';
 import { formatBytes } from './format';
@@ -16,8 +27,9 @@ import { formatBytes } from './format';
 const USAGE = `kvdesk — run local ONNX language models with an explicit KV-cache budget
 
 Usage:
-  kvdesk inspect <package> [--json]
+  kvdesk inspect <package> [--json] [--backend cuda|cpu|…] [--variant NAME]
   kvdesk generate <package> (--prompt TEXT | --prompt-ids 1,2,3) [options]
+  kvdesk serve [--port N] [--host 127.0.0.1] [--token T] [--model PATH]... (see kvdesk serve --help)
 
 generate options:
   --prompt TEXT            prompt text (repeat for a multi-row batch)
@@ -110,6 +122,9 @@ export function inspectJson(spec: ModelSpec): Record<string, unknown> {
     hasChatTemplate: spec.chatTemplate !== undefined,
     search: spec.search,
     backends: spec.backends,
+    selectedVariant: spec.selectedVariant ?? null,
+    executionProvider: spec.executionProvider ?? 'CPUExecutionProvider',
+    variants: spec.variants ?? null,
     files: spec.files,
     warnings: spec.warnings,
   };
@@ -145,12 +160,35 @@ function inspectText(spec: ModelSpec): string {
 }
 
 async function inspect(args: string[], io: Io): Promise<number> {
-  const { values, positionals } = parseArgs({ args, options: { json: { type: 'boolean' } }, allowPositionals: true });
-  const json = values.json === true;
+  const options = { json: { type: 'boolean' }, backend: { type: 'string' }, variant: { type: 'string' } } as const;
+  const json = args.includes('--json');
   try {
+    const { values, positionals } = parseArgs({ args, options, allowPositionals: true });
     if (positionals.length !== 1) throw badArgs('inspect takes exactly one package path');
-    const spec = await loadModelSpec(path.resolve(positionals[0] as string));
-    io.out(json ? `${JSON.stringify(inspectJson(spec))}\n` : inspectText(spec));
+    // Probed in a child process: a broken GPU provider library must not take inspect down, nor litter its stderr.
+    const report = await detectBackendsInChildProcess().catch(() => undefined);
+    const spec = await loadModelSpec(path.resolve(positionals[0] as string), {
+      ...(report === undefined ? {} : { availableBackends: usableProviders(report) }),
+      ...(values.backend === undefined ? {} : { backend: values.backend }),
+      ...(values.variant === undefined ? {} : { variant: values.variant }),
+    });
+    const needsNvidia = (spec.variants ?? []).some((v) => /^(cuda|tensorrt):/.test(deviceKey(v.ep)));
+    const cpu = defaultHostSettings();
+    const budgets = deviceBudgetFns({
+      cpu: { totalMemoryBytes: os.totalmem(), fraction: cpu.memoryFraction, overheadBytes: cpu.overheadBytes },
+      ...(needsNvidia ? { nvidia: await readNvidiaGpuMemory() } : {}),
+    });
+    const fits = variantFits(spec, report, budgets);
+    if (json) io.out(`${JSON.stringify({ ...inspectJson(spec), backendReport: report ?? null, fits })}\n`);
+    else {
+      const probe =
+        report === undefined
+          ? ['  (backend detection failed: CPU assumed)']
+          : describeReport(report).map((l) => `  ${l}`);
+      io.out(
+        `${inspectText(spec)}backends here\n${probe.join('\n')}\nvariants (* = chosen)\n${formatVariantFits(fits, formatBytes).join('\n')}\n`,
+      );
+    }
     return 0;
   } catch (err) {
     return fail(io, json, toErrorInfo(err));
@@ -289,6 +327,8 @@ export async function main(argv: string[], io: Io): Promise<number> {
       return inspect(rest, io);
     case 'generate':
       return generate(rest, io);
+    case 'serve':
+      return (await import('./serve')).serve(rest, io);
     case undefined:
     case '-h':
     case '--help':

@@ -1,0 +1,162 @@
+/**
+ * `kvdesk serve`: the host in plain Node behind the headless server (UI over
+ * HTTP, the contract over WebSocket, the OpenAI-compatible API, /metrics).
+ * A thin composition: RunnerService from flags, HostApi (which loads the
+ * default model), each --model, then startServer. Runs until SIGINT/SIGTERM.
+ */
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { createHostApi, type HostApi } from '../main/host/host-api';
+import { type HostSettings, RunnerService } from '../main/host/runner-service';
+import { parseByteSize } from '../main/scheduler';
+import { assertBindable, type RunningServer, startServer } from '../main/server';
+import { KvdeskError, toErrorInfo } from '../shared/errors';
+
+/** Usage lines of `serve` (main.ts shows them in its help). */
+export const SERVE_USAGE = `  kvdesk serve [--port N] [--host 127.0.0.1] [--token T] [--model PATH]... [options]
+
+serve options:
+  --port N                 port to listen on (default 8080; 0 picks a free one)
+  --host ADDR              address to bind (default 127.0.0.1; any other address needs --token)
+  --token T                require "Authorization: Bearer T" (or /?token=T in a browser); also $KVDESK_TOKEN
+  --model PATH             load a model package at start (repeatable; the default model loads too)
+  --kv-budget SIZE         KV budget, e.g. 512MiB, 2GiB (default: derived from RAM)
+  --max-running N          requests that run at once (default 4)
+  --max-queue N            requests that may wait (default 256; beyond it the API answers 429)
+  --data-dir DIR           threads, settings and uploaded models (default $KVDESK_DATA_DIR or ~/.kvdesk)
+  --static-dir DIR         the built UI (default out/renderer)
+  --max-upload SIZE        largest package upload from the browser (default 2GiB; bigger ones get 413)
+  --threads N              onnxruntime intra-op threads (default: every core)`;
+
+interface Io {
+  out: (s: string) => void;
+  err: (s: string) => void;
+}
+
+const REPO_ROOT = path.resolve(__dirname, '../..');
+
+/** Options for tests and embedders: a promise that stops the server instead of a signal. */
+export interface ServeControl {
+  until?: Promise<void>;
+}
+
+function positiveInt(name: string, value: string | undefined, min = 1): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < min) {
+    throw new KvdeskError(
+      'BAD_REQUEST',
+      `--${name} expects a whole number ≥ ${min}, got "${value}" (see kvdesk --help)`,
+    );
+  }
+  return n;
+}
+
+/** Waits for SIGINT or SIGTERM (a second one exits at once, for a shutdown that hangs). */
+function signalled(io: Io): Promise<void> {
+  return new Promise((resolve) => {
+    const onSignal = (signal: NodeJS.Signals) => {
+      io.err(`kvdesk: ${signal}: shutting down (send it again to exit at once)\n`);
+      process.off('SIGINT', onSignal);
+      process.off('SIGTERM', onSignal);
+      process.once('SIGINT', () => process.exit(130));
+      process.once('SIGTERM', () => process.exit(143));
+      resolve();
+    };
+    process.on('SIGINT', onSignal);
+    process.on('SIGTERM', onSignal);
+  });
+}
+
+/** Runs `kvdesk serve`; resolves with the exit code once the server has shut down. */
+export async function serve(args: string[], io: Io, control: ServeControl = {}): Promise<number> {
+  const options = {
+    port: { type: 'string' },
+    host: { type: 'string' },
+    token: { type: 'string' },
+    model: { type: 'string', multiple: true },
+    'kv-budget': { type: 'string' },
+    'max-running': { type: 'string' },
+    'max-queue': { type: 'string' },
+    'data-dir': { type: 'string' },
+    'static-dir': { type: 'string' },
+    'max-upload': { type: 'string' },
+    threads: { type: 'string' },
+  } as const;
+  if (args.includes('--help') || args.includes('-h')) {
+    io.out(`Usage:\n${SERVE_USAGE}\n`);
+    return 0;
+  }
+  let hostApi: HostApi | undefined;
+  let runner: RunnerService | undefined;
+  let server: RunningServer | undefined;
+  try {
+    let values: ReturnType<
+      typeof parseArgs<{ args: string[]; options: typeof options; allowPositionals: false }>
+    >['values'];
+    try {
+      values = parseArgs({ args, options, allowPositionals: false }).values;
+    } catch (err) {
+      throw new KvdeskError('BAD_REQUEST', `${(err as Error).message} (see kvdesk --help)`);
+    }
+    const port = positiveInt('port', values.port, 0) ?? 8080;
+    if (port > 65535) throw new KvdeskError('BAD_REQUEST', `--port must be at most 65535, got ${port}`);
+    const settings: Partial<HostSettings> = {};
+    if (values['kv-budget'] !== undefined) settings.kvBudgetBytes = parseByteSize(values['kv-budget']);
+    const maxRunning = positiveInt('max-running', values['max-running']);
+    if (maxRunning !== undefined) settings.maxRunning = maxRunning;
+    const maxQueue = positiveInt('max-queue', values['max-queue']);
+    if (maxQueue !== undefined) settings.maxQueue = maxQueue;
+    const threads = positiveInt('threads', values.threads);
+    if (threads !== undefined) settings.intraOpNumThreads = threads;
+    const dataDir = path.resolve(
+      values['data-dir'] ?? process.env.KVDESK_DATA_DIR ?? path.join(os.homedir(), '.kvdesk'),
+    );
+    const token = values.token ?? (process.env.KVDESK_TOKEN || undefined);
+    const host = values.host ?? '127.0.0.1';
+    const maxUpload = values['max-upload'] !== undefined ? parseByteSize(values['max-upload']) : undefined;
+    assertBindable(host, token);
+
+    runner = new RunnerService(settings);
+    hostApi = await createHostApi({
+      runner,
+      dataDir,
+      defaultModelDir: path.join(REPO_ROOT, 'resources/models/default'),
+      log: (line) => io.err(`${line}\n`),
+    });
+    for (const dir of values.model ?? []) {
+      const loaded = await hostApi.importPath(path.resolve(dir));
+      if (!loaded.ok)
+        throw new KvdeskError(loaded.error.code, `--model ${dir}: ${loaded.error.message}`, loaded.error.detail);
+      io.err(
+        `kvdesk: loaded ${loaded.value.id} (bpt ${loaded.value.spec.bpt}, context ${loaded.value.spec.contextLength})\n`,
+      );
+    }
+    server = await startServer({
+      hostApi,
+      host,
+      port,
+      ...(token !== undefined ? { token } : {}),
+      ...(values['static-dir'] !== undefined ? { staticDir: path.resolve(values['static-dir']) } : {}),
+      ...(maxUpload !== undefined ? { maxUploadBytes: maxUpload } : {}),
+    });
+    io.out(`kvdesk serving ${server.url}\n`);
+    if (token !== undefined) io.out(`kvdesk: open ${server.url}/?token=${encodeURIComponent(token)} in a browser\n`);
+    await (control.until ?? signalled(io));
+    return 0;
+  } catch (err) {
+    const info = toErrorInfo(err);
+    const listen = (err as NodeJS.ErrnoException).code;
+    if (listen === 'EADDRINUSE' || listen === 'EACCES' || listen === 'EADDRNOTAVAIL') {
+      io.err(`kvdesk: cannot listen: ${(err as Error).message}. Choose another --port or --host.\n`);
+      return 2;
+    }
+    io.err(`kvdesk: ${info.message}\n`);
+    return info.code === 'INTERNAL' || info.code === 'ENGINE_FAILED' ? 1 : 2;
+  } finally {
+    await server?.close();
+    if (hostApi) await hostApi.close();
+    else await runner?.close();
+  }
+}

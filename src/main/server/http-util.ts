@@ -1,0 +1,209 @@
+/**
+ * Small HTTP helpers shared by the routes: bounded body reading, JSON replies
+ * and the OpenAI-shaped error envelope every route answers with.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { ErrorCode, ErrorInfo } from '../../shared/errors';
+
+/** Headers on every API answer: nothing is cacheable, nothing is sniffed. */
+export const API_HEADERS: Readonly<Record<string, string>> = {
+  'cache-control': 'no-store',
+  'x-content-type-options': 'nosniff',
+};
+
+/** An OpenAI-compatible error body: `{ error: { message, type, code, param, …numbers } }`. */
+export interface OpenAiErrorBody {
+  error: {
+    message: string;
+    type: string;
+    code: string | null;
+    param: string | null;
+    [key: string]: unknown;
+  };
+}
+
+/** An HTTP-level failure with its status and OpenAI-shaped body; routes throw it, the server answers it. */
+export class HttpError extends Error {
+  readonly status: number;
+  readonly body: OpenAiErrorBody;
+  readonly headers: Record<string, string>;
+  constructor(status: number, body: OpenAiErrorBody, headers: Record<string, string> = {}) {
+    super(body.error.message);
+    this.name = 'HttpError';
+    this.status = status;
+    this.body = body;
+    this.headers = headers;
+  }
+}
+
+/** Builds an HttpError from a status, a message and an OpenAI error code. */
+export function httpError(
+  status: number,
+  message: string,
+  code: string | null,
+  param: string | null = null,
+): HttpError {
+  return new HttpError(status, { error: { message, type: errorType(status), code, param } });
+}
+
+function errorType(status: number): string {
+  if (status === 401) return 'authentication_error';
+  if (status === 403) return 'permission_error';
+  if (status === 404) return 'invalid_request_error';
+  if (status === 413) return 'invalid_request_error';
+  if (status === 429) return 'rate_limit_error';
+  if (status >= 500) return 'server_error';
+  return 'invalid_request_error';
+}
+
+/** HTTP status and OpenAI code of each kvdesk error code. */
+const STATUS: Record<ErrorCode, { status: number; code: string }> = {
+  BAD_REQUEST: { status: 400, code: 'invalid_request' },
+  PACKAGE_INVALID: { status: 422, code: 'package_invalid' },
+  MODEL_LOAD_FAILED: { status: 422, code: 'model_load_failed' },
+  MODEL_NOT_LOADED: { status: 404, code: 'model_not_found' },
+  TOKEN_OUT_OF_VOCAB: { status: 400, code: 'token_out_of_vocab' },
+  CONTEXT_OVERFLOW: { status: 400, code: 'context_length_exceeded' },
+  KV_BUDGET_EXCEEDED: { status: 400, code: 'kv_budget_exceeded' },
+  QUEUE_FULL: { status: 429, code: 'queue_full' },
+  // Only a server-side cancel (shutdown) is ever answered: a disconnected client reads nothing.
+  CANCELLED: { status: 503, code: 'cancelled' },
+  TIMEOUT: { status: 504, code: 'timeout' },
+  ENGINE_FAILED: { status: 500, code: 'engine_failed' },
+  NOT_ADMITTED: { status: 500, code: 'internal_error' },
+  SESSION_INVALID: { status: 409, code: 'session_invalid' },
+  INTERNAL: { status: 500, code: 'internal_error' },
+};
+
+/** The OpenAI parameter a kvdesk error is about, when there is one. */
+const PARAM: Partial<Record<ErrorCode, string>> = {
+  MODEL_NOT_LOADED: 'model',
+  CONTEXT_OVERFLOW: 'messages',
+  TOKEN_OUT_OF_VOCAB: 'prompt',
+};
+
+/** Detail keys renamed to the names llama.cpp and vLLM clients already read. */
+const DETAIL_NAMES: Record<string, string> = {
+  promptTokens: 'n_prompt_tokens',
+  contextLength: 'n_ctx',
+};
+
+function snakeCase(key: string): string {
+  return key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+}
+
+/**
+ * Maps a kvdesk error to its HTTP answer: status, OpenAI code, our numbers in
+ * snake_case (required_bytes, budget_bytes, n_prompt_tokens, n_ctx, …) and,
+ * for a full queue, Retry-After in whole seconds.
+ */
+export function errorFromInfo(info: ErrorInfo, paramHint?: { prompt: string }): HttpError {
+  const mapped = STATUS[info.code] ?? STATUS.INTERNAL;
+  let param: string | null = PARAM[info.code] ?? null;
+  if (param !== null && param !== 'model' && paramHint) param = paramHint.prompt;
+  const numbers: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(info.detail ?? {})) {
+    if (value !== undefined) numbers[DETAIL_NAMES[key] ?? snakeCase(key)] = value;
+  }
+  const headers: Record<string, string> = {};
+  if (info.code === 'QUEUE_FULL') {
+    const ms = typeof info.detail?.retryAfterMs === 'number' ? info.detail.retryAfterMs : 1000;
+    headers['retry-after'] = String(Math.max(1, Math.ceil(ms / 1000)));
+  }
+  return new HttpError(
+    mapped.status,
+    {
+      error: {
+        ...numbers,
+        message: info.message,
+        type: errorType(mapped.status),
+        code: mapped.code,
+        param,
+        kvdesk_code: info.code,
+      },
+    },
+    headers,
+  );
+}
+
+/** Sends a JSON answer. */
+export function sendJson(
+  res: ServerResponse,
+  status: number,
+  body: unknown,
+  headers: Record<string, string> = {},
+): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, {
+    ...API_HEADERS,
+    'content-type': 'application/json; charset=utf-8',
+    'content-length': String(Buffer.byteLength(text)),
+    ...headers,
+  });
+  res.end(text);
+}
+
+/** Sends an HttpError as its JSON body. */
+export function sendHttpError(res: ServerResponse, err: HttpError): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  sendJson(res, err.status, err.body, err.headers);
+}
+
+/**
+ * Reads a request body into memory, refusing (413) anything over `limit` bytes
+ * before reading it when Content-Length says so, and while reading otherwise.
+ */
+export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+  const declared = Number(req.headers['content-length']);
+  if (Number.isFinite(declared) && declared > limit) {
+    return Promise.reject(tooLarge(declared, limit));
+  }
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let done = false;
+    req.on('data', (chunk: Buffer) => {
+      if (done) return;
+      size += chunk.length;
+      if (size > limit) {
+        done = true;
+        chunks.length = 0;
+        reject(tooLarge(size, limit));
+        return;
+      }
+      chunks.push(chunk);
+    });
+    req.on('end', () => {
+      if (done) return;
+      done = true;
+      resolve(Buffer.concat(chunks, size));
+    });
+    req.on('error', (err) => {
+      if (done) return;
+      done = true;
+      reject(err);
+    });
+  });
+}
+
+function tooLarge(size: number, limit: number): HttpError {
+  const err = httpError(
+    413,
+    `The request body has ${size} bytes or more; this endpoint accepts at most ${limit} bytes. Send less, or raise the limit when starting the server.`,
+    'payload_too_large',
+  );
+  err.body.error.limit_bytes = limit;
+  return err;
+}
+
+/** Parses a JSON body, answering 400 with the parser's message when it is not JSON. */
+export function parseJson(body: Buffer): unknown {
+  try {
+    return JSON.parse(body.toString('utf8'));
+  } catch (err) {
+    throw httpError(400, `The request body is not valid JSON: ${(err as Error).message}`, 'invalid_json');
+  }
+}

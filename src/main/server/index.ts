@@ -1,0 +1,2 @@
+/** The headless server's public surface: the CLI's `serve` and tests import from here only. */
+export { assertBindable, DEFAULT_STATIC_DIR, type RunningServer, type ServerOptions, startServer } from './server';

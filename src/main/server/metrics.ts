@@ -1,0 +1,111 @@
+/**
+ * Prometheus text exposition (format 0.0.4) of one scheduler snapshot. Every
+ * figure is read from the same snapshot, so /metrics and /v1/kvdesk/budget
+ * agree whenever they are taken at the same instant. Names follow vLLM where it
+ * has one (SCHEDULER.md, "What is exposed").
+ */
+import type { HistogramView, SchedulerSnapshot } from '../../shared/scheduler-types';
+
+/** Content-Type of the Prometheus text format. */
+export const PROMETHEUS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
+
+/** Refusal codes always exported (as 0 until they happen) so dashboards can rate() them from the start. */
+const ALWAYS_EXPORTED = ['CONTEXT_OVERFLOW', 'KV_BUDGET_EXCEEDED', 'QUEUE_FULL'];
+
+function value(n: number): string {
+  if (Number.isNaN(n)) return 'NaN';
+  if (n === Number.POSITIVE_INFINITY) return '+Inf';
+  if (n === Number.NEGATIVE_INFINITY) return '-Inf';
+  return String(n);
+}
+
+function label(v: string): string {
+  return v.replace(/\\/g, '\\\\').replace(/\n/g, '\\n').replace(/"/g, '\\"');
+}
+
+/** Renders the snapshot's gauges, counters and histograms. */
+export function prometheusText(s: SchedulerSnapshot): string {
+  const out: string[] = [];
+  const metric = (name: string, type: 'gauge' | 'counter' | 'histogram', help: string) => {
+    out.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`);
+  };
+  const sample = (name: string, v: number, labels?: Record<string, string>) => {
+    const l = labels
+      ? `{${Object.entries(labels)
+          .map(([k, x]) => `${k}="${label(x)}"`)
+          .join(',')}}`
+      : '';
+    out.push(`${name}${l} ${value(v)}`);
+  };
+  const histogram = (name: string, help: string, h: HistogramView) => {
+    metric(name, 'histogram', help);
+    h.bounds.forEach((bound, i) => {
+      sample(`${name}_bucket`, h.counts[i] ?? 0, { le: value(bound) });
+    });
+    sample(`${name}_bucket`, h.count, { le: '+Inf' });
+    sample(`${name}_sum`, h.sum);
+    sample(`${name}_count`, h.count);
+  };
+  const c = s.counters;
+
+  metric('kvdesk_num_requests_running', 'gauge', 'Requests admitted and running in the engine.');
+  sample('kvdesk_num_requests_running', s.running.length);
+  metric('kvdesk_num_requests_waiting', 'gauge', 'Requests accepted and waiting in the admission queue.');
+  sample('kvdesk_num_requests_waiting', s.queue.length);
+  metric('kvdesk_kv_budget_bytes', 'gauge', 'KV-cache byte budget B the scheduler admits against.');
+  sample('kvdesk_kv_budget_bytes', s.limitBytes);
+  metric('kvdesk_kv_reserved_bytes', 'gauge', 'Bytes reserved by running requests.');
+  sample('kvdesk_kv_reserved_bytes', s.reservedBytes);
+  metric('kvdesk_kv_used_bytes', 'gauge', 'KV bytes running requests actually hold (never above their reservation).');
+  sample('kvdesk_kv_used_bytes', s.usedBytes);
+  metric('kvdesk_kv_held_bytes', 'gauge', 'Bytes retained by idle chat sessions.');
+  sample('kvdesk_kv_held_bytes', s.heldBytes);
+  metric('kvdesk_kv_free_bytes', 'gauge', 'Budget not reserved or held.');
+  sample('kvdesk_kv_free_bytes', s.freeBytes);
+  metric(
+    'kvdesk_kv_usage_ratio',
+    'gauge',
+    'Share of the budget committed: (reserved + held) / budget; 0 with a zero budget.',
+  );
+  sample('kvdesk_kv_usage_ratio', s.limitBytes > 0 ? (s.reservedBytes + s.heldBytes) / s.limitBytes : 0);
+  metric('kvdesk_max_running', 'gauge', 'Requests that may run at once.');
+  sample('kvdesk_max_running', s.maxRunning);
+  metric('kvdesk_max_queue', 'gauge', 'Requests that may wait in the queue.');
+  sample('kvdesk_max_queue', s.maxQueue);
+
+  metric('kvdesk_rejections_total', 'counter', 'Requests refused, by kvdesk error code.');
+  const codes = new Set([...ALWAYS_EXPORTED, ...Object.keys(c.rejections)]);
+  for (const code of [...codes].sort()) {
+    sample('kvdesk_rejections_total', c.rejections[code as keyof typeof c.rejections] ?? 0, { code });
+  }
+  metric(
+    'kvdesk_requests_total',
+    'counter',
+    'Requests by lifecycle event: accepted, admitted, finished, cancelled, failed.',
+  );
+  sample('kvdesk_requests_total', c.accepted, { event: 'accepted' });
+  sample('kvdesk_requests_total', c.admitted, { event: 'admitted' });
+  sample('kvdesk_requests_total', c.finished, { event: 'finished' });
+  sample('kvdesk_requests_total', c.cancelled, { event: 'cancelled' });
+  sample('kvdesk_requests_total', c.failed, { event: 'failed' });
+  metric(
+    'kvdesk_budget_capped_total',
+    'counter',
+    'Requests admitted with fewer new tokens than asked because of the KV budget.',
+  );
+  sample('kvdesk_budget_capped_total', c.budgetCapped);
+  metric('kvdesk_context_clipped_total', 'counter', 'Requests whose max new tokens the context window clipped.');
+  sample('kvdesk_context_clipped_total', c.contextClipped);
+  metric('kvdesk_session_evictions_total', 'counter', 'Idle sessions whose retained KV was dropped.');
+  sample('kvdesk_session_evictions_total', c.evictions);
+  metric(
+    'kvdesk_generation_tokens_total',
+    'counter',
+    'Generated tokens, counting a multi-row request by its longest row (as the scheduler does).',
+  );
+  sample('kvdesk_generation_tokens_total', c.generationTokens);
+
+  histogram('kvdesk_time_to_first_token_seconds', 'Time from acceptance to the first generated token.', c.ttftSeconds);
+  histogram('kvdesk_request_queue_time_seconds', 'Time from acceptance to admission.', c.queueTimeSeconds);
+  return `${out.join('\n')}\n`;
+}

@@ -1,0 +1,353 @@
+/**
+ * The OpenAI wire format on one side, kvdesk's GenerateRequest and
+ * GenerationResult on the other. Pure functions: the routes in openai-routes.ts
+ * do the I/O. Nothing here decides anything the host decides (admission,
+ * defaults, ranges of the contract): a value OpenAI allows but kvdesk does not
+ * is passed on and refused by the host's own validation.
+ */
+import type { ChatMessage, FinishReason, GenerateRequest, GenerationResult } from '../../shared/contract';
+import type { BudgetCap, ContextClip } from '../../shared/scheduler-types';
+import { type HttpError, httpError } from './http-util';
+
+/** Which endpoint a body came to. */
+export type OpenAiKind = 'chat' | 'completion';
+
+/** An OpenAI request translated for the host. */
+export interface MappedRequest {
+  kind: OpenAiKind;
+  model: string;
+  stream: boolean;
+  includeUsage: boolean;
+  /** Completions per prompt (OpenAI `n`). */
+  n: number;
+  /** Prompts in the request (completions may send several); choices = prompts × n. */
+  promptCount: number;
+  /** Token counts of the prompts when the client sent ids (usage needs no tokenizer then). */
+  promptIdLengths: number[] | null;
+  /** The prompts when the client sent several texts (usage counts their tokens). */
+  promptTexts: string[] | null;
+  request: GenerateRequest;
+}
+
+type Body = Record<string, unknown>;
+
+function bad(message: string, param: string): HttpError {
+  return httpError(400, message, 'invalid_request', param);
+}
+
+function present(body: Body, key: string): boolean {
+  return body[key] !== undefined && body[key] !== null;
+}
+
+function number(body: Body, key: string, opts: { min?: number; max?: number; int?: boolean } = {}): number | undefined {
+  if (!present(body, key)) return undefined;
+  const v = body[key];
+  if (typeof v !== 'number' || !Number.isFinite(v) || (opts.int && !Number.isInteger(v))) {
+    throw bad(`"${key}" must be ${opts.int ? 'an integer' : 'a number'}, got ${JSON.stringify(v)}.`, key);
+  }
+  if ((opts.min !== undefined && v < opts.min) || (opts.max !== undefined && v > opts.max)) {
+    const range = `${opts.min ?? '-∞'}…${opts.max ?? '∞'}`;
+    throw bad(`"${key}" must be in ${range}, got ${v}.`, key);
+  }
+  return v;
+}
+
+function boolean(body: Body, key: string): boolean | undefined {
+  if (!present(body, key)) return undefined;
+  if (typeof body[key] !== 'boolean') throw bad(`"${key}" must be true or false.`, key);
+  return body[key] as boolean;
+}
+
+/** Parameters that change what OpenAI would return and that kvdesk cannot honour: refused, never ignored. */
+function refuseUnsupported(body: Body): void {
+  const nonEmpty = (k: string) => {
+    const v = body[k];
+    return (
+      present(body, k) &&
+      !(Array.isArray(v) && v.length === 0) &&
+      !(typeof v === 'object' && v !== null && !Array.isArray(v) && Object.keys(v).length === 0)
+    );
+  };
+  for (const k of ['tools', 'functions', 'logit_bias', 'suffix']) {
+    if (nonEmpty(k)) throw bad(`"${k}" is not supported by kvdesk; send the request without it.`, k);
+  }
+  for (const k of ['tool_choice', 'function_call']) {
+    if (present(body, k) && body[k] !== 'none' && body[k] !== 'auto') {
+      throw bad(`"${k}" is not supported by kvdesk; send the request without it.`, k);
+    }
+  }
+  if (present(body, 'logprobs') && body.logprobs !== false && body.logprobs !== 0) {
+    throw bad('"logprobs" is not supported by kvdesk; send the request without it.', 'logprobs');
+  }
+  if (body.echo === true) throw bad('"echo" is not supported by kvdesk; send the request without it.', 'echo');
+  const rf = body.response_format as { type?: unknown } | undefined | null;
+  if (rf && rf.type !== undefined && rf.type !== 'text') {
+    throw bad(`response_format "${String(rf.type)}" is not supported by kvdesk: only plain text.`, 'response_format');
+  }
+  for (const k of ['frequency_penalty', 'presence_penalty']) {
+    const v = number(body, k, { min: -2, max: 2 });
+    if (v !== undefined && v !== 0) {
+      throw bad(`"${k}" is not supported by kvdesk; use "repetition_penalty" (e.g. 1.1) instead.`, k);
+    }
+  }
+}
+
+function stopList(body: Body): string[] | undefined {
+  if (!present(body, 'stop')) return undefined;
+  const v = body.stop;
+  const list = typeof v === 'string' ? [v] : v;
+  if (!Array.isArray(list) || list.some((s) => typeof s !== 'string')) {
+    throw bad('"stop" must be a string or an array of strings.', 'stop');
+  }
+  // OpenAI treats an empty stop string as no stop; the contract does not accept empty ones.
+  const stops = (list as string[]).filter((s) => s.length > 0);
+  return stops.length > 0 ? stops : undefined;
+}
+
+function messageContent(m: Record<string, unknown>, i: number): string {
+  const c = m.content;
+  if (c === undefined || c === null) return '';
+  if (typeof c === 'string') return c;
+  if (Array.isArray(c)) {
+    let text = '';
+    for (const part of c as Array<Record<string, unknown>>) {
+      if (part && part.type === 'text' && typeof part.text === 'string') text += part.text;
+      else {
+        throw bad(
+          `messages[${i}].content: only text parts are supported, got ${JSON.stringify(part?.type)}.`,
+          `messages[${i}].content`,
+        );
+      }
+    }
+    return text;
+  }
+  throw bad(`messages[${i}].content must be a string or an array of text parts.`, `messages[${i}].content`);
+}
+
+function chatMessages(body: Body): ChatMessage[] {
+  const raw = body.messages;
+  if (!Array.isArray(raw) || raw.length === 0) throw bad('"messages" must be a non-empty array.', 'messages');
+  return raw.map((m, i) => {
+    if (!m || typeof m !== 'object') throw bad(`messages[${i}] must be an object.`, `messages[${i}]`);
+    const msg = m as Record<string, unknown>;
+    // OpenAI's newer "developer" role is the system prompt under another name.
+    const role = msg.role === 'developer' ? 'system' : msg.role;
+    if (role !== 'system' && role !== 'user' && role !== 'assistant' && role !== 'tool') {
+      throw bad(
+        `messages[${i}].role must be system, developer, user, assistant or tool, got ${JSON.stringify(msg.role)}.`,
+        `messages[${i}].role`,
+      );
+    }
+    return { role, content: messageContent(msg, i) };
+  });
+}
+
+function isIdArray(v: unknown): v is number[] {
+  return Array.isArray(v) && v.length > 0 && v.every((x) => typeof x === 'number');
+}
+
+/**
+ * Translates an OpenAI chat or completion body. Throws HttpError 400 with the
+ * offending OpenAI parameter for malformed input.
+ */
+export function mapOpenAiRequest(kind: OpenAiKind, input: unknown): MappedRequest {
+  if (!input || typeof input !== 'object' || Array.isArray(input))
+    throw bad('The request body must be a JSON object.', 'body');
+  const body = input as Body;
+  if (typeof body.model !== 'string' || body.model.length === 0) {
+    throw bad('"model" is required: name a loaded model (GET /v1/models lists them).', 'model');
+  }
+  refuseUnsupported(body);
+  const n = number(body, 'n', { min: 1, max: 64, int: true }) ?? 1;
+  const bestOf = number(body, 'best_of', { min: 1, int: true });
+  if (bestOf !== undefined && bestOf !== n)
+    throw bad('"best_of" is not supported by kvdesk (only best_of = n).', 'best_of');
+  const stream = boolean(body, 'stream') ?? false;
+  const so = body.stream_options as { include_usage?: unknown } | undefined | null;
+  const includeUsage = stream && so !== undefined && so !== null && so.include_usage === true;
+  const maxTokens =
+    kind === 'chat'
+      ? (number(body, 'max_completion_tokens', { min: 1, int: true }) ??
+        number(body, 'max_tokens', { min: 1, int: true }))
+      : number(body, 'max_tokens', { min: 1, int: true });
+  const sampling: NonNullable<GenerateRequest['sampling']> = {};
+  const temperature = number(body, 'temperature', { min: 0, max: 2 });
+  if (temperature !== undefined) sampling.temperature = temperature;
+  const topP = number(body, 'top_p', { min: 0, max: 1 });
+  if (topP !== undefined) sampling.topP = topP;
+  const seed = number(body, 'seed', { int: true });
+  if (seed !== undefined) sampling.seed = seed;
+  // vLLM's extra sampling parameters, which OpenAI clients pass through `extra_body`.
+  const topK = number(body, 'top_k', { int: true });
+  if (topK !== undefined) sampling.topK = topK === -1 ? 0 : topK;
+  const minP = number(body, 'min_p');
+  if (minP !== undefined) sampling.minP = minP;
+  const rp = number(body, 'repetition_penalty');
+  if (rp !== undefined) sampling.repetitionPenalty = rp;
+  const stop = stopList(body);
+
+  const request: GenerateRequest = { model: body.model };
+  let promptCount = 1;
+  let promptIdLengths: number[] | null = null;
+  let promptTexts: string[] | null = null;
+  if (kind === 'chat') {
+    request.messages = chatMessages(body);
+    if (n > 1) request.rows = n;
+  } else {
+    const p = body.prompt;
+    let texts: string[] | null = null;
+    let ids: number[][] | null = null;
+    if (typeof p === 'string') texts = [p];
+    else if (isIdArray(p)) ids = [p];
+    else if (Array.isArray(p) && p.length > 0 && p.every((x) => typeof x === 'string')) texts = p as string[];
+    else if (Array.isArray(p) && p.length > 0 && p.every(isIdArray)) ids = p as number[][];
+    else
+      throw bad(
+        '"prompt" must be a string, an array of strings, an array of token ids, or an array of such arrays.',
+        'prompt',
+      );
+    promptCount = (texts ?? ids ?? []).length;
+    if (ids) promptIdLengths = ids.map((r) => r.length);
+    if (texts && texts.length > 1) promptTexts = texts;
+    // Several prompts run as one batched request; each is repeated n times so choice i is row i.
+    if (promptCount === 1) {
+      if (texts) request.prompt = texts[0] as string;
+      else request.promptIds = (ids as number[][])[0] as number[];
+      if (n > 1) request.rows = n;
+    } else if (texts) {
+      request.prompts = texts.flatMap((t) => Array.from({ length: n }, () => t));
+    } else {
+      request.promptIdRows = (ids as number[][]).flatMap((r) => Array.from({ length: n }, () => r));
+    }
+  }
+  if (maxTokens !== undefined) request.maxNewTokens = maxTokens;
+  if (Object.keys(sampling).length > 0) request.sampling = sampling;
+  if (stop) request.stop = stop;
+  return { kind, model: body.model, stream, includeUsage, n, promptCount, promptIdLengths, promptTexts, request };
+}
+
+/** OpenAI's finish reasons: the reply ended by itself, or it ran out of room (tokens, context or budget). */
+export function openAiFinishReason(reason: FinishReason): 'stop' | 'length' {
+  return reason === 'eos' || reason === 'stop' ? 'stop' : 'length';
+}
+
+function budgetCapJson(c: BudgetCap) {
+  return {
+    requested_max_tokens: c.requestedMaxTokens,
+    admitted_max_tokens: c.admittedMaxTokens,
+    requested_bytes: c.requestedBytes,
+    admitted_bytes: c.admittedBytes,
+    available_bytes: c.availableBytes,
+  };
+}
+
+function clipJson(c: ContextClip) {
+  return { requested_max_tokens: c.requestedMaxTokens, clipped_max_tokens: c.clippedMaxTokens, n_ctx: c.contextLength };
+}
+
+/** kvdesk's own facts about a reply: the reservation, and whether the budget or the context cut it short. */
+export function kvdeskExtras(result: GenerationResult): Record<string, unknown> {
+  return {
+    request_id: result.requestId,
+    bpt: result.bpt,
+    reserved_bytes: result.reservedBytes,
+    kv_bytes: result.kvBytes,
+    ...(result.budgetCap ? { budget_cap: budgetCapJson(result.budgetCap) } : {}),
+    ...(result.clipped ? { context_clip: clipJson(result.clipped) } : {}),
+    timings: {
+      queue_ms: result.timings.queueMs,
+      ttft_ms: result.timings.ttftMs,
+      total_ms: result.timings.totalMs,
+      tokens_per_second: result.timings.tokensPerSecond,
+    },
+  };
+}
+
+/** OpenAI usage block. */
+export interface Usage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+}
+
+/** Usage of a finished request: prompt tokens once per prompt (not per copy), every row's new tokens. */
+export function usageOf(result: GenerationResult, promptTokens: number): Usage {
+  const completion = result.rows.reduce((s, r) => s + r.tokenIds.length, 0);
+  return { prompt_tokens: promptTokens, completion_tokens: completion, total_tokens: promptTokens + completion };
+}
+
+/** The identity of one reply, shared by its body or every chunk of its stream. */
+export interface ReplyHeader {
+  id: string;
+  created: number;
+  model: string;
+}
+
+/** Reply id in OpenAI's style, made from the host's request id. */
+export function replyId(kind: OpenAiKind, requestId: string): string {
+  return `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${requestId}`;
+}
+
+/** The non-streaming response body. */
+export function completionBody(
+  kind: OpenAiKind,
+  head: ReplyHeader,
+  result: GenerationResult,
+  usage: Usage,
+): Record<string, unknown> {
+  const choices = result.rows.map((row, index) =>
+    kind === 'chat'
+      ? {
+          index,
+          message: { role: 'assistant', content: row.text },
+          logprobs: null,
+          finish_reason: openAiFinishReason(row.finishReason),
+        }
+      : { index, text: row.text, logprobs: null, finish_reason: openAiFinishReason(row.finishReason) },
+  );
+  return {
+    id: head.id,
+    object: kind === 'chat' ? 'chat.completion' : 'text_completion',
+    created: head.created,
+    model: head.model,
+    choices,
+    usage,
+    kvdesk: kvdeskExtras(result),
+  };
+}
+
+/** One streamed chunk with the given choices (and `usage: null` when the client asked for usage, as OpenAI does). */
+export function chunk(
+  kind: OpenAiKind,
+  head: ReplyHeader,
+  choices: Array<Record<string, unknown>>,
+  extra: Record<string, unknown> = {},
+): Record<string, unknown> {
+  return {
+    id: head.id,
+    object: kind === 'chat' ? 'chat.completion.chunk' : 'text_completion',
+    created: head.created,
+    model: head.model,
+    choices,
+    ...extra,
+  };
+}
+
+/** A streamed choice carrying text (or, for chat, the opening role). */
+export function deltaChoice(kind: OpenAiKind, index: number, text: string, role = false): Record<string, unknown> {
+  if (kind === 'completion') return { index, text, logprobs: null, finish_reason: null };
+  return {
+    index,
+    delta: role ? { role: 'assistant', content: '' } : { content: text },
+    logprobs: null,
+    finish_reason: null,
+  };
+}
+
+/** The last streamed choice of a row: empty text and its finish reason. */
+export function finalChoice(kind: OpenAiKind, index: number, reason: FinishReason): Record<string, unknown> {
+  const finish_reason = openAiFinishReason(reason);
+  return kind === 'chat'
+    ? { index, delta: {}, logprobs: null, finish_reason }
+    : { index, text: '', logprobs: null, finish_reason };
+}

@@ -1,0 +1,180 @@
+/**
+ * POST /v1/chat/completions and /v1/completions over HostApi.generate.
+ *
+ * Why the stream opens late: the response status is sent only with the
+ * `admitted` frame, so every refusal (bad input, unknown model, context
+ * overflow, budget, full queue) is a plain HTTP error with its status, and a
+ * 200 means the KV is already reserved. A client that goes away before the end
+ * cancels its request (reason 'disconnect'), which returns the reservation.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { GenerationResult, StreamFrame } from '../../shared/contract';
+import { toErrorInfo } from '../../shared/errors';
+import type { HostApi } from '../host/host-api';
+import { API_HEADERS, errorFromInfo, HttpError, sendHttpError, sendJson } from './http-util';
+import {
+  chunk,
+  completionBody,
+  deltaChoice,
+  finalChoice,
+  kvdeskExtras,
+  type MappedRequest,
+  mapOpenAiRequest,
+  type OpenAiKind,
+  type ReplyHeader,
+  replyId,
+  usageOf,
+} from './openai-adapter';
+
+const SSE_HEADERS: Readonly<Record<string, string>> = {
+  ...API_HEADERS,
+  'content-type': 'text/event-stream; charset=utf-8',
+  'cache-control': 'no-cache',
+  connection: 'keep-alive',
+  // Reverse proxies (nginx) would otherwise buffer the stream.
+  'x-accel-buffering': 'no',
+};
+
+/** Prompt tokens for usage: one count per prompt, however many copies (n) ran. */
+function promptTokensOf(hostApi: HostApi, mapped: MappedRequest, result: GenerationResult): number {
+  if (mapped.promptIdLengths) return mapped.promptIdLengths.reduce((a, b) => a + b, 0);
+  if (mapped.promptTexts) {
+    // Rows of a batch are padded to the longest, so the result only knows the longest; count each prompt.
+    const tok = hostApi.runner.tokenizerOf(result.modelId);
+    return mapped.promptTexts.reduce((sum, t) => sum + tok.encode(t, { addSpecialTokens: true }).length, 0);
+  }
+  return result.promptTokens;
+}
+
+/**
+ * Runs one OpenAI request to its end. Resolves when the response is complete
+ * or the client is gone; never rejects.
+ */
+export function serveCompletion(
+  kind: OpenAiKind,
+  hostApi: HostApi,
+  body: unknown,
+  req: IncomingMessage,
+  res: ServerResponse,
+): Promise<void> {
+  let mapped: MappedRequest;
+  try {
+    mapped = mapOpenAiRequest(kind, body);
+  } catch (err) {
+    if (!(err instanceof HttpError)) throw err;
+    sendHttpError(res, err);
+    return Promise.resolve();
+  }
+  const paramHint = { prompt: kind === 'chat' ? 'messages' : 'prompt' };
+  const created = Math.floor(Date.now() / 1000);
+  const choices = mapped.promptCount * mapped.n;
+  const usageNull = mapped.includeUsage ? { usage: null } : {};
+
+  return new Promise<void>((resolve) => {
+    let over = false;
+    let head: ReplyHeader | null = null;
+    const finish = () => {
+      over = true;
+      resolve();
+    };
+    const sse = (data: unknown) => {
+      res.write(`data: ${typeof data === 'string' ? data : JSON.stringify(data)}\n\n`);
+    };
+
+    const handleFrame = (frame: StreamFrame) => {
+      if (over) return;
+      switch (frame.type) {
+        case 'accepted':
+          return;
+        case 'admitted': {
+          if (!mapped.stream) return;
+          head = { id: replyId(kind, frame.requestId), created, model: mapped.model };
+          res.writeHead(200, SSE_HEADERS);
+          if (kind === 'chat') {
+            for (let i = 0; i < choices; i++) sse(chunk(kind, head, [deltaChoice(kind, i, '', true)], usageNull));
+          } else {
+            // Completions have no role chunk; flushing the headers tells the client it was admitted.
+            res.flushHeaders();
+          }
+          return;
+        }
+        case 'tokens': {
+          if (!mapped.stream || head === null) return;
+          const h = head;
+          frame.rows.forEach((row, i) => {
+            if (row.text.length > 0) sse(chunk(kind, h, [deltaChoice(kind, i, row.text)], usageNull));
+          });
+          return;
+        }
+        case 'done': {
+          const result = frame.result;
+          const usage = usageOf(result, promptTokensOf(hostApi, mapped, result));
+          finish();
+          if (!mapped.stream || head === null) {
+            const h = head ?? { id: replyId(kind, result.requestId), created, model: mapped.model };
+            sendJson(res, 200, completionBody(kind, h, result, usage));
+            return;
+          }
+          const extras = kvdeskExtras(result);
+          result.rows.forEach((row, i) => {
+            sse(
+              chunk(kind, head as ReplyHeader, [finalChoice(kind, i, row.finishReason)], {
+                ...usageNull,
+                kvdesk: extras,
+              }),
+            );
+          });
+          if (mapped.includeUsage) sse(chunk(kind, head, [], { usage }));
+          sse('[DONE]');
+          res.end();
+          return;
+        }
+        case 'error': {
+          finish();
+          const err = errorFromInfo(frame.error, paramHint);
+          if (!res.headersSent) {
+            sendHttpError(res, err);
+            return;
+          }
+          // After admission the status is already 200: the error travels in the stream, as OpenAI's does.
+          sse(err.body);
+          res.end();
+          return;
+        }
+      }
+    };
+
+    let handle: { cancel(reason?: 'user' | 'disconnect'): void } | null = null;
+    let cancelOnStart = false;
+    const onFrame = (frame: StreamFrame) => {
+      try {
+        handleFrame(frame);
+      } catch (err) {
+        // The host swallows errors thrown by a frame sink, so a failure here must answer the client itself.
+        const live = !over && frame.type !== 'done' && frame.type !== 'error';
+        finish();
+        if (!res.headersSent) sendHttpError(res, errorFromInfo(toErrorInfo(err)));
+        else res.destroy();
+        if (live) {
+          if (handle) handle.cancel('disconnect');
+          else cancelOnStart = true;
+        }
+      }
+    };
+
+    handle = hostApi.generate(mapped.request, onFrame);
+    if (cancelOnStart) handle.cancel('disconnect');
+    res.on('close', () => {
+      if (over) return;
+      over = true;
+      handle.cancel('disconnect');
+      resolve();
+    });
+    // The socket may already be gone (a client that sent its body and left at once).
+    if (req.socket.destroyed && !over) {
+      over = true;
+      handle.cancel('disconnect');
+      resolve();
+    }
+  });
+}

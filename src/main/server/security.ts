@@ -1,0 +1,150 @@
+/**
+ * Who may talk to the headless server. A page on another site must not reach
+ * it through the browser (DNS rebinding: the attacker's name resolves to
+ * 127.0.0.1, so the Host header is the only tell), and off loopback nobody may
+ * reach it without the token.
+ */
+import { createHash, timingSafeEqual } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
+import os from 'node:os';
+
+/** True for addresses only this machine can reach. */
+export function isLoopback(host: string): boolean {
+  const h = host.replace(/^\[|\]$/g, '').toLowerCase();
+  return h === 'localhost' || h === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h);
+}
+
+function isWildcard(host: string): boolean {
+  const h = host.replace(/^\[|\]$/g, '');
+  return h === '0.0.0.0' || h === '::' || h === '';
+}
+
+function hostWithPort(host: string, port: number): string {
+  const bare = host.replace(/^\[|\]$/g, '').toLowerCase();
+  return bare.includes(':') ? `[${bare}]:${port}` : `${bare}:${port}`;
+}
+
+/**
+ * Host header values the server answers to: the loopback names, the bound
+ * address (every interface's address and the machine's name when bound to a
+ * wildcard), and any names given explicitly (a reverse proxy's name).
+ */
+export function allowedHostsFor(bindHost: string, port: number, extra: string[] = []): Set<string> {
+  const names = ['127.0.0.1', 'localhost', '::1', ...extra];
+  if (isWildcard(bindHost)) {
+    for (const addrs of Object.values(os.networkInterfaces())) {
+      for (const a of addrs ?? []) names.push(a.address.replace(/%.*$/, ''));
+    }
+    names.push(os.hostname());
+  } else {
+    names.push(bindHost);
+  }
+  const allowed = new Set<string>();
+  for (const n of names) {
+    // Extra names may carry their own port (a proxy's public port).
+    if (/^[^[\]:]+:\d+$/.test(n) || /^\[.*\]:\d+$/.test(n)) {
+      allowed.add(n.toLowerCase());
+      continue;
+    }
+    allowed.add(hostWithPort(n, port));
+    // Browsers leave the default port out of Host and Origin.
+    if (port === 80) {
+      const bare = n.replace(/^\[|\]$/g, '').toLowerCase();
+      allowed.add(bare.includes(':') ? `[${bare}]` : bare);
+    }
+  }
+  return allowed;
+}
+
+/** Outcome of checking one request (HTTP or WebSocket upgrade). */
+export type AccessDecision =
+  | { ok: true; setCookie: string | null }
+  | { ok: false; status: 401 | 403; code: string; message: string };
+
+/** The security settings of a running server. */
+export interface AccessPolicy {
+  allowedHosts: Set<string>;
+  /** Required on every request when set. */
+  token: string | undefined;
+  /** Cookie that carries the token for the browser UI; named per port because cookies ignore ports. */
+  cookieName: string;
+}
+
+function digest(s: string): Buffer {
+  return createHash('sha256').update(s).digest();
+}
+
+/** Constant-time token comparison (hashing first makes the lengths equal). */
+export function tokenMatches(given: string, expected: string): boolean {
+  return timingSafeEqual(digest(given), digest(expected));
+}
+
+function cookieValue(header: string | undefined, name: string): string | undefined {
+  if (!header) return undefined;
+  for (const part of header.split(';')) {
+    const eq = part.indexOf('=');
+    if (eq > 0 && part.slice(0, eq).trim() === name) {
+      try {
+        return decodeURIComponent(part.slice(eq + 1).trim());
+      } catch {
+        return undefined;
+      }
+    }
+  }
+  return undefined;
+}
+
+/**
+ * Checks Host, then Origin, then the token. A token given in `?token=` is
+ * answered with a cookie so the browser page's own requests (assets, the
+ * WebSocket, uploads) carry it without putting it in every URL.
+ */
+export function checkAccess(req: IncomingMessage, url: URL, policy: AccessPolicy): AccessDecision {
+  const host = req.headers.host?.toLowerCase();
+  if (!host || !policy.allowedHosts.has(host)) {
+    return {
+      ok: false,
+      status: 403,
+      code: 'host_not_allowed',
+      message: `Host "${host ?? ''}" is not a name this server answers to. This protects against DNS rebinding: open the server by its own address (e.g. 127.0.0.1 or localhost with its port).`,
+    };
+  }
+  const origin = req.headers.origin;
+  if (origin !== undefined) {
+    let originHost: string | null = null;
+    try {
+      const o = new URL(origin);
+      if (o.protocol === 'http:' || o.protocol === 'https:') originHost = o.host.toLowerCase();
+    } catch {
+      originHost = null;
+    }
+    if (originHost === null || !policy.allowedHosts.has(originHost)) {
+      return {
+        ok: false,
+        status: 403,
+        code: 'origin_not_allowed',
+        message: `Origin "${origin}" may not call this server: only pages it serves itself may. Open the UI from the server's own address.`,
+      };
+    }
+  }
+  if (policy.token === undefined) return { ok: true, setCookie: null };
+  const auth = req.headers.authorization;
+  const bearer = auth?.match(/^Bearer\s+(.+)$/i)?.[1]?.trim();
+  if (bearer !== undefined && tokenMatches(bearer, policy.token)) return { ok: true, setCookie: null };
+  const fromQuery = url.searchParams.get('token');
+  if (fromQuery !== null && tokenMatches(fromQuery, policy.token)) {
+    return {
+      ok: true,
+      setCookie: `${policy.cookieName}=${encodeURIComponent(policy.token)}; Path=/; HttpOnly; SameSite=Strict`,
+    };
+  }
+  const fromCookie = cookieValue(req.headers.cookie, policy.cookieName);
+  if (fromCookie !== undefined && tokenMatches(fromCookie, policy.token)) return { ok: true, setCookie: null };
+  return {
+    ok: false,
+    status: 401,
+    code: 'invalid_token',
+    message:
+      'This server requires its access token: send "Authorization: Bearer <token>", or open the UI once as /?token=<token>. The token was given with --token when the server started.',
+  };
+}

@@ -1,0 +1,331 @@
+/**
+ * The headless server: the built renderer, the contract over WebSocket, the
+ * OpenAI-compatible API, /health, /metrics and the budget snapshot, on plain
+ * node:http. It adapts HTTP to HostApi and decides nothing itself; every
+ * request first passes the Host/Origin/token checks of security.ts.
+ */
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import path from 'node:path';
+import type { Duplex } from 'node:stream';
+import { KvdeskError, toErrorInfo } from '../../shared/errors';
+import type { HostApi } from '../host/host-api';
+import {
+  API_HEADERS,
+  errorFromInfo,
+  HttpError,
+  httpError,
+  parseJson,
+  readBody,
+  sendHttpError,
+  sendJson,
+} from './http-util';
+import { PROMETHEUS_CONTENT_TYPE, prometheusText } from './metrics';
+import { serveCompletion } from './openai-routes';
+import { type AccessPolicy, allowedHostsFor, checkAccess, isLoopback } from './security';
+import { PAGE_HEADERS, serveStatic } from './static-files';
+import { type DecodedUpload, multipartBoundary, parseMultipart, uploadFromJson, uploadFromMultipart } from './upload';
+import { createWsTransport, type WsTransport } from './ws-transport';
+
+/** Where the renderer build lands (electron-vite's renderer outDir). */
+export const DEFAULT_STATIC_DIR = path.resolve(__dirname, '../../../out/renderer');
+
+/** Options of {@link startServer}. */
+export interface ServerOptions {
+  hostApi: HostApi;
+  /** Address to bind; default 127.0.0.1. Anything but loopback requires `token`. */
+  host?: string;
+  /** 0 (default) picks a free port. */
+  port?: number;
+  /** Required on every request when set (Bearer, `?token=`, or the cookie the page gets). */
+  token?: string;
+  /** The built renderer; default out/renderer. */
+  staticDir?: string;
+  /** Extra Host names to answer to (e.g. a reverse proxy's `name:port`). */
+  allowedHosts?: string[];
+  /** Largest package upload body; default 2 GiB. Bigger bodies get 413. */
+  maxUploadBytes?: number;
+  /** Largest JSON body of the API routes; default 32 MiB. */
+  maxJsonBytes?: number;
+}
+
+/** A running server. */
+export interface RunningServer {
+  /** Base URL a local client can use, e.g. http://127.0.0.1:8080 (loopback even when bound to a wildcard). */
+  url: string;
+  port: number;
+  /** The address bound. */
+  host: string;
+  /** Closes every socket (cancelling what they were generating) and stops listening. */
+  close(): Promise<void>;
+}
+
+const GIB = 1024 ** 3;
+/** A base64 string of a JSON upload lives in one JS string; V8 caps those near 512 MiB. */
+const MAX_JSON_UPLOAD_BYTES = 256 * 1024 ** 2;
+
+function formatUrlHost(host: string): string {
+  return host.includes(':') ? `[${host}]` : host;
+}
+
+/**
+ * Refuses an address other than loopback without a token. Exported so the CLI
+ * can say so before it spends time loading models.
+ * @throws KvdeskError BAD_REQUEST
+ */
+export function assertBindable(host: string, token: string | undefined): void {
+  if (isLoopback(host) || (token !== undefined && token !== '')) return;
+  throw new KvdeskError(
+    'BAD_REQUEST',
+    `Refusing to listen on ${host} without a token: anyone who can reach that address could run models and read your threads. ` +
+      'Pass --token <secret> (clients then send "Authorization: Bearer <secret>"), or bind 127.0.0.1.',
+    { host },
+  );
+}
+
+/**
+ * Starts the server and resolves once it listens.
+ * @throws KvdeskError BAD_REQUEST when asked to bind off loopback without a token.
+ */
+export async function startServer(opts: ServerOptions): Promise<RunningServer> {
+  const { hostApi } = opts;
+  const bindHost = opts.host ?? '127.0.0.1';
+  const token = opts.token === '' ? undefined : opts.token;
+  assertBindable(bindHost, token);
+  const staticDir = path.resolve(opts.staticDir ?? DEFAULT_STATIC_DIR);
+  const maxUploadBytes = opts.maxUploadBytes ?? 2 * GIB;
+  const maxJsonBytes = opts.maxJsonBytes ?? 32 * 1024 ** 2;
+  const startedAt = Math.floor(Date.now() / 1000);
+  // The policy needs the port, which an ephemeral bind only knows after listen().
+  const policy: AccessPolicy = { allowedHosts: new Set(), token, cookieName: 'kvdesk_token' };
+  const ws: WsTransport = createWsTransport(hostApi);
+
+  async function jsonBody(req: IncomingMessage): Promise<unknown> {
+    return parseJson(await readBody(req, maxJsonBytes));
+  }
+
+  async function route(req: IncomingMessage, res: ServerResponse, url: URL, setCookie: string | null): Promise<void> {
+    const method = req.method ?? 'GET';
+    const p = url.pathname;
+    const only = (...methods: string[]) => {
+      if (!methods.includes(method)) {
+        const err = httpError(
+          405,
+          `${method} is not allowed on ${p}; use ${methods.join(' or ')}.`,
+          'method_not_allowed',
+        );
+        err.headers.allow = methods.join(', ');
+        throw err;
+      }
+    };
+    switch (p) {
+      case '/health': {
+        only('GET', 'HEAD');
+        const models = await hostApi.call('listModels', {});
+        const ids = models.ok ? models.value.map((m) => m.id) : [];
+        if (ids.length > 0) sendJson(res, 200, { status: 'ok', models: ids });
+        else sendJson(res, 503, { status: 'loading', models: [], message: 'No model is loaded yet.' });
+        return;
+      }
+      case '/v1/models': {
+        only('GET');
+        const models = await hostApi.call('listModels', {});
+        if (!models.ok) throw errorFromInfo(models.error);
+        sendJson(res, 200, {
+          object: 'list',
+          data: models.value.map((m) => ({
+            id: m.id,
+            object: 'model',
+            created: startedAt,
+            owned_by: 'kvdesk',
+            max_model_len: m.spec.contextLength,
+            kvdesk: {
+              bpt: m.spec.bpt,
+              backend: m.backend,
+              is_default: m.isDefault,
+              weights_bytes: m.spec.weightsBytes,
+            },
+          })),
+        });
+        return;
+      }
+      case '/v1/chat/completions':
+      case '/v1/completions': {
+        only('POST');
+        const body = await jsonBody(req);
+        await serveCompletion(p === '/v1/chat/completions' ? 'chat' : 'completion', hostApi, body, req, res);
+        return;
+      }
+      case '/v1/kvdesk/budget': {
+        only('GET');
+        const snap = await hostApi.call('getSnapshot', {});
+        if (!snap.ok) throw errorFromInfo(snap.error);
+        sendJson(res, 200, snap.value);
+        return;
+      }
+      case '/metrics': {
+        only('GET');
+        const snap = await hostApi.call('getSnapshot', {});
+        if (!snap.ok) throw errorFromInfo(snap.error);
+        const text = prometheusText(snap.value);
+        res.writeHead(200, {
+          ...API_HEADERS,
+          'content-type': PROMETHEUS_CONTENT_TYPE,
+          'content-length': String(Buffer.byteLength(text)),
+        });
+        res.end(text);
+        return;
+      }
+      case '/api/models/upload': {
+        only('POST');
+        await upload(req, res);
+        return;
+      }
+    }
+    if (p.startsWith('/v1/') || p.startsWith('/api/')) {
+      throw httpError(
+        404,
+        `There is no ${p} here. The API has /v1/models, /v1/chat/completions, /v1/completions, /v1/kvdesk/budget and /api/models/upload.`,
+        'not_found',
+      );
+    }
+    only('GET', 'HEAD');
+    const outcome = await serveStatic(staticDir, p, res, {
+      head: method === 'HEAD',
+      extraHeaders: setCookie ? { 'set-cookie': setCookie } : {},
+    });
+    if (outcome === 'bad-path') throw httpError(400, `The path ${p} is not a file of the UI.`, 'bad_path');
+    if (outcome === 'not-found') throw httpError(404, `There is no file ${p} in the UI build.`, 'not_found');
+  }
+
+  /** Answers the package upload in the Result envelope the renderer's importPackage returns. */
+  async function upload(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const boundary = multipartBoundary(req.headers['content-type']);
+    const limit = boundary ? maxUploadBytes : Math.min(maxUploadBytes, MAX_JSON_UPLOAD_BYTES);
+    let decoded: DecodedUpload;
+    try {
+      const body = await readBody(req, limit);
+      decoded = boundary ? uploadFromMultipart(parseMultipart(body, boundary)) : uploadFromJson(parseJson(body));
+    } catch (err) {
+      if (!(err instanceof HttpError)) throw err;
+      const hint = err.status === 413 && !boundary ? ' Large packages upload as multipart/form-data.' : '';
+      sendJson(
+        res,
+        err.status,
+        {
+          ok: false,
+          error: { code: 'BAD_REQUEST', message: `${err.body.error.message}${hint}`, detail: { limitBytes: limit } },
+        },
+        err.status === 413 ? { connection: 'close' } : {},
+      );
+      return;
+    }
+    const result = await hostApi.importFiles(decoded);
+    sendJson(res, result.ok ? 200 : errorFromInfo(result.error).status, result);
+  }
+
+  function unauthorizedPage(
+    req: IncomingMessage,
+    res: ServerResponse,
+    status: number,
+    message: string,
+    code: string,
+  ): void {
+    if (req.method === 'GET' && (req.headers.accept ?? '').includes('text/html')) {
+      const page = `<!doctype html><html lang="en"><head><meta charset="utf-8"><title>kvdesk</title></head><body style="font-family: system-ui, sans-serif; max-width: 40rem; margin: 3rem auto"><h1>kvdesk: access refused</h1><p>${message.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`)}</p></body></html>`;
+      res.writeHead(status, {
+        ...PAGE_HEADERS,
+        'content-type': 'text/html; charset=utf-8',
+        'content-length': String(Buffer.byteLength(page)),
+      });
+      res.end(page);
+      return;
+    }
+    sendHttpError(res, httpError(status, message, code));
+  }
+
+  const server = createServer((req, res) => {
+    let url: URL;
+    try {
+      url = new URL(req.url ?? '/', 'http://kvdesk.invalid');
+    } catch {
+      sendHttpError(res, httpError(400, 'The request URL is malformed.', 'bad_url'));
+      return;
+    }
+    const access = checkAccess(req, url, policy);
+    if (!access.ok) {
+      unauthorizedPage(req, res, access.status, access.message, access.code);
+      return;
+    }
+    route(req, res, url, access.setCookie).catch((err: unknown) => {
+      const httpErr = err instanceof HttpError ? err : errorFromInfo(toErrorInfo(err));
+      if (httpErr.status === 413) httpErr.headers.connection = 'close';
+      sendHttpError(res, httpErr);
+    });
+  });
+
+  server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    const refuse = (status: number, reason: string, body: unknown) => {
+      const text = JSON.stringify(body);
+      socket.end(
+        `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(text)}\r\nConnection: close\r\n\r\n${text}`,
+      );
+    };
+    let url: URL;
+    try {
+      url = new URL(req.url ?? '/', 'http://kvdesk.invalid');
+    } catch {
+      refuse(400, 'Bad Request', httpError(400, 'The request URL is malformed.', 'bad_url').body);
+      return;
+    }
+    const access = checkAccess(req, url, policy);
+    if (!access.ok) {
+      refuse(
+        access.status,
+        access.status === 401 ? 'Unauthorized' : 'Forbidden',
+        httpError(access.status, access.message, access.code).body,
+      );
+      return;
+    }
+    if (url.pathname !== '/ws') {
+      refuse(404, 'Not Found', httpError(404, 'WebSocket connections go to /ws.', 'not_found').body);
+      return;
+    }
+    ws.handleUpgrade(req, socket, head);
+  });
+
+  try {
+    await new Promise<void>((resolve, reject) => {
+      const onError = (err: Error) => reject(err);
+      server.once('error', onError);
+      server.listen(opts.port ?? 0, bindHost, () => {
+        server.off('error', onError);
+        resolve();
+      });
+    });
+  } catch (err) {
+    await ws.close();
+    throw err;
+  }
+  const port = (server.address() as AddressInfo).port;
+  policy.allowedHosts = allowedHostsFor(bindHost, port, opts.allowedHosts);
+  policy.cookieName = `kvdesk_token_${port}`;
+  const urlHost = isLoopback(bindHost) ? bindHost : '127.0.0.1';
+
+  let closed: Promise<void> | null = null;
+  return {
+    url: `http://${formatUrlHost(urlHost)}:${port}`,
+    port,
+    host: bindHost,
+    close() {
+      closed ??= (async () => {
+        const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
+        await ws.close();
+        // Streams in flight see their sockets close and cancel their requests ('disconnect').
+        server.closeAllConnections();
+        await stopped;
+      })();
+      return closed;
+    },
+  };
+}

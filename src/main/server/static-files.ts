@@ -1,0 +1,146 @@
+/**
+ * Serves the built renderer (out/renderer). Only files under the root are
+ * reachable: the URL path is decoded once, normalized, joined, and the real
+ * path (after symlinks) must still be inside the root.
+ */
+import { createReadStream } from 'node:fs';
+import { realpath, stat } from 'node:fs/promises';
+import type { ServerResponse } from 'node:http';
+import path from 'node:path';
+
+const CONTENT_TYPES: Record<string, string> = {
+  '.html': 'text/html; charset=utf-8',
+  '.js': 'text/javascript; charset=utf-8',
+  '.mjs': 'text/javascript; charset=utf-8',
+  '.css': 'text/css; charset=utf-8',
+  '.json': 'application/json; charset=utf-8',
+  '.map': 'application/json; charset=utf-8',
+  '.svg': 'image/svg+xml',
+  '.png': 'image/png',
+  '.jpg': 'image/jpeg',
+  '.jpeg': 'image/jpeg',
+  '.gif': 'image/gif',
+  '.webp': 'image/webp',
+  '.ico': 'image/x-icon',
+  '.woff': 'font/woff',
+  '.woff2': 'font/woff2',
+  '.ttf': 'font/ttf',
+  '.txt': 'text/plain; charset=utf-8',
+  '.wasm': 'application/wasm',
+};
+
+/** Content-Type for a file name (application/octet-stream when unknown). */
+export function contentTypeOf(file: string): string {
+  return CONTENT_TYPES[path.extname(file).toLowerCase()] ?? 'application/octet-stream';
+}
+
+/** Headers on every HTML page: never framed by another site, never leaking `?token=` in a Referer. */
+export const PAGE_HEADERS: Readonly<Record<string, string>> = {
+  'x-content-type-options': 'nosniff',
+  'x-frame-options': 'DENY',
+  'content-security-policy': "frame-ancestors 'none'",
+  'referrer-policy': 'no-referrer',
+};
+
+/** What a static lookup found. */
+export type StaticOutcome = 'served' | 'not-found' | 'bad-path' | 'no-build';
+
+/**
+ * Resolves a URL path to a file under `root`, or null when it is outside,
+ * malformed, or not a regular file.
+ */
+export async function resolveStaticFile(root: string, urlPath: string): Promise<string | null | 'bad-path'> {
+  let decoded: string;
+  try {
+    decoded = decodeURIComponent(urlPath);
+  } catch {
+    return 'bad-path';
+  }
+  if (decoded.includes('\0') || decoded.includes('\\')) return 'bad-path';
+  const rel = decoded === '/' || decoded === '' ? 'index.html' : path.posix.normalize(decoded).replace(/^\/+/, '');
+  if (rel.split('/').includes('..')) return 'bad-path';
+  let realRoot: string;
+  try {
+    realRoot = await realpath(root);
+  } catch {
+    return null;
+  }
+  const candidate = path.resolve(realRoot, rel);
+  if (!candidate.startsWith(realRoot + path.sep)) return 'bad-path';
+  try {
+    const real = await realpath(candidate);
+    if (!real.startsWith(realRoot + path.sep)) return 'bad-path';
+    const s = await stat(real);
+    return s.isFile() ? real : null;
+  } catch {
+    return null;
+  }
+}
+
+/** The page `/` answers when the renderer has not been built. */
+export function noBuildPage(staticDir: string): string {
+  return `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>kvdesk: the UI is not built</title></head>
+<body style="font-family: system-ui, sans-serif; max-width: 40rem; margin: 3rem auto; line-height: 1.5">
+<h1>kvdesk is running, but its UI is not built</h1>
+<p>The headless server serves the renderer from <code>${escapeHtml(staticDir)}</code>, and there is no
+<code>index.html</code> there yet. Build it once, then reload this page:</p>
+<pre>npm run build</pre>
+<p>The API works already: <a href="/health">/health</a>, <a href="/v1/models">/v1/models</a>,
+<a href="/v1/kvdesk/budget">/v1/kvdesk/budget</a>, <a href="/metrics">/metrics</a>, and the OpenAI-compatible
+<code>POST /v1/chat/completions</code> and <code>POST /v1/completions</code>.</p>
+</body></html>
+`;
+}
+
+function escapeHtml(s: string): string {
+  return s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+}
+
+/** Serves `urlPath` from `root` (GET or HEAD). */
+export async function serveStatic(
+  root: string,
+  urlPath: string,
+  res: ServerResponse,
+  opts: { head: boolean; extraHeaders?: Record<string, string> },
+): Promise<StaticOutcome> {
+  const found = await resolveStaticFile(root, urlPath);
+  if (found === 'bad-path') return 'bad-path';
+  if (found === null) {
+    if (urlPath !== '/' && urlPath !== '/index.html') return 'not-found';
+    const page = noBuildPage(root);
+    res.writeHead(200, {
+      ...PAGE_HEADERS,
+      ...opts.extraHeaders,
+      'content-type': 'text/html; charset=utf-8',
+      'content-length': String(Buffer.byteLength(page)),
+      'cache-control': 'no-store',
+    });
+    res.end(opts.head ? undefined : page);
+    return 'no-build';
+  }
+  const s = await stat(found);
+  const type = contentTypeOf(found);
+  res.writeHead(200, {
+    ...(type.startsWith('text/html') ? PAGE_HEADERS : { 'x-content-type-options': 'nosniff' }),
+    ...opts.extraHeaders,
+    'content-type': type,
+    'content-length': String(s.size),
+    // The renderer is rebuilt in place; revalidating is cheap on loopback and never shows a stale UI.
+    'cache-control': 'no-cache',
+  });
+  if (opts.head) {
+    res.end();
+    return 'served';
+  }
+  await new Promise<void>((resolve) => {
+    const stream = createReadStream(found);
+    stream.on('error', () => {
+      res.destroy();
+      resolve();
+    });
+    stream.on('end', () => resolve());
+    stream.pipe(res);
+  });
+  return 'served';
+}

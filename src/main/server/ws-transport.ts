@@ -1,0 +1,180 @@
+/**
+ * The contract of src/shared/api.ts over WebSocket (JSON text frames):
+ * `invoke` → HostApi.call, `generate` → HostApi.generate with frames
+ * multiplexed by the client's id, `cancel`; host events are broadcast to every
+ * socket. A socket that closes cancels its generations (reason 'disconnect'),
+ * which returns their reservations.
+ */
+import type { IncomingMessage } from 'node:http';
+import type { Duplex } from 'node:stream';
+import { type RawData, type WebSocket, WebSocketServer } from 'ws';
+import { type CallName, CallSchemas, type HostEventName, type WsServerMessage } from '../../shared/api';
+import type { StreamFrame } from '../../shared/contract';
+import type { HostApi } from '../host/host-api';
+
+/** Budget snapshots are dropped (latest wins anyway) for a socket with this much unsent. */
+const SLOW_SOCKET_BYTES = 4 * 1024 * 1024;
+/** A socket that does not answer a ping within this interval is considered gone. */
+const PING_INTERVAL_MS = 30_000;
+const MAX_GENERATION_ID = 200;
+
+/** The WebSocket endpoint, attached to an HTTP server's upgrade path. */
+export interface WsTransport {
+  /** Completes an upgrade the server has already authorized. */
+  handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void;
+  /** Open sockets. */
+  readonly size: number;
+  /** Closes every socket (cancelling their generations). */
+  close(): Promise<void>;
+}
+
+/** Creates the transport; host events are subscribed while at least one socket is open. */
+export function createWsTransport(hostApi: HostApi, opts: { maxPayloadBytes?: number } = {}): WsTransport {
+  const wss = new WebSocketServer({ noServer: true, maxPayload: opts.maxPayloadBytes ?? 64 * 1024 * 1024 });
+  const sockets = new Set<WebSocket>();
+  let unsubscribe: Array<() => void> = [];
+
+  function send(ws: WebSocket, msg: WsServerMessage): void {
+    if (ws.readyState === ws.OPEN) ws.send(JSON.stringify(msg));
+  }
+
+  function broadcast(event: HostEventName, payload: unknown): void {
+    const text = JSON.stringify({ t: 'event', event, payload } satisfies WsServerMessage);
+    for (const ws of sockets) {
+      if (ws.readyState !== ws.OPEN) continue;
+      if (event === 'budget' && ws.bufferedAmount > SLOW_SOCKET_BYTES) continue;
+      ws.send(text);
+    }
+  }
+
+  function subscribe(): void {
+    unsubscribe = [
+      hostApi.on('budget', (p) => broadcast('budget', p)),
+      hostApi.on('scheduler', (p) => broadcast('scheduler', p)),
+      hostApi.on('models', (p) => broadcast('models', p)),
+    ];
+  }
+
+  const pinger = setInterval(() => {
+    for (const ws of sockets) {
+      const alive = ws as WebSocket & { kvdeskAlive?: boolean };
+      if (alive.kvdeskAlive === false) {
+        ws.terminate();
+        continue;
+      }
+      alive.kvdeskAlive = false;
+      ws.ping();
+    }
+  }, PING_INTERVAL_MS);
+  pinger.unref();
+
+  function onConnection(ws: WebSocket): void {
+    sockets.add(ws);
+    if (sockets.size === 1) subscribe();
+    const generations = new Map<string, (reason: 'user' | 'disconnect') => void>();
+    (ws as WebSocket & { kvdeskAlive?: boolean }).kvdeskAlive = true;
+    ws.on('pong', () => {
+      (ws as WebSocket & { kvdeskAlive?: boolean }).kvdeskAlive = true;
+    });
+
+    const protocolError = (why: string) => ws.close(1008, why.slice(0, 120));
+
+    ws.on('message', (data: RawData, isBinary: boolean) => {
+      if (isBinary) return protocolError('binary messages are not part of the kvdesk protocol');
+      let msg: { t?: unknown; id?: unknown; name?: unknown; request?: unknown };
+      try {
+        msg = JSON.parse(data.toString());
+      } catch {
+        return protocolError('messages must be JSON');
+      }
+      if (!msg || typeof msg !== 'object') return protocolError('messages must be JSON objects');
+      switch (msg.t) {
+        case 'invoke': {
+          const id = msg.id;
+          if (typeof id !== 'number') return protocolError('invoke needs a numeric id');
+          if (typeof msg.name !== 'string' || !Object.hasOwn(CallSchemas, msg.name)) {
+            send(ws, {
+              t: 'result',
+              id,
+              result: { ok: false, error: { code: 'BAD_REQUEST', message: `unknown call "${String(msg.name)}"` } },
+            });
+            return;
+          }
+          void hostApi.call(msg.name as CallName, msg.request).then((result) => send(ws, { t: 'result', id, result }));
+          return;
+        }
+        case 'generate': {
+          const id = msg.id;
+          if (typeof id !== 'string' || id.length === 0 || id.length > MAX_GENERATION_ID) {
+            return protocolError('generate needs a string id of 1-200 characters');
+          }
+          if (generations.has(id)) {
+            const frame: StreamFrame = {
+              type: 'error',
+              requestId: '',
+              error: {
+                code: 'BAD_REQUEST',
+                message: `generation id "${id}" is already streaming on this connection; use a new id`,
+              },
+            };
+            send(ws, { t: 'frame', id, frame });
+            return;
+          }
+          let ended = false;
+          const handle = hostApi.generate(msg.request, (frame) => {
+            if (frame.type === 'done' || frame.type === 'error') {
+              ended = true;
+              generations.delete(id);
+            }
+            send(ws, { t: 'frame', id, frame });
+          });
+          // Frames may all arrive inside generate (an immediate refusal): only live streams are tracked.
+          if (!ended) generations.set(id, (reason) => handle.cancel(reason));
+          return;
+        }
+        case 'cancel': {
+          if (typeof msg.id !== 'string') return protocolError('cancel needs the string id of a generation');
+          generations.get(msg.id)?.('user');
+          return;
+        }
+        default:
+          return protocolError(`unknown message type ${JSON.stringify(msg.t)}`);
+      }
+    });
+
+    ws.on('close', () => {
+      sockets.delete(ws);
+      if (sockets.size === 0) {
+        for (const u of unsubscribe) u();
+        unsubscribe = [];
+      }
+      const live = [...generations.values()];
+      generations.clear();
+      for (const cancel of live) cancel('disconnect');
+    });
+    ws.on('error', () => {
+      // 'close' follows; the error itself (a bad frame, a reset) needs no answer.
+    });
+  }
+
+  return {
+    handleUpgrade(req, socket, head) {
+      wss.handleUpgrade(req, socket, head, onConnection);
+    },
+    get size() {
+      return sockets.size;
+    },
+    async close() {
+      clearInterval(pinger);
+      const closing = [...sockets].map(
+        (ws) =>
+          new Promise<void>((resolve) => {
+            ws.once('close', () => resolve());
+            ws.terminate();
+          }),
+      );
+      await Promise.all(closing);
+      await new Promise<void>((resolve) => wss.close(() => resolve()));
+    },
+  };
+}

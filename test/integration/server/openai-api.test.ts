@@ -1,0 +1,599 @@
+/**
+ * The OpenAI-compatible API through the official `openai` client against a
+ * real server (real scheduler, real engine process, the default model):
+ * chat and completions, stream and not, n, stop, usage, budget caps, and
+ * every refusal with its status code and numbers.
+ */
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import {
+  budget,
+  eventually,
+  LONG_CHAT,
+  openaiClient,
+  settled,
+  startTestServer,
+  type TestServer,
+} from './server-helpers';
+
+const BUDGET = 4 * 1024 * 1024;
+let t: TestServer;
+let client: OpenAI;
+
+beforeAll(async () => {
+  t = await startTestServer({ kvBudgetBytes: BUDGET });
+  client = openaiClient(t.url);
+});
+afterAll(async () => {
+  await t?.close();
+});
+
+const hi = [{ role: 'user' as const, content: 'hi' }];
+
+async function apiError(p: Promise<unknown>): Promise<InstanceType<typeof OpenAI.APIError>> {
+  try {
+    await p;
+  } catch (err) {
+    expect(err).toBeInstanceOf(OpenAI.APIError);
+    return err as InstanceType<typeof OpenAI.APIError>;
+  }
+  throw new Error('expected the request to fail');
+}
+
+/** The scheduler's record of an ended request. */
+async function recent(id: string) {
+  const snap = await budget(t.url);
+  const view = snap.recent.find((r) => r.id === id);
+  expect(view, `request ${id} in the snapshot's recent list`).toBeDefined();
+  return view as NonNullable<typeof view>;
+}
+
+describe('GET /v1/models', () => {
+  it('lists the loaded default model with its context length', async () => {
+    const page = await client.models.list();
+    const ids = page.data.map((m) => m.id);
+    expect(ids).toEqual(['default']);
+    const m = page.data[0] as unknown as {
+      object: string;
+      max_model_len: number;
+      kvdesk: { bpt: number; is_default: boolean };
+    };
+    expect(m.object).toBe('model');
+    expect(m.max_model_len).toBe(2048);
+    expect(m.kvdesk).toMatchObject({ bpt: 1024, is_default: true });
+  });
+});
+
+describe('chat completions', () => {
+  it('answers a non-streamed chat with usage that matches the scheduler record', async () => {
+    const r = await client.chat.completions.create({ model: 'default', messages: hi, max_tokens: 8, temperature: 0 });
+    expect(r.object).toBe('chat.completion');
+    expect(r.model).toBe('default');
+    expect(r.choices).toHaveLength(1);
+    const c = r.choices[0] as (typeof r.choices)[number];
+    expect(c.message.role).toBe('assistant');
+    expect(typeof c.message.content).toBe('string');
+    const usage = r.usage as NonNullable<typeof r.usage>;
+    expect(usage.completion_tokens).toBeGreaterThan(0);
+    expect(usage.completion_tokens).toBeLessThanOrEqual(8);
+    expect(c.finish_reason).toBe(usage.completion_tokens === 8 ? 'length' : 'stop');
+    expect(usage.total_tokens).toBe(usage.prompt_tokens + usage.completion_tokens);
+    const kv = (r as unknown as { kvdesk: { request_id: string; reserved_bytes: number } }).kvdesk;
+    expect(r.id).toBe(`chatcmpl-${kv.request_id}`);
+    const view = await recent(kv.request_id);
+    // The chat template wraps "hi", so the prompt is more than one token.
+    expect(usage.prompt_tokens).toBe(view.promptTokens);
+    expect(usage.prompt_tokens).toBeGreaterThan(3);
+    expect(usage.completion_tokens).toBe(view.generatedTokens);
+    expect(kv.reserved_bytes).toBe((usage.prompt_tokens + 8) * 1024);
+  });
+
+  it('streams a role chunk, content deltas equal to the non-streamed reply, a finish chunk, usage and [DONE]', async () => {
+    const plain = await client.chat.completions.create({
+      model: 'default',
+      messages: hi,
+      max_tokens: 12,
+      temperature: 0,
+    });
+    const stream = await client.chat.completions.create({
+      model: 'default',
+      messages: hi,
+      max_tokens: 12,
+      temperature: 0,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    const chunks: OpenAI.Chat.Completions.ChatCompletionChunk[] = [];
+    for await (const ch of stream) chunks.push(ch);
+    expect(chunks.length).toBeGreaterThanOrEqual(3);
+    expect(new Set(chunks.map((c) => c.id)).size).toBe(1);
+    expect(chunks.every((c) => c.object === 'chat.completion.chunk')).toBe(true);
+    expect(chunks[0]?.choices[0]?.delta.role).toBe('assistant');
+    const text = chunks.map((c) => c.choices[0]?.delta.content ?? '').join('');
+    expect(text).toBe(plain.choices[0]?.message.content);
+    const finals = chunks.filter((c) => c.choices[0]?.finish_reason);
+    expect(finals).toHaveLength(1);
+    expect(finals[0]?.choices[0]?.finish_reason).toBe(plain.choices[0]?.finish_reason);
+    const last = chunks[chunks.length - 1] as OpenAI.Chat.Completions.ChatCompletionChunk;
+    expect(last.choices).toEqual([]);
+    expect(last.usage).toEqual(plain.usage);
+    // Every chunk but the usage one carries usage: null, as OpenAI's do.
+    expect(chunks.slice(0, -1).every((c) => c.usage === null)).toBe(true);
+  });
+
+  it('leaves usage out of a stream that did not ask for it', async () => {
+    const stream = await client.chat.completions.create({
+      model: 'default',
+      messages: hi,
+      max_tokens: 4,
+      stream: true,
+    });
+    const chunks: OpenAI.Chat.Completions.ChatCompletionChunk[] = [];
+    for await (const ch of stream) chunks.push(ch);
+    expect(chunks.some((c) => c.usage)).toBe(false);
+    expect(chunks[chunks.length - 1]?.choices[0]?.finish_reason).toMatch(/^(stop|length)$/);
+  });
+
+  it('gives n choices, streamed and not', async () => {
+    const r = await client.chat.completions.create({ model: 'default', messages: hi, max_tokens: 6, n: 2, seed: 5 });
+    expect(r.choices.map((c) => c.index)).toEqual([0, 1]);
+    const usage = r.usage as NonNullable<typeof r.usage>;
+    const view = await recent((r as unknown as { kvdesk: { request_id: string } }).kvdesk.request_id);
+    expect(view.rows).toBe(2);
+    // Prompt counted once, completions of both rows counted.
+    expect(usage.prompt_tokens).toBe(view.promptTokens);
+    expect(usage.completion_tokens).toBeGreaterThanOrEqual(2);
+    expect(usage.completion_tokens).toBeLessThanOrEqual(12);
+
+    const plain = await client.chat.completions.create({
+      model: 'default',
+      messages: hi,
+      max_tokens: 6,
+      n: 2,
+      temperature: 0,
+    });
+    const stream = await client.chat.completions.create({
+      model: 'default',
+      messages: hi,
+      max_tokens: 6,
+      n: 2,
+      temperature: 0,
+      stream: true,
+    });
+    const roles = new Set<number>();
+    const finishes = new Map<number, string>();
+    const texts = ['', ''];
+    for await (const ch of stream) {
+      for (const c of ch.choices) {
+        if (c.delta.role === 'assistant') roles.add(c.index);
+        if (c.finish_reason) finishes.set(c.index, c.finish_reason);
+        texts[c.index] += c.delta.content ?? '';
+      }
+    }
+    expect([...roles].sort()).toEqual([0, 1]);
+    expect([...finishes.keys()].sort()).toEqual([0, 1]);
+    // Each streamed choice carries its own row's text.
+    expect(texts).toEqual(plain.choices.map((c) => c.message.content));
+    expect(texts[1]?.length).toBeGreaterThan(0);
+  });
+
+  it('speaks SSE exactly: data lines, a role chunk first, [DONE] last', async () => {
+    const res = await fetch(`${t.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'default', messages: hi, max_tokens: 3, stream: true }),
+    });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toBe('text/event-stream; charset=utf-8');
+    expect(res.headers.get('cache-control')).toBe('no-cache');
+    const text = await res.text();
+    expect(text.endsWith('\n\n')).toBe(true);
+    const events = text.trimEnd().split('\n\n');
+    expect(events.every((e) => e.startsWith('data: '))).toBe(true);
+    expect(events[events.length - 1]).toBe('data: [DONE]');
+    const chunks = events.slice(0, -1).map(
+      (e) =>
+        JSON.parse(e.slice(6)) as {
+          choices: Array<{ delta: Record<string, unknown>; finish_reason: string | null }>;
+        },
+    );
+    expect(chunks[0]?.choices[0]?.delta).toEqual({ role: 'assistant', content: '' });
+    expect(chunks[chunks.length - 1]?.choices[0]?.finish_reason).toMatch(/^(stop|length)$/);
+    expect(chunks.slice(0, -1).every((c) => c.choices[0]?.finish_reason === null)).toBe(true);
+  });
+
+  it('ends at a stop string, given alone or in a list', async () => {
+    const full = await client.chat.completions.create({
+      model: 'default',
+      messages: hi,
+      max_tokens: 24,
+      temperature: 0,
+    });
+    const text = full.choices[0]?.message.content ?? '';
+    expect(text.length).toBeGreaterThan(6);
+    const stop = text.slice(3, 6);
+    const cut = text.slice(0, text.indexOf(stop));
+    const one = await client.chat.completions.create({
+      model: 'default',
+      messages: hi,
+      max_tokens: 24,
+      temperature: 0,
+      stop,
+    });
+    expect(one.choices[0]?.message.content).toBe(cut);
+    expect(one.choices[0]?.finish_reason).toBe('stop');
+    const list = await client.chat.completions.create({
+      model: 'default',
+      messages: hi,
+      max_tokens: 24,
+      temperature: 0,
+      stop: ['never-in-this-text', stop],
+    });
+    expect(list.choices[0]?.message.content).toBe(cut);
+  });
+
+  it('gives the same sample for the same seed', async () => {
+    const ask = (seed: number) =>
+      client.chat.completions.create({ model: 'default', messages: hi, max_tokens: 16, temperature: 1, seed });
+    const a = await ask(11);
+    const b = await ask(11);
+    expect(a.choices[0]?.message.content).toBe(b.choices[0]?.message.content);
+  });
+
+  it('says when the KV budget capped the reply: finish_reason length and kvdesk.budget_cap', async () => {
+    // Find the prompt length, then give a budget that holds it plus exactly 10 new tokens.
+    const probe = await client.chat.completions.create({ model: 'default', messages: LONG_CHAT, max_tokens: 1 });
+    const p = (probe.usage as NonNullable<typeof probe.usage>).prompt_tokens;
+    await t.hostApi.call('configureBudget', { kvBudgetBytes: (p + 10) * 1024 });
+    try {
+      const r = await client.chat.completions.create({
+        model: 'default',
+        messages: LONG_CHAT,
+        max_tokens: 100,
+        temperature: 0,
+      });
+      expect(r.choices[0]?.finish_reason).toBe('length');
+      expect(r.usage?.completion_tokens).toBe(10);
+      const kv = (r as unknown as { kvdesk: { budget_cap: Record<string, number> } }).kvdesk;
+      expect(kv.budget_cap).toEqual({
+        requested_max_tokens: 100,
+        admitted_max_tokens: 10,
+        requested_bytes: (p + 100) * 1024,
+        admitted_bytes: (p + 10) * 1024,
+        available_bytes: (p + 10) * 1024,
+      });
+      const stream = await client.chat.completions.create({
+        model: 'default',
+        messages: LONG_CHAT,
+        max_tokens: 100,
+        temperature: 0,
+        stream: true,
+      });
+      type Final = {
+        choices: Array<{ finish_reason: string | null }>;
+        kvdesk?: { budget_cap?: { admitted_max_tokens: number } };
+      };
+      let final: Final | undefined;
+      for await (const ch of stream) if (ch.choices[0]?.finish_reason) final = ch as unknown as Final;
+      expect(final?.choices[0]?.finish_reason).toBe('length');
+      expect(final?.kvdesk?.budget_cap?.admitted_max_tokens).toBe(10);
+    } finally {
+      await t.hostApi.call('configureBudget', { kvBudgetBytes: BUDGET });
+    }
+  });
+});
+
+describe('completions', () => {
+  it('completes a prompt, streamed text equal to the plain reply', async () => {
+    const plain = await client.completions.create({
+      model: 'default',
+      prompt: 'Once upon a time',
+      max_tokens: 10,
+      temperature: 0,
+    });
+    expect(plain.object).toBe('text_completion');
+    expect(plain.choices).toHaveLength(1);
+    expect(plain.usage?.prompt_tokens).toBe(9);
+    const stream = await client.completions.create({
+      model: 'default',
+      prompt: 'Once upon a time',
+      max_tokens: 10,
+      temperature: 0,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    let text = '';
+    let finish: string | null = null;
+    let usage: OpenAI.Completions.CompletionUsage | undefined | null;
+    for await (const ch of stream) {
+      expect(ch.object).toBe('text_completion');
+      text += ch.choices[0]?.text ?? '';
+      finish = ch.choices[0]?.finish_reason ?? finish;
+      if (ch.usage) usage = ch.usage;
+    }
+    expect(text).toBe(plain.choices[0]?.text);
+    expect(finish).toBe(plain.choices[0]?.finish_reason);
+    expect(usage).toEqual(plain.usage);
+  });
+
+  it('maps n and several prompts to choices in order', async () => {
+    const r = await client.completions.create({
+      model: 'default',
+      prompt: ['a', 'Once upon a time'],
+      max_tokens: 3,
+      n: 2,
+      temperature: 0,
+    });
+    expect(r.choices.map((c) => c.index)).toEqual([0, 1, 2, 3]);
+    // Greedy: both copies of a prompt agree; the two prompts' replies are their solo replies.
+    expect(r.choices[0]?.text).toBe(r.choices[1]?.text);
+    expect(r.choices[2]?.text).toBe(r.choices[3]?.text);
+    const solo = await client.completions.create({
+      model: 'default',
+      prompt: 'Once upon a time',
+      max_tokens: 3,
+      temperature: 0,
+    });
+    expect(r.choices[2]?.text).toBe(solo.choices[0]?.text);
+    // Prompt tokens: 1 ("a") + 9, each counted once.
+    expect(r.usage?.prompt_tokens).toBe(10);
+  });
+
+  it('accepts token ids as the prompt', async () => {
+    const r = await client.completions.create({
+      model: 'default',
+      prompt: [10, 20, 30, 40, 50],
+      max_tokens: 4,
+      temperature: 0,
+    });
+    expect(r.usage?.prompt_tokens).toBe(5);
+    expect(r.usage?.completion_tokens).toBe(4);
+  });
+});
+
+describe('refusals', () => {
+  it('400 context_length_exceeded with the prompt and context sizes', async () => {
+    const err = await apiError(
+      client.completions.create({ model: 'default', prompt: Array(2048).fill(7), max_tokens: 4 }),
+    );
+    expect(err.status).toBe(400);
+    expect(err.code).toBe('context_length_exceeded');
+    expect(err.param).toBe('prompt');
+    expect(err.error).toMatchObject({ n_prompt_tokens: 2048, n_ctx: 2048, type: 'invalid_request_error' });
+    expect(err.message).toMatch(/2048/);
+  });
+
+  it('400 kv_budget_exceeded with required_bytes and budget_bytes, before any engine work', async () => {
+    await t.hostApi.call('configureBudget', { kvBudgetBytes: 8 * 1024 });
+    try {
+      const engineSpy = vi.spyOn(t.runner.engine, 'generate');
+      const err = await apiError(
+        client.completions.create({ model: 'default', prompt: Array(10).fill(7), max_tokens: 4 }),
+      );
+      expect(err.status).toBe(400);
+      expect(err.code).toBe('kv_budget_exceeded');
+      expect(err.error).toMatchObject({
+        required_bytes: 11 * 1024,
+        budget_bytes: 8 * 1024,
+        bpt: 1024,
+        n_prompt_tokens: 10,
+        rows: 1,
+      });
+      expect(engineSpy).not.toHaveBeenCalled();
+      engineSpy.mockRestore();
+    } finally {
+      await t.hostApi.call('configureBudget', { kvBudgetBytes: BUDGET });
+    }
+  });
+
+  it('429 with Retry-After when the queue is full, and the queued request still completes', async () => {
+    await t.hostApi.call('configureBudget', { maxRunning: 1, maxQueue: 1 });
+    // Hold the first request's engine start so it stays running while the queue fills: deterministic, no timing.
+    const real = t.runner.engine.generate.bind(t.runner.engine);
+    let release!: () => void;
+    const released = new Promise<void>((r) => {
+      release = r;
+    });
+    const spy = vi.spyOn(t.runner.engine, 'generate').mockImplementationOnce((token, cmd, handlers) => {
+      void released.then(() => real(token, cmd, handlers));
+    });
+    try {
+      const first = await client.chat.completions.create({
+        model: 'default',
+        messages: hi,
+        max_tokens: 4,
+        stream: true,
+      });
+      const queued = client.chat.completions.create({ model: 'default', messages: hi, max_tokens: 4 });
+      await eventually(
+        () => budget(t.url),
+        (s) => s.queue.length === 1 && s.running.length === 1,
+      );
+      // Refused while the stream would open: a plain 429, not a broken stream.
+      const err = await apiError(
+        client.chat.completions.create({ model: 'default', messages: hi, max_tokens: 4, stream: true }),
+      );
+      expect(err.status).toBe(429);
+      expect(err.code).toBe('queue_full');
+      expect(Number(err.headers?.get('retry-after'))).toBeGreaterThanOrEqual(1);
+      expect(err.error).toMatchObject({ queue_length: 1, max_queue: 1, kvdesk_code: 'QUEUE_FULL' });
+      release();
+      let text = '';
+      for await (const ch of first) text += ch.choices[0]?.delta.content ?? '';
+      expect(text.length).toBeGreaterThan(0);
+      const q = await queued;
+      expect(q.choices[0]?.finish_reason).toMatch(/^(stop|length)$/);
+    } finally {
+      release();
+      spy.mockRestore();
+      await t.hostApi.call('configureBudget', { maxRunning: 4, maxQueue: 256 });
+    }
+  });
+
+  it('refuses a streamed request with a plain HTTP error, before any stream starts', async () => {
+    const res = await fetch(`${t.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'default', prompt: Array(2048).fill(7), max_tokens: 4, stream: true }),
+    });
+    expect(res.status).toBe(400);
+    expect(res.headers.get('content-type')).toMatch(/^application\/json/);
+    expect(((await res.json()) as { error: { code: string } }).error.code).toBe('context_length_exceeded');
+    const err = await apiError(
+      client.chat.completions.create({ model: 'default', messages: hi, stream: true, max_tokens: 4, top_p: 0 }),
+    );
+    expect(err.status).toBe(400);
+  });
+
+  it('keeps a queued stream unanswered until admission, so an end while queued is still a plain HTTP error', async () => {
+    await t.hostApi.call('configureBudget', { maxRunning: 1 });
+    const real = t.runner.engine.generate.bind(t.runner.engine);
+    let release!: () => void;
+    const released = new Promise<void>((r) => {
+      release = r;
+    });
+    const spy = vi.spyOn(t.runner.engine, 'generate').mockImplementationOnce((token, cmd, handlers) => {
+      void released.then(() => real(token, cmd, handlers));
+    });
+    try {
+      const first = await client.chat.completions.create({
+        model: 'default',
+        messages: hi,
+        max_tokens: 4,
+        stream: true,
+      });
+      let answered = false;
+      const queued = fetch(`${t.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'default', messages: hi, max_tokens: 4, stream: true }),
+      }).then((res) => {
+        answered = true;
+        return res;
+      });
+      const waiting = await eventually(
+        () => budget(t.url),
+        (s) => s.queue.length === 1,
+      );
+      await new Promise((r) => setTimeout(r, 100));
+      expect(answered).toBe(false);
+      // Ended while queued (here: cancelled from the UI): the client gets a plain HTTP error, not a broken stream.
+      const cancelled = await t.hostApi.call('cancel', { requestId: (waiting.queue[0] as { id: string }).id });
+      expect(cancelled).toEqual({ ok: true, value: { cancelled: true } });
+      const res = await queued;
+      expect(res.status).toBe(503);
+      expect(res.headers.get('content-type')).toMatch(/^application\/json/);
+      expect(((await res.json()) as { error: { code: string } }).error.code).toBe('cancelled');
+      release();
+      for await (const _ of first) {
+        // drain
+      }
+    } finally {
+      release();
+      spy.mockRestore();
+      await t.hostApi.call('configureBudget', { maxRunning: 4 });
+    }
+    await settled(t.url);
+  });
+
+  it('404 model_not_found for a model that is not loaded', async () => {
+    const err = await apiError(client.chat.completions.create({ model: 'gpt-4o', messages: hi }));
+    expect(err.status).toBe(404);
+    expect(err.code).toBe('model_not_found');
+    expect(err.param).toBe('model');
+    expect(err.message).toMatch(/gpt-4o/);
+  });
+
+  it('400 for malformed parameters, naming the parameter', async () => {
+    const temp = await apiError(client.chat.completions.create({ model: 'default', messages: hi, temperature: 5 }));
+    expect(temp.status).toBe(400);
+    expect(temp.param).toBe('temperature');
+    const empty = await apiError(client.chat.completions.create({ model: 'default', messages: [] }));
+    expect(empty.status).toBe(400);
+    expect(empty.param).toBe('messages');
+    const tools = await apiError(
+      client.chat.completions.create({
+        model: 'default',
+        messages: hi,
+        tools: [{ type: 'function', function: { name: 'f', parameters: {} } }],
+      }),
+    );
+    expect(tools.status).toBe(400);
+    expect(tools.param).toBe('tools');
+    // A range only the host's contract enforces (top_p > 0) comes back as 400 too.
+    const topP = await apiError(client.chat.completions.create({ model: 'default', messages: hi, top_p: 0 }));
+    expect(topP.status).toBe(400);
+    expect(topP.code).toBe('invalid_request');
+  });
+
+  it('400 invalid_json for a body that is not JSON', async () => {
+    const res = await fetch(`${t.url}/v1/chat/completions`, {
+      method: 'POST',
+      body: '{"model":',
+      headers: { 'content-type': 'application/json' },
+    });
+    expect(res.status).toBe(400);
+    const body = (await res.json()) as { error: { code: string; type: string } };
+    expect(body.error).toMatchObject({ code: 'invalid_json', type: 'invalid_request_error' });
+  });
+});
+
+describe('failures inside the server', () => {
+  it('still answer the client (500) instead of leaving it waiting', async () => {
+    const spy = vi.spyOn(t.runner, 'tokenizerOf').mockImplementation(() => {
+      throw new Error('tokenizer exploded');
+    });
+    try {
+      const err = await apiError(client.completions.create({ model: 'default', prompt: ['a', 'b'], max_tokens: 2 }));
+      expect(err.status).toBe(500);
+      expect(err.code).toBe('internal_error');
+      expect(err.message).toMatch(/tokenizer exploded/);
+    } finally {
+      spy.mockRestore();
+    }
+    await settled(t.url);
+  });
+});
+
+describe('disconnects', () => {
+  it('a client that aborts a stream cancels its request and returns the reservation', async () => {
+    const before = (await budget(t.url)).counters.cancelled;
+    const controller = new AbortController();
+    const stream = await client.chat.completions.create(
+      { model: 'default', messages: LONG_CHAT, max_tokens: 1500, temperature: 0, stream: true },
+      { signal: controller.signal },
+    );
+    let id = '';
+    try {
+      for await (const ch of stream) {
+        id = ch.id.replace(/^chatcmpl-/, '');
+        if (ch.choices[0]?.delta.content) controller.abort();
+      }
+    } catch {
+      // The client reports its own abort; what matters is what the server did.
+    }
+    const snap = await settled(t.url);
+    expect(snap.counters.cancelled).toBe(before + 1);
+    const view = snap.recent.find((r) => r.id === id);
+    expect(view).toMatchObject({ state: 'cancelled', endReason: 'disconnect' });
+    expect(view?.generatedTokens).toBeLessThan(1500);
+  });
+
+  it('a client that gives up on a non-streamed request cancels it too', async () => {
+    const before = (await budget(t.url)).counters.cancelled;
+    const controller = new AbortController();
+    const pending = client.chat.completions.create(
+      { model: 'default', messages: LONG_CHAT, max_tokens: 1500, temperature: 0 },
+      { signal: controller.signal },
+    );
+    await eventually(
+      () => budget(t.url),
+      (s) => s.running.length === 1,
+    );
+    controller.abort();
+    await expect(pending).rejects.toThrow();
+    const snap = await settled(t.url);
+    expect(snap.counters.cancelled).toBe(before + 1);
+    expect(snap.recent[snap.recent.length - 1]).toMatchObject({ state: 'cancelled', endReason: 'disconnect' });
+  });
+});

@@ -1,0 +1,278 @@
+/**
+ * Who may reach the server and what it serves: Host/Origin checks (DNS
+ * rebinding), the token off loopback (HTTP, cookie, WebSocket), the static
+ * renderer without traversal, health before and after a model loads, and
+ * package uploads with their size limit.
+ */
+import { mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import WebSocket from 'ws';
+import { startServer } from '../../../src/main/server';
+import { defaultModelDir } from '../../helpers/fixtures';
+import { openaiClient, rawRequest, startTestServer, type TestServer } from './server-helpers';
+
+/** Opens a WebSocket and reports the HTTP status it was refused with (101 when it opened). */
+function wsStatus(url: string, headers: Record<string, string> = {}): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(url, { headers });
+    ws.once('open', () => {
+      ws.close();
+      resolve(101);
+    });
+    ws.once('unexpected-response', (_req, res) => {
+      resolve(res.statusCode ?? 0);
+      ws.terminate();
+    });
+    ws.once('error', (err) => reject(err));
+  });
+}
+
+describe('a loopback server without a model', () => {
+  let t: TestServer;
+  let staticDir: string;
+  let outside: string;
+  beforeAll(async () => {
+    staticDir = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-static-'));
+    outside = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-outside-'));
+    await mkdir(path.join(staticDir, 'assets'));
+    await writeFile(path.join(staticDir, 'index.html'), '<!doctype html><title>kvdesk ui</title>');
+    await writeFile(path.join(staticDir, 'assets/app.js'), 'console.log(1)');
+    await writeFile(path.join(staticDir, 'assets/app.css'), 'body{}');
+    await writeFile(path.join(outside, 'secret.txt'), 'SECRET');
+    await symlink(path.join(outside, 'secret.txt'), path.join(staticDir, 'assets/link.txt'));
+    t = await startTestServer({}, { loadDefault: false, staticDir, maxUploadBytes: 4 * 1024 * 1024 });
+  });
+  afterAll(async () => {
+    await t?.close();
+    await rm(staticDir, { recursive: true, force: true });
+    await rm(outside, { recursive: true, force: true });
+  });
+
+  const host = () => `127.0.0.1:${t.server.port}`;
+
+  it('answers only to its own Host names (403 for a rebinding name)', async () => {
+    for (const h of [host(), `localhost:${t.server.port}`, `[::1]:${t.server.port}`]) {
+      expect((await rawRequest(t.url, { path: '/v1/models', headers: { host: h } })).status, h).toBe(200);
+    }
+    for (const h of ['evil.example', `evil.example:${t.server.port}`, `127.0.0.1:${t.server.port + 1}`, '127.0.0.1']) {
+      const r = await rawRequest(t.url, { path: '/v1/models', headers: { host: h } });
+      expect(r.status, h).toBe(403);
+      expect(JSON.parse(r.body).error).toMatchObject({ code: 'host_not_allowed', type: 'permission_error' });
+    }
+  });
+
+  it('refuses a foreign Origin (403) and accepts its own', async () => {
+    const own = await rawRequest(t.url, {
+      path: '/v1/models',
+      headers: { host: host(), origin: `http://localhost:${t.server.port}` },
+    });
+    expect(own.status).toBe(200);
+    for (const origin of [
+      'http://evil.example',
+      `http://evil.example:${t.server.port}`,
+      'null',
+      `http://127.0.0.1:${t.server.port + 1}`,
+    ]) {
+      const r = await rawRequest(t.url, {
+        method: 'POST',
+        path: '/v1/completions',
+        headers: { host: host(), origin },
+        body: '{}',
+      });
+      expect(r.status, origin).toBe(403);
+      expect(JSON.parse(r.body).error.code).toBe('origin_not_allowed');
+    }
+    expect(await wsStatus(`${t.url.replace('http', 'ws')}/ws`, { origin: 'http://evil.example' })).toBe(403);
+    expect(await wsStatus(`${t.url.replace('http', 'ws')}/ws`, { origin: `http://127.0.0.1:${t.server.port}` })).toBe(
+      101,
+    );
+  });
+
+  it('serves the renderer with content types, and nothing outside it', async () => {
+    const index = await fetch(`${t.url}/`);
+    expect(index.status).toBe(200);
+    expect(index.headers.get('content-type')).toBe('text/html; charset=utf-8');
+    expect(index.headers.get('x-frame-options')).toBe('DENY');
+    expect(await index.text()).toContain('kvdesk ui');
+    const js = await fetch(`${t.url}/assets/app.js`);
+    expect(js.headers.get('content-type')).toBe('text/javascript; charset=utf-8');
+    expect((await fetch(`${t.url}/assets/app.css`)).headers.get('content-type')).toBe('text/css; charset=utf-8');
+    expect((await fetch(`${t.url}/assets/missing.js`)).status).toBe(404);
+    const rel = path.relative(staticDir, path.join(outside, 'secret.txt'));
+    const attempts = [
+      `/${rel}`,
+      `/assets/../../${path.basename(outside)}/secret.txt`,
+      `/%2e%2e/${path.basename(outside)}/secret.txt`,
+      `/..%2f${path.basename(outside)}%2fsecret.txt`,
+      `/assets/..%2f..%2f${path.basename(outside)}%2fsecret.txt`,
+      `/assets/%2e%2e%5c%2e%2e%5c${path.basename(outside)}%5csecret.txt`,
+      '/assets/link.txt',
+      '/%00',
+      '/%E0%A4%A',
+    ];
+    for (const p of attempts) {
+      const r = await rawRequest(t.url, { path: p, headers: { host: host() } });
+      expect([400, 404], `${p} → ${r.status}`).toContain(r.status);
+      expect(r.body).not.toContain('SECRET');
+    }
+  });
+
+  it('says how to build the UI when the renderer build is missing', async () => {
+    const empty = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-nobuild-'));
+    const s = await startServer({ hostApi: t.hostApi, staticDir: path.join(empty, 'renderer') });
+    try {
+      const r = await fetch(`${s.url}/`);
+      expect(r.status).toBe(200);
+      expect(r.headers.get('content-type')).toContain('text/html');
+      expect(await r.text()).toContain('npm run build');
+      expect((await fetch(`${s.url}/app.js`)).status).toBe(404);
+    } finally {
+      await s.close();
+      await rm(empty, { recursive: true, force: true });
+    }
+  });
+
+  it('answers unknown API paths 404 and wrong methods 405, in the OpenAI error shape', async () => {
+    const unknown = await fetch(`${t.url}/v1/embeddings`, { method: 'POST', body: '{}' });
+    expect(unknown.status).toBe(404);
+    expect(((await unknown.json()) as { error: { code: string } }).error.code).toBe('not_found');
+    const wrong = await fetch(`${t.url}/v1/chat/completions`);
+    expect(wrong.status).toBe(405);
+    expect(wrong.headers.get('allow')).toBe('POST');
+  });
+
+  it('health is 503 until a model is loaded, then 200 with the model', async () => {
+    const before = await fetch(`${t.url}/health`);
+    expect(before.status).toBe(503);
+    expect(await before.json()).toMatchObject({ status: 'loading', models: [] });
+    const loaded = await t.hostApi.call('loadModel', { path: defaultModelDir });
+    expect(loaded.ok).toBe(true);
+    const after = await fetch(`${t.url}/health`);
+    expect(after.status).toBe(200);
+    expect(await after.json()).toEqual({ status: 'ok', models: ['default'] });
+  });
+
+  it('uploads a package folder as multipart, validates and loads it', async () => {
+    const form = new FormData();
+    form.append('name', 'uploaded-pkg');
+    const files = [
+      'config.json',
+      'generation_config.json',
+      'tokenizer.json',
+      'tokenizer_config.json',
+      'onnx/model.onnx',
+    ];
+    for (const f of files) {
+      form.append('file', new Blob([await readFile(path.join(defaultModelDir, f))]), `default/${f}`);
+    }
+    const r = await fetch(`${t.url}/api/models/upload`, { method: 'POST', body: form });
+    const body = (await r.json()) as { ok: boolean; value: { id: string; spec: { bpt: number } } };
+    expect(r.status, JSON.stringify(body)).toBe(200);
+    expect(body.ok).toBe(true);
+    expect(body.value.id).toBe('uploaded-pkg');
+    expect(body.value.spec.bpt).toBe(1024);
+    const models = (await (await fetch(`${t.url}/v1/models`)).json()) as { data: Array<{ id: string }> };
+    expect(models.data.map((m) => m.id)).toContain('uploaded-pkg');
+  });
+
+  it('refuses a bad package (JSON form) with the validation error, and a path that leaves the package', async () => {
+    const bad = await fetch(`${t.url}/api/models/upload`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        name: 'broken',
+        files: [{ path: 'broken/config.json', dataBase64: Buffer.from('{').toString('base64') }],
+      }),
+    });
+    expect(bad.status).toBeGreaterThanOrEqual(400);
+    expect(bad.status).toBeLessThan(500);
+    expect(await bad.json()).toMatchObject({ ok: false, error: { code: 'PACKAGE_INVALID' } });
+    const leaving = await fetch(`${t.url}/api/models/upload`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ name: 'evil', files: [{ path: '../../evil.txt', dataBase64: 'AAAA' }] }),
+    });
+    expect(leaving.status).toBe(400);
+    expect(await leaving.json()).toMatchObject({ ok: false, error: { code: 'BAD_REQUEST' } });
+  });
+
+  it('answers 413 to an upload over the size limit', async () => {
+    const form = new FormData();
+    form.append('name', 'too-big');
+    form.append('file', new Blob([new Uint8Array(5 * 1024 * 1024)]), 'too-big/model.onnx');
+    const r = await fetch(`${t.url}/api/models/upload`, { method: 'POST', body: form });
+    expect(r.status).toBe(413);
+    expect(await r.json()).toMatchObject({
+      ok: false,
+      error: { code: 'BAD_REQUEST', detail: { limitBytes: 4 * 1024 * 1024 } },
+    });
+    // The server is still there for the next request.
+    expect((await fetch(`${t.url}/health`)).status).toBe(200);
+  });
+});
+
+describe('off loopback', () => {
+  it('refuses to listen on another address without a token', async () => {
+    const t = await startTestServer({}, { loadDefault: false });
+    try {
+      await expect(startServer({ hostApi: t.hostApi, host: '0.0.0.0' })).rejects.toThrow(/without a token.*--token/s);
+    } finally {
+      await t.close();
+    }
+  });
+
+  describe('with a token', () => {
+    const TOKEN = 'correct-horse-battery-staple';
+    let t: TestServer;
+    beforeAll(async () => {
+      t = await startTestServer({}, { host: '0.0.0.0', token: TOKEN });
+    });
+    afterAll(async () => {
+      await t?.close();
+    });
+
+    it('answers 401 without the token, 200 with it (Bearer)', async () => {
+      expect(t.url).toBe(`http://127.0.0.1:${t.server.port}`);
+      const none = await fetch(`${t.url}/v1/models`);
+      expect(none.status).toBe(401);
+      expect(((await none.json()) as { error: { code: string } }).error.code).toBe('invalid_token');
+      expect((await fetch(`${t.url}/v1/models`, { headers: { authorization: 'Bearer wrong' } })).status).toBe(401);
+      expect((await fetch(`${t.url}/health`, { headers: { authorization: `Bearer ${TOKEN}` } })).status).toBe(200);
+      const models = await openaiClient(t.url, TOKEN).models.list();
+      expect(models.data.map((m) => m.id)).toEqual(['default']);
+      await expect(openaiClient(t.url, 'wrong').models.list()).rejects.toMatchObject({ status: 401 });
+    });
+
+    it('takes ?token= once and hands the browser a cookie for the rest', async () => {
+      const page = await fetch(`${t.url}/?token=${TOKEN}`);
+      expect(page.status).toBe(200);
+      const cookie = page.headers.get('set-cookie') ?? '';
+      expect(cookie).toMatch(new RegExp(`^kvdesk_token_${t.server.port}=`));
+      expect(cookie).toMatch(/HttpOnly/);
+      expect(cookie).toMatch(/SameSite=Strict/);
+      const pair = cookie.split(';')[0] as string;
+      expect((await fetch(`${t.url}/v1/kvdesk/budget`, { headers: { cookie: pair } })).status).toBe(200);
+      expect(
+        (await fetch(`${t.url}/v1/kvdesk/budget`, { headers: { cookie: `kvdesk_token_${t.server.port}=nope` } }))
+          .status,
+      ).toBe(401);
+    });
+
+    it('requires the token on the WebSocket too', async () => {
+      const ws = `${t.url.replace('http', 'ws')}/ws`;
+      expect(await wsStatus(ws)).toBe(401);
+      expect(await wsStatus(`${ws}?token=${TOKEN}`)).toBe(101);
+      expect(await wsStatus(ws, { authorization: `Bearer ${TOKEN}` })).toBe(101);
+    });
+
+    it('still checks Host with the right token', async () => {
+      const r = await rawRequest(t.url, {
+        path: '/health',
+        headers: { host: 'evil.example', authorization: `Bearer ${TOKEN}` },
+      });
+      expect(r.status).toBe(403);
+    });
+  });
+});

@@ -1,0 +1,236 @@
+/**
+ * `kvdesk serve` as a person runs it: the real CLI process on an ephemeral
+ * port, the printed URL, the official client against it, and a clean stop.
+ * Also the serve command in-process, to see its shutdown close everything.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { serve } from '../../../src/cli/serve';
+import { defaultModelDir, repoRoot } from '../../helpers/fixtures';
+import { eventually, LONG_CHAT, openaiClient, startTestServer } from './server-helpers';
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+describe('kvdesk serve --port 0 (a real process)', () => {
+  let child: ChildProcess;
+  let url: string;
+  let stderr = '';
+  let dataDir: string;
+
+  beforeAll(async () => {
+    dataDir = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-serve-cli-'));
+    // Its own process group, so the test can stop the wrapper, the server and the engine together, as Ctrl-C does.
+    child = spawn(
+      process.execPath,
+      [
+        path.join(repoRoot, 'bin/kvdesk.cjs'),
+        'serve',
+        '--port',
+        '0',
+        '--kv-budget',
+        '64KiB',
+        '--max-queue',
+        '4',
+        '--threads',
+        '1',
+        '--data-dir',
+        dataDir,
+      ],
+      { cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'], detached: true },
+    );
+    child.stderr?.on('data', (d: Buffer) => {
+      stderr += d.toString();
+    });
+    url = await new Promise<string>((resolve, reject) => {
+      let out = '';
+      const timer = setTimeout(() => reject(new Error(`no URL printed within 60 s; stderr: ${stderr}`)), 60_000);
+      child.stdout?.on('data', (d: Buffer) => {
+        out += d.toString();
+        const m = /^kvdesk serving (http:\/\/127\.0\.0\.1:\d+)$/m.exec(out);
+        if (m) {
+          clearTimeout(timer);
+          resolve(m[1] as string);
+        }
+      });
+      child.once('exit', (code) => reject(new Error(`kvdesk serve exited with ${code}; stderr: ${stderr}`)));
+    });
+  });
+
+  afterAll(async () => {
+    if (child?.pid && alive(child.pid)) process.kill(-child.pid, 'SIGKILL');
+    await rm(dataDir, { recursive: true, force: true });
+  });
+
+  it('prints a URL where the default model is healthy', async () => {
+    const health = await fetch(`${url}/health`);
+    expect(health.status).toBe(200);
+    expect(await health.json()).toEqual({ status: 'ok', models: ['default'] });
+  });
+
+  it('serves the official client: chat and completions, streamed and not', async () => {
+    const client = openaiClient(url);
+    const chat = await client.chat.completions.create({
+      model: 'default',
+      messages: [{ role: 'user', content: 'hi' }],
+      max_tokens: 5,
+      temperature: 0,
+    });
+    expect(chat.choices[0]?.message.role).toBe('assistant');
+    expect(chat.usage?.completion_tokens).toBeGreaterThan(0);
+    const stream = await client.completions.create({
+      model: 'default',
+      prompt: 'Once upon a time',
+      max_tokens: 5,
+      temperature: 0,
+      stream: true,
+    });
+    let text = '';
+    for await (const ch of stream) text += ch.choices[0]?.text ?? '';
+    const plain = await client.completions.create({
+      model: 'default',
+      prompt: 'Once upon a time',
+      max_tokens: 5,
+      temperature: 0,
+    });
+    expect(text).toBe(plain.choices[0]?.text);
+  });
+
+  it('applies --kv-budget: a request over 64 KiB is refused with its numbers', async () => {
+    const client = openaiClient(url);
+    const err = await client.completions
+      .create({ model: 'default', prompt: Array(80).fill(7), max_tokens: 4 })
+      .catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(OpenAI.APIError);
+    expect(err).toMatchObject({ status: 400, code: 'kv_budget_exceeded' });
+    expect((err as InstanceType<typeof OpenAI.APIError>).error).toMatchObject({
+      required_bytes: 81 * 1024,
+      budget_bytes: 64 * 1024,
+    });
+    const snap = (await (await fetch(`${url}/v1/kvdesk/budget`)).json()) as { limitBytes: number; maxQueue: number };
+    expect(snap).toMatchObject({ limitBytes: 64 * 1024, maxQueue: 4 });
+  });
+
+  it('stops on SIGTERM, leaving no process behind', async () => {
+    const pid = child.pid as number;
+    process.kill(-pid, 'SIGTERM');
+    const deadline = Date.now() + 15_000;
+    // The whole group (wrapper, server, engine) must be gone.
+    for (;;) {
+      let groupAlive = true;
+      try {
+        process.kill(-pid, 0);
+      } catch {
+        groupAlive = false;
+      }
+      if (!groupAlive) break;
+      if (Date.now() > deadline) throw new Error(`processes of group ${pid} still running; stderr: ${stderr}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    await expect(fetch(`${url}/health`)).rejects.toThrow();
+  });
+});
+
+describe('serve (in-process)', () => {
+  it('refuses to bind off loopback without a token, with a clear message and exit code 2', async () => {
+    let err = '';
+    const code = await serve(['--host', '0.0.0.0', '--port', '0', '--data-dir', os.tmpdir()], {
+      out: () => {},
+      err: (s) => (err += s),
+    });
+    expect(code).toBe(2);
+    expect(err).toMatch(/without a token/);
+    expect(err).toMatch(/--token/);
+  });
+
+  it('refuses bad flags with exit code 2', async () => {
+    let err = '';
+    const io = { out: () => {}, err: (s: string) => (err += s) };
+    expect(await serve(['--port', 'eighty'], io)).toBe(2);
+    expect(err).toMatch(/--port expects a whole number/);
+    expect(await serve(['--kv-budget', 'lots'], io)).toBe(2);
+    expect(err).toMatch(/byte size/);
+  });
+
+  it('loads each --model, serves, and closes the engine when told to stop', async () => {
+    const dataDir = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-serve-inproc-'));
+    let out = '';
+    let stop!: () => void;
+    const until = new Promise<void>((r) => {
+      stop = r;
+    });
+    const running = serve(
+      ['--port', '0', '--model', defaultModelDir, '--data-dir', dataDir, '--token', 'tok-123', '--threads', '1'],
+      {
+        out: (s) => (out += s),
+        err: () => {},
+      },
+      { until },
+    );
+    try {
+      const deadline = Date.now() + 30_000;
+      while (!/kvdesk serving/.test(out)) {
+        if (Date.now() > deadline) throw new Error('serve did not print its URL');
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      const url = (/kvdesk serving (\S+)/.exec(out) as RegExpExecArray)[1] as string;
+      expect(out).toContain(`${url}/?token=tok-123`);
+      expect((await fetch(`${url}/health`)).status).toBe(401);
+      const health = await fetch(`${url}/health`, { headers: { authorization: 'Bearer tok-123' } });
+      expect(await health.json()).toEqual({ status: 'ok', models: ['default'] });
+      stop();
+      expect(await running).toBe(0);
+      await expect(fetch(`${url}/health`)).rejects.toThrow();
+    } finally {
+      stop();
+      await running;
+      await rm(dataDir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('closing the server', () => {
+  it('ends streams in flight, which cancels their requests (disconnect) and returns their bytes', async () => {
+    const t = await startTestServer({ kvBudgetBytes: 4 * 1024 * 1024 });
+    try {
+      const stream = await openaiClient(t.url).chat.completions.create({
+        model: 'default',
+        messages: LONG_CHAT,
+        max_tokens: 1500,
+        temperature: 0,
+        stream: true,
+      });
+      const reading = (async () => {
+        for await (const _ of stream) {
+          // keep reading until the server goes away
+        }
+      })().catch(() => 'ended');
+      await eventually(
+        () => t.runner.snapshot(),
+        (s) => s.running.length === 1,
+      );
+      const started = Date.now();
+      await t.server.close();
+      expect(Date.now() - started).toBeLessThan(2000);
+      await reading;
+      const snap = await eventually(
+        () => t.runner.snapshot(),
+        (s) => s.running.length === 0,
+      );
+      expect(snap.reservedBytes).toBe(0);
+      expect(snap.recent[snap.recent.length - 1]).toMatchObject({ state: 'cancelled', endReason: 'disconnect' });
+    } finally {
+      await t.close();
+    }
+  });
+});

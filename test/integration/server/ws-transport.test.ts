@@ -1,0 +1,201 @@
+/**
+ * The contract over WebSocket with the `ws` client against a real server:
+ * invoke, generate (frames in order, multiplexed by id), cancel, events, and a
+ * socket that drops releases what it was generating.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import WebSocket from 'ws';
+import type { ModelInfo, WsServerMessage } from '../../../src/shared/api';
+import type { StreamFrame } from '../../../src/shared/contract';
+import { eventually, LONG_CHAT, settled, startTestServer, type TestServer } from './server-helpers';
+
+let t: TestServer;
+beforeAll(async () => {
+  t = await startTestServer({ kvBudgetBytes: 4 * 1024 * 1024 });
+});
+afterAll(async () => {
+  await t?.close();
+});
+
+/** A test client: every server message is kept, in order. */
+class Client {
+  readonly messages: WsServerMessage[] = [];
+  private waiters: Array<() => void> = [];
+  private nextId = 1;
+  closeCode: number | null = null;
+  constructor(readonly ws: WebSocket) {
+    ws.on('message', (data) => {
+      this.messages.push(JSON.parse(data.toString()) as WsServerMessage);
+      for (const w of this.waiters.splice(0)) w();
+    });
+    ws.on('close', (code) => {
+      this.closeCode = code;
+      for (const w of this.waiters.splice(0)) w();
+    });
+  }
+  static async open(url: string, headers: Record<string, string> = {}): Promise<Client> {
+    const ws = new WebSocket(`${url.replace(/^http/, 'ws')}/ws`, { headers });
+    const c = new Client(ws);
+    await new Promise<void>((resolve, reject) => {
+      ws.once('open', () => resolve());
+      ws.once('error', reject);
+    });
+    return c;
+  }
+  async until<T>(pick: () => T | undefined, timeoutMs = 10_000): Promise<T> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const v = pick();
+      if (v !== undefined) return v;
+      if (this.closeCode !== null) throw new Error(`socket closed (${this.closeCode}) while waiting`);
+      if (Date.now() > deadline) throw new Error('timed out waiting for a message');
+      await new Promise<void>((r) => {
+        this.waiters.push(r);
+        setTimeout(r, 50);
+      });
+    }
+  }
+  async invoke(name: string, request: unknown): Promise<Extract<WsServerMessage, { t: 'result' }>['result']> {
+    const id = this.nextId++;
+    this.ws.send(JSON.stringify({ t: 'invoke', id, name, request }));
+    const msg = await this.until(() => this.messages.find((m) => m.t === 'result' && m.id === id));
+    return (msg as Extract<WsServerMessage, { t: 'result' }>).result;
+  }
+  frames(id: string): StreamFrame[] {
+    return this.messages
+      .filter((m): m is Extract<WsServerMessage, { t: 'frame' }> => m.t === 'frame' && m.id === id)
+      .map((m) => m.frame);
+  }
+  async end(id: string): Promise<StreamFrame> {
+    return this.until(() => this.frames(id).find((f) => f.type === 'done' || f.type === 'error'));
+  }
+}
+
+describe('WebSocket transport', () => {
+  it('answers invoke calls in the Result envelope, refusing unknown calls and bad requests', async () => {
+    const c = await Client.open(t.url);
+    const models = await c.invoke('listModels', {});
+    expect(models.ok).toBe(true);
+    expect((models as { value: ModelInfo[] }).value.map((m) => m.id)).toEqual(['default']);
+    const unknown = await c.invoke('rmRf', {});
+    expect(unknown).toMatchObject({ ok: false, error: { code: 'BAD_REQUEST' } });
+    const bad = await c.invoke('getSnapshot', { extra: 1 });
+    expect(bad).toMatchObject({ ok: false, error: { code: 'BAD_REQUEST' } });
+    c.ws.close();
+  });
+
+  it('streams frames in order (accepted, admitted, tokens, done), multiplexed by id', async () => {
+    const c = await Client.open(t.url);
+    const req = (n: number) => ({ promptIds: [10, 20, 30], maxNewTokens: n, sampling: { greedy: true } });
+    c.ws.send(JSON.stringify({ t: 'generate', id: 'a', request: req(5) }));
+    c.ws.send(JSON.stringify({ t: 'generate', id: 'b', request: req(3) }));
+    const [endA, endB] = await Promise.all([c.end('a'), c.end('b')]);
+    for (const [id, end, n] of [
+      ['a', endA, 5],
+      ['b', endB, 3],
+    ] as const) {
+      expect(end.type).toBe('done');
+      const frames = c.frames(id);
+      const types = frames.map((f) => f.type);
+      expect(types[0]).toBe('accepted');
+      expect(types[1]).toBe('admitted');
+      expect(types[types.length - 1]).toBe('done');
+      expect(types.slice(2, -1).every((x) => x === 'tokens')).toBe(true);
+      const ids = frames.flatMap((f) => (f.type === 'tokens' ? (f.rows[0]?.ids ?? []) : []));
+      const result = (end as Extract<StreamFrame, { type: 'done' }>).result;
+      expect(ids).toEqual(result.tokenIds);
+      expect(result.tokenIds.length).toBeLessThanOrEqual(n);
+      // One request id per stream, and different streams are different requests.
+      expect(new Set(frames.map((f) => f.requestId)).size).toBe(1);
+    }
+    expect(endA.requestId).not.toBe(endB.requestId);
+    c.ws.close();
+  });
+
+  it('sends an invalid generate request back as an error frame', async () => {
+    const c = await Client.open(t.url);
+    c.ws.send(JSON.stringify({ t: 'generate', id: 'x', request: { prompt: 'a', promptIds: [1] } }));
+    const end = await c.end('x');
+    expect(end).toMatchObject({ type: 'error', error: { code: 'BAD_REQUEST' } });
+    c.ws.close();
+  });
+
+  it('broadcasts scheduler and budget events to every socket', async () => {
+    const watcher = await Client.open(t.url);
+    const c = await Client.open(t.url);
+    c.ws.send(JSON.stringify({ t: 'generate', id: 'g', request: { promptIds: [1, 2, 3], maxNewTokens: 2 } }));
+    const done = await c.end('g');
+    for (const client of [watcher, c]) {
+      const accepted = await client.until(() =>
+        client.messages.find(
+          (m) =>
+            m.t === 'event' &&
+            m.event === 'scheduler' &&
+            (m.payload as { type: string; requestId: string }).requestId === done.requestId,
+        ),
+      );
+      expect(accepted).toBeDefined();
+      const budgetEvent = await client.until(() =>
+        client.messages.find((m) => m.t === 'event' && m.event === 'budget'),
+      );
+      expect((budgetEvent as { payload: { limitBytes: number } }).payload.limitBytes).toBe(4 * 1024 * 1024);
+    }
+    watcher.ws.close();
+    c.ws.close();
+  });
+
+  it('cancel stops a generation and returns its reservation', async () => {
+    const c = await Client.open(t.url);
+    c.ws.send(
+      JSON.stringify({
+        t: 'generate',
+        id: 'long',
+        request: { messages: LONG_CHAT, maxNewTokens: 1500, sampling: { greedy: true } },
+      }),
+    );
+    await c.until(() => c.frames('long').find((f) => f.type === 'tokens'));
+    c.ws.send(JSON.stringify({ t: 'cancel', id: 'long' }));
+    const end = await c.end('long');
+    expect(end).toMatchObject({ type: 'error', error: { code: 'CANCELLED' } });
+    const snap = await settled(t.url);
+    expect(snap.recent.find((r) => r.id === end.requestId)).toMatchObject({ state: 'cancelled', endReason: 'user' });
+    c.ws.close();
+  });
+
+  it('a socket that drops cancels its generations (reason disconnect) and leaks nothing', async () => {
+    const c = await Client.open(t.url);
+    c.ws.send(
+      JSON.stringify({
+        t: 'generate',
+        id: 'l1',
+        request: { messages: LONG_CHAT, maxNewTokens: 1500, sampling: { greedy: true } },
+      }),
+    );
+    c.ws.send(
+      JSON.stringify({
+        t: 'generate',
+        id: 'l2',
+        request: { messages: LONG_CHAT, maxNewTokens: 1500, sampling: { greedy: true } },
+      }),
+    );
+    const ids = await Promise.all(
+      ['l1', 'l2'].map((id) => c.until(() => c.frames(id).find((f) => f.type === 'tokens')?.requestId)),
+    );
+    c.ws.terminate();
+    const snap = await settled(t.url);
+    for (const id of ids) {
+      expect(snap.recent.find((r) => r.id === id)).toMatchObject({ state: 'cancelled', endReason: 'disconnect' });
+    }
+    expect(snap.usedBytes).toBe(0);
+  });
+
+  it('closes the socket (1008) on a message outside the protocol', async () => {
+    const c = await Client.open(t.url);
+    c.ws.send('not json');
+    await eventually(
+      () => c.closeCode,
+      (code) => code !== null,
+    );
+    expect(c.closeCode).toBe(1008);
+  });
+});

@@ -1,0 +1,312 @@
+import { describe, expect, it } from 'vitest';
+import { errorFromInfo, HttpError } from '../../../src/main/server/http-util';
+import { completionBody, mapOpenAiRequest, openAiFinishReason, usageOf } from '../../../src/main/server/openai-adapter';
+import type { GenerationResult } from '../../../src/shared/contract';
+
+function refusal(fn: () => unknown): HttpError {
+  try {
+    fn();
+  } catch (err) {
+    expect(err).toBeInstanceOf(HttpError);
+    return err as HttpError;
+  }
+  throw new Error('expected a refusal');
+}
+
+const chat = (extra: Record<string, unknown> = {}) => ({
+  model: 'm',
+  messages: [{ role: 'user', content: 'hi' }],
+  ...extra,
+});
+
+describe('mapOpenAiRequest', () => {
+  it('maps a chat body to messages, sampling, stop and rows', () => {
+    const m = mapOpenAiRequest(
+      'chat',
+      chat({
+        max_tokens: 7,
+        temperature: 0.5,
+        top_p: 0.9,
+        seed: 3,
+        stop: 'END',
+        n: 2,
+        stream: true,
+        stream_options: { include_usage: true },
+      }),
+    );
+    expect(m.request).toEqual({
+      model: 'm',
+      messages: [{ role: 'user', content: 'hi' }],
+      rows: 2,
+      maxNewTokens: 7,
+      sampling: { temperature: 0.5, topP: 0.9, seed: 3 },
+      stop: ['END'],
+    });
+    expect(m).toMatchObject({ stream: true, includeUsage: true, n: 2, promptCount: 1 });
+  });
+
+  it('prefers max_completion_tokens, reads vLLM extras, drops empty stops and null fields', () => {
+    const m = mapOpenAiRequest(
+      'chat',
+      chat({
+        max_tokens: 5,
+        max_completion_tokens: 9,
+        top_k: 40,
+        min_p: 0.1,
+        repetition_penalty: 1.2,
+        stop: ['', 'x'],
+        temperature: null,
+      }),
+    );
+    expect(m.request.maxNewTokens).toBe(9);
+    expect(m.request.sampling).toEqual({ topK: 40, minP: 0.1, repetitionPenalty: 1.2 });
+    expect(m.request.stop).toEqual(['x']);
+    expect(mapOpenAiRequest('chat', chat({ stop: [''] })).request.stop).toBeUndefined();
+    expect(mapOpenAiRequest('chat', chat({ top_k: -1 })).request.sampling).toEqual({ topK: 0 });
+  });
+
+  it('only asks for usage in a stream when include_usage is true', () => {
+    expect(mapOpenAiRequest('chat', chat({ stream: true })).includeUsage).toBe(false);
+    expect(mapOpenAiRequest('chat', chat({ stream_options: { include_usage: true } })).includeUsage).toBe(false);
+  });
+
+  it('turns developer into system and joins text parts', () => {
+    const m = mapOpenAiRequest('chat', {
+      model: 'm',
+      messages: [
+        { role: 'developer', content: 'be brief' },
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'a' },
+            { type: 'text', text: 'b' },
+          ],
+        },
+        { role: 'assistant', content: null },
+      ],
+    });
+    expect(m.request.messages).toEqual([
+      { role: 'system', content: 'be brief' },
+      { role: 'user', content: 'ab' },
+      { role: 'assistant', content: '' },
+    ]);
+  });
+
+  it('maps completion prompts: text, ids, several of each (each repeated n times)', () => {
+    expect(mapOpenAiRequest('completion', { model: 'm', prompt: 'x' }).request).toEqual({ model: 'm', prompt: 'x' });
+    expect(mapOpenAiRequest('completion', { model: 'm', prompt: [1, 2], n: 3 }).request).toEqual({
+      model: 'm',
+      promptIds: [1, 2],
+      rows: 3,
+    });
+    const texts = mapOpenAiRequest('completion', { model: 'm', prompt: ['a', 'b'], n: 2 });
+    expect(texts.request.prompts).toEqual(['a', 'a', 'b', 'b']);
+    expect(texts).toMatchObject({ promptCount: 2, promptTexts: ['a', 'b'], promptIdLengths: null });
+    const ids = mapOpenAiRequest('completion', { model: 'm', prompt: [[1], [2, 3]] });
+    expect(ids.request.promptIdRows).toEqual([[1], [2, 3]]);
+    expect(ids.promptIdLengths).toEqual([1, 2]);
+    expect(mapOpenAiRequest('completion', { model: 'm', prompt: ['only'] }).request).toEqual({
+      model: 'm',
+      prompt: 'only',
+    });
+  });
+
+  it('refuses malformed input with 400 and the parameter', () => {
+    const cases: Array<[string, unknown, string]> = [
+      ['chat', [], 'body'],
+      ['chat', { messages: [{ role: 'user', content: 'x' }] }, 'model'],
+      ['chat', { model: 'm', messages: [] }, 'messages'],
+      ['chat', { model: 'm', messages: [{ role: 'wizard', content: 'x' }] }, 'messages[0].role'],
+      ['chat', { model: 'm', messages: [{ role: 'user', content: [{ type: 'image_url' }] }] }, 'messages[0].content'],
+      ['chat', chat({ temperature: 2.5 }), 'temperature'],
+      ['chat', chat({ temperature: '1' }), 'temperature'],
+      ['chat', chat({ top_p: 1.5 }), 'top_p'],
+      ['chat', chat({ n: 0 }), 'n'],
+      ['chat', chat({ n: 1.5 }), 'n'],
+      ['chat', chat({ max_tokens: 0 }), 'max_tokens'],
+      ['chat', chat({ seed: 1.5 }), 'seed'],
+      ['chat', chat({ stop: [1] }), 'stop'],
+      ['chat', chat({ stream: 'yes' }), 'stream'],
+      ['chat', chat({ tools: [{ type: 'function' }] }), 'tools'],
+      ['chat', chat({ tool_choice: 'required' }), 'tool_choice'],
+      ['chat', chat({ logprobs: true }), 'logprobs'],
+      ['chat', chat({ response_format: { type: 'json_object' } }), 'response_format'],
+      ['chat', chat({ frequency_penalty: 0.5 }), 'frequency_penalty'],
+      ['chat', chat({ logit_bias: { '1': 5 } }), 'logit_bias'],
+      ['completion', { model: 'm' }, 'prompt'],
+      ['completion', { model: 'm', prompt: [] }, 'prompt'],
+      ['completion', { model: 'm', prompt: ['a', 1] }, 'prompt'],
+      ['completion', { model: 'm', prompt: 'a', echo: true }, 'echo'],
+      ['completion', { model: 'm', prompt: 'a', suffix: 'z' }, 'suffix'],
+      ['completion', { model: 'm', prompt: 'a', best_of: 3 }, 'best_of'],
+    ];
+    for (const [kind, body, param] of cases) {
+      const err = refusal(() => mapOpenAiRequest(kind as 'chat' | 'completion', body));
+      expect(err.status, JSON.stringify(body)).toBe(400);
+      expect(err.body.error.param, JSON.stringify(body)).toBe(param);
+      expect(err.body.error.type).toBe('invalid_request_error');
+    }
+  });
+
+  it('lets harmless defaults through', () => {
+    expect(() =>
+      mapOpenAiRequest(
+        'chat',
+        chat({
+          frequency_penalty: 0,
+          presence_penalty: 0,
+          tools: [],
+          tool_choice: 'none',
+          logprobs: false,
+          response_format: { type: 'text' },
+          user: 'u',
+        }),
+      ),
+    ).not.toThrow();
+  });
+});
+
+describe('errorFromInfo', () => {
+  it('maps context overflow to 400 context_length_exceeded with n_prompt_tokens and n_ctx', () => {
+    const e = errorFromInfo(
+      {
+        code: 'CONTEXT_OVERFLOW',
+        message: 'too long',
+        detail: { promptTokens: 3000, contextLength: 2048, sessionTokens: 0 },
+      },
+      { prompt: 'prompt' },
+    );
+    expect(e.status).toBe(400);
+    expect(e.body.error).toEqual({
+      message: 'too long',
+      type: 'invalid_request_error',
+      code: 'context_length_exceeded',
+      param: 'prompt',
+      n_prompt_tokens: 3000,
+      n_ctx: 2048,
+      session_tokens: 0,
+      kvdesk_code: 'CONTEXT_OVERFLOW',
+    });
+  });
+
+  it('maps budget refusals to 400 kv_budget_exceeded with required_bytes and budget_bytes', () => {
+    const e = errorFromInfo({
+      code: 'KV_BUDGET_EXCEEDED',
+      message: 'm',
+      detail: { requiredBytes: 11, budgetBytes: 8, bpt: 1, promptTokens: 10, rows: 1 },
+    });
+    expect(e.status).toBe(400);
+    expect(e.body.error).toMatchObject({
+      code: 'kv_budget_exceeded',
+      required_bytes: 11,
+      budget_bytes: 8,
+      bpt: 1,
+      n_prompt_tokens: 10,
+      rows: 1,
+      param: null,
+    });
+  });
+
+  it('maps a full queue to 429 with Retry-After in whole seconds (at least 1)', () => {
+    const e = errorFromInfo({
+      code: 'QUEUE_FULL',
+      message: 'm',
+      detail: { retryAfterMs: 2300, queueLength: 4, maxQueue: 4 },
+    });
+    expect(e.status).toBe(429);
+    expect(e.headers['retry-after']).toBe('3');
+    expect(e.body.error).toMatchObject({ type: 'rate_limit_error', code: 'queue_full', queue_length: 4, max_queue: 4 });
+    expect(
+      errorFromInfo({ code: 'QUEUE_FULL', message: 'm', detail: { retryAfterMs: 10 } }).headers['retry-after'],
+    ).toBe('1');
+    expect(errorFromInfo({ code: 'QUEUE_FULL', message: 'm' }).headers['retry-after']).toBe('1');
+    expect(errorFromInfo({ code: 'BAD_REQUEST', message: 'm' }).headers['retry-after']).toBeUndefined();
+  });
+
+  it('maps the other codes to their statuses', () => {
+    const status = (code: Parameters<typeof errorFromInfo>[0]['code']) => errorFromInfo({ code, message: 'm' }).status;
+    expect(status('MODEL_NOT_LOADED')).toBe(404);
+    expect(errorFromInfo({ code: 'MODEL_NOT_LOADED', message: 'm' }, { prompt: 'messages' }).body.error).toMatchObject({
+      code: 'model_not_found',
+      param: 'model',
+    });
+    expect(status('BAD_REQUEST')).toBe(400);
+    expect(status('TOKEN_OUT_OF_VOCAB')).toBe(400);
+    expect(status('PACKAGE_INVALID')).toBe(422);
+    expect(status('SESSION_INVALID')).toBe(409);
+    expect(status('ENGINE_FAILED')).toBe(500);
+    expect(status('INTERNAL')).toBe(500);
+    expect(status('TIMEOUT')).toBe(504);
+    expect(status('CANCELLED')).toBe(503);
+    expect(errorFromInfo({ code: 'ENGINE_FAILED', message: 'm' }).body.error.type).toBe('server_error');
+  });
+});
+
+describe('responses', () => {
+  const result: GenerationResult = {
+    requestId: 'r1',
+    modelId: 'm',
+    tokenIds: [1, 2],
+    text: 'ab',
+    finishReason: 'eos',
+    rows: [
+      { tokenIds: [1, 2], text: 'ab', finishReason: 'eos' },
+      { tokenIds: [3, 4, 5], text: 'cde', finishReason: 'length' },
+    ],
+    promptTokens: 4,
+    reusedTokens: 0,
+    bpt: 8,
+    kvBytes: 56,
+    reservedBytes: 64,
+    budgetCap: {
+      requestedMaxTokens: 9,
+      admittedMaxTokens: 4,
+      requestedBytes: 104,
+      admittedBytes: 64,
+      availableBytes: 64,
+    },
+    timings: { queueMs: 1, ttftMs: 2, totalMs: 3, tokensPerSecond: 4 },
+  };
+
+  it('map finish reasons: the reply ended by itself → stop, ran out of room → length', () => {
+    expect(openAiFinishReason('eos')).toBe('stop');
+    expect(openAiFinishReason('stop')).toBe('stop');
+    expect(openAiFinishReason('length')).toBe('length');
+    expect(openAiFinishReason('context')).toBe('length');
+  });
+
+  it('count usage over every row, the prompt once', () => {
+    expect(usageOf(result, 4)).toEqual({ prompt_tokens: 4, completion_tokens: 5, total_tokens: 9 });
+  });
+
+  it('build a chat body with one choice per row and the budget cap', () => {
+    const body = completionBody('chat', { id: 'chatcmpl-r1', created: 5, model: 'm' }, result, usageOf(result, 4));
+    expect(body).toMatchObject({
+      id: 'chatcmpl-r1',
+      object: 'chat.completion',
+      choices: [
+        { index: 0, message: { role: 'assistant', content: 'ab' }, finish_reason: 'stop' },
+        { index: 1, message: { role: 'assistant', content: 'cde' }, finish_reason: 'length' },
+      ],
+      kvdesk: {
+        request_id: 'r1',
+        reserved_bytes: 64,
+        budget_cap: {
+          requested_max_tokens: 9,
+          admitted_max_tokens: 4,
+          requested_bytes: 104,
+          admitted_bytes: 64,
+          available_bytes: 64,
+        },
+      },
+    });
+    const text = completionBody('completion', { id: 'cmpl-r1', created: 5, model: 'm' }, result, usageOf(result, 4));
+    expect(text).toMatchObject({
+      object: 'text_completion',
+      choices: [
+        { index: 0, text: 'ab' },
+        { index: 1, text: 'cde' },
+      ],
+    });
+  });
+});

@@ -1,0 +1,122 @@
+import type { IncomingMessage } from 'node:http';
+import os from 'node:os';
+import { describe, expect, it } from 'vitest';
+import {
+  type AccessPolicy,
+  allowedHostsFor,
+  checkAccess,
+  isLoopback,
+  tokenMatches,
+} from '../../../src/main/server/security';
+
+function req(headers: Record<string, string>): IncomingMessage {
+  return { headers } as unknown as IncomingMessage;
+}
+
+function policy(token?: string): AccessPolicy {
+  return { allowedHosts: allowedHostsFor('127.0.0.1', 8080), token, cookieName: 'kvdesk_token_8080' };
+}
+
+const url = (q = '') => new URL(`http://x/${q}`);
+
+describe('allowed hosts', () => {
+  it('are the loopback names with the port on a loopback bind', () => {
+    expect([...allowedHostsFor('127.0.0.1', 8080)].sort()).toEqual(['127.0.0.1:8080', '[::1]:8080', 'localhost:8080']);
+  });
+
+  it('add the bound address, bracketing IPv6', () => {
+    expect(allowedHostsFor('192.168.1.20', 9000).has('192.168.1.20:9000')).toBe(true);
+    expect(allowedHostsFor('fe80::1', 9000).has('[fe80::1]:9000')).toBe(true);
+  });
+
+  it('add every interface address and the machine name on a wildcard bind', () => {
+    const hosts = allowedHostsFor('0.0.0.0', 9000);
+    expect(hosts.has(`${os.hostname().toLowerCase()}:9000`)).toBe(true);
+    for (const addrs of Object.values(os.networkInterfaces())) {
+      for (const a of addrs ?? []) if (a.family === 'IPv4') expect(hosts.has(`${a.address}:9000`)).toBe(true);
+    }
+  });
+
+  it('take extra names with their own port as given', () => {
+    const hosts = allowedHostsFor('127.0.0.1', 9000, ['proxy.lan:443', 'box']);
+    expect(hosts.has('proxy.lan:443')).toBe(true);
+    expect(hosts.has('box:9000')).toBe(true);
+    expect(hosts.has('box')).toBe(false);
+  });
+
+  it('include the bare names on port 80, where browsers omit the port', () => {
+    const hosts = allowedHostsFor('127.0.0.1', 80);
+    expect(hosts.has('localhost')).toBe(true);
+    expect(hosts.has('[::1]')).toBe(true);
+    expect(allowedHostsFor('127.0.0.1', 8080).has('localhost')).toBe(false);
+  });
+
+  it('knows loopback from the rest', () => {
+    for (const h of ['127.0.0.1', '127.1.2.3', 'localhost', '::1', '[::1]']) expect(isLoopback(h), h).toBe(true);
+    for (const h of ['0.0.0.0', '::', '192.168.1.1', 'example.com', '127.0.0.1.nip.io'])
+      expect(isLoopback(h), h).toBe(false);
+  });
+});
+
+describe('checkAccess', () => {
+  it('refuses a missing or foreign Host with 403', () => {
+    expect(checkAccess(req({}), url(), policy())).toMatchObject({ ok: false, status: 403, code: 'host_not_allowed' });
+    expect(checkAccess(req({ host: 'attacker.example:8080' }), url(), policy())).toMatchObject({
+      ok: false,
+      status: 403,
+    });
+    expect(checkAccess(req({ host: 'LOCALHOST:8080' }), url(), policy())).toEqual({ ok: true, setCookie: null });
+  });
+
+  it('refuses an Origin that is not one of the allowed hosts, or not http(s)', () => {
+    const h = { host: '127.0.0.1:8080' };
+    expect(checkAccess(req({ ...h, origin: 'http://localhost:8080' }), url(), policy()).ok).toBe(true);
+    for (const origin of [
+      'http://evil.example',
+      'null',
+      'file://',
+      'chrome-extension://abc',
+      'http://localhost:8081',
+      'garbage',
+    ]) {
+      expect(checkAccess(req({ ...h, origin }), url(), policy()), origin).toMatchObject({
+        ok: false,
+        status: 403,
+        code: 'origin_not_allowed',
+      });
+    }
+  });
+
+  it('with a token: 401 without it, accepted as Bearer, query (setting a cookie) or cookie', () => {
+    const p = policy('s3cret');
+    const h = { host: '127.0.0.1:8080' };
+    expect(checkAccess(req(h), url(), p)).toMatchObject({ ok: false, status: 401, code: 'invalid_token' });
+    expect(checkAccess(req({ ...h, authorization: 'Bearer wrong' }), url(), p)).toMatchObject({
+      ok: false,
+      status: 401,
+    });
+    expect(checkAccess(req({ ...h, authorization: 'Bearer s3cret' }), url(), p)).toEqual({ ok: true, setCookie: null });
+    expect(checkAccess(req({ ...h, authorization: 'bearer   s3cret' }), url(), p).ok).toBe(true);
+    const q = checkAccess(req(h), url('?token=s3cret'), p);
+    expect(q).toEqual({ ok: true, setCookie: 'kvdesk_token_8080=s3cret; Path=/; HttpOnly; SameSite=Strict' });
+    expect(checkAccess(req(h), url('?token=s3cre'), p).ok).toBe(false);
+    expect(checkAccess(req({ ...h, cookie: 'a=1; kvdesk_token_8080=s3cret' }), url(), p)).toEqual({
+      ok: true,
+      setCookie: null,
+    });
+    // A cookie of another port's server does not count.
+    expect(checkAccess(req({ ...h, cookie: 'kvdesk_token_9090=s3cret' }), url(), p).ok).toBe(false);
+  });
+
+  it('checks Host before the token, so a rebinding page learns nothing about it', () => {
+    expect(
+      checkAccess(req({ host: 'evil:8080', authorization: 'Bearer s3cret' }), url(), policy('s3cret')),
+    ).toMatchObject({ status: 403 });
+  });
+
+  it('compares tokens exactly', () => {
+    expect(tokenMatches('abc', 'abc')).toBe(true);
+    expect(tokenMatches('abc', 'abcd')).toBe(false);
+    expect(tokenMatches('', 'abc')).toBe(false);
+  });
+});
