@@ -3,7 +3,7 @@
 // right after `npm install` without a build step. The loader is passed through
 // execArgv so child processes (the engine) inherit it.
 'use strict';
-const { spawnSync } = require('node:child_process');
+const { spawn } = require('node:child_process');
 const path = require('node:path');
 
 const [entry, ...args] = process.argv.slice(2);
@@ -13,13 +13,19 @@ if (!entry) {
 }
 const root = path.resolve(__dirname, '..');
 const tsx = require.resolve('tsx', { paths: [root] });
-const result = spawnSync(
+const child = spawn(
   process.execPath,
   ['--import', require('node:url').pathToFileURL(tsx).href, path.resolve(root, entry), ...args],
   { stdio: 'inherit' },
 );
-if (result.error) {
-  process.stderr.write(`kvdesk: could not start node: ${result.error.message}\n`);
-  process.exit(1);
+// Forward termination so `kill <this pid>` stops the program, not just this wrapper.
+for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
+  process.on(signal, () => child.kill(signal));
 }
-process.exit(result.status ?? 1);
+child.on('error', (err) => {
+  process.stderr.write(`kvdesk: could not start node: ${err.message}\n`);
+  process.exit(1);
+});
+child.on('exit', (code, signal) => {
+  process.exit(code ?? (signal ? 128 + (require('node:os').constants.signals[signal] ?? 0) : 1));
+});

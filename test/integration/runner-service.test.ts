@@ -96,6 +96,15 @@ describe('the admission funnel', () => {
     expect((await h.engine.stats()).runs).toBe(0);
   });
 
+  it('rows of one sampled request draw different tokens; row 0 keeps the seed', async () => {
+    const h = await host();
+    const sampling = { temperature: 1.2, seed: 5 };
+    const many = await h.generate({ promptIds: prompt, rows: 3, maxNewTokens: 12, sampling }).result;
+    const one = await h.generate({ promptIds: prompt, maxNewTokens: 12, sampling }).result;
+    expect(many.rows[0]?.tokenIds).toEqual(one.tokenIds);
+    expect(new Set(many.rows.map((r) => r.tokenIds.join(','))).size).toBe(3);
+  });
+
   it('a multi-row request reserves for every row and each row equals its solo run', async () => {
     const h = await host();
     const solo = await h.generate({ promptIds: prompt, maxNewTokens: 6, sampling: greedy }).result;
@@ -194,6 +203,21 @@ describe('every terminal path returns the reservation', () => {
     second.cancel('user');
     expect((await rejection(second.result)).code).toBe('CANCELLED');
     expect(frames).toEqual(['accepted', 'error']);
+    await first.result;
+    expectEmptyLedger(h);
+  });
+});
+
+describe('live reconfiguration', () => {
+  it('a queued request that a lowered limit can never fit is refused, not left waiting', async () => {
+    const h = await host({ maxRunning: 1 }, slowModel());
+    const slowBpt = h.listModels()[0]?.spec.bpt as number;
+    const first = h.generate({ promptIds: prompt, maxNewTokens: 40, sampling: greedy });
+    const waiting = h.generate({ promptIds: Array.from({ length: 60 }, (_, i) => i + 3), maxNewTokens: 4, sampling: greedy });
+    expect(h.snapshot().queue.map((q) => q.id)).toEqual([waiting.requestId]);
+    h.configure({ kvBudgetBytes: (prompt.length + 40) * slowBpt });
+    const err = await rejection(waiting.result);
+    expect(err.code).toBe('KV_BUDGET_EXCEEDED');
     await first.result;
     expectEmptyLedger(h);
   });

@@ -42,6 +42,11 @@ interface Member {
   reject: (e: Error) => void;
 }
 
+/** Seed of row `i` of a request: distinct per row, row 0 unchanged. */
+export function rowSeed(seed: number, i: number): number {
+  return i === 0 ? seed : (seed + Math.imul(i, 0x9e3779b1)) >>> 0;
+}
+
 /** Per-model batcher; `submit` resolves when the request ends. */
 export class ContinuousBatcher {
   private pending: Member[] = [];
@@ -71,7 +76,8 @@ export class ContinuousBatcher {
       this.pending.push({
         job,
         hooks,
-        samplers: job.rows.map(() => new Sampler(job.sampling, vocab)),
+        // One random stream per row, so n > 1 samples differ; row 0 keeps the seed as given.
+        samplers: job.rows.map((_, i) => new Sampler({ ...job.sampling, seed: rowSeed(job.sampling.seed, i) }, vocab)),
         seen: job.sampling.repetitionPenalty !== 1 ? job.rows.map((r) => new Set(r)) : undefined,
         rows: [],
         generated: 0,

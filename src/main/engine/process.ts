@@ -11,6 +11,9 @@ function send(event: EngineEvent): void {
 }
 
 process.on('error', () => {});
+// Ctrl-C reaches the whole process group; the engine ends when the host disconnects, not before,
+// so the host can cancel requests and release their reservations cleanly.
+process.on('SIGINT', () => {});
 
 const core = createEngineCore(send);
 process.on('message', (msg) => core.handle(msg as EngineCommand));

@@ -121,6 +121,7 @@ export class RunnerService {
   private readonly models = new Map<string, LoadedModel>();
   private readonly sessions = new Map<string, SessionMirror>();
   private readonly cancels = new Map<string, (reason: 'user' | 'disconnect' | 'timeout' | 'shutdown') => void>();
+  private readonly generations = new Map<string, Generation>();
   private readonly settings: HostSettings;
   private readonly now: () => number;
 
@@ -166,6 +167,7 @@ export class RunnerService {
     const budget = this.computeBudget();
     const outcome = this.scheduler.reconfigure({ limitBytes: budget.limitBytes, derivation: budget.derivation });
     if (!outcome.ok) throw new KvdeskError(outcome.error.code, outcome.error.message, outcome.error.detail);
+    this.failRejected(outcome.value.rejectedRequestIds);
   }
 
   /** Changes the budget settings live (UI controls, API). */
@@ -183,6 +185,20 @@ export class RunnerService {
       maxQueue: this.settings.maxQueue,
     });
     if (!outcome.ok) throw new KvdeskError(outcome.error.code, outcome.error.message, outcome.error.detail);
+    this.failRejected(outcome.value.rejectedRequestIds);
+  }
+
+  /** Queued requests a lowered limit can never fit were refused by the scheduler: their callers must hear it. */
+  private failRejected(ids: string[]): void {
+    if (ids.length === 0) return;
+    const recent = this.scheduler.snapshot().recent;
+    for (const id of ids) {
+      const error = recent.find((r) => r.id === id)?.error ?? {
+        code: 'KV_BUDGET_EXCEEDED' as const,
+        message: 'the KV budget was lowered below what this request needs',
+      };
+      this.generations.get(id)?.refused(error);
+    }
   }
 
   /** Usable execution providers, probed once (in a child process) and only when a package offers a GPU variant. */
@@ -348,10 +364,12 @@ export class RunnerService {
     });
     const run = new Generation(this, requestId, req, model, rows, sink, resolveResult, rejectResult);
     this.cancels.set(requestId, (reason) => run.cancel(reason));
-    result.then(
-      () => this.cancels.delete(requestId),
-      () => this.cancels.delete(requestId),
-    );
+    this.generations.set(requestId, run);
+    const forget = () => {
+      this.cancels.delete(requestId);
+      this.generations.delete(requestId);
+    };
+    result.then(forget, forget);
     run.submit();
     return { requestId, result, cancel: (reason = 'user') => run.cancel(reason) };
   }
@@ -691,6 +709,12 @@ class Generation {
     const last = ids[ids.length - 1];
     if (last !== undefined && this.model.spec.eosTokenIds.includes(last)) return 'eos';
     return engineReason === 'eos' ? 'length' : engineReason;
+  }
+
+  /** The scheduler refused this queued request (the limit was lowered under its minimum). */
+  refused(error: ErrorInfo): void {
+    if (this.grant) return;
+    this.fail(new KvdeskError(error.code, error.message, error.detail));
   }
 
   private cancelError(when: string): KvdeskError {
