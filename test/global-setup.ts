@@ -1,6 +1,6 @@
+import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import path from 'node:path';
-import { execFileSync } from 'node:child_process';
 
 /** Makes sure the default model package exists (it is generated, never committed). */
 export default function setup(): void {

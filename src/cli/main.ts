@@ -6,9 +6,6 @@
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { type ErrorInfo, KvdeskError, toErrorInfo } from '../shared/errors';
-import type { GenerateRequest } from '../shared/contract';
-import type { ModelSpec } from '../shared/model-spec';
 import {
   describeReport,
   detectBackendsInChildProcess,
@@ -22,6 +19,9 @@ import {
 import { defaultHostSettings, RunnerService } from '../main/host/runner-service';
 import { loadModelSpec } from '../main/packages';
 import { parseByteSize } from '../main/scheduler';
+import type { GenerateRequest } from '../shared/contract';
+import { type ErrorInfo, KvdeskError, toErrorInfo } from '../shared/errors';
+import type { ModelSpec } from '../shared/model-spec';
 import { formatBytes } from './format';
 
 const USAGE = `kvdesk — run local ONNX language models with an explicit KV-cache budget
@@ -73,7 +73,8 @@ interface Io {
 }
 
 function fail(io: Io, json: boolean, info: ErrorInfo): number {
-  if (json) io.out(`${JSON.stringify({ error: { code: info.code, message: info.message, ...(info.detail ?? {}) } })}\n`);
+  if (json)
+    io.out(`${JSON.stringify({ error: { code: info.code, message: info.message, ...(info.detail ?? {}) } })}\n`);
   else io.err(`kvdesk: ${info.message}\n`);
   return exitCodeFor(info.code);
 }
@@ -146,7 +147,9 @@ function inspectText(spec: ModelSpec): string {
       `  kv             ${kv.tensors.length} tensors, ${first?.role === 'combined' ? 'combined K/V' : 'split K/V'}, ${first?.kvHeads} heads × ${first?.headDim} dims, ${first?.dtype}`,
     );
   } else if (kv.kind === 'static') {
-    lines.push(`  kv             static cache ${kv.cache.keyCacheInputs.length} layers, shape [${kv.cache.shape.join(', ')}]`);
+    lines.push(
+      `  kv             static cache ${kv.cache.keyCacheInputs.length} layers, shape [${kv.cache.shape.join(', ')}]`,
+    );
   } else lines.push('  kv             none');
   lines.push(
     `  ports          ids ${spec.ports.inputIds.name} (${spec.ports.inputIds.dtype}), logits ${spec.ports.logits.name}` +
@@ -227,7 +230,7 @@ async function generate(args: string[], io: Io): Promise<number> {
   try {
     if (positionals.length !== 1) throw badArgs('generate takes exactly one package path');
     const prompts = values.prompt ?? [];
-    if ((prompts.length > 0) === (values['prompt-ids'] !== undefined)) {
+    if (prompts.length > 0 === (values['prompt-ids'] !== undefined)) {
       throw badArgs('give --prompt TEXT or --prompt-ids 1,2,3 (exactly one of them)');
     }
     const kvBudget = values['kv-budget'] !== undefined ? parseByteSize(values['kv-budget']) : undefined;
@@ -301,8 +304,9 @@ async function generate(args: string[], io: Io): Promise<number> {
         })}\n`,
       );
     } else {
-      if (multiRow) result.rows.forEach((r, i) => io.out(`[row ${i}] ${r.text}\n`));
-      else io.out('\n');
+      if (multiRow) {
+        for (const [i, r] of result.rows.entries()) io.out(`[row ${i}] ${r.text}\n`);
+      } else io.out('\n');
       io.err(
         `kvdesk: ${result.tokenIds.length} tokens, finish ${result.finishReason}, ttft ${round(result.timings.ttftMs)} ms, ${round(result.timings.tokensPerSecond)} tok/s, KV ${formatBytes(result.kvBytes)} (bpt ${result.bpt})\n`,
       );
@@ -350,7 +354,9 @@ if (require.main === module) {
       process.exitCode = code;
     },
     (err) => {
-      process.stderr.write(`kvdesk: internal error: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+      process.stderr.write(
+        `kvdesk: internal error: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`,
+      );
       process.exitCode = 1;
     },
   );

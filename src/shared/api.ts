@@ -22,7 +22,9 @@ export interface ModelInfo {
 }
 
 /** The outcome of validating a package without loading it (drop → validation card). */
-export type PackageCheck = { ok: true; spec: ModelSpec } | { ok: false; error: { code: string; message: string; file?: string; field?: string } };
+export type PackageCheck =
+  | { ok: true; spec: ModelSpec }
+  | { ok: false; error: { code: string; message: string; file?: string; field?: string } };
 
 /** A chat message as stored in a thread. */
 export const StoredMessage = z.object({
@@ -46,7 +48,9 @@ export const StoredMessage = z.object({
           availableBytes: z.number(),
         })
         .optional(),
-      clipped: z.object({ requestedMaxTokens: z.number(), clippedMaxTokens: z.number(), contextLength: z.number() }).optional(),
+      clipped: z
+        .object({ requestedMaxTokens: z.number(), clippedMaxTokens: z.number(), contextLength: z.number() })
+        .optional(),
       error: z.object({ code: z.string(), message: z.string() }).optional(),
     })
     .optional(),

@@ -20,7 +20,12 @@ export const SamplingSettings = z.object({
   topP: z.number().gt(0).max(1).optional(),
   minP: z.number().min(0).max(1).optional(),
   repetitionPenalty: z.number().gt(0).max(10).optional(),
-  seed: z.number().int().min(0).max(2 ** 53).optional(),
+  seed: z
+    .number()
+    .int()
+    .min(0)
+    .max(2 ** 53)
+    .optional(),
 });
 export type SamplingSettings = z.infer<typeof SamplingSettings>;
 
@@ -53,11 +58,15 @@ export const GenerateRequest = z
     threadId: z.string().max(200).optional(),
     priority: z.number().int().min(-100).max(100).optional(),
     /** Ends the request with TIMEOUT this many ms after acceptance (queue time included). */
-    timeoutMs: z.number().int().min(1).max(24 * 3600 * 1000).optional(),
+    timeoutMs: z
+      .number()
+      .int()
+      .min(1)
+      .max(24 * 3600 * 1000)
+      .optional(),
   })
   .refine(
-    (r) =>
-      [r.prompt, r.promptIds, r.messages, r.prompts, r.promptIdRows].filter((x) => x !== undefined).length === 1,
+    (r) => [r.prompt, r.promptIds, r.messages, r.prompts, r.promptIdRows].filter((x) => x !== undefined).length === 1,
     { message: 'give exactly one of prompt, promptIds, messages, prompts, promptIdRows' },
   );
 export type GenerateRequest = z.infer<typeof GenerateRequest>;

@@ -1,6 +1,6 @@
 import os from 'node:os';
 import path from 'node:path';
-import { type ModelGenConfig, generateModelPackage, presetConfig } from '../../scripts/model-gen';
+import { generateModelPackage, type ModelGenConfig, presetConfig } from '../../scripts/model-gen';
 
 /**
  * Writes (once per machine, cached under the temp dir) a generated model

@@ -4,8 +4,8 @@
  * what it was batched with.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import type { GenerationResult } from '../../src/shared/contract';
 import { RunnerService } from '../../src/main/host/runner-service';
+import type { GenerationResult } from '../../src/shared/contract';
 import { defaultModelDir, fixture, fixturesSkipReason, haveFixtures } from '../helpers/fixtures';
 
 const hosts: RunnerService[] = [];
@@ -24,33 +24,45 @@ function run(h: RunnerService, promptIds: number[], maxNewTokens: number): Promi
   return h.generate({ promptIds, maxNewTokens, sampling: { greedy: true } }).result;
 }
 
-describe.skipIf(!haveFixtures)(`batching parity on tiny-random-gpt2-fp32${haveFixtures ? '' : ` (skipped: ${fixturesSkipReason})`}`, () => {
-  it('two concurrent requests give exactly the onnxruntime-genai oracle', async () => {
-    const h = await host(fixture('onnxruntime-genai/tiny-random-gpt2-fp32'));
-    // The first request runs long enough that the second certainly joins its batch.
-    let second: Promise<GenerationResult> | undefined;
-    const first = h.generate({ promptIds: [0, 0, 0, 52], maxNewTokens: 300, sampling: { greedy: true } }, (f) => {
-      if (f.type === 'tokens' && !second) second = run(h, [0, 0, 195, 731], 6);
-    }).result;
-    const a = await first;
-    const b = await (second as Promise<GenerationResult>);
-    expect([0, 0, 0, 52, ...a.tokenIds.slice(0, 6)]).toEqual([0, 0, 0, 52, 204, 204, 204, 204, 204, 204]);
-    expect([0, 0, 195, 731, ...b.tokenIds]).toEqual([0, 0, 195, 731, 731, 114, 114, 114, 114, 114]);
-    expect((await h.engine.stats()).peakBatchRows).toBe(2);
-  });
+describe.skipIf(!haveFixtures)(
+  `batching parity on tiny-random-gpt2-fp32${haveFixtures ? '' : ` (skipped: ${fixturesSkipReason})`}`,
+  () => {
+    it('two concurrent requests give exactly the onnxruntime-genai oracle', async () => {
+      const h = await host(fixture('onnxruntime-genai/tiny-random-gpt2-fp32'));
+      // The first request runs long enough that the second certainly joins its batch.
+      let second: Promise<GenerationResult> | undefined;
+      const first = h.generate({ promptIds: [0, 0, 0, 52], maxNewTokens: 300, sampling: { greedy: true } }, (f) => {
+        if (f.type === 'tokens' && !second) second = run(h, [0, 0, 195, 731], 6);
+      }).result;
+      const a = await first;
+      const b = await (second as Promise<GenerationResult>);
+      expect([0, 0, 0, 52, ...a.tokenIds.slice(0, 6)]).toEqual([0, 0, 0, 52, 204, 204, 204, 204, 204, 204]);
+      expect([0, 0, 195, 731, ...b.tokenIds]).toEqual([0, 0, 195, 731, 731, 114, 114, 114, 114, 114]);
+      expect((await h.engine.stats()).peakBatchRows).toBe(2);
+    });
 
-  it('the two oracle rows as one batched request give the oracle too', async () => {
-    const h = await host(fixture('onnxruntime-genai/tiny-random-gpt2-fp32'));
-    const r = await h.generate({ promptIdRows: [[0, 0, 0, 52], [0, 0, 195, 731]], maxNewTokens: 6, sampling: { greedy: true } }).result;
-    expect(r.rows.map((row) => row.tokenIds)).toEqual([
-      [204, 204, 204, 204, 204, 204],
-      [731, 114, 114, 114, 114, 114],
-    ]);
-  });
-});
+    it('the two oracle rows as one batched request give the oracle too', async () => {
+      const h = await host(fixture('onnxruntime-genai/tiny-random-gpt2-fp32'));
+      const r = await h.generate({
+        promptIdRows: [
+          [0, 0, 0, 52],
+          [0, 0, 195, 731],
+        ],
+        maxNewTokens: 6,
+        sampling: { greedy: true },
+      }).result;
+      expect(r.rows.map((row) => row.tokenIds)).toEqual([
+        [204, 204, 204, 204, 204, 204],
+        [731, 114, 114, 114, 114, 114],
+      ]);
+    });
+  },
+);
 
 describe('batching parity on the default model', () => {
-  const prompts = Array.from({ length: 8 }, (_, i) => Array.from({ length: 3 + i * 5 }, (_, j) => 10 + ((i * 31 + j * 7) % 400)));
+  const prompts = Array.from({ length: 8 }, (_, i) =>
+    Array.from({ length: 3 + i * 5 }, (_, j) => 10 + ((i * 31 + j * 7) % 400)),
+  );
 
   it('eight concurrent greedy requests with different prompt lengths each equal their solo run', async () => {
     const h = await host(defaultModelDir);
@@ -59,7 +71,7 @@ describe('batching parity on the default model', () => {
     const before = (await h.engine.stats()).runs;
     const together = await Promise.all(prompts.map((p) => run(h, p, 20)));
     const stats = await h.engine.stats();
-    together.forEach((r, i) => expect(r.tokenIds, `request ${i}`).toEqual(solo[i]));
+    for (const [i, r] of together.entries()) expect(r.tokenIds, `request ${i}`).toEqual(solo[i]);
     // One run per step for everyone: far fewer runs than eight solo generations.
     expect(stats.peakBatchRows).toBeGreaterThanOrEqual(4);
     const soloRuns = solo.reduce((n, s) => n + s.length, 0);
@@ -93,7 +105,11 @@ describe('batching parity on the default model', () => {
     const sampled = (p: number[], seed: number) =>
       h.generate({ promptIds: p, maxNewTokens: 16, sampling: { temperature: 0.9, topK: 40, seed } }).result;
     const alone = (await sampled(prompts[2] as number[], 11)).tokenIds;
-    const [x] = await Promise.all([sampled(prompts[2] as number[], 11), sampled(prompts[3] as number[], 12), sampled(prompts[5] as number[], 13)]);
+    const [x] = await Promise.all([
+      sampled(prompts[2] as number[], 11),
+      sampled(prompts[3] as number[], 12),
+      sampled(prompts[5] as number[], 13),
+    ]);
     expect(x?.tokenIds).toEqual(alone);
   });
 });

@@ -32,126 +32,169 @@ function kvdesk(...args: string[]): CliRun {
 
 const tinyLlmFamily = ['tiny-llm', 'tiny-llm-explicit-io', 'tiny-reasoning', 'tiny-llm-sharedbuffer'];
 
-describe.skipIf(!haveFixtures)(`CLI on shared fixtures${haveFixtures ? '' : ` (skipped: ${fixturesSkipReason})`}`, () => {
-  it.each(tinyLlmFamily)('%s: greedy ids 5,6,7 give the known 8 tokens', (name) => {
-    const r = kvdesk('generate', fixture(`onnx-genai/${name}`), '--prompt-ids', '5,6,7', '--max-new-tokens', '8', '--greedy', '--json');
-    expect(r.code, r.stderr).toBe(0);
-    expect(r.json.tokenIds).toEqual([22, 22, 20, 1, 1, 18, 22, 25]);
-    expect(r.json.finishReason).toBe('length');
-    expect(r.json.promptTokens).toBe(3);
-    expect(r.json.bpt).toBe(128);
-  });
-
-  it.each([
-    ['0,0,195,731', [731, 114, 114, 114, 114, 114]],
-    ['0,0,0,52', [204, 204, 204, 204, 204, 204]],
-  ])('tiny-random-gpt2-fp32: prompt %s matches the onnxruntime-genai oracle', (ids, expected) => {
-    const r = kvdesk(
-      'generate',
-      fixture('onnxruntime-genai/tiny-random-gpt2-fp32'),
-      '--prompt-ids',
-      ids,
-      '--max-new-tokens',
-      '6',
-      '--greedy',
-      '--json',
-    );
-    expect(r.code, r.stderr).toBe(0);
-    expect(r.json.tokenIds).toEqual(expected);
-  });
-
-  it('inspect --json reports bpt 128 for tiny-llm and 1280 for tiny-random-gpt2-fp32', () => {
-    const a = kvdesk('inspect', fixture('onnx-genai/tiny-llm'), '--json');
-    expect(a.code, a.stderr).toBe(0);
-    expect(a.json.bpt).toBe(128);
-    expect(a.json.kvBytesFullContext).toBe(128 * 16);
-    const b = kvdesk('inspect', fixture('onnxruntime-genai/tiny-random-gpt2-fp32'), '--json');
-    expect(b.code, b.stderr).toBe(0);
-    expect(b.json.bpt).toBe(1280);
-    expect(b.json.kvBytesFullContext).toBe(1280 * 512);
-  });
-
-  const tinyLlm = () => fixture('onnx-genai/tiny-llm');
-  const budgetArgs = ['--prompt-ids', '5,6,7', '--max-new-tokens', '8', '--greedy', '--json'];
-
-  it('--kv-budget 400 refuses with KV_BUDGET_EXCEEDED and exit 3', () => {
-    const r = kvdesk('generate', tinyLlm(), ...budgetArgs, '--kv-budget', '400');
-    expect(r.code).toBe(3);
-    const error = r.json.error as Record<string, unknown>;
-    expect(error).toMatchObject({
-      code: 'KV_BUDGET_EXCEEDED',
-      requiredBytes: 512,
-      budgetBytes: 400,
-      bpt: 128,
-      promptTokens: 3,
-      rows: 1,
+describe.skipIf(!haveFixtures)(
+  `CLI on shared fixtures${haveFixtures ? '' : ` (skipped: ${fixturesSkipReason})`}`,
+  () => {
+    it.each(tinyLlmFamily)('%s: greedy ids 5,6,7 give the known 8 tokens', (name) => {
+      const r = kvdesk(
+        'generate',
+        fixture(`onnx-genai/${name}`),
+        '--prompt-ids',
+        '5,6,7',
+        '--max-new-tokens',
+        '8',
+        '--greedy',
+        '--json',
+      );
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.json.tokenIds).toEqual([22, 22, 20, 1, 1, 18, 22, 25]);
+      expect(r.json.finishReason).toBe('length');
+      expect(r.json.promptTokens).toBe(3);
+      expect(r.json.bpt).toBe(128);
     });
-    expect(error.message).toMatch(/512/);
-  });
 
-  it('--kv-budget 400 without --json prints one human line with the numbers', () => {
-    const r = kvdesk('generate', tinyLlm(), '--prompt-ids', '5,6,7', '--max-new-tokens', '8', '--greedy', '--kv-budget', '400');
-    expect(r.code).toBe(3);
-    expect(r.stdout).toBe('');
-    expect(r.stderr.trim().split('\n')).toHaveLength(1);
-    expect(r.stderr).toMatch(/512/);
-    expect(r.stderr).toMatch(/400/);
-  });
+    it.each([
+      ['0,0,195,731', [731, 114, 114, 114, 114, 114]],
+      ['0,0,0,52', [204, 204, 204, 204, 204, 204]],
+    ])('tiny-random-gpt2-fp32: prompt %s matches the onnxruntime-genai oracle', (ids, expected) => {
+      const r = kvdesk(
+        'generate',
+        fixture('onnxruntime-genai/tiny-random-gpt2-fp32'),
+        '--prompt-ids',
+        ids,
+        '--max-new-tokens',
+        '6',
+        '--greedy',
+        '--json',
+      );
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.json.tokenIds).toEqual(expected);
+    });
 
-  it('--kv-budget 1024 caps the reply at 5 tokens and says so', () => {
-    const r = kvdesk('generate', tinyLlm(), ...budgetArgs, '--kv-budget', '1024');
-    expect(r.code, r.stderr).toBe(0);
-    expect(r.json.tokenIds).toEqual([22, 22, 20, 1, 1]);
-    expect(r.json.budgetCap).toMatchObject({ admittedMaxTokens: 5, requestedMaxTokens: 8, requestedBytes: 1408, admittedBytes: 1024 });
-    const human = kvdesk('generate', tinyLlm(), '--prompt-ids', '5,6,7', '--max-new-tokens', '8', '--greedy', '--kv-budget', '1KiB');
-    expect(human.code).toBe(0);
-    expect(human.stderr).toMatch(/capped at 5 tokens/);
-  });
+    it('inspect --json reports bpt 128 for tiny-llm and 1280 for tiny-random-gpt2-fp32', () => {
+      const a = kvdesk('inspect', fixture('onnx-genai/tiny-llm'), '--json');
+      expect(a.code, a.stderr).toBe(0);
+      expect(a.json.bpt).toBe(128);
+      expect(a.json.kvBytesFullContext).toBe(128 * 16);
+      const b = kvdesk('inspect', fixture('onnxruntime-genai/tiny-random-gpt2-fp32'), '--json');
+      expect(b.code, b.stderr).toBe(0);
+      expect(b.json.bpt).toBe(1280);
+      expect(b.json.kvBytesFullContext).toBe(1280 * 512);
+    });
 
-  it('--kv-budget 1408 gives the full 8 tokens and no budgetCap', () => {
-    const r = kvdesk('generate', tinyLlm(), ...budgetArgs, '--kv-budget', '1408');
-    expect(r.code, r.stderr).toBe(0);
-    expect(r.json.tokenIds).toEqual([22, 22, 20, 1, 1, 18, 22, 25]);
-    expect(r.json.budgetCap).toBeUndefined();
-    expect(r.json.reservedBytes).toBe(1408);
-  });
+    const tinyLlm = () => fixture('onnx-genai/tiny-llm');
+    const budgetArgs = ['--prompt-ids', '5,6,7', '--max-new-tokens', '8', '--greedy', '--json'];
 
-  it('a 16-token prompt on a 16-token context is CONTEXT_OVERFLOW, exit 2', () => {
-    const ids = Array.from({ length: 16 }, (_, i) => 4 + (i % 20)).join(',');
-    const r = kvdesk('generate', tinyLlm(), '--prompt-ids', ids, '--max-new-tokens', '8', '--greedy', '--json');
-    expect(r.code).toBe(2);
-    const error = r.json.error as Record<string, unknown>;
-    expect(error.code).toBe('CONTEXT_OVERFLOW');
-    expect(error.message).toMatch(/16 tokens/);
-    expect(error.message).toMatch(/context.*16|16.*context/i);
-  });
+    it('--kv-budget 400 refuses with KV_BUDGET_EXCEEDED and exit 3', () => {
+      const r = kvdesk('generate', tinyLlm(), ...budgetArgs, '--kv-budget', '400');
+      expect(r.code).toBe(3);
+      const error = r.json.error as Record<string, unknown>;
+      expect(error).toMatchObject({
+        code: 'KV_BUDGET_EXCEEDED',
+        requiredBytes: 512,
+        budgetBytes: 400,
+        bpt: 128,
+        promptTokens: 3,
+        rows: 1,
+      });
+      expect(error.message).toMatch(/512/);
+    });
 
-  it('--rows 4 reserves for all four rows and runs them as one batch', () => {
-    const r = kvdesk(
-      'generate',
-      fixture('onnxruntime-genai/tiny-random-gpt2-fp32'),
-      '--prompt-ids',
-      '0,0,195,731',
-      '--max-new-tokens',
-      '4',
-      '--greedy',
-      '--rows',
-      '4',
-      '--json',
-    );
-    expect(r.code, r.stderr).toBe(0);
-    expect(r.json.reservedBytes).toBe(4 * (4 + 4) * 1280);
-    const rows = r.json.rows as Array<{ tokenIds: number[] }>;
-    expect(rows).toHaveLength(4);
-    for (const row of rows) expect(row.tokenIds).toEqual([731, 114, 114, 114]);
-  });
+    it('--kv-budget 400 without --json prints one human line with the numbers', () => {
+      const r = kvdesk(
+        'generate',
+        tinyLlm(),
+        '--prompt-ids',
+        '5,6,7',
+        '--max-new-tokens',
+        '8',
+        '--greedy',
+        '--kv-budget',
+        '400',
+      );
+      expect(r.code).toBe(3);
+      expect(r.stdout).toBe('');
+      expect(r.stderr.trim().split('\n')).toHaveLength(1);
+      expect(r.stderr).toMatch(/512/);
+      expect(r.stderr).toMatch(/400/);
+    });
 
-  it('text the model vocabulary does not cover is refused with exit 2', () => {
-    const r = kvdesk('generate', fixture('onnxruntime-genai/tiny-random-gpt2-fp32'), '--prompt', 'Hello world, this is text', '--json');
-    expect(r.code).toBe(2);
-    expect((r.json.error as Record<string, unknown>).code).toBe('TOKEN_OUT_OF_VOCAB');
-  });
-});
+    it('--kv-budget 1024 caps the reply at 5 tokens and says so', () => {
+      const r = kvdesk('generate', tinyLlm(), ...budgetArgs, '--kv-budget', '1024');
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.json.tokenIds).toEqual([22, 22, 20, 1, 1]);
+      expect(r.json.budgetCap).toMatchObject({
+        admittedMaxTokens: 5,
+        requestedMaxTokens: 8,
+        requestedBytes: 1408,
+        admittedBytes: 1024,
+      });
+      const human = kvdesk(
+        'generate',
+        tinyLlm(),
+        '--prompt-ids',
+        '5,6,7',
+        '--max-new-tokens',
+        '8',
+        '--greedy',
+        '--kv-budget',
+        '1KiB',
+      );
+      expect(human.code).toBe(0);
+      expect(human.stderr).toMatch(/capped at 5 tokens/);
+    });
+
+    it('--kv-budget 1408 gives the full 8 tokens and no budgetCap', () => {
+      const r = kvdesk('generate', tinyLlm(), ...budgetArgs, '--kv-budget', '1408');
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.json.tokenIds).toEqual([22, 22, 20, 1, 1, 18, 22, 25]);
+      expect(r.json.budgetCap).toBeUndefined();
+      expect(r.json.reservedBytes).toBe(1408);
+    });
+
+    it('a 16-token prompt on a 16-token context is CONTEXT_OVERFLOW, exit 2', () => {
+      const ids = Array.from({ length: 16 }, (_, i) => 4 + (i % 20)).join(',');
+      const r = kvdesk('generate', tinyLlm(), '--prompt-ids', ids, '--max-new-tokens', '8', '--greedy', '--json');
+      expect(r.code).toBe(2);
+      const error = r.json.error as Record<string, unknown>;
+      expect(error.code).toBe('CONTEXT_OVERFLOW');
+      expect(error.message).toMatch(/16 tokens/);
+      expect(error.message).toMatch(/context.*16|16.*context/i);
+    });
+
+    it('--rows 4 reserves for all four rows and runs them as one batch', () => {
+      const r = kvdesk(
+        'generate',
+        fixture('onnxruntime-genai/tiny-random-gpt2-fp32'),
+        '--prompt-ids',
+        '0,0,195,731',
+        '--max-new-tokens',
+        '4',
+        '--greedy',
+        '--rows',
+        '4',
+        '--json',
+      );
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.json.reservedBytes).toBe(4 * (4 + 4) * 1280);
+      const rows = r.json.rows as Array<{ tokenIds: number[] }>;
+      expect(rows).toHaveLength(4);
+      for (const row of rows) expect(row.tokenIds).toEqual([731, 114, 114, 114]);
+    });
+
+    it('text the model vocabulary does not cover is refused with exit 2', () => {
+      const r = kvdesk(
+        'generate',
+        fixture('onnxruntime-genai/tiny-random-gpt2-fp32'),
+        '--prompt',
+        'Hello world, this is text',
+        '--json',
+      );
+      expect(r.code).toBe(2);
+      expect((r.json.error as Record<string, unknown>).code).toBe('TOKEN_OUT_OF_VOCAB');
+    });
+  },
+);
 
 describe('CLI on the generated default model', () => {
   it('generate --json works offline on the default model', () => {

@@ -1,12 +1,12 @@
 /** HostApi over a real RunnerService: call validation, uploads, threads, throttled budget events. */
-import { readdir, readFile, mkdtemp } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { Thread } from '../../src/shared/api';
-import type { StreamFrame } from '../../src/shared/contract';
 import { createHostApi, type HostApi, safeRelativePath } from '../../src/main/host/host-api';
 import { RunnerService } from '../../src/main/host/runner-service';
+import type { Thread } from '../../src/shared/api';
+import type { StreamFrame } from '../../src/shared/contract';
 import { defaultModelDir } from '../helpers/fixtures';
 
 const apis: HostApi[] = [];
@@ -89,9 +89,12 @@ describe('HostApi', () => {
 
   it('refuses an upload that leaves the package and keeps nothing of a bad one', async () => {
     const { api, dataDir } = await makeApi();
-    const escape = await api.importFiles({ name: 'evil', files: [{ path: '../../etc/x', data: new Uint8Array(1) }] });
-    expect(escape).toMatchObject({ ok: false, error: { code: 'BAD_REQUEST' } });
-    const bad = await api.importFiles({ name: 'bad', files: [{ path: 'bad/config.json', data: new TextEncoder().encode('{') }] });
+    const outside = await api.importFiles({ name: 'evil', files: [{ path: '../../etc/x', data: new Uint8Array(1) }] });
+    expect(outside).toMatchObject({ ok: false, error: { code: 'BAD_REQUEST' } });
+    const bad = await api.importFiles({
+      name: 'bad',
+      files: [{ path: 'bad/config.json', data: new TextEncoder().encode('{') }],
+    });
     expect(bad).toMatchObject({ ok: false, error: { code: 'PACKAGE_INVALID' } });
     const left = await readdir(path.join(dataDir, 'models')).catch(() => []);
     expect(left).toEqual([]);
@@ -132,17 +135,20 @@ describe('HostApi', () => {
       times.push(Date.now());
       last = s.reservedBytes;
     });
-    const done = Array.from({ length: 3 }, () =>
-      new Promise<void>((resolve) => {
-        api.generate({ promptIds: [5, 6, 7], maxNewTokens: 40, sampling: { greedy: true } }, (f) => {
-          if (f.type === 'done' || f.type === 'error') resolve();
-        });
-      }),
+    const done = Array.from(
+      { length: 3 },
+      () =>
+        new Promise<void>((resolve) => {
+          api.generate({ promptIds: [5, 6, 7], maxNewTokens: 40, sampling: { greedy: true } }, (f) => {
+            if (f.type === 'done' || f.type === 'error') resolve();
+          });
+        }),
     );
     await Promise.all(done);
     await new Promise((r) => setTimeout(r, 250));
     expect(times.length).toBeGreaterThan(0);
-    for (let i = 1; i < times.length; i++) expect((times[i] as number) - (times[i - 1] as number)).toBeGreaterThanOrEqual(95);
+    for (let i = 1; i < times.length; i++)
+      expect((times[i] as number) - (times[i - 1] as number)).toBeGreaterThanOrEqual(95);
     expect(last).toBe(0);
   });
 });

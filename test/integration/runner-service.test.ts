@@ -8,9 +8,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { onnx } from 'onnx-proto';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { type HostSettings, RunnerService } from '../../src/main/host/runner-service';
 import type { StreamFrame } from '../../src/shared/contract';
 import { KvdeskError } from '../../src/shared/errors';
-import { type HostSettings, RunnerService } from '../../src/main/host/runner-service';
 import { defaultModelDir, fixture, haveFixtures } from '../helpers/fixtures';
 import { slowModel } from '../helpers/models';
 
@@ -52,7 +52,13 @@ describe('the admission funnel', () => {
     const h = await host({ kvBudgetBytes: 4 * 1024 });
     const err = await rejection(h.generate({ promptIds: prompt, maxNewTokens: 8, sampling: greedy }).result);
     expect(err.code).toBe('KV_BUDGET_EXCEEDED');
-    expect(err.detail).toMatchObject({ requiredBytes: 6 * 1024, budgetBytes: 4096, bpt: 1024, promptTokens: 5, rows: 1 });
+    expect(err.detail).toMatchObject({
+      requiredBytes: 6 * 1024,
+      budgetBytes: 4096,
+      bpt: 1024,
+      promptTokens: 5,
+      rows: 1,
+    });
     const stats = await h.engine.stats();
     expect(stats.runs).toBe(0);
     expect(stats.generations).toBe(0);
@@ -91,7 +97,18 @@ describe('the admission funnel', () => {
     const h = await host();
     const handlers = { onStarted() {}, onTokens() {}, onDone() {}, onFailed() {} };
     expect(() =>
-      h.engine.generate('forged-token', { requestId: 'x', modelId: h.listModels()[0]?.id ?? '', rows: [prompt], maxNewTokens: 2, sampling: { greedy: true, temperature: 0, topK: 0, topP: 1, minP: 0, repetitionPenalty: 1, seed: 1 }, eosTokenIds: [] }, handlers),
+      h.engine.generate(
+        'forged-token',
+        {
+          requestId: 'x',
+          modelId: h.listModels()[0]?.id ?? '',
+          rows: [prompt],
+          maxNewTokens: 2,
+          sampling: { greedy: true, temperature: 0, topK: 0, topP: 1, minP: 0, repetitionPenalty: 1, seed: 1 },
+          eosTokenIds: [],
+        },
+        handlers,
+      ),
     ).toThrow(/no live admission grant/);
     expect((await h.engine.stats()).runs).toBe(0);
   });
@@ -187,7 +204,9 @@ describe('every terminal path returns the reservation', () => {
 
   it('after a timeout', async () => {
     const h = await host({}, slowModel());
-    const err = await rejection(h.generate({ promptIds: prompt, maxNewTokens: 3000, sampling: greedy, timeoutMs: 300 }).result);
+    const err = await rejection(
+      h.generate({ promptIds: prompt, maxNewTokens: 3000, sampling: greedy, timeoutMs: 300 }).result,
+    );
     expect(err.code).toBe('TIMEOUT');
     expect(err.message).toMatch(/300 ms/);
     expectEmptyLedger(h);
@@ -213,7 +232,11 @@ describe('live reconfiguration', () => {
     const h = await host({ maxRunning: 1 }, slowModel());
     const slowBpt = h.listModels()[0]?.spec.bpt as number;
     const first = h.generate({ promptIds: prompt, maxNewTokens: 40, sampling: greedy });
-    const waiting = h.generate({ promptIds: Array.from({ length: 60 }, (_, i) => i + 3), maxNewTokens: 4, sampling: greedy });
+    const waiting = h.generate({
+      promptIds: Array.from({ length: 60 }, (_, i) => i + 3),
+      maxNewTokens: 4,
+      sampling: greedy,
+    });
     expect(h.snapshot().queue.map((q) => q.id)).toEqual([waiting.requestId]);
     h.configure({ kvBudgetBytes: (prompt.length + 40) * slowBpt });
     const err = await rejection(waiting.result);
@@ -251,7 +274,9 @@ describe('sessions keep their KV between turns', () => {
 
     const next = [...prompt, ...turn1.tokenIds, 60, 70, 80];
     const frames: StreamFrame[] = [];
-    const turn2 = await h.generate({ promptIds: next, maxNewTokens: 5, sampling: greedy, sessionId: 's1' }, (f) => frames.push(f)).result;
+    const turn2 = await h.generate({ promptIds: next, maxNewTokens: 5, sampling: greedy, sessionId: 's1' }, (f) =>
+      frames.push(f),
+    ).result;
     expect(turn2.reusedTokens).toBe(heldTokens);
     const accepted = frames[0];
     expect(accepted?.type === 'accepted' && accepted.promptTokens).toBe(next.length);
@@ -267,7 +292,10 @@ describe('sessions keep their KV between turns', () => {
 
 describe('engine facts', () => {
   it('bpt × length equals the bytes of the real present tensors', async () => {
-    const models = [defaultModelDir, ...(haveFixtures ? [fixture('onnx-genai/tiny-llm'), fixture('onnxruntime-genai/tiny-random-gpt2-fp32')] : [])];
+    const models = [
+      defaultModelDir,
+      ...(haveFixtures ? [fixture('onnx-genai/tiny-llm'), fixture('onnxruntime-genai/tiny-random-gpt2-fp32')] : []),
+    ];
     for (const dir of models) {
       const h = await host({}, dir);
       const ids = dir === defaultModelDir ? prompt : [5, 6, 7];
@@ -333,4 +361,3 @@ describe('engine facts', () => {
     expect(ok.tokenIds.length).toBeGreaterThan(0);
   });
 });
-

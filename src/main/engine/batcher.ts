@@ -11,7 +11,16 @@ import { KvdeskError } from '../../shared/errors';
 import type { KvTensorSpec, ModelSpec } from '../../shared/model-spec';
 import type { GenerationHooks, GenerationJob, GenerationOutcome } from './decoder';
 import { commonPrefix, idTensor, maskTensor } from './feeds';
-import { concatBatch, emptyPast, padSeqLeft, selectBatch, sliceSeq, tensorsBytes, trimSeqLeft, truncateSeq } from './kv-cache';
+import {
+  concatBatch,
+  emptyPast,
+  padSeqLeft,
+  selectBatch,
+  sliceSeq,
+  tensorsBytes,
+  trimSeqLeft,
+  truncateSeq,
+} from './kv-cache';
 import type { FinishReason } from './protocol';
 import { Sampler } from './sampling';
 
@@ -67,7 +76,8 @@ export class ContinuousBatcher {
   peakRows = 0;
 
   submit(job: GenerationJob, hooks: GenerationHooks): Promise<GenerationOutcome> {
-    if (job.rows.length < 1) return Promise.reject(new KvdeskError('BAD_REQUEST', 'a generation needs at least one row'));
+    if (job.rows.length < 1)
+      return Promise.reject(new KvdeskError('BAD_REQUEST', 'a generation needs at least one row'));
     if (job.session && job.rows.length !== 1) {
       return Promise.reject(new KvdeskError('BAD_REQUEST', 'a session turn has exactly one row'));
     }
@@ -106,7 +116,13 @@ export class ContinuousBatcher {
           const m = this.pending.shift() as Member;
           const stop = m.hooks.stopRequested();
           if (stop) {
-            m.resolve({ finishReason: stop, rowFinishReasons: m.job.rows.map(() => stop), kvBytes: 0, generatedTokens: 0, sessionTokens: 0 });
+            m.resolve({
+              finishReason: stop,
+              rowFinishReasons: m.job.rows.map(() => stop),
+              kvBytes: 0,
+              generatedTokens: 0,
+              sessionTokens: 0,
+            });
             continue;
           }
           try {
@@ -137,7 +153,10 @@ export class ContinuousBatcher {
     try {
       return await this.run(feeds);
     } catch (err) {
-      throw new KvdeskError('ENGINE_FAILED', `onnxruntime failed during generation: ${err instanceof Error ? err.message : String(err)}`);
+      throw new KvdeskError(
+        'ENGINE_FAILED',
+        `onnxruntime failed during generation: ${err instanceof Error ? err.message : String(err)}`,
+      );
     }
   }
 
@@ -171,7 +190,11 @@ export class ContinuousBatcher {
   }
 
   /** Samples one token for each live row of a member from the logits rows given. */
-  private sampleMember(m: Member, logits: { data: Float32Array; seq: number; vocab: number }, batchIndexOf: (r: Row) => number): number[] {
+  private sampleMember(
+    m: Member,
+    logits: { data: Float32Array; seq: number; vocab: number },
+    batchIndexOf: (r: Row) => number,
+  ): number[] {
     const ids: number[] = new Array(m.rows.length).fill(-1);
     const eos = m.job.eosTokenIds;
     const vocab = Math.min(this.spec.vocabSize, logits.vocab);

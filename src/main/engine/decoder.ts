@@ -61,7 +61,12 @@ export class LoadedDecoder {
     private readonly session: ort.InferenceSession,
     private readonly kvTensors: KvTensorSpec[],
   ) {
-    this.batcher = new ContinuousBatcher(spec, kvTensors, (feeds) => session.run(feeds), () => this.batchable);
+    this.batcher = new ContinuousBatcher(
+      spec,
+      kvTensors,
+      (feeds) => session.run(feeds),
+      () => this.batchable,
+    );
   }
 
   /** One tiny two-row run at load time tells whether batching works for this graph. */

@@ -4,7 +4,7 @@
  * session KV and running generations; emits EngineEvents.
  */
 import { KvdeskError, toErrorInfo } from '../../shared/errors';
-import { type SessionKv, LoadedDecoder } from './decoder';
+import { LoadedDecoder, type SessionKv } from './decoder';
 import type { EngineCommand, EngineEvent, EngineStats } from './protocol';
 
 /** Token frames are batched: at most one per this many ms per request (plus the final flush). */
@@ -164,9 +164,7 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
           });
           return;
         }
-        void generate(cmd).catch((err) =>
-          emit({ type: 'failed', requestId: cmd.requestId, error: toErrorInfo(err) }),
-        );
+        void generate(cmd).catch((err) => emit({ type: 'failed', requestId: cmd.requestId, error: toErrorInfo(err) }));
         return;
       case 'cancel': {
         const state = running.get(cmd.requestId);

@@ -5,7 +5,12 @@ import type { GraphPort } from '../../shared/model-spec';
 
 /** An int32 or int64 tensor, as the graph port declares. */
 export function idTensor(port: GraphPort, values: number[], dims: number[]): ort.Tensor {
-  if (port.dtype === 'int64') return new ort.Tensor('int64', BigInt64Array.from(values, (v) => BigInt(v)), dims);
+  if (port.dtype === 'int64')
+    return new ort.Tensor(
+      'int64',
+      BigInt64Array.from(values, (v) => BigInt(v)),
+      dims,
+    );
   if (port.dtype === 'int32') return new ort.Tensor('int32', Int32Array.from(values), dims);
   throw new KvdeskError(
     'MODEL_LOAD_FAILED',
@@ -30,13 +35,16 @@ export function maskTensor(port: GraphPort, pads: number[], length: number): ort
   const dims = [B, length];
   if (port.dtype === 'int64') {
     const data = new BigInt64Array(B * length).fill(1n);
-    pads.forEach((pad, b) => data.fill(0n, b * length, b * length + Math.min(pad, length)));
+    for (const [b, pad] of pads.entries()) data.fill(0n, b * length, b * length + Math.min(pad, length));
     return new ort.Tensor('int64', data, dims);
   }
   if (port.dtype === 'int32') {
     const data = new Int32Array(B * length).fill(1);
-    pads.forEach((pad, b) => data.fill(0, b * length, b * length + Math.min(pad, length)));
+    for (const [b, pad] of pads.entries()) data.fill(0, b * length, b * length + Math.min(pad, length));
     return new ort.Tensor('int32', data, dims);
   }
-  throw new KvdeskError('MODEL_LOAD_FAILED', `graph input ${port.name} has type ${port.dtype}; attention masks must be int32 or int64`);
+  throw new KvdeskError(
+    'MODEL_LOAD_FAILED',
+    `graph input ${port.name} has type ${port.dtype}; attention masks must be int32 or int64`,
+  );
 }

@@ -3,8 +3,8 @@
  * truncation of a session's cache to a reusable prefix.
  */
 import * as ort from 'onnxruntime-node';
-import type { KvDtype, KvTensorSpec } from '../../shared/model-spec';
 import { KvdeskError } from '../../shared/errors';
+import type { KvDtype, KvTensorSpec } from '../../shared/model-spec';
 
 type TypedArray = Float32Array | Uint16Array;
 
@@ -137,7 +137,11 @@ export function concatBatch(spec: KvTensorSpec, tensors: ort.Tensor[]): ort.Tens
       offset += len;
     }
   }
-  return new ort.Tensor(tensors[0]?.type as 'float32' | 'float16', dst, withDims(spec, tensors[0]?.dims ?? [], total, first.seq));
+  return new ort.Tensor(
+    tensors[0]?.type as 'float32' | 'float16',
+    dst,
+    withDims(spec, tensors[0]?.dims ?? [], total, first.seq),
+  );
 }
 
 /** Keeps the given batch rows, in order. */

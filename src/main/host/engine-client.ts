@@ -75,7 +75,12 @@ export class EngineClient {
     this.child = child;
     this.ready = new Promise<void>((resolve, reject) => {
       const onEarlyExit = (code: number | null, signal: NodeJS.Signals | null) =>
-        reject(new KvdeskError('ENGINE_FAILED', `the engine process exited during start-up (code ${code}, signal ${signal})`));
+        reject(
+          new KvdeskError(
+            'ENGINE_FAILED',
+            `the engine process exited during start-up (code ${code}, signal ${signal})`,
+          ),
+        );
       child.once('exit', onEarlyExit);
       child.on('message', (msg: EngineEvent) => {
         if (msg.type === 'ready') {

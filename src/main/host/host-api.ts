@@ -8,9 +8,9 @@ import { existsSync } from 'node:fs';
 import { lstat, mkdir, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import {
-  CallSchemas,
   type CallName,
   type CallResponses,
+  CallSchemas,
   type HostEventName,
   type HostEvents,
   type ModelInfo,
@@ -40,7 +40,10 @@ export interface HostApi {
   /** Validates `request` with CallSchemas[name] and runs it; never throws. */
   call<N extends CallName>(name: N, request: unknown): Promise<Result<CallResponses[N]>>;
   /** Validates and starts a generation; invalid input arrives as an 'error' frame. */
-  generate(request: unknown, onFrame: (f: StreamFrame) => void): { requestId: string; cancel(reason?: 'user' | 'disconnect'): void };
+  generate(
+    request: unknown,
+    onFrame: (f: StreamFrame) => void,
+  ): { requestId: string; cancel(reason?: 'user' | 'disconnect'): void };
   /** Browser drop: writes the files atomically into the model library, validates and loads. */
   importFiles(upload: { name: string; files: Array<{ path: string; data: Uint8Array }> }): Promise<Result<ModelInfo>>;
   /** Electron drop / dialog: loads a package folder by path. */
@@ -64,16 +67,23 @@ export interface HostApiOptions {
 /** Makes a relative upload path safe, or says why it is not. */
 export function safeRelativePath(p: string): string {
   const norm = p.replace(/\\/g, '/');
-  if (norm.startsWith('/') || /^[A-Za-z]:/.test(norm)) throw new KvdeskError('BAD_REQUEST', `upload path "${p}" is absolute`);
+  if (norm.startsWith('/') || /^[A-Za-z]:/.test(norm))
+    throw new KvdeskError('BAD_REQUEST', `upload path "${p}" is absolute`);
   const parts = norm.split('/').filter((s) => s !== '' && s !== '.');
   if (parts.length === 0) throw new KvdeskError('BAD_REQUEST', `upload path "${p}" is empty`);
-  if (parts.some((s) => s === '..')) throw new KvdeskError('BAD_REQUEST', `upload path "${p}" leaves the package ("..")`);
+  if (parts.some((s) => s === '..'))
+    throw new KvdeskError('BAD_REQUEST', `upload path "${p}" leaves the package ("..")`);
   if (parts.some((s) => s.includes('\0'))) throw new KvdeskError('BAD_REQUEST', `upload path "${p}" has a NUL byte`);
   return parts.join('/');
 }
 
 function slug(name: string): string {
-  return name.replace(/[^A-Za-z0-9._-]+/g, '-').replace(/^[-.]+|[-.]+$/g, '').slice(0, 80) || 'package';
+  return (
+    name
+      .replace(/[^A-Za-z0-9._-]+/g, '-')
+      .replace(/^[-.]+|[-.]+$/g, '')
+      .slice(0, 80) || 'package'
+  );
 }
 
 /** Creates the host API and loads the default model (a failure there is logged, never fatal). */
@@ -101,15 +111,13 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
   }
 
   function models(): ModelInfo[] {
-    return runner
-      .listModels()
-      .map((m) => ({
-        id: m.id,
-        spec: m.spec,
-        loadMs: m.loadMs,
-        backend: providerShortName(m.spec.executionProvider ?? 'CPUExecutionProvider') ?? 'cpu',
-        isDefault: m.id === defaultModelId,
-      }));
+    return runner.listModels().map((m) => ({
+      id: m.id,
+      spec: m.spec,
+      loadMs: m.loadMs,
+      backend: providerShortName(m.spec.executionProvider ?? 'CPUExecutionProvider') ?? 'cpu',
+      isDefault: m.id === defaultModelId,
+    }));
   }
 
   // Budget snapshots: leading edge plus one trailing emit per window, so the last state always arrives.
@@ -218,7 +226,10 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       if (!parsed.success) {
         const issue = parsed.error.issues[0];
         const where = issue && issue.path.length > 0 ? ` field ${issue.path.join('.')}:` : '';
-        return { ok: false, error: { code: 'BAD_REQUEST', message: `invalid ${name} request:${where} ${issue?.message ?? ''}`.trim() } };
+        return {
+          ok: false,
+          error: { code: 'BAD_REQUEST', message: `invalid ${name} request:${where} ${issue?.message ?? ''}`.trim() },
+        };
       }
       const handler = handlers[name] as (req: unknown) => Promise<CallResponses[typeof name]>;
       return wrap(() => handler(parsed.data));
@@ -242,15 +253,22 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       return wrap(async () => {
         if (upload.files.length === 0) throw new KvdeskError('BAD_REQUEST', 'the dropped folder is empty');
         if (upload.files.length > limits.maxFiles) {
-          throw new KvdeskError('BAD_REQUEST', `the folder has ${upload.files.length} files; at most ${limits.maxFiles} are accepted`);
+          throw new KvdeskError(
+            'BAD_REQUEST',
+            `the folder has ${upload.files.length} files; at most ${limits.maxFiles} are accepted`,
+          );
         }
         let total = 0;
         for (const f of upload.files) total += f.data.byteLength;
         if (total > limits.maxTotalBytes) {
-          throw new KvdeskError('BAD_REQUEST', `the folder holds ${total} bytes; uploads are limited to ${limits.maxTotalBytes} bytes`, {
-            totalBytes: total,
-            limitBytes: limits.maxTotalBytes,
-          });
+          throw new KvdeskError(
+            'BAD_REQUEST',
+            `the folder holds ${total} bytes; uploads are limited to ${limits.maxTotalBytes} bytes`,
+            {
+              totalBytes: total,
+              limitBytes: limits.maxTotalBytes,
+            },
+          );
         }
         const files = upload.files.map((f) => ({ rel: safeRelativePath(f.path), data: f.data }));
         // A browser gives paths like "pkg/tokenizer.json": drop the shared top folder.
@@ -262,7 +280,8 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
           for (const f of files) {
             const rel = strip ? f.rel.split('/').slice(1).join('/') : f.rel;
             const target = path.join(staging, rel);
-            if (!target.startsWith(staging + path.sep)) throw new KvdeskError('BAD_REQUEST', `upload path "${f.rel}" leaves the package`);
+            if (!target.startsWith(staging + path.sep))
+              throw new KvdeskError('BAD_REQUEST', `upload path "${f.rel}" leaves the package`);
             await mkdir(path.dirname(target), { recursive: true });
             await writeFile(target, f.data, { flag: 'wx' });
           }
@@ -278,7 +297,13 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
             throw err;
           }
         } finally {
-          if (await lstat(staging).then(() => true, () => false)) await rm(staging, { recursive: true, force: true });
+          if (
+            await lstat(staging).then(
+              () => true,
+              () => false,
+            )
+          )
+            await rm(staging, { recursive: true, force: true });
         }
       });
     },

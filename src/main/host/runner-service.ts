@@ -19,12 +19,12 @@ import {
 import { type ErrorInfo, KvdeskError, toErrorInfo } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
 import type { AdmissionGrant, BudgetSnapshot, SchedulerEvent } from '../../shared/scheduler-types';
-import type { SamplingParams } from '../engine/protocol';
 import { detectBackendsInChildProcess, usableProviders } from '../backends';
+import type { SamplingParams } from '../engine/protocol';
 import { loadModelSpec } from '../packages';
 import { providerShortName } from '../packages/execution-providers';
-import { type Scheduler, createScheduler, deriveCpuBudget } from '../scheduler';
-import { type TextTokenizer, applyChat, createStopMatcher, createStreamDecoder, loadTokenizer } from '../tokenizer';
+import { createScheduler, deriveCpuBudget, type Scheduler } from '../scheduler';
+import { applyChat, createStopMatcher, createStreamDecoder, loadTokenizer, type TextTokenizer } from '../tokenizer';
 import { EngineClient } from './engine-client';
 
 const CPU = 'CPUExecutionProvider';
@@ -171,7 +171,12 @@ export class RunnerService {
   }
 
   /** Changes the budget settings live (UI controls, API). */
-  configure(patch: { kvBudgetBytes?: number | null; maxRunning?: number; maxQueue?: number; memoryFraction?: number }): void {
+  configure(patch: {
+    kvBudgetBytes?: number | null;
+    maxRunning?: number;
+    maxQueue?: number;
+    memoryFraction?: number;
+  }): void {
     if (patch.kvBudgetBytes === null) delete this.settings.kvBudgetBytes;
     else if (patch.kvBudgetBytes !== undefined) this.settings.kvBudgetBytes = patch.kvBudgetBytes;
     if (patch.memoryFraction !== undefined) this.settings.memoryFraction = patch.memoryFraction;
@@ -221,10 +226,14 @@ export class RunnerService {
   async loadModel(dir: string, options: { id?: string; backend?: string } = {}): Promise<ModelInfo> {
     const started = this.now();
     const cpuOnly = await loadModelSpec(dir, { availableBackends: [CPU] });
-    const offersGpu = (cpuOnly.variants ?? []).some((v) => v.ep !== CPU) || (options.backend !== undefined && options.backend !== CPU);
+    const offersGpu =
+      (cpuOnly.variants ?? []).some((v) => v.ep !== CPU) || (options.backend !== undefined && options.backend !== CPU);
     const available = offersGpu ? await this.usableBackends() : [CPU];
     let spec = offersGpu
-      ? await loadModelSpec(dir, { availableBackends: available, ...(options.backend ? { backend: options.backend } : {}) })
+      ? await loadModelSpec(dir, {
+          availableBackends: available,
+          ...(options.backend ? { backend: options.backend } : {}),
+        })
       : cpuOnly;
     const id = options.id ?? spec.id;
     const tokenizer = await loadTokenizer(spec.tokenizer, { vocabSize: spec.vocabSize });
@@ -233,10 +242,17 @@ export class RunnerService {
       await this.engine.load(id, { ...spec, id }, [providerShortName(ep) ?? 'cpu']);
     } catch (err) {
       const info = toErrorInfo(err);
-      const canFallBack = ep !== CPU && info.code === 'MODEL_LOAD_FAILED' && (spec.variants ?? []).some((v) => v.ep === CPU);
+      const canFallBack =
+        ep !== CPU && info.code === 'MODEL_LOAD_FAILED' && (spec.variants ?? []).some((v) => v.ep === CPU);
       if (!canFallBack) throw err;
       spec = await loadModelSpec(dir, { availableBackends: [CPU], backend: CPU });
-      spec = { ...spec, warnings: [...spec.warnings, `${ep} could not start this model (${info.message}); kvdesk runs it on the CPU instead`] };
+      spec = {
+        ...spec,
+        warnings: [
+          ...spec.warnings,
+          `${ep} could not start this model (${info.message}); kvdesk runs it on the CPU instead`,
+        ],
+      };
       await this.engine.load(id, { ...spec, id }, ['cpu']);
     }
     const model: LoadedModel = { id, spec: { ...spec, id }, tokenizer, loadMs: this.now() - started };
@@ -666,7 +682,10 @@ class Generation {
       const row = this.rows[0] as number[];
       const tokens = [...row, ...(this.rowIds[0] as number[])].slice(0, sessionTokens);
       this.host.setSessionMirror(sessionId, { modelId: this.model.id, tokens });
-      this.host.scheduler.finish(this.id, schedReason, { sessionTokens: tokens.length, generatedTokens: this.generated });
+      this.host.scheduler.finish(this.id, schedReason, {
+        sessionTokens: tokens.length,
+        generatedTokens: this.generated,
+      });
     } else {
       this.host.scheduler.finish(this.id, schedReason, { generatedTokens: this.generated });
     }

@@ -7,7 +7,7 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { KvdeskError } from '../../shared/errors';
-import type { ModelSpec, PackageFile, PackageLayout, PackageVariantInfo } from '../../shared/model-spec';
+import type { ModelSpec, PackageFile, PackageVariantInfo } from '../../shared/model-spec';
 import { readConfigFile } from './config-file';
 import { bestUsableProvider, CPU_PROVIDER, providerName } from './execution-providers';
 import type { LoadOptions } from './load-options';

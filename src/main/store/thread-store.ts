@@ -3,7 +3,7 @@
  * `<dataDir>/threads/`, written atomically (temp file + rename) so a crash
  * never leaves half a thread. Files that fail validation are skipped, not fatal.
  */
-import { mkdir, readFile, readdir, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Thread, UiSettings } from '../../shared/api';
 import { KvdeskError } from '../../shared/errors';

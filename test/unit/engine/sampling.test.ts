@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { SamplingParams } from '../../../src/main/engine/protocol';
-import { Sampler, argmax, createRng, topKIndices } from '../../../src/main/engine/sampling';
+import { argmax, createRng, Sampler, topKIndices } from '../../../src/main/engine/sampling';
 
 function params(p: Partial<SamplingParams> = {}): SamplingParams {
   return { greedy: false, temperature: 1, topK: 0, topP: 1, minP: 0, repetitionPenalty: 1, seed: 42, ...p };
@@ -18,13 +18,17 @@ describe('argmax', () => {
 describe('topKIndices', () => {
   it('returns exactly the k largest indices', () => {
     fc.assert(
-      fc.property(fc.array(fc.float({ noNaN: true, min: -100, max: 100 }), { minLength: 1, maxLength: 200 }), fc.nat(50), (vals, k0) => {
-        const x = Float32Array.from(vals);
-        const k = Math.max(1, Math.min(k0, x.length));
-        const got = [...topKIndices(x, k)].map((i) => x[i] as number).sort((a, b) => b - a);
-        const want = [...x].sort((a, b) => b - a).slice(0, k);
-        expect(got).toEqual(want);
-      }),
+      fc.property(
+        fc.array(fc.float({ noNaN: true, min: -100, max: 100 }), { minLength: 1, maxLength: 200 }),
+        fc.nat(50),
+        (vals, k0) => {
+          const x = Float32Array.from(vals);
+          const k = Math.max(1, Math.min(k0, x.length));
+          const got = [...topKIndices(x, k)].map((i) => x[i] as number).sort((a, b) => b - a);
+          const want = [...x].sort((a, b) => b - a).slice(0, k);
+          expect(got).toEqual(want);
+        },
+      ),
     );
   });
 });
@@ -76,7 +80,7 @@ describe('Sampler', () => {
     for (let i = 0; i < n; i++) counts[s.sample(logits, 0, 6)]++;
     const z = [...logits].map(Math.exp);
     const sum = z.reduce((a, b) => a + b, 0);
-    z.forEach((v, i) => expect(Math.abs(counts[i] / n - v / sum)).toBeLessThan(0.015));
+    for (const [i, v] of z.entries()) expect(Math.abs(counts[i] / n - v / sum)).toBeLessThan(0.015);
   });
 
   it('repetition penalty moves greedy off a seen token', () => {
