@@ -21,8 +21,8 @@ import { loadModelSpec } from '../main/packages';
 import { parseByteSize } from '../main/scheduler';
 import type { GenerateRequest } from '../shared/contract';
 import { type ErrorInfo, KvdeskError, toErrorInfo } from '../shared/errors';
+import { formatBytes } from '../shared/format';
 import type { ModelSpec } from '../shared/model-spec';
-import { formatBytes } from './format';
 
 const USAGE = `kvdesk — run local ONNX language models with an explicit KV-cache budget
 

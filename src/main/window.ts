@@ -14,6 +14,7 @@
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { app, BrowserWindow, protocol, type Session, shell, type WebContents, type WebPreferences } from 'electron';
+import { contentTypeOf } from '../shared/content-types';
 import { originOf } from './ipc/validate';
 
 /** Scheme the renderer is served from. */
@@ -120,32 +121,6 @@ export function decidePermission(permission: string, requestingUrl: string | und
   return requestingUrl !== undefined && originOf(requestingUrl) === appOrigin.toLowerCase();
 }
 
-const CONTENT_TYPES: Readonly<Record<string, string>> = {
-  '.html': 'text/html; charset=utf-8',
-  '.js': 'text/javascript; charset=utf-8',
-  '.mjs': 'text/javascript; charset=utf-8',
-  '.css': 'text/css; charset=utf-8',
-  '.json': 'application/json; charset=utf-8',
-  '.map': 'application/json; charset=utf-8',
-  '.svg': 'image/svg+xml',
-  '.png': 'image/png',
-  '.jpg': 'image/jpeg',
-  '.jpeg': 'image/jpeg',
-  '.gif': 'image/gif',
-  '.webp': 'image/webp',
-  '.ico': 'image/x-icon',
-  '.woff': 'font/woff',
-  '.woff2': 'font/woff2',
-  '.ttf': 'font/ttf',
-  '.txt': 'text/plain; charset=utf-8',
-  '.wasm': 'application/wasm',
-};
-
-/** Content type of a renderer asset by extension (octet-stream when unknown, so nothing is sniffed into script). */
-export function contentTypeFor(file: string): string {
-  return CONTENT_TYPES[path.extname(file).toLowerCase()] ?? 'application/octet-stream';
-}
-
 /**
  * Maps a kvdesk://app/… request to a file inside the renderer build, or null
  * when it is not ours or would leave the build folder (`..`, encoded slashes,
@@ -171,7 +146,7 @@ export function resolveAppAsset(rendererDir: string, requestUrl: string): { file
   const file = path.resolve(root, `.${rel}`);
   const inside = path.relative(root, file);
   if (inside === '' || inside.startsWith('..') || path.isAbsolute(inside)) return null;
-  return { file, contentType: contentTypeFor(file) };
+  return { file, contentType: contentTypeOf(file) };
 }
 
 // ---------------------------------------------------------------- Electron glue

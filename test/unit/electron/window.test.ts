@@ -41,7 +41,6 @@ import {
   APP_ORIGIN,
   buildContentSecurityPolicy,
   buildWebPreferences,
-  contentTypeFor,
   createExternalOpener,
   createMainWindow,
   decideNavigation,
@@ -54,6 +53,7 @@ import {
   registerAppScheme,
   resolveAppAsset,
 } from '../../../src/main/window';
+import { contentTypeOf } from '../../../src/shared/content-types';
 
 beforeEach(() => {
   electron.openExternal.mockClear();
@@ -324,8 +324,8 @@ describe('the kvdesk:// renderer protocol', () => {
   });
 
   it('never sniffs unknown files into script', () => {
-    expect(contentTypeFor('x.bin')).toBe('application/octet-stream');
-    expect(contentTypeFor('x.CSS')).toBe('text/css; charset=utf-8');
+    expect(contentTypeOf('x.bin')).toBe('application/octet-stream');
+    expect(contentTypeOf('x.CSS')).toBe('text/css; charset=utf-8');
   });
 
   it('serves files with the CSP header and 404s the rest', async () => {

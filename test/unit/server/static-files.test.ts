@@ -2,7 +2,8 @@ import { mkdir, mkdtemp, realpath, rm, symlink, writeFile } from 'node:fs/promis
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { contentTypeOf, resolveStaticFile } from '../../../src/main/server/static-files';
+import { resolveStaticFile } from '../../../src/main/server/static-files';
+import { contentTypeOf } from '../../../src/shared/content-types';
 
 let base: string;
 let root: string;
