@@ -1,0 +1,232 @@
+/** The markdown table and the JSON lines of a run. */
+import type { AdmissionScenario } from '../sections/admission';
+import type { ConcurrencyResult } from '../sections/concurrency';
+import type { ContenderKey, DecodeResult } from '../sections/decode';
+import type { DeliveryOutcome } from '../sections/delivery';
+import type { KvTruthResult } from '../sections/kv-truth';
+import type { RendererOutcome } from '../sections/renderer';
+import type { BenchOptions } from './context';
+import type { BenchShape } from './models';
+import { fmt, median, round } from './stats';
+
+export interface ShapeReport {
+  shape: BenchShape;
+  spec?: { bpt: number; contextLength: number; weightsBytes: number };
+  decode: DecodeResult | null;
+  concurrency: ConcurrencyResult | null;
+  kv: KvTruthResult | { skipped: string } | null;
+  notes: string[];
+}
+
+/** The keys the issue asks for, in its order. */
+export interface SummaryJson {
+  engineVsRawOrt: number | null;
+  engineVsTransformersJs: number | null;
+  engineVsTransformersJsEqualThreads: number | null;
+  batch8Speedup: number | null;
+  ttftMs32: number | null;
+  ttftMs512: number | null;
+  eventLoopP99Ms: number | null;
+  admissionP99Us: number | null;
+  deliveryP99Ms: number | null;
+  rendererTokensPerSecond: number | null;
+  kvBytesPerTokenMeasuredVsBpt: number | null;
+}
+
+function samplesOf(d: DecodeResult | null, key: ContenderKey) {
+  return d?.contenders.find((c) => c.key === key)?.samples ?? [];
+}
+
+function batchSpeedup(c: ConcurrencyResult | null): number | null {
+  if (!c) return null;
+  const one = median(c.aggregate.get(1) ?? []);
+  const max = Math.max(...c.aggregate.keys());
+  const top = median(c.aggregate.get(max) ?? []);
+  return one > 0 ? top / one : null;
+}
+
+function kvRatio(kv: ShapeReport['kv']): number | null {
+  if (!kv || 'skipped' in kv) return null;
+  return kv.slopeBytesPerToken / kv.bpt;
+}
+
+function admissionP99(a: AdmissionScenario[] | null): number | null {
+  return a && a.length > 0 ? Math.max(...a.map((s) => s.decideP99Us)) : null;
+}
+
+/** The JSON object of one shape; shape-independent figures (delivery, renderer) only on the GPT-2 line. */
+export function summaryJson(
+  s: ShapeReport | null,
+  admission: AdmissionScenario[] | null,
+  delivery: DeliveryOutcome,
+  renderer: RendererOutcome,
+  primary: boolean,
+): SummaryJson {
+  const d = s?.decode ?? null;
+  return {
+    engineVsRawOrt: round(median(d?.pairedRatios.vsRaw ?? [])),
+    engineVsTransformersJs: round(median(d?.pairedRatios.vsTjsDefault ?? [])),
+    engineVsTransformersJsEqualThreads: round(median(d?.pairedRatios.vsTjsEqual ?? [])),
+    batch8Speedup: round(batchSpeedup(s?.concurrency ?? null)),
+    ttftMs32: round(median(samplesOf(d, 'kvdesk').map((x) => x.ttftMs)), 1),
+    ttftMs512: round(median(d?.long.kvdesk ?? []), 1),
+    eventLoopP99Ms: round(s?.concurrency?.eventLoop?.p99Ms, 2),
+    admissionP99Us: round(admissionP99(admission), 2),
+    deliveryP99Ms: primary && 'p99Ms' in delivery ? round(delivery.p99Ms, 2) : null,
+    rendererTokensPerSecond: primary && 'tokensPerSecond' in renderer ? round(renderer.tokensPerSecond, 0) : null,
+    kvBytesPerTokenMeasuredVsBpt: round(kvRatio(s?.kv ?? null)),
+  };
+}
+
+function verdict(ok: boolean | null): string {
+  return ok === null ? 'not measured' : ok ? 'met' : '**missed**';
+}
+
+const SHAPE_TITLE: Record<BenchShape, string> = {
+  'gpt2-small': 'GPT-2-small shape (12 layers × 768, vocab 50257, fp32)',
+  'llama-small': 'Llama shape (30 layers × 576, 9/3 heads, SwiGLU, RoPE, vocab 49152, fp32)',
+};
+
+function shapeSection(opts: BenchOptions, s: ShapeReport, j: SummaryJson): string[] {
+  const out: string[] = [];
+  out.push(`### ${SHAPE_TITLE[s.shape]}`, '');
+  if (s.spec)
+    out.push(
+      `bpt ${s.spec.bpt} B/token, context ${s.spec.contextLength}, weights ${(s.spec.weightsBytes / 1e6).toFixed(0)} MB.`,
+      '',
+    );
+  const d = s.decode;
+  if (d) {
+    out.push(
+      `| contender | decode tok/s (median) | decode tok/s (all rounds) | TTFT 32 ms | TTFT ${opts.longPrompt} ms | setup |`,
+      '| --- | ---: | --- | ---: | ---: | --- |',
+    );
+    for (const c of d.contenders) {
+      if (c.skipped) {
+        out.push(`| ${c.label} | — | skipped: ${c.skipped} | — | — | |`);
+        continue;
+      }
+      const tps = c.samples.map((x) => x.decodeTokensPerSecond);
+      const long = c.key === 'kvdesk' ? d.long.kvdesk : c.key === 'raw' ? d.long.raw : [];
+      out.push(
+        `| ${c.label} | ${fmt(median(tps))} | ${tps.map((v) => v.toFixed(1)).join(' / ')} | ${fmt(median(c.samples.map((x) => x.ttftMs)), 0)} | ${long.length > 0 ? fmt(median(long), 0) : '—'} | ${c.detail}${c.loadMs !== null ? `, load ${(c.loadMs / 1000).toFixed(1)} s` : ''} |`,
+      );
+    }
+    out.push('');
+  }
+  const c = s.concurrency;
+  const kv = s.kv;
+  out.push('| figure | value | target | verdict |', '| --- | ---: | --- | --- |');
+  const r = (v: number | null, digits = 2) => (v === null ? '—' : v.toFixed(digits));
+  out.push(
+    `| kvdesk / raw loop, decode tok/s (paired median) | ${r(j.engineVsRawOrt)}× | ≥ 0.95× | ${verdict(j.engineVsRawOrt === null ? null : j.engineVsRawOrt >= 0.95)} |`,
+  );
+  out.push(
+    `| kvdesk / transformers.js, each at defaults | ${r(j.engineVsTransformersJs)}× | ≥ 1.5× | ${verdict(j.engineVsTransformersJs === null ? null : j.engineVsTransformersJs >= 1.5)} |`,
+  );
+  out.push(
+    `| kvdesk / transformers.js, equal threads | ${r(j.engineVsTransformersJsEqualThreads)}× | ≥ 1.2× | ${verdict(j.engineVsTransformersJsEqualThreads === null ? null : j.engineVsTransformersJsEqualThreads >= 1.2)} |`,
+  );
+  if (c) {
+    const agg = [...c.aggregate].map(([n, v]) => `${n}: ${fmt(median(v))}`).join(', ');
+    out.push(`| aggregate tok/s by streams (median) | ${agg} | | |`);
+  }
+  out.push(
+    `| 8 streams / 1 stream, aggregate tok/s | ${r(j.batch8Speedup)}× | ≥ 3× | ${verdict(j.batch8Speedup === null ? null : j.batch8Speedup >= 3)} |`,
+  );
+  out.push(`| TTFT, 32-token prompt (kvdesk, host-side) | ${r(j.ttftMs32, 0)} ms | | |`);
+  out.push(`| TTFT, ${opts.longPrompt}-token prompt (kvdesk, host-side) | ${r(j.ttftMs512, 0)} ms | | |`);
+  if (c?.eventLoop) {
+    out.push(
+      `| host event-loop delay with 8 streams, p50 / p99 / max | ${c.eventLoop.p50Ms.toFixed(2)} / ${c.eventLoop.p99Ms.toFixed(2)} / ${c.eventLoop.maxMs.toFixed(2)} ms | p99 < 20 ms | ${verdict(c.eventLoop.p99Ms < 20)} |`,
+    );
+  }
+  if (c && c.batchedMatchesSolo !== null) {
+    out.push(
+      `| greedy ids of a stream in a batch of 8 = alone | ${c.batchedMatchesSolo ? 'yes' : `no (${c.batchedMismatch})`} | | |`,
+    );
+  }
+  if (kv && !('skipped' in kv)) {
+    const ratio = kv.slopeBytesPerToken / kv.bpt;
+    out.push(
+      `| engine RSS growth per token / bpt (${kv.promptTokens}-token prompt + ${kv.generatedTokens} tokens; slope, r² ${kv.r2.toFixed(2)}) | ${ratio.toFixed(2)}× (${(kv.slopeBytesPerToken / 1024).toFixed(1)} KiB vs ${(kv.bpt / 1024).toFixed(1)} KiB) | within 5% (0.95–1.05×) | ${verdict(Math.abs(ratio - 1) <= 0.05)} |`,
+    );
+    out.push(
+      `| … the raw onnxruntime loop, same prompt and tokens (its own RSS) | ${kv.raw ? `${(kv.raw.slopeBytesPerToken / kv.bpt).toFixed(2)}× (r² ${kv.raw.r2.toFixed(2)}, ${kv.raw.generatedTokens} tokens)` : '—'} | | |`,
+    );
+    out.push(
+      `| engine RSS: before / after prefill / end / peak (VmHWM) | ${[kv.rssBeforeBytes, kv.rssAfterPrefillBytes, kv.rssEndBytes, kv.hwmBytes].map((b) => (b / 2 ** 20).toFixed(0)).join(' / ')} MiB; endpoint ratio ${(kv.endpointBytesPerToken / kv.bpt).toFixed(2)}× | | |`,
+    );
+  } else if (kv) out.push(`| KV truth | skipped: ${kv.skipped} | within 5% | not measured |`);
+  out.push('');
+  for (const n of s.notes) out.push(`- ${n}`);
+  if (s.notes.length > 0) out.push('');
+  return out;
+}
+
+export function buildReport(a: {
+  opts: BenchOptions;
+  machine: string;
+  shapes: ShapeReport[];
+  admission: AdmissionScenario[] | null;
+  delivery: DeliveryOutcome;
+  renderer: RendererOutcome;
+  failures: string[];
+  elapsedS: number;
+}): string {
+  const { opts } = a;
+  const out: string[] = [];
+  out.push(
+    `## kvdesk benchmark (${opts.quick ? 'quick' : 'full'}) — ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC`,
+    '',
+  );
+  out.push(`Machine: ${a.machine}.`);
+  out.push(
+    `Run: ${opts.reps} alternating rounds per A/B figure, medians; decode ${opts.decodeTokens} new tokens greedy after a 32-token prompt; ${opts.threads} intra-op threads; ` +
+      `streams ${opts.streamCounts.join('/')} × ${opts.streamTokens} tokens; KV truth ${opts.kvPrompt}+${opts.kvTokens} tokens; took ${(a.elapsedS / 60).toFixed(1)} min.`,
+  );
+  const g = opts.guard.stats;
+  out.push(
+    `Noise guard (other processes > ${Math.round(opts.guard.threshold * 100)}% of the CPUs during a sample): ${g.samples} timed samples, ${g.retried} repeated, ${g.keptNoisy} kept noisy, ${(g.waitedMs / 1000).toFixed(0)} s spent waiting for a quiet machine.`,
+    '',
+  );
+  for (const s of a.shapes)
+    out.push(...shapeSection(opts, s, summaryJson(s, a.admission, a.delivery, a.renderer, s.shape === 'gpt2-small')));
+  out.push(
+    '### Host, scheduler and transport',
+    '',
+    '| figure | value | target | verdict |',
+    '| --- | ---: | --- | --- |',
+  );
+  if (a.admission) {
+    for (const s of a.admission) {
+      out.push(
+        `| admission decision (${s.name}), p50 / p99 | ${s.decideP50Us.toFixed(1)} / ${s.decideP99Us.toFixed(1)} µs (submit p99 ${s.submitP99Us.toFixed(1)} µs) | p99 < 50 µs | ${verdict(s.decideP99Us < 50)} |`,
+      );
+    }
+  } else out.push('| admission decision | skipped | p99 < 50 µs | not measured |');
+  const dl = a.delivery;
+  if ('p99Ms' in dl) {
+    out.push(
+      `| token delivery engine → WebSocket client, p50 / p99 / max | ${dl.p50Ms.toFixed(2)} / ${dl.p99Ms.toFixed(2)} / ${dl.maxMs.toFixed(2)} ms (${dl.tokens} tokens, ${dl.frames} frames; ${dl.detail}) | | |`,
+    );
+  } else out.push(`| token delivery engine → WebSocket client | skipped: ${dl.skipped} | | not measured |`);
+  const rd = a.renderer;
+  if ('tokensPerSecond' in rd) {
+    out.push(
+      `| chat view: highest token rate without a frame over 50 ms | ${rd.tokensPerSecond.toFixed(0)} tok/s (${rd.detail}) | ≥ 2000 tok/s | ${verdict(rd.tokensPerSecond >= 2000)} |`,
+    );
+    for (const step of rd.sweep) {
+      out.push(
+        `| … offered ${step.offered} tok/s | shown ${step.shown.toFixed(0)} tok/s over ${step.seconds.toFixed(1)} s; ${step.longFrames} frames > 50 ms${step.longFrames > 0 ? ` (longest ${step.longestFrameMs.toFixed(0)} ms)` : ''}; longest rAF gap ${step.maxGapMs.toFixed(0)} ms | | |`,
+      );
+    }
+  } else out.push(`| chat view token rate | skipped: ${rd.skipped} | ≥ 2000 tok/s | not measured |`);
+  out.push('');
+  if (a.failures.length > 0) {
+    out.push('**Run failed:**', '');
+    for (const f of a.failures) out.push(`- ${f}`);
+    out.push('');
+  }
+  return out.join('\n');
+}

@@ -1,0 +1,38 @@
+/**
+ * Messages between the bench orchestrator and its contender processes (the raw
+ * onnxruntime loop and transformers.js). Each contender runs in its own forked
+ * process, like kvdesk's engine, so none of them blocks the orchestrator's event
+ * loop and none shares a heap or an onnxruntime environment with another.
+ */
+
+/** Orchestrator → contender. */
+export type WorkerCommand =
+  | { type: 'load'; modelDir: string; threads: number | null }
+  | { type: 'generate'; promptIds: number[]; maxNewTokens: number; eosTokenIds: number[]; memoryEvery?: number }
+  | { type: 'exit' };
+
+/** Timings and tokens of one greedy generation, measured inside the contender. */
+export interface GenerationSample {
+  ids: number[];
+  /** From the call to the first sampled token (prefill + first argmax). */
+  ttftMs: number;
+  /** (tokens − 1) / (time of last token − time of first token). */
+  decodeTokensPerSecond: number;
+  totalMs: number;
+  /** Time spent inside session.run and how many runs (only when the contender measures it: bench/profile.ts). */
+  runMs?: number;
+  runs?: number;
+  /** Time of the first run (the prefill). */
+  prefillRunMs?: number;
+  /** [tokens in the KV, VmRSS bytes] every `memoryEvery` steps (raw loop, KV-truth reference). */
+  memory?: Array<[number, number]>;
+}
+
+/** Contender → orchestrator. */
+export type WorkerEvent =
+  | { type: 'ready'; pid: number }
+  | { type: 'loaded'; loadMs: number; detail: string }
+  | { type: 'result'; sample: GenerationSample }
+  | { type: 'error'; message: string }
+  /** An engine event forwarded like the engine process forwards it to the host (workers/kvdesk-core.ts); ignored. */
+  | { type: 'engine'; event: unknown };

@@ -1,0 +1,136 @@
+/**
+ * Admission decision time of the pure scheduler with 1000 requests queued:
+ * every cycle finishes one running request (release + admission of the queue's
+ * head: the decision) and submits a new one behind the full queue. Two
+ * scenarios: slot-bound (maxRunning limits) and budget-bound (bytes limit,
+ * mixed sizes and priorities, idle sessions that admission may evict).
+ */
+import { createScheduler, explicitDerivation } from '../../src/main/scheduler';
+import type { RequestShape } from '../../src/shared/scheduler-types';
+import { type BenchOptions, log } from '../lib/context';
+import { percentile } from '../lib/stats';
+
+export interface AdmissionScenario {
+  name: string;
+  /** µs of finish() (release + admission decision), per cycle. */
+  decideP50Us: number;
+  decideP99Us: number;
+  /** µs of submit() against the full queue. */
+  submitP50Us: number;
+  submitP99Us: number;
+  cycles: number;
+  admitted: number;
+}
+
+const BPT = 73_728;
+const QUEUED = 1000;
+
+function lcg(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    return s / 4294967296;
+  };
+}
+
+function scenario(name: string, budgetBound: boolean, cycles: number): AdmissionScenario {
+  const rand = lcg(42);
+  const maxRunning = 8;
+  // Budget-bound: room for about four average requests, so the head often has to wait for bytes, not slots.
+  const limitBytes = budgetBound ? 4 * 400 * BPT : 64 * 1024 ** 3;
+  const sched = createScheduler({
+    limitBytes,
+    maxRunning,
+    maxQueue: QUEUED + maxRunning + 16,
+    derivation: explicitDerivation(limitBytes),
+    now: () => Date.now(),
+  });
+  // A host always listens (budget broadcasts, metrics): one subscriber that does almost nothing.
+  let events = 0;
+  sched.subscribe(() => {
+    events++;
+  });
+  const running: string[] = [];
+  let admitted = 0;
+  let seq = 0;
+  const shape = (): RequestShape => {
+    const id = `r${seq++}`;
+    const s: RequestShape = {
+      id,
+      modelId: 'm',
+      bpt: BPT,
+      contextLength: 2048,
+      rows: 1,
+      promptTokens: budgetBound ? 16 + Math.floor(rand() * 400) : 32,
+      maxNewTokens: budgetBound ? 16 + Math.floor(rand() * 300) : 128,
+    };
+    if (budgetBound) s.priority = Math.floor(rand() * 3);
+    return s;
+  };
+  const listener = (id: string) => ({
+    onAdmitted: () => {
+      admitted++;
+      running.push(id);
+    },
+  });
+  const submit = (): void => {
+    const s = shape();
+    const r = sched.submit(s, listener(s.id));
+    if (!r.ok) throw new Error(`admission bench: submit refused: ${r.error.message}`);
+  };
+  if (budgetBound) {
+    // Idle sessions holding KV: admission considers them as eviction victims on every decision.
+    for (let i = 0; i < 32; i++) {
+      const s = { ...shape(), sessionId: `s${i}`, promptTokens: 8, maxNewTokens: 8 };
+      const r = sched.submit(s, listener(s.id));
+      if (!r.ok) throw new Error(r.error.message);
+      sched.finish(s.id, 'length', { sessionTokens: 8 });
+      running.splice(running.indexOf(s.id), 1);
+    }
+  }
+  for (let i = 0; i < QUEUED + maxRunning; i++) submit();
+  const decide: number[] = [];
+  const sub: number[] = [];
+  const warm = Math.min(2000, cycles);
+  for (let c = 0; c < warm + cycles; c++) {
+    // Finish a running request chosen at random (requests end out of order).
+    const idx = Math.floor(rand() * running.length);
+    const id = running[idx] as string;
+    running.splice(idx, 1);
+    const t0 = process.hrtime.bigint();
+    sched.finish(id, 'length');
+    const t1 = process.hrtime.bigint();
+    submit();
+    const t2 = process.hrtime.bigint();
+    if (c >= warm) {
+      decide.push(Number(t1 - t0) / 1000);
+      sub.push(Number(t2 - t1) / 1000);
+    }
+  }
+  const queued = sched.snapshot().queue.length;
+  if (queued < QUEUED - maxRunning) throw new Error(`admission bench: only ${queued} requests stayed queued`);
+  void events;
+  return {
+    name,
+    decideP50Us: percentile(decide, 50),
+    decideP99Us: percentile(decide, 99),
+    submitP50Us: percentile(sub, 50),
+    submitP99Us: percentile(sub, 99),
+    cycles,
+    admitted,
+  };
+}
+
+export function runAdmission(opts: BenchOptions): AdmissionScenario[] {
+  const cycles = opts.quick ? 5000 : 20000;
+  const out = [
+    scenario('slot-bound, 1000 queued', false, cycles),
+    scenario('budget-bound, 1000 queued, 32 idle sessions', true, cycles),
+  ];
+  for (const s of out) {
+    log(
+      `  admission (${s.name}): decision p50 ${s.decideP50Us.toFixed(1)} µs, p99 ${s.decideP99Us.toFixed(1)} µs; submit p99 ${s.submitP99Us.toFixed(1)} µs`,
+    );
+  }
+  return out;
+}

@@ -1,0 +1,307 @@
+/**
+ * The highest token rate the chat view shows in Chromium without long
+ * animation frames. The real host, WebSocket transport and built renderer
+ * (out/renderer) run as in `kvdesk serve`, but the engine is a stand-in that
+ * streams tokens at a chosen rate (bench/engine/fake-engine.ts), so the view can
+ * be pushed far beyond what a CPU model generates. Per offered rate the page
+ * regenerates the last reply a few times; an init script records
+ * 'long-animation-frame' and 'longtask' entries, every token frame the page
+ * receives, and the streaming message's text length on every animation frame.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import os from 'node:os';
+import path from 'node:path';
+import { TRAINING_TEXT } from '../../scripts/model-gen/corpus';
+import { loadModelSpec } from '../../src/main/packages';
+import { loadTokenizer } from '../../src/main/tokenizer';
+import type { FakeControl } from '../engine/fake-engine';
+import { type BenchOptions, log } from '../lib/context';
+import { median } from '../lib/stats';
+import { tsxExecArgv } from '../lib/worker-client';
+
+export interface RendererStep {
+  offered: number;
+  /** Tokens per second the view displayed (median over the replies of this step). */
+  shown: number;
+  /** Longest long animation frame (the observer reports frames over 50 ms only; 0 when there was none). */
+  longestFrameMs: number;
+  /** Long animation frames (> 50 ms) while replies streamed. */
+  longFrames: number;
+  /** Longest gap between two requestAnimationFrame callbacks (includes time the process was not scheduled). */
+  maxGapMs: number;
+  /** Seconds of streaming measured at this rate. */
+  seconds: number;
+}
+
+export interface RendererResult {
+  tokensPerSecond: number;
+  sweep: RendererStep[];
+  detail: string;
+}
+export type RendererOutcome = RendererResult | { skipped: string };
+
+const root = path.resolve(__dirname, '..', '..');
+const CHROMIUM = '/usr/bin/chromium';
+const CHROMIUM_ARGS = [
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+];
+/** Reply length per regeneration; the default model's context is 2048. */
+const REPLY_TOKENS = 1800;
+
+/** Runs in the page before its scripts: observers, a WebSocket tap and a per-frame text sampler. */
+const INSTRUMENT = `(() => {
+  const b = { loaf: [], long: [], recv: [], dom: [], loafSupported: false };
+  window.__bench = b;
+  try {
+    new PerformanceObserver((l) => { for (const e of l.getEntries()) b.loaf.push([e.startTime, e.duration]); })
+      .observe({ type: 'long-animation-frame', buffered: true });
+    b.loafSupported = true;
+  } catch {}
+  try {
+    new PerformanceObserver((l) => { for (const e of l.getEntries()) b.long.push([e.startTime, e.duration]); })
+      .observe({ type: 'longtask', buffered: true });
+  } catch {}
+  const WS = window.WebSocket;
+  window.WebSocket = class extends WS {
+    constructor(...args) {
+      super(...args);
+      this.addEventListener('message', (ev) => {
+        if (typeof ev.data !== 'string' || !ev.data.includes('"tokens"')) return;
+        try {
+          const m = JSON.parse(ev.data);
+          if (m.t !== 'frame' || m.frame.type !== 'tokens') return;
+          let n = 0;
+          for (const r of m.frame.rows) n += r.ids.length;
+          b.recv.push([performance.now(), n]);
+        } catch {}
+      });
+    }
+  };
+  const tick = (t) => {
+    const els = document.querySelectorAll('[data-testid="message-assistant"] [data-testid="message-text"]');
+    const last = els[els.length - 1];
+    b.dom.push([t, last ? last.textContent.length : 0]);
+    requestAnimationFrame(tick);
+  };
+  requestAnimationFrame(tick);
+})();`;
+
+interface PageData {
+  loaf: Array<[number, number]>;
+  long: Array<[number, number]>;
+  recv: Array<[number, number]>;
+  dom: Array<[number, number]>;
+  loafSupported: boolean;
+}
+
+async function startFakeServe(dataDir: string, control: string): Promise<{ child: ChildProcess; url: string }> {
+  const child = spawn(
+    process.execPath,
+    [...tsxExecArgv(), path.join(__dirname, '..', 'engine', 'fake-serve.ts'), dataDir, control],
+    {
+      cwd: root,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
+  let out = '';
+  let err = '';
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`the stand-in server did not start within 120 s: ${err.slice(-300)}`));
+    }, 120_000);
+    child.stdout?.on('data', (d: Buffer) => {
+      out += d.toString();
+      const url = /fake-serve (http:\/\/\S+)/.exec(out)?.[1];
+      if (url) {
+        clearTimeout(timer);
+        resolve({ child, url });
+      }
+    });
+    child.stderr?.on('data', (d: Buffer) => {
+      err += d.toString();
+    });
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`the stand-in server exited (code ${code}): ${err.trim().split('\n').slice(-2).join(' / ')}`));
+    });
+  });
+}
+
+/** Token ids of real text for the default model, so the view renders words and Markdown paragraphs. */
+async function textIds(): Promise<number[]> {
+  const spec = await loadModelSpec(path.join(root, 'resources/models/default'));
+  const tok = await loadTokenizer(spec.tokenizer, { vocabSize: spec.vocabSize });
+  return tok.encode(TRAINING_TEXT, { addSpecialTokens: false });
+}
+
+export async function runRenderer(opts: BenchOptions, _modelDir: string): Promise<RendererOutcome> {
+  if (!existsSync(path.join(root, 'out/renderer/index.html'))) {
+    return { skipped: 'the renderer build (out/renderer) is not there: run `npm run build` first' };
+  }
+  if (!existsSync(path.join(root, 'resources/models/default')))
+    return { skipped: 'resources/models/default is missing (npm run prepare)' };
+  if (!existsSync(CHROMIUM)) return { skipped: `${CHROMIUM} is not installed` };
+  let chromium: typeof import('playwright-core').chromium;
+  try {
+    chromium = (createRequire(__filename)('playwright-core') as typeof import('playwright-core')).chromium;
+  } catch {
+    return { skipped: 'playwright-core is not installed' };
+  }
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-bench-view-'));
+  const control = path.join(dir, 'control.json');
+  const setRate = (tokensPerSecond: number, ids: number[]) =>
+    writeFileSync(control, JSON.stringify({ tokensPerSecond, ids } satisfies FakeControl));
+  let server: ChildProcess | null = null;
+  let browser: Awaited<ReturnType<typeof chromium.launch>> | null = null;
+  try {
+    const ids = await textIds();
+    setRate(500, ids);
+    const started = await startFakeServe(path.join(dir, 'data'), control);
+    server = started.child;
+    browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS });
+    // The page's CSP forbids eval; Playwright's polling of string predicates needs it (no effect on rendering cost).
+    const page = await browser.newPage({ viewport: { width: 1280, height: 900 }, bypassCSP: true });
+    await page.addInitScript(INSTRUMENT);
+    await page.goto(started.url);
+    const input = page.getByTestId('chat-input');
+    await input.waitFor({ state: 'visible', timeout: 60_000 });
+    // Page code is given as strings: this project's Node typecheck has no DOM types.
+    await page.waitForFunction(`!document.querySelector('[data-testid="chat-input"]')?.disabled`, null, {
+      timeout: 60_000,
+    });
+    // Let the page finish its start-up calls (models, threads, budget) before the first send.
+    await page.waitForTimeout(1500);
+    // First reply at a low rate creates the thread; then the reply length is raised for the sweep.
+    await input.fill('Tell me about the harbour and the bakery.');
+    await input.press('Enter');
+    await page.locator('[data-testid="message-assistant"][data-state="done"]').last().waitFor({ timeout: 60_000 });
+    await page.getByTestId('settings-toggle').click();
+    const maxBox = page.getByTestId('setting-maxNewTokens');
+    await maxBox.fill(String(REPLY_TOKENS));
+    await maxBox.press('Tab');
+    await page.getByTestId('settings-toggle').click();
+    const supported = (await page.evaluate('window.__bench.loafSupported')) as boolean;
+    const rates = opts.quick ? [1000, 2000, 4000, 8000] : [500, 1000, 2000, 4000, 8000, 16000];
+    // Enough replies per rate for a few seconds of streaming (a reply is at most REPLY_TOKENS long).
+    const seconds = opts.quick ? 1.5 : 4;
+    const sweep: RendererStep[] = [];
+    let warm = false;
+    for (const rate of rates) {
+      setRate(rate, ids);
+      const replies = Math.max(2, Math.ceil((rate * seconds) / REPLY_TOKENS));
+      const shown: number[] = [];
+      let longest = 0;
+      let longFrames = 0;
+      let maxGap = 0;
+      let streamed = 0;
+      for (let k = warm ? 0 : -1; k < replies; k++) {
+        const r = await opts.guard.sample(`chat view at ${rate} tok/s`, async () => {
+          const before = (await page.evaluate(`(() => {
+            const els = document.querySelectorAll('[data-testid="message-assistant"]');
+            return { id: els[els.length - 1]?.getAttribute('data-message-id') ?? '', at: performance.now() };
+          })()`)) as { id: string; at: number };
+          // The message tools only show on hover; a dispatched click reaches React's handler all the same.
+          await page.getByTestId('regenerate').last().dispatchEvent('click');
+          await page.waitForFunction(
+            `(() => {
+              const els = document.querySelectorAll('[data-testid="message-assistant"]');
+              const last = els[els.length - 1];
+              return !!last && last.getAttribute('data-message-id') !== ${JSON.stringify(before.id)} && last.getAttribute('data-state') === 'done';
+            })()`,
+            null,
+            { timeout: 120_000, polling: 100 },
+          );
+          await page.waitForTimeout(300);
+          const data = (await page.evaluate('window.__bench')) as PageData;
+          return evaluateReply(data, before.at);
+        });
+        // The first reply of the sweep warms the page up (first Markdown parses, JIT) and is not counted.
+        if (r && k >= 0) {
+          shown.push(r.shownTps);
+          longest = Math.max(longest, r.longestFrameMs);
+          longFrames += r.longFrames;
+          maxGap = Math.max(maxGap, r.maxGapMs);
+          streamed += r.seconds;
+        }
+      }
+      warm = true;
+      const step: RendererStep = {
+        offered: rate,
+        shown: median(shown),
+        longestFrameMs: longest,
+        longFrames,
+        maxGapMs: maxGap,
+        seconds: streamed,
+      };
+      sweep.push(step);
+      log(
+        `  chat view, offered ${rate} tok/s: shown ${step.shown.toFixed(0)} tok/s over ${streamed.toFixed(1)} s, ${longFrames} frames > 50 ms (longest ${longest.toFixed(0)} ms), longest rAF gap ${maxGap.toFixed(0)} ms`,
+      );
+    }
+    const passing = sweep.filter((s) => s.longFrames === 0 && s.shown >= 0.9 * s.offered);
+    const best = passing.length > 0 ? Math.max(...passing.map((s) => s.shown)) : 0;
+    return {
+      tokensPerSecond: best,
+      sweep,
+      detail: `Chromium ${browser.version()}, replies of ${REPLY_TOKENS} tokens, ≥ ${seconds} s streamed per rate, ${supported ? 'long-animation-frame' : 'longtask'} observer`,
+    };
+  } catch (err) {
+    const why = err instanceof Error ? (err.message.split('\n')[0] ?? err.message) : String(err);
+    log(`  chat view measurement failed: ${why}`);
+    if (process.env.KVDESK_BENCH_SCREENSHOT) {
+      const pages = browser?.contexts().flatMap((c) => c.pages()) ?? [];
+      await pages[0]?.screenshot({ path: process.env.KVDESK_BENCH_SCREENSHOT }).catch(() => {});
+    }
+    return { skipped: `failed: ${why}` };
+  } finally {
+    await browser?.close().catch(() => {});
+    if (server && server.exitCode === null) {
+      const gone = new Promise<void>((resolve) => server?.once('exit', () => resolve()));
+      server.kill('SIGTERM');
+      const hard = setTimeout(() => server?.kill('SIGKILL'), 5000);
+      await gone;
+      clearTimeout(hard);
+    }
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** Shown rate and long frames of the reply that started after `since` (page clock). */
+function evaluateReply(
+  d: PageData,
+  since: number,
+): { shownTps: number; longestFrameMs: number; longFrames: number; maxGapMs: number; seconds: number } | null {
+  const recv = d.recv.filter(([t]) => t >= since);
+  if (recv.length === 0) return null;
+  const tokens = recv.reduce((n, [, c]) => n + c, 0);
+  const firstAt = (recv[0] as [number, number])[0];
+  const dom = d.dom.filter(([t]) => t >= firstAt);
+  const final = dom.length > 0 ? (dom[dom.length - 1] as [number, number])[1] : 0;
+  // When the text on screen first reached 95% of its final length: the view's own pace, lag included.
+  const shownAt = dom.find(([, len]) => len >= 0.95 * final)?.[0] ?? firstAt;
+  const span = Math.max(1, shownAt - firstAt);
+  const end = shownAt + 100;
+  const frames = (d.loafSupported ? d.loaf : d.long).filter(([t, dur]) => t + dur >= firstAt && t <= end);
+  let gap = 0;
+  for (let i = 1; i < dom.length; i++) {
+    const [t] = dom[i] as [number, number];
+    if (t > end) break;
+    gap = Math.max(gap, t - (dom[i - 1] as [number, number])[0]);
+  }
+  return {
+    shownTps: (0.95 * tokens * 1000) / span,
+    longestFrameMs: Math.max(0, ...frames.map(([, dur]) => dur)),
+    longFrames: frames.filter(([, dur]) => dur > 50).length,
+    maxGapMs: gap,
+    seconds: span / 1000,
+  };
+}
