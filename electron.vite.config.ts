@@ -28,6 +28,7 @@ export default defineConfig({
     plugins: [react()],
     build: {
       outDir: path.resolve(__dirname, 'out/renderer'),
+      minify: true,
       rollupOptions: { input: path.resolve(__dirname, 'src/renderer/index.html') },
     },
   },
