@@ -47,7 +47,7 @@ function batchSpeedup(c: ConcurrencyResult | null): number | null {
 
 function kvRatio(kv: ShapeReport['kv']): number | null {
   if (!kv || 'skipped' in kv) return null;
-  return kv.slopeBytesPerToken / kv.bpt;
+  return kv.liveBytesPerToken / kv.bpt;
 }
 
 function admissionP99(a: AdmissionScenario[] | null): number | null {
@@ -147,15 +147,19 @@ function shapeSection(opts: BenchOptions, s: ShapeReport, j: SummaryJson): strin
     );
   }
   if (kv && !('skipped' in kv)) {
-    const ratio = kv.slopeBytesPerToken / kv.bpt;
+    const ratio = kv.liveBytesPerToken / kv.bpt;
+    const x = (b: number | null) => (b === null ? '—' : (b / 2 ** 20).toFixed(0));
     out.push(
-      `| engine RSS growth per token / bpt (${kv.promptTokens}-token prompt + ${kv.generatedTokens} tokens; slope, r² ${kv.r2.toFixed(2)}) | ${ratio.toFixed(2)}× (${(kv.slopeBytesPerToken / 1024).toFixed(1)} KiB vs ${(kv.bpt / 1024).toFixed(1)} KiB) | within 5% (0.95–1.05×) | ${verdict(Math.abs(ratio - 1) <= 0.05)} |`,
+      `| engine KV tensors per token / bpt (ArrayBuffer bytes after a full GC before each frame; ${kv.promptTokens}-token prompt + ${kv.generatedTokens} tokens, r² ${kv.liveR2.toFixed(3)}) | ${ratio.toFixed(3)}× (${(kv.liveBytesPerToken / 1024).toFixed(1)} KiB vs ${(kv.bpt / 1024).toFixed(1)} KiB) | within 5% (0.95–1.05×) | ${verdict(Math.abs(ratio - 1) <= 0.05)} |`,
     );
     out.push(
-      `| … the raw onnxruntime loop, same prompt and tokens (its own RSS) | ${kv.raw ? `${(kv.raw.slopeBytesPerToken / kv.bpt).toFixed(2)}× (r² ${kv.raw.r2.toFixed(2)}, ${kv.raw.generatedTokens} tokens)` : '—'} | | |`,
+      `| … engine RSS after a full GC, per token / bpt (allocators included) | ${kv.liveRssBytesPerToken === null ? '—' : `${(kv.liveRssBytesPerToken / kv.bpt).toFixed(2)}×`} | | |`,
     );
     out.push(
-      `| engine RSS: before / after prefill / end / peak (VmHWM) | ${[kv.rssBeforeBytes, kv.rssAfterPrefillBytes, kv.rssEndBytes, kv.hwmBytes].map((b) => (b / 2 ** 20).toFixed(0)).join(' / ')} MiB; endpoint ratio ${(kv.endpointBytesPerToken / kv.bpt).toFixed(2)}× | | |`,
+      `| … the raw onnxruntime loop, same prompt, same method: KV tensors / RSS after GC | ${kv.raw ? `${(kv.raw.liveBytesPerToken / kv.bpt).toFixed(3)}× / ${kv.raw.liveRssBytesPerToken === null ? '—' : `${(kv.raw.liveRssBytesPerToken / kv.bpt).toFixed(2)}×`} (${kv.raw.generatedTokens} tokens)` : '—'} | | |`,
+    );
+    out.push(
+      `| engine memory occupied per token / bpt, no forced GC (garbage included; ±50% run to run) | ${kv.occupiedBytesPerToken === null ? '—' : `${(kv.occupiedBytesPerToken / kv.bpt).toFixed(2)}× (r² ${(kv.occupiedR2 ?? 0).toFixed(2)})`}; RSS before / end / peak ${x(kv.rssBeforeBytes)} / ${x(kv.rssEndBytes)} / ${x(kv.hwmBytes)} MiB | | |`,
     );
   } else if (kv) out.push(`| KV truth | skipped: ${kv.skipped} | within 5% | not measured |`);
   out.push('');
@@ -218,7 +222,7 @@ export function buildReport(a: {
     );
     for (const step of rd.sweep) {
       out.push(
-        `| … offered ${step.offered} tok/s | shown ${step.shown.toFixed(0)} tok/s over ${step.seconds.toFixed(1)} s; ${step.longFrames} frames > 50 ms${step.longFrames > 0 ? ` (longest ${step.longestFrameMs.toFixed(0)} ms)` : ''}; longest rAF gap ${step.maxGapMs.toFixed(0)} ms | | |`,
+        `| … offered ${step.offered} tok/s | shown ${Number.isFinite(step.shown) ? `${step.shown.toFixed(0)} tok/s` : 'too short to read'} over ${step.seconds.toFixed(1)} s; ${step.longFrames} frames > 50 ms${step.longFrames > 0 ? ` (longest ${step.longestFrameMs.toFixed(0)} ms)` : ''}; longest rAF gap ${step.maxGapMs.toFixed(0)} ms | | |`,
       );
     }
   } else out.push(`| chat view token rate | skipped: ${rd.skipped} | ≥ 2000 tok/s | not measured |`);

@@ -25,9 +25,10 @@ export class WorkerClient {
     env: Record<string, string> = {},
     /** Called for every forwarded engine event (bench/profile.ts imitates a host's work there). */
     private readonly onEngineEvent?: () => void,
+    extraExecArgv: string[] = [],
   ) {
     this.child = fork(path.resolve(__dirname, '..', entry), [], {
-      execArgv: tsxExecArgv(),
+      execArgv: [...extraExecArgv, ...tsxExecArgv()],
       serialization: 'advanced',
       env: { ...process.env, ...env },
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],

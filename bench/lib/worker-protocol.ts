@@ -24,8 +24,8 @@ export interface GenerationSample {
   runs?: number;
   /** Time of the first run (the prefill). */
   prefillRunMs?: number;
-  /** [tokens in the KV, VmRSS bytes] every `memoryEvery` steps (raw loop, KV-truth reference). */
-  memory?: Array<[number, number]>;
+  /** [tokens in the KV, VmRSS bytes, ArrayBuffer bytes] every `memoryEvery` steps (KV-truth reference). */
+  memory?: Array<[number, number, number]>;
 }
 
 /** Contender → orchestrator. */

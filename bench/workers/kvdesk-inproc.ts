@@ -4,6 +4,7 @@
  * without the host, the scheduler or IPC. Comparing it with the raw loop and
  * with RunnerService splits kvdesk's overhead into engine loop vs host + IPC.
  */
+import { readFileSync } from 'node:fs';
 import { LoadedDecoder } from '../../src/main/engine/decoder';
 import { loadModelSpec } from '../../src/main/packages';
 import { installRunTimer, takeRunTotals } from '../lib/run-timer';
@@ -15,10 +16,21 @@ function send(event: WorkerEvent): void {
   process.send?.(event);
 }
 
-async function generate(promptIds: number[], maxNew: number, eos: number[]): Promise<GenerationSample> {
+function rss(): number {
+  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync('/proc/self/status', 'utf8'));
+  return m ? Number(m[1]) * 1024 : Number.NaN;
+}
+
+async function generate(
+  promptIds: number[],
+  maxNew: number,
+  eos: number[],
+  memoryEvery = 0,
+): Promise<GenerationSample> {
   if (!decoder) throw new Error('no model loaded');
   const ids: number[] = [];
   const stamps: number[] = [];
+  const memory: Array<[number, number, number]> = [];
   const started = performance.now();
   await decoder.generate(
     {
@@ -34,6 +46,11 @@ async function generate(promptIds: number[], maxNew: number, eos: number[]): Pro
         if (id >= 0) {
           ids.push(id);
           stamps.push(performance.now());
+          if (memoryEvery > 0 && ids.length % memoryEvery === 0) {
+            (globalThis as { gc?: () => void }).gc?.();
+            (globalThis as { gc?: () => void }).gc?.();
+            memory.push([promptIds.length + ids.length, rss(), process.memoryUsage().arrayBuffers]);
+          }
         }
       },
       stopRequested: () => null,
@@ -48,6 +65,7 @@ async function generate(promptIds: number[], maxNew: number, eos: number[]): Pro
     ttftMs: first - started,
     decodeTokensPerSecond: n > 1 ? ((n - 1) * 1000) / (last - first) : 0,
     totalMs: last - started,
+    ...(memoryEvery > 0 ? { memory } : {}),
   };
 }
 
@@ -69,7 +87,10 @@ async function handle(cmd: WorkerCommand): Promise<void> {
       takeRunTotals();
       send({
         type: 'result',
-        sample: { ...(await generate(cmd.promptIds, cmd.maxNewTokens, cmd.eosTokenIds)), ...takeRunTotals() },
+        sample: {
+          ...(await generate(cmd.promptIds, cmd.maxNewTokens, cmd.eosTokenIds, cmd.memoryEvery)),
+          ...takeRunTotals(),
+        },
       });
       return;
     case 'exit':

@@ -114,7 +114,7 @@ async function generate(
   let lastAt = firstAt;
   ids.push(next);
   let length = P;
-  const memory: Array<[number, number]> = [];
+  const memory: Array<[number, number, number]> = [];
   const idBuf = new BigInt64Array(1);
   const posBuf = new BigInt64Array(1);
   while (ids.length < maxNew && !eos.includes(next)) {
@@ -136,7 +136,12 @@ async function generate(
     next = argmaxLast(out[p.logits] as Tensor);
     lastAt = performance.now();
     ids.push(next);
-    if (memoryEvery > 0 && ids.length % memoryEvery === 0) memory.push([length, rss()]);
+    if (memoryEvery > 0 && ids.length % memoryEvery === 0) {
+      // With --expose-gc (KV truth) the sample is taken after a full collection: live memory only.
+      (globalThis as { gc?: () => void }).gc?.();
+      (globalThis as { gc?: () => void }).gc?.();
+      memory.push([length, rss(), process.memoryUsage().arrayBuffers]);
+    }
     if (notifyEvery > 0 && ids.length % notifyEvery === 0)
       send({ type: 'engine', event: { ids: ids.slice(-notifyEvery) } });
   }
