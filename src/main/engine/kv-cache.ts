@@ -44,22 +44,7 @@ export function tensorsBytes(tensors: Iterable<ort.Tensor>): number {
 
 /** Keeps the first `keep` positions of a KV tensor along its sequence axis. */
 export function truncateSeq(spec: KvTensorSpec, tensor: ort.Tensor, keep: number): ort.Tensor {
-  const dims = tensor.dims;
-  const seq = dims[spec.seqAxis] as number;
-  if (keep >= seq) return tensor;
-  let outer = 1;
-  for (let i = 0; i < spec.seqAxis; i++) outer *= dims[i] as number;
-  let inner = 1;
-  for (let i = spec.seqAxis + 1; i < dims.length; i++) inner *= dims[i] as number;
-  const src = tensor.data as TypedArray;
-  const dst = allocate(spec.dtype, outer * keep * inner);
-  for (let o = 0; o < outer; o++) {
-    const from = o * seq * inner;
-    dst.set(src.subarray(from, from + keep * inner), o * keep * inner);
-  }
-  const shape = dims.slice();
-  shape[spec.seqAxis] = keep;
-  return new ort.Tensor(tensor.type as 'float32' | 'float16', dst, shape);
+  return keep >= (tensor.dims[spec.seqAxis] as number) ? tensor : sliceSeq(spec, tensor, 0, keep);
 }
 
 /**

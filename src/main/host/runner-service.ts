@@ -20,6 +20,7 @@ import { type ErrorInfo, KvdeskError, toErrorInfo } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
 import type { AdmissionGrant, BudgetSnapshot, SchedulerEvent } from '../../shared/scheduler-types';
 import { detectBackendsInChildProcess, usableProviders } from '../backends';
+import { commonPrefix } from '../engine/feeds';
 import type { SamplingParams } from '../engine/protocol';
 import { loadModelSpec } from '../packages';
 import { providerShortName } from '../packages/execution-providers';
@@ -88,13 +89,6 @@ interface SessionMirror {
   modelId: string;
   /** Tokens the engine holds for this session (exactly what its KV encodes). */
   tokens: number[];
-}
-
-function commonPrefix(a: number[], b: number[]): number {
-  const n = Math.min(a.length, b.length);
-  let i = 0;
-  while (i < n && a[i] === b[i]) i++;
-  return i;
 }
 
 /** Resolves sampling settings: request, then package defaults, then kvdesk defaults. */
