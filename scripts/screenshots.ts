@@ -1,6 +1,6 @@
 /**
  * Screenshots of the running app for the README: docs/chat.png, docs/models.png,
- * docs/inspector.png. Starts a real `kvdesk serve` (real engine and scheduler)
+ * docs/inspector.png, docs/devices.png. Starts a real `kvdesk serve` (real engine and scheduler)
  * with a small KV budget so the budget bar has something to show, drives
  * Debian Chromium through the same steps a person would, and captures the window.
  *
@@ -9,9 +9,10 @@
  * Needs Chromium at /usr/bin/chromium (or KVDESK_CHROMIUM) and a renderer build
  * (it runs the renderer build first unless KVDESK_E2E_SKIP_BUILD=1).
  */
-import { existsSync, mkdirSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
-import { chromium, type Page } from 'playwright-core';
+import { type Browser, chromium, type Page } from 'playwright-core';
 import { CHROMIUM, CHROMIUM_ARGS } from '../test/e2e/chromium';
 import globalSetup from '../test/e2e/global-setup';
 import { ROOT, startServe } from '../test/e2e/serve';
@@ -143,8 +144,45 @@ async function main(): Promise<void> {
     await page.screenshot({ path: path.join(DOCS, 'models.png'), animations: 'disabled' });
     console.log('wrote docs/models.png');
   } finally {
-    await browser.close();
     await server.stop();
+  }
+  try {
+    await devicesShot(browser);
+  } finally {
+    await browser.close();
+  }
+}
+
+/**
+ * docs/devices.png: the inspector with two device budgets. This machine has no GPU, so
+ * test/e2e/serve-devices.ts budgets the `gpu-twin` copy of the default model on webgpu:0
+ * (given 4 GiB with --device-memory) while the engine runs it on the CPU.
+ */
+async function devicesShot(browser: Browser): Promise<void> {
+  const tmp = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-shot-'));
+  const twin = path.join(tmp, 'gpu-twin');
+  cpSync(path.join(ROOT, 'resources/models/default'), twin, { recursive: true });
+  const server = await startServe(
+    ['--kv-budget', BUDGET, '--model', twin, '--device-memory', 'webgpu:0=4GiB'],
+    90_000,
+    'test/e2e/serve-devices.ts',
+  );
+  try {
+    const page = await browser.newPage({ viewport: { width: 1440, height: 900 }, deviceScaleFactor: 1 });
+    await page.goto(server.url);
+    await page.getByTestId('thread-list').and(page.locator('[data-loaded="true"]')).waitFor();
+    for (const model of ['default', 'gpu-twin', 'gpu-twin']) {
+      await newChat(page, model);
+      await page.getByTestId('model-picker').selectOption(model);
+      await settings(page, { maxNewTokens: 1800, greedy: true });
+      await say(page, 'Tell me a long story', false);
+    }
+    await page.waitForTimeout(900);
+    await page.screenshot({ path: path.join(DOCS, 'devices.png'), animations: 'disabled' });
+    console.log('wrote docs/devices.png');
+  } finally {
+    await server.stop();
+    rmSync(tmp, { recursive: true, force: true });
   }
 }
 

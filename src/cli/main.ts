@@ -16,18 +16,19 @@ import {
   usableProviders,
   variantFits,
 } from '../main/backends';
-import { defaultHostSettings, RunnerService } from '../main/host/runner-service';
+import { defaultHostSettings, type HostSettings, RunnerService } from '../main/host/runner-service';
 import { loadModelSpec } from '../main/packages';
 import { parseByteSize } from '../main/scheduler';
 import type { GenerateRequest } from '../shared/contract';
 import { type ErrorInfo, KvdeskError, toErrorInfo } from '../shared/errors';
 import { formatBytes } from '../shared/format';
 import type { ModelSpec } from '../shared/model-spec';
+import { applyDeviceFlags } from './device-flags';
 
 const USAGE = `kvdesk — run local ONNX language models with an explicit KV-cache budget
 
 Usage:
-  kvdesk inspect <package> [--json] [--backend cuda|cpu|…] [--variant NAME]
+  kvdesk inspect <package> [--json] [--backend cuda|cpu|…] [--variant NAME] [--device-memory webgpu:0=8GiB]…
   kvdesk generate <package> (--prompt TEXT | --prompt-ids 1,2,3) [options]
   kvdesk serve [--port N] [--host 127.0.0.1] [--token T] [--model PATH]... (see kvdesk serve --help)
 
@@ -163,7 +164,12 @@ function inspectText(spec: ModelSpec): string {
 }
 
 async function inspect(args: string[], io: Io): Promise<number> {
-  const options = { json: { type: 'boolean' }, backend: { type: 'string' }, variant: { type: 'string' } } as const;
+  const options = {
+    json: { type: 'boolean' },
+    backend: { type: 'string' },
+    variant: { type: 'string' },
+    'device-memory': { type: 'string', multiple: true },
+  } as const;
   const json = args.includes('--json');
   try {
     const { values, positionals } = parseArgs({ args, options, allowPositionals: true });
@@ -177,9 +183,12 @@ async function inspect(args: string[], io: Io): Promise<number> {
     });
     const needsNvidia = (spec.variants ?? []).some((v) => /^(cuda|tensorrt):/.test(deviceKey(v.ep)));
     const cpu = defaultHostSettings();
+    const given: Partial<HostSettings> = {};
+    applyDeviceFlags(given, undefined, values['device-memory']);
     const budgets = deviceBudgetFns({
       cpu: { totalMemoryBytes: os.totalmem(), fraction: cpu.memoryFraction, overheadBytes: cpu.overheadBytes },
       ...(needsNvidia ? { nvidia: await readNvidiaGpuMemory() } : {}),
+      ...(given.deviceMemoryBytes ? { configured: given.deviceMemoryBytes } : {}),
     });
     const fits = variantFits(spec, report, budgets);
     if (json) io.out(`${JSON.stringify({ ...inspectJson(spec), backendReport: report ?? null, fits })}\n`);

@@ -12,6 +12,7 @@ import { type HostSettings, RunnerService } from '../main/host/runner-service';
 import { parseByteSize } from '../main/scheduler';
 import { assertBindable, type RunningServer, startServer } from '../main/server';
 import { KvdeskError, toErrorInfo } from '../shared/errors';
+import { applyDeviceFlags } from './device-flags';
 
 /** Usage lines of `serve` (main.ts shows them in its help). */
 export const SERVE_USAGE = `  kvdesk serve [--port N] [--host 127.0.0.1] [--token T] [--model PATH]... [options]
@@ -21,7 +22,9 @@ serve options:
   --host ADDR              address to bind (default 127.0.0.1; any other address needs --token)
   --token T                require "Authorization: Bearer T" (or /?token=T in a browser); also $KVDESK_TOKEN
   --model PATH             load a model package at start (repeatable; the default model loads too)
-  --kv-budget SIZE         KV budget, e.g. 512MiB, 2GiB (default: derived from RAM)
+  --kv-budget [DEV=]SIZE   KV budget, e.g. 2GiB for the CPU (default: derived from RAM), cuda:0=6GiB for a GPU
+                           (default: derived from its memory); repeatable
+  --device-memory DEV=SIZE memory of a GPU kvdesk cannot query, e.g. webgpu:0=8GiB (NVIDIA GPUs are read with nvidia-smi)
   --max-running N          requests that run at once (default 4)
   --max-queue N            requests that may wait (default 256; beyond it the API answers 429)
   --data-dir DIR           threads, settings and uploaded models (default $KVDESK_DATA_DIR or ~/.kvdesk)
@@ -39,6 +42,8 @@ const REPO_ROOT = path.resolve(__dirname, '../..');
 /** Options for tests and embedders: a promise that stops the server instead of a signal. */
 export interface ServeControl {
   until?: Promise<void>;
+  /** Host settings applied over the flags' (tests: budgetDeviceOf). */
+  settings?: Partial<HostSettings>;
 }
 
 function positiveInt(name: string, value: string | undefined, min = 1): number | undefined {
@@ -76,7 +81,8 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     host: { type: 'string' },
     token: { type: 'string' },
     model: { type: 'string', multiple: true },
-    'kv-budget': { type: 'string' },
+    'kv-budget': { type: 'string', multiple: true },
+    'device-memory': { type: 'string', multiple: true },
     'max-running': { type: 'string' },
     'max-queue': { type: 'string' },
     'data-dir': { type: 'string' },
@@ -103,7 +109,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     const port = positiveInt('port', values.port, 0) ?? 8080;
     if (port > 65535) throw new KvdeskError('BAD_REQUEST', `--port must be at most 65535, got ${port}`);
     const settings: Partial<HostSettings> = {};
-    if (values['kv-budget'] !== undefined) settings.kvBudgetBytes = parseByteSize(values['kv-budget']);
+    applyDeviceFlags(settings, values['kv-budget'], values['device-memory']);
     const maxRunning = positiveInt('max-running', values['max-running']);
     if (maxRunning !== undefined) settings.maxRunning = maxRunning;
     const maxQueue = positiveInt('max-queue', values['max-queue']);
@@ -118,7 +124,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     const maxUpload = values['max-upload'] !== undefined ? parseByteSize(values['max-upload']) : undefined;
     assertBindable(host, token);
 
-    runner = new RunnerService(settings);
+    runner = new RunnerService({ ...settings, ...control.settings });
     hostApi = await createHostApi({
       runner,
       dataDir,

@@ -8,7 +8,7 @@ import { z } from 'zod';
 import { type GenerateRequest, SamplingSettings, type StreamFrame } from './contract';
 import type { Result } from './errors';
 import type { ModelSpec } from './model-spec';
-import type { SchedulerEvent, SchedulerSnapshot } from './scheduler-types';
+import type { BudgetSnapshot, SchedulerEvent } from './scheduler-types';
 
 /** A model the host has loaded, as front ends see it. */
 export interface ModelInfo {
@@ -80,6 +80,8 @@ export type UiSettings = z.infer<typeof UiSettings>;
 
 /** Budget controls the inspector can change live. */
 export const BudgetPatch = z.object({
+  /** Whose KV budget `kvBudgetBytes` sets: `cpu` (default), `cuda:0`, … */
+  device: z.string().min(1).max(64).optional(),
   kvBudgetBytes: z.number().int().min(0).nullable().optional(),
   maxRunning: z.number().int().min(1).max(256).optional(),
   maxQueue: z.number().int().min(1).max(100_000).optional(),
@@ -113,8 +115,8 @@ export interface CallResponses {
   checkPackage: PackageCheck;
   loadModel: ModelInfo;
   unloadModel: null;
-  getSnapshot: SchedulerSnapshot;
-  configureBudget: SchedulerSnapshot;
+  getSnapshot: BudgetSnapshot;
+  configureBudget: BudgetSnapshot;
   cancel: { cancelled: boolean };
   closeSession: null;
   listThreads: Thread[];
@@ -130,7 +132,7 @@ export type CallRequest<N extends CallName> = z.infer<(typeof CallSchemas)[N]>;
 /** Events the host broadcasts to every front end. */
 export interface HostEvents {
   /** Budget snapshot, throttled to ≤ 10 Hz, latest wins. */
-  budget: SchedulerSnapshot;
+  budget: BudgetSnapshot;
   /** Discrete scheduler events for the timeline. */
   scheduler: SchedulerEvent;
   /** The set of loaded models changed. */

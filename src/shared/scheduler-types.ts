@@ -255,8 +255,22 @@ export interface SchedulerSnapshot {
   violations: SchedulerViolation[];
 }
 
-/** The snapshot under the name the host and the budget panel use for it. */
-export type BudgetSnapshot = SchedulerSnapshot;
+/** One device's budget: its scheduler's snapshot, the device it is for, and the models placed there. */
+export interface DeviceBudgetSnapshot extends SchedulerSnapshot {
+  /** `cpu`, `cuda:0`, `webgpu:0`, … */
+  device: string;
+  /** Loaded models whose KV lives on this device. */
+  models: string[];
+}
+
+/**
+ * What the host publishes (budget panel, /v1/kvdesk/budget): the CPU's budget
+ * at the top level, and every device's budget in `devices`, the CPU's first.
+ * A GPU appears while a model is placed on it.
+ */
+export interface BudgetSnapshot extends DeviceBudgetSnapshot {
+  devices: DeviceBudgetSnapshot[];
+}
 
 /** Why a session's KV was dropped. */
 export type EvictionReason = 'admission' | 'reconfigure' | 'manual' | 'closed' | 'model-failed';

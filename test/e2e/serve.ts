@@ -18,11 +18,17 @@ export interface ServeHandle {
 }
 
 /** Starts the server in its own process group (the CLI wrapper runs the server as a child) and waits for /health. */
-export async function startServe(extraArgs: string[] = [], timeoutMs = 90_000): Promise<ServeHandle> {
+export async function startServe(
+  extraArgs: string[] = [],
+  timeoutMs = 90_000,
+  /** Another TypeScript entry that runs `serve` (test/e2e/serve-devices.ts); default the real CLI. */
+  entry?: string,
+): Promise<ServeHandle> {
   const dataDir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-e2e-'));
+  const command = entry ? [path.join(ROOT, 'bin/run-ts.cjs'), entry] : [path.join(ROOT, 'bin/kvdesk.cjs')];
   const child: ChildProcess = spawn(
     process.execPath,
-    [path.join(ROOT, 'bin/kvdesk.cjs'), 'serve', '--port', '0', '--data-dir', dataDir, ...extraArgs],
+    [...command, 'serve', '--port', '0', '--data-dir', dataDir, ...extraArgs],
     { cwd: ROOT, detached: true, stdio: ['ignore', 'pipe', 'pipe'] },
   );
   let output = '';

@@ -204,12 +204,4 @@ export function deriveDeviceBudget(inputs: DeviceBudgetInputs): {
   return { device, limitBytes, derivation: { source: 'derived', ...base, limitBytes, formula, notes } };
 }
 
-/**
- * The device a provider places a model on, as budgets are keyed: `cpu` for the
- * CPU provider, `<backend>:<device id>` otherwise (`cuda:0`). Models on the
- * same key share one budget.
- */
-export function deviceKey(backend: string, deviceId = 0): string {
-  const name = backend.toLowerCase().replace(/executionprovider$/, '');
-  return name === 'cpu' ? 'cpu' : `${name}:${deviceId}`;
-}
+export { deviceKey } from '../../shared/devices';

@@ -14,6 +14,8 @@ import { deriveDeviceBudget, deviceKey, type NvidiaMemoryResult } from './device
 /** A device's budget for a model whose weights are `weightsBytes`, or why it cannot be known. */
 export type DeviceBudgetFn = (
   weightsBytes: number,
+  /** A person's explicit limit for the device: it wins, and the derivation is kept beside it. */
+  overrideBytes?: number,
 ) => { limitBytes: number; derivation: BudgetDerivation } | { unknown: string };
 
 /** One variant (or the one graph of a layout 1–3 package) on its backend's device. */
@@ -169,35 +171,44 @@ export const DEFAULT_GPU_OVERHEAD_BYTES = 1024 * 1024 * 1024;
 /** Budget functions per device key, from the sources the caller could read. */
 export function deviceBudgetFns(sources: BudgetSources): Record<string, DeviceBudgetFn> {
   const fns: Record<string, DeviceBudgetFn> = {
-    cpu: (weightsBytes) => deriveCpuBudget({ ...sources.cpu, weightsBytes }),
+    cpu: (weightsBytes, overrideBytes) =>
+      deriveCpuBudget({ ...sources.cpu, weightsBytes, ...(overrideBytes === undefined ? {} : { overrideBytes }) }),
   };
   const fraction = sources.gpuFraction ?? DEFAULT_GPU_FRACTION;
   const overheadBytes = sources.gpuOverheadBytes ?? DEFAULT_GPU_OVERHEAD_BYTES;
   const nvidia = sources.nvidia;
   // CUDA device ids and nvidia-smi indices agree by default (both PCI bus order).
-  for (const backend of ['cuda', 'tensorrt']) {
-    for (let id = 0; id < Math.max(1, nvidia?.ok ? nvidia.gpus.length : 1); id += 1) {
-      const device = deviceKey(backend, id);
-      fns[device] = (weightsBytes) => {
-        if (nvidia === undefined) return { unknown: `${device}: nvidia-smi was not asked` };
-        if (!nvidia.ok) return { unknown: `${device}: ${nvidia.reason}` };
-        const gpu = nvidia.gpus[id];
-        if (gpu?.totalBytes === undefined) return { unknown: `${device}: ${gpu?.problem ?? 'no such GPU'}` };
-        return deriveDeviceBudget({
-          device,
-          totalBytes: gpu.totalBytes,
-          ...(gpu.usedBytes === undefined ? {} : { usedBytes: gpu.usedBytes }),
-          fraction,
-          weightsBytes,
-          overheadBytes,
-          totalSource: 'nvidia-smi',
-        });
-      };
-    }
+  for (let id = 0; id < Math.max(1, nvidia?.ok ? nvidia.gpus.length : 1); id += 1) {
+    // TensorRT and CUDA variants both key to the NVIDIA GPU's `cuda:<id>`.
+    const device = deviceKey('cuda', id);
+    fns[device] = (weightsBytes, overrideBytes) => {
+      if (nvidia === undefined) return { unknown: `${device}: nvidia-smi was not asked` };
+      if (!nvidia.ok) return { unknown: `${device}: ${nvidia.reason}` };
+      const gpu = nvidia.gpus[id];
+      if (gpu?.totalBytes === undefined) return { unknown: `${device}: ${gpu?.problem ?? 'no such GPU'}` };
+      return deriveDeviceBudget({
+        device,
+        totalBytes: gpu.totalBytes,
+        ...(gpu.usedBytes === undefined ? {} : { usedBytes: gpu.usedBytes }),
+        fraction,
+        weightsBytes,
+        overheadBytes,
+        totalSource: 'nvidia-smi',
+        ...(overrideBytes === undefined ? {} : { overrideBytes }),
+      });
+    };
   }
   for (const [device, totalBytes] of Object.entries(sources.configured ?? {})) {
-    fns[device] = (weightsBytes) =>
-      deriveDeviceBudget({ device, totalBytes, fraction, weightsBytes, overheadBytes, totalSource: 'configured' });
+    fns[device] = (weightsBytes, overrideBytes) =>
+      deriveDeviceBudget({
+        device,
+        totalBytes,
+        fraction,
+        weightsBytes,
+        overheadBytes,
+        totalSource: 'configured',
+        ...(overrideBytes === undefined ? {} : { overrideBytes }),
+      });
   }
   return fns;
 }

@@ -8,6 +8,7 @@ import { existsSync } from 'node:fs';
 import { lstat, mkdir, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import {
+  type BudgetPatch,
   type CallName,
   type CallResponses,
   CallSchemas,
@@ -187,7 +188,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       return null;
     },
     getSnapshot: async () => runner.snapshot(),
-    configureBudget: async (req: { kvBudgetBytes?: number | null; maxRunning?: number; maxQueue?: number }) => {
+    configureBudget: async (req: BudgetPatch) => {
       runner.configure(req);
       budgetChanged();
       return runner.snapshot();

@@ -18,22 +18,46 @@ import {
 } from '../../shared/contract';
 import { type ErrorInfo, KvdeskError, toErrorInfo } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
-import type { AdmissionGrant, BudgetSnapshot, SchedulerEvent } from '../../shared/scheduler-types';
+import type {
+  AdmissionGrant,
+  BudgetSnapshot,
+  DeviceBudgetSnapshot,
+  SchedulerEvent,
+} from '../../shared/scheduler-types';
 import { detectBackendsInChildProcess, usableProviders } from '../backends';
+import { deviceKey, type NvidiaMemoryResult, readNvidiaGpuMemory } from '../backends/device-memory';
+import { DEFAULT_GPU_FRACTION, DEFAULT_GPU_OVERHEAD_BYTES } from '../backends/variant-fit';
 import { commonPrefix } from '../engine/feeds';
 import type { SamplingParams } from '../engine/protocol';
 import { loadModelSpec } from '../packages';
 import { providerShortName } from '../packages/execution-providers';
-import { createScheduler, deriveCpuBudget, type Scheduler } from '../scheduler';
+import { createScheduler, type Scheduler } from '../scheduler';
 import { applyChat, createStopMatcher, createStreamDecoder, loadTokenizer, type TextTokenizer } from '../tokenizer';
+import { deriveHostDeviceBudget } from './device-budgets';
 import { EngineClient } from './engine-client';
 
 const CPU = 'CPUExecutionProvider';
 
 /** Budget and engine settings of a host. */
 export interface HostSettings {
-  /** Explicit KV budget in bytes; overrides the derivation. */
+  /** Explicit KV budget of the CPU in bytes; overrides the derivation. */
   kvBudgetBytes?: number;
+  /** Explicit KV budgets of other devices (`cuda:0` → bytes). */
+  deviceKvBudgetBytes?: Record<string, number>;
+  /** Memory of GPUs kvdesk cannot query (`webgpu:0`, `dml:0` → bytes). */
+  deviceMemoryBytes?: Record<string, number>;
+  /** Share of a GPU's memory kvdesk may use. */
+  gpuMemoryFraction: number;
+  /** Allowance on a GPU for the runtime's workspace and activations. */
+  gpuOverheadBytes: number;
+  /** Reads NVIDIA GPU memory (default: nvidia-smi); injected by tests. */
+  readNvidiaMemory?: () => Promise<NvidiaMemoryResult>;
+  /**
+   * Tests only: the device a model's KV is budgeted on, instead of the one its
+   * execution provider places it on. The engine still runs the model where its
+   * provider says; this lets a CPU-only machine exercise several device budgets.
+   */
+  budgetDeviceOf?: (spec: ModelSpec) => string;
   /** Share of system memory the derivation starts from. */
   memoryFraction: number;
   /** Bytes kept back for the runtime, activations and the UI. */
@@ -59,6 +83,8 @@ export function defaultHostSettings(): HostSettings {
     maxRunning: 4,
     maxQueue: 256,
     intraOpNumThreads: Math.max(1, os.availableParallelism()),
+    gpuMemoryFraction: DEFAULT_GPU_FRACTION,
+    gpuOverheadBytes: DEFAULT_GPU_OVERHEAD_BYTES,
   };
 }
 
@@ -68,6 +94,17 @@ export interface LoadedModel {
   spec: ModelSpec;
   tokenizer: TextTokenizer;
   loadMs: number;
+  /** The device whose budget its KV draws from (`cpu`, `cuda:0`, …). */
+  device: string;
+}
+
+/** One device's budget: its own scheduler, so models on different devices never compete for bytes. */
+interface DeviceState {
+  key: string;
+  scheduler: Scheduler;
+  /** nvidia-smi's reading, taken before any of kvdesk's weights were placed on the GPU. */
+  nvidia?: NvidiaMemoryResult;
+  unsubscribe: () => void;
 }
 
 /** Public view of a loaded model. */
@@ -84,6 +121,8 @@ export interface GenerationHandle {
   result: Promise<GenerationResult>;
   cancel(reason?: 'user' | 'disconnect' | 'timeout' | 'shutdown'): void;
 }
+
+const CPU_DEVICE = 'cpu';
 
 interface SessionMirror {
   modelId: string;
@@ -110,8 +149,10 @@ function resolveSampling(req: GenerateRequest, spec: ModelSpec): SamplingParams 
 
 /** The host's API. */
 export class RunnerService {
-  readonly scheduler: Scheduler;
   readonly engine: EngineClient;
+  /** One budget per device, the CPU's first; a GPU's exists while a model is placed there. */
+  private readonly devices = new Map<string, DeviceState>();
+  private readonly eventListeners = new Set<(e: SchedulerEvent) => void>();
   private readonly models = new Map<string, LoadedModel>();
   private readonly sessions = new Map<string, SessionMirror>();
   private readonly cancels = new Map<string, (reason: 'user' | 'disconnect' | 'timeout' | 'shutdown') => void>();
@@ -122,8 +163,27 @@ export class RunnerService {
   constructor(settings: Partial<HostSettings> = {}) {
     this.settings = { ...defaultHostSettings(), ...settings };
     this.now = this.settings.now ?? (() => performance.now());
-    const budget = this.computeBudget();
-    this.scheduler = createScheduler({
+    this.addDevice(CPU_DEVICE);
+    this.engine = new EngineClient(
+      { intraOpNumThreads: this.settings.intraOpNumThreads, executionProviders: ['cpu'] },
+      {
+        verifyGrant: (token) => [...this.devices.values()].some((d) => d.scheduler.isGrantLive(token)),
+        onCrash: (reason) => this.onEngineCrash(reason),
+        ...(this.settings.engineEntry ? { entry: this.settings.engineEntry } : {}),
+        ...(this.settings.engineEnv ? { env: this.settings.engineEnv } : {}),
+      },
+    );
+  }
+
+  /** The CPU's scheduler (the budget every CPU model draws from). */
+  get scheduler(): Scheduler {
+    return (this.devices.get(CPU_DEVICE) as DeviceState).scheduler;
+  }
+
+  private addDevice(key: string, nvidia?: NvidiaMemoryResult): DeviceState {
+    const state = { key, ...(nvidia === undefined ? {} : { nvidia }) } as DeviceState;
+    const budget = this.computeBudget(state);
+    state.scheduler = createScheduler({
       limitBytes: budget.limitBytes,
       derivation: budget.derivation,
       maxRunning: this.settings.maxRunning,
@@ -134,63 +194,116 @@ export class RunnerService {
         this.engine.dropSession(sessionId);
       },
     });
-    this.engine = new EngineClient(
-      { intraOpNumThreads: this.settings.intraOpNumThreads, executionProviders: ['cpu'] },
-      {
-        verifyGrant: (token) => this.scheduler.isGrantLive(token),
-        onCrash: (reason) => this.onEngineCrash(reason),
-        ...(this.settings.engineEntry ? { entry: this.settings.engineEntry } : {}),
-        ...(this.settings.engineEnv ? { env: this.settings.engineEnv } : {}),
-      },
-    );
+    state.unsubscribe = state.scheduler.subscribe((e) => {
+      for (const fn of this.eventListeners) fn(e);
+    });
+    this.devices.set(key, state);
+    return state;
   }
 
-  private computeBudget() {
+  /** The device a model's KV lives on: where its execution provider places it. */
+  private deviceOf(spec: ModelSpec): string {
+    return this.settings.budgetDeviceOf?.(spec) ?? deviceKey(spec.executionProvider ?? CPU);
+  }
+
+  /** Creates a device's budget before a model goes there; NVIDIA memory is read now, before the weights land. */
+  private async ensureDevice(key: string): Promise<void> {
+    if (this.devices.has(key)) return;
+    const nvidia = key.startsWith('cuda:')
+      ? await (this.settings.readNvidiaMemory ?? readNvidiaGpuMemory)()
+      : undefined;
+    if (!this.devices.has(key)) this.addDevice(key, nvidia);
+  }
+
+  /** A GPU's budget goes away with its last model (and its last session), so a later load reads its memory afresh. */
+  private dropDeviceIfUnused(key: string): void {
+    const d = this.devices.get(key);
+    if (!d || key === CPU_DEVICE) return;
+    if ([...this.models.values()].some((m) => m.device === key)) return;
+    const snap = d.scheduler.snapshot();
+    if (snap.queue.length + snap.running.length + snap.sessions.length > 0) return;
+    d.unsubscribe();
+    this.devices.delete(key);
+  }
+
+  private computeBudget(device: { key: string; nvidia?: NvidiaMemoryResult }) {
     let weights = 0;
-    for (const m of this.models.values()) weights += m.spec.weightsBytes;
-    return deriveCpuBudget({
-      totalMemoryBytes: this.settings.totalMemoryBytes ?? os.totalmem(),
-      fraction: this.settings.memoryFraction,
+    for (const m of this.models.values()) if (m.device === device.key) weights += m.spec.weightsBytes;
+    const s = this.settings;
+    const override = device.key === CPU_DEVICE ? s.kvBudgetBytes : s.deviceKvBudgetBytes?.[device.key];
+    return deriveHostDeviceBudget({
+      device: device.key,
       weightsBytes: weights,
-      overheadBytes: this.settings.overheadBytes,
-      ...(this.settings.kvBudgetBytes !== undefined ? { overrideBytes: this.settings.kvBudgetBytes } : {}),
+      cpu: {
+        totalMemoryBytes: s.totalMemoryBytes ?? os.totalmem(),
+        fraction: s.memoryFraction,
+        overheadBytes: s.overheadBytes,
+      },
+      ...(device.nvidia === undefined ? {} : { nvidia: device.nvidia }),
+      ...(s.deviceMemoryBytes === undefined ? {} : { deviceMemoryBytes: s.deviceMemoryBytes }),
+      ...(override === undefined ? {} : { overrideBytes: override }),
+      gpuFraction: s.gpuMemoryFraction,
+      gpuOverheadBytes: s.gpuOverheadBytes,
     });
   }
 
-  private refreshBudget(): void {
-    const budget = this.computeBudget();
-    const outcome = this.scheduler.reconfigure({ limitBytes: budget.limitBytes, derivation: budget.derivation });
-    if (!outcome.ok) throw new KvdeskError(outcome.error.code, outcome.error.message, outcome.error.detail);
-    this.failRejected(outcome.value.rejectedRequestIds);
+  private refreshBudget(limits: { maxRunning?: number; maxQueue?: number } = {}): void {
+    for (const d of this.devices.values()) {
+      const budget = this.computeBudget(d);
+      const outcome = d.scheduler.reconfigure({
+        limitBytes: budget.limitBytes,
+        derivation: budget.derivation,
+        ...limits,
+      });
+      if (!outcome.ok) throw new KvdeskError(outcome.error.code, outcome.error.message, outcome.error.detail);
+      this.failRejected(d.scheduler, outcome.value.rejectedRequestIds);
+    }
   }
 
-  /** Changes the budget settings live (UI controls, API). */
+  /**
+   * Changes the budget settings live (UI controls, API). `kvBudgetBytes` is the
+   * budget of `device` (default the CPU); the running and queue limits apply to every device.
+   */
   configure(patch: {
+    device?: string;
     kvBudgetBytes?: number | null;
     maxRunning?: number;
     maxQueue?: number;
     memoryFraction?: number;
   }): void {
-    if (patch.kvBudgetBytes === null) delete this.settings.kvBudgetBytes;
-    else if (patch.kvBudgetBytes !== undefined) this.settings.kvBudgetBytes = patch.kvBudgetBytes;
+    const device = patch.device ?? CPU_DEVICE;
+    if (!this.devices.has(device)) {
+      const known = [...this.devices.keys()].join(', ');
+      throw new KvdeskError(
+        'BAD_REQUEST',
+        `no model is placed on device "${device}" (devices with a budget: ${known})`,
+        {
+          field: 'device',
+          value: device,
+        },
+      );
+    }
+    if (patch.kvBudgetBytes !== undefined) {
+      if (device === CPU_DEVICE) {
+        if (patch.kvBudgetBytes === null) delete this.settings.kvBudgetBytes;
+        else this.settings.kvBudgetBytes = patch.kvBudgetBytes;
+      } else {
+        const budgets = { ...this.settings.deviceKvBudgetBytes };
+        if (patch.kvBudgetBytes === null) delete budgets[device];
+        else budgets[device] = patch.kvBudgetBytes;
+        this.settings.deviceKvBudgetBytes = budgets;
+      }
+    }
     if (patch.memoryFraction !== undefined) this.settings.memoryFraction = patch.memoryFraction;
     if (patch.maxRunning !== undefined) this.settings.maxRunning = patch.maxRunning;
     if (patch.maxQueue !== undefined) this.settings.maxQueue = patch.maxQueue;
-    const budget = this.computeBudget();
-    const outcome = this.scheduler.reconfigure({
-      limitBytes: budget.limitBytes,
-      derivation: budget.derivation,
-      maxRunning: this.settings.maxRunning,
-      maxQueue: this.settings.maxQueue,
-    });
-    if (!outcome.ok) throw new KvdeskError(outcome.error.code, outcome.error.message, outcome.error.detail);
-    this.failRejected(outcome.value.rejectedRequestIds);
+    this.refreshBudget({ maxRunning: this.settings.maxRunning, maxQueue: this.settings.maxQueue });
   }
 
   /** Queued requests a lowered limit can never fit were refused by the scheduler: their callers must hear it. */
-  private failRejected(ids: string[]): void {
+  private failRejected(scheduler: Scheduler, ids: string[]): void {
     if (ids.length === 0) return;
-    const recent = this.scheduler.snapshot().recent;
+    const recent = scheduler.snapshot().recent;
     for (const id of ids) {
       const error = recent.find((r) => r.id === id)?.error ?? {
         code: 'KV_BUDGET_EXCEEDED' as const,
@@ -232,45 +345,72 @@ export class RunnerService {
     const id = options.id ?? spec.id;
     const tokenizer = await loadTokenizer(spec.tokenizer, { vocabSize: spec.vocabSize });
     const ep = spec.executionProvider ?? CPU;
+    const intended = this.deviceOf(spec);
+    // Before the weights land there: a GPU's free memory is read without counting them.
+    await this.ensureDevice(intended);
     try {
-      await this.engine.load(id, { ...spec, id }, [providerShortName(ep) ?? 'cpu']);
+      try {
+        await this.engine.load(id, { ...spec, id }, [providerShortName(ep) ?? 'cpu']);
+      } catch (err) {
+        const info = toErrorInfo(err);
+        const canFallBack =
+          ep !== CPU && info.code === 'MODEL_LOAD_FAILED' && (spec.variants ?? []).some((v) => v.ep === CPU);
+        if (!canFallBack) throw err;
+        spec = await loadModelSpec(dir, { availableBackends: [CPU], backend: CPU });
+        spec = {
+          ...spec,
+          warnings: [
+            ...spec.warnings,
+            `${ep} could not start this model (${info.message}); kvdesk runs it on the CPU instead`,
+          ],
+        };
+        await this.engine.load(id, { ...spec, id }, ['cpu']);
+      }
     } catch (err) {
-      const info = toErrorInfo(err);
-      const canFallBack =
-        ep !== CPU && info.code === 'MODEL_LOAD_FAILED' && (spec.variants ?? []).some((v) => v.ep === CPU);
-      if (!canFallBack) throw err;
-      spec = await loadModelSpec(dir, { availableBackends: [CPU], backend: CPU });
-      spec = {
-        ...spec,
-        warnings: [
-          ...spec.warnings,
-          `${ep} could not start this model (${info.message}); kvdesk runs it on the CPU instead`,
-        ],
-      };
-      await this.engine.load(id, { ...spec, id }, ['cpu']);
+      this.dropDeviceIfUnused(intended);
+      throw err;
     }
-    const model: LoadedModel = { id, spec: { ...spec, id }, tokenizer, loadMs: this.now() - started };
+    const device = this.deviceOf(spec);
+    const model: LoadedModel = { id, spec: { ...spec, id }, tokenizer, loadMs: this.now() - started, device };
     this.models.set(id, model);
+    this.dropDeviceIfUnused(intended);
     this.refreshBudget();
     return { id, spec: model.spec, loadMs: model.loadMs };
   }
 
+  /** The scheduler of the device a loaded model's KV lives on. */
+  schedulerOf(modelId: string): Scheduler {
+    const m = this.models.get(modelId);
+    if (!m) throw new KvdeskError('MODEL_NOT_LOADED', `model ${modelId} is not loaded`);
+    return (this.devices.get(m.device) as DeviceState).scheduler;
+  }
+
+  /** The device a loaded model's KV lives on. */
+  deviceOfModel(modelId: string): string {
+    const m = this.models.get(modelId);
+    if (!m) throw new KvdeskError('MODEL_NOT_LOADED', `model ${modelId} is not loaded`);
+    return m.device;
+  }
+
   /** Unloads a model; its idle sessions are closed. Refused while it has requests in flight. */
   async unloadModel(id: string): Promise<void> {
-    if (!this.models.has(id)) throw new KvdeskError('MODEL_NOT_LOADED', `model ${id} is not loaded`);
-    const snap = this.scheduler.snapshot();
+    const model = this.models.get(id);
+    if (!model) throw new KvdeskError('MODEL_NOT_LOADED', `model ${id} is not loaded`);
+    const scheduler = this.schedulerOf(id);
+    const snap = scheduler.snapshot();
     const busy = [...snap.queue, ...snap.running].filter((r) => r.modelId === id).length;
     if (busy > 0) {
       throw new KvdeskError('BAD_REQUEST', `model ${id} has ${busy} requests in flight; stop them before unloading`);
     }
     for (const [sid, s] of this.sessions) {
       if (s.modelId === id) {
-        this.scheduler.closeSession(sid);
+        scheduler.closeSession(sid);
         this.sessions.delete(sid);
       }
     }
     this.models.delete(id);
     await this.engine.unload(id);
+    this.dropDeviceIfUnused(model.device);
     this.refreshBudget();
   }
 
@@ -286,14 +426,25 @@ export class RunnerService {
     return m.tokenizer;
   }
 
-  /** The scheduler's current budget snapshot. */
+  /**
+   * The budget snapshot: the CPU's at the top level (SCHEDULER.md's fields),
+   * and every device's — the CPU's first — in `devices`.
+   */
   snapshot(): BudgetSnapshot {
-    return this.scheduler.snapshot();
+    const devices: DeviceBudgetSnapshot[] = [...this.devices.values()].map((d) => ({
+      ...d.scheduler.snapshot(),
+      device: d.key,
+      models: [...this.models.values()].filter((m) => m.device === d.key).map((m) => m.id),
+    }));
+    return { ...(devices[0] as DeviceBudgetSnapshot), devices };
   }
 
-  /** Subscribes to scheduler events (timeline, metrics). */
+  /** Subscribes to every device scheduler's events (timeline, metrics). */
   onSchedulerEvent(fn: (e: SchedulerEvent) => void): () => void {
-    return this.scheduler.subscribe(fn);
+    this.eventListeners.add(fn);
+    return () => {
+      this.eventListeners.delete(fn);
+    };
   }
 
   private resolveModel(id: string | undefined): LoadedModel {
@@ -394,9 +545,33 @@ export class RunnerService {
 
   /** Drops a chat session's retained KV (thread deleted). */
   closeSession(sessionId: string): void {
-    this.scheduler.closeSession(sessionId);
+    for (const d of this.devices.values()) d.scheduler.closeSession(sessionId);
     this.sessions.delete(sessionId);
     this.engine.dropSession(sessionId);
+  }
+
+  /** @internal used by Generation: a session's idle KV on any device other than this model's is dropped. */
+  releaseSessionElsewhere(sessionId: string, modelId: string): void {
+    const here = this.deviceOfModel(modelId);
+    for (const d of this.devices.values()) {
+      if (d.key !== here && d.scheduler.sessionInfo(sessionId)?.state === 'idle') {
+        d.scheduler.closeSession(sessionId);
+        this.engine.dropSession(sessionId);
+        this.sessions.delete(sessionId);
+      }
+    }
+  }
+
+  /**
+   * @internal used by Generation: a budget refusal on a GPU names the device, and,
+   * when its memory is unknown, the setting that fixes it.
+   */
+  onDevice(modelId: string, error: ErrorInfo): ErrorInfo {
+    const device = this.deviceOfModel(modelId);
+    if (device === CPU_DEVICE || error.code !== 'KV_BUDGET_EXCEEDED') return error;
+    const d = this.schedulerOf(modelId).snapshot().derivation;
+    const hint = d.limitBytes === 0 && d.notes.length > 0 ? ` ${d.notes.join(' ')}` : '';
+    return { ...error, message: `${device}: ${error.message}${hint}`, detail: { ...error.detail, device } };
   }
 
   /** @internal used by Generation. */
@@ -413,7 +588,7 @@ export class RunnerService {
   private onEngineCrash(reason: string): void {
     const error: ErrorInfo = { code: 'ENGINE_FAILED', message: reason };
     // In-flight generations were failed by the engine client; the engine's session KV is gone too.
-    for (const id of this.models.keys()) this.scheduler.failModel(id, error);
+    for (const m of this.models.values()) this.schedulerOf(m.id).failModel(m.id, error);
     this.sessions.clear();
     // Bring the engine back with the same models so the app keeps working.
     const models = [...this.models.values()];
@@ -423,6 +598,7 @@ export class RunnerService {
           await this.engine.load(m.id, m.spec, [providerShortName(m.spec.executionProvider ?? CPU) ?? 'cpu']);
         } catch {
           this.models.delete(m.id);
+          this.dropDeviceIfUnused(m.device);
         }
       }
       this.refreshBudget();
@@ -457,6 +633,8 @@ class Generation {
   private promptTokens: number;
   private clipped: ContextClip | undefined;
   private budgetCap: BudgetCap | undefined;
+  /** The scheduler of the device the model's KV lives on. */
+  private readonly sched: Scheduler;
 
   constructor(
     private readonly host: RunnerService,
@@ -475,6 +653,7 @@ class Generation {
     this.decoders = rows.map(() => createStreamDecoder(model.tokenizer, { skipSpecialTokens: true }));
     this.matchers = rows.map(() => createStopMatcher(req.stop ?? []));
     this.promptTokens = Math.max(...rows.map((r) => r.length));
+    this.sched = host.schedulerOf(model.id);
   }
 
   private emit(frame: StreamFrame): void {
@@ -503,6 +682,8 @@ class Generation {
         return;
       }
       const mirror = this.host.sessionMirror(sessionId);
+      // A thread that switches to a model on another device leaves its KV there: free it.
+      this.host.releaseSessionElsewhere(sessionId, this.model.id);
       if (mirror && mirror.modelId === this.model.id) {
         const row = this.rows[0] as number[];
         this.reused = Math.min(commonPrefix(mirror.tokens, row), row.length - 1);
@@ -510,7 +691,7 @@ class Generation {
       }
     }
     const maxNewTokens = this.req.maxNewTokens ?? spec.search.maxNewTokens ?? 256;
-    const submitted = this.host.scheduler.submit(
+    const submitted = this.sched.submit(
       {
         id: this.id,
         modelId: this.model.id,
@@ -531,7 +712,7 @@ class Generation {
       },
     );
     if (!submitted.ok) {
-      this.fail(submitted.error);
+      this.fail(this.host.onDevice(this.model.id, submitted.error));
       return;
     }
     this.clipped = submitted.value.clipped;
@@ -569,7 +750,7 @@ class Generation {
       ...(grant.budgetCap ? { budgetCap: grant.budgetCap } : {}),
     });
     if (this.cancelReason) {
-      this.host.scheduler.cancel(this.id, this.cancelReason);
+      this.sched.cancel(this.id, this.cancelReason);
       this.fail(this.cancelError('before it started'));
       return;
     }
@@ -594,14 +775,14 @@ class Generation {
           onTokens: (ids, kvBytes) => this.onTokens(ids, kvBytes),
           onDone: (done) => this.onDone(done.finishReason, done.sessionTokens, done.kvBytes),
           onFailed: (error) => {
-            this.host.scheduler.fail(this.id, error);
+            this.sched.fail(this.id, error);
             if (this.req.sessionId) this.host.setSessionMirror(this.req.sessionId, undefined);
             this.fail(new KvdeskError(error.code, error.message, error.detail));
           },
         },
       );
     } catch (err) {
-      this.host.scheduler.fail(this.id, toErrorInfo(err));
+      this.sched.fail(this.id, toErrorInfo(err));
       this.fail(err);
     }
   }
@@ -611,7 +792,7 @@ class Generation {
     const now = performance.now();
     if (this.firstTokenAt === 0) {
       this.firstTokenAt = now;
-      this.host.scheduler.firstToken(this.id);
+      this.sched.firstToken(this.id);
     }
     this.lastTokenAt = now;
     const frameRows: Array<{ ids: number[]; text: string }> = [];
@@ -635,7 +816,7 @@ class Generation {
       maxRowTokens = Math.max(maxRowTokens, (this.rowIds[r] as number[]).length);
     }
     this.generated = maxRowTokens;
-    this.host.scheduler.progress(this.id, { generatedTokens: maxRowTokens, usedBytes });
+    this.sched.progress(this.id, { generatedTokens: maxRowTokens, usedBytes });
     this.emit({ type: 'tokens', requestId: this.id, rows: frameRows });
     if (this.rowStopped.every((s) => s !== null)) this.host.engine.cancel(this.id, 'stop');
   }
@@ -666,7 +847,7 @@ class Generation {
     }));
     const finishReason = (rowsOut[0] as RowResult).finishReason;
     if (cancelled) {
-      this.host.scheduler.cancel(this.id, this.cancelReason ?? 'user');
+      this.sched.cancel(this.id, this.cancelReason ?? 'user');
       if (sessionId) this.host.setSessionMirror(sessionId, undefined);
       this.fail(this.cancelError(`after ${this.generated} tokens`));
       return;
@@ -676,12 +857,12 @@ class Generation {
       const row = this.rows[0] as number[];
       const tokens = [...row, ...(this.rowIds[0] as number[])].slice(0, sessionTokens);
       this.host.setSessionMirror(sessionId, { modelId: this.model.id, tokens });
-      this.host.scheduler.finish(this.id, schedReason, {
+      this.sched.finish(this.id, schedReason, {
         sessionTokens: tokens.length,
         generatedTokens: this.generated,
       });
     } else {
-      this.host.scheduler.finish(this.id, schedReason, { generatedTokens: this.generated });
+      this.sched.finish(this.id, schedReason, { generatedTokens: this.generated });
     }
     this.ended = true;
     const end = performance.now();
@@ -748,7 +929,7 @@ class Generation {
     if (!this.grant) {
       // Still queued (or not yet accepted): no engine work exists, the scheduler drops it.
       if (this.acceptedSent) {
-        this.host.scheduler.cancel(this.id, reason);
+        this.sched.cancel(this.id, reason);
         this.fail(this.cancelError('while queued'));
       }
       return;

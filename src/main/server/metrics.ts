@@ -4,7 +4,7 @@
  * agree whenever they are taken at the same instant. Names follow vLLM where it
  * has one (SCHEDULER.md, "What is exposed").
  */
-import type { HistogramView, SchedulerSnapshot } from '../../shared/scheduler-types';
+import type { BudgetSnapshot, HistogramView, SchedulerSnapshot } from '../../shared/scheduler-types';
 
 /** Content-Type of the Prometheus text format. */
 export const PROMETHEUS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
@@ -23,8 +23,12 @@ function label(v: string): string {
   return v.replace(/\\/g, '\\\\').replace(/\n/g, '\\n').replace(/"/g, '\\"');
 }
 
-/** Renders the snapshot's gauges, counters and histograms. */
-export function prometheusText(s: SchedulerSnapshot): string {
+/**
+ * Renders the snapshot's gauges, counters and histograms. The unlabelled series
+ * are the CPU budget's (the snapshot's top level); with a `devices` list, the
+ * `kvdesk_device_*{device}` gauges give every device's budget and occupancy.
+ */
+export function prometheusText(s: SchedulerSnapshot | BudgetSnapshot): string {
   const out: string[] = [];
   const metric = (name: string, type: 'gauge' | 'counter' | 'histogram', help: string) => {
     out.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`);
@@ -104,6 +108,22 @@ export function prometheusText(s: SchedulerSnapshot): string {
     'Generated tokens, counting a multi-row request by its longest row (as the scheduler does).',
   );
   sample('kvdesk_generation_tokens_total', c.generationTokens);
+
+  const devices = 'devices' in s ? s.devices : [];
+  if (devices.length > 0) {
+    const perDevice: Array<[string, string, (d: (typeof devices)[number]) => number]> = [
+      ['kvdesk_device_kv_budget_bytes', 'KV-cache byte budget of each device (cpu, cuda:0, …).', (d) => d.limitBytes],
+      ['kvdesk_device_kv_reserved_bytes', 'Bytes reserved by running requests, per device.', (d) => d.reservedBytes],
+      ['kvdesk_device_kv_used_bytes', 'KV bytes running requests hold, per device.', (d) => d.usedBytes],
+      ['kvdesk_device_kv_held_bytes', 'Bytes retained by idle chat sessions, per device.', (d) => d.heldBytes],
+      ['kvdesk_device_num_requests_running', 'Requests running, per device.', (d) => d.running.length],
+      ['kvdesk_device_num_requests_waiting', 'Requests waiting, per device.', (d) => d.queue.length],
+    ];
+    for (const [name, help, read] of perDevice) {
+      metric(name, 'gauge', help);
+      for (const d of devices) sample(name, read(d), { device: d.device });
+    }
+  }
 
   histogram('kvdesk_time_to_first_token_seconds', 'Time from acceptance to the first generated token.', c.ttftSeconds);
   histogram('kvdesk_request_queue_time_seconds', 'Time from acceptance to admission.', c.queueTimeSeconds);

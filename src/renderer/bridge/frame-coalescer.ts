@@ -9,19 +9,19 @@
  * a manual trigger in tests).
  */
 import type { StreamFrame } from '../../shared/contract';
-import type { SchedulerEvent, SchedulerSnapshot } from '../../shared/scheduler-types';
+import type { BudgetSnapshot, SchedulerEvent } from '../../shared/scheduler-types';
 import type { FrameBatch } from '../store/types';
 
 export interface Flush {
   batches: FrameBatch[];
   events: SchedulerEvent[];
-  snapshot: SchedulerSnapshot | null;
+  snapshot: BudgetSnapshot | null;
 }
 
 export interface FrameCoalescer {
   frame(messageId: string, frame: StreamFrame): void;
   event(event: SchedulerEvent): void;
-  snapshot(snapshot: SchedulerSnapshot): void;
+  snapshot(snapshot: BudgetSnapshot): void;
   /** Applies what is pending now (e.g. before a thread is saved). */
   flushNow(): void;
   /** Items waiting for the next flush (for tests and diagnostics). */
@@ -48,7 +48,7 @@ export function createFrameCoalescer(opts: {
 }): FrameCoalescer {
   let frames = new Map<string, StreamFrame[]>();
   let events: SchedulerEvent[] = [];
-  let snapshot: SchedulerSnapshot | null = null;
+  let snapshot: BudgetSnapshot | null = null;
   let scheduled = false;
   let count = 0;
 

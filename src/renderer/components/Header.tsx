@@ -40,20 +40,29 @@ function ModelPicker() {
   );
 }
 
+/** The budget of the device the picked model lives on (the CPU's when there is only one). */
 function HeaderBudget() {
-  const snapshot = useApp((s) => s.snapshot);
+  const { snapshot, activeModelId } = useApp(
+    useShallow((s) => ({ snapshot: s.snapshot, activeModelId: s.activeModelId })),
+  );
   if (!snapshot) return <div className="header-budget muted">budget …</div>;
-  const taken = snapshot.reservedBytes + snapshot.heldBytes;
+  const devices = snapshot.devices?.length ? snapshot.devices : [snapshot];
+  const shown = devices.find((d) => activeModelId !== null && d.models?.includes(activeModelId)) ?? snapshot;
+  const taken = shown.reservedBytes + shown.heldBytes;
   return (
-    <div className="header-budget" title="KV budget: reserved + held by sessions / limit">
-      <span className="muted">budget</span>
-      <BudgetBar snapshot={snapshot} testId="budget-bar" />
+    <div
+      className="header-budget"
+      data-device={shown.device}
+      title={`KV budget${devices.length > 1 ? ` of ${shown.device}` : ''}: reserved + held by sessions / limit`}
+    >
+      <span className="muted">{devices.length > 1 ? `budget · ${shown.device}` : 'budget'}</span>
+      <BudgetBar snapshot={shown} testId="budget-bar" />
       <span
         className="figures num"
         data-testid="header-budget-figures"
-        title={`${exactBytes(taken)} of ${exactBytes(snapshot.limitBytes)}`}
+        title={`${exactBytes(taken)} of ${exactBytes(shown.limitBytes)}`}
       >
-        {formatBytes(taken)} / {formatBytes(snapshot.limitBytes)}
+        {formatBytes(taken)} / {formatBytes(shown.limitBytes)}
       </span>
     </div>
   );

@@ -5,7 +5,13 @@
  */
 import { memo, useMemo, useState } from 'react';
 import type { Thread } from '../../shared/api';
-import type { SchedulerRequestView, SchedulerSnapshot } from '../../shared/scheduler-types';
+import type {
+  BudgetSnapshot,
+  DeviceBudgetSnapshot,
+  SchedulerRequestView,
+  SchedulerSessionView,
+  SchedulerSnapshot,
+} from '../../shared/scheduler-types';
 import { useApp, useBridge } from '../bridge/context';
 import { exactBytes, formatBytes, formatInteger, formatMs, parseByteSize } from '../lib/format';
 import type { TimelineEvent } from '../store/types';
@@ -61,11 +67,23 @@ function Derivation({ snap }: { snap: SchedulerSnapshot }) {
   );
 }
 
-function BudgetSection({ snap }: { snap: SchedulerSnapshot }) {
+/** Every device's budget, the CPU's first; an older host without `devices` has only the CPU's. */
+function devicesOf(snap: BudgetSnapshot): DeviceBudgetSnapshot[] {
+  return snap.devices?.length ? snap.devices : [{ ...snap, device: snap.device ?? 'cpu', models: snap.models ?? [] }];
+}
+
+function BudgetSection({ snap, several }: { snap: DeviceBudgetSnapshot; several: boolean }) {
   const reservedUnused = Math.max(0, snap.reservedBytes - snap.usedBytes);
   return (
-    <section data-testid="inspector-budget">
-      <h2>KV budget</h2>
+    <section data-testid="inspector-budget" data-device={snap.device}>
+      <h2>
+        KV budget · <span data-testid="budget-device">{snap.device}</span>
+      </h2>
+      {several && (
+        <div className="muted" data-testid="budget-device-models">
+          {snap.models.length > 0 ? `models: ${snap.models.join(', ')}` : 'no model placed here'}
+        </div>
+      )}
       <div className="limit-line">
         limit <Bytes value={snap.limitBytes} testId="budget-limit-bytes" />
       </div>
@@ -110,13 +128,17 @@ function BudgetSection({ snap }: { snap: SchedulerSnapshot }) {
   );
 }
 
-function Controls({ snap }: { snap: SchedulerSnapshot }) {
+function Controls({ devices }: { devices: DeviceBudgetSnapshot[] }) {
   const bridge = useBridge();
   const [limit, setLimit] = useState('');
   const [maxRunning, setMaxRunning] = useState('');
   const [error, setError] = useState<string | null>(null);
+  const [device, setDevice] = useState('cpu');
+  const snap = devices.find((d) => d.device === device) ?? (devices[0] as DeviceBudgetSnapshot);
   const apply = async (patch: Parameters<typeof bridge.configureBudget>[0]) => {
-    const r = await bridge.configureBudget(patch);
+    const r = await bridge.configureBudget(
+      patch.kvBudgetBytes !== undefined ? { ...patch, device: snap.device } : patch,
+    );
     setError(r.ok ? null : r.error.message);
     return r.ok;
   };
@@ -140,6 +162,24 @@ function Controls({ snap }: { snap: SchedulerSnapshot }) {
     <section data-testid="inspector-controls">
       <h2>Controls</h2>
       <div className="controls">
+        {devices.length > 1 && (
+          <>
+            <label htmlFor="budget-device">device</label>
+            <select
+              id="budget-device"
+              data-testid="budget-device-select"
+              style={{ gridColumn: '2 / -1' }}
+              value={snap.device}
+              onChange={(e) => setDevice(e.target.value)}
+            >
+              {devices.map((d) => (
+                <option key={d.device} value={d.device}>
+                  {d.device}
+                </option>
+              ))}
+            </select>
+          </>
+        )}
         <label htmlFor="budget-limit">limit</label>
         <input
           id="budget-limit"
@@ -203,7 +243,16 @@ function Controls({ snap }: { snap: SchedulerSnapshot }) {
   );
 }
 
-function RequestRow({ r, title }: { r: SchedulerRequestView; title: string | undefined }) {
+function RequestRow({
+  r,
+  title,
+  device,
+}: {
+  r: SchedulerRequestView;
+  title: string | undefined;
+  /** Shown when several devices have budgets. */
+  device: string | undefined;
+}) {
   const n = r.admittedMaxTokens ?? r.maxNewTokens;
   const prompt = r.sessionPrefixTokens > 0 ? `${r.sessionPrefixTokens}+${r.promptTokens}` : String(r.promptTokens);
   return (
@@ -216,6 +265,7 @@ function RequestRow({ r, title }: { r: SchedulerRequestView; title: string | und
       title={r.error ? `${r.error.code}: ${r.error.message}` : r.id}
     >
       <td className="mono">{r.id.slice(0, 6)}</td>
+      {device !== undefined && <td className="mono">{device}</td>}
       <td className="thread" title={title ?? r.threadId}>
         {title ?? (r.threadId ? r.threadId.slice(0, 8) : '—')}
       </td>
@@ -249,10 +299,18 @@ function RequestRow({ r, title }: { r: SchedulerRequestView; title: string | und
   );
 }
 
-function Requests({ snap }: { snap: SchedulerSnapshot }) {
+function Requests({ devices }: { devices: DeviceBudgetSnapshot[] }) {
   const titles = useThreadTitles();
+  const several = devices.length > 1;
+  const deviceOf = new Map<string, string>();
+  for (const d of devices) for (const r of [...d.running, ...d.queue, ...d.recent]) deviceOf.set(r.id, d.device);
   // Live work first (running, then queued in admission order), then what ended, newest first.
-  const rows = [...snap.running, ...snap.queue, ...[...snap.recent].reverse()];
+  const byEnd = (a: SchedulerRequestView, b: SchedulerRequestView) => (b.endedAt ?? 0) - (a.endedAt ?? 0);
+  const rows = [
+    ...devices.flatMap((d) => d.running),
+    ...devices.flatMap((d) => d.queue),
+    ...devices.flatMap((d) => d.recent).sort(byEnd),
+  ];
   return (
     <section>
       <h2>Requests</h2>
@@ -264,6 +322,7 @@ function Requests({ snap }: { snap: SchedulerSnapshot }) {
             <thead>
               <tr>
                 <th>id</th>
+                {several && <th>device</th>}
                 <th>thread</th>
                 <th>state</th>
                 <th className="r" title="rows">
@@ -282,7 +341,12 @@ function Requests({ snap }: { snap: SchedulerSnapshot }) {
             </thead>
             <tbody>
               {rows.map((r) => (
-                <RequestRow key={r.id} r={r} title={r.threadId ? titles.get(r.threadId) : undefined} />
+                <RequestRow
+                  key={r.id}
+                  r={r}
+                  title={r.threadId ? titles.get(r.threadId) : undefined}
+                  device={several ? deviceOf.get(r.id) : undefined}
+                />
               ))}
             </tbody>
           </table>
@@ -292,9 +356,10 @@ function Requests({ snap }: { snap: SchedulerSnapshot }) {
   );
 }
 
-function Sessions({ snap }: { snap: SchedulerSnapshot }) {
+function Sessions({ devices }: { devices: DeviceBudgetSnapshot[] }) {
   const titles = useThreadTitles();
-  if (snap.sessions.length === 0) return null;
+  const sessions: SchedulerSessionView[] = devices.flatMap((d) => d.sessions);
+  if (sessions.length === 0) return null;
   return (
     <section>
       <h2>Sessions</h2>
@@ -308,7 +373,7 @@ function Sessions({ snap }: { snap: SchedulerSnapshot }) {
           </tr>
         </thead>
         <tbody>
-          {snap.sessions.map((s) => (
+          {sessions.map((s) => (
             <tr key={s.sessionId} data-testid="session-row" data-session-id={s.sessionId} data-held-bytes={s.heldBytes}>
               <td className="thread" title={s.sessionId}>
                 {titles.get(s.sessionId) ?? s.sessionId.slice(0, 10)}
@@ -411,10 +476,12 @@ export function Inspector() {
     <aside className="inspector" aria-label="Budget inspector" data-testid="inspector">
       {snap ? (
         <>
-          <BudgetSection snap={snap} />
-          <Controls snap={snap} />
-          <Requests snap={snap} />
-          <Sessions snap={snap} />
+          {devicesOf(snap).map((d, _i, all) => (
+            <BudgetSection key={d.device} snap={d} several={all.length > 1} />
+          ))}
+          <Controls devices={devicesOf(snap)} />
+          <Requests devices={devicesOf(snap)} />
+          <Sessions devices={devicesOf(snap)} />
         </>
       ) : (
         <div className="muted">Waiting for the scheduler…</div>

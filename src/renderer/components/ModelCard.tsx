@@ -1,5 +1,6 @@
 /** A validated model package: what it is, what its KV costs, whether it fits the budget, and load/unload. */
 import type { ReactNode } from 'react';
+import { deviceKey } from '../../shared/devices';
 import type { ModelSpec } from '../../shared/model-spec';
 import { useApp } from '../bridge/context';
 import { FIT_CONCURRENCY, fitBadge, fitLabel } from '../lib/fit';
@@ -56,10 +57,16 @@ export function ModelCard({
 }) {
   const snapshot = useApp((s) => s.snapshot);
   const kv = kvShape(spec);
-  const fit = snapshot
+  // The budget of the device the model is (or would be) placed on; a GPU has one once a model is there.
+  const devices = snapshot ? (snapshot.devices?.length ? snapshot.devices : [snapshot]) : [];
+  const device = loaded
+    ? (devices.find((d) => d.models?.includes(spec.id))?.device ?? 'cpu')
+    : deviceKey(spec.executionProvider ?? 'CPUExecutionProvider');
+  const budget = devices.find((d) => (d.device ?? 'cpu') === device);
+  const fit = budget
     ? fitBadge(
         { bpt: spec.bpt, contextLength: spec.contextLength, weightsBytes: spec.weightsBytes, loaded },
-        { limitBytes: snapshot.limitBytes, derivation: snapshot.derivation },
+        { limitBytes: budget.limitBytes, derivation: budget.derivation },
       )
     : null;
   const badgeClass = fit ? (fit.level === 'fits' ? 'ok' : fit.level === 'tight' ? 'warn' : 'bad') : '';
@@ -120,9 +127,15 @@ export function ModelCard({
           <Bytes value={oneContext * FIT_CONCURRENCY} />
         </span>
         {fit && (
-          <span className="muted">
-            against <span title={exactBytes(fit.budgetBytes)}>{formatBytes(fit.budgetBytes)}</span> budget —{' '}
+          <span className="muted" data-testid="model-fit-device" data-device={device}>
+            against <span title={exactBytes(fit.budgetBytes)}>{formatBytes(fit.budgetBytes)}</span> {device} budget —{' '}
             {fit.explanation}
+          </span>
+        )}
+        {!fit && snapshot && (
+          <span className="muted" data-testid="model-fit-device" data-device={device}>
+            {device} has no budget yet: kvdesk reads its memory when the first model is placed there (
+            <code>kvdesk inspect</code> shows the figures before loading)
           </span>
         )}
       </div>

@@ -6,7 +6,7 @@ import type { ModelInfo, StoredMessage, Thread, UiSettings } from '../../shared/
 import type { BudgetCap, ContextClip, StreamFrame } from '../../shared/contract';
 import type { ErrorInfo } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
-import type { SchedulerEvent, SchedulerSnapshot } from '../../shared/scheduler-types';
+import type { BudgetSnapshot, SchedulerEvent } from '../../shared/scheduler-types';
 
 /** A package a person dropped or chose: being read, validated, or the outcome. */
 export interface PackageImport {
@@ -118,9 +118,9 @@ export interface ChatSlice {
 export type TimelineEvent = Exclude<SchedulerEvent, { type: 'progress' }>;
 
 export interface SchedulerSlice {
-  snapshot: SchedulerSnapshot | null;
+  snapshot: BudgetSnapshot | null;
   events: TimelineEvent[];
-  setSnapshot(snapshot: SchedulerSnapshot, replace?: boolean): void;
+  setSnapshot(snapshot: BudgetSnapshot, replace?: boolean): void;
   pushEvents(events: SchedulerEvent[]): void;
 }
 

@@ -140,5 +140,12 @@ describe('deviceKey', () => {
     expect(deviceKey('CUDAExecutionProvider')).toBe('cuda:0');
     expect(deviceKey('cuda', 1)).toBe('cuda:1');
     expect(deviceKey('WebGpuExecutionProvider')).toBe('webgpu:0');
+    expect(deviceKey('DmlExecutionProvider', 1)).toBe('dml:1');
+  });
+  it('gives providers that share memory one key', () => {
+    // TensorRT runs on the CUDA device: one GPU, one budget.
+    expect(deviceKey('TensorrtExecutionProvider', 1)).toBe('cuda:1');
+    // CoreML on Apple silicon uses unified system memory: the CPU budget.
+    expect(deviceKey('CoreMLExecutionProvider')).toBe('cpu');
   });
 });

@@ -1,12 +1,21 @@
 /** Builders for renderer tests: snapshots, request views, threads, stream frames. */
 import type { Thread } from '../../../src/shared/api';
 import type { GenerationResult, StreamFrame } from '../../../src/shared/contract';
-import type { SchedulerRequestView, SchedulerSnapshot } from '../../../src/shared/scheduler-types';
+import type { BudgetSnapshot, DeviceBudgetSnapshot, SchedulerRequestView } from '../../../src/shared/scheduler-types';
 
 const histogram = { bounds: [], counts: [], count: 0, sum: 0 };
 
-export function snapshot(over: Partial<SchedulerSnapshot> = {}): SchedulerSnapshot {
+/** A host snapshot with one device (the CPU) unless `devices` is given. */
+export function snapshot(over: Partial<BudgetSnapshot> = {}): BudgetSnapshot {
+  const { devices, ...top } = over;
+  const cpu = deviceSnapshot(top);
+  return { ...cpu, devices: devices ?? [cpu] };
+}
+
+export function deviceSnapshot(over: Partial<DeviceBudgetSnapshot> = {}): DeviceBudgetSnapshot {
   return {
+    device: 'cpu',
+    models: [],
     at: 1000,
     limitBytes: 1_000_000,
     reservedBytes: 0,
