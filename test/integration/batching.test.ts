@@ -78,6 +78,22 @@ describe('batching parity on the default model', () => {
     expect(stats.runs - before).toBeLessThan(soloRuns / 2);
   });
 
+  it('newcomers arriving together are prefilled in one run, and still equal their solo runs', async () => {
+    const h = await host(defaultModelDir);
+    // Eight different prompts of nearly the same length: one padded prefill holds them all.
+    const same = Array.from({ length: 8 }, (_, i) =>
+      Array.from({ length: 12 + (i % 2) }, (_, j) => 20 + ((i * 53 + j * 11) % 450)),
+    );
+    const solo: number[][] = [];
+    for (const p of same) solo.push((await run(h, p, 20)).tokenIds);
+    const before = (await h.engine.stats()).runs;
+    const together = await Promise.all(same.map((p) => run(h, p, 20)));
+    for (const [i, r] of together.entries()) expect(r.tokenIds, `request ${i}`).toEqual(solo[i]);
+    const longest = Math.max(...together.map((r) => r.tokenIds.length));
+    // One prefill for all eight, then one run per decode step.
+    expect((await h.engine.stats()).runs - before).toBe(1 + (longest - 1));
+  });
+
   it('a request joining mid-way does not change the tokens of those already running', async () => {
     const h = await host(defaultModelDir);
     const long = prompts[6] as number[];

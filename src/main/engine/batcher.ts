@@ -1,8 +1,9 @@
 /**
  * Continuous batching for one loaded decoder: every running request's rows go
- * through one session.run per decode step. Newcomers are prefilled on their own
- * (left-padded among their rows, reusing session KV), then merged into the
- * batch by left-padding the shorter side's KV with masked zeros. Requests leave
+ * through one session.run per decode step. Newcomers are prefilled before the
+ * next step — fresh prompts of similar length together in one run (left-padded),
+ * a session turn that reuses its KV on its own —, then merged into the batch by
+ * left-padding the shorter side's KV with masked zeros. Requests leave
  * between steps; padding every remaining row shares is trimmed. Sampling stays
  * per request, so a request's greedy tokens do not depend on its neighbours.
  */
@@ -51,6 +52,47 @@ interface Member {
   reject: (e: Error) => void;
 }
 
+/**
+ * Joint prefill of newcomers: a group's padded size (rows × longest prompt) may
+ * exceed its real tokens by this factor, and holds at most this many padded
+ * tokens (the graph returns logits for every position: rows × P × vocab floats).
+ */
+const JOINT_PREFILL_PAD_FACTOR = 1.25;
+const JOINT_PREFILL_MAX_TOKENS = 1024;
+
+/**
+ * Splits newcomers without reusable KV into prefill groups: sorted by prompt
+ * length, a member joins the current group while the padding stays within
+ * JOINT_PREFILL_PAD_FACTOR and the group within JOINT_PREFILL_MAX_TOKENS.
+ * `lengths[i]` is member i's rows and longest row; returns groups of indices.
+ */
+export function prefillGroups(lengths: ReadonlyArray<{ rows: number; longest: number }>): number[][] {
+  const order = lengths.map((_, i) => i).sort((a, b) => (lengths[a]?.longest ?? 0) - (lengths[b]?.longest ?? 0));
+  const groups: number[][] = [];
+  let group: number[] = [];
+  let rows = 0;
+  let real = 0;
+  for (const i of order) {
+    const m = lengths[i] as { rows: number; longest: number };
+    const padded = (rows + m.rows) * m.longest;
+    const fits =
+      group.length > 0 &&
+      padded <= JOINT_PREFILL_MAX_TOKENS &&
+      padded <= JOINT_PREFILL_PAD_FACTOR * (real + m.rows * m.longest);
+    if (!fits && group.length > 0) {
+      groups.push(group);
+      group = [];
+      rows = 0;
+      real = 0;
+    }
+    group.push(i);
+    rows += m.rows;
+    real += m.rows * m.longest;
+  }
+  if (group.length > 0) groups.push(group);
+  return groups;
+}
+
 /** Seed of row `i` of a request: distinct per row, row 0 unchanged. */
 export function rowSeed(seed: number, i: number): number {
   return i === 0 ? seed : (seed + Math.imul(i, 0x9e3779b1)) >>> 0;
@@ -96,7 +138,11 @@ export class ContinuousBatcher {
         resolve,
         reject,
       });
-      if (!this.looping) void this.loop();
+      if (!this.looping) {
+        // Start on the next macrotask: requests whose commands arrived in the same read are prefilled together.
+        this.looping = true;
+        setImmediate(() => void this.loop());
+      }
     });
   }
 
@@ -113,9 +159,15 @@ export class ContinuousBatcher {
           if (stop) this.finish(m, stop);
         }
         while (this.pending.length > 0 && (this.rows.length === 0 || this.canBatch())) {
-          const m = this.pending.shift() as Member;
-          const stop = m.hooks.stopRequested();
-          if (stop) {
+          // A graph that cannot batch takes one newcomer at a time; otherwise every newcomer now.
+          const arrived = this.canBatch() ? this.pending.splice(0) : [this.pending.shift() as Member];
+          const live: Member[] = [];
+          for (const m of arrived) {
+            const stop = m.hooks.stopRequested();
+            if (!stop) {
+              live.push(m);
+              continue;
+            }
             m.resolve({
               finishReason: stop,
               rowFinishReasons: m.job.rows.map(() => stop),
@@ -123,12 +175,21 @@ export class ContinuousBatcher {
               generatedTokens: 0,
               sessionTokens: 0,
             });
-            continue;
           }
-          try {
-            await this.prefill(m);
-          } catch (err) {
-            m.reject(err as Error);
+          // Session turns that reuse their KV are prefilled alone; fresh prompts in groups of similar length.
+          const reusing = live.filter((m) => this.reusable(m) > 0);
+          const fresh = live.filter((m) => this.reusable(m) === 0);
+          const groups = this.canBatch()
+            ? prefillGroups(
+                fresh.map((m) => ({ rows: m.job.rows.length, longest: Math.max(...m.job.rows.map((r) => r.length)) })),
+              ).map((g) => g.map((i) => fresh[i] as Member))
+            : fresh.map((m) => [m]);
+          for (const group of [...reusing.map((m) => [m]), ...groups]) {
+            try {
+              await this.prefill(group);
+            } catch (err) {
+              for (const m of group) m.reject(err as Error);
+            }
           }
         }
         if (this.rows.length === 0) break;
@@ -223,73 +284,93 @@ export class ContinuousBatcher {
     return true;
   }
 
-  private async prefill(m: Member): Promise<void> {
+  /** Session KV positions a newcomer can reuse (0 for a fresh prompt). */
+  private reusable(m: Member): number {
+    const session = m.job.session;
+    if (!session || session.tokens.length === 0) return 0;
+    const row = m.job.rows[0] as number[];
+    return Math.min(commonPrefix(session.tokens, row), row.length - 1);
+  }
+
+  /**
+   * Prefills newcomers in one run: either one session turn reusing its KV, or a
+   * group of fresh prompts, every row left-padded to the group's longest.
+   */
+  private async prefill(group: Member[]): Promise<void> {
     const spec = this.spec;
     const ports = spec.ports;
-    const R = m.job.rows.length;
-    const session = m.job.session;
+    const first = group[0] as Member;
+    const session = group.length === 1 ? first.job.session : undefined;
     let past = new Map<string, ort.Tensor>();
     let pastLen = 0;
-    let reused = 0;
-    if (session && session.tokens.length > 0) {
-      const row = m.job.rows[0] as number[];
-      reused = Math.min(commonPrefix(session.tokens, row), row.length - 1);
-      if (reused > 0) {
-        for (const t of this.kvTensors) {
-          const held = session.past.get(t.past);
-          if (!held) throw new KvdeskError('INTERNAL', `session KV lacks ${t.past}`);
-          past.set(t.past, truncateSeq(t, held, reused));
-        }
-        pastLen = reused;
+    const reused = group.length === 1 ? this.reusable(first) : 0;
+    if (session && reused > 0) {
+      for (const t of this.kvTensors) {
+        const held = session.past.get(t.past);
+        if (!held) throw new KvdeskError('INTERNAL', `session KV lacks ${t.past}`);
+        past.set(t.past, truncateSeq(t, held, reused));
       }
+      pastLen = reused;
     }
-    if (pastLen === 0) {
-      reused = 0;
-      past = new Map(this.kvTensors.map((t) => [t.past, emptyPast(t, R)]));
-    }
-    const newRows = m.job.rows.map((r) => r.slice(reused));
-    const P = Math.max(...newRows.map((r) => r.length));
+    const R = group.reduce((n, m) => n + m.job.rows.length, 0);
+    if (pastLen === 0) past = new Map(this.kvTensors.map((t) => [t.past, emptyPast(t, R)]));
+    const newRows = group.map((m) => m.job.rows.map((r) => r.slice(reused)));
+    const P = Math.max(...newRows.flat().map((r) => r.length));
     const padId = spec.padTokenId ?? spec.eosTokenIds[0] ?? 0;
     const ids: number[] = [];
     const mask: number[] = [];
     const positions: number[] = [];
-    m.rows = newRows.map((row, index) => {
-      const padN = P - row.length;
-      for (let i = 0; i < pastLen; i++) mask.push(1);
-      for (let i = 0; i < P; i++) {
-        const real = i >= padN;
-        ids.push(real ? (row[i - padN] as number) : padId);
-        mask.push(real ? 1 : 0);
-        positions.push(real ? pastLen + i - padN : 0);
-      }
-      // Padding sits after the reused prefix; the merge below only ever pads on the far left, so
-      // a session row (R = 1) never has inner padding.
-      return { req: m, index, pad: padN, nextPos: pastLen + row.length, lastId: padId, done: null };
+    const firstRow = new Map<Member, number>();
+    let at = 0;
+    group.forEach((m, g) => {
+      firstRow.set(m, at);
+      const rows = newRows[g] as number[][];
+      at += rows.length;
+      m.rows = rows.map((row, index) => {
+        const padN = P - row.length;
+        for (let i = 0; i < pastLen; i++) mask.push(1);
+        for (let i = 0; i < P; i++) {
+          const real = i >= padN;
+          ids.push(real ? (row[i - padN] as number) : padId);
+          mask.push(real ? 1 : 0);
+          positions.push(real ? pastLen + i - padN : 0);
+        }
+        // Padding sits after the reused prefix; a session turn (one row, alone) never has inner padding.
+        return { req: m, index, pad: padN, nextPos: pastLen + row.length, lastId: padId, done: null };
+      });
+      // This request's KV: its own longest row (the rest of the group's width is padding on its left).
+      m.length = pastLen + Math.max(...rows.map((r) => r.length));
+      m.hooks.onStart(rows.length * (m.length - pastLen), reused);
     });
-    m.hooks.onStart(R * P, reused);
     const feeds: Record<string, ort.Tensor> = {};
     feeds[ports.inputIds.name] = idTensor(ports.inputIds, ids, [R, P]);
     if (ports.attentionMask) feeds[ports.attentionMask.name] = idTensor(ports.attentionMask, mask, [R, pastLen + P]);
     if (ports.positionIds) feeds[ports.positionIds.name] = idTensor(ports.positionIds, positions, [R, P]);
     for (const t of this.kvTensors) feeds[t.past] = past.get(t.past) as ort.Tensor;
-    const out = await this.runCounted(m.hooks, feeds);
+    const out = await this.runCounted(first.hooks, feeds);
     const present = this.presents(out);
     const seq = pastLen + P;
     this.checkBytes(present, R, seq);
-    m.length = seq;
     if (R > 1 && pastLen > 0) throw new KvdeskError('INTERNAL', 'multi-row requests never reuse session KV');
     const logits = this.logitsOf(out);
-    this.sampleMember(m, logits, (r) => r.index);
-    // The new member's KV becomes part of the batch whether or not it is already done, so finish() can save it.
-    this.merge(m, present, seq);
-    this.settle(m);
+    for (const m of group) {
+      const base = firstRow.get(m) as number;
+      this.sampleMember(m, logits, (r) => base + r.index);
+    }
+    // The newcomers' KV becomes part of the batch whether or not they are already done, so finish() can save it.
+    this.merge(
+      group.flatMap((m) => m.rows),
+      present,
+      seq,
+    );
+    for (const m of group) this.settle(m);
   }
 
-  private merge(m: Member, present: Map<string, ort.Tensor>, seq: number): void {
+  private merge(rows: Row[], present: Map<string, ort.Tensor>, seq: number): void {
     if (this.rows.length === 0) {
       this.past = present;
       this.seq = seq;
-      this.rows = [...m.rows];
+      this.rows = [...rows];
       return;
     }
     const target = Math.max(this.seq, seq);
@@ -300,10 +381,10 @@ export class ContinuousBatcher {
       merged.set(t.past, concatBatch(t, [a, b]));
     }
     for (const r of this.rows) r.pad += target - this.seq;
-    for (const r of m.rows) r.pad += target - seq;
+    for (const r of rows) r.pad += target - seq;
     this.past = merged;
     this.seq = target;
-    this.rows = [...this.rows, ...m.rows];
+    this.rows = [...this.rows, ...rows];
   }
 
   private async step(): Promise<void> {
