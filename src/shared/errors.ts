@@ -1,11 +1,11 @@
-import { z } from 'zod';
-
 /**
  * Every error code a caller of kvdesk can see. Transports map them (HTTP status,
  * CLI exit code); the message always says what happened, with the numbers, and
- * what to do.
+ * what to do. Plain data, no schema library: the engine process imports this
+ * module, and every megabyte of its heap is marked again at each of the
+ * frequent collections that its KV tensors' memory triggers.
  */
-export const ErrorCode = z.enum([
+export const ERROR_CODES = [
   /** A request argument is malformed (schema, ranges). */
   'BAD_REQUEST',
   /** A model package is missing, malformed or inconsistent; detail names file/field. */
@@ -34,8 +34,13 @@ export const ErrorCode = z.enum([
   'SESSION_INVALID',
   /** A bug: anything not covered above. */
   'INTERNAL',
-]);
-export type ErrorCode = z.infer<typeof ErrorCode>;
+] as const;
+export type ErrorCode = (typeof ERROR_CODES)[number];
+
+/** Whether a value is one of kvdesk's error codes. */
+export function isErrorCode(value: unknown): value is ErrorCode {
+  return typeof value === 'string' && (ERROR_CODES as readonly string[]).includes(value);
+}
 
 /** Structured, JSON-safe error detail: numbers and names that explain the failure. */
 export type ErrorDetail = Record<string, string | number | boolean | null | undefined | number[] | string[]>;
@@ -71,9 +76,9 @@ export class KvdeskError extends Error {
 export function toErrorInfo(err: unknown): ErrorInfo {
   if (err instanceof KvdeskError) return err.toInfo();
   if (err && typeof err === 'object' && 'code' in err && 'message' in err) {
-    const parsed = ErrorCode.safeParse((err as { code: unknown }).code);
-    if (parsed.success) {
-      const info: ErrorInfo = { code: parsed.data, message: String((err as { message: unknown }).message) };
+    const code = (err as { code: unknown }).code;
+    if (isErrorCode(code)) {
+      const info: ErrorInfo = { code, message: String((err as { message: unknown }).message) };
       const detail = (err as { detail?: unknown }).detail;
       if (detail && typeof detail === 'object') info.detail = detail as ErrorDetail;
       return info;

@@ -4,7 +4,9 @@
  * what it was batched with.
  */
 import { afterEach, describe, expect, it } from 'vitest';
+import { LoadedDecoder } from '../../src/main/engine/decoder';
 import { RunnerService } from '../../src/main/host/runner-service';
+import { loadModelSpec } from '../../src/main/packages';
 import type { GenerationResult } from '../../src/shared/contract';
 import { defaultModelDir, fixture, fixturesSkipReason, haveFixtures } from '../helpers/fixtures';
 
@@ -79,19 +81,52 @@ describe('batching parity on the default model', () => {
   });
 
   it('newcomers arriving together are prefilled in one run, and still equal their solo runs', async () => {
-    const h = await host(defaultModelDir);
-    // Eight different prompts of nearly the same length: one padded prefill holds them all.
-    const same = Array.from({ length: 8 }, (_, i) =>
-      Array.from({ length: 12 + (i % 2) }, (_, j) => 20 + ((i * 53 + j * 11) % 450)),
-    );
-    const solo: number[][] = [];
-    for (const p of same) solo.push((await run(h, p, 20)).tokenIds);
-    const before = (await h.engine.stats()).runs;
-    const together = await Promise.all(same.map((p) => run(h, p, 20)));
-    for (const [i, r] of together.entries()) expect(r.tokenIds, `request ${i}`).toEqual(solo[i]);
-    const longest = Math.max(...together.map((r) => r.tokenIds.length));
-    // One prefill for all eight, then one run per decode step.
-    expect((await h.engine.stats()).runs - before).toBe(1 + (longest - 1));
+    // The decoder itself (in this process): all eight are submitted before its loop starts, as when
+    // their commands reach the engine in one read. Through the host, arrival timing is not controlled.
+    const decoder = await LoadedDecoder.load(await loadModelSpec(defaultModelDir), {
+      intraOpNumThreads: 2,
+      executionProviders: ['cpu'],
+    });
+    try {
+      let runs = 0;
+      const generate = (p: number[]) => {
+        const ids: number[] = [];
+        return decoder
+          .generate(
+            {
+              rows: [p],
+              maxNewTokens: 20,
+              sampling: { greedy: true, temperature: 0, topK: 0, topP: 1, minP: 0, repetitionPenalty: 1, seed: 1 },
+              eosTokenIds: [],
+            },
+            {
+              onStart: () => {},
+              onStep: (step) => {
+                if ((step[0] as number) >= 0) ids.push(step[0] as number);
+              },
+              stopRequested: () => null,
+              countRun: () => {
+                runs++;
+              },
+            },
+          )
+          .then(() => ids);
+      };
+      // Eight different prompts of nearly the same length: one padded prefill holds them all.
+      const same = Array.from({ length: 8 }, (_, i) =>
+        Array.from({ length: 12 + (i % 2) }, (_, j) => 20 + ((i * 53 + j * 11) % 450)),
+      );
+      const solo: number[][] = [];
+      for (const p of same) solo.push(await generate(p));
+      runs = 0;
+      const together = await Promise.all(same.map((p) => generate(p)));
+      for (const [i, ids] of together.entries()) expect(ids, `request ${i}`).toEqual(solo[i]);
+      // One prefill for all eight, then one run per decode step.
+      expect(runs).toBe(1 + 19);
+      expect(decoder.peakBatchRows).toBe(8);
+    } finally {
+      await decoder.dispose();
+    }
   });
 
   it('a request joining mid-way does not change the tokens of those already running', async () => {

@@ -291,6 +291,21 @@ describe('sessions keep their KV between turns', () => {
 });
 
 describe('engine facts', () => {
+  it.skipIf(process.platform !== 'linux')(
+    "the engine process gets kvdesk's malloc settings, and explicit ones win",
+    async () => {
+      const environ = async (h: RunnerService) => {
+        const text = await readFile(`/proc/${h.engine.pid}/environ`, 'utf8');
+        return new Map(text.split('\0').map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
+      };
+      const a = await environ(await host());
+      expect(a.get('MALLOC_MMAP_THRESHOLD_')).toBe(String(64 * 1024 * 1024));
+      expect(a.get('MALLOC_TRIM_THRESHOLD_')).toBe(String(512 * 1024 * 1024));
+      const b = await environ(await host({ engineEnv: { MALLOC_TRIM_THRESHOLD_: '1000' } }));
+      expect(b.get('MALLOC_TRIM_THRESHOLD_')).toBe('1000');
+    },
+  );
+
   it('bpt × length equals the bytes of the real present tensors', async () => {
     const models = [
       defaultModelDir,
