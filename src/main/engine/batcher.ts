@@ -348,6 +348,9 @@ export class ContinuousBatcher {
     if (ports.positionIds) feeds[ports.positionIds.name] = idTensor(ports.positionIds, positions, [R, P]);
     for (const t of this.kvTensors) feeds[t.past] = past.get(t.past) as ort.Tensor;
     const out = await this.runCounted(first.hooks, feeds);
+    // The past tensors are dead now: unreferenced, they can be collected before sampling and frames.
+    for (const t of this.kvTensors) delete feeds[t.past];
+    past.clear();
     const present = this.presents(out);
     const seq = pastLen + P;
     this.checkBytes(present, R, seq);
@@ -407,6 +410,9 @@ export class ContinuousBatcher {
     for (const t of this.kvTensors) feeds[t.past] = this.past.get(t.past) as ort.Tensor;
     const first = this.rows[0] as Row;
     const out = await this.runCounted(first.req.hooks, feeds);
+    // Drop the last references to the previous KV at once (the async frame keeps `feeds` alive until the
+    // step ends): the engine then holds one copy per token while it samples and sends frames, not two.
+    for (const t of this.kvTensors) delete feeds[t.past];
     this.past = this.presents(out);
     this.seq = L + 1;
     this.checkBytes(this.past, B, this.seq);
