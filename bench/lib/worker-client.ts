@@ -18,6 +18,7 @@ export class WorkerClient {
   private readonly ready: Promise<number>;
   private waiting: { resolve: (e: WorkerEvent) => void; reject: (e: Error) => void } | null = null;
   private exited: string | null = null;
+  private paused = false;
 
   constructor(
     readonly name: string,
@@ -95,8 +96,29 @@ export class WorkerClient {
     return e.sample;
   }
 
+  /**
+   * Suspends the worker (SIGSTOP) while other contenders are measured. An idle
+   * contender is not always idle: a transformers.js worker keeps using about a
+   * fifth of a core after its first generation (measured), and the noise guard
+   * counts the bench's own children as "ours", so it would go unnoticed.
+   */
+  pause(): void {
+    if (!this.exited && !this.paused) {
+      this.child.kill('SIGSTOP');
+      this.paused = true;
+    }
+  }
+
+  resume(): void {
+    if (!this.exited && this.paused) {
+      this.child.kill('SIGCONT');
+      this.paused = false;
+    }
+  }
+
   async close(): Promise<void> {
     if (this.exited) return;
+    this.resume();
     const gone = new Promise<void>((resolve) => this.child.once('exit', () => resolve()));
     this.child.send({ type: 'exit' } satisfies WorkerCommand);
     setTimeout(() => this.child.kill('SIGKILL'), 3000).unref();

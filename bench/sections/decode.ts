@@ -38,6 +38,20 @@ interface Live {
   result: ContenderResult;
   run: (prompt: number[], maxNew: number) => Promise<GenerationSample>;
   close: () => Promise<void>;
+  /** Worker contenders are suspended while the others are measured (see WorkerClient.pause). */
+  pause?: () => void;
+  resume?: () => void;
+}
+
+/** Runs one contender's sample with every other worker contender suspended. */
+async function alone<T>(all: Live[], c: Live, fn: () => Promise<T>): Promise<T> {
+  for (const o of all) if (o !== c) o.pause?.();
+  c.resume?.();
+  try {
+    return await fn();
+  } finally {
+    c.pause?.();
+  }
 }
 
 function firstDifference(a: number[], b: number[]): number {
@@ -121,7 +135,10 @@ export async function runDecode(
         },
         run: (p, n) => client.generate(p, n, eos),
         close: () => client.close(),
+        pause: () => client.pause(),
+        resume: () => client.resume(),
       });
+      client.pause();
     } catch (err) {
       const why = err instanceof Error ? (err.message.split('\n')[0] ?? err.message) : String(err);
       log(`  ${w.label} could not load the model: ${why}`);
@@ -134,11 +151,13 @@ export async function runDecode(
   const prompt = prompts.prompt(32);
   try {
     // Warm-up: first runs pay for lazy allocations in every runtime.
-    for (const c of active) await c.run(prompt, 8);
+    for (const c of active) await alone(active, c, () => c.run(prompt, 8));
     let reference: number[] | null = null;
     for (let r = 0; r < opts.reps; r++) {
       for (const c of rotate(active, r)) {
-        const s = await opts.guard.sample(`${c.result.key} round ${r + 1}`, () => c.run(prompt, opts.decodeTokens));
+        const s = await opts.guard.sample(`${c.result.key} round ${r + 1}`, () =>
+          alone(active, c, () => c.run(prompt, opts.decodeTokens)),
+        );
         c.result.samples.push(s);
         if (reference === null) reference = s.ids;
         else checkIds(mismatches, `${c.result.label}, round ${r + 1}`, reference, s.ids);
@@ -154,12 +173,12 @@ export async function runDecode(
     const longPrompt = prompts.prompt(opts.longPrompt, 1);
     if (kv && raw) {
       // First long prefills grow the runtimes' arenas: one unmeasured run each.
-      for (const c of [kv, raw]) await c.run(longPrompt, 1);
+      for (const c of [kv, raw]) await alone(active, c, () => c.run(longPrompt, 1));
       let longRef: number[] | null = null;
       for (let r = 0; r < opts.reps; r++) {
         for (const c of rotate([kv, raw], r)) {
           const s = await opts.guard.sample(`${c.result.key} ${opts.longPrompt}-token TTFT`, () =>
-            c.run(longPrompt, 1),
+            alone(active, c, () => c.run(longPrompt, 1)),
           );
           (c === kv ? long.kvdesk : long.raw).push(s.ttftMs);
           if (longRef === null) longRef = s.ids;

@@ -160,6 +160,8 @@ describe('serve (in-process)', () => {
     expect(err).toMatch(/--port expects a whole number/);
     expect(await serve(['--kv-budget', 'lots'], io)).toBe(2);
     expect(err).toMatch(/byte size/);
+    expect(await serve(['--device-memory', '8GiB'], io)).toBe(2);
+    expect(err).toMatch(/--device-memory 8GiB: give DEVICE=SIZE/);
   });
 
   it('loads each --model, serves, and closes the engine when told to stop', async () => {
