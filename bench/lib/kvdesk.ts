@@ -15,7 +15,7 @@ export interface HostTrace {
 /**
  * One greedy generation through RunnerService. TTFT runs from the generate call
  * to the first token frame on the host; decode tok/s from the first to the last
- * token frame (the engine flushes the final frame at once, so the 16 ms frame
+ * token frame (the engine flushes the final frame at once, so the 50 ms frame
  * batching does not stretch the interval).
  */
 export async function kvdeskGenerate(

@@ -4,7 +4,7 @@
  * NODE_OPTIONS timestamps each token frame as the engine process sends it; the
  * client timestamps the frame as it arrives. Both clocks are CLOCK_MONOTONIC
  * (process.hrtime), shared by every process on the machine. The engine's own
- * ≤ 16 ms frame batching is not included (a frame's age is counted from its send).
+ * ≤ 50 ms frame batching is not included (a frame's age is counted from its send).
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
