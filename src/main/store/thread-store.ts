@@ -10,9 +10,12 @@ import { KvdeskError } from '../../shared/errors';
 
 const SAFE_ID = /^[A-Za-z0-9_-]{1,100}$/;
 
+let tmpSeq = 0;
+
 async function writeAtomic(file: string, data: string): Promise<void> {
   await mkdir(path.dirname(file), { recursive: true });
-  const tmp = `${file}.${process.pid}.${Date.now()}.tmp`;
+  // Unique per write: two saves in the same millisecond must not share a temp file.
+  const tmp = `${file}.${process.pid}.${Date.now()}.${++tmpSeq}.tmp`;
   await writeFile(tmp, data);
   await rename(tmp, file);
 }
@@ -23,6 +26,19 @@ export class ThreadStore {
   private readonly settingsFile: string;
   /** Files that could not be read, with why (shown in logs, never fatal). */
   readonly problems: string[] = [];
+  /** Pending writes and deletes per file, run in call order: the last save wins, a delete stays deleted. */
+  private readonly pending = new Map<string, Promise<void>>();
+
+  private inOrder(file: string, op: () => Promise<void>): Promise<void> {
+    const before = this.pending.get(file) ?? Promise.resolve();
+    const next = before.catch(() => {}).then(op);
+    this.pending.set(file, next);
+    const forget = () => {
+      if (this.pending.get(file) === next) this.pending.delete(file);
+    };
+    next.then(forget, forget);
+    return next;
+  }
 
   constructor(dataDir: string) {
     this.threadsDir = path.join(dataDir, 'threads');
@@ -58,11 +74,14 @@ export class ThreadStore {
   }
 
   async save(thread: Thread): Promise<void> {
-    await writeAtomic(this.fileOf(thread.id), JSON.stringify(thread));
+    const file = this.fileOf(thread.id);
+    const data = JSON.stringify(thread);
+    await this.inOrder(file, () => writeAtomic(file, data));
   }
 
   async delete(id: string): Promise<void> {
-    await rm(this.fileOf(id), { force: true });
+    const file = this.fileOf(id);
+    await this.inOrder(file, () => rm(file, { force: true }));
   }
 
   async getSettings(): Promise<UiSettings> {
@@ -75,6 +94,7 @@ export class ThreadStore {
   }
 
   async saveSettings(settings: UiSettings): Promise<void> {
-    await writeAtomic(this.settingsFile, JSON.stringify(settings));
+    const data = JSON.stringify(settings);
+    await this.inOrder(this.settingsFile, () => writeAtomic(this.settingsFile, data));
   }
 }

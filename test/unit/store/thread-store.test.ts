@@ -1,0 +1,49 @@
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { ThreadStore } from '../../../src/main/store/thread-store';
+import type { Thread } from '../../../src/shared/api';
+
+const dirs: string[] = [];
+afterEach(() => {
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+function store(): { s: ThreadStore; dir: string } {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-store-'));
+  dirs.push(dir);
+  return { s: new ThreadStore(dir), dir };
+}
+
+const thread = (id: string, title: string): Thread => ({
+  id,
+  title,
+  createdAt: 1,
+  updatedAt: 2,
+  messages: [],
+});
+
+describe('ThreadStore', () => {
+  it('concurrent saves of one thread all succeed and the last one wins', async () => {
+    const { s, dir } = store();
+    // Same millisecond, same file: these used to share a temp file, and all but one rename failed (ENOENT).
+    await Promise.all(Array.from({ length: 20 }, (_, i) => s.save(thread('t1', `v${i}`))));
+    expect((await s.list()).map((t) => t.title)).toEqual(['v19']);
+    expect(readdirSync(path.join(dir, 'threads'))).toEqual(['t1.json']);
+  });
+
+  it('a delete issued after a save stays deleted', async () => {
+    const { s } = store();
+    await Promise.all([s.save(thread('t2', 'a')), s.delete('t2')]);
+    expect(await s.list()).toEqual([]);
+    await Promise.all([s.delete('t2'), s.save(thread('t2', 'b'))]);
+    expect((await s.list()).map((t) => t.title)).toEqual(['b']);
+  });
+
+  it('concurrent settings saves keep the last', async () => {
+    const { s } = store();
+    await Promise.all(Array.from({ length: 10 }, (_, i) => s.saveSettings({ lastThreadId: `t${i}` })));
+    expect(await s.getSettings()).toEqual({ lastThreadId: 't9' });
+  });
+});
