@@ -10,8 +10,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { NvidiaMemoryResult } from '../../src/main/backends/device-memory';
 import { type HostSettings, RunnerService } from '../../src/main/host/runner-service';
 import { prometheusText } from '../../src/main/server/metrics';
-import { KvdeskError } from '../../src/shared/errors';
 import { defaultModelDir, fixture, haveFixtures } from '../helpers/fixtures';
+import { rejection } from '../helpers/rejection';
 
 const GIB = 1024 ** 3;
 const MIB = 1024 ** 2;
@@ -39,16 +39,6 @@ function host(settings: Partial<HostSettings> = {}) {
   });
   hosts.push(h);
   return { h, place, reads: () => nvidiaReads };
-}
-
-async function rejection(p: Promise<unknown>): Promise<KvdeskError> {
-  try {
-    await p;
-  } catch (err) {
-    expect(err).toBeInstanceOf(KvdeskError);
-    return err as KvdeskError;
-  }
-  throw new Error('expected the promise to reject');
 }
 
 const request = (model: string) => ({

@@ -10,9 +10,9 @@ import { onnx } from 'onnx-proto';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { type HostSettings, RunnerService } from '../../src/main/host/runner-service';
 import type { StreamFrame } from '../../src/shared/contract';
-import { KvdeskError } from '../../src/shared/errors';
 import { defaultModelDir, fixture, haveFixtures } from '../helpers/fixtures';
 import { slowModel } from '../helpers/models';
+import { rejection } from '../helpers/rejection';
 
 const hosts: RunnerService[] = [];
 afterEach(async () => {
@@ -35,16 +35,6 @@ function expectEmptyLedger(h: RunnerService): void {
   expect(s.usedBytes).toBe(0);
   expect(s.running).toHaveLength(0);
   expect(s.queue).toHaveLength(0);
-}
-
-async function rejection(p: Promise<unknown>): Promise<KvdeskError> {
-  try {
-    await p;
-  } catch (err) {
-    expect(err).toBeInstanceOf(KvdeskError);
-    return err as KvdeskError;
-  }
-  throw new Error('expected the promise to reject');
 }
 
 describe('the admission funnel', () => {
