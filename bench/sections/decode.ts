@@ -3,7 +3,7 @@
  * against the raw onnxruntime-node loop and transformers.js on the same file,
  * alternating the contenders round by round; greedy tokens must match.
  */
-import type { RunnerService } from '../../src/main/host/runner-service';
+import { RunnerService } from '../../src/main/host/runner-service';
 import { type BenchOptions, log, rotate } from '../lib/context';
 import { kvdeskGenerate } from '../lib/kvdesk';
 import type { PromptSource } from '../lib/prompts';
@@ -41,6 +41,8 @@ interface Live {
   /** Worker contenders are suspended while the others are measured (see WorkerClient.pause). */
   pause?: () => void;
   resume?: () => void;
+  /** Replaces the contender's process(es) with fresh ones that load the model again. */
+  reopen?: () => Promise<void>;
 }
 
 /** Runs one contender's sample with every other worker contender suspended. */
@@ -79,6 +81,8 @@ export async function runDecode(
   eos: number[],
   prompts: PromptSource,
 ): Promise<DecodeResult> {
+  // The host's own runner serves until the first reopen; fresh ones after that (closed here).
+  let current = runner;
   const live: Live[] = [
     {
       result: {
@@ -89,8 +93,15 @@ export async function runDecode(
         samples: [],
         skipped: null,
       },
-      run: async (p, n) => (await kvdeskGenerate(runner, modelId, p, n)).sample,
-      close: async () => {},
+      run: async (p, n) => (await kvdeskGenerate(current, modelId, p, n)).sample,
+      close: async () => {
+        if (current !== runner) await current.close();
+      },
+      reopen: async () => {
+        if (current !== runner) await current.close();
+        current = new RunnerService({ intraOpNumThreads: opts.threads, maxRunning: 8, kvBudgetBytes: 8 * 1024 ** 3 });
+        await current.loadModel(modelDir);
+      },
     },
   ];
   const workers: Array<{ key: ContenderKey; label: string; entry: string; threads: number | null }> = [
@@ -120,7 +131,7 @@ export async function runDecode(
   }
   // Loads one after another: loading is not measured against anything, and parallel loads only thrash two cores.
   for (const w of workers) {
-    const client = new WorkerClient(w.label, w.entry);
+    let client = new WorkerClient(w.label, w.entry);
     try {
       const loaded = await client.load(modelDir, w.threads);
       log(`  loaded ${w.label} in ${(loaded.loadMs / 1000).toFixed(1)} s (${loaded.detail})`);
@@ -137,6 +148,12 @@ export async function runDecode(
         close: () => client.close(),
         pause: () => client.pause(),
         resume: () => client.resume(),
+        reopen: async () => {
+          await client.close();
+          client = new WorkerClient(w.label, w.entry);
+          await client.load(modelDir, w.threads);
+          client.pause();
+        },
       });
       client.pause();
     } catch (err) {
@@ -150,10 +167,14 @@ export async function runDecode(
   const mismatches: string[] = [];
   const prompt = prompts.prompt(32);
   try {
-    // Warm-up: first runs pay for lazy allocations in every runtime.
-    for (const c of active) await alone(active, c, () => c.run(prompt, 8));
     let reference: number[] | null = null;
     for (let r = 0; r < opts.reps; r++) {
+      // Fresh processes each round, loaded in the round's order: on this VM a process loaded after the others
+      // decodes up to ~12 % faster than an identical one loaded before them (measured with two copies of the
+      // raw loop), so a fixed load order would decide the comparison. Rotating it spreads that effect evenly.
+      for (const c of rotate(active, r)) await c.reopen?.();
+      // Warm-up: first runs pay for lazy allocations in every runtime.
+      for (const c of rotate(active, r)) await alone(active, c, () => c.run(prompt, 8));
       for (const c of rotate(active, r)) {
         const s = await opts.guard.sample(`${c.result.key} round ${r + 1}`, () =>
           alone(active, c, () => c.run(prompt, opts.decodeTokens)),
