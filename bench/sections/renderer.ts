@@ -16,6 +16,7 @@ import path from 'node:path';
 import { TRAINING_TEXT } from '../../scripts/model-gen/corpus';
 import { loadModelSpec } from '../../src/main/packages';
 import { loadTokenizer } from '../../src/main/tokenizer';
+import { CHROMIUM, CHROMIUM_ARGS } from '../../test/e2e/chromium';
 import type { FakeControl } from '../engine/fake-engine';
 import { type BenchOptions, log } from '../lib/context';
 import { median } from '../lib/stats';
@@ -43,16 +44,6 @@ export interface RendererResult {
 export type RendererOutcome = RendererResult | { skipped: string };
 
 const root = path.resolve(__dirname, '..', '..');
-const CHROMIUM = '/usr/bin/chromium';
-const CHROMIUM_ARGS = [
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-quic',
-  '--no-first-run',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-];
 /** Reply length per regeneration; the default model's context is 2048. */
 const REPLY_TOKENS = 1800;
 

@@ -8,7 +8,7 @@
 import { execFile } from 'node:child_process';
 import { KvdeskError } from '../../shared/errors';
 import type { BudgetDerivation } from '../../shared/scheduler-types';
-import { formatBytes } from '../scheduler/budget';
+import { formatBytes, requireBytes } from '../scheduler/budget';
 
 const MIB = 1024 * 1024;
 
@@ -109,15 +109,6 @@ export interface DeviceBudgetInputs {
   overrideBytes?: number;
   /** Where totalBytes came from, for the formula (`nvidia-smi`, `configured`). */
   totalSource?: string;
-}
-
-function requireBytes(name: string, value: number): void {
-  if (!Number.isSafeInteger(value) || value < 0) {
-    throw new KvdeskError('BAD_REQUEST', `${name} must be a whole number of bytes ≥ 0, got ${value}.`, {
-      field: name,
-      value: String(value),
-    });
-  }
 }
 
 /**

@@ -39,7 +39,8 @@ export interface CpuBudgetInputs {
   overrideBytes?: number;
 }
 
-function requireBytes(name: string, value: number): void {
+/** Refuses a byte count that is not a whole number ≥ 0, naming the field. */
+export function requireBytes(name: string, value: number): void {
   if (!Number.isSafeInteger(value) || value < 0) {
     throw new KvdeskError('BAD_REQUEST', `${name} must be a whole number of bytes ≥ 0, got ${value}.`, {
       field: name,

@@ -46,8 +46,8 @@ function HeaderBudget() {
     useShallow((s) => ({ snapshot: s.snapshot, activeModelId: s.activeModelId })),
   );
   if (!snapshot) return <div className="header-budget muted">budget …</div>;
-  const devices = snapshot.devices?.length ? snapshot.devices : [snapshot];
-  const shown = devices.find((d) => activeModelId !== null && d.models?.includes(activeModelId)) ?? snapshot;
+  const devices = snapshot.devices;
+  const shown = devices.find((d) => activeModelId !== null && d.models.includes(activeModelId)) ?? snapshot;
   const taken = shown.reservedBytes + shown.heldBytes;
   return (
     <div

@@ -6,7 +6,6 @@
 import { memo, useMemo, useState } from 'react';
 import type { Thread } from '../../shared/api';
 import type {
-  BudgetSnapshot,
   DeviceBudgetSnapshot,
   SchedulerRequestView,
   SchedulerSessionView,
@@ -65,11 +64,6 @@ function Derivation({ snap }: { snap: SchedulerSnapshot }) {
       ))}
     </div>
   );
-}
-
-/** Every device's budget, the CPU's first; an older host without `devices` has only the CPU's. */
-function devicesOf(snap: BudgetSnapshot): DeviceBudgetSnapshot[] {
-  return snap.devices?.length ? snap.devices : [{ ...snap, device: snap.device ?? 'cpu', models: snap.models ?? [] }];
 }
 
 function BudgetSection({ snap, several }: { snap: DeviceBudgetSnapshot; several: boolean }) {
@@ -476,12 +470,12 @@ export function Inspector() {
     <aside className="inspector" aria-label="Budget inspector" data-testid="inspector">
       {snap ? (
         <>
-          {devicesOf(snap).map((d, _i, all) => (
-            <BudgetSection key={d.device} snap={d} several={all.length > 1} />
+          {snap.devices.map((d) => (
+            <BudgetSection key={d.device} snap={d} several={snap.devices.length > 1} />
           ))}
-          <Controls devices={devicesOf(snap)} />
-          <Requests devices={devicesOf(snap)} />
-          <Sessions devices={devicesOf(snap)} />
+          <Controls devices={snap.devices} />
+          <Requests devices={snap.devices} />
+          <Sessions devices={snap.devices} />
         </>
       ) : (
         <div className="muted">Waiting for the scheduler…</div>

@@ -58,11 +58,11 @@ export function ModelCard({
   const snapshot = useApp((s) => s.snapshot);
   const kv = kvShape(spec);
   // The budget of the device the model is (or would be) placed on; a GPU has one once a model is there.
-  const devices = snapshot ? (snapshot.devices?.length ? snapshot.devices : [snapshot]) : [];
+  const devices = snapshot?.devices ?? [];
   const device = loaded
-    ? (devices.find((d) => d.models?.includes(spec.id))?.device ?? 'cpu')
+    ? (devices.find((d) => d.models.includes(spec.id))?.device ?? 'cpu')
     : deviceKey(spec.executionProvider ?? 'CPUExecutionProvider');
-  const budget = devices.find((d) => (d.device ?? 'cpu') === device);
+  const budget = devices.find((d) => d.device === device);
   const fit = budget
     ? fitBadge(
         { bpt: spec.bpt, contextLength: spec.contextLength, weightsBytes: spec.weightsBytes, loaded },
