@@ -177,8 +177,9 @@ export class ContinuousBatcher {
             });
           }
           // Session turns that reuse their KV are prefilled alone; fresh prompts in groups of similar length.
-          const reusing = live.filter((m) => this.reusable(m) > 0);
-          const fresh = live.filter((m) => this.reusable(m) === 0);
+          const reuse = new Map(live.map((m) => [m, this.reusable(m)]));
+          const reusing = live.filter((m) => (reuse.get(m) as number) > 0);
+          const fresh = live.filter((m) => reuse.get(m) === 0);
           const groups = this.canBatch()
             ? prefillGroups(
                 fresh.map((m) => ({ rows: m.job.rows.length, longest: Math.max(...m.job.rows.map((r) => r.length)) })),
@@ -186,7 +187,7 @@ export class ContinuousBatcher {
             : fresh.map((m) => [m]);
           for (const group of [...reusing.map((m) => [m]), ...groups]) {
             try {
-              await this.prefill(group);
+              await this.prefill(group, group.length === 1 ? (reuse.get(group[0] as Member) as number) : 0);
             } catch (err) {
               for (const m of group) m.reject(err as Error);
             }
@@ -293,17 +294,17 @@ export class ContinuousBatcher {
   }
 
   /**
-   * Prefills newcomers in one run: either one session turn reusing its KV, or a
-   * group of fresh prompts, every row left-padded to the group's longest.
+   * Prefills newcomers in one run: either one session turn reusing `reused`
+   * positions of its KV, or a group of fresh prompts (`reused` 0), every row
+   * left-padded to the group's longest.
    */
-  private async prefill(group: Member[]): Promise<void> {
+  private async prefill(group: Member[], reused: number): Promise<void> {
     const spec = this.spec;
     const ports = spec.ports;
     const first = group[0] as Member;
     const session = group.length === 1 ? first.job.session : undefined;
     let past = new Map<string, ort.Tensor>();
     let pastLen = 0;
-    const reused = group.length === 1 ? this.reusable(first) : 0;
     if (session && reused > 0) {
       for (const t of this.kvTensors) {
         const held = session.past.get(t.past);
