@@ -8,12 +8,9 @@
 import { createEngineCore } from '../../src/main/engine/engine-core';
 import type { EngineEvent } from '../../src/main/engine/protocol';
 import { loadModelSpec } from '../../src/main/packages';
-import { installRunTimer, takeRunTotals } from '../lib/run-timer';
-import type { GenerationSample, WorkerCommand, WorkerEvent } from '../lib/worker-protocol';
-
-function send(event: WorkerEvent): void {
-  process.send?.(event);
-}
+import { takeRunTotals } from '../lib/run-timer';
+import { runWorker, send } from '../lib/worker-main';
+import type { GenerationSample, WorkerCommand } from '../lib/worker-protocol';
 
 const waiting = new Map<string, (e: EngineEvent) => void>();
 const calls = new Map<number, (e: EngineEvent) => void>();
@@ -103,11 +100,4 @@ async function handle(cmd: WorkerCommand): Promise<void> {
   }
 }
 
-installRunTimer();
-process.on('message', (msg) => {
-  handle(msg as WorkerCommand).catch((err: unknown) =>
-    send({ type: 'error', message: err instanceof Error ? (err.stack ?? err.message) : String(err) }),
-  );
-});
-process.on('disconnect', () => process.exit(0));
-send({ type: 'ready', pid: process.pid });
+runWorker(handle);

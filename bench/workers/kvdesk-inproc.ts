@@ -4,22 +4,13 @@
  * without the host, the scheduler or IPC. Comparing it with the raw loop and
  * with RunnerService splits kvdesk's overhead into engine loop vs host + IPC.
  */
-import { readFileSync } from 'node:fs';
 import { LoadedDecoder } from '../../src/main/engine/decoder';
 import { loadModelSpec } from '../../src/main/packages';
-import { installRunTimer, takeRunTotals } from '../lib/run-timer';
-import type { GenerationSample, WorkerCommand, WorkerEvent } from '../lib/worker-protocol';
+import { takeRunTotals } from '../lib/run-timer';
+import { rss, runWorker, send } from '../lib/worker-main';
+import type { GenerationSample, WorkerCommand } from '../lib/worker-protocol';
 
 let decoder: LoadedDecoder | null = null;
-
-function send(event: WorkerEvent): void {
-  process.send?.(event);
-}
-
-function rss(): number {
-  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync('/proc/self/status', 'utf8'));
-  return m ? Number(m[1]) * 1024 : Number.NaN;
-}
 
 async function generate(
   promptIds: number[],
@@ -99,11 +90,4 @@ async function handle(cmd: WorkerCommand): Promise<void> {
   }
 }
 
-installRunTimer();
-process.on('message', (msg) => {
-  handle(msg as WorkerCommand).catch((err: unknown) =>
-    send({ type: 'error', message: err instanceof Error ? (err.stack ?? err.message) : String(err) }),
-  );
-});
-process.on('disconnect', () => process.exit(0));
-send({ type: 'ready', pid: process.pid });
+runWorker(handle);

@@ -5,10 +5,10 @@
  * argmax of the last position, feed present KV back as past. Buffers that do
  * not depend on the step (the all-ones mask) are allocated once.
  */
-import { readFileSync } from 'node:fs';
 import { type InferenceSession, ort, type Tensor } from '../lib/ort';
-import { installRunTimer, takeRunTotals } from '../lib/run-timer';
-import type { GenerationSample, WorkerCommand, WorkerEvent } from '../lib/worker-protocol';
+import { takeRunTotals } from '../lib/run-timer';
+import { rss, runWorker, send } from '../lib/worker-main';
+import type { GenerationSample, WorkerCommand } from '../lib/worker-protocol';
 
 interface Ports {
   inputIds: string;
@@ -26,10 +26,6 @@ let ones = new BigInt64Array(0);
 const rebuildMask = process.env.KVDESK_BENCH_MASK === 'rebuild';
 /** bench/profile.ts: send one IPC message every N tokens, as kvdesk's engine sends token frames to its host. */
 const notifyEvery = Number(process.env.KVDESK_BENCH_NOTIFY ?? 0);
-
-function send(event: WorkerEvent): void {
-  process.send?.(event);
-}
 
 function discoverPorts(s: InferenceSession): Ports {
   const meta = s.inputMetadata;
@@ -75,11 +71,6 @@ function argmaxLast(t: Tensor): number {
     }
   }
   return best;
-}
-
-function rss(): number {
-  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync('/proc/self/status', 'utf8'));
-  return m ? Number(m[1]) * 1024 : Number.NaN;
 }
 
 async function generate(
@@ -195,11 +186,4 @@ async function handle(cmd: WorkerCommand): Promise<void> {
   }
 }
 
-installRunTimer();
-process.on('message', (msg) => {
-  handle(msg as WorkerCommand).catch((err: unknown) =>
-    send({ type: 'error', message: err instanceof Error ? (err.stack ?? err.message) : String(err) }),
-  );
-});
-process.on('disconnect', () => process.exit(0));
-send({ type: 'ready', pid: process.pid });
+runWorker(handle);

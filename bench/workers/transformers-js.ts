@@ -7,7 +7,8 @@
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
-import type { GenerationSample, WorkerCommand, WorkerEvent } from '../lib/worker-protocol';
+import { runWorker, send } from '../lib/worker-main';
+import type { GenerationSample, WorkerCommand } from '../lib/worker-protocol';
 
 /** The part of transformers.js this worker uses. */
 interface TransformersJs {
@@ -31,10 +32,6 @@ interface TjsModel {
 
 let tjs: TransformersJs | null = null;
 let model: TjsModel | null = null;
-
-function send(event: WorkerEvent): void {
-  process.send?.(event);
-}
 
 /** Resolves @huggingface/transformers from bench/node_modules only. */
 export function transformersEntry(): string | null {
@@ -132,10 +129,4 @@ async function handle(cmd: WorkerCommand): Promise<void> {
   }
 }
 
-process.on('message', (msg) => {
-  handle(msg as WorkerCommand).catch((err: unknown) =>
-    send({ type: 'error', message: err instanceof Error ? (err.stack ?? err.message) : String(err) }),
-  );
-});
-process.on('disconnect', () => process.exit(0));
-send({ type: 'ready', pid: process.pid });
+runWorker(handle, false);
