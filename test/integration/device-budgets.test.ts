@@ -131,6 +131,21 @@ describe('one KV budget per device', () => {
     expect(bad.message).toContain('nope:3');
   });
 
+  it('a queued request that a lowered GPU limit can never fit is refused naming the device', async () => {
+    const { h, place } = host({ maxRunning: 1 });
+    place.next = 'cuda:0';
+    await h.loadModel(defaultModelDir, { id: 'on-gpu' });
+    const running = h.generate({ ...request('on-gpu'), maxNewTokens: 64 });
+    const queued = h.generate(request('on-gpu'));
+    expect(h.snapshot().devices[1]?.queue.map((r) => r.id)).toEqual([queued.requestId]);
+    h.configure({ device: 'cuda:0', kvBudgetBytes: 4 * 1024 });
+    const err = await rejection(queued.result);
+    expect(err.code).toBe('KV_BUDGET_EXCEEDED');
+    expect(err.message).toMatch(/^cuda:0: /);
+    running.cancel();
+    await running.result.catch(() => {});
+  });
+
   it('a GPU whose memory cannot be read admits nothing and says which setting fixes it', async () => {
     const { h, place } = host();
     place.next = 'webgpu:0';

@@ -908,7 +908,7 @@ class Generation {
   /** The scheduler refused this queued request (the limit was lowered under its minimum). */
   refused(error: ErrorInfo): void {
     if (this.grant) return;
-    this.fail(new KvdeskError(error.code, error.message, error.detail));
+    this.fail(this.host.onDevice(this.model.id, error));
   }
 
   private cancelError(when: string): KvdeskError {
