@@ -62,6 +62,34 @@ export const ENGINE_MALLOC_ENV: Readonly<Record<string, string>> = {
   MALLOC_TRIM_THRESHOLD_: String(512 * 1024 * 1024),
 };
 
+/**
+ * The glibc tunable that backs malloc's memory with transparent huge pages
+ * (glibc ≥ 2.35 with THP in `madvise` mode, the default of most distributions;
+ * older glibc and other C libraries ignore it). Decoding one token streams
+ * every weight once — hundreds of MB of prepacked matrices — and with 4 KiB
+ * pages a good part of that time goes to TLB misses: measured +25–35 % decode
+ * tok/s on both benchmark shapes (bench/README.md).
+ */
+export const ENGINE_HUGEPAGE_TUNABLE = 'glibc.malloc.hugetlb';
+
+/**
+ * The engine process's environment: kvdesk's malloc settings under the
+ * person's environment and the caller's explicit `env` (theirs win), and the
+ * huge-page tunable added to GLIBC_TUNABLES unless that already sets it.
+ */
+export function engineEnvironment(
+  base: NodeJS.ProcessEnv,
+  explicit: Record<string, string> | undefined,
+): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...ENGINE_MALLOC_ENV, ...base, ...explicit };
+  const tunables = env.GLIBC_TUNABLES ?? '';
+  const names = tunables.split(':').map((t) => t.split('=')[0]);
+  if (!names.includes(ENGINE_HUGEPAGE_TUNABLE)) {
+    env.GLIBC_TUNABLES = [tunables, `${ENGINE_HUGEPAGE_TUNABLE}=1`].filter(Boolean).join(':');
+  }
+  return env;
+}
+
 /** Client of one engine process. */
 export class EngineClient {
   private child: ChildProcess | null = null;
@@ -84,7 +112,7 @@ export class EngineClient {
     const child = fork(file, [], {
       execArgv,
       serialization: 'advanced',
-      env: { ...ENGINE_MALLOC_ENV, ...process.env, ...this.options.env },
+      env: engineEnvironment(process.env, this.options.env),
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
     this.child = child;

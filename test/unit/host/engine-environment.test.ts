@@ -1,0 +1,31 @@
+import { describe, expect, it } from 'vitest';
+import { ENGINE_MALLOC_ENV, engineEnvironment } from '../../../src/main/host/engine-client';
+
+describe('engineEnvironment', () => {
+  it("puts kvdesk's malloc settings under the person's environment and the explicit env", () => {
+    expect(engineEnvironment({ PATH: '/bin' }, undefined)).toEqual({
+      ...ENGINE_MALLOC_ENV,
+      PATH: '/bin',
+      GLIBC_TUNABLES: 'glibc.malloc.hugetlb=1',
+    });
+    const env = engineEnvironment({ MALLOC_TRIM_THRESHOLD_: '7' }, { MALLOC_MMAP_THRESHOLD_: '9' });
+    expect(env.MALLOC_TRIM_THRESHOLD_).toBe('7');
+    expect(env.MALLOC_MMAP_THRESHOLD_).toBe('9');
+  });
+
+  it("adds the huge-page tunable to the person's own tunables", () => {
+    expect(engineEnvironment({ GLIBC_TUNABLES: 'glibc.malloc.tcache_count=0' }, undefined).GLIBC_TUNABLES).toBe(
+      'glibc.malloc.tcache_count=0:glibc.malloc.hugetlb=1',
+    );
+    expect(engineEnvironment({}, { GLIBC_TUNABLES: 'glibc.pthread.rseq=0' }).GLIBC_TUNABLES).toBe(
+      'glibc.pthread.rseq=0:glibc.malloc.hugetlb=1',
+    );
+  });
+
+  it('leaves a hugetlb setting the person chose alone', () => {
+    for (const own of ['glibc.malloc.hugetlb=0', 'glibc.malloc.tcache_count=0:glibc.malloc.hugetlb=2']) {
+      expect(engineEnvironment({ GLIBC_TUNABLES: own }, undefined).GLIBC_TUNABLES).toBe(own);
+      expect(engineEnvironment({}, { GLIBC_TUNABLES: own }).GLIBC_TUNABLES).toBe(own);
+    }
+  });
+});
