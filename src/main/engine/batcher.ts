@@ -3,7 +3,9 @@
  * through one session.run per decode step. Newcomers are prefilled before the
  * next step — fresh prompts of similar length together in one run (left-padded),
  * a session turn that reuses its KV on its own —, then merged into the batch by
- * left-padding the shorter side's KV with masked zeros. Requests leave
+ * left-padding the shorter side's KV with masked zeros. A long prompt is
+ * prefilled in chunks, and the running batch takes a decode step between
+ * chunks, so streams already running keep going. Requests leave
  * between steps; padding every remaining row shares is trimmed. Sampling stays
  * per request, so a request's greedy tokens do not depend on its neighbours.
  */
@@ -61,6 +63,26 @@ const JOINT_PREFILL_PAD_FACTOR = 1.25;
 const JOINT_PREFILL_MAX_TOKENS = 1024;
 
 /**
+ * Chunked prefill: prompt tokens (rows × positions) one prefill run computes at
+ * most. The graph returns logits for every position it runs — 256 positions of
+ * a 128k vocabulary are 128 MiB, a whole 8k-token prompt would be 4 GiB outside
+ * any KV budget —, and one long run would stall every running stream for its
+ * whole length. A chunk re-reads the weights once (on the GPT-2-small shape
+ * ~20 ms against ~500 ms of compute per 256 positions).
+ */
+export const PREFILL_CHUNK_TOKENS = 256;
+
+/** Columns [from, to) of each row of a row-major `rows × width` array. */
+function columns(flat: readonly number[], rows: number, width: number, from: number, to: number): number[] {
+  const out: number[] = new Array(rows * (to - from));
+  let k = 0;
+  for (let r = 0; r < rows; r++) {
+    for (let i = r * width + from; i < r * width + to; i++) out[k++] = flat[i] as number;
+  }
+  return out;
+}
+
+/**
  * Splits newcomers without reusable KV into prefill groups: sorted by prompt
  * length, a member joins the current group while the padding stays within
  * JOINT_PREFILL_PAD_FACTOR and the group within JOINT_PREFILL_MAX_TOKENS.
@@ -112,7 +134,13 @@ export class ContinuousBatcher {
     private readonly run: RunFn,
     /** False for graphs that cannot batch: then requests take turns, one row at a time. */
     private readonly canBatch: () => boolean,
-  ) {}
+    /** Prompt tokens (rows × positions) one prefill run computes at most. */
+    private readonly chunkTokens: number = PREFILL_CHUNK_TOKENS,
+  ) {
+    if (!Number.isInteger(chunkTokens) || chunkTokens < 1) {
+      throw new KvdeskError('INTERNAL', `prefill chunk must be a positive whole number of tokens, got ${chunkTokens}`);
+    }
+  }
 
   /** Largest number of rows one decode step has run (stats: proves batching happened). */
   peakRows = 0;
@@ -154,10 +182,7 @@ export class ContinuousBatcher {
     this.looping = true;
     try {
       for (;;) {
-        for (const m of this.members()) {
-          const stop = m.hooks.stopRequested();
-          if (stop) this.finish(m, stop);
-        }
+        this.finishStopped();
         while (this.pending.length > 0 && (this.rows.length === 0 || this.canBatch())) {
           // A graph that cannot batch takes one newcomer at a time; otherwise every newcomer now.
           const arrived = this.canBatch() ? this.pending.splice(0) : [this.pending.shift() as Member];
@@ -194,20 +219,35 @@ export class ContinuousBatcher {
           }
         }
         if (this.rows.length === 0) break;
-        try {
-          await this.step();
-        } catch (err) {
-          // A failed batched run leaves every member's KV unknown: all of them fail.
-          for (const m of this.members()) m.reject(err as Error);
-          this.rows = [];
-          this.past.clear();
-          this.seq = 0;
-        }
+        await this.decodeStep();
       }
     } finally {
       this.looping = false;
     }
     if (this.pending.length > 0) void this.loop();
+  }
+
+  /** Finishes the running requests that were asked to stop. */
+  private finishStopped(): void {
+    for (const m of this.members()) {
+      const stop = m.hooks.stopRequested();
+      if (stop) this.finish(m, stop);
+    }
+  }
+
+  /** One decode step of the running batch (after its stops); a failure fails every running request. */
+  private async decodeStep(): Promise<void> {
+    this.finishStopped();
+    if (this.rows.length === 0) return;
+    try {
+      await this.step();
+    } catch (err) {
+      // A failed batched run leaves every member's KV unknown: all of them fail.
+      for (const m of this.members()) m.reject(err as Error);
+      this.rows = [];
+      this.past.clear();
+      this.seq = 0;
+    }
   }
 
   private async runCounted(hooks: GenerationHooks, feeds: Record<string, ort.Tensor>) {
@@ -294,9 +334,11 @@ export class ContinuousBatcher {
   }
 
   /**
-   * Prefills newcomers in one run: either one session turn reusing `reused`
-   * positions of its KV, or a group of fresh prompts (`reused` 0), every row
-   * left-padded to the group's longest.
+   * Prefills newcomers: either one session turn reusing `reused` positions of
+   * its KV, or a group of fresh prompts (`reused` 0), every row left-padded to
+   * the group's longest. Runs in chunks of at most `chunkTokens` tokens; between
+   * chunks the running batch takes a step, and a group whose every member was
+   * asked to stop ends there.
    */
   private async prefill(group: Member[], reused: number): Promise<void> {
     const spec = this.spec;
@@ -343,18 +385,53 @@ export class ContinuousBatcher {
       m.length = pastLen + Math.max(...rows.map((r) => r.length));
       m.hooks.onStart(rows.length * (m.length - pastLen), reused);
     });
-    const feeds: Record<string, ort.Tensor> = {};
-    feeds[ports.inputIds.name] = idTensor(ports.inputIds, ids, [R, P]);
-    if (ports.attentionMask) feeds[ports.attentionMask.name] = idTensor(ports.attentionMask, mask, [R, pastLen + P]);
-    if (ports.positionIds) feeds[ports.positionIds.name] = idTensor(ports.positionIds, positions, [R, P]);
-    for (const t of this.kvTensors) feeds[t.past] = past.get(t.past) as ort.Tensor;
-    const out = await this.runCounted(first.hooks, feeds);
-    // The past tensors are dead now: unreferenced, they can be collected before sampling and frames.
-    for (const t of this.kvTensors) delete feeds[t.past];
-    past.clear();
-    const present = this.presents(out);
-    const seq = pastLen + P;
-    this.checkBytes(present, R, seq);
+    const W = pastLen + P;
+    // Chunks of equal width, so a prompt just over the limit is not followed by a tiny chunk.
+    const chunks = Math.ceil(P / Math.max(1, Math.floor(this.chunkTokens / R)));
+    const cols = Math.ceil(P / chunks);
+    let out: ort.InferenceSession.OnnxValueMapType = {};
+    for (let from = 0; from < P; from += cols) {
+      const to = Math.min(P, from + cols);
+      if (from > 0) {
+        if (this.rows.length > 0) await this.decodeStep();
+        const stops = group.map((m) => m.hooks.stopRequested());
+        if (stops.every((stop) => stop !== null)) {
+          group.forEach((m, g) => {
+            const reason = stops[g] as 'stop' | 'cancelled';
+            m.resolve({
+              finishReason: reason,
+              rowFinishReasons: m.job.rows.map(() => reason),
+              kvBytes: 0,
+              generatedTokens: 0,
+              sessionTokens: 0,
+            });
+          });
+          return;
+        }
+      }
+      const n = to - from;
+      const feeds: Record<string, ort.Tensor> = {};
+      feeds[ports.inputIds.name] = idTensor(ports.inputIds, columns(ids, R, P, from, to), [R, n]);
+      if (ports.attentionMask) {
+        feeds[ports.attentionMask.name] = idTensor(ports.attentionMask, columns(mask, R, W, 0, pastLen + to), [
+          R,
+          pastLen + to,
+        ]);
+      }
+      if (ports.positionIds) {
+        feeds[ports.positionIds.name] = idTensor(ports.positionIds, columns(positions, R, P, from, to), [R, n]);
+      }
+      for (const t of this.kvTensors) feeds[t.past] = past.get(t.past) as ort.Tensor;
+      out = await this.runCounted(first.hooks, feeds);
+      // The past tensors are dead now: unreferenced, they can be collected before the next chunk or sampling.
+      for (const t of this.kvTensors) delete feeds[t.past];
+      past = this.presents(out);
+      this.checkBytes(past, R, pastLen + to);
+      // Only the last chunk's logits are sampled; an earlier chunk's are dropped before the next run.
+      if (to < P) out = {};
+    }
+    const present = past;
+    const seq = W;
     if (R > 1 && pastLen > 0) throw new KvdeskError('INTERNAL', 'multi-row requests never reuse session KV');
     const logits = this.logitsOf(out);
     for (const m of group) {

@@ -5,7 +5,7 @@
 import * as ort from 'onnxruntime-node';
 import { KvdeskError } from '../../shared/errors';
 import type { KvTensorSpec, ModelSpec } from '../../shared/model-spec';
-import { ContinuousBatcher } from './batcher';
+import { ContinuousBatcher, PREFILL_CHUNK_TOKENS } from './batcher';
 import { idTensor } from './feeds';
 import { emptyPast } from './kv-cache';
 import type { EngineSessionOptions, FinishReason, SamplingParams } from './protocol';
@@ -60,12 +60,14 @@ export class LoadedDecoder {
     readonly spec: ModelSpec,
     private readonly session: ort.InferenceSession,
     private readonly kvTensors: KvTensorSpec[],
+    prefillChunkTokens: number,
   ) {
     this.batcher = new ContinuousBatcher(
       spec,
       kvTensors,
       (feeds) => session.run(feeds),
       () => this.batchable,
+      prefillChunkTokens,
     );
   }
 
@@ -112,7 +114,12 @@ export class LoadedDecoder {
         { file: spec.graphPath },
       );
     }
-    const decoder = new LoadedDecoder(spec, session, spec.kv.kind === 'dynamic' ? spec.kv.tensors : []);
+    const decoder = new LoadedDecoder(
+      spec,
+      session,
+      spec.kv.kind === 'dynamic' ? spec.kv.tensors : [],
+      options.prefillChunkTokens ?? PREFILL_CHUNK_TOKENS,
+    );
     await decoder.probeBatch();
     return decoder;
   }

@@ -21,6 +21,8 @@ export interface SamplingParams {
 export interface EngineSessionOptions {
   intraOpNumThreads: number;
   executionProviders: string[];
+  /** Prompt tokens (rows × positions) one prefill run computes at most; default PREFILL_CHUNK_TOKENS. */
+  prefillChunkTokens?: number;
 }
 
 /** Why a generation ended (per request; rows report their own). */

@@ -1,0 +1,204 @@
+/**
+ * Chunked prefill on the real engine: a long prompt runs in chunks of at most
+ * `chunkTokens` tokens, gives the same greedy tokens as one run, and running
+ * streams take a decode step between its chunks.
+ */
+import * as ort from 'onnxruntime-node';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ContinuousBatcher } from '../../src/main/engine/batcher';
+import type { GenerationHooks, GenerationJob, SessionKv } from '../../src/main/engine/decoder';
+import { loadModelSpec } from '../../src/main/packages';
+import type { ModelSpec } from '../../src/shared/model-spec';
+import { defaultModelDir, fixture, fixturesSkipReason, haveFixtures } from '../helpers/fixtures';
+
+const GREEDY = { greedy: true, temperature: 0, topK: 0, topP: 1, minP: 0, repetitionPenalty: 1, seed: 1 };
+
+/** A real onnxruntime session behind a batcher whose runs are recorded as "rows×positions". */
+async function engine(dir: string) {
+  const spec: ModelSpec = await loadModelSpec(dir);
+  if (spec.kv.kind !== 'dynamic') throw new Error('test model must have a past/present KV graph');
+  const kvTensors = spec.kv.tensors;
+  const session = await ort.InferenceSession.create(spec.graphPath, {
+    intraOpNumThreads: 2,
+    graphOptimizationLevel: 'all',
+    logSeverityLevel: 3,
+  });
+  const runs: string[] = [];
+  const batcher = (chunkTokens: number) =>
+    new ContinuousBatcher(
+      spec,
+      kvTensors,
+      (feeds) => {
+        const dims = feeds[spec.ports.inputIds.name]?.dims ?? [];
+        runs.push(`${dims[0]}×${dims[1]}`);
+        return session.run(feeds);
+      },
+      () => true,
+      chunkTokens,
+    );
+  return { spec, session, runs, batcher };
+}
+
+interface Gen {
+  ids: number[][];
+  outcome: Promise<{ finishReason: string; generatedTokens: number; sessionTokens: number }>;
+  stop: () => void;
+}
+
+function generate(
+  b: ContinuousBatcher,
+  rows: number[][],
+  maxNewTokens: number,
+  opts: { session?: SessionKv; onStep?: () => void } = {},
+): Gen {
+  const ids: number[][] = rows.map(() => []);
+  let stop: 'cancelled' | null = null;
+  const job: GenerationJob = {
+    rows,
+    maxNewTokens,
+    sampling: GREEDY,
+    eosTokenIds: [],
+    ...(opts.session ? { session: opts.session } : {}),
+  };
+  const hooks: GenerationHooks = {
+    onStart: () => {},
+    onStep: (step) => {
+      step.forEach((id, r) => {
+        if (id >= 0) ids[r]?.push(id);
+      });
+      opts.onStep?.();
+    },
+    stopRequested: () => stop,
+    countRun: () => {},
+  };
+  return {
+    ids,
+    outcome: b.submit(job, hooks),
+    stop: () => {
+      stop = 'cancelled';
+    },
+  };
+}
+
+const prompt = (n: number, salt: number) => Array.from({ length: n }, (_, i) => 3 + ((i * 37 + salt * 101) % 500));
+
+describe('chunked prefill on the default model (Llama family, RoPE, GQA)', () => {
+  let e: Awaited<ReturnType<typeof engine>>;
+  beforeAll(async () => {
+    e = await engine(defaultModelDir);
+  });
+  afterAll(async () => {
+    await e.session.release();
+  });
+
+  it('a 300-token prompt in chunks of 64 gives the tokens of one run, in balanced chunks', async () => {
+    const p = prompt(300, 1);
+    const whole = generate(e.batcher(100_000), [p], 12);
+    await whole.outcome;
+    expect(e.runs.splice(0)[0]).toBe('1×300');
+    const chunked = generate(e.batcher(64), [p], 12);
+    await chunked.outcome;
+    expect(chunked.ids).toEqual(whole.ids);
+    // ceil(300 / 64) = 5 chunks of equal width (60), then one run per further token.
+    expect(e.runs.splice(0)).toEqual([...Array(5).fill('1×60'), ...Array(11).fill('1×1')]);
+  });
+
+  it('two rows of different lengths, left-padded, chunked by rows × positions', async () => {
+    const rows = [prompt(150, 2), prompt(97, 3)];
+    const whole = generate(e.batcher(100_000), rows, 8);
+    await whole.outcome;
+    e.runs.length = 0;
+    const chunked = generate(e.batcher(100), rows, 8);
+    await chunked.outcome;
+    expect(chunked.ids).toEqual(whole.ids);
+    // 2 rows × 50 positions per chunk: 150 positions in 3 chunks.
+    expect(e.runs.splice(0, 3)).toEqual(['2×50', '2×50', '2×50']);
+  });
+
+  it("a session turn's new message is chunked after the reused prefix", async () => {
+    const first = prompt(40, 4);
+    const session: SessionKv = { tokens: [], past: new Map() };
+    const turn1 = generate(e.batcher(64), [first], 5, { session });
+    await turn1.outcome;
+    const second = [...session.tokens, ...prompt(130, 5)];
+    const copy: SessionKv = { tokens: session.tokens.slice(), past: new Map(session.past) };
+    const reference = generate(e.batcher(100_000), [second], 8, { session: copy });
+    await reference.outcome;
+    e.runs.length = 0;
+    const turn2 = generate(e.batcher(64), [second], 8, { session });
+    await turn2.outcome;
+    expect(turn2.ids).toEqual(reference.ids);
+    // The reused prefix is not computed again; the 130 new positions go in 3 chunks of ceil(130 / 3) = 44.
+    expect(e.runs.slice(0, 3)).toEqual(['1×44', '1×44', '1×42']);
+  });
+
+  it('a running stream takes a decode step between the chunks of a newcomer, and both keep their tokens', async () => {
+    const short = prompt(10, 6);
+    const long = prompt(240, 7);
+    const soloShort = generate(e.batcher(100_000), [short], 30);
+    await soloShort.outcome;
+    const soloLong = generate(e.batcher(100_000), [long], 6);
+    await soloLong.outcome;
+    e.runs.length = 0;
+
+    const b = e.batcher(64);
+    let late: Gen | undefined;
+    const running = generate(b, [short], 30, {
+      onStep: () => {
+        if (!late) late = generate(b, [long], 6);
+      },
+    });
+    await running.outcome;
+    await (late as Gen).outcome;
+    expect(running.ids).toEqual(soloShort.ids);
+    expect((late as Gen).ids).toEqual(soloLong.ids);
+    // The newcomer's 240 positions in 4 chunks of 60, each followed by one step of the running stream.
+    const at = e.runs.indexOf('1×60');
+    expect(e.runs.slice(at, at + 8)).toEqual(['1×60', '1×1', '1×60', '1×1', '1×60', '1×1', '1×60', '2×1']);
+  });
+
+  it('a newcomer cancelled during its prefill ends after the current chunk; the running stream goes on', async () => {
+    const b = e.batcher(64);
+    let late: Gen | undefined;
+    let chunksSeen = 0;
+    const running = generate(b, [prompt(10, 8)], 20, {
+      onStep: () => {
+        if (!late) {
+          late = generate(b, [prompt(240, 9)], 6);
+          return;
+        }
+        // The running stream's step after the newcomer's first chunk: cancel the newcomer.
+        chunksSeen = e.runs.filter((r) => r === '1×60').length;
+        if (chunksSeen === 1) late.stop();
+      },
+    });
+    e.runs.length = 0;
+    const result = await (async () => {
+      await running.outcome;
+      return (late as Gen).outcome;
+    })();
+    expect(result).toMatchObject({ finishReason: 'cancelled', generatedTokens: 0 });
+    expect(e.runs.filter((r) => r === '1×60')).toHaveLength(1);
+    expect(running.ids[0]).toHaveLength(20);
+  });
+});
+
+describe.skipIf(!haveFixtures)(
+  `chunked prefill on tiny-random-gpt2-fp32 (GPT-2 family, learned positions)${haveFixtures ? '' : ` (skipped: ${fixturesSkipReason})`}`,
+  () => {
+    it('gives the tokens of one run', async () => {
+      const e = await engine(fixture('onnxruntime-genai/tiny-random-gpt2-fp32'));
+      try {
+        const p = prompt(200, 10);
+        const whole = generate(e.batcher(100_000), [p], 10);
+        await whole.outcome;
+        const chunked = generate(e.batcher(48), [p], 10);
+        await chunked.outcome;
+        expect(chunked.ids).toEqual(whole.ids);
+        expect(e.runs.filter((r) => r !== '1×1')).toEqual(['1×200', ...Array(5).fill('1×40')]);
+      } finally {
+        await e.session.release();
+      }
+    });
+  },
+);
