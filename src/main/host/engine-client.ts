@@ -64,8 +64,8 @@ export const ENGINE_MALLOC_ENV: Readonly<Record<string, string>> = {
 
 /**
  * The glibc tunable that backs malloc's memory with transparent huge pages
- * (glibc ≥ 2.35 with THP in `madvise` mode, the default of most distributions;
- * older glibc and other C libraries ignore it). Decoding one token streams
+ * (glibc ≥ 2.35 with THP in `madvise` mode — the default of most
+ * distributions — or `always`; older glibc and other C libraries ignore it). Decoding one token streams
  * every weight once — hundreds of MB of prepacked matrices — and with 4 KiB
  * pages a good part of that time goes to TLB misses: measured +25–35 % decode
  * tok/s on both benchmark shapes (bench/README.md).
