@@ -45,6 +45,7 @@ generate options:
   --rows N                 generate N rows of the same prompt as one batched request
   --kv-budget SIZE         KV budget, e.g. 512, 64KiB, 2GiB (default: derived from RAM)
   --threads N              onnxruntime intra-op threads (default: every core)
+  --prefill-chunk N        prompt tokens one prefill run computes at most (default 256)
   --json                   print one JSON object on stdout
 
 Exit codes: 0 done, 2 bad input, 3 refused by the KV scheduler, 1 internal error.`;
@@ -225,6 +226,7 @@ async function generate(args: string[], io: Io): Promise<number> {
     rows: { type: 'string' },
     'kv-budget': { type: 'string' },
     threads: { type: 'string' },
+    'prefill-chunk': { type: 'string' },
     json: { type: 'boolean' },
   } as const;
   const json = args.includes('--json');
@@ -244,6 +246,10 @@ async function generate(args: string[], io: Io): Promise<number> {
     }
     const kvBudget = values['kv-budget'] !== undefined ? parseByteSize(values['kv-budget']) : undefined;
     const threads = parseNumber('threads', values.threads, true);
+    const prefillChunk = parseNumber('prefill-chunk', values['prefill-chunk'], true);
+    if (prefillChunk !== undefined && prefillChunk < 1) {
+      throw badArgs(`--prefill-chunk expects a whole number ≥ 1, got "${values['prefill-chunk']}"`);
+    }
     const sampling: NonNullable<GenerateRequest['sampling']> = {};
     const t = parseNumber('temperature', values.temperature);
     if (t !== undefined) sampling.temperature = t;
@@ -273,6 +279,7 @@ async function generate(args: string[], io: Io): Promise<number> {
     host = new RunnerService({
       ...(kvBudget !== undefined ? { kvBudgetBytes: kvBudget } : {}),
       ...(threads !== undefined ? { intraOpNumThreads: threads } : {}),
+      ...(prefillChunk !== undefined ? { prefillChunkTokens: prefillChunk } : {}),
     });
     const info = await host.loadModel(path.resolve(positionals[0] as string));
     const multiRow = (request.prompts as unknown[] | undefined)?.length !== undefined || (rows ?? 1) > 1;

@@ -30,7 +30,9 @@ serve options:
   --data-dir DIR           threads, settings and uploaded models (default $KVDESK_DATA_DIR or ~/.kvdesk)
   --static-dir DIR         the built UI (default out/renderer)
   --max-upload SIZE        largest package upload from the browser (default 2GiB; bigger ones get 413)
-  --threads N              onnxruntime intra-op threads (default: every core)`;
+  --threads N              onnxruntime intra-op threads (default: every core)
+  --prefill-chunk N        prompt tokens one prefill run computes at most (default 256: a long prompt runs in
+                           chunks, running replies take a step between them; lower it to use less memory)`;
 
 interface Io {
   out: (s: string) => void;
@@ -89,6 +91,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     'static-dir': { type: 'string' },
     'max-upload': { type: 'string' },
     threads: { type: 'string' },
+    'prefill-chunk': { type: 'string' },
   } as const;
   if (args.includes('--help') || args.includes('-h')) {
     io.out(`Usage:\n${SERVE_USAGE}\n`);
@@ -116,6 +119,8 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     if (maxQueue !== undefined) settings.maxQueue = maxQueue;
     const threads = positiveInt('threads', values.threads);
     if (threads !== undefined) settings.intraOpNumThreads = threads;
+    const prefillChunk = positiveInt('prefill-chunk', values['prefill-chunk']);
+    if (prefillChunk !== undefined) settings.prefillChunkTokens = prefillChunk;
     const dataDir = path.resolve(
       values['data-dir'] ?? process.env.KVDESK_DATA_DIR ?? path.join(os.homedir(), '.kvdesk'),
     );

@@ -7,6 +7,7 @@ import * as ort from 'onnxruntime-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ContinuousBatcher } from '../../src/main/engine/batcher';
 import type { GenerationHooks, GenerationJob, SessionKv } from '../../src/main/engine/decoder';
+import { RunnerService } from '../../src/main/host/runner-service';
 import { loadModelSpec } from '../../src/main/packages';
 import type { ModelSpec } from '../../src/shared/model-spec';
 import { defaultModelDir, fixture, fixturesSkipReason, haveFixtures } from '../helpers/fixtures';
@@ -180,6 +181,21 @@ describe('chunked prefill on the default model (Llama family, RoPE, GQA)', () =>
     expect(result).toMatchObject({ finishReason: 'cancelled', generatedTokens: 0 });
     expect(e.runs.filter((r) => r === '1×60')).toHaveLength(1);
     expect(running.ids[0]).toHaveLength(20);
+  });
+});
+
+describe('chunked prefill through the host', () => {
+  it("the host's prefillChunkTokens reaches the engine process (its own run count shows the chunks)", async () => {
+    const h = new RunnerService({ intraOpNumThreads: 2, prefillChunkTokens: 16 });
+    try {
+      await h.loadModel(defaultModelDir);
+      const before = (await h.engine.stats()).runs;
+      const r = await h.generate({ promptIds: prompt(50, 11), maxNewTokens: 5, sampling: { greedy: true } }).result;
+      // 50 prompt positions in ceil(50 / 16) = 4 chunks, then one run per further token.
+      expect((await h.engine.stats()).runs - before).toBe(4 + r.tokenIds.length - 1);
+    } finally {
+      await h.close();
+    }
   });
 });
 

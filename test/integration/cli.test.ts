@@ -223,6 +223,12 @@ describe('CLI on the generated default model', () => {
     expect(r.stderr).not.toMatch(/\n\s+at /);
   });
 
+  it('--prefill-chunk below 1 exits 2 naming the flag', () => {
+    const r = kvdesk('generate', defaultModelDir, '--prompt', 'Hello', '--prefill-chunk', '0', '--json');
+    expect(r.code).toBe(2);
+    expect((r.json.error as Record<string, unknown>).message).toMatch(/--prefill-chunk expects a whole number ≥ 1/);
+  });
+
   it('a folder that is not a package exits 2 naming the problem', () => {
     const r = kvdesk('inspect', path.join(repoRoot, 'src'), '--json');
     expect(r.code).toBe(2);

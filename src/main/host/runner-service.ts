@@ -65,6 +65,8 @@ export interface HostSettings {
   maxRunning: number;
   maxQueue: number;
   intraOpNumThreads: number;
+  /** Prompt tokens (rows × positions) one prefill run computes at most; unset: the engine's default (256). */
+  prefillChunkTokens?: number;
   /** Injected for tests; defaults to os.totalmem(). */
   totalMemoryBytes?: number;
   /** Injected clock (ms). */
@@ -165,7 +167,13 @@ export class RunnerService {
     this.now = this.settings.now ?? (() => performance.now());
     this.addDevice(CPU_DEVICE);
     this.engine = new EngineClient(
-      { intraOpNumThreads: this.settings.intraOpNumThreads, executionProviders: ['cpu'] },
+      {
+        intraOpNumThreads: this.settings.intraOpNumThreads,
+        executionProviders: ['cpu'],
+        ...(this.settings.prefillChunkTokens !== undefined
+          ? { prefillChunkTokens: this.settings.prefillChunkTokens }
+          : {}),
+      },
       {
         verifyGrant: (token) => [...this.devices.values()].some((d) => d.scheduler.isGrantLive(token)),
         onCrash: (reason) => this.onEngineCrash(reason),

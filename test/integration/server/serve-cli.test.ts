@@ -162,6 +162,8 @@ describe('serve (in-process)', () => {
     expect(err).toMatch(/byte size/);
     expect(await serve(['--device-memory', '8GiB'], io)).toBe(2);
     expect(err).toMatch(/--device-memory 8GiB: give DEVICE=SIZE/);
+    expect(await serve(['--prefill-chunk', '0'], io)).toBe(2);
+    expect(err).toMatch(/--prefill-chunk expects a whole number ≥ 1, got "0"/);
   });
 
   it('loads each --model, serves, and closes the engine when told to stop', async () => {
