@@ -200,7 +200,7 @@ describe('chunked prefill through the host', () => {
 });
 
 describe.skipIf(!haveFixtures)(
-  `chunked prefill on tiny-random-gpt2-fp32 (GPT-2 family, learned positions)${haveFixtures ? '' : ` (skipped: ${fixturesSkipReason})`}`,
+  `chunked prefill on the shared fixtures (GPT-2 family with learned positions; onnx-genai packages)${haveFixtures ? '' : ` (skipped: ${fixturesSkipReason})`}`,
   () => {
     it('gives the tokens of one run', async () => {
       const e = await engine(fixture('onnxruntime-genai/tiny-random-gpt2-fp32'));
@@ -216,5 +216,24 @@ describe.skipIf(!haveFixtures)(
         await e.session.release();
       }
     });
+
+    // onnx-genai's packages (context 16): chunks of 2 positions, each with its own past and mask.
+    it.each(['tiny-llm', 'tiny-llm-explicit-io', 'tiny-llm-sharedbuffer', 'tiny-reasoning'])(
+      'onnx-genai/%s gives the tokens of one run in chunks of 2',
+      async (name) => {
+        const e = await engine(fixture(`onnx-genai/${name}`));
+        try {
+          const p = [5, 12, 19, 26, 3, 10];
+          const whole = generate(e.batcher(100_000), [p], 8);
+          await whole.outcome;
+          const chunked = generate(e.batcher(2), [p], 8);
+          await chunked.outcome;
+          expect(chunked.ids).toEqual(whole.ids);
+          expect(e.runs.filter((r) => r !== '1×1')).toEqual(['1×6', '1×2', '1×2', '1×2']);
+        } finally {
+          await e.session.release();
+        }
+      },
+    );
   },
 );
