@@ -81,7 +81,7 @@ async function main(): Promise<number> {
   let admission: AdmissionScenario[] | null = null;
   if (!opts.skip.has('admission')) {
     log('admission micro-benchmark (pure scheduler)');
-    admission = runAdmission(opts);
+    admission = await runAdmission(opts);
   }
   const gpt2Dir = ensureModel('gpt2-small', () => {}).dir;
   log('token delivery over the WebSocket transport');

@@ -135,18 +135,28 @@ function medianOfRuns(runs: AdmissionScenario[]): AdmissionScenario {
 }
 
 /**
- * Each scenario runs `reps` times, alternating, and reports the medians: one
- * run lasts only tens of ms, so a single burst of a neighbour on this shared
- * VM decided its p99 alone (10 µs in five runs, 119 µs in the sixth; V8
- * collections: fewer than 0.1 % of the cycles).
+ * Each scenario runs `reps` times, alternating, each run on a quiet machine
+ * (the noise guard waits, and repeats a run other processes disturbed), and
+ * reports the medians: one run lasts only tens of ms, so a single burst of a
+ * neighbour on this shared VM decided its p99 alone (10 µs in five runs, 119 µs
+ * in the sixth; V8 collections: fewer than 0.1 % of the cycles).
  */
-export function runAdmission(opts: BenchOptions): AdmissionScenario[] {
-  const cycles = opts.quick ? 5000 : 20000;
+export async function runAdmission(opts: BenchOptions): Promise<AdmissionScenario[]> {
+  // 20 000 timed cycles in quick runs too (≈ 0.2 s): the heap still grows in the first ~60 ms after the warm-up,
+  // and V8's incremental marking then slows 50–90 consecutive decisions to ~100–200 µs — over 1 % of a
+  // 5000-cycle window (p99 67–133 µs), under 0.5 % of 20 000 (p99 7–17 µs).
+  const cycles = 20000;
   const slot: AdmissionScenario[] = [];
   const budget: AdmissionScenario[] = [];
   for (let r = 0; r < opts.reps; r++) {
-    slot.push(scenario('slot-bound, 1000 queued', false, cycles));
-    budget.push(scenario('budget-bound, 1000 queued, 32 idle sessions', true, cycles));
+    slot.push(
+      await opts.guard.sample('admission (slot-bound)', async () => scenario('slot-bound, 1000 queued', false, cycles)),
+    );
+    budget.push(
+      await opts.guard.sample('admission (budget-bound)', async () =>
+        scenario('budget-bound, 1000 queued, 32 idle sessions', true, cycles),
+      ),
+    );
   }
   const out = [medianOfRuns(slot), medianOfRuns(budget)];
   for (const s of out) {
