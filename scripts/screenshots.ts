@@ -1,10 +1,11 @@
 /**
  * Screenshots of the running app for the README: docs/chat.png, docs/models.png,
- * docs/inspector.png, docs/devices.png. Starts a real `kvdesk serve` (real engine and scheduler)
+ * docs/inspector.png, docs/devices.png, docs/prefill.png. Starts a real `kvdesk serve` (real engine and scheduler)
  * with a small KV budget so the budget bar has something to show, drives
  * Debian Chromium through the same steps a person would, and captures the window.
  *
- *   node bin/run-ts.cjs scripts/screenshots.ts
+ *   node bin/run-ts.cjs scripts/screenshots.ts           # all of them
+ *   node bin/run-ts.cjs scripts/screenshots.ts prefill   # only docs/prefill.png
  *
  * Needs Chromium at /usr/bin/chromium (or KVDESK_CHROMIUM) and a renderer build
  * (it runs the renderer build first unless KVDESK_E2E_SKIP_BUILD=1).
@@ -73,6 +74,15 @@ async function setLimit(page: Page, text: string): Promise<void> {
 async function main(): Promise<void> {
   globalSetup();
   mkdirSync(DOCS, { recursive: true });
+  if (process.argv[2] === 'prefill') {
+    const browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
+    try {
+      await prefillShot(browser);
+    } finally {
+      await browser.close();
+    }
+    return;
+  }
   const server = await startServe(['--kv-budget', BUDGET]);
   const browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
   try {
@@ -148,6 +158,7 @@ async function main(): Promise<void> {
   }
   try {
     await devicesShot(browser);
+    await prefillShot(browser);
   } finally {
     await browser.close();
   }
@@ -183,6 +194,28 @@ async function devicesShot(browser: Browser): Promise<void> {
   } finally {
     await server.stop();
     rmSync(tmp, { recursive: true, force: true });
+  }
+}
+
+/**
+ * docs/prefill.png: a long message being read. The server prefills one position per run
+ * (--prefill-chunk 1), so the default model takes long enough to show the progress.
+ */
+async function prefillShot(browser: Browser): Promise<void> {
+  const server = await startServe(['--prefill-chunk', '1']);
+  try {
+    const page = await browser.newPage({ viewport: { width: 1440, height: 900 }, deviceScaleFactor: 1 });
+    await page.goto(server.url);
+    await page.getByTestId('thread-list').and(page.locator('[data-loaded="true"]')).waitFor();
+    await newChat(page, 'Long read');
+    await settings(page, { maxNewTokens: 64, seed: 3 });
+    await say(page, 'The boats came home to the harbour before the storm, one by one. '.repeat(60).trim(), false);
+    await page.getByTestId('prefill-indicator').waitFor({ state: 'visible', timeout: 30_000 });
+    await page.waitForTimeout(700);
+    await page.screenshot({ path: path.join(DOCS, 'prefill.png'), animations: 'disabled' });
+    console.log('wrote docs/prefill.png');
+  } finally {
+    await server.stop();
   }
 }
 

@@ -135,6 +135,8 @@ export type StreamFrame =
       admittedMaxTokens: number;
       budgetCap?: BudgetCap;
     }
+  /** A long prompt is being read: prompt positions done and in all (a reused session prefix counts as done). */
+  | { type: 'prefill'; requestId: string; doneTokens: number; totalTokens: number }
   | { type: 'tokens'; requestId: string; rows: Array<{ ids: number[]; text: string }> }
   | { type: 'done'; requestId: string; result: GenerationResult }
   | { type: 'error'; requestId: string; error: ErrorInfo };

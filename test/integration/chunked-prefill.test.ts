@@ -42,6 +42,8 @@ async function engine(dir: string) {
 
 interface Gen {
   ids: number[][];
+  /** onPrefill calls: [done, total] after each chunk but the last. */
+  prefill: Array<[number, number]>;
   outcome: Promise<{ finishReason: string; generatedTokens: number; sessionTokens: number }>;
   stop: () => void;
 }
@@ -53,6 +55,7 @@ function generate(
   opts: { session?: SessionKv; onStep?: () => void } = {},
 ): Gen {
   const ids: number[][] = rows.map(() => []);
+  const prefill: Array<[number, number]> = [];
   let stop: 'cancelled' | null = null;
   const job: GenerationJob = {
     rows,
@@ -63,6 +66,9 @@ function generate(
   };
   const hooks: GenerationHooks = {
     onStart: () => {},
+    onPrefill: (done, total) => {
+      prefill.push([done, total]);
+    },
     onStep: (step) => {
       step.forEach((id, r) => {
         if (id >= 0) ids[r]?.push(id);
@@ -74,6 +80,7 @@ function generate(
   };
   return {
     ids,
+    prefill,
     outcome: b.submit(job, hooks),
     stop: () => {
       stop = 'cancelled';
@@ -102,6 +109,14 @@ describe('chunked prefill on the default model (Llama family, RoPE, GQA)', () =>
     expect(chunked.ids).toEqual(whole.ids);
     // ceil(300 / 64) = 5 chunks of equal width (60), then one run per further token.
     expect(e.runs.splice(0)).toEqual([...Array(5).fill('1×60'), ...Array(11).fill('1×1')]);
+    // Progress after each chunk but the last (the first token follows that one); none for a single run.
+    expect(chunked.prefill).toEqual([
+      [60, 300],
+      [120, 300],
+      [180, 300],
+      [240, 300],
+    ]);
+    expect(whole.prefill).toEqual([]);
   });
 
   it('two rows of different lengths, left-padded, chunked by rows × positions', async () => {
@@ -114,6 +129,10 @@ describe('chunked prefill on the default model (Llama family, RoPE, GQA)', () =>
     expect(chunked.ids).toEqual(whole.ids);
     // 2 rows × 50 positions per chunk: 150 positions in 3 chunks.
     expect(e.runs.splice(0, 3)).toEqual(['2×50', '2×50', '2×50']);
+    expect(chunked.prefill).toEqual([
+      [50, 150],
+      [100, 150],
+    ]);
   });
 
   it("a session turn's new message is chunked after the reused prefix", async () => {
@@ -131,6 +150,12 @@ describe('chunked prefill on the default model (Llama family, RoPE, GQA)', () =>
     expect(turn2.ids).toEqual(reference.ids);
     // The reused prefix is not computed again; the 130 new positions go in 3 chunks of ceil(130 / 3) = 44.
     expect(e.runs.slice(0, 3)).toEqual(['1×44', '1×44', '1×42']);
+    // Progress counts the reused prefix as done.
+    const reused = second.length - 130;
+    expect(turn2.prefill).toEqual([
+      [reused + 44, second.length],
+      [reused + 88, second.length],
+    ]);
   });
 
   it('a running stream takes a decode step between the chunks of a newcomer, and both keep their tokens', async () => {
@@ -188,11 +213,22 @@ describe('chunked prefill through the host', () => {
   it("the host's prefillChunkTokens reaches the engine process (its own run count shows the chunks)", async () => {
     const h = new RunnerService({ intraOpNumThreads: 2, prefillChunkTokens: 16 });
     try {
-      await h.loadModel(defaultModelDir);
+      const { bpt } = (await h.loadModel(defaultModelDir)).spec;
       const before = (await h.engine.stats()).runs;
-      const r = await h.generate({ promptIds: prompt(50, 11), maxNewTokens: 5, sampling: { greedy: true } }).result;
+      const frames: string[] = [];
+      const used: number[] = [];
+      const r = await h.generate({ promptIds: prompt(50, 11), maxNewTokens: 5, sampling: { greedy: true } }, (f) => {
+        if (f.type === 'prefill') {
+          frames.push(`prefill ${f.doneTokens}/${f.totalTokens}`);
+          used.push(h.snapshot().running[0]?.usedBytes ?? -1);
+        } else if (f.type === 'tokens' && frames[frames.length - 1] !== 'tokens') frames.push('tokens');
+      }).result;
       // 50 prompt positions in ceil(50 / 16) = 4 chunks, then one run per further token.
       expect((await h.engine.stats()).runs - before).toBe(4 + r.tokenIds.length - 1);
+      // The caller sees the progress as frames, before the first tokens.
+      expect(frames).toEqual(['prefill 13/50', 'prefill 26/50', 'prefill 39/50', 'tokens']);
+      // …and the scheduler's ledger shows the KV read so far as used.
+      expect(used).toEqual([13 * bpt, 26 * bpt, 39 * bpt]);
     } finally {
       await h.close();
     }

@@ -386,6 +386,8 @@ export class ContinuousBatcher {
       m.hooks.onStart(rows.length * (m.length - pastLen), reused);
     });
     const W = pastLen + P;
+    // Each member's own new positions (its longest row); the rest of the group's width is padding on its left.
+    const ownNew = newRows.map((rows) => Math.max(...rows.map((r) => r.length)));
     // Chunks of equal width, so a prompt just over the limit is not followed by a tiny chunk.
     const chunks = Math.ceil(P / Math.max(1, Math.floor(this.chunkTokens / R)));
     const cols = Math.ceil(P / chunks);
@@ -428,7 +430,13 @@ export class ContinuousBatcher {
       past = this.presents(out);
       this.checkBytes(past, R, pastLen + to);
       // Only the last chunk's logits are sampled; an earlier chunk's are dropped before the next run.
-      if (to < P) out = {};
+      if (to < P) {
+        out = {};
+        group.forEach((m, g) => {
+          const own = ownNew[g] as number;
+          m.hooks.onPrefill?.(pastLen + Math.max(0, to - (P - own)), pastLen + own);
+        });
+      }
     }
     const present = past;
     const seq = W;

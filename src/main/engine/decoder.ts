@@ -30,6 +30,11 @@ export interface GenerationJob {
 export interface GenerationHooks {
   /** Called once before the first run, with how many prompt tokens are computed vs reused. */
   onStart(prefillTokens: number, reusedTokens: number): void;
+  /**
+   * Called after each prefill chunk but the last (long prompts only), with the prompt positions computed so far
+   * and in all, both counting a reused session prefix.
+   */
+  onPrefill?(doneTokens: number, totalTokens: number): void;
   /** Called after every step with the new id of each row (-1 for a row that already ended). */
   onStep(ids: number[], kvBytes: number): void;
   /** Checked before every run: a non-null value ends the generation with that reason. */
@@ -150,6 +155,7 @@ export class LoadedDecoder {
         { ...job, rows: [job.rows[r] as number[]] },
         {
           onStart: (prefill, reused) => r === 0 && hooks.onStart(prefill * R, reused),
+          onPrefill: (done, total) => r === 0 && hooks.onPrefill?.(done, total),
           onStep: (ids, kvBytes) => {
             const row: number[] = new Array(R).fill(-1);
             row[r] = ids[0] as number;

@@ -63,6 +63,13 @@ export type EngineEvent =
       reusedTokens: number;
     }
   | {
+      /** A long prompt's prefill progress, after each chunk but the last (positions, a reused prefix included). */
+      type: 'prefill';
+      requestId: string;
+      doneTokens: number;
+      totalTokens: number;
+    }
+  | {
       type: 'tokens';
       requestId: string;
       /** New ids per row since the last frame. */

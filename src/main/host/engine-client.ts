@@ -15,6 +15,7 @@ import type { EngineCommand, EngineEvent, EngineSessionOptions, EngineStats } fr
 /** Receives the events of one generation. */
 export interface GenerationHandlers {
   onStarted(prefillTokens: number, reusedTokens: number): void;
+  onPrefill?(doneTokens: number, totalTokens: number): void;
   onTokens(ids: number[][], kvBytes: number): void;
   onDone(event: Extract<EngineEvent, { type: 'done' }>): void;
   onFailed(error: ErrorInfo): void;
@@ -158,6 +159,9 @@ export class EngineClient {
     switch (msg.type) {
       case 'started':
         handlers.onStarted(msg.prefillTokens, msg.reusedTokens);
+        return;
+      case 'prefill':
+        handlers.onPrefill?.(msg.doneTokens, msg.totalTokens);
         return;
       case 'tokens':
         handlers.onTokens(msg.ids, msg.kvBytes);

@@ -105,6 +105,20 @@ function LivePhase({ live }: { live: LiveReply }) {
       </div>
     );
   }
+  if (live.tokens === 0 && live.prefill) {
+    return (
+      <div className="phase num" data-testid="prefill-indicator">
+        <span className="spinner" /> reading the prompt: {formatInteger(live.prefill.done)} /{' '}
+        {formatInteger(live.prefill.total)} tokens
+        {live.reservedBytes !== undefined && (
+          <>
+            {' '}
+            · reserved <Bytes value={live.reservedBytes} />
+          </>
+        )}
+      </div>
+    );
+  }
   return (
     <div className="phase num" data-testid="running-indicator">
       {live.tokens === 0 && <span className="spinner" />}

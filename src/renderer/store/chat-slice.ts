@@ -67,6 +67,9 @@ export function reduceFrames(
           budgetCap: frame.budgetCap,
         };
         break;
+      case 'prefill':
+        next = { ...next, phase: 'running', prefill: { done: frame.doneTokens, total: frame.totalTokens } };
+        break;
       case 'tokens': {
         const row = frame.rows[0];
         if (row) {

@@ -66,6 +66,8 @@ export interface LiveReply {
   admittedMaxTokens?: number;
   reservedBytes?: number;
   tokens: number;
+  /** A long prompt's reading progress (prompt positions), until the first token. */
+  prefill?: { done: number; total: number };
   budgetCap?: BudgetCap;
   clipped?: ContextClip;
   stopping?: boolean;

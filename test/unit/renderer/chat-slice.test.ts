@@ -145,6 +145,18 @@ describe('replies', () => {
     expect(store.getState().threads[0]?.messages[1]?.content).toBe('Hello');
   });
 
+  it("a long prompt's reading progress shows until the first token", () => {
+    const store = storeWithThread();
+    start(store);
+    const prefill = (doneTokens: number) =>
+      ({ type: 'prefill', requestId: 'r1', doneTokens, totalTokens: 700 }) as const;
+    store.getState().applyFrames([{ messageId: 'a1', frames: [accepted, admitted, prefill(256), prefill(512)] }], 11);
+    expect(store.getState().live.a1).toMatchObject({ phase: 'running', tokens: 0, prefill: { done: 512, total: 700 } });
+    store.getState().applyFrames([{ messageId: 'a1', frames: [tokens('Hi', [4])] }], 12);
+    expect(store.getState().live.a1).toMatchObject({ tokens: 1 });
+    expect(store.getState().threads[0]?.messages[1]?.content).toBe('Hi');
+  });
+
   it('done sets the final text and the stats, including the budget cap and the clip', () => {
     const store = storeWithThread();
     start(store);
