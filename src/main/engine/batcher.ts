@@ -115,6 +115,17 @@ export function prefillGroups(lengths: ReadonlyArray<{ rows: number; longest: nu
   return groups;
 }
 
+/** Ends a request that was asked to stop before its prefill finished: nothing generated, no KV kept. */
+function endUnstarted(m: Member, reason: 'stop' | 'cancelled'): void {
+  m.resolve({
+    finishReason: reason,
+    rowFinishReasons: m.job.rows.map(() => reason),
+    kvBytes: 0,
+    generatedTokens: 0,
+    sessionTokens: 0,
+  });
+}
+
 /** Seed of row `i` of a request: distinct per row, row 0 unchanged. */
 export function rowSeed(seed: number, i: number): number {
   return i === 0 ? seed : (seed + Math.imul(i, 0x9e3779b1)) >>> 0;
@@ -189,17 +200,8 @@ export class ContinuousBatcher {
           const live: Member[] = [];
           for (const m of arrived) {
             const stop = m.hooks.stopRequested();
-            if (!stop) {
-              live.push(m);
-              continue;
-            }
-            m.resolve({
-              finishReason: stop,
-              rowFinishReasons: m.job.rows.map(() => stop),
-              kvBytes: 0,
-              generatedTokens: 0,
-              sessionTokens: 0,
-            });
+            if (stop) endUnstarted(m, stop);
+            else live.push(m);
           }
           // Session turns that reuse their KV are prefilled alone; fresh prompts in groups of similar length.
           const reuse = new Map(live.map((m) => [m, this.reusable(m)]));
@@ -356,6 +358,7 @@ export class ContinuousBatcher {
       pastLen = reused;
     }
     const R = group.reduce((n, m) => n + m.job.rows.length, 0);
+    if (R > 1 && pastLen > 0) throw new KvdeskError('INTERNAL', 'multi-row requests never reuse session KV');
     if (pastLen === 0) past = new Map(this.kvTensors.map((t) => [t.past, emptyPast(t, R)]));
     const newRows = group.map((m) => m.job.rows.map((r) => r.slice(reused)));
     const P = Math.max(...newRows.flat().map((r) => r.length));
@@ -386,8 +389,6 @@ export class ContinuousBatcher {
       m.hooks.onStart(rows.length * (m.length - pastLen), reused);
     });
     const W = pastLen + P;
-    // Each member's own new positions (its longest row); the rest of the group's width is padding on its left.
-    const ownNew = newRows.map((rows) => Math.max(...rows.map((r) => r.length)));
     // Chunks of equal width, so a prompt just over the limit is not followed by a tiny chunk.
     const chunks = Math.ceil(P / Math.max(1, Math.floor(this.chunkTokens / R)));
     const cols = Math.ceil(P / chunks);
@@ -399,14 +400,7 @@ export class ContinuousBatcher {
         const stops = group.map((m) => m.hooks.stopRequested());
         if (stops.every((stop) => stop !== null)) {
           group.forEach((m, g) => {
-            const reason = stops[g] as 'stop' | 'cancelled';
-            m.resolve({
-              finishReason: reason,
-              rowFinishReasons: m.job.rows.map(() => reason),
-              kvBytes: 0,
-              generatedTokens: 0,
-              sessionTokens: 0,
-            });
+            endUnstarted(m, stops[g] as 'stop' | 'cancelled');
           });
           return;
         }
@@ -432,15 +426,13 @@ export class ContinuousBatcher {
       // Only the last chunk's logits are sampled; an earlier chunk's are dropped before the next run.
       if (to < P) {
         out = {};
-        group.forEach((m, g) => {
-          const own = ownNew[g] as number;
-          m.hooks.onPrefill?.(pastLen + Math.max(0, to - (P - own)), pastLen + own);
-        });
+        for (const m of group) {
+          // A member's own positions end at the group's last column; those before its first are padding.
+          const done = pastLen + Math.max(0, to - (W - m.length));
+          m.hooks.onPrefill?.(done, m.length, m.rows.length * done * this.spec.bpt);
+        }
       }
     }
-    const present = past;
-    const seq = W;
-    if (R > 1 && pastLen > 0) throw new KvdeskError('INTERNAL', 'multi-row requests never reuse session KV');
     const logits = this.logitsOf(out);
     for (const m of group) {
       const base = firstRow.get(m) as number;
@@ -449,8 +441,8 @@ export class ContinuousBatcher {
     // The newcomers' KV becomes part of the batch whether or not they are already done, so finish() can save it.
     this.merge(
       group.flatMap((m) => m.rows),
-      present,
-      seq,
+      past,
+      W,
     );
     for (const m of group) this.settle(m);
   }

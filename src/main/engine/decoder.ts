@@ -32,9 +32,9 @@ export interface GenerationHooks {
   onStart(prefillTokens: number, reusedTokens: number): void;
   /**
    * Called after each prefill chunk but the last (long prompts only), with the prompt positions computed so far
-   * and in all, both counting a reused session prefix.
+   * and in all, both counting a reused session prefix, and the KV bytes the request's tensors hold now.
    */
-  onPrefill?(doneTokens: number, totalTokens: number): void;
+  onPrefill?(doneTokens: number, totalTokens: number, kvBytes: number): void;
   /** Called after every step with the new id of each row (-1 for a row that already ended). */
   onStep(ids: number[], kvBytes: number): void;
   /** Checked before every run: a non-null value ends the generation with that reason. */
@@ -155,7 +155,7 @@ export class LoadedDecoder {
         { ...job, rows: [job.rows[r] as number[]] },
         {
           onStart: (prefill, reused) => r === 0 && hooks.onStart(prefill * R, reused),
-          onPrefill: (done, total) => r === 0 && hooks.onPrefill?.(done, total),
+          onPrefill: (done, total, kvBytes) => r === 0 && hooks.onPrefill?.(done, total, doneKv + kvBytes),
           onStep: (ids, kvBytes) => {
             const row: number[] = new Array(R).fill(-1);
             row[r] = ids[0] as number;

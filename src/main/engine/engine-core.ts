@@ -107,8 +107,8 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
         {
           onStart: (prefillTokens, reusedTokens) =>
             emit({ type: 'started', requestId: cmd.requestId, prefillTokens, reusedTokens }),
-          onPrefill: (doneTokens, totalTokens) =>
-            emit({ type: 'prefill', requestId: cmd.requestId, doneTokens, totalTokens }),
+          onPrefill: (doneTokens, totalTokens, kvBytes) =>
+            emit({ type: 'prefill', requestId: cmd.requestId, doneTokens, totalTokens, kvBytes }),
           onStep: (ids, kvBytes) => {
             for (let r = 0; r < R; r++) {
               const id = ids[r] as number;

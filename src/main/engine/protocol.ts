@@ -68,6 +68,8 @@ export type EngineEvent =
       requestId: string;
       doneTokens: number;
       totalTokens: number;
+      /** KV bytes the request's tensors hold right now. */
+      kvBytes: number;
     }
   | {
       type: 'tokens';

@@ -15,7 +15,7 @@ import type { EngineCommand, EngineEvent, EngineSessionOptions, EngineStats } fr
 /** Receives the events of one generation. */
 export interface GenerationHandlers {
   onStarted(prefillTokens: number, reusedTokens: number): void;
-  onPrefill?(doneTokens: number, totalTokens: number): void;
+  onPrefill?(doneTokens: number, totalTokens: number, kvBytes: number): void;
   onTokens(ids: number[][], kvBytes: number): void;
   onDone(event: Extract<EngineEvent, { type: 'done' }>): void;
   onFailed(error: ErrorInfo): void;
@@ -161,7 +161,7 @@ export class EngineClient {
         handlers.onStarted(msg.prefillTokens, msg.reusedTokens);
         return;
       case 'prefill':
-        handlers.onPrefill?.(msg.doneTokens, msg.totalTokens);
+        handlers.onPrefill?.(msg.doneTokens, msg.totalTokens, msg.kvBytes);
         return;
       case 'tokens':
         handlers.onTokens(msg.ids, msg.kvBytes);

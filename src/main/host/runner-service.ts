@@ -779,13 +779,10 @@ class Generation {
           onStarted: (_prefill, reused) => {
             this.reused = reused;
           },
-          onPrefill: (doneTokens, totalTokens) => {
+          onPrefill: (doneTokens, totalTokens, kvBytes) => {
             if (this.ended) return;
-            // The KV read so far is held now (a reused session prefix included), as a token frame would report it.
-            this.sched.progress(this.id, {
-              generatedTokens: 0,
-              usedBytes: this.rows.length * doneTokens * this.model.spec.bpt,
-            });
+            // The KV read so far is held now (a reused session prefix included), as a token frame reports it.
+            this.sched.progress(this.id, { generatedTokens: 0, usedBytes: kvBytes });
             this.emit({ type: 'prefill', requestId: this.id, doneTokens, totalTokens });
           },
           // The reservation covers the session prefix too, so the whole KV counts as used.
