@@ -7,9 +7,9 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { RunnerService } from '../src/main/host/runner-service';
 import { parseArgs, USAGE, UsageError } from './lib/args';
 import { type BenchOptions, log } from './lib/context';
+import { benchRunner } from './lib/kvdesk';
 import { type BenchShape, ensureModel } from './lib/models';
 import { machineLine } from './lib/proc';
 import { promptSource } from './lib/prompts';
@@ -26,7 +26,7 @@ async function measureShape(opts: BenchOptions, shape: BenchShape, failures: str
   const model = ensureModel(shape, log);
   log(`  ${model.dir}: ${model.status} (${(model.ms / 1000).toFixed(1)} s)`);
   const report: ShapeReport = { shape, decode: null, concurrency: null, kv: null, notes: [] };
-  const runner = new RunnerService({ intraOpNumThreads: opts.threads, maxRunning: 8, kvBudgetBytes: 8 * 1024 ** 3 });
+  const runner = benchRunner(opts);
   try {
     const info = await runner.loadModel(model.dir);
     report.spec = { bpt: info.spec.bpt, contextLength: info.spec.contextLength, weightsBytes: info.spec.weightsBytes };

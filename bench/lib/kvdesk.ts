@@ -1,8 +1,19 @@
 /** kvdesk as a contender: the real RunnerService path (validation, scheduler admission, engine process, frames). */
 
-import type { RunnerService } from '../../src/main/host/runner-service';
+import { RunnerService } from '../../src/main/host/runner-service';
 import type { StreamFrame } from '../../src/shared/contract';
+import type { BenchOptions } from './context';
 import type { GenerationSample } from './worker-protocol';
+
+/** A host as every section uses it: the bench's threads, 8 running requests, a KV budget no figure runs into. */
+export function benchRunner(opts: BenchOptions, engineEnv?: Record<string, string>): RunnerService {
+  return new RunnerService({
+    intraOpNumThreads: opts.threads,
+    maxRunning: 8,
+    kvBudgetBytes: 8 * 1024 ** 3,
+    ...(engineEnv ? { engineEnv } : {}),
+  });
+}
 
 /** Token frames of one generation as the host saw them. */
 export interface HostTrace {

@@ -3,9 +3,9 @@
  * against the raw onnxruntime-node loop and transformers.js on the same file,
  * alternating the contenders round by round; greedy tokens must match.
  */
-import { RunnerService } from '../../src/main/host/runner-service';
+import type { RunnerService } from '../../src/main/host/runner-service';
 import { type BenchOptions, log, rotate } from '../lib/context';
-import { kvdeskGenerate } from '../lib/kvdesk';
+import { benchRunner, kvdeskGenerate } from '../lib/kvdesk';
 import type { PromptSource } from '../lib/prompts';
 import { WorkerClient } from '../lib/worker-client';
 import type { GenerationSample } from '../lib/worker-protocol';
@@ -99,7 +99,7 @@ export async function runDecode(
       },
       reopen: async () => {
         if (current !== runner) await current.close();
-        current = new RunnerService({ intraOpNumThreads: opts.threads, maxRunning: 8, kvBudgetBytes: 8 * 1024 ** 3 });
+        current = benchRunner(opts);
         await current.loadModel(modelDir);
       },
     },

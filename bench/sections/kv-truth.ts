@@ -17,9 +17,9 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { RunnerService } from '../../src/main/host/runner-service';
+import type { RunnerService } from '../../src/main/host/runner-service';
 import { type BenchOptions, log } from '../lib/context';
-import { kvdeskGenerate } from '../lib/kvdesk';
+import { benchRunner, kvdeskGenerate } from '../lib/kvdesk';
 import { processMemory } from '../lib/proc';
 import type { PromptSource } from '../lib/prompts';
 import { linearFit } from '../lib/stats';
@@ -59,22 +59,13 @@ function decodeFit(points: Array<[number, number]>, from: number, generated: num
   return { slope: f.slope, r2: f.r2 };
 }
 
-function newRunner(opts: BenchOptions, env?: Record<string, string>): RunnerService {
-  return new RunnerService({
-    intraOpNumThreads: opts.threads,
-    maxRunning: 8,
-    kvBudgetBytes: 8 * 1024 ** 3,
-    ...(env ? { engineEnv: env } : {}),
-  });
-}
-
 export async function runKvTruth(
   opts: BenchOptions,
   modelDir: string,
   makePrompts: (runner: RunnerService, modelId: string) => PromptSource,
 ): Promise<KvTruthResult | { skipped: string }> {
   // 1. Tokenizer, prompt choice and the raw reference.
-  const first = newRunner(opts);
+  const first = benchRunner(opts);
   let prompt: number[];
   let newTokens: number;
   let bpt: number;
@@ -103,7 +94,7 @@ export async function runKvTruth(
   const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-bench-kv-'));
   const trace = path.join(dir, 'memory.jsonl');
   const preload = pathToFileURL(path.join(__dirname, '..', 'engine', 'gc-preload.mjs')).href;
-  const live = newRunner(opts, {
+  const live = benchRunner(opts, {
     NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --expose-gc --import ${preload}`.trim(),
     KVDESK_BENCH_MEMTRACE: trace,
   });
