@@ -18,6 +18,7 @@ import { type AdmissionScenario, runAdmission } from './sections/admission';
 import { runConcurrency } from './sections/concurrency';
 import { runDecode } from './sections/decode';
 import { runDelivery } from './sections/delivery';
+import { type FloorResult, runFloor } from './sections/floor';
 import { runKvTruth } from './sections/kv-truth';
 import { runRenderer } from './sections/renderer';
 
@@ -78,6 +79,11 @@ async function main(): Promise<number> {
   const shapes: ShapeReport[] = [];
   for (const shape of opts.shapes) shapes.push(await measureShape(opts, shape, failures));
 
+  let floor: FloorResult | null = null;
+  if (!opts.skip.has('floor')) {
+    log('weight-streaming floor (onnxruntime MatMul over 512 MiB of random weights)');
+    floor = await runFloor(opts);
+  }
   let admission: AdmissionScenario[] | null = null;
   if (!opts.skip.has('admission')) {
     log('admission micro-benchmark (pure scheduler)');
@@ -98,6 +104,7 @@ async function main(): Promise<number> {
     opts,
     machine: machine.text,
     shapes,
+    floor,
     admission,
     delivery,
     renderer,

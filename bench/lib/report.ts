@@ -1,8 +1,9 @@
 /** The markdown table and the JSON lines of a run. */
-import type { AdmissionScenario } from '../sections/admission';
+import { type AdmissionScenario, pct, SLOW_US } from '../sections/admission';
 import type { ConcurrencyResult } from '../sections/concurrency';
 import type { ContenderKey, DecodeResult } from '../sections/decode';
 import type { DeliveryOutcome } from '../sections/delivery';
+import type { FloorResult } from '../sections/floor';
 import type { KvTruthResult } from '../sections/kv-truth';
 import type { RendererOutcome } from '../sections/renderer';
 import type { BenchOptions } from './context';
@@ -87,7 +88,31 @@ const SHAPE_TITLE: Record<BenchShape, string> = {
   'llama-small': 'Llama shape (30 layers × 576, 9/3 heads, SwiGLU, RoPE, vocab 49152, fp32)',
 };
 
-function shapeSection(opts: BenchOptions, s: ShapeReport, j: SummaryJson): string[] {
+/**
+ * Rows that set the decode figures against the weight-streaming floor: the
+ * least time a batch-1 step can take here (every weight read once at the
+ * bandwidth onnxruntime's matrix products reached in this run).
+ */
+function floorRows(s: ShapeReport, floor: FloorResult | null): string[] {
+  if (!floor) return ['| weight-streaming floor | skipped (--skip floor) | | |'];
+  if (!s.spec || !s.decode) return [];
+  const floorMs = s.spec.weightsBytes / (floor.gbPerS * 1e6);
+  const tps = (key: ContenderKey) => median(samplesOf(s.decode, key).map((x) => x.decodeTokensPerSecond));
+  const share = (t: number) => (t > 0 ? `${((floorMs / (1000 / t)) * 100).toFixed(0)} %` : '—');
+  const tjs = tps('tjsDefault');
+  const rows = [
+    `| weight-streaming floor: ${(s.spec.weightsBytes / 1e6).toFixed(0)} MB of weights ÷ ${floor.gbPerS.toFixed(1)} GB/s (onnxruntime MatMul over 512 MiB of random weights, this run) | ${floorMs.toFixed(1)} ms/token = ${fmt(1000 / floorMs)} tok/s | | |`,
+    `| … share of a decode step that is the floor: kvdesk / raw loop / transformers.js (defaults) | ${share(tps('kvdesk'))} / ${share(tps('raw'))} / ${share(tjs)} | | |`,
+  ];
+  if (tjs > 0) {
+    rows.push(
+      `| … 1.5 × transformers.js (defaults) would be | ${fmt(1.5 * tjs)} tok/s: the floor would be ${share(1.5 * tjs)} of each step (100 % = a step that only reads weights) | | |`,
+    );
+  }
+  return rows;
+}
+
+function shapeSection(opts: BenchOptions, s: ShapeReport, j: SummaryJson, floor: FloorResult | null): string[] {
   const out: string[] = [];
   out.push(`### ${SHAPE_TITLE[s.shape]}`, '');
   if (s.spec)
@@ -127,6 +152,7 @@ function shapeSection(opts: BenchOptions, s: ShapeReport, j: SummaryJson): strin
   out.push(
     `| kvdesk / transformers.js, equal threads | ${r(j.engineVsTransformersJsEqualThreads)}× | ≥ 1.2× | ${verdict(j.engineVsTransformersJsEqualThreads === null ? null : j.engineVsTransformersJsEqualThreads >= 1.2)} |`,
   );
+  out.push(...floorRows(s, floor));
   if (c) {
     const agg = [...c.aggregate].map(([n, v]) => `${n}: ${fmt(median(v))}`).join(', ');
     out.push(`| aggregate tok/s by streams (median) | ${agg} | | |`);
@@ -172,6 +198,7 @@ export function buildReport(a: {
   opts: BenchOptions;
   machine: string;
   shapes: ShapeReport[];
+  floor: FloorResult | null;
   admission: AdmissionScenario[] | null;
   delivery: DeliveryOutcome;
   renderer: RendererOutcome;
@@ -195,7 +222,9 @@ export function buildReport(a: {
     '',
   );
   for (const s of a.shapes)
-    out.push(...shapeSection(opts, s, summaryJson(s, a.admission, a.delivery, a.renderer, s.shape === 'gpt2-small')));
+    out.push(
+      ...shapeSection(opts, s, summaryJson(s, a.admission, a.delivery, a.renderer, s.shape === 'gpt2-small'), a.floor),
+    );
   out.push(
     '### Host, scheduler and transport',
     '',
@@ -206,6 +235,7 @@ export function buildReport(a: {
     for (const s of a.admission) {
       out.push(
         `| admission decision (${s.name}), p50 / p99 | ${s.decideP50Us.toFixed(1)} / ${s.decideP99Us.toFixed(1)} µs (submit p99 ${s.submitP99Us.toFixed(1)} µs) | p99 < 50 µs | ${verdict(s.decideP99Us < 50)} |`,
+        `| … control in the same cycles (fixed arithmetic, no scheduler), p50 / p99; samples over ${SLOW_US} µs: decisions / control | ${s.controlP50Us.toFixed(1)} / ${s.controlP99Us.toFixed(1)} µs; ${pct(s.decideSlowShare)} / ${pct(s.controlSlowShare)} | | |`,
       );
     }
   } else out.push('| admission decision | skipped | p99 < 50 µs | not measured |');
