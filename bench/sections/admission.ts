@@ -183,11 +183,11 @@ function pooled(name: string, runs: RunSamples[]): AdmissionScenario {
  * percentiles are taken over the decisions of all runs together. On this VM a
  * run's p99 swung between 7 and 140 µs from one minute to the next: 0.4–1.9 %
  * of the decisions took 50–250 µs, spread over the whole run, while the p50
- * stayed at 2 µs. Few of them overlap a collection (3–8 of 66–126 in four
- * runs, seen with a `gc` performance observer). The control, timed in the same
- * cycles with the same p50, separates the machine's stalls from the
- * scheduler's: in quiet runs 0.05–0.07 % of control samples and 0.14–0.54 % of
- * decisions took over 50 µs.
+ * stayed at 2 µs. The control, timed in the same cycles with the same p50,
+ * separates the machine's stalls from the scheduler's: in quiet runs 0.05–0.09 %
+ * of control samples and 0.14–0.54 % of decisions took over 50 µs. Few slow
+ * decisions overlap a collection; 40–65 % of them take a minor page fault
+ * (young-generation pages faulted in again after scavenges; see bench/README.md).
  */
 export async function runAdmission(opts: BenchOptions): Promise<AdmissionScenario[]> {
   // 20 000 timed cycles per run in quick runs too (≈ 0.2 s each).
