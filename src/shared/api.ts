@@ -19,6 +19,11 @@ export interface ModelInfo {
   backend: string;
   /** True for the package kvdesk generated and loads at first start. */
   isDefault: boolean;
+  /**
+   * Whether the engine feeds the LM head the last position only (prefill
+   * computes no logits it would discard), and what it changed or why not.
+   */
+  logits?: { last: boolean; detail: string };
 }
 
 /** The outcome of validating a package without loading it (drop → validation card). */

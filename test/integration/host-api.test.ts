@@ -38,7 +38,7 @@ describe('HostApi', () => {
     expect(r.ok).toBe(true);
     if (r.ok) {
       expect(r.value).toHaveLength(1);
-      expect(r.value[0]).toMatchObject({ isDefault: true, backend: 'cpu' });
+      expect(r.value[0]).toMatchObject({ isDefault: true, backend: 'cpu', logits: { last: true } });
       expect(r.value[0]?.spec.bpt).toBe(1024);
     }
   });

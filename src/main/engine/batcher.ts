@@ -57,18 +57,20 @@ interface Member {
 /**
  * Joint prefill of newcomers: a group's padded size (rows × longest prompt) may
  * exceed its real tokens by this factor, and holds at most this many padded
- * tokens (the graph returns logits for every position: rows × P × vocab floats).
+ * tokens (bounds the run's activations, and its logits — rows × P × vocab
+ * floats — where the graph's head could not be fed the last position only).
  */
 const JOINT_PREFILL_PAD_FACTOR = 1.25;
 const JOINT_PREFILL_MAX_TOKENS = 1024;
 
 /**
  * Chunked prefill: prompt tokens (rows × positions) one prefill run computes at
- * most. The graph returns logits for every position it runs — 256 positions of
- * a 128k vocabulary are 128 MiB, a whole 8k-token prompt would be 4 GiB outside
- * any KV budget —, and one long run would stall every running stream for its
- * whole length. A chunk re-reads the weights once (on the GPT-2-small shape
- * ~20 ms against ~500 ms of compute per 256 positions).
+ * most. One long run would stall every running stream for its whole length, and
+ * a graph whose head the engine could not feed the last position only
+ * (last-position.ts) returns logits for every position it runs — 256 positions
+ * of a 128k vocabulary are 128 MiB, a whole 8k-token prompt would be 4 GiB
+ * outside any KV budget. A chunk re-reads the weights once (on the GPT-2-small
+ * shape ~20 ms against ~200 ms of compute per 256 positions).
  */
 export const PREFILL_CHUNK_TOKENS = 256;
 

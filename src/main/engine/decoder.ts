@@ -8,7 +8,8 @@ import type { KvTensorSpec, ModelSpec } from '../../shared/model-spec';
 import { ContinuousBatcher, PREFILL_CHUNK_TOKENS } from './batcher';
 import { idTensor } from './feeds';
 import { emptyPast } from './kv-cache';
-import type { EngineSessionOptions, FinishReason, SamplingParams } from './protocol';
+import { lastPositionGraph } from './last-position';
+import type { EngineSessionOptions, FinishReason, LogitsPositions, SamplingParams } from './protocol';
 
 /** KV a chat session keeps between turns, and the exact tokens it encodes. */
 export interface SessionKv {
@@ -52,6 +53,45 @@ export interface GenerationOutcome {
   sessionTokens: number;
 }
 
+/**
+ * The session of the last-position copy of the graph, checked with one tiny
+ * run (two positions in, one row of logits out); null with the reason when the
+ * graph's head is not recognised or onnxruntime refuses the copy, so the
+ * original file loads instead.
+ */
+async function lastPositionSession(
+  spec: ModelSpec,
+  options: ort.InferenceSession.SessionOptions,
+): Promise<{ session: ort.InferenceSession | null; logits: LogitsPositions }> {
+  const rewrite = lastPositionGraph(spec.graphPath, spec.ports.logits.name);
+  if (!rewrite.ok) return { session: null, logits: { last: false, detail: rewrite.reason } };
+  let session: ort.InferenceSession | null = null;
+  try {
+    session = await ort.InferenceSession.create(rewrite.bytes, {
+      ...options,
+      // The copy references the weights in the original file (and its external data) by paths relative to its folder.
+      extra: { session: { model_external_initializers_file_folder_path: rewrite.folder } },
+    });
+    const ports = spec.ports;
+    const first = spec.bosTokenId ?? spec.eosTokenIds[0] ?? 0;
+    const feeds: Record<string, ort.Tensor> = {};
+    feeds[ports.inputIds.name] = idTensor(ports.inputIds, [first, first], [1, 2]);
+    if (ports.attentionMask) feeds[ports.attentionMask.name] = idTensor(ports.attentionMask, [1, 1], [1, 2]);
+    if (ports.positionIds) feeds[ports.positionIds.name] = idTensor(ports.positionIds, [0, 1], [1, 2]);
+    if (spec.kv.kind === 'dynamic') for (const t of spec.kv.tensors) feeds[t.past] = emptyPast(t, 1);
+    const out = await session.run(feeds);
+    const dims = out[ports.logits.name]?.dims ?? [];
+    if (dims.length !== 3 || dims[0] !== 1 || dims[1] !== 1) {
+      throw new Error(`its logits came out as [${dims.join(', ')}] for one row of two positions, not [1, 1, vocab]`);
+    }
+    return { session, logits: { last: true, detail: rewrite.detail } };
+  } catch (err) {
+    await session?.release().catch(() => undefined);
+    const reason = err instanceof Error ? err.message : String(err);
+    return { session: null, logits: { last: false, detail: `the last-position copy did not load: ${reason}` } };
+  }
+}
+
 /** A decoder session plus the spec that says how to bind it. */
 export class LoadedDecoder {
   /**
@@ -66,6 +106,8 @@ export class LoadedDecoder {
     private readonly session: ort.InferenceSession,
     private readonly kvTensors: KvTensorSpec[],
     prefillChunkTokens: number,
+    /** Whether the LM head scores only the last position (see last-position.ts), and why or why not. */
+    readonly logits: LogitsPositions,
   ) {
     this.batcher = new ContinuousBatcher(
       spec,
@@ -101,16 +143,23 @@ export class LoadedDecoder {
         { file: spec.graphPath },
       );
     }
-    let session: ort.InferenceSession;
+    const sessionOptions: ort.InferenceSession.SessionOptions = {
+      intraOpNumThreads: options.intraOpNumThreads,
+      interOpNumThreads: 1,
+      executionProviders: options.executionProviders,
+      graphOptimizationLevel: 'all',
+      // Failures reach the person as KvdeskErrors with onnxruntime's message; its own log would repeat them.
+      logSeverityLevel: 4,
+    };
+    let logits: LogitsPositions = { last: false, detail: 'turned off (lastPositionLogits: false)' };
+    let session: ort.InferenceSession | null = null;
+    if (options.lastPositionLogits !== false) {
+      const rewritten = await lastPositionSession(spec, sessionOptions);
+      logits = rewritten.logits;
+      session = rewritten.session;
+    }
     try {
-      session = await ort.InferenceSession.create(spec.graphPath, {
-        intraOpNumThreads: options.intraOpNumThreads,
-        interOpNumThreads: 1,
-        executionProviders: options.executionProviders,
-        graphOptimizationLevel: 'all',
-        // Failures reach the person as KvdeskErrors with onnxruntime's message; its own log would repeat them.
-        logSeverityLevel: 4,
-      });
+      session ??= await ort.InferenceSession.create(spec.graphPath, sessionOptions);
     } catch (err) {
       const reason = err instanceof Error ? err.message : String(err);
       throw new KvdeskError(
@@ -124,6 +173,7 @@ export class LoadedDecoder {
       session,
       spec.kv.kind === 'dynamic' ? spec.kv.tensors : [],
       options.prefillChunkTokens ?? PREFILL_CHUNK_TOKENS,
+      logits,
     );
     await decoder.probeBatch();
     return decoder;

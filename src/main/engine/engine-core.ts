@@ -5,7 +5,7 @@
  */
 import { KvdeskError, toErrorInfo } from '../../shared/errors';
 import { LoadedDecoder, type SessionKv } from './decoder';
-import type { EngineCommand, EngineEvent, EngineStats } from './protocol';
+import type { EngineCommand, EngineEvent, EngineLoadResult, EngineStats } from './protocol';
 
 /**
  * Token frames are batched: at most one per this many ms per request (the first
@@ -150,7 +150,8 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
           const decoder = await LoadedDecoder.load(cmd.spec, cmd.options);
           models.set(cmd.modelId, decoder);
           if (previous) await previous.dispose();
-          return { modelId: cmd.modelId };
+          const loaded: EngineLoadResult = { modelId: cmd.modelId, logits: decoder.logits };
+          return loaded;
         });
         return;
       case 'unload':

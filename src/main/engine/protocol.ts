@@ -23,6 +23,22 @@ export interface EngineSessionOptions {
   executionProviders: string[];
   /** Prompt tokens (rows × positions) one prefill run computes at most; default PREFILL_CHUNK_TOKENS. */
   prefillChunkTokens?: number;
+  /** Feed the LM head the last position only (last-position.ts); default true. */
+  lastPositionLogits?: boolean;
+}
+
+/** How a loaded graph scores positions. */
+export interface LogitsPositions {
+  /** True when the LM head runs on the last position only (last-position.ts). */
+  last: boolean;
+  /** What was changed, or why the graph loaded as it is. */
+  detail: string;
+}
+
+/** The engine's reply to `load`. */
+export interface EngineLoadResult {
+  modelId: string;
+  logits: LogitsPositions;
 }
 
 /** Why a generation ended (per request; rows report their own). */

@@ -10,7 +10,13 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { type ErrorInfo, KvdeskError } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
-import type { EngineCommand, EngineEvent, EngineSessionOptions, EngineStats } from '../engine/protocol';
+import type {
+  EngineCommand,
+  EngineEvent,
+  EngineLoadResult,
+  EngineSessionOptions,
+  EngineStats,
+} from '../engine/protocol';
 
 /** Receives the events of one generation. */
 export interface GenerationHandlers {
@@ -215,10 +221,10 @@ export class EngineClient {
     );
   }
 
-  /** Creates the model's onnxruntime session in the engine. */
-  load(modelId: string, spec: ModelSpec, executionProviders?: string[]): Promise<void> {
+  /** Creates the model's onnxruntime session in the engine; says how its graph scores positions. */
+  load(modelId: string, spec: ModelSpec, executionProviders?: string[]): Promise<EngineLoadResult> {
     const options = executionProviders ? { ...this.sessionOptions, executionProviders } : this.sessionOptions;
-    return this.call<unknown>((callId) => ({ type: 'load', callId, modelId, spec, options })).then(() => undefined);
+    return this.call<EngineLoadResult>((callId) => ({ type: 'load', callId, modelId, spec, options }));
   }
 
   /** Releases the model's session and its sessions' KV. */

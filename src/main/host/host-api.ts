@@ -118,6 +118,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       loadMs: m.loadMs,
       backend: providerShortName(m.spec.executionProvider ?? 'CPUExecutionProvider') ?? 'cpu',
       isDefault: m.id === defaultModelId,
+      logits: m.logits,
     }));
   }
 

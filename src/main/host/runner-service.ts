@@ -28,7 +28,7 @@ import { detectBackendsInChildProcess, usableProviders } from '../backends';
 import { deviceKey, type NvidiaMemoryResult, readNvidiaGpuMemory } from '../backends/device-memory';
 import { DEFAULT_GPU_FRACTION, DEFAULT_GPU_OVERHEAD_BYTES } from '../backends/variant-fit';
 import { commonPrefix } from '../engine/feeds';
-import type { SamplingParams } from '../engine/protocol';
+import type { EngineLoadResult, LogitsPositions, SamplingParams } from '../engine/protocol';
 import { loadModelSpec } from '../packages';
 import { providerShortName } from '../packages/execution-providers';
 import { createScheduler, type Scheduler } from '../scheduler';
@@ -67,6 +67,8 @@ export interface HostSettings {
   intraOpNumThreads: number;
   /** Prompt tokens (rows × positions) one prefill run computes at most; unset: the engine's default (256). */
   prefillChunkTokens?: number;
+  /** false: load graphs as they are, scoring every position (A/B runs, tests); default true. */
+  lastPositionLogits?: boolean;
   /** Injected for tests; defaults to os.totalmem(). */
   totalMemoryBytes?: number;
   /** Injected clock (ms). */
@@ -98,6 +100,7 @@ export interface LoadedModel {
   loadMs: number;
   /** The device whose budget its KV draws from (`cpu`, `cuda:0`, …). */
   device: string;
+  logits: LogitsPositions;
 }
 
 /** One device's budget: its own scheduler, so models on different devices never compete for bytes. */
@@ -114,6 +117,8 @@ export interface ModelInfo {
   id: string;
   spec: ModelSpec;
   loadMs: number;
+  /** Whether the engine feeds the LM head the last position only, and what it changed or why not. */
+  logits: LogitsPositions;
 }
 
 /** A generation in flight, as returned to the caller. */
@@ -173,6 +178,7 @@ export class RunnerService {
         ...(this.settings.prefillChunkTokens !== undefined
           ? { prefillChunkTokens: this.settings.prefillChunkTokens }
           : {}),
+        ...(this.settings.lastPositionLogits === false ? { lastPositionLogits: false } : {}),
       },
       {
         verifyGrant: (token) => [...this.devices.values()].some((d) => d.scheduler.isGrantLive(token)),
@@ -356,9 +362,10 @@ export class RunnerService {
     const intended = this.deviceOf(spec);
     // Before the weights land there: a GPU's free memory is read without counting them.
     await this.ensureDevice(intended);
+    let loaded: EngineLoadResult;
     try {
       try {
-        await this.engine.load(id, { ...spec, id }, [providerShortName(ep) ?? 'cpu']);
+        loaded = await this.engine.load(id, { ...spec, id }, [providerShortName(ep) ?? 'cpu']);
       } catch (err) {
         const info = toErrorInfo(err);
         const canFallBack =
@@ -372,18 +379,25 @@ export class RunnerService {
             `${ep} could not start this model (${info.message}); kvdesk runs it on the CPU instead`,
           ],
         };
-        await this.engine.load(id, { ...spec, id }, ['cpu']);
+        loaded = await this.engine.load(id, { ...spec, id }, ['cpu']);
       }
     } catch (err) {
       this.dropDeviceIfUnused(intended);
       throw err;
     }
     const device = this.deviceOf(spec);
-    const model: LoadedModel = { id, spec: { ...spec, id }, tokenizer, loadMs: this.now() - started, device };
+    const model: LoadedModel = {
+      id,
+      spec: { ...spec, id },
+      tokenizer,
+      loadMs: this.now() - started,
+      device,
+      logits: loaded.logits,
+    };
     this.models.set(id, model);
     this.dropDeviceIfUnused(intended);
     this.refreshBudget();
-    return { id, spec: model.spec, loadMs: model.loadMs };
+    return { id, spec: model.spec, loadMs: model.loadMs, logits: model.logits };
   }
 
   /** The scheduler of the device a loaded model's KV lives on. */
@@ -424,7 +438,7 @@ export class RunnerService {
 
   /** Loaded models, in load order. */
   listModels(): ModelInfo[] {
-    return [...this.models.values()].map((m) => ({ id: m.id, spec: m.spec, loadMs: m.loadMs }));
+    return [...this.models.values()].map((m) => ({ id: m.id, spec: m.spec, loadMs: m.loadMs, logits: m.logits }));
   }
 
   /** The tokenizer of a loaded model (CLI counts tokens with it). */

@@ -1,0 +1,268 @@
+/**
+ * Logits of the last position only, on the real onnxruntime-node: the engine's
+ * copy of a graph feeds the LM head the last position, returns one row of
+ * logits per batch row, leaves the KV cache bit for bit as it was, and
+ * generates the same greedy tokens; graphs whose head it does not recognise
+ * load unchanged, with the reason.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import * as ort from 'onnxruntime-node';
+import { afterAll, describe, expect, it } from 'vitest';
+import { GraphBuilder, int, writeOnnxModel } from '../../scripts/model-gen/onnx-builder';
+import type { GenerationHooks } from '../../src/main/engine/decoder';
+import { LoadedDecoder } from '../../src/main/engine/decoder';
+import { lastPositionGraph } from '../../src/main/engine/last-position';
+import { RunnerService } from '../../src/main/host/runner-service';
+import { loadModelSpec } from '../../src/main/packages';
+import type { ModelSpec } from '../../src/shared/model-spec';
+import { defaultModelDir, fixture, fixturesSkipReason, haveFixtures } from '../helpers/fixtures';
+import { generatedModel } from '../helpers/models';
+
+const GREEDY = { greedy: true, temperature: 0, topK: 0, topP: 1, minP: 0, repetitionPenalty: 1, seed: 1 };
+const OPTIONS = { intraOpNumThreads: 2, graphOptimizationLevel: 'all', logSeverityLevel: 3 } as const;
+
+/** Feeds for one run of `ids` (rows of equal length) with an empty past. */
+function firstRunFeeds(spec: ModelSpec, rows: number[][]): Record<string, ort.Tensor> {
+  const B = rows.length;
+  const S = (rows[0] as number[]).length;
+  const int64 = (values: number[], dims: number[]) =>
+    new ort.Tensor(
+      'int64',
+      BigInt64Array.from(values, (v) => BigInt(v)),
+      dims,
+    );
+  const feeds: Record<string, ort.Tensor> = {};
+  feeds[spec.ports.inputIds.name] = int64(rows.flat(), [B, S]);
+  if (spec.ports.attentionMask) feeds[spec.ports.attentionMask.name] = int64(new Array(B * S).fill(1), [B, S]);
+  if (spec.ports.positionIds) {
+    feeds[spec.ports.positionIds.name] = int64(
+      rows.flatMap((r) => r.map((_, i) => i)),
+      [B, S],
+    );
+  }
+  if (spec.kv.kind === 'dynamic') {
+    for (const t of spec.kv.tensors) {
+      const dims = t.shape.map((d, i) => (i === t.batchAxis ? B : i === t.seqAxis ? 0 : (d as number)));
+      feeds[t.past] = new ort.Tensor('float32', new Float32Array(0), dims);
+    }
+  }
+  return feeds;
+}
+
+async function greedyRows(decoder: LoadedDecoder, rows: number[][], maxNewTokens: number): Promise<number[][]> {
+  const out: number[][] = rows.map(() => []);
+  const hooks: GenerationHooks = {
+    onStart: () => {},
+    onStep: (ids) => {
+      for (const [r, id] of ids.entries()) if (id >= 0) out[r]?.push(id);
+    },
+    stopRequested: () => null,
+    countRun: () => {},
+  };
+  await decoder.generate({ rows, maxNewTokens, sampling: GREEDY, eosTokenIds: [] }, hooks);
+  return out;
+}
+
+function prompt(length: number, seed: number, vocab: number): number[] {
+  return Array.from({ length }, (_, i) => 3 + ((i * 37 + seed * 11) % (vocab - 3)));
+}
+
+describe('the last-position copy of a generated graph', () => {
+  it('returns [rows, 1, vocab] logits equal to the original last position, and the same KV bit for bit', async () => {
+    const spec = await loadModelSpec(defaultModelDir);
+    const rewrite = lastPositionGraph(spec.graphPath, spec.ports.logits.name);
+    if (!rewrite.ok) throw new Error(rewrite.reason);
+    const original = await ort.InferenceSession.create(spec.graphPath, OPTIONS);
+    const copy = await ort.InferenceSession.create(rewrite.bytes, {
+      ...OPTIONS,
+      extra: { session: { model_external_initializers_file_folder_path: rewrite.folder } },
+    });
+    try {
+      const rows = [prompt(37, 1, spec.vocabSize), prompt(37, 2, spec.vocabSize)];
+      const a = await original.run(firstRunFeeds(spec, rows));
+      const b = await copy.run(firstRunFeeds(spec, rows));
+      const name = spec.ports.logits.name;
+      const V = a[name]?.dims[2] as number;
+      expect(a[name]?.dims).toEqual([2, 37, V]);
+      expect(b[name]?.dims).toEqual([2, 1, V]);
+      const full = a[name]?.data as Float32Array;
+      const last = b[name]?.data as Float32Array;
+      for (let r = 0; r < 2; r++) {
+        const want = full.subarray((r * 37 + 36) * V, (r * 37 + 37) * V);
+        const got = last.subarray(r * V, (r + 1) * V);
+        let worst = 0;
+        for (let i = 0; i < V; i++) worst = Math.max(worst, Math.abs((want[i] as number) - (got[i] as number)));
+        expect(worst).toBeLessThan(1e-4);
+      }
+      if (spec.kv.kind !== 'dynamic') throw new Error('the default model has a past/present graph');
+      for (const t of spec.kv.tensors) {
+        expect(Buffer.from(((b[t.present] as ort.Tensor).data as Float32Array).buffer)).toEqual(
+          Buffer.from(((a[t.present] as ort.Tensor).data as Float32Array).buffer),
+        );
+      }
+    } finally {
+      await original.release();
+      await copy.release();
+    }
+  });
+
+  it('handles a tied head (Gemm on the flattened states, reshaped back to [rows, 1, vocab])', async () => {
+    const spec = await loadModelSpec(
+      generatedModel('tied-gpt2', {
+        architecture: 'gpt2',
+        numLayers: 2,
+        numHeads: 4,
+        numKvHeads: 4,
+        tieWordEmbeddings: true,
+      }),
+    );
+    const rewrite = lastPositionGraph(spec.graphPath, spec.ports.logits.name);
+    expect(rewrite).toMatchObject({ ok: true, detail: expect.stringMatching(/^LM head Gemm fed the last position/) });
+    const engine = { intraOpNumThreads: 2, executionProviders: ['cpu'], prefillChunkTokens: 48 };
+    const fast = await LoadedDecoder.load(spec, engine);
+    const plain = await LoadedDecoder.load(spec, { ...engine, lastPositionLogits: false });
+    try {
+      expect(fast.logits.last).toBe(true);
+      const rows = [prompt(70, 7, spec.vocabSize), prompt(33, 8, spec.vocabSize)];
+      expect(await greedyRows(fast, rows, 10)).toEqual(await greedyRows(plain, rows, 10));
+    } finally {
+      await fast.dispose();
+      await plain.dispose();
+    }
+  });
+
+  it('is what the engine loads, and generates the tokens of the original graph', async () => {
+    const spec = await loadModelSpec(defaultModelDir);
+    const engine = { intraOpNumThreads: 2, executionProviders: ['cpu'], prefillChunkTokens: 64 };
+    const fast = await LoadedDecoder.load(spec, engine);
+    const plain = await LoadedDecoder.load(spec, { ...engine, lastPositionLogits: false });
+    try {
+      expect(fast.logits.last).toBe(true);
+      expect(fast.logits.detail).toMatch(/LM head (MatMul|Gemm) fed the last position/);
+      expect(plain.logits).toEqual({ last: false, detail: 'turned off (lastPositionLogits: false)' });
+      // Two rows of different lengths (left-padded), a prompt longer than one chunk.
+      const rows = [prompt(150, 3, spec.vocabSize), prompt(90, 4, spec.vocabSize)];
+      expect(await greedyRows(fast, rows, 12)).toEqual(await greedyRows(plain, rows, 12));
+    } finally {
+      await fast.dispose();
+      await plain.dispose();
+    }
+  });
+});
+
+describe('graphs whose head the rewrite does not recognise', () => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-last-position-'));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  /** A one-layer toy: ids → embedding → (head) → logits, with the head built by `head`. */
+  function toy(name: string, head: (b: GraphBuilder, hidden: string) => string): string {
+    const b = new GraphBuilder(name);
+    const ids = b.input('input_ids', 'int64', ['batch', 'seq']);
+    const table = b.weight('embed', [16, 4], () => Float32Array.from({ length: 64 }, (_, i) => (i % 7) / 7));
+    const hidden = b.op('Gather', [table, ids], { axis: int(0) });
+    b.op('Identity', [head(b, hidden)], {}, 'logits');
+    b.output('logits', 'float32', ['batch', 'seq', 16]);
+    const file = path.join(dir, `${name}.onnx`);
+    writeOnnxModel(file, b, { producerName: 'test', producerVersion: '1', opsetVersion: 17, irVersion: 8 });
+    return file;
+  }
+
+  it('says why, for a head that is not a product with a weight', () => {
+    const softmax = toy('softmax', (b, h) => {
+      const w = b.weight('w', [4, 16], () => new Float32Array(64).fill(0.1));
+      return b.op('Softmax', [b.op('MatMul', [h, w])], { axis: int(-1) });
+    });
+    expect(lastPositionGraph(softmax, 'logits')).toEqual({
+      ok: false,
+      reason: 'the logits come from Softmax, not from a MatMul or Gemm with a weight',
+    });
+    const computed = toy('computed-weight', (b, h) => {
+      const w = b.weight('w', [4, 16], () => new Float32Array(64).fill(0.1));
+      return b.op('MatMul', [h, b.op('Mul', [w, w])]);
+    });
+    expect(lastPositionGraph(computed, 'logits')).toEqual({
+      ok: false,
+      reason: 'the logits come from MatMul, not from a MatMul or Gemm with a weight',
+    });
+    const shared = toy('shared-hidden', (b, h) => {
+      const w = b.weight('w', [4, 16], () => new Float32Array(64).fill(0.1));
+      const scores = b.op('MatMul', [h, w]);
+      return b.op('Add', [b.op('Tanh', [scores]), scores]);
+    });
+    expect(lastPositionGraph(shared, 'logits')).toMatchObject({ ok: false });
+    expect(lastPositionGraph(path.join(dir, 'missing.onnx'), 'logits')).toMatchObject({
+      ok: false,
+      reason: expect.stringContaining('cannot read'),
+    });
+  });
+
+  it('rewrites a plain head and the copy scores the last position', async () => {
+    const file = toy('plain', (b, h) => {
+      const w = b.weight('w', [4, 16], () => Float32Array.from({ length: 64 }, (_, i) => ((i * 5) % 11) / 11));
+      const bias = b.weight('bias', [16], () => Float32Array.from({ length: 16 }, (_, i) => i / 16));
+      return b.op('Add', [b.op('MatMul', [h, w]), bias]);
+    });
+    const rewrite = lastPositionGraph(file, 'logits');
+    if (!rewrite.ok) throw new Error(rewrite.reason);
+    const original = await ort.InferenceSession.create(file, OPTIONS);
+    const copy = await ort.InferenceSession.create(rewrite.bytes, {
+      ...OPTIONS,
+      extra: { session: { model_external_initializers_file_folder_path: rewrite.folder } },
+    });
+    const feeds = { input_ids: new ort.Tensor('int64', BigInt64Array.from([1n, 5n, 9n, 2n, 7n, 3n]), [2, 3]) };
+    const a = (await original.run(feeds)).logits as ort.Tensor;
+    const b = (await copy.run(feeds)).logits as ort.Tensor;
+    expect(b.dims).toEqual([2, 1, 16]);
+    const full = a.data as Float32Array;
+    expect([...(b.data as Float32Array)]).toEqual([...full.subarray(2 * 16, 3 * 16), ...full.subarray(5 * 16, 6 * 16)]);
+    await original.release();
+    await copy.release();
+  });
+});
+
+describe.skipIf(!haveFixtures)(
+  `third-party packages (onnxruntime-genai's GPT-2, onnx-genai)${haveFixtures ? '' : ` (skipped: ${fixturesSkipReason})`}`,
+  () => {
+    it.each([
+      'onnxruntime-genai/tiny-random-gpt2-fp32',
+      'onnx-genai/tiny-llm',
+      'onnx-genai/tiny-llm-explicit-io',
+      'onnx-genai/tiny-llm-sharedbuffer',
+      'onnx-genai/tiny-reasoning',
+    ])('%s: the engine scores the last position only and generates the same tokens', async (rel) => {
+      const spec = await loadModelSpec(fixture(rel));
+      const engine = { intraOpNumThreads: 2, executionProviders: ['cpu'] };
+      const fast = await LoadedDecoder.load(spec, engine);
+      const plain = await LoadedDecoder.load(spec, { ...engine, lastPositionLogits: false });
+      try {
+        expect(fast.logits).toMatchObject({ last: true });
+        const rows = [prompt(6, 5, spec.vocabSize), prompt(4, 6, spec.vocabSize)];
+        expect(await greedyRows(fast, rows, 6)).toEqual(await greedyRows(plain, rows, 6));
+      } finally {
+        await fast.dispose();
+        await plain.dispose();
+      }
+    });
+  },
+);
+
+describe('the host', () => {
+  it('reports how the loaded graph scores positions', async () => {
+    const h = new RunnerService({ intraOpNumThreads: 2 });
+    try {
+      const info = await h.loadModel(defaultModelDir);
+      expect(info.logits.last).toBe(true);
+    } finally {
+      await h.close();
+    }
+    const off = new RunnerService({ intraOpNumThreads: 2, lastPositionLogits: false });
+    try {
+      const info = await off.loadModel(defaultModelDir);
+      expect(info.logits.last).toBe(false);
+    } finally {
+      await off.close();
+    }
+  });
+});
