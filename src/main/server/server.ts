@@ -144,6 +144,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
               backend: m.backend,
               is_default: m.isDefault,
               weights_bytes: m.spec.weightsBytes,
+              ...(m.logits ? { logits: m.logits } : {}),
             },
           })),
         });

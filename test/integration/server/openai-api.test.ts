@@ -60,7 +60,11 @@ describe('GET /v1/models', () => {
     };
     expect(m.object).toBe('model');
     expect(m.max_model_len).toBe(2048);
-    expect(m.kvdesk).toMatchObject({ bpt: 1024, is_default: true });
+    expect(m.kvdesk).toMatchObject({
+      bpt: 1024,
+      is_default: true,
+      logits: { last: true, detail: expect.stringMatching(/^LM head MatMul fed the last position/) },
+    });
   });
 });
 
