@@ -5,18 +5,19 @@
  * generates the same greedy tokens; graphs whose head it does not recognise
  * load unchanged, with the reason.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { onnx } from 'onnx-proto';
 import * as ort from 'onnxruntime-node';
 import { afterAll, describe, expect, it } from 'vitest';
 import { GraphBuilder, int, writeOnnxModel } from '../../scripts/model-gen/onnx-builder';
 import type { GenerationHooks } from '../../src/main/engine/decoder';
-import { LoadedDecoder } from '../../src/main/engine/decoder';
+import { LoadedDecoder, lastPositionSession } from '../../src/main/engine/decoder';
 import { lastPositionGraph } from '../../src/main/engine/last-position';
 import { RunnerService } from '../../src/main/host/runner-service';
 import { loadModelSpec } from '../../src/main/packages';
-import type { ModelSpec } from '../../src/shared/model-spec';
+import type { GraphPort, ModelSpec } from '../../src/shared/model-spec';
 import { defaultModelDir, fixture, fixturesSkipReason, haveFixtures } from '../helpers/fixtures';
 import { generatedModel } from '../helpers/models';
 
@@ -196,6 +197,71 @@ describe('graphs whose head the rewrite does not recognise', () => {
       ok: false,
       reason: expect.stringContaining('cannot read'),
     });
+  });
+
+  it('counts what an If/Loop/Scan body reads from the outer graph', () => {
+    // logits = Identity(scores), and an If's then-branch also reads scores: slicing it would change that branch.
+    const tensor = (name: string, dims: number[], values: number[]) =>
+      onnx.TensorProto.create({ name, dims, dataType: 1, rawData: new Uint8Array(Float32Array.from(values).buffer) });
+    const info = (name: string, elemType: number) =>
+      onnx.ValueInfoProto.create({ name, type: { tensorType: { elemType, shape: { dim: [] } } } });
+    const branch = onnx.GraphProto.create({
+      name: 'then',
+      node: [onnx.NodeProto.create({ opType: 'Identity', input: ['scores'], output: ['branch_out'] })],
+      output: [info('branch_out', 1)],
+    });
+    const elseBranch = onnx.GraphProto.create({
+      name: 'else',
+      node: [onnx.NodeProto.create({ opType: 'Identity', input: ['scores'], output: ['else_out'] })],
+      output: [info('else_out', 1)],
+    });
+    const graph = onnx.GraphProto.create({
+      name: 'subgraph-reader',
+      node: [
+        onnx.NodeProto.create({ opType: 'Gather', input: ['embed', 'input_ids'], output: ['hidden'] }),
+        onnx.NodeProto.create({ opType: 'MatMul', input: ['hidden', 'w'], output: ['scores'] }),
+        onnx.NodeProto.create({ opType: 'Identity', input: ['scores'], output: ['logits'] }),
+        onnx.NodeProto.create({
+          opType: 'If',
+          input: ['cond'],
+          output: ['side'],
+          attribute: [
+            { name: 'then_branch', type: onnx.AttributeProto.AttributeType.GRAPH, g: branch },
+            { name: 'else_branch', type: onnx.AttributeProto.AttributeType.GRAPH, g: elseBranch },
+          ],
+        }),
+      ],
+      initializer: [tensor('embed', [16, 4], new Array(64).fill(0.5)), tensor('w', [4, 16], new Array(64).fill(0.25))],
+      input: [info('input_ids', 7), info('cond', 9)],
+      output: [info('logits', 1), info('side', 1)],
+    });
+    const model = onnx.ModelProto.create({ irVersion: 8, opsetImport: [{ domain: '', version: 17 }], graph });
+    const file = path.join(dir, 'subgraph-reader.onnx');
+    writeFileSync(file, onnx.ModelProto.encode(model).finish());
+    expect(lastPositionGraph(file, 'logits')).toEqual({
+      ok: false,
+      reason: '"scores" on the way to the logits is also read elsewhere',
+    });
+  });
+
+  it('falls back when the sliced axis is not the sequence (the copy would score another position)', async () => {
+    // [batch, seq, 4] → Unsqueeze → [batch, 1, seq, 4]: axis 1 is a size-1 axis in front of the sequence.
+    const file = toy('fold', (b, h) => {
+      const w = b.weight('w', [4, 16], () => Float32Array.from({ length: 64 }, (_, i) => ((i * 3) % 7) / 7));
+      const scores = b.op('MatMul', [b.op('Unsqueeze', [h, b.int64([1])]), w]);
+      return b.op('Reshape', [scores, b.int64([0, -1, 16])]);
+    });
+    expect(lastPositionGraph(file, 'logits')).toMatchObject({ ok: true });
+    const port = (name: string): GraphPort => ({ name, dtype: 'int64', shape: ['batch', 'seq'] });
+    const spec = {
+      graphPath: file,
+      ports: { inputIds: port('input_ids'), logits: { name: 'logits', dtype: 'float32', shape: ['batch', 'seq', 16] } },
+      vocabSize: 16,
+      kv: { kind: 'dynamic', tensors: [] },
+    } as unknown as ModelSpec;
+    const loaded = await lastPositionSession(spec, OPTIONS);
+    expect(loaded.session).toBeNull();
+    expect(loaded.logits).toMatchObject({ last: false, detail: expect.stringContaining('was not used') });
   });
 
   it('rewrites a plain head and the copy scores the last position', async () => {

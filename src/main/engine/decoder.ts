@@ -53,13 +53,44 @@ export interface GenerationOutcome {
   sessionTokens: number;
 }
 
+/** Feeds of one row: `ids` at positions [from, from + ids.length), after `past` (empty past when absent). */
+function rowFeeds(
+  spec: ModelSpec,
+  ids: number[],
+  from: number,
+  past?: ort.InferenceSession.OnnxValueMapType,
+): Record<string, ort.Tensor> {
+  const ports = spec.ports;
+  const total = from + ids.length;
+  const feeds: Record<string, ort.Tensor> = {};
+  feeds[ports.inputIds.name] = idTensor(ports.inputIds, ids, [1, ids.length]);
+  if (ports.attentionMask)
+    feeds[ports.attentionMask.name] = idTensor(ports.attentionMask, Array(total).fill(1), [1, total]);
+  if (ports.positionIds) {
+    feeds[ports.positionIds.name] = idTensor(
+      ports.positionIds,
+      ids.map((_, i) => from + i),
+      [1, ids.length],
+    );
+  }
+  if (spec.kv.kind === 'dynamic') {
+    for (const t of spec.kv.tensors) {
+      const present = past?.[t.present];
+      feeds[t.past] = present ?? emptyPast(t, 1);
+    }
+  }
+  return feeds;
+}
+
 /**
- * The session of the last-position copy of the graph, checked with one tiny
- * run (two positions in, one row of logits out); null with the reason when the
- * graph's head is not recognised or onnxruntime refuses the copy, so the
- * original file loads instead.
+ * The session of the last-position copy of the graph, checked before use: a
+ * three-token prompt must give logits of shape [1, 1, vocab] equal (to float
+ * rounding) to what the copy gives for its last token decoded after the first
+ * two — a copy that scored another position would differ. Null with the reason
+ * when the graph's head is not recognised, onnxruntime refuses the copy, or the
+ * check fails; the original file then loads instead.
  */
-async function lastPositionSession(
+export async function lastPositionSession(
   spec: ModelSpec,
   options: ort.InferenceSession.SessionOptions,
 ): Promise<{ session: ort.InferenceSession | null; logits: LogitsPositions }> {
@@ -67,28 +98,45 @@ async function lastPositionSession(
   if (!rewrite.ok) return { session: null, logits: { last: false, detail: rewrite.reason } };
   let session: ort.InferenceSession | null = null;
   try {
+    const extra = (options.extra ?? {}) as Record<string, unknown>;
     session = await ort.InferenceSession.create(rewrite.bytes, {
       ...options,
       // The copy references the weights in the original file (and its external data) by paths relative to its folder.
-      extra: { session: { model_external_initializers_file_folder_path: rewrite.folder } },
+      extra: {
+        ...extra,
+        session: {
+          ...((extra.session ?? {}) as Record<string, unknown>),
+          model_external_initializers_file_folder_path: rewrite.folder,
+        },
+      },
     });
-    const ports = spec.ports;
-    const first = spec.bosTokenId ?? spec.eosTokenIds[0] ?? 0;
-    const feeds: Record<string, ort.Tensor> = {};
-    feeds[ports.inputIds.name] = idTensor(ports.inputIds, [first, first], [1, 2]);
-    if (ports.attentionMask) feeds[ports.attentionMask.name] = idTensor(ports.attentionMask, [1, 1], [1, 2]);
-    if (ports.positionIds) feeds[ports.positionIds.name] = idTensor(ports.positionIds, [0, 1], [1, 2]);
-    if (spec.kv.kind === 'dynamic') for (const t of spec.kv.tensors) feeds[t.past] = emptyPast(t, 1);
-    const out = await session.run(feeds);
-    const dims = out[ports.logits.name]?.dims ?? [];
-    if (dims.length !== 3 || dims[0] !== 1 || dims[1] !== 1) {
-      throw new Error(`its logits came out as [${dims.join(', ')}] for one row of two positions, not [1, 1, vocab]`);
+    const name = spec.ports.logits.name;
+    const ids = [1, 2, 3].map((i) => i % Math.max(1, spec.vocabSize));
+    const whole = (await session.run(rowFeeds(spec, ids, 0)))[name];
+    const dims = whole?.dims ?? [];
+    if (dims.length !== 3 || dims[0] !== 1 || dims[1] !== 1 || dims[2] !== rewrite.vocab) {
+      throw new Error(
+        `its logits came out as [${dims.join(', ')}] for one row of three tokens, not [1, 1, ${rewrite.vocab}]`,
+      );
+    }
+    const prefix = await session.run(rowFeeds(spec, ids.slice(0, 2), 0));
+    const stepped = (await session.run(rowFeeds(spec, ids.slice(2), 2, prefix)))[name];
+    const a = whole?.data as Float32Array;
+    const b = stepped?.data as Float32Array;
+    let scale = 1;
+    let worst = 0;
+    for (let i = 0; i < a.length; i++) {
+      scale = Math.max(scale, Math.abs(a[i] as number));
+      worst = Math.max(worst, Math.abs((a[i] as number) - ((b?.[i] ?? Number.NaN) as number)));
+    }
+    if (!(worst <= 1e-3 * scale)) {
+      throw new Error(`its logits for a prompt differ from those of its last token decoded step by step (by ${worst})`);
     }
     return { session, logits: { last: true, detail: rewrite.detail } };
   } catch (err) {
     await session?.release().catch(() => undefined);
     const reason = err instanceof Error ? err.message : String(err);
-    return { session: null, logits: { last: false, detail: `the last-position copy did not load: ${reason}` } };
+    return { session: null, logits: { last: false, detail: `the last-position copy was not used: ${reason}` } };
   }
 }
 

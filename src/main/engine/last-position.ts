@@ -15,7 +15,7 @@
  * file (offset and length), and onnxruntime reads them from there as it reads
  * any external data; weights already external stay as they are. When the
  * graph's head is not recognised the original file loads unchanged, with the
- * reason.
+ * reason. The engine checks the copy before using it (decoder.ts).
  */
 import path from 'node:path';
 import {
@@ -23,6 +23,7 @@ import {
   FileBytes,
   fields,
   lenField,
+  readVarint,
   stringField,
   varintField,
   WIRE_LEN,
@@ -37,6 +38,8 @@ const OPSET_DOMAIN = 1;
 const OPSET_VERSION = 2;
 const GRAPH_NODE = 1;
 const GRAPH_INITIALIZER = 5;
+const GRAPH_INPUT = 11;
+const VALUE_INFO_NAME = 1;
 const NODE_INPUT = 1;
 const NODE_OUTPUT = 2;
 const NODE_NAME = 3;
@@ -45,6 +48,9 @@ const NODE_ATTRIBUTE = 5;
 const NODE_DOMAIN = 7;
 const ATTR_NAME = 1;
 const ATTR_I = 3;
+const ATTR_T = 5;
+const ATTR_G = 6;
+const ATTR_GRAPHS = 11;
 const TENSOR_DIMS = 1;
 const TENSOR_DATA_TYPE = 2;
 const TENSOR_NAME = 8;
@@ -56,14 +62,18 @@ const ENTRY_VALUE = 2;
 const DATA_LOCATION_EXTERNAL = 1;
 const INT64 = 7;
 
-/** An inline tensor payload bigger than this (not raw_data) means a layout this rewrite does not handle. */
-const MAX_INLINE_TYPED_BYTES = 16 * 1024 * 1024;
 /**
  * Raw payloads under this stay inline in the copy: onnxruntime's shape
  * inference reads small constants (split sizes, shapes, axes) from the graph
  * and cannot read them from external data. Weights are far larger.
  */
 const KEEP_INLINE_BYTES = 64 * 1024;
+/**
+ * The copy is built on the engine's thread and held until onnxruntime has read
+ * it; a graph whose structure alone is bigger (weights in Constant nodes or in
+ * typed fields, which stay inline) loads as it is instead.
+ */
+const MAX_COPY_BYTES = 64 * 1024 * 1024;
 /** Ops between the head and the logits output that act on each position alone. */
 const ELEMENTWISE = new Set(['Add', 'Sub', 'Mul', 'Div']);
 const UNARY = new Set(['Cast', 'Identity', 'Tanh']);
@@ -76,22 +86,74 @@ interface Node {
   opType: string;
   domain: string;
   ints: Map<string, number>;
+  /** Names its subgraphs (If/Loop/Scan bodies) read, their own included. */
+  subgraphNames: string[];
+  /** A Constant node's tensor dims. */
+  constantDims?: number[];
 }
 
 /** The rewritten model, or why the graph loads as it is. */
 export type LastPositionResult =
-  | { ok: true; bytes: Buffer; folder: string; detail: string }
+  | {
+      ok: true;
+      bytes: Buffer;
+      folder: string;
+      /** The vocabulary the head scores (its weight's output dim): the copy's logits are [rows, 1, vocab]. */
+      vocab: number;
+      detail: string;
+    }
   | { ok: false; reason: string };
+
+/** A copy of bytes [start, end) of `file`. */
+function copy(file: FileBytes, start: number, end: number): Buffer {
+  return Buffer.from(file.read(start, end - start));
+}
 
 function text(src: Bytes, f: WireField): string {
   const raw =
-    src instanceof FileBytes ? src.slice(f.valueStart, f.end - f.valueStart) : src.subarray(f.valueStart, f.end);
+    src instanceof FileBytes ? src.read(f.valueStart, f.end - f.valueStart) : src.subarray(f.valueStart, f.end);
   return raw.toString('utf8');
 }
 
+/** A TensorProto's dims (packed or not) and name; reads no tensor data. */
+function tensorHeader(src: Bytes, start: number, end: number): { name: string; dims: number[] } {
+  let name = '';
+  const dims: number[] = [];
+  for (const g of fields(src, start, end)) {
+    if (g.field === TENSOR_NAME && g.wire === WIRE_LEN) name = text(src, g);
+    else if (g.field === TENSOR_DIMS && g.wire === WIRE_VARINT) dims.push(g.varint);
+    else if (g.field === TENSOR_DIMS && g.wire === WIRE_LEN) {
+      for (let pos = g.valueStart; pos < g.end; ) {
+        const [d, next] = readVarint(src, pos);
+        dims.push(d);
+        pos = next;
+      }
+    }
+  }
+  return { name, dims };
+}
+
+/** Every name the nodes of a GraphProto read or write, nested subgraphs included. */
+function graphNames(buf: Buffer, start: number, end: number, into: string[]): void {
+  for (const g of fields(buf, start, end)) {
+    if (g.field !== GRAPH_NODE || g.wire !== WIRE_LEN) continue;
+    for (const f of fields(buf, g.valueStart, g.end)) {
+      if ((f.field === NODE_INPUT || f.field === NODE_OUTPUT) && f.wire === WIRE_LEN) into.push(text(buf, f));
+      else if (f.field === NODE_ATTRIBUTE && f.wire === WIRE_LEN) attributeGraphNames(buf, f, into);
+    }
+  }
+}
+
+function attributeGraphNames(buf: Buffer, attr: WireField, into: string[]): void {
+  for (const a of fields(buf, attr.valueStart, attr.end)) {
+    if ((a.field === ATTR_G || a.field === ATTR_GRAPHS) && a.wire === WIRE_LEN)
+      graphNames(buf, a.valueStart, a.end, into);
+  }
+}
+
 function readNode(file: FileBytes, f: WireField): Node {
-  const buf = Buffer.from(file.slice(f.valueStart, f.end - f.valueStart));
-  const node: Node = { field: f, inputs: [], outputs: [], opType: '', domain: '', ints: new Map() };
+  const buf = copy(file, f.valueStart, f.end);
+  const node: Node = { field: f, inputs: [], outputs: [], opType: '', domain: '', ints: new Map(), subgraphNames: [] };
   for (const g of fields(buf, 0, buf.length)) {
     if (g.field === NODE_INPUT && g.wire === WIRE_LEN) node.inputs.push(text(buf, g));
     else if (g.field === NODE_OUTPUT && g.wire === WIRE_LEN) node.outputs.push(text(buf, g));
@@ -100,11 +162,15 @@ function readNode(file: FileBytes, f: WireField): Node {
     else if (g.field === NODE_ATTRIBUTE && g.wire === WIRE_LEN) {
       let name = '';
       let value: number | undefined;
+      let tensor: WireField | undefined;
       for (const a of fields(buf, g.valueStart, g.end)) {
         if (a.field === ATTR_NAME && a.wire === WIRE_LEN) name = text(buf, a);
         else if (a.field === ATTR_I && a.wire === WIRE_VARINT) value = a.varint;
+        else if (a.field === ATTR_T && a.wire === WIRE_LEN) tensor = a;
       }
       if (value !== undefined) node.ints.set(name, value);
+      if (tensor && name === 'value') node.constantDims = tensorHeader(buf, tensor.valueStart, tensor.end).dims;
+      attributeGraphNames(buf, g, node.subgraphNames);
     }
   }
   return node;
@@ -112,7 +178,7 @@ function readNode(file: FileBytes, f: WireField): Node {
 
 /** The node's bytes with some inputs renamed; every other field is copied as it was, in order. */
 function renameInputs(file: FileBytes, node: Node, rename: Map<number, string>): Buffer {
-  const buf = Buffer.from(file.slice(node.field.valueStart, node.field.end - node.field.valueStart));
+  const buf = copy(file, node.field.valueStart, node.field.end);
   const parts: Buffer[] = [];
   let index = 0;
   for (const g of fields(buf, 0, buf.length)) {
@@ -141,25 +207,35 @@ function newNode(opType: string, inputs: string[], output: string, name: string)
 }
 
 function int64Initializer(name: string, values: bigint[]): Buffer {
+  // raw_data is little-endian by definition, whatever the machine.
+  const raw = Buffer.alloc(8 * values.length);
+  values.forEach((v, i) => {
+    raw.writeBigInt64LE(v, 8 * i);
+  });
   return lenField(
     GRAPH_INITIALIZER,
     Buffer.concat([
       varintField(TENSOR_DIMS, values.length),
       varintField(TENSOR_DATA_TYPE, INT64),
       stringField(TENSOR_NAME, name),
-      lenField(TENSOR_RAW_DATA, Buffer.from(BigInt64Array.from(values).buffer)),
+      lenField(TENSOR_RAW_DATA, raw),
     ]),
   );
 }
 
+/** What the walk needs to know of an initializer. */
+interface Initializer {
+  name: string;
+  dims: number[];
+}
+
 /**
  * An initializer as an external-data reference to its own raw bytes in `file`;
- * null when it is already external or stores no raw_data (copied as it is).
+ * null when it is already external, small, or stores no raw_data (copied as it is).
  */
 function externalised(file: FileBytes, f: WireField, location: string): Buffer | null {
   const parts: Buffer[] = [];
   let raw: WireField | undefined;
-  let typedBytes = 0;
   for (const g of fields(file, f.valueStart, f.end)) {
     if (g.field === TENSOR_DATA_LOCATION && g.varint === DATA_LOCATION_EXTERNAL) return null;
     if (g.field === TENSOR_EXTERNAL_DATA) return null;
@@ -167,14 +243,9 @@ function externalised(file: FileBytes, f: WireField, location: string): Buffer |
       raw = g;
       continue;
     }
-    if (g.wire === WIRE_LEN && g.field !== TENSOR_NAME) typedBytes += g.end - g.valueStart;
-    parts.push(Buffer.from(file.slice(g.tagStart, g.end - g.tagStart)));
+    parts.push(copy(file, g.tagStart, g.end));
   }
-  if (!raw) {
-    if (typedBytes > MAX_INLINE_TYPED_BYTES) throw new Error('an initializer stores its data in typed fields');
-    return null;
-  }
-  if (raw.end - raw.valueStart < KEEP_INLINE_BYTES) return null;
+  if (!raw || raw.end - raw.valueStart < KEEP_INLINE_BYTES) return null;
   const entry = (key: string, value: string) =>
     lenField(TENSOR_EXTERNAL_DATA, Buffer.concat([stringField(ENTRY_KEY, key), stringField(ENTRY_VALUE, value)]));
   parts.push(
@@ -186,14 +257,8 @@ function externalised(file: FileBytes, f: WireField, location: string): Buffer |
   return lenField(GRAPH_INITIALIZER, Buffer.concat(parts));
 }
 
-function initializerName(file: FileBytes, f: WireField): string {
-  for (const g of fields(file, f.valueStart, f.end)) {
-    if (g.field === TENSOR_NAME && g.wire === WIRE_LEN) return text(file, g);
-  }
-  return '';
-}
-
-function defaultOpset(file: FileBytes, model: WireField[]): number {
+/** The default domain's opset version; null when the file declares none. */
+function defaultOpset(file: FileBytes, model: WireField[]): number | null {
   for (const f of model) {
     if (f.field !== MODEL_OPSET_IMPORT) continue;
     let domain = '';
@@ -204,7 +269,7 @@ function defaultOpset(file: FileBytes, model: WireField[]): number {
     }
     if (domain === '' || domain === 'ai.onnx') return version;
   }
-  return 0;
+  return null;
 }
 
 /** What to change: the edge into the head's path, and the reshape back to [batch, seq, vocab] if there is one. */
@@ -215,18 +280,28 @@ interface Plan {
   /** The Reshape nearest the logits output, when the head's output is reshaped. */
   unflatten?: Node;
   head: Node;
+  /** Output dim of the head's weight: the vocabulary the logits score. */
+  vocab: number;
 }
 
-function plan(nodes: Node[], constants: Set<string>, logits: string): Plan | string {
+function plan(nodes: Node[], initializers: Map<string, Initializer>, logits: string): Plan | string {
   const producer = new Map<string, Node>();
   const consumers = new Map<string, number>();
+  const constantDims = new Map<string, number[]>();
+  const read = (name: string) => consumers.set(name, (consumers.get(name) ?? 0) + 1);
   for (const n of nodes) {
     for (const o of n.outputs) producer.set(o, n);
-    for (const i of n.inputs) consumers.set(i, (consumers.get(i) ?? 0) + 1);
-    if (n.opType === 'Constant' && n.domain === '') for (const o of n.outputs) constants.add(o);
+    for (const i of n.inputs) read(i);
+    // A subgraph may read any outer name: count each as one more reader.
+    for (const i of new Set(n.subgraphNames)) read(i);
+    if (n.opType === 'Constant' && n.domain === '' && n.constantDims) {
+      for (const o of n.outputs) constantDims.set(o, n.constantDims);
+    }
   }
-  const isConst = (t: string) => constants.has(t);
+  const dimsOf = (t: string) => initializers.get(t)?.dims ?? constantDims.get(t);
+  const isConst = (t: string) => dimsOf(t) !== undefined;
   const single = (t: string) => (consumers.get(t) ?? 0) === 1;
+  const allowsZero = (n: Node) => (n.ints.get('allowzero') ?? 0) !== 0;
   // From the logits output back to the head through per-position ops and reshapes.
   let cur = logits;
   let head: Node | undefined;
@@ -243,6 +318,7 @@ function plan(nodes: Node[], constants: Set<string>, logits: string): Plan | str
       cur = live[0] as string;
     } else if (UNARY.has(n.opType)) cur = n.inputs[0] as string;
     else if (n.opType === 'Reshape') {
+      if (allowsZero(n)) return 'a Reshape with allowzero on the way to the logits';
       reshapes.push(n);
       cur = n.inputs[0] as string;
     } else return `the logits come from ${n.opType}, not from a MatMul or Gemm with a weight`;
@@ -250,17 +326,24 @@ function plan(nodes: Node[], constants: Set<string>, logits: string): Plan | str
   }
   if (!head) return 'no MatMul or Gemm with a weight within 16 nodes of the logits';
   if (reshapes.length > 1) return 'the head output is reshaped more than once';
+  const weight = dimsOf(head.inputs[1] as string) ?? [];
+  const vocab = head.opType === 'Gemm' && (head.ints.get('transB') ?? 0) !== 0 ? weight[0] : weight[weight.length - 1];
+  if (weight.length !== 2 || vocab === undefined || vocab < 1) {
+    return `the head's weight "${head.inputs[1]}" has dims [${weight.join(', ')}], not [hidden, vocab]`;
+  }
   // From the head back to the final hidden states through constant-shape reshapes (a flatten before a Gemm).
   let entry = head;
   let hidden = head.inputs[0] as string;
   for (let steps = 0; steps < 4; steps++) {
     const n = producer.get(hidden);
-    if (n?.opType !== 'Reshape' || !isConst(n.inputs[1] as string) || !single(hidden)) break;
+    if (n?.opType !== 'Reshape' || !isConst(n.inputs[1] as string) || !single(hidden) || allowsZero(n)) break;
     entry = n;
     hidden = n.inputs[0] as string;
   }
+  if (head.opType === 'Gemm' && entry === head)
+    return 'a Gemm head whose input is not a flattened [batch, seq, hidden]';
   if (head.opType === 'Gemm' && reshapes.length === 0) return 'a Gemm head whose output is not reshaped to 3-D';
-  const found: Plan = { entry, hidden, head };
+  const found: Plan = { entry, hidden, head, vocab };
   if (reshapes[0]) found.unflatten = reshapes[0];
   return found;
 }
@@ -280,53 +363,77 @@ export function lastPositionGraph(graphPath: string, logits: string): LastPositi
     const model = [...fields(file, 0, file.size)];
     const graphField = model.find((f) => f.field === MODEL_GRAPH && f.wire === WIRE_LEN);
     if (!graphField) return { ok: false, reason: 'the file holds no graph' };
-    if (defaultOpset(file, model) < 10) return { ok: false, reason: 'opset below 10 has no Slice with inputs' };
+    const opset = defaultOpset(file, model);
+    if (opset === null) return { ok: false, reason: 'the file declares no opset for the default ONNX domain' };
+    if (opset < 10) return { ok: false, reason: `opset ${opset} has no Slice with inputs (10 or later needed)` };
     const graph = [...fields(file, graphField.valueStart, graphField.end)];
     const nodes: Node[] = [];
-    const constants = new Set<string>();
+    const initializers = new Map<string, Initializer>();
+    const taken = new Set<string>();
     for (const f of graph) {
-      if (f.field === GRAPH_NODE && f.wire === WIRE_LEN) nodes.push(readNode(file, f));
-      else if (f.field === GRAPH_INITIALIZER && f.wire === WIRE_LEN) constants.add(initializerName(file, f));
+      if (f.field === GRAPH_NODE && f.wire === WIRE_LEN) {
+        const node = readNode(file, f);
+        nodes.push(node);
+        for (const name of [...node.inputs, ...node.outputs, ...node.subgraphNames]) taken.add(name);
+      } else if (f.field === GRAPH_INITIALIZER && f.wire === WIRE_LEN) {
+        const init: Initializer = tensorHeader(file, f.valueStart, f.end);
+        initializers.set(init.name, init);
+        taken.add(init.name);
+      } else if (f.field === GRAPH_INPUT && f.wire === WIRE_LEN) {
+        for (const g of fields(file, f.valueStart, f.end)) {
+          if (g.field === VALUE_INFO_NAME && g.wire === WIRE_LEN) taken.add(text(file, g));
+        }
+      }
     }
-    const found = plan(nodes, constants, logits);
+    const found = plan(nodes, initializers, logits);
     if (typeof found === 'string') return { ok: false, reason: found };
 
     const tag = `/kvdesk/last_position`;
     const sliced = `${found.hidden}${tag}`;
     const names = { starts: `${tag}/starts`, ends: `${tag}/ends`, axes: `${tag}/axes`, shape: `${tag}/shape` };
-    if ([sliced, ...Object.values(names)].some((n) => constants.has(n) || nodes.some((x) => x.outputs.includes(n)))) {
+    if ([sliced, ...Object.values(names)].some((n) => taken.has(n))) {
       return { ok: false, reason: 'the graph already uses the names this rewrite needs' };
     }
     const location = path.basename(graphPath);
     const nodeOf = new Map(nodes.map((n) => [n.field, n]));
     const parts: Buffer[] = [];
+    let size = 0;
+    const push = (b: Buffer) => {
+      size += b.length;
+      if (size > MAX_COPY_BYTES) throw new CopyTooBig();
+      parts.push(b);
+    };
     for (const f of graph) {
       const node = nodeOf.get(f);
       if (node) {
         if (node === found.entry) {
-          parts.push(newNode('Slice', [found.hidden, names.starts, names.ends, names.axes], sliced, `${tag}/Slice`));
-          parts.push(renameInputs(file, node, new Map([[0, sliced]])));
-        } else if (node === found.unflatten) parts.push(renameInputs(file, node, new Map([[1, names.shape]])));
-        else parts.push(Buffer.from(file.slice(f.tagStart, f.end - f.tagStart)));
+          push(newNode('Slice', [found.hidden, names.starts, names.ends, names.axes], sliced, `${tag}/Slice`));
+          push(renameInputs(file, node, new Map([[0, sliced]])));
+        } else if (node === found.unflatten) push(renameInputs(file, node, new Map([[1, names.shape]])));
+        else push(copy(file, f.tagStart, f.end));
       } else if (f.field === GRAPH_INITIALIZER && f.wire === WIRE_LEN) {
-        parts.push(externalised(file, f, location) ?? Buffer.from(file.slice(f.tagStart, f.end - f.tagStart)));
-      } else parts.push(Buffer.from(file.slice(f.tagStart, f.end - f.tagStart)));
+        push(externalised(file, f, location) ?? copy(file, f.tagStart, f.end));
+      } else push(copy(file, f.tagStart, f.end));
     }
-    parts.push(
-      int64Initializer(names.starts, [-1n]),
-      int64Initializer(names.ends, [9223372036854775807n]),
-      int64Initializer(names.axes, [1n]),
-    );
-    // [rows, 1, vocab] from the head's [rows, vocab] (or [rows, 1, vocab]): 0 keeps dim 0, -1 takes the rest.
-    if (found.unflatten) parts.push(int64Initializer(names.shape, [0n, 1n, -1n]));
+    push(int64Initializer(names.starts, [-1n]));
+    push(int64Initializer(names.ends, [9223372036854775807n]));
+    push(int64Initializer(names.axes, [1n]));
+    // [rows, 1, vocab] from the head's [rows, vocab] or [rows, 1, vocab]; a head that is not per row fails to reshape.
+    if (found.unflatten) push(int64Initializer(names.shape, [0n, 1n, BigInt(found.vocab)]));
     const out: Buffer[] = [];
     for (const f of model) {
       if (f === graphField) out.push(lenField(MODEL_GRAPH, Buffer.concat(parts)));
-      else out.push(Buffer.from(file.slice(f.tagStart, f.end - f.tagStart)));
+      else out.push(copy(file, f.tagStart, f.end));
     }
     const detail = `LM head ${found.head.opType} fed the last position of "${found.hidden}"`;
-    return { ok: true, bytes: Buffer.concat(out), folder: path.dirname(graphPath), detail };
+    return { ok: true, bytes: Buffer.concat(out), folder: path.dirname(graphPath), vocab: found.vocab, detail };
   } catch (err) {
+    if (err instanceof CopyTooBig) {
+      return {
+        ok: false,
+        reason: `the graph's structure alone is over ${MAX_COPY_BYTES / 2 ** 20} MiB (weights held inline)`,
+      };
+    }
     return {
       ok: false,
       reason: `could not read the graph's structure: ${err instanceof Error ? err.message : String(err)}`,
@@ -335,3 +442,5 @@ export function lastPositionGraph(graphPath: string, logits: string): LastPositi
     file.close();
   }
 }
+
+class CopyTooBig extends Error {}

@@ -36,15 +36,20 @@ export class FileBytes {
     private readonly windowBytes = 64 * 1024,
   ) {
     this.fd = openSync(path, 'r');
-    this.size = fstatSync(this.fd).size;
+    try {
+      this.size = fstatSync(this.fd).size;
+    } catch (err) {
+      closeSync(this.fd);
+      throw err;
+    }
   }
 
   close(): void {
     closeSync(this.fd);
   }
 
-  /** Bytes [pos, pos + len) as a Buffer (a view of the window when they lie in it). */
-  slice(pos: number, len: number): Buffer {
+  /** `len` bytes from `pos` (a view of the window when they lie in it: copy them to keep them). */
+  read(pos: number, len: number): Buffer {
     if (pos < 0 || len < 0 || pos + len > this.size) {
       throw new RangeError(`${this.path}: bytes ${pos}..${pos + len} lie outside the file (${this.size} bytes)`);
     }
@@ -63,7 +68,7 @@ export class FileBytes {
   }
 
   byte(pos: number): number {
-    return this.slice(pos, 1)[0] as number;
+    return this.read(pos, 1)[0] as number;
   }
 }
 

@@ -64,7 +64,7 @@ describe('fields', () => {
           end,
         ]);
         expect(fromFile).toEqual(fromMemory);
-        expect(() => file.slice(file.size - 2, 4)).toThrow(/outside the file/);
+        expect(() => file.read(file.size - 2, 4)).toThrow(/outside the file/);
       } finally {
         file.close();
       }
