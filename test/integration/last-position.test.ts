@@ -244,6 +244,81 @@ describe('graphs whose head the rewrite does not recognise', () => {
     });
   });
 
+  it('rewrites an int4 head (com.microsoft.MatMulNBits, as onnxruntime-genai exports it)', async () => {
+    const K = 16;
+    const N = 16;
+    const tensor = (name: string, dims: number[], dataType: number, raw: Uint8Array) =>
+      onnx.TensorProto.create({ name, dims, dataType, rawData: raw });
+    const floats = (values: number[]) => new Uint8Array(Float32Array.from(values).buffer);
+    const info = (name: string, elemType: number, dims: Array<number | string>) =>
+      onnx.ValueInfoProto.create({
+        name,
+        type: {
+          tensorType: {
+            elemType,
+            shape: { dim: dims.map((d) => (typeof d === 'number' ? { dimValue: d } : { dimParam: d })) },
+          },
+        },
+      });
+    const graph = onnx.GraphProto.create({
+      name: 'int4-head',
+      node: [
+        onnx.NodeProto.create({ opType: 'Gather', input: ['embed', 'input_ids'], output: ['hidden'] }),
+        onnx.NodeProto.create({
+          opType: 'MatMulNBits',
+          domain: 'com.microsoft',
+          input: ['hidden', 'w_q4', 'w_scales'],
+          output: ['logits'],
+          attribute: [
+            { name: 'K', type: onnx.AttributeProto.AttributeType.INT, i: K },
+            { name: 'N', type: onnx.AttributeProto.AttributeType.INT, i: N },
+            { name: 'bits', type: onnx.AttributeProto.AttributeType.INT, i: 4 },
+            { name: 'block_size', type: onnx.AttributeProto.AttributeType.INT, i: 16 },
+          ],
+        }),
+      ],
+      initializer: [
+        tensor('embed', [16, K], 1, floats(Array.from({ length: 16 * K }, (_, i) => ((i * 7) % 13) / 13 - 0.5))),
+        // [N, K / block_size, block_size / 2] bytes of two 4-bit values each.
+        tensor(
+          'w_q4',
+          [N, 1, 8],
+          2,
+          Uint8Array.from({ length: N * 8 }, (_, i) => (i * 37) % 256),
+        ),
+        tensor('w_scales', [N], 1, floats(Array.from({ length: N }, (_, i) => 0.01 * (i + 1)))),
+      ],
+      input: [info('input_ids', 7, ['batch', 'seq'])],
+      output: [info('logits', 1, ['batch', 'seq', N])],
+    });
+    const model = onnx.ModelProto.create({
+      irVersion: 8,
+      opsetImport: [
+        { domain: '', version: 17 },
+        { domain: 'com.microsoft', version: 1 },
+      ],
+      graph,
+    });
+    const file = path.join(dir, 'int4-head.onnx');
+    writeFileSync(file, onnx.ModelProto.encode(model).finish());
+    const rewrite = lastPositionGraph(file, 'logits');
+    if (!rewrite.ok) throw new Error(rewrite.reason);
+    expect(rewrite).toMatchObject({ vocab: N, detail: 'LM head MatMulNBits fed the last position of "hidden"' });
+    const original = await ort.InferenceSession.create(file, OPTIONS);
+    const copy = await ort.InferenceSession.create(rewrite.bytes, {
+      ...OPTIONS,
+      extra: { session: { model_external_initializers_file_folder_path: rewrite.folder } },
+    });
+    const feeds = { input_ids: new ort.Tensor('int64', BigInt64Array.from([1n, 5n, 9n, 2n, 7n, 3n]), [2, 3]) };
+    const a = (await original.run(feeds)).logits as ort.Tensor;
+    const b = (await copy.run(feeds)).logits as ort.Tensor;
+    expect(b.dims).toEqual([2, 1, N]);
+    const full = a.data as Float32Array;
+    expect([...(b.data as Float32Array)]).toEqual([...full.subarray(2 * N, 3 * N), ...full.subarray(5 * N, 6 * N)]);
+    await original.release();
+    await copy.release();
+  });
+
   it('falls back when the sliced axis is not the sequence (the copy would score another position)', async () => {
     // [batch, seq, 4] → Unsqueeze → [batch, 1, seq, 4]: axis 1 is a size-1 axis in front of the sequence.
     const file = toy('fold', (b, h) => {

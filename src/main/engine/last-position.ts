@@ -284,6 +284,15 @@ interface Plan {
   vocab: number;
 }
 
+/**
+ * onnxruntime's block-quantized product (int4/int8 weights, as onnxruntime-genai
+ * and Olive export LM heads): A [.., K] × packed B → [.., N]; attribute N is the
+ * output width.
+ */
+function isQuantizedHead(n: Node): boolean {
+  return n.domain === 'com.microsoft' && n.opType === 'MatMulNBits' && n.ints.has('N');
+}
+
 function plan(nodes: Node[], initializers: Map<string, Initializer>, logits: string): Plan | string {
   const producer = new Map<string, Node>();
   const consumers = new Map<string, number>();
@@ -309,8 +318,9 @@ function plan(nodes: Node[], initializers: Map<string, Initializer>, logits: str
   for (let steps = 0; steps < 16 && !head; steps++) {
     const n = producer.get(cur);
     if (!n) return `"${cur}" is not computed by a node`;
-    if (n.domain !== '' && n.domain !== 'ai.onnx') return `"${cur}" comes from ${n.domain}.${n.opType}`;
-    if (n.opType === 'MatMul' && n.inputs.length === 2 && isConst(n.inputs[1] as string)) head = n;
+    if (isQuantizedHead(n) && isConst(n.inputs[1] as string)) head = n;
+    else if (n.domain !== '' && n.domain !== 'ai.onnx') return `"${cur}" comes from ${n.domain}.${n.opType}`;
+    else if (n.opType === 'MatMul' && n.inputs.length === 2 && isConst(n.inputs[1] as string)) head = n;
     else if (n.opType === 'Gemm' && isConst(n.inputs[1] as string) && (n.ints.get('transA') ?? 0) === 0) head = n;
     else if (ELEMENTWISE.has(n.opType)) {
       const live = n.inputs.filter((i) => !isConst(i));
@@ -327,8 +337,12 @@ function plan(nodes: Node[], initializers: Map<string, Initializer>, logits: str
   if (!head) return 'no MatMul or Gemm with a weight within 16 nodes of the logits';
   if (reshapes.length > 1) return 'the head output is reshaped more than once';
   const weight = dimsOf(head.inputs[1] as string) ?? [];
-  const vocab = head.opType === 'Gemm' && (head.ints.get('transB') ?? 0) !== 0 ? weight[0] : weight[weight.length - 1];
-  if (weight.length !== 2 || vocab === undefined || vocab < 1) {
+  let vocab: number | undefined;
+  if (isQuantizedHead(head)) vocab = head.ints.get('N');
+  else if (weight.length === 2) {
+    vocab = head.opType === 'Gemm' && (head.ints.get('transB') ?? 0) !== 0 ? weight[0] : weight[1];
+  }
+  if (vocab === undefined || vocab < 1) {
     return `the head's weight "${head.inputs[1]}" has dims [${weight.join(', ')}], not [hidden, vocab]`;
   }
   // From the head back to the final hidden states through constant-shape reshapes (a flatten before a Gemm).
