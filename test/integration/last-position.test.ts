@@ -15,6 +15,7 @@ import { GraphBuilder, int, writeOnnxModel } from '../../scripts/model-gen/onnx-
 import type { GenerationHooks } from '../../src/main/engine/decoder';
 import { LoadedDecoder, lastPositionSession } from '../../src/main/engine/decoder';
 import { lastPositionGraph } from '../../src/main/engine/last-position';
+import type { EngineSessionOptions, LogitsPositions } from '../../src/main/engine/protocol';
 import { RunnerService } from '../../src/main/host/runner-service';
 import { loadModelSpec } from '../../src/main/packages';
 import type { GraphPort, ModelSpec } from '../../src/shared/model-spec';
@@ -70,6 +71,57 @@ function prompt(length: number, seed: number, vocab: number): number[] {
   return Array.from({ length }, (_, i) => 3 + ((i * 37 + seed * 11) % (vocab - 3)));
 }
 
+/**
+ * Loads `spec` with and without the last-position copy, checks the greedy
+ * tokens of `rows` are the same both ways, and returns how the copy loaded.
+ */
+async function sameTokensBothWays(
+  spec: ModelSpec,
+  rows: number[][],
+  maxNewTokens: number,
+  prefillChunkTokens?: number,
+): Promise<{ fast: LogitsPositions; plain: LogitsPositions }> {
+  const engine: EngineSessionOptions = { intraOpNumThreads: 2, executionProviders: ['cpu'] };
+  if (prefillChunkTokens !== undefined) engine.prefillChunkTokens = prefillChunkTokens;
+  const fast = await LoadedDecoder.load(spec, engine);
+  const plain = await LoadedDecoder.load(spec, { ...engine, lastPositionLogits: false });
+  try {
+    expect(await greedyRows(fast, rows, maxNewTokens)).toEqual(await greedyRows(plain, rows, maxNewTokens));
+    return { fast: fast.logits, plain: plain.logits };
+  } finally {
+    await fast.dispose();
+    await plain.dispose();
+  }
+}
+
+/** Runs a toy graph ([batch, seq] ids → [batch, seq, vocab] logits) and its copy on two rows of three ids. */
+async function toyLogits(file: string): Promise<{ full: ort.Tensor; last: ort.Tensor }> {
+  const rewrite = lastPositionGraph(file, 'logits');
+  if (!rewrite.ok) throw new Error(rewrite.reason);
+  const original = await ort.InferenceSession.create(file, OPTIONS);
+  const copy = await ort.InferenceSession.create(rewrite.bytes, {
+    ...OPTIONS,
+    extra: { session: { model_external_initializers_file_folder_path: rewrite.folder } },
+  });
+  try {
+    const feeds = { input_ids: new ort.Tensor('int64', BigInt64Array.from([1n, 5n, 9n, 2n, 7n, 3n]), [2, 3]) };
+    return {
+      full: (await original.run(feeds)).logits as ort.Tensor,
+      last: (await copy.run(feeds)).logits as ort.Tensor,
+    };
+  } finally {
+    await original.release();
+    await copy.release();
+  }
+}
+
+/** The last position of each of the two rows of `full`, as the copy should give them. */
+function lastOfEachRow(full: ort.Tensor): number[] {
+  const V = full.dims[2] as number;
+  const data = full.data as Float32Array;
+  return [...data.subarray(2 * V, 3 * V), ...data.subarray(5 * V, 6 * V)];
+}
+
 describe('the last-position copy of a generated graph', () => {
   it('returns [rows, 1, vocab] logits equal to the original last position, and the same KV bit for bit', async () => {
     const spec = await loadModelSpec(defaultModelDir);
@@ -121,35 +173,19 @@ describe('the last-position copy of a generated graph', () => {
     );
     const rewrite = lastPositionGraph(spec.graphPath, spec.ports.logits.name);
     expect(rewrite).toMatchObject({ ok: true, detail: expect.stringMatching(/^LM head Gemm fed the last position/) });
-    const engine = { intraOpNumThreads: 2, executionProviders: ['cpu'], prefillChunkTokens: 48 };
-    const fast = await LoadedDecoder.load(spec, engine);
-    const plain = await LoadedDecoder.load(spec, { ...engine, lastPositionLogits: false });
-    try {
-      expect(fast.logits.last).toBe(true);
-      const rows = [prompt(70, 7, spec.vocabSize), prompt(33, 8, spec.vocabSize)];
-      expect(await greedyRows(fast, rows, 10)).toEqual(await greedyRows(plain, rows, 10));
-    } finally {
-      await fast.dispose();
-      await plain.dispose();
-    }
+    const rows = [prompt(70, 7, spec.vocabSize), prompt(33, 8, spec.vocabSize)];
+    const loaded = await sameTokensBothWays(spec, rows, 10, 48);
+    expect(loaded.fast.last).toBe(true);
   });
 
   it('is what the engine loads, and generates the tokens of the original graph', async () => {
     const spec = await loadModelSpec(defaultModelDir);
-    const engine = { intraOpNumThreads: 2, executionProviders: ['cpu'], prefillChunkTokens: 64 };
-    const fast = await LoadedDecoder.load(spec, engine);
-    const plain = await LoadedDecoder.load(spec, { ...engine, lastPositionLogits: false });
-    try {
-      expect(fast.logits.last).toBe(true);
-      expect(fast.logits.detail).toMatch(/LM head (MatMul|Gemm) fed the last position/);
-      expect(plain.logits).toEqual({ last: false, detail: 'turned off (lastPositionLogits: false)' });
-      // Two rows of different lengths (left-padded), a prompt longer than one chunk.
-      const rows = [prompt(150, 3, spec.vocabSize), prompt(90, 4, spec.vocabSize)];
-      expect(await greedyRows(fast, rows, 12)).toEqual(await greedyRows(plain, rows, 12));
-    } finally {
-      await fast.dispose();
-      await plain.dispose();
-    }
+    // Two rows of different lengths (left-padded), a prompt longer than one chunk.
+    const rows = [prompt(150, 3, spec.vocabSize), prompt(90, 4, spec.vocabSize)];
+    const loaded = await sameTokensBothWays(spec, rows, 12, 64);
+    expect(loaded.fast.last).toBe(true);
+    expect(loaded.fast.detail).toMatch(/LM head (MatMul|Gemm) fed the last position/);
+    expect(loaded.plain).toEqual({ last: false, detail: 'turned off (lastPositionLogits: false)' });
   });
 });
 
@@ -301,22 +337,13 @@ describe('graphs whose head the rewrite does not recognise', () => {
     });
     const file = path.join(dir, 'int4-head.onnx');
     writeFileSync(file, onnx.ModelProto.encode(model).finish());
-    const rewrite = lastPositionGraph(file, 'logits');
-    if (!rewrite.ok) throw new Error(rewrite.reason);
-    expect(rewrite).toMatchObject({ vocab: N, detail: 'LM head MatMulNBits fed the last position of "hidden"' });
-    const original = await ort.InferenceSession.create(file, OPTIONS);
-    const copy = await ort.InferenceSession.create(rewrite.bytes, {
-      ...OPTIONS,
-      extra: { session: { model_external_initializers_file_folder_path: rewrite.folder } },
+    expect(lastPositionGraph(file, 'logits')).toMatchObject({
+      vocab: N,
+      detail: 'LM head MatMulNBits fed the last position of "hidden"',
     });
-    const feeds = { input_ids: new ort.Tensor('int64', BigInt64Array.from([1n, 5n, 9n, 2n, 7n, 3n]), [2, 3]) };
-    const a = (await original.run(feeds)).logits as ort.Tensor;
-    const b = (await copy.run(feeds)).logits as ort.Tensor;
-    expect(b.dims).toEqual([2, 1, N]);
-    const full = a.data as Float32Array;
-    expect([...(b.data as Float32Array)]).toEqual([...full.subarray(2 * N, 3 * N), ...full.subarray(5 * N, 6 * N)]);
-    await original.release();
-    await copy.release();
+    const { full, last } = await toyLogits(file);
+    expect(last.dims).toEqual([2, 1, N]);
+    expect([...(last.data as Float32Array)]).toEqual(lastOfEachRow(full));
   });
 
   it('falls back when the sliced axis is not the sequence (the copy would score another position)', async () => {
@@ -345,21 +372,9 @@ describe('graphs whose head the rewrite does not recognise', () => {
       const bias = b.weight('bias', [16], () => Float32Array.from({ length: 16 }, (_, i) => i / 16));
       return b.op('Add', [b.op('MatMul', [h, w]), bias]);
     });
-    const rewrite = lastPositionGraph(file, 'logits');
-    if (!rewrite.ok) throw new Error(rewrite.reason);
-    const original = await ort.InferenceSession.create(file, OPTIONS);
-    const copy = await ort.InferenceSession.create(rewrite.bytes, {
-      ...OPTIONS,
-      extra: { session: { model_external_initializers_file_folder_path: rewrite.folder } },
-    });
-    const feeds = { input_ids: new ort.Tensor('int64', BigInt64Array.from([1n, 5n, 9n, 2n, 7n, 3n]), [2, 3]) };
-    const a = (await original.run(feeds)).logits as ort.Tensor;
-    const b = (await copy.run(feeds)).logits as ort.Tensor;
-    expect(b.dims).toEqual([2, 1, 16]);
-    const full = a.data as Float32Array;
-    expect([...(b.data as Float32Array)]).toEqual([...full.subarray(2 * 16, 3 * 16), ...full.subarray(5 * 16, 6 * 16)]);
-    await original.release();
-    await copy.release();
+    const { full, last } = await toyLogits(file);
+    expect(last.dims).toEqual([2, 1, 16]);
+    expect([...(last.data as Float32Array)]).toEqual(lastOfEachRow(full));
   });
 });
 
@@ -374,17 +389,9 @@ describe.skipIf(!haveFixtures)(
       'onnx-genai/tiny-reasoning',
     ])('%s: the engine scores the last position only and generates the same tokens', async (rel) => {
       const spec = await loadModelSpec(fixture(rel));
-      const engine = { intraOpNumThreads: 2, executionProviders: ['cpu'] };
-      const fast = await LoadedDecoder.load(spec, engine);
-      const plain = await LoadedDecoder.load(spec, { ...engine, lastPositionLogits: false });
-      try {
-        expect(fast.logits).toMatchObject({ last: true });
-        const rows = [prompt(6, 5, spec.vocabSize), prompt(4, 6, spec.vocabSize)];
-        expect(await greedyRows(fast, rows, 6)).toEqual(await greedyRows(plain, rows, 6));
-      } finally {
-        await fast.dispose();
-        await plain.dispose();
-      }
+      const rows = [prompt(6, 5, spec.vocabSize), prompt(4, 6, spec.vocabSize)];
+      const loaded = await sameTokensBothWays(spec, rows, 6);
+      expect(loaded.fast).toMatchObject({ last: true });
     });
   },
 );

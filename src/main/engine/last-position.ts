@@ -19,6 +19,39 @@
  */
 import path from 'node:path';
 import {
+  ATTR_G,
+  ATTR_GRAPHS,
+  ATTR_I,
+  ATTR_NAME,
+  ATTR_T,
+  DATA_LOCATION_EXTERNAL,
+  ENTRY_KEY,
+  ENTRY_VALUE,
+  GRAPH_INITIALIZER,
+  GRAPH_INPUT,
+  GRAPH_NODE,
+  INT64,
+  MODEL_GRAPH,
+  MODEL_OPSET_IMPORT,
+  NODE_ATTRIBUTE,
+  NODE_DOMAIN,
+  NODE_INPUT,
+  NODE_NAME,
+  NODE_OP_TYPE,
+  NODE_OUTPUT,
+  OPSET_DOMAIN,
+  OPSET_VERSION,
+  TENSOR_DATA_LOCATION,
+  TENSOR_DATA_TYPE,
+  TENSOR_DIMS,
+  TENSOR_EXTERNAL_DATA,
+  TENSOR_NAME,
+  TENSOR_RAW_DATA,
+  VALUE_INFO_NAME,
+  WIRE_LEN,
+  WIRE_VARINT,
+} from '../../shared/onnx-fields';
+import {
   type Bytes,
   FileBytes,
   fields,
@@ -26,41 +59,8 @@ import {
   readVarint,
   stringField,
   varintField,
-  WIRE_LEN,
-  WIRE_VARINT,
   type WireField,
 } from './onnx-wire';
-
-// Field numbers from onnx.proto.
-const MODEL_GRAPH = 7;
-const MODEL_OPSET_IMPORT = 8;
-const OPSET_DOMAIN = 1;
-const OPSET_VERSION = 2;
-const GRAPH_NODE = 1;
-const GRAPH_INITIALIZER = 5;
-const GRAPH_INPUT = 11;
-const VALUE_INFO_NAME = 1;
-const NODE_INPUT = 1;
-const NODE_OUTPUT = 2;
-const NODE_NAME = 3;
-const NODE_OP_TYPE = 4;
-const NODE_ATTRIBUTE = 5;
-const NODE_DOMAIN = 7;
-const ATTR_NAME = 1;
-const ATTR_I = 3;
-const ATTR_T = 5;
-const ATTR_G = 6;
-const ATTR_GRAPHS = 11;
-const TENSOR_DIMS = 1;
-const TENSOR_DATA_TYPE = 2;
-const TENSOR_NAME = 8;
-const TENSOR_RAW_DATA = 9;
-const TENSOR_EXTERNAL_DATA = 13;
-const TENSOR_DATA_LOCATION = 14;
-const ENTRY_KEY = 1;
-const ENTRY_VALUE = 2;
-const DATA_LOCATION_EXTERNAL = 1;
-const INT64 = 7;
 
 /**
  * Raw payloads under this stay inline in the copy: onnxruntime's shape

@@ -2,14 +2,11 @@
  * Just enough of protobuf's wire format to read an ONNX graph's structure from
  * its file and write a changed copy of it, without loading the weights and
  * without a protobuf library (the engine process loads no npm package but
- * onnxruntime-node: test/unit/engine/engine-imports.test.ts).
+ * onnxruntime-node: test/unit/engine/engine-imports.test.ts). Field numbers:
+ * src/shared/onnx-fields.ts.
  */
 import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
-
-export const WIRE_VARINT = 0;
-export const WIRE_FIXED64 = 1;
-export const WIRE_LEN = 2;
-export const WIRE_FIXED32 = 5;
+import { WIRE_FIXED32, WIRE_FIXED64, WIRE_LEN, WIRE_VARINT } from '../../shared/onnx-fields';
 
 /** One field of a message: where its tag starts, where its value (or payload) starts and ends. */
 export interface WireField {

@@ -1,5 +1,23 @@
 import { promises as fs } from 'node:fs';
 import { onnx } from 'onnx-proto';
+import {
+  DATA_LOCATION_EXTERNAL,
+  GRAPH_INITIALIZER,
+  GRAPH_INPUT,
+  GRAPH_OUTPUT,
+  MODEL_GRAPH,
+  MODEL_IR_VERSION,
+  MODEL_OPSET_IMPORT,
+  TENSOR_DATA_LOCATION,
+  TENSOR_DATA_TYPE,
+  TENSOR_DIMS,
+  TENSOR_EXTERNAL_DATA,
+  TENSOR_NAME,
+  WIRE_FIXED32,
+  WIRE_FIXED64,
+  WIRE_LEN,
+  WIRE_VARINT,
+} from '../../shared/onnx-fields';
 import { packageError } from './package-error';
 
 /**
@@ -33,25 +51,6 @@ export interface OnnxGraphInfo {
   initializerCount: number;
   fileBytes: number;
 }
-
-// Field numbers from onnx.proto (stable since IR version 3).
-const MODEL_IR_VERSION = 1;
-const MODEL_GRAPH = 7;
-const MODEL_OPSET_IMPORT = 8;
-const GRAPH_INITIALIZER = 5;
-const GRAPH_INPUT = 11;
-const GRAPH_OUTPUT = 12;
-const TENSOR_DIMS = 1;
-const TENSOR_DATA_TYPE = 2;
-const TENSOR_NAME = 8;
-const TENSOR_EXTERNAL_DATA = 13;
-const TENSOR_DATA_LOCATION = 14;
-const DATA_LOCATION_EXTERNAL = 1;
-
-const WIRE_VARINT = 0;
-const WIRE_FIXED64 = 1;
-const WIRE_LENGTH_DELIMITED = 2;
-const WIRE_FIXED32 = 5;
 
 /** Small messages decoded whole; a ValueInfoProto bigger than this is not a real port description. */
 const MAX_DECODED_MESSAGE = 1024 * 1024;
@@ -168,7 +167,7 @@ async function forEachField(
       pos = v.next;
     } else if (wire === WIRE_FIXED64 || wire === WIRE_FIXED32) {
       pos += wire === WIRE_FIXED64 ? 8 : 4;
-    } else if (wire === WIRE_LENGTH_DELIMITED) {
+    } else if (wire === WIRE_LEN) {
       const len = await reader.varint(pos, end);
       field.start = len.next;
       pos = len.next + len.value;
@@ -239,11 +238,11 @@ async function readTensorHeader(
     isExternal: false,
   };
   await forEachField(reader, start, end, async (f) => {
-    if (f.number === TENSOR_NAME && f.wire === WIRE_LENGTH_DELIMITED) {
+    if (f.number === TENSOR_NAME && f.wire === WIRE_LEN) {
       header.name = (await reader.bytes(f.start, f.end - f.start)).toString('utf8');
     } else if (f.number === TENSOR_DIMS && f.wire === WIRE_VARINT) {
       header.dims.push(f.value);
-    } else if (f.number === TENSOR_DIMS && f.wire === WIRE_LENGTH_DELIMITED) {
+    } else if (f.number === TENSOR_DIMS && f.wire === WIRE_LEN) {
       let pos = f.start;
       while (pos < f.end) {
         const v = await reader.varint(pos, f.end);
@@ -254,7 +253,7 @@ async function readTensorHeader(
       header.dataType = f.value;
     } else if (f.number === TENSOR_DATA_LOCATION && f.wire === WIRE_VARINT) {
       header.isExternal = f.value === DATA_LOCATION_EXTERNAL;
-    } else if (f.number === TENSOR_EXTERNAL_DATA && f.wire === WIRE_LENGTH_DELIMITED) {
+    } else if (f.number === TENSOR_EXTERNAL_DATA && f.wire === WIRE_LEN) {
       const entry = await decodeSmall(reader, f, 'external-data entry', (b) => onnx.StringStringEntryProto.decode(b));
       header.external.set(entry.key, entry.value);
     }
@@ -289,13 +288,13 @@ export async function readOnnxGraphInfo(absPath: string, file: string): Promise<
       await forEachField(reader, 0, size, async (f) => {
         if (f.number === MODEL_IR_VERSION && f.wire === WIRE_VARINT) {
           info.irVersion = f.value;
-        } else if (f.number === MODEL_OPSET_IMPORT && f.wire === WIRE_LENGTH_DELIMITED) {
+        } else if (f.number === MODEL_OPSET_IMPORT && f.wire === WIRE_LEN) {
           const op = await decodeSmall(reader, f, 'opset import', (b) => onnx.OperatorSetIdProto.decode(b));
           info.opsets.push({ domain: op.domain, version: toNumber(op.version) });
-        } else if (f.number === MODEL_GRAPH && f.wire === WIRE_LENGTH_DELIMITED) {
+        } else if (f.number === MODEL_GRAPH && f.wire === WIRE_LEN) {
           sawGraph = true;
           await forEachField(reader, f.start, f.end, async (g) => {
-            if (g.wire !== WIRE_LENGTH_DELIMITED) return;
+            if (g.wire !== WIRE_LEN) return;
             if (g.number === GRAPH_INPUT || g.number === GRAPH_OUTPUT) {
               const vi = await decodeSmall(reader, g, 'graph input/output', (b) => onnx.ValueInfoProto.decode(b));
               (g.number === GRAPH_INPUT ? info.inputs : info.outputs).push(valueInfoFrom(vi));
