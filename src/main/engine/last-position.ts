@@ -234,18 +234,15 @@ interface Initializer {
  * null when it is already external, small, or stores no raw_data (copied as it is).
  */
 function externalised(file: FileBytes, f: WireField, location: string): Buffer | null {
-  const parts: Buffer[] = [];
-  let raw: WireField | undefined;
-  for (const g of fields(file, f.valueStart, f.end)) {
-    if (g.field === TENSOR_DATA_LOCATION && g.varint === DATA_LOCATION_EXTERNAL) return null;
-    if (g.field === TENSOR_EXTERNAL_DATA) return null;
-    if (g.field === TENSOR_RAW_DATA) {
-      raw = g;
-      continue;
-    }
-    parts.push(copy(file, g.tagStart, g.end));
-  }
+  const tensor = [...fields(file, f.valueStart, f.end)];
+  const external = (g: WireField) =>
+    g.field === TENSOR_EXTERNAL_DATA || (g.field === TENSOR_DATA_LOCATION && g.varint === DATA_LOCATION_EXTERNAL);
+  if (tensor.some(external)) return null;
+  const raw = tensor.find((g) => g.field === TENSOR_RAW_DATA);
   if (!raw || raw.end - raw.valueStart < KEEP_INLINE_BYTES) return null;
+  const parts = tensor
+    .filter((g) => g !== raw && g.field !== TENSOR_DATA_LOCATION)
+    .map((g) => copy(file, g.tagStart, g.end));
   const entry = (key: string, value: string) =>
     lenField(TENSOR_EXTERNAL_DATA, Buffer.concat([stringField(ENTRY_KEY, key), stringField(ENTRY_VALUE, value)]));
   parts.push(
