@@ -24,6 +24,7 @@ import {
   trimSeqLeft,
   truncateSeq,
 } from './kv-cache';
+import { type LogitsRows, logitsRows } from './logits';
 import type { FinishReason } from './protocol';
 import { Sampler } from './sampling';
 
@@ -266,11 +267,11 @@ export class ContinuousBatcher {
     }
   }
 
-  private logitsOf(out: ort.InferenceSession.OnnxValueMapType) {
+  private logitsOf(out: ort.InferenceSession.OnnxValueMapType): LogitsRows {
     const name = this.spec.ports.logits.name;
     const t = out[name];
     if (!t) throw new KvdeskError('ENGINE_FAILED', `the graph produced no ${name} output`);
-    return { data: t.data as Float32Array, seq: t.dims[1] ?? 1, vocab: t.dims[2] ?? this.spec.vocabSize };
+    return logitsRows(t as ort.Tensor, this.spec.vocabSize);
   }
 
   private presents(out: ort.InferenceSession.OnnxValueMapType): Map<string, ort.Tensor> {
@@ -296,11 +297,7 @@ export class ContinuousBatcher {
   }
 
   /** Samples one token for each live row of a member from the logits rows given. */
-  private sampleMember(
-    m: Member,
-    logits: { data: Float32Array; seq: number; vocab: number },
-    batchIndexOf: (r: Row) => number,
-  ): number[] {
+  private sampleMember(m: Member, logits: LogitsRows, batchIndexOf: (r: Row) => number): number[] {
     const ids: number[] = new Array(m.rows.length).fill(-1);
     const eos = m.job.eosTokenIds;
     const vocab = Math.min(this.spec.vocabSize, logits.vocab);

@@ -9,6 +9,7 @@ import { ContinuousBatcher, PREFILL_CHUNK_TOKENS } from './batcher';
 import { idTensor } from './feeds';
 import { emptyPast } from './kv-cache';
 import { lastPositionGraph } from './last-position';
+import { logitsRows } from './logits';
 import type { EngineSessionOptions, FinishReason, LogitsPositions, SamplingParams } from './protocol';
 
 /** KV a chat session keeps between turns, and the exact tokens it encodes. */
@@ -112,22 +113,23 @@ export async function lastPositionSession(
     });
     const name = spec.ports.logits.name;
     const ids = [1, 2, 3].map((i) => i % Math.max(1, spec.vocabSize));
-    const whole = (await session.run(rowFeeds(spec, ids, 0)))[name];
+    const whole = (await session.run(rowFeeds(spec, ids, 0)))[name] as ort.Tensor | undefined;
     const dims = whole?.dims ?? [];
-    if (dims.length !== 3 || dims[0] !== 1 || dims[1] !== 1 || dims[2] !== rewrite.vocab) {
+    if (!whole || dims.length !== 3 || dims[0] !== 1 || dims[1] !== 1 || dims[2] !== rewrite.vocab) {
       throw new Error(
         `its logits came out as [${dims.join(', ')}] for one row of three tokens, not [1, 1, ${rewrite.vocab}]`,
       );
     }
     const prefix = await session.run(rowFeeds(spec, ids.slice(0, 2), 0));
-    const stepped = (await session.run(rowFeeds(spec, ids.slice(2), 2, prefix)))[name];
-    const a = whole?.data as Float32Array;
-    const b = stepped?.data as Float32Array;
+    const stepped = (await session.run(rowFeeds(spec, ids.slice(2), 2, prefix)))[name] as ort.Tensor | undefined;
+    if (!stepped) throw new Error(`its step run produced no ${name}`);
+    const a = logitsRows(whole, rewrite.vocab).data;
+    const b = logitsRows(stepped, rewrite.vocab).data;
     let scale = 1;
     let worst = 0;
     for (let i = 0; i < a.length; i++) {
       scale = Math.max(scale, Math.abs(a[i] as number));
-      worst = Math.max(worst, Math.abs((a[i] as number) - ((b?.[i] ?? Number.NaN) as number)));
+      worst = Math.max(worst, Math.abs((a[i] as number) - ((b[i] ?? Number.NaN) as number)));
     }
     if (!(worst <= 1e-3 * scale)) {
       throw new Error(`its logits for a prompt differ from those of its last token decoded step by step (by ${worst})`);
