@@ -54,6 +54,9 @@ export interface GenerationOutcome {
   sessionTokens: number;
 }
 
+/** The onnxruntime session config entry that says where external weights are, for a graph loaded from memory. */
+const EXTERNAL_FOLDER_KEY = 'session.model_external_initializers_file_folder_path';
+
 /** Feeds of one row: `ids` at positions [from, from + ids.length), after `past` (empty past when absent). */
 function rowFeeds(
   spec: ModelSpec,
@@ -99,17 +102,10 @@ export async function lastPositionSession(
   if (!rewrite.ok) return { session: null, logits: { last: false, detail: rewrite.reason } };
   let session: ort.InferenceSession | null = null;
   try {
-    const extra = (options.extra ?? {}) as Record<string, unknown>;
     session = await ort.InferenceSession.create(rewrite.bytes, {
       ...options,
       // The copy references the weights in the original file (and its external data) by paths relative to its folder.
-      extra: {
-        ...extra,
-        session: {
-          ...((extra.session ?? {}) as Record<string, unknown>),
-          model_external_initializers_file_folder_path: rewrite.folder,
-        },
-      },
+      extra: { ...(options.extra ?? {}), [EXTERNAL_FOLDER_KEY]: rewrite.folder },
     });
     const name = spec.ports.logits.name;
     const ids = [1, 2, 3].map((i) => i % Math.max(1, spec.vocabSize));
@@ -201,9 +197,15 @@ export class LoadedDecoder {
       // Failures reach the person as KvdeskErrors with onnxruntime's message; its own log would repeat them.
       logSeverityLevel: 4,
     };
+    // An ORT model package's own session config entries (executor_info.ort.session_options), keys as written.
+    const entries = spec.sessionConfigEntries ?? {};
+    if (Object.keys(entries).length > 0) sessionOptions.extra = { ...entries };
     let logits: LogitsPositions = { last: false, detail: 'turned off (lastPositionLogits: false)' };
     let session: ort.InferenceSession | null = null;
-    if (options.lastPositionLogits !== false) {
+    if (EXTERNAL_FOLDER_KEY in entries) {
+      // The copy points onnxruntime at the graph's own folder for its weights; the package chose another one.
+      logits = { last: false, detail: `the package sets ${EXTERNAL_FOLDER_KEY} itself` };
+    } else if (options.lastPositionLogits !== false) {
       const rewritten = await lastPositionSession(spec, sessionOptions);
       logits = rewritten.logits;
       session = rewritten.session;

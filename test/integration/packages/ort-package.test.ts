@@ -17,6 +17,7 @@ import { providerShortName } from '../../../src/main/packages/execution-provider
 import { loadModelSpec } from '../../../src/main/packages/index';
 import type { ModelSpec } from '../../../src/shared/model-spec';
 import { defaultModelDir, fixture, fixturesSkipReason, haveFixtures } from '../../helpers/fixtures';
+import { rejection } from '../../helpers/rejection';
 
 const CPU = 'CPUExecutionProvider';
 const CUDA = 'CUDAExecutionProvider';
@@ -57,7 +58,9 @@ async function write(dir: string, rel: string, content: Buffer | string | object
  * (tokenizer from the shared asset) and a CUDA variant in its original
  * Hugging Face form.
  */
-async function defaultModelPackage(): Promise<{ dir: string; tokenizerHex: string }> {
+async function defaultModelPackage(
+  cpuSessionOptions: Record<string, string> = { 'session.intra_op_thread_count': '1' },
+): Promise<{ dir: string; tokenizerHex: string }> {
   const parent = await fs.mkdtemp(path.join(os.tmpdir(), 'kvdesk-ort-int-'));
   made.push(parent);
   const dir = path.join(parent, 'default-ort');
@@ -116,7 +119,7 @@ async function defaultModelPackage(): Promise<{ dir: string; tokenizerHex: strin
             device: 'cpu',
             additional_metadata: { precision: 'fp32' },
             executor_info: {
-              ort: { model_file: 'model.onnx', session_options: { 'session.intra_op_thread_count': '1' } },
+              ort: { model_file: 'model.onnx', session_options: cpuSessionOptions },
             },
           },
         },
@@ -209,6 +212,28 @@ describe('an ORT package of the generated default model', () => {
     expect(a.tokenIds.length).toBeGreaterThan(0);
     expect(a.tokenIds).toEqual(b.tokenIds);
     expect(a.promptTokens).toBe(b.promptTokens);
+  });
+
+  it("hands the variant's session options to onnxruntime", async () => {
+    // An option onnxruntime acts on at load: this file is not in ORT format, so the load fails with its reason.
+    const { dir } = await defaultModelPackage({ 'session.load_model_format': 'ORT' });
+    const h = new RunnerService({ intraOpNumThreads: 2 });
+    hosts.push(h);
+    const err = await rejection(h.loadModel(dir, { backend: CPU }));
+    expect(err.code).toBe('MODEL_LOAD_FAILED');
+    expect(err.message).toMatch(/onnxruntime could not load .*model\.onnx/);
+    // With an ordinary option the same package loads and still gets the last-position head.
+    const ok = await defaultModelPackage({ 'session.intra_op.allow_spinning': '0' });
+    const loaded = await h.loadModel(ok.dir, { backend: CPU, id: 'spinning-off' });
+    expect(loaded.spec.sessionConfigEntries).toEqual({ 'session.intra_op.allow_spinning': '0' });
+    expect(loaded.logits.last).toBe(true);
+    // A package that says where its external weights are keeps that: the last-position copy steps aside.
+    const own = await defaultModelPackage({ 'session.model_external_initializers_file_folder_path': '.' });
+    const asIs = await h.loadModel(own.dir, { backend: CPU, id: 'own-folder' });
+    expect(asIs.logits).toEqual({
+      last: false,
+      detail: 'the package sets session.model_external_initializers_file_folder_path itself',
+    });
   });
 
   it('RunnerService honours an explicit backend: CUDA is refused here with what the package offers', async () => {
