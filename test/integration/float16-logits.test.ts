@@ -65,10 +65,16 @@ describe('float16 logits', () => {
     const data = new Uint16Array(20);
     data.set(bits.subarray(0, 5), 5);
     data.set(bits.subarray(5, 10), 15);
-    const rows = logitsRows(new ort.Tensor('float16', data, [2, 2, 5]), 5);
+    const rows = logitsRows(new ort.Tensor('float16', data, [2, 2, 5]));
     expect(rows.seq).toBe(1);
     expect(rows.vocab).toBe(5);
     expect([...rows.data]).toEqual(values.map((v) => fromHalf(toHalf(v))));
+  });
+
+  it('refuses logits that are not [batch, sequence, vocabulary]', () => {
+    expect(() => logitsRows(new ort.Tensor('float32', new Float32Array(10), [2, 5]))).toThrow(
+      /logits have shape \[2, 5\]; kvdesk samples logits of shape \[batch, sequence, vocabulary\]/,
+    );
   });
 
   it('samples the numbers the bits stand for: the tokens of the same logits given as float32', async () => {

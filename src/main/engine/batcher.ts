@@ -271,7 +271,7 @@ export class ContinuousBatcher {
     const name = this.spec.ports.logits.name;
     const t = out[name];
     if (!t) throw new KvdeskError('ENGINE_FAILED', `the graph produced no ${name} output`);
-    return logitsRows(t as ort.Tensor, this.spec.vocabSize);
+    return logitsRows(t as ort.Tensor);
   }
 
   private presents(out: ort.InferenceSession.OnnxValueMapType): Map<string, ort.Tensor> {

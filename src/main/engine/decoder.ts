@@ -2,6 +2,8 @@
  * A loaded decoder graph and its generation loop (prefill, then one decode step
  * per token, feeding present KV back as past). Runs inside the engine process.
  */
+import { realpathSync } from 'node:fs';
+import path from 'node:path';
 import * as ort from 'onnxruntime-node';
 import { KvdeskError } from '../../shared/errors';
 import type { KvTensorSpec, ModelSpec } from '../../shared/model-spec';
@@ -56,6 +58,15 @@ export interface GenerationOutcome {
 
 /** The onnxruntime session config entry that says where external weights are, for a graph loaded from memory. */
 const EXTERNAL_FOLDER_KEY = 'session.model_external_initializers_file_folder_path';
+
+/** Whether `folder` is the folder that holds `file` (symlinks resolved). */
+function sameFolder(folder: string, file: string): boolean {
+  try {
+    return realpathSync(folder) === realpathSync(path.dirname(file));
+  } catch {
+    return false;
+  }
+}
 
 /** Feeds of one row: `ids` at positions [from, from + ids.length), after `past` (empty past when absent). */
 function rowFeeds(
@@ -119,15 +130,17 @@ export async function lastPositionSession(
     const prefix = await session.run(rowFeeds(spec, ids.slice(0, 2), 0));
     const stepped = (await session.run(rowFeeds(spec, ids.slice(2), 2, prefix)))[name] as ort.Tensor | undefined;
     if (!stepped) throw new Error(`its step run produced no ${name}`);
-    const a = logitsRows(whole, rewrite.vocab).data;
-    const b = logitsRows(stepped, rewrite.vocab).data;
+    const a = logitsRows(whole).data;
+    const b = logitsRows(stepped).data;
+    // Two runs' rounding apart: a few units in the last place of the logits' own precision.
+    const tolerance = whole.type === 'float16' ? 1e-2 : 1e-3;
     let scale = 1;
     let worst = 0;
     for (let i = 0; i < a.length; i++) {
       scale = Math.max(scale, Math.abs(a[i] as number));
       worst = Math.max(worst, Math.abs((a[i] as number) - ((b[i] ?? Number.NaN) as number)));
     }
-    if (!(worst <= 1e-3 * scale)) {
+    if (!(worst <= tolerance * scale)) {
       throw new Error(`its logits for a prompt differ from those of its last token decoded step by step (by ${worst})`);
     }
     return { session, logits: { last: true, detail: rewrite.detail } };
@@ -202,9 +215,14 @@ export class LoadedDecoder {
     if (Object.keys(entries).length > 0) sessionOptions.extra = { ...entries };
     let logits: LogitsPositions = { last: false, detail: 'turned off (lastPositionLogits: false)' };
     let session: ort.InferenceSession | null = null;
-    if (EXTERNAL_FOLDER_KEY in entries) {
+    const packageFolder = entries[EXTERNAL_FOLDER_KEY];
+    if (
+      options.lastPositionLogits !== false &&
+      packageFolder !== undefined &&
+      !sameFolder(packageFolder, spec.graphPath)
+    ) {
       // The copy points onnxruntime at the graph's own folder for its weights; the package chose another one.
-      logits = { last: false, detail: `the package sets ${EXTERNAL_FOLDER_KEY} itself` };
+      logits = { last: false, detail: `the package sets ${EXTERNAL_FOLDER_KEY} to another folder than its graph's` };
     } else if (options.lastPositionLogits !== false) {
       const rewritten = await lastPositionSession(spec, sessionOptions);
       logits = rewritten.logits;
@@ -216,7 +234,11 @@ export class LoadedDecoder {
       const reason = err instanceof Error ? err.message : String(err);
       throw new KvdeskError(
         'MODEL_LOAD_FAILED',
-        `onnxruntime could not load ${spec.graphPath}: ${reason}. The graph may use operators this onnxruntime build lacks, or the file is damaged; re-export it or pick another variant.`,
+        `onnxruntime could not load ${spec.graphPath}: ${reason}. ${
+          Object.keys(entries).length > 0
+            ? `The package's session options (${Object.keys(entries).join(', ')}) may be the cause; otherwise the`
+            : 'The'
+        } graph may use operators this onnxruntime build lacks, or the file is damaged; re-export it or pick another variant.`,
         { file: spec.graphPath },
       );
     }

@@ -33,11 +33,15 @@ function halves(): Float32Array {
   return table;
 }
 
-/** The logits output of a run as float32 rows (float32 outputs as they are). */
-export function logitsRows(t: ort.Tensor, fallbackVocab: number): LogitsRows {
-  const rows = t.dims[0] ?? 1;
-  const seq = t.dims[1] ?? 1;
-  const vocab = t.dims[2] ?? fallbackVocab;
+/** The logits output of a run, [rows, seq, vocab], as float32 rows (float32 outputs as they are). */
+export function logitsRows(t: ort.Tensor): LogitsRows {
+  if (t.dims.length !== 3) {
+    throw new KvdeskError(
+      'ENGINE_FAILED',
+      `the graph's logits have shape [${t.dims.join(', ')}]; kvdesk samples logits of shape [batch, sequence, vocabulary]`,
+    );
+  }
+  const [rows, seq, vocab] = t.dims as [number, number, number];
   if (t.type === 'float32') return { data: t.data as Float32Array, seq, vocab };
   if (t.type !== 'float16') {
     throw new KvdeskError(

@@ -39,6 +39,30 @@ const FORBIDDEN_SESSION_OPTIONS = new Set([
   'session.optimized_model_filepath',
 ]);
 
+/**
+ * Session options that set what kvdesk decides for the whole engine, not for
+ * one model: thread counts and their placement (kvdesk runs every model with
+ * the threads it is given), the optimization level, memory arena and pattern,
+ * execution mode, compile-only sessions (which cannot run), and flush-to-zero
+ * (onnxruntime sets it for the whole process). A package's value for one of
+ * them is left out, with a warning.
+ */
+const ENGINE_SESSION_OPTIONS = new Set([
+  'session.intra_op_num_threads',
+  'session.inter_op_num_threads',
+  'session.intra_op_thread_affinities',
+  'session.use_per_session_threads',
+  'session.graph_optimization_level',
+  'session.execution_mode',
+  'session.enable_cpu_mem_arena',
+  'session.enable_mem_pattern',
+  'session.compile_only',
+  'session.set_denormal_as_zero',
+]);
+
+/** onnxruntime's longest config key. */
+const MAX_SESSION_KEY = 1024;
+
 /** Session options whose values are paths; they follow the package path rules and are resolved like model_file. */
 export const PATH_SESSION_OPTIONS = new Set([
   'session.model_external_initializers_file_folder_path',
@@ -175,7 +199,9 @@ function stringMap(value: unknown, place: Place, field: string): Record<string, 
   const out: Record<string, string> = {};
   for (const [k, v] of Object.entries(value)) {
     if (typeof v === 'string') out[k] = v;
-    else if (typeof v === 'number' || typeof v === 'boolean') out[k] = String(v);
+    else if (typeof v === 'number') out[k] = String(v);
+    // onnxruntime's switches read "1" as on; "true" would be read as off.
+    else if (typeof v === 'boolean') out[k] = v ? '1' : '0';
     else
       place.fail(
         `${field}.${k}`,
@@ -205,6 +231,19 @@ export function parseOrtInfo(ctx: PackageContext, body: unknown, place: Place, f
   }
   for (const [key, value] of Object.entries(stringMap(body.session_options, place, 'session_options'))) {
     const field = `session_options.${key}`;
+    if (key.length === 0 || key.length > MAX_SESSION_KEY) {
+      place.fail(
+        field,
+        `is a key of ${key.length} characters; onnxruntime takes keys of 1 to ${MAX_SESSION_KEY}`,
+        'Fix or remove the option.',
+      );
+    }
+    if (ENGINE_SESSION_OPTIONS.has(key)) {
+      ctx.warnings.push(
+        `${describeWhere(place.where(field))} was ignored: kvdesk sets this for the whole engine (threads, optimization, memory), not per model.`,
+      );
+      continue;
+    }
     if (FORBIDDEN_SESSION_OPTIONS.has(key)) {
       place.fail(
         field,

@@ -227,13 +227,31 @@ describe('an ORT package of the generated default model', () => {
     const loaded = await h.loadModel(ok.dir, { backend: CPU, id: 'spinning-off' });
     expect(loaded.spec.sessionConfigEntries).toEqual({ 'session.intra_op.allow_spinning': '0' });
     expect(loaded.logits.last).toBe(true);
-    // A package that says where its external weights are keeps that: the last-position copy steps aside.
-    const own = await defaultModelPackage({ 'session.model_external_initializers_file_folder_path': '.' });
-    const asIs = await h.loadModel(own.dir, { backend: CPU, id: 'own-folder' });
+    // A package that puts its external weights in another folder keeps it: the last-position copy steps aside.
+    const other = await defaultModelPackage({ 'session.model_external_initializers_file_folder_path': 'weights' });
+    await fs.mkdir(path.join(other.dir, 'cpu', 'weights'));
+    const asIs = await h.loadModel(other.dir, { backend: CPU, id: 'other-folder' });
     expect(asIs.logits).toEqual({
       last: false,
-      detail: 'the package sets session.model_external_initializers_file_folder_path itself',
+      detail:
+        "the package sets session.model_external_initializers_file_folder_path to another folder than its graph's",
     });
+    // The graph's own folder is what the copy uses anyway.
+    const same = await defaultModelPackage({ 'session.model_external_initializers_file_folder_path': '.' });
+    expect((await h.loadModel(same.dir, { backend: CPU, id: 'same-folder' })).logits.last).toBe(true);
+  });
+
+  it('leaves out session options that kvdesk sets for the whole engine, with a warning', async () => {
+    const { dir } = await defaultModelPackage({
+      'session.intra_op_num_threads': '6',
+      'session.set_denormal_as_zero': '1',
+      'session.intra_op.allow_spinning': '0',
+    });
+    const spec = await loadModelSpec(dir, { availableBackends: [CPU] });
+    expect(spec.sessionConfigEntries).toEqual({ 'session.intra_op.allow_spinning': '0' });
+    const warned = spec.warnings.filter((w) => w.includes('kvdesk sets this for the whole engine'));
+    expect(warned).toHaveLength(2);
+    expect(warned.join('\n')).toContain('session.intra_op_num_threads');
   });
 
   it('RunnerService honours an explicit backend: CUDA is refused here with what the package offers', async () => {

@@ -404,6 +404,30 @@ describe('ORT model package: components and executor_info', () => {
     });
   });
 
+  it('writes switches as onnxruntime reads them ("1"/"0"), and refuses an empty option name', async () => {
+    const withSwitch = await ortPackage({
+      manifest: {
+        components: {
+          model: {
+            variants: {
+              cpu: { executor_info: { ort: { session_options: { 'session.intra_op.allow_spinning': false } } } },
+            },
+          },
+        },
+      },
+    });
+    expect((await loadModelSpec(withSwitch)).sessionConfigEntries).toEqual({ 'session.intra_op.allow_spinning': '0' });
+    const empty = await ortPackage({
+      manifest: {
+        components: { model: { variants: { cpu: { executor_info: { ort: { session_options: { '': '1' } } } } } } },
+      },
+    });
+    await refusal(loadModelSpec(empty), {
+      file: 'manifest.json',
+      field: 'components.model.variants.cpu.executor_info.ort.session_options.',
+    });
+  });
+
   it('resolves path-valued session options inside the package', async () => {
     const dir = await ortPackage({
       manifest: {
