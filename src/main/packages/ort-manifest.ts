@@ -37,6 +37,8 @@ const FORBIDDEN_SESSION_OPTIONS = new Set([
   'session.collect_node_memory_stats_to_file',
   'session.enable_profiling',
   'session.optimized_model_filepath',
+  // Makes a compiling execution provider write an EP-context model beside the graph.
+  'ep.context_enable',
 ]);
 
 /**
