@@ -96,6 +96,13 @@ export class WorkerClient {
     return e.sample;
   }
 
+  /** workers/weight-floor.ts: ms of `runs` runs of the loaded matrix chain. */
+  async floor(runs: number): Promise<number[]> {
+    const e = await this.call({ type: 'floor', runs });
+    if (e.type !== 'floor') throw new Error(`${this.name}: unexpected ${e.type}`);
+    return e.ms;
+  }
+
   /**
    * Suspends the worker (SIGSTOP) while other contenders are measured. An idle
    * contender is not always idle: a transformers.js worker keeps using about a

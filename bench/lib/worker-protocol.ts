@@ -9,6 +9,8 @@
 export type WorkerCommand =
   | { type: 'load'; modelDir: string; threads: number | null }
   | { type: 'generate'; promptIds: number[]; maxNewTokens: number; eosTokenIds: number[]; memoryEvery?: number }
+  /** workers/weight-floor.ts: time `runs` runs of the loaded matrix chain. */
+  | { type: 'floor'; runs: number }
   | { type: 'exit' };
 
 /** Timings and tokens of one greedy generation, measured inside the contender. */
@@ -33,6 +35,8 @@ export type WorkerEvent =
   | { type: 'ready'; pid: number }
   | { type: 'loaded'; loadMs: number; detail: string }
   | { type: 'result'; sample: GenerationSample }
+  /** workers/weight-floor.ts: ms of each timed run. */
+  | { type: 'floor'; ms: number[] }
   | { type: 'error'; message: string }
   /** An engine event forwarded like the engine process forwards it to the host (workers/kvdesk-core.ts); ignored. */
   | { type: 'engine'; event: unknown };

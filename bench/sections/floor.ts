@@ -12,7 +12,6 @@
  * compression — makes repeated content cheaper), which would put the floor far
  * too low.
  */
-import { fork } from 'node:child_process';
 import { existsSync, mkdirSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { GraphBuilder, writeOnnxModel } from '../../scripts/model-gen/onnx-builder';
@@ -20,6 +19,7 @@ import { uniformTensor } from '../../scripts/model-gen/prng';
 import { engineEnvironment } from '../../src/main/host/engine-client';
 import { type BenchOptions, log } from '../lib/context';
 import { median } from '../lib/stats';
+import { WorkerClient } from '../lib/worker-client';
 
 const WIDTH = 2048;
 const MATRICES = 32;
@@ -50,34 +50,16 @@ function ensureFloorModel(): string {
   return file;
 }
 
-type Reply = { type: 'loaded' } | { type: 'measured'; ms: number[] } | { type: 'error'; message: string };
-
 export async function runFloor(opts: BenchOptions): Promise<FloorResult> {
   const modelPath = ensureFloorModel();
   const runs = opts.quick ? 10 : 30;
-  const child = fork(path.resolve(__dirname, '..', 'workers', 'weight-floor.ts'), [], {
-    env: engineEnvironment(process.env, undefined),
-    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-  });
-  const call = (cmd: object) =>
-    new Promise<Reply>((resolve, reject) => {
-      const onExit = (code: number | null) => reject(new Error(`weight-floor worker exited with ${code}`));
-      child.once('exit', onExit);
-      child.once('message', (m) => {
-        child.off('exit', onExit);
-        const reply = m as Reply;
-        if (reply.type === 'error') reject(new Error(`weight floor: ${reply.message}`));
-        else resolve(reply);
-      });
-      child.send(cmd);
-    });
+  // The engine's environment (huge pages, malloc settings), as kvdesk's host gives its engine process.
+  const env: Record<string, string> = {};
+  for (const [k, v] of Object.entries(engineEnvironment(process.env, undefined))) if (v !== undefined) env[k] = v;
+  const worker = new WorkerClient('weight floor', 'workers/weight-floor.ts', env);
   try {
-    await call({ type: 'load', modelPath, threads: opts.threads });
-    const ms = await opts.guard.sample('weight floor', async () => {
-      const reply = await call({ type: 'measure', runs });
-      if (reply.type !== 'measured') throw new Error('weight floor: no measurement');
-      return reply.ms;
-    });
+    await worker.load(path.dirname(modelPath), opts.threads);
+    const ms = await opts.guard.sample('weight floor', () => worker.floor(runs));
     const gbPerS = ms.map((m) => FLOOR_WEIGHT_BYTES / (m / 1000) / 1e9);
     const result = { gbPerS: median(gbPerS), runs: gbPerS };
     log(
@@ -85,6 +67,6 @@ export async function runFloor(opts: BenchOptions): Promise<FloorResult> {
     );
     return result;
   } finally {
-    child.disconnect();
+    await worker.close();
   }
 }
