@@ -8,13 +8,11 @@
 import * as ort from 'onnxruntime-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ContinuousBatcher } from '../../src/main/engine/batcher';
-import type { GenerationHooks } from '../../src/main/engine/decoder';
 import { logitsRows } from '../../src/main/engine/logits';
 import { loadModelSpec } from '../../src/main/packages';
 import type { ModelSpec } from '../../src/shared/model-spec';
 import { defaultModelDir } from '../helpers/fixtures';
-
-const GREEDY = { greedy: true, temperature: 0, topK: 0, topP: 1, minP: 0, repetitionPenalty: 1, seed: 1 };
+import { greedyIds } from '../helpers/generation';
 
 /** IEEE half bits of a float32 value (round half up; enough for a test). */
 function toHalf(value: number): number {
@@ -96,21 +94,11 @@ describe('float16 logits', () => {
         () => true,
         256,
       );
-      const ids: number[][] = [[], []];
-      const hooks: GenerationHooks = {
-        onStart: () => {},
-        onStep: (step) => {
-          for (const [r, id] of step.entries()) if (id >= 0) ids[r]?.push(id);
-        },
-        stopRequested: () => null,
-        countRun: () => {},
-      };
       const rows = [
         Array.from({ length: 20 }, (_, i) => 3 + ((i * 37) % 500)),
         Array.from({ length: 12 }, (_, i) => 5 + ((i * 53) % 500)),
       ];
-      await batcher.submit({ rows, maxNewTokens: 10, sampling: GREEDY, eosTokenIds: [] }, hooks);
-      return ids;
+      return greedyIds((job, hooks) => batcher.submit(job, hooks), rows, 10);
     };
     const viaFloat32 = await run(false);
     expect(viaFloat32.map((r) => r.length)).toEqual([10, 10]);

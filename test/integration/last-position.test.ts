@@ -12,7 +12,6 @@ import { onnx } from 'onnx-proto';
 import * as ort from 'onnxruntime-node';
 import { afterAll, describe, expect, it } from 'vitest';
 import { GraphBuilder, int, writeOnnxModel } from '../../scripts/model-gen/onnx-builder';
-import type { GenerationHooks } from '../../src/main/engine/decoder';
 import { LoadedDecoder, lastPositionSession } from '../../src/main/engine/decoder';
 import { lastPositionGraph } from '../../src/main/engine/last-position';
 import type { EngineSessionOptions, LogitsPositions } from '../../src/main/engine/protocol';
@@ -20,9 +19,9 @@ import { RunnerService } from '../../src/main/host/runner-service';
 import { loadModelSpec } from '../../src/main/packages';
 import type { GraphPort, ModelSpec } from '../../src/shared/model-spec';
 import { defaultModelDir, fixture, fixturesSkipReason, haveFixtures } from '../helpers/fixtures';
+import { greedyIds } from '../helpers/generation';
 import { generatedModel } from '../helpers/models';
 
-const GREEDY = { greedy: true, temperature: 0, topK: 0, topP: 1, minP: 0, repetitionPenalty: 1, seed: 1 };
 const OPTIONS = { intraOpNumThreads: 2, graphOptimizationLevel: 'all', logSeverityLevel: 3 } as const;
 
 /** Feeds for one run of `ids` (rows of equal length) with an empty past. */
@@ -53,20 +52,6 @@ function firstRunFeeds(spec: ModelSpec, rows: number[][]): Record<string, ort.Te
   return feeds;
 }
 
-async function greedyRows(decoder: LoadedDecoder, rows: number[][], maxNewTokens: number): Promise<number[][]> {
-  const out: number[][] = rows.map(() => []);
-  const hooks: GenerationHooks = {
-    onStart: () => {},
-    onStep: (ids) => {
-      for (const [r, id] of ids.entries()) if (id >= 0) out[r]?.push(id);
-    },
-    stopRequested: () => null,
-    countRun: () => {},
-  };
-  await decoder.generate({ rows, maxNewTokens, sampling: GREEDY, eosTokenIds: [] }, hooks);
-  return out;
-}
-
 function prompt(length: number, seed: number, vocab: number): number[] {
   return Array.from({ length }, (_, i) => 3 + ((i * 37 + seed * 11) % (vocab - 3)));
 }
@@ -86,7 +71,8 @@ async function sameTokensBothWays(
   const fast = await LoadedDecoder.load(spec, engine);
   const plain = await LoadedDecoder.load(spec, { ...engine, lastPositionLogits: false });
   try {
-    expect(await greedyRows(fast, rows, maxNewTokens)).toEqual(await greedyRows(plain, rows, maxNewTokens));
+    const generate = (d: LoadedDecoder) => greedyIds((job, hooks) => d.generate(job, hooks), rows, maxNewTokens);
+    expect(await generate(fast)).toEqual(await generate(plain));
     return { fast: fast.logits, plain: plain.logits };
   } finally {
     await fast.dispose();

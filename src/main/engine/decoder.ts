@@ -68,31 +68,32 @@ function sameFolder(folder: string, file: string): boolean {
   }
 }
 
-/** Feeds of one row: `ids` at positions [from, from + ids.length), after `past` (empty past when absent). */
-function rowFeeds(
+/**
+ * Feeds of a load-time probe: rows of equal length at positions
+ * [from, from + length), after `past` (the previous run's outputs; empty past
+ * when absent).
+ */
+function probeFeeds(
   spec: ModelSpec,
-  ids: number[],
-  from: number,
+  rows: number[][],
+  from = 0,
   past?: ort.InferenceSession.OnnxValueMapType,
 ): Record<string, ort.Tensor> {
   const ports = spec.ports;
-  const total = from + ids.length;
+  const B = rows.length;
+  const S = (rows[0] as number[]).length;
+  const total = from + S;
   const feeds: Record<string, ort.Tensor> = {};
-  feeds[ports.inputIds.name] = idTensor(ports.inputIds, ids, [1, ids.length]);
-  if (ports.attentionMask)
-    feeds[ports.attentionMask.name] = idTensor(ports.attentionMask, Array(total).fill(1), [1, total]);
+  feeds[ports.inputIds.name] = idTensor(ports.inputIds, rows.flat(), [B, S]);
+  if (ports.attentionMask) {
+    feeds[ports.attentionMask.name] = idTensor(ports.attentionMask, Array(B * total).fill(1), [B, total]);
+  }
   if (ports.positionIds) {
-    feeds[ports.positionIds.name] = idTensor(
-      ports.positionIds,
-      ids.map((_, i) => from + i),
-      [1, ids.length],
-    );
+    const positions = rows.flatMap((r) => r.map((_, i) => from + i));
+    feeds[ports.positionIds.name] = idTensor(ports.positionIds, positions, [B, S]);
   }
   if (spec.kv.kind === 'dynamic') {
-    for (const t of spec.kv.tensors) {
-      const present = past?.[t.present];
-      feeds[t.past] = present ?? emptyPast(t, 1);
-    }
+    for (const t of spec.kv.tensors) feeds[t.past] = (past?.[t.present] as ort.Tensor | undefined) ?? emptyPast(t, B);
   }
   return feeds;
 }
@@ -120,15 +121,15 @@ export async function lastPositionSession(
     });
     const name = spec.ports.logits.name;
     const ids = [1, 2, 3].map((i) => i % Math.max(1, spec.vocabSize));
-    const whole = (await session.run(rowFeeds(spec, ids, 0)))[name] as ort.Tensor | undefined;
+    const whole = (await session.run(probeFeeds(spec, [ids])))[name] as ort.Tensor | undefined;
     const dims = whole?.dims ?? [];
     if (!whole || dims.length !== 3 || dims[0] !== 1 || dims[1] !== 1 || dims[2] !== rewrite.vocab) {
       throw new Error(
         `its logits came out as [${dims.join(', ')}] for one row of three tokens, not [1, 1, ${rewrite.vocab}]`,
       );
     }
-    const prefix = await session.run(rowFeeds(spec, ids.slice(0, 2), 0));
-    const stepped = (await session.run(rowFeeds(spec, ids.slice(2), 2, prefix)))[name] as ort.Tensor | undefined;
+    const prefix = await session.run(probeFeeds(spec, [ids.slice(0, 2)]));
+    const stepped = (await session.run(probeFeeds(spec, [ids.slice(2)], 2, prefix)))[name] as ort.Tensor | undefined;
     if (!stepped) throw new Error(`its step run produced no ${name}`);
     const a = logitsRows(whole).data;
     const b = logitsRows(stepped).data;
@@ -179,15 +180,9 @@ export class LoadedDecoder {
 
   /** One tiny two-row run at load time tells whether batching works for this graph. */
   private async probeBatch(): Promise<void> {
-    const ports = this.spec.ports;
-    const feeds: Record<string, ort.Tensor> = {};
     const first = this.spec.bosTokenId ?? this.spec.eosTokenIds[0] ?? 0;
-    feeds[ports.inputIds.name] = idTensor(ports.inputIds, [first, first], [2, 1]);
-    if (ports.attentionMask) feeds[ports.attentionMask.name] = idTensor(ports.attentionMask, [1, 1], [2, 1]);
-    if (ports.positionIds) feeds[ports.positionIds.name] = idTensor(ports.positionIds, [0, 0], [2, 1]);
-    for (const t of this.kvTensors) feeds[t.past] = emptyPast(t, 2);
     try {
-      await this.session.run(feeds);
+      await this.session.run(probeFeeds(this.spec, [[first], [first]]));
     } catch {
       this.batchable = false;
     }
@@ -215,18 +210,12 @@ export class LoadedDecoder {
     if (Object.keys(entries).length > 0) sessionOptions.extra = { ...entries };
     let logits: LogitsPositions = { last: false, detail: 'turned off (lastPositionLogits: false)' };
     let session: ort.InferenceSession | null = null;
-    const packageFolder = entries[EXTERNAL_FOLDER_KEY];
-    if (
-      options.lastPositionLogits !== false &&
-      packageFolder !== undefined &&
-      !sameFolder(packageFolder, spec.graphPath)
-    ) {
-      // The copy points onnxruntime at the graph's own folder for its weights; the package chose another one.
-      logits = { last: false, detail: `the package sets ${EXTERNAL_FOLDER_KEY} to another folder than its graph's` };
-    } else if (options.lastPositionLogits !== false) {
-      const rewritten = await lastPositionSession(spec, sessionOptions);
-      logits = rewritten.logits;
-      session = rewritten.session;
+    if (options.lastPositionLogits !== false) {
+      const packageFolder = entries[EXTERNAL_FOLDER_KEY];
+      if (packageFolder !== undefined && !sameFolder(packageFolder, spec.graphPath)) {
+        // The copy points onnxruntime at the graph's own folder for its weights; the package chose another one.
+        logits = { last: false, detail: `the package sets ${EXTERNAL_FOLDER_KEY} to another folder than its graph's` };
+      } else ({ session, logits } = await lastPositionSession(spec, sessionOptions));
     }
     try {
       session ??= await ort.InferenceSession.create(spec.graphPath, sessionOptions);

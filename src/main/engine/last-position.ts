@@ -223,12 +223,6 @@ function int64Initializer(name: string, values: bigint[]): Buffer {
   );
 }
 
-/** What the walk needs to know of an initializer. */
-interface Initializer {
-  name: string;
-  dims: number[];
-}
-
 /**
  * An initializer as an external-data reference to its own raw bytes in `file`;
  * null when it is already external, small, or stores no raw_data (copied as it is).
@@ -290,7 +284,7 @@ function isQuantizedHead(n: Node): boolean {
   return n.domain === 'com.microsoft' && n.opType === 'MatMulNBits' && n.ints.has('N');
 }
 
-function plan(nodes: Node[], initializers: Map<string, Initializer>, logits: string): Plan | string {
+function plan(nodes: Node[], initializerDims: Map<string, number[]>, logits: string): Plan | string {
   const producer = new Map<string, Node>();
   const consumers = new Map<string, number>();
   const constantDims = new Map<string, number[]>();
@@ -304,7 +298,7 @@ function plan(nodes: Node[], initializers: Map<string, Initializer>, logits: str
       for (const o of n.outputs) constantDims.set(o, n.constantDims);
     }
   }
-  const dimsOf = (t: string) => initializers.get(t)?.dims ?? constantDims.get(t);
+  const dimsOf = (t: string) => initializerDims.get(t) ?? constantDims.get(t);
   const isConst = (t: string) => dimsOf(t) !== undefined;
   const single = (t: string) => (consumers.get(t) ?? 0) === 1;
   const allowsZero = (n: Node) => (n.ints.get('allowzero') ?? 0) !== 0;
@@ -379,7 +373,7 @@ export function lastPositionGraph(graphPath: string, logits: string): LastPositi
     if (opset < 10) return { ok: false, reason: `opset ${opset} has no Slice with inputs (10 or later needed)` };
     const graph = [...fields(file, graphField.valueStart, graphField.end)];
     const nodes: Node[] = [];
-    const initializers = new Map<string, Initializer>();
+    const initializerDims = new Map<string, number[]>();
     const taken = new Set<string>();
     for (const f of graph) {
       if (f.field === GRAPH_NODE && f.wire === WIRE_LEN) {
@@ -387,16 +381,16 @@ export function lastPositionGraph(graphPath: string, logits: string): LastPositi
         nodes.push(node);
         for (const name of [...node.inputs, ...node.outputs, ...node.subgraphNames]) taken.add(name);
       } else if (f.field === GRAPH_INITIALIZER && f.wire === WIRE_LEN) {
-        const init: Initializer = tensorHeader(file, f.valueStart, f.end);
-        initializers.set(init.name, init);
-        taken.add(init.name);
+        const { name, dims } = tensorHeader(file, f.valueStart, f.end);
+        initializerDims.set(name, dims);
+        taken.add(name);
       } else if (f.field === GRAPH_INPUT && f.wire === WIRE_LEN) {
         for (const g of fields(file, f.valueStart, f.end)) {
           if (g.field === VALUE_INFO_NAME && g.wire === WIRE_LEN) taken.add(text(file, g));
         }
       }
     }
-    const found = plan(nodes, initializers, logits);
+    const found = plan(nodes, initializerDims, logits);
     if (typeof found === 'string') return { ok: false, reason: found };
 
     const tag = `/kvdesk/last_position`;
