@@ -35,6 +35,12 @@ export const RequestShapeSchema = z.object({
   promptTokens: z.int().positive(),
   /** N requested; clipped to the context window at submit (reported, never silent). */
   maxNewTokens: z.int().positive(),
+  /**
+   * A static (pre-allocated) KV cache of this many positions per row: a row
+   * holds all of them from its first token, whatever P and N, so the
+   * reservation is R × fixedTokens × bpt and a session holds fixedTokens × bpt.
+   */
+  fixedTokens: z.int().positive().optional(),
   /** Higher runs first; equal priorities are first come, first served. Default 0. */
   priority: z.number().optional(),
   /** Multi-turn chat session this turn continues; it must have no other turn queued or running. */
@@ -158,6 +164,8 @@ export interface SchedulerRequestView {
   /** N' once admitted. */
   admittedMaxTokens?: number;
   bpt: number;
+  /** A static cache's positions per row: the reservation is rows × fixedTokens × bpt. */
+  fixedTokens?: number;
   /** Bytes reserved while running; for ended requests, what it had reserved. */
   reservedBytes: number;
   usedBytes: number;
@@ -183,6 +191,8 @@ export interface SchedulerSessionView {
   /** Bytes it holds against the budget; 0 while running (its KV is then part of the turn's reservation). */
   heldBytes: number;
   bpt: number;
+  /** A static cache's positions: while the session holds any tokens it holds fixedTokens × bpt. */
+  fixedTokens?: number;
   createdAt: number;
   lastUsedAt: number;
   /** The turn queued or running, if any. */

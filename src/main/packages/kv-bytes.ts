@@ -17,14 +17,19 @@ export function kvBytesForTokens(
   switch (spec.kv.kind) {
     case 'dynamic':
       return spec.bpt * tokens * rows;
-    case 'static': {
-      const { shape, seqAxis } = spec.kv.cache;
-      const capacity = shape[seqAxis ?? 1];
-      return spec.bpt * (typeof capacity === 'number' ? capacity : spec.contextLength) * rows;
-    }
+    case 'static':
+      return spec.bpt * (staticPositions(spec) as number) * rows;
     case 'none':
       return 0;
   }
+}
+
+/** Positions a static cache allocates per row (undefined for other caches). */
+export function staticPositions(spec: Pick<ModelSpec, 'kv' | 'contextLength'>): number | undefined {
+  if (spec.kv.kind !== 'static') return undefined;
+  const { shape, seqAxis } = spec.kv.cache;
+  const capacity = shape[seqAxis ?? 1];
+  return typeof capacity === 'number' ? capacity : spec.contextLength;
 }
 
 /** How many positions fit in `bytes` of KV at `rows` rows (dynamic caches; Infinity without a cache). */

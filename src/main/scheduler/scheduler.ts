@@ -163,6 +163,8 @@ interface Session {
   readonly id: string;
   readonly modelId: string;
   readonly bpt: number;
+  /** A static cache's positions: while it holds any tokens, the session holds all of them. */
+  readonly fixedTokens: number | undefined;
   readonly createdAt: number;
   tokens: number;
   state: 'idle' | 'queued' | 'running';
@@ -322,7 +324,8 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
 
   function heldOf(s: Session): number {
     // A running session's KV is part of its turn's reservation; counting it here too would charge it twice.
-    return s.state === 'running' ? 0 : s.tokens * s.bpt;
+    if (s.state === 'running' || s.tokens === 0) return 0;
+    return (s.fixedTokens ?? s.tokens) * s.bpt;
   }
 
   function reservedTotal(): number {
@@ -338,7 +341,7 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
   }
 
   function bytesFor(e: Entry, newTokens: number): number {
-    return e.shape.rows * (e.prefixTokens + e.shape.promptTokens + newTokens) * e.shape.bpt;
+    return e.shape.rows * (e.shape.fixedTokens ?? e.prefixTokens + e.shape.promptTokens + newTokens) * e.shape.bpt;
   }
 
   /** The session a request belongs to, if any. */
@@ -502,6 +505,7 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     };
     if (shape.threadId !== undefined) view.threadId = shape.threadId;
     if (shape.sessionId !== undefined) view.sessionId = shape.sessionId;
+    if (shape.fixedTokens !== undefined) view.fixedTokens = shape.fixedTokens;
     if (e.clipped !== undefined) view.clipped = e.clipped;
     if (grant !== undefined) {
       view.admittedMaxTokens = grant.admittedMaxTokens;
@@ -581,6 +585,7 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
       modelId: shape.modelId,
       ...(shape.threadId === undefined ? {} : { threadId: shape.threadId }),
       ...(shape.sessionId === undefined ? {} : { sessionId: shape.sessionId }),
+      ...(shape.fixedTokens === undefined ? {} : { fixedTokens: shape.fixedTokens }),
       state: 'refused',
       priority: shape.priority ?? 0,
       rows: shape.rows,
@@ -609,9 +614,13 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     return {
       message:
         `This request needs at least ${formatBytes(requiredBytes)} of KV cache (${shape.rows} row(s) × ` +
-        `${prefixTokens > 0 ? `${prefixTokens} session + ` : ''}${shape.promptTokens} prompt + 1 tokens × ` +
-        `${shape.bpt} B/token), but ${why} ${formatBytes(limits.limitBytes)}. ` +
-        'Shorten the prompt, send fewer rows, or raise the KV budget.',
+        (shape.fixedTokens !== undefined
+          ? `a static cache of ${shape.fixedTokens} positions × ${shape.bpt} B/token), but ${why} ` +
+            `${formatBytes(limits.limitBytes)}. This model allocates its whole cache per row: send fewer rows, ` +
+            'or raise the KV budget.'
+          : `${prefixTokens > 0 ? `${prefixTokens} session + ` : ''}${shape.promptTokens} prompt + 1 tokens × ` +
+            `${shape.bpt} B/token), but ${why} ${formatBytes(limits.limitBytes)}. ` +
+            'Shorten the prompt, send fewer rows, or raise the KV budget.'),
       detail: {
         requiredBytes,
         budgetBytes: limits.limitBytes,
@@ -646,7 +655,7 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
       return err('BAD_REQUEST', `Invalid request: ${describeIssue(parsed.error)}.`);
     }
     const shape = parsed.data;
-    const { id, sessionId, rows, promptTokens, contextLength, bpt } = shape;
+    const { id, sessionId, rows, promptTokens, contextLength, bpt, fixedTokens } = shape;
     if (live.has(id) || (sessionId !== undefined && rows > 1)) {
       counters.rejections.BAD_REQUEST = (counters.rejections.BAD_REQUEST ?? 0) + 1;
       return err(
@@ -690,7 +699,7 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
         { promptTokens, contextLength, sessionTokens: prefixTokens },
       );
     }
-    const minimumBytes = rows * (prefixTokens + promptTokens + 1) * bpt;
+    const minimumBytes = rows * (fixedTokens ?? prefixTokens + promptTokens + 1) * bpt;
     if (minimumBytes > limits.limitBytes) {
       const { message, detail } = budgetExceeded(shape, prefixTokens, minimumBytes, 'the KV budget is');
       return refuse(shape, at, 'KV_BUDGET_EXCEEDED', message, detail);
@@ -733,6 +742,7 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
         id: sessionId,
         modelId: shape.modelId,
         bpt,
+        fixedTokens,
         createdAt: at,
         tokens: 0,
         state: 'queued',
@@ -940,6 +950,7 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
       closing: s.closing,
     };
     if (s.turn !== undefined) view.turnRequestId = s.turn;
+    if (s.fixedTokens !== undefined) view.fixedTokens = s.fixedTokens;
     return view;
   }
 

@@ -19,8 +19,10 @@ import type {
   SchedulerSnapshot,
 } from '../../../src/shared/scheduler-types';
 
-const MODELS = { a: 16, b: 8, z: 0 } as const;
+const MODELS = { a: 16, b: 8, z: 0, s: 4 } as const;
 type ModelId = keyof typeof MODELS;
+/** Models with a static cache: every row holds this many positions from its first token. */
+const FIXED: Partial<Record<ModelId, number>> = { s: 20 };
 const SESSIONS = ['s1', 's2', 's3'] as const;
 const CONTEXT = 24;
 
@@ -94,11 +96,11 @@ function makeReal(limit: number, maxRunning: number, maxQueue: number): Real {
 }
 
 function minimumOf(v: SchedulerRequestView): number {
-  return v.rows * (v.sessionPrefixTokens + v.promptTokens + 1) * v.bpt;
+  return v.rows * (v.fixedTokens ?? v.sessionPrefixTokens + v.promptTokens + 1) * v.bpt;
 }
 
 function fullOf(v: SchedulerRequestView): number {
-  return v.rows * (v.sessionPrefixTokens + v.promptTokens + v.maxNewTokens) * v.bpt;
+  return v.rows * (v.fixedTokens ?? v.sessionPrefixTokens + v.promptTokens + v.maxNewTokens) * v.bpt;
 }
 
 /** The spec's admission rule, restated: could the head be admitted right now? */
@@ -169,7 +171,9 @@ function checkEventLog(m: Model, r: Real, snap: SchedulerSnapshot, drained: bool
     const prefix = grant.session?.prefixTokens ?? 0;
     const perToken = shape.rows * shape.bpt;
     const maxN = Math.min(shape.maxNewTokens, shape.contextLength - prefix - shape.promptTokens);
-    expect(e.reservedBytes).toBe(perToken * (prefix + shape.promptTokens + e.admittedMaxTokens));
+    expect(e.reservedBytes).toBe(perToken * (shape.fixedTokens ?? prefix + shape.promptTokens + e.admittedMaxTokens));
+    // A static cache costs the same whatever N: it is never capped, only admitted whole or left waiting.
+    if (shape.fixedTokens !== undefined) expect(e.budgetCap).toBeUndefined();
     if (e.budgetCap === undefined) {
       expect(e.admittedMaxTokens).toBe(maxN);
     } else {
@@ -238,7 +242,7 @@ function checkInvariants(m: Model, r: Real, drained = false): void {
 
   // Sessions: held bytes, busy states and their turns agree.
   for (const s of snap.sessions) {
-    expect(s.heldBytes).toBe(s.state === 'running' ? 0 : s.tokens * s.bpt);
+    expect(s.heldBytes).toBe(s.state === 'running' || s.tokens === 0 ? 0 : (s.fixedTokens ?? s.tokens) * s.bpt);
     const inQueue = snap.queue.some((v) => v.id === s.turnRequestId);
     const inRunning = runningIds.has(s.turnRequestId ?? '');
     expect({ state: s.state, inQueue, inRunning }).toEqual({
@@ -299,6 +303,8 @@ class Submit implements fc.Command<Model, Real> {
       priority,
     };
     if (session !== undefined) shape.sessionId = session;
+    const fixed = FIXED[model];
+    if (fixed !== undefined) shape.fixedTokens = fixed;
     m.shapes.set(id, shape);
 
     const before = r.s.snapshot();
@@ -308,7 +314,8 @@ class Submit implements fc.Command<Model, Real> {
     if (s !== undefined && (s.modelId !== shape.modelId || s.bpt !== shape.bpt)) expected = 'SESSION_INVALID';
     else if (s !== undefined && s.state !== 'idle') expected = 'SESSION_INVALID';
     else if (prefix + prompt + 1 > CONTEXT) expected = 'CONTEXT_OVERFLOW';
-    else if (shape.rows * (prefix + prompt + 1) * shape.bpt > before.limitBytes) expected = 'KV_BUDGET_EXCEEDED';
+    else if (shape.rows * (fixed ?? prefix + prompt + 1) * shape.bpt > before.limitBytes)
+      expected = 'KV_BUDGET_EXCEEDED';
     else if (before.queue.length >= before.maxQueue) expected = 'QUEUE_FULL';
 
     const result = r.submit(shape);
@@ -535,7 +542,7 @@ class Advance implements fc.Command<Model, Real> {
 const LIMITS = [0, 128, 256, 512, 1024];
 const submitArb = fc
   .record({
-    model: fc.constantFrom<ModelId>('a', 'a', 'b', 'z'),
+    model: fc.constantFrom<ModelId>('a', 'a', 'b', 'z', 's'),
     rows: fc.integer({ min: 1, max: 3 }),
     // Mostly short prompts; some long enough to overflow the context with a session prefix.
     prompt: fc.oneof({ arbitrary: fc.integer({ min: 1, max: 10 }), weight: 4 }, fc.integer({ min: 11, max: 24 })),
@@ -566,7 +573,7 @@ const commandArbs = [
     .tuple(index, fc.constantFrom<CancelReason | 'fail'>('user', 'disconnect', 'timeout', 'shutdown', 'fail'))
     .map(([i, reason]) => new Cancel(i, reason)),
   fc
-    .tuple(fc.constantFrom<ModelId>('a', 'b', 'z'), fc.nat({ max: 1 }))
+    .tuple(fc.constantFrom<ModelId>('a', 'b', 'z', 's'), fc.nat({ max: 1 }))
     .map(([model, n]) => (n === 0 ? new FailModel(model) : new Advance(1))),
   fc
     .tuple(
