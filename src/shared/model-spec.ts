@@ -48,6 +48,9 @@ export interface KvTensorSpec {
 export interface StaticCacheSpec {
   writeIndicesInput: string;
   kvSequenceLengthInput: string;
+  /** Element types of the two control inputs, as the graph declares them. */
+  writeIndicesDtype: 'int32' | 'int64';
+  kvSequenceLengthDtype: 'int32' | 'int64';
   keyCacheInputs: string[];
   valueCacheInputs: string[];
   keyCacheOutputs: string[];

@@ -1,6 +1,9 @@
+import { copyFileSync, mkdirSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { generateModelPackage, type ModelGenConfig, presetConfig } from '../../scripts/model-gen';
+import { GraphBuilder, int, writeOnnxModel } from '../../scripts/model-gen/onnx-builder';
+import { defaultModelDir } from './fixtures';
 
 /**
  * Writes (once per machine, cached under the temp dir) a generated model
@@ -25,4 +28,31 @@ export function slowModel(): string {
     vocabSize: 2048,
     maxPositions: 4096,
   });
+}
+
+/**
+ * A valid onnx-genai package whose graph onnxruntime refuses to load (it uses
+ * an operator no onnxruntime build has): for the engine's load-failure paths.
+ */
+export function unloadablePackage(): string {
+  const dir = path.join(os.tmpdir(), 'kvdesk-test-models', 'unloadable');
+  mkdirSync(dir, { recursive: true });
+  const b = new GraphBuilder('unloadable');
+  const ids = b.input('input_ids', 'int64', ['batch', 'seq']);
+  const embed = b.weight('embed', [512, 8], () => new Float32Array(512 * 8));
+  const hidden = b.op('KvdeskNoSuchOperator', [b.op('Gather', [embed, ids], { axis: int(0) })]);
+  b.op('MatMul', [hidden, b.weight('head', [8, 512], () => new Float32Array(8 * 512))], {}, 'logits');
+  b.output('logits', 'float32', ['batch', 'seq', 512]);
+  writeOnnxModel(path.join(dir, 'model.onnx'), b, {
+    producerName: 'kvdesk-tests',
+    producerVersion: '1',
+    opsetVersion: 17,
+    irVersion: 8,
+  });
+  writeFileSync(
+    path.join(dir, 'inference_metadata.yaml'),
+    'model:\n  max_sequence_length: 64\n  io:\n    token_input: input_ids\n    logits_output: logits\n',
+  );
+  copyFileSync(path.join(defaultModelDir, 'tokenizer.json'), path.join(dir, 'tokenizer.json'));
+  return dir;
 }

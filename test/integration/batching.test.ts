@@ -9,6 +9,7 @@ import { RunnerService } from '../../src/main/host/runner-service';
 import { loadModelSpec } from '../../src/main/packages';
 import type { GenerationResult } from '../../src/shared/contract';
 import { defaultModelDir, fixture, fixturesSkipReason, haveFixtures } from '../helpers/fixtures';
+import { GREEDY, greedyIds } from '../helpers/generation';
 
 const hosts: RunnerService[] = [];
 afterEach(async () => {
@@ -162,5 +163,24 @@ describe('batching parity on the default model', () => {
       sampled(prompts[5] as number[], 13),
     ]);
     expect(x?.tokenIds).toEqual(alone);
+  });
+
+  it('on a graph whose rows take turns, each row of a sampled request still has its own random stream', async () => {
+    const decoder = await LoadedDecoder.load(await loadModelSpec(defaultModelDir), {
+      intraOpNumThreads: 2,
+      executionProviders: ['cpu'],
+    });
+    try {
+      const sampling = { ...GREEDY, greedy: false, temperature: 1.2, seed: 21 };
+      const p = prompts[4] as number[];
+      const batched = await greedyIds((j, hk) => decoder.generate({ ...j, sampling }, hk), [p, p], 16);
+      // A graph that cannot batch (as the load-time probe decides): the same request, rows one after the other.
+      decoder.batchable = false;
+      const turns = await greedyIds((j, hk) => decoder.generate({ ...j, sampling }, hk), [p, p], 16);
+      expect(turns[0]).not.toEqual(turns[1]);
+      expect(turns).toEqual(batched);
+    } finally {
+      await decoder.dispose();
+    }
   });
 });

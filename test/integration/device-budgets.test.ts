@@ -10,7 +10,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { NvidiaMemoryResult } from '../../src/main/backends/device-memory';
 import { type HostSettings, RunnerService } from '../../src/main/host/runner-service';
 import { prometheusText } from '../../src/main/server/metrics';
-import { defaultModelDir, fixture, haveFixtures } from '../helpers/fixtures';
+import { defaultModelDir } from '../helpers/fixtures';
+import { unloadablePackage } from '../helpers/models';
 import { rejection } from '../helpers/rejection';
 
 const GIB = 1024 ** 3;
@@ -188,11 +189,11 @@ describe('one KV budget per device', () => {
     expect(reads()).toBe(2);
   });
 
-  it.skipIf(!haveFixtures)('a load the engine refuses leaves no empty GPU budget behind', async () => {
+  it('a load the engine refuses leaves no empty GPU budget behind', async () => {
     const { h, place, reads } = host();
     place.next = 'cuda:0';
-    // A valid package the engine cannot run (static KV cache): refused after the GPU budget was prepared.
-    const err = await rejection(h.loadModel(fixture('onnx-genai/tiny-llm-scatter'), { id: 'x' }));
+    // A valid package the engine cannot run (an operator onnxruntime lacks): refused after the GPU budget was prepared.
+    const err = await rejection(h.loadModel(unloadablePackage(), { id: 'x' }));
     expect(err.code).toBe('MODEL_LOAD_FAILED');
     expect(reads()).toBe(1);
     expect(h.snapshot().devices.map((d) => d.device)).toEqual(['cpu']);

@@ -7,12 +7,13 @@ import path from 'node:path';
 import * as ort from 'onnxruntime-node';
 import { KvdeskError } from '../../shared/errors';
 import type { KvTensorSpec, ModelSpec } from '../../shared/model-spec';
-import { ContinuousBatcher, PREFILL_CHUNK_TOKENS } from './batcher';
+import { ContinuousBatcher, PREFILL_CHUNK_TOKENS, rowSeed } from './batcher';
 import { idTensor } from './feeds';
 import { emptyPast } from './kv-cache';
 import { lastPositionGraph } from './last-position';
 import { logitsRows } from './logits';
 import type { EngineSessionOptions, FinishReason, LogitsPositions, SamplingParams } from './protocol';
+import { StaticCacheRunner, staticProbeFeeds } from './static-cache';
 
 /** KV a chat session keeps between turns, and the exact tokens it encodes. */
 export interface SessionKv {
@@ -95,6 +96,7 @@ function probeFeeds(
   if (spec.kv.kind === 'dynamic') {
     for (const t of spec.kv.tensors) feeds[t.past] = (past?.[t.present] as ort.Tensor | undefined) ?? emptyPast(t, B);
   }
+  if (spec.kv.kind === 'static') Object.assign(feeds, staticProbeFeeds(spec.kv.cache, B, from, total, past));
   return feeds;
 }
 
@@ -160,11 +162,13 @@ export class LoadedDecoder {
    */
   batchable = true;
   private readonly batcher: ContinuousBatcher;
+  /** The generation loop of a static-cache graph, whose rows always take turns (static-cache.ts). */
+  private readonly staticRunner: StaticCacheRunner | null;
 
   private constructor(
     readonly spec: ModelSpec,
     private readonly session: ort.InferenceSession,
-    private readonly kvTensors: KvTensorSpec[],
+    kvTensors: KvTensorSpec[],
     prefillChunkTokens: number,
     /** Whether the LM head scores only the last position (see last-position.ts), and why or why not. */
     readonly logits: LogitsPositions,
@@ -176,10 +180,21 @@ export class LoadedDecoder {
       () => this.batchable,
       prefillChunkTokens,
     );
+    this.staticRunner =
+      spec.kv.kind === 'static'
+        ? new StaticCacheRunner(
+            spec,
+            spec.kv.cache,
+            (feeds, fetches) => session.run(feeds, fetches),
+            prefillChunkTokens,
+          )
+        : null;
+    if (this.staticRunner) this.batchable = false;
   }
 
   /** One tiny two-row run at load time tells whether batching works for this graph. */
   private async probeBatch(): Promise<void> {
+    if (this.staticRunner) return;
     const first = this.spec.bosTokenId ?? this.spec.eosTokenIds[0] ?? 0;
     try {
       await this.session.run(probeFeeds(this.spec, [[first], [first]]));
@@ -190,13 +205,6 @@ export class LoadedDecoder {
 
   /** Creates the onnxruntime session; a graph onnxruntime cannot run is a MODEL_LOAD_FAILED error. */
   static async load(spec: ModelSpec, options: EngineSessionOptions): Promise<LoadedDecoder> {
-    if (spec.kv.kind === 'static') {
-      throw new KvdeskError(
-        'MODEL_LOAD_FAILED',
-        `${spec.displayName} uses a static (in-place) KV cache; this kvdesk engine runs past/present KV graphs only`,
-        { file: spec.graphPath },
-      );
-    }
     const sessionOptions: ort.InferenceSession.SessionOptions = {
       intraOpNumThreads: options.intraOpNumThreads,
       interOpNumThreads: 1,
@@ -258,14 +266,17 @@ export class LoadedDecoder {
 
   /** Runs one generation to its end. Throws KvdeskError on engine failure. */
   async generate(job: GenerationJob, hooks: GenerationHooks): Promise<GenerationOutcome> {
-    if (this.batchable || job.rows.length === 1) return this.batcher.submit(job, hooks);
+    const runner = this.staticRunner;
+    const one = (j: GenerationJob, h: GenerationHooks) => (runner ? runner.submit(j, h) : this.batcher.submit(j, h));
+    if (job.rows.length === 1 || (this.batchable && !runner)) return one(job, hooks);
     // Rows take turns on a graph that cannot batch; each row still reports in its own column.
     const R = job.rows.length;
     const outcomes: GenerationOutcome[] = [];
     let doneKv = 0;
     for (let r = 0; r < R; r++) {
-      const outcome = await this.batcher.submit(
-        { ...job, rows: [job.rows[r] as number[]] },
+      const outcome = await one(
+        // Each row its own random stream, as in a batch (row 0 keeps the seed).
+        { ...job, rows: [job.rows[r] as number[]], sampling: { ...job.sampling, seed: rowSeed(job.sampling.seed, r) } },
         {
           onStart: (prefill, reused) => r === 0 && hooks.onStart(prefill * R, reused),
           onPrefill: (done, total, kvBytes) => r === 0 && hooks.onPrefill?.(done, total, doneKv + kvBytes),

@@ -8,7 +8,8 @@ import type { KvDtype, KvTensorSpec } from '../../shared/model-spec';
 
 type TypedArray = Float32Array | Uint16Array;
 
-function allocate(dtype: KvDtype, length: number): TypedArray {
+/** A zeroed typed array for `length` KV elements of `dtype` (float16 as raw bits, as onnxruntime-node holds it). */
+export function kvArray(dtype: KvDtype, length: number): TypedArray {
   if (dtype === 'float32') return new Float32Array(length);
   if (dtype === 'float16') return new Uint16Array(length);
   throw new KvdeskError(
@@ -32,7 +33,7 @@ export function kvShape(spec: KvTensorSpec, batch: number, seq: number): number[
 /** A zero-length past tensor: what a graph expects before any token has been seen. */
 export function emptyPast(spec: KvTensorSpec, batch: number): ort.Tensor {
   const shape = kvShape(spec, batch, 0);
-  return new ort.Tensor(spec.dtype === 'float16' ? 'float16' : 'float32', allocate(spec.dtype, 0), shape);
+  return new ort.Tensor(spec.dtype === 'float16' ? 'float16' : 'float32', kvArray(spec.dtype, 0), shape);
 }
 
 /** Bytes held by a set of KV tensors. */
@@ -75,7 +76,7 @@ export function padSeqLeft(spec: KvTensorSpec, tensor: ort.Tensor, seq: number):
   if (seq === b.seq) return tensor;
   const src = tensor.data as TypedArray;
   const rows = b.pre * b.batch * b.mid;
-  const dst = allocate(spec.dtype, rows * seq * b.post);
+  const dst = kvArray(spec.dtype, rows * seq * b.post);
   const from = b.seq * b.post;
   const to = seq * b.post;
   const shift = (seq - b.seq) * b.post;
@@ -95,7 +96,7 @@ export function sliceSeq(spec: KvTensorSpec, tensor: ort.Tensor, from: number, t
   const src = tensor.data as TypedArray;
   const rows = b.pre * b.batch * b.mid;
   const keep = to - from;
-  const dst = allocate(spec.dtype, rows * keep * b.post);
+  const dst = kvArray(spec.dtype, rows * keep * b.post);
   for (let i = 0; i < rows; i++) {
     const start = (i * b.seq + from) * b.post;
     dst.set(src.subarray(start, start + keep * b.post), i * keep * b.post);
@@ -111,7 +112,7 @@ export function concatBatch(spec: KvTensorSpec, tensors: ort.Tensor[]): ort.Tens
   if (!first) throw new KvdeskError('INTERNAL', 'concatBatch needs at least one tensor');
   const total = parts.reduce((n, p) => n + p.b.batch, 0);
   const unit = first.mid * first.seq * first.post;
-  const dst = allocate(spec.dtype, first.pre * total * unit);
+  const dst = kvArray(spec.dtype, first.pre * total * unit);
   let offset = 0;
   for (let p = 0; p < first.pre; p++) {
     for (const part of parts) {
@@ -134,7 +135,7 @@ export function selectBatch(spec: KvTensorSpec, tensor: ort.Tensor, rows: number
   const b = blocks(spec, tensor.dims);
   const src = tensor.data as TypedArray;
   const unit = b.mid * b.seq * b.post;
-  const dst = allocate(spec.dtype, b.pre * rows.length * unit);
+  const dst = kvArray(spec.dtype, b.pre * rows.length * unit);
   let offset = 0;
   for (let p = 0; p < b.pre; p++) {
     for (const r of rows) {

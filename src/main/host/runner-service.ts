@@ -29,7 +29,7 @@ import { deviceKey, type NvidiaMemoryResult, readNvidiaGpuMemory } from '../back
 import { DEFAULT_GPU_FRACTION, DEFAULT_GPU_OVERHEAD_BYTES } from '../backends/variant-fit';
 import { commonPrefix } from '../engine/feeds';
 import type { EngineLoadResult, LogitsPositions, SamplingParams } from '../engine/protocol';
-import { loadModelSpec } from '../packages';
+import { loadModelSpec, staticPositions } from '../packages';
 import { providerShortName } from '../packages/execution-providers';
 import { createScheduler, type Scheduler } from '../scheduler';
 import { applyChat, createStopMatcher, createStreamDecoder, loadTokenizer, type TextTokenizer } from '../tokenizer';
@@ -722,6 +722,7 @@ class Generation {
         rows: this.rows.length,
         promptTokens,
         maxNewTokens,
+        ...(spec.kv.kind === 'static' ? { fixedTokens: staticPositions(spec) } : {}),
         ...(this.req.priority !== undefined ? { priority: this.req.priority } : {}),
         ...(sessionId ? { sessionId } : {}),
         ...(this.req.threadId ? { threadId: this.req.threadId } : {}),

@@ -366,8 +366,7 @@ export function buildStaticKv(graph: LoadedGraph, ref: StaticCacheRef): StaticKv
       );
     }
   }
-  for (const name of ['write_indices_input', 'kv_sequence_length_input'] as const) {
-    const port = name === 'write_indices_input' ? ref.writeIndicesInput : ref.kvSequenceLengthInput;
+  const controlDtype = (name: 'write_indices_input' | 'kv_sequence_length_input', port: string) => {
     const found = findInput(graph, port);
     if (found === undefined) throw missingPort(graph, 'input', port, at(name), 'static-cache control input');
     const dtype = portDtype(found.elemType);
@@ -377,7 +376,10 @@ export function buildStaticKv(graph: LoadedGraph, ref: StaticCacheRef): StaticKv
         at(name),
       );
     }
-  }
+    return dtype;
+  };
+  const writeIndicesDtype = controlDtype('write_indices_input', ref.writeIndicesInput);
+  const kvSequenceLengthDtype = controlDtype('kv_sequence_length_input', ref.kvSequenceLengthInput);
   let shape: Array<number | string> | undefined;
   let dtype: KvDtype | undefined;
   let bpt = 0;
@@ -437,6 +439,8 @@ export function buildStaticKv(graph: LoadedGraph, ref: StaticCacheRef): StaticKv
     cache: {
       writeIndicesInput: ref.writeIndicesInput,
       kvSequenceLengthInput: ref.kvSequenceLengthInput,
+      writeIndicesDtype,
+      kvSequenceLengthDtype,
       keyCacheInputs: ref.keyCacheInputs,
       valueCacheInputs: ref.valueCacheInputs,
       keyCacheOutputs: ref.keyCacheOutputs,

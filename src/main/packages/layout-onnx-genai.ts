@@ -4,7 +4,7 @@ import { ConfigFields, readConfigFile } from './config-file';
 import { bindPort, ID_DTYPES, LOGITS_DTYPES, loadGraph, MASK_DTYPES, type PortSource, unboundInputs } from './graph';
 import { buildDynamicKv, buildStaticKv, type KvPairRef } from './kv-geometry';
 import type { LoadOptions } from './load-options';
-import { packageError } from './package-error';
+import { formatBytes, packageError } from './package-error';
 import { findFile, listFileNames, type PackageContext, relName } from './package-fs';
 import { definedNumbers, finishSpec, missingField, readSearchDefaults, resolveVocab } from './spec-assembly';
 import { readTokenizerFiles, type TokenIds } from './tokenizer-files';
@@ -171,6 +171,9 @@ export async function loadOnnxGenaiLayout(ctx: PackageContext, options: LoadOpti
     kv = { kind: 'static', cache: s.cache };
     bpt = s.bpt;
     numLayers = s.numLayers;
+    ctx.warnings.push(
+      `${file}: a static KV cache holds all ${s.capacity} positions (${formatBytes(s.capacity * s.bpt)}) from a request's first token, and onnxruntime-node copies the whole cache in and out of every step; a past/present export of the same model needs less memory for short chats and runs faster.`,
+    );
     if (s.capacity < contextLength) {
       ctx.warnings.push(
         `${file}: \`model.max_sequence_length\` is ${contextLength} but the static cache holds ${s.capacity} positions; the context is ${s.capacity}.`,

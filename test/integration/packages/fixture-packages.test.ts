@@ -100,6 +100,8 @@ describe.skipIf(!haveFixtures)(`fixture packages${haveFixtures ? '' : ` (skipped
       cache: {
         writeIndicesInput: 'write_indices',
         kvSequenceLengthInput: 'nonpad_kv_seqlen',
+        writeIndicesDtype: 'int64',
+        kvSequenceLengthDtype: 'int64',
         keyCacheInputs: ['key_cache.0'],
         valueCacheInputs: ['value_cache.0'],
         keyCacheOutputs: ['updated_key_cache.0'],

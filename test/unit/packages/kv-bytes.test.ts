@@ -9,6 +9,8 @@ const staticSpec = {
     cache: {
       writeIndicesInput: 'w',
       kvSequenceLengthInput: 'l',
+      writeIndicesDtype: 'int64',
+      kvSequenceLengthDtype: 'int64',
       keyCacheInputs: [],
       valueCacheInputs: [],
       keyCacheOutputs: [],

@@ -165,7 +165,13 @@ describe('buildStaticKv', () => {
 
   it('reads a 4-D cache with the sequence on axis 2', () => {
     const s = buildStaticKv(g, ref);
-    expect(s.cache).toMatchObject({ seqAxis: 2, dtype: 'bfloat16', shape: cacheShape });
+    expect(s.cache).toMatchObject({
+      seqAxis: 2,
+      dtype: 'bfloat16',
+      shape: cacheShape,
+      writeIndicesDtype: 'int64',
+      kvSequenceLengthDtype: 'int32',
+    });
     expect(s.capacity).toBe(128);
     expect(s.numLayers).toBe(2);
     // 4 tensors × (4 heads × 16) × 2 bytes

@@ -430,6 +430,8 @@ describe('onnx-genai flat layout', () => {
       cache: {
         writeIndicesInput: 'wi',
         kvSequenceLengthInput: 'len',
+        writeIndicesDtype: 'int64',
+        kvSequenceLengthDtype: 'int32',
         keyCacheInputs: ['k0'],
         valueCacheInputs: ['v0'],
         keyCacheOutputs: ['k0_out'],
