@@ -17,6 +17,7 @@ import { type Browser, chromium, type Page } from 'playwright-core';
 import { CHROMIUM, CHROMIUM_ARGS } from '../test/e2e/chromium';
 import globalSetup from '../test/e2e/global-setup';
 import { ROOT, startServe } from '../test/e2e/serve';
+import { writeTwinPackages } from '../test/helpers/static-cache-models';
 
 const DOCS = path.join(ROOT, 'docs');
 const FIXTURE = path.resolve(ROOT, '../shared/fixtures/onnx-genai/tiny-llm');
@@ -149,6 +150,17 @@ async function main(): Promise<void> {
       await page.getByTestId('model-card').getByTestId('model-loaded').waitFor({ timeout: 30_000 });
     } else {
       console.log(`(fixture ${FIXTURE} absent: the models screenshot shows the default model only)`);
+    }
+    // A package with a static KV cache: its card shows the cache and what it costs.
+    const twins = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-shot-static-'));
+    try {
+      const { staticDir } = writeTwinPackages(twins, { layers: 2, hidden: 64, heads: 4, capacity: 48, seed: 11 });
+      await page.getByTestId('model-file-input').setInputFiles(staticDir);
+      await page.locator('[data-testid="model-card"][data-model-id="static"]').getByTestId('model-loaded').waitFor({
+        timeout: 30_000,
+      });
+    } finally {
+      rmSync(twins, { recursive: true, force: true });
     }
     await page.waitForTimeout(300);
     await page.screenshot({ path: path.join(DOCS, 'models.png'), animations: 'disabled' });

@@ -6,7 +6,8 @@
 import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { expect, test } from './fixtures';
+import { writeTwinPackages } from '../helpers/static-cache-models';
+import { apiSnapshot, expect, lastReply, newChat, send, setSettings, test } from './fixtures';
 import { ROOT } from './serve';
 
 const FIXTURE = path.resolve(ROOT, '../shared/fixtures/onnx-genai/tiny-llm');
@@ -96,4 +97,39 @@ test('the default model has a card with its KV figures and a fit badge', async (
   await expect(card.getByTestId('model-one-context')).toHaveAttribute('data-bytes', String(1024 * 2048));
   await expect(card.getByTestId('fit-badge')).toHaveAttribute('data-level', /fits|tight|wont-fit/);
   await expect(app.getByTestId('model-backend')).toHaveText('CPU');
+});
+
+test('a static-cache package loads, chats, and the inspector shows its whole cache reserved', async ({
+  app,
+  server,
+}) => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-static-e2e-'));
+  try {
+    // 2 layers × (key + value) × 64 floats = 1024 B per position; the cache holds 48 of them.
+    const { staticDir } = writeTwinPackages(dir, { layers: 2, hidden: 64, heads: 4, capacity: 48, seed: 11 });
+    await app.getByTestId('models-toggle').click();
+    await app.getByTestId('model-file-input').setInputFiles(staticDir);
+    const card = app.getByTestId('model-card');
+    await expect(card.getByTestId('model-loaded')).toBeVisible({ timeout: 30_000 });
+    await expect(card).toContainText('static [batch, 48, 64]');
+    await expect(card.locator('.warnings')).toContainText('a static KV cache holds all 48 positions');
+    const id = (await card.getAttribute('data-model-id')) ?? '';
+    await app.getByTestId('models-toggle').click();
+
+    await newChat(app);
+    await app.getByTestId('model-picker').selectOption(id);
+    await setSettings(app, { greedy: true, maxNewTokens: 6 });
+    await send(app, 'hello world');
+    await expect(lastReply(app)).toHaveAttribute('data-state', 'done', { timeout: 30_000 });
+    await expect(lastReply(app).getByTestId('message-stats')).toHaveAttribute('data-finish-reason', /^(eos|length)$/);
+
+    // The scheduler reserved the whole cache, and the request table shows it.
+    const request = (await apiSnapshot(server)).recent.find((r) => r.modelId === id);
+    expect(request).toMatchObject({ fixedTokens: 48, reservedBytes: 48 * 1024 });
+    const row = app.locator(`[data-testid="request-row"][data-request-id="${request?.id}"]`);
+    await expect(row).toHaveAttribute('data-reserved-bytes', String(48 * 1024));
+    await expect(row.getByTestId('request-static-cache')).toHaveAttribute('title', /48 positions × 1024 B/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

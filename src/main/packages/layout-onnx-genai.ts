@@ -172,7 +172,7 @@ export async function loadOnnxGenaiLayout(ctx: PackageContext, options: LoadOpti
     bpt = s.bpt;
     numLayers = s.numLayers;
     ctx.warnings.push(
-      `${file}: a static KV cache holds all ${s.capacity} positions (${formatBytes(s.capacity * s.bpt)}) from a request's first token, and onnxruntime-node copies the whole cache in and out of every step; a past/present export of the same model needs less memory for short chats and runs faster.`,
+      `${file}: a static KV cache holds all ${s.capacity} positions, ${formatBytes(s.capacity * s.bpt)}, from a request's first token, and onnxruntime-node copies the whole cache in and out of every step; a past/present export of the same model needs less memory for short chats and runs faster.`,
     );
     if (s.capacity < contextLength) {
       ctx.warnings.push(

@@ -275,7 +275,15 @@ function RequestRow({
       >
         {prompt} + {n}
       </td>
-      <td className="r">
+      <td
+        className="r"
+        data-testid={r.fixedTokens !== undefined ? 'request-static-cache' : undefined}
+        title={
+          r.fixedTokens !== undefined
+            ? `static KV cache: ${r.rows} row(s) × ${r.fixedTokens} positions × ${r.bpt} B, held whole from the first token`
+            : undefined
+        }
+      >
         <Bytes value={r.usedBytes} /> / <Bytes value={r.reservedBytes} />
       </td>
       <td
