@@ -17,7 +17,7 @@ import {
   variantFits,
 } from '../main/backends';
 import { defaultHostSettings, type HostSettings, RunnerService } from '../main/host/runner-service';
-import { loadModelSpec } from '../main/packages';
+import { kvBytesForTokens, loadModelSpec } from '../main/packages';
 import { parseByteSize } from '../main/scheduler';
 import type { GenerateRequest } from '../shared/contract';
 import { type ErrorInfo, KvdeskError, toErrorInfo } from '../shared/errors';
@@ -113,7 +113,7 @@ export function inspectJson(spec: ModelSpec): Record<string, unknown> {
     modelType: spec.modelType ?? null,
     bpt: spec.bpt,
     contextLength: spec.contextLength,
-    kvBytesFullContext: spec.bpt * spec.contextLength,
+    kvBytesFullContext: kvBytesForTokens(spec, spec.contextLength),
     vocabSize: spec.vocabSize,
     numLayers: spec.numLayers,
     weightsBytes: spec.weightsBytes,
@@ -135,13 +135,14 @@ export function inspectJson(spec: ModelSpec): Record<string, unknown> {
 
 function inspectText(spec: ModelSpec): string {
   const kv = spec.kv;
+  const full = kvBytesForTokens(spec, spec.contextLength);
   const lines = [
     `${spec.displayName}  (${spec.layout}${spec.modelType ? `, ${spec.modelType}` : ''})`,
     `  root           ${spec.root}`,
     `  graph          ${path.relative(spec.root, spec.graphPath)}  weights ${formatBytes(spec.weightsBytes)}`,
     `  context        ${spec.contextLength} tokens   vocab ${spec.vocabSize}   layers ${spec.numLayers}`,
     `  bpt            ${spec.bpt} bytes per token (${formatBytes(spec.bpt)})`,
-    `  full context   ${formatBytes(spec.bpt * spec.contextLength)} of KV (${spec.bpt * spec.contextLength} bytes); 4 at once ${formatBytes(4 * spec.bpt * spec.contextLength)}`,
+    `  full context   ${formatBytes(full)} of KV (${full} bytes); 4 at once ${formatBytes(4 * full)}${kv.kind === 'static' ? ' (a static cache: each request holds all of it)' : ''}`,
   ];
   if (kv.kind === 'dynamic') {
     const first = kv.tensors[0];

@@ -226,3 +226,14 @@ export interface ModelSpec {
   packageInfo?: PackageManifestInfo;
   warnings: string[];
 }
+
+/**
+ * Positions a static cache allocates per row, all held from a request's first
+ * token (undefined for a growing cache or none).
+ */
+export function staticPositions(spec: Pick<ModelSpec, 'kv' | 'contextLength'>): number | undefined {
+  if (spec.kv.kind !== 'static') return undefined;
+  const { shape, seqAxis } = spec.kv.cache;
+  const capacity = shape[seqAxis ?? 1];
+  return typeof capacity === 'number' ? capacity : spec.contextLength;
+}

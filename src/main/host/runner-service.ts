@@ -17,7 +17,7 @@ import {
   type StreamFrame,
 } from '../../shared/contract';
 import { type ErrorInfo, KvdeskError, toErrorInfo } from '../../shared/errors';
-import type { ModelSpec } from '../../shared/model-spec';
+import { type ModelSpec, staticPositions } from '../../shared/model-spec';
 import type {
   AdmissionGrant,
   BudgetSnapshot,
@@ -29,7 +29,7 @@ import { deviceKey, type NvidiaMemoryResult, readNvidiaGpuMemory } from '../back
 import { DEFAULT_GPU_FRACTION, DEFAULT_GPU_OVERHEAD_BYTES } from '../backends/variant-fit';
 import { commonPrefix } from '../engine/feeds';
 import type { EngineLoadResult, LogitsPositions, SamplingParams } from '../engine/protocol';
-import { loadModelSpec, staticPositions } from '../packages';
+import { loadModelSpec } from '../packages';
 import { providerShortName } from '../packages/execution-providers';
 import { createScheduler, type Scheduler } from '../scheduler';
 import { applyChat, createStopMatcher, createStreamDecoder, loadTokenizer, type TextTokenizer } from '../tokenizer';

@@ -20,7 +20,7 @@ export {
   providerName,
   providerRank,
 } from './execution-providers';
-export { kvBytesForTokens, staticPositions, tokensForKvBytes } from './kv-bytes';
+export { kvBytesForTokens, tokensForKvBytes } from './kv-bytes';
 export type { LoadOptions } from './load-options';
 export type { PackageContext } from './package-fs';
 export { makeContext } from './package-fs';

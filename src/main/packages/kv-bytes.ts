@@ -1,4 +1,4 @@
-import type { ModelSpec } from '../../shared/model-spec';
+import { type ModelSpec, staticPositions } from '../../shared/model-spec';
 
 /**
  * KV bytes a request holds for `tokens` positions in each of `rows` rows. A
@@ -22,14 +22,6 @@ export function kvBytesForTokens(
     case 'none':
       return 0;
   }
-}
-
-/** Positions a static cache allocates per row (undefined for other caches). */
-export function staticPositions(spec: Pick<ModelSpec, 'kv' | 'contextLength'>): number | undefined {
-  if (spec.kv.kind !== 'static') return undefined;
-  const { shape, seqAxis } = spec.kv.cache;
-  const capacity = shape[seqAxis ?? 1];
-  return typeof capacity === 'number' ? capacity : spec.contextLength;
 }
 
 /** How many positions fit in `bytes` of KV at `rows` rows (dynamic caches; Infinity without a cache). */

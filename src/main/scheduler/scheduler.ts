@@ -15,6 +15,10 @@
  * - After a running turn is cancelled or fails, its session keeps nothing (the
  *   partial KV is cheaper to recompute than to trust); a queued turn that ends
  *   leaves the session's KV as it was.
+ * - A request on a static KV cache (`fixedTokens`: buffers of that many
+ *   positions, allocated whole) reserves R × fixedTokens × bpt whatever P and N,
+ *   is never capped (its cost does not depend on N), and its session holds
+ *   fixedTokens × bpt while it keeps any token; such a cache bounds the context.
  * - A session turn has one row; malformed requests and duplicate ids are
  *   refused with BAD_REQUEST and no event, so no event ever names a live
  *   request's id for something that did not happen to it.
@@ -655,7 +659,9 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
       return err('BAD_REQUEST', `Invalid request: ${describeIssue(parsed.error)}.`);
     }
     const shape = parsed.data;
-    const { id, sessionId, rows, promptTokens, contextLength, bpt, fixedTokens } = shape;
+    const { id, sessionId, rows, promptTokens, bpt, fixedTokens } = shape;
+    // A static cache of fewer positions than the declared context bounds the context too.
+    const contextLength = Math.min(shape.contextLength, fixedTokens ?? shape.contextLength);
     if (live.has(id) || (sessionId !== undefined && rows > 1)) {
       counters.rejections.BAD_REQUEST = (counters.rejections.BAD_REQUEST ?? 0) + 1;
       return err(
@@ -858,6 +864,7 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     if (asked !== undefined && e.shape.sessionId !== undefined) {
       // The engine cannot hold more than the prefix, the prompt and what it generated; retaining more
       // would let held bytes exceed the reservation they replace, breaking the capacity invariant.
+      // (A static cache's positions bound this too: its context is at most fixedTokens.)
       const most = e.prefixTokens + e.shape.promptTokens + e.generatedTokens;
       if (Number.isSafeInteger(asked) && asked >= 0 && asked <= most) sessionTokens = asked;
       else {

@@ -1,7 +1,7 @@
 /** A validated model package: what it is, what its KV costs, whether it fits the budget, and load/unload. */
 import type { ReactNode } from 'react';
 import { deviceKey } from '../../shared/devices';
-import type { ModelSpec } from '../../shared/model-spec';
+import { type ModelSpec, staticPositions } from '../../shared/model-spec';
 import { useApp } from '../bridge/context';
 import { FIT_CONCURRENCY, fitBadge, fitLabel } from '../lib/fit';
 import { exactBytes, formatBytes, formatInteger } from '../lib/format';
@@ -63,14 +63,21 @@ export function ModelCard({
     ? (devices.find((d) => d.models.includes(spec.id))?.device ?? 'cpu')
     : deviceKey(spec.executionProvider ?? 'CPUExecutionProvider');
   const budget = devices.find((d) => d.device === device);
+  const positions = staticPositions(spec);
   const fit = budget
     ? fitBadge(
-        { bpt: spec.bpt, contextLength: spec.contextLength, weightsBytes: spec.weightsBytes, loaded },
+        {
+          bpt: spec.bpt,
+          contextLength: spec.contextLength,
+          ...(positions !== undefined ? { staticPositions: positions } : {}),
+          weightsBytes: spec.weightsBytes,
+          loaded,
+        },
         { limitBytes: budget.limitBytes, derivation: budget.derivation },
       )
     : null;
   const badgeClass = fit ? (fit.level === 'fits' ? 'ok' : fit.level === 'tight' ? 'warn' : 'bad') : '';
-  const oneContext = spec.bpt * spec.contextLength;
+  const oneContext = spec.bpt * (positions ?? spec.contextLength);
   return (
     <div className="card" data-testid={testId} data-model-id={spec.id} data-loaded={loaded}>
       <div className="top">

@@ -13,6 +13,8 @@ export const FIT_CONCURRENCY = 4;
 export interface FitInput {
   bpt: number;
   contextLength: number;
+  /** A static cache's positions: each request holds all of them, whatever its length. */
+  staticPositions?: number;
   weightsBytes: number;
   /** Already loaded: the derived budget already subtracts its weights. */
   loaded: boolean;
@@ -44,7 +46,7 @@ export interface FitResult {
  * we compare against the budget as it would be after loading it.
  */
 export function fitBadge(model: FitInput, budget: FitBudget, concurrency = FIT_CONCURRENCY): FitResult {
-  const oneContextBytes = model.bpt * model.contextLength;
+  const oneContextBytes = model.bpt * (model.staticPositions ?? model.contextLength);
   const concurrentBytes = oneContextBytes * concurrency;
   const derived = budget.derivation?.source === 'derived';
   const budgetBytes = Math.max(0, budget.limitBytes - (derived && !model.loaded ? model.weightsBytes : 0));
@@ -64,7 +66,9 @@ export function fitBadge(model: FitInput, budget: FitBudget, concurrency = FIT_C
   } else {
     level = 'wont-fit';
     explanation =
-      'One full context needs more KV than the budget: long chats will be refused or capped. Raise the limit or keep prompts short.';
+      model.staticPositions !== undefined
+        ? 'Its static KV cache is bigger than the budget, and every request holds all of it: nothing can run. Raise the limit.'
+        : 'One full context needs more KV than the budget: long chats will be refused or capped. Raise the limit or keep prompts short.';
   }
   return { level, oneContextBytes, concurrentBytes, budgetBytes, fullContextsAtOnce, explanation };
 }

@@ -26,6 +26,14 @@ describe('fitBadge', () => {
     expect(fitBadge(model, { limitBytes: 2 * MiB - 1 }).level).toBe('wont-fit');
   });
 
+  it('counts a static cache whole, even where it holds more positions than the context', () => {
+    const fixed = { ...model, contextLength: 16, staticPositions: 48 };
+    expect(fitBadge(fixed, { limitBytes: 100 * MiB }).oneContextBytes).toBe(48 * 1024);
+    const tooSmall = fitBadge(fixed, { limitBytes: 48 * 1024 - 1 });
+    expect(tooSmall.level).toBe('wont-fit');
+    expect(tooSmall.explanation).toContain('nothing can run');
+  });
+
   it('subtracts the weights of a model not loaded yet from a derived budget', () => {
     const notLoaded = { ...model, loaded: false };
     const derived = { limitBytes: 8 * MiB, derivation: { source: 'derived' as const } };

@@ -19,12 +19,26 @@ import type {
   SchedulerSnapshot,
 } from '../../../src/shared/scheduler-types';
 
-const MODELS = { a: 16, b: 8, z: 0, s: 4 } as const;
+const MODELS = { a: 16, b: 8, z: 0, s: 4, t: 4 } as const;
 type ModelId = keyof typeof MODELS;
-/** Models with a static cache: every row holds this many positions from its first token. */
-const FIXED: Partial<Record<ModelId, number>> = { s: 20 };
+/**
+ * Models with a static cache: every row holds this many positions from its first token. `s` holds more
+ * positions than the context (a package whose max_sequence_length is below its cache), `t` fewer (its cache
+ * then bounds the context).
+ */
+const FIXED: Partial<Record<ModelId, number>> = { s: 28, t: 16 };
 const SESSIONS = ['s1', 's2', 's3'] as const;
 const CONTEXT = 24;
+
+/** The reference's own answer, never the scheduler's view: positions a static model's request holds. */
+function fixedOf(modelId: string): number | undefined {
+  return FIXED[modelId as ModelId];
+}
+
+/** The context a model's requests get: a static cache of fewer positions bounds it. */
+function contextOf(modelId: string): number {
+  return Math.min(CONTEXT, fixedOf(modelId) ?? CONTEXT);
+}
 
 interface Real {
   s: Scheduler;
@@ -96,11 +110,11 @@ function makeReal(limit: number, maxRunning: number, maxQueue: number): Real {
 }
 
 function minimumOf(v: SchedulerRequestView): number {
-  return v.rows * (v.fixedTokens ?? v.sessionPrefixTokens + v.promptTokens + 1) * v.bpt;
+  return v.rows * (fixedOf(v.modelId) ?? v.sessionPrefixTokens + v.promptTokens + 1) * v.bpt;
 }
 
 function fullOf(v: SchedulerRequestView): number {
-  return v.rows * (v.fixedTokens ?? v.sessionPrefixTokens + v.promptTokens + v.maxNewTokens) * v.bpt;
+  return v.rows * (fixedOf(v.modelId) ?? v.sessionPrefixTokens + v.promptTokens + v.maxNewTokens) * v.bpt;
 }
 
 /** The spec's admission rule, restated: could the head be admitted right now? */
@@ -170,10 +184,11 @@ function checkEventLog(m: Model, r: Real, snap: SchedulerSnapshot, drained: bool
     const grant = r.grants.get(e.requestId) as AdmissionGrant;
     const prefix = grant.session?.prefixTokens ?? 0;
     const perToken = shape.rows * shape.bpt;
-    const maxN = Math.min(shape.maxNewTokens, shape.contextLength - prefix - shape.promptTokens);
-    expect(e.reservedBytes).toBe(perToken * (shape.fixedTokens ?? prefix + shape.promptTokens + e.admittedMaxTokens));
+    const fixed = fixedOf(shape.modelId);
+    const maxN = Math.min(shape.maxNewTokens, contextOf(shape.modelId) - prefix - shape.promptTokens);
+    expect(e.reservedBytes).toBe(perToken * (fixed ?? prefix + shape.promptTokens + e.admittedMaxTokens));
     // A static cache costs the same whatever N: it is never capped, only admitted whole or left waiting.
-    if (shape.fixedTokens !== undefined) expect(e.budgetCap).toBeUndefined();
+    if (fixed !== undefined) expect(e.budgetCap).toBeUndefined();
     if (e.budgetCap === undefined) {
       expect(e.admittedMaxTokens).toBe(maxN);
     } else {
@@ -242,7 +257,8 @@ function checkInvariants(m: Model, r: Real, drained = false): void {
 
   // Sessions: held bytes, busy states and their turns agree.
   for (const s of snap.sessions) {
-    expect(s.heldBytes).toBe(s.state === 'running' || s.tokens === 0 ? 0 : (s.fixedTokens ?? s.tokens) * s.bpt);
+    expect(s.heldBytes).toBe(s.state === 'running' || s.tokens === 0 ? 0 : (fixedOf(s.modelId) ?? s.tokens) * s.bpt);
+    expect(s.tokens).toBeLessThanOrEqual(fixedOf(s.modelId) ?? CONTEXT);
     const inQueue = snap.queue.some((v) => v.id === s.turnRequestId);
     const inRunning = runningIds.has(s.turnRequestId ?? '');
     expect({ state: s.state, inQueue, inRunning }).toEqual({
@@ -313,7 +329,7 @@ class Submit implements fc.Command<Model, Real> {
     let expected = 'ok';
     if (s !== undefined && (s.modelId !== shape.modelId || s.bpt !== shape.bpt)) expected = 'SESSION_INVALID';
     else if (s !== undefined && s.state !== 'idle') expected = 'SESSION_INVALID';
-    else if (prefix + prompt + 1 > CONTEXT) expected = 'CONTEXT_OVERFLOW';
+    else if (prefix + prompt + 1 > contextOf(model)) expected = 'CONTEXT_OVERFLOW';
     else if (shape.rows * (fixed ?? prefix + prompt + 1) * shape.bpt > before.limitBytes)
       expected = 'KV_BUDGET_EXCEEDED';
     else if (before.queue.length >= before.maxQueue) expected = 'QUEUE_FULL';
@@ -323,7 +339,7 @@ class Submit implements fc.Command<Model, Real> {
     if (result.ok) {
       m.order += 1;
       m.live.set(id, m.order);
-      const clipped = prefix + prompt + max > CONTEXT;
+      const clipped = prefix + prompt + max > contextOf(model);
       expect(result.value.clipped !== undefined).toBe(clipped);
     }
     checkInvariants(m, r);
@@ -542,7 +558,7 @@ class Advance implements fc.Command<Model, Real> {
 const LIMITS = [0, 128, 256, 512, 1024];
 const submitArb = fc
   .record({
-    model: fc.constantFrom<ModelId>('a', 'a', 'b', 'z', 's'),
+    model: fc.constantFrom<ModelId>('a', 'a', 'b', 'z', 's', 't'),
     rows: fc.integer({ min: 1, max: 3 }),
     // Mostly short prompts; some long enough to overflow the context with a session prefix.
     prompt: fc.oneof({ arbitrary: fc.integer({ min: 1, max: 10 }), weight: 4 }, fc.integer({ min: 11, max: 24 })),
@@ -573,7 +589,7 @@ const commandArbs = [
     .tuple(index, fc.constantFrom<CancelReason | 'fail'>('user', 'disconnect', 'timeout', 'shutdown', 'fail'))
     .map(([i, reason]) => new Cancel(i, reason)),
   fc
-    .tuple(fc.constantFrom<ModelId>('a', 'b', 'z', 's'), fc.nat({ max: 1 }))
+    .tuple(fc.constantFrom<ModelId>('a', 'b', 'z', 's', 't'), fc.nat({ max: 1 }))
     .map(([model, n]) => (n === 0 ? new FailModel(model) : new Advance(1))),
   fc
     .tuple(
