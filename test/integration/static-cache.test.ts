@@ -10,7 +10,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import * as ort from 'onnxruntime-node';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { rowSeed } from '../../src/main/engine/batcher';
 import { type GenerationHooks, type GenerationJob, LoadedDecoder, type SessionKv } from '../../src/main/engine/decoder';
 import type { FinishReason } from '../../src/main/engine/protocol';
@@ -254,6 +254,38 @@ describe('static-cache graphs: twin packages with the same weights', () => {
         .result;
       expect(turn2.reusedTokens).toBe(13);
       expect(turn2.tokenIds).toEqual((await generate(dynamic, { rows: [next], maxNewTokens: 4 })).ids[0]);
+    } finally {
+      await h.close();
+    }
+  });
+});
+
+describe('static-cache sessions through the host', () => {
+  it('a cancelled turn leaves nothing held, in the scheduler or the engine, and the next turn starts fresh', async () => {
+    // Long enough a cache that the turn is still running when its first tokens arrive.
+    const dirs = writeTwinPackages(path.join(root, 'long'), {
+      layers: 2,
+      hidden: 128,
+      heads: 4,
+      capacity: 1024,
+      seed: 12,
+    });
+    const h = new RunnerService({ intraOpNumThreads: 2 });
+    try {
+      await h.loadModel(dirs.staticDir, { id: 'long' });
+      const promptIds = prompt(6, 16);
+      let cancelled = false;
+      const handle = h.generate({ promptIds, maxNewTokens: 1000, sampling: { greedy: true }, sessionId: 'c' }, (f) => {
+        if (f.type === 'tokens' && !cancelled) {
+          cancelled = true;
+          handle.cancel('user');
+        }
+      });
+      expect((await rejection(handle.result)).code).toBe('CANCELLED');
+      expect(h.scheduler.sessionInfo('c')?.heldBytes ?? 0).toBe(0);
+      await vi.waitFor(async () => expect((await h.engine.stats()).sessions).toEqual([]));
+      const next = await h.generate({ promptIds, maxNewTokens: 3, sampling: { greedy: true }, sessionId: 'c' }).result;
+      expect(next.reusedTokens).toBe(0);
     } finally {
       await h.close();
     }

@@ -877,7 +877,11 @@ class Generation {
     const finishReason = (rowsOut[0] as RowResult).finishReason;
     if (cancelled) {
       this.sched.cancel(this.id, this.cancelReason ?? 'user');
-      if (sessionId) this.host.setSessionMirror(sessionId, undefined);
+      if (sessionId) {
+        this.host.setSessionMirror(sessionId, undefined);
+        // The scheduler keeps nothing of a cancelled turn's session; the engine must not keep its KV either.
+        this.host.engine.dropSession(sessionId);
+      }
       this.fail(this.cancelError(`after ${this.generated} tokens`));
       return;
     }
