@@ -126,6 +126,8 @@ export type StreamFrame =
       promptTokens: number;
       rows: number;
       maxNewTokens: number;
+      /** A static KV cache's positions: the request needs all of them, whatever its length. */
+      fixedTokens?: number;
       clipped?: ContextClip;
     }
   | {

@@ -16,6 +16,7 @@ import { type GenerationHooks, type GenerationJob, LoadedDecoder, type SessionKv
 import type { FinishReason } from '../../src/main/engine/protocol';
 import { RunnerService } from '../../src/main/host/runner-service';
 import { loadModelSpec } from '../../src/main/packages';
+import type { StreamFrame } from '../../src/shared/contract';
 import type { ModelSpec } from '../../src/shared/model-spec';
 import { fixture, fixturesSkipReason, haveFixtures } from '../helpers/fixtures';
 import { GREEDY } from '../helpers/generation';
@@ -242,7 +243,12 @@ describe('static-cache graphs: twin packages with the same weights', () => {
       expect(info.logits.last).toBe(true);
       const capacityBytes = CAPACITY * spec.bpt;
       const promptIds = prompt(8, 15);
-      const r = await h.generate({ promptIds, maxNewTokens: 6, sampling: { greedy: true }, sessionId: 's' }).result;
+      const frames: StreamFrame[] = [];
+      const r = await h.generate({ promptIds, maxNewTokens: 6, sampling: { greedy: true }, sessionId: 's' }, (f) =>
+        frames.push(f),
+      ).result;
+      // The stream says from the start that the request needs the whole cache (the chat shows it while queued).
+      expect(frames[0]).toMatchObject({ type: 'accepted', fixedTokens: CAPACITY });
       expect(r.reservedBytes).toBe(capacityBytes);
       expect(r.kvBytes).toBe(capacityBytes);
       expect(r.tokenIds).toEqual((await generate(dynamic, { rows: [promptIds], maxNewTokens: 6 })).ids[0]);

@@ -746,6 +746,7 @@ class Generation {
       promptTokens: this.promptTokens,
       rows: this.rows.length,
       maxNewTokens: this.clipped?.clippedMaxTokens ?? maxNewTokens,
+      ...(spec.kv.kind === 'static' ? { fixedTokens: staticPositions(spec) } : {}),
       ...(this.clipped ? { clipped: this.clipped } : {}),
     });
     this.acceptedSent = true;

@@ -99,8 +99,10 @@ function LivePhase({ live }: { live: LiveReply }) {
         <span className="queued">queued</span>
         {queuePosition >= 0 && <span>position {queuePosition + 1}</span>}
         <span>
-          waiting for {formatInteger((live.promptTokens ?? 0) + (live.maxNewTokens ?? 0))} tokens of KV to be free —
-          nothing is reserved yet
+          {live.fixedTokens !== undefined
+            ? `waiting for a static KV cache of ${formatInteger(live.fixedTokens)} positions to be free`
+            : `waiting for ${formatInteger((live.promptTokens ?? 0) + (live.maxNewTokens ?? 0))} tokens of KV to be free`}{' '}
+          — nothing is reserved yet
         </span>
       </div>
     );

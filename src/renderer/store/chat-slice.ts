@@ -54,6 +54,7 @@ export function reduceFrames(
           phase: next.phase === 'sending' ? 'queued' : next.phase,
           promptTokens: frame.promptTokens,
           maxNewTokens: frame.maxNewTokens,
+          fixedTokens: frame.fixedTokens,
           clipped: frame.clipped,
         };
         break;

@@ -63,6 +63,8 @@ export interface LiveReply {
   startedAt: number;
   promptTokens?: number;
   maxNewTokens?: number;
+  /** A static KV cache's positions, which the request needs whole. */
+  fixedTokens?: number;
   admittedMaxTokens?: number;
   reservedBytes?: number;
   tokens: number;

@@ -145,6 +145,13 @@ describe('replies', () => {
     expect(store.getState().threads[0]?.messages[1]?.content).toBe('Hello');
   });
 
+  it('keeps the positions of a static KV cache the request waits for', () => {
+    const store = storeWithThread();
+    start(store);
+    store.getState().applyFrames([{ messageId: 'a1', frames: [{ ...accepted, fixedTokens: 48 }] }], 11);
+    expect(store.getState().live.a1).toMatchObject({ phase: 'queued', fixedTokens: 48 });
+  });
+
   it("a long prompt's reading progress shows until the first token", () => {
     const store = storeWithThread();
     start(store);
