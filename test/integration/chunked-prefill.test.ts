@@ -52,7 +52,7 @@ function generate(
   b: ContinuousBatcher,
   rows: number[][],
   maxNewTokens: number,
-  opts: { session?: SessionKv; onStep?: () => void } = {},
+  opts: { session?: SessionKv; onStep?: () => void; onPrefill?: () => void } = {},
 ): Gen {
   const ids: number[][] = rows.map(() => []);
   const prefill: Array<[number, number]> = [];
@@ -68,6 +68,7 @@ function generate(
     onStart: () => {},
     onPrefill: (done, total) => {
       prefill.push([done, total]);
+      opts.onPrefill?.();
     },
     onStep: (step) => {
       step.forEach((id, r) => {
@@ -206,6 +207,42 @@ describe('chunked prefill on the default model (Llama family, RoPE, GQA)', () =>
     expect(result).toMatchObject({ finishReason: 'cancelled', generatedTokens: 0 });
     expect(e.runs.filter((r) => r === '1×60')).toHaveLength(1);
     expect(running.ids[0]).toHaveLength(20);
+  });
+});
+
+describe('a joint prefill without the members asked to stop', () => {
+  let e: Awaited<ReturnType<typeof engine>>;
+  beforeAll(async () => {
+    e = await engine(defaultModelDir);
+  });
+  afterAll(async () => {
+    await e.session.release();
+  });
+
+  it('a member cancelled between chunks leaves the group at once; the other goes on alone with its own tokens', async () => {
+    const a = prompt(200, 10);
+    const bRow = prompt(190, 11);
+    const solo = generate(e.batcher(100), [bRow], 8);
+    await solo.outcome;
+    e.runs.length = 0;
+
+    // Both submitted before the loop starts: one joint prefill of 2 rows × 50 positions per chunk.
+    const b = e.batcher(100);
+    let runsWhenAEnded = -1;
+    const first: Gen = generate(b, [a], 8, { onPrefill: () => first.stop() });
+    const second = generate(b, [bRow], 8);
+    const ended = first.outcome.then((o) => {
+      runsWhenAEnded = e.runs.length;
+      return o;
+    });
+    expect(await ended).toMatchObject({ finishReason: 'cancelled', generatedTokens: 0 });
+    await second.outcome;
+    expect(first.ids).toEqual([[]]);
+    // It ended after the first chunk (its promise settles while the next chunk, already one row wide, runs),
+    // not after the group's prefill; the rest of the prefill ran without its row.
+    expect(runsWhenAEnded).toBe(2);
+    expect(e.runs.slice(0, 4)).toEqual(['2×50', '1×50', '1×50', '1×50']);
+    expect(second.ids).toEqual(solo.ids);
   });
 });
 

@@ -85,6 +85,16 @@ function columns(flat: readonly number[], rows: number, width: number, from: num
   return out;
 }
 
+/** Rows `keep` (in order) of a row-major `rows × width` array. */
+function pickRows(flat: readonly number[], width: number, keep: readonly number[]): number[] {
+  const out: number[] = new Array(keep.length * width);
+  let k = 0;
+  for (const r of keep) {
+    for (let i = r * width; i < (r + 1) * width; i++) out[k++] = flat[i] as number;
+  }
+  return out;
+}
+
 /**
  * Splits newcomers without reusable KV into prefill groups: sorted by prompt
  * length, a member joins the current group while the padding stays within
@@ -338,14 +348,15 @@ export class ContinuousBatcher {
    * Prefills newcomers: either one session turn reusing `reused` positions of
    * its KV, or a group of fresh prompts (`reused` 0), every row left-padded to
    * the group's longest. Runs in chunks of at most `chunkTokens` tokens; between
-   * chunks the running batch takes a step, and a group whose every member was
-   * asked to stop ends there.
+   * chunks the running batch takes a step, and members asked to stop leave the
+   * group there (their rows dropped from the KV computed so far and from the
+   * chunks still to run), so a cancel waits for one chunk, not the whole group.
    */
-  private async prefill(group: Member[], reused: number): Promise<void> {
+  private async prefill(members: Member[], reused: number): Promise<void> {
     const spec = this.spec;
     const ports = spec.ports;
-    const first = group[0] as Member;
-    const session = group.length === 1 ? first.job.session : undefined;
+    let group = members;
+    const session = group.length === 1 ? (group[0] as Member).job.session : undefined;
     let past = new Map<string, ort.Tensor>();
     let pastLen = 0;
     if (session && reused > 0) {
@@ -356,15 +367,15 @@ export class ContinuousBatcher {
       }
       pastLen = reused;
     }
-    const R = group.reduce((n, m) => n + m.job.rows.length, 0);
+    let R = group.reduce((n, m) => n + m.job.rows.length, 0);
     if (R > 1 && pastLen > 0) throw new KvdeskError('INTERNAL', 'multi-row requests never reuse session KV');
     if (pastLen === 0) past = new Map(this.kvTensors.map((t) => [t.past, emptyPast(t, R)]));
     const newRows = group.map((m) => m.job.rows.map((r) => r.slice(reused)));
     const P = Math.max(...newRows.flat().map((r) => r.length));
     const padId = spec.padTokenId ?? spec.eosTokenIds[0] ?? 0;
-    const ids: number[] = [];
-    const mask: number[] = [];
-    const positions: number[] = [];
+    let ids: number[] = [];
+    let mask: number[] = [];
+    let positions: number[] = [];
     const firstRow = new Map<Member, number>();
     let at = 0;
     group.forEach((m, g) => {
@@ -397,11 +408,31 @@ export class ContinuousBatcher {
       if (from > 0) {
         if (this.rows.length > 0) await this.decodeStep();
         const stops = group.map((m) => m.hooks.stopRequested());
-        if (stops.every((stop) => stop !== null)) {
+        if (stops.some((stop) => stop !== null)) {
+          const keep: number[] = [];
+          const staying: Member[] = [];
           group.forEach((m, g) => {
-            endUnstarted(m, stops[g] as 'stop' | 'cancelled');
+            const stop = stops[g];
+            if (stop) endUnstarted(m, stop);
+            else {
+              staying.push(m);
+              const base = firstRow.get(m) as number;
+              for (let i = 0; i < m.rows.length; i++) keep.push(base + i);
+            }
           });
-          return;
+          if (staying.length === 0) return;
+          // The others go on without the stopped rows: in the KV so far and in the columns still to run.
+          for (const t of this.kvTensors) past.set(t.past, selectBatch(t, past.get(t.past) as ort.Tensor, keep));
+          ids = pickRows(ids, P, keep);
+          mask = pickRows(mask, W, keep);
+          positions = pickRows(positions, P, keep);
+          group = staying;
+          R = keep.length;
+          let next = 0;
+          for (const m of group) {
+            firstRow.set(m, next);
+            next += m.rows.length;
+          }
         }
       }
       const n = to - from;
@@ -417,7 +448,7 @@ export class ContinuousBatcher {
         feeds[ports.positionIds.name] = idTensor(ports.positionIds, columns(positions, R, P, from, to), [R, n]);
       }
       for (const t of this.kvTensors) feeds[t.past] = past.get(t.past) as ort.Tensor;
-      out = await this.runCounted(first.hooks, feeds);
+      out = await this.runCounted((group[0] as Member).hooks, feeds);
       // The past tensors are dead now: unreferenced, they can be collected before the next chunk or sampling.
       for (const t of this.kvTensors) delete feeds[t.past];
       past = this.presents(out);
