@@ -244,6 +244,33 @@ describe('a joint prefill without the members asked to stop', () => {
     expect(e.runs.slice(0, 4)).toEqual(['2×50', '1×50', '1×50', '1×50']);
     expect(second.ids).toEqual(solo.ids);
   });
+
+  it('a two-row member in the middle of a group of three leaves it; the rows before and after keep their tokens', async () => {
+    // The group is ordered by longest prompt: A (118), B (119 and 117), C (121).
+    const rowsA = [prompt(118, 12)];
+    const rowsB = [prompt(119, 13), prompt(117, 14)];
+    const rowsC = [prompt(121, 15)];
+    const solo = async (rows: number[][]) => {
+      const g = generate(e.batcher(120), rows, 6);
+      await g.outcome;
+      return g.ids;
+    };
+    const [soloA, soloC] = [await solo(rowsA), await solo(rowsC)];
+    e.runs.length = 0;
+
+    // Four rows, 121 positions: five chunks of 25 (the last 21). B — rows 1–2 of the group, which is ordered by
+    // prompt length — stops after the first chunk; A and C run the other four chunks two rows wide.
+    const b = e.batcher(120);
+    const a = generate(b, rowsA, 6);
+    const middle: Gen = generate(b, rowsB, 6, { onPrefill: () => middle.stop() });
+    const c = generate(b, rowsC, 6);
+    expect(await middle.outcome).toMatchObject({ finishReason: 'cancelled', generatedTokens: 0 });
+    await Promise.all([a.outcome, c.outcome]);
+    expect(e.runs.slice(0, 5)).toEqual(['4×25', '2×25', '2×25', '2×25', '2×21']);
+    expect(middle.ids).toEqual([[], []]);
+    expect(a.ids).toEqual(soloA);
+    expect(c.ids).toEqual(soloC);
+  });
 });
 
 describe('chunked prefill through the host', () => {
