@@ -8,7 +8,10 @@
  * buffers it came from: nothing is concatenated, padded or trimmed, and a
  * session turn keeps its buffers and overwrites them from the first position
  * its new prompt differs. Positions past `kv_sequence_length` are never read,
- * so stale ones need no clearing.
+ * so stale ones need no clearing. (Through onnxruntime-node the update is not
+ * in place: TensorScatter copies the whole cache into the bound output, which
+ * never aliases its input, and every output comes back as one more fresh copy;
+ * bench/static-cache.ts measures what that costs.)
  *
  * One sequence per run: a request's rows, and concurrent requests, take turns
  * run by run (each awaits its own runs; onnxruntime runs them one at a time).
@@ -47,17 +50,17 @@ export function staticCapacity(cache: StaticCacheSpec): number {
   return staticCacheDims(cache)[cache.seqAxis ?? 1] as number;
 }
 
+/** One zeroed cache buffer for `rows` sequences. */
+function zeroedBuffer(cache: StaticCacheSpec, rows: number): ort.Tensor {
+  const dims = staticCacheDims(cache);
+  dims[0] = rows;
+  const length = dims.reduce((a, b) => a * b, 1);
+  return new ort.Tensor(cache.dtype === 'float16' ? 'float16' : 'float32', kvArray(cache.dtype, length), dims);
+}
+
 /** Zeroed cache buffers for one sequence, keyed by graph input name. */
 export function newStaticCache(cache: StaticCacheSpec): Map<string, ort.Tensor> {
-  const dims = staticCacheDims(cache);
-  const length = dims.reduce((a, b) => a * b, 1);
-  const type = cache.dtype === 'float16' ? 'float16' : 'float32';
-  return new Map(
-    [...cache.keyCacheInputs, ...cache.valueCacheInputs].map((name) => [
-      name,
-      new ort.Tensor(type, kvArray(cache.dtype, length), dims),
-    ]),
-  );
+  return new Map([...cache.keyCacheInputs, ...cache.valueCacheInputs].map((name) => [name, zeroedBuffer(cache, 1)]));
 }
 
 /** A [rows] control input (write index or sequence length) holding `value` for every row. */
@@ -126,16 +129,12 @@ export function staticProbeFeeds(
   total: number,
   past?: ort.InferenceSession.OnnxValueMapType,
 ): Record<string, ort.Tensor> {
-  const dims = staticCacheDims(cache);
-  dims[0] = rows;
-  const length = dims.reduce((a, b) => a * b, 1);
-  const type = cache.dtype === 'float16' ? 'float16' : 'float32';
   const feeds: Record<string, ort.Tensor> = {};
   const inputs = [...cache.keyCacheInputs, ...cache.valueCacheInputs];
   const outputs = [...cache.keyCacheOutputs, ...cache.valueCacheOutputs];
   inputs.forEach((input, i) => {
     const previous = past?.[outputs[i] as string] as ort.Tensor | undefined;
-    feeds[input] = previous ?? new ort.Tensor(type, kvArray(cache.dtype, length), dims);
+    feeds[input] = previous ?? zeroedBuffer(cache, rows);
   });
   feeds[cache.writeIndicesInput] = controlTensor(cache.writeIndicesInput, cache.writeIndicesDtype, rows, from);
   feeds[cache.kvSequenceLengthInput] = controlTensor(
