@@ -231,6 +231,15 @@ describe('static-cache graphs: twin packages with the same weights', () => {
     expect(stopped.runs).toBe(2);
     expect(stopped.ids).toEqual([[]]);
 
+    // A session turn stopped the same way keeps the positions it wrote, and the next turn builds on them.
+    const session: SessionKv = { tokens: [], past: new Map() };
+    const long = prompt(20, 13);
+    await generate(chunked, { rows: [long], session }, 2);
+    expect(session.tokens).toEqual(long.slice(0, 10));
+    const resumed = await generate(chunked, { rows: [long], maxNewTokens: 6, session });
+    expect(resumed.started).toEqual({ prefill: 10, reused: 10 });
+    expect(resumed.ids).toEqual((await generate(dynamic, { rows: [long], maxNewTokens: 6 })).ids);
+
     const err = await rejection(generate(fixed, { rows: [prompt(CAPACITY + 1, 14)] }));
     expect(err.code).toBe('BAD_REQUEST');
     expect(err.message).toContain(`holds ${CAPACITY} positions`);
