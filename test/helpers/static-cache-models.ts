@@ -77,7 +77,10 @@ function graph(kind: 'dynamic' | 'static', o: TwinOptions): GraphBuilder {
       axis: int(-1),
     });
   }
-  b.op('MatMul', [x, w('head', [o.hidden, VOCAB], 1 / Math.sqrt(o.hidden))], {}, 'logits');
+  // The end token is all but ruled out, so a greedy reply runs as long as it is asked to (tests that cancel
+  // mid-reply must not see it end first).
+  const bias = b.weight('head.bias', [VOCAB], () => new Float32Array(VOCAB).fill(0).fill(-1e4, EOS, EOS + 1));
+  b.op('Add', [b.op('MatMul', [x, w('head', [o.hidden, VOCAB], 1 / Math.sqrt(o.hidden))]), bias], {}, 'logits');
   b.output('logits', 'float32', ['batch', 'seq', VOCAB]);
   for (const [name, shape] of outputs) b.output(name, 'float32', shape);
   return b;
