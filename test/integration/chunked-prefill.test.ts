@@ -208,18 +208,8 @@ describe('chunked prefill on the default model (Llama family, RoPE, GQA)', () =>
     expect(e.runs.filter((r) => r === '1×60')).toHaveLength(1);
     expect(running.ids[0]).toHaveLength(20);
   });
-});
 
-describe('a joint prefill without the members asked to stop', () => {
-  let e: Awaited<ReturnType<typeof engine>>;
-  beforeAll(async () => {
-    e = await engine(defaultModelDir);
-  });
-  afterAll(async () => {
-    await e.session.release();
-  });
-
-  it('a member cancelled between chunks leaves the group at once; the other goes on alone with its own tokens', async () => {
+  it('a joint prefill: a member cancelled between chunks leaves the group at once; the other goes on alone with its own tokens', async () => {
     const a = prompt(200, 10);
     const bRow = prompt(190, 11);
     const solo = generate(e.batcher(100), [bRow], 8);
@@ -245,7 +235,7 @@ describe('a joint prefill without the members asked to stop', () => {
     expect(second.ids).toEqual(solo.ids);
   });
 
-  it('a two-row member in the middle of a group of three leaves it; the rows before and after keep their tokens', async () => {
+  it('a joint prefill: a two-row member in the middle of a group of three leaves it; the rows before and after keep their tokens', async () => {
     // The group is ordered by longest prompt: A (118), B (119 and 117), C (121).
     const rowsA = [prompt(118, 12)];
     const rowsB = [prompt(119, 13), prompt(117, 14)];

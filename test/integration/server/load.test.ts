@@ -91,8 +91,36 @@ describe('64 concurrent streams against a budget for three', () => {
         return 'refused';
       }
     };
-    const outcomes = await Promise.all(Array.from({ length: 64 }, (_, i) => one(i)));
-    sampling = false;
+    const ended: Array<Outcome | undefined> = Array(64).fill(undefined);
+    const all = Promise.all(
+      Array.from({ length: 64 }, (_, i) =>
+        one(i).then((o) => {
+          ended[i] = o;
+          return o;
+        }),
+      ),
+    );
+    // Normally done in about a second; if a stream ever hangs, fail with what the scheduler was doing then,
+    // rather than at the test timeout with nothing to go on.
+    let watchdog: NodeJS.Timeout | undefined;
+    const stuck = new Promise<never>((_, reject) => {
+      watchdog = setTimeout(() => {
+        const waiting = ended.flatMap((o, i) => (o === undefined ? [i] : []));
+        const last = samples.at(-1);
+        const brief = (v: SchedulerSnapshot['running'][number]) =>
+          `${v.id}:${v.state} gen ${v.generatedTokens} reserved ${v.reservedBytes}`;
+        reject(
+          new Error(
+            `clients ${waiting.join(', ')} never ended; last snapshot: running [${last?.running.map(brief).join('; ')}], ` +
+              `queue [${last?.queue.map(brief).join('; ')}], reserved ${last?.reservedBytes}, held ${last?.heldBytes}`,
+          ),
+        );
+      }, 40_000);
+    });
+    const outcomes = await Promise.race([all, stuck]).finally(() => {
+      clearTimeout(watchdog);
+      sampling = false;
+    });
     await sampler;
 
     // Every refusal is the structured 429 of a full queue.
