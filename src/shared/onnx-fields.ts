@@ -30,6 +30,7 @@ export const ATTR_NAME = 1;
 export const ATTR_I = 3;
 export const ATTR_T = 5;
 export const ATTR_G = 6;
+export const ATTR_INTS = 8;
 export const ATTR_GRAPHS = 11;
 export const TENSOR_DIMS = 1;
 export const TENSOR_DATA_TYPE = 2;

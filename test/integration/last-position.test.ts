@@ -11,7 +11,7 @@ import path from 'node:path';
 import { onnx } from 'onnx-proto';
 import * as ort from 'onnxruntime-node';
 import { afterAll, describe, expect, it } from 'vitest';
-import { GraphBuilder, int, writeOnnxModel } from '../../scripts/model-gen/onnx-builder';
+import { GraphBuilder, int, ints, writeOnnxModel } from '../../scripts/model-gen/onnx-builder';
 import { LoadedDecoder, lastPositionSession } from '../../src/main/engine/decoder';
 import { lastPositionGraph } from '../../src/main/engine/last-position';
 import type { EngineSessionOptions, LogitsPositions } from '../../src/main/engine/protocol';
@@ -350,6 +350,31 @@ describe('graphs whose head the rewrite does not recognise', () => {
     const loaded = await lastPositionSession(spec, OPTIONS);
     expect(loaded.session).toBeNull();
     expect(loaded.logits).toMatchObject({ last: false, detail: expect.stringContaining('was not used') });
+  });
+
+  it('rewrites a tied head written as MatMul(h, Transpose(embedding))', async () => {
+    // The [16, 4] embedding table itself, turned [4, 16] by a Transpose in the graph: no second copy in the file.
+    const file = toy('tied-transpose', (b, h) =>
+      b.op('MatMul', [h, b.op('Transpose', ['embed'], { perm: ints([1, 0]) })]),
+    );
+    expect(lastPositionGraph(file, 'logits')).toMatchObject({ ok: true, vocab: 16 });
+    const { full, last } = await toyLogits(file);
+    expect(last.dims).toEqual([2, 1, 16]);
+    expect([...(last.data as Float32Array)]).toEqual(lastOfEachRow(full));
+    // Without a perm a Transpose reverses the axes: the same head.
+    const plain = toy('tied-transpose-default', (b, h) => b.op('MatMul', [h, b.op('Transpose', ['embed'])]));
+    expect(lastPositionGraph(plain, 'logits')).toMatchObject({ ok: true, vocab: 16 });
+    // The perm is read: one that keeps the axes is not taken for the swap (the vocabulary would be the wrong dim).
+    const kept = toy('transpose-identity', (b, h) => {
+      const w = b.weight('w', [4, 16], () => new Float32Array(64).fill(0.1));
+      return b.op('MatMul', [h, b.op('Transpose', [w], { perm: ints([0, 1]) })]);
+    });
+    expect(lastPositionGraph(kept, 'logits')).toMatchObject({ ok: false });
+    // A Transpose of something computed is no weight.
+    const computed = toy('transpose-computed', (b, h) =>
+      b.op('MatMul', [h, b.op('Transpose', [b.op('Mul', ['embed', 'embed'])])]),
+    );
+    expect(lastPositionGraph(computed, 'logits')).toMatchObject({ ok: false });
   });
 
   it('rewrites a plain head and the copy scores the last position', async () => {

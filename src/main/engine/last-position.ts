@@ -22,6 +22,7 @@ import {
   ATTR_G,
   ATTR_GRAPHS,
   ATTR_I,
+  ATTR_INTS,
   ATTR_NAME,
   ATTR_T,
   DATA_LOCATION_EXTERNAL,
@@ -86,6 +87,8 @@ interface Node {
   opType: string;
   domain: string;
   ints: Map<string, number>;
+  /** Integer-list attributes (a Transpose's perm). */
+  intLists: Map<string, number[]>;
   /** Names its subgraphs (If/Loop/Scan bodies) read, their own included. */
   subgraphNames: string[];
   /** A Constant node's tensor dims. */
@@ -153,7 +156,16 @@ function attributeGraphNames(buf: Buffer, attr: WireField, into: string[]): void
 
 function readNode(file: FileBytes, f: WireField): Node {
   const buf = copy(file, f.valueStart, f.end);
-  const node: Node = { field: f, inputs: [], outputs: [], opType: '', domain: '', ints: new Map(), subgraphNames: [] };
+  const node: Node = {
+    field: f,
+    inputs: [],
+    outputs: [],
+    opType: '',
+    domain: '',
+    ints: new Map(),
+    intLists: new Map(),
+    subgraphNames: [],
+  };
   for (const g of fields(buf, 0, buf.length)) {
     if (g.field === NODE_INPUT && g.wire === WIRE_LEN) node.inputs.push(text(buf, g));
     else if (g.field === NODE_OUTPUT && g.wire === WIRE_LEN) node.outputs.push(text(buf, g));
@@ -162,13 +174,22 @@ function readNode(file: FileBytes, f: WireField): Node {
     else if (g.field === NODE_ATTRIBUTE && g.wire === WIRE_LEN) {
       let name = '';
       let value: number | undefined;
+      const list: number[] = [];
       let tensor: WireField | undefined;
       for (const a of fields(buf, g.valueStart, g.end)) {
         if (a.field === ATTR_NAME && a.wire === WIRE_LEN) name = text(buf, a);
         else if (a.field === ATTR_I && a.wire === WIRE_VARINT) value = a.varint;
-        else if (a.field === ATTR_T && a.wire === WIRE_LEN) tensor = a;
+        else if (a.field === ATTR_INTS && a.wire === WIRE_VARINT) list.push(a.varint);
+        else if (a.field === ATTR_INTS && a.wire === WIRE_LEN) {
+          for (let pos = a.valueStart; pos < a.end; ) {
+            const [v, next] = readVarint(buf, pos);
+            list.push(v);
+            pos = next;
+          }
+        } else if (a.field === ATTR_T && a.wire === WIRE_LEN) tensor = a;
       }
       if (value !== undefined) node.ints.set(name, value);
+      if (list.length > 0) node.intLists.set(name, list);
       if (tensor && name === 'value') node.constantDims = tensorHeader(buf, tensor.valueStart, tensor.end).dims;
       attributeGraphNames(buf, g, node.subgraphNames);
     }
@@ -300,6 +321,20 @@ function plan(nodes: Node[], initializerDims: Map<string, number[]>, logits: str
   }
   const dimsOf = (t: string) => initializerDims.get(t) ?? constantDims.get(t);
   const isConst = (t: string) => dimsOf(t) !== undefined;
+  /**
+   * The dims a weight read through a Transpose of a constant matrix has: a tied
+   * head written as MatMul(h, Transpose(embedding)), the [vocab, hidden] table
+   * turned [hidden, vocab]. Undefined for anything else.
+   */
+  const transposedDims = (t: string): number[] | undefined => {
+    const n = producer.get(t);
+    if (n?.opType !== 'Transpose' || (n.domain !== '' && n.domain !== 'ai.onnx')) return undefined;
+    const dims = dimsOf(n.inputs[0] as string);
+    const perm = n.intLists.get('perm');
+    if (dims?.length !== 2 || (perm !== undefined && (perm[0] !== 1 || perm[1] !== 0))) return undefined;
+    return [dims[1] as number, dims[0] as number];
+  };
+  const weightDims = (t: string) => dimsOf(t) ?? transposedDims(t);
   const single = (t: string) => (consumers.get(t) ?? 0) === 1;
   const allowsZero = (n: Node) => (n.ints.get('allowzero') ?? 0) !== 0;
   // From the logits output back to the head through per-position ops and reshapes.
@@ -311,7 +346,7 @@ function plan(nodes: Node[], initializerDims: Map<string, number[]>, logits: str
     if (!n) return `"${cur}" is not computed by a node`;
     if (isQuantizedHead(n) && isConst(n.inputs[1] as string)) head = n;
     else if (n.domain !== '' && n.domain !== 'ai.onnx') return `"${cur}" comes from ${n.domain}.${n.opType}`;
-    else if (n.opType === 'MatMul' && n.inputs.length === 2 && isConst(n.inputs[1] as string)) head = n;
+    else if (n.opType === 'MatMul' && n.inputs.length === 2 && weightDims(n.inputs[1] as string)) head = n;
     else if (n.opType === 'Gemm' && isConst(n.inputs[1] as string) && (n.ints.get('transA') ?? 0) === 0) head = n;
     else if (ELEMENTWISE.has(n.opType)) {
       const live = n.inputs.filter((i) => !isConst(i));
@@ -327,7 +362,7 @@ function plan(nodes: Node[], initializerDims: Map<string, number[]>, logits: str
   }
   if (!head) return 'no MatMul or Gemm with a weight within 16 nodes of the logits';
   if (reshapes.length > 1) return 'the head output is reshaped more than once';
-  const weight = dimsOf(head.inputs[1] as string) ?? [];
+  const weight = (head.opType === 'MatMul' ? weightDims : dimsOf)(head.inputs[1] as string) ?? [];
   let vocab: number | undefined;
   if (isQuantizedHead(head)) vocab = head.ints.get('N');
   else if (weight.length === 2) {
