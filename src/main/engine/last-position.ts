@@ -118,20 +118,26 @@ function text(src: Bytes, f: WireField): string {
   return raw.toString('utf8');
 }
 
+/** The values of a repeated integer field, one element (unpacked) or a packed run of varints. */
+function pushInts(src: Bytes, f: WireField, into: number[]): void {
+  if (f.wire === WIRE_VARINT) {
+    into.push(f.varint);
+    return;
+  }
+  for (let pos = f.valueStart; pos < f.end; ) {
+    const [v, next] = readVarint(src, pos);
+    into.push(v);
+    pos = next;
+  }
+}
+
 /** A TensorProto's dims (packed or not) and name; reads no tensor data. */
 function tensorHeader(src: Bytes, start: number, end: number): { name: string; dims: number[] } {
   let name = '';
   const dims: number[] = [];
   for (const g of fields(src, start, end)) {
     if (g.field === TENSOR_NAME && g.wire === WIRE_LEN) name = text(src, g);
-    else if (g.field === TENSOR_DIMS && g.wire === WIRE_VARINT) dims.push(g.varint);
-    else if (g.field === TENSOR_DIMS && g.wire === WIRE_LEN) {
-      for (let pos = g.valueStart; pos < g.end; ) {
-        const [d, next] = readVarint(src, pos);
-        dims.push(d);
-        pos = next;
-      }
-    }
+    else if (g.field === TENSOR_DIMS && (g.wire === WIRE_VARINT || g.wire === WIRE_LEN)) pushInts(src, g, dims);
   }
   return { name, dims };
 }
@@ -179,14 +185,8 @@ function readNode(file: FileBytes, f: WireField): Node {
       for (const a of fields(buf, g.valueStart, g.end)) {
         if (a.field === ATTR_NAME && a.wire === WIRE_LEN) name = text(buf, a);
         else if (a.field === ATTR_I && a.wire === WIRE_VARINT) value = a.varint;
-        else if (a.field === ATTR_INTS && a.wire === WIRE_VARINT) list.push(a.varint);
-        else if (a.field === ATTR_INTS && a.wire === WIRE_LEN) {
-          for (let pos = a.valueStart; pos < a.end; ) {
-            const [v, next] = readVarint(buf, pos);
-            list.push(v);
-            pos = next;
-          }
-        } else if (a.field === ATTR_T && a.wire === WIRE_LEN) tensor = a;
+        else if (a.field === ATTR_INTS && (a.wire === WIRE_VARINT || a.wire === WIRE_LEN)) pushInts(buf, a, list);
+        else if (a.field === ATTR_T && a.wire === WIRE_LEN) tensor = a;
       }
       if (value !== undefined) node.ints.set(name, value);
       if (list.length > 0) node.intLists.set(name, list);
