@@ -18,7 +18,7 @@
  */
 import * as ort from 'onnxruntime-node';
 import { KvdeskError } from '../../shared/errors';
-import type { ModelSpec, StaticCacheSpec } from '../../shared/model-spec';
+import { type ModelSpec, type StaticCacheSpec, staticPositions } from '../../shared/model-spec';
 import type { GenerationHooks, GenerationJob, GenerationOutcome } from './decoder';
 import { commonPrefix, idTensor } from './feeds';
 import { kvArray } from './kv-cache';
@@ -32,7 +32,7 @@ export type RunWithFetches = (
 ) => Promise<ort.InferenceSession.OnnxValueMapType>;
 
 /** The dims of one cache buffer for one sequence: the declared shape with its batch axis set to 1. */
-export function staticCacheDims(cache: StaticCacheSpec): number[] {
+function staticCacheDims(cache: StaticCacheSpec): number[] {
   return cache.shape.map((d, axis) => {
     if (axis === 0) return 1;
     if (typeof d !== 'number') {
@@ -43,11 +43,6 @@ export function staticCacheDims(cache: StaticCacheSpec): number[] {
     }
     return d;
   });
-}
-
-/** Positions a static cache holds. */
-export function staticCapacity(cache: StaticCacheSpec): number {
-  return staticCacheDims(cache)[cache.seqAxis ?? 1] as number;
 }
 
 /** One zeroed cache buffer for `rows` sequences. */
@@ -171,7 +166,8 @@ export class StaticCacheRunner {
     if (!Number.isInteger(chunkTokens) || chunkTokens < 1) {
       throw new KvdeskError('INTERNAL', `prefill chunk must be a positive whole number of tokens, got ${chunkTokens}`);
     }
-    this.capacity = staticCapacity(cache);
+    // The package reader refuses a cache whose sequence axis is not fixed, so this is its declared capacity.
+    this.capacity = staticPositions(spec) as number;
     this.limit = Math.min(this.capacity, spec.contextLength);
     this.sequenceBytes = this.capacity * spec.bpt;
   }

@@ -713,6 +713,8 @@ class Generation {
       }
     }
     const maxNewTokens = this.req.maxNewTokens ?? spec.search.maxNewTokens ?? 256;
+    // A static cache: the request holds all its positions whatever its length (undefined otherwise).
+    const fixedTokens = staticPositions(spec);
     const submitted = this.sched.submit(
       {
         id: this.id,
@@ -722,7 +724,7 @@ class Generation {
         rows: this.rows.length,
         promptTokens,
         maxNewTokens,
-        ...(spec.kv.kind === 'static' ? { fixedTokens: staticPositions(spec) } : {}),
+        ...(fixedTokens !== undefined ? { fixedTokens } : {}),
         ...(this.req.priority !== undefined ? { priority: this.req.priority } : {}),
         ...(sessionId ? { sessionId } : {}),
         ...(this.req.threadId ? { threadId: this.req.threadId } : {}),
@@ -746,7 +748,7 @@ class Generation {
       promptTokens: this.promptTokens,
       rows: this.rows.length,
       maxNewTokens: this.clipped?.clippedMaxTokens ?? maxNewTokens,
-      ...(spec.kv.kind === 'static' ? { fixedTokens: staticPositions(spec) } : {}),
+      ...(fixedTokens !== undefined ? { fixedTokens } : {}),
       ...(this.clipped ? { clipped: this.clipped } : {}),
     });
     this.acceptedSent = true;
