@@ -19,7 +19,7 @@
  */
 import os from 'node:os';
 import { RunnerService } from '../src/main/host/runner-service';
-import { parseArgs } from './lib/args';
+import { flagValue, parseArgs } from './lib/args';
 import { log, rotate } from './lib/context';
 import { kvdeskGenerate } from './lib/kvdesk';
 import { type BenchShape, ensureModel } from './lib/models';
@@ -36,10 +36,7 @@ interface Row {
 
 async function main(): Promise<void> {
   const argv = process.argv.slice(2);
-  const get = (flag: string, dflt: string) => {
-    const i = argv.indexOf(flag);
-    return i >= 0 ? (argv[i + 1] ?? dflt) : dflt;
-  };
+  const get = (flag: string, dflt: string) => flagValue(argv, flag, dflt);
   const shape = get('--shape', 'gpt2-small') as BenchShape;
   const reps = Number(get('--reps', '3'));
   const tokens = Number(get('--tokens', '128'));

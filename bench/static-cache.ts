@@ -17,6 +17,7 @@ import { LoadedDecoder } from '../src/main/engine/decoder';
 import { loadModelSpec } from '../src/main/packages';
 import { GREEDY } from '../test/helpers/generation';
 import { writeTwinPackages } from '../test/helpers/static-cache-models';
+import { flagValue } from './lib/args';
 import { log, rotate } from './lib/context';
 import { fmt, median } from './lib/stats';
 
@@ -25,10 +26,7 @@ const HIDDEN = 512;
 
 async function main(): Promise<void> {
   const argv = process.argv.slice(2);
-  const get = (flag: string, dflt: number) => {
-    const i = argv.indexOf(flag);
-    return i >= 0 ? Number(argv[i + 1]) : dflt;
-  };
+  const get = (flag: string, dflt: number) => Number(flagValue(argv, flag, String(dflt)));
   const reps = Math.max(3, get('--reps', 3));
   const tokens = get('--tokens', 64);
   const capacity = get('--capacity', 2048);

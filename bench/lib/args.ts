@@ -21,6 +21,12 @@ const SKIPPABLE = ['tjs', 'concurrency', 'kv', 'floor', 'admission', 'delivery',
 
 export class UsageError extends Error {}
 
+/** The value after `flag` in `argv`, or `dflt` (the small scripts beside run.ts take a few such flags). */
+export function flagValue(argv: readonly string[], flag: string, dflt: string): string {
+  const i = argv.indexOf(flag);
+  return i >= 0 ? (argv[i + 1] ?? dflt) : dflt;
+}
+
 export function parseArgs(argv: string[]): BenchOptions {
   const quick = argv.includes('--quick');
   const opts: BenchOptions = {
