@@ -83,6 +83,11 @@ function genaiVariant(
   };
 }
 
+/** A manifest override that gives the cpu variant these ORT session options. */
+const cpuSessionOptions = (sessionOptions: Record<string, unknown>) => ({
+  components: { model: { variants: { cpu: { executor_info: { ort: { session_options: sessionOptions } } } } } },
+});
+
 const sharedAssetFiles = (hex = TOKENIZER_HEX, files = SHARED_TOKENIZER): Record<string, FileContent> =>
   Object.fromEntries(Object.entries(files).map(([p, c]) => [`shared_assets/sha256-${hex}/${p}`, c]));
 
@@ -388,15 +393,7 @@ describe('ORT model package: components and executor_info', () => {
 
   it('refuses a session option that makes onnxruntime write a file', async () => {
     const dir = await ortPackage({
-      manifest: {
-        components: {
-          model: {
-            variants: {
-              cpu: { executor_info: { ort: { session_options: { 'session.optimized_model_filepath': 'x.onnx' } } } },
-            },
-          },
-        },
-      },
+      manifest: cpuSessionOptions({ 'session.optimized_model_filepath': 'x.onnx' }),
     });
     await refusal(loadModelSpec(dir), {
       file: 'manifest.json',
@@ -406,21 +403,11 @@ describe('ORT model package: components and executor_info', () => {
 
   it('writes switches as onnxruntime reads them ("1"/"0"), and refuses an empty option name', async () => {
     const withSwitch = await ortPackage({
-      manifest: {
-        components: {
-          model: {
-            variants: {
-              cpu: { executor_info: { ort: { session_options: { 'session.intra_op.allow_spinning': false } } } },
-            },
-          },
-        },
-      },
+      manifest: cpuSessionOptions({ 'session.intra_op.allow_spinning': false }),
     });
     expect((await loadModelSpec(withSwitch)).sessionConfigEntries).toEqual({ 'session.intra_op.allow_spinning': '0' });
     const empty = await ortPackage({
-      manifest: {
-        components: { model: { variants: { cpu: { executor_info: { ort: { session_options: { '': '1' } } } } } } },
-      },
+      manifest: cpuSessionOptions({ '': '1' }),
     });
     await refusal(loadModelSpec(empty), {
       file: 'manifest.json',
@@ -430,19 +417,7 @@ describe('ORT model package: components and executor_info', () => {
 
   it('resolves path-valued session options inside the package', async () => {
     const dir = await ortPackage({
-      manifest: {
-        components: {
-          model: {
-            variants: {
-              cpu: {
-                executor_info: {
-                  ort: { session_options: { 'session.model_external_initializers_file_folder_path': 'weights' } },
-                },
-              },
-            },
-          },
-        },
-      },
+      manifest: cpuSessionOptions({ 'session.model_external_initializers_file_folder_path': 'weights' }),
       files: { 'cpu/weights/w.bin': 'w' },
     });
     const spec = await loadModelSpec(dir);
