@@ -20,6 +20,14 @@ export const SamplingSettings = z.object({
   topP: z.number().gt(0).max(1).optional(),
   minP: z.number().min(0).max(1).optional(),
   repetitionPenalty: z.number().gt(0).max(10).optional(),
+  /** OpenAI's penalties over the tokens generated so far: per occurrence, and once for any occurrence. */
+  frequencyPenalty: z.number().min(-2).max(2).optional(),
+  presencePenalty: z.number().min(-2).max(2).optional(),
+  /** Added to the logits of token ids (keys) before sampling, as OpenAI's logit_bias: -100 bans, 100 forces. */
+  logitBias: z
+    .record(z.string().regex(/^\d+$/, 'keys are token ids'), z.number().min(-100).max(100))
+    .refine((r) => Object.keys(r).length <= 1024, { message: 'at most 1024 token ids' })
+    .optional(),
   seed: z
     .number()
     .int()
@@ -52,6 +60,11 @@ export const GenerateRequest = z
     rows: z.number().int().min(1).max(64).optional(),
     maxNewTokens: z.number().int().min(1).max(1_000_000).optional(),
     sampling: SamplingSettings.optional(),
+    /**
+     * Report each generated token's log-probability under the model (before any sampling setting) and this many
+     * most likely alternatives (0–20).
+     */
+    logprobs: z.number().int().min(0).max(20).optional(),
     stop: z.array(z.string().min(1)).max(16).optional(),
     /** Keep this conversation's KV between turns. */
     sessionId: z.string().min(1).max(200).optional(),
@@ -90,11 +103,30 @@ export interface ContextClip {
   contextLength: number;
 }
 
+/** A token and its log-probability (natural log) under the model. */
+export interface TokenLogprob {
+  id: number;
+  /** The token's text on its own (a piece of a multi-byte character decodes to U+FFFD). */
+  token: string;
+  /** The token's UTF-8 bytes (for byte-level vocabularies, the exact bytes, even of a partial character). */
+  bytes: number[];
+  logprob: number;
+}
+
+/** A generated token's log-probability and the most likely alternatives at its position (most likely first). */
+export interface GeneratedTokenLogprob extends TokenLogprob {
+  top: TokenLogprob[];
+  /** Where this token's text starts in the row's decoded text (UTF-16 code units). */
+  textOffset: number;
+}
+
 /** One row's output. */
 export interface RowResult {
   tokenIds: number[];
   text: string;
   finishReason: FinishReason;
+  /** With `logprobs`: one entry per token of tokenIds. */
+  logprobs?: GeneratedTokenLogprob[];
 }
 
 /** The final result of a generation. Row 0 is repeated at the top level for convenience. */
@@ -139,6 +171,11 @@ export type StreamFrame =
     }
   /** A long prompt is being read: prompt positions done and in all (a reused session prefix counts as done). */
   | { type: 'prefill'; requestId: string; doneTokens: number; totalTokens: number }
-  | { type: 'tokens'; requestId: string; rows: Array<{ ids: number[]; text: string }> }
+  | {
+      type: 'tokens';
+      requestId: string;
+      /** `logprobs` (with the request's `logprobs`): one entry per id. */
+      rows: Array<{ ids: number[]; text: string; logprobs?: GeneratedTokenLogprob[] }>;
+    }
   | { type: 'done'; requestId: string; result: GenerationResult }
   | { type: 'error'; requestId: string; error: ErrorInfo };

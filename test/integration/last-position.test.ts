@@ -21,36 +21,9 @@ import type { GraphPort, ModelSpec } from '../../src/shared/model-spec';
 import { defaultModelDir, fixture, fixturesSkipReason, haveFixtures } from '../helpers/fixtures';
 import { greedyIds } from '../helpers/generation';
 import { generatedModel } from '../helpers/models';
+import { firstRunFeeds } from '../helpers/oracle';
 
 const OPTIONS = { intraOpNumThreads: 2, graphOptimizationLevel: 'all', logSeverityLevel: 3 } as const;
-
-/** Feeds for one run of `ids` (rows of equal length) with an empty past. */
-function firstRunFeeds(spec: ModelSpec, rows: number[][]): Record<string, ort.Tensor> {
-  const B = rows.length;
-  const S = (rows[0] as number[]).length;
-  const int64 = (values: number[], dims: number[]) =>
-    new ort.Tensor(
-      'int64',
-      BigInt64Array.from(values, (v) => BigInt(v)),
-      dims,
-    );
-  const feeds: Record<string, ort.Tensor> = {};
-  feeds[spec.ports.inputIds.name] = int64(rows.flat(), [B, S]);
-  if (spec.ports.attentionMask) feeds[spec.ports.attentionMask.name] = int64(new Array(B * S).fill(1), [B, S]);
-  if (spec.ports.positionIds) {
-    feeds[spec.ports.positionIds.name] = int64(
-      rows.flatMap((r) => r.map((_, i) => i)),
-      [B, S],
-    );
-  }
-  if (spec.kv.kind === 'dynamic') {
-    for (const t of spec.kv.tensors) {
-      const dims = t.shape.map((d, i) => (i === t.batchAxis ? B : i === t.seqAxis ? 0 : (d as number)));
-      feeds[t.past] = new ort.Tensor('float32', new Float32Array(0), dims);
-    }
-  }
-  return feeds;
-}
 
 function prompt(length: number, seed: number, vocab: number): number[] {
   return Array.from({ length }, (_, i) => 3 + ((i * 37 + seed * 11) % (vocab - 3)));

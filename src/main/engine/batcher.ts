@@ -25,8 +25,8 @@ import {
   truncateSeq,
 } from './kv-cache';
 import { type LogitsRows, logitsRows } from './logits';
-import type { FinishReason } from './protocol';
-import { Sampler } from './sampling';
+import type { FinishReason, StepLogprob } from './protocol';
+import { logprobsOf, Sampler } from './sampling';
 
 type RunFn = (feeds: Record<string, ort.Tensor>) => Promise<ort.InferenceSession.OnnxValueMapType>;
 
@@ -44,7 +44,6 @@ interface Member {
   job: GenerationJob;
   hooks: GenerationHooks;
   samplers: Sampler[];
-  seen: Array<Set<number>> | undefined;
   rows: Row[];
   generated: number;
   /** Tokens this request's KV encodes per row (longest row). */
@@ -181,8 +180,9 @@ export class ContinuousBatcher {
         job,
         hooks,
         // One random stream per row, so n > 1 samples differ; row 0 keeps the seed as given.
-        samplers: job.rows.map((_, i) => new Sampler({ ...job.sampling, seed: rowSeed(job.sampling.seed, i) }, vocab)),
-        seen: job.sampling.repetitionPenalty !== 1 ? job.rows.map((r) => new Set(r)) : undefined,
+        samplers: job.rows.map(
+          (r, i) => new Sampler({ ...job.sampling, seed: rowSeed(job.sampling.seed, i) }, vocab, r),
+        ),
         rows: [],
         generated: 0,
         length: 0,
@@ -309,19 +309,21 @@ export class ContinuousBatcher {
   /** Samples one token for each live row of a member from the logits rows given. */
   private sampleMember(m: Member, logits: LogitsRows, batchIndexOf: (r: Row) => number): number[] {
     const ids: number[] = new Array(m.rows.length).fill(-1);
+    const top = m.job.logprobs;
+    const logprobs: Array<StepLogprob | null> | undefined = top !== undefined ? ids.map(() => null) : undefined;
     const eos = m.job.eosTokenIds;
     const vocab = Math.min(this.spec.vocabSize, logits.vocab);
     for (const row of m.rows) {
       if (row.done) continue;
       const offset = (batchIndexOf(row) * logits.seq + (logits.seq - 1)) * logits.vocab;
-      const id = (m.samplers[row.index] as Sampler).sample(logits.data, offset, vocab, m.seen?.[row.index]);
+      const id = (m.samplers[row.index] as Sampler).sample(logits.data, offset, vocab);
       ids[row.index] = id;
+      if (logprobs) logprobs[row.index] = logprobsOf(logits.data, offset, vocab, id, top as number);
       row.lastId = id;
-      m.seen?.[row.index]?.add(id);
       if (eos.includes(id)) row.done = 'eos';
     }
     m.generated++;
-    m.hooks.onStep(ids, m.rows.length * m.length * this.spec.bpt);
+    m.hooks.onStep(ids, m.rows.length * m.length * this.spec.bpt, logprobs);
     return ids;
   }
 

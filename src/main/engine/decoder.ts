@@ -12,7 +12,7 @@ import { idTensor } from './feeds';
 import { emptyPast } from './kv-cache';
 import { lastPositionGraph } from './last-position';
 import { logitsRows } from './logits';
-import type { EngineSessionOptions, FinishReason, LogitsPositions, SamplingParams } from './protocol';
+import type { EngineSessionOptions, FinishReason, LogitsPositions, SamplingParams, StepLogprob } from './protocol';
 import { StaticCacheRunner, staticProbeFeeds } from './static-cache';
 
 /** KV a chat session keeps between turns, and the exact tokens it encodes. */
@@ -27,6 +27,8 @@ export interface GenerationJob {
   maxNewTokens: number;
   sampling: SamplingParams;
   eosTokenIds: number[];
+  /** Report each sampled token's log-probability and this many alternatives (absent: none). */
+  logprobs?: number;
   /** Present for a session turn: its KV is reused where the prompt shares its prefix, and updated at the end. */
   session?: SessionKv;
 }
@@ -40,8 +42,11 @@ export interface GenerationHooks {
    * and in all, both counting a reused session prefix, and the KV bytes the request's tensors hold now.
    */
   onPrefill?(doneTokens: number, totalTokens: number, kvBytes: number): void;
-  /** Called after every step with the new id of each row (-1 for a row that already ended). */
-  onStep(ids: number[], kvBytes: number): void;
+  /**
+   * Called after every step with the new id of each row (-1 for a row that already ended) and, when the job
+   * asked for them, each new id's log-probabilities (null for a row that already ended).
+   */
+  onStep(ids: number[], kvBytes: number, logprobs?: Array<StepLogprob | null>): void;
   /** Checked before every run: a non-null value ends the generation with that reason. */
   stopRequested(): 'stop' | 'cancelled' | null;
   /** Counts every session.run, so tests can prove no work ran without admission. */
@@ -280,10 +285,15 @@ export class LoadedDecoder {
         {
           onStart: (prefill, reused) => r === 0 && hooks.onStart(prefill * R, reused),
           onPrefill: (done, total, kvBytes) => r === 0 && hooks.onPrefill?.(done, total, doneKv + kvBytes),
-          onStep: (ids, kvBytes) => {
+          onStep: (ids, kvBytes, logprobs) => {
             const row: number[] = new Array(R).fill(-1);
             row[r] = ids[0] as number;
-            hooks.onStep(row, doneKv + kvBytes);
+            let lps: Array<StepLogprob | null> | undefined;
+            if (logprobs) {
+              lps = new Array(R).fill(null);
+              lps[r] = logprobs[0] ?? null;
+            }
+            hooks.onStep(row, doneKv + kvBytes, lps);
           },
           stopRequested: hooks.stopRequested,
           countRun: hooks.countRun,

@@ -5,7 +5,7 @@
  */
 import { KvdeskError, toErrorInfo } from '../../shared/errors';
 import { LoadedDecoder, type SessionKv } from './decoder';
-import type { EngineCommand, EngineEvent, EngineLoadResult, EngineStats } from './protocol';
+import type { EngineCommand, EngineEvent, EngineLoadResult, EngineStats, StepLogprob } from './protocol';
 
 /**
  * Token frames are batched: at most one per this many ms per request (the first
@@ -84,14 +84,23 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
     running.set(cmd.requestId, state);
     stats.generations++;
     const R = cmd.rows.length;
+    const withLogprobs = cmd.logprobs !== undefined;
     let pending: number[][] = Array.from({ length: R }, () => []);
+    let pendingLogprobs: StepLogprob[][] = Array.from({ length: withLogprobs ? R : 0 }, () => []);
     let pendingCount = 0;
     let lastFlush = 0;
     let lastKv = 0;
     const flush = (): void => {
       if (pendingCount === 0) return;
-      emit({ type: 'tokens', requestId: cmd.requestId, ids: pending, kvBytes: lastKv });
+      emit({
+        type: 'tokens',
+        requestId: cmd.requestId,
+        ids: pending,
+        kvBytes: lastKv,
+        ...(withLogprobs ? { logprobs: pendingLogprobs } : {}),
+      });
       pending = Array.from({ length: R }, () => []);
+      if (withLogprobs) pendingLogprobs = Array.from({ length: R }, () => []);
       pendingCount = 0;
       lastFlush = Date.now();
     };
@@ -102,6 +111,7 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
           maxNewTokens: cmd.maxNewTokens,
           sampling: cmd.sampling,
           eosTokenIds: cmd.eosTokenIds,
+          ...(withLogprobs ? { logprobs: cmd.logprobs } : {}),
           ...(session ? { session: session.kv } : {}),
         },
         {
@@ -109,11 +119,13 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
             emit({ type: 'started', requestId: cmd.requestId, prefillTokens, reusedTokens }),
           onPrefill: (doneTokens, totalTokens, kvBytes) =>
             emit({ type: 'prefill', requestId: cmd.requestId, doneTokens, totalTokens, kvBytes }),
-          onStep: (ids, kvBytes) => {
+          onStep: (ids, kvBytes, logprobs) => {
             for (let r = 0; r < R; r++) {
               const id = ids[r] as number;
               if (id >= 0) {
                 (pending[r] as number[]).push(id);
+                const lp = logprobs?.[r];
+                if (withLogprobs && lp) (pendingLogprobs[r] as StepLogprob[]).push(lp);
                 pendingCount++;
               }
             }

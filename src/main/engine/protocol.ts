@@ -14,7 +14,24 @@ export interface SamplingParams {
   topP: number;
   minP: number;
   repetitionPenalty: number;
+  /** Subtracted per earlier occurrence of a token in the generated tokens (absent or 0: off). */
+  frequencyPenalty?: number;
+  /** Subtracted once from a token that occurs in the generated tokens (absent or 0: off). */
+  presencePenalty?: number;
+  /** [token id, bias] pairs added to the logits before sampling (absent: none). */
+  logitBias?: Array<[number, number]>;
   seed: number;
+}
+
+/** A token id and its log-probability under the model's own distribution. */
+export interface IdLogprob {
+  id: number;
+  logprob: number;
+}
+
+/** The sampled token's log-probability and the `top` most likely ids (most likely first). */
+export interface StepLogprob extends IdLogprob {
+  top: IdLogprob[];
 }
 
 /** Options the engine applies when it creates an onnxruntime session. */
@@ -59,6 +76,8 @@ export type EngineCommand =
       maxNewTokens: number;
       sampling: SamplingParams;
       eosTokenIds: number[];
+      /** Report the sampled tokens' log-probabilities with this many alternatives (absent: none). */
+      logprobs?: number;
       /** Chat session whose KV is kept after this turn (rows must be 1). */
       sessionId?: string;
     }
@@ -92,6 +111,8 @@ export type EngineEvent =
       requestId: string;
       /** New ids per row since the last frame. */
       ids: number[][];
+      /** With the command's `logprobs`: one entry per id of `ids`. */
+      logprobs?: StepLogprob[][];
       /** KV bytes the request's tensors hold right now. */
       kvBytes: number;
     }

@@ -3,7 +3,7 @@
  * avoids sorting the whole vocabulary: top-k is a bounded heap selection, and a
  * full sort only happens for nucleus sampling without top-k.
  */
-import type { SamplingParams } from './protocol';
+import type { IdLogprob, SamplingParams, StepLogprob } from './protocol';
 
 /** A deterministic 32-bit PRNG (mulberry32): the same seed gives the same tokens. */
 export function createRng(seed: number): () => number {
@@ -85,17 +85,53 @@ export function topKIndices(values: Float32Array, k: number): Int32Array {
   return heap;
 }
 
-/** Per-request sampler: owns its PRNG and scratch buffers so nothing is allocated per token. */
+/**
+ * The log-probability of `id` and the `top` most likely ids (most likely first) under the distribution of
+ * logits[offset, offset+vocab) as the model gave them: before penalties, bias, temperature or truncation.
+ */
+export function logprobsOf(logits: Float32Array, offset: number, vocab: number, id: number, top: number): StepLogprob {
+  const row = logits.subarray(offset, offset + vocab);
+  let max = Number.NEGATIVE_INFINITY;
+  for (let i = 0; i < vocab; i++) if ((row[i] as number) > max) max = row[i] as number;
+  let sum = 0;
+  for (let i = 0; i < vocab; i++) sum += Math.exp((row[i] as number) - max);
+  const logZ = max + Math.log(sum);
+  const alternatives: IdLogprob[] = [];
+  if (top > 0) {
+    const best = [...topKIndices(row, Math.min(top, vocab))];
+    best.sort((a, b) => (row[b] as number) - (row[a] as number) || a - b);
+    for (const i of best) alternatives.push({ id: i, logprob: (row[i] as number) - logZ });
+  }
+  return { id, logprob: (row[id] as number) - logZ, top: alternatives };
+}
+
+/**
+ * Per-row sampler: owns its PRNG, scratch buffer and the history its penalties need (the prompt and the
+ * tokens it picked), so nothing is allocated per token.
+ */
 export class Sampler {
   private readonly rng: () => number;
   private scratch: Float32Array;
+  /** Ids the repetition penalty applies to (prompt + generated); undefined when it is off. */
+  private readonly seen: Set<number> | undefined;
+  /** Occurrences of each generated id, for the frequency and presence penalties; undefined when they are off. */
+  private readonly counts: Map<number, number> | undefined;
+  private readonly frequencyPenalty: number;
+  private readonly presencePenalty: number;
+  private readonly logitBias: ReadonlyArray<[number, number]>;
 
   constructor(
     private readonly params: SamplingParams,
     vocabSize: number,
+    prompt: readonly number[] = [],
   ) {
     this.rng = createRng(params.seed);
     this.scratch = new Float32Array(vocabSize);
+    this.seen = params.repetitionPenalty !== 1 ? new Set(prompt) : undefined;
+    this.frequencyPenalty = params.frequencyPenalty ?? 0;
+    this.presencePenalty = params.presencePenalty ?? 0;
+    this.logitBias = params.logitBias ?? [];
+    this.counts = this.frequencyPenalty !== 0 || this.presencePenalty !== 0 ? new Map() : undefined;
   }
 
   /** True when this sampler always takes the most likely token. */
@@ -103,25 +139,38 @@ export class Sampler {
     return this.params.greedy || this.params.temperature <= 0;
   }
 
-  /**
-   * Picks the next token from logits[offset, offset+vocab). `seen` holds the ids
-   * the repetition penalty applies to (prompt + generated so far).
-   */
-  sample(logits: Float32Array, offset: number, vocab: number, seen?: ReadonlySet<number>): number {
+  /** Picks the next token from logits[offset, offset+vocab) and records it for the penalties. */
+  sample(logits: Float32Array, offset: number, vocab: number): number {
+    const id = this.pick(logits, offset, vocab);
+    this.seen?.add(id);
+    if (this.counts) this.counts.set(id, (this.counts.get(id) ?? 0) + 1);
+    return id;
+  }
+
+  private pick(logits: Float32Array, offset: number, vocab: number): number {
     const p = this.params;
-    const penalize = p.repetitionPenalty !== 1 && seen !== undefined && seen.size > 0;
-    if (this.isGreedy && !penalize) return argmax(logits, offset, vocab);
+    const seen = this.seen;
+    const counts = this.counts;
+    const penalize = seen !== undefined && seen.size > 0;
+    const adjust = penalize || (counts !== undefined && counts.size > 0) || this.logitBias.length > 0;
+    if (this.isGreedy && !adjust) return argmax(logits, offset, vocab);
 
     if (this.scratch.length !== vocab) this.scratch = new Float32Array(vocab);
     const x = this.scratch;
     x.set(logits.subarray(offset, offset + vocab));
-    if (penalize && seen) {
+    if (penalize) {
       for (const id of seen) {
         if (id < 0 || id >= vocab) continue;
         const v = x[id] as number;
         x[id] = v > 0 ? v / p.repetitionPenalty : v * p.repetitionPenalty;
       }
     }
+    if (counts) {
+      for (const [id, n] of counts) {
+        if (id >= 0 && id < vocab) x[id] = (x[id] as number) - n * this.frequencyPenalty - this.presencePenalty;
+      }
+    }
+    for (const [id, bias] of this.logitBias) if (id >= 0 && id < vocab) x[id] = (x[id] as number) + bias;
     if (this.isGreedy) return argmax(x, 0, vocab);
 
     const invT = 1 / p.temperature;

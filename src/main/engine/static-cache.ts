@@ -24,7 +24,7 @@ import { commonPrefix, idTensor } from './feeds';
 import { kvArray } from './kv-cache';
 import { logitsRows } from './logits';
 import type { FinishReason } from './protocol';
-import { Sampler } from './sampling';
+import { logprobsOf, Sampler } from './sampling';
 
 export type RunWithFetches = (
   feeds: Record<string, ort.Tensor>,
@@ -259,17 +259,17 @@ export class StaticCacheRunner {
       logits = await this.runCounted(hooks, buffers, row.slice(from, to), from);
       if (to < row.length) hooks.onPrefill?.(to, row.length, this.sequenceBytes);
     }
-    const sampler = new Sampler(job.sampling, this.spec.vocabSize);
-    const seen = job.sampling.repetitionPenalty !== 1 ? new Set(row) : undefined;
+    const sampler = new Sampler(job.sampling, this.spec.vocabSize, row);
     let length = row.length;
     let generated = 0;
     for (;;) {
       const rows = logitsRows(logits as ort.Tensor);
       const vocab = Math.min(this.spec.vocabSize, rows.vocab);
-      const id = sampler.sample(rows.data, (rows.seq - 1) * rows.vocab, vocab, seen);
-      seen?.add(id);
+      const offset = (rows.seq - 1) * rows.vocab;
+      const id = sampler.sample(rows.data, offset, vocab);
       generated++;
-      hooks.onStep([id], this.sequenceBytes);
+      const lp = job.logprobs !== undefined ? [logprobsOf(rows.data, offset, vocab, id, job.logprobs)] : undefined;
+      hooks.onStep([id], this.sequenceBytes, lp);
       if (job.eosTokenIds.includes(id)) return ended('eos', generated, length);
       if (generated >= job.maxNewTokens) return ended('length', generated, length);
       if (length + 1 > this.limit) return ended('context', generated, length);

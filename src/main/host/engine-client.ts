@@ -16,13 +16,15 @@ import type {
   EngineLoadResult,
   EngineSessionOptions,
   EngineStats,
+  StepLogprob,
 } from '../engine/protocol';
 
 /** Receives the events of one generation. */
 export interface GenerationHandlers {
   onStarted(prefillTokens: number, reusedTokens: number): void;
   onPrefill?(doneTokens: number, totalTokens: number, kvBytes: number): void;
-  onTokens(ids: number[][], kvBytes: number): void;
+  /** `logprobs` (when the command asked for them): one entry per id. */
+  onTokens(ids: number[][], kvBytes: number, logprobs?: StepLogprob[][]): void;
   onDone(event: Extract<EngineEvent, { type: 'done' }>): void;
   onFailed(error: ErrorInfo): void;
 }
@@ -170,7 +172,7 @@ export class EngineClient {
         handlers.onPrefill?.(msg.doneTokens, msg.totalTokens, msg.kvBytes);
         return;
       case 'tokens':
-        handlers.onTokens(msg.ids, msg.kvBytes);
+        handlers.onTokens(msg.ids, msg.kvBytes, msg.logprobs);
         return;
       case 'done':
         this.generations.delete(msg.requestId);

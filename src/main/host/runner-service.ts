@@ -11,10 +11,12 @@ import {
   type ChatMessage,
   type ContextClip,
   type FinishReason,
+  type GeneratedTokenLogprob,
   GenerateRequest,
   type GenerationResult,
   type RowResult,
   type StreamFrame,
+  type TokenLogprob,
 } from '../../shared/contract';
 import { type ErrorInfo, KvdeskError, toErrorInfo } from '../../shared/errors';
 import { type ModelSpec, staticPositions } from '../../shared/model-spec';
@@ -28,7 +30,7 @@ import { detectBackendsInChildProcess, usableProviders } from '../backends';
 import { deviceKey, type NvidiaMemoryResult, readNvidiaGpuMemory } from '../backends/device-memory';
 import { DEFAULT_GPU_FRACTION, DEFAULT_GPU_OVERHEAD_BYTES } from '../backends/variant-fit';
 import { commonPrefix } from '../engine/feeds';
-import type { EngineLoadResult, LogitsPositions, SamplingParams } from '../engine/protocol';
+import type { EngineLoadResult, LogitsPositions, SamplingParams, StepLogprob } from '../engine/protocol';
 import { loadModelSpec } from '../packages';
 import { providerShortName } from '../packages/execution-providers';
 import { createScheduler, type Scheduler } from '../scheduler';
@@ -150,8 +152,25 @@ function resolveSampling(req: GenerateRequest, spec: ModelSpec): SamplingParams 
     topP: s.topP ?? d.topP ?? 1,
     minP: s.minP ?? d.minP ?? 0,
     repetitionPenalty: s.repetitionPenalty ?? d.repetitionPenalty ?? 1,
+    frequencyPenalty: s.frequencyPenalty ?? 0,
+    presencePenalty: s.presencePenalty ?? 0,
+    logitBias: Object.entries(s.logitBias ?? {}).map(([id, bias]) => [Number(id), bias]),
     seed: s.seed ?? Math.floor(Math.random() * 2 ** 31),
   };
+}
+
+/** A logit bias for an id the model has no logit for is refused, not ignored. */
+function checkLogitBias(req: GenerateRequest, vocabSize: number): void {
+  for (const key of Object.keys(req.sampling?.logitBias ?? {})) {
+    const id = Number(key);
+    if (!Number.isSafeInteger(id) || id >= vocabSize) {
+      throw new KvdeskError(
+        'BAD_REQUEST',
+        `sampling.logitBias (logit_bias): token id ${key} is outside the model's vocabulary of ${vocabSize} ids (0–${vocabSize - 1}).`,
+        { id: key, modelVocabSize: vocabSize },
+      );
+    }
+  }
 }
 
 /** The host's API. */
@@ -536,6 +555,7 @@ export class RunnerService {
     try {
       model = this.resolveModel(req.model);
       rows = this.buildRows(req, model);
+      checkLogitBias(req, model.spec.vocabSize);
     } catch (err) {
       return { requestId, result: Promise.reject(err), cancel: () => {} };
     }
@@ -644,6 +664,10 @@ class Generation {
   private readonly rowIds: number[][];
   private readonly rowText: string[];
   private readonly rowStopped: Array<FinishReason | null>;
+  /** With `logprobs`: each row's tokens' log-probabilities, as the result reports them. */
+  private readonly rowLogprobs: GeneratedTokenLogprob[][] | undefined;
+  /** Length of each row's text as decoded so far, before stop strings cut it. */
+  private readonly rowDecoded: number[];
   private readonly decoders;
   private readonly matchers;
   private readonly started: number;
@@ -672,6 +696,8 @@ class Generation {
     this.rowIds = rows.map(() => []);
     this.rowText = rows.map(() => '');
     this.rowStopped = rows.map(() => null);
+    this.rowLogprobs = req.logprobs !== undefined ? rows.map(() => []) : undefined;
+    this.rowDecoded = rows.map(() => 0);
     this.decoders = rows.map(() => createStreamDecoder(model.tokenizer, { skipSpecialTokens: true }));
     this.matchers = rows.map(() => createStopMatcher(req.stop ?? []));
     this.promptTokens = Math.max(...rows.map((r) => r.length));
@@ -791,6 +817,7 @@ class Generation {
           maxNewTokens: grant.admittedMaxTokens,
           sampling: resolveSampling(this.req, spec),
           eosTokenIds: spec.eosTokenIds,
+          ...(this.req.logprobs !== undefined ? { logprobs: this.req.logprobs } : {}),
           ...(this.req.sessionId ? { sessionId: this.req.sessionId } : {}),
         },
         {
@@ -804,7 +831,7 @@ class Generation {
             this.emit({ type: 'prefill', requestId: this.id, doneTokens, totalTokens });
           },
           // The reservation covers the session prefix too, so the whole KV counts as used.
-          onTokens: (ids, kvBytes) => this.onTokens(ids, kvBytes),
+          onTokens: (ids, kvBytes, logprobs) => this.onTokens(ids, kvBytes, logprobs),
           onDone: (done) => this.onDone(done.finishReason, done.sessionTokens, done.kvBytes),
           onFailed: (error) => {
             this.sched.fail(this.id, error);
@@ -819,7 +846,14 @@ class Generation {
     }
   }
 
-  private onTokens(ids: number[][], usedBytes: number): void {
+  /** A step's log-probabilities with each token's text and bytes. */
+  private named(lp: StepLogprob, textOffset: number): GeneratedTokenLogprob {
+    const tok = this.model.tokenizer;
+    const entry = (id: number, logprob: number): TokenLogprob => ({ id, ...tok.tokenPiece(id), logprob });
+    return { ...entry(lp.id, lp.logprob), top: lp.top.map((t) => entry(t.id, t.logprob)), textOffset };
+  }
+
+  private onTokens(ids: number[][], usedBytes: number, logprobs: StepLogprob[][] | undefined): void {
     if (this.ended) return;
     const now = performance.now();
     if (this.firstTokenAt === 0) {
@@ -827,16 +861,25 @@ class Generation {
       this.sched.firstToken(this.id);
     }
     this.lastTokenAt = now;
-    const frameRows: Array<{ ids: number[]; text: string }> = [];
+    const frameRows: Array<{ ids: number[]; text: string; logprobs?: GeneratedTokenLogprob[] }> = [];
     let maxRowTokens = 0;
     for (let r = 0; r < ids.length; r++) {
       const fresh: number[] = [];
+      const freshLogprobs: GeneratedTokenLogprob[] | undefined = this.rowLogprobs ? [] : undefined;
       let text = '';
-      for (const id of ids[r] ?? []) {
+      for (const [i, id] of (ids[r] ?? []).entries()) {
         if (this.rowStopped[r]) break;
         fresh.push(id);
         (this.rowIds[r] as number[]).push(id);
+        const textOffset = this.rowDecoded[r] as number;
         const piece = this.decoders[r]?.push(id) ?? '';
+        this.rowDecoded[r] = textOffset + piece.length;
+        const lp = logprobs?.[r]?.[i];
+        if (freshLogprobs && lp) {
+          const named = this.named(lp, textOffset);
+          freshLogprobs.push(named);
+          this.rowLogprobs?.[r]?.push(named);
+        }
         const m = this.matchers[r]?.push(piece);
         if (m) {
           text += m.emit;
@@ -844,7 +887,7 @@ class Generation {
         }
       }
       this.rowText[r] += text;
-      frameRows.push({ ids: fresh, text });
+      frameRows.push(freshLogprobs ? { ids: fresh, text, logprobs: freshLogprobs } : { ids: fresh, text });
       maxRowTokens = Math.max(maxRowTokens, (this.rowIds[r] as number[]).length);
     }
     this.generated = maxRowTokens;
@@ -876,6 +919,7 @@ class Generation {
       tokenIds: this.rowIds[r] as number[],
       text: this.rowText[r] as string,
       finishReason: this.rowStopped[r] ?? (cancelled ? 'cancelled' : this.rowFinish(r, engineReason)),
+      ...(this.rowLogprobs ? { logprobs: this.rowLogprobs[r] as GeneratedTokenLogprob[] } : {}),
     }));
     const finishReason = (rowsOut[0] as RowResult).finishReason;
     if (cancelled) {

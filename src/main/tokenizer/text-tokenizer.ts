@@ -25,6 +25,12 @@ export interface EncodeOptions {
   addSpecialTokens?: boolean;
 }
 
+/** A token's text and bytes ({@link TextTokenizer.tokenPiece}). */
+export interface TokenPiece {
+  token: string;
+  bytes: number[];
+}
+
 /** Options of {@link TextTokenizer.decode}. */
 export interface DecodeOptions {
   /** Drop special tokens (bos/eos/pad/unk and added tokens marked special) from the text. Default false. */
@@ -41,6 +47,12 @@ export interface TextTokenizer {
   /** Ids → text. Ids the tokenizer has no token for contribute nothing, as in tokenizers' decode. */
   decode(ids: readonly number[], opts?: DecodeOptions): string;
   idToToken(id: number): string | undefined;
+  /**
+   * One token on its own, as OpenAI's logprobs show it: its text (special tokens included; a piece of a
+   * multi-byte character decodes to U+FFFD) and its UTF-8 bytes — exact for byte-level and byte-fallback
+   * vocabularies, where a token may hold part of a character.
+   */
+  tokenPiece(id: number): TokenPiece;
   tokenToId(token: string): number | undefined;
   isSpecial(id: number): boolean;
   /** Checks prompt ids given directly; throws TOKEN_OUT_OF_VOCAB (or BAD_REQUEST) naming the position. */
@@ -264,6 +276,40 @@ export function createTextTokenizer(input: TextTokenizerInput): TextTokenizer {
     return lib.decode(kept, { skip_special_tokens: false, clean_up_tokenization_spaces: false });
   }
 
+  const decoders = decoderTypes(json.decoder);
+  const byteLevel = decoders.has('ByteLevel');
+  // SentencePiece vocabularies: `▁` stands for a space, `<0xNN>` for one byte of a character it lacks.
+  const sentencePiece = decoders.has('ByteFallback') || decoders.has('Metaspace');
+  const pieces = new Map<number, TokenPiece>();
+  function tokenPiece(id: number): TokenPiece {
+    const cached = pieces.get(id);
+    if (cached) return cached;
+    const raw = lib.id_to_token(id);
+    let piece: TokenPiece | undefined;
+    if (raw !== undefined && !specialIds.has(id)) {
+      if (byteLevel) {
+        const bytes = byteLevelBytes(raw);
+        if (bytes) piece = { token: Buffer.from(bytes).toString('utf8'), bytes };
+      } else if (sentencePiece) {
+        const m = /^<0x([0-9A-Fa-f]{2})>$/.exec(raw);
+        if (m) {
+          const bytes = [Number.parseInt(m[1] as string, 16)];
+          piece = { token: Buffer.from(bytes).toString('utf8'), bytes };
+        } else {
+          // Decoding one token alone would strip its leading space (the decoder's Strip / prepend_scheme).
+          const token = raw.replaceAll('▁', ' ');
+          piece = { token, bytes: [...Buffer.from(token, 'utf8')] };
+        }
+      }
+    }
+    if (!piece) {
+      const token = decode([id]);
+      piece = { token, bytes: [...Buffer.from(token, 'utf8')] };
+    }
+    pieces.set(id, piece);
+    return piece;
+  }
+
   function describeToken(id: number, position: number): string {
     const token = lib.id_to_token(id) ?? '';
     const text = decode([id]);
@@ -312,6 +358,7 @@ export function createTextTokenizer(input: TextTokenizerInput): TextTokenizer {
     },
     decode,
     idToToken: (id) => lib.id_to_token(id),
+    tokenPiece,
     tokenToId: (token) => lib.token_to_id(token),
     isSpecial: (id) => specialIds.has(id),
     validateIds(ids) {
@@ -409,4 +456,42 @@ function isRecord(value: unknown): value is Record<string, unknown> {
 
 function errorMessage(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
+}
+
+/** The `type`s of a tokenizer.json decoder, looking into a Sequence's decoders. */
+function decoderTypes(decoder: unknown): Set<string> {
+  const types = new Set<string>();
+  const visit = (d: unknown): void => {
+    if (!d || typeof d !== 'object') return;
+    const { type, decoders } = d as { type?: unknown; decoders?: unknown };
+    if (typeof type === 'string') types.add(type);
+    if (Array.isArray(decoders)) for (const inner of decoders) visit(inner);
+  };
+  visit(decoder);
+  return types;
+}
+
+/**
+ * GPT-2's byte-level alphabet, reversed: each of the 256 bytes is written as one printable character
+ * (printable Latin-1 bytes as themselves, the others as U+0100 onwards, in byte order).
+ */
+const BYTE_OF_CHAR: ReadonlyMap<number, number> = (() => {
+  const map = new Map<number, number>();
+  let next = 256;
+  for (let b = 0; b < 256; b++) {
+    const printable = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
+    map.set(printable ? b : next++, b);
+  }
+  return map;
+})();
+
+/** The bytes a byte-level token stands for; undefined when it holds a character outside the alphabet (an added token). */
+function byteLevelBytes(token: string): number[] | undefined {
+  const bytes: number[] = [];
+  for (const ch of token) {
+    const b = BYTE_OF_CHAR.get(ch.codePointAt(0) as number);
+    if (b === undefined) return undefined;
+    bytes.push(b);
+  }
+  return bytes;
 }

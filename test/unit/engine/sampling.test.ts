@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { SamplingParams } from '../../../src/main/engine/protocol';
-import { argmax, createRng, Sampler, topKIndices } from '../../../src/main/engine/sampling';
+import { argmax, createRng, logprobsOf, Sampler, topKIndices } from '../../../src/main/engine/sampling';
 
 function params(p: Partial<SamplingParams> = {}): SamplingParams {
   return { greedy: false, temperature: 1, topK: 0, topP: 1, minP: 0, repetitionPenalty: 1, seed: 42, ...p };
@@ -83,10 +83,55 @@ describe('Sampler', () => {
     for (const [i, v] of z.entries()) expect(Math.abs(counts[i] / n - v / sum)).toBeLessThan(0.015);
   });
 
-  it('repetition penalty moves greedy off a seen token', () => {
-    const s = new Sampler(params({ greedy: true, repetitionPenalty: 1.3 }), 6);
-    expect(s.sample(logits, 0, 6, new Set([1]))).toBe(2);
-    expect(s.sample(logits, 0, 6, new Set<number>())).toBe(1);
+  const greedyRun = (p: Partial<SamplingParams>, n: number, prompt: number[] = []) => {
+    const s = new Sampler(params({ greedy: true, ...p }), 6, prompt);
+    return Array.from({ length: n }, () => s.sample(logits, 0, 6));
+  };
+
+  it('repetition penalty moves greedy off a token of the prompt, and off the tokens it picked', () => {
+    // 2.0 / 1.3 = 1.54 falls below 1.9; then 1.9 / 1.3 = 1.46 below 1.8.
+    expect(greedyRun({ repetitionPenalty: 1.3 }, 2, [1])).toEqual([2, 5]);
+    expect(greedyRun({ repetitionPenalty: 1.3 }, 3)).toEqual([1, 2, 5]);
+    expect(greedyRun({}, 3, [1])).toEqual([1, 1, 1]);
+  });
+
+  it('frequency penalty grows with each occurrence; presence penalty counts a token once', () => {
+    // 0.15 per occurrence: 1 (2.0) → 2 (1.9 > 1.85) → 1 (1.85 > 1.8 > 1.75) → 5 (1.8 > 1.75 > 1.7).
+    expect(greedyRun({ frequencyPenalty: 0.15 }, 4)).toEqual([1, 2, 1, 5]);
+    // Once 1 and 2 have occurred they stay at 1.85 and 1.75, so 1 wins from then on.
+    expect(greedyRun({ presencePenalty: 0.15 }, 5)).toEqual([1, 2, 1, 1, 1]);
+    // The prompt does not count (OpenAI's penalties are over the generated text).
+    expect(greedyRun({ frequencyPenalty: 0.15 }, 1, [1, 1, 1])).toEqual([1]);
+    // Negative penalties favour what was already said: sampled runs stick to few tokens.
+    const distinct = (p: Partial<SamplingParams>) => {
+      const s = new Sampler(params({ seed: 21, ...p }), 6);
+      return new Set(Array.from({ length: 200 }, () => s.sample(logits, 0, 6))).size;
+    };
+    expect(distinct({})).toBe(6);
+    expect(distinct({ frequencyPenalty: -2, presencePenalty: -2 })).toBeLessThanOrEqual(2);
+  });
+
+  it('logit bias bans and forces tokens, greedy or sampled', () => {
+    expect(greedyRun({ logitBias: [[1, -100]] }, 2)).toEqual([2, 2]);
+    expect(greedyRun({ logitBias: [[3, 100]] }, 2)).toEqual([3, 3]);
+    // Ids past the window are ignored (the host refuses them before they get here).
+    expect(greedyRun({ logitBias: [[9, 100]] }, 1)).toEqual([1]);
+    const s = new Sampler(
+      params({
+        temperature: 5,
+        seed: 4,
+        logitBias: [
+          [1, -100],
+          [2, -100],
+          [5, -100],
+        ],
+      }),
+      6,
+    );
+    const seen = new Set(Array.from({ length: 300 }, () => s.sample(logits, 0, 6)));
+    expect([...seen].sort()).toEqual([0, 3, 4]);
+    const forced = new Sampler(params({ temperature: 2, seed: 4, logitBias: [[3, 100]] }), 6);
+    for (let i = 0; i < 50; i++) expect(forced.sample(logits, 0, 6)).toBe(3);
   });
 
   it('reads the row at the given offset', () => {
@@ -106,5 +151,45 @@ describe('createRng', () => {
       sum += v;
     }
     expect(Math.abs(sum / 10000 - 0.5)).toBeLessThan(0.02);
+  });
+});
+
+describe('logprobsOf', () => {
+  /** log-softmax in float64 over a float32 row. */
+  const reference = (row: Float32Array): number[] => {
+    const max = Math.max(...row);
+    const logZ = max + Math.log(row.reduce((sum, v) => sum + Math.exp(v - max), 0));
+    return [...row].map((v) => v - logZ);
+  };
+
+  it('gives the log-softmax of the row at the offset, and its most likely ids in order', () => {
+    fc.assert(
+      fc.property(
+        fc.array(fc.float({ min: -30, max: 30, noNaN: true }), { minLength: 1, maxLength: 80 }),
+        fc.nat(),
+        fc.integer({ min: 0, max: 25 }),
+        (values, pick, top) => {
+          const vocab = values.length;
+          const padded = new Float32Array([7, 7, ...values, 7]);
+          const row = padded.subarray(2, 2 + vocab);
+          const ref = reference(row);
+          const id = pick % vocab;
+          const lp = logprobsOf(padded, 2, vocab, id, top);
+          expect(lp.id).toBe(id);
+          expect(lp.logprob).toBeCloseTo(ref[id] as number, 9);
+          expect(lp.top).toHaveLength(Math.min(top, vocab));
+          const best = [...ref.keys()].sort((a, b) => (row[b] as number) - (row[a] as number) || a - b);
+          expect(lp.top.map((t) => t.id)).toEqual(best.slice(0, lp.top.length));
+          for (const t of lp.top) expect(t.logprob).toBeCloseTo(ref[t.id] as number, 9);
+        },
+      ),
+    );
+  });
+
+  it('a distribution sums to one', () => {
+    const row = new Float32Array([0.1, 2.0, 1.9, -1, 0.5, 1.8]);
+    const all = logprobsOf(row, 0, 6, 0, 6).top;
+    expect(all.reduce((s, t) => s + Math.exp(t.logprob), 0)).toBeCloseTo(1, 12);
+    expect(all[0]?.id).toBe(1);
   });
 });

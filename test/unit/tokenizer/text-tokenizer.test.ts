@@ -343,3 +343,45 @@ describe('broken tokenizer files', () => {
     expect(tok.decode(tok.encode('ok'))).toBe('ok');
   });
 });
+
+describe('tokenPiece', () => {
+  const utf8 = (bytes: number[][]) => Buffer.from(bytes.flat()).toString('utf8');
+
+  it('byte-level: the exact bytes of each token, even a piece of a character', () => {
+    const tok = createTextTokenizer({ tokenizerJson: byteLevelTokenizerJson(), vocabSize: 257 });
+    const ids = tok.encode('a é 中', { addSpecialTokens: false });
+    const pieces = ids.map((id) => tok.tokenPiece(id));
+    expect(pieces.flatMap((p) => p.bytes)).toEqual([...Buffer.from('a é 中', 'utf8')]);
+    expect(utf8(pieces.map((p) => p.bytes))).toBe(tok.decode(ids));
+    // "é" is two tokens of one byte each: on their own neither is a character.
+    const e = ids.slice(2, 4).map((id) => tok.tokenPiece(id));
+    expect(e).toEqual([
+      { token: '\ufffd', bytes: [0xc3] },
+      { token: '\ufffd', bytes: [0xa9] },
+    ]);
+    expect(tok.tokenPiece(tok.encode(' ', { addSpecialTokens: false })[0] as number)).toEqual({
+      token: ' ',
+      bytes: [32],
+    });
+    expect(tok.tokenPiece(256)).toEqual({ token: '<|endoftext|>', bytes: [...Buffer.from('<|endoftext|>')] });
+  });
+
+  it('byte fallback: ▁ is a space, <0xNN> one byte', () => {
+    const tok = createTextTokenizer({ tokenizerJson: byteFallbackTokenizerJson(), vocabSize: 270 });
+    const ids = tok.encode('hello 中', { addSpecialTokens: false });
+    const pieces = ids.map((id) => tok.tokenPiece(id));
+    expect(pieces[0]).toEqual({ token: ' h', bytes: [32, 104] });
+    expect(pieces.slice(-3)).toEqual([
+      { token: '\ufffd', bytes: [0xe4] },
+      { token: '\ufffd', bytes: [0xb8] },
+      { token: '\ufffd', bytes: [0xad] },
+    ]);
+    expect(utf8(pieces.map((p) => p.bytes))).toBe(' hello 中');
+    expect(tok.tokenPiece(2)).toEqual({ token: '</s>', bytes: [...Buffer.from('</s>')] });
+  });
+
+  it('other vocabularies: the token decoded on its own', () => {
+    const tok = createTextTokenizer({ tokenizerJson: wordLevelTokenizerJson(), vocabSize: 9 });
+    expect(tok.tokenPiece(7)).toEqual({ token: 'é', bytes: [0xc3, 0xa9] });
+  });
+});
