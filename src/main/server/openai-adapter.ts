@@ -5,7 +5,14 @@
  * defaults, ranges of the contract): a value OpenAI allows but kvdesk does not
  * is passed on and refused by the host's own validation.
  */
-import type { ChatMessage, FinishReason, GenerateRequest, GenerationResult } from '../../shared/contract';
+import type {
+  ChatMessage,
+  FinishReason,
+  GeneratedTokenLogprob,
+  GenerateRequest,
+  GenerationResult,
+  TokenLogprob,
+} from '../../shared/contract';
 import type { BudgetCap, ContextClip } from '../../shared/scheduler-types';
 import { type HttpError, httpError } from './http-util';
 
@@ -68,7 +75,7 @@ function refuseUnsupported(body: Body): void {
       !(typeof v === 'object' && v !== null && !Array.isArray(v) && Object.keys(v).length === 0)
     );
   };
-  for (const k of ['tools', 'functions', 'logit_bias', 'suffix']) {
+  for (const k of ['tools', 'functions', 'suffix']) {
     if (nonEmpty(k)) throw bad(`"${k}" is not supported by kvdesk; send the request without it.`, k);
   }
   for (const k of ['tool_choice', 'function_call']) {
@@ -76,20 +83,44 @@ function refuseUnsupported(body: Body): void {
       throw bad(`"${k}" is not supported by kvdesk; send the request without it.`, k);
     }
   }
-  if (present(body, 'logprobs') && body.logprobs !== false && body.logprobs !== 0) {
-    throw bad('"logprobs" is not supported by kvdesk; send the request without it.', 'logprobs');
-  }
   if (body.echo === true) throw bad('"echo" is not supported by kvdesk; send the request without it.', 'echo');
   const rf = body.response_format as { type?: unknown } | undefined | null;
   if (rf && rf.type !== undefined && rf.type !== 'text') {
     throw bad(`response_format "${String(rf.type)}" is not supported by kvdesk: only plain text.`, 'response_format');
   }
-  for (const k of ['frequency_penalty', 'presence_penalty']) {
-    const v = number(body, k, { min: -2, max: 2 });
-    if (v !== undefined && v !== 0) {
-      throw bad(`"${k}" is not supported by kvdesk; use "repetition_penalty" (e.g. 1.1) instead.`, k);
-    }
+}
+
+/**
+ * How many alternatives to report with each token's log-probability, or undefined for none. Chat asks with
+ * `logprobs: true` and `top_logprobs` (0–20); completions with `logprobs` as the count (0–20; OpenAI allows 5).
+ */
+function logprobsCount(kind: OpenAiKind, body: Body): number | undefined {
+  if (kind === 'chat') {
+    const on = boolean(body, 'logprobs') ?? false;
+    const top = number(body, 'top_logprobs', { min: 0, max: 20, int: true });
+    if (top !== undefined && !on) throw bad('"top_logprobs" needs "logprobs": true.', 'top_logprobs');
+    return on ? (top ?? 0) : undefined;
   }
+  if (body.logprobs === false) return undefined;
+  return number(body, 'logprobs', { min: 0, max: 20, int: true });
+}
+
+/** OpenAI's logit_bias: token ids (as keys) to a bias in -100…100. */
+function logitBias(body: Body): Record<string, number> | undefined {
+  if (!present(body, 'logit_bias')) return undefined;
+  const v = body.logit_bias;
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) {
+    throw bad('"logit_bias" must be an object of token ids to biases (-100…100).', 'logit_bias');
+  }
+  const out: Record<string, number> = {};
+  for (const [key, bias] of Object.entries(v)) {
+    if (!/^\d+$/.test(key)) throw bad(`logit_bias: ${JSON.stringify(key)} is not a token id.`, 'logit_bias');
+    if (typeof bias !== 'number' || !Number.isFinite(bias) || bias < -100 || bias > 100) {
+      throw bad(`logit_bias[${key}] must be a number in -100…100, got ${JSON.stringify(bias)}.`, 'logit_bias');
+    }
+    out[String(Number(key))] = bias;
+  }
+  return Object.keys(out).length > 0 ? out : undefined;
 }
 
 function stopList(body: Body): string[] | undefined {
@@ -184,6 +215,13 @@ export function mapOpenAiRequest(kind: OpenAiKind, input: unknown): MappedReques
   if (minP !== undefined) sampling.minP = minP;
   const rp = number(body, 'repetition_penalty');
   if (rp !== undefined) sampling.repetitionPenalty = rp;
+  const fp = number(body, 'frequency_penalty', { min: -2, max: 2 });
+  if (fp !== undefined && fp !== 0) sampling.frequencyPenalty = fp;
+  const pp = number(body, 'presence_penalty', { min: -2, max: 2 });
+  if (pp !== undefined && pp !== 0) sampling.presencePenalty = pp;
+  const bias = logitBias(body);
+  if (bias) sampling.logitBias = bias;
+  const logprobs = logprobsCount(kind, body);
   const stop = stopList(body);
 
   const request: GenerateRequest = { model: body.model };
@@ -221,6 +259,7 @@ export function mapOpenAiRequest(kind: OpenAiKind, input: unknown): MappedReques
     }
   }
   if (maxTokens !== undefined) request.maxNewTokens = maxTokens;
+  if (logprobs !== undefined) request.logprobs = logprobs;
   if (Object.keys(sampling).length > 0) request.sampling = sampling;
   if (stop) request.stop = stop;
   return { kind, model: body.model, stream, includeUsage, n, promptCount, promptIdLengths, promptTexts, request };
@@ -288,6 +327,33 @@ export function replyId(kind: OpenAiKind, requestId: string): string {
   return `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${requestId}`;
 }
 
+/** A token's entry in OpenAI's chat logprobs. */
+function chatToken(t: TokenLogprob): Record<string, unknown> {
+  return { token: t.token, logprob: t.logprob, bytes: t.bytes };
+}
+
+/**
+ * The `logprobs` of a choice (or of one streamed chunk's tokens): chat's `content` list, or the legacy
+ * completions arrays, whose `top_logprobs` maps token text to log-probability and always holds the chosen token.
+ */
+export function logprobsJson(kind: OpenAiKind, tokens: GeneratedTokenLogprob[] | undefined): unknown {
+  if (!tokens) return null;
+  if (kind === 'chat') {
+    return { content: tokens.map((t) => ({ ...chatToken(t), top_logprobs: t.top.map(chatToken) })), refusal: null };
+  }
+  return {
+    tokens: tokens.map((t) => t.token),
+    token_logprobs: tokens.map((t) => t.logprob),
+    top_logprobs: tokens.map((t) => {
+      const top: Record<string, number> = {};
+      for (const alt of t.top) if (!(alt.token in top)) top[alt.token] = alt.logprob;
+      if (!(t.token in top)) top[t.token] = t.logprob;
+      return top;
+    }),
+    text_offset: tokens.map((t) => t.textOffset),
+  };
+}
+
 /** The non-streaming response body. */
 export function completionBody(
   kind: OpenAiKind,
@@ -300,10 +366,15 @@ export function completionBody(
       ? {
           index,
           message: { role: 'assistant', content: row.text },
-          logprobs: null,
+          logprobs: logprobsJson(kind, row.logprobs),
           finish_reason: openAiFinishReason(row.finishReason),
         }
-      : { index, text: row.text, logprobs: null, finish_reason: openAiFinishReason(row.finishReason) },
+      : {
+          index,
+          text: row.text,
+          logprobs: logprobsJson(kind, row.logprobs),
+          finish_reason: openAiFinishReason(row.finishReason),
+        },
   );
   return {
     id: head.id,
@@ -333,13 +404,20 @@ export function chunk(
   };
 }
 
-/** A streamed choice carrying text (or, for chat, the opening role). */
-export function deltaChoice(kind: OpenAiKind, index: number, text: string, role = false): Record<string, unknown> {
-  if (kind === 'completion') return { index, text, logprobs: null, finish_reason: null };
+/** A streamed choice carrying text and its tokens' logprobs when asked for (or, for chat, the opening role). */
+export function deltaChoice(
+  kind: OpenAiKind,
+  index: number,
+  text: string,
+  role = false,
+  logprobs?: GeneratedTokenLogprob[],
+): Record<string, unknown> {
+  const lp = logprobsJson(kind, logprobs);
+  if (kind === 'completion') return { index, text, logprobs: lp, finish_reason: null };
   return {
     index,
     delta: role ? { role: 'assistant', content: '' } : { content: text },
-    logprobs: null,
+    logprobs: lp,
     finish_reason: null,
   };
 }

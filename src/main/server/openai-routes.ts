@@ -102,7 +102,11 @@ export function serveCompletion(
           if (!mapped.stream || head === null) return;
           const h = head;
           frame.rows.forEach((row, i) => {
-            if (row.text.length > 0) sse(chunk(kind, h, [deltaChoice(kind, i, row.text)], usageNull));
+            const withLogprobs = row.logprobs !== undefined && row.logprobs.length > 0;
+            if (row.text.length > 0 || withLogprobs) {
+              const lp = withLogprobs ? row.logprobs : undefined;
+              sse(chunk(kind, h, [deltaChoice(kind, i, row.text, false, lp)], usageNull));
+            }
           });
           return;
         }

@@ -355,6 +355,99 @@ describe('completions', () => {
   });
 });
 
+describe('logprobs, penalties and logit bias', () => {
+  // The default model's end tokens, banned so that replies run to max_tokens.
+  const noEnd = { '509': -100, '511': -100 };
+
+  it('chat: each token with its log-probability, bytes and alternatives, the same streamed and not', async () => {
+    const body = {
+      model: 'default',
+      messages: hi,
+      max_tokens: 10,
+      temperature: 0,
+      logprobs: true,
+      top_logprobs: 3,
+      logit_bias: noEnd,
+    };
+    const r = await client.chat.completions.create(body);
+    const choice = r.choices[0] as (typeof r.choices)[number];
+    const content = choice.logprobs?.content ?? [];
+    expect(content).toHaveLength(r.usage?.completion_tokens ?? -1);
+    expect(Buffer.from(content.flatMap((t) => t.bytes ?? [])).toString('utf8')).toBe(choice.message.content);
+    for (const t of content) {
+      expect(t.logprob).toBeLessThanOrEqual(0);
+      expect(t.top_logprobs).toHaveLength(3);
+      // Greedy: the chosen token is the most likely.
+      expect(t.top_logprobs[0]).toEqual({ token: t.token, logprob: t.logprob, bytes: t.bytes });
+    }
+    const stream = await client.chat.completions.create({ ...body, stream: true });
+    const streamed: typeof content = [];
+    for await (const ch of stream) streamed.push(...(ch.choices[0]?.logprobs?.content ?? []));
+    expect(streamed).toEqual(content);
+    const plain = await client.chat.completions.create({ model: 'default', messages: hi, max_tokens: 4 });
+    expect(plain.choices[0]?.logprobs).toBeNull();
+  });
+
+  it('completions: tokens, token_logprobs, top_logprobs with the chosen token, and text offsets', async () => {
+    const r = await client.completions.create({
+      model: 'default',
+      prompt: 'Once upon',
+      max_tokens: 8,
+      temperature: 0,
+      logprobs: 2,
+      logit_bias: noEnd,
+    });
+    const choice = r.choices[0] as (typeof r.choices)[number];
+    const lp = choice.logprobs as NonNullable<typeof choice.logprobs>;
+    expect(lp.tokens).toHaveLength(8);
+    expect(lp.token_logprobs).toHaveLength(8);
+    for (const [i, token] of (lp.tokens ?? []).entries()) {
+      const top = lp.top_logprobs?.[i] as Record<string, number>;
+      expect(top[token]).toBe(lp.token_logprobs?.[i]);
+      expect(Object.keys(top).length).toBeGreaterThanOrEqual(1);
+      expect(Object.keys(top).length).toBeLessThanOrEqual(3);
+      const offset = lp.text_offset?.[i] as number;
+      if (!token.includes('\ufffd')) expect(choice.text.slice(offset, offset + token.length)).toBe(token);
+    }
+  });
+
+  it('frequency and presence penalties change a greedy reply; logit bias forces a token', async () => {
+    const ask = (extra: Record<string, unknown>) =>
+      client.chat.completions.create({
+        model: 'default',
+        messages: hi,
+        max_tokens: 16,
+        temperature: 0,
+        logit_bias: noEnd,
+        ...extra,
+      });
+    const plain = (await ask({})).choices[0]?.message.content;
+    expect((await ask({ frequency_penalty: 1.5 })).choices[0]?.message.content).not.toBe(plain);
+    expect((await ask({ presence_penalty: 1.5 })).choices[0]?.message.content).not.toBe(plain);
+    const forced = await client.completions.create({
+      model: 'default',
+      prompt: 'a',
+      max_tokens: 3,
+      logit_bias: { '42': 100 },
+      logprobs: 0,
+    });
+    const tok = t.hostApi.runner.tokenizerOf('default');
+    expect(forced.choices[0]?.text).toBe(tok.decode([42, 42, 42]));
+    // No alternatives asked for: each position's top_logprobs holds the chosen token alone.
+    const lp = forced.choices[0]?.logprobs;
+    expect(lp?.top_logprobs?.[0]).toEqual({ [lp?.tokens?.[0] as string]: lp?.token_logprobs?.[0] });
+  });
+
+  it('refuses a logit bias for a token id the model does not have, naming the parameter', async () => {
+    const err = await apiError(
+      client.chat.completions.create({ model: 'default', messages: hi, logit_bias: { '512': 5 } }),
+    );
+    expect(err.status).toBe(400);
+    expect(err.message).toContain('logit_bias');
+    expect(err.message).toContain('512');
+  });
+});
+
 describe('refusals', () => {
   it('400 context_length_exceeded with the prompt and context sizes', async () => {
     const err = await apiError(

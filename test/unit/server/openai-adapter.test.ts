@@ -1,6 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import { errorFromInfo, HttpError } from '../../../src/main/server/http-util';
-import { completionBody, mapOpenAiRequest, openAiFinishReason, usageOf } from '../../../src/main/server/openai-adapter';
+import {
+  completionBody,
+  logprobsJson,
+  mapOpenAiRequest,
+  openAiFinishReason,
+  usageOf,
+} from '../../../src/main/server/openai-adapter';
 import type { GenerationResult } from '../../../src/shared/contract';
 
 function refusal(fn: () => unknown): HttpError {
@@ -129,10 +135,17 @@ describe('mapOpenAiRequest', () => {
       ['chat', chat({ stream: 'yes' }), 'stream'],
       ['chat', chat({ tools: [{ type: 'function' }] }), 'tools'],
       ['chat', chat({ tool_choice: 'required' }), 'tool_choice'],
-      ['chat', chat({ logprobs: true }), 'logprobs'],
+      ['chat', chat({ logprobs: 1 }), 'logprobs'],
+      ['chat', chat({ top_logprobs: 3 }), 'top_logprobs'],
+      ['chat', chat({ logprobs: true, top_logprobs: 21 }), 'top_logprobs'],
       ['chat', chat({ response_format: { type: 'json_object' } }), 'response_format'],
-      ['chat', chat({ frequency_penalty: 0.5 }), 'frequency_penalty'],
-      ['chat', chat({ logit_bias: { '1': 5 } }), 'logit_bias'],
+      ['chat', chat({ frequency_penalty: 2.5 }), 'frequency_penalty'],
+      ['chat', chat({ presence_penalty: -3 }), 'presence_penalty'],
+      ['chat', chat({ logit_bias: { '1': 101 } }), 'logit_bias'],
+      ['chat', chat({ logit_bias: { abc: 5 } }), 'logit_bias'],
+      ['chat', chat({ logit_bias: [5] }), 'logit_bias'],
+      ['completion', { model: 'm', prompt: 'a', logprobs: 1.5 }, 'logprobs'],
+      ['completion', { model: 'm', prompt: 'a', logprobs: 21 }, 'logprobs'],
       ['completion', { model: 'm' }, 'prompt'],
       ['completion', { model: 'm', prompt: [] }, 'prompt'],
       ['completion', { model: 'm', prompt: ['a', 1] }, 'prompt'],
@@ -146,6 +159,24 @@ describe('mapOpenAiRequest', () => {
       expect(err.body.error.param, JSON.stringify(body)).toBe(param);
       expect(err.body.error.type).toBe('invalid_request_error');
     }
+  });
+
+  it('maps penalties, logit bias and logprobs', () => {
+    const c = mapOpenAiRequest(
+      'chat',
+      chat({ frequency_penalty: 0.5, presence_penalty: -1, logit_bias: { '07': -100, 50256: 3 }, logprobs: true }),
+    );
+    expect(c.request.sampling).toEqual({
+      frequencyPenalty: 0.5,
+      presencePenalty: -1,
+      logitBias: { 7: -100, 50256: 3 },
+    });
+    expect(c.request.logprobs).toBe(0);
+    expect(mapOpenAiRequest('chat', chat({ logprobs: true, top_logprobs: 5 })).request.logprobs).toBe(5);
+    expect(mapOpenAiRequest('chat', chat({ logprobs: false })).request.logprobs).toBeUndefined();
+    expect(mapOpenAiRequest('completion', { model: 'm', prompt: 'a', logprobs: 3 }).request.logprobs).toBe(3);
+    expect(mapOpenAiRequest('completion', { model: 'm', prompt: 'a', logprobs: 0 }).request.logprobs).toBe(0);
+    expect(mapOpenAiRequest('completion', { model: 'm', prompt: 'a' }).request.logprobs).toBeUndefined();
   });
 
   it('lets harmless defaults through', () => {
@@ -308,5 +339,59 @@ describe('responses', () => {
         { index: 1, text: 'cde' },
       ],
     });
+  });
+
+  it('write logprobs as OpenAI does: chat content entries, completions arrays with the chosen token in top_logprobs', () => {
+    const tokens = [
+      {
+        id: 1,
+        token: ' a',
+        bytes: [32, 97],
+        logprob: -0.5,
+        textOffset: 0,
+        top: [
+          { id: 2, token: ' b', bytes: [32, 98], logprob: -0.25 },
+          { id: 1, token: ' a', bytes: [32, 97], logprob: -0.5 },
+        ],
+      },
+      {
+        id: 3,
+        token: '\ufffd',
+        bytes: [0xe2],
+        logprob: -2,
+        textOffset: 2,
+        top: [{ id: 4, token: 'x', bytes: [120], logprob: -1 }],
+      },
+    ];
+    expect(logprobsJson('chat', tokens)).toEqual({
+      content: [
+        {
+          token: ' a',
+          logprob: -0.5,
+          bytes: [32, 97],
+          top_logprobs: [
+            { token: ' b', logprob: -0.25, bytes: [32, 98] },
+            { token: ' a', logprob: -0.5, bytes: [32, 97] },
+          ],
+        },
+        { token: '\ufffd', logprob: -2, bytes: [0xe2], top_logprobs: [{ token: 'x', logprob: -1, bytes: [120] }] },
+      ],
+      refusal: null,
+    });
+    expect(logprobsJson('completion', tokens)).toEqual({
+      tokens: [' a', '\ufffd'],
+      token_logprobs: [-0.5, -2],
+      top_logprobs: [
+        { ' b': -0.25, ' a': -0.5 },
+        { x: -1, '\ufffd': -2 },
+      ],
+      text_offset: [0, 2],
+    });
+    expect(logprobsJson('chat', undefined)).toBeNull();
+    const withLogprobs = { ...result, rows: result.rows.map((r, i) => (i === 0 ? { ...r, logprobs: tokens } : r)) };
+    const body = completionBody('chat', { id: 'c', created: 5, model: 'm' }, withLogprobs, usageOf(result, 4));
+    const choices = body.choices as Array<Record<string, unknown>>;
+    expect(choices[0]?.logprobs).toEqual(logprobsJson('chat', tokens));
+    expect(choices[1]?.logprobs).toBeNull();
   });
 });
