@@ -40,6 +40,8 @@ generate options:
   --max-new-tokens N       tokens to generate (default: package default or 256)
   --greedy                 always take the most likely token
   --temperature T --top-k K --top-p P --min-p M --repetition-penalty R
+  --frequency-penalty F --presence-penalty P   OpenAI's penalties over the generated tokens (-2 to 2)
+  --logprobs N             with --json: each token's log-probability and the N most likely alternatives (0-20)
   --seed S                 the same seed gives the same tokens
   --stop STR               stop string (repeatable)
   --rows N                 generate N rows of the same prompt as one batched request
@@ -222,6 +224,9 @@ async function generate(args: string[], io: Io): Promise<number> {
     'top-p': { type: 'string' },
     'min-p': { type: 'string' },
     'repetition-penalty': { type: 'string' },
+    'frequency-penalty': { type: 'string' },
+    'presence-penalty': { type: 'string' },
+    logprobs: { type: 'string' },
     seed: { type: 'string' },
     stop: { type: 'string', multiple: true },
     rows: { type: 'string' },
@@ -262,6 +267,10 @@ async function generate(args: string[], io: Io): Promise<number> {
     if (mp !== undefined) sampling.minP = mp;
     const rp = parseNumber('repetition-penalty', values['repetition-penalty']);
     if (rp !== undefined) sampling.repetitionPenalty = rp;
+    const fp = parseNumber('frequency-penalty', values['frequency-penalty']);
+    if (fp !== undefined) sampling.frequencyPenalty = fp;
+    const pp = parseNumber('presence-penalty', values['presence-penalty']);
+    if (pp !== undefined) sampling.presencePenalty = pp;
     const seed = parseNumber('seed', values.seed, true);
     if (seed !== undefined) sampling.seed = seed;
     if (values.greedy) sampling.greedy = true;
@@ -276,6 +285,8 @@ async function generate(args: string[], io: Io): Promise<number> {
     const rows = parseNumber('rows', values.rows, true);
     if (rows !== undefined) request.rows = rows;
     if (values.stop) request.stop = values.stop;
+    const logprobs = parseNumber('logprobs', values.logprobs, true);
+    if (logprobs !== undefined) request.logprobs = logprobs;
 
     host = new RunnerService({
       ...(kvBudget !== undefined ? { kvBudgetBytes: kvBudget } : {}),
@@ -306,6 +317,7 @@ async function generate(args: string[], io: Io): Promise<number> {
           tokenIds: result.tokenIds,
           text: result.text,
           finishReason: result.finishReason,
+          ...(result.rows[0]?.logprobs ? { logprobs: result.rows[0].logprobs } : {}),
           promptTokens: result.promptTokens,
           bpt: result.bpt,
           kvBytes: result.kvBytes,

@@ -92,3 +92,22 @@ test('keyboard: Ctrl+N starts a chat, Ctrl+K focuses the model picker, Shift+Ent
   await expect(input).toHaveValue('line one\nline two');
   await expect(app.getByTestId('message-user')).toHaveCount(0);
 });
+
+test('a thread’s frequency and presence penalties reach the model: the same greedy question gets another reply', async ({
+  app,
+}) => {
+  const replyTo = async (settings: Parameters<typeof setSettings>[1]) => {
+    await newChat(app);
+    await setSettings(app, { greedy: true, maxNewTokens: 24, ...settings });
+    await send(app, 'Hello!');
+    await expect(lastReply(app)).toHaveAttribute('data-state', 'done', { timeout: 30_000 });
+    return (await lastReply(app).getByTestId('message-text').textContent()) ?? '';
+  };
+  const plain = await replyTo({});
+  expect(plain.trim().length).toBeGreaterThan(0);
+  expect(await replyTo({})).toBe(plain);
+  expect(await replyTo({ presencePenalty: 1.5 })).not.toBe(plain);
+  await expect(app.getByTestId('settings-summary')).toContainText('presence 1.5');
+  expect(await replyTo({ frequencyPenalty: 1.5 })).not.toBe(plain);
+  await expect(app.getByTestId('settings-summary')).toContainText('freq 1.5');
+});

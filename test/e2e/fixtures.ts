@@ -48,7 +48,7 @@ export async function newChat(page: Page): Promise<string> {
 /** Sets the open thread's sampling/limits through the settings panel (they commit on blur). */
 export async function setSettings(
   page: Page,
-  s: { greedy?: boolean; maxNewTokens?: number; seed?: number },
+  s: { greedy?: boolean; maxNewTokens?: number; seed?: number; frequencyPenalty?: number; presencePenalty?: number },
 ): Promise<void> {
   const panel = page.getByTestId('settings-panel');
   if (!(await panel.isVisible())) await page.getByTestId('settings-toggle').click();
@@ -59,6 +59,12 @@ export async function setSettings(
   if (s.seed !== undefined) {
     await panel.getByTestId('setting-seed').fill(String(s.seed));
     await panel.getByTestId('setting-seed').blur();
+  }
+  for (const key of ['frequencyPenalty', 'presencePenalty'] as const) {
+    const v = s[key];
+    if (v === undefined) continue;
+    await panel.getByTestId(`setting-${key}`).fill(String(v));
+    await panel.getByTestId(`setting-${key}`).blur();
   }
   if (s.greedy !== undefined) await panel.getByTestId('setting-greedy').setChecked(s.greedy);
   if (s.maxNewTokens !== undefined)

@@ -210,6 +210,25 @@ describe('CLI on the generated default model', () => {
     expect(timings.tokensPerSecond).toBeGreaterThan(0);
   });
 
+  it('--logprobs N adds each token’s log-probability and N alternatives; the penalties change a greedy reply', () => {
+    const args = ['generate', defaultModelDir, '--prompt', 'Hello', '--max-new-tokens', '12', '--greedy', '--json'];
+    const r = kvdesk(...args, '--logprobs', '2');
+    expect(r.code, r.stderr).toBe(0);
+    const lps = r.json.logprobs as Array<{ id: number; logprob: number; top: Array<{ id: number }> }>;
+    expect(lps.map((t) => t.id)).toEqual(r.json.tokenIds);
+    for (const t of lps) {
+      expect(t.top).toHaveLength(2);
+      expect(t.top[0]?.id).toBe(t.id);
+    }
+    expect(kvdesk(...args).json.logprobs).toBeUndefined();
+    const penalized = kvdesk(...args, '--frequency-penalty', '1.5', '--presence-penalty', '1');
+    expect(penalized.code, penalized.stderr).toBe(0);
+    expect(penalized.json.tokenIds).not.toEqual(r.json.tokenIds);
+    const bad = kvdesk(...args, '--presence-penalty', '3');
+    expect(bad.code).toBe(2);
+    expect((bad.json.error as Record<string, unknown>).message).toContain('presencePenalty');
+  });
+
   it('streams text to stdout and a summary to stderr without --json', () => {
     const r = kvdesk('generate', defaultModelDir, '--chat', '--prompt', 'Hi', '--max-new-tokens', '8', '--seed', '3');
     expect(r.code, r.stderr).toBe(0);
