@@ -65,6 +65,8 @@ export const GenerateRequest = z
      * most likely alternatives (0–20).
      */
     logprobs: z.number().int().min(0).max(20).optional(),
+    /** `json`: each reply is one JSON object (sampling keeps to tokens that can continue one; it ends when it closes). */
+    responseFormat: z.enum(['text', 'json']).optional(),
     stop: z.array(z.string().min(1)).max(16).optional(),
     /** Keep this conversation's KV between turns. */
     sessionId: z.string().min(1).max(200).optional(),

@@ -14,6 +14,7 @@ import { KvdeskError } from '../../shared/errors';
 import type { KvTensorSpec, ModelSpec } from '../../shared/model-spec';
 import type { GenerationHooks, GenerationJob, GenerationOutcome } from './decoder';
 import { commonPrefix, idTensor, maskTensor } from './feeds';
+import { JsonConstraint } from './json-constraint';
 import {
   concatBatch,
   emptyPast,
@@ -181,7 +182,13 @@ export class ContinuousBatcher {
         hooks,
         // One random stream per row, so n > 1 samples differ; row 0 keeps the seed as given.
         samplers: job.rows.map(
-          (r, i) => new Sampler({ ...job.sampling, seed: rowSeed(job.sampling.seed, i) }, vocab, r),
+          (r, i) =>
+            new Sampler(
+              { ...job.sampling, seed: rowSeed(job.sampling.seed, i) },
+              vocab,
+              r,
+              job.json ? new JsonConstraint(job.json) : undefined,
+            ),
         ),
         rows: [],
         generated: 0,
@@ -316,11 +323,17 @@ export class ContinuousBatcher {
     for (const row of m.rows) {
       if (row.done) continue;
       const offset = (batchIndexOf(row) * logits.seq + (logits.seq - 1)) * logits.vocab;
-      const id = (m.samplers[row.index] as Sampler).sample(logits.data, offset, vocab);
+      const sampler = m.samplers[row.index] as Sampler;
+      const id = sampler.sample(logits.data, offset, vocab);
+      if (id < 0) {
+        // JSON mode with no token of the vocabulary able to continue: the row ends as it is.
+        row.done = 'eos';
+        continue;
+      }
       ids[row.index] = id;
       if (logprobs) logprobs[row.index] = logprobsOf(logits.data, offset, vocab, id, top as number);
       row.lastId = id;
-      if (eos.includes(id)) row.done = 'eos';
+      if (eos.includes(id) || sampler.finished) row.done = 'eos';
     }
     m.generated++;
     m.hooks.onStep(ids, m.rows.length * m.length * this.spec.bpt, logprobs);

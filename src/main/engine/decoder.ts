@@ -9,6 +9,7 @@ import { KvdeskError } from '../../shared/errors';
 import type { KvTensorSpec, ModelSpec } from '../../shared/model-spec';
 import { ContinuousBatcher, PREFILL_CHUNK_TOKENS, rowSeed } from './batcher';
 import { idTensor } from './feeds';
+import type { TokenTable } from './json-constraint';
 import { emptyPast } from './kv-cache';
 import { lastPositionGraph } from './last-position';
 import { logitsRows } from './logits';
@@ -29,6 +30,8 @@ export interface GenerationJob {
   eosTokenIds: number[];
   /** Report each sampled token's log-probability and this many alternatives (absent: none). */
   logprobs?: number;
+  /** JSON mode: each row's reply is one JSON object (the vocabulary's bytes say which tokens may come). */
+  json?: TokenTable;
   /** Present for a session turn: its KV is reused where the prompt shares its prefix, and updated at the end. */
   session?: SessionKv;
 }

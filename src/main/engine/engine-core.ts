@@ -5,6 +5,7 @@
  */
 import { KvdeskError, toErrorInfo } from '../../shared/errors';
 import { LoadedDecoder, type SessionKv } from './decoder';
+import type { TokenTable } from './json-constraint';
 import type { EngineCommand, EngineEvent, EngineLoadResult, EngineStats, StepLogprob } from './protocol';
 
 /**
@@ -37,6 +38,12 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
   const models = new Map<string, LoadedDecoder>();
   const sessions = new Map<string, { modelId: string; kv: SessionKv }>();
   const running = new Map<string, RunningGeneration>();
+  /**
+   * Each model's token bytes, for JSON mode: the host sends them before its first JSON request, and again
+   * after it loads another package under the same id (a load does not drop them: a table sent while a
+   * reload's session is being created must survive it).
+   */
+  const tokenTables = new Map<string, TokenTable>();
   const stats = { runs: 0, generations: 0, refused: 0 };
 
   function reply(callId: number, fn: () => Promise<unknown>): void {
@@ -80,6 +87,13 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
         sessions.set(cmd.sessionId, session);
       }
     }
+    const json = cmd.json ? tokenTables.get(cmd.modelId) : undefined;
+    if (cmd.json && !json) {
+      throw new KvdeskError(
+        'INTERNAL',
+        `JSON mode needs model ${cmd.modelId}'s token table, which the host sends first`,
+      );
+    }
     const state: RunningGeneration = { stop: null };
     running.set(cmd.requestId, state);
     stats.generations++;
@@ -112,6 +126,7 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
           sampling: cmd.sampling,
           eosTokenIds: cmd.eosTokenIds,
           ...(withLogprobs ? { logprobs: cmd.logprobs } : {}),
+          ...(json ? { json } : {}),
           ...(session ? { session: session.kv } : {}),
         },
         {
@@ -170,6 +185,7 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
         reply(cmd.callId, async () => {
           const model = models.get(cmd.modelId);
           models.delete(cmd.modelId);
+          tokenTables.delete(cmd.modelId);
           for (const [id, s] of sessions) if (s.modelId === cmd.modelId) sessions.delete(id);
           if (model) await model.dispose();
           return { modelId: cmd.modelId };
@@ -193,6 +209,9 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
         if (state && !state.stop) state.stop = cmd.reason;
         return;
       }
+      case 'tokenTable':
+        tokenTables.set(cmd.modelId, { bytes: cmd.bytes, offsets: cmd.offsets, special: new Set(cmd.special) });
+        return;
       case 'dropSession':
         sessions.delete(cmd.sessionId);
         return;

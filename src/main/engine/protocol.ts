@@ -78,8 +78,18 @@ export type EngineCommand =
       eosTokenIds: number[];
       /** Report the sampled tokens' log-probabilities with this many alternatives (absent: none). */
       logprobs?: number;
+      /** JSON mode: each row's reply is one JSON object (needs the model's token table, sent before). */
+      json?: boolean;
       /** Chat session whose KV is kept after this turn (rows must be 1). */
       sessionId?: string;
+    }
+  | {
+      /** Every token's bytes (token i is bytes[offsets[i], offsets[i+1])) and the special ids, for JSON mode. */
+      type: 'tokenTable';
+      modelId: string;
+      bytes: Uint8Array;
+      offsets: Uint32Array;
+      special: number[];
     }
   | { type: 'cancel'; requestId: string; reason: 'stop' | 'cancelled' }
   | { type: 'dropSession'; sessionId: string }

@@ -3,6 +3,7 @@
  * avoids sorting the whole vocabulary: top-k is a bounded heap selection, and a
  * full sort only happens for nucleus sampling without top-k.
  */
+import type { JsonConstraint } from './json-constraint';
 import type { IdLogprob, SamplingParams, StepLogprob } from './protocol';
 
 /** A deterministic 32-bit PRNG (mulberry32): the same seed gives the same tokens. */
@@ -124,6 +125,8 @@ export class Sampler {
     private readonly params: SamplingParams,
     vocabSize: number,
     prompt: readonly number[] = [],
+    /** JSON mode: only tokens that keep the reply a prefix of one JSON object. */
+    private readonly constraint?: JsonConstraint,
   ) {
     this.rng = createRng(params.seed);
     this.scratch = new Float32Array(vocabSize);
@@ -139,11 +142,21 @@ export class Sampler {
     return this.params.greedy || this.params.temperature <= 0;
   }
 
-  /** Picks the next token from logits[offset, offset+vocab) and records it for the penalties. */
+  /** True once a constrained reply is complete: its JSON object closed. */
+  get finished(): boolean {
+    return this.constraint?.done ?? false;
+  }
+
+  /**
+   * Picks the next token from logits[offset, offset+vocab) and records it for the penalties and the
+   * constraint. Returns -1 when the constraint allows no token of the vocabulary (the row ends there).
+   */
   sample(logits: Float32Array, offset: number, vocab: number): number {
     const id = this.pick(logits, offset, vocab);
+    if (id < 0) return id;
     this.seen?.add(id);
     if (this.counts) this.counts.set(id, (this.counts.get(id) ?? 0) + 1);
+    this.constraint?.accept(id);
     return id;
   }
 
@@ -152,7 +165,11 @@ export class Sampler {
     const seen = this.seen;
     const counts = this.counts;
     const penalize = seen !== undefined && seen.size > 0;
-    const adjust = penalize || (counts !== undefined && counts.size > 0) || this.logitBias.length > 0;
+    const adjust =
+      penalize ||
+      (counts !== undefined && counts.size > 0) ||
+      this.logitBias.length > 0 ||
+      this.constraint !== undefined;
     if (this.isGreedy && !adjust) return argmax(logits, offset, vocab);
 
     if (this.scratch.length !== vocab) this.scratch = new Float32Array(vocab);
@@ -171,8 +188,23 @@ export class Sampler {
       }
     }
     for (const [id, bias] of this.logitBias) if (id >= 0 && id < vocab) x[id] = (x[id] as number) + bias;
+    if (this.constraint) {
+      // The unconstrained pick usually continues the JSON (one check); otherwise mask the vocabulary and pick
+      // again (as llama.cpp's grammar sampling does). Greedy, this is the best allowed token either way.
+      const first = this.isGreedy ? argmax(x, 0, vocab) : this.draw(x, vocab);
+      if (this.constraint.allows(first)) return first;
+      if (this.constraint.mask(x, vocab) === 0) return -1;
+      // Masked tokens have probability 0; a draw lands on one only when the random number is exactly 0.
+      const id = this.isGreedy ? argmax(x, 0, vocab) : this.draw(x, vocab);
+      return x[id] === Number.NEGATIVE_INFINITY ? argmax(x, 0, vocab) : id;
+    }
     if (this.isGreedy) return argmax(x, 0, vocab);
+    return this.draw(x, vocab);
+  }
 
+  /** Temperature, top-k, top-p and min-p over x[0, vocab), then one draw. */
+  private draw(x: Float32Array, vocab: number): number {
+    const p = this.params;
     const invT = 1 / p.temperature;
     const k = p.topK > 0 ? Math.min(p.topK, vocab) : vocab;
     const candidates = topKIndices(x, k);

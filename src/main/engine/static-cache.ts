@@ -21,6 +21,7 @@ import { KvdeskError } from '../../shared/errors';
 import { type ModelSpec, type StaticCacheSpec, staticPositions } from '../../shared/model-spec';
 import type { GenerationHooks, GenerationJob, GenerationOutcome } from './decoder';
 import { commonPrefix, idTensor } from './feeds';
+import { JsonConstraint } from './json-constraint';
 import { kvArray } from './kv-cache';
 import { logitsRows } from './logits';
 import type { FinishReason } from './protocol';
@@ -259,7 +260,12 @@ export class StaticCacheRunner {
       logits = await this.runCounted(hooks, buffers, row.slice(from, to), from);
       if (to < row.length) hooks.onPrefill?.(to, row.length, this.sequenceBytes);
     }
-    const sampler = new Sampler(job.sampling, this.spec.vocabSize, row);
+    const sampler = new Sampler(
+      job.sampling,
+      this.spec.vocabSize,
+      row,
+      job.json ? new JsonConstraint(job.json) : undefined,
+    );
     let length = row.length;
     let generated = 0;
     for (;;) {
@@ -267,10 +273,12 @@ export class StaticCacheRunner {
       const vocab = Math.min(this.spec.vocabSize, rows.vocab);
       const offset = (rows.seq - 1) * rows.vocab;
       const id = sampler.sample(rows.data, offset, vocab);
+      // JSON mode with no token of the vocabulary able to continue: the reply ends as it is.
+      if (id < 0) return ended('eos', generated, length);
       generated++;
       const lp = job.logprobs !== undefined ? [logprobsOf(rows.data, offset, vocab, id, job.logprobs)] : undefined;
       hooks.onStep([id], this.sequenceBytes, lp);
-      if (job.eosTokenIds.includes(id)) return ended('eos', generated, length);
+      if (job.eosTokenIds.includes(id) || sampler.finished) return ended('eos', generated, length);
       if (generated >= job.maxNewTokens) return ended('length', generated, length);
       if (length + 1 > this.limit) return ended('context', generated, length);
       const stop = hooks.stopRequested();

@@ -107,6 +107,8 @@ export class EngineClient {
   private readonly calls = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
   private readonly generations = new Map<string, GenerationHandlers>();
   private closing = false;
+  /** Models whose token table the engine holds (JSON mode); a load clears its entry (also the reload after a crash). */
+  private readonly tokenTables = new Set<string>();
 
   constructor(
     private readonly sessionOptions: EngineSessionOptions,
@@ -226,12 +228,24 @@ export class EngineClient {
   /** Creates the model's onnxruntime session in the engine; says how its graph scores positions. */
   load(modelId: string, spec: ModelSpec, executionProviders?: string[]): Promise<EngineLoadResult> {
     const options = executionProviders ? { ...this.sessionOptions, executionProviders } : this.sessionOptions;
+    this.tokenTables.delete(modelId);
     return this.call<EngineLoadResult>((callId) => ({ type: 'load', callId, modelId, spec, options }));
   }
 
   /** Releases the model's session and its sessions' KV. */
   unload(modelId: string): Promise<void> {
+    this.tokenTables.delete(modelId);
     return this.call<unknown>((callId) => ({ type: 'unload', callId, modelId })).then(() => undefined);
+  }
+
+  /**
+   * Sends the model's token bytes once per engine process and load (JSON mode needs them); `build` runs
+   * only when they must be sent. Commands reach the engine in order, so a generate sent after this finds them.
+   */
+  ensureTokenTable(modelId: string, build: () => { bytes: Uint8Array; offsets: Uint32Array; special: number[] }): void {
+    if (this.tokenTables.has(modelId)) return;
+    this.send({ type: 'tokenTable', modelId, ...build() });
+    this.tokenTables.add(modelId);
   }
 
   /** Engine counters (runs, generations) and held session KV. */

@@ -30,6 +30,7 @@ import { detectBackendsInChildProcess, usableProviders } from '../backends';
 import { deviceKey, type NvidiaMemoryResult, readNvidiaGpuMemory } from '../backends/device-memory';
 import { DEFAULT_GPU_FRACTION, DEFAULT_GPU_OVERHEAD_BYTES } from '../backends/variant-fit';
 import { commonPrefix } from '../engine/feeds';
+import { packTokens } from '../engine/json-constraint';
 import type { EngineLoadResult, LogitsPositions, SamplingParams, StepLogprob } from '../engine/protocol';
 import { loadModelSpec } from '../packages';
 import { providerShortName } from '../packages/execution-providers';
@@ -103,6 +104,16 @@ export interface LoadedModel {
   /** The device whose budget its KV draws from (`cpu`, `cuda:0`, …). */
   device: string;
   logits: LogitsPositions;
+  /** Its vocabulary's bytes for JSON mode, built on first use. */
+  tokenBytes?: { bytes: Uint8Array; offsets: Uint32Array; special: number[] };
+}
+
+/** Every id's bytes (ids past the tokenizer's table have none) and the special ids, for JSON mode. */
+function tokenBytesOf(model: LoadedModel): { bytes: Uint8Array; offsets: Uint32Array; special: number[] } {
+  const tok = model.tokenizer;
+  const ids = Array.from({ length: model.spec.vocabSize }, (_, id) => id);
+  const pieces = ids.map((id) => (tok.idToToken(id) === undefined ? [] : tok.tokenPiece(id).bytes));
+  return { ...packTokens(pieces), special: ids.filter((id) => tok.isSpecial(id)) };
 }
 
 /** One device's budget: its own scheduler, so models on different devices never compete for bytes. */
@@ -666,6 +677,8 @@ class Generation {
   private readonly rowStopped: Array<FinishReason | null>;
   /** With `logprobs`: each row's tokens' log-probabilities, as the result reports them. */
   private readonly rowLogprobs: GeneratedTokenLogprob[][] | undefined;
+  /** Why each row ended, as the engine saw it. */
+  private engineRowReasons: FinishReason[] | undefined;
   /** Length of each row's text as decoded so far, before stop strings cut it. */
   private readonly rowDecoded: number[];
   private readonly decoders;
@@ -808,6 +821,13 @@ class Generation {
     }
     const spec = this.model.spec;
     try {
+      if (this.req.responseFormat === 'json') {
+        const model = this.model;
+        this.host.engine.ensureTokenTable(model.id, () => {
+          model.tokenBytes ??= tokenBytesOf(model);
+          return model.tokenBytes;
+        });
+      }
       this.host.engine.generate(
         grant.token,
         {
@@ -818,6 +838,7 @@ class Generation {
           sampling: resolveSampling(this.req, spec),
           eosTokenIds: spec.eosTokenIds,
           ...(this.req.logprobs !== undefined ? { logprobs: this.req.logprobs } : {}),
+          ...(this.req.responseFormat === 'json' ? { json: true } : {}),
           ...(this.req.sessionId ? { sessionId: this.req.sessionId } : {}),
         },
         {
@@ -832,7 +853,10 @@ class Generation {
           },
           // The reservation covers the session prefix too, so the whole KV counts as used.
           onTokens: (ids, kvBytes, logprobs) => this.onTokens(ids, kvBytes, logprobs),
-          onDone: (done) => this.onDone(done.finishReason, done.sessionTokens, done.kvBytes),
+          onDone: (done) => {
+            this.engineRowReasons = done.rowFinishReasons;
+            this.onDone(done.finishReason, done.sessionTokens, done.kvBytes);
+          },
           onFailed: (error) => {
             this.sched.fail(this.id, error);
             if (this.req.sessionId) this.host.setSessionMirror(this.req.sessionId, undefined);
@@ -982,6 +1006,8 @@ class Generation {
     const ids = this.rowIds[r] as number[];
     const last = ids[ids.length - 1];
     if (last !== undefined && this.model.spec.eosTokenIds.includes(last)) return 'eos';
+    // JSON mode: the row's object closed (or nothing in the vocabulary could continue it).
+    if (this.req.responseFormat === 'json' && this.engineRowReasons?.[r] === 'eos') return 'eos';
     return engineReason === 'eos' ? 'length' : engineReason;
   }
 

@@ -1,0 +1,343 @@
+/**
+ * JSON mode (OpenAI's `response_format: {"type": "json_object"}`): the reply
+ * must be one JSON object. A byte-level pushdown recogniser of JSON (RFC 8259)
+ * says, for every token of the vocabulary, whether its bytes can extend the
+ * reply so far into a prefix of a valid object; the sampler draws only among
+ * those that can, so the distribution it samples is the model's, renormalised
+ * over valid continuations. The reply ends as soon as the object closes.
+ *
+ * Strings accept any byte from 0x20 up except `"` and `\` (escapes are
+ * checked), so a multi-byte character may be split across tokens; a byte-level
+ * vocabulary's pieces of characters stay possible. Runs of whitespace outside
+ * strings are capped, so a model cannot pad the reply with blank lines forever.
+ */
+
+/** Lexer states. Containers live on the stack; these say where inside a value the recogniser is. */
+enum S {
+  /** Before the top-level object: `{` must come first. */
+  Start,
+  /** A value is expected (after `:` or `,` in an array, or `[`). */
+  Value,
+  /** After `[`: a value or `]`. */
+  ArrayFirst,
+  /** After `{`: a key or `}`. */
+  ObjectFirst,
+  /** After `,` in an object: a key. */
+  Key,
+  /** After a key: `:`. */
+  Colon,
+  /** After a value inside a container: `,` or the container's close. */
+  After,
+  String,
+  Escape,
+  Unicode1,
+  Unicode2,
+  Unicode3,
+  Unicode4,
+  /** After `-`. */
+  Minus,
+  /** A number that is `0` or `-0` so far. */
+  Zero,
+  Int,
+  /** After `.`. */
+  Dot,
+  Frac,
+  /** After `e` / `E`. */
+  Exp,
+  /** After the exponent's sign. */
+  ExpSign,
+  ExpDigits,
+  /** Inside `true`, `false` or `null`; `literal` and `at` say where. */
+  Literal,
+  /** The top-level object is closed. */
+  Done,
+}
+
+const OBJECT = 1;
+const ARRAY = 2;
+const LITERALS = ['true', 'false', 'null'].map((w) => [...w].map((c) => c.charCodeAt(0)));
+
+/** Longest run of whitespace bytes accepted between tokens of the JSON text. */
+export const MAX_WHITESPACE_RUN = 32;
+
+const isWs = (b: number) => b === 0x20 || b === 0x0a || b === 0x0d || b === 0x09;
+const isDigit = (b: number) => b >= 0x30 && b <= 0x39;
+const isHex = (b: number) => isDigit(b) || (b >= 0x41 && b <= 0x46) || (b >= 0x61 && b <= 0x66);
+
+/** The recogniser's whole state: small, so a candidate token is tried on a copy. */
+export interface JsonState {
+  s: S;
+  /** Open containers, innermost last (OBJECT or ARRAY). */
+  stack: number[];
+  /** Whether the string being read is an object key. */
+  key: boolean;
+  literal: number;
+  at: number;
+  ws: number;
+}
+
+export function initialJsonState(): JsonState {
+  return { s: S.Start, stack: [], key: false, literal: 0, at: 0, ws: 0 };
+}
+
+/** Copies `src` into `dst` (no allocation once dst's stack has grown). */
+function copyInto(dst: JsonState, src: JsonState): JsonState {
+  dst.s = src.s;
+  dst.key = src.key;
+  dst.literal = src.literal;
+  dst.at = src.at;
+  dst.ws = src.ws;
+  dst.stack.length = src.stack.length;
+  for (let i = 0; i < src.stack.length; i++) dst.stack[i] = src.stack[i] as number;
+  return dst;
+}
+
+/** Whether the state is complete: the top-level object closed. */
+export function jsonDone(st: JsonState): boolean {
+  return st.s === S.Done;
+}
+
+/** A value just ended: back to the container, or done at the top. */
+function endValue(st: JsonState): void {
+  st.s = st.stack.length === 0 ? S.Done : S.After;
+}
+
+/** Starts a value with byte `b`; false when no value starts with it. */
+function startValue(st: JsonState, b: number): boolean {
+  if (b === 0x7b) {
+    st.stack.push(OBJECT);
+    st.s = S.ObjectFirst;
+  } else if (b === 0x5b) {
+    st.stack.push(ARRAY);
+    st.s = S.ArrayFirst;
+  } else if (b === 0x22) {
+    st.s = S.String;
+    st.key = false;
+  } else if (b === 0x2d) st.s = S.Minus;
+  else if (b === 0x30) st.s = S.Zero;
+  else if (isDigit(b)) st.s = S.Int;
+  else {
+    const literal = LITERALS.findIndex((w) => w[0] === b);
+    if (literal < 0) return false;
+    st.s = S.Literal;
+    st.literal = literal;
+    st.at = 1;
+  }
+  return true;
+}
+
+/** Closes the innermost container with `b` (`}` or `]`) if it is the right one. */
+function close(st: JsonState, b: number): boolean {
+  const top = st.stack[st.stack.length - 1];
+  if (!((b === 0x7d && top === OBJECT) || (b === 0x5d && top === ARRAY))) return false;
+  st.stack.pop();
+  endValue(st);
+  return true;
+}
+
+/** Feeds one byte; false (and the state is then undefined) when the text can no longer be valid JSON. */
+export function feedByte(st: JsonState, b: number): boolean {
+  // Whitespace between tokens, capped; the reply starts with its `{`.
+  if (isWs(b) && st.s !== S.String && st.s < S.Minus && st.s !== S.Start) {
+    if (st.s >= S.Escape && st.s <= S.Unicode4) return false;
+    st.ws++;
+    return st.ws <= MAX_WHITESPACE_RUN;
+  }
+  if (st.s !== S.String) st.ws = 0;
+  switch (st.s) {
+    case S.Start:
+      if (b !== 0x7b) return false;
+      st.stack.push(OBJECT);
+      st.s = S.ObjectFirst;
+      return true;
+    case S.Value:
+      return startValue(st, b);
+    case S.ArrayFirst:
+      return b === 0x5d ? close(st, b) : startValue(st, b);
+    case S.ObjectFirst:
+    case S.Key:
+      if (b === 0x7d && st.s === S.ObjectFirst) return close(st, b);
+      if (b !== 0x22) return false;
+      st.s = S.String;
+      st.key = true;
+      return true;
+    case S.Colon:
+      if (b !== 0x3a) return false;
+      st.s = S.Value;
+      return true;
+    case S.After:
+      if (b === 0x2c) {
+        st.s = st.stack[st.stack.length - 1] === OBJECT ? S.Key : S.Value;
+        return true;
+      }
+      return close(st, b);
+    case S.String:
+      if (b === 0x22) {
+        if (st.key) st.s = S.Colon;
+        else endValue(st);
+        return true;
+      }
+      if (b === 0x5c) {
+        st.s = S.Escape;
+        return true;
+      }
+      return b >= 0x20;
+    case S.Escape:
+      if (b === 0x75) {
+        st.s = S.Unicode1;
+        return true;
+      }
+      if (!'"\\/bfnrt'.includes(String.fromCharCode(b))) return false;
+      st.s = S.String;
+      return true;
+    case S.Unicode1:
+    case S.Unicode2:
+    case S.Unicode3:
+    case S.Unicode4:
+      if (!isHex(b)) return false;
+      st.s = st.s === S.Unicode4 ? S.String : st.s + 1;
+      return true;
+    case S.Minus:
+      if (b === 0x30) st.s = S.Zero;
+      else if (isDigit(b)) st.s = S.Int;
+      else return false;
+      return true;
+    case S.Zero:
+    case S.Int:
+      if (isDigit(b) && st.s === S.Int) return true;
+      if (b === 0x2e) st.s = S.Dot;
+      else if (b === 0x65 || b === 0x45) st.s = S.Exp;
+      else return afterNumber(st, b);
+      return true;
+    case S.Dot:
+      if (!isDigit(b)) return false;
+      st.s = S.Frac;
+      return true;
+    case S.Frac:
+      if (isDigit(b)) return true;
+      if (b === 0x65 || b === 0x45) {
+        st.s = S.Exp;
+        return true;
+      }
+      return afterNumber(st, b);
+    case S.Exp:
+      if (b === 0x2b || b === 0x2d) st.s = S.ExpSign;
+      else if (isDigit(b)) st.s = S.ExpDigits;
+      else return false;
+      return true;
+    case S.ExpSign:
+      if (!isDigit(b)) return false;
+      st.s = S.ExpDigits;
+      return true;
+    case S.ExpDigits:
+      return isDigit(b) || afterNumber(st, b);
+    case S.Literal: {
+      const word = LITERALS[st.literal] as number[];
+      if (word[st.at] !== b) return false;
+      st.at++;
+      if (st.at === word.length) endValue(st);
+      return true;
+    }
+    case S.Done:
+      return false;
+  }
+  return false;
+}
+
+/** A number ends at the byte after it (never at the top level: the reply is an object). */
+function afterNumber(st: JsonState, b: number): boolean {
+  st.s = S.After;
+  if (isWs(b)) {
+    st.ws = 1;
+    return true;
+  }
+  return feedByte(st, b);
+}
+
+/**
+ * Feeds bytes[from, to) to `st` copied into `into`; returns `into`, or null when they cannot continue valid
+ * JSON (then `into` holds garbage).
+ */
+export function feedBytes(
+  st: JsonState,
+  bytes: Uint8Array,
+  from: number,
+  to: number,
+  into = initialJsonState(),
+): JsonState | null {
+  const next = copyInto(into, st);
+  for (let i = from; i < to; i++) if (!feedByte(next, bytes[i] as number)) return null;
+  return next;
+}
+
+/** Every token's bytes, packed: token i is bytes[offsets[i], offsets[i+1]). */
+export interface TokenTable {
+  bytes: Uint8Array;
+  offsets: Uint32Array;
+  /** Ids that are not text (special tokens): never part of a JSON reply. */
+  special: ReadonlySet<number>;
+}
+
+/** Packs each id's bytes (the host knows them; the engine has no tokenizer). */
+export function packTokens(pieces: readonly (readonly number[])[]): { bytes: Uint8Array; offsets: Uint32Array } {
+  const offsets = new Uint32Array(pieces.length + 1);
+  let total = 0;
+  for (const [i, p] of pieces.entries()) {
+    offsets[i] = total;
+    total += p.length;
+  }
+  offsets[pieces.length] = total;
+  const bytes = new Uint8Array(total);
+  for (const [i, p] of pieces.entries()) bytes.set(p, offsets[i] as number);
+  return { bytes, offsets };
+}
+
+/** A table from each id's bytes and the special ids. */
+export function tokenTable(pieces: readonly (readonly number[])[], special: readonly number[]): TokenTable {
+  return { ...packTokens(pieces), special: new Set(special) };
+}
+
+/** One row's JSON constraint: which tokens may come next, and the state after the one that came. */
+export class JsonConstraint {
+  private state = initialJsonState();
+  /** Where candidates are tried, so the mask allocates nothing per token. */
+  private readonly scratch = initialJsonState();
+
+  constructor(private readonly table: TokenTable) {}
+
+  /** True once the object is closed: the row's reply is over. */
+  get done(): boolean {
+    return jsonDone(this.state);
+  }
+
+  /**
+   * Sets to -Infinity every logit in x[0, vocab) whose token cannot continue the reply (special tokens,
+   * empty tokens, and ids the table lacks included). Returns how many tokens stay possible.
+   */
+  mask(x: Float32Array, vocab: number): number {
+    let allowed = 0;
+    for (let id = 0; id < vocab; id++) {
+      if (x[id] === Number.NEGATIVE_INFINITY) continue;
+      if (this.allows(id)) allowed++;
+      else x[id] = Number.NEGATIVE_INFINITY;
+    }
+    return allowed;
+  }
+
+  /** Whether token `id` can continue the reply (the mask's test for one token). */
+  allows(id: number): boolean {
+    const { bytes, offsets, special } = this.table;
+    if (id < 0 || id >= offsets.length - 1 || special.has(id)) return false;
+    const from = offsets[id] as number;
+    const to = offsets[id + 1] as number;
+    return from < to && feedBytes(this.state, bytes, from, to, this.scratch) !== null;
+  }
+
+  /** Advances past the token that was picked (one the mask allowed). */
+  accept(id: number): void {
+    const { bytes, offsets } = this.table;
+    const next = feedBytes(this.state, bytes, offsets[id] as number, offsets[id + 1] as number);
+    if (!next) throw new Error(`token ${id} does not continue the JSON reply`);
+    this.state = next;
+  }
+}

@@ -1,0 +1,169 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import {
+  feedByte,
+  initialJsonState,
+  JsonConstraint,
+  jsonDone,
+  MAX_WHITESPACE_RUN,
+  tokenTable,
+} from '../../../src/main/engine/json-constraint';
+import type { SamplingParams } from '../../../src/main/engine/protocol';
+import { Sampler } from '../../../src/main/engine/sampling';
+
+/** Feeds a text's UTF-8 bytes; how many were accepted and whether the object closed. */
+function feed(text: string): { accepted: number; total: number; done: boolean; doneBefore: boolean } {
+  const bytes = Buffer.from(text, 'utf8');
+  const st = initialJsonState();
+  let doneBefore = false;
+  for (const [i, b] of bytes.entries()) {
+    if (jsonDone(st)) doneBefore = true;
+    if (!feedByte(st, b)) return { accepted: i, total: bytes.length, done: false, doneBefore };
+  }
+  return { accepted: bytes.length, total: bytes.length, done: jsonDone(st), doneBefore };
+}
+
+const objects = fc.dictionary(fc.string({ unit: 'binary' }), fc.jsonValue({ maxDepth: 4 }), { maxKeys: 6 });
+
+describe('the JSON recogniser', () => {
+  it('accepts every JSON object, compact or indented, and is done exactly at its last byte', () => {
+    fc.assert(
+      fc.property(objects, fc.constantFrom(0, 1, 2, '\t'), (obj, indent) => {
+        const text = JSON.stringify(obj, null, indent);
+        const r = feed(text);
+        expect(r.accepted).toBe(r.total);
+        expect(r.done).toBe(true);
+        expect(r.doneBefore).toBe(false);
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('accepts a whole text only if JSON.parse reads it as an object, and every object text JSON.parse reads', () => {
+    const alphabet = fc.constantFrom(
+      ...['{', '}', '[', ']', '"', ':', ',', ' ', '\n', '0', '1', '9', '-', '+', '.', 'e', 'E'],
+      ...['t', 'r', 'u', 'e', 'f', 'a', 'l', 's', 'n', '\\', 'x', 'é', '\u0001', 'u', 'A'],
+      ...['{"a":', '"b"', 'true', 'null', '1.5e3', '[]', '{}', '\\u00e9', '\\n'],
+    );
+    fc.assert(
+      fc.property(fc.array(alphabet, { maxLength: 24 }), (parts) => {
+        const text = parts.join('');
+        let parsed: unknown;
+        let ok = true;
+        try {
+          parsed = JSON.parse(text);
+        } catch {
+          ok = false;
+        }
+        const isObject = ok && typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed);
+        const r = feed(text);
+        const wholeAndDone = r.accepted === r.total && r.done;
+        if (wholeAndDone) expect(isObject, text).toBe(true);
+        // The reply starts with its `{` and ends at the closing `}`: whitespace around it is not part of it.
+        if (isObject && text === text.trim()) expect(wholeAndDone, text).toBe(true);
+      }),
+      { numRuns: 5000 },
+    );
+  });
+
+  it('rejects what is not a JSON object: other top-level values, bad numbers, bad escapes, control characters', () => {
+    for (const text of [
+      ' {}',
+      '[1]',
+      '"a"',
+      '1',
+      'true',
+      '{"a":01}',
+      '{"a":1.}',
+      '{"a":-}',
+      '{"a":"\\q"}',
+      '{"a":"\u0001"}',
+    ]) {
+      expect(feed(text).accepted, text).toBeLessThan(feed(text).total);
+    }
+    for (const text of ['{"a":{"b":[1,2,{"c":null}]},"d":-0.5e-3}', '{ }', '{"\\u00e9":"\\"x\\""}']) {
+      expect(feed(text), text).toMatchObject({ done: true });
+    }
+  });
+
+  it('caps a run of whitespace outside strings, not inside them', () => {
+    expect(feed(`{${' '.repeat(MAX_WHITESPACE_RUN)}}`).done).toBe(true);
+    expect(feed(`{${' '.repeat(MAX_WHITESPACE_RUN + 1)}}`).accepted).toBe(1 + MAX_WHITESPACE_RUN);
+    expect(feed(`{"${' '.repeat(100)}":1}`).done).toBe(true);
+  });
+});
+
+describe('JsonConstraint', () => {
+  const pieces = ['{', '}', '"a"', ':', '1', ' ', 'x', '{"', '', '</s>', '"', 'b', '}}'];
+  const table = tokenTable(
+    pieces.map((p) => [...Buffer.from(p)]),
+    [9],
+  );
+  const allowedNow = (c: JsonConstraint) => {
+    const x = new Float32Array(pieces.length + 2);
+    c.mask(x, x.length);
+    return [...x.keys()].filter((i) => x[i] !== Number.NEGATIVE_INFINITY).map((i) => pieces[i] ?? `#${i}`);
+  };
+
+  it('allows only tokens that continue a JSON object, never special or empty tokens, and ends at the close', () => {
+    const c = new JsonConstraint(table);
+    expect(allowedNow(c)).toEqual(['{', '{"']);
+    c.accept(0);
+    expect(allowedNow(c)).toEqual(['}', '"a"', ' ', '"']);
+    c.accept(2);
+    expect(allowedNow(c)).toEqual([':', ' ']);
+    c.accept(3);
+    expect(allowedNow(c)).toEqual(['{', '"a"', '1', ' ', '{"', '"']);
+    c.accept(4);
+    expect(c.done).toBe(false);
+    expect(allowedNow(c)).toEqual(['}', '1', ' ']);
+    c.accept(1);
+    expect(c.done).toBe(true);
+    expect(allowedNow(c)).toEqual([]);
+    expect(() => c.accept(1)).toThrow(/does not continue/);
+  });
+});
+
+describe('Sampler in JSON mode', () => {
+  // Ids: 0 '{', 1 '}', 2 'x', 3 '"k":1', 4 special, 5 ' '.
+  const table = tokenTable(
+    ['{', '}', 'x', '"k":1', '<eos>', ' '].map((p) => [...Buffer.from(p)]),
+    [4],
+  );
+  const sampler = (p: Partial<SamplingParams>) =>
+    new Sampler(
+      { greedy: false, temperature: 1, topK: 0, topP: 1, minP: 0, repetitionPenalty: 1, seed: 3, ...p },
+      6,
+      [],
+      new JsonConstraint(table),
+    );
+
+  it('greedy takes the most likely token that continues the object, and is finished when it closes', () => {
+    const s = sampler({ greedy: true });
+    // 'x' and the special token are the most likely, and never allowed.
+    const logits = new Float32Array([1, 0.5, 9, 2, 8, 0]);
+    expect(s.sample(logits, 0, 6)).toBe(0);
+    expect(s.sample(logits, 0, 6)).toBe(3);
+    expect(s.finished).toBe(false);
+    expect(s.sample(logits, 0, 6)).toBe(1);
+    expect(s.finished).toBe(true);
+    // Nothing continues a closed object.
+    expect(s.sample(logits, 0, 6)).toBe(-1);
+  });
+
+  it('sampled draws keep to allowed tokens, in proportion to their probabilities', () => {
+    const logits = new Float32Array([0, Math.log(3), 5, 0, 5, 0]);
+    const counts = new Map<number, number>();
+    const n = 4000;
+    for (let i = 0; i < n; i++) {
+      const s = sampler({ seed: i });
+      s.sample(new Float32Array([1, 0, 0, 0, 0, 0]), 0, 6); // '{'
+      const id = s.sample(logits, 0, 6);
+      counts.set(id, (counts.get(id) ?? 0) + 1);
+    }
+    // After '{': '}' (weight 3) or '"k":1' (weight 1) or ' ' (weight 1); never 'x' or the special token.
+    expect([...counts.keys()].sort()).toEqual([1, 3, 5]);
+    expect((counts.get(1) ?? 0) / n).toBeCloseTo(3 / 5, 1);
+    expect((counts.get(3) ?? 0) / n).toBeCloseTo(1 / 5, 1);
+  });
+});
