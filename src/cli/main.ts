@@ -42,6 +42,7 @@ generate options:
   --temperature T --top-k K --top-p P --min-p M --repetition-penalty R
   --frequency-penalty F --presence-penalty P   OpenAI's penalties over the generated tokens (-2 to 2)
   --logprobs N             with --json: each token's log-probability and the N most likely alternatives (0-20)
+  --response-format json   JSON mode: the reply is one JSON object
   --seed S                 the same seed gives the same tokens
   --stop STR               stop string (repeatable)
   --rows N                 generate N rows of the same prompt as one batched request
@@ -227,6 +228,7 @@ async function generate(args: string[], io: Io): Promise<number> {
     'frequency-penalty': { type: 'string' },
     'presence-penalty': { type: 'string' },
     logprobs: { type: 'string' },
+    'response-format': { type: 'string' },
     seed: { type: 'string' },
     stop: { type: 'string', multiple: true },
     rows: { type: 'string' },
@@ -287,6 +289,11 @@ async function generate(args: string[], io: Io): Promise<number> {
     if (values.stop) request.stop = values.stop;
     const logprobs = parseNumber('logprobs', values.logprobs, true);
     if (logprobs !== undefined) request.logprobs = logprobs;
+    const format = values['response-format'];
+    if (format !== undefined && format !== 'json' && format !== 'text') {
+      throw badArgs(`--response-format expects json or text, got "${format}"`);
+    }
+    if (format !== undefined) request.responseFormat = format;
 
     host = new RunnerService({
       ...(kvBudget !== undefined ? { kvBudgetBytes: kvBudget } : {}),

@@ -210,7 +210,7 @@ describe('CLI on the generated default model', () => {
     expect(timings.tokensPerSecond).toBeGreaterThan(0);
   });
 
-  it('--logprobs N adds each token’s log-probability and N alternatives; the penalties change a greedy reply', () => {
+  it('--logprobs N adds each token’s log-probability and N alternatives; penalties and JSON mode reach the model', () => {
     const args = ['generate', defaultModelDir, '--prompt', 'Hello', '--max-new-tokens', '12', '--greedy', '--json'];
     const r = kvdesk(...args, '--logprobs', '2');
     expect(r.code, r.stderr).toBe(0);
@@ -224,6 +224,10 @@ describe('CLI on the generated default model', () => {
     const penalized = kvdesk(...args, '--frequency-penalty', '1.5', '--presence-penalty', '1');
     expect(penalized.code, penalized.stderr).toBe(0);
     expect(penalized.json.tokenIds).not.toEqual(r.json.tokenIds);
+    const json = kvdesk(...args, '--response-format', 'json', '--max-new-tokens', '40');
+    expect(json.code, json.stderr).toBe(0);
+    expect((json.json.text as string).startsWith('{')).toBe(true);
+    expect(kvdesk(...args, '--response-format', 'yaml').code).toBe(2);
     const bad = kvdesk(...args, '--presence-penalty', '3');
     expect(bad.code).toBe(2);
     expect((bad.json.error as Record<string, unknown>).message).toContain('presencePenalty');

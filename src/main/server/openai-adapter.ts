@@ -84,10 +84,24 @@ function refuseUnsupported(body: Body): void {
     }
   }
   if (body.echo === true) throw bad('"echo" is not supported by kvdesk; send the request without it.', 'echo');
-  const rf = body.response_format as { type?: unknown } | undefined | null;
-  if (rf && rf.type !== undefined && rf.type !== 'text') {
-    throw bad(`response_format "${String(rf.type)}" is not supported by kvdesk: only plain text.`, 'response_format');
+}
+
+/** OpenAI's response_format: plain text, or one JSON object (`json_object`); schemas are not enforced, so refused. */
+function responseFormat(body: Body): 'text' | 'json' | undefined {
+  if (!present(body, 'response_format')) return undefined;
+  const rf = body.response_format as { type?: unknown };
+  if (typeof rf !== 'object' || Array.isArray(rf)) {
+    throw bad('"response_format" must be an object such as {"type": "json_object"}.', 'response_format');
   }
+  if (rf.type === undefined || rf.type === 'text') return undefined;
+  if (rf.type === 'json_object') return 'json';
+  if (rf.type === 'json_schema') {
+    throw bad(
+      'response_format "json_schema" is not supported by kvdesk: it does not enforce schemas. Use {"type": "json_object"} (any JSON object) and describe the schema in the prompt.',
+      'response_format',
+    );
+  }
+  throw bad(`response_format "${String(rf.type)}" is not supported: use "text" or "json_object".`, 'response_format');
 }
 
 /**
@@ -222,6 +236,7 @@ export function mapOpenAiRequest(kind: OpenAiKind, input: unknown): MappedReques
   const bias = logitBias(body);
   if (bias) sampling.logitBias = bias;
   const logprobs = logprobsCount(kind, body);
+  const format = responseFormat(body);
   const stop = stopList(body);
 
   const request: GenerateRequest = { model: body.model };
@@ -260,6 +275,7 @@ export function mapOpenAiRequest(kind: OpenAiKind, input: unknown): MappedReques
   }
   if (maxTokens !== undefined) request.maxNewTokens = maxTokens;
   if (logprobs !== undefined) request.logprobs = logprobs;
+  if (format) request.responseFormat = format;
   if (Object.keys(sampling).length > 0) request.sampling = sampling;
   if (stop) request.stop = stop;
   return { kind, model: body.model, stream, includeUsage, n, promptCount, promptIdLengths, promptTexts, request };

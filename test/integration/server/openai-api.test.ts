@@ -355,7 +355,7 @@ describe('completions', () => {
   });
 });
 
-describe('logprobs, penalties and logit bias', () => {
+describe('logprobs, penalties, logit bias and JSON mode', () => {
   // The default model's end tokens, banned so that replies run to max_tokens.
   const noEnd = { '509': -100, '511': -100 };
 
@@ -436,6 +436,33 @@ describe('logprobs, penalties and logit bias', () => {
     // No alternatives asked for: each position's top_logprobs holds the chosen token alone.
     const lp = forced.choices[0]?.logprobs;
     expect(lp?.top_logprobs?.[0]).toEqual({ [lp?.tokens?.[0] as string]: lp?.token_logprobs?.[0] });
+  });
+
+  it('response_format json_object: replies are JSON objects (or their start, cut by max_tokens), streamed too', async () => {
+    let stopped = 0;
+    for (const seed of [1, 2, 3, 4, 5]) {
+      const body = {
+        model: 'default',
+        messages: [{ role: 'user' as const, content: 'Reply in JSON.' }],
+        max_tokens: 120,
+        temperature: 1,
+        seed,
+        response_format: { type: 'json_object' as const },
+      };
+      const r = await client.chat.completions.create(body);
+      const c = r.choices[0] as (typeof r.choices)[number];
+      const text = c.message.content ?? '';
+      expect(text.startsWith('{'), text).toBe(true);
+      if (c.finish_reason === 'stop') {
+        stopped++;
+        expect(typeof JSON.parse(text)).toBe('object');
+      } else expect(c.finish_reason).toBe('length');
+      const stream = await client.chat.completions.create({ ...body, stream: true });
+      let streamed = '';
+      for await (const ch of stream) streamed += ch.choices[0]?.delta.content ?? '';
+      expect(streamed).toBe(text);
+    }
+    expect(stopped).toBeGreaterThan(0);
   });
 
   it('refuses a logit bias for a token id the model does not have, naming the parameter', async () => {

@@ -138,7 +138,13 @@ describe('mapOpenAiRequest', () => {
       ['chat', chat({ logprobs: 1 }), 'logprobs'],
       ['chat', chat({ top_logprobs: 3 }), 'top_logprobs'],
       ['chat', chat({ logprobs: true, top_logprobs: 21 }), 'top_logprobs'],
-      ['chat', chat({ response_format: { type: 'json_object' } }), 'response_format'],
+      [
+        'chat',
+        chat({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: {} } } }),
+        'response_format',
+      ],
+      ['chat', chat({ response_format: { type: 'yaml' } }), 'response_format'],
+      ['chat', chat({ response_format: 'json' }), 'response_format'],
       ['chat', chat({ frequency_penalty: 2.5 }), 'frequency_penalty'],
       ['chat', chat({ presence_penalty: -3 }), 'presence_penalty'],
       ['chat', chat({ logit_bias: { '1': 101 } }), 'logit_bias'],
@@ -161,7 +167,7 @@ describe('mapOpenAiRequest', () => {
     }
   });
 
-  it('maps penalties, logit bias and logprobs', () => {
+  it('maps penalties, logit bias, logprobs and JSON mode', () => {
     const c = mapOpenAiRequest(
       'chat',
       chat({ frequency_penalty: 0.5, presence_penalty: -1, logit_bias: { '07': -100, 50256: 3 }, logprobs: true }),
@@ -177,6 +183,12 @@ describe('mapOpenAiRequest', () => {
     expect(mapOpenAiRequest('completion', { model: 'm', prompt: 'a', logprobs: 3 }).request.logprobs).toBe(3);
     expect(mapOpenAiRequest('completion', { model: 'm', prompt: 'a', logprobs: 0 }).request.logprobs).toBe(0);
     expect(mapOpenAiRequest('completion', { model: 'm', prompt: 'a' }).request.logprobs).toBeUndefined();
+    expect(mapOpenAiRequest('chat', chat({ response_format: { type: 'json_object' } })).request.responseFormat).toBe(
+      'json',
+    );
+    expect(
+      mapOpenAiRequest('chat', chat({ response_format: { type: 'text' } })).request.responseFormat,
+    ).toBeUndefined();
   });
 
   it('lets harmless defaults through', () => {
