@@ -1,11 +1,11 @@
 /**
  * Screenshots of the running app for the README: docs/chat.png, docs/models.png,
- * docs/inspector.png, docs/devices.png, docs/prefill.png. Starts a real `kvdesk serve` (real engine and scheduler)
+ * docs/inspector.png, docs/devices.png, docs/prefill.png, docs/json.png. Starts a real `kvdesk serve` (real engine and scheduler)
  * with a small KV budget so the budget bar has something to show, drives
  * Debian Chromium through the same steps a person would, and captures the window.
  *
  *   node bin/run-ts.cjs scripts/screenshots.ts           # all of them
- *   node bin/run-ts.cjs scripts/screenshots.ts prefill   # only docs/prefill.png
+ *   node bin/run-ts.cjs scripts/screenshots.ts prefill   # only docs/prefill.png (json: only docs/json.png)
  *
  * Needs Chromium at /usr/bin/chromium (or KVDESK_CHROMIUM) and a renderer build
  * (it runs the renderer build first unless KVDESK_E2E_SKIP_BUILD=1).
@@ -75,10 +75,11 @@ async function setLimit(page: Page, text: string): Promise<void> {
 async function main(): Promise<void> {
   globalSetup();
   mkdirSync(DOCS, { recursive: true });
-  if (process.argv[2] === 'prefill') {
+  const only = { prefill: prefillShot, json: jsonShot }[process.argv[2] ?? ''];
+  if (only) {
     const browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
     try {
-      await prefillShot(browser);
+      await only(browser);
     } finally {
       await browser.close();
     }
@@ -171,6 +172,7 @@ async function main(): Promise<void> {
   try {
     await devicesShot(browser);
     await prefillShot(browser);
+    await jsonShot(browser);
   } finally {
     await browser.close();
   }
@@ -235,3 +237,29 @@ main().catch((err) => {
   console.error(err);
   process.exit(1);
 });
+
+/** docs/json.png: a thread with JSON output on (settings open) and a reply shown as a JSON code block. */
+async function jsonShot(browser: Browser): Promise<void> {
+  const server = await startServe([]);
+  try {
+    const page = await browser.newPage({ viewport: { width: 1440, height: 900 }, deviceScaleFactor: 1 });
+    await page.goto(server.url);
+    await page.getByTestId('thread-list').and(page.locator('[data-loaded="true"]')).waitFor();
+    await newChat(page, 'JSON');
+    // A seed whose reply (the default model is random) closes its object well within max tokens.
+    await settings(page, { maxNewTokens: 160, seed: 5 });
+    await page.getByTestId('settings-toggle').click();
+    await page.getByTestId('setting-json').check();
+    await page.getByTestId('setting-temperature').fill('1');
+    await page.getByTestId('setting-temperature').blur();
+    await page.getByTestId('setting-presencePenalty').fill('0.5');
+    await page.getByTestId('setting-presencePenalty').blur();
+    await say(page, 'List three lighthouses as JSON, with their heights.');
+    await page.mouse.move(0, 0);
+    await page.waitForTimeout(300);
+    await page.screenshot({ path: path.join(DOCS, 'json.png'), animations: 'disabled' });
+    console.log('wrote docs/json.png');
+  } finally {
+    await server.stop();
+  }
+}

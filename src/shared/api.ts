@@ -37,6 +37,8 @@ export const StoredMessage = z.object({
   role: z.enum(['system', 'user', 'assistant']),
   content: z.string().max(2_000_000),
   createdAt: z.number(),
+  /** `json`: a reply written in JSON mode, shown as a JSON code block. */
+  format: z.enum(['json']).optional(),
   /** Generation facts shown under an assistant reply. */
   stats: z
     .object({
@@ -72,6 +74,8 @@ export const Thread = z.object({
   systemPrompt: z.string().max(100_000).optional(),
   sampling: SamplingSettings.optional(),
   maxNewTokens: z.number().int().min(1).max(1_000_000).optional(),
+  /** `json`: every reply is one JSON object (JSON mode). */
+  responseFormat: z.enum(['text', 'json']).optional(),
   messages: z.array(StoredMessage).max(10_000),
 });
 export type Thread = z.infer<typeof Thread>;

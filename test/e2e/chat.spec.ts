@@ -110,4 +110,35 @@ test('a thread’s frequency and presence penalties reach the model: the same gr
   await expect(app.getByTestId('settings-summary')).toContainText('presence 1.5');
   expect(await replyTo({ frequencyPenalty: 1.5 })).not.toBe(plain);
   await expect(app.getByTestId('settings-summary')).toContainText('freq 1.5');
+  // New chats inherit the open one's settings: clear the penalties for the tests that follow.
+  await app.getByTestId('settings-toggle').click();
+  for (const key of ['frequencyPenalty', 'presencePenalty']) {
+    await app.getByTestId(`setting-${key}`).fill('');
+    await app.getByTestId(`setting-${key}`).blur();
+  }
+  await expect(app.getByTestId('settings-summary')).not.toContainText(/freq|presence/);
+  await app.getByTestId('settings-toggle').click();
+});
+
+test('JSON output: the thread’s replies are JSON objects, shown as a JSON code block', async ({ app }) => {
+  await newChat(app);
+  await setSettings(app, { maxNewTokens: 120, seed: 5 });
+  await app.getByTestId('settings-toggle').click();
+  await app.getByTestId('setting-json').check();
+  await expect(app.getByTestId('settings-summary')).toContainText('JSON');
+  await app.getByTestId('settings-toggle').click();
+  await send(app, 'Reply in JSON.');
+  const reply = lastReply(app);
+  await expect(reply).toHaveAttribute('data-state', 'done', { timeout: 30_000 });
+  const code = reply.getByTestId('message-text').locator('pre code');
+  await expect(code).toHaveClass(/language-json/);
+  const text = (await code.textContent()) ?? '';
+  expect(text.startsWith('{')).toBe(true);
+  const finish = await reply.getByTestId('message-stats').getAttribute('data-finish-reason');
+  if (finish === 'eos') expect(typeof JSON.parse(text)).toBe('object');
+  else expect(finish).toBe('length');
+  // A new chat starts in plain text (the other settings carry over).
+  await newChat(app);
+  await expect(app.getByTestId('settings-summary')).toContainText('max 120');
+  await expect(app.getByTestId('settings-summary')).not.toContainText('JSON');
 });

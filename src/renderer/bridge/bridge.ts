@@ -27,7 +27,12 @@ export interface Bridge {
   deleteThread(id: string): void;
   updateThreadSettings(
     id: string,
-    patch: { systemPrompt?: string; sampling?: SamplingSettings; maxNewTokens?: number | undefined },
+    patch: {
+      systemPrompt?: string;
+      sampling?: SamplingSettings;
+      maxNewTokens?: number | undefined;
+      responseFormat?: 'text' | 'json' | undefined;
+    },
   ): void;
   /** Sends a user message in the active thread (creating one if there is none). */
   send(text: string): void;
@@ -175,6 +180,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       ...(thread.systemPrompt ? { systemPrompt: thread.systemPrompt } : {}),
       ...(thread.sampling ? { sampling: thread.sampling } : {}),
       ...(thread.maxNewTokens ? { maxNewTokens: thread.maxNewTokens } : {}),
+      // JSON mode is for the task at hand, not a preference: a new chat starts in plain text.
     };
   }
 
@@ -372,6 +378,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       if ('systemPrompt' in patch) next.systemPrompt = patch.systemPrompt;
       if ('sampling' in patch) next.sampling = patch.sampling;
       if ('maxNewTokens' in patch) next.maxNewTokens = patch.maxNewTokens;
+      if ('responseFormat' in patch) next.responseFormat = patch.responseFormat;
       s().updateThread(id, next);
       saveThread(id);
     },

@@ -28,6 +28,7 @@ export function buildChatRequest(thread: Thread, history: StoredMessage[], model
     ...(system ? { system } : {}),
     ...(thread.maxNewTokens ? { maxNewTokens: thread.maxNewTokens } : {}),
     ...(sampling ? { sampling } : {}),
+    ...(thread.responseFormat === 'json' ? { responseFormat: 'json' as const } : {}),
     sessionId: thread.id,
     threadId: thread.id,
   };

@@ -21,6 +21,7 @@ function summary(thread: Thread | undefined): string {
   if (s.presencePenalty !== undefined) parts.push(`presence ${s.presencePenalty}`);
   if (s.seed !== undefined) parts.push(`seed ${s.seed}`);
   parts.push(`max ${thread?.maxNewTokens ?? 'default'}`);
+  if (thread?.responseFormat === 'json') parts.push('JSON');
   return parts.join(' · ');
 }
 
@@ -123,6 +124,17 @@ function SettingsPanel({ thread }: { thread: Thread }) {
           data-testid="setting-greedy"
           checked={sampling.greedy === true}
           onChange={(e) => setSampling('greedy', e.target.checked ? true : undefined)}
+        />
+      </label>
+      <label title="Every reply is one JSON object: sampling keeps to tokens that can continue one, and the reply ends when it closes. Ask for JSON in your message too, so the model means it.">
+        JSON output
+        <input
+          type="checkbox"
+          data-testid="setting-json"
+          checked={thread.responseFormat === 'json'}
+          onChange={(e) =>
+            bridge.updateThreadSettings(thread.id, { responseFormat: e.target.checked ? 'json' : undefined })
+          }
         />
       </label>
       <div className="hint">Empty fields use the model package's defaults. The same seed gives the same reply.</div>

@@ -66,3 +66,10 @@ export const Markdown = memo(function Markdown({ text }: { text: string }) {
     </ReactMarkdown>
   );
 });
+
+/** Markdown of a JSON-mode reply: one ```json block, fenced longer than any run of backticks in it. */
+export function jsonBlock(text: string): string {
+  const longest = Math.max(0, ...[...text.matchAll(/`+/g)].map((m) => m[0].length));
+  const fence = '`'.repeat(Math.max(3, longest + 1));
+  return `${fence}json\n${text}\n${fence}`;
+}

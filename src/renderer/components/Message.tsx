@@ -7,7 +7,7 @@ import { exactBytes, formatBytes, formatInteger, formatMs, formatRate } from '..
 import { describeRefusal } from '../lib/refusal';
 import type { LiveReply } from '../store/types';
 import { Bytes } from './Bytes';
-import { CopyButton, Markdown } from './Markdown';
+import { CopyButton, jsonBlock, Markdown } from './Markdown';
 
 type Stats = NonNullable<StoredMessage['stats']>;
 
@@ -175,7 +175,7 @@ function AssistantMessage({
         )}
       </div>
       <div className={`bubble ${live?.phase === 'running' ? 'streaming' : ''}`} data-testid="message-text">
-        {text && <Markdown text={text} />}
+        {text && <Markdown text={message.format === 'json' ? jsonBlock(text) : text} />}
       </div>
       {live && <LivePhase live={live} />}
       {stats?.error && <Refusal messageId={message.id} error={stats.error} />}

@@ -174,7 +174,13 @@ export const createChatSlice: StateCreator<AppState, [], [], ChatSlice> = (set, 
       const at = kept.findIndex((m) => m.id === keepBefore);
       if (at >= 0) kept = kept.slice(0, at);
     }
-    const assistant: StoredMessage = { id: assistantId, role: 'assistant', content: '', createdAt: now };
+    const assistant: StoredMessage = {
+      id: assistantId,
+      role: 'assistant',
+      content: '',
+      createdAt: now,
+      ...(thread.responseFormat === 'json' ? { format: 'json' as const } : {}),
+    };
     const firstUser = append.find((m) => m.role === 'user');
     const title = thread.title === UNTITLED && firstUser ? titleFrom(firstUser.content) : thread.title;
     const updated: Thread = {

@@ -45,6 +45,15 @@ describe('chat requests', () => {
     expect(GenerateRequest.safeParse(req).success).toBe(true);
   });
 
+  it('asks for JSON mode when the thread has it on', () => {
+    const req = buildChatRequest(thread('t1', { responseFormat: 'json' }), history, null);
+    expect(req.responseFormat).toBe('json');
+    expect(GenerateRequest.safeParse(req).success).toBe(true);
+    expect(buildChatRequest(thread('t1', { responseFormat: 'text' }), history, null)).not.toHaveProperty(
+      'responseFormat',
+    );
+  });
+
   it('ids are unique and carry their prefix', () => {
     const ids = new Set(Array.from({ length: 200 }, () => newId('m')));
     expect(ids.size).toBe(200);
