@@ -2,13 +2,15 @@
  * JSON mode on the real engine and host with the default model (a random
  * model: left alone it writes anything but JSON). Every reply must start with
  * `{`, and every reply that ended by itself must be a JSON object by
- * JSON.parse; rows of one batch end on their own; the engine gets the token
- * table again after a reload and after a crash.
+ * JSON.parse; rows of one batch end on their own; the engine masks with the
+ * token table of the package loaded now, after a reload under the same id
+ * (with requests on the old load still arriving) and after a crash.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RunnerService } from '../../src/main/host/runner-service';
 import type { GenerateRequest, GenerationResult, StreamFrame } from '../../src/shared/contract';
-import { defaultModelDir } from '../helpers/fixtures';
+import { defaultModelDir, fixture, fixturesSkipReason, haveFixtures } from '../helpers/fixtures';
+import { generatedModel } from '../helpers/models';
 
 let host: RunnerService;
 beforeAll(async () => {
@@ -77,20 +79,49 @@ describe('JSON mode', () => {
     expect(lengths.size).toBeGreaterThan(1);
   });
 
-  it('works after the model is reloaded and after the engine restarts (the token table is sent again)', async () => {
-    const before = await ask(2).result;
-    await host.loadModel(defaultModelDir, { id: 'default' });
-    expect((await ask(2).result).text).toBe(before.text);
+  it.skipIf(!haveFixtures)(
+    `a vocabulary that cannot write JSON ends the reply at once, unfinished (${fixturesSkipReason})`,
+    async () => {
+      // onnx-genai's tiny-llm knows 32 words and no braces.
+      await host.loadModel(fixture('onnx-genai/tiny-llm'), { id: 'words' });
+      const r = await ask(1, { model: 'words', messages: undefined, prompt: 'hello world' }).result;
+      expect(r.text).toBe('');
+      expect(r.tokenIds).toEqual([]);
+      expect(r.finishReason).toBe('length');
+      await host.unloadModel('words');
+    },
+  );
+
+  it('uses the token table of the package loaded now: after a reload under the same id, and after a crash', async () => {
+    const other = generatedModel('json-reload', { vocabSize: 1024, maxPositions: 256 });
+    const tables = async () => (await host.engine.stats()).tokenTables.filter((t) => t.modelId === 'x');
+    await host.loadModel(defaultModelDir, { id: 'x' });
+    const onA = () => ask(2, { model: 'x' }).result;
+    const a = await onA();
+    expect(await tables()).toMatchObject([{ tokens: 512 }]);
+    // JSON requests on the old load keep running while the other package loads under the same id.
+    let loaded = false;
+    const reload = host.loadModel(other, { id: 'x' }).then(() => {
+      loaded = true;
+    });
+    while (!loaded) await onA().catch(() => undefined);
+    await reload;
+    const b = await onA();
+    expectJsonReply(b, 'after the reload');
+    expect(await tables()).toMatchObject([{ tokens: 1024 }]);
+    expect(b.text).not.toBe(a.text);
+
     process.kill(host.engine.pid as number, 'SIGKILL');
     let after: GenerationResult | undefined;
     for (let i = 0; i < 100 && !after; i++) {
       try {
-        after = await ask(2).result;
+        after = await onA();
       } catch {
-        // The engine is restarting and loading the model again.
+        // The engine is restarting and loading the models again.
         await new Promise((resolve) => setTimeout(resolve, 100));
       }
     }
-    expect(after?.text).toBe(before.text);
+    expect(after?.text).toBe(b.text);
+    expect(await tables()).toMatchObject([{ tokens: 1024 }]);
   }, 60_000);
 });

@@ -326,8 +326,8 @@ export class ContinuousBatcher {
       const sampler = m.samplers[row.index] as Sampler;
       const id = sampler.sample(logits.data, offset, vocab);
       if (id < 0) {
-        // JSON mode with no token of the vocabulary able to continue: the row ends as it is.
-        row.done = 'eos';
+        // JSON mode with no token of the vocabulary able to continue: the row ends unfinished.
+        row.done = 'length';
         continue;
       }
       ids[row.index] = id;

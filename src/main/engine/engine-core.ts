@@ -39,11 +39,10 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
   const sessions = new Map<string, { modelId: string; kv: SessionKv }>();
   const running = new Map<string, RunningGeneration>();
   /**
-   * Each model's token bytes, for JSON mode: the host sends them before its first JSON request, and again
-   * after it loads another package under the same id (a load does not drop them: a table sent while a
-   * reload's session is being created must survive it).
+   * Each model's token bytes, for JSON mode, under the key of the host's load they belong to: the host sends
+   * them before a JSON request whose key the engine does not hold.
    */
-  const tokenTables = new Map<string, TokenTable>();
+  const tokenTables = new Map<string, { key: number; table: TokenTable }>();
   const stats = { runs: 0, generations: 0, refused: 0 };
 
   function reply(callId: number, fn: () => Promise<unknown>): void {
@@ -64,6 +63,11 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
       ...stats,
       peakBatchRows: Math.max(0, ...[...models.values()].map((m) => m.peakBatchRows)),
       models: [...models.keys()],
+      tokenTables: [...tokenTables].map(([modelId, t]) => ({
+        modelId,
+        key: t.key,
+        tokens: t.table.offsets.length - 1,
+      })),
       sessions: [...sessions].map(([sessionId, s]) => ({
         sessionId,
         tokens: s.kv.tokens.length,
@@ -87,13 +91,14 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
         sessions.set(cmd.sessionId, session);
       }
     }
-    const json = cmd.json ? tokenTables.get(cmd.modelId) : undefined;
-    if (cmd.json && !json) {
+    const held = cmd.json !== undefined ? tokenTables.get(cmd.modelId) : undefined;
+    if (cmd.json !== undefined && held?.key !== cmd.json) {
       throw new KvdeskError(
         'INTERNAL',
-        `JSON mode needs model ${cmd.modelId}'s token table, which the host sends first`,
+        `JSON mode needs the token table of model ${cmd.modelId} (load ${cmd.json}), which the host sends first`,
       );
     }
+    const json = held?.table;
     const state: RunningGeneration = { stop: null };
     running.set(cmd.requestId, state);
     stats.generations++;
@@ -210,7 +215,10 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
         return;
       }
       case 'tokenTable':
-        tokenTables.set(cmd.modelId, { bytes: cmd.bytes, offsets: cmd.offsets, special: new Set(cmd.special) });
+        tokenTables.set(cmd.modelId, {
+          key: cmd.key,
+          table: { bytes: cmd.bytes, offsets: cmd.offsets, special: new Set(cmd.special) },
+        });
         return;
       case 'dropSession':
         sessions.delete(cmd.sessionId);

@@ -55,6 +55,11 @@ enum S {
 
 const OBJECT = 1;
 const ARRAY = 2;
+/**
+ * Deepest nesting of objects and arrays a reply may open. It bounds the state, so trying a candidate token
+ * costs the same at any depth (the open containers are bits of four words).
+ */
+export const MAX_DEPTH = 128;
 const LITERALS = ['true', 'false', 'null'].map((w) => [...w].map((c) => c.charCodeAt(0)));
 
 /** Longest run of whitespace bytes accepted between tokens of the JSON text. */
@@ -67,8 +72,9 @@ const isHex = (b: number) => isDigit(b) || (b >= 0x41 && b <= 0x46) || (b >= 0x6
 /** The recogniser's whole state: small, so a candidate token is tried on a copy. */
 export interface JsonState {
   s: S;
-  /** Open containers, innermost last (OBJECT or ARRAY). */
-  stack: number[];
+  /** Open containers: bit i of the 128 set when container i (outermost 0) is an array. */
+  arrays: Uint32Array;
+  depth: number;
   /** Whether the string being read is an object key. */
   key: boolean;
   literal: number;
@@ -77,19 +83,37 @@ export interface JsonState {
 }
 
 export function initialJsonState(): JsonState {
-  return { s: S.Start, stack: [], key: false, literal: 0, at: 0, ws: 0 };
+  return { s: S.Start, arrays: new Uint32Array(MAX_DEPTH / 32), depth: 0, key: false, literal: 0, at: 0, ws: 0 };
 }
 
-/** Copies `src` into `dst` (no allocation once dst's stack has grown). */
+/** Copies `src` into `dst` without allocating. */
 function copyInto(dst: JsonState, src: JsonState): JsonState {
   dst.s = src.s;
   dst.key = src.key;
   dst.literal = src.literal;
   dst.at = src.at;
   dst.ws = src.ws;
-  dst.stack.length = src.stack.length;
-  for (let i = 0; i < src.stack.length; i++) dst.stack[i] = src.stack[i] as number;
+  dst.depth = src.depth;
+  dst.arrays.set(src.arrays);
   return dst;
+}
+
+/** Opens a container; false beyond MAX_DEPTH. */
+function push(st: JsonState, kind: number): boolean {
+  if (st.depth === MAX_DEPTH) return false;
+  const word = st.depth >>> 5;
+  const bit = 1 << (st.depth & 31);
+  st.arrays[word] = kind === ARRAY ? (st.arrays[word] as number) | bit : (st.arrays[word] as number) & ~bit;
+  st.depth++;
+  st.s = kind === ARRAY ? S.ArrayFirst : S.ObjectFirst;
+  return true;
+}
+
+/** The innermost open container (0 when none). */
+function top(st: JsonState): number {
+  if (st.depth === 0) return 0;
+  const i = st.depth - 1;
+  return ((st.arrays[i >>> 5] as number) >>> (i & 31)) & 1 ? ARRAY : OBJECT;
 }
 
 /** Whether the state is complete: the top-level object closed. */
@@ -99,18 +123,14 @@ export function jsonDone(st: JsonState): boolean {
 
 /** A value just ended: back to the container, or done at the top. */
 function endValue(st: JsonState): void {
-  st.s = st.stack.length === 0 ? S.Done : S.After;
+  st.s = st.depth === 0 ? S.Done : S.After;
 }
 
 /** Starts a value with byte `b`; false when no value starts with it. */
 function startValue(st: JsonState, b: number): boolean {
-  if (b === 0x7b) {
-    st.stack.push(OBJECT);
-    st.s = S.ObjectFirst;
-  } else if (b === 0x5b) {
-    st.stack.push(ARRAY);
-    st.s = S.ArrayFirst;
-  } else if (b === 0x22) {
+  if (b === 0x7b) return push(st, OBJECT);
+  if (b === 0x5b) return push(st, ARRAY);
+  if (b === 0x22) {
     st.s = S.String;
     st.key = false;
   } else if (b === 0x2d) st.s = S.Minus;
@@ -128,9 +148,9 @@ function startValue(st: JsonState, b: number): boolean {
 
 /** Closes the innermost container with `b` (`}` or `]`) if it is the right one. */
 function close(st: JsonState, b: number): boolean {
-  const top = st.stack[st.stack.length - 1];
-  if (!((b === 0x7d && top === OBJECT) || (b === 0x5d && top === ARRAY))) return false;
-  st.stack.pop();
+  const open = top(st);
+  if (!((b === 0x7d && open === OBJECT) || (b === 0x5d && open === ARRAY))) return false;
+  st.depth--;
   endValue(st);
   return true;
 }
@@ -146,10 +166,7 @@ export function feedByte(st: JsonState, b: number): boolean {
   if (st.s !== S.String) st.ws = 0;
   switch (st.s) {
     case S.Start:
-      if (b !== 0x7b) return false;
-      st.stack.push(OBJECT);
-      st.s = S.ObjectFirst;
-      return true;
+      return b === 0x7b && push(st, OBJECT);
     case S.Value:
       return startValue(st, b);
     case S.ArrayFirst:
@@ -167,7 +184,7 @@ export function feedByte(st: JsonState, b: number): boolean {
       return true;
     case S.After:
       if (b === 0x2c) {
-        st.s = st.stack[st.stack.length - 1] === OBJECT ? S.Key : S.Value;
+        st.s = top(st) === OBJECT ? S.Key : S.Value;
         return true;
       }
       return close(st, b);

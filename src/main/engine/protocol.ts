@@ -78,8 +78,8 @@ export type EngineCommand =
       eosTokenIds: number[];
       /** Report the sampled tokens' log-probabilities with this many alternatives (absent: none). */
       logprobs?: number;
-      /** JSON mode: each row's reply is one JSON object (needs the model's token table, sent before). */
-      json?: boolean;
+      /** JSON mode: each row's reply is one JSON object, with the token table sent under this key before. */
+      json?: number;
       /** Chat session whose KV is kept after this turn (rows must be 1). */
       sessionId?: string;
     }
@@ -87,6 +87,8 @@ export type EngineCommand =
       /** Every token's bytes (token i is bytes[offsets[i], offsets[i+1])) and the special ids, for JSON mode. */
       type: 'tokenTable';
       modelId: string;
+      /** Which load of the model the bytes belong to (a package loaded again under the same id has others). */
+      key: number;
       bytes: Uint8Array;
       offsets: Uint32Array;
       special: number[];
@@ -146,5 +148,7 @@ export interface EngineStats {
   /** Most rows one batched decode step has carried. */
   peakBatchRows: number;
   models: string[];
+  /** The token tables JSON mode uses: model, load key, tokens. */
+  tokenTables: Array<{ modelId: string; key: number; tokens: number }>;
   sessions: Array<{ sessionId: string; tokens: number; kvBytes: number }>;
 }

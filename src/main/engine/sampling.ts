@@ -149,7 +149,7 @@ export class Sampler {
 
   /**
    * Picks the next token from logits[offset, offset+vocab) and records it for the penalties and the
-   * constraint. Returns -1 when the constraint allows no token of the vocabulary (the row ends there).
+   * constraint. Returns -1 when the constraint allows no token of the vocabulary (the row ends there, unfinished).
    */
   sample(logits: Float32Array, offset: number, vocab: number): number {
     const id = this.pick(logits, offset, vocab);

@@ -273,8 +273,8 @@ export class StaticCacheRunner {
       const vocab = Math.min(this.spec.vocabSize, rows.vocab);
       const offset = (rows.seq - 1) * rows.vocab;
       const id = sampler.sample(rows.data, offset, vocab);
-      // JSON mode with no token of the vocabulary able to continue: the reply ends as it is.
-      if (id < 0) return ended('eos', generated, length);
+      // JSON mode with no token of the vocabulary able to continue: the reply ends unfinished.
+      if (id < 0) return ended('length', generated, length);
       generated++;
       const lp = job.logprobs !== undefined ? [logprobsOf(rows.data, offset, vocab, id, job.logprobs)] : undefined;
       hooks.onStep([id], this.sequenceBytes, lp);

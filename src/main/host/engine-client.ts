@@ -107,8 +107,8 @@ export class EngineClient {
   private readonly calls = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
   private readonly generations = new Map<string, GenerationHandlers>();
   private closing = false;
-  /** Models whose token table the engine holds (JSON mode); a load clears its entry (also the reload after a crash). */
-  private readonly tokenTables = new Set<string>();
+  /** The load key of each model's token table the engine process holds (JSON mode). */
+  private readonly tokenTables = new Map<string, number>();
 
   constructor(
     private readonly sessionOptions: EngineSessionOptions,
@@ -191,6 +191,7 @@ export class EngineClient {
     if (this.child !== child) return;
     this.child = null;
     this.ready = null;
+    this.tokenTables.clear();
     const reason = `the engine process exited (code ${code}, signal ${signal})`;
     const error: ErrorInfo = {
       code: 'ENGINE_FAILED',
@@ -228,7 +229,6 @@ export class EngineClient {
   /** Creates the model's onnxruntime session in the engine; says how its graph scores positions. */
   load(modelId: string, spec: ModelSpec, executionProviders?: string[]): Promise<EngineLoadResult> {
     const options = executionProviders ? { ...this.sessionOptions, executionProviders } : this.sessionOptions;
-    this.tokenTables.delete(modelId);
     return this.call<EngineLoadResult>((callId) => ({ type: 'load', callId, modelId, spec, options }));
   }
 
@@ -239,13 +239,18 @@ export class EngineClient {
   }
 
   /**
-   * Sends the model's token bytes once per engine process and load (JSON mode needs them); `build` runs
-   * only when they must be sent. Commands reach the engine in order, so a generate sent after this finds them.
+   * Sends the token bytes of one load of a model (`key`) unless the engine process holds them already (JSON
+   * mode needs them); `build` runs only when they must be sent. Commands reach the engine in order, so a
+   * generate sent after this finds them.
    */
-  ensureTokenTable(modelId: string, build: () => { bytes: Uint8Array; offsets: Uint32Array; special: number[] }): void {
-    if (this.tokenTables.has(modelId)) return;
-    this.send({ type: 'tokenTable', modelId, ...build() });
-    this.tokenTables.add(modelId);
+  ensureTokenTable(
+    modelId: string,
+    key: number,
+    build: () => { bytes: Uint8Array; offsets: Uint32Array; special: number[] },
+  ): void {
+    if (this.tokenTables.get(modelId) === key) return;
+    this.send({ type: 'tokenTable', modelId, key, ...build() });
+    this.tokenTables.set(modelId, key);
   }
 
   /** Engine counters (runs, generations) and held session KV. */

@@ -95,6 +95,8 @@ export function defaultHostSettings(): HostSettings {
   };
 }
 
+let nextLoadKey = 1;
+
 /** A model the host has loaded. */
 export interface LoadedModel {
   id: string;
@@ -106,14 +108,20 @@ export interface LoadedModel {
   logits: LogitsPositions;
   /** Its vocabulary's bytes for JSON mode, built on first use. */
   tokenBytes?: { bytes: Uint8Array; offsets: Uint32Array; special: number[] };
+  /** Tells this load from another of the same id (the engine's token table is per load). */
+  loadKey: number;
 }
 
-/** Every id's bytes (ids past the tokenizer's table have none) and the special ids, for JSON mode. */
+/**
+ * Every id's bytes (ids past the tokenizer's table have none) and the ids that are never JSON text (special
+ * tokens, and end tokens even where the tokenizer does not mark them special), for JSON mode.
+ */
 function tokenBytesOf(model: LoadedModel): { bytes: Uint8Array; offsets: Uint32Array; special: number[] } {
   const tok = model.tokenizer;
   const ids = Array.from({ length: model.spec.vocabSize }, (_, id) => id);
   const pieces = ids.map((id) => (tok.idToToken(id) === undefined ? [] : tok.tokenPiece(id).bytes));
-  return { ...packTokens(pieces), special: ids.filter((id) => tok.isSpecial(id)) };
+  const ends = new Set(model.spec.eosTokenIds);
+  return { ...packTokens(pieces), special: ids.filter((id) => tok.isSpecial(id) || ends.has(id)) };
 }
 
 /** One device's budget: its own scheduler, so models on different devices never compete for bytes. */
@@ -423,6 +431,7 @@ export class RunnerService {
       loadMs: this.now() - started,
       device,
       logits: loaded.logits,
+      loadKey: nextLoadKey++,
     };
     this.models.set(id, model);
     this.dropDeviceIfUnused(intended);
@@ -823,7 +832,7 @@ class Generation {
     try {
       if (this.req.responseFormat === 'json') {
         const model = this.model;
-        this.host.engine.ensureTokenTable(model.id, () => {
+        this.host.engine.ensureTokenTable(model.id, model.loadKey, () => {
           model.tokenBytes ??= tokenBytesOf(model);
           return model.tokenBytes;
         });
@@ -838,7 +847,7 @@ class Generation {
           sampling: resolveSampling(this.req, spec),
           eosTokenIds: spec.eosTokenIds,
           ...(this.req.logprobs !== undefined ? { logprobs: this.req.logprobs } : {}),
-          ...(this.req.responseFormat === 'json' ? { json: true } : {}),
+          ...(this.req.responseFormat === 'json' ? { json: this.model.loadKey } : {}),
           ...(this.req.sessionId ? { sessionId: this.req.sessionId } : {}),
         },
         {
@@ -1006,7 +1015,7 @@ class Generation {
     const ids = this.rowIds[r] as number[];
     const last = ids[ids.length - 1];
     if (last !== undefined && this.model.spec.eosTokenIds.includes(last)) return 'eos';
-    // JSON mode: the row's object closed (or nothing in the vocabulary could continue it).
+    // JSON mode: the row's object closed (one that nothing in the vocabulary could continue ended 'length').
     if (this.req.responseFormat === 'json' && this.engineRowReasons?.[r] === 'eos') return 'eos';
     return engineReason === 'eos' ? 'length' : engineReason;
   }

@@ -280,13 +280,15 @@ export function createTextTokenizer(input: TextTokenizerInput): TextTokenizer {
   const byteLevel = decoders.has('ByteLevel');
   // SentencePiece vocabularies: `▁` stands for a space, `<0xNN>` for one byte of a character it lacks.
   const sentencePiece = decoders.has('ByteFallback') || decoders.has('Metaspace');
+  const addedIds = new Set((json.added_tokens ?? []).map((t) => t.id));
   const pieces = new Map<number, TokenPiece>();
   function tokenPiece(id: number): TokenPiece {
     const cached = pieces.get(id);
     if (cached) return cached;
     const raw = lib.id_to_token(id);
     let piece: TokenPiece | undefined;
-    if (raw !== undefined && !specialIds.has(id)) {
+    // Added tokens hold their text as it is, not in the model's byte alphabet.
+    if (raw !== undefined && !addedIds.has(id) && !specialIds.has(id)) {
       if (byteLevel) {
         const bytes = byteLevelBytes(raw);
         if (bytes) piece = { token: Buffer.from(bytes).toString('utf8'), bytes };

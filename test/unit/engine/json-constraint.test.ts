@@ -5,6 +5,7 @@ import {
   initialJsonState,
   JsonConstraint,
   jsonDone,
+  MAX_DEPTH,
   MAX_WHITESPACE_RUN,
   tokenTable,
 } from '../../../src/main/engine/json-constraint';
@@ -84,6 +85,17 @@ describe('the JSON recogniser', () => {
     for (const text of ['{"a":{"b":[1,2,{"c":null}]},"d":-0.5e-3}', '{ }', '{"\\u00e9":"\\"x\\""}']) {
       expect(feed(text), text).toMatchObject({ done: true });
     }
+  });
+
+  it('nests objects and arrays up to MAX_DEPTH levels, and no deeper', () => {
+    const deep = `{"a":${'['.repeat(MAX_DEPTH - 1)}1${']'.repeat(MAX_DEPTH - 1)}}`;
+    expect(feed(deep).done).toBe(true);
+    const tooDeep = `{"a":${'['.repeat(MAX_DEPTH)}`;
+    expect(feed(tooDeep).accepted).toBe(tooDeep.length - 1);
+    // Each level remembers its kind: closing with the other bracket is refused at any depth.
+    const mixed = `{"a":[{"b":${'[{"c":'.repeat(60)}1`;
+    expect(feed(`${mixed}}]`).accepted).toBe(mixed.length + 2);
+    expect(feed(`${mixed}]`).accepted).toBe(mixed.length);
   });
 
   it('caps a run of whitespace outside strings, not inside them', () => {

@@ -364,6 +364,19 @@ describe('tokenPiece', () => {
       bytes: [32],
     });
     expect(tok.tokenPiece(256)).toEqual({ token: '<|endoftext|>', bytes: [...Buffer.from('<|endoftext|>')] });
+    // An added token that is not special is plain text, not the byte alphabet ("é" is not the byte 0xE9).
+    const json = byteLevelTokenizerJson();
+    (json.added_tokens as unknown[]).push({
+      id: 257,
+      content: 'é',
+      special: false,
+      normalized: false,
+      lstrip: false,
+      rstrip: false,
+      single_word: false,
+    });
+    const withAdded = createTextTokenizer({ tokenizerJson: json, vocabSize: 258 });
+    expect(withAdded.tokenPiece(257)).toEqual({ token: 'é', bytes: [0xc3, 0xa9] });
   });
 
   it('byte fallback: ▁ is a space, <0xNN> one byte', () => {
