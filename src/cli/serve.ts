@@ -32,7 +32,8 @@ serve options:
   --max-upload SIZE        largest package upload from the browser (default 2GiB; bigger ones get 413)
   --threads N              onnxruntime intra-op threads (default: every core)
   --prefill-chunk N        prompt tokens one prefill run computes at most (default 256: a long prompt runs in
-                           chunks, running replies take a step between them; lower it to use less memory)`;
+                           chunks, running replies take a step between them; lower it to use less memory)
+  --prompt-cache N         conversations whose KV the OpenAI API keeps for their next turn (default 16; 0: off)`;
 
 interface Io {
   out: (s: string) => void;
@@ -92,6 +93,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     'max-upload': { type: 'string' },
     threads: { type: 'string' },
     'prefill-chunk': { type: 'string' },
+    'prompt-cache': { type: 'string' },
   } as const;
   if (args.includes('--help') || args.includes('-h')) {
     io.out(`Usage:\n${SERVE_USAGE}\n`);
@@ -121,6 +123,8 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     if (threads !== undefined) settings.intraOpNumThreads = threads;
     const prefillChunk = positiveInt('prefill-chunk', values['prefill-chunk']);
     if (prefillChunk !== undefined) settings.prefillChunkTokens = prefillChunk;
+    const promptCache = positiveInt('prompt-cache', values['prompt-cache'], 0);
+    if (promptCache !== undefined) settings.promptCacheSessions = promptCache;
     const dataDir = path.resolve(
       values['data-dir'] ?? process.env.KVDESK_DATA_DIR ?? path.join(os.homedir(), '.kvdesk'),
     );

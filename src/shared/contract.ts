@@ -70,6 +70,11 @@ export const GenerateRequest = z
     stop: z.array(z.string().min(1)).max(16).optional(),
     /** Keep this conversation's KV between turns. */
     sessionId: z.string().min(1).max(200).optional(),
+    /**
+     * Without a sessionId: reuse the KV of an earlier request this prompt continues, and keep this one's for
+     * the next (the HTTP API's prompt cache; single-row requests, when the host keeps prompt caches).
+     */
+    promptCache: z.boolean().optional(),
     threadId: z.string().max(200).optional(),
     priority: z.number().int().min(-100).max(100).optional(),
     /** Ends the request with TIMEOUT this many ms after acceptance (queue time included). */

@@ -20,6 +20,7 @@ import {
 } from '../../shared/contract';
 import { type ErrorInfo, KvdeskError, toErrorInfo } from '../../shared/errors';
 import { type ModelSpec, staticPositions } from '../../shared/model-spec';
+import { PROMPT_CACHE_PREFIX } from '../../shared/prompt-cache';
 import type {
   AdmissionGrant,
   BudgetSnapshot,
@@ -72,6 +73,8 @@ export interface HostSettings {
   prefillChunkTokens?: number;
   /** false: load graphs as they are, scoring every position (A/B runs, tests); default true. */
   lastPositionLogits?: boolean;
+  /** Prompt caches (anonymous sessions) kept for requests with `promptCache`; 0 turns the cache off. */
+  promptCacheSessions: number;
   /** Injected for tests; defaults to os.totalmem(). */
   totalMemoryBytes?: number;
   /** Injected clock (ms). */
@@ -92,10 +95,14 @@ export function defaultHostSettings(): HostSettings {
     intraOpNumThreads: Math.max(1, os.availableParallelism()),
     gpuMemoryFraction: DEFAULT_GPU_FRACTION,
     gpuOverheadBytes: DEFAULT_GPU_OVERHEAD_BYTES,
+    promptCacheSessions: DEFAULT_PROMPT_CACHE_SESSIONS,
   };
 }
 
 let nextLoadKey = 1;
+
+/** Prompt caches kept by default: each holds one conversation's KV, evictable like any idle session. */
+export const DEFAULT_PROMPT_CACHE_SESSIONS = 16;
 
 /** A model the host has loaded. */
 export interface LoadedModel {
@@ -156,6 +163,8 @@ interface SessionMirror {
   modelId: string;
   /** Tokens the engine holds for this session (exactly what its KV encodes). */
   tokens: number[];
+  /** How many of them were the prompt of the turn that left them (the rest is its reply). */
+  promptTokens: number;
 }
 
 /** Resolves sampling settings: request, then package defaults, then kvdesk defaults. */
@@ -200,6 +209,8 @@ export class RunnerService {
   private readonly eventListeners = new Set<(e: SchedulerEvent) => void>();
   private readonly models = new Map<string, LoadedModel>();
   private readonly sessions = new Map<string, SessionMirror>();
+  /** Each prompt cache's model, least recently picked first (closed beyond the limit). */
+  private readonly promptCaches = new Map<string, string>();
   private readonly cancels = new Map<string, (reason: 'user' | 'disconnect' | 'timeout' | 'shutdown') => void>();
   private readonly generations = new Map<string, Generation>();
   private readonly settings: HostSettings;
@@ -433,6 +444,8 @@ export class RunnerService {
       logits: loaded.logits,
       loadKey: nextLoadKey++,
     };
+    // Another package under the same id: the KV its sessions hold was computed by the old one.
+    for (const [sid, s] of this.sessions) if (s.modelId === id) this.closeSession(sid);
     this.models.set(id, model);
     this.dropDeviceIfUnused(intended);
     this.refreshBudget();
@@ -569,13 +582,17 @@ export class RunnerService {
       const err = new KvdeskError('BAD_REQUEST', `invalid generate request: ${where}${issue?.message ?? 'invalid'}`);
       return { requestId, result: Promise.reject(err), cancel: () => {} };
     }
-    const req = parsed.data;
+    let req = parsed.data;
     let model: LoadedModel;
     let rows: number[][];
     try {
       model = this.resolveModel(req.model);
       rows = this.buildRows(req, model);
       checkLogitBias(req, model.spec.vocabSize);
+      if (req.promptCache && req.sessionId === undefined && rows.length === 1) {
+        const sessionId = this.pickPromptCache(model, rows[0] as number[]);
+        if (sessionId) req = { ...req, sessionId };
+      }
     } catch (err) {
       return { requestId, result: Promise.reject(err), cancel: () => {} };
     }
@@ -595,6 +612,41 @@ export class RunnerService {
     result.then(forget, forget);
     run.submit();
     return { requestId, result, cancel: (reason = 'user') => run.cancel(reason) };
+  }
+
+  /**
+   * The prompt cache a prompt continues, else a new one; the least recently used beyond the limit is closed.
+   * A prompt continues an idle cache of its model when it holds that cache's whole last prompt (its next turn,
+   * however the reply re-encodes; not another conversation that opens with the same system prompt, which
+   * would take over its KV) and reusing it cannot overflow the context. Undefined when the cache is off.
+   */
+  private pickPromptCache(model: LoadedModel, row: number[]): string | undefined {
+    const limit = this.settings.promptCacheSessions;
+    if (limit <= 0) return undefined;
+    const sched = this.schedulerOf(model.id);
+    let best: { id: string; shared: number } | undefined;
+    for (const id of this.promptCaches.keys()) {
+      // A mirror exists once a turn has finished and kept its KV (not while one runs, nor after an eviction).
+      const mirror = this.sessions.get(id);
+      if (!mirror || mirror.modelId !== model.id || sched.sessionInfo(id)?.state !== 'idle') continue;
+      const shared = Math.min(commonPrefix(mirror.tokens, row), row.length - 1);
+      const fits = mirror.tokens.length + (row.length - shared) + 1 <= model.spec.contextLength;
+      if (fits && shared > 0 && shared >= mirror.promptTokens && shared > (best?.shared ?? 0)) {
+        best = { id, shared };
+      }
+    }
+    const id = best?.id ?? `${PROMPT_CACHE_PREFIX}${randomUUID()}`;
+    this.promptCaches.delete(id);
+    this.promptCaches.set(id, model.id);
+    for (const [old, modelId] of this.promptCaches) {
+      if (this.promptCaches.size <= limit) break;
+      if (old === id) continue;
+      const state = this.models.has(modelId) ? this.schedulerOf(modelId).sessionInfo(old)?.state : undefined;
+      if (state === 'queued' || state === 'running') continue;
+      this.promptCaches.delete(old);
+      this.closeSession(old);
+    }
+    return id;
   }
 
   /** Cancels a request by id (queued or running). Returns false if it is unknown or already over. */
@@ -969,7 +1021,11 @@ class Generation {
     if (sessionId) {
       const row = this.rows[0] as number[];
       const tokens = [...row, ...(this.rowIds[0] as number[])].slice(0, sessionTokens);
-      this.host.setSessionMirror(sessionId, { modelId: this.model.id, tokens });
+      this.host.setSessionMirror(sessionId, {
+        modelId: this.model.id,
+        tokens,
+        promptTokens: Math.min(row.length, tokens.length),
+      });
       this.sched.finish(this.id, schedReason, {
         sessionTokens: tokens.length,
         generatedTokens: this.generated,

@@ -274,6 +274,8 @@ export function mapOpenAiRequest(kind: OpenAiKind, input: unknown): MappedReques
     }
   }
   if (maxTokens !== undefined) request.maxNewTokens = maxTokens;
+  // One prompt, one reply: its KV can continue an earlier request's and serve the next (the host's prompt cache).
+  if (promptCount === 1 && n === 1) request.promptCache = true;
   if (logprobs !== undefined) request.logprobs = logprobs;
   if (format) request.responseFormat = format;
   if (Object.keys(sampling).length > 0) request.sampling = sampling;
@@ -323,12 +325,19 @@ export interface Usage {
   prompt_tokens: number;
   completion_tokens: number;
   total_tokens: number;
+  /** `cached_tokens`: prompt tokens whose KV came from the prompt cache instead of being computed. */
+  prompt_tokens_details: { cached_tokens: number };
 }
 
 /** Usage of a finished request: prompt tokens once per prompt (not per copy), every row's new tokens. */
 export function usageOf(result: GenerationResult, promptTokens: number): Usage {
   const completion = result.rows.reduce((s, r) => s + r.tokenIds.length, 0);
-  return { prompt_tokens: promptTokens, completion_tokens: completion, total_tokens: promptTokens + completion };
+  return {
+    prompt_tokens: promptTokens,
+    completion_tokens: completion,
+    total_tokens: promptTokens + completion,
+    prompt_tokens_details: { cached_tokens: result.reusedTokens },
+  };
 }
 
 /** The identity of one reply, shared by its body or every chunk of its stream. */

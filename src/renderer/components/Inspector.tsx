@@ -5,6 +5,7 @@
  */
 import { memo, useMemo, useState } from 'react';
 import type { Thread } from '../../shared/api';
+import { PROMPT_CACHE_PREFIX } from '../../shared/prompt-cache';
 import type {
   DeviceBudgetSnapshot,
   SchedulerRequestView,
@@ -378,7 +379,8 @@ function Sessions({ devices }: { devices: DeviceBudgetSnapshot[] }) {
           {sessions.map((s) => (
             <tr key={s.sessionId} data-testid="session-row" data-session-id={s.sessionId} data-held-bytes={s.heldBytes}>
               <td className="thread" title={s.sessionId}>
-                {titles.get(s.sessionId) ?? s.sessionId.slice(0, 10)}
+                {titles.get(s.sessionId) ??
+                  (s.sessionId.startsWith(PROMPT_CACHE_PREFIX) ? 'API prompt cache' : s.sessionId.slice(0, 10))}
               </td>
               <td>
                 <span className={`state ${s.state === 'idle' ? 'cancelled' : s.state}`}>{s.state}</span>

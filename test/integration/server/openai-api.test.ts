@@ -6,6 +6,7 @@
  */
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { PROMPT_CACHE_PREFIX } from '../../../src/shared/prompt-cache';
 import {
   budget,
   eventually,
@@ -472,6 +473,51 @@ describe('logprobs, penalties, logit bias and JSON mode', () => {
     expect(err.status).toBe(400);
     expect(err.message).toContain('logit_bias');
     expect(err.message).toContain('512');
+  });
+});
+
+describe('the prompt cache', () => {
+  it('a conversation’s next turn reports its cached tokens and answers as a cold server would', async () => {
+    const first = [{ role: 'user' as const, content: 'Describe the harbour at dawn, briefly.' }];
+    const ask = (messages: OpenAI.Chat.Completions.ChatCompletionMessageParam[]) =>
+      client.chat.completions.create({ model: 'default', messages, max_tokens: 10, temperature: 0 });
+    const r1 = await ask(first);
+    expect(r1.usage?.prompt_tokens_details?.cached_tokens).toBe(0);
+    const second = [
+      ...first,
+      { role: 'assistant' as const, content: r1.choices[0]?.message.content ?? '' },
+      { role: 'user' as const, content: 'And at dusk?' },
+    ];
+    const r2 = await ask(second);
+    const cached = r2.usage?.prompt_tokens_details?.cached_tokens ?? 0;
+    expect(cached).toBeGreaterThanOrEqual(r1.usage?.prompt_tokens ?? Number.POSITIVE_INFINITY);
+    expect(cached).toBeLessThan(r2.usage?.prompt_tokens ?? 0);
+    // The scheduler lists the cache as an idle session holding that conversation's KV.
+    const view = await recent((r2 as unknown as { kvdesk: { request_id: string } }).kvdesk.request_id);
+    expect(view.sessionId?.startsWith(PROMPT_CACHE_PREFIX)).toBe(true);
+    const snap = await budget(t.url);
+    expect(snap.sessions.find((s) => s.sessionId === view.sessionId)).toMatchObject({ state: 'idle' });
+    // The same turn on a server without the cache gives the same reply.
+    const cold = await startTestServer({ kvBudgetBytes: BUDGET, promptCacheSessions: 0 });
+    try {
+      const r = await openaiClient(cold.url).chat.completions.create({
+        model: 'default',
+        messages: second,
+        max_tokens: 10,
+        temperature: 0,
+      });
+      expect(r.usage?.prompt_tokens_details?.cached_tokens).toBe(0);
+      expect(r.choices[0]?.message.content).toBe(r2.choices[0]?.message.content);
+      expect((await budget(cold.url)).sessions).toEqual([]);
+    } finally {
+      await cold.close();
+    }
+  }, 60_000);
+
+  it('n > 1 does not use it', async () => {
+    const r = await client.chat.completions.create({ model: 'default', messages: hi, max_tokens: 4, n: 2 });
+    const view = await recent((r as unknown as { kvdesk: { request_id: string } }).kvdesk.request_id);
+    expect(view.sessionId).toBeUndefined();
   });
 });
 

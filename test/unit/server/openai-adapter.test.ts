@@ -99,7 +99,12 @@ describe('mapOpenAiRequest', () => {
   });
 
   it('maps completion prompts: text, ids, several of each (each repeated n times)', () => {
-    expect(mapOpenAiRequest('completion', { model: 'm', prompt: 'x' }).request).toEqual({ model: 'm', prompt: 'x' });
+    // One prompt and one reply go through the prompt cache; several rows or prompts do not.
+    expect(mapOpenAiRequest('completion', { model: 'm', prompt: 'x' }).request).toEqual({
+      model: 'm',
+      prompt: 'x',
+      promptCache: true,
+    });
     expect(mapOpenAiRequest('completion', { model: 'm', prompt: [1, 2], n: 3 }).request).toEqual({
       model: 'm',
       promptIds: [1, 2],
@@ -114,7 +119,10 @@ describe('mapOpenAiRequest', () => {
     expect(mapOpenAiRequest('completion', { model: 'm', prompt: ['only'] }).request).toEqual({
       model: 'm',
       prompt: 'only',
+      promptCache: true,
     });
+    expect(texts.request.promptCache).toBeUndefined();
+    expect(ids.request.promptCache).toBeUndefined();
   });
 
   it('refuses malformed input with 400 and the parameter', () => {
@@ -319,7 +327,13 @@ describe('responses', () => {
   });
 
   it('count usage over every row, the prompt once', () => {
-    expect(usageOf(result, 4)).toEqual({ prompt_tokens: 4, completion_tokens: 5, total_tokens: 9 });
+    expect(usageOf(result, 4)).toEqual({
+      prompt_tokens: 4,
+      completion_tokens: 5,
+      total_tokens: 9,
+      prompt_tokens_details: { cached_tokens: 0 },
+    });
+    expect(usageOf({ ...result, reusedTokens: 3 }, 4).prompt_tokens_details).toEqual({ cached_tokens: 3 });
   });
 
   it('build a chat body with one choice per row and the budget cap', () => {

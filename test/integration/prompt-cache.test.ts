@@ -1,0 +1,127 @@
+/**
+ * The host's prompt cache (anonymous sessions for requests with
+ * `promptCache`, as the OpenAI API sends them) on the real engine and
+ * scheduler: a conversation's next turn computes only what is new and gives
+ * the tokens a cold run gives; conversations keep their own caches; the
+ * least recently used beyond the limit is closed; concurrent turns never
+ * share one; the cache can be turned off; and a package loaded again under
+ * the same id never reuses KV its predecessor computed.
+ */
+import { afterAll, describe, expect, it } from 'vitest';
+import { type HostSettings, RunnerService } from '../../src/main/host/runner-service';
+import type { ChatMessage, GenerationResult } from '../../src/shared/contract';
+import { PROMPT_CACHE_PREFIX } from '../../src/shared/prompt-cache';
+import { defaultModelDir } from '../helpers/fixtures';
+import { generatedModel } from '../helpers/models';
+
+const hosts: RunnerService[] = [];
+afterAll(async () => {
+  await Promise.all(hosts.map((h) => h.close()));
+});
+
+async function host(settings: Partial<HostSettings> = {}): Promise<RunnerService> {
+  const h = new RunnerService({ intraOpNumThreads: 2, ...settings });
+  hosts.push(h);
+  await h.loadModel(defaultModelDir, { id: 'default' });
+  return h;
+}
+
+const SYSTEM = 'You are a careful assistant who answers in full sentences and explains each step of the reasoning.';
+
+/** One chat turn, greedy, through the prompt cache (or not). */
+function turn(h: RunnerService, messages: ChatMessage[], promptCache = true): Promise<GenerationResult> {
+  return h.generate({ messages, maxNewTokens: 12, sampling: { greedy: true }, system: SYSTEM, promptCache }).result;
+}
+
+/** The messages of a conversation's next turn: what was said, the reply, and a new question. */
+function next(messages: ChatMessage[], reply: GenerationResult, question: string): ChatMessage[] {
+  return [...messages, { role: 'assistant', content: reply.text }, { role: 'user', content: question }];
+}
+
+const cacheSessions = (h: RunnerService) =>
+  h.scheduler.snapshot().sessions.filter((s) => s.sessionId.startsWith(PROMPT_CACHE_PREFIX));
+
+describe('the prompt cache', () => {
+  it('a conversation’s next turn reuses its KV and gives the tokens a cold run gives', async () => {
+    const h = await host();
+    const first: ChatMessage[] = [{ role: 'user', content: 'What is a lighthouse?' }];
+    const r1 = await turn(h, first);
+    expect(r1.reusedTokens).toBe(0);
+    // The turn's KV stays, held by an idle anonymous session (the last token was sampled, never run).
+    expect(cacheSessions(h)).toMatchObject([{ state: 'idle', tokens: r1.promptTokens + r1.tokenIds.length - 1 }]);
+    const second = next(first, r1, 'And who keeps it?');
+    const r2 = await turn(h, second);
+    // Everything of the first prompt is reused (and as much of the reply as encodes the same way).
+    expect(r2.reusedTokens).toBeGreaterThanOrEqual(r1.promptTokens);
+    expect(r2.tokenIds).toEqual((await turn(h, second, false)).tokenIds);
+    expect(cacheSessions(h)).toHaveLength(1);
+  });
+
+  it('keeps one cache per conversation: interleaved conversations each continue their own', async () => {
+    const h = await host();
+    const a: ChatMessage[] = [{ role: 'user', content: 'Tell me about tides.' }];
+    const b: ChatMessage[] = [{ role: 'user', content: 'How do ships navigate at night?' }];
+    const a1 = await turn(h, a);
+    const b1 = await turn(h, b);
+    // b shares the system prompt with a, not a's whole prompt: it gets a cache of its own.
+    expect(b1.reusedTokens).toBe(0);
+    expect(cacheSessions(h)).toHaveLength(2);
+    const a2 = await turn(h, next(a, a1, 'Why twice a day?'));
+    const b2 = await turn(h, next(b, b1, 'What about fog?'));
+    expect(a2.reusedTokens).toBeGreaterThanOrEqual(a1.promptTokens);
+    expect(b2.reusedTokens).toBeGreaterThanOrEqual(b1.promptTokens);
+    expect(cacheSessions(h)).toHaveLength(2);
+  });
+
+  it('closes the least recently used cache beyond the limit; that conversation starts over', async () => {
+    const h = await host({ promptCacheSessions: 2 });
+    const chats = ['one', 'two', 'three'].map((w): ChatMessage[] => [
+      { role: 'user', content: `Conversation ${w}: describe a harbour at dawn.` },
+    ]);
+    const firsts: GenerationResult[] = [];
+    for (const c of chats) firsts.push(await turn(h, c));
+    expect(cacheSessions(h)).toHaveLength(2);
+    // The first conversation's cache was closed: its next turn computes everything.
+    const again = await turn(h, next(chats[0] as ChatMessage[], firsts[0] as GenerationResult, 'More?'));
+    expect(again.reusedTokens).toBe(0);
+    // The third's is still there.
+    const third = await turn(h, next(chats[2] as ChatMessage[], firsts[2] as GenerationResult, 'More?'));
+    expect(third.reusedTokens).toBeGreaterThan(0);
+    expect(cacheSessions(h)).toHaveLength(2);
+  });
+
+  it('concurrent turns of one conversation never share a cache, and both give the cold run’s tokens', async () => {
+    const h = await host();
+    const first: ChatMessage[] = [{ role: 'user', content: 'Name three famous lighthouses.' }];
+    const r1 = await turn(h, first);
+    const second = next(first, r1, 'Which is the oldest?');
+    const [x, y] = await Promise.all([turn(h, second), turn(h, second)]);
+    const cold = (await turn(h, second, false)).tokenIds;
+    expect(x?.tokenIds).toEqual(cold);
+    expect(y?.tokenIds).toEqual(cold);
+    // One of them continued the cache, the other started a cache of its own.
+    expect([x?.reusedTokens === 0, y?.reusedTokens === 0].filter(Boolean)).toHaveLength(1);
+    expect(cacheSessions(h)).toHaveLength(2);
+  });
+
+  it('is off with promptCacheSessions 0, and for requests without promptCache', async () => {
+    const off = await host({ promptCacheSessions: 0 });
+    const first: ChatMessage[] = [{ role: 'user', content: 'What is a lighthouse?' }];
+    const r1 = await turn(off, first);
+    expect((await turn(off, next(first, r1, 'And who keeps it?'))).reusedTokens).toBe(0);
+    expect(off.scheduler.snapshot().sessions).toEqual([]);
+    const on = await host();
+    await turn(on, first, false);
+    expect(on.scheduler.snapshot().sessions).toEqual([]);
+  });
+
+  it('a package loaded again under the same id starts every session over', async () => {
+    const h = await host();
+    const ids = [5, 6, 7, 8, 9, 10, 11, 12];
+    const asTurn = () => h.generate({ promptIds: ids, maxNewTokens: 4, sampling: { greedy: true }, sessionId: 's' });
+    await asTurn().result;
+    expect((await asTurn().result).reusedTokens).toBe(ids.length - 1);
+    await h.loadModel(generatedModel('prompt-cache-other', { vocabSize: 1024, maxPositions: 256 }), { id: 'default' });
+    expect((await asTurn().result).reusedTokens).toBe(0);
+  }, 60_000);
+});
