@@ -45,6 +45,12 @@ export const RequestShapeSchema = z.object({
   priority: z.number().optional(),
   /** Multi-turn chat session this turn continues; it must have no other turn queued or running. */
   sessionId: z.string().min(1).optional(),
+  /**
+   * Tokens of the session's retained KV this turn continues from (the prompt's common prefix with them); the
+   * rest is of no use to it and is dropped when the turn is accepted, so the turn reserves only what it
+   * keeps. Default: all of them.
+   */
+  sessionReuseTokens: z.int().nonnegative().optional(),
   /** Chat thread, for display only. */
   threadId: z.string().optional(),
 });

@@ -57,6 +57,24 @@ describe('the prompt cache', () => {
     expect(cacheSessions(h)).toHaveLength(1);
   });
 
+  it('a turn that does not resend the reply reserves only what it continues from, as a cold run does', async () => {
+    const h = await host();
+    const first: ChatMessage[] = [{ role: 'user', content: 'What is a lighthouse?' }];
+    const r1 = await turn(h, first);
+    // The client edited the reply: the cache's reply tokens are of no use to this turn.
+    const edited = next(first, { ...r1, text: 'A tower with a light, for ships.' }, 'Tell me more.');
+    const r2 = await turn(h, edited);
+    const cold = await turn(h, edited, false);
+    expect(r2.reusedTokens).toBeGreaterThanOrEqual(r1.promptTokens - 1);
+    expect(r2.reusedTokens).toBeLessThan(r1.promptTokens + r1.tokenIds.length - 1);
+    expect(r2.reservedBytes).toBe(cold.reservedBytes);
+    expect(r2.tokenIds).toEqual(cold.tokenIds);
+    // The same prompt again (a retry) continues the cache too.
+    const retry = await turn(h, edited);
+    expect(retry.reusedTokens).toBe(r2.promptTokens - 1);
+    expect(cacheSessions(h)).toHaveLength(1);
+  });
+
   it('keeps one cache per conversation: interleaved conversations each continue their own', async () => {
     const h = await host();
     const a: ChatMessage[] = [{ role: 'user', content: 'Tell me about tides.' }];
@@ -87,6 +105,24 @@ describe('the prompt cache', () => {
     // The third's is still there.
     const third = await turn(h, next(chats[2] as ChatMessage[], firsts[2] as GenerationResult, 'More?'));
     expect(third.reusedTokens).toBeGreaterThan(0);
+    expect(cacheSessions(h)).toHaveLength(2);
+  });
+
+  it('a refused request closes no cache, and concurrent requests never leave more caches than the limit', async () => {
+    const h = await host({ promptCacheSessions: 2 });
+    const chats = ['one', 'two'].map((w): ChatMessage[] => [{ role: 'user', content: `Chat ${w}: name a colour.` }]);
+    const firsts = [];
+    for (const c of chats) firsts.push(await turn(h, c));
+    // Too long for the context: refused before it could take a cache.
+    const long: ChatMessage[] = [{ role: 'user', content: 'word '.repeat(3000) }];
+    for (let i = 0; i < 3; i++) await expect(turn(h, long)).rejects.toMatchObject({ code: 'CONTEXT_OVERFLOW' });
+    for (const [i, c] of chats.entries()) {
+      expect((await turn(h, next(c, firsts[i] as GenerationResult, 'Why?'))).reusedTokens).toBeGreaterThan(0);
+    }
+    // Five new conversations at once: every one gets a cache while it runs; afterwards two are kept.
+    await Promise.all(
+      [1, 2, 3, 4, 5].map((i) => turn(h, [{ role: 'user', content: `Parallel chat ${i}: count to three.` }])),
+    );
     expect(cacheSessions(h)).toHaveLength(2);
   });
 

@@ -36,7 +36,8 @@ function faultAfterRuns(): number {
 export function createEngineCore(emit: (event: EngineEvent) => void) {
   const faultAfter = faultAfterRuns();
   const models = new Map<string, LoadedDecoder>();
-  const sessions = new Map<string, { modelId: string; kv: SessionKv }>();
+  /** Chat sessions' KV, with the decoder that computed it (a package loaded again under the same id is another). */
+  const sessions = new Map<string, { modelId: string; decoder: LoadedDecoder; kv: SessionKv }>();
   const running = new Map<string, RunningGeneration>();
   /**
    * Each model's token bytes, for JSON mode, under the key of the host's load they belong to: the host sends
@@ -79,15 +80,15 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
   async function generate(cmd: Extract<EngineCommand, { type: 'generate' }>): Promise<void> {
     const model = models.get(cmd.modelId);
     if (!model) throw new KvdeskError('MODEL_NOT_LOADED', `model ${cmd.modelId} is not loaded in the engine`);
-    let session: { modelId: string; kv: SessionKv } | undefined;
+    let session: { modelId: string; decoder: LoadedDecoder; kv: SessionKv } | undefined;
     if (cmd.sessionId) {
       session = sessions.get(cmd.sessionId);
-      if (session && session.modelId !== cmd.modelId) {
+      if (session && (session.modelId !== cmd.modelId || session.decoder !== model)) {
         sessions.delete(cmd.sessionId);
         session = undefined;
       }
       if (!session) {
-        session = { modelId: cmd.modelId, kv: { tokens: [], past: new Map() } };
+        session = { modelId: cmd.modelId, decoder: model, kv: { tokens: [], past: new Map() } };
         sessions.set(cmd.sessionId, session);
       }
     }

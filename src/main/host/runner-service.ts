@@ -165,6 +165,8 @@ interface SessionMirror {
   tokens: number[];
   /** How many of them were the prompt of the turn that left them (the rest is its reply). */
   promptTokens: number;
+  /** The load of the model that computed them (a package loaded again under the same id has another). */
+  loadKey: number;
 }
 
 /** Resolves sampling settings: request, then package defaults, then kvdesk defaults. */
@@ -615,14 +617,13 @@ export class RunnerService {
   }
 
   /**
-   * The prompt cache a prompt continues, else a new one; the least recently used beyond the limit is closed.
-   * A prompt continues an idle cache of its model when it holds that cache's whole last prompt (its next turn,
-   * however the reply re-encodes; not another conversation that opens with the same system prompt, which
-   * would take over its KV) and reusing it cannot overflow the context. Undefined when the cache is off.
+   * The prompt cache a prompt continues, else a new id (undefined when the cache is off). A prompt continues
+   * an idle cache of its model when it holds that cache's whole last prompt (its next turn, however the reply
+   * re-encodes, or the same prompt again; not another conversation that opens with the same system prompt,
+   * which would take over its KV). Nothing is kept until the scheduler accepts the request (notePromptCache).
    */
   private pickPromptCache(model: LoadedModel, row: number[]): string | undefined {
-    const limit = this.settings.promptCacheSessions;
-    if (limit <= 0) return undefined;
+    if (this.settings.promptCacheSessions <= 0) return undefined;
     const sched = this.schedulerOf(model.id);
     let best: { id: string; shared: number } | undefined;
     for (const id of this.promptCaches.keys()) {
@@ -630,23 +631,29 @@ export class RunnerService {
       const mirror = this.sessions.get(id);
       if (!mirror || mirror.modelId !== model.id || sched.sessionInfo(id)?.state !== 'idle') continue;
       const shared = Math.min(commonPrefix(mirror.tokens, row), row.length - 1);
-      const fits = mirror.tokens.length + (row.length - shared) + 1 <= model.spec.contextLength;
-      if (fits && shared > 0 && shared >= mirror.promptTokens && shared > (best?.shared ?? 0)) {
+      if (shared > 0 && shared >= Math.min(mirror.promptTokens, row.length - 1) && shared > (best?.shared ?? 0)) {
         best = { id, shared };
       }
     }
-    const id = best?.id ?? `${PROMPT_CACHE_PREFIX}${randomUUID()}`;
-    this.promptCaches.delete(id);
-    this.promptCaches.set(id, model.id);
-    for (const [old, modelId] of this.promptCaches) {
-      if (this.promptCaches.size <= limit) break;
-      if (old === id) continue;
-      const state = this.models.has(modelId) ? this.schedulerOf(modelId).sessionInfo(old)?.state : undefined;
+    return best?.id ?? `${PROMPT_CACHE_PREFIX}${randomUUID()}`;
+  }
+
+  /** @internal used by Generation: the scheduler accepted a turn on this prompt cache (now the most recent). */
+  notePromptCache(sessionId: string, modelId: string): void {
+    this.promptCaches.delete(sessionId);
+    this.promptCaches.set(sessionId, modelId);
+    this.prunePromptCaches();
+  }
+
+  /** @internal Closes the least recently used idle prompt caches beyond the limit (busy ones wait for their turn's end). */
+  prunePromptCaches(): void {
+    for (const [id, modelId] of this.promptCaches) {
+      if (this.promptCaches.size <= this.settings.promptCacheSessions) return;
+      const state = this.models.has(modelId) ? this.schedulerOf(modelId).sessionInfo(id)?.state : undefined;
       if (state === 'queued' || state === 'running') continue;
-      this.promptCaches.delete(old);
-      this.closeSession(old);
+      this.promptCaches.delete(id);
+      this.closeSession(id);
     }
-    return id;
   }
 
   /** Cancels a request by id (queued or running). Returns false if it is unknown or already over. */
@@ -806,7 +813,14 @@ class Generation {
       const mirror = this.host.sessionMirror(sessionId);
       // A thread that switches to a model on another device leaves its KV there: free it.
       this.host.releaseSessionElsewhere(sessionId, this.model.id);
-      if (mirror && mirror.modelId === this.model.id) {
+      // Reused only when it is this load's KV and the scheduler holds exactly it (else the turn starts over).
+      const held = this.sched.sessionInfo(sessionId);
+      if (
+        mirror &&
+        mirror.modelId === this.model.id &&
+        mirror.loadKey === this.model.loadKey &&
+        held?.tokens === mirror.tokens.length
+      ) {
         const row = this.rows[0] as number[];
         this.reused = Math.min(commonPrefix(mirror.tokens, row), row.length - 1);
         promptTokens = row.length - this.reused;
@@ -826,7 +840,8 @@ class Generation {
         maxNewTokens,
         ...(fixedTokens !== undefined ? { fixedTokens } : {}),
         ...(this.req.priority !== undefined ? { priority: this.req.priority } : {}),
-        ...(sessionId ? { sessionId } : {}),
+        // The turn keeps only the session KV its prompt continues; the scheduler drops the rest.
+        ...(sessionId ? { sessionId, sessionReuseTokens: this.reused } : {}),
         ...(this.req.threadId ? { threadId: this.req.threadId } : {}),
       },
       {
@@ -840,6 +855,7 @@ class Generation {
       this.fail(this.host.onDevice(this.model.id, submitted.error));
       return;
     }
+    if (sessionId?.startsWith(PROMPT_CACHE_PREFIX)) this.host.notePromptCache(sessionId, this.model.id);
     this.clipped = submitted.value.clipped;
     this.emit({
       type: 'accepted',
@@ -1021,15 +1037,23 @@ class Generation {
     if (sessionId) {
       const row = this.rows[0] as number[];
       const tokens = [...row, ...(this.rowIds[0] as number[])].slice(0, sessionTokens);
-      this.host.setSessionMirror(sessionId, {
-        modelId: this.model.id,
-        tokens,
-        promptTokens: Math.min(row.length, tokens.length),
-      });
       this.sched.finish(this.id, schedReason, {
         sessionTokens: tokens.length,
         generatedTokens: this.generated,
       });
+      // A session closed while its turn ran is gone from the scheduler: nothing of it may be reused.
+      this.host.setSessionMirror(
+        sessionId,
+        this.sched.sessionInfo(sessionId)?.tokens === tokens.length
+          ? {
+              modelId: this.model.id,
+              tokens,
+              promptTokens: Math.min(row.length, tokens.length),
+              loadKey: this.model.loadKey,
+            }
+          : undefined,
+      );
+      if (sessionId.startsWith(PROMPT_CACHE_PREFIX)) this.host.prunePromptCaches();
     } else {
       this.sched.finish(this.id, schedReason, { generatedTokens: this.generated });
     }

@@ -6,10 +6,11 @@
  *
  * Choices where the spec leaves room (each for the reason given):
  * - A session turn's reservation is R × (prefix + P + N) × bpt, where prefix is
- *   the session's retained tokens at submit: the retained KV moves from "held"
- *   into the turn's reservation while it runs, so the engine may report the
- *   whole sequence's KV as usedBytes and capacity is never counted twice. P is
- *   the tokens beyond that prefix (sessionInfo(id).tokens).
+ *   the session's retained tokens at submit (only the sessionReuseTokens the
+ *   turn continues from, when the host says so: the rest is dropped then): the
+ *   retained KV moves from "held" into the turn's reservation while it runs, so
+ *   the engine may report the whole sequence's KV as usedBytes and capacity is
+ *   never counted twice. P is the tokens beyond that prefix.
  * - Evicting a session whose turn is queued does not invalidate the turn: the
  *   prefix was reserved at submit, and the grant says `recompute: true`.
  * - After a running turn is cancelled or fails, its session keeps nothing (the
@@ -693,7 +694,8 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
         { sessionId: session.id, state: session.state, turnRequestId: session.turn ?? null },
       );
     }
-    const prefixTokens = session?.tokens ?? 0;
+    // The part of the session's KV the turn continues from; the rest is dropped if the turn is accepted.
+    const prefixTokens = Math.min(session?.tokens ?? 0, shape.sessionReuseTokens ?? Number.POSITIVE_INFINITY);
     if (prefixTokens + promptTokens + 1 > contextLength) {
       return refuse(
         shape,
@@ -742,6 +744,7 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     if (session !== undefined) {
       session.state = 'queued';
       session.turn = id;
+      session.tokens = prefixTokens;
       touch(session, at);
     } else if (sessionId !== undefined) {
       const fresh: Session = {

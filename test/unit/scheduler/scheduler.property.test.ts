@@ -297,6 +297,8 @@ interface SubmitSpec {
   max: number;
   priority: number;
   session: (typeof SESSIONS)[number] | undefined;
+  /** The part of the session's KV the turn continues from (undefined: all of it). */
+  reuse: number | undefined;
 }
 
 class Submit implements fc.Command<Model, Real> {
@@ -307,7 +309,7 @@ class Submit implements fc.Command<Model, Real> {
   run(m: Model, r: Real): void {
     m.nextId += 1;
     const id = `q${m.nextId}`;
-    const { model, rows, prompt, max, priority, session } = this.spec;
+    const { model, rows, prompt, max, priority, session, reuse } = this.spec;
     const shape: RequestShape = {
       id,
       modelId: model,
@@ -319,13 +321,14 @@ class Submit implements fc.Command<Model, Real> {
       priority,
     };
     if (session !== undefined) shape.sessionId = session;
+    if (session !== undefined && reuse !== undefined) shape.sessionReuseTokens = reuse;
     const fixed = FIXED[model];
     if (fixed !== undefined) shape.fixedTokens = fixed;
     m.shapes.set(id, shape);
 
     const before = r.s.snapshot();
     const s = before.sessions.find((x) => x.sessionId === session);
-    const prefix = s?.tokens ?? 0;
+    const prefix = Math.min(s?.tokens ?? 0, reuse ?? Number.POSITIVE_INFINITY);
     let expected = 'ok';
     if (s !== undefined && (s.modelId !== shape.modelId || s.bpt !== shape.bpt)) expected = 'SESSION_INVALID';
     else if (s !== undefined && s.state !== 'idle') expected = 'SESSION_INVALID';
@@ -341,6 +344,8 @@ class Submit implements fc.Command<Model, Real> {
       m.live.set(id, m.order);
       const clipped = prefix + prompt + max > contextOf(model);
       expect(result.value.clipped !== undefined).toBe(clipped);
+      // An accepted turn keeps only the part it continues from (unless its admission evicted the rest).
+      if (s !== undefined) expect(r.s.sessionInfo(s.sessionId)?.tokens).toBeLessThanOrEqual(prefix);
     }
     checkInvariants(m, r);
   }
@@ -565,6 +570,7 @@ const submitArb = fc
     max: fc.integer({ min: 1, max: 16 }),
     priority: fc.integer({ min: 0, max: 2 }),
     session: fc.option(fc.constantFrom(...SESSIONS), { nil: undefined, freq: 3 }),
+    reuse: fc.option(fc.integer({ min: 0, max: 12 }), { nil: undefined, freq: 2 }),
   })
   .map((spec) => new Submit(spec));
 const index = fc.nat({ max: 20 });

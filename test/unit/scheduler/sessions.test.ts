@@ -37,6 +37,36 @@ describe('sessions: turns and retained KV', () => {
     expect(t.ofType('admitted')[1]).toMatchObject({ requestId: 'a', sessionId: 's' });
   });
 
+  it('a turn that continues part of the session reserves only that part; the rest is dropped when it is accepted', () => {
+    const t = createTestScheduler({ limit: 64 * 128, maxRunning: 1 });
+    seed(t, 's', 40);
+    expect(t.scheduler.sessionInfo('s')).toMatchObject({ tokens: 40, heldBytes: 40 * 128 });
+    // Keeps 10 of the 40 and adds 20: (10 + 20 + 8) × 128, as a fresh 30-token prompt would.
+    t.submit(req({ id: 'b', session: 's', prompt: 20, max: 8 }));
+    expect(t.scheduler.sessionInfo('s')).toMatchObject({ tokens: 40 });
+    t.scheduler.finish('b', 'eos', { sessionTokens: 40 });
+    const before = t.ofType('admitted').length;
+    const shape = { ...req({ id: 'c', session: 's', prompt: 20, max: 8 }), sessionReuseTokens: 10 };
+    unwrap(t.submit(shape));
+    expect(t.scheduler.sessionInfo('s')).toMatchObject({ tokens: 10 });
+    expect(t.ofType('admitted')).toHaveLength(before + 1);
+    expect(t.ofType('admitted')[before]).toMatchObject({ requestId: 'c', reservedBytes: (10 + 20 + 8) * 128 });
+    expect(t.grants.get('c')?.session).toEqual({ sessionId: 's', prefixTokens: 10, recompute: false });
+    // The context counts the kept part only: 10 + 50 + 1 fits a context of 64 where 40 + 50 + 1 would not.
+    t.scheduler.finish('c', 'eos', { sessionTokens: 30 });
+    const long = { ...req({ id: 'd', session: 's', prompt: 50, max: 2, context: 64 }), sessionReuseTokens: 10 };
+    unwrap(t.submit(long));
+    expect(t.ofType('admitted').at(-1)).toMatchObject({ requestId: 'd', reservedBytes: (10 + 50 + 2) * 128 });
+  });
+
+  it('a refused turn leaves the session’s KV as it was', () => {
+    const t = createTestScheduler({ limit: 60 * 128 });
+    seed(t, 's', 40);
+    const tooBig = { ...req({ id: 'x', session: 's', prompt: 100, max: 8, context: 256 }), sessionReuseTokens: 5 };
+    expect(errorOf(t.submit(tooBig)).code).toBe('KV_BUDGET_EXCEEDED');
+    expect(t.scheduler.sessionInfo('s')).toMatchObject({ state: 'idle', tokens: 40, heldBytes: 40 * 128 });
+  });
+
   it('does not create a session for a refused turn', () => {
     const t = createTestScheduler({ limit: 100 });
     t.submit(req({ session: 's' }));

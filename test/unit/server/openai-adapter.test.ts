@@ -122,6 +122,8 @@ describe('mapOpenAiRequest', () => {
       promptCache: true,
     });
     expect(texts.request.promptCache).toBeUndefined();
+    expect(mapOpenAiRequest('chat', chat({ n: 2 })).request.promptCache).toBeUndefined();
+    expect(mapOpenAiRequest('chat', chat()).request.promptCache).toBe(true);
     expect(ids.request.promptCache).toBeUndefined();
   });
 
