@@ -3,6 +3,7 @@
  * RunnerService and the package loader; no business logic lives here.
  * Exit codes: 0 done, 2 bad input, 3 refused by the scheduler, 1 internal error.
  */
+import { readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -43,6 +44,7 @@ generate options:
   --frequency-penalty F --presence-penalty P   OpenAI's penalties over the generated tokens (-2 to 2)
   --logprobs N             with --json: each token's log-probability and the N most likely alternatives (0-20)
   --response-format json   JSON mode: the reply is one JSON object
+  --json-schema FILE       structured output: the reply is one JSON object that conforms to this JSON Schema
   --seed S                 the same seed gives the same tokens
   --stop STR               stop string (repeatable)
   --rows N                 generate N rows of the same prompt as one batched request
@@ -229,6 +231,7 @@ async function generate(args: string[], io: Io): Promise<number> {
     'presence-penalty': { type: 'string' },
     logprobs: { type: 'string' },
     'response-format': { type: 'string' },
+    'json-schema': { type: 'string' },
     seed: { type: 'string' },
     stop: { type: 'string', multiple: true },
     rows: { type: 'string' },
@@ -294,6 +297,8 @@ async function generate(args: string[], io: Io): Promise<number> {
       throw badArgs(`--response-format expects json or text, got "${format}"`);
     }
     if (format !== undefined) request.responseFormat = format;
+    const schemaFile = values['json-schema'];
+    if (schemaFile !== undefined) request.jsonSchema = readJsonSchema(schemaFile);
 
     host = new RunnerService({
       ...(kvBudget !== undefined ? { kvBudgetBytes: kvBudget } : {}),
@@ -352,6 +357,21 @@ async function generate(args: string[], io: Io): Promise<number> {
     return fail(io, json, toErrorInfo(err));
   } finally {
     await host?.close();
+  }
+}
+
+/** A JSON Schema file for --json-schema; errors name the file. */
+function readJsonSchema(file: string): unknown {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    throw badArgs(`--json-schema: cannot read ${file}: ${(err as Error).message}`);
+  }
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    throw badArgs(`--json-schema: ${file} is not JSON: ${(err as Error).message}`);
   }
 }
 

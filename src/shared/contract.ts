@@ -67,6 +67,11 @@ export const GenerateRequest = z
     logprobs: z.number().int().min(0).max(20).optional(),
     /** `json`: each reply is one JSON object (sampling keeps to tokens that can continue one; it ends when it closes). */
     responseFormat: z.enum(['text', 'json']).optional(),
+    /**
+     * Structured output: each reply is one JSON object that conforms to this JSON Schema (JSON mode implied).
+     * kvdesk's subset: see the README; what it cannot enforce is refused.
+     */
+    jsonSchema: z.record(z.string(), z.unknown()).optional(),
     stop: z.array(z.string().min(1)).max(16).optional(),
     /** Keep this conversation's KV between turns. */
     sessionId: z.string().min(1).max(200).optional(),

@@ -4,6 +4,8 @@
  * foundation and scheduler issues.
  */
 import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { defaultModelDir, fixture, fixturesSkipReason, haveFixtures, repoRoot } from '../helpers/fixtures';
@@ -228,6 +230,17 @@ describe('CLI on the generated default model', () => {
     expect(json.code, json.stderr).toBe(0);
     expect((json.json.text as string).startsWith('{')).toBe(true);
     expect(kvdesk(...args, '--response-format', 'yaml').code).toBe(2);
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-cli-schema-'));
+    const file = path.join(dir, 'schema.json');
+    writeFileSync(file, JSON.stringify({ type: 'object', properties: { ok: { type: 'boolean' } } }));
+    const structured = kvdesk(...args, '--json-schema', file);
+    expect(structured.code, structured.stderr).toBe(0);
+    expect(['{"ok":true}', '{"ok":false}']).toContain(structured.json.text);
+    writeFileSync(file, JSON.stringify({ type: 'object', properties: { ok: { type: 'string', pattern: 'x' } } }));
+    const refused = kvdesk(...args, '--json-schema', file);
+    expect(refused.code).toBe(2);
+    expect((refused.json.error as Record<string, unknown>).message).toContain('schema.properties.ok.pattern');
+    rmSync(dir, { recursive: true, force: true });
     const bad = kvdesk(...args, '--presence-penalty', '3');
     expect(bad.code).toBe(2);
     expect((bad.json.error as Record<string, unknown>).message).toContain('presencePenalty');

@@ -125,3 +125,46 @@ describe('JSON mode', () => {
     expect(await tables()).toMatchObject([{ tokens: 1024 }]);
   }, 60_000);
 });
+
+describe('structured output (a JSON Schema)', () => {
+  const schema = {
+    type: 'object',
+    properties: {
+      name: { type: 'string' },
+      age: { type: 'integer' },
+      pet: { enum: ['cat', 'dog', null] },
+      tags: { type: 'array', items: { type: 'boolean' }, maxItems: 2 },
+    },
+    required: ['name', 'age', 'pet', 'tags'],
+  };
+  const conforming = (v: Record<string, unknown>) =>
+    Object.keys(v).join() === 'name,age,pet,tags' &&
+    typeof v.name === 'string' &&
+    Number.isInteger(v.age) &&
+    ['cat', 'dog', null].includes(v.pet as string | null) &&
+    Array.isArray(v.tags) &&
+    v.tags.length <= 2 &&
+    v.tags.every((t) => typeof t === 'boolean');
+
+  it('every reply that ended by itself conforms; one cut by max tokens is a prefix of one', async () => {
+    let complete = 0;
+    for (let seed = 1; seed <= 6; seed++) {
+      const r = await ask(seed, { jsonSchema: schema, maxNewTokens: 160 }).result;
+      expect(r.text.startsWith('{"name":"'), r.text).toBe(true);
+      if (r.finishReason === 'eos') {
+        complete++;
+        expect(conforming(JSON.parse(r.text)), r.text).toBe(true);
+      } else expect(r.finishReason).toBe('length');
+    }
+    expect(complete).toBeGreaterThanOrEqual(2);
+  });
+
+  it('refuses a schema it cannot enforce, naming the place, before anything runs', async () => {
+    const bad = { type: 'object', properties: { age: { type: 'integer', minimum: 0 } } };
+    await expect(ask(1, { jsonSchema: bad }).result).rejects.toMatchObject({
+      code: 'BAD_REQUEST',
+      message: expect.stringContaining('schema.properties.age.minimum'),
+      detail: { field: 'jsonSchema.properties.age.minimum' },
+    });
+  });
+});

@@ -14,7 +14,7 @@ import { KvdeskError } from '../../shared/errors';
 import type { KvTensorSpec, ModelSpec } from '../../shared/model-spec';
 import type { GenerationHooks, GenerationJob, GenerationOutcome } from './decoder';
 import { commonPrefix, idTensor, maskTensor } from './feeds';
-import { JsonConstraint } from './json-constraint';
+import { constraintFor } from './json-constraint';
 import {
   concatBatch,
   emptyPast,
@@ -187,7 +187,9 @@ export class ContinuousBatcher {
               { ...job.sampling, seed: rowSeed(job.sampling.seed, i) },
               vocab,
               r,
-              job.json ? new JsonConstraint(job.json) : undefined,
+              job.json
+                ? constraintFor({ table: job.json, ...(job.jsonSchema ? { schema: job.jsonSchema } : {}) })
+                : undefined,
             ),
         ),
         rows: [],

@@ -10,6 +10,7 @@ import type { KvTensorSpec, ModelSpec } from '../../shared/model-spec';
 import { ContinuousBatcher, PREFILL_CHUNK_TOKENS, rowSeed } from './batcher';
 import { idTensor } from './feeds';
 import type { TokenTable } from './json-constraint';
+import type { SchemaNode } from './json-schema';
 import { emptyPast } from './kv-cache';
 import { lastPositionGraph } from './last-position';
 import { logitsRows } from './logits';
@@ -32,6 +33,8 @@ export interface GenerationJob {
   logprobs?: number;
   /** JSON mode: each row's reply is one JSON object (the vocabulary's bytes say which tokens may come). */
   json?: TokenTable;
+  /** Structured output: the object conforms to this compiled schema (with `json`). */
+  jsonSchema?: SchemaNode;
   /** Present for a session turn: its KV is reused where the prompt shares its prefix, and updated at the end. */
   session?: SessionKv;
 }

@@ -6,6 +6,7 @@
 import { KvdeskError, toErrorInfo } from '../../shared/errors';
 import { LoadedDecoder, type SessionKv } from './decoder';
 import type { TokenTable } from './json-constraint';
+import { compileSchema } from './json-schema';
 import type { EngineCommand, EngineEvent, EngineLoadResult, EngineStats, StepLogprob } from './protocol';
 
 /**
@@ -100,6 +101,8 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
       );
     }
     const json = held?.table;
+    // The host compiled it already to refuse what it cannot enforce; a failure here is a bug.
+    const jsonSchema = cmd.jsonSchema !== undefined ? compileSchema(cmd.jsonSchema) : undefined;
     const state: RunningGeneration = { stop: null };
     running.set(cmd.requestId, state);
     stats.generations++;
@@ -133,6 +136,7 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
           eosTokenIds: cmd.eosTokenIds,
           ...(withLogprobs ? { logprobs: cmd.logprobs } : {}),
           ...(json ? { json } : {}),
+          ...(jsonSchema ? { jsonSchema } : {}),
           ...(session ? { session: session.kv } : {}),
         },
         {

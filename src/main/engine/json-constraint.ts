@@ -11,6 +11,7 @@
  * vocabulary's pieces of characters stay possible. Runs of whitespace outside
  * strings are capped, so a model cannot pad the reply with blank lines forever.
  */
+import { feedSchemaBytes, initialSchemaState, type SchemaNode, type SchemaState } from './json-schema';
 
 /** Lexer states. Containers live on the stack; these say where inside a value the recogniser is. */
 enum S {
@@ -314,17 +315,61 @@ export function tokenTable(pieces: readonly (readonly number[])[], special: read
   return { ...packTokens(pieces), special: new Set(special) };
 }
 
-/** One row's JSON constraint: which tokens may come next, and the state after the one that came. */
-export class JsonConstraint {
-  private state = initialJsonState();
-  /** Where candidates are tried, so the mask allocates nothing per token. */
-  private readonly scratch = initialJsonState();
+/** A byte-level recogniser a token constraint runs on. */
+export interface Recogniser<S> {
+  initial(): S;
+  /** Whether bytes[from, to) can follow state `st` (st unchanged). */
+  accepts(st: S, bytes: Uint8Array, from: number, to: number): boolean;
+  /** The state after bytes[from, to), or null when they cannot follow `st` (st unchanged). */
+  advance(st: S, bytes: Uint8Array, from: number, to: number): S | null;
+  done(st: S): boolean;
+}
 
-  constructor(private readonly table: TokenTable) {}
+/** Any JSON object (JSON mode). */
+function objectRecogniser(): Recogniser<JsonState> {
+  // Trials run on one scratch state, so the mask allocates nothing per token.
+  const scratch = initialJsonState();
+  return {
+    initial: initialJsonState,
+    accepts: (st, bytes, from, to) => feedBytes(st, bytes, from, to, scratch) !== null,
+    advance: (st, bytes, from, to) => feedBytes(st, bytes, from, to),
+    done: jsonDone,
+  };
+}
 
-  /** True once the object is closed: the row's reply is over. */
+/** A JSON object that conforms to a compiled schema (structured output). */
+function schemaRecogniser(root: SchemaNode): Recogniser<SchemaState> {
+  return {
+    initial: initialSchemaState,
+    accepts: (st, bytes, from, to) => feedSchemaBytes(root, st, bytes, from, to) !== null,
+    advance: (st, bytes, from, to) => feedSchemaBytes(root, st, bytes, from, to),
+    done: (st) => st.done,
+  };
+}
+
+/** One row's constraint: which tokens may come next, and the state after the one that came. */
+export class TokenConstraint<S> {
+  private state: S;
+
+  constructor(
+    private readonly table: TokenTable,
+    private readonly recogniser: Recogniser<S>,
+  ) {
+    this.state = recogniser.initial();
+  }
+
+  /** True once the reply is complete: its object closed. */
   get done(): boolean {
-    return jsonDone(this.state);
+    return this.recogniser.done(this.state);
+  }
+
+  /** Whether token `id` can continue the reply (the mask's test for one token). */
+  allows(id: number): boolean {
+    const { bytes, offsets, special } = this.table;
+    if (id < 0 || id >= offsets.length - 1 || special.has(id)) return false;
+    const from = offsets[id] as number;
+    const to = offsets[id + 1] as number;
+    return from < to && this.recogniser.accepts(this.state, bytes, from, to);
   }
 
   /**
@@ -341,20 +386,31 @@ export class JsonConstraint {
     return allowed;
   }
 
-  /** Whether token `id` can continue the reply (the mask's test for one token). */
-  allows(id: number): boolean {
-    const { bytes, offsets, special } = this.table;
-    if (id < 0 || id >= offsets.length - 1 || special.has(id)) return false;
-    const from = offsets[id] as number;
-    const to = offsets[id + 1] as number;
-    return from < to && feedBytes(this.state, bytes, from, to, this.scratch) !== null;
-  }
-
   /** Advances past the token that was picked (one the mask allowed). */
   accept(id: number): void {
     const { bytes, offsets } = this.table;
-    const next = feedBytes(this.state, bytes, offsets[id] as number, offsets[id + 1] as number);
+    const next = this.recogniser.advance(this.state, bytes, offsets[id] as number, offsets[id + 1] as number);
     if (!next) throw new Error(`token ${id} does not continue the JSON reply`);
     this.state = next;
   }
+}
+
+/** JSON mode's constraint: any JSON object. */
+export class JsonConstraint extends TokenConstraint<JsonState> {
+  constructor(table: TokenTable) {
+    super(table, objectRecogniser());
+  }
+}
+
+/** What a job asks of its replies' form: the vocabulary's bytes, and a compiled schema for structured output. */
+export interface ReplyForm {
+  table: TokenTable;
+  schema?: SchemaNode;
+}
+
+/** A new row's constraint for a job's reply form. */
+export function constraintFor(form: ReplyForm): TokenConstraint<unknown> {
+  return form.schema
+    ? (new TokenConstraint(form.table, schemaRecogniser(form.schema)) as TokenConstraint<unknown>)
+    : (new JsonConstraint(form.table) as TokenConstraint<unknown>);
 }

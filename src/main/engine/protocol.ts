@@ -80,6 +80,8 @@ export type EngineCommand =
       logprobs?: number;
       /** JSON mode: each row's reply is one JSON object, with the token table sent under this key before. */
       json?: number;
+      /** Structured output (with `json`): the object conforms to this JSON Schema (json-schema.ts's subset). */
+      jsonSchema?: Record<string, unknown>;
       /** Chat session whose KV is kept after this turn (rows must be 1). */
       sessionId?: string;
     }

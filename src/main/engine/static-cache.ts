@@ -21,7 +21,7 @@ import { KvdeskError } from '../../shared/errors';
 import { type ModelSpec, type StaticCacheSpec, staticPositions } from '../../shared/model-spec';
 import type { GenerationHooks, GenerationJob, GenerationOutcome } from './decoder';
 import { commonPrefix, idTensor } from './feeds';
-import { JsonConstraint } from './json-constraint';
+import { constraintFor } from './json-constraint';
 import { kvArray } from './kv-cache';
 import { logitsRows } from './logits';
 import type { FinishReason } from './protocol';
@@ -264,7 +264,7 @@ export class StaticCacheRunner {
       job.sampling,
       this.spec.vocabSize,
       row,
-      job.json ? new JsonConstraint(job.json) : undefined,
+      job.json ? constraintFor({ table: job.json, ...(job.jsonSchema ? { schema: job.jsonSchema } : {}) }) : undefined,
     );
     let length = row.length;
     let generated = 0;

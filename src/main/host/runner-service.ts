@@ -32,6 +32,7 @@ import { deviceKey, type NvidiaMemoryResult, readNvidiaGpuMemory } from '../back
 import { DEFAULT_GPU_FRACTION, DEFAULT_GPU_OVERHEAD_BYTES } from '../backends/variant-fit';
 import { commonPrefix } from '../engine/feeds';
 import { packTokens } from '../engine/json-constraint';
+import { compileSchema, SchemaError } from '../engine/json-schema';
 import type { EngineLoadResult, LogitsPositions, SamplingParams, StepLogprob } from '../engine/protocol';
 import { loadModelSpec } from '../packages';
 import { providerShortName } from '../packages/execution-providers';
@@ -187,6 +188,31 @@ function resolveSampling(req: GenerateRequest, spec: ModelSpec): SamplingParams 
     logitBias: Object.entries(s.logitBias ?? {}).map(([id, bias]) => [Number(id), bias]),
     seed: s.seed ?? Math.floor(Math.random() * 2 ** 31),
   };
+}
+
+/** Whether replies are JSON: JSON mode, or structured output with a schema. */
+function jsonMode(req: GenerateRequest): boolean {
+  return req.responseFormat === 'json' || req.jsonSchema !== undefined;
+}
+
+/** A schema kvdesk cannot enforce is refused, naming the place in it. */
+function checkJsonSchema(req: GenerateRequest): void {
+  if (req.jsonSchema === undefined) return;
+  if (req.responseFormat === 'text') {
+    throw new KvdeskError('BAD_REQUEST', 'jsonSchema asks for JSON replies, but responseFormat says text: drop one.');
+  }
+  try {
+    compileSchema(req.jsonSchema);
+  } catch (err) {
+    if (!(err instanceof SchemaError)) throw err;
+    throw new KvdeskError(
+      'BAD_REQUEST',
+      `jsonSchema (json_schema.schema) is not one kvdesk can enforce: ${err.message}`,
+      {
+        field: `jsonSchema${err.path.slice('schema'.length)}`,
+      },
+    );
+  }
 }
 
 /** A logit bias for an id the model has no logit for is refused, not ignored. */
@@ -591,6 +617,7 @@ export class RunnerService {
       model = this.resolveModel(req.model);
       rows = this.buildRows(req, model);
       checkLogitBias(req, model.spec.vocabSize);
+      checkJsonSchema(req);
       if (req.promptCache && req.sessionId === undefined && rows.length === 1) {
         const sessionId = this.pickPromptCache(model, rows[0] as number[]);
         if (sessionId) req = { ...req, sessionId };
@@ -898,7 +925,7 @@ class Generation {
     }
     const spec = this.model.spec;
     try {
-      if (this.req.responseFormat === 'json') {
+      if (jsonMode(this.req)) {
         const model = this.model;
         this.host.engine.ensureTokenTable(model.id, model.loadKey, () => {
           model.tokenBytes ??= tokenBytesOf(model);
@@ -915,7 +942,8 @@ class Generation {
           sampling: resolveSampling(this.req, spec),
           eosTokenIds: spec.eosTokenIds,
           ...(this.req.logprobs !== undefined ? { logprobs: this.req.logprobs } : {}),
-          ...(this.req.responseFormat === 'json' ? { json: this.model.loadKey } : {}),
+          ...(jsonMode(this.req) ? { json: this.model.loadKey } : {}),
+          ...(this.req.jsonSchema ? { jsonSchema: this.req.jsonSchema } : {}),
           ...(this.req.sessionId ? { sessionId: this.req.sessionId } : {}),
         },
         {
@@ -1096,7 +1124,7 @@ class Generation {
     const last = ids[ids.length - 1];
     if (last !== undefined && this.model.spec.eosTokenIds.includes(last)) return 'eos';
     // JSON mode: the row's object closed (one that nothing in the vocabulary could continue ended 'length').
-    if (this.req.responseFormat === 'json' && this.engineRowReasons?.[r] === 'eos') return 'eos';
+    if (jsonMode(this.req) && this.engineRowReasons?.[r] === 'eos') return 'eos';
     return engineReason === 'eos' ? 'length' : engineReason;
   }
 

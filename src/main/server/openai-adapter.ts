@@ -86,8 +86,11 @@ function refuseUnsupported(body: Body): void {
   if (body.echo === true) throw bad('"echo" is not supported by kvdesk; send the request without it.', 'echo');
 }
 
-/** OpenAI's response_format: plain text, or one JSON object (`json_object`); schemas are not enforced, so refused. */
-function responseFormat(body: Body): 'text' | 'json' | undefined {
+/**
+ * OpenAI's response_format: plain text, one JSON object (`json_object`), or one that conforms to a schema
+ * (`json_schema`: `{name, schema, strict}`; the host refuses a schema it cannot enforce).
+ */
+function responseFormat(body: Body): 'json' | { schema: Record<string, unknown> } | undefined {
   if (!present(body, 'response_format')) return undefined;
   const rf = body.response_format as { type?: unknown };
   if (typeof rf !== 'object' || Array.isArray(rf)) {
@@ -96,12 +99,17 @@ function responseFormat(body: Body): 'text' | 'json' | undefined {
   if (rf.type === undefined || rf.type === 'text') return undefined;
   if (rf.type === 'json_object') return 'json';
   if (rf.type === 'json_schema') {
-    throw bad(
-      'response_format "json_schema" is not supported by kvdesk: it does not enforce schemas. Use {"type": "json_object"} (any JSON object) and describe the schema in the prompt.',
-      'response_format',
-    );
+    const js = (rf as { json_schema?: { schema?: unknown } }).json_schema;
+    const schema = js?.schema;
+    if (typeof schema !== 'object' || schema === null || Array.isArray(schema)) {
+      throw bad('response_format.json_schema.schema must be a JSON Schema object.', 'response_format');
+    }
+    return { schema: schema as Record<string, unknown> };
   }
-  throw bad(`response_format "${String(rf.type)}" is not supported: use "text" or "json_object".`, 'response_format');
+  throw bad(
+    `response_format "${String(rf.type)}" is not supported: use "text", "json_object" or "json_schema".`,
+    'response_format',
+  );
 }
 
 /**
@@ -277,7 +285,8 @@ export function mapOpenAiRequest(kind: OpenAiKind, input: unknown): MappedReques
   // One prompt, one reply: its KV can continue an earlier request's and serve the next (the host's prompt cache).
   if (promptCount === 1 && n === 1) request.promptCache = true;
   if (logprobs !== undefined) request.logprobs = logprobs;
-  if (format) request.responseFormat = format;
+  if (format === 'json') request.responseFormat = 'json';
+  else if (typeof format === 'object') request.jsonSchema = format.schema;
   if (Object.keys(sampling).length > 0) request.sampling = sampling;
   if (stop) request.stop = stop;
   return { kind, model: body.model, stream, includeUsage, n, promptCount, promptIdLengths, promptTexts, request };

@@ -479,6 +479,52 @@ describe('logprobs, penalties, logit bias and JSON mode', () => {
     expect(stopped).toBeGreaterThan(0);
   });
 
+  it('response_format json_schema: replies conform to the schema; a schema kvdesk cannot enforce is a 400', async () => {
+    const schema = {
+      type: 'object',
+      properties: { answer: { type: 'string' }, sure: { type: 'boolean' }, n: { type: ['integer', 'null'] } },
+      required: ['answer', 'sure', 'n'],
+      additionalProperties: false,
+    };
+    let stopped = 0;
+    for (const seed of [1, 2, 3, 4]) {
+      const r = await client.chat.completions.create({
+        model: 'default',
+        messages: hi,
+        max_tokens: 120,
+        temperature: 1,
+        seed,
+        response_format: { type: 'json_schema', json_schema: { name: 'reply', schema, strict: true } },
+      });
+      const c = r.choices[0] as (typeof r.choices)[number];
+      const text = c.message.content ?? '';
+      expect(text.startsWith('{"answer":"'), text).toBe(true);
+      if (c.finish_reason !== 'stop') continue;
+      stopped++;
+      const v = JSON.parse(text);
+      expect(Object.keys(v)).toEqual(['answer', 'sure', 'n']);
+      expect(typeof v.answer).toBe('string');
+      expect(typeof v.sure).toBe('boolean');
+      expect(v.n === null || Number.isInteger(v.n)).toBe(true);
+    }
+    expect(stopped).toBeGreaterThan(0);
+    const err = await apiError(
+      client.chat.completions.create({
+        model: 'default',
+        messages: hi,
+        response_format: {
+          type: 'json_schema',
+          json_schema: {
+            name: 'x',
+            schema: { type: 'object', properties: { s: { type: 'string', format: 'email' } } },
+          },
+        },
+      }),
+    );
+    expect(err.status).toBe(400);
+    expect(err.message).toContain('schema.properties.s.format');
+  });
+
   it('refuses a logit bias for a token id the model does not have, naming the parameter', async () => {
     const err = await apiError(
       client.chat.completions.create({ model: 'default', messages: hi, logit_bias: { '512': 5 } }),

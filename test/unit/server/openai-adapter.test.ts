@@ -148,11 +148,7 @@ describe('mapOpenAiRequest', () => {
       ['chat', chat({ logprobs: 1 }), 'logprobs'],
       ['chat', chat({ top_logprobs: 3 }), 'top_logprobs'],
       ['chat', chat({ logprobs: true, top_logprobs: 21 }), 'top_logprobs'],
-      [
-        'chat',
-        chat({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: {} } } }),
-        'response_format',
-      ],
+      ['chat', chat({ response_format: { type: 'json_schema', json_schema: { name: 'x' } } }), 'response_format'],
       ['chat', chat({ response_format: { type: 'yaml' } }), 'response_format'],
       ['chat', chat({ response_format: 'json' }), 'response_format'],
       ['chat', chat({ frequency_penalty: 2.5 }), 'frequency_penalty'],
@@ -199,6 +195,13 @@ describe('mapOpenAiRequest', () => {
     expect(
       mapOpenAiRequest('chat', chat({ response_format: { type: 'text' } })).request.responseFormat,
     ).toBeUndefined();
+    const schema = { type: 'object', properties: { a: { type: 'integer' } } };
+    const structured = mapOpenAiRequest(
+      'chat',
+      chat({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema, strict: true } } }),
+    ).request;
+    expect(structured.jsonSchema).toEqual(schema);
+    expect(structured.responseFormat).toBeUndefined();
   });
 
   it('lets harmless defaults through', () => {
