@@ -238,7 +238,7 @@ main().catch((err) => {
   process.exit(1);
 });
 
-/** docs/json.png: a thread with JSON output on (settings open) and a reply shown as a JSON code block. */
+/** docs/json.png: a thread with JSON output and a schema (settings open), its reply shown as a JSON code block. */
 async function jsonShot(browser: Browser): Promise<void> {
   const server = await startServe([]);
   try {
@@ -247,13 +247,17 @@ async function jsonShot(browser: Browser): Promise<void> {
     await page.getByTestId('thread-list').and(page.locator('[data-loaded="true"]')).waitFor();
     await newChat(page, 'JSON');
     // A seed whose reply (the default model is random) closes its object well within max tokens.
-    await settings(page, { maxNewTokens: 160, seed: 5 });
+    await settings(page, { maxNewTokens: 160, seed: 14 });
     await page.getByTestId('settings-toggle').click();
     await page.getByTestId('setting-json').check();
     await page.getByTestId('setting-temperature').fill('1');
     await page.getByTestId('setting-temperature').blur();
     await page.getByTestId('setting-presencePenalty').fill('0.5');
     await page.getByTestId('setting-presencePenalty').blur();
+    await page
+      .getByTestId('setting-json-schema')
+      .fill('{"type": "object", "properties": {"name": {"type": "string"}, "height_m": {"type": "integer"}}}');
+    await page.getByTestId('setting-json-schema').blur();
     await say(page, 'List three lighthouses as JSON, with their heights.');
     await page.mouse.move(0, 0);
     await page.waitForTimeout(300);

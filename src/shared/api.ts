@@ -76,6 +76,8 @@ export const Thread = z.object({
   maxNewTokens: z.number().int().min(1).max(1_000_000).optional(),
   /** `json`: every reply is one JSON object (JSON mode). */
   responseFormat: z.enum(['text', 'json']).optional(),
+  /** With JSON mode: a JSON Schema (as typed) the replies conform to (structured output). */
+  jsonSchema: z.string().max(100_000).optional(),
   messages: z.array(StoredMessage).max(10_000),
 });
 export type Thread = z.infer<typeof Thread>;

@@ -142,3 +142,37 @@ test('JSON output: the thread’s replies are JSON objects, shown as a JSON code
   await expect(app.getByTestId('settings-summary')).toContainText('max 120');
   await expect(app.getByTestId('settings-summary')).not.toContainText('JSON');
 });
+
+test('JSON schema: replies conform to the thread’s schema; one kvdesk cannot enforce is refused in the thread', async ({
+  app,
+}) => {
+  await newChat(app);
+  await setSettings(app, { maxNewTokens: 24, greedy: true });
+  await app.getByTestId('settings-toggle').click();
+  await app.getByTestId('setting-json').check();
+  const schemaBox = app.getByTestId('setting-json-schema');
+  // Text that is not a JSON object is not kept.
+  await schemaBox.fill('not json');
+  await schemaBox.blur();
+  await expect(app.getByTestId('settings-summary')).not.toContainText('JSON schema');
+  await schemaBox.fill('{"type": "object", "properties": {"ok": {"type": "boolean"}}}');
+  await schemaBox.blur();
+  await expect(app.getByTestId('settings-summary')).toContainText('JSON schema');
+  await app.getByTestId('settings-toggle').click();
+  await send(app, 'Is the sky blue?');
+  const reply = lastReply(app);
+  await expect(reply).toHaveAttribute('data-state', 'done', { timeout: 30_000 });
+  expect(['{"ok":true}', '{"ok":false}']).toContain(
+    ((await reply.getByTestId('message-text').locator('pre code').textContent()) ?? '').trim(),
+  );
+
+  await app.getByTestId('settings-toggle').click();
+  await schemaBox.fill('{"type": "object", "properties": {"mail": {"type": "string", "format": "email"}}}');
+  await schemaBox.blur();
+  await app.getByTestId('settings-toggle').click();
+  await send(app, 'Give me an address.');
+  await expect(lastReply(app).getByTestId('refusal')).toContainText('schema.properties.mail.format');
+  // Later chats start in plain text again, without the schema.
+  await newChat(app);
+  await expect(app.getByTestId('settings-summary')).not.toContainText('JSON');
+});

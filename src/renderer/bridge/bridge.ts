@@ -32,6 +32,7 @@ export interface Bridge {
       sampling?: SamplingSettings;
       maxNewTokens?: number | undefined;
       responseFormat?: 'text' | 'json' | undefined;
+      jsonSchema?: string | undefined;
     },
   ): void;
   /** Sends a user message in the active thread (creating one if there is none). */
@@ -379,6 +380,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       if ('sampling' in patch) next.sampling = patch.sampling;
       if ('maxNewTokens' in patch) next.maxNewTokens = patch.maxNewTokens;
       if ('responseFormat' in patch) next.responseFormat = patch.responseFormat;
+      if ('jsonSchema' in patch) next.jsonSchema = patch.jsonSchema;
       s().updateThread(id, next);
       saveThread(id);
     },

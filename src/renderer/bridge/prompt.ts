@@ -28,10 +28,31 @@ export function buildChatRequest(thread: Thread, history: StoredMessage[], model
     ...(system ? { system } : {}),
     ...(thread.maxNewTokens ? { maxNewTokens: thread.maxNewTokens } : {}),
     ...(sampling ? { sampling } : {}),
-    ...(thread.responseFormat === 'json' ? { responseFormat: 'json' as const } : {}),
+    ...jsonForm(thread),
     sessionId: thread.id,
     threadId: thread.id,
   };
+}
+
+/**
+ * A JSON-mode thread's reply form: its schema when it has one (the settings panel only keeps text that parses
+ * as a JSON object; the host refuses a schema it cannot enforce), else any JSON object.
+ */
+function jsonForm(thread: Thread): Pick<GenerateRequest, 'responseFormat' | 'jsonSchema'> {
+  if (thread.responseFormat !== 'json') return {};
+  const schema = parseSchema(thread.jsonSchema ?? '');
+  return schema ? { jsonSchema: schema } : { responseFormat: 'json' };
+}
+
+/** A JSON Schema as typed in the settings: the object it parses to, or undefined (empty, not JSON, not an object). */
+export function parseSchema(text: string): Record<string, unknown> | undefined {
+  if (text.trim() === '') return undefined;
+  try {
+    const v: unknown = JSON.parse(text);
+    return typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /** Ids that sort by creation time and do not collide across windows. */

@@ -4,6 +4,7 @@ import { useShallow } from 'zustand/react/shallow';
 import type { Thread } from '../../shared/api';
 import type { SamplingSettings } from '../../shared/contract';
 import { useApp, useBridge } from '../bridge/context';
+import { parseSchema } from '../bridge/prompt';
 
 /** Id of the message box, focused after sending and on thread switch. */
 export const CHAT_INPUT_ID = 'chat-input';
@@ -21,7 +22,7 @@ function summary(thread: Thread | undefined): string {
   if (s.presencePenalty !== undefined) parts.push(`presence ${s.presencePenalty}`);
   if (s.seed !== undefined) parts.push(`seed ${s.seed}`);
   parts.push(`max ${thread?.maxNewTokens ?? 'default'}`);
-  if (thread?.responseFormat === 'json') parts.push('JSON');
+  if (thread?.responseFormat === 'json') parts.push(thread.jsonSchema ? 'JSON schema' : 'JSON');
   return parts.join(' · ');
 }
 
@@ -137,6 +138,31 @@ function SettingsPanel({ thread }: { thread: Thread }) {
           }
         />
       </label>
+      {thread.responseFormat === 'json' && (
+        <label
+          className="system schema"
+          title="Structured output: every reply conforms to this JSON Schema (kvdesk's subset: see the README). Leave it empty for any JSON object."
+        >
+          JSON schema (optional)
+          <textarea
+            className="mono"
+            data-testid="setting-json-schema"
+            defaultValue={thread.jsonSchema ?? ''}
+            placeholder='{"type": "object", "properties": {"answer": {"type": "string"}}}'
+            onBlur={(e) => {
+              const text = e.target.value;
+              if (text.trim() !== '' && !parseSchema(text)) {
+                e.target.setCustomValidity('not a JSON object: a JSON Schema starts with {');
+                e.target.reportValidity();
+                return;
+              }
+              e.target.setCustomValidity('');
+              const next = text.trim() === '' ? undefined : text;
+              if (next !== thread.jsonSchema) bridge.updateThreadSettings(thread.id, { jsonSchema: next });
+            }}
+          />
+        </label>
+      )}
       <div className="hint">Empty fields use the model package's defaults. The same seed gives the same reply.</div>
     </div>
   );

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { buildChatRequest, conversationOf, newId } from '../../../src/renderer/bridge/prompt';
+import { buildChatRequest, conversationOf, newId, parseSchema } from '../../../src/renderer/bridge/prompt';
 import { GenerateRequest } from '../../../src/shared/contract';
 import { thread } from './fixtures';
 
@@ -43,6 +43,26 @@ describe('chat requests', () => {
     expect(req).not.toHaveProperty('model');
     expect(req).not.toHaveProperty('maxNewTokens');
     expect(GenerateRequest.safeParse(req).success).toBe(true);
+  });
+
+  it('sends the thread’s JSON schema with JSON mode on (and only then)', () => {
+    const schema = { type: 'object', properties: { ok: { type: 'boolean' } } };
+    const on = buildChatRequest(
+      thread('t1', { responseFormat: 'json', jsonSchema: JSON.stringify(schema) }),
+      history,
+      null,
+    );
+    expect(on.jsonSchema).toEqual(schema);
+    expect(on).not.toHaveProperty('responseFormat');
+    expect(GenerateRequest.safeParse(on).success).toBe(true);
+    const off = buildChatRequest(thread('t1', { jsonSchema: JSON.stringify(schema) }), history, null);
+    expect(off).not.toHaveProperty('jsonSchema');
+    // Text that is not a JSON object (the settings panel keeps none) falls back to any JSON object.
+    expect(buildChatRequest(thread('t1', { responseFormat: 'json', jsonSchema: '[1]' }), history, null)).toMatchObject({
+      responseFormat: 'json',
+    });
+    expect(parseSchema(' ')).toBeUndefined();
+    expect(parseSchema('{"type": "object"}')).toEqual({ type: 'object' });
   });
 
   it('asks for JSON mode when the thread has it on', () => {
