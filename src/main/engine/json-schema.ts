@@ -30,6 +30,7 @@ export type SchemaNode =
   | { k: 'array'; item: SchemaNode; min: number; max: number }
   | { k: 'string' }
   | { k: 'number'; integer: boolean }
+  /** Byte strings in byte order, without repeats: the values of an enum, const, boolean or null. */
   | { k: 'literals'; options: Uint8Array[] }
   | { k: 'union'; branches: SchemaNode[] };
 
@@ -60,6 +61,37 @@ const ANNOTATIONS = new Set([
 ]);
 
 const utf8 = (s: string) => new TextEncoder().encode(s);
+
+/** Deepest nesting of schemas compiled (each level is a stack frame here, and in the engine). */
+export const MAX_SCHEMA_DEPTH = 64;
+/** Most values an enum may list. */
+export const MAX_ENUM_VALUES = 4096;
+
+function compareBytes(a: Uint8Array, b: Uint8Array): number {
+  const n = Math.min(a.length, b.length);
+  for (let i = 0; i < n; i++) if (a[i] !== b[i]) return (a[i] as number) - (b[i] as number);
+  return a.length - b.length;
+}
+
+/** Literal values as the recogniser reads them: JSON text in byte order, repeats removed. */
+function literals(values: unknown[]): SchemaNode {
+  const sorted = values.map((v) => utf8(JSON.stringify(v))).sort(compareBytes);
+  return {
+    k: 'literals',
+    options: sorted.filter((o, i) => i === 0 || compareBytes(o, sorted[i - 1] as Uint8Array) !== 0),
+  };
+}
+
+/** The JSON Schema type names a value has (an integer is also a number). */
+function typesOf(v: unknown): string[] {
+  if (v === null) return ['null'];
+  if (Array.isArray(v)) return ['array'];
+  if (typeof v === 'number') return Number.isInteger(v) ? ['integer', 'number'] : ['number'];
+  return [typeof v];
+}
+
+/** Keywords that shape a value, which const, enum and anyOf / oneOf must not be mixed with. */
+const SHAPING = ['type', 'properties', 'items', 'minItems', 'maxItems', 'enum', 'const', 'anyOf', 'oneOf'];
 
 /** Bytes a value of this node can start with (branches of a union must not share one). */
 function firstBytes(node: SchemaNode): Set<number> {
@@ -96,7 +128,7 @@ function union(branches: SchemaNode[], path: string): SchemaNode {
   return { k: 'union', branches };
 }
 
-function typeNode(type: string, schema: Record<string, unknown>, path: string): SchemaNode {
+function typeNode(type: string, schema: Record<string, unknown>, path: string, depth: number): SchemaNode {
   switch (type) {
     case 'object': {
       const props = schema.properties ?? {};
@@ -104,10 +136,21 @@ function typeNode(type: string, schema: Record<string, unknown>, path: string): 
         throw new SchemaError(`${path}.properties`, 'must be an object of schemas');
       }
       const entries = Object.entries(props as Record<string, unknown>);
+      const required = schema.required ?? [];
+      if (!Array.isArray(required) || required.some((r) => typeof r !== 'string')) {
+        throw new SchemaError(`${path}.required`, 'must be a list of property names');
+      }
+      const missing = (required as string[]).findIndex((r) => !Object.hasOwn(props as object, r));
+      if (missing >= 0) {
+        throw new SchemaError(
+          `${path}.required[${missing}]`,
+          `${JSON.stringify(required[missing])} is required but not among the properties; kvdesk writes the properties listed`,
+        );
+      }
       return {
         k: 'object',
         keys: entries.map(([key], i) => utf8(`${i === 0 ? '' : ','}${JSON.stringify(key)}:`)),
-        values: entries.map(([key, value]) => compileNode(value, `${path}.properties.${key}`)),
+        values: entries.map(([key, value]) => compileNode(value, `${path}.properties.${key}`, depth + 1)),
       };
     }
     case 'array': {
@@ -119,7 +162,12 @@ function typeNode(type: string, schema: Record<string, unknown>, path: string): 
         throw new SchemaError(`${path}.maxItems`, 'must be a whole number ≥ minItems');
       }
       if (schema.items === undefined) throw new SchemaError(`${path}.items`, 'is required for an array');
-      return { k: 'array', item: compileNode(schema.items, `${path}.items`), min: min as number, max: max as number };
+      return {
+        k: 'array',
+        item: compileNode(schema.items, `${path}.items`, depth + 1),
+        min: min as number,
+        max: max as number,
+      };
     }
     case 'string':
       return { k: 'string' };
@@ -127,15 +175,17 @@ function typeNode(type: string, schema: Record<string, unknown>, path: string): 
     case 'integer':
       return { k: 'number', integer: type === 'integer' };
     case 'boolean':
-      return { k: 'literals', options: [utf8('true'), utf8('false')] };
+      return literals([false, true]);
     case 'null':
-      return { k: 'literals', options: [utf8('null')] };
+      return literals([null]);
     default:
       throw new SchemaError(`${path}.type`, `unknown type ${JSON.stringify(type)}`);
   }
 }
 
-function compileNode(schema: unknown, path: string): SchemaNode {
+function compileNode(schema: unknown, path: string, depth: number): SchemaNode {
+  if (depth > MAX_SCHEMA_DEPTH)
+    throw new SchemaError(path, `schemas nested deeper than ${MAX_SCHEMA_DEPTH} are not supported`);
   if (schema === true || (typeof schema === 'object' && schema !== null && Object.keys(schema).length === 0)) {
     throw new SchemaError(path, 'an empty schema (any value) is not supported: give its type');
   }
@@ -149,11 +199,43 @@ function compileNode(schema: unknown, path: string): SchemaNode {
   if (s.additionalProperties !== undefined && typeof s.additionalProperties !== 'boolean') {
     throw new SchemaError(`${path}.additionalProperties`, 'only true or false is supported');
   }
-  if (s.const !== undefined) return { k: 'literals', options: [utf8(JSON.stringify(s.const))] };
-  if (s.enum !== undefined) {
-    if (!Array.isArray(s.enum) || s.enum.length === 0)
+  // const, enum and anyOf / oneOf stand alone (with a type only where every literal has it).
+  const alone = ['const', 'enum', 'anyOf', 'oneOf'].filter((k) => s[k] !== undefined);
+  if (alone.length > 0) {
+    const name = alone[0] as string;
+    const beside = SHAPING.filter(
+      (k) => k !== name && s[k] !== undefined && !(k === 'type' && name !== 'anyOf' && name !== 'oneOf'),
+    );
+    if (beside.length > 0) {
+      throw new SchemaError(
+        `${path}.${beside[0]}`,
+        `"${beside[0]}" beside "${name}" is not supported: give one of them`,
+      );
+    }
+  }
+  if (s.const !== undefined || s.enum !== undefined) {
+    const name = s.const !== undefined ? 'const' : 'enum';
+    const values = s.const !== undefined ? [s.const] : s.enum;
+    if (!Array.isArray(values) || values.length === 0)
       throw new SchemaError(`${path}.enum`, 'must be a non-empty array');
-    return { k: 'literals', options: s.enum.map((v) => utf8(JSON.stringify(v))) };
+    if (values.length > MAX_ENUM_VALUES) {
+      throw new SchemaError(`${path}.enum`, `lists ${values.length} values; at most ${MAX_ENUM_VALUES} are supported`);
+    }
+    if (s.type !== undefined) {
+      const allowed = Array.isArray(s.type) ? s.type : [s.type];
+      const bad = values.findIndex((v) => !typesOf(v).some((t) => allowed.includes(t)));
+      if (bad >= 0) {
+        throw new SchemaError(
+          `${path}.${name}`,
+          `${JSON.stringify(values[bad])} is not of type ${JSON.stringify(s.type)}`,
+        );
+      }
+    }
+    try {
+      return literals(values);
+    } catch {
+      throw new SchemaError(`${path}.${name}`, 'a value is too deeply nested');
+    }
   }
   const alternatives = s.anyOf ?? s.oneOf;
   if (alternatives !== undefined) {
@@ -162,24 +244,26 @@ function compileNode(schema: unknown, path: string): SchemaNode {
       throw new SchemaError(`${path}.${name}`, 'must be a non-empty array of schemas');
     }
     return union(
-      alternatives.map((a, i) => compileNode(a, `${path}.${name}[${i}]`)),
+      alternatives.map((a, i) => compileNode(a, `${path}.${name}[${i}]`, depth + 1)),
       `${path}.${name}`,
     );
   }
   if (s.type === undefined) throw new SchemaError(`${path}.type`, 'is required (or enum, const, anyOf)');
-  const types = Array.isArray(s.type) ? s.type : [s.type];
-  if (types.length === 0 || types.some((t) => typeof t !== 'string')) {
+  const listed = Array.isArray(s.type) ? s.type : [s.type];
+  if (listed.length === 0 || listed.some((t) => typeof t !== 'string')) {
     throw new SchemaError(`${path}.type`, 'must be a type name or a list of them');
   }
+  // Every integer is a number: with both, the type is number.
+  const types = listed.includes('number') ? listed.filter((t) => t !== 'integer') : listed;
   return union(
-    (types as string[]).map((t) => typeNode(t, s, path)),
+    (types as string[]).map((t) => typeNode(t, s, path, depth)),
     `${path}.type`,
   );
 }
 
 /** Compiles a schema whose root is an object; throws SchemaError naming what it cannot enforce. */
 export function compileSchema(schema: unknown): SchemaNode {
-  const root = compileNode(schema, 'schema');
+  const root = compileNode(schema, 'schema', 0);
   if (root.k !== 'object') throw new SchemaError('schema.type', 'the root must be an object');
   return root;
 }
@@ -192,13 +276,35 @@ type Frame =
   | { k: 'array'; node: Extract<SchemaNode, { k: 'array' }>; count: number; after: boolean; item: boolean }
   | { k: 'string'; esc: number }
   | { k: 'number'; integer: boolean; s: number }
-  /** Options still possible after `at` bytes. */
-  | { k: 'literals'; options: Uint8Array[]; at: number };
+  /** Options[lo, hi) (sorted) share the `at` bytes read so far; a complete one comes first. */
+  | { k: 'literals'; options: Uint8Array[]; lo: number; hi: number; at: number };
 
 // Number states: 1 after '-', 2 zero, 3 integer digits, 4 after '.', 5 fraction, 6 after 'e', 7 after its sign, 8 exponent.
 const NUMBER_COMPLETE = new Set([2, 3, 5, 8]);
 const isDigit = (b: number) => b >= 0x30 && b <= 0x39;
 const isHex = (b: number) => isDigit(b) || (b >= 0x41 && b <= 0x46) || (b >= 0x61 && b <= 0x66);
+
+/**
+ * The options of sorted[lo, hi) (which share their first `at` bytes) whose next byte is b, as a frame; null
+ * when none. Two binary searches: an enum of thousands costs what one of three does.
+ */
+function narrow(options: Uint8Array[], lo: number, hi: number, at: number, b: number): Frame | null {
+  // Byte `at` of each option, -1 for one that ends there (those sort first); non-decreasing over the range.
+  const key = (i: number) => ((options[i] as Uint8Array).length > at ? ((options[i] as Uint8Array)[at] as number) : -1);
+  const bound = (target: number) => {
+    let a = lo;
+    let z = hi;
+    while (a < z) {
+      const m = (a + z) >>> 1;
+      if (key(m) < target) a = m + 1;
+      else z = m;
+    }
+    return a;
+  };
+  const from = bound(b);
+  const to = bound(b + 1);
+  return from < to ? { k: 'literals', options, lo: from, hi: to, at: at + 1 } : null;
+}
 
 /** The frame of a value that starts with byte b, or null. */
 function start(node: SchemaNode, b: number): Frame | null {
@@ -213,10 +319,8 @@ function start(node: SchemaNode, b: number): Frame | null {
       if (b === 0x2d) return { k: 'number', integer: node.integer, s: 1 };
       if (b === 0x30) return { k: 'number', integer: node.integer, s: 2 };
       return isDigit(b) ? { k: 'number', integer: node.integer, s: 3 } : null;
-    case 'literals': {
-      const options = node.options.filter((o) => o[0] === b);
-      return options.length > 0 ? { k: 'literals', options, at: 1 } : null;
-    }
+    case 'literals':
+      return narrow(node.options, 0, node.options.length, 0, b);
     case 'union':
       for (const branch of node.branches) {
         const f = start(branch, b);
@@ -314,9 +418,9 @@ function stepFrame(f: Frame, b: number): Step {
       return NUMBER_COMPLETE.has(f.s) ? { t: 'endBefore' } : null;
     }
     case 'literals': {
-      const options = f.options.filter((o) => o[f.at] === b);
-      if (options.length > 0) return { t: 'stay', frame: { k: 'literals', options, at: f.at + 1 } };
-      return f.options.some((o) => o.length === f.at) ? { t: 'endBefore' } : null;
+      const next = narrow(f.options, f.lo, f.hi, f.at, b);
+      if (next) return { t: 'stay', frame: next };
+      return (f.options[f.lo] as Uint8Array).length === f.at ? { t: 'endBefore' } : null;
     }
   }
 }

@@ -146,6 +146,7 @@ function SettingsPanel({ thread }: { thread: Thread }) {
           JSON schema (optional)
           <textarea
             className="mono"
+            maxLength={100_000}
             data-testid="setting-json-schema"
             defaultValue={thread.jsonSchema ?? ''}
             placeholder='{"type": "object", "properties": {"answer": {"type": "string"}}}'
