@@ -291,6 +291,7 @@ async function generate(args: string[], io: Io): Promise<number> {
     if (rows !== undefined) request.rows = rows;
     if (values.stop) request.stop = values.stop;
     const logprobs = parseNumber('logprobs', values.logprobs, true);
+    if (logprobs !== undefined && !json) throw badArgs('--logprobs adds them to the JSON result: use it with --json');
     if (logprobs !== undefined) request.logprobs = logprobs;
     const format = values['response-format'];
     if (format !== undefined && format !== 'json' && format !== 'text') {

@@ -223,6 +223,9 @@ describe('CLI on the generated default model', () => {
       expect(t.top[0]?.id).toBe(t.id);
     }
     expect(kvdesk(...args).json.logprobs).toBeUndefined();
+    const textOnly = kvdesk('generate', defaultModelDir, '--prompt', 'Hello', '--logprobs', '2');
+    expect(textOnly.code).toBe(2);
+    expect(textOnly.stderr).toContain('--logprobs adds them to the JSON result');
     const penalized = kvdesk(...args, '--frequency-penalty', '1.5', '--presence-penalty', '1');
     expect(penalized.code, penalized.stderr).toBe(0);
     expect(penalized.json.tokenIds).not.toEqual(r.json.tokenIds);
