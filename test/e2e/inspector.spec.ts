@@ -130,3 +130,27 @@ test('max running changes live: with one slot a second chat waits in the queue',
   await app.getByTestId('max-running-apply').click();
   await expect.poll(async () => (await apiSnapshot(server)).maxRunning).toBe(4);
 });
+
+test('an OpenAI API conversation keeps its KV as an "API prompt cache" session in the inspector', async ({
+  app,
+  server,
+}) => {
+  const res = await fetch(`${server.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({
+      model: 'default',
+      messages: [{ role: 'user', content: 'Hello from the API' }],
+      max_tokens: 8,
+      temperature: 0,
+    }),
+  });
+  expect(res.status).toBe(200);
+  const row = app.getByTestId('session-row').filter({ hasText: 'API prompt cache' }).first();
+  await expect(row).toBeVisible();
+  const id = (await row.getAttribute('data-session-id')) ?? '';
+  expect(id.startsWith('prompt-cache-')).toBe(true);
+  const held = (await apiSnapshot(server)).sessions.find((s) => s.sessionId === id)?.heldBytes;
+  expect(held).toBeGreaterThan(0);
+  await expect(row).toHaveAttribute('data-held-bytes', String(held));
+});
