@@ -534,3 +534,35 @@ describe('sessions: snapshot', () => {
     expect(t.scheduler.snapshot().sessions.map((s) => s.sessionId)).toEqual(['b', 'c', 'a']);
   });
 });
+
+describe('static caches in the views and refusals', () => {
+  const fixed = (o: Parameters<typeof req>[0], fixedTokens: number) => ({ ...req(o), fixedTokens });
+
+  it('a request and its session show the cache’s positions; others show none', () => {
+    const t = createTestScheduler({ limit: 64 * 128 });
+    unwrap(t.submit(fixed({ id: 'a', session: 's', prompt: 3, max: 4 }, 32)));
+    expect(t.scheduler.snapshot().running.find((r) => r.id === 'a')?.fixedTokens).toBe(32);
+    t.scheduler.finish('a', 'eos', { sessionTokens: 3 });
+    expect(t.scheduler.sessionInfo('s')).toMatchObject({ fixedTokens: 32, heldBytes: 32 * 128 });
+    seed(t, 'plain', 4);
+    expect(Object.hasOwn(t.scheduler.sessionInfo('plain') as object, 'fixedTokens')).toBe(false);
+    unwrap(t.submit(req({ id: 'b', max: 2 })));
+    expect(Object.hasOwn(t.scheduler.snapshot().running.find((r) => r.id === 'b') as object, 'fixedTokens')).toBe(
+      false,
+    );
+  });
+
+  it('a cache that can never fit is refused with its size and what to do, and the refusal keeps it', () => {
+    const t = createTestScheduler({ limit: 16 * 128 });
+    const e = errorOf(t.submit(fixed({ id: 'big', rows: 2, prompt: 3, max: 4 }, 32)));
+    expect(e.code).toBe('KV_BUDGET_EXCEEDED');
+    expect(e.message).toBe(
+      'This request needs at least 8.0 KiB of KV cache (2 row(s) × a static cache of 32 positions × 128 B/token), ' +
+        'but the KV budget is 2.0 KiB. This model allocates its whole cache per row: send fewer rows, or raise the KV budget.',
+    );
+    expect(t.scheduler.snapshot().recent.find((r) => r.id === 'big')).toMatchObject({
+      state: 'refused',
+      fixedTokens: 32,
+    });
+  });
+});
