@@ -187,9 +187,7 @@ export class ContinuousBatcher {
               { ...job.sampling, seed: rowSeed(job.sampling.seed, i) },
               vocab,
               r,
-              job.json
-                ? constraintFor({ table: job.json, ...(job.jsonSchema ? { schema: job.jsonSchema } : {}) })
-                : undefined,
+              job.json ? constraintFor(job.json) : undefined,
             ),
         ),
         rows: [],

@@ -9,8 +9,7 @@ import { KvdeskError } from '../../shared/errors';
 import type { KvTensorSpec, ModelSpec } from '../../shared/model-spec';
 import { ContinuousBatcher, PREFILL_CHUNK_TOKENS, rowSeed } from './batcher';
 import { idTensor } from './feeds';
-import type { TokenTable } from './json-constraint';
-import type { SchemaNode } from './json-schema';
+import type { ReplyForm } from './json-constraint';
 import { emptyPast } from './kv-cache';
 import { lastPositionGraph } from './last-position';
 import { logitsRows } from './logits';
@@ -31,10 +30,11 @@ export interface GenerationJob {
   eosTokenIds: number[];
   /** Report each sampled token's log-probability and this many alternatives (absent: none). */
   logprobs?: number;
-  /** JSON mode: each row's reply is one JSON object (the vocabulary's bytes say which tokens may come). */
-  json?: TokenTable;
-  /** Structured output: the object conforms to this compiled schema (with `json`). */
-  jsonSchema?: SchemaNode;
+  /**
+   * JSON mode: each row's reply is one JSON object (the vocabulary's bytes say which tokens may come),
+   * conforming to a compiled schema when the form has one (structured output).
+   */
+  json?: ReplyForm;
   /** Present for a session turn: its KV is reused where the prompt shares its prefix, and updated at the end. */
   session?: SessionKv;
 }

@@ -5,7 +5,7 @@
  */
 import { KvdeskError, toErrorInfo } from '../../shared/errors';
 import { LoadedDecoder, type SessionKv } from './decoder';
-import type { TokenTable } from './json-constraint';
+import type { ReplyForm, TokenTable } from './json-constraint';
 import { compileSchema } from './json-schema';
 import type { EngineCommand, EngineEvent, EngineLoadResult, EngineStats, StepLogprob } from './protocol';
 
@@ -100,9 +100,11 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
         `JSON mode needs the token table of model ${cmd.modelId} (load ${cmd.json}), which the host sends first`,
       );
     }
-    const json = held?.table;
-    // The host compiled it already to refuse what it cannot enforce; a failure here is a bug.
-    const jsonSchema = cmd.jsonSchema !== undefined ? compileSchema(cmd.jsonSchema) : undefined;
+    // The host compiled the schema already to refuse what it cannot enforce; a failure here is a bug.
+    const json: ReplyForm | undefined = held && {
+      table: held.table,
+      ...(cmd.jsonSchema !== undefined ? { schema: compileSchema(cmd.jsonSchema) } : {}),
+    };
     const state: RunningGeneration = { stop: null };
     running.set(cmd.requestId, state);
     stats.generations++;
@@ -136,7 +138,6 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
           eosTokenIds: cmd.eosTokenIds,
           ...(withLogprobs ? { logprobs: cmd.logprobs } : {}),
           ...(json ? { json } : {}),
-          ...(jsonSchema ? { jsonSchema } : {}),
           ...(session ? { session: session.kv } : {}),
         },
         {

@@ -260,12 +260,7 @@ export class StaticCacheRunner {
       logits = await this.runCounted(hooks, buffers, row.slice(from, to), from);
       if (to < row.length) hooks.onPrefill?.(to, row.length, this.sequenceBytes);
     }
-    const sampler = new Sampler(
-      job.sampling,
-      this.spec.vocabSize,
-      row,
-      job.json ? constraintFor({ table: job.json, ...(job.jsonSchema ? { schema: job.jsonSchema } : {}) }) : undefined,
-    );
+    const sampler = new Sampler(job.sampling, this.spec.vocabSize, row, job.json ? constraintFor(job.json) : undefined);
     let length = row.length;
     let generated = 0;
     for (;;) {
