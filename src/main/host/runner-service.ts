@@ -33,7 +33,7 @@ import { DEFAULT_GPU_FRACTION, DEFAULT_GPU_OVERHEAD_BYTES } from '../backends/va
 import { commonPrefix } from '../engine/feeds';
 import { packTokens } from '../engine/json-constraint';
 import { compileSchema, SchemaError } from '../engine/json-schema';
-import type { EngineLoadResult, LogitsPositions, SamplingParams, StepLogprob } from '../engine/protocol';
+import type { EngineEvent, EngineLoadResult, LogitsPositions, SamplingParams, StepLogprob } from '../engine/protocol';
 import { loadModelSpec } from '../packages';
 import { providerShortName } from '../packages/execution-providers';
 import { createScheduler, type Scheduler } from '../scheduler';
@@ -772,8 +772,6 @@ class Generation {
   private readonly rowStopped: Array<FinishReason | null>;
   /** With `logprobs`: each row's tokens' log-probabilities, as the result reports them. */
   private readonly rowLogprobs: GeneratedTokenLogprob[][] | undefined;
-  /** Why each row ended, as the engine saw it. */
-  private engineRowReasons: FinishReason[] | undefined;
   /** Length of each row's text as decoded so far, before stop strings cut it. */
   private readonly rowDecoded: number[];
   private readonly decoders;
@@ -958,10 +956,7 @@ class Generation {
           },
           // The reservation covers the session prefix too, so the whole KV counts as used.
           onTokens: (ids, kvBytes, logprobs) => this.onTokens(ids, kvBytes, logprobs),
-          onDone: (done) => {
-            this.engineRowReasons = done.rowFinishReasons;
-            this.onDone(done.finishReason, done.sessionTokens, done.kvBytes);
-          },
+          onDone: (done) => this.onDone(done),
           onFailed: (error) => {
             this.sched.fail(this.id, error);
             if (this.req.sessionId) this.host.setSessionMirror(this.req.sessionId, undefined);
@@ -1025,7 +1020,9 @@ class Generation {
     if (this.rowStopped.every((s) => s !== null)) this.host.engine.cancel(this.id, 'stop');
   }
 
-  private onDone(engineReason: FinishReason, sessionTokens: number, kvBytes: number): void {
+  /** The engine's end of the generation: why it ended, and why each row did (an end token, a closed JSON object…). */
+  private onDone(done: Extract<EngineEvent, { type: 'done' }>): void {
+    const { finishReason: engineReason, rowFinishReasons, sessionTokens, kvBytes } = done;
     if (this.ended) return;
     const sessionId = this.req.sessionId;
     // Flush text held back by the decoders and stop matchers.
@@ -1047,7 +1044,7 @@ class Generation {
     const rowsOut: RowResult[] = this.rows.map((_, r) => ({
       tokenIds: this.rowIds[r] as number[],
       text: this.rowText[r] as string,
-      finishReason: this.rowStopped[r] ?? (cancelled ? 'cancelled' : this.rowFinish(r, engineReason)),
+      finishReason: this.rowStopped[r] ?? (cancelled ? 'cancelled' : (rowFinishReasons[r] ?? engineReason)),
       ...(this.rowLogprobs ? { logprobs: this.rowLogprobs[r] as GeneratedTokenLogprob[] } : {}),
     }));
     const finishReason = (rowsOut[0] as RowResult).finishReason;
@@ -1117,15 +1114,6 @@ class Generation {
     };
     this.emit({ type: 'done', requestId: this.id, result });
     this.resolve(result);
-  }
-
-  private rowFinish(r: number, engineReason: FinishReason): FinishReason {
-    const ids = this.rowIds[r] as number[];
-    const last = ids[ids.length - 1];
-    if (last !== undefined && this.model.spec.eosTokenIds.includes(last)) return 'eos';
-    // JSON mode: the row's object closed (one that nothing in the vocabulary could continue ended 'length').
-    if (jsonMode(this.req) && this.engineRowReasons?.[r] === 'eos') return 'eos';
-    return engineReason === 'eos' ? 'length' : engineReason;
   }
 
   /** The scheduler refused this queued request (the limit was lowered under its minimum). */
