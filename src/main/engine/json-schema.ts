@@ -5,11 +5,29 @@
  * walks it: an object writes every property the schema lists, in its order
  * (an instance with all of them is valid whether or not they are required);
  * strings, numbers, integers, enums and constants, booleans and null, arrays
- * with item counts, nested objects, and anyOf / type lists whose branches begin
- * differently (`["string", "null"]`, an optional object). JSON has no
- * whitespace outside strings. Keywords that constrain values in ways the
- * recogniser cannot enforce (pattern, format, minimum, $ref, …) are refused
- * with the schema path, never ignored.
+ * with item counts, nested objects, and unions (anyOf, oneOf, type lists).
+ * JSON has no whitespace outside strings. Keywords that constrain values in
+ * ways the recogniser cannot enforce (pattern, format, minimum, $ref, …) are
+ * refused with the schema path, never ignored.
+ *
+ * Unions: the recogniser follows every alternative that still fits. Its state
+ * is a set of paths, each a stack of frames (one per open value); at the start
+ * of a union's value it forks into every alternative that accepts the byte, a
+ * path that cannot take a byte dies, and when none is left the bytes cannot
+ * continue a conforming reply. Paths that become the same (the alternatives of
+ * `anyOf: [integer, number]` once the number ends) are merged, so the number of
+ * paths is bounded by the schema, not by the reply's length. Alternatives that
+ * begin differently (`["string", "null"]`, an optional object) never run side
+ * by side. `anyOf` alternatives may overlap freely. `oneOf` needs exactly one
+ * alternative to match, which a recogniser that accepts what any of them
+ * accepts cannot check in general: kvdesk accepts a oneOf only when it can see
+ * that no value matches two alternatives (they begin differently, they are
+ * constants with no value in common, or they are objects with a required
+ * property whose const / enum values they do not share: a discriminated union).
+ * Work per byte grows with the paths alive, so schemas that could keep more than
+ * MAX_SCHEMA_PATHS alive at once, or list more than MAX_UNION_ALTERNATIVES
+ * alternatives in one union, are refused. The root is an object, or a union of
+ * objects (one per tool of a tool call).
  *
  * No npm packages: the engine process imports this file.
  */
@@ -32,7 +50,11 @@ export type SchemaNode =
   | { k: 'number'; integer: boolean }
   /** Byte strings in byte order, without repeats: the values of an enum, const, boolean or null. */
   | { k: 'literals'; options: Uint8Array[] }
-  | { k: 'union'; branches: SchemaNode[] };
+  /**
+   * Alternatives, none of them a union and at most one of them literals. `first[b]` lists those whose value
+   * can begin with byte b (null when none): a value that begins with b is read along each of them.
+   */
+  | { k: 'union'; branches: SchemaNode[]; first: (SchemaNode[] | null)[] };
 
 /** Keywords that only describe: accepted and ignored. */
 const ANNOTATIONS = new Set([
@@ -66,6 +88,13 @@ const utf8 = (s: string) => new TextEncoder().encode(s);
 export const MAX_SCHEMA_DEPTH = 64;
 /** Most values an enum may list. */
 export const MAX_ENUM_VALUES = 4096;
+/** Most alternatives one anyOf or oneOf may list. */
+export const MAX_UNION_ALTERNATIVES = 64;
+/**
+ * Most paths (readings of the reply so far, one per alternative that still fits) a schema may keep alive at
+ * once. Checking a byte costs about one step per path, and the mask checks every token of the vocabulary.
+ */
+export const MAX_SCHEMA_PATHS = 256;
 
 function compareBytes(a: Uint8Array, b: Uint8Array): number {
   const n = Math.min(a.length, b.length);
@@ -73,13 +102,28 @@ function compareBytes(a: Uint8Array, b: Uint8Array): number {
   return a.length - b.length;
 }
 
-/** Literal values as the recogniser reads them: JSON text in byte order, repeats removed. */
-function literals(values: unknown[]): SchemaNode {
-  const sorted = values.map((v) => utf8(JSON.stringify(v))).sort(compareBytes);
+/** Byte strings in byte order, repeats removed. */
+function literalOptions(options: Uint8Array[]): SchemaNode {
+  const sorted = options.slice().sort(compareBytes);
   return {
     k: 'literals',
     options: sorted.filter((o, i) => i === 0 || compareBytes(o, sorted[i - 1] as Uint8Array) !== 0),
   };
+}
+
+/** Literal values as the recogniser reads them: JSON text in byte order, repeats removed. */
+function literals(values: unknown[]): SchemaNode {
+  return literalOptions(values.map((v) => utf8(JSON.stringify(v))));
+}
+
+/** A value's JSON text with object keys sorted: equal for values JSON Schema deems equal. */
+function canonical(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(canonical).join(',')}]`;
+  if (typeof v === 'object' && v !== null) {
+    const keys = Object.keys(v).sort();
+    return `{${keys.map((k) => `${JSON.stringify(k)}:${canonical((v as Record<string, unknown>)[k])}`).join(',')}}`;
+  }
+  return JSON.stringify(v);
 }
 
 /** The JSON Schema type names a value has (an integer is also a number). */
@@ -93,7 +137,7 @@ function typesOf(v: unknown): string[] {
 /** Keywords that shape a value, which const, enum and anyOf / oneOf must not be mixed with. */
 const SHAPING = ['type', 'properties', 'items', 'minItems', 'maxItems', 'enum', 'const', 'anyOf', 'oneOf'];
 
-/** Bytes a value of this node can start with (branches of a union must not share one). */
+/** Bytes a value of this node can start with. */
 function firstBytes(node: SchemaNode): Set<number> {
   switch (node.k) {
     case 'object':
@@ -111,21 +155,120 @@ function firstBytes(node: SchemaNode): Set<number> {
   }
 }
 
-function union(branches: SchemaNode[], path: string): SchemaNode {
-  if (branches.length === 1) return branches[0] as SchemaNode;
-  const seen = new Set<number>();
-  for (const b of branches) {
-    for (const byte of firstBytes(b)) {
-      if (seen.has(byte)) {
-        throw new SchemaError(
-          path,
-          `two alternatives can begin with "${String.fromCharCode(byte)}"; kvdesk picks an alternative by its first character, so they must begin differently (e.g. an object or null, a string or a number)`,
-        );
-      }
-      seen.add(byte);
+/** Paths a value of each node can keep alive at once (unions record theirs; see `width`). */
+const widths = new WeakMap<SchemaNode, number>();
+
+/**
+ * Most paths the recogniser can follow at once inside a value of this node. The bytes of a JSON text say
+ * where each value begins and ends whichever alternative reads them, so paths inside a value differ only in
+ * the alternatives they took at unions within it: an object or array reads one child value at a time, and
+ * once that value ends its paths are merged back into one (the frames below them are the same). A union that
+ * a byte can begin along several alternatives adds up theirs.
+ */
+function width(node: SchemaNode): number {
+  switch (node.k) {
+    case 'object':
+      return node.values.reduce((w, v) => Math.max(w, width(v)), 1);
+    case 'array':
+      return width(node.item);
+    case 'union':
+      return widths.get(node) ?? 1;
+    default:
+      return 1;
+  }
+}
+
+/**
+ * The union of alternatives (flattened, their literals merged into one); refused when it could keep too many
+ * paths alive.
+ */
+function union(alternatives: SchemaNode[], path: string): SchemaNode {
+  const branches: SchemaNode[] = [];
+  const options: Uint8Array[] = [];
+  for (const a of alternatives) {
+    for (const b of a.k === 'union' ? a.branches : [a]) {
+      if (b.k === 'literals') options.push(...b.options);
+      else branches.push(b);
     }
   }
-  return { k: 'union', branches };
+  if (options.length > 0) branches.push(literalOptions(options));
+  if (branches.length === 1) return branches[0] as SchemaNode;
+  const first: (SchemaNode[] | null)[] = Array.from({ length: 256 }, () => null);
+  for (const b of branches) {
+    for (const byte of firstBytes(b)) {
+      const list = first[byte];
+      if (list) list.push(b);
+      else first[byte] = [b];
+    }
+  }
+  let most = 1;
+  for (const list of first) {
+    const alike = list ? list.reduce((w, b) => w + width(b), 0) : 0;
+    if (alike > most) most = alike;
+  }
+  if (most > MAX_SCHEMA_PATHS) {
+    throw new SchemaError(
+      path,
+      `values of these alternatives that begin alike could be read ${most} ways at once; kvdesk follows at most ${MAX_SCHEMA_PATHS}: list fewer alternatives that begin alike (objects all begin with "{")`,
+    );
+  }
+  const node: SchemaNode = { k: 'union', branches, first };
+  widths.set(node, most);
+  return node;
+}
+
+/** The const / enum values (canonical text) of each required property of an object schema that has them. */
+function discriminators(schema: unknown): Map<string, Set<string>> {
+  const tags = new Map<string, Set<string>>();
+  const s = schema as Record<string, unknown>;
+  if (s.type !== 'object' || !Array.isArray(s.required)) return tags;
+  const props = (s.properties ?? {}) as Record<string, Record<string, unknown>>;
+  for (const name of s.required as string[]) {
+    const p = props[name] as Record<string, unknown>;
+    const values = p.const !== undefined ? [p.const] : Array.isArray(p.enum) ? p.enum : null;
+    if (values) tags.set(name, new Set(values.map(canonical)));
+  }
+  return tags;
+}
+
+/** The values a literal-only schema (const, enum, boolean, null) allows, as canonical text; null for others. */
+function literalValues(schema: unknown): Set<string> | null {
+  const s = schema as Record<string, unknown>;
+  if (s.const !== undefined) return new Set([canonical(s.const)]);
+  if (Array.isArray(s.enum)) return new Set(s.enum.map(canonical));
+  if (s.type === 'boolean') return new Set(['false', 'true']);
+  if (s.type === 'null') return new Set(['null']);
+  return null;
+}
+
+const disjoint = (a: Set<string>, b: Set<string>) => ![...a].some((v) => b.has(v));
+
+/**
+ * oneOf needs exactly one alternative to match, and the recogniser accepts what any alternative accepts: refuses
+ * alternatives unless no value can match two of them. Two are seen apart when they begin differently, when both
+ * are constants (const, enum, boolean, null) with no value in common, or when both are objects that require one
+ * property whose const / enum values they do not share (a discriminated union).
+ */
+function requireDisjoint(schemas: unknown[], nodes: SchemaNode[], path: string): void {
+  const firsts = nodes.map(firstBytes);
+  const tags = schemas.map(discriminators);
+  const values = schemas.map(literalValues);
+  for (let i = 0; i < nodes.length; i++) {
+    for (let j = 0; j < i; j++) {
+      const shared = [...(firsts[i] as Set<number>)].find((b) => (firsts[j] as Set<number>).has(b));
+      if (shared === undefined) continue;
+      const vi = values[i];
+      const vj = values[j];
+      if (vi && vj && disjoint(vi, vj)) continue;
+      const ti = tags[i] as Map<string, Set<string>>;
+      const tj = tags[j] as Map<string, Set<string>>;
+      if ([...ti].some(([name, set]) => tj.has(name) && disjoint(set, tj.get(name) as Set<string>))) continue;
+      throw new SchemaError(
+        path,
+        `alternatives ${j} and ${i} can both begin with "${String.fromCharCode(shared)}" and kvdesk cannot tell that no value matches both (oneOf needs exactly one to match): use anyOf, or give each object alternative a required property with a const (or enum) value of its own, e.g. "type": {"const": "a"}`,
+      );
+    }
+  }
 }
 
 function typeNode(type: string, schema: Record<string, unknown>, path: string, depth: number): SchemaNode {
@@ -243,10 +386,15 @@ function compileNode(schema: unknown, path: string, depth: number): SchemaNode {
     if (!Array.isArray(alternatives) || alternatives.length === 0) {
       throw new SchemaError(`${path}.${name}`, 'must be a non-empty array of schemas');
     }
-    return union(
-      alternatives.map((a, i) => compileNode(a, `${path}.${name}[${i}]`, depth + 1)),
-      `${path}.${name}`,
-    );
+    if (alternatives.length > MAX_UNION_ALTERNATIVES) {
+      throw new SchemaError(
+        `${path}.${name}`,
+        `lists ${alternatives.length} alternatives; at most ${MAX_UNION_ALTERNATIVES} are supported`,
+      );
+    }
+    const nodes = alternatives.map((a, i) => compileNode(a, `${path}.${name}[${i}]`, depth + 1));
+    if (name === 'oneOf') requireDisjoint(alternatives, nodes, `${path}.oneOf`);
+    return union(nodes, `${path}.${name}`);
   }
   if (s.type === undefined) throw new SchemaError(`${path}.type`, 'is required (or enum, const, anyOf)');
   const listed = Array.isArray(s.type) ? s.type : [s.type];
@@ -261,10 +409,19 @@ function compileNode(schema: unknown, path: string, depth: number): SchemaNode {
   );
 }
 
-/** Compiles a schema whose root is an object; throws SchemaError naming what it cannot enforce. */
+/**
+ * Compiles a schema whose root is an object, or an anyOf / oneOf of objects; throws SchemaError naming what it
+ * cannot enforce.
+ */
 export function compileSchema(schema: unknown): SchemaNode {
   const root = compileNode(schema, 'schema', 0);
-  if (root.k !== 'object') throw new SchemaError('schema.type', 'the root must be an object');
+  if (root.k !== 'object' && !(root.k === 'union' && root.branches.every((b) => b.k === 'object'))) {
+    const s = schema as Record<string, unknown>;
+    throw new SchemaError(
+      s.anyOf !== undefined ? 'schema.anyOf' : s.oneOf !== undefined ? 'schema.oneOf' : 'schema.type',
+      'the root must be an object, or an anyOf / oneOf whose alternatives are all objects',
+    );
+  }
   return root;
 }
 
@@ -272,83 +429,155 @@ export function compileSchema(schema: unknown): SchemaNode {
 type Frame =
   /** An object: `step` even → writing literal step/2 (`at` bytes done); odd → value (step-1)/2 is being read. */
   | { k: 'object'; node: Extract<SchemaNode, { k: 'object' }>; step: number; at: number }
-  /** An array: `count` items so far; `after` when an item just ended. */
+  /** An array: `count` items so far; `after` when an item just ended; `item` when one must come (after a comma). */
   | { k: 'array'; node: Extract<SchemaNode, { k: 'array' }>; count: number; after: boolean; item: boolean }
   | { k: 'string'; esc: number }
   | { k: 'number'; integer: boolean; s: number }
   /** Options[lo, hi) (sorted) share the `at` bytes read so far; a complete one comes first. */
   | { k: 'literals'; options: Uint8Array[]; lo: number; hi: number; at: number };
 
+type ObjectFrame = Extract<Frame, { k: 'object' }>;
+type ArrayFrame = Extract<Frame, { k: 'array' }>;
+
+// Frames are built by these (not by spreading), so each kind keeps one shape.
+const objectFrame = (node: ObjectFrame['node'], step: number, at: number): Frame => ({ k: 'object', node, step, at });
+const arrayFrame = (node: ArrayFrame['node'], count: number, after: boolean, item: boolean): Frame => ({
+  k: 'array',
+  node,
+  count,
+  after,
+  item,
+});
+const numberFrame = (integer: boolean, s: number): Frame => ({ k: 'number', integer, s });
+/** String frames hold nothing but the escape state: one of each serves every string. */
+const STRING_FRAMES: Frame[] = Array.from({ length: 6 }, (_, esc) => ({ k: 'string', esc }));
+
 // Number states: 1 after '-', 2 zero, 3 integer digits, 4 after '.', 5 fraction, 6 after 'e', 7 after its sign, 8 exponent.
 const NUMBER_COMPLETE = new Set([2, 3, 5, 8]);
 const isDigit = (b: number) => b >= 0x30 && b <= 0x39;
 const isHex = (b: number) => isDigit(b) || (b >= 0x41 && b <= 0x46) || (b >= 0x61 && b <= 0x66);
+
+// Hot paths define no functions inside functions: each would be a new closure per call (and tsx names each one).
+
+/**
+ * The first of sorted options[lo, hi) (which share their first `at` bytes) whose byte `at` is ≥ target, an
+ * option that ends there counting as -1 (those sort first; the bytes are non-decreasing over the range).
+ */
+function bound(options: Uint8Array[], lo: number, hi: number, at: number, target: number): number {
+  let a = lo;
+  let z = hi;
+  while (a < z) {
+    const m = (a + z) >>> 1;
+    const o = options[m] as Uint8Array;
+    if ((o.length > at ? (o[at] as number) : -1) < target) a = m + 1;
+    else z = m;
+  }
+  return a;
+}
 
 /**
  * The options of sorted[lo, hi) (which share their first `at` bytes) whose next byte is b, as a frame; null
  * when none. Two binary searches: an enum of thousands costs what one of three does.
  */
 function narrow(options: Uint8Array[], lo: number, hi: number, at: number, b: number): Frame | null {
-  // Byte `at` of each option, -1 for one that ends there (those sort first); non-decreasing over the range.
-  const key = (i: number) => ((options[i] as Uint8Array).length > at ? ((options[i] as Uint8Array)[at] as number) : -1);
-  const bound = (target: number) => {
-    let a = lo;
-    let z = hi;
-    while (a < z) {
-      const m = (a + z) >>> 1;
-      if (key(m) < target) a = m + 1;
-      else z = m;
-    }
-    return a;
-  };
-  const from = bound(b);
-  const to = bound(b + 1);
+  const from = bound(options, lo, hi, at, b);
+  const to = bound(options, from, hi, at, b + 1);
   return from < to ? { k: 'literals', options, lo: from, hi: to, at: at + 1 } : null;
 }
 
-/** The frame of a value that starts with byte b, or null. */
-function start(node: SchemaNode, b: number): Frame | null {
+/**
+ * The frame of a value that starts with byte b, or null; at a union whose alternatives can both begin with b,
+ * one frame per alternative (the value forks).
+ */
+function start(node: SchemaNode, b: number): Frame | Frame[] | null {
   switch (node.k) {
     case 'object':
-      return b === 0x7b ? { k: 'object', node, step: 0, at: 1 } : null;
+      return b === 0x7b ? objectFrame(node, 0, 1) : null;
     case 'array':
-      return b === 0x5b ? { k: 'array', node, count: 0, after: false, item: false } : null;
+      return b === 0x5b ? arrayFrame(node, 0, false, false) : null;
     case 'string':
-      return b === 0x22 ? { k: 'string', esc: 0 } : null;
+      return b === 0x22 ? (STRING_FRAMES[0] as Frame) : null;
     case 'number':
-      if (b === 0x2d) return { k: 'number', integer: node.integer, s: 1 };
-      if (b === 0x30) return { k: 'number', integer: node.integer, s: 2 };
-      return isDigit(b) ? { k: 'number', integer: node.integer, s: 3 } : null;
+      if (b === 0x2d) return numberFrame(node.integer, 1);
+      if (b === 0x30) return numberFrame(node.integer, 2);
+      return isDigit(b) ? numberFrame(node.integer, 3) : null;
     case 'literals':
       return narrow(node.options, 0, node.options.length, 0, b);
-    case 'union':
-      for (const branch of node.branches) {
-        const f = start(branch, b);
-        if (f) return f;
+    case 'union': {
+      // Branches are never unions, so each start below is one frame (and not null: `first` says they begin so).
+      const branches = node.first[b];
+      if (!branches) return null;
+      if (branches.length === 1) return start(branches[0] as SchemaNode, b);
+      const frames: Frame[] = [];
+      for (const branch of branches) {
+        const f = start(branch, b) as Frame | null;
+        if (f) frames.push(f);
       }
-      return null;
+      return frames.length > 1 ? frames : (frames[0] ?? null);
+    }
   }
 }
 
 /** What one byte does to the top frame. */
 type Step =
   | { t: 'stay'; frame: Frame }
-  /** The frame stays (as `frame`) and a child value starts above it. */
-  | { t: 'push'; frame: Frame; child: Frame }
+  /** The frame stays (as `frame`) and a child value starts above it (several: one path for each). */
+  | { t: 'push'; frame: Frame; child: Frame | Frame[] }
+  /** The root value starts (the stack was empty). */
+  | { t: 'open'; child: Frame | Frame[] }
   /** The frame's value ended with this byte. */
   | { t: 'end' }
   /** The frame's value ended before this byte: the byte belongs to the frame below. */
   | { t: 'endBefore' }
   | null;
 
-/** An object's literal `i`: the key (with its comma) of value i, or the closing brace after the last value. */
-function objectLiteral(node: Extract<SchemaNode, { k: 'object' }>, i: number): Uint8Array {
-  if (i < node.keys.length) {
-    const key = node.keys[i] as Uint8Array;
-    // The opening brace is the frame's first byte: literal 0 is `{` + key 0 (or `{}`).
-    return i === 0 ? new Uint8Array([0x7b, ...key]) : key;
+const END: Step = { t: 'end' };
+const END_BEFORE: Step = { t: 'endBefore' };
+const stay = (frame: Frame): Step => ({ t: 'stay', frame });
+
+/**
+ * Byte `at` of an object's literal `i`: the key (with its comma) of value i, or the closing brace after the last
+ * value. The opening brace is the frame's first byte: literal 0 is `{` + key 0 (or `{}`).
+ */
+function objectLiteralByte(node: Extract<SchemaNode, { k: 'object' }>, i: number, at: number): number | undefined {
+  const keys = node.keys;
+  if (i < keys.length)
+    return i === 0 ? (at === 0 ? 0x7b : (keys[0] as Uint8Array)[at - 1]) : (keys[i] as Uint8Array)[at];
+  if (keys.length === 0) return at === 0 ? 0x7b : at === 1 ? 0x7d : undefined;
+  return at === 0 ? 0x7d : undefined;
+}
+
+/** The length of an object's literal `i` (see objectLiteralByte). */
+function objectLiteralLength(node: Extract<SchemaNode, { k: 'object' }>, i: number): number {
+  const keys = node.keys;
+  if (i < keys.length) return (keys[i] as Uint8Array).length + (i === 0 ? 1 : 0);
+  return keys.length === 0 ? 2 : 1;
+}
+
+/** A number's next state after byte b; 0 when the byte is not the number's (it may end there), -1 when wrong. */
+function numberStep(s: number, integer: boolean, b: number): number {
+  switch (s) {
+    case 1:
+      return b === 0x30 ? 2 : isDigit(b) ? 3 : -1;
+    case 2:
+    case 3:
+      if (isDigit(b) && s === 3) return 3;
+      if (!integer && b === 0x2e) return 4;
+      if (!integer && (b === 0x65 || b === 0x45)) return 6;
+      return 0;
+    case 4:
+      return isDigit(b) ? 5 : -1;
+    case 5:
+      if (isDigit(b)) return 5;
+      if (b === 0x65 || b === 0x45) return 6;
+      return 0;
+    case 6:
+      return b === 0x2b || b === 0x2d ? 7 : isDigit(b) ? 8 : -1;
+    case 7:
+      return isDigit(b) ? 8 : -1;
+    default:
+      return isDigit(b) ? 8 : 0;
   }
-  return node.keys.length === 0 ? new Uint8Array([0x7b, 0x7d]) : new Uint8Array([0x7d]);
 }
 
 function stepFrame(f: Frame, b: number): Step {
@@ -359,118 +588,279 @@ function stepFrame(f: Frame, b: number): Step {
         const child = start(f.node.values[(f.step - 1) / 2] as SchemaNode, b);
         return child ? { t: 'push', frame: f, child } : null;
       }
-      const lit = objectLiteral(f.node, f.step / 2);
-      if (lit[f.at] !== b) return null;
+      const i = f.step / 2;
+      if (objectLiteralByte(f.node, i, f.at) !== b) return null;
       const at = f.at + 1;
-      if (at < lit.length) return { t: 'stay', frame: { ...f, at } };
+      if (at < objectLiteralLength(f.node, i)) return stay(objectFrame(f.node, f.step, at));
       // The literal is written: the closing brace ends the object, a key is followed by its value.
-      return f.step / 2 === f.node.keys.length ? { t: 'end' } : { t: 'stay', frame: { ...f, step: f.step + 1, at: 0 } };
+      return i === f.node.keys.length ? END : stay(objectFrame(f.node, f.step + 1, 0));
     }
     case 'array': {
       const { min, max } = f.node;
       if (f.after) {
-        if (b === 0x2c && f.count < max) return { t: 'stay', frame: { ...f, after: false, item: true } };
-        if (b === 0x5d && f.count >= min) return { t: 'end' };
+        if (b === 0x2c && f.count < max) return stay(arrayFrame(f.node, f.count, false, true));
+        if (b === 0x5d && f.count >= min) return END;
         return null;
       }
-      if (!f.item && b === 0x5d && min === 0) return { t: 'end' };
+      if (!f.item && b === 0x5d && min === 0) return END;
       if (f.count >= max) return null;
       const child = start(f.node.item, b);
-      return child ? { t: 'push', frame: { ...f, count: f.count + 1, after: true, item: false }, child } : null;
+      return child ? { t: 'push', frame: arrayFrame(f.node, f.count + 1, true, false), child } : null;
     }
     case 'string':
       if (f.esc === 0) {
-        if (b === 0x22) return { t: 'end' };
-        if (b === 0x5c) return { t: 'stay', frame: { k: 'string', esc: 1 } };
-        return b >= 0x20 ? { t: 'stay', frame: f } : null;
+        if (b === 0x22) return END;
+        if (b === 0x5c) return stay(STRING_FRAMES[1] as Frame);
+        return b >= 0x20 ? stay(f) : null;
       }
       if (f.esc === 1) {
-        if (b === 0x75) return { t: 'stay', frame: { k: 'string', esc: 2 } };
-        return '"\\/bfnrt'.includes(String.fromCharCode(b)) ? { t: 'stay', frame: { k: 'string', esc: 0 } } : null;
+        if (b === 0x75) return stay(STRING_FRAMES[2] as Frame);
+        return '"\\/bfnrt'.includes(String.fromCharCode(b)) ? stay(STRING_FRAMES[0] as Frame) : null;
       }
       if (!isHex(b)) return null;
-      return { t: 'stay', frame: { k: 'string', esc: f.esc === 5 ? 0 : f.esc + 1 } };
+      return stay(STRING_FRAMES[f.esc === 5 ? 0 : f.esc + 1] as Frame);
     case 'number': {
-      const to = (s: number): Step => ({ t: 'stay', frame: { ...f, s } });
-      switch (f.s) {
-        case 1:
-          return b === 0x30 ? to(2) : isDigit(b) ? to(3) : null;
-        case 2:
-        case 3:
-          if (isDigit(b) && f.s === 3) return to(3);
-          if (!f.integer && b === 0x2e) return to(4);
-          if (!f.integer && (b === 0x65 || b === 0x45)) return to(6);
-          break;
-        case 4:
-          return isDigit(b) ? to(5) : null;
-        case 5:
-          if (isDigit(b)) return to(5);
-          if (b === 0x65 || b === 0x45) return to(6);
-          break;
-        case 6:
-          return b === 0x2b || b === 0x2d ? to(7) : isDigit(b) ? to(8) : null;
-        case 7:
-          return isDigit(b) ? to(8) : null;
-        case 8:
-          if (isDigit(b)) return to(8);
-          break;
-      }
-      return NUMBER_COMPLETE.has(f.s) ? { t: 'endBefore' } : null;
+      const s = numberStep(f.s, f.integer, b);
+      if (s > 0) return stay(numberFrame(f.integer, s));
+      return s === 0 && NUMBER_COMPLETE.has(f.s) ? END_BEFORE : null;
     }
     case 'literals': {
       const next = narrow(f.options, f.lo, f.hi, f.at, b);
-      if (next) return { t: 'stay', frame: next };
-      return (f.options[f.lo] as Uint8Array).length === f.at ? { t: 'endBefore' } : null;
+      if (next) return stay(next);
+      return (f.options[f.lo] as Uint8Array).length === f.at ? END_BEFORE : null;
     }
   }
 }
 
-/** The recogniser's state: open frames, outermost first; empty once the root object has closed. */
+/**
+ * The recogniser's state: `paths`, every reading of the reply so far that a conforming reply can continue,
+ * each its open frames outermost first (usually one; an empty one before the first byte). Never changed: a
+ * byte makes a new state. `done` once the root object has closed (then `paths` is empty).
+ */
 export interface SchemaState {
-  stack: Frame[];
-  done: boolean;
+  readonly paths: readonly (readonly Frame[])[];
+  readonly done: boolean;
 }
 
 export function initialSchemaState(): SchemaState {
-  return { stack: [], done: false };
+  return { paths: [[]], done: false };
+}
+
+/**
+ * The state once the root object has closed. When one path closes the root, every other one alive would close
+ * it with the same byte: the bytes of a JSON text say where each value ends whichever alternative reads them,
+ * so all paths agree on where the root ends (and nothing may follow it). Only the first to close is needed.
+ */
+const DONE: SchemaState = { paths: [], done: true };
+
+// What `advance` did to a path.
+const DEAD = 0;
+const ALIVE = 1;
+const CLOSED = 2;
+/** Stacks a fork made besides the one `advance` was given (the first alternative stays on that one). */
+const forked: Frame[][] = [];
+/** Set by `advance` when a frame ended or a value forked: only then can two paths have become the same. */
+let mayMerge = false;
+
+/** Puts the child frame(s) of a `push` or `open` on the stack; a fork copies the stack for each other child. */
+function pushChild(stack: Frame[], child: Frame | Frame[]): void {
+  if (!Array.isArray(child)) {
+    stack.push(child);
+    return;
+  }
+  mayMerge = true;
+  for (let i = 1; i < child.length; i++) forked.push([...stack, child[i] as Frame]);
+  stack.push(child[0] as Frame);
+}
+
+/** Applies byte b to a stack the caller owns (changed in place) whose top frame's step is `r`. */
+function advance(stack: Frame[], b: number, r: NonNullable<Step>): number {
+  for (;;) {
+    switch (r.t) {
+      case 'stay':
+        stack[stack.length - 1] = r.frame;
+        return ALIVE;
+      case 'push':
+        stack[stack.length - 1] = r.frame;
+        pushChild(stack, r.child);
+        return ALIVE;
+      case 'open':
+        pushChild(stack, r.child);
+        return ALIVE;
+    }
+    stack.pop();
+    mayMerge = true;
+    // Only the root object ends here, and it ends with its own closing brace.
+    if (stack.length === 0) return r.t === 'end' ? CLOSED : DEAD;
+    const parent = stack[stack.length - 1] as Frame;
+    // A value inside an object ended: the object goes on to its next literal.
+    const next = parent.k === 'object' ? objectFrame(parent.node, parent.step + 1, 0) : parent;
+    stack[stack.length - 1] = next;
+    if (r.t === 'end') return ALIVE;
+    // endBefore: the byte is the parent's.
+    const s = stepFrame(next, b);
+    if (s === null) return DEAD;
+    r = s;
+  }
+}
+
+/**
+ * Whether a stack whose top frame ends at byte b (step `r`) can take it, without changing the stack: a value
+ * that ends before the byte hands it down, and most tokens a mask tries die there (a copy would be wasted).
+ */
+function survivesEnd(stack: readonly Frame[], b: number, r: NonNullable<Step>): boolean {
+  for (let depth = stack.length - 1; ; depth--) {
+    if (r.t !== 'end' && r.t !== 'endBefore') return true;
+    if (depth === 0) return r.t === 'end';
+    if (r.t === 'end') return true;
+    const parent = stack[depth - 1] as Frame;
+    const s = stepFrame(parent.k === 'object' ? objectFrame(parent.node, parent.step + 1, 0) : parent, b);
+    if (s === null) return false;
+    r = s;
+  }
+}
+
+/** The step byte b makes on a stack's top frame (the root's start on an empty stack). */
+function stepTop(root: SchemaNode, stack: readonly Frame[], b: number): Step {
+  // (Lengths are tested before indexing: reading index -1 of an array is slow.)
+  if (stack.length > 0) return stepFrame(stack[stack.length - 1] as Frame, b);
+  const child = start(root, b);
+  return child ? { t: 'open', child } : null;
+}
+
+/** Whether byte b changes nothing on a stack: a plain byte inside a string. */
+function inert(stack: readonly Frame[], b: number): boolean {
+  if (b < 0x20 || b === 0x22 || b === 0x5c || stack.length === 0) return false;
+  const top = stack[stack.length - 1] as Frame;
+  return top.k === 'string' && top.esc === 0;
+}
+
+// Merging paths: frames compare by content, schema nodes and option lists by identity.
+function sameFrame(x: Frame, y: Frame): boolean {
+  if (x === y) return true;
+  switch (x.k) {
+    case 'object':
+      return y.k === 'object' && x.node === y.node && x.step === y.step && x.at === y.at;
+    case 'array':
+      return y.k === 'array' && x.node === y.node && x.count === y.count && x.after === y.after && x.item === y.item;
+    case 'string':
+      return y.k === 'string' && x.esc === y.esc;
+    case 'number':
+      return y.k === 'number' && x.integer === y.integer && x.s === y.s;
+    case 'literals':
+      return y.k === 'literals' && x.options === y.options && x.lo === y.lo && x.hi === y.hi && x.at === y.at;
+  }
+}
+
+function samePath(a: readonly Frame[], b: readonly Frame[]): boolean {
+  if (a === b) return true;
+  if (a.length !== b.length) return false;
+  // Paths that differ mostly differ at the top.
+  for (let i = a.length - 1; i >= 0; i--) if (!sameFrame(a[i] as Frame, b[i] as Frame)) return false;
+  return true;
+}
+
+/** Small ids for schema nodes and option lists, for hashing frames. */
+const ids = new WeakMap<object, number>();
+let lastId = 0;
+function idOf(o: object): number {
+  let id = ids.get(o);
+  if (id === undefined) {
+    id = ++lastId;
+    ids.set(o, id);
+  }
+  return id;
+}
+
+const mix = (h: number, v: number) => Math.imul(h ^ v, 0x01000193) >>> 0;
+
+function frameHash(f: Frame): number {
+  switch (f.k) {
+    case 'object':
+      return mix(mix(mix(1, idOf(f.node)), f.step), f.at);
+    case 'array':
+      return mix(mix(mix(2, idOf(f.node)), f.count), (f.after ? 1 : 0) + (f.item ? 2 : 0));
+    case 'string':
+      return mix(3, f.esc);
+    case 'number':
+      return mix(mix(4, f.integer ? 1 : 0), f.s);
+    case 'literals':
+      return mix(mix(mix(mix(5, idOf(f.options)), f.lo), f.hi), f.at);
+  }
+}
+
+function pathHash(p: readonly Frame[]): number {
+  let h = p.length;
+  for (const f of p) h = mix(h, frameHash(f));
+  return h;
+}
+
+/** Paths up to this many are merged by comparing each pair; more, by hashing them first. */
+const PAIRWISE_MERGE = 8;
+
+/** Drops (in place) each path that is the same as an earlier one, and its `owned` entry. */
+function merge(paths: Frame[][], owned: boolean[]): void {
+  let n = 0;
+  if (paths.length <= PAIRWISE_MERGE) {
+    outer: for (let i = 0; i < paths.length; i++) {
+      const p = paths[i] as Frame[];
+      for (let j = 0; j < n; j++) if (samePath(paths[j] as Frame[], p)) continue outer;
+      paths[n] = p;
+      owned[n++] = owned[i] as boolean;
+    }
+  } else {
+    const byHash = new Map<number, Frame[][]>();
+    for (let i = 0; i < paths.length; i++) {
+      const p = paths[i] as Frame[];
+      const h = pathHash(p);
+      const same = byHash.get(h);
+      if (same?.some((q) => samePath(q, p))) continue;
+      if (same) same.push(p);
+      else byHash.set(h, [p]);
+      paths[n] = p;
+      owned[n++] = owned[i] as boolean;
+    }
+  }
+  paths.length = n;
+  owned.length = n;
 }
 
 /** Feeds one byte; the new state, or null when no conforming reply can continue with it. */
 export function feedSchemaByte(root: SchemaNode, st: SchemaState, b: number): SchemaState | null {
-  if (st.done) return null;
-  if (st.stack.length === 0) {
-    const f = start(root, b);
-    return f ? { stack: [f], done: false } : null;
-  }
-  const stack = st.stack.slice();
-  for (;;) {
-    const top = stack[stack.length - 1];
-    if (top === undefined) return null;
-    const r = stepFrame(top, b);
-    if (r === null) return null;
-    if (r.t === 'stay') {
-      stack[stack.length - 1] = r.frame;
-      return { stack, done: false };
-    }
-    if (r.t === 'push') {
-      stack[stack.length - 1] = r.frame;
-      stack.push(r.child);
-      return { stack, done: false };
-    }
-    stack.pop();
-    const parent = stack[stack.length - 1];
-    if (parent === undefined) {
-      // Only the root object ends here, and it ends with its own closing brace.
-      return r.t === 'end' ? { stack, done: true } : null;
-    }
-    // A value inside an object ended: the object goes on to its next literal.
-    if (parent.k === 'object') stack[stack.length - 1] = { ...parent, step: parent.step + 1, at: 0 };
-    if (r.t === 'end') return { stack, done: false };
-    // endBefore: the byte is the parent's.
-  }
+  const one = new Uint8Array(1);
+  one[0] = b;
+  return feedSchemaBytes(root, st, one, 0, 1);
 }
 
-/** Feeds bytes[from, to); the new state, or null when no conforming reply can continue with them. */
+/** How many paths (readings of the reply so far) a state follows: 1 unless a union's alternatives begin alike. */
+export function schemaPathCount(st: SchemaState): number {
+  return st.paths.length;
+}
+
+/**
+ * For states with several paths: per first byte, 0 not yet tried, 1 when no path can take it, 2 when one can
+ * (the mask tries every token of the vocabulary on one state, and most die at their first byte on every path:
+ * those then cost a lookup, not a step per path); then at IN_STRINGS, 1 when every path is inside a string.
+ */
+const firstByteFate = new WeakMap<SchemaState, Uint8Array>();
+const IN_STRINGS = 256;
+
+/** Whether every path's top frame is a string outside an escape (where a plain byte changes nothing). */
+function allInStrings(paths: readonly (readonly Frame[])[]): boolean {
+  for (const p of paths) {
+    if (p.length === 0) return false;
+    const top = p[p.length - 1] as Frame;
+    if (top.k !== 'string' || top.esc !== 0) return false;
+  }
+  return true;
+}
+
+/**
+ * Feeds bytes[from, to); the new state, or null when no conforming reply can continue with them. `st` is not
+ * changed. The mask calls this for every token of the vocabulary, so with one path (the usual case) the stack
+ * is copied once per token, and only when the token's first byte fits; bytes inside a string that change
+ * nothing cost a test; a token that changes nothing returns `st` itself.
+ */
 export function feedSchemaBytes(
   root: SchemaNode,
   st: SchemaState,
@@ -478,13 +868,100 @@ export function feedSchemaBytes(
   from: number,
   to: number,
 ): SchemaState | null {
-  let next: SchemaState | null = st;
-  for (let i = from; i < to && next; i++) {
-    const b = bytes[i] as number;
-    // Most bytes of a string change nothing: no new state (the mask tries every token of the vocabulary).
-    const top = next.stack[next.stack.length - 1];
-    if (top?.k === 'string' && top.esc === 0 && b >= 0x20 && b !== 0x22 && b !== 0x5c) continue;
-    next = feedSchemaByte(root, next, b);
+  if (from >= to) return st;
+  if (st.done) return null;
+  // With several paths: whether all are inside strings (kept up to date as `paths` changes).
+  let strings = false;
+  if (st.paths.length > 1) {
+    const b = bytes[from] as number;
+    let fate = firstByteFate.get(st);
+    if (fate === undefined) {
+      fate = new Uint8Array(257);
+      fate[IN_STRINGS] = allInStrings(st.paths) ? 1 : 0;
+      firstByteFate.set(st, fate);
+    }
+    strings = fate[IN_STRINGS] === 1;
+    if (fate[b] === 0) {
+      fate[b] = 2; // (so that the trial below steps the paths)
+      fate[b] = feedSchemaBytes(root, st, new Uint8Array([b]), 0, 1) === null ? 1 : 2;
+    }
+    if (fate[b] === 1) return null;
   }
-  return next;
+  // One path: `stack`, copied before its first change (`owned` after). Several: `paths`, each with its `owned`.
+  let stack = st.paths[0] as Frame[];
+  let owned = false;
+  let paths: Frame[][] | null = st.paths.length > 1 ? (st.paths as Frame[][]) : null;
+  let pathsOwned: boolean[] | null = null;
+  for (let i = from; i < to; i++) {
+    const b = bytes[i] as number;
+    if (paths === null) {
+      if (inert(stack, b)) continue;
+      const r = stepTop(root, stack, b);
+      if (r === null) return null;
+      if (!owned) {
+        if ((r.t === 'end' || r.t === 'endBefore') && !survivesEnd(stack, b, r)) return null;
+        stack = stack.slice();
+        owned = true;
+      }
+      const code = advance(stack, b, r);
+      if (code === DEAD) return null;
+      if (code === CLOSED) return i + 1 === to ? DONE : null;
+      if (forked.length > 0) {
+        paths = [stack, ...forked];
+        pathsOwned = paths.map(() => true);
+        forked.length = 0;
+        merge(paths, pathsOwned);
+        if (paths.length === 1) paths = null;
+        else strings = allInStrings(paths);
+      }
+      continue;
+    }
+    if (strings && b >= 0x20 && b !== 0x22 && b !== 0x5c) continue;
+    let next: Frame[][] | null = null;
+    let nextOwned: boolean[] = [];
+    mayMerge = false;
+    for (let j = 0; j < paths.length; j++) {
+      let p = paths[j] as Frame[];
+      let mine = pathsOwned?.[j] ?? false;
+      if (!inert(p, b)) {
+        const r = stepTop(root, p, b);
+        if (r === null) continue;
+        if (!mine) {
+          if ((r.t === 'end' || r.t === 'endBefore') && !survivesEnd(p, b, r)) continue;
+          p = p.slice();
+          mine = true;
+        }
+        const code = advance(p, b, r);
+        if (code === CLOSED) {
+          forked.length = 0;
+          return i + 1 === to ? DONE : null;
+        }
+        if (code === DEAD) continue;
+      }
+      if (next === null) {
+        next = [];
+        nextOwned = [];
+      }
+      next.push(p);
+      nextOwned.push(mine);
+      for (const f of forked) {
+        next.push(f);
+        nextOwned.push(true);
+      }
+      forked.length = 0;
+    }
+    if (next === null) return null;
+    if (mayMerge) merge(next, nextOwned);
+    if (next.length === 1) {
+      stack = next[0] as Frame[];
+      owned = nextOwned[0] as boolean;
+      paths = null;
+    } else {
+      paths = next;
+      pathsOwned = nextOwned;
+      strings = allInStrings(paths);
+    }
+  }
+  if (paths !== null) return paths === st.paths ? st : { paths, done: false };
+  return stack === st.paths[0] && st.paths.length === 1 ? st : { paths: [stack], done: false };
 }

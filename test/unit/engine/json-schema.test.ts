@@ -5,11 +5,15 @@ import { constraintFor, tokenTable } from '../../../src/main/engine/json-constra
 import {
   compileSchema,
   feedSchemaByte,
+  feedSchemaBytes,
   initialSchemaState,
   MAX_ENUM_VALUES,
   MAX_SCHEMA_DEPTH,
+  MAX_SCHEMA_PATHS,
+  MAX_UNION_ALTERNATIVES,
   type SchemaNode,
   type SchemaState,
+  schemaPathCount,
 } from '../../../src/main/engine/json-schema';
 import { createRng } from '../../../src/main/engine/sampling';
 
@@ -51,6 +55,18 @@ function feedAll(root: SchemaNode, text: string): { accepted: number; total: num
   return { accepted: bytes.length, total: bytes.length, done: (st as SchemaState).done };
 }
 
+/** Feeds `text` in chunks of random sizes (as tokens come), each through one feedSchemaBytes call. */
+function feedChunks(root: SchemaNode, text: string, rnd: () => number): SchemaState | null {
+  const bytes = Buffer.from(text, 'utf8');
+  let st: SchemaState | null = initialSchemaState();
+  for (let i = 0; i < bytes.length && st; ) {
+    const n = 1 + Math.floor(rnd() * 6);
+    st = feedSchemaBytes(root, st, bytes, i, Math.min(i + n, bytes.length));
+    i += n;
+  }
+  return st;
+}
+
 /** A value that conforms to `s`, with every property in schema order (as the recogniser writes them). */
 function instance(s: Schema, rnd: () => number): unknown {
   if ('const' in s) return s.const;
@@ -83,12 +99,17 @@ function instance(s: Schema, rnd: () => number): unknown {
   }
 }
 
+/** The most paths the last walk followed at once. */
+let walkPaths = 0;
+
 /** Walks random allowed bytes (leaning towards structure) to a closed object; null when it runs past 400 bytes. */
 function walk(root: SchemaNode, seed: number): string | null {
   const rnd = createRng(seed);
   let st: SchemaState = initialSchemaState();
   const out: number[] = [];
+  walkPaths = 1;
   while (!st.done && out.length < 400) {
+    walkPaths = Math.max(walkPaths, schemaPathCount(st));
     const allowed: Array<{ b: number; next: SchemaState }> = [];
     for (let b = 0; b < 256; b++) {
       const next = feedSchemaByte(root, st, b);
@@ -107,58 +128,130 @@ function walk(root: SchemaNode, seed: number): string | null {
   return Buffer.from(out).toString('utf8');
 }
 
-/** Schemas of kvdesk's subset, with the awkward cases: enums whose values are prefixes of others, consts of any JSON, odd keys, unions. */
-const generatedSchema: fc.Arbitrary<Schema> = fc.letrec<{ node: Schema; object: Schema; array: Schema; union: Schema }>(
-  (tie) => ({
-    node: fc.oneof(
-      { depthSize: 'small' },
-      fc.constantFrom<Schema>(
-        { type: 'string' },
-        { type: 'integer' },
-        { type: 'number' },
-        { type: 'boolean' },
-        { type: 'null' },
-        { type: ['integer', 'number'] },
-        { type: ['string', 'null'] },
-        { type: 'integer', enum: [1, 12, 120, -1] },
-        { enum: [1, 12, 1.5, 'a', 'ab', '', null, true, { x: [1] }, [[]]] },
-      ),
-      fc.jsonValue({ maxDepth: 2 }).map((v): Schema => ({ const: v })),
-      tie('object'),
-      tie('array'),
-      tie('union'),
+const KEY = fc.oneof(fc.string({ maxLength: 3 }), fc.constantFrom('1', '02', 'a"b', 'ключ', '\\'));
+
+/**
+ * Schemas of kvdesk's subset, with the awkward cases: enums whose values are prefixes of others, consts of any
+ * JSON, odd keys, unions (alternatives that begin differently, anyOf alternatives that begin alike: objects
+ * sharing a first key, integer or number, a constant or a string; discriminated oneOf).
+ */
+const generatedSchema: fc.Arbitrary<Schema> = fc.letrec<{
+  node: Schema;
+  object: Schema;
+  array: Schema;
+  union: Schema;
+  alike: Schema;
+  tagged: Schema;
+}>((tie) => ({
+  node: fc.oneof(
+    { depthSize: 'small' },
+    fc.constantFrom<Schema>(
+      { type: 'string' },
+      { type: 'integer' },
+      { type: 'number' },
+      { type: 'boolean' },
+      { type: 'null' },
+      { type: ['integer', 'number'] },
+      { type: ['string', 'null'] },
+      { type: 'integer', enum: [1, 12, 120, -1] },
+      { enum: [1, 12, 1.5, 'a', 'ab', '', null, true, { x: [1] }, [[]]] },
+      { anyOf: [{ type: 'integer' }, { type: 'number' }] },
+      { anyOf: [{ type: 'number' }, { const: 12 }, { type: 'integer' }] },
+      { anyOf: [{ enum: ['a', 'ab'] }, { type: 'string' }, { type: 'null' }] },
+      { oneOf: [{ const: 'a' }, { enum: ['ab', 1] }, { type: 'string', enum: ['b'] }] },
     ),
-    object: fc
-      .dictionary(fc.oneof(fc.string({ maxLength: 3 }), fc.constantFrom('1', '02', 'a"b', 'ключ', '\\')), tie('node'), {
-        maxKeys: 4,
-      })
-      .map((properties): Schema => ({ type: 'object', properties })),
-    array: fc
-      .record({ items: tie('node'), min: fc.integer({ min: 0, max: 2 }), extra: fc.integer({ min: 0, max: 2 }) })
-      .map(({ items, min, extra }): Schema => ({ type: 'array', items, minItems: min, maxItems: min + extra })),
-    union: tie('object').map((o): Schema => ({ anyOf: [o, { type: 'null' }] })),
-  }),
-).object;
+    fc.jsonValue({ maxDepth: 2 }).map((v): Schema => ({ const: v })),
+    tie('object'),
+    tie('array'),
+    tie('union'),
+    tie('alike'),
+    tie('tagged'),
+  ),
+  object: fc.dictionary(KEY, tie('node'), { maxKeys: 4 }).map((properties): Schema => ({ type: 'object', properties })),
+  array: fc
+    .record({ items: tie('node'), min: fc.integer({ min: 0, max: 2 }), extra: fc.integer({ min: 0, max: 2 }) })
+    .map(({ items, min, extra }): Schema => ({ type: 'array', items, minItems: min, maxItems: min + extra })),
+  union: tie('object').map((o): Schema => ({ anyOf: [o, { type: 'null' }] })),
+  // Object alternatives that begin alike: the same first key (with values that may differ), then their own.
+  alike: fc
+    .record({
+      key: KEY,
+      values: fc.array(fc.record({ value: tie('node'), rest: fc.dictionary(KEY, tie('node'), { maxKeys: 2 }) }), {
+        minLength: 2,
+        maxLength: 3,
+      }),
+    })
+    .map(
+      ({ key, values }): Schema => ({
+        anyOf: values.map(({ value, rest }) => ({ type: 'object', properties: { [key]: value, ...rest } })),
+      }),
+    ),
+  // A discriminated union (as Pydantic writes one): objects told apart by a required const / enum property,
+  // which may come first or after the others.
+  tagged: fc
+    .record({
+      last: fc.boolean(),
+      alternatives: fc.array(fc.dictionary(KEY, tie('node'), { maxKeys: 2 }), { minLength: 2, maxLength: 3 }),
+    })
+    .map(
+      ({ last, alternatives }): Schema => ({
+        oneOf: alternatives.map((rest, i) => {
+          const { kind: _, ...others } = rest;
+          const tag = i === 0 ? { enum: ['a', 'a2'] } : { const: `k${i}` };
+          return {
+            type: 'object',
+            properties: last ? { ...others, kind: tag } : { kind: tag, ...others },
+            required: ['kind'],
+          };
+        }),
+      }),
+    ),
+})).object;
+
+/** Compiles a generated schema; null (the case is dropped) for one whose unions could need too many paths. */
+function compileGenerated(schema: Schema): SchemaNode | null {
+  try {
+    return compileSchema(schema);
+  } catch (err) {
+    if (err instanceof Error && /ways at once/.test(err.message)) return null;
+    throw err;
+  }
+}
 
 describe('the schema recogniser', () => {
-  it('accepts every conforming instance written compactly with its properties in schema order', () => {
+  it('accepts every conforming instance written compactly with its properties in schema order (fixed and generated schemas)', () => {
     fc.assert(
-      fc.property(fc.constantFrom(...SCHEMAS), fc.integer(), (schema, seed) => {
-        const text = JSON.stringify(instance(schema, createRng(seed)));
-        const r = feedAll(compileSchema(schema), text);
-        expect(r, text).toEqual({ accepted: r.total, total: r.total, done: true });
+      fc.property(fc.oneof(fc.constantFrom(...SCHEMAS), generatedSchema), fc.integer(), (schema, seed) => {
+        const root = compileGenerated(schema);
+        fc.pre(root !== null);
+        const value = instance(schema, createRng(seed));
+        const text = JSON.stringify(value);
+        // (The instance generator writes what the schema allows; ajv agrees.)
+        expect(conforms(value, schema), `${text} against ${JSON.stringify(schema)}`).toBe(true);
+        const r = feedAll(root as SchemaNode, text);
+        expect(r, `${text} against ${JSON.stringify(schema)}`).toEqual({
+          accepted: r.total,
+          total: r.total,
+          done: true,
+        });
+        // Several bytes at a time (a token) read the same.
+        expect(feedChunks(root as SchemaNode, text, createRng(seed + 1))?.done, text).toBe(true);
       }),
-      { numRuns: 300 },
+      { numRuns: 600 },
     );
   });
 
   it('a random walk over the bytes it allows ends, when it ends, in an object ajv accepts (fixed and generated schemas)', () => {
     let finished = 0;
     let walks = 0;
+    let forked = 0;
     fc.assert(
       fc.property(fc.oneof(fc.constantFrom(...SCHEMAS), generatedSchema), fc.integer(), (schema, seed) => {
+        const root = compileGenerated(schema);
+        fc.pre(root !== null);
         walks++;
-        const text = walk(compileSchema(schema), seed);
+        const text = walk(root as SchemaNode, seed);
+        if (walkPaths > 1) forked++;
         if (text === null) return;
         finished++;
         expect(conforms(JSON.parse(text), schema), `${text} against ${JSON.stringify(schema)}`).toBe(true);
@@ -166,6 +259,8 @@ describe('the schema recogniser', () => {
       { numRuns: 600 },
     );
     expect(finished / walks).toBeGreaterThan(0.4);
+    // Unions whose alternatives begin alike are followed along several paths in a good share of the walks.
+    expect(forked / walks).toBeGreaterThan(0.1);
   });
 
   it('refuses what is not that schema: missing or reordered properties, wrong types, counts, whitespace', () => {
@@ -194,19 +289,20 @@ describe('the schema recogniser', () => {
       [{ type: 'object', properties: { a: { $ref: '#/$defs/x' } } }, 'schema.properties.a.$ref'],
       [{ type: 'object', properties: { a: {} } }, 'schema.properties.a'],
       [{ type: 'array', items: { type: 'string' } }, 'schema.type'],
+      // oneOf alternatives that begin alike, which kvdesk cannot prove never both match.
       [
         {
           type: 'object',
           properties: {
             a: {
-              anyOf: [
+              oneOf: [
                 { type: 'object', properties: {} },
                 { type: 'object', properties: {} },
               ],
             },
           },
         },
-        'schema.properties.a.anyOf',
+        'schema.properties.a.oneOf',
       ],
       [{ type: 'object', properties: { a: { type: 'date' } } }, 'schema.properties.a.type'],
       // Keywords beside const, enum and anyOf are not silently dropped.
@@ -247,6 +343,329 @@ describe('the schema recogniser', () => {
   });
 });
 
+/** A tool call: `{"name": <const>, "arguments": <the tool's parameters>}`. */
+const tool = (name: string, parameters: Schema): Schema => ({
+  type: 'object',
+  properties: { name: { const: name }, arguments: parameters },
+  required: ['name', 'arguments'],
+  additionalProperties: false,
+});
+/**
+ * The envelope a tool call is constrained to: one alternative per tool. Names share prefixes (get_weather is one
+ * of get_weather_alerts), and so do some arguments (a first key, a city that is an enum in one and a string in
+ * the other), so several alternatives stay alive for a while.
+ */
+const TOOL_LIST: Schema[] = [
+  tool('get_weather', {
+    type: 'object',
+    properties: { city: { enum: ['Paris', 'Oslo'] }, days: { type: 'integer' }, unit: { type: ['string', 'null'] } },
+    required: ['city'],
+  }),
+  tool('get_weather_alerts', { type: 'object', properties: { city: { type: 'string' } } }),
+  tool('get_time', { type: 'object', properties: { zone: { type: 'string' } } }),
+  tool('search', {
+    type: 'object',
+    properties: { query: { type: 'string' }, limit: { anyOf: [{ type: 'integer' }, { type: 'number' }] } },
+    required: ['query'],
+  }),
+  tool('get_news', {
+    type: 'object',
+    properties: {
+      query: { type: 'string' },
+      since: { type: 'integer' },
+      tags: { type: 'array', items: { type: 'string' }, maxItems: 2 },
+    },
+  }),
+  tool('noop', { type: 'object', properties: {} }),
+];
+const TOOLS: Schema = { anyOf: TOOL_LIST };
+const toolName = (t: Schema) => ((t.properties as Record<string, Schema>).name as Schema).const as string;
+
+/** The state after `text`, fed byte by byte; null once a byte is refused. */
+function feedText(root: SchemaNode, text: string, st: SchemaState | null = initialSchemaState()): SchemaState | null {
+  for (const b of Buffer.from(text, 'utf8')) {
+    if (!st) return null;
+    st = feedSchemaByte(root, st, b);
+  }
+  return st;
+}
+
+describe('unions whose alternatives begin alike', () => {
+  it('a tool-call envelope: a random walk ends in a call of one tool, which ajv accepts; every tool is reached', () => {
+    const root = compileSchema(TOOLS);
+    const names = new Set<string>();
+    let finished = 0;
+    for (let seed = 0; seed < 300; seed++) {
+      const text = walk(root, seed);
+      if (text === null) continue;
+      finished++;
+      const call = JSON.parse(text) as { name: string };
+      expect(conforms(call, TOOLS), text).toBe(true);
+      // It is a call of exactly one tool: the one it names.
+      expect(TOOL_LIST.filter((t) => conforms(call, t)).map(toolName), text).toEqual([call.name]);
+      names.add(call.name);
+    }
+    expect(finished).toBeGreaterThan(200);
+    expect([...names].sort()).toEqual(TOOL_LIST.map(toolName).sort());
+  });
+
+  it('a tool-call envelope: every call of every tool, written compactly in schema order, is accepted', () => {
+    const root = compileSchema(TOOLS);
+    for (const t of TOOL_LIST) {
+      for (let seed = 0; seed < 60; seed++) {
+        const text = JSON.stringify(instance(t, createRng(seed)));
+        expect(conforms(JSON.parse(text), TOOLS), text).toBe(true);
+        const total = Buffer.byteLength(text);
+        expect(feedAll(root, text), text).toEqual({ accepted: total, total, done: true });
+        expect(feedChunks(root, text, createRng(seed))?.done, text).toBe(true);
+      }
+    }
+  });
+
+  it('a tool-call envelope: follows the tools that still fit, and refuses what only a dead one would take', () => {
+    const root = compileSchema(TOOLS);
+    const paths = (text: string) => {
+      const st = feedText(root, text);
+      return st ? schemaPathCount(st) : 0;
+    };
+    expect(paths('{')).toBe(TOOL_LIST.length);
+    expect(paths('{"name":"')).toBe(TOOL_LIST.length);
+    expect(paths('{"name":"get_')).toBe(4);
+    expect(paths('{"name":"get_weather')).toBe(2);
+    expect(paths('{"name":"get_weather"')).toBe(1);
+    expect(paths('{"name":"get_weather_alerts","arguments":{"city":"Lyon"}}')).toBe(0); // done: no paths left
+    expect(feedText(root, '{"name":"get_weather_alerts","arguments":{"city":"Lyon"}}')?.done).toBe(true);
+    for (const text of [
+      // Arguments of another tool: its path died at the name.
+      '{"name":"search","arguments":{"query":"a","since":1}}',
+      '{"name":"get_news","arguments":{"query":"a","limit":1.5}}',
+      '{"name":"get_weather","arguments":{"city":"Lyon"',
+      '{"name":"get_weather_alerts","arguments":{"city":"Paris","days":1,"unit":null}}',
+      '{"name":"get_time","arguments":{}}',
+      // No such tool.
+      '{"name":"get_weathe"',
+      '{"name":"get_weather_alert"',
+      '{"name":"noop","arguments":{}}}',
+    ]) {
+      const r = feedAll(root, text);
+      expect(r.accepted < r.total, text).toBe(true);
+    }
+    // A value both alternatives can read (an integer limit) is fine.
+    expect(feedText(root, '{"name":"search","arguments":{"query":"a","limit":3}}')?.done).toBe(true);
+  });
+
+  it('merges paths that become the same: 200 items of anyOf [integer, number] keep at most 2 paths (12 of 12 alike objects)', () => {
+    const root = compileSchema({
+      type: 'object',
+      properties: {
+        xs: { type: 'array', items: { anyOf: [{ type: 'integer' }, { type: 'number' }] } },
+        os: {
+          type: 'array',
+          items: {
+            anyOf: [
+              { type: 'object', properties: { a: { type: 'integer' }, b: { type: 'string' } } },
+              { type: 'object', properties: { a: { type: 'number' }, c: { type: 'null' } } },
+            ],
+          },
+        },
+        // Twelve alternatives alike (more than are merged pair by pair): all alive through each item.
+        twelve: {
+          type: 'array',
+          items: {
+            anyOf: Array.from({ length: 12 }, (_, i) => ({
+              type: 'object',
+              description: `alternative ${i}`,
+              properties: { a: { type: 'integer' } },
+            })),
+          },
+        },
+      },
+    });
+    let st = feedText(root, '{"xs":[') as SchemaState;
+    const numbers = ['1', '2.5', '-3', '40', '0', '6e2', '-0.5', '7'];
+    const objects = ['{"a":1,"b":"x"}', '{"a":1.5,"c":null}', '{"a":-2,"c":null}', '{"a":0,"b":"\\""}'];
+    let most = 0;
+    let limit = 2;
+    const feed = (text: string) => {
+      for (const b of Buffer.from(text)) {
+        st = feedSchemaByte(root, st, b) as SchemaState;
+        expect(st, text).not.toBeNull();
+        most = Math.max(most, schemaPathCount(st));
+        expect(schemaPathCount(st), text).toBeLessThanOrEqual(limit);
+      }
+    };
+    for (let i = 0; i < 200; i++) feed(`${i === 0 ? '' : ','}${numbers[i % numbers.length]}`);
+    feed('],"os":[');
+    for (let i = 0; i < 200; i++) feed(`${i === 0 ? '' : ','}${objects[i % objects.length]}`);
+    // (It did follow two paths along the way.)
+    expect(most).toBe(2);
+    feed('],"twelve":[');
+    limit = 12;
+    for (let i = 0; i < 50; i++) feed(`${i === 0 ? '' : ','}{"a":${i}}`);
+    expect(most).toBe(12);
+    feed(']}');
+    expect(st.done).toBe(true);
+  });
+
+  it('oneOf: alternatives that begin alike only where no value can match two of them', () => {
+    const at = (oneOf: Schema[]) => ({ type: 'object', properties: { v: { oneOf } } });
+    const refused = (oneOf: Schema[]) => {
+      try {
+        compileSchema(at(oneOf));
+      } catch (err) {
+        expect(err).toMatchObject({ path: 'schema.properties.v.oneOf' });
+        return (err as Error).message;
+      }
+      return null;
+    };
+    const object = (properties: Schema, required: string[] = []): Schema => ({ type: 'object', properties, required });
+    // A discriminated union, as Pydantic writes one: a required const (or enum) property the alternatives do not share.
+    expect(
+      refused([
+        object({ kind: { const: 'cat' }, lives: { type: 'integer' } }, ['kind']),
+        object({ kind: { const: 'dog' }, good: { type: 'boolean' } }, ['kind']),
+        object({ kind: { enum: ['fish', 'eel'] } }, ['kind']),
+      ]),
+    ).toBeNull();
+    // Also with the tag after other properties, and besides alternatives that begin differently.
+    expect(
+      refused([
+        object({ x: { type: 'string' }, kind: { const: 'a' } }, ['kind']),
+        object({ x: { type: 'string' }, kind: { const: 'b' } }, ['kind', 'x']),
+        { type: 'null' },
+      ]),
+    ).toBeNull();
+    // Constants with no value in common; alternatives that begin differently (as before).
+    expect(refused([{ const: 'a' }, { enum: ['b', 'c'] }, { type: 'string', enum: ['ab'] }])).toBeNull();
+    expect(refused([{ type: 'string' }, { type: 'integer' }, { type: 'null' }])).toBeNull();
+    // Refused: what kvdesk cannot see apart, with the way out.
+    const message = refused([object({ a: { type: 'integer' } }), object({ b: { type: 'integer' } })]);
+    expect(message).toMatch(/anyOf/);
+    expect(message).toMatch(/const/);
+    expect(refused([{ type: 'integer' }, { type: 'number' }])).not.toBeNull();
+    expect(refused([{ const: 'a' }, { type: 'string' }])).not.toBeNull();
+    expect(refused([{ enum: ['a', 'b'] }, { const: 'b' }])).not.toBeNull();
+    // A tag value shared, a tag not required, a tag in only one alternative, tags of different names.
+    expect(refused([object({ k: { enum: ['a', 'b'] } }, ['k']), object({ k: { const: 'b' } }, ['k'])])).not.toBeNull();
+    expect(refused([object({ k: { const: 'a' } }), object({ k: { const: 'b' } })])).not.toBeNull();
+    expect(refused([object({ k: { const: 'a' } }, ['k']), object({ k: { type: 'string' } }, ['k'])])).not.toBeNull();
+    expect(refused([object({ k: { const: 'a' } }, ['k']), object({ j: { const: 'b' } }, ['j'])])).not.toBeNull();
+    // Equal values count as equal whatever their key order.
+    expect(refused([{ const: { a: 1, b: 2 } }, { const: { b: 2, a: 1 } }])).not.toBeNull();
+    expect(
+      refused([object({ k: { enum: [{ a: 1, b: 2 }] } }, ['k']), object({ k: { const: { b: 2, a: 1 } } }, ['k'])]),
+    ).not.toBeNull();
+    expect(
+      refused([object({ k: { enum: [{ a: 1, b: 2 }] } }, ['k']), object({ k: { const: { b: 1, a: 2 } } }, ['k'])]),
+    ).toBeNull();
+    // anyOf takes what oneOf refuses.
+    expect(() =>
+      compileSchema({ type: 'object', properties: { v: { anyOf: [{ type: 'integer' }, { type: 'number' }] } } }),
+    ).not.toThrow();
+  });
+
+  it('the root: an object, or an anyOf / oneOf of objects', () => {
+    expect(() => compileSchema(TOOLS)).not.toThrow();
+    expect(() =>
+      compileSchema({
+        oneOf: [
+          { type: 'object', properties: { name: { const: 'a' } }, required: ['name'] },
+          { type: 'object', properties: { name: { const: 'b' } }, required: ['name'] },
+        ],
+      }),
+    ).not.toThrow();
+    for (const [schema, path] of [
+      [{ anyOf: [{ type: 'object', properties: {} }, { type: 'null' }] }, 'schema.anyOf'],
+      [{ oneOf: [{ type: 'object', properties: {} }, { type: 'string' }] }, 'schema.oneOf'],
+      [{ type: ['object', 'null'], properties: {} }, 'schema.type'],
+      [{ type: 'string' }, 'schema.type'],
+    ] as Array<[Schema, string]>) {
+      expect(() => compileSchema(schema), path).toThrow(
+        expect.objectContaining({ path, message: expect.stringMatching(/an object, or an anyOf \/ oneOf/) }),
+      );
+    }
+  });
+
+  it('reads a token (several bytes at once) along several paths: through strings, escapes and the root closing', () => {
+    // Both alternatives are alive inside the string, and after it (until the second key).
+    const root = compileSchema({
+      anyOf: [
+        { type: 'object', properties: { q: { type: 'string' }, a: { type: 'integer' } } },
+        { type: 'object', properties: { q: { type: 'string' }, a: { type: 'number' } } },
+        { type: 'object', properties: { q: { type: 'string' }, b: { type: 'null' } } },
+      ],
+    });
+    const chunks = (text: string, cuts: number[]) => {
+      const bytes = Buffer.from(text);
+      let st: SchemaState | null = initialSchemaState();
+      let from = 0;
+      for (const to of [...cuts, bytes.length]) {
+        if (!st) return null;
+        st = feedSchemaBytes(root, st, bytes, from, to);
+        from = to;
+      }
+      return st;
+    };
+    for (const text of ['{"q":"ab","a":1}', '{"q":"a\\"b\u00e9","a":1.5}', '{"q":"","b":null}']) {
+      for (let cut = 1; cut < text.length; cut++) {
+        expect(chunks(text, [cut])?.done, `${text} cut at ${cut}`).toBe(true);
+        expect(
+          chunks(
+            text,
+            [6, cut].sort((x, y) => x - y),
+          )?.done,
+          `${text} cut at 6 and ${cut}`,
+        ).toBe(true);
+      }
+    }
+    // The root closes while two alternatives are still alive (both read an integer).
+    const st = feedText(root, '{"q":"x","a":1');
+    expect(st && schemaPathCount(st)).toBe(2);
+    expect(st && feedSchemaBytes(root, st, Buffer.from('}'), 0, 1)?.done).toBe(true);
+    for (const text of ['{"q":"ab","a":null}', '{"q":"ab","b":1}', '{"q":"ab"}', '{"q":"a","a":1}}']) {
+      for (let cut = 1; cut < text.length; cut++) expect(chunks(text, [cut])?.done ?? false, text).toBe(false);
+    }
+  });
+
+  it('refuses unions that could make too many paths, naming the place', () => {
+    const objects = (n: number, inner = 1): Schema[] =>
+      Array.from({ length: n }, (_, i) => ({
+        type: 'object',
+        properties: {
+          a:
+            inner === 1
+              ? { type: 'integer' }
+              : {
+                  anyOf: Array.from({ length: inner }, (_, j) => ({
+                    type: 'object',
+                    properties: { [`k${j}`]: { type: 'integer' } },
+                  })),
+                },
+          [`t${i}`]: { type: 'null' },
+        },
+      }));
+    // Alternatives in one union.
+    expect(() => compileSchema({ anyOf: objects(MAX_UNION_ALTERNATIVES) })).not.toThrow();
+    expect(() =>
+      compileSchema({ type: 'object', properties: { v: { anyOf: objects(MAX_UNION_ALTERNATIVES + 1) } } }),
+    ).toThrow(expect.objectContaining({ path: 'schema.properties.v.anyOf' }));
+    // Paths at once: 64 alternatives that each begin alike along 4 (64 × 4 = 256) fit; 64 × 5 do not.
+    expect(MAX_SCHEMA_PATHS).toBe(256);
+    const root = compileSchema({ anyOf: objects(64, 4) });
+    expect(schemaPathCount(feedText(root, '{"a":{') as SchemaState)).toBe(256);
+    expect(() => compileSchema({ type: 'object', properties: { v: { anyOf: objects(64, 5) } } })).toThrow(
+      expect.objectContaining({ path: 'schema.properties.v.anyOf', message: expect.stringMatching(/320 ways/) }),
+    );
+    // Unions whose alternatives begin differently never run side by side: any number of them is fine.
+    const nullable = Object.fromEntries(Array.from({ length: 600 }, (_, i) => [`f${i}`, { type: ['string', 'null'] }]));
+    expect(() => compileSchema({ type: 'object', properties: nullable })).not.toThrow();
+    // Nor do alternatives read one after the other: 64 × 4 paths at most, in each of 3 properties.
+    expect(() =>
+      compileSchema({ type: 'object', properties: { x: { anyOf: objects(64, 4) }, y: { anyOf: objects(64, 4) } } }),
+    ).not.toThrow();
+  });
+});
+
 describe('a schema constraint over a vocabulary', () => {
   it('allows only the tokens that continue a conforming reply', () => {
     const pieces = ['{"', 'list', '":[', '1', ',', '2', '],"', 'n":', 'null', '}', '{}', ' ', '"'];
@@ -265,6 +684,55 @@ describe('a schema constraint over a vocabulary', () => {
     for (const id of [4, 5, 6, 7, 8]) c.accept(id);
     expect(allowed()).toEqual(['}']);
     c.accept(9);
+    expect(c.done).toBe(true);
+  });
+  it('with a tool-call envelope, allows the tokens that continue a call of some tool', () => {
+    const pieces = [
+      '{"name":"',
+      'get_',
+      'weather',
+      'time',
+      'search',
+      '"',
+      ',"arguments":{',
+      '"city":"',
+      'Paris',
+      'Lyon',
+      '"}',
+      '}',
+      '_alerts',
+      'news',
+      'get_weather"',
+    ];
+    const table = tokenTable(
+      pieces.map((p) => [...Buffer.from(p)]),
+      [],
+    );
+    const c = constraintFor({ table, schema: compileSchema(TOOLS) });
+    const allowed = () => pieces.filter((_, id) => c.allows(id));
+    const accept = (piece: string) => c.accept(pieces.indexOf(piece));
+    expect(allowed()).toEqual(['{"name":"']);
+    accept('{"name":"');
+    expect(allowed()).toEqual(['get_', 'search', 'get_weather"']);
+    // The mask agrees with allows (and leaves what it refuses at -Infinity).
+    const logits = new Float32Array(pieces.length);
+    expect(c.mask(logits, pieces.length)).toBe(3);
+    expect([...logits].map((x) => x === 0)).toEqual(pieces.map((p) => ['get_', 'search', 'get_weather"'].includes(p)));
+    accept('get_');
+    expect(allowed()).toEqual(['weather', 'time', 'news']);
+    accept('weather');
+    expect(allowed()).toEqual(['"', '_alerts']);
+    accept('_alerts');
+    expect(allowed()).toEqual(['"']);
+    accept('"');
+    accept(',"arguments":{');
+    accept('"city":"');
+    // get_weather_alerts takes any city (get_weather, dead now, only Paris or Oslo), then the closing braces.
+    expect(allowed()).toEqual(pieces.filter((p) => !['{"name":"', ',"arguments":{', '"city":"'].includes(p)));
+    accept('Lyon');
+    accept('"}');
+    expect(allowed()).toEqual(['}']);
+    accept('}');
     expect(c.done).toBe(true);
   });
 });
