@@ -45,6 +45,8 @@ generate options:
   --logprobs N             with --json: each token's log-probability and the N most likely alternatives (0-20)
   --response-format json   JSON mode: the reply is one JSON object
   --json-schema FILE       structured output: the reply is one JSON object that conforms to this JSON Schema
+  --tools FILE             with --chat: functions the model may call (a JSON array, OpenAI's tools form)
+  --tool-choice C          auto (default), none, required, or a tool's name (the reply is a call to it)
   --seed S                 the same seed gives the same tokens
   --stop STR               stop string (repeatable)
   --rows N                 generate N rows of the same prompt as one batched request
@@ -232,6 +234,8 @@ async function generate(args: string[], io: Io): Promise<number> {
     logprobs: { type: 'string' },
     'response-format': { type: 'string' },
     'json-schema': { type: 'string' },
+    tools: { type: 'string' },
+    'tool-choice': { type: 'string' },
     seed: { type: 'string' },
     stop: { type: 'string', multiple: true },
     rows: { type: 'string' },
@@ -299,7 +303,12 @@ async function generate(args: string[], io: Io): Promise<number> {
     }
     if (format !== undefined) request.responseFormat = format;
     const schemaFile = values['json-schema'];
-    if (schemaFile !== undefined) request.jsonSchema = readJsonSchema(schemaFile);
+    if (schemaFile !== undefined) request.jsonSchema = readJsonFile('--json-schema', schemaFile);
+    if (values.tools !== undefined) request.tools = toolsOf(readJsonFile('--tools', values.tools));
+    const choice = values['tool-choice'];
+    if (choice !== undefined) {
+      request.toolChoice = choice === 'auto' || choice === 'none' || choice === 'required' ? choice : { name: choice };
+    }
 
     host = new RunnerService({
       ...(kvBudget !== undefined ? { kvBudgetBytes: kvBudget } : {}),
@@ -331,6 +340,7 @@ async function generate(args: string[], io: Io): Promise<number> {
           text: result.text,
           finishReason: result.finishReason,
           ...(result.rows[0]?.logprobs ? { logprobs: result.rows[0].logprobs } : {}),
+          ...(result.rows[0]?.toolCalls ? { toolCalls: result.rows[0].toolCalls } : {}),
           promptTokens: result.promptTokens,
           bpt: result.bpt,
           kvBytes: result.kvBytes,
@@ -349,6 +359,9 @@ async function generate(args: string[], io: Io): Promise<number> {
       if (multiRow) {
         for (const [i, r] of result.rows.entries()) io.out(`[row ${i}] ${r.text}\n`);
       } else io.out('\n');
+      for (const [i, r] of result.rows.entries()) {
+        for (const c of r.toolCalls ?? []) io.out(`${multiRow ? `[row ${i}] ` : ''}call ${c.name}(${c.arguments})\n`);
+      }
       io.err(
         `kvdesk: ${result.tokenIds.length} tokens, finish ${result.finishReason}, ttft ${round(result.timings.ttftMs)} ms, ${round(result.timings.tokensPerSecond)} tok/s, KV ${formatBytes(result.kvBytes)} (bpt ${result.bpt})\n`,
       );
@@ -361,19 +374,27 @@ async function generate(args: string[], io: Io): Promise<number> {
   }
 }
 
-/** A JSON Schema file for --json-schema; errors name the file. */
-function readJsonSchema(file: string): unknown {
+/** A JSON file given to a flag (--json-schema, --tools); errors name the flag and the file. */
+function readJsonFile(flag: string, file: string): unknown {
   let text: string;
   try {
     text = readFileSync(file, 'utf8');
   } catch (err) {
-    throw badArgs(`--json-schema: cannot read ${file}: ${(err as Error).message}`);
+    throw badArgs(`${flag}: cannot read ${file}: ${(err as Error).message}`);
   }
   try {
     return JSON.parse(text);
   } catch (err) {
-    throw badArgs(`--json-schema: ${file} is not JSON: ${(err as Error).message}`);
+    throw badArgs(`${flag}: ${file} is not JSON: ${(err as Error).message}`);
   }
+}
+
+/** --tools: OpenAI's `[{type: "function", function: {name, description, parameters}}]` (or the functions alone). */
+function toolsOf(value: unknown): unknown[] {
+  if (!Array.isArray(value) || value.length === 0) {
+    throw badArgs('--tools: the file must hold a non-empty JSON array of tools');
+  }
+  return value.map((t) => (typeof t === 'object' && t !== null && 'function' in t ? t.function : t));
 }
 
 function round(n: number): number {

@@ -5,12 +5,37 @@
 import { z } from 'zod';
 import type { ErrorInfo } from './errors';
 
-/** A chat message. */
+/** A function call the model made (OpenAI's tool call): `arguments` is the JSON text of an object. */
+export const ToolCall = z.object({
+  id: z.string().min(1).max(200),
+  name: z.string().min(1).max(64),
+  arguments: z.string(),
+});
+export type ToolCall = z.infer<typeof ToolCall>;
+
+/** A chat message; an assistant's may carry the calls it made, a tool's the id of the call it answers. */
 export const ChatMessage = z.object({
   role: z.enum(['system', 'user', 'assistant', 'tool']),
   content: z.string(),
+  toolCalls: z.array(ToolCall).max(128).optional(),
+  toolCallId: z.string().min(1).max(200).optional(),
+  /** A tool result's function name (found from toolCallId when omitted). */
+  name: z.string().min(1).max(64).optional(),
 });
 export type ChatMessage = z.infer<typeof ChatMessage>;
+
+/** A function the model may call (OpenAI's `tools[].function`). */
+export const ToolDefinition = z.object({
+  name: z.string().regex(/^[A-Za-z0-9_.-]{1,64}$/, 'letters, digits, _ . - (at most 64)'),
+  description: z.string().max(8192).optional(),
+  /** JSON Schema of the arguments object; omitted: no arguments. */
+  parameters: z.record(z.string(), z.unknown()).optional(),
+});
+export type ToolDefinition = z.infer<typeof ToolDefinition>;
+
+/** Whether the model may call tools (`auto`), must not (`none`), must call one (`required`), or that one. */
+export const ToolChoice = z.union([z.enum(['auto', 'none', 'required']), z.object({ name: z.string().min(1) })]);
+export type ToolChoice = z.infer<typeof ToolChoice>;
 
 /** Sampling settings; omitted fields take the package's defaults, then kvdesk's. */
 export const SamplingSettings = z.object({
@@ -73,6 +98,12 @@ export const GenerateRequest = z
      */
     jsonSchema: z.record(z.string(), z.unknown()).optional(),
     stop: z.array(z.string().min(1)).max(16).optional(),
+    /** Functions the model may call (with `messages`); calls come back in each row's `toolCalls`. */
+    tools: z.array(ToolDefinition).min(1).max(128).optional(),
+    /** Default `auto`. `required` and a named tool make the reply one call, written to the tool's schema. */
+    toolChoice: ToolChoice.optional(),
+    /** False: a reply ends after its first call. Default true. */
+    parallelToolCalls: z.boolean().optional(),
     /** Keep this conversation's KV between turns. */
     sessionId: z.string().min(1).max(200).optional(),
     /**
@@ -96,8 +127,8 @@ export const GenerateRequest = z
   );
 export type GenerateRequest = z.infer<typeof GenerateRequest>;
 
-/** Why a reply ended. `context`: the context window was full. */
-export type FinishReason = 'eos' | 'stop' | 'length' | 'context' | 'cancelled';
+/** Why a reply ended. `context`: the context window was full; `tool_calls`: it ended by itself with calls. */
+export type FinishReason = 'eos' | 'stop' | 'length' | 'context' | 'cancelled' | 'tool_calls';
 
 /** Present when the KV budget allowed fewer new tokens than asked (SCHEDULER.md capped admission). */
 export interface BudgetCap {
@@ -139,6 +170,8 @@ export interface RowResult {
   finishReason: FinishReason;
   /** With `logprobs`: one entry per token of tokenIds. */
   logprobs?: GeneratedTokenLogprob[];
+  /** With `tools`: the calls the reply made (`text` is the rest of it). */
+  toolCalls?: ToolCall[];
 }
 
 /** The final result of a generation. Row 0 is repeated at the top level for convenience. */
@@ -187,7 +220,8 @@ export type StreamFrame =
       type: 'tokens';
       requestId: string;
       /** `logprobs` (with the request's `logprobs`): one entry per id. */
-      rows: Array<{ ids: number[]; text: string; logprobs?: GeneratedTokenLogprob[] }>;
+      /** `toolCalls`: calls completed with these tokens (their text is not in `text`). */
+      rows: Array<{ ids: number[]; text: string; logprobs?: GeneratedTokenLogprob[]; toolCalls?: ToolCall[] }>;
     }
   | { type: 'done'; requestId: string; result: GenerationResult }
   | { type: 'error'; requestId: string; error: ErrorInfo };

@@ -249,6 +249,36 @@ describe('CLI on the generated default model', () => {
     expect((bad.json.error as Record<string, unknown>).message).toContain('presencePenalty');
   });
 
+  it('--tools with --tool-choice makes the reply a call, in the JSON result and as a line of text', () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-cli-tools-'));
+    const file = path.join(dir, 'tools.json');
+    writeFileSync(
+      file,
+      JSON.stringify([
+        {
+          type: 'function',
+          function: { name: 'lamp', parameters: { type: 'object', properties: { on: { type: 'boolean' } } } },
+        },
+      ]),
+    );
+    const args = ['generate', defaultModelDir, '--chat', '--prompt', 'Light?', '--max-new-tokens', '40', '--greedy'];
+    const json = kvdesk(...args, '--tools', file, '--tool-choice', 'lamp', '--json');
+    expect(json.code, json.stderr).toBe(0);
+    expect(json.json.finishReason).toBe('tool_calls');
+    const calls = json.json.toolCalls as Array<{ name: string; arguments: string }>;
+    expect(calls).toHaveLength(1);
+    expect(calls[0]?.name).toBe('lamp');
+    expect(['{"on":true}', '{"on":false}']).toContain(calls[0]?.arguments);
+    const text = kvdesk(...args, '--tools', file, '--tool-choice', 'required');
+    expect(text.code, text.stderr).toBe(0);
+    expect(text.stdout).toMatch(/^call lamp\(\{"on":(true|false)\}\)$/m);
+    writeFileSync(file, '{"name": "lamp"}');
+    const notList = kvdesk(...args, '--tools', file, '--json');
+    expect(notList.code).toBe(2);
+    expect((notList.json.error as Record<string, unknown>).message).toContain('--tools: the file must hold');
+    rmSync(dir, { recursive: true, force: true });
+  });
+
   it('streams text to stdout and a summary to stderr without --json', () => {
     const r = kvdesk('generate', defaultModelDir, '--chat', '--prompt', 'Hi', '--max-new-tokens', '8', '--seed', '3');
     expect(r.code, r.stderr).toBe(0);

@@ -17,6 +17,7 @@ import {
   type RowResult,
   type StreamFrame,
   type TokenLogprob,
+  type ToolCall,
 } from '../../shared/contract';
 import { type ErrorInfo, KvdeskError, toErrorInfo } from '../../shared/errors';
 import { type ModelSpec, staticPositions } from '../../shared/model-spec';
@@ -38,8 +39,10 @@ import { loadModelSpec } from '../packages';
 import { providerShortName } from '../packages/execution-providers';
 import { createScheduler, type Scheduler } from '../scheduler';
 import { applyChat, createStopMatcher, createStreamDecoder, loadTokenizer, type TextTokenizer } from '../tokenizer';
+import { createToolCallFilter, type ToolCallFilter, toolChatTurns } from '../tokenizer/tool-calls';
 import { deriveHostDeviceBudget } from './device-budgets';
 import { EngineClient } from './engine-client';
+import { planTools, type ToolPlan } from './tool-plan';
 
 const CPU = 'CPUExecutionProvider';
 
@@ -563,7 +566,7 @@ export class RunnerService {
     return m;
   }
 
-  private buildRows(req: GenerateRequest, model: LoadedModel): number[][] {
+  private buildRows(req: GenerateRequest, model: LoadedModel, tools: ToolPlan | undefined): number[][] {
     const tok = model.tokenizer;
     const spec = model.spec;
     let rows: number[][];
@@ -580,7 +583,15 @@ export class RunnerService {
         req.messages ?? (req.chat ? [{ role: 'user', content: req.prompt ?? '' }] : undefined);
       if (messages) {
         const all: ChatMessage[] = req.system ? [{ role: 'system', content: req.system }, ...messages] : messages;
-        rows = [applyChat(tok, spec.chatTemplate, all, { source: 'tokenizer_config.json field chat_template' }).ids];
+        // Tool calls and results of earlier turns, and the tools, in the form the template (or kvdesk) shows them.
+        const turns = toolChatTurns(all, tools?.shown, tools?.native ?? false);
+        rows = [
+          applyChat(tok, spec.chatTemplate, turns.messages, {
+            source: 'tokenizer_config.json field chat_template',
+            ...(turns.tools ? { tools: turns.tools } : {}),
+            ...(tools?.suffix ? { suffix: tools.suffix } : {}),
+          }).ids,
+        ];
       } else {
         rows = [tok.encode(req.prompt ?? '', { addSpecialTokens: true })];
       }
@@ -613,11 +624,15 @@ export class RunnerService {
     let req = parsed.data;
     let model: LoadedModel;
     let rows: number[][];
+    let tools: ToolPlan | undefined;
     try {
       model = this.resolveModel(req.model);
-      rows = this.buildRows(req, model);
+      tools = planTools(req, model.spec.chatTemplate, model.tokenizer);
+      rows = this.buildRows(req, model, tools);
       checkLogitBias(req, model.spec.vocabSize);
       checkJsonSchema(req);
+      // A forced call is structured output over the call's schema.
+      if (tools?.schema) req = { ...req, jsonSchema: tools.schema };
       if (req.promptCache && req.sessionId === undefined && rows.length === 1) {
         const sessionId = this.pickPromptCache(model, rows[0] as number[]);
         if (sessionId) req = { ...req, sessionId };
@@ -631,7 +646,7 @@ export class RunnerService {
       resolveResult = res;
       rejectResult = rej;
     });
-    const run = new Generation(this, requestId, req, model, rows, sink, resolveResult, rejectResult);
+    const run = new Generation(this, requestId, req, model, rows, tools, sink, resolveResult, rejectResult);
     this.cancels.set(requestId, (reason) => run.cancel(reason));
     this.generations.set(requestId, run);
     const forget = () => {
@@ -776,6 +791,9 @@ class Generation {
   private readonly rowDecoded: number[];
   private readonly decoders;
   private readonly matchers;
+  /** With tools: each row's reader of calls, and the calls read so far. */
+  private readonly toolFilters: ToolCallFilter[] | undefined;
+  private readonly rowCalls: ToolCall[][];
   private readonly started: number;
   private admittedAt = 0;
   private firstTokenAt = 0;
@@ -794,6 +812,7 @@ class Generation {
     private readonly req: GenerateRequest,
     private readonly model: LoadedModel,
     private readonly rows: number[][],
+    private readonly tools: ToolPlan | undefined,
     private readonly sink: (frame: StreamFrame) => void,
     private readonly resolve: (r: GenerationResult) => void,
     private readonly reject: (e: Error) => void,
@@ -804,8 +823,19 @@ class Generation {
     this.rowStopped = rows.map(() => null);
     this.rowLogprobs = req.logprobs !== undefined ? rows.map(() => []) : undefined;
     this.rowDecoded = rows.map(() => 0);
-    this.decoders = rows.map(() => createStreamDecoder(model.tokenizer, { skipSpecialTokens: true }));
+    const reads = tools?.reads ? tools : undefined;
+    // A tool-call marker that is a special token (Mistral's [TOOL_CALLS]) stays in the text the filter reads.
+    this.decoders = rows.map(() =>
+      createStreamDecoder(model.tokenizer, {
+        skipSpecialTokens: true,
+        ...(reads && reads.keepIds.size > 0 ? { keepSpecialIds: reads.keepIds } : {}),
+      }),
+    );
     this.matchers = rows.map(() => createStopMatcher(req.stop ?? []));
+    this.toolFilters = reads
+      ? rows.map(() => createToolCallFilter(reads.format, reads.names, { forced: reads.forced }))
+      : undefined;
+    this.rowCalls = rows.map(() => []);
     this.promptTokens = Math.max(...rows.map((r) => r.length));
     this.sched = host.schedulerOf(model.id);
   }
@@ -985,11 +1015,17 @@ class Generation {
       this.sched.firstToken(this.id);
     }
     this.lastTokenAt = now;
-    const frameRows: Array<{ ids: number[]; text: string; logprobs?: GeneratedTokenLogprob[] }> = [];
+    const frameRows: Array<{
+      ids: number[];
+      text: string;
+      logprobs?: GeneratedTokenLogprob[];
+      toolCalls?: ToolCall[];
+    }> = [];
     let maxRowTokens = 0;
     for (let r = 0; r < ids.length; r++) {
       const fresh: number[] = [];
       const freshLogprobs: GeneratedTokenLogprob[] | undefined = this.rowLogprobs ? [] : undefined;
+      const calls: ToolCall[] = [];
       let text = '';
       for (const [i, id] of (ids[r] ?? []).entries()) {
         if (this.rowStopped[r]) break;
@@ -1006,12 +1042,17 @@ class Generation {
         }
         const m = this.matchers[r]?.push(piece);
         if (m) {
-          text += m.emit;
-          if (m.stopped) this.rowStopped[r] = 'stop';
+          text += this.readCalls(r, m.emit, calls);
+          if (m.stopped) this.rowStopped[r] ??= 'stop';
         }
       }
       this.rowText[r] += text;
-      frameRows.push(freshLogprobs ? { ids: fresh, text, logprobs: freshLogprobs } : { ids: fresh, text });
+      frameRows.push({
+        ids: fresh,
+        text,
+        ...(freshLogprobs ? { logprobs: freshLogprobs } : {}),
+        ...(calls.length > 0 ? { toolCalls: calls } : {}),
+      });
       maxRowTokens = Math.max(maxRowTokens, (this.rowIds[r] as number[]).length);
     }
     this.generated = maxRowTokens;
@@ -1020,33 +1061,66 @@ class Generation {
     if (this.rowStopped.every((s) => s !== null)) this.host.engine.cancel(this.id, 'stop');
   }
 
+  /**
+   * The reply's text after tool calls are read out of it (all of it without tools). Calls completed go to
+   * `calls` and the row's list; without parallel calls, the row ends after its first.
+   */
+  private readCalls(r: number, text: string, calls: ToolCall[]): string {
+    const filter = this.toolFilters?.[r];
+    if (!filter) return text;
+    return this.takeCalls(r, filter.push(text), calls);
+  }
+
+  private takeCalls(r: number, out: { content: string; calls: ToolCall[] }, calls: ToolCall[]): string {
+    const made = this.rowCalls[r] as ToolCall[];
+    for (const call of out.calls) {
+      if (!this.tools?.parallel && made.length > 0) break;
+      made.push(call);
+      calls.push(call);
+    }
+    if (!this.tools?.parallel && made.length > 0) this.rowStopped[r] ??= 'tool_calls';
+    return out.content;
+  }
+
   /** The engine's end of the generation: why it ended, and why each row did (an end token, a closed JSON object…). */
   private onDone(done: Extract<EngineEvent, { type: 'done' }>): void {
     const { finishReason: engineReason, rowFinishReasons, sessionTokens, kvBytes } = done;
     if (this.ended) return;
     const sessionId = this.req.sessionId;
     // Flush text held back by the decoders and stop matchers.
-    const tail: Array<{ ids: number[]; text: string }> = [];
+    const tail: Array<{ ids: number[]; text: string; toolCalls?: ToolCall[] }> = [];
     for (let r = 0; r < this.rows.length; r++) {
       let text = '';
+      const calls: ToolCall[] = [];
       if (!this.rowStopped[r]) {
         const m = this.matchers[r]?.push(this.decoders[r]?.flush() ?? '');
-        text += m?.emit ?? '';
+        text += this.readCalls(r, m?.emit ?? '', calls);
         if (m?.stopped) this.rowStopped[r] = 'stop';
-        if (!this.rowStopped[r]) text += this.matchers[r]?.flush() ?? '';
+        if (!this.rowStopped[r]) text += this.readCalls(r, this.matchers[r]?.flush() ?? '', calls);
       }
+      // A call left incomplete is the reply's text.
+      const filter = this.toolFilters?.[r];
+      if (filter) text += this.takeCalls(r, filter.flush(), calls);
       this.rowText[r] += text;
-      tail.push({ ids: [], text });
+      tail.push(calls.length > 0 ? { ids: [], text, toolCalls: calls } : { ids: [], text });
     }
-    if (tail.some((t) => t.text.length > 0)) this.emit({ type: 'tokens', requestId: this.id, rows: tail });
+    if (tail.some((t) => t.text.length > 0 || t.toolCalls))
+      this.emit({ type: 'tokens', requestId: this.id, rows: tail });
 
     const cancelled = engineReason === 'cancelled' || (this.cancelReason !== null && engineReason !== 'eos');
-    const rowsOut: RowResult[] = this.rows.map((_, r) => ({
-      tokenIds: this.rowIds[r] as number[],
-      text: this.rowText[r] as string,
-      finishReason: this.rowStopped[r] ?? (cancelled ? 'cancelled' : (rowFinishReasons[r] ?? engineReason)),
-      ...(this.rowLogprobs ? { logprobs: this.rowLogprobs[r] as GeneratedTokenLogprob[] } : {}),
-    }));
+    const rowsOut: RowResult[] = this.rows.map((_, r) => {
+      const reason = this.rowStopped[r] ?? (cancelled ? 'cancelled' : (rowFinishReasons[r] ?? engineReason));
+      const calls = this.rowCalls[r] as ToolCall[];
+      // A reply that ended by itself having made calls ends for them.
+      const ended = reason === 'eos' || reason === 'stop' || reason === 'tool_calls';
+      return {
+        tokenIds: this.rowIds[r] as number[],
+        text: this.rowText[r] as string,
+        finishReason: calls.length > 0 && ended ? 'tool_calls' : reason,
+        ...(this.rowLogprobs ? { logprobs: this.rowLogprobs[r] as GeneratedTokenLogprob[] } : {}),
+        ...(calls.length > 0 ? { toolCalls: calls } : {}),
+      };
+    });
     const finishReason = (rowsOut[0] as RowResult).finishReason;
     if (cancelled) {
       this.sched.cancel(this.id, this.cancelReason ?? 'user');
@@ -1058,7 +1132,8 @@ class Generation {
       this.fail(this.cancelError(`after ${this.generated} tokens`));
       return;
     }
-    const schedReason = finishReason === 'stop' ? 'stop' : finishReason === 'eos' ? 'eos' : 'length';
+    const schedReason =
+      finishReason === 'stop' ? 'stop' : finishReason === 'eos' || finishReason === 'tool_calls' ? 'eos' : 'length';
     if (sessionId) {
       const row = this.rows[0] as number[];
       const tokens = [...row, ...(this.rowIds[0] as number[])].slice(0, sessionTokens);

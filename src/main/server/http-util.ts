@@ -82,6 +82,13 @@ const PARAM: Partial<Record<ErrorCode, string>> = {
   TOKEN_OUT_OF_VOCAB: 'prompt',
 };
 
+/** The OpenAI parameter of a field the host named in a refusal (its contract's names are camelCase). */
+function openAiParam(field: string): string {
+  if (field.startsWith('jsonSchema')) return 'response_format';
+  if (field.startsWith('toolChoice')) return 'tool_choice';
+  return field.replace(/^tools\[(\d+)\]\.(parameters|name)/, 'tools[$1].function.$2');
+}
+
 /** Detail keys renamed to the names llama.cpp and vLLM clients already read. */
 const DETAIL_NAMES: Record<string, string> = {
   promptTokens: 'n_prompt_tokens',
@@ -101,6 +108,9 @@ export function errorFromInfo(info: ErrorInfo, paramHint?: { prompt: string }): 
   const mapped = STATUS[info.code] ?? STATUS.INTERNAL;
   let param: string | null = PARAM[info.code] ?? null;
   if (param !== null && param !== 'model' && paramHint) param = paramHint.prompt;
+  if (paramHint && info.code === 'BAD_REQUEST' && typeof info.detail?.field === 'string') {
+    param = openAiParam(info.detail.field);
+  }
   const numbers: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(info.detail ?? {})) {
     if (value !== undefined) numbers[DETAIL_NAMES[key] ?? snakeCase(key)] = value;

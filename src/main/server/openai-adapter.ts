@@ -12,6 +12,9 @@ import type {
   GenerateRequest,
   GenerationResult,
   TokenLogprob,
+  ToolCall,
+  ToolChoice,
+  ToolDefinition,
 } from '../../shared/contract';
 import type { BudgetCap, ContextClip } from '../../shared/scheduler-types';
 import { type HttpError, httpError } from './http-util';
@@ -75,15 +78,58 @@ function refuseUnsupported(body: Body): void {
       !(typeof v === 'object' && v !== null && !Array.isArray(v) && Object.keys(v).length === 0)
     );
   };
-  for (const k of ['tools', 'functions', 'suffix']) {
-    if (nonEmpty(k)) throw bad(`"${k}" is not supported by kvdesk; send the request without it.`, k);
-  }
-  for (const k of ['tool_choice', 'function_call']) {
-    if (present(body, k) && body[k] !== 'none' && body[k] !== 'auto') {
-      throw bad(`"${k}" is not supported by kvdesk; send the request without it.`, k);
-    }
+  if (nonEmpty('suffix')) throw bad('"suffix" is not supported by kvdesk; send the request without it.', 'suffix');
+  // The deprecated forms of tools.
+  if (nonEmpty('functions')) throw bad('"functions" is deprecated and not supported: send "tools".', 'functions');
+  if (present(body, 'function_call') && body.function_call !== 'none' && body.function_call !== 'auto') {
+    throw bad('"function_call" is deprecated and not supported: send "tool_choice".', 'function_call');
   }
   if (body.echo === true) throw bad('"echo" is not supported by kvdesk; send the request without it.', 'echo');
+}
+
+/** OpenAI's `tools`: function tools, `{type: "function", function: {name, description, parameters, strict}}`. */
+function toolList(kind: OpenAiKind, body: Body): ToolDefinition[] | undefined {
+  const v = body.tools;
+  if (v === undefined || v === null || (Array.isArray(v) && v.length === 0)) return undefined;
+  if (kind !== 'chat') throw bad('"tools" are for /v1/chat/completions; send the conversation there.', 'tools');
+  if (!Array.isArray(v)) throw bad('"tools" must be an array of {"type": "function", "function": {…}}.', 'tools');
+  return v.map((t, i) => {
+    const tool = t as { type?: unknown; function?: unknown } | null;
+    if (typeof tool !== 'object' || tool === null || tool.type !== 'function') {
+      throw bad(
+        `tools[${i}].type must be "function" (kvdesk runs function tools only), got ${JSON.stringify(tool?.type)}.`,
+        `tools[${i}].type`,
+      );
+    }
+    const fn = tool.function as Record<string, unknown> | undefined;
+    if (typeof fn !== 'object' || fn === null || typeof fn.name !== 'string') {
+      throw bad(`tools[${i}].function must be an object with a "name".`, `tools[${i}].function`);
+    }
+    const params = fn.parameters;
+    if (params !== undefined && params !== null && (typeof params !== 'object' || Array.isArray(params))) {
+      throw bad(`tools[${i}].function.parameters must be a JSON Schema object.`, `tools[${i}].function.parameters`);
+    }
+    return {
+      name: fn.name,
+      ...(typeof fn.description === 'string' ? { description: fn.description } : {}),
+      ...(params ? { parameters: params as Record<string, unknown> } : {}),
+    };
+  });
+}
+
+/** OpenAI's `tool_choice`: "none", "auto", "required", or `{type: "function", function: {name}}`. */
+function toolChoice(body: Body): ToolChoice | undefined {
+  const v = body.tool_choice;
+  if (v === undefined || v === null) return undefined;
+  if (v === 'none' || v === 'auto' || v === 'required') return v;
+  const name = (v as { function?: { name?: unknown } }).function?.name;
+  if (typeof v === 'object' && (v as { type?: unknown }).type === 'function' && typeof name === 'string') {
+    return { name };
+  }
+  throw bad(
+    '"tool_choice" must be "none", "auto", "required" or {"type": "function", "function": {"name": …}}.',
+    'tool_choice',
+  );
 }
 
 /**
@@ -177,6 +223,27 @@ function messageContent(m: Record<string, unknown>, i: number): string {
   throw bad(`messages[${i}].content must be a string or an array of text parts.`, `messages[${i}].content`);
 }
 
+/** An assistant message's `tool_calls`: `[{id, type: "function", function: {name, arguments}}]`. */
+function messageToolCalls(m: Record<string, unknown>, i: number): ToolCall[] | undefined {
+  const v = m.tool_calls;
+  if (v === undefined || v === null || (Array.isArray(v) && v.length === 0)) return undefined;
+  const where = `messages[${i}].tool_calls`;
+  if (!Array.isArray(v)) throw bad(`${where} must be an array.`, where);
+  return v.map((c, j) => {
+    const call = c as { id?: unknown; function?: { name?: unknown; arguments?: unknown } } | null;
+    const fn = call?.function;
+    if (typeof call?.id !== 'string' || typeof fn?.name !== 'string') {
+      throw bad(`${where}[${j}] must have an "id" and a "function" with a "name".`, `${where}[${j}]`);
+    }
+    const args = fn.arguments ?? '{}';
+    return {
+      id: call.id,
+      name: fn.name,
+      arguments: typeof args === 'string' ? args : JSON.stringify(args),
+    };
+  });
+}
+
 function chatMessages(body: Body): ChatMessage[] {
   const raw = body.messages;
   if (!Array.isArray(raw) || raw.length === 0) throw bad('"messages" must be a non-empty array.', 'messages');
@@ -191,7 +258,16 @@ function chatMessages(body: Body): ChatMessage[] {
         `messages[${i}].role`,
       );
     }
-    return { role, content: messageContent(msg, i) };
+    const out: ChatMessage = { role, content: messageContent(msg, i) };
+    if (role === 'assistant') {
+      const calls = messageToolCalls(msg, i);
+      if (calls) out.toolCalls = calls;
+    }
+    if (role === 'tool') {
+      if (typeof msg.tool_call_id === 'string') out.toolCallId = msg.tool_call_id;
+      if (typeof msg.name === 'string') out.name = msg.name;
+    }
+    return out;
   });
 }
 
@@ -246,6 +322,9 @@ export function mapOpenAiRequest(kind: OpenAiKind, input: unknown): MappedReques
   const logprobs = logprobsCount(kind, body);
   const format = responseFormat(body);
   const stop = stopList(body);
+  const tools = toolList(kind, body);
+  const choice = toolChoice(body);
+  const parallel = boolean(body, 'parallel_tool_calls');
 
   const request: GenerateRequest = { model: body.model };
   let promptCount = 1;
@@ -289,12 +368,32 @@ export function mapOpenAiRequest(kind: OpenAiKind, input: unknown): MappedReques
   else if (typeof format === 'object') request.jsonSchema = format.schema;
   if (Object.keys(sampling).length > 0) request.sampling = sampling;
   if (stop) request.stop = stop;
+  if (tools) request.tools = tools;
+  if (choice !== undefined) request.toolChoice = choice;
+  if (parallel !== undefined && tools) request.parallelToolCalls = parallel;
   return { kind, model: body.model, stream, includeUsage, n, promptCount, promptIdLengths, promptTexts, request };
 }
 
-/** OpenAI's finish reasons: the reply ended by itself, or it ran out of room (tokens, context or budget). */
-export function openAiFinishReason(reason: FinishReason): 'stop' | 'length' {
+/** OpenAI's finish reasons: the reply ended by itself (with calls), or it ran out of room (tokens, context or budget). */
+export function openAiFinishReason(reason: FinishReason): 'stop' | 'length' | 'tool_calls' {
+  if (reason === 'tool_calls') return 'tool_calls';
   return reason === 'eos' || reason === 'stop' ? 'stop' : 'length';
+}
+
+/** Calls in OpenAI's form; `first` is the index of the first in its reply (streamed chunks number them). */
+export function toolCallsJson(calls: readonly ToolCall[], first?: number): Array<Record<string, unknown>> {
+  return calls.map((c, i) => ({
+    ...(first !== undefined ? { index: first + i } : {}),
+    id: c.id,
+    type: 'function',
+    function: { name: c.name, arguments: c.arguments },
+  }));
+}
+
+/** A chat reply's message: its text (null when it only made calls, as OpenAI's) and its calls. */
+function chatMessage(text: string, calls: readonly ToolCall[] | undefined): Record<string, unknown> {
+  if (!calls || calls.length === 0) return { role: 'assistant', content: text };
+  return { role: 'assistant', content: text.length > 0 ? text : null, tool_calls: toolCallsJson(calls) };
 }
 
 function budgetCapJson(c: BudgetCap) {
@@ -399,7 +498,7 @@ export function completionBody(
     kind === 'chat'
       ? {
           index,
-          message: { role: 'assistant', content: row.text },
+          message: chatMessage(row.text, row.toolCalls),
           logprobs: logprobsJson(kind, row.logprobs),
           finish_reason: openAiFinishReason(row.finishReason),
         }
@@ -454,6 +553,11 @@ export function deltaChoice(
     logprobs: lp,
     finish_reason: null,
   };
+}
+
+/** A streamed chat choice carrying calls completed by its latest tokens (numbered from `first` in the reply). */
+export function toolCallsChoice(index: number, calls: readonly ToolCall[], first: number): Record<string, unknown> {
+  return { index, delta: { tool_calls: toolCallsJson(calls, first) }, logprobs: null, finish_reason: null };
 }
 
 /** The last streamed choice of a row: empty text and its finish reason. */

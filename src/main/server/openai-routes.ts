@@ -23,6 +23,7 @@ import {
   type OpenAiKind,
   type ReplyHeader,
   replyId,
+  toolCallsChoice,
   usageOf,
 } from './openai-adapter';
 
@@ -73,6 +74,8 @@ export function serveCompletion(
   return new Promise<void>((resolve) => {
     let over = false;
     let head: ReplyHeader | null = null;
+    // Calls streamed so far per choice: the next call's index.
+    const callsSent = new Array<number>(choices).fill(0);
     const finish = () => {
       over = true;
       resolve();
@@ -106,6 +109,10 @@ export function serveCompletion(
             if (row.text.length > 0 || withLogprobs) {
               const lp = withLogprobs ? row.logprobs : undefined;
               sse(chunk(kind, h, [deltaChoice(kind, i, row.text, false, lp)], usageNull));
+            }
+            if (row.toolCalls && row.toolCalls.length > 0) {
+              sse(chunk(kind, h, [toolCallsChoice(i, row.toolCalls, callsSent[i] ?? 0)], usageNull));
+              callsSent[i] = (callsSent[i] ?? 0) + row.toolCalls.length;
             }
           });
           return;

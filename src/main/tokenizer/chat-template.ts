@@ -2,10 +2,22 @@ import { Template } from '@huggingface/jinja';
 import { KvdeskError } from '../../shared/errors';
 import type { TextTokenizer } from './text-tokenizer';
 
+/** A tool call of an assistant turn as chat templates see it (transformers' form: arguments as an object). */
+export interface TemplateToolCall {
+  id: string;
+  type: 'function';
+  function: { name: string; arguments: unknown };
+}
+
 /** One chat turn as chat templates see it. */
 export interface ChatMessage {
   role: string;
   content: string;
+  /** An assistant turn's tool calls. */
+  tool_calls?: TemplateToolCall[];
+  /** A tool result: the call it answers, and the tool's name. */
+  tool_call_id?: string;
+  name?: string;
 }
 
 /** Options of {@link renderChatTemplate}. */
@@ -16,6 +28,8 @@ export interface RenderChatOptions {
   eosToken?: string;
   /** Where the template came from, for error messages (e.g. "tokenizer_config.json field chat_template"). */
   source?: string;
+  /** Tools the model may call, in transformers' form (`{type: 'function', function: {name, description, parameters}}`). */
+  tools?: unknown[];
 }
 
 /**
@@ -49,7 +63,8 @@ export function renderChatTemplate(template: string, messages: ChatMessage[], op
   renameIdentifier(compiled.parsed, 'raise_exception', RAISE);
   try {
     return compiled.render({
-      messages: messages.map((m) => ({ role: m.role, content: m.content })),
+      messages: messages.map(templateMessage),
+      ...(opts.tools ? { tools: opts.tools } : {}),
       add_generation_prompt: opts.addGenerationPrompt,
       // Templates concatenate these unconditionally; undefined would make `+` fail.
       bos_token: opts.bosToken ?? '',
@@ -74,6 +89,33 @@ export function renderChatTemplate(template: string, messages: ChatMessage[], op
   }
 }
 
+/** A message with only the fields it has: templates test `message.tool_calls is defined`. */
+function templateMessage(m: ChatMessage): Record<string, unknown> {
+  const out: Record<string, unknown> = { role: m.role, content: m.content };
+  if (m.tool_calls) out.tool_calls = m.tool_calls;
+  if (m.tool_call_id !== undefined) out.tool_call_id = m.tool_call_id;
+  if (m.name !== undefined) out.name = m.name;
+  return out;
+}
+
+/**
+ * Whether a template shows tools to its model (it reads the `tools` variable). One that does not is given
+ * kvdesk's own description of the tools in the system message instead.
+ */
+export function templateReadsTools(template: string): boolean {
+  let parsed: unknown;
+  try {
+    parsed = new Template(template).parsed;
+  } catch {
+    return false;
+  }
+  let found = false;
+  visitNodes(parsed, (node) => {
+    if (node.type === 'Identifier' && node.value === 'tools') found = true;
+  });
+  return found;
+}
+
 /** Result of {@link applyChat}. */
 export interface AppliedChat {
   text: string;
@@ -92,7 +134,13 @@ export function applyChat(
   tok: TextTokenizer,
   template: string | undefined,
   messages: ChatMessage[],
-  opts?: { addGenerationPrompt?: boolean; source?: string },
+  opts?: {
+    addGenerationPrompt?: boolean;
+    source?: string;
+    tools?: unknown[];
+    /** Text after the rendered prompt: the start of the reply the model is made to write (a tool call's opening). */
+    suffix?: string;
+  },
 ): AppliedChat {
   const chosen = template !== undefined && template.trim() !== '' ? template : undefined;
   const usedDefaultTemplate = chosen === undefined;
@@ -104,7 +152,8 @@ export function applyChat(
   const eos = tok.specialTokens.eos;
   if (bos) renderOpts.bosToken = bos.token;
   if (eos) renderOpts.eosToken = eos.token;
-  const text = renderChatTemplate(chosen ?? DEFAULT_CHAT_TEMPLATE, messages, renderOpts);
+  if (opts?.tools) renderOpts.tools = opts.tools;
+  const text = renderChatTemplate(chosen ?? DEFAULT_CHAT_TEMPLATE, messages, renderOpts) + (opts?.suffix ?? '');
   const ids = tok.encode(text, { addSpecialTokens: false });
   if (tok.addBosToken && bos && ids[0] !== bos.id) {
     tok.validateIds([bos.id]);
@@ -131,16 +180,23 @@ function validateMessages(messages: unknown): asserts messages is ChatMessage[] 
   }
 }
 
-function renameIdentifier(node: unknown, from: string, to: string, seen = new Set<object>()): void {
+/** Calls `fn` on every node of a parsed template (objects with a `type`, arrays walked through). */
+function visitNodes(node: unknown, fn: (node: Record<string, unknown>) => void, seen = new Set<object>()): void {
   if (typeof node !== 'object' || node === null || seen.has(node)) return;
   seen.add(node);
   if (Array.isArray(node)) {
-    for (const child of node) renameIdentifier(child, from, to, seen);
+    for (const child of node) visitNodes(child, fn, seen);
     return;
   }
   const record = node as Record<string, unknown>;
-  if (record.type === 'Identifier' && record.value === from) record.value = to;
-  for (const child of Object.values(record)) renameIdentifier(child, from, to, seen);
+  fn(record);
+  for (const child of Object.values(record)) visitNodes(child, fn, seen);
+}
+
+function renameIdentifier(node: unknown, from: string, to: string): void {
+  visitNodes(node, (record) => {
+    if (record.type === 'Identifier' && record.value === from) record.value = to;
+  });
 }
 
 function errorMessage(err: unknown): string {

@@ -28,11 +28,11 @@ export const MAX_STREAM_WINDOW = 64;
  * is held until the next id completes or invalidates it. Concatenating every push and the flush
  * gives `tok.decode(allIds, opts)`.
  */
-export function createStreamDecoder(
-  tok: Pick<TextTokenizer, 'decode'>,
-  opts?: { skipSpecialTokens?: boolean },
-): StreamDecoder {
-  const decodeOpts: DecodeOptions = { skipSpecialTokens: opts?.skipSpecialTokens ?? false };
+export function createStreamDecoder(tok: Pick<TextTokenizer, 'decode'>, opts?: DecodeOptions): StreamDecoder {
+  const decodeOpts: DecodeOptions = {
+    skipSpecialTokens: opts?.skipSpecialTokens ?? false,
+    ...(opts?.keepSpecialIds ? { keepSpecialIds: opts.keepSpecialIds } : {}),
+  };
   let window: number[] = [];
   // window[0, contextEnd) is context whose text has been sent in full.
   let contextEnd = 0;

@@ -35,6 +35,8 @@ export interface TokenPiece {
 export interface DecodeOptions {
   /** Drop special tokens (bos/eos/pad/unk and added tokens marked special) from the text. Default false. */
   skipSpecialTokens?: boolean;
+  /** With skipSpecialTokens: special tokens kept all the same (a tool-call marker such as `[TOOL_CALLS]`). */
+  keepSpecialIds?: ReadonlySet<number>;
 }
 
 /**
@@ -265,7 +267,7 @@ export function createTextTokenizer(input: TextTokenizerInput): TextTokenizer {
       }
       // Ids past the tokenizer's table (models often pad their vocabulary) have no text, as in tokenizers.
       if (lib.id_to_token(id) === undefined) continue;
-      if (opts?.skipSpecialTokens && specialIds.has(id)) continue;
+      if (opts?.skipSpecialTokens && specialIds.has(id) && !opts.keepSpecialIds?.has(id)) continue;
       kept.push(id);
     }
     // The library throws on an empty list, and tokenizer.json files without added_tokens would not

@@ -580,6 +580,112 @@ describe('the prompt cache', () => {
   });
 });
 
+describe('tool calls', () => {
+  const tools = [
+    {
+      type: 'function' as const,
+      function: {
+        name: 'get_weather',
+        description: 'The weather in a city',
+        parameters: {
+          type: 'object',
+          properties: { city: { enum: ['Paris', 'Oslo'] }, hourly: { type: 'boolean' } },
+          required: ['city'],
+        },
+      },
+    },
+    { type: 'function' as const, function: { name: 'now' } },
+  ];
+  const ask = [{ role: 'user' as const, content: 'Weather in Oslo?' }];
+
+  it('tool_choice required: the message carries the call, content null, finish_reason tool_calls', async () => {
+    const r = await client.chat.completions.create({
+      model: 'default',
+      messages: ask,
+      tools,
+      tool_choice: 'required',
+      max_tokens: 120,
+      temperature: 1,
+      seed: 2,
+    });
+    const c = r.choices[0] as (typeof r.choices)[number];
+    expect(c.finish_reason).toBe('tool_calls');
+    expect(c.message.content).toBeNull();
+    const call = c.message.tool_calls?.[0];
+    expect(c.message.tool_calls).toHaveLength(1);
+    expect(call?.type).toBe('function');
+    expect(call?.id).toMatch(/^call_/);
+    const fn = (call as { function: { name: string; arguments: string } }).function;
+    expect(['get_weather', 'now']).toContain(fn.name);
+    const args = JSON.parse(fn.arguments);
+    if (fn.name === 'now') expect(args).toEqual({});
+    else expect(['Paris', 'Oslo']).toContain(args.city);
+
+    // The next turn sends the call and its result back, as clients do.
+    const next = await client.chat.completions.create({
+      model: 'default',
+      messages: [...ask, c.message, { role: 'tool', tool_call_id: call?.id ?? '', content: '{"temp": 21}' }] as never,
+      tools,
+      max_tokens: 4,
+    });
+    expect(next.choices[0]?.message.role).toBe('assistant');
+  });
+
+  it('streams a named call as one tool_calls delta the client assembles', async () => {
+    const stream = await client.chat.completions.create({
+      model: 'default',
+      messages: ask,
+      tools,
+      tool_choice: { type: 'function', function: { name: 'get_weather' } },
+      max_tokens: 120,
+      temperature: 1,
+      seed: 3,
+      stream: true,
+    });
+    const deltas: Array<{ index: number; id?: string; function?: { name?: string; arguments?: string } }> = [];
+    let finish: string | null = null;
+    let content = '';
+    for await (const part of stream) {
+      const choice = part.choices[0];
+      if (!choice) continue;
+      content += choice.delta.content ?? '';
+      deltas.push(...((choice.delta.tool_calls ?? []) as typeof deltas));
+      finish = choice.finish_reason ?? finish;
+    }
+    expect(content).toBe('');
+    expect(finish).toBe('tool_calls');
+    expect(deltas).toHaveLength(1);
+    expect(deltas[0]).toMatchObject({
+      index: 0,
+      id: expect.stringMatching(/^call_/),
+      function: { name: 'get_weather' },
+    });
+    expect(['Paris', 'Oslo']).toContain(JSON.parse(deltas[0]?.function?.arguments ?? '').city);
+  });
+
+  it('400 naming the place in the parameters schema a forced call cannot follow', async () => {
+    const err = await apiError(
+      client.chat.completions.create({
+        model: 'default',
+        messages: ask,
+        tools: [
+          {
+            type: 'function',
+            function: {
+              name: 'f',
+              parameters: { type: 'object', properties: { s: { type: 'string', pattern: 'a+' } } },
+            },
+          },
+        ],
+        tool_choice: 'required',
+      }),
+    );
+    expect(err.status).toBe(400);
+    expect(err.param).toBe('tools[0].function.parameters.properties.s.pattern');
+    expect(err.message).toMatch(/let the model choose/);
+  });
+});
+
 describe('refusals', () => {
   it('400 context_length_exceeded with the prompt and context sizes', async () => {
     const err = await apiError(
@@ -745,10 +851,12 @@ describe('refusals', () => {
         model: 'default',
         messages: hi,
         tools: [{ type: 'function', function: { name: 'f', parameters: {} } }],
+        tool_choice: { type: 'function', function: { name: 'g' } },
       }),
     );
     expect(tools.status).toBe(400);
-    expect(tools.param).toBe('tools');
+    expect(tools.param).toBe('tool_choice');
+    expect(tools.message).toMatch(/names "g", which is not among the tools \(f\)/);
     // A range only the host's contract enforces (top_p > 0) comes back as 400 too.
     const topP = await apiError(client.chat.completions.create({ model: 'default', messages: hi, top_p: 0 }));
     expect(topP.status).toBe(400);

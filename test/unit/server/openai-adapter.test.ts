@@ -5,6 +5,7 @@ import {
   logprobsJson,
   mapOpenAiRequest,
   openAiFinishReason,
+  toolCallsChoice,
   usageOf,
 } from '../../../src/main/server/openai-adapter';
 import type { GenerationResult } from '../../../src/shared/contract';
@@ -143,8 +144,25 @@ describe('mapOpenAiRequest', () => {
       ['chat', chat({ seed: 1.5 }), 'seed'],
       ['chat', chat({ stop: [1] }), 'stop'],
       ['chat', chat({ stream: 'yes' }), 'stream'],
-      ['chat', chat({ tools: [{ type: 'function' }] }), 'tools'],
-      ['chat', chat({ tool_choice: 'required' }), 'tool_choice'],
+      ['chat', chat({ tools: [{ type: 'function' }] }), 'tools[0].function'],
+      ['chat', chat({ tools: [{ type: 'retrieval' }] }), 'tools[0].type'],
+      ['chat', chat({ tools: { type: 'function' } }), 'tools'],
+      [
+        'chat',
+        chat({ tools: [{ type: 'function', function: { name: 'f', parameters: [] } }] }),
+        'tools[0].function.parameters',
+      ],
+      ['chat', chat({ tool_choice: 'always' }), 'tool_choice'],
+      ['chat', chat({ tool_choice: { type: 'function' } }), 'tool_choice'],
+      ['chat', chat({ functions: [{ name: 'f' }] }), 'functions'],
+      ['chat', chat({ function_call: { name: 'f' } }), 'function_call'],
+      ['chat', chat({ parallel_tool_calls: 'no' }), 'parallel_tool_calls'],
+      [
+        'chat',
+        { model: 'm', messages: [{ role: 'assistant', content: null, tool_calls: [{ id: 1 }] }] },
+        'messages[0].tool_calls[0]',
+      ],
+      ['completion', { model: 'm', prompt: 'a', tools: [{ type: 'function', function: { name: 'f' } }] }, 'tools'],
       ['chat', chat({ logprobs: 1 }), 'logprobs'],
       ['chat', chat({ top_logprobs: 3 }), 'top_logprobs'],
       ['chat', chat({ logprobs: true, top_logprobs: 21 }), 'top_logprobs'],
@@ -202,6 +220,79 @@ describe('mapOpenAiRequest', () => {
     ).request;
     expect(structured.jsonSchema).toEqual(schema);
     expect(structured.responseFormat).toBeUndefined();
+  });
+
+  it('maps tools, tool_choice, parallel_tool_calls, and the calls and results of earlier turns', () => {
+    const params = { type: 'object', properties: { q: { type: 'string' } } };
+    const c = mapOpenAiRequest(
+      'chat',
+      chat({
+        messages: [
+          { role: 'user', content: 'find x' },
+          {
+            role: 'assistant',
+            content: null,
+            tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'search', arguments: '{"q":"x"}' } }],
+          },
+          { role: 'tool', tool_call_id: 'call_1', content: 'x is 1' },
+        ],
+        tools: [
+          { type: 'function', function: { name: 'search', description: 'Find', parameters: params, strict: true } },
+          { type: 'function', function: { name: 'now' } },
+        ],
+        tool_choice: { type: 'function', function: { name: 'search' } },
+        parallel_tool_calls: false,
+      }),
+    ).request;
+    expect(c.tools).toEqual([{ name: 'search', description: 'Find', parameters: params }, { name: 'now' }]);
+    expect(c.toolChoice).toEqual({ name: 'search' });
+    expect(c.parallelToolCalls).toBe(false);
+    expect(c.messages).toEqual([
+      { role: 'user', content: 'find x' },
+      { role: 'assistant', content: '', toolCalls: [{ id: 'call_1', name: 'search', arguments: '{"q":"x"}' }] },
+      { role: 'tool', content: 'x is 1', toolCallId: 'call_1' },
+    ]);
+    expect(mapOpenAiRequest('chat', chat({ tool_choice: 'required' })).request.toolChoice).toBe('required');
+  });
+
+  it('answers calls as OpenAI does: content null beside them, finish_reason tool_calls, numbered in a stream', () => {
+    const call = { id: 'call_1', name: 'search', arguments: '{"q":"x"}' };
+    const result = {
+      requestId: 'r',
+      modelId: 'm',
+      tokenIds: [1],
+      text: '',
+      finishReason: 'tool_calls' as const,
+      rows: [{ tokenIds: [1], text: '', finishReason: 'tool_calls' as const, toolCalls: [call] }],
+      promptTokens: 1,
+      reusedTokens: 0,
+      bpt: 1,
+      kvBytes: 1,
+      reservedBytes: 1,
+      timings: { queueMs: 0, ttftMs: 0, totalMs: 0, tokensPerSecond: 0 },
+    };
+    const body = completionBody('chat', { id: 'x', created: 0, model: 'm' }, result, usageOf(result, 1)) as {
+      choices: Array<{ message: unknown; finish_reason: string }>;
+    };
+    expect(body.choices[0]).toMatchObject({
+      message: {
+        role: 'assistant',
+        content: null,
+        tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'search', arguments: '{"q":"x"}' } }],
+      },
+      finish_reason: 'tool_calls',
+    });
+    expect(toolCallsChoice(0, [call, { ...call, id: 'call_2' }], 3)).toEqual({
+      index: 0,
+      delta: {
+        tool_calls: [
+          { index: 3, id: 'call_1', type: 'function', function: { name: 'search', arguments: '{"q":"x"}' } },
+          { index: 4, id: 'call_2', type: 'function', function: { name: 'search', arguments: '{"q":"x"}' } },
+        ],
+      },
+      logprobs: null,
+      finish_reason: null,
+    });
   });
 
   it('lets harmless defaults through', () => {

@@ -1,0 +1,195 @@
+/**
+ * Tool calling on the real host and engine with the default model (a random model: it never calls a tool
+ * unless made to). `required` and a named tool make every reply that ends by itself one call to a listed
+ * tool whose arguments conform to that tool's schema (checked by ajv); `auto` shows the tools and gives back
+ * a reply without calls whole; earlier calls and results reach a template without tool support as the same
+ * text kvdesk describes; a package whose template has its own form (here Mistral's) gets its own opening.
+ */
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import Ajv from 'ajv';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { RunnerService } from '../../src/main/host/runner-service';
+import type { GenerateRequest, StreamFrame, ToolCall, ToolDefinition } from '../../src/shared/contract';
+import { KvdeskError } from '../../src/shared/errors';
+import { defaultModelDir } from '../helpers/fixtures';
+
+const ajv = new Ajv({ strict: false });
+
+// Arguments the random model can finish: enums, booleans, short arrays (a free string or number may run on).
+const weather: ToolDefinition = {
+  name: 'get_weather',
+  description: 'The weather in a city',
+  parameters: {
+    type: 'object',
+    properties: { city: { enum: ['Paris', 'Oslo', 'Lima'] }, days: { enum: [1, 2, 3] }, hourly: { type: 'boolean' } },
+    required: ['city'],
+  },
+};
+const lights: ToolDefinition = {
+  name: 'set_lights',
+  parameters: {
+    type: 'object',
+    properties: { on: { type: 'boolean' }, rooms: { type: 'array', items: { enum: ['hall', 'den'] }, maxItems: 2 } },
+  },
+};
+const TOOLS = [weather, lights];
+const schemaOf = (name: string) => TOOLS.find((t) => t.name === name)?.parameters as object;
+const messages = [{ role: 'user' as const, content: 'What is the weather in Paris?' }];
+
+let host: RunnerService;
+let nativeDir: string;
+beforeAll(async () => {
+  host = new RunnerService({ intraOpNumThreads: 2 });
+  await host.loadModel(defaultModelDir, { id: 'default' });
+  // The default package with a template of its own that shows tools and expects Mistral's form.
+  nativeDir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-tools-'));
+  cpSync(defaultModelDir, nativeDir, { recursive: true });
+  const configPath = path.join(nativeDir, 'tokenizer_config.json');
+  const config = JSON.parse(readFileSync(configPath, 'utf8'));
+  config.chat_template =
+    "{% if tools %}{{ '[AVAILABLE_TOOLS]' + (tools | tojson) + '[/AVAILABLE_TOOLS]' }}{% endif %}" +
+    "{% for m in messages %}{% if m.tool_calls is defined %}{{ '[TOOL_CALLS]' + (m.tool_calls | tojson) }}" +
+    "{% else %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endif %}{% endfor %}" +
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+  writeFileSync(configPath, JSON.stringify(config));
+  await host.loadModel(nativeDir, { id: 'native' });
+}, 60_000);
+afterAll(async () => {
+  await host?.close();
+  if (nativeDir) rmSync(nativeDir, { recursive: true, force: true });
+});
+
+const ask = (seed: number, extra: Partial<GenerateRequest> = {}, sink?: (f: StreamFrame) => void) =>
+  host.generate({ messages, tools: TOOLS, maxNewTokens: 160, sampling: { temperature: 1, seed }, ...extra }, sink)
+    .result;
+
+/** A reply that ended with its call: exactly one, to a listed tool, arguments valid for it, no text. */
+function expectOneValidCall(row: { text: string; finishReason: string; toolCalls?: ToolCall[] }, label: string) {
+  if (row.finishReason !== 'tool_calls') {
+    expect(row.finishReason, `${label}: ${row.text}`).toBe('length');
+    expect(row.toolCalls, label).toBeUndefined();
+    return null;
+  }
+  expect(row.text, label).toBe('');
+  expect(row.toolCalls, label).toHaveLength(1);
+  const call = (row.toolCalls as ToolCall[])[0] as ToolCall;
+  expect(call.id).toMatch(/^call_/);
+  const args: unknown = JSON.parse(call.arguments);
+  expect(ajv.validate(schemaOf(call.name), args), `${label}: ${call.name} ${call.arguments}`).toBe(true);
+  return call;
+}
+
+describe('tool calls', () => {
+  it('required: every reply that ends by itself is one call to a listed tool with valid arguments', async () => {
+    const names = new Set<string>();
+    for (let seed = 1; seed <= 8; seed++) {
+      const r = await ask(seed, { toolChoice: 'required' });
+      const call = expectOneValidCall(r.rows[0] as never, `seed ${seed}`);
+      if (call) names.add(call.name);
+    }
+    // Both alternatives of the call's schema were taken: the union is open to either.
+    expect([...names].sort()).toEqual(['get_weather', 'set_lights']);
+  });
+
+  it('a named tool is the one called', async () => {
+    let calls = 0;
+    for (let seed = 1; seed <= 4; seed++) {
+      const r = await ask(seed, { toolChoice: { name: 'set_lights' } });
+      const call = expectOneValidCall(r.rows[0] as never, `seed ${seed}`);
+      if (call) {
+        expect(call.name).toBe('set_lights');
+        calls++;
+      }
+    }
+    expect(calls).toBeGreaterThanOrEqual(2);
+  });
+
+  it('streams the call in a tokens frame, and no text', async () => {
+    const frames: StreamFrame[] = [];
+    const r = await ask(2, { toolChoice: 'required' }, (f) => frames.push(f));
+    const streamed = frames.flatMap((f) => (f.type === 'tokens' ? f.rows : []));
+    expect(streamed.map((row) => row.text).join('')).toBe(r.text);
+    expect(streamed.flatMap((row) => row.toolCalls ?? [])).toEqual(r.rows[0]?.toolCalls ?? []);
+    expect(r.finishReason).toBe('tool_calls');
+  });
+
+  it('rows of one request each make their own call', async () => {
+    const r = await ask(5, { toolChoice: 'required', rows: 3 });
+    const calls = r.rows.map((row, i) => expectOneValidCall(row, `row ${i}`));
+    expect(calls.filter((c) => c !== null).length).toBeGreaterThanOrEqual(2);
+    const ids = calls.flatMap((c) => (c ? [c.id] : []));
+    expect(new Set(ids).size).toBe(ids.length);
+  });
+
+  it('auto shows the tools to the model; a reply without a call comes back whole, none shows nothing', async () => {
+    const tok = host.tokenizerOf('default');
+    const plain = await host.generate({ messages, maxNewTokens: 24, sampling: { temperature: 1, seed: 4 } }).result;
+    const auto = await ask(4, { maxNewTokens: 24 });
+    const none = await ask(4, { maxNewTokens: 24, toolChoice: 'none' });
+    // kvdesk's description of the two tools is in the prompt (the default template has none of its own).
+    expect(auto.promptTokens).toBeGreaterThan(plain.promptTokens + 100);
+    expect(auto.rows[0]?.toolCalls).toBeUndefined();
+    expect(auto.text).toBe(tok.decode(auto.tokenIds, { skipSpecialTokens: true }));
+    expect(none.promptTokens).toBe(plain.promptTokens);
+    expect(none.text).toBe(plain.text);
+  });
+
+  it('earlier calls and results reach a template without tool support as the text kvdesk describes', async () => {
+    const args = '{"city":"Oslo","days":2,"hourly":false}';
+    const withCalls = await host.generate({
+      messages: [
+        ...messages,
+        { role: 'assistant', content: '', toolCalls: [{ id: 'call_9', name: 'get_weather', arguments: args }] },
+        { role: 'tool', content: 'Sunny, 21 C', toolCallId: 'call_9' },
+      ],
+      maxNewTokens: 12,
+      sampling: { greedy: true },
+    }).result;
+    const asText = await host.generate({
+      messages: [
+        ...messages,
+        { role: 'assistant', content: `<tool_call>\n{"name":"get_weather","arguments":${args}}\n</tool_call>` },
+        { role: 'user', content: '<tool_response>\nSunny, 21 C\n</tool_response>' },
+      ],
+      maxNewTokens: 12,
+      sampling: { greedy: true },
+    }).result;
+    expect(withCalls.promptTokens).toBe(asText.promptTokens);
+    expect(withCalls.tokenIds).toEqual(asText.tokenIds);
+  });
+
+  it("a template with its own form (Mistral's) gets its opening, and its replies are read as calls", async () => {
+    const auto = await host.generate({ model: 'native', messages, tools: TOOLS, maxNewTokens: 8 }).result;
+    const forced = await host.generate({
+      model: 'native',
+      messages,
+      tools: TOOLS,
+      toolChoice: 'required',
+      maxNewTokens: 160,
+      sampling: { temperature: 1, seed: 3 },
+    }).result;
+    // `[TOOL_CALLS][` ends the forced prompt: the default vocabulary spells it in several tokens.
+    const tok = host.tokenizerOf('native');
+    expect(forced.promptTokens - auto.promptTokens).toBe(
+      tok.encode('[TOOL_CALLS][', { addSpecialTokens: false }).length,
+    );
+    expectOneValidCall(forced.rows[0] as never, 'native');
+    expect(forced.finishReason).toBe('tool_calls');
+  });
+
+  it('refuses a forced call to a schema it cannot enforce, naming the place', async () => {
+    const strict: ToolDefinition = {
+      name: 'count',
+      parameters: { type: 'object', properties: { n: { type: 'integer', maximum: 9 } } },
+    };
+    const err = await host.generate({ messages, tools: [strict], toolChoice: 'required' }).result.then(
+      () => null,
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(KvdeskError);
+    expect((err as KvdeskError).code).toBe('BAD_REQUEST');
+    expect((err as KvdeskError).detail).toEqual({ field: 'tools[0].parameters.properties.n.maximum' });
+  });
+});

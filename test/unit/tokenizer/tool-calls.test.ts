@@ -1,0 +1,285 @@
+/**
+ * Tool calls read out of replies: the forms models write them in, the filter that separates them from the
+ * reply's text however the text is chunked, and the conversation as a chat template receives it.
+ */
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { createStreamDecoder, createTextTokenizer, renderChatTemplate } from '../../../src/main/tokenizer';
+import {
+  BARE_JSON,
+  callsOf,
+  createToolCallFilter,
+  HERMES,
+  jsonValueEnd,
+  MISTRAL,
+  TOOL_CALL_TAG,
+  type ToolCall,
+  type ToolCallFormat,
+  toolCallFormat,
+  toolChatTurns,
+} from '../../../src/main/tokenizer/tool-calls';
+import { byteLevelTokenizerJson } from './tokenizer-builders';
+
+const NAMES = new Set(['get_weather', 'search']);
+
+/** Feeds `chunks` through a fresh filter; the content and the calls (ids left out). */
+function run(format: ToolCallFormat, chunks: string[], opts: { forced?: boolean } = {}) {
+  const f = createToolCallFilter(format, NAMES, opts);
+  let content = '';
+  const calls: ToolCall[] = [];
+  for (const c of [...chunks.map((c) => f.push(c)), f.flush()]) {
+    content += c.content;
+    calls.push(...c.calls);
+  }
+  return { content, calls: calls.map(({ name, arguments: a }) => ({ name, arguments: a })) };
+}
+
+/** Every way of cutting `text` into pieces gives the same result as one push. */
+function sameForEveryChunking(format: ToolCallFormat, text: string) {
+  const whole = run(format, [text]);
+  fc.assert(
+    fc.property(fc.array(fc.integer({ min: 0, max: text.length }), { maxLength: 12 }), (cuts) => {
+      const at = [0, ...[...new Set(cuts)].sort((a, b) => a - b), text.length];
+      const pieces = at.slice(1).map((end, i) => text.slice(at[i], end));
+      expect(run(format, pieces)).toEqual(whole);
+    }),
+    { numRuns: 150 },
+  );
+  return whole;
+}
+
+describe('toolCallFormat', () => {
+  it("reads the form from the template's markers; a template without tools gets kvdesk's Hermes form", () => {
+    expect(toolCallFormat('{{ tools }} <tool_call>', true)).toBe(HERMES);
+    expect(toolCallFormat('{{ tools }} [TOOL_CALLS]', true)).toBe(MISTRAL);
+    expect(toolCallFormat('{{ tools }} <|tool_call|>', true)).toBe(TOOL_CALL_TAG);
+    expect(toolCallFormat('{{ tools }} {"name": function name, "parameters": …}', true)).toBe(BARE_JSON);
+    expect(toolCallFormat('{{ messages }} [TOOL_CALLS]', false)).toBe(HERMES);
+    expect(toolCallFormat(undefined, false)).toBe(HERMES);
+  });
+});
+
+describe('callsOf', () => {
+  it('takes one call object or an array of them, with arguments or parameters, as an object or JSON text', () => {
+    const strip = (calls: ToolCall[] | null) => calls?.map(({ name, arguments: a }) => ({ name, a }));
+    expect(strip(callsOf({ name: 'search', arguments: { q: 'x' } }, NAMES))).toEqual([
+      { name: 'search', a: '{"q":"x"}' },
+    ]);
+    expect(strip(callsOf({ name: 'search', parameters: { q: 1 } }, NAMES))).toEqual([{ name: 'search', a: '{"q":1}' }]);
+    expect(strip(callsOf({ name: 'search', arguments: '{"q": 2}' }, NAMES))).toEqual([
+      { name: 'search', a: '{"q": 2}' },
+    ]);
+    expect(strip(callsOf({ name: 'search' }, NAMES))).toEqual([{ name: 'search', a: '{}' }]);
+    expect(strip(callsOf([{ name: 'search' }, { name: 'get_weather', arguments: {} }], NAMES))).toHaveLength(2);
+  });
+
+  it('is null for anything that is not calls to the listed tools', () => {
+    for (const v of [
+      { name: 'rm_rf', arguments: {} },
+      { arguments: {} },
+      { name: 'search', arguments: [1] },
+      { name: 'search', arguments: 'not json' },
+      { name: 'search', arguments: '[1]' },
+      [],
+      [{ name: 'search' }, 3],
+      'search',
+      null,
+    ]) {
+      expect(callsOf(v, NAMES), JSON.stringify(v)).toBeNull();
+    }
+  });
+
+  it('gives each call its own id in OpenAI form', () => {
+    const calls = callsOf([{ name: 'search' }, { name: 'search' }], NAMES) as ToolCall[];
+    expect(calls[0]?.id).toMatch(/^call_[0-9a-f]{24}$/);
+    expect(calls[0]?.id).not.toBe(calls[1]?.id);
+  });
+});
+
+describe('jsonValueEnd', () => {
+  it('finds the end of an object or array, minding brackets and quotes in strings', () => {
+    const v = ' {"a": "}]\\"{", "b": [1, {"c": []}]} tail';
+    expect(v.slice(0, jsonValueEnd(v, 0))).toBe(' {"a": "}]\\"{", "b": [1, {"c": []}]}');
+    expect(jsonValueEnd('[[]]x', 0)).toBe(4);
+    expect(jsonValueEnd('{"a": "}"', 0)).toBe(-1);
+    expect(jsonValueEnd('   ', 0)).toBe(-1);
+    expect(jsonValueEnd(' hello {}', 0)).toBe(-2);
+  });
+});
+
+describe('createToolCallFilter', () => {
+  const call = (name: string, args: object) => ({ name, arguments: JSON.stringify(args) });
+
+  it('Hermes: text around calls is content, each <tool_call> block a call, for every chunking', () => {
+    const text =
+      'Let me check. <tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>\n<tool_call>\n{"name": "search", "arguments": {"q": "a <tool_call> b"}}\n</tool_call> Done.';
+    expect(sameForEveryChunking(HERMES, text)).toEqual({
+      content: 'Let me check. \n Done.',
+      calls: [call('get_weather', { city: 'Oslo' }), call('search', { q: 'a <tool_call> b' })],
+    });
+  });
+
+  it('holds back only what could be the opening: text streams as it comes', () => {
+    const f = createToolCallFilter(HERMES, NAMES);
+    expect(f.push('Hello <to').content).toBe('Hello ');
+    expect(f.push('day').content).toBe('<today');
+    expect(f.push(' <').content).toBe(' ');
+    expect(f.flush().content).toBe('<');
+  });
+
+  it('gives back as content a block that is not a call: unknown tool, bad JSON, no JSON, or cut off', () => {
+    for (const text of [
+      'A <tool_call>{"name": "rm_rf", "arguments": {}}</tool_call> B',
+      'A <tool_call>{"name": "search", "arguments": {"q": }}</tool_call> B',
+      'A <tool_call> not json </tool_call> B',
+      'A <tool_call>{"name": "search", "arguments": {"q": "x"',
+    ]) {
+      expect(sameForEveryChunking(HERMES, text), text).toEqual({ content: text, calls: [] });
+    }
+  });
+
+  it('a call whose closing tag never came is still a call', () => {
+    expect(run(HERMES, ['<tool_call>\n{"name": "search"}'])).toEqual({ content: '', calls: [call('search', {})] });
+    expect(run(HERMES, ['<tool_call>{"name": "search"} and more'])).toEqual({
+      content: ' and more',
+      calls: [call('search', {})],
+    });
+  });
+
+  it('Mistral and <|tool_call|>: an array of calls after the marker', () => {
+    const m = '[TOOL_CALLS] [{"name": "search", "arguments": {"q": "x"}}, {"name": "get_weather", "arguments": {}}]';
+    expect(sameForEveryChunking(MISTRAL, m)).toEqual({
+      content: '',
+      calls: [call('search', { q: 'x' }), call('get_weather', {})],
+    });
+    const t = 'ok<|tool_call|>[{"name": "search", "arguments": {}}]<|/tool_call|>';
+    expect(sameForEveryChunking(TOOL_CALL_TAG, t)).toEqual({ content: 'ok', calls: [call('search', {})] });
+  });
+
+  it('bare JSON (Llama 3): a reply that is a call object from its first character; not one in the middle', () => {
+    expect(sameForEveryChunking(BARE_JSON, '\n {"name": "search", "parameters": {"q": "x"}}')).toEqual({
+      content: '',
+      calls: [call('search', { q: 'x' })],
+    });
+    const mid = 'Use {"name": "search", "parameters": {}} like this';
+    expect(sameForEveryChunking(BARE_JSON, mid)).toEqual({ content: mid, calls: [] });
+    const notCall = '{"answer": 42} is JSON';
+    expect(sameForEveryChunking(BARE_JSON, notCall)).toEqual({ content: notCall, calls: [] });
+  });
+
+  it('forced: the whole reply is one call object (the opening is in the prompt); cut off, it is content', () => {
+    expect(run(HERMES, ['{"name":"search",', '"arguments":{"q":"x"}}'], { forced: true })).toEqual({
+      content: '',
+      calls: [call('search', { q: 'x' })],
+    });
+    expect(run(MISTRAL, ['{"name":"search","arguments":{"q":'], { forced: true })).toEqual({
+      content: '{"name":"search","arguments":{"q":',
+      calls: [],
+    });
+  });
+
+  it('reads calls streamed token by token from a real tokenizer, keeping a special marker token', () => {
+    const json = byteLevelTokenizerJson();
+    (json.added_tokens as object[]).push({
+      id: 257,
+      content: '[TOOL_CALLS]',
+      special: true,
+      normalized: false,
+      lstrip: false,
+      rstrip: false,
+      single_word: false,
+    });
+    const tok = createTextTokenizer({ tokenizerJson: json, vocabSize: 258 });
+    const ids = tok.encode('Sure.[TOOL_CALLS][{"name": "search", "arguments": {"q": "été"}}]', {
+      addSpecialTokens: false,
+    });
+    expect(ids).toContain(257);
+    const read = (keep: boolean) => {
+      const decoder = createStreamDecoder(tok, {
+        skipSpecialTokens: true,
+        ...(keep ? { keepSpecialIds: new Set([257]) } : {}),
+      });
+      const f = createToolCallFilter(MISTRAL, NAMES);
+      const outs = [...ids.map((id) => f.push(decoder.push(id))), f.push(decoder.flush()), f.flush()];
+      return {
+        content: outs.map((o) => o.content).join(''),
+        calls: outs.flatMap((o) => o.calls).map(({ name, arguments: a }) => ({ name, arguments: a })),
+      };
+    };
+    expect(read(true)).toEqual({ content: 'Sure.', calls: [call('search', { q: 'été' })] });
+    // Skipped like any special token, the marker is gone and the call is only text.
+    expect(read(false).calls).toEqual([]);
+  });
+});
+
+describe('toolChatTurns', () => {
+  const tools = [{ name: 'search', description: 'Search the web', parameters: { type: 'object', properties: {} } }];
+  const conversation = [
+    { role: 'system' as const, content: 'Be brief.' },
+    { role: 'user' as const, content: 'Find x' },
+    {
+      role: 'assistant' as const,
+      content: '',
+      toolCalls: [
+        { id: 'call_1', name: 'search', arguments: '{"q":"x"}' },
+        { id: 'call_2', name: 'search', arguments: '{"q":"y"}' },
+      ],
+    },
+    { role: 'tool' as const, content: 'x is 1', toolCallId: 'call_1' },
+    { role: 'tool' as const, content: 'y is 2', toolCallId: 'call_2' },
+  ];
+
+  it("a template that reads tools gets them, and the turns in transformers' form", () => {
+    const { messages, tools: shown } = toolChatTurns(conversation, tools, true);
+    expect(shown).toEqual([
+      {
+        type: 'function',
+        function: { name: 'search', description: 'Search the web', parameters: tools[0]?.parameters },
+      },
+    ]);
+    expect(messages[2]?.tool_calls).toEqual([
+      { id: 'call_1', type: 'function', function: { name: 'search', arguments: { q: 'x' } } },
+      { id: 'call_2', type: 'function', function: { name: 'search', arguments: { q: 'y' } } },
+    ]);
+    // A result's tool name is found from the call it answers.
+    expect(messages[3]).toEqual({ role: 'tool', content: 'x is 1', tool_call_id: 'call_1', name: 'search' });
+  });
+
+  it('one that does not gets the tools in its system message, calls as text, and results as a user turn', () => {
+    const { messages, tools: shown } = toolChatTurns(conversation, tools, false);
+    expect(shown).toBeUndefined();
+    expect(messages.map((m) => m.role)).toEqual(['system', 'user', 'assistant', 'user']);
+    expect(messages[0]?.content).toMatch(/^Be brief\.\n\n# Tools\n/);
+    expect(messages[0]?.content).toContain(
+      '{"type":"function","function":{"name":"search","description":"Search the web","parameters":{"type":"object","properties":{}}}}',
+    );
+    expect(messages[2]?.content).toBe(
+      '<tool_call>\n{"name":"search","arguments":{"q":"x"}}\n</tool_call>\n<tool_call>\n{"name":"search","arguments":{"q":"y"}}\n</tool_call>',
+    );
+    expect(messages[3]?.content).toBe(
+      '<tool_response>\nx is 1\n</tool_response>\n<tool_response>\ny is 2\n</tool_response>',
+    );
+    // Without a system message, kvdesk's description is one.
+    expect(toolChatTurns([{ role: 'user', content: 'hi' }], tools, false).messages[0]?.role).toBe('system');
+    // Without tools this request, earlier calls are still text.
+    expect(toolChatTurns(conversation, undefined, false).messages[0]?.content).toBe('Be brief.');
+  });
+
+  it('renders through a template that reads tools and tool calls', () => {
+    // A small template in the manner of those that show tools (written here, not a model's).
+    const template = [
+      '{%- if tools %}TOOLS:{% for t in tools %}{{ t.function.name }};{% endfor %}{{ "\\n" }}{% endif %}',
+      '{%- for m in messages %}{{ m.role }}:',
+      '{%- if m.tool_calls is defined %}{% for c in m.tool_calls %}[{{ c.function.name }} {{ c.function.arguments | tojson }}]{% endfor %}',
+      '{%- elif m.role == "tool" %}({{ m.name }}) {{ m.content }}{% else %}{{ m.content }}{% endif %}{{ "\\n" }}{% endfor %}',
+    ].join('');
+    const turns = toolChatTurns(conversation.slice(1, 4), tools, true);
+    const text = renderChatTemplate(template, turns.messages, {
+      addGenerationPrompt: false,
+      ...(turns.tools ? { tools: turns.tools } : {}),
+    });
+    expect(text).toBe(
+      'TOOLS:search;\nuser:Find x\nassistant:[search {"q": "x"}][search {"q": "y"}]\ntool:(search) x is 1\n',
+    );
+  });
+});
