@@ -82,11 +82,14 @@ const PARAM: Partial<Record<ErrorCode, string>> = {
   TOKEN_OUT_OF_VOCAB: 'prompt',
 };
 
-/** The OpenAI parameter of a field the host named in a refusal (its contract's names are camelCase). */
-function openAiParam(field: string): string {
-  if (field.startsWith('jsonSchema')) return 'response_format';
+/**
+ * The OpenAI parameter of a field the host named in a refusal (its contract's names are camelCase). The
+ * Responses API puts the schema in `text.format` and a tool's fields on the tool itself.
+ */
+function openAiParam(field: string, responses: boolean): string {
+  if (field.startsWith('jsonSchema')) return responses ? 'text.format' : 'response_format';
   if (field.startsWith('toolChoice')) return 'tool_choice';
-  return field.replace(/^tools\[(\d+)\]\.(parameters|name)/, 'tools[$1].function.$2');
+  return responses ? field : field.replace(/^tools\[(\d+)\]\.(parameters|name)/, 'tools[$1].function.$2');
 }
 
 /** Detail keys renamed to the names llama.cpp and vLLM clients already read. */
@@ -104,12 +107,12 @@ function snakeCase(key: string): string {
  * snake_case (required_bytes, budget_bytes, n_prompt_tokens, n_ctx, …) and,
  * for a full queue, Retry-After in whole seconds.
  */
-export function errorFromInfo(info: ErrorInfo, paramHint?: { prompt: string }): HttpError {
+export function errorFromInfo(info: ErrorInfo, paramHint?: { prompt: string; responses?: boolean }): HttpError {
   const mapped = STATUS[info.code] ?? STATUS.INTERNAL;
   let param: string | null = PARAM[info.code] ?? null;
   if (param !== null && param !== 'model' && paramHint) param = paramHint.prompt;
   if (paramHint && info.code === 'BAD_REQUEST' && typeof info.detail?.field === 'string') {
-    param = openAiParam(info.detail.field);
+    param = openAiParam(info.detail.field, paramHint.responses === true);
   }
   const numbers: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(info.detail ?? {})) {

@@ -39,17 +39,22 @@ export interface MappedRequest {
   request: GenerateRequest;
 }
 
-type Body = Record<string, unknown>;
+/** A parsed JSON request body. */
+export type Body = Record<string, unknown>;
 
-function bad(message: string, param: string): HttpError {
+export function bad(message: string, param: string): HttpError {
   return httpError(400, message, 'invalid_request', param);
 }
 
-function present(body: Body, key: string): boolean {
+export function present(body: Body, key: string): boolean {
   return body[key] !== undefined && body[key] !== null;
 }
 
-function number(body: Body, key: string, opts: { min?: number; max?: number; int?: boolean } = {}): number | undefined {
+export function number(
+  body: Body,
+  key: string,
+  opts: { min?: number; max?: number; int?: boolean } = {},
+): number | undefined {
   if (!present(body, key)) return undefined;
   const v = body[key];
   if (typeof v !== 'number' || !Number.isFinite(v) || (opts.int && !Number.isInteger(v))) {
@@ -62,7 +67,7 @@ function number(body: Body, key: string, opts: { min?: number; max?: number; int
   return v;
 }
 
-function boolean(body: Body, key: string): boolean | undefined {
+export function boolean(body: Body, key: string): boolean | undefined {
   if (!present(body, key)) return undefined;
   if (typeof body[key] !== 'boolean') throw bad(`"${key}" must be true or false.`, key);
   return body[key] as boolean;

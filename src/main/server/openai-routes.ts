@@ -8,7 +8,7 @@
  * cancels its request (reason 'disconnect'), which returns the reservation.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { GenerationResult, StreamFrame } from '../../shared/contract';
+import type { GenerateRequest, GenerationResult, StreamFrame } from '../../shared/contract';
 import { toErrorInfo } from '../../shared/errors';
 import type { HostApi } from '../host/host-api';
 import { API_HEADERS, errorFromInfo, HttpError, sendHttpError, sendJson } from './http-util';
@@ -155,37 +155,53 @@ export function serveCompletion(
       }
     };
 
-    let handle: { cancel(reason?: 'user' | 'disconnect'): void } | null = null;
-    let cancelOnStart = false;
-    const onFrame = (frame: StreamFrame) => {
-      try {
-        handleFrame(frame);
-      } catch (err) {
-        // The host swallows errors thrown by a frame sink, so a failure here must answer the client itself.
-        const live = !over && frame.type !== 'done' && frame.type !== 'error';
-        finish();
-        if (!res.headersSent) sendHttpError(res, errorFromInfo(toErrorInfo(err)));
-        else res.destroy();
-        if (live) {
-          if (handle) handle.cancel('disconnect');
-          else cancelOnStart = true;
-        }
-      }
-    };
-
-    handle = hostApi.generate(mapped.request, onFrame);
-    if (cancelOnStart) handle.cancel('disconnect');
-    res.on('close', () => {
-      if (over) return;
-      over = true;
-      handle.cancel('disconnect');
-      resolve();
-    });
-    // The socket may already be gone (a client that sent its body and left at once).
-    if (req.socket.destroyed && !over) {
-      over = true;
-      handle.cancel('disconnect');
-      resolve();
-    }
+    runGeneration(hostApi, mapped.request, req, res, handleFrame, () => over, finish);
   });
+}
+
+/**
+ * Runs one host generation for an HTTP request: frames go to `handleFrame`; a failure inside it answers the
+ * client (an error if nothing was sent yet, else the socket closes) and cancels the generation; a client that
+ * goes away cancels it too (reason 'disconnect', which returns its reservation). `isOver` says whether the
+ * response is complete; `finish` marks it so.
+ */
+export function runGeneration(
+  hostApi: HostApi,
+  request: GenerateRequest,
+  req: IncomingMessage,
+  res: ServerResponse,
+  handleFrame: (frame: StreamFrame) => void,
+  isOver: () => boolean,
+  finish: () => void,
+): void {
+  let handle: { cancel(reason?: 'user' | 'disconnect'): void } | null = null;
+  let cancelOnStart = false;
+  const onFrame = (frame: StreamFrame) => {
+    try {
+      handleFrame(frame);
+    } catch (err) {
+      // The host swallows errors thrown by a frame sink, so a failure here must answer the client itself.
+      const live = !isOver() && frame.type !== 'done' && frame.type !== 'error';
+      finish();
+      if (!res.headersSent) sendHttpError(res, errorFromInfo(toErrorInfo(err)));
+      else res.destroy();
+      if (live) {
+        if (handle) handle.cancel('disconnect');
+        else cancelOnStart = true;
+      }
+    }
+  };
+  const h = hostApi.generate(request, onFrame);
+  handle = h;
+  if (cancelOnStart) h.cancel('disconnect');
+  res.on('close', () => {
+    if (isOver()) return;
+    finish();
+    h.cancel('disconnect');
+  });
+  // The socket may already be gone (a client that sent its body and left at once).
+  if (req.socket.destroyed && !isOver()) {
+    finish();
+    h.cancel('disconnect');
+  }
 }

@@ -22,6 +22,7 @@ import {
 } from './http-util';
 import { PROMETHEUS_CONTENT_TYPE, prometheusText } from './metrics';
 import { serveCompletion } from './openai-routes';
+import { serveResponse } from './responses-routes';
 import { type AccessPolicy, allowedHostsFor, checkAccess, isLoopback } from './security';
 import { PAGE_HEADERS, serveStatic } from './static-files';
 import { type DecodedUpload, multipartBoundary, parseMultipart, uploadFromJson, uploadFromMultipart } from './upload';
@@ -157,6 +158,11 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
         await serveCompletion(p === '/v1/chat/completions' ? 'chat' : 'completion', hostApi, body, req, res);
         return;
       }
+      case '/v1/responses': {
+        only('POST');
+        await serveResponse(hostApi, await jsonBody(req), req, res);
+        return;
+      }
       case '/v1/kvdesk/budget': {
         only('GET');
         const snap = await hostApi.call('getSnapshot', {});
@@ -186,7 +192,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     if (p.startsWith('/v1/') || p.startsWith('/api/')) {
       throw httpError(
         404,
-        `There is no ${p} here. The API has /v1/models, /v1/chat/completions, /v1/completions, /v1/kvdesk/budget and /api/models/upload.`,
+        `There is no ${p} here. The API has /v1/models, /v1/chat/completions, /v1/completions, /v1/responses, /v1/kvdesk/budget and /api/models/upload.`,
         'not_found',
       );
     }

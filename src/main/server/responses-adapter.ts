@@ -1,0 +1,457 @@
+/**
+ * OpenAI's Responses API (`POST /v1/responses`) on one side, kvdesk's GenerateRequest and GenerationResult on
+ * the other. Pure functions, as openai-adapter.ts is for chat completions; responses-routes.ts does the I/O.
+ * kvdesk keeps no responses: each request carries its whole conversation in `input` (with `instructions` as
+ * the system prompt); what would need stored state or hosted tools is refused, never ignored.
+ */
+import type {
+  ChatMessage,
+  GenerateRequest,
+  GenerationResult,
+  ToolCall,
+  ToolChoice,
+  ToolDefinition,
+} from '../../shared/contract';
+import { type Body, bad, boolean, kvdeskExtras, number, present } from './openai-adapter';
+
+/** A Responses request translated for the host, with the parameters a response repeats back. */
+export interface MappedResponseRequest {
+  model: string;
+  stream: boolean;
+  request: GenerateRequest;
+  /** The request's settings as the response object shows them. */
+  echo: ResponseEcho;
+}
+
+/** Parameters every response object repeats (OpenAI's defaults where the request left them out). */
+export interface ResponseEcho {
+  instructions: string | null;
+  max_output_tokens: number | null;
+  temperature: number | null;
+  top_p: number | null;
+  tools: Array<Record<string, unknown>>;
+  tool_choice: unknown;
+  parallel_tool_calls: boolean;
+  text: { format: Record<string, unknown> };
+  metadata: Record<string, unknown> | null;
+}
+
+/** Parameters that need state or services kvdesk does not have: refused, naming them. */
+const REFUSED: ReadonlyArray<[string, string]> = [
+  ['previous_response_id', 'kvdesk keeps no responses: send the whole conversation in "input"'],
+  ['conversation', 'kvdesk keeps no conversations: send the whole conversation in "input"'],
+  ['prompt', 'kvdesk has no stored prompts: send the instructions and input'],
+  ['reasoning', 'kvdesk has no reasoning settings for local models: send the request without it'],
+  ['top_logprobs', 'log-probabilities are on /v1/chat/completions (logprobs, top_logprobs)'],
+];
+
+function refuseUnsupported(body: Body): void {
+  for (const [key, why] of REFUSED) {
+    if (present(body, key)) throw bad(`"${key}" is not supported: ${why}.`, key);
+  }
+  if (body.background === true)
+    throw bad('"background" responses are not supported: kvdesk keeps no responses.', 'background');
+  if (Array.isArray(body.include) && body.include.length > 0) {
+    throw bad('"include" is not supported: send the request without it.', 'include');
+  }
+  if (present(body, 'truncation') && body.truncation !== 'disabled') {
+    throw bad('"truncation" must be "disabled": kvdesk refuses a conversation longer than the context.', 'truncation');
+  }
+}
+
+/** A message's text: a string, or input_text / output_text parts. */
+function contentText(content: unknown, where: string): string {
+  if (typeof content === 'string') return content;
+  if (!Array.isArray(content)) throw bad(`${where} must be a string or a list of text parts.`, where);
+  let text = '';
+  for (const [j, part] of content.entries()) {
+    const p = part as { type?: unknown; text?: unknown } | null;
+    if ((p?.type === 'input_text' || p?.type === 'output_text') && typeof p.text === 'string') text += p.text;
+    else {
+      throw bad(
+        `${where}[${j}]: only input_text and output_text parts are supported, got ${JSON.stringify(p?.type)}.`,
+        `${where}[${j}]`,
+      );
+    }
+  }
+  return text;
+}
+
+/**
+ * `input` as chat messages: a string is one user message; a list holds messages, the model's earlier function
+ * calls (joined onto the assistant turn they follow) and their outputs (tool results).
+ */
+function inputMessages(input: unknown): ChatMessage[] {
+  if (typeof input === 'string') return [{ role: 'user', content: input }];
+  if (!Array.isArray(input) || input.length === 0) {
+    throw bad('"input" must be a string or a non-empty list of input items.', 'input');
+  }
+  const out: ChatMessage[] = [];
+  for (const [i, raw] of input.entries()) {
+    const item = raw as Record<string, unknown> | null;
+    const where = `input[${i}]`;
+    if (typeof item !== 'object' || item === null) throw bad(`${where} must be an object.`, where);
+    const type = item.type ?? 'message';
+    if (type === 'message') {
+      const role = item.role === 'developer' ? 'system' : item.role;
+      if (role !== 'user' && role !== 'assistant' && role !== 'system') {
+        throw bad(
+          `${where}.role must be user, assistant, system or developer, got ${JSON.stringify(item.role)}.`,
+          `${where}.role`,
+        );
+      }
+      out.push({ role, content: contentText(item.content, `${where}.content`) });
+    } else if (type === 'function_call') {
+      if (typeof item.call_id !== 'string' || typeof item.name !== 'string' || typeof item.arguments !== 'string') {
+        throw bad(`${where}: a function_call needs "call_id", "name" and "arguments" (JSON text).`, where);
+      }
+      const call: ToolCall = { id: item.call_id, name: item.name, arguments: item.arguments };
+      const last = out[out.length - 1];
+      // Calls right after an assistant message (or after other calls) belong to that turn.
+      if (last?.role === 'assistant') last.toolCalls = [...(last.toolCalls ?? []), call];
+      else out.push({ role: 'assistant', content: '', toolCalls: [call] });
+    } else if (type === 'function_call_output') {
+      if (typeof item.call_id !== 'string')
+        throw bad(`${where}: a function_call_output needs "call_id".`, `${where}.call_id`);
+      out.push({ role: 'tool', content: contentText(item.output, `${where}.output`), toolCallId: item.call_id });
+    } else {
+      throw bad(
+        `${where}.type ${JSON.stringify(type)} is not supported: kvdesk takes message, function_call and function_call_output items.`,
+        `${where}.type`,
+      );
+    }
+  }
+  return out;
+}
+
+/** `tools`: function tools in the Responses form (`{type: "function", name, description, parameters, strict}`). */
+function toolList(body: Body): ToolDefinition[] | undefined {
+  const v = body.tools;
+  if (v === undefined || v === null || (Array.isArray(v) && v.length === 0)) return undefined;
+  if (!Array.isArray(v)) throw bad('"tools" must be a list of {"type": "function", "name": …}.', 'tools');
+  return v.map((t, i) => {
+    const tool = t as Record<string, unknown> | null;
+    if (tool?.type !== 'function') {
+      throw bad(
+        `tools[${i}].type must be "function" (kvdesk has no hosted tools), got ${JSON.stringify(tool?.type)}.`,
+        `tools[${i}].type`,
+      );
+    }
+    if (typeof tool.name !== 'string') throw bad(`tools[${i}] needs a "name".`, `tools[${i}].name`);
+    const params = tool.parameters;
+    if (params !== undefined && params !== null && (typeof params !== 'object' || Array.isArray(params))) {
+      throw bad(`tools[${i}].parameters must be a JSON Schema object.`, `tools[${i}].parameters`);
+    }
+    return {
+      name: tool.name,
+      ...(typeof tool.description === 'string' ? { description: tool.description } : {}),
+      ...(params ? { parameters: params as Record<string, unknown> } : {}),
+    };
+  });
+}
+
+function toolChoice(body: Body): ToolChoice | undefined {
+  const v = body.tool_choice;
+  if (v === undefined || v === null) return undefined;
+  if (v === 'none' || v === 'auto' || v === 'required') return v;
+  const c = v as { type?: unknown; name?: unknown };
+  if (typeof c === 'object' && c.type === 'function' && typeof c.name === 'string') return { name: c.name };
+  throw bad('"tool_choice" must be "none", "auto", "required" or {"type": "function", "name": …}.', 'tool_choice');
+}
+
+/** `text.format`: text, a JSON object, or JSON that conforms to a schema (`{type: "json_schema", schema}`). */
+function textFormat(body: Body): Record<string, unknown> {
+  const text = body.text as { format?: unknown } | undefined | null;
+  if (text === undefined || text === null) return { type: 'text' };
+  if (typeof text !== 'object') throw bad('"text" must be an object such as {"format": {"type": "text"}}.', 'text');
+  const f = text.format as { type?: unknown; schema?: unknown } | undefined | null;
+  if (f === undefined || f === null) return { type: 'text' };
+  if (f.type === 'text' || f.type === 'json_object') return f as Record<string, unknown>;
+  if (f.type === 'json_schema') {
+    if (typeof f.schema !== 'object' || f.schema === null || Array.isArray(f.schema)) {
+      throw bad('text.format.schema must be a JSON Schema object.', 'text.format');
+    }
+    return f as Record<string, unknown>;
+  }
+  throw bad(
+    `text.format type ${JSON.stringify(f.type)} is not supported: use text, json_object or json_schema.`,
+    'text.format',
+  );
+}
+
+/** Translates a Responses body; throws HttpError 400 naming the parameter for malformed input. */
+export function mapResponsesRequest(input: unknown): MappedResponseRequest {
+  if (!input || typeof input !== 'object' || Array.isArray(input)) {
+    throw bad('The request body must be a JSON object.', 'body');
+  }
+  const body = input as Body;
+  if (typeof body.model !== 'string' || body.model.length === 0) {
+    throw bad('"model" is required: name a loaded model (GET /v1/models lists them).', 'model');
+  }
+  refuseUnsupported(body);
+  const instructions = present(body, 'instructions') ? body.instructions : null;
+  if (instructions !== null && typeof instructions !== 'string') {
+    throw bad('"instructions" must be a string (the system prompt).', 'instructions');
+  }
+  const messages = inputMessages(body.input);
+  const maxTokens = number(body, 'max_output_tokens', { min: 1, int: true });
+  const temperature = number(body, 'temperature', { min: 0, max: 2 });
+  const topP = number(body, 'top_p', { min: 0, max: 1 });
+  const stream = boolean(body, 'stream') ?? false;
+  const parallel = boolean(body, 'parallel_tool_calls');
+  const tools = toolList(body);
+  const choice = toolChoice(body);
+  const format = textFormat(body);
+
+  const request: GenerateRequest = {
+    model: body.model,
+    messages: instructions ? [{ role: 'system', content: instructions }, ...messages] : messages,
+    // One conversation, one reply: its KV can serve the next turn's request (the host's prompt cache).
+    promptCache: true,
+  };
+  if (maxTokens !== undefined) request.maxNewTokens = maxTokens;
+  const sampling: NonNullable<GenerateRequest['sampling']> = {};
+  if (temperature !== undefined) sampling.temperature = temperature;
+  if (topP !== undefined) sampling.topP = topP;
+  if (Object.keys(sampling).length > 0) request.sampling = sampling;
+  if (tools) request.tools = tools;
+  if (choice !== undefined) request.toolChoice = choice;
+  if (parallel !== undefined && tools) request.parallelToolCalls = parallel;
+  if (format.type === 'json_object') request.responseFormat = 'json';
+  if (format.type === 'json_schema') request.jsonSchema = format.schema as Record<string, unknown>;
+
+  const metadata = body.metadata;
+  return {
+    model: body.model,
+    stream,
+    request,
+    echo: {
+      instructions: instructions as string | null,
+      max_output_tokens: maxTokens ?? null,
+      temperature: temperature ?? null,
+      top_p: topP ?? null,
+      tools: (tools ?? []).map((t) => ({
+        type: 'function',
+        name: t.name,
+        description: t.description ?? null,
+        parameters: t.parameters ?? null,
+        strict: null,
+      })),
+      tool_choice:
+        choice === undefined ? 'auto' : typeof choice === 'string' ? choice : { type: 'function', name: choice.name },
+      parallel_tool_calls: parallel ?? true,
+      text: { format },
+      metadata:
+        typeof metadata === 'object' && metadata !== null && !Array.isArray(metadata)
+          ? (metadata as Record<string, unknown>)
+          : null,
+    },
+  };
+}
+
+/** The identity of one response, shared by its body and every event of its stream. */
+export interface ResponseHead {
+  id: string;
+  created_at: number;
+  model: string;
+}
+
+/** A response id made from the host's request id; output items take theirs from it and their place. */
+export const responseId = (requestId: string) => `resp_${requestId.replaceAll('-', '')}`;
+export const messageItemId = (head: ResponseHead, index: number) => `msg_${head.id.slice(5)}_${index}`;
+export const callItemId = (head: ResponseHead, index: number) => `fc_${head.id.slice(5)}_${index}`;
+
+/** An assistant message output item. */
+export function messageItem(id: string, text: string, status: 'in_progress' | 'completed' | 'incomplete') {
+  return {
+    type: 'message',
+    id,
+    status,
+    role: 'assistant',
+    content: status === 'in_progress' && text === '' ? [] : [textPart(text)],
+  };
+}
+
+export function textPart(text: string) {
+  return { type: 'output_text', text, annotations: [], logprobs: [] };
+}
+
+/** A function call output item (`arguments` '' while it is being written). */
+export function callItem(id: string, call: ToolCall, args: string, status: 'in_progress' | 'completed') {
+  return { type: 'function_call', id, call_id: call.id, name: call.name, arguments: args, status };
+}
+
+/** The Responses usage block. */
+export function responseUsage(result: GenerationResult) {
+  const output = result.rows.reduce((s, r) => s + r.tokenIds.length, 0);
+  return {
+    input_tokens: result.promptTokens,
+    input_tokens_details: { cached_tokens: result.reusedTokens },
+    output_tokens: output,
+    output_tokens_details: { reasoning_tokens: 0 },
+    total_tokens: result.promptTokens + output,
+  };
+}
+
+/** Whether a reply ran out of room (tokens, context or budget): the response is then `incomplete`. */
+export function incomplete(result: GenerationResult): boolean {
+  return result.finishReason === 'length' || result.finishReason === 'context';
+}
+
+/** The response object: its settings, status, output items (the text, then the calls) and usage. */
+export function responseBody(
+  head: ResponseHead,
+  echo: ResponseEcho,
+  status: 'in_progress' | 'completed' | 'incomplete' | 'failed',
+  output: unknown[],
+  result?: GenerationResult,
+  error: { code: string; message: string } | null = null,
+): Record<string, unknown> {
+  return {
+    id: head.id,
+    object: 'response',
+    created_at: head.created_at,
+    status,
+    error,
+    incomplete_details: status === 'incomplete' ? { reason: 'max_output_tokens' } : null,
+    model: head.model,
+    output,
+    ...echo,
+    truncation: 'disabled',
+    store: false,
+    ...(result ? { usage: responseUsage(result), kvdesk: kvdeskExtras(result) } : {}),
+  };
+}
+
+/** The output items of a finished reply: its message (if it has text, or made no call), then its calls. */
+export function outputItems(head: ResponseHead, result: GenerationResult): unknown[] {
+  const row = result.rows[0];
+  const text = row?.text ?? '';
+  const calls = row?.toolCalls ?? [];
+  const status = incomplete(result) ? 'incomplete' : 'completed';
+  const items: unknown[] = [];
+  if (text.length > 0 || calls.length === 0) items.push(messageItem(messageItemId(head, 0), text, status));
+  for (const call of calls) items.push(callItem(callItemId(head, items.length), call, call.arguments, 'completed'));
+  return items;
+}
+
+/** One event of a response stream (`type` and `sequence_number` first, as OpenAI writes them). */
+export type StreamEvent = { type: string; sequence_number: number } & Record<string, unknown>;
+
+/**
+ * A response's event stream, from the host's frames: response.created and .in_progress; for each output item
+ * (a message, a function call) its added, delta and done events in order — text after calls opens a new
+ * message —; then response.completed (or .incomplete) with the output exactly as streamed.
+ */
+export class ResponseEvents {
+  private sequence = 0;
+  /** The output items so far (each as its latest event showed it), and the message being written. */
+  private readonly output: unknown[] = [];
+  private open: { index: number; id: string; text: string } | null = null;
+
+  constructor(
+    private readonly head: ResponseHead,
+    private readonly echo: ResponseEcho,
+  ) {}
+
+  private event(out: StreamEvent[], type: string, data: Record<string, unknown>): void {
+    out.push({ type, sequence_number: this.sequence++, ...data });
+  }
+
+  start(): StreamEvent[] {
+    const out: StreamEvent[] = [];
+    const response = responseBody(this.head, this.echo, 'in_progress', []);
+    this.event(out, 'response.created', { response });
+    this.event(out, 'response.in_progress', { response });
+    return out;
+  }
+
+  /** Text and calls of the latest tokens. */
+  tokens(text: string, calls: readonly ToolCall[]): StreamEvent[] {
+    const out: StreamEvent[] = [];
+    if (text.length > 0) {
+      const m = this.open ?? this.openMessage(out);
+      m.text += text;
+      this.event(out, 'response.output_text.delta', {
+        item_id: m.id,
+        output_index: m.index,
+        content_index: 0,
+        delta: text,
+        logprobs: [],
+      });
+    }
+    if (calls.length > 0) {
+      this.closeMessage(out, 'completed');
+      for (const call of calls) this.call(out, call);
+    }
+    return out;
+  }
+
+  /** The end: the open message closes (a reply with neither text nor calls is one empty message). */
+  done(result: GenerationResult): StreamEvent[] {
+    const out: StreamEvent[] = [];
+    const status = incomplete(result) ? 'incomplete' : 'completed';
+    if (this.output.length === 0) this.openMessage(out);
+    this.closeMessage(out, status);
+    this.event(out, `response.${status}`, {
+      response: responseBody(this.head, this.echo, status, this.output, result),
+    });
+    return out;
+  }
+
+  /** A failure after the stream began: OpenAI's error event, then response.failed. */
+  failed(code: string, message: string, param: string | null): StreamEvent[] {
+    const out: StreamEvent[] = [];
+    this.event(out, 'error', { code, message, param });
+    this.event(out, 'response.failed', {
+      response: responseBody(this.head, this.echo, 'failed', this.output, undefined, { code, message }),
+    });
+    return out;
+  }
+
+  private openMessage(out: StreamEvent[]) {
+    const index = this.output.length;
+    const id = messageItemId(this.head, index);
+    this.output.push(messageItem(id, '', 'in_progress'));
+    this.event(out, 'response.output_item.added', { output_index: index, item: messageItem(id, '', 'in_progress') });
+    this.event(out, 'response.content_part.added', {
+      item_id: id,
+      output_index: index,
+      content_index: 0,
+      part: textPart(''),
+    });
+    this.open = { index, id, text: '' };
+    return this.open;
+  }
+
+  private closeMessage(out: StreamEvent[], status: 'completed' | 'incomplete'): void {
+    if (!this.open) return;
+    const { index, id, text } = this.open;
+    const at = { item_id: id, output_index: index, content_index: 0 };
+    this.event(out, 'response.output_text.done', { ...at, text, logprobs: [] });
+    this.event(out, 'response.content_part.done', { ...at, part: textPart(text) });
+    this.output[index] = messageItem(id, text, status);
+    this.event(out, 'response.output_item.done', { output_index: index, item: this.output[index] });
+    this.open = null;
+  }
+
+  private call(out: StreamEvent[], call: ToolCall): void {
+    const index = this.output.length;
+    const id = callItemId(this.head, index);
+    this.output.push(callItem(id, call, '', 'in_progress'));
+    this.event(out, 'response.output_item.added', { output_index: index, item: callItem(id, call, '', 'in_progress') });
+    this.event(out, 'response.function_call_arguments.delta', {
+      item_id: id,
+      output_index: index,
+      delta: call.arguments,
+    });
+    this.event(out, 'response.function_call_arguments.done', {
+      item_id: id,
+      output_index: index,
+      name: call.name,
+      arguments: call.arguments,
+    });
+    this.output[index] = callItem(id, call, call.arguments, 'completed');
+    this.event(out, 'response.output_item.done', { output_index: index, item: this.output[index] });
+  }
+}
