@@ -11,6 +11,8 @@ import path from 'node:path';
 import Ajv from 'ajv';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RunnerService } from '../../src/main/host/runner-service';
+import { applyChat } from '../../src/main/tokenizer';
+import { MISTRAL, toolChatTurns } from '../../src/main/tokenizer/tool-calls';
 import type { GenerateRequest, StreamFrame, ToolCall, ToolDefinition } from '../../src/shared/contract';
 import { KvdeskError } from '../../src/shared/errors';
 import { defaultModelDir } from '../helpers/fixtures';
@@ -40,17 +42,25 @@ const messages = [{ role: 'user' as const, content: 'What is the weather in Pari
 
 let host: RunnerService;
 let nativeDir: string;
+const readTemplate = () =>
+  JSON.parse(readFileSync(path.join(nativeDir, 'tokenizer_config.json'), 'utf8')).chat_template;
 beforeAll(async () => {
   host = new RunnerService({ intraOpNumThreads: 2 });
   await host.loadModel(defaultModelDir, { id: 'default' });
-  // The default package with a template of its own that shows tools and expects Mistral's form.
+  // The default package with a template of its own that shows tools and expects Mistral's form; like
+  // Mistral's and Gemma's own templates, it refuses ids that are not 9 letters and digits, and a system role.
   nativeDir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-tools-'));
   cpSync(defaultModelDir, nativeDir, { recursive: true });
   const configPath = path.join(nativeDir, 'tokenizer_config.json');
   const config = JSON.parse(readFileSync(configPath, 'utf8'));
   config.chat_template =
     "{% if tools %}{{ '[AVAILABLE_TOOLS]' + (tools | tojson) + '[/AVAILABLE_TOOLS]' }}{% endif %}" +
-    "{% for m in messages %}{% if m.tool_calls is defined %}{{ '[TOOL_CALLS]' + (m.tool_calls | tojson) }}" +
+    "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}" +
+    '{% if m.tool_calls is defined %}{% for c in m.tool_calls %}{% if c.id | length != 9 %}' +
+    "{{ raise_exception('Tool call IDs should be alphanumeric strings with length 9!') }}{% endif %}{% endfor %}" +
+    "{{ '[TOOL_CALLS]' + (m.tool_calls | tojson) }}" +
+    "{% elif m.role == 'tool' %}{% if m.tool_call_id | length != 9 %}{{ raise_exception('bad id') }}{% endif %}" +
+    "{{ '[TOOL_RESULTS]' + m.content + '[/TOOL_RESULTS]' }}" +
     "{% else %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endif %}{% endfor %}" +
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
   writeFileSync(configPath, JSON.stringify(config));
@@ -75,7 +85,8 @@ function expectOneValidCall(row: { text: string; finishReason: string; toolCalls
   expect(row.text, label).toBe('');
   expect(row.toolCalls, label).toHaveLength(1);
   const call = (row.toolCalls as ToolCall[])[0] as ToolCall;
-  expect(call.id).toMatch(/^call_/);
+  // OpenAI's style, or Mistral's 9 letters and digits.
+  expect(call.id).toMatch(/^(call_[0-9a-f]{24}|[A-Za-z0-9]{9})$/);
   const args: unknown = JSON.parse(call.arguments);
   expect(ajv.validate(schemaOf(call.name), args), `${label}: ${call.name} ${call.arguments}`).toBe(true);
   return call;
@@ -170,13 +181,37 @@ describe('tool calls', () => {
       maxNewTokens: 160,
       sampling: { temperature: 1, seed: 3 },
     }).result;
-    // `[TOOL_CALLS][` ends the forced prompt: the default vocabulary spells it in several tokens.
+    // `[TOOL_CALLS] [` ends the forced prompt: the default vocabulary spells it in several tokens.
     const tok = host.tokenizerOf('native');
     expect(forced.promptTokens - auto.promptTokens).toBe(
-      tok.encode('[TOOL_CALLS][', { addSpecialTokens: false }).length,
+      tok.encode('[TOOL_CALLS] [', { addSpecialTokens: false }).length,
     );
-    expectOneValidCall(forced.rows[0] as never, 'native');
+    const call = expectOneValidCall(forced.rows[0] as never, 'native') as ToolCall;
     expect(forced.finishReason).toBe('tool_calls');
+    expect(call.id).toMatch(/^[A-Za-z0-9]{9}$/);
+
+    // The next turn, with the call and its result, as an OpenAI client sends it (its own style of id, too).
+    for (const id of [call.id, 'call_0123456789abcdef01234567']) {
+      const next = await host.generate({
+        model: 'native',
+        messages: [
+          ...messages,
+          { role: 'assistant', content: '', toolCalls: [{ ...call, id }] },
+          { role: 'tool', content: '{"temp": 21}', toolCallId: id },
+        ],
+        tools: TOOLS,
+        maxNewTokens: 4,
+      }).result;
+      expect(next.promptTokens).toBeGreaterThan(auto.promptTokens);
+    }
+    // Without tools this turn, the earlier call and result still reach the template in its own form.
+    const history = [
+      ...messages,
+      { role: 'assistant' as const, content: '', toolCalls: [call] },
+      { role: 'tool' as const, content: '{"temp": 21}', toolCallId: call.id },
+    ];
+    const expected = applyChat(tok, readTemplate(), toolChatTurns(history, undefined, true, MISTRAL).messages).ids;
+    expect(host.countPromptTokens({ model: 'native', messages: history })).toBe(expected.length);
   });
 
   it('refuses a forced call to a schema it cannot enforce, naming the place', async () => {

@@ -39,10 +39,10 @@ import { loadModelSpec } from '../packages';
 import { providerShortName } from '../packages/execution-providers';
 import { createScheduler, type Scheduler } from '../scheduler';
 import { applyChat, createStopMatcher, createStreamDecoder, loadTokenizer, type TextTokenizer } from '../tokenizer';
-import { createToolCallFilter, type ToolCallFilter, toolChatTurns } from '../tokenizer/tool-calls';
+import { createToolCallFilter, type ToolCallFilter, toolCallFormat, toolChatTurns } from '../tokenizer/tool-calls';
 import { deriveHostDeviceBudget } from './device-budgets';
 import { EngineClient } from './engine-client';
-import { planTools, type ToolPlan } from './tool-plan';
+import { nativeTemplate, planTools, type ToolPlan } from './tool-plan';
 
 const CPU = 'CPUExecutionProvider';
 
@@ -216,6 +216,19 @@ function checkJsonSchema(req: GenerateRequest): void {
       },
     );
   }
+}
+
+/** A request the contract refuses, naming the first field at fault. */
+function invalidRequest(error: { issues: Array<{ path: PropertyKey[]; message: string }> }): KvdeskError {
+  const issue = error.issues[0];
+  if (!issue || issue.path.length === 0) {
+    return new KvdeskError('BAD_REQUEST', `invalid generate request: ${issue?.message ?? 'invalid'}`);
+  }
+  // `tools[0].name`, as the other refusals name fields.
+  const field = issue.path
+    .map((p, i) => (typeof p === 'number' ? `[${p}]` : `${i > 0 ? '.' : ''}${String(p)}`))
+    .join('');
+  return new KvdeskError('BAD_REQUEST', `invalid generate request: field ${field}: ${issue.message}`, { field });
 }
 
 /** A logit bias for an id the model has no logit for is refused, not ignored. */
@@ -584,7 +597,11 @@ export class RunnerService {
       if (messages) {
         const all: ChatMessage[] = req.system ? [{ role: 'system', content: req.system }, ...messages] : messages;
         // Tool calls and results of earlier turns, and the tools, in the form the template (or kvdesk) shows them.
-        const turns = toolChatTurns(all, tools?.shown, tools?.native ?? false);
+        // Without tools this request, earlier calls and results still go to a template that shows tools its way.
+        const native =
+          tools?.native ?? (all.some((m) => m.toolCalls || m.role === 'tool') && nativeTemplate(spec.chatTemplate));
+        const form = tools?.format ?? toolCallFormat(spec.chatTemplate, native);
+        const turns = toolChatTurns(all, tools?.shown, native, typeof form === 'string' ? undefined : form);
         rows = [
           applyChat(tok, spec.chatTemplate, turns.messages, {
             source: 'tokenizer_config.json field chat_template',
@@ -608,6 +625,19 @@ export class RunnerService {
   }
 
   /**
+   * The prompt tokens a generation request would have, rendered as `generate` renders it (chat template,
+   * tools, a forced call's opening); throws the errors `generate` would reject it with before it runs.
+   */
+  countPromptTokens(input: unknown): number {
+    const parsed = GenerateRequest.safeParse(input);
+    if (!parsed.success) throw invalidRequest(parsed.error);
+    const req = parsed.data;
+    const model = this.resolveModel(req.model);
+    const rows = this.buildRows(req, model, planTools(req, model.spec.chatTemplate, model.tokenizer));
+    return Math.max(...rows.map((r) => r.length));
+  }
+
+  /**
    * Starts a generation. Frames go to `sink` in order (accepted → admitted →
    * tokens* → done | error); the handle's promise settles with the same outcome.
    * Validation errors reject before any frame is sent.
@@ -616,10 +646,7 @@ export class RunnerService {
     const requestId = randomUUID();
     const parsed = GenerateRequest.safeParse(input);
     if (!parsed.success) {
-      const issue = parsed.error.issues[0];
-      const where = issue && issue.path.length > 0 ? `field ${issue.path.join('.')}: ` : '';
-      const err = new KvdeskError('BAD_REQUEST', `invalid generate request: ${where}${issue?.message ?? 'invalid'}`);
-      return { requestId, result: Promise.reject(err), cancel: () => {} };
+      return { requestId, result: Promise.reject(invalidRequest(parsed.error)), cancel: () => {} };
     }
     let req = parsed.data;
     let model: LoadedModel;
@@ -833,7 +860,12 @@ class Generation {
     );
     this.matchers = rows.map(() => createStopMatcher(req.stop ?? []));
     this.toolFilters = reads
-      ? rows.map(() => createToolCallFilter(reads.format, reads.names, { forced: reads.forced }))
+      ? rows.map(() =>
+          createToolCallFilter(reads.format, reads.names, {
+            forced: reads.forced,
+            ...(reads.forcedName ? { forcedName: reads.forcedName } : {}),
+          }),
+        )
       : undefined;
     this.rowCalls = rows.map(() => []);
     this.promptTokens = Math.max(...rows.map((r) => r.length));

@@ -3,10 +3,10 @@
  * model writes calls in, and — for `toolChoice: 'required'` or a named tool — the opening appended to the
  * prompt and the schema the reply is written to (structured output over `{"name", "arguments"}`).
  */
-import type { GenerateRequest, ToolDefinition } from '../../shared/contract';
+import type { ChatMessage, GenerateRequest, ToolDefinition } from '../../shared/contract';
 import { KvdeskError } from '../../shared/errors';
 import { compileSchema, SchemaError } from '../engine/json-schema';
-import { templateReadsTools } from '../tokenizer/chat-template';
+import { templateShowsTools } from '../tokenizer/chat-template';
 import type { TextTokenizer } from '../tokenizer/text-tokenizer';
 import { type ToolCallFormat, toolCallFormat } from '../tokenizer/tool-calls';
 
@@ -23,6 +23,8 @@ export interface ToolPlan {
   forced: boolean;
   suffix: string;
   schema?: Record<string, unknown>;
+  /** A forced call in a form that writes the name apart (`[TOOL_CALLS]name[ARGS]`): the tool it calls. */
+  forcedName?: string;
   names: ReadonlySet<string>;
   /** False: a reply ends after its first call. */
   parallel: boolean;
@@ -30,18 +32,38 @@ export interface ToolPlan {
   keepIds: ReadonlySet<number>;
 }
 
-const readsTools = new Map<string, boolean>();
+const showsTools = new Map<string, boolean>();
 
-/** Whether a template reads `tools` (parsed once per template). */
-function nativeTemplate(template: string | undefined): boolean {
+/** Whether a package's template shows tools itself (probed once per template). */
+export function nativeTemplate(template: string | undefined): boolean {
   if (template === undefined || template.trim() === '') return false;
-  let known = readsTools.get(template);
+  let known = showsTools.get(template);
   if (known === undefined) {
-    known = templateReadsTools(template);
-    if (readsTools.size > 64) readsTools.clear();
-    readsTools.set(template, known);
+    known = templateShowsTools(template);
+    if (showsTools.size > 64) showsTools.clear();
+    showsTools.set(template, known);
   }
   return known;
+}
+
+/** Earlier turns' calls must carry JSON objects as arguments (templates read them as objects). */
+function checkHistory(messages: readonly ChatMessage[] | undefined): void {
+  for (const [i, m] of (messages ?? []).entries()) {
+    for (const [j, call] of (m.toolCalls ?? []).entries()) {
+      let value: unknown;
+      try {
+        value = JSON.parse(call.arguments);
+      } catch {
+        value = undefined;
+      }
+      if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+        throw bad(
+          `messages[${i}].toolCalls[${j}].arguments must be the JSON text of an object, got ${JSON.stringify(call.arguments.slice(0, 80))}.`,
+          `messages[${i}].toolCalls[${j}].arguments`,
+        );
+      }
+    }
+  }
 }
 
 function bad(message: string, field: string): KvdeskError {
@@ -55,6 +77,30 @@ function argumentsSchema(tool: ToolDefinition): Record<string, unknown> {
   // OpenAI's examples often leave out the root's type; properties say it is an object.
   if (p.type === undefined && p.properties !== undefined) return { type: 'object', ...p };
   return p;
+}
+
+/**
+ * A forced call's schema, compiled to refuse what kvdesk cannot enforce; the refusal names the place in
+ * tool i's parameters (`prefix`: where they sit in `schema`).
+ */
+function checkedSchema(
+  schema: Record<string, unknown>,
+  i: number,
+  name: string,
+  prefix: string,
+): Record<string, unknown> {
+  try {
+    compileSchema(schema);
+  } catch (err) {
+    if (!(err instanceof SchemaError)) throw err;
+    const inner = err.path.slice((prefix || 'schema').length);
+    throw new KvdeskError(
+      'BAD_REQUEST',
+      `tools[${i}].parameters${inner} ("${name}"): kvdesk cannot make a call follow this schema: ${err.message.slice(err.path.length + 2)}. Simplify the schema, or let the model choose (toolChoice / tool_choice "auto"), where the schema is only shown to it.`,
+      { field: `tools[${i}].parameters${inner}` },
+    );
+  }
+  return schema;
 }
 
 /** The reply of a forced call to `tool`: `{"name": <its name>, <argsKey>: <its arguments>}`. */
@@ -76,18 +122,20 @@ export function planTools(
   template: string | undefined,
   tok: Pick<TextTokenizer, 'tokenToId' | 'isSpecial'>,
 ): ToolPlan | undefined {
+  checkHistory(req.messages);
   const tools = req.tools;
   if (!tools) {
     if (req.toolChoice !== undefined && req.toolChoice !== 'none' && req.toolChoice !== 'auto') {
-      throw bad(
-        'toolChoice (tool_choice) names a tool, but the request lists no tools: send them in tools.',
-        'toolChoice',
-      );
+      const what = req.toolChoice === 'required' ? 'asks for a tool call' : `names "${req.toolChoice.name}"`;
+      throw bad(`toolChoice (tool_choice) ${what}, but the request lists no tools: send them in tools.`, 'toolChoice');
     }
     return undefined;
   }
   if (!req.messages && !req.chat) {
-    throw bad('tools need a chat request: send the conversation as messages.', 'tools');
+    throw bad(
+      'tools need a chat request: send the conversation as messages (or the prompt with chat / --chat).',
+      'tools',
+    );
   }
   if (req.responseFormat === 'json' || req.jsonSchema !== undefined) {
     throw bad(
@@ -100,6 +148,13 @@ export function planTools(
     if (names.has(t.name))
       throw bad(`tools[${i}]: the name "${t.name}" is listed twice; tool names must differ.`, `tools[${i}].name`);
     names.add(t.name);
+    // A call's arguments are an object: a tool whose parameters describe anything else could never be called.
+    if (argumentsSchema(t).type !== 'object') {
+      throw bad(
+        `tools[${i}].parameters ("${t.name}") must describe an object ({"type": "object", "properties": {…}}): a call's arguments are one.`,
+        `tools[${i}].parameters.type`,
+      );
+    }
   }
   const choice = req.toolChoice ?? 'auto';
   if (typeof choice === 'object' && !names.has(choice.name)) {
@@ -110,6 +165,12 @@ export function planTools(
   }
   const native = nativeTemplate(template);
   const format = toolCallFormat(template, native);
+  if (typeof format === 'string') {
+    throw bad(
+      `This model's chat template writes tool calls as ${format}, a form kvdesk does not read yet: send the request without tools.`,
+      'tools',
+    );
+  }
   const keepIds = new Set<number>();
   for (const marker of [format.open, format.close]) {
     const id = marker === '' ? undefined : tok.tokenToId(marker);
@@ -129,22 +190,23 @@ export function planTools(
   if (!plan.forced) return plan;
 
   const callable = typeof choice === 'object' ? tools.filter((t) => t.name === choice.name) : tools;
-  const alternatives = callable.map((t) => {
-    const schema = callSchema(t, format.argsKey);
-    try {
-      compileSchema(schema);
-    } catch (err) {
-      if (!(err instanceof SchemaError)) throw err;
-      const i = tools.indexOf(t);
-      const inner = err.path.replace(/^schema\.properties\.[a-z]+/, '');
-      throw new KvdeskError(
-        'BAD_REQUEST',
-        `tools[${i}].parameters${inner} ("${t.name}"): kvdesk cannot make a call follow this schema: ${err.message.slice(err.path.length + 2)}. Simplify the schema, or let the model choose (toolChoice / tool_choice "auto"), where the schema is only shown to it.`,
-        { field: `tools[${i}].parameters${inner}` },
+  if (format.argsMarker) {
+    // The name is plain text before the marker: kvdesk writes it itself, so the call must be to one tool.
+    const only = callable.length === 1 ? (callable[0] as ToolDefinition) : undefined;
+    if (!only) {
+      throw bad(
+        `This model writes a call's name as plain text (${format.open}name${format.argsMarker}), which kvdesk cannot choose among ${callable.length} tools: name the tool in toolChoice (tool_choice).`,
+        'toolChoice',
       );
     }
-    return schema;
-  });
+    plan.schema = checkedSchema(argumentsSchema(only), tools.indexOf(only), only.name, '');
+    plan.forcedName = only.name;
+    plan.suffix = format.open + only.name + format.argsMarker;
+    return plan;
+  }
+  const alternatives = callable.map((t) =>
+    checkedSchema(callSchema(t, format.argsKey), tools.indexOf(t), t.name, `schema.properties.${format.argsKey}`),
+  );
   plan.schema = alternatives.length === 1 ? (alternatives[0] as Record<string, unknown>) : { anyOf: alternatives };
   try {
     compileSchema(plan.schema);

@@ -89,7 +89,15 @@ const PARAM: Partial<Record<ErrorCode, string>> = {
 function openAiParam(field: string, responses: boolean): string {
   if (field.startsWith('jsonSchema')) return responses ? 'text.format' : 'response_format';
   if (field.startsWith('toolChoice')) return 'tool_choice';
-  return responses ? field : field.replace(/^tools\[(\d+)\]\.(parameters|name)/, 'tools[$1].function.$2');
+  if (field === 'maxNewTokens') return responses ? 'max_output_tokens' : 'max_tokens';
+  // The contract's own names become snake_case; a tool's parameters schema keeps the client's names.
+  const cut = field.search(/\.parameters(\.|$)/);
+  const head = (cut >= 0 ? field.slice(0, cut) : field)
+    .replace(/^sampling\./, '')
+    .replace(/^messages\[(\d+)\]\.toolCalls\[(\d+)\]\.(name|arguments)/, 'messages[$1].tool_calls[$2].function.$3')
+    .replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+  const snake = head + (cut >= 0 ? field.slice(cut) : '');
+  return responses ? snake : snake.replace(/^tools\[(\d+)\]\.(parameters|name|description)/, 'tools[$1].function.$2');
 }
 
 /** Detail keys renamed to the names llama.cpp and vLLM clients already read. */

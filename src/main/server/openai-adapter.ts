@@ -114,6 +114,9 @@ function toolList(kind: OpenAiKind, body: Body): ToolDefinition[] | undefined {
     if (params !== undefined && params !== null && (typeof params !== 'object' || Array.isArray(params))) {
       throw bad(`tools[${i}].function.parameters must be a JSON Schema object.`, `tools[${i}].function.parameters`);
     }
+    if (fn.description !== undefined && fn.description !== null && typeof fn.description !== 'string') {
+      throw bad(`tools[${i}].function.description must be a string.`, `tools[${i}].function.description`);
+    }
     return {
       name: fn.name,
       ...(typeof fn.description === 'string' ? { description: fn.description } : {}),
@@ -398,7 +401,8 @@ export function toolCallsJson(calls: readonly ToolCall[], first?: number): Array
 /** A chat reply's message: its text (null when it only made calls, as OpenAI's) and its calls. */
 function chatMessage(text: string, calls: readonly ToolCall[] | undefined): Record<string, unknown> {
   if (!calls || calls.length === 0) return { role: 'assistant', content: text };
-  return { role: 'assistant', content: text.length > 0 ? text : null, tool_calls: toolCallsJson(calls) };
+  // Only white space beside calls is no content, as OpenAI (and vLLM) answer.
+  return { role: 'assistant', content: text.trim().length > 0 ? text : null, tool_calls: toolCallsJson(calls) };
 }
 
 function budgetCapJson(c: BudgetCap) {

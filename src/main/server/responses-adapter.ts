@@ -330,7 +330,7 @@ export function outputItems(head: ResponseHead, result: GenerationResult): unkno
   const calls = row?.toolCalls ?? [];
   const status = incomplete(result) ? 'incomplete' : 'completed';
   const items: unknown[] = [];
-  if (text.length > 0 || calls.length === 0) items.push(messageItem(messageItemId(head, 0), text, status));
+  if (text.trim().length > 0 || calls.length === 0) items.push(messageItem(messageItemId(head, 0), text, status));
   for (const call of calls) items.push(callItem(callItemId(head, items.length), call, call.arguments, 'completed'));
   return items;
 }

@@ -98,22 +98,29 @@ function templateMessage(m: ChatMessage): Record<string, unknown> {
   return out;
 }
 
+/** A tool no template knows: its name in a template's output means the template shows tools. */
+const PROBE_TOOL = 'kvdesk_probe_tool_4f1c';
+
 /**
- * Whether a template shows tools to its model (it reads the `tools` variable). One that does not is given
- * kvdesk's own description of the tools in the system message instead.
+ * Whether a template shows tools to its model: rendered with a probe tool and one user message, its output
+ * names the tool. (Reading `tools` is not enough: a template may only test it, raise on it, or read a
+ * message's own `tools`.) One that does not is given kvdesk's own description of the tools instead.
  */
-export function templateReadsTools(template: string): boolean {
-  let parsed: unknown;
+export function templateShowsTools(template: string): boolean {
   try {
-    parsed = new Template(template).parsed;
+    const text = renderChatTemplate(template, [{ role: 'user', content: 'hi' }], {
+      addGenerationPrompt: true,
+      tools: [
+        {
+          type: 'function',
+          function: { name: PROBE_TOOL, description: PROBE_TOOL, parameters: { type: 'object', properties: {} } },
+        },
+      ],
+    });
+    return text.includes(PROBE_TOOL);
   } catch {
     return false;
   }
-  let found = false;
-  visitNodes(parsed, (node) => {
-    if (node.type === 'Identifier' && node.value === 'tools') found = true;
-  });
-  return found;
 }
 
 /** Result of {@link applyChat}. */

@@ -4,11 +4,11 @@
  *
  * Models write calls in one of a few forms, and their chat templates say which: the Hermes / Qwen form
  * (`<tool_call>{"name": …, "arguments": {…}}</tool_call>`, one call per tag), Mistral's
- * (`[TOOL_CALLS][{…}, …]`), Phi-4's and Granite's (`<|tool_call|>[{…}]`), and Llama 3's bare JSON object
- * (`{"name": …, "parameters": {…}}`). A template that does not read `tools` gets kvdesk's own description of
- * them in the system message, in the Hermes form, and past calls and results written as text in that form.
+ * (`[TOOL_CALLS] [{…}, …]`, or in later models `[TOOL_CALLS]name[ARGS]{…}`), Granite's (`<|tool_call|>[{…}]`),
+ * and Llama 3's bare JSON object (`{"name": …, "parameters": {…}}`). A template that does not show tools gets
+ * kvdesk's own description of them, in the Hermes form, and past calls and results written as text in that form.
  */
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import type { ChatMessage as TemplateMessage } from './chat-template';
 
 /** A function the model may call. */
@@ -37,7 +37,7 @@ export interface ToolChatMessage {
 
 /** How a model writes its calls. */
 export interface ToolCallFormat {
-  name: 'hermes' | 'mistral' | 'tool-call-tag' | 'json';
+  name: 'hermes' | 'mistral' | 'mistral-args' | 'tool-call-tag' | 'json';
   /** Text that opens a call ('' for a reply that is a bare JSON object). */
   open: string;
   /** Text that closes it ('' where nothing does). */
@@ -46,6 +46,10 @@ export interface ToolCallFormat {
   lead: string;
   /** The key of the arguments object. */
   argsKey: 'arguments' | 'parameters';
+  /** A call is `name` + this + the arguments object, instead of a JSON object with both. */
+  argsMarker?: string;
+  /** Call ids are 9 letters and digits (Mistral's templates refuse others). */
+  shortIds?: boolean;
 }
 
 export const HERMES: ToolCallFormat = {
@@ -59,8 +63,18 @@ export const MISTRAL: ToolCallFormat = {
   name: 'mistral',
   open: '[TOOL_CALLS]',
   close: '',
-  lead: '[',
+  lead: ' [',
   argsKey: 'arguments',
+  shortIds: true,
+};
+export const MISTRAL_ARGS: ToolCallFormat = {
+  name: 'mistral-args',
+  open: '[TOOL_CALLS]',
+  close: '',
+  lead: '',
+  argsKey: 'arguments',
+  argsMarker: '[ARGS]',
+  shortIds: true,
 };
 export const TOOL_CALL_TAG: ToolCallFormat = {
   name: 'tool-call-tag',
@@ -71,13 +85,22 @@ export const TOOL_CALL_TAG: ToolCallFormat = {
 };
 export const BARE_JSON: ToolCallFormat = { name: 'json', open: '', close: '', lead: '', argsKey: 'parameters' };
 
+/** Forms of calls kvdesk does not read, by a marker their templates write: what they are called. */
+const UNREAD_FORMS: ReadonlyArray<[string, string]> = [
+  ['<function=', 'XML function tags (<function=…><parameter=…>, as Qwen3-Coder writes them)'],
+  ['<arg_key>', 'XML argument tags (<arg_key>…</arg_key>, as GLM writes them)'],
+];
+
 /**
- * The form a template's model writes calls in. `native` is false for a template that does not read `tools`
- * (or none at all): kvdesk then describes the tools itself, in the Hermes form.
+ * The form a template's model writes calls in. `native` is false for a template that does not show tools
+ * (or none at all): kvdesk then describes the tools itself, in the Hermes form. A string: the template's form
+ * is one kvdesk cannot read (what it is, for the refusal).
  */
-export function toolCallFormat(template: string | undefined, native: boolean): ToolCallFormat {
+export function toolCallFormat(template: string | undefined, native: boolean): ToolCallFormat | string {
   if (!native || template === undefined) return HERMES;
+  for (const [marker, what] of UNREAD_FORMS) if (template.includes(marker)) return what;
   if (template.includes('<tool_call>')) return HERMES;
+  if (template.includes('[ARGS]')) return MISTRAL_ARGS;
   if (template.includes('[TOOL_CALLS]')) return MISTRAL;
   if (template.includes('<|tool_call|>')) return TOOL_CALL_TAG;
   return BARE_JSON;
@@ -137,19 +160,26 @@ export function toolChatTurns(
   messages: readonly ToolChatMessage[],
   tools: readonly ToolSpec[] | undefined,
   native: boolean,
+  format: ToolCallFormat = HERMES,
 ): { messages: TemplateMessage[]; tools?: unknown[] } {
   if (native) {
     const names = new Map<string, string>();
+    // Mistral's templates take only 9-character ids: others (a client's own) are mapped, the same way each time.
+    const id = (raw: string) => (format.shortIds ? shortId(raw) : raw);
     const out = messages.map((m): TemplateMessage => {
       const t: TemplateMessage = { role: m.role, content: m.content };
       if (m.toolCalls && m.toolCalls.length > 0) {
         t.tool_calls = m.toolCalls.map((c) => {
           names.set(c.id, c.name);
-          return { id: c.id, type: 'function', function: { name: c.name, arguments: parsedArguments(c.arguments) } };
+          return {
+            id: id(c.id),
+            type: 'function',
+            function: { name: c.name, arguments: parsedArguments(c.arguments) },
+          };
         });
       }
       if (m.role === 'tool') {
-        if (m.toolCallId !== undefined) t.tool_call_id = m.toolCallId;
+        if (m.toolCallId !== undefined) t.tool_call_id = id(m.toolCallId);
         const name = m.name ?? (m.toolCallId !== undefined ? names.get(m.toolCallId) : undefined);
         if (name !== undefined) t.name = name;
       }
@@ -170,17 +200,35 @@ export function toolChatTurns(
     out.push({ role: m.role, content: [m.content, ...calls].filter((s) => s.length > 0).join('\n') });
   }
   if (tools) {
+    // In the system message; without one, at the head of the first user turn (some templates refuse a system
+    // role, and a system message would be one the client never sent).
     const section = toolsSystemText(tools);
     const first = out[0];
+    const user = out.find((m) => m.role === 'user');
     if (first?.role === 'system') first.content = `${first.content}\n\n${section}`;
+    else if (user) user.content = `${section}\n\n${user.content}`;
     else out.unshift({ role: 'system', content: section });
   }
   return { messages: out };
 }
 
-/** A call id in OpenAI's style. */
-export function newToolCallId(): string {
-  return `call_${randomBytes(12).toString('hex')}`;
+const ALNUM = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
+
+/** 9 letters and digits from bytes. */
+function alnum9(bytes: Uint8Array): string {
+  let out = '';
+  for (let i = 0; i < 9; i++) out += ALNUM[(bytes[i] as number) % ALNUM.length];
+  return out;
+}
+
+/** An id as Mistral's templates take it: itself when it is 9 letters and digits, else one made from it. */
+export function shortId(id: string): string {
+  return /^[A-Za-z0-9]{9}$/.test(id) ? id : alnum9(createHash('sha256').update(id).digest());
+}
+
+/** A new call id: OpenAI's style, or 9 letters and digits for Mistral's forms. */
+export function newToolCallId(short = false): string {
+  return short ? alnum9(randomBytes(9)) : `call_${randomBytes(12).toString('hex')}`;
 }
 
 /**
@@ -188,7 +236,7 @@ export function newToolCallId(): string {
  * the given tools: each names one of them and has an arguments object (`arguments` or `parameters`, as an
  * object or as JSON text of one; none means no arguments).
  */
-export function callsOf(value: unknown, names: ReadonlySet<string>): ToolCall[] | null {
+export function callsOf(value: unknown, names: ReadonlySet<string>, shortIds = false): ToolCall[] | null {
   const list = Array.isArray(value) ? value : [value];
   if (list.length === 0) return null;
   const calls: ToolCall[] = [];
@@ -207,7 +255,7 @@ export function callsOf(value: unknown, names: ReadonlySet<string>): ToolCall[] 
     } else {
       return null;
     }
-    calls.push({ id: newToolCallId(), name, arguments: text });
+    calls.push({ id: newToolCallId(shortIds), name, arguments: text });
   }
   return calls;
 }
@@ -253,14 +301,23 @@ export interface ToolCallFilter {
   flush(): ToolCallOutput;
 }
 
+/** Whether text can still become `name` + marker (`[TOOL_CALLS]name[ARGS]`): a name, maybe the marker's start. */
+function nameSoFar(text: string, marker: string): boolean {
+  let k = Math.min(text.length, marker.length - 1);
+  while (k > 0 && !marker.startsWith(text.slice(text.length - k))) k--;
+  return /^\s*[A-Za-z0-9_.-]{0,64}$/.test(text.slice(0, text.length - k));
+}
+
 /**
  * A filter for one reply. `forced`: the prompt already ends with the format's opening (kvdesk made the model
- * call a tool), so the reply is one call object.
+ * call a tool), so the reply is one call object — or, for a form that writes the name apart
+ * (`[TOOL_CALLS]name[ARGS]{…}`), the arguments of `forcedName`'s call. White space between and after calls is
+ * dropped (it only separates them).
  */
 export function createToolCallFilter(
   format: ToolCallFormat,
   names: ReadonlySet<string>,
-  opts: { forced?: boolean } = {},
+  opts: { forced?: boolean; forcedName?: string } = {},
 ): ToolCallFilter {
   const bare = format.open === '';
   // content: looking for an opening; start: a bare-JSON format before the reply's first character;
@@ -269,6 +326,34 @@ export function createToolCallFilter(
   let state: 'content' | 'start' | 'call' | 'closing' = opts.forced ? 'call' : bare ? 'start' : 'content';
   let buffer = '';
   let opening = opts.forced ? '' : format.open;
+  // Right after a call: white space is held, and dropped unless text follows.
+  let afterCall = false;
+
+  /** The call(s) at the head of the buffer: their end and calls; -1 to wait; null when it is not one. */
+  const readCall = (): { end: number; calls: ToolCall[] } | -1 | null => {
+    let from = 0;
+    let name: string | undefined;
+    if (format.argsMarker) {
+      name = opts.forced ? opts.forcedName : undefined;
+      if (name === undefined) {
+        const at = buffer.indexOf(format.argsMarker);
+        if (at < 0) return nameSoFar(buffer, format.argsMarker) ? -1 : null;
+        name = buffer.slice(0, at).trim();
+        from = at + format.argsMarker.length;
+      }
+    }
+    const end = jsonValueEnd(buffer, from);
+    if (end === -1) return -1;
+    if (end === -2) return null;
+    let value: unknown;
+    try {
+      value = JSON.parse(buffer.slice(from, end));
+    } catch {
+      return null;
+    }
+    const calls = callsOf(name === undefined ? value : { name, arguments: value }, names, format.shortIds);
+    return calls ? { end, calls } : null;
+  };
 
   const step = (out: ToolCallOutput): void => {
     for (;;) {
@@ -286,6 +371,13 @@ export function createToolCallFilter(
         continue;
       }
       if (state === 'content') {
+        if (afterCall) {
+          let i = 0;
+          while (isSpace(buffer[i])) i++;
+          if (i === buffer.length) return;
+          buffer = buffer.slice(i);
+          afterCall = false;
+        }
         if (bare) {
           out.content += buffer;
           buffer = '';
@@ -307,17 +399,9 @@ export function createToolCallFilter(
         return;
       }
       if (state === 'call') {
-        const end = jsonValueEnd(buffer, 0);
-        if (end === -1) return;
-        let calls: ToolCall[] | null = null;
-        if (end >= 0) {
-          try {
-            calls = callsOf(JSON.parse(buffer.slice(0, end)), names);
-          } catch {
-            calls = null;
-          }
-        }
-        if (calls === null) {
+        const read = readCall();
+        if (read === -1) return;
+        if (read === null) {
           // Not a call after all: the opening and what followed it are the reply's text.
           out.content += opening;
           state = 'content';
@@ -328,8 +412,9 @@ export function createToolCallFilter(
           }
           continue;
         }
-        out.calls.push(...calls);
-        buffer = buffer.slice(end);
+        out.calls.push(...read.calls);
+        buffer = buffer.slice(read.end);
+        afterCall = true;
         state = format.close === '' ? 'content' : 'closing';
         continue;
       }
@@ -357,7 +442,8 @@ export function createToolCallFilter(
     flush() {
       const out: ToolCallOutput = { content: '', calls: [] };
       if (state === 'call') out.content += opening + buffer;
-      else if (state !== 'closing') out.content += buffer;
+      else if (state === 'content' && !(afterCall && buffer.trim() === '')) out.content += buffer;
+      else if (state === 'start') out.content += buffer;
       buffer = '';
       state = 'content';
       return out;

@@ -5,7 +5,7 @@
 import { describe, expect, it } from 'vitest';
 import { compileSchema } from '../../../src/main/engine/json-schema';
 import { planTools } from '../../../src/main/host/tool-plan';
-import { templateReadsTools } from '../../../src/main/tokenizer/chat-template';
+import { templateShowsTools } from '../../../src/main/tokenizer/chat-template';
 import { HERMES, MISTRAL } from '../../../src/main/tokenizer/tool-calls';
 import type { GenerateRequest } from '../../../src/shared/contract';
 import { KvdeskError } from '../../../src/shared/errors';
@@ -33,12 +33,17 @@ function refusal(req: Partial<GenerateRequest>, template?: string): KvdeskError 
   throw new Error('expected a refusal');
 }
 
-describe('templateReadsTools', () => {
-  it('is true only for a template that reads the tools variable', () => {
-    expect(templateReadsTools('{% for t in tools %}{{ t }}{% endfor %}')).toBe(true);
-    expect(templateReadsTools('{% if tools is defined %}x{% endif %}')).toBe(true);
-    expect(templateReadsTools('{{ "tools" }}{% for m in messages %}{{ m.content }}{% endfor %}')).toBe(false);
-    expect(templateReadsTools('{% broken')).toBe(false);
+describe('templateShowsTools', () => {
+  it('is true only for a template whose output shows the tools', () => {
+    expect(templateShowsTools('{% for t in tools %}{{ t.function.name }}{% endfor %}')).toBe(true);
+    expect(templateShowsTools('{{ tools | tojson }}')).toBe(true);
+    // Reading `tools` without showing them, a message's own `tools`, a variable of that name, a refusal.
+    expect(templateShowsTools('{% if tools is defined %}x{% endif %}{{ messages[0].content }}')).toBe(false);
+    expect(templateShowsTools('{% for m in messages %}{{ m.tools }}{{ m.content }}{% endfor %}')).toBe(false);
+    expect(templateShowsTools('{% set tools = none %}{{ tools }}{{ messages[0].content }}')).toBe(false);
+    expect(templateShowsTools("{% if tools %}{{ raise_exception('no tools') }}{% endif %}")).toBe(false);
+    expect(templateShowsTools('{{ "tools" }}{% for m in messages %}{{ m.content }}{% endfor %}')).toBe(false);
+    expect(templateShowsTools('{% broken')).toBe(false);
   });
 });
 
@@ -64,6 +69,33 @@ describe('planTools', () => {
     );
     // With auto, the schema is only shown to the model, never enforced: accepted.
     expect(planTools({ messages, tools: [bound] } as GenerateRequest, undefined, tok)?.forced).toBe(false);
+  });
+
+  it('refuses parameters that are not an object, history arguments that are not one, and forms it cannot read', () => {
+    const text = { name: 'say', parameters: { type: 'string' } };
+    expect(refusal({ tools: [weather, text] }).detail).toEqual({ field: 'tools[1].parameters.type' });
+    const history = [
+      ...messages,
+      { role: 'assistant' as const, content: '', toolCalls: [{ id: 'c', name: 'get_weather', arguments: 'Oslo' }] },
+    ];
+    expect(refusal({ messages: history }).detail).toEqual({ field: 'messages[1].toolCalls[0].arguments' });
+    const xml = '{{ tools | tojson }}<tool_call><function={{ messages[0].content }}>';
+    expect(refusal({ tools: [weather] }, xml).message).toMatch(/writes tool calls as XML function tags/);
+    expect(refusal({ tools: [weather] }, xml).detail).toEqual({ field: 'tools' });
+  });
+
+  it("Mistral's name-apart form: a forced call names its tool in the prompt; among several it must be named", () => {
+    const args = '{{ tools | tojson }}{% for m in messages %}[TOOL_CALLS]{{ m.content }}[ARGS]{% endfor %}';
+    const plan = planTools(
+      { messages, tools: [weather, search], toolChoice: { name: 'get_weather' } } as GenerateRequest,
+      args,
+      tok,
+    );
+    expect(plan).toMatchObject({ forced: true, forcedName: 'get_weather', suffix: '[TOOL_CALLS]get_weather[ARGS]' });
+    expect(plan?.schema).toEqual(weather.parameters);
+    expect(refusal({ tools: [weather, search], toolChoice: 'required' }, args).message).toMatch(
+      /cannot choose among 2 tools: name the tool/,
+    );
   });
 
   it("a template without tools gets kvdesk's Hermes form; auto reads calls without forcing one", () => {
@@ -97,7 +129,7 @@ describe('planTools', () => {
       native: true,
       format: MISTRAL,
       forced: true,
-      suffix: '[TOOL_CALLS][',
+      suffix: '[TOOL_CALLS] [',
       parallel: false,
     });
     expect([...(plan?.keepIds ?? [])]).toEqual([7]);

@@ -12,6 +12,8 @@ import {
   HERMES,
   jsonValueEnd,
   MISTRAL,
+  MISTRAL_ARGS,
+  shortId,
   TOOL_CALL_TAG,
   type ToolCall,
   type ToolCallFormat,
@@ -23,7 +25,7 @@ import { byteLevelTokenizerJson } from './tokenizer-builders';
 const NAMES = new Set(['get_weather', 'search']);
 
 /** Feeds `chunks` through a fresh filter; the content and the calls (ids left out). */
-function run(format: ToolCallFormat, chunks: string[], opts: { forced?: boolean } = {}) {
+function run(format: ToolCallFormat, chunks: string[], opts: { forced?: boolean; forcedName?: string } = {}) {
   const f = createToolCallFilter(format, NAMES, opts);
   let content = '';
   const calls: ToolCall[] = [];
@@ -52,6 +54,10 @@ describe('toolCallFormat', () => {
   it("reads the form from the template's markers; a template without tools gets kvdesk's Hermes form", () => {
     expect(toolCallFormat('{{ tools }} <tool_call>', true)).toBe(HERMES);
     expect(toolCallFormat('{{ tools }} [TOOL_CALLS]', true)).toBe(MISTRAL);
+    expect(toolCallFormat('{{ tools }} [TOOL_CALLS]{{ name }}[ARGS]', true)).toBe(MISTRAL_ARGS);
+    // Forms kvdesk does not read are named, for the refusal.
+    expect(toolCallFormat('{{ tools }} <tool_call>\n<function={{ name }}>', true)).toMatch(/^XML function tags/);
+    expect(toolCallFormat('{{ tools }} <tool_call>{{ name }}<arg_key>', true)).toMatch(/^XML argument tags/);
     expect(toolCallFormat('{{ tools }} <|tool_call|>', true)).toBe(TOOL_CALL_TAG);
     expect(toolCallFormat('{{ tools }} {"name": function name, "parameters": …}', true)).toBe(BARE_JSON);
     expect(toolCallFormat('{{ messages }} [TOOL_CALLS]', false)).toBe(HERMES);
@@ -113,8 +119,9 @@ describe('createToolCallFilter', () => {
   it('Hermes: text around calls is content, each <tool_call> block a call, for every chunking', () => {
     const text =
       'Let me check. <tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>\n<tool_call>\n{"name": "search", "arguments": {"q": "a <tool_call> b"}}\n</tool_call> Done.';
+    // White space between and after calls only separates them: dropped.
     expect(sameForEveryChunking(HERMES, text)).toEqual({
-      content: 'Let me check. \n Done.',
+      content: 'Let me check. Done.',
       calls: [call('get_weather', { city: 'Oslo' }), call('search', { q: 'a <tool_call> b' })],
     });
   });
@@ -138,10 +145,42 @@ describe('createToolCallFilter', () => {
     }
   });
 
+  it('white space after the last call is dropped; text after it is kept', () => {
+    const c = '<tool_call>{"name": "search"}</tool_call>';
+    expect(sameForEveryChunking(HERMES, `\n${c}\n\n`)).toEqual({ content: '\n', calls: [call('search', {})] });
+    expect(sameForEveryChunking(HERMES, `${c}\n\nSee above.`)).toEqual({
+      content: 'See above.',
+      calls: [call('search', {})],
+    });
+  });
+
+  it("Mistral's later form: the name, [ARGS], then the arguments; each call its own marker; ids of 9 characters", () => {
+    const text = 'Ok.[TOOL_CALLS]search[ARGS]{"q": "x"}[TOOL_CALLS]get_weather[ARGS]{}';
+    expect(sameForEveryChunking(MISTRAL_ARGS, text)).toEqual({
+      content: 'Ok.',
+      calls: [call('search', { q: 'x' }), call('get_weather', {})],
+    });
+    for (const odd of [
+      '[TOOL_CALLS]rm_rf[ARGS]{}',
+      '[TOOL_CALLS]a long sentence, not a name',
+      '[TOOL_CALLS]search[ARGS]"x"',
+    ]) {
+      expect(sameForEveryChunking(MISTRAL_ARGS, odd), odd).toEqual({ content: odd, calls: [] });
+    }
+    const f = createToolCallFilter(MISTRAL_ARGS, NAMES);
+    const [made] = f.push('[TOOL_CALLS]search[ARGS]{}').calls;
+    expect(made?.id).toMatch(/^[A-Za-z0-9]{9}$/);
+    // Forced, the prompt ends with `[TOOL_CALLS]search[ARGS]`: the reply is the arguments.
+    expect(run(MISTRAL_ARGS, ['{"q":', '"y"}'], { forced: true, forcedName: 'search' })).toEqual({
+      content: '',
+      calls: [call('search', { q: 'y' })],
+    });
+  });
+
   it('a call whose closing tag never came is still a call', () => {
     expect(run(HERMES, ['<tool_call>\n{"name": "search"}'])).toEqual({ content: '', calls: [call('search', {})] });
     expect(run(HERMES, ['<tool_call>{"name": "search"} and more'])).toEqual({
-      content: ' and more',
+      content: 'and more',
       calls: [call('search', {})],
     });
   });
@@ -259,10 +298,23 @@ describe('toolChatTurns', () => {
     expect(messages[3]?.content).toBe(
       '<tool_response>\nx is 1\n</tool_response>\n<tool_response>\ny is 2\n</tool_response>',
     );
-    // Without a system message, kvdesk's description is one.
-    expect(toolChatTurns([{ role: 'user', content: 'hi' }], tools, false).messages[0]?.role).toBe('system');
+    // Without a system message, kvdesk's description heads the first user turn (some templates refuse a system role).
+    const noSystem = toolChatTurns([{ role: 'user', content: 'hi' }], tools, false).messages;
+    expect(noSystem).toHaveLength(1);
+    expect(noSystem[0]?.content).toMatch(/^# Tools\n[\s\S]*\n\nhi$/);
     // Without tools this request, earlier calls are still text.
     expect(toolChatTurns(conversation, undefined, false).messages[0]?.content).toBe('Be brief.');
+  });
+
+  it("Mistral's forms: ids the template would refuse are mapped to 9 characters, the same for a call and its result", () => {
+    const { messages } = toolChatTurns(conversation, tools, true, MISTRAL);
+    const mapped = messages[2]?.tool_calls?.[0]?.id;
+    expect(mapped).toMatch(/^[A-Za-z0-9]{9}$/);
+    expect(mapped).toBe(shortId('call_1'));
+    expect(messages[3]?.tool_call_id).toBe(mapped);
+    expect(messages[4]?.tool_call_id).toBe(shortId('call_2'));
+    expect(shortId('call_2')).not.toBe(mapped);
+    expect(shortId('Ab3dE6gH9')).toBe('Ab3dE6gH9');
   });
 
   it('renders through a template that reads tools and tool calls', () => {
