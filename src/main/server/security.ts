@@ -131,6 +131,9 @@ export function checkAccess(req: IncomingMessage, url: URL, policy: AccessPolicy
   const auth = req.headers.authorization;
   const bearer = auth?.match(/^Bearer\s+(.+)$/i)?.[1]?.trim();
   if (bearer !== undefined && tokenMatches(bearer, policy.token)) return { ok: true, setCookie: null };
+  // Anthropic's clients send their key as x-api-key.
+  const apiKey = req.headers['x-api-key'];
+  if (typeof apiKey === 'string' && tokenMatches(apiKey.trim(), policy.token)) return { ok: true, setCookie: null };
   const fromQuery = url.searchParams.get('token');
   if (fromQuery !== null && tokenMatches(fromQuery, policy.token)) {
     return {
@@ -145,6 +148,6 @@ export function checkAccess(req: IncomingMessage, url: URL, policy: AccessPolicy
     status: 401,
     code: 'invalid_token',
     message:
-      'This server requires its access token: send "Authorization: Bearer <token>", or open the UI once as /?token=<token>. The token was given with --token when the server started.',
+      'This server requires its access token: send "Authorization: Bearer <token>" (or "x-api-key: <token>"), or open the UI once as /?token=<token>. The token was given with --token when the server started.',
   };
 }

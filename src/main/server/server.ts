@@ -10,6 +10,7 @@ import path from 'node:path';
 import type { Duplex } from 'node:stream';
 import { KvdeskError, toErrorInfo } from '../../shared/errors';
 import type { HostApi } from '../host/host-api';
+import { serveCountTokens, serveMessages } from './anthropic-routes';
 import {
   API_HEADERS,
   errorFromInfo,
@@ -158,6 +159,16 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
         await serveCompletion(p === '/v1/chat/completions' ? 'chat' : 'completion', hostApi, body, req, res);
         return;
       }
+      case '/v1/messages': {
+        only('POST');
+        await serveMessages(hostApi, await jsonBody(req), req, res);
+        return;
+      }
+      case '/v1/messages/count_tokens': {
+        only('POST');
+        serveCountTokens(hostApi, await jsonBody(req), res);
+        return;
+      }
       case '/v1/responses': {
         only('POST');
         await serveResponse(hostApi, await jsonBody(req), req, res);
@@ -192,7 +203,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     if (p.startsWith('/v1/') || p.startsWith('/api/')) {
       throw httpError(
         404,
-        `There is no ${p} here. The API has /v1/models, /v1/chat/completions, /v1/completions, /v1/responses, /v1/kvdesk/budget and /api/models/upload.`,
+        `There is no ${p} here. The API has /v1/models, /v1/chat/completions, /v1/completions, /v1/responses, /v1/messages, /v1/messages/count_tokens, /v1/kvdesk/budget and /api/models/upload.`,
         'not_found',
       );
     }

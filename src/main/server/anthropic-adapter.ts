@@ -1,0 +1,385 @@
+/**
+ * Anthropic's Messages API (`POST /v1/messages`, `/v1/messages/count_tokens`) on one side, kvdesk's
+ * GenerateRequest and GenerationResult on the other: pure functions and the stream's event builder, as
+ * openai-adapter.ts and responses-adapter.ts are for OpenAI's endpoints. Content blocks map onto the chat
+ * contract: text, `tool_use` (an assistant's calls) and `tool_result` (the user's answers to them); what kvdesk
+ * cannot honour (images, documents, thinking, server tools) is refused with a 400 naming it.
+ */
+import type {
+  ChatMessage,
+  FinishReason,
+  GenerateRequest,
+  GenerationResult,
+  ToolCall,
+  ToolChoice,
+  ToolDefinition,
+} from '../../shared/contract';
+import type { HttpError } from './http-util';
+import { type Body, bad, boolean, kvdeskExtras, number, present } from './openai-adapter';
+
+/** A Messages request translated for the host. */
+export interface MappedMessagesRequest {
+  model: string;
+  stream: boolean;
+  request: GenerateRequest;
+}
+
+/** Parameters kvdesk cannot honour: refused, naming them. */
+const REFUSED: ReadonlyArray<[string, string]> = [
+  ['container', 'kvdesk runs no containers'],
+  ['mcp_servers', 'kvdesk connects to no MCP servers'],
+];
+
+/** The text of a block list (or a string); other blocks are refused, naming their place. */
+function textOf(content: unknown, where: string): string {
+  if (typeof content === 'string') return content;
+  if (!Array.isArray(content)) throw bad(`${where} must be a string or a list of text blocks.`, where);
+  let text = '';
+  for (const [j, raw] of content.entries()) {
+    const block = raw as { type?: unknown; text?: unknown } | null;
+    if (block?.type === 'text' && typeof block.text === 'string') text += block.text;
+    else
+      throw bad(
+        `${where}[${j}]: only text blocks are supported here, got ${JSON.stringify(block?.type)}.`,
+        `${where}[${j}]`,
+      );
+  }
+  return text;
+}
+
+/**
+ * One message's blocks as chat turns: an assistant's text and `tool_use` blocks are one turn with calls; a
+ * user's `tool_result` blocks are tool turns (before any text of the same message, which is a user turn).
+ */
+function turnsOf(role: 'user' | 'assistant', content: unknown, i: number): ChatMessage[] {
+  const where = `messages[${i}].content`;
+  if (typeof content === 'string') return [{ role, content }];
+  if (!Array.isArray(content)) throw bad(`${where} must be a string or a list of content blocks.`, where);
+  let text = '';
+  const calls: ToolCall[] = [];
+  const results: ChatMessage[] = [];
+  for (const [j, raw] of content.entries()) {
+    const block = raw as Record<string, unknown> | null;
+    const at = `${where}[${j}]`;
+    const type = block?.type;
+    if (type === 'text' && typeof block?.text === 'string') text += block.text;
+    else if (type === 'tool_use' && role === 'assistant') {
+      if (typeof block?.id !== 'string' || typeof block.name !== 'string') {
+        throw bad(`${at}: a tool_use block needs "id" and "name".`, at);
+      }
+      const input = block.input ?? {};
+      if (typeof input !== 'object' || input === null || Array.isArray(input)) {
+        throw bad(`${at}.input must be an object.`, `${at}.input`);
+      }
+      calls.push({ id: block.id, name: block.name, arguments: JSON.stringify(input) });
+    } else if (type === 'tool_result' && role === 'user') {
+      if (typeof block?.tool_use_id !== 'string') throw bad(`${at}: a tool_result block needs "tool_use_id".`, at);
+      const body = block.content === undefined ? '' : textOf(block.content, `${at}.content`);
+      results.push({
+        role: 'tool',
+        content: block.is_error === true ? `Error: ${body}` : body,
+        toolCallId: block.tool_use_id,
+      });
+    } else {
+      throw bad(
+        `${at}: ${JSON.stringify(type)} blocks are not supported in a ${role} message (kvdesk takes text, tool_use from the assistant and tool_result from the user).`,
+        `${at}.type`,
+      );
+    }
+  }
+  if (role === 'assistant')
+    return [calls.length > 0 ? { role, content: text, toolCalls: calls } : { role, content: text }];
+  return text.length > 0 || results.length === 0 ? [...results, { role, content: text }] : results;
+}
+
+function messagesOf(body: Body): ChatMessage[] {
+  const raw = body.messages;
+  if (!Array.isArray(raw) || raw.length === 0) throw bad('"messages" must be a non-empty list.', 'messages');
+  return raw.flatMap((m, i) => {
+    const msg = m as { role?: unknown; content?: unknown } | null;
+    if (msg?.role === 'system')
+      return [{ role: 'system' as const, content: textOf(msg.content, `messages[${i}].content`) }];
+    if (msg?.role !== 'user' && msg?.role !== 'assistant') {
+      throw bad(
+        `messages[${i}].role must be user, assistant or system, got ${JSON.stringify(msg?.role)}.`,
+        `messages[${i}].role`,
+      );
+    }
+    return turnsOf(msg.role, msg.content, i);
+  });
+}
+
+/** `tools`: custom tools (`{name, description, input_schema}`); server tools (web search, bash…) are refused. */
+function toolList(body: Body): ToolDefinition[] | undefined {
+  const v = body.tools;
+  if (v === undefined || v === null || (Array.isArray(v) && v.length === 0)) return undefined;
+  if (!Array.isArray(v)) throw bad('"tools" must be a list of {"name", "input_schema"}.', 'tools');
+  return v.map((t, i) => {
+    const tool = t as Record<string, unknown> | null;
+    if (tool?.type !== undefined && tool.type !== null && tool.type !== 'custom') {
+      throw bad(
+        `tools[${i}]: ${JSON.stringify(tool.type)} is a server tool; kvdesk runs custom tools only.`,
+        `tools[${i}].type`,
+      );
+    }
+    if (typeof tool?.name !== 'string') throw bad(`tools[${i}] needs a "name".`, `tools[${i}].name`);
+    const schema = tool.input_schema;
+    if (typeof schema !== 'object' || schema === null || Array.isArray(schema)) {
+      throw bad(`tools[${i}].input_schema must be a JSON Schema object.`, `tools[${i}].input_schema`);
+    }
+    return {
+      name: tool.name,
+      ...(typeof tool.description === 'string' ? { description: tool.description } : {}),
+      parameters: schema as Record<string, unknown>,
+    };
+  });
+}
+
+/** `tool_choice`: auto, any (a call), tool (that one), none; `disable_parallel_tool_use`. */
+function toolChoice(body: Body): { choice?: ToolChoice; parallel?: boolean } {
+  const v = body.tool_choice as { type?: unknown; name?: unknown; disable_parallel_tool_use?: unknown } | undefined;
+  if (v === undefined || v === null) return {};
+  const parallel = v.disable_parallel_tool_use === true ? { parallel: false } : {};
+  switch (v.type) {
+    case 'auto':
+      return { choice: 'auto', ...parallel };
+    case 'any':
+      return { choice: 'required', ...parallel };
+    case 'none':
+      return { choice: 'none' };
+    case 'tool':
+      if (typeof v.name === 'string') return { choice: { name: v.name }, ...parallel };
+  }
+  throw bad('"tool_choice" must be {"type": "auto" | "any" | "none"} or {"type": "tool", "name": …}.', 'tool_choice');
+}
+
+/** Translates a Messages body; throws HttpError 400 naming the parameter for malformed input. */
+export function mapMessagesRequest(input: unknown, opts: { countOnly?: boolean } = {}): MappedMessagesRequest {
+  if (!input || typeof input !== 'object' || Array.isArray(input)) {
+    throw bad('The request body must be a JSON object.', 'body');
+  }
+  const body = input as Body;
+  if (typeof body.model !== 'string' || body.model.length === 0) {
+    throw bad('"model" is required: name a loaded model (GET /v1/models lists them).', 'model');
+  }
+  for (const [key, why] of REFUSED) if (present(body, key)) throw bad(`"${key}" is not supported: ${why}.`, key);
+  const thinking = body.thinking as { type?: unknown } | undefined;
+  if (thinking && thinking.type !== 'disabled') {
+    throw bad(
+      '"thinking" is not supported for local models: send it as {"type": "disabled"} or leave it out.',
+      'thinking',
+    );
+  }
+  const output = body.output_config as { format?: { type?: unknown; schema?: unknown }; effort?: unknown } | undefined;
+  if (output?.effort !== undefined && output.effort !== null) {
+    throw bad(
+      'output_config.effort is not supported for local models: send the request without it.',
+      'output_config.effort',
+    );
+  }
+  const maxTokens = opts.countOnly ? undefined : number(body, 'max_tokens', { min: 1, int: true });
+  if (!opts.countOnly && maxTokens === undefined) throw bad('"max_tokens" is required.', 'max_tokens');
+  const system = present(body, 'system') ? textOf(body.system, 'system') : undefined;
+  const messages = messagesOf(body);
+  const request: GenerateRequest = {
+    model: body.model,
+    messages: system ? [{ role: 'system', content: system }, ...messages] : messages,
+    promptCache: true,
+  };
+  if (maxTokens !== undefined) request.maxNewTokens = maxTokens;
+  const sampling: NonNullable<GenerateRequest['sampling']> = {};
+  const temperature = number(body, 'temperature', { min: 0, max: 1 });
+  if (temperature !== undefined) sampling.temperature = temperature;
+  const topP = number(body, 'top_p', { min: 0, max: 1 });
+  if (topP !== undefined) sampling.topP = topP;
+  const topK = number(body, 'top_k', { min: 0, int: true });
+  if (topK !== undefined) sampling.topK = topK;
+  if (Object.keys(sampling).length > 0) request.sampling = sampling;
+  const stops = body.stop_sequences;
+  if (stops !== undefined && stops !== null) {
+    if (!Array.isArray(stops) || stops.some((x) => typeof x !== 'string')) {
+      throw bad('"stop_sequences" must be a list of strings.', 'stop_sequences');
+    }
+    const nonEmpty = (stops as string[]).filter((x) => x.length > 0);
+    if (nonEmpty.length > 0) request.stop = nonEmpty;
+  }
+  const tools = toolList(body);
+  if (tools) request.tools = tools;
+  const { choice, parallel } = toolChoice(body);
+  if (choice !== undefined) request.toolChoice = choice;
+  if (parallel !== undefined && tools) request.parallelToolCalls = parallel;
+  const format = output?.format;
+  if (format !== undefined && format !== null) {
+    if (format.type !== 'json_schema' || typeof format.schema !== 'object' || format.schema === null) {
+      throw bad('output_config.format must be {"type": "json_schema", "schema": {…}}.', 'output_config.format');
+    }
+    request.jsonSchema = format.schema as Record<string, unknown>;
+  }
+  return { model: body.model, stream: boolean(body, 'stream') ?? false, request };
+}
+
+/** Why a reply stopped, in Anthropic's words. */
+export function stopReason(reason: FinishReason): string {
+  switch (reason) {
+    case 'eos':
+      return 'end_turn';
+    case 'stop':
+      return 'stop_sequence';
+    case 'tool_calls':
+      return 'tool_use';
+    case 'context':
+      return 'model_context_window_exceeded';
+    default:
+      return 'max_tokens';
+  }
+}
+
+/** Anthropic's usage block: kvdesk's prompt cache reads count as cache reads. */
+export function messageUsage(result: GenerationResult | null, inputTokens: number, outputTokens: number) {
+  const cached = result?.reusedTokens ?? 0;
+  return {
+    input_tokens: inputTokens - cached,
+    cache_creation_input_tokens: 0,
+    cache_read_input_tokens: cached,
+    output_tokens: outputTokens,
+  };
+}
+
+/** A message id made from the host's request id. */
+export const messageId = (requestId: string) => `msg_${requestId.replaceAll('-', '')}`;
+
+const toolUse = (call: ToolCall, input: unknown) => ({ type: 'tool_use', id: call.id, name: call.name, input });
+
+/** The reply's content blocks: its text (unless only white space beside calls), then its calls. */
+function contentBlocks(result: GenerationResult): unknown[] {
+  const row = result.rows[0];
+  const text = row?.text ?? '';
+  const calls = row?.toolCalls ?? [];
+  const blocks: unknown[] = [];
+  if (calls.length === 0 ? text.length > 0 : text.trim().length > 0) blocks.push({ type: 'text', text });
+  for (const call of calls) blocks.push(toolUse(call, JSON.parse(call.arguments)));
+  return blocks;
+}
+
+/** The non-streaming reply. */
+export function messageBody(model: string, result: GenerationResult): Record<string, unknown> {
+  const output = result.rows[0]?.tokenIds.length ?? 0;
+  return {
+    id: messageId(result.requestId),
+    type: 'message',
+    role: 'assistant',
+    model,
+    content: contentBlocks(result),
+    stop_reason: stopReason(result.finishReason),
+    stop_sequence: null,
+    usage: messageUsage(result, result.promptTokens, output),
+    kvdesk: kvdeskExtras(result),
+  };
+}
+
+/** One event of a Messages stream. */
+export type MessageEvent = { type: string } & Record<string, unknown>;
+
+/**
+ * A reply's event stream: message_start; for each content block (text, then a tool_use per call; text after
+ * calls opens another text block) content_block_start, its deltas and content_block_stop; then message_delta
+ * with the stop reason and output tokens, and message_stop.
+ */
+export class MessageEvents {
+  private index = 0;
+  private textOpen = false;
+
+  constructor(
+    private readonly id: string,
+    private readonly model: string,
+  ) {}
+
+  start(promptTokens: number): MessageEvent[] {
+    return [
+      {
+        type: 'message_start',
+        message: {
+          id: this.id,
+          type: 'message',
+          role: 'assistant',
+          model: this.model,
+          content: [],
+          stop_reason: null,
+          stop_sequence: null,
+          usage: messageUsage(null, promptTokens, 0),
+        },
+      },
+    ];
+  }
+
+  tokens(text: string, calls: readonly ToolCall[]): MessageEvent[] {
+    const out: MessageEvent[] = [];
+    if (text.length > 0) {
+      if (!this.textOpen) {
+        out.push({ type: 'content_block_start', index: this.index, content_block: { type: 'text', text: '' } });
+        this.textOpen = true;
+      }
+      out.push({ type: 'content_block_delta', index: this.index, delta: { type: 'text_delta', text } });
+    }
+    for (const call of calls) {
+      this.closeText(out);
+      out.push({ type: 'content_block_start', index: this.index, content_block: toolUse(call, {}) });
+      out.push({
+        type: 'content_block_delta',
+        index: this.index,
+        delta: { type: 'input_json_delta', partial_json: call.arguments },
+      });
+      out.push({ type: 'content_block_stop', index: this.index });
+      this.index++;
+    }
+    return out;
+  }
+
+  done(result: GenerationResult): MessageEvent[] {
+    const out: MessageEvent[] = [];
+    this.closeText(out);
+    out.push({
+      type: 'message_delta',
+      delta: { stop_reason: stopReason(result.finishReason), stop_sequence: null },
+      usage: { output_tokens: result.rows[0]?.tokenIds.length ?? 0 },
+    });
+    out.push({ type: 'message_stop' });
+    return out;
+  }
+
+  private closeText(out: MessageEvent[]): void {
+    if (!this.textOpen) return;
+    out.push({ type: 'content_block_stop', index: this.index });
+    this.index++;
+    this.textOpen = false;
+  }
+}
+
+/** Anthropic's error types by HTTP status. */
+function errorType(status: number): string {
+  if (status === 401) return 'authentication_error';
+  if (status === 403) return 'permission_error';
+  if (status === 404) return 'not_found_error';
+  if (status === 413) return 'request_too_large';
+  if (status === 429) return 'rate_limit_error';
+  if (status === 503) return 'overloaded_error';
+  if (status >= 500) return 'api_error';
+  return 'invalid_request_error';
+}
+
+/**
+ * An error in Anthropic's shape (`{type: "error", error: {type, message}}`), keeping kvdesk's numbers and the
+ * parameter beside them.
+ */
+export function anthropicError(err: HttpError): {
+  status: number;
+  body: Record<string, unknown>;
+  headers: Record<string, string>;
+} {
+  const { message, type: _openAiType, ...rest } = err.body.error as Record<string, unknown>;
+  return {
+    status: err.status,
+    body: { type: 'error', error: { type: errorType(err.status), message, ...rest } },
+    headers: err.headers,
+  };
+}

@@ -1,0 +1,122 @@
+/**
+ * POST /v1/messages and /v1/messages/count_tokens (Anthropic's Messages API) over HostApi. As with OpenAI's
+ * endpoints the status is sent only once the request is admitted, so a refusal is a plain HTTP error (in
+ * Anthropic's error shape) and a 200 means the KV is reserved. A stream is Anthropic's events: message_start,
+ * the content blocks' start / delta / stop, message_delta with the stop reason, message_stop.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { StreamFrame } from '../../shared/contract';
+import { toErrorInfo } from '../../shared/errors';
+import type { HostApi } from '../host/host-api';
+import {
+  anthropicError,
+  type MappedMessagesRequest,
+  type MessageEvent,
+  MessageEvents,
+  mapMessagesRequest,
+  messageBody,
+  messageId,
+} from './anthropic-adapter';
+import { API_HEADERS, errorFromInfo, HttpError, sendJson } from './http-util';
+import { runGeneration } from './openai-routes';
+
+const SSE_HEADERS: Readonly<Record<string, string>> = {
+  ...API_HEADERS,
+  'content-type': 'text/event-stream; charset=utf-8',
+  'cache-control': 'no-cache',
+  connection: 'keep-alive',
+  'x-accel-buffering': 'no',
+};
+
+const PARAM_HINT = { prompt: 'messages' };
+
+/** Answers an error in Anthropic's shape (or closes a stream that has begun). */
+function sendError(res: ServerResponse, err: HttpError): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  const { status, body, headers } = anthropicError(err);
+  sendJson(res, status, body, headers);
+}
+
+/** POST /v1/messages/count_tokens: the prompt's tokens, rendered as a request with the same fields would be. */
+export function serveCountTokens(hostApi: HostApi, body: unknown, res: ServerResponse): void {
+  try {
+    const mapped = mapMessagesRequest(body, { countOnly: true });
+    sendJson(res, 200, { input_tokens: hostApi.runner.countPromptTokens(mapped.request) });
+  } catch (err) {
+    sendError(res, err instanceof HttpError ? err : errorFromInfo(toErrorInfo(err), PARAM_HINT));
+  }
+}
+
+/** Runs one Messages request to its end. Resolves when the response is complete or the client is gone. */
+export function serveMessages(
+  hostApi: HostApi,
+  body: unknown,
+  req: IncomingMessage,
+  res: ServerResponse,
+): Promise<void> {
+  let mapped: MappedMessagesRequest;
+  try {
+    mapped = mapMessagesRequest(body);
+  } catch (err) {
+    if (!(err instanceof HttpError)) throw err;
+    sendError(res, err);
+    return Promise.resolve();
+  }
+  return new Promise<void>((resolve) => {
+    let over = false;
+    let events: MessageEvents | null = null;
+    let promptTokens = 0;
+    const finish = () => {
+      over = true;
+      resolve();
+    };
+    const send = (list: MessageEvent[]) => {
+      for (const e of list) res.write(`event: ${e.type}\ndata: ${JSON.stringify(e)}\n\n`);
+    };
+    const handleFrame = (frame: StreamFrame) => {
+      if (over) return;
+      switch (frame.type) {
+        case 'accepted':
+          promptTokens = frame.promptTokens;
+          return;
+        case 'prefill':
+          return;
+        case 'admitted':
+          if (!mapped.stream) return;
+          res.writeHead(200, SSE_HEADERS);
+          events = new MessageEvents(messageId(frame.requestId), mapped.model);
+          send(events.start(promptTokens));
+          return;
+        case 'tokens': {
+          const row = frame.rows[0];
+          if (events && row) send(events.tokens(row.text, row.toolCalls ?? []));
+          return;
+        }
+        case 'done':
+          finish();
+          if (!events) {
+            sendJson(res, 200, messageBody(mapped.model, frame.result));
+            return;
+          }
+          send(events.done(frame.result));
+          res.end();
+          return;
+        case 'error': {
+          finish();
+          const err = errorFromInfo(frame.error, PARAM_HINT);
+          if (!res.headersSent) {
+            sendError(res, err);
+            return;
+          }
+          send([{ type: 'error', error: anthropicError(err).body.error }]);
+          res.end();
+          return;
+        }
+      }
+    };
+    runGeneration(hostApi, mapped.request, req, res, handleFrame, () => over, finish);
+  });
+}

@@ -1,0 +1,264 @@
+/**
+ * Anthropic's Messages API through the official `@anthropic-ai/sdk` client against a real server with the
+ * default model: text with the same tokens chat completions gives, the event stream, tool use (forced, so the
+ * random model makes a call) and its result sent back, structured output, token counting that matches what a
+ * request uses, the server's token as x-api-key, and refusals in Anthropic's error shape.
+ */
+import Anthropic from '@anthropic-ai/sdk';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openaiClient, settled, startTestServer, type TestServer } from './server-helpers';
+
+let t: TestServer;
+let client: Anthropic;
+beforeAll(async () => {
+  t = await startTestServer({ kvBudgetBytes: 4 * 1024 * 1024 });
+  client = new Anthropic({ baseURL: t.url, apiKey: 'unused', maxRetries: 0 });
+});
+afterAll(async () => {
+  await t?.close();
+});
+
+const lamp = {
+  name: 'set_lamp',
+  description: 'Turn the lamp on or off',
+  input_schema: { type: 'object' as const, properties: { on: { type: 'boolean' } }, required: ['on'] },
+};
+
+async function apiError(p: Promise<unknown>): Promise<InstanceType<typeof Anthropic.APIError>> {
+  try {
+    await p;
+  } catch (err) {
+    expect(err).toBeInstanceOf(Anthropic.APIError);
+    return err as InstanceType<typeof Anthropic.APIError>;
+  }
+  throw new Error('expected the request to fail');
+}
+
+describe('POST /v1/messages', () => {
+  it('answers text with the same tokens chat completions gives; usage and stop reason', async () => {
+    const m = await client.messages.create({
+      model: 'default',
+      system: 'Be brief.',
+      messages: [{ role: 'user', content: 'Hello there' }],
+      max_tokens: 12,
+      temperature: 0,
+    } as Anthropic.MessageCreateParamsNonStreaming);
+    const chat = await openaiClient(t.url).chat.completions.create({
+      model: 'default',
+      messages: [
+        { role: 'system', content: 'Be brief.' },
+        { role: 'user', content: 'Hello there' },
+      ],
+      max_tokens: 12,
+      temperature: 0,
+    });
+    expect(m).toMatchObject({ type: 'message', role: 'assistant', model: 'default', stop_reason: 'max_tokens' });
+    expect(m.id).toMatch(/^msg_/);
+    expect(m.content).toEqual([{ type: 'text', text: chat.choices[0]?.message.content }]);
+    expect(m.usage.output_tokens).toBe(12);
+    // The second identical request reads the first's KV from the prompt cache.
+    expect((m.usage.input_tokens ?? 0) + (m.usage.cache_read_input_tokens ?? 0)).toBe(chat.usage?.prompt_tokens);
+  });
+
+  it('streams message_start, the text block, message_delta and message_stop; deltas add up to the text', async () => {
+    const stream = await client.messages.create({
+      model: 'default',
+      messages: [{ role: 'user', content: [{ type: 'text', text: 'Tell me something' }] }],
+      max_tokens: 16,
+      temperature: 0,
+      stream: true,
+    } as Anthropic.MessageCreateParamsStreaming);
+    const types: string[] = [];
+    let text = '';
+    let stop: string | null = null;
+    for await (const e of stream) {
+      types.push(e.type);
+      if (e.type === 'content_block_delta' && e.delta.type === 'text_delta') text += e.delta.text;
+      if (e.type === 'message_delta') stop = e.delta.stop_reason;
+    }
+    expect(types[0]).toBe('message_start');
+    expect(types[1]).toBe('content_block_start');
+    expect(types.slice(-3)).toEqual(['content_block_stop', 'message_delta', 'message_stop']);
+    expect(new Set(types.slice(2, -3))).toEqual(new Set(['content_block_delta']));
+    expect(text.length).toBeGreaterThan(0);
+    expect(stop).toBe('max_tokens');
+  });
+
+  it('tool_choice any: a tool_use block with input for the tool; its tool_result goes back next turn', async () => {
+    const m = await client.messages.create({
+      model: 'default',
+      messages: [{ role: 'user', content: 'Lamp on please' }],
+      tools: [lamp],
+      tool_choice: { type: 'any' },
+      max_tokens: 60,
+    });
+    expect(m.stop_reason).toBe('tool_use');
+    expect(m.content).toHaveLength(1);
+    const use = m.content[0] as Anthropic.ToolUseBlock;
+    expect(use).toMatchObject({ type: 'tool_use', name: 'set_lamp' });
+    expect(typeof (use.input as { on: unknown }).on).toBe('boolean');
+
+    const next = await client.messages.create({
+      model: 'default',
+      messages: [
+        { role: 'user', content: 'Lamp on please' },
+        { role: 'assistant', content: m.content as Anthropic.ContentBlockParam[] },
+        { role: 'user', content: [{ type: 'tool_result', tool_use_id: use.id, content: 'done' }] },
+      ],
+      tools: [lamp],
+      max_tokens: 4,
+    });
+    expect(next.stop_reason).toBe('max_tokens');
+    // The same conversation through chat completions (the call and its result in OpenAI's form) is the same prompt.
+    const chat = await openaiClient(t.url).chat.completions.create({
+      model: 'default',
+      messages: [
+        { role: 'user', content: 'Lamp on please' },
+        {
+          role: 'assistant',
+          content: null,
+          tool_calls: [
+            { id: use.id, type: 'function', function: { name: use.name, arguments: JSON.stringify(use.input) } },
+          ],
+        },
+        { role: 'tool', tool_call_id: use.id, content: 'done' },
+      ],
+      tools: [
+        {
+          type: 'function',
+          function: { name: lamp.name, description: lamp.description, parameters: lamp.input_schema },
+        },
+      ],
+      max_tokens: 1,
+    });
+    expect((next.usage.input_tokens ?? 0) + (next.usage.cache_read_input_tokens ?? 0)).toBe(chat.usage?.prompt_tokens);
+  });
+
+  it('streams a named tool call as a tool_use block with its input JSON, then tool_use', async () => {
+    const stream = await client.messages.create({
+      model: 'default',
+      messages: [{ role: 'user', content: 'Lamp?' }],
+      tools: [lamp],
+      tool_choice: { type: 'tool', name: 'set_lamp' },
+      max_tokens: 60,
+      stream: true,
+    });
+    const types: string[] = [];
+    let json = '';
+    let stop: string | null = null;
+    for await (const e of stream) {
+      types.push(e.type);
+      if (e.type === 'content_block_start')
+        expect(e.content_block).toMatchObject({ type: 'tool_use', name: 'set_lamp' });
+      if (e.type === 'content_block_delta' && e.delta.type === 'input_json_delta') json += e.delta.partial_json;
+      if (e.type === 'message_delta') stop = e.delta.stop_reason;
+    }
+    expect(types).toEqual([
+      'message_start',
+      'content_block_start',
+      'content_block_delta',
+      'content_block_stop',
+      'message_delta',
+      'message_stop',
+    ]);
+    expect(['{"on":true}', '{"on":false}']).toContain(json);
+    expect(stop).toBe('tool_use');
+  });
+
+  it('output_config.format json_schema: the reply conforms', async () => {
+    const m = await client.messages.create({
+      model: 'default',
+      messages: [{ role: 'user', content: 'Is it on?' }],
+      max_tokens: 40,
+      output_config: {
+        format: { type: 'json_schema', schema: { type: 'object', properties: { on: { type: 'boolean' } } } },
+      },
+    } as Anthropic.MessageCreateParamsNonStreaming);
+    expect(['{"on":true}', '{"on":false}']).toContain((m.content[0] as Anthropic.TextBlock).text);
+    expect(m.stop_reason).toBe('end_turn');
+  });
+
+  it('count_tokens gives the prompt tokens a request with the same fields uses', async () => {
+    const params = {
+      model: 'default',
+      system: 'Be brief.',
+      messages: [{ role: 'user' as const, content: 'Count me' }],
+      tools: [lamp],
+    };
+    const counted = await client.messages.countTokens(params);
+    const stream = await client.messages.create({ ...params, max_tokens: 1, stream: true });
+    let start: Anthropic.Message | undefined;
+    for await (const e of stream) if (e.type === 'message_start') start = e.message;
+    expect(counted.input_tokens).toBe(start?.usage.input_tokens);
+    // The tools are in the prompt.
+    const bare = await client.messages.countTokens({ ...params, tools: [] });
+    expect(counted.input_tokens).toBeGreaterThan(bare.input_tokens + 20);
+  });
+
+  it("refuses what it cannot honour with a 400 in Anthropic's shape naming the parameter; nothing stays reserved", async () => {
+    const cases: Array<[Record<string, unknown>, string]> = [
+      [{ max_tokens: undefined }, 'max_tokens'],
+      [{ thinking: { type: 'enabled', budget_tokens: 1024 } }, 'thinking'],
+      [{ tools: [{ type: 'web_search_20250305', name: 'web_search' }] }, 'tools[0].type'],
+      [{ messages: [{ role: 'user', content: [{ type: 'image', source: {} }] }] }, 'messages[0].content[0].type'],
+      [{ tools: [lamp], tool_choice: { type: 'tool', name: 'nope' } }, 'tool_choice'],
+    ];
+    for (const [extra, param] of cases) {
+      const err = await apiError(
+        client.messages.create({
+          model: 'default',
+          messages: [{ role: 'user', content: 'hi' }],
+          max_tokens: 4,
+          ...extra,
+        } as Anthropic.MessageCreateParamsNonStreaming),
+      );
+      expect(err.status, JSON.stringify(extra)).toBe(400);
+      const body = err.error as { type: string; error: { type: string; param: string } };
+      expect(body.type).toBe('error');
+      expect(body.error.type).toBe('invalid_request_error');
+      expect(body.error.param, JSON.stringify(extra)).toBe(param);
+    }
+    const missing = await apiError(
+      client.messages.create({ model: 'nope', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 }),
+    );
+    expect(missing.status).toBe(404);
+    expect((missing.error as { error: { type: string } }).error.type).toBe('not_found_error');
+    expect((await settled(t.url)).reservedBytes).toBe(0);
+  });
+});
+
+describe('the access token as x-api-key', () => {
+  let secured: TestServer;
+  beforeAll(async () => {
+    secured = await startTestServer({}, { token: 'sesame' });
+  });
+  afterAll(async () => {
+    await secured?.close();
+  });
+
+  it("Anthropic's clients send it as x-api-key (newer ones as a bearer token): accepted; a wrong key is a 401", async () => {
+    const body = JSON.stringify({ model: 'default', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 });
+    const post = (key: string) =>
+      fetch(`${secured.url}/v1/messages`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-api-key': key, 'anthropic-version': '2023-06-01' },
+        body,
+      });
+    const raw = await post('sesame');
+    expect(raw.status).toBe(200);
+    expect(((await raw.json()) as { usage: { output_tokens: number } }).usage.output_tokens).toBe(2);
+    expect((await post('open')).status).toBe(401);
+    const ok = new Anthropic({ baseURL: secured.url, apiKey: 'sesame', maxRetries: 0 });
+    const m = await ok.messages.create({
+      model: 'default',
+      messages: [{ role: 'user', content: 'hi' }],
+      max_tokens: 2,
+    });
+    expect(m.usage.output_tokens).toBe(2);
+    const wrong = new Anthropic({ baseURL: secured.url, apiKey: 'open', maxRetries: 0 });
+    const err = await apiError(
+      wrong.messages.create({ model: 'default', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 }),
+    );
+    expect(err.status).toBe(401);
+  });
+});
