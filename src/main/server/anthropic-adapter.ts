@@ -95,7 +95,14 @@ function turnsOf(role: 'user' | 'assistant', content: unknown, i: number): ChatM
 function messagesOf(body: Body): ChatMessage[] {
   const raw = body.messages;
   if (!Array.isArray(raw) || raw.length === 0) throw bad('"messages" must be a non-empty list.', 'messages');
-  return raw.flatMap((m, i) => {
+  const last = raw[raw.length - 1] as { role?: unknown } | null;
+  if (last?.role === 'assistant') {
+    throw bad(
+      `messages[${raw.length - 1}]: a final assistant message (a prefill for the reply to continue) is not supported by kvdesk; end with a user message.`,
+      `messages[${raw.length - 1}]`,
+    );
+  }
+  const turns = raw.flatMap((m, i) => {
     const msg = m as { role?: unknown; content?: unknown } | null;
     if (msg?.role === 'system')
       return [{ role: 'system' as const, content: textOf(msg.content, `messages[${i}].content`) }];
@@ -107,6 +114,17 @@ function messagesOf(body: Body): ChatMessage[] {
     }
     return turnsOf(msg.role, msg.content, i);
   });
+  // Consecutive user (or assistant) turns are one turn, as Anthropic combines them: templates often require
+  // the roles to alternate.
+  const merged: ChatMessage[] = [];
+  for (const t of turns) {
+    const prev = merged[merged.length - 1];
+    if (prev && prev.role === t.role && (t.role === 'user' || t.role === 'assistant')) {
+      prev.content = [prev.content, t.content].filter((s) => s.length > 0).join('\n\n');
+      if (t.toolCalls) prev.toolCalls = [...(prev.toolCalls ?? []), ...t.toolCalls];
+    } else merged.push({ ...t });
+  }
+  return merged;
 }
 
 /** `tools`: custom tools (`{name, description, input_schema}`); server tools (web search, bash…) are refused. */
@@ -171,6 +189,9 @@ export function mapMessagesRequest(input: unknown, opts: { countOnly?: boolean }
     );
   }
   const output = body.output_config as { format?: { type?: unknown; schema?: unknown }; effort?: unknown } | undefined;
+  if (output !== undefined && output !== null && (typeof output !== 'object' || Array.isArray(output))) {
+    throw bad('"output_config" must be an object.', 'output_config');
+  }
   if (output?.effort !== undefined && output.effort !== null) {
     throw bad(
       'output_config.effort is not supported for local models: send the request without it.',
@@ -242,8 +263,15 @@ export function messageUsage(result: GenerationResult | null, inputTokens: numbe
     cache_creation_input_tokens: 0,
     cache_read_input_tokens: cached,
     output_tokens: outputTokens,
+    cache_creation: null,
+    server_tool_use: null,
+    service_tier: 'standard',
+    inference_geo: null,
   };
 }
+
+/** Fields of a message that kvdesk never fills (containers, refusals, diagnostics). */
+const MESSAGE_NULLS = { container: null, stop_details: null, diagnostics: null };
 
 /** A message id made from the host's request id. */
 export const messageId = (requestId: string) => `msg_${requestId.replaceAll('-', '')}`;
@@ -256,7 +284,8 @@ function contentBlocks(result: GenerationResult): unknown[] {
   const text = row?.text ?? '';
   const calls = row?.toolCalls ?? [];
   const blocks: unknown[] = [];
-  if (calls.length === 0 ? text.length > 0 : text.trim().length > 0) blocks.push({ type: 'text', text });
+  if (calls.length === 0 ? text.length > 0 : text.trim().length > 0)
+    blocks.push({ type: 'text', text, citations: null });
   for (const call of calls) blocks.push(toolUse(call, JSON.parse(call.arguments)));
   return blocks;
 }
@@ -272,6 +301,7 @@ export function messageBody(model: string, result: GenerationResult): Record<str
     content: contentBlocks(result),
     stop_reason: stopReason(result.finishReason),
     stop_sequence: null,
+    ...MESSAGE_NULLS,
     usage: messageUsage(result, result.promptTokens, output),
     kvdesk: kvdeskExtras(result),
   };
@@ -306,6 +336,7 @@ export class MessageEvents {
           content: [],
           stop_reason: null,
           stop_sequence: null,
+          ...MESSAGE_NULLS,
           usage: messageUsage(null, promptTokens, 0),
         },
       },
@@ -316,7 +347,11 @@ export class MessageEvents {
     const out: MessageEvent[] = [];
     if (text.length > 0) {
       if (!this.textOpen) {
-        out.push({ type: 'content_block_start', index: this.index, content_block: { type: 'text', text: '' } });
+        out.push({
+          type: 'content_block_start',
+          index: this.index,
+          content_block: { type: 'text', text: '', citations: null },
+        });
         this.textOpen = true;
       }
       out.push({ type: 'content_block_delta', index: this.index, delta: { type: 'text_delta', text } });
@@ -338,10 +373,11 @@ export class MessageEvents {
   done(result: GenerationResult): MessageEvent[] {
     const out: MessageEvent[] = [];
     this.closeText(out);
+    // The whole usage: message_start knew neither the reused prompt tokens nor the output.
     out.push({
       type: 'message_delta',
-      delta: { stop_reason: stopReason(result.finishReason), stop_sequence: null },
-      usage: { output_tokens: result.rows[0]?.tokenIds.length ?? 0 },
+      delta: { stop_reason: stopReason(result.finishReason), stop_sequence: null, container: null, stop_details: null },
+      usage: messageUsage(result, result.promptTokens, result.rows[0]?.tokenIds.length ?? 0),
     });
     out.push({ type: 'message_stop' });
     return out;

@@ -28,10 +28,10 @@ const SSE_HEADERS: Readonly<Record<string, string>> = {
   'x-accel-buffering': 'no',
 };
 
-const PARAM_HINT = { prompt: 'messages' };
+const PARAM_HINT = { prompt: 'messages', api: 'anthropic' as const };
 
 /** Answers an error in Anthropic's shape (or closes a stream that has begun). */
-function sendError(res: ServerResponse, err: HttpError): void {
+export function sendAnthropicError(res: ServerResponse, err: HttpError): void {
   if (res.headersSent) {
     res.destroy();
     return;
@@ -46,7 +46,7 @@ export function serveCountTokens(hostApi: HostApi, body: unknown, res: ServerRes
     const mapped = mapMessagesRequest(body, { countOnly: true });
     sendJson(res, 200, { input_tokens: hostApi.runner.countPromptTokens(mapped.request) });
   } catch (err) {
-    sendError(res, err instanceof HttpError ? err : errorFromInfo(toErrorInfo(err), PARAM_HINT));
+    sendAnthropicError(res, err instanceof HttpError ? err : errorFromInfo(toErrorInfo(err), PARAM_HINT));
   }
 }
 
@@ -62,7 +62,7 @@ export function serveMessages(
     mapped = mapMessagesRequest(body);
   } catch (err) {
     if (!(err instanceof HttpError)) throw err;
-    sendError(res, err);
+    sendAnthropicError(res, err);
     return Promise.resolve();
   }
   return new Promise<void>((resolve) => {
@@ -108,7 +108,7 @@ export function serveMessages(
           finish();
           const err = errorFromInfo(frame.error, PARAM_HINT);
           if (!res.headersSent) {
-            sendError(res, err);
+            sendAnthropicError(res, err);
             return;
           }
           send([{ type: 'error', error: anthropicError(err).body.error }]);

@@ -86,10 +86,13 @@ const PARAM: Partial<Record<ErrorCode, string>> = {
  * The OpenAI parameter of a field the host named in a refusal (its contract's names are camelCase). The
  * Responses API puts the schema in `text.format` and a tool's fields on the tool itself.
  */
-function openAiParam(field: string, responses: boolean): string {
-  if (field.startsWith('jsonSchema')) return responses ? 'text.format' : 'response_format';
+function openAiParam(field: string, api: ParamApi): string {
+  if (field.startsWith('jsonSchema')) {
+    return api === 'responses' ? 'text.format' : api === 'anthropic' ? 'output_config.format' : 'response_format';
+  }
   if (field.startsWith('toolChoice')) return 'tool_choice';
-  if (field === 'maxNewTokens') return responses ? 'max_output_tokens' : 'max_tokens';
+  if (field === 'maxNewTokens') return api === 'responses' ? 'max_output_tokens' : 'max_tokens';
+  if (api === 'anthropic') field = field.replace(/^tools\[(\d+)\]\.parameters/, 'tools[$1].input_schema');
   // The contract's own names become snake_case; a tool's parameters schema keeps the client's names.
   const cut = field.search(/\.parameters(\.|$)/);
   const head = (cut >= 0 ? field.slice(0, cut) : field)
@@ -97,8 +100,13 @@ function openAiParam(field: string, responses: boolean): string {
     .replace(/^messages\[(\d+)\]\.toolCalls\[(\d+)\]\.(name|arguments)/, 'messages[$1].tool_calls[$2].function.$3')
     .replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
   const snake = head + (cut >= 0 ? field.slice(cut) : '');
-  return responses ? snake : snake.replace(/^tools\[(\d+)\]\.(parameters|name|description)/, 'tools[$1].function.$2');
+  return api !== 'chat'
+    ? snake
+    : snake.replace(/^tools\[(\d+)\]\.(parameters|name|description)/, 'tools[$1].function.$2');
 }
+
+/** Which API's parameter names a refusal uses. */
+export type ParamApi = 'chat' | 'responses' | 'anthropic';
 
 /** Detail keys renamed to the names llama.cpp and vLLM clients already read. */
 const DETAIL_NAMES: Record<string, string> = {
@@ -115,12 +123,12 @@ function snakeCase(key: string): string {
  * snake_case (required_bytes, budget_bytes, n_prompt_tokens, n_ctx, …) and,
  * for a full queue, Retry-After in whole seconds.
  */
-export function errorFromInfo(info: ErrorInfo, paramHint?: { prompt: string; responses?: boolean }): HttpError {
+export function errorFromInfo(info: ErrorInfo, paramHint?: { prompt: string; api?: ParamApi }): HttpError {
   const mapped = STATUS[info.code] ?? STATUS.INTERNAL;
   let param: string | null = PARAM[info.code] ?? null;
   if (param !== null && param !== 'model' && paramHint) param = paramHint.prompt;
   if (paramHint && info.code === 'BAD_REQUEST' && typeof info.detail?.field === 'string') {
-    param = openAiParam(info.detail.field, paramHint.responses === true);
+    param = openAiParam(info.detail.field, paramHint.api ?? 'chat');
   }
   const numbers: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(info.detail ?? {})) {

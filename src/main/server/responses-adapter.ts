@@ -43,6 +43,7 @@ const REFUSED: ReadonlyArray<[string, string]> = [
   ['prompt', 'kvdesk has no stored prompts: send the instructions and input'],
   ['reasoning', 'kvdesk has no reasoning settings for local models: send the request without it'],
   ['top_logprobs', 'log-probabilities are on /v1/chat/completions (logprobs, top_logprobs)'],
+  ['max_tool_calls', 'kvdesk does not limit tool calls across a response; use parallel_tool_calls: false for one'],
 ];
 
 function refuseUnsupported(body: Body): void {
@@ -105,6 +106,9 @@ function inputMessages(input: unknown): ChatMessage[] {
       if (typeof item.call_id !== 'string' || typeof item.name !== 'string' || typeof item.arguments !== 'string') {
         throw bad(`${where}: a function_call needs "call_id", "name" and "arguments" (JSON text).`, where);
       }
+      if (!isJsonObjectText(item.arguments)) {
+        throw bad(`${where}.arguments must be the JSON text of an object.`, `${where}.arguments`);
+      }
       const call: ToolCall = { id: item.call_id, name: item.name, arguments: item.arguments };
       const last = out[out.length - 1];
       // Calls right after an assistant message (or after other calls) belong to that turn.
@@ -124,8 +128,17 @@ function inputMessages(input: unknown): ChatMessage[] {
   return out;
 }
 
+function isJsonObjectText(text: string): boolean {
+  try {
+    const v: unknown = JSON.parse(text);
+    return typeof v === 'object' && v !== null && !Array.isArray(v);
+  } catch {
+    return false;
+  }
+}
+
 /** `tools`: function tools in the Responses form (`{type: "function", name, description, parameters, strict}`). */
-function toolList(body: Body): ToolDefinition[] | undefined {
+function toolList(body: Body): Array<ToolDefinition & { strict?: boolean }> | undefined {
   const v = body.tools;
   if (v === undefined || v === null || (Array.isArray(v) && v.length === 0)) return undefined;
   if (!Array.isArray(v)) throw bad('"tools" must be a list of {"type": "function", "name": …}.', 'tools');
@@ -146,6 +159,7 @@ function toolList(body: Body): ToolDefinition[] | undefined {
       name: tool.name,
       ...(typeof tool.description === 'string' ? { description: tool.description } : {}),
       ...(params ? { parameters: params as Record<string, unknown> } : {}),
+      ...(tool.strict === true ? { strict: true } : {}),
     };
   });
 }
@@ -214,13 +228,16 @@ export function mapResponsesRequest(input: unknown): MappedResponseRequest {
   if (temperature !== undefined) sampling.temperature = temperature;
   if (topP !== undefined) sampling.topP = topP;
   if (Object.keys(sampling).length > 0) request.sampling = sampling;
-  if (tools) request.tools = tools;
+  if (tools) request.tools = tools.map(({ strict: _, ...t }) => t);
   if (choice !== undefined) request.toolChoice = choice;
   if (parallel !== undefined && tools) request.parallelToolCalls = parallel;
   if (format.type === 'json_object') request.responseFormat = 'json';
   if (format.type === 'json_schema') request.jsonSchema = format.schema as Record<string, unknown>;
 
   const metadata = body.metadata;
+  if (metadata !== undefined && metadata !== null && (typeof metadata !== 'object' || Array.isArray(metadata))) {
+    throw bad('"metadata" must be an object of strings.', 'metadata');
+  }
   return {
     model: body.model,
     stream,
@@ -230,12 +247,12 @@ export function mapResponsesRequest(input: unknown): MappedResponseRequest {
       max_output_tokens: maxTokens ?? null,
       temperature: temperature ?? null,
       top_p: topP ?? null,
-      tools: (tools ?? []).map((t) => ({
+      tools: (tools ?? []).map(({ strict, ...t }) => ({
         type: 'function',
         name: t.name,
         description: t.description ?? null,
         parameters: t.parameters ?? null,
-        strict: null,
+        strict: strict ?? null,
       })),
       tool_choice:
         choice === undefined ? 'auto' : typeof choice === 'string' ? choice : { type: 'function', name: choice.name },
@@ -286,7 +303,7 @@ export function responseUsage(result: GenerationResult) {
   const output = result.rows.reduce((s, r) => s + r.tokenIds.length, 0);
   return {
     input_tokens: result.promptTokens,
-    input_tokens_details: { cached_tokens: result.reusedTokens },
+    input_tokens_details: { cached_tokens: result.reusedTokens, cache_write_tokens: 0 },
     output_tokens: output,
     output_tokens_details: { reasoning_tokens: 0 },
     total_tokens: result.promptTokens + output,
@@ -402,6 +419,8 @@ export class ResponseEvents {
   /** A failure after the stream began: OpenAI's error event, then response.failed. */
   failed(code: string, message: string, param: string | null): StreamEvent[] {
     const out: StreamEvent[] = [];
+    // The text written so far stays in the failed response's output.
+    if (this.open) this.output[this.open.index] = messageItem(this.open.id, this.open.text, 'incomplete');
     this.event(out, 'error', { code, message, param });
     this.event(out, 'response.failed', {
       response: responseBody(this.head, this.echo, 'failed', this.output, undefined, { code, message }),

@@ -94,7 +94,7 @@ export function serveResponse(
         }
         case 'error': {
           finish();
-          const err = errorFromInfo(frame.error, { prompt: 'input', responses: true });
+          const err = errorFromInfo(frame.error, { prompt: 'input', api: 'responses' });
           if (!res.headersSent) {
             sendHttpError(res, err);
             return;

@@ -10,7 +10,7 @@ import path from 'node:path';
 import type { Duplex } from 'node:stream';
 import { KvdeskError, toErrorInfo } from '../../shared/errors';
 import type { HostApi } from '../host/host-api';
-import { serveCountTokens, serveMessages } from './anthropic-routes';
+import { sendAnthropicError, serveCountTokens, serveMessages } from './anthropic-routes';
 import {
   API_HEADERS,
   errorFromInfo,
@@ -278,7 +278,9 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     route(req, res, url, access.setCookie).catch((err: unknown) => {
       const httpErr = err instanceof HttpError ? err : errorFromInfo(toErrorInfo(err));
       if (httpErr.status === 413) httpErr.headers.connection = 'close';
-      sendHttpError(res, httpErr);
+      // Anthropic's clients read their own error shape.
+      if (url.pathname.startsWith('/v1/messages')) sendAnthropicError(res, httpErr);
+      else sendHttpError(res, httpErr);
     });
   });
 

@@ -54,7 +54,7 @@ describe('POST /v1/messages', () => {
     });
     expect(m).toMatchObject({ type: 'message', role: 'assistant', model: 'default', stop_reason: 'max_tokens' });
     expect(m.id).toMatch(/^msg_/);
-    expect(m.content).toEqual([{ type: 'text', text: chat.choices[0]?.message.content }]);
+    expect(m.content).toEqual([{ type: 'text', text: chat.choices[0]?.message.content, citations: null }]);
     expect(m.usage.output_tokens).toBe(12);
     // The second identical request reads the first's KV from the prompt cache.
     expect((m.usage.input_tokens ?? 0) + (m.usage.cache_read_input_tokens ?? 0)).toBe(chat.usage?.prompt_tokens);
@@ -186,10 +186,15 @@ describe('POST /v1/messages', () => {
       tools: [lamp],
     };
     const counted = await client.messages.countTokens(params);
-    const stream = await client.messages.create({ ...params, max_tokens: 1, stream: true });
-    let start: Anthropic.Message | undefined;
-    for await (const e of stream) if (e.type === 'message_start') start = e.message;
-    expect(counted.input_tokens).toBe(start?.usage.input_tokens);
+    // The SDK's stream helper assembles the message from the events; its usage is the final one.
+    const first = await client.messages.stream({ ...params, max_tokens: 1 }).finalMessage();
+    expect(first.usage.input_tokens + (first.usage.cache_read_input_tokens ?? 0)).toBe(counted.input_tokens);
+    // Sent again, the prompt is read from the prompt cache (all of it but the last token), streamed or not.
+    const again = await client.messages.stream({ ...params, max_tokens: 1 }).finalMessage();
+    expect(again.usage.cache_read_input_tokens).toBe(counted.input_tokens - 1);
+    expect(again.usage.input_tokens).toBe(1);
+    const plain = await client.messages.create({ ...params, max_tokens: 1 });
+    expect(plain.usage).toMatchObject({ input_tokens: 1, cache_read_input_tokens: counted.input_tokens - 1 });
     // The tools are in the prompt.
     const bare = await client.messages.countTokens({ ...params, tools: [] });
     expect(counted.input_tokens).toBeGreaterThan(bare.input_tokens + 20);
@@ -202,6 +207,23 @@ describe('POST /v1/messages', () => {
       [{ tools: [{ type: 'web_search_20250305', name: 'web_search' }] }, 'tools[0].type'],
       [{ messages: [{ role: 'user', content: [{ type: 'image', source: {} }] }] }, 'messages[0].content[0].type'],
       [{ tools: [lamp], tool_choice: { type: 'tool', name: 'nope' } }, 'tool_choice'],
+      [
+        {
+          messages: [
+            { role: 'user', content: 'hi' },
+            { role: 'assistant', content: '{"a":' },
+          ],
+        },
+        'messages[1]',
+      ],
+      [
+        {
+          tools: [{ ...lamp, input_schema: { type: 'object', properties: { n: { type: 'integer', minimum: 1 } } } }],
+          tool_choice: { type: 'any' },
+        },
+        'tools[0].input_schema.properties.n.minimum',
+      ],
+      [{ output_config: { format: { type: 'json_schema', schema: { type: 'string' } } } }, 'output_config.format'],
     ];
     for (const [extra, param] of cases) {
       const err = await apiError(
@@ -223,7 +245,30 @@ describe('POST /v1/messages', () => {
     );
     expect(missing.status).toBe(404);
     expect((missing.error as { error: { type: string } }).error.type).toBe('not_found_error');
+    // Errors the server raises before the route (a body that is not JSON) are in Anthropic's shape too.
+    const notJson = await fetch(`${t.url}/v1/messages`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{"model":',
+    });
+    expect(notJson.status).toBe(400);
+    expect(await notJson.json()).toMatchObject({ type: 'error', error: { type: 'invalid_request_error' } });
     expect((await settled(t.url)).reservedBytes).toBe(0);
+  });
+
+  it('consecutive user turns are one turn, as Anthropic combines them (templates want roles to alternate)', async () => {
+    const split = await client.messages.countTokens({
+      model: 'default',
+      messages: [
+        { role: 'user', content: 'First part.' },
+        { role: 'user', content: [{ type: 'text', text: 'Second part.' }] },
+      ],
+    });
+    const joined = await client.messages.countTokens({
+      model: 'default',
+      messages: [{ role: 'user', content: 'First part.\n\nSecond part.' }],
+    });
+    expect(split.input_tokens).toBe(joined.input_tokens);
   });
 });
 

@@ -140,6 +140,31 @@ describe('POST /v1/responses', () => {
       max_output_tokens: 4,
     });
     expect(next.output[0]?.type).toBe('message');
+    // The same conversation through chat completions is the same prompt: the call and its output were read.
+    const chat = await openaiClient(t.url).chat.completions.create({
+      model: 'default',
+      messages: [
+        { role: 'user', content: 'Lamp on please' },
+        {
+          role: 'assistant',
+          content: null,
+          tool_calls: [
+            { id: call.call_id, type: 'function', function: { name: call.name, arguments: call.arguments } },
+          ],
+        },
+        { role: 'tool', tool_call_id: call.call_id, content: '{"ok": true}' },
+      ],
+      tools: [
+        { type: 'function', function: { name: lamp.name, description: lamp.description, parameters: lamp.parameters } },
+      ],
+      max_tokens: 1,
+    });
+    expect(next.usage?.input_tokens ?? 0).toBe(chat.usage?.prompt_tokens);
+    // The SDK's stream helper assembles the same kind of response from the events.
+    const streamed = await client.responses
+      .stream({ model: 'default', input: 'Lamp?', tools: [lamp], tool_choice: 'required', max_output_tokens: 60 })
+      .finalResponse();
+    expect(streamed.output.find((o) => o.type === 'function_call')).toMatchObject({ name: 'set_lamp' });
   });
 
   it('streams a named call as its item events, then response.completed', async () => {
@@ -194,6 +219,16 @@ describe('POST /v1/responses', () => {
       [{ input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'x' }] }] }, 'input[0].content[0]'],
       [{ truncation: 'auto' }, 'truncation'],
       [{ max_output_tokens: 0 }, 'max_output_tokens'],
+      [
+        {
+          input: [
+            { role: 'user', content: 'x' },
+            { type: 'function_call', call_id: 'c', name: 'f', arguments: 'no' },
+          ],
+        },
+        'input[1].arguments',
+      ],
+      [{ max_tool_calls: 1 }, 'max_tool_calls'],
       [
         {
           tools: [{ ...lamp, parameters: { type: 'object', properties: { n: { type: 'integer', minimum: 1 } } } }],

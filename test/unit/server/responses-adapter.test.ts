@@ -136,6 +136,20 @@ describe('ResponseEvents', () => {
     ]);
   });
 
+  it('a failure after text keeps the text written so far in the failed response', () => {
+    const s = new ResponseEvents(head, echo);
+    s.start();
+    s.tokens('Partial', []);
+    const end = s.failed('engine_failed', 'the engine stopped', null);
+    expect(brief(end)).toEqual(['error', 'response.failed']);
+    expect(end[1]).toMatchObject({
+      response: {
+        status: 'failed',
+        output: [{ type: 'message', status: 'incomplete', content: [{ text: 'Partial' }] }],
+      },
+    });
+  });
+
   it('an empty reply is one empty message; a reply cut short is incomplete', () => {
     const s = new ResponseEvents(head, echo);
     s.start();
