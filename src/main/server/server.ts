@@ -8,6 +8,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import type { Duplex } from 'node:stream';
+import type { ModelInfo } from '../../shared/api';
 import { KvdeskError, toErrorInfo } from '../../shared/errors';
 import type { HostApi } from '../host/host-api';
 import { sendAnthropicError, serveCountTokens, serveMessages } from './anthropic-routes';
@@ -102,6 +103,24 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   const policy: AccessPolicy = { allowedHosts: new Set(), token, cookieName: 'kvdesk_token' };
   const ws: WsTransport = createWsTransport(hostApi);
 
+  /** A loaded model as OpenAI lists it, with kvdesk's own facts beside. */
+  function modelJson(m: ModelInfo) {
+    return {
+      id: m.id,
+      object: 'model',
+      created: startedAt,
+      owned_by: 'kvdesk',
+      max_model_len: m.spec.contextLength,
+      kvdesk: {
+        bpt: m.spec.bpt,
+        backend: m.backend,
+        is_default: m.isDefault,
+        weights_bytes: m.spec.weightsBytes,
+        ...(m.logits ? { logits: m.logits } : {}),
+      },
+    };
+  }
+
   async function jsonBody(req: IncomingMessage): Promise<unknown> {
     return parseJson(await readBody(req, maxJsonBytes));
   }
@@ -133,23 +152,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
         only('GET');
         const models = await hostApi.call('listModels', {});
         if (!models.ok) throw errorFromInfo(models.error);
-        sendJson(res, 200, {
-          object: 'list',
-          data: models.value.map((m) => ({
-            id: m.id,
-            object: 'model',
-            created: startedAt,
-            owned_by: 'kvdesk',
-            max_model_len: m.spec.contextLength,
-            kvdesk: {
-              bpt: m.spec.bpt,
-              backend: m.backend,
-              is_default: m.isDefault,
-              weights_bytes: m.spec.weightsBytes,
-              ...(m.logits ? { logits: m.logits } : {}),
-            },
-          })),
-        });
+        sendJson(res, 200, { object: 'list', data: models.value.map(modelJson) });
         return;
       }
       case '/v1/chat/completions':
@@ -199,6 +202,20 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
         await upload(req, res);
         return;
       }
+    }
+    if (p.startsWith('/v1/models/')) {
+      // OpenAI's "retrieve model": one loaded model by id (ids may hold slashes, as Hugging Face names do).
+      only('GET');
+      const id = decodeURIComponent(p.slice('/v1/models/'.length));
+      const models = await hostApi.call('listModels', {});
+      if (!models.ok) throw errorFromInfo(models.error);
+      const model = models.value.find((m) => m.id === id);
+      if (!model) {
+        const loaded = models.value.map((m) => m.id).join(', ') || 'none';
+        throw httpError(404, `model "${id}" is not loaded (loaded: ${loaded})`, 'model_not_found', 'model');
+      }
+      sendJson(res, 200, modelJson(model));
+      return;
     }
     if (p.startsWith('/v1/') || p.startsWith('/api/')) {
       throw httpError(

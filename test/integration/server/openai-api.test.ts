@@ -69,6 +69,18 @@ describe('GET /v1/models', () => {
   });
 });
 
+describe('GET /v1/models/{id}', () => {
+  it('retrieves one loaded model as the list shows it; an unknown id is a 404 naming the loaded ones', async () => {
+    const m = await client.models.retrieve('default');
+    const listed = (await client.models.list()).data[0];
+    expect(m).toEqual(listed);
+    const err = await apiError(client.models.retrieve('gpt-4o'));
+    expect(err.status).toBe(404);
+    expect(err.code).toBe('model_not_found');
+    expect(err.message).toMatch(/model "gpt-4o" is not loaded \(loaded: default\)/);
+  });
+});
+
 describe('chat completions', () => {
   it('answers a non-streamed chat with usage that matches the scheduler record', async () => {
     const r = await client.chat.completions.create({ model: 'default', messages: hi, max_tokens: 8, temperature: 0 });
