@@ -5,7 +5,6 @@
  * the content blocks' start / delta / stop, message_delta with the stop reason, message_stop.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { StreamFrame } from '../../shared/contract';
 import { toErrorInfo } from '../../shared/errors';
 import type { HostApi } from '../host/host-api';
 import {
@@ -17,16 +16,8 @@ import {
   messageBody,
   messageId,
 } from './anthropic-adapter';
-import { API_HEADERS, errorFromInfo, HttpError, sendJson } from './http-util';
+import { errorFromInfo, HttpError, SSE_HEADERS, sendJson, writeEvents } from './http-util';
 import { runGeneration } from './openai-routes';
-
-const SSE_HEADERS: Readonly<Record<string, string>> = {
-  ...API_HEADERS,
-  'content-type': 'text/event-stream; charset=utf-8',
-  'cache-control': 'no-cache',
-  connection: 'keep-alive',
-  'x-accel-buffering': 'no',
-};
 
 const PARAM_HINT = { prompt: 'messages', api: 'anthropic' as const };
 
@@ -65,58 +56,47 @@ export function serveMessages(
     sendAnthropicError(res, err);
     return Promise.resolve();
   }
-  return new Promise<void>((resolve) => {
-    let over = false;
-    let events: MessageEvents | null = null;
-    let promptTokens = 0;
-    const finish = () => {
-      over = true;
-      resolve();
-    };
-    const send = (list: MessageEvent[]) => {
-      for (const e of list) res.write(`event: ${e.type}\ndata: ${JSON.stringify(e)}\n\n`);
-    };
-    const handleFrame = (frame: StreamFrame) => {
-      if (over) return;
-      switch (frame.type) {
-        case 'accepted':
-          promptTokens = frame.promptTokens;
-          return;
-        case 'prefill':
-          return;
-        case 'admitted':
-          if (!mapped.stream) return;
-          res.writeHead(200, SSE_HEADERS);
-          events = new MessageEvents(messageId(frame.requestId), mapped.model);
-          send(events.start(promptTokens));
-          return;
-        case 'tokens': {
-          const row = frame.rows[0];
-          if (events && row) send(events.tokens(row.text, row.toolCalls ?? []));
-          return;
-        }
-        case 'done':
-          finish();
-          if (!events) {
-            sendJson(res, 200, messageBody(mapped.model, frame.result));
-            return;
-          }
-          send(events.done(frame.result));
-          res.end();
-          return;
-        case 'error': {
-          finish();
-          const err = errorFromInfo(frame.error, PARAM_HINT);
-          if (!res.headersSent) {
-            sendAnthropicError(res, err);
-            return;
-          }
-          send([{ type: 'error', error: anthropicError(err).body.error }]);
-          res.end();
-          return;
-        }
+  let events: MessageEvents | null = null;
+  let promptTokens = 0;
+  const send = (list: MessageEvent[]) => writeEvents(res, list);
+  return runGeneration(hostApi, mapped.request, req, res, (frame, finish) => {
+    switch (frame.type) {
+      case 'accepted':
+        promptTokens = frame.promptTokens;
+        return;
+      case 'prefill':
+        return;
+      case 'admitted':
+        if (!mapped.stream) return;
+        res.writeHead(200, SSE_HEADERS);
+        events = new MessageEvents(messageId(frame.requestId), mapped.model);
+        send(events.start(promptTokens));
+        return;
+      case 'tokens': {
+        const row = frame.rows[0];
+        if (events && row) send(events.tokens(row.text, row.toolCalls ?? []));
+        return;
       }
-    };
-    runGeneration(hostApi, mapped.request, req, res, handleFrame, () => over, finish);
+      case 'done':
+        finish();
+        if (!events) {
+          sendJson(res, 200, messageBody(mapped.model, frame.result));
+          return;
+        }
+        send(events.done(frame.result));
+        res.end();
+        return;
+      case 'error': {
+        finish();
+        const err = errorFromInfo(frame.error, PARAM_HINT);
+        if (!res.headersSent) {
+          sendAnthropicError(res, err);
+          return;
+        }
+        send([{ type: 'error', error: anthropicError(err).body.error }]);
+        res.end();
+        return;
+      }
+    }
   });
 }

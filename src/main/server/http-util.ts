@@ -155,6 +155,21 @@ export function errorFromInfo(info: ErrorInfo, paramHint?: { prompt: string; api
   );
 }
 
+/** Headers of a server-sent event stream. */
+export const SSE_HEADERS: Readonly<Record<string, string>> = {
+  ...API_HEADERS,
+  'content-type': 'text/event-stream; charset=utf-8',
+  'cache-control': 'no-cache',
+  connection: 'keep-alive',
+  // Reverse proxies (nginx) would otherwise buffer the stream.
+  'x-accel-buffering': 'no',
+};
+
+/** Writes named server-sent events (`event: <type>` then the JSON), as the Responses and Anthropic streams are. */
+export function writeEvents(res: ServerResponse, events: ReadonlyArray<{ type: string }>): void {
+  for (const e of events) res.write(`event: ${e.type}\ndata: ${JSON.stringify(e)}\n\n`);
+}
+
 /** Sends a JSON answer. */
 export function sendJson(
   res: ServerResponse,

@@ -11,7 +11,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { GenerateRequest, GenerationResult, StreamFrame } from '../../shared/contract';
 import { toErrorInfo } from '../../shared/errors';
 import type { HostApi } from '../host/host-api';
-import { API_HEADERS, errorFromInfo, HttpError, sendHttpError, sendJson } from './http-util';
+import { errorFromInfo, HttpError, SSE_HEADERS, sendHttpError, sendJson } from './http-util';
 import {
   chunk,
   completionBody,
@@ -26,15 +26,6 @@ import {
   toolCallsChoice,
   usageOf,
 } from './openai-adapter';
-
-const SSE_HEADERS: Readonly<Record<string, string>> = {
-  ...API_HEADERS,
-  'content-type': 'text/event-stream; charset=utf-8',
-  'cache-control': 'no-cache',
-  connection: 'keep-alive',
-  // Reverse proxies (nginx) would otherwise buffer the stream.
-  'x-accel-buffering': 'no',
-};
 
 /** Prompt tokens for usage: one count per prompt, however many copies (n) ran. */
 function promptTokensOf(hostApi: HostApi, mapped: MappedRequest, result: GenerationResult): number {
@@ -71,137 +62,133 @@ export function serveCompletion(
   const choices = mapped.promptCount * mapped.n;
   const usageNull = mapped.includeUsage ? { usage: null } : {};
 
-  return new Promise<void>((resolve) => {
-    let over = false;
-    let head: ReplyHeader | null = null;
-    // Calls streamed so far per choice: the next call's index.
-    const callsSent = new Array<number>(choices).fill(0);
-    const finish = () => {
-      over = true;
-      resolve();
-    };
+  let head: ReplyHeader | null = null;
+  // Calls streamed so far per choice: the next call's index.
+  const callsSent = new Array<number>(choices).fill(0);
+  return runGeneration(hostApi, mapped.request, req, res, (frame, finish) => {
     const sse = (data: unknown) => {
       res.write(`data: ${typeof data === 'string' ? data : JSON.stringify(data)}\n\n`);
     };
 
-    const handleFrame = (frame: StreamFrame) => {
-      if (over) return;
-      switch (frame.type) {
-        case 'accepted':
-          return;
-        case 'admitted': {
-          if (!mapped.stream) return;
-          head = { id: replyId(kind, frame.requestId), created, model: mapped.model };
-          res.writeHead(200, SSE_HEADERS);
-          if (kind === 'chat') {
-            for (let i = 0; i < choices; i++) sse(chunk(kind, head, [deltaChoice(kind, i, '', true)], usageNull));
-          } else {
-            // Completions have no role chunk; flushing the headers tells the client it was admitted.
-            res.flushHeaders();
-          }
-          return;
+    switch (frame.type) {
+      case 'accepted':
+        return;
+      case 'admitted': {
+        if (!mapped.stream) return;
+        head = { id: replyId(kind, frame.requestId), created, model: mapped.model };
+        res.writeHead(200, SSE_HEADERS);
+        if (kind === 'chat') {
+          for (let i = 0; i < choices; i++) sse(chunk(kind, head, [deltaChoice(kind, i, '', true)], usageNull));
+        } else {
+          // Completions have no role chunk; flushing the headers tells the client it was admitted.
+          res.flushHeaders();
         }
-        case 'tokens': {
-          if (!mapped.stream || head === null) return;
-          const h = head;
-          frame.rows.forEach((row, i) => {
-            const withLogprobs = row.logprobs !== undefined && row.logprobs.length > 0;
-            if (row.text.length > 0 || withLogprobs) {
-              const lp = withLogprobs ? row.logprobs : undefined;
-              sse(chunk(kind, h, [deltaChoice(kind, i, row.text, false, lp)], usageNull));
-            }
-            if (row.toolCalls && row.toolCalls.length > 0) {
-              sse(chunk(kind, h, [toolCallsChoice(i, row.toolCalls, callsSent[i] ?? 0)], usageNull));
-              callsSent[i] = (callsSent[i] ?? 0) + row.toolCalls.length;
-            }
-          });
-          return;
-        }
-        case 'done': {
-          const result = frame.result;
-          const usage = usageOf(result, promptTokensOf(hostApi, mapped, result));
-          finish();
-          if (!mapped.stream || head === null) {
-            const h = head ?? { id: replyId(kind, result.requestId), created, model: mapped.model };
-            sendJson(res, 200, completionBody(kind, h, result, usage));
-            return;
-          }
-          const extras = kvdeskExtras(result);
-          result.rows.forEach((row, i) => {
-            sse(
-              chunk(kind, head as ReplyHeader, [finalChoice(kind, i, row.finishReason)], {
-                ...usageNull,
-                kvdesk: extras,
-              }),
-            );
-          });
-          if (mapped.includeUsage) sse(chunk(kind, head, [], { usage }));
-          sse('[DONE]');
-          res.end();
-          return;
-        }
-        case 'error': {
-          finish();
-          const err = errorFromInfo(frame.error, paramHint);
-          if (!res.headersSent) {
-            sendHttpError(res, err);
-            return;
-          }
-          // After admission the status is already 200: the error travels in the stream, as OpenAI's does.
-          sse(err.body);
-          res.end();
-          return;
-        }
+        return;
       }
-    };
-
-    runGeneration(hostApi, mapped.request, req, res, handleFrame, () => over, finish);
+      case 'tokens': {
+        if (!mapped.stream || head === null) return;
+        const h = head;
+        frame.rows.forEach((row, i) => {
+          const withLogprobs = row.logprobs !== undefined && row.logprobs.length > 0;
+          if (row.text.length > 0 || withLogprobs) {
+            const lp = withLogprobs ? row.logprobs : undefined;
+            sse(chunk(kind, h, [deltaChoice(kind, i, row.text, false, lp)], usageNull));
+          }
+          if (row.toolCalls && row.toolCalls.length > 0) {
+            sse(chunk(kind, h, [toolCallsChoice(i, row.toolCalls, callsSent[i] ?? 0)], usageNull));
+            callsSent[i] = (callsSent[i] ?? 0) + row.toolCalls.length;
+          }
+        });
+        return;
+      }
+      case 'done': {
+        const result = frame.result;
+        const usage = usageOf(result, promptTokensOf(hostApi, mapped, result));
+        finish();
+        if (!mapped.stream || head === null) {
+          const h = head ?? { id: replyId(kind, result.requestId), created, model: mapped.model };
+          sendJson(res, 200, completionBody(kind, h, result, usage));
+          return;
+        }
+        const extras = kvdeskExtras(result);
+        result.rows.forEach((row, i) => {
+          sse(
+            chunk(kind, head as ReplyHeader, [finalChoice(kind, i, row.finishReason)], {
+              ...usageNull,
+              kvdesk: extras,
+            }),
+          );
+        });
+        if (mapped.includeUsage) sse(chunk(kind, head, [], { usage }));
+        sse('[DONE]');
+        res.end();
+        return;
+      }
+      case 'error': {
+        finish();
+        const err = errorFromInfo(frame.error, paramHint);
+        if (!res.headersSent) {
+          sendHttpError(res, err);
+          return;
+        }
+        // After admission the status is already 200: the error travels in the stream, as OpenAI's does.
+        sse(err.body);
+        res.end();
+        return;
+      }
+    }
   });
 }
 
 /**
- * Runs one host generation for an HTTP request: frames go to `handleFrame`; a failure inside it answers the
- * client (an error if nothing was sent yet, else the socket closes) and cancels the generation; a client that
- * goes away cancels it too (reason 'disconnect', which returns its reservation). `isOver` says whether the
- * response is complete; `finish` marks it so.
+ * Runs one host generation for an HTTP request; resolves when the response is complete (the handler called
+ * `finish`) or the client is gone, never rejects. Frames go to `handleFrame` until then. A failure inside it
+ * answers the client (an error if nothing was sent yet, else the socket closes) and cancels the generation; a
+ * client that goes away cancels it too (reason 'disconnect', which returns its reservation).
  */
 export function runGeneration(
   hostApi: HostApi,
   request: GenerateRequest,
   req: IncomingMessage,
   res: ServerResponse,
-  handleFrame: (frame: StreamFrame) => void,
-  isOver: () => boolean,
-  finish: () => void,
-): void {
-  let handle: { cancel(reason?: 'user' | 'disconnect'): void } | null = null;
-  let cancelOnStart = false;
-  const onFrame = (frame: StreamFrame) => {
-    try {
-      handleFrame(frame);
-    } catch (err) {
-      // The host swallows errors thrown by a frame sink, so a failure here must answer the client itself.
-      const live = !isOver() && frame.type !== 'done' && frame.type !== 'error';
-      finish();
-      if (!res.headersSent) sendHttpError(res, errorFromInfo(toErrorInfo(err)));
-      else res.destroy();
-      if (live) {
-        if (handle) handle.cancel('disconnect');
-        else cancelOnStart = true;
+  handleFrame: (frame: StreamFrame, finish: () => void) => void,
+): Promise<void> {
+  return new Promise<void>((resolve) => {
+    let over = false;
+    const finish = () => {
+      over = true;
+      resolve();
+    };
+    let handle: { cancel(reason?: 'user' | 'disconnect'): void } | null = null;
+    let cancelOnStart = false;
+    const onFrame = (frame: StreamFrame) => {
+      if (over) return;
+      try {
+        handleFrame(frame, finish);
+      } catch (err) {
+        // The host swallows errors thrown by a frame sink, so a failure here must answer the client itself.
+        const live = !over && frame.type !== 'done' && frame.type !== 'error';
+        finish();
+        if (!res.headersSent) sendHttpError(res, errorFromInfo(toErrorInfo(err)));
+        else res.destroy();
+        if (live) {
+          if (handle) handle.cancel('disconnect');
+          else cancelOnStart = true;
+        }
       }
+    };
+    const h = hostApi.generate(request, onFrame);
+    handle = h;
+    if (cancelOnStart) h.cancel('disconnect');
+    res.on('close', () => {
+      if (over) return;
+      finish();
+      h.cancel('disconnect');
+    });
+    // The socket may already be gone (a client that sent its body and left at once).
+    if (req.socket.destroyed && !over) {
+      finish();
+      h.cancel('disconnect');
     }
-  };
-  const h = hostApi.generate(request, onFrame);
-  handle = h;
-  if (cancelOnStart) h.cancel('disconnect');
-  res.on('close', () => {
-    if (isOver()) return;
-    finish();
-    h.cancel('disconnect');
   });
-  // The socket may already be gone (a client that sent its body and left at once).
-  if (req.socket.destroyed && !isOver()) {
-    finish();
-    h.cancel('disconnect');
-  }
 }

@@ -6,9 +6,8 @@
  * room) carrying the whole response.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { StreamFrame } from '../../shared/contract';
 import type { HostApi } from '../host/host-api';
-import { API_HEADERS, errorFromInfo, HttpError, sendHttpError, sendJson } from './http-util';
+import { errorFromInfo, HttpError, SSE_HEADERS, sendHttpError, sendJson, writeEvents } from './http-util';
 import { runGeneration } from './openai-routes';
 import {
   incomplete,
@@ -21,14 +20,6 @@ import {
   responseId,
   type StreamEvent,
 } from './responses-adapter';
-
-const SSE_HEADERS: Readonly<Record<string, string>> = {
-  ...API_HEADERS,
-  'content-type': 'text/event-stream; charset=utf-8',
-  'cache-control': 'no-cache',
-  connection: 'keep-alive',
-  'x-accel-buffering': 'no',
-};
 
 /** Runs one Responses request to its end. Resolves when the response is complete or the client is gone. */
 export function serveResponse(
@@ -48,65 +39,52 @@ export function serveResponse(
   const { echo } = mapped;
   const createdAt = Math.floor(Date.now() / 1000);
 
-  return new Promise<void>((resolve) => {
-    let over = false;
-    let head: ResponseHead | null = null;
-    let events: ResponseEvents | null = null;
-    const finish = () => {
-      over = true;
-      resolve();
-    };
-    const send = (list: StreamEvent[]) => {
-      for (const e of list) res.write(`event: ${e.type}\ndata: ${JSON.stringify(e)}\n\n`);
-    };
-
-    const handleFrame = (frame: StreamFrame) => {
-      if (over) return;
-      switch (frame.type) {
-        case 'accepted':
-        case 'prefill':
-          return;
-        case 'admitted': {
-          head = { id: responseId(frame.requestId), created_at: createdAt, model: mapped.model };
-          if (!mapped.stream) return;
-          res.writeHead(200, SSE_HEADERS);
-          events = new ResponseEvents(head, echo);
-          send(events.start());
-          return;
-        }
-        case 'tokens': {
-          const row = frame.rows[0];
-          if (events && row) send(events.tokens(row.text, row.toolCalls ?? []));
-          return;
-        }
-        case 'done': {
-          const result = frame.result;
-          const h = head ?? { id: responseId(result.requestId), created_at: createdAt, model: mapped.model };
-          const status = incomplete(result) ? 'incomplete' : 'completed';
-          finish();
-          if (!events) {
-            sendJson(res, 200, responseBody(h, echo, status, outputItems(h, result), result));
-            return;
-          }
-          send(events.done(result));
-          res.end();
-          return;
-        }
-        case 'error': {
-          finish();
-          const err = errorFromInfo(frame.error, { prompt: 'input', api: 'responses' });
-          if (!res.headersSent) {
-            sendHttpError(res, err);
-            return;
-          }
-          const e = err.body.error as { code?: string; message?: string; param?: string | null };
-          if (events) send(events.failed(e.code ?? 'server_error', e.message ?? '', e.param ?? null));
-          res.end();
-          return;
-        }
+  let head: ResponseHead | null = null;
+  let events: ResponseEvents | null = null;
+  const send = (list: StreamEvent[]) => writeEvents(res, list);
+  return runGeneration(hostApi, mapped.request, req, res, (frame, finish) => {
+    switch (frame.type) {
+      case 'accepted':
+      case 'prefill':
+        return;
+      case 'admitted': {
+        head = { id: responseId(frame.requestId), created_at: createdAt, model: mapped.model };
+        if (!mapped.stream) return;
+        res.writeHead(200, SSE_HEADERS);
+        events = new ResponseEvents(head, echo);
+        send(events.start());
+        return;
       }
-    };
-
-    runGeneration(hostApi, mapped.request, req, res, handleFrame, () => over, finish);
+      case 'tokens': {
+        const row = frame.rows[0];
+        if (events && row) send(events.tokens(row.text, row.toolCalls ?? []));
+        return;
+      }
+      case 'done': {
+        const result = frame.result;
+        const h = head ?? { id: responseId(result.requestId), created_at: createdAt, model: mapped.model };
+        const status = incomplete(result) ? 'incomplete' : 'completed';
+        finish();
+        if (!events) {
+          sendJson(res, 200, responseBody(h, echo, status, outputItems(h, result), result));
+          return;
+        }
+        send(events.done(result));
+        res.end();
+        return;
+      }
+      case 'error': {
+        finish();
+        const err = errorFromInfo(frame.error, { prompt: 'input', api: 'responses' });
+        if (!res.headersSent) {
+          sendHttpError(res, err);
+          return;
+        }
+        const e = err.body.error as { code?: string; message?: string; param?: string | null };
+        if (events) send(events.failed(e.code ?? 'server_error', e.message ?? '', e.param ?? null));
+        res.end();
+        return;
+      }
+    }
   });
 }
