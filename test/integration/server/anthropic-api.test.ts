@@ -6,7 +6,7 @@
  */
 import Anthropic from '@anthropic-ai/sdk';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { openaiClient, settled, startTestServer, type TestServer } from './server-helpers';
+import { failure, openaiClient, settled, startTestServer, type TestServer } from './server-helpers';
 
 let t: TestServer;
 let client: Anthropic;
@@ -24,15 +24,7 @@ const lamp = {
   input_schema: { type: 'object' as const, properties: { on: { type: 'boolean' } }, required: ['on'] },
 };
 
-async function apiError(p: Promise<unknown>): Promise<InstanceType<typeof Anthropic.APIError>> {
-  try {
-    await p;
-  } catch (err) {
-    expect(err).toBeInstanceOf(Anthropic.APIError);
-    return err as InstanceType<typeof Anthropic.APIError>;
-  }
-  throw new Error('expected the request to fail');
-}
+const apiError = (p: Promise<unknown>) => failure<InstanceType<typeof Anthropic.APIError>>(p, Anthropic.APIError);
 
 describe('POST /v1/messages', () => {
   it('answers text with the same tokens chat completions gives; usage and stop reason', async () => {

@@ -10,6 +10,7 @@ import { PROMPT_CACHE_PREFIX } from '../../../src/shared/prompt-cache';
 import {
   budget,
   eventually,
+  failure,
   LONG_CHAT,
   openaiClient,
   settled,
@@ -31,15 +32,7 @@ afterAll(async () => {
 
 const hi = [{ role: 'user' as const, content: 'hi' }];
 
-async function apiError(p: Promise<unknown>): Promise<InstanceType<typeof OpenAI.APIError>> {
-  try {
-    await p;
-  } catch (err) {
-    expect(err).toBeInstanceOf(OpenAI.APIError);
-    return err as InstanceType<typeof OpenAI.APIError>;
-  }
-  throw new Error('expected the request to fail');
-}
+const apiError = (p: Promise<unknown>) => failure<InstanceType<typeof OpenAI.APIError>>(p, OpenAI.APIError);
 
 /** The scheduler's record of an ended request. */
 async function recent(id: string) {

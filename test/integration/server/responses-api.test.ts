@@ -5,7 +5,7 @@
  */
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { openaiClient, settled, startTestServer, type TestServer } from './server-helpers';
+import { failure, openaiClient, settled, startTestServer, type TestServer } from './server-helpers';
 
 let t: TestServer;
 let client: OpenAI;
@@ -25,15 +25,7 @@ const lamp = {
   strict: true,
 };
 
-async function apiError(p: Promise<unknown>): Promise<InstanceType<typeof OpenAI.APIError>> {
-  try {
-    await p;
-  } catch (err) {
-    expect(err).toBeInstanceOf(OpenAI.APIError);
-    return err as InstanceType<typeof OpenAI.APIError>;
-  }
-  throw new Error('expected the request to fail');
-}
+const apiError = (p: Promise<unknown>) => failure<InstanceType<typeof OpenAI.APIError>>(p, OpenAI.APIError);
 
 describe('POST /v1/responses', () => {
   it('answers text with the same tokens chat completions gives, usage and the settings repeated back', async () => {

@@ -54,6 +54,20 @@ export async function startTestServer(
   };
 }
 
+/** The error a client's request failed with, checked to be of the client's error class. */
+export async function failure<E extends Error>(
+  p: Promise<unknown>,
+  type: abstract new (...args: never[]) => E,
+): Promise<E> {
+  try {
+    await p;
+  } catch (err) {
+    expect(err).toBeInstanceOf(type);
+    return err as E;
+  }
+  throw new Error('expected the request to fail');
+}
+
 /** The official client against a server; no retries, so a 429 reaches the test. */
 export function openaiClient(url: string, apiKey = 'x'): OpenAI {
   return new OpenAI({ baseURL: `${url}/v1`, apiKey, maxRetries: 0, timeout: 30_000 });
