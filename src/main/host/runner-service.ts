@@ -601,7 +601,7 @@ export class RunnerService {
         const native =
           tools?.native ?? (all.some((m) => m.toolCalls || m.role === 'tool') && nativeTemplate(spec.chatTemplate));
         const form = tools?.format ?? toolCallFormat(spec.chatTemplate, native);
-        const turns = toolChatTurns(all, tools?.shown, native, typeof form === 'string' ? undefined : form);
+        const turns = toolChatTurns(all, tools?.shown, native, form);
         rows = [
           applyChat(tok, spec.chatTemplate, turns.messages, {
             source: 'tokenizer_config.json field chat_template',
@@ -863,6 +863,7 @@ class Generation {
       ? rows.map(() =>
           createToolCallFilter(reads.format, reads.names, {
             forced: reads.forced,
+            stringParams: reads.stringParams,
             ...(reads.forcedName ? { forcedName: reads.forcedName } : {}),
           }),
         )

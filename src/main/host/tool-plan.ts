@@ -28,6 +28,8 @@ export interface ToolPlan {
   names: ReadonlySet<string>;
   /** False: a reply ends after its first call. */
   parallel: boolean;
+  /** Each tool's string-typed parameters (the XML forms write values as plain text). */
+  stringParams: ReadonlyMap<string, ReadonlySet<string>>;
   /** The format's markers that are special tokens: kept in the text the filter reads. */
   keepIds: ReadonlySet<number>;
 }
@@ -68,6 +70,16 @@ function checkHistory(messages: readonly ChatMessage[] | undefined): void {
 
 function bad(message: string, field: string): KvdeskError {
   return new KvdeskError('BAD_REQUEST', message, { field });
+}
+
+/** The names of a tool's parameters whose type is string. */
+function stringProperties(tool: ToolDefinition): Set<string> {
+  const props = (argumentsSchema(tool).properties ?? {}) as Record<string, { type?: unknown }>;
+  return new Set(
+    Object.entries(props)
+      .filter(([, s]) => s?.type === 'string' || (Array.isArray(s?.type) && s.type.includes('string')))
+      .map(([k]) => k),
+  );
 }
 
 /** A tool's arguments schema as kvdesk writes it: no parameters is an empty object. */
@@ -165,12 +177,6 @@ export function planTools(
   }
   const native = nativeTemplate(template);
   const format = toolCallFormat(template, native);
-  if (typeof format === 'string') {
-    throw bad(
-      `This model's chat template writes tool calls as ${format}, a form kvdesk does not read yet: send the request without tools.`,
-      'tools',
-    );
-  }
   const keepIds = new Set<number>();
   for (const marker of [format.open, format.close]) {
     const id = marker === '' ? undefined : tok.tokenToId(marker);
@@ -185,10 +191,17 @@ export function planTools(
     names,
     parallel: req.parallelToolCalls ?? true,
     keepIds,
+    stringParams: new Map(tools.map((t) => [t.name, stringProperties(t)])),
   };
   if (choice !== 'none') plan.shown = tools;
   if (!plan.forced) return plan;
 
+  if (format.xml) {
+    throw bad(
+      'This model writes calls as XML tags with plain-text values: kvdesk reads them, but cannot make the model write one (tool_choice required or a named tool); let the model choose (toolChoice / tool_choice "auto").',
+      'toolChoice',
+    );
+  }
   const callable = typeof choice === 'object' ? tools.filter((t) => t.name === choice.name) : tools;
   if (format.argsMarker) {
     // The name is plain text before the marker: kvdesk writes it itself, so the call must be to one tool.

@@ -5,7 +5,9 @@
  * Models write calls in one of a few forms, and their chat templates say which: the Hermes / Qwen form
  * (`<tool_call>{"name": …, "arguments": {…}}</tool_call>`, one call per tag), Mistral's
  * (`[TOOL_CALLS] [{…}, …]`, or in later models `[TOOL_CALLS]name[ARGS]{…}`), Granite's (`<|tool_call|>[{…}]`),
- * and Llama 3's bare JSON object (`{"name": …, "parameters": {…}}`). A template that does not show tools gets
+ * Llama 3's bare JSON object (`{"name": …, "parameters": {…}}`), and two XML-tag forms whose values are plain
+ * text: Qwen3-Coder's (`<tool_call><function=name><parameter=key>value</parameter></function></tool_call>`) and
+ * GLM's (`<tool_call>name<arg_key>key</arg_key><arg_value>value</arg_value></tool_call>`). A template that does not show tools gets
  * kvdesk's own description of them, in the Hermes form, and past calls and results written as text in that form.
  */
 import { createHash, randomBytes } from 'node:crypto';
@@ -37,7 +39,7 @@ export interface ToolChatMessage {
 
 /** How a model writes its calls. */
 export interface ToolCallFormat {
-  name: 'hermes' | 'mistral' | 'mistral-args' | 'tool-call-tag' | 'json';
+  name: 'hermes' | 'mistral' | 'mistral-args' | 'tool-call-tag' | 'json' | 'qwen-xml' | 'glm-xml';
   /** Text that opens a call ('' for a reply that is a bare JSON object). */
   open: string;
   /** Text that closes it ('' where nothing does). */
@@ -50,6 +52,8 @@ export interface ToolCallFormat {
   argsMarker?: string;
   /** Call ids are 9 letters and digits (Mistral's templates refuse others). */
   shortIds?: boolean;
+  /** The call between the tags is XML with plain-text values, not JSON (kvdesk reads it, cannot force it). */
+  xml?: 'qwen' | 'glm';
 }
 
 export const HERMES: ToolCallFormat = {
@@ -83,22 +87,32 @@ export const TOOL_CALL_TAG: ToolCallFormat = {
   lead: '[',
   argsKey: 'arguments',
 };
+export const QWEN_XML: ToolCallFormat = {
+  name: 'qwen-xml',
+  open: '<tool_call>',
+  close: '</tool_call>',
+  lead: '\n',
+  argsKey: 'arguments',
+  xml: 'qwen',
+};
+export const GLM_XML: ToolCallFormat = {
+  name: 'glm-xml',
+  open: '<tool_call>',
+  close: '</tool_call>',
+  lead: '',
+  argsKey: 'arguments',
+  xml: 'glm',
+};
 export const BARE_JSON: ToolCallFormat = { name: 'json', open: '', close: '', lead: '', argsKey: 'parameters' };
-
-/** Forms of calls kvdesk does not read, by a marker their templates write: what they are called. */
-const UNREAD_FORMS: ReadonlyArray<[string, string]> = [
-  ['<function=', 'XML function tags (<function=…><parameter=…>, as Qwen3-Coder writes them)'],
-  ['<arg_key>', 'XML argument tags (<arg_key>…</arg_key>, as GLM writes them)'],
-];
 
 /**
  * The form a template's model writes calls in. `native` is false for a template that does not show tools
- * (or none at all): kvdesk then describes the tools itself, in the Hermes form. A string: the template's form
- * is one kvdesk cannot read (what it is, for the refusal).
+ * (or none at all): kvdesk then describes the tools itself, in the Hermes form.
  */
-export function toolCallFormat(template: string | undefined, native: boolean): ToolCallFormat | string {
+export function toolCallFormat(template: string | undefined, native: boolean): ToolCallFormat {
   if (!native || template === undefined) return HERMES;
-  for (const [marker, what] of UNREAD_FORMS) if (template.includes(marker)) return what;
+  if (template.includes('<function=')) return QWEN_XML;
+  if (template.includes('<arg_key>')) return GLM_XML;
   if (template.includes('<tool_call>')) return HERMES;
   if (template.includes('[ARGS]')) return MISTRAL_ARGS;
   if (template.includes('[TOOL_CALLS]')) return MISTRAL;
@@ -301,6 +315,51 @@ export interface ToolCallFilter {
   flush(): ToolCallOutput;
 }
 
+/** A parameter's value as an XML form writes it (plain text): as text for a string parameter, else as JSON. */
+function xmlValue(text: string, isString: boolean): unknown {
+  if (isString) return text;
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
+}
+
+/** The arguments object of an XML-form call's body, and the tool's name; null when the body is not one. */
+function xmlCall(
+  body: string,
+  form: 'qwen' | 'glm',
+  stringParams: ReadonlyMap<string, ReadonlySet<string>> | undefined,
+): { name: string; arguments: Record<string, unknown> } | null {
+  let name: string;
+  const args: Record<string, unknown> = {};
+  const add = (key: string, value: string) => {
+    args[key] = xmlValue(value, stringParams?.get(name)?.has(key) ?? false);
+  };
+  if (form === 'qwen') {
+    const m = /^\s*<function=([^>\n]+)>([\s\S]*)<\/function>\s*$/.exec(body);
+    if (!m) return null;
+    name = (m[1] as string).trim();
+    const inner = m[2] as string;
+    const params = /<parameter=([^>\n]+)>\n?([\s\S]*?)\n?<\/parameter>/g;
+    let rest = inner;
+    for (const p of inner.matchAll(params)) {
+      add((p[1] as string).trim(), p[2] as string);
+      rest = rest.replace(p[0], '');
+    }
+    if (rest.trim() !== '') return null;
+  } else {
+    const at = body.indexOf('<arg_key>');
+    name = (at < 0 ? body : body.slice(0, at)).trim();
+    const pairs = /<arg_key>([\s\S]*?)<\/arg_key>\s*<arg_value>([\s\S]*?)<\/arg_value>/g;
+    let rest = at < 0 ? '' : body.slice(at);
+    for (const p of rest.matchAll(pairs)) add((p[1] as string).trim(), p[2] as string);
+    rest = rest.replace(pairs, '');
+    if (rest.trim() !== '' || !/^[A-Za-z0-9_.-]+$/.test(name)) return null;
+  }
+  return { name, arguments: args };
+}
+
 /** Whether text can still become `name` + marker (`[TOOL_CALLS]name[ARGS]`): a name, maybe the marker's start. */
 function nameSoFar(text: string, marker: string): boolean {
   let k = Math.min(text.length, marker.length - 1);
@@ -317,7 +376,12 @@ function nameSoFar(text: string, marker: string): boolean {
 export function createToolCallFilter(
   format: ToolCallFormat,
   names: ReadonlySet<string>,
-  opts: { forced?: boolean; forcedName?: string } = {},
+  opts: {
+    forced?: boolean;
+    forcedName?: string;
+    /** For the XML forms: each tool's parameters whose values are strings (others are read as JSON). */
+    stringParams?: ReadonlyMap<string, ReadonlySet<string>>;
+  } = {},
 ): ToolCallFilter {
   const bare = format.open === '';
   // content: looking for an opening; start: a bare-JSON format before the reply's first character;
@@ -331,6 +395,14 @@ export function createToolCallFilter(
 
   /** The call(s) at the head of the buffer: their end and calls; -1 to wait; null when it is not one. */
   const readCall = (): { end: number; calls: ToolCall[] } | -1 | null => {
+    if (format.xml) {
+      // Plain-text values: only the closing tag says where the call ends (it is consumed here).
+      const end = buffer.indexOf(format.close);
+      if (end < 0) return -1;
+      const call = xmlCall(buffer.slice(0, end), format.xml, opts.stringParams);
+      const calls = call ? callsOf(call, names) : null;
+      return calls ? { end: end + format.close.length, calls } : null;
+    }
     let from = 0;
     let name: string | undefined;
     if (format.argsMarker) {
@@ -415,7 +487,7 @@ export function createToolCallFilter(
         out.calls.push(...read.calls);
         buffer = buffer.slice(read.end);
         afterCall = true;
-        state = format.close === '' ? 'content' : 'closing';
+        state = format.close === '' || format.xml ? 'content' : 'closing';
         continue;
       }
       // closing: white space, then the closing tag (or anything else: the tag was left out).

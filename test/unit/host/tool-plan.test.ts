@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { compileSchema } from '../../../src/main/engine/json-schema';
 import { planTools } from '../../../src/main/host/tool-plan';
 import { templateShowsTools } from '../../../src/main/tokenizer/chat-template';
-import { HERMES, MISTRAL } from '../../../src/main/tokenizer/tool-calls';
+import { HERMES, MISTRAL, QWEN_XML } from '../../../src/main/tokenizer/tool-calls';
 import type { GenerateRequest } from '../../../src/shared/contract';
 import { KvdeskError } from '../../../src/shared/errors';
 
@@ -79,9 +79,15 @@ describe('planTools', () => {
       { role: 'assistant' as const, content: '', toolCalls: [{ id: 'c', name: 'get_weather', arguments: 'Oslo' }] },
     ];
     expect(refusal({ messages: history }).detail).toEqual({ field: 'messages[1].toolCalls[0].arguments' });
+    // XML forms are read in auto, but a call in them cannot be forced.
     const xml = '{{ tools | tojson }}<tool_call><function={{ messages[0].content }}>';
-    expect(refusal({ tools: [weather] }, xml).message).toMatch(/writes tool calls as XML function tags/);
-    expect(refusal({ tools: [weather] }, xml).detail).toEqual({ field: 'tools' });
+    const plan = planTools({ messages, tools: [weather] } as GenerateRequest, xml, tok);
+    expect(plan?.format).toBe(QWEN_XML);
+    expect([...(plan?.stringParams.get('get_weather') ?? [])]).toEqual(['city']);
+    expect(refusal({ tools: [weather], toolChoice: 'required' }, xml).message).toMatch(
+      /XML tags with plain-text values/,
+    );
+    expect(refusal({ tools: [weather], toolChoice: 'required' }, xml).detail).toEqual({ field: 'toolChoice' });
   });
 
   it("Mistral's name-apart form: a forced call names its tool in the prompt; among several it must be named", () => {

@@ -9,10 +9,12 @@ import {
   BARE_JSON,
   callsOf,
   createToolCallFilter,
+  GLM_XML,
   HERMES,
   jsonValueEnd,
   MISTRAL,
   MISTRAL_ARGS,
+  QWEN_XML,
   shortId,
   TOOL_CALL_TAG,
   type ToolCall,
@@ -55,9 +57,8 @@ describe('toolCallFormat', () => {
     expect(toolCallFormat('{{ tools }} <tool_call>', true)).toBe(HERMES);
     expect(toolCallFormat('{{ tools }} [TOOL_CALLS]', true)).toBe(MISTRAL);
     expect(toolCallFormat('{{ tools }} [TOOL_CALLS]{{ name }}[ARGS]', true)).toBe(MISTRAL_ARGS);
-    // Forms kvdesk does not read are named, for the refusal.
-    expect(toolCallFormat('{{ tools }} <tool_call>\n<function={{ name }}>', true)).toMatch(/^XML function tags/);
-    expect(toolCallFormat('{{ tools }} <tool_call>{{ name }}<arg_key>', true)).toMatch(/^XML argument tags/);
+    expect(toolCallFormat('{{ tools }} <tool_call>\n<function={{ name }}>', true)).toBe(QWEN_XML);
+    expect(toolCallFormat('{{ tools }} <tool_call>{{ name }}<arg_key>', true)).toBe(GLM_XML);
     expect(toolCallFormat('{{ tools }} <|tool_call|>', true)).toBe(TOOL_CALL_TAG);
     expect(toolCallFormat('{{ tools }} {"name": function name, "parameters": …}', true)).toBe(BARE_JSON);
     expect(toolCallFormat('{{ messages }} [TOOL_CALLS]', false)).toBe(HERMES);
@@ -175,6 +176,34 @@ describe('createToolCallFilter', () => {
       content: '',
       calls: [call('search', { q: 'y' })],
     });
+  });
+
+  it('XML forms: plain-text values, strings as written, other types read as JSON; anything else is content', () => {
+    const stringParams = new Map([['search', new Set(['q'])]]);
+    const read = (format: ToolCallFormat, text: string) => {
+      const f = createToolCallFilter(format, NAMES, { stringParams });
+      const outs = [...[...text].map((c) => f.push(c)), f.flush()];
+      return {
+        content: outs.map((o) => o.content).join(''),
+        calls: outs.flatMap((o) => o.calls).map(({ name, arguments: a }) => ({ name, arguments: a })),
+      };
+    };
+    const qwen =
+      'Sure.\n<tool_call>\n<function=search>\n<parameter=q>\n42\n</parameter>\n<parameter=limit>\n5\n</parameter>\n<parameter=opts>\n{"deep": true}\n</parameter>\n</function>\n</tool_call>';
+    expect(read(QWEN_XML, qwen)).toEqual({
+      content: 'Sure.\n',
+      calls: [call('search', { q: '42', limit: 5, opts: { deep: true } })],
+    });
+    expect(sameForEveryChunking(QWEN_XML, qwen).calls).toHaveLength(1);
+    const glm = '<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>\n</tool_call>';
+    expect(read(GLM_XML, glm)).toEqual({ content: '', calls: [call('get_weather', { city: 'Oslo' })] });
+    for (const odd of [
+      '<tool_call>\n<function=rm_rf>\n</function>\n</tool_call>',
+      '<tool_call>\n<function=search>\nloose text\n</function>\n</tool_call>',
+      '<tool_call>\n<function=search>\n<parameter=q>\nx\n</parameter>',
+    ]) {
+      expect(read(QWEN_XML, odd), odd).toEqual({ content: odd, calls: [] });
+    }
   });
 
   it('a call whose closing tag never came is still a call', () => {
