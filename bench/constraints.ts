@@ -62,6 +62,7 @@ const PLAIN_SCHEMA = {
     age: { type: 'integer' },
     tags: { type: 'array', items: { type: 'string' } },
   },
+  required: ['name', 'age'],
 };
 
 async function main(): Promise<void> {

@@ -256,7 +256,9 @@ async function jsonShot(browser: Browser): Promise<void> {
     await page.getByTestId('setting-presencePenalty').blur();
     await page
       .getByTestId('setting-json-schema')
-      .fill('{"type": "object", "properties": {"name": {"type": "string"}, "height_m": {"type": "integer"}}}');
+      .fill(
+        '{"type": "object", "properties": {"name": {"type": "string"}, "height_m": {"type": "integer"}}, "required": ["name", "height_m"]}',
+      );
     await page.getByTestId('setting-json-schema').blur();
     await say(page, 'List three lighthouses as JSON, with their heights.');
     await page.mouse.move(0, 0);

@@ -155,7 +155,7 @@ test('JSON schema: replies conform to the thread’s schema; one kvdesk cannot e
   await schemaBox.fill('not json');
   await schemaBox.blur();
   await expect(app.getByTestId('settings-summary')).not.toContainText('JSON schema');
-  await schemaBox.fill('{"type": "object", "properties": {"ok": {"type": "boolean"}}}');
+  await schemaBox.fill('{"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}');
   await schemaBox.blur();
   await expect(app.getByTestId('settings-summary')).toContainText('JSON schema');
   await app.getByTestId('settings-toggle').click();

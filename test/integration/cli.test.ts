@@ -235,7 +235,7 @@ describe('CLI on the generated default model', () => {
     expect(kvdesk(...args, '--response-format', 'yaml').code).toBe(2);
     const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-cli-schema-'));
     const file = path.join(dir, 'schema.json');
-    writeFileSync(file, JSON.stringify({ type: 'object', properties: { ok: { type: 'boolean' } } }));
+    writeFileSync(file, JSON.stringify({ type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'] }));
     const structured = kvdesk(...args, '--json-schema', file);
     expect(structured.code, structured.stderr).toBe(0);
     expect(['{"ok":true}', '{"ok":false}']).toContain(structured.json.text);
@@ -257,7 +257,10 @@ describe('CLI on the generated default model', () => {
       JSON.stringify([
         {
           type: 'function',
-          function: { name: 'lamp', parameters: { type: 'object', properties: { on: { type: 'boolean' } } } },
+          function: {
+            name: 'lamp',
+            parameters: { type: 'object', properties: { on: { type: 'boolean' } }, required: ['on'] },
+          },
         },
       ]),
     );

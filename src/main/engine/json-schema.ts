@@ -2,13 +2,22 @@
  * Structured output (OpenAI's `response_format: {"type": "json_schema"}`): the
  * reply is one compact JSON object that conforms to a JSON Schema. The schema
  * is compiled into a small tree of value kinds, and a byte-level recogniser
- * walks it: an object writes every property the schema lists, in its order
- * (an instance with all of them is valid whether or not they are required);
- * strings, numbers, integers, enums and constants, booleans and null, arrays
- * with item counts, nested objects, and unions (anyOf, oneOf, type lists).
- * JSON has no whitespace outside strings. Keywords that constrain values in
- * ways the recogniser cannot enforce (pattern, format, minimum, $ref, …) are
- * refused with the schema path, never ignored.
+ * walks it: an object writes the properties the schema lists, in its order,
+ * each of those its `required` names and any of the others (an optional one may
+ * be left out, never moved; one whose properties are all optional may be `{}`;
+ * keys it does not list are never written, whatever `additionalProperties`
+ * says); strings, numbers, integers, enums and constants, booleans and null,
+ * arrays with item counts, nested objects, and unions (anyOf, oneOf, type
+ * lists). JSON has no whitespace outside strings. Keywords that constrain
+ * values in ways the recogniser cannot enforce (pattern, format, minimum, $ref,
+ * …) are refused with the schema path, never ignored.
+ *
+ * Optional properties: where the next key may be one of several (the next
+ * optional property, any later one up to the next required one, or the closing
+ * brace once only optional ones are left), the object's frame keeps them all:
+ * it reads "a key among these", narrowed byte by byte as an enum's values are
+ * (keys are distinct JSON strings, so no key's text is a prefix of another's:
+ * `"a":` and `"ab":` part at the closing quote). That is one path, not a fork.
  *
  * Unions: the recogniser follows every alternative that still fits. Its state
  * is a set of paths, each a stack of frames (one per open value); at the start
@@ -44,7 +53,21 @@ export class SchemaError extends Error {
 
 /** Compiled value kinds. */
 export type SchemaNode =
-  | { k: 'object'; keys: Uint8Array[]; values: SchemaNode[] }
+  | {
+      k: 'object';
+      /** The properties' values, in schema order. */
+      values: SchemaNode[];
+      /** Each property's key as written, `"key":`, sorted by bytes (no repeats, none a prefix of another). */
+      keys: Uint8Array[];
+      /** index[s]: the property (its place in schema order) whose key is keys[s]. */
+      index: number[];
+      /**
+       * need[i] (i from 0 to values.length): the first required property at or after property i, values.length
+       * when none is. After property i - 1 (or the opening brace), the next key is one of properties i to
+       * need[i] (the last one there is), or the closing brace when need[i] is values.length.
+       */
+      need: number[];
+    }
   | { k: 'array'; item: SchemaNode; min: number; max: number }
   | { k: 'string' }
   | { k: 'number'; integer: boolean }
@@ -287,14 +310,21 @@ function typeNode(type: string, schema: Record<string, unknown>, path: string, d
       if (missing >= 0) {
         throw new SchemaError(
           `${path}.required[${missing}]`,
-          `${JSON.stringify(required[missing])} is required but not among the properties; kvdesk writes the properties listed`,
+          `${JSON.stringify(required[missing])} is required but not among the properties; kvdesk writes only the properties listed`,
         );
       }
-      return {
-        k: 'object',
-        keys: entries.map(([key], i) => utf8(`${i === 0 ? '' : ','}${JSON.stringify(key)}:`)),
-        values: entries.map(([key, value]) => compileNode(value, `${path}.properties.${key}`, depth + 1)),
-      };
+      const values = entries.map(([key, value]) => compileNode(value, `${path}.properties.${key}`, depth + 1));
+      const written = entries.map(([key]) => utf8(`${JSON.stringify(key)}:`));
+      const index = written
+        .map((_, i) => i)
+        .sort((x, y) => compareBytes(written[x] as Uint8Array, written[y] as Uint8Array));
+      const isRequired = new Set(required as string[]);
+      const need = new Array<number>(entries.length + 1);
+      need[entries.length] = entries.length;
+      for (let i = entries.length - 1; i >= 0; i--) {
+        need[i] = isRequired.has((entries[i] as [string, unknown])[0]) ? i : (need[i + 1] as number);
+      }
+      return { k: 'object', values, keys: index.map((i) => written[i] as Uint8Array), index, need };
     }
     case 'array': {
       const min = schema.minItems ?? 0;
@@ -427,8 +457,13 @@ export function compileSchema(schema: unknown): SchemaNode {
 
 /** Where the recogniser is inside one value. Frames are never changed: a step makes new ones. */
 type Frame =
-  /** An object: `step` even → writing literal step/2 (`at` bytes done); odd → value (step-1)/2 is being read. */
-  | { k: 'object'; node: Extract<SchemaNode, { k: 'object' }>; step: number; at: number }
+  /**
+   * An object. `at` VALUE: property i's value comes next (or is being read, above this frame). AFTER: property
+   * i - 1 has been written: a comma or the closing brace comes next. Else a key is being read (`at` bytes of
+   * it so far; at 0, after the opening brace or a comma): one of properties i to need[i], among the keys of
+   * keys[lo, hi) (those that begin with the bytes read), at least one of which is one of them.
+   */
+  | { k: 'object'; node: Extract<SchemaNode, { k: 'object' }>; i: number; at: number; lo: number; hi: number }
   /** An array: `count` items so far; `after` when an item just ended; `item` when one must come (after a comma). */
   | { k: 'array'; node: Extract<SchemaNode, { k: 'array' }>; count: number; after: boolean; item: boolean }
   | { k: 'string'; esc: number }
@@ -440,7 +475,20 @@ type ObjectFrame = Extract<Frame, { k: 'object' }>;
 type ArrayFrame = Extract<Frame, { k: 'array' }>;
 
 // Frames are built by these (not by spreading), so each kind keeps one shape.
-const objectFrame = (node: ObjectFrame['node'], step: number, at: number): Frame => ({ k: 'object', node, step, at });
+const objectFrame = (node: ObjectFrame['node'], i: number, at: number, lo: number, hi: number): Frame => ({
+  k: 'object',
+  node,
+  i,
+  at,
+  lo,
+  hi,
+});
+/** An object frame's `at` while a value is next or being read (see Frame). */
+const VALUE = -2;
+/** An object frame's `at` after a value (see Frame). */
+const AFTER = -1;
+/** The object frame below a value of property `parent.i` once that value has ended. */
+const afterValue = (parent: ObjectFrame): Frame => objectFrame(parent.node, parent.i + 1, AFTER, 0, 0);
 const arrayFrame = (node: ArrayFrame['node'], count: number, after: boolean, item: boolean): Frame => ({
   k: 'array',
   node,
@@ -492,7 +540,7 @@ function narrow(options: Uint8Array[], lo: number, hi: number, at: number, b: nu
 function start(node: SchemaNode, b: number): Frame | Frame[] | null {
   switch (node.k) {
     case 'object':
-      return b === 0x7b ? objectFrame(node, 0, 1) : null;
+      return b === 0x7b ? objectFrame(node, 0, 0, 0, node.keys.length) : null;
     case 'array':
       return b === 0x5b ? arrayFrame(node, 0, false, false) : null;
     case 'string':
@@ -536,22 +584,42 @@ const END_BEFORE: Step = { t: 'endBefore' };
 const stay = (frame: Frame): Step => ({ t: 'stay', frame });
 
 /**
- * Byte `at` of an object's literal `i`: the key (with its comma) of value i, or the closing brace after the last
- * value. The opening brace is the frame's first byte: literal 0 is `{` + key 0 (or `{}`).
+ * Byte b of an object's key (after its quote): the keys of keys[lo, hi) whose next byte is b, while one of
+ * them is a property the object may write next (i to need[i]); the value once the key (with its colon) is
+ * written, for only one key is then left (none is a prefix of another).
  */
-function objectLiteralByte(node: Extract<SchemaNode, { k: 'object' }>, i: number, at: number): number | undefined {
+function stepKey(f: ObjectFrame, b: number): Step {
+  const { node, i, at } = f;
   const keys = node.keys;
-  if (i < keys.length)
-    return i === 0 ? (at === 0 ? 0x7b : (keys[0] as Uint8Array)[at - 1]) : (keys[i] as Uint8Array)[at];
-  if (keys.length === 0) return at === 0 ? 0x7b : at === 1 ? 0x7d : undefined;
-  return at === 0 ? 0x7d : undefined;
-}
-
-/** The length of an object's literal `i` (see objectLiteralByte). */
-function objectLiteralLength(node: Extract<SchemaNode, { k: 'object' }>, i: number): number {
-  const keys = node.keys;
-  if (i < keys.length) return (keys[i] as Uint8Array).length + (i === 0 ? 1 : 0);
-  return keys.length === 0 ? 2 : 1;
+  let lo = f.lo;
+  let hi = f.hi;
+  if (hi - lo === 1) {
+    // One key left (the usual case once a key's first bytes are read): it is one the object may write.
+    if ((keys[lo] as Uint8Array)[at] !== b) return null;
+  } else {
+    // Byte `at` of keys[lo, hi) rises from the first to the last (none ends before it): most bytes a mask
+    // tries fall outside, and cost two tests.
+    if (b < ((keys[lo] as Uint8Array)[at] as number) || b > ((keys[hi - 1] as Uint8Array)[at] as number)) return null;
+    if (hi - lo <= 8) {
+      // (The last key's byte is at least b: this stops there at the latest.)
+      while (((keys[lo] as Uint8Array)[at] as number) < b) lo++;
+      if ((keys[lo] as Uint8Array)[at] !== b) return null;
+      let end = lo + 1;
+      while (end < hi && (keys[end] as Uint8Array)[at] === b) end++;
+      hi = end;
+    } else {
+      lo = bound(keys, lo, hi, at, b);
+      hi = bound(keys, lo, hi, at, b + 1);
+      if (lo === hi) return null;
+    }
+    // Some key left must be one the object may write next.
+    const index = node.index;
+    const last = node.need[i] as number;
+    let s = lo;
+    while ((index[s] as number) < i || (index[s] as number) > last) if (++s === hi) return null;
+  }
+  if (at + 1 === (keys[lo] as Uint8Array).length) return stay(objectFrame(node, node.index[lo] as number, VALUE, 0, 0));
+  return stay(objectFrame(node, i, at + 1, lo, hi));
 }
 
 /** A number's next state after byte b; 0 when the byte is not the number's (it may end there), -1 when wrong. */
@@ -583,17 +651,23 @@ function numberStep(s: number, integer: boolean, b: number): number {
 function stepFrame(f: Frame, b: number): Step {
   switch (f.k) {
     case 'object': {
-      if (f.step % 2 === 1) {
-        // A property's value: the frame stays as it is until the value ends (then the next literal).
-        const child = start(f.node.values[(f.step - 1) / 2] as SchemaNode, b);
+      const { node, i, at } = f;
+      if (at === VALUE) {
+        // A property's value: the frame stays as it is until the value ends (then afterValue).
+        const child = start(node.values[i] as SchemaNode, b);
         return child ? { t: 'push', frame: f, child } : null;
       }
-      const i = f.step / 2;
-      if (objectLiteralByte(f.node, i, f.at) !== b) return null;
-      const at = f.at + 1;
-      if (at < objectLiteralLength(f.node, i)) return stay(objectFrame(f.node, f.step, at));
-      // The literal is written: the closing brace ends the object, a key is followed by its value.
-      return i === f.node.keys.length ? END : stay(objectFrame(f.node, f.step + 1, 0));
+      const n = node.values.length;
+      if (at === AFTER) {
+        if (b === 0x2c) return i < n ? stay(objectFrame(node, i, 0, 0, node.keys.length)) : null;
+        return b === 0x7d && node.need[i] === n ? END : null;
+      }
+      if (at === 0) {
+        // Every key begins with its quote; the closing brace may follow the opening one (not a comma).
+        if (b === 0x22) return i < n ? stay(objectFrame(node, i, 1, f.lo, f.hi)) : null;
+        return b === 0x7d && i === 0 && node.need[0] === n ? END : null;
+      }
+      return stepKey(f, b);
     }
     case 'array': {
       const { min, max } = f.node;
@@ -693,8 +767,8 @@ function advance(stack: Frame[], b: number, r: NonNullable<Step>): number {
     // Only the root object ends here, and it ends with its own closing brace.
     if (stack.length === 0) return r.t === 'end' ? CLOSED : DEAD;
     const parent = stack[stack.length - 1] as Frame;
-    // A value inside an object ended: the object goes on to its next literal.
-    const next = parent.k === 'object' ? objectFrame(parent.node, parent.step + 1, 0) : parent;
+    // A value inside an object ended: a comma or the object's closing brace comes next.
+    const next = parent.k === 'object' ? afterValue(parent) : parent;
     stack[stack.length - 1] = next;
     if (r.t === 'end') return ALIVE;
     // endBefore: the byte is the parent's.
@@ -714,7 +788,7 @@ function survivesEnd(stack: readonly Frame[], b: number, r: NonNullable<Step>): 
     if (depth === 0) return r.t === 'end';
     if (r.t === 'end') return true;
     const parent = stack[depth - 1] as Frame;
-    const s = stepFrame(parent.k === 'object' ? objectFrame(parent.node, parent.step + 1, 0) : parent, b);
+    const s = stepFrame(parent.k === 'object' ? afterValue(parent) : parent, b);
     if (s === null) return false;
     r = s;
   }
@@ -740,7 +814,7 @@ function sameFrame(x: Frame, y: Frame): boolean {
   if (x === y) return true;
   switch (x.k) {
     case 'object':
-      return y.k === 'object' && x.node === y.node && x.step === y.step && x.at === y.at;
+      return y.k === 'object' && x.node === y.node && x.i === y.i && x.at === y.at && x.lo === y.lo && x.hi === y.hi;
     case 'array':
       return y.k === 'array' && x.node === y.node && x.count === y.count && x.after === y.after && x.item === y.item;
     case 'string':
@@ -777,7 +851,7 @@ const mix = (h: number, v: number) => Math.imul(h ^ v, 0x01000193) >>> 0;
 function frameHash(f: Frame): number {
   switch (f.k) {
     case 'object':
-      return mix(mix(mix(1, idOf(f.node)), f.step), f.at);
+      return mix(mix(mix(mix(mix(1, idOf(f.node)), f.i), f.at), f.lo), f.hi);
     case 'array':
       return mix(mix(mix(2, idOf(f.node)), f.count), (f.after ? 1 : 0) + (f.item ? 2 : 0));
     case 'string':

@@ -163,7 +163,10 @@ describe('POST /v1/messages', () => {
       messages: [{ role: 'user', content: 'Is it on?' }],
       max_tokens: 40,
       output_config: {
-        format: { type: 'json_schema', schema: { type: 'object', properties: { on: { type: 'boolean' } } } },
+        format: {
+          type: 'json_schema',
+          schema: { type: 'object', properties: { on: { type: 'boolean' } }, required: ['on'] },
+        },
       },
     } as Anthropic.MessageCreateParamsNonStreaming);
     expect(['{"on":true}', '{"on":false}']).toContain((m.content[0] as Anthropic.TextBlock).text);

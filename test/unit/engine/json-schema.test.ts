@@ -42,6 +42,7 @@ const EMPTY: Schema = { type: 'object', properties: {} };
 const PAIR: Schema = {
   type: 'object',
   properties: { list: { type: 'array', items: { type: 'integer' }, minItems: 2, maxItems: 2 }, n: { type: 'null' } },
+  required: ['list'],
 };
 const SCHEMAS = [PERSON, EMPTY, PAIR];
 
@@ -67,36 +68,71 @@ function feedChunks(root: SchemaNode, text: string, rnd: () => number): SchemaSt
   return st;
 }
 
-/** A value that conforms to `s`, with every property in schema order (as the recogniser writes them). */
-function instance(s: Schema, rnd: () => number): unknown {
-  if ('const' in s) return s.const;
-  if ('enum' in s) return (s.enum as unknown[])[Math.floor(rnd() * (s.enum as unknown[]).length)];
+/** An instance as written: objects keep their properties in the order given (a JS object would put "1" first). */
+type Instance = { o: Array<{ key: string; value: Instance; required: boolean }> } | { a: Instance[] } | { v: unknown };
+
+/** An instance's compact JSON text. */
+function text(x: Instance): string {
+  if ('o' in x) return `{${x.o.map((p) => `${JSON.stringify(p.key)}:${text(p.value)}`).join(',')}}`;
+  if ('a' in x) return `[${x.a.map(text).join(',')}]`;
+  return JSON.stringify(x.v);
+}
+
+/**
+ * A value that conforms to `s`, with its properties in schema order (as the recogniser writes them): the
+ * required ones, and each optional one with probability `keep` (so every subset of them comes up). Objects
+ * read along one reading of the schema (no union above them) are listed in `sites`, where a change to their
+ * properties is a change of the one schema they must follow.
+ */
+function instance(s: Schema, rnd: () => number, keep = 0.5, sites: Instance[] | null = null): Instance {
+  if ('const' in s) return { v: s.const };
+  if ('enum' in s) return { v: (s.enum as unknown[])[Math.floor(rnd() * (s.enum as unknown[]).length)] };
   const alternatives = (s.anyOf ?? s.oneOf) as Schema[] | undefined;
-  if (alternatives) return instance(alternatives[Math.floor(rnd() * alternatives.length)] as Schema, rnd);
+  if (alternatives) return instance(alternatives[Math.floor(rnd() * alternatives.length)] as Schema, rnd, keep);
   const types = Array.isArray(s.type) ? (s.type as string[]) : [s.type as string];
   const t = types[Math.floor(rnd() * types.length)];
+  const inner = types.length === 1 ? sites : null;
   switch (t) {
     case 'string':
-      return ['', 'a b', 'é "quoted" \\ \n', '中文'][Math.floor(rnd() * 4)];
+      return { v: ['', 'a b', 'é "quoted" \\ \n', '中文'][Math.floor(rnd() * 4)] };
     case 'number':
-      return [0, -1.5, 3e-7, 123456789.25][Math.floor(rnd() * 4)];
+      return { v: [0, -1.5, 3e-7, 123456789.25][Math.floor(rnd() * 4)] };
     case 'integer':
-      return [0, -7, 42][Math.floor(rnd() * 3)];
+      return { v: [0, -7, 42][Math.floor(rnd() * 3)] };
     case 'boolean':
-      return rnd() < 0.5;
+      return { v: rnd() < 0.5 };
     case 'null':
-      return null;
+      return { v: null };
     case 'array': {
       const min = (s.minItems as number) ?? 0;
       const max = Math.min((s.maxItems as number) ?? 4, 4);
       const n = min + Math.floor(rnd() * (max - min + 1));
-      return Array.from({ length: n }, () => instance(s.items as Schema, rnd));
+      return { a: Array.from({ length: n }, () => instance(s.items as Schema, rnd, keep, inner)) };
     }
     default: {
       const props = (s.properties ?? {}) as Record<string, Schema>;
-      return Object.fromEntries(Object.entries(props).map(([k, p]) => [k, instance(p, rnd)]));
+      const required = new Set((s.required ?? []) as string[]);
+      const o: Instance = { o: [] };
+      for (const [key, p] of Object.entries(props)) {
+        if (!required.has(key) && rnd() >= keep) continue;
+        o.o.push({ key, value: instance(p, rnd, keep, inner), required: required.has(key) });
+      }
+      inner?.push(o);
+      return o;
     }
   }
+}
+
+/** Every instance of an object schema with each subset of its optional properties (the values drawn by `rnd`). */
+function everySubset(s: Schema, rnd: () => number): Instance[] {
+  const props = Object.entries((s.properties ?? {}) as Record<string, Schema>);
+  const required = new Set((s.required ?? []) as string[]);
+  const optional = props.filter(([key]) => !required.has(key)).map(([key]) => key);
+  return Array.from({ length: 2 ** optional.length }, (_, bits) => ({
+    o: props
+      .filter(([key]) => required.has(key) || (bits >> optional.indexOf(key)) & 1)
+      .map(([key, p]) => ({ key, value: instance(p, rnd), required: required.has(key) })),
+  }));
 }
 
 /** The most paths the last walk followed at once. */
@@ -132,8 +168,9 @@ const KEY = fc.oneof(fc.string({ maxLength: 3 }), fc.constantFrom('1', '02', 'a"
 
 /**
  * Schemas of kvdesk's subset, with the awkward cases: enums whose values are prefixes of others, consts of any
- * JSON, odd keys, unions (alternatives that begin differently, anyOf alternatives that begin alike: objects
- * sharing a first key, integer or number, a constant or a string; discriminated oneOf).
+ * JSON, odd keys (some prefixes of others), required and optional properties, unions (alternatives that begin
+ * differently, anyOf alternatives that begin alike: objects sharing a first key, integer or number, a constant
+ * or a string; discriminated oneOf).
  */
 const generatedSchema: fc.Arbitrary<Schema> = fc.letrec<{
   node: Schema;
@@ -167,7 +204,12 @@ const generatedSchema: fc.Arbitrary<Schema> = fc.letrec<{
     tie('alike'),
     tie('tagged'),
   ),
-  object: fc.dictionary(KEY, tie('node'), { maxKeys: 4 }).map((properties): Schema => ({ type: 'object', properties })),
+  // Some properties required, the others optional.
+  object: fc
+    .dictionary(KEY, tie('node'), { maxKeys: 4 })
+    .chain((properties) =>
+      fc.subarray(Object.keys(properties)).map((required): Schema => ({ type: 'object', properties, required })),
+    ),
   array: fc
     .record({ items: tie('node'), min: fc.integer({ min: 0, max: 2 }), extra: fc.integer({ min: 0, max: 2 }) })
     .map(({ items, min, extra }): Schema => ({ type: 'array', items, minItems: min, maxItems: min + extra })),
@@ -219,67 +261,186 @@ function compileGenerated(schema: Schema): SchemaNode | null {
 }
 
 describe('the schema recogniser', () => {
-  it('accepts every conforming instance written compactly with its properties in schema order (fixed and generated schemas)', () => {
+  it('accepts every conforming instance written compactly with its properties in schema order, any optional ones left out (fixed and generated schemas)', () => {
     fc.assert(
-      fc.property(fc.oneof(fc.constantFrom(...SCHEMAS), generatedSchema), fc.integer(), (schema, seed) => {
-        const root = compileGenerated(schema);
-        fc.pre(root !== null);
-        const value = instance(schema, createRng(seed));
-        const text = JSON.stringify(value);
-        // (The instance generator writes what the schema allows; ajv agrees.)
-        expect(conforms(value, schema), `${text} against ${JSON.stringify(schema)}`).toBe(true);
-        const r = feedAll(root as SchemaNode, text);
-        expect(r, `${text} against ${JSON.stringify(schema)}`).toEqual({
-          accepted: r.total,
-          total: r.total,
-          done: true,
-        });
-        // Several bytes at a time (a token) read the same.
-        expect(feedChunks(root as SchemaNode, text, createRng(seed + 1))?.done, text).toBe(true);
-      }),
+      fc.property(
+        fc.oneof(fc.constantFrom(...SCHEMAS), generatedSchema),
+        fc.integer(),
+        fc.constantFrom(0, 0.5, 1),
+        (schema, seed, keep) => {
+          const root = compileGenerated(schema);
+          fc.pre(root !== null);
+          const written = text(instance(schema, createRng(seed), keep));
+          const about = `${written} against ${JSON.stringify(schema)}`;
+          // (The instance generator writes what the schema allows; ajv agrees.)
+          expect(conforms(JSON.parse(written), schema), about).toBe(true);
+          const r = feedAll(root as SchemaNode, written);
+          expect(r, about).toEqual({ accepted: r.total, total: r.total, done: true });
+          // Several bytes at a time (a token) read the same.
+          expect(feedChunks(root as SchemaNode, written, createRng(seed + 1))?.done, about).toBe(true);
+        },
+      ),
       { numRuns: 600 },
     );
   });
 
-  it('a random walk over the bytes it allows ends, when it ends, in an object ajv accepts (fixed and generated schemas)', () => {
+  it('refuses an instance with a required property left out, or two properties swapped (fixed and generated schemas)', () => {
+    let missing = 0;
+    let swapped = 0;
+    fc.assert(
+      fc.property(fc.oneof(fc.constantFrom(...SCHEMAS), generatedSchema), fc.integer(), (schema, seed) => {
+        const root = compileGenerated(schema);
+        fc.pre(root !== null);
+        const rnd = createRng(seed);
+        const sites: Instance[] = [];
+        const value = instance(schema, rnd, 0.7, sites);
+        const objects = sites as Array<Extract<Instance, { o: unknown }>>;
+        // A required property left out: ajv refuses it, and so does the recogniser.
+        const withRequired = objects.filter((o) => o.o.some((p) => p.required));
+        if (withRequired.length > 0) {
+          const o = withRequired[Math.floor(rnd() * withRequired.length)] as (typeof objects)[number];
+          const props = o.o;
+          const required = props.flatMap((p, i) => (p.required ? [i] : []));
+          const drop = required[Math.floor(rnd() * required.length)] as number;
+          o.o = props.filter((_, i) => i !== drop);
+          const t = text(value);
+          // (ajv 8 takes an object without a required "" key: it checks only the others.)
+          if (props[drop]?.key !== '') expect(conforms(JSON.parse(t), schema), t).toBe(false);
+          const r = feedAll(root as SchemaNode, t);
+          expect(r.accepted < r.total || !r.done, `${t} against ${JSON.stringify(schema)}`).toBe(true);
+          expect(feedChunks(root as SchemaNode, t, rnd)?.done ?? false, t).toBe(false);
+          o.o = props;
+          missing++;
+        }
+        // Two properties out of schema order: ajv takes it (order means nothing to JSON), the recogniser does not.
+        const withTwo = objects.filter((o) => o.o.length >= 2);
+        if (withTwo.length > 0) {
+          const o = withTwo[Math.floor(rnd() * withTwo.length)] as (typeof objects)[number];
+          const props = o.o;
+          const i = Math.floor(rnd() * (props.length - 1));
+          const j = i + 1 + Math.floor(rnd() * (props.length - 1 - i));
+          o.o = props.map((p, k) => (k === i ? props[j] : k === j ? props[i] : p) as (typeof props)[number]);
+          const t = text(value);
+          expect(conforms(JSON.parse(t), schema), t).toBe(true);
+          const r = feedAll(root as SchemaNode, t);
+          expect(r.accepted < r.total || !r.done, `${t} against ${JSON.stringify(schema)}`).toBe(true);
+          expect(feedChunks(root as SchemaNode, t, rnd)?.done ?? false, t).toBe(false);
+          o.o = props;
+          swapped++;
+        }
+      }),
+      { numRuns: 600 },
+    );
+    expect(missing).toBeGreaterThan(100);
+    expect(swapped).toBeGreaterThan(100);
+  });
+
+  it('accepts every subset of the optional properties, and no instance without a required one (fixed schemas and tools)', () => {
+    const rnd = createRng(7);
+    for (const schema of [
+      ...SCHEMAS,
+      ...TOOL_LIST.map((t) => (t.properties as Record<string, Schema>).arguments as Schema),
+    ]) {
+      const root = compileSchema(schema);
+      const subsets = everySubset(schema, rnd);
+      expect(subsets.length).toBe(
+        2 **
+          (Object.keys(schema.properties as Schema).length - ((schema.required as string[] | undefined)?.length ?? 0)),
+      );
+      for (const x of subsets) {
+        const t = text(x);
+        expect(conforms(JSON.parse(t), schema), t).toBe(true);
+        expect(feedAll(root, t).done, t).toBe(true);
+        expect(feedChunks(root, t, rnd)?.done, t).toBe(true);
+        // Without any one of its required properties: refused.
+        for (const [i, p] of (x as Extract<Instance, { o: unknown }>).o.entries()) {
+          if (!p.required) continue;
+          const without = text({ o: (x as Extract<Instance, { o: unknown }>).o.filter((_, k) => k !== i) });
+          const r = feedAll(root, without);
+          expect(r.accepted < r.total || !r.done, without).toBe(true);
+        }
+      }
+    }
+    // Through the tool-call envelope: every subset of every tool's optional arguments.
+    const root = compileSchema(TOOLS);
+    for (const t of TOOL_LIST) {
+      const args = (t.properties as Record<string, Schema>).arguments as Schema;
+      for (const x of everySubset(args, rnd)) {
+        const call = `{"name":${JSON.stringify(toolName(t))},"arguments":${text(x)}}`;
+        expect(conforms(JSON.parse(call), TOOLS), call).toBe(true);
+        expect(feedAll(root, call).done, call).toBe(true);
+      }
+    }
+  });
+
+  it('a random walk over the bytes it allows ends, when it ends, in an object ajv accepts, optional properties written or left out (fixed and generated schemas)', () => {
     let finished = 0;
     let walks = 0;
     let forked = 0;
+    // Walks that ended in an object (the root) that could have had an optional property: left one out, wrote one.
+    let optional = 0;
+    let leftOut = 0;
+    let wrote = 0;
     fc.assert(
       fc.property(fc.oneof(fc.constantFrom(...SCHEMAS), generatedSchema), fc.integer(), (schema, seed) => {
         const root = compileGenerated(schema);
         fc.pre(root !== null);
         walks++;
-        const text = walk(root as SchemaNode, seed);
+        const walked = walk(root as SchemaNode, seed);
         if (walkPaths > 1) forked++;
-        if (text === null) return;
+        expect(walkPaths).toBeLessThanOrEqual(MAX_SCHEMA_PATHS);
+        if (walked === null) return;
         finished++;
-        expect(conforms(JSON.parse(text), schema), `${text} against ${JSON.stringify(schema)}`).toBe(true);
+        const value = JSON.parse(walked) as Record<string, unknown>;
+        expect(conforms(value, schema), `${walked} against ${JSON.stringify(schema)}`).toBe(true);
+        // Only properties the schema lists, each required one among them (ajv checks the values).
+        const listed = Object.keys((schema.properties ?? {}) as Schema);
+        const keys = Object.keys(value);
+        for (const k of keys) expect(listed, walked).toContain(k);
+        for (const k of (schema.required ?? []) as string[]) expect(keys, walked).toContain(k);
+        const optionals = listed.filter((k) => !((schema.required ?? []) as string[]).includes(k));
+        if (optionals.length > 0) {
+          optional++;
+          if (optionals.some((k) => !keys.includes(k))) leftOut++;
+          if (optionals.some((k) => keys.includes(k))) wrote++;
+        }
       }),
       { numRuns: 600 },
     );
     expect(finished / walks).toBeGreaterThan(0.4);
     // Unions whose alternatives begin alike are followed along several paths in a good share of the walks.
     expect(forked / walks).toBeGreaterThan(0.1);
+    // Optional properties are both left out and written.
+    expect(leftOut / optional).toBeGreaterThan(0.2);
+    expect(wrote / optional).toBeGreaterThan(0.2);
   });
 
-  it('refuses what is not that schema: missing or reordered properties, wrong types, counts, whitespace', () => {
+  it('refuses what is not that schema: missing required or reordered properties, wrong types, counts, commas, whitespace', () => {
     const root = compileSchema(PAIR);
-    for (const text of [
-      '{"list":[1,2]}',
+    for (const t of [
+      '{}',
+      '{"n":null}',
       '{"n":null,"list":[1,2]}',
       '{"list":[1],"n":null}',
       '{"list":[1,2,3],"n":null}',
       '{"list":[1,2.5],"n":null}',
       '{"list":[1,2], "n":null}',
       '{"list":[1,2],"n":0}',
+      '{"list":[1,2]"n":null}',
+      '{"list":[1,2],}',
+      '{,"list":[1,2]}',
+      '{"list":[1,2],"n":null,"n":null}',
+      '{"list":[1,2],"m":null}',
       '[]',
     ]) {
-      const r = feedAll(root, text);
-      expect(r.accepted < r.total || !r.done, text).toBe(true);
+      const r = feedAll(root, t);
+      expect(r.accepted < r.total || !r.done, t).toBe(true);
     }
     expect(feedAll(root, '{"list":[1,-20],"n":null}').done).toBe(true);
+    // The optional property left out.
+    expect(feedAll(root, '{"list":[1,-20]}').done).toBe(true);
     expect(feedAll(compileSchema(EMPTY), '{}').done).toBe(true);
+    expect(feedAll(compileSchema(EMPTY), '{"a":1}').done).toBe(false);
   });
 
   it('refuses schemas it cannot enforce, naming the place', () => {
@@ -340,6 +501,178 @@ describe('the schema recogniser', () => {
         required: ['n'],
       }),
     ).not.toThrow();
+  });
+});
+
+/** Whether the recogniser takes all of `t` and closes the root there. */
+const accepts = (root: SchemaNode, t: string) =>
+  feedAll(root, t).done && feedAll(root, t).accepted === Buffer.byteLength(t);
+
+describe('optional properties', () => {
+  const integers = (keys: string[], required: string[] = []): Schema => ({
+    type: 'object',
+    properties: Object.fromEntries(keys.map((k) => [k, { type: 'integer' }])),
+    required,
+  });
+  const write = (keys: string[]) => `{${keys.map((k, i) => `${JSON.stringify(k)}:${i}`).join(',')}}`;
+
+  it('keys that are prefixes of one another ("a", "ab", "abc"): read along one path, told apart by the closing quote', () => {
+    for (const order of [
+      ['a', 'ab', 'abc'],
+      ['abc', 'ab', 'a'],
+      ['ab', 'a', 'abc'],
+    ]) {
+      const root = compileSchema(integers(order));
+      for (let bits = 0; bits < 2 ** order.length; bits++) {
+        const keys = order.filter((_, i) => (bits >> i) & 1);
+        expect(accepts(root, write(keys)), write(keys)).toBe(true);
+        // Out of schema order, or one written twice: refused.
+        const reversed = write([...keys].reverse());
+        if (keys.length >= 2) expect(accepts(root, reversed), reversed).toBe(false);
+        if (keys.length >= 1) expect(accepts(root, write([...keys, keys.at(-1) as string]))).toBe(false);
+        // Candidates are kept in one frame: never more than one path.
+        let st: SchemaState | null = initialSchemaState();
+        for (const b of Buffer.from(write(keys))) {
+          st = feedSchemaByte(root, st as SchemaState, b) as SchemaState;
+          expect(st.done || schemaPathCount(st) === 1).toBe(true);
+        }
+      }
+      // After `{"a`: each key that begins so, as far as schema order allows; which one, the next byte says.
+      const bytesAfter = (text: string) => {
+        const st = feedText(root, text) as SchemaState;
+        return Array.from({ length: 256 }, (_, b) => b)
+          .filter((b) => feedSchemaByte(root, st, b) !== null)
+          .map((b) => String.fromCharCode(b))
+          .join('');
+      };
+      expect(bytesAfter('{"a')).toBe('"b');
+      expect(bytesAfter('{"ab')).toBe('"c');
+      const first = order[0] as string;
+      // After the first key's value: any later key (their common start), or the closing brace.
+      expect(bytesAfter(`{${JSON.stringify(first)}:0`)).toBe(',}');
+      const later = order.slice(1).sort();
+      expect(bytesAfter(`{${JSON.stringify(first)}:0,"`)).toBe('a');
+      expect(bytesAfter(`{${JSON.stringify(first)}:0,"a`)).toBe(later[0] === 'a' ? '"b' : 'b');
+    }
+    // A state is never changed: the same state read on along two keys.
+    const root = compileSchema(integers(['a', 'ab']));
+    const st = feedText(root, '{"a') as SchemaState;
+    expect(feedText(root, '":1}', st)?.done).toBe(true);
+    expect(feedText(root, 'b":2}', st)?.done).toBe(true);
+    expect(feedText(root, '":1,"ab":2}', st)?.done).toBe(true);
+    expect(feedText(root, 'b":2,"a":1}', st)).toBeNull();
+  });
+
+  it('required properties are written, optional ones around them may be left out', () => {
+    // "ab" required: "a" before it is optional, "abc" after it too.
+    const root = compileSchema(integers(['a', 'ab', 'abc'], ['ab']));
+    for (const keys of [['ab'], ['a', 'ab'], ['ab', 'abc'], ['a', 'ab', 'abc']])
+      expect(accepts(root, write(keys))).toBe(true);
+    for (const keys of [[], ['a'], ['abc'], ['a', 'abc'], ['ab', 'a'], ['abc', 'ab']]) {
+      expect(accepts(root, write(keys)), write(keys)).toBe(false);
+    }
+    // Refused where it goes wrong: `{"a":0}` at its closing brace, `{"abc"` at its "c" ("ab" must come first).
+    expect(feedAll(root, '{"a":0}').accepted).toBe(6);
+    expect(feedAll(root, '{"abc":0}').accepted).toBe(4);
+    expect(feedAll(root, '{}').accepted).toBe(1);
+    // All required: every one, in order.
+    const all = compileSchema(integers(['x', 'y'], ['y', 'x']));
+    expect(accepts(all, '{"x":0,"y":1}')).toBe(true);
+    for (const t of ['{}', '{"x":0}', '{"y":1}', '{"y":1,"x":0}']) expect(accepts(all, t), t).toBe(false);
+  });
+
+  it('many keys sharing their first bytes (p0 to p23; p5 and p17 required): any subset in order, nothing else', () => {
+    const keys = Array.from({ length: 24 }, (_, i) => `p${i}`);
+    const root = compileSchema(integers(keys, ['p17', 'p5']));
+    const rnd = createRng(3);
+    for (let n = 0; n < 300; n++) {
+      const chosen = keys.filter((k) => k === 'p5' || k === 'p17' || rnd() < 0.3);
+      const t = write(chosen);
+      expect(accepts(root, t), t).toBe(true);
+      expect(feedChunks(root, t, rnd)?.done, t).toBe(true);
+      const i = Math.floor(rnd() * (chosen.length - 1));
+      const swapped = chosen.map((k, j) => (j === i ? chosen[i + 1] : j === i + 1 ? chosen[i] : k) as string);
+      expect(accepts(root, write(swapped)), write(swapped)).toBe(false);
+      for (const r of ['p5', 'p17']) {
+        const without = write(chosen.filter((k) => k !== r));
+        expect(accepts(root, without), without).toBe(false);
+      }
+    }
+    const bytesAfter = (t: string) => {
+      const st = feedText(root, t) as SchemaState;
+      return String.fromCharCode(
+        ...Array.from({ length: 256 }, (_, b) => b).filter((b) => feedSchemaByte(root, st, b)),
+      );
+    };
+    // First: p0 to p5 (p5 is required).
+    expect(bytesAfter('{"p')).toBe('012345');
+    expect(bytesAfter('{"p1')).toBe('"');
+    // After p5: p6 to p17; after `"p1`, p10 to p17 (not p1, before p5; not p18 or p19, after p17).
+    expect(bytesAfter('{"p5":0,"p')).toBe('16789');
+    expect(bytesAfter('{"p5":0,"p1')).toBe('01234567');
+    // After p17: p18 to p23, or the closing brace.
+    expect(bytesAfter('{"p5":0,"p17":0')).toBe(',}');
+    expect(bytesAfter('{"p5":0,"p17":0,"p')).toBe('12');
+    expect(bytesAfter('{"p5":0,"p17":0,"p2')).toBe('0123');
+  });
+
+  it('an object whose properties are all optional may be {}; a comma comes only between properties', () => {
+    const root = compileSchema(integers(['x', 'y']));
+    for (const t of ['{}', '{"x":0}', '{"y":1}', '{"x":0,"y":1}']) expect(accepts(root, t), t).toBe(true);
+    for (const t of ['{,}', '{,"x":0}', '{"x":0,}', '{"x":0"y":1}', '{"x":0,,"y":1}', '{"y":1,"x":0}', '{"z":1}']) {
+      expect(accepts(root, t), t).toBe(false);
+    }
+    expect(accepts(compileSchema(EMPTY), '{}')).toBe(true);
+  });
+
+  it('inside arrays and nested objects', () => {
+    // An array of objects whose one property is optional.
+    const list = compileSchema({
+      type: 'object',
+      properties: { items: { type: 'array', items: { type: 'object', properties: { o: { type: 'boolean' } } } } },
+      required: ['items'],
+    });
+    for (const t of ['{"items":[]}', '{"items":[{}]}', '{"items":[{},{"o":true},{}]}', '{"items":[{"o":false}]}']) {
+      expect(accepts(list, t), t).toBe(true);
+    }
+    for (const t of ['{}', '{"items":[{,}]}', '{"items":[{"o":true,}]}', '{"items":[{}{}]}', '{"items":[{"p":1}]}']) {
+      expect(accepts(list, t), t).toBe(false);
+    }
+    // Nested objects, each with its own required and optional properties.
+    const nested = compileSchema({
+      type: 'object',
+      properties: {
+        outer: {
+          type: 'object',
+          properties: {
+            a: { type: 'integer' },
+            b: { type: 'object', properties: { c: { type: 'null' }, d: { type: 'null' } }, required: ['d'] },
+            e: { type: 'string' },
+          },
+          required: ['b'],
+        },
+        tail: { type: 'integer' },
+      },
+      required: ['outer'],
+    });
+    for (const t of [
+      '{"outer":{"b":{"d":null}}}',
+      '{"outer":{"a":1,"b":{"c":null,"d":null},"e":""},"tail":3}',
+      '{"outer":{"b":{"d":null},"e":"x"},"tail":-1}',
+    ]) {
+      expect(accepts(nested, t), t).toBe(true);
+    }
+    for (const t of [
+      '{"tail":1}',
+      '{"outer":{}}',
+      '{"outer":{"a":1}}',
+      '{"outer":{"b":{}}}',
+      '{"outer":{"b":{"c":null}}}',
+      '{"outer":{"b":{"d":null}},}',
+      '{"outer":{"b":{"d":null}},"tail":1,"outer":{}}',
+    ]) {
+      expect(accepts(nested, t), t).toBe(false);
+    }
   });
 });
 
@@ -409,15 +742,15 @@ describe('unions whose alternatives begin alike', () => {
     expect([...names].sort()).toEqual(TOOL_LIST.map(toolName).sort());
   });
 
-  it('a tool-call envelope: every call of every tool, written compactly in schema order, is accepted', () => {
+  it('a tool-call envelope: every call of every tool, written compactly in schema order (optional arguments or not), is accepted', () => {
     const root = compileSchema(TOOLS);
     for (const t of TOOL_LIST) {
       for (let seed = 0; seed < 60; seed++) {
-        const text = JSON.stringify(instance(t, createRng(seed)));
-        expect(conforms(JSON.parse(text), TOOLS), text).toBe(true);
-        const total = Buffer.byteLength(text);
-        expect(feedAll(root, text), text).toEqual({ accepted: total, total, done: true });
-        expect(feedChunks(root, text, createRng(seed))?.done, text).toBe(true);
+        const call = text(instance(t, createRng(seed)));
+        expect(conforms(JSON.parse(call), TOOLS), call).toBe(true);
+        const total = Buffer.byteLength(call);
+        expect(feedAll(root, call), call).toEqual({ accepted: total, total, done: true });
+        expect(feedChunks(root, call, createRng(seed))?.done, call).toBe(true);
       }
     }
   });
@@ -441,7 +774,12 @@ describe('unions whose alternatives begin alike', () => {
       '{"name":"get_news","arguments":{"query":"a","limit":1.5}}',
       '{"name":"get_weather","arguments":{"city":"Lyon"',
       '{"name":"get_weather_alerts","arguments":{"city":"Paris","days":1,"unit":null}}',
-      '{"name":"get_time","arguments":{}}',
+      // A required argument left out, arguments out of order.
+      '{"name":"get_weather","arguments":{}}',
+      '{"name":"get_weather","arguments":{"days":1}}',
+      '{"name":"get_weather","arguments":{"city":"Oslo","unit":null,"days":1}}',
+      '{"name":"search","arguments":{"limit":1,"query":"a"}}',
+      '{"name":"get_time"}',
       // No such tool.
       '{"name":"get_weathe"',
       '{"name":"get_weather_alert"',
@@ -452,6 +790,10 @@ describe('unions whose alternatives begin alike', () => {
     }
     // A value both alternatives can read (an integer limit) is fine.
     expect(feedText(root, '{"name":"search","arguments":{"query":"a","limit":3}}')?.done).toBe(true);
+    // Optional arguments left out.
+    expect(feedText(root, '{"name":"search","arguments":{"query":"a"}}')?.done).toBe(true);
+    expect(feedText(root, '{"name":"get_time","arguments":{}}')?.done).toBe(true);
+    expect(feedText(root, '{"name":"get_weather","arguments":{"city":"Oslo","unit":"C"}}')?.done).toBe(true);
   });
 
   it('merges paths that become the same: 200 items of anyOf [integer, number] keep at most 2 paths (12 of 12 alike objects)', () => {
@@ -590,9 +932,9 @@ describe('unions whose alternatives begin alike', () => {
     // Both alternatives are alive inside the string, and after it (until the second key).
     const root = compileSchema({
       anyOf: [
-        { type: 'object', properties: { q: { type: 'string' }, a: { type: 'integer' } } },
-        { type: 'object', properties: { q: { type: 'string' }, a: { type: 'number' } } },
-        { type: 'object', properties: { q: { type: 'string' }, b: { type: 'null' } } },
+        { type: 'object', properties: { q: { type: 'string' }, a: { type: 'integer' } }, required: ['q', 'a'] },
+        { type: 'object', properties: { q: { type: 'string' }, a: { type: 'number' } }, required: ['q', 'a'] },
+        { type: 'object', properties: { q: { type: 'string' }, b: { type: 'null' } }, required: ['q', 'b'] },
       ],
     });
     const chunks = (text: string, cuts: number[]) => {
@@ -653,6 +995,11 @@ describe('unions whose alternatives begin alike', () => {
     expect(MAX_SCHEMA_PATHS).toBe(256);
     const root = compileSchema({ anyOf: objects(64, 4) });
     expect(schemaPathCount(feedText(root, '{"a":{') as SchemaState)).toBe(256);
+    // Optional properties add none: a key among several is read along one path per alternative.
+    expect(schemaPathCount(feedText(root, '{"') as SchemaState)).toBe(64);
+    expect(schemaPathCount(feedText(root, '{"t') as SchemaState)).toBe(64);
+    expect(schemaPathCount(feedText(root, '{"t1') as SchemaState)).toBe(11);
+    expect(feedText(root, '{"t12":null}')?.done).toBe(true);
     expect(() => compileSchema({ type: 'object', properties: { v: { anyOf: objects(64, 5) } } })).toThrow(
       expect.objectContaining({ path: 'schema.properties.v.anyOf', message: expect.stringMatching(/320 ways/) }),
     );
@@ -668,7 +1015,7 @@ describe('unions whose alternatives begin alike', () => {
 
 describe('a schema constraint over a vocabulary', () => {
   it('allows only the tokens that continue a conforming reply', () => {
-    const pieces = ['{"', 'list', '":[', '1', ',', '2', '],"', 'n":', 'null', '}', '{}', ' ', '"'];
+    const pieces = ['{"', 'list', '":[', '1', ',', '2', '],"', 'n":', 'null', '}', '{}', ' ', '"', ']}'];
     const c = constraintFor({
       table: tokenTable(
         pieces.map((p) => [...Buffer.from(p)]),
@@ -677,11 +1024,15 @@ describe('a schema constraint over a vocabulary', () => {
       schema: compileSchema(PAIR),
     });
     const allowed = () => pieces.filter((_, id) => c.allows(id));
+    // Not "{}": the list is required.
     expect(allowed()).toEqual(['{"']);
     for (const id of [0, 1, 2, 3]) c.accept(id);
     // After "[1": another digit, or the comma; not the closing bracket (two items are required).
     expect(allowed()).toEqual(['1', ',', '2']);
-    for (const id of [4, 5, 6, 7, 8]) c.accept(id);
+    for (const id of [4, 5]) c.accept(id);
+    // After "[1,2": the optional n, or the closing brace.
+    expect(allowed()).toEqual(['1', '2', '],"', ']}']);
+    for (const id of [6, 7, 8]) c.accept(id);
     expect(allowed()).toEqual(['}']);
     c.accept(9);
     expect(c.done).toBe(true);
