@@ -8,7 +8,7 @@ import { KvdeskError } from '../../shared/errors';
 import { compileSchema, SchemaError } from '../engine/json-schema';
 import { templateShowsTools } from '../tokenizer/chat-template';
 import type { TextTokenizer } from '../tokenizer/text-tokenizer';
-import { type ToolCallFormat, toolCallFormat } from '../tokenizer/tool-calls';
+import { isJsonObjectText, type ToolCallFormat, toolCallFormat } from '../tokenizer/tool-calls';
 
 /** A request's tool calling, as the host runs it. */
 export interface ToolPlan {
@@ -52,13 +52,7 @@ export function nativeTemplate(template: string | undefined): boolean {
 function checkHistory(messages: readonly ChatMessage[] | undefined): void {
   for (const [i, m] of (messages ?? []).entries()) {
     for (const [j, call] of (m.toolCalls ?? []).entries()) {
-      let value: unknown;
-      try {
-        value = JSON.parse(call.arguments);
-      } catch {
-        value = undefined;
-      }
-      if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+      if (!isJsonObjectText(call.arguments)) {
         throw bad(
           `messages[${i}].toolCalls[${j}].arguments must be the JSON text of an object, got ${JSON.stringify(call.arguments.slice(0, 80))}.`,
           `messages[${i}].toolCalls[${j}].arguments`,

@@ -128,6 +128,7 @@ function inputMessages(input: unknown): ChatMessage[] {
   return out;
 }
 
+/** Whether text is the JSON of an object (the server reads the client's input; the host checks it too). */
 function isJsonObjectText(text: string): boolean {
   try {
     const v: unknown = JSON.parse(text);

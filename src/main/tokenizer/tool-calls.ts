@@ -6,36 +6,16 @@
  * (`<tool_call>{"name": …, "arguments": {…}}</tool_call>`, one call per tag), Mistral's
  * (`[TOOL_CALLS] [{…}, …]`, or in later models `[TOOL_CALLS]name[ARGS]{…}`), Granite's (`<|tool_call|>[{…}]`),
  * Llama 3's bare JSON object (`{"name": …, "parameters": {…}}`), and two XML-tag forms whose values are plain
- * text: Qwen3-Coder's (`<tool_call><function=name><parameter=key>value</parameter></function></tool_call>`) and
- * GLM's (`<tool_call>name<arg_key>key</arg_key><arg_value>value</arg_value></tool_call>`). A template that does not show tools gets
- * kvdesk's own description of them, in the Hermes form, and past calls and results written as text in that form.
+ * text: Qwen3-Coder's (`<tool_call><function=name><parameter=key>value</parameter></function></tool_call>`)
+ * and GLM's (`<tool_call>name<arg_key>key</arg_key><arg_value>value</arg_value></tool_call>`). A template that
+ * does not show tools gets kvdesk's own description of them, in the Hermes form, and past calls and results
+ * written as text in that form.
  */
 import { createHash, randomBytes } from 'node:crypto';
+import type { ChatMessage, ToolCall, ToolDefinition } from '../../shared/contract';
 import type { ChatMessage as TemplateMessage } from './chat-template';
 
-/** A function the model may call. */
-export interface ToolSpec {
-  name: string;
-  description?: string;
-  /** JSON Schema of the arguments object. */
-  parameters?: Record<string, unknown>;
-}
-
-/** A call the model made: `arguments` is JSON text, as OpenAI sends it. */
-export interface ToolCall {
-  id: string;
-  name: string;
-  arguments: string;
-}
-
-/** A conversation turn as the contract carries it (tool calls and results included). */
-export interface ToolChatMessage {
-  role: 'system' | 'user' | 'assistant' | 'tool';
-  content: string;
-  toolCalls?: ToolCall[];
-  toolCallId?: string;
-  name?: string;
-}
+export type { ToolCall };
 
 /** How a model writes its calls. */
 export interface ToolCallFormat {
@@ -121,7 +101,7 @@ export function toolCallFormat(template: string | undefined, native: boolean): T
 }
 
 /** Tools as transformers hands them to chat templates. */
-export function templateTools(tools: readonly ToolSpec[]): unknown[] {
+export function templateTools(tools: readonly ToolDefinition[]): unknown[] {
   return tools.map((t) => ({
     type: 'function',
     function: {
@@ -133,7 +113,7 @@ export function templateTools(tools: readonly ToolSpec[]): unknown[] {
 }
 
 /** kvdesk's own description of the tools, for templates that have none (the Hermes form). */
-export function toolsSystemText(tools: readonly ToolSpec[]): string {
+export function toolsSystemText(tools: readonly ToolDefinition[]): string {
   const lines = templateTools(tools).map((t) => JSON.stringify(t));
   return [
     '# Tools',
@@ -159,6 +139,12 @@ function parsedArguments(text: string): unknown {
   }
 }
 
+/** Whether text is the JSON of an object (a call's arguments must be). */
+export function isJsonObjectText(text: string): boolean {
+  const v = parsedArguments(text);
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
 /** A call as the model would have written it in the Hermes form. */
 function hermesText(call: ToolCall): string {
   return `<tool_call>\n${JSON.stringify({ name: call.name, arguments: parsedArguments(call.arguments) })}\n</tool_call>`;
@@ -166,13 +152,14 @@ function hermesText(call: ToolCall): string {
 
 /**
  * The conversation as the template receives it. A template that reads tools gets them and the turns in
- * transformers' form; one that does not gets kvdesk's description of the tools in the system message, each
- * assistant's calls as Hermes text and each run of tool results as one user turn of `<tool_response>` blocks
- * (templates often allow only system, user and assistant turns).
+ * transformers' form (call ids shortened for Mistral's forms); one that does not gets kvdesk's description of
+ * the tools in the system message (or the first user turn), each assistant's calls as Hermes text and each run
+ * of tool results as one user turn of `<tool_response>` blocks (templates often allow only system, user and
+ * assistant turns).
  */
 export function toolChatTurns(
-  messages: readonly ToolChatMessage[],
-  tools: readonly ToolSpec[] | undefined,
+  messages: readonly ChatMessage[],
+  tools: readonly ToolDefinition[] | undefined,
   native: boolean,
   format: ToolCallFormat = HERMES,
 ): { messages: TemplateMessage[]; tools?: unknown[] } {
@@ -261,8 +248,7 @@ export function callsOf(value: unknown, names: ReadonlySet<string>, shortIds = f
     const args = a ?? p ?? {};
     let text: string;
     if (typeof args === 'string') {
-      const parsed = parsedArguments(args);
-      if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return null;
+      if (!isJsonObjectText(args)) return null;
       text = args;
     } else if (typeof args === 'object' && args !== null && !Array.isArray(args)) {
       text = JSON.stringify(args);
