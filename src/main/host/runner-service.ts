@@ -863,7 +863,7 @@ class Generation {
       ? rows.map(() =>
           createToolCallFilter(reads.format, reads.names, {
             forced: reads.forced,
-            stringParams: reads.stringParams,
+            paramSchemas: reads.paramSchemas,
             ...(reads.forcedName ? { forcedName: reads.forcedName } : {}),
           }),
         )

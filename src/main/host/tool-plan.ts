@@ -8,7 +8,7 @@ import { KvdeskError } from '../../shared/errors';
 import { compileSchema, SchemaError } from '../engine/json-schema';
 import { templateShowsTools } from '../tokenizer/chat-template';
 import type { TextTokenizer } from '../tokenizer/text-tokenizer';
-import { isJsonObjectText, type ToolCallFormat, toolCallFormat } from '../tokenizer/tool-calls';
+import { isJsonObjectText, type ParamSchemas, type ToolCallFormat, toolCallFormat } from '../tokenizer/tool-calls';
 
 /** A request's tool calling, as the host runs it. */
 export interface ToolPlan {
@@ -28,11 +28,14 @@ export interface ToolPlan {
   names: ReadonlySet<string>;
   /** False: a reply ends after its first call. */
   parallel: boolean;
-  /** Each tool's string-typed parameters (the XML forms write values as plain text). */
-  stringParams: ReadonlyMap<string, ReadonlySet<string>>;
+  /** Each tool's parameter schemas (the XML forms write values as plain text, typed by them). */
+  paramSchemas: ParamSchemas;
   /** The format's markers that are special tokens: kept in the text the filter reads. */
   keepIds: ReadonlySet<number>;
 }
+
+/** GLM's argument tags, which its tokenizer may mark special: kept in the text the filter reads. */
+const GLM_MARKERS = ['<arg_key>', '</arg_key>', '<arg_value>', '</arg_value>'];
 
 const showsTools = new Map<string, boolean>();
 
@@ -64,16 +67,6 @@ function checkHistory(messages: readonly ChatMessage[] | undefined): void {
 
 function bad(message: string, field: string): KvdeskError {
   return new KvdeskError('BAD_REQUEST', message, { field });
-}
-
-/** The names of a tool's parameters whose type is string. */
-function stringProperties(tool: ToolDefinition): Set<string> {
-  const props = (argumentsSchema(tool).properties ?? {}) as Record<string, { type?: unknown }>;
-  return new Set(
-    Object.entries(props)
-      .filter(([, s]) => s?.type === 'string' || (Array.isArray(s?.type) && s.type.includes('string')))
-      .map(([k]) => k),
-  );
 }
 
 /** A tool's arguments schema as kvdesk writes it: no parameters is an empty object. */
@@ -172,7 +165,7 @@ export function planTools(
   const native = nativeTemplate(template);
   const format = toolCallFormat(template, native);
   const keepIds = new Set<number>();
-  for (const marker of [format.open, format.close]) {
+  for (const marker of [format.open, format.close, ...(format.xml === 'glm' ? GLM_MARKERS : [])]) {
     const id = marker === '' ? undefined : tok.tokenToId(marker);
     if (id !== undefined && tok.isSpecial(id)) keepIds.add(id);
   }
@@ -185,7 +178,9 @@ export function planTools(
     names,
     parallel: req.parallelToolCalls ?? true,
     keepIds,
-    stringParams: new Map(tools.map((t) => [t.name, stringProperties(t)])),
+    paramSchemas: new Map(
+      tools.map((t) => [t.name, (argumentsSchema(t).properties ?? {}) as Record<string, Record<string, unknown>>]),
+    ),
   };
   if (choice !== 'none') plan.shown = tools;
   if (!plan.forced) return plan;

@@ -301,49 +301,97 @@ export interface ToolCallFilter {
   flush(): ToolCallOutput;
 }
 
-/** A parameter's value as an XML form writes it (plain text): as text for a string parameter, else as JSON. */
-function xmlValue(text: string, isString: boolean): unknown {
-  if (isString) return text;
-  try {
-    return JSON.parse(text);
-  } catch {
-    return text;
-  }
+/** A JSON Schema and the alternatives of its anyOf / oneOf, for a shallow check of one value. */
+function alternativesOf(schema: Record<string, unknown>): Array<Record<string, unknown>> {
+  const nested = [schema.anyOf, schema.oneOf].flatMap((a) => (Array.isArray(a) ? a : []));
+  return [schema, ...(nested as Array<Record<string, unknown>>)];
 }
 
-/** The arguments object of an XML-form call's body, and the tool's name; null when the body is not one. */
+/** Whether a value (not a string) fits a parameter's schema by its type, enum or const (one level deep). */
+function fitsSchema(value: unknown, schema: Record<string, unknown>): boolean {
+  const kind =
+    value === null ? 'null' : Array.isArray(value) ? 'array' : typeof value === 'number' ? 'number' : typeof value;
+  const text = JSON.stringify(value);
+  return alternativesOf(schema).some((alt) => {
+    if (alt.const !== undefined) return JSON.stringify(alt.const) === text;
+    if (Array.isArray(alt.enum)) return alt.enum.some((e) => JSON.stringify(e) === text);
+    const types = Array.isArray(alt.type) ? alt.type : alt.type === undefined ? [] : [alt.type];
+    return types.some((t) => t === kind || (t === 'integer' && Number.isInteger(value)));
+  });
+}
+
+/**
+ * A parameter's value as an XML form writes it (plain text): JSON when it parses to a value (not a string) that
+ * the parameter's schema allows — Python's `True` / `False` read as booleans, as the templates render them —,
+ * else the text itself (a parameter without a schema is text, as vLLM reads it).
+ */
+function xmlValue(text: string, schema: Record<string, unknown> | undefined): unknown {
+  if (schema === undefined) return text;
+  const json = text === 'True' || text === 'False' ? text.toLowerCase() : text.trim();
+  try {
+    const value: unknown = JSON.parse(json);
+    if (typeof value !== 'string' && fitsSchema(value, schema)) return value;
+  } catch {
+    // Not JSON: text.
+  }
+  return text;
+}
+
+/** Each tool's parameters by name (their schemas), which type the XML forms' plain-text values. */
+export type ParamSchemas = ReadonlyMap<string, Readonly<Record<string, Record<string, unknown>>>>;
+
+/**
+ * The arguments object of an XML-form call's body, and the tool's name; null when the body is not one. Lenient
+ * as the models are: a missing `</parameter>` or `</function>` is tolerated, and a value ends at the last
+ * `</parameter>` before the next `<parameter=` (so a value may hold that text itself).
+ */
 function xmlCall(
   body: string,
   form: 'qwen' | 'glm',
-  stringParams: ReadonlyMap<string, ReadonlySet<string>> | undefined,
+  schemas: ParamSchemas | undefined,
 ): { name: string; arguments: Record<string, unknown> } | null {
+  const entries: Array<[string, unknown]> = [];
   let name: string;
-  const args: Record<string, unknown> = {};
-  const add = (key: string, value: string) => {
-    args[key] = xmlValue(value, stringParams?.get(name)?.has(key) ?? false);
-  };
   if (form === 'qwen') {
-    const m = /^\s*<function=([^>\n]+)>([\s\S]*)<\/function>\s*$/.exec(body);
+    const m = /^\s*<function=([^>\n]+)>/.exec(body);
     if (!m) return null;
     name = (m[1] as string).trim();
-    const inner = m[2] as string;
-    const params = /<parameter=([^>\n]+)>\n?([\s\S]*?)\n?<\/parameter>/g;
-    let rest = inner;
-    for (const p of inner.matchAll(params)) {
-      add((p[1] as string).trim(), p[2] as string);
-      rest = rest.replace(p[0], '');
+    const inner = body.slice(m[0].length).replace(/<\/function>\s*$/, '');
+    const [head, ...params] = inner.split('<parameter=');
+    if ((head as string).trim() !== '') return null;
+    for (const p of params) {
+      const close = p.indexOf('>');
+      if (close < 0) return null;
+      const value = p
+        .slice(close + 1)
+        .replace(/<\/parameter>\s*$/, '')
+        .replace(/^\n/, '')
+        .replace(/\n$/, '');
+      const key = p.slice(0, close).trim();
+      entries.push([key, xmlValue(value, schemas?.get(name)?.[key])]);
     }
-    if (rest.trim() !== '') return null;
   } else {
     const at = body.indexOf('<arg_key>');
     name = (at < 0 ? body : body.slice(0, at)).trim();
     const pairs = /<arg_key>([\s\S]*?)<\/arg_key>\s*<arg_value>([\s\S]*?)<\/arg_value>/g;
     let rest = at < 0 ? '' : body.slice(at);
-    for (const p of rest.matchAll(pairs)) add((p[1] as string).trim(), p[2] as string);
+    for (const p of rest.matchAll(pairs)) {
+      const key = (p[1] as string).trim();
+      entries.push([key, xmlValue((p[2] as string).trim(), schemas?.get(name)?.[key])]);
+    }
     rest = rest.replace(pairs, '');
-    if (rest.trim() !== '' || !/^[A-Za-z0-9_.-]+$/.test(name)) return null;
+    if (rest.trim() !== '') return null;
   }
-  return { name, arguments: args };
+  // (fromEntries defines each key, `__proto__` included, as a property of its own.)
+  return { name, arguments: Object.fromEntries(entries) };
+}
+
+/** Whether the text after an XML form's opening can still become a call (else it is given back at once). */
+function xmlSoFar(text: string, form: 'qwen' | 'glm'): boolean {
+  const t = text.trimStart();
+  if (form === 'qwen') return t.startsWith('<function=') || '<function='.startsWith(t);
+  const lt = t.indexOf('<');
+  return /^[^\s<>]{0,128}\s*$/.test(lt < 0 ? t : t.slice(0, lt));
 }
 
 /** Whether text can still become `name` + marker (`[TOOL_CALLS]name[ARGS]`): a name, maybe the marker's start. */
@@ -365,8 +413,8 @@ export function createToolCallFilter(
   opts: {
     forced?: boolean;
     forcedName?: string;
-    /** For the XML forms: each tool's parameters whose values are strings (others are read as JSON). */
-    stringParams?: ReadonlyMap<string, ReadonlySet<string>>;
+    /** For the XML forms: each tool's parameter schemas, which say how to read a plain-text value. */
+    paramSchemas?: ParamSchemas;
   } = {},
 ): ToolCallFilter {
   const bare = format.open === '';
@@ -379,14 +427,19 @@ export function createToolCallFilter(
   // Right after a call: white space is held, and dropped unless text follows.
   let afterCall = false;
 
+  const xmlCalls = (body: string): ToolCall[] | null => {
+    const call = format.xml ? xmlCall(body, format.xml, opts.paramSchemas) : null;
+    return call ? callsOf(call, names) : null;
+  };
+
   /** The call(s) at the head of the buffer: their end and calls; -1 to wait; null when it is not one. */
   const readCall = (): { end: number; calls: ToolCall[] } | -1 | null => {
     if (format.xml) {
-      // Plain-text values: only the closing tag says where the call ends (it is consumed here).
+      // Plain-text values: only the closing tag says where the call ends (it is consumed here; a reply that
+      // ends without it is read at the flush).
       const end = buffer.indexOf(format.close);
-      if (end < 0) return -1;
-      const call = xmlCall(buffer.slice(0, end), format.xml, opts.stringParams);
-      const calls = call ? callsOf(call, names) : null;
+      if (end < 0) return xmlSoFar(buffer, format.xml) ? -1 : null;
+      const calls = xmlCalls(buffer.slice(0, end));
       return calls ? { end: end + format.close.length, calls } : null;
     }
     let from = 0;
@@ -499,7 +552,10 @@ export function createToolCallFilter(
     },
     flush() {
       const out: ToolCallOutput = { content: '', calls: [] };
-      if (state === 'call') out.content += opening + buffer;
+      // An XML-form call whose closing tag never came (the reply ended, or a stop string cut it) is still one.
+      const lastCall = state === 'call' && format.xml ? xmlCalls(buffer) : null;
+      if (lastCall) out.calls.push(...lastCall);
+      else if (state === 'call') out.content += opening + buffer;
       else if (state === 'content' && !(afterCall && buffer.trim() === '')) out.content += buffer;
       else if (state === 'start') out.content += buffer;
       buffer = '';

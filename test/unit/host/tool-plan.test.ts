@@ -83,7 +83,7 @@ describe('planTools', () => {
     const xml = '{{ tools | tojson }}<tool_call><function={{ messages[0].content }}>';
     const plan = planTools({ messages, tools: [weather] } as GenerateRequest, xml, tok);
     expect(plan?.format).toBe(QWEN_XML);
-    expect([...(plan?.stringParams.get('get_weather') ?? [])]).toEqual(['city']);
+    expect(plan?.paramSchemas.get('get_weather')).toEqual({ city: { type: 'string' } });
     expect(refusal({ tools: [weather], toolChoice: 'required' }, xml).message).toMatch(
       /XML tags with plain-text values/,
     );

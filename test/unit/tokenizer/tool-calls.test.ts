@@ -178,32 +178,71 @@ describe('createToolCallFilter', () => {
     });
   });
 
-  it('XML forms: plain-text values, strings as written, other types read as JSON; anything else is content', () => {
-    const stringParams = new Map([['search', new Set(['q'])]]);
+  it('XML forms: plain-text values typed by the parameter schemas; anything not a call is content', () => {
+    const paramSchemas = new Map([
+      [
+        'search',
+        {
+          q: { type: 'string' },
+          limit: { type: 'integer' },
+          opts: { type: 'object' },
+          exact: { type: 'boolean' },
+          version: { anyOf: [{ type: 'string' }, { type: 'null' }] },
+          mode: { enum: ['true', 'false', '1'] },
+          any: {},
+        },
+      ],
+    ]);
     const read = (format: ToolCallFormat, text: string) => {
-      const f = createToolCallFilter(format, NAMES, { stringParams });
+      const f = createToolCallFilter(format, NAMES, { paramSchemas });
       const outs = [...[...text].map((c) => f.push(c)), f.flush()];
       return {
         content: outs.map((o) => o.content).join(''),
         calls: outs.flatMap((o) => o.calls).map(({ name, arguments: a }) => ({ name, arguments: a })),
       };
     };
-    const qwen =
-      'Sure.\n<tool_call>\n<function=search>\n<parameter=q>\n42\n</parameter>\n<parameter=limit>\n5\n</parameter>\n<parameter=opts>\n{"deep": true}\n</parameter>\n</function>\n</tool_call>';
+    const param = (k: string, v: string) => `<parameter=${k}>\n${v}\n</parameter>\n`;
+    const qwen = `Sure.\n<tool_call>\n<function=search>\n${param('q', '42')}${param('limit', '5')}${param('opts', '{"deep": true}')}${param('exact', 'True')}${param('version', '1.10')}${param('mode', 'true')}${param('any', '7')}</function>\n</tool_call>`;
     expect(read(QWEN_XML, qwen)).toEqual({
       content: 'Sure.\n',
-      calls: [call('search', { q: '42', limit: 5, opts: { deep: true } })],
+      // Strings stay as written (an Optional[str] "1.10", a string enum's "true", a parameter without a type).
+      calls: [
+        call('search', {
+          q: '42',
+          limit: 5,
+          opts: { deep: true },
+          exact: true,
+          version: '1.10',
+          mode: 'true',
+          any: '7',
+        }),
+      ],
     });
     expect(sameForEveryChunking(QWEN_XML, qwen).calls).toHaveLength(1);
-    const glm = '<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>\n</tool_call>';
+    // A value may hold `</parameter>` itself (a coding model writing XML); `__proto__` is an argument like any.
+    const tricky = `<tool_call>\n<function=search>\n${param('q', 'a</parameter>b')}${param('__proto__', 'x')}</function>\n</tool_call>`;
+    expect(JSON.parse(read(QWEN_XML, tricky).calls[0]?.arguments ?? '')).toEqual(
+      JSON.parse('{"q": "a</parameter>b", "__proto__": "x"}'),
+    );
+    // A reply that ends without the closing tags (end token, max tokens, a stop string) still made its call.
+    expect(read(QWEN_XML, `<tool_call>\n<function=search>\n${param('q', 'x')}</function>\n`).calls).toEqual([
+      call('search', { q: 'x' }),
+    ]);
+    expect(read(QWEN_XML, '<tool_call>\n<function=search>\n<parameter=q>\nx').calls).toEqual([
+      call('search', { q: 'x' }),
+    ]);
+    const glm = '<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value> Oslo\n</arg_value>\n</tool_call>';
     expect(read(GLM_XML, glm)).toEqual({ content: '', calls: [call('get_weather', { city: 'Oslo' })] });
+    expect(read(GLM_XML, glm.replace('</tool_call>', '')).calls).toEqual([call('get_weather', { city: 'Oslo' })]);
     for (const odd of [
       '<tool_call>\n<function=rm_rf>\n</function>\n</tool_call>',
       '<tool_call>\n<function=search>\nloose text\n</function>\n</tool_call>',
-      '<tool_call>\n<function=search>\n<parameter=q>\nx\n</parameter>',
     ]) {
       expect(read(QWEN_XML, odd), odd).toEqual({ content: odd, calls: [] });
     }
+    // Prose that mentions the tag is given back at once, not held until the reply ends.
+    const f = createToolCallFilter(QWEN_XML, NAMES, { paramSchemas });
+    expect(f.push('Use the <tool_call> tag when').content).toBe('Use the <tool_call> tag when');
   });
 
   it('a call whose closing tag never came is still a call', () => {
