@@ -51,9 +51,35 @@ export function nativeTemplate(template: string | undefined): boolean {
   return known;
 }
 
-/** Earlier turns' calls must carry JSON objects as arguments (templates read them as objects). */
+/**
+ * Earlier turns' calls must carry JSON objects as arguments (templates read them as objects), and each must be
+ * answered by a tool result before the conversation goes on; a result must answer a call that was made (as
+ * OpenAI and Anthropic require: a model shown half an exchange misreads it).
+ */
 function checkHistory(messages: readonly ChatMessage[] | undefined): void {
+  // Calls not yet answered: id → where the call is.
+  const pending = new Map<string, string>();
+  const unanswered = (at: string) => {
+    const [id, where] = pending.entries().next().value as [string, string];
+    return bad(
+      `${where} (id ${JSON.stringify(id)}) has no tool result before ${at}: send a tool message with toolCallId (tool_call_id) ${JSON.stringify(id)} right after the assistant turn that made the call.`,
+      where,
+    );
+  };
   for (const [i, m] of (messages ?? []).entries()) {
+    if (m.role === 'tool') {
+      if (m.toolCallId !== undefined) {
+        if (!pending.has(m.toolCallId)) {
+          throw bad(
+            `messages[${i}].toolCallId ${JSON.stringify(m.toolCallId)} answers no call of the assistant turn before it.`,
+            `messages[${i}].toolCallId`,
+          );
+        }
+        pending.delete(m.toolCallId);
+      }
+      continue;
+    }
+    if (pending.size > 0) throw unanswered(`messages[${i}]`);
     for (const [j, call] of (m.toolCalls ?? []).entries()) {
       if (!isJsonObjectText(call.arguments)) {
         throw bad(
@@ -61,8 +87,10 @@ function checkHistory(messages: readonly ChatMessage[] | undefined): void {
           `messages[${i}].toolCalls[${j}].arguments`,
         );
       }
+      pending.set(call.id, `messages[${i}].toolCalls[${j}]`);
     }
   }
+  if (pending.size > 0) throw unanswered('the reply');
 }
 
 function bad(message: string, field: string): KvdeskError {

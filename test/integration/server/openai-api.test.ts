@@ -668,6 +668,19 @@ describe('tool calls', () => {
     expect(['Paris', 'Oslo']).toContain(JSON.parse(deltas[0]?.function?.arguments ?? '').city);
   });
 
+  it('400 naming the message for a tool result that answers no call', async () => {
+    const err = await apiError(
+      client.chat.completions.create({
+        model: 'default',
+        messages: [...ask, { role: 'tool', tool_call_id: 'call_nope', content: 'x' }],
+        tools,
+      }),
+    );
+    expect(err.status).toBe(400);
+    expect(err.param).toBe('messages[1].tool_call_id');
+    expect(err.message).toMatch(/answers no call/);
+  });
+
   it('400 naming the place in the parameters schema a forced call cannot follow', async () => {
     const err = await apiError(
       client.chat.completions.create({

@@ -79,6 +79,21 @@ describe('planTools', () => {
       { role: 'assistant' as const, content: '', toolCalls: [{ id: 'c', name: 'get_weather', arguments: 'Oslo' }] },
     ];
     expect(refusal({ messages: history }).detail).toEqual({ field: 'messages[1].toolCalls[0].arguments' });
+    // Every call is answered before the conversation goes on, and every result answers a call.
+    const call = { id: 'c1', name: 'get_weather', arguments: '{}' };
+    const answered = [
+      ...messages,
+      { role: 'assistant' as const, content: '', toolCalls: [call] },
+      { role: 'tool' as const, content: 'sunny', toolCallId: 'c1' },
+    ];
+    expect(planTools({ messages: answered } as GenerateRequest, undefined, tok)).toBeUndefined();
+    expect(refusal({ messages: [...answered, { role: 'tool', content: 'again', toolCallId: 'c1' }] }).detail).toEqual({
+      field: 'messages[3].toolCallId',
+    });
+    const open = refusal({ messages: [...answered.slice(0, 2), { role: 'user', content: 'well?' }] });
+    expect(open.detail).toEqual({ field: 'messages[1].toolCalls[0]' });
+    expect(open.message).toMatch(/has no tool result before messages\[2\]/);
+    expect(refusal({ messages: answered.slice(0, 2) }).message).toMatch(/no tool result before the reply/);
     // XML forms are read in auto, but a call in them cannot be forced.
     const xml = '{{ tools | tojson }}<tool_call><function={{ messages[0].content }}>';
     const plan = planTools({ messages, tools: [weather] } as GenerateRequest, xml, tok);
