@@ -1239,6 +1239,7 @@ class Generation {
     }
     return new KvdeskError('CANCELLED', `the request was cancelled ${when} (${this.cancelReason ?? 'user'})`, {
       generatedTokens: this.generated,
+      reason: this.cancelReason ?? 'user',
     });
   }
 

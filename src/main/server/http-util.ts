@@ -135,6 +135,9 @@ export function errorFromInfo(info: ErrorInfo, paramHint?: { prompt: string; api
     if (value !== undefined) numbers[DETAIL_NAMES[key] ?? snakeCase(key)] = value;
   }
   const headers: Record<string, string> = {};
+  // A person cancelled it (Stop in the window or the inspector): clients that retry 5xx (the OpenAI and
+  // Anthropic SDKs) must not send it again. A shutdown's cancel may be retried once the server is back.
+  if (info.code === 'CANCELLED') headers['x-should-retry'] = info.detail?.reason === 'shutdown' ? 'true' : 'false';
   if (info.code === 'QUEUE_FULL') {
     const ms = typeof info.detail?.retryAfterMs === 'number' ? info.detail.retryAfterMs : 1000;
     headers['retry-after'] = String(Math.max(1, Math.ceil(ms / 1000)));

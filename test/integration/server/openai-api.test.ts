@@ -835,6 +835,8 @@ describe('refusals', () => {
       expect(cancelled).toEqual({ ok: true, value: { cancelled: true } });
       const res = await queued;
       expect(res.status).toBe(503);
+      // Not to be retried: the OpenAI and Anthropic SDKs retry a 503 unless told not to.
+      expect(res.headers.get('x-should-retry')).toBe('false');
       expect(res.headers.get('content-type')).toMatch(/^application\/json/);
       expect(((await res.json()) as { error: { code: string } }).error.code).toBe('cancelled');
       release();
