@@ -117,6 +117,12 @@ describe('tool calls', () => {
     expect(calls).toBeGreaterThanOrEqual(2);
   });
 
+  it('stop strings do not cut a forced call (it is the whole reply)', async () => {
+    const r = await ask(2, { toolChoice: 'required', stop: ['"', ':'] });
+    expectOneValidCall(r.rows[0] as never, 'with stop strings');
+    expect(r.finishReason).toBe('tool_calls');
+  });
+
   it('streams the call in a tokens frame, and no text', async () => {
     const frames: StreamFrame[] = [];
     const r = await ask(2, { toolChoice: 'required' }, (f) => frames.push(f));

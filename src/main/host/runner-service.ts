@@ -858,7 +858,8 @@ class Generation {
         ...(reads && reads.keepIds.size > 0 ? { keepSpecialIds: reads.keepIds } : {}),
       }),
     );
-    this.matchers = rows.map(() => createStopMatcher(req.stop ?? []));
+    // A forced call is the whole reply: a stop string inside its arguments would only break it.
+    this.matchers = rows.map(() => createStopMatcher(tools?.forced ? [] : (req.stop ?? [])));
     this.toolFilters = reads
       ? rows.map(() =>
           createToolCallFilter(reads.format, reads.names, {
