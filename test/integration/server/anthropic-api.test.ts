@@ -6,7 +6,14 @@
  */
 import Anthropic from '@anthropic-ai/sdk';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { failure, openaiClient, settled, startTestServer, type TestServer } from './server-helpers';
+import {
+  chatPromptOfToolTurn,
+  failure,
+  openaiClient,
+  settled,
+  startTestServer,
+  type TestServer,
+} from './server-helpers';
 
 let t: TestServer;
 let client: Anthropic;
@@ -102,28 +109,13 @@ describe('POST /v1/messages', () => {
     });
     expect(next.role).toBe('assistant');
     // The same conversation through chat completions (the call and its result in OpenAI's form) is the same prompt.
-    const chat = await openaiClient(t.url).chat.completions.create({
-      model: 'default',
-      messages: [
-        { role: 'user', content: 'Lamp on please' },
-        {
-          role: 'assistant',
-          content: null,
-          tool_calls: [
-            { id: use.id, type: 'function', function: { name: use.name, arguments: JSON.stringify(use.input) } },
-          ],
-        },
-        { role: 'tool', tool_call_id: use.id, content: 'done' },
-      ],
-      tools: [
-        {
-          type: 'function',
-          function: { name: lamp.name, description: lamp.description, parameters: lamp.input_schema },
-        },
-      ],
-      max_tokens: 1,
+    const chat = await chatPromptOfToolTurn(t.url, {
+      user: 'Lamp on please',
+      call: { id: use.id, name: use.name, arguments: JSON.stringify(use.input) },
+      result: 'done',
+      tool: { name: lamp.name, description: lamp.description, parameters: lamp.input_schema },
     });
-    expect((next.usage.input_tokens ?? 0) + (next.usage.cache_read_input_tokens ?? 0)).toBe(chat.usage?.prompt_tokens);
+    expect((next.usage.input_tokens ?? 0) + (next.usage.cache_read_input_tokens ?? 0)).toBe(chat);
   });
 
   it('streams a named tool call as a tool_use block with its input JSON, then tool_use', async () => {

@@ -5,7 +5,14 @@
  */
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { failure, openaiClient, settled, startTestServer, type TestServer } from './server-helpers';
+import {
+  chatPromptOfToolTurn,
+  failure,
+  openaiClient,
+  settled,
+  startTestServer,
+  type TestServer,
+} from './server-helpers';
 
 let t: TestServer;
 let client: OpenAI;
@@ -133,25 +140,13 @@ describe('POST /v1/responses', () => {
     });
     expect(next.output[0]?.type).toBe('message');
     // The same conversation through chat completions is the same prompt: the call and its output were read.
-    const chat = await openaiClient(t.url).chat.completions.create({
-      model: 'default',
-      messages: [
-        { role: 'user', content: 'Lamp on please' },
-        {
-          role: 'assistant',
-          content: null,
-          tool_calls: [
-            { id: call.call_id, type: 'function', function: { name: call.name, arguments: call.arguments } },
-          ],
-        },
-        { role: 'tool', tool_call_id: call.call_id, content: '{"ok": true}' },
-      ],
-      tools: [
-        { type: 'function', function: { name: lamp.name, description: lamp.description, parameters: lamp.parameters } },
-      ],
-      max_tokens: 1,
+    const chat = await chatPromptOfToolTurn(t.url, {
+      user: 'Lamp on please',
+      call: { id: call.call_id, name: call.name, arguments: call.arguments },
+      result: '{"ok": true}',
+      tool: { name: lamp.name, description: lamp.description, parameters: lamp.parameters },
     });
-    expect(next.usage?.input_tokens ?? 0).toBe(chat.usage?.prompt_tokens);
+    expect(next.usage?.input_tokens ?? 0).toBe(chat);
     // The SDK's stream helper assembles the same kind of response from the events.
     const streamed = await client.responses
       .stream({ model: 'default', input: 'Lamp?', tools: [lamp], tool_choice: 'required', max_output_tokens: 60 })

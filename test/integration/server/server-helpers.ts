@@ -68,6 +68,38 @@ export async function failure<E extends Error>(
   throw new Error('expected the request to fail');
 }
 
+/**
+ * Prompt tokens of a conversation through chat completions: a user turn, one call of a tool and its result.
+ * Other APIs' tests compare their own prompt for the same conversation with it.
+ */
+export async function chatPromptOfToolTurn(
+  url: string,
+  turn: {
+    user: string;
+    call: { id: string; name: string; arguments: string };
+    result: string;
+    tool: { name: string; description?: string; parameters: Record<string, unknown> };
+  },
+): Promise<number | undefined> {
+  const chat = await openaiClient(url).chat.completions.create({
+    model: 'default',
+    messages: [
+      { role: 'user', content: turn.user },
+      {
+        role: 'assistant',
+        content: null,
+        tool_calls: [
+          { id: turn.call.id, type: 'function', function: { name: turn.call.name, arguments: turn.call.arguments } },
+        ],
+      },
+      { role: 'tool', tool_call_id: turn.call.id, content: turn.result },
+    ],
+    tools: [{ type: 'function', function: turn.tool }],
+    max_tokens: 1,
+  });
+  return chat.usage?.prompt_tokens;
+}
+
 /** The official client against a server; no retries, so a 429 reaches the test. */
 export function openaiClient(url: string, apiKey = 'x'): OpenAI {
   return new OpenAI({ baseURL: `${url}/v1`, apiKey, maxRetries: 0, timeout: 30_000 });
