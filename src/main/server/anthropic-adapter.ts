@@ -313,7 +313,7 @@ export type MessageEvent = { type: string } & Record<string, unknown>;
 /**
  * A reply's event stream: message_start; for each content block (text, then a tool_use per call; text after
  * calls opens another text block) content_block_start, its deltas and content_block_stop; then message_delta
- * with the stop reason and output tokens, and message_stop.
+ * with the stop reason and the whole usage, and message_stop.
  */
 export class MessageEvents {
   private index = 0;
