@@ -187,23 +187,16 @@ function validateMessages(messages: unknown): asserts messages is ChatMessage[] 
   }
 }
 
-/** Calls `fn` on every node of a parsed template (objects with a `type`, arrays walked through). */
-function visitNodes(node: unknown, fn: (node: Record<string, unknown>) => void, seen = new Set<object>()): void {
+function renameIdentifier(node: unknown, from: string, to: string, seen = new Set<object>()): void {
   if (typeof node !== 'object' || node === null || seen.has(node)) return;
   seen.add(node);
   if (Array.isArray(node)) {
-    for (const child of node) visitNodes(child, fn, seen);
+    for (const child of node) renameIdentifier(child, from, to, seen);
     return;
   }
   const record = node as Record<string, unknown>;
-  fn(record);
-  for (const child of Object.values(record)) visitNodes(child, fn, seen);
-}
-
-function renameIdentifier(node: unknown, from: string, to: string): void {
-  visitNodes(node, (record) => {
-    if (record.type === 'Identifier' && record.value === from) record.value = to;
-  });
+  if (record.type === 'Identifier' && record.value === from) record.value = to;
+  for (const child of Object.values(record)) renameIdentifier(child, from, to, seen);
 }
 
 function errorMessage(err: unknown): string {
