@@ -15,7 +15,16 @@ import type {
   ToolDefinition,
 } from '../../shared/contract';
 import type { HttpError } from './http-util';
-import { type Body, bad, boolean, kvdeskExtras, number, present } from './openai-adapter';
+import {
+  type Body,
+  bad,
+  boolean,
+  conversationRequest,
+  kvdeskExtras,
+  number,
+  present,
+  stopList,
+} from './openai-adapter';
 
 /** A Messages request translated for the host. */
 export interface MappedMessagesRequest {
@@ -202,33 +211,18 @@ export function mapMessagesRequest(input: unknown, opts: { countOnly?: boolean }
   if (!opts.countOnly && maxTokens === undefined) throw bad('"max_tokens" is required.', 'max_tokens');
   const system = present(body, 'system') ? textOf(body.system, 'system') : undefined;
   const messages = messagesOf(body);
-  const request: GenerateRequest = {
-    model: body.model,
-    messages: system ? [{ role: 'system', content: system }, ...messages] : messages,
-    promptCache: true,
-  };
-  if (maxTokens !== undefined) request.maxNewTokens = maxTokens;
-  const sampling: NonNullable<GenerateRequest['sampling']> = {};
-  const temperature = number(body, 'temperature', { min: 0, max: 1 });
-  if (temperature !== undefined) sampling.temperature = temperature;
-  const topP = number(body, 'top_p', { min: 0, max: 1 });
-  if (topP !== undefined) sampling.topP = topP;
-  const topK = number(body, 'top_k', { min: 0, int: true });
-  if (topK !== undefined) sampling.topK = topK;
-  if (Object.keys(sampling).length > 0) request.sampling = sampling;
-  const stops = body.stop_sequences;
-  if (stops !== undefined && stops !== null) {
-    if (!Array.isArray(stops) || stops.some((x) => typeof x !== 'string')) {
-      throw bad('"stop_sequences" must be a list of strings.', 'stop_sequences');
-    }
-    const nonEmpty = (stops as string[]).filter((x) => x.length > 0);
-    if (nonEmpty.length > 0) request.stop = nonEmpty;
-  }
   const tools = toolList(body);
-  if (tools) request.tools = tools;
   const { choice, parallel } = toolChoice(body);
-  if (choice !== undefined) request.toolChoice = choice;
-  if (parallel !== undefined && tools) request.parallelToolCalls = parallel;
+  const request = conversationRequest(body.model, system, messages, {
+    maxNewTokens: maxTokens,
+    temperature: number(body, 'temperature', { min: 0, max: 1 }),
+    topP: number(body, 'top_p', { min: 0, max: 1 }),
+    topK: number(body, 'top_k', { min: 0, int: true }),
+    stop: stopList(body, 'stop_sequences'),
+    tools,
+    toolChoice: choice,
+    parallelToolCalls: parallel,
+  });
   const format = output?.format;
   if (format !== undefined && format !== null) {
     if (format.type !== 'json_schema' || typeof format.schema !== 'object' || format.schema === null) {

@@ -199,12 +199,13 @@ function logitBias(body: Body): Record<string, number> | undefined {
   return Object.keys(out).length > 0 ? out : undefined;
 }
 
-function stopList(body: Body): string[] | undefined {
-  if (!present(body, 'stop')) return undefined;
-  const v = body.stop;
+/** Stop strings under `key` (`stop`, Anthropic's `stop_sequences`): a string or a list of them. */
+export function stopList(body: Body, key = 'stop'): string[] | undefined {
+  if (!present(body, key)) return undefined;
+  const v = body[key];
   const list = typeof v === 'string' ? [v] : v;
   if (!Array.isArray(list) || list.some((s) => typeof s !== 'string')) {
-    throw bad('"stop" must be a string or an array of strings.', 'stop');
+    throw bad(`"${key}" must be a string or an array of strings.`, key);
   }
   // OpenAI treats an empty stop string as no stop; the contract does not accept empty ones.
   const stops = (list as string[]).filter((s) => s.length > 0);
@@ -380,6 +381,46 @@ export function mapOpenAiRequest(kind: OpenAiKind, input: unknown): MappedReques
   if (choice !== undefined) request.toolChoice = choice;
   if (parallel !== undefined && tools) request.parallelToolCalls = parallel;
   return { kind, model: body.model, stream, includeUsage, n, promptCount, promptIdLengths, promptTexts, request };
+}
+
+/** What a conversation request (Responses, Messages) may set; fields left undefined are left out. */
+export interface ConversationFields {
+  maxNewTokens?: number | undefined;
+  temperature?: number | undefined;
+  topP?: number | undefined;
+  topK?: number | undefined;
+  stop?: string[] | undefined;
+  tools?: ToolDefinition[] | undefined;
+  toolChoice?: ToolChoice | undefined;
+  parallelToolCalls?: boolean | undefined;
+}
+
+/**
+ * The host request of one conversation, its system prompt first. One conversation, one reply: its KV can
+ * continue an earlier request's and serve the next turn's (the host's prompt cache).
+ */
+export function conversationRequest(
+  model: string,
+  system: string | null | undefined,
+  messages: ChatMessage[],
+  f: ConversationFields,
+): GenerateRequest {
+  const request: GenerateRequest = {
+    model,
+    messages: system ? [{ role: 'system', content: system }, ...messages] : messages,
+    promptCache: true,
+  };
+  if (f.maxNewTokens !== undefined) request.maxNewTokens = f.maxNewTokens;
+  const sampling: NonNullable<GenerateRequest['sampling']> = {};
+  if (f.temperature !== undefined) sampling.temperature = f.temperature;
+  if (f.topP !== undefined) sampling.topP = f.topP;
+  if (f.topK !== undefined) sampling.topK = f.topK;
+  if (Object.keys(sampling).length > 0) request.sampling = sampling;
+  if (f.stop) request.stop = f.stop;
+  if (f.tools) request.tools = f.tools;
+  if (f.toolChoice !== undefined) request.toolChoice = f.toolChoice;
+  if (f.parallelToolCalls !== undefined && f.tools) request.parallelToolCalls = f.parallelToolCalls;
+  return request;
 }
 
 /** OpenAI's finish reasons: the reply ended by itself (with calls), or it ran out of room (tokens, context or budget). */

@@ -12,7 +12,7 @@ import type {
   ToolChoice,
   ToolDefinition,
 } from '../../shared/contract';
-import { type Body, bad, boolean, kvdeskExtras, number, present } from './openai-adapter';
+import { type Body, bad, boolean, conversationRequest, kvdeskExtras, number, present } from './openai-adapter';
 
 /** A Responses request translated for the host, with the parameters a response repeats back. */
 export interface MappedResponseRequest {
@@ -218,20 +218,14 @@ export function mapResponsesRequest(input: unknown): MappedResponseRequest {
   const choice = toolChoice(body);
   const format = textFormat(body);
 
-  const request: GenerateRequest = {
-    model: body.model,
-    messages: instructions ? [{ role: 'system', content: instructions }, ...messages] : messages,
-    // One conversation, one reply: its KV can serve the next turn's request (the host's prompt cache).
-    promptCache: true,
-  };
-  if (maxTokens !== undefined) request.maxNewTokens = maxTokens;
-  const sampling: NonNullable<GenerateRequest['sampling']> = {};
-  if (temperature !== undefined) sampling.temperature = temperature;
-  if (topP !== undefined) sampling.topP = topP;
-  if (Object.keys(sampling).length > 0) request.sampling = sampling;
-  if (tools) request.tools = tools.map(({ strict: _, ...t }) => t);
-  if (choice !== undefined) request.toolChoice = choice;
-  if (parallel !== undefined && tools) request.parallelToolCalls = parallel;
+  const request = conversationRequest(body.model, instructions as string | null, messages, {
+    maxNewTokens: maxTokens,
+    temperature,
+    topP,
+    tools: tools?.map(({ strict: _, ...t }) => t),
+    toolChoice: choice,
+    parallelToolCalls: parallel,
+  });
   if (format.type === 'json_object') request.responseFormat = 'json';
   if (format.type === 'json_schema') request.jsonSchema = format.schema as Record<string, unknown>;
 
