@@ -579,7 +579,9 @@ export class RunnerService {
     return m;
   }
 
-  private buildRows(req: GenerateRequest, model: LoadedModel, tools: ToolPlan | undefined): number[][] {
+  /** A request's prompt rows, and the plan of its tools (which shapes the chat prompt). */
+  private buildRows(req: GenerateRequest, model: LoadedModel): { rows: number[][]; tools: ToolPlan | undefined } {
+    const tools = planTools(req, model.spec.chatTemplate, model.tokenizer);
     const tok = model.tokenizer;
     const spec = model.spec;
     let rows: number[][];
@@ -621,7 +623,7 @@ export class RunnerService {
       if (rows.length !== 1) throw new KvdeskError('BAD_REQUEST', 'rows > 1 needs a single prompt to copy');
       rows = Array.from({ length: copies }, () => (rows[0] as number[]).slice());
     }
-    return rows;
+    return { rows, tools };
   }
 
   /**
@@ -632,8 +634,7 @@ export class RunnerService {
     const parsed = GenerateRequest.safeParse(input);
     if (!parsed.success) throw invalidRequest(parsed.error);
     const req = parsed.data;
-    const model = this.resolveModel(req.model);
-    const rows = this.buildRows(req, model, planTools(req, model.spec.chatTemplate, model.tokenizer));
+    const { rows } = this.buildRows(req, this.resolveModel(req.model));
     return Math.max(...rows.map((r) => r.length));
   }
 
@@ -654,8 +655,7 @@ export class RunnerService {
     let tools: ToolPlan | undefined;
     try {
       model = this.resolveModel(req.model);
-      tools = planTools(req, model.spec.chatTemplate, model.tokenizer);
-      rows = this.buildRows(req, model, tools);
+      ({ rows, tools } = this.buildRows(req, model));
       checkLogitBias(req, model.spec.vocabSize);
       checkJsonSchema(req);
       // A forced call is structured output over the call's schema.
