@@ -4,6 +4,7 @@
  * session KV and running generations; emits EngineEvents.
  */
 import { KvdeskError, toErrorInfo } from '../../shared/errors';
+import { compileCallGrammar } from './call-constraint';
 import { LoadedDecoder, type SessionKv } from './decoder';
 import type { ReplyForm, TokenTable } from './json-constraint';
 import { compileSchema } from './json-schema';
@@ -93,17 +94,20 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
         sessions.set(cmd.sessionId, session);
       }
     }
-    const held = cmd.json !== undefined ? tokenTables.get(cmd.modelId) : undefined;
-    if (cmd.json !== undefined && held?.key !== cmd.json) {
+    // JSON mode and tool calls read the vocabulary's bytes, sent under the key of the host's load.
+    const key = cmd.json ?? cmd.calls?.key;
+    const held = key !== undefined ? tokenTables.get(cmd.modelId) : undefined;
+    if (key !== undefined && held?.key !== key) {
       throw new KvdeskError(
         'INTERNAL',
-        `JSON mode needs the token table of model ${cmd.modelId} (load ${cmd.json}), which the host sends first`,
+        `${cmd.json !== undefined ? 'JSON mode' : 'Tool calls'} need the token table of model ${cmd.modelId} (load ${key}), which the host sends first`,
       );
     }
-    // The host compiled the schema already to refuse what it cannot enforce; a failure here is a bug.
+    // The host compiled the schemas already to refuse what it cannot enforce; a failure here is a bug.
     const json: ReplyForm | undefined = held && {
       table: held.table,
       ...(cmd.jsonSchema !== undefined ? { schema: compileSchema(cmd.jsonSchema) } : {}),
+      ...(cmd.json === undefined && cmd.calls ? { calls: compileCallGrammar(cmd.calls.grammar) } : {}),
     };
     const state: RunningGeneration = { stop: null };
     running.set(cmd.requestId, state);

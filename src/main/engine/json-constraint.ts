@@ -11,6 +11,7 @@
  * vocabulary's pieces of characters stay possible. Runs of whitespace outside
  * strings are capped, so a model cannot pad the reply with blank lines forever.
  */
+import { CallConstraint, type CompiledCallGrammar } from './call-constraint';
 import { feedSchemaBytes, initialSchemaState, type SchemaNode, type SchemaState } from './json-schema';
 
 /** Lexer states. Containers live on the stack; these say where inside a value the recogniser is. */
@@ -347,8 +348,20 @@ function schemaRecogniser(root: SchemaNode): Recogniser<SchemaState> {
   };
 }
 
+/** What the sampler asks of a row's constraint. */
+export interface ReplyConstraint {
+  /** True once the reply is complete (the row ends). */
+  readonly done: boolean;
+  /** Whether token `id` can come next. */
+  allows(id: number): boolean;
+  /** Sets to -Infinity every logit in x[0, vocab) whose token cannot come next; how many stay possible. */
+  mask(x: Float32Array, vocab: number): number;
+  /** Advances past the token that was picked (one the mask allowed). */
+  accept(id: number): void;
+}
+
 /** One row's constraint: which tokens may come next, and the state after the one that came. */
-export class TokenConstraint<S> {
+export class TokenConstraint<S> implements ReplyConstraint {
   private state: S;
 
   constructor(
@@ -402,15 +415,18 @@ export class JsonConstraint extends TokenConstraint<JsonState> {
   }
 }
 
-/** What a job asks of its replies' form: the vocabulary's bytes, and a compiled schema for structured output. */
+/**
+ * What a job asks of its replies' form, with the vocabulary's bytes: one JSON object (conforming to a compiled
+ * schema for structured output), or free text whose tool calls follow a call grammar.
+ */
 export interface ReplyForm {
   table: TokenTable;
   schema?: SchemaNode;
+  calls?: CompiledCallGrammar;
 }
 
 /** A new row's constraint for a job's reply form. */
-export function constraintFor(form: ReplyForm): TokenConstraint<unknown> {
-  return form.schema
-    ? (new TokenConstraint(form.table, schemaRecogniser(form.schema)) as TokenConstraint<unknown>)
-    : (new JsonConstraint(form.table) as TokenConstraint<unknown>);
+export function constraintFor(form: ReplyForm): ReplyConstraint {
+  if (form.calls) return new CallConstraint(form.table, form.calls);
+  return form.schema ? new TokenConstraint(form.table, schemaRecogniser(form.schema)) : new JsonConstraint(form.table);
 }

@@ -3,8 +3,10 @@
  * process (child_process.fork) because onnxruntime-node's session.run blocks the
  * thread it runs on; the host's event loop must stay free for the UI and API.
  */
+
 import type { ErrorInfo } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
+import type { CallGrammar } from './call-constraint';
 
 /** Sampling settings of one request. temperature 0 (or greedy) means argmax. */
 export interface SamplingParams {
@@ -82,6 +84,11 @@ export type EngineCommand =
       json?: number;
       /** Structured output (with `json`): the object conforms to this JSON Schema (json-schema.ts's subset). */
       jsonSchema?: Record<string, unknown>;
+      /**
+       * Tool calls the model may make (tool_choice "auto"), each held to its tool's schema once it opens one;
+       * with the token table sent under `key` before. Not with `json`.
+       */
+      calls?: { key: number; grammar: CallGrammar };
       /** Chat session whose KV is kept after this turn (rows must be 1). */
       sessionId?: string;
     }

@@ -3,7 +3,7 @@
  * avoids sorting the whole vocabulary: top-k is a bounded heap selection, and a
  * full sort only happens for nucleus sampling without top-k.
  */
-import type { TokenConstraint } from './json-constraint';
+import type { ReplyConstraint } from './json-constraint';
 import type { IdLogprob, SamplingParams, StepLogprob } from './protocol';
 
 /** A deterministic 32-bit PRNG (mulberry32): the same seed gives the same tokens. */
@@ -125,8 +125,11 @@ export class Sampler {
     private readonly params: SamplingParams,
     vocabSize: number,
     prompt: readonly number[] = [],
-    /** JSON mode: only tokens that keep the reply a prefix of one JSON object (conforming to a schema, if any). */
-    private readonly constraint?: TokenConstraint<unknown>,
+    /**
+     * JSON mode: only tokens that keep the reply a prefix of one JSON object (conforming to a schema, if any);
+     * or tool calls held to their schemas.
+     */
+    private readonly constraint?: ReplyConstraint,
   ) {
     this.rng = createRng(params.seed);
     this.scratch = new Float32Array(vocabSize);

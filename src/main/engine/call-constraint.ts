@@ -1,0 +1,345 @@
+/**
+ * Tool calls the model chooses to make (tool_choice "auto"), held to the tools' schemas once it makes one: a
+ * lazy constraint, as llama.cpp's lazy grammars are. The reply is free text until it writes the call form's
+ * opening (Hermes' `<tool_call>`, Mistral's `[TOOL_CALLS]`, …; for a form whose call is a bare JSON object, a
+ * `{` that begins the reply). From there it must write the call as the form has it: a JSON object naming a
+ * listed tool with arguments that conform to that tool's schema (json-schema.ts's recogniser over the anyOf of
+ * the tools' calls), or the tool's name and a marker then its arguments (`[TOOL_CALLS]name[ARGS]{…}`), one
+ * call or a JSON array of them, then the form's closing text. After that the reply is free again, and the next
+ * opening starts another call.
+ *
+ * The opening is found in the bytes the reply has written (a Knuth–Morris–Pratt automaton over them), whether
+ * the model writes it as one special token or in pieces; a token that completes it and goes on is allowed only
+ * when the rest is a valid start of the call. While a call is being written, special tokens (the end of the
+ * reply among them) are refused, except where the form's own text is one (`[ARGS]`, a closing tag). The JSON
+ * is compact, as in structured output. A call's object may close inside a token whose rest is free text.
+ *
+ * No npm packages: the engine process imports this file.
+ */
+import type { ReplyConstraint, TokenTable } from './json-constraint';
+import { compileSchema, feedSchemaBytes, initialSchemaState, type SchemaNode, type SchemaState } from './json-schema';
+
+/** What the host asks of a reply's calls (sent in the generate command). */
+export interface CallGrammar {
+  /** Text that opens a call; '' when a call is a bare JSON object, recognised only at the reply's start. */
+  trigger: string;
+  /** After the opening comes a JSON array of calls (`[{…}, {…}]`), not one. */
+  array: boolean;
+  /** Text that must close the call (or the array) before the reply goes on; '' when none. */
+  close: string;
+  /**
+   * The calls it may make: the text written before the call's JSON object (the tool's name and a marker;
+   * '' when the object names the tool itself), and the object's schema.
+   */
+  calls: Array<{ head: string; schema: Record<string, unknown> }>;
+}
+
+/** A grammar ready to run: bytes, the opening's automaton, compiled schemas. */
+export interface CompiledCallGrammar {
+  trigger: Uint8Array;
+  /** KMP failure function of `trigger`: fail[i] = the longest proper border of trigger[0, i]. */
+  fail: Int32Array;
+  atStart: boolean;
+  array: boolean;
+  close: Uint8Array;
+  heads: Uint8Array[];
+  schemas: SchemaNode[];
+}
+
+const utf8 = (s: string) => new TextEncoder().encode(s);
+
+/** Compiles a grammar (throws SchemaError for a schema the recogniser cannot enforce: the host checked them). */
+export function compileCallGrammar(g: CallGrammar): CompiledCallGrammar {
+  if (g.calls.length === 0) throw new Error('a call grammar needs at least one call');
+  if (g.trigger === '' && (g.array || g.calls.some((c) => c.head !== ''))) {
+    throw new Error('a call that is a bare JSON object has no array and no head');
+  }
+  const trigger = utf8(g.trigger);
+  const fail = new Int32Array(trigger.length);
+  for (let i = 1, k = 0; i < trigger.length; i++) {
+    while (k > 0 && trigger[i] !== trigger[k]) k = fail[k - 1] as number;
+    if (trigger[i] === trigger[k]) k++;
+    fail[i] = k;
+  }
+  return {
+    trigger,
+    fail,
+    atStart: g.trigger === '',
+    array: g.array,
+    close: utf8(g.close),
+    heads: g.calls.map((c) => utf8(c.head)),
+    schemas: g.calls.map((c) => compileSchema(c.schema)),
+  };
+}
+
+/** Where the reply is. */
+enum P {
+  /** Free text; `n` bytes of the opening matched. */
+  Free,
+  /** Free text for good (a bare-JSON form whose reply did not begin with `{`, or after its call). */
+  Rest,
+  /** A bare-JSON form's reply before its first byte that is not white space; `n` white-space bytes. */
+  Start,
+  /** After the opening: white space, then `[` for an array, else the call. */
+  Lead,
+  /** In an array, before a call: white space. */
+  Item,
+  /** The call's head; `n` bytes of it read, consistent with heads[head]. */
+  Head,
+  /** After the head: white space, then `{`. */
+  PreObject,
+  /** Inside the call's object (obj), whose schema is schemas[head]. */
+  Object,
+  /** In an array, after a call: white space, then `,` or `]`. */
+  After,
+  /** White space before the closing text. */
+  CloseSpace,
+  /** The closing text; `n` bytes of it read. */
+  Close,
+}
+
+/** The constraint's state: never changed (a step makes a new one), so a candidate token is tried on it. */
+interface CallState {
+  readonly p: P;
+  readonly n: number;
+  readonly head: number;
+  readonly obj: SchemaState | null;
+}
+
+/** Longest run of white space around a call's parts (a model cannot pad a call with blank lines forever). */
+export const MAX_CALL_WHITESPACE = 32;
+
+const isWs = (b: number) => b === 0x20 || b === 0x0a || b === 0x0d || b === 0x09;
+const LBRACE = 0x7b;
+const RBRACE = 0x7d;
+
+/** Phases where the reply is free text (special tokens, an empty token and the end of the reply are allowed). */
+const isFree = (p: P) => p === P.Free || p === P.Rest || p === P.Start;
+
+/**
+ * Feeds bytes[from, to) to state `st`; the new state, or null when no reply of the grammar can continue with
+ * them (`st` unchanged).
+ */
+export function feedCallBytes(
+  g: CompiledCallGrammar,
+  st: CallState,
+  bytes: Uint8Array,
+  from: number,
+  to: number,
+): CallState | null {
+  let { p, n, head, obj } = st;
+  // After a call (or the close): free, or for good in the bare-JSON form.
+  const freeAgain = () => {
+    p = g.atStart ? P.Rest : P.Free;
+    n = 0;
+    obj = null;
+  };
+  const afterCall = () => {
+    obj = null;
+    n = 0;
+    if (g.array) p = P.After;
+    else if (g.close.length > 0) p = P.CloseSpace;
+    else freeAgain();
+  };
+  // The call's head begins: a head of '' (the object names its tool) goes straight to the object.
+  const toHead = () => {
+    n = 0;
+    if (g.heads.length === 1 && (g.heads[0] as Uint8Array).length === 0) {
+      head = 0;
+      p = P.PreObject;
+    } else {
+      head = -1;
+      p = P.Head;
+    }
+  };
+  let i = from;
+  while (i < to) {
+    const b = bytes[i] as number;
+    switch (p) {
+      case P.Rest:
+        return { p, n: 0, head: 0, obj: null };
+      case P.Free: {
+        const t = g.trigger;
+        while (n > 0 && b !== t[n]) n = g.fail[n - 1] as number;
+        if (b === t[n]) n++;
+        i++;
+        if (n === t.length) {
+          p = P.Lead;
+          n = 0;
+        }
+        continue;
+      }
+      case P.Start:
+        if (isWs(b)) {
+          if (++n > MAX_CALL_WHITESPACE) return null;
+          i++;
+        } else if (b === LBRACE) {
+          head = 0;
+          p = P.Object;
+          obj = initialSchemaState();
+        } else {
+          p = P.Rest;
+        }
+        continue;
+      case P.Lead:
+      case P.Item:
+      case P.PreObject:
+      case P.After:
+      case P.CloseSpace:
+        if (isWs(b)) {
+          if (++n > MAX_CALL_WHITESPACE) return null;
+          i++;
+          continue;
+        }
+        if (p === P.Lead) {
+          if (g.array) {
+            if (b !== 0x5b) return null;
+            p = P.Item;
+            n = 0;
+            i++;
+          } else toHead();
+        } else if (p === P.Item) {
+          toHead();
+        } else if (p === P.PreObject) {
+          if (b !== LBRACE) return null;
+          p = P.Object;
+          obj = initialSchemaState();
+        } else if (p === P.After) {
+          if (b === 0x2c) {
+            p = P.Item;
+            n = 0;
+          } else if (b === 0x5d) {
+            if (g.close.length > 0) {
+              p = P.CloseSpace;
+              n = 0;
+            } else freeAgain();
+          } else return null;
+          i++;
+        } else {
+          if (b !== g.close[0]) return null;
+          p = P.Close;
+          n = 1;
+          i++;
+          if (n === g.close.length) freeAgain();
+        }
+        continue;
+      case P.Close:
+        if (b !== g.close[n]) return null;
+        n++;
+        i++;
+        if (n === g.close.length) freeAgain();
+        continue;
+      case P.Head: {
+        // A head consistent with the bytes so far that goes on with b (any other consistent one shares them).
+        let next = -1;
+        for (let j = 0; j < g.heads.length; j++) {
+          const h = g.heads[j] as Uint8Array;
+          if (h.length <= n || h[n] !== b) continue;
+          if (head >= 0 && n > 0 && !samePrefix(h, g.heads[head] as Uint8Array, n)) continue;
+          next = j;
+          break;
+        }
+        if (next < 0) return null;
+        head = next;
+        n++;
+        i++;
+        if (n === (g.heads[head] as Uint8Array).length) {
+          p = P.PreObject;
+          n = 0;
+        }
+        continue;
+      }
+      case P.Object: {
+        const schema = g.schemas[head] as SchemaNode;
+        const whole = feedSchemaBytes(schema, obj as SchemaState, bytes, i, to);
+        if (whole !== null) {
+          if (whole.done) afterCall();
+          else obj = whole;
+          i = to;
+          continue;
+        }
+        // The object may close inside the token, its rest being what comes after the call.
+        let closedAt = -1;
+        for (let k = i + 1; k < to; k++) {
+          if (bytes[k - 1] !== RBRACE) continue;
+          if (feedSchemaBytes(schema, obj as SchemaState, bytes, i, k)?.done) {
+            closedAt = k;
+            break;
+          }
+        }
+        if (closedAt < 0) return null;
+        afterCall();
+        i = closedAt;
+        continue;
+      }
+    }
+  }
+  return { p, n, head, obj };
+}
+
+function samePrefix(a: Uint8Array, b: Uint8Array, n: number): boolean {
+  for (let k = 0; k < n; k++) if (a[k] !== b[k]) return false;
+  return true;
+}
+
+/** The state a reply begins in. */
+export function initialCallState(g: CompiledCallGrammar): CallState {
+  return { p: g.atStart ? P.Start : P.Free, n: 0, head: 0, obj: null };
+}
+
+/** Whether a reply in this state is inside a call (free text otherwise). */
+export function inCall(st: CallState): boolean {
+  return !isFree(st.p);
+}
+
+/** One row's lazy constraint over its tool calls. */
+export class CallConstraint implements ReplyConstraint {
+  private state: CallState;
+
+  constructor(
+    private readonly table: TokenTable,
+    private readonly grammar: CompiledCallGrammar,
+  ) {
+    this.state = initialCallState(grammar);
+  }
+
+  /** A reply with calls ends when the model ends it (never because a call closed). */
+  get done(): boolean {
+    return false;
+  }
+
+  /** Whether the reply is inside a call now. */
+  get inCall(): boolean {
+    return inCall(this.state);
+  }
+
+  allows(id: number): boolean {
+    const { bytes, offsets, special } = this.table;
+    if (id < 0 || id >= offsets.length - 1) return false;
+    const p = this.state.p;
+    const from = offsets[id] as number;
+    const to = offsets[id + 1] as number;
+    // A token without bytes (an end token, often) writes nothing a call could take.
+    if (from === to) return isFree(p);
+    // Special tokens are free text's, or the form's own text (a head's marker, the closing tag).
+    if (special.has(id) && !isFree(p) && p !== P.Head && p !== P.Close && p !== P.CloseSpace) return false;
+    return feedCallBytes(this.grammar, this.state, bytes, from, to) !== null;
+  }
+
+  mask(x: Float32Array, vocab: number): number {
+    let allowed = 0;
+    for (let id = 0; id < vocab; id++) {
+      if (x[id] === Number.NEGATIVE_INFINITY) continue;
+      if (this.allows(id)) allowed++;
+      else x[id] = Number.NEGATIVE_INFINITY;
+    }
+    return allowed;
+  }
+
+  accept(id: number): void {
+    const { bytes, offsets } = this.table;
+    const next = feedCallBytes(this.grammar, this.state, bytes, offsets[id] as number, offsets[id + 1] as number);
+    if (!next) throw new Error(`token ${id} does not continue the reply's tool call`);
+    this.state = next;
+  }
+}

@@ -1,0 +1,328 @@
+import Ajv from 'ajv';
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import {
+  CallConstraint,
+  type CallGrammar,
+  compileCallGrammar,
+  MAX_CALL_WHITESPACE,
+} from '../../../src/main/engine/call-constraint';
+import { tokenTable } from '../../../src/main/engine/json-constraint';
+import { Sampler } from '../../../src/main/engine/sampling';
+
+const ajv = new Ajv({ strict: false });
+
+// Tools whose arguments a random walk finishes: enums and booleans.
+const weatherArgs = {
+  type: 'object',
+  properties: { city: { enum: ['Paris', 'Oslo'] }, hourly: { type: 'boolean' } },
+  required: ['city'],
+};
+const lightsArgs = { type: 'object', properties: { on: { type: 'boolean' } }, required: ['on'] };
+const envelope = (name: string, args: object) => ({
+  type: 'object',
+  properties: { name: { const: name }, arguments: args },
+  required: ['name', 'arguments'],
+});
+const CALL_SCHEMA = { anyOf: [envelope('get_weather', weatherArgs), envelope('set_lights', lightsArgs)] };
+
+const HERMES: CallGrammar = {
+  trigger: '<tool_call>',
+  array: false,
+  close: '</tool_call>',
+  calls: [{ head: '', schema: CALL_SCHEMA }],
+};
+const MISTRAL: CallGrammar = {
+  trigger: '[TOOL_CALLS]',
+  array: true,
+  close: '',
+  calls: [{ head: '', schema: CALL_SCHEMA }],
+};
+const NAMED: CallGrammar = {
+  trigger: '[TOOL_CALLS]',
+  array: false,
+  close: '',
+  calls: [
+    { head: 'get_a[ARGS]', schema: weatherArgs },
+    { head: 'get_ab[ARGS]', schema: lightsArgs },
+  ],
+};
+const BARE: CallGrammar = { trigger: '', array: false, close: '', calls: [{ head: '', schema: CALL_SCHEMA }] };
+
+// A vocabulary: every printable ASCII byte and white space alone, some longer pieces, and special tokens.
+const SPECIAL = ['', '<|im_end|>', '[TOOL_CALLS]', '[ARGS]'];
+const PIECES = [
+  ...Array.from({ length: 95 }, (_, i) => String.fromCharCode(32 + i)),
+  '\n',
+  '\t',
+  '<tool_call>',
+  '</tool_call>',
+  '<tool',
+  '_call>',
+  '<tool_call>{"',
+  '<tool_call>x',
+  '{"',
+  '"}',
+  '}}',
+  '}}\n',
+  '}}</tool_call>',
+  '"name":"',
+  '","arguments":{"',
+  'get_weather',
+  'set_lights',
+  'Paris',
+  'true',
+  'false',
+  ' [',
+  'hello',
+  ' world',
+  '\n\n',
+];
+const VOCAB = [...SPECIAL, ...PIECES];
+const table = tokenTable(
+  VOCAB.map((p) => [...Buffer.from(p, 'utf8')]),
+  SPECIAL.map((_, i) => i),
+);
+const EOS = 0;
+const idOf = (piece: string, from = 0) => {
+  const id = VOCAB.indexOf(piece, from);
+  if (id < 0) throw new Error(`no token ${JSON.stringify(piece)}`);
+  return id;
+};
+/** The ordinary (not special) token for a piece, where a special one has the same text. */
+const plain = (piece: string) => idOf(piece, SPECIAL.length);
+
+function constraintOf(g: CallGrammar): CallConstraint {
+  return new CallConstraint(table, compileCallGrammar(g));
+}
+
+/** Feeds pieces (ids or texts, each one token); returns the constraint. Throws if one is refused. */
+function write(g: CallGrammar, parts: Array<string | number>): CallConstraint {
+  const c = constraintOf(g);
+  for (const part of parts) {
+    const id = typeof part === 'number' ? part : plain(part);
+    if (!c.allows(id)) throw new Error(`refused ${JSON.stringify(VOCAB[id])} after ${JSON.stringify(parts)}`);
+    c.accept(id);
+  }
+  return c;
+}
+
+const chars = (s: string) => [...s];
+const skipWs = (text: string, i: number) => {
+  while (i < text.length && /\s/.test(text[i] as string)) i++;
+  return i;
+};
+/** Where the JSON object or array that starts at `at` ends (strings read), or -1 when it does not close. */
+function jsonEnd(text: string, at: number): number {
+  let depth = 0;
+  let inString = false;
+  for (let i = at; i < text.length; i++) {
+    const ch = text[i];
+    if (inString) {
+      if (ch === '\\') i++;
+      else if (ch === '"') inString = false;
+    } else if (ch === '"') inString = true;
+    else if (ch === '{' || ch === '[') depth++;
+    else if (ch === '}' || ch === ']') {
+      depth--;
+      if (depth === 0) return i + 1;
+    }
+  }
+  return -1;
+}
+
+describe('lazy tool-call constraint', () => {
+  it('leaves free text free: every token, special or empty, until the opening', () => {
+    const c = write(HERMES, ['hello', ' world', '\n']);
+    // All but the one that opens a call and goes on with what no call can begin with.
+    for (let id = 0; id < VOCAB.length; id++) expect(c.allows(id)).toBe(VOCAB[id] !== '<tool_call>x');
+    expect(c.inCall).toBe(false);
+    expect(c.done).toBe(false);
+  });
+
+  it('after the opening, written whole or in pieces, allows only a valid start of the call', () => {
+    for (const opening of [['<tool_call>'], ['<tool', '_call>'], chars('<tool_call>')]) {
+      const c = write(HERMES, ['hello', ...opening]);
+      expect(c.inCall).toBe(true);
+      expect(c.allows(plain('{"'))).toBe(true);
+      expect(c.allows(plain('\n'))).toBe(true);
+      expect(c.allows(plain('x'))).toBe(false);
+      expect(c.allows(EOS)).toBe(false);
+      expect(c.allows(idOf('<|im_end|>'))).toBe(false);
+    }
+  });
+
+  it('a token that completes the opening and goes on is allowed only when the rest starts the call', () => {
+    const c = write(HERMES, ['hello', '<tool']);
+    expect(c.allows(plain('_call>'))).toBe(true);
+    const d = constraintOf(HERMES);
+    expect(d.allows(plain('<tool_call>{"'))).toBe(true);
+    expect(d.allows(plain('<tool_call>x'))).toBe(false);
+  });
+
+  it("holds the call to its tool's schema, then requires the closing tag, then is free again", () => {
+    const call = ['<tool_call>', '\n', '{"', ...chars('name":"'), 'get_weather', '","arguments":{"'];
+    const c = write(HERMES, call);
+    // Only the tool's keys: city comes first.
+    expect(c.allows(plain('c'))).toBe(true);
+    expect(c.allows(plain('x'))).toBe(false);
+    const d = write(HERMES, [...call, ...chars('city":"'), 'Paris', '"}']);
+    expect(d.allows(plain('}}'))).toBe(false);
+    expect(d.allows(plain('}'))).toBe(true);
+    const e = write(HERMES, [...call, ...chars('city":"'), 'Paris', '"', '}}\n']);
+    expect(e.inCall).toBe(true);
+    expect(e.allows(plain('x'))).toBe(false);
+    expect(e.allows(EOS)).toBe(false);
+    expect(e.allows(plain('</tool_call>'))).toBe(true);
+    e.accept(plain('</tool_call>'));
+    expect(e.inCall).toBe(false);
+    expect(e.allows(EOS)).toBe(true);
+    expect(e.allows(plain('x'))).toBe(true);
+    // An unknown tool's name is refused.
+    const f = write(HERMES, ['<tool_call>', '{"', ...chars('name":"')]);
+    expect(f.allows(plain('g'))).toBe(true);
+    expect(f.allows(plain('x'))).toBe(false);
+  });
+
+  it('lets an object close inside a token whose rest is the closing tag', () => {
+    const c = write(HERMES, ['<tool_call>', '{"', ...chars('name":"set_lights","arguments":{"on":'), 'true']);
+    expect(c.allows(plain('}}</tool_call>'))).toBe(true);
+    c.accept(plain('}}</tool_call>'));
+    expect(c.inCall).toBe(false);
+  });
+
+  it('caps white space inside a call', () => {
+    const c = write(HERMES, ['<tool_call>', ...Array(MAX_CALL_WHITESPACE).fill(' ')]);
+    expect(c.allows(plain(' '))).toBe(false);
+    expect(c.allows(plain('{"'))).toBe(true);
+  });
+
+  it('array forms: calls in [ … , … ], then free text', () => {
+    const one = '{"name":"set_lights","arguments":{"on":true}}';
+    const c = write(MISTRAL, [idOf('[TOOL_CALLS]'), ' [', ...chars(one), ',', ' ', ...chars(one)]);
+    expect(c.allows(plain('x'))).toBe(false);
+    expect(c.allows(plain(']'))).toBe(true);
+    c.accept(plain(']'));
+    expect(c.inCall).toBe(false);
+    expect(c.allows(EOS)).toBe(true);
+    // The bracket must come first.
+    const d = write(MISTRAL, [idOf('[TOOL_CALLS]')]);
+    expect(d.allows(plain('{"'))).toBe(false);
+    expect(d.allows(plain(' ['))).toBe(true);
+  });
+
+  it('named forms: a listed name and the marker (special or written), then that tool’s arguments', () => {
+    const c = write(NAMED, [idOf('[TOOL_CALLS]'), ...chars('get_a')]);
+    expect(c.allows(idOf('[ARGS]'))).toBe(true);
+    expect(c.allows(plain('b'))).toBe(true);
+    expect(c.allows(plain('x'))).toBe(false);
+    c.accept(idOf('[ARGS]'));
+    for (const piece of chars('{"city":"Oslo"}')) {
+      expect(c.allows(plain(piece))).toBe(true);
+      c.accept(plain(piece));
+    }
+    expect(c.inCall).toBe(false);
+    const d = write(NAMED, [idOf('[TOOL_CALLS]'), ...chars('get_ab[ARGS]{"')]);
+    // get_ab's arguments are set_lights', not get_a's.
+    expect(d.allows(plain('o'))).toBe(true);
+    expect(d.allows(plain('c'))).toBe(false);
+  });
+
+  it('bare JSON: a reply that begins with { is a call; one that begins otherwise stays free', () => {
+    const c = write(BARE, [' ', '{"']);
+    expect(c.inCall).toBe(true);
+    expect(c.allows(plain('n'))).toBe(true);
+    expect(c.allows(plain('x'))).toBe(false);
+    const d = write(BARE, ['hello', ' ', '{"', 'x', '}']);
+    expect(d.inCall).toBe(false);
+  });
+
+  it('random walks: every call written is one the schemas accept', () => {
+    const validate = ajv.compile(CALL_SCHEMA);
+    const validateArgs = [ajv.compile(weatherArgs), ajv.compile(lightsArgs)];
+    // Bias toward the opening so most walks make calls.
+    for (const [g, label] of [
+      [HERMES, 'hermes'],
+      [MISTRAL, 'mistral'],
+      [NAMED, 'named'],
+      [BARE, 'bare'],
+    ] as const) {
+      let checked = 0;
+      fc.assert(
+        fc.property(fc.array(fc.nat(), { minLength: 120, maxLength: 120 }), (draws) => {
+          const c = constraintOf(g);
+          const opening = g === BARE ? [plain('{"')] : [plain('<tool_call>'), idOf('[TOOL_CALLS]')];
+          let text = '';
+          for (const d of draws) {
+            const allowed = VOCAB.map((_, id) => id).filter((id) => c.allows(id));
+            expect(allowed.length).toBeGreaterThan(0);
+            const preferred = opening.filter((id) => allowed.includes(id));
+            const id =
+              !c.inCall && preferred.length > 0 && d % 3 === 0
+                ? (preferred[0] as number)
+                : (allowed[d % allowed.length] as number);
+            if (id === EOS) break;
+            c.accept(id);
+            text += VOCAB[id];
+          }
+          // Each complete call in the text is valid.
+          const complete = (at: number) => {
+            const end = jsonEnd(text, at);
+            if (end < 0) return undefined;
+            checked++;
+            return JSON.parse(text.slice(at, end));
+          };
+          const callsAfter = (re: RegExp) =>
+            [...text.matchAll(re)].map((m) => ({ m, at: skipWs(text, (m.index as number) + m[0].length) }));
+          if (g === HERMES) {
+            for (const { at } of callsAfter(/<tool_call>/g)) {
+              const call = complete(at);
+              if (call !== undefined) expect(validate(call), `${label}: ${text}`).toBe(true);
+            }
+          } else if (g === MISTRAL) {
+            for (const { at } of callsAfter(/\[TOOL_CALLS\]/g)) {
+              const calls = complete(at) as unknown[] | undefined;
+              for (const call of calls ?? []) expect(validate(call), `${label}: ${text}`).toBe(true);
+            }
+          } else if (g === NAMED) {
+            for (const { m, at } of callsAfter(/\[TOOL_CALLS\](get_ab?)\[ARGS\]/g)) {
+              const args = complete(at);
+              const check = validateArgs[m[1] === 'get_a' ? 0 : 1] as (x: unknown) => boolean;
+              if (args !== undefined) expect(check(args), `${label}: ${text}`).toBe(true);
+            }
+          } else {
+            const at = skipWs(text, 0);
+            const call = text[at] === '{' ? complete(at) : undefined;
+            if (call !== undefined) expect(validate(call), `${label}: ${text}`).toBe(true);
+          }
+        }),
+        { numRuns: 60 },
+      );
+      // The walks do make calls (a property over replies without calls would prove nothing).
+      expect(checked, label).toBeGreaterThan(5);
+    }
+  });
+
+  it('the sampler draws only allowed tokens, and a call never ends the row', () => {
+    const c = constraintOf(HERMES);
+    // Logits that prefer 'x' everywhere: inside the call, the constraint must overrule them.
+    const logits = new Float32Array(VOCAB.length).fill(0);
+    logits[plain('x')] = 10;
+    logits[plain('<tool_call>')] = 20;
+    const sampler = new Sampler(
+      { greedy: true, temperature: 0, topK: 0, topP: 1, minP: 0, repetitionPenalty: 1, seed: 1 },
+      VOCAB.length,
+      [],
+      c,
+    );
+    let text = '';
+    for (let step = 0; step < 80 && !sampler.finished; step++) {
+      const id = sampler.sample(logits, 0, VOCAB.length);
+      expect(id).toBeGreaterThanOrEqual(0);
+      text += VOCAB[id];
+      if (step === 0) logits[plain('<tool_call>')] = -10;
+    }
+    expect(text, text).toMatch(/^<tool_call>\s{0,32}\{"name":"get_weather","arguments":\{"city":"/);
+    expect(sampler.finished).toBe(false);
+  });
+});
