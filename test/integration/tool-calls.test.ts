@@ -42,6 +42,9 @@ const messages = [{ role: 'user' as const, content: 'What is the weather in Pari
 
 let host: RunnerService;
 let nativeDir: string;
+let hermesDir: string;
+/** The id of `<tool_call>` in the hermes package: one token there, as in Qwen's vocabulary. */
+const TOOL_CALL_ID = 509;
 const readTemplate = () =>
   JSON.parse(readFileSync(path.join(nativeDir, 'tokenizer_config.json'), 'utf8')).chat_template;
 beforeAll(async () => {
@@ -65,10 +68,48 @@ beforeAll(async () => {
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
   writeFileSync(configPath, JSON.stringify(config));
   await host.loadModel(nativeDir, { id: 'native' });
+
+  // The default package as a Hermes-form model (Qwen's): its template shows tools and writes calls in
+  // <tool_call> tags, and <tool_call> is one token (the unused <|endoftext|>, renamed), so a logit bias can make
+  // the random model open a call whenever it writes free text.
+  hermesDir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-hermes-'));
+  cpSync(defaultModelDir, hermesDir, { recursive: true });
+  const edit = (file: string, change: (json: Record<string, unknown>) => void) => {
+    const at = path.join(hermesDir, file);
+    const json = JSON.parse(readFileSync(at, 'utf8'));
+    change(json);
+    writeFileSync(at, JSON.stringify(json));
+  };
+  edit('tokenizer.json', (t) => {
+    const added = (t.added_tokens as Array<{ id: number }>).find((a) => a.id === TOOL_CALL_ID);
+    Object.assign(added as object, { content: '<tool_call>', special: false });
+  });
+  edit('tokenizer_config.json', (c) => {
+    (c.added_tokens_decoder as Record<string, unknown>)[String(TOOL_CALL_ID)] = {
+      content: '<tool_call>',
+      special: false,
+    };
+    c.bos_token = null;
+    c.pad_token = null;
+    c.chat_template =
+      "{% if tools %}{{ '<|im_start|>system\\n<tools>' + (tools | tojson) + '</tools>\\nCall one in <tool_call></tool_call> tags.<|im_end|>\\n' }}{% endif %}" +
+      "{% for m in messages %}{% if m.tool_calls is defined %}{{ '<|im_start|>assistant\\n' }}{% for c in m.tool_calls %}{{ '<tool_call>\\n' + (c.function | tojson) + '\\n</tool_call>' }}{% endfor %}{{ '<|im_end|>\\n' }}" +
+      "{% else %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endif %}{% endfor %}" +
+      "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+  });
+  edit('generation_config.json', (g) => {
+    g.eos_token_id = 511;
+  });
+  edit('config.json', (c) => {
+    c.bos_token_id = null;
+    c.pad_token_id = null;
+  });
+  await host.loadModel(hermesDir, { id: 'hermes' });
 }, 60_000);
 afterAll(async () => {
   await host?.close();
   if (nativeDir) rmSync(nativeDir, { recursive: true, force: true });
+  if (hermesDir) rmSync(hermesDir, { recursive: true, force: true });
 });
 
 const ask = (seed: number, extra: Partial<GenerateRequest> = {}, sink?: (f: StreamFrame) => void) =>
@@ -218,6 +259,34 @@ describe('tool calls', () => {
     ];
     const expected = applyChat(tok, readTemplate(), toolChatTurns(history, undefined, true, MISTRAL).messages).ids;
     expect(host.countPromptTokens({ model: 'native', messages: history })).toBe(expected.length);
+  });
+
+  it('auto: each call the model opens is held to its tool’s schema and closed, and the reply goes on', async () => {
+    const tok = host.tokenizerOf('hermes');
+    expect(tok.encode('<tool_call>', { addSpecialTokens: false })).toEqual([TOOL_CALL_ID]);
+    let calls = 0;
+    for (const seed of [1, 2, 3]) {
+      // The bias makes the model open a call wherever text is free; inside a call, only the schema decides.
+      const r = await host.generate({
+        model: 'hermes',
+        messages,
+        tools: TOOLS,
+        maxNewTokens: 200,
+        sampling: { temperature: 1, seed, logitBias: { [TOOL_CALL_ID]: 12 } },
+      }).result;
+      const row = r.rows[0] as { text: string; toolCalls?: ToolCall[]; finishReason: string };
+      const made = row.toolCalls ?? [];
+      for (const call of made) {
+        expect(ajv.validate(schemaOf(call.name), JSON.parse(call.arguments)), `${call.name} ${call.arguments}`).toBe(
+          true,
+        );
+      }
+      calls += made.length;
+      // Each call's tag was closed, so the reply went on to open the next.
+      const tags = r.tokenIds.filter((id) => id === TOOL_CALL_ID).length;
+      expect(made.length).toBeGreaterThanOrEqual(tags - 1);
+    }
+    expect(calls).toBeGreaterThanOrEqual(3);
   });
 
   it('refuses a forced call to a schema it cannot enforce, naming the place', async () => {

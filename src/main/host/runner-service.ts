@@ -987,7 +987,8 @@ class Generation {
     }
     const spec = this.model.spec;
     try {
-      if (jsonMode(this.req)) {
+      const grammar = this.tools?.grammar;
+      if (jsonMode(this.req) || grammar) {
         const model = this.model;
         this.host.engine.ensureTokenTable(model.id, model.loadKey, () => {
           model.tokenBytes ??= tokenBytesOf(model);
@@ -1006,6 +1007,7 @@ class Generation {
           ...(this.req.logprobs !== undefined ? { logprobs: this.req.logprobs } : {}),
           ...(jsonMode(this.req) ? { json: this.model.loadKey } : {}),
           ...(this.req.jsonSchema ? { jsonSchema: this.req.jsonSchema } : {}),
+          ...(grammar ? { calls: { key: this.model.loadKey, grammar } } : {}),
           ...(this.req.sessionId ? { sessionId: this.req.sessionId } : {}),
         },
         {

@@ -5,10 +5,17 @@
  */
 import type { ChatMessage, GenerateRequest, ToolDefinition } from '../../shared/contract';
 import { KvdeskError } from '../../shared/errors';
+import type { CallGrammar } from '../engine/call-constraint';
 import { compileSchema, SchemaError } from '../engine/json-schema';
 import { templateShowsTools } from '../tokenizer/chat-template';
 import type { TextTokenizer } from '../tokenizer/text-tokenizer';
-import { isJsonObjectText, type ParamSchemas, type ToolCallFormat, toolCallFormat } from '../tokenizer/tool-calls';
+import {
+  HERMES,
+  isJsonObjectText,
+  type ParamSchemas,
+  type ToolCallFormat,
+  toolCallFormat,
+} from '../tokenizer/tool-calls';
 
 /** A request's tool calling, as the host runs it. */
 export interface ToolPlan {
@@ -32,6 +39,11 @@ export interface ToolPlan {
   paramSchemas: ParamSchemas;
   /** The format's markers that are special tokens: kept in the text the filter reads. */
   keepIds: ReadonlySet<number>;
+  /**
+   * `auto`: the grammar a call the model opens is held to (its tool's schema), in the engine. Absent where
+   * kvdesk cannot hold it: the XML forms, a tool whose arguments are free-form, a schema it cannot enforce.
+   */
+  grammar?: CallGrammar;
 }
 
 /** GLM's argument tags, which its tokenizer may mark special: kept in the text the filter reads. */
@@ -140,6 +152,82 @@ function callSchema(tool: ToolDefinition, argsKey: string): Record<string, unkno
 }
 
 /**
+ * Arguments kvdesk would hold to fewer keys than the tool takes: a schema that lists no properties yet does
+ * not forbid others (`{"type": "object"}`), or says others are allowed. (No parameters at all, or
+ * `"properties": {}`, is a tool without arguments.)
+ */
+function freeFormArguments(tool: ToolDefinition): boolean {
+  const p = tool.parameters;
+  if (p === undefined || Object.keys(p).length === 0) return false;
+  const extra = p.additionalProperties;
+  if (extra !== undefined && extra !== false) return true;
+  return p.properties === undefined && extra !== false;
+}
+
+/** Keywords that bound a value without changing its shape: an auto call's grammar goes without them. */
+const VALUE_BOUNDS = [
+  'minimum',
+  'maximum',
+  'exclusiveMinimum',
+  'exclusiveMaximum',
+  'multipleOf',
+  'minLength',
+  'maxLength',
+  'pattern',
+  'format',
+  'uniqueItems',
+];
+
+/**
+ * A schema that accepts everything `schema` does, in the shapes kvdesk's recogniser holds: value bounds
+ * (minimum, pattern, format, …) dropped, and oneOf read as anyOf. What it still cannot hold ($ref, a value of
+ * any type, …) stays, to be refused when compiled.
+ */
+function loosened(schema: unknown): unknown {
+  if (typeof schema !== 'object' || schema === null || Array.isArray(schema)) return schema;
+  const out: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(schema)) {
+    if (VALUE_BOUNDS.includes(key)) continue;
+    if (key === 'properties' && typeof value === 'object' && value !== null) {
+      out.properties = Object.fromEntries(Object.entries(value).map(([k, v]) => [k, loosened(v)]));
+    } else if (key === 'items') out.items = loosened(value);
+    else if ((key === 'anyOf' || key === 'oneOf') && Array.isArray(value)) out.anyOf = value.map(loosened);
+    else out[key] = value;
+  }
+  return out;
+}
+
+/**
+ * The grammar of the calls a model makes when it chooses to (`auto`): its form's opening, then each call held
+ * to its tool's schema, then the form's close (Hermes' `</tool_call>`; the others end with the call or the
+ * array). A call the model chose to make is held to its shape, not to value bounds (those a forced call's
+ * schema is refused for). Undefined where kvdesk cannot hold every tool's calls: then calls are read, not held.
+ */
+function autoGrammar(tools: readonly ToolDefinition[], format: ToolCallFormat): CallGrammar | undefined {
+  if (format.xml || tools.some(freeFormArguments)) return undefined;
+  const base = {
+    trigger: format.open,
+    array: format.lead.trim() === '[',
+    close: format === HERMES ? format.close : '',
+  };
+  const shapes = tools.map((t) => ({ ...t, parameters: loosened(argumentsSchema(t)) as Record<string, unknown> }));
+  try {
+    if (format.argsMarker) {
+      const calls = shapes.map((t) => ({ head: t.name + format.argsMarker, schema: t.parameters }));
+      for (const c of calls) compileSchema(c.schema);
+      return { ...base, calls };
+    }
+    const alternatives = shapes.map((t) => callSchema(t, format.argsKey));
+    const schema = alternatives.length === 1 ? (alternatives[0] as Record<string, unknown>) : { anyOf: alternatives };
+    compileSchema(schema);
+    return { ...base, calls: [{ head: '', schema }] };
+  } catch (err) {
+    if (err instanceof SchemaError) return undefined;
+    throw err;
+  }
+}
+
+/**
  * The plan for a request's tools, or undefined when it has none. Throws BAD_REQUEST naming the field for
  * tools that cannot be honoured: no chat messages, JSON output beside them, repeated names, a choice of a
  * tool not listed, or (when the reply must be a call) a parameters schema kvdesk cannot enforce.
@@ -211,7 +299,11 @@ export function planTools(
     ),
   };
   if (choice !== 'none') plan.shown = tools;
-  if (!plan.forced) return plan;
+  if (!plan.forced) {
+    const grammar = choice === 'auto' ? autoGrammar(tools, format) : undefined;
+    if (grammar) plan.grammar = grammar;
+    return plan;
+  }
 
   if (format.xml) {
     throw bad(

@@ -185,4 +185,78 @@ describe('planTools', () => {
     });
     expect(plan?.suffix).toBe('<tool_call>\n');
   });
+
+  it('auto: the grammar each call the model opens is held to, per form; none where kvdesk cannot hold one', () => {
+    const auto = (tools: object[], template?: string) =>
+      planTools({ messages, tools } as GenerateRequest, template, tok)?.grammar;
+    const envelope = (name: string, args: object) => ({
+      type: 'object',
+      properties: { name: { const: name }, arguments: args },
+      required: ['name', 'arguments'],
+    });
+    // kvdesk's own Hermes form: the tag, one call, the closing tag.
+    expect(auto([weather])).toEqual({
+      trigger: '<tool_call>',
+      array: false,
+      close: '</tool_call>',
+      calls: [{ head: '', schema: envelope('get_weather', weather.parameters) }],
+    });
+    // Mistral's: an array of calls after the marker, nothing to close.
+    expect(auto([weather, search], NATIVE_MISTRAL)).toMatchObject({ trigger: '[TOOL_CALLS]', array: true, close: '' });
+    expect(auto([weather, search], NATIVE_MISTRAL)?.calls[0]?.schema).toEqual({
+      anyOf: [
+        envelope('get_weather', weather.parameters),
+        envelope('search', { type: 'object', ...search.parameters }),
+      ],
+    });
+    // The name-apart form: each tool's name and the marker, then its arguments.
+    const args = '{{ tools | tojson }}{% for m in messages %}[TOOL_CALLS]{{ m.content }}[ARGS]{% endfor %}';
+    expect(auto([weather, search], args)).toEqual({
+      trigger: '[TOOL_CALLS]',
+      array: false,
+      close: '',
+      calls: [
+        { head: 'get_weather[ARGS]', schema: weather.parameters },
+        { head: 'search[ARGS]', schema: { type: 'object', ...search.parameters } },
+      ],
+    });
+    // A bare JSON object (Llama 3): recognised at the reply's start, with `parameters`.
+    const bare = auto([weather], '{{ tools | tojson }}{{ messages[0].content }}');
+    expect(bare).toMatchObject({ trigger: '', array: false, close: '' });
+    expect(bare?.calls[0]?.schema).toMatchObject({ properties: { parameters: weather.parameters } });
+    // None: XML forms; free-form arguments (any keys); a schema kvdesk cannot enforce; forced or none choices.
+    expect(auto([weather], '{{ tools | tojson }}<tool_call><function=x>')).toBeUndefined();
+    expect(auto([weather, { name: 'run', parameters: { type: 'object' } }])).toBeUndefined();
+    expect(
+      auto([{ name: 'run', parameters: { type: 'object', properties: {}, additionalProperties: true } }]),
+    ).toBeUndefined();
+    expect(
+      auto([{ name: 'run', parameters: { type: 'object', properties: { n: { $ref: '#/$defs/n' } } } }]),
+    ).toBeUndefined();
+    // Value bounds are dropped (the shape is held), and oneOf is read as anyOf; a property named like one stays.
+    const bounded = {
+      type: 'object',
+      properties: {
+        n: { type: 'integer', minimum: 1, maximum: 9 },
+        format: {
+          oneOf: [
+            { type: 'string', format: 'date' },
+            { type: 'string', pattern: '^x' },
+          ],
+        },
+      },
+    };
+    expect(auto([{ name: 'run', parameters: bounded }])?.calls[0]?.schema).toEqual(
+      envelope('run', {
+        type: 'object',
+        properties: { n: { type: 'integer' }, format: { anyOf: [{ type: 'string' }, { type: 'string' }] } },
+      }),
+    );
+    expect(auto([{ name: 'now' }, { name: 'tick', parameters: { type: 'object', properties: {} } }])).toBeDefined();
+    for (const toolChoice of ['required', 'none'] as const) {
+      expect(
+        planTools({ messages, tools: [weather], toolChoice } as GenerateRequest, undefined, tok)?.grammar,
+      ).toBeUndefined();
+    }
+  });
 });
