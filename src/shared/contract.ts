@@ -172,6 +172,8 @@ export interface RowResult {
   logprobs?: GeneratedTokenLogprob[];
   /** With `tools`: the calls the reply made (`text` is the rest of it). */
   toolCalls?: ToolCall[];
+  /** The stop string that ended the reply (finishReason `stop`). */
+  stopSequence?: string;
 }
 
 /** The final result of a generation. Row 0 is repeated at the top level for convenience. */

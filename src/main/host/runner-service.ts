@@ -812,6 +812,8 @@ class Generation {
   private readonly rowIds: number[][];
   private readonly rowText: string[];
   private readonly rowStopped: Array<FinishReason | null>;
+  /** The stop string that ended each row, if one did. */
+  private readonly rowStopSequence: Array<string | undefined>;
   /** With `logprobs`: each row's tokens' log-probabilities, as the result reports them. */
   private readonly rowLogprobs: GeneratedTokenLogprob[][] | undefined;
   /** Length of each row's text as decoded so far, before stop strings cut it. */
@@ -848,6 +850,7 @@ class Generation {
     this.rowIds = rows.map(() => []);
     this.rowText = rows.map(() => '');
     this.rowStopped = rows.map(() => null);
+    this.rowStopSequence = rows.map(() => undefined);
     this.rowLogprobs = req.logprobs !== undefined ? rows.map(() => []) : undefined;
     this.rowDecoded = rows.map(() => 0);
     const reads = tools?.reads ? tools : undefined;
@@ -1079,7 +1082,7 @@ class Generation {
         const m = this.matchers[r]?.push(piece);
         if (m) {
           text += this.readCalls(r, m.emit, calls);
-          if (m.stopped) this.rowStopped[r] ??= 'stop';
+          if (m.stopped) this.stopRow(r, m.stop);
         }
       }
       this.rowText[r] += text;
@@ -1095,6 +1098,13 @@ class Generation {
     this.sched.progress(this.id, { generatedTokens: maxRowTokens, usedBytes });
     this.emit({ type: 'tokens', requestId: this.id, rows: frameRows });
     if (this.rowStopped.every((s) => s !== null)) this.host.engine.cancel(this.id, 'stop');
+  }
+
+  /** Row r matched a stop string (the first to end it counts). */
+  private stopRow(r: number, stop: string | undefined): void {
+    if (this.rowStopped[r]) return;
+    this.rowStopped[r] = 'stop';
+    this.rowStopSequence[r] = stop;
   }
 
   /**
@@ -1131,7 +1141,7 @@ class Generation {
       if (!this.rowStopped[r]) {
         const m = this.matchers[r]?.push(this.decoders[r]?.flush() ?? '');
         text += this.readCalls(r, m?.emit ?? '', calls);
-        if (m?.stopped) this.rowStopped[r] = 'stop';
+        if (m?.stopped) this.stopRow(r, m.stop);
         if (!this.rowStopped[r]) text += this.readCalls(r, this.matchers[r]?.flush() ?? '', calls);
       }
       // A call left incomplete is the reply's text.
@@ -1155,6 +1165,9 @@ class Generation {
         finishReason: calls.length > 0 && ended ? 'tool_calls' : reason,
         ...(this.rowLogprobs ? { logprobs: this.rowLogprobs[r] as GeneratedTokenLogprob[] } : {}),
         ...(calls.length > 0 ? { toolCalls: calls } : {}),
+        ...(reason === 'stop' && this.rowStopSequence[r] !== undefined
+          ? { stopSequence: this.rowStopSequence[r] }
+          : {}),
       };
     });
     const finishReason = (rowsOut[0] as RowResult).finishReason;

@@ -294,7 +294,7 @@ export function messageBody(model: string, result: GenerationResult): Record<str
     model,
     content: contentBlocks(result),
     stop_reason: stopReason(result.finishReason),
-    stop_sequence: null,
+    stop_sequence: result.rows[0]?.stopSequence ?? null,
     ...MESSAGE_NULLS,
     usage: messageUsage(result, result.promptTokens, output),
     kvdesk: kvdeskExtras(result),
@@ -370,7 +370,12 @@ export class MessageEvents {
     // The whole usage: message_start knew neither the reused prompt tokens nor the output.
     out.push({
       type: 'message_delta',
-      delta: { stop_reason: stopReason(result.finishReason), stop_sequence: null, container: null, stop_details: null },
+      delta: {
+        stop_reason: stopReason(result.finishReason),
+        stop_sequence: result.rows[0]?.stopSequence ?? null,
+        container: null,
+        stop_details: null,
+      },
       usage: messageUsage(result, result.promptTokens, result.rows[0]?.tokenIds.length ?? 0),
     });
     out.push({ type: 'message_stop' });

@@ -59,6 +59,37 @@ describe('POST /v1/messages', () => {
     expect((m.usage.input_tokens ?? 0) + (m.usage.cache_read_input_tokens ?? 0)).toBe(chat.usage?.prompt_tokens);
   });
 
+  it('names the stop sequence that ended the reply, streamed or not', async () => {
+    const ask = {
+      model: 'default',
+      messages: [{ role: 'user', content: 'Hello there' }],
+      max_tokens: 16,
+      temperature: 0,
+    };
+    const whole = await client.messages.create(ask as Anthropic.MessageCreateParamsNonStreaming);
+    const text = (whole.content[0] as { text: string }).text;
+    // A piece of the greedy reply's middle ends it there; a sequence that never occurs does nothing.
+    const stop = text.slice(6, 9);
+    expect(stop.length).toBe(3);
+    const stopSequences = ['\u0000never', stop];
+    const cut = await client.messages.create({
+      ...ask,
+      stop_sequences: stopSequences,
+    } as Anthropic.MessageCreateParamsNonStreaming);
+    expect(cut.stop_reason).toBe('stop_sequence');
+    expect(cut.stop_sequence).toBe(stop);
+    expect(cut.content).toEqual([{ type: 'text', text: text.slice(0, text.indexOf(stop)), citations: null }]);
+    expect(whole.stop_sequence).toBeNull();
+    const stream = await client.messages.create({
+      ...ask,
+      stop_sequences: stopSequences,
+      stream: true,
+    } as Anthropic.MessageCreateParamsStreaming);
+    let streamed: string | null | undefined;
+    for await (const e of stream) if (e.type === 'message_delta') streamed = e.delta.stop_sequence;
+    expect(streamed).toBe(stop);
+  });
+
   it('streams message_start, the text block, message_delta and message_stop; deltas add up to the text', async () => {
     const stream = await client.messages.create({
       model: 'default',
