@@ -8,8 +8,9 @@
  * Mask: median of `reps` checks of the whole vocabulary from one state (ms). Decode: tokens per second of a
  * sampled reply (temperature 1, a seed per rep, alternating the variants), median over reps; a constrained reply
  * may end early (its object closed), so tokens/s is over the tokens it wrote. A forced call is compared with the
- * same prompt unforced (the tools' description makes the prompt long, and decode slows with it). The last line
- * is one JSON object.
+ * same prompt unforced (the tools' description makes the prompt long, and decode slows with it), and the
+ * unforced reply whose calls are held to their schemas once opened (tool_choice auto) with one whose calls are
+ * only read. The last line is one JSON object.
  */
 
 import { existsSync, readFileSync } from 'node:fs';
@@ -145,6 +146,17 @@ async function main(): Promise<void> {
       // The same prompt (the tools' description) with the model free to answer, and made to call one. (The bench
       // model's filler vocabulary spells JSON nearly a byte per token: three tools fill 700 of its 1024.)
       ['tools shown (auto)', { tools: Array.from({ length: 3 }, (_, i) => tool(i)) }],
+      // The same, with arguments declared free-form (additionalProperties), so calls are read but not held: what
+      // the lazy call grammar costs a reply that is free text (its check of each drawn token for an opening).
+      [
+        'tools shown (auto), calls not held',
+        {
+          tools: Array.from({ length: 3 }, (_, i) => {
+            const t = tool(i);
+            return { ...t, parameters: { ...t.parameters, additionalProperties: true } };
+          }),
+        },
+      ],
       ['forced call, 3 tools', { tools: Array.from({ length: 3 }, (_, i) => tool(i)), toolChoice: 'required' }],
     ];
     const rates = new Map<string, number[]>(variants.map(([name]) => [name, []]));
@@ -186,6 +198,10 @@ async function main(): Promise<void> {
         decodeSchemaVsPlain: ratios['structured output'],
         decodeForcedCallVsAuto:
           Math.round(((ratios['forced call, 3 tools'] ?? 0) / (ratios['tools shown (auto)'] ?? 1)) * 1000) / 1000,
+        decodeAutoHeldVsNotHeld:
+          Math.round(
+            ((ratios['tools shown (auto)'] ?? 0) / (ratios['tools shown (auto), calls not held'] ?? 1)) * 1000,
+          ) / 1000,
       }),
     );
   } finally {
