@@ -162,8 +162,8 @@ test('JSON schema: replies conform to the thread’s schema; one kvdesk cannot e
   await send(app, 'Is the sky blue?');
   const reply = lastReply(app);
   await expect(reply).toHaveAttribute('data-state', 'done', { timeout: 30_000 });
-  expect(['{"ok":true}', '{"ok":false}']).toContain(
-    ((await reply.getByTestId('message-text').locator('pre code').textContent()) ?? '').trim(),
+  expect([{ ok: true }, { ok: false }]).toContainEqual(
+    JSON.parse(((await reply.getByTestId('message-text').locator('pre code').textContent()) ?? '').trim()),
   );
 
   await app.getByTestId('settings-toggle').click();

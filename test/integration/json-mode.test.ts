@@ -148,9 +148,9 @@ describe('structured output (a JSON Schema)', () => {
 
   it('every reply that ended by itself conforms; one cut by max tokens is a prefix of one', async () => {
     let complete = 0;
-    for (let seed = 1; seed <= 6; seed++) {
-      const r = await ask(seed, { jsonSchema: schema, maxNewTokens: 160 }).result;
-      expect(r.text.startsWith('{"name":"'), r.text).toBe(true);
+    for (let seed = 1; seed <= 12; seed++) {
+      const r = await ask(seed, { jsonSchema: schema, maxNewTokens: 200 }).result;
+      expect(r.text, r.text).toMatch(/^\{ ?"name": ?"/);
       if (r.finishReason === 'eos') {
         complete++;
         expect(conforming(JSON.parse(r.text)), r.text).toBe(true);

@@ -1,6 +1,6 @@
 /**
  * Structured output (OpenAI's `response_format: {"type": "json_schema"}`): the
- * reply is one compact JSON object that conforms to a JSON Schema. The schema
+ * reply is one JSON object that conforms to a JSON Schema. The schema
  * is compiled into a small tree of value kinds, and a byte-level recogniser
  * walks it: an object writes the properties the schema lists, in its order,
  * each of those its `required` names and any of the others (an optional one may
@@ -8,7 +8,10 @@
  * keys it does not list are never written, whatever `additionalProperties`
  * says); strings, numbers, integers, enums and constants, booleans and null,
  * arrays with item counts, nested objects, and unions (anyOf, oneOf, type
- * lists). JSON has no whitespace outside strings. Keywords that constrain
+ * lists). Outside strings, JSON has one space at most after a colon, a comma or
+ * an opening brace (`{"a": 1, "b": [1, 2]}`, as Python's json.dumps and chat
+ * templates' `tojson` write the calls models learn from), and no other white
+ * space. Keywords that constrain
  * values in ways the recogniser cannot enforce (pattern, format, minimum, $ref,
  * …) are refused with the schema path, never ignored.
  *
@@ -458,13 +461,17 @@ export function compileSchema(schema: unknown): SchemaNode {
 /** Where the recogniser is inside one value. Frames are never changed: a step makes new ones. */
 type Frame =
   /**
-   * An object. `at` VALUE: property i's value comes next (or is being read, above this frame). AFTER: property
-   * i - 1 has been written: a comma or the closing brace comes next. Else a key is being read (`at` bytes of
-   * it so far; at 0, after the opening brace or a comma): one of properties i to need[i], among the keys of
-   * keys[lo, hi) (those that begin with the bytes read), at least one of which is one of them.
+   * An object. `at` VALUE (VALUE_SPACED after one space): property i's value comes next (or is being read,
+   * above this frame). AFTER: property i - 1 has been written: a comma or the closing brace comes next. Else a
+   * key is being read (`at` bytes of it so far; at 0, after the opening brace or a comma, KEY_SPACED after one
+   * space there): one of properties i to need[i], among the keys of keys[lo, hi) (those that begin with the
+   * bytes read), at least one of which is one of them.
    */
   | { k: 'object'; node: Extract<SchemaNode, { k: 'object' }>; i: number; at: number; lo: number; hi: number }
-  /** An array: `count` items so far; `after` when an item just ended; `item` when one must come (after a comma). */
+  /**
+   * An array: `count` items so far; `after` when an item just ended; `item` when one must come (after a comma);
+   * both after a comma and one space.
+   */
   | { k: 'array'; node: Extract<SchemaNode, { k: 'array' }>; count: number; after: boolean; item: boolean }
   | { k: 'string'; esc: number }
   | { k: 'number'; integer: boolean; s: number }
@@ -487,6 +494,10 @@ const objectFrame = (node: ObjectFrame['node'], i: number, at: number, lo: numbe
 const VALUE = -2;
 /** An object frame's `at` after a value (see Frame). */
 const AFTER = -1;
+/** An object frame's `at` after its value's colon and one space: the value comes next, without another. */
+const VALUE_SPACED = -3;
+/** An object frame's `at` after its comma (or opening brace) and one space: a key's quote comes next. */
+const KEY_SPACED = -4;
 /** The object frame below a value of property `parent.i` once that value has ended. */
 const afterValue = (parent: ObjectFrame): Frame => objectFrame(parent.node, parent.i + 1, AFTER, 0, 0);
 const arrayFrame = (node: ArrayFrame['node'], count: number, after: boolean, item: boolean): Frame => ({
@@ -652,7 +663,9 @@ function stepFrame(f: Frame, b: number): Step {
   switch (f.k) {
     case 'object': {
       const { node, i, at } = f;
-      if (at === VALUE) {
+      if (at === VALUE || at === VALUE_SPACED) {
+        // One space may follow the colon.
+        if (b === 0x20 && at === VALUE) return stay(objectFrame(node, i, VALUE_SPACED, 0, 0));
         // A property's value: the frame stays as it is until the value ends (then afterValue).
         const child = start(node.values[i] as SchemaNode, b);
         return child ? { t: 'push', frame: f, child } : null;
@@ -662,20 +675,27 @@ function stepFrame(f: Frame, b: number): Step {
         if (b === 0x2c) return i < n ? stay(objectFrame(node, i, 0, 0, node.keys.length)) : null;
         return b === 0x7d && node.need[i] === n ? END : null;
       }
-      if (at === 0) {
-        // Every key begins with its quote; the closing brace may follow the opening one (not a comma).
+      if (at === 0 || at === KEY_SPACED) {
+        // Every key begins with its quote, after one space at most; the closing brace may follow the opening
+        // one (not a comma, nor a space).
         if (b === 0x22) return i < n ? stay(objectFrame(node, i, 1, f.lo, f.hi)) : null;
+        if (at === KEY_SPACED) return null;
+        if (b === 0x20) return i < n ? stay(objectFrame(node, i, KEY_SPACED, f.lo, f.hi)) : null;
         return b === 0x7d && i === 0 && node.need[0] === n ? END : null;
       }
       return stepKey(f, b);
     }
     case 'array': {
       const { min, max } = f.node;
-      if (f.after) {
+      // after and item together: a comma and one space were read, an item comes next.
+      const spaced = f.after && f.item;
+      if (f.after && !spaced) {
         if (b === 0x2c && f.count < max) return stay(arrayFrame(f.node, f.count, false, true));
         if (b === 0x5d && f.count >= min) return END;
         return null;
       }
+      // One space may follow the comma.
+      if (f.item && !spaced && b === 0x20) return stay(arrayFrame(f.node, f.count, true, true));
       if (!f.item && b === 0x5d && min === 0) return END;
       if (f.count >= max) return null;
       const child = start(f.node.item, b);

@@ -176,7 +176,7 @@ describe('POST /v1/messages', () => {
       'message_delta',
       'message_stop',
     ]);
-    expect(['{"on":true}', '{"on":false}']).toContain(json);
+    expect([{ on: true }, { on: false }]).toContainEqual(JSON.parse(json));
     expect(stop).toBe('tool_use');
   });
 
@@ -192,7 +192,7 @@ describe('POST /v1/messages', () => {
         },
       },
     } as Anthropic.MessageCreateParamsNonStreaming);
-    expect(['{"on":true}', '{"on":false}']).toContain((m.content[0] as Anthropic.TextBlock).text);
+    expect([{ on: true }, { on: false }]).toContainEqual(JSON.parse((m.content[0] as Anthropic.TextBlock).text));
     expect(m.stop_reason).toBe('end_turn');
   });
 

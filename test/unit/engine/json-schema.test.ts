@@ -424,7 +424,16 @@ describe('the schema recogniser', () => {
       '{"list":[1],"n":null}',
       '{"list":[1,2,3],"n":null}',
       '{"list":[1,2.5],"n":null}',
-      '{"list":[1,2], "n":null}',
+      '{"list":[1,2],  "n":null}',
+      '{"list":[1,2] ,"n":null}',
+      '{"list" :[1,2],"n":null}',
+      '{"list":  [1,2],"n":null}',
+      '{"list":[ 1,2],"n":null}',
+      '{"list":[1,2 ],"n":null}',
+      '{"list":[1,  2],"n":null}',
+      '{"list":[1,2],"n":null }',
+      '{"list":[1,2],"n":null}\n',
+      '{"list":\n[1,2],"n":null}',
       '{"list":[1,2],"n":0}',
       '{"list":[1,2]"n":null}',
       '{"list":[1,2],}',
@@ -437,6 +446,10 @@ describe('the schema recogniser', () => {
       expect(r.accepted < r.total || !r.done, t).toBe(true);
     }
     expect(feedAll(root, '{"list":[1,-20],"n":null}').done).toBe(true);
+    // One space after a colon, a comma or the opening brace, as json.dumps and templates' tojson write.
+    expect(feedAll(root, '{"list": [1, -20], "n": null}').done).toBe(true);
+    expect(feedAll(root, '{ "list":[1,-20],"n": null}').done).toBe(true);
+    expect(feedAll(root, JSON.stringify({ list: [3, 4], n: null }, null, 0).replaceAll(',', ', ')).done).toBe(true);
     // The optional property left out.
     expect(feedAll(root, '{"list":[1,-20]}').done).toBe(true);
     expect(feedAll(compileSchema(EMPTY), '{}').done).toBe(true);
