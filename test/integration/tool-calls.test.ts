@@ -289,6 +289,25 @@ describe('tool calls', () => {
     expect(calls).toBeGreaterThanOrEqual(3);
   });
 
+  it('parallelToolCalls false: the reply ends with its first call', async () => {
+    const ask = (parallelToolCalls: boolean) =>
+      host.generate({
+        model: 'hermes',
+        messages,
+        tools: TOOLS,
+        parallelToolCalls,
+        maxNewTokens: 200,
+        sampling: { temperature: 1, seed: 2, logitBias: { [TOOL_CALL_ID]: 12 } },
+      }).result;
+    const [one, many] = [await ask(false), await ask(true)];
+    expect(many.rows[0]?.toolCalls?.length).toBeGreaterThan(1);
+    expect(one.rows[0]?.toolCalls).toHaveLength(1);
+    expect(one.finishReason).toBe('tool_calls');
+    // It stopped there: the same first call, and far fewer tokens than the reply that went on.
+    expect(one.rows[0]?.toolCalls?.[0]?.arguments).toBe(many.rows[0]?.toolCalls?.[0]?.arguments);
+    expect(one.tokenIds.length).toBeLessThan(many.tokenIds.length / 2);
+  });
+
   it('refuses a forced call to a schema it cannot enforce, naming the place', async () => {
     const strict: ToolDefinition = {
       name: 'count',
