@@ -238,7 +238,7 @@ describe('CLI on the generated default model', () => {
     writeFileSync(file, JSON.stringify({ type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'] }));
     const structured = kvdesk(...args, '--json-schema', file, '--max-new-tokens', '40');
     expect(structured.code, structured.stderr).toBe(0);
-    expect([{ ok: true }, { ok: false }]).toContainEqual(JSON.parse(structured.json.text));
+    expect([{ ok: true }, { ok: false }]).toContainEqual(JSON.parse(structured.json.text as string));
     writeFileSync(file, JSON.stringify({ type: 'object', properties: { ok: { type: 'string', pattern: 'x' } } }));
     const refused = kvdesk(...args, '--json-schema', file);
     expect(refused.code).toBe(2);

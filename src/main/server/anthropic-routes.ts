@@ -59,44 +59,51 @@ export function serveMessages(
   let events: MessageEvents | null = null;
   let promptTokens = 0;
   const send = (list: MessageEvent[]) => writeEvents(res, list);
-  return runGeneration(hostApi, mapped.request, req, res, (frame, finish) => {
-    switch (frame.type) {
-      case 'accepted':
-        promptTokens = frame.promptTokens;
-        return;
-      case 'prefill':
-        return;
-      case 'admitted':
-        if (!mapped.stream) return;
-        res.writeHead(200, SSE_HEADERS);
-        events = new MessageEvents(messageId(frame.requestId), mapped.model);
-        send(events.start(promptTokens));
-        return;
-      case 'tokens': {
-        const row = frame.rows[0];
-        if (events && row) send(events.tokens(row.text, row.toolCalls ?? []));
-        return;
-      }
-      case 'done':
-        finish();
-        if (!events) {
-          sendJson(res, 200, messageBody(mapped.model, frame.result));
+  return runGeneration(
+    hostApi,
+    mapped.request,
+    req,
+    res,
+    (frame, finish) => {
+      switch (frame.type) {
+        case 'accepted':
+          promptTokens = frame.promptTokens;
+          return;
+        case 'prefill':
+          return;
+        case 'admitted':
+          if (!mapped.stream) return;
+          res.writeHead(200, SSE_HEADERS);
+          events = new MessageEvents(messageId(frame.requestId), mapped.model);
+          send(events.start(promptTokens));
+          return;
+        case 'tokens': {
+          const row = frame.rows[0];
+          if (events && row) send(events.tokens(row.text, row.toolCalls ?? []));
           return;
         }
-        send(events.done(frame.result));
-        res.end();
-        return;
-      case 'error': {
-        finish();
-        const err = errorFromInfo(frame.error, PARAM_HINT);
-        if (!res.headersSent) {
-          sendAnthropicError(res, err);
+        case 'done':
+          finish();
+          if (!events) {
+            sendJson(res, 200, messageBody(mapped.model, frame.result));
+            return;
+          }
+          send(events.done(frame.result));
+          res.end();
+          return;
+        case 'error': {
+          finish();
+          const err = errorFromInfo(frame.error, PARAM_HINT);
+          if (!res.headersSent) {
+            sendAnthropicError(res, err);
+            return;
+          }
+          send([{ type: 'error', error: anthropicError(err).body.error }]);
+          res.end();
           return;
         }
-        send([{ type: 'error', error: anthropicError(err).body.error }]);
-        res.end();
-        return;
       }
-    }
-  });
+    },
+    sendAnthropicError,
+  );
 }

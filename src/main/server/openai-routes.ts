@@ -143,7 +143,7 @@ export function serveCompletion(
 /**
  * Runs one host generation for an HTTP request; resolves when the response is complete (the handler called
  * `finish`) or the client is gone, never rejects. Frames go to `handleFrame` until then. A failure inside it
- * answers the client (an error if nothing was sent yet, else the socket closes) and cancels the generation; a
+ * answers the client (an error in the API's shape if nothing was sent yet, else the socket closes) and cancels the generation; a
  * client that goes away cancels it too (reason 'disconnect', which returns its reservation).
  */
 export function runGeneration(
@@ -152,6 +152,8 @@ export function runGeneration(
   req: IncomingMessage,
   res: ServerResponse,
   handleFrame: (frame: StreamFrame, finish: () => void) => void,
+  /** How the API answers an error (its own shape). */
+  sendError: (res: ServerResponse, err: HttpError) => void = sendHttpError,
 ): Promise<void> {
   return new Promise<void>((resolve) => {
     let over = false;
@@ -169,7 +171,7 @@ export function runGeneration(
         // The host swallows errors thrown by a frame sink, so a failure here must answer the client itself.
         const live = !over && frame.type !== 'done' && frame.type !== 'error';
         finish();
-        if (!res.headersSent) sendHttpError(res, errorFromInfo(toErrorInfo(err)));
+        if (!res.headersSent) sendError(res, errorFromInfo(toErrorInfo(err)));
         else res.destroy();
         if (live) {
           if (handle) handle.cancel('disconnect');

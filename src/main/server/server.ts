@@ -1,6 +1,6 @@
 /**
  * The headless server: the built renderer, the contract over WebSocket, the
- * OpenAI-compatible API, /health, /metrics and the budget snapshot, on plain
+ * OpenAI-, Anthropic- and Ollama-compatible APIs, /health, /metrics and the budget snapshot, on plain
  * node:http. It adapts HTTP to HostApi and decides nothing itself; every
  * request first passes the Host/Origin/token checks of security.ts.
  */
@@ -23,6 +23,14 @@ import {
   sendJson,
 } from './http-util';
 import { PROMETHEUS_CONTENT_TYPE, prometheusText } from './metrics';
+import {
+  sendOllamaError,
+  serveOllamaGeneration,
+  serveOllamaPs,
+  serveOllamaShow,
+  serveOllamaTags,
+  serveOllamaVersion,
+} from './ollama-routes';
 import { serveCompletion } from './openai-routes';
 import { serveResponse } from './responses-routes';
 import { type AccessPolicy, allowedHostsFor, checkAccess, isLoopback } from './security';
@@ -66,6 +74,14 @@ export interface RunningServer {
 const GIB = 1024 ** 3;
 /** A base64 string of a JSON upload lives in one JS string; V8 caps those near 512 MiB. */
 const MAX_JSON_UPLOAD_BYTES = 256 * 1024 ** 2;
+
+/**
+ * Ollama's API lives under /api/, beside kvdesk's own upload (which answers the renderer in its Result
+ * envelope); Ollama's clients read errors as `{"error": "…"}`.
+ */
+function isOllamaPath(p: string): boolean {
+  return p.startsWith('/api/') && p !== '/api/models/upload';
+}
 
 function formatUrlHost(host: string): string {
   return host.includes(':') ? `[${host}]` : host;
@@ -202,6 +218,34 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
         await upload(req, res);
         return;
       }
+      // Ollama's API.
+      case '/api/chat':
+      case '/api/generate': {
+        only('POST');
+        const body = await jsonBody(req);
+        await serveOllamaGeneration(p === '/api/chat' ? 'chat' : 'generate', hostApi, body, req, res);
+        return;
+      }
+      case '/api/show': {
+        only('POST');
+        await serveOllamaShow(hostApi, await jsonBody(req), res);
+        return;
+      }
+      case '/api/tags': {
+        only('GET', 'HEAD');
+        await serveOllamaTags(hostApi, res);
+        return;
+      }
+      case '/api/ps': {
+        only('GET');
+        await serveOllamaPs(hostApi, res);
+        return;
+      }
+      case '/api/version': {
+        only('GET', 'HEAD');
+        serveOllamaVersion(res);
+        return;
+      }
     }
     if (p.startsWith('/v1/models/')) {
       // OpenAI's "retrieve model": one loaded model by id (ids may hold slashes, as Hugging Face names do).
@@ -220,7 +264,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     if (p.startsWith('/v1/') || p.startsWith('/api/')) {
       throw httpError(
         404,
-        `There is no ${p} here. The API has /v1/models, /v1/chat/completions, /v1/completions, /v1/responses, /v1/messages, /v1/messages/count_tokens, /v1/kvdesk/budget and /api/models/upload.`,
+        `There is no ${p} here. The API has /v1/models, /v1/chat/completions, /v1/completions, /v1/responses, /v1/messages, /v1/messages/count_tokens, /v1/kvdesk/budget, /api/models/upload, and Ollama's /api/chat, /api/generate, /api/show, /api/tags, /api/ps and /api/version.`,
         'not_found',
       );
     }
@@ -289,7 +333,8 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     }
     const access = checkAccess(req, url, policy);
     if (!access.ok) {
-      unauthorizedPage(req, res, access.status, access.message, access.code);
+      if (isOllamaPath(url.pathname)) sendOllamaError(res, httpError(access.status, access.message, access.code));
+      else unauthorizedPage(req, res, access.status, access.message, access.code);
       return;
     }
     route(req, res, url, access.setCookie).catch((err: unknown) => {
@@ -297,6 +342,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       if (httpErr.status === 413) httpErr.headers.connection = 'close';
       // Anthropic's clients read their own error shape.
       if (url.pathname.startsWith('/v1/messages')) sendAnthropicError(res, httpErr);
+      else if (isOllamaPath(url.pathname)) sendOllamaError(res, httpErr);
       else sendHttpError(res, httpErr);
     });
   });

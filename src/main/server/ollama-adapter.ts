@@ -1,0 +1,711 @@
+/**
+ * Ollama's native API (`/api/chat`, `/api/generate`, `/api/tags`, `/api/ps`, `/api/show`, `/api/version`) on
+ * one side, kvdesk's GenerateRequest, GenerationResult and ModelInfo on the other: pure functions, as
+ * anthropic-adapter.ts is for Anthropic's Messages API; ollama-routes.ts does the I/O.
+ *
+ * How Ollama's fields land on the contract:
+ * - `messages` are chat turns as they are (Ollama's roles are the contract's). Ollama's history has no call
+ *   ids, so each assistant `tool_calls` entry gets one (`call_<message>_<call>`, or the client's own `id`) and
+ *   the `tool` messages after it answer those calls in order (a `tool_name` picks the first unanswered call
+ *   of that name); the host refuses a result that answers no call and a call left unanswered.
+ * - `/api/generate` is one user turn under `system` through the chat template, or, with `raw`, the prompt as
+ *   written (the host's plain completion).
+ * - `options` are the sampling settings under Ollama's names (`num_predict` -1 / -2 leave the length to the
+ *   context); options that only matter when Ollama loads a model (`num_ctx`, `num_gpu`, …) are accepted and
+ *   ignored, as kvdesk loads models itself; sampling kvdesk cannot do (mirostat, typical_p, tfs_z) is refused
+ *   unless set to its neutral value, and an option Ollama does not have is refused, naming it.
+ * - `format` is JSON mode (`"json"`) or structured output (a schema); `think: true`, images, `suffix`,
+ *   `context` and `template` are refused with a 400 naming them.
+ * Replies carry Ollama's `done_reason` and its nanosecond durations, taken from the host's timings.
+ */
+import type { ModelInfo } from '../../shared/api';
+import type { ChatMessage, FinishReason, GenerateRequest, GenerationResult, ToolCall } from '../../shared/contract';
+import { type HttpError, httpError } from './http-util';
+import { type Body, bad, boolean, conversationRequest, present } from './openai-adapter';
+
+/** Which generating endpoint a body came to. */
+export type OllamaKind = 'chat' | 'generate';
+
+/** An Ollama request translated for the host. */
+export interface MappedOllamaRequest {
+  kind: OllamaKind;
+  /** The model name as the client wrote it: replies carry it back, as Ollama's do. */
+  model: string;
+  /** Ollama streams unless told `"stream": false`. */
+  stream: boolean;
+  /**
+   * Nothing to generate (no messages, or an empty prompt): Ollama's way to load a model, answered at once with
+   * `done_reason: "load"` (kvdesk's models are loaded already). Then `request` is null.
+   */
+  request: GenerateRequest | null;
+}
+
+/** The longest reply a request may ask for (the contract's bound on maxNewTokens). */
+const MAX_NEW_TOKENS = 1_000_000;
+
+/** Options that tell Ollama how to load a model; kvdesk loads packages itself, so they change nothing here. */
+const LOAD_OPTIONS = new Set([
+  'num_ctx',
+  'num_batch',
+  'num_gpu',
+  'main_gpu',
+  'low_vram',
+  'f16_kv',
+  'logits_all',
+  'vocab_only',
+  'use_mmap',
+  'use_mlock',
+  'num_thread',
+  'numa',
+  'num_keep',
+  // Newline penalization was dropped by Ollama itself; mirostat's rates only act with mirostat on (refused).
+  'penalize_newline',
+  'mirostat_tau',
+  'mirostat_eta',
+]);
+
+/** Sampling options kvdesk cannot honour, accepted only at the value that turns them off. */
+const NEUTRAL_ONLY: ReadonlyArray<[string, number]> = [
+  ['mirostat', 0],
+  ['typical_p', 1],
+  ['tfs_z', 1],
+];
+
+/** Sampling options kvdesk honours. */
+const SAMPLING_OPTIONS = [
+  'temperature',
+  'top_p',
+  'top_k',
+  'min_p',
+  'seed',
+  'num_predict',
+  'stop',
+  'repeat_penalty',
+  'repeat_last_n',
+  'frequency_penalty',
+  'presence_penalty',
+];
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/** A number under `options`, checked against the contract's range so the refusal names Ollama's field. */
+function optionNumber(
+  opts: Body,
+  key: string,
+  range: { min?: number; max?: number; minExclusive?: boolean; int?: boolean } = {},
+): number | undefined {
+  if (!present(opts, key)) return undefined;
+  const v = opts[key];
+  const where = `options.${key}`;
+  if (typeof v !== 'number' || !Number.isFinite(v) || (range.int && !Number.isInteger(v))) {
+    throw bad(`"${where}" must be ${range.int ? 'an integer' : 'a number'}, got ${JSON.stringify(v)}.`, where);
+  }
+  const low = range.min !== undefined && (range.minExclusive ? v <= range.min : v < range.min);
+  if (low || (range.max !== undefined && v > range.max)) {
+    const from = range.min === undefined ? '(-∞' : `${range.minExclusive ? '(' : '['}${range.min}`;
+    throw bad(`"${where}" must be in ${from}, ${range.max ?? '∞'}], got ${v}.`, where);
+  }
+  return v;
+}
+
+/** What `options` set on the request: its length, its stop strings and its sampling. */
+interface MappedOptions {
+  maxNewTokens?: number;
+  stop?: string[];
+  sampling: NonNullable<GenerateRequest['sampling']>;
+}
+
+/** Ollama's `options` (the Modelfile's parameters, per request). */
+export function mapOptions(body: Body): MappedOptions {
+  const out: MappedOptions = { sampling: {} };
+  if (!present(body, 'options')) return out;
+  const opts = body.options;
+  if (!isObject(opts)) throw bad('"options" must be an object such as {"temperature": 0.7}.', 'options');
+  // An option kvdesk does not know is ignored, as Ollama ignores one it does not (clients pass their own
+  // parameters through `options`, and the official clients list some kvdesk has no use for).
+  for (const [key, neutral] of NEUTRAL_ONLY) {
+    const v = optionNumber(opts, key);
+    if (v !== undefined && v !== neutral) {
+      throw bad(
+        `"options.${key}" is not supported by kvdesk's sampler; leave it out (or send ${neutral}, which turns it off).`,
+        `options.${key}`,
+      );
+    }
+  }
+  const s = out.sampling;
+  const temperature = optionNumber(opts, 'temperature', { min: 0, max: 10 });
+  if (temperature !== undefined) s.temperature = temperature;
+  const topP = optionNumber(opts, 'top_p', { min: 0, minExclusive: true, max: 1 });
+  if (topP !== undefined) s.topP = topP;
+  // llama.cpp (and so Ollama) reads top_k ≤ 0 as "no limit", which is the contract's 0.
+  const topK = optionNumber(opts, 'top_k', { int: true });
+  if (topK !== undefined) s.topK = Math.max(0, topK);
+  const minP = optionNumber(opts, 'min_p', { min: 0, max: 1 });
+  if (minP !== undefined) s.minP = minP;
+  // Ollama's -1 (any negative seed) asks for a random one, which is what no seed gives.
+  const seed = optionNumber(opts, 'seed', { int: true, max: 2 ** 53 });
+  if (seed !== undefined && seed >= 0) s.seed = seed;
+  const fp = optionNumber(opts, 'frequency_penalty', { min: -2, max: 2 });
+  if (fp !== undefined && fp !== 0) s.frequencyPenalty = fp;
+  const pp = optionNumber(opts, 'presence_penalty', { min: -2, max: 2 });
+  if (pp !== undefined && pp !== 0) s.presencePenalty = pp;
+  const rp = optionNumber(opts, 'repeat_penalty', { min: 0, minExclusive: true, max: 10 });
+  // kvdesk's repetition penalty covers every token of the prompt and the reply: Ollama's repeat_last_n -1.
+  // 0 turns the penalty off; a window of the last n tokens is not something kvdesk can do.
+  const window = optionNumber(opts, 'repeat_last_n', { int: true, min: -1 });
+  if (window === 0) s.repetitionPenalty = 1;
+  else if (rp !== undefined) {
+    if (window !== undefined && window !== -1 && rp !== 1) {
+      throw bad(
+        `"options.repeat_last_n" ${window} is not supported: kvdesk's repeat_penalty counts the whole prompt and reply (repeat_last_n -1); send -1, or 0 to turn the penalty off.`,
+        'options.repeat_last_n',
+      );
+    }
+    s.repetitionPenalty = rp;
+  }
+  const predict = optionNumber(opts, 'num_predict', { int: true });
+  // -1 (no limit), -2 (fill the context) and any other value below 1: the context window ends the reply, as with
+  // no max tokens (Ollama reads every negative value so, and 0 gives no limit either); larger than kvdesk's
+  // largest reply, the largest.
+  if (predict !== undefined && predict > 0) out.maxNewTokens = Math.min(predict, MAX_NEW_TOKENS);
+  if (present(opts, 'stop')) {
+    const v = opts.stop;
+    const list = typeof v === 'string' ? [v] : v;
+    if (!Array.isArray(list) || list.some((x) => typeof x !== 'string')) {
+      throw bad('"options.stop" must be a list of strings.', 'options.stop');
+    }
+    const stops = (list as string[]).filter((x) => x.length > 0);
+    if (stops.length > 0) out.stop = stops;
+  }
+  return out;
+}
+
+/** `format`: `"json"` (JSON mode) or a JSON schema (structured output); `""` is plain text. */
+function formatOf(body: Body): Pick<GenerateRequest, 'responseFormat' | 'jsonSchema'> {
+  const v = body.format;
+  if (v === undefined || v === null || v === '') return {};
+  if (v === 'json') return { responseFormat: 'json' };
+  if (isObject(v)) return { jsonSchema: v };
+  throw bad(`"format" must be "json" or a JSON schema object, got ${JSON.stringify(v)}.`, 'format');
+}
+
+/** Fields Ollama has that kvdesk cannot honour: refused when they ask for something. */
+function refuseUnsupported(body: Body, kind: OllamaKind): void {
+  const think = body.think;
+  if (think !== undefined && think !== null && think !== false) {
+    throw bad(
+      `"think" ${JSON.stringify(think)} is not supported: kvdesk has no thinking mode; send "think": false or leave it out.`,
+      'think',
+    );
+  }
+  if (kind !== 'generate') return;
+  const nonEmpty = (k: string) =>
+    present(body, k) && body[k] !== '' && !(Array.isArray(body[k]) && (body[k] as unknown[]).length === 0);
+  if (nonEmpty('suffix')) {
+    throw bad('"suffix" (fill-in-the-middle) is not supported by kvdesk; send the request without it.', 'suffix');
+  }
+  if (nonEmpty('images')) throw bad('"images" are not supported: kvdesk runs text models only.', 'images');
+  if (nonEmpty('context')) {
+    throw bad(
+      '"context" is not supported: kvdesk returns no context arrays; send the conversation to /api/chat as messages instead (kvdesk caches its prompt, so resending it is cheap).',
+      'context',
+    );
+  }
+  if (nonEmpty('template')) {
+    throw bad(
+      '"template" is not supported: kvdesk renders the package\'s own chat template; send "raw": true with the prompt already templated instead.',
+      'template',
+    );
+  }
+}
+
+/** Ollama's `tools`: `[{type: "function", function: {name, description, parameters}}]`. */
+function toolList(body: Body): GenerateRequest['tools'] {
+  const v = body.tools;
+  if (v === undefined || v === null || (Array.isArray(v) && v.length === 0)) return undefined;
+  if (!Array.isArray(v)) throw bad('"tools" must be a list of {"type": "function", "function": {…}}.', 'tools');
+  return v.map((t, i) => {
+    if (!isObject(t) || (t.type !== undefined && t.type !== 'function')) {
+      throw bad(
+        `tools[${i}].type must be "function" (kvdesk runs function tools: {"type": "function", "function": {"name", "parameters"}}), got ${JSON.stringify(isObject(t) ? t.type : t)}.`,
+        `tools[${i}].type`,
+      );
+    }
+    const fn = t.function;
+    if (!isObject(fn) || typeof fn.name !== 'string') {
+      throw bad(`tools[${i}].function must be an object with a "name".`, `tools[${i}].function`);
+    }
+    const params = fn.parameters;
+    if (params !== undefined && params !== null && !isObject(params)) {
+      throw bad(`tools[${i}].function.parameters must be a JSON Schema object.`, `tools[${i}].function.parameters`);
+    }
+    return {
+      name: fn.name,
+      ...(typeof fn.description === 'string' && fn.description.length > 0 ? { description: fn.description } : {}),
+      ...(params ? { parameters: params } : {}),
+    };
+  });
+}
+
+/** A message's `content`: text (absent or null is empty). */
+function contentOf(m: Record<string, unknown>, i: number): string {
+  const c = m.content;
+  if (c === undefined || c === null) return '';
+  if (typeof c !== 'string') throw bad(`messages[${i}].content must be a string.`, `messages[${i}].content`);
+  return c;
+}
+
+/** An assistant message's `tool_calls`, each with the id its results will answer. */
+function callsOf(m: Record<string, unknown>, i: number): ToolCall[] | undefined {
+  const v = m.tool_calls;
+  if (v === undefined || v === null || (Array.isArray(v) && v.length === 0)) return undefined;
+  const where = `messages[${i}].tool_calls`;
+  if (!Array.isArray(v)) throw bad(`${where} must be a list of {"function": {"name", "arguments"}}.`, where);
+  return v.map((c, j) => {
+    const fn = isObject(c) ? c.function : undefined;
+    if (!isObject(c) || !isObject(fn) || typeof fn.name !== 'string') {
+      throw bad(`${where}[${j}] must be {"function": {"name": …, "arguments": {…}}}.`, `${where}[${j}]`);
+    }
+    // Ollama sends arguments as an object; clients that speak OpenAI too may send its JSON text.
+    let args: unknown = fn.arguments ?? {};
+    if (typeof args === 'string') {
+      try {
+        args = JSON.parse(args);
+      } catch {
+        args = null;
+      }
+    }
+    if (!isObject(args)) {
+      throw bad(`${where}[${j}].function.arguments must be an object.`, `${where}[${j}].function.arguments`);
+    }
+    const id = typeof c.id === 'string' && c.id.length > 0 ? c.id : `call_${i}_${j}`;
+    return { id, name: fn.name, arguments: JSON.stringify(args) };
+  });
+}
+
+/**
+ * Ollama's `messages` as chat turns. Tool results are matched to the calls of the assistant message before
+ * them (see the file's comment); a call left unanswered, or a result for no call, is refused here in
+ * Ollama's words.
+ */
+export function chatMessages(raw: unknown[]): ChatMessage[] {
+  const out: ChatMessage[] = [];
+  // Calls of the latest assistant message still waiting for their result, and where each is.
+  let pending: Array<{ call: ToolCall; where: string }> = [];
+  const unanswered = (before: string) => {
+    const first = pending[0] as { call: ToolCall; where: string };
+    return bad(
+      `${first.where} (${first.call.name}) has no tool result before ${before}: send a {"role": "tool", "tool_name": "${first.call.name}", "content": …} message for each call, right after the assistant message that made it.`,
+      first.where,
+    );
+  };
+  for (const [i, m] of raw.entries()) {
+    if (!isObject(m)) throw bad(`messages[${i}] must be an object.`, `messages[${i}]`);
+    // Ollama reads roles case-insensitively.
+    const role = typeof m.role === 'string' ? m.role.toLowerCase() : m.role;
+    if (role !== 'system' && role !== 'user' && role !== 'assistant' && role !== 'tool') {
+      throw bad(
+        `messages[${i}].role must be system, user, assistant or tool, got ${JSON.stringify(role)}.`,
+        `messages[${i}].role`,
+      );
+    }
+    if (Array.isArray(m.images) && m.images.length > 0) {
+      throw bad(`messages[${i}].images are not supported: kvdesk runs text models only.`, `messages[${i}].images`);
+    }
+    if (typeof m.thinking === 'string' && m.thinking.length > 0) {
+      throw bad(
+        `messages[${i}].thinking is not supported: kvdesk has no thinking mode; send the message without it.`,
+        `messages[${i}].thinking`,
+      );
+    }
+    const msg: ChatMessage = { role, content: contentOf(m, i) };
+    if (role === 'tool') {
+      const name = typeof m.tool_name === 'string' ? m.tool_name : typeof m.name === 'string' ? m.name : undefined;
+      const given = typeof m.tool_call_id === 'string' ? m.tool_call_id : undefined;
+      // By the id the client kept, else by name, else in order (clients may drop ids their history echoes).
+      let at = given !== undefined ? pending.findIndex((p) => p.call.id === given) : -1;
+      if (at < 0 && name !== undefined) at = pending.findIndex((p) => p.call.name === name);
+      if (at < 0 && name === undefined) at = 0;
+      const match = pending[at];
+      if (at < 0 || !match) {
+        const open = pending.map((p) => p.call.name).join(', ');
+        throw bad(
+          `messages[${i}] is a tool result${name ? ` of "${name}"` : ''} that answers no call of the assistant message before it (${open ? `still unanswered: ${open}` : 'it has no unanswered calls'}).`,
+          `messages[${i}]`,
+        );
+      }
+      pending.splice(at, 1);
+      msg.toolCallId = match.call.id;
+      msg.name = match.call.name;
+    } else {
+      if (pending.length > 0) throw unanswered(`messages[${i}]`);
+      if (role === 'assistant') {
+        const calls = callsOf(m, i);
+        if (calls) {
+          msg.toolCalls = calls;
+          pending = calls.map((call, j) => ({ call, where: `messages[${i}].tool_calls[${j}]` }));
+        }
+      }
+    }
+    out.push(msg);
+  }
+  if (pending.length > 0) throw unanswered('the reply');
+  return out;
+}
+
+function modelName(body: Body): string {
+  // `name` is the older spelling (still sent by some clients to /api/show).
+  const v = body.model ?? body.name;
+  if (typeof v !== 'string' || v.length === 0) {
+    throw bad('"model" is required: name a loaded model (GET /api/tags lists them).', 'model');
+  }
+  return v;
+}
+
+/** Translates an `/api/chat` or `/api/generate` body; throws HttpError 400 naming the field for bad input. */
+export function mapOllamaRequest(kind: OllamaKind, input: unknown): MappedOllamaRequest {
+  if (!isObject(input)) throw bad('The request body must be a JSON object.', 'body');
+  const body = input;
+  const model = modelName(body);
+  refuseUnsupported(body, kind);
+  const stream = boolean(body, 'stream') ?? true;
+  const options = mapOptions(body);
+  const format = formatOf(body);
+  const fields = { maxNewTokens: options.maxNewTokens, stop: options.stop };
+
+  let request: GenerateRequest | null;
+  if (kind === 'chat') {
+    if (present(body, 'messages') && !Array.isArray(body.messages)) {
+      throw bad('"messages" must be a list of {"role", "content"}.', 'messages');
+    }
+    const raw = (body.messages as unknown[] | undefined) ?? [];
+    const last = raw[raw.length - 1];
+    if (isObject(last) && typeof last.role === 'string' && last.role.toLowerCase() === 'assistant') {
+      throw bad(
+        `messages[${raw.length - 1}]: a conversation that ends with an assistant message (a reply to continue) is not supported by kvdesk; end it with a user or tool message.`,
+        `messages[${raw.length - 1}]`,
+      );
+    }
+    const tools = toolList(body);
+    if (tools && (format.responseFormat || format.jsonSchema)) {
+      throw bad('"format" cannot be combined with "tools" in kvdesk: send one of them.', 'format');
+    }
+    request = raw.length === 0 ? null : conversationRequest(model, null, chatMessages(raw), { ...fields, tools });
+  } else {
+    if (present(body, 'prompt') && typeof body.prompt !== 'string') throw bad('"prompt" must be a string.', 'prompt');
+    if (present(body, 'system') && typeof body.system !== 'string') throw bad('"system" must be a string.', 'system');
+    const prompt = (body.prompt as string | undefined) ?? '';
+    const system = (body.system as string | undefined) ?? '';
+    const raw = boolean(body, 'raw') ?? false;
+    if (raw && system.length > 0) {
+      throw bad('"system" has no place in a raw prompt: write it into the prompt, or send "raw": false.', 'system');
+    }
+    if (prompt.length === 0) request = null;
+    else if (raw) {
+      // The prompt as written, no template: one prompt, one reply, so the prompt cache applies.
+      request = { model, prompt, promptCache: true };
+      if (fields.maxNewTokens !== undefined) request.maxNewTokens = fields.maxNewTokens;
+      if (fields.stop) request.stop = fields.stop;
+    } else {
+      request = conversationRequest(model, system, [{ role: 'user', content: prompt }], fields);
+    }
+  }
+  if (request) {
+    // conversationRequest knows temperature, top_p and top_k only; Ollama's options set more.
+    if (Object.keys(options.sampling).length > 0) request.sampling = { ...request.sampling, ...options.sampling };
+    if (format.responseFormat) request.responseFormat = format.responseFormat;
+    if (format.jsonSchema) request.jsonSchema = format.jsonSchema;
+  }
+  return { kind, model, stream, request };
+}
+
+/** The `model` of an `/api/show` body (`model`, or the older `name`). */
+export function showModelName(input: unknown): string {
+  if (!isObject(input)) throw bad('The request body must be a JSON object such as {"model": "default"}.', 'body');
+  return modelName(input);
+}
+
+/**
+ * The loaded model an Ollama name means: the id itself, or the id with Ollama's default tag (`name:latest`).
+ * Anything else is Ollama's 404.
+ */
+export function resolveModel(name: string, ids: readonly string[]): string {
+  if (ids.includes(name)) return name;
+  const bare = name.endsWith(':latest') ? name.slice(0, -':latest'.length) : null;
+  if (bare !== null && ids.includes(bare)) return bare;
+  const loaded = ids.length > 0 ? ids.join(', ') : 'none';
+  throw httpError(
+    404,
+    `model "${name}" not found: kvdesk has loaded ${loaded} (GET /api/tags lists them; load packages with --model or the UI).`,
+    'model_not_found',
+    'model',
+  );
+}
+
+/** Ollama's `done_reason`: the reply ended by itself, or it ran out of room (tokens, context or budget). */
+export function doneReason(reason: FinishReason): 'stop' | 'length' {
+  return reason === 'eos' || reason === 'stop' || reason === 'tool_calls' ? 'stop' : 'length';
+}
+
+const ns = (ms: number) => Math.max(0, Math.round(ms * 1e6));
+
+/**
+ * Ollama's counts and durations (nanoseconds) of a finished reply. The model was loaded before the request,
+ * so loading took none of it; reading the prompt is admission to the first token, generating the rest.
+ */
+export function replyMetrics(result: GenerationResult): Record<string, number> {
+  const t = result.timings;
+  const firstToken = t.ttftMs > 0 ? t.ttftMs : t.totalMs;
+  return {
+    total_duration: ns(t.totalMs),
+    load_duration: 0,
+    prompt_eval_count: result.promptTokens,
+    prompt_eval_duration: ns(firstToken - t.queueMs),
+    eval_count: result.rows[0]?.tokenIds.length ?? 0,
+    eval_duration: ns(t.totalMs - firstToken),
+  };
+}
+
+/** Calls in Ollama's form: arguments as an object (the host gives their JSON text), the call's id beside. */
+export function ollamaToolCalls(calls: readonly ToolCall[], first = 0): Array<Record<string, unknown>> {
+  return calls.map((c, i) => ({
+    id: c.id,
+    function: { index: first + i, name: c.name, arguments: JSON.parse(c.arguments) as unknown },
+  }));
+}
+
+const now = () => new Date().toISOString();
+
+/** The assistant message of a chat reply (or of one streamed piece of it). */
+function assistantMessage(text: string, calls: readonly ToolCall[] | undefined, first = 0): Record<string, unknown> {
+  if (!calls || calls.length === 0) return { role: 'assistant', content: text };
+  // Only white space beside calls is no content.
+  return {
+    role: 'assistant',
+    content: text.trim().length > 0 ? text : '',
+    tool_calls: ollamaToolCalls(calls, first),
+  };
+}
+
+/** The non-streamed reply of `/api/chat` or `/api/generate`. */
+export function ollamaReply(kind: OllamaKind, model: string, result: GenerationResult): Record<string, unknown> {
+  const row = result.rows[0];
+  const text = row?.text ?? '';
+  return {
+    model,
+    created_at: now(),
+    ...(kind === 'chat' ? { message: assistantMessage(text, row?.toolCalls) } : { response: text }),
+    done: true,
+    done_reason: doneReason(result.finishReason),
+    ...replyMetrics(result),
+  };
+}
+
+/** One streamed line of a reply: its new text, or (chat) the calls its latest tokens completed. */
+export function ollamaChunk(
+  kind: OllamaKind,
+  model: string,
+  text: string,
+  calls?: readonly ToolCall[],
+  first = 0,
+): Record<string, unknown> {
+  return {
+    model,
+    created_at: now(),
+    ...(kind === 'chat' ? { message: assistantMessage(text, calls, first) } : { response: text }),
+    done: false,
+  };
+}
+
+/** The last streamed line: no text, the done reason, the counts and durations. */
+export function ollamaFinalChunk(kind: OllamaKind, model: string, result: GenerationResult): Record<string, unknown> {
+  return {
+    model,
+    created_at: now(),
+    ...(kind === 'chat' ? { message: { role: 'assistant', content: '' } } : { response: '' }),
+    done: true,
+    done_reason: doneReason(result.finishReason),
+    ...replyMetrics(result),
+  };
+}
+
+/** The answer to a request with nothing to generate: Ollama's "load" (the model is loaded already). */
+export function loadReply(kind: OllamaKind, model: string): Record<string, unknown> {
+  return {
+    model,
+    created_at: now(),
+    ...(kind === 'chat' ? { message: { role: 'assistant', content: '' } } : { response: '' }),
+    done: true,
+    done_reason: 'load',
+  };
+}
+
+/** Facts about a loaded package that Ollama's listings want; what kvdesk does not know stays empty. */
+export interface ModelFacts {
+  /** When the package folder last changed (ISO 8601). */
+  modifiedAt: string;
+}
+
+/** The package's weights precision, where its file names or manifest say it. */
+function quantization(m: ModelInfo): string {
+  const chosen = m.spec.variants?.find((v) => v.name === m.spec.selectedVariant);
+  return chosen?.precision ?? m.spec.graphVariant ?? '';
+}
+
+/** Ollama's `details` of a model. The parameter count is not in a package's metadata: left empty. */
+export function modelDetails(m: ModelInfo): Record<string, unknown> {
+  const family = m.spec.modelType ?? '';
+  return {
+    parent_model: '',
+    format: 'onnx',
+    family,
+    families: family ? [family] : null,
+    parameter_size: '',
+    quantization_level: quantization(m),
+  };
+}
+
+/**
+ * A model's name as Ollama lists it: with its tag (`default:latest`). Clients such as Open WebUI add `:latest`
+ * to a name without one and look it up in the list, so a bare id would never be found; either form resolves.
+ */
+export function taggedName(id: string): string {
+  return id.includes(':') ? id : `${id}:latest`;
+}
+
+/** A loaded model as `/api/tags` lists it. kvdesk keeps no manifest digests: `digest` is empty. */
+export function tagJson(m: ModelInfo, facts: ModelFacts): Record<string, unknown> {
+  return {
+    name: taggedName(m.id),
+    model: taggedName(m.id),
+    modified_at: facts.modifiedAt,
+    size: m.spec.weightsBytes,
+    digest: '',
+    details: modelDetails(m),
+  };
+}
+
+/** kvdesk's models stay loaded until unloaded, so they never expire. */
+export const NEVER_EXPIRES = '9999-12-31T23:59:59Z';
+
+/** A loaded model as `/api/ps` lists it: its weights, on the accelerator unless it runs on the CPU. */
+export function psJson(m: ModelInfo): Record<string, unknown> {
+  return {
+    name: taggedName(m.id),
+    model: taggedName(m.id),
+    size: m.spec.weightsBytes,
+    digest: '',
+    details: modelDetails(m),
+    expires_at: NEVER_EXPIRES,
+    size_vram: m.backend === 'cpu' ? 0 : m.spec.weightsBytes,
+    context_length: m.spec.contextLength,
+  };
+}
+
+/** The package's sampling defaults, as Ollama's `parameters` text writes a Modelfile's (name, value per line). */
+function parametersText(m: ModelInfo): string {
+  const s = m.spec.search;
+  const lines: Array<[string, number | undefined]> = [
+    ['temperature', s.temperature],
+    ['top_k', s.topK],
+    ['top_p', s.topP],
+    ['min_p', s.minP],
+    ['repeat_penalty', s.repetitionPenalty],
+    ['num_predict', s.maxNewTokens],
+  ];
+  return lines
+    .filter((l): l is [string, number] => l[1] !== undefined)
+    .map(([k, v]) => `${k.padEnd(30)} ${v}`)
+    .join('\n');
+}
+
+/**
+ * `/api/show`: details, `model_info` under Ollama's keys (`<architecture>.context_length`, …) with kvdesk's
+ * own facts under `kvdesk.`, the chat template (a Jinja template, not Ollama's Go template), and what the
+ * model can do here: completions, and tools (kvdesk describes them itself when the template does not).
+ */
+export function showJson(m: ModelInfo, facts: ModelFacts): Record<string, unknown> {
+  const spec = m.spec;
+  const arch = spec.modelType ?? 'onnx';
+  const info: Record<string, unknown> = {
+    'general.architecture': arch,
+    'general.basename': m.id,
+    [`${arch}.context_length`]: spec.contextLength,
+    [`${arch}.block_count`]: spec.numLayers,
+    [`${arch}.vocab_size`]: spec.vocabSize,
+  };
+  if (spec.kv.kind === 'dynamic' && spec.kv.tensors[0]) {
+    info[`${arch}.attention.head_count_kv`] = spec.kv.tensors[0].kvHeads;
+    info[`${arch}.attention.key_length`] = spec.kv.tensors[0].headDim;
+  }
+  if (spec.bosTokenId !== undefined) info['tokenizer.ggml.bos_token_id'] = spec.bosTokenId;
+  if (spec.eosTokenIds[0] !== undefined) info['tokenizer.ggml.eos_token_id'] = spec.eosTokenIds[0];
+  Object.assign(info, {
+    'kvdesk.bpt': spec.bpt,
+    'kvdesk.backend': m.backend,
+    'kvdesk.layout': spec.layout,
+    'kvdesk.weights_bytes': spec.weightsBytes,
+  });
+  const parameters = parametersText(m);
+  return {
+    ...(parameters ? { parameters } : {}),
+    ...(spec.chatTemplate ? { template: spec.chatTemplate } : {}),
+    details: modelDetails(m),
+    model_info: info,
+    capabilities: ['completion', 'tools'],
+    modified_at: facts.modifiedAt,
+  };
+}
+
+/**
+ * The Ollama parameter a field the host named is (its contract's names are camelCase and differ), or null when
+ * the name is the same.
+ */
+function ollamaParam(field: string, kind: OllamaKind): string | null {
+  const options: Record<string, string> = {
+    maxNewTokens: 'options.num_predict',
+    stop: 'options.stop',
+    'sampling.temperature': 'options.temperature',
+    'sampling.topP': 'options.top_p',
+    'sampling.topK': 'options.top_k',
+    'sampling.minP': 'options.min_p',
+    'sampling.seed': 'options.seed',
+    'sampling.repetitionPenalty': 'options.repeat_penalty',
+    'sampling.frequencyPenalty': 'options.frequency_penalty',
+    'sampling.presencePenalty': 'options.presence_penalty',
+    responseFormat: 'format',
+  };
+  const direct = options[field.replace(/\[\d+\]$/, '')];
+  let mapped = direct ?? field;
+  if (!direct) {
+    mapped = field
+      .replace(/^jsonSchema/, 'format')
+      .replace(/^tools\[(\d+)\]\.(parameters|name|description)/, 'tools[$1].function.$2')
+      .replace(/^messages\[(\d+)\]\.toolCalls\[(\d+)\]\.(name|arguments)/, 'messages[$1].tool_calls[$2].function.$3')
+      .replace(/^messages\[(\d+)\]\.toolCalls/, 'messages[$1].tool_calls')
+      .replace(/^messages\[(\d+)\]\.toolCallId/, 'messages[$1]');
+    // /api/generate's one message is its prompt (after the system's, when there is one).
+    if (kind === 'generate') mapped = mapped.replace(/^messages(\[\d+\])?(\.content)?$/, 'prompt');
+  }
+  return mapped === field ? null : mapped;
+}
+
+/**
+ * An error in Ollama's shape, `{"error": "<message>"}`. A full queue is Ollama's 503 (server busy) instead of
+ * OpenAI's 429; a host refusal that names a contract field gets Ollama's name for it appended.
+ */
+export function ollamaError(
+  err: HttpError,
+  kind: OllamaKind | null = null,
+): { status: number; body: { error: string }; headers: Record<string, string> } {
+  const e = err.body.error;
+  let message = e.message;
+  if (kind && typeof e.field === 'string') {
+    const param = ollamaParam(e.field, kind);
+    if (param) message = `${message} (Ollama's field: ${param})`;
+  }
+  const status = e.kvdesk_code === 'QUEUE_FULL' ? 503 : err.status;
+  return { status, body: { error: message }, headers: err.headers };
+}

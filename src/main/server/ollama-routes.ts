@@ -1,0 +1,224 @@
+/**
+ * Ollama's native API over HostApi: `POST /api/chat` and `/api/generate` (streamed as newline-delimited JSON
+ * unless `"stream": false`, as Ollama does by default), `POST /api/show`, `GET /api/tags`, `/api/ps` and
+ * `/api/version`. As with the OpenAI and Anthropic endpoints the status is sent only once the request is
+ * admitted, so a refusal is a plain HTTP error in Ollama's shape (`{"error": "…"}`) and a 200 means the KV is
+ * reserved; a failure after that is the stream's last line, `{"error": "…"}`, as Ollama ends its streams.
+ */
+import { readFileSync, statSync } from 'node:fs';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import path from 'node:path';
+import type { ModelInfo } from '../../shared/api';
+import { toErrorInfo } from '../../shared/errors';
+import type { HostApi } from '../host/host-api';
+import { API_HEADERS, errorFromInfo, HttpError, sendJson } from './http-util';
+import {
+  loadReply,
+  type MappedOllamaRequest,
+  type ModelFacts,
+  mapOllamaRequest,
+  type OllamaKind,
+  ollamaChunk,
+  ollamaError,
+  ollamaFinalChunk,
+  ollamaReply,
+  psJson,
+  resolveModel,
+  showJson,
+  showModelName,
+  tagJson,
+} from './ollama-adapter';
+import { runGeneration } from './openai-routes';
+
+/** Headers of a newline-delimited JSON stream. */
+const NDJSON_HEADERS: Readonly<Record<string, string>> = {
+  ...API_HEADERS,
+  'content-type': 'application/x-ndjson',
+  'cache-control': 'no-cache',
+  connection: 'keep-alive',
+  // Reverse proxies (nginx) would otherwise buffer the stream.
+  'x-accel-buffering': 'no',
+};
+
+/** Answers an error in Ollama's shape (or closes a stream that has begun: its routes end it with a line). */
+export function sendOllamaError(res: ServerResponse, err: HttpError, kind: OllamaKind | null = null): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  const { status, body, headers } = ollamaError(err, kind);
+  sendJson(res, status, body, headers);
+}
+
+let version: string | null = null;
+
+/** kvdesk's own version (package.json), found from this file up, wherever the code was built to. */
+function kvdeskVersion(): string {
+  if (version !== null) return version;
+  version = 'unknown';
+  for (let dir = __dirname; ; dir = path.dirname(dir)) {
+    try {
+      const pkg = JSON.parse(readFileSync(path.join(dir, 'package.json'), 'utf8')) as {
+        name?: unknown;
+        version?: unknown;
+      };
+      if (pkg.name === 'kvdesk' && typeof pkg.version === 'string') {
+        version = pkg.version;
+        break;
+      }
+    } catch {
+      // No package.json here: look further up.
+    }
+    if (path.dirname(dir) === dir) break;
+  }
+  return version;
+}
+
+/**
+ * The Ollama version kvdesk answers as: the API level its endpoints follow. Clients compare it to decide what
+ * they may use (VS Code's Copilot refuses a server below 0.6.4), so kvdesk's own version would lock them out.
+ */
+export const OLLAMA_API_VERSION = '0.12.0';
+
+/** GET /api/version: the Ollama API level kvdesk speaks, and kvdesk's own version beside it. */
+export function serveOllamaVersion(res: ServerResponse): void {
+  sendJson(res, 200, { version: OLLAMA_API_VERSION, kvdesk: kvdeskVersion() });
+}
+
+const startedAt = new Date().toISOString();
+
+/** What the listings say about a package beyond its spec: when its folder last changed. */
+function factsOf(m: ModelInfo): ModelFacts {
+  try {
+    return { modifiedAt: statSync(m.spec.root).mtime.toISOString() };
+  } catch {
+    // The folder is gone (the model stays loaded): Go clients need a time, so the server's start stands in.
+    return { modifiedAt: startedAt };
+  }
+}
+
+async function loadedModels(hostApi: HostApi): Promise<ModelInfo[]> {
+  const models = await hostApi.call('listModels', {});
+  if (!models.ok) throw errorFromInfo(models.error);
+  return models.value;
+}
+
+/** GET /api/tags: the loaded models (kvdesk lists no models it has not loaded). */
+export async function serveOllamaTags(hostApi: HostApi, res: ServerResponse): Promise<void> {
+  const models = await loadedModels(hostApi);
+  sendJson(res, 200, { models: models.map((m) => tagJson(m, factsOf(m))) });
+}
+
+/** GET /api/ps: the loaded models, with their memory. */
+export async function serveOllamaPs(hostApi: HostApi, res: ServerResponse): Promise<void> {
+  const models = await loadedModels(hostApi);
+  sendJson(res, 200, { models: models.map(psJson) });
+}
+
+/** POST /api/show: one loaded model's details, its facts and its chat template; 404 for a model not loaded. */
+export async function serveOllamaShow(hostApi: HostApi, body: unknown, res: ServerResponse): Promise<void> {
+  const models = await loadedModels(hostApi);
+  const id = resolveModel(
+    showModelName(body),
+    models.map((m) => m.id),
+  );
+  const model = models.find((m) => m.id === id) as ModelInfo;
+  sendJson(res, 200, showJson(model, factsOf(model)));
+}
+
+/**
+ * Runs one `/api/chat` or `/api/generate` request to its end. Resolves when the response is complete or the
+ * client is gone; never rejects.
+ */
+export async function serveOllamaGeneration(
+  kind: OllamaKind,
+  hostApi: HostApi,
+  body: unknown,
+  req: IncomingMessage,
+  res: ServerResponse,
+): Promise<void> {
+  let mapped: MappedOllamaRequest;
+  let request: NonNullable<MappedOllamaRequest['request']>;
+  try {
+    mapped = mapOllamaRequest(kind, body);
+    const id = resolveModel(
+      mapped.model,
+      (await loadedModels(hostApi)).map((m) => m.id),
+    );
+    if (mapped.request === null) {
+      sendLoad(res, kind, mapped);
+      return;
+    }
+    request = { ...mapped.request, model: id };
+  } catch (err) {
+    sendOllamaError(res, err instanceof HttpError ? err : errorFromInfo(toErrorInfo(err)), kind);
+    return;
+  }
+  const { model, stream } = mapped;
+  const line = (value: unknown) => res.write(`${JSON.stringify(value)}\n`);
+  // Calls streamed so far: Ollama numbers each call of a reply.
+  let callsSent = 0;
+  await runGeneration(
+    hostApi,
+    request,
+    req,
+    res,
+    (frame, finish) => {
+      switch (frame.type) {
+        case 'accepted':
+        case 'prefill':
+          return;
+        case 'admitted':
+          if (!stream) return;
+          res.writeHead(200, NDJSON_HEADERS);
+          // No line yet: the headers alone tell the client it was admitted.
+          res.flushHeaders();
+          return;
+        case 'tokens': {
+          const row = frame.rows[0];
+          if (!stream || !row) return;
+          if (row.text.length > 0) line(ollamaChunk(kind, model, row.text));
+          const calls = row.toolCalls ?? [];
+          if (calls.length > 0) {
+            line(ollamaChunk(kind, model, '', calls, callsSent));
+            callsSent += calls.length;
+          }
+          return;
+        }
+        case 'done':
+          finish();
+          if (!stream) {
+            sendJson(res, 200, ollamaReply(kind, model, frame.result));
+            return;
+          }
+          line(ollamaFinalChunk(kind, model, frame.result));
+          res.end();
+          return;
+        case 'error': {
+          finish();
+          const err = errorFromInfo(frame.error, { prompt: kind === 'chat' ? 'messages' : 'prompt' });
+          if (!res.headersSent) {
+            sendOllamaError(res, err, kind);
+            return;
+          }
+          // After admission the status is already 200: Ollama ends such a stream with an error line.
+          line(ollamaError(err, kind).body);
+          res.end();
+          return;
+        }
+      }
+    },
+    (r, e) => sendOllamaError(r, e, kind),
+  );
+}
+
+/** Ollama's "load": a request with nothing to generate, answered at once (one line when a stream was asked). */
+function sendLoad(res: ServerResponse, kind: OllamaKind, mapped: MappedOllamaRequest): void {
+  const reply = loadReply(kind, mapped.model);
+  if (!mapped.stream) {
+    sendJson(res, 200, reply);
+    return;
+  }
+  res.writeHead(200, NDJSON_HEADERS);
+  res.end(`${JSON.stringify(reply)}\n`);
+}
