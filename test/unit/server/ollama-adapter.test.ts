@@ -18,16 +18,7 @@ import {
 import type { ModelInfo } from '../../../src/shared/api';
 import type { GenerationResult } from '../../../src/shared/contract';
 import type { ModelSpec } from '../../../src/shared/model-spec';
-
-function refusal(fn: () => unknown): HttpError {
-  try {
-    fn();
-  } catch (err) {
-    expect(err).toBeInstanceOf(HttpError);
-    return err as HttpError;
-  }
-  throw new Error('expected a refusal');
-}
+import { refusal } from '../../helpers/rejection';
 
 const chat = (extra: Record<string, unknown> = {}) =>
   mapOllamaRequest('chat', { model: 'm', messages: [{ role: 'user', content: 'hi' }], ...extra });

@@ -9,16 +9,7 @@ import {
   usageOf,
 } from '../../../src/main/server/openai-adapter';
 import type { GenerationResult } from '../../../src/shared/contract';
-
-function refusal(fn: () => unknown): HttpError {
-  try {
-    fn();
-  } catch (err) {
-    expect(err).toBeInstanceOf(HttpError);
-    return err as HttpError;
-  }
-  throw new Error('expected a refusal');
-}
+import { refusal } from '../../helpers/rejection';
 
 const chat = (extra: Record<string, unknown> = {}) => ({
   model: 'm',
