@@ -21,7 +21,7 @@
 import type { ModelInfo } from '../../shared/api';
 import type { ChatMessage, FinishReason, GenerateRequest, GenerationResult, ToolCall } from '../../shared/contract';
 import { type HttpError, httpError } from './http-util';
-import { type Body, bad, boolean, conversationRequest, present } from './openai-adapter';
+import { type Body, bad, boolean, conversationRequest, functionTools, present } from './openai-adapter';
 
 /** Which generating endpoint a body came to. */
 export type OllamaKind = 'chat' | 'generate';
@@ -221,34 +221,6 @@ function refuseUnsupported(body: Body, kind: OllamaKind): void {
   }
 }
 
-/** Ollama's `tools`: `[{type: "function", function: {name, description, parameters}}]`. */
-function toolList(body: Body): GenerateRequest['tools'] {
-  const v = body.tools;
-  if (v === undefined || v === null || (Array.isArray(v) && v.length === 0)) return undefined;
-  if (!Array.isArray(v)) throw bad('"tools" must be a list of {"type": "function", "function": {…}}.', 'tools');
-  return v.map((t, i) => {
-    if (!isObject(t) || (t.type !== undefined && t.type !== 'function')) {
-      throw bad(
-        `tools[${i}].type must be "function" (kvdesk runs function tools: {"type": "function", "function": {"name", "parameters"}}), got ${JSON.stringify(isObject(t) ? t.type : t)}.`,
-        `tools[${i}].type`,
-      );
-    }
-    const fn = t.function;
-    if (!isObject(fn) || typeof fn.name !== 'string') {
-      throw bad(`tools[${i}].function must be an object with a "name".`, `tools[${i}].function`);
-    }
-    const params = fn.parameters;
-    if (params !== undefined && params !== null && !isObject(params)) {
-      throw bad(`tools[${i}].function.parameters must be a JSON Schema object.`, `tools[${i}].function.parameters`);
-    }
-    return {
-      name: fn.name,
-      ...(typeof fn.description === 'string' && fn.description.length > 0 ? { description: fn.description } : {}),
-      ...(params ? { parameters: params } : {}),
-    };
-  });
-}
-
 /** A message's `content`: text (absent or null is empty). */
 function contentOf(m: Record<string, unknown>, i: number): string {
   const c = m.content;
@@ -388,7 +360,7 @@ export function mapOllamaRequest(kind: OllamaKind, input: unknown): MappedOllama
         `messages[${raw.length - 1}]`,
       );
     }
-    const tools = toolList(body);
+    const tools = functionTools(body.tools, { typeOptional: true });
     if (tools && (format.responseFormat || format.jsonSchema)) {
       throw bad('"format" cannot be combined with "tools" in kvdesk: send one of them.', 'format');
     }

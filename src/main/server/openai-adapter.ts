@@ -97,12 +97,22 @@ function toolList(kind: OpenAiKind, body: Body): ToolDefinition[] | undefined {
   const v = body.tools;
   if (v === undefined || v === null || (Array.isArray(v) && v.length === 0)) return undefined;
   if (kind !== 'chat') throw bad('"tools" are for /v1/chat/completions; send the conversation there.', 'tools');
+  return functionTools(v);
+}
+
+/**
+ * Function tools in OpenAI's form, `[{type: "function", function: {name, description, parameters}}]`, as
+ * tool definitions; undefined for none. Ollama's are the same, `type` optional (`typeOptional`).
+ */
+export function functionTools(v: unknown, opts: { typeOptional?: boolean } = {}): ToolDefinition[] | undefined {
+  if (v === undefined || v === null || (Array.isArray(v) && v.length === 0)) return undefined;
   if (!Array.isArray(v)) throw bad('"tools" must be an array of {"type": "function", "function": {…}}.', 'tools');
   return v.map((t, i) => {
     const tool = t as { type?: unknown; function?: unknown } | null;
-    if (typeof tool !== 'object' || tool === null || tool.type !== 'function') {
+    const typed = tool?.type === 'function' || (opts.typeOptional && tool?.type === undefined);
+    if (typeof tool !== 'object' || tool === null || Array.isArray(tool) || !typed) {
       throw bad(
-        `tools[${i}].type must be "function" (kvdesk runs function tools only), got ${JSON.stringify(tool?.type)}.`,
+        `tools[${i}].type must be "function" (kvdesk runs function tools only: {"type": "function", "function": {"name", "parameters"}}), got ${JSON.stringify(tool?.type)}.`,
         `tools[${i}].type`,
       );
     }
@@ -119,7 +129,7 @@ function toolList(kind: OpenAiKind, body: Body): ToolDefinition[] | undefined {
     }
     return {
       name: fn.name,
-      ...(typeof fn.description === 'string' ? { description: fn.description } : {}),
+      ...(typeof fn.description === 'string' && fn.description.length > 0 ? { description: fn.description } : {}),
       ...(params ? { parameters: params as Record<string, unknown> } : {}),
     };
   });
