@@ -9,6 +9,7 @@ import {
 } from '../../../src/main/engine/call-constraint';
 import { tokenTable } from '../../../src/main/engine/json-constraint';
 import { Sampler } from '../../../src/main/engine/sampling';
+import { jsonValueEnd } from '../../../src/main/tokenizer/tool-calls';
 
 const ajv = new Ajv({ strict: false });
 
@@ -112,24 +113,6 @@ const skipWs = (text: string, i: number) => {
   while (i < text.length && /\s/.test(text[i] as string)) i++;
   return i;
 };
-/** Where the JSON object or array that starts at `at` ends (strings read), or -1 when it does not close. */
-function jsonEnd(text: string, at: number): number {
-  let depth = 0;
-  let inString = false;
-  for (let i = at; i < text.length; i++) {
-    const ch = text[i];
-    if (inString) {
-      if (ch === '\\') i++;
-      else if (ch === '"') inString = false;
-    } else if (ch === '"') inString = true;
-    else if (ch === '{' || ch === '[') depth++;
-    else if (ch === '}' || ch === ']') {
-      depth--;
-      if (depth === 0) return i + 1;
-    }
-  }
-  return -1;
-}
 
 describe('lazy tool-call constraint', () => {
   it('leaves free text free: every token, special or empty, until the opening', () => {
@@ -267,7 +250,9 @@ describe('lazy tool-call constraint', () => {
           }
           // Each complete call in the text is valid.
           const complete = (at: number) => {
-            const end = jsonEnd(text, at);
+            const end = jsonValueEnd(text, at);
+            // -1: cut off by the walk's end; never -2, which says the text after an opening is no JSON value.
+            expect(end, `${label}: ${text}`).not.toBe(-2);
             if (end < 0) return undefined;
             checked++;
             return JSON.parse(text.slice(at, end));
