@@ -12,7 +12,8 @@
  * the model writes it as one special token or in pieces; a token that completes it and goes on is allowed only
  * when the rest is a valid start of the call. While a call is being written, special tokens (the end of the
  * reply among them) are refused, except where the form's own text is one (`[ARGS]`, a closing tag). The JSON
- * is compact, as in structured output. A call's object may close inside a token whose rest is free text.
+ * is structured output's (one space at most after a colon, a comma or the opening brace). A call's object may
+ * close inside a token whose rest is what follows the call.
  *
  * No npm packages: the engine process imports this file.
  */
