@@ -10,10 +10,10 @@
  *   of that name); the host refuses a result that answers no call and a call left unanswered.
  * - `/api/generate` is one user turn under `system` through the chat template, or, with `raw`, the prompt as
  *   written (the host's plain completion).
- * - `options` are the sampling settings under Ollama's names (`num_predict` -1 / -2 leave the length to the
- *   context); options that only matter when Ollama loads a model (`num_ctx`, `num_gpu`, …) are accepted and
- *   ignored, as kvdesk loads models itself; sampling kvdesk cannot do (mirostat, typical_p, tfs_z) is refused
- *   unless set to its neutral value, and an option Ollama does not have is refused, naming it.
+ * - `options` are the sampling settings under Ollama's names (`num_predict` below 1 leaves the length to the
+ *   context); options that only matter when Ollama loads a model (`num_ctx`, `num_gpu`, …), and any option
+ *   kvdesk does not know, are ignored, as Ollama ignores one it does not know; sampling kvdesk cannot do
+ *   (mirostat, typical_p, tfs_z) is refused unless set to its neutral value.
  * - `format` is JSON mode (`"json"`) or structured output (a schema); `think: true`, images, `suffix`,
  *   `context` and `template` are refused with a 400 naming them.
  * Replies carry Ollama's `done_reason` and its nanosecond durations, taken from the host's timings.
@@ -43,47 +43,11 @@ export interface MappedOllamaRequest {
 /** The longest reply a request may ask for (the contract's bound on maxNewTokens). */
 const MAX_NEW_TOKENS = 1_000_000;
 
-/** Options that tell Ollama how to load a model; kvdesk loads packages itself, so they change nothing here. */
-const LOAD_OPTIONS = new Set([
-  'num_ctx',
-  'num_batch',
-  'num_gpu',
-  'main_gpu',
-  'low_vram',
-  'f16_kv',
-  'logits_all',
-  'vocab_only',
-  'use_mmap',
-  'use_mlock',
-  'num_thread',
-  'numa',
-  'num_keep',
-  // Newline penalization was dropped by Ollama itself; mirostat's rates only act with mirostat on (refused).
-  'penalize_newline',
-  'mirostat_tau',
-  'mirostat_eta',
-]);
-
 /** Sampling options kvdesk cannot honour, accepted only at the value that turns them off. */
 const NEUTRAL_ONLY: ReadonlyArray<[string, number]> = [
   ['mirostat', 0],
   ['typical_p', 1],
   ['tfs_z', 1],
-];
-
-/** Sampling options kvdesk honours. */
-const SAMPLING_OPTIONS = [
-  'temperature',
-  'top_p',
-  'top_k',
-  'min_p',
-  'seed',
-  'num_predict',
-  'stop',
-  'repeat_penalty',
-  'repeat_last_n',
-  'frequency_penalty',
-  'presence_penalty',
 ];
 
 function isObject(v: unknown): v is Record<string, unknown> {

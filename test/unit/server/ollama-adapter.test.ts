@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { errorFromInfo, HttpError } from '../../../src/main/server/http-util';
+import { errorFromInfo } from '../../../src/main/server/http-util';
 import {
   chatMessages,
   doneReason,
