@@ -33,6 +33,26 @@ export interface CallGrammar {
    * '' when the object names the tool itself), and the object's schema.
    */
   calls: Array<{ head: string; schema: Record<string, unknown> }>;
+  /**
+   * Qwen3-Coder's XML form instead of JSON (`calls` then empty): after the opening, `<function=NAME>`, then
+   * `<parameter=KEY>`value`</parameter>` for keys of that tool, then `</function>`. Values are plain text.
+   */
+  xml?: { tools: Array<{ name: string; params: string[] }> };
+}
+
+/** The XML form's literals (see CallGrammar.xml). */
+interface XmlGrammar {
+  /** `<function=`. */
+  open: Uint8Array;
+  /** Each tool's `name>`. */
+  names: Uint8Array[];
+  /** Per tool: `<parameter=key>` for each of its keys, then `</function>` (last). */
+  bodies: Uint8Array[][];
+  /** `</parameter>`, and its KMP failure function. */
+  valueEnd: Uint8Array;
+  valueFail: Int32Array;
+  /** The KMP failure function of the grammar's close: a value may not hold that text (the call would end). */
+  closeFail: Int32Array;
 }
 
 /** A grammar ready to run: bytes, the opening's automaton, compiled schemas. */
@@ -45,32 +65,65 @@ export interface CompiledCallGrammar {
   close: Uint8Array;
   heads: Uint8Array[];
   schemas: SchemaNode[];
+  xml?: XmlGrammar;
 }
 
 const utf8 = (s: string) => new TextEncoder().encode(s);
 
 /** Compiles a grammar (throws SchemaError for a schema the recogniser cannot enforce: the host checked them). */
 export function compileCallGrammar(g: CallGrammar): CompiledCallGrammar {
-  if (g.calls.length === 0) throw new Error('a call grammar needs at least one call');
-  if (g.trigger === '' && (g.array || g.calls.some((c) => c.head !== ''))) {
-    throw new Error('a call that is a bare JSON object has no array and no head');
+  if (g.calls.length === 0 && !g.xml?.tools.length) throw new Error('a call grammar needs at least one call');
+  if (g.trigger === '' && (g.array || g.xml || g.calls.some((c) => c.head !== ''))) {
+    throw new Error('a call that is a bare JSON object has no array, no head and no XML');
   }
   const trigger = utf8(g.trigger);
-  const fail = new Int32Array(trigger.length);
-  for (let i = 1, k = 0; i < trigger.length; i++) {
-    while (k > 0 && trigger[i] !== trigger[k]) k = fail[k - 1] as number;
-    if (trigger[i] === trigger[k]) k++;
-    fail[i] = k;
-  }
+  const valueEnd = utf8('</parameter>');
   return {
     trigger,
-    fail,
+    fail: failureOf(trigger),
     atStart: g.trigger === '',
     array: g.array,
     close: utf8(g.close),
     heads: g.calls.map((c) => utf8(c.head)),
     schemas: g.calls.map((c) => compileSchema(c.schema)),
+    ...(g.xml
+      ? {
+          xml: {
+            open: utf8('<function='),
+            names: g.xml.tools.map((t) => utf8(`${t.name}>`)),
+            bodies: g.xml.tools.map((t) => [...t.params.map((k) => utf8(`<parameter=${k}>`)), utf8('</function>')]),
+            valueEnd,
+            valueFail: failureOf(valueEnd),
+            closeFail: failureOf(utf8(g.close)),
+          },
+        }
+      : {}),
   };
+}
+
+/** KMP failure function: fail[i] = the longest proper border of t[0, i]. */
+function failureOf(t: Uint8Array): Int32Array {
+  const fail = new Int32Array(t.length);
+  for (let i = 1, k = 0; i < t.length; i++) {
+    while (k > 0 && t[i] !== t[k]) k = fail[k - 1] as number;
+    if (t[i] === t[k]) k++;
+    fail[i] = k;
+  }
+  return fail;
+}
+
+/**
+ * Among byte strings `alts`, one that agrees with alts[cur]'s first n bytes (cur < 0: any, at n 0) and has b at
+ * n; -1 when none (alternatives that share the bytes read all do).
+ */
+function nextAlternative(alts: readonly Uint8Array[], cur: number, n: number, b: number): number {
+  for (let j = 0; j < alts.length; j++) {
+    const h = alts[j] as Uint8Array;
+    if (h.length <= n || h[n] !== b) continue;
+    if (cur >= 0 && n > 0 && !samePrefix(h, alts[cur] as Uint8Array, n)) continue;
+    return j;
+  }
+  return -1;
 }
 
 /** Where the reply is. */
@@ -97,6 +150,19 @@ enum P {
   CloseSpace,
   /** The closing text; `n` bytes of it read. */
   Close,
+  /** XML form, after the opening and white space: `<function=`, `n` bytes of it read. */
+  XmlOpen,
+  /** XML form: a tool's `name>`, `n` bytes read, consistent with names[head]. */
+  XmlName,
+  /** XML form, in tool head's call, between its parts: white space (`n` bytes). */
+  XmlSpace,
+  /** XML form, in tool head's call: `<parameter=key>` or `</function>` (`n` bytes of alternative alt read). */
+  XmlBody,
+  /**
+   * XML form: a parameter's value, free text up to `</parameter>` (`n` bytes of that matched), without the
+   * form's close (`alt` bytes of it matched).
+   */
+  XmlValue,
 }
 
 /** The constraint's state: never changed (a step makes a new one), so a candidate token is tried on it. */
@@ -105,6 +171,8 @@ interface CallState {
   readonly n: number;
   readonly head: number;
   readonly obj: SchemaState | null;
+  /** XmlBody: the alternative of the tool's body being read (-1 before its first byte). */
+  readonly alt: number;
 }
 
 /** Longest run of white space around a call's parts (a model cannot pad a call with blank lines forever). */
@@ -128,7 +196,7 @@ export function feedCallBytes(
   from: number,
   to: number,
 ): CallState | null {
-  let { p, n, head, obj } = st;
+  let { p, n, head, obj, alt } = st;
   // After a call (or the close): free, or for good in the bare-JSON form.
   const freeAgain = () => {
     p = g.atStart ? P.Rest : P.Free;
@@ -145,6 +213,10 @@ export function feedCallBytes(
   // The call's head begins: a head of '' (the object names its tool) goes straight to the object.
   const toHead = () => {
     n = 0;
+    if (g.xml) {
+      p = P.XmlOpen;
+      return;
+    }
     if (g.heads.length === 1 && (g.heads[0] as Uint8Array).length === 0) {
       head = 0;
       p = P.PreObject;
@@ -158,7 +230,7 @@ export function feedCallBytes(
     const b = bytes[i] as number;
     switch (p) {
       case P.Rest:
-        return { p, n: 0, head: 0, obj: null };
+        return { p, n: 0, head: 0, obj: null, alt: -1 };
       case P.Free: {
         const t = g.trigger;
         while (n > 0 && b !== t[n]) n = g.fail[n - 1] as number;
@@ -187,12 +259,17 @@ export function feedCallBytes(
       case P.PreObject:
       case P.After:
       case P.CloseSpace:
+      case P.XmlSpace:
         if (isWs(b)) {
           if (++n > MAX_CALL_WHITESPACE) return null;
           i++;
           continue;
         }
-        if (p === P.Lead) {
+        if (p === P.XmlSpace) {
+          p = P.XmlBody;
+          n = 0;
+          alt = -1;
+        } else if (p === P.Lead) {
           if (g.array) {
             if (b !== 0x5b) return null;
             p = P.Item;
@@ -232,14 +309,7 @@ export function feedCallBytes(
         continue;
       case P.Head: {
         // A head consistent with the bytes so far that goes on with b (any other consistent one shares them).
-        let next = -1;
-        for (let j = 0; j < g.heads.length; j++) {
-          const h = g.heads[j] as Uint8Array;
-          if (h.length <= n || h[n] !== b) continue;
-          if (head >= 0 && n > 0 && !samePrefix(h, g.heads[head] as Uint8Array, n)) continue;
-          next = j;
-          break;
-        }
+        const next = nextAlternative(g.heads, head, n, b);
         if (next < 0) return null;
         head = next;
         n++;
@@ -247,6 +317,73 @@ export function feedCallBytes(
         if (n === (g.heads[head] as Uint8Array).length) {
           p = P.PreObject;
           n = 0;
+        }
+        continue;
+      }
+      case P.XmlOpen: {
+        const x = g.xml as XmlGrammar;
+        if (b !== x.open[n]) return null;
+        n++;
+        i++;
+        if (n === x.open.length) {
+          p = P.XmlName;
+          n = 0;
+          head = -1;
+        }
+        continue;
+      }
+      case P.XmlName: {
+        const x = g.xml as XmlGrammar;
+        const next = nextAlternative(x.names, head, n, b);
+        if (next < 0) return null;
+        head = next;
+        n++;
+        i++;
+        if (n === (x.names[head] as Uint8Array).length) {
+          p = P.XmlSpace;
+          n = 0;
+        }
+        continue;
+      }
+      case P.XmlBody: {
+        const x = g.xml as XmlGrammar;
+        const alts = x.bodies[head] as Uint8Array[];
+        const next = nextAlternative(alts, alt, n, b);
+        if (next < 0) return null;
+        alt = next;
+        n++;
+        i++;
+        if (n === (alts[alt] as Uint8Array).length) {
+          n = 0;
+          // The last alternative is `</function>`: the call is over; the others open a parameter's value.
+          if (alt === alts.length - 1) {
+            alt = -1;
+            if (g.close.length > 0) p = P.CloseSpace;
+            else freeAgain();
+          } else {
+            alt = 0;
+            p = P.XmlValue;
+          }
+        }
+        continue;
+      }
+      case P.XmlValue: {
+        const x = g.xml as XmlGrammar;
+        // `alt` counts the bytes of the close matched: a value that writes it would end the call unfinished.
+        const c = g.close;
+        if (c.length > 0) {
+          while (alt > 0 && b !== c[alt]) alt = x.closeFail[alt - 1] as number;
+          if (b === c[alt]) alt++;
+          if (alt === c.length) return null;
+        }
+        const t = x.valueEnd;
+        while (n > 0 && b !== t[n]) n = x.valueFail[n - 1] as number;
+        if (b === t[n]) n++;
+        i++;
+        if (n === t.length) {
+          p = P.XmlSpace;
+          n = 0;
+          alt = -1;
         }
         continue;
       }
@@ -275,7 +412,7 @@ export function feedCallBytes(
       }
     }
   }
-  return { p, n, head, obj };
+  return { p, n, head, obj, alt };
 }
 
 function samePrefix(a: Uint8Array, b: Uint8Array, n: number): boolean {
@@ -285,7 +422,7 @@ function samePrefix(a: Uint8Array, b: Uint8Array, n: number): boolean {
 
 /** The state a reply begins in. */
 export function initialCallState(g: CompiledCallGrammar): CallState {
-  return { p: g.atStart ? P.Start : P.Free, n: 0, head: 0, obj: null };
+  return { p: g.atStart ? P.Start : P.Free, n: 0, head: 0, obj: null, alt: -1 };
 }
 
 /** Whether a reply in this state is inside a call (free text otherwise). */
@@ -322,8 +459,9 @@ export class CallConstraint implements ReplyConstraint {
     const to = offsets[id + 1] as number;
     // A token without bytes (an end token, often) writes nothing a call could take.
     if (from === to) return isFree(p);
-    // Special tokens are free text's, or the form's own text (a head's marker, the closing tag).
-    if (special.has(id) && !isFree(p) && p !== P.Head && p !== P.Close && p !== P.CloseSpace) return false;
+    // Special tokens are free text's, or the form's own text (a head's marker, a tag): never inside a JSON
+    // object or an XML value.
+    if (special.has(id) && (p === P.Object || p === P.XmlValue)) return false;
     return feedCallBytes(this.grammar, this.state, bytes, from, to) !== null;
   }
 

@@ -40,8 +40,9 @@ export interface ToolPlan {
   /** The format's markers that are special tokens: kept in the text the filter reads. */
   keepIds: ReadonlySet<number>;
   /**
-   * `auto`: the grammar a call the model opens is held to (its tool's schema), in the engine. Absent where
-   * kvdesk cannot hold it: the XML forms, a tool whose arguments are free-form, a schema it cannot enforce.
+   * `auto`: the grammar a call the model opens is held to (its tool's schema; in Qwen3-Coder's XML form, its
+   * tool's name and parameter names), in the engine. Absent where kvdesk cannot hold it: GLM's XML form, a tool
+   * whose arguments are free-form, a schema it cannot enforce.
    */
   grammar?: CallGrammar;
 }
@@ -204,7 +205,12 @@ function loosened(schema: unknown): unknown {
  * schema is refused for). Undefined where kvdesk cannot hold every tool's calls: then calls are read, not held.
  */
 function autoGrammar(tools: readonly ToolDefinition[], format: ToolCallFormat): CallGrammar | undefined {
-  if (format.xml || tools.some(freeFormArguments)) return undefined;
+  if (format.xml === 'glm' || tools.some(freeFormArguments)) return undefined;
+  if (format.xml === 'qwen') {
+    // Plain-text values: the call's structure is held (a listed tool, its own parameter names), not its values.
+    const xmlTools = tools.map((t) => ({ name: t.name, params: Object.keys(argumentsSchema(t).properties ?? {}) }));
+    return { trigger: format.open, array: false, close: format.close, calls: [], xml: { tools: xmlTools } };
+  }
   const base = {
     trigger: format.open,
     array: format.lead.trim() === '[',

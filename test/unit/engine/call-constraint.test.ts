@@ -49,6 +49,18 @@ const NAMED: CallGrammar = {
   ],
 };
 const BARE: CallGrammar = { trigger: '', array: false, close: '', calls: [{ head: '', schema: CALL_SCHEMA }] };
+const QWEN_XML: CallGrammar = {
+  trigger: '<tool_call>',
+  array: false,
+  close: '</tool_call>',
+  calls: [],
+  xml: {
+    tools: [
+      { name: 'get_weather', params: ['city', 'hourly'] },
+      { name: 'now', params: [] },
+    ],
+  },
+};
 
 // A vocabulary: every printable ASCII byte and white space alone, some longer pieces, and special tokens.
 const SPECIAL = ['', '<|im_end|>', '[TOOL_CALLS]', '[ARGS]'];
@@ -78,6 +90,12 @@ const PIECES = [
   'hello',
   ' world',
   '\n\n',
+  '<function=',
+  '<parameter=',
+  '</parameter>',
+  '</function>',
+  'city>',
+  'get_weather>',
 ];
 const VOCAB = [...SPECIAL, ...PIECES];
 const table = tokenTable(
@@ -220,6 +238,39 @@ describe('lazy tool-call constraint', () => {
     expect(d.inCall).toBe(false);
   });
 
+  it("Qwen3-Coder's XML form: a listed function, its own parameters, values as text, then the closing tags", () => {
+    const head = ['<tool_call>', '\n', '<function=', 'get_weather>', '\n'];
+    const c = write(QWEN_XML, head);
+    expect(c.allows(plain('<parameter='))).toBe(true);
+    expect(c.allows(plain('</function>'))).toBe(true);
+    expect(c.allows(plain('x'))).toBe(false);
+    expect(c.allows(EOS)).toBe(false);
+    // Only its own parameter names.
+    const d = write(QWEN_XML, [...head, '<parameter=']);
+    expect(d.allows(plain('c'))).toBe(true);
+    expect(d.allows(plain('city>'))).toBe(true);
+    expect(d.allows(plain('d'))).toBe(false);
+    // A value is free text (not special tokens), up to </parameter>.
+    const e = write(QWEN_XML, [...head, '<parameter=', 'city>', '\n', 'Paris', ' world', '<', '/']);
+    expect(e.allows(plain('x'))).toBe(true);
+    expect(e.allows(idOf('<|im_end|>'))).toBe(false);
+    // Not the form's close: the call would end inside a value.
+    expect(write(QWEN_XML, [...head, '<parameter=', 'city>', 'hello']).allows(plain('</tool_call>'))).toBe(false);
+    expect(e.allows(EOS)).toBe(false);
+    const f = write(QWEN_XML, [...head, '<parameter=', 'city>', 'Paris', '</parameter>', '\n', '</function>', '\n']);
+    expect(f.inCall).toBe(true);
+    expect(f.allows(plain('x'))).toBe(false);
+    expect(f.allows(plain('</tool_call>'))).toBe(true);
+    f.accept(plain('</tool_call>'));
+    expect(f.inCall).toBe(false);
+    // An unlisted function is refused; one without parameters may only close.
+    const g = write(QWEN_XML, ['<tool_call>', '<function=']);
+    expect(g.allows(plain('x'))).toBe(false);
+    const h = write(QWEN_XML, ['<tool_call>', '<function=', ...chars('now>')]);
+    expect(h.allows(plain('<parameter='))).toBe(false);
+    expect(h.allows(plain('</function>'))).toBe(true);
+  });
+
   it('random walks: every call written is one the schemas accept', () => {
     const validate = ajv.compile(CALL_SCHEMA);
     const validateArgs = [ajv.compile(weatherArgs), ajv.compile(lightsArgs)];
@@ -229,12 +280,18 @@ describe('lazy tool-call constraint', () => {
       [MISTRAL, 'mistral'],
       [NAMED, 'named'],
       [BARE, 'bare'],
+      [QWEN_XML, 'qwen-xml'],
     ] as const) {
       let checked = 0;
       fc.assert(
         fc.property(fc.array(fc.nat(), { minLength: 120, maxLength: 120 }), (draws) => {
           const c = constraintOf(g);
-          const opening = g === BARE ? [plain('{"')] : [plain('<tool_call>'), idOf('[TOOL_CALLS]')];
+          const opening =
+            g === BARE
+              ? [plain('{"')]
+              : g === QWEN_XML
+                ? [plain('<tool_call>'), plain('<function='), plain('get_weather>'), plain('</parameter>')]
+                : [plain('<tool_call>'), idOf('[TOOL_CALLS]')];
           let text = '';
           for (const d of draws) {
             const allowed = VOCAB.map((_, id) => id).filter((id) => c.allows(id));
@@ -274,6 +331,15 @@ describe('lazy tool-call constraint', () => {
               const args = complete(at);
               const check = validateArgs[m[1] === 'get_a' ? 0 : 1] as (x: unknown) => boolean;
               if (args !== undefined) expect(check(args), `${label}: ${text}`).toBe(true);
+            }
+          } else if (g === QWEN_XML) {
+            // Each closed call: a listed function with its own parameters, in the form's tags.
+            const call =
+              /^<tool_call>\s*<function=(get_weather|now)>(\s*<parameter=(city|hourly)>[^]*?<\/parameter>)*\s*<\/function>\s*<\/tool_call>$/;
+            for (const m of text.matchAll(/<tool_call>[^]*?<\/tool_call>/g)) {
+              checked++;
+              expect(m[0], `${label}: ${text}`).toMatch(call);
+              if (m[0].includes('<function=now>')) expect(m[0]).not.toContain('<parameter=');
             }
           } else {
             const at = skipWs(text, 0);

@@ -224,8 +224,21 @@ describe('planTools', () => {
     const bare = auto([weather], '{{ tools | tojson }}{{ messages[0].content }}');
     expect(bare).toMatchObject({ trigger: '', array: false, close: '' });
     expect(bare?.calls[0]?.schema).toMatchObject({ properties: { parameters: weather.parameters } });
-    // None: XML forms; free-form arguments (any keys); a schema kvdesk cannot enforce; forced or none choices.
-    expect(auto([weather], '{{ tools | tojson }}<tool_call><function=x>')).toBeUndefined();
+    // Qwen3-Coder's XML form: each tool's name and parameter names (its values are plain text).
+    expect(auto([weather, { name: 'now' }], '{{ tools | tojson }}<tool_call><function=x>')).toEqual({
+      trigger: '<tool_call>',
+      array: false,
+      close: '</tool_call>',
+      calls: [],
+      xml: {
+        tools: [
+          { name: 'get_weather', params: ['city'] },
+          { name: 'now', params: [] },
+        ],
+      },
+    });
+    // None: GLM's XML form; free-form arguments (any keys); a schema kvdesk cannot enforce; forced or none choices.
+    expect(auto([weather], '{{ tools | tojson }}<tool_call>x<arg_key>')).toBeUndefined();
     expect(auto([weather, { name: 'run', parameters: { type: 'object' } }])).toBeUndefined();
     expect(
       auto([{ name: 'run', parameters: { type: 'object', properties: {}, additionalProperties: true } }]),
