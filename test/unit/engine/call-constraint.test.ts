@@ -335,8 +335,8 @@ describe('lazy tool-call constraint', () => {
           } else if (g === QWEN_XML) {
             // Each closed call: a listed function with its own parameters, in the form's tags.
             const call =
-              /^<tool_call>\s*<function=(get_weather|now)>(\s*<parameter=(city|hourly)>[^]*?<\/parameter>)*\s*<\/function>\s*<\/tool_call>$/;
-            for (const m of text.matchAll(/<tool_call>[^]*?<\/tool_call>/g)) {
+              /^<tool_call>\s*<function=(get_weather|now)>(\s*<parameter=(city|hourly)>[\s\S]*?<\/parameter>)*\s*<\/function>\s*<\/tool_call>$/;
+            for (const m of text.matchAll(/<tool_call>[\s\S]*?<\/tool_call>/g)) {
               checked++;
               expect(m[0], `${label}: ${text}`).toMatch(call);
               if (m[0].includes('<function=now>')) expect(m[0]).not.toContain('<parameter=');
