@@ -40,12 +40,8 @@ export interface CallGrammar {
   xml?: { tools: Array<{ name: string; params: string[] }> };
 }
 
-/** The XML form's literals (see CallGrammar.xml). */
+/** The XML form's literals (see CallGrammar.xml); its heads are each tool's `<function=name>`. */
 interface XmlGrammar {
-  /** `<function=`. */
-  open: Uint8Array;
-  /** Each tool's `name>`. */
-  names: Uint8Array[];
   /** Per tool: `<parameter=key>` for each of its keys, then `</function>` (last). */
   bodies: Uint8Array[][];
   /** `</parameter>`, and its KMP failure function. */
@@ -84,13 +80,11 @@ export function compileCallGrammar(g: CallGrammar): CompiledCallGrammar {
     atStart: g.trigger === '',
     array: g.array,
     close: utf8(g.close),
-    heads: g.calls.map((c) => utf8(c.head)),
+    heads: g.xml ? g.xml.tools.map((t) => utf8(`<function=${t.name}>`)) : g.calls.map((c) => utf8(c.head)),
     schemas: g.calls.map((c) => compileSchema(c.schema)),
     ...(g.xml
       ? {
           xml: {
-            open: utf8('<function='),
-            names: g.xml.tools.map((t) => utf8(`${t.name}>`)),
             bodies: g.xml.tools.map((t) => [...t.params.map((k) => utf8(`<parameter=${k}>`)), utf8('</function>')]),
             valueEnd,
             valueFail: failureOf(valueEnd),
@@ -138,7 +132,7 @@ enum P {
   Lead,
   /** In an array, before a call: white space. */
   Item,
-  /** The call's head; `n` bytes of it read, consistent with heads[head]. */
+  /** The call's head (a name and marker, or the XML form's `<function=name>`); `n` bytes of heads[head] read. */
   Head,
   /** After the head: white space, then `{`. */
   PreObject,
@@ -150,10 +144,6 @@ enum P {
   CloseSpace,
   /** The closing text; `n` bytes of it read. */
   Close,
-  /** XML form, after the opening and white space: `<function=`, `n` bytes of it read. */
-  XmlOpen,
-  /** XML form: a tool's `name>`, `n` bytes read, consistent with names[head]. */
-  XmlName,
   /** XML form, in tool head's call, between its parts: white space (`n` bytes). */
   XmlSpace,
   /** XML form, in tool head's call: `<parameter=key>` or `</function>` (`n` bytes of alternative alt read). */
@@ -213,10 +203,6 @@ export function feedCallBytes(
   // The call's head begins: a head of '' (the object names its tool) goes straight to the object.
   const toHead = () => {
     n = 0;
-    if (g.xml) {
-      p = P.XmlOpen;
-      return;
-    }
     if (g.heads.length === 1 && (g.heads[0] as Uint8Array).length === 0) {
       head = 0;
       p = P.PreObject;
@@ -315,32 +301,8 @@ export function feedCallBytes(
         n++;
         i++;
         if (n === (g.heads[head] as Uint8Array).length) {
-          p = P.PreObject;
-          n = 0;
-        }
-        continue;
-      }
-      case P.XmlOpen: {
-        const x = g.xml as XmlGrammar;
-        if (b !== x.open[n]) return null;
-        n++;
-        i++;
-        if (n === x.open.length) {
-          p = P.XmlName;
-          n = 0;
-          head = -1;
-        }
-        continue;
-      }
-      case P.XmlName: {
-        const x = g.xml as XmlGrammar;
-        const next = nextAlternative(x.names, head, n, b);
-        if (next < 0) return null;
-        head = next;
-        n++;
-        i++;
-        if (n === (x.names[head] as Uint8Array).length) {
-          p = P.XmlSpace;
+          // The XML form's head is its `<function=name>`; the JSON forms' is followed by the arguments object.
+          p = g.xml ? P.XmlSpace : P.PreObject;
           n = 0;
         }
         continue;
