@@ -159,14 +159,19 @@ export function errorFromInfo(info: ErrorInfo, paramHint?: { prompt: string; api
 }
 
 /** Headers of a server-sent event stream. */
-export const SSE_HEADERS: Readonly<Record<string, string>> = {
-  ...API_HEADERS,
-  'content-type': 'text/event-stream; charset=utf-8',
-  'cache-control': 'no-cache',
-  connection: 'keep-alive',
-  // Reverse proxies (nginx) would otherwise buffer the stream.
-  'x-accel-buffering': 'no',
-};
+export const SSE_HEADERS = streamHeaders('text/event-stream; charset=utf-8');
+
+/** Headers of a response streamed as it is written (server-sent events, newline-delimited JSON). */
+export function streamHeaders(contentType: string): Readonly<Record<string, string>> {
+  return {
+    ...API_HEADERS,
+    'content-type': contentType,
+    'cache-control': 'no-cache',
+    connection: 'keep-alive',
+    // Reverse proxies (nginx) would otherwise buffer the stream.
+    'x-accel-buffering': 'no',
+  };
+}
 
 /** Writes named server-sent events (`event: <type>` then the JSON), as the Responses and Anthropic streams are. */
 export function writeEvents(res: ServerResponse, events: ReadonlyArray<{ type: string }>): void {

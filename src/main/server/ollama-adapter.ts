@@ -21,7 +21,16 @@
 import type { ModelInfo } from '../../shared/api';
 import type { ChatMessage, FinishReason, GenerateRequest, GenerationResult, ToolCall } from '../../shared/contract';
 import { type HttpError, httpError } from './http-util';
-import { type Body, bad, boolean, conversationRequest, functionTools, present } from './openai-adapter';
+import {
+  type Body,
+  bad,
+  boolean,
+  conversationRequest,
+  functionTools,
+  number,
+  openAiFinishReason,
+  present,
+} from './openai-adapter';
 
 /** Which generating endpoint a body came to. */
 export type OllamaKind = 'chat' | 'generate';
@@ -60,18 +69,7 @@ function optionNumber(
   key: string,
   range: { min?: number; max?: number; minExclusive?: boolean; int?: boolean } = {},
 ): number | undefined {
-  if (!present(opts, key)) return undefined;
-  const v = opts[key];
-  const where = `options.${key}`;
-  if (typeof v !== 'number' || !Number.isFinite(v) || (range.int && !Number.isInteger(v))) {
-    throw bad(`"${where}" must be ${range.int ? 'an integer' : 'a number'}, got ${JSON.stringify(v)}.`, where);
-  }
-  const low = range.min !== undefined && (range.minExclusive ? v <= range.min : v < range.min);
-  if (low || (range.max !== undefined && v > range.max)) {
-    const from = range.min === undefined ? '(-∞' : `${range.minExclusive ? '(' : '['}${range.min}`;
-    throw bad(`"${where}" must be in ${from}, ${range.max ?? '∞'}], got ${v}.`, where);
-  }
-  return v;
+  return number(opts, key, { ...range, field: `options.${key}` });
 }
 
 /** What `options` set on the request: its length, its stop strings and its sampling. */
@@ -382,7 +380,7 @@ export function resolveModel(name: string, ids: readonly string[]): string {
 
 /** Ollama's `done_reason`: the reply ended by itself, or it ran out of room (tokens, context or budget). */
 export function doneReason(reason: FinishReason): 'stop' | 'length' {
-  return reason === 'eos' || reason === 'stop' || reason === 'tool_calls' ? 'stop' : 'length';
+  return openAiFinishReason(reason) === 'length' ? 'length' : 'stop';
 }
 
 const ns = (ms: number) => Math.max(0, Math.round(ms * 1e6));

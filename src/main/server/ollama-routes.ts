@@ -11,7 +11,7 @@ import path from 'node:path';
 import type { ModelInfo } from '../../shared/api';
 import { toErrorInfo } from '../../shared/errors';
 import type { HostApi } from '../host/host-api';
-import { API_HEADERS, errorFromInfo, HttpError, sendJson } from './http-util';
+import { errorFromInfo, HttpError, sendJson, streamHeaders } from './http-util';
 import {
   loadReply,
   type MappedOllamaRequest,
@@ -31,14 +31,7 @@ import {
 import { runGeneration } from './openai-routes';
 
 /** Headers of a newline-delimited JSON stream. */
-const NDJSON_HEADERS: Readonly<Record<string, string>> = {
-  ...API_HEADERS,
-  'content-type': 'application/x-ndjson',
-  'cache-control': 'no-cache',
-  connection: 'keep-alive',
-  // Reverse proxies (nginx) would otherwise buffer the stream.
-  'x-accel-buffering': 'no',
-};
+const NDJSON_HEADERS = streamHeaders('application/x-ndjson');
 
 /** Answers an error in Ollama's shape (or closes a stream that has begun: its routes end it with a line). */
 export function sendOllamaError(res: ServerResponse, err: HttpError, kind: OllamaKind | null = null): void {

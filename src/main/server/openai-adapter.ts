@@ -50,19 +50,25 @@ export function present(body: Body, key: string): boolean {
   return body[key] !== undefined && body[key] !== null;
 }
 
+/**
+ * A number field, checked: an integer with `int`, within [min, max] (above min with `minExclusive`). A refusal
+ * names `field` (default: the key; Ollama's options are `options.<key>`).
+ */
 export function number(
   body: Body,
   key: string,
-  opts: { min?: number; max?: number; int?: boolean } = {},
+  opts: { min?: number; max?: number; minExclusive?: boolean; int?: boolean; field?: string } = {},
 ): number | undefined {
   if (!present(body, key)) return undefined;
   const v = body[key];
+  const field = opts.field ?? key;
   if (typeof v !== 'number' || !Number.isFinite(v) || (opts.int && !Number.isInteger(v))) {
-    throw bad(`"${key}" must be ${opts.int ? 'an integer' : 'a number'}, got ${JSON.stringify(v)}.`, key);
+    throw bad(`"${field}" must be ${opts.int ? 'an integer' : 'a number'}, got ${JSON.stringify(v)}.`, field);
   }
-  if ((opts.min !== undefined && v < opts.min) || (opts.max !== undefined && v > opts.max)) {
-    const range = `${opts.min ?? '-∞'}…${opts.max ?? '∞'}`;
-    throw bad(`"${key}" must be in ${range}, got ${v}.`, key);
+  const low = opts.min !== undefined && (opts.minExclusive ? v <= opts.min : v < opts.min);
+  if (low || (opts.max !== undefined && v > opts.max)) {
+    const from = opts.min === undefined ? '(-∞' : `${opts.minExclusive ? '(' : '['}${opts.min}`;
+    throw bad(`"${field}" must be in ${from}, ${opts.max ?? '∞'}], got ${v}.`, field);
   }
   return v;
 }
