@@ -455,24 +455,28 @@ export function ollamaChunk(
 
 /** The last streamed line: no text, the done reason, the counts and durations. */
 export function ollamaFinalChunk(kind: OllamaKind, model: string, result: GenerationResult): Record<string, unknown> {
-  return {
-    model,
-    created_at: now(),
-    ...(kind === 'chat' ? { message: { role: 'assistant', content: '' } } : { response: '' }),
-    done: true,
-    done_reason: doneReason(result.finishReason),
-    ...replyMetrics(result),
-  };
+  return doneLine(kind, model, doneReason(result.finishReason), replyMetrics(result));
 }
 
 /** The answer to a request with nothing to generate: Ollama's "load" (the model is loaded already). */
 export function loadReply(kind: OllamaKind, model: string): Record<string, unknown> {
+  return doneLine(kind, model, 'load');
+}
+
+/** A line that ends a reply without text of its own. */
+function doneLine(
+  kind: OllamaKind,
+  model: string,
+  reason: string,
+  metrics: Record<string, number> = {},
+): Record<string, unknown> {
   return {
     model,
     created_at: now(),
     ...(kind === 'chat' ? { message: { role: 'assistant', content: '' } } : { response: '' }),
     done: true,
-    done_reason: 'load',
+    done_reason: reason,
+    ...metrics,
   };
 }
 
