@@ -106,6 +106,12 @@ function failureOf(t: Uint8Array): Int32Array {
   return fail;
 }
 
+/** A KMP automaton's step: with n bytes of `t` matched (`fail` its failure function), how many after byte b. */
+function matchStep(t: Uint8Array, fail: Int32Array, n: number, b: number): number {
+  while (n > 0 && b !== t[n]) n = fail[n - 1] as number;
+  return b === t[n] ? n + 1 : n;
+}
+
 /**
  * Among byte strings `alts`, one that agrees with alts[cur]'s first n bytes (cur < 0: any, at n 0) and has b at
  * n; -1 when none (alternatives that share the bytes read all do).
@@ -218,11 +224,9 @@ export function feedCallBytes(
       case P.Rest:
         return { p, n: 0, head: 0, obj: null, alt: -1 };
       case P.Free: {
-        const t = g.trigger;
-        while (n > 0 && b !== t[n]) n = g.fail[n - 1] as number;
-        if (b === t[n]) n++;
+        n = matchStep(g.trigger, g.fail, n, b);
         i++;
-        if (n === t.length) {
+        if (n === g.trigger.length) {
           p = P.Lead;
           n = 0;
         }
@@ -332,17 +336,13 @@ export function feedCallBytes(
       case P.XmlValue: {
         const x = g.xml as XmlGrammar;
         // `alt` counts the bytes of the close matched: a value that writes it would end the call unfinished.
-        const c = g.close;
-        if (c.length > 0) {
-          while (alt > 0 && b !== c[alt]) alt = x.closeFail[alt - 1] as number;
-          if (b === c[alt]) alt++;
-          if (alt === c.length) return null;
+        if (g.close.length > 0) {
+          alt = matchStep(g.close, x.closeFail, alt, b);
+          if (alt === g.close.length) return null;
         }
-        const t = x.valueEnd;
-        while (n > 0 && b !== t[n]) n = x.valueFail[n - 1] as number;
-        if (b === t[n]) n++;
+        n = matchStep(x.valueEnd, x.valueFail, n, b);
         i++;
-        if (n === t.length) {
+        if (n === x.valueEnd.length) {
           p = P.XmlSpace;
           n = 0;
           alt = -1;

@@ -142,7 +142,8 @@ describe('lazy tool-call constraint', () => {
   });
 
   it('after the opening, written whole or in pieces, allows only a valid start of the call', () => {
-    for (const opening of [['<tool_call>'], ['<tool', '_call>'], chars('<tool_call>')]) {
+    // (A `<` before it starts the match again: `<<tool_call>` opens a call.)
+    for (const opening of [['<tool_call>'], ['<tool', '_call>'], chars('<tool_call>'), ['<', '<tool_call>']]) {
       const c = write(HERMES, ['hello', ...opening]);
       expect(c.inCall).toBe(true);
       expect(c.allows(plain('{"'))).toBe(true);
