@@ -197,7 +197,11 @@ const generatedSchema: fc.Arbitrary<Schema> = fc.letrec<{
       { anyOf: [{ enum: ['a', 'ab'] }, { type: 'string' }, { type: 'null' }] },
       { oneOf: [{ const: 'a' }, { enum: ['ab', 1] }, { type: 'string', enum: ['b'] }] },
     ),
-    fc.jsonValue({ maxDepth: 2 }).map((v): Schema => ({ const: v })),
+    // (Not objects with keys toString or valueOf: ajv's deep equality calls them as methods.)
+    fc
+      .jsonValue({ maxDepth: 2 })
+      .filter((v) => !/"(toString|valueOf)":/.test(JSON.stringify(v)))
+      .map((v): Schema => ({ const: v })),
     tie('object'),
     tie('array'),
     tie('union'),
