@@ -1,11 +1,11 @@
 /**
  * Screenshots of the running app for the README: docs/chat.png, docs/models.png,
- * docs/inspector.png, docs/devices.png, docs/prefill.png, docs/json.png. Starts a real `kvdesk serve` (real engine and scheduler)
+ * docs/inspector.png, docs/devices.png, docs/prefill.png, docs/json.png, docs/library.png. Starts a real `kvdesk serve` (real engine and scheduler)
  * with a small KV budget so the budget bar has something to show, drives
  * Debian Chromium through the same steps a person would, and captures the window.
  *
  *   node bin/run-ts.cjs scripts/screenshots.ts           # all of them
- *   node bin/run-ts.cjs scripts/screenshots.ts prefill   # only docs/prefill.png (json: only docs/json.png)
+ *   node bin/run-ts.cjs scripts/screenshots.ts prefill   # only docs/prefill.png (json, library: only theirs)
  *
  * Needs Chromium at /usr/bin/chromium (or KVDESK_CHROMIUM) and a renderer build
  * (it runs the renderer build first unless KVDESK_E2E_SKIP_BUILD=1).
@@ -15,6 +15,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { type Browser, chromium, type Page } from 'playwright-core';
 import { CHROMIUM, CHROMIUM_ARGS } from '../test/e2e/chromium';
+import { wsCall } from '../test/e2e/fixtures';
 import globalSetup from '../test/e2e/global-setup';
 import { ROOT, startServe } from '../test/e2e/serve';
 import { writeTwinPackages } from '../test/helpers/static-cache-models';
@@ -75,7 +76,7 @@ async function setLimit(page: Page, text: string): Promise<void> {
 async function main(): Promise<void> {
   globalSetup();
   mkdirSync(DOCS, { recursive: true });
-  const only = { prefill: prefillShot, json: jsonShot }[process.argv[2] ?? ''];
+  const only = { prefill: prefillShot, json: jsonShot, library: libraryShot }[process.argv[2] ?? ''];
   if (only) {
     const browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
     try {
@@ -173,6 +174,7 @@ async function main(): Promise<void> {
     await devicesShot(browser);
     await prefillShot(browser);
     await jsonShot(browser);
+    await libraryShot(browser);
   } finally {
     await browser.close();
   }
@@ -237,6 +239,64 @@ main().catch((err) => {
   console.error(err);
   process.exit(1);
 });
+
+/**
+ * docs/library.png: the Models view after a restart. Fixture packages were loaded (by path, and one uploaded as a
+ * browser drop uploads it) in a first run on the same data directory; one folder was deleted since.
+ */
+async function libraryShot(browser: Browser): Promise<void> {
+  const work = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-shot-library-'));
+  const dataDir = path.join(work, 'data');
+  const fixtures = path.resolve(ROOT, '../shared/fixtures');
+  const packages = ['onnx-genai/tiny-reasoning', 'onnxruntime-genai/tiny-random-gpt2-fp32', 'onnx-genai/tiny-llm']
+    .map((rel) => path.join(fixtures, rel))
+    .filter((dir) => existsSync(dir));
+  try {
+    let server = await startServe([], 90_000, undefined, dataDir);
+    try {
+      for (const dir of packages) {
+        const copy = path.join(work, path.basename(dir));
+        cpSync(dir, copy, { recursive: true });
+        const r = await wsCall(server, 'loadModel', { path: copy });
+        if (!r.ok) throw new Error(`${dir} did not load: ${JSON.stringify(r)}`);
+      }
+      const page = await browser.newPage({ viewport: { width: 1440, height: 900 }, deviceScaleFactor: 1 });
+      await page.goto(server.url);
+      await page.getByTestId('models-toggle').click();
+      if (existsSync(FIXTURE)) {
+        await page.getByTestId('model-file-input').setInputFiles(FIXTURE);
+        await page.getByTestId('model-card').getByTestId('model-loaded').waitFor({ timeout: 30_000 });
+      }
+      await page.close();
+    } finally {
+      await server.stop();
+    }
+    // A package whose folder went away since.
+    rmSync(path.join(work, 'tiny-llm'), { recursive: true, force: true });
+    server = await startServe([], 90_000, undefined, dataDir);
+    try {
+      const page = await browser.newPage({ viewport: { width: 1440, height: 900 }, deviceScaleFactor: 1 });
+      await page.goto(server.url);
+      await page.getByTestId('models-toggle').click();
+      await page.locator('[data-testid="library-row"][data-state="ok"]').first().waitFor({ timeout: 30_000 });
+      // The library at the top of the view, the loaded default model just above it.
+      await page.getByTestId('library').evaluate((el) => {
+        (el as unknown as { scrollIntoView(o: unknown): void }).scrollIntoView({ block: 'start' });
+      });
+      await page.getByTestId('models-view').evaluate((el) => {
+        (el as unknown as { scrollTop: number }).scrollTop -= 60;
+      });
+      await page.mouse.move(0, 0);
+      await page.waitForTimeout(300);
+      await page.screenshot({ path: path.join(DOCS, 'library.png'), animations: 'disabled' });
+      console.log('wrote docs/library.png');
+    } finally {
+      await server.stop();
+    }
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
+}
 
 /** docs/json.png: a thread with JSON output and a schema (settings open), its reply shown as a JSON code block. */
 async function jsonShot(browser: Browser): Promise<void> {

@@ -32,7 +32,7 @@ const CHANNELS = {
   events: 'kvdesk:events',
 } as const;
 
-const EVENT_NAMES: readonly HostEventName[] = ['budget', 'scheduler', 'models'];
+const EVENT_NAMES: readonly HostEventName[] = ['budget', 'scheduler', 'models', 'library'];
 
 function refusal(message: string): { ok: false; error: ErrorInfo } {
   return { ok: false, error: { code: 'BAD_REQUEST', message } };
@@ -52,6 +52,8 @@ const calls: CallMethods = {
   listModels: bind('listModels'),
   checkPackage: bind('checkPackage'),
   loadModel: bind('loadModel'),
+  listLibrary: bind('listLibrary'),
+  forgetModel: bind('forgetModel'),
   unloadModel: bind('unloadModel'),
   getSnapshot: bind('getSnapshot'),
   configureBudget: bind('configureBudget'),
@@ -109,6 +111,7 @@ const listeners: { [E in HostEventName]: Set<(payload: HostEvents[E]) => void> }
   budget: new Set(),
   scheduler: new Set(),
   models: new Set(),
+  library: new Set(),
 };
 
 ipcRenderer.on(CHANNELS.events, (_event, name: unknown, payloads: unknown) => {

@@ -31,6 +31,25 @@ export type PackageCheck =
   | { ok: true; spec: ModelSpec }
   | { ok: false; error: { code: string; message: string; file?: string; field?: string } };
 
+/** A model package kvdesk has loaded before (the Models view's library; the APIs load it on first use). */
+export interface LibraryEntry {
+  /** The package folder (absolute). */
+  root: string;
+  /** The id it loads as. */
+  id: string;
+  /** Its validation at the last check: what the card shows; absent while the first check runs. */
+  spec?: ModelSpec;
+  /** Why the last check failed (files changed since it was loaded); the card says what to do. */
+  error?: { code: string; message: string; file?: string; field?: string };
+  /** The folder is gone (moved, deleted, an unplugged disk). */
+  missing: boolean;
+  /** kvdesk's own copy of a browser upload (under `<data-dir>/models`): forgetting it deletes the files. */
+  uploaded: boolean;
+  /** When it was first and last loaded (ms since the epoch). */
+  addedAt: number;
+  lastLoadedAt: number;
+}
+
 /** A chat message as stored in a thread. */
 export const StoredMessage = z.object({
   id: z.string().min(1).max(100),
@@ -108,6 +127,10 @@ export const CallSchemas = {
   /** Validate a package folder on the host's disk without loading it. */
   checkPackage: z.object({ path: z.string().min(1).max(4096) }).strict(),
   loadModel: z.object({ path: z.string().min(1).max(4096) }).strict(),
+  /** The packages loaded before, most recently loaded first. */
+  listLibrary: Empty,
+  /** Removes a package from the library: a folder of your own is forgotten, kvdesk's copy of an upload deleted. */
+  forgetModel: z.object({ root: z.string().min(1).max(4096) }).strict(),
   unloadModel: Id,
   getSnapshot: Empty,
   configureBudget: BudgetPatch.strict(),
@@ -125,6 +148,8 @@ export interface CallResponses {
   listModels: ModelInfo[];
   checkPackage: PackageCheck;
   loadModel: ModelInfo;
+  listLibrary: LibraryEntry[];
+  forgetModel: null;
   unloadModel: null;
   getSnapshot: BudgetSnapshot;
   configureBudget: BudgetSnapshot;
@@ -148,6 +173,8 @@ export interface HostEvents {
   scheduler: SchedulerEvent;
   /** The set of loaded models changed. */
   models: ModelInfo[];
+  /** The library changed (a package loaded for the first time, forgotten, checked again). */
+  library: LibraryEntry[];
 }
 export type HostEventName = keyof HostEvents;
 

@@ -23,8 +23,10 @@ export async function startServe(
   timeoutMs = 90_000,
   /** Another TypeScript entry that runs `serve` (test/e2e/serve-devices.ts); default the real CLI. */
   entry?: string,
+  /** A data directory to use and keep (a restart's); default a fresh one removed on stop. */
+  keptDataDir?: string,
 ): Promise<ServeHandle> {
-  const dataDir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-e2e-'));
+  const dataDir = keptDataDir ?? mkdtempSync(path.join(os.tmpdir(), 'kvdesk-e2e-'));
   const command = entry ? [path.join(ROOT, 'bin/run-ts.cjs'), entry] : [path.join(ROOT, 'bin/kvdesk.cjs')];
   const child: ChildProcess = spawn(
     process.execPath,
@@ -56,7 +58,7 @@ export async function startServe(
       await exited;
       clearTimeout(timer);
     }
-    rmSync(dataDir, { recursive: true, force: true });
+    if (!keptDataDir) rmSync(dataDir, { recursive: true, force: true });
   };
   const deadline = Date.now() + timeoutMs;
   let url: string | undefined;

@@ -14,6 +14,7 @@ import {
   CallSchemas,
   type HostEventName,
   type HostEvents,
+  type LibraryEntry,
   type ModelInfo,
   type PackageCheck,
 } from '../../shared/api';
@@ -22,6 +23,7 @@ import { KvdeskError, type Result, toErrorInfo } from '../../shared/errors';
 import { loadModelSpec } from '../packages';
 import { providerShortName } from '../packages/execution-providers';
 import { ThreadStore } from '../store/thread-store';
+import { ModelLibrary } from './model-library';
 import type { RunnerService } from './runner-service';
 
 /** Budget snapshots go out at most this often (ARCHITECTURE.md: ≤ 10 Hz, latest wins). */
@@ -49,7 +51,20 @@ export interface HostApi {
   importFiles(upload: { name: string; files: Array<{ path: string; data: Uint8Array }> }): Promise<Result<ModelInfo>>;
   /** Electron drop / dialog: loads a package folder by path. */
   importPath(path: string): Promise<Result<ModelInfo>>;
-  /** Host events: 'budget' (throttled ≤ 10 Hz), 'scheduler', 'models'. */
+  /** The packages loaded before (remembered across restarts). */
+  readonly library: ModelLibrary;
+  /** Resolves once the library's packages have been validated again after start. */
+  readonly libraryChecked: Promise<void>;
+  /**
+   * Makes sure a request's model is loaded: a library package named by its id
+   * is loaded on first use (the APIs' just-in-time loading), unloading the
+   * package loaded that way before it when that one is idle. A name neither
+   * loaded nor in the library is left for the request to refuse.
+   */
+  ensureModel(id: string | undefined): Promise<void>;
+  /** Library packages a request may name that are not loaded now: valid, present, one per id. */
+  loadable(): LibraryEntry[];
+  /** Host events: 'budget' (throttled ≤ 10 Hz), 'scheduler', 'models', 'library'. */
   on<E extends HostEventName>(event: E, fn: (payload: HostEvents[E]) => void): () => void;
   close(): Promise<void>;
 }
@@ -98,6 +113,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     budget: new Set(),
     scheduler: new Set(),
     models: new Set(),
+    library: new Set(),
   };
   let defaultModelId: string | undefined;
 
@@ -145,12 +161,50 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     budgetChanged();
   });
 
+  const library = await ModelLibrary.open(opts.dataDir, { onChange: (e) => emit('library', e), log });
+
   async function load(dir: string): Promise<ModelInfo> {
     const info = await runner.loadModel(dir);
+    jitLoaded.delete(info.id);
     const all = models();
     emit('models', all);
     budgetChanged();
+    await library.loaded(dir, info.spec);
     return all.find((m) => m.id === info.id) as ModelInfo;
+  }
+
+  /** Ids of models the APIs loaded on first use (the ones a later such load may unload). */
+  const jitLoaded = new Set<string>();
+  /** Loads in progress by id: concurrent requests for one package share its load. */
+  const jitLoads = new Map<string, Promise<void>>();
+
+  async function ensureModel(id: string | undefined): Promise<void> {
+    if (id === undefined || runner.listModels().some((m) => m.id === id)) return;
+    const entry: LibraryEntry | undefined = library.find(id);
+    if (!entry) return;
+    let pending = jitLoads.get(id);
+    if (!pending) {
+      pending = (async () => {
+        for (const other of [...jitLoaded]) {
+          if (!runner.listModels().some((m) => m.id === other)) {
+            jitLoaded.delete(other);
+            continue;
+          }
+          try {
+            await runner.unloadModel(other);
+            jitLoaded.delete(other);
+            log(`kvdesk: unloaded ${other} (loaded on first use) to load ${id}`);
+          } catch {
+            // Requests still run on it: it stays, and both are loaded.
+          }
+        }
+        await load(entry.root);
+        jitLoaded.add(id);
+        log(`kvdesk: loaded ${id} from ${entry.root} on first use`);
+      })().finally(() => jitLoads.delete(id));
+      jitLoads.set(id, pending);
+    }
+    await pending;
   }
 
   async function wrap<T>(fn: () => Promise<T>): Promise<Result<T>> {
@@ -182,8 +236,22 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       }
     },
     loadModel: async (req: { path: string }) => load(path.resolve(req.path)),
+    listLibrary: async () => library.list(),
+    forgetModel: async (req: { root: string }) => {
+      const root = path.resolve(req.root);
+      const loaded = runner.listModels().find((m) => path.resolve(m.spec.root) === root);
+      const entry = library.list().find((e) => e.root === root);
+      if (loaded && entry?.uploaded) {
+        throw new KvdeskError('BAD_REQUEST', `${loaded.id} is loaded: unload it before deleting its files`, {
+          field: 'root',
+        });
+      }
+      await library.forget(root);
+      return null;
+    },
     unloadModel: async (req: { id: string }) => {
       await runner.unloadModel(req.id);
+      jitLoaded.delete(req.id);
       emit('models', models());
       budgetChanged();
       return null;
@@ -219,6 +287,18 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
 
   const api: HostApi = {
     runner,
+    library,
+    libraryChecked: Promise.resolve(),
+    ensureModel,
+    loadable() {
+      const loaded = new Set(runner.listModels().map((m) => m.id));
+      const out: LibraryEntry[] = [];
+      for (const e of library.list()) {
+        if (!e.spec || e.missing || loaded.has(e.id) || out.some((o) => o.id === e.id)) continue;
+        out.push(e);
+      }
+      return out;
+    },
     async call(name, request) {
       const schema = Object.hasOwn(CallSchemas, name) ? CallSchemas[name] : undefined;
       if (!schema) {
@@ -317,6 +397,8 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     async close() {
       unsubscribe();
       if (budgetTimer) clearTimeout(budgetTimer);
+      await api.libraryChecked;
+      await library.flush();
       await runner.close();
     },
   };
@@ -329,5 +411,9 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       log(`kvdesk: the default model at ${opts.defaultModelDir} did not load: ${toErrorInfo(err).message}`);
     }
   }
+  // In the background: a library of large packages must not hold up the start.
+  (api as { libraryChecked: Promise<void> }).libraryChecked = library
+    .refresh()
+    .catch((err: Error) => log(`kvdesk: the model library could not be checked: ${err.message}`));
   return api;
 }

@@ -14,7 +14,12 @@ export const MAX_PATH_LENGTH = 4096;
 export const MAX_UPLOAD_NAME_LENGTH = 255;
 
 /** Every host event a renderer may subscribe to. */
-export const HOST_EVENT_NAMES = ['budget', 'scheduler', 'models'] as const satisfies readonly HostEventName[];
+export const HOST_EVENT_NAMES = [
+  'budget',
+  'scheduler',
+  'models',
+  'library',
+] as const satisfies readonly HostEventName[];
 // Compile-time: a new HostEvents entry must be added above.
 const _allEvents: [Exclude<HostEventName, (typeof HOST_EVENT_NAMES)[number]>] extends [never] ? true : never = true;
 void _allEvents;

@@ -52,6 +52,7 @@ export function createWsTransport(hostApi: HostApi, opts: { maxPayloadBytes?: nu
       hostApi.on('budget', (p) => broadcast('budget', p)),
       hostApi.on('scheduler', (p) => broadcast('scheduler', p)),
       hostApi.on('models', (p) => broadcast('models', p)),
+      hostApi.on('library', (p) => broadcast('library', p)),
     ];
   }
 

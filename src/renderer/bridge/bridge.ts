@@ -48,6 +48,8 @@ export interface Bridge {
   importPath(name: string, path: string): Promise<void>;
   loadPackage(path: string): Promise<void>;
   unloadModel(id: string): Promise<void>;
+  /** Removes a package from the library (an upload's files are deleted with it). */
+  forgetPackage(root: string): Promise<void>;
   configureBudget(patch: BudgetPatch): Promise<Result<unknown>>;
   setInspectorOpen(open: boolean): void;
   /** Electron only: the host path of a dropped file. */
@@ -133,11 +135,17 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   api.on('budget', (snap) => coalescer.snapshot(snap));
   api.on('scheduler', (e) => coalescer.event(e));
   api.on('models', (models) => s().setModels(models));
+  api.on('library', (entries) => s().setLibrary(entries));
 
   async function refreshHostState(replaceSnapshot: boolean): Promise<void> {
-    const [models, snap] = await Promise.all([api.invoke('listModels', {}), api.invoke('getSnapshot', {})]);
+    const [models, snap, library] = await Promise.all([
+      api.invoke('listModels', {}),
+      api.invoke('getSnapshot', {}),
+      api.invoke('listLibrary', {}),
+    ]);
     if (models.ok) s().setModels(models.value);
     if (snap.ok) s().setSnapshot(snap.value, replaceSnapshot);
+    if (library.ok) s().setLibrary(library.value);
   }
 
   async function loadPersisted(): Promise<void> {
@@ -331,7 +339,6 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       } else notify(`Could not load the model: ${r.error.message}`);
       return;
     }
-    s().forgetUnloaded(path);
     const current = s().packageImport;
     if (current && (current.path === path || current.spec?.root === path)) {
       s().setPackageImport({ ...current, modelId: r.value.id, spec: r.value.spec });
@@ -345,13 +352,19 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     const r = await api.invoke('unloadModel', { id });
     s().setModelBusy(id, false);
     if (!report('Could not unload the model', r)) return;
-    if (model) s().rememberUnloaded({ root: model.spec.root, spec: model.spec });
     const current = s().packageImport;
     if (current?.modelId === id) {
       const { modelId: _dropped, ...rest } = current;
       s().setPackageImport({ ...rest, path: model?.spec.root ?? current.path });
     }
     await refreshModels();
+  }
+
+  async function forgetPackage(root: string): Promise<void> {
+    s().setModelBusy(root, true);
+    const r = await api.invoke('forgetModel', { root });
+    s().setModelBusy(root, false);
+    report('Could not remove the package from the library', r);
   }
 
   return {
@@ -395,6 +408,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     importPath,
     loadPackage,
     unloadModel,
+    forgetPackage,
     async configureBudget(patch) {
       const r = await api.invoke('configureBudget', patch);
       if (r.ok) s().setSnapshot(r.value);

@@ -2,8 +2,9 @@
 import type { ReactNode } from 'react';
 import { deviceKey } from '../../shared/devices';
 import { type ModelSpec, staticPositions } from '../../shared/model-spec';
+import type { DeviceBudgetSnapshot } from '../../shared/scheduler-types';
 import { useApp } from '../bridge/context';
-import { FIT_CONCURRENCY, fitBadge, fitLabel } from '../lib/fit';
+import { FIT_CONCURRENCY, type FitResult, fitBadge, fitLabel } from '../lib/fit';
 import { exactBytes, formatBytes, formatInteger } from '../lib/format';
 import { Bytes } from './Bytes';
 
@@ -32,6 +33,40 @@ function Field({ k, children, testId }: { k: string; children: ReactNode; testId
   );
 }
 
+/** The fit badge's colour class. */
+export function fitClass(fit: FitResult | null): string {
+  return fit ? (fit.level === 'fits' ? 'ok' : fit.level === 'tight' ? 'warn' : 'bad') : '';
+}
+
+/**
+ * The device a model is (or would be) placed on and its fit against that device's budget; null where the
+ * device has no budget yet (a GPU gets one once a model is there).
+ */
+export function modelFit(
+  spec: ModelSpec,
+  loaded: boolean,
+  devices: readonly DeviceBudgetSnapshot[],
+): { device: string; fit: FitResult | null } {
+  const device = loaded
+    ? (devices.find((d) => d.models.includes(spec.id))?.device ?? 'cpu')
+    : deviceKey(spec.executionProvider ?? 'CPUExecutionProvider');
+  const budget = devices.find((d) => d.device === device);
+  const positions = staticPositions(spec);
+  const fit = budget
+    ? fitBadge(
+        {
+          bpt: spec.bpt,
+          contextLength: spec.contextLength,
+          ...(positions !== undefined ? { staticPositions: positions } : {}),
+          weightsBytes: spec.weightsBytes,
+          loaded,
+        },
+        { limitBytes: budget.limitBytes, derivation: budget.derivation },
+      )
+    : null;
+  return { device, fit };
+}
+
 export function ModelCard({
   spec,
   loaded,
@@ -57,26 +92,9 @@ export function ModelCard({
 }) {
   const snapshot = useApp((s) => s.snapshot);
   const kv = kvShape(spec);
-  // The budget of the device the model is (or would be) placed on; a GPU has one once a model is there.
-  const devices = snapshot?.devices ?? [];
-  const device = loaded
-    ? (devices.find((d) => d.models.includes(spec.id))?.device ?? 'cpu')
-    : deviceKey(spec.executionProvider ?? 'CPUExecutionProvider');
-  const budget = devices.find((d) => d.device === device);
+  const { device, fit } = modelFit(spec, loaded, snapshot?.devices ?? []);
   const positions = staticPositions(spec);
-  const fit = budget
-    ? fitBadge(
-        {
-          bpt: spec.bpt,
-          contextLength: spec.contextLength,
-          ...(positions !== undefined ? { staticPositions: positions } : {}),
-          weightsBytes: spec.weightsBytes,
-          loaded,
-        },
-        { limitBytes: budget.limitBytes, derivation: budget.derivation },
-      )
-    : null;
-  const badgeClass = fit ? (fit.level === 'fits' ? 'ok' : fit.level === 'tight' ? 'warn' : 'bad') : '';
+  const badgeClass = fitClass(fit);
   const oneContext = spec.bpt * (positions ?? spec.contextLength);
   return (
     <div className="card" data-testid={testId} data-model-id={spec.id} data-loaded={loaded}>

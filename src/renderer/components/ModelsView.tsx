@@ -1,9 +1,10 @@
-/** Model packages: drop or choose a folder, see it validated (or why not), load and unload. */
+/** Model packages: drop or choose a folder, see it validated (or why not), load and unload; the library of packages loaded before. */
 import { useRef, useState } from 'react';
 import { useShallow } from 'zustand/react/shallow';
 import { useApp, useBridge } from '../bridge/context';
 import { fromFileList } from '../lib/folder-drop';
 import { formatBytes, formatInteger } from '../lib/format';
+import { LibraryList } from './LibraryList';
 import { ModelCard } from './ModelCard';
 
 function ImportResult() {
@@ -86,10 +87,9 @@ function ImportResult() {
 
 export function ModelsView() {
   const bridge = useBridge();
-  const { models, unloaded, busyModels, activeModelId, importedRoot } = useApp(
+  const { models, busyModels, activeModelId, importedRoot } = useApp(
     useShallow((s) => ({
       models: s.models,
-      unloaded: s.unloaded,
       busyModels: s.busyModels,
       activeModelId: s.activeModelId,
       importedRoot: s.packageImport?.spec?.root,
@@ -186,19 +186,7 @@ export function ModelsView() {
               onUse={() => bridge.setActiveModel(m.id)}
             />
           ))}
-        {unloaded.filter((p) => p.root !== importedRoot).length > 0 && <div className="section-title">Unloaded</div>}
-        {unloaded
-          .filter((p) => p.root !== importedRoot)
-          .map((p) => (
-            <ModelCard
-              key={p.root}
-              testId="unloaded-model-card"
-              spec={p.spec}
-              loaded={false}
-              busy={busyModels.includes(p.root)}
-              onLoad={() => void bridge.loadPackage(p.root)}
-            />
-          ))}
+        <LibraryList shownRoot={importedRoot} />
       </div>
     </section>
   );

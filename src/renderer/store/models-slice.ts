@@ -1,4 +1,4 @@
-/** Loaded models, the active one, and the outcome of the last package drop. */
+/** Loaded models, the active one, the library of packages loaded before, and the outcome of the last package drop. */
 import type { StateCreator } from 'zustand/vanilla';
 import type { AppState, ModelsSlice } from './types';
 
@@ -6,7 +6,7 @@ export const createModelsSlice: StateCreator<AppState, [], [], ModelsSlice> = (s
   models: [],
   activeModelId: null,
   packageImport: null,
-  unloaded: [],
+  library: [],
   busyModels: [],
 
   setModels(models) {
@@ -14,12 +14,7 @@ export const createModelsSlice: StateCreator<AppState, [], [], ModelsSlice> = (s
       // Keep the person's choice while it stays loaded; otherwise fall back to the default, then the first.
       const keep = s.activeModelId !== null && models.some((m) => m.id === s.activeModelId);
       const fallback = models.find((m) => m.isDefault)?.id ?? models[0]?.id ?? null;
-      const roots = new Set(models.map((m) => m.spec.root));
-      return {
-        models,
-        activeModelId: keep ? s.activeModelId : fallback,
-        unloaded: s.unloaded.filter((p) => !roots.has(p.root)),
-      };
+      return { models, activeModelId: keep ? s.activeModelId : fallback };
     });
   },
 
@@ -37,11 +32,7 @@ export const createModelsSlice: StateCreator<AppState, [], [], ModelsSlice> = (s
     }));
   },
 
-  rememberUnloaded(pkg) {
-    set((s) => ({ unloaded: [...s.unloaded.filter((p) => p.root !== pkg.root), pkg] }));
-  },
-
-  forgetUnloaded(root) {
-    set((s) => ({ unloaded: s.unloaded.filter((p) => p.root !== root) }));
+  setLibrary(entries) {
+    set({ library: entries });
   },
 });

@@ -2,7 +2,7 @@
  * The shape of the one renderer store. Each slice owns its data and the pure
  * reducers that change it; the bridge (../bridge) does all I/O and calls them.
  */
-import type { ModelInfo, StoredMessage, Thread, UiSettings } from '../../shared/api';
+import type { LibraryEntry, ModelInfo, StoredMessage, Thread, UiSettings } from '../../shared/api';
 import type { BudgetCap, ContextClip, StreamFrame } from '../../shared/contract';
 import type { ErrorInfo } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
@@ -24,30 +24,21 @@ export interface PackageImport {
   error?: { code: string; message: string; file?: string; field?: string };
 }
 
-/** A package the renderer knows about: loaded now, or loaded earlier and unloaded (can be loaded again by path). */
-export interface KnownPackage {
-  root: string;
-  spec: ModelSpec;
-  modelId?: string;
-}
-
 export interface ModelsSlice {
   models: ModelInfo[];
   /** The model new turns use; null until the host reports one. */
   activeModelId: string | null;
   /** Outcome of the last drop or choice. */
   packageImport: PackageImport | null;
-  /** Unloaded packages that can be loaded again (by their root path). */
-  unloaded: KnownPackage[];
+  /** Packages loaded before (the host's library, most recently loaded first). */
+  library: LibraryEntry[];
   /** Model ids with a load/unload in flight. */
   busyModels: string[];
   setModels(models: ModelInfo[]): void;
   setActiveModel(id: string | null): void;
   setPackageImport(state: PackageImport | null): void;
   setModelBusy(id: string, busy: boolean): void;
-  /** Remembers an unloaded model so the Models view can offer to load it again. */
-  rememberUnloaded(pkg: KnownPackage): void;
-  forgetUnloaded(root: string): void;
+  setLibrary(entries: LibraryEntry[]): void;
 }
 
 /** Where a reply is between the click and its first token. */

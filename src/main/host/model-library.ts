@@ -1,0 +1,267 @@
+/**
+ * The model library: every package kvdesk has loaded, remembered across
+ * restarts in `<dataDir>/library.json` (written atomically), so the Models
+ * view can offer them again and the APIs can load one on first use by its id.
+ *
+ * Only the folder and the dates are stored; what a package is comes from
+ * validating it again (at start, in the background, and before every load),
+ * so the card never shows a stale or hand-edited description. Uploaded
+ * packages under `<dataDir>/models` that the file does not list (uploaded
+ * before the library existed, or copied there by hand) join it when found.
+ * A library file that cannot be read is moved aside with a logged reason,
+ * never overwritten.
+ */
+import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { z } from 'zod';
+import type { LibraryEntry } from '../../shared/api';
+import { KvdeskError, toErrorInfo } from '../../shared/errors';
+import type { ModelSpec } from '../../shared/model-spec';
+import { loadModelSpec } from '../packages';
+
+const CPU = 'CPUExecutionProvider';
+
+const Stored = z.object({
+  version: z.literal(1),
+  packages: z
+    .array(
+      z.object({
+        root: z.string().min(1).max(4096),
+        uploaded: z.boolean(),
+        addedAt: z.number(),
+        lastLoadedAt: z.number(),
+      }),
+    )
+    .max(10_000),
+});
+
+interface Held {
+  root: string;
+  uploaded: boolean;
+  addedAt: number;
+  lastLoadedAt: number;
+  id: string;
+  spec?: ModelSpec;
+  error?: LibraryEntry['error'];
+  missing: boolean;
+}
+
+/** What validating a folder found. */
+type Check = { spec: ModelSpec } | { error: NonNullable<LibraryEntry['error']>; missing: boolean };
+
+async function check(root: string): Promise<Check> {
+  try {
+    return { spec: await loadModelSpec(root, { availableBackends: [CPU] }) };
+  } catch (err) {
+    const info = toErrorInfo(err);
+    const file = info.detail?.file;
+    const field = info.detail?.field;
+    const missing = !(await stat(root).then(
+      (s) => s.isDirectory(),
+      () => false,
+    ));
+    return {
+      missing,
+      error: {
+        code: info.code,
+        message: missing ? `the folder ${root} is not there any more: put it back, or forget it` : info.message,
+        // A missing folder has no file to name.
+        ...(typeof file === 'string' && !missing ? { file } : {}),
+        ...(typeof field === 'string' && !missing ? { field } : {}),
+      },
+    };
+  }
+}
+
+let tmpSeq = 0;
+
+/** The library of one data directory. */
+export class ModelLibrary {
+  private readonly file: string;
+  private readonly uploadsDir: string;
+  private records: Held[] = [];
+  private saving: Promise<void> = Promise.resolve();
+  private readonly onChange: (entries: LibraryEntry[]) => void;
+  private readonly log: (line: string) => void;
+  private readonly now: () => number;
+
+  private constructor(
+    dataDir: string,
+    opts: { onChange?: (entries: LibraryEntry[]) => void; log?: (line: string) => void; now?: () => number },
+  ) {
+    this.file = path.join(dataDir, 'library.json');
+    this.uploadsDir = path.join(dataDir, 'models');
+    this.onChange = opts.onChange ?? (() => {});
+    this.log = opts.log ?? (() => {});
+    this.now = opts.now ?? Date.now;
+  }
+
+  /**
+   * Reads the library file (a missing one is an empty library). `refresh()`
+   * then validates every package again; until it has, entries carry no spec.
+   */
+  static async open(
+    dataDir: string,
+    opts: { onChange?: (entries: LibraryEntry[]) => void; log?: (line: string) => void; now?: () => number } = {},
+  ): Promise<ModelLibrary> {
+    const lib = new ModelLibrary(dataDir, opts);
+    let text: string | null = null;
+    try {
+      text = await readFile(lib.file, 'utf8');
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') {
+        lib.log(`kvdesk: the model library ${lib.file} could not be read (${(err as Error).message}); starting empty`);
+      }
+    }
+    if (text !== null) {
+      let parsed: z.infer<typeof Stored> | null = null;
+      let why = '';
+      try {
+        const r = Stored.safeParse(JSON.parse(text));
+        if (r.success) parsed = r.data;
+        else why = `${r.error.issues[0]?.path.join('.') || 'the file'}: ${r.error.issues[0]?.message}`;
+      } catch (err) {
+        why = (err as Error).message;
+      }
+      if (parsed) {
+        const seen = new Set<string>();
+        for (const p of parsed.packages) {
+          const root = path.resolve(p.root);
+          if (seen.has(root)) continue;
+          seen.add(root);
+          lib.records.push({ ...p, root, id: path.basename(root), missing: false });
+        }
+      } else {
+        // Kept for the person to read or mend; the library starts again empty.
+        const aside = `${lib.file}.unreadable-${lib.now()}`;
+        await rename(lib.file, aside).catch(() => {});
+        lib.log(`kvdesk: the model library ${lib.file} is not valid (${why}); it was moved to ${aside}`);
+      }
+    }
+    lib.sort();
+    return lib;
+  }
+
+  /** Most recently loaded first. */
+  list(): LibraryEntry[] {
+    return this.records.map((r) => ({
+      root: r.root,
+      id: r.id,
+      ...(r.spec ? { spec: r.spec } : {}),
+      ...(r.error ? { error: r.error } : {}),
+      missing: r.missing,
+      uploaded: r.uploaded,
+      addedAt: r.addedAt,
+      lastLoadedAt: r.lastLoadedAt,
+    }));
+  }
+
+  /**
+   * The package a request naming `id` means: the most recently loaded valid
+   * one with that id (two folders may share a name).
+   */
+  find(id: string): LibraryEntry | undefined {
+    return this.list().find((e) => e.id === id && e.spec !== undefined && !e.missing);
+  }
+
+  /** Validates every package again and adds uploads the file does not list; one change event at the end. */
+  async refresh(): Promise<void> {
+    let names: string[] = [];
+    try {
+      names = await readdir(this.uploadsDir);
+    } catch {
+      // No uploads yet.
+    }
+    for (const name of names) {
+      if (name.startsWith('.')) continue; // staging folders of uploads in progress
+      const root = path.join(this.uploadsDir, name);
+      const s = await stat(root).catch(() => null);
+      // Checked after the wait: an upload may have been loaded (and recorded) meanwhile.
+      if (!s?.isDirectory() || this.records.some((r) => r.root === root)) continue;
+      const when = s.mtimeMs;
+      this.records.push({ root, uploaded: true, addedAt: when, lastLoadedAt: when, id: name, missing: false });
+    }
+    for (const r of [...this.records]) this.apply(r, await check(r.root));
+    this.sort();
+    await this.save();
+    this.onChange(this.list());
+  }
+
+  /** Records a successful load (a new package joins the library; a known one moves to the top). */
+  async loaded(root: string, spec: ModelSpec): Promise<void> {
+    const abs = path.resolve(root);
+    const t = this.now();
+    const r = this.records.find((x) => x.root === abs);
+    if (r) {
+      r.lastLoadedAt = t;
+      this.apply(r, { spec });
+    } else {
+      const uploaded = path.dirname(abs) === this.uploadsDir;
+      this.records.push({ root: abs, uploaded, addedAt: t, lastLoadedAt: t, id: spec.id, spec, missing: false });
+    }
+    this.sort();
+    await this.save();
+    this.onChange(this.list());
+  }
+
+  /**
+   * Removes a package from the library. A folder of the person's own is only
+   * forgotten (never deleted); kvdesk's copy of an upload is deleted, since
+   * nothing else would ever show or remove it.
+   */
+  async forget(root: string): Promise<void> {
+    const abs = path.resolve(root);
+    const r = this.records.find((x) => x.root === abs);
+    if (!r) throw new KvdeskError('BAD_REQUEST', `${abs} is not in the model library`, { field: 'root' });
+    this.records = this.records.filter((x) => x !== r);
+    await this.save();
+    if (r.uploaded) await rm(abs, { recursive: true, force: true });
+    this.onChange(this.list());
+  }
+
+  /** Waits for pending writes (tests, shutdown). */
+  flush(): Promise<void> {
+    return this.saving;
+  }
+
+  private apply(r: Held, c: Check): void {
+    if ('spec' in c) {
+      r.spec = c.spec;
+      r.id = c.spec.id;
+      r.error = undefined;
+      r.missing = false;
+    } else {
+      r.spec = undefined;
+      r.error = c.error;
+      r.missing = c.missing;
+    }
+  }
+
+  private sort(): void {
+    this.records.sort((a, b) => b.lastLoadedAt - a.lastLoadedAt);
+  }
+
+  private save(): Promise<void> {
+    const data: z.infer<typeof Stored> = {
+      version: 1,
+      packages: this.records.map((r) => ({
+        root: r.root,
+        uploaded: r.uploaded,
+        addedAt: r.addedAt,
+        lastLoadedAt: r.lastLoadedAt,
+      })),
+    };
+    const text = `${JSON.stringify(data, null, 2)}\n`;
+    // Writes run in order, each atomically (temp file + rename): the last state wins, a crash leaves the previous file.
+    const next = this.saving
+      .catch(() => {})
+      .then(async () => {
+        await mkdir(path.dirname(this.file), { recursive: true });
+        const tmp = `${this.file}.${process.pid}.${++tmpSeq}.tmp`;
+        await writeFile(tmp, text);
+        await rename(tmp, this.file);
+      });
+    this.saving = next.catch((err: Error) => this.log(`kvdesk: the model library could not be saved: ${err.message}`));
+    return this.saving;
+  }
+}
