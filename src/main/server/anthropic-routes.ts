@@ -32,9 +32,11 @@ export function sendAnthropicError(res: ServerResponse, err: HttpError): void {
 }
 
 /** POST /v1/messages/count_tokens: the prompt's tokens, rendered as a request with the same fields would be. */
-export function serveCountTokens(hostApi: HostApi, body: unknown, res: ServerResponse): void {
+export async function serveCountTokens(hostApi: HostApi, body: unknown, res: ServerResponse): Promise<void> {
   try {
     const mapped = mapMessagesRequest(body, { countOnly: true });
+    // Counting needs the model's tokenizer: a library package is loaded as a message to it would load it.
+    await hostApi.ensureModel(mapped.request.model);
     sendJson(res, 200, { input_tokens: hostApi.runner.countPromptTokens(mapped.request) });
   } catch (err) {
     sendAnthropicError(res, err instanceof HttpError ? err : errorFromInfo(toErrorInfo(err), PARAM_HINT));

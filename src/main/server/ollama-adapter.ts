@@ -43,10 +43,18 @@ export interface MappedOllamaRequest {
   /** Ollama streams unless told `"stream": false`. */
   stream: boolean;
   /**
-   * Nothing to generate (no messages, or an empty prompt): Ollama's way to load a model, answered at once with
-   * `done_reason: "load"` (kvdesk's models are loaded already). Then `request` is null.
+   * Nothing to generate (no messages, or an empty prompt): Ollama's way to load a model (a library package
+   * loads; a loaded one stays), answered with `done_reason: "load"`. Then `request` is null.
    */
   request: GenerateRequest | null;
+  /** With nothing to generate, `keep_alive` 0: Ollama's way to unload the model (`done_reason: "unload"`). */
+  unload: boolean;
+}
+
+/** Whether Ollama's `keep_alive` (seconds, or a duration such as "0", "0s", "5m") is zero: unload now. */
+export function keepAliveZero(v: unknown): boolean {
+  if (typeof v === 'number') return v === 0;
+  return typeof v === 'string' && /^\s*0*(\.0*)?\s*(ns|us|µs|ms|s|m|h)?\s*$/.test(v) && /0/.test(v);
 }
 
 /** The longest reply a request may ask for (the contract's bound on maxNewTokens). */
@@ -352,7 +360,7 @@ export function mapOllamaRequest(kind: OllamaKind, input: unknown): MappedOllama
     if (format.responseFormat) request.responseFormat = format.responseFormat;
     if (format.jsonSchema) request.jsonSchema = format.jsonSchema;
   }
-  return { kind, model, stream, request };
+  return { kind, model, stream, request, unload: request === null && keepAliveZero(body.keep_alive) };
 }
 
 /** The `model` of an `/api/show` body (`model`, or the older `name`). */
@@ -369,10 +377,10 @@ export function resolveModel(name: string, ids: readonly string[]): string {
   if (ids.includes(name)) return name;
   const bare = name.endsWith(':latest') ? name.slice(0, -':latest'.length) : null;
   if (bare !== null && ids.includes(bare)) return bare;
-  const loaded = ids.length > 0 ? ids.join(', ') : 'none';
+  const known = ids.length > 0 ? ids.join(', ') : 'none';
   throw httpError(
     404,
-    `model "${name}" not found: kvdesk has loaded ${loaded} (GET /api/tags lists them; load packages with --model or the UI).`,
+    `model "${name}" not found: kvdesk knows ${known} (GET /api/tags lists them; add packages with --model or the UI).`,
     'model_not_found',
     'model',
   );
@@ -458,9 +466,9 @@ export function ollamaFinalChunk(kind: OllamaKind, model: string, result: Genera
   return doneLine(kind, model, doneReason(result.finishReason), replyMetrics(result));
 }
 
-/** The answer to a request with nothing to generate: Ollama's "load" (the model is loaded already). */
-export function loadReply(kind: OllamaKind, model: string): Record<string, unknown> {
-  return doneLine(kind, model, 'load');
+/** The answer to a request with nothing to generate: Ollama's "load", or "unload" for `keep_alive` 0. */
+export function loadReply(kind: OllamaKind, model: string, unload = false): Record<string, unknown> {
+  return doneLine(kind, model, unload ? 'unload' : 'load');
 }
 
 /** A line that ends a reply without text of its own. */
@@ -582,7 +590,8 @@ export function showJson(m: ModelInfo, facts: ModelFacts): Record<string, unknow
   if (spec.eosTokenIds[0] !== undefined) info['tokenizer.ggml.eos_token_id'] = spec.eosTokenIds[0];
   Object.assign(info, {
     'kvdesk.bpt': spec.bpt,
-    'kvdesk.backend': m.backend,
+    // A library package not loaded yet has no backend.
+    ...(m.backend ? { 'kvdesk.backend': m.backend } : {}),
     'kvdesk.layout': spec.layout,
     'kvdesk.weights_bytes': spec.weightsBytes,
   });

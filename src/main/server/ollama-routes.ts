@@ -10,6 +10,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import path from 'node:path';
 import type { ModelInfo } from '../../shared/api';
 import { toErrorInfo } from '../../shared/errors';
+import type { ModelSpec } from '../../shared/model-spec';
 import type { HostApi } from '../host/host-api';
 import { errorFromInfo, HttpError, sendJson, streamHeaders } from './http-util';
 import {
@@ -96,9 +97,20 @@ async function loadedModels(hostApi: HostApi): Promise<ModelInfo[]> {
   return models.value;
 }
 
-/** GET /api/tags: the loaded models (kvdesk lists no models it has not loaded). */
+/**
+ * What a request may name, as Ollama's "installed" models: the loaded ones, then the library's packages that
+ * load on first use (described by their last check; no backend until they load).
+ */
+async function installedModels(hostApi: HostApi): Promise<ModelInfo[]> {
+  const library = hostApi
+    .loadable()
+    .map((e): ModelInfo => ({ id: e.id, spec: e.spec as ModelSpec, loadMs: 0, backend: '', isDefault: false }));
+  return [...(await loadedModels(hostApi)), ...library];
+}
+
+/** GET /api/tags: the models a request may name (loaded, or in the library: loaded on first use). */
 export async function serveOllamaTags(hostApi: HostApi, res: ServerResponse): Promise<void> {
-  const models = await loadedModels(hostApi);
+  const models = await installedModels(hostApi);
   sendJson(res, 200, { models: models.map((m) => tagJson(m, factsOf(m))) });
 }
 
@@ -108,9 +120,9 @@ export async function serveOllamaPs(hostApi: HostApi, res: ServerResponse): Prom
   sendJson(res, 200, { models: models.map(psJson) });
 }
 
-/** POST /api/show: one loaded model's details, its facts and its chat template; 404 for a model not loaded. */
+/** POST /api/show: one model's details, its facts and its chat template (a library package's without loading it). */
 export async function serveOllamaShow(hostApi: HostApi, body: unknown, res: ServerResponse): Promise<void> {
-  const models = await loadedModels(hostApi);
+  const models = await installedModels(hostApi);
   const id = resolveModel(
     showModelName(body),
     models.map((m) => m.id),
@@ -136,9 +148,18 @@ export async function serveOllamaGeneration(
     mapped = mapOllamaRequest(kind, body);
     const id = resolveModel(
       mapped.model,
-      (await loadedModels(hostApi)).map((m) => m.id),
+      (await installedModels(hostApi)).map((m) => m.id),
     );
     if (mapped.request === null) {
+      // Ollama's load (and, with keep_alive 0, unload) request.
+      if (mapped.unload) {
+        if (hostApi.runner.listModels().some((m) => m.id === id)) {
+          const r = await hostApi.call('unloadModel', { id });
+          if (!r.ok) throw errorFromInfo(r.error);
+        }
+      } else {
+        await hostApi.ensureModel(id);
+      }
       sendLoad(res, kind, mapped);
       return;
     }
@@ -205,9 +226,9 @@ export async function serveOllamaGeneration(
   );
 }
 
-/** Ollama's "load": a request with nothing to generate, answered at once (one line when a stream was asked). */
+/** Ollama's "load" / "unload": a request with nothing to generate, answered once done (one line when a stream was asked). */
 function sendLoad(res: ServerResponse, kind: OllamaKind, mapped: MappedOllamaRequest): void {
-  const reply = loadReply(kind, mapped.model);
+  const reply = loadReply(kind, mapped.model, mapped.unload);
   if (!mapped.stream) {
     sendJson(res, 200, reply);
     return;

@@ -141,12 +141,13 @@ export function serveCompletion(
 }
 
 /**
- * Runs one host generation for an HTTP request; resolves when the response is complete (the handler called
+ * Runs one host generation for an HTTP request (loading a library package it names first, see
+ * HostApi.ensureModel); resolves when the response is complete (the handler called
  * `finish`) or the client is gone, never rejects. Frames go to `handleFrame` until then. A failure inside it
  * answers the client (an error in the API's shape if nothing was sent yet, else the socket closes) and cancels the generation; a
  * client that goes away cancels it too (reason 'disconnect', which returns its reservation).
  */
-export function runGeneration(
+export async function runGeneration(
   hostApi: HostApi,
   request: GenerateRequest,
   req: IncomingMessage,
@@ -155,6 +156,13 @@ export function runGeneration(
   /** How the API answers an error (its own shape). */
   sendError: (res: ServerResponse, err: HttpError) => void = sendHttpError,
 ): Promise<void> {
+  // A library package the request names is loaded first (just in time); its failure is the answer.
+  try {
+    await hostApi.ensureModel(request.model);
+  } catch (err) {
+    if (!res.headersSent && !res.destroyed) sendError(res, errorFromInfo(toErrorInfo(err)));
+    return;
+  }
   return new Promise<void>((resolve) => {
     let over = false;
     const finish = () => {

@@ -8,8 +8,9 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import type { Duplex } from 'node:stream';
-import type { ModelInfo } from '../../shared/api';
+import type { LibraryEntry, ModelInfo } from '../../shared/api';
 import { KvdeskError, toErrorInfo } from '../../shared/errors';
+import type { ModelSpec } from '../../shared/model-spec';
 import type { HostApi } from '../host/host-api';
 import { sendAnthropicError, serveCountTokens, serveMessages } from './anthropic-routes';
 import {
@@ -119,22 +120,34 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   const policy: AccessPolicy = { allowedHosts: new Set(), token, cookieName: 'kvdesk_token' };
   const ws: WsTransport = createWsTransport(hostApi);
 
-  /** A loaded model as OpenAI lists it, with kvdesk's own facts beside. */
-  function modelJson(m: ModelInfo) {
+  /**
+   * A model as OpenAI lists it, with kvdesk's own facts beside: a loaded one, or a library package a request
+   * loads on first use (`kvdesk.loaded: false`, no backend until then).
+   */
+  function modelJson(m: ModelInfo | LibraryEntry) {
+    const spec = m.spec as ModelSpec;
+    const loaded = 'backend' in m;
     return {
       id: m.id,
       object: 'model',
-      created: startedAt,
+      created: loaded ? startedAt : Math.floor(m.addedAt / 1000),
       owned_by: 'kvdesk',
-      max_model_len: m.spec.contextLength,
+      max_model_len: spec.contextLength,
       kvdesk: {
-        bpt: m.spec.bpt,
-        backend: m.backend,
-        is_default: m.isDefault,
-        weights_bytes: m.spec.weightsBytes,
-        ...(m.logits ? { logits: m.logits } : {}),
+        loaded,
+        bpt: spec.bpt,
+        ...(loaded ? { backend: m.backend, is_default: m.isDefault } : { root: m.root }),
+        weights_bytes: spec.weightsBytes,
+        ...(loaded && m.logits ? { logits: m.logits } : {}),
       },
     };
+  }
+
+  /** What a request may name: the loaded models, then the library's packages that load on first use. */
+  async function listedModels(): Promise<Array<ModelInfo | LibraryEntry>> {
+    const models = await hostApi.call('listModels', {});
+    if (!models.ok) throw errorFromInfo(models.error);
+    return [...models.value, ...hostApi.loadable()];
   }
 
   async function jsonBody(req: IncomingMessage): Promise<unknown> {
@@ -166,9 +179,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       }
       case '/v1/models': {
         only('GET');
-        const models = await hostApi.call('listModels', {});
-        if (!models.ok) throw errorFromInfo(models.error);
-        sendJson(res, 200, { object: 'list', data: models.value.map(modelJson) });
+        sendJson(res, 200, { object: 'list', data: (await listedModels()).map(modelJson) });
         return;
       }
       case '/v1/chat/completions':
@@ -185,7 +196,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       }
       case '/v1/messages/count_tokens': {
         only('POST');
-        serveCountTokens(hostApi, await jsonBody(req), res);
+        await serveCountTokens(hostApi, await jsonBody(req), res);
         return;
       }
       case '/v1/responses': {
@@ -248,15 +259,19 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       }
     }
     if (p.startsWith('/v1/models/')) {
-      // OpenAI's "retrieve model": one loaded model by id (ids may hold slashes, as Hugging Face names do).
+      // OpenAI's "retrieve model": one model by id (ids may hold slashes, as Hugging Face names do).
       only('GET');
       const id = decodeURIComponent(p.slice('/v1/models/'.length));
-      const models = await hostApi.call('listModels', {});
-      if (!models.ok) throw errorFromInfo(models.error);
-      const model = models.value.find((m) => m.id === id);
+      const models = await listedModels();
+      const model = models.find((m) => m.id === id);
       if (!model) {
-        const loaded = models.value.map((m) => m.id).join(', ') || 'none';
-        throw httpError(404, `model "${id}" is not loaded (loaded: ${loaded})`, 'model_not_found', 'model');
+        const known = models.map((m) => m.id).join(', ') || 'none';
+        throw httpError(
+          404,
+          `model "${id}" is neither loaded nor in the library (known: ${known})`,
+          'model_not_found',
+          'model',
+        );
       }
       sendJson(res, 200, modelJson(model));
       return;

@@ -296,7 +296,7 @@ describe('the model listings', () => {
     expect(missing.status).toBe(404);
     expect(await missing.json()).toEqual({
       error:
-        'model "llama3.2" not found: kvdesk has loaded default (GET /api/tags lists them; load packages with --model or the UI).',
+        'model "llama3.2" not found: kvdesk knows default (GET /api/tags lists them; add packages with --model or the UI).',
     });
   });
 
@@ -319,7 +319,7 @@ describe("errors in Ollama's shape", () => {
   it('an unknown model is a 404 naming it; bad input a 400 naming the field; the server stays up', async () => {
     for (const p of ['/api/chat', '/api/generate']) {
       const err = await error(await post(p, { model: 'nope', messages: hello, prompt: 'hi' }), 404);
-      expect(err).toMatch(/^model "nope" not found: kvdesk has loaded default/);
+      expect(err).toMatch(/^model "nope" not found: kvdesk knows default/);
     }
     expect(
       await error(await post('/api/chat', { model: 'default', messages: hello, options: { temperature: 'hot' } }), 400),

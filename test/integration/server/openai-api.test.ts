@@ -63,14 +63,14 @@ describe('GET /v1/models', () => {
 });
 
 describe('GET /v1/models/{id}', () => {
-  it('retrieves one loaded model as the list shows it; an unknown id is a 404 naming the loaded ones', async () => {
+  it('retrieves one loaded model as the list shows it; an unknown id is a 404 naming the known ones', async () => {
     const m = await client.models.retrieve('default');
     const listed = (await client.models.list()).data[0];
     expect(m).toEqual(listed);
     const err = await apiError(client.models.retrieve('gpt-4o'));
     expect(err.status).toBe(404);
     expect(err.code).toBe('model_not_found');
-    expect(err.message).toMatch(/model "gpt-4o" is not loaded \(loaded: default\)/);
+    expect(err.message).toMatch(/model "gpt-4o" is neither loaded nor in the library \(known: default\)/);
   });
 });
 

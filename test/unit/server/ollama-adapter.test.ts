@@ -3,6 +3,7 @@ import { errorFromInfo } from '../../../src/main/server/http-util';
 import {
   chatMessages,
   doneReason,
+  keepAliveZero,
   loadReply,
   mapOllamaRequest,
   ollamaChunk,
@@ -314,6 +315,25 @@ describe('mapOllamaRequest: /api/generate', () => {
   });
 });
 
+describe('keep_alive', () => {
+  it('zero in any of its spellings unloads; any other value, or none, does not', () => {
+    for (const v of [0, '0', '0s', '0m', '0h', '0ms', ' 0 ', '0.0s', '00'])
+      expect(keepAliveZero(v), String(v)).toBe(true);
+    for (const v of [undefined, null, 1, -1, '5m', '-1', '10s', '', 's', '1h0m', 'zero', false, '0x'])
+      expect(keepAliveZero(v), String(v)).toBe(false);
+  });
+
+  it('an empty request with keep_alive 0 asks to unload; one with messages or another keep_alive does not', () => {
+    expect(mapOllamaRequest('chat', { model: 'm', messages: [], keep_alive: 0 }).unload).toBe(true);
+    expect(mapOllamaRequest('generate', { model: 'm', keep_alive: '0s' }).unload).toBe(true);
+    expect(mapOllamaRequest('chat', { model: 'm', messages: [] }).unload).toBe(false);
+    expect(mapOllamaRequest('chat', { model: 'm', messages: [], keep_alive: '5m' }).unload).toBe(false);
+    const chat = mapOllamaRequest('chat', { model: 'm', messages: [{ role: 'user', content: 'hi' }], keep_alive: 0 });
+    expect(chat.request).not.toBeNull();
+    expect(chat.unload).toBe(false);
+  });
+});
+
 describe('resolveModel', () => {
   it("takes the id, or the id with Ollama's :latest tag; anything else is a 404 listing what is loaded", () => {
     expect(resolveModel('default', ['default'])).toBe('default');
@@ -322,7 +342,7 @@ describe('resolveModel', () => {
     const err = refusal(() => resolveModel('llama3.2:3b', ['default', 'other']));
     expect(err.status).toBe(404);
     expect(err.message).toBe(
-      'model "llama3.2:3b" not found: kvdesk has loaded default, other (GET /api/tags lists them; load packages with --model or the UI).',
+      'model "llama3.2:3b" not found: kvdesk knows default, other (GET /api/tags lists them; add packages with --model or the UI).',
     );
     expect(ollamaError(err).body).toEqual({ error: err.message });
   });

@@ -1,0 +1,457 @@
+/**
+ * The model library (src/main/host/model-library.ts), directly and through HostApi over a real RunnerService:
+ * loads remembered across restarts (and loadable again from the remembered folder), most recently loaded first,
+ * a corrupt library file moved aside (never overwritten), uploads found under `<dataDir>/models`, folders gone or
+ * packages gone bad since their load, forgetting (own folders kept, uploads deleted, a loaded upload refused),
+ * two folders with one id, and the `library` event.
+ */
+import { existsSync } from 'node:fs';
+import { cp, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { createHostApi, type HostApi } from '../../../src/main/host/host-api';
+import { ModelLibrary } from '../../../src/main/host/model-library';
+import { RunnerService } from '../../../src/main/host/runner-service';
+import { loadModelSpec } from '../../../src/main/packages';
+import type { LibraryEntry } from '../../../src/shared/api';
+import { KvdeskError } from '../../../src/shared/errors';
+import type { ModelSpec } from '../../../src/shared/model-spec';
+import { defaultModelDir } from '../../helpers/fixtures';
+
+const tmpDirs: string[] = [];
+const apis: HostApi[] = [];
+
+afterEach(async () => {
+  await Promise.all(apis.splice(0).map((a) => a.close()));
+});
+afterAll(async () => {
+  await Promise.all(tmpDirs.map((d) => rm(d, { recursive: true, force: true })));
+});
+
+async function tmp(prefix = 'kvdesk-library-'): Promise<string> {
+  const d = await mkdtemp(path.join(os.tmpdir(), prefix));
+  tmpDirs.push(d);
+  return d;
+}
+
+/** A copy of the default package in `dest`: its id is the folder's name. */
+async function copyPackage(dest: string): Promise<string> {
+  await cp(defaultModelDir, dest, { recursive: true });
+  return dest;
+}
+
+/** A host over a real runner; no default model unless asked. */
+async function makeApi(dataDir: string, opts: { defaultModel?: boolean; log?: string[] } = {}): Promise<HostApi> {
+  const lines = opts.log;
+  const api = await createHostApi({
+    runner: new RunnerService({ intraOpNumThreads: 1 }),
+    dataDir,
+    ...(opts.defaultModel ? { defaultModelDir } : {}),
+    log: (line) => lines?.push(line),
+  });
+  apis.push(api);
+  return api;
+}
+
+/** A clock the test moves: every call is one millisecond later. */
+function clock(start = 1_000): () => number {
+  let t = start;
+  return () => t++;
+}
+
+async function specOf(dir: string): Promise<ModelSpec> {
+  return loadModelSpec(dir);
+}
+
+function roots(entries: LibraryEntry[]): string[] {
+  return entries.map((e) => e.root);
+}
+
+async function readStored(dataDir: string): Promise<{ version: number; packages: Array<{ root: string }> }> {
+  return JSON.parse(await readFile(path.join(dataDir, 'library.json'), 'utf8'));
+}
+
+describe('remembered loads', () => {
+  it('a load is remembered across a restart, validated again, and loads again from its folder', async () => {
+    const dataDir = await tmp();
+    const pkgs = await tmp();
+    const second = await copyPackage(path.join(pkgs, 'second'));
+
+    const first = await makeApi(dataDir, { defaultModel: true });
+    const loaded = await first.call('loadModel', { path: second });
+    expect(loaded).toMatchObject({ ok: true, value: { id: 'second' } });
+    await first.libraryChecked;
+    await first.close();
+    apis.splice(apis.indexOf(first), 1);
+
+    // The file holds the folders, most recently loaded first.
+    expect((await readStored(dataDir)).packages.map((p) => p.root)).toEqual([second, defaultModelDir]);
+
+    const log: string[] = [];
+    const again = await makeApi(dataDir, { log });
+    expect(await again.call('listModels', {})).toEqual({ ok: true, value: [] });
+    await again.libraryChecked;
+    const listed = await again.call('listLibrary', {});
+    if (!listed.ok) throw new Error(listed.error.message);
+    expect(roots(listed.value)).toEqual([second, defaultModelDir]);
+    expect(listed.value[0]).toMatchObject({
+      root: second,
+      id: 'second',
+      missing: false,
+      uploaded: false,
+      spec: { id: 'second', root: second },
+    });
+    expect(listed.value[0]?.error).toBeUndefined();
+    expect(listed.value[1]).toMatchObject({ id: 'default', missing: false, uploaded: false, spec: { id: 'default' } });
+    expect(listed.value[0]?.lastLoadedAt).toBeGreaterThanOrEqual(listed.value[1]?.lastLoadedAt ?? Infinity);
+    // Both are offered to requests: valid, present, not loaded.
+    expect(again.loadable().map((e) => e.id)).toEqual(['second', 'default']);
+
+    const reloaded = await again.call('loadModel', { path: listed.value[0]?.root ?? '' });
+    expect(reloaded).toMatchObject({ ok: true, value: { id: 'second', isDefault: false } });
+    expect(again.loadable().map((e) => e.id)).toEqual(['default']);
+    expect(log.filter((l) => /library/.test(l))).toEqual([]);
+  });
+
+  it('the default model joins the library at start; a `library` event comes with every load', async () => {
+    const dataDir = await tmp();
+    const pkgs = await tmp();
+    const second = await copyPackage(path.join(pkgs, 'second'));
+    const api = await makeApi(dataDir, { defaultModel: true });
+    await api.libraryChecked;
+    expect(api.library.list().map((e) => [e.id, e.root])).toEqual([['default', defaultModelDir]]);
+
+    const events: LibraryEntry[][] = [];
+    api.on('library', (e) => events.push(e));
+    expect((await api.call('loadModel', { path: second })).ok).toBe(true);
+    expect(events).toHaveLength(1);
+    expect(roots(events[0] ?? [])).toEqual([second, defaultModelDir]);
+    expect(events[0]?.[0]).toMatchObject({ id: 'second', spec: { id: 'second' }, uploaded: false });
+
+    // Loading it again moves it nowhere new but is an event too; the file follows.
+    expect((await api.call('loadModel', { path: defaultModelDir })).ok).toBe(true);
+    expect(events).toHaveLength(2);
+    expect(roots(events[1] ?? [])).toEqual([defaultModelDir, second]);
+    await api.library.flush();
+    expect((await readStored(dataDir)).packages.map((p) => p.root)).toEqual([defaultModelDir, second]);
+  });
+
+  it('lists the most recently loaded first; a load again moves a package to the top, keeping when it was added', async () => {
+    const dataDir = await tmp();
+    const pkgs = await tmp();
+    const a = await copyPackage(path.join(pkgs, 'alpha'));
+    const b = await copyPackage(path.join(pkgs, 'beta'));
+    const c = await copyPackage(path.join(pkgs, 'gamma'));
+    const changes: LibraryEntry[][] = [];
+    const lib = await ModelLibrary.open(dataDir, { now: clock(), onChange: (e) => changes.push(e) });
+    expect(lib.list()).toEqual([]);
+    await lib.loaded(a, await specOf(a)); // 1000
+    await lib.loaded(b, await specOf(b)); // 1001
+    await lib.loaded(c, await specOf(c)); // 1002
+    expect(roots(lib.list())).toEqual([c, b, a]);
+    await lib.loaded(a, await specOf(a)); // 1003
+    expect(roots(lib.list())).toEqual([a, c, b]);
+    expect(lib.list()[0]).toMatchObject({ id: 'alpha', addedAt: 1000, lastLoadedAt: 1003 });
+    expect(changes).toHaveLength(4);
+    expect(roots(changes[3] ?? [])).toEqual([a, c, b]);
+
+    // A library opened again keeps the order and the dates; a relative root is made absolute.
+    await lib.flush();
+    const reopened = await ModelLibrary.open(dataDir);
+    expect(reopened.list()).toEqual(
+      lib.list().map(({ spec: _spec, ...rest }) => ({ ...rest, id: path.basename(rest.root) })),
+    );
+    await reopened.loaded(path.relative(process.cwd(), b), await specOf(b));
+    expect(roots(reopened.list())).toEqual([b, a, c]);
+  });
+});
+
+describe('a library file that cannot be read', () => {
+  it('is moved aside untouched and logged; the library starts empty and writes a new file', async () => {
+    const dataDir = await tmp();
+    const file = path.join(dataDir, 'library.json');
+    const garbage = '{"version": 1, "packages": [ oops';
+    await writeFile(file, garbage);
+    const log: string[] = [];
+    const lib = await ModelLibrary.open(dataDir, { log: (l) => log.push(l), now: () => 4242 });
+    expect(lib.list()).toEqual([]);
+    const aside = `${file}.unreadable-4242`;
+    expect(await readFile(aside, 'utf8')).toBe(garbage);
+    expect(existsSync(file)).toBe(false);
+    expect(log).toHaveLength(1);
+    expect(log[0]).toContain(file);
+    expect(log[0]).toContain(aside);
+    expect(log[0]).toMatch(/not valid/);
+
+    // The next load writes a fresh file; the one moved aside stays as it was.
+    const pkgs = await tmp();
+    const own = await copyPackage(path.join(pkgs, 'own'));
+    await lib.loaded(own, await specOf(own));
+    await lib.flush();
+    expect((await readStored(dataDir)).packages.map((p) => p.root)).toEqual([own]);
+    expect(await readFile(aside, 'utf8')).toBe(garbage);
+  });
+
+  it('valid JSON of the wrong shape is moved aside too, with the field named; HostApi starts anyway', async () => {
+    const dataDir = await tmp();
+    const file = path.join(dataDir, 'library.json');
+    const wrong = JSON.stringify({
+      version: 1,
+      packages: [{ root: '/x', uploaded: 'yes', addedAt: 1, lastLoadedAt: 1 }],
+    });
+    await writeFile(file, wrong);
+    const log: string[] = [];
+    const api = await makeApi(dataDir, { defaultModel: true, log });
+    await api.libraryChecked;
+    const names = await readdir(dataDir);
+    const aside = names.filter((n) => n.startsWith('library.json.unreadable-'));
+    expect(aside).toHaveLength(1);
+    expect(await readFile(path.join(dataDir, aside[0] ?? ''), 'utf8')).toBe(wrong);
+    const line = log.find((l) => l.includes('is not valid'));
+    expect(line).toContain('packages.0.uploaded');
+    expect(line).toContain(aside[0]);
+    // Only the default model, loaded at this start, is in the new library.
+    expect(api.library.list().map((e) => e.id)).toEqual(['default']);
+    await api.library.flush();
+    expect((await readStored(dataDir)).packages.map((p) => p.root)).toEqual([defaultModelDir]);
+  });
+});
+
+describe('refresh', () => {
+  it('adds folders under <dataDir>/models as uploads (not staging folders or files), with one change event', async () => {
+    const dataDir = await tmp();
+    const models = path.join(dataDir, 'models');
+    const up = await copyPackage(path.join(models, 'uploaded-one'));
+    await copyPackage(path.join(models, '.incoming-abc123'));
+    await writeFile(path.join(models, 'notes.txt'), 'not a package');
+    const changes: LibraryEntry[][] = [];
+    const lib = await ModelLibrary.open(dataDir, { onChange: (e) => changes.push(e) });
+    expect(lib.list()).toEqual([]);
+    await lib.refresh();
+    expect(changes).toHaveLength(1);
+    expect(lib.list()).toHaveLength(1);
+    expect(lib.list()[0]).toMatchObject({
+      root: up,
+      id: 'uploaded-one',
+      uploaded: true,
+      missing: false,
+      spec: { id: 'uploaded-one' },
+    });
+    expect(lib.find('uploaded-one')?.root).toBe(up);
+    // Saved, and not added twice by a second refresh.
+    await lib.refresh();
+    expect(lib.list()).toHaveLength(1);
+    expect((await readStored(dataDir)).packages).toEqual([expect.objectContaining({ root: up, uploaded: true })]);
+  });
+
+  it('through HostApi: an upload found at start is offered to requests once checked', async () => {
+    const dataDir = await tmp();
+    const up = await copyPackage(path.join(dataDir, 'models', 'dropped'));
+    const api = await makeApi(dataDir);
+    await api.libraryChecked;
+    expect(api.loadable()).toEqual([expect.objectContaining({ root: up, id: 'dropped', uploaded: true })]);
+  });
+
+  it('a package whose folder is gone is missing, with an error naming the folder; back again, it is valid', async () => {
+    const dataDir = await tmp();
+    const pkgs = await tmp();
+    const gone = await copyPackage(path.join(pkgs, 'gone'));
+    const lib = await ModelLibrary.open(dataDir);
+    await lib.loaded(gone, await specOf(gone));
+    expect(lib.find('gone')?.root).toBe(gone);
+    await rm(gone, { recursive: true });
+    await lib.refresh();
+    const [entry] = lib.list();
+    expect(entry).toMatchObject({ root: gone, id: 'gone', missing: true, uploaded: false });
+    expect(entry?.spec).toBeUndefined();
+    expect(entry?.error?.message).toContain(gone);
+    expect(entry?.error?.message).toMatch(/not there/);
+    expect(lib.find('gone')).toBeUndefined();
+
+    await copyPackage(gone);
+    await lib.refresh();
+    expect(lib.list()[0]).toMatchObject({ missing: false, spec: { id: 'gone' } });
+    expect(lib.list()[0]?.error).toBeUndefined();
+    expect(lib.find('gone')?.root).toBe(gone);
+  });
+
+  it('a package whose files went bad shows an error naming the file, and is not missing', async () => {
+    const dataDir = await tmp();
+    const pkgs = await tmp();
+    const noTok = await copyPackage(path.join(pkgs, 'no-tokenizer'));
+    const badCfg = await copyPackage(path.join(pkgs, 'bad-config'));
+    const lib = await ModelLibrary.open(dataDir, { now: clock() });
+    await lib.loaded(noTok, await specOf(noTok));
+    await lib.loaded(badCfg, await specOf(badCfg));
+    await rm(path.join(noTok, 'tokenizer.json'));
+    await writeFile(path.join(badCfg, 'config.json'), '{ "model_type": ');
+    await lib.refresh();
+    const byId = new Map(lib.list().map((e) => [e.id, e]));
+    const tok = byId.get('no-tokenizer');
+    expect(tok).toMatchObject({ missing: false, error: { code: 'PACKAGE_INVALID', file: 'tokenizer.json' } });
+    expect(tok?.error?.message).toMatch(/tokenizer\.json/);
+    expect(tok?.spec).toBeUndefined();
+    const cfg = byId.get('bad-config');
+    expect(cfg).toMatchObject({ missing: false, error: { code: 'PACKAGE_INVALID', file: 'config.json' } });
+    expect(cfg?.error?.message).toMatch(/config\.json/);
+    expect(cfg?.spec).toBeUndefined();
+    expect(lib.find('no-tokenizer')).toBeUndefined();
+    expect(lib.find('bad-config')).toBeUndefined();
+  });
+
+  it('through HostApi: bad and missing packages are listed but not offered to requests', async () => {
+    const dataDir = await tmp();
+    const pkgs = await tmp();
+    const bad = await copyPackage(path.join(pkgs, 'bad'));
+    const gone = await copyPackage(path.join(pkgs, 'gone'));
+    const first = await makeApi(dataDir);
+    expect((await first.call('loadModel', { path: bad })).ok).toBe(true);
+    expect((await first.call('loadModel', { path: gone })).ok).toBe(true);
+    await first.close();
+    apis.splice(apis.indexOf(first), 1);
+    await rm(path.join(bad, 'tokenizer.json'));
+    await rm(gone, { recursive: true });
+
+    const api = await makeApi(dataDir);
+    await api.libraryChecked;
+    const r = await api.call('listLibrary', {});
+    expect(r).toMatchObject({
+      ok: true,
+      value: [
+        { root: gone, missing: true, error: { message: expect.stringContaining(gone) } },
+        { root: bad, missing: false, error: { file: 'tokenizer.json' } },
+      ],
+    });
+    expect(api.loadable()).toEqual([]);
+    await api.ensureModel('bad');
+    await api.ensureModel('gone');
+    expect(api.runner.listModels()).toEqual([]);
+  });
+});
+
+describe('forget', () => {
+  it("forgets a folder of one's own without touching its files; deletes kvdesk's copy of an upload", async () => {
+    const dataDir = await tmp();
+    const pkgs = await tmp();
+    const own = await copyPackage(path.join(pkgs, 'own'));
+    const up = await copyPackage(path.join(dataDir, 'models', 'up'));
+    const changes: LibraryEntry[][] = [];
+    const lib = await ModelLibrary.open(dataDir, { now: clock(), onChange: (e) => changes.push(e) });
+    await lib.loaded(own, await specOf(own));
+    await lib.loaded(up, await specOf(up));
+    expect(lib.list().map((e) => [e.id, e.uploaded])).toEqual([
+      ['up', true],
+      ['own', false],
+    ]);
+
+    await lib.forget(own);
+    expect(roots(lib.list())).toEqual([up]);
+    expect(existsSync(path.join(own, 'config.json'))).toBe(true);
+    expect((await specOf(own)).id).toBe('own');
+
+    await lib.forget(up);
+    expect(lib.list()).toEqual([]);
+    expect(existsSync(up)).toBe(false);
+    expect(changes).toHaveLength(4);
+    expect(changes[3]).toEqual([]);
+    await lib.flush();
+    expect((await readStored(dataDir)).packages).toEqual([]);
+    // Nothing else under the data directory went with it.
+    expect(existsSync(path.join(dataDir, 'models'))).toBe(true);
+  });
+
+  it('an unknown root is BAD_REQUEST, directly and through forgetModel', async () => {
+    const dataDir = await tmp();
+    const lib = await ModelLibrary.open(dataDir);
+    const nowhere = path.join(dataDir, 'nowhere');
+    await expect(lib.forget(nowhere)).rejects.toBeInstanceOf(KvdeskError);
+    await expect(lib.forget(nowhere)).rejects.toMatchObject({ code: 'BAD_REQUEST' });
+
+    const api = await makeApi(dataDir);
+    const r = await api.call('forgetModel', { root: nowhere });
+    expect(r).toMatchObject({ ok: false, error: { code: 'BAD_REQUEST' } });
+    if (!r.ok) expect(r.error.message).toContain(nowhere);
+  });
+
+  it('forgetModel refuses to delete a loaded upload (its files stay); unloaded, it goes', async () => {
+    const dataDir = await tmp();
+    const api = await makeApi(dataDir);
+    const files: Array<{ path: string; data: Uint8Array }> = [];
+    for (const e of await readdir(defaultModelDir, { withFileTypes: true, recursive: true })) {
+      if (!e.isFile() || e.name.startsWith('.')) continue;
+      const abs = path.join(e.parentPath, e.name);
+      files.push({ path: `dropped/${path.relative(defaultModelDir, abs)}`, data: await readFile(abs) });
+    }
+    const imported = await api.importFiles({ name: 'dropped', files });
+    if (!imported.ok) throw new Error(imported.error.message);
+    const root = path.join(dataDir, 'models', 'dropped');
+    expect(imported.value.id).toBe('dropped');
+    expect(api.library.list()).toEqual([expect.objectContaining({ root, uploaded: true })]);
+
+    const refused = await api.call('forgetModel', { root });
+    expect(refused).toMatchObject({ ok: false, error: { code: 'BAD_REQUEST' } });
+    if (!refused.ok) expect(refused.error.message).toMatch(/dropped is loaded/);
+    expect(existsSync(path.join(root, 'tokenizer.json'))).toBe(true);
+    expect(roots(api.library.list())).toEqual([root]);
+
+    expect((await api.call('unloadModel', { id: 'dropped' })).ok).toBe(true);
+    expect(await api.call('forgetModel', { root })).toEqual({ ok: true, value: null });
+    expect(existsSync(root)).toBe(false);
+    expect(api.library.list()).toEqual([]);
+  });
+
+  it("forgetModel of a loaded folder of one's own forgets it; the model stays loaded and the files stay", async () => {
+    const dataDir = await tmp();
+    const pkgs = await tmp();
+    const own = await copyPackage(path.join(pkgs, 'own'));
+    const api = await makeApi(dataDir);
+    expect((await api.call('loadModel', { path: own })).ok).toBe(true);
+    expect(await api.call('forgetModel', { root: own })).toEqual({ ok: true, value: null });
+    expect(api.library.list()).toEqual([]);
+    expect(api.runner.listModels().map((m) => m.id)).toEqual(['own']);
+    expect(existsSync(path.join(own, 'tokenizer.json'))).toBe(true);
+  });
+});
+
+describe('two folders with one id', () => {
+  it('find() gives the most recently loaded valid one; loadable() offers one per id', async () => {
+    const dataDir = await tmp();
+    const pkgs = await tmp();
+    const a = await copyPackage(path.join(pkgs, 'a', 'same'));
+    const b = await copyPackage(path.join(pkgs, 'b', 'same'));
+    const lib = await ModelLibrary.open(dataDir, { now: clock() });
+    await lib.loaded(a, await specOf(a));
+    await lib.loaded(b, await specOf(b));
+    expect(lib.list().map((e) => e.id)).toEqual(['same', 'same']);
+    expect(lib.find('same')?.root).toBe(b);
+    await lib.loaded(a, await specOf(a));
+    expect(lib.find('same')?.root).toBe(a);
+    expect(lib.find('other')).toBeUndefined();
+
+    // The most recent one gone bad: the other is the one a request gets.
+    await rm(path.join(a, 'tokenizer.json'));
+    await lib.refresh();
+    expect(lib.find('same')?.root).toBe(b);
+    await rm(b, { recursive: true });
+    await lib.refresh();
+    expect(lib.find('same')).toBeUndefined();
+  });
+
+  it('through HostApi: one entry per id is loadable, and ensureModel loads the most recent folder', async () => {
+    const dataDir = await tmp();
+    const pkgs = await tmp();
+    const a = await copyPackage(path.join(pkgs, 'a', 'same'));
+    const b = await copyPackage(path.join(pkgs, 'b', 'same'));
+    const api = await makeApi(dataDir);
+    expect((await api.call('loadModel', { path: a })).ok).toBe(true);
+    await new Promise((r) => setTimeout(r, 5));
+    expect((await api.call('loadModel', { path: b })).ok).toBe(true);
+    expect((await api.call('unloadModel', { id: 'same' })).ok).toBe(true);
+    await api.libraryChecked;
+    expect(api.loadable()).toEqual([expect.objectContaining({ id: 'same', root: b })]);
+    await api.ensureModel('same');
+    expect(api.runner.listModels().map((m) => [m.id, m.spec.root])).toEqual([['same', b]]);
+    expect(api.loadable()).toEqual([]);
+  });
+});

@@ -1,0 +1,391 @@
+/**
+ * Loading on first use against a real server: packages loaded before (the library) are listed beside the
+ * loaded models by OpenAI's and Ollama's listings, and a request that names one loads it first, on every
+ * generating route; concurrent requests share one load; a package loaded that way gives way to the next one
+ * loaded that way when it is idle, never to a model the person loaded; Ollama's empty request loads and its
+ * `keep_alive: 0` unloads; a name in neither place is still a 404.
+ */
+import { cp, mkdtemp, rename, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { createHostApi, type HostApi } from '../../../src/main/host/host-api';
+import { RunnerService } from '../../../src/main/host/runner-service';
+import { type RunningServer, startServer } from '../../../src/main/server';
+import type { LibraryEntry, ModelInfo } from '../../../src/shared/api';
+import { defaultModelDir } from '../../helpers/fixtures';
+import { LONG_CHAT, settled } from './server-helpers';
+
+type Json = Record<string, unknown>;
+
+let dataDir: string;
+let pkgs: string;
+let second: string;
+let third: string;
+let runner: RunnerService;
+let hostApi: HostApi;
+let server: RunningServer;
+let url: string;
+/** The host's log lines since the last test began. */
+const logs: string[] = [];
+
+beforeAll(async () => {
+  dataDir = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-jit-'));
+  pkgs = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-jit-pkgs-'));
+  second = path.join(pkgs, 'second');
+  third = path.join(pkgs, 'third');
+  await cp(defaultModelDir, second, { recursive: true });
+  await cp(defaultModelDir, third, { recursive: true });
+  runner = new RunnerService({ intraOpNumThreads: 1 });
+  hostApi = await createHostApi({ runner, dataDir, defaultModelDir, log: (l) => logs.push(l) });
+  server = await startServer({ hostApi, staticDir: path.join(dataDir, 'no-renderer') });
+  url = server.url;
+  // The person loads both once and unloads them: they stay in the library.
+  for (const dir of [second, third]) {
+    const r = await hostApi.call('loadModel', { path: dir });
+    if (!r.ok) throw new Error(r.error.message);
+    expect((await hostApi.call('unloadModel', { id: r.value.id })).ok).toBe(true);
+  }
+  await hostApi.libraryChecked;
+});
+
+afterAll(async () => {
+  await server?.close();
+  await hostApi?.close();
+  await rm(dataDir, { recursive: true, force: true });
+  await rm(pkgs, { recursive: true, force: true });
+});
+
+beforeEach(async () => {
+  // Every test starts with the default model loaded alone, second and third in the library only.
+  for (const id of ['second', 'third']) {
+    if (loadedIds().includes(id)) expect((await hostApi.call('unloadModel', { id })).ok).toBe(true);
+  }
+  if (!loadedIds().includes('default'))
+    expect((await hostApi.call('loadModel', { path: defaultModelDir })).ok).toBe(true);
+  logs.length = 0;
+});
+
+function loadedIds(): string[] {
+  return runner
+    .listModels()
+    .map((m) => m.id)
+    .sort();
+}
+
+function firstUseLoads(id: string): string[] {
+  return logs.filter((l) => l.startsWith(`kvdesk: loaded ${id} from `) && l.endsWith(' on first use'));
+}
+
+function post(p: string, body: unknown): Promise<Response> {
+  return fetch(`${url}${p}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+}
+
+async function ok(res: Response | Promise<Response>): Promise<Json> {
+  const r = await res;
+  const text = await r.text();
+  expect(r.status, text).toBe(200);
+  return JSON.parse(text) as Json;
+}
+
+async function get(p: string): Promise<{ status: number; body: Json }> {
+  const res = await fetch(`${url}${p}`);
+  return { status: res.status, body: (await res.json()) as Json };
+}
+
+const chat = (model: string, extra: Json = {}) =>
+  post('/v1/chat/completions', {
+    model,
+    messages: [{ role: 'user', content: 'hi' }],
+    max_tokens: 2,
+    temperature: 0,
+    ...extra,
+  });
+
+describe('the listings', () => {
+  it('GET /v1/models lists the loaded models, then the library packages with kvdesk.loaded false', async () => {
+    const { status, body } = await get('/v1/models');
+    expect(status).toBe(200);
+    const data = body.data as Array<{ id: string; object: string; kvdesk: Json; max_model_len: number }>;
+    expect(data.map((m) => [m.id, m.kvdesk.loaded])).toEqual([
+      ['default', true],
+      ['third', false],
+      ['second', false],
+    ]);
+    expect(data[0]?.kvdesk).toMatchObject({ loaded: true, backend: 'cpu', is_default: true });
+    const lib = data.find((m) => m.id === 'second');
+    expect(lib).toMatchObject({
+      object: 'model',
+      max_model_len: 2048,
+      kvdesk: { loaded: false, root: second, bpt: 1024 },
+    });
+    expect(lib?.kvdesk).not.toHaveProperty('backend');
+    expect(loadedIds()).toEqual(['default']);
+
+    const one = await get('/v1/models/second');
+    expect(one.status).toBe(200);
+    expect(one.body).toEqual(lib);
+    const missing = await get('/v1/models/nope');
+    expect(missing.status).toBe(404);
+    expect(JSON.stringify(missing.body)).toMatch(/model \\"nope\\" is neither loaded nor in the library/);
+    // Listing loads nothing.
+    expect(loadedIds()).toEqual(['default']);
+  });
+
+  it('a library package named by its request is listed as loaded once loaded', async () => {
+    await ok(chat('second'));
+    const { body } = await get('/v1/models');
+    const data = body.data as Array<{ id: string; kvdesk: Json }>;
+    expect(data.map((m) => [m.id, m.kvdesk.loaded])).toEqual([
+      ['default', true],
+      ['second', true],
+      ['third', false],
+    ]);
+  });
+});
+
+describe('loading on first use', () => {
+  it('a chat completion naming a library package loads it and answers from it', async () => {
+    const reply = await ok(chat('second'));
+    expect(reply).toMatchObject({ object: 'chat.completion', model: 'second', usage: { completion_tokens: 2 } });
+    expect(loadedIds()).toEqual(['default', 'second']);
+    expect(firstUseLoads('second')).toHaveLength(1);
+    expect(firstUseLoads('second')[0]).toContain(second);
+    // Loaded now: a second request loads nothing again; the same weights answer the same as the default.
+    const again = await ok(chat('second'));
+    expect(firstUseLoads('second')).toHaveLength(1);
+    const base = await ok(chat('default'));
+    expect((again.choices as Json[])[0]).toEqual((base.choices as Json[])[0]);
+  });
+
+  it('concurrent requests naming it share one load, and all succeed', async () => {
+    const libraryEvents: LibraryEntry[][] = [];
+    const modelEvents: ModelInfo[][] = [];
+    const offLib = hostApi.on('library', (e) => libraryEvents.push(e));
+    const offModels = hostApi.on('models', (e) => modelEvents.push(e));
+    try {
+      const replies = await Promise.all([
+        ok(chat('second')),
+        ok(chat('second', { max_tokens: 3 })),
+        ok(
+          post('/api/chat', {
+            model: 'second',
+            messages: [{ role: 'user', content: 'hi' }],
+            stream: false,
+            options: { num_predict: 2, temperature: 0 },
+          }),
+        ),
+        ok(post('/v1/messages', { model: 'second', max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] })),
+      ]);
+      expect(replies.map((r) => r.model)).toEqual(['second', 'second', 'second', 'second']);
+    } finally {
+      offLib();
+      offModels();
+    }
+    expect(firstUseLoads('second')).toHaveLength(1);
+    expect(libraryEvents).toHaveLength(1);
+    expect(modelEvents).toHaveLength(1);
+    expect(loadedIds()).toEqual(['default', 'second']);
+  });
+
+  it('every generating route loads the library package it names', async () => {
+    const user = [{ role: 'user', content: 'hi' }];
+    const routes: Array<[string, (model: string) => Promise<Response>]> = [
+      ['chat completions', (m) => chat(m)],
+      ['completions', (m) => post('/v1/completions', { model: m, prompt: 'hi', max_tokens: 2, temperature: 0 })],
+      ['responses', (m) => post('/v1/responses', { model: m, input: 'hi', max_output_tokens: 2, temperature: 0 })],
+      ['messages', (m) => post('/v1/messages', { model: m, max_tokens: 2, messages: user })],
+      [
+        'ollama chat',
+        (m) => post('/api/chat', { model: m, messages: user, stream: false, options: { num_predict: 2 } }),
+      ],
+      [
+        'ollama generate',
+        (m) =>
+          post('/api/generate', { model: `${m}:latest`, prompt: 'hi', stream: false, options: { num_predict: 2 } }),
+      ],
+    ];
+    for (const [name, send] of routes) {
+      if (loadedIds().includes('second')) expect((await hostApi.call('unloadModel', { id: 'second' })).ok).toBe(true);
+      const res = await send('second');
+      expect(res.status, `${name}: ${await res.clone().text()}`).toBe(200);
+      await res.text();
+      expect(loadedIds(), name).toEqual(['default', 'second']);
+    }
+    expect(firstUseLoads('second')).toHaveLength(routes.length);
+  });
+
+  it('Anthropic count_tokens on a library package loads it and counts as the same tokenizer does', async () => {
+    const body = { messages: [{ role: 'user', content: 'Count these words please' }] };
+    const base = await ok(post('/v1/messages/count_tokens', { ...body, model: 'default' }));
+    expect(loadedIds()).toEqual(['default']);
+    const counted = await ok(post('/v1/messages/count_tokens', { ...body, model: 'second' }));
+    expect(counted).toEqual({ input_tokens: base.input_tokens });
+    expect(base.input_tokens).toBeGreaterThan(0);
+    expect(loadedIds()).toEqual(['default', 'second']);
+  });
+
+  it('loading a third on first use unloads the second (loaded that way, idle); the default stays', async () => {
+    await ok(chat('second'));
+    expect(loadedIds()).toEqual(['default', 'second']);
+    await ok(chat('third'));
+    expect(loadedIds()).toEqual(['default', 'third']);
+    expect(logs).toContain('kvdesk: unloaded second (loaded on first use) to load third');
+    // And back: third gives way to second.
+    await ok(chat('second'));
+    expect(loadedIds()).toEqual(['default', 'second']);
+    // The library still offers the one unloaded.
+    expect(hostApi.loadable().map((e) => e.id)).toEqual(['third']);
+  });
+
+  it('a package the person loaded never gives way', async () => {
+    expect((await hostApi.call('loadModel', { path: second })).ok).toBe(true);
+    await ok(chat('third'));
+    expect(loadedIds()).toEqual(['default', 'second', 'third']);
+    expect(logs.filter((l) => l.includes('unloaded'))).toEqual([]);
+  });
+
+  it('a package loaded on first use that the person loads again is theirs: it stays', async () => {
+    await ok(chat('second'));
+    expect((await hostApi.call('loadModel', { path: second })).ok).toBe(true);
+    await ok(chat('third'));
+    expect(loadedIds()).toEqual(['default', 'second', 'third']);
+  });
+
+  it('one still answering a request stays loaded beside the next', async () => {
+    await ok(chat('second'));
+    const abort = new AbortController();
+    const long = await fetch(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'second', messages: LONG_CHAT, max_tokens: 1500, temperature: 0, stream: true }),
+      signal: abort.signal,
+    });
+    expect(long.status).toBe(200);
+    const reader = long.body?.getReader();
+    await reader?.read(); // The stream has begun: the request runs on second.
+    try {
+      await ok(chat('third'));
+      expect(loadedIds()).toEqual(['default', 'second', 'third']);
+    } finally {
+      abort.abort();
+      await reader?.cancel().catch(() => {});
+    }
+    await settled(url);
+    // Idle now, second (still counted as loaded on first use) gives way to the next such load.
+    expect((await hostApi.call('unloadModel', { id: 'third' })).ok).toBe(true);
+    await ok(chat('third'));
+    expect(loadedIds()).toEqual(['default', 'third']);
+  });
+
+  it('a library package whose files went bad since: the request gets the package error, the server stays up', async () => {
+    const tok = path.join(third, 'tokenizer.json');
+    await rename(tok, `${tok}.away`);
+    try {
+      const res = await chat('third');
+      const text = await res.text();
+      expect(res.status, text).toBe(422);
+      expect(text).toMatch(/tokenizer\.json/);
+      expect(loadedIds()).toEqual(['default']);
+    } finally {
+      await rename(`${tok}.away`, tok);
+    }
+    await ok(chat('third'));
+    expect(loadedIds()).toEqual(['default', 'third']);
+  });
+
+  it('a name neither loaded nor in the library is still a 404, and loads nothing', async () => {
+    const user = [{ role: 'user', content: 'hi' }];
+    const cases: Array<[string, Json]> = [
+      ['/v1/chat/completions', { model: 'nope', messages: user, max_tokens: 2 }],
+      ['/v1/responses', { model: 'nope', input: 'hi', max_output_tokens: 2 }],
+      ['/v1/messages', { model: 'nope', max_tokens: 2, messages: user }],
+      ['/v1/messages/count_tokens', { model: 'nope', messages: user }],
+      ['/api/chat', { model: 'nope', messages: user, stream: false }],
+      ['/api/chat', { model: 'nope', messages: [], stream: false }],
+      ['/api/generate', { model: 'nope', prompt: 'hi', stream: false }],
+      ['/api/show', { model: 'nope' }],
+    ];
+    for (const [p, body] of cases) {
+      const res = await post(p, body);
+      expect(res.status, `${p}: ${await res.clone().text()}`).toBe(404);
+      expect(await res.text()).toContain('nope');
+    }
+    expect(loadedIds()).toEqual(['default']);
+    expect(logs.filter((l) => l.includes('first use'))).toEqual([]);
+  });
+});
+
+describe("Ollama's listings, load and unload", () => {
+  it('/api/tags lists the library packages as name:latest after the loaded ones', async () => {
+    const { status, body } = await get('/api/tags');
+    expect(status).toBe(200);
+    const models = body.models as Array<{ name: string; model: string; size: number }>;
+    expect(models.map((m) => m.name)).toEqual(['default:latest', 'third:latest', 'second:latest']);
+    expect(models[2]).toMatchObject({ model: 'second:latest', size: models[0]?.size });
+    // /api/ps is what is loaded.
+    const ps = await get('/api/ps');
+    expect((ps.body.models as Array<{ name: string }>).map((m) => m.name)).toEqual(['default:latest']);
+    expect(loadedIds()).toEqual(['default']);
+  });
+
+  it('/api/show answers for a library package without loading it (and without a backend)', async () => {
+    const shown = await ok(post('/api/show', { model: 'second:latest' }));
+    const info = shown.model_info as Json;
+    expect(info['kvdesk.bpt']).toBe(1024);
+    expect(info).not.toHaveProperty('kvdesk.backend');
+    expect(typeof shown.template).toBe('string');
+    expect(loadedIds()).toEqual(['default']);
+    const base = await ok(post('/api/show', { model: 'default' }));
+    expect((base.model_info as Json)['kvdesk.backend']).toBe('cpu');
+    expect(shown.template).toBe(base.template);
+  });
+
+  it('an empty /api/chat loads it ("load"); keep_alive 0 unloads it ("unload")', async () => {
+    const loaded = await ok(post('/api/chat', { model: 'second', messages: [], stream: false }));
+    expect(loaded).toMatchObject({ done: true, done_reason: 'load' });
+    expect(loadedIds()).toEqual(['default', 'second']);
+    expect(firstUseLoads('second')).toHaveLength(1);
+    // Again: it stays loaded, nothing loads twice.
+    expect(await ok(post('/api/chat', { model: 'second', messages: [], stream: false }))).toMatchObject({
+      done_reason: 'load',
+    });
+    expect(firstUseLoads('second')).toHaveLength(1);
+
+    const unloaded = await ok(post('/api/chat', { model: 'second', messages: [], keep_alive: 0, stream: false }));
+    expect(unloaded).toMatchObject({ done: true, done_reason: 'unload' });
+    expect(loadedIds()).toEqual(['default']);
+    // Still in the library: listed, and loadable again.
+    expect(hostApi.loadable().map((e) => e.id)).toContain('second');
+    // Unloading what is not loaded is answered the same way.
+    expect(
+      await ok(post('/api/chat', { model: 'second', messages: [], keep_alive: '0', stream: false })),
+    ).toMatchObject({ done_reason: 'unload' });
+    expect(loadedIds()).toEqual(['default']);
+  });
+
+  it('an empty /api/generate loads; keep_alive "0s" and "0m" unload; a streamed load is one line', async () => {
+    const loaded = await ok(post('/api/generate', { model: 'third:latest', prompt: '', stream: false }));
+    expect(loaded).toMatchObject({ done: true, done_reason: 'load' });
+    expect(loadedIds()).toEqual(['default', 'third']);
+    expect(
+      await ok(post('/api/generate', { model: 'third', prompt: '', keep_alive: '0s', stream: false })),
+    ).toMatchObject({ done_reason: 'unload' });
+    expect(loadedIds()).toEqual(['default']);
+
+    const streamed = await post('/api/chat', { model: 'third', messages: [] });
+    expect(streamed.status).toBe(200);
+    const lines = (await streamed.text()).trim().split('\n');
+    expect(lines).toHaveLength(1);
+    expect(JSON.parse(lines[0] ?? '')).toMatchObject({ done_reason: 'load' });
+    expect(loadedIds()).toEqual(['default', 'third']);
+    expect(
+      await ok(post('/api/chat', { model: 'third', messages: [], keep_alive: '0m', stream: false })),
+    ).toMatchObject({ done_reason: 'unload' });
+    expect(loadedIds()).toEqual(['default']);
+  });
+});
