@@ -41,6 +41,7 @@ generate options:
   --max-new-tokens N       tokens to generate (default: package default or 256)
   --greedy                 always take the most likely token
   --temperature T --top-k K --top-p P --min-p M --repetition-penalty R
+  --repetition-window N    the repetition penalty looks at the last N tokens only (default 0: all of them)
   --frequency-penalty F --presence-penalty P   OpenAI's penalties over the generated tokens (-2 to 2)
   --logprobs N             with --json: each token's log-probability and the N most likely alternatives (0-20)
   --response-format json   JSON mode: the reply is one JSON object
@@ -229,6 +230,7 @@ async function generate(args: string[], io: Io): Promise<number> {
     'top-p': { type: 'string' },
     'min-p': { type: 'string' },
     'repetition-penalty': { type: 'string' },
+    'repetition-window': { type: 'string' },
     'frequency-penalty': { type: 'string' },
     'presence-penalty': { type: 'string' },
     logprobs: { type: 'string' },
@@ -276,6 +278,8 @@ async function generate(args: string[], io: Io): Promise<number> {
     if (mp !== undefined) sampling.minP = mp;
     const rp = parseNumber('repetition-penalty', values['repetition-penalty']);
     if (rp !== undefined) sampling.repetitionPenalty = rp;
+    const rw = parseNumber('repetition-window', values['repetition-window'], true);
+    if (rw !== undefined) sampling.repetitionWindow = rw;
     const fp = parseNumber('frequency-penalty', values['frequency-penalty']);
     if (fp !== undefined) sampling.frequencyPenalty = fp;
     const pp = parseNumber('presence-penalty', values['presence-penalty']);

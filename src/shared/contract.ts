@@ -45,6 +45,8 @@ export const SamplingSettings = z.object({
   topP: z.number().gt(0).max(1).optional(),
   minP: z.number().min(0).max(1).optional(),
   repetitionPenalty: z.number().gt(0).max(10).optional(),
+  /** The repetition penalty looks at the last n tokens of the prompt and reply only (llama.cpp's repeat_last_n); 0: all. */
+  repetitionWindow: z.number().int().min(0).max(1_000_000).optional(),
   /** OpenAI's penalties over the tokens generated so far: per occurrence, and once for any occurrence. */
   frequencyPenalty: z.number().min(-2).max(2).optional(),
   presencePenalty: z.number().min(-2).max(2).optional(),

@@ -113,6 +113,27 @@ describe('the admission funnel', () => {
     expect(new Set(many.rows.map((r) => r.tokenIds.join(','))).size).toBe(3);
   });
 
+  it('the repetition penalty looks at the window it is given: wide enough, the same reply as no window', async () => {
+    const h = await host();
+    const run = async (repetitionWindow?: number) =>
+      (
+        await h.generate({
+          promptIds: prompt,
+          maxNewTokens: 40,
+          sampling: {
+            greedy: true,
+            repetitionPenalty: 5,
+            ...(repetitionWindow !== undefined ? { repetitionWindow } : {}),
+          },
+        }).result
+      ).tokenIds;
+    const whole = await run();
+    expect(await run(prompt.length + 40)).toEqual(whole);
+    expect(await run(0)).toEqual(whole);
+    // A window of one token penalises only the token just written: another reply.
+    expect(await run(1)).not.toEqual(whole);
+  });
+
   it('a multi-row request reserves for every row and each row equals its solo run', async () => {
     const h = await host();
     const solo = await h.generate({ promptIds: prompt, maxNewTokens: 6, sampling: greedy }).result;

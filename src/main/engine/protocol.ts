@@ -16,6 +16,8 @@ export interface SamplingParams {
   topP: number;
   minP: number;
   repetitionPenalty: number;
+  /** The repetition penalty looks at the last n tokens (prompt and reply) only; absent or 0: all of them. */
+  repetitionWindow?: number;
   /** Subtracted per earlier occurrence of a token in the generated tokens (absent or 0: off). */
   frequencyPenalty?: number;
   /** Subtracted once from a token that occurs in the generated tokens (absent or 0: off). */

@@ -113,8 +113,15 @@ export function logprobsOf(logits: Float32Array, offset: number, vocab: number, 
 export class Sampler {
   private readonly rng: () => number;
   private scratch: Float32Array;
-  /** Ids the repetition penalty applies to (prompt + generated); undefined when it is off. */
-  private readonly seen: Set<number> | undefined;
+  /**
+   * Ids the repetition penalty applies to, with their occurrences: every id of the prompt and the reply, or
+   * with a window those of the last `window` tokens. Undefined when the penalty is off.
+   */
+  private readonly seen: Map<number, number> | undefined;
+  /** The window's tokens, oldest first from `ringAt` (a ring); undefined without a window. */
+  private readonly ring: Int32Array | undefined;
+  private ringAt = 0;
+  private ringLength = 0;
   /** Occurrences of each generated id, for the frequency and presence penalties; undefined when they are off. */
   private readonly counts: Map<number, number> | undefined;
   private readonly frequencyPenalty: number;
@@ -133,7 +140,15 @@ export class Sampler {
   ) {
     this.rng = createRng(params.seed);
     this.scratch = new Float32Array(vocabSize);
-    this.seen = params.repetitionPenalty !== 1 ? new Set(prompt) : undefined;
+    const window = params.repetitionWindow ?? 0;
+    if (params.repetitionPenalty !== 1) {
+      this.seen = new Map();
+      if (window > 0) this.ring = new Int32Array(window);
+      // Only the prompt's last `window` tokens can still be inside the window.
+      for (let i = window > 0 ? Math.max(0, prompt.length - window) : 0; i < prompt.length; i++) {
+        this.remember(prompt[i] as number);
+      }
+    }
     this.frequencyPenalty = params.frequencyPenalty ?? 0;
     this.presencePenalty = params.presencePenalty ?? 0;
     this.logitBias = params.logitBias ?? [];
@@ -157,10 +172,29 @@ export class Sampler {
   sample(logits: Float32Array, offset: number, vocab: number): number {
     const id = this.pick(logits, offset, vocab);
     if (id < 0) return id;
-    this.seen?.add(id);
+    if (this.seen) this.remember(id);
     if (this.counts) this.counts.set(id, (this.counts.get(id) ?? 0) + 1);
     this.constraint?.accept(id);
     return id;
+  }
+
+  /** Adds a token to the repetition penalty's history; with a window, the oldest token leaves a full one. */
+  private remember(id: number): void {
+    const seen = this.seen as Map<number, number>;
+    const ring = this.ring;
+    if (ring) {
+      if (this.ringLength === ring.length) {
+        const old = ring[this.ringAt] as number;
+        const n = (seen.get(old) as number) - 1;
+        if (n === 0) seen.delete(old);
+        else seen.set(old, n);
+      } else {
+        this.ringLength++;
+      }
+      ring[this.ringAt] = id;
+      this.ringAt = (this.ringAt + 1) % ring.length;
+    }
+    seen.set(id, (seen.get(id) ?? 0) + 1);
   }
 
   private pick(logits: Float32Array, offset: number, vocab: number): number {
@@ -179,7 +213,7 @@ export class Sampler {
     const x = this.scratch;
     x.set(logits.subarray(offset, offset + vocab));
     if (penalize) {
-      for (const id of seen) {
+      for (const id of seen.keys()) {
         if (id < 0 || id >= vocab) continue;
         const v = x[id] as number;
         x[id] = v > 0 ? v / p.repetitionPenalty : v * p.repetitionPenalty;

@@ -186,6 +186,7 @@ function resolveSampling(req: GenerateRequest, spec: ModelSpec): SamplingParams 
     topP: s.topP ?? d.topP ?? 1,
     minP: s.minP ?? d.minP ?? 0,
     repetitionPenalty: s.repetitionPenalty ?? d.repetitionPenalty ?? 1,
+    repetitionWindow: s.repetitionWindow ?? 0,
     frequencyPenalty: s.frequencyPenalty ?? 0,
     presencePenalty: s.presencePenalty ?? 0,
     logitBias: Object.entries(s.logitBias ?? {}).map(([id, bias]) => [Number(id), bias]),

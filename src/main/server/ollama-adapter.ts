@@ -30,6 +30,7 @@ import {
   number,
   openAiFinishReason,
   present,
+  repeatLastN,
 } from './openai-adapter';
 
 /** Which generating endpoint a body came to. */
@@ -56,6 +57,9 @@ export function keepAliveZero(v: unknown): boolean {
   if (typeof v === 'number') return v === 0;
   return typeof v === 'string' && /^\s*0*(\.0*)?\s*(ns|us|µs|ms|s|m|h)?\s*$/.test(v) && /0/.test(v);
 }
+
+/** Ollama's default `repeat_last_n`: the repetition penalty looks at the last 64 tokens. */
+export const OLLAMA_REPEAT_LAST_N = 64;
 
 /** The longest reply a request may ask for (the contract's bound on maxNewTokens). */
 const MAX_NEW_TOKENS = 1_000_000;
@@ -89,7 +93,8 @@ interface MappedOptions {
 
 /** Ollama's `options` (the Modelfile's parameters, per request). */
 export function mapOptions(body: Body): MappedOptions {
-  const out: MappedOptions = { sampling: {} };
+  // The repetition penalty's window is Ollama's 64 tokens unless `options.repeat_last_n` says otherwise.
+  const out: MappedOptions = { sampling: { repetitionWindow: OLLAMA_REPEAT_LAST_N } };
   if (!present(body, 'options')) return out;
   const opts = body.options;
   if (!isObject(opts)) throw bad('"options" must be an object such as {"temperature": 0.7}.', 'options');
@@ -122,19 +127,9 @@ export function mapOptions(body: Body): MappedOptions {
   const pp = optionNumber(opts, 'presence_penalty', { min: -2, max: 2 });
   if (pp !== undefined && pp !== 0) s.presencePenalty = pp;
   const rp = optionNumber(opts, 'repeat_penalty', { min: 0, minExclusive: true, max: 10 });
-  // kvdesk's repetition penalty covers every token of the prompt and the reply: Ollama's repeat_last_n -1.
-  // 0 turns the penalty off; a window of the last n tokens is not something kvdesk can do.
-  const window = optionNumber(opts, 'repeat_last_n', { int: true, min: -1 });
-  if (window === 0) s.repetitionPenalty = 1;
-  else if (rp !== undefined) {
-    if (window !== undefined && window !== -1 && rp !== 1) {
-      throw bad(
-        `"options.repeat_last_n" ${window} is not supported: kvdesk's repeat_penalty counts the whole prompt and reply (repeat_last_n -1); send -1, or 0 to turn the penalty off.`,
-        'options.repeat_last_n',
-      );
-    }
-    s.repetitionPenalty = rp;
-  }
+  if (rp !== undefined) s.repetitionPenalty = rp;
+  // -1: every token; 0 turns the penalty off.
+  repeatLastN(opts, s, { field: 'options.repeat_last_n' });
   const predict = optionNumber(opts, 'num_predict', { int: true });
   // -1 (no limit), -2 (fill the context) and any other value below 1: the context window ends the reply, as with
   // no max tokens (Ollama reads every negative value so, and 0 gives no limit either); larger than kvdesk's
@@ -620,6 +615,7 @@ function ollamaParam(field: string, kind: OllamaKind): string | null {
     'sampling.minP': 'options.min_p',
     'sampling.seed': 'options.seed',
     'sampling.repetitionPenalty': 'options.repeat_penalty',
+    'sampling.repetitionWindow': 'options.repeat_last_n',
     'sampling.frequencyPenalty': 'options.frequency_penalty',
     'sampling.presencePenalty': 'options.presence_penalty',
     responseFormat: 'format',

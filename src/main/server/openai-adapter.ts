@@ -73,6 +73,26 @@ export function number(
   return v;
 }
 
+/**
+ * llama.cpp's `repeat_last_n` (Ollama's option, llama.cpp's server field) on the contract's sampling: the last
+ * n tokens the repetition penalty looks at; -1 all of them (the context), 0 turns the penalty off.
+ */
+export function repeatLastN(
+  body: Body,
+  sampling: NonNullable<GenerateRequest['sampling']>,
+  opts: { field?: string } = {},
+): void {
+  const n = number(body, 'repeat_last_n', {
+    int: true,
+    min: -1,
+    max: 1_000_000,
+    ...(opts.field ? { field: opts.field } : {}),
+  });
+  if (n === 0) sampling.repetitionPenalty = 1;
+  else if (n === -1) sampling.repetitionWindow = 0;
+  else if (n !== undefined) sampling.repetitionWindow = n;
+}
+
 export function boolean(body: Body, key: string): boolean | undefined {
   if (!present(body, key)) return undefined;
   if (typeof body[key] !== 'boolean') throw bad(`"${key}" must be true or false.`, key);
@@ -338,6 +358,7 @@ export function mapOpenAiRequest(kind: OpenAiKind, input: unknown): MappedReques
   if (minP !== undefined) sampling.minP = minP;
   const rp = number(body, 'repetition_penalty');
   if (rp !== undefined) sampling.repetitionPenalty = rp;
+  repeatLastN(body, sampling);
   const fp = number(body, 'frequency_penalty', { min: -2, max: 2 });
   if (fp !== undefined && fp !== 0) sampling.frequencyPenalty = fp;
   const pp = number(body, 'presence_penalty', { min: -2, max: 2 });

@@ -18,6 +18,7 @@ function summary(thread: Thread | undefined): string {
   if (s.topK !== undefined) parts.push(`top-k ${s.topK}`);
   if (s.minP !== undefined) parts.push(`min-p ${s.minP}`);
   if (s.repetitionPenalty !== undefined) parts.push(`rep ${s.repetitionPenalty}`);
+  if (s.repetitionWindow !== undefined) parts.push(`rep window ${s.repetitionWindow || 'all'}`);
   if (s.frequencyPenalty !== undefined) parts.push(`freq ${s.frequencyPenalty}`);
   if (s.presencePenalty !== undefined) parts.push(`presence ${s.presencePenalty}`);
   if (s.seed !== undefined) parts.push(`seed ${s.seed}`);
@@ -42,6 +43,15 @@ const FIELDS: NumField[] = [
   { key: 'topK', label: 'top-k', min: 0, step: 1, int: true, placeholder: '0 (off)' },
   { key: 'minP', label: 'min-p', min: 0, max: 1, step: 0.01, placeholder: '0' },
   { key: 'repetitionPenalty', label: 'repetition penalty', min: 0.01, max: 10, step: 0.05, placeholder: '1' },
+  {
+    key: 'repetitionWindow',
+    label: 'repetition window (tokens)',
+    min: 0,
+    max: 1_000_000,
+    step: 1,
+    int: true,
+    placeholder: '0 (all)',
+  },
   { key: 'frequencyPenalty', label: 'frequency penalty', min: -2, max: 2, step: 0.1, placeholder: '0' },
   { key: 'presencePenalty', label: 'presence penalty', min: -2, max: 2, step: 0.1, placeholder: '0' },
   { key: 'seed', label: 'seed', min: 0, step: 1, int: true, placeholder: 'random' },

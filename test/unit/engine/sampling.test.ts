@@ -95,6 +95,47 @@ describe('Sampler', () => {
     expect(greedyRun({}, 3, [1])).toEqual([1, 1, 1]);
   });
 
+  it('a repetition window penalises only the last n tokens of the prompt and reply', () => {
+    // Window 1: the token just written is penalised, so greedy alternates between the two best.
+    expect(greedyRun({ repetitionPenalty: 1.3, repetitionWindow: 1 }, 4, [1])).toEqual([2, 1, 2, 1]);
+    // The prompt's 1 has left a window of 2 (its last two tokens are 0s); without one, it is penalised.
+    expect(greedyRun({ repetitionPenalty: 1.3, repetitionWindow: 2 }, 1, [1, 0, 0])).toEqual([1]);
+    expect(greedyRun({ repetitionPenalty: 1.3 }, 1, [1, 0, 0])).toEqual([2]);
+    // Window 0 is the whole history.
+    expect(greedyRun({ repetitionPenalty: 1.3, repetitionWindow: 0 }, 3)).toEqual([1, 2, 5]);
+  });
+
+  it('with a window, the penalised ids are those of the last n tokens, whatever the history (a model of it)', () => {
+    fc.assert(
+      fc.property(
+        fc.array(fc.integer({ min: -40, max: 40 }), { minLength: 8, maxLength: 8 }),
+        fc.array(fc.nat(7), { maxLength: 30 }),
+        fc.integer({ min: 1, max: 12 }),
+        fc.integer({ min: 1, max: 25 }),
+        (raw, prompt, window, steps) => {
+          const x = Float32Array.from(raw, (v) => v / 10);
+          const penalty = 1.7;
+          const s = new Sampler(
+            params({ greedy: true, repetitionPenalty: penalty, repetitionWindow: window }),
+            8,
+            prompt,
+          );
+          const history = [...prompt];
+          for (let i = 0; i < steps; i++) {
+            const recent = new Set(history.slice(-window));
+            const y = Array.from(x, (v, id) => (recent.has(id) ? Math.fround(v > 0 ? v / penalty : v * penalty) : v));
+            // The first of the largest, as argmax picks (over float32 values, as the sampler's scratch holds them).
+            const want = y.indexOf(Math.max(...y));
+            const got = s.sample(x, 0, 8);
+            expect(got).toBe(want);
+            history.push(got);
+          }
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+
   it('frequency penalty grows with each occurrence; presence penalty counts a token once', () => {
     // 0.15 per occurrence: 1 (2.0) → 2 (1.9 > 1.85) → 1 (1.85 > 1.8 > 1.75) → 5 (1.8 > 1.75 > 1.7).
     expect(greedyRun({ frequencyPenalty: 0.15 }, 4)).toEqual([1, 2, 1, 5]);

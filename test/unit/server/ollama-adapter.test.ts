@@ -37,7 +37,13 @@ describe('mapOllamaRequest: /api/chat', () => {
   it('streams by default, keeps the conversation and caches its prompt', () => {
     const m = chat();
     expect(m).toMatchObject({ kind: 'chat', model: 'm', stream: true });
-    expect(m.request).toEqual({ model: 'm', messages: [{ role: 'user', content: 'hi' }], promptCache: true });
+    expect(m.request).toEqual({
+      model: 'm',
+      messages: [{ role: 'user', content: 'hi' }],
+      promptCache: true,
+      // Ollama's window for the repetition penalty (the package's, when it has one).
+      sampling: { repetitionWindow: 64 },
+    });
     expect(chat({ stream: false }).stream).toBe(false);
   });
 
@@ -65,6 +71,8 @@ describe('mapOllamaRequest: /api/chat', () => {
       minP: 0.05,
       seed: 7,
       repetitionPenalty: 1.2,
+      // Ollama's default window for the repetition penalty.
+      repetitionWindow: 64,
       frequencyPenalty: 0.5,
       presencePenalty: -0.5,
     });
@@ -75,9 +83,9 @@ describe('mapOllamaRequest: /api/chat', () => {
       expect(chat({ options: { num_predict: n } }).request?.maxNewTokens).toBeUndefined();
     // Beyond kvdesk's longest reply: the longest.
     expect(chat({ options: { num_predict: 5_000_000 } }).request?.maxNewTokens).toBe(1_000_000);
-    expect(chat({ options: { seed: -1 } }).request?.sampling).toBeUndefined();
-    expect(chat({ options: { top_k: -1 } }).request?.sampling).toEqual({ topK: 0 });
-    expect(chat({ options: { temperature: null } }).request?.sampling).toBeUndefined();
+    expect(chat({ options: { seed: -1 } }).request?.sampling).toEqual({ repetitionWindow: 64 });
+    expect(chat({ options: { top_k: -1 } }).request?.sampling).toEqual({ topK: 0, repetitionWindow: 64 });
+    expect(chat({ options: { temperature: null } }).request?.sampling).toEqual({ repetitionWindow: 64 });
   });
 
   it('accepts and ignores the options that only tell Ollama how to load a model, and ones it does not know', () => {
@@ -90,16 +98,21 @@ describe('mapOllamaRequest: /api/chat', () => {
     expect(chat({ keep_alive: '5m', think: false }).request).toEqual(chat().request);
   });
 
-  it('repeat_last_n: -1 is what kvdesk does, 0 turns the penalty off, another window is refused', () => {
-    expect(chat({ options: { repeat_penalty: 1.3, repeat_last_n: -1 } }).request?.sampling).toEqual({
+  it('repeat_last_n: the window of the repetition penalty (64 unless told), -1 all tokens, 0 off', () => {
+    const sampling = (options: Record<string, unknown>) => chat({ options }).request?.sampling;
+    expect(sampling({ repeat_penalty: 1.3 })).toEqual({ repetitionPenalty: 1.3, repetitionWindow: 64 });
+    expect(sampling({ repeat_penalty: 1.3, repeat_last_n: 8 })).toEqual({
       repetitionPenalty: 1.3,
+      repetitionWindow: 8,
     });
-    expect(chat({ options: { repeat_penalty: 1.3, repeat_last_n: 0 } }).request?.sampling).toEqual({
-      repetitionPenalty: 1,
+    expect(sampling({ repeat_penalty: 1.3, repeat_last_n: -1 })).toEqual({
+      repetitionPenalty: 1.3,
+      repetitionWindow: 0,
     });
-    expect(refusal(() => chat({ options: { repeat_penalty: 1.3, repeat_last_n: 64 } })).body.error.param).toBe(
-      'options.repeat_last_n',
-    );
+    expect(sampling({ repeat_penalty: 1.3, repeat_last_n: 0 })).toMatchObject({ repetitionPenalty: 1 });
+    for (const bad of [-2, 1.5, 'all', 2_000_000]) {
+      expect(refusal(() => chat({ options: { repeat_last_n: bad } })).body.error.param).toBe('options.repeat_last_n');
+    }
   });
 
   it('format "json" is JSON mode, a schema object structured output, "" plain text', () => {
@@ -288,10 +301,16 @@ describe('mapOllamaRequest: /api/generate', () => {
         { role: 'user', content: 'Hi' },
       ],
       promptCache: true,
-      sampling: { seed: 1 },
+      sampling: { seed: 1, repetitionWindow: 64 },
     });
     const r = mapOllamaRequest('generate', { model: 'm', prompt: 'Hi', raw: true, options: { num_predict: 3 } });
-    expect(r.request).toEqual({ model: 'm', prompt: 'Hi', promptCache: true, maxNewTokens: 3 });
+    expect(r.request).toEqual({
+      model: 'm',
+      prompt: 'Hi',
+      promptCache: true,
+      maxNewTokens: 3,
+      sampling: { repetitionWindow: 64 },
+    });
     expect(mapOllamaRequest('generate', { model: 'm', prompt: '' }).request).toBeNull();
     expect(mapOllamaRequest('generate', { model: 'm' }).request).toBeNull();
   });

@@ -63,6 +63,20 @@ describe('mapOpenAiRequest', () => {
     expect(mapOpenAiRequest('chat', chat({ top_k: -1 })).request.sampling).toEqual({ topK: 0 });
   });
 
+  it("reads llama.cpp's repeat_last_n as the repetition penalty's window: -1 all tokens, 0 off", () => {
+    const sampling = (body: Record<string, unknown>) => mapOpenAiRequest('chat', chat(body)).request.sampling;
+    expect(sampling({ repetition_penalty: 1.2, repeat_last_n: 64 })).toEqual({
+      repetitionPenalty: 1.2,
+      repetitionWindow: 64,
+    });
+    expect(sampling({ repetition_penalty: 1.2, repeat_last_n: -1 })).toEqual({
+      repetitionPenalty: 1.2,
+      repetitionWindow: 0,
+    });
+    expect(sampling({ repetition_penalty: 1.2, repeat_last_n: 0 })).toEqual({ repetitionPenalty: 1 });
+    expect(refusal(() => mapOpenAiRequest('chat', chat({ repeat_last_n: -5 }))).body.error.param).toBe('repeat_last_n');
+  });
+
   it('only asks for usage in a stream when include_usage is true', () => {
     expect(mapOpenAiRequest('chat', chat({ stream: true })).includeUsage).toBe(false);
     expect(mapOpenAiRequest('chat', chat({ stream_options: { include_usage: true } })).includeUsage).toBe(false);
