@@ -389,15 +389,16 @@ export function doneReason(reason: FinishReason): 'stop' | 'length' {
 const ns = (ms: number) => Math.max(0, Math.round(ms * 1e6));
 
 /**
- * Ollama's counts and durations (nanoseconds) of a finished reply. The model was loaded before the request,
- * so loading took none of it; reading the prompt is admission to the first token, generating the rest.
+ * Ollama's counts and durations (nanoseconds) of a finished reply: loading the model (`loadMs`, when the
+ * request loaded it on first use) counts in the total; reading the prompt is admission to the first token,
+ * generating the rest.
  */
-export function replyMetrics(result: GenerationResult): Record<string, number> {
+export function replyMetrics(result: GenerationResult, loadMs = 0): Record<string, number> {
   const t = result.timings;
   const firstToken = t.ttftMs > 0 ? t.ttftMs : t.totalMs;
   return {
-    total_duration: ns(t.totalMs),
-    load_duration: 0,
+    total_duration: ns(t.totalMs + loadMs),
+    load_duration: ns(loadMs),
     prompt_eval_count: result.promptTokens,
     prompt_eval_duration: ns(firstToken - t.queueMs),
     eval_count: result.rows[0]?.tokenIds.length ?? 0,
@@ -427,7 +428,12 @@ function assistantMessage(text: string, calls: readonly ToolCall[] | undefined, 
 }
 
 /** The non-streamed reply of `/api/chat` or `/api/generate`. */
-export function ollamaReply(kind: OllamaKind, model: string, result: GenerationResult): Record<string, unknown> {
+export function ollamaReply(
+  kind: OllamaKind,
+  model: string,
+  result: GenerationResult,
+  loadMs = 0,
+): Record<string, unknown> {
   const row = result.rows[0];
   const text = row?.text ?? '';
   return {
@@ -436,7 +442,7 @@ export function ollamaReply(kind: OllamaKind, model: string, result: GenerationR
     ...(kind === 'chat' ? { message: assistantMessage(text, row?.toolCalls) } : { response: text }),
     done: true,
     done_reason: doneReason(result.finishReason),
-    ...replyMetrics(result),
+    ...replyMetrics(result, loadMs),
   };
 }
 
@@ -457,8 +463,13 @@ export function ollamaChunk(
 }
 
 /** The last streamed line: no text, the done reason, the counts and durations. */
-export function ollamaFinalChunk(kind: OllamaKind, model: string, result: GenerationResult): Record<string, unknown> {
-  return doneLine(kind, model, doneReason(result.finishReason), replyMetrics(result));
+export function ollamaFinalChunk(
+  kind: OllamaKind,
+  model: string,
+  result: GenerationResult,
+  loadMs = 0,
+): Record<string, unknown> {
+  return doneLine(kind, model, doneReason(result.finishReason), replyMetrics(result, loadMs));
 }
 
 /** The answer to a request with nothing to generate: Ollama's "load", or "unload" for `keep_alive` 0. */

@@ -144,6 +144,7 @@ export async function serveOllamaGeneration(
 ): Promise<void> {
   let mapped: MappedOllamaRequest;
   let request: NonNullable<MappedOllamaRequest['request']>;
+  let loadMs = 0;
   try {
     mapped = mapOllamaRequest(kind, body);
     const id = resolveModel(
@@ -164,6 +165,12 @@ export async function serveOllamaGeneration(
       return;
     }
     request = { ...mapped.request, model: id };
+    // A library package loads first; Ollama reports that time as load_duration.
+    if (!hostApi.runner.listModels().some((m) => m.id === id)) {
+      const started = performance.now();
+      await hostApi.ensureModel(id);
+      loadMs = performance.now() - started;
+    }
   } catch (err) {
     sendOllamaError(res, err instanceof HttpError ? err : errorFromInfo(toErrorInfo(err)), kind);
     return;
@@ -202,10 +209,10 @@ export async function serveOllamaGeneration(
         case 'done':
           finish();
           if (!stream) {
-            sendJson(res, 200, ollamaReply(kind, model, frame.result));
+            sendJson(res, 200, ollamaReply(kind, model, frame.result, loadMs));
             return;
           }
-          line(ollamaFinalChunk(kind, model, frame.result));
+          line(ollamaFinalChunk(kind, model, frame.result, loadMs));
           res.end();
           return;
         case 'error': {

@@ -388,4 +388,25 @@ describe("Ollama's listings, load and unload", () => {
     ).toMatchObject({ done_reason: 'unload' });
     expect(loadedIds()).toEqual(['default']);
   });
+
+  it('a reply that loaded its model reports the load as load_duration (in the total); a later one reports 0', async () => {
+    const ask = (stream: boolean) =>
+      post('/api/chat', {
+        model: 'second',
+        messages: [{ role: 'user', content: 'hi' }],
+        stream,
+        options: { num_predict: 2, temperature: 0 },
+      });
+    const first = await ok(ask(false));
+    expect(first.load_duration).toBeGreaterThan(0);
+    expect(first.total_duration as number).toBeGreaterThan(first.load_duration as number);
+    const again = await ok(ask(false));
+    expect(again.load_duration).toBe(0);
+    // Streamed: the last line carries it.
+    expect((await hostApi.call('unloadModel', { id: 'second' })).ok).toBe(true);
+    const lines = (await (await ask(true)).text()).trim().split('\n');
+    const last = JSON.parse(lines[lines.length - 1] ?? '{}') as Json;
+    expect(last).toMatchObject({ done: true });
+    expect(last.load_duration).toBeGreaterThan(0);
+  });
 });

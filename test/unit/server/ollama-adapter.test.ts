@@ -402,6 +402,8 @@ describe('replies', () => {
       eval_count: 3,
       eval_duration: 30_500_000,
     });
+    // A request that loaded its model first: the load counts in the total.
+    expect(replyMetrics(result(), 120)).toMatchObject({ total_duration: 162_500_000, load_duration: 120_000_000 });
   });
 
   it('chat and generate bodies, chunks, the final line and the load answer', () => {
