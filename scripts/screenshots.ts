@@ -242,7 +242,8 @@ main().catch((err) => {
 
 /**
  * docs/library.png: the Models view after a restart. Fixture packages were loaded (by path, and one uploaded as a
- * browser drop uploads it) in a first run on the same data directory; one folder was deleted since.
+ * browser drop uploads it) in a first run on the same data directory; one folder was deleted since; an API
+ * request has loaded one of them on first use.
  */
 async function libraryShot(browser: Browser): Promise<void> {
   const work = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-shot-library-'));
@@ -275,17 +276,29 @@ async function libraryShot(browser: Browser): Promise<void> {
     rmSync(path.join(work, 'tiny-llm'), { recursive: true, force: true });
     server = await startServe([], 90_000, undefined, dataDir);
     try {
-      const page = await browser.newPage({ viewport: { width: 1440, height: 900 }, deviceScaleFactor: 1 });
+      const page = await browser.newPage({ viewport: { width: 1440, height: 1280 }, deviceScaleFactor: 1 });
       await page.goto(server.url);
       await page.getByTestId('models-toggle').click();
       await page.locator('[data-testid="library-row"][data-state="ok"]').first().waitFor({ timeout: 30_000 });
-      // The library at the top of the view, the loaded default model just above it.
-      await page.getByTestId('library').evaluate((el) => {
-        (el as unknown as { scrollIntoView(o: unknown): void }).scrollIntoView({ block: 'start' });
+      // An API request names a library package: it loads on first use (its card says so).
+      const reply = await fetch(`${server.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          model: 'tiny-reasoning',
+          messages: [{ role: 'user', content: 'hi' }],
+          max_tokens: 4,
+        }),
       });
-      await page.getByTestId('models-view').evaluate((el) => {
-        (el as unknown as { scrollTop: number }).scrollTop -= 60;
-      });
+      if (reply.status !== 200) throw new Error(`the first-use request failed: ${await reply.text()}`);
+      await page.getByTestId('model-first-use').waitFor({ timeout: 30_000 });
+      // The loaded models at the top of the view, the library below.
+      await page
+        .locator('.section-title')
+        .first()
+        .evaluate((el) => {
+          (el as unknown as { scrollIntoView(o: unknown): void }).scrollIntoView({ block: 'start' });
+        });
       await page.mouse.move(0, 0);
       await page.waitForTimeout(300);
       await page.screenshot({ path: path.join(DOCS, 'library.png'), animations: 'disabled' });

@@ -11,6 +11,7 @@ import { createHostApi, type HostApi } from '../main/host/host-api';
 import { type HostSettings, RunnerService } from '../main/host/runner-service';
 import { parseByteSize } from '../main/scheduler';
 import { assertBindable, type RunningServer, startServer } from '../main/server';
+import { parseDuration } from '../shared/duration';
 import { KvdeskError, toErrorInfo } from '../shared/errors';
 import { applyDeviceFlags } from './device-flags';
 
@@ -33,7 +34,9 @@ serve options:
   --threads N              onnxruntime intra-op threads (default: every core)
   --prefill-chunk N        prompt tokens one prefill run computes at most (default 256: a long prompt runs in
                            chunks, running replies take a step between them; lower it to use less memory)
-  --prompt-cache N         conversations whose KV the OpenAI API keeps for their next turn (default 16; 0: off)`;
+  --prompt-cache N         conversations whose KV the OpenAI API keeps for their next turn (default 16; 0: off)
+  --first-use-ttl TIME     how long a library model that a request loaded stays loaded without requests
+                           (default 60m; e.g. 90s, 2h, or never); Ollama's keep_alive sets it per request`;
 
 interface Io {
   out: (s: string) => void;
@@ -94,6 +97,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     threads: { type: 'string' },
     'prefill-chunk': { type: 'string' },
     'prompt-cache': { type: 'string' },
+    'first-use-ttl': { type: 'string' },
   } as const;
   if (args.includes('--help') || args.includes('-h')) {
     io.out(`Usage:\n${SERVE_USAGE}\n`);
@@ -132,6 +136,14 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     const host = values.host ?? '127.0.0.1';
     const maxUpload = values['max-upload'] !== undefined ? parseByteSize(values['max-upload']) : undefined;
     assertBindable(host, token);
+    const ttlText = values['first-use-ttl'];
+    const firstUseTtlMs = ttlText === undefined ? undefined : ttlText === 'never' ? null : parseDuration(ttlText);
+    if (firstUseTtlMs === undefined && ttlText !== undefined) {
+      throw new KvdeskError(
+        'BAD_REQUEST',
+        `--first-use-ttl expects a duration such as 90s, 60m or 2h, or never; got "${ttlText}" (see kvdesk --help)`,
+      );
+    }
 
     runner = new RunnerService({ ...settings, ...control.settings });
     hostApi = await createHostApi({
@@ -139,6 +151,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
       dataDir,
       defaultModelDir: path.join(REPO_ROOT, 'resources/models/default'),
       log: (line) => io.err(`${line}\n`),
+      ...(firstUseTtlMs !== undefined ? { firstUseTtlMs } : {}),
     });
     for (const dir of values.model ?? []) {
       const loaded = await hostApi.importPath(path.resolve(dir));

@@ -24,6 +24,11 @@ export interface ModelInfo {
    * computes no logits it would discard), and what it changed or why not.
    */
   logits?: { last: boolean; detail: string };
+  /**
+   * Loaded by a request that named it (just in time), not by the person: it is unloaded after `ttlMs` without
+   * requests (null: never), counted from `lastUsedAt`.
+   */
+  firstUse?: { ttlMs: number | null; lastUsedAt: number };
 }
 
 /** The outcome of validating a package without loading it (drop → validation card). */

@@ -75,6 +75,17 @@ test.describe('model library', () => {
       await card.getByTestId('model-unload').click();
       await expect(row('mine-llm')).toHaveAttribute('data-state', 'ok');
 
+      // An API request that names it loads it on first use: its card says so, and when it goes.
+      const api = await fetch(`${server.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'mine-llm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 }),
+      });
+      expect(api.status).toBe(200);
+      await expect(card.getByTestId('model-first-use')).toHaveText('loaded on first use · unloads after 1 h idle');
+      await card.getByTestId('model-unload').click();
+      await expect(row('mine-llm')).toHaveAttribute('data-state', 'ok');
+
       // Forgetting one's own folder keeps the files; forgetting a missing one clears it.
       await row('mine-llm').getByTestId('library-forget').click();
       await expect(row('mine-llm')).toHaveCount(0);

@@ -59,9 +59,12 @@ export interface HostApi {
    * Makes sure a request's model is loaded: a library package named by its id
    * is loaded on first use (the APIs' just-in-time loading), unloading the
    * package loaded that way before it when that one is idle. A name neither
-   * loaded nor in the library is left for the request to refuse.
+   * loaded nor in the library is left for the request to refuse. A model
+   * loaded this way is unloaded once idle for its time to live (the option's
+   * default, or `keepAliveMs` as the request gave it, Ollama's keep_alive;
+   * null: never); each request naming it starts that time again.
    */
-  ensureModel(id: string | undefined): Promise<void>;
+  ensureModel(id: string | undefined, keepAliveMs?: number | null): Promise<void>;
   /** Library packages a request may name that are not loaded now: valid, present, one per id. */
   loadable(): LibraryEntry[];
   /** Host events: 'budget' (throttled ≤ 10 Hz), 'scheduler', 'models', 'library'. */
@@ -78,6 +81,19 @@ export interface HostApiOptions {
   defaultModelDir?: string;
   uploadLimits?: Partial<UploadLimits>;
   log?: (line: string) => void;
+  /** How long a model loaded on first use stays loaded without requests (default 60 min; null: for ever). */
+  firstUseTtlMs?: number | null;
+  /** How often idle models loaded on first use are looked for (default 5 s). */
+  firstUseSweepMs?: number;
+}
+
+/** LM Studio's default time to live of a model loaded just in time. */
+export const DEFAULT_FIRST_USE_TTL_MS = 60 * 60_000;
+
+/** A model loaded on first use: how long it may stay idle (null: for ever) and when a request last named it. */
+interface FirstUse {
+  ttlMs: number | null;
+  lastUsedAt: number;
 }
 
 /** Makes a relative upload path safe, or says why it is not. */
@@ -116,6 +132,11 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     library: new Set(),
   };
   let defaultModelId: string | undefined;
+  /**
+   * Models the APIs loaded on first use (the ones a later such load, or their time to live, may unload), with
+   * their time to live and last use.
+   */
+  const firstUse = new Map<string, FirstUse>();
 
   function emit<E extends HostEventName>(event: E, payload: HostEvents[E]): void {
     for (const fn of listeners[event]) {
@@ -135,6 +156,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       backend: providerShortName(m.spec.executionProvider ?? 'CPUExecutionProvider') ?? 'cpu',
       isDefault: m.id === defaultModelId,
       logits: m.logits,
+      ...(firstUse.has(m.id) ? { firstUse: { ...(firstUse.get(m.id) as FirstUse) } } : {}),
     }));
   }
 
@@ -163,9 +185,11 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
 
   const library = await ModelLibrary.open(opts.dataDir, { onChange: (e) => emit('library', e), log });
 
-  async function load(dir: string): Promise<ModelInfo> {
+  /** Loads a package; `jit`: a request named it (loaded on first use), else the person loaded it. */
+  async function load(dir: string, jit?: FirstUse): Promise<ModelInfo> {
     const info = await runner.loadModel(dir);
-    jitLoaded.delete(info.id);
+    if (jit) firstUse.set(info.id, jit);
+    else firstUse.delete(info.id);
     const all = models();
     emit('models', all);
     budgetChanged();
@@ -173,39 +197,71 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     return all.find((m) => m.id === info.id) as ModelInfo;
   }
 
-  /** Ids of models the APIs loaded on first use (the ones a later such load may unload). */
-  const jitLoaded = new Set<string>();
+  const defaultTtl = opts.firstUseTtlMs === undefined ? DEFAULT_FIRST_USE_TTL_MS : opts.firstUseTtlMs;
   /** Loads in progress by id: concurrent requests for one package share its load. */
   const jitLoads = new Map<string, Promise<void>>();
 
-  async function ensureModel(id: string | undefined): Promise<void> {
-    if (id === undefined || runner.listModels().some((m) => m.id === id)) return;
+  /** Unloads a model loaded on first use; false (and it stays) while requests run on it. */
+  async function unloadFirstUse(id: string, why: string): Promise<boolean> {
+    if (!runner.listModels().some((m) => m.id === id)) {
+      firstUse.delete(id);
+      return true;
+    }
+    try {
+      await runner.unloadModel(id);
+    } catch {
+      return false;
+    }
+    firstUse.delete(id);
+    emit('models', models());
+    budgetChanged();
+    log(`kvdesk: unloaded ${id} (loaded on first use) ${why}`);
+    return true;
+  }
+
+  async function ensureModel(id: string | undefined, keepAliveMs?: number | null): Promise<void> {
+    if (id === undefined) return;
+    if (runner.listModels().some((m) => m.id === id)) {
+      const f = firstUse.get(id);
+      if (f) {
+        f.lastUsedAt = Date.now();
+        if (keepAliveMs !== undefined) f.ttlMs = keepAliveMs;
+      }
+      return;
+    }
     const entry: LibraryEntry | undefined = library.find(id);
     if (!entry) return;
     let pending = jitLoads.get(id);
     if (!pending) {
       pending = (async () => {
-        for (const other of [...jitLoaded]) {
-          if (!runner.listModels().some((m) => m.id === other)) {
-            jitLoaded.delete(other);
-            continue;
-          }
-          try {
-            await runner.unloadModel(other);
-            jitLoaded.delete(other);
-            log(`kvdesk: unloaded ${other} (loaded on first use) to load ${id}`);
-          } catch {
-            // Requests still run on it: it stays, and both are loaded.
-          }
+        for (const other of [...firstUse.keys()]) {
+          // Requests still running on it keep it: then both are loaded.
+          await unloadFirstUse(other, `to load ${id}`);
         }
-        await load(entry.root);
-        jitLoaded.add(id);
+        await load(entry.root, { ttlMs: keepAliveMs === undefined ? defaultTtl : keepAliveMs, lastUsedAt: Date.now() });
         log(`kvdesk: loaded ${id} from ${entry.root} on first use`);
       })().finally(() => jitLoads.delete(id));
       jitLoads.set(id, pending);
     }
     await pending;
   }
+
+  // Models loaded on first use go once idle for their time to live; one still busy counts as used now.
+  let sweeping = false;
+  const sweeper = setInterval(() => {
+    if (sweeping || firstUse.size === 0) return;
+    sweeping = true;
+    void (async () => {
+      for (const [id, f] of [...firstUse]) {
+        if (f.ttlMs === null || Date.now() - f.lastUsedAt < f.ttlMs) continue;
+        const idle = Math.round((Date.now() - f.lastUsedAt) / 1000);
+        if (!(await unloadFirstUse(id, `after ${idle} s without requests`))) f.lastUsedAt = Date.now();
+      }
+    })().finally(() => {
+      sweeping = false;
+    });
+  }, opts.firstUseSweepMs ?? 5000);
+  sweeper.unref();
 
   async function wrap<T>(fn: () => Promise<T>): Promise<Result<T>> {
     try {
@@ -251,7 +307,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     },
     unloadModel: async (req: { id: string }) => {
       await runner.unloadModel(req.id);
-      jitLoaded.delete(req.id);
+      firstUse.delete(req.id);
       emit('models', models());
       budgetChanged();
       return null;
@@ -396,6 +452,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     },
     async close() {
       unsubscribe();
+      clearInterval(sweeper);
       if (budgetTimer) clearTimeout(budgetTimer);
       await api.libraryChecked;
       await library.flush();

@@ -20,6 +20,7 @@
  */
 import type { ModelInfo } from '../../shared/api';
 import type { ChatMessage, FinishReason, GenerateRequest, GenerationResult, ToolCall } from '../../shared/contract';
+import { parseDuration } from '../../shared/duration';
 import { type HttpError, httpError } from './http-util';
 import {
   type Body,
@@ -50,12 +51,24 @@ export interface MappedOllamaRequest {
   request: GenerateRequest | null;
   /** With nothing to generate, `keep_alive` 0: Ollama's way to unload the model (`done_reason: "unload"`). */
   unload: boolean;
+  /**
+   * `keep_alive` in milliseconds (null: for ever), absent when not sent: how long a model loaded on first use
+   * stays loaded without requests.
+   */
+  keepAliveMs?: number | null;
 }
 
-/** Whether Ollama's `keep_alive` (seconds, or a duration such as "0", "0s", "5m") is zero: unload now. */
-export function keepAliveZero(v: unknown): boolean {
-  if (typeof v === 'number') return v === 0;
-  return typeof v === 'string' && /^\s*0*(\.0*)?\s*(ns|us|µs|ms|s|m|h)?\s*$/.test(v) && /0/.test(v);
+/** Ollama's `keep_alive`: seconds, or a duration such as "0", "90s", "5m", "1h30m"; negative is for ever. */
+export function keepAlive(body: Body): number | null | undefined {
+  if (!present(body, 'keep_alive')) return undefined;
+  const ms = parseDuration(body.keep_alive);
+  if (ms === undefined) {
+    throw bad(
+      `"keep_alive" must be a duration such as "5m" or "90s", a number of seconds, or -1 (for ever); got ${JSON.stringify(body.keep_alive)}.`,
+      'keep_alive',
+    );
+  }
+  return ms;
 }
 
 /** Ollama's default `repeat_last_n`: the repetition penalty looks at the last 64 tokens. */
@@ -355,7 +368,15 @@ export function mapOllamaRequest(kind: OllamaKind, input: unknown): MappedOllama
     if (format.responseFormat) request.responseFormat = format.responseFormat;
     if (format.jsonSchema) request.jsonSchema = format.jsonSchema;
   }
-  return { kind, model, stream, request, unload: request === null && keepAliveZero(body.keep_alive) };
+  const keep = keepAlive(body);
+  return {
+    kind,
+    model,
+    stream,
+    request,
+    unload: request === null && keep === 0,
+    ...(keep !== undefined ? { keepAliveMs: keep } : {}),
+  };
 }
 
 /** The `model` of an `/api/show` body (`model`, or the older `name`). */
@@ -539,7 +560,7 @@ export function tagJson(m: ModelInfo, facts: ModelFacts): Record<string, unknown
   };
 }
 
-/** kvdesk's models stay loaded until unloaded, so they never expire. */
+/** The expiry of a model that stays loaded until unloaded (every model but one loaded on first use with a time to live). */
 export const NEVER_EXPIRES = '9999-12-31T23:59:59Z';
 
 /** A loaded model as `/api/ps` lists it: its weights, on the accelerator unless it runs on the CPU. */
@@ -550,7 +571,11 @@ export function psJson(m: ModelInfo): Record<string, unknown> {
     size: m.spec.weightsBytes,
     digest: '',
     details: modelDetails(m),
-    expires_at: NEVER_EXPIRES,
+    // A model loaded on first use goes once idle for its time to live; the others stay until unloaded.
+    expires_at:
+      m.firstUse && m.firstUse.ttlMs !== null
+        ? new Date(m.firstUse.lastUsedAt + m.firstUse.ttlMs).toISOString()
+        : NEVER_EXPIRES,
     size_vram: m.backend === 'cpu' ? 0 : m.spec.weightsBytes,
     context_length: m.spec.contextLength,
   };

@@ -159,18 +159,18 @@ export async function serveOllamaGeneration(
           if (!r.ok) throw errorFromInfo(r.error);
         }
       } else {
-        await hostApi.ensureModel(id);
+        await hostApi.ensureModel(id, mapped.keepAliveMs);
       }
       sendLoad(res, kind, mapped);
       return;
     }
     request = { ...mapped.request, model: id };
-    // A library package loads first; Ollama reports that time as load_duration.
-    if (!hostApi.runner.listModels().some((m) => m.id === id)) {
-      const started = performance.now();
-      await hostApi.ensureModel(id);
-      loadMs = performance.now() - started;
-    }
+    // A library package loads first (Ollama reports that time as load_duration); keep_alive sets how long a
+    // model loaded so stays without requests.
+    const started = performance.now();
+    const wasLoaded = hostApi.runner.listModels().some((m) => m.id === id);
+    await hostApi.ensureModel(id, mapped.keepAliveMs);
+    if (!wasLoaded) loadMs = performance.now() - started;
   } catch (err) {
     sendOllamaError(res, err instanceof HttpError ? err : errorFromInfo(toErrorInfo(err)), kind);
     return;

@@ -1,6 +1,8 @@
 /** A validated model package: what it is, what its KV costs, whether it fits the budget, and load/unload. */
 import type { ReactNode } from 'react';
+import type { ModelInfo } from '../../shared/api';
 import { deviceKey } from '../../shared/devices';
+import { formatDuration } from '../../shared/duration';
 import { type ModelSpec, staticPositions } from '../../shared/model-spec';
 import type { DeviceBudgetSnapshot } from '../../shared/scheduler-types';
 import { useApp } from '../bridge/context';
@@ -77,9 +79,12 @@ export function ModelCard({
   onLoad,
   onUnload,
   onUse,
+  firstUse,
   testId = 'model-card',
 }: {
   spec: ModelSpec;
+  /** Loaded by a request that named it: unloads once idle for its time to live. */
+  firstUse?: ModelInfo['firstUse'];
   loaded: boolean;
   backend?: string;
   isDefault?: boolean;
@@ -103,6 +108,20 @@ export function ModelCard({
           {spec.displayName}
         </h3>
         {isDefault && <span className="badge">default</span>}
+        {firstUse && (
+          <span
+            className="badge"
+            data-testid="model-first-use"
+            title={`A request named it and kvdesk loaded it from the library. ${
+              firstUse.ttlMs === null
+                ? 'It stays loaded until unloaded.'
+                : `It unloads after ${formatDuration(firstUse.ttlMs)} without requests.`
+            }`}
+          >
+            loaded on first use
+            {firstUse.ttlMs !== null ? ` · unloads after ${formatDuration(firstUse.ttlMs)} idle` : ''}
+          </span>
+        )}
         {loaded ? (
           <span className="badge ok" data-testid="model-loaded">
             loaded{backend ? ` · ${backend.replace(/ExecutionProvider$/, '')}` : ''}

@@ -180,6 +180,7 @@ export function ModelsView() {
               loaded
               backend={m.backend}
               isDefault={m.isDefault}
+              firstUse={m.firstUse}
               active={m.id === activeModelId}
               busy={busyModels.includes(m.id)}
               onUnload={() => void bridge.unloadModel(m.id)}

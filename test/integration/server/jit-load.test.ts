@@ -409,4 +409,28 @@ describe("Ollama's listings, load and unload", () => {
     expect(last).toMatchObject({ done: true });
     expect(last.load_duration).toBeGreaterThan(0);
   });
+
+  it('/api/ps gives a model loaded on first use its expiry (60 min idle by default); keep_alive sets it', async () => {
+    const expiry = async (name: string) => {
+      const ps = (await get('/api/ps')).body.models as Array<{ name: string; expires_at: string }>;
+      return ps.find((m) => m.name === name)?.expires_at;
+    };
+    const before = Date.now();
+    await ok(post('/api/chat', { model: 'second', messages: [], stream: false }));
+    const at = Date.parse((await expiry('second:latest')) ?? '');
+    expect(at).toBeGreaterThanOrEqual(before + 60 * 60_000);
+    expect(at).toBeLessThanOrEqual(Date.now() + 60 * 60_000);
+    // The person's models never expire.
+    expect(await expiry('default:latest')).toBe('9999-12-31T23:59:59Z');
+    // keep_alive on a later request: 10 minutes from now, then for ever.
+    await ok(post('/api/chat', { model: 'second', messages: [], keep_alive: '10m', stream: false }));
+    const ten = Date.parse((await expiry('second:latest')) ?? '');
+    expect(Math.abs(ten - (Date.now() + 10 * 60_000))).toBeLessThan(5_000);
+    await ok(post('/api/generate', { model: 'second', prompt: '', keep_alive: -1, stream: false }));
+    expect(await expiry('second:latest')).toBe('9999-12-31T23:59:59Z');
+    // A keep_alive that is no duration is a 400 naming it.
+    const bad = await post('/api/chat', { model: 'second', messages: [], keep_alive: 'soon' });
+    expect(bad.status).toBe(400);
+    expect(((await bad.json()) as Json).error).toMatch(/keep_alive/);
+  });
 });

@@ -164,6 +164,8 @@ describe('serve (in-process)', () => {
     expect(err).toMatch(/--device-memory 8GiB: give DEVICE=SIZE/);
     expect(await serve(['--prefill-chunk', '0'], io)).toBe(2);
     expect(err).toMatch(/--prefill-chunk expects a whole number ≥ 1, got "0"/);
+    expect(await serve(['--first-use-ttl', 'soon'], io)).toBe(2);
+    expect(err).toMatch(/--first-use-ttl expects a duration such as 90s, 60m or 2h, or never; got "soon"/);
   });
 
   it('loads each --model, serves, and closes the engine when told to stop', async () => {

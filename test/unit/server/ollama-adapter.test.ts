@@ -3,7 +3,6 @@ import { errorFromInfo } from '../../../src/main/server/http-util';
 import {
   chatMessages,
   doneReason,
-  keepAliveZero,
   loadReply,
   mapOllamaRequest,
   ollamaChunk,
@@ -335,11 +334,23 @@ describe('mapOllamaRequest: /api/generate', () => {
 });
 
 describe('keep_alive', () => {
-  it('zero in any of its spellings unloads; any other value, or none, does not', () => {
-    for (const v of [0, '0', '0s', '0m', '0h', '0ms', ' 0 ', '0.0s', '00'])
-      expect(keepAliveZero(v), String(v)).toBe(true);
-    for (const v of [undefined, null, 1, -1, '5m', '-1', '10s', '', 's', '1h0m', 'zero', false, '0x'])
-      expect(keepAliveZero(v), String(v)).toBe(false);
+  it('is read as Ollama reads it: seconds or a duration, negative for ever; anything else is a 400', () => {
+    const keep = (keep_alive: unknown) =>
+      mapOllamaRequest('chat', { model: 'm', messages: [], keep_alive }).keepAliveMs;
+    expect(keep(0)).toBe(0);
+    expect(keep('0s')).toBe(0);
+    expect(keep(300)).toBe(300_000);
+    expect(keep('300')).toBe(300_000);
+    expect(keep('5m')).toBe(300_000);
+    expect(keep('1h30m')).toBe(5_400_000);
+    expect(keep('1.5s')).toBe(1500);
+    expect(keep('250ms')).toBe(250);
+    expect(keep(-1)).toBeNull();
+    expect(keep('-1m')).toBeNull();
+    expect(mapOllamaRequest('chat', { model: 'm', messages: [] }).keepAliveMs).toBeUndefined();
+    for (const bad of ['soon', '5 minutes', '', 'm', '5x', true, {}]) {
+      expect(refusal(() => keep(bad)).body.error.param, String(bad)).toBe('keep_alive');
+    }
   });
 
   it('an empty request with keep_alive 0 asks to unload; one with messages or another keep_alive does not', () => {

@@ -1,0 +1,147 @@
+/**
+ * Models loaded on first use (a request named a library package) go once idle for their time to live, as
+ * LM Studio's just-in-time models and Ollama's keep_alive do: never a model the person loaded, never one a
+ * request still runs on; each request naming it starts its time again; a request's keep_alive sets it.
+ * Real RunnerService and engine; a short time to live and a fast sweep.
+ */
+import { cp, mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { createHostApi, type HostApi } from '../../../src/main/host/host-api';
+import { RunnerService } from '../../../src/main/host/runner-service';
+import { defaultModelDir } from '../../helpers/fixtures';
+import { slowModel } from '../../helpers/models';
+
+const TTL = 300;
+let work: string;
+let runner: RunnerService;
+let hostApi: HostApi;
+const logs: string[] = [];
+
+beforeAll(async () => {
+  work = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-ttl-'));
+  await cp(defaultModelDir, path.join(work, 'second'), { recursive: true });
+  await cp(slowModel(), path.join(work, 'slow'), { recursive: true });
+  runner = new RunnerService({ intraOpNumThreads: 1 });
+  hostApi = await createHostApi({
+    runner,
+    dataDir: path.join(work, 'data'),
+    defaultModelDir,
+    log: (l) => logs.push(l),
+    firstUseTtlMs: TTL,
+    firstUseSweepMs: 20,
+  });
+  // Loaded once by the person, then unloaded: both are in the library.
+  for (const dir of ['second', 'slow']) {
+    const r = await hostApi.call('loadModel', { path: path.join(work, dir) });
+    if (!r.ok) throw new Error(r.error.message);
+    expect((await hostApi.call('unloadModel', { id: dir })).ok).toBe(true);
+  }
+  await hostApi.libraryChecked;
+}, 120_000);
+
+afterAll(async () => {
+  await hostApi?.close();
+  await rm(work, { recursive: true, force: true });
+});
+
+beforeEach(async () => {
+  for (const id of ['second', 'slow']) if (loaded(id)) await hostApi.call('unloadModel', { id });
+  logs.length = 0;
+});
+
+function loaded(id: string): boolean {
+  return runner.listModels().some((m) => m.id === id);
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function until(cond: () => boolean, ms = 5000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error('timed out waiting');
+    await sleep(10);
+  }
+}
+
+async function info(id: string) {
+  const r = await hostApi.call('listModels', {});
+  if (!r.ok) throw new Error(r.error.message);
+  return r.value.find((m) => m.id === id);
+}
+
+describe('the time to live of models loaded on first use', () => {
+  it('a model loaded on first use says so, and goes once idle for its time to live', async () => {
+    const before = Date.now();
+    await hostApi.ensureModel('second');
+    const m = await info('second');
+    expect(m?.firstUse?.ttlMs).toBe(TTL);
+    expect(m?.firstUse?.lastUsedAt).toBeGreaterThanOrEqual(before);
+    await until(() => !loaded('second'));
+    expect(Date.now() - before).toBeGreaterThanOrEqual(TTL);
+    const said = /^kvdesk: unloaded second \(loaded on first use\) after \d+ s without requests$/;
+    await until(() => logs.some((l) => said.test(l)));
+    // Still in the library: the next request loads it again.
+    expect(hostApi.loadable().map((e) => e.id)).toContain('second');
+  });
+
+  it('each request naming it starts its time again', async () => {
+    await hostApi.ensureModel('second');
+    for (let i = 0; i < 6; i++) {
+      await sleep(TTL / 3);
+      await hostApi.ensureModel('second');
+    }
+    // Two time-to-lives have passed since it loaded; it was never idle for one, so it never went (and came back).
+    expect(loaded('second')).toBe(true);
+    expect(logs.filter((l) => l.startsWith('kvdesk: loaded second '))).toHaveLength(1);
+    expect(logs.filter((l) => l.startsWith('kvdesk: unloaded second '))).toHaveLength(0);
+    await until(() => !loaded('second'));
+  });
+
+  it('a model the person loaded never goes, nor one the person loads again after a request did', async () => {
+    expect((await hostApi.call('loadModel', { path: path.join(work, 'second') })).ok).toBe(true);
+    expect((await info('second'))?.firstUse).toBeUndefined();
+    await sleep(TTL * 2);
+    expect(loaded('second')).toBe(true);
+    await hostApi.call('unloadModel', { id: 'second' });
+
+    await hostApi.ensureModel('second');
+    expect((await hostApi.call('loadModel', { path: path.join(work, 'second') })).ok).toBe(true);
+    expect((await info('second'))?.firstUse).toBeUndefined();
+    await sleep(TTL * 2);
+    expect(loaded('second')).toBe(true);
+  });
+
+  it("a request's keep_alive sets it: null keeps the model, 0 lets it go at once", async () => {
+    await hostApi.ensureModel('second', null);
+    expect((await info('second'))?.firstUse?.ttlMs).toBeNull();
+    await sleep(TTL * 2);
+    expect(loaded('second')).toBe(true);
+    // A later request with keep_alive 0 on the loaded model.
+    await hostApi.ensureModel('second', 0);
+    await until(() => !loaded('second'), TTL);
+  });
+
+  it('a model a request still runs on stays past its time to live, and goes once idle', async () => {
+    await hostApi.ensureModel('slow');
+    // A long prompt on the slow model: its prefill outlasts the time to live several times over.
+    const prompt = Array.from({ length: 3000 }, (_, i) => (i * 7) % 2000);
+    let frames = 0;
+    const started = Date.now();
+    const handle = runner.generate(
+      { model: 'slow', promptIds: prompt, maxNewTokens: 4, sampling: { greedy: true } },
+      () => {
+        frames++;
+      },
+    );
+    const result = await handle.result;
+    const took = Date.now() - started;
+    expect(frames).toBeGreaterThan(0);
+    // The test means something only if the request outlived the time to live.
+    expect(took).toBeGreaterThan(TTL * 2);
+    expect(loaded('slow')).toBe(true);
+    expect(result.tokenIds.length).toBeGreaterThan(0);
+    await until(() => !loaded('slow'));
+  }, 60_000);
+});
