@@ -8,11 +8,11 @@
 import { readFileSync, statSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import path from 'node:path';
-import type { ModelInfo } from '../../shared/api';
+import type { LibraryEntry, ModelInfo } from '../../shared/api';
 import { toErrorInfo } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
 import type { HostApi } from '../host/host-api';
-import { errorFromInfo, HttpError, sendJson, streamHeaders } from './http-util';
+import { errorFromInfo, HttpError, httpError, sendJson, streamHeaders } from './http-util';
 import {
   loadReply,
   type MappedOllamaRequest,
@@ -129,6 +129,29 @@ export async function serveOllamaShow(hostApi: HostApi, body: unknown, res: Serv
   );
   const model = models.find((m) => m.id === id) as ModelInfo;
   sendJson(res, 200, showJson(model, factsOf(model)));
+}
+
+/**
+ * DELETE /api/delete: takes a package out of the library, as the window's Forget does (a folder of one's own
+ * stays on disk; kvdesk's copy of an upload is deleted). A loaded model is refused: unload it first.
+ */
+export async function serveOllamaDelete(hostApi: HostApi, body: unknown, res: ServerResponse): Promise<void> {
+  const entries = hostApi.library.list();
+  const id = resolveModel(showModelName(body), [...new Set(entries.map((e) => e.id))]);
+  if (hostApi.runner.listModels().some((m) => m.id === id)) {
+    throw httpError(
+      400,
+      `model "${id}" is loaded: unload it first (POST /api/generate {"model": "${id}", "keep_alive": 0}), then delete it.`,
+      'model_loaded',
+      'model',
+    );
+  }
+  // The most recently loaded of the folders with that id, as a request naming it would load.
+  const entry = entries.find((e) => e.id === id) as LibraryEntry;
+  const r = await hostApi.call('forgetModel', { root: entry.root });
+  if (!r.ok) throw errorFromInfo(r.error);
+  res.writeHead(200, { 'content-length': '0' });
+  res.end();
 }
 
 /**

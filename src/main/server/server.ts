@@ -26,6 +26,7 @@ import {
 import { PROMETHEUS_CONTENT_TYPE, prometheusText } from './metrics';
 import {
   sendOllamaError,
+  serveOllamaDelete,
   serveOllamaGeneration,
   serveOllamaPs,
   serveOllamaShow,
@@ -257,6 +258,11 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
         serveOllamaVersion(res);
         return;
       }
+      case '/api/delete': {
+        only('DELETE');
+        await serveOllamaDelete(hostApi, await jsonBody(req), res);
+        return;
+      }
     }
     if (p.startsWith('/v1/models/')) {
       // OpenAI's "retrieve model": one model by id (ids may hold slashes, as Hugging Face names do).
@@ -279,7 +285,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     if (p.startsWith('/v1/') || p.startsWith('/api/')) {
       throw httpError(
         404,
-        `There is no ${p} here. The API has /v1/models, /v1/chat/completions, /v1/completions, /v1/responses, /v1/messages, /v1/messages/count_tokens, /v1/kvdesk/budget, /api/models/upload, and Ollama's /api/chat, /api/generate, /api/show, /api/tags, /api/ps and /api/version.`,
+        `There is no ${p} here. The API has /v1/models, /v1/chat/completions, /v1/completions, /v1/responses, /v1/messages, /v1/messages/count_tokens, /v1/kvdesk/budget, /api/models/upload, and Ollama's /api/chat, /api/generate, /api/show, /api/tags, /api/ps, /api/version and /api/delete.`,
         'not_found',
       );
     }

@@ -5,7 +5,7 @@
  * loaded that way when it is idle, never to a model the person loaded; Ollama's empty request loads and its
  * `keep_alive: 0` unloads; a name in neither place is still a 404.
  */
-import { cp, mkdtemp, rename, rm } from 'node:fs/promises';
+import { cp, mkdtemp, readdir, rename, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
@@ -432,5 +432,32 @@ describe("Ollama's listings, load and unload", () => {
     const bad = await post('/api/chat', { model: 'second', messages: [], keep_alive: 'soon' });
     expect(bad.status).toBe(400);
     expect(((await bad.json()) as Json).error).toMatch(/keep_alive/);
+  });
+
+  it('DELETE /api/delete forgets a library package (its folder stays); loaded, it is refused; unknown, a 404', async () => {
+    const del = (model: string) =>
+      fetch(`${url}/api/delete`, {
+        method: 'DELETE',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model }),
+      });
+    await ok(post('/api/chat', { model: 'second', messages: [], stream: false }));
+    const refused = await del('second:latest');
+    expect(refused.status).toBe(400);
+    expect(((await refused.json()) as Json).error).toMatch(/model "second" is loaded: unload it first/);
+    await ok(post('/api/chat', { model: 'second', messages: [], keep_alive: 0, stream: false }));
+    const gone = await del('second');
+    expect(gone.status).toBe(200);
+    expect(await gone.text()).toBe('');
+    const tags = (await get('/api/tags')).body.models as Array<{ name: string }>;
+    expect(tags.map((t) => t.name)).not.toContain('second:latest');
+    expect(hostApi.library.list().map((e) => e.id)).not.toContain('second');
+    // A folder of one's own is never deleted.
+    expect((await readdir(second)).length).toBeGreaterThan(0);
+    expect((await del('second')).status).toBe(404);
+    expect((await fetch(`${url}/api/delete`)).status).toBe(405);
+    // Back into the library for whatever runs after.
+    expect((await hostApi.call('loadModel', { path: second })).ok).toBe(true);
+    expect((await hostApi.call('unloadModel', { id: 'second' })).ok).toBe(true);
   });
 });
