@@ -334,21 +334,14 @@ describe('mapOllamaRequest: /api/generate', () => {
 });
 
 describe('keep_alive', () => {
-  it('is read as Ollama reads it: seconds or a duration, negative for ever; anything else is a 400', () => {
+  it('is read as Ollama reads it (parseDuration, tested on its own): ms, null for ever; not a duration, a 400', () => {
     const keep = (keep_alive: unknown) =>
       mapOllamaRequest('chat', { model: 'm', messages: [], keep_alive }).keepAliveMs;
-    expect(keep(0)).toBe(0);
-    expect(keep('0s')).toBe(0);
     expect(keep(300)).toBe(300_000);
-    expect(keep('300')).toBe(300_000);
-    expect(keep('5m')).toBe(300_000);
     expect(keep('1h30m')).toBe(5_400_000);
-    expect(keep('1.5s')).toBe(1500);
-    expect(keep('250ms')).toBe(250);
     expect(keep(-1)).toBeNull();
-    expect(keep('-1m')).toBeNull();
     expect(mapOllamaRequest('chat', { model: 'm', messages: [] }).keepAliveMs).toBeUndefined();
-    for (const bad of ['soon', '5 minutes', '', 'm', '5x', true, {}]) {
+    for (const bad of ['soon', '', true, {}]) {
       expect(refusal(() => keep(bad)).body.error.param, String(bad)).toBe('keep_alive');
     }
   });
