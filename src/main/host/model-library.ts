@@ -89,8 +89,9 @@ export class ModelLibrary {
     dataDir: string,
     opts: { onChange?: (entries: LibraryEntry[]) => void; log?: (line: string) => void; now?: () => number },
   ) {
-    this.file = path.join(dataDir, 'library.json');
-    this.uploadsDir = path.join(dataDir, 'models');
+    // Absolute, as the roots it is compared with are.
+    this.file = path.resolve(dataDir, 'library.json');
+    this.uploadsDir = path.resolve(dataDir, 'models');
     this.onChange = opts.onChange ?? (() => {});
     this.log = opts.log ?? (() => {});
     this.now = opts.now ?? Date.now;
