@@ -1,9 +1,9 @@
 /**
- * The kvdesk command line: inspect | generate. A thin adapter over
+ * The kvdesk command line: inspect | generate | list | serve. A thin adapter over
  * RunnerService and the package loader; no business logic lives here.
  * Exit codes: 0 done, 2 bad input, 3 refused by the scheduler, 1 internal error.
  */
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -17,6 +17,7 @@ import {
   usableProviders,
   variantFits,
 } from '../main/backends';
+import { ModelLibrary } from '../main/host/model-library';
 import { defaultHostSettings, type HostSettings, RunnerService } from '../main/host/runner-service';
 import { kvBytesForTokens, loadModelSpec } from '../main/packages';
 import { parseByteSize } from '../main/scheduler';
@@ -24,13 +25,15 @@ import type { GenerateRequest } from '../shared/contract';
 import { type ErrorInfo, KvdeskError, toErrorInfo } from '../shared/errors';
 import { formatBytes } from '../shared/format';
 import type { ModelSpec } from '../shared/model-spec';
+import { dataDirOf } from './data-dir';
 import { applyDeviceFlags } from './device-flags';
 
 const USAGE = `kvdesk — run local ONNX language models with an explicit KV-cache budget
 
 Usage:
   kvdesk inspect <package> [--json] [--backend cuda|cpu|…] [--variant NAME] [--device-memory webgpu:0=8GiB]…
-  kvdesk generate <package> (--prompt TEXT | --prompt-ids 1,2,3) [options]
+  kvdesk generate <package or library id> (--prompt TEXT | --prompt-ids 1,2,3) [options]
+  kvdesk list [--json] [--data-dir DIR]   the model library: packages kvdesk serve has loaded before
   kvdesk serve [--port N] [--host 127.0.0.1] [--token T] [--model PATH]... (see kvdesk serve --help)
 
 generate options:
@@ -55,6 +58,7 @@ generate options:
   --threads N              onnxruntime intra-op threads (default: every core)
   --prefill-chunk N        prompt tokens one prefill run computes at most (default 256)
   --json                   print one JSON object on stdout
+  --data-dir DIR           where the library lives, for a library id (default $KVDESK_DATA_DIR or ~/.kvdesk)
 
 Exit codes: 0 done, 2 bad input, 3 refused by the KV scheduler, 1 internal error.`;
 
@@ -245,6 +249,7 @@ async function generate(args: string[], io: Io): Promise<number> {
     threads: { type: 'string' },
     'prefill-chunk': { type: 'string' },
     json: { type: 'boolean' },
+    'data-dir': { type: 'string' },
   } as const;
   const json = args.includes('--json');
   let parsed: ReturnType<typeof parseArgs<{ args: string[]; options: typeof options; allowPositionals: true }>>;
@@ -319,7 +324,7 @@ async function generate(args: string[], io: Io): Promise<number> {
       ...(threads !== undefined ? { intraOpNumThreads: threads } : {}),
       ...(prefillChunk !== undefined ? { prefillChunkTokens: prefillChunk } : {}),
     });
-    const info = await host.loadModel(path.resolve(positionals[0] as string));
+    const info = await host.loadModel(await packageDir(positionals[0] as string, values['data-dir']));
     const multiRow = (request.prompts as unknown[] | undefined)?.length !== undefined || (rows ?? 1) > 1;
     const handle = host.generate(request, (frame) => {
       if (json) return;
@@ -405,6 +410,95 @@ function round(n: number): number {
   return Math.round(n * 100) / 100;
 }
 
+/**
+ * A package folder, or the id of a library package (as `ollama run NAME` takes a name): a path that exists is
+ * the folder; otherwise the library's most recently loaded valid package with that id.
+ */
+async function packageDir(arg: string, dataDirFlag: string | undefined): Promise<string> {
+  const dir = path.resolve(arg);
+  if (existsSync(dir) || arg.includes('/') || arg.includes(path.sep)) return dir;
+  const library = await ModelLibrary.open(dataDirOf(dataDirFlag));
+  const entry = library.list().find((e) => e.id === arg && !e.missing && existsSync(e.root));
+  if (!entry) {
+    const known = [...new Set(library.list().map((e) => e.id))].join(', ') || 'none';
+    throw new KvdeskError(
+      'BAD_REQUEST',
+      `there is no package folder "${arg}", and no package of that id in the library at ${dataDirOf(dataDirFlag)} (it has: ${known}); give a folder, or an id \`kvdesk list\` shows`,
+    );
+  }
+  return entry.root;
+}
+
+/** `kvdesk list`: the library (packages `serve` has loaded), each validated again. */
+async function list(args: string[], io: Io): Promise<number> {
+  const options = { json: { type: 'boolean' }, 'data-dir': { type: 'string' } } as const;
+  const json = args.includes('--json');
+  try {
+    let values: { json?: boolean; 'data-dir'?: string };
+    try {
+      values = parseArgs({ args, options, allowPositionals: false }).values;
+    } catch (err) {
+      throw badArgs((err as Error).message);
+    }
+    const dataDir = dataDirOf(values['data-dir']);
+    const log: string[] = [];
+    const library = await ModelLibrary.open(dataDir, { log: (l) => log.push(l) });
+    await library.refresh();
+    for (const line of log) io.err(`${line}\n`);
+    const entries = library.list();
+    if (json) {
+      const rows = entries.map((e) => ({
+        id: e.id,
+        root: e.root,
+        state: e.missing ? 'missing' : e.error ? 'invalid' : 'ok',
+        uploaded: e.uploaded,
+        lastLoadedAt: new Date(e.lastLoadedAt).toISOString(),
+        ...(e.spec
+          ? {
+              layout: e.spec.layout,
+              bpt: e.spec.bpt,
+              contextLength: e.spec.contextLength,
+              weightsBytes: e.spec.weightsBytes,
+            }
+          : {}),
+        ...(e.error ? { error: e.error } : {}),
+      }));
+      io.out(`${JSON.stringify({ dataDir, packages: rows })}\n`);
+      return 0;
+    }
+    if (entries.length === 0) {
+      io.out(`The library at ${dataDir} is empty: packages join it when kvdesk serve loads them.\n`);
+      return 0;
+    }
+    const table = [['ID', 'STATE', 'WEIGHTS', 'B/TOKEN', 'CONTEXT', 'LAST LOADED', 'FOLDER']];
+    for (const e of entries) {
+      table.push([
+        e.id,
+        e.missing ? 'missing' : e.error ? `invalid: ${e.error.message}` : e.uploaded ? 'ok (upload)' : 'ok',
+        e.spec ? formatBytes(e.spec.weightsBytes) : '—',
+        e.spec ? String(e.spec.bpt) : '—',
+        e.spec ? String(e.spec.contextLength) : '—',
+        new Date(e.lastLoadedAt).toISOString().slice(0, 16).replace('T', ' '),
+        e.root,
+      ]);
+    }
+    const widths = (table[0] as string[]).map((_, c) => Math.max(...table.map((r) => (r[c] as string).length)));
+    io.out(
+      `${table
+        .map((r) =>
+          r
+            .map((cell, c) => cell.padEnd(widths[c] as number))
+            .join('  ')
+            .trimEnd(),
+        )
+        .join('\n')}\n`,
+    );
+    return 0;
+  } catch (err) {
+    return fail(io, json, toErrorInfo(err));
+  }
+}
+
 /** Runs the CLI with arguments (without node and script); returns the exit code. */
 export async function main(argv: string[], io: Io): Promise<number> {
   const [command, ...rest] = argv;
@@ -413,6 +507,8 @@ export async function main(argv: string[], io: Io): Promise<number> {
       return inspect(rest, io);
     case 'generate':
       return generate(rest, io);
+    case 'list':
+      return list(rest, io);
     case 'serve':
       return (await import('./serve')).serve(rest, io);
     case undefined:

@@ -4,7 +4,6 @@
  * A thin composition: RunnerService from flags, HostApi (which loads the
  * default model), each --model, then startServer. Runs until SIGINT/SIGTERM.
  */
-import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { createHostApi, type HostApi } from '../main/host/host-api';
@@ -13,6 +12,7 @@ import { parseByteSize } from '../main/scheduler';
 import { assertBindable, type RunningServer, startServer } from '../main/server';
 import { parseDuration } from '../shared/duration';
 import { KvdeskError, toErrorInfo } from '../shared/errors';
+import { dataDirOf } from './data-dir';
 import { applyDeviceFlags } from './device-flags';
 
 /** Usage lines of `serve` (main.ts shows them in its help). */
@@ -129,9 +129,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     if (prefillChunk !== undefined) settings.prefillChunkTokens = prefillChunk;
     const promptCache = positiveInt('prompt-cache', values['prompt-cache'], 0);
     if (promptCache !== undefined) settings.promptCacheSessions = promptCache;
-    const dataDir = path.resolve(
-      values['data-dir'] ?? process.env.KVDESK_DATA_DIR ?? path.join(os.homedir(), '.kvdesk'),
-    );
+    const dataDir = dataDirOf(values['data-dir']);
     const token = values.token ?? (process.env.KVDESK_TOKEN || undefined);
     const host = values.host ?? '127.0.0.1';
     const maxUpload = values['max-upload'] !== undefined ? parseByteSize(values['max-upload']) : undefined;

@@ -4,7 +4,7 @@
  * foundation and scheduler issues.
  */
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -199,6 +199,47 @@ describe.skipIf(!haveFixtures)(
 );
 
 describe('CLI on the generated default model', () => {
+  it('list shows the library serve keeps; generate takes a library id as it takes a folder', async () => {
+    const { ModelLibrary } = await import('../../src/main/host/model-library');
+    const { loadModelSpec } = await import('../../src/main/packages');
+    const work = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-cli-library-'));
+    try {
+      const dataDir = path.join(work, 'data');
+      const mine = path.join(work, 'lib-model');
+      const gone = path.join(work, 'gone-model');
+      cpSync(defaultModelDir, mine, { recursive: true });
+      cpSync(defaultModelDir, gone, { recursive: true });
+      const library = await ModelLibrary.open(dataDir);
+      await library.loaded(gone, await loadModelSpec(gone));
+      await library.loaded(mine, await loadModelSpec(mine));
+      await library.flush();
+      rmSync(gone, { recursive: true, force: true });
+
+      const listed = kvdesk('list', '--data-dir', dataDir, '--json');
+      expect(listed.code, listed.stderr).toBe(0);
+      expect(listed.json.packages).toMatchObject([
+        { id: 'lib-model', root: mine, state: 'ok', uploaded: false, bpt: 1024, contextLength: 2048 },
+        { id: 'gone-model', root: gone, state: 'missing' },
+      ]);
+      const text = kvdesk('list', '--data-dir', dataDir);
+      expect(text.stdout).toMatch(/^ID\s+STATE\s+WEIGHTS/);
+      expect(text.stdout).toMatch(/\nlib-model\s+ok\s+/);
+      expect(text.stdout).toMatch(/\ngone-model\s+missing\s+/);
+
+      const args = ['--prompt-ids', '1,2,3', '--max-new-tokens', '6', '--greedy', '--json'];
+      const byId = kvdesk('generate', 'lib-model', '--data-dir', dataDir, ...args);
+      expect(byId.code, byId.stderr).toBe(0);
+      expect(byId.json.tokenIds).toEqual(kvdesk('generate', mine, ...args).json.tokenIds);
+      const unknown = kvdesk('generate', 'gone-model', '--data-dir', dataDir, ...args);
+      expect(unknown.code).toBe(2);
+      expect((unknown.json.error as Record<string, unknown>).message).toMatch(
+        /no package of that id in the library at .* \(it has: lib-model, gone-model\)/,
+      );
+    } finally {
+      rmSync(work, { recursive: true, force: true });
+    }
+  });
+
   it('generate --json works offline on the default model', () => {
     const r = kvdesk('generate', defaultModelDir, '--prompt', 'Hello', '--max-new-tokens', '16', '--json');
     expect(r.code, r.stderr).toBe(0);

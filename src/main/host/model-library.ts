@@ -165,7 +165,10 @@ export class ModelLibrary {
     return this.list().find((e) => e.id === id && e.spec !== undefined && !e.missing);
   }
 
-  /** Validates every package again and adds uploads the file does not list; one change event at the end. */
+  /**
+   * Validates every package again and adds uploads the file does not list (then saves); one change event at
+   * the end.
+   */
   async refresh(): Promise<void> {
     let names: string[] = [];
     try {
@@ -173,6 +176,7 @@ export class ModelLibrary {
     } catch {
       // No uploads yet.
     }
+    let found = 0;
     for (const name of names) {
       if (name.startsWith('.')) continue; // staging folders of uploads in progress
       const root = path.join(this.uploadsDir, name);
@@ -181,10 +185,12 @@ export class ModelLibrary {
       if (!s?.isDirectory() || this.records.some((r) => r.root === root)) continue;
       const when = s.mtimeMs;
       this.records.push({ root, uploaded: true, addedAt: when, lastLoadedAt: when, id: name, missing: false });
+      found++;
     }
     for (const r of [...this.records]) this.apply(r, await check(r.root));
     this.sort();
-    await this.save();
+    // Only uploads found change what the file holds (checks are never stored).
+    if (found > 0) await this.save();
     this.onChange(this.list());
   }
 
