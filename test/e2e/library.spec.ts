@@ -86,6 +86,18 @@ test.describe('model library', () => {
       await card.getByTestId('model-unload').click();
       await expect(row('mine-llm')).toHaveAttribute('data-state', 'ok');
 
+      // The model picker lists the library too: picking a package loads it and uses it for new replies.
+      const picker = page.getByTestId('model-picker');
+      await expect(picker.locator(`option[value="library:${mine}"]`)).toHaveCount(1);
+      await expect(picker.locator(`option[value="library:${gone}"]`)).toHaveCount(0);
+      await picker.selectOption(`library:${mine}`);
+      await expect(picker).toHaveValue('mine-llm', { timeout: 30_000 });
+      await expect(card).toBeVisible();
+      await expect(picker.locator(`option[value="library:${mine}"]`)).toHaveCount(0);
+      await card.getByTestId('model-unload').click();
+      await expect(row('mine-llm')).toHaveAttribute('data-state', 'ok');
+      await expect(picker).not.toHaveValue('mine-llm');
+
       // Forgetting one's own folder keeps the files; forgetting a missing one clears it.
       await row('mine-llm').getByTestId('library-forget').click();
       await expect(row('mine-llm')).toHaveCount(0);

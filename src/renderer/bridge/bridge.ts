@@ -47,6 +47,8 @@ export interface Bridge {
   importFiles(name: string, files: DroppedFile[]): Promise<void>;
   importPath(name: string, path: string): Promise<void>;
   loadPackage(path: string): Promise<void>;
+  /** Loads a library package and makes it the model for new replies (the picker's library entries). */
+  loadAndUse(root: string): Promise<void>;
   unloadModel(id: string): Promise<void>;
   /** Removes a package from the library (an upload's files are deleted with it). */
   forgetPackage(root: string): Promise<void>;
@@ -360,6 +362,12 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     await refreshModels();
   }
 
+  async function loadAndUse(root: string): Promise<void> {
+    await loadPackage(root);
+    const loaded = s().models.find((m) => m.spec.root === root);
+    if (loaded) s().setActiveModel(loaded.id);
+  }
+
   async function forgetPackage(root: string): Promise<void> {
     s().setModelBusy(root, true);
     const r = await api.invoke('forgetModel', { root });
@@ -407,6 +415,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     importFiles,
     importPath,
     loadPackage,
+    loadAndUse,
     unloadModel,
     forgetPackage,
     async configureBudget(patch) {

@@ -2,15 +2,29 @@
 import { useShallow } from 'zustand/react/shallow';
 import { useApp, useBridge } from '../bridge/context';
 import { exactBytes, formatBytes } from '../lib/format';
+import { unloadedEntries } from '../lib/library';
 import { BudgetBar } from './BudgetBar';
 
 /** Id of the model picker; Ctrl/Cmd+K focuses it. */
 export const MODEL_PICKER_ID = 'model-picker';
 
+/** The picker's value for a library package: picking it loads it. */
+const LIBRARY_VALUE = 'library:';
+
 function ModelPicker() {
   const bridge = useBridge();
-  const { models, activeModelId } = useApp(useShallow((s) => ({ models: s.models, activeModelId: s.activeModelId })));
+  const { models, activeModelId, library, busyModels } = useApp(
+    useShallow((s) => ({
+      models: s.models,
+      activeModelId: s.activeModelId,
+      library: s.library,
+      busyModels: s.busyModels,
+    })),
+  );
   const active = models.find((m) => m.id === activeModelId);
+  // Packages loaded before, ready to load: picking one loads it and uses it for new replies.
+  const loadable = unloadedEntries(library, models, undefined).filter((e) => e.spec && !e.missing && !e.error);
+  const loading = loadable.find((e) => busyModels.includes(e.root));
   return (
     <div className="picker">
       <label className="sr-only" htmlFor={MODEL_PICKER_ID}>
@@ -20,17 +34,37 @@ function ModelPicker() {
         id={MODEL_PICKER_ID}
         data-testid="model-picker"
         value={activeModelId ?? ''}
-        onChange={(e) => bridge.setActiveModel(e.target.value)}
-        title="Model for new replies (Ctrl/Cmd+K)"
+        onChange={(e) => {
+          const v = e.target.value;
+          if (v.startsWith(LIBRARY_VALUE)) void bridge.loadAndUse(v.slice(LIBRARY_VALUE.length));
+          else bridge.setActiveModel(v);
+        }}
+        title="Model for new replies (Ctrl/Cmd+K); a library package loads when picked"
       >
         {models.length === 0 && <option value="">no model loaded</option>}
-        {models.map((m) => (
-          <option key={m.id} value={m.id}>
-            {m.spec.displayName}
-            {m.isDefault ? ' (default)' : ''}
-          </option>
-        ))}
+        <optgroup label="Loaded">
+          {models.map((m) => (
+            <option key={m.id} value={m.id}>
+              {m.spec.displayName}
+              {m.isDefault ? ' (default)' : ''}
+            </option>
+          ))}
+        </optgroup>
+        {loadable.length > 0 && (
+          <optgroup label="Library (loads when picked)" data-testid="model-picker-library">
+            {loadable.map((e) => (
+              <option key={e.root} value={`${LIBRARY_VALUE}${e.root}`} title={e.root}>
+                {e.spec?.displayName ?? e.id}
+              </option>
+            ))}
+          </optgroup>
+        )}
       </select>
+      {loading && (
+        <span className="badge" data-testid="model-picker-loading">
+          loading {loading.spec?.displayName ?? loading.id}…
+        </span>
+      )}
       {active && (
         <span className="badge" data-testid="model-backend" title="Execution provider in use">
           {active.backend.replace(/ExecutionProvider$/, '').toUpperCase()}
