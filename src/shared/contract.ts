@@ -165,6 +165,18 @@ export interface GeneratedTokenLogprob extends TokenLogprob {
   textOffset: number;
 }
 
+/**
+ * A call being written (tool calls held to their schemas only): its index among the reply's calls and the
+ * argument text written since the last frame. A call's first delta carries its id and name; the complete call
+ * still arrives in `toolCalls` (with the same id) once written.
+ */
+export interface ToolCallDelta {
+  index: number;
+  id?: string;
+  name?: string;
+  arguments: string;
+}
+
 /** One row's output. */
 export interface RowResult {
   tokenIds: number[];
@@ -225,7 +237,14 @@ export type StreamFrame =
       requestId: string;
       /** `logprobs` (with the request's `logprobs`): one entry per id. */
       /** `toolCalls`: calls completed with these tokens (their text is not in `text`). */
-      rows: Array<{ ids: number[]; text: string; logprobs?: GeneratedTokenLogprob[]; toolCalls?: ToolCall[] }>;
+      /** `toolCallDeltas`: argument text of calls being written (see ToolCallDelta). */
+      rows: Array<{
+        ids: number[];
+        text: string;
+        logprobs?: GeneratedTokenLogprob[];
+        toolCalls?: ToolCall[];
+        toolCallDeltas?: ToolCallDelta[];
+      }>;
     }
   | { type: 'done'; requestId: string; result: GenerationResult }
   | { type: 'error'; requestId: string; error: ErrorInfo };

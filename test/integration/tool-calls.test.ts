@@ -289,6 +289,42 @@ describe('tool calls', () => {
     expect(calls).toBeGreaterThanOrEqual(3);
   });
 
+  it('auto: held calls stream their arguments as written; with a stop string (which could cut one) they do not', async () => {
+    const run = async (extra: { stop?: string[]; parallelToolCalls?: boolean }) => {
+      const frames: StreamFrame[] = [];
+      const r = await host.generate(
+        {
+          model: 'hermes',
+          messages,
+          tools: TOOLS,
+          maxNewTokens: 200,
+          sampling: { temperature: 1, seed: 2, logitBias: { [TOOL_CALL_ID]: 12 } },
+          ...extra,
+        },
+        (f) => frames.push(f),
+      ).result;
+      const deltas = frames.flatMap((f) =>
+        f.type === 'tokens' ? f.rows.flatMap((row) => row.toolCallDeltas ?? []) : [],
+      );
+      return { calls: r.rows[0]?.toolCalls ?? [], deltas };
+    };
+    const { calls, deltas } = await run({});
+    expect(calls.length).toBeGreaterThan(1);
+    for (const [k, call] of calls.entries()) {
+      const mine = deltas.filter((d) => d.index === k);
+      // First the call's id and name, then pieces of its arguments, over several frames.
+      expect(mine[0]).toMatchObject({ id: call.id, name: call.name });
+      expect(mine.length).toBeGreaterThan(2);
+      expect(JSON.parse(mine.map((d) => d.arguments).join(''))).toEqual(JSON.parse(call.arguments));
+    }
+    expect(new Set(deltas.map((d) => d.index))).toEqual(new Set(calls.map((_, k) => k)));
+    expect((await run({ stop: ['never written'] })).deltas).toEqual([]);
+    // Without parallel calls only the first call's arguments go out.
+    const one = await run({ parallelToolCalls: false });
+    expect(one.calls).toHaveLength(1);
+    expect(new Set(one.deltas.map((d) => d.index))).toEqual(new Set([0]));
+  });
+
   it('parallelToolCalls false: the reply ends with its first call', async () => {
     const ask = (parallelToolCalls: boolean) =>
       host.generate({

@@ -18,6 +18,7 @@ import {
   type StreamFrame,
   type TokenLogprob,
   type ToolCall,
+  type ToolCallDelta,
 } from '../../shared/contract';
 import { type ErrorInfo, KvdeskError, toErrorInfo } from '../../shared/errors';
 import { type ModelSpec, staticPositions } from '../../shared/model-spec';
@@ -39,7 +40,13 @@ import { loadModelSpec } from '../packages';
 import { providerShortName } from '../packages/execution-providers';
 import { createScheduler, type Scheduler } from '../scheduler';
 import { applyChat, createStopMatcher, createStreamDecoder, loadTokenizer, type TextTokenizer } from '../tokenizer';
-import { createToolCallFilter, type ToolCallFilter, toolCallFormat, toolChatTurns } from '../tokenizer/tool-calls';
+import {
+  createToolCallFilter,
+  type ToolCallFilter,
+  type ToolCallOutput,
+  toolCallFormat,
+  toolChatTurns,
+} from '../tokenizer/tool-calls';
 import { deriveHostDeviceBudget } from './device-budgets';
 import { EngineClient } from './engine-client';
 import { nativeTemplate, planTools, type ToolPlan } from './tool-plan';
@@ -869,6 +876,9 @@ class Generation {
           createToolCallFilter(reads.format, reads.names, {
             forced: reads.forced,
             paramSchemas: reads.paramSchemas,
+            // A call held to its schema (forced, or by auto's grammar) cannot turn out to be text, so its arguments
+            // may go out as they are written; not where a stop string could still cut it into text.
+            streamArguments: reads.forced || (reads.grammar !== undefined && (req.stop ?? []).length === 0),
             ...(reads.forcedName ? { forcedName: reads.forcedName } : {}),
           }),
         )
@@ -1060,12 +1070,14 @@ class Generation {
       text: string;
       logprobs?: GeneratedTokenLogprob[];
       toolCalls?: ToolCall[];
+      toolCallDeltas?: ToolCallDelta[];
     }> = [];
     let maxRowTokens = 0;
     for (let r = 0; r < ids.length; r++) {
       const fresh: number[] = [];
       const freshLogprobs: GeneratedTokenLogprob[] | undefined = this.rowLogprobs ? [] : undefined;
       const calls: ToolCall[] = [];
+      const deltas: ToolCallDelta[] = [];
       let text = '';
       for (const [i, id] of (ids[r] ?? []).entries()) {
         if (this.rowStopped[r]) break;
@@ -1082,7 +1094,7 @@ class Generation {
         }
         const m = this.matchers[r]?.push(piece);
         if (m) {
-          text += this.readCalls(r, m.emit, calls);
+          text += this.readCalls(r, m.emit, calls, deltas);
           if (m.stopped) this.stopRow(r, m.stop);
         }
       }
@@ -1092,6 +1104,7 @@ class Generation {
         text,
         ...(freshLogprobs ? { logprobs: freshLogprobs } : {}),
         ...(calls.length > 0 ? { toolCalls: calls } : {}),
+        ...(deltas.length > 0 ? { toolCallDeltas: deltas } : {}),
       });
       maxRowTokens = Math.max(maxRowTokens, (this.rowIds[r] as number[]).length);
     }
@@ -1112,14 +1125,16 @@ class Generation {
    * The reply's text after tool calls are read out of it (all of it without tools). Calls completed go to
    * `calls` and the row's list; without parallel calls, the row ends after its first.
    */
-  private readCalls(r: number, text: string, calls: ToolCall[]): string {
+  private readCalls(r: number, text: string, calls: ToolCall[], deltas?: ToolCallDelta[]): string {
     const filter = this.toolFilters?.[r];
     if (!filter) return text;
-    return this.takeCalls(r, filter.push(text), calls);
+    return this.takeCalls(r, filter.push(text), calls, deltas);
   }
 
-  private takeCalls(r: number, out: { content: string; calls: ToolCall[] }, calls: ToolCall[]): string {
+  private takeCalls(r: number, out: ToolCallOutput, calls: ToolCall[], deltas?: ToolCallDelta[]): string {
     const made = this.rowCalls[r] as ToolCall[];
+    // Without parallel calls only the first is made: a second one's arguments never go out.
+    for (const d of out.deltas) if (this.tools?.parallel || (made.length === 0 && d.index === 0)) deltas?.push(d);
     for (const call of out.calls) {
       if (!this.tools?.parallel && made.length > 0) break;
       made.push(call);

@@ -13,6 +13,7 @@ import type {
   GenerationResult,
   TokenLogprob,
   ToolCall,
+  ToolCallDelta,
   ToolChoice,
   ToolDefinition,
 } from '../../shared/contract';
@@ -642,9 +643,32 @@ export function deltaChoice(
   };
 }
 
-/** A streamed chat choice carrying calls completed by its latest tokens (numbered from `first` in the reply). */
-export function toolCallsChoice(index: number, calls: readonly ToolCall[], first: number): Record<string, unknown> {
-  return { index, delta: { tool_calls: toolCallsJson(calls, first) }, logprobs: null, finish_reason: null };
+/**
+ * A streamed chat choice carrying calls completed by its latest tokens (numbered from `first` in the reply),
+ * less those whose arguments were streamed already (`streamed`: their indices); null when none is left.
+ */
+export function toolCallsChoice(
+  index: number,
+  calls: readonly ToolCall[],
+  first: number,
+  streamed: ReadonlySet<number> = new Set(),
+): Record<string, unknown> | null {
+  const fresh = toolCallsJson(calls, first).filter((c) => !streamed.has(c.index as number));
+  if (fresh.length === 0) return null;
+  return { index, delta: { tool_calls: fresh }, logprobs: null, finish_reason: null };
+}
+
+/**
+ * A streamed chat choice carrying argument text of calls being written, as OpenAI streams a call: its first
+ * piece with the call's id, type and name, the rest as `function.arguments` pieces of the same index.
+ */
+export function toolCallDeltasChoice(index: number, deltas: readonly ToolCallDelta[]): Record<string, unknown> {
+  const tool_calls = deltas.map((d) =>
+    d.id !== undefined
+      ? { index: d.index, id: d.id, type: 'function', function: { name: d.name, arguments: d.arguments } }
+      : { index: d.index, function: { arguments: d.arguments } },
+  );
+  return { index, delta: { tool_calls }, logprobs: null, finish_reason: null };
 }
 
 /** The last streamed choice of a row: empty text and its finish reason. */

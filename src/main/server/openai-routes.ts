@@ -23,6 +23,7 @@ import {
   type OpenAiKind,
   type ReplyHeader,
   replyId,
+  toolCallDeltasChoice,
   toolCallsChoice,
   usageOf,
 } from './openai-adapter';
@@ -63,8 +64,9 @@ export function serveCompletion(
   const usageNull = mapped.includeUsage ? { usage: null } : {};
 
   let head: ReplyHeader | null = null;
-  // Calls streamed so far per choice: the next call's index.
+  // Calls streamed so far per choice: the next call's index; and the calls whose arguments went out as written.
   const callsSent = new Array<number>(choices).fill(0);
+  const argumentsStreamed = Array.from({ length: choices }, () => new Set<number>());
   return runGeneration(hostApi, mapped.request, req, res, (frame, finish) => {
     const sse = (data: unknown) => {
       res.write(`data: ${typeof data === 'string' ? data : JSON.stringify(data)}\n\n`);
@@ -94,8 +96,14 @@ export function serveCompletion(
             const lp = withLogprobs ? row.logprobs : undefined;
             sse(chunk(kind, h, [deltaChoice(kind, i, row.text, false, lp)], usageNull));
           }
+          const streamed = argumentsStreamed[i] as Set<number>;
+          if (kind === 'chat' && row.toolCallDeltas && row.toolCallDeltas.length > 0) {
+            sse(chunk(kind, h, [toolCallDeltasChoice(i, row.toolCallDeltas)], usageNull));
+            for (const d of row.toolCallDeltas) streamed.add(d.index);
+          }
           if (row.toolCalls && row.toolCalls.length > 0) {
-            sse(chunk(kind, h, [toolCallsChoice(i, row.toolCalls, callsSent[i] ?? 0)], usageNull));
+            const choice = toolCallsChoice(i, row.toolCalls, callsSent[i] ?? 0, streamed);
+            if (choice) sse(chunk(kind, h, [choice], usageNull));
             callsSent[i] = (callsSent[i] ?? 0) + row.toolCalls.length;
           }
         });

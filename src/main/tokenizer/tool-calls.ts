@@ -12,7 +12,7 @@
  * written as text in that form.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import type { ChatMessage, ToolCall, ToolDefinition } from '../../shared/contract';
+import type { ChatMessage, ToolCall, ToolCallDelta, ToolDefinition } from '../../shared/contract';
 import type { ChatMessage as TemplateMessage } from './chat-template';
 
 export type { ToolCall };
@@ -288,10 +288,103 @@ export function jsonValueEnd(text: string, from: number): number {
   return -1;
 }
 
-/** What one push of text gives: the text to show as the reply's content, and the calls completed. */
+/**
+ * What one push of text gives: the text to show as the reply's content, the calls completed, and (with
+ * `streamArguments`) the argument text of calls still being written.
+ */
 export interface ToolCallOutput {
   content: string;
   calls: ToolCall[];
+  deltas: ToolCallDelta[];
+}
+
+/** What a call envelope written so far says: its name, and where its arguments object starts (and ends). */
+interface EnvelopeSoFar {
+  name?: string;
+  argsStart?: number;
+  argsEnd?: number;
+}
+
+/** Index after the JSON string starting at text[i] (a quote); -1 while it is incomplete. */
+function stringEnd(text: string, i: number): number {
+  for (let j = i + 1; j < text.length; j++) {
+    if (text[j] === '\\') j++;
+    else if (text[j] === '"') return j + 1;
+  }
+  return -1;
+}
+
+/**
+ * One call object `{"name": …, "arguments": {…}}` at text[i] ('{'), read as far as it is written: its name
+ * once complete, where its arguments object starts and, once closed, ends. `end`: after its '}', or -1 while
+ * it is incomplete; null when it is not such an object.
+ */
+function envelopeAt(text: string, i: number): { env: EnvelopeSoFar; end: number } | null {
+  const env: EnvelopeSoFar = {};
+  let at = i + 1;
+  for (;;) {
+    while (isSpace(text[at])) at++;
+    if (at >= text.length) return { env, end: -1 };
+    if (text[at] === '}') return { env, end: at + 1 };
+    if (text[at] === ',') {
+      at++;
+      continue;
+    }
+    if (text[at] !== '"') return null;
+    const keyEnd = stringEnd(text, at);
+    if (keyEnd < 0) return { env, end: -1 };
+    const key = JSON.parse(text.slice(at, keyEnd)) as string;
+    at = keyEnd;
+    while (isSpace(text[at])) at++;
+    if (at >= text.length) return { env, end: -1 };
+    if (text[at] !== ':') return null;
+    at++;
+    while (isSpace(text[at])) at++;
+    if (at >= text.length) return { env, end: -1 };
+    const c = text[at];
+    if (c === '"') {
+      const e = stringEnd(text, at);
+      if (e < 0) return { env, end: -1 };
+      if (key === 'name') env.name = JSON.parse(text.slice(at, e)) as string;
+      at = e;
+    } else if (c === '{' || c === '[') {
+      const args = (key === 'arguments' || key === 'parameters') && c === '{';
+      if (args) env.argsStart = at;
+      const e = jsonValueEnd(text, at);
+      if (e === -2) return null;
+      if (e === -1) return { env, end: -1 };
+      if (args) env.argsEnd = e;
+      at = e;
+    } else {
+      // A number, true, false or null: it ends at the next separator.
+      let e = at;
+      while (e < text.length && text[e] !== ',' && text[e] !== '}' && !isSpace(text[e])) e++;
+      if (e >= text.length) return { env, end: -1 };
+      at = e;
+    }
+  }
+}
+
+/** The call envelopes of a call's text written so far: one object, or the objects of an array. */
+function envelopesSoFar(text: string): EnvelopeSoFar[] {
+  let i = 0;
+  while (isSpace(text[i])) i++;
+  if (text[i] === '{') {
+    const one = envelopeAt(text, i);
+    return one ? [one.env] : [];
+  }
+  if (text[i] !== '[') return [];
+  const out: EnvelopeSoFar[] = [];
+  i++;
+  for (;;) {
+    while (isSpace(text[i]) || text[i] === ',') i++;
+    if (text[i] !== '{') return out;
+    const one = envelopeAt(text, i);
+    if (!one) return out;
+    out.push(one.env);
+    if (one.end < 0) return out;
+    i = one.end;
+  }
 }
 
 /** Reads calls out of a reply as it streams; everything that is not a call is content. */
@@ -415,6 +508,11 @@ export function createToolCallFilter(
     forcedName?: string;
     /** For the XML forms: each tool's parameter schemas, which say how to read a plain-text value. */
     paramSchemas?: ParamSchemas;
+    /**
+     * Give the argument text of calls as it is written (deltas). Only where a call cannot turn out to be
+     * text (calls held to their schemas by a grammar): a client cannot take back what it was sent.
+     */
+    streamArguments?: boolean;
   } = {},
 ): ToolCallFilter {
   const bare = format.open === '';
@@ -426,6 +524,48 @@ export function createToolCallFilter(
   let opening = opts.forced ? '' : format.open;
   // Right after a call: white space is held, and dropped unless text follows.
   let afterCall = false;
+  // streamArguments: the calls read so far (the next call's index), and the calls of the call text being read
+  // whose arguments were streamed: their id, name and how much of their arguments went out.
+  const streams = opts.streamArguments === true && !format.xml;
+  let callsMade = 0;
+  let streaming: Array<{ id: string; name: string; sent: number }> = [];
+
+  /** The argument text written since the last push, of each call of the call text being read. */
+  const streamPartial = (out: ToolCallOutput): void => {
+    if (!streams || state !== 'call') return;
+    let envs: EnvelopeSoFar[];
+    if (format.argsMarker) {
+      // `name[ARGS]{…}`: the name before the marker (or the forced one), the arguments after it.
+      let name = opts.forced ? opts.forcedName : undefined;
+      let from = 0;
+      if (name === undefined) {
+        const at = buffer.indexOf(format.argsMarker);
+        if (at < 0) return;
+        name = buffer.slice(0, at).trim();
+        from = at + format.argsMarker.length;
+      }
+      while (isSpace(buffer[from])) from++;
+      if (buffer[from] !== '{') return;
+      const end = jsonValueEnd(buffer, from);
+      envs = [{ name, argsStart: from, ...(end > 0 ? { argsEnd: end } : {}) }];
+    } else {
+      envs = envelopesSoFar(buffer);
+    }
+    for (const [k, env] of envs.entries()) {
+      if (env.name === undefined || env.argsStart === undefined || !names.has(env.name)) continue;
+      const upTo = env.argsEnd ?? buffer.length;
+      let s = streaming[k];
+      const first = s === undefined;
+      if (!s) {
+        s = { id: newToolCallId(format.shortIds), name: env.name, sent: 0 };
+        streaming[k] = s;
+      }
+      const piece = buffer.slice(env.argsStart + s.sent, upTo);
+      s.sent = upTo - env.argsStart;
+      if (first) out.deltas.push({ index: callsMade + k, id: s.id, name: s.name, arguments: piece });
+      else if (piece.length > 0) out.deltas.push({ index: callsMade + k, arguments: piece });
+    }
+  };
 
   const xmlCalls = (body: string): ToolCall[] | null => {
     const call = format.xml ? xmlCall(body, format.xml, opts.paramSchemas) : null;
@@ -510,9 +650,12 @@ export function createToolCallFilter(
         return;
       }
       if (state === 'call') {
+        // Whatever of the arguments is written goes out first (all of it when the call is complete).
+        streamPartial(out);
         const read = readCall();
         if (read === -1) return;
         if (read === null) {
+          streaming = [];
           // Not a call after all: the opening and what followed it are the reply's text.
           out.content += opening;
           state = 'content';
@@ -523,6 +666,13 @@ export function createToolCallFilter(
           }
           continue;
         }
+        // A call whose arguments went out keeps the id its first delta gave it.
+        for (const [k, call] of read.calls.entries()) {
+          const s = streaming[k];
+          if (s) call.id = s.id;
+        }
+        callsMade += read.calls.length;
+        streaming = [];
         out.calls.push(...read.calls);
         buffer = buffer.slice(read.end);
         afterCall = true;
@@ -545,13 +695,16 @@ export function createToolCallFilter(
 
   return {
     push(text) {
-      const out: ToolCallOutput = { content: '', calls: [] };
+      const out: ToolCallOutput = { content: '', calls: [], deltas: [] };
       buffer += text;
       step(out);
       return out;
     },
     flush() {
-      const out: ToolCallOutput = { content: '', calls: [] };
+      const out: ToolCallOutput = { content: '', calls: [], deltas: [] };
+      // A call cut before its end (the reply ran out of tokens) is text, as without streaming; a client that was
+      // streamed its arguments has them as far as they were written, as OpenAI's clients get a cut call.
+      streaming = [];
       // An XML-form call whose closing tag never came (the reply ended, or a stop string cut it) is still one.
       const lastCall = state === 'call' && format.xml ? xmlCalls(buffer) : null;
       if (lastCall) out.calls.push(...lastCall);

@@ -636,18 +636,23 @@ describe('tool calls', () => {
     expect(next.choices[0]?.message.role).toBe('assistant');
   });
 
-  it('streams a named call as one tool_calls delta the client assembles', async () => {
-    const stream = await client.chat.completions.create({
+  it('streams a forced call as OpenAI does: id and name first, then its arguments as they are written', async () => {
+    const request = {
       model: 'default',
       messages: ask,
       tools,
-      tool_choice: { type: 'function', function: { name: 'get_weather' } },
+      tool_choice: { type: 'function' as const, function: { name: 'get_weather' } },
       max_tokens: 120,
       temperature: 1,
       seed: 3,
-      stream: true,
-    });
-    const deltas: Array<{ index: number; id?: string; function?: { name?: string; arguments?: string } }> = [];
+    };
+    const stream = await client.chat.completions.create({ ...request, stream: true });
+    const deltas: Array<{
+      index: number;
+      id?: string;
+      type?: string;
+      function?: { name?: string; arguments?: string };
+    }> = [];
     let finish: string | null = null;
     let content = '';
     for await (const part of stream) {
@@ -659,13 +664,26 @@ describe('tool calls', () => {
     }
     expect(content).toBe('');
     expect(finish).toBe('tool_calls');
-    expect(deltas).toHaveLength(1);
+    // The arguments arrive in pieces, one per step or so, not as one delta at the end.
+    expect(deltas.length).toBeGreaterThan(3);
     expect(deltas[0]).toMatchObject({
       index: 0,
       id: expect.stringMatching(/^call_/),
+      type: 'function',
       function: { name: 'get_weather' },
     });
-    expect(['Paris', 'Oslo']).toContain(JSON.parse(deltas[0]?.function?.arguments ?? '').city);
+    for (const d of deltas.slice(1)) {
+      expect(d.index).toBe(0);
+      expect(d.id).toBeUndefined();
+      expect(Object.keys(d.function ?? {})).toEqual(['arguments']);
+    }
+    const assembled = deltas.map((d) => d.function?.arguments ?? '').join('');
+    const args = JSON.parse(assembled) as { city: string };
+    expect(['Paris', 'Oslo']).toContain(args.city);
+    // The same seed without a stream: the same call.
+    const whole = await client.chat.completions.create(request);
+    const call = whole.choices[0]?.message.tool_calls?.[0] as { function: { arguments: string } } | undefined;
+    expect(JSON.parse(call?.function.arguments ?? '')).toEqual(args);
   });
 
   it('400 naming the message for a tool result that answers no call', async () => {

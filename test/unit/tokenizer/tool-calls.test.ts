@@ -22,6 +22,7 @@ import {
   toolCallFormat,
   toolChatTurns,
 } from '../../../src/main/tokenizer/tool-calls';
+import type { ToolCallDelta } from '../../../src/shared/contract';
 import { byteLevelTokenizerJson } from './tokenizer-builders';
 
 const NAMES = new Set(['get_weather', 'search']);
@@ -316,6 +317,112 @@ describe('createToolCallFilter', () => {
     expect(read(true)).toEqual({ content: 'Sure.', calls: [call('search', { q: 'été' })] });
     // Skipped like any special token, the marker is gone and the call is only text.
     expect(read(false).calls).toEqual([]);
+  });
+});
+
+describe('createToolCallFilter: arguments streamed as they are written', () => {
+  /** Feeds pieces with streamArguments; content, complete calls (with ids) and the deltas, in order. */
+  function streamed(
+    format: ToolCallFormat,
+    pieces: string[],
+    opts: { forced?: boolean; forcedName?: string } = {},
+  ): { content: string; calls: ToolCall[]; deltas: ToolCallDelta[] } {
+    const f = createToolCallFilter(format, NAMES, { ...opts, streamArguments: true });
+    const outs = [...pieces.map((p) => f.push(p)), f.flush()];
+    return {
+      content: outs.map((o) => o.content).join(''),
+      calls: outs.flatMap((o) => o.calls),
+      deltas: outs.flatMap((o) => o.deltas),
+    };
+  }
+
+  /** Each call's deltas: the first gives the call's id and name, the rest only text; joined, its arguments. */
+  function assembled(deltas: ToolCallDelta[]): Array<{ id?: string; name?: string; arguments: string }> {
+    const out: Array<{ id?: string; name?: string; arguments: string }> = [];
+    for (const d of deltas) {
+      const c = out[d.index];
+      if (!c) {
+        expect(d.id, 'the first delta of a call names it').toBeDefined();
+        out[d.index] = { id: d.id, name: d.name, arguments: d.arguments };
+      } else {
+        expect(d.id).toBeUndefined();
+        c.arguments += d.arguments;
+      }
+    }
+    return out;
+  }
+
+  const cases: Array<[string, ToolCallFormat, string, { forced?: boolean; forcedName?: string }?]> = [
+    [
+      'Hermes',
+      HERMES,
+      'Let me look. <tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "n": [1, 2]}}\n</tool_call>',
+    ],
+    [
+      'Hermes, arguments before the name',
+      HERMES,
+      '<tool_call>{"arguments": {"q": "a \\"b\\" {c}"}, "name": "search"}</tool_call> ok',
+    ],
+    [
+      'Mistral, two calls',
+      MISTRAL,
+      '[TOOL_CALLS][{"name": "search", "arguments": {"q": "x"}}, {"name": "get_weather", "arguments": {"city": "Oslo"}}]',
+    ],
+    ['name[ARGS]', MISTRAL_ARGS, '[TOOL_CALLS]get_weather[ARGS]{"city": "Rome", "days": 3}'],
+    ['bare JSON', BARE_JSON, '{"name": "search", "parameters": {"q": "y"}}'],
+    ['forced', HERMES, '{"name": "get_weather", "arguments": {"city": "Lima"}}', { forced: true }],
+    ['forced name[ARGS]', MISTRAL_ARGS, '{"city": "Kyiv"}', { forced: true, forcedName: 'get_weather' }],
+  ];
+
+  for (const [label, format, text, opts] of cases) {
+    it(`${label}: however the text is cut, the deltas assemble each call as written, under its final id`, () => {
+      const plain = run(format, [text], opts);
+      expect(plain.calls.length).toBeGreaterThan(0);
+      fc.assert(
+        fc.property(fc.array(fc.integer({ min: 0, max: text.length }), { maxLength: 16 }), (cuts) => {
+          const at = [0, ...[...new Set(cuts)].sort((a, b) => a - b), text.length];
+          const got = streamed(
+            format,
+            at.slice(1).map((end, i) => text.slice(at[i], end)),
+            opts,
+          );
+          // Streaming changes nothing else.
+          expect(got.content).toBe(plain.content);
+          expect(got.calls.map(({ name, arguments: a }) => ({ name, arguments: a }))).toEqual(plain.calls);
+          const built = assembled(got.deltas);
+          expect(built).toHaveLength(got.calls.length);
+          for (const [k, call] of got.calls.entries()) {
+            expect(built[k]?.id).toBe(call.id);
+            expect(built[k]?.name).toBe(call.name);
+            // The text as the model wrote it (spaces kept): the same object as the call's.
+            expect(JSON.parse(built[k]?.arguments ?? '')).toEqual(JSON.parse(call.arguments));
+            expect(text).toContain(built[k]?.arguments);
+          }
+        }),
+        { numRuns: 120 },
+      );
+    });
+  }
+
+  it('nothing streams without the option, in the XML forms, or for a tool that is not listed', () => {
+    const f = createToolCallFilter(HERMES, NAMES);
+    expect(f.push('<tool_call>{"name": "search", "arguments": {"q": "x"').deltas).toEqual([]);
+    expect(
+      streamed(QWEN_XML, ['<tool_call>\n<function=search>\n<parameter=q>\nx\n</parameter>\n</function>\n</tool_call>'])
+        .deltas,
+    ).toEqual([]);
+    expect(streamed(HERMES, ['<tool_call>{"name": "delete_all", "arguments": {"x": 1}}</tool_call>']).deltas).toEqual(
+      [],
+    );
+  });
+
+  it('a call cut before its end is text, as without streaming; its arguments went out as far as written', () => {
+    const got = streamed(HERMES, ['<tool_call>{"name": "search", "arguments": {"q": "unfin']);
+    expect(got.calls).toEqual([]);
+    expect(got.content).toBe('<tool_call>{"name": "search", "arguments": {"q": "unfin');
+    expect(assembled(got.deltas)).toEqual([
+      { id: expect.stringMatching(/^call_/), name: 'search', arguments: '{"q": "unfin' },
+    ]);
   });
 });
 
