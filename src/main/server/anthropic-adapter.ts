@@ -11,6 +11,7 @@ import type {
   GenerateRequest,
   GenerationResult,
   ToolCall,
+  ToolCallDelta,
   ToolChoice,
   ToolDefinition,
 } from '../../shared/contract';
@@ -312,6 +313,11 @@ export type MessageEvent = { type: string } & Record<string, unknown>;
 export class MessageEvents {
   private index = 0;
   private textOpen = false;
+  /** The call (its index in the reply) whose tool_use block is open while its input streams; null when none. */
+  private toolOpen: number | null = null;
+  /** Calls completed so far (the next one's index), and the calls whose input went out as it was written. */
+  private callsSeen = 0;
+  private readonly streamed = new Set<number>();
 
   constructor(
     private readonly id: string,
@@ -337,21 +343,80 @@ export class MessageEvents {
     ];
   }
 
-  tokens(text: string, calls: readonly ToolCall[]): MessageEvent[] {
+  /**
+   * One frame's text, completed calls and (calls held to their schemas) input written so far. A call whose
+   * input streams has its tool_use block open from its first piece to its completion. A frame's text comes
+   * before the calls it completes, except after a streaming call (a held call holds no text inside it).
+   */
+  tokens(text: string, calls: readonly ToolCall[], deltas: readonly ToolCallDelta[] = []): MessageEvent[] {
     const out: MessageEvent[] = [];
-    if (text.length > 0) {
-      if (!this.textOpen) {
-        out.push({
-          type: 'content_block_start',
-          index: this.index,
-          content_block: { type: 'text', text: '', citations: null },
-        });
-        this.textOpen = true;
-      }
-      out.push({ type: 'content_block_delta', index: this.index, delta: { type: 'text_delta', text } });
+    const open = this.toolOpen;
+    if (open !== null) {
+      this.inputDeltas(
+        out,
+        deltas.filter((d) => d.index === open),
+      );
+      this.completed(out, calls);
+      this.text(out, text);
+      this.inputDeltas(
+        out,
+        deltas.filter((d) => d.index !== open),
+      );
+    } else {
+      this.text(out, text);
+      this.inputDeltas(out, deltas);
+      this.completed(out, calls);
     }
+    return out;
+  }
+
+  private text(out: MessageEvent[], text: string): void {
+    if (text.length === 0) return;
+    this.closeTool(out);
+    if (!this.textOpen) {
+      out.push({
+        type: 'content_block_start',
+        index: this.index,
+        content_block: { type: 'text', text: '', citations: null },
+      });
+      this.textOpen = true;
+    }
+    out.push({ type: 'content_block_delta', index: this.index, delta: { type: 'text_delta', text } });
+  }
+
+  /** A streaming call's first piece opens its tool_use block; each piece is an input_json_delta. */
+  private inputDeltas(out: MessageEvent[], deltas: readonly ToolCallDelta[]): void {
+    for (const d of deltas) {
+      if (d.id !== undefined) {
+        this.closeText(out);
+        this.closeTool(out);
+        const call = { id: d.id, name: d.name ?? '', arguments: '' };
+        out.push({ type: 'content_block_start', index: this.index, content_block: toolUse(call, {}) });
+        this.toolOpen = d.index;
+        this.streamed.add(d.index);
+      } else if (d.index !== this.toolOpen) {
+        continue;
+      }
+      if (d.arguments.length > 0) {
+        out.push({
+          type: 'content_block_delta',
+          index: this.index,
+          delta: { type: 'input_json_delta', partial_json: d.arguments },
+        });
+      }
+    }
+  }
+
+  /** Completed calls: a streamed one's block closes; another is a whole block (its input in one piece). */
+  private completed(out: MessageEvent[], calls: readonly ToolCall[]): void {
     for (const call of calls) {
+      const at = this.callsSeen++;
+      if (this.streamed.has(at)) {
+        if (this.toolOpen === at) this.closeTool(out);
+        continue;
+      }
       this.closeText(out);
+      this.closeTool(out);
       out.push({ type: 'content_block_start', index: this.index, content_block: toolUse(call, {}) });
       out.push({
         type: 'content_block_delta',
@@ -361,11 +426,19 @@ export class MessageEvents {
       out.push({ type: 'content_block_stop', index: this.index });
       this.index++;
     }
-    return out;
+  }
+
+  private closeTool(out: MessageEvent[]): void {
+    if (this.toolOpen === null) return;
+    out.push({ type: 'content_block_stop', index: this.index });
+    this.index++;
+    this.toolOpen = null;
   }
 
   done(result: GenerationResult): MessageEvent[] {
     const out: MessageEvent[] = [];
+    // A call cut off by max_tokens: its block ends with the input written so far (the stop reason says why).
+    this.closeTool(out);
     this.closeText(out);
     // The whole usage: message_start knew neither the reused prompt tokens nor the output.
     out.push({

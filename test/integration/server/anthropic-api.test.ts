@@ -149,35 +149,41 @@ describe('POST /v1/messages', () => {
     expect((next.usage.input_tokens ?? 0) + (next.usage.cache_read_input_tokens ?? 0)).toBe(chat);
   });
 
-  it('streams a named tool call as a tool_use block with its input JSON, then tool_use', async () => {
-    const stream = await client.messages.create({
+  it('streams a named tool call as a tool_use block whose input arrives as it is written, then tool_use', async () => {
+    const request = {
       model: 'default',
-      messages: [{ role: 'user', content: 'Lamp?' }],
+      messages: [{ role: 'user' as const, content: 'Lamp?' }],
       tools: [lamp],
-      tool_choice: { type: 'tool', name: 'set_lamp' },
+      tool_choice: { type: 'tool' as const, name: 'set_lamp' },
       max_tokens: 60,
-      stream: true,
-    });
+      temperature: 1,
+      top_k: 0,
+    };
+    const stream = client.messages.stream(request);
     const types: string[] = [];
     let json = '';
     let stop: string | null = null;
     for await (const e of stream) {
       types.push(e.type);
       if (e.type === 'content_block_start')
-        expect(e.content_block).toMatchObject({ type: 'tool_use', name: 'set_lamp' });
+        expect(e.content_block).toMatchObject({ type: 'tool_use', name: 'set_lamp', input: {} });
       if (e.type === 'content_block_delta' && e.delta.type === 'input_json_delta') json += e.delta.partial_json;
       if (e.type === 'message_delta') stop = e.delta.stop_reason;
     }
-    expect(types).toEqual([
-      'message_start',
-      'content_block_start',
-      'content_block_delta',
-      'content_block_stop',
-      'message_delta',
-      'message_stop',
-    ]);
+    // One block: started, its input in several pieces, stopped.
+    expect(types[0]).toBe('message_start');
+    expect(types[1]).toBe('content_block_start');
+    const pieces = types.slice(2, -3);
+    expect(pieces.length).toBeGreaterThan(2);
+    expect(new Set(pieces)).toEqual(new Set(['content_block_delta']));
+    expect(types.slice(-3)).toEqual(['content_block_stop', 'message_delta', 'message_stop']);
     expect([{ on: true }, { on: false }]).toContainEqual(JSON.parse(json));
     expect(stop).toBe('tool_use');
+    // The SDK assembles the same input from the pieces.
+    const final = await stream.finalMessage();
+    expect(final.content).toEqual([
+      expect.objectContaining({ type: 'tool_use', name: 'set_lamp', input: JSON.parse(json) }),
+    ]);
   });
 
   it('output_config.format json_schema: the reply conforms', async () => {

@@ -1,0 +1,82 @@
+/** Anthropic's streamed content blocks around calls whose input streams as it is written (MessageEvents). */
+import { describe, expect, it } from 'vitest';
+import { type MessageEvent, MessageEvents } from '../../../src/main/server/anthropic-adapter';
+import type { GenerationResult, ToolCall } from '../../../src/shared/contract';
+
+/** Each event as "type index detail": the block sequence at a glance. */
+function brief(events: MessageEvent[]): string[] {
+  return events.map((e) => {
+    const d = e.delta as { type?: string; text?: string; partial_json?: string } | undefined;
+    const block = e.content_block as { type: string; id?: string } | undefined;
+    if (e.type === 'content_block_start') return `start ${e.index} ${block?.type}${block?.id ? ` ${block.id}` : ''}`;
+    if (e.type === 'content_block_delta') return `delta ${e.index} ${d?.text ?? d?.partial_json}`;
+    if (e.type === 'content_block_stop') return `stop ${e.index}`;
+    return e.type;
+  });
+}
+
+const call = (id: string, args: string): ToolCall => ({ id, name: 'set_lamp', arguments: args });
+const result = {
+  finishReason: 'tool_calls',
+  rows: [{ tokenIds: [1] }],
+  promptTokens: 3,
+} as unknown as GenerationResult;
+
+describe('MessageEvents with streamed input', () => {
+  it('text, then a call whose input streams, then text after it in the frame that completes it', () => {
+    const m = new MessageEvents('msg_1', 'default');
+    const events = [
+      ...m.tokens('Sure. ', [], [{ index: 0, id: 'toolu_a', name: 'set_lamp', arguments: '{"on"' }]),
+      ...m.tokens('', [], [{ index: 0, arguments: ': tr' }]),
+      ...m.tokens('Done.', [call('toolu_a', '{"on":true}')], [{ index: 0, arguments: 'ue}' }]),
+      ...m.done(result),
+    ];
+    expect(brief(events)).toEqual([
+      'start 0 text',
+      'delta 0 Sure. ',
+      'stop 0',
+      'start 1 tool_use toolu_a',
+      'delta 1 {"on"',
+      'delta 1 : tr',
+      'delta 1 ue}',
+      'stop 1',
+      'start 2 text',
+      'delta 2 Done.',
+      'stop 2',
+      'message_delta',
+      'message_stop',
+    ]);
+  });
+
+  it('a call that did not stream is one whole block; a streamed one is not sent again', () => {
+    const m = new MessageEvents('msg_2', 'default');
+    const events = [
+      ...m.tokens('', [call('toolu_a', '{"on":false}')]),
+      ...m.tokens('', [], [{ index: 1, id: 'toolu_b', name: 'set_lamp', arguments: '{"on": true}' }]),
+      ...m.tokens('', [call('toolu_b', '{"on":true}')]),
+    ];
+    expect(brief(events)).toEqual([
+      'start 0 tool_use toolu_a',
+      'delta 0 {"on":false}',
+      'stop 0',
+      'start 1 tool_use toolu_b',
+      'delta 1 {"on": true}',
+      'stop 1',
+    ]);
+  });
+
+  it('a call cut off while its input streams: its block is closed before the message ends', () => {
+    const m = new MessageEvents('msg_3', 'default');
+    const events = [
+      ...m.tokens('', [], [{ index: 0, id: 'toolu_a', name: 'set_lamp', arguments: '{"o' }]),
+      ...m.done({ ...result, finishReason: 'length' }),
+    ];
+    expect(brief(events)).toEqual([
+      'start 0 tool_use toolu_a',
+      'delta 0 {"o',
+      'stop 0',
+      'message_delta',
+      'message_stop',
+    ]);
+  });
+});
