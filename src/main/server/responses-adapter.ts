@@ -9,6 +9,7 @@ import type {
   GenerateRequest,
   GenerationResult,
   ToolCall,
+  ToolCallDelta,
   ToolChoice,
   ToolDefinition,
 } from '../../shared/contract';
@@ -289,7 +290,12 @@ export function textPart(text: string) {
 }
 
 /** A function call output item (`arguments` '' while it is being written). */
-export function callItem(id: string, call: ToolCall, args: string, status: 'in_progress' | 'completed') {
+export function callItem(
+  id: string,
+  call: Pick<ToolCall, 'id' | 'name'>,
+  args: string,
+  status: 'in_progress' | 'completed' | 'incomplete',
+) {
   return { type: 'function_call', id, call_id: call.id, name: call.name, arguments: args, status };
 }
 
@@ -360,6 +366,12 @@ export class ResponseEvents {
   /** The output items so far (each as its latest event showed it), and the message being written. */
   private readonly output: unknown[] = [];
   private open: { index: number; id: string; text: string } | null = null;
+  /** A call whose arguments stream as they are written (held to its schema): its output item, until it ends. */
+  private callOpen: { at: number; index: number; id: string; call: { id: string; name: string }; args: string } | null =
+    null;
+  /** Calls completed so far (the next one's index in the reply), and those whose arguments streamed. */
+  private callsSeen = 0;
+  private readonly streamed = new Set<number>();
 
   constructor(
     private readonly head: ResponseHead,
@@ -378,31 +390,107 @@ export class ResponseEvents {
     return out;
   }
 
-  /** Text and calls of the latest tokens. */
-  tokens(text: string, calls: readonly ToolCall[]): StreamEvent[] {
+  /**
+   * Text, completed calls and (calls held to their schemas) arguments written so far, of the latest tokens. A
+   * frame's text comes before the calls it completes, except after a streaming call (which holds no text).
+   */
+  tokens(text: string, calls: readonly ToolCall[], deltas: readonly ToolCallDelta[] = []): StreamEvent[] {
     const out: StreamEvent[] = [];
-    if (text.length > 0) {
-      const m = this.open ?? this.openMessage(out);
-      m.text += text;
-      this.event(out, 'response.output_text.delta', {
-        item_id: m.id,
-        output_index: m.index,
-        content_index: 0,
-        delta: text,
-        logprobs: [],
-      });
-    }
-    if (calls.length > 0) {
-      this.closeMessage(out, 'completed');
-      for (const call of calls) this.call(out, call);
+    const streaming = this.callOpen?.at;
+    if (streaming !== undefined) {
+      this.argumentDeltas(
+        out,
+        deltas.filter((d) => d.index === streaming),
+      );
+      this.completed(out, calls);
+      this.text(out, text);
+      this.argumentDeltas(
+        out,
+        deltas.filter((d) => d.index !== streaming),
+      );
+    } else {
+      this.text(out, text);
+      this.argumentDeltas(out, deltas);
+      this.completed(out, calls);
     }
     return out;
+  }
+
+  private text(out: StreamEvent[], text: string): void {
+    if (text.length === 0) return;
+    const m = this.open ?? this.openMessage(out);
+    m.text += text;
+    this.event(out, 'response.output_text.delta', {
+      item_id: m.id,
+      output_index: m.index,
+      content_index: 0,
+      delta: text,
+      logprobs: [],
+    });
+  }
+
+  /** A streaming call's first piece adds its output item; each piece is a function_call_arguments.delta. */
+  private argumentDeltas(out: StreamEvent[], deltas: readonly ToolCallDelta[]): void {
+    for (const d of deltas) {
+      if (d.id !== undefined) {
+        this.closeMessage(out, 'completed');
+        this.endCall(out, 'incomplete');
+        const index = this.output.length;
+        const id = callItemId(this.head, index);
+        const call = { id: d.id, name: d.name ?? '' };
+        this.output.push(callItem(id, call, '', 'in_progress'));
+        this.event(out, 'response.output_item.added', {
+          output_index: index,
+          item: callItem(id, call, '', 'in_progress'),
+        });
+        this.callOpen = { at: d.index, index, id, call, args: '' };
+        this.streamed.add(d.index);
+      }
+      const c = this.callOpen;
+      if (!c || d.index !== c.at || d.arguments.length === 0) continue;
+      c.args += d.arguments;
+      this.event(out, 'response.function_call_arguments.delta', {
+        item_id: c.id,
+        output_index: c.index,
+        delta: d.arguments,
+      });
+    }
+  }
+
+  /** Completed calls: a streamed one's item ends (its arguments as streamed); another is a whole item. */
+  private completed(out: StreamEvent[], calls: readonly ToolCall[]): void {
+    for (const call of calls) {
+      const at = this.callsSeen++;
+      if (this.streamed.has(at)) {
+        if (this.callOpen?.at === at) this.endCall(out, 'completed');
+        continue;
+      }
+      this.closeMessage(out, 'completed');
+      this.call(out, call);
+    }
+  }
+
+  /** The streaming call's end: its arguments done and its item done (incomplete when the reply cut it). */
+  private endCall(out: StreamEvent[], status: 'completed' | 'incomplete'): void {
+    const c = this.callOpen;
+    if (!c) return;
+    this.event(out, 'response.function_call_arguments.done', {
+      item_id: c.id,
+      output_index: c.index,
+      name: c.call.name,
+      arguments: c.args,
+    });
+    this.output[c.index] = callItem(c.id, c.call, c.args, status);
+    this.event(out, 'response.output_item.done', { output_index: c.index, item: this.output[c.index] });
+    this.callOpen = null;
   }
 
   /** The end: the open message closes (a reply with neither text nor calls is one empty message). */
   done(result: GenerationResult): StreamEvent[] {
     const out: StreamEvent[] = [];
     const status = incomplete(result) ? 'incomplete' : 'completed';
+    // A call cut off by the token limit while its arguments streamed.
+    this.endCall(out, 'incomplete');
     if (this.output.length === 0) this.openMessage(out);
     this.closeMessage(out, status);
     this.event(out, `response.${status}`, {

@@ -154,7 +154,7 @@ describe('POST /v1/responses', () => {
     expect(streamed.output.find((o) => o.type === 'function_call')).toMatchObject({ name: 'set_lamp' });
   });
 
-  it('streams a named call as its item events, then response.completed', async () => {
+  it('streams a named call as its item events, its arguments in pieces as written, then response.completed', async () => {
     const stream = await client.responses.create({
       model: 'default',
       input: 'Lamp?',
@@ -165,20 +165,28 @@ describe('POST /v1/responses', () => {
     });
     const types: string[] = [];
     let args = '';
+    let pieces = '';
+    const last: { response?: { output: Array<{ type: string; arguments?: string; status?: string }> } } = {};
     for await (const e of stream) {
       types.push(e.type);
+      if (e.type === 'response.function_call_arguments.delta') pieces += e.delta;
       if (e.type === 'response.function_call_arguments.done') args = e.arguments;
+      if (e.type === 'response.completed') last.response = e.response as unknown as typeof last.response;
     }
-    expect(types).toEqual([
-      'response.created',
-      'response.in_progress',
-      'response.output_item.added',
-      'response.function_call_arguments.delta',
+    expect(types.slice(0, 3)).toEqual(['response.created', 'response.in_progress', 'response.output_item.added']);
+    const deltas = types.slice(3, -3);
+    expect(deltas.length).toBeGreaterThan(2);
+    expect(new Set(deltas)).toEqual(new Set(['response.function_call_arguments.delta']));
+    expect(types.slice(-3)).toEqual([
       'response.function_call_arguments.done',
       'response.output_item.done',
       'response.completed',
     ]);
+    expect(pieces).toBe(args);
     expect([{ on: true }, { on: false }]).toContainEqual(JSON.parse(args));
+    expect(last.response?.output).toEqual([
+      expect.objectContaining({ type: 'function_call', arguments: args, status: 'completed' }),
+    ]);
   });
 
   it('text.format json_schema: the reply conforms', async () => {

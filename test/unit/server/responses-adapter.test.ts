@@ -136,6 +136,61 @@ describe('ResponseEvents', () => {
     ]);
   });
 
+  it('a call whose arguments stream: its item opens at the first piece, each piece a delta, text after it a new message', () => {
+    const s = new ResponseEvents(head, echo);
+    s.start();
+    const all = [
+      ...s.tokens('Let me look. ', [], [{ index: 0, id: 'call_1', name: 'search', arguments: '{"q"' }]),
+      ...s.tokens('', [], [{ index: 0, arguments: ': "x' }]),
+      ...s.tokens('Found.', [call], [{ index: 0, arguments: '"}' }]),
+    ];
+    const end = s.done(result('tool_calls'));
+    expect(brief([...all, ...end])).toEqual([
+      'response.output_item.added@0',
+      'response.content_part.added@0',
+      'response.output_text.delta@0',
+      'response.output_text.done@0',
+      'response.content_part.done@0',
+      'response.output_item.done@0',
+      'response.output_item.added@1',
+      'response.function_call_arguments.delta@1',
+      'response.function_call_arguments.delta@1',
+      'response.function_call_arguments.delta@1',
+      'response.function_call_arguments.done@1',
+      'response.output_item.done@1',
+      'response.output_item.added@2',
+      'response.content_part.added@2',
+      'response.output_text.delta@2',
+      'response.output_text.done@2',
+      'response.content_part.done@2',
+      'response.output_item.done@2',
+      'response.completed',
+    ]);
+    const response = (end[end.length - 1] as unknown as { response: { output: unknown[] } }).response;
+    // The arguments as streamed (the text the model wrote), under the call's id.
+    expect(response.output[1]).toEqual({
+      type: 'function_call',
+      id: 'fc_abc_1',
+      call_id: 'call_1',
+      name: 'search',
+      arguments: '{"q": "x"}',
+      status: 'completed',
+    });
+  });
+
+  it('a streaming call cut off by the token limit ends incomplete, before the response does', () => {
+    const s = new ResponseEvents(head, echo);
+    s.start();
+    s.tokens('', [], [{ index: 0, id: 'call_1', name: 'search', arguments: '{"q": "un' }]);
+    const end = s.done(result('length'));
+    expect(brief(end)).toEqual([
+      'response.function_call_arguments.done@0',
+      'response.output_item.done@0',
+      'response.incomplete',
+    ]);
+    expect(end[1]).toMatchObject({ item: { arguments: '{"q": "un', status: 'incomplete' } });
+  });
+
   it('a failure after text keeps the text written so far in the failed response', () => {
     const s = new ResponseEvents(head, echo);
     s.start();
