@@ -23,7 +23,7 @@ import { KvdeskError, type Result, toErrorInfo } from '../../shared/errors';
 import { loadModelSpec } from '../packages';
 import { providerShortName } from '../packages/execution-providers';
 import { ThreadStore } from '../store/thread-store';
-import { ModelLibrary } from './model-library';
+import { canonicalPath, ModelLibrary } from './model-library';
 import type { RunnerService } from './runner-service';
 
 /** Budget snapshots go out at most this often (ARCHITECTURE.md: ≤ 10 Hz, latest wins). */
@@ -294,7 +294,8 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     loadModel: async (req: { path: string }) => load(path.resolve(req.path)),
     listLibrary: async () => library.list(),
     forgetModel: async (req: { root: string }) => {
-      const root = path.resolve(req.root);
+      // Compared with links resolved, as package roots are: a loaded upload is never deleted under it.
+      const root = await canonicalPath(req.root);
       const loaded = runner.listModels().find((m) => path.resolve(m.spec.root) === root);
       const entry = library.list().find((e) => e.root === root);
       if (loaded && entry?.uploaded) {

@@ -11,7 +11,7 @@
  * A library file that cannot be read is moved aside with a logged reason,
  * never overwritten.
  */
-import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { lstat, mkdir, readdir, readFile, realpath, rename, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
 import type { LibraryEntry } from '../../shared/api';
@@ -27,7 +27,10 @@ const Stored = z.object({
     .array(
       z.object({
         root: z.string().min(1).max(4096),
-        uploaded: z.boolean(),
+        /** The id it loaded as (shown until the check after start). */
+        id: z.string().min(1).max(4096).optional(),
+        /** Written for people reading the file; kvdesk goes by the folder's place, never by this flag. */
+        uploaded: z.boolean().optional(),
         addedAt: z.number(),
         lastLoadedAt: z.number(),
       }),
@@ -75,10 +78,26 @@ async function check(root: string): Promise<Check> {
 
 let tmpSeq = 0;
 
+/**
+ * A folder's path with symbolic links resolved (as a package's root is), also for a path that does not exist
+ * yet: its nearest existing ancestor resolved, the rest as written. Library roots are compared in this form,
+ * so a data directory reached through a link (macOS's /tmp, a linked ~/.kvdesk) is still recognised.
+ */
+export async function canonicalPath(p: string): Promise<string> {
+  const abs = path.resolve(p);
+  try {
+    return await realpath(abs);
+  } catch {
+    const parent = path.dirname(abs);
+    return parent === abs ? abs : path.join(await canonicalPath(parent), path.basename(abs));
+  }
+}
+
 /** The library of one data directory. */
 export class ModelLibrary {
   private readonly file: string;
-  private readonly uploadsDir: string;
+  /** `<dataDir>/models`, links resolved: a package is an upload when its folder is directly inside. */
+  private uploadsDir: string;
   private records: Held[] = [];
   private saving: Promise<void> = Promise.resolve();
   private readonly onChange: (entries: LibraryEntry[]) => void;
@@ -106,6 +125,7 @@ export class ModelLibrary {
     opts: { onChange?: (entries: LibraryEntry[]) => void; log?: (line: string) => void; now?: () => number } = {},
   ): Promise<ModelLibrary> {
     const lib = new ModelLibrary(dataDir, opts);
+    lib.uploadsDir = await canonicalPath(lib.uploadsDir);
     let text: string | null = null;
     try {
       text = await readFile(lib.file, 'utf8');
@@ -127,10 +147,17 @@ export class ModelLibrary {
       if (parsed) {
         const seen = new Set<string>();
         for (const p of parsed.packages) {
-          const root = path.resolve(p.root);
+          const root = await canonicalPath(p.root);
           if (seen.has(root)) continue;
           seen.add(root);
-          lib.records.push({ ...p, root, id: path.basename(root), missing: false });
+          lib.records.push({
+            root,
+            uploaded: lib.isUpload(root),
+            addedAt: p.addedAt,
+            lastLoadedAt: p.lastLoadedAt,
+            id: p.id ?? path.basename(root),
+            missing: false,
+          });
         }
       } else {
         // Kept for the person to read or mend; the library starts again empty.
@@ -180,7 +207,8 @@ export class ModelLibrary {
     for (const name of names) {
       if (name.startsWith('.')) continue; // staging folders of uploads in progress
       const root = path.join(this.uploadsDir, name);
-      const s = await stat(root).catch(() => null);
+      // A link in there is not kvdesk's copy (forgetting an upload deletes it): left alone.
+      const s = await lstat(root).catch(() => null);
       // Checked after the wait: an upload may have been loaded (and recorded) meanwhile.
       if (!s?.isDirectory() || this.records.some((r) => r.root === root)) continue;
       const when = s.mtimeMs;
@@ -196,16 +224,18 @@ export class ModelLibrary {
 
   /** Records a successful load (a new package joins the library; a known one moves to the top). */
   async loaded(root: string, spec: ModelSpec): Promise<void> {
-    const abs = path.resolve(root);
+    const abs = await canonicalPath(root);
     const t = this.now();
-    const r = this.records.find((x) => x.root === abs);
+    let r = this.records.find((x) => x.root === abs);
     if (r) {
       r.lastLoadedAt = t;
       this.apply(r, { spec });
+      this.records = this.records.filter((x) => x !== r);
     } else {
-      const uploaded = path.dirname(abs) === this.uploadsDir;
-      this.records.push({ root: abs, uploaded, addedAt: t, lastLoadedAt: t, id: spec.id, spec, missing: false });
+      r = { root: abs, uploaded: this.isUpload(abs), addedAt: t, lastLoadedAt: t, id: spec.id, spec, missing: false };
     }
+    // First, then a stable sort: a load in the same millisecond as another still comes first.
+    this.records.unshift(r);
     this.sort();
     await this.save();
     this.onChange(this.list());
@@ -217,18 +247,30 @@ export class ModelLibrary {
    * nothing else would ever show or remove it.
    */
   async forget(root: string): Promise<void> {
-    const abs = path.resolve(root);
+    const abs = await canonicalPath(root);
     const r = this.records.find((x) => x.root === abs);
     if (!r) throw new KvdeskError('BAD_REQUEST', `${abs} is not in the model library`, { field: 'root' });
     this.records = this.records.filter((x) => x !== r);
     await this.save();
-    if (r.uploaded) await rm(abs, { recursive: true, force: true });
+    // Only a folder directly in <dataDir>/models (and not a link) is kvdesk's own copy.
+    const own =
+      this.isUpload(abs) &&
+      (await lstat(abs).then(
+        (s) => s.isDirectory(),
+        () => false,
+      ));
+    if (own) await rm(abs, { recursive: true, force: true });
     this.onChange(this.list());
   }
 
   /** Waits for pending writes (tests, shutdown). */
   flush(): Promise<void> {
     return this.saving;
+  }
+
+  /** Whether a folder (links resolved) is kvdesk's copy of an upload: directly inside `<dataDir>/models`. */
+  private isUpload(root: string): boolean {
+    return path.dirname(root) === this.uploadsDir;
   }
 
   private apply(r: Held, c: Check): void {
@@ -253,6 +295,7 @@ export class ModelLibrary {
       version: 1,
       packages: this.records.map((r) => ({
         root: r.root,
+        id: r.id,
         uploaded: r.uploaded,
         addedAt: r.addedAt,
         lastLoadedAt: r.lastLoadedAt,

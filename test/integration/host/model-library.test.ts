@@ -6,7 +6,7 @@
  * two folders with one id, and the `library` event.
  */
 import { existsSync } from 'node:fs';
-import { cp, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { cp, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
@@ -453,5 +453,63 @@ describe('two folders with one id', () => {
     await api.ensureModel('same');
     expect(api.runner.listModels().map((m) => [m.id, m.spec.root])).toEqual([['same', b]]);
     expect(api.loadable()).toEqual([]);
+  });
+});
+
+describe('what decides that a package is kvdesk’s copy', () => {
+  it('a data directory reached through a link: uploads are recognised, and a loaded one is never deleted', async () => {
+    const real = await tmp();
+    const link = path.join(await tmp(), 'data-link');
+    await symlink(real, link);
+    const api = await makeApi(link);
+    const files = await Promise.all(
+      (await readdir(defaultModelDir, { recursive: true, withFileTypes: true }))
+        .filter((d) => d.isFile())
+        .map(async (d) => {
+          const abs = path.join(d.parentPath, d.name);
+          return { path: `dropped/${path.relative(defaultModelDir, abs)}`, data: new Uint8Array(await readFile(abs)) };
+        }),
+    );
+    const up = await api.importFiles({ name: 'dropped', files });
+    expect(up.ok).toBe(true);
+    const entry = api.library.list().find((e) => e.id === 'dropped');
+    expect(entry?.uploaded).toBe(true);
+    // Named through the link while it is loaded: refused, the files stay.
+    const refused = await api.call('forgetModel', { root: path.join(link, 'models', 'dropped') });
+    expect(refused.ok).toBe(false);
+    expect(existsSync(path.join(real, 'models', 'dropped', 'config.json'))).toBe(true);
+    expect((await api.call('unloadModel', { id: 'dropped' })).ok).toBe(true);
+    expect((await api.call('forgetModel', { root: path.join(link, 'models', 'dropped') })).ok).toBe(true);
+    expect(existsSync(path.join(real, 'models', 'dropped'))).toBe(false);
+  });
+
+  it('never the file’s word: a folder of one’s own marked "uploaded" by hand is forgotten, not deleted', async () => {
+    const dataDir = await tmp();
+    const mine = await copyPackage(path.join(await tmp(), 'mine'));
+    await writeFile(
+      path.join(dataDir, 'library.json'),
+      JSON.stringify({
+        version: 1,
+        packages: [{ root: mine, id: 'mine', uploaded: true, addedAt: 1, lastLoadedAt: 2 }],
+      }),
+    );
+    const lib = await ModelLibrary.open(dataDir);
+    // The stored id stands until the check; the place decides what an upload is.
+    expect(lib.list()).toEqual([expect.objectContaining({ root: mine, id: 'mine', uploaded: false })]);
+    await lib.forget(mine);
+    expect(existsSync(path.join(mine, 'config.json'))).toBe(true);
+  });
+
+  it('two loads in the same millisecond: the later one comes first', async () => {
+    const dataDir = await tmp();
+    const pkgs = await tmp();
+    const a = await copyPackage(path.join(pkgs, 'a'));
+    const b = await copyPackage(path.join(pkgs, 'b'));
+    const lib = await ModelLibrary.open(dataDir, { now: () => 5 });
+    await lib.loaded(a, await specOf(a));
+    await lib.loaded(b, await specOf(b));
+    expect(roots(lib.list())).toEqual([b, a]);
+    await lib.loaded(a, await specOf(a));
+    expect(roots(lib.list())).toEqual([a, b]);
   });
 });
