@@ -15,7 +15,7 @@ import type {
   ToolChoice,
   ToolDefinition,
 } from '../../shared/contract';
-import type { HttpError } from './http-util';
+import { type HttpError, inFrameOrder } from './http-util';
 import {
   type Body,
   bad,
@@ -350,23 +350,11 @@ export class MessageEvents {
    */
   tokens(text: string, calls: readonly ToolCall[], deltas: readonly ToolCallDelta[] = []): MessageEvent[] {
     const out: MessageEvent[] = [];
-    const open = this.toolOpen;
-    if (open !== null) {
-      this.inputDeltas(
-        out,
-        deltas.filter((d) => d.index === open),
-      );
-      this.completed(out, calls);
-      this.text(out, text);
-      this.inputDeltas(
-        out,
-        deltas.filter((d) => d.index !== open),
-      );
-    } else {
-      this.text(out, text);
-      this.inputDeltas(out, deltas);
-      this.completed(out, calls);
-    }
+    inFrameOrder(this.toolOpen, deltas, {
+      text: () => this.text(out, text),
+      pieces: (ds) => this.inputDeltas(out, ds),
+      completed: () => this.completed(out, calls),
+    });
     return out;
   }
 

@@ -3,6 +3,7 @@
  * and the OpenAI-shaped error envelope every route answers with.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { ToolCallDelta } from '../../shared/contract';
 import type { ErrorCode, ErrorInfo } from '../../shared/errors';
 
 /** Headers on every API answer: nothing is cacheable, nothing is sniffed. */
@@ -258,4 +259,27 @@ export function parseJson(body: Buffer): unknown {
   } catch (err) {
     throw httpError(400, `The request body is not valid JSON: ${(err as Error).message}`, 'invalid_json');
   }
+}
+
+/**
+ * The order of one frame's parts on a stream of content blocks (Anthropic's blocks, the Responses API's items):
+ * a frame's text comes before the calls it completes and the pieces of a call it opens, except while a call's
+ * arguments stream (a held call holds no text): then that call's last pieces and its end come first, then the
+ * text, then any call opened after it. `streaming`: the index of the call being streamed, or null.
+ */
+export function inFrameOrder(
+  streaming: number | null,
+  deltas: readonly ToolCallDelta[],
+  steps: { text(): void; pieces(deltas: readonly ToolCallDelta[]): void; completed(): void },
+): void {
+  if (streaming === null) {
+    steps.text();
+    steps.pieces(deltas);
+    steps.completed();
+    return;
+  }
+  steps.pieces(deltas.filter((d) => d.index === streaming));
+  steps.completed();
+  steps.text();
+  steps.pieces(deltas.filter((d) => d.index !== streaming));
 }

@@ -13,6 +13,7 @@ import type {
   ToolChoice,
   ToolDefinition,
 } from '../../shared/contract';
+import { inFrameOrder } from './http-util';
 import { type Body, bad, boolean, conversationRequest, kvdeskExtras, number, present } from './openai-adapter';
 
 /** A Responses request translated for the host, with the parameters a response repeats back. */
@@ -396,23 +397,11 @@ export class ResponseEvents {
    */
   tokens(text: string, calls: readonly ToolCall[], deltas: readonly ToolCallDelta[] = []): StreamEvent[] {
     const out: StreamEvent[] = [];
-    const streaming = this.callOpen?.at;
-    if (streaming !== undefined) {
-      this.argumentDeltas(
-        out,
-        deltas.filter((d) => d.index === streaming),
-      );
-      this.completed(out, calls);
-      this.text(out, text);
-      this.argumentDeltas(
-        out,
-        deltas.filter((d) => d.index !== streaming),
-      );
-    } else {
-      this.text(out, text);
-      this.argumentDeltas(out, deltas);
-      this.completed(out, calls);
-    }
+    inFrameOrder(this.callOpen?.at ?? null, deltas, {
+      text: () => this.text(out, text),
+      pieces: (ds) => this.argumentDeltas(out, ds),
+      completed: () => this.completed(out, calls),
+    });
     return out;
   }
 
