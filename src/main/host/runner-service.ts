@@ -1150,23 +1150,30 @@ class Generation {
     if (this.ended) return;
     const sessionId = this.req.sessionId;
     // Flush text held back by the decoders and stop matchers.
-    const tail: Array<{ ids: number[]; text: string; toolCalls?: ToolCall[] }> = [];
+    const tail: Array<{ ids: number[]; text: string; toolCalls?: ToolCall[]; toolCallDeltas?: ToolCallDelta[] }> = [];
     for (let r = 0; r < this.rows.length; r++) {
       let text = '';
       const calls: ToolCall[] = [];
+      // The last pieces of a streamed call may come with the text held back until now.
+      const deltas: ToolCallDelta[] = [];
       if (!this.rowStopped[r]) {
         const m = this.matchers[r]?.push(this.decoders[r]?.flush() ?? '');
-        text += this.readCalls(r, m?.emit ?? '', calls);
+        text += this.readCalls(r, m?.emit ?? '', calls, deltas);
         if (m?.stopped) this.stopRow(r, m.stop);
-        if (!this.rowStopped[r]) text += this.readCalls(r, this.matchers[r]?.flush() ?? '', calls);
+        if (!this.rowStopped[r]) text += this.readCalls(r, this.matchers[r]?.flush() ?? '', calls, deltas);
       }
       // A call left incomplete is the reply's text.
       const filter = this.toolFilters?.[r];
-      if (filter) text += this.takeCalls(r, filter.flush(), calls);
+      if (filter) text += this.takeCalls(r, filter.flush(), calls, deltas);
       this.rowText[r] += text;
-      tail.push(calls.length > 0 ? { ids: [], text, toolCalls: calls } : { ids: [], text });
+      tail.push({
+        ids: [],
+        text,
+        ...(calls.length > 0 ? { toolCalls: calls } : {}),
+        ...(deltas.length > 0 ? { toolCallDeltas: deltas } : {}),
+      });
     }
-    if (tail.some((t) => t.text.length > 0 || t.toolCalls))
+    if (tail.some((t) => t.text.length > 0 || t.toolCalls || t.toolCallDeltas))
       this.emit({ type: 'tokens', requestId: this.id, rows: tail });
 
     const cancelled = engineReason === 'cancelled' || (this.cancelReason !== null && engineReason !== 'eos');
