@@ -31,10 +31,16 @@ export interface ModelInfo {
   firstUse?: { ttlMs: number | null; lastUsedAt: number };
 }
 
+/** Why a package is refused: the error code and message, and the file and field at fault when known. */
+export interface PackageProblem {
+  code: string;
+  message: string;
+  file?: string;
+  field?: string;
+}
+
 /** The outcome of validating a package without loading it (drop → validation card). */
-export type PackageCheck =
-  | { ok: true; spec: ModelSpec }
-  | { ok: false; error: { code: string; message: string; file?: string; field?: string } };
+export type PackageCheck = { ok: true; spec: ModelSpec } | { ok: false; error: PackageProblem };
 
 /** A model package kvdesk has loaded before (the Models view's library; the APIs load it on first use). */
 export interface LibraryEntry {
@@ -45,7 +51,7 @@ export interface LibraryEntry {
   /** Its validation at the last check: what the card shows; absent while the first check runs. */
   spec?: ModelSpec;
   /** Why the last check failed (files changed since it was loaded); the card says what to do. */
-  error?: { code: string; message: string; file?: string; field?: string };
+  error?: PackageProblem;
   /** The folder is gone (moved, deleted, an unplugged disk). */
   missing: boolean;
   /** kvdesk's own copy of a browser upload (under `<data-dir>/models`): forgetting it deletes the files. */

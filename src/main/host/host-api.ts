@@ -22,6 +22,7 @@ import type { StreamFrame } from '../../shared/contract';
 import { KvdeskError, type Result, toErrorInfo } from '../../shared/errors';
 import { loadModelSpec } from '../packages';
 import { providerShortName } from '../packages/execution-providers';
+import { packageProblem } from '../packages/package-error';
 import { ThreadStore } from '../store/thread-store';
 import { canonicalPath, ModelLibrary } from './model-library';
 import type { RunnerService } from './runner-service';
@@ -277,18 +278,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       try {
         return { ok: true, spec: await loadModelSpec(path.resolve(req.path)) };
       } catch (err) {
-        const info = toErrorInfo(err);
-        const file = info.detail?.file;
-        const field = info.detail?.field;
-        return {
-          ok: false,
-          error: {
-            code: info.code,
-            message: info.message,
-            ...(typeof file === 'string' ? { file } : {}),
-            ...(typeof field === 'string' ? { field } : {}),
-          },
-        };
+        return { ok: false, error: packageProblem(err) };
       }
     },
     loadModel: async (req: { path: string }) => load(path.resolve(req.path)),

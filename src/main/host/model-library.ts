@@ -15,9 +15,10 @@ import { lstat, mkdir, readdir, readFile, realpath, rename, rm, stat, writeFile 
 import path from 'node:path';
 import { z } from 'zod';
 import type { LibraryEntry } from '../../shared/api';
-import { KvdeskError, toErrorInfo } from '../../shared/errors';
+import { KvdeskError } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
 import { loadModelSpec } from '../packages';
+import { packageProblem } from '../packages/package-error';
 
 const CPU = 'CPUExecutionProvider';
 
@@ -56,23 +57,16 @@ async function check(root: string): Promise<Check> {
   try {
     return { spec: await loadModelSpec(root, { availableBackends: [CPU] }) };
   } catch (err) {
-    const info = toErrorInfo(err);
-    const file = info.detail?.file;
-    const field = info.detail?.field;
+    const problem = packageProblem(err);
     const missing = !(await stat(root).then(
       (s) => s.isDirectory(),
       () => false,
     ));
-    return {
-      missing,
-      error: {
-        code: info.code,
-        message: missing ? `the folder ${root} is not there any more: put it back, or forget it` : info.message,
-        // A missing folder has no file to name.
-        ...(typeof file === 'string' && !missing ? { file } : {}),
-        ...(typeof field === 'string' && !missing ? { field } : {}),
-      },
-    };
+    // A missing folder has no file to name.
+    const error = missing
+      ? { code: problem.code, message: `the folder ${root} is not there any more: put it back, or forget it` }
+      : problem;
+    return { missing, error };
   }
 }
 

@@ -1,4 +1,5 @@
-import { type ErrorDetail, KvdeskError } from '../../shared/errors';
+import type { PackageProblem } from '../../shared/api';
+import { type ErrorDetail, KvdeskError, toErrorInfo } from '../../shared/errors';
 
 /**
  * Where in a package a problem is: the file relative to the package root and,
@@ -15,6 +16,19 @@ export function packageError(message: string, where: PackageWhere, extra: ErrorD
   const detail: ErrorDetail = { file: where.file, ...extra };
   if (where.field !== undefined) detail.field = where.field;
   return new KvdeskError('PACKAGE_INVALID', message, detail);
+}
+
+/** Any error as a front end shows a refused package: code, message, and the file and field when it names them. */
+export function packageProblem(err: unknown): PackageProblem {
+  const info = toErrorInfo(err);
+  const file = info.detail?.file;
+  const field = info.detail?.field;
+  return {
+    code: info.code,
+    message: info.message,
+    ...(typeof file === 'string' ? { file } : {}),
+    ...(typeof field === 'string' ? { field } : {}),
+  };
 }
 
 /** `file` or `file: \`field\``: the prefix every message starts with. */

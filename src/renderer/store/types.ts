@@ -2,7 +2,7 @@
  * The shape of the one renderer store. Each slice owns its data and the pure
  * reducers that change it; the bridge (../bridge) does all I/O and calls them.
  */
-import type { LibraryEntry, ModelInfo, StoredMessage, Thread, UiSettings } from '../../shared/api';
+import type { LibraryEntry, ModelInfo, PackageProblem, StoredMessage, Thread, UiSettings } from '../../shared/api';
 import type { BudgetCap, ContextClip, StreamFrame } from '../../shared/contract';
 import type { ErrorInfo } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
@@ -21,7 +21,7 @@ export interface PackageImport {
   modelId?: string;
   /** Electron: the path on disk (checked first, loaded on request). */
   path?: string;
-  error?: { code: string; message: string; file?: string; field?: string };
+  error?: PackageProblem;
 }
 
 export interface ModelsSlice {
