@@ -11,7 +11,7 @@
  * A library file that cannot be read is moved aside with a logged reason,
  * never overwritten.
  */
-import { lstat, mkdir, readdir, readFile, realpath, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { lstat, readdir, readFile, realpath, rename, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
 import type { LibraryEntry } from '../../shared/api';
@@ -19,6 +19,7 @@ import { KvdeskError } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
 import { loadModelSpec } from '../packages';
 import { packageProblem } from '../packages/package-error';
+import { writeAtomic } from '../store/write-atomic';
 
 const CPU = 'CPUExecutionProvider';
 
@@ -41,7 +42,6 @@ const Stored = z.object({
 
 interface Held {
   root: string;
-  uploaded: boolean;
   addedAt: number;
   lastLoadedAt: number;
   id: string;
@@ -69,8 +69,6 @@ async function check(root: string): Promise<Check> {
     return { missing, error };
   }
 }
-
-let tmpSeq = 0;
 
 /**
  * A folder's path with symbolic links resolved (as a package's root is), also for a path that does not exist
@@ -146,7 +144,6 @@ export class ModelLibrary {
           seen.add(root);
           lib.records.push({
             root,
-            uploaded: lib.isUpload(root),
             addedAt: p.addedAt,
             lastLoadedAt: p.lastLoadedAt,
             id: p.id ?? path.basename(root),
@@ -172,7 +169,7 @@ export class ModelLibrary {
       ...(r.spec ? { spec: r.spec } : {}),
       ...(r.error ? { error: r.error } : {}),
       missing: r.missing,
-      uploaded: r.uploaded,
+      uploaded: this.isUpload(r.root),
       addedAt: r.addedAt,
       lastLoadedAt: r.lastLoadedAt,
     }));
@@ -206,7 +203,7 @@ export class ModelLibrary {
       // Checked after the wait: an upload may have been loaded (and recorded) meanwhile.
       if (!s?.isDirectory() || this.records.some((r) => r.root === root)) continue;
       const when = s.mtimeMs;
-      this.records.push({ root, uploaded: true, addedAt: when, lastLoadedAt: when, id: name, missing: false });
+      this.records.push({ root, addedAt: when, lastLoadedAt: when, id: name, missing: false });
       found++;
     }
     for (const r of [...this.records]) this.apply(r, await check(r.root));
@@ -226,7 +223,7 @@ export class ModelLibrary {
       this.apply(r, { spec });
       this.records = this.records.filter((x) => x !== r);
     } else {
-      r = { root: abs, uploaded: this.isUpload(abs), addedAt: t, lastLoadedAt: t, id: spec.id, spec, missing: false };
+      r = { root: abs, addedAt: t, lastLoadedAt: t, id: spec.id, spec, missing: false };
     }
     // First, then a stable sort: a load in the same millisecond as another still comes first.
     this.records.unshift(r);
@@ -290,21 +287,14 @@ export class ModelLibrary {
       packages: this.records.map((r) => ({
         root: r.root,
         id: r.id,
-        uploaded: r.uploaded,
+        uploaded: this.isUpload(r.root),
         addedAt: r.addedAt,
         lastLoadedAt: r.lastLoadedAt,
       })),
     };
     const text = `${JSON.stringify(data, null, 2)}\n`;
-    // Writes run in order, each atomically (temp file + rename): the last state wins, a crash leaves the previous file.
-    const next = this.saving
-      .catch(() => {})
-      .then(async () => {
-        await mkdir(path.dirname(this.file), { recursive: true });
-        const tmp = `${this.file}.${process.pid}.${++tmpSeq}.tmp`;
-        await writeFile(tmp, text);
-        await rename(tmp, this.file);
-      });
+    // Writes run in order, each atomically: the last state wins, a crash leaves the previous file.
+    const next = this.saving.catch(() => {}).then(() => writeAtomic(this.file, text));
     this.saving = next.catch((err: Error) => this.log(`kvdesk: the model library could not be saved: ${err.message}`));
     return this.saving;
   }

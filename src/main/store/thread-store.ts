@@ -3,22 +3,13 @@
  * `<dataDir>/threads/`, written atomically (temp file + rename) so a crash
  * never leaves half a thread. Files that fail validation are skipped, not fatal.
  */
-import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { readdir, readFile, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { Thread, UiSettings } from '../../shared/api';
 import { KvdeskError } from '../../shared/errors';
+import { writeAtomic } from './write-atomic';
 
 const SAFE_ID = /^[A-Za-z0-9_-]{1,100}$/;
-
-let tmpSeq = 0;
-
-async function writeAtomic(file: string, data: string): Promise<void> {
-  await mkdir(path.dirname(file), { recursive: true });
-  // Unique per write: two saves in the same millisecond must not share a temp file.
-  const tmp = `${file}.${process.pid}.${Date.now()}.${++tmpSeq}.tmp`;
-  await writeFile(tmp, data);
-  await rename(tmp, file);
-}
 
 /** Threads and settings on disk. */
 export class ThreadStore {
