@@ -185,6 +185,8 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
   });
 
   const library = await ModelLibrary.open(opts.dataDir, { onChange: (e) => emit('library', e), log });
+  /** The library's check after start (set once the default model is loaded). */
+  let libraryChecked: Promise<void> = Promise.resolve();
 
   /** Loads a package; `jit`: a request named it (loaded on first use), else the person loaded it. */
   async function load(dir: string, jit?: FirstUse): Promise<ModelInfo> {
@@ -202,6 +204,14 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
   /** Loads in progress by id: concurrent requests for one package share its load. */
   const jitLoads = new Map<string, Promise<void>>();
 
+  /** Unloads a model (refused while requests run on it), whoever loaded it. */
+  async function unload(id: string): Promise<void> {
+    await runner.unloadModel(id);
+    firstUse.delete(id);
+    emit('models', models());
+    budgetChanged();
+  }
+
   /** Unloads a model loaded on first use; false (and it stays) while requests run on it. */
   async function unloadFirstUse(id: string, why: string): Promise<boolean> {
     if (!runner.listModels().some((m) => m.id === id)) {
@@ -209,13 +219,10 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       return true;
     }
     try {
-      await runner.unloadModel(id);
+      await unload(id);
     } catch {
       return false;
     }
-    firstUse.delete(id);
-    emit('models', models());
-    budgetChanged();
     log(`kvdesk: unloaded ${id} (loaded on first use) ${why}`);
     return true;
   }
@@ -297,10 +304,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       return null;
     },
     unloadModel: async (req: { id: string }) => {
-      await runner.unloadModel(req.id);
-      firstUse.delete(req.id);
-      emit('models', models());
-      budgetChanged();
+      await unload(req.id);
       return null;
     },
     getSnapshot: async () => runner.snapshot(),
@@ -335,7 +339,9 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
   const api: HostApi = {
     runner,
     library,
-    libraryChecked: Promise.resolve(),
+    get libraryChecked() {
+      return libraryChecked;
+    },
     ensureModel,
     loadable() {
       const loaded = new Set(runner.listModels().map((m) => m.id));
@@ -460,7 +466,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     }
   }
   // In the background: a library of large packages must not hold up the start.
-  (api as { libraryChecked: Promise<void> }).libraryChecked = library
+  libraryChecked = library
     .refresh()
     .catch((err: Error) => log(`kvdesk: the model library could not be checked: ${err.message}`));
   return api;
