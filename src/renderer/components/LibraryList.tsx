@@ -6,11 +6,10 @@ import { useState } from 'react';
 import { useShallow } from 'zustand/react/shallow';
 import type { LibraryEntry } from '../../shared/api';
 import { useApp, useBridge } from '../bridge/context';
-import { fitLabel } from '../lib/fit';
+import { fitClass, fitLabel, modelFit } from '../lib/fit';
 import { formatInteger } from '../lib/format';
 import { lastLoaded, unloadedEntries } from '../lib/library';
 import { Bytes } from './Bytes';
-import { fitClass, modelFit } from './ModelCard';
 
 function Row({ entry, busy }: { entry: LibraryEntry; busy: boolean }) {
   const bridge = useBridge();

@@ -1,12 +1,10 @@
 /** A validated model package: what it is, what its KV costs, whether it fits the budget, and load/unload. */
 import type { ReactNode } from 'react';
 import type { ModelInfo } from '../../shared/api';
-import { deviceKey } from '../../shared/devices';
 import { formatDuration } from '../../shared/duration';
 import { type ModelSpec, staticPositions } from '../../shared/model-spec';
-import type { DeviceBudgetSnapshot } from '../../shared/scheduler-types';
 import { useApp } from '../bridge/context';
-import { FIT_CONCURRENCY, type FitResult, fitBadge, fitLabel } from '../lib/fit';
+import { FIT_CONCURRENCY, fitClass, fitLabel, modelFit } from '../lib/fit';
 import { exactBytes, formatBytes, formatInteger } from '../lib/format';
 import { Bytes } from './Bytes';
 
@@ -33,40 +31,6 @@ function Field({ k, children, testId }: { k: string; children: ReactNode; testId
       <span className="num">{children}</span>
     </div>
   );
-}
-
-/** The fit badge's colour class. */
-export function fitClass(fit: FitResult | null): string {
-  return fit ? (fit.level === 'fits' ? 'ok' : fit.level === 'tight' ? 'warn' : 'bad') : '';
-}
-
-/**
- * The device a model is (or would be) placed on and its fit against that device's budget; null where the
- * device has no budget yet (a GPU gets one once a model is there).
- */
-export function modelFit(
-  spec: ModelSpec,
-  loaded: boolean,
-  devices: readonly DeviceBudgetSnapshot[],
-): { device: string; fit: FitResult | null } {
-  const device = loaded
-    ? (devices.find((d) => d.models.includes(spec.id))?.device ?? 'cpu')
-    : deviceKey(spec.executionProvider ?? 'CPUExecutionProvider');
-  const budget = devices.find((d) => d.device === device);
-  const positions = staticPositions(spec);
-  const fit = budget
-    ? fitBadge(
-        {
-          bpt: spec.bpt,
-          contextLength: spec.contextLength,
-          ...(positions !== undefined ? { staticPositions: positions } : {}),
-          weightsBytes: spec.weightsBytes,
-          loaded,
-        },
-        { limitBytes: budget.limitBytes, derivation: budget.derivation },
-      )
-    : null;
-  return { device, fit };
 }
 
 export function ModelCard({

@@ -3,7 +3,9 @@
  * several times over, inside the KV budget? A person reads it before loading a
  * model, so it answers in the same terms as the inspector (bytes of KV).
  */
-import type { BudgetDerivation } from '../../shared/scheduler-types';
+import { deviceKey } from '../../shared/devices';
+import { type ModelSpec, staticPositions } from '../../shared/model-spec';
+import type { BudgetDerivation, DeviceBudgetSnapshot } from '../../shared/scheduler-types';
 
 export type FitLevel = 'fits' | 'tight' | 'wont-fit';
 
@@ -76,4 +78,38 @@ export function fitBadge(model: FitInput, budget: FitBudget, concurrency = FIT_C
 /** Badge text. */
 export function fitLabel(level: FitLevel): string {
   return level === 'fits' ? 'fits' : level === 'tight' ? 'tight' : "won't fit";
+}
+
+/** The fit badge's colour class. */
+export function fitClass(fit: FitResult | null): string {
+  return fit ? (fit.level === 'fits' ? 'ok' : fit.level === 'tight' ? 'warn' : 'bad') : '';
+}
+
+/**
+ * The device a model is (or would be) placed on and its fit against that device's budget; null where the
+ * device has no budget yet (a GPU gets one once a model is there).
+ */
+export function modelFit(
+  spec: ModelSpec,
+  loaded: boolean,
+  devices: readonly DeviceBudgetSnapshot[],
+): { device: string; fit: FitResult | null } {
+  const device = loaded
+    ? (devices.find((d) => d.models.includes(spec.id))?.device ?? 'cpu')
+    : deviceKey(spec.executionProvider ?? 'CPUExecutionProvider');
+  const budget = devices.find((d) => d.device === device);
+  const positions = staticPositions(spec);
+  const fit = budget
+    ? fitBadge(
+        {
+          bpt: spec.bpt,
+          contextLength: spec.contextLength,
+          ...(positions !== undefined ? { staticPositions: positions } : {}),
+          weightsBytes: spec.weightsBytes,
+          loaded,
+        },
+        { limitBytes: budget.limitBytes, derivation: budget.derivation },
+      )
+    : null;
+  return { device, fit };
 }
