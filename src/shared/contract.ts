@@ -106,6 +106,17 @@ export const GenerateRequest = z
     toolChoice: ToolChoice.optional(),
     /** False: a reply ends after its first call. Default true. */
     parallelToolCalls: z.boolean().optional(),
+    /**
+     * When `messages` do not fit the context with room for the reply: `refuse` (default; CONTEXT_OVERFLOW) or
+     * `drop-oldest`: leave out the oldest turns (never system messages or the last user message) until they do.
+     */
+    contextOverflow: z.enum(['refuse', 'drop-oldest']).optional(),
+    /**
+     * With `drop-oldest`: how many of `messages` (system messages not counted) an earlier turn of this
+     * conversation left out (its result's `contextDrop.messages`). The turn leaves out at least these, so it
+     * continues the same prefix (and its KV); when more must go, it leaves out enough for several turns.
+     */
+    droppedMessages: z.number().int().min(0).max(1_000_000).optional(),
     /** Keep this conversation's KV between turns. */
     sessionId: z.string().min(1).max(200).optional(),
     /**
@@ -145,6 +156,13 @@ export interface BudgetCap {
 export interface ContextClip {
   requestedMaxTokens: number;
   clippedMaxTokens: number;
+  contextLength: number;
+}
+
+/** Present when the `drop-oldest` policy left messages out so the conversation fits the context. */
+export interface ContextDrop {
+  /** The first this many of the request's messages (system messages not counted) were left out. */
+  messages: number;
   contextLength: number;
 }
 
@@ -207,6 +225,7 @@ export interface GenerationResult {
   reservedBytes: number;
   budgetCap?: BudgetCap;
   clipped?: ContextClip;
+  contextDrop?: ContextDrop;
   timings: { queueMs: number; ttftMs: number; totalMs: number; tokensPerSecond: number };
 }
 
@@ -222,6 +241,7 @@ export type StreamFrame =
       /** A static KV cache's positions: the request needs all of them, whatever its length. */
       fixedTokens?: number;
       clipped?: ContextClip;
+      contextDrop?: ContextDrop;
     }
   | {
       type: 'admitted';

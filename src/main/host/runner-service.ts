@@ -10,6 +10,7 @@ import {
   type BudgetCap,
   type ChatMessage,
   type ContextClip,
+  type ContextDrop,
   type FinishReason,
   type GeneratedTokenLogprob,
   GenerateRequest,
@@ -47,11 +48,14 @@ import {
   toolCallFormat,
   toolChatTurns,
 } from '../tokenizer/tool-calls';
+import { dropOldest } from './context-fit';
 import { deriveHostDeviceBudget } from './device-budgets';
 import { EngineClient } from './engine-client';
 import { nativeTemplate, planTools, type ToolPlan } from './tool-plan';
 
 const CPU = 'CPUExecutionProvider';
+/** Max new tokens of a request that names none, in a package whose generation config names none either. */
+const DEFAULT_MAX_NEW_TOKENS = 256;
 
 /** Budget and engine settings of a host. */
 export interface HostSettings {
@@ -587,12 +591,16 @@ export class RunnerService {
     return m;
   }
 
-  /** A request's prompt rows, and the plan of its tools (which shapes the chat prompt). */
-  private buildRows(req: GenerateRequest, model: LoadedModel): { rows: number[][]; tools: ToolPlan | undefined } {
+  /** A request's prompt rows, the plan of its tools (which shapes the chat prompt), and what was left out. */
+  private buildRows(
+    req: GenerateRequest,
+    model: LoadedModel,
+  ): { rows: number[][]; tools: ToolPlan | undefined; contextDrop?: ContextDrop } {
     const tools = planTools(req, model.spec.chatTemplate, model.tokenizer);
     const tok = model.tokenizer;
     const spec = model.spec;
     let rows: number[][];
+    let contextDrop: ContextDrop | undefined;
     if (req.promptIds) {
       tok.validateIds(req.promptIds);
       rows = [req.promptIds];
@@ -605,20 +613,27 @@ export class RunnerService {
       const messages: ChatMessage[] | undefined =
         req.messages ?? (req.chat ? [{ role: 'user', content: req.prompt ?? '' }] : undefined);
       if (messages) {
-        const all: ChatMessage[] = req.system ? [{ role: 'system', content: req.system }, ...messages] : messages;
-        // Tool calls and results of earlier turns, and the tools, in the form the template (or kvdesk) shows them.
-        // Without tools this request, earlier calls and results still go to a template that shows tools its way.
-        const native =
-          tools?.native ?? (all.some((m) => m.toolCalls || m.role === 'tool') && nativeTemplate(spec.chatTemplate));
-        const form = tools?.format ?? toolCallFormat(spec.chatTemplate, native);
-        const turns = toolChatTurns(all, tools?.shown, native, form);
-        rows = [
-          applyChat(tok, spec.chatTemplate, turns.messages, {
+        const render = (kept: ChatMessage[]): number[] => {
+          const all: ChatMessage[] = req.system ? [{ role: 'system', content: req.system }, ...kept] : kept;
+          // Tool calls and results of earlier turns, and the tools, in the form the template (or kvdesk) shows them.
+          // Without tools this request, earlier calls and results still go to a template that shows tools its way.
+          const native =
+            tools?.native ?? (all.some((m) => m.toolCalls || m.role === 'tool') && nativeTemplate(spec.chatTemplate));
+          const form = tools?.format ?? toolCallFormat(spec.chatTemplate, native);
+          const turns = toolChatTurns(all, tools?.shown, native, form);
+          return applyChat(tok, spec.chatTemplate, turns.messages, {
             source: 'tokenizer_config.json field chat_template',
             ...(turns.tools ? { tools: turns.tools } : {}),
             ...(tools?.suffix ? { suffix: tools.suffix } : {}),
-          }).ids,
-        ];
+          }).ids;
+        };
+        if (req.contextOverflow === 'drop-oldest') {
+          const fit = this.fitContext(req, spec, messages, render);
+          rows = [fit.ids];
+          if (fit.dropped > 0) contextDrop = { messages: fit.dropped, contextLength: spec.contextLength };
+        } else {
+          rows = [render(messages)];
+        }
       } else {
         rows = [tok.encode(req.prompt ?? '', { addSpecialTokens: true })];
       }
@@ -631,7 +646,29 @@ export class RunnerService {
       if (rows.length !== 1) throw new KvdeskError('BAD_REQUEST', 'rows > 1 needs a single prompt to copy');
       rows = Array.from({ length: copies }, () => (rows[0] as number[]).slice());
     }
-    return { rows, tools };
+    return { rows, tools, ...(contextDrop ? { contextDrop } : {}) };
+  }
+
+  /**
+   * `drop-oldest`: the conversation's prompt with as few of its oldest turns left out as leave the reply room
+   * for its max new tokens (at most half the context). A conversation that remembers its drops
+   * (`droppedMessages`) goes down to half of that when anything must go, so its next turns keep the prefix.
+   */
+  private fitContext(
+    req: GenerateRequest,
+    spec: ModelSpec,
+    messages: ChatMessage[],
+    render: (kept: ChatMessage[]) => number[],
+  ): { ids: number[]; dropped: number } {
+    const context = spec.contextLength;
+    const reply = Math.min(req.maxNewTokens ?? spec.search.maxNewTokens ?? DEFAULT_MAX_NEW_TOKENS, context >> 1);
+    const limit = context - Math.max(1, reply);
+    const fit = dropOldest(messages, render, {
+      limit,
+      target: req.droppedMessages !== undefined ? limit >> 1 : limit,
+      atLeast: req.droppedMessages ?? 0,
+    });
+    return { ids: fit.prompt, dropped: fit.dropped };
   }
 
   /**
@@ -661,9 +698,10 @@ export class RunnerService {
     let model: LoadedModel;
     let rows: number[][];
     let tools: ToolPlan | undefined;
+    let contextDrop: ContextDrop | undefined;
     try {
       model = this.resolveModel(req.model);
-      ({ rows, tools } = this.buildRows(req, model));
+      ({ rows, tools, contextDrop } = this.buildRows(req, model));
       checkLogitBias(req, model.spec.vocabSize);
       checkJsonSchema(req);
       // A forced call is structured output over the call's schema.
@@ -681,7 +719,18 @@ export class RunnerService {
       resolveResult = res;
       rejectResult = rej;
     });
-    const run = new Generation(this, requestId, req, model, rows, tools, sink, resolveResult, rejectResult);
+    const run = new Generation(
+      this,
+      requestId,
+      req,
+      model,
+      rows,
+      tools,
+      contextDrop,
+      sink,
+      resolveResult,
+      rejectResult,
+    );
     this.cancels.set(requestId, (reason) => run.cancel(reason));
     this.generations.set(requestId, run);
     const forget = () => {
@@ -850,6 +899,7 @@ class Generation {
     private readonly model: LoadedModel,
     private readonly rows: number[][],
     private readonly tools: ToolPlan | undefined,
+    private readonly contextDrop: ContextDrop | undefined,
     private readonly sink: (frame: StreamFrame) => void,
     private readonly resolve: (r: GenerationResult) => void,
     private readonly reject: (e: Error) => void,
@@ -929,7 +979,7 @@ class Generation {
         promptTokens = row.length - this.reused;
       }
     }
-    const maxNewTokens = this.req.maxNewTokens ?? spec.search.maxNewTokens ?? 256;
+    const maxNewTokens = this.req.maxNewTokens ?? spec.search.maxNewTokens ?? DEFAULT_MAX_NEW_TOKENS;
     // A static cache: the request holds all its positions whatever its length (undefined otherwise).
     const fixedTokens = staticPositions(spec);
     const submitted = this.sched.submit(
@@ -969,6 +1019,7 @@ class Generation {
       maxNewTokens: this.clipped?.clippedMaxTokens ?? maxNewTokens,
       ...(fixedTokens !== undefined ? { fixedTokens } : {}),
       ...(this.clipped ? { clipped: this.clipped } : {}),
+      ...(this.contextDrop ? { contextDrop: this.contextDrop } : {}),
     });
     this.acceptedSent = true;
     if (this.req.timeoutMs !== undefined) {
@@ -1252,6 +1303,7 @@ class Generation {
       reservedBytes: this.grant?.reservedBytes ?? 0,
       ...(this.budgetCap ? { budgetCap: this.budgetCap } : {}),
       ...(this.clipped ? { clipped: this.clipped } : {}),
+      ...(this.contextDrop ? { contextDrop: this.contextDrop } : {}),
       timings: {
         queueMs: this.admittedAt - this.started,
         ttftMs: this.firstTokenAt > 0 ? this.firstTokenAt - this.started : 0,

@@ -1,0 +1,104 @@
+/**
+ * Fitting a conversation into the model's context by leaving out its oldest turns (the `drop-oldest` overflow
+ * policy; Ollama's behaviour, the Responses API's `truncation: "auto"`). Pure: `render` turns a candidate
+ * conversation into its prompt (tokens), so this is tested without a model.
+ *
+ * What is left out: whole turns from the start, a turn being a user message and everything after it up to the
+ * next user message (replies, tool calls and their results stay together, and the kept conversation still opens
+ * with a user message, as strict templates require). System messages are never left out, and neither is the
+ * last user message and what follows it.
+ */
+import type { ChatMessage } from '../../shared/contract';
+
+export interface FitOptions {
+  /** Most prompt tokens that leave the reply its room. */
+  limit: number;
+  /**
+   * When turns must go: how far to go below `limit`. A conversation whose client remembers the drop (the
+   * window's threads) goes well below it, so its next turns continue the same prefix and reuse its KV instead
+   * of dropping (and reading the whole context again) every turn, as llama.cpp's context shift does.
+   */
+  target: number;
+  /** Messages an earlier turn of this conversation already left out (not counting system messages). */
+  atLeast: number;
+}
+
+export interface FitResult<P extends { length: number }> {
+  /** The conversation the model sees. */
+  messages: ChatMessage[];
+  /** How many of the non-system messages were left out (from the start). */
+  dropped: number;
+  /** Its prompt, as `render` gave it. */
+  prompt: P;
+}
+
+/** The conversation with its first `dropped` non-system messages left out. */
+export function keptMessages(messages: ChatMessage[], dropped: number): ChatMessage[] {
+  if (dropped === 0) return messages;
+  let seen = 0;
+  return messages.filter((m) => m.role === 'system' || seen++ >= dropped);
+}
+
+/**
+ * Where the kept conversation may start, as counts of non-system messages left out: 0, and every user message
+ * up to the last one.
+ */
+export function turnStarts(messages: ChatMessage[]): number[] {
+  const starts = [0];
+  let index = 0;
+  for (const m of messages) {
+    if (m.role === 'system') continue;
+    if (m.role === 'user' && index > 0) starts.push(index);
+    index++;
+  }
+  return starts;
+}
+
+/**
+ * The fewest turns to leave out (at least `atLeast` messages' worth) so the prompt fits `limit`, going down to
+ * `target` when anything must go. When even the last turn alone does not fit, it is all that is kept (the
+ * scheduler then clips the reply or refuses the prompt, naming the numbers).
+ */
+export function dropOldest<P extends { length: number }>(
+  messages: ChatMessage[],
+  render: (kept: ChatMessage[]) => P,
+  opts: FitOptions,
+): FitResult<P> {
+  const starts = turnStarts(messages);
+  const prompts = new Map<number, P>();
+  const promptAt = (i: number): P => {
+    let p = prompts.get(i);
+    if (p === undefined) {
+      p = render(keptMessages(messages, starts[i] as number));
+      prompts.set(i, p);
+    }
+    return p;
+  };
+  const tokensAt = (i: number): number => promptAt(i).length;
+  const result = (i: number): FitResult<P> => ({
+    messages: keptMessages(messages, starts[i] as number),
+    dropped: starts[i] as number,
+    prompt: promptAt(i),
+  });
+  // The first start the earlier turns allow (a hint past the last turn keeps the last turn).
+  let first = starts.findIndex((s) => s >= opts.atLeast);
+  if (first < 0) first = starts.length - 1;
+  if (tokensAt(first) <= opts.limit) return result(first);
+  const last = starts.length - 1;
+  /** The first start after `first` whose prompt is within `bound` (fewer tokens the more is left out), or -1. */
+  const firstWithin = (bound: number): number => {
+    if (first === last || tokensAt(last) > bound) return -1;
+    let lo = first + 1;
+    let hi = last;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (tokensAt(mid) <= bound) hi = mid;
+      else lo = mid + 1;
+    }
+    return lo;
+  };
+  const atTarget = opts.target < opts.limit ? firstWithin(opts.target) : -1;
+  if (atTarget >= 0) return result(atTarget);
+  const atLimit = firstWithin(opts.limit);
+  return result(atLimit >= 0 ? atLimit : last);
+}

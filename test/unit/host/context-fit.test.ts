@@ -1,0 +1,133 @@
+/**
+ * dropOldest (the `drop-oldest` context overflow policy) without a model: a conversation's prompt is measured
+ * as the sum of its messages' sizes plus a template overhead, so every property can be checked against the
+ * sizes directly.
+ */
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { dropOldest, keptMessages, turnStarts } from '../../../src/main/host/context-fit';
+import type { ChatMessage } from '../../../src/shared/contract';
+
+const msg = (role: ChatMessage['role'], size: number): ChatMessage => ({ role, content: 'x'.repeat(size) });
+/** A prompt as long as the kept messages' contents plus 3 tokens per message and 5 for the template. */
+const render = (kept: ChatMessage[]): number[] =>
+  new Array(5 + kept.reduce((n, m) => n + m.content.length + 3, 0)).fill(0);
+const size = (kept: ChatMessage[]) => render(kept).length;
+
+describe('turnStarts', () => {
+  it('starts a turn at every user message after the first message; system messages are not counted', () => {
+    const conv = [
+      msg('system', 1),
+      msg('user', 1), // 0
+      msg('assistant', 1), // 1
+      msg('user', 1), // 2
+      msg('assistant', 1), // 3
+      msg('tool', 1), // 4: a tool result stays with the call before it
+      msg('assistant', 1), // 5
+      msg('system', 1),
+      msg('user', 1), // 6
+    ];
+    expect(turnStarts(conv)).toEqual([0, 2, 6]);
+    expect(keptMessages(conv, 2).map((m) => m.role)).toEqual([
+      'system',
+      'user',
+      'assistant',
+      'tool',
+      'assistant',
+      'system',
+      'user',
+    ]);
+  });
+
+  it('a conversation opening with a reply can start at its first user message', () => {
+    expect(turnStarts([msg('assistant', 1), msg('user', 1), msg('assistant', 1)])).toEqual([0, 1]);
+  });
+});
+
+describe('dropOldest', () => {
+  const turns = (n: number, each = 10): ChatMessage[] =>
+    Array.from({ length: n }, () => [msg('user', each), msg('assistant', each)]).flat();
+
+  it('leaves a conversation that fits as it is, rendering it once', () => {
+    let renders = 0;
+    const conv = turns(3);
+    const fit = dropOldest(conv, (k) => (renders++, render(k)), { limit: 1000, target: 1000, atLeast: 0 });
+    expect(fit).toMatchObject({ dropped: 0, messages: conv });
+    expect(renders).toBe(1);
+  });
+
+  it('leaves out the fewest whole turns that fit the limit', () => {
+    // 10 turns of 2 × 13 tokens + 5: 265 tokens. Within 100: 3 turns (83).
+    const fit = dropOldest(turns(10), render, { limit: 100, target: 100, atLeast: 0 });
+    expect(fit.dropped).toBe(14);
+    expect(fit.prompt.length).toBe(83);
+    expect(fit.messages[0]?.role).toBe('user');
+  });
+
+  it('goes down to the target when anything must go, and keeps an earlier drop while it fits', () => {
+    const conv = turns(10);
+    const first = dropOldest(conv, render, { limit: 100, target: 50, atLeast: 0 });
+    expect(first.dropped).toBe(18); // 2 turns (57) do not fit 50: 1 turn (31)
+    // The next turn (one more exchange) keeps the same start: it still fits the limit.
+    const next = [...conv, msg('user', 10), msg('assistant', 10)];
+    expect(dropOldest(next, render, { limit: 100, target: 50, atLeast: first.dropped }).dropped).toBe(18);
+  });
+
+  it('keeps the last turn when nothing fits, whatever the hint', () => {
+    const conv = [...turns(2), msg('user', 500)];
+    expect(dropOldest(conv, render, { limit: 100, target: 50, atLeast: 0 }).dropped).toBe(4);
+    expect(dropOldest(conv, render, { limit: 100, target: 50, atLeast: 99 }).dropped).toBe(4);
+  });
+
+  it('falls back to the limit when the target cannot be met', () => {
+    // System prompt of 60: no start reaches 50, the first within 100 is taken.
+    const conv = [msg('system', 60), ...turns(4)];
+    const fit = dropOldest(conv, render, { limit: 100, target: 50, atLeast: 0 });
+    expect(fit.dropped).toBe(6);
+    expect(fit.messages.map((m) => m.role)).toEqual(['system', 'user', 'assistant']);
+  });
+
+  const role = fc.constantFrom<ChatMessage['role']>('system', 'user', 'user', 'assistant', 'assistant', 'tool');
+  const conversation = fc.array(fc.tuple(role, fc.integer({ min: 0, max: 60 })), { minLength: 1, maxLength: 40 });
+
+  it('property: a turn start at or past the hint, within the limit when any start is, and no more than that needs', () => {
+    fc.assert(
+      fc.property(
+        conversation,
+        fc.integer({ min: 1, max: 600 }),
+        fc.integer({ min: 0, max: 100 }),
+        fc.integer({ min: 0, max: 45 }),
+        (spec, limit, targetPercent, atLeast) => {
+          const conv = spec.map(([r, n]) => msg(r, n));
+          const target = Math.floor((limit * targetPercent) / 100);
+          let renders = 0;
+          const fit = dropOldest(conv, (k) => (renders++, render(k)), { limit, target, atLeast });
+          const starts = turnStarts(conv);
+          const last = starts[starts.length - 1] as number;
+          const first = starts.find((s) => s >= atLeast) ?? last;
+          expect(starts).toContain(fit.dropped);
+          expect(fit.dropped).toBeGreaterThanOrEqual(first);
+          expect(fit.messages).toEqual(keptMessages(conv, fit.dropped));
+          expect(fit.prompt.length).toBe(size(fit.messages));
+          // System messages and the last user message always stay.
+          expect(fit.messages.filter((m) => m.role === 'system')).toHaveLength(
+            conv.filter((m) => m.role === 'system').length,
+          );
+          const lastUser = conv.findLastIndex((m) => m.role === 'user');
+          if (lastUser >= 0) expect(fit.messages).toContain(conv[lastUser]);
+          if (fit.prompt.length > limit) expect(fit.dropped).toBe(last);
+          if (fit.dropped > first) {
+            // Something had to go, and the start before this one was not enough.
+            expect(size(keptMessages(conv, first))).toBeGreaterThan(limit);
+            const before = starts[starts.indexOf(fit.dropped) - 1] as number;
+            const bound = fit.prompt.length <= target ? target : limit;
+            if (fit.prompt.length <= limit) expect(size(keptMessages(conv, before))).toBeGreaterThan(bound);
+          }
+          // A binary search: a handful of renders, not one per turn.
+          expect(renders).toBeLessThanOrEqual(3 + 2 * Math.ceil(Math.log2(starts.length + 1)));
+        },
+      ),
+      { numRuns: 500 },
+    );
+  });
+});
