@@ -51,7 +51,14 @@ describe('dropOldest', () => {
   it('leaves a conversation that fits as it is, rendering it once', () => {
     let renders = 0;
     const conv = turns(3);
-    const fit = dropOldest(conv, (k) => (renders++, render(k)), { limit: 1000, target: 1000, atLeast: 0 });
+    const fit = dropOldest(
+      conv,
+      (k) => {
+        renders++;
+        return render(k);
+      },
+      { limit: 1000, target: 1000, atLeast: 0 },
+    );
     expect(fit).toMatchObject({ dropped: 0, messages: conv });
     expect(renders).toBe(1);
   });
@@ -101,7 +108,14 @@ describe('dropOldest', () => {
           const conv = spec.map(([r, n]) => msg(r, n));
           const target = Math.floor((limit * targetPercent) / 100);
           let renders = 0;
-          const fit = dropOldest(conv, (k) => (renders++, render(k)), { limit, target, atLeast });
+          const fit = dropOldest(
+            conv,
+            (k) => {
+              renders++;
+              return render(k);
+            },
+            { limit, target, atLeast },
+          );
           const starts = turnStarts(conv);
           const last = starts[starts.length - 1] as number;
           const first = starts.find((s) => s >= atLeast) ?? last;
