@@ -343,6 +343,8 @@ export function mapOllamaRequest(kind: OllamaKind, input: unknown): MappedOllama
       throw bad('"format" cannot be combined with "tools" in kvdesk: send one of them.', 'format');
     }
     request = raw.length === 0 ? null : conversationRequest(model, null, chatMessages(raw), { ...fields, tools });
+    // As Ollama: a conversation longer than the context loses its oldest turns (system messages stay).
+    if (request) request.contextOverflow = 'drop-oldest';
   } else {
     if (present(body, 'prompt') && typeof body.prompt !== 'string') throw bad('"prompt" must be a string.', 'prompt');
     if (present(body, 'system') && typeof body.system !== 'string') throw bad('"system" must be a string.', 'system');

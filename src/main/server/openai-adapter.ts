@@ -380,6 +380,14 @@ export function mapOpenAiRequest(kind: OpenAiKind, input: unknown): MappedReques
   if (kind === 'chat') {
     request.messages = chatMessages(body);
     if (n > 1) request.rows = n;
+    // kvdesk's extension, as the Responses API's field: leave out the oldest turns instead of a 400.
+    if (present(body, 'truncation') && body.truncation !== 'auto' && body.truncation !== 'disabled') {
+      throw bad(
+        '"truncation" must be "auto" (leave out the oldest turns that do not fit) or "disabled".',
+        'truncation',
+      );
+    }
+    if (body.truncation === 'auto') request.contextOverflow = 'drop-oldest';
   } else {
     const p = body.prompt;
     let texts: string[] | null = null;
@@ -507,6 +515,9 @@ export function kvdeskExtras(result: GenerationResult): Record<string, unknown> 
     kv_bytes: result.kvBytes,
     ...(result.budgetCap ? { budget_cap: budgetCapJson(result.budgetCap) } : {}),
     ...(result.clipped ? { context_clip: clipJson(result.clipped) } : {}),
+    ...(result.contextDrop
+      ? { context_drop: { dropped_messages: result.contextDrop.messages, n_ctx: result.contextDrop.contextLength } }
+      : {}),
     timings: {
       queue_ms: result.timings.queueMs,
       ttft_ms: result.timings.ttftMs,

@@ -36,6 +36,8 @@ export interface ResponseEcho {
   parallel_tool_calls: boolean;
   text: { format: Record<string, unknown> };
   metadata: Record<string, unknown> | null;
+  /** `auto`: the oldest turns are left out when the conversation outgrows the context. */
+  truncation: 'auto' | 'disabled';
 }
 
 /** Parameters that need state or services kvdesk does not have: refused, naming them. */
@@ -57,8 +59,11 @@ function refuseUnsupported(body: Body): void {
   if (Array.isArray(body.include) && body.include.length > 0) {
     throw bad('"include" is not supported: send the request without it.', 'include');
   }
-  if (present(body, 'truncation') && body.truncation !== 'disabled') {
-    throw bad('"truncation" must be "disabled": kvdesk refuses a conversation longer than the context.', 'truncation');
+  if (present(body, 'truncation') && body.truncation !== 'disabled' && body.truncation !== 'auto') {
+    throw bad(
+      '"truncation" must be "auto" (leave out the oldest turns when the conversation outgrows the context) or "disabled" (refuse it).',
+      'truncation',
+    );
   }
 }
 
@@ -228,6 +233,8 @@ export function mapResponsesRequest(input: unknown): MappedResponseRequest {
     toolChoice: choice,
     parallelToolCalls: parallel,
   });
+  const truncation = body.truncation === 'auto' ? 'auto' : 'disabled';
+  if (truncation === 'auto') request.contextOverflow = 'drop-oldest';
   if (format.type === 'json_object') request.responseFormat = 'json';
   if (format.type === 'json_schema') request.jsonSchema = format.schema as Record<string, unknown>;
 
@@ -259,6 +266,7 @@ export function mapResponsesRequest(input: unknown): MappedResponseRequest {
         typeof metadata === 'object' && metadata !== null && !Array.isArray(metadata)
           ? (metadata as Record<string, unknown>)
           : null,
+      truncation,
     },
   };
 }
@@ -336,7 +344,6 @@ export function responseBody(
     model: head.model,
     output,
     ...echo,
-    truncation: 'disabled',
     store: false,
     ...(result ? { usage: responseUsage(result), kvdesk: kvdeskExtras(result) } : {}),
   };

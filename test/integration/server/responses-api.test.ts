@@ -212,7 +212,7 @@ describe('POST /v1/responses', () => {
       [{ tools: [{ type: 'web_search' }] }, 'tools[0].type'],
       [{ input: [{ type: 'reasoning', summary: [] }] }, 'input[0].type'],
       [{ input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'x' }] }] }, 'input[0].content[0]'],
-      [{ truncation: 'auto' }, 'truncation'],
+      [{ truncation: 'sometimes' }, 'truncation'],
       [{ max_output_tokens: 0 }, 'max_output_tokens'],
       [
         {

@@ -42,6 +42,8 @@ describe('mapOllamaRequest: /api/chat', () => {
       promptCache: true,
       // Ollama's window for the repetition penalty (the package's, when it has one).
       sampling: { repetitionWindow: 64 },
+      // As Ollama: a conversation longer than the context loses its oldest turns.
+      contextOverflow: 'drop-oldest',
     });
     expect(chat({ stream: false }).stream).toBe(false);
   });

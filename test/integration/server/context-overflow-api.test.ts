@@ -1,0 +1,254 @@
+/**
+ * The `drop-oldest` context overflow policy through the HTTP APIs, on a real server with a generated model of
+ * a 256-token context: Ollama's `/api/chat` always leaves out the oldest turns (keeping system messages), as
+ * Ollama does; OpenAI's chat completions and Responses refuse by default (400 context_length_exceeded) and
+ * leave them out with `truncation: "auto"`, saying how many in `kvdesk.context_drop`; the reply is the one the
+ * kept turns get on their own; any other `truncation` is a 400 naming it.
+ */
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { generatedModel } from '../../helpers/models';
+import { failure, openaiClient, settled, startTestServer, type TestServer } from './server-helpers';
+
+type Json = Record<string, unknown>;
+type Message = { role: 'system' | 'user' | 'assistant'; content: string };
+
+const CONTEXT = 256;
+const MAX_TOKENS = 16;
+let t: TestServer;
+let client: OpenAI;
+let model: string;
+
+beforeAll(async () => {
+  t = await startTestServer({ intraOpNumThreads: 2 }, { loadDefault: false });
+  client = openaiClient(t.url);
+  // The same name and overrides as the host's test: one cached package.
+  const r = await t.hostApi.call('loadModel', { path: generatedModel('context-256', { maxPositions: CONTEXT }) });
+  if (!r.ok) throw new Error(r.error.message);
+  expect(r.value.spec.contextLength).toBe(CONTEXT);
+  model = r.value.id;
+}, 120_000);
+afterAll(async () => {
+  await t?.close();
+});
+
+const SYSTEM: Message = { role: 'system', content: 'You answer in one short sentence.' };
+/** Twelve exchanges of about 40 tokens each: far more than 256 tokens. */
+const LONG: Message[] = Array.from({ length: 12 }, (_, i) => [
+  {
+    role: 'user' as const,
+    content: `Question ${i + 1}: what is the name of the river that runs through town number ${i + 1}?`,
+  },
+  {
+    role: 'assistant' as const,
+    content: `The river through town number ${i + 1} is called the Willow, as it always was.`,
+  },
+]).flat();
+const ASK: Message = { role: 'user', content: 'And which of them is the longest?' };
+/** The system message, then the turns: what is left out are the first of TURNS. */
+const TURNS: Message[] = [...LONG, ASK];
+const MESSAGES: Message[] = [SYSTEM, ...TURNS];
+/** The conversation with its first `dropped` non-system messages left out. */
+const kept = (dropped: number): Message[] => [SYSTEM, ...TURNS.slice(dropped)];
+
+const apiError = (p: Promise<unknown>) => failure<InstanceType<typeof OpenAI.APIError>>(p, OpenAI.APIError);
+
+async function post(p: string, body: unknown): Promise<{ status: number; body: Json }> {
+  const res = await fetch(`${t.url}${p}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  return { status: res.status, body: (await res.json()) as Json };
+}
+
+/** A greedy chat completion, `extra` (kvdesk's `truncation`) added to the body. */
+async function chat(messages: Message[], extra: Json = {}) {
+  return client.chat.completions.create({
+    model,
+    messages,
+    max_tokens: MAX_TOKENS,
+    temperature: 0,
+    logprobs: true,
+    ...extra,
+  } as OpenAI.Chat.ChatCompletionCreateParamsNonStreaming);
+}
+
+const contextDrop = (body: unknown) =>
+  (body as { kvdesk?: { context_drop?: { dropped_messages: number; n_ctx: number } } }).kvdesk?.context_drop;
+
+/** The prompt tokens of a conversation, as the host renders it. */
+const promptTokens = (messages: Message[]) => t.runner.countPromptTokens({ model, messages });
+
+describe('a conversation longer than the context, through the HTTP APIs', () => {
+  it('chat completions: 400 context_length_exceeded by default and with truncation "disabled"', async () => {
+    expect(promptTokens(MESSAGES)).toBeGreaterThan(CONTEXT);
+    for (const extra of [{}, { truncation: 'disabled' }]) {
+      const err = await apiError(chat(MESSAGES, extra));
+      expect(err.status).toBe(400);
+      expect(err.code).toBe('context_length_exceeded');
+      expect(err.param).toBe('messages');
+    }
+  });
+
+  it('chat completions with truncation "auto": the oldest whole turns left out, the reply the kept turns get alone', async () => {
+    const r = await chat(MESSAGES, { truncation: 'auto' });
+    const drop = contextDrop(r);
+    expect(drop).toEqual({ dropped_messages: expect.any(Number), n_ctx: CONTEXT });
+    const dropped = drop?.dropped_messages ?? 0;
+    expect(dropped).toBeGreaterThan(0);
+    // Whole turns (a user message and its reply): the kept conversation opens with a user message.
+    expect(dropped % 2).toBe(0);
+    // The fewest that leave the reply its room: one turn fewer would not fit.
+    expect(promptTokens(kept(dropped))).toBeLessThanOrEqual(CONTEXT - MAX_TOKENS);
+    expect(promptTokens(kept(dropped - 2))).toBeGreaterThan(CONTEXT - MAX_TOKENS);
+    expect(r.usage?.prompt_tokens).toBe(promptTokens(kept(dropped)));
+    // The system message stays, the prompt is the kept turns: the same reply as they get with no truncation.
+    const alone = await chat(kept(dropped));
+    expect(contextDrop(alone)).toBeUndefined();
+    expect(alone.usage?.prompt_tokens).toBe(r.usage?.prompt_tokens);
+    expect(r.choices[0]?.message.content).toBeTruthy();
+    expect(r.choices[0]?.message.content).toBe(alone.choices[0]?.message.content);
+    // Each token's probability too (a reply of a few tokens could agree by chance; these would not).
+    const got = r.choices[0]?.logprobs?.content ?? [];
+    const want = alone.choices[0]?.logprobs?.content ?? [];
+    expect(got.length).toBeGreaterThan(0);
+    expect(got.map((l) => l.token)).toEqual(want.map((l) => l.token));
+    for (const [i, l] of got.entries()) expect(l.logprob).toBeCloseTo(want[i]?.logprob ?? Number.NaN, 4);
+  });
+
+  it('chat completions with truncation "auto", streamed: a reply instead of an error, the drop in its last chunk', async () => {
+    const stream = await client.chat.completions.create({
+      model,
+      messages: MESSAGES,
+      max_tokens: MAX_TOKENS,
+      temperature: 0,
+      stream: true,
+      truncation: 'auto',
+    } as OpenAI.Chat.ChatCompletionCreateParamsStreaming);
+    let text = '';
+    let drop: ReturnType<typeof contextDrop>;
+    let finish: string | null | undefined;
+    for await (const c of stream) {
+      text += c.choices[0]?.delta.content ?? '';
+      finish = c.choices[0]?.finish_reason ?? finish;
+      drop = contextDrop(c) ?? drop;
+    }
+    expect(finish).toBeTruthy();
+    expect(drop?.dropped_messages).toBeGreaterThan(0);
+    expect(drop?.n_ctx).toBe(CONTEXT);
+    expect(text).toBe((await chat(MESSAGES, { truncation: 'auto' })).choices[0]?.message.content);
+  });
+
+  it('a conversation that fits is not touched by truncation "auto"', async () => {
+    const short = kept(TURNS.length - 3);
+    const r = await chat(short, { truncation: 'auto' });
+    expect(contextDrop(r)).toBeUndefined();
+    expect(r.choices[0]?.message.content).toBe((await chat(short)).choices[0]?.message.content);
+  });
+
+  it('Ollama /api/chat leaves out the oldest turns, as Ollama does: the prompt and reply of the kept turns', async () => {
+    const r = await post('/api/chat', {
+      model,
+      messages: MESSAGES,
+      stream: false,
+      options: { num_predict: MAX_TOKENS, temperature: 0 },
+    });
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+    expect(r.body.done).toBe(true);
+    // The same drop as chat completions' truncation "auto" (the same reply room): its prompt, its reply.
+    const auto = await chat(MESSAGES, { truncation: 'auto' });
+    const dropped = contextDrop(auto)?.dropped_messages ?? 0;
+    expect(dropped).toBeGreaterThan(0);
+    expect(r.body.prompt_eval_count).toBe(auto.usage?.prompt_tokens);
+    expect(r.body.prompt_eval_count).toBe(promptTokens(kept(dropped)));
+    expect(r.body.prompt_eval_count).toBeLessThan(promptTokens(MESSAGES));
+    const message = r.body.message as { role: string; content: string };
+    expect(message.role).toBe('assistant');
+    expect(message.content).toBeTruthy();
+    expect(message.content).toBe(auto.choices[0]?.message.content);
+    // Streamed too: the lines add up to the same reply, the last one done.
+    const res = await fetch(`${t.url}/api/chat`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model, messages: MESSAGES, options: { num_predict: MAX_TOKENS, temperature: 0 } }),
+    });
+    expect(res.status).toBe(200);
+    const lines = (await res.text())
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Json);
+    expect(lines.at(-1)).toMatchObject({ done: true, prompt_eval_count: r.body.prompt_eval_count });
+    expect(lines.map((l) => (l.message as { content?: string } | undefined)?.content ?? '').join('')).toBe(
+      message.content,
+    );
+  });
+
+  it('Responses: truncation "auto" answers, echoes it and says what was left out; "disabled" or none is a 400', async () => {
+    const input = TURNS.map((m) => ({ role: m.role, content: m.content }));
+    const base = { model, instructions: SYSTEM.content, input, max_output_tokens: MAX_TOKENS, temperature: 0 };
+    const r = await client.responses.create({ ...base, truncation: 'auto' });
+    expect(r.truncation).toBe('auto');
+    const drop = contextDrop(r);
+    expect(drop?.n_ctx).toBe(CONTEXT);
+    // As chat completions with the instructions as its system message: the same drop, prompt and reply.
+    const auto = await chat(MESSAGES, { truncation: 'auto' });
+    expect(drop?.dropped_messages).toBe(contextDrop(auto)?.dropped_messages);
+    expect(r.usage?.input_tokens).toBe(auto.usage?.prompt_tokens);
+    expect(r.output_text).toBe(auto.choices[0]?.message.content);
+    for (const extra of [{}, { truncation: 'disabled' as const }]) {
+      const err = await apiError(client.responses.create({ ...base, ...extra }));
+      expect(err.status).toBe(400);
+      expect(err.code).toBe('context_length_exceeded');
+      expect(err.param).toBe('input');
+    }
+    // A conversation that fits: nothing left out, "auto" still echoed (and "disabled" when not asked).
+    const short = await client.responses.create({ ...base, input: input.slice(-3), truncation: 'auto' });
+    expect(short.truncation).toBe('auto');
+    expect(contextDrop(short)).toBeUndefined();
+    const plain = await client.responses.create({ ...base, input: input.slice(-3) });
+    expect(plain.truncation).toBe('disabled');
+    expect(plain.output_text).toBe(short.output_text);
+  });
+
+  it('Responses streamed with truncation "auto": completes, echoing it, with the drop', async () => {
+    const input = TURNS.map((m) => ({ role: m.role, content: m.content }));
+    const stream = await client.responses.create({
+      model,
+      instructions: SYSTEM.content,
+      input,
+      max_output_tokens: MAX_TOKENS,
+      temperature: 0,
+      truncation: 'auto',
+      stream: true,
+    });
+    const types: string[] = [];
+    let last: OpenAI.Responses.Response | undefined;
+    for await (const e of stream) {
+      types.push(e.type);
+      if (e.type === 'response.created') expect(e.response.truncation).toBe('auto');
+      if (e.type === 'response.completed' || e.type === 'response.incomplete') last = e.response;
+    }
+    expect(types).not.toContain('response.failed');
+    expect(last?.truncation).toBe('auto');
+    expect(contextDrop(last)?.dropped_messages).toBeGreaterThan(0);
+  });
+
+  it('any other truncation is a 400 naming it, on chat completions and Responses; nothing is left reserved', async () => {
+    for (const value of ['sometimes', true, 1]) {
+      const c = await apiError(chat(MESSAGES.slice(-1), { truncation: value }));
+      expect(c.status).toBe(400);
+      expect(c.param).toBe('truncation');
+      const r = await apiError(
+        client.responses.create({
+          model,
+          input: 'hi',
+          truncation: value,
+        } as unknown as OpenAI.Responses.ResponseCreateParamsNonStreaming),
+      );
+      expect(r.status).toBe(400);
+      expect(r.param).toBe('truncation');
+    }
+    expect((await settled(t.url)).reservedBytes).toBe(0);
+  });
+});
