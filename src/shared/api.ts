@@ -88,6 +88,8 @@ export const StoredMessage = z.object({
       clipped: z
         .object({ requestedMaxTokens: z.number(), clippedMaxTokens: z.number(), contextLength: z.number() })
         .optional(),
+      /** The reply saw the conversation without its first `messages` messages (it outgrew the context). */
+      contextDrop: z.object({ messages: z.number().int().min(0), contextLength: z.number() }).optional(),
       error: z.object({ code: z.string(), message: z.string() }).optional(),
     })
     .optional(),
@@ -108,6 +110,11 @@ export const Thread = z.object({
   responseFormat: z.enum(['text', 'json']).optional(),
   /** With JSON mode: a JSON Schema (as typed) the replies conform to (structured output). */
   jsonSchema: z.string().max(100_000).optional(),
+  /**
+   * When the chat outgrows the model's context: leave out its oldest messages (`drop-oldest`, also when
+   * absent) or refuse the turn (`refuse`).
+   */
+  contextOverflow: z.enum(['drop-oldest', 'refuse']).optional(),
   messages: z.array(StoredMessage).max(10_000),
 });
 export type Thread = z.infer<typeof Thread>;

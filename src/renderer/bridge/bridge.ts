@@ -33,6 +33,7 @@ export interface Bridge {
       maxNewTokens?: number | undefined;
       responseFormat?: 'text' | 'json' | undefined;
       jsonSchema?: string | undefined;
+      contextOverflow?: 'drop-oldest' | 'refuse' | undefined;
     },
   ): void;
   /** Sends a user message in the active thread (creating one if there is none). */
@@ -402,6 +403,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       if ('maxNewTokens' in patch) next.maxNewTokens = patch.maxNewTokens;
       if ('responseFormat' in patch) next.responseFormat = patch.responseFormat;
       if ('jsonSchema' in patch) next.jsonSchema = patch.jsonSchema;
+      if ('contextOverflow' in patch) next.contextOverflow = patch.contextOverflow;
       s().updateThread(id, next);
       saveThread(id);
     },

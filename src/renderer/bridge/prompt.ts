@@ -1,6 +1,7 @@
 /** Builds the generate request for a chat turn from a thread (pure, unit-tested). */
 import type { StoredMessage, Thread } from '../../shared/api';
-import type { ChatMessage, GenerateRequest } from '../../shared/contract';
+import type { ChatMessage, ContextDrop, GenerateRequest } from '../../shared/contract';
+import type { LiveReply } from '../store/types';
 
 /**
  * The conversation the model sees: every user message and every assistant reply
@@ -8,9 +9,11 @@ import type { ChatMessage, GenerateRequest } from '../../shared/contract';
  * after raising the budget sends the same prompt the refusal was about.
  */
 export function conversationOf(messages: StoredMessage[]): ChatMessage[] {
-  return messages
-    .filter((m) => m.role !== 'assistant' || (m.content.length > 0 && !m.stats?.error))
-    .map((m) => ({ role: m.role, content: m.content }));
+  return messages.filter(inConversation).map((m) => ({ role: m.role, content: m.content }));
+}
+
+function inConversation(m: StoredMessage): boolean {
+  return m.role !== 'assistant' || (m.content.length > 0 && !m.stats?.error);
 }
 
 /**
@@ -29,9 +32,66 @@ export function buildChatRequest(thread: Thread, history: StoredMessage[], model
     ...(thread.maxNewTokens ? { maxNewTokens: thread.maxNewTokens } : {}),
     ...(sampling ? { sampling } : {}),
     ...jsonForm(thread),
+    ...overflowPolicy(thread, history),
     sessionId: thread.id,
     threadId: thread.id,
   };
+}
+
+/**
+ * A thread leaves out its oldest messages when it outgrows the context (unless set to refuse), starting from
+ * where its last reply's conversation started, so the turn continues the same prefix and its KV.
+ */
+function overflowPolicy(
+  thread: Thread,
+  history: StoredMessage[],
+): Pick<GenerateRequest, 'contextOverflow' | 'droppedMessages'> {
+  if (thread.contextOverflow === 'refuse') return {};
+  return { contextOverflow: 'drop-oldest', droppedMessages: lastReplyDrop(history) };
+}
+
+/** How many conversation messages the last finished reply in `messages` did not see (0: all, or no reply yet). */
+export function lastReplyDrop(messages: StoredMessage[]): number {
+  for (let i = messages.length - 1; i >= 0; i--) {
+    const m = messages[i] as StoredMessage;
+    if (m.role === 'assistant' && m.stats && !m.stats.error) return m.stats.contextDrop?.messages ?? 0;
+  }
+  return 0;
+}
+
+/**
+ * Where the conversation a reply saw starts in the thread: the index of the first message it saw, when it
+ * left out `dropped` conversation messages (those conversationOf sends) before it; undefined when none.
+ */
+export function contextStartIndex(messages: StoredMessage[], dropped: number): number | undefined {
+  if (dropped <= 0) return undefined;
+  let seen = 0;
+  for (const [i, m] of messages.entries()) {
+    if (!inConversation(m) || m.role === 'system') continue;
+    if (seen === dropped) return i;
+    seen++;
+  }
+  return undefined;
+}
+
+/**
+ * What the latest reply (streaming, or the last finished one) left out of the conversation: the messages before
+ * the returned index are outside the model's context now. A reply not yet accepted does not count.
+ */
+export function currentDrop(
+  messages: StoredMessage[],
+  live: Record<string, LiveReply>,
+): { start: number; drop: ContextDrop } | undefined {
+  for (let i = messages.length - 1; i >= 0; i--) {
+    const m = messages[i] as StoredMessage;
+    if (m.role !== 'assistant') continue;
+    const l = live[m.id];
+    if (l?.phase === 'sending' || (!l && (!m.stats || m.stats.error))) continue;
+    const drop = l ? l.contextDrop : m.stats?.contextDrop;
+    const start = drop ? contextStartIndex(messages, drop.messages) : undefined;
+    return drop && start !== undefined ? { start, drop } : undefined;
+  }
+  return undefined;
 }
 
 /**

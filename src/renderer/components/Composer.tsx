@@ -24,6 +24,7 @@ function summary(thread: Thread | undefined): string {
   if (s.seed !== undefined) parts.push(`seed ${s.seed}`);
   parts.push(`max ${thread?.maxNewTokens ?? 'default'}`);
   if (thread?.responseFormat === 'json') parts.push(thread.jsonSchema ? 'JSON schema' : 'JSON');
+  if (thread?.contextOverflow === 'refuse') parts.push('no context overflow');
   return parts.join(' · ');
 }
 
@@ -136,6 +137,24 @@ function SettingsPanel({ thread }: { thread: Thread }) {
           checked={sampling.greedy === true}
           onChange={(e) => setSampling('greedy', e.target.checked ? true : undefined)}
         />
+      </label>
+      <label
+        className="wide"
+        title="A chat longer than the model's context leaves out its oldest messages (whole exchanges; the system prompt stays), or refuses the next turn."
+      >
+        when the chat outgrows the context
+        <select
+          data-testid="setting-contextOverflow"
+          value={thread.contextOverflow ?? 'drop-oldest'}
+          onChange={(e) =>
+            bridge.updateThreadSettings(thread.id, {
+              contextOverflow: e.target.value === 'refuse' ? 'refuse' : undefined,
+            })
+          }
+        >
+          <option value="drop-oldest">leave out the oldest messages</option>
+          <option value="refuse">stop with an error</option>
+        </select>
       </label>
       <label title="Every reply is one JSON object: sampling keeps to tokens that can continue one, and the reply ends when it closes. Ask for JSON in your message too, so the model means it.">
         JSON output

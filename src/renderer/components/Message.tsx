@@ -52,6 +52,15 @@ function ClipNote({ clip }: { clip: NonNullable<Stats['clipped']> }) {
   );
 }
 
+function DropNote({ drop }: { drop: NonNullable<Stats['contextDrop']> }) {
+  return (
+    <div className="note subtle" data-testid="context-drop-note">
+      ↥ The chat outgrew the model's context of {formatInteger(drop.contextLength)} tokens: this reply did not see its
+      first {formatInteger(drop.messages)} messages. Start a new chat to keep everything in view.
+    </div>
+  );
+}
+
 function Refusal({ messageId, error }: { messageId: string; error: NonNullable<Stats['error']> }) {
   // The full detail (numbers) is known for refusals seen in this run; after a reload the host's sentence carries them.
   const detail = useApp((s) => s.errorDetails[messageId]);
@@ -153,6 +162,7 @@ function AssistantMessage({
   const stats = message.stats;
   const cap = stats?.budgetCap ?? live?.budgetCap;
   const clip = stats?.clipped ?? live?.clipped;
+  const drop = stats?.contextDrop ?? live?.contextDrop;
   const state = live ? live.phase : stats?.error ? 'error' : stats?.finishReason === 'cancelled' ? 'cancelled' : 'done';
   return (
     <div className="message assistant" data-testid="message-assistant" data-message-id={message.id} data-state={state}>
@@ -181,6 +191,7 @@ function AssistantMessage({
       {stats?.error && <Refusal messageId={message.id} error={stats.error} />}
       {cap && <CapNote cap={cap} />}
       {clip && <ClipNote clip={clip} />}
+      {drop && !stats?.error && <DropNote drop={drop} />}
       {stats && !live && <StatsLine stats={stats} />}
     </div>
   );

@@ -6,13 +6,23 @@
  */
 import { useVirtualizer } from '@tanstack/react-virtual';
 import { useCallback, useLayoutEffect, useRef } from 'react';
+import { useShallow } from 'zustand/react/shallow';
 import { useApp } from '../bridge/context';
+import { currentDrop } from '../bridge/prompt';
 import { Message } from './Message';
 
 const EMPTY: never[] = [];
+const NONE = { start: -1, contextLength: 0 };
 
 export function MessageList({ threadId }: { threadId: string }) {
   const messages = useApp((s) => s.threads.find((t) => t.id === threadId)?.messages ?? EMPTY);
+  // Compared field by field, so streamed frames re-render the list only when the context's start moves.
+  const outside = useApp(
+    useShallow((s) => {
+      const d = currentDrop(s.threads.find((t) => t.id === threadId)?.messages ?? EMPTY, s.live);
+      return d ? { start: d.start, contextLength: d.drop.contextLength } : NONE;
+    }),
+  );
   const scrollRef = useRef<HTMLDivElement>(null);
   const stick = useRef(true);
 
@@ -59,11 +69,17 @@ export function MessageList({ threadId }: { threadId: string }) {
           return (
             <div
               key={item.key}
-              className="message-row"
+              className={`message-row ${item.index < outside.start ? 'outside-context' : ''}`}
               data-index={item.index}
               ref={virtualizer.measureElement}
               style={{ transform: `translateY(${item.start + 12}px)` }}
             >
+              {item.index === outside.start && (
+                <div className="context-start" data-testid="context-start">
+                  The model no longer sees the messages above: the chat outgrew its context of{' '}
+                  {outside.contextLength.toLocaleString()} tokens.
+                </div>
+              )}
               <Message message={m} threadId={threadId} isLast={item.index === messages.length - 1} />
             </div>
           );

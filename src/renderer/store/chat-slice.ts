@@ -56,6 +56,7 @@ export function reduceFrames(
           maxNewTokens: frame.maxNewTokens,
           fixedTokens: frame.fixedTokens,
           clipped: frame.clipped,
+          contextDrop: frame.contextDrop,
         };
         break;
       case 'admitted':
@@ -89,6 +90,7 @@ export function reduceFrames(
           finishReason: r.finishReason,
           ...(r.budgetCap ? { budgetCap: r.budgetCap } : {}),
           ...(r.clipped ? { clipped: r.clipped } : {}),
+          ...(r.contextDrop ? { contextDrop: r.contextDrop } : {}),
         };
         next = undefined;
         break;
@@ -97,6 +99,7 @@ export function reduceFrames(
         const capAndClip = {
           ...(next.budgetCap ? { budgetCap: next.budgetCap } : {}),
           ...(next.clipped ? { clipped: next.clipped } : {}),
+          ...(next.contextDrop ? { contextDrop: next.contextDrop } : {}),
         };
         if (frame.error.code === 'CANCELLED') {
           // Stopped by the person: the partial reply is theirs to keep.

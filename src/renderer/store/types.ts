@@ -3,7 +3,7 @@
  * reducers that change it; the bridge (../bridge) does all I/O and calls them.
  */
 import type { LibraryEntry, ModelInfo, PackageProblem, StoredMessage, Thread, UiSettings } from '../../shared/api';
-import type { BudgetCap, ContextClip, StreamFrame } from '../../shared/contract';
+import type { BudgetCap, ContextClip, ContextDrop, StreamFrame } from '../../shared/contract';
 import type { ErrorInfo } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
 import type { BudgetSnapshot, SchedulerEvent } from '../../shared/scheduler-types';
@@ -63,6 +63,8 @@ export interface LiveReply {
   prefill?: { done: number; total: number };
   budgetCap?: BudgetCap;
   clipped?: ContextClip;
+  /** The conversation outgrew the context: the reply sees it without its first messages. */
+  contextDrop?: ContextDrop;
   stopping?: boolean;
 }
 

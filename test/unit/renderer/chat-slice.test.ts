@@ -236,6 +236,21 @@ describe('replies', () => {
     expect(store.getState().errorDetails).toEqual({});
   });
 
+  it('a context drop shows from acceptance and stays on the reply, finished or stopped', () => {
+    const contextDrop = { messages: 6, contextLength: 256 };
+    for (const end of [
+      { type: 'done', requestId: 'r1', result: result({ text: 'ab', contextDrop }) } as const,
+      { type: 'error', requestId: 'r1', error: { code: 'CANCELLED', message: 'cancelled' } } as const,
+    ]) {
+      const store = storeWithThread();
+      start(store);
+      store.getState().applyFrames([{ messageId: 'a1', frames: [{ ...accepted, contextDrop }] }], 11);
+      expect(store.getState().live.a1?.contextDrop).toEqual(contextDrop);
+      store.getState().applyFrames([{ messageId: 'a1', frames: [admitted, tokens('ab', [1, 2]), end] }], 12);
+      expect(store.getState().threads[0]?.messages[1]?.stats?.contextDrop).toEqual(contextDrop);
+    }
+  });
+
   it('ignores frames after the end and frames for unknown messages', () => {
     const store = storeWithThread();
     start(store);

@@ -1,5 +1,15 @@
 import { describe, expect, it } from 'vitest';
-import { buildChatRequest, conversationOf, newId, parseSchema } from '../../../src/renderer/bridge/prompt';
+import {
+  buildChatRequest,
+  contextStartIndex,
+  conversationOf,
+  currentDrop,
+  lastReplyDrop,
+  newId,
+  parseSchema,
+} from '../../../src/renderer/bridge/prompt';
+import type { LiveReply } from '../../../src/renderer/store/types';
+import type { StoredMessage } from '../../../src/shared/api';
 import { GenerateRequest } from '../../../src/shared/contract';
 import { thread } from './fixtures';
 
@@ -78,5 +88,62 @@ describe('chat requests', () => {
     const ids = new Set(Array.from({ length: 200 }, () => newId('m')));
     expect(ids.size).toBe(200);
     expect([...ids].every((id) => id.startsWith('m-'))).toBe(true);
+  });
+});
+
+describe('a chat longer than the context', () => {
+  const drop = (messages: number) => ({ contextDrop: { messages, contextLength: 256 } });
+  const history: StoredMessage[] = [
+    { id: 'u1', role: 'user', content: 'one', createdAt: 1 },
+    { id: 'a1', role: 'assistant', content: 'r1', createdAt: 2, stats: { tokens: 1 } },
+    { id: 'u2', role: 'user', content: 'two', createdAt: 3 },
+    // Refused: not part of the conversation, so not counted.
+    { id: 'a2', role: 'assistant', content: '', createdAt: 4, stats: { error: { code: 'X', message: 'no' } } },
+    { id: 'u3', role: 'user', content: 'three', createdAt: 5 },
+    { id: 'a3', role: 'assistant', content: 'r3', createdAt: 6, stats: { tokens: 1, ...drop(2) } },
+    { id: 'u4', role: 'user', content: 'four', createdAt: 7 },
+  ];
+
+  it('asks to leave out the oldest messages, from where the last reply started', () => {
+    const req = buildChatRequest(thread('t1'), history, null);
+    expect(req).toMatchObject({ contextOverflow: 'drop-oldest', droppedMessages: 2 });
+    expect(GenerateRequest.safeParse(req).success).toBe(true);
+    // Before any drop, the hint is 0 (the host then leaves out enough for several turns when it must).
+    expect(buildChatRequest(thread('t1'), history.slice(0, 3), null).droppedMessages).toBe(0);
+    // A thread set to refuse sends neither.
+    const refuse = buildChatRequest(thread('t1', { contextOverflow: 'refuse' }), history, null);
+    expect(refuse.contextOverflow).toBeUndefined();
+    expect(refuse.droppedMessages).toBeUndefined();
+  });
+
+  it('the last finished reply counts; refused replies do not', () => {
+    expect(lastReplyDrop(history)).toBe(2);
+    expect(lastReplyDrop(history.slice(0, 4))).toBe(0);
+    expect(
+      lastReplyDrop([
+        ...history,
+        { id: 'a4', role: 'assistant', content: '', createdAt: 8, stats: { error: { code: 'X', message: 'no' } } },
+      ]),
+    ).toBe(2);
+  });
+
+  it('the context starts at the first conversation message the reply saw, skipping refused replies', () => {
+    // Conversation: one, r1, two, three, r3, four — two left out: it starts at "two".
+    expect(contextStartIndex(history, 2)).toBe(2);
+    expect(contextStartIndex(history, 3)).toBe(4); // "three", past the refused reply
+    expect(contextStartIndex(history, 0)).toBeUndefined();
+  });
+
+  it('the divider follows the streaming reply once accepted, else the last finished one', () => {
+    const streaming: StoredMessage = { id: 'a4', role: 'assistant', content: '', createdAt: 8 };
+    const messages = [...history, streaming];
+    const live = (l: Partial<LiveReply>): Record<string, LiveReply> => ({
+      a4: { threadId: 't1', messageId: 'a4', phase: 'running', startedAt: 0, tokens: 0, ...l },
+    });
+    expect(currentDrop(messages, {})).toMatchObject({ start: 2 });
+    expect(currentDrop(messages, live({ phase: 'sending' }))).toMatchObject({ start: 2 });
+    expect(currentDrop(messages, live(drop(4)))).toMatchObject({ start: 5, drop: { messages: 4 } });
+    // An accepted reply that saw everything: no divider.
+    expect(currentDrop(messages, live({}))).toBeUndefined();
   });
 });

@@ -1,0 +1,93 @@
+/**
+ * A chat that outgrows the model's context, in Chromium, against a real serve with a generated model of a
+ * 256-token context: the chat goes on, leaving out its oldest messages (the reply says so, a line marks where the
+ * model's view starts, the messages above it are dimmed, and all of it survives a reload); a thread set to
+ * refuse gets the refusal instead.
+ */
+import { test as base, expect, type Page } from '@playwright/test';
+import { generatedModel } from '../helpers/models';
+import { lastReply, newChat, send, setSettings } from './fixtures';
+import { type ServeHandle, startServe } from './serve';
+
+const test = base.extend<object, { smallServer: ServeHandle }>({
+  smallServer: [
+    // biome-ignore lint/correctness/noEmptyPattern: Playwright fixtures take their dependencies by destructuring
+    async ({}, use) => {
+      const server = await startServe(['--model', generatedModel('context-256', { maxPositions: 256 })]);
+      await use(server);
+      await server.stop();
+    },
+    { scope: 'worker', timeout: 120_000 },
+  ],
+});
+
+// Tall enough that the virtualized list mounts every message of these chats.
+test.use({ viewport: { width: 1280, height: 2400 } });
+
+const QUESTION = (i: number) =>
+  `Question ${i}: what is the name of the river that runs through the old town number ${i}, and is it long?`;
+
+async function openSmallChat(page: Page, server: ServeHandle): Promise<void> {
+  await page.goto(server.url);
+  await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+  await newChat(page);
+  await page.getByTestId('model-picker').selectOption('context-256');
+  await setSettings(page, { greedy: true, maxNewTokens: 16 });
+}
+
+/** Sends a message and waits for its reply to end (done or refused). */
+async function turn(page: Page, text: string): Promise<void> {
+  await send(page, text);
+  await expect(lastReply(page)).toHaveAttribute('data-state', /done|error/);
+}
+
+test('a chat longer than the context goes on without its oldest messages, and says so', async ({
+  page,
+  smallServer: server,
+}) => {
+  await openSmallChat(page, server);
+  // About 45 tokens a turn: the fifth or sixth no longer fits with the first ones.
+  let i = 1;
+  while ((await page.getByTestId('context-drop-note').count()) === 0) {
+    expect(i, 'the chat should outgrow 256 tokens within 10 turns').toBeLessThanOrEqual(10);
+    await turn(page, QUESTION(i++));
+    await expect(lastReply(page)).toHaveAttribute('data-state', 'done');
+  }
+  const note = lastReply(page).getByTestId('context-drop-note');
+  await expect(note).toContainText("The chat outgrew the model's context of 256 tokens");
+  const dropped = Number(/first (\d+) messages/.exec((await note.textContent()) ?? '')?.[1]);
+  expect(dropped).toBeGreaterThan(0);
+  // The line sits above the first message the model still sees; the ones above it are dimmed.
+  const divider = page.getByTestId('context-start');
+  await expect(divider).toHaveCount(1);
+  const startRow = page.locator('.message-row', { has: divider });
+  await expect(startRow.getByTestId('message-user')).toContainText(`Question ${dropped / 2 + 1}:`);
+  await expect(page.locator('.message-row.outside-context')).toHaveCount(dropped);
+  await expect(startRow).not.toHaveClass(/outside-context/);
+
+  // The next turn keeps the same start (so the thread's KV carries over) while it fits.
+  await turn(page, 'Which one is the longest?');
+  await expect(lastReply(page)).toHaveAttribute('data-state', 'done');
+  await expect(lastReply(page).getByTestId('context-drop-note')).toContainText(`first ${dropped} messages`);
+
+  // All of it is stored with the thread.
+  await page.reload();
+  await expect(page.getByTestId('context-start')).toHaveCount(1);
+  await expect(page.locator('.message-row.outside-context')).toHaveCount(dropped);
+});
+
+test('a thread set to stop at the limit gets the refusal instead', async ({ page, smallServer: server }) => {
+  await openSmallChat(page, server);
+  await page.getByTestId('settings-toggle').click();
+  await page.getByTestId('setting-contextOverflow').selectOption('refuse');
+  await expect(page.getByTestId('settings-summary')).toContainText('no context overflow');
+  await page.getByTestId('settings-toggle').click();
+  let i = 1;
+  do {
+    expect(i, 'the chat should outgrow 256 tokens within 10 turns').toBeLessThanOrEqual(10);
+    await turn(page, QUESTION(i++));
+  } while ((await lastReply(page).getAttribute('data-state')) !== 'error');
+  await expect(lastReply(page).getByTestId('refusal')).toHaveAttribute('data-code', 'CONTEXT_OVERFLOW');
+  await expect(page.getByTestId('context-drop-note')).toHaveCount(0);
+  await expect(page.getByTestId('context-start')).toHaveCount(0);
+});
