@@ -1,11 +1,12 @@
 /**
  * Screenshots of the running app for the README: docs/chat.png, docs/models.png,
- * docs/inspector.png, docs/devices.png, docs/prefill.png, docs/json.png, docs/library.png. Starts a real `kvdesk serve` (real engine and scheduler)
+ * docs/inspector.png, docs/devices.png, docs/prefill.png, docs/json.png, docs/library.png,
+ * docs/long-chat.png. Starts a real `kvdesk serve` (real engine and scheduler)
  * with a small KV budget so the budget bar has something to show, drives
  * Debian Chromium through the same steps a person would, and captures the window.
  *
  *   node bin/run-ts.cjs scripts/screenshots.ts           # all of them
- *   node bin/run-ts.cjs scripts/screenshots.ts prefill   # only docs/prefill.png (json, library: only theirs)
+ *   node bin/run-ts.cjs scripts/screenshots.ts prefill   # only docs/prefill.png (json, library, long-chat: only theirs)
  *
  * Needs Chromium at /usr/bin/chromium (or KVDESK_CHROMIUM) and a renderer build
  * (it runs the renderer build first unless KVDESK_E2E_SKIP_BUILD=1).
@@ -18,6 +19,7 @@ import { CHROMIUM, CHROMIUM_ARGS } from '../test/e2e/chromium';
 import { wsCall } from '../test/e2e/fixtures';
 import globalSetup from '../test/e2e/global-setup';
 import { ROOT, startServe } from '../test/e2e/serve';
+import { generatedModel } from '../test/helpers/models';
 import { writeTwinPackages } from '../test/helpers/static-cache-models';
 
 const DOCS = path.join(ROOT, 'docs');
@@ -76,7 +78,9 @@ async function setLimit(page: Page, text: string): Promise<void> {
 async function main(): Promise<void> {
   globalSetup();
   mkdirSync(DOCS, { recursive: true });
-  const only = { prefill: prefillShot, json: jsonShot, library: libraryShot }[process.argv[2] ?? ''];
+  const only = { prefill: prefillShot, json: jsonShot, library: libraryShot, 'long-chat': longChatShot }[
+    process.argv[2] ?? ''
+  ];
   if (only) {
     const browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
     try {
@@ -175,6 +179,7 @@ async function main(): Promise<void> {
     await prefillShot(browser);
     await jsonShot(browser);
     await libraryShot(browser);
+    await longChatShot(browser);
   } finally {
     await browser.close();
   }
@@ -342,3 +347,31 @@ async function jsonShot(browser: Browser): Promise<void> {
     await server.stop();
   }
 }
+
+/**
+ * docs/long-chat.png: a chat that outgrew its model's context (a generated model of 256 tokens): the line where
+ * the model's view starts, the dimmed messages above it, and the replies' notes.
+ */
+async function longChatShot(browser: Browser): Promise<void> {
+  const server = await startServe(['--model', generatedModel('context-256', { maxPositions: 256 })]);
+  try {
+    const page = await browser.newPage({ viewport: { width: 1440, height: 900 }, deviceScaleFactor: 1 });
+    await page.goto(server.url);
+    await page.getByTestId('thread-list').and(page.locator('[data-loaded="true"]')).waitFor();
+    await newChat(page, 'Rivers');
+    await page.getByTestId('model-picker').selectOption('context-256');
+    await settings(page, { maxNewTokens: 16, greedy: true, system: 'You answer in one short sentence.' });
+    for (let i = 1; i <= 6; i++) {
+      await say(page, `Question ${i}: which river runs through the old town number ${i}, and how long is it?`);
+    }
+    await rename(page, 'Rivers');
+    await page.getByTestId('context-start').scrollIntoViewIfNeeded();
+    await page.mouse.move(0, 0);
+    await page.waitForTimeout(300);
+    await page.screenshot({ path: path.join(DOCS, 'long-chat.png'), animations: 'disabled' });
+    console.log('wrote docs/long-chat.png');
+  } finally {
+    await server.stop();
+  }
+}
+

@@ -54,7 +54,7 @@ test('a chat longer than the context goes on without its oldest messages, and sa
     await expect(lastReply(page)).toHaveAttribute('data-state', 'done');
   }
   const note = lastReply(page).getByTestId('context-drop-note');
-  await expect(note).toContainText("The chat outgrew the model's context of 256 tokens");
+  await expect(note).toContainText("the chat outgrew the model's 256-token context");
   const dropped = Number(/first (\d+) messages/.exec((await note.textContent()) ?? '')?.[1]);
   expect(dropped).toBeGreaterThan(0);
   // The line sits above the first message the model still sees; the ones above it are dimmed.

@@ -55,8 +55,8 @@ function ClipNote({ clip }: { clip: NonNullable<Stats['clipped']> }) {
 function DropNote({ drop }: { drop: NonNullable<Stats['contextDrop']> }) {
   return (
     <div className="note subtle" data-testid="context-drop-note">
-      ↥ The chat outgrew the model's context of {formatInteger(drop.contextLength)} tokens: this reply did not see its
-      first {formatInteger(drop.messages)} messages. Start a new chat to keep everything in view.
+      ↥ Did not see the first {formatInteger(drop.messages)} messages: the chat outgrew the model's{' '}
+      {formatInteger(drop.contextLength)}-token context.
     </div>
   );
 }
