@@ -3,7 +3,7 @@
  * RunnerService and the package loader; no business logic lives here.
  * Exit codes: 0 done, 2 bad input, 3 refused by the scheduler, 1 internal error.
  */
-import { existsSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -21,10 +21,10 @@ import { ModelLibrary } from '../main/host/model-library';
 import { defaultHostSettings, type HostSettings, RunnerService } from '../main/host/runner-service';
 import { kvBytesForTokens, loadModelSpec } from '../main/packages';
 import { parseByteSize } from '../main/scheduler';
-import type { GenerateRequest } from '../shared/contract';
-import { type ErrorInfo, KvdeskError, toErrorInfo } from '../shared/errors';
+import { toErrorInfo } from '../shared/errors';
 import { formatBytes } from '../shared/format';
 import type { ModelSpec } from '../shared/model-spec';
+import { badArgs, fail, type Io, packageDir, parseIds, parseNumber, SAMPLING_OPTIONS, samplingFlags } from './common';
 import { dataDirOf } from './data-dir';
 import { applyDeviceFlags } from './device-flags';
 
@@ -61,59 +61,6 @@ generate options:
   --data-dir DIR           where the library lives, for a library id (default $KVDESK_DATA_DIR or ~/.kvdesk)
 
 Exit codes: 0 done, 2 bad input, 3 refused by the KV scheduler, 1 internal error.`;
-
-/** Maps an error code to the CLI's exit code. */
-export function exitCodeFor(code: ErrorInfo['code']): number {
-  switch (code) {
-    case 'KV_BUDGET_EXCEEDED':
-    case 'QUEUE_FULL':
-      return 3;
-    case 'BAD_REQUEST':
-    case 'PACKAGE_INVALID':
-    case 'MODEL_LOAD_FAILED':
-    case 'MODEL_NOT_LOADED':
-    case 'TOKEN_OUT_OF_VOCAB':
-    case 'CONTEXT_OVERFLOW':
-    case 'SESSION_INVALID':
-      return 2;
-    default:
-      return 1;
-  }
-}
-
-interface Io {
-  out: (s: string) => void;
-  err: (s: string) => void;
-}
-
-function fail(io: Io, json: boolean, info: ErrorInfo): number {
-  if (json)
-    io.out(`${JSON.stringify({ error: { code: info.code, message: info.message, ...(info.detail ?? {}) } })}\n`);
-  else io.err(`kvdesk: ${info.message}\n`);
-  return exitCodeFor(info.code);
-}
-
-function badArgs(message: string): KvdeskError {
-  return new KvdeskError('BAD_REQUEST', `${message} (see kvdesk --help)`);
-}
-
-function parseNumber(name: string, value: string | undefined, integer = false): number | undefined {
-  if (value === undefined) return undefined;
-  const n = Number(value);
-  if (!Number.isFinite(n) || (integer && !Number.isInteger(n))) {
-    throw badArgs(`--${name} expects ${integer ? 'an integer' : 'a number'}, got "${value}"`);
-  }
-  return n;
-}
-
-function parseIds(value: string): number[] {
-  const parts = value.split(',').map((s) => s.trim());
-  const ids = parts.map(Number);
-  if (parts.length === 0 || ids.some((n, i) => parts[i] === '' || !Number.isInteger(n) || n < 0)) {
-    throw badArgs(`--prompt-ids expects comma-separated non-negative integers, got "${value}"`);
-  }
-  return ids;
-}
 
 /** Summary of a spec for `inspect` (JSON form keeps bpt at the top level). */
 export function inspectJson(spec: ModelSpec): Record<string, unknown> {
@@ -228,21 +175,12 @@ async function generate(args: string[], io: Io): Promise<number> {
     chat: { type: 'boolean' },
     system: { type: 'string' },
     'max-new-tokens': { type: 'string' },
-    greedy: { type: 'boolean' },
-    temperature: { type: 'string' },
-    'top-k': { type: 'string' },
-    'top-p': { type: 'string' },
-    'min-p': { type: 'string' },
-    'repetition-penalty': { type: 'string' },
-    'repetition-window': { type: 'string' },
-    'frequency-penalty': { type: 'string' },
-    'presence-penalty': { type: 'string' },
+    ...SAMPLING_OPTIONS,
     logprobs: { type: 'string' },
     'response-format': { type: 'string' },
     'json-schema': { type: 'string' },
     tools: { type: 'string' },
     'tool-choice': { type: 'string' },
-    seed: { type: 'string' },
     stop: { type: 'string', multiple: true },
     rows: { type: 'string' },
     'kv-budget': { type: 'string' },
@@ -272,26 +210,7 @@ async function generate(args: string[], io: Io): Promise<number> {
     if (prefillChunk !== undefined && prefillChunk < 1) {
       throw badArgs(`--prefill-chunk expects a whole number ≥ 1, got "${values['prefill-chunk']}"`);
     }
-    const sampling: NonNullable<GenerateRequest['sampling']> = {};
-    const t = parseNumber('temperature', values.temperature);
-    if (t !== undefined) sampling.temperature = t;
-    const k = parseNumber('top-k', values['top-k'], true);
-    if (k !== undefined) sampling.topK = k;
-    const p = parseNumber('top-p', values['top-p']);
-    if (p !== undefined) sampling.topP = p;
-    const mp = parseNumber('min-p', values['min-p']);
-    if (mp !== undefined) sampling.minP = mp;
-    const rp = parseNumber('repetition-penalty', values['repetition-penalty']);
-    if (rp !== undefined) sampling.repetitionPenalty = rp;
-    const rw = parseNumber('repetition-window', values['repetition-window'], true);
-    if (rw !== undefined) sampling.repetitionWindow = rw;
-    const fp = parseNumber('frequency-penalty', values['frequency-penalty']);
-    if (fp !== undefined) sampling.frequencyPenalty = fp;
-    const pp = parseNumber('presence-penalty', values['presence-penalty']);
-    if (pp !== undefined) sampling.presencePenalty = pp;
-    const seed = parseNumber('seed', values.seed, true);
-    if (seed !== undefined) sampling.seed = seed;
-    if (values.greedy) sampling.greedy = true;
+    const sampling = samplingFlags(values);
     const request: Record<string, unknown> = { sampling };
     if (values['prompt-ids'] !== undefined) request.promptIds = parseIds(values['prompt-ids']);
     else if (prompts.length > 1) request.prompts = prompts;
@@ -408,25 +327,6 @@ function toolsOf(value: unknown): unknown[] {
 
 function round(n: number): number {
   return Math.round(n * 100) / 100;
-}
-
-/**
- * A package folder, or the id of a library package (as `ollama run NAME` takes a name): a path that exists is
- * the folder; otherwise the library's most recently loaded valid package with that id.
- */
-async function packageDir(arg: string, dataDirFlag: string | undefined): Promise<string> {
-  const dir = path.resolve(arg);
-  if (existsSync(dir) || arg.includes('/') || arg.includes(path.sep)) return dir;
-  const library = await ModelLibrary.open(dataDirOf(dataDirFlag));
-  const entry = library.list().find((e) => e.id === arg && !e.missing && existsSync(e.root));
-  if (!entry) {
-    const known = [...new Set(library.list().map((e) => e.id))].join(', ') || 'none';
-    throw new KvdeskError(
-      'BAD_REQUEST',
-      `there is no package folder "${arg}", and no package of that id in the library at ${dataDirOf(dataDirFlag)} (it has: ${known}); give a folder, or an id \`kvdesk list\` shows`,
-    );
-  }
-  return entry.root;
 }
 
 /** `kvdesk list`: the library (packages `serve` has loaded), each validated again. */

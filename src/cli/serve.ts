@@ -12,6 +12,7 @@ import { parseByteSize } from '../main/scheduler';
 import { assertBindable, type RunningServer, startServer } from '../main/server';
 import { parseDuration } from '../shared/duration';
 import { KvdeskError, toErrorInfo } from '../shared/errors';
+import type { Io } from './common';
 import { dataDirOf } from './data-dir';
 import { applyDeviceFlags } from './device-flags';
 
@@ -37,11 +38,6 @@ serve options:
   --prompt-cache N         conversations whose KV the OpenAI API keeps for their next turn (default 16; 0: off)
   --first-use-ttl TIME     how long a library model that a request loaded stays loaded without requests
                            (default 60m; e.g. 90s, 2h, or never); Ollama's keep_alive sets it per request`;
-
-interface Io {
-  out: (s: string) => void;
-  err: (s: string) => void;
-}
 
 const REPO_ROOT = path.resolve(__dirname, '../..');
 

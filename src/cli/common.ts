@@ -1,0 +1,121 @@
+/** What the CLI's commands share: output, errors and exit codes, number flags, sampling flags, package names. */
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import { ModelLibrary } from '../main/host/model-library';
+import type { SamplingSettings } from '../shared/contract';
+import { type ErrorInfo, KvdeskError } from '../shared/errors';
+import { dataDirOf } from './data-dir';
+
+/** Maps an error code to the CLI's exit code. */
+export function exitCodeFor(code: ErrorInfo['code']): number {
+  switch (code) {
+    case 'KV_BUDGET_EXCEEDED':
+    case 'QUEUE_FULL':
+      return 3;
+    case 'BAD_REQUEST':
+    case 'PACKAGE_INVALID':
+    case 'MODEL_LOAD_FAILED':
+    case 'MODEL_NOT_LOADED':
+    case 'TOKEN_OUT_OF_VOCAB':
+    case 'CONTEXT_OVERFLOW':
+    case 'SESSION_INVALID':
+      return 2;
+    default:
+      return 1;
+  }
+}
+
+export interface Io {
+  out: (s: string) => void;
+  err: (s: string) => void;
+}
+
+export function fail(io: Io, json: boolean, info: ErrorInfo): number {
+  if (json)
+    io.out(`${JSON.stringify({ error: { code: info.code, message: info.message, ...(info.detail ?? {}) } })}\n`);
+  else io.err(`kvdesk: ${info.message}\n`);
+  return exitCodeFor(info.code);
+}
+
+export function badArgs(message: string): KvdeskError {
+  return new KvdeskError('BAD_REQUEST', `${message} (see kvdesk --help)`);
+}
+
+export function parseNumber(name: string, value: string | undefined, integer = false): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (!Number.isFinite(n) || (integer && !Number.isInteger(n))) {
+    throw badArgs(`--${name} expects ${integer ? 'an integer' : 'a number'}, got "${value}"`);
+  }
+  return n;
+}
+
+export function parseIds(value: string): number[] {
+  const parts = value.split(',').map((s) => s.trim());
+  const ids = parts.map(Number);
+  if (parts.length === 0 || ids.some((n, i) => parts[i] === '' || !Number.isInteger(n) || n < 0)) {
+    throw badArgs(`--prompt-ids expects comma-separated non-negative integers, got "${value}"`);
+  }
+  return ids;
+}
+
+/** The sampling flags `generate` and `chat` take (parseArgs options). */
+export const SAMPLING_OPTIONS = {
+  greedy: { type: 'boolean' },
+  temperature: { type: 'string' },
+  'top-k': { type: 'string' },
+  'top-p': { type: 'string' },
+  'min-p': { type: 'string' },
+  'repetition-penalty': { type: 'string' },
+  'repetition-window': { type: 'string' },
+  'frequency-penalty': { type: 'string' },
+  'presence-penalty': { type: 'string' },
+  seed: { type: 'string' },
+} as const;
+
+/** The sampling settings the flags of SAMPLING_OPTIONS give (absent flags: the package's defaults). */
+export function samplingFlags(
+  values: Partial<Record<keyof typeof SAMPLING_OPTIONS, string | boolean>>,
+): SamplingSettings {
+  const str = (k: keyof typeof SAMPLING_OPTIONS) => (typeof values[k] === 'string' ? (values[k] as string) : undefined);
+  const sampling: SamplingSettings = {};
+  const t = parseNumber('temperature', str('temperature'));
+  if (t !== undefined) sampling.temperature = t;
+  const k = parseNumber('top-k', str('top-k'), true);
+  if (k !== undefined) sampling.topK = k;
+  const p = parseNumber('top-p', str('top-p'));
+  if (p !== undefined) sampling.topP = p;
+  const mp = parseNumber('min-p', str('min-p'));
+  if (mp !== undefined) sampling.minP = mp;
+  const rp = parseNumber('repetition-penalty', str('repetition-penalty'));
+  if (rp !== undefined) sampling.repetitionPenalty = rp;
+  const rw = parseNumber('repetition-window', str('repetition-window'), true);
+  if (rw !== undefined) sampling.repetitionWindow = rw;
+  const fp = parseNumber('frequency-penalty', str('frequency-penalty'));
+  if (fp !== undefined) sampling.frequencyPenalty = fp;
+  const pp = parseNumber('presence-penalty', str('presence-penalty'));
+  if (pp !== undefined) sampling.presencePenalty = pp;
+  const seed = parseNumber('seed', str('seed'), true);
+  if (seed !== undefined) sampling.seed = seed;
+  if (values.greedy === true) sampling.greedy = true;
+  return sampling;
+}
+
+/**
+ * A package folder, or the id of a library package (as `ollama run NAME` takes a name): a path that exists is
+ * the folder; otherwise the library's most recently loaded valid package with that id.
+ */
+export async function packageDir(arg: string, dataDirFlag: string | undefined): Promise<string> {
+  const dir = path.resolve(arg);
+  if (existsSync(dir) || arg.includes('/') || arg.includes(path.sep)) return dir;
+  const library = await ModelLibrary.open(dataDirOf(dataDirFlag));
+  const entry = library.list().find((e) => e.id === arg && !e.missing && existsSync(e.root));
+  if (!entry) {
+    const known = [...new Set(library.list().map((e) => e.id))].join(', ') || 'none';
+    throw new KvdeskError(
+      'BAD_REQUEST',
+      `there is no package folder "${arg}", and no package of that id in the library at ${dataDirOf(dataDirFlag)} (it has: ${known}); give a folder, or an id \`kvdesk list\` shows`,
+    );
+  }
+  return entry.root;
+}
