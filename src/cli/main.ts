@@ -33,6 +33,7 @@ const USAGE = `kvdesk — run local ONNX language models with an explicit KV-cac
 Usage:
   kvdesk inspect <package> [--json] [--backend cuda|cpu|…] [--variant NAME] [--device-memory webgpu:0=8GiB]…
   kvdesk generate <package or library id> (--prompt TEXT | --prompt-ids 1,2,3) [options]
+  kvdesk chat <package or library id> [options]   a conversation in the terminal (see below)
   kvdesk list [--json] [--data-dir DIR]   the model library: packages kvdesk serve has loaded before
   kvdesk serve [--port N] [--host 127.0.0.1] [--token T] [--model PATH]... (see kvdesk serve --help)
 
@@ -59,6 +60,13 @@ generate options:
   --prefill-chunk N        prompt tokens one prefill run computes at most (default 256)
   --json                   print one JSON object on stdout
   --data-dir DIR           where the library lives, for a library id (default $KVDESK_DATA_DIR or ~/.kvdesk)
+
+chat options (a conversation, as ollama run: a line is a turn, """ starts and ends one of several lines; Ctrl+C
+stops a reply, Ctrl+D or /bye ends, /? lists the commands; with stdin from a pipe, each line is a turn):
+  --system TEXT --max-new-tokens N, generate's sampling options, --kv-budget, --threads, --data-dir
+  --verbose                each reply's figures (tokens, speed, prompt and reused tokens, KV) on stderr
+  --context-overflow P     drop-oldest (default: a conversation longer than the context goes on without its
+                           oldest turns) or refuse
 
 Exit codes: 0 done, 2 bad input, 3 refused by the KV scheduler, 1 internal error.`;
 
@@ -407,6 +415,13 @@ export async function main(argv: string[], io: Io): Promise<number> {
       return inspect(rest, io);
     case 'generate':
       return generate(rest, io);
+    case 'chat':
+      return (await import('./chat')).chat(rest, io, ({ kvBudget, threads }) => {
+        return new RunnerService({
+          ...(kvBudget !== undefined ? { kvBudgetBytes: parseByteSize(kvBudget) } : {}),
+          ...(threads !== undefined ? { intraOpNumThreads: threads } : {}),
+        });
+      });
     case 'list':
       return list(rest, io);
     case 'serve':

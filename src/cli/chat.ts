@@ -1,0 +1,363 @@
+/**
+ * `kvdesk chat`: a conversation with a model in the terminal, as `ollama run` has one. Each line is a turn
+ * (a block between lines of `"""` is one turn of several lines); replies stream as they are written. The
+ * conversation keeps its KV between turns (a session), and a conversation longer than the model's context goes on
+ * without its oldest turns, as the window's chats do. Commands start with a slash (/? lists them). Ctrl+C stops
+ * a reply (what it wrote so far stays in the conversation); Ctrl+D or /bye ends the chat.
+ *
+ * With a terminal, it prompts (`>>> `); with stdin from a pipe or a file, it reads every line as a turn, prints
+ * only the replies, and ends at the end of its input.
+ */
+import { randomUUID } from 'node:crypto';
+import { createInterface } from 'node:readline';
+import { parseArgs } from 'node:util';
+import type { ModelInfo, RunnerService } from '../main/host/runner-service';
+import type { ChatMessage, GenerateRequest, GenerationResult, SamplingSettings } from '../shared/contract';
+import { toErrorInfo } from '../shared/errors';
+import { formatBytes } from '../shared/format';
+import { badArgs, fail, type Io, packageDir, parseNumber, SAMPLING_OPTIONS, samplingFlags } from './common';
+
+const HELP = `Commands:
+  /set system TEXT        the system prompt (the conversation goes on with it)
+  /set parameter NAME V   temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed, num_predict
+  /set verbose | quiet    show (or not) each reply's figures: tokens, speed, prompt and reused tokens, KV
+  /show info | system | parameters
+  /clear                  forget the conversation (and its KV)
+  /bye                    end the chat (also Ctrl+D)
+  """                     starts and ends a message of several lines
+Ctrl+C stops a reply; what it wrote stays in the conversation.
+`;
+
+/** Ollama's parameter names for /set parameter, and where each goes. */
+const PARAMETERS: Record<string, { key: keyof SamplingSettings | 'maxNewTokens'; int?: boolean }> = {
+  temperature: { key: 'temperature' },
+  top_k: { key: 'topK', int: true },
+  top_p: { key: 'topP' },
+  min_p: { key: 'minP' },
+  repeat_penalty: { key: 'repetitionPenalty' },
+  repeat_last_n: { key: 'repetitionWindow', int: true },
+  seed: { key: 'seed', int: true },
+  num_predict: { key: 'maxNewTokens', int: true },
+};
+
+export interface ChatOptions {
+  system?: string;
+  maxNewTokens?: number;
+  sampling: SamplingSettings;
+  verbose: boolean;
+  contextOverflow: 'drop-oldest' | 'refuse';
+}
+
+/**
+ * The conversation and its commands, without the terminal: `line` takes what the person typed (a whole turn),
+ * `stop` stops the reply being written. Replies go to `io.out`, notes and figures to `io.err`.
+ */
+export class ChatSession {
+  private messages: ChatMessage[] = [];
+  /** Messages the last reply did not see (the conversation outgrew the context). */
+  private dropped = 0;
+  private sessionId = `cli-chat-${randomUUID()}`;
+  private current: { cancel: () => void } | null = null;
+  ended = false;
+
+  constructor(
+    private readonly host: RunnerService,
+    private readonly model: ModelInfo,
+    private readonly options: ChatOptions,
+    private readonly io: Io,
+  ) {}
+
+  /** Stops the reply being written; false when there is none. */
+  stop(): boolean {
+    if (!this.current) return false;
+    this.current.cancel();
+    return true;
+  }
+
+  async line(text: string): Promise<void> {
+    const trimmed = text.trim();
+    if (trimmed === '') return;
+    if (trimmed.startsWith('/')) return this.command(trimmed);
+    await this.turn(text);
+  }
+
+  private async turn(text: string): Promise<void> {
+    const messages: ChatMessage[] = [...this.messages, { role: 'user', content: text }];
+    const request: GenerateRequest = {
+      model: this.model.id,
+      messages,
+      sessionId: this.sessionId,
+      ...(this.options.system ? { system: this.options.system } : {}),
+      ...(this.options.maxNewTokens !== undefined ? { maxNewTokens: this.options.maxNewTokens } : {}),
+      ...(Object.keys(this.options.sampling).length > 0 ? { sampling: this.options.sampling } : {}),
+      ...(this.options.contextOverflow === 'drop-oldest'
+        ? { contextOverflow: 'drop-oldest' as const, droppedMessages: this.dropped }
+        : {}),
+    };
+    let written = '';
+    const handle = this.host.generate(request, (frame) => {
+      if (frame.type === 'tokens') {
+        const piece = frame.rows[0]?.text ?? '';
+        written += piece;
+        this.io.out(piece);
+      }
+    });
+    this.current = handle;
+    try {
+      const result = await handle.result;
+      this.io.out('\n');
+      this.messages = [...messages, { role: 'assistant', content: result.text }];
+      this.noteDrop(result);
+      if (this.options.verbose) this.io.err(figures(result));
+    } catch (err) {
+      const info = toErrorInfo(err);
+      if (info.code === 'CANCELLED') {
+        // Stopped by the person: what was written stays, as in the window.
+        this.io.out('\n');
+        this.messages = [...messages, { role: 'assistant', content: written }];
+      } else {
+        if (written) this.io.out('\n');
+        this.io.err(`kvdesk: ${info.message}\n`);
+        if (info.code === 'CONTEXT_OVERFLOW' || info.code === 'KV_BUDGET_EXCEEDED') {
+          this.io.err('kvdesk: that message was not added to the conversation; send a shorter one, or /clear.\n');
+        }
+      }
+    } finally {
+      this.current = null;
+    }
+  }
+
+  private noteDrop(result: GenerationResult): void {
+    const now = result.contextDrop?.messages ?? 0;
+    if (now > this.dropped && result.contextDrop) {
+      this.io.err(
+        `kvdesk: the conversation outgrew the model's ${result.contextDrop.contextLength}-token context: ` +
+          `the model no longer sees its first ${now} messages\n`,
+      );
+    }
+    this.dropped = now;
+  }
+
+  private async command(text: string): Promise<void> {
+    const [name, ...rest] = text.split(/\s+/);
+    const arg = text.slice((name ?? '').length).trim();
+    switch (name) {
+      case '/bye':
+      case '/exit':
+        this.ended = true;
+        return;
+      case '/?':
+      case '/help':
+        this.io.err(HELP);
+        return;
+      case '/clear':
+        this.messages = [];
+        this.dropped = 0;
+        this.host.closeSession(this.sessionId);
+        this.sessionId = `cli-chat-${randomUUID()}`;
+        this.io.err('kvdesk: the conversation was cleared\n');
+        return;
+      case '/set':
+        return this.set(rest[0], text.slice(text.indexOf(rest[0] ?? '') + (rest[0] ?? '').length).trim());
+      case '/show':
+        return this.show(arg);
+      default:
+        this.io.err(`kvdesk: unknown command "${name}"; type /? for the commands\n`);
+    }
+  }
+
+  private set(what: string | undefined, value: string): void {
+    switch (what) {
+      case 'system':
+        this.options.system = value || undefined;
+        this.io.err(value ? 'kvdesk: system prompt set\n' : 'kvdesk: system prompt cleared\n');
+        return;
+      case 'verbose':
+      case 'quiet':
+        this.options.verbose = what === 'verbose';
+        return;
+      case 'parameter': {
+        const [name, raw] = value.split(/\s+/);
+        const p = name ? PARAMETERS[name] : undefined;
+        if (!p || raw === undefined) {
+          this.io.err(`kvdesk: /set parameter NAME VALUE, NAME one of ${Object.keys(PARAMETERS).join(', ')}\n`);
+          return;
+        }
+        const n = Number(raw);
+        if (!Number.isFinite(n) || (p.int && !Number.isInteger(n))) {
+          this.io.err(`kvdesk: ${name} expects ${p.int ? 'an integer' : 'a number'}, got "${raw}"\n`);
+          return;
+        }
+        if (p.key === 'maxNewTokens') this.options.maxNewTokens = n;
+        else this.options.sampling = { ...this.options.sampling, [p.key]: n };
+        // A temperature means sampling again, as Ollama: --greedy no longer applies.
+        if (p.key === 'temperature' && n > 0) delete this.options.sampling.greedy;
+        this.io.err(`kvdesk: set ${name} to ${n}\n`);
+        return;
+      }
+      default:
+        this.io.err('kvdesk: /set system TEXT, /set parameter NAME VALUE, /set verbose or /set quiet\n');
+    }
+  }
+
+  private show(what: string): void {
+    const spec = this.model.spec;
+    switch (what) {
+      case 'info':
+        this.io.err(
+          `  model     ${this.model.id} (${spec.layout}, ${spec.numLayers} layers) from ${spec.root}\n` +
+            `  context   ${spec.contextLength} tokens\n` +
+            `  KV        ${spec.bpt} bytes a token: ${formatBytes(spec.bpt * spec.contextLength)} for a full context\n` +
+            `  weights   ${formatBytes(spec.weightsBytes)}\n` +
+            `  chat      ${this.messages.length} messages${this.dropped ? `, the first ${this.dropped} out of view` : ''}\n`,
+        );
+        return;
+      case 'system':
+        this.io.err(this.options.system ? `${this.options.system}\n` : 'kvdesk: no system prompt\n');
+        return;
+      case 'parameters': {
+        const s = this.options.sampling;
+        const lines = Object.entries(PARAMETERS).flatMap(([name, p]) => {
+          const v = p.key === 'maxNewTokens' ? this.options.maxNewTokens : s[p.key];
+          return v === undefined ? [] : [`  ${name.padEnd(15)} ${String(v)}`];
+        });
+        if (s.greedy) lines.push('  greedy          true');
+        this.io.err(lines.length ? `${lines.join('\n')}\n` : "kvdesk: the package's defaults\n");
+        return;
+      }
+      default:
+        this.io.err('kvdesk: /show info, /show system or /show parameters\n');
+    }
+  }
+}
+
+/** A reply's figures (/set verbose). */
+function figures(r: GenerationResult): string {
+  return (
+    `kvdesk: ${r.tokenIds.length} tokens, finish ${r.finishReason}, ttft ${Math.round(r.timings.ttftMs)} ms, ` +
+    `${Math.round(r.timings.tokensPerSecond * 10) / 10} tok/s, prompt ${r.promptTokens} tokens ` +
+    `(${r.reusedTokens} reused), KV ${formatBytes(r.kvBytes)}\n`
+  );
+}
+
+/**
+ * Turns typed lines into turns: a line is a turn, except between lines that start and end with `"""`
+ * (Ollama's multi-line input). Returns the turn a line completes, or null while a block is open.
+ */
+export function createTurnReader(): (line: string) => string | null {
+  let block: string[] | null = null;
+  return (line) => {
+    if (block === null) {
+      if (!line.trimStart().startsWith('"""')) return line;
+      const first = line.trimStart().slice(3);
+      if (first.trimEnd().endsWith('"""') && first.trim().length > 0) return first.trimEnd().slice(0, -3);
+      block = first ? [first] : [];
+      return null;
+    }
+    if (line.trimEnd().endsWith('"""')) {
+      const last = line.trimEnd().slice(0, -3);
+      if (last.length > 0) block.push(last);
+      const text = block.join('\n');
+      block = null;
+      return text;
+    }
+    block.push(line);
+    return null;
+  };
+}
+
+/** `kvdesk chat`: loads the package and runs the conversation on stdin until /bye or the end of the input. */
+export async function chat(
+  args: string[],
+  io: Io,
+  newHost: (settings: { kvBudget?: string; threads?: number }) => RunnerService,
+  input: NodeJS.ReadableStream & { isTTY?: boolean } = process.stdin,
+): Promise<number> {
+  const options = {
+    system: { type: 'string' },
+    'max-new-tokens': { type: 'string' },
+    ...SAMPLING_OPTIONS,
+    verbose: { type: 'boolean' },
+    'context-overflow': { type: 'string' },
+    'kv-budget': { type: 'string' },
+    threads: { type: 'string' },
+    'data-dir': { type: 'string' },
+  } as const;
+  let host: RunnerService | undefined;
+  try {
+    let parsed: ReturnType<typeof parseArgs<{ args: string[]; options: typeof options; allowPositionals: true }>>;
+    try {
+      parsed = parseArgs({ args, options, allowPositionals: true });
+    } catch (err) {
+      throw badArgs((err as Error).message);
+    }
+    const { values, positionals } = parsed;
+    if (positionals.length !== 1) throw badArgs('chat takes exactly one package path or library id');
+    const overflow = values['context-overflow'] ?? 'drop-oldest';
+    if (overflow !== 'drop-oldest' && overflow !== 'refuse') {
+      throw badArgs(`--context-overflow expects drop-oldest or refuse, got "${overflow}"`);
+    }
+    const chatOptions: ChatOptions = {
+      ...(values.system !== undefined ? { system: values.system } : {}),
+      sampling: samplingFlags(values),
+      verbose: values.verbose === true,
+      contextOverflow: overflow,
+    };
+    const maxNew = parseNumber('max-new-tokens', values['max-new-tokens'], true);
+    if (maxNew !== undefined) chatOptions.maxNewTokens = maxNew;
+    const threads = parseNumber('threads', values.threads, true);
+    const dir = await packageDir(positionals[0] as string, values['data-dir']);
+    host = newHost({
+      ...(values['kv-budget'] !== undefined ? { kvBudget: values['kv-budget'] } : {}),
+      ...(threads !== undefined ? { threads } : {}),
+    });
+    const model = await host.loadModel(dir);
+    const interactive = input.isTTY === true;
+    io.err(
+      `kvdesk: ${model.id} (${model.spec.layout}, context ${model.spec.contextLength} tokens) loaded in ` +
+        `${Math.round(model.loadMs)} ms${interactive ? '. /? for help, Ctrl+D or /bye to end.' : ''}\n`,
+    );
+    const session = new ChatSession(host, model, chatOptions, io);
+    await repl(session, input, interactive, io);
+    return 0;
+  } catch (err) {
+    return fail(io, false, toErrorInfo(err));
+  } finally {
+    await host?.close();
+  }
+}
+
+/** Reads turns from `input` and hands them to the session one at a time (lines typed meanwhile wait). */
+async function repl(session: ChatSession, input: NodeJS.ReadableStream, interactive: boolean, io: Io): Promise<void> {
+  const rl = createInterface({
+    input,
+    ...(interactive ? { output: process.stdout, terminal: true, prompt: '>>> ' } : { terminal: false }),
+  });
+  const onInterrupt = () => {
+    if (session.stop()) return;
+    if (interactive) {
+      io.err('\nUse Ctrl + d or /bye to exit.\n');
+      rl.prompt();
+    } else {
+      session.ended = true;
+      rl.close();
+    }
+  };
+  rl.on('SIGINT', onInterrupt);
+  // Without a terminal, readline sees no Ctrl+C: the signal comes to the process.
+  if (!interactive) process.on('SIGINT', onInterrupt);
+  const read = createTurnReader();
+  try {
+    if (interactive) rl.prompt();
+    for await (const line of rl) {
+      const turn = read(line);
+      if (turn !== null) await session.line(turn);
+      if (session.ended) break;
+      if (interactive) rl.setPrompt(turn === null ? '... ' : '>>> ');
+      if (interactive) rl.prompt();
+    }
+  } finally {
+    process.off('SIGINT', onInterrupt);
+    rl.close();
+  }
+}

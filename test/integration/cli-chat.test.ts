@@ -1,0 +1,199 @@
+/**
+ * `kvdesk chat` as a person (or a script) runs it: a real `kvdesk` process with stdin from a pipe, real
+ * onnxruntime. A turn's reply is the one `generate --chat` gives the same message; later turns reuse the
+ * conversation's KV; a block between `"""` lines is one turn; commands answer on stderr and never end the chat;
+ * a conversation longer than the context goes on without its oldest turns (or is refused, and goes on); Ctrl+C
+ * stops a reply without ending the chat.
+ */
+import { spawn, spawnSync } from 'node:child_process';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { defaultModelDir, repoRoot } from '../helpers/fixtures';
+import { generatedModel, slowModel } from '../helpers/models';
+
+const BIN = path.join(repoRoot, 'bin/kvdesk.cjs');
+const GREEDY = ['--greedy', '--max-new-tokens', '12'];
+
+function kvdesk(args: string[], input = ''): { code: number; stdout: string; stderr: string } {
+  const r = spawnSync(process.execPath, [BIN, ...args], { cwd: repoRoot, encoding: 'utf8', input, timeout: 90_000 });
+  return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr };
+}
+
+/** The figures line of each reply (--verbose): its prompt and reused tokens. */
+function figures(stderr: string): Array<{ prompt: number; reused: number }> {
+  return [...stderr.matchAll(/prompt (\d+) tokens \((\d+) reused\)/g)].map((m) => ({
+    prompt: Number(m[1]),
+    reused: Number(m[2]),
+  }));
+}
+
+describe('kvdesk chat', () => {
+  it('answers a line as generate --chat answers the same message', () => {
+    const alone = kvdesk(['generate', defaultModelDir, '--chat', '--prompt', 'Tell me about rivers.', ...GREEDY]);
+    expect(alone.code, alone.stderr).toBe(0);
+    const r = kvdesk(['chat', defaultModelDir, ...GREEDY], 'Tell me about rivers.\n');
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toBe(alone.stdout);
+    expect(r.stderr).toContain('default (hf-optimum, context 2048 tokens) loaded');
+  }, 60_000);
+
+  it('keeps the conversation and its KV between turns; /clear starts over', () => {
+    const r = kvdesk(
+      ['chat', defaultModelDir, ...GREEDY, '--verbose', '--system', 'You are brief.'],
+      'Tell me about rivers.\nAnd lakes?\n/clear\nAnd lakes?\n',
+    );
+    expect(r.code, r.stderr).toBe(0);
+    const [first, second, cleared] = figures(r.stderr);
+    expect(first?.reused).toBe(0);
+    // The second turn continues the first: its whole prompt is reused.
+    expect(second?.reused).toBeGreaterThanOrEqual(first?.prompt ?? Number.POSITIVE_INFINITY);
+    expect(second?.prompt).toBeGreaterThan(first?.prompt ?? 0);
+    // After /clear the same question is the conversation's first turn again.
+    expect(cleared?.reused).toBe(0);
+    expect(cleared?.prompt).toBeLessThan(second?.prompt ?? 0);
+    expect(r.stderr).toContain('the conversation was cleared');
+    const replies = r.stdout.split('\n').filter((l) => l.length > 0);
+    expect(replies.length).toBeGreaterThanOrEqual(3);
+  }, 60_000);
+
+  it('a block between """ lines is one turn of several lines', () => {
+    const alone = kvdesk(['generate', defaultModelDir, '--chat', '--prompt', 'First line\nsecond line', ...GREEDY]);
+    const r = kvdesk(['chat', defaultModelDir, ...GREEDY, '--verbose'], '"""\nFirst line\nsecond line\n"""\n');
+    expect(r.code, r.stderr).toBe(0);
+    expect(figures(r.stderr)).toHaveLength(1);
+    expect(r.stdout).toBe(alone.stdout);
+  }, 60_000);
+
+  it('commands answer on stderr and the chat goes on; /bye ends it', () => {
+    const r = kvdesk(
+      ['chat', defaultModelDir, ...GREEDY, '--verbose'],
+      [
+        '/nonsense',
+        '/set parameter warmth 3',
+        '/set parameter top_k many',
+        '/set parameter top_k 5',
+        '/set parameter num_predict 4',
+        '/show parameters',
+        '/show info',
+        'Hello',
+        '/bye',
+        'never answered',
+        '',
+      ].join('\n'),
+    );
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).toContain('unknown command "/nonsense"');
+    expect(r.stderr).toContain('/set parameter NAME VALUE, NAME one of temperature');
+    expect(r.stderr).toContain('top_k expects an integer, got "many"');
+    expect(r.stderr).toMatch(/top_k\s+5/);
+    expect(r.stderr).toMatch(/num_predict\s+4/);
+    expect(r.stderr).toContain('context   2048 tokens');
+    // num_predict applies: at most 4 tokens; and /bye ended the chat before the last line.
+    expect(r.stderr).toMatch(/kvdesk: [1-4] tokens, finish/);
+    expect(figures(r.stderr)).toHaveLength(1);
+  }, 60_000);
+
+  it('a conversation longer than the context goes on without its oldest turns, or is refused and goes on', () => {
+    const small = generatedModel('context-256', { maxPositions: 256 });
+    const lines = Array.from(
+      { length: 8 },
+      (_, i) => `Question ${i + 1}: what is the name of the river that runs through town number ${i + 1}?`,
+    );
+    const input = `${lines.join('\n')}\n`;
+    const dropped = kvdesk(['chat', small, '--greedy', '--max-new-tokens', '16', '--verbose'], input);
+    expect(dropped.code, dropped.stderr).toBe(0);
+    expect(figures(dropped.stderr)).toHaveLength(8);
+    expect(dropped.stderr).toMatch(
+      /outgrew the model's 256-token context: the model no longer sees its first \d+ messages/,
+    );
+    expect(dropped.stderr).not.toContain('CONTEXT_OVERFLOW');
+
+    const refused = kvdesk(
+      ['chat', small, '--greedy', '--max-new-tokens', '16', '--verbose', '--context-overflow', 'refuse'],
+      input,
+    );
+    expect(refused.code, refused.stderr).toBe(0);
+    expect(refused.stderr).toContain("leaves no room for a reply in the model's context of 256 tokens");
+    expect(refused.stderr).toContain('that message was not added to the conversation');
+    expect(figures(refused.stderr).length).toBeLessThan(8);
+  }, 90_000);
+
+  it('Ctrl+C stops the reply being written, and the chat goes on', async () => {
+    const child = spawn(
+      process.execPath,
+      [BIN, 'chat', slowModel(), '--greedy', '--max-new-tokens', '2000', '--verbose'],
+      {
+        cwd: repoRoot,
+        stdio: ['pipe', 'pipe', 'pipe'],
+      },
+    );
+    let stdout = '';
+    let stderr = '';
+    child.stderr.on('data', (d) => {
+      stderr += String(d);
+    });
+    const firstText = new Promise<void>((resolve) => {
+      child.stdout.on('data', (d) => {
+        stdout += String(d);
+        if (stdout.length > 0) resolve();
+      });
+    });
+    const exited = new Promise<number>((resolve) => child.on('exit', (code) => resolve(code ?? -1)));
+    child.stdin.write('Tell me a very long story.\n');
+    await firstText;
+    child.kill('SIGINT');
+    // The stopped reply stays in the conversation, and the next turn is answered: the chat did not end.
+    child.stdin.end('/show info\n/set parameter num_predict 3\nAnd then?\n');
+    expect(await exited, stderr).toBe(0);
+    expect(stderr).toMatch(/chat +2 messages/);
+    // One figures line: the stopped reply has none, the next one has.
+    expect(figures(stderr)).toHaveLength(1);
+    expect(stderr).toMatch(/kvdesk: [1-3] tokens, finish/);
+  }, 90_000);
+
+  // A terminal: `script` gives the CLI a pseudo-terminal, as a person's shell does.
+  const script = spawnSync('script', ['--version'], { encoding: 'utf8' });
+  it.skipIf(script.status !== 0)(
+    `in a terminal: prompts, Ctrl+C at the prompt says how to leave, Ctrl+D leaves${script.status !== 0 ? ' (skipped: no `script` command to give it a terminal)' : ''}`,
+    async () => {
+      const command = [BIN, 'chat', defaultModelDir, ...GREEDY].map((a) => `'${a}'`).join(' ');
+      const child = spawn('script', ['-qec', `'${process.execPath}' ${command}`, '/dev/null'], {
+        cwd: repoRoot,
+        stdio: ['pipe', 'pipe', 'pipe'],
+      });
+      let output = '';
+      const waiters: Array<{ test: () => boolean; resolve: () => void }> = [];
+      child.stdout.on('data', (d) => {
+        output += String(d);
+        for (const w of waiters.splice(0))
+          if (w.test()) w.resolve();
+          else waiters.push(w);
+      });
+      const until = (test: () => boolean) =>
+        test() ? Promise.resolve() : new Promise<void>((resolve) => waiters.push({ test, resolve }));
+      const prompts = () => output.split('>>> ').length - 1;
+      const exited = new Promise<number>((resolve) => child.on('exit', (code) => resolve(code ?? -1)));
+      await until(() => prompts() >= 1);
+      expect(output).toContain('/? for help, Ctrl+D or /bye to end.');
+      child.stdin.write('Tell me about rivers.\r');
+      await until(() => prompts() >= 2);
+      child.stdin.write('\x03');
+      await until(() => output.includes('Use Ctrl + d or /bye to exit.'));
+      child.stdin.write('\x04');
+      expect(await exited, output).toBe(0);
+    },
+    60_000,
+  );
+
+  it('bad arguments exit 2 and name them', () => {
+    const none = kvdesk(['chat']);
+    expect(none.code).toBe(2);
+    expect(none.stderr).toContain('chat takes exactly one package path or library id');
+    const policy = kvdesk(['chat', defaultModelDir, '--context-overflow', 'sometimes']);
+    expect(policy.code).toBe(2);
+    expect(policy.stderr).toContain('--context-overflow expects drop-oldest or refuse, got "sometimes"');
+    const missing = kvdesk(['chat', 'no-such-model', '--data-dir', path.join(repoRoot, 'no-such-dir')]);
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toContain('there is no package folder "no-such-model"');
+  }, 60_000);
+});
