@@ -75,6 +75,8 @@ export const StoredMessage = z.object({
       ttftMs: z.number().optional(),
       tokensPerSecond: z.number().optional(),
       tokens: z.number().optional(),
+      /** The prompt the reply continued (the conversation as the model saw it), in tokens. */
+      promptTokens: z.number().optional(),
       finishReason: z.string().optional(),
       budgetCap: z
         .object({

@@ -46,17 +46,30 @@ test('a chat longer than the context goes on without its oldest messages, and sa
   smallServer: server,
 }) => {
   await openSmallChat(page, server);
-  // About 45 tokens a turn: the fifth or sixth no longer fits with the first ones.
+  // About 45 tokens a turn: the fifth or sixth no longer fits with the first ones. The header's meter fills
+  // up turn by turn (prompt and reply, of 256).
+  const meter = page.getByTestId('context-meter');
+  const used = async () => Number(await meter.getAttribute('data-used'));
   let i = 1;
+  let before = 0;
   while ((await page.getByTestId('context-drop-note').count()) === 0) {
     expect(i, 'the chat should outgrow 256 tokens within 10 turns').toBeLessThanOrEqual(10);
     await turn(page, QUESTION(i++));
     await expect(lastReply(page)).toHaveAttribute('data-state', 'done');
+    await expect(meter).toHaveAttribute('data-context', '256');
+    if ((await page.getByTestId('context-drop-note').count()) === 0) {
+      expect(await used()).toBeGreaterThan(before);
+      before = await used();
+    }
   }
+  // Leaving turns out made room: the meter fell, and says how many messages are out of view.
+  expect(await used()).toBeLessThan(before);
+  expect(await used()).toBeLessThanOrEqual(256);
   const note = lastReply(page).getByTestId('context-drop-note');
   await expect(note).toContainText("the chat outgrew the model's 256-token context");
   const dropped = Number(/first (\d+) messages/.exec((await note.textContent()) ?? '')?.[1]);
   expect(dropped).toBeGreaterThan(0);
+  await expect(meter).toContainText(`${dropped} out of view`);
   // The line sits above the first message the model still sees; the ones above it are dimmed.
   const divider = page.getByTestId('context-start');
   await expect(divider).toHaveCount(1);

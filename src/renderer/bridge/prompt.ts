@@ -82,14 +82,37 @@ export function currentDrop(
   messages: StoredMessage[],
   live: Record<string, LiveReply>,
 ): { start: number; drop: ContextDrop } | undefined {
+  const reply = latestReply(messages, live);
+  if (!reply) return undefined;
+  const drop = reply.live ? reply.live.contextDrop : reply.message.stats?.contextDrop;
+  const start = drop ? contextStartIndex(messages, drop.messages) : undefined;
+  return drop && start !== undefined ? { start, drop } : undefined;
+}
+
+/**
+ * The context the conversation fills after its latest reply (streaming: so far): its prompt and its reply's
+ * tokens; undefined before any reply the host accepted.
+ */
+export function contextUsed(messages: StoredMessage[], live: Record<string, LiveReply>): number | undefined {
+  const reply = latestReply(messages, live);
+  if (!reply) return undefined;
+  if (reply.live)
+    return reply.live.promptTokens !== undefined ? reply.live.promptTokens + reply.live.tokens : undefined;
+  const s = reply.message.stats;
+  return s?.promptTokens !== undefined ? s.promptTokens + (s.tokens ?? 0) : undefined;
+}
+
+/** The latest reply the host accepted: streaming (once accepted), or finished without an error. */
+function latestReply(
+  messages: StoredMessage[],
+  live: Record<string, LiveReply>,
+): { message: StoredMessage; live?: LiveReply } | undefined {
   for (let i = messages.length - 1; i >= 0; i--) {
     const m = messages[i] as StoredMessage;
     if (m.role !== 'assistant') continue;
     const l = live[m.id];
     if (l?.phase === 'sending' || (!l && (!m.stats || m.stats.error))) continue;
-    const drop = l ? l.contextDrop : m.stats?.contextDrop;
-    const start = drop ? contextStartIndex(messages, drop.messages) : undefined;
-    return drop && start !== undefined ? { start, drop } : undefined;
+    return l ? { message: m, live: l } : { message: m };
   }
   return undefined;
 }

@@ -1,6 +1,8 @@
 /** The open thread: title, messages, composer. */
 import { useShallow } from 'zustand/react/shallow';
 import { useApp } from '../bridge/context';
+import { contextUsed, currentDrop } from '../bridge/prompt';
+import { formatInteger } from '../lib/format';
 import { Composer } from './Composer';
 import { MessageList } from './MessageList';
 
@@ -23,6 +25,49 @@ function EmptyThread() {
   );
 }
 
+/**
+ * How much of the model's context the conversation fills (after its latest reply, or so far while one streams),
+ * as LM Studio shows it; and how many messages are out of view once it outgrew it.
+ */
+function ContextMeter({ threadId }: { threadId: string }) {
+  const { used, context, dropped } = useApp(
+    useShallow((s) => {
+      const t = s.threads.find((x) => x.id === threadId);
+      const messages = t?.messages ?? [];
+      const model = s.models.find((m) => m.id === t?.modelId);
+      return {
+        used: contextUsed(messages, s.live),
+        context: model?.spec.contextLength,
+        dropped: currentDrop(messages, s.live)?.drop.messages ?? 0,
+      };
+    }),
+  );
+  if (used === undefined || context === undefined) return null;
+  const share = Math.min(1, used / context);
+  return (
+    <div
+      className={`context-meter ${share >= 0.8 ? 'high' : ''}`}
+      data-testid="context-meter"
+      data-used={used}
+      data-context={context}
+      title={
+        `The conversation as the model sees it fills ${formatInteger(used)} of its ${formatInteger(context)} tokens of context.` +
+        (dropped > 0
+          ? ` The first ${dropped} messages are out of view.`
+          : ' When it is full, the oldest messages are left out.')
+      }
+    >
+      <span className="num">
+        context {formatInteger(used)} / {formatInteger(context)}
+        {dropped > 0 ? ` · ${dropped} out of view` : ''}
+      </span>
+      <span className="meter">
+        <span style={{ width: `${(share * 100).toFixed(1)}%` }} />
+      </span>
+    </div>
+  );
+}
+
 export function ChatView() {
   const { threadId, title, count, loaded } = useApp(
     useShallow((s) => {
@@ -39,6 +84,7 @@ export function ChatView() {
     <section className="main" aria-label="Chat" data-testid="chat-view" data-thread-id={threadId ?? ''}>
       <div className="chat-head">
         <h1 data-testid="chat-title">{threadId ? title : 'kvdesk'}</h1>
+        {threadId && count > 0 && <ContextMeter threadId={threadId} />}
       </div>
       {threadId && count > 0 ? (
         <MessageList threadId={threadId} />

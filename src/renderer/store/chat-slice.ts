@@ -87,6 +87,7 @@ export function reduceFrames(
           ttftMs: r.timings.ttftMs,
           tokensPerSecond: r.timings.tokensPerSecond,
           tokens: r.tokenIds.length,
+          promptTokens: r.promptTokens,
           finishReason: r.finishReason,
           ...(r.budgetCap ? { budgetCap: r.budgetCap } : {}),
           ...(r.clipped ? { clipped: r.clipped } : {}),
@@ -103,7 +104,12 @@ export function reduceFrames(
         };
         if (frame.error.code === 'CANCELLED') {
           // Stopped by the person: the partial reply is theirs to keep.
-          stats = { tokens: next.tokens, finishReason: 'cancelled', ...capAndClip };
+          stats = {
+            tokens: next.tokens,
+            ...(next.promptTokens !== undefined ? { promptTokens: next.promptTokens } : {}),
+            finishReason: 'cancelled',
+            ...capAndClip,
+          };
         } else {
           stats = {
             ...(next.tokens > 0 ? { tokens: next.tokens } : {}),

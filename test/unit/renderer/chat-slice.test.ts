@@ -193,7 +193,15 @@ describe('replies', () => {
     expect(s.live).toEqual({});
     const m = s.threads[0]?.messages[1];
     expect(m?.content).toBe('abc');
-    expect(m?.stats).toEqual({ ttftMs: 12, tokensPerSecond: 100, tokens: 3, finishReason: 'eos', budgetCap, clipped });
+    expect(m?.stats).toEqual({
+      ttftMs: 12,
+      tokensPerSecond: 100,
+      tokens: 3,
+      promptTokens: 5,
+      finishReason: 'eos',
+      budgetCap,
+      clipped,
+    });
     expect(s.threads[0]?.updatedAt).toBe(20);
   });
 
@@ -222,6 +230,7 @@ describe('replies', () => {
         {
           messageId: 'a1',
           frames: [
+            accepted,
             admitted,
             tokens('partial', [1, 2]),
             { type: 'error', requestId: 'r1', error: { code: 'CANCELLED', message: 'cancelled' } },
@@ -232,7 +241,8 @@ describe('replies', () => {
     );
     const m = store.getState().threads[0]?.messages[1];
     expect(m?.content).toBe('partial');
-    expect(m?.stats).toEqual({ tokens: 2, finishReason: 'cancelled' });
+    // Accepted with 7 prompt tokens before the stop: the context the conversation fills is kept.
+    expect(m?.stats).toEqual({ tokens: 2, promptTokens: 7, finishReason: 'cancelled' });
     expect(store.getState().errorDetails).toEqual({});
   });
 

@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import {
   buildChatRequest,
   contextStartIndex,
+  contextUsed,
   conversationOf,
   currentDrop,
   lastReplyDrop,
@@ -145,5 +146,19 @@ describe('a chat longer than the context', () => {
     expect(currentDrop(messages, live(drop(4)))).toMatchObject({ start: 5, drop: { messages: 4 } });
     // An accepted reply that saw everything: no divider.
     expect(currentDrop(messages, live({}))).toBeUndefined();
+  });
+
+  it('the context the conversation fills: the latest accepted reply, its prompt and its tokens so far', () => {
+    const withPrompt = history.map((m) => (m.id === 'a3' ? { ...m, stats: { ...m.stats, promptTokens: 120 } } : m));
+    expect(contextUsed(withPrompt, {})).toBe(121);
+    const streaming: StoredMessage = { id: 'a4', role: 'assistant', content: '', createdAt: 8 };
+    const live = (l: Partial<LiveReply>): Record<string, LiveReply> => ({
+      a4: { threadId: 't1', messageId: 'a4', phase: 'running', startedAt: 0, tokens: 0, ...l },
+    });
+    expect(contextUsed([...withPrompt, streaming], live({ promptTokens: 150, tokens: 9 }))).toBe(159);
+    // Not accepted yet: the last finished reply's figure stands.
+    expect(contextUsed([...withPrompt, streaming], live({ phase: 'sending' }))).toBe(121);
+    // Replies stored before kvdesk kept the prompt's size: unknown.
+    expect(contextUsed(history, {})).toBeUndefined();
   });
 });
