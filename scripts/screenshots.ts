@@ -374,4 +374,3 @@ async function longChatShot(browser: Browser): Promise<void> {
     await server.stop();
   }
 }
-
