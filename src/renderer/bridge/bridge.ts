@@ -7,6 +7,7 @@
 import type { BudgetPatch, KvdeskApi, ModelInfo, StoredMessage, Thread } from '../../shared/api';
 import type { SamplingSettings } from '../../shared/contract';
 import type { ErrorInfo, Result } from '../../shared/errors';
+import { parseThreadImport } from '../lib/thread-export';
 import type { AppStore } from '../store';
 import { UNTITLED } from '../store/chat-slice';
 import type { PackageImport } from '../store/types';
@@ -22,6 +23,11 @@ export interface DroppedFile {
 
 export interface Bridge {
   newThread(): Thread;
+  /**
+   * Imports a chat from a file's text (kvdesk's JSON export, or `{messages: [...]}`) as a new chat and opens it;
+   * returns why not (naming the field) when the file cannot be read as one.
+   */
+  importThread(text: string, fileName: string): string | null;
   selectThread(id: string): void;
   renameThread(id: string, title: string): void;
   deleteThread(id: string): void;
@@ -379,6 +385,15 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   return {
     api,
     newThread,
+    importThread(text, fileName) {
+      const r = parseThreadImport(text, fileName);
+      if (!r.ok) return r.error;
+      s().addThread(r.thread);
+      s().setView('chat');
+      saveThread(r.thread.id);
+      rememberOpen(r.thread.id);
+      return null;
+    },
     selectThread(id) {
       s().selectThread(id);
       s().setView('chat');

@@ -1,8 +1,55 @@
 /** The open thread: title, messages, composer. */
 import { useShallow } from 'zustand/react/shallow';
-import { useApp } from '../bridge/context';
+import { useApp, useAppStore } from '../bridge/context';
 import { contextUsed, currentDrop } from '../bridge/prompt';
 import { formatInteger } from '../lib/format';
+import { exportFileName, threadToJson, threadToMarkdown } from '../lib/thread-export';
+
+/** Saves text as a file (the browser's download; Electron asks where). */
+function download(name: string, text: string, type: string): void {
+  const url = URL.createObjectURL(new Blob([text], { type }));
+  const a = document.createElement('a');
+  a.href = url;
+  a.download = name;
+  a.click();
+  setTimeout(() => URL.revokeObjectURL(url), 10_000);
+}
+
+/** Export the open chat as Markdown (to read or share) or kvdesk's JSON (to import again, here or elsewhere). */
+function ExportButtons({ threadId }: { threadId: string }) {
+  const store = useAppStore();
+  const save = (format: 'md' | 'json') => {
+    const s = store.getState();
+    const thread = s.threads.find((t) => t.id === threadId);
+    if (!thread) return;
+    const model = s.models.find((m) => m.id === thread.modelId)?.spec.displayName;
+    if (format === 'md') download(exportFileName(thread, 'md'), threadToMarkdown(thread, model), 'text/markdown');
+    else download(exportFileName(thread, 'json'), threadToJson(thread), 'application/json');
+  };
+  return (
+    <span className="export">
+      <button
+        type="button"
+        className="ghost small"
+        data-testid="export-md"
+        title="Save this chat as Markdown"
+        onClick={() => save('md')}
+      >
+        ⤓ .md
+      </button>
+      <button
+        type="button"
+        className="ghost small"
+        data-testid="export-json"
+        title="Save this chat as kvdesk JSON (Import… in the chat list reads it back)"
+        onClick={() => save('json')}
+      >
+        ⤓ .json
+      </button>
+    </span>
+  );
+}
+
 import { Composer } from './Composer';
 import { MessageList } from './MessageList';
 
@@ -85,6 +132,7 @@ export function ChatView() {
       <div className="chat-head">
         <h1 data-testid="chat-title">{threadId ? title : 'kvdesk'}</h1>
         {threadId && count > 0 && <ContextMeter threadId={threadId} />}
+        {threadId && count > 0 && <ExportButtons threadId={threadId} />}
       </div>
       {threadId && count > 0 ? (
         <MessageList threadId={threadId} />

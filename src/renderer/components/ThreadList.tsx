@@ -1,7 +1,27 @@
-/** Left column: new chat, and the threads (newest activity first) with rename and delete. */
-import { memo, useState } from 'react';
+/** Left column: new chat, import, search, and the threads (newest activity first) with rename and delete. */
+import { memo, useRef, useState } from 'react';
 import { useShallow } from 'zustand/react/shallow';
+import type { Thread } from '../../shared/api';
 import { useApp, useBridge } from '../bridge/context';
+import { MAX_IMPORT_BYTES } from '../lib/thread-export';
+
+/** Each chat's searchable text (title and messages, lower case), kept while the chat object is unchanged. */
+const haystacks = new WeakMap<Thread, string>();
+function haystack(t: Thread): string {
+  let h = haystacks.get(t);
+  if (h === undefined) {
+    h = [t.title, ...t.messages.map((m) => m.content)].join('\n').toLowerCase();
+    haystacks.set(t, h);
+  }
+  return h;
+}
+
+/** The chats whose title or messages contain every word of the query (all of them for an empty query). */
+export function matchingThreadIds(threads: Thread[], query: string): string[] {
+  const words = query.toLowerCase().split(/\s+/).filter(Boolean);
+  if (words.length === 0) return threads.map((t) => t.id);
+  return threads.filter((t) => words.every((w) => haystack(t).includes(w))).map((t) => t.id);
+}
 
 const ThreadItem = memo(function ThreadItem({ id }: { id: string }) {
   const bridge = useBridge();
@@ -92,24 +112,85 @@ const ThreadItem = memo(function ThreadItem({ id }: { id: string }) {
 
 export function ThreadList() {
   const bridge = useBridge();
-  const ids = useApp(useShallow((s) => s.threads.map((t) => t.id)));
+  const [query, setQuery] = useState('');
+  const ids = useApp(useShallow((s) => matchingThreadIds(s.threads, query)));
+  const total = useApp((s) => s.threads.length);
   const loaded = useApp((s) => s.threadsLoaded);
+  const [importError, setImportError] = useState<string | null>(null);
+  const file = useRef<HTMLInputElement>(null);
+  const importFile = async (f: File) => {
+    if (f.size > MAX_IMPORT_BYTES) {
+      setImportError(`${f.name} is ${Math.round(f.size / 1048576)} MiB: a chat to import is at most 64 MiB.`);
+      return;
+    }
+    setImportError(bridge.importThread(await f.text(), f.name));
+  };
   return (
     <nav className="sidebar" aria-label="Chats">
-      <button
-        type="button"
-        className="new primary"
-        data-testid="new-thread"
-        onClick={() => bridge.newThread()}
-        title="New chat (Ctrl/Cmd+N)"
-      >
-        + New chat
-      </button>
+      <div className="sidebar-actions">
+        <button
+          type="button"
+          className="new primary"
+          data-testid="new-thread"
+          onClick={() => bridge.newThread()}
+          title="New chat (Ctrl/Cmd+N)"
+        >
+          + New chat
+        </button>
+        <button
+          type="button"
+          className="ghost small"
+          data-testid="import-thread"
+          title="Import a chat: a kvdesk JSON export, or a {messages: [{role, content}]} conversation"
+          onClick={() => file.current?.click()}
+        >
+          Import…
+        </button>
+        <input
+          ref={file}
+          type="file"
+          accept=".json,application/json"
+          hidden
+          data-testid="import-thread-file"
+          onChange={(e) => {
+            const f = e.target.files?.[0];
+            e.target.value = '';
+            if (f) void importFile(f);
+          }}
+        />
+      </div>
+      {importError && (
+        <div className="import-error" role="alert" data-testid="import-error">
+          {importError}
+          <button type="button" className="ghost small" onClick={() => setImportError(null)} aria-label="Dismiss">
+            ✕
+          </button>
+        </div>
+      )}
+      {total > 0 && (
+        <input
+          type="search"
+          className="thread-search"
+          data-testid="thread-search"
+          placeholder="Search chats"
+          aria-label="Search chats"
+          value={query}
+          onChange={(e) => setQuery(e.target.value)}
+          onKeyDown={(e) => {
+            if (e.key === 'Escape') setQuery('');
+          }}
+        />
+      )}
       <ul className="thread-list" data-testid="thread-list" data-loaded={loaded}>
         {ids.map((id) => (
           <ThreadItem key={id} id={id} />
         ))}
       </ul>
+      {query && ids.length === 0 && (
+        <div className="hint" data-testid="thread-search-empty">
+          No chat mentions “{query}”.
+        </div>
+      )}
     </nav>
   );
 }

@@ -1,0 +1,200 @@
+/**
+ * A chat as a file and back (pure, unit-tested): Markdown to read or share, kvdesk's JSON to keep or move a chat
+ * to another machine; and the import of such a JSON file, or of any `{messages: [{role, content}]}` conversation
+ * (OpenAI's form), checked field by field. An import is always a new chat: ids are new, nothing is overwritten.
+ */
+import { type StoredMessage, Thread } from '../../shared/api';
+import { newId } from '../bridge/prompt';
+
+/** The JSON export's envelope. */
+export const EXPORT_KIND = 'kvdesk.thread';
+export const EXPORT_VERSION = 1;
+
+/** A file name from the chat's title (letters, digits, dashes), e.g. `lighthouse-story.md`. */
+export function exportFileName(thread: Thread, extension: 'md' | 'json'): string {
+  const slug = thread.title
+    .normalize('NFKD')
+    .replace(/\p{M}+/gu, '') // accents: é → e, not e-
+    .replace(/[^\p{L}\p{N}]+/gu, '-')
+    .toLowerCase();
+  // Cut between characters (never inside a surrogate pair), then trim the dashes the cut may leave.
+  const base = codePoints(slug, 60).replace(/^-+|-+$/g, '');
+  return `${base || 'chat'}.${extension}`;
+}
+
+/** The first `n` characters (code points) of `text`. */
+function codePoints(text: string, n: number): string {
+  return Array.from(text).slice(0, n).join('');
+}
+
+/** The chat as Markdown: title, system prompt, then each message under its speaker (failed replies say so). */
+export function threadToMarkdown(thread: Thread, modelName?: string): string {
+  const lines = [`# ${thread.title}`, ''];
+  const created = new Date(thread.createdAt);
+  // A date JavaScript cannot show (an imported file may hold any number) is left out.
+  const facts = [
+    Number.isNaN(created.getTime())
+      ? 'kvdesk chat'
+      : `kvdesk chat, ${created.toISOString().slice(0, 16).replace('T', ' ')} UTC`,
+  ];
+  if (modelName ?? thread.modelId) facts.push(`model ${modelName ?? thread.modelId}`);
+  lines.push(`*${facts.join(' · ')}*`, '');
+  if (thread.systemPrompt?.trim()) lines.push('**System prompt**', '', quote(thread.systemPrompt.trim()), '');
+  for (const m of thread.messages) {
+    lines.push(`### ${m.role === 'user' ? 'You' : m.role === 'assistant' ? 'Assistant' : 'System'}`, '');
+    // A reply that failed part way keeps what it wrote, as the window shows it.
+    if (m.content) {
+      if (m.format === 'json') {
+        const fence = '`'.repeat(Math.max(3, longestRun(m.content, '`') + 1));
+        lines.push(`${fence}json`, m.content, fence, '');
+      } else lines.push(m.content, '');
+    }
+    if (m.stats?.error) lines.push(`*Refused: ${m.stats.error.message}*`, '');
+  }
+  return `${lines.join('\n').trimEnd()}\n`;
+}
+
+/** The longest run of `ch` in `text`. */
+function longestRun(text: string, ch: string): number {
+  let best = 0;
+  let run = 0;
+  for (const c of text) {
+    run = c === ch ? run + 1 : 0;
+    if (run > best) best = run;
+  }
+  return best;
+}
+
+function quote(text: string): string {
+  return text
+    .split('\n')
+    .map((l) => `> ${l}`)
+    .join('\n');
+}
+
+/** The chat as kvdesk's JSON (what import reads back). */
+export function threadToJson(thread: Thread): string {
+  return `${JSON.stringify({ kind: EXPORT_KIND, version: EXPORT_VERSION, thread }, null, 2)}\n`;
+}
+
+export type ImportResult = { ok: true; thread: Thread } | { ok: false; error: string };
+
+/** Largest file import reads (a chat of 10 000 long messages). */
+export const MAX_IMPORT_BYTES = 64 * 1024 * 1024;
+
+/**
+ * A chat from an imported file's text: kvdesk's export, `{messages: [...]}` (a `title` and a `system` message
+ * are used) or a bare list of messages. Errors name the field and say what was expected; nothing is half-read.
+ */
+export function parseThreadImport(text: string, fileName: string, now = Date.now()): ImportResult {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (err) {
+    return {
+      ok: false,
+      error: `${fileName} is not JSON (${(err as Error).message}): export a chat as JSON to import it.`,
+    };
+  }
+  const fail = (where: string, what: string): ImportResult => ({ ok: false, error: `${fileName}: ${where} ${what}` });
+  if (isObject(value) && value.kind === EXPORT_KIND) {
+    if (value.version !== EXPORT_VERSION) {
+      return fail('"version"', `is ${JSON.stringify(value.version)}; this kvdesk reads version ${EXPORT_VERSION}.`);
+    }
+    const parsed = Thread.safeParse(value.thread);
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0];
+      return fail(formatPath(['thread', ...(issue?.path ?? [])]), `${issue?.message ?? 'is not valid'}.`);
+    }
+    return { ok: true, thread: renew(parsed.data, now) };
+  }
+  const list = Array.isArray(value) ? value : isObject(value) ? value.messages : undefined;
+  const at = Array.isArray(value) ? '' : 'messages';
+  if (!Array.isArray(list)) {
+    return fail(
+      'the file',
+      `is neither a kvdesk chat export ("kind": "${EXPORT_KIND}") nor a conversation ({"messages": [{"role", "content"}]}).`,
+    );
+  }
+  if (list.length === 0) return fail(at || 'the list', 'is empty: there is nothing to import.');
+  let system: string | undefined;
+  let systemAt = -1;
+  const messages: StoredMessage[] = [];
+  /** Where each kept message is in the file's list (the system message is not kept as a message). */
+  const from: number[] = [];
+  for (const [i, m] of list.entries()) {
+    const where = `${at}[${i}]`;
+    if (!isObject(m)) return fail(where, 'must be an object {"role", "content"}.');
+    const content = textOf(m.content);
+    if (content === undefined) return fail(`${where}.content`, 'must be text (a string, or a list of text parts).');
+    if (m.role === 'system' && messages.length === 0 && system === undefined) {
+      system = content;
+      systemAt = i;
+    } else if (m.role === 'user' || m.role === 'assistant') {
+      messages.push({ id: 'm', role: m.role, content, createdAt: now });
+      from.push(i);
+    } else {
+      return fail(
+        `${where}.role`,
+        `is ${JSON.stringify(m.role)}: kvdesk chats hold user and assistant messages (and a system prompt first).`,
+      );
+    }
+  }
+  const firstUser = messages.find((m) => m.role === 'user')?.content ?? '';
+  const first = firstUser.trim().split(/\r?\n/)[0]?.trim() ?? '';
+  const title = isObject(value) && typeof value.title === 'string' && value.title.trim() ? value.title.trim() : first;
+  const thread = Thread.safeParse({
+    id: 't',
+    title: codePoints(title || 'Imported chat', 200),
+    createdAt: now,
+    updatedAt: now,
+    ...(system !== undefined ? { systemPrompt: system } : {}),
+    messages,
+  });
+  if (!thread.success) {
+    // Named as the file has it: messages[k] is the list's item from[k]; the system prompt is its system message.
+    const issue = thread.error.issues[0];
+    const [field, index, ...rest] = issue?.path ?? [];
+    const path =
+      field === 'messages' && typeof index === 'number'
+        ? [`${at}[${from[index]}]`, ...rest]
+        : field === 'systemPrompt'
+          ? [`${at}[${systemAt}]`, 'content']
+          : (issue?.path ?? []);
+    return fail(formatPath(path), `${issue?.message ?? 'is not valid'}.`);
+  }
+  return { ok: true, thread: renew(thread.data, now) };
+}
+
+/** New ids for the chat and its messages (an import never overwrites, and the same file may come in twice). */
+function renew(thread: Thread, now: number): Thread {
+  return {
+    ...thread,
+    id: newId('t', now),
+    updatedAt: now,
+    messages: thread.messages.map((m, i) => ({ ...m, id: `${newId('m', now)}-${i}` })),
+  };
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/** A message's text: a string, or OpenAI's list of `{type: "text", text}` parts. */
+function textOf(content: unknown): string | undefined {
+  if (typeof content === 'string') return content;
+  if (!Array.isArray(content)) return undefined;
+  let text = '';
+  for (const part of content) {
+    if (!isObject(part) || typeof part.text !== 'string') return undefined;
+    text += part.text;
+  }
+  return text;
+}
+
+/** A zod path as a person reads it: `messages[3].content` (`the chat` for the whole of it). */
+function formatPath(path: ReadonlyArray<PropertyKey>): string {
+  return (
+    path.map((p, i) => (typeof p === 'number' ? `[${p}]` : `${i > 0 ? '.' : ''}${String(p)}`)).join('') || 'the chat'
+  );
+}

@@ -1,0 +1,114 @@
+/**
+ * Chats in and out of kvdesk, in Chromium against a real serve: a chat exports as Markdown and as kvdesk's JSON
+ * (real downloads), the JSON imports back as a new chat that survives a reload, a file that is not a chat is
+ * refused naming the field (and adds nothing), and the search box finds chats by title or by what was said.
+ */
+import { readFileSync } from 'node:fs';
+import { expect, lastReply, newChat, send, setSettings, test } from './fixtures';
+
+test('a chat exports as Markdown and JSON, and the JSON imports back as a new chat', async ({ app: page }) => {
+  await newChat(page);
+  await setSettings(page, { maxNewTokens: 8, seed: 3 });
+  await send(page, 'Where do the albatrosses nest?');
+  await expect(lastReply(page)).toHaveAttribute('data-state', 'done');
+  const reply = (await lastReply(page).getByTestId('message-text').textContent()) ?? '';
+
+  const [md] = await Promise.all([page.waitForEvent('download'), page.getByTestId('export-md').click()]);
+  expect(md.suggestedFilename()).toBe('where-do-the-albatrosses-nest.md');
+  const markdown = readFileSync(await md.path(), 'utf8');
+  expect(markdown).toContain('# Where do the albatrosses nest?');
+  expect(markdown).toMatch(/### You\n\nWhere do the albatrosses nest\?\n\n### Assistant\n/);
+
+  const [json] = await Promise.all([page.waitForEvent('download'), page.getByTestId('export-json').click()]);
+  const text = readFileSync(await json.path(), 'utf8');
+  const exported = JSON.parse(text) as { kind: string; thread: { id: string; messages: unknown[] } };
+  expect(exported.kind).toBe('kvdesk.thread');
+  expect(exported.thread.messages).toHaveLength(2);
+
+  const items = page.getByTestId('thread-item');
+  const before = await items.count();
+  await page.getByTestId('import-thread-file').setInputFiles({
+    name: 'albatross.json',
+    mimeType: 'application/json',
+    buffer: Buffer.from(text),
+  });
+  await expect(items).toHaveCount(before + 1);
+  // The import is open, a new chat (new id) with the same messages.
+  const imported = await page.getByTestId('chat-view').getAttribute('data-thread-id');
+  expect(imported).not.toBe(exported.thread.id);
+  await expect(page.getByTestId('message-user').getByTestId('message-text')).toHaveText([
+    'Where do the albatrosses nest?',
+  ]);
+  await expect(page.getByTestId('message-assistant').getByTestId('message-text')).toHaveText([reply]);
+  // Saved like any chat.
+  await page.reload();
+  await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+  await expect(items).toHaveCount(before + 1);
+  await expect(page.locator(`[data-testid="thread-item"][data-thread-id="${imported}"]`)).toHaveCount(1);
+});
+
+test('a file that is not a chat is refused, naming the field, and adds nothing', async ({ app: page }) => {
+  await newChat(page);
+  const items = page.getByTestId('thread-item');
+  const before = await items.count();
+  await page.getByTestId('import-thread-file').setInputFiles({
+    name: 'tools.json',
+    mimeType: 'application/json',
+    buffer: Buffer.from(JSON.stringify({ messages: [{ role: 'user', content: 'hi' }, { role: 'tool', content: '42' }] })),
+  });
+  await expect(page.getByTestId('import-error')).toContainText('tools.json: messages[1].role is "tool"');
+  await page.getByTestId('import-thread-file').setInputFiles({
+    name: 'notes.txt',
+    mimeType: 'text/plain',
+    buffer: Buffer.from('just some notes'),
+  });
+  await expect(page.getByTestId('import-error')).toContainText('notes.txt is not JSON');
+  await expect(items).toHaveCount(before);
+  // An OpenAI-style conversation imports (its system message becomes the chat's system prompt).
+  await page.getByTestId('import-thread-file').setInputFiles({
+    name: 'conversation.json',
+    mimeType: 'application/json',
+    buffer: Buffer.from(
+      JSON.stringify({
+        title: 'Imported from elsewhere',
+        messages: [
+          { role: 'system', content: 'Be brief.' },
+          { role: 'user', content: 'Hello' },
+          { role: 'assistant', content: 'Hi there.' },
+        ],
+      }),
+    ),
+  });
+  await expect(page.getByTestId('import-error')).toHaveCount(0);
+  await expect(items).toHaveCount(before + 1);
+  await expect(page.getByTestId('chat-title')).toHaveText('Imported from elsewhere');
+  await page.getByTestId('settings-toggle').click();
+  await expect(page.getByTestId('system-prompt')).toHaveValue('Be brief.');
+});
+
+test('the search box finds chats by title or by what was said', async ({ app: page }) => {
+  await newChat(page);
+  await setSettings(page, { maxNewTokens: 4, seed: 1 });
+  await send(page, 'Tell me about the quokka please');
+  await expect(lastReply(page)).toHaveAttribute('data-state', 'done');
+  await send(page, 'And the wombat burrows?');
+  await expect(lastReply(page)).toHaveAttribute('data-state', 'done');
+  const quokka = await page.getByTestId('chat-view').getAttribute('data-thread-id');
+  await newChat(page);
+  await send(page, 'Something else entirely');
+  await expect(lastReply(page)).toHaveAttribute('data-state', 'done');
+
+  const search = page.getByTestId('thread-search');
+  const items = page.getByTestId('thread-item');
+  // A word of a later message, not of the title: the quokka chat only.
+  await search.fill('WOMBAT');
+  await expect(items).toHaveCount(1);
+  await expect(items).toHaveAttribute('data-thread-id', quokka ?? '');
+  // Every word must match.
+  await search.fill('quokka entirely');
+  await expect(items).toHaveCount(0);
+  await expect(page.getByTestId('thread-search-empty')).toContainText('No chat mentions');
+  await search.press('Escape');
+  await expect(search).toHaveValue('');
+  expect(await items.count()).toBeGreaterThanOrEqual(2);
+});

@@ -1,0 +1,459 @@
+/**
+ * A chat as a file and back (src/renderer/lib/thread-export.ts): kvdesk's JSON export imports as the same chat
+ * under new ids (fast-check over arbitrary chats), OpenAI-style conversations import, every refusal names the
+ * file and the field as the file has it, the Markdown reads as the chat does, and file names are safe slugs.
+ */
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import {
+  EXPORT_KIND,
+  EXPORT_VERSION,
+  exportFileName,
+  type ImportResult,
+  parseThreadImport,
+  threadToJson,
+  threadToMarkdown,
+} from '../../../src/renderer/lib/thread-export';
+import { type StoredMessage, Thread } from '../../../src/shared/api';
+import { thread } from './fixtures';
+
+const NOW = 1_700_000_000_000;
+
+/** The thread of an import that must succeed (fails the test with the error otherwise). */
+function imported(r: ImportResult): Thread {
+  if (!r.ok) throw new Error(`import failed: ${r.error}`);
+  return r.thread;
+}
+
+/** The error of an import that must fail; nothing is half-read (no thread comes with it). */
+function refused(r: ImportResult): string {
+  if (r.ok) throw new Error(`import succeeded: ${JSON.stringify(r.thread)}`);
+  expect(r).not.toHaveProperty('thread');
+  return r.error;
+}
+
+function msg(id: string, role: StoredMessage['role'], content: string, over: Partial<StoredMessage> = {}) {
+  return { id, role, content, createdAt: 10, ...over };
+}
+
+// ---- Arbitraries: threads that `Thread` accepts (checked in the property itself, nothing is filtered away).
+
+/** Finite numbers; -0 is left out, as JSON writes it as 0. */
+const num = fc.double({ noNaN: true, noDefaultInfinity: true }).map((x) => x + 0);
+const nat = fc.nat();
+/** Any text (all of Unicode), with newlines, code fences and Markdown that could confuse a reader. */
+const text = fc
+  .array(
+    fc.oneof(
+      fc.string({ unit: 'binary', maxLength: 20 }),
+      fc.constantFrom('\n', '\r\n', '```', '```json\n', '> ', '# ', '### You', '"', '\\', '\u2028', '😀', ''),
+    ),
+    { maxLength: 8 },
+  )
+  .map((parts) => parts.join(''));
+const shortText = (max: number) => fc.string({ unit: 'binary', maxLength: max / 2 });
+
+const stats = fc.record(
+  {
+    ttftMs: num,
+    tokensPerSecond: num,
+    tokens: nat,
+    promptTokens: nat,
+    finishReason: fc.constantFrom('eos', 'length', 'cancelled', 'stop'),
+    budgetCap: fc.record({
+      requestedMaxTokens: nat,
+      admittedMaxTokens: nat,
+      requestedBytes: nat,
+      admittedBytes: nat,
+      availableBytes: num,
+    }),
+    clipped: fc.record({ requestedMaxTokens: nat, clippedMaxTokens: nat, contextLength: nat }),
+    contextDrop: fc.record({ messages: nat, contextLength: nat }),
+    error: fc.record({ code: fc.constantFrom('KV_BUDGET_EXCEEDED', 'CONTEXT_OVERFLOW', 'INTERNAL'), message: text }),
+  },
+  { requiredKeys: [] },
+);
+
+const message = fc.record(
+  {
+    id: fc.string({ minLength: 1, maxLength: 50 }),
+    role: fc.constantFrom('user' as const, 'assistant' as const),
+    content: text,
+    createdAt: num,
+    format: fc.constant('json' as const),
+    stats,
+  },
+  { requiredKeys: ['id', 'role', 'content', 'createdAt'] },
+);
+
+const sampling = fc.record(
+  {
+    greedy: fc.boolean(),
+    temperature: fc.double({ min: 0, max: 10, noNaN: true }),
+    topK: nat,
+    topP: fc.double({ min: 0, minExcluded: true, max: 1, noNaN: true }),
+    minP: fc.double({ min: 0, max: 1, noNaN: true }),
+    repetitionPenalty: fc.double({ min: 0, minExcluded: true, max: 10, noNaN: true }),
+    repetitionWindow: fc.integer({ min: 0, max: 1_000_000 }),
+    frequencyPenalty: fc.double({ min: -2, max: 2, noNaN: true }).map((x) => x + 0),
+    presencePenalty: fc.double({ min: -2, max: 2, noNaN: true }).map((x) => x + 0),
+    logitBias: fc.dictionary(nat.map(String), fc.integer({ min: -100, max: 100 }), { maxKeys: 4 }),
+    seed: fc.maxSafeNat(),
+  },
+  { requiredKeys: [] },
+);
+
+const threadArb = fc.record(
+  {
+    id: fc.string({ minLength: 1, maxLength: 50 }),
+    title: shortText(200),
+    createdAt: num,
+    updatedAt: num,
+    modelId: shortText(200),
+    systemPrompt: text,
+    sampling,
+    maxNewTokens: fc.integer({ min: 1, max: 1_000_000 }),
+    responseFormat: fc.constantFrom('text' as const, 'json' as const),
+    jsonSchema: text,
+    contextOverflow: fc.constantFrom('drop-oldest' as const, 'refuse' as const),
+    messages: fc.array(message, { maxLength: 8 }),
+  },
+  { requiredKeys: ['id', 'title', 'createdAt', 'updatedAt', 'messages'] },
+);
+
+describe('JSON export and import', () => {
+  it('reads back what it wrote: the same chat under new ids, updated now', () => {
+    fc.assert(
+      fc.property(threadArb, fc.integer({ min: 0, max: 2 ** 42 }), (t, now) => {
+        expect(Thread.safeParse(t).success).toBe(true);
+        const back = imported(parseThreadImport(threadToJson(t), 'chat.json', now));
+        expect(back.id).not.toBe(t.id);
+        expect(back.id).toMatch(/^t-/);
+        expect(back.updatedAt).toBe(now);
+        const ids = back.messages.map((m) => m.id);
+        expect(new Set(ids).size).toBe(ids.length);
+        for (const m of t.messages) expect(ids).not.toContain(m.id);
+        expect(Thread.safeParse(back).success).toBe(true);
+        // Everything else is as it was: settings, messages in order with their text, stats and format.
+        const same = {
+          ...back,
+          id: t.id,
+          updatedAt: t.updatedAt,
+          messages: back.messages.map((m, i) => ({ ...m, id: t.messages[i]?.id })),
+        };
+        expect(same).toEqual(t);
+      }),
+      { numRuns: 150 },
+    );
+  });
+
+  it('writes the envelope kvdesk reads', () => {
+    const t = thread('t1', { messages: [msg('u1', 'user', 'hi')] });
+    expect(JSON.parse(threadToJson(t))).toEqual({ kind: EXPORT_KIND, version: EXPORT_VERSION, thread: t });
+  });
+
+  it('imports the same file twice as two chats that share no ids', () => {
+    const t = thread('t1', {
+      messages: [msg('u1', 'user', 'hi'), msg('a1', 'assistant', 'hello'), msg('u2', 'user', 'and?')],
+    });
+    const json = threadToJson(t);
+    const a = imported(parseThreadImport(json, 'chat.json', NOW));
+    const b = imported(parseThreadImport(json, 'chat.json', NOW));
+    expect(a.id).not.toBe(b.id);
+    const aIds = new Set(a.messages.map((m) => m.id));
+    expect(aIds.size).toBe(3);
+    for (const m of b.messages) expect(aIds.has(m.id)).toBe(false);
+  });
+});
+
+describe('importing a conversation ({messages: [{role, content}]})', () => {
+  const conversation = [
+    { role: 'system', content: 'Be brief.' },
+    { role: 'user', content: 'What is a lighthouse?\nAnswer in one line.' },
+    { role: 'assistant', content: 'A tower with a light for ships.' },
+    { role: 'user', content: 'Thanks' },
+  ];
+
+  it('takes the system prompt from the first system message and keeps the rest in order', () => {
+    const t = imported(parseThreadImport(JSON.stringify({ messages: conversation }), 'c.json', NOW));
+    expect(t.systemPrompt).toBe('Be brief.');
+    expect(t.messages.map((m) => [m.role, m.content])).toEqual([
+      ['user', 'What is a lighthouse?\nAnswer in one line.'],
+      ['assistant', 'A tower with a light for ships.'],
+      ['user', 'Thanks'],
+    ]);
+    expect(t.title).toBe('What is a lighthouse?');
+    expect(t).toMatchObject({ createdAt: NOW, updatedAt: NOW });
+    expect(t.id).toMatch(/^t-/);
+    expect(new Set(t.messages.map((m) => m.id)).size).toBe(3);
+    expect(Thread.safeParse(t).success).toBe(true);
+  });
+
+  it('uses the given title', () => {
+    const t = imported(parseThreadImport(JSON.stringify({ title: '  Ships  ', messages: conversation }), 'c', NOW));
+    expect(t.title).toBe('Ships');
+  });
+
+  it('reads a bare list of messages', () => {
+    const t = imported(parseThreadImport(JSON.stringify(conversation.slice(1)), 'c.json', NOW));
+    expect(t.systemPrompt).toBeUndefined();
+    expect(t.messages.map((m) => m.role)).toEqual(['user', 'assistant', 'user']);
+    expect(t.title).toBe('What is a lighthouse?');
+  });
+
+  it('joins content given as a list of text parts', () => {
+    const parts = [
+      {
+        role: 'user',
+        content: [
+          { type: 'text', text: 'Hello, ' },
+          { type: 'text', text: 'world' },
+        ],
+      },
+      { role: 'assistant', content: [] },
+    ];
+    const t = imported(parseThreadImport(JSON.stringify({ messages: parts }), 'c.json', NOW));
+    expect(t.messages.map((m) => m.content)).toEqual(['Hello, world', '']);
+  });
+
+  // A Windows line end must not leave "\r" in the title.
+  it('titles a chat by the first line of a message written with CRLF line ends', () => {
+    const t = imported(parseThreadImport(JSON.stringify([{ role: 'user', content: 'Hello\r\nworld' }]), 'c', NOW));
+    expect(t.title).toBe('Hello');
+  });
+
+  it('names a chat without a user message "Imported chat"', () => {
+    const t = imported(parseThreadImport(JSON.stringify([{ role: 'assistant', content: 'Hi' }]), 'c.json', NOW));
+    expect(t.title).toBe('Imported chat');
+  });
+});
+
+describe('import errors name the file and the field', () => {
+  const fail = (value: unknown, name = 'chat.json') => refused(parseThreadImport(JSON.stringify(value), name, NOW));
+  const kvdesk = (over: Record<string, unknown>) => ({ kind: EXPORT_KIND, version: EXPORT_VERSION, ...over });
+  const valid = thread('t1', { messages: [msg('u1', 'user', 'hi'), msg('a1', 'assistant', 'hello')] });
+
+  it('refuses a file that is not JSON', () => {
+    const error = refused(parseThreadImport('# My chat\n\nhello', 'notes.md', NOW));
+    expect(error).toContain('notes.md');
+    expect(error).toContain('is not JSON');
+  });
+
+  it('refuses another version of the export', () => {
+    const error = fail(kvdesk({ version: 2, thread: valid }));
+    expect(error).toContain('chat.json');
+    expect(error).toContain('"version"');
+    expect(error).toContain('is 2');
+  });
+
+  it('names the field of a kvdesk export that is wrong', () => {
+    const bad = { ...valid, messages: [valid.messages[0], { ...valid.messages[1], role: 'tool' }] };
+    const error = fail(kvdesk({ thread: bad }));
+    expect(error).toContain('chat.json');
+    expect(error).toContain('thread.messages[1].role');
+    expect(fail(kvdesk({ thread: { ...valid, title: 7 } }))).toContain('thread.title');
+  });
+
+  it('names the role a conversation cannot hold', () => {
+    const error = fail({
+      messages: [
+        { role: 'user', content: 'weather?' },
+        { role: 'assistant', content: 'calling' },
+        { role: 'tool', content: '{"t": 20}' },
+      ],
+    });
+    expect(error).toContain('messages[2].role');
+    expect(error).toContain('"tool"');
+  });
+
+  it('names content that is not text', () => {
+    expect(fail({ messages: [{ role: 'user', content: 42 }] })).toContain('messages[0].content');
+    expect(
+      fail([
+        { role: 'user', content: 'a' },
+        { role: 'user', content: [{ type: 'image_url' }] },
+      ]),
+    ).toContain('[1].content');
+    expect(fail({ messages: ['hi'] })).toContain('messages[0]');
+  });
+
+  it('says when there is nothing to import', () => {
+    expect(fail({ messages: [] })).toContain('empty');
+    expect(fail([])).toContain('empty');
+  });
+
+  it('says what it expected of an object without messages', () => {
+    const error = fail({ title: 'x', turns: [] }, 'other.json');
+    expect(error).toContain('other.json');
+    expect(error).toContain('neither a kvdesk chat export');
+    expect(error).toContain('nor a conversation');
+    expect(fail('just text')).toContain('neither');
+  });
+
+  it('takes one system prompt, first: a later system message is refused by its role', () => {
+    const error = fail({
+      messages: [
+        { role: 'system', content: 'Be brief.' },
+        { role: 'user', content: 'hi' },
+        { role: 'system', content: 'Now be long.' },
+      ],
+    });
+    expect(error).toContain('messages[2].role');
+    expect(error).toContain('"system"');
+    expect(
+      fail({
+        messages: [
+          { role: 'system', content: 'a' },
+          { role: 'system', content: 'b' },
+        ],
+      }),
+    ).toContain('messages[1].role');
+  });
+
+  // An export without its thread names "thread" (not "thread.it").
+  it('names "thread" itself when a kvdesk export has none', () => {
+    const error = fail(kvdesk({}));
+    expect(error).toMatch(/: thread /);
+  });
+
+  // A system message first must not shift the index an error names against the file's list.
+  it('names the list index of a message too long to keep, after a system message', () => {
+    const error = fail({
+      messages: [
+        { role: 'system', content: 'Be brief.' },
+        { role: 'user', content: 'hi' },
+        { role: 'assistant', content: 'x'.repeat(2_000_001) },
+      ],
+    });
+    expect(error).toContain('messages[2].content');
+  });
+});
+
+describe('Markdown export', () => {
+  const t = thread('t1', {
+    title: 'Lighthouse story',
+    createdAt: Date.UTC(2024, 4, 6, 7, 8),
+    systemPrompt: '  Be brief.\nUse plain words.  ',
+    messages: [
+      msg('u1', 'user', 'Tell me a story.'),
+      msg('a1', 'assistant', '', {
+        stats: { error: { code: 'KV_BUDGET_EXCEEDED', message: 'no room for the reply' } },
+      }),
+      msg('u2', 'user', 'As JSON then.'),
+      msg('a2', 'assistant', '{"story": "A light."}', { format: 'json' }),
+      msg('a3', 'assistant', 'The end.'),
+    ],
+  });
+
+  it('has the title, the date, the model, the quoted system prompt and each message under its speaker', () => {
+    const md = threadToMarkdown(t, 'tiny-llama');
+    const lines = md.split('\n');
+    expect(lines[0]).toBe('# Lighthouse story');
+    expect(md).toContain('2024-05-06 07:08 UTC');
+    expect(md).toContain('model tiny-llama');
+    expect(md).toContain('> Be brief.\n> Use plain words.\n');
+    expect(lines.filter((l) => l.startsWith('### '))).toEqual([
+      '### You',
+      '### Assistant',
+      '### You',
+      '### Assistant',
+      '### Assistant',
+    ]);
+    expect(md.indexOf('Tell me a story.')).toBeLessThan(md.indexOf('*Refused: no room for the reply*'));
+    expect(md.indexOf('*Refused: no room for the reply*')).toBeLessThan(md.indexOf('As JSON then.'));
+    expect(md).toContain('```json\n{"story": "A light."}\n```');
+    expect(md.endsWith('The end.\n')).toBe(true);
+  });
+
+  it('names the thread’s model when no name is given, and none when it has none', () => {
+    expect(threadToMarkdown({ ...t, modelId: 'default' })).toContain('model default');
+    expect(threadToMarkdown(t)).not.toContain('model ');
+  });
+
+  it('leaves an empty system prompt out', () => {
+    expect(threadToMarkdown({ ...t, systemPrompt: '  \n ' })).not.toContain('System prompt');
+    expect(threadToMarkdown({ ...t, systemPrompt: undefined })).not.toContain('> ');
+  });
+
+  it('keeps every message’s text', () => {
+    fc.assert(
+      fc.property(fc.array(message, { maxLength: 6 }), (messages) => {
+        const md = threadToMarkdown(thread('t1', { messages }));
+        // (The file ends in one newline: only the last message's trailing white space goes.)
+        for (const m of messages) {
+          expect(md).toContain(m.stats?.error ? `*Refused: ${m.stats.error.message}*` : m.content.trimEnd());
+        }
+      }),
+      { numRuns: 50 },
+    );
+  });
+
+  // `Thread` takes any finite createdAt (an imported file may hold one), even outside Date's range.
+  it('writes any chat Thread accepts', () => {
+    const t = thread('t1', { createdAt: 1e20 });
+    expect(Thread.safeParse(t).success).toBe(true);
+    expect(threadToMarkdown(t)).toContain('# thread t1');
+  });
+
+  // A reply that failed after some text (chat-slice keeps that text with `stats.error`, and the chat shows both).
+  it('keeps the text of a reply that failed part way', () => {
+    const md = threadToMarkdown(
+      thread('t1', {
+        messages: [msg('a1', 'assistant', 'Once upon a', { stats: { tokens: 3, error: { code: 'X', message: 'y' } } })],
+      }),
+    );
+    expect(md).toContain('Once upon a');
+  });
+
+  // A reply holding ``` must not close its JSON block early.
+  it('fences a JSON reply that holds backticks with a longer fence', () => {
+    const md = threadToMarkdown(
+      thread('t1', { messages: [msg('a1', 'assistant', '{"code": "```js\\nx\\n```"}', { format: 'json' })] }),
+    );
+    expect(md).toContain('````json\n');
+  });
+});
+
+describe('export file names', () => {
+  const name = (title: string, ext: 'md' | 'json' = 'md') => exportFileName(thread('t1', { title }), ext);
+
+  it('is a lower-case slug of the title', () => {
+    expect(name('Lighthouse Story!')).toBe('lighthouse-story.md');
+    expect(name('  A/B: test -- 2 ', 'json')).toBe('a-b-test-2.json');
+    expect(name('Привет, мир: 日本語 ΓΕΙΑ σου')).toBe('привет-мир-日本語-γεια-σου.md');
+  });
+
+  it('is "chat" for a title without letters or digits', () => {
+    expect(name('?!… — ***')).toBe('chat.md');
+    expect(name('')).toBe('chat.md');
+    expect(name('   ', 'json')).toBe('chat.json');
+  });
+
+  it('keeps at most 60 characters of the title', () => {
+    expect(name('a'.repeat(100))).toBe(`${'a'.repeat(60)}.md`);
+    fc.assert(
+      fc.property(fc.string({ unit: 'binary', maxLength: 200 }), (title) => {
+        const file = name(title);
+        expect(file.length).toBeLessThanOrEqual(63);
+        expect(file).toMatch(/^[\p{L}\p{N}\p{M}-]+\.md$/u);
+        expect(file.startsWith('-')).toBe(false);
+      }),
+      { numRuns: 200 },
+    );
+  });
+
+  // NFKD splits an accented letter into its letter and a combining mark, which must not become a dash.
+  it('keeps accented letters whole', () => {
+    expect(['crème-brûlée.md', 'creme-brulee.md']).toContain(name('Crème brûlée'));
+  });
+
+  // The 60-character cut must not split a character outside the BMP (a lone surrogate in the name).
+  it('cuts the name between characters', () => {
+    expect(() => encodeURIComponent(name(`a${'𠀀'.repeat(40)}`))).not.toThrow();
+  });
+
+  // The cut must not end the name on a dash.
+  it('does not end the name on a dash', () => {
+    expect(name(`${'a'.repeat(59)} b`)).not.toMatch(/-\.md$/);
+  });
+});
