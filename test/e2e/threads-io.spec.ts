@@ -54,7 +54,14 @@ test('a file that is not a chat is refused, naming the field, and adds nothing',
   await page.getByTestId('import-thread-file').setInputFiles({
     name: 'tools.json',
     mimeType: 'application/json',
-    buffer: Buffer.from(JSON.stringify({ messages: [{ role: 'user', content: 'hi' }, { role: 'tool', content: '42' }] })),
+    buffer: Buffer.from(
+      JSON.stringify({
+        messages: [
+          { role: 'user', content: 'hi' },
+          { role: 'tool', content: '42' },
+        ],
+      }),
+    ),
   });
   await expect(page.getByTestId('import-error')).toContainText('tools.json: messages[1].role is "tool"');
   await page.getByTestId('import-thread-file').setInputFiles({
