@@ -9,7 +9,7 @@ import { parseArgs } from 'node:util';
 import { createHostApi, type HostApi } from '../main/host/host-api';
 import { type HostSettings, RunnerService } from '../main/host/runner-service';
 import { parseByteSize } from '../main/scheduler';
-import { assertBindable, type RunningServer, startServer } from '../main/server';
+import { assertBindable, type RunningServer, serveControl, startServer } from '../main/server';
 import { parseDuration } from '../shared/duration';
 import { KvdeskError, toErrorInfo } from '../shared/errors';
 import type { Io } from './common';
@@ -146,6 +146,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
       defaultModelDir: path.join(REPO_ROOT, 'resources/models/default'),
       log: (line) => io.err(`${line}\n`),
       ...(firstUseTtlMs !== undefined ? { firstUseTtlMs } : {}),
+      apiServer: serveControl(() => server ?? null, token !== undefined),
     });
     for (const dir of values.model ?? []) {
       const loaded = await hostApi.importPath(path.resolve(dir));

@@ -18,6 +18,7 @@ import { createHostApi, type HostApi } from './host/host-api';
 import { RunnerService } from './host/runner-service';
 import { type IpcHandle, registerIpc } from './ipc';
 import { originOf } from './ipc/validate';
+import { createApiServerControl } from './server';
 import {
   APP_ENTRY_URL,
   APP_ORIGIN,
@@ -55,6 +56,7 @@ let mainWindow: BrowserWindow | null = null;
 let runner: RunnerService | null = null;
 let hostPromise: Promise<HostApi> | null = null;
 let ipc: IpcHandle | null = null;
+let apiServer: ReturnType<typeof createApiServerControl> | null = null;
 
 function openWindow(): BrowserWindow {
   const win = createMainWindow({
@@ -85,14 +87,35 @@ async function start(): Promise<void> {
   const engineEntry = path.join(__dirname, 'engine.js');
   runner = new RunnerService(existsSync(engineEntry) ? { engineEntry } : {});
   const modelDir = defaultModelDir();
+  const log = (line: string) => process.stderr.write(`${line}\n`);
+  // The HTTP API beside the window (Models view → API server), over this same host.
+  const control = createApiServerControl({
+    host: () => hostPromise ?? Promise.reject(new Error('the host is not running')),
+    staticDir: path.join(__dirname, '../renderer'),
+    log,
+  });
+  apiServer = control;
   hostPromise = createHostApi({
     runner,
     dataDir: app.getPath('userData'),
     ...(existsSync(modelDir) ? { defaultModelDir: modelDir } : {}),
+    apiServer: control,
   });
   hostPromise.catch((err) => {
     process.stderr.write(`kvdesk: the host did not start: ${toErrorInfo(err).message}\n`);
   });
+  // A server the person set to start with kvdesk.
+  void hostPromise.then(
+    async (host) => {
+      const settings = await host.call('getSettings', {});
+      const wanted = settings.ok ? settings.value.apiServer : undefined;
+      if (!wanted?.autostart) return;
+      await control.start(wanted.port).catch((err: unknown) => {
+        log(`kvdesk: the API server did not start on port ${wanted.port}: ${toErrorInfo(err).message}`);
+      });
+    },
+    () => {},
+  );
   if (!existsSync(modelDir)) {
     process.stderr.write(
       `kvdesk: no default model at ${modelDir}; generate it with \`npm run generate:models -- --default\`, or drop a package on the window\n`,
@@ -109,6 +132,7 @@ let quitState: 'running' | 'closing' | 'closed' = 'running';
 async function shutdown(): Promise<void> {
   ipc?.dispose();
   const closing = (async () => {
+    await apiServer?.close().catch(() => {});
     const host = hostPromise ? await hostPromise.catch(() => null) : null;
     if (host) await host.close();
     else await runner?.close();

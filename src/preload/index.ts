@@ -64,6 +64,9 @@ const calls: CallMethods = {
   deleteThread: bind('deleteThread'),
   getSettings: bind('getSettings'),
   saveSettings: bind('saveSettings'),
+  apiServerStatus: bind('apiServerStatus'),
+  startApiServer: bind('startApiServer'),
+  stopApiServer: bind('stopApiServer'),
 };
 
 function invoke<N extends CallName>(name: N, request: CallRequest<N>): Promise<Result<CallResponses[N]>> {

@@ -121,10 +121,30 @@ export const Thread = z.object({
 });
 export type Thread = z.infer<typeof Thread>;
 
+/**
+ * The OpenAI-, Anthropic- and Ollama-compatible HTTP API: whether it answers, where, and who runs it — the
+ * desktop window (started and stopped from the Models view), `kvdesk serve` (for as long as it runs), or
+ * nobody (a host without a server).
+ */
+export interface ApiServerStatus {
+  running: boolean;
+  controlledBy: 'window' | 'serve' | 'none';
+  /** Base URL for clients, e.g. http://127.0.0.1:1234. */
+  url?: string;
+  port?: number;
+  /** Clients must send a bearer token. */
+  tokenRequired: boolean;
+}
+
+/** Starts (or moves) the window's API server; it listens on 127.0.0.1 only. */
+export const ApiServerRequest = z.object({ port: z.number().int().min(0).max(65_535) }).strict();
+
 /** Persistent UI settings. */
 export const UiSettings = z.object({
   lastThreadId: z.string().max(100).optional(),
   inspectorOpen: z.boolean().optional(),
+  /** The desktop window's API server: its port, and whether it starts with the app. */
+  apiServer: z.object({ port: z.number().int().min(0).max(65_535), autostart: z.boolean() }).optional(),
 });
 export type UiSettings = z.infer<typeof UiSettings>;
 
@@ -161,6 +181,11 @@ export const CallSchemas = {
   deleteThread: Id,
   getSettings: Empty,
   saveSettings: UiSettings,
+  /** Where the HTTP API answers, and who runs it. */
+  apiServerStatus: Empty,
+  /** The desktop window: serve the HTTP API on 127.0.0.1:port (moving it when it already runs elsewhere). */
+  startApiServer: ApiServerRequest,
+  stopApiServer: Empty,
 } as const;
 
 /** Response types of every invoke call. */
@@ -180,6 +205,9 @@ export interface CallResponses {
   deleteThread: null;
   getSettings: UiSettings;
   saveSettings: null;
+  apiServerStatus: ApiServerStatus;
+  startApiServer: ApiServerStatus;
+  stopApiServer: ApiServerStatus;
 }
 
 export type CallName = keyof typeof CallSchemas;

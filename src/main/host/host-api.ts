@@ -8,6 +8,7 @@ import { existsSync } from 'node:fs';
 import { lstat, mkdir, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import {
+  type ApiServerStatus,
   type BudgetPatch,
   type CallName,
   type CallResponses,
@@ -86,7 +87,25 @@ export interface HostApiOptions {
   firstUseTtlMs?: number | null;
   /** How often idle models loaded on first use are looked for (default 5 s). */
   firstUseSweepMs?: number;
+  /** The HTTP API server, for the apiServer calls (default: none, which they say). */
+  apiServer?: ApiServerControl;
 }
+
+/** Who runs the HTTP API and how: the window's server control, or `kvdesk serve`'s own server. */
+export interface ApiServerControl {
+  status(): ApiServerStatus;
+  start(port: number): Promise<ApiServerStatus>;
+  stop(): Promise<ApiServerStatus>;
+}
+
+/** A host without an HTTP server (tests, embedders): the calls say so. */
+const NO_API_SERVER: ApiServerControl = {
+  status: () => ({ running: false, controlledBy: 'none', tokenRequired: false }),
+  start: async () => {
+    throw new KvdeskError('BAD_REQUEST', 'this kvdesk has no HTTP server to start: run `kvdesk serve`');
+  },
+  stop: async () => NO_API_SERVER.status(),
+};
 
 /** LM Studio's default time to live of a model loaded just in time. */
 export const DEFAULT_FIRST_USE_TTL_MS = 60 * 60_000;
@@ -123,6 +142,7 @@ function slug(name: string): string {
 export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
   const { runner } = opts;
   const store = new ThreadStore(opts.dataDir);
+  const apiServer = opts.apiServer ?? NO_API_SERVER;
   const limits: UploadLimits = { ...DEFAULT_UPLOAD_LIMITS, ...opts.uploadLimits };
   const libraryDir = path.join(opts.dataDir, 'models');
   const log = opts.log ?? ((line: string) => process.stderr.write(`${line}\n`));
@@ -334,6 +354,9 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       await store.saveSettings(req);
       return null;
     },
+    apiServerStatus: async () => apiServer.status(),
+    startApiServer: async (req: { port: number }) => apiServer.start(req.port),
+    stopApiServer: async () => apiServer.stop(),
   };
 
   const api: HostApi = {
