@@ -1,8 +1,8 @@
 /**
  * The chat flow in the real Electron app: the window opens with the preload's
  * API (and nothing of Node) in the page, the default model loads, a reply
- * streams, stop works and leaves no reservation behind, and closing the app
- * stops the engine process.
+ * streams, stop works and leaves no reservation behind, the API server starts
+ * and stops from the Models view, and closing the app stops the engine process.
  *
  * Runs where the Electron binary exists (node_modules/electron/dist, or
  * ELECTRON_OVERRIDE_DIST_PATH) and a display is available (Linux: DISPLAY or
@@ -141,6 +141,23 @@ function childProcesses(ppid: number, needle: string): number[] {
     .filter((m): m is RegExpExecArray => m !== null && Number(m[2]) === ppid && (m[3] ?? '').includes(needle))
     .map((m) => Number(m[1]));
 }
+
+test('the API server starts from the Models view, answers with the window’s models, and stops', async () => {
+  await page.getByTestId('models-toggle').click();
+  const card = page.getByTestId('api-server');
+  await expect(card).toHaveAttribute('data-running', 'false');
+  await card.getByTestId('api-server-port').fill('0'); // any free port
+  await card.getByTestId('api-server-start').click();
+  await expect(card).toHaveAttribute('data-running', 'true');
+  const url = (await card.getByTestId('api-server-url').textContent()) ?? '';
+  expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+  const models = (await (await fetch(`${url}/v1/models`)).json()) as { data: Array<{ id: string }> };
+  expect(models.data.map((m) => m.id)).toContain('default');
+  await card.getByTestId('api-server-stop').click();
+  await expect(card).toHaveAttribute('data-running', 'false');
+  await expect(fetch(`${url}/v1/models`)).rejects.toThrow();
+  await page.getByTestId('models-toggle').click();
+});
 
 test('the engine runs in its own process, and closing the app stops it', async () => {
   test.skip(process.platform === 'win32', 'uses ps');

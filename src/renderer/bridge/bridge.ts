@@ -28,6 +28,12 @@ export interface Bridge {
    * returns why not (naming the field) when the file cannot be read as one.
    */
   importThread(text: string, fileName: string): string | null;
+  /**
+   * The desktop window's API server: serve the HTTP API on 127.0.0.1:port (remembered, with whether it starts
+   * with kvdesk), or stop it. Resolves with why not when it could not.
+   */
+  startApiServer(port: number, autostart: boolean): Promise<string | null>;
+  stopApiServer(): Promise<string | null>;
   selectThread(id: string): void;
   renameThread(id: string, title: string): void;
   deleteThread(id: string): void;
@@ -115,10 +121,11 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
 
   function saveSettings(): void {
     if (!settingsLoaded) return; // never overwrite saved settings with defaults before they were read
-    const { lastThreadId, inspectorOpen } = s().ui;
+    const { lastThreadId, inspectorOpen, apiServer } = s().ui;
     void api.invoke('saveSettings', {
       ...(lastThreadId ? { lastThreadId } : {}),
       ...(inspectorOpen !== undefined ? { inspectorOpen } : {}),
+      ...(apiServer ? { apiServer } : {}),
     });
   }
 
@@ -147,14 +154,16 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   api.on('library', (entries) => s().setLibrary(entries));
 
   async function refreshHostState(replaceSnapshot: boolean): Promise<void> {
-    const [models, snap, library] = await Promise.all([
+    const [models, snap, library, server] = await Promise.all([
       api.invoke('listModels', {}),
       api.invoke('getSnapshot', {}),
       api.invoke('listLibrary', {}),
+      api.invoke('apiServerStatus', {}),
     ]);
     if (models.ok) s().setModels(models.value);
     if (snap.ok) s().setSnapshot(snap.value, replaceSnapshot);
     if (library.ok) s().setLibrary(library.value);
+    if (server.ok) s().setApiServer(server.value);
   }
 
   async function loadPersisted(): Promise<void> {
@@ -385,6 +394,26 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   return {
     api,
     newThread,
+    async startApiServer(port, autostart) {
+      const r = await api.invoke('startApiServer', { port });
+      if (!r.ok) return r.error.message;
+      s().setApiServer(r.value);
+      // Remember the port asked for (0 stays "any free port"), and whether it starts with kvdesk.
+      s().setUi({ apiServer: { port, autostart } });
+      saveSettings();
+      return null;
+    },
+    async stopApiServer() {
+      const r = await api.invoke('stopApiServer', {});
+      if (!r.ok) return r.error.message;
+      s().setApiServer(r.value);
+      const was = s().ui.apiServer;
+      if (was?.autostart) {
+        s().setUi({ apiServer: { ...was, autostart: false } });
+        saveSettings();
+      }
+      return null;
+    },
     importThread(text, fileName) {
       const r = parseThreadImport(text, fileName);
       if (!r.ok) return r.error;

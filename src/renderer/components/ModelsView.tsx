@@ -4,6 +4,7 @@ import { useShallow } from 'zustand/react/shallow';
 import { useApp, useBridge } from '../bridge/context';
 import { fromFileList } from '../lib/folder-drop';
 import { formatBytes, formatInteger } from '../lib/format';
+import { ApiServerPanel } from './ApiServerPanel';
 import { LibraryList } from './LibraryList';
 import { ModelCard } from './ModelCard';
 
@@ -168,6 +169,7 @@ export function ModelsView() {
           )}
         </div>
         <ImportResult />
+        <ApiServerPanel />
         <div className="section-title">Loaded</div>
         {models.length === 0 && <div className="muted">No model is loaded.</div>}
         {models

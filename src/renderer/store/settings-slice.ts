@@ -8,6 +8,7 @@ export const createSettingsSlice: StateCreator<AppState, [], [], SettingsSlice> 
   connection: 'connecting',
   transport: null,
   notice: null,
+  apiServer: null,
 
   setUi(patch) {
     set((s) => ({ ui: { ...s.ui, ...patch } }));
@@ -23,5 +24,8 @@ export const createSettingsSlice: StateCreator<AppState, [], [], SettingsSlice> 
   },
   setNotice(notice) {
     set({ notice });
+  },
+  setApiServer(apiServer) {
+    set({ apiServer });
   },
 });

@@ -2,7 +2,15 @@
  * The shape of the one renderer store. Each slice owns its data and the pure
  * reducers that change it; the bridge (../bridge) does all I/O and calls them.
  */
-import type { LibraryEntry, ModelInfo, PackageProblem, StoredMessage, Thread, UiSettings } from '../../shared/api';
+import type {
+  ApiServerStatus,
+  LibraryEntry,
+  ModelInfo,
+  PackageProblem,
+  StoredMessage,
+  Thread,
+  UiSettings,
+} from '../../shared/api';
 import type { BudgetCap, ContextClip, ContextDrop, StreamFrame } from '../../shared/contract';
 import type { ErrorInfo } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
@@ -131,6 +139,9 @@ export interface SettingsSlice {
   transport: 'electron' | 'websocket' | null;
   /** Short message at the bottom of the window (failed save, connection lost). */
   notice: string | null;
+  /** Where the HTTP API answers (null until the host said). */
+  apiServer: ApiServerStatus | null;
+  setApiServer(status: ApiServerStatus): void;
   setUi(patch: Partial<UiSettings>): void;
   setView(view: MainView): void;
   setConnection(state: ConnectionState): void;
