@@ -4,7 +4,8 @@
  *   packages, tokenizer, store → shared + node; engine → packages, tokenizer, shared, onnxruntime-node;
  *   host → all of main but ipc/server and the Electron files; ipc, server → host + shared;
  *   renderer → shared only (no node builtins); preload → electron at run time, shared types only;
- *   only main/index.ts, main/window.ts, main/ipc/ (and the preload) import electron.
+ *   only main/index.ts, main/window.ts, main/ipc/ (and the preload) import electron; the composition roots
+ *   (main/index.ts, cli) wire the transports, ipc and server.
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
@@ -110,7 +111,9 @@ const RULES: Record<Area, Rule> = {
   host: { areas: MAIN_AREAS, node: true, bare: 'any' },
   ipc: { areas: ['host', 'shared'], node: true, bare: ['zod'] },
   server: { areas: ['host', 'shared'], node: true, bare: 'any' },
-  'main-index': { areas: [...MAIN_AREAS, 'ipc', 'main-window'], node: true, bare: 'any' },
+  // The Electron composition root wires the transports, as the CLI's serve does: IPC, and the HTTP server the
+  // window can start (Models view → API server).
+  'main-index': { areas: [...MAIN_AREAS, 'ipc', 'server', 'main-window'], node: true, bare: 'any' },
   'main-window': { areas: ['ipc', 'shared'], node: true, bare: [] },
   'main-other': { areas: MAIN_AREAS, node: true, bare: 'any' },
   preload: { areas: ['shared'], node: false, bare: [] },
