@@ -1,7 +1,8 @@
 /**
  * Chats in and out of kvdesk, in Chromium against a real serve: a chat exports as Markdown and as kvdesk's JSON
  * (real downloads), the JSON imports back as a new chat that survives a reload, a file that is not a chat is
- * refused naming the field (and adds nothing), and the search box finds chats by title or by what was said.
+ * refused naming the field (and adds nothing), the search box finds chats by title or by what was said, and a
+ * chat branches from any message into a new one.
  */
 import { readFileSync } from 'node:fs';
 import { expect, lastReply, newChat, send, setSettings, test } from './fixtures';
@@ -118,4 +119,38 @@ test('the search box finds chats by title or by what was said', async ({ app: pa
   await search.press('Escape');
   await expect(search).toHaveValue('');
   expect(await items.count()).toBeGreaterThanOrEqual(2);
+});
+
+test('branch: a new chat with the messages up to a reply, going on without touching the original', async ({
+  app: page,
+}) => {
+  await newChat(page);
+  await setSettings(page, { maxNewTokens: 4, seed: 5 });
+  await send(page, 'First question about herons');
+  await expect(lastReply(page)).toHaveAttribute('data-state', 'done');
+  await send(page, 'Second question');
+  await expect(lastReply(page)).toHaveAttribute('data-state', 'done');
+  const original = await page.getByTestId('chat-view').getAttribute('data-thread-id');
+
+  const firstReply = page.getByTestId('message-assistant').first();
+  await firstReply.hover(); // a message's tools show on hover
+  await firstReply.getByTestId('branch').click();
+  await expect(page.getByTestId('chat-view')).not.toHaveAttribute('data-thread-id', original ?? '');
+  await expect(page.getByTestId('chat-title')).toHaveText('First question about herons (branch)');
+  await expect(page.getByTestId('message-user').getByTestId('message-text')).toHaveText([
+    'First question about herons',
+  ]);
+  await expect(page.getByTestId('message-assistant')).toHaveCount(1);
+  // The branch keeps the settings and goes its own way.
+  await expect(page.getByTestId('settings-summary')).toContainText('max 4');
+  await send(page, 'A different second question');
+  await expect(lastReply(page)).toHaveAttribute('data-state', 'done');
+  await expect(page.getByTestId('message-user')).toHaveCount(2);
+
+  // The original is as it was.
+  await page.locator(`[data-testid="thread-item"][data-thread-id="${original}"]`).getByTestId('thread-title').click();
+  await expect(page.getByTestId('message-user').getByTestId('message-text')).toHaveText([
+    'First question about herons',
+    'Second question',
+  ]);
 });

@@ -56,6 +56,11 @@ export interface Bridge {
   regenerate(threadId: string): void;
   /** Replaces a user message, drops everything after it, and sends again. */
   editAndResend(threadId: string, messageId: string, text: string): void;
+  /**
+   * A new chat with this one's settings and its messages up to and including `messageId` (to try another way
+   * from there without losing this one); it opens.
+   */
+  branchThread(threadId: string, messageId: string): void;
   setActiveModel(id: string): void;
   importFiles(name: string, files: DroppedFile[]): Promise<void>;
   importPath(name: string, path: string): Promise<void>;
@@ -455,6 +460,29 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     stop,
     regenerate,
     editAndResend,
+    branchThread(threadId, messageId) {
+      const t = s().threads.find((x) => x.id === threadId);
+      const upTo = t ? t.messages.findIndex((m) => m.id === messageId) : -1;
+      if (!t || upTo < 0) return;
+      const live = s().live;
+      const now = Date.now();
+      const branch: Thread = {
+        ...t,
+        id: newId('t', now),
+        title: `${t.title} (branch)`.slice(0, 200),
+        createdAt: now,
+        updatedAt: now,
+        // A reply still streaming is not part of what was said yet.
+        messages: t.messages
+          .slice(0, upTo + 1)
+          .filter((m) => live[m.id] === undefined)
+          .map((m, i) => ({ ...m, id: `${newId('m', now)}-${i}` })),
+      };
+      s().addThread(branch);
+      s().setView('chat');
+      saveThread(branch.id);
+      rememberOpen(branch.id);
+    },
     setActiveModel(id) {
       s().setActiveModel(id);
     },

@@ -181,6 +181,7 @@ function AssistantMessage({
                 regenerate
               </button>
             )}
+            <BranchButton threadId={threadId} messageId={message.id} />
           </span>
         )}
       </div>
@@ -194,6 +195,22 @@ function AssistantMessage({
       {drop && !stats?.error && <DropNote drop={drop} />}
       {stats && !live && <StatsLine stats={stats} />}
     </div>
+  );
+}
+
+/** A new chat from the start of this one up to this message (the rest of this chat stays as it is). */
+function BranchButton({ threadId, messageId }: { threadId: string; messageId: string }) {
+  const bridge = useBridge();
+  return (
+    <button
+      type="button"
+      className="small"
+      data-testid="branch"
+      title="A new chat with the messages up to here, to go another way from this point"
+      onClick={() => bridge.branchThread(threadId, messageId)}
+    >
+      branch
+    </button>
   );
 }
 
@@ -252,6 +269,7 @@ function UserMessage({ message, threadId }: { message: StoredMessage; threadId: 
         you
         <span className="tools">
           <CopyButton text={message.content} />
+          <BranchButton threadId={threadId} messageId={message.id} />
           {!threadBusy && (
             <button
               type="button"
