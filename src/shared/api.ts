@@ -91,7 +91,7 @@ export const StoredMessage = z.object({
         .object({ requestedMaxTokens: z.number(), clippedMaxTokens: z.number(), contextLength: z.number() })
         .optional(),
       /** The reply saw the conversation without its first `messages` messages (it outgrew the context). */
-      contextDrop: z.object({ messages: z.number().int().min(0), contextLength: z.number() }).optional(),
+      contextDrop: z.object({ messages: z.number().int().min(0).max(10_000), contextLength: z.number() }).optional(),
       error: z.object({ code: z.string(), message: z.string() }).optional(),
     })
     .optional(),

@@ -260,7 +260,9 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     if (!thread) return;
     saveThread(threadId); // the person's message is kept even if the reply never comes
     const history = thread.messages.filter((m) => m.id !== assistantId);
-    const request = buildChatRequest(thread, history, modelId);
+    const models = s().models;
+    const model = modelId ? models.find((m) => m.id === modelId) : (models.find((m) => m.isDefault) ?? models[0]);
+    const request = buildChatRequest(thread, history, modelId, model?.spec.contextLength);
     const start = () => {
       const cancel = api.generate(request, (frame) => coalescer.frame(assistantId, frame));
       cancels.set(assistantId, cancel);

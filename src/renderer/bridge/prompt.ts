@@ -21,7 +21,13 @@ function inConversation(m: StoredMessage): boolean {
  * KV resident between turns and only prefills what is new; `threadId` labels the
  * request in the inspector.
  */
-export function buildChatRequest(thread: Thread, history: StoredMessage[], modelId: string | null): GenerateRequest {
+export function buildChatRequest(
+  thread: Thread,
+  history: StoredMessage[],
+  modelId: string | null,
+  /** The context of the model the turn goes to, when known (a drop made for another context is not kept). */
+  contextLength?: number,
+): GenerateRequest {
   const messages = conversationOf(history);
   const system = thread.systemPrompt?.trim();
   const sampling = thread.sampling && Object.keys(thread.sampling).length > 0 ? thread.sampling : undefined;
@@ -32,7 +38,7 @@ export function buildChatRequest(thread: Thread, history: StoredMessage[], model
     ...(thread.maxNewTokens ? { maxNewTokens: thread.maxNewTokens } : {}),
     ...(sampling ? { sampling } : {}),
     ...jsonForm(thread),
-    ...overflowPolicy(thread, history),
+    ...overflowPolicy(thread, history, contextLength),
     sessionId: thread.id,
     threadId: thread.id,
   };
@@ -40,23 +46,30 @@ export function buildChatRequest(thread: Thread, history: StoredMessage[], model
 
 /**
  * A thread leaves out its oldest messages when it outgrows the context (unless set to refuse), starting from
- * where its last reply's conversation started, so the turn continues the same prefix and its KV.
+ * where its last reply's conversation started, so the turn continues the same prefix and its KV — when that
+ * reply's drop was made for the same context: after a switch to a model with more room, all of it fits again.
  */
 function overflowPolicy(
   thread: Thread,
   history: StoredMessage[],
+  contextLength: number | undefined,
 ): Pick<GenerateRequest, 'contextOverflow' | 'droppedMessages'> {
   if (thread.contextOverflow === 'refuse') return {};
-  return { contextOverflow: 'drop-oldest', droppedMessages: lastReplyDrop(history) };
+  const drop = lastReplyDrop(history);
+  const keep = drop && contextLength !== undefined && drop.contextLength === contextLength ? drop.messages : 0;
+  return { contextOverflow: 'drop-oldest', droppedMessages: keep };
 }
 
-/** How many conversation messages the last finished reply in `messages` did not see (0: all, or no reply yet). */
-export function lastReplyDrop(messages: StoredMessage[]): number {
+/**
+ * What the last reply in `messages` that the model answered (it has text, and no error) left out; undefined
+ * when it saw everything, or there is none. A reply stopped before the host read its prompt says nothing.
+ */
+export function lastReplyDrop(messages: StoredMessage[]): ContextDrop | undefined {
   for (let i = messages.length - 1; i >= 0; i--) {
     const m = messages[i] as StoredMessage;
-    if (m.role === 'assistant' && m.stats && !m.stats.error) return m.stats.contextDrop?.messages ?? 0;
+    if (m.role === 'assistant' && m.stats && inConversation(m)) return m.stats.contextDrop;
   }
-  return 0;
+  return undefined;
 }
 
 /**
@@ -111,7 +124,8 @@ function latestReply(
     const m = messages[i] as StoredMessage;
     if (m.role !== 'assistant') continue;
     const l = live[m.id];
-    if (l?.phase === 'sending' || (!l && (!m.stats || m.stats.error))) continue;
+    // Streaming once accepted; else finished with text (not refused, not stopped before it began).
+    if (l?.phase === 'sending' || (!l && (!m.stats || !inConversation(m)))) continue;
     return l ? { message: m, live: l } : { message: m };
   }
   return undefined;

@@ -105,27 +105,42 @@ describe('a chat longer than the context', () => {
     { id: 'u4', role: 'user', content: 'four', createdAt: 7 },
   ];
 
-  it('asks to leave out the oldest messages, from where the last reply started', () => {
-    const req = buildChatRequest(thread('t1'), history, null);
+  it('asks to leave out the oldest messages, from where the last reply started, for the same context', () => {
+    const req = buildChatRequest(thread('t1'), history, null, 256);
     expect(req).toMatchObject({ contextOverflow: 'drop-oldest', droppedMessages: 2 });
     expect(GenerateRequest.safeParse(req).success).toBe(true);
     // Before any drop, the hint is 0 (the host then leaves out enough for several turns when it must).
-    expect(buildChatRequest(thread('t1'), history.slice(0, 3), null).droppedMessages).toBe(0);
+    expect(buildChatRequest(thread('t1'), history.slice(0, 3), null, 256).droppedMessages).toBe(0);
+    // A model with another context (a switch to one with more room): the earlier drop does not hold.
+    expect(buildChatRequest(thread('t1'), history, 'big', 32_768).droppedMessages).toBe(0);
+    expect(buildChatRequest(thread('t1'), history, null).droppedMessages).toBe(0);
     // A thread set to refuse sends neither.
-    const refuse = buildChatRequest(thread('t1', { contextOverflow: 'refuse' }), history, null);
+    const refuse = buildChatRequest(thread('t1', { contextOverflow: 'refuse' }), history, null, 256);
     expect(refuse.contextOverflow).toBeUndefined();
     expect(refuse.droppedMessages).toBeUndefined();
   });
 
-  it('the last finished reply counts; refused replies do not', () => {
-    expect(lastReplyDrop(history)).toBe(2);
-    expect(lastReplyDrop(history.slice(0, 4))).toBe(0);
-    expect(
-      lastReplyDrop([
-        ...history,
-        { id: 'a4', role: 'assistant', content: '', createdAt: 8, stats: { error: { code: 'X', message: 'no' } } },
-      ]),
-    ).toBe(2);
+  it('the last reply the model answered counts; refused ones and ones stopped before they began do not', () => {
+    expect(lastReplyDrop(history)).toEqual({ messages: 2, contextLength: 256 });
+    expect(lastReplyDrop(history.slice(0, 4))).toBeUndefined();
+    const refused: StoredMessage = {
+      id: 'a4',
+      role: 'assistant',
+      content: '',
+      createdAt: 8,
+      stats: { error: { code: 'X', message: 'no' } },
+    };
+    const stoppedEarly: StoredMessage = {
+      id: 'a5',
+      role: 'assistant',
+      content: '',
+      createdAt: 9,
+      stats: { tokens: 0, finishReason: 'cancelled' },
+    };
+    expect(lastReplyDrop([...history, refused])?.messages).toBe(2);
+    expect(lastReplyDrop([...history, stoppedEarly])?.messages).toBe(2);
+    // Nor do they hide the divider.
+    expect(currentDrop([...history, stoppedEarly], {})).toMatchObject({ start: 2 });
   });
 
   it('the context starts at the first conversation message the reply saw, skipping refused replies', () => {

@@ -68,7 +68,7 @@ const stats = fc.record(
       availableBytes: num,
     }),
     clipped: fc.record({ requestedMaxTokens: nat, clippedMaxTokens: nat, contextLength: nat }),
-    contextDrop: fc.record({ messages: nat, contextLength: nat }),
+    contextDrop: fc.record({ messages: fc.nat({ max: 10_000 }), contextLength: nat }),
     error: fc.record({ code: fc.constantFrom('KV_BUDGET_EXCEEDED', 'CONTEXT_OVERFLOW', 'INTERNAL'), message: text }),
   },
   { requiredKeys: [] },
