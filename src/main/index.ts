@@ -110,9 +110,9 @@ async function start(): Promise<void> {
       const settings = await host.call('getSettings', {});
       const wanted = settings.ok ? settings.value.apiServer : undefined;
       if (!wanted?.autostart) return;
-      await control.start(wanted.port).catch((err: unknown) => {
-        log(`kvdesk: the API server did not start on port ${wanted.port}: ${toErrorInfo(err).message}`);
-      });
+      // Through the host, so the window hears that it runs.
+      const started = await host.call('startApiServer', { port: wanted.port });
+      if (!started.ok) log(`kvdesk: the API server did not start on port ${wanted.port}: ${started.error.message}`);
     },
     () => {},
   );

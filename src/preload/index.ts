@@ -32,7 +32,7 @@ const CHANNELS = {
   events: 'kvdesk:events',
 } as const;
 
-const EVENT_NAMES: readonly HostEventName[] = ['budget', 'scheduler', 'models', 'library'];
+const EVENT_NAMES: readonly HostEventName[] = ['budget', 'scheduler', 'models', 'library', 'apiServer'];
 
 function refusal(message: string): { ok: false; error: ErrorInfo } {
   return { ok: false, error: { code: 'BAD_REQUEST', message } };
@@ -115,6 +115,7 @@ const listeners: { [E in HostEventName]: Set<(payload: HostEvents[E]) => void> }
   scheduler: new Set(),
   models: new Set(),
   library: new Set(),
+  apiServer: new Set(),
 };
 
 ipcRenderer.on(CHANNELS.events, (_event, name: unknown, payloads: unknown) => {

@@ -223,6 +223,8 @@ export interface HostEvents {
   models: ModelInfo[];
   /** The library changed (a package loaded for the first time, forgotten, checked again). */
   library: LibraryEntry[];
+  /** The HTTP API server started, moved or stopped (from any window or page, or at start). */
+  apiServer: ApiServerStatus;
 }
 export type HostEventName = keyof HostEvents;
 

@@ -69,7 +69,7 @@ export interface HostApi {
   ensureModel(id: string | undefined, keepAliveMs?: number | null): Promise<void>;
   /** Library packages a request may name that are not loaded now: valid, present, one per id. */
   loadable(): LibraryEntry[];
-  /** Host events: 'budget' (throttled ≤ 10 Hz), 'scheduler', 'models', 'library'. */
+  /** Host events: 'budget' (throttled ≤ 10 Hz), 'scheduler', 'models', 'library', 'apiServer'. */
   on<E extends HostEventName>(event: E, fn: (payload: HostEvents[E]) => void): () => void;
   close(): Promise<void>;
 }
@@ -151,6 +151,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     scheduler: new Set(),
     models: new Set(),
     library: new Set(),
+    apiServer: new Set(),
   };
   let defaultModelId: string | undefined;
   /**
@@ -355,8 +356,21 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       return null;
     },
     apiServerStatus: async () => apiServer.status(),
-    startApiServer: async (req: { port: number }) => apiServer.start(req.port),
-    stopApiServer: async () => apiServer.stop(),
+    // Every window and page hears of a change (and of a failed one, whose status may have moved too).
+    startApiServer: async (req: { port: number }) => {
+      try {
+        return await apiServer.start(req.port);
+      } finally {
+        emit('apiServer', apiServer.status());
+      }
+    },
+    stopApiServer: async () => {
+      try {
+        return await apiServer.stop();
+      } finally {
+        emit('apiServer', apiServer.status());
+      }
+    },
   };
 
   const api: HostApi = {

@@ -44,10 +44,11 @@ export function createApiServerControl(opts: {
     start: (port) =>
       serial(async () => {
         if (server && (port === 0 || server.port === port)) return status();
-        await stop();
         const hostApi = await opts.host();
+        // Listen on the new port first: a move to a port in use leaves the server where it was.
+        let next: RunningServer;
         try {
-          server = await startServer({
+          next = await startServer({
             hostApi,
             host: LOOPBACK,
             port,
@@ -70,6 +71,8 @@ export function createApiServerControl(opts: {
           }
           throw err;
         }
+        await stop();
+        server = next;
         opts.log?.(`kvdesk: the API server answers at ${server.url}`);
         return status();
       }),

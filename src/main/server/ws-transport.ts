@@ -53,6 +53,7 @@ export function createWsTransport(hostApi: HostApi, opts: { maxPayloadBytes?: nu
       hostApi.on('scheduler', (p) => broadcast('scheduler', p)),
       hostApi.on('models', (p) => broadcast('models', p)),
       hostApi.on('library', (p) => broadcast('library', p)),
+      hostApi.on('apiServer', (p) => broadcast('apiServer', p)),
     ];
   }
 

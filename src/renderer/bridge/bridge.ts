@@ -34,6 +34,8 @@ export interface Bridge {
    */
   startApiServer(port: number, autostart: boolean): Promise<string | null>;
   stopApiServer(): Promise<string | null>;
+  /** Whether the window's API server starts with kvdesk, on `port` (saved). */
+  setApiServerAutostart(autostart: boolean, port: number): void;
   selectThread(id: string): void;
   renameThread(id: string, title: string): void;
   deleteThread(id: string): void;
@@ -157,6 +159,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   api.on('scheduler', (e) => coalescer.event(e));
   api.on('models', (models) => s().setModels(models));
   api.on('library', (entries) => s().setLibrary(entries));
+  api.on('apiServer', (status) => s().setApiServer(status));
 
   async function refreshHostState(replaceSnapshot: boolean): Promise<void> {
     const [models, snap, library, server] = await Promise.all([
@@ -409,6 +412,10 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       s().setUi({ apiServer: { port, autostart } });
       saveSettings();
       return null;
+    },
+    setApiServerAutostart(autostart, port) {
+      s().setUi({ apiServer: { port, autostart } });
+      saveSettings();
     },
     async stopApiServer() {
       const r = await api.invoke('stopApiServer', {});

@@ -2,7 +2,7 @@
  * The HTTP API, in the Models view: in the desktop window, a switch for the local server (127.0.0.1, a port,
  * whether it starts with kvdesk), as LM Studio has one; under `kvdesk serve`, where its API already answers.
  */
-import { useState } from 'react';
+import { useEffect, useState } from 'react';
 import { useShallow } from 'zustand/react/shallow';
 import { useApp, useBridge } from '../bridge/context';
 
@@ -27,21 +27,27 @@ export function ApiServerPanel() {
   const bridge = useBridge();
   const { status, saved } = useApp(useShallow((s) => ({ status: s.apiServer, saved: s.ui.apiServer })));
   const [port, setPort] = useState(String(saved?.port ?? DEFAULT_API_PORT));
-  const [autostart, setAutostart] = useState(saved?.autostart ?? false);
   const [error, setError] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
+  // The saved port arrives with the settings (and changes when the server starts elsewhere): the field follows it.
+  useEffect(() => {
+    if (saved?.port !== undefined) setPort(String(saved.port));
+  }, [saved?.port]);
+  const autostart = saved?.autostart ?? false;
   if (!status || status.controlledBy === 'none') return null;
 
   if (status.controlledBy === 'serve') {
+    // The address this page came from (serve may listen on every interface; its own URL says loopback).
+    const url = typeof location !== 'undefined' && location.origin.startsWith('http') ? location.origin : status.url;
     return (
       <div className="card api-server" data-testid="api-server" data-running={status.running}>
         <div className="top">
           <h3>API</h3>
           <span className="badge ok">kvdesk serve</span>
         </div>
-        {status.url && (
+        {url && (
           <div>
-            The OpenAI-, Anthropic- and Ollama-compatible APIs answer at <ApiAddress url={status.url} />
+            The OpenAI-, Anthropic- and Ollama-compatible APIs answer at <ApiAddress url={url} />
             {status.tokenRequired ? ', with the token' : ''}, for as long as <span className="mono">kvdesk serve</span>{' '}
             runs.
           </div>
@@ -55,13 +61,13 @@ export function ApiServerPanel() {
     setError(await fn());
     setBusy(false);
   };
-  const start = (keep = autostart) => {
+  const start = () => {
     const n = Number(port);
-    if (!Number.isInteger(n) || n < 0 || n > 65_535) {
+    if (port.trim() === '' || !Number.isInteger(n) || n < 0 || n > 65_535) {
       setError('The port is a whole number from 0 (any free port) to 65535.');
       return;
     }
-    void act(() => bridge.startApiServer(n, keep));
+    void act(() => bridge.startApiServer(n, autostart));
   };
   return (
     <div className="card api-server" data-testid="api-server" data-running={status.running}>
@@ -102,8 +108,12 @@ export function ApiServerPanel() {
             checked={autostart}
             disabled={busy}
             onChange={(e) => {
-              setAutostart(e.target.checked);
-              if (status.running) start(e.target.checked);
+              // The port it was started on (as asked: 0 stays "any"), else the one in the field.
+              const field = port.trim() !== '' && Number.isInteger(Number(port)) ? Number(port) : DEFAULT_API_PORT;
+              bridge.setApiServerAutostart(
+                e.target.checked,
+                saved?.port ?? (status.running ? status.port : field) ?? field,
+              );
             }}
           />{' '}
           start with kvdesk

@@ -128,6 +128,28 @@ describe("the window's API server", () => {
     expect((await hostApi.call('listModels', {})).ok).toBe(true);
   }, 60_000);
 
+  it('a move to a port in use leaves it where it was; every start and stop is announced', async () => {
+    const heard: ApiServerStatus[] = [];
+    const off = hostApi.on('apiServer', (st) => heard.push(st));
+    const blocker = net.createServer();
+    await new Promise<void>((r) => blocker.listen(0, '127.0.0.1', () => r()));
+    const busy = (blocker.address() as net.AddressInfo).port;
+    try {
+      const on = await call<ApiServerStatus>('startApiServer', { port: await freePort() });
+      const r = await hostApi.call('startApiServer', { port: busy });
+      expect(r.ok).toBe(false);
+      expect(await call<ApiServerStatus>('apiServerStatus')).toEqual(on);
+      expect((await fetch(`${on.url}/v1/models`)).status).toBe(200);
+      await call<ApiServerStatus>('stopApiServer');
+      // Started, the failed move (still where it was), stopped.
+      expect(heard.map((s) => s.running)).toEqual([true, true, false]);
+      expect(heard[1]).toEqual(on);
+    } finally {
+      off();
+      await new Promise<void>((r) => blocker.close(() => r()));
+    }
+  });
+
   it('says why it cannot listen on a port in use, and stays off', async () => {
     const blocker = net.createServer();
     await new Promise<void>((r) => blocker.listen(0, '127.0.0.1', () => r()));
