@@ -12,6 +12,7 @@ import { randomUUID } from 'node:crypto';
 import { createInterface } from 'node:readline';
 import { parseArgs } from 'node:util';
 import type { ModelInfo, RunnerService } from '../main/host/runner-service';
+import { mapOptions } from '../main/server/ollama-adapter';
 import type { ChatMessage, GenerateRequest, GenerationResult, SamplingSettings } from '../shared/contract';
 import { toErrorInfo } from '../shared/errors';
 import { formatBytes } from '../shared/format';
@@ -28,16 +29,21 @@ const HELP = `Commands:
 Ctrl+C stops a reply; what it wrote stays in the conversation.
 `;
 
-/** Ollama's parameter names for /set parameter, and where each goes. */
-const PARAMETERS: Record<string, { key: keyof SamplingSettings | 'maxNewTokens'; int?: boolean }> = {
-  temperature: { key: 'temperature' },
-  top_k: { key: 'topK', int: true },
-  top_p: { key: 'topP' },
-  min_p: { key: 'minP' },
-  repeat_penalty: { key: 'repetitionPenalty' },
-  repeat_last_n: { key: 'repetitionWindow', int: true },
-  seed: { key: 'seed', int: true },
-  num_predict: { key: 'maxNewTokens', int: true },
+/**
+ * Ollama's parameter names for /set parameter, and where each goes. Values are read as Ollama's API reads them
+ * (its ranges; -1 for seed and num_predict: none, i.e. random and up to the context), by the Ollama adapter.
+ */
+const PARAMETERS: Record<string, keyof SamplingSettings | 'maxNewTokens'> = {
+  temperature: 'temperature',
+  top_k: 'topK',
+  top_p: 'topP',
+  min_p: 'minP',
+  repeat_penalty: 'repetitionPenalty',
+  repeat_last_n: 'repetitionWindow',
+  frequency_penalty: 'frequencyPenalty',
+  presence_penalty: 'presencePenalty',
+  seed: 'seed',
+  num_predict: 'maxNewTokens',
 };
 
 export interface ChatOptions {
@@ -74,10 +80,11 @@ export class ChatSession {
     return true;
   }
 
-  async line(text: string): Promise<void> {
+  /** A typed turn: a command (a line starting with /), or a message (`literal`: a block, never a command). */
+  async line(text: string, literal = false): Promise<void> {
     const trimmed = text.trim();
     if (trimmed === '') return;
-    if (trimmed.startsWith('/')) return this.command(trimmed);
+    if (!literal && trimmed.startsWith('/')) return this.command(trimmed);
     await this.turn(text);
   }
 
@@ -95,7 +102,9 @@ export class ChatSession {
         : {}),
     };
     let written = '';
+    let accepted: GenerationResult['contextDrop'] | null = null;
     const handle = this.host.generate(request, (frame) => {
+      if (frame.type === 'accepted') accepted = frame.contextDrop ?? undefined;
       if (frame.type === 'tokens') {
         const piece = frame.rows[0]?.text ?? '';
         written += piece;
@@ -107,14 +116,16 @@ export class ChatSession {
       const result = await handle.result;
       this.io.out('\n');
       this.messages = [...messages, { role: 'assistant', content: result.text }];
-      this.noteDrop(result);
+      this.noteDrop(result.contextDrop);
       if (this.options.verbose) this.io.err(figures(result));
     } catch (err) {
       const info = toErrorInfo(err);
       if (info.code === 'CANCELLED') {
-        // Stopped by the person: what was written stays, as in the window.
+        // Stopped by the person: what was written stays, as in the window (a reply stopped before it began
+        // leaves the question alone; the drop it was read with, if the host read it, still holds).
         this.io.out('\n');
-        this.messages = [...messages, { role: 'assistant', content: written }];
+        this.messages = written ? [...messages, { role: 'assistant', content: written }] : messages;
+        if (accepted !== null) this.noteDrop(accepted);
       } else {
         if (written) this.io.out('\n');
         this.io.err(`kvdesk: ${info.message}\n`);
@@ -127,11 +138,11 @@ export class ChatSession {
     }
   }
 
-  private noteDrop(result: GenerationResult): void {
-    const now = result.contextDrop?.messages ?? 0;
-    if (now > this.dropped && result.contextDrop) {
+  private noteDrop(drop: GenerationResult['contextDrop']): void {
+    const now = drop?.messages ?? 0;
+    if (now > this.dropped && drop) {
       this.io.err(
-        `kvdesk: the conversation outgrew the model's ${result.contextDrop.contextLength}-token context: ` +
+        `kvdesk: the conversation outgrew the model's ${drop.contextLength}-token context: ` +
           `the model no longer sees its first ${now} messages\n`,
       );
     }
@@ -178,21 +189,34 @@ export class ChatSession {
         return;
       case 'parameter': {
         const [name, raw] = value.split(/\s+/);
-        const p = name ? PARAMETERS[name] : undefined;
-        if (!p || raw === undefined) {
+        const key = name && Object.hasOwn(PARAMETERS, name) ? PARAMETERS[name] : undefined;
+        if (!name || !key || raw === undefined) {
           this.io.err(`kvdesk: /set parameter NAME VALUE, NAME one of ${Object.keys(PARAMETERS).join(', ')}\n`);
           return;
         }
         const n = Number(raw);
-        if (!Number.isFinite(n) || (p.int && !Number.isInteger(n))) {
-          this.io.err(`kvdesk: ${name} expects ${p.int ? 'an integer' : 'a number'}, got "${raw}"\n`);
+        let mapped: ReturnType<typeof mapOptions>;
+        try {
+          if (raw.trim() === '' || !Number.isFinite(n)) throw new Error(`${name} expects a number, got "${raw}"`);
+          mapped = mapOptions({ options: { [name]: n } });
+        } catch (err) {
+          // Nothing is set: the next turns keep what they had.
+          this.io.err(`kvdesk: ${(err as Error).message.replace(/"options\.(\w+)"/g, '$1')}\n`);
           return;
         }
-        if (p.key === 'maxNewTokens') this.options.maxNewTokens = n;
-        else this.options.sampling = { ...this.options.sampling, [p.key]: n };
-        // A temperature means sampling again, as Ollama: --greedy no longer applies.
-        if (p.key === 'temperature' && n > 0) delete this.options.sampling.greedy;
-        this.io.err(`kvdesk: set ${name} to ${n}\n`);
+        const v = key === 'maxNewTokens' ? mapped.maxNewTokens : mapped.sampling[key];
+        if (key === 'maxNewTokens') {
+          if (v === undefined) delete this.options.maxNewTokens;
+          else this.options.maxNewTokens = v as number;
+        } else {
+          const sampling: SamplingSettings = { ...this.options.sampling };
+          if (v === undefined) delete sampling[key];
+          else (sampling as Record<string, unknown>)[key] = v;
+          // A temperature means sampling again, as Ollama: --greedy no longer applies.
+          if (key === 'temperature' && n > 0) delete sampling.greedy;
+          this.options.sampling = sampling;
+        }
+        this.io.err(`kvdesk: set ${name} to ${v === undefined ? 'its default' : String(v)}\n`);
         return;
       }
       default:
@@ -217,8 +241,8 @@ export class ChatSession {
         return;
       case 'parameters': {
         const s = this.options.sampling;
-        const lines = Object.entries(PARAMETERS).flatMap(([name, p]) => {
-          const v = p.key === 'maxNewTokens' ? this.options.maxNewTokens : s[p.key];
+        const lines = Object.entries(PARAMETERS).flatMap(([name, key]) => {
+          const v = key === 'maxNewTokens' ? this.options.maxNewTokens : s[key];
           return v === undefined ? [] : [`  ${name.padEnd(15)} ${String(v)}`];
         });
         if (s.greedy) lines.push('  greedy          true');
@@ -240,30 +264,57 @@ function figures(r: GenerationResult): string {
   );
 }
 
+/** A turn as typed: its text, and whether it came as a `"""` block (always a message, never a command). */
+export interface Turn {
+  text: string;
+  block: boolean;
+}
+
 /**
  * Turns typed lines into turns: a line is a turn, except between lines that start and end with `"""`
- * (Ollama's multi-line input). Returns the turn a line completes, or null while a block is open.
+ * (Ollama's multi-line input).
  */
-export function createTurnReader(): (line: string) => string | null {
-  let block: string[] | null = null;
-  return (line) => {
-    if (block === null) {
-      if (!line.trimStart().startsWith('"""')) return line;
+export class TurnReader {
+  private block: string[] | null = null;
+
+  /** The turn a line completes, or null while a block is open. */
+  read(line: string): Turn | null {
+    if (this.block === null) {
+      if (!line.trimStart().startsWith('"""')) return { text: line, block: false };
       const first = line.trimStart().slice(3);
-      if (first.trimEnd().endsWith('"""') && first.trim().length > 0) return first.trimEnd().slice(0, -3);
-      block = first ? [first] : [];
+      if (first.trimEnd().endsWith('"""') && first.trim().length > 0) {
+        return { text: first.trimEnd().slice(0, -3), block: true };
+      }
+      this.block = first ? [first] : [];
       return null;
     }
     if (line.trimEnd().endsWith('"""')) {
       const last = line.trimEnd().slice(0, -3);
-      if (last.length > 0) block.push(last);
-      const text = block.join('\n');
-      block = null;
-      return text;
+      if (last.length > 0) this.block.push(last);
+      const text = this.block.join('\n');
+      this.block = null;
+      return { text, block: true };
     }
-    block.push(line);
+    this.block.push(line);
     return null;
-  };
+  }
+
+  /** Whether a block is open. */
+  get open(): boolean {
+    return this.block !== null;
+  }
+
+  /** The open block as a turn (the input ended inside it), and the reader empty again. */
+  flush(): Turn | null {
+    const text = this.block?.join('\n') ?? null;
+    this.block = null;
+    return text === null || text.trim() === '' ? null : { text, block: true };
+  }
+
+  /** Forgets an open block (Ctrl+C at its `... ` prompt). */
+  reset(): void {
+    this.block = null;
+  }
 }
 
 /** `kvdesk chat`: loads the package and runs the conversation on stdin until /bye or the end of the input. */
@@ -333,10 +384,16 @@ async function repl(session: ChatSession, input: NodeJS.ReadableStream, interact
     input,
     ...(interactive ? { output: process.stdout, terminal: true, prompt: '>>> ' } : { terminal: false }),
   });
+  const reader = new TurnReader();
   const onInterrupt = () => {
     if (session.stop()) return;
     if (interactive) {
-      io.err('\nUse Ctrl + d or /bye to exit.\n');
+      if (reader.open) {
+        // Ctrl+C in a block drops it, as a shell drops the line being typed.
+        reader.reset();
+        io.err('\n');
+      } else io.err('\nUse Ctrl + d or /bye to exit.\n');
+      rl.setPrompt('>>> ');
       rl.prompt();
     } else {
       session.ended = true;
@@ -346,15 +403,20 @@ async function repl(session: ChatSession, input: NodeJS.ReadableStream, interact
   rl.on('SIGINT', onInterrupt);
   // Without a terminal, readline sees no Ctrl+C: the signal comes to the process.
   if (!interactive) process.on('SIGINT', onInterrupt);
-  const read = createTurnReader();
   try {
     if (interactive) rl.prompt();
     for await (const line of rl) {
-      const turn = read(line);
-      if (turn !== null) await session.line(turn);
+      const turn = reader.read(line);
+      if (turn !== null) await session.line(turn.text, turn.block);
       if (session.ended) break;
       if (interactive) rl.setPrompt(turn === null ? '... ' : '>>> ');
       if (interactive) rl.prompt();
+    }
+    // The input ended inside a block (a file without its closing """): it is still a message.
+    const rest = session.ended ? null : reader.flush();
+    if (rest) {
+      io.err('kvdesk: the input ended inside a """ block; sending it as it is\n');
+      await session.line(rest.text, true);
     }
   } finally {
     process.off('SIGINT', onInterrupt);

@@ -56,6 +56,17 @@ describe('kvdesk chat', () => {
     expect(replies.length).toBeGreaterThanOrEqual(3);
   }, 60_000);
 
+  it('a block is a message even when it starts with a slash, and one the input ends inside is still sent', () => {
+    const r = kvdesk(
+      ['chat', defaultModelDir, ...GREEDY, '--verbose'],
+      '"""\n/usr/bin is a folder\n"""\n"""\nunfinished\n',
+    );
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).not.toContain('unknown command');
+    expect(r.stderr).toContain('the input ended inside a """ block; sending it as it is');
+    expect(figures(r.stderr)).toHaveLength(2);
+  }, 60_000);
+
   it('a block between """ lines is one turn of several lines', () => {
     const alone = kvdesk(['generate', defaultModelDir, '--chat', '--prompt', 'First line\nsecond line', ...GREEDY]);
     const r = kvdesk(['chat', defaultModelDir, ...GREEDY, '--verbose'], '"""\nFirst line\nsecond line\n"""\n');
@@ -71,6 +82,9 @@ describe('kvdesk chat', () => {
         '/nonsense',
         '/set parameter warmth 3',
         '/set parameter top_k many',
+        '/set parameter temperature 20',
+        '/set parameter seed 9',
+        '/set parameter seed -1',
         '/set parameter top_k 5',
         '/set parameter num_predict 4',
         '/show parameters',
@@ -84,7 +98,11 @@ describe('kvdesk chat', () => {
     expect(r.code, r.stderr).toBe(0);
     expect(r.stderr).toContain('unknown command "/nonsense"');
     expect(r.stderr).toContain('/set parameter NAME VALUE, NAME one of temperature');
-    expect(r.stderr).toContain('top_k expects an integer, got "many"');
+    expect(r.stderr).toContain('top_k expects a number, got "many"');
+    // Read as Ollama's API reads them: out of range refused (and not kept), -1 for the seed is "random" (none).
+    expect(r.stderr).toContain('temperature must be in [0, 10], got 20');
+    expect(r.stderr).toContain('set seed to its default');
+    expect(r.stderr).not.toMatch(/seed\s+9/);
     expect(r.stderr).toMatch(/top_k\s+5/);
     expect(r.stderr).toMatch(/num_predict\s+4/);
     expect(r.stderr).toContain('context   2048 tokens');
@@ -106,7 +124,7 @@ describe('kvdesk chat', () => {
     expect(dropped.stderr).toMatch(
       /outgrew the model's 256-token context: the model no longer sees its first \d+ messages/,
     );
-    expect(dropped.stderr).not.toContain('CONTEXT_OVERFLOW');
+    expect(dropped.stderr).not.toContain('leaves no room for a reply');
 
     const refused = kvdesk(
       ['chat', small, '--greedy', '--max-new-tokens', '16', '--verbose', '--context-overflow', 'refuse'],
