@@ -10,7 +10,7 @@
  */
 import type { ChatMessage } from '../../shared/contract';
 
-export interface FitOptions {
+export interface FitOptions<P extends { length: number } = number[]> {
   /** Most prompt tokens that leave the reply its room. */
   limit: number;
   /**
@@ -21,7 +21,17 @@ export interface FitOptions {
   target: number;
   /** Messages an earlier turn of this conversation already left out (not counting system messages). */
   atLeast: number;
+  /**
+   * When turns must go: a prompt worth keeping (it continues KV the host holds, as an earlier turn of this
+   * conversation left it). The first start within the limit whose prompt is preferred wins over the target,
+   * so a client that remembers nothing (the HTTP APIs) still continues the prefix of its last turn. At most
+   * PREFER_SCAN starts are tried.
+   */
+  prefer?: (prompt: P) => boolean;
 }
+
+/** Starts `prefer` looks at beyond the first that fits (each is one more render of the conversation). */
+export const PREFER_SCAN = 16;
 
 export interface FitResult<P extends { length: number }> {
   /** The conversation the model sees. */
@@ -62,7 +72,7 @@ export function turnStarts(messages: ChatMessage[]): number[] {
 export function dropOldest<P extends { length: number }>(
   messages: ChatMessage[],
   render: (kept: ChatMessage[]) => P,
-  opts: FitOptions,
+  opts: FitOptions<P>,
 ): FitResult<P> {
   const starts = turnStarts(messages);
   const prompts = new Map<number, P>();
@@ -97,6 +107,14 @@ export function dropOldest<P extends { length: number }>(
     }
     return lo;
   };
+  if (opts.prefer) {
+    const fits = firstWithin(opts.limit);
+    if (fits >= 0) {
+      for (let i = fits; i <= Math.min(last, fits + PREFER_SCAN - 1); i++) {
+        if (tokensAt(i) <= opts.limit && opts.prefer(promptAt(i))) return result(i);
+      }
+    }
+  }
   const atTarget = opts.target < opts.limit ? firstWithin(opts.target) : -1;
   if (atTarget >= 0) return result(atTarget);
   const atLimit = firstWithin(opts.limit);

@@ -628,7 +628,7 @@ export class RunnerService {
           }).ids;
         };
         if (req.contextOverflow === 'drop-oldest') {
-          const fit = this.fitContext(req, spec, messages, render);
+          const fit = this.fitContext(req, model, spec, messages, render);
           rows = [fit.ids];
           if (fit.dropped > 0) contextDrop = { messages: fit.dropped, contextLength: spec.contextLength };
         } else {
@@ -656,6 +656,7 @@ export class RunnerService {
    */
   private fitContext(
     req: GenerateRequest,
+    model: LoadedModel,
     spec: ModelSpec,
     messages: ChatMessage[],
     render: (kept: ChatMessage[]) => number[],
@@ -663,10 +664,14 @@ export class RunnerService {
     const context = spec.contextLength;
     const reply = Math.min(req.maxNewTokens ?? spec.search.maxNewTokens ?? DEFAULT_MAX_NEW_TOKENS, context >> 1);
     const limit = context - Math.max(1, reply);
+    // A client that remembers nothing but resends the conversation (the HTTP APIs, through the prompt cache):
+    // where an earlier turn's start still fits, its prompt continues that turn's cached KV — keep it.
+    const cached = req.promptCache === true && req.sessionId === undefined && req.droppedMessages === undefined;
     const fit = dropOldest(messages, render, {
       limit,
-      target: req.droppedMessages !== undefined ? limit >> 1 : limit,
+      target: req.droppedMessages !== undefined || cached ? limit >> 1 : limit,
       atLeast: req.droppedMessages ?? 0,
+      ...(cached ? { prefer: (ids: number[]) => this.continuedCache(model, ids) !== undefined } : {}),
     });
     return { ids: fit.prompt, dropped: fit.dropped };
   }
@@ -750,6 +755,11 @@ export class RunnerService {
    */
   private pickPromptCache(model: LoadedModel, row: number[]): string | undefined {
     if (this.settings.promptCacheSessions <= 0) return undefined;
+    return this.continuedCache(model, row) ?? `${PROMPT_CACHE_PREFIX}${randomUUID()}`;
+  }
+
+  /** The idle prompt cache of `model` whose whole last prompt `row` holds (the longest such), if any. */
+  private continuedCache(model: LoadedModel, row: number[]): string | undefined {
     const sched = this.schedulerOf(model.id);
     let best: { id: string; shared: number } | undefined;
     for (const id of this.promptCaches.keys()) {
@@ -761,7 +771,7 @@ export class RunnerService {
         best = { id, shared };
       }
     }
-    return best?.id ?? `${PROMPT_CACHE_PREFIX}${randomUUID()}`;
+    return best?.id;
   }
 
   /** @internal used by Generation: the scheduler accepted a turn on this prompt cache (now the most recent). */

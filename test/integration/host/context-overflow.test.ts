@@ -125,4 +125,22 @@ describe('a conversation longer than the context', () => {
     const cold = await run({ messages: second, contextOverflow: 'drop-oldest' });
     expect(cold.contextDrop?.messages).not.toBe(d1);
   });
+
+  it('a client that remembers nothing (the prompt cache) keeps the start of its last turn while it fits', async () => {
+    const first = [...LONG, ASK];
+    const t1 = await run({ messages: first, contextOverflow: 'drop-oldest', promptCache: true });
+    const d1 = t1.contextDrop?.messages ?? 0;
+    expect(d1).toBeGreaterThan(0);
+    // Down to half the room when something must go (so later turns can keep this start).
+    expect(t1.promptTokens).toBeLessThanOrEqual((CONTEXT - 16) / 2);
+    const why = 'Why is that so? Tell me about the river, its source, its mouth and the towns along it.';
+    const second: ChatMessage[] = [...first, { role: 'assistant', content: t1.text }, { role: 'user', content: why }];
+    // The whole conversation again, as an API client sends it: the same start, the first turn's KV reused.
+    const t2 = await run({ messages: second, contextOverflow: 'drop-oldest', promptCache: true });
+    expect(t2.contextDrop?.messages).toBe(d1);
+    expect(t2.reusedTokens).toBeGreaterThan(t1.promptTokens / 2);
+    // Without the cache (nothing to continue) the fewest are left out: another start.
+    const cold = await run({ messages: second, contextOverflow: 'drop-oldest' });
+    expect(cold.contextDrop?.messages).not.toBe(d1);
+  });
 });

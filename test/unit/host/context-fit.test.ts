@@ -94,6 +94,19 @@ describe('dropOldest', () => {
     expect(fit.messages.map((m) => m.role)).toEqual(['system', 'user', 'assistant']);
   });
 
+  it('prefers a start whose prompt is worth keeping, among those within the limit, over the target', () => {
+    const conv = turns(10); // 265 tokens; within 100: from 14 on; within 50: from 18 on
+    const startsAt = (p: number[]) => p.length; // the prompt's size tells its start here
+    const preferred = (dropped: number) => (p: number[]) => startsAt(p) === size(keptMessages(conv, dropped));
+    expect(dropOldest(conv, render, { limit: 100, target: 50, atLeast: 0, prefer: preferred(16) }).dropped).toBe(16);
+    // Not within the limit: not taken.
+    expect(dropOldest(conv, render, { limit: 100, target: 50, atLeast: 0, prefer: preferred(12) }).dropped).toBe(18);
+    // Nothing preferred: the target as before.
+    expect(dropOldest(conv, render, { limit: 100, target: 50, atLeast: 0, prefer: () => false }).dropped).toBe(18);
+    // Nothing has to go: the conversation as it is, preferred or not.
+    expect(dropOldest(conv, render, { limit: 1000, target: 500, atLeast: 0, prefer: preferred(16) }).dropped).toBe(0);
+  });
+
   const role = fc.constantFrom<ChatMessage['role']>('system', 'user', 'user', 'assistant', 'assistant', 'tool');
   const conversation = fc.array(fc.tuple(role, fc.integer({ min: 0, max: 60 })), { minLength: 1, maxLength: 40 });
 
