@@ -120,7 +120,9 @@ export function ThreadList() {
   const file = useRef<HTMLInputElement>(null);
   const importFile = async (f: File) => {
     if (f.size > MAX_IMPORT_BYTES) {
-      setImportError(`${f.name} is ${Math.round(f.size / 1048576)} MiB: a chat to import is at most 64 MiB.`);
+      setImportError(
+        `${f.name} is ${Math.round(f.size / 1048576)} MiB: a chat to import is at most ${MAX_IMPORT_BYTES / 1048576} MiB.`,
+      );
       return;
     }
     setImportError(bridge.importThread(await f.text(), f.name));

@@ -5,6 +5,7 @@
  */
 import { type StoredMessage, Thread } from '../../shared/api';
 import { newId } from '../bridge/prompt';
+import { titleFrom } from '../store/chat-slice';
 
 /** The JSON export's envelope. */
 export const EXPORT_KIND = 'kvdesk.thread';
@@ -79,8 +80,11 @@ export function threadToJson(thread: Thread): string {
 
 export type ImportResult = { ok: true; thread: Thread } | { ok: false; error: string };
 
-/** Largest file import reads (a chat of 10 000 long messages). */
-export const MAX_IMPORT_BYTES = 64 * 1024 * 1024;
+/**
+ * Largest file import reads: well under what one WebSocket message may carry (64 MiB), as the chat is saved
+ * through it with the ids and dates import adds.
+ */
+export const MAX_IMPORT_BYTES = 32 * 1024 * 1024;
 
 /**
  * A chat from an imported file's text: kvdesk's export, `{messages: [...]}` (a `title` and a `system` message
@@ -140,8 +144,9 @@ export function parseThreadImport(text: string, fileName: string, now = Date.now
       );
     }
   }
+  // Its own title, else one from the first message as a new chat gets.
   const firstUser = messages.find((m) => m.role === 'user')?.content ?? '';
-  const first = firstUser.trim().split(/\r?\n/)[0]?.trim() ?? '';
+  const first = firstUser.trim() ? titleFrom(firstUser) : '';
   const title = isObject(value) && typeof value.title === 'string' && value.title.trim() ? value.title.trim() : first;
   const thread = Thread.safeParse({
     id: 't',

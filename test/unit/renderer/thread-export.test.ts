@@ -14,6 +14,7 @@ import {
   threadToJson,
   threadToMarkdown,
 } from '../../../src/renderer/lib/thread-export';
+import { titleFrom } from '../../../src/renderer/store/chat-slice';
 import { type StoredMessage, Thread } from '../../../src/shared/api';
 import { thread } from './fixtures';
 
@@ -220,6 +221,13 @@ describe('importing a conversation ({messages: [{role, content}]})', () => {
   it('titles a chat by the first line of a message written with CRLF line ends', () => {
     const t = imported(parseThreadImport(JSON.stringify([{ role: 'user', content: 'Hello\r\nworld' }]), 'c', NOW));
     expect(t.title).toBe('Hello');
+  });
+
+  it('titles a chat as a new chat is titled: a long first line is cut at a word', () => {
+    const long = 'Tell me everything about the migration routes of the arctic tern across the oceans';
+    const t = imported(parseThreadImport(JSON.stringify([{ role: 'user', content: long }]), 'c', NOW));
+    expect(t.title).toBe(titleFrom(long));
+    expect(t.title.endsWith('…')).toBe(true);
   });
 
   it('names a chat without a user message "Imported chat"', () => {
