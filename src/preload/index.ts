@@ -64,6 +64,7 @@ const calls: CallMethods = {
   deleteThread: bind('deleteThread'),
   getSettings: bind('getSettings'),
   saveSettings: bind('saveSettings'),
+  measurePrompt: bind('measurePrompt'),
   apiServerStatus: bind('apiServerStatus'),
   startApiServer: bind('startApiServer'),
   stopApiServer: bind('stopApiServer'),

@@ -5,7 +5,7 @@
  * business logic. Responses travel in the Result envelope of ./errors.
  */
 import { z } from 'zod';
-import { type GenerateRequest, SamplingSettings, type StreamFrame } from './contract';
+import { GenerateRequest, SamplingSettings, type StreamFrame } from './contract';
 import type { Result } from './errors';
 import type { ModelSpec } from './model-spec';
 import type { BudgetSnapshot, SchedulerEvent } from './scheduler-types';
@@ -136,6 +136,14 @@ export interface ApiServerStatus {
   tokenRequired: boolean;
 }
 
+/** What a request's prompt would be (measurePrompt): its tokens, the model's context, what would be left out. */
+export interface PromptMeasure {
+  promptTokens: number;
+  contextLength: number;
+  /** With `drop-oldest`: the oldest messages it would leave out. */
+  droppedMessages?: number;
+}
+
 /** Starts (or moves) the window's API server; it listens on 127.0.0.1 only. */
 export const ApiServerRequest = z.object({ port: z.number().int().min(0).max(65_535) }).strict();
 
@@ -181,6 +189,8 @@ export const CallSchemas = {
   deleteThread: Id,
   getSettings: Empty,
   saveSettings: UiSettings,
+  /** A generation request's prompt, measured without running it (the composer's token count). */
+  measurePrompt: GenerateRequest,
   /** Where the HTTP API answers, and who runs it. */
   apiServerStatus: Empty,
   /** The desktop window: serve the HTTP API on 127.0.0.1:port (moving it when it already runs elsewhere). */
@@ -205,6 +215,7 @@ export interface CallResponses {
   deleteThread: null;
   getSettings: UiSettings;
   saveSettings: null;
+  measurePrompt: PromptMeasure;
   apiServerStatus: ApiServerStatus;
   startApiServer: ApiServerStatus;
   stopApiServer: ApiServerStatus;

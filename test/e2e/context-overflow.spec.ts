@@ -54,8 +54,13 @@ test('a chat longer than the context goes on without its oldest messages, and sa
   let before = 0;
   while ((await page.getByTestId('context-drop-note').count()) === 0) {
     expect(i, 'the chat should outgrow 256 tokens within 10 turns').toBeLessThanOrEqual(10);
+    // The draft says, before it is sent, whether the oldest messages would have to go.
+    await page.getByTestId('chat-input').fill(QUESTION(i));
+    await expect(page.getByTestId('draft-measure')).toHaveAttribute('data-context', '256');
+    const predicted = ((await page.getByTestId('draft-measure').textContent()) ?? '').includes('would be left out');
     await turn(page, QUESTION(i++));
     await expect(lastReply(page)).toHaveAttribute('data-state', 'done');
+    expect(await lastReply(page).getByTestId('context-drop-note').count()).toBe(predicted ? 1 : 0);
     await expect(meter).toHaveAttribute('data-context', '256');
     if ((await page.getByTestId('context-drop-note').count()) === 0) {
       expect(await used()).toBeGreaterThan(before);
@@ -65,6 +70,13 @@ test('a chat longer than the context goes on without its oldest messages, and sa
   // Leaving turns out made room: the meter fell, and says how many messages are out of view.
   expect(await used()).toBeLessThan(before);
   expect(await used()).toBeLessThanOrEqual(256);
+  // Typing the next message says, before it is sent, what it would read (and whether more would go).
+  const measure = page.getByTestId('draft-measure');
+  await page.getByTestId('chat-input').fill(QUESTION(i));
+  await expect(measure).toHaveAttribute('data-context', '256');
+  expect(Number(await measure.getAttribute('data-prompt-tokens'))).toBeGreaterThan(await used());
+  await page.getByTestId('chat-input').fill('');
+  await expect(measure).toHaveCount(0);
   const note = lastReply(page).getByTestId('context-drop-note');
   await expect(note).toContainText("the chat outgrew the model's 256-token context");
   const dropped = Number(/first (\d+) messages/.exec((await note.textContent()) ?? '')?.[1]);
@@ -98,7 +110,15 @@ test('a thread set to stop at the limit gets the refusal instead', async ({ page
   let i = 1;
   do {
     expect(i, 'the chat should outgrow 256 tokens within 10 turns').toBeLessThanOrEqual(10);
+    // Before sending, the draft's measure says whether it will fit.
+    await page.getByTestId('chat-input').fill(QUESTION(i));
+    const measure = page.getByTestId('draft-measure');
+    await expect(measure).toHaveAttribute('data-context', '256');
+    const tooLong = Number(await measure.getAttribute('data-prompt-tokens')) >= 256;
+    await expect(measure).toHaveClass(tooLong ? /over/ : /^(?!.*over)/);
     await turn(page, QUESTION(i++));
+    // What the draft said is what happened: refused exactly when it said too long.
+    expect(await lastReply(page).getAttribute('data-state')).toBe(tooLong ? 'error' : 'done');
   } while ((await lastReply(page).getAttribute('data-state')) !== 'error');
   await expect(lastReply(page).getByTestId('refusal')).toHaveAttribute('data-code', 'CONTEXT_OVERFLOW');
   await expect(page.getByTestId('context-drop-note')).toHaveCount(0);

@@ -355,6 +355,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       await store.saveSettings(req);
       return null;
     },
+    measurePrompt: async (req: unknown) => runner.measurePrompt(req),
     apiServerStatus: async () => apiServer.status(),
     // Every window and page hears of a change (and of a failed one, whose status may have moved too).
     startApiServer: async (req: { port: number }) => {

@@ -6,6 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import os from 'node:os';
+import type { PromptMeasure } from '../../shared/api';
 import {
   type BudgetCap,
   type ChatMessage,
@@ -681,11 +682,24 @@ export class RunnerService {
    * tools, a forced call's opening); throws the errors `generate` would reject it with before it runs.
    */
   countPromptTokens(input: unknown): number {
+    return this.measurePrompt(input).promptTokens;
+  }
+
+  /**
+   * What a generation request's prompt would be, without running it: its tokens (the longest row), the model's
+   * context, and the messages `drop-oldest` would leave out.
+   */
+  measurePrompt(input: unknown): PromptMeasure {
     const parsed = GenerateRequest.safeParse(input);
     if (!parsed.success) throw invalidRequest(parsed.error);
     const req = parsed.data;
-    const { rows } = this.buildRows(req, this.resolveModel(req.model));
-    return Math.max(...rows.map((r) => r.length));
+    const model = this.resolveModel(req.model);
+    const { rows, contextDrop } = this.buildRows(req, model);
+    return {
+      promptTokens: Math.max(...rows.map((r) => r.length)),
+      contextLength: model.spec.contextLength,
+      ...(contextDrop ? { droppedMessages: contextDrop.messages } : {}),
+    };
   }
 
   /**

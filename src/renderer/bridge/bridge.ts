@@ -4,7 +4,7 @@
  * React (through the frame coalescer, once per animation frame), and offers
  * the actions components call. Components never touch the transport.
  */
-import type { BudgetPatch, KvdeskApi, ModelInfo, StoredMessage, Thread } from '../../shared/api';
+import type { BudgetPatch, KvdeskApi, ModelInfo, PromptMeasure, StoredMessage, Thread } from '../../shared/api';
 import type { SamplingSettings } from '../../shared/contract';
 import type { ErrorInfo, Result } from '../../shared/errors';
 import { parseThreadImport } from '../lib/thread-export';
@@ -34,6 +34,11 @@ export interface Bridge {
    */
   startApiServer(port: number, autostart: boolean): Promise<string | null>;
   stopApiServer(): Promise<string | null>;
+  /**
+   * What the next turn's prompt would be if `text` were sent in the thread now (tokens, context, what the
+   * context would leave out); null without a model or a thread.
+   */
+  measureDraft(threadId: string, text: string): Promise<PromptMeasure | null>;
   /** Whether the window's API server starts with kvdesk, on `port` (saved). */
   setApiServerAutostart(autostart: boolean, port: number): void;
   selectThread(id: string): void;
@@ -250,6 +255,12 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     return Object.values(s().live).find((l) => l.threadId === threadId)?.messageId;
   }
 
+  /** The model a turn goes to: the one picked, else the default (first loaded), as the host resolves it. */
+  function modelOf(modelId: string | null): ModelInfo | undefined {
+    const models = s().models;
+    return modelId ? models.find((m) => m.id === modelId) : (models.find((m) => m.isDefault) ?? models[0]);
+  }
+
   /** Starts a turn: the store gets the new messages, the host gets the request, frames flow back through the coalescer. */
   function runTurn(threadId: string, append: StoredMessage[], keepBefore?: string): void {
     if (liveIn(threadId)) {
@@ -263,9 +274,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     if (!thread) return;
     saveThread(threadId); // the person's message is kept even if the reply never comes
     const history = thread.messages.filter((m) => m.id !== assistantId);
-    const models = s().models;
-    const model = modelId ? models.find((m) => m.id === modelId) : (models.find((m) => m.isDefault) ?? models[0]);
-    const request = buildChatRequest(thread, history, modelId, model?.spec.contextLength);
+    const request = buildChatRequest(thread, history, modelId, modelOf(modelId)?.spec.contextLength);
     const start = () => {
       const cancel = api.generate(request, (frame) => coalescer.frame(assistantId, frame));
       cancels.set(assistantId, cancel);
@@ -412,6 +421,18 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       s().setUi({ apiServer: { port, autostart } });
       saveSettings();
       return null;
+    },
+    async measureDraft(threadId, text) {
+      const thread = s().threads.find((t) => t.id === threadId);
+      const modelId = s().activeModelId;
+      const model = modelOf(modelId);
+      if (!thread || !model) return null;
+      const live = s().live;
+      const history = thread.messages.filter((m) => live[m.id] === undefined);
+      const draft: StoredMessage = { id: 'draft', role: 'user', content: text, createdAt: 0 };
+      const request = buildChatRequest(thread, [...history, draft], modelId, model.spec.contextLength);
+      const r = await api.invoke('measurePrompt', request);
+      return r.ok ? r.value : null;
     },
     setApiServerAutostart(autostart, port) {
       s().setUi({ apiServer: { port, autostart } });

@@ -1,10 +1,11 @@
 /** Message box with Send/Stop, a one-line summary of the thread's settings, and the settings themselves. */
-import { useRef, useState } from 'react';
+import { useEffect, useRef, useState } from 'react';
 import { useShallow } from 'zustand/react/shallow';
-import type { Thread } from '../../shared/api';
+import type { PromptMeasure, Thread } from '../../shared/api';
 import type { SamplingSettings } from '../../shared/contract';
 import { useApp, useBridge } from '../bridge/context';
-import { parseSchema } from '../bridge/prompt';
+import { lastReplyDrop, parseSchema } from '../bridge/prompt';
+import { formatInteger } from '../lib/format';
 
 /** Id of the message box, focused after sending and on thread switch. */
 export const CHAT_INPUT_ID = 'chat-input';
@@ -198,6 +199,57 @@ function SettingsPanel({ thread }: { thread: Thread }) {
   );
 }
 
+/**
+ * What sending the draft would do to the context, measured by the host as the draft is typed (after a pause):
+ * the next prompt's tokens against the model's context, and whether the oldest messages would be left out (or,
+ * set to refuse, the turn refused).
+ */
+function DraftMeasure({ threadId, text }: { threadId: string; text: string }) {
+  const bridge = useBridge();
+  const { thread, streaming } = useApp(
+    useShallow((s) => ({
+      thread: s.threads.find((t) => t.id === threadId),
+      streaming: Object.values(s.live).some((l) => l.threadId === threadId),
+    })),
+  );
+  const [measure, setMeasure] = useState<PromptMeasure | null>(null);
+  const messages = thread?.messages.length ?? 0;
+  // biome-ignore lint/correctness/useExhaustiveDependencies: measured again when the draft or the chat changes
+  useEffect(() => {
+    if (!text.trim() || streaming) {
+      setMeasure(null);
+      return;
+    }
+    let current = true;
+    const timer = setTimeout(() => {
+      void bridge.measureDraft(threadId, text).then((m) => {
+        if (current) setMeasure(m);
+      });
+    }, 250);
+    return () => {
+      current = false;
+      clearTimeout(timer);
+    };
+  }, [text, threadId, messages, streaming, thread?.contextOverflow, thread?.systemPrompt]);
+  if (!measure || !text.trim() || !thread) return null;
+  const before = lastReplyDrop(thread.messages)?.messages ?? 0;
+  const more = (measure.droppedMessages ?? 0) - before;
+  const over = thread.contextOverflow === 'refuse' && measure.promptTokens >= measure.contextLength;
+  return (
+    <span
+      className={`num draft-measure ${over ? 'over' : ''}`}
+      data-testid="draft-measure"
+      data-prompt-tokens={measure.promptTokens}
+      data-context={measure.contextLength}
+      title="The prompt the model would read if you sent this now (the conversation, your message and the template), against its context."
+    >
+      {formatInteger(measure.promptTokens)} / {formatInteger(measure.contextLength)} tokens
+      {more > 0 ? ` · the oldest ${more} more messages would be left out` : ''}
+      {over ? ' · too long for the context' : ''}
+    </span>
+  );
+}
+
 export function Composer({ threadId }: { threadId: string | null }) {
   const bridge = useBridge();
   const { thread, streaming } = useApp(
@@ -263,6 +315,7 @@ export function Composer({ threadId }: { threadId: string | null }) {
           {summary(thread)}
         </span>
         {thread?.systemPrompt && <span title={thread.systemPrompt}>· system prompt set</span>}
+        {threadId && <DraftMeasure threadId={threadId} text={text} />}
         <button
           type="button"
           className="ghost"

@@ -143,4 +143,24 @@ describe('a conversation longer than the context', () => {
     const cold = await run({ messages: second, contextOverflow: 'drop-oldest' });
     expect(cold.contextDrop?.messages).not.toBe(d1);
   });
+
+  it('measurePrompt says what a request would read and leave out, as generate then does', async () => {
+    const req: Partial<GenerateRequest> = {
+      model: 'small',
+      system: SYSTEM,
+      messages: [...LONG, ASK],
+      maxNewTokens: 16,
+    };
+    const m = h.measurePrompt({ ...req, contextOverflow: 'drop-oldest' });
+    const r = await run({ ...req, contextOverflow: 'drop-oldest' });
+    expect(m).toEqual({
+      promptTokens: r.promptTokens,
+      contextLength: CONTEXT,
+      droppedMessages: r.contextDrop?.messages,
+    });
+    // Refused as it stands: the whole conversation, nothing left out.
+    const whole = h.measurePrompt(req);
+    expect(whole.promptTokens).toBeGreaterThan(CONTEXT);
+    expect(whole.droppedMessages).toBeUndefined();
+  });
 });
