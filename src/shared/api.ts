@@ -117,6 +117,8 @@ export const Thread = z.object({
    * absent) or refuse the turn (`refuse`).
    */
   contextOverflow: z.enum(['drop-oldest', 'refuse']).optional(),
+  /** Replies end where one of these strings would appear (it is not shown). */
+  stop: z.array(z.string().min(1).max(200)).max(16).optional(),
   messages: z.array(StoredMessage).max(10_000),
 });
 export type Thread = z.infer<typeof Thread>;

@@ -120,6 +120,36 @@ test('a thread’s frequency and presence penalties reach the model: the same gr
   await app.getByTestId('settings-toggle').click();
 });
 
+test('a thread’s stop strings end its replies where one would appear', async ({ app }) => {
+  await newChat(app);
+  await setSettings(app, { greedy: true, maxNewTokens: 32 });
+  await send(app, 'Hello there!');
+  await expect(lastReply(app)).toHaveAttribute('data-state', 'done', { timeout: 30_000 });
+  const plain = (await lastReply(app).getByTestId('message-text').textContent()) ?? '';
+  // Three letters from the middle of the greedy reply: the same question stops right before them.
+  const at = plain.slice(plain.length >> 2).search(/[a-z]{3}/) + (plain.length >> 2);
+  expect(at, `a reply with three letters in a row: ${plain}`).toBeGreaterThan(0);
+  const stop = plain.slice(at, at + 3);
+  await app.getByTestId('settings-toggle').click();
+  await app.getByTestId('setting-stop').fill(stop);
+  await app.getByTestId('setting-stop').blur();
+  await expect(app.getByTestId('settings-summary')).toContainText('stop ×1');
+  await app.getByTestId('settings-toggle').click();
+  await lastReply(app).hover();
+  await app.getByTestId('regenerate').click();
+  await expect(lastReply(app)).toHaveAttribute('data-state', 'done', { timeout: 30_000 });
+  await expect(lastReply(app).getByTestId('message-stats')).toHaveAttribute('data-finish-reason', 'stop');
+  const cut = (await lastReply(app).getByTestId('message-text').textContent()) ?? '';
+  expect(cut).not.toContain(stop);
+  expect(plain.startsWith(cut.trim())).toBe(true);
+  // New chats inherit the open one's settings: clear them for the tests that follow.
+  await app.getByTestId('settings-toggle').click();
+  await app.getByTestId('setting-stop').fill('');
+  await app.getByTestId('setting-stop').blur();
+  await expect(app.getByTestId('settings-summary')).not.toContainText('stop ×');
+  await app.getByTestId('settings-toggle').click();
+});
+
 test('JSON output: the thread’s replies are JSON objects, shown as a JSON code block', async ({ app }) => {
   await newChat(app);
   await setSettings(app, { maxNewTokens: 120, seed: 5 });

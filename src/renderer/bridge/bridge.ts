@@ -53,6 +53,7 @@ export interface Bridge {
       responseFormat?: 'text' | 'json' | undefined;
       jsonSchema?: string | undefined;
       contextOverflow?: 'drop-oldest' | 'refuse' | undefined;
+      stop?: string[] | undefined;
     },
   ): void;
   /** Sends a user message in the active thread (creating one if there is none). */
@@ -220,6 +221,8 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       ...(thread.systemPrompt ? { systemPrompt: thread.systemPrompt } : {}),
       ...(thread.sampling ? { sampling: thread.sampling } : {}),
       ...(thread.maxNewTokens ? { maxNewTokens: thread.maxNewTokens } : {}),
+      ...(thread.stop ? { stop: thread.stop } : {}),
+      ...(thread.contextOverflow ? { contextOverflow: thread.contextOverflow } : {}),
       // JSON mode is for the task at hand, not a preference: a new chat starts in plain text.
     };
   }
@@ -483,6 +486,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       if ('responseFormat' in patch) next.responseFormat = patch.responseFormat;
       if ('jsonSchema' in patch) next.jsonSchema = patch.jsonSchema;
       if ('contextOverflow' in patch) next.contextOverflow = patch.contextOverflow;
+      if ('stop' in patch) next.stop = patch.stop;
       s().updateThread(id, next);
       saveThread(id);
     },

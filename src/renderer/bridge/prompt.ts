@@ -37,6 +37,7 @@ export function buildChatRequest(
     ...(system ? { system } : {}),
     ...(thread.maxNewTokens ? { maxNewTokens: thread.maxNewTokens } : {}),
     ...(sampling ? { sampling } : {}),
+    ...(thread.stop && thread.stop.length > 0 ? { stop: thread.stop } : {}),
     ...jsonForm(thread),
     ...overflowPolicy(thread, history, contextLength),
     sessionId: thread.id,

@@ -26,6 +26,7 @@ function summary(thread: Thread | undefined): string {
   parts.push(`max ${thread?.maxNewTokens ?? 'default'}`);
   if (thread?.responseFormat === 'json') parts.push(thread.jsonSchema ? 'JSON schema' : 'JSON');
   if (thread?.contextOverflow === 'refuse') parts.push('no context overflow');
+  if (thread?.stop?.length) parts.push(`stop ×${thread.stop.length}`);
   return parts.join(' · ');
 }
 
@@ -156,6 +157,31 @@ function SettingsPanel({ thread }: { thread: Thread }) {
           <option value="drop-oldest">leave out the oldest messages</option>
           <option value="refuse">stop with an error</option>
         </select>
+      </label>
+      <label
+        className="wide"
+        title="A reply ends where one of these would appear (the string itself is not shown). One per line, at most 16."
+      >
+        stop strings (one per line)
+        <textarea
+          className="mono"
+          rows={2}
+          data-testid="setting-stop"
+          defaultValue={(thread.stop ?? []).join('\n')}
+          placeholder={'e.g. ###\nUser:'}
+          onBlur={(e) => {
+            const lines = e.target.value.split('\n').filter((l) => l.length > 0);
+            if (lines.length > 16 || lines.some((l) => l.length > 200)) {
+              e.target.setCustomValidity('at most 16 stop strings of at most 200 characters');
+              e.target.reportValidity();
+              return;
+            }
+            e.target.setCustomValidity('');
+            const next = lines.length > 0 ? lines : undefined;
+            if (JSON.stringify(next) !== JSON.stringify(thread.stop))
+              bridge.updateThreadSettings(thread.id, { stop: next });
+          }}
+        />
       </label>
       <label title="Every reply is one JSON object: sampling keeps to tokens that can continue one, and the reply ends when it closes. Ask for JSON in your message too, so the model means it.">
         JSON output

@@ -34,13 +34,19 @@ describe('chat requests', () => {
   });
 
   it('uses the thread id as session and thread, with the thread settings', () => {
-    const t = thread('t9', { systemPrompt: ' Be brief. ', sampling: { temperature: 0.2, seed: 7 }, maxNewTokens: 64 });
+    const t = thread('t9', {
+      systemPrompt: ' Be brief. ',
+      sampling: { temperature: 0.2, seed: 7 },
+      maxNewTokens: 64,
+      stop: ['###', 'User:'],
+    });
     const req = buildChatRequest(t, history, 'default');
     expect(req).toMatchObject({
       model: 'default',
       system: 'Be brief.',
       maxNewTokens: 64,
       sampling: { temperature: 0.2, seed: 7 },
+      stop: ['###', 'User:'],
       sessionId: 't9',
       threadId: 't9',
     });
