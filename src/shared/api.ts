@@ -61,11 +61,20 @@ export interface LibraryEntry {
   lastLoadedAt: number;
 }
 
+/** A text file attached to a message: the model reads it with the message (see withAttachments). */
+export const Attachment = z.object({
+  name: z.string().min(1).max(255),
+  text: z.string().max(2_000_000),
+});
+export type Attachment = z.infer<typeof Attachment>;
+
 /** A chat message as stored in a thread. */
 export const StoredMessage = z.object({
   id: z.string().min(1).max(100),
   role: z.enum(['system', 'user', 'assistant']),
   content: z.string().max(2_000_000),
+  /** Text files sent with a user message. */
+  attachments: z.array(Attachment).max(8).optional(),
   createdAt: z.number(),
   /** `json`: a reply written in JSON mode, shown as a JSON code block. */
   format: z.enum(['json']).optional(),

@@ -4,7 +4,15 @@
  * React (through the frame coalescer, once per animation frame), and offers
  * the actions components call. Components never touch the transport.
  */
-import type { BudgetPatch, KvdeskApi, ModelInfo, PromptMeasure, StoredMessage, Thread } from '../../shared/api';
+import type {
+  Attachment,
+  BudgetPatch,
+  KvdeskApi,
+  ModelInfo,
+  PromptMeasure,
+  StoredMessage,
+  Thread,
+} from '../../shared/api';
 import type { SamplingSettings } from '../../shared/contract';
 import type { ErrorInfo, Result } from '../../shared/errors';
 import { parseThreadImport } from '../lib/thread-export';
@@ -38,7 +46,7 @@ export interface Bridge {
    * What the next turn's prompt would be if `text` were sent in the thread now (tokens, context, what the
    * context would leave out); null without a model or a thread.
    */
-  measureDraft(threadId: string, text: string): Promise<PromptMeasure | null>;
+  measureDraft(threadId: string, text: string, attachments?: Attachment[]): Promise<PromptMeasure | null>;
   /** Whether the window's API server starts with kvdesk, on `port` (saved). */
   setApiServerAutostart(autostart: boolean, port: number): void;
   selectThread(id: string): void;
@@ -57,7 +65,7 @@ export interface Bridge {
     },
   ): void;
   /** Sends a user message in the active thread (creating one if there is none). */
-  send(text: string): void;
+  send(text: string, attachments?: Attachment[]): void;
   /** Stops the reply streaming in a thread (the active one by default). */
   stop(threadId?: string): void;
   /** Generates the last reply of a thread again. */
@@ -290,12 +298,20 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     } else start();
   }
 
-  function send(text: string): void {
+  function send(text: string, attachments: Attachment[] = []): void {
     const content = text.trim();
-    if (!content) return;
+    if (!content && attachments.length === 0) return;
     const thread = activeThread() ?? newThread();
     s().setView('chat');
-    runTurn(thread.id, [{ id: newId('m'), role: 'user', content, createdAt: Date.now() }]);
+    runTurn(thread.id, [
+      {
+        id: newId('m'),
+        role: 'user',
+        content,
+        createdAt: Date.now(),
+        ...(attachments.length > 0 ? { attachments } : {}),
+      },
+    ]);
   }
 
   function stop(threadId?: string): void {
@@ -425,14 +441,20 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       saveSettings();
       return null;
     },
-    async measureDraft(threadId, text) {
+    async measureDraft(threadId, text, attachments = []) {
       const thread = s().threads.find((t) => t.id === threadId);
       const modelId = s().activeModelId;
       const model = modelOf(modelId);
       if (!thread || !model) return null;
       const live = s().live;
       const history = thread.messages.filter((m) => live[m.id] === undefined);
-      const draft: StoredMessage = { id: 'draft', role: 'user', content: text, createdAt: 0 };
+      const draft: StoredMessage = {
+        id: 'draft',
+        role: 'user',
+        content: text,
+        createdAt: 0,
+        ...(attachments.length > 0 ? { attachments } : {}),
+      };
       const request = buildChatRequest(thread, [...history, draft], modelId, model.spec.contextLength);
       const r = await api.invoke('measurePrompt', request);
       return r.ok ? r.value : null;

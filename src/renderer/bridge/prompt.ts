@@ -1,6 +1,7 @@
 /** Builds the generate request for a chat turn from a thread (pure, unit-tested). */
 import type { StoredMessage, Thread } from '../../shared/api';
 import type { ChatMessage, ContextDrop, GenerateRequest } from '../../shared/contract';
+import { withAttachments } from '../lib/attachments';
 import type { LiveReply } from '../store/types';
 
 /**
@@ -9,7 +10,9 @@ import type { LiveReply } from '../store/types';
  * after raising the budget sends the same prompt the refusal was about.
  */
 export function conversationOf(messages: StoredMessage[]): ChatMessage[] {
-  return messages.filter(inConversation).map((m) => ({ role: m.role, content: m.content }));
+  return messages
+    .filter(inConversation)
+    .map((m) => ({ role: m.role, content: withAttachments(m.content, m.attachments) }));
 }
 
 function inConversation(m: StoredMessage): boolean {

@@ -37,6 +37,8 @@ function useWindowDrop(): boolean {
     const drop = (e: DragEvent) => {
       depth.current = 0;
       setOver(false);
+      // Files dropped on the message box were attached to the message there.
+      if (e.defaultPrevented) return;
       const dt = e.dataTransfer;
       if (!dt || (dt.files.length === 0 && dt.items.length === 0)) return;
       e.preventDefault();

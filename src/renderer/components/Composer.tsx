@@ -1,11 +1,12 @@
 /** Message box with Send/Stop, a one-line summary of the thread's settings, and the settings themselves. */
 import { useEffect, useRef, useState } from 'react';
 import { useShallow } from 'zustand/react/shallow';
-import type { PromptMeasure, Thread } from '../../shared/api';
+import type { Attachment, PromptMeasure, Thread } from '../../shared/api';
 import type { SamplingSettings } from '../../shared/contract';
 import { useApp, useBridge } from '../bridge/context';
 import { lastReplyDrop, parseSchema } from '../bridge/prompt';
-import { formatInteger } from '../lib/format';
+import { attachmentFrom, MAX_ATTACHMENTS } from '../lib/attachments';
+import { formatBytes, formatInteger } from '../lib/format';
 
 /** Id of the message box, focused after sending and on thread switch. */
 export const CHAT_INPUT_ID = 'chat-input';
@@ -230,7 +231,7 @@ function SettingsPanel({ thread }: { thread: Thread }) {
  * the next prompt's tokens against the model's context, and whether the oldest messages would be left out (or,
  * set to refuse, the turn refused).
  */
-function DraftMeasure({ threadId, text }: { threadId: string; text: string }) {
+function DraftMeasure({ threadId, text, files }: { threadId: string; text: string; files: Attachment[] }) {
   const bridge = useBridge();
   const { thread, streaming } = useApp(
     useShallow((s) => ({
@@ -242,13 +243,13 @@ function DraftMeasure({ threadId, text }: { threadId: string; text: string }) {
   const messages = thread?.messages.length ?? 0;
   // biome-ignore lint/correctness/useExhaustiveDependencies: measured again when the draft or the chat changes
   useEffect(() => {
-    if (!text.trim() || streaming) {
+    if ((!text.trim() && files.length === 0) || streaming) {
       setMeasure(null);
       return;
     }
     let current = true;
     const timer = setTimeout(() => {
-      void bridge.measureDraft(threadId, text).then((m) => {
+      void bridge.measureDraft(threadId, text, files).then((m) => {
         if (current) setMeasure(m);
       });
     }, 250);
@@ -256,8 +257,8 @@ function DraftMeasure({ threadId, text }: { threadId: string; text: string }) {
       current = false;
       clearTimeout(timer);
     };
-  }, [text, threadId, messages, streaming, thread?.contextOverflow, thread?.systemPrompt]);
-  if (!measure || !text.trim() || !thread) return null;
+  }, [text, files, threadId, messages, streaming, thread?.contextOverflow, thread?.systemPrompt]);
+  if (!measure || (!text.trim() && files.length === 0) || !thread) return null;
   const before = lastReplyDrop(thread.messages)?.messages ?? 0;
   const more = (measure.droppedMessages ?? 0) - before;
   const over = thread.contextOverflow === 'refuse' && measure.promptTokens >= measure.contextLength;
@@ -286,18 +287,99 @@ export function Composer({ threadId }: { threadId: string | null }) {
   );
   const noModel = useApp((s) => s.models.length === 0);
   const [text, setText] = useState('');
+  const [files, setFiles] = useState<Attachment[]>([]);
+  const [fileError, setFileError] = useState<string | null>(null);
   const [open, setOpen] = useState(false);
   const ref = useRef<HTMLTextAreaElement>(null);
+  const fileInput = useRef<HTMLInputElement>(null);
 
   const send = () => {
-    if (!text.trim() || streaming) return;
-    bridge.send(text);
+    if ((!text.trim() && files.length === 0) || streaming) return;
+    bridge.send(text, files);
     setText('');
+    setFiles([]);
+    setFileError(null);
+  };
+  /** Reads chosen or dropped files as text; what is not text (or too big, or too many) is refused, named. */
+  const attach = async (list: FileList | File[]) => {
+    const errors: string[] = [];
+    const added: Attachment[] = [];
+    for (const f of Array.from(list)) {
+      if (files.length + added.length >= MAX_ATTACHMENTS) {
+        errors.push(`${f.name}: a message takes at most ${MAX_ATTACHMENTS} files.`);
+        continue;
+      }
+      const r = attachmentFrom(f.name, new Uint8Array(await f.arrayBuffer()));
+      if (r.ok) added.push(r.attachment);
+      else errors.push(r.error);
+    }
+    if (added.length > 0) setFiles((had) => [...had, ...added]);
+    setFileError(errors.length > 0 ? errors.join(' ') : null);
   };
 
   return (
-    <div className="composer">
+    <section
+      className="composer"
+      aria-label="Message"
+      // Files dropped on the message box are attached to the message (a folder anywhere else is a model package).
+      onDragOver={(e) => {
+        if (Array.from(e.dataTransfer.items).some((i) => i.kind === 'file')) e.preventDefault();
+      }}
+      onDrop={(e) => {
+        const entries = Array.from(e.dataTransfer.items).map((i) => i.webkitGetAsEntry?.());
+        if (e.dataTransfer.files.length === 0 || entries.some((x) => x?.isDirectory)) return;
+        // Handled: the window's drop (a model package) sees it prevented and leaves it.
+        e.preventDefault();
+        void attach(e.dataTransfer.files);
+      }}
+    >
+      {files.length > 0 && (
+        <div className="attachments" data-testid="composer-attachments">
+          {files.map((f, i) => (
+            // biome-ignore lint/suspicious/noArrayIndexKey: chips are only appended or removed, and hold no state
+            <span className="chip" key={i} data-testid="composer-attachment" title={f.name}>
+              📄 {f.name} <span className="muted">{formatBytes(new TextEncoder().encode(f.text).length)}</span>
+              <button
+                type="button"
+                className="ghost small"
+                aria-label={`Remove ${f.name}`}
+                data-testid="composer-attachment-remove"
+                onClick={() => setFiles((had) => had.filter((_, j) => j !== i))}
+              >
+                ✕
+              </button>
+            </span>
+          ))}
+        </div>
+      )}
+      {fileError && (
+        <div className="refusal failed" role="alert" data-testid="attachment-error">
+          {fileError}
+        </div>
+      )}
       <div className="box">
+        <button
+          type="button"
+          className="ghost attach"
+          data-testid="attach-button"
+          title="Attach text files (notes, code, CSV, JSON…): the model reads them with your message. Or drop them here."
+          disabled={streaming}
+          onClick={() => fileInput.current?.click()}
+        >
+          📎
+        </button>
+        <input
+          ref={fileInput}
+          type="file"
+          multiple
+          hidden
+          data-testid="attach-input"
+          onChange={(e) => {
+            const list = e.target.files;
+            if (list) void attach(Array.from(list));
+            e.target.value = '';
+          }}
+        />
         <textarea
           id={CHAT_INPUT_ID}
           ref={ref}
@@ -328,7 +410,7 @@ export function Composer({ threadId }: { threadId: string | null }) {
             type="button"
             className="primary"
             data-testid="send-button"
-            disabled={!text.trim()}
+            disabled={!text.trim() && files.length === 0}
             onClick={send}
             title="Send (Enter)"
           >
@@ -341,7 +423,7 @@ export function Composer({ threadId }: { threadId: string | null }) {
           {summary(thread)}
         </span>
         {thread?.systemPrompt && <span title={thread.systemPrompt}>· system prompt set</span>}
-        {threadId && <DraftMeasure threadId={threadId} text={text} />}
+        {threadId && <DraftMeasure threadId={threadId} text={text} files={files} />}
         <button
           type="button"
           className="ghost"
@@ -353,6 +435,6 @@ export function Composer({ threadId }: { threadId: string | null }) {
         </button>
       </div>
       {open && thread && <SettingsPanel key={thread.id} thread={thread} />}
-    </div>
+    </section>
   );
 }

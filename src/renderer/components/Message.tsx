@@ -288,6 +288,21 @@ function UserMessage({ message, threadId }: { message: StoredMessage; threadId: 
       <div className="bubble" data-testid="message-text">
         {message.content}
       </div>
+      {message.attachments && message.attachments.length > 0 && (
+        <div className="attachments" data-testid="message-attachments">
+          {message.attachments.map((a, i) => (
+            <span
+              className="chip"
+              // biome-ignore lint/suspicious/noArrayIndexKey: a sent message's files never change or move
+              key={i}
+              data-testid="message-attachment"
+              title={a.text.slice(0, 2000)}
+            >
+              📄 {a.name}
+            </span>
+          ))}
+        </div>
+      )}
     </div>
   );
 }

@@ -6,6 +6,7 @@
 import { type StoredMessage, Thread } from '../../shared/api';
 import { newId } from '../bridge/prompt';
 import { titleFrom } from '../store/chat-slice';
+import { attachmentBlock } from './attachments';
 
 /** The JSON export's envelope. */
 export const EXPORT_KIND = 'kvdesk.thread';
@@ -50,6 +51,7 @@ export function threadToMarkdown(thread: Thread, modelName?: string): string {
         lines.push(`${fence}json`, m.content, fence, '');
       } else lines.push(m.content, '');
     }
+    for (const a of m.attachments ?? []) lines.push(attachmentBlock(a), '');
     if (m.stats?.error) lines.push(`*Refused: ${m.stats.error.message}*`, '');
   }
   return `${lines.join('\n').trimEnd()}\n`;

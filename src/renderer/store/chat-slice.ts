@@ -191,7 +191,9 @@ export const createChatSlice: StateCreator<AppState, [], [], ChatSlice> = (set, 
       ...(thread.responseFormat === 'json' ? { format: 'json' as const } : {}),
     };
     const firstUser = append.find((m) => m.role === 'user');
-    const title = thread.title === UNTITLED && firstUser ? titleFrom(firstUser.content) : thread.title;
+    // A message of files only is titled by its first file.
+    const firstText = firstUser ? firstUser.content.trim() || (firstUser.attachments?.[0]?.name ?? '') : '';
+    const title = thread.title === UNTITLED && firstUser ? titleFrom(firstText) : thread.title;
     const updated: Thread = {
       ...thread,
       title,

@@ -353,6 +353,14 @@ describe('Markdown export', () => {
     ],
   });
 
+  it('shows a message’s attached files as the model read them, after its text', () => {
+    const withFile = thread('t2', {
+      title: 'Files',
+      messages: [msg('u1', 'user', 'Read this.', { attachments: [{ name: 'notes.md', text: '# Notes\n' }] })],
+    });
+    expect(threadToMarkdown(withFile)).toContain('### You\n\nRead this.\n\nFile notes.md:\n```md\n# Notes\n```\n');
+  });
+
   it('has the title, the date, the model, the quoted system prompt and each message under its speaker', () => {
     const md = threadToMarkdown(t, 'tiny-llama');
     const lines = md.split('\n');

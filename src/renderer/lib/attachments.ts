@@ -1,0 +1,66 @@
+/**
+ * Text files attached to a message (pure, unit-tested): reading one as UTF-8 text (refusing what is not), and
+ * the message as the model reads it — the text, then each file in a fenced block under its name.
+ */
+import type { Attachment } from '../../shared/api';
+
+/** Largest file a message takes (the model's context is the real limit; the composer shows it). */
+export const MAX_ATTACHMENT_BYTES = 2 * 1024 * 1024;
+/** Most files one message takes. */
+export const MAX_ATTACHMENTS = 8;
+
+/** A file's bytes as an attachment, or why not (named): too big, or not UTF-8 text. */
+export function attachmentFrom(
+  name: string,
+  bytes: Uint8Array,
+): { ok: true; attachment: Attachment } | { ok: false; error: string } {
+  if (bytes.byteLength > MAX_ATTACHMENT_BYTES) {
+    return {
+      ok: false,
+      error: `${name} is ${(bytes.byteLength / 1048576).toFixed(1)} MiB: a message takes text files of at most ${MAX_ATTACHMENT_BYTES / 1048576} MiB.`,
+    };
+  }
+  let text: string;
+  try {
+    text = new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+  } catch {
+    return { ok: false, error: `${name} is not text (not UTF-8): attach text files (notes, code, CSV, JSON, …).` };
+  }
+  // A NUL is no text file's (a binary that happens to decode).
+  if (text.includes('\u0000')) {
+    return {
+      ok: false,
+      error: `${name} is not text (it holds NUL bytes): attach text files (notes, code, CSV, JSON, …).`,
+    };
+  }
+  return { ok: true, attachment: { name: name.slice(0, 255), text: text.replace(/^\uFEFF/, '') } };
+}
+
+/** The longest run of backticks in `text`. */
+function longestBacktickRun(text: string): number {
+  let best = 0;
+  let run = 0;
+  for (const c of text) {
+    run = c === '`' ? run + 1 : 0;
+    if (run > best) best = run;
+  }
+  return best;
+}
+
+/** A Markdown fence language from a file name's extension (`notes.md` → md), or none. */
+function languageOf(name: string): string {
+  const ext = /\.([A-Za-z0-9+#-]{1,12})$/.exec(name)?.[1]?.toLowerCase() ?? '';
+  return ext === 'txt' ? '' : ext;
+}
+
+/** One file as the model reads it: its name, then its text in a fence longer than any run of backticks in it. */
+export function attachmentBlock(a: Attachment): string {
+  const fence = '`'.repeat(Math.max(3, longestBacktickRun(a.text) + 1));
+  return `File ${a.name}:\n${fence}${languageOf(a.name)}\n${a.text.replace(/\n$/, '')}\n${fence}`;
+}
+
+/** A message's content as the model reads it: the text, then each attached file. */
+export function withAttachments(content: string, attachments: readonly Attachment[] | undefined): string {
+  if (!attachments || attachments.length === 0) return content;
+  return [content.trim(), ...attachments.map(attachmentBlock)].filter((p) => p.length > 0).join('\n\n');
+}

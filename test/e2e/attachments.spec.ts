@@ -1,0 +1,51 @@
+/**
+ * Text files attached to a message, in Chromium against a real serve: a file chosen with 📎 shows as a chip, the
+ * draft's prompt grows by it before sending, the message goes with it (its chip stays with the message, after a
+ * reload too), the model reads it (the reply's prompt holds it), and a file that is not text is refused, named.
+ */
+import { apiSnapshot, expect, lastReply, newChat, setSettings, test } from './fixtures';
+
+const NOTES = 'Lighthouse keeping notes.\n'.repeat(40);
+
+test('a text file goes with the message; one that is not text is refused, named', async ({ app: page, server }) => {
+  const threadId = await newChat(page);
+  await setSettings(page, { maxNewTokens: 4, seed: 2 });
+  const measure = page.getByTestId('draft-measure');
+  await page.getByTestId('chat-input').fill('Summarise my notes.');
+  await expect(measure).toBeVisible();
+  const without = Number(await measure.getAttribute('data-prompt-tokens'));
+
+  await page.getByTestId('attach-input').setInputFiles({
+    name: 'notes.txt',
+    mimeType: 'text/plain',
+    buffer: Buffer.from(NOTES),
+  });
+  await expect(page.getByTestId('composer-attachment')).toHaveText(/notes\.txt/);
+  // The host measures the message with the file in it: hundreds of tokens more.
+  await expect
+    .poll(async () => Number(await measure.getAttribute('data-prompt-tokens')) - without)
+    .toBeGreaterThan(200);
+
+  // Not text: refused, named; the text file stays attached.
+  await page.getByTestId('attach-input').setInputFiles({
+    name: 'photo.jpg',
+    mimeType: 'image/jpeg',
+    buffer: Buffer.from([0xff, 0xd8, 0xff, 0xe0, 0x00, 0x10]),
+  });
+  await expect(page.getByTestId('attachment-error')).toContainText('photo.jpg is not text');
+  await expect(page.getByTestId('composer-attachment')).toHaveCount(1);
+
+  await page.getByTestId('chat-input').press('Enter');
+  await expect(lastReply(page)).toHaveAttribute('data-state', 'done');
+  await expect(page.getByTestId('composer-attachment')).toHaveCount(0);
+  const sent = page.getByTestId('message-user').last();
+  await expect(sent.getByTestId('message-attachment')).toHaveText(/notes\.txt/);
+  // The model read it: the reply's prompt is as long as the draft said.
+  const turn = (await apiSnapshot(server)).recent.filter((q) => q.threadId === threadId);
+  expect(turn).toHaveLength(1);
+  expect(turn[0]?.promptTokens).toBeGreaterThan(without + 200);
+
+  await page.reload();
+  await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+  await expect(page.getByTestId('message-user').last().getByTestId('message-attachment')).toHaveText(/notes\.txt/);
+});
