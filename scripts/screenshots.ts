@@ -122,10 +122,20 @@ async function main(): Promise<void> {
     await settings(page, { maxNewTokens: 512 });
     await say(page, 'Make it longer, with a twist at the end.');
     await setLimit(page, BUDGET);
+    // A draft with a file attached: the chip, and the prompt it would make against the context.
+    await page.getByTestId('attach-input').setInputFiles({
+      name: 'keeper-log.md',
+      mimeType: 'text/markdown',
+      buffer: Buffer.from('# Keeper log\n\n- 1887: the lamp changed to oil.\n- 1902: a storm took the jetty.\n'),
+    });
+    await page.getByTestId('chat-input').fill('Use my log for the dates.');
+    await page.getByTestId('draft-measure').waitFor();
     await page.mouse.move(0, 0);
     await page.waitForTimeout(300);
     await page.screenshot({ path: path.join(DOCS, 'chat.png'), animations: 'disabled' });
     console.log('wrote docs/chat.png');
+    await page.getByTestId('composer-attachment-remove').click();
+    await page.getByTestId('chat-input').fill('');
 
     // The inspector: three replies streaming at once against the 6 MiB budget, sessions holding KV.
     const long = [] as string[];

@@ -7,6 +7,7 @@ import { useApp, useBridge } from '../bridge/context';
 import { lastReplyDrop, parseSchema } from '../bridge/prompt';
 import { attachmentFrom, MAX_ATTACHMENTS } from '../lib/attachments';
 import { formatBytes, formatInteger } from '../lib/format';
+import { FileIcon, PaperclipIcon } from './Icons';
 
 /** Id of the message box, focused after sending and on thread switch. */
 export const CHAT_INPUT_ID = 'chat-input';
@@ -338,7 +339,8 @@ export function Composer({ threadId }: { threadId: string | null }) {
           {files.map((f, i) => (
             // biome-ignore lint/suspicious/noArrayIndexKey: chips are only appended or removed, and hold no state
             <span className="chip" key={i} data-testid="composer-attachment" title={f.name}>
-              📄 {f.name} <span className="muted">{formatBytes(new TextEncoder().encode(f.text).length)}</span>
+              <FileIcon /> {f.name}{' '}
+              <span className="muted">{formatBytes(new TextEncoder().encode(f.text).length)}</span>
               <button
                 type="button"
                 className="ghost small"
@@ -366,7 +368,7 @@ export function Composer({ threadId }: { threadId: string | null }) {
           disabled={streaming}
           onClick={() => fileInput.current?.click()}
         >
-          📎
+          <PaperclipIcon />
         </button>
         <input
           ref={fileInput}

@@ -7,6 +7,7 @@ import { exactBytes, formatBytes, formatInteger, formatMs, formatRate } from '..
 import { describeRefusal } from '../lib/refusal';
 import type { LiveReply } from '../store/types';
 import { Bytes } from './Bytes';
+import { FileIcon } from './Icons';
 import { CopyButton, jsonBlock, Markdown } from './Markdown';
 
 type Stats = NonNullable<StoredMessage['stats']>;
@@ -298,7 +299,7 @@ function UserMessage({ message, threadId }: { message: StoredMessage; threadId: 
               data-testid="message-attachment"
               title={a.text.slice(0, 2000)}
             >
-              📄 {a.name}
+              <FileIcon /> {a.name}
             </span>
           ))}
         </div>
