@@ -1,7 +1,8 @@
 /**
- * Text files attached to a message, in Chromium against a real serve: a file chosen with 📎 shows as a chip, the
+ * Text files attached to a message, in Chromium against a real serve: a file chosen with the paper clip shows as a chip, the
  * draft's prompt grows by it before sending, the message goes with it (its chip stays with the message, after a
- * reload too), the model reads it (the reply's prompt holds it), and a file that is not text is refused, named.
+ * reload too), the model reads it (the reply's prompt holds it), search finds the chat by it, and a file that
+ * is not text is refused, named.
  */
 import { apiSnapshot, expect, lastReply, newChat, setSettings, test } from './fixtures';
 
@@ -44,6 +45,11 @@ test('a text file goes with the message; one that is not text is refused, named'
   const turn = (await apiSnapshot(server)).recent.filter((q) => q.threadId === threadId);
   expect(turn).toHaveLength(1);
   expect(turn[0]?.promptTokens).toBeGreaterThan(without + 200);
+
+  // The chat is found by what its files say.
+  await page.getByTestId('thread-search').fill('keeping notes');
+  await expect(page.getByTestId('thread-item')).toHaveAttribute('data-thread-id', threadId);
+  await page.getByTestId('thread-search').fill('');
 
   await page.reload();
   await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');

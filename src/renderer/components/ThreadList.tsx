@@ -5,12 +5,14 @@ import type { Thread } from '../../shared/api';
 import { useApp, useBridge } from '../bridge/context';
 import { MAX_IMPORT_BYTES } from '../lib/thread-export';
 
-/** Each chat's searchable text (title and messages, lower case), kept while the chat object is unchanged. */
+/** Each chat's searchable text (title, messages and their files, lower case), kept while the chat is unchanged. */
 const haystacks = new WeakMap<Thread, string>();
 function haystack(t: Thread): string {
   let h = haystacks.get(t);
   if (h === undefined) {
-    h = [t.title, ...t.messages.map((m) => m.content)].join('\n').toLowerCase();
+    h = [t.title, ...t.messages.flatMap((m) => [m.content, ...(m.attachments ?? []).flatMap((a) => [a.name, a.text])])]
+      .join('\n')
+      .toLowerCase();
     haystacks.set(t, h);
   }
   return h;
