@@ -158,12 +158,25 @@ export interface PromptMeasure {
 /** Starts (or moves) the window's API server; it listens on 127.0.0.1 only. */
 export const ApiServerRequest = z.object({ port: z.number().int().min(0).max(65_535) }).strict();
 
+/** A named set of chat settings the person saved, to start other chats the same way (LM Studio's presets). */
+export const Preset = z.object({
+  name: z.string().trim().min(1).max(80),
+  systemPrompt: z.string().max(100_000).optional(),
+  sampling: SamplingSettings.optional(),
+  maxNewTokens: z.number().int().min(1).max(1_000_000).optional(),
+  stop: z.array(z.string().min(1).max(200)).max(16).optional(),
+  contextOverflow: z.enum(['drop-oldest', 'refuse']).optional(),
+});
+export type Preset = z.infer<typeof Preset>;
+
 /** Persistent UI settings. */
 export const UiSettings = z.object({
   lastThreadId: z.string().max(100).optional(),
   inspectorOpen: z.boolean().optional(),
   /** The desktop window's API server: its port, and whether it starts with the app. */
   apiServer: z.object({ port: z.number().int().min(0).max(65_535), autostart: z.boolean() }).optional(),
+  /** Saved chat settings, by name. */
+  presets: z.array(Preset).max(100).optional(),
 });
 export type UiSettings = z.infer<typeof UiSettings>;
 

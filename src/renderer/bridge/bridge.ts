@@ -9,6 +9,7 @@ import type {
   BudgetPatch,
   KvdeskApi,
   ModelInfo,
+  Preset,
   PromptMeasure,
   StoredMessage,
   Thread,
@@ -47,6 +48,11 @@ export interface Bridge {
    * context would leave out); null without a model or a thread.
    */
   measureDraft(threadId: string, text: string, attachments?: Attachment[]): Promise<PromptMeasure | null>;
+  /** Saves the thread's settings as a preset under `name` (replacing one of that name). */
+  savePreset(threadId: string, name: string): void;
+  /** Gives the thread a preset's settings (what the preset leaves out goes back to the package's defaults). */
+  applyPreset(threadId: string, name: string): void;
+  deletePreset(name: string): void;
   /** Whether the window's API server starts with kvdesk, on `port` (saved). */
   setApiServerAutostart(autostart: boolean, port: number): void;
   selectThread(id: string): void;
@@ -142,11 +148,12 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
 
   function saveSettings(): void {
     if (!settingsLoaded) return; // never overwrite saved settings with defaults before they were read
-    const { lastThreadId, inspectorOpen, apiServer } = s().ui;
+    const { lastThreadId, inspectorOpen, apiServer, presets } = s().ui;
     void api.invoke('saveSettings', {
       ...(lastThreadId ? { lastThreadId } : {}),
       ...(inspectorOpen !== undefined ? { inspectorOpen } : {}),
       ...(apiServer ? { apiServer } : {}),
+      ...(presets && presets.length > 0 ? { presets } : {}),
     });
   }
 
@@ -458,6 +465,38 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       const request = buildChatRequest(thread, [...history, draft], modelId, model.spec.contextLength);
       const r = await api.invoke('measurePrompt', request);
       return r.ok ? r.value : null;
+    },
+    savePreset(threadId, name) {
+      const t = s().threads.find((x) => x.id === threadId);
+      const clean = name.trim().slice(0, 80);
+      if (!t || !clean) return;
+      const preset: Preset = {
+        name: clean,
+        ...(t.systemPrompt ? { systemPrompt: t.systemPrompt } : {}),
+        ...(t.sampling && Object.keys(t.sampling).length > 0 ? { sampling: t.sampling } : {}),
+        ...(t.maxNewTokens ? { maxNewTokens: t.maxNewTokens } : {}),
+        ...(t.stop?.length ? { stop: t.stop } : {}),
+        ...(t.contextOverflow ? { contextOverflow: t.contextOverflow } : {}),
+      };
+      const others = (s().ui.presets ?? []).filter((p) => p.name !== clean);
+      s().setUi({ presets: [...others, preset].sort((a, b) => a.name.localeCompare(b.name)) });
+      saveSettings();
+    },
+    applyPreset(threadId, name) {
+      const p = s().ui.presets?.find((x) => x.name === name);
+      if (!p) return;
+      s().updateThread(threadId, {
+        systemPrompt: p.systemPrompt,
+        sampling: p.sampling,
+        maxNewTokens: p.maxNewTokens,
+        stop: p.stop,
+        contextOverflow: p.contextOverflow,
+      });
+      saveThread(threadId);
+    },
+    deletePreset(name) {
+      s().setUi({ presets: (s().ui.presets ?? []).filter((p) => p.name !== name) });
+      saveSettings();
     },
     setApiServerAutostart(autostart, port) {
       s().setUi({ apiServer: { port, autostart } });

@@ -71,7 +71,95 @@ function readNumber(text: string, f: Pick<NumField, 'min' | 'max' | 'int'>): num
   return n;
 }
 
-function SettingsPanel({ thread }: { thread: Thread }) {
+/** What the settings panel needs from the composer for presets (kept there: applying one remounts the panel). */
+interface PresetProps {
+  onApplied: () => void;
+  /** The preset last applied or saved (its delete button shows). */
+  picked: string;
+  setPicked: (name: string) => void;
+}
+
+/**
+ * Presets: named chat settings saved from a chat and given to another (system prompt, sampling, max tokens, stop
+ * strings, the overflow choice). `onApplied` lets the panel show the new values (its fields keep what they show).
+ */
+function PresetRow({ thread, onApplied, picked, setPicked }: PresetProps & { thread: Thread }) {
+  const bridge = useBridge();
+  const presets = useApp((s) => s.ui.presets) ?? [];
+  const [name, setName] = useState('');
+  return (
+    <div className="presets" data-testid="presets">
+      <label>
+        preset
+        <select
+          data-testid="preset-select"
+          value={picked}
+          onChange={(e) => {
+            setPicked(e.target.value);
+            if (e.target.value) {
+              bridge.applyPreset(thread.id, e.target.value);
+              onApplied();
+            }
+          }}
+        >
+          <option value="">{presets.length > 0 ? 'apply a preset…' : 'no presets yet'}</option>
+          {presets.map((p) => (
+            <option key={p.name} value={p.name}>
+              {p.name}
+            </option>
+          ))}
+        </select>
+      </label>
+      {picked && (
+        <button
+          type="button"
+          className="ghost small"
+          data-testid="preset-delete"
+          onClick={() => {
+            bridge.deletePreset(picked);
+            setPicked('');
+          }}
+        >
+          delete “{picked}”
+        </button>
+      )}
+      <label>
+        save these settings as
+        <span className="row">
+          <input
+            type="text"
+            data-testid="preset-name"
+            maxLength={80}
+            placeholder="name"
+            value={name}
+            onChange={(e) => setName(e.target.value)}
+            onKeyDown={(e) => {
+              if (e.key === 'Enter' && name.trim()) {
+                bridge.savePreset(thread.id, name);
+                setPicked(name.trim());
+                setName('');
+              }
+            }}
+          />
+          <button
+            type="button"
+            data-testid="preset-save"
+            disabled={!name.trim()}
+            onClick={() => {
+              bridge.savePreset(thread.id, name);
+              setPicked(name.trim());
+              setName('');
+            }}
+          >
+            Save
+          </button>
+        </span>
+      </label>
+    </div>
+  );
+}
+
+function SettingsPanel({ thread, presets }: { thread: Thread; presets: PresetProps }) {
   const bridge = useBridge();
   const sampling = thread.sampling ?? {};
   const setSampling = (key: keyof SamplingSettings, value: number | boolean | undefined) => {
@@ -82,6 +170,7 @@ function SettingsPanel({ thread }: { thread: Thread }) {
   };
   return (
     <div className="settings" data-testid="settings-panel">
+      <PresetRow thread={thread} {...presets} />
       <label className="system">
         system prompt
         <textarea
@@ -291,6 +380,9 @@ export function Composer({ threadId }: { threadId: string | null }) {
   const [files, setFiles] = useState<Attachment[]>([]);
   const [fileError, setFileError] = useState<string | null>(null);
   const [open, setOpen] = useState(false);
+  /** Presets applied: the settings panel starts over to show their values. */
+  const [applied, setApplied] = useState(0);
+  const [picked, setPicked] = useState('');
   const ref = useRef<HTMLTextAreaElement>(null);
   const fileInput = useRef<HTMLInputElement>(null);
 
@@ -436,7 +528,13 @@ export function Composer({ threadId }: { threadId: string | null }) {
           {open ? 'hide settings' : 'system & sampling…'}
         </button>
       </div>
-      {open && thread && <SettingsPanel key={thread.id} thread={thread} />}
+      {open && thread && (
+        <SettingsPanel
+          key={`${thread.id}:${applied}`}
+          thread={thread}
+          presets={{ onApplied: () => setApplied((n) => n + 1), picked, setPicked }}
+        />
+      )}
     </section>
   );
 }

@@ -1,0 +1,65 @@
+/**
+ * Presets in Chromium against a real serve: a chat's settings saved under a name are given to another chat in
+ * one pick (the settings panel shows them, the summary says so), survive a
+ * reload, and go when deleted.
+ */
+import type { Page } from '@playwright/test';
+import { expect, newChat, test } from './fixtures';
+
+async function openSettings(page: Page) {
+  if (!(await page.getByTestId('settings-panel').isVisible())) await page.getByTestId('settings-toggle').click();
+}
+
+async function setField(page: Page, testId: string, value: string) {
+  await page.getByTestId(testId).fill(value);
+  await page.getByTestId(testId).blur();
+}
+
+test('a preset saves a chat’s settings and gives them to another chat; it survives a reload until deleted', async ({
+  app: page,
+}) => {
+  await newChat(page);
+  await openSettings(page);
+  await setField(page, 'system-prompt', 'You are a careful pirate.');
+  await setField(page, 'setting-temperature', '0.3');
+  await setField(page, 'setting-stop', '###');
+  await expect(page.getByTestId('settings-summary')).toContainText('temp 0.3');
+  await page.getByTestId('preset-name').fill('Pirate');
+  await page.getByTestId('preset-save').click();
+  await expect(page.getByTestId('preset-select')).toHaveValue('Pirate');
+
+  // Another chat, its settings cleared.
+  await newChat(page);
+  await openSettings(page);
+  await setField(page, 'system-prompt', '');
+  await setField(page, 'setting-temperature', '');
+  await setField(page, 'setting-stop', '');
+  await expect(page.getByTestId('settings-summary')).toContainText('temp default');
+  await page.getByTestId('preset-select').selectOption('Pirate');
+  await expect(page.getByTestId('system-prompt')).toHaveValue('You are a careful pirate.');
+  await expect(page.getByTestId('setting-temperature')).toHaveValue('0.3');
+  await expect(page.getByTestId('setting-stop')).toHaveValue('###');
+  await expect(page.getByTestId('settings-summary')).toContainText('temp 0.3');
+  await expect(page.getByTestId('settings-summary')).toContainText('stop ×1');
+
+  await page.reload();
+  await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+  await openSettings(page);
+  await expect(page.getByTestId('preset-select').locator('option', { hasText: 'Pirate' })).toHaveCount(1);
+  // The chat kept what the preset gave it.
+  await expect(page.getByTestId('settings-summary')).toContainText('temp 0.3');
+
+  await page.getByTestId('preset-select').selectOption('Pirate');
+  await page.getByTestId('preset-delete').click();
+  await expect(page.getByTestId('preset-select').locator('option', { hasText: 'Pirate' })).toHaveCount(0);
+  await page.reload();
+  await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+  await openSettings(page);
+  await expect(page.getByTestId('preset-select').locator('option', { hasText: 'Pirate' })).toHaveCount(0);
+
+  // New chats inherit the open one's settings: clear them for the tests that follow.
+  await setField(page, 'system-prompt', '');
+  await setField(page, 'setting-temperature', '');
+  await setField(page, 'setting-stop', '');
+  await expect(page.getByTestId('settings-summary')).toContainText('temp default');
+});
