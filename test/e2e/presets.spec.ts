@@ -1,7 +1,6 @@
 /**
  * Presets in Chromium against a real serve: a chat's settings saved under a name are given to another chat in
- * one pick (the settings panel shows them, the summary says so), survive a
- * reload, and go when deleted.
+ * one pick (the settings panel shows them, the summary says so), survive a reload, and go when deleted.
  */
 import type { Page } from '@playwright/test';
 import { expect, newChat, test } from './fixtures';
