@@ -83,6 +83,11 @@ export const GenerateRequest = z
     chat: z.boolean().optional(),
     /** System prompt for `chat`/`messages`. */
     system: z.string().optional(),
+    /**
+     * `messages` end with an assistant message the reply continues (Anthropic's prefill, vLLM's
+     * continue_final_message): the prompt ends where its text ends, and the reply's text is the continuation.
+     */
+    continueFinal: z.boolean().optional(),
     /** Copies of the prompt to generate (OpenAI `n`); multi-row requests reserve for every row. */
     rows: z.number().int().min(1).max(64).optional(),
     maxNewTokens: z.number().int().min(1).max(1_000_000).optional(),

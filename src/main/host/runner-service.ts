@@ -259,6 +259,28 @@ function checkLogitBias(req: GenerateRequest, vocabSize: number): void {
 }
 
 /** The host's API. */
+/**
+ * A reply that continues the final assistant message: it must be there, and it cannot also be a forced tool call
+ * or JSON mode (both write a reply from its start).
+ */
+function checkContinuation(req: GenerateRequest, messages: ChatMessage[], tools: ToolPlan | undefined): void {
+  const final = messages[messages.length - 1];
+  if (final?.role !== 'assistant' || final.toolCalls?.length) {
+    throw new KvdeskError(
+      'BAD_REQUEST',
+      'continueFinal continues a final assistant message of text: end the messages with the reply to continue',
+      { field: 'messages' },
+    );
+  }
+  if (tools?.suffix !== undefined || req.responseFormat === 'json' || req.jsonSchema !== undefined) {
+    throw new KvdeskError(
+      'BAD_REQUEST',
+      'a reply that continues a final assistant message cannot also be a forced tool call or JSON mode (they write the reply from its start)',
+      { field: 'messages' },
+    );
+  }
+}
+
 export class RunnerService {
   readonly engine: EngineClient;
   /** One budget per device, the CPU's first; a GPU's exists while a model is placed there. */
@@ -614,6 +636,7 @@ export class RunnerService {
       const messages: ChatMessage[] | undefined =
         req.messages ?? (req.chat ? [{ role: 'user', content: req.prompt ?? '' }] : undefined);
       if (messages) {
+        if (req.continueFinal) checkContinuation(req, messages, tools);
         const render = (kept: ChatMessage[]): number[] => {
           const all: ChatMessage[] = req.system ? [{ role: 'system', content: req.system }, ...kept] : kept;
           // Tool calls and results of earlier turns, and the tools, in the form the template (or kvdesk) shows them.
@@ -626,6 +649,7 @@ export class RunnerService {
             source: 'tokenizer_config.json field chat_template',
             ...(turns.tools ? { tools: turns.tools } : {}),
             ...(tools?.suffix ? { suffix: tools.suffix } : {}),
+            ...(req.continueFinal ? { continueFinal: true } : {}),
           }).ids;
         };
         if (req.contextOverflow === 'drop-oldest') {

@@ -147,6 +147,11 @@ export function applyChat(
     tools?: unknown[];
     /** Text after the rendered prompt: the start of the reply the model is made to write (a tool call's opening). */
     suffix?: string;
+    /**
+     * The final message is an assistant's reply to continue (transformers' continue_final_message): the prompt
+     * ends where its text ends, with no end-of-turn after it and no new reply opened.
+     */
+    continueFinal?: boolean;
   },
 ): AppliedChat {
   const chosen = template !== undefined && template.trim() !== '' ? template : undefined;
@@ -160,13 +165,50 @@ export function applyChat(
   if (bos) renderOpts.bosToken = bos.token;
   if (eos) renderOpts.eosToken = eos.token;
   if (opts?.tools) renderOpts.tools = opts.tools;
-  const text = renderChatTemplate(chosen ?? DEFAULT_CHAT_TEMPLATE, messages, renderOpts) + (opts?.suffix ?? '');
+  const template_ = chosen ?? DEFAULT_CHAT_TEMPLATE;
+  const text =
+    (opts?.continueFinal
+      ? continuedRender(template_, messages, renderOpts)
+      : renderChatTemplate(template_, messages, renderOpts)) + (opts?.suffix ?? '');
   const ids = tok.encode(text, { addSpecialTokens: false });
   if (tok.addBosToken && bos && ids[0] !== bos.id) {
     tok.validateIds([bos.id]);
     ids.unshift(bos.id);
   }
   return { text, ids, usedDefaultTemplate };
+}
+
+/** Stands in for the text of a final message to continue while the template renders (no template makes it up). */
+const CONTINUE_MARK = '\u0000kvdesk-continue\u0000';
+
+/**
+ * The conversation rendered up to the end of its final (assistant) message's text, as transformers'
+ * continue_final_message: rendered whole with a mark in place of that text, cut where the mark is, the text put
+ * back (as written: the model continues right after it). An empty final message is a new reply.
+ */
+function continuedRender(template: string, messages: ChatMessage[], opts: RenderChatOptions): string {
+  const final = messages[messages.length - 1];
+  if (final?.role !== 'assistant') {
+    throw new KvdeskError(
+      'BAD_REQUEST',
+      'only a final assistant message can be continued: end with the reply to continue',
+      {
+        field: 'messages',
+      },
+    );
+  }
+  if (final.content.trim() === '') return renderChatTemplate(template, messages.slice(0, -1), opts);
+  const marked = [...messages.slice(0, -1), { ...final, content: CONTINUE_MARK }];
+  const whole = renderChatTemplate(template, marked, { ...opts, addGenerationPrompt: false });
+  const at = whole.indexOf(CONTINUE_MARK);
+  if (at < 0) {
+    throw new KvdeskError(
+      'BAD_REQUEST',
+      `the ${opts.source ?? 'chat template'} does not show the final assistant message's text as written, so kvdesk cannot continue it: send it as a finished turn instead`,
+      { field: 'messages' },
+    );
+  }
+  return whole.slice(0, at) + final.content;
 }
 
 function validateMessages(messages: unknown): asserts messages is ChatMessage[] {

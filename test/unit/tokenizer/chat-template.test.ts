@@ -139,6 +139,43 @@ describe('applyChat', () => {
     expect(ids.filter((id) => id === bos)).toHaveLength(1);
   });
 
+  describe('continueFinal: the prompt ends where the final assistant message ends', () => {
+    const tok = createTextTokenizer({ tokenizerJson: byteLevelTokenizerJson(), vocabSize: 257 });
+    const chatml =
+      '{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}';
+    const messages = [
+      { role: 'user' as const, content: 'Say >' },
+      { role: 'assistant' as const, content: '>' },
+    ];
+
+    it('cuts right after the text as written (not at a look-alike in the end-of-turn markup)', () => {
+      const { text } = applyChat(tok, chatml, messages, { continueFinal: true });
+      expect(text).toBe('<|im_start|>user\nSay ><|im_end|>\n<|im_start|>assistant\n>');
+    });
+
+    it('keeps trailing white space even where the template trims it', () => {
+      const trimming = chatml.replace('{{ m.content }}', '{{ m.content | trim }}');
+      const { text } = applyChat(tok, trimming, [messages[0] as never, { role: 'assistant', content: 'Here: ' }], {
+        continueFinal: true,
+      });
+      expect(text.endsWith('<|im_start|>assistant\nHere: ')).toBe(true);
+    });
+
+    it('an empty final message is a new reply; no final assistant message, or a template that hides it, is refused', () => {
+      const open = applyChat(tok, chatml, [messages[0] as never, { role: 'assistant', content: '' }], {
+        continueFinal: true,
+      }).text;
+      expect(open).toBe(applyChat(tok, chatml, [messages[0] as never]).text);
+      expect(() => applyChat(tok, chatml, [messages[0] as never], { continueFinal: true })).toThrow(
+        'only a final assistant message can be continued',
+      );
+      const upper = chatml.replace('{{ m.content }}', '{{ m.content | upper }}');
+      expect(() => applyChat(tok, upper, messages, { continueFinal: true, source: 'test template' })).toThrow(
+        "the test template does not show the final assistant message's text as written",
+      );
+    });
+  });
+
   it('adds nothing for a tokenizer that does not start prompts with BOS', () => {
     const tok = createTextTokenizer({ tokenizerJson: byteLevelTokenizerJson(), vocabSize: 257 });
     const { ids } = applyChat(tok, '{{ messages[0].content }}', [{ role: 'user', content: 'hi' }]);
