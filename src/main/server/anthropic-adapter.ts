@@ -105,13 +105,6 @@ function turnsOf(role: 'user' | 'assistant', content: unknown, i: number): ChatM
 function messagesOf(body: Body): ChatMessage[] {
   const raw = body.messages;
   if (!Array.isArray(raw) || raw.length === 0) throw bad('"messages" must be a non-empty list.', 'messages');
-  const last = raw[raw.length - 1] as { role?: unknown } | null;
-  if (last?.role === 'assistant') {
-    throw bad(
-      `messages[${raw.length - 1}]: a final assistant message (a prefill for the reply to continue) is not supported by kvdesk; end with a user message.`,
-      `messages[${raw.length - 1}]`,
-    );
-  }
   const turns = raw.flatMap((m, i) => {
     const msg = m as { role?: unknown; content?: unknown } | null;
     if (msg?.role === 'system')
@@ -224,6 +217,19 @@ export function mapMessagesRequest(input: unknown, opts: { countOnly?: boolean }
     toolChoice: choice,
     parallelToolCalls: parallel,
   });
+  // A final assistant message is a prefill: the reply continues it (and is the continuation only).
+  const final = messages[messages.length - 1];
+  if (final?.role === 'assistant') {
+    const at = `messages[${(body.messages as unknown[]).length - 1}]`;
+    if (final.toolCalls?.length) {
+      throw bad(`${at}: a final assistant message to continue must be text, not tool_use.`, `${at}.content`);
+    }
+    // As Anthropic: "final assistant content cannot end with trailing whitespace".
+    if (/\s$/.test(final.content)) {
+      throw bad(`${at}: final assistant content cannot end with trailing whitespace.`, `${at}.content`);
+    }
+    request.continueFinal = true;
+  }
   const format = output?.format;
   if (format !== undefined && format !== null) {
     if (format.type !== 'json_schema' || typeof format.schema !== 'object' || format.schema === null) {

@@ -332,12 +332,8 @@ export function mapOllamaRequest(kind: OllamaKind, input: unknown): MappedOllama
     }
     const raw = (body.messages as unknown[] | undefined) ?? [];
     const last = raw[raw.length - 1];
-    if (isObject(last) && typeof last.role === 'string' && last.role.toLowerCase() === 'assistant') {
-      throw bad(
-        `messages[${raw.length - 1}]: a conversation that ends with an assistant message (a reply to continue) is not supported by kvdesk; end it with a user or tool message.`,
-        `messages[${raw.length - 1}]`,
-      );
-    }
+    // As Ollama: a conversation that ends with an assistant message is a reply to continue.
+    const continues = isObject(last) && typeof last.role === 'string' && last.role.toLowerCase() === 'assistant';
     const tools = functionTools(body.tools, { typeOptional: true });
     if (tools && (format.responseFormat || format.jsonSchema)) {
       throw bad('"format" cannot be combined with "tools" in kvdesk: send one of them.', 'format');
@@ -345,6 +341,7 @@ export function mapOllamaRequest(kind: OllamaKind, input: unknown): MappedOllama
     request = raw.length === 0 ? null : conversationRequest(model, null, chatMessages(raw), { ...fields, tools });
     // As Ollama: a conversation longer than the context loses its oldest turns (system messages stay).
     if (request) request.contextOverflow = 'drop-oldest';
+    if (request && continues) request.continueFinal = true;
   } else {
     if (present(body, 'prompt') && typeof body.prompt !== 'string') throw bad('"prompt" must be a string.', 'prompt');
     if (present(body, 'system') && typeof body.system !== 'string') throw bad('"system" must be a string.', 'system');

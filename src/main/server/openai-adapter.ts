@@ -388,6 +388,8 @@ export function mapOpenAiRequest(kind: OpenAiKind, input: unknown): MappedReques
       );
     }
     if (body.truncation === 'auto') request.contextOverflow = 'drop-oldest';
+    // vLLM's extension: the reply continues the final assistant message.
+    if (boolean(body, 'continue_final_message') === true) request.continueFinal = true;
   } else {
     const p = body.prompt;
     let texts: string[] | null = null;

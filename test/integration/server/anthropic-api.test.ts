@@ -59,6 +59,38 @@ describe('POST /v1/messages', () => {
     expect((m.usage.input_tokens ?? 0) + (m.usage.cache_read_input_tokens ?? 0)).toBe(chat.usage?.prompt_tokens);
   });
 
+  it('a final assistant message is a prefill the reply continues, as chat completions with continue_final_message', async () => {
+    const messages = [
+      { role: 'user' as const, content: 'Hello there' },
+      { role: 'assistant' as const, content: 'Well, the sea' },
+    ];
+    const m = await client.messages.create({
+      model: 'default',
+      messages,
+      max_tokens: 8,
+      temperature: 0,
+    } as Anthropic.MessageCreateParamsNonStreaming);
+    const chat = await openaiClient(t.url).chat.completions.create({
+      model: 'default',
+      messages,
+      max_tokens: 8,
+      temperature: 0,
+      continue_final_message: true,
+    } as never);
+    const asTurn = await openaiClient(t.url).chat.completions.create({
+      model: 'default',
+      messages,
+      max_tokens: 8,
+      temperature: 0,
+    });
+    // The same continuation from both; the prefill is not repeated in the reply.
+    expect(m.content).toEqual([{ type: 'text', text: chat.choices[0]?.message.content, citations: null }]);
+    const prompt = (m.usage.input_tokens ?? 0) + (m.usage.cache_read_input_tokens ?? 0);
+    expect(prompt).toBe(chat.usage?.prompt_tokens);
+    // Sent as a finished turn, the prompt has its end and a new reply's opening too.
+    expect(asTurn.usage?.prompt_tokens).toBeGreaterThan(prompt);
+  });
+
   it('names the stop sequence that ended the reply, streamed or not', async () => {
     const ask = {
       model: 'default',
@@ -235,10 +267,10 @@ describe('POST /v1/messages', () => {
         {
           messages: [
             { role: 'user', content: 'hi' },
-            { role: 'assistant', content: '{"a":' },
+            { role: 'assistant', content: 'Here is ' },
           ],
         },
-        'messages[1]',
+        'messages[1].content',
       ],
       [
         {

@@ -33,6 +33,17 @@ const weather = {
 };
 
 describe('mapOllamaRequest: /api/chat', () => {
+  it('a conversation that ends with an assistant message is a reply to continue, as Ollama', () => {
+    const m = chat({
+      messages: [
+        { role: 'user', content: 'x' },
+        { role: 'assistant', content: 'Once' },
+      ],
+    });
+    expect(m.request).toMatchObject({ continueFinal: true });
+    expect(chat().request).not.toHaveProperty('continueFinal');
+  });
+
   it('streams by default, keeps the conversation and caches its prompt', () => {
     const m = chat();
     expect(m).toMatchObject({ kind: 'chat', model: 'm', stream: true });
@@ -153,15 +164,6 @@ describe('mapOllamaRequest: /api/chat', () => {
       [{ options: { mirostat: 2 } }, 'options.mirostat'],
       [{ options: { typical_p: 0.7 } }, 'options.typical_p'],
       [{ messages: 'hi' }, 'messages'],
-      [
-        {
-          messages: [
-            { role: 'user', content: 'x' },
-            { role: 'assistant', content: 'Once' },
-          ],
-        },
-        'messages[1]',
-      ],
       [{ messages: [{ role: 'robot', content: 'x' }] }, 'messages[0].role'],
       [{ messages: [{ role: 'user', content: 3 }] }, 'messages[0].content'],
       [{ messages: [{ role: 'user', content: 'x', images: ['aGk='] }] }, 'messages[0].images'],
