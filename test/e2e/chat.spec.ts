@@ -150,6 +150,41 @@ test('a thread’s stop strings end its replies where one would appear', async (
   await app.getByTestId('settings-toggle').click();
 });
 
+test('continue: a reply cut by max tokens goes on where it stopped, in the same message', async ({ app }) => {
+  await newChat(app);
+  await setSettings(app, { greedy: true, maxNewTokens: 8 });
+  await send(app, 'Tell me about the tides.');
+  const cut = lastReply(app);
+  await expect(cut).toHaveAttribute('data-state', 'done', { timeout: 30_000 });
+  await expect(cut.getByTestId('message-stats')).toHaveAttribute('data-finish-reason', 'length');
+  const first = (await cut.getByTestId('message-text').textContent()) ?? '';
+  // What the page asks the host for, on the wire: a continuation of the reply, not a new turn after it.
+  const sent: string[] = [];
+  app.on('websocket', (ws) => ws.on('framesent', (f) => sent.push(String(f.payload))));
+  await app.reload();
+  await expect(app.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+  await lastReply(app).hover();
+  await lastReply(app).getByTestId('continue').click();
+  await expect(lastReply(app)).toHaveAttribute('data-state', 'done', { timeout: 30_000 });
+  // One reply that goes on from its text (the model reads that text again, so its next tokens may differ from
+  // one longer reply's), and its stats count all of it.
+  await expect(app.getByTestId('message-assistant')).toHaveCount(1);
+  const whole = (await lastReply(app).getByTestId('message-text').textContent()) ?? '';
+  expect(whole.startsWith(first.trimEnd())).toBe(true);
+  expect(whole.length).toBeGreaterThan(first.length);
+  await expect(lastReply(app).getByTestId('message-stats')).toContainText('16 tok');
+  const generate = sent.map((p) => JSON.parse(p) as { t: string; request?: Record<string, unknown> });
+  const asked = generate.filter((m) => m.t === 'generate').map((m) => m.request);
+  expect(asked).toHaveLength(1);
+  expect(asked[0]).toMatchObject({ continueFinal: true });
+  expect(((asked[0]?.messages ?? []) as Array<{ role: string; content: string }>).at(-1)).toEqual({
+    role: 'assistant',
+    content: first,
+  });
+  // New chats inherit the open one's settings: back to the defaults for the tests that follow.
+  await setSettings(app, { greedy: false });
+});
+
 test('JSON output: the thread’s replies are JSON objects, shown as a JSON code block', async ({ app }) => {
   await newChat(app);
   await setSettings(app, { maxNewTokens: 120, seed: 5 });

@@ -14,7 +14,7 @@ import type {
   StoredMessage,
   Thread,
 } from '../../shared/api';
-import type { SamplingSettings } from '../../shared/contract';
+import type { GenerateRequest, SamplingSettings } from '../../shared/contract';
 import type { ErrorInfo, Result } from '../../shared/errors';
 import { parseThreadImport } from '../lib/thread-export';
 import type { AppStore } from '../store';
@@ -76,6 +76,8 @@ export interface Bridge {
   stop(threadId?: string): void;
   /** Generates the last reply of a thread again. */
   regenerate(threadId: string): void;
+  /** Continues the last reply where it stopped (cut by max tokens, or stopped by the person). */
+  continueReply(threadId: string): void;
   /** Replaces a user message, drops everything after it, and sends again. */
   editAndResend(threadId: string, messageId: string, text: string): void;
   /**
@@ -293,9 +295,19 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     saveThread(threadId); // the person's message is kept even if the reply never comes
     const history = thread.messages.filter((m) => m.id !== assistantId);
     const request = buildChatRequest(thread, history, modelId, modelOf(modelId)?.spec.contextLength);
+    generateInto(threadId, assistantId, request, modelId);
+  }
+
+  /** Sends a turn's request; frames go to the reply's message. */
+  function generateInto(threadId: string, messageId: string, request: GenerateRequest, modelId: string | null): void {
     const start = () => {
-      const cancel = api.generate(request, (frame) => coalescer.frame(assistantId, frame));
-      cancels.set(assistantId, cancel);
+      const cancel = api.generate(request, (frame) => {
+        if (request.continueFinal && frame.type === 'error' && frame.error.code !== 'CANCELLED') {
+          notify(`Could not continue the reply: ${frame.error.message}`);
+        }
+        coalescer.frame(messageId, frame);
+      });
+      cancels.set(messageId, cancel);
     };
     // A host session is bound to the model it was built with: switching models starts it over.
     const previous = sessionModel.get(threadId);
@@ -303,6 +315,18 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     if (previous && modelId && previous !== modelId) {
       void api.invoke('closeSession', { sessionId: threadId }).then(start);
     } else start();
+  }
+
+  /** Continues the thread's last reply where it stopped (cut by max tokens, or stopped): its text goes on. */
+  function continueReply(threadId: string): void {
+    if (liveIn(threadId)) return;
+    const thread = s().threads.find((t) => t.id === threadId);
+    const last = thread?.messages[thread.messages.length - 1];
+    if (!thread || last?.role !== 'assistant' || !last.content || last.stats?.error || last.format === 'json') return;
+    const modelId = s().activeModelId;
+    s().resumeReply({ threadId, messageId: last.id, now: Date.now(), ...(modelId ? { modelId } : {}) });
+    const request = buildChatRequest(thread, thread.messages, modelId, modelOf(modelId)?.spec.contextLength);
+    generateInto(threadId, last.id, { ...request, continueFinal: true }, modelId);
   }
 
   function send(text: string, attachments: Attachment[] = []): void {
@@ -554,6 +578,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     send,
     stop,
     regenerate,
+    continueReply,
     editAndResend,
     branchThread(threadId, messageId) {
       const t = s().threads.find((x) => x.id === threadId);

@@ -182,6 +182,21 @@ function AssistantMessage({
                 regenerate
               </button>
             )}
+            {isLast &&
+              !threadBusy &&
+              message.content &&
+              message.format !== 'json' &&
+              (stats?.finishReason === 'length' || stats?.finishReason === 'cancelled') && (
+                <button
+                  type="button"
+                  className="small"
+                  data-testid="continue"
+                  title="Go on writing this reply where it stopped"
+                  onClick={() => bridge.continueReply(threadId)}
+                >
+                  continue
+                </button>
+              )}
             <BranchButton threadId={threadId} messageId={message.id} />
           </span>
         )}

@@ -82,11 +82,12 @@ export function reduceFrames(
       }
       case 'done': {
         const r = frame.result;
-        content = r.text;
+        // A continued reply keeps what it said before; its tokens count both parts.
+        content = (next.continues?.text ?? '') + r.text;
         stats = {
           ttftMs: r.timings.ttftMs,
           tokensPerSecond: r.timings.tokensPerSecond,
-          tokens: r.tokenIds.length,
+          tokens: (next.continues?.tokens ?? 0) + r.tokenIds.length,
           promptTokens: r.promptTokens,
           finishReason: r.finishReason,
           ...(r.budgetCap ? { budgetCap: r.budgetCap } : {}),
@@ -105,11 +106,13 @@ export function reduceFrames(
         if (frame.error.code === 'CANCELLED') {
           // Stopped by the person: the partial reply is theirs to keep.
           stats = {
-            tokens: next.tokens,
+            tokens: (next.continues?.tokens ?? 0) + next.tokens,
             ...(next.promptTokens !== undefined ? { promptTokens: next.promptTokens } : {}),
             finishReason: 'cancelled',
             ...capAndClip,
           };
+        } else if (next.continues) {
+          // A continuation that failed leaves the reply as it was, with its stats (the bridge says why).
         } else {
           stats = {
             ...(next.tokens > 0 ? { tokens: next.tokens } : {}),
@@ -205,6 +208,26 @@ export const createChatSlice: StateCreator<AppState, [], [], ChatSlice> = (set, 
     set((s) => ({
       threads: [updated, ...s.threads.filter((t) => t.id !== threadId)],
       live: { ...s.live, [assistantId]: live },
+      editingMessageId: null,
+    }));
+  },
+
+  resumeReply({ threadId, messageId, now, modelId }) {
+    const thread = get().threads.find((t) => t.id === threadId);
+    const message = thread?.messages.find((m) => m.id === messageId);
+    if (!thread || !message) return;
+    const live: LiveReply = {
+      threadId,
+      messageId,
+      phase: 'sending',
+      startedAt: now,
+      tokens: 0,
+      continues: { text: message.content, tokens: message.stats?.tokens ?? 0 },
+    };
+    const updated: Thread = { ...thread, updatedAt: now, ...(modelId ? { modelId } : {}) };
+    set((s) => ({
+      threads: [updated, ...s.threads.filter((t) => t.id !== threadId)],
+      live: { ...s.live, [messageId]: live },
       editingMessageId: null,
     }));
   },

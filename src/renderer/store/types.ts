@@ -73,6 +73,8 @@ export interface LiveReply {
   clipped?: ContextClip;
   /** The conversation outgrew the context: the reply sees it without its first messages. */
   contextDrop?: ContextDrop;
+  /** A continued reply: what it said before (its new text follows), and the tokens it had. */
+  continues?: { text: string; tokens: number };
   stopping?: boolean;
 }
 
@@ -114,6 +116,11 @@ export interface ChatSlice {
   }): void;
   /** Applies coalesced stream frames; one store update per animation frame. */
   applyFrames(batches: FrameBatch[], now: number): void;
+  /**
+   * Continues the thread's last reply (it was cut short): a live entry on that message, whose new text is
+   * appended to what it already says.
+   */
+  resumeReply(args: { threadId: string; messageId: string; now: number; modelId?: string }): void;
   /** A reply failed before any frame arrived (transport down, rejected send). */
   failReply(messageId: string, error: ErrorInfo): void;
   markStopping(messageId: string): void;

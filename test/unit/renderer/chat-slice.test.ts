@@ -261,6 +261,48 @@ describe('replies', () => {
     }
   });
 
+  it('a continued reply appends to what it said; its tokens count both parts; a failure leaves it as it was', () => {
+    const store = storeWithThread();
+    start(store);
+    store.getState().applyFrames(
+      [
+        {
+          messageId: 'a1',
+          frames: [
+            accepted,
+            admitted,
+            tokens('Once', [1]),
+            { type: 'done', requestId: 'r1', result: result({ text: 'Once' }) },
+          ],
+        },
+      ],
+      20,
+    );
+    const before = store.getState().threads[0]?.messages[1];
+    store.getState().resumeReply({ threadId: 't1', messageId: 'a1', now: 30 });
+    expect(store.getState().live.a1).toMatchObject({ phase: 'sending', continues: { text: 'Once', tokens: 3 } });
+    store.getState().applyFrames([{ messageId: 'a1', frames: [accepted, admitted, tokens(' upon', [7])] }], 31);
+    expect(store.getState().threads[0]?.messages[1]?.content).toBe('Once upon');
+    store
+      .getState()
+      .applyFrames(
+        [{ messageId: 'a1', frames: [{ type: 'done', requestId: 'r1', result: result({ text: ' upon a time' }) }] }],
+        32,
+      );
+    const m = store.getState().threads[0]?.messages[1];
+    expect(m?.content).toBe('Once upon a time');
+    expect(m?.stats?.tokens).toBe(6); // 3 before, 3 now
+    expect(store.getState().threads[0]?.messages).toHaveLength(2);
+
+    // A continuation refused keeps the reply and its stats as they were.
+    store.getState().resumeReply({ threadId: 't1', messageId: 'a1', now: 40 });
+    const error = { code: 'CONTEXT_OVERFLOW' as const, message: 'full' };
+    store.getState().applyFrames([{ messageId: 'a1', frames: [{ type: 'error', requestId: 'r2', error }] }], 41);
+    expect(store.getState().threads[0]?.messages[1]).toEqual(m);
+    expect(store.getState().live).toEqual({});
+    expect(before?.stats?.error).toBeUndefined();
+  });
+
   it('ignores frames after the end and frames for unknown messages', () => {
     const store = storeWithThread();
     start(store);
