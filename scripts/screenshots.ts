@@ -19,7 +19,7 @@ import { CHROMIUM, CHROMIUM_ARGS } from '../test/e2e/chromium';
 import { wsCall } from '../test/e2e/fixtures';
 import globalSetup from '../test/e2e/global-setup';
 import { ROOT, startServe } from '../test/e2e/serve';
-import { generatedModel } from '../test/helpers/models';
+import { smallContextModel } from '../test/helpers/models';
 import { writeTwinPackages } from '../test/helpers/static-cache-models';
 
 const DOCS = path.join(ROOT, 'docs');
@@ -363,7 +363,7 @@ async function jsonShot(browser: Browser): Promise<void> {
  * the model's view starts, the dimmed messages above it, and the replies' notes.
  */
 async function longChatShot(browser: Browser): Promise<void> {
-  const server = await startServe(['--model', generatedModel('context-256', { maxPositions: 256 })]);
+  const server = await startServe(['--model', smallContextModel()]);
   try {
     const page = await browser.newPage({ viewport: { width: 1440, height: 900 }, deviceScaleFactor: 1 });
     await page.goto(server.url);

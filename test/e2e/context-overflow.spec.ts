@@ -5,7 +5,7 @@
  * refuse gets the refusal instead.
  */
 import { test as base, expect, type Page } from '@playwright/test';
-import { generatedModel } from '../helpers/models';
+import { smallContextModel } from '../helpers/models';
 import { lastReply, newChat, send, setSettings } from './fixtures';
 import { type ServeHandle, startServe } from './serve';
 
@@ -13,7 +13,7 @@ const test = base.extend<object, { smallServer: ServeHandle }>({
   smallServer: [
     // biome-ignore lint/correctness/noEmptyPattern: Playwright fixtures take their dependencies by destructuring
     async ({}, use) => {
-      const server = await startServe(['--model', generatedModel('context-256', { maxPositions: 256 })]);
+      const server = await startServe(['--model', smallContextModel()]);
       await use(server);
       await server.stop();
     },

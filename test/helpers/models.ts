@@ -3,6 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { generateModelPackage, type ModelGenConfig, presetConfig } from '../../scripts/model-gen';
 import { GraphBuilder, int, writeOnnxModel } from '../../scripts/model-gen/onnx-builder';
+import type { ChatMessage } from '../../src/shared/contract';
 import { defaultModelDir } from './fixtures';
 
 /**
@@ -15,6 +16,26 @@ export function generatedModel(name: string, overrides: Partial<ModelGenConfig>)
   generateModelPackage(dir, config);
   return dir;
 }
+
+/** The context of {@link smallContextModel}. */
+export const SMALL_CONTEXT = 256;
+
+/** The default preset with a context of 256 tokens: a conversation outgrows it in a few turns. */
+export function smallContextModel(): string {
+  return generatedModel('context-256', { maxPositions: SMALL_CONTEXT });
+}
+
+/** Twelve exchanges of about 40 tokens each: far more than {@link SMALL_CONTEXT} tokens. */
+export const LONG_CONVERSATION: ChatMessage[] = Array.from({ length: 12 }, (_, i) => [
+  {
+    role: 'user' as const,
+    content: `Question ${i + 1}: what is the name of the river that runs through town number ${i + 1}?`,
+  },
+  {
+    role: 'assistant' as const,
+    content: `The river through town number ${i + 1} is called the Willow, as it always was.`,
+  },
+]).flat();
 
 /** A model big enough that one prefill takes a noticeable time on a CPU (≈25M parameters). */
 export function slowModel(): string {

@@ -9,7 +9,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { defaultModelDir, repoRoot } from '../helpers/fixtures';
-import { generatedModel, slowModel } from '../helpers/models';
+import { slowModel, smallContextModel } from '../helpers/models';
 
 const BIN = path.join(repoRoot, 'bin/kvdesk.cjs');
 const GREEDY = ['--greedy', '--max-new-tokens', '12'];
@@ -112,7 +112,7 @@ describe('kvdesk chat', () => {
   }, 60_000);
 
   it('a conversation longer than the context goes on without its oldest turns, or is refused and goes on', () => {
-    const small = generatedModel('context-256', { maxPositions: 256 });
+    const small = smallContextModel();
     const lines = Array.from(
       { length: 8 },
       (_, i) => `Question ${i + 1}: what is the name of the river that runs through town number ${i + 1}?`,

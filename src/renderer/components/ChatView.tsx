@@ -15,6 +15,11 @@ function download(name: string, text: string, type: string): void {
   setTimeout(() => URL.revokeObjectURL(url), 10_000);
 }
 
+const EXPORTS: ReadonlyArray<readonly ['md' | 'json', string]> = [
+  ['md', 'Save this chat as Markdown'],
+  ['json', 'Save this chat as kvdesk JSON (Import… in the chat list reads it back)'],
+];
+
 /** Export the open chat as Markdown (to read or share) or kvdesk's JSON (to import again, here or elsewhere). */
 function ExportButtons({ threadId }: { threadId: string }) {
   const store = useAppStore();
@@ -28,24 +33,18 @@ function ExportButtons({ threadId }: { threadId: string }) {
   };
   return (
     <span className="export">
-      <button
-        type="button"
-        className="ghost small"
-        data-testid="export-md"
-        title="Save this chat as Markdown"
-        onClick={() => save('md')}
-      >
-        ⤓ .md
-      </button>
-      <button
-        type="button"
-        className="ghost small"
-        data-testid="export-json"
-        title="Save this chat as kvdesk JSON (Import… in the chat list reads it back)"
-        onClick={() => save('json')}
-      >
-        ⤓ .json
-      </button>
+      {EXPORTS.map(([format, title]) => (
+        <button
+          key={format}
+          type="button"
+          className="ghost small"
+          data-testid={`export-${format}`}
+          title={title}
+          onClick={() => save(format)}
+        >
+          ⤓ .{format}
+        </button>
+      ))}
     </span>
   );
 }

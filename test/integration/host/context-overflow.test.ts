@@ -7,31 +7,21 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RunnerService } from '../../../src/main/host/runner-service';
 import type { ChatMessage, GenerateRequest, GenerationResult } from '../../../src/shared/contract';
-import { generatedModel } from '../../helpers/models';
+import { LONG_CONVERSATION, SMALL_CONTEXT, smallContextModel } from '../../helpers/models';
 
-const CONTEXT = 256;
+const CONTEXT = SMALL_CONTEXT;
 let h: RunnerService;
 
 beforeAll(async () => {
   h = new RunnerService({ intraOpNumThreads: 2 });
-  await h.loadModel(generatedModel('context-256', { maxPositions: CONTEXT }), { id: 'small' });
+  await h.loadModel(smallContextModel(), { id: 'small' });
 }, 120_000);
 afterAll(async () => {
   await h.close();
 });
 
 const SYSTEM = 'You answer in one short sentence.';
-/** Twelve exchanges of about 40 tokens each: far more than 256 tokens. */
-const LONG: ChatMessage[] = Array.from({ length: 12 }, (_, i) => [
-  {
-    role: 'user' as const,
-    content: `Question ${i + 1}: what is the name of the river that runs through town number ${i + 1}?`,
-  },
-  {
-    role: 'assistant' as const,
-    content: `The river through town number ${i + 1} is called the Willow, as it always was.`,
-  },
-]).flat();
+const LONG = LONG_CONVERSATION;
 const ASK: ChatMessage = { role: 'user', content: 'And which of them is the longest?' };
 
 function run(req: Partial<GenerateRequest>): Promise<GenerationResult> {

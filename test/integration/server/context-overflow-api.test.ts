@@ -7,13 +7,13 @@
  */
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { generatedModel } from '../../helpers/models';
+import { LONG_CONVERSATION, SMALL_CONTEXT, smallContextModel } from '../../helpers/models';
 import { failure, openaiClient, settled, startTestServer, type TestServer } from './server-helpers';
 
 type Json = Record<string, unknown>;
 type Message = { role: 'system' | 'user' | 'assistant'; content: string };
 
-const CONTEXT = 256;
+const CONTEXT = SMALL_CONTEXT;
 const MAX_TOKENS = 16;
 let t: TestServer;
 let client: OpenAI;
@@ -22,8 +22,7 @@ let model: string;
 beforeAll(async () => {
   t = await startTestServer({ intraOpNumThreads: 2 }, { loadDefault: false });
   client = openaiClient(t.url);
-  // The same name and overrides as the host's test: one cached package.
-  const r = await t.hostApi.call('loadModel', { path: generatedModel('context-256', { maxPositions: CONTEXT }) });
+  const r = await t.hostApi.call('loadModel', { path: smallContextModel() });
   if (!r.ok) throw new Error(r.error.message);
   expect(r.value.spec.contextLength).toBe(CONTEXT);
   model = r.value.id;
@@ -33,17 +32,7 @@ afterAll(async () => {
 });
 
 const SYSTEM: Message = { role: 'system', content: 'You answer in one short sentence.' };
-/** Twelve exchanges of about 40 tokens each: far more than 256 tokens. */
-const LONG: Message[] = Array.from({ length: 12 }, (_, i) => [
-  {
-    role: 'user' as const,
-    content: `Question ${i + 1}: what is the name of the river that runs through town number ${i + 1}?`,
-  },
-  {
-    role: 'assistant' as const,
-    content: `The river through town number ${i + 1} is called the Willow, as it always was.`,
-  },
-]).flat();
+const LONG: Message[] = LONG_CONVERSATION as Message[];
 const ASK: Message = { role: 'user', content: 'And which of them is the longest?' };
 /** The system message, then the turns: what is left out are the first of TURNS. */
 const TURNS: Message[] = [...LONG, ASK];
