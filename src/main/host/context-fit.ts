@@ -23,9 +23,9 @@ export interface FitOptions<P extends { length: number } = number[]> {
   atLeast: number;
   /**
    * When turns must go: a prompt worth keeping (it continues KV the host holds, as an earlier turn of this
-   * conversation left it). The first start within the limit whose prompt is preferred wins over the target,
-   * so a client that remembers nothing (the HTTP APIs) still continues the prefix of its last turn. At most
-   * PREFER_SCAN starts are tried.
+   * conversation left it). A start within the limit whose prompt is preferred wins over the target, so a client
+   * that remembers nothing (the HTTP APIs) still continues the prefix of its last turn. The PREFER_SCAN starts
+   * at and before the target's are tried, nearest first.
    */
   prefer?: (prompt: P) => boolean;
 }
@@ -107,15 +107,18 @@ export function dropOldest<P extends { length: number }>(
     }
     return lo;
   };
+  const atTarget = opts.target < opts.limit ? firstWithin(opts.target) : -1;
   if (opts.prefer) {
+    // An earlier turn's start sits at or before where the target is now (its turn went down to the target, and
+    // the conversation has only grown since): look back from there, nearest first.
     const fits = firstWithin(opts.limit);
     if (fits >= 0) {
-      for (let i = fits; i <= Math.min(last, fits + PREFER_SCAN - 1); i++) {
-        if (tokensAt(i) <= opts.limit && opts.prefer(promptAt(i))) return result(i);
+      const from = atTarget >= 0 ? atTarget : last;
+      for (let i = from; i >= Math.max(fits, from - PREFER_SCAN + 1); i--) {
+        if (opts.prefer(promptAt(i))) return result(i);
       }
     }
   }
-  const atTarget = opts.target < opts.limit ? firstWithin(opts.target) : -1;
   if (atTarget >= 0) return result(atTarget);
   const atLimit = firstWithin(opts.limit);
   return result(atLimit >= 0 ? atLimit : last);

@@ -265,14 +265,21 @@ function checkLogitBias(req: GenerateRequest, vocabSize: number): void {
  */
 function checkContinuation(req: GenerateRequest, messages: ChatMessage[], tools: ToolPlan | undefined): void {
   const final = messages[messages.length - 1];
-  if (final?.role !== 'assistant' || final.toolCalls?.length) {
+  if (final?.role !== 'assistant') {
     throw new KvdeskError(
       'BAD_REQUEST',
-      'continueFinal continues a final assistant message of text: end the messages with the reply to continue',
+      'continueFinal continues a final assistant message: end the messages with the reply to continue',
       { field: 'messages' },
     );
   }
-  if (tools?.suffix !== undefined || req.responseFormat === 'json' || req.jsonSchema !== undefined) {
+  if (final.toolCalls?.length) {
+    throw new KvdeskError(
+      'BAD_REQUEST',
+      'the final assistant message has tool calls: only a reply of text can be continued (send the calls\' results, or the reply without its calls)',
+      { field: 'messages' },
+    );
+  }
+  if (tools?.forced || req.responseFormat === 'json' || req.jsonSchema !== undefined) {
     throw new KvdeskError(
       'BAD_REQUEST',
       'a reply that continues a final assistant message cannot also be a forced tool call or JSON mode (they write the reply from its start)',
@@ -691,7 +698,11 @@ export class RunnerService {
     const limit = context - Math.max(1, reply);
     // A client that remembers nothing but resends the conversation (the HTTP APIs, through the prompt cache):
     // where an earlier turn's start still fits, its prompt continues that turn's cached KV — keep it.
-    const cached = req.promptCache === true && req.sessionId === undefined && req.droppedMessages === undefined;
+    const cached =
+      req.promptCache === true &&
+      req.sessionId === undefined &&
+      req.droppedMessages === undefined &&
+      this.settings.promptCacheSessions > 0;
     const fit = dropOldest(messages, render, {
       limit,
       target: req.droppedMessages !== undefined || cached ? limit >> 1 : limit,

@@ -200,7 +200,8 @@ function continuedRender(template: string, messages: ChatMessage[], opts: Render
   if (final.content.trim() === '') return renderChatTemplate(template, messages.slice(0, -1), opts);
   const marked = [...messages.slice(0, -1), { ...final, content: CONTINUE_MARK }];
   const whole = renderChatTemplate(template, marked, { ...opts, addGenerationPrompt: false });
-  const at = whole.indexOf(CONTINUE_MARK);
+  // The last mark is the final message's (an earlier message cannot hold a NUL-delimited look-alike after it).
+  const at = whole.lastIndexOf(CONTINUE_MARK);
   if (at < 0) {
     throw new KvdeskError(
       'BAD_REQUEST',

@@ -40,6 +40,19 @@ describe('continueFinal', () => {
     expect(empty.tokenIds).toEqual(plain.tokenIds);
   });
 
+  it('a request that lists tools (the model may call them, or not) continues too', async () => {
+    const tools = [{ name: 'tide_table', parameters: { type: 'object', properties: { port: { type: 'string' } } } }];
+    const prefill: ChatMessage[] = [...ASK, { role: 'assistant', content: 'The sea' }];
+    for (const toolChoice of ['auto', 'none'] as const) {
+      const r = await run({ messages: prefill, continueFinal: true, tools, toolChoice });
+      expect(r.finishReason).toBeDefined();
+    }
+    await expect(run({ messages: prefill, continueFinal: true, tools, toolChoice: 'required' })).rejects.toMatchObject({
+      code: 'BAD_REQUEST',
+      message: expect.stringContaining('cannot also be a forced tool call'),
+    });
+  });
+
   it('refuses what it cannot continue, naming the messages', async () => {
     await expect(run({ continueFinal: true })).rejects.toMatchObject({
       code: 'BAD_REQUEST',

@@ -103,6 +103,12 @@ describe('dropOldest', () => {
     expect(dropOldest(conv, render, { limit: 100, target: 50, atLeast: 0, prefer: preferred(12) }).dropped).toBe(18);
     // Nothing preferred: the target as before.
     expect(dropOldest(conv, render, { limit: 100, target: 50, atLeast: 0, prefer: () => false }).dropped).toBe(18);
+    // Short turns: the earlier turn's start lies near the target's, far from the fewest that fit.
+    const many = turns(100, 1); // 8 tokens a turn
+    const target = dropOldest(many, render, { limit: 400, target: 200, atLeast: 0 }).dropped;
+    const previous = target - 2; // the last turn's start, one exchange before where the target is now
+    const keep = (p: number[]) => p.length === size(keptMessages(many, previous));
+    expect(dropOldest(many, render, { limit: 400, target: 200, atLeast: 0, prefer: keep }).dropped).toBe(previous);
     // Nothing has to go: the conversation as it is, preferred or not.
     expect(dropOldest(conv, render, { limit: 1000, target: 500, atLeast: 0, prefer: preferred(16) }).dropped).toBe(0);
   });
