@@ -214,9 +214,14 @@ export class ChatSession {
           else (sampling as Record<string, unknown>)[key] = v;
           // A temperature means sampling again, as Ollama: --greedy no longer applies.
           if (key === 'temperature' && n > 0) delete sampling.greedy;
+          // repeat_last_n 0 turns the penalty off (Ollama's reading): no window, a penalty of 1.
+          if (key === 'repetitionWindow' && n === 0) {
+            delete sampling.repetitionWindow;
+            sampling.repetitionPenalty = 1;
+          }
           this.options.sampling = sampling;
         }
-        this.io.err(`kvdesk: set ${name} to ${v === undefined ? 'its default' : String(v)}\n`);
+        this.io.err(`kvdesk: set ${name} to ${v === undefined ? 'its default' : raw}\n`);
         return;
       }
       default:
@@ -243,7 +248,9 @@ export class ChatSession {
         const s = this.options.sampling;
         const lines = Object.entries(PARAMETERS).flatMap(([name, key]) => {
           const v = key === 'maxNewTokens' ? this.options.maxNewTokens : s[key];
-          return v === undefined ? [] : [`  ${name.padEnd(15)} ${String(v)}`];
+          // Shown as Ollama writes it: a window of every token is its -1.
+          const shown = key === 'repetitionWindow' && v === 0 ? -1 : v;
+          return v === undefined ? [] : [`  ${name.padEnd(15)} ${String(shown)}`];
         });
         if (s.greedy) lines.push('  greedy          true');
         this.io.err(lines.length ? `${lines.join('\n')}\n` : "kvdesk: the package's defaults\n");

@@ -87,6 +87,8 @@ describe('kvdesk chat', () => {
         '/set parameter seed -1',
         '/set parameter top_k 5',
         '/set parameter num_predict 4',
+        '/set parameter repeat_penalty 1.3',
+        '/set parameter repeat_last_n 0',
         '/show parameters',
         '/show info',
         'Hello',
@@ -105,6 +107,9 @@ describe('kvdesk chat', () => {
     expect(r.stderr).not.toMatch(/seed\s+9/);
     expect(r.stderr).toMatch(/top_k\s+5/);
     expect(r.stderr).toMatch(/num_predict\s+4/);
+    // repeat_last_n 0 turns the penalty off, as in Ollama.
+    expect(r.stderr).toMatch(/repeat_penalty\s+1\n/);
+    expect(r.stderr).not.toMatch(/repeat_last_n\s+\d/);
     expect(r.stderr).toContain('context   2048 tokens');
     // num_predict applies: at most 4 tokens; and /bye ended the chat before the last line.
     expect(r.stderr).toMatch(/kvdesk: [1-4] tokens, finish/);
