@@ -25,7 +25,7 @@ test('a preset saves a chat’s settings and gives them to another chat; it surv
   await expect(page.getByTestId('settings-summary')).toContainText('temp 0.3');
   await page.getByTestId('preset-name').fill('Pirate');
   await page.getByTestId('preset-save').click();
-  await expect(page.getByTestId('preset-select')).toHaveValue('Pirate');
+  await expect(page.getByTestId('preset-delete')).toHaveText('delete “Pirate”');
 
   // Another chat, its settings cleared.
   await newChat(page);
@@ -34,12 +34,20 @@ test('a preset saves a chat’s settings and gives them to another chat; it surv
   await setField(page, 'setting-temperature', '');
   await setField(page, 'setting-stop', '');
   await expect(page.getByTestId('settings-summary')).toContainText('temp default');
+  // Another chat has not applied it.
+  await expect(page.getByTestId('preset-delete')).toHaveCount(0);
   await page.getByTestId('preset-select').selectOption('Pirate');
   await expect(page.getByTestId('system-prompt')).toHaveValue('You are a careful pirate.');
   await expect(page.getByTestId('setting-temperature')).toHaveValue('0.3');
   await expect(page.getByTestId('setting-stop')).toHaveValue('###');
   await expect(page.getByTestId('settings-summary')).toContainText('temp 0.3');
   await expect(page.getByTestId('settings-summary')).toContainText('stop ×1');
+  // The picker is back on "apply a preset…": the same preset applies again after a change.
+  await expect(page.getByTestId('preset-select')).toHaveValue('');
+  await setField(page, 'setting-temperature', '0.9');
+  await expect(page.getByTestId('settings-summary')).toContainText('temp 0.9');
+  await page.getByTestId('preset-select').selectOption('Pirate');
+  await expect(page.getByTestId('settings-summary')).toContainText('temp 0.3');
 
   await page.reload();
   await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');

@@ -275,7 +275,7 @@ function checkContinuation(req: GenerateRequest, messages: ChatMessage[], tools:
   if (final.toolCalls?.length) {
     throw new KvdeskError(
       'BAD_REQUEST',
-      'the final assistant message has tool calls: only a reply of text can be continued (send the calls\' results, or the reply without its calls)',
+      "the final assistant message has tool calls: only a reply of text can be continued (send the calls' results, or the reply without its calls)",
       { field: 'messages' },
     );
   }

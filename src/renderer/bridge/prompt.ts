@@ -10,9 +10,10 @@ import type { LiveReply } from '../store/types';
  * after raising the budget sends the same prompt the refusal was about.
  */
 export function conversationOf(messages: StoredMessage[]): ChatMessage[] {
+  // Files go with user messages only (an imported chat's other messages cannot hide text the window never shows).
   return messages
     .filter(inConversation)
-    .map((m) => ({ role: m.role, content: withAttachments(m.content, m.attachments) }));
+    .map((m) => ({ role: m.role, content: m.role === 'user' ? withAttachments(m.content, m.attachments) : m.content }));
 }
 
 function inConversation(m: StoredMessage): boolean {

@@ -40,7 +40,8 @@ function useWindowDrop(): boolean {
       // Files dropped on the message box were attached to the message there.
       if (e.defaultPrevented) return;
       const dt = e.dataTransfer;
-      if (!dt || (dt.files.length === 0 && dt.items.length === 0)) return;
+      // Only files are packages (dragged text falls where it is dropped, as in any text box).
+      if (!dt || !hasFiles(e)) return;
       e.preventDefault();
       const first = dt.files[0];
       const path = first ? bridge.pathForFile(first) : undefined;

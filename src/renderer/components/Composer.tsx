@@ -93,7 +93,8 @@ function PresetRow({ thread, onApplied, picked, setPicked }: PresetProps & { thr
         preset
         <select
           data-testid="preset-select"
-          value={picked}
+          // Always back on "apply a preset…", so picking the same preset again applies it again.
+          value=""
           onChange={(e) => {
             setPicked(e.target.value);
             if (e.target.value) {
@@ -331,7 +332,11 @@ function DraftMeasure({ threadId, text, files }: { threadId: string; text: strin
   );
   const [measure, setMeasure] = useState<PromptMeasure | null>(null);
   const messages = thread?.messages.length ?? 0;
-  // biome-ignore lint/correctness/useExhaustiveDependencies: measured again when the draft or the chat changes
+  const model = useApp((s) => s.activeModelId);
+  // One measure in flight at a time: a pause while one runs measures again once it is back.
+  const inFlight = useRef(false);
+  const [again, setAgain] = useState(0);
+  // biome-ignore lint/correctness/useExhaustiveDependencies: measured again when the draft, the chat or the model changes
   useEffect(() => {
     if ((!text.trim() && files.length === 0) || streaming) {
       setMeasure(null);
@@ -339,15 +344,30 @@ function DraftMeasure({ threadId, text, files }: { threadId: string; text: strin
     }
     let current = true;
     const timer = setTimeout(() => {
+      if (inFlight.current) return;
+      inFlight.current = true;
       void bridge.measureDraft(threadId, text, files).then((m) => {
+        inFlight.current = false;
         if (current) setMeasure(m);
+        else setAgain((n) => n + 1); // the draft changed meanwhile: measure what it is now
       });
     }, 250);
     return () => {
       current = false;
       clearTimeout(timer);
     };
-  }, [text, files, threadId, messages, streaming, thread?.contextOverflow, thread?.systemPrompt]);
+  }, [
+    text,
+    files,
+    threadId,
+    messages,
+    streaming,
+    model,
+    again,
+    thread?.contextOverflow,
+    thread?.systemPrompt,
+    thread?.maxNewTokens,
+  ]);
   if (!measure || (!text.trim() && files.length === 0) || !thread) return null;
   const before = lastReplyDrop(thread.messages)?.messages ?? 0;
   const more = (measure.droppedMessages ?? 0) - before;
@@ -383,14 +403,20 @@ export function Composer({ threadId }: { threadId: string | null }) {
   /** Presets applied: the settings panel starts over to show their values. */
   const [applied, setApplied] = useState(0);
   const [picked, setPicked] = useState('');
+  // The preset last applied or saved is this chat's: another chat starts without one.
+  // biome-ignore lint/correctness/useExhaustiveDependencies: runs when the open chat changes
+  useEffect(() => setPicked(''), [threadId]);
   const ref = useRef<HTMLTextAreaElement>(null);
   const fileInput = useRef<HTMLInputElement>(null);
+  /** Files attached or being read. */
+  const slots = useRef(0);
 
   const send = () => {
     if ((!text.trim() && files.length === 0) || streaming) return;
     bridge.send(text, files);
     setText('');
     setFiles([]);
+    slots.current = 0;
     setFileError(null);
   };
   /** Reads chosen or dropped files as text; what is not text (or too big, or too many) is refused, named. */
@@ -398,13 +424,18 @@ export function Composer({ threadId }: { threadId: string | null }) {
     const errors: string[] = [];
     const added: Attachment[] = [];
     for (const f of Array.from(list)) {
-      if (files.length + added.length >= MAX_ATTACHMENTS) {
+      // Slots are taken before a file is read, so two quick drops cannot add more than a message takes.
+      if (slots.current >= MAX_ATTACHMENTS) {
         errors.push(`${f.name}: a message takes at most ${MAX_ATTACHMENTS} files.`);
         continue;
       }
+      slots.current++;
       const r = attachmentFrom(f.name, new Uint8Array(await f.arrayBuffer()));
       if (r.ok) added.push(r.attachment);
-      else errors.push(r.error);
+      else {
+        slots.current--;
+        errors.push(r.error);
+      }
     }
     if (added.length > 0) setFiles((had) => [...had, ...added]);
     setFileError(errors.length > 0 ? errors.join(' ') : null);
@@ -438,7 +469,10 @@ export function Composer({ threadId }: { threadId: string | null }) {
                 className="ghost small"
                 aria-label={`Remove ${f.name}`}
                 data-testid="composer-attachment-remove"
-                onClick={() => setFiles((had) => had.filter((_, j) => j !== i))}
+                onClick={() => {
+                  slots.current--;
+                  setFiles((had) => had.filter((_, j) => j !== i));
+                }}
               >
                 ✕
               </button>

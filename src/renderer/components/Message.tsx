@@ -157,6 +157,8 @@ function AssistantMessage({
   const bridge = useBridge();
   const live = useApp((s) => s.live[message.id]);
   const threadBusy = useApp((s) => Object.values(s.live).some((l) => l.threadId === threadId));
+  // A thread now in JSON mode writes replies from their start: its replies are not continued.
+  const jsonThread = useApp((s) => s.threads.find((t) => t.id === threadId)?.responseFormat === 'json');
   // While streaming, React may skip intermediate texts under load instead of parsing Markdown for each.
   const deferred = useDeferredValue(message.content);
   const text = live ? deferred : message.content;
@@ -186,6 +188,7 @@ function AssistantMessage({
               !threadBusy &&
               message.content &&
               message.format !== 'json' &&
+              !jsonThread &&
               (stats?.finishReason === 'length' || stats?.finishReason === 'cancelled') && (
                 <button
                   type="button"

@@ -4,8 +4,11 @@
  */
 import type { Attachment } from '../../shared/api';
 
-/** Largest file a message takes (the model's context is the real limit; the composer shows it). */
-export const MAX_ATTACHMENT_BYTES = 2 * 1024 * 1024;
+/**
+ * Largest file a message takes (the model's context is the real limit; the composer shows it): 2 MB, so its text
+ * (never more characters than bytes) fits what a stored message may hold.
+ */
+export const MAX_ATTACHMENT_BYTES = 2_000_000;
 /** Most files one message takes. */
 export const MAX_ATTACHMENTS = 8;
 
@@ -17,7 +20,7 @@ export function attachmentFrom(
   if (bytes.byteLength > MAX_ATTACHMENT_BYTES) {
     return {
       ok: false,
-      error: `${name} is ${(bytes.byteLength / 1048576).toFixed(1)} MiB: a message takes text files of at most ${MAX_ATTACHMENT_BYTES / 1048576} MiB.`,
+      error: `${name} is ${(bytes.byteLength / 1e6).toFixed(1)} MB: a message takes text files of at most ${MAX_ATTACHMENT_BYTES / 1e6} MB.`,
     };
   }
   let text: string;

@@ -82,13 +82,15 @@ export function reduceFrames(
       }
       case 'done': {
         const r = frame.result;
-        // A continued reply keeps what it said before; its tokens count both parts.
+        // A continued reply keeps what it said before; its tokens count both parts, and its prompt is the
+        // conversation before it (the continuation's prompt held the first part too).
+        const before = next.continues?.tokens ?? 0;
         content = (next.continues?.text ?? '') + r.text;
         stats = {
           ttftMs: r.timings.ttftMs,
           tokensPerSecond: r.timings.tokensPerSecond,
-          tokens: (next.continues?.tokens ?? 0) + r.tokenIds.length,
-          promptTokens: r.promptTokens,
+          tokens: before + r.tokenIds.length,
+          promptTokens: Math.max(0, r.promptTokens - before),
           finishReason: r.finishReason,
           ...(r.budgetCap ? { budgetCap: r.budgetCap } : {}),
           ...(r.clipped ? { clipped: r.clipped } : {}),
@@ -103,11 +105,14 @@ export function reduceFrames(
           ...(next.clipped ? { clipped: next.clipped } : {}),
           ...(next.contextDrop ? { contextDrop: next.contextDrop } : {}),
         };
-        if (frame.error.code === 'CANCELLED') {
+        if (frame.error.code === 'CANCELLED' && next.continues && next.tokens === 0) {
+          // A continuation stopped before it wrote anything: the reply stays as it was, its stats too.
+        } else if (frame.error.code === 'CANCELLED') {
           // Stopped by the person: the partial reply is theirs to keep.
+          const before = next.continues?.tokens ?? 0;
           stats = {
-            tokens: (next.continues?.tokens ?? 0) + next.tokens,
-            ...(next.promptTokens !== undefined ? { promptTokens: next.promptTokens } : {}),
+            tokens: before + next.tokens,
+            ...(next.promptTokens !== undefined ? { promptTokens: Math.max(0, next.promptTokens - before) } : {}),
             finishReason: 'cancelled',
             ...capAndClip,
           };

@@ -11,6 +11,7 @@ import {
   MAX_ATTACHMENT_BYTES,
   withAttachments,
 } from '../../../src/renderer/lib/attachments';
+import { StoredMessage } from '../../../src/shared/api';
 
 const bytes = (s: string) => new TextEncoder().encode(s);
 
@@ -28,8 +29,14 @@ describe('attachmentFrom', () => {
     const nul = attachmentFrom('data.bin', bytes('abc\u0000def'));
     expect(nul).toEqual({ ok: false, error: expect.stringContaining('data.bin is not text (it holds NUL bytes)') });
     const big = attachmentFrom('big.log', new Uint8Array(MAX_ATTACHMENT_BYTES + 1).fill(97));
-    expect(big).toEqual({ ok: false, error: expect.stringContaining('big.log is 2.0 MiB') });
-    expect(attachmentFrom('edge.log', new Uint8Array(MAX_ATTACHMENT_BYTES).fill(97)).ok).toBe(true);
+    expect(big).toEqual({ ok: false, error: expect.stringContaining('big.log is 2.0 MB') });
+    // The largest file it takes is a message the thread store keeps.
+    const edge = attachmentFrom('edge.log', new Uint8Array(MAX_ATTACHMENT_BYTES).fill(97));
+    expect(edge.ok).toBe(true);
+    if (edge.ok) {
+      const m = { id: 'u', role: 'user' as const, content: '', createdAt: 1, attachments: [edge.attachment] };
+      expect(StoredMessage.safeParse(m).success).toBe(true);
+    }
   });
 });
 
@@ -59,10 +66,15 @@ describe('the message as the model reads it', () => {
     );
   });
 
-  it('a chat request carries a user message’s files', () => {
+  it('a chat request carries a user message’s files, and no other message’s (an import could hide text there)', () => {
+    const files = [{ name: 'n.txt', text: 'hi' }];
     const conv = conversationOf([
-      { id: 'u', role: 'user', content: 'Read this', createdAt: 1, attachments: [{ name: 'n.txt', text: 'hi' }] },
+      { id: 'u', role: 'user', content: 'Read this', createdAt: 1, attachments: files },
+      { id: 'a', role: 'assistant', content: 'Done.', createdAt: 2, attachments: files, stats: { tokens: 2 } },
     ]);
-    expect(conv).toEqual([{ role: 'user', content: 'Read this\n\nFile n.txt:\n```\nhi\n```' }]);
+    expect(conv).toEqual([
+      { role: 'user', content: 'Read this\n\nFile n.txt:\n```\nhi\n```' },
+      { role: 'assistant', content: 'Done.' },
+    ]);
   });
 });

@@ -292,6 +292,17 @@ describe('replies', () => {
     const m = store.getState().threads[0]?.messages[1];
     expect(m?.content).toBe('Once upon a time');
     expect(m?.stats?.tokens).toBe(6); // 3 before, 3 now
+    // The continuation's prompt (5) held the first part (3): the conversation before the reply is 2, so the
+    // context it fills is 2 + 6, not counted twice.
+    expect(m?.stats?.promptTokens).toBe(2);
+
+    // Stopped before it wrote anything: the reply and its stats stay as they were.
+    store.getState().resumeReply({ threadId: 't1', messageId: 'a1', now: 35 });
+    const cancelled = { code: 'CANCELLED' as const, message: 'cancelled' };
+    store
+      .getState()
+      .applyFrames([{ messageId: 'a1', frames: [{ type: 'error', requestId: 'r3', error: cancelled }] }], 36);
+    expect(store.getState().threads[0]?.messages[1]).toEqual(m);
     expect(store.getState().threads[0]?.messages).toHaveLength(2);
 
     // A continuation refused keeps the reply and its stats as they were.
