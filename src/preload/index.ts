@@ -32,7 +32,7 @@ const CHANNELS = {
   events: 'kvdesk:events',
 } as const;
 
-const EVENT_NAMES: readonly HostEventName[] = ['budget', 'scheduler', 'models', 'library', 'apiServer'];
+const EVENT_NAMES: readonly HostEventName[] = ['budget', 'scheduler', 'models', 'library', 'apiServer', 'settings'];
 
 function refusal(message: string): { ok: false; error: ErrorInfo } {
   return { ok: false, error: { code: 'BAD_REQUEST', message } };
@@ -117,6 +117,7 @@ const listeners: { [E in HostEventName]: Set<(payload: HostEvents[E]) => void> }
   models: new Set(),
   library: new Set(),
   apiServer: new Set(),
+  settings: new Set(),
 };
 
 ipcRenderer.on(CHANNELS.events, (_event, name: unknown, payloads: unknown) => {

@@ -260,6 +260,8 @@ export interface HostEvents {
   library: LibraryEntry[];
   /** The HTTP API server started, moved or stopped (from any window or page, or at start). */
   apiServer: ApiServerStatus;
+  /** A window or page saved the settings (presets, the API server's): the others take them up. */
+  settings: UiSettings;
 }
 export type HostEventName = keyof HostEvents;
 

@@ -1,6 +1,7 @@
 /**
  * Presets in Chromium against a real serve: a chat's settings saved under a name are given to another chat in
- * one pick (the settings panel shows them, the summary says so), survive a reload, and go when deleted.
+ * one pick (the settings panel shows them, the summary says so), survive a reload, and go when deleted; every page
+ * open on the same kvdesk sees them at once.
  */
 import type { Page } from '@playwright/test';
 import { expect, newChat, test } from './fixtures';
@@ -69,4 +70,24 @@ test('a preset saves a chat’s settings and gives them to another chat; it surv
   await setField(page, 'setting-temperature', '');
   await setField(page, 'setting-stop', '');
   await expect(page.getByTestId('settings-summary')).toContainText('temp default');
+});
+
+test('a preset saved in one page shows in another open on the same kvdesk, without a reload', async ({
+  app: page,
+  server,
+}) => {
+  const other = await page.context().newPage();
+  await other.goto(server.url);
+  await expect(other.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+  await openSettings(other);
+  await newChat(page);
+  await openSettings(page);
+  await page.getByTestId('preset-name').fill('Shared');
+  await page.getByTestId('preset-save').click();
+  await expect(other.getByTestId('preset-select').locator('option', { hasText: 'Shared' })).toHaveCount(1);
+  // Deleted there, gone here.
+  await other.getByTestId('preset-select').selectOption('Shared');
+  await other.getByTestId('preset-delete').click();
+  await expect(page.getByTestId('preset-select').locator('option', { hasText: 'Shared' })).toHaveCount(0);
+  await other.close();
 });

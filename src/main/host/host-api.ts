@@ -69,7 +69,7 @@ export interface HostApi {
   ensureModel(id: string | undefined, keepAliveMs?: number | null): Promise<void>;
   /** Library packages a request may name that are not loaded now: valid, present, one per id. */
   loadable(): LibraryEntry[];
-  /** Host events: 'budget' (throttled ≤ 10 Hz), 'scheduler', 'models', 'library', 'apiServer'. */
+  /** Host events: 'budget' (throttled ≤ 10 Hz), 'scheduler', 'models', 'library', 'apiServer', 'settings'. */
   on<E extends HostEventName>(event: E, fn: (payload: HostEvents[E]) => void): () => void;
   close(): Promise<void>;
 }
@@ -152,6 +152,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     models: new Set(),
     library: new Set(),
     apiServer: new Set(),
+    settings: new Set(),
   };
   let defaultModelId: string | undefined;
   /**
@@ -353,6 +354,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     getSettings: async () => store.getSettings(),
     saveSettings: async (req: Parameters<ThreadStore['saveSettings']>[0]) => {
       await store.saveSettings(req);
+      emit('settings', req);
       return null;
     },
     measurePrompt: async (req: unknown) => runner.measurePrompt(req),

@@ -20,6 +20,7 @@ export const HOST_EVENT_NAMES = [
   'models',
   'library',
   'apiServer',
+  'settings',
 ] as const satisfies readonly HostEventName[];
 // Compile-time: a new HostEvents entry must be added above.
 const _allEvents: [Exclude<HostEventName, (typeof HOST_EVENT_NAMES)[number]>] extends [never] ? true : never = true;

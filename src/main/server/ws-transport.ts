@@ -54,6 +54,7 @@ export function createWsTransport(hostApi: HostApi, opts: { maxPayloadBytes?: nu
       hostApi.on('models', (p) => broadcast('models', p)),
       hostApi.on('library', (p) => broadcast('library', p)),
       hostApi.on('apiServer', (p) => broadcast('apiServer', p)),
+      hostApi.on('settings', (p) => broadcast('settings', p)),
     ];
   }
 

@@ -183,6 +183,10 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   api.on('models', (models) => s().setModels(models));
   api.on('library', (entries) => s().setLibrary(entries));
   api.on('apiServer', (status) => s().setApiServer(status));
+  // Settings another window or page saved: what they share (presets, the API server's), not this one's view.
+  api.on('settings', (saved) => {
+    s().setUi({ presets: saved.presets, apiServer: saved.apiServer });
+  });
 
   async function refreshHostState(replaceSnapshot: boolean): Promise<void> {
     const [models, snap, library, server] = await Promise.all([

@@ -209,7 +209,7 @@ describe('host events to the window', () => {
     const source = fakeSource();
     const sent: unknown[] = [];
     const stop = forwardHostEvents(source as never, (name) => sent.push(name));
-    expect(source.count()).toBe(5); // budget, scheduler, models, library, apiServer
+    expect(source.count()).toBe(6); // budget, scheduler, models, library, apiServer, settings
     source.emit('scheduler', { type: 'queued' });
     stop();
     vi.advanceTimersByTime(100);

@@ -159,6 +159,6 @@ describe('stream control and events', () => {
   });
 
   it('lists every host event', () => {
-    expect([...HOST_EVENT_NAMES].sort()).toEqual(['apiServer', 'budget', 'library', 'models', 'scheduler']);
+    expect([...HOST_EVENT_NAMES].sort()).toEqual(['apiServer', 'budget', 'library', 'models', 'scheduler', 'settings']);
   });
 });
