@@ -1,0 +1,291 @@
+/** The open thread's settings: presets, system prompt, sampling, limits, stop strings, overflow, JSON output. */
+import { useState } from 'react';
+import type { Thread } from '../../shared/api';
+import type { SamplingSettings } from '../../shared/contract';
+import { useApp, useBridge } from '../bridge/context';
+import { parseSchema } from '../bridge/prompt';
+
+type NumField = {
+  key: keyof SamplingSettings;
+  label: string;
+  min: number;
+  max?: number;
+  step: number;
+  int?: boolean;
+  placeholder: string;
+};
+
+const FIELDS: NumField[] = [
+  { key: 'temperature', label: 'temperature', min: 0, max: 10, step: 0.05, placeholder: '0.7' },
+  { key: 'topP', label: 'top-p', min: 0.01, max: 1, step: 0.01, placeholder: '1' },
+  { key: 'topK', label: 'top-k', min: 0, step: 1, int: true, placeholder: '0 (off)' },
+  { key: 'minP', label: 'min-p', min: 0, max: 1, step: 0.01, placeholder: '0' },
+  { key: 'repetitionPenalty', label: 'repetition penalty', min: 0.01, max: 10, step: 0.05, placeholder: '1' },
+  {
+    key: 'repetitionWindow',
+    label: 'repetition window (tokens)',
+    min: 0,
+    max: 1_000_000,
+    step: 1,
+    int: true,
+    placeholder: '0 (all)',
+  },
+  { key: 'frequencyPenalty', label: 'frequency penalty', min: -2, max: 2, step: 0.1, placeholder: '0' },
+  { key: 'presencePenalty', label: 'presence penalty', min: -2, max: 2, step: 0.1, placeholder: '0' },
+  { key: 'seed', label: 'seed', min: 0, step: 1, int: true, placeholder: 'random' },
+];
+
+/** Reads a number box: empty means "model default" (undefined); out-of-range values are clamped by the host's schema, so refuse them here. */
+function readNumber(text: string, f: Pick<NumField, 'min' | 'max' | 'int'>): number | undefined | null {
+  if (text.trim() === '') return undefined;
+  const n = Number(text);
+  if (!Number.isFinite(n) || n < f.min || (f.max !== undefined && n > f.max) || (f.int && !Number.isInteger(n)))
+    return null;
+  return n;
+}
+
+/** What the settings panel needs from the composer for presets (kept there: applying one remounts the panel). */
+export interface PresetProps {
+  onApplied: () => void;
+  /** The preset last applied or saved (its delete button shows). */
+  picked: string;
+  setPicked: (name: string) => void;
+}
+
+/**
+ * Presets: named chat settings saved from a chat and given to another (system prompt, sampling, max tokens, stop
+ * strings, the overflow choice). `onApplied` lets the panel show the new values (its fields keep what they show).
+ */
+function PresetRow({ thread, onApplied, picked, setPicked }: PresetProps & { thread: Thread }) {
+  const bridge = useBridge();
+  const presets = useApp((s) => s.ui.presets) ?? [];
+  const [name, setName] = useState('');
+  return (
+    <div className="presets" data-testid="presets">
+      <label>
+        preset
+        <select
+          data-testid="preset-select"
+          // Always back on "apply a preset…", so picking the same preset again applies it again.
+          value=""
+          onChange={(e) => {
+            setPicked(e.target.value);
+            if (e.target.value) {
+              bridge.applyPreset(thread.id, e.target.value);
+              onApplied();
+            }
+          }}
+        >
+          <option value="">{presets.length > 0 ? 'apply a preset…' : 'no presets yet'}</option>
+          {presets.map((p) => (
+            <option key={p.name} value={p.name}>
+              {p.name}
+            </option>
+          ))}
+        </select>
+      </label>
+      {picked && (
+        <button
+          type="button"
+          className="ghost small"
+          data-testid="preset-delete"
+          onClick={() => {
+            bridge.deletePreset(picked);
+            setPicked('');
+          }}
+        >
+          delete “{picked}”
+        </button>
+      )}
+      <label>
+        save these settings as
+        <span className="row">
+          <input
+            type="text"
+            data-testid="preset-name"
+            maxLength={80}
+            placeholder="name"
+            value={name}
+            onChange={(e) => setName(e.target.value)}
+            onKeyDown={(e) => {
+              if (e.key === 'Enter' && name.trim()) {
+                bridge.savePreset(thread.id, name);
+                setPicked(name.trim());
+                setName('');
+              }
+            }}
+          />
+          <button
+            type="button"
+            data-testid="preset-save"
+            disabled={!name.trim()}
+            onClick={() => {
+              bridge.savePreset(thread.id, name);
+              setPicked(name.trim());
+              setName('');
+            }}
+          >
+            Save
+          </button>
+        </span>
+      </label>
+    </div>
+  );
+}
+
+export function SettingsPanel({ thread, presets }: { thread: Thread; presets: PresetProps }) {
+  const bridge = useBridge();
+  const sampling = thread.sampling ?? {};
+  const setSampling = (key: keyof SamplingSettings, value: number | boolean | undefined) => {
+    const next: SamplingSettings = { ...sampling };
+    if (value === undefined) delete next[key];
+    else (next as Record<string, number | boolean>)[key] = value;
+    bridge.updateThreadSettings(thread.id, { sampling: next });
+  };
+  return (
+    <div className="settings" data-testid="settings-panel">
+      <PresetRow thread={thread} {...presets} />
+      <label className="system">
+        system prompt
+        <textarea
+          data-testid="system-prompt"
+          defaultValue={thread.systemPrompt ?? ''}
+          placeholder="You are a helpful assistant."
+          onBlur={(e) => {
+            if (e.target.value !== (thread.systemPrompt ?? ''))
+              bridge.updateThreadSettings(thread.id, { systemPrompt: e.target.value });
+          }}
+        />
+      </label>
+      {FIELDS.map((f) => (
+        <label key={f.key}>
+          {f.label}
+          <input
+            type="number"
+            data-testid={`setting-${f.key}`}
+            min={f.min}
+            max={f.max}
+            step={f.step}
+            placeholder={f.placeholder}
+            defaultValue={(sampling[f.key] as number | undefined) ?? ''}
+            onBlur={(e) => {
+              const v = readNumber(e.target.value, f);
+              if (v === null) e.target.setCustomValidity(`between ${f.min} and ${f.max ?? '∞'}`);
+              else {
+                e.target.setCustomValidity('');
+                if (v !== sampling[f.key]) setSampling(f.key, v);
+              }
+              e.target.reportValidity();
+            }}
+          />
+        </label>
+      ))}
+      <label>
+        max tokens
+        <input
+          type="number"
+          data-testid="setting-maxNewTokens"
+          min={1}
+          step={1}
+          placeholder="model default"
+          defaultValue={thread.maxNewTokens ?? ''}
+          onBlur={(e) => {
+            const v = readNumber(e.target.value, { min: 1, max: 1_000_000, int: true });
+            if (v === null) return;
+            if (v !== thread.maxNewTokens) bridge.updateThreadSettings(thread.id, { maxNewTokens: v });
+          }}
+        />
+      </label>
+      <label>
+        greedy
+        <input
+          type="checkbox"
+          data-testid="setting-greedy"
+          checked={sampling.greedy === true}
+          onChange={(e) => setSampling('greedy', e.target.checked ? true : undefined)}
+        />
+      </label>
+      <label
+        className="wide"
+        title="A chat longer than the model's context leaves out its oldest messages (whole exchanges; the system prompt stays), or refuses the next turn."
+      >
+        when the chat outgrows the context
+        <select
+          data-testid="setting-contextOverflow"
+          value={thread.contextOverflow ?? 'drop-oldest'}
+          onChange={(e) =>
+            bridge.updateThreadSettings(thread.id, {
+              contextOverflow: e.target.value === 'refuse' ? 'refuse' : undefined,
+            })
+          }
+        >
+          <option value="drop-oldest">leave out the oldest messages</option>
+          <option value="refuse">stop with an error</option>
+        </select>
+      </label>
+      <label
+        className="wide"
+        title="A reply ends where one of these would appear (the string itself is not shown). One per line, at most 16."
+      >
+        stop strings (one per line)
+        <textarea
+          className="mono"
+          rows={2}
+          data-testid="setting-stop"
+          defaultValue={(thread.stop ?? []).join('\n')}
+          placeholder={'e.g. ###\nUser:'}
+          onBlur={(e) => {
+            const lines = e.target.value.split('\n').filter((l) => l.length > 0);
+            if (lines.length > 16 || lines.some((l) => l.length > 200)) {
+              e.target.setCustomValidity('at most 16 stop strings of at most 200 characters');
+              e.target.reportValidity();
+              return;
+            }
+            e.target.setCustomValidity('');
+            const next = lines.length > 0 ? lines : undefined;
+            if (JSON.stringify(next) !== JSON.stringify(thread.stop))
+              bridge.updateThreadSettings(thread.id, { stop: next });
+          }}
+        />
+      </label>
+      <label title="Every reply is one JSON object: sampling keeps to tokens that can continue one, and the reply ends when it closes. Ask for JSON in your message too, so the model means it.">
+        JSON output
+        <input
+          type="checkbox"
+          data-testid="setting-json"
+          checked={thread.responseFormat === 'json'}
+          onChange={(e) =>
+            bridge.updateThreadSettings(thread.id, { responseFormat: e.target.checked ? 'json' : undefined })
+          }
+        />
+      </label>
+      {thread.responseFormat === 'json' && (
+        <label
+          className="system schema"
+          title="Structured output: every reply conforms to this JSON Schema (kvdesk's subset: see the README). Leave it empty for any JSON object."
+        >
+          JSON schema (optional)
+          <textarea
+            className="mono"
+            maxLength={100_000}
+            data-testid="setting-json-schema"
+            defaultValue={thread.jsonSchema ?? ''}
+            placeholder='{"type": "object", "properties": {"answer": {"type": "string"}}}'
+            onBlur={(e) => {
+              const text = e.target.value;
+              if (text.trim() !== '' && !parseSchema(text)) {
+                e.target.setCustomValidity('not a JSON object: a JSON Schema starts with {');
+                e.target.reportValidity();
+                return;
+              }
+              e.target.setCustomValidity('');
+              const next = text.trim() === '' ? undefined : text;
+              if (next !== thread.jsonSchema) bridge.updateThreadSettings(thread.id, { jsonSchema: next });
+            }}
+          />
+        </label>
+      )}
+      <div className="hint">Empty fields use the model package's defaults. The same seed gives the same reply.</div>
+    </div>
+  );
+}
