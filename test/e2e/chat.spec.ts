@@ -80,9 +80,10 @@ test('regenerate replaces the last reply; edit-and-resend replaces the turn', as
 
 test('keyboard: Ctrl+N starts a chat, Ctrl+K focuses the model picker, Shift+Enter is a new line', async ({ app }) => {
   const before = await app.getByTestId('thread-item').count();
+  // Pressed one right after the other, as a person may: the picker keeps the focus Ctrl+K gave it.
   await app.keyboard.press('Control+n');
-  await expect(app.getByTestId('thread-item')).toHaveCount(before + 1);
   await app.keyboard.press('Control+k');
+  await expect(app.getByTestId('thread-item')).toHaveCount(before + 1);
   await expect(app.getByTestId('model-picker')).toBeFocused();
   const input = app.getByTestId('chat-input');
   await input.click();

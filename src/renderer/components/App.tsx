@@ -80,14 +80,17 @@ function useShortcuts(): void {
   const bridge = useBridge();
   const store = useAppStore();
   useEffect(() => {
+    /** The message box's focus after Ctrl+N, due on the next frame (a key pressed before then wins). */
+    let focusInput = 0;
     const onKey = (e: KeyboardEvent) => {
       const mod = e.ctrlKey || e.metaKey;
       if (mod && !e.shiftKey && !e.altKey && e.key.toLowerCase() === 'n') {
         e.preventDefault();
         bridge.newThread();
-        requestAnimationFrame(() => document.getElementById(CHAT_INPUT_ID)?.focus());
+        focusInput = requestAnimationFrame(() => document.getElementById(CHAT_INPUT_ID)?.focus());
       } else if (mod && !e.shiftKey && !e.altKey && e.key.toLowerCase() === 'k') {
         e.preventDefault();
+        cancelAnimationFrame(focusInput);
         document.getElementById(MODEL_PICKER_ID)?.focus();
       } else if (e.key === 'Escape' && !e.defaultPrevented) {
         const s = store.getState();
