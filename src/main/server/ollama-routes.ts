@@ -12,7 +12,7 @@ import type { LibraryEntry, ModelInfo } from '../../shared/api';
 import { toErrorInfo } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
 import type { HostApi } from '../host/host-api';
-import { errorFromInfo, HttpError, httpError, sendJson, streamHeaders } from './http-util';
+import { errorFromInfo, HttpError, sendJson, streamHeaders } from './http-util';
 import {
   loadReply,
   type MappedOllamaRequest,
@@ -133,18 +133,15 @@ export async function serveOllamaShow(hostApi: HostApi, body: unknown, res: Serv
 
 /**
  * DELETE /api/delete: takes a package out of the library, as the window's Forget does (a folder of one's own
- * stays on disk; kvdesk's copy of an upload is deleted). A loaded model is refused: unload it first.
+ * stays on disk; kvdesk's copy of an upload is deleted). A loaded model is unloaded first, as Ollama does; one
+ * still answering requests is refused, saying so.
  */
 export async function serveOllamaDelete(hostApi: HostApi, body: unknown, res: ServerResponse): Promise<void> {
   const entries = hostApi.library.list();
   const id = resolveModel(showModelName(body), [...new Set(entries.map((e) => e.id))]);
   if (hostApi.runner.listModels().some((m) => m.id === id)) {
-    throw httpError(
-      400,
-      `model "${id}" is loaded: unload it first (POST /api/generate {"model": "${id}", "keep_alive": 0}), then delete it.`,
-      'model_loaded',
-      'model',
-    );
+    const unloaded = await hostApi.call('unloadModel', { id });
+    if (!unloaded.ok) throw errorFromInfo(unloaded.error);
   }
   // The most recently loaded of the folders with that id, as a request naming it would load.
   const entry = entries.find((e) => e.id === id) as LibraryEntry;
