@@ -2,6 +2,7 @@
 import { memo, type ReactNode, useState } from 'react';
 import ReactMarkdown, { type Components } from 'react-markdown';
 import remarkGfm from 'remark-gfm';
+import { fenced } from '../lib/fence';
 
 interface HastLike {
   type: string;
@@ -69,7 +70,5 @@ export const Markdown = memo(function Markdown({ text }: { text: string }) {
 
 /** Markdown of a JSON-mode reply: one ```json block, fenced longer than any run of backticks in it. */
 export function jsonBlock(text: string): string {
-  const longest = Math.max(0, ...[...text.matchAll(/`+/g)].map((m) => m[0].length));
-  const fence = '`'.repeat(Math.max(3, longest + 1));
-  return `${fence}json\n${text}\n${fence}`;
+  return fenced(text, 'json');
 }

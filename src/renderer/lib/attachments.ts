@@ -3,6 +3,7 @@
  * the message as the model reads it — the text, then each file in a fenced block under its name.
  */
 import type { Attachment } from '../../shared/api';
+import { fenced } from './fence';
 
 /**
  * Largest file a message takes (the model's context is the real limit; the composer shows it): 2 MB, so its text
@@ -39,17 +40,6 @@ export function attachmentFrom(
   return { ok: true, attachment: { name: name.slice(0, 255), text: text.replace(/^\uFEFF/, '') } };
 }
 
-/** The longest run of backticks in `text`. */
-function longestBacktickRun(text: string): number {
-  let best = 0;
-  let run = 0;
-  for (const c of text) {
-    run = c === '`' ? run + 1 : 0;
-    if (run > best) best = run;
-  }
-  return best;
-}
-
 /** A Markdown fence language from a file name's extension (`notes.md` → md), or none. */
 function languageOf(name: string): string {
   const ext = /\.([A-Za-z0-9+#-]{1,12})$/.exec(name)?.[1]?.toLowerCase() ?? '';
@@ -58,8 +48,7 @@ function languageOf(name: string): string {
 
 /** One file as the model reads it: its name, then its text in a fence longer than any run of backticks in it. */
 export function attachmentBlock(a: Attachment): string {
-  const fence = '`'.repeat(Math.max(3, longestBacktickRun(a.text) + 1));
-  return `File ${a.name}:\n${fence}${languageOf(a.name)}\n${a.text.replace(/\n$/, '')}\n${fence}`;
+  return `File ${a.name}:\n${fenced(a.text.replace(/\n$/, ''), languageOf(a.name))}`;
 }
 
 /** A message's content as the model reads it: the text, then each attached file. */

@@ -7,6 +7,7 @@ import { type StoredMessage, Thread } from '../../shared/api';
 import { newId } from '../bridge/prompt';
 import { titleFrom } from '../store/chat-slice';
 import { attachmentBlock } from './attachments';
+import { fenced } from './fence';
 
 /** The JSON export's envelope. */
 export const EXPORT_KIND = 'kvdesk.thread';
@@ -46,26 +47,12 @@ export function threadToMarkdown(thread: Thread, modelName?: string): string {
     lines.push(`### ${m.role === 'user' ? 'You' : m.role === 'assistant' ? 'Assistant' : 'System'}`, '');
     // A reply that failed part way keeps what it wrote, as the window shows it.
     if (m.content) {
-      if (m.format === 'json') {
-        const fence = '`'.repeat(Math.max(3, longestRun(m.content, '`') + 1));
-        lines.push(`${fence}json`, m.content, fence, '');
-      } else lines.push(m.content, '');
+      lines.push(m.format === 'json' ? fenced(m.content, 'json') : m.content, '');
     }
     for (const a of m.attachments ?? []) lines.push(attachmentBlock(a), '');
     if (m.stats?.error) lines.push(`*Refused: ${m.stats.error.message}*`, '');
   }
   return `${lines.join('\n').trimEnd()}\n`;
-}
-
-/** The longest run of `ch` in `text`. */
-function longestRun(text: string, ch: string): number {
-  let best = 0;
-  let run = 0;
-  for (const c of text) {
-    run = c === ch ? run + 1 : 0;
-    if (run > best) best = run;
-  }
-  return best;
 }
 
 function quote(text: string): string {
