@@ -1,19 +1,20 @@
 /** Left column: new chat, import, search, and the threads (newest activity first) with rename and delete. */
 import { memo, useRef, useState } from 'react';
 import { useShallow } from 'zustand/react/shallow';
-import type { Thread } from '../../shared/api';
+import type { StoredMessage, Thread } from '../../shared/api';
 import { useApp, useBridge } from '../bridge/context';
 import { MAX_IMPORT_BYTES } from '../lib/thread-export';
 
-/** Each chat's searchable text (title, messages and their files, lower case), kept while the chat is unchanged. */
-const haystacks = new WeakMap<Thread, string>();
-function haystack(t: Thread): string {
-  let h = haystacks.get(t);
+/**
+ * A message's searchable text (its content and files, lower case), kept while the message object is unchanged:
+ * a reply streaming while a search is typed re-reads only itself each frame, not its whole chat.
+ */
+const haystacks = new WeakMap<StoredMessage, string>();
+function haystack(m: StoredMessage): string {
+  let h = haystacks.get(m);
   if (h === undefined) {
-    h = [t.title, ...t.messages.flatMap((m) => [m.content, ...(m.attachments ?? []).flatMap((a) => [a.name, a.text])])]
-      .join('\n')
-      .toLowerCase();
-    haystacks.set(t, h);
+    h = [m.content, ...(m.attachments ?? []).flatMap((a) => [a.name, a.text])].join('\n').toLowerCase();
+    haystacks.set(m, h);
   }
   return h;
 }
@@ -22,7 +23,9 @@ function haystack(t: Thread): string {
 export function matchingThreadIds(threads: Thread[], query: string): string[] {
   const words = query.toLowerCase().split(/\s+/).filter(Boolean);
   if (words.length === 0) return threads.map((t) => t.id);
-  return threads.filter((t) => words.every((w) => haystack(t).includes(w))).map((t) => t.id);
+  const found = (t: Thread, w: string) =>
+    t.title.toLowerCase().includes(w) || t.messages.some((m) => haystack(m).includes(w));
+  return threads.filter((t) => words.every((w) => found(t, w))).map((t) => t.id);
 }
 
 const ThreadItem = memo(function ThreadItem({ id }: { id: string }) {
