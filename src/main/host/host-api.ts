@@ -293,6 +293,15 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
   }, opts.firstUseSweepMs ?? 5000);
   sweeper.unref();
 
+  /** Every window and page hears of an API server change (and of a failed one, whose status may have moved too). */
+  async function announced(change: Promise<ApiServerStatus>): Promise<ApiServerStatus> {
+    try {
+      return await change;
+    } finally {
+      emit('apiServer', apiServer.status());
+    }
+  }
+
   async function wrap<T>(fn: () => Promise<T>): Promise<Result<T>> {
     try {
       return { ok: true, value: await fn() };
@@ -359,21 +368,8 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     },
     measurePrompt: async (req: unknown) => runner.measurePrompt(req),
     apiServerStatus: async () => apiServer.status(),
-    // Every window and page hears of a change (and of a failed one, whose status may have moved too).
-    startApiServer: async (req: { port: number }) => {
-      try {
-        return await apiServer.start(req.port);
-      } finally {
-        emit('apiServer', apiServer.status());
-      }
-    },
-    stopApiServer: async () => {
-      try {
-        return await apiServer.stop();
-      } finally {
-        emit('apiServer', apiServer.status());
-      }
-    },
+    startApiServer: async (req: { port: number }) => announced(apiServer.start(req.port)),
+    stopApiServer: async () => announced(apiServer.stop()),
   };
 
   const api: HostApi = {
