@@ -660,7 +660,7 @@ export class RunnerService {
           }).ids;
         };
         if (req.contextOverflow === 'drop-oldest') {
-          const fit = this.fitContext(req, model, spec, messages, render);
+          const fit = this.fitContext(req, model, messages, render);
           rows = [fit.ids];
           if (fit.dropped > 0) contextDrop = { messages: fit.dropped, contextLength: spec.contextLength };
         } else {
@@ -689,10 +689,10 @@ export class RunnerService {
   private fitContext(
     req: GenerateRequest,
     model: LoadedModel,
-    spec: ModelSpec,
     messages: ChatMessage[],
     render: (kept: ChatMessage[]) => number[],
   ): { ids: number[]; dropped: number } {
+    const spec = model.spec;
     const context = spec.contextLength;
     const reply = Math.min(req.maxNewTokens ?? spec.search.maxNewTokens ?? DEFAULT_MAX_NEW_TOKENS, context >> 1);
     const limit = context - Math.max(1, reply);
