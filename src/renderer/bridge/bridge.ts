@@ -236,15 +236,17 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   onOpen();
 
   // --- chat --------------------------------------------------------------------
-  function defaultsFrom(thread: Thread | undefined): Partial<Thread> {
-    if (!thread) return {};
+  /**
+   * A chat's settings that carry to another chat (a new one, or a preset). JSON mode is for the task at hand, not
+   * a preference: it stays behind.
+   */
+  function carriedSettings(t: Thread): Omit<Preset, 'name'> {
     return {
-      ...(thread.systemPrompt ? { systemPrompt: thread.systemPrompt } : {}),
-      ...(thread.sampling ? { sampling: thread.sampling } : {}),
-      ...(thread.maxNewTokens ? { maxNewTokens: thread.maxNewTokens } : {}),
-      ...(thread.stop ? { stop: thread.stop } : {}),
-      ...(thread.contextOverflow ? { contextOverflow: thread.contextOverflow } : {}),
-      // JSON mode is for the task at hand, not a preference: a new chat starts in plain text.
+      ...(t.systemPrompt ? { systemPrompt: t.systemPrompt } : {}),
+      ...(t.sampling && Object.keys(t.sampling).length > 0 ? { sampling: t.sampling } : {}),
+      ...(t.maxNewTokens ? { maxNewTokens: t.maxNewTokens } : {}),
+      ...(t.stop?.length ? { stop: t.stop } : {}),
+      ...(t.contextOverflow ? { contextOverflow: t.contextOverflow } : {}),
     };
   }
 
@@ -260,13 +262,14 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
 
   function newThread(): Thread {
     const now = Date.now();
+    const active = activeThread();
     const thread: Thread = {
       id: newId('t', now),
       title: UNTITLED,
       createdAt: now,
       updatedAt: now,
       messages: [],
-      ...defaultsFrom(activeThread()),
+      ...(active ? carriedSettings(active) : {}),
     };
     s().addThread(thread);
     s().setView('chat');
@@ -498,14 +501,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       const t = s().threads.find((x) => x.id === threadId);
       const clean = name.trim().slice(0, 80);
       if (!t || !clean) return;
-      const preset: Preset = {
-        name: clean,
-        ...(t.systemPrompt ? { systemPrompt: t.systemPrompt } : {}),
-        ...(t.sampling && Object.keys(t.sampling).length > 0 ? { sampling: t.sampling } : {}),
-        ...(t.maxNewTokens ? { maxNewTokens: t.maxNewTokens } : {}),
-        ...(t.stop?.length ? { stop: t.stop } : {}),
-        ...(t.contextOverflow ? { contextOverflow: t.contextOverflow } : {}),
-      };
+      const preset: Preset = { name: clean, ...carriedSettings(t) };
       const others = (s().ui.presets ?? []).filter((p) => p.name !== clean);
       s().setUi({ presets: [...others, preset].sort((a, b) => a.name.localeCompare(b.name)) });
       saveSettings();
