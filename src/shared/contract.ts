@@ -21,6 +21,11 @@ export const ChatMessage = z.object({
   toolCallId: z.string().min(1).max(200).optional(),
   /** A tool result's function name (found from toolCallId when omitted). */
   name: z.string().min(1).max(64).optional(),
+  /**
+   * An assistant turn's reasoning (a thinking model's thoughts before `content`), given to templates that show
+   * it (as `reasoning_content`); most leave earlier turns' reasoning out.
+   */
+  reasoning: z.string().optional(),
 });
 export type ChatMessage = z.infer<typeof ChatMessage>;
 
@@ -88,6 +93,11 @@ export const GenerateRequest = z
      * continue_final_message): the prompt ends where its text ends, and the reply's text is the continuation.
      */
     continueFinal: z.boolean().optional(),
+    /**
+     * A thinking model (one whose template has a switch for it, `enable_thinking`): reason before answering
+     * (true) or answer at once (false). Omitted: as the template does by default.
+     */
+    thinking: z.boolean().optional(),
     /** Copies of the prompt to generate (OpenAI `n`); multi-row requests reserve for every row. */
     rows: z.number().int().min(1).max(64).optional(),
     maxNewTokens: z.number().int().min(1).max(1_000_000).optional(),
@@ -211,6 +221,10 @@ export interface RowResult {
   toolCalls?: ToolCall[];
   /** The stop string that ended the reply (finishReason `stop`). */
   stopSequence?: string;
+  /** A thinking model's reasoning before its answer (`text` is the answer). */
+  reasoning?: string;
+  /** How many of tokenIds were reasoning (its markers included). */
+  reasoningTokens?: number;
 }
 
 /** The final result of a generation. Row 0 is repeated at the top level for convenience. */
@@ -219,6 +233,8 @@ export interface GenerationResult {
   modelId: string;
   tokenIds: number[];
   text: string;
+  reasoning?: string;
+  reasoningTokens?: number;
   finishReason: FinishReason;
   rows: RowResult[];
   promptTokens: number;
@@ -266,6 +282,8 @@ export type StreamFrame =
       rows: Array<{
         ids: number[];
         text: string;
+        /** Reasoning written with these tokens (a thinking model's, before its answer's text). */
+        reasoning?: string;
         logprobs?: GeneratedTokenLogprob[];
         toolCalls?: ToolCall[];
         toolCallDeltas?: ToolCallDelta[];

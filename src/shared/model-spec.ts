@@ -4,6 +4,7 @@
  * supported layout; never partially filled: a package either yields a complete
  * spec or a PACKAGE_INVALID error.
  */
+import type { ReasoningSpec } from './reasoning';
 
 /** Which on-disk layout a package was recognised as (PACKAGES.md numbering). */
 export type PackageLayout = 'onnx-genai' | 'ort-genai' | 'hf-optimum' | 'ort-package';
@@ -190,6 +191,8 @@ export interface ModelSpec {
   bosTokenId?: number;
   padTokenId?: number;
   chatTemplate?: string;
+  /** A thinking model's reasoning markers and switch (from its chat template). */
+  reasoning?: ReasoningSpec;
   tokenizer: TokenizerSpec;
   search: SearchDefaults;
   /** Execution providers the package offers (ORT names). */

@@ -1,4 +1,4 @@
-import { copyFileSync, mkdirSync, writeFileSync } from 'node:fs';
+import { copyFileSync, cpSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { generateModelPackage, type ModelGenConfig, presetConfig } from '../../scripts/model-gen';
@@ -77,3 +77,52 @@ export function unloadablePackage(): string {
   copyFileSync(path.join(defaultModelDir, 'tokenizer.json'), path.join(dir, 'tokenizer.json'));
   return dir;
 }
+
+/** The id of `</think>` in {@link thinkingModel}: one token (the unused `<|endoftext|>`, renamed), as in Qwen3's vocabulary. */
+export const THINK_END_ID = 509;
+
+/**
+ * The default package as a thinking model with Qwen3's switch: its template opens the reply with `<think>` (as
+ * DeepSeek-R1's does), or with `enable_thinking=false` closes it empty (as Qwen3's does), and `</think>` is one
+ * token, so a logit bias makes the random model end its reasoning after a few tokens. `template`: another
+ * template for the same package (under another `name`).
+ */
+export function thinkingModel(name = 'thinking', template = THINKING_TEMPLATE): string {
+  const dir = path.join(os.tmpdir(), 'kvdesk-test-models', name);
+  cpSync(defaultModelDir, dir, { recursive: true });
+  const edit = (file: string, change: (json: Record<string, unknown>) => void) => {
+    const at = path.join(dir, file);
+    const json = JSON.parse(readFileSync(at, 'utf8'));
+    change(json);
+    writeFileSync(at, JSON.stringify(json));
+  };
+  edit('tokenizer.json', (t) => {
+    const added = (t.added_tokens as Array<{ id: number }>).find((a) => a.id === THINK_END_ID);
+    Object.assign(added as object, { content: '</think>', special: false });
+  });
+  edit('tokenizer_config.json', (c) => {
+    (c.added_tokens_decoder as Record<string, unknown>)[String(THINK_END_ID)] = { content: '</think>', special: false };
+    c.bos_token = null;
+    c.pad_token = null;
+    c.chat_template = template;
+  });
+  edit('generation_config.json', (g) => {
+    g.eos_token_id = 511;
+  });
+  edit('config.json', (c) => {
+    c.bos_token_id = null;
+    c.pad_token_id = null;
+  });
+  return dir;
+}
+
+/**
+ * ChatML with Qwen3's reasoning: an assistant turn's reasoning shown when it has some (Qwen3 shows it after the
+ * last user message only), the reply opened with `<think>` (as DeepSeek-R1's) unless switched off.
+ */
+export const THINKING_TEMPLATE =
+  "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' }}" +
+  "{% if m.reasoning_content %}{{ '<think>\\n' + m.reasoning_content + '\\n</think>\\n\\n' }}{% endif %}" +
+  "{{ m.content + '<|im_end|>\\n' }}{% endfor %}" +
+  "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}" +
+  "{% if enable_thinking is defined and enable_thinking is false %}{{ '<think>\\n\\n</think>\\n\\n' }}{% else %}{{ '<think>\\n' }}{% endif %}{% endif %}";

@@ -41,7 +41,15 @@ import type { EngineEvent, EngineLoadResult, LogitsPositions, SamplingParams, St
 import { loadModelSpec } from '../packages';
 import { providerShortName } from '../packages/execution-providers';
 import { createScheduler, type Scheduler } from '../scheduler';
-import { applyChat, createStopMatcher, createStreamDecoder, loadTokenizer, type TextTokenizer } from '../tokenizer';
+import {
+  applyChat,
+  createReasoningSplitter,
+  createStopMatcher,
+  createStreamDecoder,
+  loadTokenizer,
+  type ReasoningSplitter,
+  type TextTokenizer,
+} from '../tokenizer';
 import {
   createToolCallFilter,
   type ToolCallFilter,
@@ -52,6 +60,7 @@ import {
 import { dropOldest } from './context-fit';
 import { deriveHostDeviceBudget } from './device-budgets';
 import { EngineClient } from './engine-client';
+import { type ReasoningPlan, reasoningPlan, thinkingVars } from './reasoning-plan';
 import { nativeTemplate, planTools, type ToolPlan } from './tool-plan';
 
 const CPU = 'CPUExecutionProvider';
@@ -258,7 +267,6 @@ function checkLogitBias(req: GenerateRequest, vocabSize: number): void {
   }
 }
 
-/** The host's API. */
 /**
  * A reply that continues the final assistant message: it must be there, and it cannot also be a forced tool call
  * or JSON mode (both write a reply from its start).
@@ -288,6 +296,7 @@ function checkContinuation(req: GenerateRequest, messages: ChatMessage[], tools:
   }
 }
 
+/** The host's API. */
 export class RunnerService {
   readonly engine: EngineClient;
   /** One budget per device, the CPU's first; a GPU's exists while a model is placed there. */
@@ -625,12 +634,15 @@ export class RunnerService {
   private buildRows(
     req: GenerateRequest,
     model: LoadedModel,
-  ): { rows: number[][]; tools: ToolPlan | undefined; contextDrop?: ContextDrop } {
+  ): { rows: number[][]; tools: ToolPlan | undefined; contextDrop?: ContextDrop; reasoning?: ReasoningPlan } {
     const tools = planTools(req, model.spec.chatTemplate, model.tokenizer);
+    const thinking = thinkingVars(req, model.spec);
     const tok = model.tokenizer;
     const spec = model.spec;
     let rows: number[][];
     let contextDrop: ContextDrop | undefined;
+    // The chat prompt as rendered (its end is the same whichever turns drop-oldest keeps).
+    let rendered: string | undefined;
     if (req.promptIds) {
       tok.validateIds(req.promptIds);
       rows = [req.promptIds];
@@ -652,12 +664,15 @@ export class RunnerService {
             tools?.native ?? (all.some((m) => m.toolCalls || m.role === 'tool') && nativeTemplate(spec.chatTemplate));
           const form = tools?.format ?? toolCallFormat(spec.chatTemplate, native);
           const turns = toolChatTurns(all, tools?.shown, native, form);
-          return applyChat(tok, spec.chatTemplate, turns.messages, {
+          const applied = applyChat(tok, spec.chatTemplate, turns.messages, {
             source: 'tokenizer_config.json field chat_template',
             ...(turns.tools ? { tools: turns.tools } : {}),
             ...(tools?.suffix ? { suffix: tools.suffix } : {}),
             ...(req.continueFinal ? { continueFinal: true } : {}),
-          }).ids;
+            ...(thinking ? { vars: thinking } : {}),
+          });
+          rendered = applied.text;
+          return applied.ids;
         };
         if (req.contextOverflow === 'drop-oldest') {
           const fit = this.fitContext(req, model, messages, render);
@@ -678,7 +693,8 @@ export class RunnerService {
       if (rows.length !== 1) throw new KvdeskError('BAD_REQUEST', 'rows > 1 needs a single prompt to copy');
       rows = Array.from({ length: copies }, () => (rows[0] as number[]).slice());
     }
-    return { rows, tools, ...(contextDrop ? { contextDrop } : {}) };
+    const reasoning = rendered === undefined ? undefined : reasoningPlan(req, spec, tok, tools, rendered);
+    return { rows, tools, ...(contextDrop ? { contextDrop } : {}), ...(reasoning ? { reasoning } : {}) };
   }
 
   /**
@@ -753,9 +769,10 @@ export class RunnerService {
     let rows: number[][];
     let tools: ToolPlan | undefined;
     let contextDrop: ContextDrop | undefined;
+    let reasoning: ReasoningPlan | undefined;
     try {
       model = this.resolveModel(req.model);
-      ({ rows, tools, contextDrop } = this.buildRows(req, model));
+      ({ rows, tools, contextDrop, reasoning } = this.buildRows(req, model));
       checkLogitBias(req, model.spec.vocabSize);
       checkJsonSchema(req);
       // A forced call is structured output over the call's schema.
@@ -781,6 +798,7 @@ export class RunnerService {
       rows,
       tools,
       contextDrop,
+      reasoning,
       sink,
       resolveResult,
       rejectResult,
@@ -936,6 +954,10 @@ class Generation {
   private readonly rowDecoded: number[];
   private readonly decoders;
   private readonly matchers;
+  /** A thinking model's replies: each row's splitter of reasoning from answer, its reasoning and its tokens. */
+  private readonly splitters: ReasoningSplitter[] | undefined;
+  private readonly rowReasoning: string[];
+  private readonly rowReasoningTokens: number[];
   /** With tools: each row's reader of calls, and the calls read so far. */
   private readonly toolFilters: ToolCallFilter[] | undefined;
   private readonly rowCalls: ToolCall[][];
@@ -959,6 +981,7 @@ class Generation {
     private readonly rows: number[][],
     private readonly tools: ToolPlan | undefined,
     private readonly contextDrop: ContextDrop | undefined,
+    reasoning: ReasoningPlan | undefined,
     private readonly sink: (frame: StreamFrame) => void,
     private readonly resolve: (r: GenerationResult) => void,
     private readonly reject: (e: Error) => void,
@@ -971,13 +994,20 @@ class Generation {
     this.rowLogprobs = req.logprobs !== undefined ? rows.map(() => []) : undefined;
     this.rowDecoded = rows.map(() => 0);
     const reads = tools?.reads ? tools : undefined;
-    // A tool-call marker that is a special token (Mistral's [TOOL_CALLS]) stays in the text the filter reads.
+    // A tool-call marker that is a special token (Mistral's [TOOL_CALLS]) stays in the text the filter reads, and
+    // reasoning markers in the text the splitter reads.
+    const keep = new Set([...(reads?.keepIds ?? []), ...(reasoning?.keepIds ?? [])]);
     this.decoders = rows.map(() =>
       createStreamDecoder(model.tokenizer, {
         skipSpecialTokens: true,
-        ...(reads && reads.keepIds.size > 0 ? { keepSpecialIds: reads.keepIds } : {}),
+        ...(keep.size > 0 ? { keepSpecialIds: keep } : {}),
       }),
     );
+    this.splitters = reasoning
+      ? rows.map(() => createReasoningSplitter(reasoning.spec, { inside: reasoning.inside }))
+      : undefined;
+    this.rowReasoning = rows.map(() => '');
+    this.rowReasoningTokens = rows.map(() => 0);
     // A forced call is the whole reply: a stop string inside its arguments would only break it.
     this.matchers = rows.map(() => createStopMatcher(tools?.forced ? [] : (req.stop ?? [])));
     this.toolFilters = reads
@@ -1178,6 +1208,7 @@ class Generation {
     const frameRows: Array<{
       ids: number[];
       text: string;
+      reasoning?: string;
       logprobs?: GeneratedTokenLogprob[];
       toolCalls?: ToolCall[];
       toolCallDeltas?: ToolCallDelta[];
@@ -1188,7 +1219,8 @@ class Generation {
       const freshLogprobs: GeneratedTokenLogprob[] | undefined = this.rowLogprobs ? [] : undefined;
       const calls: ToolCall[] = [];
       const deltas: ToolCallDelta[] = [];
-      let text = '';
+      const out = { text: '', reasoning: '' };
+      const splitter = this.splitters?.[r];
       for (const [i, id] of (ids[r] ?? []).entries()) {
         if (this.rowStopped[r]) break;
         fresh.push(id);
@@ -1202,16 +1234,22 @@ class Generation {
           freshLogprobs.push(named);
           this.rowLogprobs?.[r]?.push(named);
         }
+        const wasThinking = splitter?.thinking === true;
         const m = this.matchers[r]?.push(piece);
         if (m) {
-          text += this.readCalls(r, m.emit, calls, deltas);
+          this.pass(r, m.emit, out, calls, deltas);
           if (m.stopped) this.stopRow(r, m.stop);
         }
+        // A token that reasons, opens or closes the reasoning counts as reasoning.
+        if (wasThinking || splitter?.thinking) (this.rowReasoningTokens[r] as number)++;
       }
+      const text = out.text;
       this.rowText[r] += text;
+      this.rowReasoning[r] += out.reasoning;
       frameRows.push({
         ids: fresh,
         text,
+        ...(out.reasoning.length > 0 ? { reasoning: out.reasoning } : {}),
         ...(freshLogprobs ? { logprobs: freshLogprobs } : {}),
         ...(calls.length > 0 ? { toolCalls: calls } : {}),
         ...(deltas.length > 0 ? { toolCallDeltas: deltas } : {}),
@@ -1229,6 +1267,27 @@ class Generation {
     if (this.rowStopped[r]) return;
     this.rowStopped[r] = 'stop';
     this.rowStopSequence[r] = stop;
+  }
+
+  /**
+   * Text the stop strings let through, split into reasoning and answer (a thinking model's), the answer's calls
+   * read out of it: reasoning and the rest of the answer are added to `out`.
+   */
+  private pass(
+    r: number,
+    text: string,
+    out: { text: string; reasoning: string },
+    calls: ToolCall[],
+    deltas?: ToolCallDelta[],
+  ): void {
+    const splitter = this.splitters?.[r];
+    if (!splitter) {
+      out.text += this.readCalls(r, text, calls, deltas);
+      return;
+    }
+    const split = splitter.push(text);
+    out.reasoning += split.reasoning;
+    out.text += this.readCalls(r, split.content, calls, deltas);
   }
 
   /**
@@ -1260,30 +1319,45 @@ class Generation {
     if (this.ended) return;
     const sessionId = this.req.sessionId;
     // Flush text held back by the decoders and stop matchers.
-    const tail: Array<{ ids: number[]; text: string; toolCalls?: ToolCall[]; toolCallDeltas?: ToolCallDelta[] }> = [];
+    const tail: Array<{
+      ids: number[];
+      text: string;
+      reasoning?: string;
+      toolCalls?: ToolCall[];
+      toolCallDeltas?: ToolCallDelta[];
+    }> = [];
     for (let r = 0; r < this.rows.length; r++) {
-      let text = '';
+      const out = { text: '', reasoning: '' };
       const calls: ToolCall[] = [];
       // The last pieces of a streamed call may come with the text held back until now.
       const deltas: ToolCallDelta[] = [];
       if (!this.rowStopped[r]) {
         const m = this.matchers[r]?.push(this.decoders[r]?.flush() ?? '');
-        text += this.readCalls(r, m?.emit ?? '', calls, deltas);
+        this.pass(r, m?.emit ?? '', out, calls, deltas);
         if (m?.stopped) this.stopRow(r, m.stop);
-        if (!this.rowStopped[r]) text += this.readCalls(r, this.matchers[r]?.flush() ?? '', calls, deltas);
+        if (!this.rowStopped[r]) this.pass(r, this.matchers[r]?.flush() ?? '', out, calls, deltas);
       }
+      // Reasoning cut off (by max tokens, a stop string) stays reasoning.
+      const split = this.splitters?.[r]?.flush();
+      if (split) {
+        out.reasoning += split.reasoning;
+        out.text += this.readCalls(r, split.content, calls, deltas);
+      }
+      let text = out.text;
       // A call left incomplete is the reply's text.
       const filter = this.toolFilters?.[r];
       if (filter) text += this.takeCalls(r, filter.flush(), calls, deltas);
       this.rowText[r] += text;
+      this.rowReasoning[r] += out.reasoning;
       tail.push({
         ids: [],
         text,
+        ...(out.reasoning.length > 0 ? { reasoning: out.reasoning } : {}),
         ...(calls.length > 0 ? { toolCalls: calls } : {}),
         ...(deltas.length > 0 ? { toolCallDeltas: deltas } : {}),
       });
     }
-    if (tail.some((t) => t.text.length > 0 || t.toolCalls || t.toolCallDeltas))
+    if (tail.some((t) => t.text.length > 0 || t.reasoning || t.toolCalls || t.toolCallDeltas))
       this.emit({ type: 'tokens', requestId: this.id, rows: tail });
 
     const cancelled = engineReason === 'cancelled' || (this.cancelReason !== null && engineReason !== 'eos');
@@ -1295,6 +1369,9 @@ class Generation {
       return {
         tokenIds: this.rowIds[r] as number[],
         text: this.rowText[r] as string,
+        ...(this.splitters
+          ? { reasoning: this.rowReasoning[r] as string, reasoningTokens: this.rowReasoningTokens[r] as number }
+          : {}),
         finishReason: calls.length > 0 && ended ? 'tool_calls' : reason,
         ...(this.rowLogprobs ? { logprobs: this.rowLogprobs[r] as GeneratedTokenLogprob[] } : {}),
         ...(calls.length > 0 ? { toolCalls: calls } : {}),
@@ -1353,6 +1430,9 @@ class Generation {
       modelId: this.model.id,
       tokenIds: rowsOut[0]?.tokenIds ?? [],
       text: rowsOut[0]?.text ?? '',
+      ...(this.splitters
+        ? { reasoning: rowsOut[0]?.reasoning ?? '', reasoningTokens: rowsOut[0]?.reasoningTokens ?? 0 }
+        : {}),
       finishReason,
       rows: rowsOut,
       promptTokens: this.promptTokens,

@@ -8,6 +8,7 @@ import type {
   PackageLayout,
   SearchDefaults,
 } from '../../shared/model-spec';
+import { reasoningOf } from '../../shared/reasoning';
 import type { ConfigFields } from './config-file';
 import { CPU_PROVIDER } from './execution-providers';
 import { type LoadedGraph, logitsVocab } from './graph';
@@ -158,6 +159,8 @@ export async function finishSpec(ctx: PackageContext, parts: SpecParts): Promise
   if (parts.bos !== undefined && parts.bos.ids[0] !== undefined) spec.bosTokenId = parts.bos.ids[0];
   if (parts.pad !== undefined && parts.pad.ids[0] !== undefined) spec.padTokenId = parts.pad.ids[0];
   if (parts.tokenizer.chatTemplate !== undefined) spec.chatTemplate = parts.tokenizer.chatTemplate;
+  const reasoning = reasoningOf(parts.tokenizer.chatTemplate);
+  if (reasoning) spec.reasoning = reasoning;
   if (parts.sessionOptions !== undefined) spec.sessionOptions = parts.sessionOptions;
   if (parts.extraInputs.length > 0) spec.extraInputs = parts.extraInputs;
   if (parts.graphVariants !== undefined) spec.graphVariants = parts.graphVariants;

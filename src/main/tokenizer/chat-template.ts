@@ -18,6 +18,8 @@ export interface ChatMessage {
   /** A tool result: the call it answers, and the tool's name. */
   tool_call_id?: string;
   name?: string;
+  /** An assistant turn's reasoning (Qwen3's and DeepSeek's templates read `reasoning_content`). */
+  reasoning_content?: string;
 }
 
 /** Options of {@link renderChatTemplate}. */
@@ -30,6 +32,8 @@ export interface RenderChatOptions {
   source?: string;
   /** Tools the model may call, in transformers' form (`{type: 'function', function: {name, description, parameters}}`). */
   tools?: unknown[];
+  /** More variables for the template (transformers' chat template kwargs, e.g. `enable_thinking`). */
+  vars?: Record<string, unknown>;
 }
 
 /**
@@ -63,6 +67,7 @@ export function renderChatTemplate(template: string, messages: ChatMessage[], op
   renameIdentifier(compiled.parsed, 'raise_exception', RAISE);
   try {
     return compiled.render({
+      ...opts.vars,
       messages: messages.map(templateMessage),
       ...(opts.tools ? { tools: opts.tools } : {}),
       add_generation_prompt: opts.addGenerationPrompt,
@@ -95,6 +100,7 @@ function templateMessage(m: ChatMessage): Record<string, unknown> {
   if (m.tool_calls) out.tool_calls = m.tool_calls;
   if (m.tool_call_id !== undefined) out.tool_call_id = m.tool_call_id;
   if (m.name !== undefined) out.name = m.name;
+  if (m.reasoning_content !== undefined) out.reasoning_content = m.reasoning_content;
   return out;
 }
 
@@ -145,6 +151,8 @@ export function applyChat(
     addGenerationPrompt?: boolean;
     source?: string;
     tools?: unknown[];
+    /** More variables for the template (e.g. `enable_thinking`). */
+    vars?: Record<string, unknown>;
     /** Text after the rendered prompt: the start of the reply the model is made to write (a tool call's opening). */
     suffix?: string;
     /**
@@ -165,6 +173,7 @@ export function applyChat(
   if (bos) renderOpts.bosToken = bos.token;
   if (eos) renderOpts.eosToken = eos.token;
   if (opts?.tools) renderOpts.tools = opts.tools;
+  if (opts?.vars) renderOpts.vars = opts.vars;
   const template_ = chosen ?? DEFAULT_CHAT_TEMPLATE;
   const text =
     (opts?.continueFinal

@@ -6,6 +6,12 @@ export {
   type RenderChatOptions,
   renderChatTemplate,
 } from './chat-template';
+export {
+  createReasoningSplitter,
+  promptOpensReasoning,
+  type ReasoningPush,
+  type ReasoningSplitter,
+} from './reasoning-splitter';
 export { createStopMatcher, type StopMatcher, type StopPush } from './stop-matcher';
 export { createStreamDecoder, MAX_STREAM_WINDOW, type StreamDecoder } from './stream-decoder';
 export {

@@ -169,6 +169,7 @@ export function toolChatTurns(
     const id = (raw: string) => (format.shortIds ? shortId(raw) : raw);
     const out = messages.map((m): TemplateMessage => {
       const t: TemplateMessage = { role: m.role, content: m.content };
+      if (m.reasoning !== undefined && m.role === 'assistant') t.reasoning_content = m.reasoning;
       if (m.toolCalls && m.toolCalls.length > 0) {
         t.tool_calls = m.toolCalls.map((c) => {
           names.set(c.id, c.name);
@@ -198,7 +199,9 @@ export function toolChatTurns(
       continue;
     }
     const calls = m.toolCalls?.map(hermesText) ?? [];
-    out.push({ role: m.role, content: [m.content, ...calls].filter((s) => s.length > 0).join('\n') });
+    const t: TemplateMessage = { role: m.role, content: [m.content, ...calls].filter((s) => s.length > 0).join('\n') };
+    if (m.reasoning !== undefined && m.role === 'assistant') t.reasoning_content = m.reasoning;
+    out.push(t);
   }
   if (tools) {
     // In the system message; without one, at the head of the first user turn (some templates refuse a system

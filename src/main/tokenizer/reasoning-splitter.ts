@@ -1,0 +1,118 @@
+import type { ReasoningSpec } from '../../shared/reasoning';
+
+/** Text of a reply split into the model's reasoning and its answer. */
+export interface ReasoningPush {
+  reasoning: string;
+  content: string;
+}
+
+/**
+ * Splits a reply's streamed text into reasoning and answer, across any chunking: the reasoning is what comes
+ * between the markers (the prompt may have opened them already), the answer what follows the closing one.
+ * Whitespace around the reasoning and before the answer is dropped, as the markers' own line breaks are.
+ */
+export interface ReasoningSplitter {
+  push(text: string): ReasoningPush;
+  /** End of the reply: what was held back (a reply cut inside its reasoning keeps that reasoning). */
+  flush(): ReasoningPush;
+  /** Whether the text pushed so far ends inside the reasoning. */
+  readonly thinking: boolean;
+}
+
+type State = 'start' | 'inside' | 'after' | 'content';
+
+/**
+ * `inside`: the prompt ended with the opening marker (DeepSeek-R1's template writes it), so the reply starts
+ * with reasoning. Otherwise a reply that opens with the marker (after whitespace) reasons first; a marker later
+ * in the answer is text.
+ */
+export function createReasoningSplitter(
+  spec: Pick<ReasoningSpec, 'open' | 'close'>,
+  opts: { inside: boolean },
+): ReasoningSplitter {
+  let state: State = opts.inside ? 'inside' : 'start';
+  // Text not yet given out: a possible start of a marker, or whitespace that may turn out to end the reasoning.
+  let held = '';
+  // Whether reasoning text has been given out (leading whitespace of the reasoning is dropped).
+  let reasoned = false;
+
+  const push = (text: string): ReasoningPush => {
+    const out: ReasoningPush = { reasoning: '', content: '' };
+    held += text;
+    for (;;) {
+      if (state === 'start') {
+        const body = held.trimStart();
+        if (body.length === 0) return out;
+        if (body.startsWith(spec.open)) {
+          held = body.slice(spec.open.length);
+          state = 'inside';
+          continue;
+        }
+        if (spec.open.startsWith(body)) return out;
+        state = 'content';
+        continue;
+      }
+      if (state === 'inside') {
+        const at = held.indexOf(spec.close);
+        if (at >= 0) {
+          give(held.slice(0, at).trimEnd());
+          held = held.slice(at + spec.close.length);
+          state = 'after';
+          continue;
+        }
+        // Hold back what could be the start of the closing marker, and the whitespace before it.
+        const end = held.slice(0, held.length - partialSuffix(held, spec.close)).trimEnd().length;
+        give(held.slice(0, end));
+        held = held.slice(end);
+        return out;
+      }
+      if (state === 'after') {
+        held = held.trimStart();
+        if (held.length === 0) return out;
+        state = 'content';
+        continue;
+      }
+      out.content += held;
+      held = '';
+      return out;
+    }
+
+    function give(reasoning: string): void {
+      const text = reasoned ? reasoning : reasoning.trimStart();
+      if (text.length === 0) return;
+      out.reasoning += text;
+      reasoned = true;
+    }
+  };
+
+  return {
+    push,
+    flush() {
+      const out: ReasoningPush = { reasoning: '', content: '' };
+      if (state === 'inside') {
+        const rest = held.trimEnd();
+        out.reasoning = reasoned ? rest : rest.trimStart();
+      } else if (state === 'start') {
+        out.content = held;
+      }
+      held = '';
+      return out;
+    },
+    get thinking() {
+      return state === 'inside';
+    },
+  };
+}
+
+/** The length of the longest proper prefix of `marker` that `text` ends with. */
+function partialSuffix(text: string, marker: string): number {
+  for (let n = Math.min(marker.length - 1, text.length); n > 0; n--) {
+    if (text.endsWith(marker.slice(0, n))) return n;
+  }
+  return 0;
+}
+
+/** Whether a rendered prompt leaves the reply inside the reasoning (it ends with the opening marker). */
+export function promptOpensReasoning(prompt: string, spec: Pick<ReasoningSpec, 'open'>): boolean {
+  return prompt.trimEnd().endsWith(spec.open);
+}

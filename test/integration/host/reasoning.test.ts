@@ -1,0 +1,154 @@
+/**
+ * A thinking model's replies on the real engine: a generated package made a thinking model (Qwen3's switch,
+ * DeepSeek-R1's `<think>`-opened reply, `</think>` one token that a logit bias makes the random model write), and
+ * the shared tiny-reasoning fixture. The split is checked against the reply's own tokens: the reasoning is the
+ * text of the tokens before `</think>`, the answer the text of those after it.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { RunnerService } from '../../../src/main/host/runner-service';
+import type { ChatMessage, GenerateRequest, GenerationResult, StreamFrame } from '../../../src/shared/contract';
+import { defaultModelDir, fixture, fixturesSkipReason, haveFixtures } from '../../helpers/fixtures';
+import { THINK_END_ID, thinkingModel } from '../../helpers/models';
+
+let h: RunnerService;
+/** A logit bias on `</think>` that makes the greedy reply reason for a few tokens, then answer. */
+let bias: number;
+const ASK: ChatMessage[] = [{ role: 'user', content: 'Why is the sky blue?' }];
+
+beforeAll(async () => {
+  h = new RunnerService({ intraOpNumThreads: 2 });
+  await h.loadModel(thinkingModel(), { id: 'thinking' });
+  // The same package whose template opens the reasoning but has no switch (DeepSeek-R1's).
+  await h.loadModel(thinkingModel('thinking-always', "{{ messages[0].content + '\\n<think>\\n' }}"), {
+    id: 'always',
+  });
+  await h.loadModel(defaultModelDir, { id: 'default' });
+  for (bias = 0.5; bias < 8; bias += 0.5) {
+    const at = (await run({ maxNewTokens: 16 })).tokenIds.indexOf(THINK_END_ID);
+    if (at >= 3 && at <= 10) break;
+  }
+}, 120_000);
+afterAll(async () => {
+  await h?.close();
+});
+
+function run(req: Partial<GenerateRequest>, sink?: (f: StreamFrame) => void): Promise<GenerationResult> {
+  return h.generate(
+    {
+      model: 'thinking',
+      messages: ASK,
+      maxNewTokens: 16,
+      sampling: { greedy: true, logitBias: { [THINK_END_ID]: bias } },
+      ...req,
+    },
+    sink,
+  ).result;
+}
+
+const decode = (ids: number[]) => h.tokenizerOf('thinking').decode(ids, { skipSpecialTokens: true });
+
+describe('a thinking model', () => {
+  it('splits the reply at its own </think>: the reasoning is the tokens before, the answer those after', async () => {
+    const frames: StreamFrame[] = [];
+    const r = await run({}, (f) => frames.push(f));
+    const at = r.tokenIds.indexOf(THINK_END_ID);
+    expect(at).toBeGreaterThanOrEqual(3);
+    expect(r.reasoning).toBe(decode(r.tokenIds.slice(0, at)).trim());
+    expect(r.text).toBe(decode(r.tokenIds.slice(at + 1)).trimStart());
+    expect(r.reasoning?.length).toBeGreaterThan(0);
+    expect(r.reasoningTokens).toBe(at + 1);
+    // Streamed: reasoning pieces first, then the answer's (a frame may hold the last of one and the first of
+    // the other), adding up to the result.
+    const rows = frames.flatMap((f) => (f.type === 'tokens' ? f.rows : []));
+    expect(rows.map((row) => row.reasoning ?? '').join('')).toBe(r.reasoning);
+    expect(rows.map((row) => row.text).join('')).toBe(r.text);
+    const lastReasoning = rows.findLastIndex((row) => (row.reasoning ?? '') !== '');
+    const firstText = rows.findIndex((row) => row.text !== '');
+    expect(lastReasoning).toBeLessThanOrEqual(firstText);
+  });
+
+  it('keeps a reply cut off while reasoning as reasoning', async () => {
+    const r = await run({ maxNewTokens: 2 });
+    expect(r.tokenIds).not.toContain(THINK_END_ID);
+    expect(r.reasoning).toBe(decode(r.tokenIds).trim());
+    expect(r.text).toBe('');
+    expect(r.reasoningTokens).toBe(2);
+  });
+
+  it('thinking: false renders the template with its switch off, and the reply is all answer', async () => {
+    const on = h.measurePrompt({ model: 'thinking', messages: ASK });
+    const off = h.measurePrompt({ model: 'thinking', messages: ASK, thinking: false });
+    expect(off.promptTokens).toBeGreaterThan(on.promptTokens);
+    // Without the bias the model writes no </think>: every token is the answer's.
+    const r = await run({ thinking: false, sampling: { greedy: true } });
+    expect(r.tokenIds).not.toContain(THINK_END_ID);
+    expect(r.reasoning).toBe('');
+    expect(r.reasoningTokens).toBe(0);
+    expect(r.text).toBe(decode(r.tokenIds));
+    // thinking: true is the template's default.
+    expect(h.measurePrompt({ model: 'thinking', messages: ASK, thinking: true })).toEqual(on);
+  });
+
+  it("gives an earlier turn's reasoning to the template, which shows it", async () => {
+    const first = await run({});
+    const turn: ChatMessage[] = [...ASK, { role: 'assistant', content: first.text }, { role: 'user', content: 'And?' }];
+    const without = h.measurePrompt({ model: 'thinking', messages: turn });
+    const withIt = h.measurePrompt({
+      model: 'thinking',
+      messages: turn.map((m, i) => (i === 1 ? { ...m, reasoning: first.reasoning ?? '' } : m)),
+    });
+    expect(withIt.promptTokens).toBeGreaterThan(without.promptTokens);
+  });
+
+  it('a reply held to JSON from its first token is not split', async () => {
+    const r = await run({ responseFormat: 'json', sampling: { greedy: true } });
+    expect(r.reasoning).toBeUndefined();
+    expect(r.reasoningTokens).toBeUndefined();
+  });
+
+  it('refuses thinking for a model that does not think, and no thinking for one that always does', async () => {
+    await expect(h.generate({ model: 'default', messages: ASK, thinking: true }).result).rejects.toMatchObject({
+      code: 'BAD_REQUEST',
+      detail: { field: 'thinking' },
+      message: expect.stringMatching(/does not think/),
+    });
+    await expect(h.generate({ model: 'always', messages: ASK, thinking: false }).result).rejects.toMatchObject({
+      code: 'BAD_REQUEST',
+      detail: { field: 'thinking' },
+      message: expect.stringMatching(/always thinks.*enable_thinking/),
+    });
+    // Asked for what they do anyway, both run.
+    const plain = await h.generate({ model: 'default', messages: ASK, thinking: false, maxNewTokens: 2 }).result;
+    expect(plain.reasoning).toBeUndefined();
+    const always = await h.generate({ model: 'always', messages: ASK, thinking: true, maxNewTokens: 2 }).result;
+    expect(always.reasoning?.length).toBeGreaterThan(0);
+  });
+
+  it('a plain completion (no chat template) is the text as written', async () => {
+    const r = await h.generate({
+      model: 'thinking',
+      prompt: 'Why',
+      maxNewTokens: 12,
+      sampling: { greedy: true, logitBias: { [THINK_END_ID]: bias } },
+    }).result;
+    expect(r.reasoning).toBeUndefined();
+    expect(r.text).toBe(decode(r.tokenIds));
+  });
+});
+
+describe.skipIf(!haveFixtures)(`tiny-reasoning (${haveFixtures ? 'shared fixture' : fixturesSkipReason})`, () => {
+  it('is a thinking model whose template opens the reasoning: its chat reply reasons', async () => {
+    const info = await h.loadModel(fixture('onnx-genai/tiny-reasoning'), { id: 'tiny-reasoning' });
+    expect(info.spec.reasoning).toEqual({ open: '<think>', close: '</think>' });
+    const r = await h.generate({
+      model: 'tiny-reasoning',
+      messages: [{ role: 'user', content: 'hello world' }],
+      sampling: { greedy: true },
+    }).result;
+    const tok = h.tokenizerOf('tiny-reasoning');
+    const at = r.tokenIds.indexOf(tok.tokenToId('</think>') as number);
+    const before = at < 0 ? r.tokenIds : r.tokenIds.slice(0, at);
+    expect(r.reasoning).toBe(tok.decode(before, { skipSpecialTokens: true }).trim());
+    expect(r.reasoning?.length).toBeGreaterThan(0);
+  });
+});
