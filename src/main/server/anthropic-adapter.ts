@@ -2,8 +2,9 @@
  * Anthropic's Messages API (`POST /v1/messages`, `/v1/messages/count_tokens`) on one side, kvdesk's
  * GenerateRequest and GenerationResult on the other: pure functions and the stream's event builder, as
  * openai-adapter.ts and responses-adapter.ts are for OpenAI's endpoints. Content blocks map onto the chat
- * contract: text, `tool_use` (an assistant's calls) and `tool_result` (the user's answers to them); what kvdesk
- * cannot honour (images, documents, thinking, server tools) is refused with a 400 naming it.
+ * contract: text, `tool_use` (an assistant's calls), `thinking` (a thinking model's reasoning) and `tool_result`
+ * (the user's answers to calls); what kvdesk cannot honour (images, documents, server tools) is refused with a
+ * 400 naming it.
  */
 import type {
   ChatMessage,
@@ -66,6 +67,7 @@ function turnsOf(role: 'user' | 'assistant', content: unknown, i: number): ChatM
   if (typeof content === 'string') return [{ role, content }];
   if (!Array.isArray(content)) throw bad(`${where} must be a string or a list of content blocks.`, where);
   let text = '';
+  let reasoning: string | undefined;
   const calls: ToolCall[] = [];
   const results: ChatMessage[] = [];
   for (const [j, raw] of content.entries()) {
@@ -73,7 +75,11 @@ function turnsOf(role: 'user' | 'assistant', content: unknown, i: number): ChatM
     const at = `${where}[${j}]`;
     const type = block?.type;
     if (type === 'text' && typeof block?.text === 'string') text += block.text;
-    else if (type === 'tool_use' && role === 'assistant') {
+    else if (type === 'thinking' && role === 'assistant' && typeof block?.thinking === 'string') {
+      reasoning = (reasoning ?? '') + block.thinking;
+    } else if (type === 'redacted_thinking' && role === 'assistant') {
+      // Another model's encrypted reasoning: nothing a local model can read.
+    } else if (type === 'tool_use' && role === 'assistant') {
       if (typeof block?.id !== 'string' || typeof block.name !== 'string') {
         throw bad(`${at}: a tool_use block needs "id" and "name".`, at);
       }
@@ -92,13 +98,17 @@ function turnsOf(role: 'user' | 'assistant', content: unknown, i: number): ChatM
       });
     } else {
       throw bad(
-        `${at}: ${JSON.stringify(type)} blocks are not supported in a ${role} message (kvdesk takes text, tool_use from the assistant and tool_result from the user).`,
+        `${at}: ${JSON.stringify(type)} blocks are not supported in a ${role} message (kvdesk takes text, tool_use and thinking from the assistant and tool_result from the user).`,
         `${at}.type`,
       );
     }
   }
-  if (role === 'assistant')
-    return [calls.length > 0 ? { role, content: text, toolCalls: calls } : { role, content: text }];
+  if (role === 'assistant') {
+    const turn: ChatMessage = { role, content: text };
+    if (reasoning !== undefined) turn.reasoning = reasoning;
+    if (calls.length > 0) turn.toolCalls = calls;
+    return [turn];
+  }
   return text.length > 0 || results.length === 0 ? [...results, { role, content: text }] : results;
 }
 
@@ -184,13 +194,7 @@ export function mapMessagesRequest(input: unknown, opts: { countOnly?: boolean }
     throw bad('"model" is required: name a loaded model (GET /v1/models lists them).', 'model');
   }
   for (const [key, why] of REFUSED) if (present(body, key)) throw bad(`"${key}" is not supported: ${why}.`, key);
-  const thinking = body.thinking as { type?: unknown } | undefined;
-  if (thinking && thinking.type !== 'disabled') {
-    throw bad(
-      '"thinking" is not supported for local models: send it as {"type": "disabled"} or leave it out.',
-      'thinking',
-    );
-  }
+  const thinking = thinkingOf(body);
   const output = body.output_config as { format?: { type?: unknown; schema?: unknown }; effort?: unknown } | undefined;
   if (output !== undefined && output !== null && (typeof output !== 'object' || Array.isArray(output))) {
     throw bad('"output_config" must be an object.', 'output_config');
@@ -217,6 +221,7 @@ export function mapMessagesRequest(input: unknown, opts: { countOnly?: boolean }
     toolChoice: choice,
     parallelToolCalls: parallel,
   });
+  if (thinking !== undefined) request.thinking = thinking;
   // A final assistant message is a prefill: the reply continues it (and is the continuation only).
   const final = messages[messages.length - 1];
   if (final?.role === 'assistant') {
@@ -238,6 +243,21 @@ export function mapMessagesRequest(input: unknown, opts: { countOnly?: boolean }
     request.jsonSchema = format.schema as Record<string, unknown>;
   }
   return { model: body.model, stream: boolean(body, 'stream') ?? false, request };
+}
+
+/**
+ * `thinking`: `enabled` (or `adaptive`) asks a thinking model to reason, `disabled` to answer at once (where its
+ * template has the switch). kvdesk holds no budget: `budget_tokens` is not enforced (max_tokens still is).
+ */
+function thinkingOf(body: Body): boolean | undefined {
+  if (!present(body, 'thinking')) return undefined;
+  const type = (body.thinking as { type?: unknown } | null)?.type;
+  if (type === 'enabled' || type === 'adaptive') return true;
+  if (type === 'disabled') return false;
+  throw bad(
+    '"thinking" must be {"type": "enabled", "budget_tokens": …}, {"type": "disabled"} or leave it out.',
+    'thinking',
+  );
 }
 
 /** Why a reply stopped, in Anthropic's words. */
@@ -279,12 +299,16 @@ export const messageId = (requestId: string) => `msg_${requestId.replaceAll('-',
 
 const toolUse = (call: ToolCall, input: unknown) => ({ type: 'tool_use', id: call.id, name: call.name, input });
 
-/** The reply's content blocks: its text (unless only white space beside calls), then its calls. */
+/** A thinking block: kvdesk signs nothing, so its signature is empty. */
+const thinkingBlock = (thinking: string) => ({ type: 'thinking', thinking, signature: '' });
+
+/** The reply's content blocks: a thinking model's reasoning, its text (unless only white space beside calls), then its calls. */
 function contentBlocks(result: GenerationResult): unknown[] {
   const row = result.rows[0];
   const text = row?.text ?? '';
   const calls = row?.toolCalls ?? [];
   const blocks: unknown[] = [];
+  if (row?.reasoning) blocks.push(thinkingBlock(row.reasoning));
   if (calls.length === 0 ? text.length > 0 : text.trim().length > 0)
     blocks.push({ type: 'text', text, citations: null });
   for (const call of calls) blocks.push(toolUse(call, JSON.parse(call.arguments)));
@@ -312,13 +336,14 @@ export function messageBody(model: string, result: GenerationResult): Record<str
 export type MessageEvent = { type: string } & Record<string, unknown>;
 
 /**
- * A reply's event stream: message_start; for each content block (text, then a tool_use per call; text after
- * calls opens another text block) content_block_start, its deltas and content_block_stop; then message_delta
- * with the stop reason and the whole usage, and message_stop.
+ * A reply's event stream: message_start; for each content block (a thinking model's reasoning, text, then a
+ * tool_use per call; text after calls opens another text block) content_block_start, its deltas and
+ * content_block_stop; then message_delta with the stop reason and the whole usage, and message_stop.
  */
 export class MessageEvents {
   private index = 0;
   private textOpen = false;
+  private thinkingOpen = false;
   /** The call (its index in the reply) whose tool_use block is open while its input streams; null when none. */
   private toolOpen: number | null = null;
   /** Calls completed so far (the next one's index), and the calls whose input went out as it was written. */
@@ -354,8 +379,14 @@ export class MessageEvents {
    * input streams has its tool_use block open from its first piece to its completion. A frame's text comes
    * before the calls it completes, except after a streaming call (a held call holds no text inside it).
    */
-  tokens(text: string, calls: readonly ToolCall[], deltas: readonly ToolCallDelta[] = []): MessageEvent[] {
+  tokens(
+    text: string,
+    calls: readonly ToolCall[],
+    deltas: readonly ToolCallDelta[] = [],
+    reasoning = '',
+  ): MessageEvent[] {
     const out: MessageEvent[] = [];
+    this.thinking(out, reasoning);
     inFrameOrder(this.toolOpen, deltas, {
       text: () => this.text(out, text),
       pieces: (ds) => this.inputDeltas(out, ds),
@@ -364,8 +395,32 @@ export class MessageEvents {
     return out;
   }
 
+  /** Reasoning comes before anything else of the reply: its block opens with the first piece. */
+  private thinking(out: MessageEvent[], reasoning: string): void {
+    if (reasoning.length === 0) return;
+    if (!this.thinkingOpen) {
+      out.push({ type: 'content_block_start', index: this.index, content_block: thinkingBlock('') });
+      this.thinkingOpen = true;
+    }
+    out.push({
+      type: 'content_block_delta',
+      index: this.index,
+      delta: { type: 'thinking_delta', thinking: reasoning },
+    });
+  }
+
+  /** The thinking block ends with its signature (empty: kvdesk signs nothing), as Anthropic's does. */
+  private closeThinking(out: MessageEvent[]): void {
+    if (!this.thinkingOpen) return;
+    out.push({ type: 'content_block_delta', index: this.index, delta: { type: 'signature_delta', signature: '' } });
+    out.push({ type: 'content_block_stop', index: this.index });
+    this.index++;
+    this.thinkingOpen = false;
+  }
+
   private text(out: MessageEvent[], text: string): void {
     if (text.length === 0) return;
+    this.closeThinking(out);
     this.closeTool(out);
     if (!this.textOpen) {
       out.push({
@@ -382,6 +437,7 @@ export class MessageEvents {
   private inputDeltas(out: MessageEvent[], deltas: readonly ToolCallDelta[]): void {
     for (const d of deltas) {
       if (d.id !== undefined) {
+        this.closeThinking(out);
         this.closeText(out);
         this.closeTool(out);
         const call = { id: d.id, name: d.name ?? '', arguments: '' };
@@ -409,6 +465,7 @@ export class MessageEvents {
         if (this.toolOpen === at) this.closeTool(out);
         continue;
       }
+      this.closeThinking(out);
       this.closeText(out);
       this.closeTool(out);
       out.push({ type: 'content_block_start', index: this.index, content_block: toolUse(call, {}) });
@@ -432,6 +489,7 @@ export class MessageEvents {
   done(result: GenerationResult): MessageEvent[] {
     const out: MessageEvent[] = [];
     // A call cut off by max_tokens: its block ends with the input written so far (the stop reason says why).
+    this.closeThinking(out);
     this.closeTool(out);
     this.closeText(out);
     // The whole usage: message_start knew neither the reused prompt tokens nor the output.

@@ -81,7 +81,8 @@ export function serveMessages(
           return;
         case 'tokens': {
           const row = frame.rows[0];
-          if (events && row) send(events.tokens(row.text, row.toolCalls ?? [], row.toolCallDeltas ?? []));
+          if (events && row)
+            send(events.tokens(row.text, row.toolCalls ?? [], row.toolCallDeltas ?? [], row.reasoning));
           return;
         }
         case 'done':

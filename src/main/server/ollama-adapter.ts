@@ -14,8 +14,10 @@
  *   context); options that only matter when Ollama loads a model (`num_ctx`, `num_gpu`, …), and any option
  *   kvdesk does not know, are ignored, as Ollama ignores one it does not know; sampling kvdesk cannot do
  *   (mirostat, typical_p, tfs_z) is refused unless set to its neutral value.
- * - `format` is JSON mode (`"json"`) or structured output (a schema); `think: true`, images, `suffix`,
- *   `context` and `template` are refused with a 400 naming them.
+ * - `format` is JSON mode (`"json"`) or structured output (a schema); images, `suffix`, `context` and
+ *   `template` are refused with a 400 naming them.
+ * - A thinking model's reasoning comes apart from its answer, in `thinking` (as Ollama's); `think` turns it on
+ *   or off where the model's template has the switch (a level, gpt-oss's `"high"`…, is on).
  * Replies carry Ollama's `done_reason` and its nanosecond durations, taken from the host's timings.
  */
 import type { ModelInfo } from '../../shared/api';
@@ -171,13 +173,6 @@ function formatOf(body: Body): Pick<GenerateRequest, 'responseFormat' | 'jsonSch
 
 /** Fields Ollama has that kvdesk cannot honour: refused when they ask for something. */
 function refuseUnsupported(body: Body, kind: OllamaKind): void {
-  const think = body.think;
-  if (think !== undefined && think !== null && think !== false) {
-    throw bad(
-      `"think" ${JSON.stringify(think)} is not supported: kvdesk has no thinking mode; send "think": false or leave it out.`,
-      'think',
-    );
-  }
   if (kind !== 'generate') return;
   const nonEmpty = (k: string) =>
     present(body, k) && body[k] !== '' && !(Array.isArray(body[k]) && (body[k] as unknown[]).length === 0);
@@ -264,13 +259,8 @@ export function chatMessages(raw: unknown[]): ChatMessage[] {
     if (Array.isArray(m.images) && m.images.length > 0) {
       throw bad(`messages[${i}].images are not supported: kvdesk runs text models only.`, `messages[${i}].images`);
     }
-    if (typeof m.thinking === 'string' && m.thinking.length > 0) {
-      throw bad(
-        `messages[${i}].thinking is not supported: kvdesk has no thinking mode; send the message without it.`,
-        `messages[${i}].thinking`,
-      );
-    }
     const msg: ChatMessage = { role, content: contentOf(m, i) };
+    if (role === 'assistant' && typeof m.thinking === 'string') msg.reasoning = m.thinking;
     if (role === 'tool') {
       const name = typeof m.tool_name === 'string' ? m.tool_name : typeof m.name === 'string' ? m.name : undefined;
       const given = typeof m.tool_call_id === 'string' ? m.tool_call_id : undefined;
@@ -305,6 +295,15 @@ export function chatMessages(raw: unknown[]): ChatMessage[] {
   return out;
 }
 
+/** `think`: true or false, or a level (gpt-oss's low, medium, high), which kvdesk takes as on. */
+function thinkOf(body: Body): boolean | undefined {
+  const think = body.think;
+  if (think === undefined || think === null) return undefined;
+  if (typeof think === 'boolean') return think;
+  if (think === 'low' || think === 'medium' || think === 'high') return true;
+  throw bad(`"think" must be true, false, "low", "medium" or "high", got ${JSON.stringify(think)}.`, 'think');
+}
+
 function modelName(body: Body): string {
   // `name` is the older spelling (still sent by some clients to /api/show).
   const v = body.model ?? body.name;
@@ -323,6 +322,7 @@ export function mapOllamaRequest(kind: OllamaKind, input: unknown): MappedOllama
   const stream = boolean(body, 'stream') ?? true;
   const options = mapOptions(body);
   const format = formatOf(body);
+  const think = thinkOf(body);
   const fields = { maxNewTokens: options.maxNewTokens, stop: options.stop };
 
   let request: GenerateRequest | null;
@@ -366,6 +366,8 @@ export function mapOllamaRequest(kind: OllamaKind, input: unknown): MappedOllama
     if (Object.keys(options.sampling).length > 0) request.sampling = { ...request.sampling, ...options.sampling };
     if (format.responseFormat) request.responseFormat = format.responseFormat;
     if (format.jsonSchema) request.jsonSchema = format.jsonSchema;
+    // A raw prompt is the model's text as written, its reasoning included.
+    if (think !== undefined && request.prompt === undefined) request.thinking = think;
   }
   const keep = keepAlive(body);
   return {
@@ -436,15 +438,34 @@ export function ollamaToolCalls(calls: readonly ToolCall[], first = 0): Array<Re
 
 const now = () => new Date().toISOString();
 
-/** The assistant message of a chat reply (or of one streamed piece of it). */
-function assistantMessage(text: string, calls: readonly ToolCall[] | undefined, first = 0): Record<string, unknown> {
-  if (!calls || calls.length === 0) return { role: 'assistant', content: text };
+/** The assistant message of a chat reply (or of one streamed piece of it), its reasoning in `thinking`. */
+function assistantMessage(
+  text: string,
+  calls: readonly ToolCall[] | undefined,
+  first = 0,
+  thinking = '',
+): Record<string, unknown> {
+  const thought = thinking.length > 0 ? { thinking } : {};
+  if (!calls || calls.length === 0) return { role: 'assistant', content: text, ...thought };
   // Only white space beside calls is no content.
   return {
     role: 'assistant',
     content: text.trim().length > 0 ? text : '',
+    ...thought,
     tool_calls: ollamaToolCalls(calls, first),
   };
+}
+
+/** A reply's text for `kind`: chat's message, or generate's response (and its `thinking` beside it). */
+function replyText(
+  kind: OllamaKind,
+  text: string,
+  thinking: string,
+  calls?: readonly ToolCall[],
+  first = 0,
+): Record<string, unknown> {
+  if (kind === 'chat') return { message: assistantMessage(text, calls, first, thinking) };
+  return { response: text, ...(thinking.length > 0 ? { thinking } : {}) };
 }
 
 /** The non-streamed reply of `/api/chat` or `/api/generate`. */
@@ -455,29 +476,29 @@ export function ollamaReply(
   loadMs = 0,
 ): Record<string, unknown> {
   const row = result.rows[0];
-  const text = row?.text ?? '';
   return {
     model,
     created_at: now(),
-    ...(kind === 'chat' ? { message: assistantMessage(text, row?.toolCalls) } : { response: text }),
+    ...replyText(kind, row?.text ?? '', row?.reasoning ?? '', row?.toolCalls),
     done: true,
     done_reason: doneReason(result.finishReason),
     ...replyMetrics(result, loadMs),
   };
 }
 
-/** One streamed line of a reply: its new text, or (chat) the calls its latest tokens completed. */
+/** One streamed line of a reply: its new text and reasoning, or (chat) the calls its latest tokens completed. */
 export function ollamaChunk(
   kind: OllamaKind,
   model: string,
   text: string,
   calls?: readonly ToolCall[],
   first = 0,
+  thinking = '',
 ): Record<string, unknown> {
   return {
     model,
     created_at: now(),
-    ...(kind === 'chat' ? { message: assistantMessage(text, calls, first) } : { response: text }),
+    ...replyText(kind, text, thinking, calls, first),
     done: false,
   };
 }
@@ -631,7 +652,7 @@ export function showJson(m: ModelInfo, facts: ModelFacts): Record<string, unknow
     ...(spec.chatTemplate ? { template: spec.chatTemplate } : {}),
     details: modelDetails(m),
     model_info: info,
-    capabilities: ['completion', 'tools'],
+    capabilities: ['completion', 'tools', ...(spec.reasoning ? ['thinking'] : [])],
     modified_at: facts.modifiedAt,
   };
 }
@@ -654,6 +675,7 @@ function ollamaParam(field: string, kind: OllamaKind): string | null {
     'sampling.frequencyPenalty': 'options.frequency_penalty',
     'sampling.presencePenalty': 'options.presence_penalty',
     responseFormat: 'format',
+    thinking: 'think',
   };
   const direct = options[field.replace(/\[\d+\]$/, '')];
   let mapped = direct ?? field;

@@ -218,7 +218,8 @@ export async function serveOllamaGeneration(
         case 'tokens': {
           const row = frame.rows[0];
           if (!stream || !row) return;
-          if (row.text.length > 0) line(ollamaChunk(kind, model, row.text));
+          if (row.text.length > 0 || row.reasoning)
+            line(ollamaChunk(kind, model, row.text, undefined, 0, row.reasoning ?? ''));
           const calls = row.toolCalls ?? [];
           if (calls.length > 0) {
             line(ollamaChunk(kind, model, '', calls, callsSent));

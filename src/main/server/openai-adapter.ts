@@ -11,6 +11,7 @@ import type {
   GeneratedTokenLogprob,
   GenerateRequest,
   GenerationResult,
+  RowResult,
   TokenLogprob,
   ToolCall,
   ToolCallDelta,
@@ -308,6 +309,9 @@ function chatMessages(body: Body): ChatMessage[] {
     if (role === 'assistant') {
       const calls = messageToolCalls(msg, i);
       if (calls) out.toolCalls = calls;
+      // A thinking model's reasoning, as DeepSeek's API and vLLM return it (vLLM's newer name: `reasoning`).
+      const reasoning = msg.reasoning_content ?? msg.reasoning;
+      if (typeof reasoning === 'string') out.reasoning = reasoning;
     }
     if (role === 'tool') {
       if (typeof msg.tool_call_id === 'string') out.toolCallId = msg.tool_call_id;
@@ -315,6 +319,39 @@ function chatMessages(body: Body): ChatMessage[] {
     }
     return out;
   });
+}
+
+/**
+ * Whether a thinking model reasons: vLLM's `chat_template_kwargs.enable_thinking` (the only template variable
+ * kvdesk takes), or `reasoning_effort: "none"` (OpenAI's; the other efforts leave the model as it is).
+ */
+function thinkingSwitch(body: Body): boolean | undefined {
+  let thinking: boolean | undefined;
+  const kwargs = body.chat_template_kwargs;
+  if (present(body, 'chat_template_kwargs')) {
+    if (typeof kwargs !== 'object' || kwargs === null || Array.isArray(kwargs))
+      throw bad('"chat_template_kwargs" must be an object.', 'chat_template_kwargs');
+    for (const [key, value] of Object.entries(kwargs)) {
+      if (key !== 'enable_thinking')
+        throw bad(
+          `chat_template_kwargs.${key} is not supported: kvdesk passes only enable_thinking to chat templates.`,
+          `chat_template_kwargs.${key}`,
+        );
+      if (typeof value !== 'boolean')
+        throw bad(
+          'chat_template_kwargs.enable_thinking must be true or false.',
+          'chat_template_kwargs.enable_thinking',
+        );
+      thinking = value;
+    }
+  }
+  const effort = body.reasoning_effort;
+  if (present(body, 'reasoning_effort')) {
+    if (!['none', 'minimal', 'low', 'medium', 'high'].includes(effort as string))
+      throw bad('"reasoning_effort" must be none, minimal, low, medium or high.', 'reasoning_effort');
+    if (effort === 'none') thinking ??= false;
+  }
+  return thinking;
 }
 
 function isIdArray(v: unknown): v is number[] {
@@ -390,6 +427,8 @@ export function mapOpenAiRequest(kind: OpenAiKind, input: unknown): MappedReques
     if (body.truncation === 'auto') request.contextOverflow = 'drop-oldest';
     // vLLM's extension: the reply continues the final assistant message.
     if (boolean(body, 'continue_final_message') === true) request.continueFinal = true;
+    const thinking = thinkingSwitch(body);
+    if (thinking !== undefined) request.thinking = thinking;
   } else {
     const p = body.prompt;
     let texts: string[] | null = null;
@@ -487,11 +526,21 @@ export function toolCallsJson(calls: readonly ToolCall[], first?: number): Array
   }));
 }
 
-/** A chat reply's message: its text (null when it only made calls, as OpenAI's) and its calls. */
-function chatMessage(text: string, calls: readonly ToolCall[] | undefined): Record<string, unknown> {
-  if (!calls || calls.length === 0) return { role: 'assistant', content: text };
+/**
+ * A chat reply's message: its text (null when it only made calls, as OpenAI's), a thinking model's reasoning
+ * (`reasoning_content`, as DeepSeek's API and vLLM give it) and its calls.
+ */
+function chatMessage(row: RowResult): Record<string, unknown> {
+  const reasoning = row.reasoning ? { reasoning_content: row.reasoning } : {};
+  const calls = row.toolCalls;
+  if (!calls || calls.length === 0) return { role: 'assistant', content: row.text, ...reasoning };
   // Only white space beside calls is no content, as OpenAI (and vLLM) answer.
-  return { role: 'assistant', content: text.trim().length > 0 ? text : null, tool_calls: toolCallsJson(calls) };
+  return {
+    role: 'assistant',
+    content: row.text.trim().length > 0 ? row.text : null,
+    ...reasoning,
+    tool_calls: toolCallsJson(calls),
+  };
 }
 
 function budgetCapJson(c: BudgetCap) {
@@ -536,6 +585,8 @@ export interface Usage {
   total_tokens: number;
   /** `cached_tokens`: prompt tokens whose KV came from the prompt cache instead of being computed. */
   prompt_tokens_details: { cached_tokens: number };
+  /** A thinking model's reasoning tokens (counted in completion_tokens). */
+  completion_tokens_details?: { reasoning_tokens: number };
 }
 
 /** Usage of a finished request: prompt tokens once per prompt (not per copy), every row's new tokens. */
@@ -546,6 +597,13 @@ export function usageOf(result: GenerationResult, promptTokens: number): Usage {
     completion_tokens: completion,
     total_tokens: promptTokens + completion,
     prompt_tokens_details: { cached_tokens: result.reusedTokens },
+    ...(result.reasoningTokens !== undefined
+      ? {
+          completion_tokens_details: {
+            reasoning_tokens: result.rows.reduce((s, r) => s + (r.reasoningTokens ?? 0), 0),
+          },
+        }
+      : {}),
   };
 }
 
@@ -599,7 +657,7 @@ export function completionBody(
     kind === 'chat'
       ? {
           index,
-          message: chatMessage(row.text, row.toolCalls),
+          message: chatMessage(row),
           logprobs: logprobsJson(kind, row.logprobs),
           finish_reason: openAiFinishReason(row.finishReason),
         }
@@ -654,6 +712,11 @@ export function deltaChoice(
     logprobs: lp,
     finish_reason: null,
   };
+}
+
+/** A streamed chat choice carrying reasoning (`delta.reasoning_content`, as DeepSeek's API and vLLM stream it). */
+export function reasoningChoice(index: number, reasoning: string): Record<string, unknown> {
+  return { index, delta: { reasoning_content: reasoning }, logprobs: null, finish_reason: null };
 }
 
 /**

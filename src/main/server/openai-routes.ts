@@ -22,6 +22,7 @@ import {
   mapOpenAiRequest,
   type OpenAiKind,
   type ReplyHeader,
+  reasoningChoice,
   replyId,
   toolCallDeltasChoice,
   toolCallsChoice,
@@ -91,6 +92,7 @@ export function serveCompletion(
         if (!mapped.stream || head === null) return;
         const h = head;
         frame.rows.forEach((row, i) => {
+          if (kind === 'chat' && row.reasoning) sse(chunk(kind, h, [reasoningChoice(i, row.reasoning)], usageNull));
           const withLogprobs = row.logprobs !== undefined && row.logprobs.length > 0;
           if (row.text.length > 0 || withLogprobs) {
             const lp = withLogprobs ? row.logprobs : undefined;

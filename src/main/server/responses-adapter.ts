@@ -45,7 +45,6 @@ const REFUSED: ReadonlyArray<[string, string]> = [
   ['previous_response_id', 'kvdesk keeps no responses: send the whole conversation in "input"'],
   ['conversation', 'kvdesk keeps no conversations: send the whole conversation in "input"'],
   ['prompt', 'kvdesk has no stored prompts: send the instructions and input'],
-  ['reasoning', 'kvdesk has no reasoning settings for local models: send the request without it'],
   ['top_logprobs', 'log-probabilities are on /v1/chat/completions (logprobs, top_logprobs)'],
   ['max_tool_calls', 'kvdesk does not limit tool calls across a response; use parallel_tool_calls: false for one'],
 ];
@@ -95,9 +94,12 @@ function inputMessages(input: unknown): ChatMessage[] {
     throw bad('"input" must be a string or a non-empty list of input items.', 'input');
   }
   const out: ChatMessage[] = [];
+  let pendingReasoning: string | undefined;
   for (const [i, raw] of input.entries()) {
     const item = raw as Record<string, unknown> | null;
     const where = `input[${i}]`;
+    // Reasoning waiting for its turn goes to the assistant message or call it comes before.
+    const before = out.length;
     if (typeof item !== 'object' || item === null) throw bad(`${where} must be an object.`, where);
     const type = item.type ?? 'message';
     if (type === 'message') {
@@ -121,15 +123,27 @@ function inputMessages(input: unknown): ChatMessage[] {
       // Calls right after an assistant message (or after other calls) belong to that turn.
       if (last?.role === 'assistant') last.toolCalls = [...(last.toolCalls ?? []), call];
       else out.push({ role: 'assistant', content: '', toolCalls: [call] });
+    } else if (type === 'reasoning') {
+      // A thinking model's reasoning (its reasoning_text; a summary stands in where there is none) belongs to
+      // the assistant turn that follows it.
+      const parts = Array.isArray(item.content) && item.content.length > 0 ? item.content : item.summary;
+      const text = Array.isArray(parts) ? parts.map((p) => (typeof p?.text === 'string' ? p.text : '')).join('') : '';
+      pendingReasoning = (pendingReasoning ?? '') + text;
+      continue;
     } else if (type === 'function_call_output') {
       if (typeof item.call_id !== 'string')
         throw bad(`${where}: a function_call_output needs "call_id".`, `${where}.call_id`);
       out.push({ role: 'tool', content: contentText(item.output, `${where}.output`), toolCallId: item.call_id });
     } else {
       throw bad(
-        `${where}.type ${JSON.stringify(type)} is not supported: kvdesk takes message, function_call and function_call_output items.`,
+        `${where}.type ${JSON.stringify(type)} is not supported: kvdesk takes message, reasoning, function_call and function_call_output items.`,
         `${where}.type`,
       );
+    }
+    if (pendingReasoning !== undefined) {
+      const turn = out[out.length - 1];
+      if (turn?.role === 'assistant' && out.length > before) turn.reasoning = pendingReasoning;
+      pendingReasoning = undefined;
     }
   }
   return out;
@@ -233,6 +247,8 @@ export function mapResponsesRequest(input: unknown): MappedResponseRequest {
     toolChoice: choice,
     parallelToolCalls: parallel,
   });
+  const effort = reasoningEffort(body);
+  if (effort === 'none') request.thinking = false;
   const truncation = body.truncation === 'auto' ? 'auto' : 'disabled';
   if (truncation === 'auto') request.contextOverflow = 'drop-oldest';
   if (format.type === 'json_object') request.responseFormat = 'json';
@@ -271,6 +287,22 @@ export function mapResponsesRequest(input: unknown): MappedResponseRequest {
   };
 }
 
+/**
+ * `reasoning.effort`: `none` asks a thinking model to answer at once (where its template has the switch); the
+ * other efforts leave it as it is (kvdesk has no levels). `summary` is accepted, but none is written: the
+ * reasoning item's summary is empty and its content is the reasoning itself.
+ */
+function reasoningEffort(body: Body): string | undefined {
+  if (!present(body, 'reasoning') || body.reasoning === null) return undefined;
+  const r = body.reasoning as Record<string, unknown>;
+  if (typeof r !== 'object' || Array.isArray(r)) throw bad('"reasoning" must be an object.', 'reasoning');
+  const effort = r.effort;
+  if (effort === undefined || effort === null) return undefined;
+  if (!['none', 'minimal', 'low', 'medium', 'high'].includes(effort as string))
+    throw bad('reasoning.effort must be none, minimal, low, medium or high.', 'reasoning.effort');
+  return effort as string;
+}
+
 /** The identity of one response, shared by its body and every event of its stream. */
 export interface ResponseHead {
   id: string;
@@ -282,6 +314,21 @@ export interface ResponseHead {
 export const responseId = (requestId: string) => `resp_${requestId.replaceAll('-', '')}`;
 export const messageItemId = (head: ResponseHead, index: number) => `msg_${head.id.slice(5)}_${index}`;
 export const callItemId = (head: ResponseHead, index: number) => `fc_${head.id.slice(5)}_${index}`;
+export const reasoningItemId = (head: ResponseHead, index: number) => `rs_${head.id.slice(5)}_${index}`;
+
+/** A thinking model's reasoning as an output item (its text as reasoning_text; no summary, nothing encrypted). */
+export function reasoningItem(id: string, text: string, status: 'in_progress' | 'completed' | 'incomplete') {
+  return {
+    type: 'reasoning',
+    id,
+    summary: [],
+    content: status === 'in_progress' && text === '' ? [] : [reasoningPart(text)],
+    encrypted_content: null,
+    status,
+  };
+}
+
+const reasoningPart = (text: string) => ({ type: 'reasoning_text', text });
 
 /** An assistant message output item. */
 export function messageItem(id: string, text: string, status: 'in_progress' | 'completed' | 'incomplete') {
@@ -315,7 +362,7 @@ export function responseUsage(result: GenerationResult) {
     input_tokens: result.promptTokens,
     input_tokens_details: { cached_tokens: result.reusedTokens, cache_write_tokens: 0 },
     output_tokens: output,
-    output_tokens_details: { reasoning_tokens: 0 },
+    output_tokens_details: { reasoning_tokens: result.rows.reduce((s, r) => s + (r.reasoningTokens ?? 0), 0) },
     total_tokens: result.promptTokens + output,
   };
 }
@@ -349,14 +396,23 @@ export function responseBody(
   };
 }
 
-/** The output items of a finished reply: its message (if it has text, or made no call), then its calls. */
+/**
+ * The output items of a finished reply: a thinking model's reasoning, its message (if it has text, or made no
+ * call), then its calls.
+ */
 export function outputItems(head: ResponseHead, result: GenerationResult): unknown[] {
   const row = result.rows[0];
   const text = row?.text ?? '';
   const calls = row?.toolCalls ?? [];
   const status = incomplete(result) ? 'incomplete' : 'completed';
   const items: unknown[] = [];
-  if (text.trim().length > 0 || calls.length === 0) items.push(messageItem(messageItemId(head, 0), text, status));
+  // Reasoning cut off by the token limit is incomplete; one the answer followed is complete.
+  if (row?.reasoning) {
+    const done = text.length > 0 || calls.length > 0 || status === 'completed';
+    items.push(reasoningItem(reasoningItemId(head, 0), row.reasoning, done ? 'completed' : 'incomplete'));
+  }
+  if (text.trim().length > 0 || calls.length === 0)
+    items.push(messageItem(messageItemId(head, items.length), text, status));
   for (const call of calls) items.push(callItem(callItemId(head, items.length), call, call.arguments, 'completed'));
   return items;
 }
@@ -374,6 +430,8 @@ export class ResponseEvents {
   /** The output items so far (each as its latest event showed it), and the message being written. */
   private readonly output: unknown[] = [];
   private open: { index: number; id: string; text: string } | null = null;
+  /** The reasoning item being written (a thinking model's), until the answer or a call begins. */
+  private thought: { index: number; id: string; text: string } | null = null;
   /** A call whose arguments stream as they are written (held to its schema): its output item, until it ends. */
   private callOpen: { at: number; index: number; id: string; call: { id: string; name: string }; args: string } | null =
     null;
@@ -402,14 +460,61 @@ export class ResponseEvents {
    * Text, completed calls and (calls held to their schemas) arguments written so far, of the latest tokens. A
    * frame's text comes before the calls it completes, except after a streaming call (which holds no text).
    */
-  tokens(text: string, calls: readonly ToolCall[], deltas: readonly ToolCallDelta[] = []): StreamEvent[] {
+  tokens(
+    text: string,
+    calls: readonly ToolCall[],
+    deltas: readonly ToolCallDelta[] = [],
+    reasoning = '',
+  ): StreamEvent[] {
     const out: StreamEvent[] = [];
+    this.reasoning(out, reasoning);
+    if (text.length > 0 || calls.length > 0 || deltas.length > 0) this.closeReasoning(out, 'completed');
     inFrameOrder(this.callOpen?.at ?? null, deltas, {
       text: () => this.text(out, text),
       pieces: (ds) => this.argumentDeltas(out, ds),
       completed: () => this.completed(out, calls),
     });
     return out;
+  }
+
+  /** Reasoning comes first: its item is added with its first piece, and done when anything else begins. */
+  private reasoning(out: StreamEvent[], text: string): void {
+    if (text.length === 0) return;
+    if (!this.thought) {
+      const index = this.output.length;
+      const id = reasoningItemId(this.head, index);
+      this.output.push(reasoningItem(id, '', 'in_progress'));
+      this.event(out, 'response.output_item.added', {
+        output_index: index,
+        item: reasoningItem(id, '', 'in_progress'),
+      });
+      this.event(out, 'response.content_part.added', {
+        item_id: id,
+        output_index: index,
+        content_index: 0,
+        part: reasoningPart(''),
+      });
+      this.thought = { index, id, text: '' };
+    }
+    const t = this.thought;
+    t.text += text;
+    this.event(out, 'response.reasoning_text.delta', {
+      item_id: t.id,
+      output_index: t.index,
+      content_index: 0,
+      delta: text,
+    });
+  }
+
+  private closeReasoning(out: StreamEvent[], status: 'completed' | 'incomplete'): void {
+    const t = this.thought;
+    if (!t) return;
+    const at = { item_id: t.id, output_index: t.index, content_index: 0 };
+    this.event(out, 'response.reasoning_text.done', { ...at, text: t.text });
+    this.event(out, 'response.content_part.done', { ...at, part: reasoningPart(t.text) });
+    this.output[t.index] = reasoningItem(t.id, t.text, status);
+    this.event(out, 'response.output_item.done', { output_index: t.index, item: this.output[t.index] });
+    this.thought = null;
   }
 
   private text(out: StreamEvent[], text: string): void {
@@ -485,9 +590,12 @@ export class ResponseEvents {
   done(result: GenerationResult): StreamEvent[] {
     const out: StreamEvent[] = [];
     const status = incomplete(result) ? 'incomplete' : 'completed';
-    // A call cut off by the token limit while its arguments streamed.
+    // Reasoning cut off by the token limit (nothing came after it), and a call cut off while its arguments
+    // streamed.
+    this.closeReasoning(out, status);
     this.endCall(out, 'incomplete');
-    if (this.output.length === 0) this.openMessage(out);
+    // A reply with neither text nor calls is one empty message (after its reasoning, if it has some).
+    if (!this.output.some((item) => (item as { type: string }).type !== 'reasoning')) this.openMessage(out);
     this.closeMessage(out, status);
     this.event(out, `response.${status}`, {
       response: responseBody(this.head, this.echo, status, this.output, result),
@@ -499,6 +607,7 @@ export class ResponseEvents {
   failed(code: string, message: string, param: string | null): StreamEvent[] {
     const out: StreamEvent[] = [];
     // The text written so far stays in the failed response's output.
+    if (this.thought) this.output[this.thought.index] = reasoningItem(this.thought.id, this.thought.text, 'incomplete');
     if (this.open) this.output[this.open.index] = messageItem(this.open.id, this.open.text, 'incomplete');
     this.event(out, 'error', { code, message, param });
     this.event(out, 'response.failed', {

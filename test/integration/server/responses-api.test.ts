@@ -210,7 +210,8 @@ describe('POST /v1/responses', () => {
     const cases: Array<[Record<string, unknown>, string]> = [
       [{ previous_response_id: 'resp_1' }, 'previous_response_id'],
       [{ tools: [{ type: 'web_search' }] }, 'tools[0].type'],
-      [{ input: [{ type: 'reasoning', summary: [] }] }, 'input[0].type'],
+      [{ input: [{ type: 'item_reference', id: 'rs_1' }] }, 'input[0].type'],
+      [{ reasoning: { effort: 'extreme' } }, 'reasoning.effort'],
       [{ input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'x' }] }] }, 'input[0].content[0]'],
       [{ truncation: 'sometimes' }, 'truncation'],
       [{ max_output_tokens: 0 }, 'max_output_tokens'],

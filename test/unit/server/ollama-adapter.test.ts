@@ -107,7 +107,7 @@ describe('mapOllamaRequest: /api/chat', () => {
     expect(chat({ options: { embedding_only: false, new_topic_penalty: 1, temprature: 0.2 } }).request).toEqual(
       chat().request,
     );
-    expect(chat({ keep_alive: '5m', think: false }).request).toEqual(chat().request);
+    expect(chat({ keep_alive: '5m' }).request).toEqual(chat().request);
   });
 
   it('repeat_last_n: the window of the repetition penalty (64 unless told), -1 all tokens, 0 off', () => {
@@ -125,6 +125,28 @@ describe('mapOllamaRequest: /api/chat', () => {
     for (const bad of [-2, 1.5, 'all', 2_000_000]) {
       expect(refusal(() => chat({ options: { repeat_last_n: bad } })).body.error.param).toBe('options.repeat_last_n');
     }
+  });
+
+  it('think: on, off, or a level (on); thinking in an assistant message is its reasoning; raw prompts are text', () => {
+    expect(chat({ think: true }).request?.thinking).toBe(true);
+    expect(chat({ think: false }).request?.thinking).toBe(false);
+    expect(chat({ think: 'low' }).request?.thinking).toBe(true);
+    expect(chat({ think: null }).request?.thinking).toBeUndefined();
+    expect(chat().request?.thinking).toBeUndefined();
+    const history = [
+      { role: 'user', content: 'hi' },
+      { role: 'assistant', content: 'Hello.', thinking: 'A greeting.' },
+      { role: 'user', content: 'and?' },
+    ];
+    expect(chat({ messages: history }).request?.messages?.[1]).toEqual({
+      role: 'assistant',
+      content: 'Hello.',
+      reasoning: 'A greeting.',
+    });
+    expect(mapOllamaRequest('generate', { model: 'm', prompt: 'x', think: false }).request?.thinking).toBe(false);
+    expect(mapOllamaRequest('generate', { model: 'm', prompt: 'x', raw: true, think: false }).request?.thinking).toBe(
+      undefined,
+    );
   });
 
   it('format "json" is JSON mode, a schema object structured output, "" plain text', () => {
@@ -149,8 +171,8 @@ describe('mapOllamaRequest: /api/chat', () => {
     const cases: Array<[Record<string, unknown>, string]> = [
       [{ model: undefined }, 'model'],
       [{ stream: 'yes' }, 'stream'],
-      [{ think: true }, 'think'],
-      [{ think: 'high' }, 'think'],
+      [{ think: 'max' }, 'think'],
+      [{ think: 1 }, 'think'],
       [{ format: 'xml' }, 'format'],
       [{ format: 'json', tools: [weather] }, 'format'],
       [{ options: 'hot' }, 'options'],
