@@ -73,6 +73,8 @@ export const StoredMessage = z.object({
   id: z.string().min(1).max(100),
   role: z.enum(['system', 'user', 'assistant']),
   content: z.string().max(2_000_000),
+  /** A thinking model's reasoning before its reply (`content` is the reply). */
+  reasoning: z.string().max(2_000_000).optional(),
   /** Text files sent with a user message. */
   attachments: z.array(Attachment).max(8).optional(),
   createdAt: z.number(),
@@ -87,6 +89,9 @@ export const StoredMessage = z.object({
       /** The prompt the reply continued (the conversation as the model saw it), in tokens. */
       promptTokens: z.number().optional(),
       finishReason: z.string().optional(),
+      /** A thinking model's reply: its reasoning's tokens, and how long it reasoned (first to last piece). */
+      reasoningTokens: z.number().optional(),
+      reasoningMs: z.number().optional(),
       budgetCap: z
         .object({
           requestedMaxTokens: z.number(),
@@ -128,6 +133,8 @@ export const Thread = z.object({
   contextOverflow: z.enum(['drop-oldest', 'refuse']).optional(),
   /** Replies end where one of these strings would appear (it is not shown). */
   stop: z.array(z.string().min(1).max(200)).max(16).optional(),
+  /** A thinking model reasons before it replies (true) or replies at once (false); absent: as the model does. */
+  thinking: z.boolean().optional(),
   messages: z.array(StoredMessage).max(10_000),
 });
 export type Thread = z.infer<typeof Thread>;
@@ -166,6 +173,7 @@ export const Preset = z.object({
   maxNewTokens: z.number().int().min(1).max(1_000_000).optional(),
   stop: z.array(z.string().min(1).max(200)).max(16).optional(),
   contextOverflow: z.enum(['drop-oldest', 'refuse']).optional(),
+  thinking: z.boolean().optional(),
 });
 export type Preset = z.infer<typeof Preset>;
 

@@ -68,6 +68,7 @@ export interface Bridge {
       jsonSchema?: string | undefined;
       contextOverflow?: 'drop-oldest' | 'refuse' | undefined;
       stop?: string[] | undefined;
+      thinking?: boolean | undefined;
     },
   ): void;
   /** Sends a user message in the active thread (creating one if there is none). */
@@ -247,6 +248,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       ...(t.maxNewTokens ? { maxNewTokens: t.maxNewTokens } : {}),
       ...(t.stop?.length ? { stop: t.stop } : {}),
       ...(t.contextOverflow ? { contextOverflow: t.contextOverflow } : {}),
+      ...(t.thinking !== undefined ? { thinking: t.thinking } : {}),
     };
   }
 
@@ -301,7 +303,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     if (!thread) return;
     saveThread(threadId); // the person's message is kept even if the reply never comes
     const history = thread.messages.filter((m) => m.id !== assistantId);
-    const request = buildChatRequest(thread, history, modelId, modelOf(modelId)?.spec.contextLength);
+    const request = buildChatRequest(thread, history, modelId, modelOf(modelId)?.spec);
     generateInto(threadId, assistantId, request, modelId);
   }
 
@@ -332,7 +334,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     if (!thread || last?.role !== 'assistant' || !last.content || last.stats?.error || last.format === 'json') return;
     const modelId = s().activeModelId;
     s().resumeReply({ threadId, messageId: last.id, now: Date.now(), ...(modelId ? { modelId } : {}) });
-    const request = buildChatRequest(thread, thread.messages, modelId, modelOf(modelId)?.spec.contextLength);
+    const request = buildChatRequest(thread, thread.messages, modelId, modelOf(modelId)?.spec);
     generateInto(threadId, last.id, { ...request, continueFinal: true }, modelId);
   }
 
@@ -493,7 +495,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         createdAt: 0,
         ...(attachments.length > 0 ? { attachments } : {}),
       };
-      const request = buildChatRequest(thread, [...history, draft], modelId, model.spec.contextLength);
+      const request = buildChatRequest(thread, [...history, draft], modelId, model.spec);
       const r = await api.invoke('measurePrompt', request);
       return r.ok ? r.value : null;
     },
@@ -515,6 +517,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         maxNewTokens: p.maxNewTokens,
         stop: p.stop,
         contextOverflow: p.contextOverflow,
+        thinking: p.thinking,
       });
       saveThread(threadId);
     },
@@ -572,6 +575,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       if ('jsonSchema' in patch) next.jsonSchema = patch.jsonSchema;
       if ('contextOverflow' in patch) next.contextOverflow = patch.contextOverflow;
       if ('stop' in patch) next.stop = patch.stop;
+      if ('thinking' in patch) next.thinking = patch.thinking;
       s().updateThread(id, next);
       saveThread(id);
     },

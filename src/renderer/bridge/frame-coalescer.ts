@@ -37,7 +37,12 @@ export function mergeTokenFrames(a: TokensFrame, b: TokensFrame): TokensFrame {
   for (let i = 0; i < n; i++) {
     const x = a.rows[i];
     const y = b.rows[i];
-    rows.push({ ids: [...(x?.ids ?? []), ...(y?.ids ?? [])], text: (x?.text ?? '') + (y?.text ?? '') });
+    const reasoning = (x?.reasoning ?? '') + (y?.reasoning ?? '');
+    rows.push({
+      ids: [...(x?.ids ?? []), ...(y?.ids ?? [])],
+      text: (x?.text ?? '') + (y?.text ?? ''),
+      ...(reasoning ? { reasoning } : {}),
+    });
   }
   return { type: 'tokens', requestId: b.requestId, rows };
 }

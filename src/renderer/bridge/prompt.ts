@@ -1,6 +1,7 @@
 /** Builds the generate request for a chat turn from a thread (pure, unit-tested). */
 import type { StoredMessage, Thread } from '../../shared/api';
 import type { ChatMessage, ContextDrop, GenerateRequest } from '../../shared/contract';
+import type { ModelSpec } from '../../shared/model-spec';
 import { withAttachments } from '../lib/attachments';
 import type { LiveReply } from '../store/types';
 
@@ -11,9 +12,12 @@ import type { LiveReply } from '../store/types';
  */
 export function conversationOf(messages: StoredMessage[]): ChatMessage[] {
   // Files go with user messages only (an imported chat's other messages cannot hide text the window never shows).
-  return messages
-    .filter(inConversation)
-    .map((m) => ({ role: m.role, content: m.role === 'user' ? withAttachments(m.content, m.attachments) : m.content }));
+  // A reply's reasoning goes with it: templates that show earlier reasoning (few do) read it.
+  return messages.filter(inConversation).map((m) => ({
+    role: m.role,
+    content: m.role === 'user' ? withAttachments(m.content, m.attachments) : m.content,
+    ...(m.role === 'assistant' && m.reasoning ? { reasoning: m.reasoning } : {}),
+  }));
 }
 
 function inConversation(m: StoredMessage): boolean {
@@ -29,8 +33,11 @@ export function buildChatRequest(
   thread: Thread,
   history: StoredMessage[],
   modelId: string | null,
-  /** The context of the model the turn goes to, when known (a drop made for another context is not kept). */
-  contextLength?: number,
+  /**
+   * The model the turn goes to, when known: its context (a drop made for another context is not kept), and
+   * whether it thinks with a switch (the thread's thinking setting goes to such a model only).
+   */
+  model?: Pick<ModelSpec, 'contextLength' | 'reasoning'>,
 ): GenerateRequest {
   const messages = conversationOf(history);
   const system = thread.systemPrompt?.trim();
@@ -43,7 +50,8 @@ export function buildChatRequest(
     ...(sampling ? { sampling } : {}),
     ...(thread.stop && thread.stop.length > 0 ? { stop: thread.stop } : {}),
     ...jsonForm(thread),
-    ...overflowPolicy(thread, history, contextLength),
+    ...(thread.thinking !== undefined && model?.reasoning?.toggle ? { thinking: thread.thinking } : {}),
+    ...overflowPolicy(thread, history, model?.contextLength),
     sessionId: thread.id,
     threadId: thread.id,
   };

@@ -32,6 +32,7 @@ function summary(thread: Thread | undefined): string {
   if (thread?.responseFormat === 'json') parts.push(thread.jsonSchema ? 'JSON schema' : 'JSON');
   if (thread?.contextOverflow === 'refuse') parts.push('no context overflow');
   if (thread?.stop?.length) parts.push(`stop ×${thread.stop.length}`);
+  if (thread?.thinking !== undefined) parts.push(thread.thinking ? 'thinking on' : 'thinking off');
   return parts.join(' · ');
 }
 

@@ -26,6 +26,49 @@ function StatsLine({ stats }: { stats: Stats }) {
   );
 }
 
+/**
+ * A thinking model's reasoning, above its reply: open while the model reasons (the text streams in), then
+ * folded to one line saying how long it thought; a click opens or folds it.
+ */
+function Reasoning({ text, live, stats }: { text: string; live: LiveReply | undefined; stats: Stats | undefined }) {
+  // null: as the reply goes (open while only reasoning has come); a click makes it the reader's.
+  const [opened, setOpened] = useState<boolean | null>(null);
+  const deferred = useDeferredValue(text);
+  const thinking = live !== undefined && live.phase === 'running' && !live.stopping;
+  const answering = useApp((s) => {
+    const m = live
+      ? s.threads.find((t) => t.id === live.threadId)?.messages.find((x) => x.id === live.messageId)
+      : null;
+    return (m?.content.length ?? 0) > 0;
+  });
+  const open = opened ?? (thinking && !answering);
+  const ms = live ? undefined : stats?.reasoningMs;
+  const label =
+    thinking && !answering
+      ? 'Thinking…'
+      : `Thought${ms !== undefined && ms > 0 ? ` for ${formatMs(ms)}` : ''}${
+          stats?.reasoningTokens ? ` · ${formatInteger(stats.reasoningTokens)} tok` : ''
+        }`;
+  return (
+    <div className={`reasoning ${open ? 'open' : ''}`} data-testid="reasoning" data-open={open}>
+      <button
+        type="button"
+        className="reasoning-toggle"
+        data-testid="reasoning-toggle"
+        aria-expanded={open}
+        onClick={() => setOpened(!open)}
+      >
+        <span className="caret">{open ? '▾' : '▸'}</span> {label}
+      </button>
+      {open && (
+        <div className="reasoning-text" data-testid="reasoning-text">
+          {live ? deferred : text}
+        </div>
+      )}
+    </div>
+  );
+}
+
 function CapNote({ cap }: { cap: NonNullable<Stats['budgetCap']> }) {
   return (
     <div
@@ -204,6 +247,7 @@ function AssistantMessage({
           </span>
         )}
       </div>
+      {message.reasoning && <Reasoning text={message.reasoning} live={live} stats={stats} />}
       <div className={`bubble ${live?.phase === 'running' ? 'streaming' : ''}`} data-testid="message-text">
         {text && <Markdown text={message.format === 'json' ? jsonBlock(text) : text} />}
       </div>

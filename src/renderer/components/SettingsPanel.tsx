@@ -133,6 +133,41 @@ function PresetRow({ thread, onApplied, picked, setPicked }: PresetProps & { thr
   );
 }
 
+/**
+ * Whether a thinking model reasons before it replies. It goes to a model whose template has the switch
+ * (`enable_thinking`, as Qwen3's); the line under it says what the current model does.
+ */
+function ThinkingSetting({ thread }: { thread: Thread }) {
+  const bridge = useBridge();
+  const reasoning = useApp((s) => s.models.find((m) => m.id === s.activeModelId)?.spec.reasoning);
+  const note = !reasoning
+    ? 'the current model does not think'
+    : reasoning.toggle
+      ? `the current model thinks in ${reasoning.open}…${reasoning.close} and can be told not to`
+      : 'the current model always thinks (its template has no switch)';
+  return (
+    <label className="wide" title="A thinking model (Qwen3, DeepSeek-R1…) reasons before it replies.">
+      thinking
+      <select
+        data-testid="setting-thinking"
+        value={thread.thinking === undefined ? 'default' : thread.thinking ? 'on' : 'off'}
+        onChange={(e) =>
+          bridge.updateThreadSettings(thread.id, {
+            thinking: e.target.value === 'default' ? undefined : e.target.value === 'on',
+          })
+        }
+      >
+        <option value="default">as the model does</option>
+        <option value="on">think before replying</option>
+        <option value="off">reply at once</option>
+      </select>
+      <span className="hint" data-testid="thinking-note">
+        {note}
+      </span>
+    </label>
+  );
+}
+
 export function SettingsPanel({ thread, presets }: { thread: Thread; presets: PresetProps }) {
   const bridge = useBridge();
   const sampling = thread.sampling ?? {};
@@ -223,6 +258,7 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
           <option value="refuse">stop with an error</option>
         </select>
       </label>
+      <ThinkingSetting thread={thread} />
       <label
         className="wide"
         title="A reply ends where one of these would appear (the string itself is not shown). One per line, at most 16."

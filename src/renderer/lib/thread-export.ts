@@ -45,6 +45,8 @@ export function threadToMarkdown(thread: Thread, modelName?: string): string {
   if (thread.systemPrompt?.trim()) lines.push('**System prompt**', '', quote(thread.systemPrompt.trim()), '');
   for (const m of thread.messages) {
     lines.push(`### ${m.role === 'user' ? 'You' : m.role === 'assistant' ? 'Assistant' : 'System'}`, '');
+    // A thinking model's reasoning, quoted above its reply.
+    if (m.reasoning) lines.push('*Thinking*', '', quote(m.reasoning), '');
     // A reply that failed part way keeps what it wrote, as the window shows it.
     if (m.content) {
       lines.push(m.format === 'json' ? fenced(m.content, 'json') : m.content, '');
@@ -124,7 +126,9 @@ export function parseThreadImport(text: string, fileName: string, now = Date.now
       system = content;
       systemAt = i;
     } else if (m.role === 'user' || m.role === 'assistant') {
-      messages.push({ id: 'm', role: m.role, content, createdAt: now });
+      // A reply's reasoning as DeepSeek's API and vLLM give it.
+      const reasoning = m.role === 'assistant' && typeof m.reasoning_content === 'string' ? m.reasoning_content : '';
+      messages.push({ id: 'm', role: m.role, content, createdAt: now, ...(reasoning ? { reasoning } : {}) });
       from.push(i);
     } else {
       return fail(

@@ -42,6 +42,7 @@ export function reduceFrames(
   errors: { set(error: ErrorInfo): void },
 ): { message: StoredMessage; live: LiveReply | undefined } {
   let content = message.content;
+  let reasoning = message.reasoning;
   let next: LiveReply | undefined = { ...live };
   let stats = message.stats;
   for (const frame of frames) {
@@ -77,6 +78,7 @@ export function reduceFrames(
         if (row) {
           content += row.text;
           next = { ...next, phase: 'running', tokens: next.tokens + row.ids.length };
+          if (row.reasoning) reasoning = (reasoning ?? '') + row.reasoning;
         }
         break;
       }
@@ -86,12 +88,16 @@ export function reduceFrames(
         // conversation before it (the continuation's prompt held the first part too).
         const before = next.continues?.tokens ?? 0;
         content = (next.continues?.text ?? '') + r.text;
+        // How long it thought: its reasoning tokens at the reply's decode rate (frames may bring many at once).
+        const rate = r.timings.tokensPerSecond;
+        const thought = r.reasoningTokens && rate > 0 ? { reasoningMs: (r.reasoningTokens * 1000) / rate } : {};
         stats = {
           ttftMs: r.timings.ttftMs,
           tokensPerSecond: r.timings.tokensPerSecond,
           tokens: before + r.tokenIds.length,
           promptTokens: Math.max(0, r.promptTokens - before),
           finishReason: r.finishReason,
+          ...(r.reasoningTokens ? { reasoningTokens: r.reasoningTokens, ...thought } : {}),
           ...(r.budgetCap ? { budgetCap: r.budgetCap } : {}),
           ...(r.clipped ? { clipped: r.clipped } : {}),
           ...(r.contextDrop ? { contextDrop: r.contextDrop } : {}),
@@ -131,7 +137,10 @@ export function reduceFrames(
       }
     }
   }
-  return { message: { ...message, content, ...(stats ? { stats } : {}) }, live: next };
+  return {
+    message: { ...message, content, ...(reasoning ? { reasoning } : {}), ...(stats ? { stats } : {}) },
+    live: next,
+  };
 }
 
 export const createChatSlice: StateCreator<AppState, [], [], ChatSlice> = (set, get) => ({

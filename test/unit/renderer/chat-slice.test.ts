@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { createFrameCoalescer } from '../../../src/renderer/bridge/frame-coalescer';
 import { createAppStore } from '../../../src/renderer/store';
 import { sortThreads, titleFrom, UNTITLED } from '../../../src/renderer/store/chat-slice';
+import type { StreamFrame } from '../../../src/shared/contract';
 import { result, thread, tokens } from './fixtures';
 
 function storeWithThread() {
@@ -384,5 +385,55 @@ describe('saved threads arriving late', () => {
     const s = store.getState();
     expect(s.threads.map((t) => t.id)).toEqual(['fresh', 'old']);
     expect(s.activeThreadId).toBe('fresh');
+  });
+});
+
+describe("a thinking model's reply", () => {
+  it('collects its reasoning beside its text, and says how long and how many tokens it thought', () => {
+    const store = storeWithThread();
+    start(store);
+    const reasoning = (text: string, ids: number[]): StreamFrame => ({
+      type: 'tokens',
+      requestId: 'r1',
+      rows: [{ ids, text: '', reasoning: text }],
+    });
+    store
+      .getState()
+      .applyFrames(
+        [{ messageId: 'a1', frames: [accepted, admitted, reasoning('Sky ', [1]), reasoning('scatters.', [2, 3])] }],
+        20,
+      );
+    let m = store.getState().threads[0]?.messages.find((x) => x.id === 'a1');
+    expect(m).toMatchObject({ content: '', reasoning: 'Sky scatters.' });
+    store.getState().applyFrames([{ messageId: 'a1', frames: [tokens('Blue.', [4, 5])] }], 30);
+    const done = result({
+      text: 'Blue.',
+      reasoning: 'Sky scatters.',
+      reasoningTokens: 4,
+      tokenIds: [1, 2, 3, 4, 5],
+      timings: { queueMs: 1, ttftMs: 12, totalMs: 30, tokensPerSecond: 200 },
+    });
+    store.getState().applyFrames([{ messageId: 'a1', frames: [{ type: 'done', requestId: 'r1', result: done }] }], 40);
+    m = store.getState().threads[0]?.messages.find((x) => x.id === 'a1');
+    expect(m).toMatchObject({ content: 'Blue.', reasoning: 'Sky scatters.' });
+    // Four reasoning tokens at 200 tokens a second: 20 ms.
+    expect(m?.stats).toMatchObject({ reasoningTokens: 4, reasoningMs: 20, tokens: 5 });
+  });
+
+  it('a reply without reasoning has none', () => {
+    const store = storeWithThread();
+    start(store);
+    store.getState().applyFrames(
+      [
+        {
+          messageId: 'a1',
+          frames: [accepted, admitted, tokens('abc'), { type: 'done', requestId: 'r1', result: result() }],
+        },
+      ],
+      20,
+    );
+    const m = store.getState().threads[0]?.messages.find((x) => x.id === 'a1');
+    expect(m).not.toHaveProperty('reasoning');
+    expect(m?.stats).not.toHaveProperty('reasoningMs');
   });
 });

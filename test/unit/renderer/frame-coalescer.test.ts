@@ -118,4 +118,19 @@ describe('frame coalescer', () => {
       { ids: [2, 4], text: 'bd' },
     ]);
   });
+
+  it("merges a thinking model's reasoning as it merges text, and leaves it out where there is none", () => {
+    const frame = (ids: number[], text: string, reasoning?: string) => ({
+      type: 'tokens' as const,
+      requestId: 'r',
+      rows: [{ ids, text, ...(reasoning !== undefined ? { reasoning } : {}) }],
+    });
+    expect(mergeTokenFrames(frame([1], '', 'thinking '), frame([2], '', 'hard')).rows).toEqual([
+      { ids: [1, 2], text: '', reasoning: 'thinking hard' },
+    ]);
+    expect(mergeTokenFrames(frame([1], '', 'done'), frame([2], 'Hi')).rows).toEqual([
+      { ids: [1, 2], text: 'Hi', reasoning: 'done' },
+    ]);
+    expect(mergeTokenFrames(frame([1], 'a'), frame([2], 'b')).rows[0]).not.toHaveProperty('reasoning');
+  });
 });

@@ -53,6 +53,31 @@ describe('chat requests', () => {
     expect(GenerateRequest.safeParse(req).success).toBe(true);
   });
 
+  it("sends a reply's reasoning with it, and the thread's thinking setting to a model with the switch only", () => {
+    const withThought = history.map((m) => (m.id === 'a2' ? { ...m, reasoning: 'A greeting back.' } : m));
+    expect(conversationOf(withThought)[2]).toEqual({
+      role: 'assistant',
+      content: 'hello',
+      reasoning: 'A greeting back.',
+    });
+    // A reply cut off while it reasoned has no text: it is not part of the conversation.
+    const cut = [
+      ...history.slice(0, 4),
+      { id: 'a3', role: 'assistant' as const, content: '', reasoning: 'Hm', createdAt: 6 },
+    ];
+    expect(conversationOf(cut).map((m) => m.content)).toEqual(['hi', 'hi again', 'hello']);
+    const off = thread('t1', { thinking: false });
+    const qwen = { contextLength: 4096, reasoning: { open: '<think>', close: '</think>', toggle: 'enable_thinking' } };
+    expect(buildChatRequest(off, history, 'q', qwen).thinking).toBe(false);
+    expect(buildChatRequest(thread('t1', { thinking: true }), history, 'q', qwen).thinking).toBe(true);
+    expect(buildChatRequest(thread('t1'), history, 'q', qwen)).not.toHaveProperty('thinking');
+    // A model that always thinks, or never does, is not told (the host would refuse what it cannot do).
+    const r1 = { contextLength: 4096, reasoning: { open: '<think>', close: '</think>' } };
+    expect(buildChatRequest(off, history, 'r1', r1)).not.toHaveProperty('thinking');
+    expect(buildChatRequest(off, history, 'plain', { contextLength: 4096 })).not.toHaveProperty('thinking');
+    expect(buildChatRequest(off, history, null)).not.toHaveProperty('thinking');
+  });
+
   it('omits empty settings so the package defaults apply', () => {
     const req = buildChatRequest(thread('t1', { systemPrompt: '  ', sampling: {} }), history, null);
     expect(req).not.toHaveProperty('system');
@@ -112,16 +137,16 @@ describe('a chat longer than the context', () => {
   ];
 
   it('asks to leave out the oldest messages, from where the last reply started, for the same context', () => {
-    const req = buildChatRequest(thread('t1'), history, null, 256);
+    const req = buildChatRequest(thread('t1'), history, null, { contextLength: 256 });
     expect(req).toMatchObject({ contextOverflow: 'drop-oldest', droppedMessages: 2 });
     expect(GenerateRequest.safeParse(req).success).toBe(true);
     // Before any drop, the hint is 0 (the host then leaves out enough for several turns when it must).
-    expect(buildChatRequest(thread('t1'), history.slice(0, 3), null, 256).droppedMessages).toBe(0);
+    expect(buildChatRequest(thread('t1'), history.slice(0, 3), null, { contextLength: 256 }).droppedMessages).toBe(0);
     // A model with another context (a switch to one with more room): the earlier drop does not hold.
-    expect(buildChatRequest(thread('t1'), history, 'big', 32_768).droppedMessages).toBe(0);
+    expect(buildChatRequest(thread('t1'), history, 'big', { contextLength: 32_768 }).droppedMessages).toBe(0);
     expect(buildChatRequest(thread('t1'), history, null).droppedMessages).toBe(0);
     // A thread set to refuse sends neither.
-    const refuse = buildChatRequest(thread('t1', { contextOverflow: 'refuse' }), history, null, 256);
+    const refuse = buildChatRequest(thread('t1', { contextOverflow: 'refuse' }), history, null, { contextLength: 256 });
     expect(refuse.contextOverflow).toBeUndefined();
     expect(refuse.droppedMessages).toBeUndefined();
   });

@@ -190,6 +190,21 @@ describe('importing a conversation ({messages: [{role, content}]})', () => {
     expect(Thread.safeParse(t).success).toBe(true);
   });
 
+  it("keeps an assistant message's reasoning_content as its reasoning, and writes it into the Markdown", () => {
+    const withThought = conversation.map((m) =>
+      m.role === 'assistant' ? { ...m, reasoning_content: 'Ships need light at night.' } : m,
+    );
+    const t = imported(parseThreadImport(JSON.stringify({ messages: withThought }), 'c.json', NOW));
+    expect(t.messages[1]).toMatchObject({
+      content: 'A tower with a light for ships.',
+      reasoning: 'Ships need light at night.',
+    });
+    expect(t.messages[0]).not.toHaveProperty('reasoning');
+    expect(threadToMarkdown(t)).toContain(
+      '### Assistant\n\n*Thinking*\n\n> Ships need light at night.\n\nA tower with a light for ships.\n',
+    );
+  });
+
   it('uses the given title', () => {
     const t = imported(parseThreadImport(JSON.stringify({ title: '  Ships  ', messages: conversation }), 'c', NOW));
     expect(t.title).toBe('Ships');

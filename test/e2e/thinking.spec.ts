@@ -1,0 +1,114 @@
+/**
+ * A thinking model in Chromium, against a real serve with a generated thinking model (Qwen3's switch, replies
+ * opened with <think>): the reply's reasoning folds above it ("Thought for …"), opens on a click, and is the
+ * reasoning the OpenAI API gives for the same greedy turn, as the reply is its content; it survives a reload;
+ * the thread's "reply at once" setting turns the reasoning off (the template closes it), and the settings say
+ * what the current model does.
+ */
+import { test as base, expect, type Page } from '@playwright/test';
+import { thinkingModel } from '../helpers/models';
+import { lastReply, newChat, send, setSettings } from './fixtures';
+import { type ServeHandle, startServe } from './serve';
+
+/** A prompt on which the greedy model reasons and then answers within 16 tokens, and what it says. */
+interface Natural {
+  prompt: string;
+  reasoning: string;
+  content: string;
+  reasoningTokens: number;
+}
+
+const test = base.extend<object, { thinkServer: ServeHandle & { natural: Natural } }>({
+  thinkServer: [
+    // biome-ignore lint/correctness/noEmptyPattern: Playwright fixtures take their dependencies by destructuring
+    async ({}, use) => {
+      const server = await startServe(['--model', thinkingModel()]);
+      // The random model ends its reasoning by itself on some prompts: find one through the API.
+      let natural: Natural | undefined;
+      for (let i = 0; i < 300 && !natural; i++) {
+        const prompt = `Question ${i}: why is the sky blue?`;
+        const res = await fetch(`${server.url}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({
+            model: 'thinking',
+            messages: [{ role: 'user', content: prompt }],
+            max_tokens: 16,
+            temperature: 0,
+          }),
+        });
+        const body = (await res.json()) as {
+          choices: Array<{ message: { content: string; reasoning_content?: string } }>;
+          usage: { completion_tokens_details?: { reasoning_tokens: number } };
+        };
+        const m = body.choices[0]?.message;
+        const reasoningTokens = body.usage.completion_tokens_details?.reasoning_tokens ?? 0;
+        if (m?.reasoning_content && m.content.trim())
+          natural = { prompt, reasoning: m.reasoning_content, content: m.content, reasoningTokens };
+      }
+      if (!natural) throw new Error('no prompt of the 300 tried made the thinking model end its reasoning');
+      await use({ ...server, natural });
+      await server.stop();
+    },
+    { scope: 'worker', timeout: 180_000 },
+  ],
+});
+
+async function openThinkingChat(page: Page, url: string): Promise<void> {
+  await page.goto(url);
+  await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+  await newChat(page);
+  await page.getByTestId('model-picker').selectOption('thinking');
+  await setSettings(page, { greedy: true, maxNewTokens: 16 });
+}
+
+test('a thinking model: the reasoning folds above the reply, opens on a click, and can be turned off', async ({
+  page,
+  thinkServer: server,
+}) => {
+  const { natural } = server;
+  await openThinkingChat(page, server.url);
+  await send(page, natural.prompt);
+  const reply = lastReply(page);
+  await expect(reply).toHaveAttribute('data-state', 'done');
+  // Folded once the reply is written, saying how long it thought and in how many tokens.
+  const reasoning = reply.getByTestId('reasoning');
+  await expect(reasoning).toHaveAttribute('data-open', 'false');
+  await expect(reasoning.getByTestId('reasoning-toggle')).toHaveText(
+    new RegExp(`^▸ Thought for [\\d.,]+ m?s · ${natural.reasoningTokens} tok$`),
+  );
+  await expect(reasoning.getByTestId('reasoning-text')).toHaveCount(0);
+  // The reply is the answer alone; the reasoning, opened, is the API's for the same turn.
+  await expect(reply.getByTestId('message-text')).toHaveText(natural.content.trim());
+  await reasoning.getByTestId('reasoning-toggle').click();
+  await expect(reasoning.getByTestId('reasoning-text')).toHaveText(natural.reasoning);
+  await reasoning.getByTestId('reasoning-toggle').click();
+  await expect(reasoning.getByTestId('reasoning-text')).toHaveCount(0);
+
+  // Kept with the chat (the model picker is the window's: pick the thinking model again).
+  await page.reload();
+  await page.getByTestId('model-picker').selectOption('thinking');
+  await expect(lastReply(page).getByTestId('reasoning-toggle')).toContainText('Thought');
+  await lastReply(page).getByTestId('reasoning-toggle').click();
+  await expect(lastReply(page).getByTestId('reasoning-text')).toHaveText(natural.reasoning);
+
+  // Turned off: the settings say what this model does, and the next reply has no reasoning.
+  await page.getByTestId('settings-toggle').click();
+  await expect(page.getByTestId('thinking-note')).toContainText('can be told not to');
+  await page.getByTestId('setting-thinking').selectOption('off');
+  await page.getByTestId('settings-toggle').click();
+  await expect(page.getByTestId('settings-summary')).toContainText('thinking off');
+  await send(page, natural.prompt);
+  await expect(lastReply(page)).toHaveAttribute('data-state', 'done');
+  await expect(lastReply(page).getByTestId('reasoning')).toHaveCount(0);
+  await expect(lastReply(page).getByTestId('message-text')).not.toBeEmpty();
+});
+
+test('the settings say when the current model does not think', async ({ page, thinkServer: server }) => {
+  await page.goto(server.url);
+  await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+  await newChat(page);
+  await page.getByTestId('model-picker').selectOption('default');
+  await page.getByTestId('settings-toggle').click();
+  await expect(page.getByTestId('thinking-note')).toHaveText('the current model does not think');
+});
