@@ -6,7 +6,8 @@
  * a reply (what it wrote so far stays in the conversation); Ctrl+D or /bye ends the chat.
  *
  * With a terminal, it prompts (`>>> `); with stdin from a pipe or a file, it reads every line as a turn, prints
- * only the replies, and ends at the end of its input.
+ * only the replies, and ends at the end of its input. A thinking model's reasoning goes to stderr, between
+ * "Thinking..." and "...done thinking." (as Ollama shows it), so stdout holds the replies alone.
  */
 import { randomUUID } from 'node:crypto';
 import { createInterface } from 'node:readline';
@@ -22,6 +23,7 @@ const HELP = `Commands:
   /set system TEXT        the system prompt (the conversation goes on with it)
   /set parameter NAME V   temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed, num_predict
   /set verbose | quiet    show (or not) each reply's figures: tokens, speed, prompt and reused tokens, KV
+  /set think | nothink    a thinking model reasons before it replies, or replies at once
   /show info | system | parameters
   /clear                  forget the conversation (and its KV)
   /bye                    end the chat (also Ctrl+D)
@@ -52,6 +54,8 @@ export interface ChatOptions {
   sampling: SamplingSettings;
   verbose: boolean;
   contextOverflow: 'drop-oldest' | 'refuse';
+  /** A thinking model reasons (true) or replies at once (false); absent: as the model does. */
+  thinking?: boolean;
 }
 
 /**
@@ -97,16 +101,31 @@ export class ChatSession {
       ...(this.options.system ? { system: this.options.system } : {}),
       ...(this.options.maxNewTokens !== undefined ? { maxNewTokens: this.options.maxNewTokens } : {}),
       ...(Object.keys(this.options.sampling).length > 0 ? { sampling: this.options.sampling } : {}),
+      ...(this.options.thinking !== undefined ? { thinking: this.options.thinking } : {}),
       ...(this.options.contextOverflow === 'drop-oldest'
         ? { contextOverflow: 'drop-oldest' as const, droppedMessages: this.dropped }
         : {}),
     };
     let written = '';
     let accepted: GenerationResult['contextDrop'] | null = null;
+    // Reasoning goes to stderr between Ollama's two lines ("Thinking..." and "...done thinking."); the reply to stdout.
+    let thinking: 'no' | 'open' | 'done' = 'no';
+    const endThinking = () => {
+      if (thinking !== 'open') return;
+      this.io.err('\n...done thinking.\n\n');
+      thinking = 'done';
+    };
     const handle = this.host.generate(request, (frame) => {
       if (frame.type === 'accepted') accepted = frame.contextDrop ?? undefined;
       if (frame.type === 'tokens') {
-        const piece = frame.rows[0]?.text ?? '';
+        const row = frame.rows[0];
+        if (row?.reasoning) {
+          if (thinking === 'no') this.io.err('Thinking...\n');
+          thinking = 'open';
+          this.io.err(row.reasoning);
+        }
+        const piece = row?.text ?? '';
+        if (piece) endThinking();
         written += piece;
         this.io.out(piece);
       }
@@ -114,12 +133,17 @@ export class ChatSession {
     this.current = handle;
     try {
       const result = await handle.result;
+      endThinking();
       this.io.out('\n');
-      this.messages = [...messages, { role: 'assistant', content: result.text }];
+      this.messages = [
+        ...messages,
+        { role: 'assistant', content: result.text, ...(result.reasoning ? { reasoning: result.reasoning } : {}) },
+      ];
       this.noteDrop(result.contextDrop);
       if (this.options.verbose) this.io.err(figures(result));
     } catch (err) {
       const info = toErrorInfo(err);
+      endThinking();
       if (info.code === 'CANCELLED') {
         // Stopped by the person: what was written stays, as in the window (a reply stopped before it began
         // leaves the question alone; the drop it was read with, if the host read it, still holds).
@@ -187,6 +211,23 @@ export class ChatSession {
       case 'quiet':
         this.options.verbose = what === 'verbose';
         return;
+      case 'think':
+      case 'nothink': {
+        const reasoning = this.model.spec.reasoning;
+        if (!reasoning) {
+          this.io.err(
+            `kvdesk: ${this.model.id} does not think: there is nothing to turn ${what === 'think' ? 'on' : 'off'}\n`,
+          );
+          return;
+        }
+        if (what === 'nothink' && !reasoning.toggle) {
+          this.io.err(`kvdesk: ${this.model.id} always thinks: its chat template has no switch (enable_thinking)\n`);
+          return;
+        }
+        this.options.thinking = what === 'think';
+        this.io.err(`kvdesk: thinking ${what === 'think' ? 'on' : 'off'}\n`);
+        return;
+      }
       case 'parameter': {
         const [name, raw] = value.split(/\s+/);
         const key = name && Object.hasOwn(PARAMETERS, name) ? PARAMETERS[name] : undefined;
@@ -225,7 +266,9 @@ export class ChatSession {
         return;
       }
       default:
-        this.io.err('kvdesk: /set system TEXT, /set parameter NAME VALUE, /set verbose or /set quiet\n');
+        this.io.err(
+          'kvdesk: /set system TEXT, /set parameter NAME VALUE, /set verbose, /set quiet, /set think or /set nothink\n',
+        );
     }
   }
 
@@ -238,6 +281,7 @@ export class ChatSession {
             `  context   ${spec.contextLength} tokens\n` +
             `  KV        ${spec.bpt} bytes a token: ${formatBytes(spec.bpt * spec.contextLength)} for a full context\n` +
             `  weights   ${formatBytes(spec.weightsBytes)}\n` +
+            `  thinking  ${thinkingInfo(spec.reasoning, this.options.thinking)}\n` +
             `  chat      ${this.messages.length} messages${this.dropped ? `, the first ${this.dropped} out of view` : ''}\n`,
         );
         return;
@@ -260,6 +304,14 @@ export class ChatSession {
         this.io.err('kvdesk: /show info, /show system or /show parameters\n');
     }
   }
+}
+
+/** What /show info says of thinking: whether the model thinks, in which markers, and whether it is switched. */
+function thinkingInfo(reasoning: ModelInfo['spec']['reasoning'], thinking: boolean | undefined): string {
+  if (!reasoning) return 'no (the model does not reason)';
+  const markers = `${reasoning.open}…${reasoning.close}`;
+  if (!reasoning.toggle) return `always, in ${markers} (no switch)`;
+  return `${thinking === false ? 'off' : 'on'}, in ${markers} (/set think, /set nothink)`;
 }
 
 /** A reply's figures (/set verbose). */
@@ -336,6 +388,8 @@ export async function chat(
     'max-new-tokens': { type: 'string' },
     ...SAMPLING_OPTIONS,
     verbose: { type: 'boolean' },
+    think: { type: 'boolean' },
+    nothink: { type: 'boolean' },
     'context-overflow': { type: 'string' },
     'kv-budget': { type: 'string' },
     threads: { type: 'string' },
@@ -361,6 +415,9 @@ export async function chat(
       verbose: values.verbose === true,
       contextOverflow: overflow,
     };
+    if (values.think && values.nothink) throw badArgs('give --think or --nothink, not both');
+    if (values.think) chatOptions.thinking = true;
+    if (values.nothink) chatOptions.thinking = false;
     const maxNew = parseNumber('max-new-tokens', values['max-new-tokens'], true);
     if (maxNew !== undefined) chatOptions.maxNewTokens = maxNew;
     const threads = parseNumber('threads', values.threads, true);

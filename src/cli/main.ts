@@ -42,6 +42,8 @@ generate options:
   --prompt-ids IDS         comma-separated token ids
   --chat                   render the prompt with the package's chat template
   --system TEXT            system prompt (with --chat)
+  --think | --nothink      with --chat, a thinking model (Qwen3…): reason first, or reply at once; its
+                           reasoning goes to stderr (the "reasoning" field with --json)
   --max-new-tokens N       tokens to generate (default: package default or 256)
   --greedy                 always take the most likely token
   --temperature T --top-k K --top-p P --min-p M --repetition-penalty R
@@ -65,6 +67,8 @@ chat options (a conversation, as ollama run: a line is a turn, """ starts and en
 stops a reply, Ctrl+D or /bye ends, /? lists the commands; with stdin from a pipe, each line is a turn):
   --system TEXT --max-new-tokens N, generate's sampling options, --kv-budget, --threads, --data-dir
   --verbose                each reply's figures (tokens, speed, prompt and reused tokens, KV) on stderr
+  --think | --nothink      a thinking model reasons first, or replies at once (also /set think, /set nothink);
+                           its reasoning goes to stderr between "Thinking..." and "...done thinking."
   --context-overflow P     drop-oldest (default: a conversation longer than the context goes on without its
                            oldest turns) or refuse
 
@@ -182,6 +186,8 @@ async function generate(args: string[], io: Io): Promise<number> {
     'prompt-ids': { type: 'string' },
     chat: { type: 'boolean' },
     system: { type: 'string' },
+    think: { type: 'boolean' },
+    nothink: { type: 'boolean' },
     'max-new-tokens': { type: 'string' },
     ...SAMPLING_OPTIONS,
     logprobs: { type: 'string' },
@@ -225,6 +231,8 @@ async function generate(args: string[], io: Io): Promise<number> {
     else request.prompt = prompts[0];
     if (values.chat) request.chat = true;
     if (values.system !== undefined) request.system = values.system;
+    if (values.think && values.nothink) throw badArgs('give --think or --nothink, not both');
+    if (values.think || values.nothink) request.thinking = values.think === true;
     const maxNew = parseNumber('max-new-tokens', values['max-new-tokens'], true);
     if (maxNew !== undefined) request.maxNewTokens = maxNew;
     const rows = parseNumber('rows', values.rows, true);
@@ -253,6 +261,7 @@ async function generate(args: string[], io: Io): Promise<number> {
     });
     const info = await host.loadModel(await packageDir(positionals[0] as string, values['data-dir']));
     const multiRow = (request.prompts as unknown[] | undefined)?.length !== undefined || (rows ?? 1) > 1;
+    let thinking = false;
     const handle = host.generate(request, (frame) => {
       if (json) return;
       if (frame.type === 'admitted' && frame.budgetCap) {
@@ -266,7 +275,20 @@ async function generate(args: string[], io: Io): Promise<number> {
           `kvdesk: max new tokens clipped from ${frame.clipped.requestedMaxTokens} to ${frame.clipped.clippedMaxTokens} by the context window (${frame.clipped.contextLength} tokens)\n`,
         );
       }
-      if (frame.type === 'tokens' && !multiRow) io.out(frame.rows[0]?.text ?? '');
+      if (frame.type === 'tokens' && !multiRow) {
+        // A thinking model's reasoning to stderr (as `kvdesk chat` shows it), its reply to stdout.
+        const row = frame.rows[0];
+        if (row?.reasoning) {
+          if (!thinking) io.err('Thinking...\n');
+          thinking = true;
+          io.err(row.reasoning);
+        }
+        if (thinking && row?.text) {
+          io.err('\n...done thinking.\n\n');
+          thinking = false;
+        }
+        io.out(row?.text ?? '');
+      }
     });
     const result = await handle.result;
     if (json) {
@@ -274,6 +296,9 @@ async function generate(args: string[], io: Io): Promise<number> {
         `${JSON.stringify({
           tokenIds: result.tokenIds,
           text: result.text,
+          ...(result.reasoning !== undefined
+            ? { reasoning: result.reasoning, reasoningTokens: result.reasoningTokens }
+            : {}),
           finishReason: result.finishReason,
           ...(result.rows[0]?.logprobs ? { logprobs: result.rows[0].logprobs } : {}),
           ...(result.rows[0]?.toolCalls ? { toolCalls: result.rows[0].toolCalls } : {}),

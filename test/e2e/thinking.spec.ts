@@ -6,7 +6,7 @@
  * what the current model does.
  */
 import { test as base, expect, type Page } from '@playwright/test';
-import { thinkingModel } from '../helpers/models';
+import { naturalThinkingQuestion, thinkingModel } from '../helpers/models';
 import { lastReply, newChat, send, setSettings } from './fixtures';
 import { type ServeHandle, startServe } from './serve';
 
@@ -24,15 +24,13 @@ const test = base.extend<object, { thinkServer: ServeHandle & { natural: Natural
     async ({}, use) => {
       const server = await startServe(['--model', thinkingModel()]);
       // The random model ends its reasoning by itself on some prompts: find one through the API.
-      let natural: Natural | undefined;
-      for (let i = 0; i < 300 && !natural; i++) {
-        const prompt = `Question ${i}: why is the sky blue?`;
+      const { question, reply } = await naturalThinkingQuestion(async (content) => {
         const res = await fetch(`${server.url}/v1/chat/completions`, {
           method: 'POST',
           headers: { 'content-type': 'application/json' },
           body: JSON.stringify({
             model: 'thinking',
-            messages: [{ role: 'user', content: prompt }],
+            messages: [{ role: 'user', content }],
             max_tokens: 16,
             temperature: 0,
           }),
@@ -42,11 +40,18 @@ const test = base.extend<object, { thinkServer: ServeHandle & { natural: Natural
           usage: { completion_tokens_details?: { reasoning_tokens: number } };
         };
         const m = body.choices[0]?.message;
-        const reasoningTokens = body.usage.completion_tokens_details?.reasoning_tokens ?? 0;
-        if (m?.reasoning_content && m.content.trim())
-          natural = { prompt, reasoning: m.reasoning_content, content: m.content, reasoningTokens };
-      }
-      if (!natural) throw new Error('no prompt of the 300 tried made the thinking model end its reasoning');
+        return {
+          text: m?.content ?? '',
+          reasoning: m?.reasoning_content,
+          reasoningTokens: body.usage.completion_tokens_details?.reasoning_tokens ?? 0,
+        };
+      });
+      const natural: Natural = {
+        prompt: question,
+        reasoning: reply.reasoning ?? '',
+        content: reply.text,
+        reasoningTokens: reply.reasoningTokens,
+      };
       await use({ ...server, natural });
       await server.stop();
     },

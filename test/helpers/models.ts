@@ -126,3 +126,19 @@ export const THINKING_TEMPLATE =
   "{{ m.content + '<|im_end|>\\n' }}{% endfor %}" +
   "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}" +
   "{% if enable_thinking is defined and enable_thinking is false %}{{ '<think>\\n\\n</think>\\n\\n' }}{% else %}{{ '<think>\\n' }}{% endif %}{% endif %}";
+
+/**
+ * The first of a few hundred questions on which `ask`'s greedy reply (16 tokens of {@link thinkingModel}) reasons
+ * and then answers: the random model ends its reasoning by itself on a few, so an API without a logit bias sees
+ * both. Throws when none does.
+ */
+export async function naturalThinkingQuestion<T extends { reasoning?: string | undefined; text: string }>(
+  ask: (question: string) => Promise<T>,
+): Promise<{ question: string; reply: T }> {
+  for (let i = 0; i < 300; i++) {
+    const question = `Question ${i}: why is the sky blue?`;
+    const reply = await ask(question);
+    if (reply.reasoning && reply.text.trim()) return { question, reply };
+  }
+  throw new Error('no question of the 300 tried made the thinking model end its reasoning within 16 tokens');
+}

@@ -3,13 +3,16 @@
  * onnxruntime. A turn's reply is the one `generate --chat` gives the same message; later turns reuse the
  * conversation's KV; a block between `"""` lines is one turn; commands answer on stderr and never end the chat;
  * a conversation longer than the context goes on without its oldest turns (or is refused, and goes on); Ctrl+C
- * stops a reply without ending the chat.
+ * stops a reply without ending the chat; a thinking model's reasoning goes to stderr between Ollama's lines, its
+ * reply alone to stdout, and /set nothink turns it off.
  */
 import { spawn, spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { RunnerService } from '../../src/main/host/runner-service';
+import type { GenerationResult } from '../../src/shared/contract';
 import { defaultModelDir, repoRoot } from '../helpers/fixtures';
-import { slowModel, smallContextModel } from '../helpers/models';
+import { naturalThinkingQuestion, slowModel, smallContextModel, thinkingModel } from '../helpers/models';
 
 const BIN = path.join(repoRoot, 'bin/kvdesk.cjs');
 const GREEDY = ['--greedy', '--max-new-tokens', '12'];
@@ -219,4 +222,57 @@ describe('kvdesk chat', () => {
     expect(missing.code).toBe(2);
     expect(missing.stderr).toContain('there is no package folder "no-such-model"');
   }, 60_000);
+
+  it("a thinking model: reasoning on stderr between Ollama's lines, the reply alone on stdout; /set nothink", async () => {
+    // A prompt on which the greedy model ends its reasoning by itself within 16 tokens, and its reply there.
+    const host = new RunnerService({ intraOpNumThreads: 2 });
+    const dir = thinkingModel();
+    let found: { question: string; reply: GenerationResult };
+    try {
+      await host.loadModel(dir, { id: 'thinking' });
+      found = await naturalThinkingQuestion(
+        (content) =>
+          host.generate({
+            model: 'thinking',
+            messages: [{ role: 'user', content }],
+            maxNewTokens: 16,
+            sampling: { greedy: true },
+          }).result,
+      );
+    } finally {
+      await host.close();
+    }
+    const r = kvdesk(
+      ['chat', dir, '--greedy', '--max-new-tokens', '16'],
+      `${found.question}\n/set nothink\n/show info\n${found.question}\n`,
+    );
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).toContain(`Thinking...\n${found.reply.reasoning}\n...done thinking.\n\n`);
+    const replies = r.stdout.split('\n');
+    expect(replies[0]).toBe(found.reply.text);
+    // Turned off, the next reply does not reason (the template closed it), and /show info says so.
+    expect(r.stderr.match(/Thinking\.\.\./g)).toHaveLength(1);
+    expect(r.stderr).toContain('kvdesk: thinking off');
+    expect(r.stderr).toMatch(/thinking {2}off, in <think>…<\/think>/);
+    expect(replies[1]?.length).toBeGreaterThan(0);
+    // generate --chat: the same reply, its reasoning in the JSON result; --nothink, none.
+    const args = [
+      'generate',
+      dir,
+      '--chat',
+      '--prompt',
+      found.question,
+      '--greedy',
+      '--max-new-tokens',
+      '16',
+      '--json',
+    ];
+    const json = JSON.parse(kvdesk(args).stdout) as { text: string; reasoning?: string; reasoningTokens?: number };
+    expect(json).toMatchObject({ text: found.reply.text, reasoning: found.reply.reasoning });
+    expect(json.reasoningTokens).toBe(found.reply.reasoningTokens);
+    expect(JSON.parse(kvdesk([...args, '--nothink']).stdout)).toMatchObject({ reasoning: '', reasoningTokens: 0 });
+    // A model that does not think says so and changes nothing.
+    const plain = kvdesk(['chat', defaultModelDir, ...GREEDY], '/set think\n');
+    expect(plain.stderr).toContain('default does not think: there is nothing to turn on');
+  }, 90_000);
 });

@@ -135,6 +135,7 @@ function messagesOf(body: Body): ChatMessage[] {
     if (prev && prev.role === t.role && (t.role === 'user' || t.role === 'assistant')) {
       prev.content = [prev.content, t.content].filter((s) => s.length > 0).join('\n\n');
       if (t.toolCalls) prev.toolCalls = [...(prev.toolCalls ?? []), ...t.toolCalls];
+      if (t.reasoning !== undefined) prev.reasoning = [prev.reasoning, t.reasoning].filter((s) => s).join('\n\n');
     } else merged.push({ ...t });
   }
   return merged;

@@ -92,6 +92,13 @@ function openAiParam(field: string, api: ParamApi): string {
     return api === 'responses' ? 'text.format' : api === 'anthropic' ? 'output_config.format' : 'response_format';
   }
   if (field.startsWith('toolChoice')) return 'tool_choice';
+  // What asked a thinking model to reason, or not: each API's own switch.
+  if (field === 'thinking')
+    return api === 'responses'
+      ? 'reasoning.effort'
+      : api === 'anthropic'
+        ? 'thinking'
+        : 'chat_template_kwargs.enable_thinking';
   if (field === 'maxNewTokens') return api === 'responses' ? 'max_output_tokens' : 'max_tokens';
   if (api === 'anthropic') field = field.replace(/^tools\[(\d+)\]\.parameters/, 'tools[$1].input_schema');
   // The contract's own names become snake_case; a tool's parameters schema keeps the client's names.

@@ -142,7 +142,9 @@ function inputMessages(input: unknown): ChatMessage[] {
     }
     if (pendingReasoning !== undefined) {
       const turn = out[out.length - 1];
-      if (turn?.role === 'assistant' && out.length > before) turn.reasoning = pendingReasoning;
+      // A turn's calls may come with reasoning of their own: it adds to the turn's.
+      if (turn?.role === 'assistant' && (out.length > before || turn.toolCalls))
+        turn.reasoning = [turn.reasoning, pendingReasoning].filter((s) => s).join('\n\n');
       pendingReasoning = undefined;
     }
   }
