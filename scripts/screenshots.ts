@@ -1,12 +1,13 @@
 /**
  * Screenshots of the running app for the README: docs/chat.png, docs/models.png,
  * docs/inspector.png, docs/devices.png, docs/prefill.png, docs/json.png, docs/library.png,
- * docs/long-chat.png. Starts a real `kvdesk serve` (real engine and scheduler)
+ * docs/long-chat.png, docs/thinking.png. Starts a real `kvdesk serve` (real engine and scheduler)
  * with a small KV budget so the budget bar has something to show, drives
  * Debian Chromium through the same steps a person would, and captures the window.
  *
  *   node bin/run-ts.cjs scripts/screenshots.ts           # all of them
- *   node bin/run-ts.cjs scripts/screenshots.ts prefill   # only docs/prefill.png (json, library, long-chat: only theirs)
+ *   node bin/run-ts.cjs scripts/screenshots.ts prefill   # only docs/prefill.png (json, library, long-chat, thinking:
+ *                                                         # only theirs)
  *
  * Needs Chromium at /usr/bin/chromium (or KVDESK_CHROMIUM) and a renderer build
  * (it runs the renderer build first unless KVDESK_E2E_SKIP_BUILD=1).
@@ -19,7 +20,7 @@ import { CHROMIUM, CHROMIUM_ARGS } from '../test/e2e/chromium';
 import { wsCall } from '../test/e2e/fixtures';
 import globalSetup from '../test/e2e/global-setup';
 import { ROOT, startServe } from '../test/e2e/serve';
-import { smallContextModel } from '../test/helpers/models';
+import { naturalThinkingQuestion, smallContextModel, thinkingModel } from '../test/helpers/models';
 import { writeTwinPackages } from '../test/helpers/static-cache-models';
 
 const DOCS = path.join(ROOT, 'docs');
@@ -78,9 +79,13 @@ async function setLimit(page: Page, text: string): Promise<void> {
 async function main(): Promise<void> {
   globalSetup();
   mkdirSync(DOCS, { recursive: true });
-  const only = { prefill: prefillShot, json: jsonShot, library: libraryShot, 'long-chat': longChatShot }[
-    process.argv[2] ?? ''
-  ];
+  const only = {
+    prefill: prefillShot,
+    json: jsonShot,
+    library: libraryShot,
+    'long-chat': longChatShot,
+    thinking: thinkingShot,
+  }[process.argv[2] ?? ''];
   if (only) {
     const browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
     try {
@@ -190,6 +195,7 @@ async function main(): Promise<void> {
     await jsonShot(browser);
     await libraryShot(browser);
     await longChatShot(browser);
+    await thinkingShot(browser);
   } finally {
     await browser.close();
   }
@@ -380,6 +386,50 @@ async function longChatShot(browser: Browser): Promise<void> {
     await page.waitForTimeout(300);
     await page.screenshot({ path: path.join(DOCS, 'long-chat.png'), animations: 'disabled' });
     console.log('wrote docs/long-chat.png');
+  } finally {
+    await server.stop();
+  }
+}
+
+/**
+ * docs/thinking.png: a thinking model's replies (a generated model made one: Qwen3's template, `</think>` one
+ * token): a reply's reasoning, opened above it.
+ */
+async function thinkingShot(browser: Browser): Promise<void> {
+  const server = await startServe(['--model', thinkingModel()]);
+  try {
+    // Questions on which the random model ends its reasoning by itself, so each reply has both parts.
+    const ask = async (content: string) => {
+      const res = await fetch(`${server.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          model: 'thinking',
+          messages: [{ role: 'user', content }],
+          max_tokens: 16,
+          temperature: 0,
+        }),
+      });
+      const m = ((await res.json()) as { choices: Array<{ message: { content: string; reasoning_content?: string } }> })
+        .choices[0]?.message;
+      return { text: m?.content ?? '', reasoning: m?.reasoning_content };
+    };
+    const { question } = await naturalThinkingQuestion(ask);
+    const page = await browser.newPage({ viewport: { width: 1200, height: 560 }, deviceScaleFactor: 1 });
+    await page.goto(server.url);
+    await page.getByTestId('thread-list').and(page.locator('[data-loaded="true"]')).waitFor();
+    await newChat(page, 'Sky');
+    await page.getByTestId('model-picker').selectOption('thinking');
+    await settings(page, { maxNewTokens: 16, greedy: true });
+    await say(page, question);
+    await rename(page, 'Why is the sky blue?');
+    await page.getByTestId('reasoning-toggle').first().click();
+    // The inspector lists the requests of the search above: closed, the chat has the window.
+    await page.getByTestId('inspector-toggle').click();
+    await page.mouse.move(0, 0);
+    await page.waitForTimeout(300);
+    await page.screenshot({ path: path.join(DOCS, 'thinking.png'), animations: 'disabled' });
+    console.log('wrote docs/thinking.png');
   } finally {
     await server.stop();
   }

@@ -97,6 +97,16 @@ test('a thinking model: the reasoning folds above the reply, opens on a click, a
   await lastReply(page).getByTestId('reasoning-toggle').click();
   await expect(lastReply(page).getByTestId('reasoning-text')).toHaveText(natural.reasoning);
 
+  // A reply cut off while it reasoned is all reasoning: it stays open, and says it never replied.
+  await setSettings(page, { maxNewTokens: 2 });
+  await send(page, 'And at sunset?');
+  await expect(lastReply(page)).toHaveAttribute('data-state', 'done');
+  await expect(lastReply(page).getByTestId('reasoning')).toHaveAttribute('data-open', 'true');
+  await expect(lastReply(page).getByTestId('reasoning-toggle')).toContainText('· 2 tok · stopped before it replied');
+  await expect(lastReply(page).getByTestId('reasoning-text')).not.toBeEmpty();
+  await expect(lastReply(page).getByTestId('message-text')).toBeEmpty();
+  await setSettings(page, { maxNewTokens: 16 });
+
   // Turned off: the settings say what this model does, and the next reply has no reasoning.
   await page.getByTestId('settings-toggle').click();
   await expect(page.getByTestId('thinking-note')).toContainText('can be told not to');
@@ -107,6 +117,14 @@ test('a thinking model: the reasoning folds above the reply, opens on a click, a
   await expect(lastReply(page)).toHaveAttribute('data-state', 'done');
   await expect(lastReply(page).getByTestId('reasoning')).toHaveCount(0);
   await expect(lastReply(page).getByTestId('message-text')).not.toBeEmpty();
+});
+
+test('the model card says which model thinks', async ({ page, thinkServer: server }) => {
+  await page.goto(server.url);
+  await page.getByTestId('models-toggle').click();
+  const card = (id: string) => page.locator(`[data-testid="loaded-model-card"][data-model-id="${id}"]`);
+  await expect(card('thinking').getByTestId('model-thinks')).toHaveText('thinks');
+  await expect(card('default').getByTestId('model-thinks')).toHaveCount(0);
 });
 
 test('the settings say when the current model does not think', async ({ page, thinkServer: server }) => {

@@ -30,25 +30,31 @@ function StatsLine({ stats }: { stats: Stats }) {
  * A thinking model's reasoning, above its reply: open while the model reasons (the text streams in), then
  * folded to one line saying how long it thought; a click opens or folds it.
  */
-function Reasoning({ text, live, stats }: { text: string; live: LiveReply | undefined; stats: Stats | undefined }) {
+function Reasoning({
+  text,
+  live,
+  stats,
+  hasReply,
+}: {
+  text: string;
+  live: LiveReply | undefined;
+  stats: Stats | undefined;
+  hasReply: boolean;
+}) {
   // null: as the reply goes (open while only reasoning has come); a click makes it the reader's.
   const [opened, setOpened] = useState<boolean | null>(null);
   const deferred = useDeferredValue(text);
   const thinking = live !== undefined && live.phase === 'running' && !live.stopping;
-  const answering = useApp((s) => {
-    const m = live
-      ? s.threads.find((t) => t.id === live.threadId)?.messages.find((x) => x.id === live.messageId)
-      : null;
-    return (m?.content.length ?? 0) > 0;
-  });
-  const open = opened ?? (thinking && !answering);
+  // A reply that is all reasoning (it ran out of tokens, or was stopped, before it answered) stays open.
+  const unanswered = !live && !hasReply;
+  const open = opened ?? ((thinking && !hasReply) || unanswered);
   const ms = live ? undefined : stats?.reasoningMs;
   const label =
-    thinking && !answering
+    thinking && !hasReply
       ? 'Thinking…'
       : `Thought${ms !== undefined && ms > 0 ? ` for ${formatMs(ms)}` : ''}${
           stats?.reasoningTokens ? ` · ${formatInteger(stats.reasoningTokens)} tok` : ''
-        }`;
+        }${unanswered && stats?.finishReason ? ' · stopped before it replied' : ''}`;
   return (
     <div className={`reasoning ${open ? 'open' : ''}`} data-testid="reasoning" data-open={open}>
       <button
@@ -247,7 +253,9 @@ function AssistantMessage({
           </span>
         )}
       </div>
-      {message.reasoning && <Reasoning text={message.reasoning} live={live} stats={stats} />}
+      {message.reasoning && (
+        <Reasoning text={message.reasoning} live={live} stats={stats} hasReply={message.content.length > 0} />
+      )}
       <div className={`bubble ${live?.phase === 'running' ? 'streaming' : ''}`} data-testid="message-text">
         {text && <Markdown text={message.format === 'json' ? jsonBlock(text) : text} />}
       </div>

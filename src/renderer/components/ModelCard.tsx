@@ -86,6 +86,19 @@ export function ModelCard({
             {firstUse.ttlMs !== null ? ` · unloads after ${formatDuration(firstUse.ttlMs)} idle` : ''}
           </span>
         )}
+        {spec.reasoning && (
+          <span
+            className="badge"
+            data-testid="model-thinks"
+            title={`A thinking model: it reasons in ${spec.reasoning.open}…${spec.reasoning.close} before it replies${
+              spec.reasoning.toggle
+                ? '; a chat can tell it to reply at once (system & sampling → thinking).'
+                : ' (its chat template has no switch to turn that off).'
+            }`}
+          >
+            thinks{spec.reasoning.toggle ? '' : ' · always'}
+          </span>
+        )}
         {loaded ? (
           <span className="badge ok" data-testid="model-loaded">
             loaded{backend ? ` · ${backend.replace(/ExecutionProvider$/, '')}` : ''}
