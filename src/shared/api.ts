@@ -68,6 +68,44 @@ export const Attachment = z.object({
 });
 export type Attachment = z.infer<typeof Attachment>;
 
+/** Generation facts shown under an assistant reply. */
+export const MessageStats = z.object({
+  ttftMs: z.number().optional(),
+  tokensPerSecond: z.number().optional(),
+  tokens: z.number().optional(),
+  /** The prompt the reply continued (the conversation as the model saw it), in tokens. */
+  promptTokens: z.number().optional(),
+  finishReason: z.string().optional(),
+  /** A thinking model's reply: its reasoning's tokens, and how long they took (at the reply's decode rate). */
+  reasoningTokens: z.number().optional(),
+  reasoningMs: z.number().optional(),
+  budgetCap: z
+    .object({
+      requestedMaxTokens: z.number(),
+      admittedMaxTokens: z.number(),
+      requestedBytes: z.number(),
+      admittedBytes: z.number(),
+      availableBytes: z.number(),
+    })
+    .optional(),
+  clipped: z
+    .object({ requestedMaxTokens: z.number(), clippedMaxTokens: z.number(), contextLength: z.number() })
+    .optional(),
+  /** The reply saw the conversation without its first `messages` messages (it outgrew the context). */
+  contextDrop: z.object({ messages: z.number().int().min(0).max(10_000), contextLength: z.number() }).optional(),
+  error: z.object({ code: z.string(), message: z.string() }).optional(),
+});
+
+/** One version of a reply: what regenerating it replaced, or what replaced it. */
+export const MessageVersion = z.object({
+  content: z.string().max(2_000_000),
+  reasoning: z.string().max(2_000_000).optional(),
+  createdAt: z.number(),
+  format: z.enum(['json']).optional(),
+  stats: MessageStats.optional(),
+});
+export type MessageVersion = z.infer<typeof MessageVersion>;
+
 /** A chat message as stored in a thread. */
 export const StoredMessage = z.object({
   id: z.string().min(1).max(100),
@@ -81,34 +119,10 @@ export const StoredMessage = z.object({
   /** `json`: a reply written in JSON mode, shown as a JSON code block. */
   format: z.enum(['json']).optional(),
   /** Generation facts shown under an assistant reply. */
-  stats: z
-    .object({
-      ttftMs: z.number().optional(),
-      tokensPerSecond: z.number().optional(),
-      tokens: z.number().optional(),
-      /** The prompt the reply continued (the conversation as the model saw it), in tokens. */
-      promptTokens: z.number().optional(),
-      finishReason: z.string().optional(),
-      /** A thinking model's reply: its reasoning's tokens, and how long it reasoned (first to last piece). */
-      reasoningTokens: z.number().optional(),
-      reasoningMs: z.number().optional(),
-      budgetCap: z
-        .object({
-          requestedMaxTokens: z.number(),
-          admittedMaxTokens: z.number(),
-          requestedBytes: z.number(),
-          admittedBytes: z.number(),
-          availableBytes: z.number(),
-        })
-        .optional(),
-      clipped: z
-        .object({ requestedMaxTokens: z.number(), clippedMaxTokens: z.number(), contextLength: z.number() })
-        .optional(),
-      /** The reply saw the conversation without its first `messages` messages (it outgrew the context). */
-      contextDrop: z.object({ messages: z.number().int().min(0).max(10_000), contextLength: z.number() }).optional(),
-      error: z.object({ code: z.string(), message: z.string() }).optional(),
-    })
-    .optional(),
+  stats: MessageStats.optional(),
+  /** A regenerated reply's other versions (lib/versions.ts), and where the shown one sits among all of them. */
+  alternatives: z.array(MessageVersion).max(16).optional(),
+  altIndex: z.number().int().min(0).max(16).optional(),
 });
 export type StoredMessage = z.infer<typeof StoredMessage>;
 

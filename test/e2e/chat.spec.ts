@@ -55,18 +55,45 @@ test('a finished reply shows ttft, rate, tokens and finish reason; Esc stops the
   await expect(app.getByTestId('message-assistant')).toHaveCount(2);
 });
 
-test('regenerate replaces the last reply; edit-and-resend replaces the turn', async ({ app }) => {
+test('regenerate replaces the last reply and keeps the old one as a version; edit-and-resend replaces the turn', async ({
+  app,
+}) => {
   await newChat(app);
-  await setSettings(app, { maxNewTokens: 8 });
+  await setSettings(app, { maxNewTokens: 8, seed: 1 });
   await send(app, 'first question');
   await expect(lastReply(app)).toHaveAttribute('data-state', 'done', { timeout: 30_000 });
   const firstId = await lastReply(app).getAttribute('data-message-id');
+  const text = () => lastReply(app).getByTestId('message-text');
+  const first = (await text().textContent()) ?? '';
+  await expect(lastReply(app).getByTestId('versions')).toHaveCount(0);
 
+  // Another seed, another reply: the first stays as version 1 of 2.
+  await setSettings(app, { seed: 2 });
   await lastReply(app).hover();
   await app.getByTestId('regenerate').click();
   await expect(lastReply(app)).not.toHaveAttribute('data-message-id', firstId ?? '');
   await expect(lastReply(app)).toHaveAttribute('data-state', 'done', { timeout: 30_000 });
   await expect(app.getByTestId('message-assistant')).toHaveCount(1);
+  const versions = lastReply(app).getByTestId('versions');
+  await expect(versions).toHaveAttribute('data-count', '2');
+  await expect(versions).toHaveAttribute('data-at', '2');
+  const second = (await text().textContent()) ?? '';
+  expect(second).not.toBe(first);
+  await versions.getByTestId('version-prev').click();
+  await expect(versions).toHaveAttribute('data-at', '1');
+  await expect(text()).toHaveText(first);
+  await expect(versions.getByTestId('version-prev')).toBeDisabled();
+  // The version shown is kept with the chat.
+  await app.reload();
+  await expect(lastReply(app).getByTestId('versions')).toHaveAttribute('data-at', '1');
+  await expect(text()).toHaveText(first);
+  await lastReply(app).getByTestId('version-next').click();
+  await expect(text()).toHaveText(second);
+  // Regenerating again adds a third.
+  await lastReply(app).hover();
+  await app.getByTestId('regenerate').click();
+  await expect(lastReply(app)).toHaveAttribute('data-state', 'done', { timeout: 30_000 });
+  await expect(lastReply(app).getByTestId('versions')).toHaveAttribute('data-count', '3');
 
   const user = app.getByTestId('message-user').first();
   await user.hover();
@@ -76,6 +103,14 @@ test('regenerate replaces the last reply; edit-and-resend replaces the turn', as
   await expect(app.getByTestId('message-user')).toHaveCount(1);
   await expect(app.getByTestId('message-user')).toContainText('second question');
   await expect(lastReply(app)).toHaveAttribute('data-state', 'done', { timeout: 30_000 });
+  // A new turn's reply has no versions of the one before it.
+  await expect(lastReply(app).getByTestId('versions')).toHaveCount(0);
+  // New chats inherit the open one's settings: no seed for the tests that follow.
+  await app.getByTestId('settings-toggle').click();
+  await app.getByTestId('setting-seed').fill('');
+  await app.getByTestId('setting-seed').blur();
+  await expect(app.getByTestId('settings-summary')).not.toContainText('seed');
+  await app.getByTestId('settings-toggle').click();
 });
 
 test('keyboard: Ctrl+N starts a chat, Ctrl+K focuses the model picker, Shift+Enter is a new line', async ({ app }) => {

@@ -77,6 +77,8 @@ export interface Bridge {
   stop(threadId?: string): void;
   /** Generates the last reply of a thread again. */
   regenerate(threadId: string): void;
+  /** Shows another version of a reply (regenerating keeps the ones it replaced); not while the chat replies. */
+  showVersion(threadId: string, messageId: string, index: number): void;
   /** Continues the last reply where it stopped (cut by max tokens, or stopped by the person). */
   continueReply(threadId: string): void;
   /** Replaces a user message, drops everything after it, and sends again. */
@@ -291,14 +293,22 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   }
 
   /** Starts a turn: the store gets the new messages, the host gets the request, frames flow back through the coalescer. */
-  function runTurn(threadId: string, append: StoredMessage[], keepBefore?: string): void {
+  function runTurn(threadId: string, append: StoredMessage[], keepBefore?: string, replaces?: string): void {
     if (liveIn(threadId)) {
       notify('This chat is still replying. Stop it first (Esc).');
       return;
     }
     const modelId = s().activeModelId;
     const assistantId = newId('m');
-    s().startReply({ threadId, assistantId, append, keepBefore, now: Date.now(), ...(modelId ? { modelId } : {}) });
+    s().startReply({
+      threadId,
+      assistantId,
+      append,
+      keepBefore,
+      ...(replaces ? { replaces } : {}),
+      now: Date.now(),
+      ...(modelId ? { modelId } : {}),
+    });
     const thread = s().threads.find((t) => t.id === threadId);
     if (!thread) return;
     saveThread(threadId); // the person's message is kept even if the reply never comes
@@ -373,7 +383,8 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     });
     const after = thread.messages[lastUser + 1];
     if (lastUser < 0) return;
-    runTurn(threadId, [], after?.id);
+    // The reply it replaces stays as another version of the new one.
+    runTurn(threadId, [], after?.id, after?.role === 'assistant' ? after.id : undefined);
   }
 
   function editAndResend(threadId: string, messageId: string, text: string): void {
@@ -582,6 +593,11 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     send,
     stop,
     regenerate,
+    showVersion(threadId, messageId, index) {
+      if (liveIn(threadId)) return;
+      s().showVersion(threadId, messageId, index);
+      saveThread(threadId);
+    },
     continueReply,
     editAndResend,
     branchThread(threadId, messageId) {

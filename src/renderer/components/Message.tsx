@@ -220,6 +220,7 @@ function AssistantMessage({
     <div className="message assistant" data-testid="message-assistant" data-message-id={message.id} data-state={state}>
       <div className="who">
         assistant
+        {!live && <VersionNav message={message} threadId={threadId} busy={threadBusy} />}
         {!live && (
           <span className="tools">
             {message.content && <CopyButton text={message.content} testId="message-copy" />}
@@ -266,6 +267,40 @@ function AssistantMessage({
       {drop && !stats?.error && <DropNote drop={drop} />}
       {stats && !live && <StatsLine stats={stats} />}
     </div>
+  );
+}
+
+/** ‹ 2 / 3 ›: the versions regenerating kept of this reply (none: nothing shown). */
+function VersionNav({ message, threadId, busy }: { message: StoredMessage; threadId: string; busy: boolean }) {
+  const bridge = useBridge();
+  const count = (message.alternatives?.length ?? 0) + 1;
+  if (count < 2) return null;
+  const at = Math.min(message.altIndex ?? count - 1, count - 1);
+  const go = (i: number) => bridge.showVersion(threadId, message.id, i);
+  return (
+    <span className="versions num" data-testid="versions" data-at={at + 1} data-count={count}>
+      <button
+        type="button"
+        className="ghost small"
+        data-testid="version-prev"
+        aria-label="Previous version"
+        disabled={busy || at === 0}
+        onClick={() => go(at - 1)}
+      >
+        ‹
+      </button>
+      {at + 1} / {count}
+      <button
+        type="button"
+        className="ghost small"
+        data-testid="version-next"
+        aria-label="Next version"
+        disabled={busy || at === count - 1}
+        onClick={() => go(at + 1)}
+      >
+        ›
+      </button>
+    </span>
   );
 }
 

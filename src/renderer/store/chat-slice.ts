@@ -8,6 +8,7 @@ import type { StateCreator } from 'zustand/vanilla';
 import type { StoredMessage, Thread } from '../../shared/api';
 import type { StreamFrame } from '../../shared/contract';
 import type { ErrorInfo } from '../../shared/errors';
+import { inheritVersions, showVersion as pickVersion } from '../lib/versions';
 import type { AppState, ChatSlice, FrameBatch, LiveReply } from './types';
 
 /** Title a thread has until its first message names it. */
@@ -192,9 +193,10 @@ export const createChatSlice: StateCreator<AppState, [], [], ChatSlice> = (set, 
     set({ editingMessageId: messageId });
   },
 
-  startReply({ threadId, assistantId, append, keepBefore, now, modelId }) {
+  startReply({ threadId, assistantId, append, keepBefore, replaces, now, modelId }) {
     const thread = get().threads.find((t) => t.id === threadId);
     if (!thread) return;
+    const versions = replaces ? inheritVersions(thread.messages.find((m) => m.id === replaces)) : {};
     let kept = thread.messages;
     if (keepBefore !== undefined) {
       const at = kept.findIndex((m) => m.id === keepBefore);
@@ -206,6 +208,7 @@ export const createChatSlice: StateCreator<AppState, [], [], ChatSlice> = (set, 
       content: '',
       createdAt: now,
       ...(thread.responseFormat === 'json' ? { format: 'json' as const } : {}),
+      ...versions,
     };
     const firstUser = append.find((m) => m.role === 'user');
     // A message of files only is titled by its first file.
@@ -277,6 +280,15 @@ export const createChatSlice: StateCreator<AppState, [], [], ChatSlice> = (set, 
       }
       return { threads, live, errorDetails };
     });
+  },
+
+  showVersion(threadId, messageId, index) {
+    set((s) => ({
+      threads: mapThread(s.threads, threadId, (t) => ({
+        ...t,
+        messages: t.messages.map((m) => (m.id === messageId ? pickVersion(m, index) : m)),
+      })),
+    }));
   },
 
   failReply(messageId, error) {

@@ -111,6 +111,8 @@ export interface ChatSlice {
     assistantId: string;
     append: StoredMessage[];
     keepBefore?: string;
+    /** Regenerate: the reply this one replaces, whose versions it keeps (lib/versions.ts). */
+    replaces?: string;
     now: number;
     modelId?: string;
   }): void;
@@ -121,6 +123,8 @@ export interface ChatSlice {
    * appended to what it already says.
    */
   resumeReply(args: { threadId: string; messageId: string; now: number; modelId?: string }): void;
+  /** Shows version `index` of a reply (one regenerating it kept). */
+  showVersion(threadId: string, messageId: string, index: number): void;
   /** A reply failed before any frame arrived (transport down, rejected send). */
   failReply(messageId: string, error: ErrorInfo): void;
   markStopping(messageId: string): void;

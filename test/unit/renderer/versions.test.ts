@@ -1,0 +1,91 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { inheritVersions, MAX_VERSIONS, showVersion, versionsOf } from '../../../src/renderer/lib/versions';
+import type { StoredMessage } from '../../../src/shared/api';
+import { StoredMessage as StoredMessageSchema } from '../../../src/shared/api';
+
+const reply = (content: string, extra: Partial<StoredMessage> = {}): StoredMessage => ({
+  id: 'a1',
+  role: 'assistant',
+  content,
+  createdAt: content.length,
+  ...extra,
+});
+
+/** A reply regenerated once per text after the first: what the store does on each regenerate. */
+function regenerated(texts: string[]): StoredMessage {
+  let m = reply(texts[0] as string);
+  for (const t of texts.slice(1)) m = { ...reply(t), ...inheritVersions(m) };
+  return m;
+}
+
+describe('versions of a reply', () => {
+  it('regenerating keeps the replaced reply; the new one is shown last', () => {
+    const m = regenerated(['one', 'two', 'three']);
+    expect(m.content).toBe('three');
+    expect(m.altIndex).toBe(2);
+    expect(versionsOf(m).map((v) => v.content)).toEqual(['one', 'two', 'three']);
+  });
+
+  it('showing a version keeps every version in its place, and the message its own id and role', () => {
+    const m = regenerated(['one', 'two', 'three']);
+    const first = showVersion(m, 0);
+    expect(first).toMatchObject({ id: 'a1', role: 'assistant', content: 'one', altIndex: 0 });
+    expect(versionsOf(first).map((v) => v.content)).toEqual(['one', 'two', 'three']);
+    // A version keeps its own reasoning and stats, and a version without them has none.
+    const thought = { ...reply('r'), reasoning: 'hm', stats: { tokens: 3 } };
+    const both = showVersion({ ...reply('plain'), ...inheritVersions(thought) }, 0);
+    expect(both).toMatchObject({ content: 'r', reasoning: 'hm', stats: { tokens: 3 } });
+    const back = showVersion(both, 1);
+    expect(back.content).toBe('plain');
+    expect(back).not.toHaveProperty('reasoning');
+    expect(back).not.toHaveProperty('stats');
+  });
+
+  it('a refusal or an empty reply is not kept as a version; a user message has none', () => {
+    const refused = reply('', { stats: { error: { code: 'KV_BUDGET_EXCEEDED', message: 'no' } } });
+    expect(inheritVersions(refused)).toEqual({});
+    const afterRefusal = { ...reply('ok'), ...inheritVersions({ ...refused, ...inheritVersions(reply('first')) }) };
+    expect(versionsOf(afterRefusal).map((v) => v.content)).toEqual(['first', 'ok']);
+    expect(inheritVersions({ ...reply('hi'), role: 'user' })).toEqual({});
+    expect(inheritVersions(undefined)).toEqual({});
+    // A reply that is all reasoning (cut off before it answered) is a version.
+    expect(versionsOf({ ...reply('x'), ...inheritVersions(reply('', { reasoning: 'thinking' })) })).toHaveLength(2);
+  });
+
+  it(`keeps the newest ${MAX_VERSIONS}`, () => {
+    const texts = Array.from({ length: MAX_VERSIONS + 5 }, (_, i) => `v${i}`);
+    const m = regenerated(texts);
+    expect(versionsOf(m).map((v) => v.content)).toEqual(texts.slice(-MAX_VERSIONS));
+    expect(StoredMessageSchema.safeParse(m).success).toBe(true);
+  });
+
+  it('any walk through the versions shows each in its place and changes none (property)', () => {
+    fc.assert(
+      fc.property(
+        fc.array(
+          fc.string({ maxLength: 6 }).map((s) => `v${s}`),
+          { minLength: 1, maxLength: 8 },
+        ),
+        fc.array(fc.nat(), { maxLength: 10 }),
+        (texts, walk) => {
+          let m = regenerated(texts);
+          const all = versionsOf(m);
+          for (const step of walk) {
+            const k = step % all.length;
+            m = showVersion(m, k);
+            expect(m.content).toBe(all[k]?.content);
+            expect(versionsOf(m)).toEqual(all);
+            expect(StoredMessageSchema.safeParse(m).success).toBe(true);
+          }
+        },
+      ),
+    );
+  });
+
+  it('an index out of range changes nothing', () => {
+    const m = regenerated(['one', 'two']);
+    expect(showVersion(m, 5)).toBe(m);
+    expect(showVersion(reply('only'), 0)).toEqual(reply('only'));
+  });
+});
