@@ -19,11 +19,19 @@ export interface ReasoningPlan {
 }
 
 /**
- * The template variables `thinking` sets (undefined: none). A model that does not reason cannot be asked to; one
- * whose template has no switch cannot be asked not to.
+ * The template variables `thinking` sets (undefined: none): the template's switch, where it has one. A model
+ * that does not reason cannot be asked to; `thinking` is for chat requests only (a raw prompt is the model's
+ * text as written).
  */
 export function thinkingVars(req: GenerateRequest, spec: ModelSpec): Record<string, unknown> | undefined {
   if (req.thinking === undefined) return undefined;
+  if (!(req.messages || req.chat)) {
+    throw new KvdeskError(
+      'BAD_REQUEST',
+      'thinking applies to chat requests (messages, or chat: true): a plain prompt is sent as written.',
+      { field: 'thinking' },
+    );
+  }
   const reasoning = spec.reasoning;
   if (!reasoning) {
     if (!req.thinking) return undefined;
@@ -33,15 +41,29 @@ export function thinkingVars(req: GenerateRequest, spec: ModelSpec): Record<stri
       { field: 'thinking' },
     );
   }
-  if (reasoning.toggle === undefined) {
-    if (req.thinking) return undefined;
-    throw new KvdeskError(
-      'BAD_REQUEST',
-      `model "${spec.id}" always thinks: its chat template has no switch to answer without reasoning (enable_thinking). Send the request without turning thinking off.`,
-      { field: 'thinking' },
-    );
-  }
-  return { [reasoning.toggle]: req.thinking };
+  return reasoning.toggle === undefined ? undefined : { [reasoning.toggle]: req.thinking };
+}
+
+/**
+ * What to append to a thinking model's rendered chat prompt (`rendered`, before any tool-call opening) so its
+ * reply starts after an empty, closed reasoning — as Qwen3's template writes it with its switch off: for
+ * `thinking: false` where the template has no switch (DeepSeek-R1's always opens the reasoning), and for a reply
+ * written to a grammar from its first token (JSON mode, a forced call) whose prompt opened the reasoning, which
+ * would otherwise be written inside it. Empty when nothing is to be closed.
+ */
+export function closingSuffix(
+  req: GenerateRequest,
+  spec: ModelSpec,
+  tools: ToolPlan | undefined,
+  rendered: string,
+): string {
+  const reasoning = spec.reasoning;
+  if (!reasoning || req.continueFinal) return '';
+  const constrained = req.responseFormat === 'json' || req.jsonSchema !== undefined || tools?.forced === true;
+  const off = req.thinking === false && reasoning.toggle === undefined;
+  if (!constrained && !off) return '';
+  if (promptOpensReasoning(rendered, reasoning)) return `\n${reasoning.close}\n\n`;
+  return off ? `${reasoning.open}\n\n${reasoning.close}\n\n` : '';
 }
 
 /**
@@ -65,9 +87,11 @@ export function reasoningPlan(
     const id = tok.tokenToId(marker);
     if (id !== undefined && tok.isSpecial(id)) keepIds.add(id);
   }
+  // A reply that continues a final message's text is inside the reasoning when that text left it open; an empty
+  // final message is a new reply, which the prompt opened (or not).
   const final = req.messages?.[req.messages.length - 1];
   const inside =
-    req.continueFinal && final
+    req.continueFinal && final && final.content.trim() !== ''
       ? final.content.lastIndexOf(reasoning.open) > final.content.lastIndexOf(reasoning.close)
       : promptOpensReasoning(prompt, reasoning);
   return { spec: reasoning, inside, keepIds };

@@ -48,6 +48,7 @@ import {
   createStreamDecoder,
   loadTokenizer,
   type ReasoningSplitter,
+  type ReasoningState,
   type TextTokenizer,
 } from '../tokenizer';
 import {
@@ -60,7 +61,7 @@ import {
 import { dropOldest } from './context-fit';
 import { deriveHostDeviceBudget } from './device-budgets';
 import { EngineClient } from './engine-client';
-import { type ReasoningPlan, reasoningPlan, thinkingVars } from './reasoning-plan';
+import { closingSuffix, type ReasoningPlan, reasoningPlan, thinkingVars } from './reasoning-plan';
 import { nativeTemplate, planTools, type ToolPlan } from './tool-plan';
 
 const CPU = 'CPUExecutionProvider';
@@ -656,6 +657,7 @@ export class RunnerService {
         req.messages ?? (req.chat ? [{ role: 'user', content: req.prompt ?? '' }] : undefined);
       if (messages) {
         if (req.continueFinal) checkContinuation(req, messages, tools);
+        const suffixLength = tools?.suffix.length ?? 0;
         const render = (kept: ChatMessage[]): number[] => {
           const all: ChatMessage[] = req.system ? [{ role: 'system', content: req.system }, ...kept] : kept;
           // Tool calls and results of earlier turns, and the tools, in the form the template (or kvdesk) shows them.
@@ -664,13 +666,18 @@ export class RunnerService {
             tools?.native ?? (all.some((m) => m.toolCalls || m.role === 'tool') && nativeTemplate(spec.chatTemplate));
           const form = tools?.format ?? toolCallFormat(spec.chatTemplate, native);
           const turns = toolChatTurns(all, tools?.shown, native, form);
-          const applied = applyChat(tok, spec.chatTemplate, turns.messages, {
-            source: 'tokenizer_config.json field chat_template',
-            ...(turns.tools ? { tools: turns.tools } : {}),
-            ...(tools?.suffix ? { suffix: tools.suffix } : {}),
-            ...(req.continueFinal ? { continueFinal: true } : {}),
-            ...(thinking ? { vars: thinking } : {}),
-          });
+          const apply = (close: string) =>
+            applyChat(tok, spec.chatTemplate, turns.messages, {
+              source: 'tokenizer_config.json field chat_template',
+              ...(turns.tools ? { tools: turns.tools } : {}),
+              ...(close || tools?.suffix ? { suffix: close + (tools?.suffix ?? '') } : {}),
+              ...(req.continueFinal ? { continueFinal: true } : {}),
+              ...(thinking ? { vars: thinking } : {}),
+            });
+          let applied = apply('');
+          // A thinking model told not to think (without a switch), or written to a grammar: its reasoning closed.
+          const close = closingSuffix(req, spec, tools, applied.text.slice(0, applied.text.length - suffixLength));
+          if (close) applied = apply(close);
           rendered = applied.text;
           return applied.ids;
         };
@@ -958,6 +965,8 @@ class Generation {
   private readonly splitters: ReasoningSplitter[] | undefined;
   private readonly rowReasoning: string[];
   private readonly rowReasoningTokens: number[];
+  /** Tokens of a reply's start that may be an opening marker's (counted as reasoning if it is one). */
+  private readonly rowOpening: number[];
   /** With tools: each row's reader of calls, and the calls read so far. */
   private readonly toolFilters: ToolCallFilter[] | undefined;
   private readonly rowCalls: ToolCall[][];
@@ -1008,6 +1017,7 @@ class Generation {
       : undefined;
     this.rowReasoning = rows.map(() => '');
     this.rowReasoningTokens = rows.map(() => 0);
+    this.rowOpening = rows.map(() => 0);
     // A forced call is the whole reply: a stop string inside its arguments would only break it.
     this.matchers = rows.map(() => createStopMatcher(tools?.forced ? [] : (req.stop ?? [])));
     this.toolFilters = reads
@@ -1220,7 +1230,6 @@ class Generation {
       const calls: ToolCall[] = [];
       const deltas: ToolCallDelta[] = [];
       const out = { text: '', reasoning: '' };
-      const splitter = this.splitters?.[r];
       for (const [i, id] of (ids[r] ?? []).entries()) {
         if (this.rowStopped[r]) break;
         fresh.push(id);
@@ -1234,14 +1243,7 @@ class Generation {
           freshLogprobs.push(named);
           this.rowLogprobs?.[r]?.push(named);
         }
-        const wasThinking = splitter?.thinking === true;
-        const m = this.matchers[r]?.push(piece);
-        if (m) {
-          this.pass(r, m.emit, out, calls, deltas);
-          if (m.stopped) this.stopRow(r, m.stop);
-        }
-        // A token that reasons, opens or closes the reasoning counts as reasoning.
-        if (wasThinking || splitter?.thinking) (this.rowReasoningTokens[r] as number)++;
+        this.pass(r, piece, out, calls, deltas);
       }
       const text = out.text;
       this.rowText[r] += text;
@@ -1270,24 +1272,47 @@ class Generation {
   }
 
   /**
-   * Text the stop strings let through, split into reasoning and answer (a thinking model's), the answer's calls
-   * read out of it: reasoning and the rest of the answer are added to `out`.
+   * One token's text (or what was held back, at the end: `end`): a thinking model's reasoning is split off, and
+   * the answer goes through the stop strings, then the tool-call reader. Reasoning and the rest of the answer
+   * are added to `out`. A stop string ends the answer; the reasoning is not searched for one.
    */
   private pass(
     r: number,
-    text: string,
+    piece: string,
     out: { text: string; reasoning: string },
     calls: ToolCall[],
-    deltas?: ToolCallDelta[],
+    deltas: ToolCallDelta[],
+    end = false,
   ): void {
     const splitter = this.splitters?.[r];
-    if (!splitter) {
-      out.text += this.readCalls(r, text, calls, deltas);
-      return;
+    let answer = piece;
+    if (splitter) {
+      const before = splitter.state;
+      const split = splitter.push(piece);
+      const tail = end ? splitter.flush() : { reasoning: '', content: '' };
+      out.reasoning += split.reasoning + tail.reasoning;
+      answer = split.content + tail.content;
+      if (!end) this.countReasoning(r, before, splitter.state);
     }
-    const split = splitter.push(text);
-    out.reasoning += split.reasoning;
-    out.text += this.readCalls(r, split.content, calls, deltas);
+    const m = this.matchers[r]?.push(answer);
+    if (m) {
+      out.text += this.readCalls(r, m.emit, calls, deltas);
+      if (m.stopped) this.stopRow(r, m.stop);
+    }
+    if (end && !this.rowStopped[r]) out.text += this.readCalls(r, this.matchers[r]?.flush() ?? '', calls, deltas);
+  }
+
+  /**
+   * Counts a token as reasoning when it reasons, or opens or closes the reasoning: the tokens of an opening
+   * marker (and whitespace before it) count once the marker is complete; whitespace after the close does not.
+   */
+  private countReasoning(r: number, before: ReasoningState, after: ReasoningState): void {
+    if (before === 'inside' || after === 'inside' || (before === 'start' && after === 'after')) {
+      (this.rowReasoningTokens[r] as number) += 1 + (before === 'start' ? (this.rowOpening[r] as number) : 0);
+      this.rowOpening[r] = 0;
+    } else if (after === 'start') {
+      this.rowOpening[r] = (this.rowOpening[r] as number) + 1;
+    }
   }
 
   /**
@@ -1331,18 +1356,8 @@ class Generation {
       const calls: ToolCall[] = [];
       // The last pieces of a streamed call may come with the text held back until now.
       const deltas: ToolCallDelta[] = [];
-      if (!this.rowStopped[r]) {
-        const m = this.matchers[r]?.push(this.decoders[r]?.flush() ?? '');
-        this.pass(r, m?.emit ?? '', out, calls, deltas);
-        if (m?.stopped) this.stopRow(r, m.stop);
-        if (!this.rowStopped[r]) this.pass(r, this.matchers[r]?.flush() ?? '', out, calls, deltas);
-      }
-      // Reasoning cut off (by max tokens, a stop string) stays reasoning.
-      const split = this.splitters?.[r]?.flush();
-      if (split) {
-        out.reasoning += split.reasoning;
-        out.text += this.readCalls(r, split.content, calls, deltas);
-      }
+      // Reasoning cut off (by max tokens) stays reasoning.
+      if (!this.rowStopped[r]) this.pass(r, this.decoders[r]?.flush() ?? '', out, calls, deltas, true);
       let text = out.text;
       // A call left incomplete is the reply's text.
       const filter = this.toolFilters?.[r];

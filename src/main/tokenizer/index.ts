@@ -9,8 +9,8 @@ export {
 export {
   createReasoningSplitter,
   promptOpensReasoning,
-  type ReasoningPush,
   type ReasoningSplitter,
+  type ReasoningState,
 } from './reasoning-splitter';
 export { createStopMatcher, type StopMatcher, type StopPush } from './stop-matcher';
 export { createStreamDecoder, MAX_STREAM_WINDOW, type StreamDecoder } from './stream-decoder';

@@ -15,11 +15,15 @@ export interface ReasoningSplitter {
   push(text: string): ReasoningPush;
   /** End of the reply: what was held back (a reply cut inside its reasoning keeps that reasoning). */
   flush(): ReasoningPush;
-  /** Whether the text pushed so far ends inside the reasoning. */
-  readonly thinking: boolean;
+  /**
+   * Where the text pushed so far ends: before anything was written (`start`: whitespace, or the start of the
+   * opening marker), inside the reasoning, after it (before the answer's first character), or in the answer.
+   */
+  readonly state: ReasoningState;
 }
 
-type State = 'start' | 'inside' | 'after' | 'content';
+export type ReasoningState = 'start' | 'inside' | 'after' | 'content';
+type State = ReasoningState;
 
 /**
  * `inside`: the prompt ended with the opening marker (DeepSeek-R1's template writes it), so the reply starts
@@ -98,8 +102,8 @@ export function createReasoningSplitter(
       held = '';
       return out;
     },
-    get thinking() {
-      return state === 'inside';
+    get state() {
+      return state;
     },
   };
 }

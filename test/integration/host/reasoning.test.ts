@@ -100,28 +100,59 @@ describe('a thinking model', () => {
     expect(withIt.promptTokens).toBeGreaterThan(without.promptTokens);
   });
 
-  it('a reply held to JSON from its first token is not split', async () => {
+  it('a reply held to JSON from its first token is not split: the prompt closes the reasoning first', async () => {
     const r = await run({ responseFormat: 'json', sampling: { greedy: true } });
     expect(r.reasoning).toBeUndefined();
     expect(r.reasoningTokens).toBeUndefined();
+    expect(r.text.startsWith('{')).toBe(true);
+    // The prompt the template writes with its switch off: <think>, an empty line, </think>.
+    const json = h.measurePrompt({ model: 'thinking', messages: ASK, responseFormat: 'json' });
+    expect(json).toEqual(h.measurePrompt({ model: 'thinking', messages: ASK, thinking: false }));
   });
 
-  it('refuses thinking for a model that does not think, and no thinking for one that always does', async () => {
+  it('thinking: false for a template without the switch closes the reasoning before it begins', async () => {
+    const on = h.measurePrompt({ model: 'always', messages: ASK });
+    const off = h.measurePrompt({ model: 'always', messages: ASK, thinking: false });
+    expect(off.promptTokens).toBeGreaterThan(on.promptTokens);
+    const r = await h.generate({ model: 'always', messages: ASK, thinking: false, maxNewTokens: 8 }).result;
+    expect(r.reasoning).toBe('');
+    expect(r.reasoningTokens).toBe(0);
+    expect(r.text).toBe(decode(r.tokenIds));
+    const always = await h.generate({ model: 'always', messages: ASK, thinking: true, maxNewTokens: 2 }).result;
+    expect(always.reasoning?.length).toBeGreaterThan(0);
+  });
+
+  it('refuses thinking for a model that does not think, and for a prompt without a chat template', async () => {
     await expect(h.generate({ model: 'default', messages: ASK, thinking: true }).result).rejects.toMatchObject({
       code: 'BAD_REQUEST',
       detail: { field: 'thinking' },
       message: expect.stringMatching(/does not think/),
     });
-    await expect(h.generate({ model: 'always', messages: ASK, thinking: false }).result).rejects.toMatchObject({
+    await expect(h.generate({ model: 'thinking', prompt: 'Why', thinking: false }).result).rejects.toMatchObject({
       code: 'BAD_REQUEST',
       detail: { field: 'thinking' },
-      message: expect.stringMatching(/always thinks.*enable_thinking/),
+      message: expect.stringMatching(/chat requests/),
     });
-    // Asked for what they do anyway, both run.
+    // Told not to, a model that does not think runs as it would.
     const plain = await h.generate({ model: 'default', messages: ASK, thinking: false, maxNewTokens: 2 }).result;
     expect(plain.reasoning).toBeUndefined();
-    const always = await h.generate({ model: 'always', messages: ASK, thinking: true, maxNewTokens: 2 }).result;
-    expect(always.reasoning?.length).toBeGreaterThan(0);
+  });
+
+  it('an empty final message to continue is a new reply, which the prompt opened', async () => {
+    const plain = await run({});
+    const continued = await run({ messages: [...ASK, { role: 'assistant', content: '' }], continueFinal: true });
+    expect(continued.tokenIds).toEqual(plain.tokenIds);
+    expect(continued.reasoning).toBe(plain.reasoning);
+    expect(continued.text).toBe(plain.text);
+  });
+
+  it('a stop string ends the answer; the reasoning is not searched for one', async () => {
+    const plain = await run({});
+    const word = (plain.reasoning ?? '').trim().split(/\s+/)[0] as string;
+    expect(word.length).toBeGreaterThan(0);
+    const r = await run({ stop: [word] });
+    expect(r.reasoning).toBe(plain.reasoning);
+    expect(r.tokenIds).toEqual(plain.tokenIds);
   });
 
   it('a plain completion (no chat template) is the text as written', async () => {

@@ -10,12 +10,12 @@ function run(chunks: string[], inside: boolean, spec = THINK) {
   const s = createReasoningSplitter(spec, { inside });
   let reasoning = '';
   let content = '';
-  const states: boolean[] = [];
+  const states: string[] = [];
   for (const c of chunks) {
     const out = s.push(c);
     reasoning += out.reasoning;
     content += out.content;
-    states.push(s.thinking);
+    states.push(s.state);
   }
   const tail = s.flush();
   return { reasoning: reasoning + tail.reasoning, content: content + tail.content, states };
@@ -71,9 +71,17 @@ describe('createReasoningSplitter', () => {
     expect(run(['\n\n</think>\n\nHello'], true)).toMatchObject({ reasoning: '', content: 'Hello' });
   });
 
-  it('says when it is inside the reasoning', () => {
-    expect(run(['<think>', 'a', '</think>', 'b'], false).states).toEqual([true, true, false, false]);
-    expect(run(['a', '<think>'], false).states).toEqual([false, false]);
+  it('says where the text ends: before anything, inside the reasoning, after it, in the answer', () => {
+    expect(run([' <th', 'ink>', 'a', '</think>', '\n', 'b'], false).states).toEqual([
+      'start',
+      'inside',
+      'inside',
+      'after',
+      'after',
+      'content',
+    ]);
+    expect(run(['a', '<think>'], false).states).toEqual(['content', 'content']);
+    expect(run(['a'], true).states).toEqual(['inside']);
   });
 
   it('gives out reasoning as it streams, holding back only what could start the closing marker', () => {
