@@ -18,6 +18,7 @@ import type {
 } from '../../shared/contract';
 import { type HttpError, inFrameOrder } from './http-util';
 import {
+  addReasoning,
   type Body,
   bad,
   boolean,
@@ -33,6 +34,8 @@ export interface MappedMessagesRequest {
   model: string;
   stream: boolean;
   request: GenerateRequest;
+  /** The request enabled thinking: a thinking model's reasoning comes back as thinking blocks (else not at all). */
+  showThinking: boolean;
 }
 
 /** Parameters kvdesk cannot honour: refused, naming them. */
@@ -135,7 +138,7 @@ function messagesOf(body: Body): ChatMessage[] {
     if (prev && prev.role === t.role && (t.role === 'user' || t.role === 'assistant')) {
       prev.content = [prev.content, t.content].filter((s) => s.length > 0).join('\n\n');
       if (t.toolCalls) prev.toolCalls = [...(prev.toolCalls ?? []), ...t.toolCalls];
-      if (t.reasoning !== undefined) prev.reasoning = [prev.reasoning, t.reasoning].filter((s) => s).join('\n\n');
+      if (t.reasoning) addReasoning(prev, t.reasoning);
     } else merged.push({ ...t });
   }
   return merged;
@@ -243,7 +246,7 @@ export function mapMessagesRequest(input: unknown, opts: { countOnly?: boolean }
     }
     request.jsonSchema = format.schema as Record<string, unknown>;
   }
-  return { model: body.model, stream: boolean(body, 'stream') ?? false, request };
+  return { model: body.model, stream: boolean(body, 'stream') ?? false, request, showThinking: thinking === true };
 }
 
 /**
@@ -303,13 +306,16 @@ const toolUse = (call: ToolCall, input: unknown) => ({ type: 'tool_use', id: cal
 /** A thinking block: kvdesk signs nothing, so its signature is empty. */
 const thinkingBlock = (thinking: string) => ({ type: 'thinking', thinking, signature: '' });
 
-/** The reply's content blocks: a thinking model's reasoning, its text (unless only white space beside calls), then its calls. */
-function contentBlocks(result: GenerationResult): unknown[] {
+/**
+ * The reply's content blocks: a thinking model's reasoning (when the request enabled thinking, as Anthropic sends
+ * thinking blocks only then), its text (unless only white space beside calls), then its calls.
+ */
+function contentBlocks(result: GenerationResult, showThinking: boolean): unknown[] {
   const row = result.rows[0];
   const text = row?.text ?? '';
   const calls = row?.toolCalls ?? [];
   const blocks: unknown[] = [];
-  if (row?.reasoning) blocks.push(thinkingBlock(row.reasoning));
+  if (showThinking && row?.reasoning) blocks.push(thinkingBlock(row.reasoning));
   if (calls.length === 0 ? text.length > 0 : text.trim().length > 0)
     blocks.push({ type: 'text', text, citations: null });
   for (const call of calls) blocks.push(toolUse(call, JSON.parse(call.arguments)));
@@ -317,14 +323,14 @@ function contentBlocks(result: GenerationResult): unknown[] {
 }
 
 /** The non-streaming reply. */
-export function messageBody(model: string, result: GenerationResult): Record<string, unknown> {
+export function messageBody(model: string, result: GenerationResult, showThinking = true): Record<string, unknown> {
   const output = result.rows[0]?.tokenIds.length ?? 0;
   return {
     id: messageId(result.requestId),
     type: 'message',
     role: 'assistant',
     model,
-    content: contentBlocks(result),
+    content: contentBlocks(result, showThinking),
     stop_reason: stopReason(result.finishReason),
     stop_sequence: result.rows[0]?.stopSequence ?? null,
     ...MESSAGE_NULLS,
@@ -380,11 +386,12 @@ export class MessageEvents {
    * input streams has its tool_use block open from its first piece to its completion. A frame's text comes
    * before the calls it completes, except after a streaming call (a held call holds no text inside it).
    */
+  /** `reasoning`: a thinking model's, when the request enabled thinking (else left out). */
   tokens(
     text: string,
     calls: readonly ToolCall[],
     deltas: readonly ToolCallDelta[] = [],
-    reasoning = '',
+    reasoning: string | undefined = '',
   ): MessageEvent[] {
     const out: MessageEvent[] = [];
     this.thinking(out, reasoning);
@@ -397,8 +404,8 @@ export class MessageEvents {
   }
 
   /** Reasoning comes before anything else of the reply: its block opens with the first piece. */
-  private thinking(out: MessageEvent[], reasoning: string): void {
-    if (reasoning.length === 0) return;
+  private thinking(out: MessageEvent[], reasoning: string | undefined): void {
+    if (!reasoning) return;
     if (!this.thinkingOpen) {
       out.push({ type: 'content_block_start', index: this.index, content_block: thinkingBlock('') });
       this.thinkingOpen = true;

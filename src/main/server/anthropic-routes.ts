@@ -82,13 +82,20 @@ export function serveMessages(
         case 'tokens': {
           const row = frame.rows[0];
           if (events && row)
-            send(events.tokens(row.text, row.toolCalls ?? [], row.toolCallDeltas ?? [], row.reasoning));
+            send(
+              events.tokens(
+                row.text,
+                row.toolCalls ?? [],
+                row.toolCallDeltas ?? [],
+                mapped.showThinking ? row.reasoning : undefined,
+              ),
+            );
           return;
         }
         case 'done':
           finish();
           if (!events) {
-            sendJson(res, 200, messageBody(mapped.model, frame.result));
+            sendJson(res, 200, messageBody(mapped.model, frame.result, mapped.showThinking));
             return;
           }
           send(events.done(frame.result));

@@ -345,13 +345,24 @@ function thinkingSwitch(body: Body): boolean | undefined {
       thinking = value;
     }
   }
-  const effort = body.reasoning_effort;
-  if (present(body, 'reasoning_effort')) {
-    if (!['none', 'minimal', 'low', 'medium', 'high'].includes(effort as string))
-      throw bad('"reasoning_effort" must be none, minimal, low, medium or high.', 'reasoning_effort');
-    if (effort === 'none') thinking ??= false;
-  }
+  if (present(body, 'reasoning_effort') && reasoningEffort(body.reasoning_effort, 'reasoning_effort') === 'none')
+    thinking ??= false;
   return thinking;
+}
+
+/** OpenAI's reasoning efforts (kvdesk has no levels: `none` turns thinking off, the others leave it). */
+const REASONING_EFFORTS = ['none', 'minimal', 'low', 'medium', 'high', 'xhigh', 'max'];
+
+/** An effort (chat's `reasoning_effort`, Responses' `reasoning.effort`), checked; `param` names it in a 400. */
+export function reasoningEffort(effort: unknown, param: string): string {
+  if (typeof effort !== 'string' || !REASONING_EFFORTS.includes(effort))
+    throw bad(`"${param}" must be one of ${REASONING_EFFORTS.join(', ')}.`, param);
+  return effort;
+}
+
+/** Adds reasoning to a turn's (turns joined into one keep each one's). */
+export function addReasoning(turn: ChatMessage, reasoning: string): void {
+  turn.reasoning = turn.reasoning ? `${turn.reasoning}\n\n${reasoning}` : reasoning;
 }
 
 function isIdArray(v: unknown): v is number[] {

@@ -14,7 +14,17 @@ import type {
   ToolDefinition,
 } from '../../shared/contract';
 import { inFrameOrder } from './http-util';
-import { type Body, bad, boolean, conversationRequest, kvdeskExtras, number, present } from './openai-adapter';
+import {
+  addReasoning,
+  type Body,
+  bad,
+  boolean,
+  conversationRequest,
+  kvdeskExtras,
+  number,
+  present,
+  reasoningEffort,
+} from './openai-adapter';
 
 /** A Responses request translated for the host, with the parameters a response repeats back. */
 export interface MappedResponseRequest {
@@ -143,8 +153,7 @@ function inputMessages(input: unknown): ChatMessage[] {
     if (pendingReasoning !== undefined) {
       const turn = out[out.length - 1];
       // A turn's calls may come with reasoning of their own: it adds to the turn's.
-      if (turn?.role === 'assistant' && (out.length > before || turn.toolCalls))
-        turn.reasoning = [turn.reasoning, pendingReasoning].filter((s) => s).join('\n\n');
+      if (turn?.role === 'assistant' && (out.length > before || turn.toolCalls)) addReasoning(turn, pendingReasoning);
       pendingReasoning = undefined;
     }
   }
@@ -249,7 +258,7 @@ export function mapResponsesRequest(input: unknown): MappedResponseRequest {
     toolChoice: choice,
     parallelToolCalls: parallel,
   });
-  const effort = reasoningEffort(body);
+  const effort = effortOf(body);
   if (effort === 'none') request.thinking = false;
   const truncation = body.truncation === 'auto' ? 'auto' : 'disabled';
   if (truncation === 'auto') request.contextOverflow = 'drop-oldest';
@@ -294,15 +303,12 @@ export function mapResponsesRequest(input: unknown): MappedResponseRequest {
  * other efforts leave it as it is (kvdesk has no levels). `summary` is accepted, but none is written: the
  * reasoning item's summary is empty and its content is the reasoning itself.
  */
-function reasoningEffort(body: Body): string | undefined {
+function effortOf(body: Body): string | undefined {
   if (!present(body, 'reasoning') || body.reasoning === null) return undefined;
   const r = body.reasoning as Record<string, unknown>;
   if (typeof r !== 'object' || Array.isArray(r)) throw bad('"reasoning" must be an object.', 'reasoning');
-  const effort = r.effort;
-  if (effort === undefined || effort === null) return undefined;
-  if (!['none', 'minimal', 'low', 'medium', 'high'].includes(effort as string))
-    throw bad('reasoning.effort must be none, minimal, low, medium or high.', 'reasoning.effort');
-  return effort as string;
+  if (r.effort === undefined || r.effort === null) return undefined;
+  return reasoningEffort(r.effort, 'reasoning.effort');
 }
 
 /** The identity of one response, shared by its body and every event of its stream. */

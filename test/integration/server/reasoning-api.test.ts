@@ -396,18 +396,20 @@ function message(extra: Json = {}, messages: unknown[] = ask()) {
 const inputOf = (u: Anthropic.Usage) => (u.input_tokens ?? 0) + (u.cache_read_input_tokens ?? 0);
 
 describe('Anthropic Messages', () => {
-  it('the content starts with a thinking block of the host reasoning, then the text block of its answer', async () => {
+  it('thinking enabled: the content starts with a thinking block of the host reasoning, then the text of its answer', async () => {
     const expected = [
       { type: 'thinking', thinking: ON.reasoning, signature: '' },
       { type: 'text', text: ON.text, citations: null },
     ];
+    // Without `thinking`, as Anthropic: no thinking block (the model reasons as its template says; the answer is
+    // the same).
     for (const thinking of [
-      {},
       { thinking: { type: 'enabled', budget_tokens: 1024 } },
       { thinking: { type: 'adaptive' } },
+      {},
     ]) {
       const m = await message(thinking);
-      expect(m.content, JSON.stringify(thinking)).toEqual(expected);
+      expect(m.content, JSON.stringify(thinking)).toEqual('thinking' in thinking ? expected : expected.slice(1));
       expect(m.stop_reason).toBe('max_tokens');
       expect(m.usage.output_tokens).toBe(MAX);
       expect(inputOf(m.usage)).toBe(ON.promptTokens);
@@ -415,12 +417,14 @@ describe('Anthropic Messages', () => {
   });
 
   it('streams the thinking block (thinking_delta pieces, a signature_delta), then the text block; the SDK assembles the same message', async () => {
+    const enabled = { thinking: { type: 'enabled', budget_tokens: 1024 } } as const;
     const stream = await anthropic.messages.create({
       model,
       messages: ask(),
       max_tokens: MAX,
       temperature: 0,
       stream: true,
+      ...enabled,
     } as Anthropic.MessageCreateParamsStreaming);
     const events: Anthropic.RawMessageStreamEvent[] = [];
     for await (const e of stream) events.push(e);
@@ -444,12 +448,17 @@ describe('Anthropic Messages', () => {
     const signature = events.find((e) => e.type === 'content_block_delta' && e.delta.type === 'signature_delta');
     expect(signature).toMatchObject({ delta: { signature: '' } });
     const final = await anthropic.messages
-      .stream({ model, messages: ask(), max_tokens: MAX, temperature: 0 })
+      .stream({ model, messages: ask(), max_tokens: MAX, temperature: 0, ...enabled })
       .finalMessage();
     expect(final.content).toEqual([
       { type: 'thinking', thinking: ON.reasoning, signature: '' },
       { type: 'text', text: ON.text, citations: null },
     ]);
+    // Not enabled: the stream has the text block only.
+    const plain = await anthropic.messages
+      .stream({ model, messages: ask(), max_tokens: MAX, temperature: 0 })
+      .finalMessage();
+    expect(plain.content).toEqual([{ type: 'text', text: ON.text, citations: null }]);
   });
 
   it('thinking disabled: no thinking block, the longer prompt, the host reply', async () => {
