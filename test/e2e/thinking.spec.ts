@@ -102,14 +102,16 @@ test('a thinking model: the reasoning folds above the reply, opens on a click, a
   await send(page, 'And at sunset?');
   await expect(lastReply(page)).toHaveAttribute('data-state', 'done');
   await expect(lastReply(page).getByTestId('reasoning')).toHaveAttribute('data-open', 'true');
-  await expect(lastReply(page).getByTestId('reasoning-toggle')).toContainText('· 2 tok · stopped before it replied');
+  await expect(lastReply(page).getByTestId('reasoning-toggle')).toContainText(
+    '· 2 tok · ran out of tokens before it replied',
+  );
   await expect(lastReply(page).getByTestId('reasoning-text')).not.toBeEmpty();
   await expect(lastReply(page).getByTestId('message-text')).toBeEmpty();
   await setSettings(page, { maxNewTokens: 16 });
 
   // Turned off: the settings say what this model does, and the next reply has no reasoning.
   await page.getByTestId('settings-toggle').click();
-  await expect(page.getByTestId('thinking-note')).toContainText('can be told not to');
+  await expect(page.getByTestId('thinking-note')).toContainText('its template has a switch for it');
   await page.getByTestId('setting-thinking').selectOption('off');
   await page.getByTestId('settings-toggle').click();
   await expect(page.getByTestId('settings-summary')).toContainText('thinking off');

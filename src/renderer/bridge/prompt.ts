@@ -21,7 +21,9 @@ export function conversationOf(messages: StoredMessage[]): ChatMessage[] {
 }
 
 function inConversation(m: StoredMessage): boolean {
-  return m.role !== 'assistant' || (m.content.length > 0 && !m.stats?.error);
+  // A reply that is all reasoning (it ran out of tokens while thinking) is a turn: leaving it out would put two
+  // user messages in a row, which some templates refuse.
+  return m.role !== 'assistant' || ((m.content.length > 0 || (m.reasoning ?? '').length > 0) && !m.stats?.error);
 }
 
 /**
@@ -35,7 +37,7 @@ export function buildChatRequest(
   modelId: string | null,
   /**
    * The model the turn goes to, when known: its context (a drop made for another context is not kept), and
-   * whether it thinks with a switch (the thread's thinking setting goes to such a model only).
+   * whether it thinks (the thread's thinking setting goes to a thinking model only).
    */
   model?: Pick<ModelSpec, 'contextLength' | 'reasoning'>,
 ): GenerateRequest {
@@ -50,7 +52,7 @@ export function buildChatRequest(
     ...(sampling ? { sampling } : {}),
     ...(thread.stop && thread.stop.length > 0 ? { stop: thread.stop } : {}),
     ...jsonForm(thread),
-    ...(thread.thinking !== undefined && model?.reasoning?.toggle ? { thinking: thread.thinking } : {}),
+    ...(thread.thinking !== undefined && model?.reasoning ? { thinking: thread.thinking } : {}),
     ...overflowPolicy(thread, history, model?.contextLength),
     sessionId: thread.id,
     threadId: thread.id,

@@ -54,7 +54,7 @@ function Reasoning({
       ? 'Thinking…'
       : `Thought${ms !== undefined && ms > 0 ? ` for ${formatMs(ms)}` : ''}${
           stats?.reasoningTokens ? ` · ${formatInteger(stats.reasoningTokens)} tok` : ''
-        }${unanswered && stats?.finishReason ? ' · stopped before it replied' : ''}`;
+        }${unanswered ? unansweredNote(stats?.finishReason) : ''}`;
   return (
     <div className={`reasoning ${open ? 'open' : ''}`} data-testid="reasoning" data-open={open}>
       <button
@@ -73,6 +73,13 @@ function Reasoning({
       )}
     </div>
   );
+}
+
+/** Why a reply that is all reasoning has no answer. */
+function unansweredNote(finishReason: string | undefined): string {
+  if (finishReason === 'length' || finishReason === 'context') return ' · ran out of tokens before it replied';
+  if (finishReason === 'cancelled') return ' · stopped before it replied';
+  return finishReason ? ' · no reply after it' : '';
 }
 
 function CapNote({ cap }: { cap: NonNullable<Stats['budgetCap']> }) {

@@ -90,13 +90,13 @@ export function ModelCard({
           <span
             className="badge"
             data-testid="model-thinks"
-            title={`A thinking model: it reasons in ${spec.reasoning.open}…${spec.reasoning.close} before it replies${
+            title={`A thinking model: it reasons in ${spec.reasoning.open}…${spec.reasoning.close} before it replies. A chat can tell it to reply at once (system & sampling → thinking)${
               spec.reasoning.toggle
-                ? '; a chat can tell it to reply at once (system & sampling → thinking).'
-                : ' (its chat template has no switch to turn that off).'
+                ? ', through its chat template’s switch.'
+                : ': its chat template has no switch, so kvdesk closes the reasoning in the prompt.'
             }`}
           >
-            thinks{spec.reasoning.toggle ? '' : ' · always'}
+            thinks
           </span>
         )}
         {loaded ? (

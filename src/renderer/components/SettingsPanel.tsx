@@ -134,8 +134,9 @@ function PresetRow({ thread, onApplied, picked, setPicked }: PresetProps & { thr
 }
 
 /**
- * Whether a thinking model reasons before it replies. It goes to a model whose template has the switch
- * (`enable_thinking`, as Qwen3's); the line under it says what the current model does.
+ * Whether a thinking model reasons before it replies: through its template's switch (`enable_thinking`, as
+ * Qwen3's), else "reply at once" closes the reasoning in the prompt. The line under it says what the current
+ * model does.
  */
 function ThinkingSetting({ thread }: { thread: Thread }) {
   const bridge = useBridge();
@@ -143,8 +144,8 @@ function ThinkingSetting({ thread }: { thread: Thread }) {
   const note = !reasoning
     ? 'the current model does not think'
     : reasoning.toggle
-      ? `the current model thinks in ${reasoning.open}…${reasoning.close} and can be told not to`
-      : 'the current model always thinks (its template has no switch)';
+      ? `the current model thinks in ${reasoning.open}…${reasoning.close}; its template has a switch for it`
+      : `the current model thinks in ${reasoning.open}…${reasoning.close}; told not to, kvdesk closes its reasoning before it begins (its template has no switch)`;
   return (
     <label className="wide" title="A thinking model (Qwen3, DeepSeek-R1…) reasons before it replies.">
       thinking

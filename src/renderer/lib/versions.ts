@@ -36,7 +36,7 @@ function kept(v: MessageVersion): boolean {
  * newest MAX_VERSIONS - 1 of them, the new reply after them.
  */
 export function inheritVersions(replaced: StoredMessage | undefined): Pick<StoredMessage, 'alternatives' | 'altIndex'> {
-  if (!replaced || replaced.role !== 'assistant') return {};
+  if (replaced?.role !== 'assistant') return {};
   const all = versionsOf(replaced)
     .filter(kept)
     .slice(-(MAX_VERSIONS - 1));

@@ -6,7 +6,7 @@
 
 import type { StateCreator } from 'zustand/vanilla';
 import type { StoredMessage, Thread } from '../../shared/api';
-import type { StreamFrame } from '../../shared/contract';
+import type { GenerationResult, StreamFrame } from '../../shared/contract';
 import type { ErrorInfo } from '../../shared/errors';
 import { inheritVersions, showVersion as pickVersion } from '../lib/versions';
 import type { AppState, ChatSlice, FrameBatch, LiveReply } from './types';
@@ -30,6 +30,21 @@ export function sortThreads(threads: Thread[]): Thread[] {
 
 function mapThread(threads: Thread[], id: string, fn: (t: Thread) => Thread): Thread[] {
   return threads.map((t) => (t.id === id ? fn(t) : t));
+}
+
+/**
+ * A thinking model's reply's reasoning figures: its reasoning tokens and how long they took at the reply's decode
+ * rate (frames may bring many tokens at once, so the clock between them says little); a continued reply adds
+ * its continuation's to what it had (`before`).
+ */
+function reasoningStats(
+  r: GenerationResult | undefined,
+  before: StoredMessage['stats'],
+): Pick<NonNullable<StoredMessage['stats']>, 'reasoningTokens' | 'reasoningMs'> {
+  const rate = r?.timings.tokensPerSecond ?? 0;
+  const tokens = (before?.reasoningTokens ?? 0) + (r?.reasoningTokens ?? 0);
+  const ms = (before?.reasoningMs ?? 0) + (r?.reasoningTokens && rate > 0 ? (r.reasoningTokens * 1000) / rate : 0);
+  return tokens > 0 ? { reasoningTokens: tokens, ...(ms > 0 ? { reasoningMs: ms } : {}) } : {};
 }
 
 /**
@@ -89,16 +104,14 @@ export function reduceFrames(
         // conversation before it (the continuation's prompt held the first part too).
         const before = next.continues?.tokens ?? 0;
         content = (next.continues?.text ?? '') + r.text;
-        // How long it thought: its reasoning tokens at the reply's decode rate (frames may bring many at once).
-        const rate = r.timings.tokensPerSecond;
-        const thought = r.reasoningTokens && rate > 0 ? { reasoningMs: (r.reasoningTokens * 1000) / rate } : {};
+        const thought = reasoningStats(r, next.continues ? message.stats : undefined);
         stats = {
           ttftMs: r.timings.ttftMs,
           tokensPerSecond: r.timings.tokensPerSecond,
           tokens: before + r.tokenIds.length,
           promptTokens: Math.max(0, r.promptTokens - before),
           finishReason: r.finishReason,
-          ...(r.reasoningTokens ? { reasoningTokens: r.reasoningTokens, ...thought } : {}),
+          ...thought,
           ...(r.budgetCap ? { budgetCap: r.budgetCap } : {}),
           ...(r.clipped ? { clipped: r.clipped } : {}),
           ...(r.contextDrop ? { contextDrop: r.contextDrop } : {}),
@@ -121,6 +134,7 @@ export function reduceFrames(
             tokens: before + next.tokens,
             ...(next.promptTokens !== undefined ? { promptTokens: Math.max(0, next.promptTokens - before) } : {}),
             finishReason: 'cancelled',
+            ...(next.continues ? reasoningStats(undefined, message.stats) : {}),
             ...capAndClip,
           };
         } else if (next.continues) {

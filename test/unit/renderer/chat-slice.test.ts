@@ -420,6 +420,49 @@ describe("a thinking model's reply", () => {
     expect(m?.stats).toMatchObject({ reasoningTokens: 4, reasoningMs: 20, tokens: 5 });
   });
 
+  it("a continued reply keeps its reasoning and adds the continuation's figures", () => {
+    const store = storeWithThread();
+    start(store);
+    const done = result({
+      reasoning: 'Hm.',
+      reasoningTokens: 4,
+      timings: { queueMs: 1, ttftMs: 1, totalMs: 9, tokensPerSecond: 200 },
+    });
+    const reasoning: StreamFrame = {
+      type: 'tokens',
+      requestId: 'r1',
+      rows: [{ ids: [1], text: '', reasoning: 'Hm.' }],
+    };
+    store.getState().applyFrames(
+      [
+        {
+          messageId: 'a1',
+          frames: [accepted, admitted, reasoning, tokens('abc'), { type: 'done', requestId: 'r1', result: done }],
+        },
+      ],
+      20,
+    );
+    store.getState().resumeReply({ threadId: 't1', messageId: 'a1', now: 30 });
+    const more = result({ text: 'def', reasoning: '', reasoningTokens: 0 });
+    store.getState().applyFrames(
+      [
+        {
+          messageId: 'a1',
+          frames: [accepted, admitted, tokens('def'), { type: 'done', requestId: 'r1', result: more }],
+        },
+      ],
+      40,
+    );
+    const m = store.getState().threads[0]?.messages.find((x) => x.id === 'a1');
+    expect(m).toMatchObject({ content: 'abcdef', reasoning: 'Hm.', stats: { reasoningTokens: 4, reasoningMs: 20 } });
+    // Stopped while continuing, it keeps them too.
+    store.getState().resumeReply({ threadId: 't1', messageId: 'a1', now: 50 });
+    store.getState().applyFrames([{ messageId: 'a1', frames: [accepted, admitted, tokens('g')] }], 60);
+    store.getState().failReply('a1', { code: 'CANCELLED', message: 'stopped' });
+    const stopped = store.getState().threads[0]?.messages.find((x) => x.id === 'a1');
+    expect(stopped?.stats).toMatchObject({ reasoningTokens: 4, reasoningMs: 20, finishReason: 'cancelled' });
+  });
+
   it('a reply without reasoning has none', () => {
     const store = storeWithThread();
     start(store);

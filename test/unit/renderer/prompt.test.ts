@@ -53,27 +53,33 @@ describe('chat requests', () => {
     expect(GenerateRequest.safeParse(req).success).toBe(true);
   });
 
-  it("sends a reply's reasoning with it, and the thread's thinking setting to a model with the switch only", () => {
+  it("sends a reply's reasoning with it, and the thread's thinking setting to a thinking model only", () => {
     const withThought = history.map((m) => (m.id === 'a2' ? { ...m, reasoning: 'A greeting back.' } : m));
     expect(conversationOf(withThought)[2]).toEqual({
       role: 'assistant',
       content: 'hello',
       reasoning: 'A greeting back.',
     });
-    // A reply cut off while it reasoned has no text: it is not part of the conversation.
+    // A reply cut off while it reasoned has no text, but is a turn (no two user messages in a row).
     const cut = [
-      ...history.slice(0, 4),
+      ...history,
       { id: 'a3', role: 'assistant' as const, content: '', reasoning: 'Hm', createdAt: 6 },
+      { id: 'u4', role: 'user' as const, content: 'well?', createdAt: 7 },
     ];
-    expect(conversationOf(cut).map((m) => m.content)).toEqual(['hi', 'hi again', 'hello']);
+    expect(conversationOf(cut).slice(-3)).toEqual([
+      { role: 'user', content: 'and?' },
+      { role: 'assistant', content: '', reasoning: 'Hm' },
+      { role: 'user', content: 'well?' },
+    ]);
     const off = thread('t1', { thinking: false });
     const qwen = { contextLength: 4096, reasoning: { open: '<think>', close: '</think>', toggle: 'enable_thinking' } };
     expect(buildChatRequest(off, history, 'q', qwen).thinking).toBe(false);
     expect(buildChatRequest(thread('t1', { thinking: true }), history, 'q', qwen).thinking).toBe(true);
     expect(buildChatRequest(thread('t1'), history, 'q', qwen)).not.toHaveProperty('thinking');
-    // A model that always thinks, or never does, is not told (the host would refuse what it cannot do).
+    // A thinking model without the switch is told too (the host closes its reasoning); one that does not think,
+    // or an unknown model, is not (the host would refuse to make it think).
     const r1 = { contextLength: 4096, reasoning: { open: '<think>', close: '</think>' } };
-    expect(buildChatRequest(off, history, 'r1', r1)).not.toHaveProperty('thinking');
+    expect(buildChatRequest(off, history, 'r1', r1).thinking).toBe(false);
     expect(buildChatRequest(off, history, 'plain', { contextLength: 4096 })).not.toHaveProperty('thinking');
     expect(buildChatRequest(off, history, null)).not.toHaveProperty('thinking');
   });
