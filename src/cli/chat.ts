@@ -17,7 +17,16 @@ import { mapOptions } from '../main/server/ollama-adapter';
 import type { ChatMessage, GenerateRequest, GenerationResult, SamplingSettings } from '../shared/contract';
 import { toErrorInfo } from '../shared/errors';
 import { formatBytes } from '../shared/format';
-import { badArgs, fail, type Io, packageDir, parseNumber, SAMPLING_OPTIONS, samplingFlags } from './common';
+import {
+  badArgs,
+  fail,
+  type Io,
+  packageDir,
+  parseNumber,
+  ReplyPrinter,
+  SAMPLING_OPTIONS,
+  samplingFlags,
+} from './common';
 
 const HELP = `Commands:
   /set system TEXT        the system prompt (the conversation goes on with it)
@@ -106,34 +115,16 @@ export class ChatSession {
         ? { contextOverflow: 'drop-oldest' as const, droppedMessages: this.dropped }
         : {}),
     };
-    let written = '';
     let accepted: GenerationResult['contextDrop'] | null = null;
-    // Reasoning goes to stderr between Ollama's two lines ("Thinking..." and "...done thinking."); the reply to stdout.
-    let thinking: 'no' | 'open' | 'done' = 'no';
-    const endThinking = () => {
-      if (thinking !== 'open') return;
-      this.io.err('\n...done thinking.\n\n');
-      thinking = 'done';
-    };
+    const printer = new ReplyPrinter(this.io);
     const handle = this.host.generate(request, (frame) => {
       if (frame.type === 'accepted') accepted = frame.contextDrop ?? undefined;
-      if (frame.type === 'tokens') {
-        const row = frame.rows[0];
-        if (row?.reasoning) {
-          if (thinking === 'no') this.io.err('Thinking...\n');
-          thinking = 'open';
-          this.io.err(row.reasoning);
-        }
-        const piece = row?.text ?? '';
-        if (piece) endThinking();
-        written += piece;
-        this.io.out(piece);
-      }
+      if (frame.type === 'tokens') printer.push(frame.rows[0]);
     });
     this.current = handle;
     try {
       const result = await handle.result;
-      endThinking();
+      printer.end();
       this.io.out('\n');
       this.messages = [
         ...messages,
@@ -143,12 +134,17 @@ export class ChatSession {
       if (this.options.verbose) this.io.err(figures(result));
     } catch (err) {
       const info = toErrorInfo(err);
-      endThinking();
+      printer.end();
+      const written = printer.text;
       if (info.code === 'CANCELLED') {
-        // Stopped by the person: what was written stays, as in the window (a reply stopped before it began
-        // leaves the question alone; the drop it was read with, if the host read it, still holds).
+        // Stopped by the person: what was written stays, its reasoning too, as in the window (a reply stopped
+        // before it began leaves the question alone; the drop it was read with, if the host read it, still holds).
         this.io.out('\n');
-        this.messages = written ? [...messages, { role: 'assistant', content: written }] : messages;
+        const reasoning = printer.reasoning ? { reasoning: printer.reasoning } : {};
+        this.messages =
+          written || printer.reasoning
+            ? [...messages, { role: 'assistant', content: written, ...reasoning }]
+            : messages;
         if (accepted !== null) this.noteDrop(accepted);
       } else {
         if (written) this.io.out('\n');
@@ -218,10 +214,6 @@ export class ChatSession {
           this.io.err(
             `kvdesk: ${this.model.id} does not think: there is nothing to turn ${what === 'think' ? 'on' : 'off'}\n`,
           );
-          return;
-        }
-        if (what === 'nothink' && !reasoning.toggle) {
-          this.io.err(`kvdesk: ${this.model.id} always thinks: its chat template has no switch (enable_thinking)\n`);
           return;
         }
         this.options.thinking = what === 'think';
@@ -310,8 +302,11 @@ export class ChatSession {
 function thinkingInfo(reasoning: ModelInfo['spec']['reasoning'], thinking: boolean | undefined): string {
   if (!reasoning) return 'no (the model does not reason)';
   const markers = `${reasoning.open}…${reasoning.close}`;
-  if (!reasoning.toggle) return `always, in ${markers} (no switch)`;
-  return `${thinking === false ? 'off' : 'on'}, in ${markers} (/set think, /set nothink)`;
+  // Without the template's switch, off is a reasoning closed in the prompt before it begins.
+  const how = reasoning.toggle
+    ? `its template's ${reasoning.toggle}`
+    : 'closed in the prompt: the template has no switch';
+  return `${thinking === false ? `off (${how})` : 'on'}, in ${markers} (/set think, /set nothink)`;
 }
 
 /** A reply's figures (/set verbose). */
@@ -427,6 +422,8 @@ export async function chat(
       ...(threads !== undefined ? { threads } : {}),
     });
     const model = await host.loadModel(dir);
+    if (chatOptions.thinking === true && !model.spec.reasoning)
+      throw badArgs(`--think: ${model.id} does not think (its chat template has no reasoning markers)`);
     const interactive = input.isTTY === true;
     io.err(
       `kvdesk: ${model.id} (${model.spec.layout}, context ${model.spec.contextLength} tokens) loaded in ` +

@@ -119,3 +119,36 @@ export async function packageDir(arg: string, dataDirFlag: string | undefined): 
   }
   return entry.root;
 }
+
+/**
+ * A reply streamed to the terminal: a thinking model's reasoning to stderr between "Thinking..." and
+ * "...done thinking." (as Ollama shows it), the answer to stdout. Keeps what it printed of each.
+ */
+export class ReplyPrinter {
+  reasoning = '';
+  text = '';
+  private thinking: 'no' | 'open' | 'done' = 'no';
+
+  constructor(private readonly io: Io) {}
+
+  push(row: { text: string; reasoning?: string } | undefined): void {
+    if (row?.reasoning) {
+      if (this.thinking === 'no') this.io.err('Thinking...\n');
+      this.thinking = 'open';
+      this.reasoning += row.reasoning;
+      this.io.err(row.reasoning);
+    }
+    if (row?.text) {
+      this.end();
+      this.text += row.text;
+      this.io.out(row.text);
+    }
+  }
+
+  /** The reasoning is over (the answer began, or the reply ended). */
+  end(): void {
+    if (this.thinking !== 'open') return;
+    this.io.err('\n...done thinking.\n\n');
+    this.thinking = 'done';
+  }
+}

@@ -24,7 +24,17 @@ import { parseByteSize } from '../main/scheduler';
 import { toErrorInfo } from '../shared/errors';
 import { formatBytes } from '../shared/format';
 import type { ModelSpec } from '../shared/model-spec';
-import { badArgs, fail, type Io, packageDir, parseIds, parseNumber, SAMPLING_OPTIONS, samplingFlags } from './common';
+import {
+  badArgs,
+  fail,
+  type Io,
+  packageDir,
+  parseIds,
+  parseNumber,
+  ReplyPrinter,
+  SAMPLING_OPTIONS,
+  samplingFlags,
+} from './common';
 import { dataDirOf } from './data-dir';
 import { applyDeviceFlags } from './device-flags';
 
@@ -232,6 +242,7 @@ async function generate(args: string[], io: Io): Promise<number> {
     if (values.chat) request.chat = true;
     if (values.system !== undefined) request.system = values.system;
     if (values.think && values.nothink) throw badArgs('give --think or --nothink, not both');
+    if ((values.think || values.nothink) && !values.chat) throw badArgs('--think and --nothink go with --chat');
     if (values.think || values.nothink) request.thinking = values.think === true;
     const maxNew = parseNumber('max-new-tokens', values['max-new-tokens'], true);
     if (maxNew !== undefined) request.maxNewTokens = maxNew;
@@ -261,7 +272,7 @@ async function generate(args: string[], io: Io): Promise<number> {
     });
     const info = await host.loadModel(await packageDir(positionals[0] as string, values['data-dir']));
     const multiRow = (request.prompts as unknown[] | undefined)?.length !== undefined || (rows ?? 1) > 1;
-    let thinking = false;
+    const printer = new ReplyPrinter(io);
     const handle = host.generate(request, (frame) => {
       if (json) return;
       if (frame.type === 'admitted' && frame.budgetCap) {
@@ -275,22 +286,10 @@ async function generate(args: string[], io: Io): Promise<number> {
           `kvdesk: max new tokens clipped from ${frame.clipped.requestedMaxTokens} to ${frame.clipped.clippedMaxTokens} by the context window (${frame.clipped.contextLength} tokens)\n`,
         );
       }
-      if (frame.type === 'tokens' && !multiRow) {
-        // A thinking model's reasoning to stderr (as `kvdesk chat` shows it), its reply to stdout.
-        const row = frame.rows[0];
-        if (row?.reasoning) {
-          if (!thinking) io.err('Thinking...\n');
-          thinking = true;
-          io.err(row.reasoning);
-        }
-        if (thinking && row?.text) {
-          io.err('\n...done thinking.\n\n');
-          thinking = false;
-        }
-        io.out(row?.text ?? '');
-      }
+      if (frame.type === 'tokens' && !multiRow) printer.push(frame.rows[0]);
     });
     const result = await handle.result;
+    printer.end();
     if (json) {
       io.out(
         `${JSON.stringify({

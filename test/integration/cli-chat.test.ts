@@ -253,7 +253,7 @@ describe('kvdesk chat', () => {
     // Turned off, the next reply does not reason (the template closed it), and /show info says so.
     expect(r.stderr.match(/Thinking\.\.\./g)).toHaveLength(1);
     expect(r.stderr).toContain('kvdesk: thinking off');
-    expect(r.stderr).toMatch(/thinking {2}off, in <think>…<\/think>/);
+    expect(r.stderr).toMatch(/thinking {2}off \(its template's enable_thinking\), in <think>…<\/think>/);
     expect(replies[1]?.length).toBeGreaterThan(0);
     // generate --chat: the same reply, its reasoning in the JSON result; --nothink, none.
     const args = [
@@ -274,5 +274,11 @@ describe('kvdesk chat', () => {
     // A model that does not think says so and changes nothing.
     const plain = kvdesk(['chat', defaultModelDir, ...GREEDY], '/set think\n');
     expect(plain.stderr).toContain('default does not think: there is nothing to turn on');
+    const flag = kvdesk(['chat', defaultModelDir, '--think'], 'hi\n');
+    expect(flag.code).toBe(2);
+    expect(flag.stderr).toContain('--think: default does not think');
+    const raw = kvdesk(['generate', defaultModelDir, '--prompt', 'hi', '--nothink']);
+    expect(raw.code).toBe(2);
+    expect(raw.stderr).toContain('--think and --nothink go with --chat');
   }, 90_000);
 });
