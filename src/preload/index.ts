@@ -32,7 +32,15 @@ const CHANNELS = {
   events: 'kvdesk:events',
 } as const;
 
-const EVENT_NAMES: readonly HostEventName[] = ['budget', 'scheduler', 'models', 'library', 'apiServer', 'settings'];
+const EVENT_NAMES: readonly HostEventName[] = [
+  'budget',
+  'scheduler',
+  'models',
+  'library',
+  'apiServer',
+  'settings',
+  'downloads',
+];
 
 function refusal(message: string): { ok: false; error: ErrorInfo } {
   return { ok: false, error: { code: 'BAD_REQUEST', message } };
@@ -68,6 +76,10 @@ const calls: CallMethods = {
   apiServerStatus: bind('apiServerStatus'),
   startApiServer: bind('startApiServer'),
   stopApiServer: bind('stopApiServer'),
+  hubVariants: bind('hubVariants'),
+  downloadModel: bind('downloadModel'),
+  cancelDownload: bind('cancelDownload'),
+  listDownloads: bind('listDownloads'),
 };
 
 function invoke<N extends CallName>(name: N, request: CallRequest<N>): Promise<Result<CallResponses[N]>> {
@@ -118,6 +130,7 @@ const listeners: { [E in HostEventName]: Set<(payload: HostEvents[E]) => void> }
   library: new Set(),
   apiServer: new Set(),
   settings: new Set(),
+  downloads: new Set(),
 };
 
 ipcRenderer.on(CHANNELS.events, (_event, name: unknown, payloads: unknown) => {

@@ -176,6 +176,40 @@ export interface PromptMeasure {
   droppedMessages?: number;
 }
 
+/** A repository on the Hugging Face Hub: `owner/name`, optionally `@revision`. */
+export const HubRepoRequest = z.object({ repo: z.string().min(3).max(300) }).strict();
+
+/** One package a hub repository offers (see src/main/host/hub-download.ts). */
+export interface HubVariantInfo {
+  name: string;
+  layout: 'hf-optimum' | 'ort-genai' | 'onnx-genai';
+  bytes: number;
+  files: number;
+}
+
+/** A hub repository's packages, and the one kvdesk takes when none is named (the best on a CPU). */
+export interface HubVariantsInfo {
+  repo: string;
+  revision: string;
+  variants: HubVariantInfo[];
+  recommended: string;
+}
+
+/** A model download: running, or how it ended (a finished one is in the library as `libraryId`). */
+export interface DownloadStatus {
+  id: string;
+  repo: string;
+  variant: string;
+  state: 'running' | 'done' | 'failed' | 'cancelled';
+  doneBytes: number;
+  totalBytes: number;
+  startedAt: number;
+  /** Where the package landed, and its library id. */
+  root?: string;
+  libraryId?: string;
+  error?: { code: string; message: string };
+}
+
 /** Starts (or moves) the window's API server; it listens on 127.0.0.1 only. */
 export const ApiServerRequest = z.object({ port: z.number().int().min(0).max(65_535) }).strict();
 
@@ -242,6 +276,13 @@ export const CallSchemas = {
   /** The desktop window: serve the HTTP API on 127.0.0.1:port (moving it when it already runs elsewhere). */
   startApiServer: ApiServerRequest,
   stopApiServer: Empty,
+  /** The packages a Hugging Face repository offers (its ONNX variants, their sizes). */
+  hubVariants: HubRepoRequest,
+  /** Downloads one variant of a hub repository into the library (progress: the `downloads` event). */
+  downloadModel: HubRepoRequest.extend({ variant: z.string().min(1).max(300).optional() }).strict(),
+  cancelDownload: z.object({ id: z.string().min(1).max(100) }).strict(),
+  /** Downloads running, and those that ended since the host started. */
+  listDownloads: Empty,
 } as const;
 
 /** Response types of every invoke call. */
@@ -265,6 +306,10 @@ export interface CallResponses {
   apiServerStatus: ApiServerStatus;
   startApiServer: ApiServerStatus;
   stopApiServer: ApiServerStatus;
+  hubVariants: HubVariantsInfo;
+  downloadModel: DownloadStatus;
+  cancelDownload: { cancelled: boolean };
+  listDownloads: DownloadStatus[];
 }
 
 export type CallName = keyof typeof CallSchemas;
@@ -284,6 +329,8 @@ export interface HostEvents {
   apiServer: ApiServerStatus;
   /** A window or page saved the settings (presets, the API server's): the others take them up. */
   settings: UiSettings;
+  /** Model downloads: every one running and those that ended (throttled while bytes arrive). */
+  downloads: DownloadStatus[];
 }
 export type HostEventName = keyof HostEvents;
 

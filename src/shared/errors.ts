@@ -32,6 +32,8 @@ export const ERROR_CODES = [
   'NOT_ADMITTED',
   /** The session is unknown or busy. */
   'SESSION_INVALID',
+  /** A model download from a hub failed (network, the hub's answer, a file that does not match, disk space). */
+  'DOWNLOAD_FAILED',
   /** A bug: anything not covered above. */
   'INTERNAL',
 ] as const;

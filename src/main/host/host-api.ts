@@ -25,6 +25,8 @@ import { loadModelSpec } from '../packages';
 import { providerShortName } from '../packages/execution-providers';
 import { packageProblem } from '../packages/package-error';
 import { ThreadStore } from '../store/thread-store';
+import { Downloads } from './downloads';
+import type { HubOptions } from './hub-download';
 import { canonicalPath, ModelLibrary } from './model-library';
 import type { RunnerService } from './runner-service';
 
@@ -55,6 +57,8 @@ export interface HostApi {
   importPath(path: string): Promise<Result<ModelInfo>>;
   /** The packages loaded before (remembered across restarts). */
   readonly library: ModelLibrary;
+  /** Model downloads from the Hugging Face Hub into the library. */
+  readonly downloads: Downloads;
   /** Resolves once the library's packages have been validated again after start. */
   readonly libraryChecked: Promise<void>;
   /**
@@ -89,6 +93,8 @@ export interface HostApiOptions {
   firstUseSweepMs?: number;
   /** The HTTP API server, for the apiServer calls (default: none, which they say). */
   apiServer?: ApiServerControl;
+  /** Where model downloads come from (default: HF_ENDPOINT / HF_TOKEN, else huggingface.co). */
+  hub?: HubOptions;
 }
 
 /** Who runs the HTTP API and how: the window's server control, or `kvdesk serve`'s own server. */
@@ -153,6 +159,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     library: new Set(),
     apiServer: new Set(),
     settings: new Set(),
+    downloads: new Set(),
   };
   let defaultModelId: string | undefined;
   /**
@@ -207,6 +214,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
   });
 
   const library = await ModelLibrary.open(opts.dataDir, { onChange: (e) => emit('library', e), log });
+  const downloads = new Downloads(libraryDir, library, (list) => emit('downloads', list), opts.hub);
   /** The library's check after start (set once the default model is loaded). */
   let libraryChecked: Promise<void> = Promise.resolve();
 
@@ -370,11 +378,20 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     apiServerStatus: async () => apiServer.status(),
     startApiServer: async (req: { port: number }) => announced(apiServer.start(req.port)),
     stopApiServer: async () => announced(apiServer.stop()),
+    hubVariants: async (req: { repo: string }) => downloads.variants(req.repo),
+    downloadModel: async (req: { repo: string; variant?: string }) => {
+      const { status, done } = await downloads.start(req.repo, req.variant);
+      void done;
+      return status;
+    },
+    cancelDownload: async (req: { id: string }) => ({ cancelled: downloads.cancel(req.id) }),
+    listDownloads: async () => downloads.list(),
   };
 
   const api: HostApi = {
     runner,
     library,
+    downloads,
     get libraryChecked() {
       return libraryChecked;
     },
@@ -484,6 +501,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       return () => set.delete(fn);
     },
     async close() {
+      downloads.close();
       unsubscribe();
       clearInterval(sweeper);
       if (budgetTimer) clearTimeout(budgetTimer);

@@ -21,6 +21,7 @@ export const HOST_EVENT_NAMES = [
   'library',
   'apiServer',
   'settings',
+  'downloads',
 ] as const satisfies readonly HostEventName[];
 // Compile-time: a new HostEvents entry must be added above.
 const _allEvents: [Exclude<HostEventName, (typeof HOST_EVENT_NAMES)[number]>] extends [never] ? true : never = true;

@@ -73,6 +73,7 @@ const STATUS: Record<ErrorCode, { status: number; code: string }> = {
   ENGINE_FAILED: { status: 500, code: 'engine_failed' },
   NOT_ADMITTED: { status: 500, code: 'internal_error' },
   SESSION_INVALID: { status: 409, code: 'session_invalid' },
+  DOWNLOAD_FAILED: { status: 502, code: 'download_failed' },
   INTERNAL: { status: 500, code: 'internal_error' },
 };
 

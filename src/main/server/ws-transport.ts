@@ -55,6 +55,7 @@ export function createWsTransport(hostApi: HostApi, opts: { maxPayloadBytes?: nu
       hostApi.on('library', (p) => broadcast('library', p)),
       hostApi.on('apiServer', (p) => broadcast('apiServer', p)),
       hostApi.on('settings', (p) => broadcast('settings', p)),
+      hostApi.on('downloads', (p) => broadcast('downloads', p)),
     ];
   }
 

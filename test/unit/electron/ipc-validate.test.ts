@@ -159,6 +159,14 @@ describe('stream control and events', () => {
   });
 
   it('lists every host event', () => {
-    expect([...HOST_EVENT_NAMES].sort()).toEqual(['apiServer', 'budget', 'library', 'models', 'scheduler', 'settings']);
+    expect([...HOST_EVENT_NAMES].sort()).toEqual([
+      'apiServer',
+      'budget',
+      'downloads',
+      'library',
+      'models',
+      'scheduler',
+      'settings',
+    ]);
   });
 });

@@ -1,0 +1,151 @@
+/**
+ * The host's model downloads from the Hugging Face Hub (src/main/host/hub-download.ts): each runs in the
+ * background into the data directory's models folder, its progress goes out as the `downloads` event (at most
+ * a few times a second while bytes arrive), and a finished one joins the library. One download per repository
+ * and variant at a time; a cancelled or failed one leaves its staging folder, which the next download of it
+ * resumes.
+ */
+import { randomUUID } from 'node:crypto';
+import type { DownloadStatus, HubVariantsInfo } from '../../shared/api';
+import { KvdeskError, toErrorInfo } from '../../shared/errors';
+import { type DownloadProgress, downloadHubModel, type HubOptions, listHubVariants } from './hub-download';
+import { canonicalPath, type ModelLibrary } from './model-library';
+
+/** How often progress goes out while bytes arrive. */
+const PROGRESS_MS = 250;
+/** Ended downloads kept in the list (the newest). */
+const KEEP_ENDED = 20;
+
+export class Downloads {
+  private readonly all: DownloadStatus[] = [];
+  private readonly aborts = new Map<string, AbortController>();
+  private lastSent = 0;
+  private pending: ReturnType<typeof setTimeout> | null = null;
+
+  constructor(
+    private readonly modelsDir: string,
+    private readonly library: ModelLibrary,
+    private readonly emit: (list: DownloadStatus[]) => void,
+    private readonly hub: HubOptions = {},
+  ) {}
+
+  list(): DownloadStatus[] {
+    return this.all.map((d) => ({ ...d }));
+  }
+
+  /** A repository's packages (for the picker), without downloading anything. */
+  async variants(repo: string): Promise<HubVariantsInfo> {
+    const l = await listHubVariants(repo, this.hub);
+    return {
+      repo: l.repo,
+      revision: l.revision,
+      recommended: l.recommended,
+      variants: l.variants.map((v) => ({ name: v.name, layout: v.layout, bytes: v.bytes, files: v.files.length })),
+    };
+  }
+
+  /**
+   * Starts a download; the status comes back at once, and `done` settles when it ends (also on failure, with the
+   * status saying why). Refused at once: a bad name, a repository or variant the hub does not have, one running.
+   */
+  async start(
+    repo: string,
+    variant?: string,
+    onProgress?: (p: DownloadProgress) => void,
+  ): Promise<{ status: DownloadStatus; done: Promise<DownloadStatus> }> {
+    const listing = await listHubVariants(repo, this.hub);
+    const name = variant ?? listing.recommended;
+    const running = this.all.find((d) => d.state === 'running' && d.repo === listing.repo && d.variant === name);
+    if (running) {
+      throw new KvdeskError('BAD_REQUEST', `${listing.repo} (${name}) is downloading already.`, { field: 'repo' });
+    }
+    const found = listing.variants.find((v) => v.name === name);
+    const status: DownloadStatus = {
+      id: randomUUID(),
+      repo: listing.repo,
+      variant: name,
+      state: 'running',
+      doneBytes: 0,
+      totalBytes: found?.bytes ?? 0,
+      startedAt: Date.now(),
+    };
+    const abort = new AbortController();
+    // Refusals the download finds before it starts (an unknown variant, downloaded already) reject here.
+    const first = downloadHubModel(listing.repo, this.modelsDir, {
+      ...this.hub,
+      listing,
+      variant: name,
+      signal: abort.signal,
+      onProgress: (p) => {
+        status.doneBytes = p.doneBytes;
+        status.totalBytes = p.totalBytes;
+        onProgress?.(p);
+        this.changed(false);
+      },
+    });
+    if (!found) await first; // throws: the variant is not there
+    this.all.unshift(status);
+    this.aborts.set(status.id, abort);
+    this.changed(true);
+    const done = first.then(
+      async ({ root }) => {
+        await this.library.refresh();
+        const at = await canonicalPath(root);
+        status.root = root;
+        const id = this.library.list().find((e) => e.root === at)?.id;
+        if (id) status.libraryId = id;
+        status.state = 'done';
+      },
+      (err) => {
+        const info = toErrorInfo(err);
+        status.state = abort.signal.aborted ? 'cancelled' : 'failed';
+        if (status.state === 'failed') status.error = { code: info.code, message: info.message };
+      },
+    );
+    return {
+      status: { ...status },
+      done: done.then(() => {
+        this.aborts.delete(status.id);
+        this.trim();
+        this.changed(true);
+        return { ...status };
+      }),
+    };
+  }
+
+  cancel(id: string): boolean {
+    const abort = this.aborts.get(id);
+    if (!abort) return false;
+    abort.abort();
+    return true;
+  }
+
+  /** Stops every download (shutdown); their staging folders stay for a later resume. */
+  close(): void {
+    for (const a of this.aborts.values()) a.abort();
+    if (this.pending) clearTimeout(this.pending);
+  }
+
+  private trim(): void {
+    const ended = this.all.filter((d) => d.state !== 'running');
+    for (const d of ended.slice(KEEP_ENDED)) this.all.splice(this.all.indexOf(d), 1);
+  }
+
+  /** Sends the list: now for a change of state, else at most every PROGRESS_MS. */
+  private changed(now: boolean): void {
+    const wait = PROGRESS_MS - (Date.now() - this.lastSent);
+    if (now || wait <= 0) {
+      if (this.pending) clearTimeout(this.pending);
+      this.pending = null;
+      this.lastSent = Date.now();
+      this.emit(this.list());
+    } else if (!this.pending) {
+      this.pending = setTimeout(() => {
+        this.pending = null;
+        this.lastSent = Date.now();
+        this.emit(this.list());
+      }, wait);
+      this.pending.unref?.();
+    }
+  }
+}

@@ -1,0 +1,473 @@
+/**
+ * Model packages from the Hugging Face Hub (or a mirror of its API: `HF_ENDPOINT`), as `ollama pull` gets
+ * models: a repository's files are listed, its ONNX variants found (transformers.js / Optimum exports:
+ * `onnx/model_q4.onnx` and siblings; onnxruntime-genai exports: folders with `genai_config.json`; onnx-genai
+ * folders), and one variant's files downloaded into the data directory's models folder, where the library finds
+ * it. Each file is checked against the hub's listing (its size, and its SHA-256 for large files or its git blob
+ * hash for small ones) before it counts; a download cut off resumes where it stopped (HTTP ranges); nothing
+ * reaches the models folder until every file is there and the package validates.
+ */
+import { createHash, type Hash } from 'node:crypto';
+import { createReadStream, createWriteStream } from 'node:fs';
+import { mkdir, rename, rm, stat, statfs } from 'node:fs/promises';
+import path from 'node:path';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { z } from 'zod';
+import { KvdeskError } from '../../shared/errors';
+import { formatBytes } from '../../shared/format';
+import { loadModelSpec } from '../packages';
+import { packageProblem } from '../packages/package-error';
+
+/** Where the hub answers and who asks (a token for gated or private repositories). */
+export interface HubOptions {
+  /** Default `HF_ENDPOINT`, else https://huggingface.co. */
+  endpoint?: string;
+  /** Default `HF_TOKEN`. */
+  token?: string;
+  revision?: string;
+  fetch?: typeof fetch;
+}
+
+/** A file of a repository, as the hub lists it. */
+export interface HubFile {
+  path: string;
+  size: number;
+  /** SHA-256 of a large (LFS) file. */
+  sha256?: string;
+  /** The git blob hash of a small file. */
+  blob?: string;
+}
+
+/** One package a repository offers: its files and where each goes in the package folder. */
+export interface HubVariant {
+  /** `q4`, `fp16`, `fp32` (model.onnx)… for exports with onnx/model_<name>.onnx; the folder for genai exports. */
+  name: string;
+  layout: 'hf-optimum' | 'ort-genai' | 'onnx-genai';
+  files: Array<HubFile & { to: string }>;
+  bytes: number;
+}
+
+export interface HubListing {
+  repo: string;
+  revision: string;
+  variants: HubVariant[];
+  /** The variant kvdesk takes when none is named: the one that runs best on a CPU. */
+  recommended: string;
+}
+
+/** A download's progress, after each piece written. */
+export interface DownloadProgress {
+  repo: string;
+  variant: string;
+  file: string;
+  doneBytes: number;
+  totalBytes: number;
+}
+
+const REPO = /^[A-Za-z0-9][\w.-]{0,95}\/[A-Za-z0-9][\w.-]{0,95}$/;
+const REVISION = /^[\w.\-/]{1,200}$/;
+
+/** A repository id and revision as `owner/name[@revision]`, checked. */
+export function parseRepo(spec: string, revision?: string): { repo: string; revision: string } {
+  const at = spec.indexOf('@');
+  const repo = (at < 0 ? spec : spec.slice(0, at)).replace(/^https:\/\/huggingface\.co\//, '').replace(/^hf\.co\//, '');
+  const rev = revision ?? (at < 0 ? 'main' : spec.slice(at + 1));
+  if (!REPO.test(repo) || repo.includes('..')) {
+    throw new KvdeskError(
+      'BAD_REQUEST',
+      `"${spec}" is not a Hugging Face repository: write it as owner/name, e.g. onnx-community/Qwen3-0.6B-ONNX.`,
+      { field: 'repo' },
+    );
+  }
+  if (!REVISION.test(rev) || rev.includes('..')) {
+    throw new KvdeskError('BAD_REQUEST', `"${rev}" is not a revision (a branch, tag or commit).`, {
+      field: 'revision',
+    });
+  }
+  return { repo, revision: rev };
+}
+
+const TreeEntry = z.object({
+  type: z.string(),
+  path: z.string(),
+  size: z.number().int().min(0).optional(),
+  oid: z.string().optional(),
+  lfs: z
+    .object({ oid: z.string(), size: z.number().int().min(0) })
+    .partial()
+    .optional(),
+});
+
+function endpointOf(opts: HubOptions): string {
+  return (opts.endpoint ?? process.env.HF_ENDPOINT ?? 'https://huggingface.co').replace(/\/+$/, '');
+}
+
+function headersOf(opts: HubOptions): Record<string, string> {
+  const token = opts.token ?? process.env.HF_TOKEN;
+  return token ? { authorization: `Bearer ${token}` } : {};
+}
+
+/** What a refused or failed answer from the hub means, and what to do. */
+function hubError(res: Response, what: string, repo: string, opts: HubOptions): KvdeskError {
+  if (res.status === 401 || res.status === 403) {
+    // Without a token the hub answers 401 for a repository that does not exist too (it hides private ones).
+    const why = headersOf(opts).authorization
+      ? `${repo} is gated or private, and the token (HF_TOKEN) does not open it: accept its terms on huggingface.co with the token's account`
+      : `${repo} does not exist, or is gated or private: check its owner/name; for a gated model, accept its terms on huggingface.co, then set HF_TOKEN to a token of yours`;
+    return new KvdeskError('DOWNLOAD_FAILED', `the hub refused ${what} (HTTP ${res.status}): ${why}.`, {
+      status: res.status,
+      repo,
+    });
+  }
+  if (res.status === 404) {
+    return new KvdeskError(
+      'BAD_REQUEST',
+      `the hub has no ${what} (HTTP 404): check the repository's owner/name and revision (${repo}).`,
+      { status: 404, repo, field: 'repo' },
+    );
+  }
+  return new KvdeskError('DOWNLOAD_FAILED', `the hub answered HTTP ${res.status} for ${what}: try again later.`, {
+    status: res.status,
+    repo,
+  });
+}
+
+async function get(url: string, opts: HubOptions, init: RequestInit = {}): Promise<Response> {
+  try {
+    return await (opts.fetch ?? fetch)(url, {
+      ...init,
+      headers: { ...headersOf(opts), ...(init.headers as Record<string, string> | undefined) },
+    });
+  } catch (err) {
+    if ((err as Error).name === 'AbortError') throw err;
+    throw new KvdeskError(
+      'DOWNLOAD_FAILED',
+      `could not reach ${new URL(url).origin}: ${(err as Error).message}. Check the network (or HF_ENDPOINT).`,
+      { url },
+    );
+  }
+}
+
+/** Every file of a repository at a revision (the hub pages long listings). */
+export async function listHubFiles(repo: string, opts: HubOptions = {}): Promise<HubFile[]> {
+  const revision = opts.revision ?? 'main';
+  let url: string | null =
+    `${endpointOf(opts)}/api/models/${repo}/tree/${encodeURIComponent(revision)}?recursive=true&expand=false`;
+  const files: HubFile[] = [];
+  for (let page = 0; url && page < 100; page++) {
+    const res = await get(url, opts);
+    if (!res.ok) throw hubError(res, `repository ${repo} at ${revision}`, repo, opts);
+    const parsed = z.array(TreeEntry).safeParse(await res.json().catch(() => null));
+    if (!parsed.success) {
+      throw new KvdeskError('DOWNLOAD_FAILED', `the hub's file list of ${repo} is not one kvdesk can read.`, { repo });
+    }
+    for (const e of parsed.data) {
+      // A path that could leave the package folder is no file kvdesk takes (the hub never lists one).
+      if (e.type !== 'file' || !safePath(e.path)) continue;
+      const size = e.lfs?.size ?? e.size ?? 0;
+      files.push({
+        path: e.path,
+        size,
+        ...(e.lfs?.oid ? { sha256: e.lfs.oid } : e.oid ? { blob: e.oid } : {}),
+      });
+    }
+    url = nextPage(res.headers.get('link'));
+  }
+  return files;
+}
+
+function safePath(p: string): boolean {
+  return (
+    p.length > 0 &&
+    !p.startsWith('/') &&
+    !p.includes('\\') &&
+    p.split('/').every((s) => s !== '' && s !== '.' && s !== '..')
+  );
+}
+
+function nextPage(link: string | null): string | null {
+  const m = link?.match(/<([^>]+)>;\s*rel="next"/);
+  return m?.[1] ?? null;
+}
+
+/** transformers.js / Optimum graph names: model.onnx, model_q4.onnx, model_fp16.onnx… */
+const GRAPH = /^model(?:_([\w-]+))?\.onnx$/;
+/** Files a transformers.js / Optimum package needs beside its graph (configs, tokenizer, chat template). */
+const SIDE_FILE = /\.(json|jinja|txt|model|tiktoken)$/i;
+/** Best first on a CPU: 4-bit MatMulNBits, then 8-bit, then full precision; half precision is slow on a CPU. */
+const CPU_ORDER = ['q4', 'int8', 'quantized', 'uint8', 'fp32', 'q4f16', 'fp16', 'bnb4'];
+
+/** The packages a repository's files make. */
+export function hubVariants(files: readonly HubFile[]): HubVariant[] {
+  const variants: HubVariant[] = [];
+  const dirOf = (p: string) => path.posix.dirname(p);
+  const make = (name: string, layout: HubVariant['layout'], list: Array<HubFile & { to: string }>): HubVariant => ({
+    name,
+    layout,
+    files: list,
+    bytes: list.reduce((n, f) => n + f.size, 0),
+  });
+  // onnxruntime-genai: each folder with a genai_config.json is a package of that folder's files.
+  for (const cfg of files.filter((f) => path.posix.basename(f.path) === 'genai_config.json')) {
+    const dir = dirOf(cfg.path);
+    const list = files.filter((f) => dirOf(f.path) === dir).map((f) => ({ ...f, to: path.posix.basename(f.path) }));
+    variants.push(make(dir === '.' ? 'default' : dir, 'ort-genai', list));
+  }
+  if (variants.length > 0) return variants;
+  const root = files.filter((f) => dirOf(f.path) === '.');
+  // An onnx-genai folder: the package is the repository's root.
+  if (root.some((f) => /^inference_metadata\.(ya?ml|json)$/.test(f.path))) {
+    return [
+      make(
+        'default',
+        'onnx-genai',
+        root.map((f) => ({ ...f, to: f.path })),
+      ),
+    ];
+  }
+  if (!root.some((f) => f.path === 'config.json')) return [];
+  const side = root.filter((f) => SIDE_FILE.test(f.path)).map((f) => ({ ...f, to: f.path }));
+  // Graphs in onnx/ first (a variant found there wins over the same name at the root, as the loader reads it).
+  const graphs = [...files].sort((a, b) => Number(dirOf(b.path) === 'onnx') - Number(dirOf(a.path) === 'onnx'));
+  for (const g of graphs) {
+    const dir = dirOf(g.path);
+    const m = GRAPH.exec(path.posix.basename(g.path));
+    if (!m || (dir !== 'onnx' && dir !== '.')) continue;
+    // Its external weights: model_q4.onnx_data, model_q4.onnx_data_1…, or model_q4.onnx.data.
+    const data = files.filter(
+      (f) =>
+        dirOf(f.path) === dir &&
+        (f.path.startsWith(`${g.path}_data`) || f.path.startsWith(`${g.path}.data`)) &&
+        f.path !== g.path,
+    );
+    const name = m[1] ?? 'fp32';
+    if (variants.some((v) => v.name === name)) continue; // onnx/ first, as the loader reads it
+    variants.push(make(name, 'hf-optimum', [...side, ...[g, ...data].map((f) => ({ ...f, to: f.path }))]));
+  }
+  return variants.sort((a, b) => rank(a.name) - rank(b.name));
+}
+
+function rank(name: string): number {
+  const at = CPU_ORDER.indexOf(name);
+  return at < 0 ? CPU_ORDER.length : at;
+}
+
+/** A repository's packages, and the one kvdesk would take. */
+export async function listHubVariants(spec: string, opts: HubOptions = {}): Promise<HubListing> {
+  const { repo, revision } = parseRepo(spec, opts.revision);
+  const variants = hubVariants(await listHubFiles(repo, { ...opts, revision }));
+  if (variants.length === 0) {
+    throw new KvdeskError(
+      'BAD_REQUEST',
+      `${repo} has no ONNX model kvdesk can run (it looks for onnx/model*.onnx beside config.json, folders with genai_config.json, or inference_metadata.yaml). kvdesk runs ONNX exports: look for an ONNX version, e.g. under onnx-community/.`,
+      { repo, field: 'repo' },
+    );
+  }
+  // On a CPU, a genai export built for it first.
+  const cpu = variants.find((v) => v.layout === 'ort-genai' && /cpu/i.test(v.name));
+  return { repo, revision, variants, recommended: (cpu ?? (variants[0] as HubVariant)).name };
+}
+
+/** The folder a download lands in, under the models folder: the repository's name and the variant. */
+export function downloadFolderName(repo: string, variant: string, listing: HubListing): string {
+  const name = repo.split('/')[1] as string;
+  const only = listing.variants.length === 1;
+  return only ? name : `${name}-${variant.replace(/[^\w.-]+/g, '-')}`;
+}
+
+/**
+ * Downloads one variant of a repository into `modelsDir/<name>` (staged in `modelsDir/.<name>.partial`, which a
+ * later call resumes) and validates it; returns the package folder.
+ */
+export async function downloadHubModel(
+  spec: string,
+  modelsDir: string,
+  opts: HubOptions & {
+    variant?: string;
+    signal?: AbortSignal;
+    onProgress?: (p: DownloadProgress) => void;
+    /** The listing, when the caller has it already. */
+    listing?: HubListing;
+  } = {},
+): Promise<{ root: string; variant: HubVariant; listing: HubListing }> {
+  const listing = opts.listing ?? (await listHubVariants(spec, opts));
+  const { repo, revision } = listing;
+  const name = opts.variant ?? listing.recommended;
+  const variant = listing.variants.find((v) => v.name === name);
+  if (!variant) {
+    throw new KvdeskError(
+      'BAD_REQUEST',
+      `${repo} has no variant "${name}": it offers ${listing.variants.map((v) => `${v.name} (${formatBytes(v.bytes)})`).join(', ')}.`,
+      { field: 'variant', repo },
+    );
+  }
+  const folder = downloadFolderName(repo, variant.name, listing);
+  const root = path.join(modelsDir, folder);
+  if (await exists(root)) {
+    throw new KvdeskError(
+      'BAD_REQUEST',
+      `${repo} (${variant.name}) is downloaded already, in ${root}: load it from the library (to download it again, delete it there first).`,
+      { field: 'repo', root },
+    );
+  }
+  const staging = path.join(modelsDir, `.${folder}.partial`);
+  await mkdir(staging, { recursive: true });
+  // What is there already (a download cut off before) needs no room.
+  let have = 0;
+  for (const f of variant.files) have += await sizeOf(path.join(staging, f.to), path.join(staging, `${f.to}.part`));
+  await checkRoom(modelsDir, variant.bytes - have);
+  let done = have;
+  const report = (file: string) =>
+    opts.onProgress?.({ repo, variant: variant.name, file, doneBytes: done, totalBytes: variant.bytes });
+  report('');
+  for (const f of variant.files) {
+    const to = path.join(staging, f.to);
+    const s = await stat(to).catch(() => null);
+    if (s?.isFile() && s.size === f.size) continue; // checked when it was written
+    await mkdir(path.dirname(to), { recursive: true });
+    await fetchFile(repo, revision, f, to, opts, (n) => {
+      done += n;
+      report(f.path);
+    });
+  }
+  // Complete: the package must validate before it joins the models folder.
+  try {
+    await loadModelSpec(staging, { availableBackends: ['CPUExecutionProvider'] });
+  } catch (err) {
+    const problem = packageProblem(err);
+    throw new KvdeskError(
+      'PACKAGE_INVALID',
+      `${repo} (${variant.name}) downloaded, but is not a package kvdesk can load: ${problem.message}`,
+      { repo, ...(problem.file ? { file: problem.file } : {}), ...(problem.field ? { field: problem.field } : {}) },
+    );
+  }
+  await rename(staging, root);
+  return { root, variant, listing };
+}
+
+async function exists(p: string): Promise<boolean> {
+  return stat(p).then(
+    () => true,
+    () => false,
+  );
+}
+
+/** The size of the first of these files that exists (0: none). */
+async function sizeOf(...files: string[]): Promise<number> {
+  for (const f of files) {
+    const s = await stat(f).catch(() => null);
+    if (s?.isFile()) return s.size;
+  }
+  return 0;
+}
+
+async function checkRoom(dir: string, need: number): Promise<void> {
+  const fs = await statfs(dir).catch(() => null);
+  if (!fs) return;
+  const free = Number(fs.bavail) * Number(fs.bsize);
+  if (need > free) {
+    throw new KvdeskError(
+      'DOWNLOAD_FAILED',
+      `not enough disk space in ${dir}: the download needs ${formatBytes(need)} more, ${formatBytes(free)} is free. Free some space, or choose another data directory.`,
+      { needBytes: need, freeBytes: free },
+    );
+  }
+}
+
+/**
+ * One file, into `to.part` (resumed from its length with an HTTP range), checked against the listing, then
+ * renamed to `to`. `progress` gets the bytes of each piece written.
+ */
+async function fetchFile(
+  repo: string,
+  revision: string,
+  f: HubFile,
+  to: string,
+  opts: HubOptions & { signal?: AbortSignal },
+  progress: (bytes: number) => void,
+): Promise<void> {
+  const part = `${to}.part`;
+  let from = await sizeOf(part);
+  if (from > f.size) {
+    await rm(part, { force: true });
+    from = 0;
+  }
+  const url = `${endpointOf(opts)}/${repo}/resolve/${encodeURIComponent(revision)}/${f.path
+    .split('/')
+    .map(encodeURIComponent)
+    .join('/')}`;
+  const hash = f.sha256 ? createHash('sha256') : f.blob ? createHash('sha1').update(`blob ${f.size}\0`) : null;
+  let res: Response | null = null;
+  if (from < f.size || f.size === 0) {
+    res = await get(url, opts, {
+      ...(from > 0 ? { headers: { range: `bytes=${from}-` } } : {}),
+      ...(opts.signal ? { signal: opts.signal } : {}),
+    });
+    if (!res.ok) throw hubError(res, f.path, repo, opts);
+    // A server that ignores the range sends the whole file: start over.
+    if (from > 0 && res.status !== 206) {
+      progress(-from);
+      from = 0;
+      await rm(part, { force: true });
+    }
+  }
+  if (hash && from > 0) await hashFile(part, hash);
+  if (res?.body) {
+    const body = Readable.fromWeb(res.body as import('node:stream/web').ReadableStream<Uint8Array>);
+    await streamTo(
+      body,
+      async function* (source: AsyncIterable<Buffer>) {
+        for await (const chunk of source) {
+          hash?.update(chunk);
+          progress(chunk.length);
+          yield chunk;
+        }
+      },
+      createWriteStream(part, { flags: from > 0 ? 'a' : 'w' }),
+      opts.signal,
+      f.path,
+    );
+  }
+  const size = await sizeOf(part);
+  const digest = hash?.digest('hex');
+  const expected = f.sha256 ?? f.blob;
+  if (size !== f.size || (expected && digest !== expected)) {
+    await rm(part, { force: true });
+    throw new KvdeskError(
+      'DOWNLOAD_FAILED',
+      size !== f.size
+        ? `${f.path}: ${formatBytes(size)} arrived of ${formatBytes(f.size)}; the download was cut off: run it again to resume.`
+        : `${f.path} does not match the hub's ${f.sha256 ? 'SHA-256' : 'git hash'} (${expected}, got ${digest}): it was deleted; run the download again.`,
+      { file: f.path, repo },
+    );
+  }
+  await rename(part, to);
+}
+
+/**
+ * The body into the file through `transform`. A connection lost part way is DOWNLOAD_FAILED (what arrived stays in
+ * the file, for the next try to resume from); a cancel stays an abort.
+ */
+async function streamTo(
+  body: Readable,
+  transform: (source: AsyncIterable<Buffer>) => AsyncIterable<Buffer>,
+  out: NodeJS.WritableStream,
+  signal: AbortSignal | undefined,
+  file: string,
+): Promise<void> {
+  try {
+    await pipeline(body, transform, out, ...(signal ? [{ signal }] : []));
+  } catch (err) {
+    if (signal?.aborted || (err as Error).name === 'AbortError') throw err;
+    throw new KvdeskError(
+      'DOWNLOAD_FAILED',
+      `${file}: the download was cut off (${(err as Error).message}); run it again to resume where it stopped.`,
+      { file },
+    );
+  }
+}
+
+async function hashFile(file: string, hash: Hash): Promise<void> {
+  for await (const chunk of createReadStream(file)) hash.update(chunk as Buffer);
+}

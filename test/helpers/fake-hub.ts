@@ -1,0 +1,209 @@
+/**
+ * A local imitation of the Hugging Face Hub's file API, for tests of hub downloads (src/main/host/hub-download.ts).
+ *
+ * - GET /api/models/{owner}/{name}/tree/{rev}?recursive=true: the files (and folders) as the hub lists them: `oid`
+ *   the git blob sha1; LFS files (`*.onnx`, `*.onnx_data*`, or at least `lfsMinBytes`) with `lfs: {oid: sha256,
+ *   size, pointerSize}` and `oid` the sha1 of their pointer. With `pageSize`, pages linked by `Link: <…>; rel="next"`.
+ * - GET /{owner}/{name}/resolve/{rev}/{path}: a small file itself; an LFS file redirects (302) to /cdn/{sha256}.
+ *   Both answer `Range: bytes=N-` with 206 and the rest.
+ * - 401 without the right `Authorization: Bearer <token>` for a gated repo; 404 for an unknown repo, revision or file.
+ *
+ * Faults, settable any time through `hub.faults`: `cutAfter` (the next download of that path sends `bytes` bytes of
+ * its body, then the socket is destroyed; once), `corrupt` (paths served with their first byte flipped),
+ * `ignoreRange` (200 and the whole file, whatever the Range). `requests` logs every request; `served` counts the
+ * body bytes sent of each path.
+ */
+import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import path from 'node:path';
+import { defaultModelDir } from './fixtures';
+
+export interface FakeHubOptions {
+  /** Entries per tree page (default: all on one page). */
+  pageSize?: number;
+  /** Repos ("owner/name") that need `token`. */
+  gated?: Set<string>;
+  token?: string;
+  /** Files at least this big are LFS (besides *.onnx and *.onnx_data*); default 10 MiB. */
+  lfsMinBytes?: number;
+  /** Revisions that exist (every repo has the same files at each); default ['main']. */
+  revisions?: string[];
+}
+
+export interface FakeHubFaults {
+  cutAfter?: { path: string; bytes: number } | undefined;
+  /** Downloads of this path send half the file, then nothing more until the client goes (a stalled transfer). */
+  stall?: string | undefined;
+  corrupt: Set<string>;
+  ignoreRange: boolean;
+}
+
+export interface FakeRequest {
+  method: string;
+  path: string;
+  range?: string;
+  auth?: string;
+}
+
+export interface FakeHub {
+  url: string;
+  requests: FakeRequest[];
+  /** Body bytes sent of each file path ("onnx/model.onnx"), all requests together. */
+  served: Map<string, number>;
+  faults: FakeHubFaults;
+  options: Required<Omit<FakeHubOptions, 'token'>> & { token?: string };
+  close(): Promise<void>;
+}
+
+const sha = (alg: string, data: Buffer | string) => createHash(alg).update(data).digest('hex');
+const gitBlob = (data: Buffer) => sha('sha1', Buffer.concat([Buffer.from(`blob ${data.length}\0`), data]));
+
+export async function startFakeHub(
+  repos: Record<string, Record<string, Buffer | string>>,
+  opts: FakeHubOptions = {},
+): Promise<FakeHub> {
+  const options = {
+    pageSize: opts.pageSize ?? Number.POSITIVE_INFINITY,
+    gated: opts.gated ?? new Set<string>(),
+    lfsMinBytes: opts.lfsMinBytes ?? 10 * 1024 * 1024,
+    revisions: opts.revisions ?? ['main'],
+    ...(opts.token ? { token: opts.token } : {}),
+  };
+  const faults: FakeHubFaults = { corrupt: new Set(), ignoreRange: false };
+  const requests: FakeRequest[] = [];
+  const served = new Map<string, number>();
+  const isLfs = (p: string, data: Buffer) => /\.onnx$|\.onnx_data/.test(p) || data.length >= options.lfsMinBytes;
+  const bytesOf = (v: Buffer | string) => (typeof v === 'string' ? Buffer.from(v) : v);
+  const cdn = new Map<string, { path: string; data: Buffer }>(); // sha256 → file, registered by its redirect
+
+  function tree(repo: string): object[] {
+    const files = Object.entries(repos[repo] ?? {}).sort(([a], [b]) => a.localeCompare(b));
+    const dirs = new Set(
+      files.flatMap(([p]) =>
+        p
+          .split('/')
+          .slice(0, -1)
+          .map((_, i, a) => a.slice(0, i + 1).join('/')),
+      ),
+    );
+    return [
+      ...[...dirs].sort().map((p) => ({ type: 'directory', oid: sha('sha1', p), size: 0, path: p })),
+      ...files.map(([p, v]) => {
+        const data = bytesOf(v);
+        if (!isLfs(p, data)) return { type: 'file', oid: gitBlob(data), size: data.length, path: p };
+        const sha256 = sha('sha256', data);
+        const pointer = Buffer.from(
+          `version https://git-lfs.github.com/spec/v1\noid sha256:${sha256}\nsize ${data.length}\n`,
+        );
+        const lfs = { oid: sha256, size: data.length, pointerSize: pointer.length };
+        return { type: 'file', oid: gitBlob(pointer), size: data.length, lfs, path: p };
+      }),
+    ];
+  }
+
+  function sendFile(req: http.IncomingMessage, res: http.ServerResponse, filePath: string, original: Buffer): void {
+    let data = original;
+    if (faults.corrupt.has(filePath) && data.length > 0) {
+      data = Buffer.from(data);
+      data[0] = (data[0] as number) ^ 0xff;
+    }
+    const m = /^bytes=(\d+)-$/.exec(req.headers.range ?? '');
+    const from = m && !faults.ignoreRange ? Number(m[1]) : 0;
+    if (from > data.length) return void res.writeHead(416, { 'content-range': `bytes */${data.length}` }).end();
+    let body = data.subarray(from);
+    res.writeHead(m && !faults.ignoreRange ? 206 : 200, {
+      'content-type': 'application/octet-stream',
+      'content-length': body.length,
+      'accept-ranges': 'bytes',
+      ...(m && !faults.ignoreRange ? { 'content-range': `bytes ${from}-${data.length - 1}/${data.length}` } : {}),
+    });
+    const cut = faults.cutAfter?.path === filePath ? faults.cutAfter : undefined;
+    if (cut) {
+      faults.cutAfter = undefined;
+      body = body.subarray(0, cut.bytes);
+    }
+    if (faults.stall === filePath) body = body.subarray(0, body.length >> 1);
+    served.set(filePath, (served.get(filePath) ?? 0) + body.length);
+    if (faults.stall === filePath) res.write(body);
+    else if (cut) res.write(body, () => res.socket?.destroy());
+    else res.end(body);
+  }
+
+  const server = http.createServer((req, res) => {
+    const url = new URL(req.url ?? '/', base);
+    requests.push({
+      method: req.method ?? 'GET',
+      path: url.pathname + url.search,
+      ...(req.headers.range ? { range: req.headers.range } : {}),
+      ...(req.headers.authorization ? { auth: req.headers.authorization } : {}),
+    });
+    const fail = (status: number, error: string) =>
+      res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify({ error }));
+    const segs = url.pathname.split('/').filter(Boolean).map(decodeURIComponent);
+    if (segs[0] === 'cdn') {
+      const hit = cdn.get(segs[1] ?? '');
+      return hit ? sendFile(req, res, hit.path, hit.data) : fail(404, 'Entry not found');
+    }
+    const api = segs[0] === 'api' && segs[1] === 'models' && segs[4] === 'tree';
+    const [owner, name, kind, rev, ...rest] = api ? segs.slice(2) : segs;
+    const repo = `${owner}/${name}`;
+    if ((api ? kind !== 'tree' : kind !== 'resolve') || !rev) return fail(404, 'Not found');
+    if (!repos[repo]) return fail(404, 'Repository not found');
+    if (options.gated.has(repo) && req.headers.authorization !== `Bearer ${options.token}`) {
+      return fail(401, `Access to model ${repo} is restricted. You must have access to it and be authenticated.`);
+    }
+    if (!options.revisions.includes(rev)) return fail(404, 'Revision not found');
+    if (api) {
+      const all = tree(repo);
+      const at = Number(url.searchParams.get('cursor') ?? 0);
+      const next = at + options.pageSize;
+      if (next < all.length) {
+        const link = new URL(url);
+        link.searchParams.set('cursor', String(next));
+        res.setHeader('link', `<${link.href}>; rel="next"`);
+      }
+      return res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(all.slice(at, next)));
+    }
+    const filePath = rest.join('/');
+    const content = repos[repo]?.[filePath];
+    if (content === undefined) return fail(404, 'Entry not found');
+    const data = bytesOf(content);
+    if (!isLfs(filePath, data)) return sendFile(req, res, filePath, data);
+    const sha256 = sha('sha256', data);
+    cdn.set(sha256, { path: filePath, data });
+    res.writeHead(302, { location: `${base}/cdn/${sha256}` }).end();
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return {
+    url: base,
+    requests,
+    served,
+    faults,
+    options,
+    close: () =>
+      new Promise<void>((resolve, reject) => {
+        server.closeAllConnections();
+        server.close((err) => (err ? reject(err) : resolve()));
+      }),
+  };
+}
+
+/**
+ * The generated default model as a transformers.js-style repository (config, tokenizer, onnx/model.onnx) with a
+ * second graph, onnx/model_q4.onnx (the same bytes: a variant to choose, q4 first on a CPU).
+ */
+export function defaultModelRepo(): Record<string, Buffer | string> {
+  const read = (rel: string) => readFileSync(path.join(defaultModelDir, rel));
+  const graph = read('onnx/model.onnx');
+  return {
+    ...Object.fromEntries(
+      ['config.json', 'generation_config.json', 'tokenizer.json', 'tokenizer_config.json'].map((f) => [f, read(f)]),
+    ),
+    'README.md': '# tiny chat\n',
+    'onnx/model.onnx': graph,
+    'onnx/model_q4.onnx': graph,
+  };
+}

@@ -1,0 +1,349 @@
+/**
+ * Model downloads from a Hugging Face Hub (src/main/host/hub-download.ts) against a local imitation of its file API
+ * (test/helpers/fake-hub.ts), with real files: the generated default model served as a transformers.js-style repo,
+ * and (with the shared fixtures) an onnxruntime-genai export. A download lists the variants, fetches one, checks
+ * every file, resumes what was cut off, and the package it leaves loads and generates as the original does.
+ */
+import { createHash } from 'node:crypto';
+import { promises as fs } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import {
+  type DownloadProgress,
+  downloadFolderName,
+  downloadHubModel,
+  listHubFiles,
+  listHubVariants,
+} from '../../../src/main/host/hub-download';
+import { RunnerService } from '../../../src/main/host/runner-service';
+import { loadModelSpec } from '../../../src/main/packages';
+import { type FakeHub, startFakeHub } from '../../helpers/fake-hub';
+import { defaultModelDir, fixture, fixturesSkipReason, haveFixtures } from '../../helpers/fixtures';
+
+const GENAI_FIXTURE = fixture('onnxruntime-genai/tiny-random-gpt2-fp32');
+const haveGenai = haveFixtures && (await fs.stat(GENAI_FIXTURE).catch(() => null)) !== null;
+
+const SIDE = ['config.json', 'generation_config.json', 'tokenizer.json', 'tokenizer_config.json'];
+const read = (rel: string) => fs.readFile(path.join(defaultModelDir, rel));
+const side: Record<string, Buffer> = {};
+for (const f of SIDE) side[f] = await read(f);
+const graph = await read('onnx/model.onnx');
+const fp16Data = createHash('sha256').update('weights').digest(); // any bytes: fp16 is listed, not loaded
+
+const CHAT = 'onnx-community/tiny-chat';
+const chatRepo: Record<string, Buffer | string> = {
+  ...side,
+  'README.md': '# tiny chat\n',
+  '.gitattributes': '*.onnx filter=lfs diff=lfs merge=lfs -text\n',
+  'onnx/model.onnx': graph,
+  'onnx/model_q4.onnx': Buffer.from(graph),
+  'onnx/model_fp16.onnx': Buffer.from(graph),
+  'onnx/model_fp16.onnx_data': fp16Data,
+};
+const GATED = 'org/gated-chat';
+const REPOS: Record<string, Record<string, Buffer | string>> = {
+  [CHAT]: chatRepo,
+  [GATED]: { ...side, 'onnx/model.onnx': graph },
+  'org/readme-only': { 'README.md': '# nothing to run\n', 'config.json': '{}' },
+};
+if (haveGenai) {
+  const repo: Record<string, Buffer> = {};
+  for (const name of await fs.readdir(GENAI_FIXTURE)) {
+    const data = await fs.readFile(path.join(GENAI_FIXTURE, name));
+    repo[`cpu_and_mobile/cpu-fp32/${name}`] = data;
+    repo[`cuda/cuda-fp32/${name}`] = data;
+  }
+  REPOS['org/tiny-gpt2-genai'] = { 'README.md': 'genai\n', ...repo };
+}
+
+const sizeOf = (files: string[]) => files.reduce((n, f) => n + Buffer.byteLength(chatRepo[f] as Buffer), 0);
+const Q4 = [...SIDE, 'onnx/model_q4.onnx'];
+
+let hub: FakeHub;
+let modelsDir: string;
+let savedToken: string | undefined;
+const opts = () => ({ endpoint: hub.url });
+/** The package folders in the models folder (the staging folder starts with a dot). */
+const packages = async () => (await fs.readdir(modelsDir)).filter((n) => !n.startsWith('.')).sort();
+const staging = (folder: string) => path.join(modelsDir, `.${folder}.partial`);
+const missing = (p: string) =>
+  fs.stat(p).then(
+    () => false,
+    (e: NodeJS.ErrnoException) => e.code === 'ENOENT',
+  );
+
+beforeAll(async () => {
+  savedToken = process.env.HF_TOKEN;
+  delete process.env.HF_TOKEN;
+  hub = await startFakeHub(REPOS, { gated: new Set([GATED]), token: 'hf_secret', lfsMinBytes: 10_000 });
+});
+afterAll(async () => {
+  await hub.close();
+  if (savedToken !== undefined) process.env.HF_TOKEN = savedToken;
+});
+beforeEach(async () => {
+  modelsDir = await fs.mkdtemp(path.join(os.tmpdir(), 'kvdesk-hub-'));
+  hub.requests.length = 0;
+  hub.served.clear();
+  hub.faults.cutAfter = undefined;
+  hub.faults.corrupt.clear();
+  hub.faults.ignoreRange = false;
+  hub.options.pageSize = Number.POSITIVE_INFINITY;
+});
+afterEach(async () => {
+  await fs.rm(modelsDir, { recursive: true, force: true });
+});
+
+describe('listHubVariants', () => {
+  it('q4, fp32, fp16 in that order, q4 recommended; each: the side files, its graph and its own data', async () => {
+    const listing = await listHubVariants(CHAT, opts());
+    expect(listing).toMatchObject({ repo: CHAT, revision: 'main', recommended: 'q4' });
+    expect(listing.variants.map((v) => [v.name, v.layout])).toEqual([
+      ['q4', 'hf-optimum'],
+      ['fp32', 'hf-optimum'],
+      ['fp16', 'hf-optimum'],
+    ]);
+    const want: Record<string, string[]> = {
+      q4: Q4,
+      fp32: [...SIDE, 'onnx/model.onnx'],
+      fp16: [...SIDE, 'onnx/model_fp16.onnx', 'onnx/model_fp16.onnx_data'],
+    };
+    for (const v of listing.variants) {
+      const files = want[v.name] as string[];
+      expect(v.files.map((f) => f.path).sort()).toEqual([...files].sort());
+      expect(v.files.map((f) => f.to).sort()).toEqual([...files].sort());
+      for (const f of v.files) expect(f.size).toBe(Buffer.byteLength(chatRepo[f.path] as Buffer));
+      expect(v.bytes).toBe(sizeOf(files));
+    }
+    // LFS files carry their SHA-256, the others their git blob hash.
+    const q4 = listing.variants[0]?.files ?? [];
+    expect(q4.find((f) => f.path === 'onnx/model_q4.onnx')?.sha256).toBe(
+      createHash('sha256').update(graph).digest('hex'),
+    );
+    expect(q4.find((f) => f.path === 'config.json')?.blob).toMatch(/^[0-9a-f]{40}$/);
+  });
+
+  it('a paged listing (2 entries a page) still has every file', async () => {
+    hub.options.pageSize = 2;
+    const files = await listHubFiles(CHAT, opts());
+    expect(files.map((f) => f.path).sort()).toEqual(Object.keys(chatRepo).sort());
+    const pages = hub.requests.filter((r) => r.path.includes('/tree/'));
+    expect(pages.length).toBeGreaterThanOrEqual(5); // 8 files and a folder, 2 a page
+    expect(pages.slice(1).every((r) => r.path.includes('cursor='))).toBe(true);
+    expect((await listHubVariants(CHAT, opts())).variants.map((v) => v.bytes)).toEqual([
+      sizeOf(Q4),
+      sizeOf([...SIDE, 'onnx/model.onnx']),
+      sizeOf([...SIDE, 'onnx/model_fp16.onnx', 'onnx/model_fp16.onnx_data']),
+    ]);
+  });
+});
+
+describe('downloadHubModel', () => {
+  let reference: RunnerService;
+  let referenceTokens: number[];
+  const hosts: RunnerService[] = [];
+  const greedy = async (h: RunnerService) =>
+    (
+      await h.generate({ messages: [{ role: 'user', content: 'Hi' }], maxNewTokens: 8, sampling: { greedy: true } })
+        .result
+    ).tokenIds;
+  beforeAll(async () => {
+    reference = new RunnerService({ intraOpNumThreads: 2 });
+    hosts.push(reference);
+    await reference.loadModel(defaultModelDir, { id: 'x' });
+    referenceTokens = await greedy(reference);
+  }, 60_000);
+  afterAll(async () => {
+    for (const h of hosts) await h.close();
+  });
+
+  it('the recommended variant (q4): a package in the models folder that generates as the original', async () => {
+    const progress: DownloadProgress[] = [];
+    const { root, variant, listing } = await downloadHubModel(CHAT, modelsDir, {
+      ...opts(),
+      onProgress: (p) => progress.push(p),
+    });
+    const folder = downloadFolderName(CHAT, 'q4', listing);
+    expect(folder).toBe('tiny-chat-q4');
+    expect(root).toBe(path.join(modelsDir, folder));
+    expect(variant.name).toBe('q4');
+    expect(await packages()).toEqual([folder]);
+    expect(await fs.readdir(modelsDir)).toEqual([folder]); // no staging folder left
+    for (const f of Q4) expect((await fs.readFile(path.join(root, f))).equals(chatRepo[f] as Buffer)).toBe(true);
+    expect(await missing(path.join(root, 'onnx/model.onnx'))).toBe(true);
+    expect(await missing(path.join(root, 'README.md'))).toBe(true);
+
+    const done = progress.map((p) => p.doneBytes);
+    expect(progress.every((p) => p.totalBytes === sizeOf(Q4) && p.repo === CHAT && p.variant === 'q4')).toBe(true);
+    expect(done[0]).toBe(0);
+    expect(done.at(-1)).toBe(sizeOf(Q4));
+    expect(done.every((d, i) => i === 0 || d >= (done[i - 1] as number))).toBe(true);
+    // LFS files came from the CDN the hub redirected to.
+    expect(hub.requests.some((r) => r.path.startsWith('/cdn/'))).toBe(true);
+
+    const h = new RunnerService({ intraOpNumThreads: 2 });
+    hosts.push(h);
+    await h.loadModel(root, { id: 'x' });
+    expect(await greedy(h)).toEqual(referenceTokens);
+    expect(referenceTokens.length).toBeGreaterThan(0);
+  });
+
+  // BUG (src/main/host/hub-download.ts, fetchFile): a connection cut mid-body rejects with undici's raw
+  // `TypeError: terminated` (cause: SocketError "other side closed"), thrown by pipeline() before the size check
+  // that words "cut off ... run it again to resume"; callers see INTERNAL. Flip to `it` once fixed.
+  it('a download cut off fails with DOWNLOAD_FAILED, saying to run it again', async () => {
+    hub.faults.cutAfter = { path: 'onnx/model_q4.onnx', bytes: 300_000 };
+    await expect(downloadHubModel(CHAT, modelsDir, opts())).rejects.toMatchObject({
+      code: 'DOWNLOAD_FAILED',
+      message: expect.stringMatching(/cut off.*run it again to resume/),
+    });
+  });
+
+  it('a download cut off fails, leaves nothing in the models folder, and resumes where it stopped', async () => {
+    const FILE = 'onnx/model_q4.onnx';
+    const size = graph.length;
+    hub.faults.cutAfter = { path: FILE, bytes: 300_000 };
+    await expect(downloadHubModel(CHAT, modelsDir, opts())).rejects.toThrow();
+    expect(await packages()).toEqual([]);
+    const firstBytes = hub.served.get(FILE) ?? 0;
+    expect(firstBytes).toBe(300_000);
+
+    hub.requests.length = 0;
+    const progress: DownloadProgress[] = [];
+    const { root } = await downloadHubModel(CHAT, modelsDir, { ...opts(), onProgress: (p) => progress.push(p) });
+    // One ranged request (the hub's resolve, and the CDN it redirects to, with the same Range).
+    const ranged = hub.requests.filter((r) => r.range);
+    expect(ranged.map((r) => r.path.split('/')[1])).toEqual([CHAT.split('/')[0], 'cdn']);
+    expect(ranged[1]?.range).toBe(ranged[0]?.range);
+    const from = Number(/^bytes=(\d+)-$/.exec(ranged[0]?.range ?? '')?.[1]);
+    expect(from).toBeGreaterThan(0);
+    expect(from).toBeLessThanOrEqual(300_000);
+    // Across both tries, about the file once: what the cut sent, then the rest from where the .part ended.
+    expect((hub.served.get(FILE) ?? 0) - firstBytes).toBe(size - from);
+    expect(hub.served.get(FILE)).toBeLessThan(size * 1.5);
+    // The side files were not fetched again.
+    expect(hub.requests.filter((r) => r.path.includes('/resolve/')).map((r) => r.path)).toEqual([
+      `/${CHAT}/resolve/main/${FILE}`,
+    ]);
+    expect(progress[0]?.doneBytes).toBe(sizeOf(SIDE) + from);
+    expect(progress.at(-1)?.doneBytes).toBe(sizeOf(Q4));
+    expect((await fs.readFile(path.join(root, FILE))).equals(graph)).toBe(true);
+    expect(await fs.readdir(modelsDir)).toEqual(['tiny-chat-q4']);
+    expect((await loadModelSpec(root)).layout).toBe('hf-optimum');
+  });
+
+  it('a server that ignores the range: the resume starts the file over, and succeeds', async () => {
+    const FILE = 'onnx/model_q4.onnx';
+    hub.faults.cutAfter = { path: FILE, bytes: 300_000 };
+    await expect(downloadHubModel(CHAT, modelsDir, opts())).rejects.toThrow();
+    hub.faults.ignoreRange = true;
+    const progress: DownloadProgress[] = [];
+    const { root } = await downloadHubModel(CHAT, modelsDir, { ...opts(), onProgress: (p) => progress.push(p) });
+    expect(hub.requests.some((r) => r.range)).toBe(true);
+    expect(hub.served.get(FILE)).toBe(300_000 + graph.length);
+    expect(progress.at(-1)?.doneBytes).toBe(sizeOf(Q4));
+    expect((await fs.readFile(path.join(root, FILE))).equals(graph)).toBe(true);
+    await loadModelSpec(root);
+  });
+
+  it.each([
+    ['onnx/model_q4.onnx', 'SHA-256'],
+    ['tokenizer.json', 'SHA-256'],
+    ['config.json', 'git hash'],
+  ])('a corrupt %s fails naming it and its %s, is deleted, and a rerun succeeds', async (file, check) => {
+    hub.faults.corrupt.add(file);
+    const err = await downloadHubModel(CHAT, modelsDir, opts()).catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: 'DOWNLOAD_FAILED', detail: { file } });
+    expect((err as Error).message).toContain(file);
+    expect((err as Error).message).toContain(check);
+    expect(await packages()).toEqual([]);
+    expect(await missing(path.join(staging('tiny-chat-q4'), `${file}.part`))).toBe(true);
+    expect(await missing(path.join(staging('tiny-chat-q4'), file))).toBe(true);
+    hub.faults.corrupt.clear();
+    const { root } = await downloadHubModel(CHAT, modelsDir, opts());
+    expect((await fs.readFile(path.join(root, file))).equals(chatRepo[file] as Buffer)).toBe(true);
+  });
+
+  it('a gated repo: refused without a token (HF_TOKEN named), downloaded with one', async () => {
+    for (const token of [undefined, 'hf_wrong']) {
+      await expect(
+        downloadHubModel(GATED, modelsDir, { ...opts(), ...(token ? { token } : {}) }),
+      ).rejects.toMatchObject({
+        code: 'DOWNLOAD_FAILED',
+        message: expect.stringContaining('HF_TOKEN'),
+      });
+    }
+    hub.requests.length = 0;
+    const { root } = await downloadHubModel(GATED, modelsDir, { ...opts(), token: 'hf_secret' });
+    expect(root).toBe(path.join(modelsDir, 'gated-chat')); // the only variant: the repo's name alone
+    const hubSide = hub.requests.filter((r) => !r.path.startsWith('/cdn/'));
+    expect(hubSide.some((r) => r.path.includes('/tree/'))).toBe(true);
+    expect(hubSide.some((r) => r.path.includes('/resolve/'))).toBe(true);
+    expect(hubSide.every((r) => r.auth === 'Bearer hf_secret')).toBe(true);
+    await loadModelSpec(root);
+  });
+
+  it('HF_TOKEN from the environment when no token is given', async () => {
+    process.env.HF_TOKEN = 'hf_secret';
+    try {
+      await downloadHubModel(GATED, modelsDir, opts());
+    } finally {
+      delete process.env.HF_TOKEN;
+    }
+    expect(await packages()).toEqual(['gated-chat']);
+  });
+
+  it('refusals: unknown repo or revision, nothing to run, bad names, unknown variant, downloaded already', async () => {
+    for (const spec of ['nobody/nothing', `${CHAT}@v9`]) {
+      await expect(downloadHubModel(spec, modelsDir, opts())).rejects.toMatchObject({
+        code: 'BAD_REQUEST',
+        detail: { status: 404 },
+        message: expect.stringContaining('HTTP 404'),
+      });
+    }
+    await expect(downloadHubModel('org/readme-only', modelsDir, opts())).rejects.toMatchObject({
+      code: 'BAD_REQUEST',
+      message: expect.stringMatching(/no ONNX model.*looks for onnx\/model\*\.onnx beside config\.json/),
+    });
+    hub.requests.length = 0;
+    for (const spec of ['nope', '../x/y', 'a/b/c']) {
+      await expect(downloadHubModel(spec, modelsDir, opts())).rejects.toMatchObject({
+        code: 'BAD_REQUEST',
+        message: expect.stringContaining('is not a Hugging Face repository'),
+      });
+    }
+    expect(hub.requests).toEqual([]); // refused before asking the hub
+    await expect(downloadHubModel(CHAT, modelsDir, { ...opts(), variant: 'int3' })).rejects.toMatchObject({
+      code: 'BAD_REQUEST',
+      message: expect.stringMatching(/no variant "int3": it offers q4 \(.*\), fp32 \(.*\), fp16 \(.*\)/),
+    });
+    expect(await fs.readdir(modelsDir)).toEqual([]);
+
+    await downloadHubModel(CHAT, modelsDir, { ...opts(), variant: 'fp32' });
+    await expect(downloadHubModel(CHAT, modelsDir, { ...opts(), variant: 'fp32' })).rejects.toMatchObject({
+      code: 'BAD_REQUEST',
+      message: expect.stringContaining('downloaded already'),
+    });
+    expect(await packages()).toEqual(['tiny-chat-fp32']);
+  });
+});
+
+describe.skipIf(!haveGenai)(`onnxruntime-genai exports${haveGenai ? '' : ` (skipped: ${fixturesSkipReason})`}`, () => {
+  const REPO = 'org/tiny-gpt2-genai';
+  it('variants by folder, the cpu one recommended; its files at the package root, which loads', async () => {
+    const listing = await listHubVariants(REPO, opts());
+    expect(listing.variants.map((v) => [v.name, v.layout])).toEqual([
+      ['cpu_and_mobile/cpu-fp32', 'ort-genai'],
+      ['cuda/cuda-fp32', 'ort-genai'],
+    ]);
+    expect(listing.recommended).toBe('cpu_and_mobile/cpu-fp32');
+    const { root } = await downloadHubModel(REPO, modelsDir, { ...opts(), listing });
+    expect(root).toBe(path.join(modelsDir, 'tiny-gpt2-genai-cpu_and_mobile-cpu-fp32'));
+    expect((await fs.readdir(root)).sort()).toEqual((await fs.readdir(GENAI_FIXTURE)).sort());
+    expect(hub.requests.every((r) => !r.path.includes('/cuda/'))).toBe(true);
+    const spec = await loadModelSpec(root);
+    expect(spec.layout).toBe('ort-genai');
+    expect(spec.numLayers).toBe((await loadModelSpec(GENAI_FIXTURE)).numLayers);
+  });
+});
