@@ -37,6 +37,7 @@ import {
 } from './common';
 import { dataDirOf } from './data-dir';
 import { applyDeviceFlags } from './device-flags';
+import { pull } from './pull';
 
 const USAGE = `kvdesk — run local ONNX language models with an explicit KV-cache budget
 
@@ -45,6 +46,8 @@ Usage:
   kvdesk generate <package or library id> (--prompt TEXT | --prompt-ids 1,2,3) [options]
   kvdesk chat <package or library id> [options]   a conversation in the terminal (see below)
   kvdesk list [--json] [--data-dir DIR]   the model library: packages kvdesk serve has loaded before
+  kvdesk pull owner/name[@rev] [--variant V] [--list] [--data-dir DIR]   an ONNX model from the Hugging Face Hub
+                           into the library (HF_TOKEN for gated models, HF_ENDPOINT for a mirror)
   kvdesk serve [--port N] [--host 127.0.0.1] [--token T] [--model PATH]... (see kvdesk serve --help)
 
 generate options:
@@ -446,6 +449,8 @@ export async function main(argv: string[], io: Io): Promise<number> {
           ...(threads !== undefined ? { intraOpNumThreads: threads } : {}),
         });
       });
+    case 'pull':
+      return pull(rest, io);
     case 'list':
       return list(rest, io);
     case 'serve':

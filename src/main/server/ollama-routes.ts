@@ -264,3 +264,75 @@ function sendLoad(res: ServerResponse, kind: OllamaKind, mapped: MappedOllamaReq
   res.writeHead(200, NDJSON_HEADERS);
   res.end(`${JSON.stringify(reply)}\n`);
 }
+
+/**
+ * The repository and variant an Ollama pull names: `hf.co/owner/name[:variant]` (Ollama's form for Hugging Face
+ * models), `huggingface.co/…`, or `owner/name[:variant]`; `:latest` is the variant kvdesk would take.
+ */
+export function pullTarget(body: unknown): { repo: string; variant?: string; stream: boolean } {
+  const b = (body && typeof body === 'object' ? body : {}) as Record<string, unknown>;
+  const name = b.model ?? b.name;
+  if (typeof name !== 'string' || name.length === 0) {
+    throw new HttpError(400, {
+      error: {
+        message: '"model" is required: a Hugging Face repository, hf.co/owner/name[:variant]',
+        type: 'invalid_request_error',
+        param: 'model',
+        code: 'invalid_request',
+      },
+    });
+  }
+  const bare = name.replace(/^(https:\/\/)?(hf\.co|huggingface\.co)\//, '');
+  const colon = bare.lastIndexOf(':');
+  const repo = colon < 0 ? bare : bare.slice(0, colon);
+  const tag = colon < 0 ? undefined : bare.slice(colon + 1);
+  const stream = b.stream !== false;
+  return { repo, ...(tag && tag !== 'latest' ? { variant: tag } : {}), stream };
+}
+
+/**
+ * POST /api/pull: downloads an ONNX model from the Hugging Face Hub into the library (as the Models view's
+ * download), with Ollama's progress lines: "pulling manifest", "pulling <variant>" with `total` and `completed`
+ * bytes, "verifying sha256 digest", "success". The model is then named by its library id (or the repository's).
+ */
+export async function servePull(hostApi: HostApi, body: unknown, res: ServerResponse): Promise<void> {
+  const target = pullTarget(body);
+  const line = (value: unknown) => res.write(`${JSON.stringify(value)}\n`);
+  let last = 0;
+  // Refusals before the download starts (no such repository, no ONNX, downloaded already) are plain errors.
+  let started: Awaited<ReturnType<HostApi['downloads']['start']>>;
+  try {
+    started = await hostApi.downloads.start(target.repo, target.variant, (p) => {
+      if (!target.stream || !res.headersSent) return;
+      const now = Date.now();
+      if (now - last < 200 && p.doneBytes < p.totalBytes) return;
+      last = now;
+      line({ status: `pulling ${p.variant}`, digest: p.file, total: p.totalBytes, completed: p.doneBytes });
+    });
+  } catch (err) {
+    throw errorFromInfo(toErrorInfo(err), { prompt: 'model' });
+  }
+  if (target.stream) {
+    res.writeHead(200, NDJSON_HEADERS);
+    line({ status: 'pulling manifest' });
+  }
+  const status = await started.done;
+  if (status.state !== 'done') {
+    const message = status.error?.message ?? `the download was ${status.state}`;
+    if (!target.stream) {
+      sendJson(res, status.error?.code === 'BAD_REQUEST' ? 400 : 502, { error: message });
+      return;
+    }
+    line({ error: message });
+    res.end();
+    return;
+  }
+  if (!target.stream) {
+    sendJson(res, 200, { status: 'success' });
+    return;
+  }
+  line({ status: 'verifying sha256 digest' });
+  line({ status: 'writing manifest' });
+  line({ status: 'success' });
+  res.end();
+}

@@ -32,6 +32,7 @@ import {
   serveOllamaShow,
   serveOllamaTags,
   serveOllamaVersion,
+  servePull,
 } from './ollama-routes';
 import { serveCompletion } from './openai-routes';
 import { serveResponse } from './responses-routes';
@@ -263,6 +264,11 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
         await serveOllamaDelete(hostApi, await jsonBody(req), res);
         return;
       }
+      case '/api/pull': {
+        only('POST');
+        await servePull(hostApi, await jsonBody(req), res);
+        return;
+      }
     }
     if (p.startsWith('/v1/models/')) {
       // OpenAI's "retrieve model": one model by id (ids may hold slashes, as Hugging Face names do).
@@ -285,7 +291,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     if (p.startsWith('/v1/') || p.startsWith('/api/')) {
       throw httpError(
         404,
-        `There is no ${p} here. The API has /v1/models, /v1/chat/completions, /v1/completions, /v1/responses, /v1/messages, /v1/messages/count_tokens, /v1/kvdesk/budget, /api/models/upload, and Ollama's /api/chat, /api/generate, /api/show, /api/tags, /api/ps, /api/version and /api/delete.`,
+        `There is no ${p} here. The API has /v1/models, /v1/chat/completions, /v1/completions, /v1/responses, /v1/messages, /v1/messages/count_tokens, /v1/kvdesk/budget, /api/models/upload, and Ollama's /api/chat, /api/generate, /api/show, /api/tags, /api/ps, /api/version, /api/delete and /api/pull.`,
         'not_found',
       );
     }

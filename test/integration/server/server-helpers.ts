@@ -10,6 +10,7 @@ import path from 'node:path';
 import OpenAI from 'openai';
 import { expect } from 'vitest';
 import { createHostApi, type HostApi } from '../../../src/main/host/host-api';
+import type { HubOptions } from '../../../src/main/host/hub-download';
 import { type HostSettings, RunnerService } from '../../../src/main/host/runner-service';
 import { type RunningServer, type ServerOptions, startServer } from '../../../src/main/server';
 import type { SchedulerSnapshot } from '../../../src/shared/scheduler-types';
@@ -28,15 +29,16 @@ export interface TestServer {
 /** Starts a server; `loadDefault: false` leaves it without a model. */
 export async function startTestServer(
   settings: Partial<HostSettings> = {},
-  options: Partial<Omit<ServerOptions, 'hostApi'>> & { loadDefault?: boolean } = {},
+  options: Partial<Omit<ServerOptions, 'hostApi'>> & { loadDefault?: boolean; hub?: HubOptions } = {},
 ): Promise<TestServer> {
-  const { loadDefault = true, ...serverOptions } = options;
+  const { loadDefault = true, hub, ...serverOptions } = options;
   const dataDir = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-server-test-'));
   const runner = new RunnerService({ intraOpNumThreads: 1, ...settings });
   const hostApi = await createHostApi({
     runner,
     dataDir,
     ...(loadDefault ? { defaultModelDir } : {}),
+    ...(hub ? { hub } : {}),
     log: () => {},
   });
   const server = await startServer({ hostApi, staticDir: path.join(dataDir, 'no-renderer'), ...serverOptions });

@@ -1,0 +1,201 @@
+/**
+ * Downloads from the Hugging Face Hub through the host and its front ends, against a local imitation of the hub's
+ * file API (test/helpers/fake-hub.ts) serving the generated default model: the window's calls (look up the
+ * variants, download with progress in the `downloads` event, cancel, refusals), Ollama's `POST /api/pull` (its
+ * progress lines, then the model answering `/api/chat` by its library id), and `kvdesk pull` (a real process).
+ */
+import { execFile } from 'node:child_process';
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { DownloadStatus } from '../../../src/shared/api';
+import { defaultModelRepo, type FakeHub, startFakeHub } from '../../helpers/fake-hub';
+import { repoRoot } from '../../helpers/fixtures';
+import { startTestServer, type TestServer } from './server-helpers';
+
+const REPO = 'onnx-community/tiny-chat';
+let hub: FakeHub;
+let t: TestServer;
+
+beforeAll(async () => {
+  hub = await startFakeHub({ [REPO]: defaultModelRepo() }, { lfsMinBytes: 10_000 });
+  t = await startTestServer({ intraOpNumThreads: 2 }, { hub: { endpoint: hub.url } });
+}, 60_000);
+afterAll(async () => {
+  await t?.close();
+  await hub?.close();
+});
+
+/** Waits for a download to end, as the window does: from the `downloads` events. */
+function ended(id: string): Promise<DownloadStatus> {
+  return new Promise((resolve) => {
+    const off = t.hostApi.on('downloads', (list) => {
+      const d = list.find((x) => x.id === id);
+      if (d && d.state !== 'running') {
+        off();
+        resolve(d);
+      }
+    });
+  });
+}
+
+async function post(p: string, body: unknown): Promise<{ status: number; text: string }> {
+  const res = await fetch(`${t.url}${p}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  return { status: res.status, text: await res.text() };
+}
+
+describe('the window: look up, download, the library', () => {
+  it('lists the variants, downloads one into the library with progress, and loads it', async () => {
+    const variants = await t.hostApi.call('hubVariants', { repo: REPO });
+    expect(variants.ok && variants.value).toMatchObject({ repo: REPO, recommended: 'q4' });
+    expect(variants.ok && variants.value.variants.map((v) => v.name)).toEqual(['q4', 'fp32']);
+    const progress: DownloadStatus[][] = [];
+    const off = t.hostApi.on('downloads', (list) => progress.push(list));
+    const started = await t.hostApi.call('downloadModel', { repo: REPO, variant: 'q4' });
+    if (!started.ok) throw new Error(started.error.message);
+    expect(started.value).toMatchObject({ repo: REPO, variant: 'q4', state: 'running' });
+    const done = await ended(started.value.id);
+    off();
+    expect(done).toMatchObject({ state: 'done', libraryId: 'tiny-chat-q4' });
+    expect(done.doneBytes).toBe(done.totalBytes);
+    // Progress went out as bytes arrived, never backwards.
+    const seen = progress.map((l) => l.find((d) => d.id === started.value.id)?.doneBytes ?? 0);
+    expect(seen).toEqual([...seen].sort((a, b) => a - b));
+    const entry = t.hostApi.library.list().find((e) => e.id === 'tiny-chat-q4');
+    expect(entry?.spec?.layout).toBe('hf-optimum');
+    const listed = await t.hostApi.call('listDownloads', {});
+    expect(listed.ok && listed.value.find((d) => d.id === started.value.id)?.state).toBe('done');
+    // It loads from the library as any package.
+    const loaded = await t.hostApi.call('loadModel', { path: entry?.root as string });
+    expect(loaded.ok).toBe(true);
+  });
+
+  it('refuses at once what cannot be downloaded, naming why', async () => {
+    const missing = await t.hostApi.call('downloadModel', { repo: 'nobody/nothing' });
+    expect(missing.ok ? null : missing.error).toMatchObject({ code: 'BAD_REQUEST' });
+    const variant = await t.hostApi.call('downloadModel', { repo: REPO, variant: 'q8' });
+    expect(variant.ok ? null : variant.error.message).toMatch(/has no variant "q8": it offers q4 .*, fp32/);
+    const bad = await t.hostApi.call('hubVariants', { repo: 'not a repo' });
+    expect(bad.ok ? null : bad.error.message).toMatch(/owner\/name/);
+  });
+
+  it('a cancelled download says so, and the next one resumes from what arrived', async () => {
+    // The graph stalls half way: the download is running when it is cancelled.
+    hub.faults.stall = 'onnx/model.onnx';
+    const started = await t.hostApi.call('downloadModel', { repo: REPO, variant: 'fp32' });
+    if (!started.ok) throw new Error(started.error.message);
+    await new Promise<void>((resolve) => {
+      const off = t.hostApi.on('downloads', (list) => {
+        if ((list.find((d) => d.id === started.value.id)?.doneBytes ?? 0) > 0) {
+          off();
+          resolve();
+        }
+      });
+    });
+    const before = hub.requests.length;
+    expect((await t.hostApi.call('cancelDownload', { id: started.value.id })).ok).toBe(true);
+    const cancelled = await ended(started.value.id);
+    expect(cancelled.state).toBe('cancelled');
+    expect(cancelled.error).toBeUndefined();
+    hub.faults.stall = undefined;
+    const again = await t.hostApi.call('downloadModel', { repo: REPO, variant: 'fp32' });
+    if (!again.ok) throw new Error(again.error.message);
+    expect(await ended(again.value.id)).toMatchObject({ state: 'done', libraryId: 'tiny-chat-fp32' });
+    // What had arrived of the graph was kept: it was asked for from there on.
+    expect(hub.requests.slice(before).some((r) => r.range !== undefined && /^bytes=[1-9]\d*-$/.test(r.range))).toBe(
+      true,
+    );
+  });
+});
+
+describe("Ollama's /api/pull", () => {
+  it("streams Ollama's progress lines, then the model answers by its library id", async () => {
+    // A fresh data directory: nothing downloaded yet.
+    const t2 = await startTestServer({ intraOpNumThreads: 2 }, { hub: { endpoint: hub.url }, loadDefault: false });
+    try {
+      const res = await fetch(`${t2.url}/api/pull`, {
+        method: 'POST',
+        body: JSON.stringify({ model: `hf.co/${REPO}:latest` }),
+      });
+      expect(res.status).toBe(200);
+      expect(res.headers.get('content-type')).toContain('application/x-ndjson');
+      const lines = (await res.text())
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l) as { status?: string; total?: number; completed?: number });
+      expect(lines[0]).toEqual({ status: 'pulling manifest' });
+      expect(lines.at(-1)).toEqual({ status: 'success' });
+      const pulling = lines.filter((l) => l.status === 'pulling q4');
+      expect(pulling.length).toBeGreaterThan(0);
+      expect(pulling.at(-1)?.completed).toBe(pulling.at(-1)?.total);
+      const tags = (await (await fetch(`${t2.url}/api/tags`)).json()) as { models: Array<{ name: string }> };
+      expect(tags.models.map((m) => m.name)).toContain('tiny-chat-q4:latest');
+      const chat = await fetch(`${t2.url}/api/chat`, {
+        method: 'POST',
+        body: JSON.stringify({
+          model: 'tiny-chat-q4',
+          messages: [{ role: 'user', content: 'Hi' }],
+          stream: false,
+          options: { num_predict: 4 },
+        }),
+      });
+      expect(chat.status).toBe(200);
+      // Pulled again: it is there already (a 400 saying so), and the server goes on.
+      const again = await fetch(`${t2.url}/api/pull`, {
+        method: 'POST',
+        body: JSON.stringify({ model: REPO, stream: false }),
+      });
+      expect(again.status).toBe(400);
+      expect(((await again.json()) as { error: string }).error).toMatch(/downloaded already/);
+    } finally {
+      await t2.close();
+    }
+  }, 60_000);
+
+  it("an unknown repository is an error in Ollama's shape", async () => {
+    const r = await post('/api/pull', { model: 'hf.co/nobody/nothing' });
+    expect(r.status).toBe(400);
+    expect(JSON.parse(r.text)).toEqual({ error: expect.stringMatching(/HTTP 404/) });
+    const none = await post('/api/pull', {});
+    expect(none.status).toBe(400);
+  });
+});
+
+describe('kvdesk pull', () => {
+  // Not spawnSync: the fake hub answers from this process.
+  const kvdesk = (args: string[]) =>
+    new Promise<{ status: number | null; stdout: string; stderr: string }>((resolve) => {
+      execFile(
+        process.execPath,
+        [path.join(repoRoot, 'bin/kvdesk.cjs'), ...args],
+        { cwd: repoRoot, env: { ...process.env, HF_ENDPOINT: hub.url, HF_TOKEN: '' }, timeout: 60_000 },
+        (err, stdout, stderr) => resolve({ status: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+      );
+    });
+
+  it('lists, downloads into the library (the id on stdout), and refuses a bad name with exit 2', async () => {
+    const dataDir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-pull-'));
+    try {
+      const list = await kvdesk(['pull', REPO, '--list', '--data-dir', dataDir]);
+      expect(list.status, list.stderr).toBe(0);
+      expect(list.stdout).toMatch(/q4 .*hf-optimum \(default\)/);
+      const r = await kvdesk(['pull', REPO, '--data-dir', dataDir]);
+      expect(r.status, r.stderr).toBe(0);
+      expect(r.stdout).toBe('tiny-chat-q4\n');
+      expect(r.stderr).toMatch(/pulling onnx-community\/tiny-chat \(q4\): .* 100%/);
+      expect(readdirSync(path.join(dataDir, 'models'))).toEqual(['tiny-chat-q4']);
+      const listed = await kvdesk(['list', '--json', '--data-dir', dataDir]);
+      expect(JSON.parse(listed.stdout).packages.map((p: { id: string }) => p.id)).toEqual(['tiny-chat-q4']);
+      const bad = await kvdesk(['pull', 'nope', '--data-dir', dataDir]);
+      expect(bad.status).toBe(2);
+      expect(bad.stderr).toContain('is not a Hugging Face repository');
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  }, 60_000);
+});
