@@ -1,7 +1,7 @@
 /**
  * Screenshots of the running app for the README: docs/chat.png, docs/models.png,
  * docs/inspector.png, docs/devices.png, docs/prefill.png, docs/json.png, docs/library.png,
- * docs/long-chat.png, docs/thinking.png. Starts a real `kvdesk serve` (real engine and scheduler)
+ * docs/long-chat.png, docs/thinking.png, docs/downloads.png. Starts a real `kvdesk serve` (real engine and scheduler)
  * with a small KV budget so the budget bar has something to show, drives
  * Debian Chromium through the same steps a person would, and captures the window.
  *
@@ -20,6 +20,7 @@ import { CHROMIUM, CHROMIUM_ARGS } from '../test/e2e/chromium';
 import { wsCall } from '../test/e2e/fixtures';
 import globalSetup from '../test/e2e/global-setup';
 import { ROOT, startServe } from '../test/e2e/serve';
+import { defaultModelRepo, startFakeHub } from '../test/helpers/fake-hub';
 import { naturalThinkingQuestion, smallContextModel, thinkingModel } from '../test/helpers/models';
 import { writeTwinPackages } from '../test/helpers/static-cache-models';
 
@@ -85,6 +86,7 @@ async function main(): Promise<void> {
     library: libraryShot,
     'long-chat': longChatShot,
     thinking: thinkingShot,
+    downloads: downloadsShot,
   }[process.argv[2] ?? ''];
   if (only) {
     const browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
@@ -196,6 +198,7 @@ async function main(): Promise<void> {
     await libraryShot(browser);
     await longChatShot(browser);
     await thinkingShot(browser);
+    await downloadsShot(browser);
   } finally {
     await browser.close();
   }
@@ -432,5 +435,41 @@ async function thinkingShot(browser: Browser): Promise<void> {
     console.log('wrote docs/thinking.png');
   } finally {
     await server.stop();
+  }
+}
+
+/**
+ * docs/downloads.png: the Models view's Download from Hugging Face, against a local imitation of the hub's file API
+ * serving the generated default model: a download done (in the library), one under way.
+ */
+async function downloadsShot(browser: Browser): Promise<void> {
+  const repo = 'onnx-community/tiny-chat';
+  const hub = await startFakeHub({ [repo]: defaultModelRepo() }, { lfsMinBytes: 10_000 });
+  process.env.HF_ENDPOINT = hub.url;
+  const server = await startServe([]);
+  delete process.env.HF_ENDPOINT;
+  try {
+    const page = await browser.newPage({ viewport: { width: 1440, height: 900 }, deviceScaleFactor: 1 });
+    await page.goto(server.url);
+    await page.getByTestId('models-toggle').click();
+    const box = page.getByTestId('hub-download');
+    await box.getByTestId('hub-repo').fill(repo);
+    await box.getByTestId('hub-lookup').click();
+    await box.getByTestId('hub-download-start').click();
+    await box.locator('[data-testid="download"][data-state="done"]').waitFor({ timeout: 30_000 });
+    // A second one stalls half way through its graph: its progress bar shows.
+    hub.faults.stall = 'onnx/model.onnx';
+    await box.getByTestId('hub-lookup').click();
+    await box.getByTestId('hub-variant').selectOption('fp32');
+    await box.getByTestId('hub-download-start').click();
+    await box.locator('[data-testid="download"][data-state="running"]').waitFor();
+    await page.waitForTimeout(600);
+    await box.getByTestId('hub-repo').fill('onnx-community/Qwen3-0.6B-ONNX');
+    await page.mouse.move(0, 0);
+    await page.screenshot({ path: path.join(DOCS, 'downloads.png'), animations: 'disabled' });
+    console.log('wrote docs/downloads.png');
+  } finally {
+    await server.stop();
+    await hub.close();
   }
 }

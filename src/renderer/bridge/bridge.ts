@@ -7,6 +7,7 @@
 import type {
   Attachment,
   BudgetPatch,
+  HubVariantsInfo,
   KvdeskApi,
   ModelInfo,
   Preset,
@@ -42,6 +43,11 @@ export interface Bridge {
    * with kvdesk), or stop it. Resolves with why not when it could not.
    */
   startApiServer(port: number, autostart: boolean): Promise<string | null>;
+  /** The packages a Hugging Face repository offers, or why not. */
+  hubVariants(repo: string): Promise<Result<HubVariantsInfo>>;
+  /** Starts a download into the library (its progress arrives as the store's downloads); why not, if refused. */
+  downloadModel(repo: string, variant: string): Promise<string | null>;
+  cancelDownload(id: string): void;
   stopApiServer(): Promise<string | null>;
   /**
    * What the next turn's prompt would be if `text` were sent in the thread now (tokens, context, what the
@@ -186,19 +192,22 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   api.on('models', (models) => s().setModels(models));
   api.on('library', (entries) => s().setLibrary(entries));
   api.on('apiServer', (status) => s().setApiServer(status));
+  api.on('downloads', (list) => s().setDownloads(list));
   // Settings another window or page saved: what they share (presets, the API server's), not this one's view.
   api.on('settings', (saved) => {
     s().setUi({ presets: saved.presets, apiServer: saved.apiServer });
   });
 
   async function refreshHostState(replaceSnapshot: boolean): Promise<void> {
-    const [models, snap, library, server] = await Promise.all([
+    const [models, snap, library, server, downloads] = await Promise.all([
       api.invoke('listModels', {}),
       api.invoke('getSnapshot', {}),
       api.invoke('listLibrary', {}),
       api.invoke('apiServerStatus', {}),
+      api.invoke('listDownloads', {}),
     ]);
     if (models.ok) s().setModels(models.value);
+    if (downloads.ok) s().setDownloads(downloads.value);
     if (snap.ok) s().setSnapshot(snap.value, replaceSnapshot);
     if (library.ok) s().setLibrary(library.value);
     if (server.ok) s().setApiServer(server.value);
@@ -483,6 +492,14 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   return {
     api,
     newThread,
+    hubVariants: (repo) => api.invoke('hubVariants', { repo }),
+    async downloadModel(repo, variant) {
+      const r = await api.invoke('downloadModel', { repo, variant });
+      return r.ok ? null : r.error.message;
+    },
+    cancelDownload(id) {
+      void api.invoke('cancelDownload', { id });
+    },
     async startApiServer(port, autostart) {
       const r = await api.invoke('startApiServer', { port });
       if (!r.ok) return r.error.message;

@@ -5,6 +5,7 @@ import { useApp, useBridge } from '../bridge/context';
 import { fromFileList } from '../lib/folder-drop';
 import { formatBytes, formatInteger } from '../lib/format';
 import { ApiServerPanel } from './ApiServerPanel';
+import { HubDownload } from './HubDownload';
 import { LibraryList } from './LibraryList';
 import { ModelCard } from './ModelCard';
 
@@ -169,6 +170,7 @@ export function ModelsView() {
           )}
         </div>
         <ImportResult />
+        <HubDownload />
         <ApiServerPanel />
         <div className="section-title">Loaded</div>
         {models.length === 0 && <div className="muted">No model is loaded.</div>}

@@ -8,6 +8,11 @@ export const createModelsSlice: StateCreator<AppState, [], [], ModelsSlice> = (s
   packageImport: null,
   library: [],
   busyModels: [],
+  downloads: [],
+
+  setDownloads(list) {
+    set({ downloads: list });
+  },
 
   setModels(models) {
     set((s) => {

@@ -4,6 +4,7 @@
  */
 import type {
   ApiServerStatus,
+  DownloadStatus,
   LibraryEntry,
   ModelInfo,
   PackageProblem,
@@ -42,6 +43,9 @@ export interface ModelsSlice {
   library: LibraryEntry[];
   /** Model ids with a load/unload in flight. */
   busyModels: string[];
+  /** Downloads from the Hugging Face Hub: running, and those that ended. */
+  downloads: DownloadStatus[];
+  setDownloads(list: DownloadStatus[]): void;
   setModels(models: ModelInfo[]): void;
   setActiveModel(id: string | null): void;
   setPackageImport(state: PackageImport | null): void;

@@ -1,0 +1,81 @@
+/**
+ * Download from Hugging Face in the Models view, in Chromium, against a real serve whose hub is a local imitation
+ * of the Hub's file API (test/helpers/fake-hub.ts) serving the generated default model: look up a repository, see
+ * its variants with the CPU's best picked, download with progress, find it in the library and load it; a stalled
+ * download cancels; a repository that does not exist says so.
+ */
+import { test as base, expect } from '@playwright/test';
+import { defaultModelRepo, type FakeHub, startFakeHub } from '../helpers/fake-hub';
+import { type ServeHandle, startServe } from './serve';
+
+const REPO = 'onnx-community/tiny-chat';
+
+const test = base.extend<object, { hubServer: ServeHandle & { hub: FakeHub } }>({
+  hubServer: [
+    // biome-ignore lint/correctness/noEmptyPattern: Playwright fixtures take their dependencies by destructuring
+    async ({}, use) => {
+      const hub = await startFakeHub({ [REPO]: defaultModelRepo() }, { lfsMinBytes: 10_000 });
+      // serve reads the hub's address from its environment, as a person's mirror would be set.
+      const saved = process.env.HF_ENDPOINT;
+      process.env.HF_ENDPOINT = hub.url;
+      const server = await startServe();
+      if (saved === undefined) delete process.env.HF_ENDPOINT;
+      else process.env.HF_ENDPOINT = saved;
+      await use({ ...server, hub });
+      await server.stop();
+      await hub.close();
+    },
+    { scope: 'worker', timeout: 120_000 },
+  ],
+});
+
+test('a repository is looked up, downloaded with progress into the library, and loads', async ({
+  page,
+  hubServer: server,
+}) => {
+  await page.goto(server.url);
+  await page.getByTestId('models-toggle').click();
+  const box = page.getByTestId('hub-download');
+  await box.getByTestId('hub-repo').fill(REPO);
+  await box.getByTestId('hub-lookup').click();
+  // The variants with their sizes, the best on a CPU picked.
+  const select = box.getByTestId('hub-variant');
+  await expect(select).toHaveValue('q4');
+  await expect(select.locator('option')).toHaveText([/^q4 — .* \(best on a CPU\)$/, /^fp32 — /]);
+  await box.getByTestId('hub-download-start').click();
+  const row = box.locator(`[data-testid="download"][data-repo="${REPO}"][data-variant="q4"]`);
+  await expect(row).toHaveAttribute('data-state', 'done', { timeout: 30_000 });
+  await expect(row).toContainText('in the library as tiny-chat-q4');
+  // Every byte arrived: done / total are equal.
+  const [done, total] = ((await row.getByTestId('download-bytes').textContent()) ?? '').split(' / ');
+  expect(done).toBe(total);
+  // In the library, one click from loaded.
+  const lib = page.locator('[data-testid="library-row"][data-model-id="tiny-chat-q4"]');
+  await expect(lib).toHaveAttribute('data-state', 'ok');
+  await lib.getByTestId('library-load').click();
+  await expect(page.locator('[data-testid="loaded-model-card"][data-model-id="tiny-chat-q4"]')).toBeVisible({
+    timeout: 30_000,
+  });
+});
+
+test('a stalled download cancels, and an unknown repository says so', async ({ page, hubServer: server }) => {
+  await page.goto(server.url);
+  await page.getByTestId('models-toggle').click();
+  const box = page.getByTestId('hub-download');
+  server.hub.faults.stall = 'onnx/model.onnx';
+  await box.getByTestId('hub-repo').fill(REPO);
+  await box.getByTestId('hub-lookup').click();
+  await box.getByTestId('hub-variant').selectOption('fp32');
+  await box.getByTestId('hub-download-start').click();
+  const row = box.locator(`[data-testid="download"][data-variant="fp32"]`).first();
+  await expect(row).toHaveAttribute('data-state', 'running');
+  await row.getByTestId('download-cancel').click();
+  await expect(row).toHaveAttribute('data-state', 'cancelled');
+  await expect(row).toContainText('downloading it again resumes there');
+  server.hub.faults.stall = undefined;
+
+  await box.getByTestId('hub-repo').fill('nobody/nothing');
+  await box.getByTestId('hub-lookup').click();
+  await expect(box.getByTestId('hub-error')).toContainText('HTTP 404');
+  await expect(box.getByTestId('hub-variants')).toHaveCount(0);
+});
