@@ -38,6 +38,12 @@ export interface CallGrammar {
    * `<parameter=KEY>`value`</parameter>` for keys of that tool, then `</function>`. Values are plain text.
    */
   xml?: { tools: Array<{ name: string; params: string[] }> };
+  /**
+   * A thinking model's reasoning comes first and holds no call: the grammar starts after its closing marker.
+   * `inside`: the prompt opened the reasoning; else a reply that begins with `open` (after white space) reasons
+   * first, and one that does not is read from its start.
+   */
+  reasoning?: { open: string; close: string; inside: boolean };
 }
 
 /** The XML form's literals (see CallGrammar.xml); its heads are each tool's `<function=name>`. */
@@ -62,6 +68,8 @@ export interface CompiledCallGrammar {
   heads: Uint8Array[];
   schemas: SchemaNode[];
   xml?: XmlGrammar;
+  /** The reasoning before the reply (see CallGrammar.reasoning): its markers, the close's failure function. */
+  reasoning?: { open: Uint8Array; close: Uint8Array; closeFail: Int32Array; inside: boolean };
 }
 
 const utf8 = (s: string) => new TextEncoder().encode(s);
@@ -82,6 +90,16 @@ export function compileCallGrammar(g: CallGrammar): CompiledCallGrammar {
     close: utf8(g.close),
     heads: g.xml ? g.xml.tools.map((t) => utf8(`<function=${t.name}>`)) : g.calls.map((c) => utf8(c.head)),
     schemas: g.calls.map((c) => compileSchema(c.schema)),
+    ...(g.reasoning
+      ? {
+          reasoning: {
+            open: utf8(g.reasoning.open),
+            close: utf8(g.reasoning.close),
+            closeFail: failureOf(utf8(g.reasoning.close)),
+            inside: g.reasoning.inside,
+          },
+        }
+      : {}),
     ...(g.xml
       ? {
           xml: {
@@ -159,6 +177,10 @@ enum P {
    * form's close (`alt` bytes of it matched).
    */
   XmlValue,
+  /** Before the reply's first byte that is not white space, where a reasoning may open; `n` bytes of it read. */
+  Opening,
+  /** Inside the reasoning, which holds no call; `n` bytes of its close matched. */
+  Thinking,
 }
 
 /** The constraint's state: never changed (a step makes a new one), so a candidate token is tried on it. */
@@ -179,7 +201,10 @@ const LBRACE = 0x7b;
 const RBRACE = 0x7d;
 
 /** Phases where the reply is free text (special tokens, an empty token and the end of the reply are allowed). */
-const isFree = (p: P) => p === P.Free || p === P.Rest || p === P.Start;
+const isFree = (p: P) => p === P.Free || p === P.Rest || p === P.Start || p === P.Opening || p === P.Thinking;
+
+/** Where the reply is read from once any reasoning is over. */
+const replyStart = (g: CompiledCallGrammar) => (g.atStart ? P.Start : P.Free);
 
 /**
  * Feeds bytes[from, to) to state `st`; the new state, or null when no reply of the grammar can continue with
@@ -221,6 +246,36 @@ export function feedCallBytes(
   while (i < to) {
     const b = bytes[i] as number;
     switch (p) {
+      case P.Opening: {
+        const open = (g.reasoning as NonNullable<CompiledCallGrammar['reasoning']>).open;
+        if (n === 0 && isWs(b)) {
+          i++;
+        } else if (b === open[n]) {
+          i++;
+          if (++n === open.length) {
+            p = P.Thinking;
+            n = 0;
+          }
+        } else {
+          // No reasoning: the reply is read from its start, the part of the marker it wrote included.
+          const read = n;
+          p = replyStart(g);
+          n = 0;
+          if (p === P.Free) for (let k = 0; k < read; k++) n = matchStep(g.trigger, g.fail, n, open[k] as number);
+          else if (read > 0) p = P.Rest;
+        }
+        continue;
+      }
+      case P.Thinking: {
+        const r = g.reasoning as NonNullable<CompiledCallGrammar['reasoning']>;
+        n = matchStep(r.close, r.closeFail, n, b);
+        i++;
+        if (n === r.close.length) {
+          p = replyStart(g);
+          n = 0;
+        }
+        continue;
+      }
       case P.Rest:
         return { p, n: 0, head: 0, obj: null, alt: -1 };
       case P.Free: {
@@ -384,7 +439,8 @@ function samePrefix(a: Uint8Array, b: Uint8Array, n: number): boolean {
 
 /** The state a reply begins in. */
 export function initialCallState(g: CompiledCallGrammar): CallState {
-  return { p: g.atStart ? P.Start : P.Free, n: 0, head: 0, obj: null, alt: -1 };
+  const p = g.reasoning ? (g.reasoning.inside ? P.Thinking : P.Opening) : replyStart(g);
+  return { p, n: 0, head: 0, obj: null, alt: -1 };
 }
 
 /** Whether a reply in this state is inside a call (free text otherwise). */

@@ -990,7 +990,7 @@ class Generation {
     private readonly rows: number[][],
     private readonly tools: ToolPlan | undefined,
     private readonly contextDrop: ContextDrop | undefined,
-    reasoning: ReasoningPlan | undefined,
+    private readonly reasoning: ReasoningPlan | undefined,
     private readonly sink: (frame: StreamFrame) => void,
     private readonly resolve: (r: GenerationResult) => void,
     private readonly reject: (e: Error) => void,
@@ -1151,7 +1151,13 @@ class Generation {
     }
     const spec = this.model.spec;
     try {
-      const grammar = this.tools?.grammar;
+      // A thinking model's calls come after its reasoning: the grammar waits for its close.
+      const plan = this.reasoning;
+      const calls = this.tools?.grammar;
+      const grammar =
+        calls && plan
+          ? { ...calls, reasoning: { open: plan.spec.open, close: plan.spec.close, inside: plan.inside } }
+          : calls;
       if (jsonMode(this.req) || grammar) {
         const model = this.model;
         this.host.engine.ensureTokenTable(model.id, model.loadKey, () => {

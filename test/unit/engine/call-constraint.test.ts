@@ -378,3 +378,40 @@ describe('lazy tool-call constraint', () => {
     expect(sampler.finished).toBe(false);
   });
 });
+
+describe("a thinking model's reasoning holds no call", () => {
+  const THINKING = { open: '<think>', close: '</think>' };
+  const inside = { ...HERMES, reasoning: { ...THINKING, inside: true } };
+  const maybe = { ...HERMES, reasoning: { ...THINKING, inside: false } };
+
+  it('reasoning the prompt opened: the opening is text until the reasoning closes, then it opens a call', () => {
+    const c = write(inside, [...chars('I will use <tool_call>x'), 'hello']);
+    expect(c.inCall).toBe(false);
+    // Anything goes inside the reasoning, even what no call can begin with.
+    expect(c.allows(plain('<tool_call>x'))).toBe(true);
+    const after = write(inside, [...chars('plan</think>\n'), '<tool_call>']);
+    expect(after.inCall).toBe(true);
+    expect(after.allows(plain('<tool_call>x'))).toBe(false);
+  });
+
+  it('a reply that opens its own reasoning reads calls after it; one that does not, from its start', () => {
+    const thought = write(maybe, [...chars('  <think>'), '<tool_call>', ...chars('x</think>'), '<tool_call>']);
+    expect(thought.inCall).toBe(true);
+    // Not a reasoning: the text it began with counts towards the opening.
+    expect(write(maybe, ['<tool', '_call>']).inCall).toBe(true);
+    expect(write(maybe, [...chars('<th'), 'hello', '<tool_call>']).inCall).toBe(true);
+    expect(write(maybe, ['hello', ...chars('<think>'), '<tool_call>']).inCall).toBe(true);
+  });
+
+  it('a bare-JSON form reads its call after the reasoning, or at the start of a reply without one', () => {
+    const bare = { ...BARE, reasoning: { ...THINKING, inside: false } };
+    expect(write(bare, [...chars('<think>a</think>\n'), '{"']).inCall).toBe(true);
+    expect(write(bare, ['{"']).inCall).toBe(true);
+    // A reply that began with something else is text for good.
+    const text = write(bare, [...chars('<th'), 'hello']);
+    expect(text.inCall).toBe(false);
+    expect(text.allows(plain('{"'))).toBe(true);
+    text.accept(plain('{"'));
+    expect(text.inCall).toBe(false);
+  });
+});
