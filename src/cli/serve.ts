@@ -37,7 +37,8 @@ serve options:
                            chunks, running replies take a step between them; lower it to use less memory)
   --prompt-cache N         conversations whose KV the OpenAI API keeps for their next turn (default 16; 0: off)
   --first-use-ttl TIME     how long a library model that a request loaded stays loaded without requests
-                           (default 60m; e.g. 90s, 2h, or never); Ollama's keep_alive sets it per request`;
+                           (default 60m; e.g. 90s, 2h, or never); Ollama's keep_alive sets it per request
+  Model downloads (Models view, /api/pull) read $HF_TOKEN (gated models) and $HF_ENDPOINT (a mirror of the hub)`;
 
 const REPO_ROOT = path.resolve(__dirname, '../..');
 
