@@ -46,8 +46,9 @@ Usage:
   kvdesk generate <package or library id> (--prompt TEXT | --prompt-ids 1,2,3) [options]
   kvdesk chat <package or library id> [options]   a conversation in the terminal (see below)
   kvdesk list [--json] [--data-dir DIR]   the model library: packages kvdesk serve has loaded before
-  kvdesk pull owner/name[@rev] [--variant V] [--list] [--data-dir DIR]   an ONNX model from the Hugging Face Hub
-                           into the library (HF_TOKEN for gated models, HF_ENDPOINT for a mirror)
+  kvdesk pull owner/name[@rev] [--variant V] [--list] [--json] [--data-dir DIR]   an ONNX model from the Hugging
+                           Face Hub into the library (--revision REV as @rev; HF_TOKEN for gated models,
+                           HF_ENDPOINT for a mirror)
   kvdesk serve [--port N] [--host 127.0.0.1] [--token T] [--model PATH]... (see kvdesk serve --help)
 
 generate options:

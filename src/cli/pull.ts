@@ -2,10 +2,11 @@
  * `kvdesk pull owner/name[@revision]`: a model package from the Hugging Face Hub into the library, as `ollama pull`
  * (see src/main/host/hub-download.ts). `--list` shows the repository's variants and sizes; `--variant` picks one
  * (default: the one that runs best on a CPU). Progress goes to stderr; the package's library id ends the output.
+ * A package downloaded already is not downloaded again (its id is printed all the same).
  */
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { downloadHubModel, listHubVariants } from '../main/host/hub-download';
+import { downloadHubModel, listHubVariants, planDownload } from '../main/host/hub-download';
 import { canonicalPath, ModelLibrary } from '../main/host/model-library';
 import { toErrorInfo } from '../shared/errors';
 import { formatBytes } from '../shared/format';
@@ -45,21 +46,32 @@ export async function pull(args: string[], io: Io, stderrIsTty = process.stderr.
     }
     const dataDir = dataDirOf(values['data-dir']);
     const modelsDir = path.join(dataDir, 'models');
-    let last = 0;
-    const { root, variant } = await downloadHubModel(listing.repo, modelsDir, {
-      ...hub,
-      listing,
-      ...(values.variant !== undefined ? { variant: values.variant } : {}),
-      onProgress: (p) => {
-        const now = Date.now();
-        if (json || (now - last < 250 && p.doneBytes < p.totalBytes)) return;
-        last = now;
-        const pct = p.totalBytes > 0 ? Math.floor((p.doneBytes / p.totalBytes) * 100) : 100;
-        const line = `pulling ${listing.repo} (${p.variant}): ${formatBytes(p.doneBytes)} / ${formatBytes(p.totalBytes)} ${pct}%`;
-        io.err(stderrIsTty ? `\r${line}\u001b[K` : `${line}\n`);
-      },
-    });
-    if (stderrIsTty && !json) io.err('\n');
+    const plan = await planDownload(listing, modelsDir, values.variant);
+    const { root, variant } = plan;
+    // As `ollama pull` of a model it has: nothing to do.
+    if (plan.present) io.err(`kvdesk: ${listing.repo} (${variant.name}) is downloaded already, in ${root}\n`);
+    else {
+      let last = 0;
+      let drawn = false;
+      try {
+        await downloadHubModel(listing.repo, modelsDir, {
+          ...hub,
+          plan,
+          onProgress: (p) => {
+            const now = Date.now();
+            if (json || (now - last < 250 && p.doneBytes < p.totalBytes)) return;
+            last = now;
+            const pct = p.totalBytes > 0 ? Math.floor((p.doneBytes / p.totalBytes) * 100) : 100;
+            const line = `pulling ${listing.repo} (${p.variant}): ${formatBytes(p.doneBytes)} / ${formatBytes(p.totalBytes)} ${pct}%`;
+            io.err(stderrIsTty ? `\r${line}\u001b[K` : `${line}\n`);
+            drawn = true;
+          },
+        });
+      } finally {
+        // The progress line ends before whatever follows it (the id, or why it failed).
+        if (stderrIsTty && drawn) io.err('\n');
+      }
+    }
     // The library finds the new folder in its models folder (and validates it once more).
     const library = await ModelLibrary.open(dataDir);
     await library.refresh();

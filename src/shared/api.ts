@@ -199,6 +199,7 @@ export interface HubVariantsInfo {
 export interface DownloadStatus {
   id: string;
   repo: string;
+  revision: string;
   variant: string;
   state: 'running' | 'done' | 'failed' | 'cancelled';
   doneBytes: number;

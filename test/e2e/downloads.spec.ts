@@ -76,6 +76,6 @@ test('a stalled download cancels, and an unknown repository says so', async ({ p
 
   await box.getByTestId('hub-repo').fill('nobody/nothing');
   await box.getByTestId('hub-lookup').click();
-  await expect(box.getByTestId('hub-error')).toContainText('HTTP 404');
+  await expect(box.getByTestId('hub-error')).toContainText('does not exist, or is gated or private');
   await expect(box.getByTestId('hub-variants')).toHaveCount(0);
 });

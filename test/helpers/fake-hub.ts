@@ -6,7 +6,8 @@
  *   size, pointerSize}` and `oid` the sha1 of their pointer. With `pageSize`, pages linked by `Link: <…>; rel="next"`.
  * - GET /{owner}/{name}/resolve/{rev}/{path}: a small file itself; an LFS file redirects (302) to /cdn/{sha256}.
  *   Both answer `Range: bytes=N-` with 206 and the rest.
- * - 401 without the right `Authorization: Bearer <token>` for a gated repo; 404 for an unknown repo, revision or file.
+ * - 401 without the right `Authorization: Bearer <token>` for a gated repo, and for an unknown repo without a token
+ *   (as the hub hides private ones); 404 for an unknown repo with a token, and for an unknown revision or file.
  *
  * Faults, settable any time through `hub.faults`: `cutAfter` (the next download of that path sends `bytes` bytes of
  * its body, then the socket is destroyed; once), `corrupt` (paths served with their first byte flipped),
@@ -150,7 +151,9 @@ export async function startFakeHub(
     const [owner, name, kind, rev, ...rest] = api ? segs.slice(2) : segs;
     const repo = `${owner}/${name}`;
     if ((api ? kind !== 'tree' : kind !== 'resolve') || !rev) return fail(404, 'Not found');
-    if (!repos[repo]) return fail(404, 'Repository not found');
+    // As the hub: without a token, an unknown repository is a 401 (private ones are hidden), with one a 404.
+    if (!repos[repo])
+      return req.headers.authorization ? fail(404, 'Repository not found') : fail(401, 'Invalid username or password.');
     if (options.gated.has(repo) && req.headers.authorization !== `Bearer ${options.token}`) {
       return fail(401, `Access to model ${repo} is restricted. You must have access to it and be authenticated.`);
     }

@@ -8,7 +8,13 @@
 import { randomUUID } from 'node:crypto';
 import type { DownloadStatus, HubVariantsInfo } from '../../shared/api';
 import { KvdeskError, toErrorInfo } from '../../shared/errors';
-import { type DownloadProgress, downloadHubModel, type HubOptions, listHubVariants } from './hub-download';
+import {
+  type DownloadProgress,
+  downloadHubModel,
+  type HubOptions,
+  listHubVariants,
+  planDownload,
+} from './hub-download';
 import { canonicalPath, type ModelLibrary } from './model-library';
 
 /** How often progress goes out while bytes arrive. */
@@ -19,6 +25,8 @@ const KEEP_ENDED = 20;
 export class Downloads {
   private readonly all: DownloadStatus[] = [];
   private readonly aborts = new Map<string, AbortController>();
+  private readonly running = new Set<Promise<unknown>>();
+  private closed = false;
   private lastSent = 0;
   private pending: ReturnType<typeof setTimeout> | null = null;
 
@@ -45,36 +53,47 @@ export class Downloads {
   }
 
   /**
-   * Starts a download; the status comes back at once, and `done` settles when it ends (also on failure, with the
-   * status saying why). Refused at once: a bad name, a repository or variant the hub does not have, one running.
+   * Starts a download (`spec`: owner/name[@revision]); the status comes back at once, and `done` settles when it
+   * ends (also on failure, with the status saying why). Refused at once: a bad name, a repository or variant the
+   * hub does not have, one downloaded already (`detail.present`, `detail.root`) or downloading now.
    */
   async start(
-    repo: string,
+    spec: string,
     variant?: string,
     onProgress?: (p: DownloadProgress) => void,
   ): Promise<{ status: DownloadStatus; done: Promise<DownloadStatus> }> {
-    const listing = await listHubVariants(repo, this.hub);
-    const name = variant ?? listing.recommended;
+    if (this.closed) throw new KvdeskError('CANCELLED', 'kvdesk is shutting down: download it after the restart.');
+    const listing = await listHubVariants(spec, this.hub);
+    const plan = await planDownload(listing, this.modelsDir, variant);
+    const name = plan.variant.name;
+    if (plan.present) {
+      throw new KvdeskError(
+        'BAD_REQUEST',
+        `${listing.repo} (${name}) is downloaded already, in ${plan.root}: load it from the library (to download it again, delete it there first).`,
+        { field: 'repo', root: plan.root, present: true },
+      );
+    }
     const running = this.all.find((d) => d.state === 'running' && d.repo === listing.repo && d.variant === name);
     if (running) {
       throw new KvdeskError('BAD_REQUEST', `${listing.repo} (${name}) is downloading already.`, { field: 'repo' });
     }
-    const found = listing.variants.find((v) => v.name === name);
     const status: DownloadStatus = {
       id: randomUUID(),
       repo: listing.repo,
+      revision: listing.revision,
       variant: name,
       state: 'running',
       doneBytes: 0,
-      totalBytes: found?.bytes ?? 0,
+      totalBytes: plan.variant.bytes,
       startedAt: Date.now(),
     };
     const abort = new AbortController();
-    // Refusals the download finds before it starts (an unknown variant, downloaded already) reject here.
+    this.all.unshift(status);
+    this.aborts.set(status.id, abort);
+    this.changed(true);
     const first = downloadHubModel(listing.repo, this.modelsDir, {
       ...this.hub,
-      listing,
-      variant: name,
+      plan,
       signal: abort.signal,
       onProgress: (p) => {
         status.doneBytes = p.doneBytes;
@@ -83,17 +102,15 @@ export class Downloads {
         this.changed(false);
       },
     });
-    if (!found) await first; // throws: the variant is not there
-    this.all.unshift(status);
-    this.aborts.set(status.id, abort);
-    this.changed(true);
     const done = first.then(
       async ({ root }) => {
-        await this.library.refresh();
-        const at = await canonicalPath(root);
         status.root = root;
-        const id = this.library.list().find((e) => e.root === at)?.id;
-        if (id) status.libraryId = id;
+        if (!this.closed) {
+          await this.library.refresh();
+          const at = await canonicalPath(root);
+          const id = this.library.list().find((e) => e.root === at)?.id;
+          if (id) status.libraryId = id;
+        }
         status.state = 'done';
       },
       (err) => {
@@ -102,27 +119,31 @@ export class Downloads {
         if (status.state === 'failed') status.error = { code: info.code, message: info.message };
       },
     );
-    return {
-      status: { ...status },
-      done: done.then(() => {
-        this.aborts.delete(status.id);
-        this.trim();
-        this.changed(true);
-        return { ...status };
-      }),
-    };
+    const ended = done.then(() => {
+      this.aborts.delete(status.id);
+      this.trim();
+      if (!this.closed) this.changed(true);
+      return { ...status };
+    });
+    this.running.add(ended);
+    void ended.finally(() => this.running.delete(ended));
+    return { status: { ...status }, done: ended };
   }
 
+  /** Stops a running download; false when there is none, or every byte has arrived (it is being checked). */
   cancel(id: string): boolean {
     const abort = this.aborts.get(id);
-    if (!abort) return false;
+    const status = this.all.find((d) => d.id === id);
+    if (!abort || !status || (status.totalBytes > 0 && status.doneBytes >= status.totalBytes)) return false;
     abort.abort();
     return true;
   }
 
-  /** Stops every download (shutdown); their staging folders stay for a later resume. */
-  close(): void {
+  /** Stops every download and waits for them to end (shutdown); their staging folders stay for a later resume. */
+  async close(): Promise<void> {
+    this.closed = true;
     for (const a of this.aborts.values()) a.abort();
+    await Promise.allSettled([...this.running]);
     if (this.pending) clearTimeout(this.pending);
   }
 

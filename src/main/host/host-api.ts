@@ -73,7 +73,10 @@ export interface HostApi {
   ensureModel(id: string | undefined, keepAliveMs?: number | null): Promise<void>;
   /** Library packages a request may name that are not loaded now: valid, present, one per id. */
   loadable(): LibraryEntry[];
-  /** Host events: 'budget' (throttled ≤ 10 Hz), 'scheduler', 'models', 'library', 'apiServer', 'settings'. */
+  /**
+   * Host events: 'budget' (throttled ≤ 10 Hz), 'scheduler', 'models', 'library', 'apiServer', 'settings',
+   * 'downloads'.
+   */
   on<E extends HostEventName>(event: E, fn: (payload: HostEvents[E]) => void): () => void;
   close(): Promise<void>;
 }
@@ -501,7 +504,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       return () => set.delete(fn);
     },
     async close() {
-      downloads.close();
+      await downloads.close();
       unsubscribe();
       clearInterval(sweeper);
       if (budgetTimer) clearTimeout(budgetTimer);

@@ -9,7 +9,7 @@
  */
 import { createHash, type Hash } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
-import { mkdir, rename, rm, stat, statfs } from 'node:fs/promises';
+import { mkdir, readFile, rename, rm, stat, statfs, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -68,11 +68,23 @@ export interface DownloadProgress {
 const REPO = /^[A-Za-z0-9][\w.-]{0,95}\/[A-Za-z0-9][\w.-]{0,95}$/;
 const REVISION = /^[\w.\-/]{1,200}$/;
 
+/** A repository named as its page's address is (`https://huggingface.co/owner/name`, `hf.co/owner/name`): `owner/name`. */
+export function stripHubPrefix(name: string): string {
+  return name.replace(/^(https?:\/\/)?(www\.)?(hf\.co|huggingface\.co)\//, '');
+}
+
 /** A repository id and revision as `owner/name[@revision]`, checked. */
 export function parseRepo(spec: string, revision?: string): { repo: string; revision: string } {
-  const at = spec.indexOf('@');
-  const repo = (at < 0 ? spec : spec.slice(0, at)).replace(/^https:\/\/huggingface\.co\//, '').replace(/^hf\.co\//, '');
-  const rev = revision ?? (at < 0 ? 'main' : spec.slice(at + 1));
+  const bare = stripHubPrefix(spec);
+  const at = bare.indexOf('@');
+  const repo = at < 0 ? bare : bare.slice(0, at);
+  const named = at < 0 ? undefined : bare.slice(at + 1);
+  if (revision !== undefined && named !== undefined && revision !== named) {
+    throw new KvdeskError('BAD_REQUEST', `"${spec}" names revision ${named}, and the request ${revision}: give one.`, {
+      field: 'revision',
+    });
+  }
+  const rev = revision ?? named ?? 'main';
   if (!REPO.test(repo) || repo.includes('..')) {
     throw new KvdeskError(
       'BAD_REQUEST',
@@ -110,14 +122,17 @@ function headersOf(opts: HubOptions): Record<string, string> {
 
 /** What a refused or failed answer from the hub means, and what to do. */
 function hubError(res: Response, what: string, repo: string, opts: HubOptions): KvdeskError {
+  // The body says nothing kvdesk shows: let the connection go.
+  void res.body?.cancel().catch(() => {});
   if (res.status === 401 || res.status === 403) {
     // Without a token the hub answers 401 for a repository that does not exist too (it hides private ones).
     const why = headersOf(opts).authorization
       ? `${repo} is gated or private, and the token (HF_TOKEN) does not open it: accept its terms on huggingface.co with the token's account`
       : `${repo} does not exist, or is gated or private: check its owner/name; for a gated model, accept its terms on huggingface.co, then set HF_TOKEN to a token of yours`;
-    return new KvdeskError('DOWNLOAD_FAILED', `the hub refused ${what} (HTTP ${res.status}): ${why}.`, {
+    return new KvdeskError('BAD_REQUEST', `the hub refused ${what} (HTTP ${res.status}): ${why}.`, {
       status: res.status,
       repo,
+      field: 'repo',
     });
   }
   if (res.status === 404) {
@@ -155,7 +170,15 @@ export async function listHubFiles(repo: string, opts: HubOptions = {}): Promise
   let url: string | null =
     `${endpointOf(opts)}/api/models/${repo}/tree/${encodeURIComponent(revision)}?recursive=true&expand=false`;
   const files: HubFile[] = [];
-  for (let page = 0; url && page < 100; page++) {
+  const seen = new Set<string>();
+  const origin = new URL(endpointOf(opts)).origin;
+  for (let page = 0; url; page++) {
+    // The token goes to the hub only; a listing of over 100 pages is none kvdesk can download anyway.
+    if (page === 100 || new URL(url).origin !== origin) {
+      throw new KvdeskError('DOWNLOAD_FAILED', `the hub's file list of ${repo} goes on past what kvdesk reads.`, {
+        repo,
+      });
+    }
     const res = await get(url, opts);
     if (!res.ok) throw hubError(res, `repository ${repo} at ${revision}`, repo, opts);
     const parsed = z.array(TreeEntry).safeParse(await res.json().catch(() => null));
@@ -164,7 +187,8 @@ export async function listHubFiles(repo: string, opts: HubOptions = {}): Promise
     }
     for (const e of parsed.data) {
       // A path that could leave the package folder is no file kvdesk takes (the hub never lists one).
-      if (e.type !== 'file' || !safePath(e.path)) continue;
+      if (e.type !== 'file' || !safePath(e.path) || seen.has(e.path)) continue;
+      seen.add(e.path);
       const size = e.lfs?.size ?? e.size ?? 0;
       files.push({
         path: e.path,
@@ -172,7 +196,8 @@ export async function listHubFiles(repo: string, opts: HubOptions = {}): Promise
         ...(e.lfs?.oid ? { sha256: e.lfs.oid } : e.oid ? { blob: e.oid } : {}),
       });
     }
-    url = nextPage(res.headers.get('link'));
+    const next = nextPage(res.headers.get('link'));
+    url = next ? new URL(next, url).href : null;
   }
   return files;
 }
@@ -269,31 +294,52 @@ export async function listHubVariants(spec: string, opts: HubOptions = {}): Prom
   return { repo, revision, variants, recommended: (cpu ?? (variants[0] as HubVariant)).name };
 }
 
-/** The folder a download lands in, under the models folder: the repository's name and the variant. */
-export function downloadFolderName(repo: string, variant: string, listing: HubListing): string {
-  const name = repo.split('/')[1] as string;
-  const only = listing.variants.length === 1;
-  return only ? name : `${name}-${variant.replace(/[^\w.-]+/g, '-')}`;
+/** What a package folder downloaded from the hub says of where it came from (its `SOURCE_FILE`). */
+export interface HubSource {
+  repo: string;
+  revision: string;
+  variant: string;
+}
+
+/** Written into a downloaded package: where it came from (the library and Ollama's names read it). */
+export const SOURCE_FILE = '.kvdesk-source.json';
+
+/** Where a package's files came from, when it was downloaded from the hub (undefined otherwise). */
+export async function hubSourceOf(root: string): Promise<HubSource | undefined> {
+  try {
+    const v = JSON.parse(await readFile(path.join(root, SOURCE_FILE), 'utf8')) as Partial<HubSource>;
+    return typeof v.repo === 'string' && typeof v.variant === 'string' && typeof v.revision === 'string'
+      ? { repo: v.repo, revision: v.revision, variant: v.variant }
+      : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+const sameRepo = (a: string, b: string) => a.toLowerCase() === b.toLowerCase();
+
+/** A download about to run: its variant, where it lands and is staged, and what is there already. */
+export interface DownloadPlan {
+  listing: HubListing;
+  variant: HubVariant;
+  root: string;
+  staging: string;
+  /** The package is in the models folder already (from this repository and variant). */
+  present: boolean;
 }
 
 /**
- * Downloads one variant of a repository into `modelsDir/<name>` (staged in `modelsDir/.<name>.partial`, which a
- * later call resumes) and validates it; returns the package folder.
+ * Where a variant lands: `<name>` (or `<name>-<variant>` when the repository offers several), else with the owner
+ * in front when a package of another repository has that folder. Staged in a folder of its own per repository,
+ * revision and variant, which a later try resumes.
  */
-export async function downloadHubModel(
-  spec: string,
+export async function planDownload(
+  listing: HubListing,
   modelsDir: string,
-  opts: HubOptions & {
-    variant?: string;
-    signal?: AbortSignal;
-    onProgress?: (p: DownloadProgress) => void;
-    /** The listing, when the caller has it already. */
-    listing?: HubListing;
-  } = {},
-): Promise<{ root: string; variant: HubVariant; listing: HubListing }> {
-  const listing = opts.listing ?? (await listHubVariants(spec, opts));
+  variantName?: string,
+): Promise<DownloadPlan> {
   const { repo, revision } = listing;
-  const name = opts.variant ?? listing.recommended;
+  const name = variantName ?? listing.recommended;
   const variant = listing.variants.find((v) => v.name === name);
   if (!variant) {
     throw new KvdeskError(
@@ -302,48 +348,161 @@ export async function downloadHubModel(
       { field: 'variant', repo },
     );
   }
-  const folder = downloadFolderName(repo, variant.name, listing);
-  const root = path.join(modelsDir, folder);
-  if (await exists(root)) {
+  const [owner, base] = repo.split('/') as [string, string];
+  const suffix = listing.variants.length === 1 ? '' : `-${variant.name.replace(/[^\w.-]+/g, '-')}`;
+  let root = '';
+  let present = false;
+  for (const folder of [`${base}${suffix}`, `${owner}-${base}${suffix}`]) {
+    root = path.join(modelsDir, folder);
+    if (!(await exists(root))) break;
+    const source = await hubSourceOf(root);
+    if (source && sameRepo(source.repo, repo) && source.variant === variant.name) {
+      present = true;
+      break;
+    }
+  }
+  if (!present && (await exists(root))) {
+    throw new KvdeskError('BAD_REQUEST', `${root} is taken by another package: move it, then download again.`, {
+      field: 'repo',
+      root,
+    });
+  }
+  const key = createHash('sha256').update(`${repo}@${revision}#${variant.name}`).digest('hex').slice(0, 12);
+  const staging = path.join(modelsDir, `.${path.basename(root)}.${key}.partial`);
+  return { listing, variant, root, staging, present };
+}
+
+/**
+ * Downloads one variant of a repository into the models folder (staged beside it, where a later call resumes) and
+ * validates it; returns the package folder. One that is there already is refused (`detail.present`).
+ */
+export async function downloadHubModel(
+  spec: string,
+  modelsDir: string,
+  opts: HubOptions & {
+    variant?: string;
+    signal?: AbortSignal;
+    onProgress?: (p: DownloadProgress) => void;
+    /** The listing, or the whole plan, when the caller has it already. */
+    listing?: HubListing;
+    plan?: DownloadPlan;
+  } = {},
+): Promise<{ root: string; variant: HubVariant; listing: HubListing }> {
+  const plan =
+    opts.plan ?? (await planDownload(opts.listing ?? (await listHubVariants(spec, opts)), modelsDir, opts.variant));
+  const { listing, variant, root, staging } = plan;
+  const { repo, revision } = listing;
+  if (plan.present) {
     throw new KvdeskError(
       'BAD_REQUEST',
       `${repo} (${variant.name}) is downloaded already, in ${root}: load it from the library (to download it again, delete it there first).`,
-      { field: 'repo', root },
+      { field: 'repo', root, present: true },
     );
   }
-  const staging = path.join(modelsDir, `.${folder}.partial`);
   await mkdir(staging, { recursive: true });
-  // What is there already (a download cut off before) needs no room.
-  let have = 0;
-  for (const f of variant.files) have += await sizeOf(path.join(staging, f.to), path.join(staging, `${f.to}.part`));
-  await checkRoom(modelsDir, variant.bytes - have);
-  let done = have;
-  const report = (file: string) =>
-    opts.onProgress?.({ repo, variant: variant.name, file, doneBytes: done, totalBytes: variant.bytes });
-  report('');
-  for (const f of variant.files) {
-    const to = path.join(staging, f.to);
-    const s = await stat(to).catch(() => null);
-    if (s?.isFile() && s.size === f.size) continue; // checked when it was written
-    await mkdir(path.dirname(to), { recursive: true });
-    await fetchFile(repo, revision, f, to, opts, (n) => {
-      done += n;
-      report(f.path);
-    });
-  }
-  // Complete: the package must validate before it joins the models folder.
+  const release = await lock(staging, repo);
   try {
-    await loadModelSpec(staging, { availableBackends: ['CPUExecutionProvider'] });
-  } catch (err) {
-    const problem = packageProblem(err);
-    throw new KvdeskError(
-      'PACKAGE_INVALID',
-      `${repo} (${variant.name}) downloaded, but is not a package kvdesk can load: ${problem.message}`,
-      { repo, ...(problem.file ? { file: problem.file } : {}), ...(problem.field ? { field: problem.field } : {}) },
-    );
+    // What arrived before (a download cut off): complete files checked again (the revision may have moved on),
+    // parts resumed.
+    let have = 0;
+    for (const f of variant.files) {
+      const to = path.join(staging, f.to);
+      const whole = await stat(to).catch(() => null);
+      if (whole?.isFile() && whole.size === f.size && (await matches(to, f))) have += f.size;
+      else {
+        await rm(to, { force: true });
+        const part = await sizeOf(`${to}.part`);
+        if (part < f.size) have += part;
+      }
+    }
+    await checkRoom(modelsDir, variant.bytes - have);
+    let done = have;
+    const report = (file: string) =>
+      opts.onProgress?.({ repo, variant: variant.name, file, doneBytes: done, totalBytes: variant.bytes });
+    report('');
+    for (const f of variant.files) {
+      const to = path.join(staging, f.to);
+      if (await exists(to)) continue; // checked above
+      await mkdir(path.dirname(to), { recursive: true });
+      await fetchFile(repo, revision, f, to, opts, (n) => {
+        done += n;
+        report(f.path);
+      });
+    }
+    // Complete: the package must validate before it joins the models folder.
+    try {
+      await loadModelSpec(staging, { availableBackends: ['CPUExecutionProvider'] });
+    } catch (err) {
+      const problem = packageProblem(err);
+      throw new KvdeskError(
+        'PACKAGE_INVALID',
+        `${repo} (${variant.name}) downloaded, but is not a package kvdesk can load: ${problem.message}`,
+        { repo, ...(problem.file ? { file: problem.file } : {}), ...(problem.field ? { field: problem.field } : {}) },
+      );
+    }
+    const source: HubSource = { repo, revision, variant: variant.name };
+    await writeFile(path.join(staging, SOURCE_FILE), `${JSON.stringify(source)}\n`);
+    await release();
+    try {
+      await rename(staging, root);
+    } catch (err) {
+      throw new KvdeskError(
+        'DOWNLOAD_FAILED',
+        `${repo} (${variant.name}) is complete in ${staging}, but could not become ${root}: ${(err as Error).message}. Move it there by hand, or remove what is in the way and download again.`,
+        { repo, root },
+      );
+    }
+    return { root, variant, listing };
+  } finally {
+    await release();
   }
-  await rename(staging, root);
-  return { root, variant, listing };
+}
+
+/** Whether a complete file is the one the hub lists (its hash; a file without one, by its size alone). */
+async function matches(file: string, f: HubFile): Promise<boolean> {
+  const hash = hasherOf(f);
+  if (!hash) return true;
+  await hashFile(file, hash);
+  return hash.digest('hex') === (f.sha256 ?? f.blob);
+}
+
+function hasherOf(f: HubFile): Hash | null {
+  return f.sha256 ? createHash('sha256') : f.blob ? createHash('sha1').update(`blob ${f.size}\0`) : null;
+}
+
+/**
+ * Takes a staging folder for this process (another kvdesk downloading into it — the window and `kvdesk pull` —
+ * is refused; a lock left by one that is gone is taken over). Returns its release (safe to call twice).
+ */
+async function lock(staging: string, repo: string): Promise<() => Promise<void>> {
+  const file = path.join(staging, '.lock');
+  for (let attempt = 0; attempt < 2; attempt++) {
+    try {
+      await writeFile(file, String(process.pid), { flag: 'wx' });
+      let held = true;
+      return async () => {
+        if (held) await rm(file, { force: true });
+        held = false;
+      };
+    } catch {
+      const pid = Number(await readFile(file, 'utf8').catch(() => ''));
+      if (Number.isInteger(pid) && pid > 0 && pid !== process.pid && alive(pid)) break;
+      if (pid === process.pid) break;
+      await rm(file, { force: true });
+    }
+  }
+  throw new KvdeskError('BAD_REQUEST', `${repo} is being downloaded already (into ${staging}): wait for it to end.`, {
+    field: 'repo',
+  });
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
 }
 
 async function exists(p: string): Promise<boolean> {
@@ -397,7 +556,7 @@ async function fetchFile(
     .split('/')
     .map(encodeURIComponent)
     .join('/')}`;
-  const hash = f.sha256 ? createHash('sha256') : f.blob ? createHash('sha1').update(`blob ${f.size}\0`) : null;
+  const hash = hasherOf(f);
   let res: Response | null = null;
   if (from < f.size || f.size === 0) {
     res = await get(url, opts, {

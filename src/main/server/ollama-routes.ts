@@ -12,7 +12,8 @@ import type { LibraryEntry, ModelInfo } from '../../shared/api';
 import { toErrorInfo } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
 import type { HostApi } from '../host/host-api';
-import { errorFromInfo, HttpError, sendJson, streamHeaders } from './http-util';
+import { hubSourceOf, stripHubPrefix } from '../host/hub-download';
+import { errorFromInfo, HttpError, httpError, sendJson, streamHeaders } from './http-util';
 import {
   loadReply,
   type MappedOllamaRequest,
@@ -124,7 +125,7 @@ export async function serveOllamaPs(hostApi: HostApi, res: ServerResponse): Prom
 export async function serveOllamaShow(hostApi: HostApi, body: unknown, res: ServerResponse): Promise<void> {
   const models = await installedModels(hostApi);
   const id = resolveModel(
-    showModelName(body),
+    await pulledName(hostApi, showModelName(body)),
     models.map((m) => m.id),
   );
   const model = models.find((m) => m.id === id) as ModelInfo;
@@ -138,7 +139,7 @@ export async function serveOllamaShow(hostApi: HostApi, body: unknown, res: Serv
  */
 export async function serveOllamaDelete(hostApi: HostApi, body: unknown, res: ServerResponse): Promise<void> {
   const entries = hostApi.library.list();
-  const id = resolveModel(showModelName(body), [...new Set(entries.map((e) => e.id))]);
+  const id = resolveModel(await pulledName(hostApi, showModelName(body)), [...new Set(entries.map((e) => e.id))]);
   if (hostApi.runner.listModels().some((m) => m.id === id)) {
     const unloaded = await hostApi.call('unloadModel', { id });
     if (!unloaded.ok) throw errorFromInfo(unloaded.error);
@@ -168,7 +169,7 @@ export async function serveOllamaGeneration(
   try {
     mapped = mapOllamaRequest(kind, body);
     const id = resolveModel(
-      mapped.model,
+      await pulledName(hostApi, mapped.model),
       (await installedModels(hostApi)).map((m) => m.id),
     );
     if (mapped.request === null) {
@@ -273,21 +274,37 @@ export function pullTarget(body: unknown): { repo: string; variant?: string; str
   const b = (body && typeof body === 'object' ? body : {}) as Record<string, unknown>;
   const name = b.model ?? b.name;
   if (typeof name !== 'string' || name.length === 0) {
-    throw new HttpError(400, {
-      error: {
-        message: '"model" is required: a Hugging Face repository, hf.co/owner/name[:variant]',
-        type: 'invalid_request_error',
-        param: 'model',
-        code: 'invalid_request',
-      },
-    });
+    throw httpError(
+      400,
+      '"model" is required: a Hugging Face repository, hf.co/owner/name[:variant]',
+      'invalid_request',
+      'model',
+    );
   }
-  const bare = name.replace(/^(https:\/\/)?(hf\.co|huggingface\.co)\//, '');
+  const bare = stripHubPrefix(name);
   const colon = bare.lastIndexOf(':');
   const repo = colon < 0 ? bare : bare.slice(0, colon);
   const tag = colon < 0 ? undefined : bare.slice(colon + 1);
   const stream = b.stream !== false;
   return { repo, ...(tag && tag !== 'latest' ? { variant: tag } : {}), stream };
+}
+
+/**
+ * The library id of a package pulled from the hub under the name a client pulled it by (`hf.co/owner/Name:q4`,
+ * `owner/name`), so it can chat with it by that name as with Ollama's; the name itself otherwise.
+ */
+export async function pulledName(hostApi: HostApi, name: string): Promise<string> {
+  const bare = stripHubPrefix(name);
+  if (!bare.includes('/')) return name;
+  const colon = bare.lastIndexOf(':');
+  const repo = (colon < 0 ? bare : bare.slice(0, colon)).toLowerCase();
+  const tag = colon < 0 ? 'latest' : bare.slice(colon + 1);
+  // Most recently loaded first, as a name of several packages resolves.
+  for (const e of hostApi.library.list()) {
+    const source = await hubSourceOf(e.root);
+    if (source?.repo.toLowerCase() === repo && (tag === 'latest' || source.variant === tag)) return e.id;
+  }
+  return name;
 }
 
 /**
@@ -307,10 +324,27 @@ export async function servePull(hostApi: HostApi, body: unknown, res: ServerResp
       const now = Date.now();
       if (now - last < 200 && p.doneBytes < p.totalBytes) return;
       last = now;
-      line({ status: `pulling ${p.variant}`, digest: p.file, total: p.totalBytes, completed: p.doneBytes });
+      // One "layer" for the whole package: clients draw a bar per digest.
+      line({
+        status: `pulling ${p.variant}`,
+        digest: `${p.repo}:${p.variant}`,
+        total: p.totalBytes,
+        completed: p.doneBytes,
+      });
     });
   } catch (err) {
-    throw errorFromInfo(toErrorInfo(err), { prompt: 'model' });
+    const info = toErrorInfo(err);
+    // As Ollama's pull of a model it has: success.
+    if (info.detail?.present === true) {
+      if (target.stream) {
+        res.writeHead(200, NDJSON_HEADERS);
+        line({ status: 'pulling manifest' });
+        line({ status: 'success' });
+        res.end();
+      } else sendJson(res, 200, { status: 'success' });
+      return;
+    }
+    throw errorFromInfo(info, { prompt: 'model' });
   }
   if (target.stream) {
     res.writeHead(200, NDJSON_HEADERS);

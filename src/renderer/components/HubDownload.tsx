@@ -15,7 +15,8 @@ function DownloadRow({ d }: { d: DownloadStatus }) {
     <li className="download" data-testid="download" data-state={d.state} data-repo={d.repo} data-variant={d.variant}>
       <div className="row">
         <span className="mono">
-          {d.repo} <span className="muted">({d.variant})</span>
+          {d.repo}
+          {d.revision !== 'main' ? `@${d.revision}` : ''} <span className="muted">({d.variant})</span>
         </span>
         <span className="num muted" data-testid="download-bytes">
           {formatBytes(d.doneBytes)} / {formatBytes(d.totalBytes)}
@@ -83,7 +84,10 @@ export function HubDownload() {
   const download = async () => {
     if (!listing) return;
     setBusy(true);
-    const why = await bridge.downloadModel(listing.repo, variant);
+    setError(null);
+    // The revision looked up (a branch other than main goes with the name).
+    const spec = listing.revision === 'main' ? listing.repo : `${listing.repo}@${listing.revision}`;
+    const why = await bridge.downloadModel(spec, variant);
     setBusy(false);
     if (why) setError(why);
     else setListing(null);
@@ -106,7 +110,12 @@ export function HubDownload() {
           data-testid="hub-repo"
           placeholder="owner/name, e.g. onnx-community/Qwen3-0.6B-ONNX"
           value={repo}
-          onChange={(e) => setRepo(e.target.value)}
+          onChange={(e) => {
+            setRepo(e.target.value);
+            // What was looked up is another repository's now.
+            setListing(null);
+            setError(null);
+          }}
         />
         <button type="submit" data-testid="hub-lookup" disabled={busy || !repo.trim()}>
           Look up

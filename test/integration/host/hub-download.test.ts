@@ -5,16 +5,17 @@
  * every file, resumes what was cut off, and the package it leaves loads and generates as the original does.
  */
 import { createHash } from 'node:crypto';
-import { promises as fs } from 'node:fs';
+import { promises as fs, readdirSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import {
   type DownloadProgress,
-  downloadFolderName,
   downloadHubModel,
+  hubSourceOf,
   listHubFiles,
   listHubVariants,
+  planDownload,
 } from '../../../src/main/host/hub-download';
 import { RunnerService } from '../../../src/main/host/runner-service';
 import { loadModelSpec } from '../../../src/main/packages';
@@ -46,6 +47,13 @@ const REPOS: Record<string, Record<string, Buffer | string>> = {
   [CHAT]: chatRepo,
   [GATED]: { ...side, 'onnx/model.onnx': graph },
   'org/readme-only': { 'README.md': '# nothing to run\n', 'config.json': '{}' },
+  // Another owner's repository of the same name, whose generation_config.json differs.
+  'other-org/tiny-chat': {
+    ...chatRepo,
+    'generation_config.json': Buffer.from(
+      JSON.stringify({ ...JSON.parse((chatRepo['generation_config.json'] as Buffer).toString('utf8')), top_k: 7 }),
+    ),
+  },
 };
 if (haveGenai) {
   const repo: Record<string, Buffer> = {};
@@ -66,7 +74,11 @@ let savedToken: string | undefined;
 const opts = () => ({ endpoint: hub.url });
 /** The package folders in the models folder (the staging folder starts with a dot). */
 const packages = async () => (await fs.readdir(modelsDir)).filter((n) => !n.startsWith('.')).sort();
-const staging = (folder: string) => path.join(modelsDir, `.${folder}.partial`);
+/** The staging folder of a package folder's download (one per repository, revision and variant). */
+const staging = (folder: string) => {
+  const names = readdirSync(modelsDir).filter((n) => n.startsWith(`.${folder}.`) && n.endsWith('.partial'));
+  return path.join(modelsDir, names[0] ?? `.${folder}.none.partial`);
+};
 const missing = (p: string) =>
   fs.stat(p).then(
     () => false,
@@ -89,6 +101,7 @@ beforeEach(async () => {
   hub.faults.cutAfter = undefined;
   hub.faults.corrupt.clear();
   hub.faults.ignoreRange = false;
+  hub.faults.stall = undefined;
   hub.options.pageSize = Number.POSITIVE_INFINITY;
 });
 afterEach(async () => {
@@ -164,13 +177,16 @@ describe('downloadHubModel', () => {
       ...opts(),
       onProgress: (p) => progress.push(p),
     });
-    const folder = downloadFolderName(CHAT, 'q4', listing);
+    const folder = path.basename((await planDownload(listing, modelsDir, 'q4')).root);
     expect(folder).toBe('tiny-chat-q4');
     expect(root).toBe(path.join(modelsDir, folder));
     expect(variant.name).toBe('q4');
     expect(await packages()).toEqual([folder]);
     expect(await fs.readdir(modelsDir)).toEqual([folder]); // no staging folder left
     for (const f of Q4) expect((await fs.readFile(path.join(root, f))).equals(chatRepo[f] as Buffer)).toBe(true);
+    // It says where it came from (the library and Ollama's names read it); no lock is left in it.
+    expect(await hubSourceOf(root)).toEqual({ repo: CHAT, revision: 'main', variant: 'q4' });
+    expect(await missing(path.join(root, '.lock'))).toBe(true);
     expect(await missing(path.join(root, 'onnx/model.onnx'))).toBe(true);
     expect(await missing(path.join(root, 'README.md'))).toBe(true);
 
@@ -189,9 +205,6 @@ describe('downloadHubModel', () => {
     expect(referenceTokens.length).toBeGreaterThan(0);
   });
 
-  // BUG (src/main/host/hub-download.ts, fetchFile): a connection cut mid-body rejects with undici's raw
-  // `TypeError: terminated` (cause: SocketError "other side closed"), thrown by pipeline() before the size check
-  // that words "cut off ... run it again to resume"; callers see INTERNAL. Flip to `it` once fixed.
   it('a download cut off fails with DOWNLOAD_FAILED, saying to run it again', async () => {
     hub.faults.cutAfter = { path: 'onnx/model_q4.onnx', bytes: 300_000 };
     await expect(downloadHubModel(CHAT, modelsDir, opts())).rejects.toMatchObject({
@@ -270,7 +283,7 @@ describe('downloadHubModel', () => {
       await expect(
         downloadHubModel(GATED, modelsDir, { ...opts(), ...(token ? { token } : {}) }),
       ).rejects.toMatchObject({
-        code: 'DOWNLOAD_FAILED',
+        code: 'BAD_REQUEST',
         message: expect.stringContaining('HF_TOKEN'),
       });
     }
@@ -295,12 +308,23 @@ describe('downloadHubModel', () => {
   });
 
   it('refusals: unknown repo or revision, nothing to run, bad names, unknown variant, downloaded already', async () => {
-    for (const spec of ['nobody/nothing', `${CHAT}@v9`]) {
-      await expect(downloadHubModel(spec, modelsDir, opts())).rejects.toMatchObject({
-        code: 'BAD_REQUEST',
-        detail: { status: 404 },
-        message: expect.stringContaining('HTTP 404'),
-      });
+    // As the hub: an unknown repository is a 401 without a token (it hides private ones), a 404 with one.
+    await expect(downloadHubModel('nobody/nothing', modelsDir, opts())).rejects.toMatchObject({
+      code: 'BAD_REQUEST',
+      detail: { status: 401 },
+      message: expect.stringMatching(/HTTP 401.*does not exist, or is gated or private: check its owner\/name/),
+    });
+    for (const [spec, token] of [
+      ['nobody/nothing', 'hf_secret'],
+      [`${CHAT}@v9`, undefined],
+    ] as const) {
+      await expect(downloadHubModel(spec, modelsDir, { ...opts(), ...(token ? { token } : {}) })).rejects.toMatchObject(
+        {
+          code: 'BAD_REQUEST',
+          detail: { status: 404 },
+          message: expect.stringContaining('HTTP 404'),
+        },
+      );
     }
     await expect(downloadHubModel('org/readme-only', modelsDir, opts())).rejects.toMatchObject({
       code: 'BAD_REQUEST',
@@ -340,10 +364,70 @@ describe.skipIf(!haveGenai)(`onnxruntime-genai exports${haveGenai ? '' : ` (skip
     expect(listing.recommended).toBe('cpu_and_mobile/cpu-fp32');
     const { root } = await downloadHubModel(REPO, modelsDir, { ...opts(), listing });
     expect(root).toBe(path.join(modelsDir, 'tiny-gpt2-genai-cpu_and_mobile-cpu-fp32'));
-    expect((await fs.readdir(root)).sort()).toEqual((await fs.readdir(GENAI_FIXTURE)).sort());
+    expect((await fs.readdir(root)).sort()).toEqual(
+      [...(await fs.readdir(GENAI_FIXTURE)), '.kvdesk-source.json'].sort(),
+    );
     expect(hub.requests.every((r) => !r.path.includes('/cuda/'))).toBe(true);
     const spec = await loadModelSpec(root);
     expect(spec.layout).toBe('ort-genai');
     expect(spec.numLayers).toBe((await loadModelSpec(GENAI_FIXTURE)).numLayers);
+  });
+});
+
+describe('what the models folder holds already', () => {
+  it("another owner's repository of the same name lands beside it, with its own files", async () => {
+    const a = await downloadHubModel(CHAT, modelsDir, opts());
+    const b = await downloadHubModel('other-org/tiny-chat', modelsDir, opts());
+    expect(path.basename(b.root)).toBe('other-org-tiny-chat-q4');
+    const gen = (root: string) => fs.readFile(path.join(root, 'generation_config.json'));
+    expect((await gen(a.root)).equals(chatRepo['generation_config.json'] as Buffer)).toBe(true);
+    expect((await gen(b.root)).equals(REPOS['other-org/tiny-chat']?.['generation_config.json'] as Buffer)).toBe(true);
+    // Each is "downloaded already" under its own name.
+    const plan = await planDownload(await listHubVariants('other-org/tiny-chat', opts()), modelsDir);
+    expect(plan).toMatchObject({ present: true, root: b.root });
+    await expect(downloadHubModel('other-org/tiny-chat', modelsDir, opts())).rejects.toMatchObject({
+      code: 'BAD_REQUEST',
+      detail: { present: true, root: b.root },
+    });
+  });
+
+  it('a staged file that no longer matches the hub (a revision moved on) is fetched again; progress ends at the total', async () => {
+    hub.faults.cutAfter = { path: 'onnx/model_q4.onnx', bytes: 1000 };
+    await expect(downloadHubModel(CHAT, modelsDir, opts())).rejects.toMatchObject({ code: 'DOWNLOAD_FAILED' });
+    const dir = staging('tiny-chat-q4');
+    // A complete side file that is not the hub's any more (same size), and a part longer than its file.
+    const gen = path.join(dir, 'generation_config.json');
+    const bytes = await fs.readFile(gen);
+    bytes[0] = (bytes[0] as number) ^ 0x01;
+    await fs.writeFile(gen, bytes);
+    await fs.writeFile(path.join(dir, 'config.json.part'), Buffer.alloc(50_000));
+    await fs.rm(path.join(dir, 'config.json'));
+    const progress: DownloadProgress[] = [];
+    const { root } = await downloadHubModel(CHAT, modelsDir, { ...opts(), onProgress: (p) => progress.push(p) });
+    expect(
+      (await fs.readFile(path.join(root, 'generation_config.json'))).equals(
+        chatRepo['generation_config.json'] as Buffer,
+      ),
+    ).toBe(true);
+    expect(progress.at(-1)?.doneBytes).toBe(sizeOf(Q4));
+    expect(progress.every((p) => p.doneBytes <= p.totalBytes)).toBe(true);
+  });
+
+  it('one download of a package at a time: a second one is refused while the first runs', async () => {
+    hub.faults.stall = 'onnx/model_q4.onnx';
+    const abort = new AbortController();
+    const first = downloadHubModel(CHAT, modelsDir, { ...opts(), signal: abort.signal });
+    // Wait until the first holds the staging folder (it has asked for the graph).
+    while (!hub.requests.some((r) => r.path.includes('model_q4.onnx'))) await new Promise((r) => setTimeout(r, 10));
+    await expect(downloadHubModel(CHAT, modelsDir, opts())).rejects.toMatchObject({
+      code: 'BAD_REQUEST',
+      message: expect.stringMatching(/being downloaded already/),
+    });
+    abort.abort();
+    await expect(first).rejects.toThrow();
+    hub.faults.stall = undefined;
+    // Released: the next one resumes and finishes.
+    const { root } = await downloadHubModel(CHAT, modelsDir, opts());
+    expect(await missing(path.join(root, '.lock'))).toBe(true);
   });
 });

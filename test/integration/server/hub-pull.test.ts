@@ -78,6 +78,9 @@ describe('the window: look up, download, the library', () => {
   it('refuses at once what cannot be downloaded, naming why', async () => {
     const missing = await t.hostApi.call('downloadModel', { repo: 'nobody/nothing' });
     expect(missing.ok ? null : missing.error).toMatchObject({ code: 'BAD_REQUEST' });
+    // Downloaded already (the first test's): refused at once, saying where it is.
+    const twice = await t.hostApi.call('downloadModel', { repo: REPO, variant: 'q4' });
+    expect(twice.ok ? null : twice.error).toMatchObject({ code: 'BAD_REQUEST', detail: { present: true } });
     const variant = await t.hostApi.call('downloadModel', { repo: REPO, variant: 'q8' });
     expect(variant.ok ? null : variant.error.message).toMatch(/has no variant "q8": it offers q4 .*, fp32/);
     const bad = await t.hostApi.call('hubVariants', { repo: 'not a repo' });
@@ -145,22 +148,37 @@ describe("Ollama's /api/pull", () => {
         }),
       });
       expect(chat.status).toBe(200);
-      // Pulled again: it is there already (a 400 saying so), and the server goes on.
+      // And by the name it was pulled by, as Ollama's.
+      const byPulled = await fetch(`${t2.url}/api/chat`, {
+        method: 'POST',
+        body: JSON.stringify({
+          model: `hf.co/${REPO}:q4`,
+          messages: [{ role: 'user', content: 'Hi' }],
+          stream: false,
+          options: { num_predict: 4 },
+        }),
+      });
+      expect(byPulled.status).toBe(200);
+      expect(((await byPulled.json()) as { model: string }).model).toBe(`hf.co/${REPO}:q4`);
+      // Pulled again, it is there already: success at once, as Ollama's pull of a model it has.
+      const requests = hub.requests.length;
       const again = await fetch(`${t2.url}/api/pull`, {
         method: 'POST',
         body: JSON.stringify({ model: REPO, stream: false }),
       });
-      expect(again.status).toBe(400);
-      expect(((await again.json()) as { error: string }).error).toMatch(/downloaded already/);
+      expect(again.status).toBe(200);
+      expect(await again.json()).toEqual({ status: 'success' });
+      expect(hub.requests.slice(requests).every((r) => r.path.includes('/tree/'))).toBe(true);
     } finally {
       await t2.close();
     }
   }, 60_000);
 
   it("an unknown repository is an error in Ollama's shape", async () => {
+    // Without a token the hub answers 401 for a repository that does not exist (it hides private ones).
     const r = await post('/api/pull', { model: 'hf.co/nobody/nothing' });
     expect(r.status).toBe(400);
-    expect(JSON.parse(r.text)).toEqual({ error: expect.stringMatching(/HTTP 404/) });
+    expect(JSON.parse(r.text)).toEqual({ error: expect.stringMatching(/HTTP 401.*does not exist, or is gated/) });
     const none = await post('/api/pull', {});
     expect(none.status).toBe(400);
   });
@@ -189,6 +207,11 @@ describe('kvdesk pull', () => {
       expect(r.stdout).toBe('tiny-chat-q4\n');
       expect(r.stderr).toMatch(/pulling onnx-community\/tiny-chat \(q4\): .* 100%/);
       expect(readdirSync(path.join(dataDir, 'models'))).toEqual(['tiny-chat-q4']);
+      // Again: there already, nothing downloaded, the id all the same (as `ollama pull`).
+      const again = await kvdesk(['pull', REPO, '--data-dir', dataDir]);
+      expect(again.status, again.stderr).toBe(0);
+      expect(again.stdout).toBe('tiny-chat-q4\n');
+      expect(again.stderr).toContain('is downloaded already');
       const listed = await kvdesk(['list', '--json', '--data-dir', dataDir]);
       expect(JSON.parse(listed.stdout).packages.map((p: { id: string }) => p.id)).toEqual(['tiny-chat-q4']);
       const bad = await kvdesk(['pull', 'nope', '--data-dir', dataDir]);

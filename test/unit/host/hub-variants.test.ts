@@ -87,8 +87,6 @@ describe('hubVariants: transformers.js / Optimum exports', () => {
     checkBoth([BOTH[0], BOTH[3], BOTH[4], BOTH[1], BOTH[2]] as HubFile[]);
   });
 
-  // BUG (src/main/host/hub-download.ts, hubVariants): "onnx/ first, as the loader reads it" holds only when the
-  // listing names onnx/ first; in the hub's (path-sorted) order the root model.onnx wins. Flip to `it` once fixed.
   it("graphs both in onnx/ and at the root, in the hub's order: onnx/ still wins", () => {
     checkBoth(BOTH);
   });
@@ -161,10 +159,14 @@ describe('parseRepo', () => {
     expect(parseRepo('owner/name@v1.0')).toEqual({ repo: 'owner/name', revision: 'v1.0' });
     expect(parseRepo('owner/name@refs/pr/3')).toEqual({ repo: 'owner/name', revision: 'refs/pr/3' });
     expect(parseRepo('owner/name', 'dev')).toEqual({ repo: 'owner/name', revision: 'dev' });
-    expect(parseRepo('owner/name@ignored', 'dev')).toEqual({ repo: 'owner/name', revision: 'dev' });
+    expect(parseRepo('owner/name@dev', 'dev')).toEqual({ repo: 'owner/name', revision: 'dev' });
+    // Two revisions that differ are one too many.
+    expect(() => parseRepo('owner/name@v1', 'dev')).toThrow(/names revision v1, and the request dev: give one/);
   });
 
-  it('hf.co/ and https://huggingface.co/ addresses', () => {
+  it('hf.co/, huggingface.co/ and https:// addresses', () => {
+    expect(parseRepo('huggingface.co/owner/name')).toEqual({ repo: 'owner/name', revision: 'main' });
+    expect(parseRepo('http://hf.co/owner/name')).toEqual({ repo: 'owner/name', revision: 'main' });
     expect(parseRepo('hf.co/owner/name')).toEqual({ repo: 'owner/name', revision: 'main' });
     expect(parseRepo('https://huggingface.co/owner/name')).toEqual({ repo: 'owner/name', revision: 'main' });
     expect(parseRepo('https://huggingface.co/owner/name@abc123')).toEqual({ repo: 'owner/name', revision: 'abc123' });
