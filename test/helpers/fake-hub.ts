@@ -132,7 +132,7 @@ export async function startFakeHub(
     else res.end(body);
   }
 
-  const server = http.createServer((req, res) => {
+  const handle = (req: http.IncomingMessage, res: http.ServerResponse): unknown => {
     const url = new URL(req.url ?? '/', base);
     requests.push({
       method: req.method ?? 'GET',
@@ -144,6 +144,8 @@ export async function startFakeHub(
       res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify({ error }));
     const segs = url.pathname.split('/').filter(Boolean).map(decodeURIComponent);
     if (segs[0] === 'cdn') {
+      // A signed URL on another origin: as S3 behind the hub's CDN, a request that also brings a token is refused.
+      if (req.headers.authorization) return fail(400, 'Only one auth mechanism allowed');
       const hit = cdn.get(segs[1] ?? '');
       return hit ? sendFile(req, res, hit.path, hit.data) : fail(404, 'Entry not found');
     }
@@ -176,21 +178,31 @@ export async function startFakeHub(
     if (!isLfs(filePath, data)) return sendFile(req, res, filePath, data);
     const sha256 = sha('sha256', data);
     cdn.set(sha256, { path: filePath, data });
-    res.writeHead(302, { location: `${base}/cdn/${sha256}` }).end();
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    res.writeHead(302, { location: `${cdnBase}/cdn/${sha256}` }).end();
+  };
+  const server = http.createServer(handle);
+  // The CDN large files redirect to: another origin, as the hub's.
+  const cdnServer = http.createServer(handle);
+  const listen = (srv: http.Server) =>
+    new Promise<string>((resolve) =>
+      srv.listen(0, '127.0.0.1', () => resolve(`http://127.0.0.1:${(srv.address() as AddressInfo).port}`)),
+    );
+  const base = await listen(server);
+  const cdnBase = await listen(cdnServer);
   return {
     url: base,
     requests,
     served,
     faults,
     options,
-    close: () =>
-      new Promise<void>((resolve, reject) => {
-        server.closeAllConnections();
-        server.close((err) => (err ? reject(err) : resolve()));
-      }),
+    close: async () => {
+      for (const srv of [server, cdnServer]) {
+        await new Promise<void>((resolve, reject) => {
+          srv.closeAllConnections();
+          srv.close((err) => (err ? reject(err) : resolve()));
+        });
+      }
+    },
   };
 }
 

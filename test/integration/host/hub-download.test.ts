@@ -290,6 +290,10 @@ describe('downloadHubModel', () => {
     hub.requests.length = 0;
     const { root } = await downloadHubModel(GATED, modelsDir, { ...opts(), token: 'hf_secret' });
     expect(root).toBe(path.join(modelsDir, 'gated-chat')); // the only variant: the repo's name alone
+    // The graph came from the CDN, another origin, without the token (a signed URL refuses a second credential).
+    const cdnSide = hub.requests.filter((r) => r.path.startsWith('/cdn/'));
+    expect(cdnSide.length).toBeGreaterThan(0);
+    expect(cdnSide.every((r) => r.auth === undefined)).toBe(true);
     const hubSide = hub.requests.filter((r) => !r.path.startsWith('/cdn/'));
     expect(hubSide.some((r) => r.path.includes('/tree/'))).toBe(true);
     expect(hubSide.some((r) => r.path.includes('/resolve/'))).toBe(true);
