@@ -94,6 +94,14 @@ test('regenerate replaces the last reply and keeps the old one as a version; edi
   await app.getByTestId('regenerate').click();
   await expect(lastReply(app)).toHaveAttribute('data-state', 'done', { timeout: 30_000 });
   await expect(lastReply(app).getByTestId('versions')).toHaveAttribute('data-count', '3');
+  // Once the chat goes on, an earlier reply's versions stay as they are (the next turn was written to it).
+  const earlier = lastReply(app);
+  const earlierId = await earlier.getAttribute('data-message-id');
+  await send(app, 'and then?');
+  await expect(lastReply(app)).toHaveAttribute('data-state', 'done', { timeout: 30_000 });
+  const kept = app.locator(`[data-message-id="${earlierId}"]`).getByTestId('versions');
+  await expect(kept).toHaveAttribute('data-count', '3');
+  await expect(kept.getByTestId('version-prev')).toBeDisabled();
 
   const user = app.getByTestId('message-user').first();
   await user.hover();

@@ -227,7 +227,7 @@ function AssistantMessage({
     <div className="message assistant" data-testid="message-assistant" data-message-id={message.id} data-state={state}>
       <div className="who">
         assistant
-        {!live && <VersionNav message={message} threadId={threadId} busy={threadBusy} />}
+        {!live && <VersionNav message={message} threadId={threadId} busy={threadBusy || !isLast} />}
         {!live && (
           <span className="tools">
             {message.content && <CopyButton text={message.content} testId="message-copy" />}
@@ -277,7 +277,10 @@ function AssistantMessage({
   );
 }
 
-/** ‹ 2 / 3 ›: the versions regenerating kept of this reply (none: nothing shown). */
+/**
+ * ‹ 2 / 3 ›: the versions regenerating kept of this reply (none: nothing shown). Only the last reply's turn: the
+ * turns after an earlier one were written to the version it shows (branch from it to go another way).
+ */
 function VersionNav({ message, threadId, busy }: { message: StoredMessage; threadId: string; busy: boolean }) {
   const bridge = useBridge();
   const count = (message.alternatives?.length ?? 0) + 1;
@@ -285,7 +288,13 @@ function VersionNav({ message, threadId, busy }: { message: StoredMessage; threa
   const at = Math.min(message.altIndex ?? count - 1, count - 1);
   const go = (i: number) => bridge.showVersion(threadId, message.id, i);
   return (
-    <span className="versions num" data-testid="versions" data-at={at + 1} data-count={count}>
+    <span
+      className="versions num"
+      data-testid="versions"
+      data-at={at + 1}
+      data-count={count}
+      title={busy ? 'The chat went on from this version: branch from here to go on from another.' : undefined}
+    >
       <button
         type="button"
         className="ghost small"
