@@ -17,11 +17,11 @@ import os from 'node:os';
 import path from 'node:path';
 import { type Browser, chromium, type Page } from 'playwright-core';
 import { CHROMIUM, CHROMIUM_ARGS } from '../test/e2e/chromium';
-import { wsCall } from '../test/e2e/fixtures';
+import { apiThinkingQuestion, wsCall } from '../test/e2e/fixtures';
 import globalSetup from '../test/e2e/global-setup';
 import { ROOT, startServe } from '../test/e2e/serve';
 import { defaultModelRepo, startFakeHub } from '../test/helpers/fake-hub';
-import { naturalThinkingQuestion, smallContextModel, thinkingModel } from '../test/helpers/models';
+import { smallContextModel, thinkingModel } from '../test/helpers/models';
 import { writeTwinPackages } from '../test/helpers/static-cache-models';
 
 const DOCS = path.join(ROOT, 'docs');
@@ -401,23 +401,8 @@ async function longChatShot(browser: Browser): Promise<void> {
 async function thinkingShot(browser: Browser): Promise<void> {
   const server = await startServe(['--model', thinkingModel()]);
   try {
-    // Questions on which the random model ends its reasoning by itself, so each reply has both parts.
-    const ask = async (content: string) => {
-      const res = await fetch(`${server.url}/v1/chat/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({
-          model: 'thinking',
-          messages: [{ role: 'user', content }],
-          max_tokens: 16,
-          temperature: 0,
-        }),
-      });
-      const m = ((await res.json()) as { choices: Array<{ message: { content: string; reasoning_content?: string } }> })
-        .choices[0]?.message;
-      return { text: m?.content ?? '', reasoning: m?.reasoning_content };
-    };
-    const { question } = await naturalThinkingQuestion(ask);
+    // A question on which the random model ends its reasoning by itself, so the reply has both parts.
+    const { question } = await apiThinkingQuestion(server.url);
     const page = await browser.newPage({ viewport: { width: 1200, height: 560 }, deviceScaleFactor: 1 });
     await page.goto(server.url);
     await page.getByTestId('thread-list').and(page.locator('[data-loaded="true"]')).waitFor();

@@ -4,6 +4,7 @@
  */
 import { test as base, expect, type Page } from '@playwright/test';
 import type { SchedulerSnapshot } from '../../src/shared/scheduler-types';
+import { naturalThinkingQuestion } from '../helpers/models';
 import { type ServeHandle, startServe } from './serve';
 
 export const test = base.extend<{ app: Page }, { server: ServeHandle }>({
@@ -117,4 +118,34 @@ export async function wsCall(
   } finally {
     ws.close();
   }
+}
+
+/** A question the thinking model (test/helpers/models.ts) reasons about, then answers, and its greedy reply. */
+export interface ThinkingQuestion {
+  question: string;
+  reasoning: string;
+  content: string;
+  reasoningTokens: number;
+}
+
+/** Finds a ThinkingQuestion through a serve's OpenAI API (greedy, 16 tokens), its thinking model named `model`. */
+export async function apiThinkingQuestion(url: string, model = 'thinking'): Promise<ThinkingQuestion> {
+  const { question, reply } = await naturalThinkingQuestion(async (content) => {
+    const res = await fetch(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model, messages: [{ role: 'user', content }], max_tokens: 16, temperature: 0 }),
+    });
+    const body = (await res.json()) as {
+      choices: Array<{ message: { content: string; reasoning_content?: string } }>;
+      usage: { completion_tokens_details?: { reasoning_tokens: number } };
+    };
+    const m = body.choices[0]?.message;
+    return {
+      text: m?.content ?? '',
+      reasoning: m?.reasoning_content,
+      reasoningTokens: body.usage.completion_tokens_details?.reasoning_tokens ?? 0,
+    };
+  });
+  return { question, reasoning: reply.reasoning ?? '', content: reply.text, reasoningTokens: reply.reasoningTokens };
 }

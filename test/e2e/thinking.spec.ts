@@ -6,52 +6,17 @@
  * what the current model does.
  */
 import { test as base, expect, type Page } from '@playwright/test';
-import { naturalThinkingQuestion, thinkingModel } from '../helpers/models';
-import { lastReply, newChat, send, setSettings } from './fixtures';
+import { thinkingModel } from '../helpers/models';
+import { apiThinkingQuestion, lastReply, newChat, send, setSettings, type ThinkingQuestion } from './fixtures';
 import { type ServeHandle, startServe } from './serve';
 
-/** A prompt on which the greedy model reasons and then answers within 16 tokens, and what it says. */
-interface Natural {
-  prompt: string;
-  reasoning: string;
-  content: string;
-  reasoningTokens: number;
-}
-
-const test = base.extend<object, { thinkServer: ServeHandle & { natural: Natural } }>({
+const test = base.extend<object, { thinkServer: ServeHandle & { natural: ThinkingQuestion } }>({
   thinkServer: [
     // biome-ignore lint/correctness/noEmptyPattern: Playwright fixtures take their dependencies by destructuring
     async ({}, use) => {
       const server = await startServe(['--model', thinkingModel()]);
       // The random model ends its reasoning by itself on some prompts: find one through the API.
-      const { question, reply } = await naturalThinkingQuestion(async (content) => {
-        const res = await fetch(`${server.url}/v1/chat/completions`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({
-            model: 'thinking',
-            messages: [{ role: 'user', content }],
-            max_tokens: 16,
-            temperature: 0,
-          }),
-        });
-        const body = (await res.json()) as {
-          choices: Array<{ message: { content: string; reasoning_content?: string } }>;
-          usage: { completion_tokens_details?: { reasoning_tokens: number } };
-        };
-        const m = body.choices[0]?.message;
-        return {
-          text: m?.content ?? '',
-          reasoning: m?.reasoning_content,
-          reasoningTokens: body.usage.completion_tokens_details?.reasoning_tokens ?? 0,
-        };
-      });
-      const natural: Natural = {
-        prompt: question,
-        reasoning: reply.reasoning ?? '',
-        content: reply.text,
-        reasoningTokens: reply.reasoningTokens,
-      };
+      const natural = await apiThinkingQuestion(server.url);
       await use({ ...server, natural });
       await server.stop();
     },
@@ -73,7 +38,7 @@ test('a thinking model: the reasoning folds above the reply, opens on a click, a
 }) => {
   const { natural } = server;
   await openThinkingChat(page, server.url);
-  await send(page, natural.prompt);
+  await send(page, natural.question);
   const reply = lastReply(page);
   await expect(reply).toHaveAttribute('data-state', 'done');
   // Folded once the reply is written, saying how long it thought and in how many tokens.
@@ -115,7 +80,7 @@ test('a thinking model: the reasoning folds above the reply, opens on a click, a
   await page.getByTestId('setting-thinking').selectOption('off');
   await page.getByTestId('settings-toggle').click();
   await expect(page.getByTestId('settings-summary')).toContainText('thinking off');
-  await send(page, natural.prompt);
+  await send(page, natural.question);
   await expect(lastReply(page)).toHaveAttribute('data-state', 'done');
   await expect(lastReply(page).getByTestId('reasoning')).toHaveCount(0);
   await expect(lastReply(page).getByTestId('message-text')).not.toBeEmpty();

@@ -16,6 +16,7 @@ import {
   chatPromptOfToolTurn,
   eventually,
   LONG_CHAT,
+  ndjsonLines,
   openaiClient,
   settled,
   startTestServer,
@@ -47,17 +48,7 @@ async function json(p: string, body: unknown): Promise<Json> {
   return (await res.json()) as Json;
 }
 
-/** A stream's lines, each parsed; every line ends with a newline. */
-async function lines(res: Response): Promise<Json[]> {
-  expect(res.status).toBe(200);
-  expect(res.headers.get('content-type')).toBe('application/x-ndjson');
-  const text = await res.text();
-  expect(text.endsWith('\n')).toBe(true);
-  return text
-    .slice(0, -1)
-    .split('\n')
-    .map((l) => JSON.parse(l) as Json);
-}
+const lines = ndjsonLines;
 
 /** Greedy, so the random default model gives the same tokens every time. */
 const greedy = (n: number) => ({ temperature: 0, seed: 1, num_predict: n });

@@ -17,7 +17,7 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ChatMessage, GenerateRequest, GenerationResult } from '../../../src/shared/contract';
 import { naturalThinkingQuestion, THINK_END_ID, thinkingModel } from '../../helpers/models';
-import { failure, openaiClient, startTestServer, type TestServer } from './server-helpers';
+import { failure, ndjsonLines, openaiClient, startTestServer, type TestServer } from './server-helpers';
 
 type Json = Record<string, unknown>;
 
@@ -266,17 +266,7 @@ async function ollama(p: string, body: Json): Promise<Json> {
   return (await res.json()) as Json;
 }
 
-/** A stream's lines, each parsed. */
-async function lines(res: Response): Promise<Json[]> {
-  expect(res.status).toBe(200);
-  expect(res.headers.get('content-type')).toBe('application/x-ndjson');
-  const text = await res.text();
-  expect(text.endsWith('\n')).toBe(true);
-  return text
-    .slice(0, -1)
-    .split('\n')
-    .map((l) => JSON.parse(l) as Json);
-}
+const lines = ndjsonLines;
 
 const greedy = { temperature: 0, num_predict: MAX };
 type OllamaMessage = { role: string; content: string; thinking?: string };

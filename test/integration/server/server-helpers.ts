@@ -163,3 +163,15 @@ export function rawRequest(
 
 /** A chat prompt whose greedy reply runs to 1500 tokens on the default model (no eos): a request that stays running. */
 export const LONG_CHAT = [{ role: 'user' as const, content: 'Tell me a long story' }];
+
+/** An Ollama NDJSON stream's lines, each parsed; the stream is a 200 of application/x-ndjson, every line ended. */
+export async function ndjsonLines(res: Response): Promise<Array<Record<string, unknown>>> {
+  expect(res.status).toBe(200);
+  expect(res.headers.get('content-type')).toBe('application/x-ndjson');
+  const text = await res.text();
+  expect(text.endsWith('\n')).toBe(true);
+  return text
+    .slice(0, -1)
+    .split('\n')
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
+}
