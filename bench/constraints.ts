@@ -16,7 +16,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { constraintFor, tokenTable } from '../src/main/engine/json-constraint';
+import { constraintFor, type ReplyConstraint, tokenTable } from '../src/main/engine/json-constraint';
 import { compileSchema } from '../src/main/engine/json-schema';
 import { RunnerService } from '../src/main/host/runner-service';
 import { createTextTokenizer, type TextTokenizer } from '../src/main/tokenizer';
@@ -97,7 +97,11 @@ async function main(): Promise<void> {
 
     /** Median ms of one whole-vocabulary check after `prefix` (fed token by token as bytes of one token each). */
     const maskMs = (schema: Record<string, unknown> | undefined, prefix: string): number => {
-      const c = constraintFor(schema ? { table, schema: compileSchema(schema) } : { table });
+      const c = constraintFor({
+        table,
+        json: true,
+        ...(schema ? { schema: compileSchema(schema) } : {}),
+      }) as ReplyConstraint;
       // Feed the prefix through ids whose bytes spell it (single-byte tokens: GPT-2 has one per byte).
       for (const b of encoder.encode(prefix)) {
         const id = ids.find((i) => {

@@ -98,6 +98,11 @@ export const GenerateRequest = z
      * (true) or answer at once (false). Omitted: as the template does by default.
      */
     thinking: z.boolean().optional(),
+    /**
+     * A thinking model reasons for at most this many tokens: then its reasoning is closed for it (a line break
+     * and the closing marker) and it answers. Counts in maxNewTokens like any token.
+     */
+    thinkingBudget: z.number().int().min(0).max(1_000_000).optional(),
     /** Copies of the prompt to generate (OpenAI `n`); multi-row requests reserve for every row. */
     rows: z.number().int().min(1).max(64).optional(),
     maxNewTokens: z.number().int().min(1).max(1_000_000).optional(),

@@ -9,6 +9,7 @@ import { LoadedDecoder, type SessionKv } from './decoder';
 import type { ReplyForm, TokenTable } from './json-constraint';
 import { compileSchema } from './json-schema';
 import type { EngineCommand, EngineEvent, EngineLoadResult, EngineStats, StepLogprob } from './protocol';
+import { compileBudget } from './reasoning-budget';
 
 /**
  * Token frames are batched: at most one per this many ms per request (the first
@@ -94,20 +95,22 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
         sessions.set(cmd.sessionId, session);
       }
     }
-    // JSON mode and tool calls read the vocabulary's bytes, sent under the key of the host's load.
-    const key = cmd.json ?? cmd.calls?.key;
+    // JSON mode, tool calls and a thinking budget read the vocabulary's bytes, sent under the key of the host's load.
+    const key = cmd.json ?? cmd.calls?.key ?? cmd.budget?.key;
     const held = key !== undefined ? tokenTables.get(cmd.modelId) : undefined;
     if (key !== undefined && held?.key !== key) {
       throw new KvdeskError(
         'INTERNAL',
-        `${cmd.json !== undefined ? 'JSON mode' : 'Tool calls'} need the token table of model ${cmd.modelId} (load ${key}), which the host sends first`,
+        `${cmd.json !== undefined ? 'JSON mode' : cmd.calls ? 'Tool calls' : 'A thinking budget'} needs the token table of model ${cmd.modelId} (load ${key}), which the host sends first`,
       );
     }
     // The host compiled the schemas already to refuse what it cannot enforce; a failure here is a bug.
     const json: ReplyForm | undefined = held && {
       table: held.table,
+      ...(cmd.json !== undefined ? { json: true } : {}),
       ...(cmd.jsonSchema !== undefined ? { schema: compileSchema(cmd.jsonSchema) } : {}),
       ...(cmd.json === undefined && cmd.calls ? { calls: compileCallGrammar(cmd.calls.grammar) } : {}),
+      ...(cmd.json === undefined && cmd.budget ? { budget: compileBudget(cmd.budget.spec) } : {}),
     };
     const state: RunningGeneration = { stop: null };
     running.set(cmd.requestId, state);

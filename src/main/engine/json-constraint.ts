@@ -13,6 +13,7 @@
  */
 import { CallConstraint, type CompiledCallGrammar } from './call-constraint';
 import { feedSchemaBytes, initialSchemaState, type SchemaNode, type SchemaState } from './json-schema';
+import { type CompiledBudget, ReasoningBudget } from './reasoning-budget';
 
 /** Lexer states. Containers live on the stack; these say where inside a value the recogniser is. */
 enum S {
@@ -421,12 +422,22 @@ export class JsonConstraint extends TokenConstraint<JsonState> {
  */
 export interface ReplyForm {
   table: TokenTable;
+  /** JSON mode (a JSON object; conforming to `schema` when there is one). */
+  json?: boolean;
   schema?: SchemaNode;
   calls?: CompiledCallGrammar;
+  /** A thinking budget around the rest. */
+  budget?: CompiledBudget;
 }
 
-/** A new row's constraint for a job's reply form. */
-export function constraintFor(form: ReplyForm): ReplyConstraint {
-  if (form.calls) return new CallConstraint(form.table, form.calls);
-  return form.schema ? new TokenConstraint(form.table, schemaRecogniser(form.schema)) : new JsonConstraint(form.table);
+/** A new row's constraint for a job's reply form (undefined: the reply is free). */
+export function constraintFor(form: ReplyForm): ReplyConstraint | undefined {
+  const inner = form.calls
+    ? new CallConstraint(form.table, form.calls)
+    : form.schema
+      ? new TokenConstraint(form.table, schemaRecogniser(form.schema))
+      : form.json
+        ? new JsonConstraint(form.table)
+        : undefined;
+  return form.budget ? new ReasoningBudget(form.table, form.budget, inner) : inner;
 }

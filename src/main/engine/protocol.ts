@@ -7,6 +7,7 @@
 import type { ErrorInfo } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
 import type { CallGrammar } from './call-constraint';
+import type { BudgetSpec } from './reasoning-budget';
 
 /** Sampling settings of one request. temperature 0 (or greedy) means argmax. */
 export interface SamplingParams {
@@ -91,6 +92,11 @@ export type EngineCommand =
        * with the token table sent under `key` before. Not with `json`.
        */
       calls?: { key: number; grammar: CallGrammar };
+      /**
+       * A thinking model's reasoning closed for it after this many tokens (reasoning-budget.ts), with the token
+       * table sent under `key` before.
+       */
+      budget?: { key: number; spec: BudgetSpec };
       /** Chat session whose KV is kept after this turn (rows must be 1). */
       sessionId?: string;
     }

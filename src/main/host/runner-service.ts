@@ -1158,7 +1158,22 @@ class Generation {
         calls && plan
           ? { ...calls, reasoning: { open: plan.spec.open, close: plan.spec.close, inside: plan.inside } }
           : calls;
-      if (jsonMode(this.req) || grammar) {
+      // A thinking budget: the engine closes the reasoning after that many tokens.
+      const budget =
+        plan && this.req.thinkingBudget !== undefined
+          ? {
+              key: this.model.loadKey,
+              spec: {
+                open: plan.spec.open,
+                close: plan.spec.close,
+                inside: plan.inside,
+                tokens: this.req.thinkingBudget,
+                // The close as the tokenizer writes it (the model knows its marker as one token, often).
+                force: this.model.tokenizer.encode(`\n${plan.spec.close}\n\n`, { addSpecialTokens: false }),
+              },
+            }
+          : undefined;
+      if (jsonMode(this.req) || grammar || budget) {
         const model = this.model;
         this.host.engine.ensureTokenTable(model.id, model.loadKey, () => {
           model.tokenBytes ??= tokenBytesOf(model);
@@ -1178,6 +1193,7 @@ class Generation {
           ...(jsonMode(this.req) ? { json: this.model.loadKey } : {}),
           ...(this.req.jsonSchema ? { jsonSchema: this.req.jsonSchema } : {}),
           ...(grammar ? { calls: { key: this.model.loadKey, grammar } } : {}),
+          ...(budget ? { budget } : {}),
           ...(this.req.sessionId ? { sessionId: this.req.sessionId } : {}),
         },
         {

@@ -155,6 +155,27 @@ describe('a thinking model', () => {
     expect(r.tokenIds).toEqual(plain.tokenIds);
   });
 
+  it('a thinking budget closes the reasoning after that many tokens, and the model answers', async () => {
+    const free = await run({ sampling: { greedy: true }, maxNewTokens: 24 });
+    expect(free.tokenIds.slice(0, 12)).not.toContain(THINK_END_ID);
+    // What closes it, as the tokenizer writes it: </think> is one token.
+    const close = h.tokenizerOf('thinking').encode('\n</think>\n\n', { addSpecialTokens: false });
+    expect(close).toContain(THINK_END_ID);
+    for (const budget of [0, 4]) {
+      const r = await run({ sampling: { greedy: true }, maxNewTokens: 24, thinkingBudget: budget });
+      // The first `budget` tokens are the free reply's; then the close is written for it.
+      expect(r.tokenIds.slice(0, budget)).toEqual(free.tokenIds.slice(0, budget));
+      expect(r.tokenIds.slice(budget, budget + close.length)).toEqual(close);
+      const at = r.tokenIds.indexOf(THINK_END_ID);
+      expect(r.reasoning).toBe(decode(r.tokenIds.slice(0, budget)).trim());
+      expect(r.text.length).toBeGreaterThan(0);
+      expect(r.text).toBe(decode(r.tokenIds.slice(at + 1)).trimStart());
+    }
+    // A budget the reply stays under changes nothing.
+    const under = await run({ thinkingBudget: 100 });
+    expect(under.tokenIds).toEqual((await run({})).tokenIds);
+  });
+
   it('a plain completion (no chat template) is the text as written', async () => {
     const r = await h.generate({
       model: 'thinking',

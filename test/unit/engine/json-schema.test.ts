@@ -1,7 +1,12 @@
 import Ajv from 'ajv';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { constraintFor, tokenTable } from '../../../src/main/engine/json-constraint';
+import {
+  constraintFor,
+  type ReplyConstraint,
+  type ReplyForm,
+  tokenTable,
+} from '../../../src/main/engine/json-constraint';
 import {
   compileSchema,
   feedSchemaByte,
@@ -1030,10 +1035,13 @@ describe('unions whose alternatives begin alike', () => {
   });
 });
 
+/** JSON mode's constraint for a reply form (one always exists). */
+const jsonConstraint = (form: ReplyForm) => constraintFor({ ...form, json: true }) as ReplyConstraint;
+
 describe('a schema constraint over a vocabulary', () => {
   it('allows only the tokens that continue a conforming reply', () => {
     const pieces = ['{"', 'list', '":[', '1', ',', '2', '],"', 'n":', 'null', '}', '{}', ' ', '"', ']}'];
-    const c = constraintFor({
+    const c = jsonConstraint({
       table: tokenTable(
         pieces.map((p) => [...Buffer.from(p)]),
         [],
@@ -1076,7 +1084,7 @@ describe('a schema constraint over a vocabulary', () => {
       pieces.map((p) => [...Buffer.from(p)]),
       [],
     );
-    const c = constraintFor({ table, schema: compileSchema(TOOLS) });
+    const c = jsonConstraint({ table, schema: compileSchema(TOOLS) });
     const allowed = () => pieces.filter((_, id) => c.allows(id));
     const accept = (piece: string) => c.accept(pieces.indexOf(piece));
     expect(allowed()).toEqual(['{"name":"']);
