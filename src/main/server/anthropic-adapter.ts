@@ -226,6 +226,12 @@ export function mapMessagesRequest(input: unknown, opts: { countOnly?: boolean }
     parallelToolCalls: parallel,
   });
   if (thinking !== undefined) request.thinking = thinking;
+  const budget = thinking === true ? (body.thinking as { budget_tokens?: unknown }).budget_tokens : undefined;
+  if (budget !== undefined && budget !== null) {
+    if (typeof budget !== 'number' || !Number.isInteger(budget) || budget < 0)
+      throw bad('thinking.budget_tokens must be a whole number of tokens (0 or more).', 'thinking.budget_tokens');
+    request.thinkingBudget = budget;
+  }
   // A final assistant message is a prefill: the reply continues it (and is the continuation only).
   const final = messages[messages.length - 1];
   if (final?.role === 'assistant') {
@@ -250,8 +256,8 @@ export function mapMessagesRequest(input: unknown, opts: { countOnly?: boolean }
 }
 
 /**
- * `thinking`: `enabled` (or `adaptive`) asks a thinking model to reason, `disabled` to answer at once (where its
- * template has the switch). kvdesk holds no budget: `budget_tokens` is not enforced (max_tokens still is).
+ * `thinking`: `enabled` (or `adaptive`) asks a thinking model to reason, `disabled` to answer at once. An enabled
+ * thinking's `budget_tokens` is the thinking budget (the reasoning is closed for the model after that many).
  */
 function thinkingOf(body: Body): boolean | undefined {
   if (!present(body, 'thinking')) return undefined;

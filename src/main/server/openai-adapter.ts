@@ -440,6 +440,9 @@ export function mapOpenAiRequest(kind: OpenAiKind, input: unknown): MappedReques
     if (boolean(body, 'continue_final_message') === true) request.continueFinal = true;
     const thinking = thinkingSwitch(body);
     if (thinking !== undefined) request.thinking = thinking;
+    // Qwen's API's name for a thinking budget (the reasoning is closed for the model after that many tokens).
+    const budget = number(body, 'thinking_budget', { min: 0, int: true });
+    if (budget !== undefined) request.thinkingBudget = budget;
   } else {
     const p = body.prompt;
     let texts: string[] | null = null;

@@ -260,6 +260,8 @@ export function mapResponsesRequest(input: unknown): MappedResponseRequest {
   });
   const effort = effortOf(body);
   if (effort === 'none') request.thinking = false;
+  const budget = budgetOf(body);
+  if (budget !== undefined) request.thinkingBudget = budget;
   const truncation = body.truncation === 'auto' ? 'auto' : 'disabled';
   if (truncation === 'auto') request.contextOverflow = 'drop-oldest';
   if (format.type === 'json_object') request.responseFormat = 'json';
@@ -309,6 +311,13 @@ function effortOf(body: Body): string | undefined {
   if (typeof r !== 'object' || Array.isArray(r)) throw bad('"reasoning" must be an object.', 'reasoning');
   if (r.effort === undefined || r.effort === null) return undefined;
   return reasoningEffort(r.effort, 'reasoning.effort');
+}
+
+/** `reasoning.max_tokens` (OpenRouter's): the thinking budget. */
+function budgetOf(body: Body): number | undefined {
+  const r = body.reasoning as Record<string, unknown> | null | undefined;
+  if (typeof r !== 'object' || r === null) return undefined;
+  return number(r, 'max_tokens', { min: 0, int: true, field: 'reasoning.max_tokens' });
 }
 
 /** The identity of one response, shared by its body and every event of its stream. */

@@ -735,3 +735,25 @@ describe('OpenAI chat replies: reasoning_content and reasoning_tokens', () => {
     expect(call.choices[0]?.message).toMatchObject({ content: null, reasoning_content: 'Call it.' });
   });
 });
+
+describe('thinking budgets in each API', () => {
+  const user = [{ role: 'user', content: 'hi' }];
+  it("Anthropic's budget_tokens, chat completions' thinking_budget, Responses' reasoning.max_tokens", () => {
+    const anthropic = (thinking: unknown) =>
+      mapMessagesRequest({ model: 'm', max_tokens: 8, messages: user, thinking }).request;
+    expect(anthropic({ type: 'enabled', budget_tokens: 1024 })).toMatchObject({ thinking: true, thinkingBudget: 1024 });
+    expect(anthropic({ type: 'adaptive' })).not.toHaveProperty('thinkingBudget');
+    // A budget of a thinking turned off means nothing.
+    expect(anthropic({ type: 'disabled', budget_tokens: 1024 })).not.toHaveProperty('thinkingBudget');
+    expect(refusal(() => anthropic({ type: 'enabled', budget_tokens: 1.5 })).body.error.param).toBe(
+      'thinking.budget_tokens',
+    );
+    const chat = (extra: object) => mapOpenAiRequest('chat', { model: 'm', messages: user, ...extra }).request;
+    expect(chat({ thinking_budget: 256 }).thinkingBudget).toBe(256);
+    expect(chat({}).thinkingBudget).toBeUndefined();
+    expect(refusal(() => chat({ thinking_budget: -1 })).body.error.param).toBe('thinking_budget');
+    const responses = (reasoning: unknown) => mapResponsesRequest({ model: 'm', input: 'hi', reasoning }).request;
+    expect(responses({ max_tokens: 64 }).thinkingBudget).toBe(64);
+    expect(refusal(() => responses({ max_tokens: 'lots' })).body.error.param).toBe('reasoning.max_tokens');
+  });
+});
