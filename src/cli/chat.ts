@@ -65,6 +65,8 @@ export interface ChatOptions {
   contextOverflow: 'drop-oldest' | 'refuse';
   /** A thinking model reasons (true) or replies at once (false); absent: as the model does. */
   thinking?: boolean;
+  /** A thinking model's reasoning is closed for it after this many tokens. */
+  thinkingBudget?: number;
 }
 
 /**
@@ -111,6 +113,9 @@ export class ChatSession {
       ...(this.options.maxNewTokens !== undefined ? { maxNewTokens: this.options.maxNewTokens } : {}),
       ...(Object.keys(this.options.sampling).length > 0 ? { sampling: this.options.sampling } : {}),
       ...(this.options.thinking !== undefined ? { thinking: this.options.thinking } : {}),
+      ...(this.options.thinkingBudget !== undefined && this.model.spec.reasoning && this.options.thinking !== false
+        ? { thinkingBudget: this.options.thinkingBudget }
+        : {}),
       ...(this.options.contextOverflow === 'drop-oldest'
         ? { contextOverflow: 'drop-oldest' as const, droppedMessages: this.dropped }
         : {}),
@@ -385,6 +390,7 @@ export async function chat(
     verbose: { type: 'boolean' },
     think: { type: 'boolean' },
     nothink: { type: 'boolean' },
+    'thinking-budget': { type: 'string' },
     'context-overflow': { type: 'string' },
     'kv-budget': { type: 'string' },
     threads: { type: 'string' },
@@ -413,6 +419,8 @@ export async function chat(
     if (values.think && values.nothink) throw badArgs('give --think or --nothink, not both');
     if (values.think) chatOptions.thinking = true;
     if (values.nothink) chatOptions.thinking = false;
+    const budget = parseNumber('thinking-budget', values['thinking-budget'], true);
+    if (budget !== undefined) chatOptions.thinkingBudget = budget;
     const maxNew = parseNumber('max-new-tokens', values['max-new-tokens'], true);
     if (maxNew !== undefined) chatOptions.maxNewTokens = maxNew;
     const threads = parseNumber('threads', values.threads, true);

@@ -58,6 +58,7 @@ generate options:
   --system TEXT            system prompt (with --chat)
   --think | --nothink      with --chat, a thinking model (Qwen3…): reason first, or reply at once; its
                            reasoning goes to stderr (the "reasoning" field with --json)
+  --thinking-budget N      with --chat, a thinking model reasons for at most N tokens, then answers
   --max-new-tokens N       tokens to generate (default: package default or 256)
   --greedy                 always take the most likely token
   --temperature T --top-k K --top-p P --min-p M --repetition-penalty R
@@ -83,6 +84,7 @@ stops a reply, Ctrl+D or /bye ends, /? lists the commands; with stdin from a pip
   --verbose                each reply's figures (tokens, speed, prompt and reused tokens, KV) on stderr
   --think | --nothink      a thinking model reasons first, or replies at once (also /set think, /set nothink);
                            its reasoning goes to stderr between "Thinking..." and "...done thinking."
+  --thinking-budget N      a thinking model reasons for at most N tokens, then answers
   --context-overflow P     drop-oldest (default: a conversation longer than the context goes on without its
                            oldest turns) or refuse
 
@@ -202,6 +204,7 @@ async function generate(args: string[], io: Io): Promise<number> {
     system: { type: 'string' },
     think: { type: 'boolean' },
     nothink: { type: 'boolean' },
+    'thinking-budget': { type: 'string' },
     'max-new-tokens': { type: 'string' },
     ...SAMPLING_OPTIONS,
     logprobs: { type: 'string' },
@@ -248,6 +251,9 @@ async function generate(args: string[], io: Io): Promise<number> {
     if (values.think && values.nothink) throw badArgs('give --think or --nothink, not both');
     if ((values.think || values.nothink) && !values.chat) throw badArgs('--think and --nothink go with --chat');
     if (values.think || values.nothink) request.thinking = values.think === true;
+    const budget = parseNumber('thinking-budget', values['thinking-budget'], true);
+    if (budget !== undefined && !values.chat) throw badArgs('--thinking-budget goes with --chat');
+    if (budget !== undefined) request.thinkingBudget = budget;
     const maxNew = parseNumber('max-new-tokens', values['max-new-tokens'], true);
     if (maxNew !== undefined) request.maxNewTokens = maxNew;
     const rows = parseNumber('rows', values.rows, true);

@@ -149,6 +149,8 @@ export const Thread = z.object({
   stop: z.array(z.string().min(1).max(200)).max(16).optional(),
   /** A thinking model reasons before it replies (true) or replies at once (false); absent: as the model does. */
   thinking: z.boolean().optional(),
+  /** A thinking model's reasoning is closed for it after this many tokens (absent: no limit but max tokens). */
+  thinkingBudget: z.number().int().min(0).max(1_000_000).optional(),
   messages: z.array(StoredMessage).max(10_000),
 });
 export type Thread = z.infer<typeof Thread>;
@@ -223,6 +225,7 @@ export const Preset = z.object({
   stop: z.array(z.string().min(1).max(200)).max(16).optional(),
   contextOverflow: z.enum(['drop-oldest', 'refuse']).optional(),
   thinking: z.boolean().optional(),
+  thinkingBudget: z.number().int().min(0).max(1_000_000).optional(),
 });
 export type Preset = z.infer<typeof Preset>;
 

@@ -74,6 +74,21 @@ test('a thinking model: the reasoning folds above the reply, opens on a click, a
   await expect(lastReply(page).getByTestId('message-text')).toBeEmpty();
   await setSettings(page, { maxNewTokens: 16 });
 
+  // A thinking budget of 2: the reasoning is closed for it after two tokens, and it answers.
+  await page.getByTestId('settings-toggle').click();
+  await page.getByTestId('setting-thinkingBudget').fill('2');
+  await page.getByTestId('setting-thinkingBudget').blur();
+  await page.getByTestId('settings-toggle').click();
+  await expect(page.getByTestId('settings-summary')).toContainText('thinking ≤ 2 tok');
+  await send(page, 'Why is the sea blue?');
+  await expect(lastReply(page)).toHaveAttribute('data-state', 'done');
+  await expect(lastReply(page).getByTestId('reasoning-toggle')).toContainText(/· [2-4] tok$/);
+  await expect(lastReply(page).getByTestId('message-text')).not.toBeEmpty();
+  await page.getByTestId('settings-toggle').click();
+  await page.getByTestId('setting-thinkingBudget').fill('');
+  await page.getByTestId('setting-thinkingBudget').blur();
+  await page.getByTestId('settings-toggle').click();
+
   // Turned off: the settings say what this model does, and the next reply has no reasoning.
   await page.getByTestId('settings-toggle').click();
   await expect(page.getByTestId('thinking-note')).toContainText('its template has a switch for it');

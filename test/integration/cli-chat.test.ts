@@ -271,6 +271,8 @@ describe('kvdesk chat', () => {
     expect(json).toMatchObject({ text: found.reply.text, reasoning: found.reply.reasoning });
     expect(json.reasoningTokens).toBe(found.reply.reasoningTokens);
     expect(JSON.parse(kvdesk([...args, '--nothink']).stdout)).toMatchObject({ reasoning: '', reasoningTokens: 0 });
+    // A budget of 0: the reasoning is closed before it begins, and the reply is the answer.
+    expect(JSON.parse(kvdesk([...args, '--thinking-budget', '0']).stdout)).toMatchObject({ reasoning: '' });
     // A model that does not think says so and changes nothing.
     const plain = kvdesk(['chat', defaultModelDir, ...GREEDY], '/set think\n');
     expect(plain.stderr).toContain('default does not think: there is nothing to turn on');

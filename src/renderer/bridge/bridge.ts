@@ -75,6 +75,7 @@ export interface Bridge {
       contextOverflow?: 'drop-oldest' | 'refuse' | undefined;
       stop?: string[] | undefined;
       thinking?: boolean | undefined;
+      thinkingBudget?: number | undefined;
     },
   ): void;
   /** Sends a user message in the active thread (creating one if there is none). */
@@ -260,6 +261,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       ...(t.stop?.length ? { stop: t.stop } : {}),
       ...(t.contextOverflow ? { contextOverflow: t.contextOverflow } : {}),
       ...(t.thinking !== undefined ? { thinking: t.thinking } : {}),
+      ...(t.thinkingBudget !== undefined ? { thinkingBudget: t.thinkingBudget } : {}),
     };
   }
 
@@ -546,6 +548,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         stop: p.stop,
         contextOverflow: p.contextOverflow,
         thinking: p.thinking,
+        thinkingBudget: p.thinkingBudget,
       });
       saveThread(threadId);
     },
@@ -604,6 +607,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       if ('contextOverflow' in patch) next.contextOverflow = patch.contextOverflow;
       if ('stop' in patch) next.stop = patch.stop;
       if ('thinking' in patch) next.thinking = patch.thinking;
+      if ('thinkingBudget' in patch) next.thinkingBudget = patch.thinkingBudget;
       s().updateThread(id, next);
       saveThread(id);
     },

@@ -53,6 +53,9 @@ export function buildChatRequest(
     ...(thread.stop && thread.stop.length > 0 ? { stop: thread.stop } : {}),
     ...jsonForm(thread),
     ...(thread.thinking !== undefined && model?.reasoning ? { thinking: thread.thinking } : {}),
+    ...(thread.thinkingBudget !== undefined && thread.thinking !== false && model?.reasoning
+      ? { thinkingBudget: thread.thinkingBudget }
+      : {}),
     ...overflowPolicy(thread, history, model?.contextLength),
     sessionId: thread.id,
     threadId: thread.id,

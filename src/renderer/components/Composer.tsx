@@ -33,6 +33,8 @@ function summary(thread: Thread | undefined): string {
   if (thread?.contextOverflow === 'refuse') parts.push('no context overflow');
   if (thread?.stop?.length) parts.push(`stop ×${thread.stop.length}`);
   if (thread?.thinking !== undefined) parts.push(thread.thinking ? 'thinking on' : 'thinking off');
+  if (thread?.thinkingBudget !== undefined && thread.thinking !== false)
+    parts.push(`thinking ≤ ${thread.thinkingBudget} tok`);
   return parts.join(' · ');
 }
 

@@ -169,6 +169,33 @@ function ThinkingSetting({ thread }: { thread: Thread }) {
   );
 }
 
+/** How many tokens a thinking model may reason before its reasoning is closed for it (empty: no limit). */
+function ThinkingBudget({ thread }: { thread: Thread }) {
+  const bridge = useBridge();
+  return (
+    <label title="A thinking model reasons for at most this many tokens; then kvdesk closes its reasoning and it answers. Empty: no limit but max tokens.">
+      thinking budget (tokens)
+      <input
+        type="number"
+        data-testid="setting-thinkingBudget"
+        min={0}
+        step={1}
+        placeholder="no limit"
+        defaultValue={thread.thinkingBudget ?? ''}
+        onBlur={(e) => {
+          const v = readNumber(e.target.value, { min: 0, max: 1_000_000, int: true });
+          if (v === null) e.target.setCustomValidity('a whole number of tokens, 0 or more');
+          else {
+            e.target.setCustomValidity('');
+            if (v !== thread.thinkingBudget) bridge.updateThreadSettings(thread.id, { thinkingBudget: v });
+          }
+          e.target.reportValidity();
+        }}
+      />
+    </label>
+  );
+}
+
 export function SettingsPanel({ thread, presets }: { thread: Thread; presets: PresetProps }) {
   const bridge = useBridge();
   const sampling = thread.sampling ?? {};
@@ -260,6 +287,7 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
         </select>
       </label>
       <ThinkingSetting thread={thread} />
+      <ThinkingBudget thread={thread} />
       <label
         className="wide"
         title="A reply ends where one of these would appear (the string itself is not shown). One per line, at most 16."

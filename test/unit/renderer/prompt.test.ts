@@ -82,6 +82,11 @@ describe('chat requests', () => {
     expect(buildChatRequest(off, history, 'r1', r1).thinking).toBe(false);
     expect(buildChatRequest(off, history, 'plain', { contextLength: 4096 })).not.toHaveProperty('thinking');
     expect(buildChatRequest(off, history, null)).not.toHaveProperty('thinking');
+    // A thinking budget goes with thinking (not with it off), to a thinking model.
+    const budget = thread('t1', { thinkingBudget: 64 });
+    expect(buildChatRequest(budget, history, 'q', qwen).thinkingBudget).toBe(64);
+    expect(buildChatRequest({ ...budget, thinking: false }, history, 'q', qwen)).not.toHaveProperty('thinkingBudget');
+    expect(buildChatRequest(budget, history, 'plain', { contextLength: 4096 })).not.toHaveProperty('thinkingBudget');
   });
 
   it('omits empty settings so the package defaults apply', () => {
