@@ -420,6 +420,7 @@ export async function chat(
     if (values.think) chatOptions.thinking = true;
     if (values.nothink) chatOptions.thinking = false;
     const budget = parseNumber('thinking-budget', values['thinking-budget'], true);
+    if (budget !== undefined && budget < 0) throw badArgs('--thinking-budget expects 0 or more tokens');
     if (budget !== undefined) chatOptions.thinkingBudget = budget;
     const maxNew = parseNumber('max-new-tokens', values['max-new-tokens'], true);
     if (maxNew !== undefined) chatOptions.maxNewTokens = maxNew;

@@ -253,6 +253,7 @@ async function generate(args: string[], io: Io): Promise<number> {
     if (values.think || values.nothink) request.thinking = values.think === true;
     const budget = parseNumber('thinking-budget', values['thinking-budget'], true);
     if (budget !== undefined && !values.chat) throw badArgs('--thinking-budget goes with --chat');
+    if (budget !== undefined && budget < 0) throw badArgs('--thinking-budget expects 0 or more tokens');
     if (budget !== undefined) request.thinkingBudget = budget;
     const maxNew = parseNumber('max-new-tokens', values['max-new-tokens'], true);
     if (maxNew !== undefined) request.maxNewTokens = maxNew;

@@ -101,7 +101,7 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
     if (key !== undefined && held?.key !== key) {
       throw new KvdeskError(
         'INTERNAL',
-        `${cmd.json !== undefined ? 'JSON mode' : cmd.calls ? 'Tool calls' : 'A thinking budget'} needs the token table of model ${cmd.modelId} (load ${key}), which the host sends first`,
+        `${cmd.json !== undefined ? 'JSON mode needs' : cmd.calls ? 'Tool calls need' : 'A thinking budget needs'} the token table of model ${cmd.modelId} (load ${key}), which the host sends first`,
       );
     }
     // The host compiled the schemas already to refuse what it cannot enforce; a failure here is a bug.

@@ -140,7 +140,9 @@ export class ReasoningBudget implements ReplyConstraint {
       }
     }
     if (count) this.spent++;
-    if (this.spent >= this.budget.tokens) {
+    // Spent: the close is written for the model — unless it is writing the marker itself (a few tokens' grace).
+    const over = this.spent - this.budget.tokens;
+    if (over >= 0 && (this.n === 0 || over >= close.length)) {
       this.phase = 'forcing';
       this.n = 0;
     }

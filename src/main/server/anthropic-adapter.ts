@@ -230,6 +230,9 @@ export function mapMessagesRequest(input: unknown, opts: { countOnly?: boolean }
   if (budget !== undefined && budget !== null) {
     if (typeof budget !== 'number' || !Number.isInteger(budget) || budget < 0)
       throw bad('thinking.budget_tokens must be a whole number of tokens (0 or more).', 'thinking.budget_tokens');
+    // As Anthropic: the answer needs room after the reasoning.
+    if (maxTokens !== undefined && budget >= maxTokens)
+      throw bad('thinking.budget_tokens must be less than max_tokens.', 'thinking.budget_tokens');
     request.thinkingBudget = budget;
   }
   // A final assistant message is a prefill: the reply continues it (and is the continuation only).

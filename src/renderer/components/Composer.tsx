@@ -34,7 +34,7 @@ function summary(thread: Thread | undefined): string {
   if (thread?.stop?.length) parts.push(`stop ×${thread.stop.length}`);
   if (thread?.thinking !== undefined) parts.push(thread.thinking ? 'thinking on' : 'thinking off');
   if (thread?.thinkingBudget !== undefined && thread.thinking !== false)
-    parts.push(`thinking ≤ ${thread.thinkingBudget} tok`);
+    parts.push(`thinking budget ${thread.thinkingBudget}`);
   return parts.join(' · ');
 }
 

@@ -227,7 +227,7 @@ function AssistantMessage({
     <div className="message assistant" data-testid="message-assistant" data-message-id={message.id} data-state={state}>
       <div className="who">
         assistant
-        {!live && <VersionNav message={message} threadId={threadId} busy={threadBusy || !isLast} />}
+        {!live && <VersionNav message={message} threadId={threadId} busy={threadBusy} last={isLast} />}
         {!live && (
           <span className="tools">
             {message.content && <CopyButton text={message.content} testId="message-copy" />}
@@ -281,7 +281,17 @@ function AssistantMessage({
  * ‹ 2 / 3 ›: the versions regenerating kept of this reply (none: nothing shown). Only the last reply's turn: the
  * turns after an earlier one were written to the version it shows (branch from it to go another way).
  */
-function VersionNav({ message, threadId, busy }: { message: StoredMessage; threadId: string; busy: boolean }) {
+function VersionNav({
+  message,
+  threadId,
+  busy,
+  last,
+}: {
+  message: StoredMessage;
+  threadId: string;
+  busy: boolean;
+  last: boolean;
+}) {
   const bridge = useBridge();
   const count = (message.alternatives?.length ?? 0) + 1;
   if (count < 2) return null;
@@ -293,14 +303,14 @@ function VersionNav({ message, threadId, busy }: { message: StoredMessage; threa
       data-testid="versions"
       data-at={at + 1}
       data-count={count}
-      title={busy ? 'The chat went on from this version: branch from here to go on from another.' : undefined}
+      title={last ? undefined : 'The chat went on from this version: branch from here to go on from another.'}
     >
       <button
         type="button"
         className="ghost small"
         data-testid="version-prev"
         aria-label="Previous version"
-        disabled={busy || at === 0}
+        disabled={busy || !last || at === 0}
         onClick={() => go(at - 1)}
       >
         ‹
@@ -311,7 +321,7 @@ function VersionNav({ message, threadId, busy }: { message: StoredMessage; threa
         className="ghost small"
         data-testid="version-next"
         aria-label="Next version"
-        disabled={busy || at === count - 1}
+        disabled={busy || !last || at === count - 1}
         onClick={() => go(at + 1)}
       >
         ›

@@ -394,7 +394,7 @@ describe('Anthropic Messages', () => {
     // Without `thinking`, as Anthropic: no thinking block (the model reasons as its template says; the answer is
     // the same).
     for (const thinking of [
-      { thinking: { type: 'enabled', budget_tokens: 1024 } },
+      { thinking: { type: 'enabled', budget_tokens: MAX - 1 } },
       { thinking: { type: 'adaptive' } },
       {},
     ]) {
@@ -407,7 +407,7 @@ describe('Anthropic Messages', () => {
   });
 
   it('streams the thinking block (thinking_delta pieces, a signature_delta), then the text block; the SDK assembles the same message', async () => {
-    const enabled = { thinking: { type: 'enabled', budget_tokens: 1024 } } as const;
+    const enabled = { thinking: { type: 'enabled', budget_tokens: MAX - 1 } } as const;
     const stream = await anthropic.messages.create({
       model,
       messages: ask(),
@@ -480,7 +480,7 @@ describe('Anthropic Messages', () => {
           model: 'default',
           messages: ask(),
           max_tokens: 2,
-          thinking: { type: 'enabled', budget_tokens: 1024 },
+          thinking: { type: 'enabled', budget_tokens: 1 },
           stream,
         } as Anthropic.MessageCreateParamsNonStreaming),
       );

@@ -9,7 +9,7 @@ import { CallConstraint, compileCallGrammar } from '../../../src/main/engine/cal
 import { tokenTable } from '../../../src/main/engine/json-constraint';
 import { compileBudget, ReasoningBudget } from '../../../src/main/engine/reasoning-budget';
 
-const VOCAB = ['<think>', '</think>', '\n', 'a', 'b', ' ', '<th', 'ink>', '<tool_call>', '{"', 'x'];
+const VOCAB = ['<think>', '</think>', '\n', 'a', 'b', ' ', '<th', 'ink>', '<tool_call>', '{"', 'x', '</', 'think>'];
 const table = tokenTable(
   VOCAB.map((p) => [...Buffer.from(p)]),
   [],
@@ -43,6 +43,19 @@ describe('a thinking budget', () => {
     const x = new Float32Array(VOCAB.length);
     expect(d.mask(x, VOCAB.length)).toBe(1);
     expect([...x].map((v, i) => (v === Number.NEGATIVE_INFINITY ? -1 : i)).filter((i) => i >= 0)).toEqual([id('\n')]);
+  });
+
+  it('a close the model is writing when the budget runs out gets a few tokens to end', () => {
+    const c = new ReasoningBudget(table, budget(2, true));
+    write(c, ['a', '</']);
+    // Not forced: the marker is half written.
+    expect(allowed(c)).toHaveLength(VOCAB.length);
+    write(c, ['think>', 'b']);
+    expect(allowed(c)).toHaveLength(VOCAB.length);
+    // One that does not end it is closed for it after the marker's length in tokens.
+    const d = new ReasoningBudget(table, budget(1, true));
+    write(d, ['</', 'a']);
+    expect(allowed(d)).toEqual([id('\n')]);
   });
 
   it('a reasoning the model closes in time is left alone', () => {

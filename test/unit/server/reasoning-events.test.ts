@@ -467,7 +467,7 @@ function expectRefusal(fn: () => unknown, param: string): void {
 
 describe('mapMessagesRequest: thinking', () => {
   const map = (extra: Json = {}) =>
-    mapMessagesRequest({ model: 'm', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }], ...extra }).request;
+    mapMessagesRequest({ model: 'm', max_tokens: 4096, messages: [{ role: 'user', content: 'hi' }], ...extra }).request;
 
   it('enabled or adaptive: thinking on; disabled: off; left out or null: as the template does', () => {
     expect(map({ thinking: { type: 'enabled', budget_tokens: 2048 } }).thinking).toBe(true);
@@ -740,13 +740,17 @@ describe('thinking budgets in each API', () => {
   const user = [{ role: 'user', content: 'hi' }];
   it("Anthropic's budget_tokens, chat completions' thinking_budget, Responses' reasoning.max_tokens", () => {
     const anthropic = (thinking: unknown) =>
-      mapMessagesRequest({ model: 'm', max_tokens: 8, messages: user, thinking }).request;
+      mapMessagesRequest({ model: 'm', max_tokens: 4096, messages: user, thinking }).request;
     expect(anthropic({ type: 'enabled', budget_tokens: 1024 })).toMatchObject({ thinking: true, thinkingBudget: 1024 });
     expect(anthropic({ type: 'adaptive' })).not.toHaveProperty('thinkingBudget');
     // A budget of a thinking turned off means nothing.
     expect(anthropic({ type: 'disabled', budget_tokens: 1024 })).not.toHaveProperty('thinkingBudget');
     expect(refusal(() => anthropic({ type: 'enabled', budget_tokens: 1.5 })).body.error.param).toBe(
       'thinking.budget_tokens',
+    );
+    // As Anthropic: the answer needs room after the reasoning.
+    expect(refusal(() => anthropic({ type: 'enabled', budget_tokens: 4096 })).body.error.message).toMatch(
+      /less than max_tokens/,
     );
     const chat = (extra: object) => mapOpenAiRequest('chat', { model: 'm', messages: user, ...extra }).request;
     expect(chat({ thinking_budget: 256 }).thinkingBudget).toBe(256);
