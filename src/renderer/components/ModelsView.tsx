@@ -161,7 +161,7 @@ export function ModelsView() {
           <div className="muted" style={{ marginTop: 6 }}>
             onnx-genai (inference_metadata.yaml), onnxruntime-genai (genai_config.json) or Hugging Face Optimum
             (config.json + onnx/) layouts. kvdesk validates the graph and computes its KV bytes per token before
-            anything is loaded.
+            anything is loaded. No package at hand? Download one from Hugging Face below.
           </div>
           {readError && (
             <div className="refusal failed" data-testid="model-read-error">
