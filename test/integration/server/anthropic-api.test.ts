@@ -259,7 +259,9 @@ describe('POST /v1/messages', () => {
   it("refuses what it cannot honour with a 400 in Anthropic's shape naming the parameter; nothing stays reserved", async () => {
     const cases: Array<[Record<string, unknown>, string]> = [
       [{ max_tokens: undefined }, 'max_tokens'],
-      [{ thinking: { type: 'enabled', budget_tokens: 1024 } }, 'thinking'],
+      // The default model does not think; a budget not under max_tokens is refused before that.
+      [{ thinking: { type: 'enabled' } }, 'thinking'],
+      [{ thinking: { type: 'enabled', budget_tokens: 1024 } }, 'thinking.budget_tokens'],
       [{ tools: [{ type: 'web_search_20250305', name: 'web_search' }] }, 'tools[0].type'],
       [{ messages: [{ role: 'user', content: [{ type: 'image', source: {} }] }] }, 'messages[0].content[0].type'],
       [{ tools: [lamp], tool_choice: { type: 'tool', name: 'nope' } }, 'tool_choice'],
