@@ -80,13 +80,14 @@ export class ReasoningBudget implements ReplyConstraint {
 
   mask(x: Float32Array, vocab: number): number {
     if (this.phase !== 'forcing') return this.inner ? this.inner.mask(x, vocab) : vocab;
-    let allowed = 0;
-    for (let id = 0; id < vocab; id++) {
-      if (x[id] === Number.NEGATIVE_INFINITY) continue;
-      if (this.allows(id)) allowed++;
-      else x[id] = Number.NEGATIVE_INFINITY;
-    }
-    return allowed;
+    // One token may come: the close's next.
+    const id = this.budget.force[this.n] as number;
+    const keep =
+      id < vocab && (this.inner ? this.inner.allows(id) : true) ? (x[id] as number) : Number.NEGATIVE_INFINITY;
+    x.fill(Number.NEGATIVE_INFINITY, 0, vocab);
+    if (keep === Number.NEGATIVE_INFINITY) return 0;
+    x[id] = keep;
+    return 1;
   }
 
   accept(id: number): void {
