@@ -405,6 +405,7 @@ async function list(args: string[], io: Io): Promise<number> {
             }
           : {}),
         ...(e.error ? { error: e.error } : {}),
+        ...(e.source ? { source: e.source } : {}),
       }));
       io.out(`${JSON.stringify({ dataDir, packages: rows })}\n`);
       return 0;
@@ -417,7 +418,15 @@ async function list(args: string[], io: Io): Promise<number> {
     for (const e of entries) {
       table.push([
         e.id,
-        e.missing ? 'missing' : e.error ? `invalid: ${e.error.message}` : e.uploaded ? 'ok (upload)' : 'ok',
+        e.missing
+          ? 'missing'
+          : e.error
+            ? `invalid: ${e.error.message}`
+            : e.source
+              ? `ok (hf.co/${e.source.repo} ${e.source.variant})`
+              : e.uploaded
+                ? 'ok (upload)'
+                : 'ok',
         e.spec ? formatBytes(e.spec.weightsBytes) : '—',
         e.spec ? String(e.spec.bpt) : '—',
         e.spec ? String(e.spec.contextLength) : '—',

@@ -59,6 +59,8 @@ export interface LibraryEntry {
   /** When it was first and last loaded (ms since the epoch). */
   addedAt: number;
   lastLoadedAt: number;
+  /** Downloaded from the Hugging Face Hub: the repository, revision and variant it came from. */
+  source?: { repo: string; revision: string; variant: string };
 }
 
 /** A text file attached to a message: the model reads it with the message (see withAttachments). */

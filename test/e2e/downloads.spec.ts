@@ -52,6 +52,7 @@ test('a repository is looked up, downloaded with progress into the library, and 
   // In the library, one click from loaded.
   const lib = page.locator('[data-testid="library-row"][data-model-id="tiny-chat-q4"]');
   await expect(lib).toHaveAttribute('data-state', 'ok');
+  await expect(lib.getByTestId('library-source')).toHaveText(`hf.co/${REPO} · q4`);
   await lib.getByTestId('library-load').click();
   await expect(page.locator('[data-testid="loaded-model-card"][data-model-id="tiny-chat-q4"]')).toBeVisible({
     timeout: 30_000,

@@ -20,6 +20,7 @@ import type { ModelSpec } from '../../shared/model-spec';
 import { loadModelSpec } from '../packages';
 import { packageProblem } from '../packages/package-error';
 import { writeAtomic } from '../store/write-atomic';
+import { type HubSource, hubSourceOf } from './hub-download';
 
 const CPU = 'CPUExecutionProvider';
 
@@ -48,14 +49,17 @@ interface Held {
   spec?: ModelSpec;
   error?: LibraryEntry['error'];
   missing: boolean;
+  source?: HubSource;
 }
 
 /** What validating a folder found. */
-type Check = { spec: ModelSpec } | { error: NonNullable<LibraryEntry['error']>; missing: boolean };
+type Check = { spec: ModelSpec; source?: HubSource } | { error: NonNullable<LibraryEntry['error']>; missing: boolean };
 
 async function check(root: string): Promise<Check> {
   try {
-    return { spec: await loadModelSpec(root, { availableBackends: [CPU] }) };
+    const spec = await loadModelSpec(root, { availableBackends: [CPU] });
+    const source = await hubSourceOf(root);
+    return source ? { spec, source } : { spec };
   } catch (err) {
     const problem = packageProblem(err);
     const missing = !(await stat(root).then(
@@ -172,6 +176,7 @@ export class ModelLibrary {
       uploaded: this.isUpload(r.root),
       addedAt: r.addedAt,
       lastLoadedAt: r.lastLoadedAt,
+      ...(r.source ? { source: r.source } : {}),
     }));
   }
 
@@ -223,7 +228,8 @@ export class ModelLibrary {
       this.apply(r, { spec });
       this.records = this.records.filter((x) => x !== r);
     } else {
-      r = { root: abs, addedAt: t, lastLoadedAt: t, id: spec.id, spec, missing: false };
+      const source = await hubSourceOf(abs);
+      r = { root: abs, addedAt: t, lastLoadedAt: t, id: spec.id, spec, missing: false, ...(source ? { source } : {}) };
     }
     // First, then a stable sort: a load in the same millisecond as another still comes first.
     this.records.unshift(r);
@@ -268,6 +274,7 @@ export class ModelLibrary {
     if ('spec' in c) {
       r.spec = c.spec;
       r.id = c.spec.id;
+      if (c.source) r.source = c.source;
       r.error = undefined;
       r.missing = false;
     } else {

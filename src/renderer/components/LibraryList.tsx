@@ -30,9 +30,18 @@ function Row({ entry, busy }: { entry: LibraryEntry; busy: boolean }) {
     >
       <div className="top">
         <h3 title={spec?.displayName ?? entry.id}>{spec?.displayName ?? entry.id}</h3>
-        {entry.uploaded && (
+        {entry.uploaded && !entry.source && (
           <span className="badge" title="kvdesk's copy of a folder dropped in the browser">
             uploaded
+          </span>
+        )}
+        {entry.source && (
+          <span
+            className="badge"
+            data-testid="library-source"
+            title={`Downloaded from the Hugging Face Hub: ${entry.source.repo} at ${entry.source.revision}, variant ${entry.source.variant}`}
+          >
+            hf.co/{entry.source.repo} · {entry.source.variant}
           </span>
         )}
         {fit && (

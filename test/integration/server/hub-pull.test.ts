@@ -213,7 +213,14 @@ describe('kvdesk pull', () => {
       expect(again.stdout).toBe('tiny-chat-q4\n');
       expect(again.stderr).toContain('is downloaded already');
       const listed = await kvdesk(['list', '--json', '--data-dir', dataDir]);
-      expect(JSON.parse(listed.stdout).packages.map((p: { id: string }) => p.id)).toEqual(['tiny-chat-q4']);
+      // The library says where it came from.
+      expect(JSON.parse(listed.stdout).packages).toEqual([
+        expect.objectContaining({
+          id: 'tiny-chat-q4',
+          state: 'ok',
+          source: { repo: REPO, revision: 'main', variant: 'q4' },
+        }),
+      ]);
       const bad = await kvdesk(['pull', 'nope', '--data-dir', dataDir]);
       expect(bad.status).toBe(2);
       expect(bad.stderr).toContain('is not a Hugging Face repository');
