@@ -11,7 +11,6 @@
  */
 import { randomUUID } from 'node:crypto';
 import { createInterface } from 'node:readline';
-import { parseArgs } from 'node:util';
 import type { ModelInfo, RunnerService } from '../main/host/runner-service';
 import { mapOptions } from '../main/server/ollama-adapter';
 import type { ChatMessage, GenerateRequest, GenerationResult, SamplingSettings } from '../shared/contract';
@@ -22,6 +21,7 @@ import {
   fail,
   type Io,
   packageDir,
+  parseFlags,
   parseNumber,
   ReplyPrinter,
   SAMPLING_OPTIONS,
@@ -398,13 +398,7 @@ export async function chat(
   } as const;
   let host: RunnerService | undefined;
   try {
-    let parsed: ReturnType<typeof parseArgs<{ args: string[]; options: typeof options; allowPositionals: true }>>;
-    try {
-      parsed = parseArgs({ args, options, allowPositionals: true });
-    } catch (err) {
-      throw badArgs((err as Error).message);
-    }
-    const { values, positionals } = parsed;
+    const { values, positionals } = parseFlags(args, options);
     if (positionals.length !== 1) throw badArgs('chat takes exactly one package path or library id');
     const overflow = values['context-overflow'] ?? 'drop-oldest';
     if (overflow !== 'drop-oldest' && overflow !== 'refuse') {

@@ -1,6 +1,7 @@
 /** What the CLI's commands share: output, errors and exit codes, number flags, sampling flags, package names. */
 import { existsSync } from 'node:fs';
 import path from 'node:path';
+import { type ParseArgsConfig, parseArgs } from 'node:util';
 import { ModelLibrary } from '../main/host/model-library';
 import type { SamplingSettings } from '../shared/contract';
 import { type ErrorInfo, KvdeskError } from '../shared/errors';
@@ -150,5 +151,14 @@ export class ReplyPrinter {
     if (this.thinking !== 'open') return;
     this.io.err('\n...done thinking.\n\n');
     this.thinking = 'done';
+  }
+}
+
+/** A command's flags and positionals; a flag it does not know (or a bad value) is BAD_REQUEST naming it. */
+export function parseFlags<O extends NonNullable<ParseArgsConfig['options']>>(args: string[], options: O) {
+  try {
+    return parseArgs<{ args: string[]; options: O; allowPositionals: true }>({ args, options, allowPositionals: true });
+  } catch (err) {
+    throw badArgs((err as Error).message);
   }
 }

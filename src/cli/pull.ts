@@ -5,12 +5,11 @@
  * A package downloaded already is not downloaded again (its id is printed all the same).
  */
 import path from 'node:path';
-import { parseArgs } from 'node:util';
 import { downloadHubModel, listHubVariants, planDownload } from '../main/host/hub-download';
 import { canonicalPath, ModelLibrary } from '../main/host/model-library';
 import { toErrorInfo } from '../shared/errors';
 import { formatBytes } from '../shared/format';
-import { badArgs, fail, type Io } from './common';
+import { badArgs, fail, type Io, parseFlags } from './common';
 import { dataDirOf } from './data-dir';
 
 export async function pull(args: string[], io: Io, stderrIsTty = process.stderr.isTTY === true): Promise<number> {
@@ -23,13 +22,7 @@ export async function pull(args: string[], io: Io, stderrIsTty = process.stderr.
   } as const;
   const json = args.includes('--json');
   try {
-    let parsed: ReturnType<typeof parseArgs<{ args: string[]; options: typeof options; allowPositionals: true }>>;
-    try {
-      parsed = parseArgs({ args, options, allowPositionals: true });
-    } catch (err) {
-      throw badArgs((err as Error).message);
-    }
-    const { values, positionals } = parsed;
+    const { values, positionals } = parseFlags(args, options);
     if (positionals.length !== 1) throw badArgs('pull takes one repository: owner/name[@revision]');
     const hub = values.revision !== undefined ? { revision: values.revision } : {};
     const listing = await listHubVariants(positionals[0] as string, hub);

@@ -10,6 +10,7 @@ import type { DownloadStatus, HubVariantsInfo } from '../../shared/api';
 import { KvdeskError, toErrorInfo } from '../../shared/errors';
 import {
   type DownloadProgress,
+  downloadedAlready,
   downloadHubModel,
   type HubOptions,
   listHubVariants,
@@ -66,13 +67,7 @@ export class Downloads {
     const listing = await listHubVariants(spec, this.hub);
     const plan = await planDownload(listing, this.modelsDir, variant);
     const name = plan.variant.name;
-    if (plan.present) {
-      throw new KvdeskError(
-        'BAD_REQUEST',
-        `${listing.repo} (${name}) is downloaded already, in ${plan.root}: load it from the library (to download it again, delete it there first).`,
-        { field: 'repo', root: plan.root, present: true },
-      );
-    }
+    if (plan.present) throw downloadedAlready(plan);
     const running = this.all.find((d) => d.state === 'running' && d.repo === listing.repo && d.variant === name);
     if (running) {
       throw new KvdeskError('BAD_REQUEST', `${listing.repo} (${name}) is downloading already.`, { field: 'repo' });

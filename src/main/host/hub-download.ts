@@ -372,6 +372,15 @@ export async function planDownload(
   return { listing, variant, root, staging, present };
 }
 
+/** The refusal of a download whose package is in the models folder already (`detail.present`, `detail.root`). */
+export function downloadedAlready(plan: DownloadPlan): KvdeskError {
+  return new KvdeskError(
+    'BAD_REQUEST',
+    `${plan.listing.repo} (${plan.variant.name}) is downloaded already, in ${plan.root}: load it from the library (to download it again, delete it there first).`,
+    { field: 'repo', root: plan.root, present: true },
+  );
+}
+
 /**
  * Downloads one variant of a repository into the models folder (staged beside it, where a later call resumes) and
  * validates it; returns the package folder. One that is there already is refused (`detail.present`).
@@ -392,13 +401,7 @@ export async function downloadHubModel(
     opts.plan ?? (await planDownload(opts.listing ?? (await listHubVariants(spec, opts)), modelsDir, opts.variant));
   const { listing, variant, root, staging } = plan;
   const { repo, revision } = listing;
-  if (plan.present) {
-    throw new KvdeskError(
-      'BAD_REQUEST',
-      `${repo} (${variant.name}) is downloaded already, in ${root}: load it from the library (to download it again, delete it there first).`,
-      { field: 'repo', root, present: true },
-    );
-  }
+  if (plan.present) throw downloadedAlready(plan);
   await mkdir(staging, { recursive: true });
   const release = await lock(staging, repo);
   try {
@@ -512,13 +515,10 @@ async function exists(p: string): Promise<boolean> {
   );
 }
 
-/** The size of the first of these files that exists (0: none). */
-async function sizeOf(...files: string[]): Promise<number> {
-  for (const f of files) {
-    const s = await stat(f).catch(() => null);
-    if (s?.isFile()) return s.size;
-  }
-  return 0;
+/** The size of a file (0: there is none). */
+async function sizeOf(file: string): Promise<number> {
+  const s = await stat(file).catch(() => null);
+  return s?.isFile() ? s.size : 0;
 }
 
 async function checkRoom(dir: string, need: number): Promise<void> {

@@ -12,7 +12,7 @@ import type { LibraryEntry, ModelInfo } from '../../shared/api';
 import { toErrorInfo } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
 import type { HostApi } from '../host/host-api';
-import { hubSourceOf, stripHubPrefix } from '../host/hub-download';
+import { stripHubPrefix } from '../host/hub-download';
 import { errorFromInfo, HttpError, httpError, sendJson, streamHeaders } from './http-util';
 import {
   loadReply,
@@ -125,7 +125,7 @@ export async function serveOllamaPs(hostApi: HostApi, res: ServerResponse): Prom
 export async function serveOllamaShow(hostApi: HostApi, body: unknown, res: ServerResponse): Promise<void> {
   const models = await installedModels(hostApi);
   const id = resolveModel(
-    await pulledName(hostApi, showModelName(body)),
+    pulledName(hostApi, showModelName(body)),
     models.map((m) => m.id),
   );
   const model = models.find((m) => m.id === id) as ModelInfo;
@@ -139,7 +139,7 @@ export async function serveOllamaShow(hostApi: HostApi, body: unknown, res: Serv
  */
 export async function serveOllamaDelete(hostApi: HostApi, body: unknown, res: ServerResponse): Promise<void> {
   const entries = hostApi.library.list();
-  const id = resolveModel(await pulledName(hostApi, showModelName(body)), [...new Set(entries.map((e) => e.id))]);
+  const id = resolveModel(pulledName(hostApi, showModelName(body)), [...new Set(entries.map((e) => e.id))]);
   if (hostApi.runner.listModels().some((m) => m.id === id)) {
     const unloaded = await hostApi.call('unloadModel', { id });
     if (!unloaded.ok) throw errorFromInfo(unloaded.error);
@@ -169,7 +169,7 @@ export async function serveOllamaGeneration(
   try {
     mapped = mapOllamaRequest(kind, body);
     const id = resolveModel(
-      await pulledName(hostApi, mapped.model),
+      pulledName(hostApi, mapped.model),
       (await installedModels(hostApi)).map((m) => m.id),
     );
     if (mapped.request === null) {
@@ -293,18 +293,17 @@ export function pullTarget(body: unknown): { repo: string; variant?: string; str
  * The library id of a package pulled from the hub under the name a client pulled it by (`hf.co/owner/Name:q4`,
  * `owner/name`), so it can chat with it by that name as with Ollama's; the name itself otherwise.
  */
-export async function pulledName(hostApi: HostApi, name: string): Promise<string> {
+export function pulledName(hostApi: HostApi, name: string): string {
   const bare = stripHubPrefix(name);
   if (!bare.includes('/')) return name;
   const colon = bare.lastIndexOf(':');
   const repo = (colon < 0 ? bare : bare.slice(0, colon)).toLowerCase();
   const tag = colon < 0 ? 'latest' : bare.slice(colon + 1);
-  // Most recently loaded first, as a name of several packages resolves.
-  for (const e of hostApi.library.list()) {
-    const source = await hubSourceOf(e.root);
-    if (source?.repo.toLowerCase() === repo && (tag === 'latest' || source.variant === tag)) return e.id;
-  }
-  return name;
+  // Most recently loaded first, as a name of several packages resolves; the library read where each came from.
+  const hit = hostApi.library
+    .list()
+    .find((e) => e.source?.repo.toLowerCase() === repo && (tag === 'latest' || e.source.variant === tag));
+  return hit?.id ?? name;
 }
 
 /**
