@@ -425,11 +425,22 @@ async function thinkingShot(browser: Browser): Promise<void> {
 
 /**
  * docs/downloads.png: the Models view's Download from Hugging Face, against a local imitation of the hub's file API
- * serving the generated default model: a download done (in the library), one under way.
+ * serving the generated default model: a download done (in the library), one under way, a search's hits.
  */
 async function downloadsShot(browser: Browser): Promise<void> {
   const repo = 'onnx-community/tiny-chat';
-  const hub = await startFakeHub({ [repo]: defaultModelRepo() }, { lfsMinBytes: 10_000 });
+  const onnx = { 'config.json': '{}', 'onnx/model.onnx': 'graph' };
+  const hub = await startFakeHub(
+    { [repo]: defaultModelRepo(), 'someone/tiny-chat-instruct-onnx': onnx, 'someone/tiny-chat-onnx': onnx },
+    {
+      lfsMinBytes: 10_000,
+      meta: {
+        [repo]: { downloads: 5_200, likes: 31, lastModified: '2026-10-20T08:00:00.000Z' },
+        'someone/tiny-chat-instruct-onnx': { downloads: 870, likes: 4, lastModified: '2026-09-02T08:00:00.000Z' },
+        'someone/tiny-chat-onnx': { downloads: 12, likes: 0, lastModified: '2026-06-11T08:00:00.000Z' },
+      },
+    },
+  );
   process.env.HF_ENDPOINT = hub.url;
   const server = await startServe([]);
   delete process.env.HF_ENDPOINT;
@@ -449,7 +460,10 @@ async function downloadsShot(browser: Browser): Promise<void> {
     await box.getByTestId('hub-download-start').click();
     await box.locator('[data-testid="download"][data-state="running"]').waitFor();
     await page.waitForTimeout(600);
-    await box.getByTestId('hub-repo').fill('onnx-community/Qwen3-0.6B-ONNX');
+    // A search by a word of the name: the hub's ONNX language models, most downloaded first.
+    await box.getByTestId('hub-repo').fill('tiny chat');
+    await box.getByTestId('hub-lookup').click();
+    await box.getByTestId('hub-hit').first().waitFor();
     await page.mouse.move(0, 0);
     await page.screenshot({ path: path.join(DOCS, 'downloads.png'), animations: 'disabled' });
     console.log('wrote docs/downloads.png');

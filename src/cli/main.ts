@@ -37,7 +37,7 @@ import {
 } from './common';
 import { dataDirOf } from './data-dir';
 import { applyDeviceFlags } from './device-flags';
-import { pull } from './pull';
+import { pull, search } from './pull';
 
 const USAGE = `kvdesk — run local ONNX language models with an explicit KV-cache budget
 
@@ -49,6 +49,8 @@ Usage:
   kvdesk pull owner/name[@rev] [--variant V] [--list] [--json] [--data-dir DIR]   an ONNX model from the Hugging
                            Face Hub into the library (--revision REV as @rev; HF_TOKEN for gated models,
                            HF_ENDPOINT for a mirror)
+  kvdesk search WORDS [--limit N] [--json]   repositories on the hub with ONNX language models whose name
+                           matches, most downloaded first
   kvdesk serve [--port N] [--host 127.0.0.1] [--token T] [--model PATH]... (see kvdesk serve --help)
 
 generate options:
@@ -468,6 +470,8 @@ export async function main(argv: string[], io: Io): Promise<number> {
       });
     case 'pull':
       return pull(rest, io);
+    case 'search':
+      return search(rest, io);
     case 'list':
       return list(rest, io);
     case 'serve':

@@ -1,15 +1,16 @@
 /**
  * `kvdesk pull owner/name[@revision]`: a model package from the Hugging Face Hub into the library, as `ollama pull`
- * (see src/main/host/hub-download.ts). `--list` shows the repository's variants and sizes; `--variant` picks one
+ * (see src/main/host/hub-download.ts); `kvdesk search WORDS` finds one. `--list` shows the repository's variants and sizes; `--variant` picks one
  * (default: the one that runs best on a CPU). Progress goes to stderr; the package's library id ends the output.
  * A package downloaded already is not downloaded again (its id is printed all the same).
  */
 import path from 'node:path';
 import { downloadHubModel, listHubVariants, planDownload } from '../main/host/hub-download';
+import { searchHub } from '../main/host/hub-search';
 import { canonicalPath, ModelLibrary } from '../main/host/model-library';
 import { toErrorInfo } from '../shared/errors';
 import { formatBytes } from '../shared/format';
-import { badArgs, fail, type Io, parseFlags } from './common';
+import { badArgs, fail, type Io, parseFlags, parseNumber } from './common';
 import { dataDirOf } from './data-dir';
 
 export async function pull(args: string[], io: Io, stderrIsTty = process.stderr.isTTY === true): Promise<number> {
@@ -24,6 +25,12 @@ export async function pull(args: string[], io: Io, stderrIsTty = process.stderr.
   try {
     const { values, positionals } = parseFlags(args, options);
     if (positionals.length !== 1) throw badArgs('pull takes one repository: owner/name[@revision]');
+    // A word, not a repository: say how to find one.
+    if (!(positionals[0] as string).includes('/')) {
+      throw badArgs(
+        `"${positionals[0]}" is not a repository (owner/name): find one with kvdesk search ${JSON.stringify(positionals[0])}`,
+      );
+    }
     const hub = values.revision !== undefined ? { revision: values.revision } : {};
     const listing = await listHubVariants(positionals[0] as string, hub);
     if (values.list) {
@@ -73,6 +80,52 @@ export async function pull(args: string[], io: Io, stderrIsTty = process.stderr.
     if (json) io.out(`${JSON.stringify({ id, root, variant: variant.name, bytes: variant.bytes })}\n`);
     else io.out(`${id}\n`);
     if (!json) io.err(`kvdesk: ${listing.repo} (${variant.name}) is in the library as ${id}: kvdesk chat ${id}\n`);
+    return 0;
+  } catch (err) {
+    return fail(io, json, toErrorInfo(err));
+  }
+}
+
+/**
+ * `kvdesk search WORDS`: repositories on the hub with ONNX language models whose name matches, most downloaded
+ * first (as LM Studio's model search); `kvdesk pull REPO --list` then shows what one offers.
+ */
+export async function search(args: string[], io: Io): Promise<number> {
+  const json = args.includes('--json');
+  try {
+    const { values, positionals } = parseFlags(args, { limit: { type: 'string' }, json: { type: 'boolean' } });
+    const query = positionals.join(' ');
+    if (!query.trim()) throw badArgs("search takes a word of the model's name, e.g. kvdesk search qwen3");
+    const limit = parseNumber('--limit', values.limit, true);
+    if (limit !== undefined && (limit < 1 || limit > 100)) throw badArgs('--limit is 1 to 100');
+    const hits = await searchHub(query, limit !== undefined ? { limit } : {});
+    if (json) {
+      io.out(`${JSON.stringify(hits)}\n`);
+      return 0;
+    }
+    if (hits.length === 0) {
+      io.err(`kvdesk: no ONNX language model on the hub matches "${query}": try a shorter word (qwen, phi, smollm…)\n`);
+      return 0;
+    }
+    const rows = hits.map((h) => [
+      h.repo,
+      `${h.downloads.toLocaleString('en-US')} downloads`,
+      `${h.likes.toLocaleString('en-US')} likes`,
+      h.updatedAt?.slice(0, 10) ?? '',
+      [h.library ?? '', h.gated ? 'gated (HF_TOKEN)' : ''].filter(Boolean).join(', '),
+    ]);
+    const widths = rows[0]?.map((_, c) => Math.max(...rows.map((r) => (r[c] as string).length))) ?? [];
+    for (const r of rows) {
+      io.out(
+        `${r
+          .map((cell, c) =>
+            c === 1 || c === 2 ? cell.padStart(widths[c] as number) : cell.padEnd(widths[c] as number),
+          )
+          .join('  ')
+          .trimEnd()}\n`,
+      );
+    }
+    io.err(`kvdesk: kvdesk pull ${hits[0]?.repo} --list shows what a repository offers\n`);
     return 0;
   } catch (err) {
     return fail(io, json, toErrorInfo(err));

@@ -76,6 +76,7 @@ const calls: CallMethods = {
   apiServerStatus: bind('apiServerStatus'),
   startApiServer: bind('startApiServer'),
   stopApiServer: bind('stopApiServer'),
+  searchHub: bind('searchHub'),
   hubVariants: bind('hubVariants'),
   downloadModel: bind('downloadModel'),
   cancelDownload: bind('cancelDownload'),

@@ -199,6 +199,26 @@ export interface HubVariantsInfo {
   recommended: string;
 }
 
+/** A search of the hub for models kvdesk can download (see src/main/host/hub-search.ts). */
+export const HubSearchRequest = z
+  .object({ query: z.string().trim().min(1).max(200), limit: z.number().int().min(1).max(100).optional() })
+  .strict();
+
+/** A repository a hub search found: look it up (hubVariants) for what it offers. */
+export interface HubSearchHit {
+  /** owner/name. */
+  repo: string;
+  downloads: number;
+  likes: number;
+  /** When it last changed (ISO 8601). */
+  updatedAt?: string;
+  /** Its terms must be accepted on huggingface.co, and HF_TOKEN set, before it downloads. */
+  gated: boolean;
+  private?: boolean;
+  /** The library its card names (transformers.js, onnxruntime-genai…). */
+  library?: string;
+}
+
 /** A model download: running, or how it ended (a finished one is in the library as `libraryId`). */
 export interface DownloadStatus {
   id: string;
@@ -282,6 +302,8 @@ export const CallSchemas = {
   /** The desktop window: serve the HTTP API on 127.0.0.1:port (moving it when it already runs elsewhere). */
   startApiServer: ApiServerRequest,
   stopApiServer: Empty,
+  /** Repositories on the hub that hold ONNX language models, by a word of their name. */
+  searchHub: HubSearchRequest,
   /** The packages a Hugging Face repository offers (its ONNX variants, their sizes). */
   hubVariants: HubRepoRequest,
   /** Downloads one variant of a hub repository into the library (progress: the `downloads` event). */
@@ -312,6 +334,7 @@ export interface CallResponses {
   apiServerStatus: ApiServerStatus;
   startApiServer: ApiServerStatus;
   stopApiServer: ApiServerStatus;
+  searchHub: HubSearchHit[];
   hubVariants: HubVariantsInfo;
   downloadModel: DownloadStatus;
   cancelDownload: { cancelled: boolean };

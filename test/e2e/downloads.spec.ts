@@ -2,7 +2,8 @@
  * Download from Hugging Face in the Models view, in Chromium, against a real serve whose hub is a local imitation
  * of the Hub's file API (test/helpers/fake-hub.ts) serving the generated default model: look up a repository, see
  * its variants with the CPU's best picked, download with progress, find it in the library and load it; a stalled
- * download cancels; a repository that does not exist says so.
+ * download cancels; a repository that does not exist says so; a word searches the hub, and a repository without
+ * ONNX is followed by the ONNX exports of its name.
  */
 import { test as base, expect } from '@playwright/test';
 import { defaultModelRepo, type FakeHub, startFakeHub } from '../helpers/fake-hub';
@@ -14,7 +15,22 @@ const test = base.extend<object, { hubServer: ServeHandle & { hub: FakeHub } }>(
   hubServer: [
     // biome-ignore lint/correctness/noEmptyPattern: Playwright fixtures take their dependencies by destructuring
     async ({}, use) => {
-      const hub = await startFakeHub({ [REPO]: defaultModelRepo() }, { lfsMinBytes: 10_000 });
+      const hub = await startFakeHub(
+        {
+          [REPO]: defaultModelRepo(),
+          // Another ONNX export (less downloaded), and the original it was made from (no ONNX in it).
+          'someone/tiny-chat-onnx': { 'config.json': '{}', 'onnx/model.onnx': 'graph' },
+          'Tiny/tiny-chat': { 'config.json': '{}', 'model.safetensors': 'weights' },
+        },
+        {
+          lfsMinBytes: 10_000,
+          meta: {
+            [REPO]: { downloads: 5_200, likes: 31, lastModified: '2026-10-20T08:00:00.000Z' },
+            'someone/tiny-chat-onnx': { downloads: 12 },
+            'Tiny/tiny-chat': { downloads: 90_000 },
+          },
+        },
+      );
       // serve reads the hub's address from its environment, as a person's mirror would be set.
       const saved = process.env.HF_ENDPOINT;
       process.env.HF_ENDPOINT = hub.url;
@@ -79,4 +95,46 @@ test('a stalled download cancels, and an unknown repository says so', async ({ p
   await box.getByTestId('hub-lookup').click();
   await expect(box.getByTestId('hub-error')).toContainText('does not exist, or is gated or private');
   await expect(box.getByTestId('hub-variants')).toHaveCount(0);
+});
+
+test('a word searches the hub; a hit is looked up; a repository without ONNX shows the exports of its name', async ({
+  page,
+  hubServer: server,
+}) => {
+  await page.goto(server.url);
+  await page.getByTestId('models-toggle').click();
+  const box = page.getByTestId('hub-download');
+  const input = box.getByTestId('hub-repo');
+  const button = box.getByTestId('hub-lookup');
+  await input.fill('tiny');
+  await expect(button).toHaveText('Search');
+  await button.click();
+  // ONNX text-generation repositories only, most downloaded first.
+  const hits = box.getByTestId('hub-hit');
+  await expect(hits).toHaveCount(2);
+  await expect(hits.nth(0)).toHaveAttribute('data-repo', REPO);
+  await expect(hits.nth(1)).toHaveAttribute('data-repo', 'someone/tiny-chat-onnx');
+  await expect(hits.nth(0)).toContainText('↓ 5.2K · ♥ 31 · 2026-10-20');
+  await expect(box.getByTestId('hub-search-note')).toContainText('2 ONNX language models matching "tiny"');
+  // A hit picked: its name in the box, its variants to choose from.
+  await hits.nth(0).click();
+  await expect(input).toHaveValue(REPO);
+  await expect(button).toHaveText('Look up');
+  await expect(box.getByTestId('hub-variant')).toHaveValue('q4');
+  await expect(box.getByTestId('hub-search')).toHaveCount(0);
+
+  // The original, without ONNX: said, and the ONNX exports of its name offered.
+  await input.fill('Tiny/tiny-chat');
+  await button.click();
+  await expect(box.getByTestId('hub-error')).toContainText('has no ONNX model kvdesk can run');
+  await expect(box.getByTestId('hub-search-note')).toContainText('ONNX models on the hub named like tiny-chat');
+  await expect(hits).toHaveCount(2);
+  await hits.nth(1).click();
+  await expect(input).toHaveValue('someone/tiny-chat-onnx');
+  await expect(box.getByTestId('hub-error')).toHaveCount(0);
+
+  await input.fill('zzz');
+  await button.click();
+  await expect(box.getByTestId('hub-search-note')).toContainText('No ONNX language model on the hub matches "zzz"');
+  await expect(hits).toHaveCount(0);
 });

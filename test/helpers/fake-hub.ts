@@ -4,6 +4,10 @@
  * - GET /api/models/{owner}/{name}/tree/{rev}?recursive=true: the files (and folders) as the hub lists them: `oid`
  *   the git blob sha1; LFS files (`*.onnx`, `*.onnx_data*`, or at least `lfsMinBytes`) with `lfs: {oid: sha256,
  *   size, pointerSize}` and `oid` the sha1 of their pointer. With `pageSize`, pages linked by `Link: <…>; rel="next"`.
+ * - GET /api/models?search=…&filter=…&pipeline_tag=…&sort=downloads&limit=…&expand=…: the repositories whose id holds
+ *   each word of `search` (case aside; how the real hub treats several words is assumed, not checked), with each `filter` among their tags (a repo with an .onnx file is tagged `onnx`) and the
+ *   pipeline tag asked (`text-generation` unless `meta` says otherwise), most downloaded first, in the fields
+ *   `expand` names (and `id`, `_id`), as the hub answers.
  * - GET /{owner}/{name}/resolve/{rev}/{path}: a small file itself; an LFS file redirects (302) to /cdn/{sha256}.
  *   Both answer `Range: bytes=N-` with 206 and the rest.
  * - 401 without the right `Authorization: Bearer <token>` for a gated repo, and for an unknown repo without a token
@@ -31,6 +35,17 @@ export interface FakeHubOptions {
   lfsMinBytes?: number;
   /** Revisions that exist (every repo has the same files at each); default ['main']. */
   revisions?: string[];
+  /** What the model list says of a repo (defaults: 0 downloads and likes, text-generation, tags from its files). */
+  meta?: Record<string, RepoMeta>;
+}
+
+export interface RepoMeta {
+  downloads?: number;
+  likes?: number;
+  lastModified?: string;
+  pipeline_tag?: string;
+  library_name?: string;
+  tags?: string[];
 }
 
 export interface FakeHubFaults {
@@ -70,6 +85,7 @@ export async function startFakeHub(
     gated: opts.gated ?? new Set<string>(),
     lfsMinBytes: opts.lfsMinBytes ?? 10 * 1024 * 1024,
     revisions: opts.revisions ?? ['main'],
+    meta: opts.meta ?? {},
     ...(opts.token ? { token: opts.token } : {}),
   };
   const faults: FakeHubFaults = { corrupt: new Set(), ignoreRange: false };
@@ -102,6 +118,48 @@ export async function startFakeHub(
         return { type: 'file', oid: gitBlob(pointer), size: data.length, lfs, path: p };
       }),
     ];
+  }
+
+  /** The model list's answer to `url`'s query. */
+  function search(url: URL): string {
+    const q = (url.searchParams.get('search') ?? '').toLowerCase();
+    const filters = url.searchParams.getAll('filter');
+    const pipeline = url.searchParams.get('pipeline_tag');
+    const expand = url.searchParams.getAll('expand');
+    const limit = Number(url.searchParams.get('limit') ?? 1000);
+    const hits = Object.keys(repos)
+      .map((id) => {
+        const m = options.meta[id] ?? {};
+        const files = Object.keys(repos[id] ?? {});
+        const tags = m.tags ?? (files.some((f) => f.endsWith('.onnx')) ? ['onnx'] : []);
+        const full: Record<string, unknown> = {
+          _id: sha('sha1', id).slice(0, 24),
+          id,
+          downloads: m.downloads ?? 0,
+          likes: m.likes ?? 0,
+          lastModified: m.lastModified ?? '2026-11-01T00:00:00.000Z',
+          gated: options.gated.has(id) ? 'manual' : false,
+          private: false,
+          pipeline_tag: m.pipeline_tag ?? 'text-generation',
+          ...(m.library_name ? { library_name: m.library_name } : {}),
+          tags,
+        };
+        return full;
+      })
+      .filter(
+        (h) =>
+          q.split(/\s+/).every((w) => String(h.id).toLowerCase().includes(w)) &&
+          filters.every((f) => (h.tags as string[]).includes(f)) &&
+          (!pipeline || h.pipeline_tag === pipeline),
+      )
+      .sort((a, b) => (b.downloads as number) - (a.downloads as number))
+      .slice(0, limit)
+      .map((h) =>
+        expand.length === 0
+          ? h
+          : Object.fromEntries(Object.entries(h).filter(([k]) => k === 'id' || k === '_id' || expand.includes(k))),
+      );
+    return JSON.stringify(hits);
   }
 
   function sendFile(req: http.IncomingMessage, res: http.ServerResponse, filePath: string, original: Buffer): void {
@@ -143,6 +201,8 @@ export async function startFakeHub(
     const fail = (status: number, error: string) =>
       res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify({ error }));
     const segs = url.pathname.split('/').filter(Boolean).map(decodeURIComponent);
+    if (url.pathname === '/api/models')
+      return res.writeHead(200, { 'content-type': 'application/json' }).end(search(url));
     if (segs[0] === 'cdn') {
       // A signed URL on another origin: as S3 behind the hub's CDN, a request that also brings a token is refused.
       if (req.headers.authorization) return fail(400, 'Only one auth mechanism allowed');

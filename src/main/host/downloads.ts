@@ -6,7 +6,7 @@
  * resumes.
  */
 import { randomUUID } from 'node:crypto';
-import type { DownloadStatus, HubVariantsInfo } from '../../shared/api';
+import type { DownloadStatus, HubSearchHit, HubVariantsInfo } from '../../shared/api';
 import { KvdeskError, toErrorInfo } from '../../shared/errors';
 import {
   type DownloadProgress,
@@ -16,6 +16,7 @@ import {
   listHubVariants,
   planDownload,
 } from './hub-download';
+import { searchHub } from './hub-search';
 import { canonicalPath, type ModelLibrary } from './model-library';
 
 /** How often progress goes out while bytes arrive. */
@@ -40,6 +41,11 @@ export class Downloads {
 
   list(): DownloadStatus[] {
     return this.all.map((d) => ({ ...d }));
+  }
+
+  /** Repositories on the hub with ONNX language models whose name matches `query`. */
+  search(query: string, limit?: number): Promise<HubSearchHit[]> {
+    return searchHub(query, { ...this.hub, ...(limit !== undefined ? { limit } : {}) });
   }
 
   /** A repository's packages (for the picker), without downloading anything. */

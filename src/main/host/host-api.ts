@@ -381,6 +381,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     apiServerStatus: async () => apiServer.status(),
     startApiServer: async (req: { port: number }) => announced(apiServer.start(req.port)),
     stopApiServer: async () => announced(apiServer.stop()),
+    searchHub: async (req: { query: string; limit?: number }) => downloads.search(req.query, req.limit),
     hubVariants: async (req: { repo: string }) => downloads.variants(req.repo),
     downloadModel: async (req: { repo: string; variant?: string }) => {
       const { status, done } = await downloads.start(req.repo, req.variant);

@@ -111,11 +111,11 @@ const TreeEntry = z.object({
     .optional(),
 });
 
-function endpointOf(opts: HubOptions): string {
+export function endpointOf(opts: HubOptions): string {
   return (opts.endpoint ?? process.env.HF_ENDPOINT ?? 'https://huggingface.co').replace(/\/+$/, '');
 }
 
-function headersOf(opts: HubOptions): Record<string, string> {
+export function headersOf(opts: HubOptions): Record<string, string> {
   const token = opts.token ?? process.env.HF_TOKEN;
   return token ? { authorization: `Bearer ${token}` } : {};
 }
@@ -148,7 +148,7 @@ function hubError(res: Response, what: string, repo: string, opts: HubOptions): 
   });
 }
 
-async function get(url: string, opts: HubOptions, init: RequestInit = {}): Promise<Response> {
+export async function hubGet(url: string, opts: HubOptions, init: RequestInit = {}): Promise<Response> {
   try {
     return await (opts.fetch ?? fetch)(url, {
       ...init,
@@ -179,7 +179,7 @@ export async function listHubFiles(repo: string, opts: HubOptions = {}): Promise
         repo,
       });
     }
-    const res = await get(url, opts);
+    const res = await hubGet(url, opts);
     if (!res.ok) throw hubError(res, `repository ${repo} at ${revision}`, repo, opts);
     const parsed = z.array(TreeEntry).safeParse(await res.json().catch(() => null));
     if (!parsed.success) {
@@ -559,7 +559,7 @@ async function fetchFile(
   const hash = hasherOf(f);
   let res: Response | null = null;
   if (from < f.size || f.size === 0) {
-    res = await get(url, opts, {
+    res = await hubGet(url, opts, {
       ...(from > 0 ? { headers: { range: `bytes=${from}-` } } : {}),
       ...(opts.signal ? { signal: opts.signal } : {}),
     });

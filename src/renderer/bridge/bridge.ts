@@ -7,6 +7,7 @@
 import type {
   Attachment,
   BudgetPatch,
+  HubSearchHit,
   HubVariantsInfo,
   KvdeskApi,
   ModelInfo,
@@ -44,6 +45,7 @@ export interface Bridge {
    */
   startApiServer(port: number, autostart: boolean): Promise<string | null>;
   /** The packages a Hugging Face repository offers, or why not. */
+  searchHub(query: string): Promise<Result<HubSearchHit[]>>;
   hubVariants(repo: string): Promise<Result<HubVariantsInfo>>;
   /** Starts a download into the library (its progress arrives as the store's downloads); why not, if refused. */
   downloadModel(repo: string, variant: string): Promise<string | null>;
@@ -494,6 +496,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   return {
     api,
     newThread,
+    searchHub: (query) => api.invoke('searchHub', { query }),
     hubVariants: (repo) => api.invoke('hubVariants', { repo }),
     async downloadModel(repo, variant) {
       const r = await api.invoke('downloadModel', { repo, variant });

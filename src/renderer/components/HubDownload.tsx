@@ -1,10 +1,12 @@
 /**
- * Download from the Hugging Face Hub, in the Models view (as LM Studio's and Ollama's model pulls): a repository
- * (owner/name), the ONNX packages it offers with their sizes (the one that runs best on a CPU picked), Download;
- * each download's progress with Cancel; a finished one is in the library below, one click from Load.
+ * Download from the Hugging Face Hub, in the Models view (as LM Studio's and Ollama's model pulls): a word of a
+ * model's name searches the hub for repositories with ONNX language models (most downloaded first), a repository
+ * (owner/name, or a hit picked) is looked up: the ONNX packages it offers with their sizes (the one that runs best
+ * on a CPU picked), Download; each download's progress with Cancel; a finished one is in the library below, one
+ * click from Load. A repository with no ONNX model (or none of that name) is followed by a search for its name.
  */
 import { useState } from 'react';
-import type { DownloadStatus, HubVariantsInfo } from '../../shared/api';
+import type { DownloadStatus, HubSearchHit, HubVariantsInfo } from '../../shared/api';
 import { useApp, useBridge } from '../bridge/context';
 import { formatBytes } from '../lib/format';
 
@@ -59,6 +61,43 @@ function DownloadRow({ d }: { d: DownloadStatus }) {
   );
 }
 
+const compact = new Intl.NumberFormat('en', { notation: 'compact', maximumFractionDigits: 1 });
+
+/** owner/name[@revision] (or the hub's address of one): looked up, not searched. */
+const REPO_LIKE = /^((https?:\/\/)?(www\.)?(hf\.co|huggingface\.co)\/)?[\w.-]+\/[\w.-]+(@\S+)?$/;
+
+function HitList({ hits, onPick }: { hits: HubSearchHit[]; onPick: (repo: string) => void }) {
+  return (
+    <ul className="hub-hits" data-testid="hub-hits">
+      {hits.map((h) => (
+        <li key={h.repo}>
+          <button
+            type="button"
+            className="hub-hit"
+            data-testid="hub-hit"
+            data-repo={h.repo}
+            onClick={() => onPick(h.repo)}
+          >
+            <span className="mono">{h.repo}</span>
+            <span className="muted num" title={`${h.downloads.toLocaleString()} downloads, ${h.likes} likes`}>
+              ↓ {compact.format(h.downloads)} · ♥ {compact.format(h.likes)}
+              {h.updatedAt ? ` · ${h.updatedAt.slice(0, 10)}` : ''}
+            </span>
+            {h.gated && (
+              <span
+                className="badge warn"
+                title="Accept its terms on huggingface.co, and start kvdesk with HF_TOKEN set"
+              >
+                gated
+              </span>
+            )}
+          </button>
+        </li>
+      ))}
+    </ul>
+  );
+}
+
 export function HubDownload() {
   const bridge = useBridge();
   const downloads = useApp((s) => s.downloads);
@@ -67,20 +106,51 @@ export function HubDownload() {
   const [variant, setVariant] = useState('');
   const [error, setError] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
+  /** A search's hits, and what was searched (a repository that failed to look up: its name). */
+  const [hits, setHits] = useState<{ query: string; list: HubSearchHit[]; after?: string } | null>(null);
 
-  const lookUp = async () => {
+  const search = async (query: string, after?: string) => {
+    const r = await bridge.searchHub(query);
+    if (!r.ok) {
+      if (!after) setError(r.error.message);
+      return;
+    }
+    // After a failed look-up, only hits are worth showing.
+    if (!after || r.value.length > 0) setHits({ query, list: r.value, ...(after ? { after } : {}) });
+  };
+  const lookUp = async (name: string) => {
     setBusy(true);
     setError(null);
     setListing(null);
-    const r = await bridge.hubVariants(repo.trim());
-    setBusy(false);
+    setHits(null);
+    const r = await bridge.hubVariants(name);
     if (!r.ok) {
       setError(r.error.message);
+      // No such repository, or nothing kvdesk runs in it: ONNX exports of that name, if the hub has any.
+      const base = name.replace(/@.*$/, '').split('/').pop() ?? '';
+      if (r.error.code === 'BAD_REQUEST' && r.error.detail?.field === 'repo' && base) await search(base, name);
+      setBusy(false);
       return;
     }
+    setBusy(false);
     setListing(r.value);
     setVariant(r.value.recommended);
   };
+  const submit = async () => {
+    const text = repo.trim();
+    if (REPO_LIKE.test(text)) return lookUp(text);
+    setBusy(true);
+    setError(null);
+    setListing(null);
+    setHits(null);
+    await search(text);
+    setBusy(false);
+  };
+  const pick = (name: string) => {
+    setRepo(name);
+    void lookUp(name);
+  };
+  const searching = repo.trim() !== '' && !REPO_LIKE.test(repo.trim());
   const download = async () => {
     if (!listing) return;
     setBusy(true);
@@ -102,28 +172,41 @@ export function HubDownload() {
         className="row"
         onSubmit={(e) => {
           e.preventDefault();
-          if (repo.trim()) void lookUp();
+          if (repo.trim()) void submit();
         }}
       >
         <input
           type="text"
           data-testid="hub-repo"
-          placeholder="owner/name, e.g. onnx-community/Qwen3-0.6B-ONNX"
+          placeholder="search (qwen3, phi, smollm…) or owner/name"
           value={repo}
           onChange={(e) => {
             setRepo(e.target.value);
             // What was looked up is another repository's now.
             setListing(null);
             setError(null);
+            setHits(null);
           }}
         />
         <button type="submit" data-testid="hub-lookup" disabled={busy || !repo.trim()}>
-          Look up
+          {searching ? 'Search' : 'Look up'}
         </button>
       </form>
       {error && (
         <div className="note" data-testid="hub-error" role="alert">
           {error}
+        </div>
+      )}
+      {hits && (
+        <div data-testid="hub-search">
+          <div className="muted small-text" data-testid="hub-search-note">
+            {hits.list.length === 0
+              ? `No ONNX language model on the hub matches "${hits.query}": try a shorter word (qwen, phi, smollm…).`
+              : hits.after
+                ? `ONNX models on the hub named like ${hits.query}: pick one to see what it offers.`
+                : `${hits.list.length} ONNX language model${hits.list.length === 1 ? '' : 's'} matching "${hits.query}", most downloaded first: pick one to see what it offers.`}
+          </div>
+          <HitList hits={hits.list} onPick={pick} />
         </div>
       )}
       {listing && (

@@ -116,6 +116,49 @@ describe('the window: look up, download, the library', () => {
   });
 });
 
+describe('searching the hub', () => {
+  it('the window finds the repository by a word of its name; a bad search is refused by field', async () => {
+    const r = await t.hostApi.call('searchHub', { query: 'TINY' });
+    expect(r.ok && r.value).toEqual([expect.objectContaining({ repo: REPO, gated: false })]);
+    expect(new URL(hub.requests.at(-1)?.path ?? '', hub.url).searchParams.get('search')).toBe('TINY');
+    const limited = await t.hostApi.call('searchHub', { query: 'tiny', limit: 1 });
+    expect(limited.ok && limited.value.length).toBe(1);
+    for (const bad of [{ query: '' }, { query: '  ' }, { query: 'tiny', limit: 0 }, { query: 'tiny', extra: 1 }]) {
+      const refused = await t.hostApi.call('searchHub', bad as { query: string });
+      expect(refused.ok ? null : refused.error.code).toBe('BAD_REQUEST');
+    }
+  });
+
+  it('kvdesk search prints the hits (as JSON with --json), and says when there are none', async () => {
+    const run = (args: string[]) =>
+      new Promise<{ status: number | null; stdout: string; stderr: string }>((resolve) => {
+        execFile(
+          process.execPath,
+          [path.join(repoRoot, 'bin/kvdesk.cjs'), ...args],
+          { cwd: repoRoot, env: { ...process.env, HF_ENDPOINT: hub.url, HF_TOKEN: '' }, timeout: 60_000 },
+          (err, stdout, stderr) =>
+            resolve({ status: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+        );
+      });
+    const found = await run(['search', 'tiny', 'chat']);
+    expect(found.status, found.stderr).toBe(0);
+    expect(found.stdout).toMatch(/^onnx-community\/tiny-chat +0 downloads +0 likes +2026-11-01\n$/);
+    expect(found.stderr).toContain(`kvdesk pull ${REPO} --list`);
+    // Both words went to the hub as one search.
+    expect(new URL(hub.requests.at(-1)?.path ?? '', hub.url).searchParams.get('search')).toBe('tiny chat');
+    const json = await run(['search', 'tiny', '--json', '--limit', '5']);
+    expect(JSON.parse(json.stdout)).toEqual([expect.objectContaining({ repo: REPO, downloads: 0 })]);
+    const none = await run(['search', 'zzz']);
+    expect(none.status).toBe(0);
+    expect(none.stdout).toBe('');
+    expect(none.stderr).toContain('no ONNX language model on the hub matches "zzz"');
+    for (const args of [['search'], ['search', 'x', '--limit', '0']]) {
+      const bad = await run(args);
+      expect(bad.status, args.join(' ')).toBe(2);
+    }
+  }, 60_000);
+});
+
 describe("Ollama's /api/pull", () => {
   it("streams Ollama's progress lines, then the model answers by its library id", async () => {
     // A fresh data directory: nothing downloaded yet.
@@ -221,9 +264,13 @@ describe('kvdesk pull', () => {
           source: { repo: REPO, revision: 'main', variant: 'q4' },
         }),
       ]);
+      // A word is no repository: the way to find one is said.
       const bad = await kvdesk(['pull', 'nope', '--data-dir', dataDir]);
       expect(bad.status).toBe(2);
-      expect(bad.stderr).toContain('is not a Hugging Face repository');
+      expect(bad.stderr).toContain('"nope" is not a repository (owner/name): find one with kvdesk search "nope"');
+      const worse = await kvdesk(['pull', 'no/pe/x', '--data-dir', dataDir]);
+      expect(worse.status).toBe(2);
+      expect(worse.stderr).toContain('is not a Hugging Face repository');
     } finally {
       rmSync(dataDir, { recursive: true, force: true });
     }
