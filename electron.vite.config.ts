@@ -26,9 +26,21 @@ export default defineConfig({
   renderer: {
     root: path.resolve(__dirname, 'src/renderer'),
     plugins: [react()],
+    resolve: {
+      alias: {
+        // rehype-katex's HTML → tree parse: the parse5 one, not the browser's DOMParser, which reports every style
+        // attribute of KaTeX's HTML as a Content-Security-Policy violation (style-src 'self').
+        'hast-util-from-html-isomorphic': path.resolve(
+          __dirname,
+          'node_modules/hast-util-from-html-isomorphic/index.js',
+        ),
+      },
+    },
     build: {
       outDir: path.resolve(__dirname, 'out/renderer'),
       minify: true,
+      // No asset inlined as a data: URL (KaTeX's fonts): the page's Content-Security-Policy loads fonts from 'self' only.
+      assetsInlineLimit: 0,
       rollupOptions: { input: path.resolve(__dirname, 'src/renderer/index.html') },
     },
   },

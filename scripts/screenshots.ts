@@ -1,7 +1,7 @@
 /**
  * Screenshots of the running app for the README: docs/chat.png, docs/models.png,
  * docs/inspector.png, docs/devices.png, docs/prefill.png, docs/json.png, docs/library.png,
- * docs/long-chat.png, docs/thinking.png, docs/downloads.png. Starts a real `kvdesk serve` (real engine and scheduler)
+ * docs/long-chat.png, docs/thinking.png, docs/downloads.png, docs/markdown.png. Starts a real `kvdesk serve` (real engine and scheduler)
  * with a small KV budget so the budget bar has something to show, drives
  * Debian Chromium through the same steps a person would, and captures the window.
  *
@@ -87,6 +87,7 @@ async function main(): Promise<void> {
     'long-chat': longChatShot,
     thinking: thinkingShot,
     downloads: downloadsShot,
+    markdown: markdownShot,
   }[process.argv[2] ?? ''];
   if (only) {
     const browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
@@ -199,6 +200,7 @@ async function main(): Promise<void> {
     await longChatShot(browser);
     await thinkingShot(browser);
     await downloadsShot(browser);
+    await markdownShot(browser);
   } finally {
     await browser.close();
   }
@@ -470,5 +472,56 @@ async function downloadsShot(browser: Browser): Promise<void> {
   } finally {
     await server.stop();
     await hub.close();
+  }
+}
+
+/**
+ * docs/markdown.png: how a reply's Markdown renders — math (LaTeX's delimiters and $…$), a highlighted code block,
+ * money left as it is. The default model writes no such reply: the thread is saved as a person's import would be.
+ */
+async function markdownShot(browser: Browser): Promise<void> {
+  const server = await startServe([]);
+  try {
+    const now = Date.now();
+    const reply = [
+      'For $ax^2 + bx + c = 0$ with \\( a \\neq 0 \\), the roots are',
+      '',
+      '\\[ x = \\frac{-b \\pm \\sqrt{b^2 - 4ac}}{2a} \\]',
+      '',
+      'They are real when the discriminant $\\Delta = b^2 - 4ac \\ge 0$. In Python (the book costs $5 and the course $10):',
+      '',
+      '```python',
+      'import math',
+      '',
+      'def roots(a: float, b: float, c: float) -> tuple[float, float]:',
+      '    """Both roots of ax² + bx + c (a ≠ 0, real roots only)."""',
+      "    d = math.sqrt(b * b - 4 * a * c)  # the discriminant's root",
+      '    return (-b + d) / (2 * a), (-b - d) / (2 * a)',
+      '```',
+    ].join('\n');
+    const saved = await wsCall(server, 'saveThread', {
+      id: `t-markdown-${now}`,
+      title: 'Quadratic roots',
+      createdAt: now,
+      updatedAt: now,
+      messages: [
+        { id: 'u', role: 'user', content: 'How do I solve a quadratic equation?', createdAt: now },
+        { id: 'a', role: 'assistant', content: reply, createdAt: now + 1 },
+      ],
+    });
+    if (!saved.ok) throw new Error('saveThread failed');
+    const page = await browser.newPage({ viewport: { width: 1440, height: 900 }, deviceScaleFactor: 1 });
+    await page.goto(server.url);
+    await page.getByTestId('thread-list').and(page.locator('[data-loaded="true"]')).waitFor();
+    await page.getByTestId('thread-list').locator(`[data-thread-id="t-markdown-${now}"]`).click();
+    await page.locator('.katex-display').waitFor();
+    await page.waitForFunction(
+      () => (globalThis as unknown as { document: { fonts: { status: string } } }).document.fonts.status === 'loaded',
+    );
+    await page.mouse.move(0, 0);
+    await page.screenshot({ path: path.join(DOCS, 'markdown.png'), animations: 'disabled' });
+    console.log('wrote docs/markdown.png');
+  } finally {
+    await server.stop();
   }
 }

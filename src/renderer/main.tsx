@@ -1,4 +1,6 @@
 /** Renderer entry: one store, one transport, one bridge between them, then React. */
+// First: before any module builds a schema.
+import './zod-config';
 import { StrictMode } from 'react';
 import { createRoot } from 'react-dom/client';
 import { startBridge } from './bridge/bridge';

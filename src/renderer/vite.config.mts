@@ -11,8 +11,20 @@ export default defineConfig({
   root: 'src/renderer',
   base: './',
   plugins: [react()],
+  resolve: {
+    alias: {
+      // rehype-katex's HTML → tree parse: the parse5 one, not the browser's DOMParser, which reports every style
+      // attribute of KaTeX's HTML as a Content-Security-Policy violation (style-src 'self').
+      'hast-util-from-html-isomorphic': new URL(
+        '../../node_modules/hast-util-from-html-isomorphic/index.js',
+        import.meta.url,
+      ).pathname,
+    },
+  },
   build: {
     outDir: '../../out/renderer',
     emptyOutDir: true,
+    // No asset inlined as a data: URL (KaTeX's fonts): the page's Content-Security-Policy loads fonts from 'self' only.
+    assetsInlineLimit: 0,
   },
 });

@@ -1,8 +1,18 @@
-/** Assistant text as Markdown (GFM tables, lists, code) with a copy button on every code block. */
+/**
+ * Assistant text as Markdown: GFM (tables, lists, task lists), code blocks highlighted by their language (the
+ * common ones highlight.js knows) with a copy button on each, and math typeset by KaTeX (`$$…$$`, `\[…\]`,
+ * `\(…\)`, `$…$` where it reads as math, and ```math blocks; see lib/math.ts). A formula KaTeX cannot read shows
+ * its source, in the error colour.
+ */
+import 'katex/dist/katex.min.css';
 import { memo, type ReactNode, useState } from 'react';
-import ReactMarkdown, { type Components } from 'react-markdown';
+import ReactMarkdown, { type Components, type Options } from 'react-markdown';
+import rehypeHighlight from 'rehype-highlight';
+import rehypeKatex from 'rehype-katex';
 import remarkGfm from 'remark-gfm';
+import remarkMath from 'remark-math';
 import { fenced } from '../lib/fence';
+import { normalizeMath } from '../lib/math';
 
 interface HastLike {
   type: string;
@@ -57,13 +67,19 @@ const components: Components = {
   ),
 };
 
-const plugins = [remarkGfm];
+// A lone $ is a dollar: normalizeMath has turned the $…$ that read as math into $$…$$.
+const remarkPlugins: Options['remarkPlugins'] = [remarkGfm, [remarkMath, { singleDollarTextMath: false }]];
+// KaTeX first: a display formula's <pre><code class="language-math"> is no code block to highlight.
+const rehypePlugins: Options['rehypePlugins'] = [
+  [rehypeKatex, { strict: 'ignore', maxExpand: 1000, maxSize: 50 }],
+  [rehypeHighlight, { detect: false }],
+];
 
 /** Memoised on the text: earlier messages never re-parse while another streams. */
 export const Markdown = memo(function Markdown({ text }: { text: string }) {
   return (
-    <ReactMarkdown remarkPlugins={plugins} components={components} skipHtml>
-      {text}
+    <ReactMarkdown remarkPlugins={remarkPlugins} rehypePlugins={rehypePlugins} components={components} skipHtml>
+      {normalizeMath(text)}
     </ReactMarkdown>
   );
 });

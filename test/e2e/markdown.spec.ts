@@ -1,0 +1,104 @@
+/**
+ * Replies as Markdown, in Chromium against a real serve: math typeset by KaTeX (LaTeX's \[…\] and \(…\), $…$ read
+ * as math, ```math blocks) with its fonts loaded under the page's Content-Security-Policy; money and code left as
+ * written; code blocks highlighted by their language, their copy button giving the source, not the markup.
+ */
+import { expect, test, wsCall } from './fixtures';
+
+/** What this test reads of the page's globals (the e2e tests type-check without the DOM's types). */
+interface Page {
+  cspViolations: string[];
+  document: {
+    addEventListener(
+      type: string,
+      f: (e: { violatedDirective: string; blockedURI: string; sourceFile: string; lineNumber: number }) => void,
+    ): void;
+    fonts: { ready: Promise<unknown> } & Iterable<{ family: string; status: string }>;
+  };
+  navigator: { clipboard: { readText(): Promise<string> } };
+  getComputedStyle(el: unknown): { color: string };
+}
+
+const REPLY = [
+  'The roots are \\[ x = \\frac{-b \\pm \\sqrt{b^2 - 4ac}}{2a} \\] when \\( a \\neq 0 \\), and the area is $\\pi r^2$.',
+  '',
+  'It costs $5 and $10; run `echo $HOME $x$` to see.',
+  '',
+  '```math',
+  'e^{i\\pi} + 1 = 0',
+  '```',
+  '',
+  'A broken one: $$\\frac{1$$.',
+  '',
+  '```python',
+  'def area(r):',
+  '    # a comment',
+  '    return 3.14 * r ** 2',
+  '```',
+].join('\n');
+
+test('math is typeset, money and code stay as written, and code is highlighted', async ({ app, server }) => {
+  // Every Content-Security-Policy violation the page reports (a font refused, a style attribute blocked…).
+  await app.addInitScript(() => {
+    const seen: string[] = [];
+    const g = globalThis as unknown as Page;
+    g.cspViolations = seen;
+    g.document.addEventListener('securitypolicyviolation', (e) =>
+      seen.push(`${e.violatedDirective} ${e.blockedURI} ${e.sourceFile}:${e.lineNumber}`),
+    );
+  });
+  const now = Date.now();
+  const id = `t-markdown-${now}`;
+  const saved = await wsCall(server, 'saveThread', {
+    id,
+    title: 'Markdown',
+    createdAt: now,
+    updatedAt: now,
+    messages: [
+      { id: 'u', role: 'user', content: 'Solve it', createdAt: now },
+      { id: 'a', role: 'assistant', content: REPLY, createdAt: now + 1 },
+    ],
+  });
+  expect(saved.ok).toBe(true);
+  await app.reload();
+  await app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click({ timeout: 15_000 });
+  const reply = app.getByTestId('message-assistant').last();
+
+  // Two display formulas (\[…\] and ```math), two inline ones (\(…\) and $…$), one that does not parse.
+  await expect(reply.locator('.katex-display')).toHaveCount(2);
+  await expect(reply.locator('p .katex:not(.katex-display .katex)')).toHaveCount(2);
+  await expect(reply.locator('.katex-display annotation').first()).toHaveText(
+    'x = \\frac{-b \\pm \\sqrt{b^2 - 4ac}}{2a}',
+  );
+  await expect(reply.locator('.katex-error')).toHaveText('\\frac{1');
+  // Money and code are text.
+  await expect(reply).toContainText('It costs $5 and $10');
+  await expect(reply.locator('code', { hasText: 'echo' })).toHaveText('echo $HOME $x$');
+  // KaTeX's fonts load from the app (the CSP allows nothing else).
+  const fontsLoaded = await app.evaluate(async () => {
+    const { fonts } = (globalThis as unknown as Page).document;
+    await fonts.ready;
+    return [...fonts].filter((f) => f.family.includes('KaTeX') && f.status === 'loaded').length;
+  });
+  expect(fontsLoaded).toBeGreaterThan(0);
+
+  // The Python block: highlighted, and its copy button gives the source.
+  const code = reply.locator('pre code.language-python');
+  await expect(code.locator('.hljs-keyword').first()).toHaveText('def');
+  await expect(code.locator('.hljs-comment')).toHaveText('# a comment');
+  const keywordColour = await code
+    .locator('.hljs-keyword')
+    .first()
+    .evaluate((el) => (globalThis as unknown as Page).getComputedStyle(el).color);
+  const textColour = await code.evaluate((el) => (globalThis as unknown as Page).getComputedStyle(el).color);
+  expect(keywordColour).not.toBe(textColour);
+  await app.context().grantPermissions(['clipboard-read', 'clipboard-write']);
+  await reply
+    .locator('.code-block', { has: app.locator('code.language-python') })
+    .getByTestId('code-copy')
+    .click();
+  expect(await app.evaluate(() => (globalThis as unknown as Page).navigator.clipboard.readText())).toBe(
+    'def area(r):\n    # a comment\n    return 3.14 * r ** 2',
+  );
+  expect(await app.evaluate(() => (globalThis as unknown as Page).cspViolations)).toEqual([]);
+});

@@ -1,0 +1,69 @@
+/**
+ * Math delimiters in model replies (src/renderer/lib/math.ts): LaTeX's \[…\] and \(…\), and $…$ where it reads as
+ * math, become the $$ form the chat's Markdown typesets; money, code and unclosed delimiters stay as written.
+ */
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { normalizeMath } from '../../../src/renderer/lib/math';
+
+describe('normalizeMath', () => {
+  it('turns \\[…\\] into a $$ block on its own lines, over several lines too', () => {
+    expect(normalizeMath('So \\[ x^2 + 1 \\] holds.')).toBe('So \n$$\nx^2 + 1\n$$\n holds.');
+    expect(normalizeMath('\\[\n\\frac{a}{b}\n\\]')).toBe('\n$$\n\\frac{a}{b}\n$$\n');
+  });
+
+  it('turns \\(…\\) into inline $$…$$, not across a blank line', () => {
+    expect(normalizeMath('where \\( a \\) and \\(b_1\\) are')).toBe('where $$a$$ and $$b_1$$ are');
+    expect(normalizeMath('\\( a\n\nb \\)')).toBe('\\( a\n\nb \\)');
+  });
+
+  it("takes $…$ as math by pandoc's rule, and leaves money and lone dollars alone", () => {
+    expect(normalizeMath('the area $\\pi r^2$ of it')).toBe('the area $$\\pi r^2$$ of it');
+    expect(normalizeMath('$x$')).toBe('$$x$$');
+    expect(normalizeMath('it costs $5 and $10')).toBe('it costs $5 and $10');
+    expect(normalizeMath('from $5,$6 on')).toBe('from $5,$6 on');
+    expect(normalizeMath('$ x $ is spaced')).toBe('$ x $ is spaced');
+    expect(normalizeMath('an escaped \\$x$ stays')).toBe('an escaped \\$x$ stays');
+    // $$ already there is kept as it is.
+    expect(normalizeMath('$$E = mc^2$$ and $$\na\n$$')).toBe('$$E = mc^2$$ and $$\na\n$$');
+  });
+
+  it('leaves code as written: fenced blocks (``` and ~~~) and inline spans', () => {
+    const code = '```bash\necho $HOME $x$ \\(y\\)\n```';
+    expect(normalizeMath(`${code}\nthen $a$`)).toBe(`${code}\nthen $$a$$`);
+    const tilde = '~~~\nprice: $1$\n~~~';
+    expect(normalizeMath(tilde)).toBe(tilde);
+    expect(normalizeMath('run `echo $x$` for $y$')).toBe('run `echo $x$` for $$y$$');
+    expect(normalizeMath('``a `$b$` c`` and $d$')).toBe('``a `$b$` c`` and $$d$$');
+    // A longer closing fence closes; a shorter one does not.
+    expect(normalizeMath('````\n$a$\n```\n$b$\n````\n$c$')).toBe('````\n$a$\n```\n$b$\n````\n$$c$$');
+  });
+
+  // (An unclosed code span is a literal backtick, as CommonMark reads it: what follows it is prose until it closes.)
+  it('leaves an unclosed delimiter (a reply still streaming) as text', () => {
+    for (const s of ['see \\[ x + ', 'see \\( x', 'see $x', '```\n$a$']) {
+      expect(normalizeMath(s)).toBe(s);
+    }
+  });
+
+  it('changes nothing in text without $, \\( or \\[ (any text)', () => {
+    fc.assert(
+      fc.property(fc.string({ unit: 'binary' }), (s) => {
+        fc.pre(!s.includes('$') && !s.includes('\\(') && !s.includes('\\['));
+        expect(normalizeMath(s)).toBe(s);
+      }),
+    );
+  });
+
+  it('never touches the inside of a fenced code block (any text around and in it)', () => {
+    const inner = fc.string().filter((s) => !/^ {0,3}(`{3,}|~{3,})/m.test(s));
+    fc.assert(
+      fc.property(fc.string(), inner, fc.string(), (before, body, after) => {
+        const b = before.replace(/`|~/g, '');
+        const block = `\`\`\`\n${body}\n\`\`\``;
+        const out = normalizeMath(`${b}\n${block}\n${after.replace(/`|~/g, '')}`);
+        expect(out).toContain(`\n${block}\n`);
+      }),
+    );
+  });
+});
