@@ -105,6 +105,7 @@ export const MessageVersion = z.object({
   createdAt: z.number(),
   format: z.enum(['json']).optional(),
   stats: MessageStats.optional(),
+  edited: z.boolean().optional(),
 });
 export type MessageVersion = z.infer<typeof MessageVersion>;
 
@@ -122,6 +123,8 @@ export const StoredMessage = z.object({
   format: z.enum(['json']).optional(),
   /** Generation facts shown under an assistant reply. */
   stats: MessageStats.optional(),
+  /** A reply whose text the person changed (what the model reads in later turns, and goes on from). */
+  edited: z.boolean().optional(),
   /** A regenerated reply's other versions (lib/versions.ts), and where the shown one sits among all of them. */
   alternatives: z.array(MessageVersion).max(16).optional(),
   altIndex: z.number().int().min(0).max(16).optional(),

@@ -1,5 +1,5 @@
 /** Chat with the default model: a reply streams in, Stop (button and Esc) ends it and returns its reservation. */
-import { apiSnapshot, expect, lastReply, newChat, send, setSettings, test } from './fixtures';
+import { apiSnapshot, expect, lastReply, newChat, send, setSettings, test, wsCall } from './fixtures';
 
 // Greedy decoding of this prompt runs for well over a thousand tokens on the default model,
 // so there is time to see it stream and to stop it.
@@ -227,6 +227,116 @@ test('continue: a reply cut by max tokens goes on where it stopped, in the same 
   });
   // New chats inherit the open one's settings: back to the defaults for the tests that follow.
   await setSettings(app, { greedy: false });
+});
+
+test("edit a reply: the model reads the person's text, and continue goes on from it", async ({ app, server }) => {
+  await newChat(app);
+  await setSettings(app, { greedy: true, maxNewTokens: 8 });
+  await send(app, 'Tell me about the moon.');
+  await expect(lastReply(app)).toHaveAttribute('data-state', 'done', { timeout: 30_000 });
+  const original = (await lastReply(app).getByTestId('message-text').textContent()) ?? '';
+
+  // Esc leaves the reply as the model wrote it.
+  await lastReply(app).hover();
+  await lastReply(app).getByTestId('edit-reply').click();
+  const input = app.getByTestId('reply-edit-input');
+  await expect(input).toBeFocused();
+  await input.fill('Something else');
+  await input.press('Escape');
+  await expect(lastReply(app).getByTestId('message-text')).toHaveText(original);
+  await expect(lastReply(app).getByTestId('message-stats')).not.toContainText('edited');
+
+  // An empty reply cannot be saved; the person's text can (Ctrl+Enter).
+  await lastReply(app).hover();
+  await lastReply(app).getByTestId('edit-reply').click();
+  await input.fill('  ');
+  await expect(app.getByTestId('reply-edit-save')).toBeDisabled();
+  const mine = 'The moon is';
+  await input.fill(mine);
+  await input.press('Control+Enter');
+  await expect(lastReply(app).getByTestId('message-text')).toHaveText(mine);
+  await expect(lastReply(app).getByTestId('message-stats')).toContainText('edited');
+
+  // Kept: after a reload the edit is there, and continue goes on from the person's text.
+  const sent: string[] = [];
+  app.on('websocket', (ws) => ws.on('framesent', (f) => sent.push(String(f.payload))));
+  await expect(async () => {
+    await app.reload();
+    await expect(lastReply(app).getByTestId('message-text')).toHaveText(mine, { timeout: 2000 });
+  }).toPass({ timeout: 20_000 });
+  await lastReply(app).hover();
+  await lastReply(app).getByTestId('continue').click();
+  await expect(lastReply(app)).toHaveAttribute('data-state', 'done', { timeout: 30_000 });
+  const whole = (await lastReply(app).getByTestId('message-text').textContent()) ?? '';
+  const asked = sent
+    .map((p) => JSON.parse(p) as { t: string; request?: { messages?: unknown[]; continueFinal?: boolean } })
+    .filter((m) => m.t === 'generate')
+    .map((m) => m.request);
+  expect(asked).toHaveLength(1);
+  expect(asked[0]?.continueFinal).toBe(true);
+  expect(asked[0]?.messages?.at(-1)).toEqual({ role: 'assistant', content: mine });
+  // What the model wrote is its greedy continuation of the person's text, as the API gives it.
+  const res = await fetch(`${server.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({
+      model: 'default',
+      messages: [
+        { role: 'user', content: 'Tell me about the moon.' },
+        { role: 'assistant', content: mine },
+      ],
+      continue_final_message: true,
+      max_tokens: 8,
+      temperature: 0,
+    }),
+  });
+  expect(res.status).toBe(200);
+  const api = (await res.json()) as { choices: Array<{ message: { content: string } }> };
+  expect(whole).toBe(mine + (api.choices[0]?.message.content ?? ''));
+  expect(whole.length).toBeGreaterThan(mine.length);
+  // Its stats count the new tokens only; it stays marked as edited.
+  await expect(lastReply(app).getByTestId('message-stats')).toContainText(/8 tok.*edited/);
+  await setSettings(app, { greedy: false });
+});
+
+test('a finished reply is continued only once the person has edited it; a refusal is not edited', async ({
+  app,
+  server,
+}) => {
+  const now = Date.now();
+  const id = `t-edit-${now}`;
+  const saved = await wsCall(server, 'saveThread', {
+    id,
+    title: 'Finished',
+    createdAt: now,
+    updatedAt: now,
+    messages: [
+      { id: 'u1', role: 'user', content: 'Hi', createdAt: now },
+      {
+        id: 'a1',
+        role: 'assistant',
+        content: 'Refused',
+        createdAt: now + 1,
+        stats: { error: { code: 'QUEUE_FULL', message: 'full' } },
+      },
+      { id: 'u2', role: 'user', content: 'Hi again', createdAt: now + 2 },
+      { id: 'a2', role: 'assistant', content: 'Hello.', createdAt: now + 3, stats: { tokens: 2, finishReason: 'eos' } },
+    ],
+  });
+  expect(saved.ok).toBe(true);
+  await app.reload();
+  await app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click({ timeout: 15_000 });
+  const refused = app.locator('[data-testid="message-assistant"][data-message-id="a1"]');
+  await refused.hover();
+  await expect(refused.getByTestId('edit-reply')).toHaveCount(0);
+  await lastReply(app).hover();
+  await expect(lastReply(app).getByTestId('continue')).toHaveCount(0);
+  await lastReply(app).getByTestId('edit-reply').click();
+  await app.getByTestId('reply-edit-input').fill('Hello. Also,');
+  await app.getByTestId('reply-edit-save').click();
+  await lastReply(app).hover();
+  await expect(lastReply(app).getByTestId('continue')).toBeVisible();
+  await expect(lastReply(app).getByTestId('message-stats')).toHaveText('2 tok · eos · edited');
 });
 
 test('JSON output: the thread’s replies are JSON objects, shown as a JSON code block', async ({ app }) => {

@@ -92,6 +92,8 @@ export interface Bridge {
   continueReply(threadId: string): void;
   /** Replaces a user message, drops everything after it, and sends again. */
   editAndResend(threadId: string, messageId: string, text: string): void;
+  /** Replaces a reply's text with the person's (saved; later turns and `continue` go on from it). */
+  editReply(threadId: string, messageId: string, text: string): void;
   /**
    * A new chat with this one's settings and its messages up to and including `messageId` (to try another way
    * from there without losing this one); it opens.
@@ -408,6 +410,13 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     runTurn(threadId, [{ ...original, id: newId('m'), content, createdAt: Date.now() }], messageId);
   }
 
+  function editReply(threadId: string, messageId: string, text: string): void {
+    // Not while the thread writes: the reply being written, or the turn after it, would not read the change.
+    if (liveIn(threadId)) return;
+    s().editReply(threadId, messageId, text, Date.now());
+    saveThread(threadId);
+  }
+
   // --- models ------------------------------------------------------------------
   async function refreshModels(): Promise<ModelInfo[] | undefined> {
     const r = await api.invoke('listModels', {});
@@ -624,6 +633,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     },
     continueReply,
     editAndResend,
+    editReply,
     branchThread(threadId, messageId) {
       const t = s().threads.find((x) => x.id === threadId);
       const upTo = t ? t.messages.findIndex((m) => m.id === messageId) : -1;

@@ -1,4 +1,7 @@
-/** One message: user text (editable), or an assistant reply with its live phase, stats, notes and refusals. */
+/**
+ * One message: user text (editable, sent again), or an assistant reply with its live phase, stats, notes and
+ * refusals (its text editable: later turns, and continuing it, go on from the person's text).
+ */
 import { memo, useDeferredValue, useState } from 'react';
 import { useShallow } from 'zustand/react/shallow';
 import type { StoredMessage } from '../../shared/api';
@@ -12,12 +15,13 @@ import { CopyButton, jsonBlock, Markdown } from './Markdown';
 
 type Stats = NonNullable<StoredMessage['stats']>;
 
-function StatsLine({ stats }: { stats: Stats }) {
+function StatsLine({ stats, edited }: { stats: Stats; edited?: boolean | undefined }) {
   const parts: string[] = [];
   if (stats.ttftMs !== undefined) parts.push(`ttft ${formatMs(stats.ttftMs)}`);
   if (stats.tokensPerSecond !== undefined && stats.tokensPerSecond > 0) parts.push(formatRate(stats.tokensPerSecond));
   if (stats.tokens !== undefined) parts.push(`${formatInteger(stats.tokens)} tok`);
   if (stats.finishReason) parts.push(stats.finishReason === 'cancelled' ? 'stopped' : stats.finishReason);
+  if (edited) parts.push('edited');
   if (parts.length === 0) return null;
   return (
     <div className="stats num" data-testid="message-stats" data-finish-reason={stats.finishReason}>
@@ -201,6 +205,58 @@ function LivePhase({ live }: { live: LiveReply }) {
   );
 }
 
+/** A reply's text in a box to change it: Save (Ctrl/Cmd+Enter) keeps the person's text, Cancel (Esc) the model's. */
+function ReplyEditor({ message, threadId }: { message: StoredMessage; threadId: string }) {
+  const bridge = useBridge();
+  const setEditing = useApp((s) => s.setEditing);
+  const threadBusy = useApp((s) => Object.values(s.live).some((l) => l.threadId === threadId));
+  const [draft, setDraft] = useState(message.content);
+  const save = () => {
+    if (draft !== message.content) bridge.editReply(threadId, message.id, draft);
+    else setEditing(null);
+  };
+  // A reply with nothing left (and no reasoning before it) would be a turn that says nothing.
+  const empty = !draft.trim() && !message.reasoning;
+  return (
+    <div className="message assistant edit-box" data-testid="message-assistant" data-message-id={message.id}>
+      <div className="who">assistant (editing: the model reads your text from now on)</div>
+      <textarea
+        data-testid="reply-edit-input"
+        value={draft}
+        rows={Math.min(20, Math.max(4, draft.split('\n').length + 1))}
+        // biome-ignore lint/a11y/noAutofocus: editing was asked for
+        autoFocus
+        onChange={(e) => setDraft(e.target.value)}
+        onKeyDown={(e) => {
+          if (e.key === 'Enter' && (e.ctrlKey || e.metaKey) && !empty && !threadBusy) {
+            e.preventDefault();
+            save();
+          }
+          if (e.key === 'Escape') {
+            e.stopPropagation();
+            setEditing(null);
+          }
+        }}
+      />
+      <div className="row">
+        <button type="button" onClick={() => setEditing(null)}>
+          Cancel
+        </button>
+        <button
+          type="button"
+          className="primary"
+          data-testid="reply-edit-save"
+          disabled={empty || threadBusy}
+          title="Ctrl/Cmd+Enter"
+          onClick={save}
+        >
+          Save
+        </button>
+      </div>
+    </div>
+  );
+}
+
 function AssistantMessage({
   message,
   threadId,
@@ -210,7 +266,14 @@ function AssistantMessage({
   threadId: string;
   isLast: boolean;
 }) {
+  const editing = useApp((s) => s.editingMessageId === message.id);
+  if (editing) return <ReplyEditor message={message} threadId={threadId} />;
+  return <AssistantReply message={message} threadId={threadId} isLast={isLast} />;
+}
+
+function AssistantReply({ message, threadId, isLast }: { message: StoredMessage; threadId: string; isLast: boolean }) {
   const bridge = useBridge();
+  const setEditing = useApp((s) => s.setEditing);
   const live = useApp((s) => s.live[message.id]);
   const threadBusy = useApp((s) => Object.values(s.live).some((l) => l.threadId === threadId));
   // A thread now in JSON mode writes replies from their start: its replies are not continued.
@@ -246,7 +309,8 @@ function AssistantMessage({
               message.content &&
               message.format !== 'json' &&
               !jsonThread &&
-              (stats?.finishReason === 'length' || stats?.finishReason === 'cancelled') && (
+              // Cut short, or the person wrote its start: the model goes on from there.
+              (stats?.finishReason === 'length' || stats?.finishReason === 'cancelled' || message.edited) && (
                 <button
                   type="button"
                   className="small"
@@ -257,6 +321,17 @@ function AssistantMessage({
                   continue
                 </button>
               )}
+            {!threadBusy && !stats?.error && (
+              <button
+                type="button"
+                className="small"
+                data-testid="edit-reply"
+                title="Change the reply's text: later turns (and continue) go on from yours"
+                onClick={() => setEditing(message.id)}
+              >
+                edit
+              </button>
+            )}
             <BranchButton threadId={threadId} messageId={message.id} />
           </span>
         )}
@@ -272,7 +347,7 @@ function AssistantMessage({
       {cap && <CapNote cap={cap} />}
       {clip && <ClipNote clip={clip} />}
       {drop && !stats?.error && <DropNote drop={drop} />}
-      {stats && !live && <StatsLine stats={stats} />}
+      {(stats || message.edited) && !live && <StatsLine stats={stats ?? {}} edited={message.edited} />}
     </div>
   );
 }

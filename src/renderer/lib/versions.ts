@@ -16,6 +16,7 @@ function versionOf(m: StoredMessage): MessageVersion {
     ...(m.reasoning !== undefined ? { reasoning: m.reasoning } : {}),
     ...(m.format !== undefined ? { format: m.format } : {}),
     ...(m.stats !== undefined ? { stats: m.stats } : {}),
+    ...(m.edited ? { edited: true } : {}),
   };
 }
 
@@ -54,6 +55,7 @@ export function showVersion(m: StoredMessage, index: number): StoredMessage {
     format: _f,
     stats: _s,
     createdAt: _t,
+    edited: _e,
     alternatives: _a,
     altIndex: _i,
     ...rest

@@ -253,7 +253,8 @@ export const createChatSlice: StateCreator<AppState, [], [], ChatSlice> = (set, 
       phase: 'sending',
       startedAt: now,
       tokens: 0,
-      continues: { text: message.content, tokens: message.stats?.tokens ?? 0 },
+      // An edited reply's tokens are not the ones its text holds now: what it had is counted in the prompt.
+      continues: { text: message.content, tokens: message.edited ? 0 : (message.stats?.tokens ?? 0) },
     };
     const updated: Thread = { ...thread, updatedAt: now, ...(modelId ? { modelId } : {}) };
     set((s) => ({
@@ -294,6 +295,19 @@ export const createChatSlice: StateCreator<AppState, [], [], ChatSlice> = (set, 
       }
       return { threads, live, errorDetails };
     });
+  },
+
+  editReply(threadId, messageId, content, now) {
+    const thread = get().threads.find((t) => t.id === threadId);
+    const message = thread?.messages.find((m) => m.id === messageId);
+    if (!thread || message?.role !== 'assistant' || get().live[messageId]) return;
+    // A change of the chat, as a new turn is: the thread goes to the top of the list.
+    const updated: Thread = {
+      ...thread,
+      updatedAt: now,
+      messages: thread.messages.map((m) => (m.id === messageId ? { ...m, content, edited: true } : m)),
+    };
+    set((s) => ({ threads: [updated, ...s.threads.filter((t) => t.id !== threadId)], editingMessageId: null }));
   },
 
   showVersion(threadId, messageId, index) {

@@ -127,6 +127,11 @@ export interface ChatSlice {
    * appended to what it already says.
    */
   resumeReply(args: { threadId: string; messageId: string; now: number; modelId?: string }): void;
+  /**
+   * The person's own text for a reply (the version shown): what later turns send the model, and what continuing
+   * it goes on from. A message that is no reply, or a reply streaming now, is left as it is.
+   */
+  editReply(threadId: string, messageId: string, content: string, now: number): void;
   /** Shows version `index` of a reply (one regenerating it kept). */
   showVersion(threadId: string, messageId: string, index: number): void;
   /** A reply failed before any frame arrived (transport down, rejected send). */

@@ -315,6 +315,39 @@ describe('replies', () => {
     expect(before?.stats?.error).toBeUndefined();
   });
 
+  it("an edited reply says the person's text, and continuing it goes on from that text", () => {
+    const store = storeWithThread();
+    store.getState().loadThreads([thread('t0', { updatedAt: 99 })]);
+    start(store);
+    const done = { type: 'done', requestId: 'r1', result: result({ text: 'Once' }) } as const;
+    store.getState().applyFrames([{ messageId: 'a1', frames: [accepted, admitted, tokens('Once', [1]), done] }], 20);
+    // Not a reply, or a reply streaming now: nothing changes.
+    const untouched = store.getState().threads;
+    store.getState().editReply('t1', 'u1', 'changed', 25);
+    store.getState().editReply('t1', 'nope', 'changed', 25);
+    expect(store.getState().threads).toBe(untouched);
+    store.getState().setEditing('a1');
+    store.getState().editReply('t1', 'a1', 'In the beginning', 30);
+    const t = store.getState().threads[0];
+    expect(t?.id).toBe('t1'); // to the top, as a new turn goes
+    expect(t?.updatedAt).toBe(30);
+    expect(t?.messages[1]).toMatchObject({ content: 'In the beginning', edited: true, stats: { tokens: 3 } });
+    expect(t?.messages[0]?.content).toBe('hello');
+    expect(store.getState().editingMessageId).toBeNull();
+    // Continuing: its old token count is not the text's any more; the new text counts on its own.
+    store.getState().resumeReply({ threadId: 't1', messageId: 'a1', now: 40 });
+    expect(store.getState().live.a1?.continues).toEqual({ text: 'In the beginning', tokens: 0 });
+    store.getState().editReply('t1', 'a1', 'while streaming', 41);
+    expect(store.getState().threads[0]?.messages[1]?.content).toBe('In the beginning');
+    const more = { type: 'done', requestId: 'r2', result: result({ text: ' was', tokenIds: [5] }) } as const;
+    store.getState().applyFrames([{ messageId: 'a1', frames: [accepted, admitted, more] }], 42);
+    expect(store.getState().threads[0]?.messages[1]).toMatchObject({
+      content: 'In the beginning was',
+      edited: true,
+      stats: { tokens: 1 },
+    });
+  });
+
   it('ignores frames after the end and frames for unknown messages', () => {
     const store = storeWithThread();
     start(store);

@@ -42,6 +42,18 @@ describe('versions of a reply', () => {
     expect(back).not.toHaveProperty('stats');
   });
 
+  it('an edited version stays edited, and only it', () => {
+    // The person edited the first reply, then regenerated it.
+    const m = { ...reply('fresh'), ...inheritVersions(reply('mine', { edited: true })) };
+    expect(m.edited).toBeUndefined();
+    const mine = showVersion(m, 0);
+    expect(mine).toMatchObject({ content: 'mine', edited: true });
+    const fresh = showVersion(mine, 1);
+    expect(fresh.content).toBe('fresh');
+    expect(fresh.edited).toBeUndefined();
+    expect(StoredMessageSchema.safeParse(mine).success).toBe(true);
+  });
+
   it('a refusal or an empty reply is not kept as a version; a user message has none', () => {
     const refused = reply('', { stats: { error: { code: 'KV_BUDGET_EXCEEDED', message: 'no' } } });
     expect(inheritVersions(refused)).toEqual({});
