@@ -135,6 +135,8 @@ test('an OpenAI API conversation keeps its KV as an "API prompt cache" session i
   app,
   server,
 }) => {
+  // Sessions earlier tests' API requests left are not this one's.
+  const before = new Set((await apiSnapshot(server)).sessions.map((s) => s.sessionId));
   const res = await fetch(`${server.url}/v1/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
@@ -146,10 +148,12 @@ test('an OpenAI API conversation keeps its KV as an "API prompt cache" session i
     }),
   });
   expect(res.status).toBe(200);
-  const row = app.getByTestId('session-row').filter({ hasText: 'API prompt cache' }).first();
-  await expect(row).toBeVisible();
-  const id = (await row.getAttribute('data-session-id')) ?? '';
+  const ids = (await apiSnapshot(server)).sessions.map((s) => s.sessionId).filter((x) => !before.has(x));
+  expect(ids).toHaveLength(1);
+  const id = ids[0] as string;
   expect(id.startsWith('prompt-cache-')).toBe(true);
+  const row = app.locator(`[data-testid="session-row"][data-session-id="${id}"]`);
+  await expect(row).toContainText('API prompt cache');
   const held = (await apiSnapshot(server)).sessions.find((s) => s.sessionId === id)?.heldBytes;
   expect(held).toBeGreaterThan(0);
   await expect(row).toHaveAttribute('data-held-bytes', String(held));
