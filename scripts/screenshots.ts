@@ -1,7 +1,7 @@
 /**
  * Screenshots of the running app for the README: docs/chat.png, docs/models.png,
  * docs/inspector.png, docs/devices.png, docs/prefill.png, docs/json.png, docs/library.png,
- * docs/long-chat.png, docs/thinking.png, docs/downloads.png, docs/markdown.png. Starts a real `kvdesk serve` (real engine and scheduler)
+ * docs/long-chat.png, docs/thinking.png, docs/downloads.png, docs/markdown.png, docs/find.png. Starts a real `kvdesk serve` (real engine and scheduler)
  * with a small KV budget so the budget bar has something to show, drives
  * Debian Chromium through the same steps a person would, and captures the window.
  *
@@ -521,6 +521,13 @@ async function markdownShot(browser: Browser): Promise<void> {
     await page.mouse.move(0, 0);
     await page.screenshot({ path: path.join(DOCS, 'markdown.png'), animations: 'disabled' });
     console.log('wrote docs/markdown.png');
+    // docs/find.png: Ctrl+F in the same chat, its occurrences marked, the current one apart.
+    await page.keyboard.press('Control+f');
+    await page.getByTestId('find-input').fill('root');
+    await page.getByTestId('find-input').press('Shift+Enter');
+    await page.waitForTimeout(300);
+    await page.screenshot({ path: path.join(DOCS, 'find.png'), animations: 'disabled' });
+    console.log('wrote docs/find.png');
   } finally {
     await server.stop();
   }

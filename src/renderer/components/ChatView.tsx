@@ -1,7 +1,9 @@
-/** The open thread: title, messages, composer. */
+/** The open thread: title, messages (with Ctrl/Cmd+F's find bar), composer. */
+import { useEffect, useMemo, useRef, useState } from 'react';
 import { useShallow } from 'zustand/react/shallow';
 import { useApp, useAppStore } from '../bridge/context';
 import { contextUsed, currentDrop } from '../bridge/prompt';
+import { findMatches, MAX_MATCHES } from '../lib/find';
 import { formatInteger } from '../lib/format';
 import { exportFileName, threadToJson, threadToMarkdown } from '../lib/thread-export';
 
@@ -50,7 +52,101 @@ function ExportButtons({ threadId }: { threadId: string }) {
 }
 
 import { Composer } from './Composer';
-import { MessageList } from './MessageList';
+import { type FindView, MessageList } from './MessageList';
+
+const EMPTY: never[] = [];
+
+/**
+ * Find in this chat: the occurrences of what is typed in its messages, counted over the whole thread (also the
+ * rows not on screen); Enter goes to the next, Shift+Enter to the one before, Esc closes. It starts at the last
+ * occurrence, the one nearest the chat's end, where the view is.
+ */
+function FindBar({
+  threadId,
+  focusKey,
+  onView,
+  onClose,
+}: {
+  threadId: string;
+  focusKey: number;
+  onView: (v: FindView) => void;
+  onClose: () => void;
+}) {
+  const messages = useApp((s) => s.threads.find((t) => t.id === threadId)?.messages ?? EMPTY);
+  const [query, setQuery] = useState('');
+  const [at, setAt] = useState(0);
+  const [reveals, setReveals] = useState(0);
+  const input = useRef<HTMLInputElement>(null);
+  const matches = useMemo(() => findMatches(messages, query), [messages, query]);
+  const index = matches.length === 0 ? -1 : Math.min(at, matches.length - 1);
+  const current = index >= 0 ? (matches[index] ?? null) : null;
+  // Ctrl/Cmd+F again: back to the box, its text selected.
+  // biome-ignore lint/correctness/useExhaustiveDependencies: each ask focuses
+  useEffect(() => {
+    input.current?.focus();
+    input.current?.select();
+  }, [focusKey]);
+  // biome-ignore lint/correctness/useExhaustiveDependencies: current's fields are what matter
+  useEffect(() => onView({ query, current, reveals }), [query, current?.messageId, current?.nth, reveals]);
+  const go = (step: number) => {
+    if (matches.length === 0) return;
+    setAt((index + step + matches.length) % matches.length);
+    setReveals((n) => n + 1);
+  };
+  const count =
+    matches.length === 0
+      ? query.trim()
+        ? 'no matches'
+        : ''
+      : `${index + 1} / ${matches.length >= MAX_MATCHES ? `${MAX_MATCHES}+` : matches.length}`;
+  return (
+    <div className="find-bar" data-testid="find-bar">
+      <input
+        ref={input}
+        type="search"
+        data-testid="find-input"
+        placeholder="Find in this chat"
+        aria-label="Find in this chat"
+        value={query}
+        onChange={(e) => {
+          const q = e.target.value;
+          setQuery(q);
+          // The newest occurrence first: the view is at the chat's end.
+          setAt(Math.max(0, findMatches(messages, q).length - 1));
+          setReveals((n) => n + 1);
+        }}
+        onKeyDown={(e) => {
+          if (e.key === 'Enter') {
+            e.preventDefault();
+            go(e.shiftKey ? -1 : 1);
+          } else if (e.key === 'Escape') {
+            // Not a stop of the reply streaming (App's Esc): the find closes.
+            e.preventDefault();
+            onClose();
+          }
+        }}
+      />
+      <span className="num muted" data-testid="find-count" aria-live="polite">
+        {count}
+      </span>
+      <button
+        type="button"
+        className="small"
+        data-testid="find-prev"
+        title="Previous (Shift+Enter)"
+        onClick={() => go(-1)}
+      >
+        ↑
+      </button>
+      <button type="button" className="small" data-testid="find-next" title="Next (Enter)" onClick={() => go(1)}>
+        ↓
+      </button>
+      <button type="button" className="small ghost" data-testid="find-close" title="Close (Esc)" onClick={onClose}>
+        ✕
+      </button>
+    </div>
+  );
+}
 
 function EmptyThread() {
   const { model, noModels } = useApp(
@@ -126,6 +222,26 @@ export function ChatView() {
       };
     }),
   );
+  // Ctrl/Cmd+F: the find bar (the page's own find cannot see the rows off screen); again: back to its box.
+  const [findAsk, setFindAsk] = useState(0);
+  const [find, setFind] = useState<FindView | undefined>(undefined);
+  useEffect(() => {
+    const onKey = (e: KeyboardEvent) => {
+      if ((e.ctrlKey || e.metaKey) && !e.shiftKey && !e.altKey && e.key.toLowerCase() === 'f') {
+        e.preventDefault();
+        setFindAsk((n) => n + 1);
+      }
+    };
+    window.addEventListener('keydown', onKey);
+    return () => window.removeEventListener('keydown', onKey);
+  }, []);
+  // Another chat: the find starts over.
+  // biome-ignore lint/correctness/useExhaustiveDependencies: the thread is the trigger
+  useEffect(() => {
+    setFindAsk(0);
+    setFind(undefined);
+  }, [threadId]);
+  const findOpen = findAsk > 0 && threadId !== null && count > 0;
   return (
     <section className="main" aria-label="Chat" data-testid="chat-view" data-thread-id={threadId ?? ''}>
       <div className="chat-head">
@@ -133,8 +249,20 @@ export function ChatView() {
         {threadId && count > 0 && <ContextMeter threadId={threadId} />}
         {threadId && count > 0 && <ExportButtons threadId={threadId} />}
       </div>
+      {findOpen && (
+        <FindBar
+          key={threadId}
+          threadId={threadId}
+          focusKey={findAsk}
+          onView={setFind}
+          onClose={() => {
+            setFindAsk(0);
+            setFind(undefined);
+          }}
+        />
+      )}
       {threadId && count > 0 ? (
-        <MessageList threadId={threadId} />
+        <MessageList threadId={threadId} find={findOpen ? find : undefined} />
       ) : loaded ? (
         <EmptyThread />
       ) : (

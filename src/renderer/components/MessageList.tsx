@@ -3,18 +3,28 @@
  * mounted, so a thread with thousands of messages scrolls as smoothly as a
  * short one. Heights are measured as rows render (Markdown varies a lot).
  * Sticks to the bottom while a reply streams, unless the person scrolled up.
+ * With a find (ChatView's find bar), the rows on screen mark its occurrences, and the current one is scrolled to.
  */
 import { useVirtualizer } from '@tanstack/react-virtual';
-import { useCallback, useLayoutEffect, useRef } from 'react';
+import { useCallback, useEffect, useLayoutEffect, useRef } from 'react';
 import { useShallow } from 'zustand/react/shallow';
 import { useApp } from '../bridge/context';
 import { currentDrop } from '../bridge/prompt';
+import type { FindMatch } from '../lib/find';
+import { clearMarks, markMatches } from './find-marks';
 import { Message } from './Message';
 
 const EMPTY: never[] = [];
 const NONE = { start: -1, contextLength: 0 };
 
-export function MessageList({ threadId }: { threadId: string }) {
+/** What the find bar looks for, the occurrence it shows, and a count of the times it was asked to show one. */
+export interface FindView {
+  query: string;
+  current: FindMatch | null;
+  reveals: number;
+}
+
+export function MessageList({ threadId, find }: { threadId: string; find?: FindView | undefined }) {
   const messages = useApp((s) => s.threads.find((t) => t.id === threadId)?.messages ?? EMPTY);
   // Compared field by field, so streamed frames re-render the list only when the context's start moves.
   const outside = useApp(
@@ -51,6 +61,43 @@ export function MessageList({ threadId }: { threadId: string }) {
   // Follow growth (new messages, streamed text, re-measured rows) when pinned to the bottom.
   // biome-ignore lint/correctness/useExhaustiveDependencies: these values are the triggers
   useLayoutEffect(toBottom, [messages.length, last?.content.length, total]);
+
+  // The occurrence shown: its row scrolled to (the marks below bring its text to the centre once it is on screen).
+  const reveal = useRef(false);
+  const query = find?.query ?? '';
+  const current = find?.current ?? null;
+  // biome-ignore lint/correctness/useExhaustiveDependencies: the occurrence's identity and each ask are the triggers
+  useLayoutEffect(() => {
+    if (!current) return;
+    stick.current = false;
+    reveal.current = true;
+    virtualizer.scrollToIndex(current.index, { align: 'center' });
+  }, [current?.messageId, current?.nth, find?.reveals]);
+  // The marks follow the rows on screen: again whenever rows mount or their text changes.
+  // biome-ignore lint/correctness/useExhaustiveDependencies: current's fields are what matter
+  useEffect(() => {
+    const el = scrollRef.current;
+    if (!el || !query.trim()) return clearMarks();
+    let frame = 0;
+    const refresh = () => {
+      frame = 0;
+      const range = markMatches(el, query, current);
+      if (range && reveal.current) {
+        reveal.current = false;
+        range.startContainer.parentElement?.scrollIntoView({ block: 'center' });
+      }
+    };
+    refresh();
+    const observer = new MutationObserver(() => {
+      if (!frame) frame = requestAnimationFrame(refresh);
+    });
+    observer.observe(el, { childList: true, subtree: true, characterData: true });
+    return () => {
+      observer.disconnect();
+      cancelAnimationFrame(frame);
+      clearMarks();
+    };
+  }, [query, current?.messageId, current?.nth, find?.reveals]);
 
   return (
     <div

@@ -1,0 +1,50 @@
+/** Find in a chat (src/renderer/lib/find.ts): every occurrence of a word in the thread's messages, in order. */
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { findMatches, MAX_MATCHES } from '../../../src/renderer/lib/find';
+import type { StoredMessage } from '../../../src/shared/api';
+
+const msg = (id: string, content: string, role: StoredMessage['role'] = 'assistant'): StoredMessage => ({
+  id,
+  role,
+  content,
+  createdAt: 0,
+});
+
+describe('findMatches', () => {
+  it('finds each occurrence, case aside, in reading order, with its place in its message', () => {
+    const thread = [
+      msg('s', 'Tides everywhere', 'system'),
+      msg('u', 'Tell me about the tides.', 'user'),
+      msg('a', 'TIDES rise; tides fall. Ti-des are not.'),
+      msg('b', 'nothing here'),
+    ];
+    expect(findMatches(thread, 'tides')).toEqual([
+      { index: 1, messageId: 'u', nth: 0 },
+      { index: 2, messageId: 'a', nth: 0 },
+      { index: 2, messageId: 'a', nth: 1 },
+    ]);
+  });
+
+  it('counts occurrences that do not overlap, and nothing for an empty or blank query', () => {
+    expect(findMatches([msg('a', 'aaaa')], 'aa')).toHaveLength(2);
+    expect(findMatches([msg('a', 'text')], '')).toEqual([]);
+    expect(findMatches([msg('a', 'a  b')], '  ')).toEqual([]);
+  });
+
+  it(`stops counting at ${MAX_MATCHES}`, () => {
+    expect(findMatches([msg('a', 'x'.repeat(MAX_MATCHES + 50))], 'x')).toHaveLength(MAX_MATCHES);
+  });
+
+  it('agrees with a plain count of the lower-cased text (any text, any word)', () => {
+    fc.assert(
+      fc.property(fc.array(fc.string(), { maxLength: 5 }), fc.string({ minLength: 1, maxLength: 3 }), (texts, word) => {
+        fc.pre(word.trim().length > 0);
+        const thread = texts.map((t, i) => msg(`m${i}`, t));
+        const expected = texts.map((t) => t.toLocaleLowerCase().split(word.toLocaleLowerCase()).length - 1);
+        const found = findMatches(thread, word);
+        expect(texts.map((_, i) => found.filter((f) => f.index === i).length)).toEqual(expected);
+      }),
+    );
+  });
+});
