@@ -1,7 +1,8 @@
 /**
  * Screenshots of the running app for the README: docs/chat.png, docs/models.png,
  * docs/inspector.png, docs/devices.png, docs/prefill.png, docs/json.png, docs/library.png,
- * docs/long-chat.png, docs/thinking.png, docs/downloads.png, docs/markdown.png, docs/find.png. Starts a real `kvdesk serve` (real engine and scheduler)
+ * docs/long-chat.png, docs/thinking.png, docs/downloads.png, docs/markdown.png, docs/find.png,
+ * docs/probabilities.png. Starts a real `kvdesk serve` (real engine and scheduler)
  * with a small KV budget so the budget bar has something to show, drives
  * Debian Chromium through the same steps a person would, and captures the window.
  *
@@ -88,6 +89,7 @@ async function main(): Promise<void> {
     thinking: thinkingShot,
     downloads: downloadsShot,
     markdown: markdownShot,
+    probabilities: probabilitiesShot,
   }[process.argv[2] ?? ''];
   if (only) {
     const browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
@@ -201,6 +203,7 @@ async function main(): Promise<void> {
     await thinkingShot(browser);
     await downloadsShot(browser);
     await markdownShot(browser);
+    await probabilitiesShot(browser);
   } finally {
     await browser.close();
   }
@@ -528,6 +531,33 @@ async function markdownShot(browser: Browser): Promise<void> {
     await page.waitForTimeout(300);
     await page.screenshot({ path: path.join(DOCS, 'find.png'), animations: 'disabled' });
     console.log('wrote docs/find.png');
+  } finally {
+    await server.stop();
+  }
+}
+
+/** docs/probabilities.png: a chat set to keep token probabilities, a reply shown as its tokens. */
+async function probabilitiesShot(browser: Browser): Promise<void> {
+  const server = await startServe([]);
+  try {
+    const page = await browser.newPage({ viewport: { width: 1440, height: 900 }, deviceScaleFactor: 1 });
+    await page.goto(server.url);
+    await page.getByTestId('thread-list').and(page.locator('[data-loaded="true"]')).waitFor();
+    await newChat(page, 'Probabilities');
+    await settings(page, { maxNewTokens: 48, seed: 3 });
+    await page.getByTestId('settings-toggle').click();
+    await page.getByTestId('setting-probabilities').check();
+    await page.getByTestId('settings-toggle').click();
+    await say(page, 'Write two sentences about lighthouses.');
+    await rename(page, 'Lighthouses');
+    const reply = page.getByTestId('message-assistant').last();
+    await reply.hover();
+    await reply.getByTestId('toggle-probabilities').click();
+    await reply.getByTestId('token-view').waitFor();
+    await page.mouse.move(0, 0);
+    await page.waitForTimeout(200);
+    await page.screenshot({ path: path.join(DOCS, 'probabilities.png'), animations: 'disabled' });
+    console.log('wrote docs/probabilities.png');
   } finally {
     await server.stop();
   }

@@ -99,6 +99,21 @@ export const MessageStats = z.object({
 });
 
 /** One version of a reply: what regenerating it replaced, or what replaced it. */
+/** Most tokens a reply keeps the probabilities of (a reply longer than that keeps its first ones). */
+export const MAX_PROBABILITY_TOKENS = 16_384;
+
+/**
+ * A generated token as a reply keeps it for the window's probabilities view (a thread set to keep them): its
+ * UTF-8 bytes (a character split over tokens decodes whole across them), its log-probability, and the likeliest
+ * alternatives at its place (most likely first). Log-probabilities are finite (a masked token's is -1e4).
+ */
+export const TokenProbability = z.object({
+  b: z.array(z.number().int().min(0).max(255)).max(256),
+  lp: z.number(),
+  top: z.array(z.object({ t: z.string().max(1000), lp: z.number() })).max(20),
+});
+export type TokenProbability = z.infer<typeof TokenProbability>;
+
 export const MessageVersion = z.object({
   content: z.string().max(2_000_000),
   reasoning: z.string().max(2_000_000).optional(),
@@ -106,6 +121,7 @@ export const MessageVersion = z.object({
   format: z.enum(['json']).optional(),
   stats: MessageStats.optional(),
   edited: z.boolean().optional(),
+  probabilities: z.array(TokenProbability).max(MAX_PROBABILITY_TOKENS).optional(),
 });
 export type MessageVersion = z.infer<typeof MessageVersion>;
 
@@ -125,6 +141,8 @@ export const StoredMessage = z.object({
   stats: MessageStats.optional(),
   /** A reply whose text the person changed (what the model reads in later turns, and goes on from). */
   edited: z.boolean().optional(),
+  /** Each token the reply's generation wrote, with its probability (a thread set to keep them). */
+  probabilities: z.array(TokenProbability).max(MAX_PROBABILITY_TOKENS).optional(),
   /** A regenerated reply's other versions (lib/versions.ts), and where the shown one sits among all of them. */
   alternatives: z.array(MessageVersion).max(16).optional(),
   altIndex: z.number().int().min(0).max(16).optional(),
@@ -156,6 +174,8 @@ export const Thread = z.object({
   thinking: z.boolean().optional(),
   /** A thinking model's reasoning is closed for it after this many tokens (absent: no limit but max tokens). */
   thinkingBudget: z.number().int().min(0).max(1_000_000).optional(),
+  /** Replies keep each token's probability and its likeliest alternatives (the probabilities view). */
+  showProbabilities: z.boolean().optional(),
   messages: z.array(StoredMessage).max(10_000),
 });
 export type Thread = z.infer<typeof Thread>;

@@ -78,6 +78,7 @@ export interface Bridge {
       stop?: string[] | undefined;
       thinking?: boolean | undefined;
       thinkingBudget?: number | undefined;
+      showProbabilities?: boolean | undefined;
     },
   ): void;
   /** Sends a user message in the active thread (creating one if there is none). */
@@ -620,6 +621,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       if ('stop' in patch) next.stop = patch.stop;
       if ('thinking' in patch) next.thinking = patch.thinking;
       if ('thinkingBudget' in patch) next.thinkingBudget = patch.thinkingBudget;
+      if ('showProbabilities' in patch) next.showProbabilities = patch.showProbabilities;
       s().updateThread(id, next);
       saveThread(id);
     },

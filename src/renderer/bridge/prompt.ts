@@ -31,6 +31,9 @@ function inConversation(m: StoredMessage): boolean {
  * KV resident between turns and only prefills what is new; `threadId` labels the
  * request in the inspector.
  */
+/** Alternatives kept at each token's place in the probabilities view. */
+export const PROBABILITY_ALTERNATIVES = 5;
+
 export function buildChatRequest(
   thread: Thread,
   history: StoredMessage[],
@@ -57,6 +60,8 @@ export function buildChatRequest(
       ? { thinkingBudget: thread.thinkingBudget }
       : {}),
     ...overflowPolicy(thread, history, model?.contextLength),
+    // The probabilities view: each token's, and the likeliest alternatives at its place.
+    ...(thread.showProbabilities ? { logprobs: PROBABILITY_ALTERNATIVES } : {}),
     sessionId: thread.id,
     threadId: thread.id,
   };

@@ -35,6 +35,7 @@ function summary(thread: Thread | undefined): string {
   if (thread?.thinking !== undefined) parts.push(thread.thinking ? 'thinking on' : 'thinking off');
   if (thread?.thinkingBudget !== undefined && thread.thinking !== false)
     parts.push(`thinking budget ${thread.thinkingBudget}`);
+  if (thread?.showProbabilities) parts.push('probabilities');
   return parts.join(' · ');
 }
 

@@ -2,12 +2,13 @@
  * One message: user text (editable, sent again), or an assistant reply with its live phase, stats, notes and
  * refusals (its text editable: later turns, and continuing it, go on from the person's text).
  */
-import { memo, useDeferredValue, useState } from 'react';
+import { memo, useDeferredValue, useMemo, useState } from 'react';
 import { useShallow } from 'zustand/react/shallow';
-import type { StoredMessage } from '../../shared/api';
+import type { StoredMessage, TokenProbability } from '../../shared/api';
 import { useApp, useBridge } from '../bridge/context';
 import { exactBytes, formatBytes, formatInteger, formatMs, formatRate } from '../lib/format';
 import { describeRefusal } from '../lib/refusal';
+import { percent, tokenPieces, visible } from '../lib/token-pieces';
 import type { LiveReply } from '../store/types';
 import { Bytes } from './Bytes';
 import { FileIcon } from './Icons';
@@ -205,6 +206,47 @@ function LivePhase({ live }: { live: LiveReply }) {
   );
 }
 
+/**
+ * The probabilities view of a reply: every token its generation wrote (its reasoning's included), each coloured by
+ * how unlikely it was, the likeliest alternatives at its place on hover.
+ */
+function TokenView({ tokens }: { tokens: TokenProbability[] }) {
+  const pieces = useMemo(() => tokenPieces(tokens), [tokens]);
+  return (
+    <div className="token-view" data-testid="token-view">
+      <div className="hint">
+        Each token as the model wrote it, coloured by its probability (the redder, the less likely); hover one for the
+        likeliest tokens at its place.
+      </div>
+      <div className="tokens">
+        {tokens.map((t, i) => {
+          const p = Math.exp(t.lp);
+          const alpha = p >= 0.9 ? 0 : Math.min(0.6, (1 - p) * 0.65);
+          const title = [
+            `${visible(pieces[i] ?? '')}  ${percent(t.lp)}`,
+            ...(t.top.length > 0
+              ? ['likeliest here:', ...t.top.map((a) => `  ${visible(a.t)}  ${percent(a.lp)}`)]
+              : []),
+          ].join('\n');
+          return (
+            <span
+              // biome-ignore lint/suspicious/noArrayIndexKey: a finished reply's tokens never move
+              key={i}
+              className="tok"
+              data-testid="token"
+              data-p={p.toFixed(4)}
+              title={title}
+              style={alpha > 0 ? { backgroundColor: `hsl(8 85% 55% / ${alpha.toFixed(2)})` } : undefined}
+            >
+              {pieces[i]}
+            </span>
+          );
+        })}
+      </div>
+    </div>
+  );
+}
+
 /** A reply's text in a box to change it: Save (Ctrl/Cmd+Enter) keeps the person's text, Cancel (Esc) the model's. */
 function ReplyEditor({ message, threadId }: { message: StoredMessage; threadId: string }) {
   const bridge = useBridge();
@@ -275,6 +317,8 @@ function AssistantReply({ message, threadId, isLast }: { message: StoredMessage;
   const bridge = useBridge();
   const setEditing = useApp((s) => s.setEditing);
   const live = useApp((s) => s.live[message.id]);
+  const [showTokens, setShowTokens] = useState(false);
+  const probabilities = live ? undefined : message.probabilities;
   const threadBusy = useApp((s) => Object.values(s.live).some((l) => l.threadId === threadId));
   // A thread now in JSON mode writes replies from their start: its replies are not continued.
   const jsonThread = useApp((s) => s.threads.find((t) => t.id === threadId)?.responseFormat === 'json');
@@ -321,6 +365,18 @@ function AssistantReply({ message, threadId, isLast }: { message: StoredMessage;
                   continue
                 </button>
               )}
+            {probabilities && probabilities.length > 0 && (
+              <button
+                type="button"
+                className="small"
+                data-testid="toggle-probabilities"
+                aria-pressed={showTokens}
+                title="Show each token with its probability, or the reply as text"
+                onClick={() => setShowTokens((v) => !v)}
+              >
+                {showTokens ? 'text' : 'probabilities'}
+              </button>
+            )}
             {!threadBusy && !stats?.error && (
               <button
                 type="button"
@@ -340,7 +396,11 @@ function AssistantReply({ message, threadId, isLast }: { message: StoredMessage;
         <Reasoning text={message.reasoning} live={live} stats={stats} hasReply={message.content.length > 0} />
       )}
       <div className={`bubble ${live?.phase === 'running' ? 'streaming' : ''}`} data-testid="message-text">
-        {text && <Markdown text={message.format === 'json' ? jsonBlock(text) : text} />}
+        {showTokens && probabilities ? (
+          <TokenView tokens={probabilities} />
+        ) : (
+          text && <Markdown text={message.format === 'json' ? jsonBlock(text) : text} />
+        )}
       </div>
       {live && <LivePhase live={live} />}
       {stats?.error && <Refusal messageId={message.id} error={stats.error} />}

@@ -324,6 +324,15 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
           }
         />
       </label>
+      <label title="Replies keep each token's probability and the 5 likeliest tokens at its place: the reply's “probabilities” button shows them, each token coloured by how likely it was. For this chat's new replies.">
+        token probabilities
+        <input
+          type="checkbox"
+          data-testid="setting-probabilities"
+          checked={thread.showProbabilities === true}
+          onChange={(e) => bridge.updateThreadSettings(thread.id, { showProbabilities: e.target.checked || undefined })}
+        />
+      </label>
       {thread.responseFormat === 'json' && (
         <label
           className="system schema"

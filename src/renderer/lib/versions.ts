@@ -17,6 +17,7 @@ function versionOf(m: StoredMessage): MessageVersion {
     ...(m.format !== undefined ? { format: m.format } : {}),
     ...(m.stats !== undefined ? { stats: m.stats } : {}),
     ...(m.edited ? { edited: true } : {}),
+    ...(m.probabilities ? { probabilities: m.probabilities } : {}),
   };
 }
 
@@ -56,6 +57,7 @@ export function showVersion(m: StoredMessage, index: number): StoredMessage {
     stats: _s,
     createdAt: _t,
     edited: _e,
+    probabilities: _p,
     alternatives: _a,
     altIndex: _i,
     ...rest

@@ -5,8 +5,8 @@
  */
 
 import type { StateCreator } from 'zustand/vanilla';
-import type { StoredMessage, Thread } from '../../shared/api';
-import type { GenerationResult, StreamFrame } from '../../shared/contract';
+import { MAX_PROBABILITY_TOKENS, type StoredMessage, type Thread, type TokenProbability } from '../../shared/api';
+import type { GeneratedTokenLogprob, GenerationResult, StreamFrame } from '../../shared/contract';
 import type { ErrorInfo } from '../../shared/errors';
 import { inheritVersions, showVersion as pickVersion } from '../lib/versions';
 import type { AppState, ChatSlice, FrameBatch, LiveReply } from './types';
@@ -47,6 +47,24 @@ function reasoningStats(
   return tokens > 0 ? { reasoningTokens: tokens, ...(ms > 0 ? { reasoningMs: ms } : {}) } : {};
 }
 
+/** A log-probability JSON keeps: a masked token's -Infinity (JSON's null) as -1e4. */
+const finite = (lp: number) => (Number.isFinite(lp) ? Math.max(lp, -1e4) : -1e4);
+
+/** The tokens' list with these tokens' probabilities after it (at most MAX_PROBABILITY_TOKENS kept). */
+function withProbabilities(
+  list: TokenProbability[] | undefined,
+  logprobs: GeneratedTokenLogprob[],
+): TokenProbability[] {
+  const room = MAX_PROBABILITY_TOKENS - (list?.length ?? 0);
+  if (room <= 0) return list ?? [];
+  const added = logprobs.slice(0, room).map((l) => ({
+    b: l.bytes,
+    lp: finite(l.logprob),
+    top: l.top.map((t) => ({ t: t.token, lp: finite(t.logprob) })),
+  }));
+  return [...(list ?? []), ...added];
+}
+
 /**
  * Applies one generation's frames to its assistant message and live entry.
  * Returns the new message and live entry (undefined when the stream ended).
@@ -59,6 +77,8 @@ export function reduceFrames(
 ): { message: StoredMessage; live: LiveReply | undefined } {
   let content = message.content;
   let reasoning = message.reasoning;
+  // A new reply starts its tokens' list; a continued one goes on with it.
+  let probabilities = live.continues ? message.probabilities : undefined;
   let next: LiveReply | undefined = { ...live };
   let stats = message.stats;
   for (const frame of frames) {
@@ -93,6 +113,7 @@ export function reduceFrames(
         const row = frame.rows[0];
         if (row) {
           content += row.text;
+          if (row.logprobs && row.logprobs.length > 0) probabilities = withProbabilities(probabilities, row.logprobs);
           next = { ...next, phase: 'running', tokens: next.tokens + row.ids.length };
           if (row.reasoning) reasoning = (reasoning ?? '') + row.reasoning;
         }
@@ -104,6 +125,12 @@ export function reduceFrames(
         // conversation before it (the continuation's prompt held the first part too).
         const before = next.continues?.tokens ?? 0;
         content = (next.continues?.text ?? '') + r.text;
+        // The whole generation's probabilities (a token held back by a stop string's check arrives with done only).
+        const all = r.rows[0]?.logprobs;
+        if (all && all.length > 0) {
+          const kept = next.continues ? (message.probabilities ?? []).slice(0, next.continues.probabilities ?? 0) : [];
+          probabilities = withProbabilities(kept, all);
+        }
         const thought = reasoningStats(r, next.continues ? message.stats : undefined);
         stats = {
           ttftMs: r.timings.ttftMs,
@@ -153,7 +180,13 @@ export function reduceFrames(
     }
   }
   return {
-    message: { ...message, content, ...(reasoning ? { reasoning } : {}), ...(stats ? { stats } : {}) },
+    message: {
+      ...message,
+      content,
+      ...(reasoning ? { reasoning } : {}),
+      ...(stats ? { stats } : {}),
+      ...(probabilities ? { probabilities } : {}),
+    },
     live: next,
   };
 }
@@ -254,7 +287,11 @@ export const createChatSlice: StateCreator<AppState, [], [], ChatSlice> = (set, 
       startedAt: now,
       tokens: 0,
       // An edited reply's tokens are not the ones its text holds now: what it had is counted in the prompt.
-      continues: { text: message.content, tokens: message.edited ? 0 : (message.stats?.tokens ?? 0) },
+      continues: {
+        text: message.content,
+        tokens: message.edited ? 0 : (message.stats?.tokens ?? 0),
+        ...(message.probabilities ? { probabilities: message.probabilities.length } : {}),
+      },
     };
     const updated: Thread = { ...thread, updatedAt: now, ...(modelId ? { modelId } : {}) };
     set((s) => ({
@@ -305,7 +342,12 @@ export const createChatSlice: StateCreator<AppState, [], [], ChatSlice> = (set, 
     const updated: Thread = {
       ...thread,
       updatedAt: now,
-      messages: thread.messages.map((m) => (m.id === messageId ? { ...m, content, edited: true } : m)),
+      // Its tokens' probabilities were the model's text's, not this one's.
+      messages: thread.messages.map((m) => {
+        if (m.id !== messageId) return m;
+        const { probabilities: _gone, ...rest } = m;
+        return { ...rest, content, edited: true };
+      }),
     };
     set((s) => ({ threads: [updated, ...s.threads.filter((t) => t.id !== threadId)], editingMessageId: null }));
   },

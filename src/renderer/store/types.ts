@@ -77,8 +77,11 @@ export interface LiveReply {
   clipped?: ContextClip;
   /** The conversation outgrew the context: the reply sees it without its first messages. */
   contextDrop?: ContextDrop;
-  /** A continued reply: what it said before (its new text follows), and the tokens it had. */
-  continues?: { text: string; tokens: number };
+  /**
+   * A continued reply: what it said before (its new text follows), the tokens it had, and how many of its tokens'
+   * probabilities it kept (the continuation's follow them).
+   */
+  continues?: { text: string; tokens: number; probabilities?: number };
   stopping?: boolean;
 }
 

@@ -348,6 +348,98 @@ describe('replies', () => {
     });
   });
 
+  it("keeps each token's probability as it streams; a continuation adds to them, a new reply or an edit starts over", () => {
+    const store = storeWithThread();
+    start(store);
+    const lp = (id: number, bytes: number[], logprob: number, top: Array<[string, number]> = []) => ({
+      id,
+      token: '',
+      bytes,
+      logprob,
+      textOffset: 0,
+      top: top.map(([token, l]) => ({ id: 0, token, bytes: [], logprob: l })),
+    });
+    const withLogprobs = (text: string, logprobs: ReturnType<typeof lp>[]): StreamFrame => ({
+      type: 'tokens',
+      requestId: 'r1',
+      rows: [{ ids: logprobs.map((l) => l.id), text, logprobs }],
+    });
+    store.getState().applyFrames(
+      [
+        {
+          messageId: 'a1',
+          frames: [
+            accepted,
+            admitted,
+            withLogprobs('Hi', [
+              lp(1, [72, 105], -0.1, [
+                ['Hi', -0.1],
+                ['Yo', -2.5],
+              ]),
+            ]),
+            // A masked alternative's -Infinity is kept as -1e4 (JSON has no -Infinity).
+            withLogprobs(' \u00e9', [
+              lp(2, [32, 0xc3], -1.5, [[' x', Number.NEGATIVE_INFINITY]]),
+              lp(3, [0xa9], -0.01),
+            ]),
+          ],
+        },
+      ],
+      20,
+    );
+    const first = store.getState().threads[0]?.messages[1]?.probabilities;
+    expect(first).toEqual([
+      {
+        b: [72, 105],
+        lp: -0.1,
+        top: [
+          { t: 'Hi', lp: -0.1 },
+          { t: 'Yo', lp: -2.5 },
+        ],
+      },
+      { b: [32, 0xc3], lp: -1.5, top: [{ t: ' x', lp: -1e4 }] },
+      { b: [0xa9], lp: -0.01, top: [] },
+    ]);
+    store
+      .getState()
+      .applyFrames([{ messageId: 'a1', frames: [{ type: 'done', requestId: 'r1', result: result() }] }], 21);
+    // Continued: the list goes on.
+    store.getState().resumeReply({ threadId: 't1', messageId: 'a1', now: 30 });
+    store
+      .getState()
+      .applyFrames([{ messageId: 'a1', frames: [accepted, admitted, withLogprobs('!', [lp(4, [33], -0.2)])] }], 31);
+    expect(store.getState().threads[0]?.messages[1]?.probabilities?.map((p) => p.b)).toEqual([
+      [72, 105],
+      [32, 0xc3],
+      [0xa9],
+      [33],
+    ]);
+    // Done brings the continuation's whole list (a token held back by a stop string's check came with it only):
+    // the reply's first three, then the continuation's.
+    const whole = [lp(4, [33], -0.2), lp(5, [63], -0.3)];
+    const row = { tokenIds: [4, 5], text: '!?', finishReason: 'length' as const, logprobs: whole };
+    store
+      .getState()
+      .applyFrames(
+        [{ messageId: 'a1', frames: [{ type: 'done', requestId: 'r1', result: result({ rows: [row] }) }] }],
+        32,
+      );
+    expect(store.getState().threads[0]?.messages[1]?.probabilities?.map((p) => p.b)).toEqual([
+      [72, 105],
+      [32, 0xc3],
+      [0xa9],
+      [33],
+      [63],
+    ]);
+    // Edited: the probabilities were the model's text's, not the person's.
+    store.getState().editReply('t1', 'a1', 'Hello', 40);
+    expect(store.getState().threads[0]?.messages[1]?.probabilities).toBeUndefined();
+    // A reply without them (a thread not set to keep them) has none.
+    store.getState().startReply({ threadId: 't1', assistantId: 'a2', append: [], now: 50 });
+    store.getState().applyFrames([{ messageId: 'a2', frames: [accepted, admitted, tokens('x')] }], 51);
+    expect(store.getState().threads[0]?.messages.at(-1)?.probabilities).toBeUndefined();
+  });
+
   it('ignores frames after the end and frames for unknown messages', () => {
     const store = storeWithThread();
     start(store);

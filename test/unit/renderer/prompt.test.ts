@@ -53,6 +53,13 @@ describe('chat requests', () => {
     expect(GenerateRequest.safeParse(req).success).toBe(true);
   });
 
+  it("asks for each token's probability and 5 alternatives only in a thread set to keep them", () => {
+    expect(buildChatRequest(thread('t1'), history, 'default').logprobs).toBeUndefined();
+    const req = buildChatRequest(thread('t1', { showProbabilities: true }), history, 'default');
+    expect(req.logprobs).toBe(5);
+    expect(GenerateRequest.safeParse(req).success).toBe(true);
+  });
+
   it("sends a reply's reasoning with it, and the thread's thinking setting to a thinking model only", () => {
     const withThought = history.map((m) => (m.id === 'a2' ? { ...m, reasoning: 'A greeting back.' } : m));
     expect(conversationOf(withThought)[2]).toEqual({

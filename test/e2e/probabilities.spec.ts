@@ -1,0 +1,79 @@
+/**
+ * A thread set to keep token probabilities, in Chromium against a real serve: a reply's "probabilities" view
+ * shows each token the model wrote with its probability and the likeliest alternatives — the same figures the
+ * OpenAI API gives for the same greedy request — and they are kept with the chat.
+ */
+import { expect, lastReply, newChat, send, setSettings, test } from './fixtures';
+
+const QUESTION = 'Tell me about the sea.';
+
+test("a reply's tokens with their probabilities, as the API gives them, kept with the chat", async ({
+  app,
+  server,
+}) => {
+  await newChat(app);
+  await setSettings(app, { greedy: true, maxNewTokens: 8 });
+  await app.getByTestId('settings-toggle').click();
+  await app.getByTestId('setting-probabilities').check();
+  await expect(app.getByTestId('settings-summary')).toContainText('probabilities');
+  await app.getByTestId('settings-toggle').click();
+  await send(app, QUESTION);
+  const reply = lastReply(app);
+  await expect(reply).toHaveAttribute('data-state', 'done', { timeout: 30_000 });
+
+  // The same question through the API: its tokens' log-probabilities and alternatives.
+  const res = await fetch(`${server.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({
+      model: 'default',
+      messages: [{ role: 'user', content: QUESTION }],
+      max_tokens: 8,
+      temperature: 0,
+      logprobs: true,
+      top_logprobs: 5,
+    }),
+  });
+  expect(res.status).toBe(200);
+  const api = (await res.json()) as {
+    choices: Array<{
+      message: { content: string };
+      logprobs: { content: Array<{ token: string; logprob: number; top_logprobs: Array<{ logprob: number }> }> };
+    }>;
+  };
+  const expected = api.choices[0]?.logprobs.content ?? [];
+  expect(expected).toHaveLength(8);
+
+  await reply.hover();
+  await reply.getByTestId('toggle-probabilities').click();
+  const view = reply.getByTestId('token-view');
+  await expect(view).toBeVisible();
+  const tokens = view.getByTestId('token');
+  await expect(tokens).toHaveCount(8);
+  // The tokens make the reply's text, and each has the API's probability.
+  expect(await view.locator('.tokens').textContent()).toBe(api.choices[0]?.message.content);
+  const shown = await tokens.evaluateAll((els) => els.map((e) => Number(e.getAttribute('data-p'))));
+  shown.forEach((p, i) => {
+    expect(p).toBeCloseTo(Math.exp(expected[i]?.logprob ?? 0), 3);
+  });
+  // Each token's card: its probability, then the five likeliest at its place.
+  const title = (await tokens.first().getAttribute('title')) ?? '';
+  const lines = title.split('\n');
+  expect(lines[1]).toBe('likeliest here:');
+  expect(lines).toHaveLength(7);
+  expect(lines[0]).toMatch(/ \d+(\.\d)? %$|< 0\.1 %$/);
+  // Back to the text.
+  await reply.getByTestId('toggle-probabilities').click();
+  await expect(view).toHaveCount(0);
+  await expect(reply.getByTestId('message-text')).not.toBeEmpty();
+
+  // Kept with the chat.
+  await expect(async () => {
+    await app.reload();
+    await lastReply(app).hover();
+    await lastReply(app).getByTestId('toggle-probabilities').click({ timeout: 2000 });
+    await expect(lastReply(app).getByTestId('token')).toHaveCount(8, { timeout: 2000 });
+  }).toPass({ timeout: 20_000 });
+  // New chats start without it (and the next tests with the defaults).
+  await setSettings(app, { greedy: false });
+});
