@@ -96,7 +96,7 @@ export async function search(args: string[], io: Io): Promise<number> {
     const { values, positionals } = parseFlags(args, { limit: { type: 'string' }, json: { type: 'boolean' } });
     const query = positionals.join(' ');
     if (!query.trim()) throw badArgs("search takes a word of the model's name, e.g. kvdesk search qwen3");
-    const limit = parseNumber('--limit', values.limit, true);
+    const limit = parseNumber('limit', values.limit, true);
     if (limit !== undefined && (limit < 1 || limit > 100)) throw badArgs('--limit is 1 to 100');
     const hits = await searchHub(query, limit !== undefined ? { limit } : {});
     if (json) {

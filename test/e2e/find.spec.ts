@@ -55,7 +55,7 @@ test('Ctrl+F finds a word in the whole thread, goes through it, and closes', asy
       : i === 300
         ? 'Needle and needle, twice.'
         : i === 590
-          ? 'A last needle.'
+          ? 'İİ: a last needle.'
           : `message ${i}: hay, hay and more hay.`;
   const saved = await wsCall(server, 'saveThread', {
     id,

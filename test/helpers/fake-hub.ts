@@ -5,7 +5,7 @@
  *   the git blob sha1; LFS files (`*.onnx`, `*.onnx_data*`, or at least `lfsMinBytes`) with `lfs: {oid: sha256,
  *   size, pointerSize}` and `oid` the sha1 of their pointer. With `pageSize`, pages linked by `Link: <…>; rel="next"`.
  * - GET /api/models?search=…&filter=…&pipeline_tag=…&sort=downloads&limit=…&expand=…: the repositories whose id holds
- *   each word of `search` (case aside; how the real hub treats several words is assumed, not checked), with each `filter` among their tags (a repo with an .onnx file is tagged `onnx`) and the
+ *   `search` as one piece (case aside), with each `filter` among their tags (a repo with an .onnx file is tagged `onnx`) and the
  *   pipeline tag asked (`text-generation` unless `meta` says otherwise), most downloaded first, in the fields
  *   `expand` names (and `id`, `_id`), as the hub answers.
  * - GET /{owner}/{name}/resolve/{rev}/{path}: a small file itself; an LFS file redirects (302) to /cdn/{sha256}.
@@ -148,7 +148,7 @@ export async function startFakeHub(
       })
       .filter(
         (h) =>
-          q.split(/\s+/).every((w) => String(h.id).toLowerCase().includes(w)) &&
+          String(h.id).toLowerCase().includes(q) &&
           filters.every((f) => (h.tags as string[]).includes(f)) &&
           (!pipeline || h.pipeline_tag === pipeline),
       )

@@ -43,22 +43,28 @@ export async function searchHub(query: string, opts: HubOptions & { limit?: numb
     );
   }
   const limit = Math.min(Math.max(1, Math.floor(opts.limit ?? SEARCH_LIMIT)), SEARCH_LIMIT_MAX);
+  // The hub matches `search` as one piece of the name: of several words, it gets the longest, and the hits are
+  // kept that hold every word (from as many hits as the hub gives, so that enough remain).
+  const words = q.toLowerCase().split(/\s+/);
+  const longest = words.reduce((a, b) => (b.length > a.length ? b : a));
   const params = new URLSearchParams([
-    ['search', q] as [string, string],
+    ['search', words.length > 1 ? longest : q] as [string, string],
     ['filter', 'onnx'],
     ['pipeline_tag', 'text-generation'],
     ['sort', 'downloads'],
     ['direction', '-1'],
-    ['limit', String(limit)],
+    ['limit', String(words.length > 1 ? SEARCH_LIMIT_MAX : limit)],
     ...FIELDS.map((f): [string, string] => ['expand', f]),
   ]);
   const res = await hubGet(`${endpointOf(opts)}/api/models?${params}`, opts);
   if (!res.ok) {
     void res.body?.cancel().catch(() => {});
-    if ((res.status === 401 || res.status === 403) && headersOf(opts).authorization) {
+    if (res.status === 401 || res.status === 403) {
       throw new KvdeskError(
         'BAD_REQUEST',
-        `the hub refused the search (HTTP ${res.status}): the token in HF_TOKEN is not valid: make a new one on huggingface.co, or unset HF_TOKEN.`,
+        headersOf(opts).authorization
+          ? `the hub refused the search (HTTP ${res.status}): the token in HF_TOKEN is not valid: make a new one on huggingface.co, or unset HF_TOKEN.`
+          : `the hub refused the search (HTTP ${res.status}): it wants a token (a mirror set in HF_ENDPOINT may): set HF_TOKEN.`,
         { status: res.status, field: 'HF_TOKEN' },
       );
     }
@@ -70,7 +76,9 @@ export async function searchHub(query: string, opts: HubOptions & { limit?: numb
   if (!parsed.success) {
     throw new KvdeskError('DOWNLOAD_FAILED', `the hub's answer to the search is not a list of models kvdesk can read.`);
   }
-  return parsed.data.slice(0, limit).map((e) => ({
+  const hits =
+    words.length > 1 ? parsed.data.filter((e) => words.every((w) => e.id.toLowerCase().includes(w))) : parsed.data;
+  return hits.slice(0, limit).map((e) => ({
     repo: e.id,
     downloads: e.downloads ?? 0,
     likes: e.likes ?? 0,

@@ -225,8 +225,12 @@ export function ChatView() {
   // Ctrl/Cmd+F: the find bar (the page's own find cannot see the rows off screen); again: back to its box.
   const [findAsk, setFindAsk] = useState(0);
   const [find, setFind] = useState<FindView | undefined>(undefined);
+  // An empty chat has nothing to find (the page's own find stays).
+  const hasMessages = useRef(false);
+  hasMessages.current = threadId !== null && count > 0;
   useEffect(() => {
     const onKey = (e: KeyboardEvent) => {
+      if (!hasMessages.current) return;
       if ((e.ctrlKey || e.metaKey) && !e.shiftKey && !e.altKey && e.key.toLowerCase() === 'f') {
         e.preventDefault();
         setFindAsk((n) => n + 1);

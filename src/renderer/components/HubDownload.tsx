@@ -5,7 +5,7 @@
  * on a CPU picked), Download; each download's progress with Cancel; a finished one is in the library below, one
  * click from Load. A repository with no ONNX model (or none of that name) is followed by a search for its name.
  */
-import { useState } from 'react';
+import { useRef, useState } from 'react';
 import type { DownloadStatus, HubSearchHit, HubVariantsInfo } from '../../shared/api';
 import { useApp, useBridge } from '../bridge/context';
 import { formatBytes } from '../lib/format';
@@ -108,9 +108,13 @@ export function HubDownload() {
   const [busy, setBusy] = useState(false);
   /** A search's hits, and what was searched (a repository that failed to look up: its name). */
   const [hits, setHits] = useState<{ query: string; list: HubSearchHit[]; after?: string } | null>(null);
+  /** The latest question asked (a look-up or a search); an answer to an older one, or to text since changed, is dropped. */
+  const asked = useRef(0);
 
   const search = async (query: string, after?: string) => {
+    const mine = asked.current;
     const r = await bridge.searchHub(query);
+    if (mine !== asked.current) return;
     if (!r.ok) {
       if (!after) setError(r.error.message);
       return;
@@ -119,11 +123,13 @@ export function HubDownload() {
     if (!after || r.value.length > 0) setHits({ query, list: r.value, ...(after ? { after } : {}) });
   };
   const lookUp = async (name: string) => {
+    const mine = ++asked.current;
     setBusy(true);
     setError(null);
     setListing(null);
     setHits(null);
     const r = await bridge.hubVariants(name);
+    if (mine !== asked.current) return;
     if (!r.ok) {
       setError(r.error.message);
       // No such repository, or nothing kvdesk runs in it: ONNX exports of that name, if the hub has any.
@@ -139,6 +145,7 @@ export function HubDownload() {
   const submit = async () => {
     const text = repo.trim();
     if (REPO_LIKE.test(text)) return lookUp(text);
+    asked.current++;
     setBusy(true);
     setError(null);
     setListing(null);
@@ -182,7 +189,9 @@ export function HubDownload() {
           value={repo}
           onChange={(e) => {
             setRepo(e.target.value);
-            // What was looked up is another repository's now.
+            // What was looked up is another repository's now (an answer on its way is dropped).
+            asked.current++;
+            setBusy(false);
             setListing(null);
             setError(null);
             setHits(null);

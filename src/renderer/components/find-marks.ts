@@ -2,22 +2,47 @@
  * The marks of a find (lib/find.ts) on the messages on screen, with the CSS Custom Highlight API: no change to the
  * page's nodes (React owns them), the current occurrence in its own colour (styles.css's ::highlight rules).
  */
-import type { FindMatch } from '../lib/find';
+import { type FindMatch, queryPattern } from '../lib/find';
 
-/** The ranges of `query` (case aside) in an element's text, in document order (one text node each). */
+/**
+ * The ranges of `query` (case aside) in an element's text as a person reads it: its text nodes one after the other
+ * (an occurrence may span several: emphasis, a highlighted code token), without what is not read as the text
+ * (KaTeX's MathML copy of a formula, buttons).
+ */
 export function rangesIn(el: Element, query: string): Range[] {
-  const q = query.toLocaleLowerCase();
-  if (!q.trim()) return [];
-  const ranges: Range[] = [];
-  const walker = el.ownerDocument.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+  const pattern = queryPattern(query);
+  if (!pattern) return [];
+  const doc = el.ownerDocument;
+  const nodes: Text[] = [];
+  const starts: number[] = [];
+  let text = '';
+  const walker = doc.createTreeWalker(el, NodeFilter.SHOW_TEXT, {
+    acceptNode: (n) =>
+      n.parentElement?.closest('.katex-mathml, button') ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT,
+  });
   for (let node = walker.nextNode(); node; node = walker.nextNode()) {
-    const text = (node.nodeValue ?? '').toLocaleLowerCase();
-    for (let at = text.indexOf(q); at >= 0; at = text.indexOf(q, at + q.length)) {
-      const r = el.ownerDocument.createRange();
-      r.setStart(node, at);
-      r.setEnd(node, at + q.length);
-      ranges.push(r);
+    starts.push(text.length);
+    nodes.push(node as Text);
+    text += node.nodeValue ?? '';
+  }
+  /** The text node and offset of a position in the joined text (the last node starting at or before it). */
+  const at = (pos: number): [Text, number] => {
+    let lo = 0;
+    let hi = starts.length - 1;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >> 1;
+      if ((starts[mid] as number) <= pos) lo = mid;
+      else hi = mid - 1;
     }
+    return [nodes[lo] as Text, pos - (starts[lo] as number)];
+  };
+  const ranges: Range[] = [];
+  for (const m of text.matchAll(pattern)) {
+    if (!m[0]) continue;
+    const r = doc.createRange();
+    r.setStart(...at(m.index));
+    r.setEnd(...at(m.index + m[0].length));
+    ranges.push(r);
   }
   return ranges;
 }

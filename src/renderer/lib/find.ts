@@ -20,17 +20,27 @@ export interface FindMatch {
 /** The most occurrences counted; past it the count says "10000+". */
 export const MAX_MATCHES = 10_000;
 
+/**
+ * The pattern of `query`: its characters as they are, case aside (Unicode's simple case folding, which keeps
+ * every text's length: positions found are positions in the text itself); null for a blank query.
+ */
+export function queryPattern(query: string): RegExp | null {
+  if (!query.trim()) return null;
+  return new RegExp(query.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'), 'giu');
+}
+
 /** Every occurrence of `query` (case aside) in the messages' text, in reading order. */
 export function findMatches(messages: readonly StoredMessage[], query: string): FindMatch[] {
-  const q = query.toLocaleLowerCase();
-  if (!q.trim()) return [];
+  const pattern = queryPattern(query);
+  if (!pattern) return [];
   const out: FindMatch[] = [];
-  messages.forEach((m, index) => {
-    if (m.role === 'system') return;
-    const text = m.content.toLocaleLowerCase();
-    for (let at = text.indexOf(q), nth = 0; at >= 0 && out.length < MAX_MATCHES; at = text.indexOf(q, at + q.length)) {
+  for (const [index, m] of messages.entries()) {
+    if (m.role === 'system') continue;
+    let nth = 0;
+    for (const _ of m.content.matchAll(pattern)) {
+      if (out.length === MAX_MATCHES) return out;
       out.push({ index, messageId: m.id, nth: nth++ });
     }
-  });
+  }
   return out;
 }

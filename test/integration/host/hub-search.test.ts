@@ -95,6 +95,15 @@ describe('searchHub', () => {
     expect(await searchHub('no-such-model', { endpoint: hub.url })).toEqual([]);
   });
 
+  it('of several words, asks the hub for the longest and keeps the hits that hold them all', async () => {
+    const hits = await searchHub('qwen3  0.6B', { endpoint: hub.url, limit: 5 });
+    expect(hits.map((h) => h.repo)).toEqual(['onnx-community/Qwen3-0.6B-ONNX']);
+    const asked = new URL(hub.requests.at(-1)?.path ?? '', hub.url).searchParams;
+    expect(asked.get('search')).toBe('qwen3');
+    expect(asked.get('limit')).toBe('100');
+    expect(await searchHub('qwen3 8b', { endpoint: hub.url })).toEqual([]);
+  });
+
   it('sends the token to the hub when there is one', async () => {
     await searchHub('llama', { endpoint: hub.url, token: 'hf_good' });
     expect(hub.requests.at(-1)?.auth).toBe('Bearer hf_good');
@@ -117,6 +126,11 @@ describe('searchHub', () => {
     expect(await fail({ endpoint: hub.url, fetch: answer(503, '{}') })).toMatchObject({
       code: 'DOWNLOAD_FAILED',
       message: expect.stringMatching(/HTTP 503 to the search: try again later/),
+    });
+    // A mirror that wants a token, none set: said so.
+    expect(await fail({ endpoint: hub.url, token: '', fetch: answer(401, '{}') })).toMatchObject({
+      code: 'BAD_REQUEST',
+      message: expect.stringMatching(/wants a token .*set HF_TOKEN/),
     });
     // A bad token: the hub's 401 names HF_TOKEN.
     expect(await fail({ endpoint: hub.url, token: 'hf_old', fetch: answer(401, '{}') })).toMatchObject({

@@ -144,8 +144,8 @@ describe('searching the hub', () => {
     expect(found.status, found.stderr).toBe(0);
     expect(found.stdout).toMatch(/^onnx-community\/tiny-chat +0 downloads +0 likes +2026-11-01\n$/);
     expect(found.stderr).toContain(`kvdesk pull ${REPO} --list`);
-    // Both words went to the hub as one search.
-    expect(new URL(hub.requests.at(-1)?.path ?? '', hub.url).searchParams.get('search')).toBe('tiny chat');
+    // Of two words, the hub is asked for one; the hits hold both.
+    expect(new URL(hub.requests.at(-1)?.path ?? '', hub.url).searchParams.get('search')).toBe('tiny');
     const json = await run(['search', 'tiny', '--json', '--limit', '5']);
     expect(JSON.parse(json.stdout)).toEqual([expect.objectContaining({ repo: REPO, downloads: 0 })]);
     const none = await run(['search', 'zzz']);
@@ -156,6 +156,8 @@ describe('searching the hub', () => {
       const bad = await run(args);
       expect(bad.status, args.join(' ')).toBe(2);
     }
+    const word = await run(['search', 'x', '--limit', 'abc']);
+    expect(word.stderr).toContain('kvdesk: --limit expects an integer, got "abc"');
   }, 60_000);
 });
 

@@ -36,9 +36,18 @@ describe('findMatches', () => {
     expect(findMatches([msg('a', 'x'.repeat(MAX_MATCHES + 50))], 'x')).toHaveLength(MAX_MATCHES);
   });
 
-  it('agrees with a plain count of the lower-cased text (any text, any word)', () => {
+  it('finds a word as written, also after characters whose lower case is longer (İ), and any character literally', () => {
+    expect(findMatches([msg('a', 'İİ İstanbul bul')], 'bul')).toHaveLength(2);
+    expect(findMatches([msg('a', 'a.b a*b (a) [x] \\d $1')], '.')).toHaveLength(1);
+    expect(findMatches([msg('a', 'a.b a*b (a) [x] \\d $1')], '(a)')).toHaveLength(1);
+    expect(findMatches([msg('a', 'a.b a*b (a) [x] \\d $1')], '\\d')).toHaveLength(1);
+    expect(findMatches([msg('a', 'ÉCOLE école')], 'école')).toHaveLength(2);
+  });
+
+  it('agrees with a plain count of the lower-cased text (any ASCII text, any word)', () => {
+    const ascii = (max: number) => fc.string({ unit: fc.constantFrom(...'aAbB .*$\\('), maxLength: max });
     fc.assert(
-      fc.property(fc.array(fc.string(), { maxLength: 5 }), fc.string({ minLength: 1, maxLength: 3 }), (texts, word) => {
+      fc.property(fc.array(ascii(20), { maxLength: 5 }), ascii(3), (texts, word) => {
         fc.pre(word.trim().length > 0);
         const thread = texts.map((t, i) => msg(`m${i}`, t));
         const expected = texts.map((t) => t.toLocaleLowerCase().split(word.toLocaleLowerCase()).length - 1);
