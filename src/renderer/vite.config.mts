@@ -7,6 +7,11 @@
 import react from '@vitejs/plugin-react';
 import { defineConfig } from 'vite';
 
+/** A file: URL's path (spaces and other letters decoded; Windows' drive letter without the slash before it). */
+function fileOf(url: URL): string {
+  return decodeURIComponent(url.pathname).replace(/^\/([A-Za-z]:)/, '$1');
+}
+
 export default defineConfig({
   root: 'src/renderer',
   base: './',
@@ -15,10 +20,9 @@ export default defineConfig({
     alias: {
       // rehype-katex's HTML → tree parse: the parse5 one, not the browser's DOMParser, which reports every style
       // attribute of KaTeX's HTML as a Content-Security-Policy violation (style-src 'self').
-      'hast-util-from-html-isomorphic': new URL(
-        '../../node_modules/hast-util-from-html-isomorphic/index.js',
-        import.meta.url,
-      ).pathname,
+      'hast-util-from-html-isomorphic': fileOf(
+        new URL('../../node_modules/hast-util-from-html-isomorphic/index.js', import.meta.url),
+      ),
     },
   },
   build: {

@@ -30,6 +30,9 @@ const REPLY = [
   '',
   'A broken one: $$\\frac{1$$.',
   '',
+  '1. Solve: \\[ y = 2 \\] then',
+  '2. Check it.',
+  '',
   '```python',
   'def area(r):',
   '    # a comment',
@@ -64,8 +67,13 @@ test('math is typeset, money and code stay as written, and code is highlighted',
   await app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click({ timeout: 15_000 });
   const reply = app.getByTestId('message-assistant').last();
 
-  // Two display formulas (\[…\] and ```math), two inline ones (\(…\) and $…$), one that does not parse.
-  await expect(reply.locator('.katex-display')).toHaveCount(2);
+  // Three display formulas (\[…\], ```math, \[…\] in a list item), two inline ones (\(…\) and $…$), one that does
+  // not parse.
+  await expect(reply.locator('.katex-display')).toHaveCount(3);
+  // The one in the list stays in its item, and the list keeps both items.
+  await expect(reply.locator('ol > li')).toHaveCount(2);
+  await expect(reply.locator('ol > li').first().locator('.katex-display')).toHaveCount(1);
+  await expect(reply.locator('ol > li').first()).toContainText('then');
   await expect(reply.locator('p .katex:not(.katex-display .katex)')).toHaveCount(2);
   await expect(reply.locator('.katex-display annotation').first()).toHaveText(
     'x = \\frac{-b \\pm \\sqrt{b^2 - 4ac}}{2a}',

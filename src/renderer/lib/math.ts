@@ -10,7 +10,8 @@
  * still streaming) stays text until its close arrives.
  */
 
-const FENCE = /^ {0,3}(`{3,}|~{3,})/;
+/** A fence line: its container's prefix (indentation, `>` of quotes), then ``` or ~~~ (three or more). */
+const FENCE = /^((?:[ \t]*>)*[ \t]*)(`{3,}|~{3,})/;
 
 /** The text with math in `$$` delimiters, code untouched. */
 export function normalizeMath(text: string): string {
@@ -24,26 +25,21 @@ export function normalizeMath(text: string): string {
     prose = [];
   };
   for (const line of text.split('\n')) {
+    const m = FENCE.exec(line);
+    const marker = m?.[2];
     if (fence !== null) {
       out.push(line);
       // A closing fence: the same character, at least as long, nothing after it.
-      const m = FENCE.exec(line);
-      if (
-        m &&
-        (m[1] as string)[0] === fence[0] &&
-        (m[1] as string).length >= fence.length &&
-        !line.slice(m[0].length).trim()
-      ) {
+      if (marker && marker[0] === fence[0] && marker.length >= fence.length && !line.slice(m[0].length).trim()) {
         fence = null;
       }
       continue;
     }
-    const m = FENCE.exec(line);
     // A backtick fence's info string holds no backtick (else it is inline code).
-    if (m && !((m[1] as string)[0] === '`' && line.slice(m[0].length).includes('`'))) {
+    if (marker && !(marker[0] === '`' && line.slice(m[0].length).includes('`'))) {
       flush();
       out.push(line);
-      fence = m[1] as string;
+      fence = marker;
       continue;
     }
     prose.push(line);
@@ -52,20 +48,45 @@ export function normalizeMath(text: string): string {
   return out.join('\n');
 }
 
-/** Inline code spans: a run of backticks, then the same run (CommonMark's rule, within the prose given). */
-const CODE_SPAN = /(`+)[\s\S]*?[^`]\1(?!`)/g;
-/** A code span's place while the math is read: private-use characters around its number. */
+/**
+ * Inline code spans (CommonMark's rule, within a paragraph): a run of backticks no backtick touches, its text,
+ * the same run.
+ */
+const CODE_SPAN = /(?<!`)(`+)(?!`)(?:(?!\n[ \t]*\n)[\s\S])*?[^`]\1(?!`)/g;
+/** `$$…$$` already there: math as it is. */
+const DISPLAY_DOLLARS = /\$\$[\s\S]*?\$\$/g;
+/** A place kept while the math is read: private-use characters around its number. */
 const PLACEHOLDER = /\uE000(\d+)\uE001/g;
+/**
+ * `\[ … \]`: an opening and a closing not escaped themselves (an even run of backslashes before each: `\\[2pt]`,
+ * LaTeX's line break with space, opens nothing).
+ */
+const DISPLAY = /(?<!\\)((?:\\\\)*)\\\[([\s\S]+?)(?<!\\)((?:\\\\)*)\\\]/g;
+/** `\( … \)`, within a paragraph (no blank line inside). */
+const INLINE = /(?<!\\)((?:\\\\)*)\\\(((?:(?!\n[ \t]*\n)[\s\S])+?)(?<!\\)((?:\\\\)*)\\\)/g;
+/** A line's container prefix: quotes' `>`, indentation, and a list item's marker (its text's indentation). */
+const CONTAINER = /^((?:[ \t]*>)*[ \t]*)((?:[-*+]|\d{1,9}[.)])[ \t]+)?/;
 
 function convertProse(text: string): string {
-  const spans: string[] = [];
-  // Code spans out of the way, each as its number between two private-use characters.
-  let s = text.replace(CODE_SPAN, (m) => `\uE000${spans.push(m) - 1}\uE001`);
-  // Display math: \[ … \] over any lines, as a $$ block.
-  s = s.replace(/\\\[([\s\S]+?)\\\]/g, (_, body: string) => `\n$$\n${body.trim()}\n$$\n`);
-  // Inline math: \( … \) within a paragraph (no blank line inside).
-  s = s.replace(/\\\(((?:(?!\n\s*\n)[\s\S])+?)\\\)/g, (_, body: string) => `$$${body.trim()}$$`);
+  const kept: string[] = [];
+  const keep = (m: string) => `\uE000${kept.push(m) - 1}\uE001`;
+  // Code spans and $$ math out of the way.
+  let s = text.replace(CODE_SPAN, keep).replace(DISPLAY_DOLLARS, keep);
+  // Display math as a $$ block on lines of its own, in the list item or quote its opening is in.
+  s = s.replace(DISPLAY, (_m, pre: string, body: string, inner: string, at: number, whole: string) => {
+    const lineStart = whole.lastIndexOf('\n', at) + 1;
+    const c = CONTAINER.exec(whole.slice(lineStart, at)) as RegExpExecArray;
+    const indent = `${c[1] ?? ''}${' '.repeat((c[2] ?? '').length)}`;
+    const lines = `${body}${inner}`
+      .trim()
+      .split('\n')
+      .map((l) => `${indent}${l.trim()}`);
+    return `${pre}\n${indent}$$\n${lines.join('\n')}\n${indent}$$\n${indent}`;
+  });
+  s = s.replace(INLINE, (_m, pre: string, body: string, inner: string) => `${pre}$$${`${body}${inner}`.trim()}$$`);
   // Single dollars by pandoc's rule (an escaped \$ and a $$ already there are not openers).
   s = s.replace(/(?<![\\$])\$(?=[^\s$])((?:\\\$|[^$\n])*?[^\s\\$])\$(?![\d$])/g, (_, body: string) => `$$${body}$$`);
-  return s.replace(PLACEHOLDER, (_, i: string) => spans[Number(i)] as string);
+  // What was kept, back in its place (a kept $$ block may hold a kept code span's mark: twice).
+  const restore = (t: string) => t.replace(PLACEHOLDER, (_, i: string) => kept[Number(i)] as string);
+  return restore(restore(s));
 }

@@ -28,6 +28,24 @@ describe('normalizeMath', () => {
     expect(normalizeMath('$$E = mc^2$$ and $$\na\n$$')).toBe('$$E = mc^2$$ and $$\na\n$$');
   });
 
+  it('keeps display math in the list item or quote it was written in', () => {
+    expect(normalizeMath('1. Solve: \\[ x^2 = 1 \\] then\n2. Next')).toBe(
+      '1. Solve: \n   $$\n   x^2 = 1\n   $$\n    then\n2. Next',
+    );
+    expect(normalizeMath('1. Compute:\n   \\[\n   f(x)\n   \\]\n2. Next')).toBe(
+      '1. Compute:\n   \n   $$\n   f(x)\n   $$\n   \n2. Next',
+    );
+    expect(normalizeMath('- a\n  - b \\[ y \\]')).toBe('- a\n  - b \n    $$\n    y\n    $$\n    ');
+    expect(normalizeMath('> Quote \\[ x \\] end')).toBe('> Quote \n> $$\n> x\n> $$\n>  end');
+  });
+
+  it("reads LaTeX's escaped brackets as LaTeX does: \\\\[2pt] opens nothing, $$ blocks stay as written", () => {
+    expect(normalizeMath('a \\\\[2pt] b \\\\] c')).toBe('a \\\\[2pt] b \\\\] c');
+    const aligned = '$$\n\\begin{aligned} a &= b \\\\[2pt] c &= d \\end{aligned}\n$$';
+    expect(normalizeMath(`${aligned}\nand \\[ y \\]`)).toBe(`${aligned}\nand \n$$\ny\n$$\n`);
+    expect(normalizeMath('$$ \\(x\\) $$ and \\(y\\)')).toBe('$$ \\(x\\) $$ and $$y$$');
+  });
+
   it('leaves code as written: fenced blocks (``` and ~~~) and inline spans', () => {
     const code = '```bash\necho $HOME $x$ \\(y\\)\n```';
     expect(normalizeMath(`${code}\nthen $a$`)).toBe(`${code}\nthen $$a$$`);
@@ -35,6 +53,15 @@ describe('normalizeMath', () => {
     expect(normalizeMath(tilde)).toBe(tilde);
     expect(normalizeMath('run `echo $x$` for $y$')).toBe('run `echo $x$` for $$y$$');
     expect(normalizeMath('``a `$b$` c`` and $d$')).toBe('``a `$b$` c`` and $$d$$');
+    // Fences in list items and quotes.
+    const listed = '- item\n\n    ~~~\n    echo "$a" "$b"\n    ~~~\n- $c$';
+    expect(normalizeMath(listed)).toBe('- item\n\n    ~~~\n    echo "$a" "$b"\n    ~~~\n- $$c$$');
+    expect(normalizeMath('> ```\n> $x$\n> ```')).toBe('> ```\n> $x$\n> ```');
+    // A code span is a run of backticks no backtick touches, within a paragraph.
+    expect(normalizeMath('``a` $x$ `b`` and $y$')).toBe('``a` $x$ `b`` and $$y$$');
+    expect(normalizeMath('Press ` to open.\n\nArea $r^2$ and `foo`')).toBe(
+      'Press ` to open.\n\nArea $$r^2$$ and `foo`',
+    );
     // A longer closing fence closes; a shorter one does not.
     expect(normalizeMath('````\n$a$\n```\n$b$\n````\n$c$')).toBe('````\n$a$\n```\n$b$\n````\n$$c$$');
   });
