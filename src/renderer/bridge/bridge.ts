@@ -44,8 +44,9 @@ export interface Bridge {
    * with kvdesk), or stop it. Resolves with why not when it could not.
    */
   startApiServer(port: number, autostart: boolean): Promise<string | null>;
-  /** The packages a Hugging Face repository offers, or why not. */
+  /** Repositories on the hub with ONNX language models whose name matches, most downloaded first. */
   searchHub(query: string): Promise<Result<HubSearchHit[]>>;
+  /** The packages a Hugging Face repository offers, or why not. */
   hubVariants(repo: string): Promise<Result<HubVariantsInfo>>;
   /** Starts a download into the library (its progress arrives as the store's downloads); why not, if refused. */
   downloadModel(repo: string, variant: string): Promise<string | null>;
