@@ -3,7 +3,7 @@
  * as math, ```math blocks) with its fonts loaded under the page's Content-Security-Policy; money and code left as
  * written; code blocks highlighted by their language, their copy button giving the source, not the markup.
  */
-import { expect, test, wsCall } from './fixtures';
+import { apiSnapshot, expect, lastReply, newChat, send, setSettings, test, wsCall } from './fixtures';
 
 /** What this test reads of the page's globals (the e2e tests type-check without the DOM's types). */
 interface Page {
@@ -109,4 +109,57 @@ test('math is typeset, money and code stay as written, and code is highlighted',
     'def area(r):\n    # a comment\n    return 3.14 * r ** 2',
   );
   expect(await app.evaluate(() => (globalThis as unknown as Page).cspViolations)).toEqual([]);
+});
+
+test('a reply being written shows its code plain, and highlighted once it ends', async ({ app, server }) => {
+  const now = Date.now();
+  const id = `t-code-${now}`;
+  const saved = await wsCall(server, 'saveThread', {
+    id,
+    title: 'Code',
+    createdAt: now,
+    updatedAt: now,
+    messages: [
+      { id: 'u', role: 'user', content: 'Write code', createdAt: now },
+      {
+        id: 'a',
+        role: 'assistant',
+        content: '```python\ndef area(r):\n    return r\n',
+        createdAt: now + 1,
+        stats: { tokens: 10, finishReason: 'length' },
+      },
+    ],
+  });
+  expect(saved.ok).toBe(true);
+  await app.reload();
+  await expect(app.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+  // One request at a time, taken by a long reply in another chat: the continuation waits in the queue, live.
+  await app.getByTestId('max-running-input').fill('1');
+  await app.getByTestId('max-running-apply').click();
+  await expect.poll(async () => (await apiSnapshot(server)).maxRunning).toBe(1);
+  await newChat(app);
+  await setSettings(app, { greedy: true, maxNewTokens: 1900 });
+  await send(app, 'Tell me a long story');
+  await expect(lastReply(app)).toHaveAttribute('data-state', 'running');
+  const blocker = await app.getByTestId('chat-view').getAttribute('data-thread-id');
+
+  await app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click();
+  const reply = lastReply(app);
+  const keywords = reply.locator('.hljs-keyword');
+  await expect(keywords.first()).toHaveText('def');
+  await reply.hover();
+  await reply.getByTestId('continue').click();
+  await expect(reply).toHaveAttribute('data-state', 'queued');
+  // Live: plain code.
+  await expect(reply.locator('code.language-python')).toContainText('def area(r):');
+  await expect(keywords).toHaveCount(0);
+  // The long reply stopped, the continuation runs and ends: highlighted again.
+  await app.getByTestId('thread-list').locator(`[data-thread-id="${blocker}"]`).click();
+  await app.getByTestId('stop-button').click();
+  await app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click();
+  await expect(lastReply(app)).toHaveAttribute('data-state', /done|cancelled/, { timeout: 30_000 });
+  await expect(lastReply(app).locator('.hljs-keyword').first()).toHaveText('def');
+  await app.getByTestId('max-running-input').fill('4');
+  await app.getByTestId('max-running-apply').click();
+  await expect.poll(async () => (await apiSnapshot(server)).maxRunning).toBe(4);
 });

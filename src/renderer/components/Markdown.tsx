@@ -69,16 +69,28 @@ const components: Components = {
 
 // A lone $ is a dollar: normalizeMath has turned the $…$ that read as math into $$…$$.
 const remarkPlugins: Options['remarkPlugins'] = [remarkGfm, [remarkMath, { singleDollarTextMath: false }]];
-// KaTeX first: a display formula's <pre><code class="language-math"> is no code block to highlight.
-const rehypePlugins: Options['rehypePlugins'] = [
-  [rehypeKatex, { strict: 'ignore', maxExpand: 1000, maxSize: 50 }],
-  [rehypeHighlight, { detect: false }],
+const katex: [typeof rehypeKatex, Parameters<typeof rehypeKatex>[0]] = [
+  rehypeKatex,
+  { strict: 'ignore', maxExpand: 1000, maxSize: 50 },
 ];
+// KaTeX first: a display formula's <pre><code class="language-math"> is no code block to highlight.
+const rehypePlugins: Options['rehypePlugins'] = [katex, [rehypeHighlight, { detect: false }]];
+/**
+ * While a reply streams, its code is not highlighted: the whole message renders again at every frame, and
+ * highlighting a growing code block costs several times the rest (a 200-line block: ~4×), enough to make frames
+ * long; the colours come when the reply ends.
+ */
+const streamingPlugins: Options['rehypePlugins'] = [katex];
 
 /** Memoised on the text: earlier messages never re-parse while another streams. */
-export const Markdown = memo(function Markdown({ text }: { text: string }) {
+export const Markdown = memo(function Markdown({ text, streaming = false }: { text: string; streaming?: boolean }) {
   return (
-    <ReactMarkdown remarkPlugins={remarkPlugins} rehypePlugins={rehypePlugins} components={components} skipHtml>
+    <ReactMarkdown
+      remarkPlugins={remarkPlugins}
+      rehypePlugins={streaming ? streamingPlugins : rehypePlugins}
+      components={components}
+      skipHtml
+    >
       {normalizeMath(text)}
     </ReactMarkdown>
   );

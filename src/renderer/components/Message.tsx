@@ -399,7 +399,7 @@ function AssistantReply({ message, threadId, isLast }: { message: StoredMessage;
         {showTokens && probabilities ? (
           <TokenView tokens={probabilities} />
         ) : (
-          text && <Markdown text={message.format === 'json' ? jsonBlock(text) : text} />
+          text && <Markdown text={message.format === 'json' ? jsonBlock(text) : text} streaming={live !== undefined} />
         )}
       </div>
       {live && <LivePhase live={live} />}
