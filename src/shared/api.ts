@@ -5,7 +5,7 @@
  * business logic. Responses travel in the Result envelope of ./errors.
  */
 import { z } from 'zod';
-import { GenerateRequest, SamplingSettings, type StreamFrame } from './contract';
+import { GenerateRequest, SamplingSettings, type StreamFrame, ToolCall } from './contract';
 import type { Result } from './errors';
 import type { ModelSpec } from './model-spec';
 import type { BudgetSnapshot, SchedulerEvent } from './scheduler-types';
@@ -126,9 +126,14 @@ export const MessageVersion = z.object({
 export type MessageVersion = z.infer<typeof MessageVersion>;
 
 /** A chat message as stored in a thread. */
+/** Which MCP server and tool a function name given to the model stands for (lib/mcp-tools.ts). */
+export const ToolRoute = z.object({ server: z.string().min(1).max(100), tool: z.string().min(1).max(200) });
+export type ToolRoute = z.infer<typeof ToolRoute>;
+
 export const StoredMessage = z.object({
   id: z.string().min(1).max(100),
-  role: z.enum(['system', 'user', 'assistant']),
+  /** `tool`: an MCP tool's answer to a call of the reply before it. */
+  role: z.enum(['system', 'user', 'assistant', 'tool']),
   content: z.string().max(2_000_000),
   /** A thinking model's reasoning before its reply (`content` is the reply). */
   reasoning: z.string().max(2_000_000).optional(),
@@ -141,6 +146,14 @@ export const StoredMessage = z.object({
   stats: MessageStats.optional(),
   /** A reply whose text the person changed (what the model reads in later turns, and goes on from). */
   edited: z.boolean().optional(),
+  /** A reply's calls of the chat's MCP tools (each answered by a `tool` message after it, or not yet). */
+  toolCalls: z.array(ToolCall).max(128).optional(),
+  /** The MCP server and tool of each function name the reply was offered. */
+  toolRoutes: z.record(z.string().max(64), ToolRoute).optional(),
+  /** A `tool` message: the call it answers, its function name, and whether the answer is an error. */
+  toolCallId: z.string().min(1).max(200).optional(),
+  toolName: z.string().min(1).max(64).optional(),
+  isError: z.boolean().optional(),
   /** Each token the reply's generation wrote, with its probability (a thread set to keep them). */
   probabilities: z.array(TokenProbability).max(MAX_PROBABILITY_TOKENS).optional(),
   /** A regenerated reply's other versions (lib/versions.ts), and where the shown one sits among all of them. */
@@ -176,6 +189,10 @@ export const Thread = z.object({
   thinkingBudget: z.number().int().min(0).max(1_000_000).optional(),
   /** Replies keep each token's probability and its likeliest alternatives (the probabilities view). */
   showProbabilities: z.boolean().optional(),
+  /** MCP servers (names in mcp.json) whose tools the model may call in this chat. */
+  mcpServers: z.array(z.string().min(1).max(100)).max(64).optional(),
+  /** The model must call one of the tools in reply to each of your messages (after a tool's answer it may not). */
+  toolsRequired: z.boolean().optional(),
   messages: z.array(StoredMessage).max(10_000),
 });
 export type Thread = z.infer<typeof Thread>;
@@ -220,6 +237,34 @@ export interface HubVariantsInfo {
   revision: string;
   variants: HubVariantInfo[];
   recommended: string;
+}
+
+/** A tool an MCP server offers (src/main/host/mcp.ts): its name, what it does, its arguments' JSON Schema. */
+export interface McpToolInfo {
+  name: string;
+  description?: string;
+  inputSchema: Record<string, unknown>;
+}
+
+/** An MCP server of mcp.json: not started yet, starting, running (its tools), or why it did not start. */
+export interface McpServerStatus {
+  name: string;
+  state: 'idle' | 'starting' | 'ready' | 'failed';
+  error?: string;
+  tools: McpToolInfo[];
+}
+
+/** The MCP servers kvdesk knows (from `configPath`), and what is wrong with that file, if anything. */
+export interface McpStatus {
+  configPath: string;
+  error?: string;
+  servers: McpServerStatus[];
+}
+
+/** A tool's answer: its text for the model, and whether it says the call failed. */
+export interface McpToolResult {
+  content: string;
+  isError: boolean;
 }
 
 /** A search of the hub for models kvdesk can download (see src/main/host/hub-search.ts). */
@@ -327,6 +372,18 @@ export const CallSchemas = {
   stopApiServer: Empty,
   /** Repositories on the hub that hold ONNX language models, by a word of their name. */
   searchHub: HubSearchRequest,
+  /** The MCP servers of mcp.json, and the tools of those running. */
+  mcpStatus: Empty,
+  /** Starts the named MCP servers (those not running yet); their tools come back in the status. */
+  mcpStart: z.object({ servers: z.array(z.string().min(1).max(100)).max(64) }).strict(),
+  /** Calls an MCP server's tool with the model's arguments (the JSON text of an object). */
+  mcpCall: z
+    .object({
+      server: z.string().min(1).max(100),
+      tool: z.string().min(1).max(200),
+      arguments: z.string().max(1_000_000),
+    })
+    .strict(),
   /** The packages a Hugging Face repository offers (its ONNX variants, their sizes). */
   hubVariants: HubRepoRequest,
   /** Downloads one variant of a hub repository into the library (progress: the `downloads` event). */
@@ -358,6 +415,9 @@ export interface CallResponses {
   startApiServer: ApiServerStatus;
   stopApiServer: ApiServerStatus;
   searchHub: HubSearchHit[];
+  mcpStatus: McpStatus;
+  mcpStart: McpStatus;
+  mcpCall: McpToolResult;
   hubVariants: HubVariantsInfo;
   downloadModel: DownloadStatus;
   cancelDownload: { cancelled: boolean };

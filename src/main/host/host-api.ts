@@ -27,6 +27,7 @@ import { packageProblem } from '../packages/package-error';
 import { ThreadStore } from '../store/thread-store';
 import { Downloads } from './downloads';
 import type { HubOptions } from './hub-download';
+import { McpHub } from './mcp';
 import { canonicalPath, ModelLibrary } from './model-library';
 import type { RunnerService } from './runner-service';
 
@@ -218,6 +219,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
 
   const library = await ModelLibrary.open(opts.dataDir, { onChange: (e) => emit('library', e), log });
   const downloads = new Downloads(libraryDir, library, (list) => emit('downloads', list), opts.hub);
+  const mcp = new McpHub(opts.dataDir);
   /** The library's check after start (set once the default model is loaded). */
   let libraryChecked: Promise<void> = Promise.resolve();
 
@@ -382,6 +384,10 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     startApiServer: async (req: { port: number }) => announced(apiServer.start(req.port)),
     stopApiServer: async () => announced(apiServer.stop()),
     searchHub: async (req: { query: string; limit?: number }) => downloads.search(req.query, req.limit),
+    mcpStatus: async () => mcp.status(),
+    mcpStart: async (req: { servers: string[] }) => mcp.start(req.servers),
+    mcpCall: async (req: { server: string; tool: string; arguments: string }) =>
+      mcp.call(req.server, req.tool, req.arguments),
     hubVariants: async (req: { repo: string }) => downloads.variants(req.repo),
     downloadModel: async (req: { repo: string; variant?: string }) => {
       const { status, done } = await downloads.start(req.repo, req.variant);
@@ -506,6 +512,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     },
     async close() {
       await downloads.close();
+      await mcp.close();
       unsubscribe();
       clearInterval(sweeper);
       if (budgetTimer) clearTimeout(budgetTimer);

@@ -12,6 +12,7 @@
  * written as text in that form.
  */
 import { createHash, randomBytes } from 'node:crypto';
+import { isLosslessNumber, parse as losslessParse, stringify as losslessStringify } from 'lossless-json';
 import type { ChatMessage, ToolCall, ToolCallDelta, ToolDefinition } from '../../shared/contract';
 import type { ChatMessage as TemplateMessage } from './chat-template';
 
@@ -253,8 +254,9 @@ export function callsOf(value: unknown, names: ReadonlySet<string>, shortIds = f
     if (typeof args === 'string') {
       if (!isJsonObjectText(args)) return null;
       text = args;
-    } else if (typeof args === 'object' && args !== null && !Array.isArray(args)) {
-      text = JSON.stringify(args);
+    } else if (typeof args === 'object' && args !== null && !Array.isArray(args) && !isLosslessNumber(args)) {
+      // Compact, numbers as the model wrote them (a number JSON.stringify would turn into null, or round).
+      text = losslessStringify(args) as string;
     } else {
       return null;
     }
@@ -601,7 +603,8 @@ export function createToolCallFilter(
     if (end === -2) return null;
     let value: unknown;
     try {
-      value = JSON.parse(buffer.slice(from, end));
+      // Numbers kept as written: 9e999 or 12345678901234567890 go to the tool as the model wrote them.
+      value = losslessParse(buffer.slice(from, end));
     } catch {
       return null;
     }

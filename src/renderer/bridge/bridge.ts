@@ -10,6 +10,7 @@ import type {
   HubSearchHit,
   HubVariantsInfo,
   KvdeskApi,
+  McpStatus,
   ModelInfo,
   Preset,
   PromptMeasure,
@@ -18,6 +19,7 @@ import type {
 } from '../../shared/api';
 import type { GenerateRequest, SamplingSettings } from '../../shared/contract';
 import type { ErrorInfo, Result } from '../../shared/errors';
+import { chatTools } from '../lib/mcp-tools';
 import { parseThreadImport } from '../lib/thread-export';
 import type { AppStore } from '../store';
 import { UNTITLED } from '../store/chat-slice';
@@ -80,6 +82,8 @@ export interface Bridge {
       thinking?: boolean | undefined;
       thinkingBudget?: number | undefined;
       showProbabilities?: boolean | undefined;
+      mcpServers?: string[] | undefined;
+      toolsRequired?: boolean | undefined;
     },
   ): void;
   /** Sends a user message in the active thread (creating one if there is none). */
@@ -94,6 +98,13 @@ export interface Bridge {
   continueReply(threadId: string): void;
   /** Replaces a user message, drops everything after it, and sends again. */
   editAndResend(threadId: string, messageId: string, text: string): void;
+  /** The MCP servers of mcp.json and their tools (the settings' tools section). */
+  mcpStatus(): Promise<Result<McpStatus>>;
+  /**
+   * Answers a call the model made: runs the MCP tool (`run`) or says the person did not let it run; once every
+   * call of the reply is answered, the model reads the answers and goes on.
+   */
+  answerToolCall(threadId: string, messageId: string, callId: string, run: boolean): Promise<void>;
   /** Replaces a reply's text with the person's (saved; later turns and `continue` go on from it). */
   editReply(threadId: string, messageId: string, text: string): void;
   /**
@@ -330,8 +341,70 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     if (!thread) return;
     saveThread(threadId); // the person's message is kept even if the reply never comes
     const history = thread.messages.filter((m) => m.id !== assistantId);
-    const request = buildChatRequest(thread, history, modelId, modelOf(modelId)?.spec);
-    generateInto(threadId, assistantId, request, modelId);
+    const servers = thread.mcpServers ?? [];
+    if (servers.length === 0) {
+      generateInto(threadId, assistantId, buildChatRequest(thread, history, modelId, modelOf(modelId)?.spec), modelId);
+      return;
+    }
+    // The chat's MCP tools: their servers started (the first time), their tools offered to the model.
+    void (async () => {
+      const status = await api.invoke('mcpStart', { servers });
+      if (s().live[assistantId]?.stopping) {
+        s().failReply(assistantId, { code: 'CANCELLED', message: 'stopped' });
+        return;
+      }
+      const tools = status.ok ? chatTools(status.value, servers) : undefined;
+      if (!status.ok) notify(`The chat's tools are not offered: ${status.error.message}`);
+      for (const m of tools?.missing ?? []) notify(`The tools of "${m.server}" are not offered: ${m.why}`);
+      if (tools) s().setToolRoutes(threadId, assistantId, tools.routes);
+      // Must call a tool in reply to the person; after a tool's answer, the model may reply in words.
+      const required = thread.toolsRequired === true && history.at(-1)?.role === 'user';
+      const request = buildChatRequest(thread, history, modelId, modelOf(modelId)?.spec, {
+        definitions: tools?.definitions ?? [],
+        required,
+      });
+      generateInto(threadId, assistantId, request, modelId);
+    })();
+  }
+
+  async function answerToolCall(threadId: string, messageId: string, callId: string, run: boolean): Promise<void> {
+    const find = () => {
+      const thread = s().threads.find((t) => t.id === threadId);
+      const message = thread?.messages.find((m) => m.id === messageId);
+      return { thread, message, call: message?.toolCalls?.find((c) => c.id === callId) };
+    };
+    const { message, call } = find();
+    if (!message || !call || liveIn(threadId)) return;
+    let content = 'The person did not let this tool run.';
+    let isError = true;
+    if (run) {
+      const route = message.toolRoutes?.[call.name];
+      if (!route) content = `This chat has no tool named ${call.name}.`;
+      else {
+        const r = await api.invoke('mcpCall', { server: route.server, tool: route.tool, arguments: call.arguments });
+        content = r.ok ? r.value.content : r.error.message;
+        isError = r.ok ? r.value.isError : true;
+      }
+    }
+    s().addToolResult(threadId, {
+      id: newId('m'),
+      role: 'tool',
+      content,
+      toolCallId: call.id,
+      toolName: call.name,
+      createdAt: Date.now(),
+      ...(isError ? { isError: true } : {}),
+    });
+    saveThread(threadId);
+    // Every call of the reply answered, and nothing said since: the model reads the answers and goes on.
+    const { thread } = find();
+    if (!thread) return;
+    const at = thread.messages.findIndex((m) => m.id === messageId);
+    const after = thread.messages.slice(at + 1);
+    const answered = new Set(after.map((m) => m.toolCallId));
+    if (after.every((m) => m.role === 'tool') && (message.toolCalls ?? []).every((c) => answered.has(c.id))) {
+      runTurn(threadId, []);
+    }
   }
 
   /** Sends a turn's request; frames go to the reply's message. */
@@ -359,6 +432,8 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     const thread = s().threads.find((t) => t.id === threadId);
     const last = thread?.messages[thread.messages.length - 1];
     if (!thread || last?.role !== 'assistant' || !last.content || last.stats?.error || last.format === 'json') return;
+    // A reply that called tools goes on once they answer.
+    if (last.toolCalls?.length) return;
     const modelId = s().activeModelId;
     s().resumeReply({ threadId, messageId: last.id, now: Date.now(), ...(modelId ? { modelId } : {}) });
     const request = buildChatRequest(thread, thread.messages, modelId, modelOf(modelId)?.spec);
@@ -623,6 +698,8 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       if ('thinking' in patch) next.thinking = patch.thinking;
       if ('thinkingBudget' in patch) next.thinkingBudget = patch.thinkingBudget;
       if ('showProbabilities' in patch) next.showProbabilities = patch.showProbabilities;
+      if ('mcpServers' in patch) next.mcpServers = patch.mcpServers;
+      if ('toolsRequired' in patch) next.toolsRequired = patch.toolsRequired;
       s().updateThread(id, next);
       saveThread(id);
     },
@@ -637,6 +714,8 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     continueReply,
     editAndResend,
     editReply,
+    answerToolCall,
+    mcpStatus: () => api.invoke('mcpStatus', {}),
     branchThread(threadId, messageId) {
       const t = s().threads.find((x) => x.id === threadId);
       const upTo = t ? t.messages.findIndex((m) => m.id === messageId) : -1;

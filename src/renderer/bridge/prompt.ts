@@ -1,6 +1,6 @@
 /** Builds the generate request for a chat turn from a thread (pure, unit-tested). */
 import type { StoredMessage, Thread } from '../../shared/api';
-import type { ChatMessage, ContextDrop, GenerateRequest } from '../../shared/contract';
+import type { ChatMessage, ContextDrop, GenerateRequest, ToolDefinition } from '../../shared/contract';
 import type { ModelSpec } from '../../shared/model-spec';
 import { withAttachments } from '../lib/attachments';
 import type { LiveReply } from '../store/types';
@@ -13,17 +13,26 @@ import type { LiveReply } from '../store/types';
 export function conversationOf(messages: StoredMessage[]): ChatMessage[] {
   // Files go with user messages only (an imported chat's other messages cannot hide text the window never shows).
   // A reply's reasoning goes with it: templates that show earlier reasoning (few do) read it.
+  // A reply's tool calls go with it, and each tool's answer as a tool message after it.
   return messages.filter(inConversation).map((m) => ({
     role: m.role,
     content: m.role === 'user' ? withAttachments(m.content, m.attachments) : m.content,
     ...(m.role === 'assistant' && m.reasoning ? { reasoning: m.reasoning } : {}),
+    ...(m.role === 'assistant' && m.toolCalls?.length
+      ? { toolCalls: m.toolCalls.map((c) => ({ id: c.id, name: c.name, arguments: c.arguments })) }
+      : {}),
+    ...(m.role === 'tool' && m.toolCallId ? { toolCallId: m.toolCallId } : {}),
+    ...(m.role === 'tool' && m.toolName ? { name: m.toolName } : {}),
   }));
 }
 
 function inConversation(m: StoredMessage): boolean {
   // A reply that is all reasoning (it ran out of tokens while thinking) is a turn: leaving it out would put two
-  // user messages in a row, which some templates refuse.
-  return m.role !== 'assistant' || ((m.content.length > 0 || (m.reasoning ?? '').length > 0) && !m.stats?.error);
+  // user messages in a row, which some templates refuse. A reply of tool calls only is one too.
+  return (
+    m.role !== 'assistant' ||
+    ((m.content.length > 0 || (m.reasoning ?? '').length > 0 || (m.toolCalls?.length ?? 0) > 0) && !m.stats?.error)
+  );
 }
 
 /**
@@ -43,6 +52,8 @@ export function buildChatRequest(
    * whether it thinks (the thread's thinking setting goes to a thinking model only).
    */
   model?: Pick<ModelSpec, 'contextLength' | 'reasoning'>,
+  /** The chat's MCP tools (lib/mcp-tools.ts), and whether the model must call one. */
+  tools?: { definitions: ToolDefinition[]; required: boolean },
 ): GenerateRequest {
   const messages = conversationOf(history);
   const system = thread.systemPrompt?.trim();
@@ -62,6 +73,9 @@ export function buildChatRequest(
     ...overflowPolicy(thread, history, model?.contextLength),
     // The probabilities view: each token's, and the likeliest alternatives at its place.
     ...(thread.showProbabilities ? { logprobs: PROBABILITY_ALTERNATIVES } : {}),
+    ...(tools && tools.definitions.length > 0
+      ? { tools: tools.definitions, toolChoice: tools.required ? ('required' as const) : ('auto' as const) }
+      : {}),
     sessionId: thread.id,
     threadId: thread.id,
   };

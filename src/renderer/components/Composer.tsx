@@ -36,6 +36,8 @@ function summary(thread: Thread | undefined): string {
   if (thread?.thinkingBudget !== undefined && thread.thinking !== false)
     parts.push(`thinking budget ${thread.thinkingBudget}`);
   if (thread?.showProbabilities) parts.push('probabilities');
+  if (thread?.mcpServers?.length)
+    parts.push(`tools: ${thread.mcpServers.join(', ')}${thread.toolsRequired ? ' (must call)' : ''}`);
   return parts.join(' · ');
 }
 

@@ -2,6 +2,7 @@
  * One message: user text (editable, sent again), or an assistant reply with its live phase, stats, notes and
  * refusals (its text editable: later turns, and continuing it, go on from the person's text).
  */
+import { parse as losslessParse, stringify as losslessStringify } from 'lossless-json';
 import { memo, useDeferredValue, useMemo, useState } from 'react';
 import { useShallow } from 'zustand/react/shallow';
 import type { StoredMessage, TokenProbability } from '../../shared/api';
@@ -247,6 +248,109 @@ function TokenView({ tokens }: { tokens: TokenProbability[] }) {
   );
 }
 
+/** A call's arguments as a person reads them: indented JSON, numbers as written (as written when it is not JSON). */
+function prettyArguments(text: string): string {
+  try {
+    return losslessStringify(losslessParse(text), null, 2) ?? text;
+  } catch {
+    return text;
+  }
+}
+
+/**
+ * The MCP tool calls a reply made: each with its arguments, and Run / Skip while it waits for the person (as LM
+ * Studio asks before a tool runs); once every call is answered the model reads the answers and goes on.
+ */
+function ToolCalls({ message, threadId, live }: { message: StoredMessage; threadId: string; live: boolean }) {
+  const bridge = useBridge();
+  const messages = useApp((s) => s.threads.find((t) => t.id === threadId)?.messages);
+  const busy = useApp((s) => Object.values(s.live).some((l) => l.threadId === threadId));
+  const { answers, later } = useMemo(() => {
+    const all = messages ?? [];
+    const after = all.slice(all.findIndex((m) => m.id === message.id) + 1);
+    // The chat went on past these calls: a later message that is no tool's answer.
+    return { answers: after.filter((m) => m.role === 'tool'), later: after.some((m) => m.role !== 'tool') };
+  }, [messages, message.id]);
+  const [running, setRunning] = useState<string[]>([]);
+  return (
+    <div className="tool-calls" data-testid="tool-calls">
+      {(message.toolCalls ?? []).map((call) => {
+        const answer = answers.find((m) => m.toolCallId === call.id);
+        const route = message.toolRoutes?.[call.name];
+        const state = answer
+          ? answer.isError
+            ? 'error'
+            : 'done'
+          : running.includes(call.id)
+            ? 'running'
+            : live || later || busy
+              ? 'unanswered'
+              : 'waiting';
+        const act = async (run: boolean) => {
+          setRunning((r) => [...r, call.id]);
+          await bridge.answerToolCall(threadId, message.id, call.id, run);
+          setRunning((r) => r.filter((id) => id !== call.id));
+        };
+        return (
+          <div key={call.id} className={`tool-call ${state}`} data-testid="tool-call" data-state={state}>
+            <div className="tool-call-head">
+              <span className="mono">
+                {call.name}
+                {route && route.tool !== call.name
+                  ? ` (${route.server} · ${route.tool})`
+                  : route
+                    ? ` · ${route.server}`
+                    : ''}
+              </span>
+              <span className="muted small-text" data-testid="tool-call-state">
+                {state === 'done'
+                  ? 'ran'
+                  : state === 'error'
+                    ? answer?.content === 'The person did not let this tool run.'
+                      ? 'skipped'
+                      : 'ran: it failed'
+                    : state === 'running'
+                      ? 'running…'
+                      : state === 'waiting'
+                        ? 'the model asks to run this tool'
+                        : 'not run'}
+              </span>
+              {state === 'waiting' && (
+                <>
+                  <button type="button" className="small primary" data-testid="tool-run" onClick={() => act(true)}>
+                    Run
+                  </button>
+                  <button type="button" className="small" data-testid="tool-skip" onClick={() => act(false)}>
+                    Skip
+                  </button>
+                </>
+              )}
+            </div>
+            <pre className="mono" data-testid="tool-call-arguments">
+              {prettyArguments(call.arguments)}
+            </pre>
+          </div>
+        );
+      })}
+    </div>
+  );
+}
+
+/** A tool's answer, folded: what the model read after its call. */
+function ToolResult({ message }: { message: StoredMessage }) {
+  return (
+    <details className={`tool-result ${message.isError ? 'error' : ''}`} data-testid="tool-result">
+      <summary className="muted">
+        {message.isError ? '✗' : '↳'} {message.toolName ?? 'tool'} answered ({message.content.length.toLocaleString()}{' '}
+        characters)
+      </summary>
+      <pre className="mono" data-testid="message-text">
+        {message.content}
+      </pre>
+    </details>
+  );
+}
+
 /** A reply's text in a box to change it: Save (Ctrl/Cmd+Enter) keeps the person's text, Cancel (Esc) the model's. */
 function ReplyEditor({ message, threadId }: { message: StoredMessage; threadId: string }) {
   const bridge = useBridge();
@@ -353,6 +457,7 @@ function AssistantReply({ message, threadId, isLast }: { message: StoredMessage;
               message.content &&
               message.format !== 'json' &&
               !jsonThread &&
+              !message.toolCalls?.length &&
               // Cut short, or the person wrote its start: the model goes on from there.
               (stats?.finishReason === 'length' || stats?.finishReason === 'cancelled' || message.edited) && (
                 <button
@@ -402,6 +507,9 @@ function AssistantReply({ message, threadId, isLast }: { message: StoredMessage;
           text && <Markdown text={message.format === 'json' ? jsonBlock(text) : text} streaming={live !== undefined} />
         )}
       </div>
+      {message.toolCalls && message.toolCalls.length > 0 && (
+        <ToolCalls message={message} threadId={threadId} live={live !== undefined} />
+      )}
       {live && <LivePhase live={live} />}
       {stats?.error && <Refusal messageId={message.id} error={stats.error} />}
       {cap && <CapNote cap={cap} />}
@@ -587,6 +695,10 @@ export const Message = memo(function Message({
     <UserMessage message={message} threadId={threadId} />
   ) : message.role === 'assistant' ? (
     <AssistantMessage message={message} threadId={threadId} isLast={isLast} />
+  ) : message.role === 'tool' ? (
+    <div className="message tool" data-testid="message-tool" data-message-id={message.id}>
+      <ToolResult message={message} />
+    </div>
   ) : (
     <div className="message system muted">system: {message.content}</div>
   );

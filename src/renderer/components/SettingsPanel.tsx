@@ -1,6 +1,6 @@
 /** The open thread's settings: presets, system prompt, sampling, limits, stop strings, overflow, JSON output. */
-import { useState } from 'react';
-import type { Thread } from '../../shared/api';
+import { useEffect, useState } from 'react';
+import type { McpStatus, Thread } from '../../shared/api';
 import type { SamplingSettings } from '../../shared/contract';
 import { useApp, useBridge } from '../bridge/context';
 import { parseSchema } from '../bridge/prompt';
@@ -196,6 +196,83 @@ function ThinkingBudget({ thread }: { thread: Thread }) {
   );
 }
 
+/**
+ * The chat's tools: the MCP servers of mcp.json whose tools the model may call (each call waits for the person's
+ * Run), and whether it must call one in reply to each message.
+ */
+function ToolsSetting({ thread }: { thread: Thread }) {
+  const bridge = useBridge();
+  const [status, setStatus] = useState<McpStatus | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  useEffect(() => {
+    void bridge.mcpStatus().then((r) => (r.ok ? setStatus(r.value) : setError(r.error.message)));
+  }, [bridge]);
+  const chosen = thread.mcpServers ?? [];
+  const toggle = (name: string, on: boolean) => {
+    const next = on ? [...chosen.filter((n) => n !== name), name] : chosen.filter((n) => n !== name);
+    bridge.updateThreadSettings(thread.id, { mcpServers: next.length > 0 ? next : undefined });
+  };
+  // Servers the chat names that mcp.json no longer has still show, so they can be turned off.
+  const names = [...new Set([...(status?.servers.map((s) => s.name) ?? []), ...chosen])];
+  return (
+    <fieldset className="wide tools-setting" data-testid="tools-setting">
+      <legend title="Tools from MCP servers (the Model Context Protocol): the model may call them; each call waits for you to let it run.">
+        tools (MCP)
+      </legend>
+      {error && <div className="note">{error}</div>}
+      {status?.error && (
+        <div className="note" data-testid="mcp-config-error">
+          {status.error}
+        </div>
+      )}
+      {names.map((name) => {
+        const s = status?.servers.find((x) => x.name === name);
+        return (
+          <label key={name} className="server" data-testid="mcp-server" data-server={name}>
+            <input
+              type="checkbox"
+              data-testid="mcp-server-toggle"
+              checked={chosen.includes(name)}
+              onChange={(e) => toggle(name, e.target.checked)}
+            />
+            <span className="mono">{name}</span>
+            <span className="hint">
+              {!s
+                ? 'not in mcp.json any more'
+                : s.state === 'ready'
+                  ? `${s.tools.length} tools: ${s.tools
+                      .map((t) => t.name)
+                      .slice(0, 6)
+                      .join(', ')}${s.tools.length > 6 ? '…' : ''}`
+                  : s.state === 'failed'
+                    ? `did not start: ${s.error ?? ''}`
+                    : 'starts when the chat uses it'}
+            </span>
+          </label>
+        );
+      })}
+      {status && names.length === 0 && (
+        <div className="hint" data-testid="mcp-none">
+          No MCP servers: name them in {status.configPath} as{' '}
+          {'{"mcpServers": {"name": {"command": "…", "args": […]}}}'} (the form LM Studio, Claude Desktop and Cursor
+          read).
+        </div>
+      )}
+      {chosen.length > 0 && (
+        <label title="The model must call one of the tools in reply to each of your messages; after a tool's answer it may reply in words.">
+          must call a tool
+          <input
+            type="checkbox"
+            data-testid="setting-tools-required"
+            checked={thread.toolsRequired === true}
+            onChange={(e) => bridge.updateThreadSettings(thread.id, { toolsRequired: e.target.checked || undefined })}
+          />
+        </label>
+      )}
+    </fieldset>
+  );
+}
+
 export function SettingsPanel({ thread, presets }: { thread: Thread; presets: PresetProps }) {
   const bridge = useBridge();
   const sampling = thread.sampling ?? {};
@@ -288,6 +365,7 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
       </label>
       <ThinkingSetting thread={thread} />
       <ThinkingBudget thread={thread} />
+      <ToolsSetting thread={thread} />
       <label
         className="wide"
         title="A reply ends where one of these would appear (the string itself is not shown). One per line, at most 16."

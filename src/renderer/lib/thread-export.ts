@@ -44,7 +44,15 @@ export function threadToMarkdown(thread: Thread, modelName?: string): string {
   lines.push(`*${facts.join(' · ')}*`, '');
   if (thread.systemPrompt?.trim()) lines.push('**System prompt**', '', quote(thread.systemPrompt.trim()), '');
   for (const m of thread.messages) {
-    lines.push(`### ${m.role === 'user' ? 'You' : m.role === 'assistant' ? 'Assistant' : 'System'}`, '');
+    const who =
+      m.role === 'user'
+        ? 'You'
+        : m.role === 'assistant'
+          ? 'Assistant'
+          : m.role === 'tool'
+            ? `Tool ${m.toolName ?? ''}${m.isError ? ' (failed)' : ''}`.trimEnd()
+            : 'System';
+    lines.push(`### ${who}`, '');
     // A thinking model's reasoning, quoted above its reply.
     if (m.reasoning) lines.push('*Thinking*', '', quote(m.reasoning), '');
     // A reply that failed part way keeps what it wrote, as the window shows it.
@@ -52,6 +60,8 @@ export function threadToMarkdown(thread: Thread, modelName?: string): string {
       lines.push(m.format === 'json' ? fenced(m.content, 'json') : m.content, '');
     }
     for (const a of m.attachments ?? []) lines.push(attachmentBlock(a), '');
+    // A reply's tool calls, each with its arguments.
+    for (const c of m.toolCalls ?? []) lines.push(`*Calls ${c.name}:*`, '', fenced(c.arguments, 'json'), '');
     if (m.stats?.error) lines.push(`*Refused: ${m.stats.error.message}*`, '');
   }
   return `${lines.join('\n').trimEnd()}\n`;

@@ -79,6 +79,7 @@ export function reduceFrames(
   let reasoning = message.reasoning;
   // A new reply starts its tokens' list; a continued one goes on with it.
   let probabilities = live.continues ? message.probabilities : undefined;
+  let toolCalls = message.toolCalls;
   let next: LiveReply | undefined = { ...live };
   let stats = message.stats;
   for (const frame of frames) {
@@ -114,6 +115,8 @@ export function reduceFrames(
         if (row) {
           content += row.text;
           if (row.logprobs && row.logprobs.length > 0) probabilities = withProbabilities(probabilities, row.logprobs);
+          // A call written whole: its card shows while the reply goes on.
+          if (row.toolCalls?.length) toolCalls = [...(toolCalls ?? []), ...row.toolCalls];
           next = { ...next, phase: 'running', tokens: next.tokens + row.ids.length };
           if (row.reasoning) reasoning = (reasoning ?? '') + row.reasoning;
         }
@@ -126,6 +129,9 @@ export function reduceFrames(
         const before = next.continues?.tokens ?? 0;
         content = (next.continues?.text ?? '') + r.text;
         // The whole generation's probabilities (a token held back by a stop string's check arrives with done only).
+        // The reply's calls, as the host read them.
+        const calls = r.rows[0]?.toolCalls;
+        if (calls?.length) toolCalls = calls;
         const all = r.rows[0]?.logprobs;
         if (all && all.length > 0) {
           const kept = next.continues ? (message.probabilities ?? []).slice(0, next.continues.probabilities ?? 0) : [];
@@ -186,6 +192,7 @@ export function reduceFrames(
       ...(reasoning ? { reasoning } : {}),
       ...(stats ? { stats } : {}),
       ...(probabilities ? { probabilities } : {}),
+      ...(toolCalls?.length ? { toolCalls } : {}),
     },
     live: next,
   };
@@ -350,6 +357,28 @@ export const createChatSlice: StateCreator<AppState, [], [], ChatSlice> = (set, 
       }),
     };
     set((s) => ({ threads: [updated, ...s.threads.filter((t) => t.id !== threadId)], editingMessageId: null }));
+  },
+
+  setToolRoutes(threadId, messageId, routes) {
+    set((s) => ({
+      threads: mapThread(s.threads, threadId, (t) => ({
+        ...t,
+        messages: t.messages.map((m) => (m.id === messageId ? { ...m, toolRoutes: routes } : m)),
+      })),
+    }));
+  },
+
+  addToolResult(threadId, result) {
+    set((s) => ({
+      threads: mapThread(s.threads, threadId, (t) => ({
+        ...t,
+        updatedAt: result.createdAt,
+        // One answer per call.
+        messages: t.messages.some((m) => m.role === 'tool' && m.toolCallId === result.toolCallId)
+          ? t.messages
+          : [...t.messages, result],
+      })),
+    }));
   },
 
   showVersion(threadId, messageId, index) {

@@ -10,6 +10,7 @@ import type {
   PackageProblem,
   StoredMessage,
   Thread,
+  ToolRoute,
   UiSettings,
 } from '../../shared/api';
 import type { BudgetCap, ContextClip, ContextDrop, StreamFrame } from '../../shared/contract';
@@ -135,6 +136,10 @@ export interface ChatSlice {
    * it goes on from. A message that is no reply, or a reply streaming now, is left as it is.
    */
   editReply(threadId: string, messageId: string, content: string, now: number): void;
+  /** The MCP server and tool of each function name a reply was offered (when its tools are known). */
+  setToolRoutes(threadId: string, messageId: string, routes: Record<string, ToolRoute>): void;
+  /** A tool's answer to a call, after the thread's last message. */
+  addToolResult(threadId: string, result: StoredMessage): void;
   /** Shows version `index` of a reply (one regenerating it kept). */
   showVersion(threadId: string, messageId: string, index: number): void;
   /** A reply failed before any frame arrived (transport down, rejected send). */

@@ -105,7 +105,12 @@ const RULES: Record<Area, Rule> = {
   shared: { areas: [], node: false, bare: ['zod'] },
   scheduler: { areas: ['shared'], node: false, bare: [] },
   packages: { areas: ['shared'], node: true, bare: ['yaml', 'zod', 'onnx-proto'] },
-  tokenizer: { areas: ['shared'], node: true, bare: ['zod', '@huggingface/tokenizers', '@huggingface/jinja'] },
+  // lossless-json: tool calls' arguments read and written with their numbers as the model wrote them.
+  tokenizer: {
+    areas: ['shared'],
+    node: true,
+    bare: ['zod', '@huggingface/tokenizers', '@huggingface/jinja', 'lossless-json'],
+  },
   store: { areas: ['shared'], node: true, bare: ['zod'] },
   engine: { areas: ['packages', 'tokenizer', 'shared'], node: true, bare: ['onnxruntime-node'] },
   host: { areas: MAIN_AREAS, node: true, bare: 'any' },

@@ -440,6 +440,30 @@ describe('replies', () => {
     expect(store.getState().threads[0]?.messages.at(-1)?.probabilities).toBeUndefined();
   });
 
+  it("keeps a reply's tool calls as they are written and as done says, and one answer per call", () => {
+    const store = storeWithThread();
+    start(store);
+    const call = { id: 'c1', name: 'add', arguments: '{"a":1,"b":2}' };
+    const written: StreamFrame = { type: 'tokens', requestId: 'r1', rows: [{ ids: [5], text: '', toolCalls: [call] }] };
+    store.getState().applyFrames([{ messageId: 'a1', frames: [accepted, admitted, written] }], 20);
+    expect(store.getState().threads[0]?.messages[1]?.toolCalls).toEqual([call]);
+    const row = { tokenIds: [5], text: '', finishReason: 'tool_calls' as const, toolCalls: [call] };
+    store
+      .getState()
+      .applyFrames(
+        [{ messageId: 'a1', frames: [{ type: 'done', requestId: 'r1', result: result({ rows: [row] }) }] }],
+        21,
+      );
+    expect(store.getState().threads[0]?.messages[1]?.toolCalls).toEqual([call]);
+    store.getState().setToolRoutes('t1', 'a1', { add: { server: 'calc', tool: 'add' } });
+    expect(store.getState().threads[0]?.messages[1]?.toolRoutes).toEqual({ add: { server: 'calc', tool: 'add' } });
+    const answer = { id: 'x', role: 'tool' as const, content: '3', toolCallId: 'c1', toolName: 'add', createdAt: 30 };
+    store.getState().addToolResult('t1', answer);
+    store.getState().addToolResult('t1', { ...answer, id: 'y', content: 'again' });
+    expect(store.getState().threads[0]?.messages.slice(2)).toEqual([answer]);
+    expect(store.getState().threads[0]?.updatedAt).toBe(30);
+  });
+
   it('ignores frames after the end and frames for unknown messages', () => {
     const store = storeWithThread();
     start(store);

@@ -53,6 +53,37 @@ describe('chat requests', () => {
     expect(GenerateRequest.safeParse(req).success).toBe(true);
   });
 
+  it("sends a reply's tool calls and each tool's answer; a reply of calls only is a turn", () => {
+    const call = { id: 'c1', name: 'add', arguments: '{"a":1}' };
+    const withTools = [
+      ...history,
+      {
+        id: 'a3',
+        role: 'assistant' as const,
+        content: '',
+        toolCalls: [call],
+        toolRoutes: { add: { server: 's', tool: 'add' } },
+        createdAt: 9,
+      },
+      { id: 't1', role: 'tool' as const, content: '2', toolCallId: 'c1', toolName: 'add', createdAt: 10 },
+    ];
+    expect(conversationOf(withTools).slice(-2)).toEqual([
+      { role: 'assistant', content: '', toolCalls: [call] },
+      { role: 'tool', content: '2', toolCallId: 'c1', name: 'add' },
+    ]);
+    const tools = { definitions: [{ name: 'add', parameters: { type: 'object' } }], required: true };
+    const req = buildChatRequest(thread('t1'), withTools, 'default', undefined, tools);
+    expect(req).toMatchObject({ tools: tools.definitions, toolChoice: 'required' });
+    expect(GenerateRequest.safeParse(req).success).toBe(true);
+    expect(
+      buildChatRequest(thread('t1'), withTools, 'default', undefined, { ...tools, required: false }).toolChoice,
+    ).toBe('auto');
+    // No tools known (the servers did not start): none offered.
+    expect(
+      buildChatRequest(thread('t1'), withTools, 'default', undefined, { definitions: [], required: true }).tools,
+    ).toBeUndefined();
+  });
+
   it("asks for each token's probability and 5 alternatives only in a thread set to keep them", () => {
     expect(buildChatRequest(thread('t1'), history, 'default').logprobs).toBeUndefined();
     const req = buildChatRequest(thread('t1', { showProbabilities: true }), history, 'default');

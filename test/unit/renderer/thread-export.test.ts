@@ -270,7 +270,7 @@ describe('import errors name the file and the field', () => {
   });
 
   it('names the field of a kvdesk export that is wrong', () => {
-    const bad = { ...valid, messages: [valid.messages[0], { ...valid.messages[1], role: 'tool' }] };
+    const bad = { ...valid, messages: [valid.messages[0], { ...valid.messages[1], role: 'robot' }] };
     const error = fail(kvdesk({ thread: bad }));
     expect(error).toContain('chat.json');
     expect(error).toContain('thread.messages[1].role');

@@ -128,6 +128,17 @@ describe('createToolCallFilter', () => {
     });
   });
 
+  it("keeps a call's numbers as the model wrote them (none turned into null or rounded), compact", () => {
+    const text =
+      '<tool_call>\n{"name": "search", "arguments": {"q": 9e999, "id": 12345678901234567890, "r": [1.50, -0.0E+2]}}\n</tool_call>';
+    expect(sameForEveryChunking(HERMES, text).calls).toEqual([
+      { name: 'search', arguments: '{"q":9e999,"id":12345678901234567890,"r":[1.50,-0.0E+2]}' },
+    ]);
+    // An arguments value that is a number is no arguments object.
+    const number = 'A <tool_call>{"name": "search", "arguments": 5}</tool_call> B';
+    expect(sameForEveryChunking(HERMES, number)).toEqual({ content: number, calls: [] });
+  });
+
   it('holds back only what could be the opening: text streams as it comes', () => {
     const f = createToolCallFilter(HERMES, NAMES);
     expect(f.push('Hello <to').content).toBe('Hello ');

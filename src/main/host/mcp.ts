@@ -1,0 +1,259 @@
+/**
+ * Tools for the window's chats from MCP servers (the Model Context Protocol, as LM Studio, Claude Desktop and
+ * Cursor use it): `<data-dir>/mcp.json` names the servers in their common form,
+ *
+ *     { "mcpServers": { "files": { "command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"] } } }
+ *
+ * and kvdesk starts each (a process speaking MCP over its stdin and stdout) the first time a chat uses it, lists
+ * its tools for the model, and calls one when the person lets a call of the model run. The file is read again
+ * whenever it changed; a server whose entry changed or went is stopped.
+ */
+import { readFile, stat } from 'node:fs/promises';
+import path from 'node:path';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { getDefaultEnvironment, StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { z } from 'zod';
+import type { McpServerStatus, McpStatus, McpToolResult } from '../../shared/api';
+import { KvdeskError } from '../../shared/errors';
+
+export const MCP_FILE = 'mcp.json';
+
+/** How long a server may take to start and list its tools, and a tool to answer. */
+const START_MS = 30_000;
+const CALL_MS = 120_000;
+/** The most text of a tool's answer the model is given (the rest is cut, and said so). */
+const RESULT_CHARS = 100_000;
+
+const ServerEntry = z
+  .object({
+    command: z.string().min(1).max(4096),
+    args: z.array(z.string().max(32_768)).max(256).optional(),
+    env: z.record(z.string(), z.string().max(32_768)).optional(),
+    cwd: z.string().min(1).max(4096).optional(),
+  })
+  .loose();
+const McpFile = z.object({ mcpServers: z.record(z.string().min(1).max(100), ServerEntry) }).loose();
+type ServerEntry = z.infer<typeof ServerEntry>;
+
+interface Running {
+  entry: string;
+  client: Client;
+  tools: McpServerStatus['tools'];
+}
+
+/** A zod issue as the person reads it: where in mcp.json, what is wrong. */
+function where(issue: z.core.$ZodIssue): string {
+  return issue.path.length > 0 ? `${issue.path.join('.')}: ${issue.message}` : issue.message;
+}
+
+export class McpHub {
+  private readonly file: string;
+  private servers: Record<string, ServerEntry> = {};
+  private configError: string | undefined;
+  private readAt = -1;
+  private readonly running = new Map<string, Running>();
+  private readonly starting = new Map<string, Promise<Running>>();
+  private readonly failed = new Map<string, string>();
+  private closed = false;
+
+  constructor(dataDir: string) {
+    this.file = path.join(dataDir, MCP_FILE);
+  }
+
+  /** The servers mcp.json names, which run and their tools, and what went wrong. */
+  async status(): Promise<McpStatus> {
+    await this.reload();
+    return {
+      configPath: this.file,
+      ...(this.configError ? { error: this.configError } : {}),
+      servers: Object.keys(this.servers).map((name) => this.serverStatus(name)),
+    };
+  }
+
+  /** Starts the named servers that do not run yet (those that fail say why in their status). */
+  async start(names: readonly string[]): Promise<McpStatus> {
+    await this.reload();
+    await Promise.all(names.filter((n) => this.servers[n]).map((n) => this.ensure(n).catch(() => undefined)));
+    return this.status();
+  }
+
+  /** Calls a server's tool with the model's arguments (JSON text of an object). */
+  async call(server: string, tool: string, argumentsJson: string): Promise<McpToolResult> {
+    let args: unknown;
+    try {
+      args = argumentsJson.trim() === '' ? {} : JSON.parse(argumentsJson);
+    } catch {
+      return { content: `The arguments are not JSON: ${argumentsJson.slice(0, 200)}`, isError: true };
+    }
+    if (args === null || typeof args !== 'object' || Array.isArray(args)) {
+      return { content: 'The arguments are not a JSON object.', isError: true };
+    }
+    await this.reload();
+    if (!this.servers[server]) {
+      throw new KvdeskError(
+        'BAD_REQUEST',
+        `${this.file} names no MCP server "${server}" (any more): add it back, or let the model use another tool.`,
+        {
+          field: 'server',
+        },
+      );
+    }
+    const run = await this.ensure(server);
+    if (!run.tools.some((t) => t.name === tool)) {
+      return { content: `The MCP server "${server}" has no tool "${tool}".`, isError: true };
+    }
+    try {
+      const result = await run.client.callTool({ name: tool, arguments: args as Record<string, unknown> }, undefined, {
+        timeout: CALL_MS,
+      });
+      return { content: textOf(result.content), isError: result.isError === true };
+    } catch (err) {
+      return { content: `The tool failed: ${(err as Error).message}`, isError: true };
+    }
+  }
+
+  /** Stops every server (kvdesk closing). */
+  async close(): Promise<void> {
+    this.closed = true;
+    await Promise.all([...this.running.keys()].map((n) => this.stop(n)));
+  }
+
+  private serverStatus(name: string): McpServerStatus {
+    const run = this.running.get(name);
+    if (run) return { name, state: 'ready', tools: run.tools };
+    if (this.starting.has(name)) return { name, state: 'starting', tools: [] };
+    const error = this.failed.get(name);
+    return error ? { name, state: 'failed', error, tools: [] } : { name, state: 'idle', tools: [] };
+  }
+
+  /** Reads mcp.json again when it changed (or appeared, or went). */
+  private async reload(): Promise<void> {
+    const at = await stat(this.file).then(
+      (s) => s.mtimeMs,
+      () => 0,
+    );
+    if (at === this.readAt) return;
+    this.readAt = at;
+    let next: Record<string, ServerEntry> = {};
+    this.configError = undefined;
+    if (at !== 0) {
+      const text = await readFile(this.file, 'utf8').catch(() => '');
+      let json: unknown;
+      try {
+        json = JSON.parse(text);
+      } catch (err) {
+        this.configError = `${this.file} is not JSON (${(err as Error).message}): fix it; kvdesk reads it again at the next look.`;
+      }
+      if (!this.configError) {
+        const parsed = McpFile.safeParse(json);
+        if (parsed.success) next = parsed.data.mcpServers;
+        else {
+          this.configError = `${this.file}: ${where(parsed.error.issues[0] as z.core.$ZodIssue)} (the form is {"mcpServers": {"name": {"command": "…", "args": […], "env": {…}}}}).`;
+        }
+      }
+    }
+    // A server whose entry changed or went stops; it starts again, as written now, when a chat uses it.
+    for (const name of new Set([...this.running.keys(), ...this.failed.keys()])) {
+      if (JSON.stringify(next[name]) !== this.running.get(name)?.entry) {
+        this.failed.delete(name);
+        await this.stop(name);
+      }
+    }
+    this.servers = next;
+  }
+
+  private ensure(name: string): Promise<Running> {
+    const run = this.running.get(name);
+    if (run) return Promise.resolve(run);
+    const pending = this.starting.get(name);
+    if (pending) return pending;
+    const entry = this.servers[name] as ServerEntry;
+    const started = this.launch(name, entry).then(
+      (r) => {
+        this.starting.delete(name);
+        if (this.closed) {
+          void r.client.close().catch(() => {});
+          throw new KvdeskError('CANCELLED', 'kvdesk is closing.');
+        }
+        this.running.set(name, r);
+        this.failed.delete(name);
+        return r;
+      },
+      (err: unknown) => {
+        this.starting.delete(name);
+        const why = (err as Error).message;
+        this.failed.set(name, why);
+        throw new KvdeskError('BAD_REQUEST', `the MCP server "${name}" did not start: ${why}`, { field: 'server' });
+      },
+    );
+    this.starting.set(name, started);
+    return started;
+  }
+
+  private async launch(name: string, entry: ServerEntry): Promise<Running> {
+    const transport = new StdioClientTransport({
+      command: entry.command,
+      args: entry.args ?? [],
+      env: { ...getDefaultEnvironment(), ...(entry.env ?? {}) },
+      ...(entry.cwd ? { cwd: entry.cwd } : {}),
+      stderr: 'pipe',
+    });
+    // What the server says on stderr, for the error when it fails to start.
+    let said = '';
+    transport.stderr?.on('data', (d: Buffer) => {
+      said = (said + d.toString('utf8')).slice(-2000);
+    });
+    const client = new Client({ name: 'kvdesk', version: '1' });
+    const timer = new Promise<never>((_, reject) =>
+      setTimeout(() => reject(new Error(`no answer within ${START_MS / 1000} s`)), START_MS).unref(),
+    );
+    try {
+      await Promise.race([client.connect(transport), timer]);
+      const tools: McpServerStatus['tools'] = [];
+      let cursor: string | undefined;
+      do {
+        const page = await Promise.race([client.listTools(cursor ? { cursor } : {}), timer]);
+        for (const t of page.tools) {
+          tools.push({
+            name: t.name,
+            ...(t.description ? { description: t.description.slice(0, 4000) } : {}),
+            inputSchema: t.inputSchema as Record<string, unknown>,
+          });
+        }
+        cursor = page.nextCursor;
+      } while (cursor && tools.length < 1000);
+      // A server that exits later is started again at its next use.
+      client.onclose = () => {
+        if (this.running.get(name)?.client === client) this.running.delete(name);
+      };
+      return { entry: JSON.stringify(entry), client, tools };
+    } catch (err) {
+      void client.close().catch(() => {});
+      const tail = said.trim().split('\n').slice(-3).join(' / ');
+      throw new Error(
+        `${(err as Error).message}${tail ? ` (it said: ${tail})` : ''} — check its command in ${this.file}`,
+      );
+    }
+  }
+
+  private async stop(name: string): Promise<void> {
+    const run = this.running.get(name);
+    this.running.delete(name);
+    if (run) await run.client.close().catch(() => {});
+  }
+}
+
+/** A tool's answer as the model reads it: its text parts; other parts named (the model reads text only). */
+function textOf(content: unknown): string {
+  const parts = Array.isArray(content) ? content : [];
+  const text = parts
+    .map((p: { type?: string; text?: string; mimeType?: string; resource?: { uri?: string; text?: string } }) => {
+      if (p.type === 'text') return p.text ?? '';
+      if (p.type === 'resource') return p.resource?.text ?? `[resource ${p.resource?.uri ?? ''}]`;
+      return `[${p.type ?? 'content'}${p.mimeType ? ` ${p.mimeType}` : ''}: not shown to the model]`;
+    })
+    .join('\n');
+  return text.length > RESULT_CHARS
+    ? `${text.slice(0, RESULT_CHARS)}\n[… cut: the answer was ${text.length} characters]`
+    : text;
+}

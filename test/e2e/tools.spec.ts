@@ -1,0 +1,143 @@
+/**
+ * MCP tools in a chat, in Chromium against a real serve whose mcp.json starts a real MCP server
+ * (test/helpers/mcp-server.ts): the settings list the server, a chat turns its tools on, the model's call waits
+ * for the person (Run / Skip), the tool runs and its answer goes back to the model, which goes on by itself.
+ */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { test as base, expect, type Page } from '@playwright/test';
+import { lastReply, newChat, send, setSettings } from './fixtures';
+import { ROOT, type ServeHandle, startServe } from './serve';
+
+const test = base.extend<object, { toolServer: ServeHandle }>({
+  toolServer: [
+    // biome-ignore lint/correctness/noEmptyPattern: Playwright fixtures take their dependencies by destructuring
+    async ({}, use) => {
+      const dataDir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-e2e-tools-'));
+      const calc = {
+        command: process.execPath,
+        args: [path.join(ROOT, 'bin/run-ts.cjs'), path.join(ROOT, 'test/helpers/mcp-server.ts')],
+      };
+      writeFileSync(path.join(dataDir, 'mcp.json'), JSON.stringify({ mcpServers: { calc } }));
+      const server = await startServe([], 90_000, undefined, dataDir);
+      await use(server);
+      await server.stop();
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+    { scope: 'worker', timeout: 120_000 },
+  ],
+});
+
+interface Call {
+  name: string;
+  arguments: string;
+}
+
+/** What the page asked the host to generate, on the wire. */
+function requests(page: Page): Array<Record<string, unknown>> {
+  const sent: Array<Record<string, unknown>> = [];
+  page.on('websocket', (ws) =>
+    ws.on('framesent', (f) => {
+      const m = JSON.parse(String(f.payload)) as { t: string; request?: Record<string, unknown> };
+      if (m.t === 'generate' && m.request) sent.push(m.request);
+    }),
+  );
+  return sent;
+}
+
+/**
+ * The answer the test server gives a call, read as it reads the arguments (JSON.parse: a number past a double's
+ * range is Infinity, which its schema refuses — the random model writes such numbers).
+ */
+function expected(call: Call): { text: string | RegExp; error: boolean } {
+  const args = JSON.parse(call.arguments) as { a?: number; b?: number; ms?: number };
+  const finite = (n: number | undefined) => typeof n === 'number' && Number.isFinite(n);
+  if (call.name === 'add') {
+    return finite(args.a) && finite(args.b)
+      ? { text: String((args.a as number) + (args.b as number)), error: false }
+      : { text: /Input validation error|Invalid|expected number/i, error: true };
+  }
+  if (call.name === 'fail') return { text: 'it broke', error: true };
+  return finite(args.ms)
+    ? { text: /^waited -?[\d.e+-]+ ms$/, error: false }
+    : { text: /Input validation error|Invalid|expected number/i, error: true };
+}
+
+test("a chat's MCP tools: the model's call waits for Run, the tool answers, the model goes on", async ({
+  page,
+  toolServer: server,
+}) => {
+  const sent = requests(page);
+  await page.goto(server.url);
+  await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+  await newChat(page);
+  await setSettings(page, { maxNewTokens: 200, seed: 1 });
+  await page.getByTestId('settings-toggle').click();
+  const row = page.locator('[data-testid="mcp-server"][data-server="calc"]');
+  await expect(row).toContainText('starts when the chat uses it');
+  await row.getByTestId('mcp-server-toggle').check();
+  await page.getByTestId('setting-tools-required').check();
+  await expect(page.getByTestId('settings-summary')).toContainText('tools: calc (must call)');
+  await page.getByTestId('settings-toggle').click();
+
+  await send(page, 'What is 2 + 40?');
+  // The reply by its id: once the tool answers, another reply comes after it.
+  const id = await lastReply(page).getAttribute('data-message-id');
+  const reply = page.locator(`[data-testid="message-assistant"][data-message-id="${id}"]`);
+  const card = reply.getByTestId('tool-call');
+  await expect(card).toHaveAttribute('data-state', 'waiting', { timeout: 60_000 });
+  // The first request offered the server's three tools, and a call was required.
+  expect(sent[0]).toMatchObject({ toolChoice: 'required' });
+  expect(((sent[0]?.tools ?? []) as Array<{ name: string }>).map((t) => t.name)).toEqual(['add', 'fail', 'slow']);
+  const name = ((await card.locator('.mono').first().textContent()) ?? '').split(' ')[0] as string;
+  const args = (await card.getByTestId('tool-call-arguments').textContent()) ?? '';
+  expect(['add', 'fail', 'slow']).toContain(name);
+  const want = expected({ name, arguments: args });
+
+  await card.getByTestId('tool-run').click();
+  await expect(card).toHaveAttribute('data-state', want.error ? 'error' : 'done');
+  const answer = page.getByTestId('message-tool').last();
+  await expect(answer.getByTestId('tool-result')).toContainText(`${name} answered`);
+  await answer.getByTestId('tool-result').locator('summary').click();
+  await expect(answer.getByTestId('message-text')).toHaveText(want.text);
+  // The model read the answer and went on by itself (a call no longer required).
+  await expect(page.getByTestId('message-assistant')).toHaveCount(2);
+  await expect(lastReply(page)).toHaveAttribute('data-state', /done|cancelled/, { timeout: 60_000 });
+  expect(sent).toHaveLength(2);
+  expect(sent[1]).toMatchObject({ toolChoice: 'auto' });
+  const messages = sent[1]?.messages as Array<Record<string, unknown>>;
+  const callMessage = messages.at(-2) as { role: string; toolCalls: Array<{ id: string; name: string }> };
+  expect(callMessage.role).toBe('assistant');
+  expect(callMessage.toolCalls[0]?.name).toBe(name);
+  expect(messages.at(-1)).toMatchObject({ role: 'tool', toolCallId: callMessage.toolCalls[0]?.id, name });
+
+  // Kept with the chat.
+  await page.reload();
+  await expect(page.getByTestId('message-tool')).toHaveCount(1);
+  await expect(page.getByTestId('tool-call').first()).toHaveAttribute('data-state', want.error ? 'error' : 'done');
+});
+
+test('a call the person skips is answered as not run, and the model goes on', async ({ page, toolServer: server }) => {
+  const sent = requests(page);
+  await page.goto(server.url);
+  await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+  await newChat(page);
+  await setSettings(page, { maxNewTokens: 200, seed: 2 });
+  await page.getByTestId('settings-toggle').click();
+  await page.locator('[data-testid="mcp-server"][data-server="calc"]').getByTestId('mcp-server-toggle').check();
+  await page.getByTestId('setting-tools-required').check();
+  await page.getByTestId('settings-toggle').click();
+  await send(page, 'Add 3 and 4.');
+  const id = await lastReply(page).getAttribute('data-message-id');
+  const card = page.locator(`[data-testid="message-assistant"][data-message-id="${id}"]`).getByTestId('tool-call');
+  await expect(card).toHaveAttribute('data-state', 'waiting', { timeout: 60_000 });
+  await card.getByTestId('tool-skip').click();
+  await expect(card.getByTestId('tool-call-state')).toHaveText('skipped');
+  await expect(page.getByTestId('message-assistant')).toHaveCount(2);
+  await expect(lastReply(page)).toHaveAttribute('data-state', /done|cancelled/, { timeout: 60_000 });
+  expect(((sent[1]?.messages ?? []) as Array<{ role: string; content: string }>).at(-1)).toMatchObject({
+    role: 'tool',
+    content: 'The person did not let this tool run.',
+  });
+});

@@ -1,0 +1,102 @@
+/**
+ * MCP servers for the window's chats (src/main/host/mcp.ts), with a real MCP server process
+ * (test/helpers/mcp-server.ts, the official SDK over stdio): mcp.json read and checked (errors name the field),
+ * servers started on use with their tools listed, tools called, failures said, the file read again when it changes.
+ */
+import { mkdtempSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { MCP_FILE, McpHub } from '../../../src/main/host/mcp';
+import { repoRoot } from '../../helpers/fixtures';
+
+const server = (env: Record<string, string> = {}) => ({
+  command: process.execPath,
+  args: [path.join(repoRoot, 'bin/run-ts.cjs'), path.join(repoRoot, 'test/helpers/mcp-server.ts')],
+  env,
+});
+
+let dir: string;
+let hub: McpHub;
+let tick = 1;
+/** Writes mcp.json with a new modification time (the hub reads it again when that changes). */
+const write = (json: unknown) => {
+  const file = path.join(dir, MCP_FILE);
+  writeFileSync(file, typeof json === 'string' ? json : JSON.stringify(json));
+  const t = new Date(Date.now() + tick++ * 1000);
+  utimesSync(file, t, t);
+};
+
+beforeEach(() => {
+  dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-mcp-'));
+  hub = new McpHub(dir);
+});
+afterEach(async () => {
+  await hub.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe('McpHub', () => {
+  it('without mcp.json: no servers, no error', async () => {
+    expect(await hub.status()).toEqual({ configPath: path.join(dir, MCP_FILE), servers: [] });
+  });
+
+  it('starts a server on use, lists its tools, and calls them', async () => {
+    write({ mcpServers: { calc: server() } });
+    expect((await hub.status()).servers).toEqual([{ name: 'calc', state: 'idle', tools: [] }]);
+    const started = await hub.start(['calc']);
+    const calc = started.servers[0];
+    expect(calc?.state).toBe('ready');
+    expect(calc?.tools.map((t) => t.name)).toEqual(['add', 'fail', 'slow']);
+    expect(calc?.tools[0]).toMatchObject({
+      description: 'Adds two numbers',
+      inputSchema: { type: 'object', properties: { a: { type: 'number' }, b: { type: 'number' } } },
+    });
+    expect(await hub.call('calc', 'add', '{"a": 2, "b": 40}')).toEqual({ content: '42', isError: false });
+    expect(await hub.call('calc', 'fail', '{}')).toEqual({ content: 'it broke', isError: true });
+    // Arguments the tool's schema refuses: the server's error, as the tool's answer.
+    const wrong = await hub.call('calc', 'add', '{"a": "two"}');
+    expect(wrong.isError).toBe(true);
+    expect(wrong.content).toMatch(/a|b/);
+    // Not JSON, not an object, no such tool: said to the model, nothing called.
+    expect(await hub.call('calc', 'add', '{a: 2')).toMatchObject({ isError: true, content: /not JSON/ });
+    expect(await hub.call('calc', 'add', '[1, 2]')).toMatchObject({ isError: true, content: /not a JSON object/ });
+    expect(await hub.call('calc', 'nope', '{}')).toEqual({
+      content: 'The MCP server "calc" has no tool "nope".',
+      isError: true,
+    });
+    // A server mcp.json does not name: refused, naming the file.
+    await expect(hub.call('other', 'add', '{}')).rejects.toMatchObject({
+      code: 'BAD_REQUEST',
+      message: expect.stringContaining(`${path.join(dir, MCP_FILE)} names no MCP server "other"`),
+    });
+  }, 60_000);
+
+  it('a server that does not start says why, with what it said', async () => {
+    write({ mcpServers: { broken: server({ KVDESK_TEST_MCP_CRASH: '1' }) } });
+    const s = await hub.start(['broken']);
+    expect(s.servers[0]).toMatchObject({ name: 'broken', state: 'failed', tools: [] });
+    expect(s.servers[0]?.error).toMatch(/cannot open the database/);
+    expect(s.servers[0]?.error).toContain(`check its command in ${path.join(dir, MCP_FILE)}`);
+    await expect(hub.call('broken', 'add', '{}')).rejects.toMatchObject({
+      message: expect.stringContaining('the MCP server "broken" did not start'),
+    });
+  }, 60_000);
+
+  it('a bad mcp.json is said with the field; a changed entry stops its server', async () => {
+    write('{"mcpServers": ');
+    expect((await hub.status()).error).toMatch(/is not JSON/);
+    write({ mcpServers: { calc: { args: [] } } });
+    expect((await hub.status()).error).toMatch(/mcpServers\.calc\.command: .*the form is \{"mcpServers"/);
+    write({ mcpServers: { calc: server() } });
+    expect((await hub.status()).error).toBeUndefined();
+    expect((await hub.start(['calc'])).servers[0]?.state).toBe('ready');
+    // The entry changes: the running server stops; the next use starts it as written now.
+    write({ mcpServers: { calc: server({ EXTRA: '1' }) } });
+    expect((await hub.status()).servers[0]?.state).toBe('idle');
+    expect(await hub.call('calc', 'add', '{"a": 1, "b": 1}')).toEqual({ content: '2', isError: false });
+    // Gone from the file: gone from the status.
+    write({ mcpServers: {} });
+    expect((await hub.status()).servers).toEqual([]);
+  }, 60_000);
+});
