@@ -2,7 +2,7 @@
  * Screenshots of the running app for the README: docs/chat.png, docs/models.png,
  * docs/inspector.png, docs/devices.png, docs/prefill.png, docs/json.png, docs/library.png,
  * docs/long-chat.png, docs/thinking.png, docs/downloads.png, docs/markdown.png, docs/find.png,
- * docs/probabilities.png. Starts a real `kvdesk serve` (real engine and scheduler)
+ * docs/probabilities.png, docs/tools.png. Starts a real `kvdesk serve` (real engine and scheduler)
  * with a small KV budget so the budget bar has something to show, drives
  * Debian Chromium through the same steps a person would, and captures the window.
  *
@@ -13,7 +13,7 @@
  * Needs Chromium at /usr/bin/chromium (or KVDESK_CHROMIUM) and a renderer build
  * (it runs the renderer build first unless KVDESK_E2E_SKIP_BUILD=1).
  */
-import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { type Browser, chromium, type Page } from 'playwright-core';
@@ -90,6 +90,7 @@ async function main(): Promise<void> {
     downloads: downloadsShot,
     markdown: markdownShot,
     probabilities: probabilitiesShot,
+    tools: toolsShot,
   }[process.argv[2] ?? ''];
   if (only) {
     const browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
@@ -204,6 +205,7 @@ async function main(): Promise<void> {
     await downloadsShot(browser);
     await markdownShot(browser);
     await probabilitiesShot(browser);
+    await toolsShot(browser);
   } finally {
     await browser.close();
   }
@@ -544,7 +546,7 @@ async function probabilitiesShot(browser: Browser): Promise<void> {
     await page.goto(server.url);
     await page.getByTestId('thread-list').and(page.locator('[data-loaded="true"]')).waitFor();
     await newChat(page, 'Probabilities');
-    await settings(page, { maxNewTokens: 48, seed: 3 });
+    await settings(page, { maxNewTokens: 400, seed: 1 });
     await page.getByTestId('settings-toggle').click();
     await page.getByTestId('setting-probabilities').check();
     await page.getByTestId('settings-toggle').click();
@@ -560,5 +562,52 @@ async function probabilitiesShot(browser: Browser): Promise<void> {
     console.log('wrote docs/probabilities.png');
   } finally {
     await server.stop();
+  }
+}
+
+/**
+ * docs/tools.png: a chat with an MCP server's tools (test/helpers/mcp-server.ts, named in the data directory's
+ * mcp.json): the model's call, run, its answer opened, and the reply after it.
+ */
+async function toolsShot(browser: Browser): Promise<void> {
+  const dataDir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-shot-tools-'));
+  // Its `echo` tool alone: a string the random model writes reads better than its numbers.
+  const notes = {
+    command: process.execPath,
+    args: [path.join(ROOT, 'bin/run-ts.cjs'), path.join(ROOT, 'test/helpers/mcp-server.ts')],
+    env: { KVDESK_TEST_MCP_ONLY: 'echo' },
+  };
+  writeFileSync(path.join(dataDir, 'mcp.json'), JSON.stringify({ mcpServers: { notes } }, null, 2));
+  // Tools run only where the page needs a token.
+  const server = await startServe(['--token', 'shot'], 90_000, undefined, dataDir);
+  try {
+    const page = await browser.newPage({ viewport: { width: 1440, height: 900 }, deviceScaleFactor: 1 });
+    await page.goto(`${server.url}/?token=shot`);
+    await page.getByTestId('thread-list').and(page.locator('[data-loaded="true"]')).waitFor();
+    await newChat(page, 'Tools');
+    await settings(page, { maxNewTokens: 400, seed: 1 });
+    await page.getByTestId('settings-toggle').click();
+    await page.locator('[data-testid="mcp-server"][data-server="notes"]').getByTestId('mcp-server-toggle').check();
+    await page.getByTestId('setting-tools-required').check();
+    await page.getByTestId('settings-toggle').click();
+    await say(page, 'Say hello back to me.');
+    const card = page.getByTestId('tool-call').first();
+    await card.and(page.locator('[data-state="waiting"]')).waitFor({ timeout: 60_000 });
+    await card.getByTestId('tool-run').click();
+    await page.getByTestId('message-tool').first().waitFor();
+    await page
+      .getByTestId('message-assistant')
+      .nth(1)
+      .and(page.locator('[data-state="done"]'))
+      .waitFor({ timeout: 60_000 });
+    await page.getByTestId('tool-result').first().locator('summary').click();
+    await rename(page, 'Tools');
+    await page.mouse.move(0, 0);
+    await page.waitForTimeout(300);
+    await page.screenshot({ path: path.join(DOCS, 'tools.png'), animations: 'disabled' });
+    console.log('wrote docs/tools.png');
+  } finally {
+    await server.stop();
+    rmSync(dataDir, { recursive: true, force: true });
   }
 }

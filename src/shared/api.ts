@@ -100,7 +100,7 @@ export const MessageStats = z.object({
 
 /** One version of a reply: what regenerating it replaced, or what replaced it. */
 /** Most tokens a reply keeps the probabilities of (a reply longer than that keeps its first ones). */
-export const MAX_PROBABILITY_TOKENS = 16_384;
+export const MAX_PROBABILITY_TOKENS = 4096;
 
 /**
  * A generated token as a reply keeps it for the window's probabilities view (a thread set to keep them): its
@@ -122,6 +122,8 @@ export const MessageVersion = z.object({
   stats: MessageStats.optional(),
   edited: z.boolean().optional(),
   probabilities: z.array(TokenProbability).max(MAX_PROBABILITY_TOKENS).optional(),
+  toolCalls: z.array(ToolCall).max(128).optional(),
+  toolRoutes: z.record(z.string().max(64), z.object({ server: z.string(), tool: z.string() })).optional(),
 });
 export type MessageVersion = z.infer<typeof MessageVersion>;
 

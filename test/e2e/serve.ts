@@ -75,9 +75,11 @@ export async function startServe(
     await stop();
     throw new Error(`kvdesk serve did not print its URL within ${timeoutMs} ms:\n${output}`);
   }
-  // /health answers 200 once the default model is loaded.
+  // /health answers 200 once the default model is loaded (with the token, when serve wants one).
+  const token = extraArgs.includes('--token') ? extraArgs[extraArgs.indexOf('--token') + 1] : undefined;
+  const headers: Record<string, string> = token ? { authorization: `Bearer ${token}` } : {};
   while (Date.now() < deadline) {
-    const ok = await fetch(`${url}/health`).then(
+    const ok = await fetch(`${url}/health`, { headers }).then(
       (r) => r.status === 200,
       () => false,
     );

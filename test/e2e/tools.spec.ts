@@ -10,6 +10,8 @@ import { test as base, expect, type Page } from '@playwright/test';
 import { lastReply, newChat, send, setSettings } from './fixtures';
 import { ROOT, type ServeHandle, startServe } from './serve';
 
+const TOKEN = 'tools-e2e-secret';
+
 const test = base.extend<object, { toolServer: ServeHandle }>({
   toolServer: [
     // biome-ignore lint/correctness/noEmptyPattern: Playwright fixtures take their dependencies by destructuring
@@ -20,7 +22,8 @@ const test = base.extend<object, { toolServer: ServeHandle }>({
         args: [path.join(ROOT, 'bin/run-ts.cjs'), path.join(ROOT, 'test/helpers/mcp-server.ts')],
       };
       writeFileSync(path.join(dataDir, 'mcp.json'), JSON.stringify({ mcpServers: { calc } }));
-      const server = await startServe([], 90_000, undefined, dataDir);
+      // MCP tools only where the page needs a token (without one, any local program could run them).
+      const server = await startServe(['--token', TOKEN], 90_000, undefined, dataDir);
       await use(server);
       await server.stop();
       rmSync(dataDir, { recursive: true, force: true });
@@ -51,17 +54,17 @@ function requests(page: Page): Array<Record<string, unknown>> {
  * range is Infinity, which its schema refuses — the random model writes such numbers).
  */
 function expected(call: Call): { text: string | RegExp; error: boolean } {
-  const args = JSON.parse(call.arguments) as { a?: number; b?: number; ms?: number };
+  const args = JSON.parse(call.arguments) as { a?: number; b?: number; ms?: number; text?: string };
   const finite = (n: number | undefined) => typeof n === 'number' && Number.isFinite(n);
+  const huge = { text: /^The argument \w+ is a number no tool can read \(.+\): write a smaller one\.$/, error: true };
+  if (call.name === 'echo') return { text: `You said: ${args.text}`, error: false };
   if (call.name === 'add') {
     return finite(args.a) && finite(args.b)
       ? { text: String((args.a as number) + (args.b as number)), error: false }
-      : { text: /Input validation error|Invalid|expected number/i, error: true };
+      : huge;
   }
   if (call.name === 'fail') return { text: 'it broke', error: true };
-  return finite(args.ms)
-    ? { text: /^waited -?[\d.e+-]+ ms$/, error: false }
-    : { text: /Input validation error|Invalid|expected number/i, error: true };
+  return finite(args.ms) ? { text: /^waited -?[\d.e+-]+ ms$/, error: false } : huge;
 }
 
 test("a chat's MCP tools: the model's call waits for Run, the tool answers, the model goes on", async ({
@@ -69,7 +72,7 @@ test("a chat's MCP tools: the model's call waits for Run, the tool answers, the 
   toolServer: server,
 }) => {
   const sent = requests(page);
-  await page.goto(server.url);
+  await page.goto(`${server.url}/?token=${TOKEN}`);
   await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
   await newChat(page);
   await setSettings(page, { maxNewTokens: 200, seed: 1 });
@@ -89,10 +92,15 @@ test("a chat's MCP tools: the model's call waits for Run, the tool answers, the 
   await expect(card).toHaveAttribute('data-state', 'waiting', { timeout: 60_000 });
   // The first request offered the server's three tools, and a call was required.
   expect(sent[0]).toMatchObject({ toolChoice: 'required' });
-  expect(((sent[0]?.tools ?? []) as Array<{ name: string }>).map((t) => t.name)).toEqual(['add', 'fail', 'slow']);
+  expect(((sent[0]?.tools ?? []) as Array<{ name: string }>).map((t) => t.name)).toEqual([
+    'echo',
+    'add',
+    'fail',
+    'slow',
+  ]);
   const name = ((await card.locator('.mono').first().textContent()) ?? '').split(' ')[0] as string;
   const args = (await card.getByTestId('tool-call-arguments').textContent()) ?? '';
-  expect(['add', 'fail', 'slow']).toContain(name);
+  expect(['echo', 'add', 'fail', 'slow']).toContain(name);
   const want = expected({ name, arguments: args });
 
   await card.getByTestId('tool-run').click();
@@ -112,15 +120,48 @@ test("a chat's MCP tools: the model's call waits for Run, the tool answers, the 
   expect(callMessage.toolCalls[0]?.name).toBe(name);
   expect(messages.at(-1)).toMatchObject({ role: 'tool', toolCallId: callMessage.toolCalls[0]?.id, name });
 
+  // Regenerated: the reply to the tool's answer is written again; the call and its answer stay, nothing runs again.
+  await lastReply(page).hover();
+  await lastReply(page).getByTestId('regenerate').click();
+  await expect.poll(() => sent.length).toBe(3);
+  await expect(lastReply(page)).toHaveAttribute('data-state', /done|cancelled/, { timeout: 60_000 });
+  await expect(page.getByTestId('message-assistant')).toHaveCount(2);
+  await expect(page.getByTestId('message-tool')).toHaveCount(1);
+  expect(((sent[2]?.messages ?? []) as Array<{ role: string }>).at(-1)?.role).toBe('tool');
+  await expect(lastReply(page).getByTestId('versions')).toBeVisible();
+
   // Kept with the chat.
   await page.reload();
   await expect(page.getByTestId('message-tool')).toHaveCount(1);
   await expect(page.getByTestId('tool-call').first()).toHaveAttribute('data-state', want.error ? 'error' : 'done');
 });
 
+test('a page served without a token may not run tools, and says how to', async ({ page }) => {
+  const dataDir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-e2e-tools-open-'));
+  writeFileSync(path.join(dataDir, 'mcp.json'), JSON.stringify({ mcpServers: { calc: { command: 'true' } } }));
+  const open = await startServe([], 90_000, undefined, dataDir);
+  try {
+    await page.goto(open.url);
+    await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+    await newChat(page);
+    await page.getByTestId('settings-toggle').click();
+    await page.locator('[data-testid="mcp-server"][data-server="calc"]').getByTestId('mcp-server-toggle').check();
+    await page.getByTestId('settings-toggle').click();
+    await send(page, 'Hi');
+    await expect(page.getByTestId('notice')).toContainText('served without a token');
+    await expect(page.getByTestId('notice')).toContainText('kvdesk serve --token SECRET');
+    // The turn goes on without tools.
+    await expect(lastReply(page)).toHaveAttribute('data-state', /done|cancelled/, { timeout: 60_000 });
+    await expect(lastReply(page).getByTestId('tool-call')).toHaveCount(0);
+  } finally {
+    await open.stop();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+});
+
 test('a call the person skips is answered as not run, and the model goes on', async ({ page, toolServer: server }) => {
   const sent = requests(page);
-  await page.goto(server.url);
+  await page.goto(`${server.url}/?token=${TOKEN}`);
   await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
   await newChat(page);
   await setSettings(page, { maxNewTokens: 200, seed: 2 });

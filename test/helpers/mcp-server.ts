@@ -1,6 +1,7 @@
 /**
  * A small MCP server for tests (stdio, the Model Context Protocol's official SDK), as a person's mcp.json would
- * start one: `add` adds two numbers, `fail` answers with an error, `slow` waits `ms` (at most 200) before answering. With
+ * start one: `echo` says the text back, `add` adds two numbers, `fail` answers with an error, `slow` waits `ms` (at
+ * most 200) before answering; with KVDESK_TEST_MCP_ONLY=echo, `echo` alone. With
  * KVDESK_TEST_MCP_CRASH set it exits before it answers anything (a server that does not start).
  */
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
@@ -13,6 +14,15 @@ async function main(): Promise<void> {
     process.exit(3);
   }
   const server = new McpServer({ name: 'kvdesk-test', version: '1.0.0' });
+  server.registerTool(
+    'echo',
+    { description: 'Says the text back', inputSchema: { text: z.string() } },
+    async ({ text }) => ({ content: [{ type: 'text', text: `You said: ${text}` }] }),
+  );
+  if (process.env.KVDESK_TEST_MCP_ONLY === 'echo') {
+    await server.connect(new StdioServerTransport());
+    return;
+  }
   server.registerTool(
     'add',
     { description: 'Adds two numbers', inputSchema: { a: z.number(), b: z.number() } },

@@ -511,14 +511,15 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       return () => set.delete(fn);
     },
     async close() {
+      // MCP servers stop beside the rest (one that ignores its closed stdin takes seconds).
+      const tools = mcp.close();
       await downloads.close();
-      await mcp.close();
       unsubscribe();
       clearInterval(sweeper);
       if (budgetTimer) clearTimeout(budgetTimer);
       await api.libraryChecked;
       await library.flush();
-      await runner.close();
+      await Promise.all([runner.close(), tools]);
     },
   };
 

@@ -12,14 +12,15 @@ import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { getDefaultEnvironment, StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { isLosslessNumber, parse as losslessParse } from 'lossless-json';
 import { z } from 'zod';
 import type { McpServerStatus, McpStatus, McpToolResult } from '../../shared/api';
 import { KvdeskError } from '../../shared/errors';
 
 export const MCP_FILE = 'mcp.json';
 
-/** How long a server may take to start and list its tools, and a tool to answer. */
-const START_MS = 30_000;
+/** How long a server may take to start and list its tools (`npx -y` downloads it the first time), and a tool to answer. */
+const START_MS = 120_000;
 const CALL_MS = 120_000;
 /** The most text of a tool's answer the model is given (the rest is cut, and said so). */
 const RESULT_CHARS = 100_000;
@@ -55,6 +56,7 @@ export class McpHub {
   private readonly starting = new Map<string, Promise<Running>>();
   private readonly failed = new Map<string, string>();
   private closed = false;
+  private reloading: Promise<void> | null = null;
 
   constructor(dataDir: string) {
     this.file = path.join(dataDir, MCP_FILE);
@@ -87,6 +89,20 @@ export class McpHub {
     }
     if (args === null || typeof args !== 'object' || Array.isArray(args)) {
       return { content: 'The arguments are not a JSON object.', isError: true };
+    }
+    // A number past a double's range would reach the tool as null: said to the model instead. (A repeated key,
+    // which JSON.parse lets the last one win, is no error here.)
+    let huge: { at: string; text: string } | undefined;
+    try {
+      huge = outOfRange(losslessParse(argumentsJson));
+    } catch {
+      huge = undefined;
+    }
+    if (huge) {
+      return {
+        content: `The argument ${huge.at} is a number no tool can read (${huge.text}): write a smaller one.`,
+        isError: true,
+      };
     }
     await this.reload();
     if (!this.servers[server]) {
@@ -126,14 +142,22 @@ export class McpHub {
     return error ? { name, state: 'failed', error, tools: [] } : { name, state: 'idle', tools: [] };
   }
 
-  /** Reads mcp.json again when it changed (or appeared, or went). */
-  private async reload(): Promise<void> {
+  /** Reads mcp.json again when it changed (or appeared, or went); callers at once share one read. */
+  private reload(): Promise<void> {
+    if (!this.reloading) {
+      this.reloading = this.read().finally(() => {
+        this.reloading = null;
+      });
+    }
+    return this.reloading;
+  }
+
+  private async read(): Promise<void> {
     const at = await stat(this.file).then(
       (s) => s.mtimeMs,
       () => 0,
     );
     if (at === this.readAt) return;
-    this.readAt = at;
     let next: Record<string, ServerEntry> = {};
     this.configError = undefined;
     if (at !== 0) {
@@ -153,13 +177,13 @@ export class McpHub {
       }
     }
     // A server whose entry changed or went stops; it starts again, as written now, when a chat uses it.
-    for (const name of new Set([...this.running.keys(), ...this.failed.keys()])) {
-      if (JSON.stringify(next[name]) !== this.running.get(name)?.entry) {
-        this.failed.delete(name);
-        await this.stop(name);
-      }
-    }
+    const stale = [...new Set([...this.running.keys(), ...this.failed.keys()])].filter(
+      (name) => JSON.stringify(next[name]) !== this.running.get(name)?.entry,
+    );
+    for (const name of stale) this.failed.delete(name);
+    await Promise.all(stale.map((name) => this.stop(name)));
     this.servers = next;
+    this.readAt = at;
   }
 
   private ensure(name: string): Promise<Running> {
@@ -174,6 +198,17 @@ export class McpHub {
         if (this.closed) {
           void r.client.close().catch(() => {});
           throw new KvdeskError('CANCELLED', 'kvdesk is closing.');
+        }
+        // mcp.json changed while it started: this one is not the server it names now.
+        if (JSON.stringify(this.servers[name]) !== r.entry) {
+          void r.client.close().catch(() => {});
+          throw new KvdeskError(
+            'BAD_REQUEST',
+            `the MCP server "${name}" changed in ${this.file} while it started: try again.`,
+            {
+              field: 'server',
+            },
+          );
         }
         this.running.set(name, r);
         this.failed.delete(name);
@@ -241,6 +276,23 @@ export class McpHub {
     this.running.delete(name);
     if (run) await run.client.close().catch(() => {});
   }
+}
+
+/** The first number (as written) a double cannot hold, and where it is (`a`, `list[2].b`); undefined when none. */
+function outOfRange(value: unknown, at = ''): { at: string; text: string } | undefined {
+  if (isLosslessNumber(value)) return Number.isFinite(Number(value.value)) ? undefined : { at, text: value.value };
+  if (Array.isArray(value)) {
+    for (const [i, v] of value.entries()) {
+      const hit = outOfRange(v, `${at}[${i}]`);
+      if (hit) return hit;
+    }
+  } else if (value !== null && typeof value === 'object') {
+    for (const [k, v] of Object.entries(value)) {
+      const hit = outOfRange(v, at ? `${at}.${k}` : k);
+      if (hit) return hit;
+    }
+  }
+  return undefined;
 }
 
 /** A tool's answer as the model reads it: its text parts; other parts named (the model reads text only). */

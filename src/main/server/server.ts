@@ -120,7 +120,8 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   const startedAt = Math.floor(Date.now() / 1000);
   // The policy needs the port, which an ephemeral bind only knows after listen().
   const policy: AccessPolicy = { allowedHosts: new Set(), token, cookieName: 'kvdesk_token' };
-  const ws: WsTransport = createWsTransport(hostApi);
+  // MCP tools (programs run as the person) only where every request needs the token.
+  const ws: WsTransport = createWsTransport(hostApi, { toolsAllowed: token !== undefined });
 
   /**
    * A model as OpenAI lists it, with kvdesk's own facts beside: a loaded one, or a library package a request

@@ -28,8 +28,18 @@ export interface WsTransport {
   close(): Promise<void>;
 }
 
-/** Creates the transport; host events are subscribed while at least one socket is open. */
-export function createWsTransport(hostApi: HostApi, opts: { maxPayloadBytes?: number } = {}): WsTransport {
+/** Calls that make the host run programs as the person (MCP servers and their tools). */
+const TOOL_CALLS = new Set(['mcpStart', 'mcpCall']);
+
+/**
+ * Creates the transport; host events are subscribed while at least one socket is open. `toolsAllowed` (a server
+ * with a token): the MCP calls are answered; without a token any program or user on this computer could make
+ * kvdesk run the person's tools, so they are refused.
+ */
+export function createWsTransport(
+  hostApi: HostApi,
+  opts: { maxPayloadBytes?: number; toolsAllowed?: boolean } = {},
+): WsTransport {
   const wss = new WebSocketServer({ noServer: true, maxPayload: opts.maxPayloadBytes ?? 64 * 1024 * 1024 });
   const sockets = new Set<WebSocket>();
   let unsubscribe: Array<() => void> = [];
@@ -102,6 +112,12 @@ export function createWsTransport(hostApi: HostApi, opts: { maxPayloadBytes?: nu
               id,
               result: { ok: false, error: { code: 'BAD_REQUEST', message: `unknown call "${String(msg.name)}"` } },
             });
+            return;
+          }
+          if (TOOL_CALLS.has(msg.name) && opts.toolsAllowed !== true) {
+            const message =
+              'MCP tools run programs as you, and this page is served without a token (any program or user on this computer could run them): start `kvdesk serve --token SECRET` and open the address it prints, or use the desktop window.';
+            send(ws, { t: 'result', id, result: { ok: false, error: { code: 'BAD_REQUEST', message } } });
             return;
           }
           void hostApi.call(msg.name as CallName, msg.request).then((result) => send(ws, { t: 'result', id, result }));

@@ -326,6 +326,10 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       notify('This chat is still replying. Stop it first (Esc).');
       return;
     }
+    if (Object.values(s().toolRuns).includes(threadId)) {
+      notify('A tool of this chat is running: wait for its answer (the model reads it, then goes on).');
+      return;
+    }
     const modelId = s().activeModelId;
     const assistantId = newId('m');
     s().startReply({
@@ -349,6 +353,8 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     // The chat's MCP tools: their servers started (the first time), their tools offered to the model.
     void (async () => {
       const status = await api.invoke('mcpStart', { servers });
+      // The chat deleted meanwhile: nothing to send.
+      if (!s().live[assistantId]) return;
       if (s().live[assistantId]?.stopping) {
         s().failReply(assistantId, { code: 'CANCELLED', message: 'stopped' });
         return;
@@ -374,17 +380,30 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       return { thread, message, call: message?.toolCalls?.find((c) => c.id === callId) };
     };
     const { message, call } = find();
-    if (!message || !call || liveIn(threadId)) return;
+    // Once: a call running (or answered) is not run again.
+    if (!message || !call || liveIn(threadId) || s().toolRuns[callId]) return;
     let content = 'The person did not let this tool run.';
     let isError = true;
     if (run) {
       const route = message.toolRoutes?.[call.name];
       if (!route) content = `This chat has no tool named ${call.name}.`;
       else {
-        const r = await api.invoke('mcpCall', { server: route.server, tool: route.tool, arguments: call.arguments });
-        content = r.ok ? r.value.content : r.error.message;
-        isError = r.ok ? r.value.isError : true;
+        s().setToolRun(callId, threadId);
+        try {
+          const r = await api.invoke('mcpCall', { server: route.server, tool: route.tool, arguments: call.arguments });
+          content = r.ok ? r.value.content : r.error.message;
+          isError = r.ok ? r.value.isError : true;
+        } finally {
+          s().setToolRun(callId, null);
+        }
       }
+    }
+    // The chat deleted, or gone on past the call, while the tool ran: its answer has no place.
+    const now = find().thread;
+    const place = now?.messages.findIndex((m) => m.id === messageId) ?? -1;
+    if (!now || place < 0 || now.messages.slice(place + 1).some((m) => m.role !== 'tool')) {
+      if (now) notify(`${call.name} answered after the chat went on: its answer is not added.`);
+      return;
     }
     s().addToolResult(threadId, {
       id: newId('m'),
@@ -468,6 +487,12 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   function regenerate(threadId: string): void {
     const thread = s().threads.find((t) => t.id === threadId);
     if (!thread) return;
+    // A reply to tools' answers: that reply alone is written again (the calls and their answers stay).
+    const last = thread.messages.at(-1);
+    if (last?.role === 'assistant' && thread.messages.at(-2)?.role === 'tool') {
+      runTurn(threadId, [], last.id, last.id);
+      return;
+    }
     // Keep everything up to the last user message; the reply(ies) after it are generated again.
     let lastUser = -1;
     thread.messages.forEach((m, i) => {

@@ -271,7 +271,9 @@ function ToolCalls({ message, threadId, live }: { message: StoredMessage; thread
     // The chat went on past these calls: a later message that is no tool's answer.
     return { answers: after.filter((m) => m.role === 'tool'), later: after.some((m) => m.role !== 'tool') };
   }, [messages, message.id]);
-  const [running, setRunning] = useState<string[]>([]);
+  const running = useApp((s) => s.toolRuns);
+  // A reply refused or failed part way: its calls were never the model's to make.
+  const failed = message.stats?.error !== undefined;
   return (
     <div className="tool-calls" data-testid="tool-calls">
       {(message.toolCalls ?? []).map((call) => {
@@ -281,16 +283,12 @@ function ToolCalls({ message, threadId, live }: { message: StoredMessage; thread
           ? answer.isError
             ? 'error'
             : 'done'
-          : running.includes(call.id)
+          : running[call.id]
             ? 'running'
-            : live || later || busy
+            : live || later || busy || failed
               ? 'unanswered'
               : 'waiting';
-        const act = async (run: boolean) => {
-          setRunning((r) => [...r, call.id]);
-          await bridge.answerToolCall(threadId, message.id, call.id, run);
-          setRunning((r) => r.filter((id) => id !== call.id));
-        };
+        const act = (run: boolean) => void bridge.answerToolCall(threadId, message.id, call.id, run);
         return (
           <div key={call.id} className={`tool-call ${state}`} data-testid="tool-call" data-state={state}>
             <div className="tool-call-head">

@@ -56,8 +56,12 @@ export function threadToMarkdown(thread: Thread, modelName?: string): string {
     // A thinking model's reasoning, quoted above its reply.
     if (m.reasoning) lines.push('*Thinking*', '', quote(m.reasoning), '');
     // A reply that failed part way keeps what it wrote, as the window shows it.
+    // A tool's answer is its text as the tool gave it: fenced, so none of it reads as the chat's Markdown.
     if (m.content) {
-      lines.push(m.format === 'json' ? fenced(m.content, 'json') : m.content, '');
+      lines.push(
+        m.format === 'json' ? fenced(m.content, 'json') : m.role === 'tool' ? fenced(m.content, '') : m.content,
+        '',
+      );
     }
     for (const a of m.attachments ?? []) lines.push(attachmentBlock(a), '');
     // A reply's tool calls, each with its arguments.
@@ -143,7 +147,9 @@ export function parseThreadImport(text: string, fileName: string, now = Date.now
     } else {
       return fail(
         `${where}.role`,
-        `is ${JSON.stringify(m.role)}: kvdesk chats hold user and assistant messages (and a system prompt first).`,
+        m.role === 'tool'
+          ? `is "tool": a conversation's tool results are not imported (their calls are not kept from this form); import a kvdesk JSON export to keep a chat's tool calls.`
+          : `is ${JSON.stringify(m.role)}: a conversation imports user and assistant messages (and a system prompt first).`,
       );
     }
   }

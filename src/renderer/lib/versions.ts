@@ -18,6 +18,8 @@ function versionOf(m: StoredMessage): MessageVersion {
     ...(m.stats !== undefined ? { stats: m.stats } : {}),
     ...(m.edited ? { edited: true } : {}),
     ...(m.probabilities ? { probabilities: m.probabilities } : {}),
+    ...(m.toolCalls ? { toolCalls: m.toolCalls } : {}),
+    ...(m.toolRoutes ? { toolRoutes: m.toolRoutes } : {}),
   };
 }
 
@@ -28,9 +30,12 @@ export function versionsOf(m: StoredMessage): MessageVersion[] {
   return [...others.slice(0, at), versionOf(m), ...others.slice(at)];
 }
 
-/** Whether a version is worth keeping: it said something (a refusal, or a reply stopped before it began, is not). */
+/**
+ * Whether a version is worth keeping: it said something, or called a tool (a refusal, or a reply stopped before it
+ * began, is not).
+ */
 function kept(v: MessageVersion): boolean {
-  return (v.content.length > 0 || (v.reasoning ?? '').length > 0) && !v.stats?.error;
+  return (v.content.length > 0 || (v.reasoning ?? '').length > 0 || (v.toolCalls?.length ?? 0) > 0) && !v.stats?.error;
 }
 
 /**
@@ -58,6 +63,8 @@ export function showVersion(m: StoredMessage, index: number): StoredMessage {
     createdAt: _t,
     edited: _e,
     probabilities: _p,
+    toolCalls: _tc,
+    toolRoutes: _tr,
     alternatives: _a,
     altIndex: _i,
     ...rest

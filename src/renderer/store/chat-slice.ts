@@ -47,8 +47,8 @@ function reasoningStats(
   return tokens > 0 ? { reasoningTokens: tokens, ...(ms > 0 ? { reasoningMs: ms } : {}) } : {};
 }
 
-/** A log-probability JSON keeps: a masked token's -Infinity (JSON's null) as -1e4. */
-const finite = (lp: number) => (Number.isFinite(lp) ? Math.max(lp, -1e4) : -1e4);
+/** A log-probability as a reply keeps it: 4 decimals (enough for a percentage's), a masked token's -Infinity as -1e4. */
+const finite = (lp: number) => (Number.isFinite(lp) ? Math.round(Math.max(lp, -1e4) * 1e4) / 1e4 : -1e4);
 
 /** The tokens' list with these tokens' probabilities after it (at most MAX_PROBABILITY_TOKENS kept). */
 function withProbabilities(
@@ -77,8 +77,8 @@ export function reduceFrames(
 ): { message: StoredMessage; live: LiveReply | undefined } {
   let content = message.content;
   let reasoning = message.reasoning;
-  // A new reply starts its tokens' list; a continued one goes on with it.
-  let probabilities = live.continues ? message.probabilities : undefined;
+  // What this reply's tokens so far (and, continued, its earlier ones) had: the list goes on.
+  let probabilities = message.probabilities;
   let toolCalls = message.toolCalls;
   let next: LiveReply | undefined = { ...live };
   let stats = message.stats;
@@ -205,6 +205,14 @@ export const createChatSlice: StateCreator<AppState, [], [], ChatSlice> = (set, 
   live: {},
   errorDetails: {},
   editingMessageId: null,
+  toolRuns: {},
+
+  setToolRun(callId, threadId) {
+    set((s) => {
+      const { [callId]: _done, ...rest } = s.toolRuns;
+      return { toolRuns: threadId ? { ...rest, [callId]: threadId } : rest };
+    });
+  },
 
   loadThreads(threads, openThreadId) {
     set((s) => {

@@ -102,6 +102,9 @@ export interface ChatSlice {
   errorDetails: Record<string, ErrorInfo>;
   /** Message being edited (edit-and-resend). */
   editingMessageId: string | null;
+  /** Tool calls running now (their MCP tool called, its answer not back): call id → thread id. */
+  toolRuns: Record<string, string>;
+  setToolRun(callId: string, threadId: string | null): void;
   loadThreads(threads: Thread[], openThreadId?: string): void;
   addThread(thread: Thread): void;
   selectThread(id: string | null): void;

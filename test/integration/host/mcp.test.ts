@@ -47,8 +47,8 @@ describe('McpHub', () => {
     const started = await hub.start(['calc']);
     const calc = started.servers[0];
     expect(calc?.state).toBe('ready');
-    expect(calc?.tools.map((t) => t.name)).toEqual(['add', 'fail', 'slow']);
-    expect(calc?.tools[0]).toMatchObject({
+    expect(calc?.tools.map((t) => t.name)).toEqual(['echo', 'add', 'fail', 'slow']);
+    expect(calc?.tools[1]).toMatchObject({
       description: 'Adds two numbers',
       inputSchema: { type: 'object', properties: { a: { type: 'number' }, b: { type: 'number' } } },
     });
@@ -57,7 +57,15 @@ describe('McpHub', () => {
     // Arguments the tool's schema refuses: the server's error, as the tool's answer.
     const wrong = await hub.call('calc', 'add', '{"a": "two"}');
     expect(wrong.isError).toBe(true);
-    expect(wrong.content).toMatch(/a|b/);
+    expect(wrong.content).toMatch(/Input validation error/);
+    // A key written twice: the last one counts (as JSON.parse reads it), no error of kvdesk's own.
+    expect(await hub.call('calc', 'add', '{"a": 1, "a": 5, "b": 1}')).toEqual({ content: '6', isError: false });
+    // A number past a double's range (it would reach the tool as null): said, with where it is.
+    expect(await hub.call('calc', 'add', '{"a": 1, "b": 6E08044}')).toEqual({
+      content: 'The argument b is a number no tool can read (6E08044): write a smaller one.',
+      isError: true,
+    });
+    expect(await hub.call('calc', 'echo', '{"text": "hi"}')).toEqual({ content: 'You said: hi', isError: false });
     // Not JSON, not an object, no such tool: said to the model, nothing called.
     expect(await hub.call('calc', 'add', '{a: 2')).toMatchObject({ isError: true, content: /not JSON/ });
     expect(await hub.call('calc', 'add', '[1, 2]')).toMatchObject({ isError: true, content: /not a JSON object/ });
@@ -95,6 +103,11 @@ describe('McpHub', () => {
     write({ mcpServers: { calc: server({ EXTRA: '1' }) } });
     expect((await hub.status()).servers[0]?.state).toBe('idle');
     expect(await hub.call('calc', 'add', '{"a": 1, "b": 1}')).toEqual({ content: '2', isError: false });
+    // Read at once by several callers after a change: each sees the file as it is now.
+    write({ mcpServers: { calc: server(), more: server() } });
+    const [status, answer] = await Promise.all([hub.status(), hub.call('more', 'add', '{"a": 2, "b": 2}')]);
+    expect(status.servers.map((s) => s.name)).toEqual(['calc', 'more']);
+    expect(answer).toEqual({ content: '4', isError: false });
     // Gone from the file: gone from the status.
     write({ mcpServers: {} });
     expect((await hub.status()).servers).toEqual([]);

@@ -435,6 +435,27 @@ describe('replies', () => {
     store.getState().editReply('t1', 'a1', 'Hello', 40);
     expect(store.getState().threads[0]?.messages[1]?.probabilities).toBeUndefined();
     // A reply without them (a thread not set to keep them) has none.
+    store.getState().startReply({ threadId: 't1', assistantId: 'a3', append: [], now: 45 });
+    // Several frames, then Stop: every token's kept (no done to bring the whole list).
+    for (const [i, b] of [[65], [66], [67]].entries()) {
+      store.getState().applyFrames(
+        [
+          {
+            messageId: 'a3',
+            frames: [...(i === 0 ? [accepted, admitted] : []), withLogprobs('x', [lp(i, b, -0.5)])],
+          },
+        ],
+        46 + i,
+      );
+    }
+    const stop = { type: 'error', requestId: 'r1', error: { code: 'CANCELLED' as const, message: 'stopped' } } as const;
+    store.getState().applyFrames([{ messageId: 'a3', frames: [stop] }], 49);
+    expect(
+      store
+        .getState()
+        .threads[0]?.messages.at(-1)
+        ?.probabilities?.map((p) => p.b),
+    ).toEqual([[65], [66], [67]]);
     store.getState().startReply({ threadId: 't1', assistantId: 'a2', append: [], now: 50 });
     store.getState().applyFrames([{ messageId: 'a2', frames: [accepted, admitted, tokens('x')] }], 51);
     expect(store.getState().threads[0]?.messages.at(-1)?.probabilities).toBeUndefined();

@@ -42,6 +42,18 @@ describe('versions of a reply', () => {
     expect(back).not.toHaveProperty('stats');
   });
 
+  it('a version keeps its own tool calls and their routes; a reply of calls only is kept', () => {
+    const calls = [{ id: 'c1', name: 'add', arguments: '{}' }];
+    const m = {
+      ...reply('words'),
+      ...inheritVersions(reply('', { toolCalls: calls, toolRoutes: { add: { server: 's', tool: 'add' } } })),
+    };
+    expect(m.toolCalls).toBeUndefined();
+    const first = showVersion(m, 0);
+    expect(first).toMatchObject({ content: '', toolCalls: calls, toolRoutes: { add: { server: 's', tool: 'add' } } });
+    expect(showVersion(first, 1).toolCalls).toBeUndefined();
+  });
+
   it('an edited version stays edited, and only it', () => {
     // The person edited the first reply, then regenerated it.
     const m = { ...reply('fresh'), ...inheritVersions(reply('mine', { edited: true })) };
