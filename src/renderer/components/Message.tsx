@@ -349,32 +349,48 @@ function ToolResult({ message }: { message: StoredMessage }) {
   );
 }
 
-/** A reply's text in a box to change it: Save (Ctrl/Cmd+Enter) keeps the person's text, Cancel (Esc) the model's. */
-function ReplyEditor({ message, threadId }: { message: StoredMessage; threadId: string }) {
-  const bridge = useBridge();
+/**
+ * A message's text in a box to change it: the send button — or its key (Enter for a message of the person's,
+ * Ctrl/Cmd+Enter for a reply, whose text has lines of its own) — takes it, Cancel or Esc leaves it as it was.
+ */
+function EditBox({
+  who,
+  draft,
+  setDraft,
+  inputTestId,
+  sendTestId,
+  sendLabel,
+  modEnter,
+  canSend,
+  onSend,
+}: {
+  who: string;
+  draft: string;
+  setDraft: (text: string) => void;
+  inputTestId: string;
+  sendTestId: string;
+  sendLabel: string;
+  modEnter: boolean;
+  canSend: boolean;
+  onSend: () => void;
+}) {
   const setEditing = useApp((s) => s.setEditing);
-  const threadBusy = useApp((s) => Object.values(s.live).some((l) => l.threadId === threadId));
-  const [draft, setDraft] = useState(message.content);
-  const save = () => {
-    if (draft !== message.content) bridge.editReply(threadId, message.id, draft);
-    else setEditing(null);
-  };
-  // A reply with nothing left (and no reasoning before it) would be a turn that says nothing.
-  const empty = !draft.trim() && !message.reasoning;
   return (
-    <div className="message assistant edit-box" data-testid="message-assistant" data-message-id={message.id}>
-      <div className="who">assistant (editing: the model reads your text from now on)</div>
+    <>
+      <div className="who">{who}</div>
       <textarea
-        data-testid="reply-edit-input"
+        data-testid={inputTestId}
         value={draft}
-        rows={Math.min(20, Math.max(4, draft.split('\n').length + 1))}
+        {...(modEnter ? { rows: Math.min(20, Math.max(4, draft.split('\n').length + 1)) } : {})}
         // biome-ignore lint/a11y/noAutofocus: editing was asked for
         autoFocus
         onChange={(e) => setDraft(e.target.value)}
         onKeyDown={(e) => {
-          if (e.key === 'Enter' && (e.ctrlKey || e.metaKey) && !empty && !threadBusy) {
+          const mod = e.ctrlKey || e.metaKey;
+          const sends = modEnter ? mod : !e.shiftKey && !e.nativeEvent.isComposing;
+          if (e.key === 'Enter' && sends) {
             e.preventDefault();
-            save();
+            if (canSend) onSend();
           }
           if (e.key === 'Escape') {
             e.stopPropagation();
@@ -389,14 +405,43 @@ function ReplyEditor({ message, threadId }: { message: StoredMessage; threadId: 
         <button
           type="button"
           className="primary"
-          data-testid="reply-edit-save"
-          disabled={empty || threadBusy}
-          title="Ctrl/Cmd+Enter"
-          onClick={save}
+          data-testid={sendTestId}
+          disabled={!canSend}
+          {...(modEnter ? { title: 'Ctrl/Cmd+Enter' } : {})}
+          onClick={onSend}
         >
-          Save
+          {sendLabel}
         </button>
       </div>
+    </>
+  );
+}
+
+/** A reply's text in a box to change it: Save (Ctrl/Cmd+Enter) keeps the person's text, Cancel (Esc) the model's. */
+function ReplyEditor({ message, threadId }: { message: StoredMessage; threadId: string }) {
+  const bridge = useBridge();
+  const setEditing = useApp((s) => s.setEditing);
+  const threadBusy = useApp((s) => Object.values(s.live).some((l) => l.threadId === threadId));
+  const [draft, setDraft] = useState(message.content);
+  const save = () => {
+    if (draft !== message.content) bridge.editReply(threadId, message.id, draft);
+    else setEditing(null);
+  };
+  // A reply with nothing left (and no reasoning before it) would be a turn that says nothing.
+  const empty = !draft.trim() && !message.reasoning;
+  return (
+    <div className="message assistant edit-box" data-testid="message-assistant" data-message-id={message.id}>
+      <EditBox
+        who="assistant (editing: the model reads your text from now on)"
+        draft={draft}
+        setDraft={setDraft}
+        inputTestId="reply-edit-input"
+        sendTestId="reply-edit-save"
+        sendLabel="Save"
+        modEnter
+        canSend={!empty && !threadBusy}
+        onSend={save}
+      />
     </div>
   );
 }
@@ -598,41 +643,19 @@ function UserMessage({ message, threadId }: { message: StoredMessage; threadId: 
   const setEditing = useApp((s) => s.setEditing);
   const [draft, setDraft] = useState(message.content);
   if (editing) {
-    const submit = () => bridge.editAndResend(threadId, message.id, draft);
     return (
       <div className="message user edit-box" data-testid="message-user" data-message-id={message.id}>
-        <div className="who">you (editing)</div>
-        <textarea
-          data-testid="edit-input"
-          value={draft}
-          // biome-ignore lint/a11y/noAutofocus: editing was asked for
-          autoFocus
-          onChange={(e) => setDraft(e.target.value)}
-          onKeyDown={(e) => {
-            if (e.key === 'Enter' && !e.shiftKey && !e.nativeEvent.isComposing) {
-              e.preventDefault();
-              submit();
-            }
-            if (e.key === 'Escape') {
-              e.stopPropagation();
-              setEditing(null);
-            }
-          }}
+        <EditBox
+          who="you (editing)"
+          draft={draft}
+          setDraft={setDraft}
+          inputTestId="edit-input"
+          sendTestId="edit-send"
+          sendLabel="Send"
+          modEnter={false}
+          canSend={draft.trim() !== '' && !threadBusy}
+          onSend={() => bridge.editAndResend(threadId, message.id, draft)}
         />
-        <div className="row">
-          <button type="button" onClick={() => setEditing(null)}>
-            Cancel
-          </button>
-          <button
-            type="button"
-            className="primary"
-            data-testid="edit-send"
-            disabled={!draft.trim() || threadBusy}
-            onClick={submit}
-          >
-            Send
-          </button>
-        </div>
       </div>
     );
   }
