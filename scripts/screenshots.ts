@@ -2,7 +2,7 @@
  * Screenshots of the running app for the README: docs/chat.png, docs/models.png,
  * docs/inspector.png, docs/devices.png, docs/prefill.png, docs/json.png, docs/library.png,
  * docs/long-chat.png, docs/thinking.png, docs/downloads.png, docs/markdown.png, docs/find.png,
- * docs/probabilities.png, docs/tools.png. Starts a real `kvdesk serve` (real engine and scheduler)
+ * docs/probabilities.png, docs/tools.png, docs/dark.png. Starts a real `kvdesk serve` (real engine and scheduler)
  * with a small KV budget so the budget bar has something to show, drives
  * Debian Chromium through the same steps a person would, and captures the window.
  *
@@ -533,6 +533,12 @@ async function markdownShot(browser: Browser): Promise<void> {
     await page.waitForTimeout(300);
     await page.screenshot({ path: path.join(DOCS, 'find.png'), animations: 'disabled' });
     console.log('wrote docs/find.png');
+    // docs/dark.png: the same chat, dark (the OS's scheme; the header's theme button picks one too).
+    await page.getByTestId('find-input').press('Escape');
+    await page.emulateMedia({ colorScheme: 'dark' });
+    await page.waitForTimeout(200);
+    await page.screenshot({ path: path.join(DOCS, 'dark.png'), animations: 'disabled' });
+    console.log('wrote docs/dark.png');
   } finally {
     await server.stop();
   }

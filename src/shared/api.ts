@@ -325,6 +325,8 @@ export type Preset = z.infer<typeof Preset>;
 export const UiSettings = z.object({
   lastThreadId: z.string().max(100).optional(),
   inspectorOpen: z.boolean().optional(),
+  /** Light or dark: as the OS is (absent), or the person's pick. */
+  theme: z.enum(['light', 'dark']).optional(),
   /** The desktop window's API server: its port, and whether it starts with the app. */
   apiServer: z.object({ port: z.number().int().min(0).max(65_535), autostart: z.boolean() }).optional(),
   /** Saved chat settings, by name. */

@@ -123,6 +123,8 @@ export interface Bridge {
   forgetPackage(root: string): Promise<void>;
   configureBudget(patch: BudgetPatch): Promise<Result<unknown>>;
   setInspectorOpen(open: boolean): void;
+  /** Light, dark, or (undefined) as the OS is; kept with the settings. */
+  setTheme(theme: 'light' | 'dark' | undefined): void;
   /** Electron only: the host path of a dropped file. */
   pathForFile(file: File): string | undefined;
   /** Electron only: the OS folder chooser; undefined where the page must use a file input. */
@@ -177,10 +179,11 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
 
   function saveSettings(): void {
     if (!settingsLoaded) return; // never overwrite saved settings with defaults before they were read
-    const { lastThreadId, inspectorOpen, apiServer, presets } = s().ui;
+    const { lastThreadId, inspectorOpen, theme, apiServer, presets } = s().ui;
     void api.invoke('saveSettings', {
       ...(lastThreadId ? { lastThreadId } : {}),
       ...(inspectorOpen !== undefined ? { inspectorOpen } : {}),
+      ...(theme ? { theme } : {}),
       ...(apiServer ? { apiServer } : {}),
       ...(presets && presets.length > 0 ? { presets } : {}),
     });
@@ -780,6 +783,10 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     },
     setInspectorOpen(open) {
       s().setUi({ inspectorOpen: open });
+      saveSettings();
+    },
+    setTheme(theme) {
+      s().setUi({ theme });
       saveSettings();
     },
     chooseFolder:

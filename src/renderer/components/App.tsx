@@ -119,11 +119,22 @@ function Notice() {
   );
 }
 
+/** The person's light or dark (data-theme on the root, which styles.css's light-dark() colours follow). */
+function useTheme(): void {
+  const theme = useApp((s) => s.ui.theme);
+  useEffect(() => {
+    const root = document.documentElement;
+    if (theme) root.dataset.theme = theme;
+    else delete root.dataset.theme;
+  }, [theme]);
+}
+
 export function App() {
   const view = useApp((s) => s.view);
   const inspectorOpen = useApp((s) => s.ui.inspectorOpen !== false);
   const dragging = useWindowDrop();
   useShortcuts();
+  useTheme();
   return (
     <div className="app" data-testid="app">
       <Header />

@@ -104,10 +104,11 @@ function HeaderBudget() {
 
 export function Header() {
   const bridge = useBridge();
-  const { view, inspectorOpen, connection, transport } = useApp(
+  const { view, inspectorOpen, theme, connection, transport } = useApp(
     useShallow((s) => ({
       view: s.view,
       inspectorOpen: s.ui.inspectorOpen !== false,
+      theme: s.ui.theme,
       connection: s.connection,
       transport: s.transport,
     })),
@@ -136,6 +137,18 @@ export function Header() {
       <span className="sr-only" data-testid="transport">
         {transport}
       </span>
+      <button
+        type="button"
+        className="theme"
+        data-testid="theme-toggle"
+        data-theme={theme ?? 'system'}
+        // As the OS is → light → dark → as the OS is.
+        onClick={() => bridge.setTheme(theme === undefined ? 'light' : theme === 'light' ? 'dark' : undefined)}
+        title={`Theme: ${theme ?? 'as the system is'} (click for ${theme === undefined ? 'light' : theme === 'light' ? 'dark' : 'as the system is'})`}
+        aria-label={`Theme: ${theme ?? 'as the system is'}`}
+      >
+        {theme === 'light' ? '☀' : theme === 'dark' ? '☾' : '◐'}
+      </button>
       <button
         type="button"
         className={inspectorOpen ? 'primary' : ''}

@@ -1,0 +1,46 @@
+/**
+ * Light and dark, in Chromium against a real serve: as the OS is (prefers-color-scheme), or the person's pick from
+ * the header's theme button, kept with the settings across a reload.
+ */
+import type { Page } from '@playwright/test';
+import { expect, test } from './fixtures';
+
+const LIGHT = 'rgb(247, 247, 248)';
+const DARK = 'rgb(21, 23, 26)';
+const background = (page: Page) =>
+  page.evaluate(() => {
+    const g = globalThis as unknown as {
+      getComputedStyle(e: unknown): { backgroundColor: string };
+      document: { documentElement: unknown };
+    };
+    return g.getComputedStyle(g.document.documentElement).backgroundColor;
+  });
+
+test('the theme follows the OS, or the pick, which a reload keeps', async ({ app }) => {
+  const button = app.getByTestId('theme-toggle');
+  await app.emulateMedia({ colorScheme: 'light' });
+  await expect(button).toHaveAttribute('data-theme', 'system');
+  await expect.poll(() => background(app)).toBe(LIGHT);
+  await app.emulateMedia({ colorScheme: 'dark' });
+  await expect.poll(() => background(app)).toBe(DARK);
+
+  // Picked: light whatever the OS says, then dark.
+  await button.click();
+  await expect(button).toHaveAttribute('data-theme', 'light');
+  await expect.poll(() => background(app)).toBe(LIGHT);
+  await button.click();
+  await expect(button).toHaveAttribute('data-theme', 'dark');
+  await app.emulateMedia({ colorScheme: 'light' });
+  await expect.poll(() => background(app)).toBe(DARK);
+  // Kept with the settings.
+  await expect(async () => {
+    await app.reload();
+    await expect(button).toHaveAttribute('data-theme', 'dark', { timeout: 2000 });
+  }).toPass({ timeout: 20_000 });
+  await expect.poll(() => background(app)).toBe(DARK);
+
+  // Back to the OS's.
+  await button.click();
+  await expect(button).toHaveAttribute('data-theme', 'system');
+  await expect.poll(() => background(app)).toBe(LIGHT);
+});
