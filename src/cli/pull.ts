@@ -1,8 +1,9 @@
 /**
  * `kvdesk pull owner/name[@revision]`: a model package from the Hugging Face Hub into the library, as `ollama pull`
- * (see src/main/host/hub-download.ts); `kvdesk search WORDS` finds one. `--list` shows the repository's variants and sizes; `--variant` picks one
- * (default: the one that runs best on a CPU). Progress goes to stderr; the package's library id ends the output.
- * A package downloaded already is not downloaded again (its id is printed all the same).
+ * (see src/main/host/hub-download.ts); `kvdesk search WORDS` finds one. `--list` shows the repository's variants
+ * and sizes; `--variant` picks one (default: the one that runs best on a CPU). Progress goes to stderr; the
+ * package's library id ends the output. A package downloaded already is not downloaded again (its id is printed all
+ * the same).
  */
 import path from 'node:path';
 import { downloadHubModel, listHubVariants, planDownload } from '../main/host/hub-download';
