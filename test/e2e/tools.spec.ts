@@ -21,7 +21,9 @@ const test = base.extend<object, { toolServer: ServeHandle }>({
         command: process.execPath,
         args: [path.join(ROOT, 'bin/run-ts.cjs'), path.join(ROOT, 'test/helpers/mcp-server.ts')],
       };
-      writeFileSync(path.join(dataDir, 'mcp.json'), JSON.stringify({ mcpServers: { calc } }));
+      // A server with one tool whose arguments are always {} (the random model writes them whole at once).
+      const broken = { ...calc, env: { KVDESK_TEST_MCP_ONLY: 'fail' } };
+      writeFileSync(path.join(dataDir, 'mcp.json'), JSON.stringify({ mcpServers: { calc, broken } }));
       // MCP tools only where the page needs a token (without one, any local program could run them).
       const server = await startServe(['--token', TOKEN], 90_000, undefined, dataDir);
       await use(server);
@@ -181,4 +183,45 @@ test('a call the person skips is answered as not run, and the model goes on', as
     role: 'tool',
     content: 'The person did not let this tool run.',
   });
+});
+
+test('Always: that tool runs without asking in this chat from then on, until the settings take it back', async ({
+  page,
+  toolServer: server,
+}) => {
+  await page.goto(`${server.url}/?token=${TOKEN}`);
+  await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+  await newChat(page);
+  await setSettings(page, { maxNewTokens: 64, seed: 1 });
+  await page.getByTestId('settings-toggle').click();
+  await page.locator('[data-testid="mcp-server"][data-server="broken"]').getByTestId('mcp-server-toggle').check();
+  await page.getByTestId('setting-tools-required').check();
+  await page.getByTestId('settings-toggle').click();
+  const calls = page.getByTestId('tool-call');
+  const answers = page.getByTestId('message-tool');
+
+  await send(page, 'First.');
+  await expect(calls.nth(0)).toHaveAttribute('data-state', 'waiting', { timeout: 60_000 });
+  await calls.nth(0).getByTestId('tool-always').click();
+  await expect(calls.nth(0)).toHaveAttribute('data-state', 'error');
+  await expect(answers.nth(0).getByTestId('message-text')).toHaveText('it broke');
+  await expect(page.getByTestId('message-assistant')).toHaveCount(2);
+  await expect(lastReply(page)).toHaveAttribute('data-state', /done|cancelled/, { timeout: 60_000 });
+
+  // The next call of it runs by itself, and the model goes on.
+  await send(page, 'Second.');
+  await expect(answers).toHaveCount(2, { timeout: 60_000 });
+  await expect(calls.nth(1)).toHaveAttribute('data-state', 'error');
+  await expect(page.getByTestId('message-assistant')).toHaveCount(4);
+  await expect(lastReply(page)).toHaveAttribute('data-state', /done|cancelled/, { timeout: 60_000 });
+
+  // Taken back in the settings: the next call waits again.
+  await page.getByTestId('settings-toggle').click();
+  await expect(page.getByTestId('tool-allowed')).toHaveText('broken/fail ✕');
+  await page.getByTestId('tool-allowed').click();
+  await expect(page.getByTestId('tools-allowed')).toHaveCount(0);
+  await page.getByTestId('settings-toggle').click();
+  await send(page, 'Third.');
+  await expect(calls.nth(2)).toHaveAttribute('data-state', 'waiting', { timeout: 60_000 });
+  await expect(answers).toHaveCount(2);
 });

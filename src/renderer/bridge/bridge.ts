@@ -19,7 +19,7 @@ import type {
 } from '../../shared/api';
 import type { GenerateRequest, SamplingSettings } from '../../shared/contract';
 import type { ErrorInfo, Result } from '../../shared/errors';
-import { chatTools } from '../lib/mcp-tools';
+import { chatTools, MAX_AUTO_ROUNDS, toolKey } from '../lib/mcp-tools';
 import { parseThreadImport } from '../lib/thread-export';
 import type { AppStore } from '../store';
 import { UNTITLED } from '../store/chat-slice';
@@ -84,6 +84,7 @@ export interface Bridge {
       showProbabilities?: boolean | undefined;
       mcpServers?: string[] | undefined;
       toolsRequired?: boolean | undefined;
+      toolsAllowed?: string[] | undefined;
     },
   ): void;
   /** Sends a user message in the active thread (creating one if there is none). */
@@ -105,6 +106,8 @@ export interface Bridge {
    * call of the reply is answered, the model reads the answers and goes on.
    */
   answerToolCall(threadId: string, messageId: string, callId: string, run: boolean): Promise<void>;
+  /** Runs the call, and every later call of that tool in this chat without asking (LM Studio's "Always allow"). */
+  alwaysRunTool(threadId: string, messageId: string, callId: string): Promise<void>;
   /** Replaces a reply's text with the person's (saved; later turns and `continue` go on from it). */
   editReply(threadId: string, messageId: string, text: string): void;
   /**
@@ -202,6 +205,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         if (was && !after[b.messageId]) {
           cancels.delete(b.messageId);
           saveThread(was.threadId);
+          runAllowedTools(was.threadId, b.messageId);
         }
       }
     },
@@ -374,6 +378,41 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       });
       generateInto(threadId, assistantId, request, modelId);
     })();
+  }
+
+  /**
+   * A reply that ended with calls of tools the chat runs without asking: they run (the others wait for the
+   * person), unless the model has called tools this many times since the person last wrote (a loop of calls).
+   */
+  function runAllowedTools(threadId: string, messageId: string): void {
+    const thread = s().threads.find((t) => t.id === threadId);
+    const message = thread?.messages.find((m) => m.id === messageId);
+    const allowed = new Set(thread?.toolsAllowed ?? []);
+    if (!thread || !message?.toolCalls?.length || message.stats?.error || allowed.size === 0) return;
+    const sinceUser = thread.messages.slice(thread.messages.findLastIndex((m) => m.role === 'user') + 1);
+    if (sinceUser.filter((m) => m.role === 'assistant' && m.toolCalls?.length).length > MAX_AUTO_ROUNDS) {
+      notify(`The model has called tools ${MAX_AUTO_ROUNDS} times in a row: its next calls wait for you.`);
+      return;
+    }
+    for (const call of message.toolCalls) {
+      const route = message.toolRoutes?.[call.name];
+      if (route && allowed.has(toolKey(route))) void answerToolCall(threadId, messageId, call.id, true);
+    }
+  }
+
+  /** Runs the call, and from now on every call of that tool in this chat without asking. */
+  async function alwaysRunTool(threadId: string, messageId: string, callId: string): Promise<void> {
+    const thread = s().threads.find((t) => t.id === threadId);
+    const message = thread?.messages.find((m) => m.id === messageId);
+    const call = message?.toolCalls?.find((c) => c.id === callId);
+    const route = call ? message?.toolRoutes?.[call.name] : undefined;
+    if (!thread || !route) return;
+    const key = toolKey(route);
+    if (!(thread.toolsAllowed ?? []).includes(key)) {
+      s().updateThread(threadId, { toolsAllowed: [...(thread.toolsAllowed ?? []), key] });
+      saveThread(threadId);
+    }
+    await answerToolCall(threadId, messageId, callId, true);
   }
 
   async function answerToolCall(threadId: string, messageId: string, callId: string, run: boolean): Promise<void> {
@@ -728,6 +767,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       if ('showProbabilities' in patch) next.showProbabilities = patch.showProbabilities;
       if ('mcpServers' in patch) next.mcpServers = patch.mcpServers;
       if ('toolsRequired' in patch) next.toolsRequired = patch.toolsRequired;
+      if ('toolsAllowed' in patch) next.toolsAllowed = patch.toolsAllowed;
       s().updateThread(id, next);
       saveThread(id);
     },
@@ -743,6 +783,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     editAndResend,
     editReply,
     answerToolCall,
+    alwaysRunTool,
     mcpStatus: () => api.invoke('mcpStatus', {}),
     branchThread(threadId, messageId) {
       const t = s().threads.find((x) => x.id === threadId);

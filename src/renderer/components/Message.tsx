@@ -318,6 +318,17 @@ function ToolCalls({ message, threadId, live }: { message: StoredMessage; thread
                   <button type="button" className="small primary" data-testid="tool-run" onClick={() => act(true)}>
                     Run
                   </button>
+                  {route && (
+                    <button
+                      type="button"
+                      className="small"
+                      data-testid="tool-always"
+                      title={`Run it, and from now on every call of ${route.tool} in this chat without asking`}
+                      onClick={() => void bridge.alwaysRunTool(threadId, message.id, call.id)}
+                    >
+                      Always
+                    </button>
+                  )}
                   <button type="button" className="small" data-testid="tool-skip" onClick={() => act(false)}>
                     Skip
                   </button>

@@ -258,6 +258,26 @@ function ToolsSetting({ thread }: { thread: Thread }) {
           read).
         </div>
       )}
+      {(thread.toolsAllowed ?? []).length > 0 && (
+        <div className="hint" data-testid="tools-allowed">
+          runs without asking:{' '}
+          {(thread.toolsAllowed ?? []).map((key) => (
+            <button
+              key={key}
+              type="button"
+              className="small"
+              data-testid="tool-allowed"
+              title="Ask again before it runs"
+              onClick={() => {
+                const next = (thread.toolsAllowed ?? []).filter((k) => k !== key);
+                bridge.updateThreadSettings(thread.id, { toolsAllowed: next.length > 0 ? next : undefined });
+              }}
+            >
+              {key} ✕
+            </button>
+          ))}
+        </div>
+      )}
       {chosen.length > 0 && (
         <label title="The model must call one of the tools in reply to each of your messages; after a tool's answer it may reply in words.">
           must call a tool

@@ -8,6 +8,12 @@ import type { McpStatus, ToolRoute } from '../../shared/api';
 import type { ToolDefinition } from '../../shared/contract';
 
 const VALID = /^[A-Za-z0-9_.-]{1,64}$/;
+
+/** A tool as a chat's "runs without asking" list names it: `server/tool`. */
+export const toolKey = (route: ToolRoute): string => `${route.server}/${route.tool}`;
+
+/** Rounds of calls the model may make in a row, since the person last wrote, before its calls wait for them again. */
+export const MAX_AUTO_ROUNDS = 5;
 const clean = (s: string) => s.replace(/[^A-Za-z0-9_.-]/g, '_');
 
 export interface ChatTools {
