@@ -19,7 +19,7 @@ import type {
 } from '../../shared/api';
 import type { GenerateRequest, SamplingSettings } from '../../shared/contract';
 import type { ErrorInfo, Result } from '../../shared/errors';
-import { chatTools, MAX_AUTO_ROUNDS, toolKey } from '../lib/mcp-tools';
+import { autoRunCalls, chatTools, MAX_AUTO_ROUNDS, toolKey } from '../lib/mcp-tools';
 import { parseThreadImport } from '../lib/thread-export';
 import type { AppStore } from '../store';
 import { UNTITLED } from '../store/chat-slice';
@@ -386,18 +386,10 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
    */
   function runAllowedTools(threadId: string, messageId: string): void {
     const thread = s().threads.find((t) => t.id === threadId);
-    const message = thread?.messages.find((m) => m.id === messageId);
-    const allowed = new Set(thread?.toolsAllowed ?? []);
-    if (!thread || !message?.toolCalls?.length || message.stats?.error || allowed.size === 0) return;
-    const sinceUser = thread.messages.slice(thread.messages.findLastIndex((m) => m.role === 'user') + 1);
-    if (sinceUser.filter((m) => m.role === 'assistant' && m.toolCalls?.length).length > MAX_AUTO_ROUNDS) {
-      notify(`The model has called tools ${MAX_AUTO_ROUNDS} times in a row: its next calls wait for you.`);
-      return;
-    }
-    for (const call of message.toolCalls) {
-      const route = message.toolRoutes?.[call.name];
-      if (route && allowed.has(toolKey(route))) void answerToolCall(threadId, messageId, call.id, true);
-    }
+    if (!thread) return;
+    const { calls, capped } = autoRunCalls(thread, messageId);
+    if (capped) notify(`The model has called tools ${MAX_AUTO_ROUNDS} times in a row: its next calls wait for you.`);
+    for (const call of calls) void answerToolCall(threadId, messageId, call.id, true);
   }
 
   /** Runs the call, and from now on every call of that tool in this chat without asking. */

@@ -4,8 +4,8 @@
  * characters, numbered apart when two still meet), and the route back from each name to its server and tool.
  * Pure, for the tests.
  */
-import type { McpStatus, ToolRoute } from '../../shared/api';
-import type { ToolDefinition } from '../../shared/contract';
+import type { McpStatus, Thread, ToolRoute } from '../../shared/api';
+import type { ToolCall, ToolDefinition } from '../../shared/contract';
 
 const VALID = /^[A-Za-z0-9_.-]{1,64}$/;
 
@@ -21,6 +21,23 @@ export interface ChatTools {
   routes: Record<string, ToolRoute>;
   /** Servers the chat names that do not run (not in mcp.json, or failed to start), with why. */
   missing: Array<{ server: string; why: string }>;
+}
+
+/**
+ * The calls of a reply that run without asking: those of tools the chat lets run (`toolsAllowed`), unless the
+ * model has made more than MAX_AUTO_ROUNDS replies of calls since the person last wrote (`capped`: a loop of calls).
+ */
+export function autoRunCalls(thread: Thread, messageId: string): { calls: ToolCall[]; capped: boolean } {
+  const message = thread.messages.find((m) => m.id === messageId);
+  const allowed = new Set(thread.toolsAllowed ?? []);
+  if (!message?.toolCalls?.length || message.stats?.error || allowed.size === 0) return { calls: [], capped: false };
+  const calls = message.toolCalls.filter((c) => {
+    const route = message.toolRoutes?.[c.name];
+    return route !== undefined && allowed.has(toolKey(route));
+  });
+  const sinceUser = thread.messages.slice(thread.messages.findLastIndex((m) => m.role === 'user') + 1);
+  const rounds = sinceUser.filter((m) => m.role === 'assistant' && m.toolCalls?.length).length;
+  return rounds > MAX_AUTO_ROUNDS && calls.length > 0 ? { calls: [], capped: true } : { calls, capped: false };
 }
 
 export function chatTools(status: McpStatus, servers: readonly string[]): ChatTools {

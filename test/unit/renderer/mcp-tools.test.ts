@@ -1,7 +1,7 @@
 /** A chat's MCP tools as the model is offered them (src/renderer/lib/mcp-tools.ts), and their route back. */
 import { describe, expect, it } from 'vitest';
-import { chatTools } from '../../../src/renderer/lib/mcp-tools';
-import type { McpStatus } from '../../../src/shared/api';
+import { autoRunCalls, chatTools, MAX_AUTO_ROUNDS } from '../../../src/renderer/lib/mcp-tools';
+import type { McpStatus, StoredMessage, Thread } from '../../../src/shared/api';
 import { ToolDefinition } from '../../../src/shared/contract';
 
 const schema = { type: 'object', properties: { a: { type: 'number' } } };
@@ -68,5 +68,54 @@ describe('chatTools', () => {
     expect(names).toEqual(['a.b_c', 'b_c', `z.${'x'.repeat(62)}`]);
     expect(new Set(names).size).toBe(names.length);
     for (const n of names) expect(n.length).toBeLessThanOrEqual(64);
+  });
+});
+
+describe('autoRunCalls', () => {
+  const routes = { add: { server: 'calc', tool: 'add' }, rm: { server: 'files', tool: 'rm' } };
+  const reply = (id: string, names: string[]): StoredMessage => ({
+    id,
+    role: 'assistant',
+    content: '',
+    createdAt: 0,
+    toolCalls: names.map((name, i) => ({ id: `${id}-${i}`, name, arguments: '{}' })),
+    toolRoutes: routes,
+  });
+  const answer = (id: string): StoredMessage => ({
+    id: `t-${id}`,
+    role: 'tool',
+    content: 'ok',
+    createdAt: 0,
+    toolCallId: id,
+  });
+  const thread = (messages: StoredMessage[], allowed?: string[]): Thread => ({
+    id: 't',
+    title: 't',
+    createdAt: 0,
+    updatedAt: 0,
+    messages,
+    ...(allowed ? { toolsAllowed: allowed } : {}),
+  });
+  const user: StoredMessage = { id: 'u', role: 'user', content: 'hi', createdAt: 0 };
+
+  it("runs the calls of the chat's allowed tools only", () => {
+    const t = thread([user, reply('a', ['add', 'rm'])], ['calc/add']);
+    expect(autoRunCalls(t, 'a')).toEqual({ calls: [{ id: 'a-0', name: 'add', arguments: '{}' }], capped: false });
+    expect(autoRunCalls(thread([user, reply('a', ['add'])]), 'a').calls).toEqual([]);
+    // A refused reply's calls never run.
+    const refused = { ...reply('a', ['add']), stats: { error: { code: 'QUEUE_FULL', message: 'full' } } };
+    expect(autoRunCalls(thread([user, refused], ['calc/add']), 'a').calls).toEqual([]);
+  });
+
+  it(`stops after ${MAX_AUTO_ROUNDS} rounds of calls since the person last wrote`, () => {
+    const rounds = (n: number) =>
+      Array.from({ length: n }, (_, i) => [reply(`r${i}`, ['add']), answer(`r${i}-0`)]).flat();
+    const five = thread([user, ...rounds(MAX_AUTO_ROUNDS - 1), reply('last', ['add'])], ['calc/add']);
+    expect(autoRunCalls(five, 'last')).toMatchObject({ capped: false, calls: [{ name: 'add' }] });
+    const six = thread([user, ...rounds(MAX_AUTO_ROUNDS), reply('last', ['add'])], ['calc/add']);
+    expect(autoRunCalls(six, 'last')).toEqual({ calls: [], capped: true });
+    // The person wrote since: counting starts over.
+    const again = thread([user, ...rounds(MAX_AUTO_ROUNDS), user, reply('last', ['add'])], ['calc/add']);
+    expect(autoRunCalls(again, 'last').capped).toBe(false);
   });
 });
