@@ -195,6 +195,8 @@ export const Thread = z.object({
   mcpServers: z.array(z.string().min(1).max(100)).max(64).optional(),
   /** The model must call one of the tools in reply to each of your messages (after a tool's answer it may not). */
   toolsRequired: z.boolean().optional(),
+  /** Kept at the top of the chat list. */
+  pinned: z.boolean().optional(),
   /** Tools (`server/tool`) this chat runs without asking (the person's "Always"). */
   toolsAllowed: z.array(z.string().min(3).max(301)).max(256).optional(),
   messages: z.array(StoredMessage).max(10_000),

@@ -68,6 +68,8 @@ export interface Bridge {
   setApiServerAutostart(autostart: boolean, port: number): void;
   selectThread(id: string): void;
   renameThread(id: string, title: string): void;
+  /** Keeps a chat at the top of the list (or lets it go back to its place by activity). */
+  pinThread(id: string, pinned: boolean): void;
   deleteThread(id: string): void;
   updateThreadSettings(
     id: string,
@@ -732,6 +734,10 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       s().selectThread(id);
       s().setView('chat');
       rememberOpen(id);
+    },
+    pinThread(id, pinned) {
+      s().updateThread(id, { pinned: pinned || undefined });
+      saveThread(id);
     },
     renameThread(id, title) {
       s().renameThread(id, title);

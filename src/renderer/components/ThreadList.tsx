@@ -1,4 +1,7 @@
-/** Left column: new chat, import, search, and the threads (newest activity first) with rename and delete. */
+/**
+ * Left column: new chat, import, search, and the threads — pinned ones first, then newest activity first — with
+ * pin, rename and delete.
+ */
 import { memo, useRef, useState } from 'react';
 import { useShallow } from 'zustand/react/shallow';
 import type { StoredMessage, Thread } from '../../shared/api';
@@ -30,9 +33,10 @@ export function matchingThreadIds(threads: Thread[], query: string): string[] {
 
 const ThreadItem = memo(function ThreadItem({ id }: { id: string }) {
   const bridge = useBridge();
-  const { title, active, streaming } = useApp(
+  const { title, active, streaming, pinned } = useApp(
     useShallow((s) => ({
       title: s.threads.find((t) => t.id === id)?.title ?? '',
+      pinned: s.threads.find((t) => t.id === id)?.pinned === true,
       active: s.activeThreadId === id,
       streaming: Object.values(s.live).some((l) => l.threadId === id),
     })),
@@ -69,8 +73,20 @@ const ThreadItem = memo(function ThreadItem({ id }: { id: string }) {
   }
 
   return (
-    <li className="thread-item" data-testid="thread-item" data-thread-id={id} aria-current={active} title={title}>
+    <li
+      className={`thread-item ${pinned ? 'pinned' : ''}`}
+      data-testid="thread-item"
+      data-thread-id={id}
+      data-pinned={pinned}
+      aria-current={active}
+      title={title}
+    >
       {streaming && <span className="dot" title="replying" />}
+      {pinned && (
+        <span className="pin-mark" title="pinned">
+          📌
+        </span>
+      )}
       <button
         type="button"
         className="title"
@@ -84,6 +100,19 @@ const ThreadItem = memo(function ThreadItem({ id }: { id: string }) {
         {title}
       </button>
       <span className="actions">
+        <button
+          type="button"
+          className="ghost small"
+          data-testid="thread-pin"
+          title={pinned ? 'Unpin: back to its place by activity' : 'Pin: keep it at the top'}
+          aria-pressed={pinned}
+          onClick={(e) => {
+            e.stopPropagation();
+            bridge.pinThread(id, !pinned);
+          }}
+        >
+          {pinned ? '⊘' : '📌'}
+        </button>
         <button
           type="button"
           className="ghost small"
@@ -118,7 +147,14 @@ const ThreadItem = memo(function ThreadItem({ id }: { id: string }) {
 export function ThreadList() {
   const bridge = useBridge();
   const [query, setQuery] = useState('');
-  const ids = useApp(useShallow((s) => matchingThreadIds(s.threads, query)));
+  // Pinned chats first, each group by activity.
+  const ids = useApp(
+    useShallow((s) => {
+      const found = new Set(matchingThreadIds(s.threads, query));
+      const at = (pinned: boolean) => s.threads.filter((t) => found.has(t.id) && (t.pinned === true) === pinned);
+      return [...at(true), ...at(false)].map((t) => t.id);
+    }),
+  );
   const total = useApp((s) => s.threads.length);
   const loaded = useApp((s) => s.threadsLoaded);
   const [importError, setImportError] = useState<string | null>(null);
