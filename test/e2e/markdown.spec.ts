@@ -3,7 +3,7 @@
  * as math, ```math blocks) with its fonts loaded under the page's Content-Security-Policy; money and code left as
  * written; code blocks highlighted by their language, their copy button giving the source, not the markup.
  */
-import { apiSnapshot, expect, lastReply, newChat, send, setSettings, test, wsCall } from './fixtures';
+import { expect, lastReply, test, wsCall } from './fixtures';
 
 /** What this test reads of the page's globals (the e2e tests type-check without the DOM's types). */
 interface Page {
@@ -133,33 +133,39 @@ test('a reply being written shows its code plain, and highlighted once it ends',
   expect(saved.ok).toBe(true);
   await app.reload();
   await expect(app.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
-  // One request at a time, taken by a long reply in another chat: the continuation waits in the queue, live.
-  await app.getByTestId('max-running-input').fill('1');
-  await app.getByTestId('max-running-apply').click();
-  await expect.poll(async () => (await apiSnapshot(server)).maxRunning).toBe(1);
-  await newChat(app);
-  await setSettings(app, { greedy: true, maxNewTokens: 1900 });
-  await send(app, 'Tell me a long story');
-  await expect(lastReply(app)).toHaveAttribute('data-state', 'running');
-  const blocker = await app.getByTestId('chat-view').getAttribute('data-thread-id');
-
   await app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click();
   const reply = lastReply(app);
-  const keywords = reply.locator('.hljs-keyword');
-  await expect(keywords.first()).toHaveText('def');
+  await expect(reply.locator('.hljs-keyword').first()).toHaveText('def');
+  // Every render of the reply, as the page makes it: whether it was live, and whether its code was highlighted.
+  await app.evaluate(() => {
+    interface El {
+      getAttribute(n: string): string | null;
+      querySelector(s: string): unknown;
+    }
+    const g = globalThis as unknown as {
+      seen: Array<{ state: string | null; highlighted: boolean }>;
+      document: { body: unknown; querySelector(s: string): El | null };
+      MutationObserver: new (
+        f: () => void,
+      ) => { observe(n: unknown, o: { subtree: boolean; childList: boolean; attributes: boolean }): void };
+    };
+    g.seen = [];
+    new g.MutationObserver(() => {
+      const el = g.document.querySelector('[data-testid="message-assistant"][data-message-id="a"]');
+      if (el)
+        g.seen.push({ state: el.getAttribute('data-state'), highlighted: el.querySelector('.hljs-keyword') !== null });
+    }).observe(g.document.body, { subtree: true, childList: true, attributes: true });
+  });
   await reply.hover();
   await reply.getByTestId('continue').click();
-  await expect(reply).toHaveAttribute('data-state', 'queued');
-  // Live: plain code.
-  await expect(reply.locator('code.language-python')).toContainText('def area(r):');
-  await expect(keywords).toHaveCount(0);
-  // The long reply stopped, the continuation runs and ends: highlighted again.
-  await app.getByTestId('thread-list').locator(`[data-thread-id="${blocker}"]`).click();
-  await app.getByTestId('stop-button').click();
-  await app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click();
-  await expect(lastReply(app)).toHaveAttribute('data-state', /done|cancelled/, { timeout: 30_000 });
-  await expect(lastReply(app).locator('.hljs-keyword').first()).toHaveText('def');
-  await app.getByTestId('max-running-input').fill('4');
-  await app.getByTestId('max-running-apply').click();
-  await expect.poll(async () => (await apiSnapshot(server)).maxRunning).toBe(4);
+  await expect(reply).toHaveAttribute('data-state', /done|cancelled/, { timeout: 30_000 });
+  await expect(reply.locator('.hljs-keyword').first()).toHaveText('def');
+  const seen = await app.evaluate(
+    () => (globalThis as unknown as { seen: Array<{ state: string | null; highlighted: boolean }> }).seen,
+  );
+  const live = seen.filter((r) => r.state !== 'done' && r.state !== 'cancelled');
+  // It was seen live, never highlighted while live, and highlighted once done.
+  expect(live.length).toBeGreaterThan(0);
+  expect(live.filter((r) => r.highlighted)).toEqual([]);
+  expect(seen.at(-1)).toEqual({ state: expect.stringMatching(/done|cancelled/), highlighted: true });
 });
