@@ -19,7 +19,7 @@ import type {
 } from '../../shared/api';
 import type { GenerateRequest, SamplingSettings } from '../../shared/contract';
 import type { ErrorInfo, Result } from '../../shared/errors';
-import { autoRunCalls, chatTools, MAX_AUTO_ROUNDS, toolKey } from '../lib/mcp-tools';
+import { autoRunCalls, chatTools, MAX_AUTO_ROUNDS, SKIPPED_ANSWER, toolKey } from '../lib/mcp-tools';
 import { parseThreadImport } from '../lib/thread-export';
 import type { AppStore } from '../store';
 import { UNTITLED } from '../store/chat-slice';
@@ -418,7 +418,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     const { message, call } = find();
     // Once: a call running (or answered) is not run again.
     if (!message || !call || liveIn(threadId) || s().toolRuns[callId]) return;
-    let content = 'The person did not let this tool run.';
+    let content = SKIPPED_ANSWER;
     let isError = true;
     if (run) {
       const route = message.toolRoutes?.[call.name];

@@ -8,6 +8,7 @@ import { useShallow } from 'zustand/react/shallow';
 import type { StoredMessage, TokenProbability } from '../../shared/api';
 import { useApp, useBridge } from '../bridge/context';
 import { exactBytes, formatBytes, formatInteger, formatMs, formatRate } from '../lib/format';
+import { SKIPPED_ANSWER } from '../lib/mcp-tools';
 import { describeRefusal } from '../lib/refusal';
 import { percent, tokenPieces, visible } from '../lib/token-pieces';
 import type { LiveReply } from '../store/types';
@@ -304,7 +305,7 @@ function ToolCalls({ message, threadId, live }: { message: StoredMessage; thread
                 {state === 'done'
                   ? 'ran'
                   : state === 'error'
-                    ? answer?.content === 'The person did not let this tool run.'
+                    ? answer?.content === SKIPPED_ANSWER
                       ? 'skipped'
                       : 'ran: it failed'
                     : state === 'running'

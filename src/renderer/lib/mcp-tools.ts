@@ -12,6 +12,9 @@ const VALID = /^[A-Za-z0-9_.-]{1,64}$/;
 /** A tool as a chat's "runs without asking" list names it: `server/tool`. */
 export const toolKey = (route: ToolRoute): string => `${route.server}/${route.tool}`;
 
+/** What the model reads for a call the person skipped. */
+export const SKIPPED_ANSWER = 'The person did not let this tool run.';
+
 /** Rounds of calls the model may make in a row, since the person last wrote, before its calls wait for them again. */
 export const MAX_AUTO_ROUNDS = 5;
 const clean = (s: string) => s.replace(/[^A-Za-z0-9_.-]/g, '_');
