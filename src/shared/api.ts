@@ -114,33 +114,18 @@ export const TokenProbability = z.object({
 });
 export type TokenProbability = z.infer<typeof TokenProbability>;
 
-export const MessageVersion = z.object({
-  content: z.string().max(2_000_000),
-  reasoning: z.string().max(2_000_000).optional(),
-  createdAt: z.number(),
-  format: z.enum(['json']).optional(),
-  stats: MessageStats.optional(),
-  edited: z.boolean().optional(),
-  probabilities: z.array(TokenProbability).max(MAX_PROBABILITY_TOKENS).optional(),
-  toolCalls: z.array(ToolCall).max(128).optional(),
-  toolRoutes: z.record(z.string().max(64), z.object({ server: z.string(), tool: z.string() })).optional(),
-});
-export type MessageVersion = z.infer<typeof MessageVersion>;
-
-/** A chat message as stored in a thread. */
 /** Which MCP server and tool a function name given to the model stands for (lib/mcp-tools.ts). */
 export const ToolRoute = z.object({ server: z.string().min(1).max(100), tool: z.string().min(1).max(200) });
 export type ToolRoute = z.infer<typeof ToolRoute>;
 
-export const StoredMessage = z.object({
-  id: z.string().min(1).max(100),
-  /** `tool`: an MCP tool's answer to a call of the reply before it. */
-  role: z.enum(['system', 'user', 'assistant', 'tool']),
+/**
+ * What one version of a reply has of its own (a regenerated reply keeps its earlier versions: lib/versions.ts
+ * takes these fields, and only these, from the message to a version and back).
+ */
+export const MessageVersion = z.object({
   content: z.string().max(2_000_000),
   /** A thinking model's reasoning before its reply (`content` is the reply). */
   reasoning: z.string().max(2_000_000).optional(),
-  /** Text files sent with a user message. */
-  attachments: z.array(Attachment).max(8).optional(),
   createdAt: z.number(),
   /** `json`: a reply written in JSON mode, shown as a JSON code block. */
   format: z.enum(['json']).optional(),
@@ -148,16 +133,26 @@ export const StoredMessage = z.object({
   stats: MessageStats.optional(),
   /** A reply whose text the person changed (what the model reads in later turns, and goes on from). */
   edited: z.boolean().optional(),
+  /** Each token the reply's generation wrote, with its probability (a thread set to keep them). */
+  probabilities: z.array(TokenProbability).max(MAX_PROBABILITY_TOKENS).optional(),
   /** A reply's calls of the chat's MCP tools (each answered by a `tool` message after it, or not yet). */
   toolCalls: z.array(ToolCall).max(128).optional(),
   /** The MCP server and tool of each function name the reply was offered. */
   toolRoutes: z.record(z.string().max(64), ToolRoute).optional(),
+});
+export type MessageVersion = z.infer<typeof MessageVersion>;
+
+/** A chat message as stored in a thread: a version's fields, and those of the message itself. */
+export const StoredMessage = MessageVersion.extend({
+  id: z.string().min(1).max(100),
+  /** `tool`: an MCP tool's answer to a call of the reply before it. */
+  role: z.enum(['system', 'user', 'assistant', 'tool']),
+  /** Text files sent with a user message. */
+  attachments: z.array(Attachment).max(8).optional(),
   /** A `tool` message: the call it answers, its function name, and whether the answer is an error. */
   toolCallId: z.string().min(1).max(200).optional(),
   toolName: z.string().min(1).max(64).optional(),
   isError: z.boolean().optional(),
-  /** Each token the reply's generation wrote, with its probability (a thread set to keep them). */
-  probabilities: z.array(TokenProbability).max(MAX_PROBABILITY_TOKENS).optional(),
   /** A regenerated reply's other versions (lib/versions.ts), and where the shown one sits among all of them. */
   alternatives: z.array(MessageVersion).max(16).optional(),
   altIndex: z.number().int().min(0).max(16).optional(),

@@ -3,24 +3,19 @@
  * message shows one version (its own fields); the others wait in `alternatives`, and `altIndex` is where the
  * shown one sits among all of them. Pure, for the store and its tests.
  */
-import type { MessageVersion, StoredMessage } from '../../shared/api';
+import { MessageVersion, type StoredMessage } from '../../shared/api';
 
 /** The most versions a reply keeps; regenerating past it drops the oldest. */
 export const MAX_VERSIONS = 16;
 
-/** The fields a version has of its own. */
+/** The fields a version has of its own: its schema's, so a field added there is kept per version here too. */
+const VERSION_KEYS = Object.keys(MessageVersion.shape) as Array<keyof MessageVersion>;
+
+/** The version a message shows: its version fields that are set. */
 function versionOf(m: StoredMessage): MessageVersion {
-  return {
-    content: m.content,
-    createdAt: m.createdAt,
-    ...(m.reasoning !== undefined ? { reasoning: m.reasoning } : {}),
-    ...(m.format !== undefined ? { format: m.format } : {}),
-    ...(m.stats !== undefined ? { stats: m.stats } : {}),
-    ...(m.edited ? { edited: true } : {}),
-    ...(m.probabilities ? { probabilities: m.probabilities } : {}),
-    ...(m.toolCalls ? { toolCalls: m.toolCalls } : {}),
-    ...(m.toolRoutes ? { toolRoutes: m.toolRoutes } : {}),
-  };
+  const v: Partial<Record<keyof MessageVersion, unknown>> = {};
+  for (const k of VERSION_KEYS) if (m[k] !== undefined) v[k] = m[k];
+  return v as MessageVersion;
 }
 
 /** Every version of a reply, in the order they were written (the shown one at altIndex). */
@@ -55,19 +50,13 @@ export function showVersion(m: StoredMessage, index: number): StoredMessage {
   const all = versionsOf(m);
   const pick = all[index];
   if (!pick || all.length < 2) return m;
-  const {
-    content: _c,
-    reasoning: _r,
-    format: _f,
-    stats: _s,
-    createdAt: _t,
-    edited: _e,
-    probabilities: _p,
-    toolCalls: _tc,
-    toolRoutes: _tr,
-    alternatives: _a,
-    altIndex: _i,
-    ...rest
-  } = m;
-  return { ...rest, ...pick, alternatives: all.filter((_, i) => i !== index), altIndex: index };
+  // The message without its shown version and the versions list: the picked version's fields go in their place.
+  const rest: Partial<StoredMessage> = { ...m };
+  for (const k of [...VERSION_KEYS, 'alternatives', 'altIndex'] as const) delete rest[k];
+  return {
+    ...(rest as Omit<StoredMessage, keyof MessageVersion>),
+    ...pick,
+    alternatives: all.filter((_, i) => i !== index),
+    altIndex: index,
+  };
 }
