@@ -35,14 +35,14 @@ function inConversation(m: StoredMessage): boolean {
   );
 }
 
+/** Alternatives kept at each token's place in the probabilities view. */
+export const PROBABILITY_ALTERNATIVES = 5;
+
 /**
  * One chat turn. `sessionId` is the thread id, so the host keeps the thread's
  * KV resident between turns and only prefills what is new; `threadId` labels the
  * request in the inspector.
  */
-/** Alternatives kept at each token's place in the probabilities view. */
-export const PROBABILITY_ALTERNATIVES = 5;
-
 export function buildChatRequest(
   thread: Thread,
   history: StoredMessage[],

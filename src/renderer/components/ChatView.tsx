@@ -111,8 +111,8 @@ function FindBar({
         onChange={(e) => {
           const q = e.target.value;
           setQuery(q);
-          // The newest occurrence first: the view is at the chat's end.
-          setAt(Math.max(0, findMatches(messages, q).length - 1));
+          // The newest occurrence first (the view is at the chat's end): `index` clamps this to the last one.
+          setAt(Number.MAX_SAFE_INTEGER);
           setReveals((n) => n + 1);
         }}
         onKeyDown={(e) => {

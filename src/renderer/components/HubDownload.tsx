@@ -111,6 +111,14 @@ export function HubDownload() {
   /** The latest question asked (a look-up or a search); an answer to an older one, or to text since changed, is dropped. */
   const asked = useRef(0);
 
+  /** A new question: older answers dropped, the card cleared for this one's; its number. */
+  const begin = () => {
+    setBusy(true);
+    setError(null);
+    setListing(null);
+    setHits(null);
+    return ++asked.current;
+  };
   const search = async (query: string, after?: string) => {
     const mine = asked.current;
     const r = await bridge.searchHub(query);
@@ -123,11 +131,7 @@ export function HubDownload() {
     if (!after || r.value.length > 0) setHits({ query, list: r.value, ...(after ? { after } : {}) });
   };
   const lookUp = async (name: string) => {
-    const mine = ++asked.current;
-    setBusy(true);
-    setError(null);
-    setListing(null);
-    setHits(null);
+    const mine = begin();
     const r = await bridge.hubVariants(name);
     if (mine !== asked.current) return;
     if (!r.ok) {
@@ -145,11 +149,7 @@ export function HubDownload() {
   const submit = async () => {
     const text = repo.trim();
     if (REPO_LIKE.test(text)) return lookUp(text);
-    asked.current++;
-    setBusy(true);
-    setError(null);
-    setListing(null);
-    setHits(null);
+    begin();
     await search(text);
     setBusy(false);
   };

@@ -128,10 +128,10 @@ export function reduceFrames(
         // conversation before it (the continuation's prompt held the first part too).
         const before = next.continues?.tokens ?? 0;
         content = (next.continues?.text ?? '') + r.text;
-        // The whole generation's probabilities (a token held back by a stop string's check arrives with done only).
         // The reply's calls, as the host read them.
         const calls = r.rows[0]?.toolCalls;
         if (calls?.length) toolCalls = calls;
+        // The whole generation's probabilities (a token held back by a stop string's check arrives with done only).
         const all = r.rows[0]?.logprobs;
         if (all && all.length > 0) {
           const kept = next.continues ? (message.probabilities ?? []).slice(0, next.continues.probabilities ?? 0) : [];
