@@ -258,6 +258,15 @@ function prettyArguments(text: string): string {
   }
 }
 
+/** What a call's card says of it, by its state (a skipped call is an error answer: said apart). */
+const CALL_LABELS = {
+  done: 'ran',
+  error: 'ran: it failed',
+  running: 'running…',
+  waiting: 'the model asks to run this tool',
+  unanswered: 'not run',
+} as const;
+
 /**
  * The MCP tool calls a reply made: each with its arguments, and Run / Skip while it waits for the person (as LM
  * Studio asks before a tool runs); once every call is answered the model reads the answers and goes on.
@@ -280,7 +289,7 @@ function ToolCalls({ message, threadId, live }: { message: StoredMessage; thread
       {(message.toolCalls ?? []).map((call) => {
         const answer = answers.find((m) => m.toolCallId === call.id);
         const route = message.toolRoutes?.[call.name];
-        const state = answer
+        const state: keyof typeof CALL_LABELS = answer
           ? answer.isError
             ? 'error'
             : 'done'
@@ -302,17 +311,7 @@ function ToolCalls({ message, threadId, live }: { message: StoredMessage; thread
                     : ''}
               </span>
               <span className="muted small-text" data-testid="tool-call-state">
-                {state === 'done'
-                  ? 'ran'
-                  : state === 'error'
-                    ? answer?.content === SKIPPED_ANSWER
-                      ? 'skipped'
-                      : 'ran: it failed'
-                    : state === 'running'
-                      ? 'running…'
-                      : state === 'waiting'
-                        ? 'the model asks to run this tool'
-                        : 'not run'}
+                {state === 'error' && answer?.content === SKIPPED_ANSWER ? 'skipped' : CALL_LABELS[state]}
               </span>
               {state === 'waiting' && (
                 <>
