@@ -434,11 +434,16 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         }
       }
     }
+    /** The messages after the reply now (undefined when the chat or the reply is gone). */
+    const afterReply = () => {
+      const messages = find().thread?.messages ?? [];
+      const at = messages.findIndex((m) => m.id === messageId);
+      return at < 0 ? undefined : messages.slice(at + 1);
+    };
     // The chat deleted, or gone on past the call, while the tool ran: its answer has no place.
-    const now = find().thread;
-    const place = now?.messages.findIndex((m) => m.id === messageId) ?? -1;
-    if (!now || place < 0 || now.messages.slice(place + 1).some((m) => m.role !== 'tool')) {
-      if (now) notify(`${call.name} answered after the chat went on: its answer is not added.`);
+    const since = afterReply();
+    if (!since || since.some((m) => m.role !== 'tool')) {
+      if (since) notify(`${call.name} answered after the chat went on: its answer is not added.`);
       return;
     }
     s().addToolResult(threadId, {
@@ -451,15 +456,9 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       ...(isError ? { isError: true } : {}),
     });
     saveThread(threadId);
-    // Every call of the reply answered, and nothing said since: the model reads the answers and goes on.
-    const { thread } = find();
-    if (!thread) return;
-    const at = thread.messages.findIndex((m) => m.id === messageId);
-    const after = thread.messages.slice(at + 1);
-    const answered = new Set(after.map((m) => m.toolCallId));
-    if (after.every((m) => m.role === 'tool') && (message.toolCalls ?? []).every((c) => answered.has(c.id))) {
-      runTurn(threadId, []);
-    }
+    // Every call of the reply answered (only answers after it): the model reads them and goes on.
+    const answered = new Set((afterReply() ?? []).map((m) => m.toolCallId));
+    if ((message.toolCalls ?? []).every((c) => answered.has(c.id))) runTurn(threadId, []);
   }
 
   /** Sends a turn's request; frames go to the reply's message. */
