@@ -1,53 +1,17 @@
 /**
- * A small MCP server for tests (stdio, the Model Context Protocol's official SDK), as a person's mcp.json would
- * start one: `echo` says the text back, `add` adds two numbers, `fail` answers with an error, `slow` waits `ms` (at
- * most 200) before answering. With KVDESK_TEST_MCP_ONLY=<name> it offers that tool alone; with
+ * A small MCP server for tests over stdio, as a person's mcp.json would start one: the tools of
+ * test/helpers/mcp-test-server.ts. With KVDESK_TEST_MCP_ONLY=<name> it offers that tool alone; with
  * KVDESK_TEST_MCP_CRASH set it exits before it answers anything (a server that does not start).
  */
-import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
-import { z } from 'zod';
+import { testMcpServer } from './mcp-test-server';
 
 async function main(): Promise<void> {
   if (process.env.KVDESK_TEST_MCP_CRASH) {
     process.stderr.write('cannot open the database\n');
     process.exit(3);
   }
-  const only = process.env.KVDESK_TEST_MCP_ONLY;
-  const offers = (name: string) => only === undefined || only === name;
-  const server = new McpServer({ name: 'kvdesk-test', version: '1.0.0' });
-  if (offers('echo')) {
-    server.registerTool(
-      'echo',
-      { description: 'Says the text back', inputSchema: { text: z.string() } },
-      async ({ text }) => ({ content: [{ type: 'text', text: `You said: ${text}` }] }),
-    );
-  }
-  if (offers('add')) {
-    server.registerTool(
-      'add',
-      { description: 'Adds two numbers', inputSchema: { a: z.number(), b: z.number() } },
-      async ({ a, b }) => ({ content: [{ type: 'text', text: String(a + b) }] }),
-    );
-  }
-  if (offers('fail')) {
-    server.registerTool('fail', { description: 'Always fails' }, async () => ({
-      content: [{ type: 'text', text: 'it broke' }],
-      isError: true,
-    }));
-  }
-  if (offers('slow')) {
-    server.registerTool(
-      'slow',
-      { description: 'Answers after a while', inputSchema: { ms: z.number() } },
-      async ({ ms }) => {
-        // At most 200 ms: a model's arguments can be any number.
-        await new Promise((r) => setTimeout(r, Math.min(Math.max(ms, 0), 200)));
-        return { content: [{ type: 'text', text: `waited ${ms} ms` }] };
-      },
-    );
-  }
-  await server.connect(new StdioServerTransport());
+  await testMcpServer(process.env.KVDESK_TEST_MCP_ONLY).connect(new StdioServerTransport());
 }
 
 void main();

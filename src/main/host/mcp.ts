@@ -2,16 +2,23 @@
  * Tools for the window's chats from MCP servers (the Model Context Protocol, as LM Studio, Claude Desktop and
  * Cursor use it): `<data-dir>/mcp.json` names the servers in their common form,
  *
- *     { "mcpServers": { "files": { "command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"] } } }
+ *     { "mcpServers": {
+ *         "files": { "command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"] },
+ *         "docs": { "url": "https://example.com/mcp", "headers": { "Authorization": "Bearer …" } } } }
  *
- * and kvdesk starts each (a process speaking MCP over its stdin and stdout) the first time a chat uses it, lists
- * its tools for the model, and calls one when the person lets a call of the model run. The file is read again
- * whenever it changed; a server whose entry changed or went is stopped.
+ * A `command` is a process kvdesk starts, speaking MCP over its stdin and stdout; a `url` is a server already
+ * running, reached over Streamable HTTP (or the older HTTP+SSE transport, tried when the URL answers Streamable
+ * HTTP's first request with a 4xx; `"type": "sse"` goes there at once). kvdesk connects to each the first time a
+ * chat uses it, lists its tools for the model, and calls one when the person lets a call of the model run. The
+ * file is read again whenever it changed; a server whose entry changed or went is stopped.
  */
 import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { SSEClientTransport, SseError } from '@modelcontextprotocol/sdk/client/sse.js';
 import { getDefaultEnvironment, StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import { isLosslessNumber, parse as losslessParse } from 'lossless-json';
 import { z } from 'zod';
 import type { McpServerStatus, McpStatus, McpToolResult } from '../../shared/api';
@@ -25,14 +32,37 @@ const CALL_MS = 120_000;
 /** The most text of a tool's answer the model is given (the rest is cut, and said so). */
 const RESULT_CHARS = 100_000;
 
+/** The form of an entry, for errors about one. */
+const FORM =
+  '{"mcpServers": {"name": {"command": "…", "args": […], "env": {…}}}} for a program kvdesk starts, {"mcpServers": {"name": {"url": "https://…", "headers": {…}}}} for a server already running';
+
 const ServerEntry = z
   .object({
-    command: z.string().min(1).max(4096),
+    command: z.string().min(1).max(4096).optional(),
     args: z.array(z.string().max(32_768)).max(256).optional(),
     env: z.record(z.string(), z.string().max(32_768)).optional(),
     cwd: z.string().min(1).max(4096).optional(),
+    url: z
+      .url({ protocol: /^https?$/, error: 'an http:// or https:// address of the MCP server' })
+      .max(4096)
+      .optional(),
+    headers: z.record(z.string().min(1).max(256), z.string().max(16_384)).optional(),
+    /** As Claude Code and VS Code write it; `sse` skips the Streamable HTTP try. */
+    type: z.enum(['stdio', 'http', 'streamable-http', 'streamableHttp', 'sse']).optional(),
   })
-  .loose();
+  .loose()
+  .superRefine((e, ctx) => {
+    const issue = (path: string, message: string) => ctx.addIssue({ code: 'custom', path: [path], message });
+    if (e.command === undefined && e.url === undefined) {
+      issue('command', 'give a "command" (a program kvdesk starts) or a "url" (a server already running)');
+    } else if (e.command !== undefined && e.url !== undefined) {
+      issue('url', 'give a "command" or a "url", not both');
+    } else if (e.type === 'stdio' && e.url !== undefined) {
+      issue('type', '"stdio" is for a "command"; a "url" is "http" or "sse"');
+    } else if (e.type !== undefined && e.type !== 'stdio' && e.command !== undefined) {
+      issue('type', `"${e.type}" is for a "url"; a "command" is "stdio"`);
+    }
+  });
 const McpFile = z.object({ mcpServers: z.record(z.string().min(1).max(100), ServerEntry) }).loose();
 type ServerEntry = z.infer<typeof ServerEntry>;
 
@@ -124,6 +154,15 @@ export class McpHub {
       });
       return { content: textOf(result.content), isError: result.isError === true };
     } catch (err) {
+      // The connection to a server at a URL broke (its session ended, it restarted): the next call connects again.
+      if (err instanceof StreamableHTTPError || err instanceof SseError) {
+        void this.stop(server);
+        const status = typeof err.code === 'number' && err.code >= 100 ? `HTTP ${err.code}: ` : '';
+        return {
+          content: `The tool failed: the connection to the MCP server "${server}" broke (${status}${err.message}); it is made again at the next call.`,
+          isError: true,
+        };
+      }
       return { content: `The tool failed: ${(err as Error).message}`, isError: true };
     }
   }
@@ -172,7 +211,7 @@ export class McpHub {
         const parsed = McpFile.safeParse(json);
         if (parsed.success) next = parsed.data.mcpServers;
         else {
-          this.configError = `${this.file}: ${where(parsed.error.issues[0] as z.core.$ZodIssue)} (the form is {"mcpServers": {"name": {"command": "…", "args": […], "env": {…}}}}).`;
+          this.configError = `${this.file}: ${where(parsed.error.issues[0] as z.core.$ZodIssue)} (the form is ${FORM}).`;
         }
       }
     }
@@ -226,24 +265,13 @@ export class McpHub {
   }
 
   private async launch(name: string, entry: ServerEntry): Promise<Running> {
-    const transport = new StdioClientTransport({
-      command: entry.command,
-      args: entry.args ?? [],
-      env: { ...getDefaultEnvironment(), ...(entry.env ?? {}) },
-      ...(entry.cwd ? { cwd: entry.cwd } : {}),
-      stderr: 'pipe',
-    });
-    // What the server says on stderr, for the error when it fails to start.
-    let said = '';
-    transport.stderr?.on('data', (d: Buffer) => {
-      said = (said + d.toString('utf8')).slice(-2000);
-    });
-    const client = new Client({ name: 'kvdesk', version: '1' });
+    const deadline = Date.now() + START_MS;
     const timer = new Promise<never>((_, reject) =>
       setTimeout(() => reject(new Error(`no answer within ${START_MS / 1000} s`)), START_MS).unref(),
     );
+    let client: Client | undefined;
     try {
-      await Promise.race([client.connect(transport), timer]);
+      client = await this.connect(entry, timer);
       const tools: McpServerStatus['tools'] = [];
       let cursor: string | undefined;
       do {
@@ -256,18 +284,75 @@ export class McpHub {
           });
         }
         cursor = page.nextCursor;
-      } while (cursor && tools.length < 1000);
-      // A server that exits later is started again at its next use.
-      client.onclose = () => {
-        if (this.running.get(name)?.client === client) this.running.delete(name);
+      } while (cursor && tools.length < 1000 && Date.now() < deadline);
+      // A server that exits (or a connection that closes) is connected again at its next use.
+      const connected = client;
+      connected.onclose = () => {
+        if (this.running.get(name)?.client === connected) this.running.delete(name);
       };
-      return { entry: JSON.stringify(entry), client, tools };
+      return { entry: JSON.stringify(entry), client: connected, tools };
     } catch (err) {
-      void client.close().catch(() => {});
+      void client?.close().catch(() => {});
+      throw new Error(`${(err as Error).message} — check its ${entry.url ? 'url' : 'command'} in ${this.file}`);
+    }
+  }
+
+  /** A client connected to the entry's server: its process started, or its URL reached. */
+  private async connect(entry: ServerEntry, timer: Promise<never>): Promise<Client> {
+    const attempt = async (transport: Transport): Promise<Client> => {
+      const client = new Client({ name: 'kvdesk', version: '1' });
+      try {
+        await Promise.race([client.connect(transport), timer]);
+        return client;
+      } catch (err) {
+        void client.close().catch(() => {});
+        throw err;
+      }
+    };
+    if (entry.url) {
+      const url = new URL(entry.url);
+      const requestInit: RequestInit = { headers: entry.headers ?? {} };
+      const sse = () => attempt(new SSEClientTransport(url, { requestInit }));
+      const because = (err: unknown) => {
+        const code = (err as { code?: unknown }).code;
+        if (typeof code === 'number' && code >= 100) {
+          const hint = code === 401 || code === 403 ? ' (the server wants credentials: set them under "headers")' : '';
+          return new Error(`${url.href} answered HTTP ${code}: ${(err as Error).message}${hint}`);
+        }
+        const cause = (err as { cause?: { code?: unknown } }).cause?.code;
+        return new Error(
+          `${url.href} did not answer: ${(err as Error).message}${typeof cause === 'string' ? ` (${cause})` : ''}; is the server running?`,
+        );
+      };
+      if (entry.type === 'sse') return sse().catch((err) => Promise.reject(because(err)));
+      try {
+        return await attempt(new StreamableHTTPClientTransport(url, { requestInit }));
+      } catch (err) {
+        // A 4xx other than "who are you" from a server of the older HTTP+SSE transport: that one, as the spec says.
+        const code = err instanceof StreamableHTTPError ? err.code : undefined;
+        const older =
+          entry.type === undefined && code !== undefined && code >= 400 && code < 500 && code !== 401 && code !== 403;
+        if (!older) throw because(err);
+        return sse().catch(() => Promise.reject(because(err)));
+      }
+    }
+    const transport = new StdioClientTransport({
+      command: entry.command as string,
+      args: entry.args ?? [],
+      env: { ...getDefaultEnvironment(), ...(entry.env ?? {}) },
+      ...(entry.cwd ? { cwd: entry.cwd } : {}),
+      stderr: 'pipe',
+    });
+    // What the server says on stderr, for the error when it fails to start.
+    let said = '';
+    transport.stderr?.on('data', (d: Buffer) => {
+      said = (said + d.toString('utf8')).slice(-2000);
+    });
+    try {
+      return await attempt(transport);
+    } catch (err) {
       const tail = said.trim().split('\n').slice(-3).join(' / ');
-      throw new Error(
-        `${(err as Error).message}${tail ? ` (it said: ${tail})` : ''} — check its command in ${this.file}`,
-      );
+      throw new Error(`${(err as Error).message}${tail ? ` (it said: ${tail})` : ''}`);
     }
   }
 

@@ -254,8 +254,9 @@ function ToolsSetting({ thread }: { thread: Thread }) {
       {status && names.length === 0 && (
         <div className="hint" data-testid="mcp-none">
           No MCP servers: name them in {status.configPath} as{' '}
-          {'{"mcpServers": {"name": {"command": "…", "args": […]}}}'} (the form LM Studio, Claude Desktop and Cursor
-          read).
+          {'{"mcpServers": {"name": {"command": "…", "args": […]}}}'} for a program kvdesk starts, or{' '}
+          {'{"mcpServers": {"name": {"url": "https://…"}}}'} for a server at an address (the form LM Studio, Claude
+          Desktop and Cursor read).
         </div>
       )}
       {(thread.toolsAllowed ?? []).length > 0 && (

@@ -1,7 +1,9 @@
 /**
  * MCP servers for the window's chats (src/main/host/mcp.ts), with a real MCP server process
  * (test/helpers/mcp-server.ts, the official SDK over stdio): mcp.json read and checked (errors name the field),
- * servers started on use with their tools listed, tools called, failures said, the file read again when it changes.
+ * servers started on use with their tools listed, tools called, failures said, the file read again when it changes;
+ * and servers at a URL (test/helpers/mcp-http-server.ts): Streamable HTTP with the entry's headers, the older
+ * HTTP+SSE transport when the URL is one of those, and what a refused or absent server says.
  */
 import { mkdtempSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -9,6 +11,7 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { MCP_FILE, McpHub } from '../../../src/main/host/mcp';
 import { repoRoot } from '../../helpers/fixtures';
+import { type McpHttpServer, startMcpHttp } from '../../helpers/mcp-http-server';
 
 const server = (env: Record<string, string> = {}) => ({
   command: process.execPath,
@@ -112,4 +115,95 @@ describe('McpHub', () => {
     write({ mcpServers: {} });
     expect((await hub.status()).servers).toEqual([]);
   }, 60_000);
+});
+
+describe('McpHub, servers at a URL', () => {
+  let remote: McpHttpServer | undefined;
+  afterEach(async () => {
+    await remote?.close();
+    remote = undefined;
+  });
+
+  it('Streamable HTTP, with the headers the entry gives', async () => {
+    remote = await startMcpHttp({ token: 's3cret' });
+    write({ mcpServers: { web: { url: remote.url, headers: { Authorization: 'Bearer s3cret' } } } });
+    const web = (await hub.start(['web'])).servers[0];
+    expect(web?.state).toBe('ready');
+    expect(web?.tools.map((t) => t.name)).toEqual(['echo', 'add', 'fail', 'slow']);
+    expect(await hub.call('web', 'add', '{"a": 2, "b": 40}')).toEqual({ content: '42', isError: false });
+    expect(await hub.call('web', 'fail', '{}')).toEqual({ content: 'it broke', isError: true });
+    // Over Streamable HTTP only: no SSE stream was opened.
+    expect(remote.requests.filter((r) => !r.startsWith('POST /mcp'))).toEqual(
+      remote.requests.filter((r) => r.startsWith('GET /mcp') || r.startsWith('DELETE /mcp')),
+    );
+    expect(remote.requests.some((r) => r.includes('/sse'))).toBe(false);
+  }, 60_000);
+
+  it('a session the server ended (it restarted): the call says so, and the next one connects again', async () => {
+    remote = await startMcpHttp({ stateful: true });
+    write({ mcpServers: { web: { url: remote.url } } });
+    expect(await hub.call('web', 'add', '{"a": 1, "b": 1}')).toEqual({ content: '2', isError: false });
+    remote.forgetSessions();
+    const lost = await hub.call('web', 'add', '{"a": 2, "b": 2}');
+    expect(lost.isError).toBe(true);
+    expect(lost.content).toMatch(
+      /^The tool failed: the connection to the MCP server "web" broke \(HTTP 404: .*\); it is made again at the next call\.$/,
+    );
+    expect(await hub.call('web', 'add', '{"a": 3, "b": 3}')).toEqual({ content: '6', isError: false });
+  }, 60_000);
+
+  it('without the credentials: refused, saying where they go; the older transport is not tried', async () => {
+    remote = await startMcpHttp({ token: 's3cret' });
+    write({ mcpServers: { web: { url: remote.url } } });
+    const web = (await hub.start(['web'])).servers[0];
+    expect(web?.state).toBe('failed');
+    expect(web?.error).toContain(`${remote.url} answered HTTP 401: `);
+    expect(web?.error).toContain('set them under "headers"');
+    expect(web?.error).toContain(`check its url in ${path.join(dir, MCP_FILE)}`);
+    expect(remote.requests).toEqual(['POST /mcp 401']);
+  }, 60_000);
+
+  it('a server of the older HTTP+SSE transport: reached after its 4xx to Streamable HTTP, or at once with "sse"', async () => {
+    remote = await startMcpHttp({ sseOnly: true });
+    write({ mcpServers: { old: { url: remote.url } } });
+    expect((await hub.start(['old'])).servers[0]?.state).toBe('ready');
+    expect(await hub.call('old', 'echo', '{"text": "hi"}')).toEqual({ content: 'You said: hi', isError: false });
+    expect(remote.requests[0]).toBe('POST /sse 405');
+    expect(remote.requests.some((r) => r.startsWith('POST /messages 202'))).toBe(true);
+
+    await hub.close();
+    hub = new McpHub(dir);
+    remote.requests.length = 0;
+    write({ mcpServers: { old: { url: remote.url, type: 'sse' } } });
+    expect(await hub.call('old', 'add', '{"a": 1, "b": 2}')).toEqual({ content: '3', isError: false });
+    expect(remote.requests.some((r) => r.startsWith('POST /sse'))).toBe(false);
+  }, 60_000);
+
+  it('nobody at the URL: said, with the address', async () => {
+    const gone = await startMcpHttp();
+    const url = gone.url;
+    await gone.close();
+    write({ mcpServers: { web: { url } } });
+    const web = (await hub.start(['web'])).servers[0];
+    expect(web?.state).toBe('failed');
+    expect(web?.error).toContain(`${url} did not answer: `);
+    expect(web?.error).toContain('ECONNREFUSED');
+    expect(web?.error).toContain('is the server running?');
+    expect(web?.error).toContain('check its url');
+  }, 60_000);
+
+  it('entries that are neither, or both, or a wrong address: the field is named', async () => {
+    write({ mcpServers: { web: { url: 'ftp://example.com/mcp' } } });
+    expect((await hub.status()).error).toMatch(/mcpServers\.web\.url: an http:\/\/ or https:\/\/ address/);
+    write({ mcpServers: { web: { url: 'http://127.0.0.1:9/mcp', command: 'node' } } });
+    expect((await hub.status()).error).toMatch(/mcpServers\.web\.url: give a "command" or a "url", not both/);
+    write({ mcpServers: { web: { url: 'http://127.0.0.1:9/mcp', type: 'stdio' } } });
+    expect((await hub.status()).error).toMatch(/mcpServers\.web\.type: "stdio" is for a "command"/);
+    write({ mcpServers: { web: { command: 'node', type: 'sse' } } });
+    expect((await hub.status()).error).toMatch(/mcpServers\.web\.type: "sse" is for a "url"/);
+    write({ mcpServers: { web: { headers: {} } } });
+    expect((await hub.status()).error).toMatch(
+      /mcpServers\.web\.command: give a "command" \(a program kvdesk starts\) or a "url".*\{"url": "https:/,
+    );
+  });
 });
