@@ -91,6 +91,7 @@ async function main(): Promise<void> {
     markdown: markdownShot,
     probabilities: probabilitiesShot,
     tools: toolsShot,
+    'api-server': apiServerShot,
   }[process.argv[2] ?? ''];
   if (only) {
     const browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
@@ -206,6 +207,7 @@ async function main(): Promise<void> {
     await markdownShot(browser);
     await probabilitiesShot(browser);
     await toolsShot(browser);
+    await apiServerShot(browser);
   } finally {
     await browser.close();
   }
@@ -477,6 +479,30 @@ async function downloadsShot(browser: Browser): Promise<void> {
   } finally {
     await server.stop();
     await hub.close();
+  }
+}
+
+/**
+ * docs/api-server.png: the desktop window's API server card (its own control, as test/e2e/serve-window.ts gives
+ * the page), running on the local network with the API key.
+ */
+async function apiServerShot(browser: Browser): Promise<void> {
+  const server = await startServe([], 90_000, 'test/e2e/serve-window.ts');
+  try {
+    const page = await browser.newPage({ viewport: { width: 1440, height: 900 }, deviceScaleFactor: 1 });
+    await page.goto(server.url);
+    await page.getByTestId('models-toggle').click();
+    const card = page.getByTestId('api-server');
+    await card.getByTestId('api-server-port').fill('0');
+    await card.getByTestId('api-server-lan-toggle').check();
+    await card.getByTestId('api-server-start').click();
+    await card.getByTestId('api-key').waitFor();
+    await card.scrollIntoViewIfNeeded();
+    await page.mouse.move(0, 0);
+    await page.screenshot({ path: path.join(DOCS, 'api-server.png'), animations: 'disabled' });
+    console.log('wrote docs/api-server.png');
+  } finally {
+    await server.stop();
   }
 }
 

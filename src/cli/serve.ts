@@ -6,7 +6,7 @@
  */
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { createHostApi, type HostApi } from '../main/host/host-api';
+import { type ApiServerControl, createHostApi, type HostApi } from '../main/host/host-api';
 import { type HostSettings, RunnerService } from '../main/host/runner-service';
 import { parseByteSize } from '../main/scheduler';
 import { assertBindable, type RunningServer, serveControl, startServer } from '../main/server';
@@ -47,6 +47,11 @@ export interface ServeControl {
   until?: Promise<void>;
   /** Host settings applied over the flags' (tests: budgetDeviceOf). */
   settings?: Partial<HostSettings>;
+  /**
+   * The page's API server control in place of serve's own report (tests: the desktop window's control, so its
+   * Models view card runs in a browser); closed with serve.
+   */
+  apiServer?: (host: () => Promise<HostApi>, dataDir: string) => ApiServerControl & { close(): Promise<void> };
 }
 
 function positiveInt(name: string, value: string | undefined, min = 1): number | undefined {
@@ -103,6 +108,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
   let hostApi: HostApi | undefined;
   let runner: RunnerService | undefined;
   let server: RunningServer | undefined;
+  let windowControl: (ApiServerControl & { close(): Promise<void> }) | undefined;
   try {
     let values: ReturnType<
       typeof parseArgs<{ args: string[]; options: typeof options; allowPositionals: false }>
@@ -141,14 +147,20 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     }
 
     runner = new RunnerService({ ...settings, ...control.settings });
+    let resolveHost!: (h: HostApi) => void;
+    const hostReady = new Promise<HostApi>((r) => {
+      resolveHost = r;
+    });
+    windowControl = control.apiServer?.(() => hostReady, dataDir);
     hostApi = await createHostApi({
       runner,
       dataDir,
       defaultModelDir: path.join(REPO_ROOT, 'resources/models/default'),
       log: (line) => io.err(`${line}\n`),
       ...(firstUseTtlMs !== undefined ? { firstUseTtlMs } : {}),
-      apiServer: serveControl(() => server ?? null, token !== undefined),
+      apiServer: windowControl ?? serveControl(() => server ?? null, token !== undefined),
     });
+    resolveHost(hostApi);
     for (const dir of values.model ?? []) {
       const loaded = await hostApi.importPath(path.resolve(dir));
       if (!loaded.ok)
@@ -179,6 +191,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     io.err(`kvdesk: ${info.message}\n`);
     return info.code === 'INTERNAL' || info.code === 'ENGINE_FAILED' ? 1 : 2;
   } finally {
+    await windowControl?.close();
     await server?.close();
     if (hostApi) await hostApi.close();
     else await runner?.close();

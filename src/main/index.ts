@@ -18,7 +18,7 @@ import { createHostApi, type HostApi } from './host/host-api';
 import { RunnerService } from './host/runner-service';
 import { type IpcHandle, registerIpc } from './ipc';
 import { originOf } from './ipc/validate';
-import { createApiServerControl } from './server';
+import { API_KEY_FILE, createApiServerControl } from './server';
 import {
   APP_ENTRY_URL,
   APP_ORIGIN,
@@ -91,6 +91,7 @@ async function start(): Promise<void> {
   // The HTTP API beside the window (Models view → API server), over this same host.
   const control = createApiServerControl({
     host: () => hostPromise ?? Promise.reject(new Error('the host is not running')),
+    keyFile: path.join(app.getPath('userData'), API_KEY_FILE),
     staticDir: path.join(__dirname, '../renderer'),
     log,
   });
@@ -111,7 +112,11 @@ async function start(): Promise<void> {
       const wanted = settings.ok ? settings.value.apiServer : undefined;
       if (!wanted?.autostart) return;
       // Through the host, so the window hears that it runs.
-      const started = await host.call('startApiServer', { port: wanted.port });
+      const started = await host.call('startApiServer', {
+        port: wanted.port,
+        ...(wanted.lan !== undefined ? { lan: wanted.lan } : {}),
+        ...(wanted.requireKey !== undefined ? { requireKey: wanted.requireKey } : {}),
+      });
       if (!started.ok) log(`kvdesk: the API server did not start on port ${wanted.port}: ${started.error.message}`);
     },
     () => {},

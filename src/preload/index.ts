@@ -76,6 +76,7 @@ const calls: CallMethods = {
   apiServerStatus: bind('apiServerStatus'),
   startApiServer: bind('startApiServer'),
   stopApiServer: bind('stopApiServer'),
+  newApiKey: bind('newApiKey'),
   searchHub: bind('searchHub'),
   mcpStatus: bind('mcpStatus'),
   mcpStart: bind('mcpStart'),

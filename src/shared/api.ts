@@ -211,6 +211,12 @@ export interface ApiServerStatus {
   port?: number;
   /** Clients must send a bearer token. */
   tokenRequired: boolean;
+  /** The window's server listens on every address, for the local network. */
+  lan?: boolean;
+  /** Its addresses on the local network (this computer's IPv4 addresses), while it runs with `lan`. */
+  lanUrls?: string[];
+  /** The window's API key (the bearer token), while its server wants one: shown to the person to give to clients. */
+  key?: string;
 }
 
 /** What a request's prompt would be (measurePrompt): its tokens, the model's context, what would be left out. */
@@ -304,8 +310,19 @@ export interface DownloadStatus {
   error?: { code: string; message: string };
 }
 
-/** Starts (or moves) the window's API server; it listens on 127.0.0.1 only. */
-export const ApiServerRequest = z.object({ port: z.number().int().min(0).max(65_535) }).strict();
+/**
+ * Starts (or moves, or changes) the window's API server: on 127.0.0.1, or with `lan` on every address of this
+ * computer, for other devices of the local network; with `requireKey` (always on the network) every request must
+ * carry the window's API key.
+ */
+export const ApiServerRequest = z
+  .object({
+    port: z.number().int().min(0).max(65_535),
+    lan: z.boolean().optional(),
+    requireKey: z.boolean().optional(),
+  })
+  .strict();
+export type ApiServerRequest = z.infer<typeof ApiServerRequest>;
 
 /** A named set of chat settings the person saved, to start other chats the same way (LM Studio's presets). */
 export const Preset = z.object({
@@ -326,12 +343,21 @@ export const UiSettings = z.object({
   inspectorOpen: z.boolean().optional(),
   /** Light or dark: as the OS is (absent), or the person's pick. */
   theme: z.enum(['light', 'dark']).optional(),
-  /** The desktop window's API server: its port, and whether it starts with the app. */
-  apiServer: z.object({ port: z.number().int().min(0).max(65_535), autostart: z.boolean() }).optional(),
+  /** The desktop window's API server: its port, whether it starts with the app, on the network, with the key. */
+  apiServer: z
+    .object({
+      port: z.number().int().min(0).max(65_535),
+      autostart: z.boolean(),
+      lan: z.boolean().optional(),
+      requireKey: z.boolean().optional(),
+    })
+    .optional(),
   /** Saved chat settings, by name. */
   presets: z.array(Preset).max(100).optional(),
 });
 export type UiSettings = z.infer<typeof UiSettings>;
+/** The desktop window's API server as saved: port, start with kvdesk, on the network, with the key. */
+export type ApiServerSettings = NonNullable<UiSettings['apiServer']>;
 
 /** Budget controls the inspector can change live. */
 export const BudgetPatch = z.object({
@@ -370,9 +396,11 @@ export const CallSchemas = {
   measurePrompt: GenerateRequest,
   /** Where the HTTP API answers, and who runs it. */
   apiServerStatus: Empty,
-  /** The desktop window: serve the HTTP API on 127.0.0.1:port (moving it when it already runs elsewhere). */
+  /** The desktop window: serve the HTTP API on the port (moving it when it already runs elsewhere, as asked). */
   startApiServer: ApiServerRequest,
   stopApiServer: Empty,
+  /** The desktop window: a new API key (the old one stops working; a server that wants a key restarts with it). */
+  newApiKey: Empty,
   /** Repositories on the hub that hold ONNX language models, by a word of their name. */
   searchHub: HubSearchRequest,
   /** The MCP servers of mcp.json, and the tools of those running. */
@@ -417,6 +445,7 @@ export interface CallResponses {
   apiServerStatus: ApiServerStatus;
   startApiServer: ApiServerStatus;
   stopApiServer: ApiServerStatus;
+  newApiKey: ApiServerStatus;
   searchHub: HubSearchHit[];
   mcpStatus: McpStatus;
   mcpStart: McpStatus;

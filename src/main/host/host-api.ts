@@ -8,6 +8,7 @@ import { existsSync } from 'node:fs';
 import { lstat, mkdir, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import {
+  type ApiServerRequest,
   type ApiServerStatus,
   type BudgetPatch,
   type CallName,
@@ -104,8 +105,9 @@ export interface HostApiOptions {
 /** Who runs the HTTP API and how: the window's server control, or `kvdesk serve`'s own server. */
 export interface ApiServerControl {
   status(): ApiServerStatus;
-  start(port: number): Promise<ApiServerStatus>;
+  start(req: ApiServerRequest): Promise<ApiServerStatus>;
   stop(): Promise<ApiServerStatus>;
+  newKey(): Promise<ApiServerStatus>;
 }
 
 /** A host without an HTTP server (tests, embedders): the calls say so. */
@@ -115,6 +117,7 @@ const NO_API_SERVER: ApiServerControl = {
     throw new KvdeskError('BAD_REQUEST', 'this kvdesk has no HTTP server to start: run `kvdesk serve`');
   },
   stop: async () => NO_API_SERVER.status(),
+  newKey: async () => NO_API_SERVER.status(),
 };
 
 /** LM Studio's default time to live of a model loaded just in time. */
@@ -381,8 +384,9 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     },
     measurePrompt: async (req: unknown) => runner.measurePrompt(req),
     apiServerStatus: async () => apiServer.status(),
-    startApiServer: async (req: { port: number }) => announced(apiServer.start(req.port)),
+    startApiServer: async (req: ApiServerRequest) => announced(apiServer.start(req)),
     stopApiServer: async () => announced(apiServer.stop()),
+    newApiKey: async () => announced(apiServer.newKey()),
     searchHub: async (req: { query: string; limit?: number }) => downloads.search(req.query, req.limit),
     mcpStatus: async () => mcp.status(),
     mcpStart: async (req: { servers: string[] }) => mcp.start(req.servers),

@@ -116,7 +116,7 @@ export function createWsTransport(
           }
           if (TOOL_CALLS.has(msg.name) && opts.toolsAllowed !== true) {
             const message =
-              'MCP tools run programs as you, and this page is served without a token (any program or user on this computer could run them): start `kvdesk serve --token SECRET` and open the address it prints, or use the desktop window.';
+              'MCP tools run programs as you, and this page is served without a token (any program or user on this computer could run them): start `kvdesk serve --token SECRET` and open the address it prints, turn on the desktop window’s API key (Models view → API server), or use the desktop window.';
             send(ws, { t: 'result', id, result: { ok: false, error: { code: 'BAD_REQUEST', message } } });
             return;
           }

@@ -5,6 +5,7 @@
  * the actions components call. Components never touch the transport.
  */
 import type {
+  ApiServerSettings,
   Attachment,
   BudgetPatch,
   HubSearchHit,
@@ -42,10 +43,11 @@ export interface Bridge {
    */
   importThread(text: string, fileName: string): string | null;
   /**
-   * The desktop window's API server: serve the HTTP API on 127.0.0.1:port (remembered, with whether it starts
-   * with kvdesk), or stop it. Resolves with why not when it could not.
+   * The desktop window's API server: serve the HTTP API on the port, on this computer or the local network, with
+   * or without the API key (remembered, with whether it starts with kvdesk), or stop it. Resolves with why not
+   * when it could not.
    */
-  startApiServer(port: number, autostart: boolean): Promise<string | null>;
+  startApiServer(saved: ApiServerSettings): Promise<string | null>;
   /** Repositories on the hub with ONNX language models whose name matches, most downloaded first. */
   searchHub(query: string): Promise<Result<HubSearchHit[]>>;
   /** The packages a Hugging Face repository offers, or why not. */
@@ -64,8 +66,10 @@ export interface Bridge {
   /** Gives the thread a preset's settings (what the preset leaves out goes back to the package's defaults). */
   applyPreset(threadId: string, name: string): void;
   deletePreset(name: string): void;
-  /** Whether the window's API server starts with kvdesk, on `port` (saved). */
-  setApiServerAutostart(autostart: boolean, port: number): void;
+  /** The window's API server's settings, saved without starting it (whether it starts with kvdesk, and how). */
+  saveApiServer(saved: ApiServerSettings): void;
+  /** A new API key for the window's API server (the old one stops working); why not, if it could not. */
+  newApiKey(): Promise<string | null>;
   selectThread(id: string): void;
   renameThread(id: string, title: string): void;
   /** Keeps a chat at the top of the list (or lets it go back to its place by activity). */
@@ -651,12 +655,13 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     cancelDownload(id) {
       void api.invoke('cancelDownload', { id });
     },
-    async startApiServer(port, autostart) {
-      const r = await api.invoke('startApiServer', { port });
+    async startApiServer(saved) {
+      const { autostart: _, ...request } = saved;
+      const r = await api.invoke('startApiServer', request);
       if (!r.ok) return r.error.message;
       s().setApiServer(r.value);
-      // Remember the port asked for (0 stays "any free port"), and whether it starts with kvdesk.
-      s().setUi({ apiServer: { port, autostart } });
+      // Remember the port asked for (0 stays "any free port"), how, and whether it starts with kvdesk.
+      s().setUi({ apiServer: saved });
       saveSettings();
       return null;
     },
@@ -705,9 +710,15 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       s().setUi({ presets: (s().ui.presets ?? []).filter((p) => p.name !== name) });
       saveSettings();
     },
-    setApiServerAutostart(autostart, port) {
-      s().setUi({ apiServer: { port, autostart } });
+    saveApiServer(saved) {
+      s().setUi({ apiServer: saved });
       saveSettings();
+    },
+    async newApiKey() {
+      const r = await api.invoke('newApiKey', {});
+      if (!r.ok) return r.error.message;
+      s().setApiServer(r.value);
+      return null;
     },
     async stopApiServer() {
       const r = await api.invoke('stopApiServer', {});

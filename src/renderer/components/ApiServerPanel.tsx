@@ -1,18 +1,20 @@
 /**
- * The HTTP API, in the Models view: in the desktop window, a switch for the local server (127.0.0.1, a port,
- * whether it starts with kvdesk), as LM Studio has one; under `kvdesk serve`, where its API already answers.
+ * The HTTP API, in the Models view: in the desktop window, a switch for the local server (a port, whether it
+ * starts with kvdesk, this computer only or the local network, the API key), as LM Studio has one; under
+ * `kvdesk serve`, where its API already answers.
  */
 import { useEffect, useState } from 'react';
 import { useShallow } from 'zustand/react/shallow';
+import type { ApiServerSettings } from '../../shared/api';
 import { useApp, useBridge } from '../bridge/context';
 
 /** LM Studio's port, which many tools expect of a local server. */
 export const DEFAULT_API_PORT = 1234;
 
-function ApiAddress({ url }: { url: string }) {
+function ApiAddress({ url, href = url }: { url: string; href?: string }) {
   return (
     <span>
-      <a className="mono" href={url} target="_blank" rel="noreferrer" data-testid="api-server-url">
+      <a className="mono" href={href} target="_blank" rel="noreferrer" data-testid="api-server-url">
         {url}
       </a>{' '}
       <span className="muted">
@@ -23,12 +25,59 @@ function ApiAddress({ url }: { url: string }) {
   );
 }
 
+/** The window's API key: hidden until asked, copied with a click, replaced on demand. */
+function ApiKey({ apiKey, busy, renew }: { apiKey: string; busy: boolean; renew: () => void }) {
+  const [shown, setShown] = useState(false);
+  const [copied, setCopied] = useState(false);
+  return (
+    <div className="row api-key" data-testid="api-key">
+      API key{' '}
+      <span className="mono" data-testid="api-key-value">
+        {shown ? apiKey : `${apiKey.slice(0, 4)}${'•'.repeat(12)}`}
+      </span>
+      <button type="button" className="small" data-testid="api-key-show" onClick={() => setShown(!shown)}>
+        {shown ? 'Hide' : 'Show'}
+      </button>
+      <button
+        type="button"
+        className="small"
+        data-testid="api-key-copy"
+        onClick={() => {
+          void navigator.clipboard?.writeText(apiKey).then(
+            () => setCopied(true),
+            () => setShown(true),
+          );
+        }}
+      >
+        {copied ? 'Copied' : 'Copy'}
+      </button>
+      <button
+        type="button"
+        className="small"
+        disabled={busy}
+        data-testid="api-key-new"
+        title="Make a new key: clients with the old one are refused"
+        onClick={() => {
+          setCopied(false);
+          renew();
+        }}
+      >
+        New key
+      </button>
+      <span className="muted">
+        clients send <span className="mono">Authorization: Bearer</span> and the key (the SDKs' api_key)
+      </span>
+    </div>
+  );
+}
+
 export function ApiServerPanel() {
   const bridge = useBridge();
   const { status, saved } = useApp(useShallow((s) => ({ status: s.apiServer, saved: s.ui.apiServer })));
   const [port, setPort] = useState(String(saved?.port ?? DEFAULT_API_PORT));
   const [error, setError] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
+  const [pending, setPending] = useState<Partial<ApiServerSettings> | null>(null);
   // The saved port arrives with the settings (and changes when the server starts elsewhere): the field follows it.
   useEffect(() => {
     if (saved?.port !== undefined) setPort(String(saved.port));
@@ -61,14 +110,36 @@ export function ApiServerPanel() {
     setError(await fn());
     setBusy(false);
   };
-  const start = () => {
+  // A change the running server is taking: shown at once, the saved one again if it fails.
+  const lan = pending?.lan ?? saved?.lan ?? false;
+  const requireKey = lan || (pending?.requireKey ?? saved?.requireKey ?? false);
+  /** The port field as a number, or null (and why) when it is not one. */
+  const portNumber = (): number | null => {
     const n = Number(port);
     if (port.trim() === '' || !Number.isInteger(n) || n < 0 || n > 65_535) {
       setError('The port is a whole number from 0 (any free port) to 65535.');
+      return null;
+    }
+    return n;
+  };
+  const start = (change: Partial<ApiServerSettings> = {}) => {
+    const n = portNumber();
+    if (n === null) return;
+    void act(() => bridge.startApiServer({ port: n, autostart, lan, requireKey, ...change }));
+  };
+  /** A setting changed: a running server takes it at once (on its port); a stopped one keeps it for its start. */
+  const change = (next: Partial<ApiServerSettings>) => {
+    if (status.running) {
+      setPending(next);
+      const settings = { port: saved?.port ?? status.port ?? DEFAULT_API_PORT, autostart, lan, requireKey, ...next };
+      void act(() => bridge.startApiServer(settings)).finally(() => setPending(null));
       return;
     }
-    void act(() => bridge.startApiServer(n, autostart));
+    // The port it was started on (as asked: 0 stays "any"), else the one in the field.
+    const field = port.trim() !== '' && Number.isInteger(Number(port)) ? Number(port) : DEFAULT_API_PORT;
+    bridge.saveApiServer({ port: saved?.port ?? field, autostart, lan, requireKey, ...next });
   };
+  const keyedHref = (url: string) => (status.key ? `${url}/?token=${encodeURIComponent(status.key)}` : url);
   return (
     <div className="card api-server" data-testid="api-server" data-running={status.running}>
       <div className="top">
@@ -80,12 +151,28 @@ export function ApiServerPanel() {
       {status.running && status.url ? (
         <div>
           Serving the OpenAI-, Anthropic- and Ollama-compatible APIs for this window's models at{' '}
-          <ApiAddress url={status.url} />. Requests share the KV budget with your chats.
+          <ApiAddress url={status.url} href={keyedHref(status.url)} />
+          {status.tokenRequired ? ', with the API key' : ''}. Requests share the KV budget with your chats.
+          {status.lan && (
+            <div data-testid="api-server-lan">
+              On the local network:{' '}
+              {(status.lanUrls ?? []).length > 0 ? (
+                (status.lanUrls ?? []).map((u) => (
+                  <a key={u} className="mono lan-url" href={keyedHref(u)} target="_blank" rel="noreferrer">
+                    {u}
+                  </a>
+                ))
+              ) : (
+                <span className="muted">this computer has no network address yet</span>
+              )}{' '}
+              <span className="muted">(other devices; a firewall may need to let the port in)</span>
+            </div>
+          )}
         </div>
       ) : (
         <div className="muted">
-          Serve the OpenAI-, Anthropic- and Ollama-compatible APIs on this computer (127.0.0.1), for editors, scripts
-          and other apps, with the models loaded here.
+          Serve the OpenAI-, Anthropic- and Ollama-compatible APIs on this computer (127.0.0.1), or to the other devices
+          of your network, for editors, scripts and other apps, with the models loaded here.
         </div>
       )}
       <div className="row api-controls">
@@ -108,15 +195,42 @@ export function ApiServerPanel() {
             checked={autostart}
             disabled={busy}
             onChange={(e) => {
-              // The port it was started on (as asked: 0 stays "any"), else the one in the field.
               const field = port.trim() !== '' && Number.isInteger(Number(port)) ? Number(port) : DEFAULT_API_PORT;
-              bridge.setApiServerAutostart(
-                e.target.checked,
-                saved?.port ?? (status.running ? status.port : field) ?? field,
-              );
+              bridge.saveApiServer({
+                port: saved?.port ?? (status.running ? status.port : field) ?? field,
+                autostart: e.target.checked,
+                lan,
+                requireKey,
+              });
             }}
           />{' '}
           start with kvdesk
+        </label>
+        <label title="Listen on every address of this computer, so phones and other computers of the network can use it">
+          <input
+            type="checkbox"
+            data-testid="api-server-lan-toggle"
+            checked={lan}
+            disabled={busy}
+            onChange={(e) => change({ lan: e.target.checked })}
+          />{' '}
+          on the local network
+        </label>
+        <label
+          title={
+            lan
+              ? 'On the network the key is always needed: anyone there could otherwise use your models and read your chats'
+              : 'Every request must carry the API key'
+          }
+        >
+          <input
+            type="checkbox"
+            data-testid="api-server-key-toggle"
+            checked={requireKey}
+            disabled={busy || lan}
+            onChange={(e) => change({ requireKey: e.target.checked })}
+          />{' '}
+          require the API key
         </label>
         {status.running ? (
           <>
@@ -146,6 +260,9 @@ export function ApiServerPanel() {
           </button>
         )}
       </div>
+      {status.running && status.key && (
+        <ApiKey apiKey={status.key} busy={busy} renew={() => void act(bridge.newApiKey)} />
+      )}
       {error && (
         <div className="refusal failed" role="alert" data-testid="api-server-error">
           {error}

@@ -5,14 +5,15 @@
  * cannot start on a port in use, and leaves the host's calls working throughout. `kvdesk serve`'s status says
  * where its API answers and refuses to be started or stopped from a page.
  */
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import http from 'node:http';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createHostApi, type HostApi } from '../../../src/main/host/host-api';
 import { RunnerService } from '../../../src/main/host/runner-service';
-import { createApiServerControl, serveControl } from '../../../src/main/server';
+import { API_KEY_FILE, createApiServerControl, lanAddresses, serveControl } from '../../../src/main/server';
 import type { ApiServerStatus } from '../../../src/shared/api';
 import { defaultModelDir } from '../../helpers/fixtures';
 import { startTestServer } from './server-helpers';
@@ -30,6 +31,7 @@ beforeAll(async () => {
   });
   control = createApiServerControl({
     host: () => host,
+    keyFile: path.join(dataDir, API_KEY_FILE),
     staticDir: path.join(dataDir, 'no-renderer'),
     log: (line) => log.push(line),
   });
@@ -49,7 +51,10 @@ afterAll(async () => {
   await rm(dataDir, { recursive: true, force: true });
 });
 
-async function call<T>(name: 'apiServerStatus' | 'startApiServer' | 'stopApiServer', request = {}): Promise<T> {
+async function call<T>(
+  name: 'apiServerStatus' | 'startApiServer' | 'stopApiServer' | 'newApiKey',
+  request = {},
+): Promise<T> {
   const r = await hostApi.call(name, request);
   if (!r.ok) throw new Error(`${name}: ${r.error.message}`);
   return r.value as T;
@@ -62,6 +67,20 @@ async function freePort(): Promise<number> {
   const port = (s.address() as net.AddressInfo).port;
   await new Promise<void>((r) => s.close(() => r()));
   return port;
+}
+
+/**
+ * The status of a GET on a fresh connection (fetch would reuse a kept-alive socket of a server that restarted on
+ * the same port, which it closed); rejects when nothing answers.
+ */
+function statusOf(url: string, key?: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = http.get(url, { agent: false, headers: key ? { authorization: `Bearer ${key}` } : {} }, (res) => {
+      res.resume();
+      resolve(res.statusCode ?? 0);
+    });
+    req.once('error', reject);
+  });
 }
 
 /** Nobody listens on the URL's port any more (a new connection is refused). */
@@ -93,6 +112,7 @@ describe("the window's API server", () => {
       url: `http://127.0.0.1:${port}`,
       port,
       tokenRequired: false,
+      lan: false,
     });
     expect(await call<ApiServerStatus>('apiServerStatus')).toEqual(on);
 
@@ -167,6 +187,85 @@ describe("the window's API server", () => {
     }
   });
 
+  it('with the key: every request carries it; it is kept, readable by this user only; a new one replaces it', async () => {
+    const port = await freePort();
+    const on = await call<ApiServerStatus>('startApiServer', { port, requireKey: true });
+    const key = on.key ?? '';
+    expect(on).toEqual({
+      running: true,
+      controlledBy: 'window',
+      url: `http://127.0.0.1:${port}`,
+      port,
+      tokenRequired: true,
+      lan: false,
+      key,
+    });
+    expect(key).toMatch(/^kvd-[A-Za-z0-9_-]{43}$/);
+    const keyFile = path.join(dataDir, API_KEY_FILE);
+    expect((await readFile(keyFile, 'utf8')).trim()).toBe(key);
+    expect((await stat(keyFile)).mode & 0o777).toBe(0o600);
+    const models = (k?: string) => statusOf(`${on.url}/v1/models`, k);
+    expect(await models()).toBe(401);
+    expect(await models('kvd-wrong')).toBe(401);
+    expect(await models(key)).toBe(200);
+
+    // Turned off on the same port: no key wanted, none shown.
+    const open = await call<ApiServerStatus>('startApiServer', { port, requireKey: false });
+    expect(open).toMatchObject({ running: true, port, tokenRequired: false, lan: false });
+    expect(open.key).toBeUndefined();
+    expect(await models()).toBe(200);
+    // On again: the same key (it is kept), until a new one is asked for.
+    expect((await call<ApiServerStatus>('startApiServer', { port, requireKey: true })).key).toBe(key);
+    const renewed = await call<ApiServerStatus>('newApiKey');
+    expect(renewed).toMatchObject({ running: true, port, tokenRequired: true });
+    expect(renewed.key).not.toBe(key);
+    expect(await models(key)).toBe(401);
+    expect(await models(renewed.key)).toBe(200);
+    expect((await readFile(keyFile, 'utf8')).trim()).toBe(renewed.key);
+
+    // Another window's control (kvdesk started again) reads the kept key; one not of kvdesk's making is replaced.
+    await call('stopApiServer');
+    const again = createApiServerControl({ host: async () => hostApi, keyFile });
+    try {
+      expect((await again.start({ port: 0, requireKey: true })).key).toBe(renewed.key);
+    } finally {
+      await again.close();
+    }
+    await writeFile(keyFile, 'password\n');
+    const fresh = createApiServerControl({ host: async () => hostApi, keyFile });
+    try {
+      const st = await fresh.start({ port: 0, requireKey: true });
+      expect(st.key).toMatch(/^kvd-/);
+      expect((await readFile(keyFile, 'utf8')).trim()).toBe(st.key);
+    } finally {
+      await fresh.close();
+    }
+  }, 60_000);
+
+  it('on the local network: every address, always with the key, its addresses listed', async () => {
+    const port = await freePort();
+    // Asked without the key: the key is wanted all the same.
+    const on = await call<ApiServerStatus>('startApiServer', { port, lan: true, requireKey: false });
+    const key = on.key ?? '';
+    expect(on).toMatchObject({ running: true, port, tokenRequired: true, lan: true });
+    expect(key).toMatch(/^kvd-/);
+    expect(on.lanUrls).toEqual(lanAddresses().map((a) => `http://${a}:${port}`));
+    expect(await statusOf(`http://127.0.0.1:${port}/v1/models`)).toBe(401);
+    expect(await statusOf(`http://127.0.0.1:${port}/v1/models`, key)).toBe(200);
+    // From another address of this computer, as another device of the network reaches it.
+    for (const url of on.lanUrls ?? []) {
+      expect(await statusOf(`${url}/v1/models`)).toBe(401);
+      expect(await statusOf(`${url}/v1/models`, key)).toBe(200);
+    }
+    // Back to this computer only: another address no longer reaches it.
+    const local = await call<ApiServerStatus>('startApiServer', { port });
+    expect(local).toMatchObject({ running: true, port, tokenRequired: false, lan: false });
+    expect(local.lanUrls).toBeUndefined();
+    for (const url of on.lanUrls ?? []) await expect(statusOf(`${url}/v1/models`)).rejects.toThrow(/ECONNREFUSED/);
+    expect(await statusOf(`http://127.0.0.1:${port}/v1/models`)).toBe(200);
+    await call('stopApiServer');
+  }, 60_000);
+
   it('refuses a port outside 0–65535, naming the field', async () => {
     const r = await hostApi.call('startApiServer', { port: 70_000 });
     expect(r.ok).toBe(false);
@@ -186,7 +285,7 @@ describe("kvdesk serve's API", () => {
         port: t.server.port,
         tokenRequired: true,
       });
-      await expect(status.start(1234)).rejects.toThrow('this page is served by `kvdesk serve`');
+      await expect(status.start({ port: 1234 })).rejects.toThrow('this page is served by `kvdesk serve`');
       await expect(status.stop()).rejects.toThrow('whose API runs as long as it does');
     } finally {
       await t.close();
