@@ -18,6 +18,8 @@ import { toErrorInfo } from '../shared/errors';
 import { formatBytes } from '../shared/format';
 import {
   badArgs,
+  budgetCapLine,
+  contextClipLine,
   fail,
   type Io,
   packageDir,
@@ -136,6 +138,11 @@ export class ChatSession {
         { role: 'assistant', content: result.text, ...(result.reasoning ? { reasoning: result.reasoning } : {}) },
       ];
       this.noteDrop(result.contextDrop);
+      // A reply the budget or the context cut short says so (the scheduler never cuts one silently).
+      if (result.clipped) this.io.err(contextClipLine(result.clipped));
+      if (result.budgetCap) {
+        this.io.err(budgetCapLine(result.budgetCap, 'raise --kv-budget, or /clear to start a shorter conversation'));
+      }
       if (this.options.verbose) this.io.err(figures(result));
     } catch (err) {
       const info = toErrorInfo(err);

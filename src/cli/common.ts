@@ -3,7 +3,7 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
 import { ModelLibrary } from '../main/host/model-library';
-import type { SamplingSettings } from '../shared/contract';
+import type { BudgetCap, ContextClip, SamplingSettings } from '../shared/contract';
 import { type ErrorInfo, KvdeskError } from '../shared/errors';
 import { dataDirOf } from './data-dir';
 
@@ -152,6 +152,16 @@ export class ReplyPrinter {
     this.io.err('\n...done thinking.\n\n');
     this.thinking = 'done';
   }
+}
+
+/** The line that says the KV budget cut a reply's max new tokens (never silent), and what to do. */
+export function budgetCapLine(c: BudgetCap, remedy: string): string {
+  return `kvdesk: reply capped at ${c.admittedMaxTokens} tokens by the KV budget (asked ${c.requestedMaxTokens}; needs ${c.requestedBytes} bytes, ${c.availableBytes} available): ${remedy}\n`;
+}
+
+/** The line that says the context window clipped a request's max new tokens (never silent). */
+export function contextClipLine(c: ContextClip): string {
+  return `kvdesk: max new tokens clipped from ${c.requestedMaxTokens} to ${c.clippedMaxTokens} by the context window (${c.contextLength} tokens)\n`;
 }
 
 /** A command's flags and positionals; a flag it does not know (or a bad value) is BAD_REQUEST naming it. */

@@ -26,6 +26,8 @@ import { formatBytes } from '../shared/format';
 import type { ModelSpec } from '../shared/model-spec';
 import {
   badArgs,
+  budgetCapLine,
+  contextClipLine,
   fail,
   type Io,
   packageDir,
@@ -289,16 +291,9 @@ async function generate(args: string[], io: Io): Promise<number> {
     const handle = host.generate(request, (frame) => {
       if (json) return;
       if (frame.type === 'admitted' && frame.budgetCap) {
-        const c = frame.budgetCap;
-        io.err(
-          `kvdesk: reply capped at ${c.admittedMaxTokens} tokens by the KV budget (asked ${c.requestedMaxTokens}; needs ${c.requestedBytes} bytes, ${c.availableBytes} available): raise --kv-budget or shorten the prompt\n`,
-        );
+        io.err(budgetCapLine(frame.budgetCap, 'raise --kv-budget or shorten the prompt'));
       }
-      if (frame.type === 'accepted' && frame.clipped) {
-        io.err(
-          `kvdesk: max new tokens clipped from ${frame.clipped.requestedMaxTokens} to ${frame.clipped.clippedMaxTokens} by the context window (${frame.clipped.contextLength} tokens)\n`,
-        );
-      }
+      if (frame.type === 'accepted' && frame.clipped) io.err(contextClipLine(frame.clipped));
       if (frame.type === 'tokens' && !multiRow) printer.push(frame.rows[0]);
     });
     const result = await handle.result;

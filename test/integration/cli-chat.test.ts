@@ -144,6 +144,25 @@ describe('kvdesk chat', () => {
     expect(figures(refused.stderr).length).toBeLessThan(8);
   }, 90_000);
 
+  it('a reply the context or the KV budget cuts short says so, with what to do', () => {
+    const clipped = kvdesk(['chat', smallContextModel(), '--greedy', '--max-new-tokens', '1000'], 'Hi\n');
+    expect(clipped.code, clipped.stderr).toBe(0);
+    expect(clipped.stderr).toMatch(
+      /kvdesk: max new tokens clipped from 1000 to \d+ by the context window \(256 tokens\)/,
+    );
+    const capped = kvdesk(
+      ['chat', defaultModelDir, '--greedy', '--max-new-tokens', '100', '--kv-budget', '40KiB'],
+      'Hi\n',
+    );
+    expect(capped.code, capped.stderr).toBe(0);
+    expect(capped.stderr).toMatch(
+      /kvdesk: reply capped at \d+ tokens by the KV budget \(asked 100; needs \d+ bytes, 40960 available\): raise --kv-budget, or \/clear to start a shorter conversation/,
+    );
+    // Neither says anything when nothing was cut.
+    const whole = kvdesk(['chat', defaultModelDir, ...GREEDY], 'Hi\n');
+    expect(whole.stderr).not.toMatch(/capped at|clipped from/);
+  });
+
   it('Ctrl+C stops the reply being written, and the chat goes on', async () => {
     const child = spawn(
       process.execPath,

@@ -519,6 +519,8 @@ export class MessageEvents {
         stop_details: null,
       },
       usage: messageUsage(result, result.promptTokens, result.rows[0]?.tokenIds.length ?? 0),
+      // As the whole reply has it: whether the budget or the context cut the reply short, and why.
+      kvdesk: kvdeskExtras(result),
     });
     out.push({ type: 'message_stop' });
     return out;

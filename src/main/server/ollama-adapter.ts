@@ -30,6 +30,7 @@ import {
   boolean,
   conversationRequest,
   functionTools,
+  kvdeskExtras,
   number,
   openAiFinishReason,
   present,
@@ -483,6 +484,8 @@ export function ollamaReply(
     done: true,
     done_reason: doneReason(result.finishReason),
     ...replyMetrics(result, loadMs),
+    // kvdesk's own facts, as its other APIs give them: a "length" the budget or the context caused says so.
+    kvdesk: kvdeskExtras(result),
   };
 }
 
@@ -510,7 +513,10 @@ export function ollamaFinalChunk(
   result: GenerationResult,
   loadMs = 0,
 ): Record<string, unknown> {
-  return doneLine(kind, model, doneReason(result.finishReason), replyMetrics(result, loadMs));
+  return {
+    ...doneLine(kind, model, doneReason(result.finishReason), replyMetrics(result, loadMs)),
+    kvdesk: kvdeskExtras(result),
+  };
 }
 
 /** The answer to a request with nothing to generate: Ollama's "load", or "unload" for `keep_alive` 0. */

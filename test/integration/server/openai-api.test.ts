@@ -250,7 +250,7 @@ describe('chat completions', () => {
     expect(a.choices[0]?.message.content).toBe(b.choices[0]?.message.content);
   });
 
-  it('says when the KV budget capped the reply: finish_reason length and kvdesk.budget_cap', async () => {
+  it('says when the KV budget capped the reply: finish_reason length and kvdesk.budget_cap, in every API', async () => {
     // Find the prompt length, then give a budget that holds it plus exactly 10 new tokens.
     const probe = await client.chat.completions.create({ model: 'default', messages: LONG_CHAT, max_tokens: 1 });
     const p = (probe.usage as NonNullable<typeof probe.usage>).prompt_tokens;
@@ -287,6 +287,35 @@ describe('chat completions', () => {
       for await (const ch of stream) if (ch.choices[0]?.finish_reason) final = ch as unknown as Final;
       expect(final?.choices[0]?.finish_reason).toBe('length');
       expect(final?.kvdesk?.budget_cap?.admitted_max_tokens).toBe(10);
+
+      // The Anthropic and Ollama APIs say it too, streamed or not (SCHEDULER.md: reported, never silent).
+      const post = (route: string, body: Record<string, unknown>) =>
+        fetch(`${t.url}${route}`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ model: 'default', messages: LONG_CHAT, ...body }),
+        });
+      const lines = async (res: Response) =>
+        (await res.text())
+          .split('\n')
+          .filter((l) => l.startsWith('{') || l.startsWith('data: {'))
+          .map((l) => JSON.parse(l.replace(/^data: /, '')) as Record<string, unknown>);
+      type Kv = { kvdesk?: { budget_cap?: { admitted_max_tokens: number; requested_max_tokens: number } } };
+      const anthropic = (await (await post('/v1/messages', { max_tokens: 100 })).json()) as Kv & {
+        stop_reason: string;
+      };
+      expect(anthropic.stop_reason).toBe('max_tokens');
+      expect(anthropic.kvdesk?.budget_cap).toMatchObject({ admitted_max_tokens: 10, requested_max_tokens: 100 });
+      const anthropicStream = await lines(await post('/v1/messages', { max_tokens: 100, stream: true }));
+      const delta = anthropicStream.find((e) => e.type === 'message_delta') as Kv & { delta: { stop_reason: string } };
+      expect(delta.delta.stop_reason).toBe('max_tokens');
+      expect(delta.kvdesk?.budget_cap).toMatchObject({ admitted_max_tokens: 10, requested_max_tokens: 100 });
+      for (const stream of [false, true]) {
+        const ollama = await lines(await post('/api/chat', { stream, options: { num_predict: 100 } }));
+        const last = ollama.at(-1) as Kv & { done: boolean; done_reason: string; eval_count: number };
+        expect(last).toMatchObject({ done: true, done_reason: 'length', eval_count: 10 });
+        expect(last.kvdesk?.budget_cap).toMatchObject({ admitted_max_tokens: 10, requested_max_tokens: 100 });
+      }
     } finally {
       await t.hostApi.call('configureBudget', { kvBudgetBytes: BUDGET });
     }

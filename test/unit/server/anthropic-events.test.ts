@@ -16,11 +16,20 @@ function brief(events: MessageEvent[]): string[] {
 }
 
 const call = (id: string, args: string): ToolCall => ({ id, name: 'set_lamp', arguments: args });
-const result = {
+const result: GenerationResult = {
+  requestId: 'r1',
+  modelId: 'default',
+  tokenIds: [1],
+  text: '',
   finishReason: 'tool_calls',
-  rows: [{ tokenIds: [1] }],
+  rows: [{ tokenIds: [1], text: '', finishReason: 'tool_calls' }],
   promptTokens: 3,
-} as unknown as GenerationResult;
+  reusedTokens: 0,
+  bpt: 1,
+  kvBytes: 4,
+  reservedBytes: 4,
+  timings: { queueMs: 0, ttftMs: 1, totalMs: 2, tokensPerSecond: 1 },
+};
 
 describe('MessageEvents with streamed input', () => {
   it('text, then a call whose input streams, then text after it in the frame that completes it', () => {
