@@ -22,7 +22,7 @@ import { apiThinkingQuestion, wsCall } from '../test/e2e/fixtures';
 import globalSetup from '../test/e2e/global-setup';
 import { ROOT, startServe } from '../test/e2e/serve';
 import { defaultModelRepo, startFakeHub } from '../test/helpers/fake-hub';
-import { smallContextModel, thinkingModel } from '../test/helpers/models';
+import { graphVariantsModel, smallContextModel, thinkingModel } from '../test/helpers/models';
 import { writeTwinPackages } from '../test/helpers/static-cache-models';
 
 const DOCS = path.join(ROOT, 'docs');
@@ -92,6 +92,7 @@ async function main(): Promise<void> {
     probabilities: probabilitiesShot,
     tools: toolsShot,
     'api-server': apiServerShot,
+    variants: variantsShot,
   }[process.argv[2] ?? ''];
   if (only) {
     const browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
@@ -208,6 +209,7 @@ async function main(): Promise<void> {
     await probabilitiesShot(browser);
     await toolsShot(browser);
     await apiServerShot(browser);
+    await variantsShot(browser);
   } finally {
     await browser.close();
   }
@@ -479,6 +481,28 @@ async function downloadsShot(browser: Browser): Promise<void> {
   } finally {
     await server.stop();
     await hub.close();
+  }
+}
+
+/**
+ * docs/variants.png: a loaded package with two graph variants (fp32 and q4), its graph and backend picks open to
+ * a change — the backends this machine cannot use listed, disabled.
+ */
+async function variantsShot(browser: Browser): Promise<void> {
+  const server = await startServe(['--model', graphVariantsModel()]);
+  try {
+    const page = await browser.newPage({ viewport: { width: 1440, height: 900 }, deviceScaleFactor: 1 });
+    await page.goto(server.url);
+    await page.getByTestId('models-toggle').click();
+    const card = page.locator('[data-testid="loaded-model-card"][data-model-id="graph-variants"]');
+    await card.getByTestId('model-backend').locator('option[value="cuda"]').waitFor({ state: 'attached' });
+    await card.getByTestId('model-graph').selectOption('q4');
+    await card.scrollIntoViewIfNeeded();
+    await page.mouse.move(0, 0);
+    await page.screenshot({ path: path.join(DOCS, 'variants.png'), animations: 'disabled' });
+    console.log('wrote docs/variants.png');
+  } finally {
+    await server.stop();
   }
 }
 

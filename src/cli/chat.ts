@@ -22,9 +22,12 @@ import {
   contextClipLine,
   fail,
   type Io,
+  LOAD_OPTIONS,
+  loadFlags,
   packageDir,
   parseFlags,
   parseNumber,
+  printWarnings,
   ReplyPrinter,
   SAMPLING_OPTIONS,
   samplingFlags,
@@ -402,6 +405,7 @@ export async function chat(
     'kv-budget': { type: 'string' },
     threads: { type: 'string' },
     'data-dir': { type: 'string' },
+    ...LOAD_OPTIONS,
   } as const;
   let host: RunnerService | undefined;
   try {
@@ -431,7 +435,8 @@ export async function chat(
       ...(values['kv-budget'] !== undefined ? { kvBudget: values['kv-budget'] } : {}),
       ...(threads !== undefined ? { threads } : {}),
     });
-    const model = await host.loadModel(dir);
+    const model = await host.loadModel(dir, loadFlags(values));
+    printWarnings(io, model.spec.warnings);
     if (chatOptions.thinking === true && !model.spec.reasoning)
       throw badArgs(`--think: ${model.id} does not think (its chat template has no reasoning markers)`);
     const interactive = input.isTTY === true;

@@ -154,6 +154,28 @@ export class ReplyPrinter {
   }
 }
 
+/** generate's and chat's flags for how the package loads: the person's variant and backend. */
+export const LOAD_OPTIONS = {
+  variant: { type: 'string' },
+  backend: { type: 'string' },
+} as const;
+
+/** The load options the flags ask for. */
+export function loadFlags(values: { variant?: string | undefined; backend?: string | undefined }): {
+  variant?: string;
+  backend?: string;
+} {
+  return {
+    ...(values.variant !== undefined ? { variant: values.variant } : {}),
+    ...(values.backend !== undefined ? { backend: values.backend } : {}),
+  };
+}
+
+/** What the loaded package's spec warns of (a backend it could not use, a variant picked for it), on stderr. */
+export function printWarnings(io: Io, warnings: readonly string[]): void {
+  for (const w of warnings) io.err(`kvdesk: warning: ${w}\n`);
+}
+
 /** The line that says the KV budget cut a reply's max new tokens (never silent), and what to do. */
 export function budgetCapLine(c: BudgetCap, remedy: string): string {
   return `kvdesk: reply capped at ${c.admittedMaxTokens} tokens by the KV budget (asked ${c.requestedMaxTokens}; needs ${c.requestedBytes} bytes, ${c.availableBytes} available): ${remedy}\n`;

@@ -30,9 +30,12 @@ import {
   contextClipLine,
   fail,
   type Io,
+  LOAD_OPTIONS,
+  loadFlags,
   packageDir,
   parseIds,
   parseNumber,
+  printWarnings,
   ReplyPrinter,
   SAMPLING_OPTIONS,
   samplingFlags,
@@ -81,10 +84,15 @@ generate options:
   --prefill-chunk N        prompt tokens one prefill run computes at most (default 256)
   --json                   print one JSON object on stdout
   --data-dir DIR           where the library lives, for a library id (default $KVDESK_DATA_DIR or ~/.kvdesk)
+  --variant NAME           the graph variant (fp32, fp16, q4, quantized… of model_<name>.onnx) or an ORT package's
+                           variant to load (default: the plain model.onnx, else the one that runs best on a CPU)
+  --backend NAME           cpu, cuda, webgpu, dml, coreml… (default: the best usable one the package offers; one
+                           this machine cannot use runs on the CPU with a warning; kvdesk inspect lists them)
 
 chat options (a conversation, as ollama run: a line is a turn, """ starts and ends one of several lines; Ctrl+C
 stops a reply, Ctrl+D or /bye ends, /? lists the commands; with stdin from a pipe, each line is a turn):
-  --system TEXT --max-new-tokens N, generate's sampling options, --kv-budget, --threads, --data-dir
+  --system TEXT --max-new-tokens N, generate's sampling options, --kv-budget, --threads, --data-dir,
+  --variant, --backend
   --verbose                each reply's figures (tokens, speed, prompt and reused tokens, KV) on stderr
   --think | --nothink      a thinking model reasons first, or replies at once (also /set think, /set nothink);
                            its reasoning goes to stderr between "Thinking..." and "...done thinking."
@@ -223,6 +231,7 @@ async function generate(args: string[], io: Io): Promise<number> {
     'prefill-chunk': { type: 'string' },
     json: { type: 'boolean' },
     'data-dir': { type: 'string' },
+    ...LOAD_OPTIONS,
   } as const;
   const json = args.includes('--json');
   let parsed: ReturnType<typeof parseArgs<{ args: string[]; options: typeof options; allowPositionals: true }>>;
@@ -285,7 +294,11 @@ async function generate(args: string[], io: Io): Promise<number> {
       ...(threads !== undefined ? { intraOpNumThreads: threads } : {}),
       ...(prefillChunk !== undefined ? { prefillChunkTokens: prefillChunk } : {}),
     });
-    const info = await host.loadModel(await packageDir(positionals[0] as string, values['data-dir']));
+    const info = await host.loadModel(
+      await packageDir(positionals[0] as string, values['data-dir']),
+      loadFlags(values),
+    );
+    if (!json) printWarnings(io, info.spec.warnings);
     const multiRow = (request.prompts as unknown[] | undefined)?.length !== undefined || (rows ?? 1) > 1;
     const printer = new ReplyPrinter(io);
     const handle = host.generate(request, (frame) => {

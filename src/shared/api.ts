@@ -219,6 +219,23 @@ export interface ApiServerStatus {
   key?: string;
 }
 
+/** One backend of onnxruntime-node on this machine (src/main/backends detectBackends): usable, or why not. */
+export interface BackendInfo {
+  /** onnxruntime-node's name: cpu, webgpu, cuda, tensorrt, dml, coreml. */
+  name: string;
+  /** The execution provider's ORT name. */
+  provider: string;
+  usable: boolean;
+  reason?: string;
+  hint?: string;
+}
+
+/** How a package is loaded: the person's pick of variant and backend (absent: kvdesk's). */
+export interface LoadModelRequest {
+  variant?: string;
+  backend?: string;
+}
+
 /** What a request's prompt would be (measurePrompt): its tokens, the model's context, what would be left out. */
 export interface PromptMeasure {
   promptTokens: number;
@@ -377,7 +394,16 @@ export const CallSchemas = {
   listModels: Empty,
   /** Validate a package folder on the host's disk without loading it. */
   checkPackage: z.object({ path: z.string().min(1).max(4096) }).strict(),
-  loadModel: z.object({ path: z.string().min(1).max(4096) }).strict(),
+  /** `variant` (an ORT package's, or a graph file's: fp16, q4, …) and `backend` (cpu, cuda, webgpu, …): the person's pick. */
+  loadModel: z
+    .object({
+      path: z.string().min(1).max(4096),
+      variant: z.string().min(1).max(200).optional(),
+      backend: z.string().min(1).max(100).optional(),
+    })
+    .strict(),
+  /** What each backend onnxruntime-node knows can do on this machine (probed once), and why not. */
+  listBackends: Empty,
   /** The packages loaded before, most recently loaded first. */
   listLibrary: Empty,
   /** Removes a package from the library: a folder of your own is forgotten, kvdesk's copy of an upload deleted. */
@@ -429,6 +455,7 @@ export interface CallResponses {
   listModels: ModelInfo[];
   checkPackage: PackageCheck;
   loadModel: ModelInfo;
+  listBackends: BackendInfo[];
   listLibrary: LibraryEntry[];
   forgetModel: null;
   unloadModel: null;

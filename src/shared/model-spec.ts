@@ -121,6 +121,15 @@ export interface GraphVariant {
   bytes: number;
 }
 
+/** Graph variants best first on a CPU: 4-bit MatMulNBits, then 8-bit, then full precision; half precision is slow there. */
+const CPU_ORDER = ['q4', 'int8', 'quantized', 'uint8', 'fp32', 'q4f16', 'fp16', 'bnb4'];
+
+/** Where a graph variant's name stands among those that run best on a CPU (lower is better; unknown names last). */
+export function cpuVariantRank(name: string): number {
+  const at = CPU_ORDER.indexOf(name);
+  return at < 0 ? CPU_ORDER.length : at;
+}
+
 /**
  * One variant of an ORT model package (PACKAGES.md layout 4): a folder built
  * for one execution provider. Listed in the spec so the person and the

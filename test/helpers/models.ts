@@ -17,6 +17,18 @@ export function generatedModel(name: string, overrides: Partial<ModelGenConfig>)
   return dir;
 }
 
+/**
+ * A package with two graph variants, as a transformers.js repository has them: the default preset's
+ * onnx/model.onnx (fp32) and an onnx/model_q4.onnx sibling of the same shape with other weights (another seed), so
+ * the two write different tokens.
+ */
+export function graphVariantsModel(): string {
+  const dir = generatedModel('graph-variants', {});
+  const other = generatedModel('graph-variants-other-seed', { seed: 7 });
+  copyFileSync(path.join(other, 'onnx/model.onnx'), path.join(dir, 'onnx/model_q4.onnx'));
+  return dir;
+}
+
 /** The context of {@link smallContextModel}. */
 export const SMALL_CONTEXT = 256;
 

@@ -9,6 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { defaultModelDir, fixture, fixturesSkipReason, haveFixtures, repoRoot } from '../helpers/fixtures';
+import { graphVariantsModel } from '../helpers/models';
 
 interface CliRun {
   code: number;
@@ -197,6 +198,46 @@ describe.skipIf(!haveFixtures)(
     });
   },
 );
+
+describe('--variant and --backend', () => {
+  it('generate and chat load the variant asked for; a backend this machine cannot use says so and runs on the CPU', () => {
+    const dir = graphVariantsModel();
+    const ids = (...extra: string[]) => {
+      const r = kvdesk(
+        'generate',
+        dir,
+        '--prompt-ids',
+        '5,6,7',
+        '--max-new-tokens',
+        '6',
+        '--greedy',
+        '--json',
+        ...extra,
+      );
+      expect(r.code, r.stderr).toBe(0);
+      return r.json.tokenIds;
+    };
+    const fp32 = ids();
+    expect(ids('--variant', 'fp32')).toEqual(fp32);
+    expect(ids('--variant', 'q4')).not.toEqual(fp32);
+    const wrong = kvdesk('generate', dir, '--prompt-ids', '5', '--variant', 'int8');
+    expect(wrong.code).toBe(2);
+    expect(wrong.stderr).toContain('Graph variant "int8" is not in the package; the package offers: ');
+
+    const chat = spawnSync(
+      process.execPath,
+      [path.join(repoRoot, 'bin/kvdesk.cjs'), 'chat', dir, '--greedy', '--max-new-tokens', '4', '--backend', 'cuda'],
+      { cwd: repoRoot, encoding: 'utf8', input: 'Hi\n', timeout: 60_000 },
+    );
+    expect(chat.status, chat.stderr).toBe(0);
+    expect(chat.stderr).toMatch(
+      /kvdesk: warning: cuda was picked, but this machine cannot use it \(.+\).*; kvdesk runs the model on the CPU/,
+    );
+    const unknown = kvdesk('generate', dir, '--prompt-ids', '5', '--backend', 'quantum');
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toContain('"quantum" is no backend onnxruntime knows');
+  });
+});
 
 describe('CLI on the generated default model', () => {
   it('list shows the library serve keeps; generate takes a library id as it takes a folder', async () => {

@@ -12,7 +12,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { type HostSettings, RunnerService } from '../../src/main/host/runner-service';
 import type { StreamFrame } from '../../src/shared/contract';
 import { defaultModelDir, fixture, haveFixtures } from '../helpers/fixtures';
-import { slowModel } from '../helpers/models';
+import { graphVariantsModel, slowModel } from '../helpers/models';
 import { rejection } from '../helpers/rejection';
 
 const hosts: RunnerService[] = [];
@@ -255,6 +255,63 @@ describe('live reconfiguration', () => {
     expect(err.code).toBe('KV_BUDGET_EXCEEDED');
     await first.result;
     expectEmptyLedger(h);
+  });
+});
+
+describe("the person's pick of variant and backend", () => {
+  it('a graph variant by name: its own graph and weights; an unknown one lists those there are', async () => {
+    const dir = graphVariantsModel();
+    const h = new RunnerService({ intraOpNumThreads: 2 });
+    hosts.push(h);
+    const plain = await h.loadModel(dir);
+    expect(plain.spec.graphVariant).toBe('fp32');
+    expect(plain.spec.graphVariants?.map((v) => v.name).sort()).toEqual(['fp32', 'q4']);
+    const run = async () =>
+      (await h.generate({ model: plain.id, promptIds: prompt, maxNewTokens: 8, sampling: greedy }).result)
+        .tokenIds;
+    const fp32Tokens = await run();
+    const q4 = await h.loadModel(dir, { variant: 'q4' });
+    expect(q4.id).toBe(plain.id);
+    expect(q4.spec.graphVariant).toBe('q4');
+    expect(q4.spec.graphPath).toBe(path.join(dir, 'onnx/model_q4.onnx'));
+    expect(await run()).not.toEqual(fp32Tokens);
+    // Back to fp32: its tokens again.
+    await h.loadModel(dir, { variant: 'fp32' });
+    expect(await run()).toEqual(fp32Tokens);
+    const err = await rejection(h.loadModel(dir, { variant: 'int8' }));
+    expect(err.code).toBe('PACKAGE_INVALID');
+    expect(err.message).toContain('Graph variant "int8" is not in the package; the package offers: ');
+    // The model that was loaded stays loaded.
+    expect(h.listModels().find((m) => m.id === plain.id)?.spec.graphVariant).toBe('fp32');
+    // Not loaded again under a reply that runs on it.
+    const long = h.generate({ model: plain.id, promptIds: prompt, maxNewTokens: 1500, sampling: greedy });
+    const busy = await rejection(h.loadModel(dir, { variant: 'q4' }));
+    expect(busy.message).toBe(`model ${plain.id} has 1 requests in flight; stop them before loading it again`);
+    long.cancel();
+    await long.result.catch(() => undefined);
+    expect((await h.loadModel(dir, { variant: 'q4' })).spec.graphVariant).toBe('q4');
+  });
+
+  it('a backend this machine cannot use: the CPU, with why and what to do; an unknown one is refused', async () => {
+    const h = new RunnerService({ intraOpNumThreads: 2 });
+    hosts.push(h);
+    const cuda = (await h.listBackends()).find((r) => r.name === 'cuda');
+    expect(cuda).toBeDefined();
+    const info = await h.loadModel(defaultModelDir, { backend: 'cuda' });
+    if (cuda?.usable) {
+      expect(info.spec.executionProvider).toBe('CUDAExecutionProvider');
+    } else {
+      expect(info.spec.executionProvider).toBeUndefined();
+      expect(h.deviceOfModel(info.id)).toBe('cpu');
+      expect(info.spec.warnings).toContainEqual(
+        `cuda was picked, but this machine cannot use it (${cuda?.reason})${cuda?.hint ? `: ${cuda.hint}` : ''}; kvdesk runs the model on the CPU`,
+      );
+      const r = await h.generate({ model: info.id, promptIds: prompt, maxNewTokens: 4, sampling: greedy }).result;
+      expect(r.tokenIds).toHaveLength(4);
+    }
+    const err = await rejection(h.loadModel(defaultModelDir, { backend: 'quantum' }));
+    expect(err.code).toBe('BAD_REQUEST');
+    expect(err.message).toContain('"quantum" is no backend onnxruntime knows');
   });
 });
 

@@ -17,6 +17,7 @@ import {
   type HostEventName,
   type HostEvents,
   type LibraryEntry,
+  type LoadModelRequest,
   type ModelInfo,
   type PackageCheck,
 } from '../../shared/api';
@@ -227,8 +228,8 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
   let libraryChecked: Promise<void> = Promise.resolve();
 
   /** Loads a package; `jit`: a request named it (loaded on first use), else the person loaded it. */
-  async function load(dir: string, jit?: FirstUse): Promise<ModelInfo> {
-    const info = await runner.loadModel(dir);
+  async function load(dir: string, jit?: FirstUse, how: LoadModelRequest = {}): Promise<ModelInfo> {
+    const info = await runner.loadModel(dir, how);
     if (jit) firstUse.set(info.id, jit);
     else firstUse.delete(info.id);
     const all = models();
@@ -335,7 +336,9 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
         return { ok: false, error: packageProblem(err) };
       }
     },
-    loadModel: async (req: { path: string }) => load(path.resolve(req.path)),
+    loadModel: async ({ path: dir, ...how }: { path: string } & LoadModelRequest) =>
+      load(path.resolve(dir), undefined, how),
+    listBackends: async () => runner.listBackends(),
     listLibrary: async () => library.list(),
     forgetModel: async (req: { root: string }) => {
       // Compared with links resolved, as package roots are: a loaded upload is never deleted under it.

@@ -16,6 +16,7 @@ import { pipeline } from 'node:stream/promises';
 import { z } from 'zod';
 import { KvdeskError } from '../../shared/errors';
 import { formatBytes } from '../../shared/format';
+import { cpuVariantRank } from '../../shared/model-spec';
 import { loadModelSpec } from '../packages';
 import { packageProblem } from '../packages/package-error';
 
@@ -220,8 +221,6 @@ function nextPage(link: string | null): string | null {
 const GRAPH = /^model(?:_([\w-]+))?\.onnx$/;
 /** Files a transformers.js / Optimum package needs beside its graph (configs, tokenizer, chat template). */
 const SIDE_FILE = /\.(json|jinja|txt|model|tiktoken)$/i;
-/** Best first on a CPU: 4-bit MatMulNBits, then 8-bit, then full precision; half precision is slow on a CPU. */
-const CPU_ORDER = ['q4', 'int8', 'quantized', 'uint8', 'fp32', 'q4f16', 'fp16', 'bnb4'];
 
 /** The packages a repository's files make. */
 export function hubVariants(files: readonly HubFile[]): HubVariant[] {
@@ -270,12 +269,7 @@ export function hubVariants(files: readonly HubFile[]): HubVariant[] {
     if (variants.some((v) => v.name === name)) continue; // onnx/ first, as the loader reads it
     variants.push(make(name, 'hf-optimum', [...side, ...[g, ...data].map((f) => ({ ...f, to: f.path }))]));
   }
-  return variants.sort((a, b) => rank(a.name) - rank(b.name));
-}
-
-function rank(name: string): number {
-  const at = CPU_ORDER.indexOf(name);
-  return at < 0 ? CPU_ORDER.length : at;
+  return variants.sort((a, b) => cpuVariantRank(a.name) - cpuVariantRank(b.name));
 }
 
 /** A repository's packages, and the one kvdesk would take. */

@@ -31,15 +31,15 @@ import type {
   DeviceBudgetSnapshot,
   SchedulerEvent,
 } from '../../shared/scheduler-types';
-import { detectBackendsInChildProcess, usableProviders } from '../backends';
+import { type BackendReport, detectBackendsInChildProcess, usableProviders } from '../backends';
 import { deviceKey, type NvidiaMemoryResult, readNvidiaGpuMemory } from '../backends/device-memory';
 import { DEFAULT_GPU_FRACTION, DEFAULT_GPU_OVERHEAD_BYTES } from '../backends/variant-fit';
 import { commonPrefix } from '../engine/feeds';
 import { packTokens } from '../engine/json-constraint';
 import { compileSchema, SchemaError } from '../engine/json-schema';
 import type { EngineEvent, EngineLoadResult, LogitsPositions, SamplingParams, StepLogprob } from '../engine/protocol';
-import { loadModelSpec } from '../packages';
-import { providerShortName } from '../packages/execution-providers';
+import { detectLayout, loadModelSpec } from '../packages';
+import { providerName, providerShortName } from '../packages/execution-providers';
 import { createScheduler, type Scheduler } from '../scheduler';
 import {
   applyChat,
@@ -472,36 +472,77 @@ export class RunnerService {
     }
   }
 
-  /** Usable execution providers, probed once (in a child process) and only when a package offers a GPU variant. */
-  private backends: Promise<string[]> | null = null;
+  /**
+   * What each backend can do here, probed once (in a child process) and only when it matters: a package offers a
+   * GPU variant, the person picks a backend, or asks what there is.
+   */
+  private backendReport: Promise<BackendReport[]> | null = null;
 
-  private usableBackends(): Promise<string[]> {
-    this.backends ??= detectBackendsInChildProcess().then(
-      (report) => usableProviders(report),
-      () => [CPU],
-    );
-    return this.backends;
+  /** Every backend onnxruntime-node knows here: usable or not, and why not. */
+  listBackends(): Promise<BackendReport[]> {
+    this.backendReport ??= detectBackendsInChildProcess().catch((err: unknown): BackendReport[] => [
+      { name: 'cpu', provider: CPU, inBinding: true, bundled: true, usable: true },
+      {
+        name: 'gpu',
+        provider: 'detection',
+        inBinding: false,
+        bundled: false,
+        usable: false,
+        reason: `backend detection failed: ${toErrorInfo(err).message}`,
+      },
+    ]);
+    return this.backendReport;
+  }
+
+  private async usableBackends(): Promise<string[]> {
+    const usable = usableProviders(await this.listBackends());
+    return usable.length > 0 ? usable : [CPU];
   }
 
   /**
    * Validates a package and loads it into the engine. Atomic: on any error
    * nothing stays loaded. `backend` picks an execution provider (default: the
-   * best usable one the package offers); a GPU session that fails to start
-   * falls back to CPU with a warning on the spec, when the package has a CPU variant.
+   * best usable one the package offers; a package without variants per provider
+   * runs on the one picked when this machine can use it, else on the CPU with a
+   * warning saying why); `variant` picks an ORT package's variant or a graph
+   * file's variant (`fp16`, `q4`, …). A GPU session that fails to start falls
+   * back to CPU with a warning on the spec, when the package can run there.
    */
-  async loadModel(dir: string, options: { id?: string; backend?: string } = {}): Promise<ModelInfo> {
+  async loadModel(dir: string, options: { id?: string; backend?: string; variant?: string } = {}): Promise<ModelInfo> {
     const started = this.now();
-    const cpuOnly = await loadModelSpec(dir, { availableBackends: [CPU] });
-    const offersGpu =
-      (cpuOnly.variants ?? []).some((v) => v.ep !== CPU) || (options.backend !== undefined && options.backend !== CPU);
+    const ortPackage = (await detectLayout(dir)) === 'ort-package';
+    const variantOption =
+      options.variant === undefined
+        ? {}
+        : ortPackage
+          ? { variant: options.variant }
+          : { graphVariant: options.variant };
+    const wanted = options.backend === undefined ? undefined : providerName(options.backend);
+    if (wanted !== undefined && providerShortName(wanted) === undefined) {
+      throw new KvdeskError(
+        'BAD_REQUEST',
+        `"${options.backend}" is no backend onnxruntime knows: pick cpu, cuda, tensorrt, webgpu, dml or coreml (kvdesk inspect PACKAGE lists what this machine can use)`,
+        { field: 'backend' },
+      );
+    }
+    // An ORT package's variant may be built for a GPU: the backends are probed before it is read.
+    const probeFirst = (wanted !== undefined && wanted !== CPU) || (ortPackage && options.variant !== undefined);
+    const cpuOnly = probeFirst ? undefined : await loadModelSpec(dir, { availableBackends: [CPU], ...variantOption });
+    const offersGpu = cpuOnly === undefined || (cpuOnly.variants ?? []).some((v) => v.ep !== CPU);
     const available = offersGpu ? await this.usableBackends() : [CPU];
-    let spec = offersGpu
-      ? await loadModelSpec(dir, {
-          availableBackends: available,
-          ...(options.backend ? { backend: options.backend } : {}),
-        })
-      : cpuOnly;
+    let spec =
+      cpuOnly !== undefined && !offersGpu
+        ? cpuOnly
+        : await loadModelSpec(dir, {
+            availableBackends: available,
+            ...(options.backend !== undefined && ortPackage ? { backend: options.backend } : {}),
+            ...variantOption,
+          });
+    if (!ortPackage && wanted !== undefined && wanted !== CPU) spec = await this.onPickedBackend(spec, wanted);
     const id = options.id ?? spec.id;
+    // Loaded again (another variant, another backend): not under replies that run on it.
+    const previous = this.models.get(id);
+    if (previous) this.assertIdle(id, 'loading it again');
     const tokenizer = await loadTokenizer(spec.tokenizer, { vocabSize: spec.vocabSize });
     const ep = spec.executionProvider ?? CPU;
     const intended = this.deviceOf(spec);
@@ -514,9 +555,13 @@ export class RunnerService {
       } catch (err) {
         const info = toErrorInfo(err);
         const canFallBack =
-          ep !== CPU && info.code === 'MODEL_LOAD_FAILED' && (spec.variants ?? []).some((v) => v.ep === CPU);
+          ep !== CPU &&
+          info.code === 'MODEL_LOAD_FAILED' &&
+          (!ortPackage || (spec.variants ?? []).some((v) => v.ep === CPU));
         if (!canFallBack) throw err;
-        spec = await loadModelSpec(dir, { availableBackends: [CPU], backend: CPU });
+        spec = ortPackage
+          ? await loadModelSpec(dir, { availableBackends: [CPU], backend: CPU })
+          : await loadModelSpec(dir, { availableBackends: [CPU], ...variantOption });
         spec = {
           ...spec,
           warnings: [
@@ -544,8 +589,26 @@ export class RunnerService {
     for (const [sid, s] of this.sessions) if (s.modelId === id) this.closeSession(sid);
     this.models.set(id, model);
     this.dropDeviceIfUnused(intended);
+    if (previous && previous.device !== device) this.dropDeviceIfUnused(previous.device);
     this.refreshBudget();
     return { id, spec: model.spec, loadMs: model.loadMs, logits: model.logits };
+  }
+
+  /**
+   * A package whose graph runs anywhere (layouts 1–3), with a backend the person picked: it runs there when this
+   * machine can use it, else on the CPU, with a warning that says why and what to do.
+   */
+  private async onPickedBackend(spec: ModelSpec, wanted: string): Promise<ModelSpec> {
+    const report = (await this.listBackends()).find((r) => r.provider === wanted);
+    if (report?.usable === true) return { ...spec, executionProvider: wanted };
+    const why = report?.reason ?? 'this onnxruntime-node build does not have it';
+    return {
+      ...spec,
+      warnings: [
+        ...spec.warnings,
+        `${providerShortName(wanted) ?? wanted} was picked, but this machine cannot use it (${why})${report?.hint ? `: ${report.hint}` : ''}; kvdesk runs the model on the CPU`,
+      ],
+    };
   }
 
   /** The scheduler of the device a loaded model's KV lives on. */
@@ -566,12 +629,8 @@ export class RunnerService {
   async unloadModel(id: string): Promise<void> {
     const model = this.models.get(id);
     if (!model) throw new KvdeskError('MODEL_NOT_LOADED', `model ${id} is not loaded`);
+    this.assertIdle(id, 'unloading');
     const scheduler = this.schedulerOf(id);
-    const snap = scheduler.snapshot();
-    const busy = [...snap.queue, ...snap.running].filter((r) => r.modelId === id).length;
-    if (busy > 0) {
-      throw new KvdeskError('BAD_REQUEST', `model ${id} has ${busy} requests in flight; stop them before unloading`);
-    }
     for (const [sid, s] of this.sessions) {
       if (s.modelId === id) {
         scheduler.closeSession(sid);
@@ -582,6 +641,15 @@ export class RunnerService {
     await this.engine.unload(id);
     this.dropDeviceIfUnused(model.device);
     this.refreshBudget();
+  }
+
+  /** Refuses `what` (unloading, loading again) while requests queue or run on the model. */
+  private assertIdle(id: string, what: string): void {
+    const snap = this.schedulerOf(id).snapshot();
+    const busy = [...snap.queue, ...snap.running].filter((r) => r.modelId === id).length;
+    if (busy > 0) {
+      throw new KvdeskError('BAD_REQUEST', `model ${id} has ${busy} requests in flight; stop them before ${what}`);
+    }
   }
 
   /** Loaded models, in load order. */

@@ -1,6 +1,12 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
-import type { DecoderPorts, GraphVariant, KvSpec, ModelSpec } from '../../shared/model-spec';
+import {
+  cpuVariantRank,
+  type DecoderPorts,
+  type GraphVariant,
+  type KvSpec,
+  type ModelSpec,
+} from '../../shared/model-spec';
 import { ConfigFields, readConfigFile } from './config-file';
 import { bindOptionalPort, bindPort, ID_DTYPES, LOGITS_DTYPES, loadGraph, MASK_DTYPES, unboundInputs } from './graph';
 import { buildDynamicKv, matchKvTemplates } from './kv-geometry';
@@ -72,13 +78,19 @@ function chooseVariant(
     return only;
   }
   const plain = variants.filter((v) => v.name === 'fp32');
-  const [first, ...rest] = plain.length > 0 ? plain : variants;
-  if (first === undefined || rest.length > 0) {
-    const why = plain.length > 1 ? 'both onnx/model.onnx and model.onnx exist' : 'there is no plain model.onnx';
+  if (plain.length > 1) {
     throw packageError(
-      `Several ONNX graphs and no rule to choose (${why}): ${listing}. Remove the extra graphs or pick one with the graphVariant option.`,
+      `Several ONNX graphs and no rule to choose (both onnx/model.onnx and model.onnx exist): ${listing}. Remove one of the two, or pick a graph by its path (the Models view's graph choice, or --variant).`,
       here,
       { candidates: variants.map((v) => v.path) },
+    );
+  }
+  // The plain model.onnx, as its author exported it; without one, the sibling that runs best on a CPU.
+  const first = plain[0] ?? [...variants].sort((a, b) => cpuVariantRank(a.name) - cpuVariantRank(b.name))[0];
+  if (first === undefined) throw new Error('unreachable: variants is not empty');
+  if (plain.length === 0 && variants.length > 1) {
+    ctx.warnings.push(
+      `There is no plain model.onnx: kvdesk picked ${first.path} (${first.name}, the one that runs best on a CPU) of ${listing}. Pick another in the Models view or with --variant.`,
     );
   }
   return first;

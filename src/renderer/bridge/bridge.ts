@@ -7,10 +7,12 @@
 import type {
   ApiServerSettings,
   Attachment,
+  BackendInfo,
   BudgetPatch,
   HubSearchHit,
   HubVariantsInfo,
   KvdeskApi,
+  LoadModelRequest,
   McpStatus,
   ModelInfo,
   Preset,
@@ -124,7 +126,10 @@ export interface Bridge {
   setActiveModel(id: string): void;
   importFiles(name: string, files: DroppedFile[]): Promise<void>;
   importPath(name: string, path: string): Promise<void>;
-  loadPackage(path: string): Promise<void>;
+  /** Loads a package (again, when it is loaded), with the person's variant and backend when given. */
+  loadPackage(path: string, how?: LoadModelRequest): Promise<void>;
+  /** The backends onnxruntime can use here, and why not the others (asked once, then kept). */
+  listBackends(): Promise<BackendInfo[]>;
   /** Loads a library package and makes it the model for new replies (the picker's library entries). */
   loadAndUse(root: string): Promise<void>;
   unloadModel(id: string): Promise<void>;
@@ -585,6 +590,9 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     }
   }
 
+  /** The backend report, asked for once. */
+  let backends: Promise<BackendInfo[]> | null = null;
+
   async function importPath(name: string, path: string): Promise<void> {
     s().setPackageImport({ name, status: 'reading', path });
     s().setView('models');
@@ -598,10 +606,14 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     }
   }
 
-  async function loadPackage(path: string): Promise<void> {
+  async function loadPackage(path: string, how: LoadModelRequest = {}): Promise<void> {
+    // Loaded again: its card shows it busy under its id too.
+    const loaded = s().models.find((m) => m.spec.root === path);
     s().setModelBusy(path, true);
-    const r = await api.invoke('loadModel', { path });
+    if (loaded) s().setModelBusy(loaded.id, true);
+    const r = await api.invoke('loadModel', { path, ...how });
     s().setModelBusy(path, false);
+    if (loaded) s().setModelBusy(loaded.id, false);
     if (!r.ok) {
       const current = s().packageImport;
       if (current?.path === path || current?.spec?.root === path) {
@@ -822,6 +834,13 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     importFiles,
     importPath,
     loadPackage,
+    listBackends() {
+      backends ??= api.invoke('listBackends', {}).then((r) => {
+        if (!r.ok) backends = null; // asked again next time
+        return r.ok ? r.value : [];
+      });
+      return backends;
+    },
     loadAndUse,
     unloadModel,
     forgetPackage,

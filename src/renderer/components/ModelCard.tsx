@@ -1,9 +1,9 @@
 /** A validated model package: what it is, what its KV costs, whether it fits the budget, and load/unload. */
-import type { ReactNode } from 'react';
-import type { ModelInfo } from '../../shared/api';
+import { type ReactNode, useEffect, useState } from 'react';
+import type { BackendInfo, LoadModelRequest, ModelInfo } from '../../shared/api';
 import { formatDuration } from '../../shared/duration';
 import { type ModelSpec, staticPositions } from '../../shared/model-spec';
-import { useApp } from '../bridge/context';
+import { useApp, useBridge } from '../bridge/context';
 import { FIT_CONCURRENCY, fitClass, fitLabel, modelFit } from '../lib/fit';
 import { exactBytes, formatBytes, formatInteger } from '../lib/format';
 import { Bytes } from './Bytes';
@@ -22,6 +22,153 @@ function kvShape(spec: ModelSpec): { heads: string; headDim: string; dtype: stri
     return { heads: '—', headDim: '—', dtype: spec.kv.cache.dtype, kind: `static [${spec.kv.cache.shape.join(', ')}]` };
   }
   return { heads: '—', headDim: '—', dtype: '—', kind: 'no KV cache' };
+}
+
+const CPU = 'CPUExecutionProvider';
+const short = (ep: string) => ep.replace(/ExecutionProvider$/, '').toLowerCase();
+
+/** What the package would load as now: its variant (graph file or ORT variant) and its backend. */
+function currentPick(spec: ModelSpec): { variant: string; backend: string } {
+  return {
+    variant: spec.selectedVariant ?? spec.graphVariant ?? '',
+    backend: short(spec.executionProvider ?? CPU),
+  };
+}
+
+/**
+ * The person's pick of how the package runs (UI.md's `CPU ▾`; PACKAGES.md: "let the person choose"): its graph
+ * variant (fp32, q4, fp16…) or an ORT package's variant, and — for a package whose graph runs anywhere — the
+ * backend, among those onnxruntime can use here (the others listed with why not). Loaded, the model loads again
+ * with the pick; not loaded, Load takes it.
+ */
+function RunWith({
+  spec,
+  loaded,
+  busy,
+  onLoad,
+}: {
+  spec: ModelSpec;
+  loaded: boolean;
+  busy?: boolean;
+  onLoad: (how: LoadModelRequest) => void;
+}) {
+  const bridge = useBridge();
+  const now = currentPick(spec);
+  const [variant, setVariant] = useState(now.variant);
+  const [backend, setBackend] = useState(now.backend);
+  const [backends, setBackends] = useState<BackendInfo[] | null>(null);
+  // The model loaded again (or another spec shown): the pick follows it.
+  useEffect(() => {
+    setVariant(now.variant);
+    setBackend(now.backend);
+  }, [now.variant, now.backend]);
+  const ortVariants = spec.variants ?? [];
+  const graphVariants = spec.graphVariants ?? [];
+  const pickBackend = ortVariants.length === 0;
+  useEffect(() => {
+    if (!pickBackend) return;
+    let live = true;
+    void bridge.listBackends().then((list) => {
+      if (live) setBackends(list);
+    });
+    return () => {
+      live = false;
+    };
+  }, [bridge, pickBackend]);
+  if (loaded && ortVariants.length < 2 && graphVariants.length < 2 && !pickBackend) return null;
+  const how: LoadModelRequest = {
+    ...(variant !== now.variant ? { variant } : {}),
+    ...(pickBackend && backend !== now.backend ? { backend } : {}),
+  };
+  const changed = variant !== now.variant || backend !== now.backend;
+  const chosen = backends?.find((b) => b.name === backend);
+  return (
+    <div className="row run-with" data-testid="model-run-with" data-variant={now.variant} data-backend={now.backend}>
+      {ortVariants.length > 1 && (
+        <label>
+          variant{' '}
+          <select
+            data-testid="model-variant"
+            value={variant}
+            disabled={busy}
+            onChange={(e) => setVariant(e.target.value)}
+          >
+            {ortVariants.map((v) => (
+              <option key={v.name} value={v.name} disabled={!v.usable}>
+                {v.name} · {short(v.ep)}
+                {v.usable ? '' : ' (not usable here)'}
+              </option>
+            ))}
+          </select>
+        </label>
+      )}
+      {ortVariants.length === 0 && graphVariants.length > 1 && (
+        <label title="The package's graph files (model.onnx, model_q4.onnx, …): quantized ones are smaller and often faster on a CPU">
+          graph{' '}
+          <select
+            data-testid="model-graph"
+            value={variant}
+            disabled={busy}
+            onChange={(e) => setVariant(e.target.value)}
+          >
+            {graphVariants.map((v) => (
+              <option key={v.name} value={v.name}>
+                {v.name} ({formatBytes(v.bytes)})
+              </option>
+            ))}
+          </select>
+        </label>
+      )}
+      {pickBackend && (
+        <label title={chosen && !chosen.usable ? `${chosen.reason ?? ''} ${chosen.hint ?? ''}`.trim() : undefined}>
+          run on{' '}
+          <select
+            data-testid="model-backend"
+            value={backend}
+            disabled={busy || backends === null}
+            onChange={(e) => setBackend(e.target.value)}
+          >
+            {(backends ?? [{ name: now.backend, provider: '', usable: true }]).map((b) => (
+              <option
+                key={b.name}
+                value={b.name}
+                disabled={!b.usable}
+                title={b.usable ? undefined : `${b.reason ?? ''} ${b.hint ?? ''}`.trim()}
+              >
+                {b.name === 'cpu' ? 'CPU' : b.name}
+                {b.usable ? '' : ' (not usable here)'}
+              </option>
+            ))}
+          </select>
+        </label>
+      )}
+      {loaded && changed && (
+        <button
+          type="button"
+          className="primary"
+          data-testid="model-reload"
+          disabled={busy}
+          onClick={() => onLoad(how)}
+        >
+          {busy ? 'Loading…' : 'Load again with these'}
+        </button>
+      )}
+      {!loaded && (
+        <button type="button" className="primary" data-testid="model-load" disabled={busy} onClick={() => onLoad(how)}>
+          {busy ? 'Loading…' : 'Load'}
+        </button>
+      )}
+      {backends && backends.filter((b) => !b.usable).length > 0 && (
+        <span className="muted" data-testid="model-backends-missing">
+          {backends
+            .filter((b) => !b.usable)
+            .map((b) => b.name)
+            .join(', ')}{' '}
+          not usable here (hover for why)
+        </span>
+      )}
+    </div>
+  );
 }
 
 function Field({ k, children, testId }: { k: string; children: ReactNode; testId?: string }) {
@@ -54,7 +201,7 @@ export function ModelCard({
   isDefault?: boolean;
   active?: boolean;
   busy?: boolean;
-  onLoad?: () => void;
+  onLoad?: (how: LoadModelRequest) => void;
   onUnload?: () => void;
   onUse?: () => void;
   testId?: string;
@@ -170,12 +317,8 @@ export function ModelCard({
       <div className="path" title={spec.root}>
         {spec.root}
       </div>
+      {onLoad && <RunWith spec={spec} loaded={loaded} busy={busy} onLoad={onLoad} />}
       <div className="buttons">
-        {!loaded && onLoad && (
-          <button type="button" className="primary" data-testid="model-load" disabled={busy} onClick={onLoad}>
-            {busy ? 'Loading…' : 'Load'}
-          </button>
-        )}
         {loaded && onUse && (
           <button type="button" data-testid="model-use" disabled={active} onClick={onUse}>
             {active ? 'In use for new replies' : 'Use for new replies'}

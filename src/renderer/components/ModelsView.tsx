@@ -80,7 +80,7 @@ function ImportResult() {
       backend={loadedModel?.backend}
       active={loadedModel?.id === activeModelId}
       busy={busyModels.includes(path) || (loadedModel !== undefined && busyModels.includes(loadedModel.id))}
-      onLoad={() => void bridge.loadPackage(path)}
+      onLoad={(how) => void bridge.loadPackage(path, how)}
       onUnload={loadedModel ? () => void bridge.unloadModel(loadedModel.id) : undefined}
       onUse={loadedModel ? () => bridge.setActiveModel(loadedModel.id) : undefined}
     />
@@ -187,6 +187,7 @@ export function ModelsView() {
               firstUse={m.firstUse}
               active={m.id === activeModelId}
               busy={busyModels.includes(m.id)}
+              onLoad={(how) => void bridge.loadPackage(m.spec.root, how)}
               onUnload={() => void bridge.unloadModel(m.id)}
               onUse={() => bridge.setActiveModel(m.id)}
             />

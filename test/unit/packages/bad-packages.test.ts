@@ -126,16 +126,21 @@ describe('no ONNX graph or no rule to choose', () => {
     expect(err.message).toContain('fp32 (onnx/model.onnx), fp32 (model.onnx)');
   });
 
-  it('hf layout with variants but no plain model.onnx', async () => {
+  it('hf layout with variants but no plain model.onnx: the one that runs best on a CPU, said; another by name', async () => {
     const dir = await hfPackage({
       'onnx/model.onnx': null,
       'onnx/model_fp16.onnx': decoderGraph(),
       'onnx/model_q4.onnx': decoderGraph(),
     });
-    const err = await refusal(loadModelSpec(dir));
-    expect(err.message).toContain('there is no plain model.onnx');
-    expect(err.message).toContain('fp16 (onnx/model_fp16.onnx), q4 (onnx/model_q4.onnx)');
-    expect(err.message).toContain('graphVariant');
+    const spec = await loadModelSpec(dir);
+    expect(spec.graphVariant).toBe('q4');
+    expect(spec.graphPath).toBe(path.join(dir, 'onnx/model_q4.onnx'));
+    expect(spec.warnings).toContainEqual(
+      'There is no plain model.onnx: kvdesk picked onnx/model_q4.onnx (q4, the one that runs best on a CPU) of fp16 (onnx/model_fp16.onnx), q4 (onnx/model_q4.onnx). Pick another in the Models view or with --variant.',
+    );
+    const fp16 = await loadModelSpec(dir, { graphVariant: 'fp16' });
+    expect(fp16.graphVariant).toBe('fp16');
+    expect(fp16.warnings.some((w) => w.includes('no plain model.onnx'))).toBe(false);
   });
 
   it('hf layout with an unknown graphVariant lists the offered ones', async () => {
