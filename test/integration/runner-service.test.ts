@@ -267,8 +267,7 @@ describe("the person's pick of variant and backend", () => {
     expect(plain.spec.graphVariant).toBe('fp32');
     expect(plain.spec.graphVariants?.map((v) => v.name).sort()).toEqual(['fp32', 'q4']);
     const run = async () =>
-      (await h.generate({ model: plain.id, promptIds: prompt, maxNewTokens: 8, sampling: greedy }).result)
-        .tokenIds;
+      (await h.generate({ model: plain.id, promptIds: prompt, maxNewTokens: 8, sampling: greedy }).result).tokenIds;
     const fp32Tokens = await run();
     const q4 = await h.loadModel(dir, { variant: 'q4' });
     expect(q4.id).toBe(plain.id);
