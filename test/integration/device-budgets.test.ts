@@ -172,7 +172,7 @@ describe('one KV budget per device', () => {
     expect(ok.tokenIds.length).toBeGreaterThan(0);
   });
 
-  it('a GPU budget goes with its last model, and /metrics shows every device', async () => {
+  it('a GPU budget goes with its last model, and /metrics shows every device and counts its requests', async () => {
     const { h, place, reads } = host();
     await h.loadModel(defaultModelDir, { id: 'on-cpu' });
     place.next = 'cuda:0';
@@ -182,6 +182,17 @@ describe('one KV budget per device', () => {
     expect(text).toContain(`kvdesk_device_kv_budget_bytes{device="cuda:0"} ${gpu?.limitBytes}`);
     expect(text).toContain(`kvdesk_device_kv_budget_bytes{device="cpu"} ${h.snapshot().limitBytes}`);
     expect(text).toContain(`kvdesk_kv_budget_bytes ${h.snapshot().limitBytes}`);
+    // A request on each device: the counters and histograms count both, not only the CPU's.
+    const onGpu = await h.generate(request('on-gpu')).result;
+    const onCpu = await h.generate(request('on-cpu')).result;
+    const after = prometheusText(h.snapshot());
+    const line = (name: string) => after.split('\n').find((l) => l.startsWith(`${name} `));
+    expect(line('kvdesk_requests_total{event="admitted"}')).toBe('kvdesk_requests_total{event="admitted"} 2');
+    expect(line('kvdesk_generation_tokens_total')).toBe(
+      `kvdesk_generation_tokens_total ${onGpu.tokenIds.length + onCpu.tokenIds.length}`,
+    );
+    expect(line('kvdesk_time_to_first_token_seconds_count')).toBe('kvdesk_time_to_first_token_seconds_count 2');
+    expect(h.snapshot().counters.admitted).toBe(1); // the CPU's own, which alone was exported before
     await h.unloadModel('on-gpu');
     expect(h.snapshot().devices.map((d) => d.device)).toEqual(['cpu']);
     // Placed again later: the GPU's memory is read afresh (our weights are gone from it).

@@ -4,7 +4,7 @@
  * agree whenever they are taken at the same instant. Names follow vLLM where it
  * has one (SCHEDULER.md, "What is exposed").
  */
-import type { BudgetSnapshot, HistogramView, SchedulerSnapshot } from '../../shared/scheduler-types';
+import type { BudgetSnapshot, HistogramView, SchedulerCounters, SchedulerSnapshot } from '../../shared/scheduler-types';
 
 /** Content-Type of the Prometheus text format. */
 export const PROMETHEUS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
@@ -23,10 +23,49 @@ function label(v: string): string {
   return v.replace(/\\/g, '\\\\').replace(/\n/g, '\\n').replace(/"/g, '\\"');
 }
 
+/** Two histograms of the same buckets as one (a different bucketing keeps the first: it cannot be merged). */
+function mergeHistograms(a: HistogramView, b: HistogramView): HistogramView {
+  if (a.bounds.length !== b.bounds.length || a.bounds.some((x, i) => x !== b.bounds[i])) return a;
+  return {
+    bounds: a.bounds,
+    counts: a.counts.map((n, i) => n + (b.counts[i] ?? 0)),
+    count: a.count + b.count,
+    sum: a.sum + b.sum,
+  };
+}
+
+/** Every device's counters as one: each request is counted by the scheduler of the device its model is on. */
+export function totalCounters(all: readonly SchedulerCounters[]): SchedulerCounters {
+  const [first, ...rest] = all;
+  if (first === undefined) throw new Error('totalCounters: no counters');
+  return rest.reduce<SchedulerCounters>((t, c) => {
+    const rejections: SchedulerCounters['rejections'] = { ...t.rejections };
+    for (const [code, n] of Object.entries(c.rejections) as Array<[keyof typeof rejections, number]>) {
+      rejections[code] = (rejections[code] ?? 0) + n;
+    }
+    return {
+      accepted: t.accepted + c.accepted,
+      admitted: t.admitted + c.admitted,
+      finished: t.finished + c.finished,
+      cancelled: t.cancelled + c.cancelled,
+      failed: t.failed + c.failed,
+      rejections,
+      budgetCapped: t.budgetCapped + c.budgetCapped,
+      contextClipped: t.contextClipped + c.contextClipped,
+      evictions: t.evictions + c.evictions,
+      generationTokens: t.generationTokens + c.generationTokens,
+      ttftSeconds: mergeHistograms(t.ttftSeconds, c.ttftSeconds),
+      queueTimeSeconds: mergeHistograms(t.queueTimeSeconds, c.queueTimeSeconds),
+    };
+  }, first);
+}
+
 /**
- * Renders the snapshot's gauges, counters and histograms. The unlabelled series
- * are the CPU budget's (the snapshot's top level); with a `devices` list, the
- * `kvdesk_device_*{device}` gauges give every device's budget and occupancy.
+ * Renders the snapshot's gauges, counters and histograms. The unlabelled budget
+ * gauges (`kvdesk_kv_*`) are the CPU budget's (the snapshot's top level); the
+ * request gauges, counters and histograms count every device's requests; with a
+ * `devices` list, the `kvdesk_device_*{device}` series give each device's budget,
+ * occupancy and counts.
  */
 export function prometheusText(s: SchedulerSnapshot | BudgetSnapshot): string {
   const out: string[] = [];
@@ -50,12 +89,20 @@ export function prometheusText(s: SchedulerSnapshot | BudgetSnapshot): string {
     sample(`${name}_sum`, h.sum);
     sample(`${name}_count`, h.count);
   };
-  const c = s.counters;
+  const devices = 'devices' in s ? s.devices : [];
+  const every = devices.length > 0 ? devices : [s];
+  const c = totalCounters(every.map((d) => d.counters));
 
   metric('kvdesk_num_requests_running', 'gauge', 'Requests admitted and running in the engine.');
-  sample('kvdesk_num_requests_running', s.running.length);
+  sample(
+    'kvdesk_num_requests_running',
+    every.reduce((n, d) => n + d.running.length, 0),
+  );
   metric('kvdesk_num_requests_waiting', 'gauge', 'Requests accepted and waiting in the admission queue.');
-  sample('kvdesk_num_requests_waiting', s.queue.length);
+  sample(
+    'kvdesk_num_requests_waiting',
+    every.reduce((n, d) => n + d.queue.length, 0),
+  );
   metric('kvdesk_kv_budget_bytes', 'gauge', 'KV-cache byte budget B the scheduler admits against.');
   sample('kvdesk_kv_budget_bytes', s.limitBytes);
   metric('kvdesk_kv_reserved_bytes', 'gauge', 'Bytes reserved by running requests.');
@@ -109,7 +156,6 @@ export function prometheusText(s: SchedulerSnapshot | BudgetSnapshot): string {
   );
   sample('kvdesk_generation_tokens_total', c.generationTokens);
 
-  const devices = 'devices' in s ? s.devices : [];
   if (devices.length > 0) {
     const perDevice: Array<[string, string, (d: (typeof devices)[number]) => number]> = [
       ['kvdesk_device_kv_budget_bytes', 'KV-cache byte budget of each device (cpu, cuda:0, …).', (d) => d.limitBytes],
