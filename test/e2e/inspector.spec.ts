@@ -120,6 +120,14 @@ test('max running changes live: with one slot a second chat waits in the queue',
   await send(app, LONG);
   await expect(lastReply(app).getByTestId('queued-indicator')).toBeVisible();
   await expect(app.getByTestId('budget-queued-count')).toContainText('queued 1/');
+  // Why it waits, and what to do.
+  const reason = lastReply(app).getByTestId('queued-reason');
+  await expect(reason).toHaveAttribute('data-reason', 'slots');
+  await expect(reason).toContainText('the one running slot is taken: it starts when a reply ends — stop one, or raise');
+  // With the inspector closed, the note opens it.
+  await app.getByTestId('inspector-toggle').click();
+  await reason.getByTestId('queued-open-inspector').click();
+  await expect(app.getByTestId('budget-queued-count')).toBeVisible();
   // Stopping the running one lets the queued one in.
   await app.getByTestId('thread-list').locator(`[data-thread-id="${first}"]`).click();
   await app.getByTestId('stop-button').click();

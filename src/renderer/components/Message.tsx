@@ -9,6 +9,7 @@ import type { StoredMessage, TokenProbability } from '../../shared/api';
 import { useApp, useBridge } from '../bridge/context';
 import { exactBytes, formatBytes, formatInteger, formatMs, formatRate } from '../lib/format';
 import { SKIPPED_ANSWER } from '../lib/mcp-tools';
+import { type QueueWait, queueWait } from '../lib/queue-wait';
 import { describeRefusal } from '../lib/refusal';
 import { percent, tokenPieces, visible } from '../lib/token-pieces';
 import type { LiveReply } from '../store/types';
@@ -152,11 +153,39 @@ function Refusal({ messageId, error }: { messageId: string; error: NonNullable<S
   );
 }
 
+/** Why a queued reply waits, with the numbers, and the one thing to do (UI.md). */
+function QueueReason({ wait }: { wait: QueueWait }) {
+  const bridge = useBridge();
+  const inspectorOpen = useApp((s) => s.ui.inspectorOpen !== false);
+  const where = wait.device === 'cpu' ? '' : ` on ${wait.device}`;
+  const text =
+    wait.reason === 'slots'
+      ? `${wait.maxRunning === 1 ? 'the one running slot' : `all ${wait.maxRunning} running slots`}${where} ${wait.maxRunning === 1 ? 'is' : 'are'} taken: it starts when a reply ends — stop one, or raise "max running" in the inspector`
+      : wait.reason === 'behind'
+        ? `${wait.position} ${wait.position === 1 ? 'request is' : 'requests are'} ahead of it${where} (first come, first served)`
+        : `the KV budget${where} is committed (${formatBytes(wait.freeBytes)} free of ${formatBytes(wait.limitBytes)}): it starts when a reply ends and frees its KV — stop one, or raise the limit in the inspector`;
+  return (
+    <span data-testid="queued-reason" data-reason={wait.reason}>
+      {text}
+      {!inspectorOpen && wait.reason !== 'behind' && (
+        <>
+          {' '}
+          <button
+            type="button"
+            className="small"
+            data-testid="queued-open-inspector"
+            onClick={() => bridge.setInspectorOpen(true)}
+          >
+            Open the inspector
+          </button>
+        </>
+      )}
+    </span>
+  );
+}
+
 function LivePhase({ live }: { live: LiveReply }) {
-  const queuePosition = useApp((s) => {
-    if (live.phase !== 'queued' || !live.requestId) return -1;
-    return s.snapshot?.queue.findIndex((q) => q.id === live.requestId) ?? -1;
-  });
+  const wait = useApp(useShallow((s) => (live.phase === 'queued' ? queueWait(s.snapshot, live.requestId) : null)));
   if (live.stopping) return <div className="phase">stopping…</div>;
   if (live.phase === 'sending') {
     return (
@@ -170,13 +199,14 @@ function LivePhase({ live }: { live: LiveReply }) {
       <div className="phase" data-testid="queued-indicator">
         <span className="spinner" />
         <span className="queued">queued</span>
-        {queuePosition >= 0 && <span>position {queuePosition + 1}</span>}
+        {wait && <span>position {wait.position + 1}</span>}
         <span>
           {live.fixedTokens !== undefined
             ? `waiting for a static KV cache of ${formatInteger(live.fixedTokens)} positions to be free`
             : `waiting for ${formatInteger((live.promptTokens ?? 0) + (live.maxNewTokens ?? 0))} tokens of KV to be free`}{' '}
           — nothing is reserved yet
         </span>
+        {wait && <QueueReason wait={wait} />}
       </div>
     );
   }

@@ -1,0 +1,44 @@
+/** Why a queued reply waits (lib/queue-wait.ts): slots taken, requests ahead, or the KV budget committed. */
+import { describe, expect, it } from 'vitest';
+import { queueWait } from '../../../src/renderer/lib/queue-wait';
+import { deviceSnapshot, requestView, snapshot } from './fixtures';
+
+const queued = (id: string) => requestView({ id, state: 'queued', reservedBytes: 0 });
+const running = (id: string) => requestView({ id, state: 'running' });
+
+describe('queueWait', () => {
+  it('every running slot taken: slots, whatever its place', () => {
+    const s = snapshot({ maxRunning: 2, running: [running('a'), running('b')], queue: [queued('q1'), queued('q2')] });
+    expect(queueWait(s, 'q2')).toMatchObject({
+      position: 1,
+      reason: 'slots',
+      running: 2,
+      maxRunning: 2,
+      device: 'cpu',
+    });
+  });
+
+  it('a free slot: the head waits for KV, the others behind it', () => {
+    const s = snapshot({
+      maxRunning: 4,
+      freeBytes: 5000,
+      limitBytes: 100_000,
+      running: [running('a')],
+      queue: [queued('q1'), queued('q2')],
+    });
+    expect(queueWait(s, 'q1')).toMatchObject({ position: 0, reason: 'budget', freeBytes: 5000, limitBytes: 100_000 });
+    expect(queueWait(s, 'q2')).toMatchObject({ position: 1, reason: 'behind' });
+  });
+
+  it("a request queued on a GPU: that device's figures", () => {
+    const gpu = deviceSnapshot({ device: 'cuda:0', maxRunning: 1, running: [running('g')], queue: [queued('q')] });
+    const s = snapshot({ devices: [deviceSnapshot(), gpu] });
+    expect(queueWait(s, 'q')).toMatchObject({ device: 'cuda:0', reason: 'slots', maxRunning: 1 });
+  });
+
+  it('not queued (or no snapshot yet): null', () => {
+    expect(queueWait(snapshot({ running: [running('a')] }), 'a')).toBeNull();
+    expect(queueWait(null, 'a')).toBeNull();
+    expect(queueWait(snapshot(), undefined)).toBeNull();
+  });
+});
