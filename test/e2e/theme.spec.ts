@@ -1,6 +1,6 @@
 /**
  * Light and dark, in Chromium against a real serve: as the OS is (prefers-color-scheme), or the person's pick from
- * the header's theme button, kept with the settings across a reload.
+ * the header's theme button, kept with the settings across a reload and taken up by the other open pages.
  */
 import type { Page } from '@playwright/test';
 import { expect, test } from './fixtures';
@@ -43,4 +43,23 @@ test('the theme follows the OS, or the pick, which a reload keeps', async ({ app
   await button.click();
   await expect(button).toHaveAttribute('data-theme', 'system');
   await expect.poll(() => background(app)).toBe(LIGHT);
+});
+
+test('a pick in one page is taken up by the other pages open', async ({ app, context, server }) => {
+  const other = await context.newPage();
+  await other.goto(server.url);
+  await expect(other.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+  await app.emulateMedia({ colorScheme: 'light' });
+  await other.emulateMedia({ colorScheme: 'light' });
+  const button = app.getByTestId('theme-toggle');
+  const theirs = other.getByTestId('theme-toggle');
+  await expect(theirs).toHaveAttribute('data-theme', 'system');
+  await button.click(); // light
+  await button.click(); // dark
+  await expect(theirs).toHaveAttribute('data-theme', 'dark');
+  await expect.poll(() => background(other)).toBe(DARK);
+  await button.click(); // back to the OS's
+  await expect(theirs).toHaveAttribute('data-theme', 'system');
+  await expect.poll(() => background(other)).toBe(LIGHT);
+  await other.close();
 });

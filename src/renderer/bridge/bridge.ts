@@ -229,9 +229,10 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   api.on('library', (entries) => s().setLibrary(entries));
   api.on('apiServer', (status) => s().setApiServer(status));
   api.on('downloads', (list) => s().setDownloads(list));
-  // Settings another window or page saved: what they share (presets, the API server's), not this one's view.
+  // Settings another window or page saved: what they share (presets, the API server's, the theme), not this
+  // one's view (its thread, its inspector).
   api.on('settings', (saved) => {
-    s().setUi({ presets: saved.presets, apiServer: saved.apiServer });
+    s().setUi({ presets: saved.presets, apiServer: saved.apiServer, theme: saved.theme });
   });
 
   async function refreshHostState(replaceSnapshot: boolean): Promise<void> {
