@@ -495,7 +495,7 @@ async function variantsShot(browser: Browser): Promise<void> {
     await page.goto(server.url);
     await page.getByTestId('models-toggle').click();
     const card = page.locator('[data-testid="loaded-model-card"][data-model-id="graph-variants"]');
-    await card.getByTestId('model-backend').locator('option[value="cuda"]').waitFor({ state: 'attached' });
+    await card.getByTestId('model-backend-pick').locator('option[value="cuda"]').waitFor({ state: 'attached' });
     await card.getByTestId('model-graph').selectOption('q4');
     await card.scrollIntoViewIfNeeded();
     await page.mouse.move(0, 0);

@@ -3,6 +3,7 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
 import { ModelLibrary } from '../main/host/model-library';
+import type { LoadModelRequest } from '../shared/api';
 import type { BudgetCap, ContextClip, SamplingSettings } from '../shared/contract';
 import { type ErrorInfo, KvdeskError } from '../shared/errors';
 import { dataDirOf } from './data-dir';
@@ -158,16 +159,19 @@ export class ReplyPrinter {
 export const LOAD_OPTIONS = {
   variant: { type: 'string' },
   backend: { type: 'string' },
+  'trust-installed': { type: 'boolean' },
 } as const;
 
 /** The load options the flags ask for. */
-export function loadFlags(values: { variant?: string | undefined; backend?: string | undefined }): {
-  variant?: string;
-  backend?: string;
-} {
+export function loadFlags(values: {
+  variant?: string | undefined;
+  backend?: string | undefined;
+  'trust-installed'?: boolean | undefined;
+}): LoadModelRequest {
   return {
     ...(values.variant !== undefined ? { variant: values.variant } : {}),
     ...(values.backend !== undefined ? { backend: values.backend } : {}),
+    ...(values['trust-installed'] === true ? { trustInstalled: true } : {}),
   };
 }
 

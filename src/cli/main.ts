@@ -19,7 +19,7 @@ import {
 } from '../main/backends';
 import { ModelLibrary } from '../main/host/model-library';
 import { defaultHostSettings, type HostSettings, RunnerService } from '../main/host/runner-service';
-import { kvBytesForTokens, loadModelSpec } from '../main/packages';
+import { kvBytesForTokens, loadModelSpec, variantOption } from '../main/packages';
 import { parseByteSize } from '../main/scheduler';
 import { toErrorInfo } from '../shared/errors';
 import { formatBytes } from '../shared/format';
@@ -47,7 +47,7 @@ import { pull, search } from './pull';
 const USAGE = `kvdesk — run local ONNX language models with an explicit KV-cache budget
 
 Usage:
-  kvdesk inspect <package> [--json] [--backend cuda|cpu|…] [--variant NAME] [--device-memory webgpu:0=8GiB]…
+  kvdesk inspect <package> [--json] [--backend cuda|cpu|…] [--variant NAME] [--trust-installed] [--device-memory webgpu:0=8GiB]…
   kvdesk generate <package or library id> (--prompt TEXT | --prompt-ids 1,2,3) [options]
   kvdesk chat <package or library id> [options]   a conversation in the terminal (see below)
   kvdesk list [--json] [--data-dir DIR]   the model library: packages kvdesk serve has loaded before
@@ -88,11 +88,12 @@ generate options:
                            variant to load (default: the plain model.onnx, else the one that runs best on a CPU)
   --backend NAME           cpu, cuda, webgpu, dml, coreml… (default: the best usable one the package offers; one
                            this machine cannot use runs on the CPU with a warning; kvdesk inspect lists them)
+  --trust-installed        load an ORT package of the "installed" layout, whose files may lie outside its folder
 
 chat options (a conversation, as ollama run: a line is a turn, """ starts and ends one of several lines; Ctrl+C
 stops a reply, Ctrl+D or /bye ends, /? lists the commands; with stdin from a pipe, each line is a turn):
   --system TEXT --max-new-tokens N, generate's sampling options, --kv-budget, --threads, --data-dir,
-  --variant, --backend
+  --variant, --backend, --trust-installed
   --verbose                each reply's figures (tokens, speed, prompt and reused tokens, KV) on stderr
   --think | --nothink      a thinking model reasons first, or replies at once (also /set think, /set nothink);
                            its reasoning goes to stderr between "Thinking..." and "...done thinking."
@@ -167,8 +168,7 @@ function inspectText(spec: ModelSpec): string {
 async function inspect(args: string[], io: Io): Promise<number> {
   const options = {
     json: { type: 'boolean' },
-    backend: { type: 'string' },
-    variant: { type: 'string' },
+    ...LOAD_OPTIONS,
     'device-memory': { type: 'string', multiple: true },
   } as const;
   const json = args.includes('--json');
@@ -177,10 +177,12 @@ async function inspect(args: string[], io: Io): Promise<number> {
     if (positionals.length !== 1) throw badArgs('inspect takes exactly one package path');
     // Probed in a child process: a broken GPU provider library must not take inspect down, nor litter its stderr.
     const report = await detectBackendsInChildProcess().catch(() => undefined);
-    const spec = await loadModelSpec(path.resolve(positionals[0] as string), {
+    const dir = path.resolve(positionals[0] as string);
+    const spec = await loadModelSpec(dir, {
       ...(report === undefined ? {} : { availableBackends: usableProviders(report) }),
       ...(values.backend === undefined ? {} : { backend: values.backend }),
-      ...(values.variant === undefined ? {} : { variant: values.variant }),
+      ...(await variantOption(dir, values.variant)),
+      ...(values['trust-installed'] === true ? { trustInstalled: true } : {}),
     });
     const needsNvidia = (spec.variants ?? []).some((v) => /^(cuda|tensorrt):/.test(deviceKey(v.ep)));
     const cpu = defaultHostSettings();

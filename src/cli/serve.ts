@@ -24,6 +24,7 @@ serve options:
   --host ADDR              address to bind (default 127.0.0.1; any other address needs --token)
   --token T                require "Authorization: Bearer T" (or /?token=T in a browser); also $KVDESK_TOKEN
   --model PATH             load a model package at start (repeatable; the default model loads too)
+  --trust-installed        --model may name ORT packages of the "installed" layout (files outside their folder)
   --kv-budget [DEV=]SIZE   KV budget, e.g. 2GiB for the CPU (default: derived from RAM), cuda:0=6GiB for a GPU
                            (default: derived from its memory); repeatable
   --device-memory DEV=SIZE memory of a GPU kvdesk cannot query, e.g. webgpu:0=8GiB (NVIDIA GPUs are read with nvidia-smi)
@@ -96,6 +97,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     'data-dir': { type: 'string' },
     'static-dir': { type: 'string' },
     'max-upload': { type: 'string' },
+    'trust-installed': { type: 'boolean' },
     threads: { type: 'string' },
     'prefill-chunk': { type: 'string' },
     'prompt-cache': { type: 'string' },
@@ -162,7 +164,10 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     });
     resolveHost(hostApi);
     for (const dir of values.model ?? []) {
-      const loaded = await hostApi.importPath(path.resolve(dir));
+      const loaded = await hostApi.importPath(
+        path.resolve(dir),
+        values['trust-installed'] === true ? { trustInstalled: true } : {},
+      );
       if (!loaded.ok)
         throw new KvdeskError(loaded.error.code, `--model ${dir}: ${loaded.error.message}`, loaded.error.detail);
       io.err(

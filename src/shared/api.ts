@@ -230,10 +230,14 @@ export interface BackendInfo {
   hint?: string;
 }
 
-/** How a package is loaded: the person's pick of variant and backend (absent: kvdesk's). */
+/**
+ * How a package is loaded: the person's pick of variant and backend (absent: kvdesk's), and whether they trust an
+ * ORT package of the "installed" layout (its files may lie anywhere on this machine).
+ */
 export interface LoadModelRequest {
   variant?: string;
   backend?: string;
+  trustInstalled?: boolean;
 }
 
 /** What a request's prompt would be (measurePrompt): its tokens, the model's context, what would be left out. */
@@ -393,13 +397,15 @@ const Id = z.object({ id: z.string().min(1).max(200) }).strict();
 export const CallSchemas = {
   listModels: Empty,
   /** Validate a package folder on the host's disk without loading it. */
-  checkPackage: z.object({ path: z.string().min(1).max(4096) }).strict(),
+  /** `trustInstalled`: an ORT package of the "installed" layout, which may name files outside its folder. */
+  checkPackage: z.object({ path: z.string().min(1).max(4096), trustInstalled: z.boolean().optional() }).strict(),
   /** `variant` (an ORT package's, or a graph file's: fp16, q4, …) and `backend` (cpu, cuda, webgpu, …): the person's pick. */
   loadModel: z
     .object({
       path: z.string().min(1).max(4096),
       variant: z.string().min(1).max(200).optional(),
       backend: z.string().min(1).max(100).optional(),
+      trustInstalled: z.boolean().optional(),
     })
     .strict(),
   /** What each backend onnxruntime-node knows can do on this machine (probed once), and why not. */

@@ -47,7 +47,7 @@ test('a graph variant picked on the card: the model loads again as that one; unu
   await expect(card.getByTestId('model-reload')).toHaveCount(0);
 
   // The backends onnxruntime knows: CPU usable; the others (no GPU on this machine) disabled, with their reason.
-  const backend = card.getByTestId('model-backend');
+  const backend = card.getByTestId('model-backend-pick');
   await expect(backend).toBeEnabled();
   await expect(backend.locator('option[value="cpu"]')).toBeEnabled();
   const cuda = backend.locator('option[value="cuda"]');

@@ -29,6 +29,34 @@ export function graphVariantsModel(): string {
   return dir;
 }
 
+/**
+ * An ORT model package of the "installed" layout: only a manifest.json, whose one CPU variant is the default
+ * model's folder, named by its absolute path (outside the package) — loaded only when the person trusts it.
+ */
+export function installedPackage(): string {
+  const dir = path.join(os.tmpdir(), 'kvdesk-test-models', 'installed-ort');
+  mkdirSync(dir, { recursive: true });
+  const manifest = {
+    schema_version: '1.0',
+    layout: 'installed',
+    package_name: 'installed-ort',
+    components: {
+      model: {
+        variants: {
+          cpu: {
+            ep: 'CPUExecutionProvider',
+            device: 'cpu',
+            variant_directory: defaultModelDir,
+            executor_info: { ort: { model_file: 'onnx/model.onnx' } },
+          },
+        },
+      },
+    },
+  };
+  writeFileSync(path.join(dir, 'manifest.json'), JSON.stringify(manifest, null, 2));
+  return dir;
+}
+
 /** The context of {@link smallContextModel}. */
 export const SMALL_CONTEXT = 256;
 

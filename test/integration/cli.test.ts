@@ -9,7 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { defaultModelDir, fixture, fixturesSkipReason, haveFixtures, repoRoot } from '../helpers/fixtures';
-import { graphVariantsModel } from '../helpers/models';
+import { graphVariantsModel, installedPackage } from '../helpers/models';
 
 interface CliRun {
   code: number;
@@ -233,6 +233,17 @@ describe('--variant and --backend', () => {
     expect(chat.stderr).toMatch(
       /kvdesk: warning: cuda was picked, but this machine cannot use it \(.+\).*; kvdesk runs the model on the CPU/,
     );
+    // An "installed" ORT package: refused without --trust-installed (exit 2, naming the field), loaded with it.
+    const installed = installedPackage();
+    const untrusted = kvdesk('generate', installed, '--prompt-ids', '5', '--max-new-tokens', '2');
+    expect(untrusted.code).toBe(2);
+    expect(untrusted.stderr).toContain('only when you trust it explicitly');
+    const trusted = kvdesk('generate', installed, '--prompt-ids', '5', '--max-new-tokens', '2', '--trust-installed');
+    expect(trusted.code, trusted.stderr).toBe(0);
+    expect(trusted.stderr).toContain('was trusted');
+    const inspected = kvdesk('inspect', installed, '--trust-installed', '--json');
+    expect(inspected.code, inspected.stderr).toBe(0);
+    expect(inspected.json.layout).toBe('ort-package');
     const unknown = kvdesk('generate', dir, '--prompt-ids', '5', '--backend', 'quantum');
     expect(unknown.code).toBe(2);
     expect(unknown.stderr).toContain('"quantum" is no backend onnxruntime knows');

@@ -12,7 +12,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { type HostSettings, RunnerService } from '../../src/main/host/runner-service';
 import type { StreamFrame } from '../../src/shared/contract';
 import { defaultModelDir, fixture, haveFixtures } from '../helpers/fixtures';
-import { graphVariantsModel, slowModel } from '../helpers/models';
+import { graphVariantsModel, installedPackage, slowModel } from '../helpers/models';
 import { rejection } from '../helpers/rejection';
 
 const hosts: RunnerService[] = [];
@@ -282,13 +282,23 @@ describe("the person's pick of variant and backend", () => {
     expect(err.message).toContain('Graph variant "int8" is not in the package; the package offers: ');
     // The model that was loaded stays loaded.
     expect(h.listModels().find((m) => m.id === plain.id)?.spec.graphVariant).toBe('fp32');
-    // Not loaded again under a reply that runs on it.
-    const long = h.generate({ model: plain.id, promptIds: prompt, maxNewTokens: 1500, sampling: greedy });
-    const busy = await rejection(h.loadModel(dir, { variant: 'q4' }));
-    expect(busy.message).toBe(`model ${plain.id} has 1 requests in flight; stop them before loading it again`);
-    long.cancel();
-    await long.result.catch(() => undefined);
-    expect((await h.loadModel(dir, { variant: 'q4' })).spec.graphVariant).toBe('q4');
+  });
+
+  it('an "installed" ORT package: refused, naming the field, until trusted; then it runs as its folder does', async () => {
+    const h = new RunnerService({ intraOpNumThreads: 2 });
+    hosts.push(h);
+    const dir = installedPackage();
+    const refused = await rejection(h.loadModel(dir));
+    expect(refused.code).toBe('PACKAGE_INVALID');
+    expect(refused.detail).toMatchObject({ file: 'manifest.json', field: 'layout' });
+    expect(refused.message).toContain('only when you trust it explicitly');
+    const trusted = await h.loadModel(dir, { trustInstalled: true });
+    expect(trusted.spec.packageInfo?.layout).toBe('installed');
+    expect(trusted.spec.graphPath).toBe(path.join(defaultModelDir, 'onnx/model.onnx'));
+    const plain = await h.loadModel(defaultModelDir, { id: 'plain' });
+    const ids = async (model: string) =>
+      (await h.generate({ model, promptIds: prompt, maxNewTokens: 6, sampling: greedy }).result).tokenIds;
+    expect(await ids(trusted.id)).toEqual(await ids(plain.id));
   });
 
   it('a backend this machine cannot use: the CPU, with why and what to do; an unknown one is refused', async () => {

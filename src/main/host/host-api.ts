@@ -57,7 +57,7 @@ export interface HostApi {
   /** Browser drop: writes the files atomically into the model library, validates and loads. */
   importFiles(upload: { name: string; files: Array<{ path: string; data: Uint8Array }> }): Promise<Result<ModelInfo>>;
   /** Electron drop / dialog: loads a package folder by path. */
-  importPath(path: string): Promise<Result<ModelInfo>>;
+  importPath(path: string, how?: LoadModelRequest): Promise<Result<ModelInfo>>;
   /** The packages loaded before (remembered across restarts). */
   readonly library: ModelLibrary;
   /** Model downloads from the Hugging Face Hub into the library. */
@@ -329,9 +329,10 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
 
   const handlers: { [N in CallName]: (req: never) => Promise<CallResponses[N]> } = {
     listModels: async () => models(),
-    checkPackage: async (req: { path: string }): Promise<PackageCheck> => {
+    checkPackage: async (req: { path: string; trustInstalled?: boolean }): Promise<PackageCheck> => {
       try {
-        return { ok: true, spec: await loadModelSpec(path.resolve(req.path)) };
+        const trust = req.trustInstalled === true ? { trustInstalled: true } : {};
+        return { ok: true, spec: await loadModelSpec(path.resolve(req.path), trust) };
       } catch (err) {
         return { ok: false, error: packageProblem(err) };
       }
@@ -451,8 +452,8 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       });
       return { requestId: handle.requestId, cancel: (reason = 'user') => handle.cancel(reason) };
     },
-    importPath(dir) {
-      return wrap(() => load(path.resolve(dir)));
+    importPath(dir, how = {}) {
+      return wrap(() => load(path.resolve(dir), undefined, how));
     },
     importFiles(upload) {
       return wrap(async () => {

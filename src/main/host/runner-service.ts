@@ -38,7 +38,7 @@ import { commonPrefix } from '../engine/feeds';
 import { packTokens } from '../engine/json-constraint';
 import { compileSchema, SchemaError } from '../engine/json-schema';
 import type { EngineEvent, EngineLoadResult, LogitsPositions, SamplingParams, StepLogprob } from '../engine/protocol';
-import { detectLayout, loadModelSpec } from '../packages';
+import { detectLayout, loadModelSpec, variantOption as variantOf } from '../packages';
 import { providerName, providerShortName } from '../packages/execution-providers';
 import { createScheduler, type Scheduler } from '../scheduler';
 import {
@@ -508,15 +508,14 @@ export class RunnerService {
    * file's variant (`fp16`, `q4`, …). A GPU session that fails to start falls
    * back to CPU with a warning on the spec, when the package can run there.
    */
-  async loadModel(dir: string, options: { id?: string; backend?: string; variant?: string } = {}): Promise<ModelInfo> {
+  async loadModel(
+    dir: string,
+    options: { id?: string; backend?: string; variant?: string; trustInstalled?: boolean } = {},
+  ): Promise<ModelInfo> {
     const started = this.now();
     const ortPackage = (await detectLayout(dir)) === 'ort-package';
-    const variantOption =
-      options.variant === undefined
-        ? {}
-        : ortPackage
-          ? { variant: options.variant }
-          : { graphVariant: options.variant };
+    const trust = options.trustInstalled === true ? { trustInstalled: true } : {};
+    const variantOption = { ...(await variantOf(dir, options.variant)), ...trust };
     const wanted = options.backend === undefined ? undefined : providerName(options.backend);
     if (wanted !== undefined && providerShortName(wanted) === undefined) {
       throw new KvdeskError(
@@ -540,9 +539,8 @@ export class RunnerService {
           });
     if (!ortPackage && wanted !== undefined && wanted !== CPU) spec = await this.onPickedBackend(spec, wanted);
     const id = options.id ?? spec.id;
-    // Loaded again (another variant, another backend): not under replies that run on it.
+    // Loaded again (another variant, another backend): replies running on the old load finish on it.
     const previous = this.models.get(id);
-    if (previous) this.assertIdle(id, 'loading it again');
     const tokenizer = await loadTokenizer(spec.tokenizer, { vocabSize: spec.vocabSize });
     const ep = spec.executionProvider ?? CPU;
     const intended = this.deviceOf(spec);
@@ -560,7 +558,7 @@ export class RunnerService {
           (!ortPackage || (spec.variants ?? []).some((v) => v.ep === CPU));
         if (!canFallBack) throw err;
         spec = ortPackage
-          ? await loadModelSpec(dir, { availableBackends: [CPU], backend: CPU })
+          ? await loadModelSpec(dir, { availableBackends: [CPU], backend: CPU, ...trust })
           : await loadModelSpec(dir, { availableBackends: [CPU], ...variantOption });
         spec = {
           ...spec,
@@ -629,8 +627,12 @@ export class RunnerService {
   async unloadModel(id: string): Promise<void> {
     const model = this.models.get(id);
     if (!model) throw new KvdeskError('MODEL_NOT_LOADED', `model ${id} is not loaded`);
-    this.assertIdle(id, 'unloading');
     const scheduler = this.schedulerOf(id);
+    const snap = scheduler.snapshot();
+    const busy = [...snap.queue, ...snap.running].filter((r) => r.modelId === id).length;
+    if (busy > 0) {
+      throw new KvdeskError('BAD_REQUEST', `model ${id} has ${busy} requests in flight; stop them before unloading`);
+    }
     for (const [sid, s] of this.sessions) {
       if (s.modelId === id) {
         scheduler.closeSession(sid);
@@ -641,15 +643,6 @@ export class RunnerService {
     await this.engine.unload(id);
     this.dropDeviceIfUnused(model.device);
     this.refreshBudget();
-  }
-
-  /** Refuses `what` (unloading, loading again) while requests queue or run on the model. */
-  private assertIdle(id: string, what: string): void {
-    const snap = this.schedulerOf(id).snapshot();
-    const busy = [...snap.queue, ...snap.running].filter((r) => r.modelId === id).length;
-    if (busy > 0) {
-      throw new KvdeskError('BAD_REQUEST', `model ${id} has ${busy} requests in flight; stop them before ${what}`);
-    }
   }
 
   /** Loaded models, in load order. */

@@ -125,6 +125,18 @@ export async function detectLayout(dir: string): Promise<PackageLayout> {
 }
 
 /**
+ * The load option a variant name is, for the package in `dir`: an ORT package's variant (a folder built for one
+ * backend), or a graph file's (`fp16` for model_fp16.onnx) for the other layouts.
+ */
+export async function variantOption(
+  dir: string,
+  variant: string | undefined,
+): Promise<{ variant?: string; graphVariant?: string }> {
+  if (variant === undefined) return {};
+  return (await detectLayout(dir)) === 'ort-package' ? { variant } : { graphVariant: variant };
+}
+
+/**
  * Loads one layout from `ctx.dir`. Layout 4 (ORT model packages) resolves a
  * variant folder and calls this with a context whose `dir` is that folder and
  * whose `root` is the package, so containment checks cover the whole package.

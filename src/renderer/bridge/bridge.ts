@@ -125,7 +125,11 @@ export interface Bridge {
   branchThread(threadId: string, messageId: string): void;
   setActiveModel(id: string): void;
   importFiles(name: string, files: DroppedFile[]): Promise<void>;
-  importPath(name: string, path: string): Promise<void>;
+  /**
+   * Checks a package folder on disk (the desktop window); `trustInstalled`: the person trusts an ORT package of
+   * the "installed" layout, which its load then does too.
+   */
+  importPath(name: string, path: string, trustInstalled?: boolean): Promise<void>;
   /** Loads a package (again, when it is loaded), with the person's variant and backend when given. */
   loadPackage(path: string, how?: LoadModelRequest): Promise<void>;
   /** The backends onnxruntime can use here, and why not the others (asked once, then kept). */
@@ -594,16 +598,17 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   /** The backend report, asked for once. */
   let backends: Promise<BackendInfo[]> | null = null;
 
-  async function importPath(name: string, path: string): Promise<void> {
-    s().setPackageImport({ name, status: 'reading', path });
+  async function importPath(name: string, path: string, trustInstalled = false): Promise<void> {
+    const trusted = trustInstalled ? { trusted: true } : {};
+    s().setPackageImport({ name, status: 'reading', path, ...trusted });
     s().setView('models');
-    const r = await api.invoke('checkPackage', { path });
+    const r = await api.invoke('checkPackage', { path, ...(trustInstalled ? { trustInstalled } : {}) });
     if (!r.ok) {
-      s().setPackageImport({ name, status: 'error', path, error: packageError(r.error) });
+      s().setPackageImport({ name, status: 'error', path, error: packageError(r.error), ...trusted });
     } else if (!r.value.ok) {
-      s().setPackageImport({ name, status: 'error', path, error: r.value.error });
+      s().setPackageImport({ name, status: 'error', path, error: r.value.error, ...trusted });
     } else {
-      s().setPackageImport({ name, status: 'ready', path, spec: r.value.spec });
+      s().setPackageImport({ name, status: 'ready', path, spec: r.value.spec, ...trusted });
     }
   }
 

@@ -123,7 +123,7 @@ function RunWith({
         <label title={chosen && !chosen.usable ? `${chosen.reason ?? ''} ${chosen.hint ?? ''}`.trim() : undefined}>
           run on{' '}
           <select
-            data-testid="model-backend"
+            data-testid="model-backend-pick"
             value={backend}
             disabled={busy || backends === null}
             onChange={(e) => setBackend(e.target.value)}

@@ -63,6 +63,16 @@ function ImportResult() {
           </div>
         )}
         <div className="buttons">
+          {imp.path && !imp.trusted && imp.error.file === 'manifest.json' && imp.error.field === 'layout' && (
+            <button
+              type="button"
+              data-testid="model-error-trust"
+              title="Its manifest may name files anywhere on this computer: trust it only if you know where it comes from"
+              onClick={() => void bridge.importPath(imp.name, imp.path as string, true)}
+            >
+              Trust this package
+            </button>
+          )}
           <button type="button" data-testid="model-error-dismiss" onClick={() => setPackageImport(null)}>
             Dismiss
           </button>
@@ -80,7 +90,7 @@ function ImportResult() {
       backend={loadedModel?.backend}
       active={loadedModel?.id === activeModelId}
       busy={busyModels.includes(path) || (loadedModel !== undefined && busyModels.includes(loadedModel.id))}
-      onLoad={(how) => void bridge.loadPackage(path, how)}
+      onLoad={(how) => void bridge.loadPackage(path, imp.trusted ? { ...how, trustInstalled: true } : how)}
       onUnload={loadedModel ? () => void bridge.unloadModel(loadedModel.id) : undefined}
       onUse={loadedModel ? () => bridge.setActiveModel(loadedModel.id) : undefined}
     />

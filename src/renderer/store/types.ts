@@ -31,6 +31,8 @@ export interface PackageImport {
   modelId?: string;
   /** Electron: the path on disk (checked first, loaded on request). */
   path?: string;
+  /** The person trusts it (an ORT package of the "installed" layout, whose files may lie outside its folder). */
+  trusted?: boolean;
   error?: PackageProblem;
 }
 
