@@ -96,7 +96,11 @@ test('the default model has a card with its KV figures and a fit badge', async (
   await expect(card.getByTestId('model-bpt').locator('[data-bytes]')).toHaveAttribute('data-bytes', '1024');
   await expect(card.getByTestId('model-one-context')).toHaveAttribute('data-bytes', String(1024 * 2048));
   await expect(card.getByTestId('fit-badge')).toHaveAttribute('data-level', /fits|tight|wont-fit/);
-  await expect(app.getByTestId('model-backend')).toHaveText('CPU');
+  // The header says where it runs, and lists the other backends (not usable on this GPU-less machine).
+  const backend = app.getByTestId('model-backend');
+  await expect(backend).toHaveValue('cpu');
+  await expect(backend.locator('option[value="cpu"]')).toHaveText('CPU');
+  await expect(backend.locator('option[value="cuda"]')).toBeDisabled();
 });
 
 test('a static-cache package loads, chats, and the inspector shows its whole cache reserved', async ({

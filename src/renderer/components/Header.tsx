@@ -1,5 +1,7 @@
 /** Top bar: model picker with its backend, the budget at a glance, the Models and Inspector toggles. */
+import { useEffect, useState } from 'react';
 import { useShallow } from 'zustand/react/shallow';
+import type { BackendInfo, ModelInfo } from '../../shared/api';
 import { useApp, useBridge } from '../bridge/context';
 import { exactBytes, formatBytes } from '../lib/format';
 import { unloadedEntries } from '../lib/library';
@@ -65,12 +67,57 @@ function ModelPicker() {
           loading {loading.spec?.displayName ?? loading.id}…
         </span>
       )}
-      {active && (
-        <span className="badge" data-testid="model-backend" title="Execution provider in use">
-          {active.backend.replace(/ExecutionProvider$/, '').toUpperCase()}
-        </span>
-      )}
+      {active && <BackendPick model={active} />}
     </div>
+  );
+}
+
+const shortName = (ep: string) => ep.replace(/ExecutionProvider$/, '').toLowerCase();
+
+/**
+ * Where the picked model runs (UI.md's `CPU ▾`): the backends onnxruntime can use here — for an ORT package,
+ * those its variants are built for —, the others listed disabled with why. Picking one loads the model again there.
+ */
+function BackendPick({ model }: { model: ModelInfo }) {
+  const bridge = useBridge();
+  const busy = useApp((s) => s.busyModels.includes(model.id));
+  const [backends, setBackends] = useState<BackendInfo[] | null>(null);
+  useEffect(() => {
+    let live = true;
+    void bridge.listBackends().then((list) => {
+      if (live) setBackends(list);
+    });
+    return () => {
+      live = false;
+    };
+  }, [bridge]);
+  const current = shortName(model.backend);
+  const offered = model.spec.variants ? new Set(model.spec.variants.map((v) => shortName(v.ep))) : null;
+  const choices = (backends ?? []).filter((b) => offered === null || offered.has(b.name));
+  const list = choices.some((b) => b.name === current)
+    ? choices
+    : [{ name: current, provider: model.backend, usable: true }, ...choices];
+  return (
+    <select
+      className="backend-pick"
+      data-testid="model-backend"
+      value={current}
+      disabled={busy}
+      title="Where the model runs: pick another backend and it loads again there"
+      onChange={(e) => void bridge.loadPackage(model.spec.root, { backend: e.target.value })}
+    >
+      {list.map((b) => (
+        <option
+          key={b.name}
+          value={b.name}
+          disabled={!b.usable}
+          title={b.usable ? undefined : `${b.reason ?? ''} ${b.hint ?? ''}`.trim()}
+        >
+          {b.name === 'cpu' ? 'CPU' : b.name}
+          {b.usable ? '' : ' (not usable here)'}
+        </option>
+      ))}
+    </select>
   );
 }
 
