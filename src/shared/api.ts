@@ -61,6 +61,8 @@ export interface LibraryEntry {
   lastLoadedAt: number;
   /** Downloaded from the Hugging Face Hub: the repository, revision and variant it came from. */
   source?: { repo: string; revision: string; variant: string };
+  /** How the person last loaded it (variant, backend, trust): its next load is the same. */
+  load?: LoadModelRequest;
 }
 
 /** A text file attached to a message: the model reads it with the message (see withAttachments). */

@@ -1,7 +1,8 @@
 /**
  * A model card's pick of how the package runs, in Chromium against a real serve: a package with two graph
- * variants (test/helpers/models.ts graphVariantsModel) loads again as the one picked — its tokens change —, and the
- * backend choice lists what onnxruntime can use here, the others disabled with why.
+ * variants (test/helpers/models.ts graphVariantsModel) loads again as the one picked — its tokens change —, the
+ * library keeps the pick for its next load, and the backend choice lists what onnxruntime can use here, the others
+ * disabled with why.
  */
 import { expect, test } from '@playwright/test';
 import { graphVariantsModel } from '../helpers/models';
@@ -63,6 +64,14 @@ test('a graph variant picked on the card: the model loads again as that one; unu
   await expect(card.getByTestId('model-reload')).toHaveCount(0);
   const q4 = await tokens();
   expect(q4).not.toBe(fp32);
+
+  // Unloaded, the library says how it loads, and it loads so again.
+  await card.getByTestId('model-unload').click();
+  const row = page.locator('[data-testid="library-row"][data-model-id="graph-variants"]');
+  await expect(row.getByTestId('library-pick')).toHaveText('loads as q4');
+  await row.getByTestId('library-load').click();
+  await expect(pick).toHaveAttribute('data-variant', 'q4', { timeout: 30_000 });
+  expect(await tokens()).toBe(q4);
 
   // And back.
   await card.getByTestId('model-graph').selectOption('fp32');

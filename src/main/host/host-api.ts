@@ -227,15 +227,30 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
   /** The library's check after start (set once the default model is loaded). */
   let libraryChecked: Promise<void> = Promise.resolve();
 
-  /** Loads a package; `jit`: a request named it (loaded on first use), else the person loaded it. */
+  /**
+   * Loads a package; `jit`: a request named it (loaded on first use), else the person loaded it; `how`: the
+   * person's pick of variant and backend, else the one it was last loaded with (the library keeps it).
+   */
   async function load(dir: string, jit?: FirstUse, how: LoadModelRequest = {}): Promise<ModelInfo> {
-    const info = await runner.loadModel(dir, how);
+    const picked = Object.values(how).some((v) => v !== undefined);
+    const kept = picked ? undefined : await library.pickFor(dir);
+    let pick: LoadModelRequest | null = picked ? how : (kept ?? {});
+    let info: Awaited<ReturnType<RunnerService["loadModel"]>>;
+    try {
+      info = await runner.loadModel(dir, pick);
+    } catch (err) {
+      // A kept pick the package no longer has (a variant deleted): kvdesk's own choice, and the pick is dropped.
+      if (kept === undefined || toErrorInfo(err).code !== 'PACKAGE_INVALID') throw err;
+      log(`kvdesk: ${dir} could not load as last picked (${toErrorInfo(err).message}); loading it as kvdesk picks`);
+      info = await runner.loadModel(dir, {});
+      pick = null;
+    }
     if (jit) firstUse.set(info.id, jit);
     else firstUse.delete(info.id);
     const all = models();
     emit('models', all);
     budgetChanged();
-    await library.loaded(dir, info.spec);
+    await library.loaded(dir, info.spec, pick);
     return all.find((m) => m.id === info.id) as ModelInfo;
   }
 

@@ -14,10 +14,10 @@
 import { lstat, readdir, readFile, realpath, rename, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
-import type { LibraryEntry } from '../../shared/api';
+import type { LibraryEntry, LoadModelRequest } from '../../shared/api';
 import { KvdeskError } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
-import { loadModelSpec } from '../packages';
+import { loadModelSpec, variantOption } from '../packages';
 import { packageProblem } from '../packages/package-error';
 import { writeAtomic } from '../store/write-atomic';
 import { type HubSource, hubSourceOf } from './hub-download';
@@ -36,10 +36,29 @@ const Stored = z.object({
         uploaded: z.boolean().optional(),
         addedAt: z.number(),
         lastLoadedAt: z.number(),
+        /** How the person last loaded it (their pick of variant and backend, their trust): loaded so again. */
+        load: z
+          .object({
+            variant: z.string().min(1).max(200).optional(),
+            backend: z.string().min(1).max(100).optional(),
+            trustInstalled: z.boolean().optional(),
+          })
+          .optional(),
       }),
     )
     .max(10_000),
 });
+
+/** A pick with something in it, or undefined. */
+function pickOf(how: LoadModelRequest | undefined): LoadModelRequest | undefined {
+  if (!how) return undefined;
+  const kept: LoadModelRequest = {
+    ...(how.variant !== undefined ? { variant: how.variant } : {}),
+    ...(how.backend !== undefined ? { backend: how.backend } : {}),
+    ...(how.trustInstalled === true ? { trustInstalled: true } : {}),
+  };
+  return Object.keys(kept).length > 0 ? kept : undefined;
+}
 
 interface Held {
   root: string;
@@ -50,14 +69,20 @@ interface Held {
   error?: LibraryEntry['error'];
   missing: boolean;
   source?: HubSource;
+  load?: LoadModelRequest;
 }
 
 /** What validating a folder found. */
 type Check = { spec: ModelSpec; source?: HubSource } | { error: NonNullable<LibraryEntry['error']>; missing: boolean };
 
-async function check(root: string): Promise<Check> {
+async function check(root: string, load: LoadModelRequest | undefined): Promise<Check> {
   try {
-    const spec = await loadModelSpec(root, { availableBackends: [CPU] });
+    // Read as it loads: the picked variant, and an installed package the person trusts.
+    const spec = await loadModelSpec(root, {
+      availableBackends: [CPU],
+      ...(await variantOption(root, load?.variant)),
+      ...(load?.trustInstalled === true ? { trustInstalled: true } : {}),
+    });
     const source = await hubSourceOf(root);
     return source ? { spec, source } : { spec };
   } catch (err) {
@@ -152,6 +177,7 @@ export class ModelLibrary {
             lastLoadedAt: p.lastLoadedAt,
             id: p.id ?? path.basename(root),
             missing: false,
+            ...(p.load && pickOf(p.load) ? { load: pickOf(p.load) } : {}),
           });
         }
       } else {
@@ -177,7 +203,14 @@ export class ModelLibrary {
       addedAt: r.addedAt,
       lastLoadedAt: r.lastLoadedAt,
       ...(r.source ? { source: r.source } : {}),
+      ...(r.load ? { load: r.load } : {}),
     }));
+  }
+
+  /** How the person last loaded the package at `root` (their pick), if they picked anything. */
+  async pickFor(root: string): Promise<LoadModelRequest | undefined> {
+    const abs = await canonicalPath(root);
+    return this.records.find((r) => r.root === abs)?.load;
   }
 
   /**
@@ -211,25 +244,40 @@ export class ModelLibrary {
       this.records.push({ root, addedAt: when, lastLoadedAt: when, id: name, missing: false });
       found++;
     }
-    for (const r of [...this.records]) this.apply(r, await check(r.root));
+    for (const r of [...this.records]) this.apply(r, await check(r.root, r.load));
     this.sort();
     // Only uploads found change what the file holds (checks are never stored).
     if (found > 0) await this.save();
     this.onChange(this.list());
   }
 
-  /** Records a successful load (a new package joins the library; a known one moves to the top). */
-  async loaded(root: string, spec: ModelSpec): Promise<void> {
+  /**
+   * Records a successful load (a new package joins the library; a known one moves to the top), and how it was
+   * loaded: the pick it was loaded with, kept for its next load (a load without one keeps the last; null drops it).
+   */
+  async loaded(root: string, spec: ModelSpec, how?: LoadModelRequest | null): Promise<void> {
     const abs = await canonicalPath(root);
     const t = this.now();
+    const pick = pickOf(how ?? undefined);
     let r = this.records.find((x) => x.root === abs);
     if (r) {
       r.lastLoadedAt = t;
+      if (pick) r.load = pick;
+      else if (how === null) delete r.load;
       this.apply(r, { spec });
       this.records = this.records.filter((x) => x !== r);
     } else {
       const source = await hubSourceOf(abs);
-      r = { root: abs, addedAt: t, lastLoadedAt: t, id: spec.id, spec, missing: false, ...(source ? { source } : {}) };
+      r = {
+        root: abs,
+        addedAt: t,
+        lastLoadedAt: t,
+        id: spec.id,
+        spec,
+        missing: false,
+        ...(source ? { source } : {}),
+        ...(pick ? { load: pick } : {}),
+      };
     }
     // First, then a stable sort: a load in the same millisecond as another still comes first.
     this.records.unshift(r);
@@ -297,6 +345,7 @@ export class ModelLibrary {
         uploaded: this.isUpload(r.root),
         addedAt: r.addedAt,
         lastLoadedAt: r.lastLoadedAt,
+        ...(r.load ? { load: r.load } : {}),
       })),
     };
     const text = `${JSON.stringify(data, null, 2)}\n`;

@@ -44,6 +44,22 @@ function Row({ entry, busy }: { entry: LibraryEntry; busy: boolean }) {
             hf.co/{entry.source.repo} · {entry.source.variant}
           </span>
         )}
+        {entry.load && (
+          <span
+            className="badge"
+            data-testid="library-pick"
+            title="How you last loaded it: it loads the same way (pick again on its card once loaded)"
+          >
+            loads as{' '}
+            {[
+              entry.load.variant,
+              entry.load.backend === undefined ? undefined : `on ${entry.load.backend}`,
+              entry.load.trustInstalled ? 'trusted' : undefined,
+            ]
+              .filter(Boolean)
+              .join(' · ')}
+          </span>
+        )}
         {fit && (
           <span className={`badge ${fitClass(fit)}`} data-testid="library-fit" title={fit.explanation}>
             {fitLabel(fit.level)}

@@ -18,6 +18,7 @@ import type { LibraryEntry } from '../../../src/shared/api';
 import { KvdeskError } from '../../../src/shared/errors';
 import type { ModelSpec } from '../../../src/shared/model-spec';
 import { defaultModelDir } from '../../helpers/fixtures';
+import { graphVariantsModel } from '../../helpers/models';
 
 const tmpDirs: string[] = [];
 const apis: HostApi[] = [];
@@ -164,6 +165,67 @@ describe('remembered loads', () => {
     );
     await reopened.loaded(path.relative(process.cwd(), b), await specOf(b));
     expect(roots(reopened.list())).toEqual([b, a, c]);
+  });
+});
+
+describe('how a package was loaded', () => {
+  it('the pick is kept: a load without one, a restart and a load on first use load it the same way', async () => {
+    const dataDir = await tmp();
+    const pkgs = await tmp();
+    const dir = path.join(pkgs, 'variants');
+    await cp(graphVariantsModel(), dir, { recursive: true });
+    const graphOf = (api: HostApi) => api.runner.listModels().find((m) => m.id === 'variants')?.spec.graphVariant;
+
+    const first = await makeApi(dataDir);
+    expect((await first.call('loadModel', { path: dir, variant: 'q4' })).ok).toBe(true);
+    expect(graphOf(first)).toBe('q4');
+    expect((await first.call('unloadModel', { id: 'variants' })).ok).toBe(true);
+    // Loaded again without a pick: as last picked.
+    expect((await first.call('loadModel', { path: dir })).ok).toBe(true);
+    expect(graphOf(first)).toBe('q4');
+    await first.libraryChecked;
+    await first.close();
+    apis.splice(apis.indexOf(first), 1);
+    const stored = (await readStored(dataDir)).packages as Array<{ root: string; load?: unknown }>;
+    expect(stored.find((p) => p.root === dir)?.load).toEqual({ variant: 'q4' });
+
+    // After a restart: listed with its pick, checked as it loads, and a request naming it loads it so.
+    const again = await makeApi(dataDir);
+    await again.libraryChecked;
+    const listed = await again.call('listLibrary', {});
+    if (!listed.ok) throw new Error(listed.error.message);
+    expect(listed.value.find((e) => e.root === dir)).toMatchObject({
+      load: { variant: 'q4' },
+      spec: { graphVariant: 'q4' },
+    });
+    await again.ensureModel('variants');
+    expect(graphOf(again)).toBe('q4');
+
+    // Another pick replaces it.
+    expect((await again.call('loadModel', { path: dir, variant: 'fp32' })).ok).toBe(true);
+    expect(graphOf(again)).toBe('fp32');
+    const relisted = await again.call('listLibrary', {});
+    expect(relisted.ok && relisted.value.find((e) => e.root === dir)?.load).toEqual({ variant: 'fp32' });
+  });
+
+  it('a kept pick the package no longer has: loaded as kvdesk picks, said in the log, and the pick dropped', async () => {
+    const dataDir = await tmp();
+    const pkgs = await tmp();
+    const dir = path.join(pkgs, 'variants');
+    await cp(graphVariantsModel(), dir, { recursive: true });
+    const log: string[] = [];
+    const api = await makeApi(dataDir, { log });
+    expect((await api.call('loadModel', { path: dir, variant: 'q4' })).ok).toBe(true);
+    expect((await api.call('unloadModel', { id: 'variants' })).ok).toBe(true);
+    await rm(path.join(dir, 'onnx/model_q4.onnx'));
+    const loaded = await api.call('loadModel', { path: dir });
+    expect(loaded.ok && loaded.value.spec.graphPath).toBe(path.join(dir, 'onnx/model.onnx'));
+    expect(log.some((l) => l.includes(`${dir} could not load as last picked (`))).toBe(true);
+    const listed = await api.call('listLibrary', {});
+    expect(listed.ok && listed.value.find((e) => e.root === dir)?.load).toBeUndefined();
+    // An explicit pick the package lacks is refused, not replaced.
+    const refused = await api.call('loadModel', { path: dir, variant: 'q4' });
+    expect(refused.ok).toBe(false);
   });
 });
 
