@@ -103,6 +103,12 @@ export const GenerateRequest = z
      * and the closing marker) and it answers. Counts in maxNewTokens like any token.
      */
     thinkingBudget: z.number().int().min(0).max(1_000_000).optional(),
+    /**
+     * How hard a thinking model reasons (OpenAI's reasoning_effort, Anthropic's effort, Ollama's think level): the
+     * chat template gets it as `reasoning_effort` (gpt-oss's reads low, medium, high), and without a thinkingBudget
+     * `minimal` and `low` bound the reasoning (256 and 1024 tokens). `none` is `thinking: false`.
+     */
+    reasoningEffort: z.enum(['minimal', 'low', 'medium', 'high', 'xhigh', 'max']).optional(),
     /** Copies of the prompt to generate (OpenAI `n`); multi-row requests reserve for every row. */
     rows: z.number().int().min(1).max(64).optional(),
     maxNewTokens: z.number().int().min(1).max(1_000_000).optional(),

@@ -235,7 +235,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     const picked = Object.values(how).some((v) => v !== undefined);
     const kept = picked ? undefined : await library.pickFor(dir);
     let pick: LoadModelRequest | null = picked ? how : (kept ?? {});
-    let info: Awaited<ReturnType<RunnerService["loadModel"]>>;
+    let info: Awaited<ReturnType<RunnerService['loadModel']>>;
     try {
       info = await runner.loadModel(dir, pick);
     } catch (err) {

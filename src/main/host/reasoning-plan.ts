@@ -24,7 +24,9 @@ export interface ReasoningPlan {
  * text as written).
  */
 export function thinkingVars(req: GenerateRequest, spec: ModelSpec): Record<string, unknown> | undefined {
-  if (req.thinking === undefined) return undefined;
+  const effort =
+    req.reasoningEffort === undefined ? undefined : { reasoning_effort: TEMPLATE_EFFORT[req.reasoningEffort] };
+  if (req.thinking === undefined) return effort;
   if (!(req.messages || req.chat)) {
     throw new KvdeskError(
       'BAD_REQUEST',
@@ -41,7 +43,30 @@ export function thinkingVars(req: GenerateRequest, spec: ModelSpec): Record<stri
       { field: 'thinking' },
     );
   }
-  return reasoning.toggle === undefined ? undefined : { [reasoning.toggle]: req.thinking };
+  const toggle = reasoning.toggle === undefined ? undefined : { [reasoning.toggle]: req.thinking };
+  return toggle || effort ? { ...effort, ...toggle } : undefined;
+}
+
+/** An effort as templates read it: gpt-oss's three levels (OpenAI's finer ones to the nearest). */
+const TEMPLATE_EFFORT: Record<NonNullable<GenerateRequest['reasoningEffort']>, string> = {
+  minimal: 'low',
+  low: 'low',
+  medium: 'medium',
+  high: 'high',
+  xhigh: 'high',
+  max: 'high',
+};
+
+/** The reasoning tokens an effort allows when the request sets no budget of its own (absent: no bound). */
+export const EFFORT_THINKING_BUDGET: Partial<Record<NonNullable<GenerateRequest['reasoningEffort']>, number>> = {
+  minimal: 256,
+  low: 1024,
+};
+
+/** The request's thinking budget: its own, else the one its effort implies, else none. */
+export function thinkingBudgetOf(req: GenerateRequest): number | undefined {
+  if (req.thinkingBudget !== undefined) return req.thinkingBudget;
+  return req.reasoningEffort === undefined ? undefined : EFFORT_THINKING_BUDGET[req.reasoningEffort];
 }
 
 /**

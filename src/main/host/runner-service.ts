@@ -61,7 +61,7 @@ import {
 import { dropOldest } from './context-fit';
 import { deriveHostDeviceBudget } from './device-budgets';
 import { EngineClient } from './engine-client';
-import { closingSuffix, type ReasoningPlan, reasoningPlan, thinkingVars } from './reasoning-plan';
+import { closingSuffix, type ReasoningPlan, reasoningPlan, thinkingBudgetOf, thinkingVars } from './reasoning-plan';
 import { nativeTemplate, planTools, type ToolPlan } from './tool-plan';
 
 const CPU = 'CPUExecutionProvider';
@@ -1220,15 +1220,16 @@ class Generation {
           ? { ...calls, reasoning: { open: plan.spec.open, close: plan.spec.close, inside: plan.inside } }
           : calls;
       // A thinking budget: the engine closes the reasoning after that many tokens.
+      const thinkingBudget = thinkingBudgetOf(this.req);
       const budget =
-        plan && this.req.thinkingBudget !== undefined
+        plan && thinkingBudget !== undefined
           ? {
               key: this.model.loadKey,
               spec: {
                 open: plan.spec.open,
                 close: plan.spec.close,
                 inside: plan.inside,
-                tokens: this.req.thinkingBudget,
+                tokens: thinkingBudget,
                 // The close as the tokenizer writes it (the model knows its marker as one token, often).
                 force: this.model.tokenizer.encode(`\n${plan.spec.close}\n\n`, { addSpecialTokens: false }),
               },

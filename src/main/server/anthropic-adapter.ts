@@ -203,11 +203,12 @@ export function mapMessagesRequest(input: unknown, opts: { countOnly?: boolean }
   if (output !== undefined && output !== null && (typeof output !== 'object' || Array.isArray(output))) {
     throw bad('"output_config" must be an object.', 'output_config');
   }
+  let effort: 'low' | 'medium' | 'high' | 'max' | undefined;
   if (output?.effort !== undefined && output.effort !== null) {
-    throw bad(
-      'output_config.effort is not supported for local models: send the request without it.',
-      'output_config.effort',
-    );
+    if (output.effort !== 'low' && output.effort !== 'medium' && output.effort !== 'high' && output.effort !== 'max') {
+      throw bad('output_config.effort must be "low", "medium", "high" or "max".', 'output_config.effort');
+    }
+    effort = output.effort;
   }
   const maxTokens = opts.countOnly ? undefined : number(body, 'max_tokens', { min: 1, int: true });
   if (!opts.countOnly && maxTokens === undefined) throw bad('"max_tokens" is required.', 'max_tokens');
@@ -226,6 +227,7 @@ export function mapMessagesRequest(input: unknown, opts: { countOnly?: boolean }
     parallelToolCalls: parallel,
   });
   if (thinking !== undefined) request.thinking = thinking;
+  if (effort !== undefined) request.reasoningEffort = effort;
   const budget = thinking === true ? (body.thinking as { budget_tokens?: unknown }).budget_tokens : undefined;
   if (budget !== undefined && budget !== null) {
     if (typeof budget !== 'number' || !Number.isInteger(budget) || budget < 0)

@@ -296,7 +296,7 @@ export function chatMessages(raw: unknown[]): ChatMessage[] {
   return out;
 }
 
-/** `think`: true or false, or a level (gpt-oss's low, medium, high), which kvdesk takes as on. */
+/** `think`: true or false, or a level (gpt-oss's low, medium, high): on, at that effort. */
 function thinkOf(body: Body): boolean | undefined {
   const think = body.think;
   if (think === undefined || think === null) return undefined;
@@ -369,6 +369,11 @@ export function mapOllamaRequest(kind: OllamaKind, input: unknown): MappedOllama
     if (format.jsonSchema) request.jsonSchema = format.jsonSchema;
     // A raw prompt is the model's text as written, its reasoning included.
     if (think !== undefined && request.prompt === undefined) request.thinking = think;
+    // gpt-oss's levels: the template's reasoning_effort (and low bounds the reasoning, as OpenAI's low does).
+    const level = body.think;
+    if ((level === 'low' || level === 'medium' || level === 'high') && request.prompt === undefined) {
+      request.reasoningEffort = level;
+    }
   }
   const keep = keepAlive(body);
   return {

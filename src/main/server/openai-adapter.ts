@@ -350,14 +350,18 @@ function thinkingSwitch(body: Body): boolean | undefined {
   return thinking;
 }
 
-/** OpenAI's reasoning efforts (kvdesk has no levels: `none` turns thinking off, the others leave it). */
-const REASONING_EFFORTS = ['none', 'minimal', 'low', 'medium', 'high', 'xhigh', 'max'];
+/**
+ * OpenAI's reasoning efforts: `none` turns thinking off; the others go to the request (the template's
+ * `reasoning_effort`, and a bound on the reasoning for `minimal` and `low`: see GenerateRequest).
+ */
+const REASONING_EFFORTS = ['none', 'minimal', 'low', 'medium', 'high', 'xhigh', 'max'] as const;
+export type ReasoningEffort = (typeof REASONING_EFFORTS)[number];
 
 /** An effort (chat's `reasoning_effort`, Responses' `reasoning.effort`), checked; `param` names it in a 400. */
-export function reasoningEffort(effort: unknown, param: string): string {
-  if (typeof effort !== 'string' || !REASONING_EFFORTS.includes(effort))
+export function reasoningEffort(effort: unknown, param: string): ReasoningEffort {
+  if (typeof effort !== 'string' || !(REASONING_EFFORTS as readonly string[]).includes(effort))
     throw bad(`"${param}" must be one of ${REASONING_EFFORTS.join(', ')}.`, param);
-  return effort;
+  return effort as ReasoningEffort;
 }
 
 /** Adds reasoning to a turn's (turns joined into one keep each one's). */
@@ -440,6 +444,10 @@ export function mapOpenAiRequest(kind: OpenAiKind, input: unknown): MappedReques
     if (boolean(body, 'continue_final_message') === true) request.continueFinal = true;
     const thinking = thinkingSwitch(body);
     if (thinking !== undefined) request.thinking = thinking;
+    const effort = present(body, 'reasoning_effort')
+      ? reasoningEffort(body.reasoning_effort, 'reasoning_effort')
+      : undefined;
+    if (effort !== undefined && effort !== 'none') request.reasoningEffort = effort;
     // Qwen's API's name for a thinking budget (the reasoning is closed for the model after that many tokens).
     const budget = number(body, 'thinking_budget', { min: 0, int: true });
     if (budget !== undefined) request.thinkingBudget = budget;

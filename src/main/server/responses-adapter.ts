@@ -23,6 +23,7 @@ import {
   kvdeskExtras,
   number,
   present,
+  type ReasoningEffort,
   reasoningEffort,
 } from './openai-adapter';
 
@@ -260,6 +261,7 @@ export function mapResponsesRequest(input: unknown): MappedResponseRequest {
   });
   const effort = effortOf(body);
   if (effort === 'none') request.thinking = false;
+  else if (effort !== undefined) request.reasoningEffort = effort;
   const budget = budgetOf(body);
   if (budget !== undefined) request.thinkingBudget = budget;
   const truncation = body.truncation === 'auto' ? 'auto' : 'disabled';
@@ -305,7 +307,7 @@ export function mapResponsesRequest(input: unknown): MappedResponseRequest {
  * other efforts leave it as it is (kvdesk has no levels). `summary` is accepted, but none is written: the
  * reasoning item's summary is empty and its content is the reasoning itself.
  */
-function effortOf(body: Body): string | undefined {
+function effortOf(body: Body): ReasoningEffort | undefined {
   if (!present(body, 'reasoning') || body.reasoning === null) return undefined;
   const r = body.reasoning as Record<string, unknown>;
   if (typeof r !== 'object' || Array.isArray(r)) throw bad('"reasoning" must be an object.', 'reasoning');

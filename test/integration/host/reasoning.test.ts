@@ -176,6 +176,62 @@ describe('a thinking model', () => {
     expect(under.tokenIds).toEqual((await run({})).tokenIds);
   });
 
+  it('a reasoning effort: minimal and low bound the reasoning (256, 1024 tokens) unless a budget is given', async () => {
+    const max = 300;
+    // A bias against </think>: the reply would reason to its end.
+    const sampling = { greedy: true, logitBias: { [THINK_END_ID]: -100 } };
+    const free = await run({ sampling, maxNewTokens: max });
+    expect(free.tokenIds).not.toContain(THINK_END_ID);
+    const close = h.tokenizerOf('thinking').encode('\n</think>\n\n', { addSpecialTokens: false });
+    const minimal = await run({ sampling, maxNewTokens: max, reasoningEffort: 'minimal' });
+    expect(minimal.tokenIds.slice(0, 256)).toEqual(free.tokenIds.slice(0, 256));
+    expect(minimal.tokenIds.slice(256, 256 + close.length)).toEqual(close);
+    expect(minimal.text.length).toBeGreaterThan(0);
+    // Low's bound (1024) is past this reply's end; medium and high set none.
+    for (const effort of ['low', 'medium', 'high'] as const) {
+      const r = await run({ sampling, maxNewTokens: max, reasoningEffort: effort });
+      expect(r.tokenIds, effort).toEqual(free.tokenIds);
+    }
+    // The request's own budget wins over its effort's.
+    const own = await run({
+      sampling: { greedy: true },
+      maxNewTokens: 24,
+      reasoningEffort: 'minimal',
+      thinkingBudget: 4,
+    });
+    expect(own.tokenIds.slice(4, 4 + close.length)).toEqual(close);
+  });
+
+  it("the effort reaches the chat template as reasoning_effort (gpt-oss's low, medium, high)", async () => {
+    const template =
+      "{{ messages[0].content + '\n' }}{% if reasoning_effort is defined %}{{ 'Reasoning: ' + reasoning_effort + '\n' }}{% endif %}{{ '<think>\n' }}";
+    await h.loadModel(thinkingModel('thinking-effort', template), { id: 'effort' });
+    const promptOf = async (reasoningEffort?: GenerateRequest['reasoningEffort']) => {
+      const r = await h.generate({
+        model: 'effort',
+        messages: ASK,
+        maxNewTokens: 1,
+        sampling: { greedy: true },
+        ...(reasoningEffort ? { reasoningEffort } : {}),
+      }).result;
+      return r.promptTokens;
+    };
+    const tok = h.tokenizerOf('effort');
+    const count = (text: string) => tok.encode(text, { addSpecialTokens: false }).length;
+    const base = await promptOf();
+    expect(base).toBe(count(`${ASK[0]?.content}\n<think>\n`));
+    for (const [asked, shown] of [
+      ['minimal', 'low'],
+      ['low', 'low'],
+      ['medium', 'medium'],
+      ['high', 'high'],
+      ['max', 'high'],
+    ] as const) {
+      expect(await promptOf(asked), asked).toBe(count(`${ASK[0]?.content}\nReasoning: ${shown}\n<think>\n`));
+    }
+    await h.unloadModel('effort');
+  });
+
   it('a plain completion (no chat template) is the text as written', async () => {
     const r = await h.generate({
       model: 'thinking',

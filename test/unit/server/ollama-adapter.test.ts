@@ -131,6 +131,9 @@ describe('mapOllamaRequest: /api/chat', () => {
     expect(chat({ think: true }).request?.thinking).toBe(true);
     expect(chat({ think: false }).request?.thinking).toBe(false);
     expect(chat({ think: 'low' }).request?.thinking).toBe(true);
+    expect(chat({ think: 'low' }).request?.reasoningEffort).toBe('low');
+    expect(chat({ think: 'high' }).request?.reasoningEffort).toBe('high');
+    expect(chat({ think: true }).request).not.toHaveProperty('reasoningEffort');
     expect(chat({ think: null }).request?.thinking).toBeUndefined();
     expect(chat().request?.thinking).toBeUndefined();
     const history = [

@@ -489,6 +489,14 @@ describe('mapMessagesRequest: thinking', () => {
     }
   });
 
+  it("output_config.effort is the request's reasoning effort; another value is a 400 naming it", () => {
+    for (const effort of ['low', 'medium', 'high', 'max']) {
+      expect(map({ output_config: { effort } }).reasoningEffort, effort).toBe(effort);
+    }
+    expect(map()).not.toHaveProperty('reasoningEffort');
+    expectRefusal(() => map({ output_config: { effort: 'extreme' } }), 'output_config.effort');
+  });
+
   it("an assistant's thinking blocks are its reasoning; redacted_thinking is left out; a user's is refused", () => {
     const messages = [
       { role: 'user', content: 'hi' },
@@ -581,19 +589,17 @@ describe('mapMessagesRequest: thinking', () => {
 describe('mapResponsesRequest: reasoning', () => {
   const map = (extra: Json = {}) => mapResponsesRequest({ model: 'm', input: 'hi', ...extra }).request;
 
-  it('effort "none": thinking off; the other efforts, a summary or null leave the model as it is', () => {
+  it('effort "none": thinking off; the other efforts go to the request; a summary or null leave the model as it is', () => {
     expect(map({ reasoning: { effort: 'none' } }).thinking).toBe(false);
-    for (const reasoning of [
-      { effort: 'minimal' },
-      { effort: 'low' },
-      { effort: 'medium' },
-      { effort: 'high' },
-      { summary: 'auto' },
-      { effort: null },
-      {},
-      null,
-    ]) {
+    expect(map({ reasoning: { effort: 'none' } })).not.toHaveProperty('reasoningEffort');
+    for (const effort of ['minimal', 'low', 'medium', 'high', 'xhigh']) {
+      const r = map({ reasoning: { effort } });
+      expect(r, effort).not.toHaveProperty('thinking');
+      expect(r.reasoningEffort, effort).toBe(effort);
+    }
+    for (const reasoning of [{ summary: 'auto' }, { effort: null }, {}, null]) {
       expect(map({ reasoning }), JSON.stringify(reasoning)).not.toHaveProperty('thinking');
+      expect(map({ reasoning }), JSON.stringify(reasoning)).not.toHaveProperty('reasoningEffort');
     }
   });
 
@@ -665,8 +671,10 @@ describe('mapOpenAiRequest: thinking', () => {
     expect(map({ chat_template_kwargs: {} })).not.toHaveProperty('thinking');
     expect(map({ chat_template_kwargs: null })).not.toHaveProperty('thinking');
     expect(map({ reasoning_effort: 'none' }).thinking).toBe(false);
+    expect(map({ reasoning_effort: 'none' })).not.toHaveProperty('reasoningEffort');
     for (const effort of ['minimal', 'low', 'medium', 'high']) {
       expect(map({ reasoning_effort: effort }), effort).not.toHaveProperty('thinking');
+      expect(map({ reasoning_effort: effort }).reasoningEffort, effort).toBe(effort);
     }
     expect(map({ reasoning_effort: 'none', chat_template_kwargs: { enable_thinking: true } }).thinking).toBe(true);
     expect(map()).not.toHaveProperty('thinking');
