@@ -64,7 +64,9 @@ test('a file that is not a chat is refused, naming the field, and adds nothing',
       }),
     ),
   });
-  await expect(page.getByTestId('import-error')).toContainText('tools.json: messages[1].role is "tool"');
+  await expect(page.getByTestId('import-error')).toContainText(
+    'tools.json: messages[1].tool_call_id must be the id of a call',
+  );
   await page.getByTestId('import-thread-file').setInputFiles({
     name: 'notes.txt',
     mimeType: 'text/plain',

@@ -4,6 +4,7 @@
  * (OpenAI's form), checked field by field. An import is always a new chat: ids are new, nothing is overwritten.
  */
 import { type StoredMessage, Thread } from '../../shared/api';
+import type { ToolCall } from '../../shared/contract';
 import { newId } from '../bridge/prompt';
 import { titleFrom } from '../store/chat-slice';
 import { attachmentBlock } from './attachments';
@@ -134,7 +135,10 @@ export function parseThreadImport(text: string, fileName: string, now = Date.now
   for (const [i, m] of list.entries()) {
     const where = `${at}[${i}]`;
     if (!isObject(m)) return fail(where, 'must be an object {"role", "content"}.');
-    const content = textOf(m.content);
+    // A reply that only calls tools has no text (OpenAI's null content).
+    const calls = m.role === 'assistant' && m.tool_calls !== undefined ? toolCallsOf(m.tool_calls) : undefined;
+    if (calls !== undefined && !Array.isArray(calls)) return fail(`${where}.tool_calls${calls.at}`, calls.what);
+    const content = m.content === null && calls !== undefined ? '' : textOf(m.content);
     if (content === undefined) return fail(`${where}.content`, 'must be text (a string, or a list of text parts).');
     if (m.role === 'system' && messages.length === 0 && system === undefined) {
       system = content;
@@ -142,14 +146,32 @@ export function parseThreadImport(text: string, fileName: string, now = Date.now
     } else if (m.role === 'user' || m.role === 'assistant') {
       // A reply's reasoning as DeepSeek's API and vLLM give it.
       const reasoning = m.role === 'assistant' && typeof m.reasoning_content === 'string' ? m.reasoning_content : '';
-      messages.push({ id: 'm', role: m.role, content, createdAt: now, ...(reasoning ? { reasoning } : {}) });
+      messages.push({
+        id: 'm',
+        role: m.role,
+        content,
+        createdAt: now,
+        ...(reasoning ? { reasoning } : {}),
+        ...(calls && calls.length > 0 ? { toolCalls: calls } : {}),
+      });
+      from.push(i);
+    } else if (m.role === 'tool') {
+      // A tool's answer: to a call of the reply it follows (only other answers between them).
+      let before = messages.length - 1;
+      while (before >= 0 && messages[before]?.role === 'tool') before--;
+      const call = messages[before]?.toolCalls?.find((c) => c.id === m.tool_call_id);
+      if (typeof m.tool_call_id !== 'string' || call === undefined) {
+        return fail(
+          `${where}.tool_call_id`,
+          `must be the id of a call in the tool_calls of the assistant message before it (${JSON.stringify(m.tool_call_id ?? null)} is none of them).`,
+        );
+      }
+      messages.push({ id: 'm', role: 'tool', content, createdAt: now, toolCallId: call.id, toolName: call.name });
       from.push(i);
     } else {
       return fail(
         `${where}.role`,
-        m.role === 'tool'
-          ? `is "tool": a conversation's tool results are not imported (their calls are not kept from this form); import a kvdesk JSON export to keep a chat's tool calls.`
-          : `is ${JSON.stringify(m.role)}: a conversation imports user and assistant messages (and a system prompt first).`,
+        `is ${JSON.stringify(m.role)}: a conversation imports user, assistant and tool messages (and a system prompt first).`,
       );
     }
   }
@@ -192,6 +214,34 @@ function renew(thread: Thread, now: number): Thread {
 
 function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/**
+ * An assistant message's `tool_calls` in OpenAI's form (`[{id, type: "function", function: {name, arguments}}]`,
+ * arguments as JSON text, or an object as some exports write them); else where (under `tool_calls`) it is wrong,
+ * and what it must be.
+ */
+function toolCallsOf(value: unknown): ToolCall[] | { at: string; what: string } {
+  if (!Array.isArray(value))
+    return { at: '', what: 'must be a list of calls [{"id", "function": {"name", "arguments"}}].' };
+  const calls: ToolCall[] = [];
+  for (const [j, c] of value.entries()) {
+    const fn = isObject(c) ? c.function : undefined;
+    if (!isObject(c) || typeof c.id !== 'string' || c.id === '')
+      return { at: `[${j}].id`, what: "must be the call's id (text)." };
+    if (!isObject(fn) || typeof fn.name !== 'string' || fn.name === '') {
+      return { at: `[${j}].function.name`, what: "must be the function's name." };
+    }
+    const args =
+      typeof fn.arguments === 'string'
+        ? fn.arguments
+        : isObject(fn.arguments)
+          ? JSON.stringify(fn.arguments)
+          : undefined;
+    if (args === undefined) return { at: `[${j}].function.arguments`, what: 'must be the arguments as JSON text.' };
+    calls.push({ id: c.id, name: fn.name, arguments: args });
+  }
+  return calls;
 }
 
 /** A message's text: a string, or OpenAI's list of `{type: "text", text}` parts. */

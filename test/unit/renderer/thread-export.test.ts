@@ -205,6 +205,44 @@ describe('importing a conversation ({messages: [{role, content}]})', () => {
     );
   });
 
+  it("keeps OpenAI's tool calls and their answers: the calls on the reply, each answer after it, by its call", () => {
+    const t = imported(
+      parseThreadImport(
+        JSON.stringify({
+          messages: [
+            { role: 'user', content: 'Weather in Oslo and Rome?' },
+            {
+              role: 'assistant',
+              content: null,
+              tool_calls: [
+                { id: 'call_a', type: 'function', function: { name: 'weather', arguments: '{"city":"Oslo"}' } },
+                { id: 'call_b', type: 'function', function: { name: 'weather', arguments: { city: 'Rome' } } },
+              ],
+            },
+            { role: 'tool', tool_call_id: 'call_b', content: '24 °C' },
+            { role: 'tool', tool_call_id: 'call_a', name: 'weather', content: [{ type: 'text', text: '9 °C' }] },
+            { role: 'assistant', content: 'Oslo 9 °C, Rome 24 °C.' },
+          ],
+        }),
+        'c.json',
+        NOW,
+      ),
+    );
+    expect(t.messages.map((m) => m.role)).toEqual(['user', 'assistant', 'tool', 'tool', 'assistant']);
+    expect(t.messages[1]).toMatchObject({
+      content: '',
+      toolCalls: [
+        { id: 'call_a', name: 'weather', arguments: '{"city":"Oslo"}' },
+        { id: 'call_b', name: 'weather', arguments: '{"city":"Rome"}' },
+      ],
+    });
+    expect(t.messages[2]).toMatchObject({ content: '24 °C', toolCallId: 'call_b', toolName: 'weather' });
+    expect(t.messages[3]).toMatchObject({ content: '9 °C', toolCallId: 'call_a', toolName: 'weather' });
+    expect(Thread.safeParse(t).success).toBe(true);
+    // As the Markdown export writes a chat with tools.
+    expect(threadToMarkdown(t)).toContain('*Calls weather:*');
+  });
+
   it('uses the given title', () => {
     const t = imported(parseThreadImport(JSON.stringify({ title: '  Ships  ', messages: conversation }), 'c', NOW));
     expect(t.title).toBe('Ships');
@@ -281,12 +319,55 @@ describe('import errors name the file and the field', () => {
     const error = fail({
       messages: [
         { role: 'user', content: 'weather?' },
-        { role: 'assistant', content: 'calling' },
-        { role: 'tool', content: '{"t": 20}' },
+        { role: 'developer', content: 'be brief' },
       ],
     });
-    expect(error).toContain('messages[2].role');
-    expect(error).toContain('"tool"');
+    expect(error).toContain('messages[1].role');
+    expect(error).toContain('"developer"');
+  });
+
+  it('names a tool answer that answers no call of the reply before it, and calls that are not calls', () => {
+    const asked = { role: 'user', content: 'weather?' };
+    const calling = {
+      role: 'assistant',
+      content: null,
+      tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'weather', arguments: '{}' } }],
+    };
+    expect(
+      fail({
+        messages: [
+          asked,
+          { role: 'assistant', content: 'hm' },
+          { role: 'tool', tool_call_id: 'call_1', content: '20' },
+        ],
+      }),
+    ).toContain(
+      'messages[2].tool_call_id must be the id of a call in the tool_calls of the assistant message before it ("call_1" is none of them)',
+    );
+    expect(fail({ messages: [asked, calling, { role: 'tool', content: '20' }] })).toContain('messages[2].tool_call_id');
+    // After the chat went on, an answer no longer belongs to that reply.
+    expect(
+      fail({
+        messages: [
+          asked,
+          calling,
+          { role: 'user', content: 'and?' },
+          { role: 'tool', tool_call_id: 'call_1', content: '20' },
+        ],
+      }),
+    ).toContain('messages[3].tool_call_id');
+    expect(fail({ messages: [asked, { ...calling, tool_calls: {} }] })).toContain(
+      'messages[1].tool_calls must be a list',
+    );
+    expect(fail({ messages: [asked, { ...calling, tool_calls: [{ id: 'c', function: {} }] }] })).toContain(
+      "messages[1].tool_calls[0].function.name must be the function's name",
+    );
+    expect(
+      fail({ messages: [asked, { ...calling, tool_calls: [{ id: 'c', function: { name: 'f', arguments: 3 } }] }] }),
+    ).toContain('messages[1].tool_calls[0].function.arguments must be the arguments as JSON text');
+    expect(
+      fail({ messages: [asked, { ...calling, tool_calls: [{ function: { name: 'f', arguments: '{}' } }] }] }),
+    ).toContain("messages[1].tool_calls[0].id must be the call's id");
   });
 
   it('names content that is not text', () => {
