@@ -37,7 +37,7 @@ export async function pull(args: string[], io: Io, stderrIsTty = process.stderr.
     if (values.list) {
       if (json) io.out(`${JSON.stringify(listing)}\n`);
       else {
-        io.out(`${listing.repo}@${listing.revision}:\n`);
+        io.out(`${listing.repo}@${listing.revision} (commit ${listing.commit.slice(0, 12)}):\n`);
         for (const v of listing.variants) {
           const mark = v.name === listing.recommended ? ' (default)' : '';
           io.out(`  ${v.name.padEnd(24)} ${formatBytes(v.bytes).padStart(10)}  ${v.layout}${mark}\n`);
@@ -78,8 +78,9 @@ export async function pull(args: string[], io: Io, stderrIsTty = process.stderr.
     await library.refresh();
     const at = await canonicalPath(root);
     const id = library.list().find((e) => e.root === at)?.id ?? path.basename(root);
-    if (json) io.out(`${JSON.stringify({ id, root, variant: variant.name, bytes: variant.bytes })}\n`);
-    else io.out(`${id}\n`);
+    if (json) {
+      io.out(`${JSON.stringify({ id, root, variant: variant.name, bytes: variant.bytes, commit: listing.commit })}\n`);
+    } else io.out(`${id}\n`);
     if (!json) io.err(`kvdesk: ${listing.repo} (${variant.name}) is in the library as ${id}: kvdesk chat ${id}\n`);
     return 0;
   } catch (err) {

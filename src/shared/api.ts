@@ -59,8 +59,8 @@ export interface LibraryEntry {
   /** When it was first and last loaded (ms since the epoch). */
   addedAt: number;
   lastLoadedAt: number;
-  /** Downloaded from the Hugging Face Hub: the repository, revision and variant it came from. */
-  source?: { repo: string; revision: string; variant: string };
+  /** Downloaded from the Hugging Face Hub: the repository, revision (and the commit it was at) and variant. */
+  source?: { repo: string; revision: string; variant: string; commit?: string };
   /** How the person last loaded it (variant, backend, trust): its next load is the same. */
   load?: LoadModelRequest;
 }

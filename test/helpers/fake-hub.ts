@@ -8,6 +8,10 @@
  *   `search` as one piece (case aside), with each `filter` among their tags (a repo with an .onnx file is tagged `onnx`) and the
  *   pipeline tag asked (`text-generation` unless `meta` says otherwise), most downloaded first, in the fields
  *   `expand` names (and `id`, `_id`), as the hub answers.
+ * - GET /api/models/{owner}/{name}/revision/{rev}: `{id, sha}`, the commit the revision is at (every revision in
+ *   `revisions` is a branch at the repository's head; a commit is its own).
+ * - Revisions are branches at the head commit, or a commit's sha: `hub.push(repo, files)` makes a new head (the
+ *   branch moves on; the files at the old commit stay reachable by its sha).
  * - GET /{owner}/{name}/resolve/{rev}/{path}: a small file itself; an LFS file redirects (302) to /cdn/{sha256}.
  *   Both answer `Range: bytes=N-` with 206 and the rest.
  * - 401 without the right `Authorization: Bearer <token>` for a gated repo, and for an unknown repo without a token
@@ -70,6 +74,10 @@ export interface FakeHub {
   served: Map<string, number>;
   faults: FakeHubFaults;
   options: Required<Omit<FakeHubOptions, 'token'>> & { token?: string };
+  /** The commit a repository's branches are at. */
+  head(repo: string): string;
+  /** A new commit of the repository with these files: its branches move there. */
+  push(repo: string, files: Record<string, Buffer | string>): string;
   close(): Promise<void>;
 }
 
@@ -94,9 +102,23 @@ export async function startFakeHub(
   const isLfs = (p: string, data: Buffer) => /\.onnx$|\.onnx_data/.test(p) || data.length >= options.lfsMinBytes;
   const bytesOf = (v: Buffer | string) => (typeof v === 'string' ? Buffer.from(v) : v);
   const cdn = new Map<string, { path: string; data: Buffer }>(); // sha256 → file, registered by its redirect
+  // Commits: each repository's head, and the files of every commit by `repo@sha`.
+  const heads = new Map<string, string>();
+  const commits = new Map<string, Record<string, Buffer | string>>();
+  const commit = (repo: string, files: Record<string, Buffer | string>) => {
+    const id = sha('sha1', `${repo}#${commits.size}`);
+    commits.set(`${repo}@${id}`, files);
+    heads.set(repo, id);
+    repos[repo] = files;
+    return id;
+  };
+  for (const [repo, files] of Object.entries(repos)) commit(repo, files);
+  /** The files of a repository at a revision (a branch: its head), or undefined when it has no such revision. */
+  const filesAt = (repo: string, rev: string) =>
+    options.revisions.includes(rev) ? repos[repo] : commits.get(`${repo}@${rev}`);
 
-  function tree(repo: string): object[] {
-    const files = Object.entries(repos[repo] ?? {}).sort(([a], [b]) => a.localeCompare(b));
+  function tree(repo: string, rev: string): object[] {
+    const files = Object.entries(filesAt(repo, rev) ?? {}).sort(([a], [b]) => a.localeCompare(b));
     const dirs = new Set(
       files.flatMap(([p]) =>
         p
@@ -209,19 +231,24 @@ export async function startFakeHub(
       const hit = cdn.get(segs[1] ?? '');
       return hit ? sendFile(req, res, hit.path, hit.data) : fail(404, 'Entry not found');
     }
-    const api = segs[0] === 'api' && segs[1] === 'models' && segs[4] === 'tree';
+    const api = segs[0] === 'api' && segs[1] === 'models' && (segs[4] === 'tree' || segs[4] === 'revision');
     const [owner, name, kind, rev, ...rest] = api ? segs.slice(2) : segs;
     const repo = `${owner}/${name}`;
-    if ((api ? kind !== 'tree' : kind !== 'resolve') || !rev) return fail(404, 'Not found');
+    if ((api ? kind !== 'tree' && kind !== 'revision' : kind !== 'resolve') || !rev) return fail(404, 'Not found');
     // As the hub: without a token, an unknown repository is a 401 (private ones are hidden), with one a 404.
     if (!repos[repo])
       return req.headers.authorization ? fail(404, 'Repository not found') : fail(401, 'Invalid username or password.');
     if (options.gated.has(repo) && req.headers.authorization !== `Bearer ${options.token}`) {
       return fail(401, `Access to model ${repo} is restricted. You must have access to it and be authenticated.`);
     }
-    if (!options.revisions.includes(rev)) return fail(404, 'Revision not found');
+    const files = filesAt(repo, rev);
+    if (!files) return fail(404, 'Revision not found');
+    if (api && kind === 'revision') {
+      const at = options.revisions.includes(rev) ? (heads.get(repo) as string) : rev;
+      return res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ id: repo, sha: at }));
+    }
     if (api) {
-      const all = tree(repo);
+      const all = tree(repo, rev);
       const at = Number(url.searchParams.get('cursor') ?? 0);
       const next = at + options.pageSize;
       if (next < all.length) {
@@ -232,7 +259,7 @@ export async function startFakeHub(
       return res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(all.slice(at, next)));
     }
     const filePath = rest.join('/');
-    const content = repos[repo]?.[filePath];
+    const content = files[filePath];
     if (content === undefined) return fail(404, 'Entry not found');
     const data = bytesOf(content);
     if (!isLfs(filePath, data)) return sendFile(req, res, filePath, data);
@@ -255,6 +282,8 @@ export async function startFakeHub(
     served,
     faults,
     options,
+    head: (repo) => heads.get(repo) as string,
+    push: commit,
     close: async () => {
       for (const srv of [server, cdnServer]) {
         await new Promise<void>((resolve, reject) => {

@@ -52,6 +52,8 @@ export interface HubVariant {
 export interface HubListing {
   repo: string;
   revision: string;
+  /** The commit `revision` was at when listed: every file is fetched from it, whatever the branch does meanwhile. */
+  commit: string;
   variants: HubVariant[];
   /** The variant kvdesk takes when none is named: the one that runs best on a CPU. */
   recommended: string;
@@ -272,10 +274,24 @@ export function hubVariants(files: readonly HubFile[]): HubVariant[] {
   return variants.sort((a, b) => cpuVariantRank(a.name) - cpuVariantRank(b.name));
 }
 
-/** A repository's packages, and the one kvdesk would take. */
+const Revision = z.object({ sha: z.string().regex(/^[0-9a-f]{40}$/) });
+
+/** The commit a revision (a branch, a tag, a commit) of a repository is at now. */
+export async function resolveCommit(repo: string, revision: string, opts: HubOptions = {}): Promise<string> {
+  const res = await hubGet(`${endpointOf(opts)}/api/models/${repo}/revision/${encodeURIComponent(revision)}`, opts);
+  if (!res.ok) throw hubError(res, `repository ${repo} at ${revision}`, repo, opts);
+  const parsed = Revision.safeParse(await res.json().catch(() => null));
+  if (!parsed.success) {
+    throw new KvdeskError('DOWNLOAD_FAILED', `the hub did not say which commit ${repo} at ${revision} is.`, { repo });
+  }
+  return parsed.data.sha;
+}
+
+/** A repository's packages at the commit its revision is at now, and the one kvdesk would take. */
 export async function listHubVariants(spec: string, opts: HubOptions = {}): Promise<HubListing> {
   const { repo, revision } = parseRepo(spec, opts.revision);
-  const variants = hubVariants(await listHubFiles(repo, { ...opts, revision }));
+  const commit = await resolveCommit(repo, revision, opts);
+  const variants = hubVariants(await listHubFiles(repo, { ...opts, revision: commit }));
   if (variants.length === 0) {
     throw new KvdeskError(
       'BAD_REQUEST',
@@ -285,7 +301,7 @@ export async function listHubVariants(spec: string, opts: HubOptions = {}): Prom
   }
   // On a CPU, a genai export built for it first.
   const cpu = variants.find((v) => v.layout === 'ort-genai' && /cpu/i.test(v.name));
-  return { repo, revision, variants, recommended: (cpu ?? (variants[0] as HubVariant)).name };
+  return { repo, revision, commit, variants, recommended: (cpu ?? (variants[0] as HubVariant)).name };
 }
 
 /** What a package folder downloaded from the hub says of where it came from (its `SOURCE_FILE`). */
@@ -293,6 +309,8 @@ export interface HubSource {
   repo: string;
   revision: string;
   variant: string;
+  /** The commit its files are from (packages downloaded before kvdesk recorded it have none). */
+  commit?: string;
 }
 
 /** Written into a downloaded package: where it came from (the library and Ollama's names read it). */
@@ -303,7 +321,12 @@ export async function hubSourceOf(root: string): Promise<HubSource | undefined> 
   try {
     const v = JSON.parse(await readFile(path.join(root, SOURCE_FILE), 'utf8')) as Partial<HubSource>;
     return typeof v.repo === 'string' && typeof v.variant === 'string' && typeof v.revision === 'string'
-      ? { repo: v.repo, revision: v.revision, variant: v.variant }
+      ? {
+          repo: v.repo,
+          revision: v.revision,
+          variant: v.variant,
+          ...(typeof v.commit === 'string' && /^[0-9a-f]{40}$/.test(v.commit) ? { commit: v.commit } : {}),
+        }
       : undefined;
   } catch {
     return undefined;
@@ -394,7 +417,7 @@ export async function downloadHubModel(
   const plan =
     opts.plan ?? (await planDownload(opts.listing ?? (await listHubVariants(spec, opts)), modelsDir, opts.variant));
   const { listing, variant, root, staging } = plan;
-  const { repo, revision } = listing;
+  const { repo, revision, commit } = listing;
   if (plan.present) throw downloadedAlready(plan);
   await mkdir(staging, { recursive: true });
   const release = await lock(staging, repo);
@@ -421,7 +444,7 @@ export async function downloadHubModel(
       const to = path.join(staging, f.to);
       if (await exists(to)) continue; // checked above
       await mkdir(path.dirname(to), { recursive: true });
-      await fetchFile(repo, revision, f, to, opts, (n) => {
+      await fetchFile(repo, commit, f, to, opts, (n) => {
         done += n;
         report(f.path);
       });
@@ -437,7 +460,7 @@ export async function downloadHubModel(
         { repo, ...(problem.file ? { file: problem.file } : {}), ...(problem.field ? { field: problem.field } : {}) },
       );
     }
-    const source: HubSource = { repo, revision, variant: variant.name };
+    const source: HubSource = { repo, revision, variant: variant.name, commit };
     await writeFile(path.join(staging, SOURCE_FILE), `${JSON.stringify(source)}\n`);
     await release();
     try {

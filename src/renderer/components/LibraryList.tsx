@@ -39,7 +39,7 @@ function Row({ entry, busy }: { entry: LibraryEntry; busy: boolean }) {
           <span
             className="badge"
             data-testid="library-source"
-            title={`Downloaded from the Hugging Face Hub: ${entry.source.repo} at ${entry.source.revision}, variant ${entry.source.variant}`}
+            title={`Downloaded from the Hugging Face Hub: ${entry.source.repo} at ${entry.source.revision}${entry.source.commit ? ` (commit ${entry.source.commit.slice(0, 12)})` : ''}, variant ${entry.source.variant}`}
           >
             hf.co/{entry.source.repo} · {entry.source.variant}
           </span>

@@ -185,7 +185,7 @@ describe('downloadHubModel', () => {
     expect(await fs.readdir(modelsDir)).toEqual([folder]); // no staging folder left
     for (const f of Q4) expect((await fs.readFile(path.join(root, f))).equals(chatRepo[f] as Buffer)).toBe(true);
     // It says where it came from (the library and Ollama's names read it); no lock is left in it.
-    expect(await hubSourceOf(root)).toEqual({ repo: CHAT, revision: 'main', variant: 'q4' });
+    expect(await hubSourceOf(root)).toEqual({ repo: CHAT, revision: 'main', variant: 'q4', commit: hub.head(CHAT) });
     expect(await missing(path.join(root, '.lock'))).toBe(true);
     expect(await missing(path.join(root, 'onnx/model.onnx'))).toBe(true);
     expect(await missing(path.join(root, 'README.md'))).toBe(true);
@@ -237,7 +237,7 @@ describe('downloadHubModel', () => {
     expect(hub.served.get(FILE)).toBeLessThan(size * 1.5);
     // The side files were not fetched again.
     expect(hub.requests.filter((r) => r.path.includes('/resolve/')).map((r) => r.path)).toEqual([
-      `/${CHAT}/resolve/main/${FILE}`,
+      `/${CHAT}/resolve/${hub.head(CHAT)}/${FILE}`,
     ]);
     expect(progress[0]?.doneBytes).toBe(sizeOf(SIDE) + from);
     expect(progress.at(-1)?.doneBytes).toBe(sizeOf(Q4));
@@ -415,6 +415,35 @@ describe('what the models folder holds already', () => {
     ).toBe(true);
     expect(progress.at(-1)?.doneBytes).toBe(sizeOf(Q4));
     expect(progress.every((p) => p.doneBytes <= p.totalBytes)).toBe(true);
+  });
+
+  it('a branch that moves during a download: every file comes from the commit it was at, which the package records', async () => {
+    const listed = hub.head(CHAT);
+    const moved = {
+      ...chatRepo,
+      'tokenizer_config.json': Buffer.from('{"moved": true}'),
+      'onnx/model_q4.onnx': Buffer.concat([chatRepo['onnx/model_q4.onnx'] as Buffer, Buffer.from('moved')]),
+    };
+    let pushed = false;
+    try {
+      const { root } = await downloadHubModel(CHAT, modelsDir, {
+        ...opts(),
+        // Once the download has listed the files and begins: the branch moves on.
+        onProgress: () => {
+          if (!pushed) hub.push(CHAT, moved);
+          pushed = true;
+        },
+      });
+      expect(hub.head(CHAT)).not.toBe(listed);
+      for (const f of Q4) expect((await fs.readFile(path.join(root, f))).equals(chatRepo[f] as Buffer), f).toBe(true);
+      expect((await hubSourceOf(root))?.commit).toBe(listed);
+      const fetched = hub.requests.filter((r) => r.path.includes('/resolve/')).map((r) => r.path);
+      expect(fetched.length).toBe(Q4.length);
+      expect(fetched.every((p) => p.startsWith(`/${CHAT}/resolve/${listed}/`))).toBe(true);
+      expect(await packages()).toEqual(['tiny-chat-q4']);
+    } finally {
+      hub.push(CHAT, chatRepo);
+    }
   });
 
   it('one download of a package at a time: a second one is refused while the first runs', async () => {

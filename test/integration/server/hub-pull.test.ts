@@ -213,7 +213,8 @@ describe("Ollama's /api/pull", () => {
       });
       expect(again.status).toBe(200);
       expect(await again.json()).toEqual({ status: 'success' });
-      expect(hub.requests.slice(requests).every((r) => r.path.includes('/tree/'))).toBe(true);
+      // Only looked up (the revision's commit, its files), nothing fetched.
+      expect(hub.requests.slice(requests).every((r) => /\/(tree|revision)\//.test(r.path))).toBe(true);
     } finally {
       await t2.close();
     }
@@ -263,7 +264,7 @@ describe('kvdesk pull', () => {
         expect.objectContaining({
           id: 'tiny-chat-q4',
           state: 'ok',
-          source: { repo: REPO, revision: 'main', variant: 'q4' },
+          source: { repo: REPO, revision: 'main', variant: 'q4', commit: hub.head(REPO) },
         }),
       ]);
       // A word is no repository: the way to find one is said.
