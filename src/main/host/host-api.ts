@@ -23,7 +23,7 @@ import {
 } from '../../shared/api';
 import type { StreamFrame } from '../../shared/contract';
 import { KvdeskError, type Result, toErrorInfo } from '../../shared/errors';
-import { loadModelSpec } from '../packages';
+import { loadModelSpec, variantOption } from '../packages';
 import { providerShortName } from '../packages/execution-providers';
 import { packageProblem } from '../packages/package-error';
 import { ThreadStore } from '../store/thread-store';
@@ -232,18 +232,23 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
    * person's pick of variant and backend, else the one it was last loaded with (the library keeps it).
    */
   async function load(dir: string, jit?: FirstUse, how: LoadModelRequest = {}): Promise<ModelInfo> {
-    const picked = Object.values(how).some((v) => v !== undefined);
-    const kept = picked ? undefined : await library.pickFor(dir);
-    let pick: LoadModelRequest | null = picked ? how : (kept ?? {});
+    // What the person picks now changes the kept pick's fields it names; the others stay as they were.
+    const kept = await library.pickFor(dir);
+    const named = Object.fromEntries(Object.entries(how).filter(([, v]) => v !== undefined)) as LoadModelRequest;
+    let pick: LoadModelRequest | null = { ...kept, ...named };
+    // A person's load: not under replies that run on the model (a request's load on first use is of one not loaded).
+    const whileIdle = jit === undefined;
     let info: Awaited<ReturnType<RunnerService['loadModel']>>;
     try {
-      info = await runner.loadModel(dir, pick);
+      info = await runner.loadModel(dir, { ...pick, whileIdle });
     } catch (err) {
-      // A kept pick the package no longer has (a variant deleted): kvdesk's own choice, and the pick is dropped.
-      if (kept === undefined || toErrorInfo(err).code !== 'PACKAGE_INVALID') throw err;
+      // A kept pick the package no longer has (a variant deleted): loaded without what was kept (kvdesk's choice
+      // there), and that part of the pick is dropped.
+      const stale = kept !== undefined && Object.keys(kept).some((k) => !(k in named));
+      if (!stale || toErrorInfo(err).code !== 'PACKAGE_INVALID') throw err;
       log(`kvdesk: ${dir} could not load as last picked (${toErrorInfo(err).message}); loading it as kvdesk picks`);
-      info = await runner.loadModel(dir, {});
-      pick = null;
+      info = await runner.loadModel(dir, { ...named, whileIdle });
+      pick = Object.keys(named).length > 0 ? named : null;
     }
     if (jit) firstUse.set(info.id, jit);
     else firstUse.delete(info.id);
@@ -346,8 +351,14 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     listModels: async () => models(),
     checkPackage: async (req: { path: string; trustInstalled?: boolean }): Promise<PackageCheck> => {
       try {
-        const trust = req.trustInstalled === true ? { trustInstalled: true } : {};
-        return { ok: true, spec: await loadModelSpec(path.resolve(req.path), trust) };
+        // Read as it would load: with the pick it was last loaded with (the card then shows that variant).
+        const dir = path.resolve(req.path);
+        const kept = await library.pickFor(dir);
+        const trust = req.trustInstalled === true || kept?.trustInstalled === true ? { trustInstalled: true } : {};
+        const spec = await loadModelSpec(dir, { ...(await variantOption(dir, kept?.variant)), ...trust }).catch(() =>
+          loadModelSpec(dir, trust),
+        );
+        return { ok: true, spec };
       } catch (err) {
         return { ok: false, error: packageProblem(err) };
       }

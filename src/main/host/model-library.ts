@@ -77,12 +77,16 @@ type Check = { spec: ModelSpec; source?: HubSource } | { error: NonNullable<Libr
 
 async function check(root: string, load: LoadModelRequest | undefined): Promise<Check> {
   try {
-    // Read as it loads: the picked variant, and an installed package the person trusts.
+    // Read as it loads: the picked variant, and an installed package the person trusts. A pick this check cannot
+    // read (a variant for a GPU, a graph deleted since) leaves the package valid: its load falls back the same way.
+    const trust = load?.trustInstalled === true ? { trustInstalled: true } : {};
     const spec = await loadModelSpec(root, {
       availableBackends: [CPU],
       ...(await variantOption(root, load?.variant)),
-      ...(load?.trustInstalled === true ? { trustInstalled: true } : {}),
-    });
+      ...trust,
+    }).catch((err: unknown) =>
+      load?.variant === undefined ? Promise.reject(err) : loadModelSpec(root, { availableBackends: [CPU], ...trust }),
+    );
     const source = await hubSourceOf(root);
     return source ? { spec, source } : { spec };
   } catch (err) {
@@ -262,6 +266,7 @@ export class ModelLibrary {
     let r = this.records.find((x) => x.root === abs);
     if (r) {
       r.lastLoadedAt = t;
+      // The whole pick it loaded with (the host merges a new one into the kept one before it loads).
       if (pick) r.load = pick;
       else if (how === null) delete r.load;
       this.apply(r, { spec });

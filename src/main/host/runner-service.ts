@@ -510,7 +510,17 @@ export class RunnerService {
    */
   async loadModel(
     dir: string,
-    options: { id?: string; backend?: string; variant?: string; trustInstalled?: boolean } = {},
+    options: {
+      id?: string;
+      backend?: string;
+      variant?: string;
+      trustInstalled?: boolean;
+      /**
+       * Refuse to load it again while requests queue or run on it (the person's reload: the engine releases the
+       * old session as soon as the new one is there, which a running reply still reads).
+       */
+      whileIdle?: boolean;
+    } = {},
   ): Promise<ModelInfo> {
     const started = this.now();
     const ortPackage = (await detectLayout(dir)) === 'ort-package';
@@ -539,8 +549,9 @@ export class RunnerService {
           });
     if (!ortPackage && wanted !== undefined && wanted !== CPU) spec = await this.onPickedBackend(spec, wanted);
     const id = options.id ?? spec.id;
-    // Loaded again (another variant, another backend): replies running on the old load finish on it.
+    // Loaded again (another variant, another backend).
     const previous = this.models.get(id);
+    if (previous && options.whileIdle) this.assertIdle(id, 'loading it again');
     const tokenizer = await loadTokenizer(spec.tokenizer, { vocabSize: spec.vocabSize });
     const ep = spec.executionProvider ?? CPU;
     const intended = this.deviceOf(spec);
@@ -627,12 +638,8 @@ export class RunnerService {
   async unloadModel(id: string): Promise<void> {
     const model = this.models.get(id);
     if (!model) throw new KvdeskError('MODEL_NOT_LOADED', `model ${id} is not loaded`);
+    this.assertIdle(id, 'unloading');
     const scheduler = this.schedulerOf(id);
-    const snap = scheduler.snapshot();
-    const busy = [...snap.queue, ...snap.running].filter((r) => r.modelId === id).length;
-    if (busy > 0) {
-      throw new KvdeskError('BAD_REQUEST', `model ${id} has ${busy} requests in flight; stop them before unloading`);
-    }
     for (const [sid, s] of this.sessions) {
       if (s.modelId === id) {
         scheduler.closeSession(sid);
@@ -643,6 +650,15 @@ export class RunnerService {
     await this.engine.unload(id);
     this.dropDeviceIfUnused(model.device);
     this.refreshBudget();
+  }
+
+  /** Refuses `what` (unloading, loading again) while requests queue or run on the model. */
+  private assertIdle(id: string, what: string): void {
+    const snap = this.schedulerOf(id).snapshot();
+    const busy = [...snap.queue, ...snap.running].filter((r) => r.modelId === id).length;
+    if (busy > 0) {
+      throw new KvdeskError('BAD_REQUEST', `model ${id} has ${busy} requests in flight; stop them before ${what}`);
+    }
   }
 
   /** Loaded models, in load order. */

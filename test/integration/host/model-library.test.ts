@@ -208,6 +208,58 @@ describe('how a package was loaded', () => {
     expect(relisted.ok && relisted.value.find((e) => e.root === dir)?.load).toEqual({ variant: 'fp32' });
   });
 
+  it('a pick names what it changes (the rest is kept); the card reads the kept one; no load again under a reply', async () => {
+    const dataDir = await tmp();
+    const pkgs = await tmp();
+    const dir = path.join(pkgs, 'variants');
+    await cp(graphVariantsModel(), dir, { recursive: true });
+    const api = await makeApi(dataDir);
+    expect((await api.call('loadModel', { path: dir, variant: 'q4' })).ok).toBe(true);
+    // The header's backend pick names the backend only: the graph stays q4.
+    expect((await api.call('loadModel', { path: dir, backend: 'cpu' })).ok).toBe(true);
+    expect(api.runner.listModels().find((m) => m.id === 'variants')?.spec.graphVariant).toBe('q4');
+    const listed = await api.call('listLibrary', {});
+    expect(listed.ok && listed.value.find((e) => e.root === dir)?.load).toEqual({ variant: 'q4', backend: 'cpu' });
+    // Checked again (a card of the folder), it reads as it would load.
+    const checked = await api.call('checkPackage', { path: dir });
+    expect(checked.ok && checked.value.ok && checked.value.spec.graphVariant).toBe('q4');
+    // While a reply runs on it, the person's load again is refused, and the reply goes on.
+    const long = api.runner.generate({
+      model: 'variants',
+      promptIds: [5, 6, 7],
+      maxNewTokens: 1500,
+      sampling: { greedy: true },
+    });
+    await new Promise((r) => setTimeout(r, 50));
+    const refused = await api.call('loadModel', { path: dir, variant: 'fp32' });
+    expect(refused.ok).toBe(false);
+    if (!refused.ok)
+      expect(refused.error.message).toBe('model variants has 1 requests in flight; stop them before loading it again');
+    long.cancel();
+    await long.result.catch(() => undefined);
+    expect((await api.call('loadModel', { path: dir, variant: 'fp32' })).ok).toBe(true);
+  });
+
+  it('a library check of a package whose kept pick it cannot read keeps the package valid', async () => {
+    const dataDir = await tmp();
+    const pkgs = await tmp();
+    const dir = path.join(pkgs, 'variants');
+    await cp(graphVariantsModel(), dir, { recursive: true });
+    const first = await makeApi(dataDir);
+    expect((await first.call('loadModel', { path: dir, variant: 'q4' })).ok).toBe(true);
+    await first.libraryChecked;
+    await first.close();
+    apis.splice(apis.indexOf(first), 1);
+    await rm(path.join(dir, 'onnx/model_q4.onnx'));
+    const again = await makeApi(dataDir);
+    await again.libraryChecked;
+    const listed = await again.call('listLibrary', {});
+    const entry = listed.ok ? listed.value.find((e) => e.root === dir) : undefined;
+    expect(entry?.error).toBeUndefined();
+    expect(entry?.spec?.graphVariant).toBeUndefined(); // the plain model.onnx, the only graph left
+    expect(again.loadable().map((e) => e.id)).toContain('variants');
+  });
+
   it('a kept pick the package no longer has: loaded as kvdesk picks, said in the log, and the pick dropped', async () => {
     const dataDir = await tmp();
     const pkgs = await tmp();
