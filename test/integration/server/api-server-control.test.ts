@@ -10,7 +10,7 @@ import http from 'node:http';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createHostApi, type HostApi } from '../../../src/main/host/host-api';
 import { RunnerService } from '../../../src/main/host/runner-service';
 import { API_KEY_FILE, createApiServerControl, lanAddresses, serveControl } from '../../../src/main/server';
@@ -265,6 +265,53 @@ describe("the window's API server", () => {
     expect(await statusOf(`http://127.0.0.1:${port}/v1/models`)).toBe(200);
     await call('stopApiServer');
   }, 60_000);
+
+  it('on the local network: an address this computer gets after the start is its own too', async () => {
+    const port = await freePort();
+    const on = await call<ApiServerStatus>('startApiServer', { port, lan: true });
+    const key = on.key ?? '';
+    // A request that names the server by an address it does not have yet (as after joining a network).
+    const byName = (host: string) =>
+      new Promise<number>((resolve, reject) => {
+        const req = http.get(
+          {
+            host: '127.0.0.1',
+            port,
+            path: '/v1/models',
+            agent: false,
+            headers: { host: `${host}:${port}`, authorization: `Bearer ${key}` },
+          },
+          (res) => {
+            res.resume();
+            resolve(res.statusCode ?? 0);
+          },
+        );
+        req.once('error', reject);
+      });
+    expect(await byName('10.99.0.7')).toBe(403);
+    const real = os.networkInterfaces();
+    const spy = vi.spyOn(os, 'networkInterfaces').mockReturnValue({
+      ...real,
+      wlan9: [
+        {
+          address: '10.99.0.7',
+          netmask: '255.255.255.0',
+          family: 'IPv4',
+          mac: '02:00:00:00:00:09',
+          internal: false,
+          cidr: '10.99.0.7/24',
+        },
+      ],
+    });
+    try {
+      await new Promise((r) => setTimeout(r, 1100));
+      expect(await byName('10.99.0.7')).toBe(200);
+      expect((await call<ApiServerStatus>('apiServerStatus')).lanUrls).toContain(`http://10.99.0.7:${port}`);
+    } finally {
+      spy.mockRestore();
+    }
+    await call('stopApiServer');
+  }, 30_000);
 
   it('refuses a port outside 0–65535, naming the field', async () => {
     const r = await hostApi.call('startApiServer', { port: 70_000 });
