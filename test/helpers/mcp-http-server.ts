@@ -17,7 +17,12 @@ export interface McpHttpServer {
   url: string;
   /** Requests it answered, as `METHOD /path status`. */
   requests: string[];
-  /** Ends every session (`stateful`): their next request gets 404, as from a server that restarted. */
+  /** The basic-authentication headers requests brought. */
+  basicAuth: string[];
+  /**
+   * Forgets every session (`stateful`, or the HTTP+SSE streams' ids), as a server that restarted: their next
+   * request gets 404 (405 for an SSE stream's messages).
+   */
   forgetSessions(): void;
   close(): Promise<void>;
 }
@@ -26,11 +31,13 @@ export async function startMcpHttp(
   opts: { token?: string; sseOnly?: boolean; stateful?: boolean } = {},
 ): Promise<McpHttpServer> {
   const requests: string[] = [];
+  const basicAuth: string[] = [];
   const streams = new Map<string, SSEServerTransport>();
   const sessions = new Map<string, StreamableHTTPServerTransport>();
   const server = http.createServer((req, res) => {
     const where = new URL(req.url ?? '/', 'http://x');
     res.on('finish', () => requests.push(`${req.method} ${where.pathname} ${res.statusCode}`));
+    if (req.headers.authorization?.startsWith('Basic ')) basicAuth.push(req.headers.authorization);
     if (opts.token !== undefined && req.headers.authorization !== `Bearer ${opts.token}`) {
       res.writeHead(401, { 'content-type': 'text/plain' }).end('a bearer token is needed');
       return;
@@ -94,7 +101,11 @@ export async function startMcpHttp(
   return {
     url: `http://127.0.0.1:${port}${opts.sseOnly ? '/sse' : '/mcp'}`,
     requests,
-    forgetSessions: () => sessions.clear(),
+    basicAuth,
+    forgetSessions: () => {
+      sessions.clear();
+      streams.clear();
+    },
     close: () =>
       new Promise<void>((resolve) => {
         server.closeAllConnections();

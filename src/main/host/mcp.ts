@@ -15,10 +15,11 @@
 import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { SSEClientTransport, SseError } from '@modelcontextprotocol/sdk/client/sse.js';
+import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js';
 import { getDefaultEnvironment, StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
+import { McpError } from '@modelcontextprotocol/sdk/types.js';
 import { isLosslessNumber, parse as losslessParse } from 'lossless-json';
 import { z } from 'zod';
 import type { McpServerStatus, McpStatus, McpToolResult } from '../../shared/api';
@@ -154,12 +155,14 @@ export class McpHub {
       });
       return { content: textOf(result.content), isError: result.isError === true };
     } catch (err) {
-      // The connection to a server at a URL broke (its session ended, it restarted): the next call connects again.
-      if (err instanceof StreamableHTTPError || err instanceof SseError) {
-        void this.stop(server);
-        const status = typeof err.code === 'number' && err.code >= 100 ? `HTTP ${err.code}: ` : '';
+      // The connection to a server at a URL broke (its session ended, it restarted): anything but the server's own
+      // answer (an MCP error) drops this connection, and the next call connects again.
+      if (this.servers[server]?.url !== undefined && !(err instanceof McpError)) {
+        if (this.running.get(server)?.client === run.client) void this.stop(server);
+        const code = (err as { code?: unknown }).code;
+        const status = typeof code === 'number' && code >= 100 ? `HTTP ${code}: ` : '';
         return {
-          content: `The tool failed: the connection to the MCP server "${server}" broke (${status}${err.message}); it is made again at the next call.`,
+          content: `The tool failed: the connection to the MCP server "${server}" broke (${status}${(err as Error).message}); it is made again at the next call.`,
           isError: true,
         };
       }
@@ -311,17 +314,29 @@ export class McpHub {
     };
     if (entry.url) {
       const url = new URL(entry.url);
-      const requestInit: RequestInit = { headers: entry.headers ?? {} };
+      const headers: Record<string, string> = { ...entry.headers };
+      // A user name and password in the address are HTTP basic authentication (fetch refuses them in a URL).
+      if (url.username || url.password) {
+        const has = Object.keys(headers).some((h) => h.toLowerCase() === 'authorization');
+        const basic = Buffer.from(`${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}`);
+        if (!has) headers.Authorization = `Basic ${basic.toString('base64')}`;
+        url.username = '';
+        url.password = '';
+      }
+      // As messages name it: no query (where hosted servers put their keys), in their words either.
+      const shown = `${url.origin}${url.pathname}`;
+      const scrub = (text: string) => (url.search ? text.split(url.search).join('?…') : text);
+      const requestInit: RequestInit = { headers };
       const sse = () => attempt(new SSEClientTransport(url, { requestInit }));
       const because = (err: unknown) => {
         const code = (err as { code?: unknown }).code;
         if (typeof code === 'number' && code >= 100) {
           const hint = code === 401 || code === 403 ? ' (the server wants credentials: set them under "headers")' : '';
-          return new Error(`${url.href} answered HTTP ${code}: ${(err as Error).message}${hint}`);
+          return new Error(`${shown} answered HTTP ${code}: ${scrub((err as Error).message)}${hint}`);
         }
         const cause = (err as { cause?: { code?: unknown } }).cause?.code;
         return new Error(
-          `${url.href} did not answer: ${(err as Error).message}${typeof cause === 'string' ? ` (${cause})` : ''}; is the server running?`,
+          `${shown} did not answer: ${scrub((err as Error).message)}${typeof cause === 'string' ? ` (${cause})` : ''}; is the server running?`,
         );
       };
       if (entry.type === 'sse') return sse().catch((err) => Promise.reject(because(err)));

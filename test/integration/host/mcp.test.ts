@@ -124,6 +124,16 @@ describe('McpHub, servers at a URL', () => {
     remote = undefined;
   });
 
+  it('a user name and password in the address are basic authentication; a query stays out of messages', async () => {
+    remote = await startMcpHttp({ token: 's3cret' });
+    write({ mcpServers: { web: { url: remote.url.replace('http://', 'http://me:pw@') } } });
+    const web = (await hub.start(['web'])).servers[0];
+    // The test server wants a bearer token: basic authentication is sent, and refused with 401.
+    expect(web?.error).toContain(`${remote.url} answered HTTP 401: `);
+    expect(web?.error).not.toContain('pw');
+    expect(remote.basicAuth.at(-1)).toBe(`Basic ${Buffer.from('me:pw').toString('base64')}`);
+  }, 60_000);
+
   it('Streamable HTTP, with the headers the entry gives', async () => {
     remote = await startMcpHttp({ token: 's3cret' });
     write({ mcpServers: { web: { url: remote.url, headers: { Authorization: 'Bearer s3cret' } } } });
@@ -132,7 +142,7 @@ describe('McpHub, servers at a URL', () => {
     expect(web?.tools.map((t) => t.name)).toEqual(['echo', 'add', 'fail', 'slow']);
     expect(await hub.call('web', 'add', '{"a": 2, "b": 40}')).toEqual({ content: '42', isError: false });
     expect(await hub.call('web', 'fail', '{}')).toEqual({ content: 'it broke', isError: true });
-    // Over Streamable HTTP only: no SSE stream was opened.
+    // Over Streamable HTTP only: no SSE stream was opened. (A secret in the address never shows in a message.)
     expect(remote.requests.filter((r) => !r.startsWith('POST /mcp'))).toEqual(
       remote.requests.filter((r) => r.startsWith('GET /mcp') || r.startsWith('DELETE /mcp')),
     );
@@ -179,14 +189,34 @@ describe('McpHub, servers at a URL', () => {
     expect(remote.requests.some((r) => r.startsWith('POST /sse'))).toBe(false);
   }, 60_000);
 
-  it('nobody at the URL: said, with the address', async () => {
+  it('an HTTP+SSE server that forgot the session: the call says so, and the next one connects again', async () => {
+    remote = await startMcpHttp({ sseOnly: true });
+    write({ mcpServers: { old: { url: remote.url, type: 'sse' } } });
+    expect(await hub.call('old', 'add', '{"a": 1, "b": 1}')).toEqual({ content: '2', isError: false });
+    remote.forgetSessions();
+    const lost = await hub.call('old', 'add', '{"a": 2, "b": 2}');
+    expect(lost.isError).toBe(true);
+    expect(lost.content).toMatch(
+      /^The tool failed: the connection to the MCP server "old" broke \(.*405.*\); it is made again/,
+    );
+    expect(await hub.call('old', 'add', '{"a": 3, "b": 3}')).toEqual({ content: '6', isError: false });
+    // A tool's own error is its answer, not a broken connection: the same connection answers next.
+    const streams = remote.requests.filter((r) => r.startsWith('GET /sse')).length;
+    expect((await hub.call('old', 'add', '{"a": "x"}')).isError).toBe(true);
+    expect(await hub.call('old', 'add', '{"a": 4, "b": 4}')).toEqual({ content: '8', isError: false });
+    expect(remote.requests.filter((r) => r.startsWith('GET /sse')).length).toBe(streams);
+  }, 60_000);
+
+  it('nobody at the URL: said, with the address (without what could be a secret in it)', async () => {
     const gone = await startMcpHttp();
     const url = gone.url;
     await gone.close();
-    write({ mcpServers: { web: { url } } });
+    write({ mcpServers: { web: { url: `${url.replace('http://', 'http://me:pw@')}?key=sk-secret` } } });
     const web = (await hub.start(['web'])).servers[0];
     expect(web?.state).toBe('failed');
     expect(web?.error).toContain(`${url} did not answer: `);
+    expect(web?.error).not.toContain('sk-secret');
+    expect(web?.error).not.toContain('pw');
     expect(web?.error).toContain('ECONNREFUSED');
     expect(web?.error).toContain('is the server running?');
     expect(web?.error).toContain('check its url');
