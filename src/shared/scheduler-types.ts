@@ -286,6 +286,8 @@ export interface DeviceBudgetSnapshot extends SchedulerSnapshot {
  */
 export interface BudgetSnapshot extends DeviceBudgetSnapshot {
   devices: DeviceBudgetSnapshot[];
+  /** The counters of devices that went with their last model (so /metrics' totals never go down). */
+  retiredCounters?: SchedulerCounters;
 }
 
 /** Why a session's KV was dropped. */

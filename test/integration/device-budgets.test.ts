@@ -194,6 +194,12 @@ describe('one KV budget per device', () => {
     expect(line('kvdesk_time_to_first_token_seconds_count')).toBe('kvdesk_time_to_first_token_seconds_count 2');
     expect(h.snapshot().counters.admitted).toBe(1); // the CPU's own, which alone was exported before
     await h.unloadModel('on-gpu');
+    // The GPU's scheduler went with its last model: its counts stay in the totals (a counter never goes down).
+    const later = prometheusText(h.snapshot());
+    expect(later.split('\n').find((l) => l.startsWith('kvdesk_requests_total{event="admitted"} '))).toBe(
+      'kvdesk_requests_total{event="admitted"} 2',
+    );
+    expect(later).toContain('kvdesk_time_to_first_token_seconds_count 2');
     expect(h.snapshot().devices.map((d) => d.device)).toEqual(['cpu']);
     // Placed again later: the GPU's memory is read afresh (our weights are gone from it).
     await h.loadModel(defaultModelDir, { id: 'on-gpu' });

@@ -22,6 +22,7 @@ import {
   type ToolCall,
   type ToolCallDelta,
 } from '../../shared/contract';
+import { totalCounters } from '../../shared/counters';
 import { type ErrorInfo, KvdeskError, toErrorInfo } from '../../shared/errors';
 import { type ModelSpec, staticPositions } from '../../shared/model-spec';
 import { PROMPT_CACHE_PREFIX } from '../../shared/prompt-cache';
@@ -29,6 +30,7 @@ import type {
   AdmissionGrant,
   BudgetSnapshot,
   DeviceBudgetSnapshot,
+  SchedulerCounters,
   SchedulerEvent,
 } from '../../shared/scheduler-types';
 import { type BackendReport, detectBackendsInChildProcess, usableProviders } from '../backends';
@@ -383,7 +385,11 @@ export class RunnerService {
     if (snap.queue.length + snap.running.length + snap.sessions.length > 0) return;
     d.unsubscribe();
     this.devices.delete(key);
+    this.retiredCounters = totalCounters([...(this.retiredCounters ? [this.retiredCounters] : []), snap.counters]);
   }
+
+  /** What the schedulers of dropped devices had counted. */
+  private retiredCounters: SchedulerCounters | undefined;
 
   private computeBudget(device: { key: string; nvidia?: NvidiaMemoryResult }) {
     let weights = 0;
@@ -683,7 +689,11 @@ export class RunnerService {
       device: d.key,
       models: [...this.models.values()].filter((m) => m.device === d.key).map((m) => m.id),
     }));
-    return { ...(devices[0] as DeviceBudgetSnapshot), devices };
+    return {
+      ...(devices[0] as DeviceBudgetSnapshot),
+      devices,
+      ...(this.retiredCounters ? { retiredCounters: this.retiredCounters } : {}),
+    };
   }
 
   /** Subscribes to every device scheduler's events (timeline, metrics). */

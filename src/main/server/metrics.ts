@@ -4,7 +4,8 @@
  * agree whenever they are taken at the same instant. Names follow vLLM where it
  * has one (SCHEDULER.md, "What is exposed").
  */
-import type { BudgetSnapshot, HistogramView, SchedulerCounters, SchedulerSnapshot } from '../../shared/scheduler-types';
+import { totalCounters } from '../../shared/counters';
+import type { BudgetSnapshot, HistogramView, SchedulerSnapshot } from '../../shared/scheduler-types';
 
 /** Content-Type of the Prometheus text format. */
 export const PROMETHEUS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
@@ -21,43 +22,6 @@ function value(n: number): string {
 
 function label(v: string): string {
   return v.replace(/\\/g, '\\\\').replace(/\n/g, '\\n').replace(/"/g, '\\"');
-}
-
-/** Two histograms of the same buckets as one (a different bucketing keeps the first: it cannot be merged). */
-function mergeHistograms(a: HistogramView, b: HistogramView): HistogramView {
-  if (a.bounds.length !== b.bounds.length || a.bounds.some((x, i) => x !== b.bounds[i])) return a;
-  return {
-    bounds: a.bounds,
-    counts: a.counts.map((n, i) => n + (b.counts[i] ?? 0)),
-    count: a.count + b.count,
-    sum: a.sum + b.sum,
-  };
-}
-
-/** Every device's counters as one: each request is counted by the scheduler of the device its model is on. */
-export function totalCounters(all: readonly SchedulerCounters[]): SchedulerCounters {
-  const [first, ...rest] = all;
-  if (first === undefined) throw new Error('totalCounters: no counters');
-  return rest.reduce<SchedulerCounters>((t, c) => {
-    const rejections: SchedulerCounters['rejections'] = { ...t.rejections };
-    for (const [code, n] of Object.entries(c.rejections) as Array<[keyof typeof rejections, number]>) {
-      rejections[code] = (rejections[code] ?? 0) + n;
-    }
-    return {
-      accepted: t.accepted + c.accepted,
-      admitted: t.admitted + c.admitted,
-      finished: t.finished + c.finished,
-      cancelled: t.cancelled + c.cancelled,
-      failed: t.failed + c.failed,
-      rejections,
-      budgetCapped: t.budgetCapped + c.budgetCapped,
-      contextClipped: t.contextClipped + c.contextClipped,
-      evictions: t.evictions + c.evictions,
-      generationTokens: t.generationTokens + c.generationTokens,
-      ttftSeconds: mergeHistograms(t.ttftSeconds, c.ttftSeconds),
-      queueTimeSeconds: mergeHistograms(t.queueTimeSeconds, c.queueTimeSeconds),
-    };
-  }, first);
 }
 
 /**
@@ -91,7 +55,9 @@ export function prometheusText(s: SchedulerSnapshot | BudgetSnapshot): string {
   };
   const devices = 'devices' in s ? s.devices : [];
   const every = devices.length > 0 ? devices : [s];
-  const c = totalCounters(every.map((d) => d.counters));
+  // A GPU whose last model went took its scheduler along: its counts stay in `retiredCounters`.
+  const retired = 'retiredCounters' in s && s.retiredCounters ? [s.retiredCounters] : [];
+  const c = totalCounters([...every.map((d) => d.counters), ...retired]);
 
   metric('kvdesk_num_requests_running', 'gauge', 'Requests admitted and running in the engine.');
   sample(

@@ -65,7 +65,8 @@ function ApiKey({ apiKey, busy, renew }: { apiKey: string; busy: boolean; renew:
         New key
       </button>
       <span className="muted">
-        clients send <span className="mono">Authorization: Bearer</span> and the key (the SDKs' api_key)
+        clients send <span className="mono">Authorization: Bearer</span> and the key (the SDKs' api_key). Whoever has it
+        can use your models, read your chats and run the chats' MCP tools: give it only to your own devices.
       </span>
     </div>
   );

@@ -136,7 +136,7 @@ export function parseThreadImport(text: string, fileName: string, now = Date.now
     const where = `${at}[${i}]`;
     if (!isObject(m)) return fail(where, 'must be an object {"role", "content"}.');
     // A reply that only calls tools has no text (OpenAI's null content).
-    const calls = m.role === 'assistant' && m.tool_calls !== undefined ? toolCallsOf(m.tool_calls) : undefined;
+    const calls = m.role === 'assistant' && m.tool_calls != null ? toolCallsOf(m.tool_calls) : undefined;
     if (calls !== undefined && !Array.isArray(calls)) return fail(`${where}.tool_calls${calls.at}`, calls.what);
     const content = m.content === null && calls !== undefined ? '' : textOf(m.content);
     if (content === undefined) return fail(`${where}.content`, 'must be text (a string, or a list of text parts).');

@@ -239,6 +239,19 @@ describe('importing a conversation ({messages: [{role, content}]})', () => {
     expect(t.messages[2]).toMatchObject({ content: '24 °C', toolCallId: 'call_b', toolName: 'weather' });
     expect(t.messages[3]).toMatchObject({ content: '9 °C', toolCallId: 'call_a', toolName: 'weather' });
     expect(Thread.safeParse(t).success).toBe(true);
+    // openai-python's model_dump() writes "tool_calls": null on a reply without calls.
+    const dumped = imported(
+      parseThreadImport(
+        JSON.stringify([
+          { role: 'user', content: 'hi' },
+          { role: 'assistant', content: 'hello', tool_calls: null },
+        ]),
+        'c.json',
+        NOW,
+      ),
+    );
+    expect(dumped.messages[1]).toMatchObject({ content: 'hello' });
+    expect(dumped.messages[1]).not.toHaveProperty('toolCalls');
     // As the Markdown export writes a chat with tools.
     expect(threadToMarkdown(t)).toContain('*Calls weather:*');
   });
