@@ -469,8 +469,7 @@ async function downloadsShot(browser: Browser): Promise<void> {
     await box.getByTestId('hub-lookup').click();
     await box.getByTestId('hub-variant').selectOption('fp32');
     await box.getByTestId('hub-download-start').click();
-    await box.locator('[data-testid="download"][data-state="running"]').waitFor();
-    await page.waitForTimeout(600);
+    await box.locator('[data-testid="download"][data-state="running"]').getByTestId('download-rate').waitFor();
     // A search by a word of the name: the hub's ONNX language models, most downloaded first.
     await box.getByTestId('hub-repo').fill('tiny chat');
     await box.getByTestId('hub-lookup').click();

@@ -327,6 +327,8 @@ export interface DownloadStatus {
   doneBytes: number;
   totalBytes: number;
   startedAt: number;
+  /** How fast it goes now (over its last seconds), while it runs; absent until it knows. */
+  bytesPerSecond?: number;
   /** Where the package landed, and its library id. */
   root?: string;
   libraryId?: string;

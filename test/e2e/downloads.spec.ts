@@ -86,6 +86,8 @@ test('a stalled download cancels, and an unknown repository says so', async ({ p
   await box.getByTestId('hub-download-start').click();
   const row = box.locator(`[data-testid="download"][data-variant="fp32"]`).first();
   await expect(row).toHaveAttribute('data-state', 'running');
+  // Its speed over the last seconds: once half the graph has come and nothing more does, it says it stalled.
+  await expect(row.getByTestId('download-rate')).toContainText('/s · stalled', { timeout: 15_000 });
   await row.getByTestId('download-cancel').click();
   await expect(row).toHaveAttribute('data-state', 'cancelled');
   await expect(row).toContainText('downloading it again resumes there');

@@ -18,6 +18,7 @@ import {
 } from './hub-download';
 import { searchHub } from './hub-search';
 import { canonicalPath, type ModelLibrary } from './model-library';
+import { RateMeter } from './rate-meter';
 
 /** How often progress goes out while bytes arrive. */
 const PROGRESS_MS = 250;
@@ -89,6 +90,18 @@ export class Downloads {
       startedAt: Date.now(),
     };
     const abort = new AbortController();
+    const meter = new RateMeter();
+    const measure = () => {
+      meter.add(status.doneBytes, Date.now());
+      const rate = meter.rate();
+      if (rate !== undefined) status.bytesPerSecond = Math.round(rate);
+    };
+    // Measured every second too, so a transfer that stalls shows it (no progress comes then).
+    const ticker = setInterval(() => {
+      measure();
+      this.changed(false);
+    }, 1000);
+    ticker.unref();
     this.all.unshift(status);
     this.aborts.set(status.id, abort);
     this.changed(true);
@@ -99,6 +112,7 @@ export class Downloads {
       onProgress: (p) => {
         status.doneBytes = p.doneBytes;
         status.totalBytes = p.totalBytes;
+        measure();
         onProgress?.(p);
         this.changed(false);
       },
@@ -113,14 +127,17 @@ export class Downloads {
           if (id) status.libraryId = id;
         }
         status.state = 'done';
+        delete status.bytesPerSecond;
       },
       (err) => {
+        delete status.bytesPerSecond;
         const info = toErrorInfo(err);
         status.state = abort.signal.aborted ? 'cancelled' : 'failed';
         if (status.state === 'failed') status.error = { code: info.code, message: info.message };
       },
     );
     const ended = done.then(() => {
+      clearInterval(ticker);
       this.aborts.delete(status.id);
       this.trim();
       if (!this.closed) this.changed(true);

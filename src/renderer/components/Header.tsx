@@ -111,10 +111,9 @@ function BackendPick({ model }: { model: ModelInfo }) {
           key={b.name}
           value={b.name}
           disabled={!b.usable}
-          title={b.usable ? undefined : `${b.reason ?? ''} ${b.hint ?? ''}`.trim()}
+          title={b.usable ? undefined : `Not usable here: ${b.reason ?? ''} ${b.hint ?? ''}`.trim()}
         >
-          {b.name === 'cpu' ? 'CPU' : b.name}
-          {b.usable ? '' : ' (not usable here)'}
+          {b.name === 'cpu' ? 'CPU' : b.name.toUpperCase()}
         </option>
       ))}
     </select>

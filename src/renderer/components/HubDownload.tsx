@@ -7,6 +7,7 @@
  */
 import { useRef, useState } from 'react';
 import type { DownloadStatus, HubSearchHit, HubVariantsInfo } from '../../shared/api';
+import { formatDuration } from '../../shared/duration';
 import { useApp, useBridge } from '../bridge/context';
 import { formatBytes } from '../lib/format';
 
@@ -23,6 +24,14 @@ function DownloadRow({ d }: { d: DownloadStatus }) {
         <span className="num muted" data-testid="download-bytes">
           {formatBytes(d.doneBytes)} / {formatBytes(d.totalBytes)}
         </span>
+        {d.state === 'running' && d.bytesPerSecond !== undefined && (
+          <span className="num muted" data-testid="download-rate">
+            · {formatBytes(d.bytesPerSecond)}/s
+            {d.bytesPerSecond > 0
+              ? ` · about ${formatDuration(((d.totalBytes - d.doneBytes) / d.bytesPerSecond) * 1000)} left`
+              : ' · stalled'}
+          </span>
+        )}
         {d.state === 'running' ? (
           <button
             type="button"
