@@ -20,6 +20,7 @@ import {
   badArgs,
   budgetCapLine,
   contextClipLine,
+  effortFlag,
   fail,
   type Io,
   LOAD_OPTIONS,
@@ -72,6 +73,7 @@ export interface ChatOptions {
   thinking?: boolean;
   /** A thinking model's reasoning is closed for it after this many tokens. */
   thinkingBudget?: number;
+  reasoningEffort?: GenerateRequest['reasoningEffort'];
 }
 
 /**
@@ -120,6 +122,9 @@ export class ChatSession {
       ...(this.options.thinking !== undefined ? { thinking: this.options.thinking } : {}),
       ...(this.options.thinkingBudget !== undefined && this.model.spec.reasoning && this.options.thinking !== false
         ? { thinkingBudget: this.options.thinkingBudget }
+        : {}),
+      ...(this.options.reasoningEffort !== undefined && this.model.spec.reasoning && this.options.thinking !== false
+        ? { reasoningEffort: this.options.reasoningEffort }
         : {}),
       ...(this.options.contextOverflow === 'drop-oldest'
         ? { contextOverflow: 'drop-oldest' as const, droppedMessages: this.dropped }
@@ -401,6 +406,7 @@ export async function chat(
     think: { type: 'boolean' },
     nothink: { type: 'boolean' },
     'thinking-budget': { type: 'string' },
+    effort: { type: 'string' },
     'context-overflow': { type: 'string' },
     'kv-budget': { type: 'string' },
     threads: { type: 'string' },
@@ -427,6 +433,8 @@ export async function chat(
     const budget = parseNumber('thinking-budget', values['thinking-budget'], true);
     if (budget !== undefined && budget < 0) throw badArgs('--thinking-budget expects 0 or more tokens');
     if (budget !== undefined) chatOptions.thinkingBudget = budget;
+    const effort = effortFlag(values.effort);
+    if (effort !== undefined) chatOptions.reasoningEffort = effort;
     const maxNew = parseNumber('max-new-tokens', values['max-new-tokens'], true);
     if (maxNew !== undefined) chatOptions.maxNewTokens = maxNew;
     const threads = parseNumber('threads', values.threads, true);

@@ -4,7 +4,7 @@ import path from 'node:path';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
 import { ModelLibrary } from '../main/host/model-library';
 import type { LoadModelRequest } from '../shared/api';
-import type { BudgetCap, ContextClip, SamplingSettings } from '../shared/contract';
+import type { BudgetCap, ContextClip, GenerateRequest, SamplingSettings } from '../shared/contract';
 import { type ErrorInfo, KvdeskError } from '../shared/errors';
 import { dataDirOf } from './data-dir';
 
@@ -178,6 +178,15 @@ export function loadFlags(values: {
 /** What the loaded package's spec warns of (a backend it could not use, a variant picked for it), on stderr. */
 export function printWarnings(io: Io, warnings: readonly string[]): void {
   for (const w of warnings) io.err(`kvdesk: warning: ${w}\n`);
+}
+
+/** `--effort`: a thinking model's reasoning effort (GenerateRequest.reasoningEffort), checked. */
+export function effortFlag(value: string | undefined): GenerateRequest['reasoningEffort'] {
+  if (value === undefined) return undefined;
+  const levels = ['minimal', 'low', 'medium', 'high'] as const;
+  const level = levels.find((l) => l === value);
+  if (!level) throw badArgs(`--effort expects ${levels.join(', ')}; got "${value}"`);
+  return level;
 }
 
 /** The line that says the KV budget cut a reply's max new tokens (never silent), and what to do. */

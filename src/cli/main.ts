@@ -28,6 +28,7 @@ import {
   badArgs,
   budgetCapLine,
   contextClipLine,
+  effortFlag,
   fail,
   type Io,
   LOAD_OPTIONS,
@@ -66,6 +67,8 @@ generate options:
   --think | --nothink      with --chat, a thinking model (Qwen3…): reason first, or reply at once; its
                            reasoning goes to stderr (the "reasoning" field with --json)
   --thinking-budget N      with --chat, a thinking model reasons for at most N tokens, then answers
+  --effort LEVEL           with --chat, a thinking model's reasoning effort: minimal, low, medium, high (its
+                           template's reasoning_effort; minimal and low bound the reasoning at 256 and 1024 tokens)
   --max-new-tokens N       tokens to generate (default: package default or 256)
   --greedy                 always take the most likely token
   --temperature T --top-k K --top-p P --min-p M --repetition-penalty R
@@ -98,6 +101,7 @@ stops a reply, Ctrl+D or /bye ends, /? lists the commands; with stdin from a pip
   --think | --nothink      a thinking model reasons first, or replies at once (also /set think, /set nothink);
                            its reasoning goes to stderr between "Thinking..." and "...done thinking."
   --thinking-budget N      a thinking model reasons for at most N tokens, then answers
+  --effort LEVEL           a thinking model's reasoning effort: minimal, low, medium, high
   --context-overflow P     drop-oldest (default: a conversation longer than the context goes on without its
                            oldest turns) or refuse
 
@@ -219,6 +223,7 @@ async function generate(args: string[], io: Io): Promise<number> {
     think: { type: 'boolean' },
     nothink: { type: 'boolean' },
     'thinking-budget': { type: 'string' },
+    effort: { type: 'string' },
     'max-new-tokens': { type: 'string' },
     ...SAMPLING_OPTIONS,
     logprobs: { type: 'string' },
@@ -270,6 +275,9 @@ async function generate(args: string[], io: Io): Promise<number> {
     if (budget !== undefined && !values.chat) throw badArgs('--thinking-budget goes with --chat');
     if (budget !== undefined && budget < 0) throw badArgs('--thinking-budget expects 0 or more tokens');
     if (budget !== undefined) request.thinkingBudget = budget;
+    const effort = effortFlag(values.effort);
+    if (effort !== undefined && !values.chat) throw badArgs('--effort goes with --chat');
+    if (effort !== undefined) request.reasoningEffort = effort;
     const maxNew = parseNumber('max-new-tokens', values['max-new-tokens'], true);
     if (maxNew !== undefined) request.maxNewTokens = maxNew;
     const rows = parseNumber('rows', values.rows, true);

@@ -186,6 +186,8 @@ export const Thread = z.object({
   thinking: z.boolean().optional(),
   /** A thinking model's reasoning is closed for it after this many tokens (absent: no limit but max tokens). */
   thinkingBudget: z.number().int().min(0).max(1_000_000).optional(),
+  /** How hard a thinking model reasons (GenerateRequest.reasoningEffort); absent: as the model does. */
+  reasoningEffort: z.enum(['minimal', 'low', 'medium', 'high']).optional(),
   /** Replies keep each token's probability and its likeliest alternatives (the probabilities view). */
   showProbabilities: z.boolean().optional(),
   /** MCP servers (names in mcp.json) whose tools the model may call in this chat. */
@@ -359,6 +361,7 @@ export const Preset = z.object({
   contextOverflow: z.enum(['drop-oldest', 'refuse']).optional(),
   thinking: z.boolean().optional(),
   thinkingBudget: z.number().int().min(0).max(1_000_000).optional(),
+  reasoningEffort: z.enum(['minimal', 'low', 'medium', 'high']).optional(),
 });
 export type Preset = z.infer<typeof Preset>;
 

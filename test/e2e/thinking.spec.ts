@@ -89,6 +89,29 @@ test('a thinking model: the reasoning folds above the reply, opens on a click, a
   await page.getByTestId('setting-thinkingBudget').blur();
   await page.getByTestId('settings-toggle').click();
 
+  // A reasoning effort: in the summary, and in the request the page sends.
+  const sent: Array<Record<string, unknown>> = [];
+  page.on('websocket', (ws) =>
+    ws.on('framesent', (f) => {
+      const m = JSON.parse(String(f.payload)) as { t: string; request?: Record<string, unknown> };
+      if (m.t === 'generate' && m.request) sent.push(m.request);
+    }),
+  );
+  await page.reload();
+  await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+  await page.getByTestId('model-picker').selectOption('thinking');
+  await page.getByTestId('settings-toggle').click();
+  await page.getByTestId('setting-reasoningEffort').selectOption('low');
+  await page.getByTestId('settings-toggle').click();
+  await expect(page.getByTestId('settings-summary')).toContainText('effort low');
+  await send(page, 'Why is the grass green?');
+  await expect(lastReply(page)).toHaveAttribute('data-state', 'done');
+  expect(sent.at(-1)?.reasoningEffort).toBe('low');
+  await page.getByTestId('settings-toggle').click();
+  await page.getByTestId('setting-reasoningEffort').selectOption('default');
+  await page.getByTestId('settings-toggle').click();
+  await expect(page.getByTestId('settings-summary')).not.toContainText('effort');
+
   // Turned off: the settings say what this model does, and the next reply has no reasoning.
   await page.getByTestId('settings-toggle').click();
   await expect(page.getByTestId('thinking-note')).toContainText('its template has a switch for it');

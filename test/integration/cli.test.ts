@@ -9,7 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { defaultModelDir, fixture, fixturesSkipReason, haveFixtures, repoRoot } from '../helpers/fixtures';
-import { graphVariantsModel, installedPackage } from '../helpers/models';
+import { graphVariantsModel, installedPackage, thinkingModel } from '../helpers/models';
 
 interface CliRun {
   code: number;
@@ -247,6 +247,31 @@ describe('--variant and --backend', () => {
     const unknown = kvdesk('generate', dir, '--prompt-ids', '5', '--backend', 'quantum');
     expect(unknown.code).toBe(2);
     expect(unknown.stderr).toContain('"quantum" is no backend onnxruntime knows');
+  });
+});
+
+describe('--effort', () => {
+  it('a thinking model takes it with --chat; a level it does not know, or no --chat, is exit 2 naming it', () => {
+    const model = thinkingModel();
+    const ok = kvdesk(
+      'generate',
+      model,
+      '--chat',
+      '--prompt',
+      'Why?',
+      '--max-new-tokens',
+      '4',
+      '--effort',
+      'low',
+      '--json',
+    );
+    expect(ok.code, ok.stderr).toBe(0);
+    const bad = kvdesk('generate', model, '--chat', '--prompt', 'Why?', '--effort', 'extreme');
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('--effort expects minimal, low, medium, high; got "extreme"');
+    const plain = kvdesk('generate', model, '--prompt', 'Why?', '--effort', 'low');
+    expect(plain.code).toBe(2);
+    expect(plain.stderr).toContain('--effort goes with --chat');
   });
 });
 

@@ -89,6 +89,7 @@ export interface Bridge {
       stop?: string[] | undefined;
       thinking?: boolean | undefined;
       thinkingBudget?: number | undefined;
+      reasoningEffort?: Thread['reasoningEffort'] | undefined;
       showProbabilities?: boolean | undefined;
       mcpServers?: string[] | undefined;
       toolsRequired?: boolean | undefined;
@@ -302,6 +303,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       ...(t.contextOverflow ? { contextOverflow: t.contextOverflow } : {}),
       ...(t.thinking !== undefined ? { thinking: t.thinking } : {}),
       ...(t.thinkingBudget !== undefined ? { thinkingBudget: t.thinkingBudget } : {}),
+      ...(t.reasoningEffort !== undefined ? { reasoningEffort: t.reasoningEffort } : {}),
     };
   }
 
@@ -721,6 +723,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         contextOverflow: p.contextOverflow,
         thinking: p.thinking,
         thinkingBudget: p.thinkingBudget,
+        reasoningEffort: p.reasoningEffort,
       });
       saveThread(threadId);
     },
@@ -790,6 +793,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       if ('stop' in patch) next.stop = patch.stop;
       if ('thinking' in patch) next.thinking = patch.thinking;
       if ('thinkingBudget' in patch) next.thinkingBudget = patch.thinkingBudget;
+      if ('reasoningEffort' in patch) next.reasoningEffort = patch.reasoningEffort;
       if ('showProbabilities' in patch) next.showProbabilities = patch.showProbabilities;
       if ('mcpServers' in patch) next.mcpServers = patch.mcpServers;
       if ('toolsRequired' in patch) next.toolsRequired = patch.toolsRequired;

@@ -70,6 +70,9 @@ export function buildChatRequest(
     ...(thread.thinkingBudget !== undefined && thread.thinking !== false && model?.reasoning
       ? { thinkingBudget: thread.thinkingBudget }
       : {}),
+    ...(thread.reasoningEffort !== undefined && thread.thinking !== false && model?.reasoning
+      ? { reasoningEffort: thread.reasoningEffort }
+      : {}),
     ...overflowPolicy(thread, history, model?.contextLength),
     // The probabilities view: each token's, and the likeliest alternatives at its place.
     ...(thread.showProbabilities ? { logprobs: PROBABILITY_ALTERNATIVES } : {}),

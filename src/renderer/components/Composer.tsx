@@ -35,6 +35,8 @@ function summary(thread: Thread | undefined): string {
   if (thread?.thinking !== undefined) parts.push(thread.thinking ? 'thinking on' : 'thinking off');
   if (thread?.thinkingBudget !== undefined && thread.thinking !== false)
     parts.push(`thinking budget ${thread.thinkingBudget}`);
+  if (thread?.reasoningEffort !== undefined && thread.thinking !== false)
+    parts.push(`effort ${thread.reasoningEffort}`);
   if (thread?.showProbabilities) parts.push('probabilities');
   if (thread?.mcpServers?.length)
     parts.push(`tools: ${thread.mcpServers.join(', ')}${thread.toolsRequired ? ' (must call)' : ''}`);

@@ -169,6 +169,35 @@ function ThinkingSetting({ thread }: { thread: Thread }) {
   );
 }
 
+/**
+ * How hard a thinking model reasons: the chat template's reasoning_effort (gpt-oss's levels), and for minimal and
+ * low a bound on the reasoning when the chat sets no thinking budget (see GenerateRequest.reasoningEffort).
+ */
+function ReasoningEffort({ thread }: { thread: Thread }) {
+  const bridge = useBridge();
+  return (
+    <label title="How hard a thinking model reasons: its chat template gets the level (gpt-oss reads it); minimal and low also bound the reasoning (256, 1 024 tokens) when no thinking budget is set.">
+      reasoning effort
+      <select
+        data-testid="setting-reasoningEffort"
+        value={thread.reasoningEffort ?? 'default'}
+        onChange={(e) => {
+          const v = e.target.value;
+          bridge.updateThreadSettings(thread.id, {
+            reasoningEffort: v === 'minimal' || v === 'low' || v === 'medium' || v === 'high' ? v : undefined,
+          });
+        }}
+      >
+        <option value="default">as the model does</option>
+        <option value="minimal">minimal (≤ 256 tokens)</option>
+        <option value="low">low (≤ 1 024 tokens)</option>
+        <option value="medium">medium</option>
+        <option value="high">high</option>
+      </select>
+    </label>
+  );
+}
+
 /** How many tokens a thinking model may reason before its reasoning is closed for it (empty: no limit). */
 function ThinkingBudget({ thread }: { thread: Thread }) {
   const bridge = useBridge();
@@ -386,6 +415,7 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
       </label>
       <ThinkingSetting thread={thread} />
       <ThinkingBudget thread={thread} />
+      <ReasoningEffort thread={thread} />
       <ToolsSetting thread={thread} />
       <label
         className="wide"

@@ -125,6 +125,11 @@ describe('chat requests', () => {
     expect(buildChatRequest(budget, history, 'q', qwen).thinkingBudget).toBe(64);
     expect(buildChatRequest({ ...budget, thinking: false }, history, 'q', qwen)).not.toHaveProperty('thinkingBudget');
     expect(buildChatRequest(budget, history, 'plain', { contextLength: 4096 })).not.toHaveProperty('thinkingBudget');
+    // The chat's reasoning effort, likewise: for a thinking model that may think.
+    const effort = thread('t1', { reasoningEffort: 'low' });
+    expect(buildChatRequest(effort, history, 'q', qwen).reasoningEffort).toBe('low');
+    expect(buildChatRequest({ ...effort, thinking: false }, history, 'q', qwen)).not.toHaveProperty('reasoningEffort');
+    expect(buildChatRequest(effort, history, 'plain', { contextLength: 4096 })).not.toHaveProperty('reasoningEffort');
   });
 
   it('omits empty settings so the package defaults apply', () => {
