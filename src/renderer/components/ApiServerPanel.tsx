@@ -136,9 +136,12 @@ export function ApiServerPanel() {
       void act(() => bridge.startApiServer(settings)).finally(() => setPending(null));
       return;
     }
-    // The port it was started on (as asked: 0 stays "any"), else the one in the field.
+    bridge.saveApiServer({ port: portToSave(), autostart, lan, requireKey, ...next });
+  };
+  /** The port to remember: the one it was started on (as asked: 0 stays "any"), else the running one, else the field's. */
+  const portToSave = (): number => {
     const field = port.trim() !== '' && Number.isInteger(Number(port)) ? Number(port) : DEFAULT_API_PORT;
-    bridge.saveApiServer({ port: saved?.port ?? field, autostart, lan, requireKey, ...next });
+    return saved?.port ?? (status.running ? status.port : undefined) ?? field;
   };
   const keyedHref = (url: string) => (status.key ? `${url}/?token=${encodeURIComponent(status.key)}` : url);
   return (
@@ -195,15 +198,7 @@ export function ApiServerPanel() {
             data-testid="api-server-autostart"
             checked={autostart}
             disabled={busy}
-            onChange={(e) => {
-              const field = port.trim() !== '' && Number.isInteger(Number(port)) ? Number(port) : DEFAULT_API_PORT;
-              bridge.saveApiServer({
-                port: saved?.port ?? (status.running ? status.port : field) ?? field,
-                autostart: e.target.checked,
-                lan,
-                requireKey,
-              });
-            }}
+            onChange={(e) => bridge.saveApiServer({ port: portToSave(), autostart: e.target.checked, lan, requireKey })}
           />{' '}
           start with kvdesk
         </label>

@@ -81,39 +81,47 @@ function RunWith({
     ...(pickBackend && backend !== now.backend ? { backend } : {}),
   };
   const changed = variant !== now.variant || backend !== now.backend;
+  // An ORT package's variants (each built for a backend), else a package's graph files, when there are several.
+  const choices =
+    ortVariants.length > 1
+      ? {
+          label: 'variant',
+          testId: 'model-variant',
+          title: undefined,
+          options: ortVariants.map((v) => ({
+            value: v.name,
+            text: `${v.name} · ${short(v.ep)}${v.usable ? '' : ' (not usable here)'}`,
+            disabled: !v.usable,
+          })),
+        }
+      : ortVariants.length === 0 && graphVariants.length > 1
+        ? {
+            label: 'graph',
+            testId: 'model-graph',
+            title:
+              "The package's graph files (model.onnx, model_q4.onnx, …): quantized ones are smaller and often faster on a CPU",
+            options: graphVariants.map((v) => ({
+              value: v.name,
+              text: `${v.name} (${formatBytes(v.bytes)})`,
+              disabled: false,
+            })),
+          }
+        : undefined;
   const chosen = backends?.find((b) => b.name === backend);
   return (
     <div className="row run-with" data-testid="model-run-with" data-variant={now.variant} data-backend={now.backend}>
-      {ortVariants.length > 1 && (
-        <label>
-          variant{' '}
+      {choices && (
+        <label title={choices.title}>
+          {choices.label}{' '}
           <select
-            data-testid="model-variant"
+            data-testid={choices.testId}
             value={variant}
             disabled={busy}
             onChange={(e) => setVariant(e.target.value)}
           >
-            {ortVariants.map((v) => (
-              <option key={v.name} value={v.name} disabled={!v.usable}>
-                {v.name} · {short(v.ep)}
-                {v.usable ? '' : ' (not usable here)'}
-              </option>
-            ))}
-          </select>
-        </label>
-      )}
-      {ortVariants.length === 0 && graphVariants.length > 1 && (
-        <label title="The package's graph files (model.onnx, model_q4.onnx, …): quantized ones are smaller and often faster on a CPU">
-          graph{' '}
-          <select
-            data-testid="model-graph"
-            value={variant}
-            disabled={busy}
-            onChange={(e) => setVariant(e.target.value)}
-          >
-            {graphVariants.map((v) => (
-              <option key={v.name} value={v.name}>
-                {v.name} ({formatBytes(v.bytes)})
+            {choices.options.map((o) => (
+              <option key={o.value} value={o.value} disabled={o.disabled}>
+                {o.text}
               </option>
             ))}
           </select>
