@@ -123,7 +123,8 @@ export class ChatSession {
       ...(this.options.thinkingBudget !== undefined && this.model.spec.reasoning && this.options.thinking !== false
         ? { thinkingBudget: this.options.thinkingBudget }
         : {}),
-      ...(this.options.reasoningEffort !== undefined && this.model.spec.reasoning && this.options.thinking !== false
+      // Also for a model without reasoning markers kvdesk knows (gpt-oss's template reads it).
+      ...(this.options.reasoningEffort !== undefined && this.options.thinking !== false
         ? { reasoningEffort: this.options.reasoningEffort }
         : {}),
       ...(this.options.contextOverflow === 'drop-oldest'

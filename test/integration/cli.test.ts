@@ -252,20 +252,17 @@ describe('--variant and --backend', () => {
 
 describe('--effort', () => {
   it('a thinking model takes it with --chat; a level it does not know, or no --chat, is exit 2 naming it', () => {
-    const model = thinkingModel();
-    const ok = kvdesk(
-      'generate',
-      model,
-      '--chat',
-      '--prompt',
-      'Why?',
-      '--max-new-tokens',
-      '4',
-      '--effort',
-      'low',
-      '--json',
+    // A template that shows the effort it gets: the prompt grows by that line.
+    const model = thinkingModel(
+      'thinking-effort-cli',
+      "{{ messages[0].content + '\\n' }}{% if reasoning_effort is defined %}{{ 'Reasoning: ' + reasoning_effort + '\\n' }}{% endif %}{{ '<think>\\n' }}",
     );
+    const run = (...extra: string[]) =>
+      kvdesk('generate', model, '--chat', '--prompt', 'Why?', '--max-new-tokens', '2', '--json', ...extra);
+    const without = run();
+    const ok = run('--effort', 'low');
     expect(ok.code, ok.stderr).toBe(0);
+    expect(ok.json.promptTokens as number).toBeGreaterThan(without.json.promptTokens as number);
     const bad = kvdesk('generate', model, '--chat', '--prompt', 'Why?', '--effort', 'extreme');
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain('--effort expects minimal, low, medium, high; got "extreme"');

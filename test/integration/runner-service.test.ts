@@ -284,6 +284,36 @@ describe("the person's pick of variant and backend", () => {
     expect(h.listModels().find((m) => m.id === plain.id)?.spec.graphVariant).toBe('fp32');
   });
 
+  it("a person's load again: refused under a running reply; while it loads, requests on the model are refused", async () => {
+    const dir = graphVariantsModel();
+    const h = new RunnerService({ intraOpNumThreads: 2 });
+    hosts.push(h);
+    const { id } = await h.loadModel(dir);
+    const long = h.generate({ model: id, promptIds: prompt, maxNewTokens: 1500, sampling: greedy });
+    const busy = await rejection(h.loadModel(dir, { variant: 'q4', whileIdle: true }));
+    expect(busy.message).toBe(`model ${id} has 1 requests in flight; stop them before loading it again`);
+    long.cancel();
+    await long.result.catch(() => undefined);
+    // While the new load is on its way, a request on the model is refused (the engine frees the old session).
+    const reload = h.loadModel(dir, { variant: 'q4', whileIdle: true });
+    let refusedWhileLoading: string | undefined;
+    for (let i = 0; i < 2000 && refusedWhileLoading === undefined; i++) {
+      if (h.listModels().find((m) => m.id === id)?.reloading) {
+        refusedWhileLoading = (await rejection(h.generate({ model: id, promptIds: prompt, maxNewTokens: 2 }).result))
+          .message;
+      } else await new Promise((r) => setTimeout(r, 1));
+    }
+    expect(refusedWhileLoading).toBe(
+      `model ${id} is loading again (another variant or backend): send the request again once it is in`,
+    );
+    await reload;
+    expect(h.listModels().find((m) => m.id === id)).toMatchObject({ spec: { graphVariant: 'q4' } });
+    expect(h.listModels().find((m) => m.id === id)).not.toHaveProperty('reloading');
+    expect(
+      (await h.generate({ model: id, promptIds: prompt, maxNewTokens: 2, sampling: greedy }).result).tokenIds,
+    ).toHaveLength(2);
+  });
+
   it('an "installed" ORT package: refused, naming the field, until trusted; then it runs as its folder does', async () => {
     const h = new RunnerService({ intraOpNumThreads: 2 });
     hosts.push(h);

@@ -92,16 +92,23 @@ export class Downloads {
     const abort = new AbortController();
     const meter = new RateMeter();
     const measure = () => {
+      // Every byte in: the package is being checked, which is no transfer speed.
+      if (status.totalBytes > 0 && status.doneBytes >= status.totalBytes) {
+        delete status.bytesPerSecond;
+        return;
+      }
       meter.add(status.doneBytes, Date.now());
       const rate = meter.rate();
       if (rate !== undefined) status.bytesPerSecond = Math.round(rate);
     };
-    // Measured every second too, so a transfer that stalls shows it (no progress comes then).
-    const ticker = setInterval(() => {
+    // Measured every second too, so a transfer that stalls shows it (no progress comes then) — from the first
+    // progress on: before it, the files of an earlier try are being checked.
+    let ticker: NodeJS.Timeout | undefined;
+    const tick = () => {
+      if (this.closed || status.state !== 'running') return;
       measure();
       this.changed(false);
-    }, 1000);
-    ticker.unref();
+    };
     this.all.unshift(status);
     this.aborts.set(status.id, abort);
     this.changed(true);
@@ -113,31 +120,42 @@ export class Downloads {
         status.doneBytes = p.doneBytes;
         status.totalBytes = p.totalBytes;
         measure();
+        if (!ticker) {
+          ticker = setInterval(tick, 1000);
+          ticker.unref();
+        }
         onProgress?.(p);
         this.changed(false);
       },
     });
-    const done = first.then(
-      async ({ root }) => {
-        status.root = root;
-        if (!this.closed) {
-          await this.library.refresh();
-          const at = await canonicalPath(root);
-          const id = this.library.list().find((e) => e.root === at)?.id;
-          if (id) status.libraryId = id;
-        }
-        status.state = 'done';
+    const done = first
+      .then(
+        async ({ root }) => {
+          status.root = root;
+          if (!this.closed) {
+            await this.library.refresh();
+            const at = await canonicalPath(root);
+            const id = this.library.list().find((e) => e.root === at)?.id;
+            if (id) status.libraryId = id;
+          }
+          status.state = 'done';
+          delete status.bytesPerSecond;
+        },
+        (err) => {
+          delete status.bytesPerSecond;
+          const info = toErrorInfo(err);
+          status.state = abort.signal.aborted ? 'cancelled' : 'failed';
+          if (status.state === 'failed') status.error = { code: info.code, message: info.message };
+        },
+      )
+      .catch((err: unknown) => {
+        // The package arrived, but the library could not take it in: said, not left running.
+        status.state = 'failed';
         delete status.bytesPerSecond;
-      },
-      (err) => {
-        delete status.bytesPerSecond;
-        const info = toErrorInfo(err);
-        status.state = abort.signal.aborted ? 'cancelled' : 'failed';
-        if (status.state === 'failed') status.error = { code: info.code, message: info.message };
-      },
-    );
+        status.error = { code: 'INTERNAL', message: `the download finished, but ${toErrorInfo(err).message}` };
+      })
+      .finally(() => clearInterval(ticker));
     const ended = done.then(() => {
-      clearInterval(ticker);
       this.aborts.delete(status.id);
       this.trim();
       if (!this.closed) this.changed(true);

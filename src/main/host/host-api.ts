@@ -23,14 +23,14 @@ import {
 } from '../../shared/api';
 import type { StreamFrame } from '../../shared/contract';
 import { KvdeskError, type Result, toErrorInfo } from '../../shared/errors';
-import { loadModelSpec, variantOption } from '../packages';
+import { detectLayout, loadModelSpec, variantOption } from '../packages';
 import { providerShortName } from '../packages/execution-providers';
 import { packageProblem } from '../packages/package-error';
 import { ThreadStore } from '../store/thread-store';
 import { Downloads } from './downloads';
 import type { HubOptions } from './hub-download';
 import { McpHub } from './mcp';
-import { canonicalPath, ModelLibrary } from './model-library';
+import { canonicalPath, ModelLibrary, mergePick } from './model-library';
 import type { RunnerService } from './runner-service';
 
 /** Budget snapshots go out at most this often (ARCHITECTURE.md: ≤ 10 Hz, latest wins). */
@@ -235,7 +235,8 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     // What the person picks now changes the kept pick's fields it names; the others stay as they were.
     const kept = await library.pickFor(dir);
     const named = Object.fromEntries(Object.entries(how).filter(([, v]) => v !== undefined)) as LoadModelRequest;
-    let pick: LoadModelRequest | null = { ...kept, ...named };
+    const ortPackage = kept !== undefined && (await detectLayout(dir).catch(() => undefined)) === 'ort-package';
+    let pick: LoadModelRequest | null = mergePick(kept, named, ortPackage);
     // A person's load: not under replies that run on the model (a request's load on first use is of one not loaded).
     const whileIdle = jit === undefined;
     let info: Awaited<ReturnType<RunnerService['loadModel']>>;
@@ -247,8 +248,10 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       const stale = kept !== undefined && Object.keys(kept).some((k) => !(k in named));
       if (!stale || toErrorInfo(err).code !== 'PACKAGE_INVALID') throw err;
       log(`kvdesk: ${dir} could not load as last picked (${toErrorInfo(err).message}); loading it as kvdesk picks`);
-      info = await runner.loadModel(dir, { ...named, whileIdle });
-      pick = Object.keys(named).length > 0 ? named : null;
+      // The person's trust is no pick of a variant: it stays.
+      const retry: LoadModelRequest = { ...named, ...(kept?.trustInstalled ? { trustInstalled: true } : {}) };
+      info = await runner.loadModel(dir, { ...retry, whileIdle });
+      pick = Object.keys(retry).length > 0 ? retry : null;
     }
     if (jit) firstUse.set(info.id, jit);
     else firstUse.delete(info.id);

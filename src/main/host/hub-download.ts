@@ -9,7 +9,7 @@
  */
 import { createHash, type Hash } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
-import { mkdir, readFile, rename, rm, stat, statfs, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, rename, rm, stat, statfs, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -313,6 +313,9 @@ export interface HubSource {
   commit?: string;
 }
 
+/** In a staging folder: the commit its files are from (a later try at another commit drops its parts). */
+const COMMIT_FILE = '.kvdesk-commit';
+
 /** Written into a downloaded package: where it came from (the library and Ollama's names read it). */
 export const SOURCE_FILE = '.kvdesk-source.json';
 
@@ -422,6 +425,16 @@ export async function downloadHubModel(
   await mkdir(staging, { recursive: true });
   const release = await lock(staging, repo);
   try {
+    // Parts of an earlier try at another commit (the branch moved on between the tries) are not this commit's
+    // bytes: they go (complete files are checked against the listing below, and stay when they match).
+    const marker = path.join(staging, COMMIT_FILE);
+    const before = (await readFile(marker, 'utf8').catch(() => '')).trim();
+    if (before !== '' && before !== commit) {
+      for (const name of await readdir(staging, { recursive: true })) {
+        if (name.endsWith('.part')) await rm(path.join(staging, name), { force: true });
+      }
+    }
+    await writeFile(marker, `${commit}\n`);
     // What arrived before (a download cut off): complete files checked again (the revision may have moved on),
     // parts resumed.
     let have = 0;
@@ -462,6 +475,7 @@ export async function downloadHubModel(
     }
     const source: HubSource = { repo, revision, variant: variant.name, commit };
     await writeFile(path.join(staging, SOURCE_FILE), `${JSON.stringify(source)}\n`);
+    await rm(marker, { force: true });
     await release();
     try {
       await rename(staging, root);

@@ -49,6 +49,21 @@ const Stored = z.object({
     .max(10_000),
 });
 
+/**
+ * A new pick over the kept one: what it names replaces the kept field, the rest stays. In an ORT package a variant
+ * is built for one backend, so naming either drops the other's kept value (they would contradict each other).
+ */
+export function mergePick(
+  kept: LoadModelRequest | undefined,
+  named: LoadModelRequest,
+  ortPackage: boolean,
+): LoadModelRequest {
+  const base: LoadModelRequest = { ...kept };
+  if (ortPackage && named.backend !== undefined) delete base.variant;
+  if (ortPackage && named.variant !== undefined) delete base.backend;
+  return { ...base, ...named };
+}
+
 /** A pick with something in it, or undefined. */
 function pickOf(how: LoadModelRequest | undefined): LoadModelRequest | undefined {
   if (!how) return undefined;

@@ -42,6 +42,7 @@ import { compileSchema, SchemaError } from '../engine/json-schema';
 import type { EngineEvent, EngineLoadResult, LogitsPositions, SamplingParams, StepLogprob } from '../engine/protocol';
 import { detectLayout, loadModelSpec, variantOption as variantOf } from '../packages';
 import { providerName, providerShortName } from '../packages/execution-providers';
+import type { LoadOptions } from '../packages/load-options';
 import { createScheduler, type Scheduler } from '../scheduler';
 import {
   applyChat,
@@ -175,6 +176,8 @@ export interface ModelInfo {
   loadMs: number;
   /** Whether the engine feeds the LM head the last position only, and what it changed or why not. */
   logits: LogitsPositions;
+  /** The person is loading it again (another variant or backend): requests on it are refused until that is in. */
+  reloading?: boolean;
 }
 
 /** A generation in flight, as returned to the caller. */
@@ -555,9 +558,34 @@ export class RunnerService {
           });
     if (!ortPackage && wanted !== undefined && wanted !== CPU) spec = await this.onPickedBackend(spec, wanted);
     const id = options.id ?? spec.id;
-    // Loaded again (another variant, another backend).
+    // Loaded again (another variant, another backend): the person's load waits for no reply, and none starts on
+    // the model until the new load is in (both checked here, with no wait between: generate registers at once).
     const previous = this.models.get(id);
-    if (previous && options.whileIdle) this.assertIdle(id, 'loading it again');
+    const guarded = previous !== undefined && options.whileIdle === true;
+    if (guarded) {
+      this.assertIdle(id, 'loading it again');
+      this.reloading.add(id);
+    }
+    try {
+      return await this.finishLoad(dir, id, spec, previous, { ortPackage, trust, variantOption, started });
+    } finally {
+      if (guarded) this.reloading.delete(id);
+    }
+  }
+
+  /** Models a person is loading again: requests on them are refused until it is in. */
+  private readonly reloading = new Set<string>();
+
+  /** loadModel, from the tokenizer on: the engine loads it, and it replaces what was under its id. */
+  private async finishLoad(
+    dir: string,
+    id: string,
+    read: ModelSpec,
+    previous: LoadedModel | undefined,
+    how: { ortPackage: boolean; trust: LoadOptions; variantOption: LoadOptions; started: number },
+  ): Promise<ModelInfo> {
+    const { ortPackage, trust, variantOption, started } = how;
+    let spec = read;
     const tokenizer = await loadTokenizer(spec.tokenizer, { vocabSize: spec.vocabSize });
     const ep = spec.executionProvider ?? CPU;
     const intended = this.deviceOf(spec);
@@ -669,7 +697,13 @@ export class RunnerService {
 
   /** Loaded models, in load order. */
   listModels(): ModelInfo[] {
-    return [...this.models.values()].map((m) => ({ id: m.id, spec: m.spec, loadMs: m.loadMs, logits: m.logits }));
+    return [...this.models.values()].map((m) => ({
+      id: m.id,
+      spec: m.spec,
+      loadMs: m.loadMs,
+      logits: m.logits,
+      ...(this.reloading.has(m.id) ? { reloading: true } : {}),
+    }));
   }
 
   /** The tokenizer of a loaded model (CLI counts tokens with it). */
@@ -866,6 +900,13 @@ export class RunnerService {
     let reasoning: ReasoningPlan | undefined;
     try {
       model = this.resolveModel(req.model);
+      if (this.reloading.has(model.id)) {
+        throw new KvdeskError(
+          'BAD_REQUEST',
+          `model ${model.id} is loading again (another variant or backend): send the request again once it is in`,
+          { field: 'model' },
+        );
+      }
       ({ rows, tools, contextDrop, reasoning } = this.buildRows(req, model));
       checkLogitBias(req, model.spec.vocabSize);
       checkJsonSchema(req);

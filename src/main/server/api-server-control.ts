@@ -32,7 +32,13 @@ interface Mode {
 /** This computer's IPv4 addresses other devices can reach it at (none when it has no network). */
 export function lanAddresses(): string[] {
   const found: string[] = [];
-  for (const addrs of Object.values(os.networkInterfaces())) {
+  let interfaces: ReturnType<typeof os.networkInterfaces>;
+  try {
+    interfaces = os.networkInterfaces();
+  } catch {
+    return found; // the system could not list them just now
+  }
+  for (const addrs of Object.values(interfaces)) {
     for (const a of addrs ?? []) if (a.family === 'IPv4' && !a.internal) found.push(a.address);
   }
   return found;

@@ -428,8 +428,12 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     Object.defineProperty(policy, 'allowedHosts', {
       get: () => {
         if (Date.now() - readAt > 1000) {
-          hosts = allowedHostsFor(bindHost, port, opts.allowedHosts);
           readAt = Date.now();
+          try {
+            hosts = allowedHostsFor(bindHost, port, opts.allowedHosts);
+          } catch {
+            // The system could not list its addresses just now: the last list stands.
+          }
         }
         return hosts;
       },

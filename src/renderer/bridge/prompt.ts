@@ -70,7 +70,8 @@ export function buildChatRequest(
     ...(thread.thinkingBudget !== undefined && thread.thinking !== false && model?.reasoning
       ? { thinkingBudget: thread.thinkingBudget }
       : {}),
-    ...(thread.reasoningEffort !== undefined && thread.thinking !== false && model?.reasoning
+    // Also for a model kvdesk sees no reasoning markers in: gpt-oss's template reads the effort from its channels.
+    ...(thread.reasoningEffort !== undefined && thread.thinking !== false
       ? { reasoningEffort: thread.reasoningEffort }
       : {}),
     ...overflowPolicy(thread, history, model?.contextLength),

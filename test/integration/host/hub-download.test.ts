@@ -21,6 +21,7 @@ import { RunnerService } from '../../../src/main/host/runner-service';
 import { loadModelSpec } from '../../../src/main/packages';
 import { type FakeHub, startFakeHub } from '../../helpers/fake-hub';
 import { defaultModelDir, fixture, fixturesSkipReason, haveFixtures } from '../../helpers/fixtures';
+import { graphVariantsModel } from '../../helpers/models';
 
 const GENAI_FIXTURE = fixture('onnxruntime-genai/tiny-random-gpt2-fp32');
 const haveGenai = haveFixtures && (await fs.stat(GENAI_FIXTURE).catch(() => null)) !== null;
@@ -441,6 +442,30 @@ describe('what the models folder holds already', () => {
       expect(fetched.length).toBe(Q4.length);
       expect(fetched.every((p) => p.startsWith(`/${CHAT}/resolve/${listed}/`))).toBe(true);
       expect(await packages()).toEqual(['tiny-chat-q4']);
+    } finally {
+      hub.push(CHAT, chatRepo);
+    }
+  });
+
+  it('a try after the branch moved on: the parts of the earlier commit are dropped, the new commit downloads whole', async () => {
+    const FILE = 'onnx/model_q4.onnx';
+    // Cut among the weights (the graphs' first bytes, their structure, are the same in both commits).
+    hub.faults.cutAfter = { path: FILE, bytes: Math.floor((chatRepo[FILE] as Buffer).length * 0.8) };
+    await expect(downloadHubModel(CHAT, modelsDir, opts())).rejects.toMatchObject({ code: 'DOWNLOAD_FAILED' });
+    // A later commit's graph: another valid one (other weights), as a re-export would be.
+    const changed = await fs.readFile(path.join(graphVariantsModel(), 'onnx/model_q4.onnx'));
+    expect(changed.equals(chatRepo[FILE] as Buffer)).toBe(false);
+    const later = hub.push(CHAT, { ...chatRepo, [FILE]: changed });
+    try {
+      hub.served.clear();
+      hub.requests.length = 0;
+      const { root } = await downloadHubModel(CHAT, modelsDir, opts());
+      expect((await fs.readFile(path.join(root, FILE))).equals(changed)).toBe(true);
+      expect((await hubSourceOf(root))?.commit).toBe(later);
+      // Fetched whole (no range from the earlier commit's part), and no marker left in the package.
+      expect(hub.requests.filter((r) => r.path.endsWith(FILE)).map((r) => r.range)).toEqual([undefined]);
+      expect(hub.served.get(FILE)).toBe(changed.length);
+      expect(await missing(path.join(root, '.kvdesk-commit'))).toBe(true);
     } finally {
       hub.push(CHAT, chatRepo);
     }

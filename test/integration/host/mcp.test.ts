@@ -126,11 +126,12 @@ describe('McpHub, servers at a URL', () => {
 
   it('a user name and password in the address are basic authentication; a query stays out of messages', async () => {
     remote = await startMcpHttp({ token: 's3cret' });
-    write({ mcpServers: { web: { url: remote.url.replace('http://', 'http://me:pw@') } } });
+    write({ mcpServers: { web: { url: `${remote.url.replace('http://', 'http://me:pw@')}?key=sk-query` } } });
     const web = (await hub.start(['web'])).servers[0];
     // The test server wants a bearer token: basic authentication is sent, and refused with 401.
     expect(web?.error).toContain(`${remote.url} answered HTTP 401: `);
     expect(web?.error).not.toContain('pw');
+    expect(web?.error).not.toContain('sk-query');
     expect(remote.basicAuth.at(-1)).toBe(`Basic ${Buffer.from('me:pw').toString('base64')}`);
   }, 60_000);
 

@@ -125,11 +125,12 @@ describe('chat requests', () => {
     expect(buildChatRequest(budget, history, 'q', qwen).thinkingBudget).toBe(64);
     expect(buildChatRequest({ ...budget, thinking: false }, history, 'q', qwen)).not.toHaveProperty('thinkingBudget');
     expect(buildChatRequest(budget, history, 'plain', { contextLength: 4096 })).not.toHaveProperty('thinkingBudget');
-    // The chat's reasoning effort, likewise: for a thinking model that may think.
+    // The chat's reasoning effort: unless thinking is off, also to a model without markers kvdesk knows (gpt-oss's
+    // template reads it from its own channels).
     const effort = thread('t1', { reasoningEffort: 'low' });
     expect(buildChatRequest(effort, history, 'q', qwen).reasoningEffort).toBe('low');
     expect(buildChatRequest({ ...effort, thinking: false }, history, 'q', qwen)).not.toHaveProperty('reasoningEffort');
-    expect(buildChatRequest(effort, history, 'plain', { contextLength: 4096 })).not.toHaveProperty('reasoningEffort');
+    expect(buildChatRequest(effort, history, 'plain', { contextLength: 4096 }).reasoningEffort).toBe('low');
   });
 
   it('omits empty settings so the package defaults apply', () => {
