@@ -45,11 +45,16 @@ const trustedOrigin = devServerOrigin ?? APP_ORIGIN;
 registerAppScheme();
 hardenApp(() => trustedOrigin);
 
-/** Where the default model package lives: next to the app when packaged, in the checkout otherwise. */
-function defaultModelDir(): string {
+/** A file of resources/: next to the app when packaged, in the checkout otherwise. */
+function resourcePath(...parts: string[]): string {
   return app.isPackaged
-    ? path.join(process.resourcesPath, 'models', 'default')
-    : path.join(app.getAppPath(), 'resources', 'models', 'default');
+    ? path.join(process.resourcesPath, ...parts)
+    : path.join(app.getAppPath(), 'resources', ...parts);
+}
+
+/** Where the default model package lives. */
+function defaultModelDir(): string {
+  return resourcePath('models', 'default');
 }
 
 let mainWindow: BrowserWindow | null = null;
@@ -62,6 +67,7 @@ function openWindow(): BrowserWindow {
   const win = createMainWindow({
     preloadPath: path.join(__dirname, '../preload/index.js'),
     url: devServerUrl ?? APP_ENTRY_URL,
+    iconPath: resourcePath('icon.png'),
   });
   mainWindow = win;
   ipc?.attachWindow(win);

@@ -251,6 +251,8 @@ export interface WindowSource {
   preloadPath: string;
   /** URL to load: APP_ENTRY_URL, or the electron-vite dev server. */
   url: string;
+  /** The window's icon (resources/icon.png; macOS takes the app bundle's instead). */
+  iconPath?: string;
 }
 
 /** Creates the main window; it shows itself once the first paint is ready. */
@@ -262,6 +264,7 @@ export function createMainWindow(source: WindowSource): BrowserWindow {
     minHeight: 560,
     show: false,
     title: 'kvdesk',
+    ...(source.iconPath ? { icon: source.iconPath } : {}),
     backgroundColor: '#111318',
     webPreferences: buildWebPreferences(source.preloadPath),
   });

@@ -63,3 +63,12 @@ test('a pick in one page is taken up by the other pages open', async ({ app, con
   await expect.poll(() => background(other)).toBe(LIGHT);
   await other.close();
 });
+
+test("the page's icon is kvdesk's, served beside it", async ({ app, server }) => {
+  const href = await app.locator('link[rel="icon"]').getAttribute('href');
+  expect(href).toBe('./icon.svg');
+  const res = await fetch(new URL(href ?? '', `${server.url}/`));
+  expect(res.status).toBe(200);
+  expect(res.headers.get('content-type')).toContain('image/svg+xml');
+  expect(await res.text()).toContain('<svg');
+});
