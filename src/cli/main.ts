@@ -426,6 +426,7 @@ async function list(args: string[], io: Io): Promise<number> {
           : {}),
         ...(e.error ? { error: e.error } : {}),
         ...(e.source ? { source: e.source } : {}),
+        ...(e.load ? { load: e.load } : {}),
       }));
       io.out(`${JSON.stringify({ dataDir, packages: rows })}\n`);
       return 0;

@@ -285,14 +285,22 @@ describe('CLI on the generated default model', () => {
       cpSync(defaultModelDir, gone, { recursive: true });
       const library = await ModelLibrary.open(dataDir);
       await library.loaded(gone, await loadModelSpec(gone));
-      await library.loaded(mine, await loadModelSpec(mine));
+      await library.loaded(mine, await loadModelSpec(mine), { backend: 'cpu' });
       await library.flush();
       rmSync(gone, { recursive: true, force: true });
 
       const listed = kvdesk('list', '--data-dir', dataDir, '--json');
       expect(listed.code, listed.stderr).toBe(0);
       expect(listed.json.packages).toMatchObject([
-        { id: 'lib-model', root: mine, state: 'ok', uploaded: false, bpt: 1024, contextLength: 2048 },
+        {
+          id: 'lib-model',
+          root: mine,
+          state: 'ok',
+          uploaded: false,
+          bpt: 1024,
+          contextLength: 2048,
+          load: { backend: 'cpu' },
+        },
         { id: 'gone-model', root: gone, state: 'missing' },
       ]);
       const text = kvdesk('list', '--data-dir', dataDir);
