@@ -444,7 +444,7 @@ export async function chat(
       ...(values['kv-budget'] !== undefined ? { kvBudget: values['kv-budget'] } : {}),
       ...(threads !== undefined ? { threads } : {}),
     });
-    const model = await host.loadModel(dir, loadFlags(values));
+    const model = await host.loadModel(dir, await loadFlags(dir, values));
     printWarnings(io, model.spec.warnings);
     if (chatOptions.thinking === true && !model.spec.reasoning)
       throw badArgs(`--think: ${model.id} does not think (its chat template has no reasoning markers)`);

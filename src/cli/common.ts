@@ -2,7 +2,8 @@
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
-import { ModelLibrary } from '../main/host/model-library';
+import { ModelLibrary, mergePick } from '../main/host/model-library';
+import { detectLayout } from '../main/packages';
 import type { LoadModelRequest } from '../shared/api';
 import type { BudgetCap, ContextClip, GenerateRequest, SamplingSettings } from '../shared/contract';
 import { type ErrorInfo, KvdeskError } from '../shared/errors';
@@ -162,17 +163,28 @@ export const LOAD_OPTIONS = {
   'trust-installed': { type: 'boolean' },
 } as const;
 
-/** The load options the flags ask for. */
-export function loadFlags(values: {
-  variant?: string | undefined;
-  backend?: string | undefined;
-  'trust-installed'?: boolean | undefined;
-}): LoadModelRequest {
-  return {
+/**
+ * How the package at `dir` loads: what the flags ask for, over the pick the library keeps for it (as `kvdesk
+ * serve` and the window load it: the person's last variant, backend and trust), when it has one.
+ */
+export async function loadFlags(
+  dir: string,
+  values: {
+    variant?: string | undefined;
+    backend?: string | undefined;
+    'trust-installed'?: boolean | undefined;
+    'data-dir'?: string | undefined;
+  },
+): Promise<LoadModelRequest> {
+  const named: LoadModelRequest = {
     ...(values.variant !== undefined ? { variant: values.variant } : {}),
     ...(values.backend !== undefined ? { backend: values.backend } : {}),
     ...(values['trust-installed'] === true ? { trustInstalled: true } : {}),
   };
+  const library = await ModelLibrary.open(dataDirOf(values['data-dir']));
+  const kept = await library.pickFor(dir);
+  if (!kept) return named;
+  return mergePick(kept, named, (await detectLayout(dir).catch(() => undefined)) === 'ort-package');
 }
 
 /** What the loaded package's spec warns of (a backend it could not use, a variant picked for it), on stderr. */

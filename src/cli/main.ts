@@ -304,10 +304,8 @@ async function generate(args: string[], io: Io): Promise<number> {
       ...(threads !== undefined ? { intraOpNumThreads: threads } : {}),
       ...(prefillChunk !== undefined ? { prefillChunkTokens: prefillChunk } : {}),
     });
-    const info = await host.loadModel(
-      await packageDir(positionals[0] as string, values['data-dir']),
-      loadFlags(values),
-    );
+    const dir = await packageDir(positionals[0] as string, values['data-dir']);
+    const info = await host.loadModel(dir, await loadFlags(dir, values));
     if (!json) printWarnings(io, info.spec.warnings);
     const multiRow = (request.prompts as unknown[] | undefined)?.length !== undefined || (rows ?? 1) > 1;
     const printer = new ReplyPrinter(io);

@@ -250,6 +250,44 @@ describe('--variant and --backend', () => {
   });
 });
 
+describe('the library pick in the CLI', () => {
+  it('generate loads a package as the library last loaded it, unless a flag says otherwise', async () => {
+    const { ModelLibrary } = await import('../../src/main/host/model-library');
+    const { loadModelSpec } = await import('../../src/main/packages');
+    const work = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-cli-pick-'));
+    try {
+      const dataDir = path.join(work, 'data');
+      const dir = path.join(work, 'variants');
+      cpSync(graphVariantsModel(), dir, { recursive: true });
+      const library = await ModelLibrary.open(dataDir);
+      await library.loaded(dir, await loadModelSpec(dir, { graphVariant: 'q4' }), { variant: 'q4' });
+      await library.flush();
+      const ids = (...extra: string[]) => {
+        const r = kvdesk(
+          'generate',
+          dir,
+          '--data-dir',
+          dataDir,
+          '--prompt-ids',
+          '5,6,7',
+          '--max-new-tokens',
+          '6',
+          '--greedy',
+          '--json',
+          ...extra,
+        );
+        expect(r.code, r.stderr).toBe(0);
+        return r.json.tokenIds;
+      };
+      const kept = ids();
+      expect(kept).toEqual(ids('--variant', 'q4'));
+      expect(ids('--variant', 'fp32')).not.toEqual(kept);
+    } finally {
+      rmSync(work, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('--effort', () => {
   it('a thinking model takes it with --chat; a level it does not know, or no --chat, is exit 2 naming it', () => {
     // A template that shows the effort it gets: the prompt grows by that line.
