@@ -88,7 +88,8 @@ generate options:
   --json                   print one JSON object on stdout
   --data-dir DIR           where the library lives, for a library id (default $KVDESK_DATA_DIR or ~/.kvdesk)
   --variant NAME           the graph variant (fp32, fp16, q4, quantized… of model_<name>.onnx) or an ORT package's
-                           variant to load (default: the plain model.onnx, else the one that runs best on a CPU)
+                           variant to load (default: as the library last loaded it, else the plain model.onnx,
+                           else the one that runs best on a CPU)
   --backend NAME           cpu, cuda, webgpu, dml, coreml… (default: the best usable one the package offers; one
                            this machine cannot use runs on the CPU with a warning; kvdesk inspect lists them)
   --trust-installed        load an ORT package of the "installed" layout, whose files may lie outside its folder
