@@ -445,7 +445,7 @@ export async function downloadHubModel(
       else {
         await rm(to, { force: true });
         const part = await sizeOf(`${to}.part`);
-        if (part < f.size) have += part;
+        if (part <= f.size) have += part; // a complete part (cut before its rename) is checked, not fetched
       }
     }
     await checkRoom(modelsDir, variant.bytes - have);
@@ -453,15 +453,15 @@ export async function downloadHubModel(
     const report = (file: string) =>
       opts.onProgress?.({ repo, variant: variant.name, file, doneBytes: done, totalBytes: variant.bytes });
     report('');
-    for (const f of variant.files) {
-      const to = path.join(staging, f.to);
-      if (await exists(to)) continue; // checked above
+    const pending: HubVariant['files'] = [];
+    for (const f of variant.files) if (!(await exists(path.join(staging, f.to)))) pending.push(f); // checked above
+    await fetchAll(pending, staging, opts.signal, async (f, to, signal) => {
       await mkdir(path.dirname(to), { recursive: true });
-      await fetchFile(repo, commit, f, to, opts, (n) => {
+      await fetchFile(repo, commit, f, to, { ...opts, signal }, (n) => {
         done += n;
         report(f.path);
       });
-    }
+    });
     // Complete: the package must validate before it joins the models folder.
     try {
       await loadModelSpec(staging, { availableBackends: ['CPUExecutionProvider'] });
@@ -490,6 +490,43 @@ export async function downloadHubModel(
   } finally {
     await release();
   }
+}
+
+/** Files fetched at once: a repository's side files and a graph split in parts arrive side by side. */
+const PARALLEL_FILES = 3;
+
+/**
+ * Runs `fetch` over the files, PARALLEL_FILES at a time. The first failure stops the others (what they wrote
+ * stays, for the next try to resume) and is what this throws; a cancel of `signal` stops them all.
+ */
+async function fetchAll(
+  files: Array<HubFile & { to: string }>,
+  staging: string,
+  signal: AbortSignal | undefined,
+  fetch: (f: HubFile, to: string, signal: AbortSignal) => Promise<void>,
+): Promise<void> {
+  const inner = new AbortController();
+  const stop = () => inner.abort(signal?.reason);
+  if (signal?.aborted) stop();
+  signal?.addEventListener('abort', stop, { once: true });
+  const queue = [...files];
+  let failure: { err: unknown } | undefined;
+  const worker = async (): Promise<void> => {
+    for (let f = queue.shift(); f && !failure; f = queue.shift()) {
+      try {
+        await fetch(f, path.join(staging, f.to), inner.signal);
+      } catch (err) {
+        failure ??= { err };
+        inner.abort(err);
+      }
+    }
+  };
+  try {
+    await Promise.all(Array.from({ length: Math.min(PARALLEL_FILES, queue.length) }, worker));
+  } finally {
+    signal?.removeEventListener('abort', stop);
+  }
+  if (failure) throw failure.err;
 }
 
 /** Whether a complete file is the one the hub lists (its hash; a file without one, by its size alone). */

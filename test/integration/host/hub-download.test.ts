@@ -471,6 +471,23 @@ describe('what the models folder holds already', () => {
     }
   });
 
+  it('files arrive side by side: the graph comes while a side file stalls; a cancel stops them all', async () => {
+    hub.faults.stall = 'config.json';
+    const abort = new AbortController();
+    const run = downloadHubModel(CHAT, modelsDir, { ...opts(), signal: abort.signal }).catch((e: unknown) => e);
+    const graphFile = 'onnx/model_q4.onnx';
+    for (let i = 0; i < 200 && (hub.served.get(graphFile) ?? 0) < graph.length; i++) {
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    expect(hub.served.get(graphFile)).toBe(graph.length);
+    abort.abort();
+    const err = await run;
+    expect((err as Error).name).toBe('AbortError');
+    expect(await packages()).toEqual([]);
+    // The stalled file's half stays for the next try; the graph is complete in the staging folder.
+    expect(await missing(path.join(staging('tiny-chat-q4'), graphFile))).toBe(false);
+  });
+
   it('one download of a package at a time: a second one is refused while the first runs', async () => {
     hub.faults.stall = 'onnx/model_q4.onnx';
     const abort = new AbortController();
