@@ -281,6 +281,8 @@ export interface McpToolInfo {
 /** An MCP server of mcp.json: not started yet, starting, running (its tools), or why it did not start. */
 export interface McpServerStatus {
   name: string;
+  /** Set for a server at an address (mcp.json's `url`): kvdesk connects to it rather than starting it. */
+  remote?: true;
   state: 'idle' | 'starting' | 'ready' | 'failed';
   error?: string;
   tools: McpToolInfo[];

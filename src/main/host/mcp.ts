@@ -177,11 +177,12 @@ export class McpHub {
   }
 
   private serverStatus(name: string): McpServerStatus {
+    const kind = this.servers[name]?.url !== undefined ? { remote: true as const } : {};
     const run = this.running.get(name);
-    if (run) return { name, state: 'ready', tools: run.tools };
-    if (this.starting.has(name)) return { name, state: 'starting', tools: [] };
+    if (run) return { name, ...kind, state: 'ready', tools: run.tools };
+    if (this.starting.has(name)) return { name, ...kind, state: 'starting', tools: [] };
     const error = this.failed.get(name);
-    return error ? { name, state: 'failed', error, tools: [] } : { name, state: 'idle', tools: [] };
+    return error ? { name, ...kind, state: 'failed', error, tools: [] } : { name, ...kind, state: 'idle', tools: [] };
   }
 
   /** Reads mcp.json again when it changed (or appeared, or went); callers at once share one read. */

@@ -274,8 +274,10 @@ function ToolsSetting({ thread }: { thread: Thread }) {
                       .slice(0, 6)
                       .join(', ')}${s.tools.length > 6 ? '…' : ''}`
                   : s.state === 'failed'
-                    ? `did not start: ${s.error ?? ''}`
-                    : 'starts when the chat uses it'}
+                    ? `${s.remote ? 'could not connect' : 'did not start'}: ${s.error ?? ''}`
+                    : s.remote
+                      ? 'connects when the chat uses it'
+                      : 'starts when the chat uses it'}
             </span>
           </label>
         );

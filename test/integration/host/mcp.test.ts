@@ -138,8 +138,10 @@ describe('McpHub, servers at a URL', () => {
   it('Streamable HTTP, with the headers the entry gives', async () => {
     remote = await startMcpHttp({ token: 's3cret' });
     write({ mcpServers: { web: { url: remote.url, headers: { Authorization: 'Bearer s3cret' } } } });
+    expect((await hub.status()).servers).toEqual([{ name: 'web', remote: true, state: 'idle', tools: [] }]);
     const web = (await hub.start(['web'])).servers[0];
     expect(web?.state).toBe('ready');
+    expect(web?.remote).toBe(true);
     expect(web?.tools.map((t) => t.name)).toEqual(['echo', 'add', 'fail', 'slow']);
     expect(await hub.call('web', 'add', '{"a": 2, "b": 40}')).toEqual({ content: '42', isError: false });
     expect(await hub.call('web', 'fail', '{}')).toEqual({ content: 'it broke', isError: true });
