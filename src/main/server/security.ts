@@ -14,7 +14,7 @@ export function isLoopback(host: string): boolean {
   return h === 'localhost' || h === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h);
 }
 
-export function isWildcard(host: string): boolean {
+function isWildcard(host: string): boolean {
   const h = host.replace(/^\[|\]$/g, '');
   return h === '0.0.0.0' || h === '::' || h === '';
 }
@@ -56,6 +56,30 @@ export function allowedHostsFor(bindHost: string, port: number, extra: string[] 
   return allowed;
 }
 
+/**
+ * The Host names a server answers to, as the checks ask them: {@link allowedHostsFor} read once, or — bound to
+ * every address — read again (at most once a second), since this computer's addresses change (a network joined
+ * later, a new DHCP lease) and a Host of one it has now is its own.
+ */
+export function liveAllowedHosts(bindHost: string, port: number, extra: string[] = []): Pick<Set<string>, 'has'> {
+  let hosts = allowedHostsFor(bindHost, port, extra);
+  if (!isWildcard(bindHost)) return hosts;
+  let readAt = Date.now();
+  return {
+    has: (host) => {
+      if (Date.now() - readAt > 1000) {
+        readAt = Date.now();
+        try {
+          hosts = allowedHostsFor(bindHost, port, extra);
+        } catch {
+          // The system could not list its addresses just now: the last list stands.
+        }
+      }
+      return hosts.has(host);
+    },
+  };
+}
+
 /** Outcome of checking one request (HTTP or WebSocket upgrade). */
 export type AccessDecision =
   | { ok: true; setCookie: string | null }
@@ -63,7 +87,7 @@ export type AccessDecision =
 
 /** The security settings of a running server. */
 export interface AccessPolicy {
-  allowedHosts: Set<string>;
+  allowedHosts: Pick<Set<string>, 'has'>;
   /** Required on every request when set. */
   token: string | undefined;
   /** Cookie that carries the token for the browser UI; named per port because cookies ignore ports. */

@@ -36,7 +36,7 @@ import {
 } from './ollama-routes';
 import { serveCompletion } from './openai-routes';
 import { serveResponse } from './responses-routes';
-import { type AccessPolicy, allowedHostsFor, checkAccess, isLoopback, isWildcard } from './security';
+import { type AccessPolicy, checkAccess, isLoopback, liveAllowedHosts } from './security';
 import { PAGE_HEADERS, serveStatic } from './static-files';
 import { type DecodedUpload, multipartBoundary, parseMultipart, uploadFromJson, uploadFromMultipart } from './upload';
 import { createWsTransport, type WsTransport } from './ws-transport';
@@ -419,26 +419,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     throw err;
   }
   const port = (server.address() as AddressInfo).port;
-  policy.allowedHosts = allowedHostsFor(bindHost, port, opts.allowedHosts);
-  if (isWildcard(bindHost)) {
-    // On every address: this computer's addresses change (a network joined later, a new DHCP lease), and a Host
-    // of one it has now is its own. Read again at most once a second.
-    let readAt = Date.now();
-    let hosts = policy.allowedHosts;
-    Object.defineProperty(policy, 'allowedHosts', {
-      get: () => {
-        if (Date.now() - readAt > 1000) {
-          readAt = Date.now();
-          try {
-            hosts = allowedHostsFor(bindHost, port, opts.allowedHosts);
-          } catch {
-            // The system could not list its addresses just now: the last list stands.
-          }
-        }
-        return hosts;
-      },
-    });
-  }
+  policy.allowedHosts = liveAllowedHosts(bindHost, port, opts.allowedHosts);
   policy.cookieName = `kvdesk_token_${port}`;
   const urlHost = isLoopback(bindHost) ? bindHost : '127.0.0.1';
 
