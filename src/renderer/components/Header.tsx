@@ -1,11 +1,12 @@
 /** Top bar: model picker with its backend, the budget at a glance, the Models and Inspector toggles. */
-import { useEffect, useState } from 'react';
 import { useShallow } from 'zustand/react/shallow';
-import type { BackendInfo, ModelInfo } from '../../shared/api';
+import type { ModelInfo } from '../../shared/api';
+import { backendName } from '../../shared/devices';
 import { useApp, useBridge } from '../bridge/context';
 import { exactBytes, formatBytes } from '../lib/format';
 import { unloadedEntries } from '../lib/library';
 import { BudgetBar } from './BudgetBar';
+import { BackendOptions, useBackends } from './backends';
 
 /** Id of the model picker; Ctrl/Cmd+K focuses it. */
 export const MODEL_PICKER_ID = 'model-picker';
@@ -72,8 +73,6 @@ function ModelPicker() {
   );
 }
 
-const shortName = (ep: string) => ep.replace(/ExecutionProvider$/, '').toLowerCase();
-
 /**
  * Where the picked model runs (UI.md's `CPU ▾`): the backends onnxruntime can use here — for an ORT package,
  * those its variants are built for —, the others listed disabled with why. Picking one loads the model again there.
@@ -81,18 +80,9 @@ const shortName = (ep: string) => ep.replace(/ExecutionProvider$/, '').toLowerCa
 function BackendPick({ model }: { model: ModelInfo }) {
   const bridge = useBridge();
   const busy = useApp((s) => s.busyModels.includes(model.id));
-  const [backends, setBackends] = useState<BackendInfo[] | null>(null);
-  useEffect(() => {
-    let live = true;
-    void bridge.listBackends().then((list) => {
-      if (live) setBackends(list);
-    });
-    return () => {
-      live = false;
-    };
-  }, [bridge]);
-  const current = shortName(model.backend);
-  const offered = model.spec.variants ? new Set(model.spec.variants.map((v) => shortName(v.ep))) : null;
+  const backends = useBackends();
+  const current = backendName(model.backend);
+  const offered = model.spec.variants ? new Set(model.spec.variants.map((v) => backendName(v.ep))) : null;
   const choices = (backends ?? []).filter((b) => offered === null || offered.has(b.name));
   const list = choices.some((b) => b.name === current)
     ? choices
@@ -106,16 +96,7 @@ function BackendPick({ model }: { model: ModelInfo }) {
       title="Where the model runs: pick another backend and it loads again there"
       onChange={(e) => void bridge.loadPackage(model.spec.root, { backend: e.target.value })}
     >
-      {list.map((b) => (
-        <option
-          key={b.name}
-          value={b.name}
-          disabled={!b.usable}
-          title={b.usable ? undefined : `Not usable here: ${b.reason ?? ''} ${b.hint ?? ''}`.trim()}
-        >
-          {b.name === 'cpu' ? 'CPU' : b.name.toUpperCase()}
-        </option>
-      ))}
+      <BackendOptions list={list} compact />
     </select>
   );
 }

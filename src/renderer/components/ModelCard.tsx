@@ -1,12 +1,14 @@
 /** A validated model package: what it is, what its KV costs, whether it fits the budget, and load/unload. */
 import { type ReactNode, useEffect, useState } from 'react';
-import type { BackendInfo, LoadModelRequest, ModelInfo } from '../../shared/api';
+import type { LoadModelRequest, ModelInfo } from '../../shared/api';
+import { backendName } from '../../shared/devices';
 import { formatDuration } from '../../shared/duration';
 import { type ModelSpec, staticPositions } from '../../shared/model-spec';
 import { useApp, useBridge } from '../bridge/context';
 import { FIT_CONCURRENCY, fitClass, fitLabel, modelFit } from '../lib/fit';
 import { exactBytes, formatBytes, formatInteger } from '../lib/format';
 import { Bytes } from './Bytes';
+import { BackendOptions, useBackends } from './backends';
 
 function kvShape(spec: ModelSpec): { heads: string; headDim: string; dtype: string; kind: string } {
   if (spec.kv.kind === 'dynamic') {
@@ -25,13 +27,12 @@ function kvShape(spec: ModelSpec): { heads: string; headDim: string; dtype: stri
 }
 
 const CPU = 'CPUExecutionProvider';
-const short = (ep: string) => ep.replace(/ExecutionProvider$/, '').toLowerCase();
 
 /** What the package would load as now: its variant (graph file or ORT variant) and its backend. */
 function currentPick(spec: ModelSpec): { variant: string; backend: string } {
   return {
     variant: spec.selectedVariant ?? spec.graphVariant ?? '',
-    backend: short(spec.executionProvider ?? CPU),
+    backend: backendName(spec.executionProvider ?? CPU),
   };
 }
 
@@ -56,7 +57,6 @@ function RunWith({
   const now = currentPick(spec);
   const [variant, setVariant] = useState(now.variant);
   const [backend, setBackend] = useState(now.backend);
-  const [backends, setBackends] = useState<BackendInfo[] | null>(null);
   // The model loaded again (or another spec shown): the pick follows it.
   useEffect(() => {
     setVariant(now.variant);
@@ -65,16 +65,7 @@ function RunWith({
   const ortVariants = spec.variants ?? [];
   const graphVariants = spec.graphVariants ?? [];
   const pickBackend = ortVariants.length === 0;
-  useEffect(() => {
-    if (!pickBackend) return;
-    let live = true;
-    void bridge.listBackends().then((list) => {
-      if (live) setBackends(list);
-    });
-    return () => {
-      live = false;
-    };
-  }, [bridge, pickBackend]);
+  const backends = useBackends(pickBackend);
   if (loaded && ortVariants.length < 2 && graphVariants.length < 2 && !pickBackend) return null;
   const how: LoadModelRequest = {
     ...(variant !== now.variant ? { variant } : {}),
@@ -90,7 +81,7 @@ function RunWith({
           title: undefined,
           options: ortVariants.map((v) => ({
             value: v.name,
-            text: `${v.name} · ${short(v.ep)}${v.usable ? '' : ' (not usable here)'}`,
+            text: `${v.name} · ${backendName(v.ep)}${v.usable ? '' : ' (not usable here)'}`,
             disabled: !v.usable,
           })),
         }
@@ -107,7 +98,6 @@ function RunWith({
             })),
           }
         : undefined;
-  const chosen = backends?.find((b) => b.name === backend);
   return (
     <div className="row run-with" data-testid="model-run-with" data-variant={now.variant} data-backend={now.backend}>
       {choices && (
@@ -128,7 +118,7 @@ function RunWith({
         </label>
       )}
       {pickBackend && (
-        <label title={chosen && !chosen.usable ? `${chosen.reason ?? ''} ${chosen.hint ?? ''}`.trim() : undefined}>
+        <label>
           run on{' '}
           <select
             data-testid="model-backend-pick"
@@ -136,17 +126,7 @@ function RunWith({
             disabled={busy || backends === null}
             onChange={(e) => setBackend(e.target.value)}
           >
-            {(backends ?? [{ name: now.backend, provider: '', usable: true }]).map((b) => (
-              <option
-                key={b.name}
-                value={b.name}
-                disabled={!b.usable}
-                title={b.usable ? undefined : `${b.reason ?? ''} ${b.hint ?? ''}`.trim()}
-              >
-                {b.name === 'cpu' ? 'CPU' : b.name}
-                {b.usable ? '' : ' (not usable here)'}
-              </option>
-            ))}
+            <BackendOptions list={backends ?? [{ name: now.backend, usable: true }]} />
           </select>
         </label>
       )}
