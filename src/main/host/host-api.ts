@@ -30,7 +30,7 @@ import { ThreadStore } from '../store/thread-store';
 import { Downloads } from './downloads';
 import type { HubOptions } from './hub-download';
 import { McpHub } from './mcp';
-import { canonicalPath, ModelLibrary, mergePick } from './model-library';
+import { canonicalPath, ModelLibrary, mergePick, pickOf } from './model-library';
 import type { RunnerService } from './runner-service';
 
 /** Budget snapshots go out at most this often (ARCHITECTURE.md: ≤ 10 Hz, latest wins). */
@@ -234,7 +234,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
   async function load(dir: string, jit?: FirstUse, how: LoadModelRequest = {}): Promise<ModelInfo> {
     // What the person picks now changes the kept pick's fields it names; the others stay as they were.
     const kept = await library.pickFor(dir);
-    const named = Object.fromEntries(Object.entries(how).filter(([, v]) => v !== undefined)) as LoadModelRequest;
+    const named = pickOf(how) ?? {};
     const ortPackage = kept !== undefined && (await detectLayout(dir).catch(() => undefined)) === 'ort-package';
     let pick: LoadModelRequest | null = mergePick(kept, named, ortPackage);
     // A person's load: not under replies that run on the model (a request's load on first use is of one not loaded).

@@ -64,8 +64,8 @@ export function mergePick(
   return { ...base, ...named };
 }
 
-/** A pick with something in it, or undefined. */
-function pickOf(how: LoadModelRequest | undefined): LoadModelRequest | undefined {
+/** A pick with something in it (its fields that say something), or undefined. */
+export function pickOf(how: LoadModelRequest | undefined): LoadModelRequest | undefined {
   if (!how) return undefined;
   const kept: LoadModelRequest = {
     ...(how.variant !== undefined ? { variant: how.variant } : {}),
