@@ -4,7 +4,7 @@ import type { LoadModelRequest, ModelInfo } from '../../shared/api';
 import { backendName } from '../../shared/devices';
 import { formatDuration } from '../../shared/duration';
 import { type ModelSpec, staticPositions } from '../../shared/model-spec';
-import { useApp, useBridge } from '../bridge/context';
+import { useApp } from '../bridge/context';
 import { FIT_CONCURRENCY, fitClass, fitLabel, modelFit } from '../lib/fit';
 import { exactBytes, formatBytes, formatInteger } from '../lib/format';
 import { Bytes } from './Bytes';
@@ -53,7 +53,6 @@ function RunWith({
   busy?: boolean;
   onLoad: (how: LoadModelRequest) => void;
 }) {
-  const bridge = useBridge();
   const now = currentPick(spec);
   const [variant, setVariant] = useState(now.variant);
   const [backend, setBackend] = useState(now.backend);
