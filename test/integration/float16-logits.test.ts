@@ -69,6 +69,14 @@ describe('float16 logits', () => {
     expect([...rows.data]).toEqual(values.map((v) => fromHalf(toHalf(v))));
   });
 
+  it('converts every position of each row when asked (a lookup draft check samples them all)', () => {
+    const values = Array.from({ length: 12 }, (_, i) => (i - 5.5) * 0.75);
+    const rows = logitsRows(new ort.Tensor('float16', Uint16Array.from(values, toHalf), [2, 2, 3]), true);
+    expect(rows.seq).toBe(2);
+    expect(rows.vocab).toBe(3);
+    expect([...rows.data]).toEqual(values.map((v) => fromHalf(toHalf(v))));
+  });
+
   it('refuses logits that are not [batch, sequence, vocabulary]', () => {
     expect(() => logitsRows(new ort.Tensor('float32', new Float32Array(10), [2, 5]))).toThrow(
       /logits have shape \[2, 5\]; kvdesk samples logits of shape \[batch, sequence, vocabulary\]/,

@@ -12,7 +12,7 @@ import { onnx } from 'onnx-proto';
 import * as ort from 'onnxruntime-node';
 import { afterAll, describe, expect, it } from 'vitest';
 import { GraphBuilder, int, ints, writeOnnxModel } from '../../scripts/model-gen/onnx-builder';
-import { LoadedDecoder, lastPositionSession } from '../../src/main/engine/decoder';
+import { LoadedDecoder, lastPositionSession, scoringLast } from '../../src/main/engine/decoder';
 import { lastPositionGraph } from '../../src/main/engine/last-position';
 import type { EngineSessionOptions, LogitsPositions } from '../../src/main/engine/protocol';
 import { RunnerService } from '../../src/main/host/runner-service';
@@ -66,7 +66,7 @@ async function toyLogits(file: string): Promise<{ full: ort.Tensor; last: ort.Te
     const feeds = { input_ids: new ort.Tensor('int64', BigInt64Array.from([1n, 5n, 9n, 2n, 7n, 3n]), [2, 3]) };
     return {
       full: (await original.run(feeds)).logits as ort.Tensor,
-      last: (await copy.run(feeds)).logits as ort.Tensor,
+      last: (await copy.run(scoringLast({ ...feeds }, rewrite.startsInput))).logits as ort.Tensor,
     };
   } finally {
     await original.release();
@@ -94,19 +94,28 @@ describe('the last-position copy of a generated graph', () => {
     try {
       const rows = [prompt(37, 1, spec.vocabSize), prompt(37, 2, spec.vocabSize)];
       const a = await original.run(firstRunFeeds(spec, rows));
-      const b = await copy.run(firstRunFeeds(spec, rows));
+      const b = await copy.run(scoringLast(firstRunFeeds(spec, rows), rewrite.startsInput));
+      // Fed −5, the start input gives the last five positions of each row (a lookup draft's check).
+      const startFive = { [rewrite.startsInput]: new ort.Tensor('int64', BigInt64Array.of(-5n), [1]) };
+      const c = await copy.run({ ...firstRunFeeds(spec, rows), ...startFive });
       const name = spec.ports.logits.name;
       const V = a[name]?.dims[2] as number;
       expect(a[name]?.dims).toEqual([2, 37, V]);
       expect(b[name]?.dims).toEqual([2, 1, V]);
+      expect(c[name]?.dims).toEqual([2, 5, V]);
       const full = a[name]?.data as Float32Array;
-      const last = b[name]?.data as Float32Array;
-      for (let r = 0; r < 2; r++) {
-        const want = full.subarray((r * 37 + 36) * V, (r * 37 + 37) * V);
-        const got = last.subarray(r * V, (r + 1) * V);
+      const gap = (want: Float32Array, got: Float32Array) => {
         let worst = 0;
         for (let i = 0; i < V; i++) worst = Math.max(worst, Math.abs((want[i] as number) - (got[i] as number)));
-        expect(worst).toBeLessThan(1e-4);
+        return worst;
+      };
+      for (let r = 0; r < 2; r++) {
+        const last = b[name]?.data as Float32Array;
+        expect(gap(full.subarray((r * 37 + 36) * V), last.subarray(r * V))).toBeLessThan(1e-4);
+        for (let p = 0; p < 5; p++) {
+          const five = c[name]?.data as Float32Array;
+          expect(gap(full.subarray((r * 37 + 32 + p) * V), five.subarray((r * 5 + p) * V))).toBeLessThan(1e-4);
+        }
       }
       if (spec.kv.kind !== 'dynamic') throw new Error('the default model has a past/present graph');
       for (const t of spec.kv.tensors) {

@@ -9,7 +9,7 @@
  * between steps; padding every remaining row shares is trimmed. Sampling stays
  * per request, so a request's greedy tokens do not depend on its neighbours.
  */
-import type * as ort from 'onnxruntime-node';
+import * as ort from 'onnxruntime-node';
 import { KvdeskError } from '../../shared/errors';
 import type { KvTensorSpec, ModelSpec } from '../../shared/model-spec';
 import type { GenerationHooks, GenerationJob, GenerationOutcome } from './decoder';
@@ -26,6 +26,7 @@ import {
   truncateSeq,
 } from './kv-cache';
 import { type LogitsRows, logitsRows } from './logits';
+import { type Drafter, LOOKUP_MAX_REST } from './lookup';
 import type { FinishReason, StepLogprob } from './protocol';
 import { logprobsOf, Sampler } from './sampling';
 
@@ -49,8 +50,13 @@ interface Member {
   generated: number;
   /** Tokens this request's KV encodes per row (longest row). */
   length: number;
-  /** Prompt + generated ids fed through the graph (session turns, one row). */
+  /** Prompt + generated ids fed through the graph (one-row requests). */
   fed: number[];
+  /** Lookup decoding: drafted tokens checked, those the model took, whole drafts missed in a row, rest until. */
+  drafted: number;
+  accepted: number;
+  misses: number;
+  restUntil: number;
   resolve: (o: GenerationOutcome) => void;
   reject: (e: Error) => void;
 }
@@ -139,6 +145,17 @@ function endUnstarted(m: Member, reason: 'stop' | 'cancelled'): void {
   });
 }
 
+/**
+ * Lookup decoding for a stream running alone: where its drafts come from, how
+ * many tokens a check feeds at most, and the graph input that makes a run score
+ * its last n positions (absent when the graph scores every position anyway).
+ */
+export interface LookupDecoding {
+  drafter: Drafter;
+  maxDraft: number;
+  startsInput?: string;
+}
+
 /** Seed of row `i` of a request: distinct per row, row 0 unchanged. */
 export function rowSeed(seed: number, i: number): number {
   return i === 0 ? seed : (seed + Math.imul(i, 0x9e3779b1)) >>> 0;
@@ -160,6 +177,8 @@ export class ContinuousBatcher {
     private readonly canBatch: () => boolean,
     /** Prompt tokens (rows × positions) one prefill run computes at most. */
     private readonly chunkTokens: number = PREFILL_CHUNK_TOKENS,
+    /** Drafts checked while one stream runs alone; null: one token per run, always. */
+    private readonly lookup: LookupDecoding | null = null,
   ) {
     if (!Number.isInteger(chunkTokens) || chunkTokens < 1) {
       throw new KvdeskError('INTERNAL', `prefill chunk must be a positive whole number of tokens, got ${chunkTokens}`);
@@ -194,6 +213,10 @@ export class ContinuousBatcher {
         generated: 0,
         length: 0,
         fed: job.rows[0]?.slice() ?? [],
+        drafted: 0,
+        accepted: 0,
+        misses: 0,
+        restUntil: 0,
         resolve,
         reject,
       });
@@ -313,8 +336,11 @@ export class ContinuousBatcher {
     return bytes;
   }
 
-  /** Samples one token for each live row of a member from the logits rows given. */
-  private sampleMember(m: Member, logits: LogitsRows, batchIndexOf: (r: Row) => number): number[] {
+  /**
+   * Samples one token for each live row of a member from the logits rows given (at position `at` of each
+   * row; its last by default).
+   */
+  private sampleMember(m: Member, logits: LogitsRows, batchIndexOf: (r: Row) => number, at = logits.seq - 1): void {
     const ids: number[] = new Array(m.rows.length).fill(-1);
     const top = m.job.logprobs;
     const logprobs: Array<StepLogprob | null> | undefined = top !== undefined ? ids.map(() => null) : undefined;
@@ -322,7 +348,7 @@ export class ContinuousBatcher {
     const vocab = Math.min(this.spec.vocabSize, logits.vocab);
     for (const row of m.rows) {
       if (row.done) continue;
-      const offset = (batchIndexOf(row) * logits.seq + (logits.seq - 1)) * logits.vocab;
+      const offset = (batchIndexOf(row) * logits.seq + at) * logits.vocab;
       const sampler = m.samplers[row.index] as Sampler;
       const id = sampler.sample(logits.data, offset, vocab);
       if (id < 0) {
@@ -337,7 +363,6 @@ export class ContinuousBatcher {
     }
     m.generated++;
     m.hooks.onStep(ids, m.rows.length * m.length * this.spec.bpt, logprobs);
-    return ids;
   }
 
   /** Whether a member is over after its latest token; finishes it if so. */
@@ -513,7 +538,91 @@ export class ContinuousBatcher {
     this.rows = [...this.rows, ...rows];
   }
 
+  /**
+   * A draft for the stream running alone, when lookup decoding is on and finds one: no more tokens than the
+   * request may still generate (less the one the check samples anyway) and its context can hold.
+   */
+  private draftFor(): number[] {
+    const lookup = this.lookup;
+    if (!lookup || this.rows.length !== 1) return [];
+    const row = this.rows[0] as Row;
+    const m = row.req;
+    if (m.job.rows.length !== 1 || row.done || m.generated < m.restUntil) return [];
+    const max = Math.min(lookup.maxDraft, m.job.maxNewTokens - m.generated - 1, this.spec.contextLength - m.length - 1);
+    if (max < 1) return [];
+    m.fed.push(row.lastId);
+    const draft = lookup.drafter(m.fed, max);
+    m.fed.pop();
+    return draft.slice(0, max);
+  }
+
+  /**
+   * One run of the lone stream's last token and a draft of what follows it: position i's logits are the
+   * model's next token after input i, sampled in order as plain steps would sample them. Input i + 1 (draft
+   * token i) counts only if the token sampled at i is that draft token; the first that differs is sampled
+   * anyway (as the next step's input), so every check yields at least one token. The KV of the inputs that
+   * did not count is cut off.
+   */
+  private async checkDraft(draft: number[]): Promise<void> {
+    const ports = this.spec.ports;
+    const row = this.rows[0] as Row;
+    const m = row.req;
+    const L = this.seq;
+    const inputs = [row.lastId, ...draft];
+    const n = inputs.length;
+    const feeds: Record<string, ort.Tensor> = {};
+    feeds[ports.inputIds.name] = idTensor(ports.inputIds, inputs, [1, n]);
+    if (ports.attentionMask) feeds[ports.attentionMask.name] = maskTensor(ports.attentionMask, [row.pad], L + n);
+    if (ports.positionIds) {
+      feeds[ports.positionIds.name] = idTensor(
+        ports.positionIds,
+        inputs.map((_, i) => row.nextPos + i),
+        [1, n],
+      );
+    }
+    const startsInput = this.lookup?.startsInput;
+    if (startsInput) feeds[startsInput] = new ort.Tensor('int64', BigInt64Array.of(BigInt(-n)), [1]);
+    for (const t of this.kvTensors) feeds[t.past] = this.past.get(t.past) as ort.Tensor;
+    const out = await this.runCounted(m.hooks, feeds);
+    for (const t of this.kvTensors) delete feeds[t.past];
+    let past = this.presents(out);
+    this.checkBytes(past, 1, L + n);
+    const name = ports.logits.name;
+    const logits = logitsRows(out[name] as ort.Tensor, true);
+    if (logits.seq !== n) {
+      throw new KvdeskError('ENGINE_FAILED', `a draft check of ${n} positions got logits for ${logits.seq}`);
+    }
+    m.drafted += draft.length;
+    let used = 0;
+    for (let i = 0; i < n; i++) {
+      // Input i is in the KV for good: the stream's last token, or a draft token the model sampled itself.
+      used++;
+      m.fed.push(inputs[i] as number);
+      m.length++;
+      row.nextPos++;
+      this.sampleMember(m, logits, () => 0, i);
+      if (row.done || m.generated >= m.job.maxNewTokens || m.length + 1 > this.spec.contextLength) break;
+      if (i === n - 1 || row.lastId !== draft[i] || m.hooks.stopRequested()) break;
+    }
+    m.accepted += used - 1;
+    if (used > 1) m.misses = 0;
+    else {
+      m.misses++;
+      m.restUntil = m.generated + Math.min(LOOKUP_MAX_REST, 2 ** m.misses);
+    }
+    if (used < n) {
+      const kept = new Map<string, ort.Tensor>();
+      for (const t of this.kvTensors) kept.set(t.past, truncateSeq(t, past.get(t.past) as ort.Tensor, L + used));
+      past = kept;
+    }
+    this.past = past;
+    this.seq = L + used;
+    this.settle(m);
+  }
+
   private async step(): Promise<void> {
+    const draft = this.draftFor();
+    if (draft.length > 0) return this.checkDraft(draft);
     const ports = this.spec.ports;
     const B = this.rows.length;
     const L = this.seq;
@@ -590,6 +699,7 @@ export class ContinuousBatcher {
       kvBytes,
       generatedTokens: m.generated,
       sessionTokens: session ? session.tokens.length : 0,
+      ...(m.drafted > 0 ? { lookup: { drafted: m.drafted, accepted: m.accepted } } : {}),
     });
   }
 }

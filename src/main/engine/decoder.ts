@@ -7,13 +7,21 @@ import path from 'node:path';
 import * as ort from 'onnxruntime-node';
 import { KvdeskError } from '../../shared/errors';
 import type { KvTensorSpec, ModelSpec } from '../../shared/model-spec';
-import { ContinuousBatcher, PREFILL_CHUNK_TOKENS, rowSeed } from './batcher';
+import { ContinuousBatcher, type LookupDecoding, PREFILL_CHUNK_TOKENS, rowSeed } from './batcher';
 import { idTensor } from './feeds';
 import type { ReplyForm } from './json-constraint';
 import { emptyPast } from './kv-cache';
 import { lastPositionGraph } from './last-position';
 import { logitsRows } from './logits';
-import type { EngineSessionOptions, FinishReason, LogitsPositions, SamplingParams, StepLogprob } from './protocol';
+import { LOOKUP_DRAFT_TOKENS, lookupDraft } from './lookup';
+import type {
+  EngineSessionOptions,
+  FinishReason,
+  LogitsPositions,
+  LookupCount,
+  SamplingParams,
+  StepLogprob,
+} from './protocol';
 import { StaticCacheRunner, staticProbeFeeds } from './static-cache';
 
 /** KV a chat session keeps between turns, and the exact tokens it encodes. */
@@ -66,6 +74,8 @@ export interface GenerationOutcome {
   kvBytes: number;
   generatedTokens: number;
   sessionTokens: number;
+  /** Lookup decoding's drafted tokens and those the model took (present when any draft was checked). */
+  lookup?: LookupCount;
 }
 
 /** The onnxruntime session config entry that says where external weights are, for a graph loaded from memory. */
@@ -122,7 +132,7 @@ function probeFeeds(
 export async function lastPositionSession(
   spec: ModelSpec,
   options: ort.InferenceSession.SessionOptions,
-): Promise<{ session: ort.InferenceSession | null; logits: LogitsPositions }> {
+): Promise<{ session: ort.InferenceSession | null; logits: LogitsPositions; startsInput?: string; window?: boolean }> {
   const rewrite = lastPositionGraph(spec.graphPath, spec.ports.logits.name);
   if (!rewrite.ok) return { session: null, logits: { last: false, detail: rewrite.reason } };
   let session: ort.InferenceSession | null = null;
@@ -134,15 +144,17 @@ export async function lastPositionSession(
     });
     const name = spec.ports.logits.name;
     const ids = [1, 2, 3].map((i) => i % Math.max(1, spec.vocabSize));
-    const whole = (await session.run(probeFeeds(spec, [ids])))[name] as ort.Tensor | undefined;
+    const created = session;
+    const run = (feeds: Record<string, ort.Tensor>) => created.run(scoringLast(feeds, rewrite.startsInput));
+    const whole = (await run(probeFeeds(spec, [ids])))[name] as ort.Tensor | undefined;
     const dims = whole?.dims ?? [];
     if (!whole || dims.length !== 3 || dims[0] !== 1 || dims[1] !== 1 || dims[2] !== rewrite.vocab) {
       throw new Error(
         `its logits came out as [${dims.join(', ')}] for one row of three tokens, not [1, 1, ${rewrite.vocab}]`,
       );
     }
-    const prefix = await session.run(probeFeeds(spec, [ids.slice(0, 2)]));
-    const stepped = (await session.run(probeFeeds(spec, [ids.slice(2)], 2, prefix)))[name] as ort.Tensor | undefined;
+    const prefix = await run(probeFeeds(spec, [ids.slice(0, 2)]));
+    const stepped = (await run(probeFeeds(spec, [ids.slice(2)], 2, prefix)))[name] as ort.Tensor | undefined;
     if (!stepped) throw new Error(`its step run produced no ${name}`);
     const a = logitsRows(whole).data;
     const b = logitsRows(stepped).data;
@@ -157,11 +169,82 @@ export async function lastPositionSession(
     if (!(worst <= tolerance * scale)) {
       throw new Error(`its logits for a prompt differ from those of its last token decoded step by step (by ${worst})`);
     }
-    return { session, logits: { last: true, detail: rewrite.detail } };
+    const window = await windowChecked(session, spec, rewrite.startsInput, ids, whole, prefix);
+    return { session, logits: { last: true, detail: rewrite.detail }, startsInput: rewrite.startsInput, window };
   } catch (err) {
     await session?.release().catch(() => undefined);
     const reason = err instanceof Error ? err.message : String(err);
     return { session: null, logits: { last: false, detail: `the last-position copy was not used: ${reason}` } };
+  }
+}
+
+/** How close two logits tensors' values are, relative to their scale (NaN for a length mismatch). */
+function logitsGap(a: Float32Array, b: Float32Array): number {
+  if (a.length !== b.length) return Number.NaN;
+  let scale = 1;
+  let worst = 0;
+  for (let i = 0; i < a.length; i++) {
+    scale = Math.max(scale, Math.abs(a[i] as number));
+    worst = Math.max(worst, Math.abs((a[i] as number) - (b[i] as number)));
+  }
+  return worst / scale;
+}
+
+/** The start input fed −1 (the last position), shared by every run that scores one position per row. */
+let lastStart: ort.Tensor | null = null;
+
+/**
+ * The feeds of a run of the last-position copy, its start input set to −1
+ * unless the run sets it (a lookup check); the feeds as they are for a graph
+ * without one.
+ */
+export function scoringLast(feeds: Record<string, ort.Tensor>, startsInput: string | undefined) {
+  if (startsInput !== undefined && !(startsInput in feeds)) {
+    lastStart ??= new ort.Tensor('int64', BigInt64Array.of(-1n), [1]);
+    feeds[startsInput] = lastStart;
+  }
+  return feeds;
+}
+
+/**
+ * Whether feeding the copy's start input −3 for a three-token prompt gives
+ * [1, 3, vocab] logits whose last row is the −1 run's and whose middle row is
+ * the two-token prefix's last: lookup decoding then checks its drafts with it.
+ * False (drafts stay off) when onnxruntime refuses the feed or the rows differ.
+ */
+async function windowChecked(
+  session: ort.InferenceSession,
+  spec: ModelSpec,
+  startsInput: string,
+  ids: number[],
+  whole: ort.Tensor,
+  prefix: ort.InferenceSession.OnnxValueMapType,
+): Promise<boolean> {
+  const name = spec.ports.logits.name;
+  try {
+    const feeds = probeFeeds(spec, [ids]);
+    feeds[startsInput] = new ort.Tensor('int64', BigInt64Array.from([-3n]), [1]);
+    const three = (await session.run(feeds))[name] as ort.Tensor | undefined;
+    if (!three || three.dims.join() !== [1, 3, whole.dims[2]].join()) return false;
+    const rows = logitsRows(three, true).data;
+    const vocab = whole.dims[2] as number;
+    const tolerance = whole.type === 'float16' ? 1e-2 : 1e-3;
+    const last = logitsGap(rows.subarray(2 * vocab), logitsRows(whole).data);
+    const before = logitsGap(rows.subarray(vocab, 2 * vocab), logitsRows(prefix[name] as ort.Tensor).data);
+    return last <= tolerance && before <= tolerance;
+  } catch {
+    return false;
+  }
+}
+
+/** Whether a graph loaded as it is scores every position it runs: three tokens in, [1, 3, vocab] logits out. */
+async function scoresEveryPosition(session: ort.InferenceSession, spec: ModelSpec): Promise<boolean> {
+  try {
+    const ids = [1, 2, 3].map((i) => i % Math.max(1, spec.vocabSize));
+    const t = (await session.run(probeFeeds(spec, [ids])))[spec.ports.logits.name] as ort.Tensor | undefined;
+    return t?.dims.length === 3 && t.dims[0] === 1 && t.dims[1] === 3;
+  } catch {
+    return false;
   }
 }
 
@@ -183,24 +266,36 @@ export class LoadedDecoder {
     prefillChunkTokens: number,
     /** Whether the LM head scores only the last position (see last-position.ts), and why or why not. */
     readonly logits: LogitsPositions,
+    /**
+     * Lookup decoding for a stream running alone (lookup.ts); null when off or when runs of this graph cannot
+     * score the last n positions. Tests and benchmarks may swap its drafter or bound (the batcher reads it live).
+     */
+    readonly lookup: LookupDecoding | null,
+    /** The last-position copy's start input, fed −1 in every run that does not set it. */
+    private readonly startsInput?: string,
   ) {
     this.batcher = new ContinuousBatcher(
       spec,
       kvTensors,
-      (feeds) => session.run(feeds),
+      (feeds) => this.run(feeds),
       () => this.batchable,
       prefillChunkTokens,
+      lookup,
     );
     this.staticRunner =
       spec.kv.kind === 'static'
         ? new StaticCacheRunner(
             spec,
             spec.kv.cache,
-            (feeds, fetches) => session.run(feeds, fetches),
+            (feeds, fetches) => session.run(scoringLast(feeds, startsInput), fetches),
             prefillChunkTokens,
           )
         : null;
     if (this.staticRunner) this.batchable = false;
+  }
+
+  private run(feeds: Record<string, ort.Tensor>): Promise<ort.InferenceSession.OnnxValueMapType> {
+    return this.session.run(scoringLast(feeds, this.startsInput));
   }
 
   /** One tiny two-row run at load time tells whether batching works for this graph. */
@@ -208,7 +303,7 @@ export class LoadedDecoder {
     if (this.staticRunner) return;
     const first = this.spec.bosTokenId ?? this.spec.eosTokenIds[0] ?? 0;
     try {
-      await this.session.run(probeFeeds(this.spec, [[first], [first]]));
+      await this.run(probeFeeds(this.spec, [[first], [first]]));
     } catch {
       this.batchable = false;
     }
@@ -229,12 +324,14 @@ export class LoadedDecoder {
     if (Object.keys(entries).length > 0) sessionOptions.extra = { ...entries };
     let logits: LogitsPositions = { last: false, detail: 'turned off (lastPositionLogits: false)' };
     let session: ort.InferenceSession | null = null;
+    let startsInput: string | undefined;
+    let window = false;
     if (options.lastPositionLogits !== false) {
       const packageFolder = entries[EXTERNAL_FOLDER_KEY];
       if (packageFolder !== undefined && !sameFolder(packageFolder, spec.graphPath)) {
         // The copy points onnxruntime at the graph's own folder for its weights; the package chose another one.
         logits = { last: false, detail: `the package sets ${EXTERNAL_FOLDER_KEY} to another folder than its graph's` };
-      } else ({ session, logits } = await lastPositionSession(spec, sessionOptions));
+      } else ({ session, logits, startsInput, window = false } = await lastPositionSession(spec, sessionOptions));
     }
     try {
       session ??= await ort.InferenceSession.create(spec.graphPath, sessionOptions);
@@ -250,12 +347,21 @@ export class LoadedDecoder {
         { file: spec.graphPath },
       );
     }
+    const maxDraft = options.lookupDraftTokens ?? LOOKUP_DRAFT_TOKENS;
+    let lookup: LookupDecoding | null = null;
+    if (maxDraft > 0 && spec.kv.kind === 'dynamic') {
+      // The last-position copy checks drafts through its start input; a graph as it is, if it scores every position.
+      if (logits.last) lookup = window ? { drafter: lookupDraft, maxDraft, startsInput } : null;
+      else if (await scoresEveryPosition(session, spec)) lookup = { drafter: lookupDraft, maxDraft };
+    }
     const decoder = new LoadedDecoder(
       spec,
       session,
       spec.kv.kind === 'dynamic' ? spec.kv.tensors : [],
       options.prefillChunkTokens ?? PREFILL_CHUNK_TOKENS,
       logits,
+      lookup,
+      startsInput,
     );
     await decoder.probeBatch();
     return decoder;

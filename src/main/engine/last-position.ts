@@ -25,7 +25,9 @@ import {
   ATTR_INTS,
   ATTR_NAME,
   ATTR_T,
+  ATTR_TYPE,
   DATA_LOCATION_EXTERNAL,
+  DIM_VALUE,
   ENTRY_KEY,
   ENTRY_VALUE,
   GRAPH_INITIALIZER,
@@ -42,13 +44,18 @@ import {
   NODE_OUTPUT,
   OPSET_DOMAIN,
   OPSET_VERSION,
+  SHAPE_DIM,
   TENSOR_DATA_LOCATION,
   TENSOR_DATA_TYPE,
   TENSOR_DIMS,
   TENSOR_EXTERNAL_DATA,
   TENSOR_NAME,
   TENSOR_RAW_DATA,
+  TENSOR_TYPE_ELEM,
+  TENSOR_TYPE_SHAPE,
+  TYPE_TENSOR,
   VALUE_INFO_NAME,
+  VALUE_INFO_TYPE,
   WIRE_LEN,
   WIRE_VARINT,
 } from '../../shared/onnx-fields';
@@ -103,6 +110,11 @@ export type LastPositionResult =
       folder: string;
       /** The vocabulary the head scores (its weight's output dim): the copy's logits are [rows, 1, vocab]. */
       vocab: number;
+      /**
+       * The copy's added int64 [1] input: the first position the head scores, counted from the end. Fed −1, the
+       * logits are the last position's; fed −n, [rows, n, vocab] — the last n (a lookup draft's check, batcher.ts).
+       */
+      startsInput: string;
       detail: string;
     }
   | { ok: false; reason: string };
@@ -215,7 +227,16 @@ function renameInputs(file: FileBytes, node: Node, rename: Map<number, string>):
   return lenField(GRAPH_NODE, Buffer.concat(parts));
 }
 
-function newNode(opType: string, inputs: string[], output: string, name: string): Buffer {
+/** AttributeProto.type of an integer attribute. */
+const ATTRIBUTE_INT = 2;
+
+function newNode(
+  opType: string,
+  inputs: string[],
+  output: string,
+  name: string,
+  ints: Record<string, number> = {},
+): Buffer {
   return lenField(
     GRAPH_NODE,
     Buffer.concat([
@@ -223,7 +244,27 @@ function newNode(opType: string, inputs: string[], output: string, name: string)
       stringField(NODE_OUTPUT, output),
       stringField(NODE_NAME, name),
       stringField(NODE_OP_TYPE, opType),
+      ...Object.entries(ints).map(([key, value]) =>
+        lenField(
+          NODE_ATTRIBUTE,
+          Buffer.concat([
+            stringField(ATTR_NAME, key),
+            varintField(ATTR_I, value),
+            varintField(ATTR_TYPE, ATTRIBUTE_INT),
+          ]),
+        ),
+      ),
     ]),
+  );
+}
+
+/** A graph input of type int64 and shape [length]. */
+function int64Input(name: string, length: number): Buffer {
+  const dim = lenField(SHAPE_DIM, varintField(DIM_VALUE, length));
+  const tensorType = Buffer.concat([varintField(TENSOR_TYPE_ELEM, INT64), lenField(TENSOR_TYPE_SHAPE, dim)]);
+  return lenField(
+    GRAPH_INPUT,
+    Buffer.concat([stringField(VALUE_INFO_NAME, name), lenField(VALUE_INFO_TYPE, lenField(TYPE_TENSOR, tensorType))]),
   );
 }
 
@@ -430,7 +471,17 @@ export function lastPositionGraph(graphPath: string, logits: string): LastPositi
 
     const tag = `/kvdesk/last_position`;
     const sliced = `${found.hidden}${tag}`;
-    const names = { starts: `${tag}/starts`, ends: `${tag}/ends`, axes: `${tag}/axes`, shape: `${tag}/shape` };
+    const names = {
+      starts: `${tag}/starts`,
+      ends: `${tag}/ends`,
+      axes: `${tag}/axes`,
+      shape: `${tag}/shape`,
+      hiddenShape: `${tag}/hidden_shape`,
+      rowsAndPositions: `${tag}/rows_positions`,
+      zero: `${tag}/zero`,
+      two: `${tag}/two`,
+      vocab: `${tag}/vocab`,
+    };
     if ([sliced, ...Object.values(names)].some((n) => taken.has(n))) {
       return { ok: false, reason: 'the graph already uses the names this rewrite needs' };
     }
@@ -449,24 +500,47 @@ export function lastPositionGraph(graphPath: string, logits: string): LastPositi
         if (node === found.entry) {
           push(newNode('Slice', [found.hidden, names.starts, names.ends, names.axes], sliced, `${tag}/Slice`));
           push(renameInputs(file, node, new Map([[0, sliced]])));
-        } else if (node === found.unflatten) push(renameInputs(file, node, new Map([[1, names.shape]])));
-        else push(copy(file, f.tagStart, f.end));
+        } else if (node === found.unflatten) {
+          // [rows, n, vocab]: the sliced hidden states' first two dims, then the vocabulary.
+          push(newNode('Shape', [sliced], names.hiddenShape, `${tag}/Shape`));
+          push(
+            newNode(
+              'Slice',
+              [names.hiddenShape, names.zero, names.two, names.zero],
+              names.rowsAndPositions,
+              `${tag}/SliceShape`,
+            ),
+          );
+          push(newNode('Concat', [names.rowsAndPositions, names.vocab], names.shape, `${tag}/Concat`, { axis: 0 }));
+          push(renameInputs(file, node, new Map([[1, names.shape]])));
+        } else push(copy(file, f.tagStart, f.end));
       } else if (f.field === GRAPH_INITIALIZER && f.wire === WIRE_LEN) {
         push(externalised(file, f, location) ?? copy(file, f.tagStart, f.end));
       } else push(copy(file, f.tagStart, f.end));
     }
-    push(int64Initializer(names.starts, [-1n]));
+    // The slice's start is an input (onnxruntime-node cannot feed an initializer that doubles as an input).
+    push(int64Input(names.starts, 1));
     push(int64Initializer(names.ends, [9223372036854775807n]));
     push(int64Initializer(names.axes, [1n]));
-    // [rows, 1, vocab] from the head's [rows, vocab] or [rows, 1, vocab]; a head that is not per row fails to reshape.
-    if (found.unflatten) push(int64Initializer(names.shape, [0n, 1n, BigInt(found.vocab)]));
+    if (found.unflatten) {
+      push(int64Initializer(names.zero, [0n]));
+      push(int64Initializer(names.two, [2n]));
+      push(int64Initializer(names.vocab, [BigInt(found.vocab)]));
+    }
     const out: Buffer[] = [];
     for (const f of model) {
       if (f === graphField) out.push(lenField(MODEL_GRAPH, Buffer.concat(parts)));
       else out.push(copy(file, f.tagStart, f.end));
     }
     const detail = `LM head ${found.head.opType} fed the last position of "${found.hidden}"`;
-    return { ok: true, bytes: Buffer.concat(out), folder: path.dirname(graphPath), vocab: found.vocab, detail };
+    return {
+      ok: true,
+      bytes: Buffer.concat(out),
+      folder: path.dirname(graphPath),
+      vocab: found.vocab,
+      startsInput: names.starts,
+      detail,
+    };
   } catch (err) {
     if (err instanceof CopyTooBig) {
       return {

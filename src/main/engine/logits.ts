@@ -33,8 +33,11 @@ function halves(): Float32Array {
   return table;
 }
 
-/** The logits output of a run, [rows, seq, vocab], as float32 rows (float32 outputs as they are). */
-export function logitsRows(t: ort.Tensor): LogitsRows {
+/**
+ * The logits output of a run, [rows, seq, vocab], as float32 rows (float32 outputs as they are); a float16
+ * output keeps the last position of each row only, unless `every` asks for every position.
+ */
+export function logitsRows(t: ort.Tensor, every = false): LogitsRows {
   if (t.dims.length !== 3) {
     throw new KvdeskError(
       'ENGINE_FAILED',
@@ -49,15 +52,19 @@ export function logitsRows(t: ort.Tensor): LogitsRows {
       `the graph's logits are ${t.type}; kvdesk samples float32 or float16 logits`,
     );
   }
-  const out = new Float32Array(rows * vocab);
+  const kept = every ? seq : 1;
+  const out = new Float32Array(rows * kept * vocab);
   const data = t.data as ArrayLike<number>;
   const bits = data instanceof Uint16Array ? halves() : null;
   for (let r = 0; r < rows; r++) {
-    const from = (r * seq + seq - 1) * vocab;
-    for (let i = 0; i < vocab; i++) {
-      const v = data[from + i] as number;
-      out[r * vocab + i] = bits ? (bits[v] as number) : v;
+    for (let p = seq - kept; p < seq; p++) {
+      const from = (r * seq + p) * vocab;
+      const to = (r * kept + p - (seq - kept)) * vocab;
+      for (let i = 0; i < vocab; i++) {
+        const v = data[from + i] as number;
+        out[to + i] = bits ? (bits[v] as number) : v;
+      }
     }
   }
-  return { data: out, seq: 1, vocab };
+  return { data: out, seq: kept, vocab };
 }

@@ -47,6 +47,14 @@ export interface EngineSessionOptions {
   prefillChunkTokens?: number;
   /** Feed the LM head the last position only (last-position.ts); default true. */
   lastPositionLogits?: boolean;
+  /** Lookup decoding (lookup.ts): tokens one check drafts at most; 0 turns it off; default LOOKUP_DRAFT_TOKENS. */
+  lookupDraftTokens?: number;
+}
+
+/** Lookup decoding in one generation: tokens drafted and checked, and those the model took. */
+export interface LookupCount {
+  drafted: number;
+  accepted: number;
 }
 
 /** How a loaded graph scores positions. */
@@ -154,6 +162,7 @@ export type EngineEvent =
       /** Tokens a session now holds in its KV (0 without a session). */
       sessionTokens: number;
       generatedTokens: number;
+      lookup?: LookupCount;
     }
   | { type: 'failed'; requestId: string; error: ErrorInfo };
 

@@ -1,0 +1,46 @@
+/**
+ * Lookup decoding (prompt lookup, as llama.cpp's lookup and transformers'
+ * prompt_lookup_num_tokens): when the last few tokens of a stream appeared
+ * before — in the prompt or the reply so far —, the tokens that followed them
+ * then are a guess at what comes next. The batcher feeds the guesses with the
+ * stream's last token in one run and keeps those the model itself samples
+ * (batcher.ts), so the reply is the one plain decoding gives, in fewer runs
+ * when it repeats text it has seen: code being edited, a quoted document, a
+ * list being extended. On a CPU a decode run mostly reads the weights once;
+ * checking a few more positions in the same run costs a fraction of a step.
+ */
+
+/** Proposes up to `max` tokens to follow `history` (the stream's tokens so far, its last one included). */
+export type Drafter = (history: readonly number[], max: number) => number[];
+
+/** The longest and shortest tail of the stream looked up: a match of two tokens or more. */
+export const LOOKUP_NGRAM_MAX = 3;
+export const LOOKUP_NGRAM_MIN = 2;
+/** Drafted tokens per check by default (0 turns lookup decoding off). */
+export const LOOKUP_DRAFT_TOKENS = 4;
+
+/**
+ * The tokens that followed the most recent earlier occurrence of the stream's
+ * last n tokens (n from LOOKUP_NGRAM_MAX down to LOOKUP_NGRAM_MIN), at most
+ * `max`; none when no tail of that length occurred before.
+ */
+export function lookupDraft(history: readonly number[], max: number): number[] {
+  const len = history.length;
+  if (max < 1) return [];
+  for (let n = Math.min(LOOKUP_NGRAM_MAX, len - 1); n >= LOOKUP_NGRAM_MIN; n--) {
+    const tail = len - n;
+    for (let start = tail - 1; start >= 0; start--) {
+      let j = 0;
+      while (j < n && history[start + j] === history[tail + j]) j++;
+      if (j === n) return history.slice(start + n, Math.min(len, start + n + max));
+    }
+  }
+  return [];
+}
+
+/**
+ * After a draft the model rejected whole, lookup rests for 2^misses tokens
+ * (at most this many), so text that never repeats costs a check now and then,
+ * not every step; any accepted token ends the rest.
+ */
+export const LOOKUP_MAX_REST = 32;
