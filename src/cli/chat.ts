@@ -25,6 +25,8 @@ import {
   type Io,
   LOAD_OPTIONS,
   loadFlags,
+  lookupFlag,
+  lookupLine,
   packageDir,
   parseFlags,
   parseNumber,
@@ -334,7 +336,7 @@ function thinkingInfo(reasoning: ModelInfo['spec']['reasoning'], thinking: boole
 function figures(r: GenerationResult): string {
   return (
     `kvdesk: ${r.tokenIds.length} tokens, finish ${r.finishReason}, ttft ${Math.round(r.timings.ttftMs)} ms, ` +
-    `${Math.round(r.timings.tokensPerSecond * 10) / 10} tok/s, prompt ${r.promptTokens} tokens ` +
+    `${Math.round(r.timings.tokensPerSecond * 10) / 10} tok/s${lookupLine(r)}, prompt ${r.promptTokens} tokens ` +
     `(${r.reusedTokens} reused), KV ${formatBytes(r.kvBytes)}\n`
   );
 }
@@ -396,7 +398,7 @@ export class TurnReader {
 export async function chat(
   args: string[],
   io: Io,
-  newHost: (settings: { kvBudget?: string; threads?: number }) => RunnerService,
+  newHost: (settings: { kvBudget?: string; threads?: number; lookup?: number }) => RunnerService,
   input: NodeJS.ReadableStream & { isTTY?: boolean } = process.stdin,
 ): Promise<number> {
   const options = {
@@ -411,6 +413,7 @@ export async function chat(
     'context-overflow': { type: 'string' },
     'kv-budget': { type: 'string' },
     threads: { type: 'string' },
+    lookup: { type: 'string' },
     'data-dir': { type: 'string' },
     ...LOAD_OPTIONS,
   } as const;
@@ -439,10 +442,12 @@ export async function chat(
     const maxNew = parseNumber('max-new-tokens', values['max-new-tokens'], true);
     if (maxNew !== undefined) chatOptions.maxNewTokens = maxNew;
     const threads = parseNumber('threads', values.threads, true);
+    const lookup = lookupFlag(values.lookup);
     const dir = await packageDir(positionals[0] as string, values['data-dir']);
     host = newHost({
       ...(values['kv-budget'] !== undefined ? { kvBudget: values['kv-budget'] } : {}),
       ...(threads !== undefined ? { threads } : {}),
+      ...(lookup !== undefined ? { lookup } : {}),
     });
     const model = await host.loadModel(dir, await loadFlags(dir, values));
     printWarnings(io, model.spec.warnings);

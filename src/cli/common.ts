@@ -5,7 +5,7 @@ import { type ParseArgsConfig, parseArgs } from 'node:util';
 import { ModelLibrary, mergePick } from '../main/host/model-library';
 import { detectLayout } from '../main/packages';
 import type { LoadModelRequest } from '../shared/api';
-import type { BudgetCap, ContextClip, GenerateRequest, SamplingSettings } from '../shared/contract';
+import type { BudgetCap, ContextClip, GenerateRequest, GenerationResult, SamplingSettings } from '../shared/contract';
 import { type ErrorInfo, KvdeskError } from '../shared/errors';
 import { dataDirOf } from './data-dir';
 
@@ -199,6 +199,24 @@ export function effortFlag(value: string | undefined): GenerateRequest['reasonin
   const level = levels.find((l) => l === value);
   if (!level) throw badArgs(`--effort expects ${levels.join(', ')}; got "${value}"`);
   return level;
+}
+
+/** Most tokens `--lookup` may draft per check: a longer draft costs more per step than it can save. */
+export const MAX_LOOKUP_DRAFT = 16;
+
+/** `--lookup N`: lookup decoding's draft tokens per check (0 turns it off), checked. */
+export function lookupFlag(value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0 || n > MAX_LOOKUP_DRAFT) {
+    throw badArgs(`--lookup expects a whole number from 0 (off) to ${MAX_LOOKUP_DRAFT}, got "${value}"`);
+  }
+  return n;
+}
+
+/** `, lookup took A of D drafted tokens` for a reply whose drafts were checked; empty otherwise. */
+export function lookupLine(r: GenerationResult): string {
+  return r.lookup ? `, lookup took ${r.lookup.accepted} of ${r.lookup.drafted} drafted tokens` : '';
 }
 
 /** The line that says the KV budget cut a reply's max new tokens (never silent), and what to do. */

@@ -33,6 +33,8 @@ import {
   type Io,
   LOAD_OPTIONS,
   loadFlags,
+  lookupFlag,
+  lookupLine,
   packageDir,
   parseIds,
   parseNumber,
@@ -85,6 +87,8 @@ generate options:
   --kv-budget SIZE         KV budget, e.g. 512, 64KiB, 2GiB (default: derived from RAM)
   --threads N              onnxruntime intra-op threads (default: every core)
   --prefill-chunk N        prompt tokens one prefill run computes at most (default 256)
+  --lookup N               lookup decoding: a reply that repeats earlier text takes up to N+1 tokens a step
+                           (default 4; 0: off)
   --json                   print one JSON object on stdout
   --data-dir DIR           where the library lives, for a library id (default $KVDESK_DATA_DIR or ~/.kvdesk)
   --variant NAME           the graph variant (fp32, fp16, q4, quantized… of model_<name>.onnx) or an ORT package's
@@ -96,7 +100,7 @@ generate options:
 
 chat options (a conversation, as ollama run: a line is a turn, """ starts and ends one of several lines; Ctrl+C
 stops a reply, Ctrl+D or /bye ends, /? lists the commands; with stdin from a pipe, each line is a turn):
-  --system TEXT --max-new-tokens N, generate's sampling options, --kv-budget, --threads, --data-dir,
+  --system TEXT --max-new-tokens N, generate's sampling options, --kv-budget, --threads, --lookup, --data-dir,
   --variant, --backend, --trust-installed
   --verbose                each reply's figures (tokens, speed, prompt and reused tokens, KV) on stderr
   --think | --nothink      a thinking model reasons first, or replies at once (also /set think, /set nothink);
@@ -237,6 +241,7 @@ async function generate(args: string[], io: Io): Promise<number> {
     'kv-budget': { type: 'string' },
     threads: { type: 'string' },
     'prefill-chunk': { type: 'string' },
+    lookup: { type: 'string' },
     json: { type: 'boolean' },
     'data-dir': { type: 'string' },
     ...LOAD_OPTIONS,
@@ -262,6 +267,7 @@ async function generate(args: string[], io: Io): Promise<number> {
     if (prefillChunk !== undefined && prefillChunk < 1) {
       throw badArgs(`--prefill-chunk expects a whole number ≥ 1, got "${values['prefill-chunk']}"`);
     }
+    const lookup = lookupFlag(values.lookup);
     const sampling = samplingFlags(values);
     const request: Record<string, unknown> = { sampling };
     if (values['prompt-ids'] !== undefined) request.promptIds = parseIds(values['prompt-ids']);
@@ -304,6 +310,7 @@ async function generate(args: string[], io: Io): Promise<number> {
       ...(kvBudget !== undefined ? { kvBudgetBytes: kvBudget } : {}),
       ...(threads !== undefined ? { intraOpNumThreads: threads } : {}),
       ...(prefillChunk !== undefined ? { prefillChunkTokens: prefillChunk } : {}),
+      ...(lookup !== undefined ? { lookupDraftTokens: lookup } : {}),
     });
     const dir = await packageDir(positionals[0] as string, values['data-dir']);
     const info = await host.loadModel(dir, await loadFlags(dir, values));
@@ -337,6 +344,7 @@ async function generate(args: string[], io: Io): Promise<number> {
           reservedBytes: result.reservedBytes,
           ...(result.budgetCap ? { budgetCap: result.budgetCap } : {}),
           ...(result.clipped ? { clipped: result.clipped } : {}),
+          ...(result.lookup ? { lookup: result.lookup } : {}),
           ...(result.rows.length > 1 ? { rows: result.rows } : {}),
           timings: {
             loadMs: round(info.loadMs),
@@ -353,7 +361,7 @@ async function generate(args: string[], io: Io): Promise<number> {
         for (const c of r.toolCalls ?? []) io.out(`${multiRow ? `[row ${i}] ` : ''}call ${c.name}(${c.arguments})\n`);
       }
       io.err(
-        `kvdesk: ${result.tokenIds.length} tokens, finish ${result.finishReason}, ttft ${round(result.timings.ttftMs)} ms, ${round(result.timings.tokensPerSecond)} tok/s, KV ${formatBytes(result.kvBytes)} (bpt ${result.bpt})\n`,
+        `kvdesk: ${result.tokenIds.length} tokens, finish ${result.finishReason}, ttft ${round(result.timings.ttftMs)} ms, ${round(result.timings.tokensPerSecond)} tok/s${lookupLine(result)}, KV ${formatBytes(result.kvBytes)} (bpt ${result.bpt})\n`,
       );
     }
     return 0;
@@ -480,10 +488,11 @@ export async function main(argv: string[], io: Io): Promise<number> {
     case 'generate':
       return generate(rest, io);
     case 'chat':
-      return (await import('./chat')).chat(rest, io, ({ kvBudget, threads }) => {
+      return (await import('./chat')).chat(rest, io, ({ kvBudget, threads, lookup }) => {
         return new RunnerService({
           ...(kvBudget !== undefined ? { kvBudgetBytes: parseByteSize(kvBudget) } : {}),
           ...(threads !== undefined ? { intraOpNumThreads: threads } : {}),
+          ...(lookup !== undefined ? { lookupDraftTokens: lookup } : {}),
         });
       });
     case 'pull':

@@ -12,7 +12,7 @@ import { parseByteSize } from '../main/scheduler';
 import { assertBindable, type RunningServer, serveControl, startServer } from '../main/server';
 import { parseDuration } from '../shared/duration';
 import { KvdeskError, toErrorInfo } from '../shared/errors';
-import type { Io } from './common';
+import { type Io, lookupFlag } from './common';
 import { dataDirOf } from './data-dir';
 import { applyDeviceFlags } from './device-flags';
 
@@ -36,6 +36,8 @@ serve options:
   --threads N              onnxruntime intra-op threads (default: every core)
   --prefill-chunk N        prompt tokens one prefill run computes at most (default 256: a long prompt runs in
                            chunks, running replies take a step between them; lower it to use less memory)
+  --lookup N               lookup decoding: a reply that repeats earlier text takes up to N+1 tokens a step
+                           (default 4; 0: off)
   --prompt-cache N         conversations whose KV the OpenAI API keeps for their next turn (default 16; 0: off)
   --first-use-ttl TIME     how long a library model that a request loaded stays loaded without requests
                            (default 60m; e.g. 90s, 2h, or never); Ollama's keep_alive sets it per request
@@ -100,6 +102,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     'trust-installed': { type: 'boolean' },
     threads: { type: 'string' },
     'prefill-chunk': { type: 'string' },
+    lookup: { type: 'string' },
     'prompt-cache': { type: 'string' },
     'first-use-ttl': { type: 'string' },
   } as const;
@@ -132,6 +135,8 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     if (threads !== undefined) settings.intraOpNumThreads = threads;
     const prefillChunk = positiveInt('prefill-chunk', values['prefill-chunk']);
     if (prefillChunk !== undefined) settings.prefillChunkTokens = prefillChunk;
+    const lookup = lookupFlag(values.lookup);
+    if (lookup !== undefined) settings.lookupDraftTokens = lookup;
     const promptCache = positiveInt('prompt-cache', values['prompt-cache'], 0);
     if (promptCache !== undefined) settings.promptCacheSessions = promptCache;
     const dataDir = dataDirOf(values['data-dir']);

@@ -97,6 +97,8 @@ export const MessageStats = z.object({
     .optional(),
   /** The reply saw the conversation without its first `messages` messages (it outgrew the context). */
   contextDrop: z.object({ messages: z.number().int().min(0).max(10_000), contextLength: z.number() }).optional(),
+  /** Lookup decoding: tokens guessed from earlier text, and those the model took (each a decode step saved). */
+  lookup: z.object({ drafted: z.number().int().min(0), accepted: z.number().int().min(0) }).optional(),
   error: z.object({ code: z.string(), message: z.string() }).optional(),
 });
 

@@ -258,6 +258,11 @@ export interface GenerationResult {
   budgetCap?: BudgetCap;
   clipped?: ContextClip;
   contextDrop?: ContextDrop;
+  /**
+   * Lookup decoding (present when a draft was checked): tokens guessed from earlier text and those the model
+   * took — each one taken is a decode step saved.
+   */
+  lookup?: { drafted: number; accepted: number };
   timings: { queueMs: number; ttftMs: number; totalMs: number; tokensPerSecond: number };
 }
 

@@ -102,6 +102,8 @@ export interface HostSettings {
   prefillChunkTokens?: number;
   /** false: load graphs as they are, scoring every position (A/B runs, tests); default true. */
   lastPositionLogits?: boolean;
+  /** Lookup decoding: tokens one check drafts at most (0: off); unset: the engine's default (4). */
+  lookupDraftTokens?: number;
   /** Prompt caches (anonymous sessions) kept for requests with `promptCache`; 0 turns the cache off. */
   promptCacheSessions: number;
   /** Injected for tests; defaults to os.totalmem(). */
@@ -329,6 +331,9 @@ export class RunnerService {
           ? { prefillChunkTokens: this.settings.prefillChunkTokens }
           : {}),
         ...(this.settings.lastPositionLogits === false ? { lastPositionLogits: false } : {}),
+        ...(this.settings.lookupDraftTokens !== undefined
+          ? { lookupDraftTokens: this.settings.lookupDraftTokens }
+          : {}),
       },
       {
         verifyGrant: (token) => [...this.devices.values()].some((d) => d.scheduler.isGrantLive(token)),
@@ -1609,6 +1614,7 @@ class Generation {
       ...(this.budgetCap ? { budgetCap: this.budgetCap } : {}),
       ...(this.clipped ? { clipped: this.clipped } : {}),
       ...(this.contextDrop ? { contextDrop: this.contextDrop } : {}),
+      ...(done.lookup ? { lookup: done.lookup } : {}),
       timings: {
         queueMs: this.admittedAt - this.started,
         ttftMs: this.firstTokenAt > 0 ? this.firstTokenAt - this.started : 0,

@@ -24,11 +24,22 @@ function StatsLine({ stats, edited }: { stats: Stats; edited?: boolean | undefin
   if (stats.ttftMs !== undefined) parts.push(`ttft ${formatMs(stats.ttftMs)}`);
   if (stats.tokensPerSecond !== undefined && stats.tokensPerSecond > 0) parts.push(formatRate(stats.tokensPerSecond));
   if (stats.tokens !== undefined) parts.push(`${formatInteger(stats.tokens)} tok`);
+  const lookup = stats.lookup;
+  if (lookup && lookup.accepted > 0) parts.push(`${formatInteger(lookup.accepted)} by lookup`);
   if (stats.finishReason) parts.push(stats.finishReason === 'cancelled' ? 'stopped' : stats.finishReason);
   if (edited) parts.push('edited');
   if (parts.length === 0) return null;
   return (
-    <div className="stats num" data-testid="message-stats" data-finish-reason={stats.finishReason}>
+    <div
+      className="stats num"
+      data-testid="message-stats"
+      data-finish-reason={stats.finishReason}
+      title={
+        lookup
+          ? `Lookup decoding: ${lookup.accepted} of the ${lookup.drafted} tokens guessed from earlier text were right; each one took no decode step of its own`
+          : undefined
+      }
+    >
       {parts.join(' · ')}
     </div>
   );

@@ -148,6 +148,7 @@ export function reduceFrames(
           ...(r.budgetCap ? { budgetCap: r.budgetCap } : {}),
           ...(r.clipped ? { clipped: r.clipped } : {}),
           ...(r.contextDrop ? { contextDrop: r.contextDrop } : {}),
+          ...(r.lookup ? { lookup: r.lookup } : {}),
         };
         next = undefined;
         break;
