@@ -20,13 +20,14 @@ import { runDecode } from './sections/decode';
 import { runDelivery } from './sections/delivery';
 import { type FloorResult, runFloor } from './sections/floor';
 import { runKvTruth } from './sections/kv-truth';
+import { runLookup } from './sections/lookup';
 import { runRenderer } from './sections/renderer';
 
 async function measureShape(opts: BenchOptions, shape: BenchShape, failures: string[]): Promise<ShapeReport> {
   log(`${shape}: model package`);
   const model = ensureModel(shape, log);
   log(`  ${model.dir}: ${model.status} (${(model.ms / 1000).toFixed(1)} s)`);
-  const report: ShapeReport = { shape, decode: null, concurrency: null, kv: null, notes: [] };
+  const report: ShapeReport = { shape, decode: null, concurrency: null, kv: null, lookup: null, notes: [] };
   const runner = benchRunner(opts);
   try {
     const info = await runner.loadModel(model.dir);
@@ -45,6 +46,12 @@ async function measureShape(opts: BenchOptions, shape: BenchShape, failures: str
       report.concurrency = await runConcurrency(opts, runner, info.id, prompts);
       if (report.concurrency.batchedMismatch)
         report.notes.push(`batching changed greedy tokens: ${report.concurrency.batchedMismatch}`);
+    }
+    if (opts.skip.has('lookup')) report.notes.push('lookup decoding: skipped by --skip lookup');
+    else {
+      log(`${shape}: lookup decoding (${opts.reps} rounds × ${opts.decodeTokens} tokens: off, real, right, wrong)`);
+      report.lookup = await runLookup(opts, model.dir, prompts);
+      if (report.lookup.mismatch) failures.push(report.lookup.mismatch);
     }
   } finally {
     await runner.close();

@@ -5,6 +5,7 @@ import type { ContenderKey, DecodeResult } from '../sections/decode';
 import type { DeliveryOutcome } from '../sections/delivery';
 import type { FloorResult } from '../sections/floor';
 import type { KvTruthResult } from '../sections/kv-truth';
+import type { LookupResult } from '../sections/lookup';
 import type { RendererOutcome } from '../sections/renderer';
 import type { BenchOptions } from './context';
 import type { BenchShape } from './models';
@@ -16,6 +17,7 @@ export interface ShapeReport {
   decode: DecodeResult | null;
   concurrency: ConcurrencyResult | null;
   kv: KvTruthResult | { skipped: string } | null;
+  lookup: LookupResult | null;
   notes: string[];
 }
 
@@ -32,6 +34,9 @@ export interface SummaryJson {
   deliveryP99Ms: number | null;
   rendererTokensPerSecond: number | null;
   kvBytesPerTokenMeasuredVsBpt: number | null;
+  /** Lookup decoding (beyond the issue's keys): decode tok/s ÷ lookup off when every draft is right, and when every one is wrong. */
+  lookupAllRightVsOff: number | null;
+  lookupAllWrongVsOff: number | null;
 }
 
 function samplesOf(d: DecodeResult | null, key: ContenderKey) {
@@ -76,7 +81,24 @@ export function summaryJson(
     deliveryP99Ms: primary && 'p99Ms' in delivery ? round(delivery.p99Ms, 2) : null,
     rendererTokensPerSecond: primary && 'tokensPerSecond' in renderer ? round(renderer.tokensPerSecond, 0) : null,
     kvBytesPerTokenMeasuredVsBpt: round(kvRatio(s?.kv ?? null)),
+    lookupAllRightVsOff: round(s?.lookup ? median(s.lookup.vsOff.right) : null),
+    lookupAllWrongVsOff: round(s?.lookup ? median(s.lookup.vsOff.wrong) : null),
   };
+}
+
+/** Rows of the lookup decoding figures. */
+function lookupRows(l: LookupResult | null): string[] {
+  if (!l) return [];
+  const row = (mode: 'real' | 'right' | 'wrong', what: string) => {
+    const n = l.counts[mode];
+    return `| … ${what} | ${fmt(median(l.tps[mode]))} tok/s, ${median(l.vsOff[mode]).toFixed(2)}× (${l.vsOff[mode].map((v) => v.toFixed(2)).join(' / ')}); took ${n?.accepted ?? 0} of ${n?.drafted ?? 0} drafted | | |`;
+  };
+  return [
+    `| lookup decoding, one stream, ${l.tokens} tokens, drafts of ≤ ${l.maxDraft} (engine's decoder in the bench process): off | ${fmt(median(l.tps.off))} tok/s | | |`,
+    row('real', "on (kvdesk's default), the bench prompt: random weights repeat little of it"),
+    row('right', 'every draft right (a reply that repeats text it has seen)'),
+    row('wrong', 'every draft wrong (each miss rests lookup 2, 4 … 32 tokens)'),
+  ];
 }
 
 function verdict(ok: boolean | null): string {
@@ -160,6 +182,7 @@ function shapeSection(opts: BenchOptions, s: ShapeReport, j: SummaryJson, floor:
   out.push(
     `| 8 streams / 1 stream, aggregate tok/s | ${r(j.batch8Speedup)}× | ≥ 3× | ${verdict(j.batch8Speedup === null ? null : j.batch8Speedup >= 3)} |`,
   );
+  out.push(...lookupRows(s.lookup));
   out.push(`| TTFT, 32-token prompt (kvdesk, host-side) | ${r(j.ttftMs32, 0)} ms | | |`);
   out.push(`| TTFT, ${opts.longPrompt}-token prompt (kvdesk, host-side) | ${r(j.ttftMs512, 0)} ms | | |`);
   if (c?.eventLoop) {

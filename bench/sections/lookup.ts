@@ -1,0 +1,117 @@
+/**
+ * Lookup decoding (src/main/engine/lookup.ts): decode tok/s of one stream with
+ * lookup off, with the real drafter on the bench's prompt, with a drafter that
+ * is always right (the reply known in advance: the most a reply that repeats
+ * text it has seen can gain) and one that is always wrong (what a miss costs,
+ * with the engine's rest after each miss). The bench's models have random
+ * weights: their replies do not repeat the prompt, so the real drafter finds
+ * little here, and the two bounds say what it is worth where text repeats.
+ * Measured in this process on the engine's own decoder (a drafter cannot be
+ * swapped across the engine process's boundary), alternating the four
+ * contenders round by round; every reply must equal lookup-off's.
+ */
+import { type GenerationHooks, LoadedDecoder } from '../../src/main/engine/decoder';
+import { type Drafter, LOOKUP_DRAFT_TOKENS, lookupDraft } from '../../src/main/engine/lookup';
+import type { LookupCount } from '../../src/main/engine/protocol';
+import { loadModelSpec } from '../../src/main/packages';
+import { type BenchOptions, log, rotate } from '../lib/context';
+import type { PromptSource } from '../lib/prompts';
+import { median } from '../lib/stats';
+
+export type LookupMode = 'off' | 'real' | 'right' | 'wrong';
+
+export interface LookupResult {
+  tokens: number;
+  maxDraft: number;
+  /** Decode tok/s of every round, per mode. */
+  tps: Record<LookupMode, number[]>;
+  /** Per-round ratios to lookup off (paired). */
+  vsOff: Record<Exclude<LookupMode, 'off'>, number[]>;
+  /** Drafted and accepted tokens of the last round, per mode. */
+  counts: Record<Exclude<LookupMode, 'off'>, LookupCount | null>;
+  /** A reply that differed from lookup-off's (fails the run). */
+  mismatch: string | null;
+}
+
+const GREEDY = { greedy: true, temperature: 0, topK: 0, topP: 1, minP: 0, repetitionPenalty: 1, seed: 1 };
+
+interface Sample {
+  ids: number[];
+  tps: number;
+  lookup: LookupCount | null;
+}
+
+async function sample(decoder: LoadedDecoder, prompt: number[], maxNew: number): Promise<Sample> {
+  const ids: number[] = [];
+  let first = 0;
+  let last = 0;
+  const hooks: GenerationHooks = {
+    onStart: () => {},
+    onStep: (step) => {
+      const now = performance.now();
+      if (ids.length === 0) first = now;
+      last = now;
+      if ((step[0] as number) >= 0) ids.push(step[0] as number);
+    },
+    stopRequested: () => null,
+    countRun: () => {},
+  };
+  const outcome = await decoder.generate(
+    { rows: [prompt], maxNewTokens: maxNew, sampling: GREEDY, eosTokenIds: [] },
+    hooks,
+  );
+  return { ids, tps: last > first ? ((ids.length - 1) * 1000) / (last - first) : 0, lookup: outcome.lookup ?? null };
+}
+
+export async function runLookup(opts: BenchOptions, dir: string, prompts: PromptSource): Promise<LookupResult> {
+  const spec = await loadModelSpec(dir);
+  const decoder = await LoadedDecoder.load(spec, { intraOpNumThreads: opts.threads, executionProviders: ['cpu'] });
+  const lookup = decoder.lookup;
+  if (!lookup) {
+    await decoder.dispose();
+    throw new Error(`lookup decoding is off for ${dir} (${decoder.logits.detail})`);
+  }
+  const tokens = opts.decodeTokens;
+  const prompt = prompts.prompt(32);
+  const tps: LookupResult['tps'] = { off: [], real: [], right: [], wrong: [] };
+  const vsOff: LookupResult['vsOff'] = { real: [], right: [], wrong: [] };
+  const counts: LookupResult['counts'] = { real: null, right: null, wrong: null };
+  let mismatch: string | null = null;
+  try {
+    lookup.maxDraft = 0;
+    const reference = (await sample(decoder, prompt, tokens)).ids;
+    const text = [...prompt, ...reference];
+    const drafters: Record<Exclude<LookupMode, 'off'>, Drafter> = {
+      real: lookupDraft,
+      right: (history, max) => text.slice(history.length, history.length + max),
+      wrong: (history, max) =>
+        Array.from({ length: max }, (_, i) => ((text[history.length + i] ?? 0) + 1) % spec.vocabSize),
+    };
+    const modes: LookupMode[] = ['off', 'real', 'right', 'wrong'];
+    for (let r = 0; r < opts.reps; r++) {
+      const round: Partial<Record<LookupMode, number>> = {};
+      for (const mode of rotate(modes, r)) {
+        lookup.maxDraft = mode === 'off' ? 0 : LOOKUP_DRAFT_TOKENS;
+        lookup.drafter = mode === 'off' ? lookupDraft : drafters[mode];
+        const s = await opts.guard.sample(`lookup ${mode}, round ${r + 1}`, () => sample(decoder, prompt, tokens));
+        if (mismatch === null && s.ids.join() !== reference.join()) {
+          const at = s.ids.findIndex((id, i) => reference[i] !== id);
+          mismatch = `lookup decoding (${mode}) changed the greedy reply at token ${at < 0 ? s.ids.length : at}`;
+        }
+        round[mode] = s.tps;
+        tps[mode].push(s.tps);
+        if (mode !== 'off') counts[mode] = s.lookup ?? { drafted: 0, accepted: 0 };
+      }
+      for (const mode of ['real', 'right', 'wrong'] as const) {
+        vsOff[mode].push((round[mode] as number) / (round.off as number));
+      }
+      log(`  lookup round ${r + 1}/${opts.reps}: ${modes.map((m) => `${m} ${round[m]?.toFixed(1)}`).join(', ')} tok/s`);
+    }
+  } finally {
+    await decoder.dispose();
+  }
+  log(
+    `  lookup: right ×${median(vsOff.right).toFixed(2)}, wrong ×${median(vsOff.wrong).toFixed(2)}, real ×${median(vsOff.real).toFixed(2)} (took ${counts.real?.accepted ?? 0} of ${counts.real?.drafted ?? 0})`,
+  );
+  return { tokens, maxDraft: LOOKUP_DRAFT_TOKENS, tps, vsOff, counts, mismatch };
+}
