@@ -51,7 +51,8 @@ async function measureShape(opts: BenchOptions, shape: BenchShape, failures: str
     else {
       log(`${shape}: lookup decoding (${opts.reps} rounds × ${opts.decodeTokens} tokens: off, real, right, wrong)`);
       report.lookup = await runLookup(opts, model.dir, prompts);
-      if (report.lookup.mismatch) failures.push(report.lookup.mismatch);
+      if (report.lookup.mismatch) failures.push(`${shape}: ${report.lookup.mismatch}`);
+      report.notes.push(...report.lookup.nearTies);
     }
   } finally {
     await runner.close();

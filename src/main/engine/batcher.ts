@@ -570,6 +570,7 @@ export class ContinuousBatcher {
     const L = this.seq;
     const inputs = [row.lastId, ...draft];
     const n = inputs.length;
+    this.peakRows = Math.max(this.peakRows, 1);
     const feeds: Record<string, ort.Tensor> = {};
     feeds[ports.inputIds.name] = idTensor(ports.inputIds, inputs, [1, n]);
     if (ports.attentionMask) feeds[ports.attentionMask.name] = maskTensor(ports.attentionMask, [row.pad], L + n);

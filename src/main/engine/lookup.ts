@@ -8,6 +8,12 @@
  * when it repeats text it has seen: code being edited, a quoted document, a
  * list being extended. On a CPU a decode run mostly reads the weights once;
  * checking a few more positions in the same run costs a fraction of a step.
+ *
+ * "The one plain decoding gives" up to float rounding: a check scores several
+ * positions in one wider matrix product, whose sums round differently (as a
+ * batch's do), so where the two likeliest tokens are within rounding of each
+ * other (4.5e-4 apart in the logits, once in the bench's runs) the reply may
+ * take the other one from there on.
  */
 
 /** Proposes up to `max` tokens to follow `history` (the stream's tokens so far, its last one included). */
