@@ -156,3 +156,30 @@ test('branch: a new chat with the messages up to a reply, going on without touch
     'Second question',
   ]);
 });
+
+test("a reply's stats line says how many tokens lookup decoding gave, and its title what that means", async ({
+  app: page,
+}) => {
+  await newChat(page);
+  await setSettings(page, { maxNewTokens: 6, seed: 5 });
+  await send(page, 'Repeat after me: one two three');
+  await expect(lastReply(page)).toHaveAttribute('data-state', 'done');
+  // The default model's random weights never repeat themselves, so its replies take no lookup tokens: no mention.
+  await expect(lastReply(page).getByTestId('message-stats')).not.toContainText('lookup');
+  const [json] = await Promise.all([page.waitForEvent('download'), page.getByTestId('export-json').click()]);
+  const exported = JSON.parse(readFileSync(await json.path(), 'utf8')) as {
+    thread: { messages: Array<{ role: string; stats?: Record<string, unknown> }> };
+  };
+  const reply = exported.thread.messages.find((m) => m.role === 'assistant');
+  if (!reply?.stats) throw new Error('the exported reply has no stats');
+  // As a reply that repeated text it had seen saves them (the engine's figures, kept with the chat).
+  reply.stats.lookup = { drafted: 40, accepted: 31 };
+  await page.getByTestId('import-thread-file').setInputFiles({
+    name: 'lookup.json',
+    mimeType: 'application/json',
+    buffer: Buffer.from(JSON.stringify(exported)),
+  });
+  const stats = lastReply(page).getByTestId('message-stats');
+  await expect(stats).toContainText('31 by lookup');
+  await expect(stats).toHaveAttribute('title', /31 of the 40 tokens guessed from earlier text were right/);
+});

@@ -462,6 +462,27 @@ describe('CLI on the generated default model', () => {
     expect((r.json.error as Record<string, unknown>).message).toMatch(/--prefill-chunk expects a whole number ≥ 1/);
   });
 
+  it('--lookup: drafts reach the JSON and the summary line, 0 turns them off with the same tokens, 17 exits 2', () => {
+    // The default model's greedy reply to this prompt repeats a few pairs of its own tokens: lookup drafts there.
+    const args = ['generate', defaultModelDir, '--prompt', '1 2 3 4 5 6 7 8 9 10 11 12', '--greedy'];
+    const on = kvdesk(...args, '--max-new-tokens', '96', '--json');
+    expect(on.code, on.stderr).toBe(0);
+    const lookup = on.json.lookup as { drafted: number; accepted: number };
+    expect(lookup.drafted).toBeGreaterThan(0);
+    expect(lookup.accepted).toBeLessThanOrEqual(lookup.drafted);
+    const off = kvdesk(...args, '--max-new-tokens', '96', '--lookup', '0', '--json');
+    expect(off.code, off.stderr).toBe(0);
+    expect(off.json.lookup).toBeUndefined();
+    expect(off.json.tokenIds).toEqual(on.json.tokenIds);
+    const text = kvdesk(...args, '--max-new-tokens', '96');
+    expect(text.stderr).toMatch(/lookup took \d+ of \d+ drafted tokens/);
+    const bad = kvdesk(...args, '--lookup', '17', '--json');
+    expect(bad.code).toBe(2);
+    expect((bad.json.error as Record<string, unknown>).message).toMatch(
+      /--lookup expects a whole number from 0 \(off\) to 16/,
+    );
+  });
+
   it('a folder that is not a package exits 2 naming the problem', () => {
     const r = kvdesk('inspect', path.join(repoRoot, 'src'), '--json');
     expect(r.code).toBe(2);

@@ -165,7 +165,7 @@ describe('replies', () => {
     expect(store.getState().threads[0]?.messages[1]?.content).toBe('Hi');
   });
 
-  it('done sets the final text and the stats, including the budget cap and the clip', () => {
+  it('done sets the final text and the stats, including the budget cap, the clip and lookup decoding', () => {
     const store = storeWithThread();
     start(store);
     const budgetCap = {
@@ -184,7 +184,11 @@ describe('replies', () => {
             accepted,
             admitted,
             tokens('ab'),
-            { type: 'done', requestId: 'r1', result: result({ text: 'abc', budgetCap, clipped }) },
+            {
+              type: 'done',
+              requestId: 'r1',
+              result: result({ text: 'abc', budgetCap, clipped, lookup: { drafted: 8, accepted: 5 } }),
+            },
           ],
         },
       ],
@@ -202,6 +206,7 @@ describe('replies', () => {
       finishReason: 'eos',
       budgetCap,
       clipped,
+      lookup: { drafted: 8, accepted: 5 },
     });
     expect(s.threads[0]?.updatedAt).toBe(20);
   });
