@@ -18,7 +18,7 @@
  *   (as the hub hides private ones); 404 for an unknown repo with a token, and for an unknown revision or file.
  *
  * Faults, settable any time through `hub.faults`: `cutAfter` (the next download of that path sends `bytes` bytes of
- * its body, then the socket is destroyed; once), `corrupt` (paths served with their first byte flipped),
+ * its body, then the socket is destroyed; once; with `after`, only once those paths were sent whole), `corrupt` (paths served with their first byte flipped),
  * `ignoreRange` (200 and the whole file, whatever the Range). `requests` logs every request; `served` counts the
  * body bytes sent of each path.
  */
@@ -53,7 +53,8 @@ export interface RepoMeta {
 }
 
 export interface FakeHubFaults {
-  cutAfter?: { path: string; bytes: number } | undefined;
+  /** With `after`: the cut waits until the responses of those paths have all been sent (so they complete first). */
+  cutAfter?: { path: string; bytes: number; after?: string[] } | undefined;
   /** Downloads of this path send half the file, then nothing more until the client goes (a stalled transfer). */
   stall?: string | undefined;
   corrupt: Set<string>;
@@ -99,6 +100,8 @@ export async function startFakeHub(
   const faults: FakeHubFaults = { corrupt: new Set(), ignoreRange: false };
   const requests: FakeRequest[] = [];
   const served = new Map<string, number>();
+  /** Paths whose whole response has been sent. */
+  const sent = new Set<string>();
   const isLfs = (p: string, data: Buffer) => /\.onnx$|\.onnx_data/.test(p) || data.length >= options.lfsMinBytes;
   const bytesOf = (v: Buffer | string) => (typeof v === 'string' ? Buffer.from(v) : v);
   const cdn = new Map<string, { path: string; data: Buffer }>(); // sha256 → file, registered by its redirect
@@ -208,8 +211,16 @@ export async function startFakeHub(
     if (faults.stall === filePath) body = body.subarray(0, body.length >> 1);
     served.set(filePath, (served.get(filePath) ?? 0) + body.length);
     if (faults.stall === filePath) res.write(body);
-    else if (cut) res.write(body, () => res.socket?.destroy());
-    else res.end(body);
+    else if (cut) {
+      const send = () => res.write(body, () => res.socket?.destroy());
+      const waitFor = cut.after ?? [];
+      // Sent, and a moment for the client to write and rename them (it aborts the others when the cut comes).
+      const ready = () => (waitFor.every((p) => sent.has(p)) ? void setTimeout(send, 100) : void setTimeout(ready, 10));
+      ready();
+    } else {
+      res.on('finish', () => sent.add(filePath));
+      res.end(body);
+    }
   }
 
   const handle = (req: http.IncomingMessage, res: http.ServerResponse): unknown => {

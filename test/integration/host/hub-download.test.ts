@@ -217,7 +217,9 @@ describe('downloadHubModel', () => {
   it('a download cut off fails, leaves nothing in the models folder, and resumes where it stopped', async () => {
     const FILE = 'onnx/model_q4.onnx';
     const size = graph.length;
-    hub.faults.cutAfter = { path: FILE, bytes: 300_000 };
+    // The side files complete before the cut (three files download at a time: one queued behind the graph would
+    // otherwise be stopped by it, and fetched on the resume).
+    hub.faults.cutAfter = { path: FILE, bytes: 300_000, after: SIDE };
     await expect(downloadHubModel(CHAT, modelsDir, opts())).rejects.toThrow();
     expect(await packages()).toEqual([]);
     const firstBytes = hub.served.get(FILE) ?? 0;

@@ -288,7 +288,8 @@ describe('chat completions', () => {
       expect(final?.choices[0]?.finish_reason).toBe('length');
       expect(final?.kvdesk?.budget_cap?.admitted_max_tokens).toBe(10);
 
-      // The Anthropic and Ollama APIs say it too, streamed or not (SCHEDULER.md: reported, never silent).
+      // The Anthropic and Ollama APIs say it too, streamed or not (SCHEDULER.md: reported, never silent). Greedy, as
+      // above: a sampled reply (a random seed each request) could end at an end token before the cap.
       const post = (route: string, body: Record<string, unknown>) =>
         fetch(`${t.url}${route}`, {
           method: 'POST',
@@ -301,17 +302,19 @@ describe('chat completions', () => {
           .filter((l) => l.startsWith('{') || l.startsWith('data: {'))
           .map((l) => JSON.parse(l.replace(/^data: /, '')) as Record<string, unknown>);
       type Kv = { kvdesk?: { budget_cap?: { admitted_max_tokens: number; requested_max_tokens: number } } };
-      const anthropic = (await (await post('/v1/messages', { max_tokens: 100 })).json()) as Kv & {
+      const anthropic = (await (await post('/v1/messages', { max_tokens: 100, temperature: 0 })).json()) as Kv & {
         stop_reason: string;
       };
       expect(anthropic.stop_reason).toBe('max_tokens');
       expect(anthropic.kvdesk?.budget_cap).toMatchObject({ admitted_max_tokens: 10, requested_max_tokens: 100 });
-      const anthropicStream = await lines(await post('/v1/messages', { max_tokens: 100, stream: true }));
+      const anthropicStream = await lines(
+        await post('/v1/messages', { max_tokens: 100, temperature: 0, stream: true }),
+      );
       const delta = anthropicStream.find((e) => e.type === 'message_delta') as Kv & { delta: { stop_reason: string } };
       expect(delta.delta.stop_reason).toBe('max_tokens');
       expect(delta.kvdesk?.budget_cap).toMatchObject({ admitted_max_tokens: 10, requested_max_tokens: 100 });
       for (const stream of [false, true]) {
-        const ollama = await lines(await post('/api/chat', { stream, options: { num_predict: 100 } }));
+        const ollama = await lines(await post('/api/chat', { stream, options: { num_predict: 100, temperature: 0 } }));
         const last = ollama.at(-1) as Kv & { done: boolean; done_reason: string; eval_count: number };
         expect(last).toMatchObject({ done: true, done_reason: 'length', eval_count: 10 });
         expect(last.kvdesk?.budget_cap).toMatchObject({ admitted_max_tokens: 10, requested_max_tokens: 100 });
