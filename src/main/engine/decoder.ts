@@ -156,18 +156,11 @@ export async function lastPositionSession(
     const prefix = await run(probeFeeds(spec, [ids.slice(0, 2)]));
     const stepped = (await run(probeFeeds(spec, [ids.slice(2)], 2, prefix)))[name] as ort.Tensor | undefined;
     if (!stepped) throw new Error(`its step run produced no ${name}`);
-    const a = logitsRows(whole).data;
-    const b = logitsRows(stepped).data;
-    // Two runs' rounding apart: a few units in the last place of the logits' own precision.
-    const tolerance = whole.type === 'float16' ? 1e-2 : 1e-3;
-    let scale = 1;
-    let worst = 0;
-    for (let i = 0; i < a.length; i++) {
-      scale = Math.max(scale, Math.abs(a[i] as number));
-      worst = Math.max(worst, Math.abs((a[i] as number) - ((b[i] ?? Number.NaN) as number)));
-    }
-    if (!(worst <= tolerance * scale)) {
-      throw new Error(`its logits for a prompt differ from those of its last token decoded step by step (by ${worst})`);
+    const gap = logitsGap(logitsRows(whole).data, logitsRows(stepped).data);
+    if (!(gap <= roundingOf(whole))) {
+      throw new Error(
+        `its logits for a prompt differ from those of its last token decoded step by step (by ${gap} of their scale)`,
+      );
     }
     const window = await windowChecked(session, spec, rewrite.startsInput, ids, whole, prefix);
     return { session, logits: { last: true, detail: rewrite.detail }, startsInput: rewrite.startsInput, window };
@@ -178,7 +171,12 @@ export async function lastPositionSession(
   }
 }
 
-/** How close two logits tensors' values are, relative to their scale (NaN for a length mismatch). */
+/** Two runs' rounding apart, relative to the logits' scale: a few units in the last place of their precision. */
+function roundingOf(logits: ort.Tensor): number {
+  return logits.type === 'float16' ? 1e-2 : 1e-3;
+}
+
+/** How far apart two logits arrays are, relative to the first one's scale (NaN for a length mismatch). */
 function logitsGap(a: Float32Array, b: Float32Array): number {
   if (a.length !== b.length) return Number.NaN;
   let scale = 1;
@@ -228,10 +226,9 @@ async function windowChecked(
     if (!three || three.dims.join() !== [1, 3, whole.dims[2]].join()) return false;
     const rows = logitsRows(three, true).data;
     const vocab = whole.dims[2] as number;
-    const tolerance = whole.type === 'float16' ? 1e-2 : 1e-3;
-    const last = logitsGap(rows.subarray(2 * vocab), logitsRows(whole).data);
-    const before = logitsGap(rows.subarray(vocab, 2 * vocab), logitsRows(prefix[name] as ort.Tensor).data);
-    return last <= tolerance && before <= tolerance;
+    const last = logitsGap(logitsRows(whole).data, rows.subarray(2 * vocab));
+    const before = logitsGap(logitsRows(prefix[name] as ort.Tensor).data, rows.subarray(vocab, 2 * vocab));
+    return last <= roundingOf(whole) && before <= roundingOf(whole);
   } catch {
     return false;
   }

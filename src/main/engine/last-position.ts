@@ -7,8 +7,10 @@
  * feeds the LM head a Slice of the final hidden states (the last position of
  * every row: rows are left-padded, so it is the same index for all) and, where
  * the head's output is reshaped back to [batch, seq, vocab], reshapes it to
- * [batch, 1, vocab] instead. Everything before the head is untouched, so the
- * KV cache and the last position's logits are what the original graph gives.
+ * [batch, 1, vocab] instead. The Slice's start is an added input, fed −1; fed
+ * −n, the copy scores the last n positions (lookup decoding checks a draft so).
+ * Everything before the head is untouched, so the KV cache and the scored
+ * positions' logits are what the original graph gives.
  *
  * The rewritten graph is written to memory, small: each weight stored inside
  * the .onnx file becomes an external-data reference to its bytes in that same
