@@ -26,7 +26,7 @@ import {
   truncateSeq,
 } from './kv-cache';
 import { type LogitsRows, logitsRows } from './logits';
-import { type Drafter, LOOKUP_MAX_REST } from './lookup';
+import { type Drafter, LOOKUP_MAX_REST, LOOKUP_MAX_REST_PREDICTED } from './lookup';
 import type { FinishReason, StepLogprob } from './protocol';
 import { logprobsOf, Sampler } from './sampling';
 
@@ -551,7 +551,11 @@ export class ContinuousBatcher {
     const max = Math.min(lookup.maxDraft, m.job.maxNewTokens - m.generated - 1, this.spec.contextLength - m.length - 1);
     if (max < 1) return [];
     m.fed.push(row.lastId);
-    const draft = lookup.drafter(m.fed, max);
+    const prediction = m.job.prediction;
+    const draft = lookup.drafter(m.fed, max, {
+      replyFrom: (m.job.rows[0] as number[]).length,
+      ...(prediction ? { prediction } : {}),
+    });
     m.fed.pop();
     return draft.slice(0, max);
   }
@@ -609,7 +613,8 @@ export class ContinuousBatcher {
     if (used > 1) m.misses = 0;
     else {
       m.misses++;
-      m.restUntil = m.generated + Math.min(LOOKUP_MAX_REST, 2 ** m.misses);
+      const longest = m.job.prediction ? LOOKUP_MAX_REST_PREDICTED : LOOKUP_MAX_REST;
+      m.restUntil = m.generated + Math.min(longest, 2 ** m.misses);
     }
     if (used < n) {
       const kept = new Map<string, ort.Tensor>();

@@ -45,6 +45,8 @@ export interface GenerationJob {
   json?: ReplyForm;
   /** Present for a session turn: its KV is reused where the prompt shares its prefix, and updated at the end. */
   session?: SessionKv;
+  /** The reply the client predicts (one-row jobs), as token ids: lookup decoding drafts from it first. */
+  prediction?: number[];
 }
 
 /** Callbacks of the decode loop. */

@@ -16,8 +16,19 @@
  * take the other one from there on.
  */
 
-/** Proposes up to `max` tokens to follow `history` (the stream's tokens so far, its last one included). */
-export type Drafter = (history: readonly number[], max: number) => number[];
+/** What a drafter knows besides the stream: where its reply begins, and the reply the client expects, if any. */
+export interface DraftHints {
+  /** Index in the history of the reply's first token (the prompt's length). */
+  replyFrom: number;
+  /** The reply the client predicts (OpenAI's Predicted Outputs: a file being edited, say), as token ids. */
+  prediction?: readonly number[];
+}
+
+/**
+ * Proposes up to `max` tokens to follow `history` (the stream's tokens so far, prompt and reply, its last one
+ * included).
+ */
+export type Drafter = (history: readonly number[], max: number, hints?: DraftHints) => number[];
 
 /** The longest and shortest tail of the stream looked up: a match of two tokens or more. */
 export const LOOKUP_NGRAM_MAX = 3;
@@ -26,13 +37,20 @@ export const LOOKUP_NGRAM_MIN = 2;
 export const LOOKUP_DRAFT_TOKENS = 4;
 
 /**
- * The tokens that followed the most recent earlier occurrence of the stream's
- * last n tokens (n from LOOKUP_NGRAM_MAX down to LOOKUP_NGRAM_MIN), at most
- * `max`; none when no tail of that length occurred before.
+ * At most `max` tokens to follow the stream: with a predicted reply, its next
+ * tokens while the reply so far is the prediction's beginning, else what
+ * follows the stream's last tokens in the prediction (predictionDraft); then
+ * the tokens that followed the most recent earlier occurrence of the stream's
+ * last n tokens (n from LOOKUP_NGRAM_MAX down to LOOKUP_NGRAM_MIN); none when
+ * no tail of that length occurred before.
  */
-export function lookupDraft(history: readonly number[], max: number): number[] {
+export function lookupDraft(history: readonly number[], max: number, hints?: DraftHints): number[] {
   const len = history.length;
   if (max < 1) return [];
+  if (hints?.prediction) {
+    const predicted = predictionDraft(history, max, hints.replyFrom, hints.prediction);
+    if (predicted.length > 0) return predicted;
+  }
   for (let n = Math.min(LOOKUP_NGRAM_MAX, len - 1); n >= LOOKUP_NGRAM_MIN; n--) {
     const tail = len - n;
     for (let start = tail - 1; start >= 0; start--) {
@@ -45,8 +63,41 @@ export function lookupDraft(history: readonly number[], max: number): number[] {
 }
 
 /**
+ * A draft from a predicted reply. While the reply so far is the prediction's
+ * beginning, the prediction's next tokens. Once it departed from it (an edit),
+ * the stream's last n tokens are looked up in the prediction, and of their
+ * occurrences the one nearest the reply's own position wins (an edited file
+ * keeps its order, so where the reply is in it tracks how long the reply is).
+ */
+export function predictionDraft(
+  history: readonly number[],
+  max: number,
+  replyFrom: number,
+  prediction: readonly number[],
+): number[] {
+  const reply = Math.max(0, history.length - replyFrom);
+  let same = 0;
+  while (same < reply && same < prediction.length && prediction[same] === history[replyFrom + same]) same++;
+  if (same === reply) return prediction.slice(reply, reply + max);
+  const len = history.length;
+  for (let n = Math.min(LOOKUP_NGRAM_MAX, reply); n >= LOOKUP_NGRAM_MIN; n--) {
+    const tail = len - n;
+    let best = -1;
+    for (let start = 0; start + n < prediction.length; start++) {
+      let j = 0;
+      while (j < n && prediction[start + j] === history[tail + j]) j++;
+      if (j === n && (best < 0 || Math.abs(start + n - reply) < Math.abs(best + n - reply))) best = start;
+    }
+    if (best >= 0) return prediction.slice(best + n, best + n + max);
+  }
+  return [];
+}
+
+/**
  * After a draft the model rejected whole, lookup rests for 2^misses tokens
  * (at most this many), so text that never repeats costs a check now and then,
  * not every step; any accepted token ends the rest.
  */
 export const LOOKUP_MAX_REST = 32;
+/** The longest rest with a predicted reply: a reply that left it for an edit usually comes back to it soon. */
+export const LOOKUP_MAX_REST_PREDICTED = 4;

@@ -107,6 +107,8 @@ export type EngineCommand =
       budget?: { key: number; spec: BudgetSpec };
       /** Chat session whose KV is kept after this turn (rows must be 1). */
       sessionId?: string;
+      /** The reply the client predicts, as token ids (rows must be 1): lookup decoding drafts from it first. */
+      prediction?: number[];
     }
   | {
       /** Every token's bytes (token i is bytes[offsets[i], offsets[i+1])) and the special ids, for JSON mode. */
