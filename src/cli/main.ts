@@ -89,6 +89,7 @@ generate options:
   --prefill-chunk N        prompt tokens one prefill run computes at most (default 256)
   --lookup N               lookup decoding: a reply that repeats earlier text takes up to N+1 tokens a step
                            (default 4; 0: off)
+  --prediction-file FILE   the reply you expect, mostly (a file being edited): lookup decoding drafts from it
   --json                   print one JSON object on stdout
   --data-dir DIR           where the library lives, for a library id (default $KVDESK_DATA_DIR or ~/.kvdesk)
   --variant NAME           the graph variant (fp32, fp16, q4, quantized… of model_<name>.onnx) or an ORT package's
@@ -242,6 +243,7 @@ async function generate(args: string[], io: Io): Promise<number> {
     threads: { type: 'string' },
     'prefill-chunk': { type: 'string' },
     lookup: { type: 'string' },
+    'prediction-file': { type: 'string' },
     json: { type: 'boolean' },
     'data-dir': { type: 'string' },
     ...LOAD_OPTIONS,
@@ -301,6 +303,8 @@ async function generate(args: string[], io: Io): Promise<number> {
     const schemaFile = values['json-schema'];
     if (schemaFile !== undefined) request.jsonSchema = readJsonFile('--json-schema', schemaFile);
     if (values.tools !== undefined) request.tools = toolsOf(readJsonFile('--tools', values.tools));
+    const predictionFile = values['prediction-file'];
+    if (predictionFile !== undefined) request.prediction = readTextFile('--prediction-file', predictionFile);
     const choice = values['tool-choice'];
     if (choice !== undefined) {
       request.toolChoice = choice === 'auto' || choice === 'none' || choice === 'required' ? choice : { name: choice };
@@ -373,13 +377,17 @@ async function generate(args: string[], io: Io): Promise<number> {
 }
 
 /** A JSON file given to a flag (--json-schema, --tools); errors name the flag and the file. */
-function readJsonFile(flag: string, file: string): unknown {
-  let text: string;
+/** A file a flag names, as UTF-8 text; one that cannot be read is BAD_REQUEST naming the flag and the file. */
+function readTextFile(flag: string, file: string): string {
   try {
-    text = readFileSync(file, 'utf8');
+    return readFileSync(file, 'utf8');
   } catch (err) {
     throw badArgs(`${flag}: cannot read ${file}: ${(err as Error).message}`);
   }
+}
+
+function readJsonFile(flag: string, file: string): unknown {
+  const text = readTextFile(flag, file);
   try {
     return JSON.parse(text);
   } catch (err) {

@@ -152,6 +152,12 @@ export const GenerateRequest = z
     promptCache: z.boolean().optional(),
     threadId: z.string().max(200).optional(),
     priority: z.number().int().min(-100).max(100).optional(),
+    /**
+     * The reply the client expects, mostly (OpenAI's Predicted Outputs: a file being edited): lookup decoding
+     * drafts from it first, so the parts of the reply that match it take fewer decode steps. The reply is the
+     * model's either way. One reply only (not with rows, prompts or promptIdRows).
+     */
+    prediction: z.string().max(1_000_000).optional(),
     /** Ends the request with TIMEOUT this many ms after acceptance (queue time included). */
     timeoutMs: z
       .number()
@@ -163,7 +169,11 @@ export const GenerateRequest = z
   .refine(
     (r) => [r.prompt, r.promptIds, r.messages, r.prompts, r.promptIdRows].filter((x) => x !== undefined).length === 1,
     { message: 'give exactly one of prompt, promptIds, messages, prompts, promptIdRows' },
-  );
+  )
+  .refine((r) => r.prediction === undefined || ((r.rows ?? 1) === 1 && !r.prompts && !r.promptIdRows), {
+    message: 'a prediction goes with one reply: leave out rows (n), prompts and promptIdRows, or the prediction',
+    path: ['prediction'],
+  });
 export type GenerateRequest = z.infer<typeof GenerateRequest>;
 
 /** Why a reply ended. `context`: the context window was full; `tool_calls`: it ended by itself with calls. */

@@ -462,7 +462,7 @@ describe('CLI on the generated default model', () => {
     expect((r.json.error as Record<string, unknown>).message).toMatch(/--prefill-chunk expects a whole number ≥ 1/);
   });
 
-  it('--lookup: drafts reach the JSON and the summary line, 0 turns them off with the same tokens, 17 exits 2', () => {
+  it('--lookup and --prediction-file: drafts reach the JSON and the summary line, 0 turns them off with the same tokens, 17 exits 2', () => {
     // The default model's greedy reply to this prompt repeats a few pairs of its own tokens: lookup drafts there.
     const args = ['generate', defaultModelDir, '--prompt', '1 2 3 4 5 6 7 8 9 10 11 12', '--greedy'];
     const on = kvdesk(...args, '--max-new-tokens', '96', '--json');
@@ -476,6 +476,17 @@ describe('CLI on the generated default model', () => {
     expect(off.json.tokenIds).toEqual(on.json.tokenIds);
     const text = kvdesk(...args, '--max-new-tokens', '96');
     expect(text.stderr).toMatch(/lookup took \d+ of \d+ drafted tokens/);
+    // A predicted reply (the reply itself): the same tokens, most of them drafted from it.
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-prediction-'));
+    const file = path.join(dir, 'expected.txt');
+    writeFileSync(file, on.json.text as string);
+    const predicted = kvdesk(...args, '--max-new-tokens', '96', '--prediction-file', file, '--json');
+    expect(predicted.json.tokenIds).toEqual(on.json.tokenIds);
+    expect((predicted.json.lookup as { accepted: number }).accepted).toBeGreaterThan(lookup.accepted + 40);
+    const missing = kvdesk(...args, '--prediction-file', path.join(dir, 'none.txt'), '--json');
+    expect(missing.code).toBe(2);
+    expect((missing.json.error as Record<string, unknown>).message).toMatch(/--prediction-file: cannot read/);
+    rmSync(dir, { recursive: true, force: true });
     const bad = kvdesk(...args, '--lookup', '17', '--json');
     expect(bad.code).toBe(2);
     expect((bad.json.error as Record<string, unknown>).message).toMatch(

@@ -15,7 +15,7 @@ import {
   LoadedDecoder,
   type SessionKv,
 } from '../../src/main/engine/decoder';
-import { type Drafter, LOOKUP_DRAFT_TOKENS, lookupDraft } from '../../src/main/engine/lookup';
+import { type Drafter, LOOKUP_DRAFT_TOKENS, lookupDraft, predictionDraft } from '../../src/main/engine/lookup';
 import type { SamplingParams, StepLogprob } from '../../src/main/engine/protocol';
 import { loadModelSpec } from '../../src/main/packages';
 import type { ModelSpec } from '../../src/shared/model-spec';
@@ -205,6 +205,20 @@ describe('lookup decoding in the engine', () => {
     expect(b.ids).toEqual(a.ids);
   });
 
+  it("drafts from the client's predicted reply with kvdesk's own drafter: same reply, a fraction of the runs", async () => {
+    const plain = await off(() => generate(decoder, prompt, 40));
+    expect(decoder.lookup?.drafter).toBe(lookupDraft);
+    // The reply predicted with an edit: its tokens 10–14 replaced by others; the reply leaves the prediction
+    // there and comes back to it.
+    const edited = [...plain.ids.slice(0, 10), 1, 2, 3, 4, 5, ...plain.ids.slice(15)];
+    for (const predicted of [plain.ids, edited]) {
+      const fast = await generate(decoder, prompt, 40, GREEDY, { prediction: predicted });
+      expect(fast.ids).toEqual(plain.ids);
+      expect(fast.runs).toBeLessThan(plain.runs / 2);
+      expect(fast.outcome.lookup?.accepted).toBeGreaterThan(25);
+    }
+  });
+
   it('drafts only for a stream running alone: two streams together take plain steps', async () => {
     const other = [7, 7, 3, 19, 4];
     const [a, b] = await off(() => Promise.all([generate(decoder, prompt, 16), generate(decoder, other, 16)]));
@@ -242,6 +256,33 @@ describe('lookup decoding in the engine', () => {
       await whole.dispose();
       await none.dispose();
     }
+  });
+});
+
+describe('predictionDraft', () => {
+  // Prompt [9, 9], then the reply so far.
+  const predicted = [1, 2, 3, 4, 5, 6, 7, 8];
+  it('continues the prediction while the reply is its beginning, from the reply on', () => {
+    expect(predictionDraft([9, 9, 1], 3, 2, predicted)).toEqual([2, 3, 4]);
+    expect(predictionDraft([9, 9], 2, 2, predicted)).toEqual([1, 2]);
+    expect(predictionDraft([9, 9, 1, 2, 3, 4, 5, 6, 7, 8], 3, 2, predicted)).toEqual([]);
+  });
+
+  it('after the reply left it, looks the last tokens up in it, nearest the reply position', () => {
+    // The reply wrote 1 2 0 then 4 5: the tail [4, 5] is found in the prediction, and 6 7 follows.
+    expect(predictionDraft([9, 9, 1, 2, 0, 4, 5], 2, 2, predicted)).toEqual([6, 7]);
+    // Two occurrences of [1, 2]: the one nearest the reply's length (8) wins.
+    const twice = [1, 2, 3, 0, 0, 0, 0, 0, 1, 2, 5];
+    expect(predictionDraft([9, 9, 7, 7, 7, 7, 7, 7, 1, 2], 1, 2, twice)).toEqual([5]);
+    expect(predictionDraft([9, 9, 7, 1, 2], 1, 2, twice)).toEqual([3]);
+    expect(predictionDraft([9, 9, 0, 7, 7], 2, 2, predicted)).toEqual([]);
+  });
+
+  it('comes first in lookupDraft, which falls back to the stream itself', () => {
+    const history = [4, 5, 6, 4, 5];
+    expect(lookupDraft(history, 2, { replyFrom: 3, prediction: [4, 5, 8, 9] })).toEqual([8, 9]);
+    expect(lookupDraft(history, 2, { replyFrom: 3, prediction: [7, 7] })).toEqual([6, 4]);
+    expect(lookupDraft(history, 2, { replyFrom: 3 })).toEqual([6, 4]);
   });
 });
 

@@ -1329,6 +1329,9 @@ class Generation {
           ...(grammar ? { calls: { key: this.model.loadKey, grammar } } : {}),
           ...(budget ? { budget } : {}),
           ...(this.req.sessionId ? { sessionId: this.req.sessionId } : {}),
+          ...(this.req.prediction !== undefined && this.rows.length === 1
+            ? { prediction: this.model.tokenizer.encode(this.req.prediction, { addSpecialTokens: false }) }
+            : {}),
         },
         {
           onStarted: (_prefill, reused) => {

@@ -219,6 +219,29 @@ function logprobsCount(kind: OpenAiKind, body: Body): number | undefined {
   return number(body, 'logprobs', { min: 0, max: 20, int: true });
 }
 
+/**
+ * OpenAI's Predicted Outputs: `prediction: {type: "content", content}`, content a string or text parts. The
+ * text the reply is expected to repeat (lookup decoding drafts from it).
+ */
+function prediction(body: Record<string, unknown>): string | undefined {
+  if (!present(body, 'prediction')) return undefined;
+  const p = body.prediction as { type?: unknown; content?: unknown } | null;
+  const wrong = () =>
+    bad(
+      '"prediction" must be {"type": "content", "content": "…"} (a string, or an array of {"type": "text", "text": "…"} parts).',
+      'prediction',
+    );
+  if (typeof p !== 'object' || p === null || Array.isArray(p) || p.type !== 'content') throw wrong();
+  const c = p.content;
+  if (typeof c === 'string') return c;
+  if (!Array.isArray(c)) throw wrong();
+  const parts = c as Array<{ type?: unknown; text?: unknown }>;
+  if (!parts.every((x) => typeof x === 'object' && x !== null && x.type === 'text' && typeof x.text === 'string')) {
+    throw wrong();
+  }
+  return parts.map((x) => x.text as string).join('');
+}
+
 /** OpenAI's logit_bias: token ids (as keys) to a bias in -100…100. */
 function logitBias(body: Body): Record<string, number> | undefined {
   if (!present(body, 'logit_bias')) return undefined;
@@ -451,6 +474,11 @@ export function mapOpenAiRequest(kind: OpenAiKind, input: unknown): MappedReques
     // Qwen's API's name for a thinking budget (the reasoning is closed for the model after that many tokens).
     const budget = number(body, 'thinking_budget', { min: 0, int: true });
     if (budget !== undefined) request.thinkingBudget = budget;
+    const predicted = prediction(body);
+    if (predicted !== undefined) {
+      if (n > 1) throw bad('"prediction" goes with one choice: leave out "n" or the prediction.', 'prediction');
+      request.prediction = predicted;
+    }
   } else {
     const p = body.prompt;
     let texts: string[] | null = null;
@@ -591,6 +619,9 @@ export function kvdeskExtras(result: GenerationResult): Record<string, unknown> 
     ...(result.contextDrop
       ? { context_drop: { dropped_messages: result.contextDrop.messages, n_ctx: result.contextDrop.contextLength } }
       : {}),
+    ...(result.lookup
+      ? { lookup: { drafted_tokens: result.lookup.drafted, accepted_tokens: result.lookup.accepted } }
+      : {}),
     timings: {
       queue_ms: result.timings.queueMs,
       ttft_ms: result.timings.ttftMs,
@@ -607,8 +638,15 @@ export interface Usage {
   total_tokens: number;
   /** `cached_tokens`: prompt tokens whose KV came from the prompt cache instead of being computed. */
   prompt_tokens_details: { cached_tokens: number };
-  /** A thinking model's reasoning tokens (counted in completion_tokens). */
-  completion_tokens_details?: { reasoning_tokens: number };
+  /**
+   * A thinking model's reasoning tokens (counted in completion_tokens); with lookup decoding (a `prediction`, or
+   * text the reply repeats), the drafted tokens the model took and those it did not, as OpenAI counts a prediction's.
+   */
+  completion_tokens_details?: {
+    reasoning_tokens?: number;
+    accepted_prediction_tokens?: number;
+    rejected_prediction_tokens?: number;
+  };
 }
 
 /** Usage of a finished request: prompt tokens once per prompt (not per copy), every row's new tokens. */
@@ -619,10 +657,18 @@ export function usageOf(result: GenerationResult, promptTokens: number): Usage {
     completion_tokens: completion,
     total_tokens: promptTokens + completion,
     prompt_tokens_details: { cached_tokens: result.reusedTokens },
-    ...(result.reasoningTokens !== undefined
+    ...(result.reasoningTokens !== undefined || result.lookup
       ? {
           completion_tokens_details: {
-            reasoning_tokens: result.rows.reduce((s, r) => s + (r.reasoningTokens ?? 0), 0),
+            ...(result.reasoningTokens !== undefined
+              ? { reasoning_tokens: result.rows.reduce((s, r) => s + (r.reasoningTokens ?? 0), 0) }
+              : {}),
+            ...(result.lookup
+              ? {
+                  accepted_prediction_tokens: result.lookup.accepted,
+                  rejected_prediction_tokens: result.lookup.drafted - result.lookup.accepted,
+                }
+              : {}),
           },
         }
       : {}),

@@ -250,6 +250,41 @@ describe('chat completions', () => {
     expect(a.choices[0]?.message.content).toBe(b.choices[0]?.message.content);
   });
 
+  it('takes a predicted reply (Predicted Outputs): the same reply, its drafts counted in usage; a bad one is a 400', async () => {
+    const ask = (extra: Record<string, unknown>) =>
+      client.chat.completions.create({
+        model: 'default',
+        messages: [{ role: 'user', content: 'Write out the list again' }],
+        max_tokens: 48,
+        temperature: 0,
+        ...extra,
+      } as unknown as OpenAI.ChatCompletionCreateParamsNonStreaming);
+    const plain = await ask({});
+    const text = plain.choices[0]?.message.content ?? '';
+    expect(text.length).toBeGreaterThan(0);
+    const predicted = await ask({ prediction: { type: 'content', content: text } });
+    expect(predicted.choices[0]?.message.content).toBe(text);
+    const details = predicted.usage?.completion_tokens_details as
+      | { accepted_prediction_tokens: number; rejected_prediction_tokens: number }
+      | undefined;
+    expect(details?.accepted_prediction_tokens).toBeGreaterThan(10);
+    expect(details?.rejected_prediction_tokens).toBeGreaterThanOrEqual(0);
+    const extras = (predicted as unknown as { kvdesk: { lookup: { drafted_tokens: number; accepted_tokens: number } } })
+      .kvdesk;
+    expect(extras.lookup.accepted_tokens).toBe(details?.accepted_prediction_tokens);
+    // Text parts are the same prediction.
+    const parts = await ask({ prediction: { type: 'content', content: [{ type: 'text', text }] } });
+    expect(parts.choices[0]?.message.content).toBe(text);
+    for (const bad of [{ type: 'text', content: text }, { type: 'content', content: 7 }, 'text']) {
+      const err = await apiError(ask({ prediction: bad }));
+      expect(err.status).toBe(400);
+      expect(err.param).toBe('prediction');
+    }
+    const many = await apiError(ask({ prediction: { type: 'content', content: text }, n: 2 }));
+    expect(many.status).toBe(400);
+    expect(many.message).toMatch(/"prediction" goes with one choice/);
+  });
+
   it('says when the KV budget capped the reply: finish_reason length and kvdesk.budget_cap, in every API', async () => {
     // Find the prompt length, then give a budget that holds it plus exactly 10 new tokens.
     const probe = await client.chat.completions.create({ model: 'default', messages: LONG_CHAT, max_tokens: 1 });
