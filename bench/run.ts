@@ -49,7 +49,9 @@ async function measureShape(opts: BenchOptions, shape: BenchShape, failures: str
     }
     if (opts.skip.has('lookup')) report.notes.push('lookup decoding: skipped by --skip lookup');
     else {
-      log(`${shape}: lookup decoding (${opts.reps} rounds × ${opts.decodeTokens} tokens: off, real, right, wrong)`);
+      log(
+        `${shape}: lookup decoding (${opts.reps} rounds × ${opts.decodeTokens} tokens: off, real, predicted, right, wrong)`,
+      );
       report.lookup = await runLookup(opts, model.dir, prompts);
       if (report.lookup.mismatch) failures.push(`${shape}: ${report.lookup.mismatch}`);
       report.notes.push(...report.lookup.nearTies);

@@ -89,13 +89,14 @@ export function summaryJson(
 /** Rows of the lookup decoding figures. */
 function lookupRows(l: LookupResult | null): string[] {
   if (!l) return [];
-  const row = (mode: 'real' | 'right' | 'wrong', what: string) => {
+  const row = (mode: 'real' | 'predicted' | 'right' | 'wrong', what: string) => {
     const n = l.counts[mode];
     return `| … ${what} | ${fmt(median(l.tps[mode]))} tok/s, ${median(l.vsOff[mode]).toFixed(2)}× (${l.vsOff[mode].map((v) => v.toFixed(2)).join(' / ')}); took ${n?.accepted ?? 0} of ${n?.drafted ?? 0} drafted | | |`;
   };
   return [
     `| lookup decoding, one stream, ${l.tokens} tokens, drafts of ≤ ${l.maxDraft} (engine's decoder in the bench process): off | ${fmt(median(l.tps.off))} tok/s | | |`,
     row('real', "on (kvdesk's default), the bench prompt: random weights repeat little of it"),
+    row('predicted', "on, given the reply as the client's prediction (Predicted Outputs)"),
     row('right', 'every draft right (a reply that repeats text it has seen)'),
     row('wrong', 'every draft wrong (each miss rests lookup 2, 4 … 32 tokens)'),
   ];

@@ -1,6 +1,7 @@
 /**
  * Lookup decoding (src/main/engine/lookup.ts): decode tok/s of one stream with
- * lookup off, with the real drafter on the bench's prompt, with a drafter that
+ * lookup off, with the real drafter on the bench's prompt, with the real
+ * drafter given the reply as the client's prediction, with a drafter that
  * is always right (the reply known in advance: the most a reply that repeats
  * text it has seen can gain) and one that is always wrong (what a miss costs,
  * with the engine's rest after each miss). The bench's models have random
@@ -21,7 +22,7 @@ import { type BenchOptions, log, rotate } from '../lib/context';
 import type { PromptSource } from '../lib/prompts';
 import { median } from '../lib/stats';
 
-export type LookupMode = 'off' | 'real' | 'right' | 'wrong';
+export type LookupMode = 'off' | 'real' | 'predicted' | 'right' | 'wrong';
 
 export interface LookupResult {
   tokens: number;
@@ -53,7 +54,13 @@ interface Sample {
   logprobs: StepLogprob[];
 }
 
-async function sample(decoder: LoadedDecoder, prompt: number[], maxNew: number, logprobs?: number): Promise<Sample> {
+async function sample(
+  decoder: LoadedDecoder,
+  prompt: number[],
+  maxNew: number,
+  logprobs?: number,
+  prediction?: number[],
+): Promise<Sample> {
   const ids: number[] = [];
   const lps: StepLogprob[] = [];
   let first = 0;
@@ -72,7 +79,14 @@ async function sample(decoder: LoadedDecoder, prompt: number[], maxNew: number, 
     countRun: () => {},
   };
   const outcome = await decoder.generate(
-    { rows: [prompt], maxNewTokens: maxNew, sampling: GREEDY, eosTokenIds: [], ...(logprobs ? { logprobs } : {}) },
+    {
+      rows: [prompt],
+      maxNewTokens: maxNew,
+      sampling: GREEDY,
+      eosTokenIds: [],
+      ...(logprobs ? { logprobs } : {}),
+      ...(prediction ? { prediction } : {}),
+    },
     hooks,
   );
   const tps = last > first ? ((ids.length - 1) * 1000) / (last - first) : 0;
@@ -103,9 +117,9 @@ export async function runLookup(opts: BenchOptions, dir: string, prompts: Prompt
   }
   const tokens = opts.decodeTokens;
   const prompt = prompts.prompt(32);
-  const tps: LookupResult['tps'] = { off: [], real: [], right: [], wrong: [] };
-  const vsOff: LookupResult['vsOff'] = { real: [], right: [], wrong: [] };
-  const counts: LookupResult['counts'] = { real: null, right: null, wrong: null };
+  const tps: LookupResult['tps'] = { off: [], real: [], predicted: [], right: [], wrong: [] };
+  const vsOff: LookupResult['vsOff'] = { real: [], predicted: [], right: [], wrong: [] };
+  const counts: LookupResult['counts'] = { real: null, predicted: null, right: null, wrong: null };
   let mismatch: string | null = null;
   const nearTies: string[] = [];
   try {
@@ -114,17 +128,22 @@ export async function runLookup(opts: BenchOptions, dir: string, prompts: Prompt
     const text = [...prompt, ...reference.ids];
     const drafters: Record<Exclude<LookupMode, 'off'>, Drafter> = {
       real: lookupDraft,
+      predicted: lookupDraft,
       right: (history, max) => text.slice(history.length, history.length + max),
       wrong: (history, max) =>
         Array.from({ length: max }, (_, i) => ((text[history.length + i] ?? 0) + 1) % spec.vocabSize),
     };
-    const modes: LookupMode[] = ['off', 'real', 'right', 'wrong'];
+    const modes: LookupMode[] = ['off', 'real', 'predicted', 'right', 'wrong'];
     for (let r = 0; r < opts.reps; r++) {
       const round: Partial<Record<LookupMode, number>> = {};
       for (const mode of rotate(modes, r)) {
         lookup.maxDraft = mode === 'off' ? 0 : LOOKUP_DRAFT_TOKENS;
         lookup.drafter = mode === 'off' ? lookupDraft : drafters[mode];
-        const s = await opts.guard.sample(`lookup ${mode}, round ${r + 1}`, () => sample(decoder, prompt, tokens));
+        // Predicted: kvdesk's drafter given the reply as the client's prediction (Predicted Outputs).
+        const predicted = mode === 'predicted' ? reference.ids : undefined;
+        const s = await opts.guard.sample(`lookup ${mode}, round ${r + 1}`, () =>
+          sample(decoder, prompt, tokens, undefined, predicted),
+        );
         const diff = compare(reference, s.ids);
         if (diff) {
           const where = `lookup decoding (${mode}, round ${r + 1}) went another way at token ${diff.at < 0 ? s.ids.length : diff.at}`;
@@ -139,7 +158,7 @@ export async function runLookup(opts: BenchOptions, dir: string, prompts: Prompt
         tps[mode].push(s.tps);
         if (mode !== 'off') counts[mode] = s.lookup ?? { drafted: 0, accepted: 0 };
       }
-      for (const mode of ['real', 'right', 'wrong'] as const) {
+      for (const mode of ['real', 'predicted', 'right', 'wrong'] as const) {
         vsOff[mode].push((round[mode] as number) / (round.off as number));
       }
       log(`  lookup round ${r + 1}/${opts.reps}: ${modes.map((m) => `${m} ${round[m]?.toFixed(1)}`).join(', ')} tok/s`);
@@ -148,7 +167,7 @@ export async function runLookup(opts: BenchOptions, dir: string, prompts: Prompt
     await decoder.dispose();
   }
   log(
-    `  lookup: right ×${median(vsOff.right).toFixed(2)}, wrong ×${median(vsOff.wrong).toFixed(2)}, real ×${median(vsOff.real).toFixed(2)} (took ${counts.real?.accepted ?? 0} of ${counts.real?.drafted ?? 0})`,
+    `  lookup: right ×${median(vsOff.right).toFixed(2)}, predicted ×${median(vsOff.predicted).toFixed(2)}, wrong ×${median(vsOff.wrong).toFixed(2)}, real ×${median(vsOff.real).toFixed(2)} (took ${counts.real?.accepted ?? 0} of ${counts.real?.drafted ?? 0})`,
   );
   for (const t of nearTies) log(`  ${t}`);
   return { tokens, maxDraft: LOOKUP_DRAFT_TOKENS, tps, vsOff, counts, mismatch, nearTies };
