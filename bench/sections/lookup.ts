@@ -121,7 +121,8 @@ export async function runLookup(opts: BenchOptions, dir: string, prompts: Prompt
   const vsOff: LookupResult['vsOff'] = { real: [], predicted: [], right: [], wrong: [] };
   const counts: LookupResult['counts'] = { real: null, predicted: null, right: null, wrong: null };
   let mismatch: string | null = null;
-  const nearTies: string[] = [];
+  /** Near ties by what happened (mode, token, gap), with the rounds it happened in. */
+  const ties = new Map<string, number[]>();
   try {
     lookup.maxDraft = 0;
     const reference = await sample(decoder, prompt, tokens, 2);
@@ -146,13 +147,14 @@ export async function runLookup(opts: BenchOptions, dir: string, prompts: Prompt
         );
         const diff = compare(reference, s.ids);
         if (diff) {
-          const where = `lookup decoding (${mode}, round ${r + 1}) went another way at token ${diff.at < 0 ? s.ids.length : diff.at}`;
-          if (diff.tie)
-            nearTies.push(
-              `${where}: a near tie of lookup-off's two likeliest tokens (${diff.gap.toExponential(1)} apart)`,
-            );
-          else
-            mismatch ??= `${where}, where lookup-off's two likeliest tokens were ${diff.gap.toExponential(1)} apart: not rounding`;
+          const at = diff.at < 0 ? s.ids.length : diff.at;
+          const gap = diff.gap.toExponential(1);
+          if (diff.tie) {
+            const key = `lookup decoding (${mode}) went another way at token ${at}: a near tie of lookup-off's two likeliest tokens (${gap} apart)`;
+            ties.set(key, [...(ties.get(key) ?? []), r + 1]);
+          } else {
+            mismatch ??= `lookup decoding (${mode}, round ${r + 1}) went another way at token ${at}, where lookup-off's two likeliest tokens were ${gap} apart: not rounding`;
+          }
         }
         round[mode] = s.tps;
         tps[mode].push(s.tps);
@@ -168,6 +170,9 @@ export async function runLookup(opts: BenchOptions, dir: string, prompts: Prompt
   }
   log(
     `  lookup: right ×${median(vsOff.right).toFixed(2)}, predicted ×${median(vsOff.predicted).toFixed(2)}, wrong ×${median(vsOff.wrong).toFixed(2)}, real ×${median(vsOff.real).toFixed(2)} (took ${counts.real?.accepted ?? 0} of ${counts.real?.drafted ?? 0})`,
+  );
+  const nearTies = [...ties].map(
+    ([what, rounds]) => `${what}, round${rounds.length > 1 ? 's' : ''} ${rounds.join(', ')}`,
   );
   for (const t of nearTies) log(`  ${t}`);
   return { tokens, maxDraft: LOOKUP_DRAFT_TOKENS, tps, vsOff, counts, mismatch, nearTies };
