@@ -307,11 +307,12 @@ export class ContinuousBatcher {
     }
   }
 
-  private logitsOf(out: ort.InferenceSession.OnnxValueMapType): LogitsRows {
+  /** The run's logits rows: each row's last position, or every position (a draft check). */
+  private logitsOf(out: ort.InferenceSession.OnnxValueMapType, every = false): LogitsRows {
     const name = this.spec.ports.logits.name;
     const t = out[name];
     if (!t) throw new KvdeskError('ENGINE_FAILED', `the graph produced no ${name} output`);
-    return logitsRows(t as ort.Tensor);
+    return logitsRows(t as ort.Tensor, every);
   }
 
   private presents(out: ort.InferenceSession.OnnxValueMapType): Map<string, ort.Tensor> {
@@ -592,8 +593,7 @@ export class ContinuousBatcher {
     for (const t of this.kvTensors) delete feeds[t.past];
     let past = this.presents(out);
     this.checkBytes(past, 1, L + n);
-    const name = ports.logits.name;
-    const logits = logitsRows(out[name] as ort.Tensor, true);
+    const logits = this.logitsOf(out, true);
     if (logits.seq !== n) {
       throw new KvdeskError('ENGINE_FAILED', `a draft check of ${n} positions got logits for ${logits.seq}`);
     }
