@@ -288,6 +288,8 @@ export interface BudgetSnapshot extends DeviceBudgetSnapshot {
   devices: DeviceBudgetSnapshot[];
   /** The counters of devices that went with their last model (so /metrics' totals never go down). */
   retiredCounters?: SchedulerCounters;
+  /** Lookup decoding since the host started: tokens drafted and checked, and those the model took. */
+  lookup?: { drafted: number; accepted: number };
 }
 
 /** Why a session's KV was dropped. */

@@ -399,6 +399,16 @@ export class RunnerService {
   /** What the schedulers of dropped devices had counted. */
   private retiredCounters: SchedulerCounters | undefined;
 
+  /** Lookup decoding's drafted and accepted tokens, every request since the host started (/metrics). */
+  private readonly lookupTotals = { drafted: 0, accepted: 0 };
+
+  /** Adds a finished generation's lookup figures to the totals. */
+  countLookup(lookup: { drafted: number; accepted: number } | undefined): void {
+    if (!lookup) return;
+    this.lookupTotals.drafted += lookup.drafted;
+    this.lookupTotals.accepted += lookup.accepted;
+  }
+
   private computeBudget(device: { key: string; nvidia?: NvidiaMemoryResult }) {
     let weights = 0;
     for (const m of this.models.values()) if (m.device === device.key) weights += m.spec.weightsBytes;
@@ -732,6 +742,7 @@ export class RunnerService {
       ...(devices[0] as DeviceBudgetSnapshot),
       devices,
       ...(this.retiredCounters ? { retiredCounters: this.retiredCounters } : {}),
+      lookup: { ...this.lookupTotals },
     };
   }
 
@@ -1500,6 +1511,8 @@ class Generation {
   /** The engine's end of the generation: why it ended, and why each row did (an end token, a closed JSON object…). */
   private onDone(done: Extract<EngineEvent, { type: 'done' }>): void {
     const { finishReason: engineReason, rowFinishReasons, sessionTokens, kvBytes } = done;
+    // The engine did the work whether or not the request still wants its end.
+    this.host.countLookup(done.lookup);
     if (this.ended) return;
     const sessionId = this.req.sessionId;
     // Flush text held back by the decoders and stop matchers.

@@ -121,6 +121,20 @@ export function prometheusText(s: SchedulerSnapshot | BudgetSnapshot): string {
     'Generated tokens, counting a multi-row request by its longest row (as the scheduler does).',
   );
   sample('kvdesk_generation_tokens_total', c.generationTokens);
+  // vLLM's speculative-decoding counters: here lookup decoding's drafts (and a prediction's).
+  const lookup = 'lookup' in s && s.lookup ? s.lookup : { drafted: 0, accepted: 0 };
+  metric(
+    'kvdesk_spec_decode_num_draft_tokens_total',
+    'counter',
+    'Tokens lookup decoding drafted and checked (from earlier text or a predicted reply).',
+  );
+  sample('kvdesk_spec_decode_num_draft_tokens_total', lookup.drafted);
+  metric(
+    'kvdesk_spec_decode_num_accepted_tokens_total',
+    'counter',
+    'Drafted tokens the model took: each one a decode step saved.',
+  );
+  sample('kvdesk_spec_decode_num_accepted_tokens_total', lookup.accepted);
 
   if (devices.length > 0) {
     const perDevice: Array<[string, string, (d: (typeof devices)[number]) => number]> = [

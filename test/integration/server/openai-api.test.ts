@@ -272,6 +272,13 @@ describe('chat completions', () => {
     const extras = (predicted as unknown as { kvdesk: { lookup: { drafted_tokens: number; accepted_tokens: number } } })
       .kvdesk;
     expect(extras.lookup.accepted_tokens).toBe(details?.accepted_prediction_tokens);
+    // /metrics counts them, as vLLM's speculative-decoding counters.
+    const metrics = await (await fetch(`${t.url}/metrics`)).text();
+    const counter = (name: string) => Number(new RegExp(`^${name} (\\d+)$`, 'm').exec(metrics)?.[1]);
+    expect(counter('kvdesk_spec_decode_num_accepted_tokens_total')).toBeGreaterThanOrEqual(
+      extras.lookup.accepted_tokens,
+    );
+    expect(counter('kvdesk_spec_decode_num_draft_tokens_total')).toBeGreaterThanOrEqual(extras.lookup.drafted_tokens);
     // Text parts are the same prediction.
     const parts = await ask({ prediction: { type: 'content', content: [{ type: 'text', text }] } });
     expect(parts.choices[0]?.message.content).toBe(text);
