@@ -14,11 +14,12 @@
  * other (a check scores several positions in one wider product, whose sums
  * round differently, as a batch's do): such a near tie is reported, not failed.
  */
-import { type GenerationHooks, LoadedDecoder } from '../../src/main/engine/decoder';
+import { LoadedDecoder } from '../../src/main/engine/decoder';
 import { type Drafter, LOOKUP_DRAFT_TOKENS, lookupDraft } from '../../src/main/engine/lookup';
-import type { LookupCount, StepLogprob } from '../../src/main/engine/protocol';
+import type { LookupCount } from '../../src/main/engine/protocol';
 import { loadModelSpec } from '../../src/main/packages';
 import { type BenchOptions, log, rotate } from '../lib/context';
+import { type DecoderSample, decoderSample } from '../lib/decoder-sample';
 import type { PromptSource } from '../lib/prompts';
 import { median } from '../lib/stats';
 
@@ -45,59 +46,11 @@ export interface LookupResult {
  */
 const NEAR_TIE = 1e-3;
 
-const GREEDY = { greedy: true, temperature: 0, topK: 0, topP: 1, minP: 0, repetitionPenalty: 1, seed: 1 };
-
-interface Sample {
-  ids: number[];
-  tps: number;
-  lookup: LookupCount | null;
-  logprobs: StepLogprob[];
-}
-
-async function sample(
-  decoder: LoadedDecoder,
-  prompt: number[],
-  maxNew: number,
-  logprobs?: number,
-  prediction?: number[],
-): Promise<Sample> {
-  const ids: number[] = [];
-  const lps: StepLogprob[] = [];
-  let first = 0;
-  let last = 0;
-  const hooks: GenerationHooks = {
-    onStart: () => {},
-    onStep: (step, _kv, stepLogprobs) => {
-      const now = performance.now();
-      if (ids.length === 0) first = now;
-      last = now;
-      if ((step[0] as number) >= 0) ids.push(step[0] as number);
-      const lp = stepLogprobs?.[0];
-      if (lp) lps.push(lp);
-    },
-    stopRequested: () => null,
-    countRun: () => {},
-  };
-  const outcome = await decoder.generate(
-    {
-      rows: [prompt],
-      maxNewTokens: maxNew,
-      sampling: GREEDY,
-      eosTokenIds: [],
-      ...(logprobs ? { logprobs } : {}),
-      ...(prediction ? { prediction } : {}),
-    },
-    hooks,
-  );
-  const tps = last > first ? ((ids.length - 1) * 1000) / (last - first) : 0;
-  return { ids, tps, lookup: outcome.lookup ?? null, logprobs: lps };
-}
-
 /**
  * Null when `got` is the reference reply; otherwise where it differs, and whether lookup-off's two likeliest
  * tokens there were a near tie that `got` took the other way.
  */
-function compare(reference: Sample, got: number[]): { at: number; tie: boolean; gap: number } | null {
+function compare(reference: DecoderSample, got: number[]): { at: number; tie: boolean; gap: number } | null {
   const ref = reference.ids;
   const at = ref.findIndex((id, i) => got[i] !== id);
   if (at < 0 && got.length === ref.length) return null;
@@ -125,7 +78,7 @@ export async function runLookup(opts: BenchOptions, dir: string, prompts: Prompt
   const ties = new Map<string, number[]>();
   try {
     lookup.maxDraft = 0;
-    const reference = await sample(decoder, prompt, tokens, 2);
+    const reference = await decoderSample(decoder, prompt, tokens, { logprobs: 2 });
     const text = [...prompt, ...reference.ids];
     const drafters: Record<Exclude<LookupMode, 'off'>, Drafter> = {
       real: lookupDraft,
@@ -143,7 +96,7 @@ export async function runLookup(opts: BenchOptions, dir: string, prompts: Prompt
         // Predicted: kvdesk's drafter given the reply as the client's prediction (Predicted Outputs).
         const predicted = mode === 'predicted' ? reference.ids : undefined;
         const s = await opts.guard.sample(`lookup ${mode}, round ${r + 1}`, () =>
-          sample(decoder, prompt, tokens, undefined, predicted),
+          decoderSample(decoder, prompt, tokens, predicted ? { prediction: predicted } : {}),
         );
         const diff = compare(reference, s.ids);
         if (diff) {
@@ -156,8 +109,8 @@ export async function runLookup(opts: BenchOptions, dir: string, prompts: Prompt
             mismatch ??= `lookup decoding (${mode}, round ${r + 1}) went another way at token ${at}, where lookup-off's two likeliest tokens were ${gap} apart: not rounding`;
           }
         }
-        round[mode] = s.tps;
-        tps[mode].push(s.tps);
+        round[mode] = s.decodeTokensPerSecond;
+        tps[mode].push(s.decodeTokensPerSecond);
         if (mode !== 'off') counts[mode] = s.lookup ?? { drafted: 0, accepted: 0 };
       }
       for (const mode of ['real', 'predicted', 'right', 'wrong'] as const) {
