@@ -44,6 +44,11 @@ export function prometheusText(s: SchedulerSnapshot | BudgetSnapshot): string {
       : '';
     out.push(`${name}${l} ${value(v)}`);
   };
+  /** A metric of one unlabelled sample. */
+  const one = (name: string, type: 'gauge' | 'counter', help: string, v: number) => {
+    metric(name, type, help);
+    sample(name, v);
+  };
   const histogram = (name: string, help: string, h: HistogramView) => {
     metric(name, 'histogram', help);
     h.bounds.forEach((bound, i) => {
@@ -59,36 +64,36 @@ export function prometheusText(s: SchedulerSnapshot | BudgetSnapshot): string {
   const retired = 'retiredCounters' in s && s.retiredCounters ? [s.retiredCounters] : [];
   const c = totalCounters([...every.map((d) => d.counters), ...retired]);
 
-  metric('kvdesk_num_requests_running', 'gauge', 'Requests admitted and running in the engine.');
-  sample(
+  one(
     'kvdesk_num_requests_running',
+    'gauge',
+    'Requests admitted and running in the engine.',
     every.reduce((n, d) => n + d.running.length, 0),
   );
-  metric('kvdesk_num_requests_waiting', 'gauge', 'Requests accepted and waiting in the admission queue.');
-  sample(
+  one(
     'kvdesk_num_requests_waiting',
+    'gauge',
+    'Requests accepted and waiting in the admission queue.',
     every.reduce((n, d) => n + d.queue.length, 0),
   );
-  metric('kvdesk_kv_budget_bytes', 'gauge', 'KV-cache byte budget B the scheduler admits against.');
-  sample('kvdesk_kv_budget_bytes', s.limitBytes);
-  metric('kvdesk_kv_reserved_bytes', 'gauge', 'Bytes reserved by running requests.');
-  sample('kvdesk_kv_reserved_bytes', s.reservedBytes);
-  metric('kvdesk_kv_used_bytes', 'gauge', 'KV bytes running requests actually hold (never above their reservation).');
-  sample('kvdesk_kv_used_bytes', s.usedBytes);
-  metric('kvdesk_kv_held_bytes', 'gauge', 'Bytes retained by idle chat sessions.');
-  sample('kvdesk_kv_held_bytes', s.heldBytes);
-  metric('kvdesk_kv_free_bytes', 'gauge', 'Budget not reserved or held.');
-  sample('kvdesk_kv_free_bytes', s.freeBytes);
-  metric(
+  one('kvdesk_kv_budget_bytes', 'gauge', 'KV-cache byte budget B the scheduler admits against.', s.limitBytes);
+  one('kvdesk_kv_reserved_bytes', 'gauge', 'Bytes reserved by running requests.', s.reservedBytes);
+  one(
+    'kvdesk_kv_used_bytes',
+    'gauge',
+    'KV bytes running requests actually hold (never above their reservation).',
+    s.usedBytes,
+  );
+  one('kvdesk_kv_held_bytes', 'gauge', 'Bytes retained by idle chat sessions.', s.heldBytes);
+  one('kvdesk_kv_free_bytes', 'gauge', 'Budget not reserved or held.', s.freeBytes);
+  one(
     'kvdesk_kv_usage_ratio',
     'gauge',
     'Share of the budget committed: (reserved + held) / budget; 0 with a zero budget.',
+    s.limitBytes > 0 ? (s.reservedBytes + s.heldBytes) / s.limitBytes : 0,
   );
-  sample('kvdesk_kv_usage_ratio', s.limitBytes > 0 ? (s.reservedBytes + s.heldBytes) / s.limitBytes : 0);
-  metric('kvdesk_max_running', 'gauge', 'Requests that may run at once.');
-  sample('kvdesk_max_running', s.maxRunning);
-  metric('kvdesk_max_queue', 'gauge', 'Requests that may wait in the queue.');
-  sample('kvdesk_max_queue', s.maxQueue);
+  one('kvdesk_max_running', 'gauge', 'Requests that may run at once.', s.maxRunning);
+  one('kvdesk_max_queue', 'gauge', 'Requests that may wait in the queue.', s.maxQueue);
 
   metric('kvdesk_rejections_total', 'counter', 'Requests refused, by kvdesk error code.');
   const codes = new Set([...ALWAYS_EXPORTED, ...Object.keys(c.rejections)]);
@@ -105,36 +110,39 @@ export function prometheusText(s: SchedulerSnapshot | BudgetSnapshot): string {
   sample('kvdesk_requests_total', c.finished, { event: 'finished' });
   sample('kvdesk_requests_total', c.cancelled, { event: 'cancelled' });
   sample('kvdesk_requests_total', c.failed, { event: 'failed' });
-  metric(
+  one(
     'kvdesk_budget_capped_total',
     'counter',
     'Requests admitted with fewer new tokens than asked because of the KV budget.',
+    c.budgetCapped,
   );
-  sample('kvdesk_budget_capped_total', c.budgetCapped);
-  metric('kvdesk_context_clipped_total', 'counter', 'Requests whose max new tokens the context window clipped.');
-  sample('kvdesk_context_clipped_total', c.contextClipped);
-  metric('kvdesk_session_evictions_total', 'counter', 'Idle sessions whose retained KV was dropped.');
-  sample('kvdesk_session_evictions_total', c.evictions);
-  metric(
+  one(
+    'kvdesk_context_clipped_total',
+    'counter',
+    'Requests whose max new tokens the context window clipped.',
+    c.contextClipped,
+  );
+  one('kvdesk_session_evictions_total', 'counter', 'Idle sessions whose retained KV was dropped.', c.evictions);
+  one(
     'kvdesk_generation_tokens_total',
     'counter',
     'Generated tokens, counting a multi-row request by its longest row (as the scheduler does).',
+    c.generationTokens,
   );
-  sample('kvdesk_generation_tokens_total', c.generationTokens);
   // vLLM's speculative-decoding counters: here lookup decoding's drafts (and a prediction's).
   const lookup = 'lookup' in s && s.lookup ? s.lookup : { drafted: 0, accepted: 0 };
-  metric(
+  one(
     'kvdesk_spec_decode_num_draft_tokens_total',
     'counter',
     'Tokens lookup decoding drafted and checked (from earlier text or a predicted reply).',
+    lookup.drafted,
   );
-  sample('kvdesk_spec_decode_num_draft_tokens_total', lookup.drafted);
-  metric(
+  one(
     'kvdesk_spec_decode_num_accepted_tokens_total',
     'counter',
     'Drafted tokens the model took: each one a decode step saved.',
+    lookup.accepted,
   );
-  sample('kvdesk_spec_decode_num_accepted_tokens_total', lookup.accepted);
 
   if (devices.length > 0) {
     const perDevice: Array<[string, string, (d: (typeof devices)[number]) => number]> = [
