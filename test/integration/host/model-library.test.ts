@@ -37,8 +37,8 @@ async function tmp(prefix = 'kvdesk-library-'): Promise<string> {
 }
 
 /** A copy of the default package in `dest`: its id is the folder's name. */
-async function copyPackage(dest: string): Promise<string> {
-  await cp(defaultModelDir, dest, { recursive: true });
+async function copyPackage(dest: string, from = defaultModelDir): Promise<string> {
+  await cp(from, dest, { recursive: true });
   return dest;
 }
 
@@ -168,12 +168,15 @@ describe('remembered loads', () => {
   });
 });
 
+/** A copy (its own folder, removed after the tests) of the package with two graph variants, fp32 and q4. */
+async function variantsCopy(): Promise<string> {
+  return copyPackage(path.join(await tmp(), 'variants'), graphVariantsModel());
+}
+
 describe('how a package was loaded', () => {
   it('the pick is kept: a load without one, a restart and a load on first use load it the same way', async () => {
     const dataDir = await tmp();
-    const pkgs = await tmp();
-    const dir = path.join(pkgs, 'variants');
-    await cp(graphVariantsModel(), dir, { recursive: true });
+    const dir = await variantsCopy();
     const graphOf = (api: HostApi) => api.runner.listModels().find((m) => m.id === 'variants')?.spec.graphVariant;
 
     const first = await makeApi(dataDir);
@@ -210,9 +213,7 @@ describe('how a package was loaded', () => {
 
   it('a pick names what it changes (the rest is kept); the card reads the kept one; no load again under a reply', async () => {
     const dataDir = await tmp();
-    const pkgs = await tmp();
-    const dir = path.join(pkgs, 'variants');
-    await cp(graphVariantsModel(), dir, { recursive: true });
+    const dir = await variantsCopy();
     const api = await makeApi(dataDir);
     expect((await api.call('loadModel', { path: dir, variant: 'q4' })).ok).toBe(true);
     // The header's backend pick names the backend only: the graph stays q4.
@@ -242,9 +243,7 @@ describe('how a package was loaded', () => {
 
   it('a library check of a package whose kept pick it cannot read keeps the package valid', async () => {
     const dataDir = await tmp();
-    const pkgs = await tmp();
-    const dir = path.join(pkgs, 'variants');
-    await cp(graphVariantsModel(), dir, { recursive: true });
+    const dir = await variantsCopy();
     const first = await makeApi(dataDir);
     expect((await first.call('loadModel', { path: dir, variant: 'q4' })).ok).toBe(true);
     await first.libraryChecked;
@@ -262,9 +261,7 @@ describe('how a package was loaded', () => {
 
   it('a kept pick the package no longer has: loaded as kvdesk picks, said in the log, and the pick dropped', async () => {
     const dataDir = await tmp();
-    const pkgs = await tmp();
-    const dir = path.join(pkgs, 'variants');
-    await cp(graphVariantsModel(), dir, { recursive: true });
+    const dir = await variantsCopy();
     const log: string[] = [];
     const api = await makeApi(dataDir, { log });
     expect((await api.call('loadModel', { path: dir, variant: 'q4' })).ok).toBe(true);
