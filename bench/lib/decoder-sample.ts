@@ -5,6 +5,7 @@
  */
 import type { LoadedDecoder } from '../../src/main/engine/decoder';
 import type { LookupCount, SamplingParams, StepLogprob } from '../../src/main/engine/protocol';
+import { generationTimes } from './stats';
 import type { GenerationSample } from './worker-protocol';
 
 /** Greedy sampling as the engine takes it. */
@@ -75,14 +76,9 @@ export async function decoderSample(
       countRun: () => {},
     },
   );
-  const n = ids.length;
-  const first = stamps[0] ?? started;
-  const last = stamps[n - 1] ?? started;
   return {
     ids,
-    ttftMs: first - started,
-    decodeTokensPerSecond: n > 1 ? ((n - 1) * 1000) / (last - first) : 0,
-    totalMs: last - started,
+    ...generationTimes(ids.length, started, stamps[0] ?? started, stamps.at(-1) ?? started),
     ...(every > 0 ? { memory } : {}),
     lookup: outcome.lookup ?? null,
     logprobs,

@@ -56,3 +56,20 @@ export function round(value: number | null | undefined, digits = 3): number | nu
 export function fmt(value: number | null | undefined, digits = 1): string {
   return value === null || value === undefined || !Number.isFinite(value) ? '—' : value.toFixed(digits);
 }
+
+/**
+ * A greedy generation's timings, every contender's the same way: TTFT from the call to the first token, decode
+ * tok/s = (tokens − 1) / (last token − first token), total to the last token.
+ */
+export function generationTimes(
+  tokens: number,
+  started: number,
+  first: number,
+  last: number,
+): { ttftMs: number; decodeTokensPerSecond: number; totalMs: number } {
+  return {
+    ttftMs: first - started,
+    decodeTokensPerSecond: tokens > 1 ? ((tokens - 1) * 1000) / (last - first) : 0,
+    totalMs: last - started,
+  };
+}

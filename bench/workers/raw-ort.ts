@@ -7,6 +7,7 @@
  */
 import { type InferenceSession, ort, type Tensor } from '../lib/ort';
 import { takeRunTotals } from '../lib/run-timer';
+import { generationTimes } from '../lib/stats';
 import { rss, runWorker, send } from '../lib/worker-main';
 import type { GenerationSample, WorkerCommand } from '../lib/worker-protocol';
 
@@ -136,12 +137,9 @@ async function generate(
     if (notifyEvery > 0 && ids.length % notifyEvery === 0)
       send({ type: 'engine', event: { ids: ids.slice(-notifyEvery) } });
   }
-  const n = ids.length;
   return {
     ids,
-    ttftMs: firstAt - started,
-    decodeTokensPerSecond: n > 1 ? ((n - 1) * 1000) / (lastAt - firstAt) : 0,
-    totalMs: lastAt - started,
+    ...generationTimes(ids.length, started, firstAt, lastAt),
     ...(memoryEvery > 0 ? { memory } : {}),
   };
 }

@@ -7,6 +7,7 @@
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { generationTimes } from '../lib/stats';
 import { runWorker, send } from '../lib/worker-main';
 import type { GenerationSample, WorkerCommand } from '../lib/worker-protocol';
 
@@ -101,15 +102,7 @@ async function generate(promptIds: number[], maxNew: number, eos: number[]): Pro
     eos_token_id: eos,
     streamer,
   });
-  const n = ids.length;
-  const first = stamps[0] ?? started;
-  const last = stamps[n - 1] ?? started;
-  return {
-    ids,
-    ttftMs: first - started,
-    decodeTokensPerSecond: n > 1 ? ((n - 1) * 1000) / (last - first) : 0,
-    totalMs: last - started,
-  };
+  return { ids, ...generationTimes(ids.length, started, stamps[0] ?? started, stamps.at(-1) ?? started) };
 }
 
 async function handle(cmd: WorkerCommand): Promise<void> {
