@@ -69,6 +69,26 @@ describe('JSON mode', () => {
     expect(frames.flatMap((f) => (f.type === 'tokens' ? f.rows.map((row) => row.text) : [])).join('')).toBe(r.text);
   });
 
+  it('stop strings do not cut a JSON reply: it is the reply without them, and ends when its object closes', async () => {
+    // '"' and ':' occur in every object with a key; without JSON mode the same stop strings do cut a reply.
+    for (let seed = 1; seed <= 3; seed++) {
+      const r = await ask(seed, { stop: ['"', ':'] }).result;
+      const free = await ask(seed).result;
+      expect(r.text, `seed ${seed}`).toBe(free.text);
+      expect(r.finishReason, `seed ${seed}`).toBe(free.finishReason);
+      expect(r.text, `seed ${seed}`).toMatch(/[":]/);
+      expect(r.rows[0]?.stopSequence, `seed ${seed}`).toBeUndefined();
+      expectJsonReply(r, `seed ${seed} with stop strings`);
+    }
+    const plain = await host.generate({
+      messages: [{ role: 'user', content: 'Reply.' }],
+      maxNewTokens: 120,
+      sampling: { temperature: 1, seed: 1 },
+      stop: ['e', 'a', ' '],
+    }).result;
+    expect(plain.finishReason).toBe('stop');
+  });
+
   it('rows of one batched request each keep to JSON and end on their own', async () => {
     const r: GenerationResult = await ask(11, { rows: 4 }).result;
     expect(r.rows).toHaveLength(4);

@@ -1162,8 +1162,8 @@ class Generation {
     this.rowReasoning = rows.map(() => '');
     this.rowReasoningTokens = rows.map(() => 0);
     this.rowOpening = rows.map(() => 0);
-    // A forced call is the whole reply: a stop string inside its arguments would only break it.
-    this.matchers = rows.map(() => createStopMatcher(tools?.forced ? [] : (req.stop ?? [])));
+    // A forced call or a JSON reply ends when its object closes: a stop string inside it would only break it.
+    this.matchers = rows.map(() => createStopMatcher(tools?.forced || jsonMode(req) ? [] : (req.stop ?? [])));
     this.toolFilters = reads
       ? rows.map(() =>
           createToolCallFilter(reads.format, reads.names, {
