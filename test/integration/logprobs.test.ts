@@ -185,6 +185,44 @@ describe('through the host', () => {
     expect(streamed).toEqual(lps);
   });
 
+  it('with a stop string, are those of the text returned: none for text at or after the stop, in the stream too', async () => {
+    const base = { prompt: 'Once upon a time', maxNewTokens: 24, logprobs: 1 } as const;
+    const sampling = { greedy: true, logitBias: noEnd() };
+    const full = await host.generate({ ...base, sampling }).result;
+    const lps = full.rows[0]?.logprobs as GeneratedTokenLogprob[];
+    /** The shortest stop string that starts at `cut` and occurs nowhere before it, at least `min` long. */
+    const stopAt = (cut: number, min: number) => {
+      for (let len = min; cut + len <= full.text.length; len++) {
+        const stop = full.text.slice(cut, cut + len);
+        if (full.text.indexOf(stop) === cut) return stop;
+      }
+      return undefined;
+    };
+    const cases: Array<{ cut: number; stop: string }> = [];
+    // Inside a token: that token wrote text before the stop, so it stays.
+    const inside = lps.find(
+      (t, i) => i >= 3 && t.token.length >= 3 && !t.token.includes('\ufffd') && stopAt(t.textOffset + 1, 1),
+    );
+    if (inside) cases.push({ cut: inside.textOffset + 1, stop: stopAt(inside.textOffset + 1, 1) as string });
+    // At a token's start, spanning three tokens: the matcher held their text back, and their log-probabilities.
+    const at = lps.findIndex((t, i) => i >= 3 && i + 3 < lps.length && t.textOffset > (inside?.textOffset ?? 0));
+    const spanEnd = (lps[at + 2]?.textOffset ?? 0) + 1;
+    const cutAt = lps[at]?.textOffset as number;
+    const spanning = stopAt(cutAt, spanEnd - cutAt);
+    if (spanning) cases.push({ cut: cutAt, stop: spanning });
+    expect(cases, 'the reply offers a stop inside a token and one across tokens').toHaveLength(2);
+    for (const { cut, stop } of cases) {
+      const frames: StreamFrame[] = [];
+      const r = await host.generate({ ...base, sampling, stop: [stop] }, (f) => frames.push(f)).result;
+      expect(r.finishReason).toBe('stop');
+      expect(r.text).toBe(full.text.slice(0, cut));
+      const got = r.rows[0]?.logprobs as GeneratedTokenLogprob[];
+      expect(got, `stop ${JSON.stringify(stop)}`).toEqual(lps.filter((t) => t.textOffset < cut));
+      const streamed = frames.flatMap((f) => (f.type === 'tokens' ? (f.rows[0]?.logprobs ?? []) : []));
+      expect(streamed, `stop ${JSON.stringify(stop)}, streamed`).toEqual(got);
+    }
+  });
+
   it('applies each penalty to what was generated: every greedy pick is the best raw log-probability less its penalty', async () => {
     const base = { prompt: 'The cat sat on the', maxNewTokens: 24, logprobs: 20 } as const;
     const plain = await host.generate({ ...base, sampling: { greedy: true, logitBias: noEnd() } }).result;

@@ -1103,6 +1103,14 @@ class Generation {
   private readonly rowLogprobs: GeneratedTokenLogprob[][] | undefined;
   /** Length of each row's text as decoded so far, before stop strings cut it. */
   private readonly rowDecoded: number[];
+  /**
+   * With `logprobs`: tokens whose text the stop matcher (or the decoder) still holds back. They go out with
+   * the text they wrote; those at or after a stop string never do, as that text does not.
+   */
+  private readonly rowHeldLogprobs: GeneratedTokenLogprob[][];
+  /** Characters of each row's answer fed to its stop matcher, and those it let through. */
+  private readonly rowAnswerFed: number[];
+  private readonly rowAnswerEmitted: number[];
   private readonly decoders;
   private readonly matchers;
   /** A thinking model's replies: each row's splitter of reasoning from answer, its reasoning and its tokens. */
@@ -1146,6 +1154,9 @@ class Generation {
     this.rowStopSequence = rows.map(() => undefined);
     this.rowLogprobs = req.logprobs !== undefined ? rows.map(() => []) : undefined;
     this.rowDecoded = rows.map(() => 0);
+    this.rowHeldLogprobs = rows.map(() => []);
+    this.rowAnswerFed = rows.map(() => 0);
+    this.rowAnswerEmitted = rows.map(() => 0);
     const reads = tools?.reads ? tools : undefined;
     // A tool-call marker that is a special token (Mistral's [TOOL_CALLS]) stays in the text the filter reads, and
     // reasoning markers in the text the splitter reads.
@@ -1408,12 +1419,9 @@ class Generation {
         const piece = this.decoders[r]?.push(id) ?? '';
         this.rowDecoded[r] = textOffset + piece.length;
         const lp = logprobs?.[r]?.[i];
-        if (freshLogprobs && lp) {
-          const named = this.named(lp, textOffset);
-          freshLogprobs.push(named);
-          this.rowLogprobs?.[r]?.push(named);
-        }
+        if (freshLogprobs && lp) this.rowHeldLogprobs[r]?.push(this.named(lp, textOffset));
         this.pass(r, piece, out, calls, deltas);
+        if (freshLogprobs) this.releaseLogprobs(r, freshLogprobs);
       }
       const text = out.text;
       this.rowText[r] += text;
@@ -1432,6 +1440,23 @@ class Generation {
     this.sched.progress(this.id, { generatedTokens: maxRowTokens, usedBytes });
     this.emit({ type: 'tokens', requestId: this.id, rows: frameRows });
     if (this.rowStopped.every((s) => s !== null)) this.host.engine.cancel(this.id, 'stop');
+  }
+
+  /**
+   * Moves row r's held log-probabilities whose text has gone out (they begin before the end of the text let
+   * through) to `into` and the row's list. Once the row stopped, the rest began at or after the stop string:
+   * they are dropped, so the tokens reported are those of the text returned.
+   */
+  private releaseLogprobs(r: number, into: GeneratedTokenLogprob[], all = false): void {
+    const held = this.rowHeldLogprobs[r] as GeneratedTokenLogprob[];
+    const through =
+      (this.rowDecoded[r] as number) - ((this.rowAnswerFed[r] as number) - (this.rowAnswerEmitted[r] as number));
+    let n = 0;
+    while (n < held.length && (all || (held[n] as GeneratedTokenLogprob).textOffset < through)) n++;
+    const out = held.splice(0, n);
+    into.push(...out);
+    this.rowLogprobs?.[r]?.push(...out);
+    if (this.rowStopped[r]) held.length = 0;
   }
 
   /** Row r matched a stop string (the first to end it counts). */
@@ -1465,11 +1490,17 @@ class Generation {
       if (!end) this.countReasoning(r, before, splitter.state);
     }
     const m = this.matchers[r]?.push(answer);
+    (this.rowAnswerFed[r] as number) += answer.length;
     if (m) {
+      (this.rowAnswerEmitted[r] as number) += m.emit.length;
       out.text += this.readCalls(r, m.emit, calls, deltas);
       if (m.stopped) this.stopRow(r, m.stop);
     }
-    if (end && !this.rowStopped[r]) out.text += this.readCalls(r, this.matchers[r]?.flush() ?? '', calls, deltas);
+    if (end && !this.rowStopped[r]) {
+      const rest = this.matchers[r]?.flush() ?? '';
+      (this.rowAnswerEmitted[r] as number) += rest.length;
+      out.text += this.readCalls(r, rest, calls, deltas);
+    }
   }
 
   /**
@@ -1520,6 +1551,7 @@ class Generation {
       ids: number[];
       text: string;
       reasoning?: string;
+      logprobs?: GeneratedTokenLogprob[];
       toolCalls?: ToolCall[];
       toolCallDeltas?: ToolCallDelta[];
     }> = [];
@@ -1530,6 +1562,9 @@ class Generation {
       const deltas: ToolCallDelta[] = [];
       // Reasoning cut off (by max tokens) stays reasoning.
       if (!this.rowStopped[r]) this.pass(r, this.decoders[r]?.flush() ?? '', out, calls, deltas, true);
+      // Tokens whose text was held back go out with it now (those of a reply that stopped were dropped).
+      const lastLogprobs: GeneratedTokenLogprob[] = [];
+      if (this.rowLogprobs) this.releaseLogprobs(r, lastLogprobs, true);
       let text = out.text;
       // A call left incomplete is the reply's text.
       const filter = this.toolFilters?.[r];
@@ -1540,11 +1575,12 @@ class Generation {
         ids: [],
         text,
         ...(out.reasoning.length > 0 ? { reasoning: out.reasoning } : {}),
+        ...(lastLogprobs.length > 0 ? { logprobs: lastLogprobs } : {}),
         ...(calls.length > 0 ? { toolCalls: calls } : {}),
         ...(deltas.length > 0 ? { toolCallDeltas: deltas } : {}),
       });
     }
-    if (tail.some((t) => t.text.length > 0 || t.reasoning || t.toolCalls || t.toolCallDeltas))
+    if (tail.some((t) => t.text.length > 0 || t.reasoning || t.logprobs || t.toolCalls || t.toolCallDeltas))
       this.emit({ type: 'tokens', requestId: this.id, rows: tail });
 
     const cancelled = engineReason === 'cancelled' || (this.cancelReason !== null && engineReason !== 'eos');
