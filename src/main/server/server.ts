@@ -274,7 +274,17 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     if (p.startsWith('/v1/models/')) {
       // OpenAI's "retrieve model": one model by id (ids may hold slashes, as Hugging Face names do).
       only('GET');
-      const id = decodeURIComponent(p.slice('/v1/models/'.length));
+      let id: string;
+      try {
+        id = decodeURIComponent(p.slice('/v1/models/'.length));
+      } catch {
+        throw httpError(
+          400,
+          `the model id in ${p} is not valid percent-encoding: encode it with encodeURIComponent (a "/" may stay as it is).`,
+          'invalid_request',
+          'model',
+        );
+      }
       const models = await listedModels();
       const model = models.find((m) => m.id === id);
       if (!model) {

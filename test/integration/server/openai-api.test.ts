@@ -72,6 +72,17 @@ describe('GET /v1/models/{id}', () => {
     expect(err.code).toBe('model_not_found');
     expect(err.message).toMatch(/model "gpt-4o" is neither loaded nor in the library \(known: default\)/);
   });
+
+  it('answers an id that is not valid percent-encoding with a 400 naming the model, and goes on', async () => {
+    for (const bad of ['%E0%A4%A', '%']) {
+      const res = await fetch(`${t.url}/v1/models/${bad}`);
+      expect(res.status, bad).toBe(400);
+      const body = (await res.json()) as { error: { param: string; message: string } };
+      expect(body.error.param).toBe('model');
+      expect(body.error.message).toMatch(/not valid percent-encoding/);
+    }
+    expect((await client.models.retrieve('default')).id).toBe('default');
+  });
 });
 
 describe('chat completions', () => {
