@@ -33,6 +33,7 @@ serve options:
   --data-dir DIR           threads, settings and uploaded models (default $KVDESK_DATA_DIR or ~/.kvdesk)
   --static-dir DIR         the built UI (default out/renderer)
   --max-upload SIZE        largest package upload from the browser (default 2GiB; bigger ones get 413)
+  --max-body SIZE          largest JSON request body of the API (default 32MiB; bigger ones get 413)
   --threads N              onnxruntime intra-op threads (default: every core)
   --prefill-chunk N        prompt tokens one prefill run computes at most (default 256: a long prompt runs in
                            chunks, running replies take a step between them; lower it to use less memory)
@@ -86,6 +87,16 @@ function signalled(io: Io): Promise<void> {
 }
 
 /** Runs `kvdesk serve`; resolves with the exit code once the server has shut down. */
+/** A byte-size flag's value (undefined when absent); a bad one is refused naming the flag. */
+function byteSizeFlag(name: string, value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  try {
+    return parseByteSize(value);
+  } catch (err) {
+    throw new KvdeskError('BAD_REQUEST', `--${name}: ${(err as Error).message}`, { flag: name });
+  }
+}
+
 export async function serve(args: string[], io: Io, control: ServeControl = {}): Promise<number> {
   const options = {
     port: { type: 'string' },
@@ -99,6 +110,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     'data-dir': { type: 'string' },
     'static-dir': { type: 'string' },
     'max-upload': { type: 'string' },
+    'max-body': { type: 'string' },
     'trust-installed': { type: 'boolean' },
     threads: { type: 'string' },
     'prefill-chunk': { type: 'string' },
@@ -142,7 +154,8 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     const dataDir = dataDirOf(values['data-dir']);
     const token = values.token ?? (process.env.KVDESK_TOKEN || undefined);
     const host = values.host ?? '127.0.0.1';
-    const maxUpload = values['max-upload'] !== undefined ? parseByteSize(values['max-upload']) : undefined;
+    const maxUpload = byteSizeFlag('max-upload', values['max-upload']);
+    const maxBody = byteSizeFlag('max-body', values['max-body']);
     assertBindable(host, token);
     const ttlText = values['first-use-ttl'];
     const firstUseTtlMs = ttlText === undefined ? undefined : ttlText === 'never' ? null : parseDuration(ttlText);
@@ -186,6 +199,11 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
       ...(token !== undefined ? { token } : {}),
       ...(values['static-dir'] !== undefined ? { staticDir: path.resolve(values['static-dir']) } : {}),
       ...(maxUpload !== undefined ? { maxUploadBytes: maxUpload } : {}),
+      ...(maxBody !== undefined ? { maxJsonBytes: maxBody } : {}),
+      raiseLimits: {
+        json: 'start kvdesk serve with a larger --max-body (e.g. --max-body 64MiB)',
+        upload: 'start kvdesk serve with a larger --max-upload',
+      },
     });
     io.out(`kvdesk serving ${server.url}\n`);
     if (token !== undefined) io.out(`kvdesk: open ${server.url}/?token=${encodeURIComponent(token)} in a browser\n`);

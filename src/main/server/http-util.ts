@@ -217,10 +217,10 @@ export function sendHttpError(res: ServerResponse, err: HttpError): void {
  * Reads a request body into memory, refusing (413) anything over `limit` bytes
  * before reading it when Content-Length says so, and while reading otherwise.
  */
-export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+export function readBody(req: IncomingMessage, limit: number, raise?: string): Promise<Buffer> {
   const declared = Number(req.headers['content-length']);
   if (Number.isFinite(declared) && declared > limit) {
-    return Promise.reject(tooLarge(declared, limit));
+    return Promise.reject(tooLarge(declared, limit, raise));
   }
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
@@ -232,7 +232,7 @@ export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
       if (size > limit) {
         done = true;
         chunks.length = 0;
-        reject(tooLarge(size, limit));
+        reject(tooLarge(size, limit, raise));
         return;
       }
       chunks.push(chunk);
@@ -250,10 +250,11 @@ export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
   });
 }
 
-function tooLarge(size: number, limit: number): HttpError {
+/** `raise`: how the person running the server raises the limit (kvdesk serve's flag), where they can. */
+function tooLarge(size: number, limit: number, raise: string | undefined): HttpError {
   const err = httpError(
     413,
-    `The request body has ${size} bytes or more; this endpoint accepts at most ${limit} bytes. Send less, or raise the limit when starting the server.`,
+    `The request body has ${size} bytes or more; this endpoint accepts at most ${limit} bytes. Send less${raise ? `, or ${raise}` : ''}.`,
     'payload_too_large',
   );
   err.body.error.limit_bytes = limit;

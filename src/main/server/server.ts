@@ -61,6 +61,8 @@ export interface ServerOptions {
   maxUploadBytes?: number;
   /** Largest JSON body of the API routes; default 32 MiB. */
   maxJsonBytes?: number;
+  /** How the person running the server raises each limit, for the 413's message (`kvdesk serve` names its flags). */
+  raiseLimits?: { json: string; upload: string };
 }
 
 /** A running server. */
@@ -154,7 +156,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   }
 
   async function jsonBody(req: IncomingMessage): Promise<unknown> {
-    return parseJson(await readBody(req, maxJsonBytes));
+    return parseJson(await readBody(req, maxJsonBytes, opts.raiseLimits?.json));
   }
 
   async function route(req: IncomingMessage, res: ServerResponse, url: URL, setCookie: string | null): Promise<void> {
@@ -321,7 +323,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     const limit = boundary ? maxUploadBytes : Math.min(maxUploadBytes, MAX_JSON_UPLOAD_BYTES);
     let decoded: DecodedUpload;
     try {
-      const body = await readBody(req, limit);
+      const body = await readBody(req, limit, boundary ? opts.raiseLimits?.upload : undefined);
       decoded = boundary ? uploadFromMultipart(parseMultipart(body, boundary)) : uploadFromJson(parseJson(body));
     } catch (err) {
       if (!(err instanceof HttpError)) throw err;

@@ -42,6 +42,8 @@ describe('kvdesk serve --port 0 (a real process)', () => {
         '64KiB',
         '--max-queue',
         '4',
+        '--max-body',
+        '64KiB',
         '--threads',
         '1',
         '--data-dir',
@@ -121,6 +123,20 @@ describe('kvdesk serve --port 0 (a real process)', () => {
     expect(snap).toMatchObject({ limitBytes: 64 * 1024, maxQueue: 4 });
   });
 
+  it('applies --max-body: a larger JSON body is a 413 that names the flag, and the server goes on', async () => {
+    const body = JSON.stringify({ model: 'default', messages: [{ role: 'user', content: 'x'.repeat(70_000) }] });
+    const res = await fetch(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body,
+    });
+    expect(res.status).toBe(413);
+    const err = ((await res.json()) as { error: { message: string; limit_bytes: number } }).error;
+    expect(err.limit_bytes).toBe(64 * 1024);
+    expect(err.message).toMatch(/at most 65536 bytes\. Send less, or start kvdesk serve with a larger --max-body/);
+    expect((await fetch(`${url}/health`)).status).toBe(200);
+  });
+
   it('stops on SIGTERM, leaving no process behind', async () => {
     const pid = child.pid as number;
     process.kill(-pid, 'SIGTERM');
@@ -162,6 +178,8 @@ describe('serve (in-process)', () => {
     expect(err).toMatch(/byte size/);
     expect(await serve(['--device-memory', '8GiB'], io)).toBe(2);
     expect(err).toMatch(/--device-memory 8GiB: give DEVICE=SIZE/);
+    expect(await serve(['--max-body', 'lots'], io)).toBe(2);
+    expect(err).toMatch(/--max-body: Cannot read "lots" as a byte size/);
     expect(await serve(['--prefill-chunk', '0'], io)).toBe(2);
     expect(err).toMatch(/--prefill-chunk expects a whole number ≥ 1, got "0"/);
     expect(await serve(['--first-use-ttl', 'soon'], io)).toBe(2);
