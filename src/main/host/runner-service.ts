@@ -269,7 +269,7 @@ function checkLogitBias(req: GenerateRequest, vocabSize: number): void {
       throw new KvdeskError(
         'BAD_REQUEST',
         `sampling.logitBias (logit_bias): token id ${key} is outside the model's vocabulary of ${vocabSize} ids (0–${vocabSize - 1}).`,
-        { id: key, modelVocabSize: vocabSize },
+        { id: key, modelVocabSize: vocabSize, field: 'sampling.logitBias' },
       );
     }
   }
@@ -830,7 +830,9 @@ export class RunnerService {
       }
     }
     if (rows.some((r) => r.length === 0)) {
-      throw new KvdeskError('BAD_REQUEST', 'the prompt is empty after tokenization: give at least one token');
+      throw new KvdeskError('BAD_REQUEST', 'the prompt is empty after tokenization: give at least one token', {
+        field: req.messages ? 'messages' : req.prompts ? 'prompts' : req.promptIdRows ? 'promptIdRows' : 'prompt',
+      });
     }
     const copies = req.rows ?? 1;
     if (copies > 1) {

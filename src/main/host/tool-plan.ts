@@ -75,7 +75,7 @@ function checkHistory(messages: readonly ChatMessage[] | undefined): void {
   const unanswered = (at: string) => {
     const [id, where] = pending.entries().next().value as [string, string];
     return bad(
-      `${where} (id ${JSON.stringify(id)}) has no tool result before ${at}: send a tool message with toolCallId (tool_call_id) ${JSON.stringify(id)} right after the assistant turn that made the call.`,
+      `${where} (id ${JSON.stringify(id)}) has no tool result before ${at}: send its result (for call id ${JSON.stringify(id)}) right after the assistant turn that made the call.`,
       where,
     );
   };
@@ -84,7 +84,7 @@ function checkHistory(messages: readonly ChatMessage[] | undefined): void {
       if (m.toolCallId !== undefined) {
         if (!pending.has(m.toolCallId)) {
           throw bad(
-            `messages[${i}].toolCallId ${JSON.stringify(m.toolCallId)} answers no call of the assistant turn before it.`,
+            `messages[${i}] is the result of call id ${JSON.stringify(m.toolCallId)}, but the assistant turn before it made no call with that id.`,
             `messages[${i}].toolCallId`,
           );
         }

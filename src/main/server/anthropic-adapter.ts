@@ -16,7 +16,7 @@ import type {
   ToolChoice,
   ToolDefinition,
 } from '../../shared/contract';
-import { type HttpError, inFrameOrder } from './http-util';
+import { type HttpError, inFrameOrder, type MessageOrigin } from './http-util';
 import {
   addReasoning,
   type Body,
@@ -34,6 +34,8 @@ export interface MappedMessagesRequest {
   model: string;
   stream: boolean;
   request: GenerateRequest;
+  /** Where each of the request's messages came from (`system`, `messages[i]`, a block), for refusals that name one. */
+  origins: MessageOrigin[];
   /** The request enabled thinking: a thinking model's reasoning comes back as thinking blocks (else not at all). */
   showThinking: boolean;
 }
@@ -65,14 +67,16 @@ function textOf(content: unknown, where: string): string {
  * One message's blocks as chat turns: an assistant's text and `tool_use` blocks are one turn with calls; a
  * user's `tool_result` blocks are tool turns (before any text of the same message, which is a user turn).
  */
-function turnsOf(role: 'user' | 'assistant', content: unknown, i: number): ChatMessage[] {
+function turnsOf(role: 'user' | 'assistant', content: unknown, i: number): Turn[] {
   const where = `messages[${i}].content`;
-  if (typeof content === 'string') return [{ role, content }];
+  const path = `messages[${i}]`;
+  if (typeof content === 'string') return [{ msg: { role, content }, origin: { path } }];
   if (!Array.isArray(content)) throw bad(`${where} must be a string or a list of content blocks.`, where);
   let text = '';
   let reasoning: string | undefined;
   const calls: ToolCall[] = [];
-  const results: ChatMessage[] = [];
+  const callPaths: string[] = [];
+  const results: Turn[] = [];
   for (const [j, raw] of content.entries()) {
     const block = raw as Record<string, unknown> | null;
     const at = `${where}[${j}]`;
@@ -91,13 +95,17 @@ function turnsOf(role: 'user' | 'assistant', content: unknown, i: number): ChatM
         throw bad(`${at}.input must be an object.`, `${at}.input`);
       }
       calls.push({ id: block.id, name: block.name, arguments: JSON.stringify(input) });
+      callPaths.push(at);
     } else if (type === 'tool_result' && role === 'user') {
       if (typeof block?.tool_use_id !== 'string') throw bad(`${at}: a tool_result block needs "tool_use_id".`, at);
       const body = block.content === undefined ? '' : textOf(block.content, `${at}.content`);
       results.push({
-        role: 'tool',
-        content: block.is_error === true ? `Error: ${body}` : body,
-        toolCallId: block.tool_use_id,
+        msg: {
+          role: 'tool',
+          content: block.is_error === true ? `Error: ${body}` : body,
+          toolCallId: block.tool_use_id,
+        },
+        origin: { path: at, toolCallId: `${at}.tool_use_id` },
       });
     } else {
       throw bad(
@@ -110,18 +118,32 @@ function turnsOf(role: 'user' | 'assistant', content: unknown, i: number): ChatM
     const turn: ChatMessage = { role, content: text };
     if (reasoning !== undefined) turn.reasoning = reasoning;
     if (calls.length > 0) turn.toolCalls = calls;
-    return [turn];
+    return [{ msg: turn, origin: { path, ...(callPaths.length > 0 ? { calls: callPaths } : {}) } }];
   }
-  return text.length > 0 || results.length === 0 ? [...results, { role, content: text }] : results;
+  return text.length > 0 || results.length === 0
+    ? [...results, { msg: { role, content: text }, origin: { path } }]
+    : results;
 }
 
-function messagesOf(body: Body): ChatMessage[] {
+/** A chat turn and where in the body it came from. */
+interface Turn {
+  msg: ChatMessage;
+  origin: MessageOrigin;
+}
+
+/** The body's messages as chat turns, and where each came from. */
+function messagesOf(body: Body): { messages: ChatMessage[]; origins: MessageOrigin[] } {
   const raw = body.messages;
   if (!Array.isArray(raw) || raw.length === 0) throw bad('"messages" must be a non-empty list.', 'messages');
-  const turns = raw.flatMap((m, i) => {
+  const turns = raw.flatMap((m, i): Turn[] => {
     const msg = m as { role?: unknown; content?: unknown } | null;
     if (msg?.role === 'system')
-      return [{ role: 'system' as const, content: textOf(msg.content, `messages[${i}].content`) }];
+      return [
+        {
+          msg: { role: 'system', content: textOf(msg.content, `messages[${i}].content`) },
+          origin: { path: `messages[${i}]` },
+        },
+      ];
     if (msg?.role !== 'user' && msg?.role !== 'assistant') {
       throw bad(
         `messages[${i}].role must be user, assistant or system, got ${JSON.stringify(msg?.role)}.`,
@@ -133,15 +155,21 @@ function messagesOf(body: Body): ChatMessage[] {
   // Consecutive user (or assistant) turns are one turn, as Anthropic combines them: templates often require
   // the roles to alternate.
   const merged: ChatMessage[] = [];
-  for (const t of turns) {
+  const origins: MessageOrigin[] = [];
+  for (const { msg: t, origin } of turns) {
     const prev = merged[merged.length - 1];
     if (prev && prev.role === t.role && (t.role === 'user' || t.role === 'assistant')) {
       prev.content = [prev.content, t.content].filter((s) => s.length > 0).join('\n\n');
       if (t.toolCalls) prev.toolCalls = [...(prev.toolCalls ?? []), ...t.toolCalls];
       if (t.reasoning) addReasoning(prev, t.reasoning);
-    } else merged.push({ ...t });
+      const at = origins[origins.length - 1] as MessageOrigin;
+      if (origin.calls) at.calls = [...(at.calls ?? []), ...origin.calls];
+    } else {
+      merged.push({ ...t });
+      origins.push({ ...origin });
+    }
   }
-  return merged;
+  return { messages: merged, origins };
 }
 
 /** `tools`: custom tools (`{name, description, input_schema}`); server tools (web search, bash…) are refused. */
@@ -213,7 +241,7 @@ export function mapMessagesRequest(input: unknown, opts: { countOnly?: boolean }
   const maxTokens = opts.countOnly ? undefined : number(body, 'max_tokens', { min: 1, int: true });
   if (!opts.countOnly && maxTokens === undefined) throw bad('"max_tokens" is required.', 'max_tokens');
   const system = present(body, 'system') ? textOf(body.system, 'system') : undefined;
-  const messages = messagesOf(body);
+  const { messages, origins } = messagesOf(body);
   const tools = toolList(body);
   const { choice, parallel } = toolChoice(body);
   const request = conversationRequest(body.model, system, messages, {
@@ -257,7 +285,14 @@ export function mapMessagesRequest(input: unknown, opts: { countOnly?: boolean }
     }
     request.jsonSchema = format.schema as Record<string, unknown>;
   }
-  return { model: body.model, stream: boolean(body, 'stream') ?? false, request, showThinking: thinking === true };
+  return {
+    model: body.model,
+    stream: boolean(body, 'stream') ?? false,
+    request,
+    // The system prompt is the request's first message when there is one.
+    origins: request.messages?.length === messages.length ? origins : [{ path: 'system' }, ...origins],
+    showThinking: thinking === true,
+  };
 }
 
 /**

@@ -16,7 +16,7 @@ import {
   messageBody,
   messageId,
 } from './anthropic-adapter';
-import { errorFromInfo, HttpError, SSE_HEADERS, sendJson, writeEvents } from './http-util';
+import { errorFromInfo, HttpError, type MessageOrigin, SSE_HEADERS, sendJson, writeEvents } from './http-util';
 import { runGeneration } from './openai-routes';
 
 const PARAM_HINT = { prompt: 'messages', api: 'anthropic' as const };
@@ -33,13 +33,20 @@ export function sendAnthropicError(res: ServerResponse, err: HttpError): void {
 
 /** POST /v1/messages/count_tokens: the prompt's tokens, rendered as a request with the same fields would be. */
 export async function serveCountTokens(hostApi: HostApi, body: unknown, res: ServerResponse): Promise<void> {
+  let origins: MessageOrigin[] | undefined;
   try {
     const mapped = mapMessagesRequest(body, { countOnly: true });
+    origins = mapped.origins;
     // Counting needs the model's tokenizer: a library package is loaded as a message to it would load it.
     await hostApi.ensureModel(mapped.request.model);
     sendJson(res, 200, { input_tokens: hostApi.runner.countPromptTokens(mapped.request) });
   } catch (err) {
-    sendAnthropicError(res, err instanceof HttpError ? err : errorFromInfo(toErrorInfo(err), PARAM_HINT));
+    sendAnthropicError(
+      res,
+      err instanceof HttpError
+        ? err
+        : errorFromInfo(toErrorInfo(err), { ...PARAM_HINT, ...(origins ? { origins } : {}) }),
+    );
   }
 }
 
@@ -103,7 +110,7 @@ export function serveMessages(
           return;
         case 'error': {
           finish();
-          const err = errorFromInfo(frame.error, PARAM_HINT);
+          const err = errorFromInfo(frame.error, { ...PARAM_HINT, origins: mapped.origins });
           if (!res.headersSent) {
             sendAnthropicError(res, err);
             return;

@@ -28,6 +28,8 @@ export class HttpError extends Error {
   readonly status: number;
   readonly body: OpenAiErrorBody;
   readonly headers: Record<string, string>;
+  /** The host contract's name of the field at fault, when a host refusal named one. */
+  field?: string;
   constructor(status: number, body: OpenAiErrorBody, headers: Record<string, string> = {}) {
     super(body.error.message);
     this.name = 'HttpError';
@@ -101,6 +103,8 @@ function openAiParam(field: string, api: ParamApi): string {
         ? 'thinking'
         : 'chat_template_kwargs.enable_thinking';
   if (field === 'maxNewTokens') return api === 'responses' ? 'max_output_tokens' : 'max_tokens';
+  // A completion's prompt, whichever form it came in (text, texts, ids, rows of ids).
+  if (/^(prompts|promptIds|promptIdRows)(\[|$)/.test(field)) return field.replace(/^\w+/, 'prompt');
   if (api === 'anthropic') field = field.replace(/^tools\[(\d+)\]\.parameters/, 'tools[$1].input_schema');
   // The contract's own names become snake_case; a tool's parameters schema keeps the client's names.
   const cut = field.search(/\.parameters(\.|$)/);
@@ -117,6 +121,72 @@ function openAiParam(field: string, api: ParamApi): string {
 /** Which API's parameter names a refusal uses. */
 export type ParamApi = 'chat' | 'responses' | 'anthropic';
 
+/**
+ * Where one of the host request's messages came from in the client's body (Responses items and Anthropic
+ * blocks do not map one to one onto chat messages): its place, its tool result's call id, and each of its calls.
+ */
+export interface MessageOrigin {
+  path: string;
+  toolCallId?: string;
+  calls?: string[];
+}
+
+/** How a refusal names things for one API: its parameter names, and where the request's messages came from. */
+export interface ParamHint {
+  /** The parameter that holds the prompt (context overflow, tokens out of vocabulary). */
+  prompt: string;
+  api?: ParamApi;
+  /** One per message of the host request, where they are not the body's own `messages`. */
+  origins?: readonly MessageOrigin[];
+}
+
+/** The name of a tool result's call id, and of a call's arguments, in each API. */
+const CALL_ID: Record<ParamApi, string> = { chat: 'tool_call_id', responses: 'call_id', anthropic: 'tool_use_id' };
+const ARGUMENTS: Record<ParamApi, string> = { chat: 'function.arguments', responses: 'arguments', anthropic: 'input' };
+/** Where the JSON output asked for is set in each API. */
+const JSON_OUTPUT: Record<ParamApi, string> = {
+  chat: 'response_format',
+  responses: 'text.format',
+  anthropic: 'output_config.format',
+};
+
+/** A message path the host named (`messages[2]`, `messages[2].toolCallId`, `messages[2].toolCalls[0].arguments`). */
+const MESSAGE_PATH = /messages\[(\d+)\](?:\.toolCallId|\.toolCalls\[(\d+)\](?:\.(arguments|name))?)?/g;
+
+/** A host message path as the client wrote it: through `origins` where given, else in Chat Completions' names. */
+function clientMessagePath(path: string, api: ParamApi, origins: readonly MessageOrigin[] | undefined): string {
+  const m = /^messages\[(\d+)\](?:(\.toolCallId)|\.toolCalls\[(\d+)\](?:\.(arguments|name))?)?(.*)$/.exec(path);
+  if (!m) return path;
+  const [, index, callId, call, sub, rest] = m;
+  const origin = origins?.[Number(index)];
+  const base = origin?.path ?? `messages[${index}]`;
+  if (callId) return origin?.toolCallId ?? `${base}.${CALL_ID[api]}`;
+  if (call === undefined) return `${base}${rest}`;
+  const at = origin?.calls?.[Number(call)] ?? `${base}.tool_calls[${call}]`;
+  if (sub === undefined) return `${at}${rest}`;
+  return `${at}.${sub === 'arguments' ? ARGUMENTS[api] : origin ? 'name' : 'function.name'}`;
+}
+
+/**
+ * A host refusal's text in the API's own names: the messages it names where the client wrote them, the field
+ * at fault as its parameter, and the contract's names of the fields it mentions (`toolChoice (tool_choice)`).
+ */
+function clientMessage(message: string, field: string | undefined, param: string | null, hint: ParamHint): string {
+  const api = hint.api ?? 'chat';
+  const text = message
+    .replace(MESSAGE_PATH, (path) => clientMessagePath(path, api, hint.origins))
+    .replace(/\btoolCallId \(tool_call_id\)/g, CALL_ID[api])
+    .replace(/\btoolChoice \(tool_choice\)/g, 'tool_choice')
+    .replace(/\bsampling\.logitBias \(logit_bias\)/g, 'logit_bias')
+    .replace(/\(responseFormat \/ jsonSchema\)/g, `(${JSON_OUTPUT[api]})`);
+  // Only a path-like name (`sampling.topP`, `tools[0].name`) is replaced: a plain word may be prose too.
+  if (field === undefined || param === null || field.startsWith('messages[') || !/[.[]/.test(field)) return text;
+  return text
+    .replace(/^invalid generate request: field [^:]+:/, `invalid ${param}:`)
+    .split(field)
+    .join(param);
+}
+
 /** Detail keys renamed to the names llama.cpp and vLLM clients already read. */
 const DETAIL_NAMES: Record<string, string> = {
   promptTokens: 'n_prompt_tokens',
@@ -132,17 +202,22 @@ function snakeCase(key: string): string {
  * snake_case (required_bytes, budget_bytes, n_prompt_tokens, n_ctx, …) and,
  * for a full queue, Retry-After in whole seconds.
  */
-export function errorFromInfo(info: ErrorInfo, paramHint?: { prompt: string; api?: ParamApi }): HttpError {
+export function errorFromInfo(info: ErrorInfo, paramHint?: ParamHint): HttpError {
   const mapped = STATUS[info.code] ?? STATUS.INTERNAL;
   let param: string | null = PARAM[info.code] ?? null;
   if (param !== null && param !== 'model' && paramHint) param = paramHint.prompt;
-  if (paramHint && info.code === 'BAD_REQUEST' && typeof info.detail?.field === 'string') {
-    param = openAiParam(info.detail.field, paramHint.api ?? 'chat');
+  const field = typeof info.detail?.field === 'string' ? info.detail.field : undefined;
+  if (paramHint && info.code === 'BAD_REQUEST' && field !== undefined) {
+    const api = paramHint.api ?? 'chat';
+    param = field.startsWith('messages[') ? clientMessagePath(field, api, paramHint.origins) : openAiParam(field, api);
   }
+  const message = paramHint ? clientMessage(info.message, field, param, paramHint) : info.message;
   const numbers: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(info.detail ?? {})) {
     if (value !== undefined) numbers[DETAIL_NAMES[key] ?? snakeCase(key)] = value;
   }
+  // The field at fault is `param`, in the client's names; the contract's name stays on the error (Ollama's names).
+  if (paramHint && param !== null) delete numbers.field;
   const headers: Record<string, string> = {};
   // A person cancelled it (Stop in the window or the inspector): clients that retry 5xx (the OpenAI and
   // Anthropic SDKs) must not send it again. A shutdown's cancel may be retried once the server is back.
@@ -151,12 +226,12 @@ export function errorFromInfo(info: ErrorInfo, paramHint?: { prompt: string; api
     const ms = typeof info.detail?.retryAfterMs === 'number' ? info.detail.retryAfterMs : 1000;
     headers['retry-after'] = String(Math.max(1, Math.ceil(ms / 1000)));
   }
-  return new HttpError(
+  const error = new HttpError(
     mapped.status,
     {
       error: {
         ...numbers,
-        message: info.message,
+        message,
         type: errorType(mapped.status),
         code: mapped.code,
         param,
@@ -165,6 +240,8 @@ export function errorFromInfo(info: ErrorInfo, paramHint?: { prompt: string; api
     },
     headers,
   );
+  if (field !== undefined) error.field = field;
+  return error;
 }
 
 /** Headers of a server-sent event stream. */

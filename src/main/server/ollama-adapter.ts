@@ -713,8 +713,9 @@ export function ollamaError(
 ): { status: number; body: { error: string }; headers: Record<string, string> } {
   const e = err.body.error;
   let message = e.message;
-  if (kind && typeof e.field === 'string') {
-    const param = ollamaParam(e.field, kind);
+  const field = err.field ?? (typeof e.field === 'string' ? e.field : undefined);
+  if (kind && field !== undefined) {
+    const param = ollamaParam(field, kind);
     if (param) message = `${message} (Ollama's field: ${param})`;
   }
   const status = e.kvdesk_code === 'QUEUE_FULL' ? 503 : err.status;

@@ -337,7 +337,14 @@ function chatMessages(body: Body): ChatMessage[] {
       if (typeof reasoning === 'string') out.reasoning = reasoning;
     }
     if (role === 'tool') {
-      if (typeof msg.tool_call_id === 'string') out.toolCallId = msg.tool_call_id;
+      // As OpenAI: a result must say which call it answers.
+      if (typeof msg.tool_call_id !== 'string' || msg.tool_call_id.length === 0) {
+        throw bad(
+          `messages[${i}].tool_call_id is required: a tool message answers the call with that id (one of the "tool_calls" of the assistant message before it).`,
+          `messages[${i}].tool_call_id`,
+        );
+      }
+      out.toolCallId = msg.tool_call_id;
       if (typeof msg.name === 'string') out.name = msg.name;
     }
     return out;
@@ -414,25 +421,33 @@ export function mapOpenAiRequest(kind: OpenAiKind, input: unknown): MappedReques
     throw bad('"best_of" is not supported by kvdesk (only best_of = n).', 'best_of');
   const stream = boolean(body, 'stream') ?? false;
   const so = body.stream_options as { include_usage?: unknown } | undefined | null;
+  if (so !== undefined && so !== null) {
+    // As OpenAI answers.
+    if (!stream) throw bad('"stream_options" is only allowed when "stream" is true.', 'stream_options');
+    if (typeof so !== 'object' || Array.isArray(so)) throw bad('"stream_options" must be an object.', 'stream_options');
+    if (so.include_usage !== undefined && typeof so.include_usage !== 'boolean')
+      throw bad('"stream_options.include_usage" must be a boolean.', 'stream_options.include_usage');
+  }
   const includeUsage = stream && so !== undefined && so !== null && so.include_usage === true;
-  const maxTokens =
-    kind === 'chat'
-      ? (number(body, 'max_completion_tokens', { min: 1, int: true }) ??
-        number(body, 'max_tokens', { min: 1, int: true }))
-      : number(body, 'max_tokens', { min: 1, int: true });
+  // Both are read (a bad one is refused); the newer name wins.
+  const completionTokens = kind === 'chat' ? number(body, 'max_completion_tokens', { min: 1, int: true }) : undefined;
+  const legacyMaxTokens = number(body, 'max_tokens', { min: 1, int: true });
+  const maxTokens = completionTokens ?? legacyMaxTokens;
   const sampling: NonNullable<GenerateRequest['sampling']> = {};
   const temperature = number(body, 'temperature', { min: 0, max: 2 });
   if (temperature !== undefined) sampling.temperature = temperature;
   const topP = number(body, 'top_p', { min: 0, max: 1 });
-  if (topP !== undefined) sampling.topP = topP;
-  const seed = number(body, 'seed', { int: true });
+  if (topP !== undefined && topP > 0) sampling.topP = topP;
+  const seed = number(body, 'seed', { int: true, min: 0, max: 2 ** 53 });
   if (seed !== undefined) sampling.seed = seed;
   // vLLM's extra sampling parameters, which OpenAI clients pass through `extra_body`.
-  const topK = number(body, 'top_k', { int: true });
+  const topK = number(body, 'top_k', { int: true, min: -1 });
   if (topK !== undefined) sampling.topK = topK === -1 ? 0 : topK;
-  const minP = number(body, 'min_p');
+  // A nucleus of probability 0 holds the likeliest token alone.
+  if (topP === 0) sampling.topK = 1;
+  const minP = number(body, 'min_p', { min: 0, max: 1 });
   if (minP !== undefined) sampling.minP = minP;
-  const rp = number(body, 'repetition_penalty');
+  const rp = number(body, 'repetition_penalty', { min: 0, minExclusive: true, max: 10 });
   if (rp !== undefined) sampling.repetitionPenalty = rp;
   repeatLastN(body, sampling);
   const fp = number(body, 'frequency_penalty', { min: -2, max: 2 });
@@ -550,8 +565,10 @@ export function conversationRequest(
   if (f.maxNewTokens !== undefined) request.maxNewTokens = f.maxNewTokens;
   const sampling: NonNullable<GenerateRequest['sampling']> = {};
   if (f.temperature !== undefined) sampling.temperature = f.temperature;
-  if (f.topP !== undefined) sampling.topP = f.topP;
+  if (f.topP !== undefined && f.topP > 0) sampling.topP = f.topP;
   if (f.topK !== undefined) sampling.topK = f.topK;
+  // A nucleus of probability 0 holds the likeliest token alone.
+  if (f.topP === 0) sampling.topK = 1;
   if (Object.keys(sampling).length > 0) request.sampling = sampling;
   if (f.stop) request.stop = f.stop;
   if (f.tools) request.tools = f.tools;

@@ -13,7 +13,7 @@ import type {
   ToolChoice,
   ToolDefinition,
 } from '../../shared/contract';
-import { inFrameOrder } from './http-util';
+import { inFrameOrder, type MessageOrigin } from './http-util';
 import {
   addReasoning,
   type Body,
@@ -32,6 +32,8 @@ export interface MappedResponseRequest {
   model: string;
   stream: boolean;
   request: GenerateRequest;
+  /** Where each of the request's messages came from (`instructions`, `input[i]`), for refusals that name one. */
+  origins: MessageOrigin[];
   /** The request's settings as the response object shows them. */
   echo: ResponseEcho;
 }
@@ -99,12 +101,13 @@ function contentText(content: unknown, where: string): string {
  * `input` as chat messages: a string is one user message; a list holds messages, the model's earlier function
  * calls (joined onto the assistant turn they follow) and their outputs (tool results).
  */
-function inputMessages(input: unknown): ChatMessage[] {
-  if (typeof input === 'string') return [{ role: 'user', content: input }];
+function inputMessages(input: unknown): { messages: ChatMessage[]; origins: MessageOrigin[] } {
+  if (typeof input === 'string') return { messages: [{ role: 'user', content: input }], origins: [{ path: 'input' }] };
   if (!Array.isArray(input) || input.length === 0) {
     throw bad('"input" must be a string or a non-empty list of input items.', 'input');
   }
   const out: ChatMessage[] = [];
+  const origins: MessageOrigin[] = [];
   let pendingReasoning: string | undefined;
   for (const [i, raw] of input.entries()) {
     const item = raw as Record<string, unknown> | null;
@@ -122,6 +125,7 @@ function inputMessages(input: unknown): ChatMessage[] {
         );
       }
       out.push({ role, content: contentText(item.content, `${where}.content`) });
+      origins.push({ path: where });
     } else if (type === 'function_call') {
       if (typeof item.call_id !== 'string' || typeof item.name !== 'string' || typeof item.arguments !== 'string') {
         throw bad(`${where}: a function_call needs "call_id", "name" and "arguments" (JSON text).`, where);
@@ -132,8 +136,14 @@ function inputMessages(input: unknown): ChatMessage[] {
       const call: ToolCall = { id: item.call_id, name: item.name, arguments: item.arguments };
       const last = out[out.length - 1];
       // Calls right after an assistant message (or after other calls) belong to that turn.
-      if (last?.role === 'assistant') last.toolCalls = [...(last.toolCalls ?? []), call];
-      else out.push({ role: 'assistant', content: '', toolCalls: [call] });
+      if (last?.role === 'assistant') {
+        last.toolCalls = [...(last.toolCalls ?? []), call];
+        const origin = origins[origins.length - 1] as MessageOrigin;
+        origin.calls = [...(origin.calls ?? []), where];
+      } else {
+        out.push({ role: 'assistant', content: '', toolCalls: [call] });
+        origins.push({ path: where, calls: [where] });
+      }
     } else if (type === 'reasoning') {
       // A thinking model's reasoning (its reasoning_text; a summary stands in where there is none) belongs to
       // the assistant turn that follows it.
@@ -145,6 +155,7 @@ function inputMessages(input: unknown): ChatMessage[] {
       if (typeof item.call_id !== 'string')
         throw bad(`${where}: a function_call_output needs "call_id".`, `${where}.call_id`);
       out.push({ role: 'tool', content: contentText(item.output, `${where}.output`), toolCallId: item.call_id });
+      origins.push({ path: where, toolCallId: `${where}.call_id` });
     } else {
       throw bad(
         `${where}.type ${JSON.stringify(type)} is not supported: kvdesk takes message, reasoning, function_call and function_call_output items.`,
@@ -158,7 +169,7 @@ function inputMessages(input: unknown): ChatMessage[] {
       pendingReasoning = undefined;
     }
   }
-  return out;
+  return { messages: out, origins };
 }
 
 /** Whether text is the JSON of an object (the server reads the client's input; the host checks it too). */
@@ -241,7 +252,7 @@ export function mapResponsesRequest(input: unknown): MappedResponseRequest {
   if (instructions !== null && typeof instructions !== 'string') {
     throw bad('"instructions" must be a string (the system prompt).', 'instructions');
   }
-  const messages = inputMessages(body.input);
+  const { messages, origins } = inputMessages(body.input);
   const maxTokens = number(body, 'max_output_tokens', { min: 1, int: true });
   const temperature = number(body, 'temperature', { min: 0, max: 2 });
   const topP = number(body, 'top_p', { min: 0, max: 1 });
@@ -277,6 +288,8 @@ export function mapResponsesRequest(input: unknown): MappedResponseRequest {
     model: body.model,
     stream,
     request,
+    // The instructions are the request's first message when there are any.
+    origins: request.messages?.length === messages.length ? origins : [{ path: 'instructions' }, ...origins],
     echo: {
       instructions: instructions as string | null,
       max_output_tokens: maxTokens ?? null,

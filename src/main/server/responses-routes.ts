@@ -75,7 +75,7 @@ export function serveResponse(
       }
       case 'error': {
         finish();
-        const err = errorFromInfo(frame.error, { prompt: 'input', api: 'responses' });
+        const err = errorFromInfo(frame.error, { prompt: 'input', api: 'responses', origins: mapped.origins });
         if (!res.headersSent) {
           sendHttpError(res, err);
           return;

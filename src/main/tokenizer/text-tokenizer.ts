@@ -252,7 +252,7 @@ export function createTextTokenizer(input: TextTokenizerInput): TextTokenizer {
   const outOfVocab = (subject: string, id: number, position: number, others = 0): KvdeskError =>
     new KvdeskError(
       'TOKEN_OUT_OF_VOCAB',
-      `${subject} is outside the model's vocabulary of ${modelVocabSize} ids (0–${modelVocabSize - 1})${others === 1 ? ', and so is 1 more token' : others > 1 ? `, and so are ${others} more tokens` : ''}: this package's ${path.basename(jsonName)} has ${vocabSize} tokens but the model only ${modelVocabSize}. Use text the model covers, or send prompt ids below ${modelVocabSize}.`,
+      `${subject} is outside the model's vocabulary of ${modelVocabSize} ids (0–${modelVocabSize - 1})${others === 1 ? ', and so is 1 more token' : others > 1 ? `, and so are ${others} more tokens` : ''}${vocabSize > modelVocabSize ? `: this package's ${path.basename(jsonName)} has ${vocabSize} tokens but the model only ${modelVocabSize}. Use text the model covers, or send prompt ids below ${modelVocabSize}.` : `. Send prompt ids below ${modelVocabSize}.`}`,
       { id, position, modelVocabSize, tokenizerVocabSize: vocabSize, outOfVocabCount: others + 1 },
     );
 

@@ -298,6 +298,44 @@ describe('POST /v1/messages', () => {
       expect(body.error.type).toBe('invalid_request_error');
       expect(body.error.param, JSON.stringify(extra)).toBe(param);
     }
+    // A tool history the host refuses is named where the client wrote it (the system prompt comes first in the
+    // host's request), in Anthropic's names.
+    const history: Array<[Anthropic.MessageParam[], string, RegExp]> = [
+      [
+        [
+          { role: 'user', content: 'hi' },
+          { role: 'assistant', content: 'ok' },
+          { role: 'user', content: [{ type: 'tool_result', tool_use_id: 't1', content: 'x' }] },
+        ],
+        'messages[2].content[0].tool_use_id',
+        /^messages\[2\]\.content\[0\] is the result of call id "t1"/,
+      ],
+      [
+        [
+          { role: 'user', content: 'hi' },
+          {
+            role: 'assistant',
+            content: [
+              { type: 'text', text: 'Let me.' },
+              { type: 'tool_use', id: 't1', name: 'lamp', input: {} },
+            ],
+          },
+          { role: 'user', content: 'well?' },
+        ],
+        'messages[1].content[1]',
+        /^messages\[1\]\.content\[1\] \(id "t1"\) has no tool result before messages\[2\]/,
+      ],
+    ];
+    for (const [messages, param, message] of history) {
+      const err = await apiError(
+        client.messages.create({ model: 'default', system: 'be brief', messages, max_tokens: 4 }),
+      );
+      const body = err.error as { error: { param: string; message: string } };
+      expect(err.status, param).toBe(400);
+      expect(body.error.param, param).toBe(param);
+      expect(body.error.message, param).toMatch(message);
+      expect(body.error.message, param).not.toMatch(/toolCall|tool_call_id/);
+    }
     const missing = await apiError(
       client.messages.create({ model: 'nope', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 }),
     );

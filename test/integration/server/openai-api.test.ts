@@ -781,7 +781,9 @@ describe('tool calls', () => {
     );
     expect(err.status).toBe(400);
     expect(err.param).toBe('messages[1].tool_call_id');
-    expect(err.message).toMatch(/answers no call/);
+    expect(err.message).toMatch(
+      / messages\[1\] is the result of call id "call_nope", but the assistant turn before it made no call with that id/,
+    );
   });
 
   it('400 naming the place in the parameters schema a forced call cannot follow', async () => {
@@ -896,9 +898,16 @@ describe('refusals', () => {
     expect(res.headers.get('content-type')).toMatch(/^application\/json/);
     expect(((await res.json()) as { error: { code: string } }).error.code).toBe('context_length_exceeded');
     const err = await apiError(
-      client.chat.completions.create({ model: 'default', messages: hi, stream: true, max_tokens: 4, top_p: 0 }),
+      client.chat.completions.create({
+        model: 'default',
+        messages: hi,
+        stream: true,
+        max_tokens: 4,
+        logit_bias: { '999999': 5 },
+      }),
     );
     expect(err.status).toBe(400);
+    expect(err.param).toBe('logit_bias');
   });
 
   it('keeps a queued stream unanswered until admission, so an end while queued is still a plain HTTP error', async () => {
@@ -980,10 +989,31 @@ describe('refusals', () => {
     expect(tools.status).toBe(400);
     expect(tools.param).toBe('tool_choice');
     expect(tools.message).toMatch(/names "g", which is not among the tools \(f\)/);
-    // A range only the host's contract enforces (top_p > 0) comes back as 400 too.
-    const topP = await apiError(client.chat.completions.create({ model: 'default', messages: hi, top_p: 0 }));
-    expect(topP.status).toBe(400);
-    expect(topP.code).toBe('invalid_request');
+    // What only the host can check (the model's vocabulary) comes back as 400 too, in the API's names.
+    const bias = await apiError(
+      client.chat.completions.create({ model: 'default', messages: hi, logit_bias: { '999999': 5 } }),
+    );
+    expect(bias.status).toBe(400);
+    expect(bias.code).toBe('invalid_request');
+    expect(bias.param).toBe('logit_bias');
+    expect(bias.message).toMatch(
+      /^400 logit_bias: token id 999999 is outside the model's vocabulary of 512 ids \(0–511\)/,
+    );
+    // top_p 0 is the likeliest token alone: the greedy reply.
+    const nucleus = await client.chat.completions.create({
+      model: 'default',
+      messages: hi,
+      max_tokens: 6,
+      top_p: 0,
+      seed: 1,
+    });
+    const greedy = await client.chat.completions.create({
+      model: 'default',
+      messages: hi,
+      max_tokens: 6,
+      temperature: 0,
+    });
+    expect(nucleus.choices[0]?.message.content).toBe(greedy.choices[0]?.message.content);
   });
 
   it('400 invalid_json for a body that is not JSON', async () => {

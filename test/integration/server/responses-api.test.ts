@@ -245,6 +245,38 @@ describe('POST /v1/responses', () => {
       expect(err.status, JSON.stringify(extra)).toBe(400);
       expect(err.param, JSON.stringify(extra)).toBe(param);
     }
+    // A tool history the host refuses is named where the client wrote it (the instructions come first in the
+    // host's request), in the Responses API's names.
+    const history: Array<[unknown[], string, RegExp]> = [
+      [
+        [
+          { role: 'user', content: 'hi' },
+          { type: 'function_call_output', call_id: 'zz', output: 'x' },
+        ],
+        'input[1].call_id',
+        / input\[1\] is the result of call id "zz"/,
+      ],
+      [
+        [
+          { role: 'user', content: 'hi' },
+          { type: 'function_call', call_id: 'c1', name: 'lamp', arguments: '{}' },
+          { type: 'function_call', call_id: 'c2', name: 'lamp', arguments: '{}' },
+          { type: 'function_call_output', call_id: 'c1', output: 'x' },
+          { role: 'user', content: 'and?' },
+        ],
+        'input[2]',
+        / input\[2\] \(id "c2"\) has no tool result before input\[4\]/,
+      ],
+    ];
+    for (const [input, param, message] of history) {
+      const err = await apiError(
+        client.responses.create({ model: 'default', instructions: 'be brief', input } as never),
+      );
+      expect(err.status, param).toBe(400);
+      expect(err.param, param).toBe(param);
+      expect(err.message, param).toMatch(message);
+      expect(err.message, param).not.toMatch(/toolCall|messages\[/);
+    }
     const missing = await apiError(client.responses.create({ model: 'nope', input: 'hi' }));
     expect(missing.status).toBe(404);
     const snap = await settled(t.url);

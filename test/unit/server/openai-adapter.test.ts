@@ -77,9 +77,53 @@ describe('mapOpenAiRequest', () => {
     expect(refusal(() => mapOpenAiRequest('chat', chat({ repeat_last_n: -5 }))).body.error.param).toBe('repeat_last_n');
   });
 
-  it('only asks for usage in a stream when include_usage is true', () => {
+  it('only asks for usage in a stream when include_usage is true; stream_options needs a stream, as OpenAI and vLLM say', () => {
     expect(mapOpenAiRequest('chat', chat({ stream: true })).includeUsage).toBe(false);
-    expect(mapOpenAiRequest('chat', chat({ stream_options: { include_usage: true } })).includeUsage).toBe(false);
+    expect(mapOpenAiRequest('chat', chat({ stream: true, stream_options: { include_usage: true } })).includeUsage).toBe(
+      true,
+    );
+    expect(mapOpenAiRequest('chat', chat({ stream: true, stream_options: null })).includeUsage).toBe(false);
+    for (const [extra, param, text] of [
+      [{ stream_options: { include_usage: true } }, 'stream_options', /only allowed when "stream" is true/],
+      [{ stream: true, stream_options: 'yes' }, 'stream_options', /must be an object/],
+      [{ stream: true, stream_options: { include_usage: 'yes' } }, 'stream_options.include_usage', /a boolean/],
+    ] as const) {
+      const err = refusal(() => mapOpenAiRequest('chat', chat(extra)));
+      expect(err.body.error.param, JSON.stringify(extra)).toBe(param);
+      expect(err.message).toMatch(text);
+    }
+  });
+
+  it('checks each sampling number against the range the host takes, naming it: top_p 0 is the likeliest token alone', () => {
+    expect(mapOpenAiRequest('chat', chat({ top_p: 0 })).request.sampling).toEqual({ topK: 1 });
+    expect(mapOpenAiRequest('chat', chat({ top_p: 0, top_k: 40 })).request.sampling).toEqual({ topK: 1 });
+    expect(mapOpenAiRequest('chat', chat({ top_k: -1 })).request.sampling).toEqual({ topK: 0 });
+    for (const [extra, param] of [
+      [{ seed: -1 }, 'seed'],
+      [{ top_k: -5 }, 'top_k'],
+      [{ min_p: 2 }, 'min_p'],
+      [{ repetition_penalty: 0 }, 'repetition_penalty'],
+      // The older name is read too when the newer one is there.
+      [{ max_completion_tokens: 2, max_tokens: 'x' }, 'max_tokens'],
+    ] as const) {
+      const err = refusal(() => mapOpenAiRequest('chat', chat(extra)));
+      expect(err.body.error.param, JSON.stringify(extra)).toBe(param);
+      expect(err.message).toMatch(new RegExp(`^"${param}" must be`));
+    }
+  });
+
+  it('refuses a tool message without tool_call_id, naming it', () => {
+    const err = refusal(() =>
+      mapOpenAiRequest('chat', {
+        model: 'm',
+        messages: [
+          { role: 'user', content: 'w?' },
+          { role: 'tool', content: 'sunny' },
+        ],
+      }),
+    );
+    expect(err.body.error.param).toBe('messages[1].tool_call_id');
+    expect(err.message).toMatch(/tool_call_id is required/);
   });
 
   it('turns developer into system and joins text parts', () => {
@@ -319,6 +363,97 @@ describe('mapOpenAiRequest', () => {
 });
 
 describe('errorFromInfo', () => {
+  it('names a message of the host request where the client wrote it, in its API’s names', () => {
+    const answersNone = {
+      code: 'BAD_REQUEST' as const,
+      message: 'messages[2] is the result of call id "zz", but the assistant turn before it made no call with that id.',
+      detail: { field: 'messages[2].toolCallId' },
+    };
+    const chat = errorFromInfo(answersNone, { prompt: 'messages' }).body.error;
+    expect(chat.param).toBe('messages[2].tool_call_id');
+    expect(chat.field).toBeUndefined();
+    expect(chat.message).toMatch(/^messages\[2\] is the result/);
+    // Responses: the instructions came first; input[1] was the result.
+    const origins = [
+      { path: 'instructions' },
+      { path: 'input[0]' },
+      { path: 'input[1]', toolCallId: 'input[1].call_id' },
+    ];
+    const responses = errorFromInfo(answersNone, { prompt: 'input', api: 'responses', origins }).body.error;
+    expect(responses.param).toBe('input[1].call_id');
+    expect(responses.message).toMatch(/^input\[1\] is the result of call id "zz"/);
+    // Anthropic: a call left unanswered, in a tool_use block.
+    const open = {
+      code: 'BAD_REQUEST' as const,
+      message:
+        'messages[1].toolCalls[1] (id "t2") has no tool result before messages[2]: send its result (for call id "t2") right after the assistant turn that made the call.',
+      detail: { field: 'messages[1].toolCalls[1]' },
+    };
+    const anthropicOrigins = [
+      { path: 'system' },
+      { path: 'messages[0]', calls: ['messages[0].content[1]', 'messages[0].content[2]'] },
+      { path: 'messages[1]' },
+    ];
+    const anthropic = errorFromInfo(open, { prompt: 'messages', api: 'anthropic', origins: anthropicOrigins }).body
+      .error;
+    expect(anthropic.param).toBe('messages[0].content[2]');
+    expect(anthropic.message).toMatch(
+      /^messages\[0\]\.content\[2\] \(id "t2"\) has no tool result before messages\[1\]:/,
+    );
+    const args = errorFromInfo(
+      { code: 'BAD_REQUEST', message: 'bad', detail: { field: 'messages[1].toolCalls[0].arguments' } },
+      { prompt: 'messages', api: 'anthropic', origins: anthropicOrigins },
+    );
+    expect(args.body.error.param).toBe('messages[0].content[1].input');
+  });
+
+  it('speaks the API’s names for the fields a host refusal mentions', () => {
+    const hint = { prompt: 'messages' };
+    const topP = errorFromInfo(
+      {
+        code: 'BAD_REQUEST',
+        message: 'invalid generate request: field sampling.topP: Too small: expected number to be >0',
+        detail: { field: 'sampling.topP' },
+      },
+      hint,
+    ).body.error;
+    expect(topP).toMatchObject({ param: 'top_p', message: 'invalid top_p: Too small: expected number to be >0' });
+    const bias = errorFromInfo(
+      {
+        code: 'BAD_REQUEST',
+        message: 'sampling.logitBias (logit_bias): token id 999999 is outside the vocabulary',
+        detail: { field: 'sampling.logitBias' },
+      },
+      hint,
+    ).body.error;
+    expect(bias).toMatchObject({
+      param: 'logit_bias',
+      message: 'logit_bias: token id 999999 is outside the vocabulary',
+    });
+    const choice = {
+      code: 'BAD_REQUEST' as const,
+      message: 'toolChoice (tool_choice) names "x"',
+      detail: { field: 'toolChoice' },
+    };
+    expect(errorFromInfo(choice, { prompt: 'input', api: 'responses' }).body.error.message).toBe(
+      'tool_choice names "x"',
+    );
+    const json = {
+      code: 'BAD_REQUEST' as const,
+      message: 'tools cannot be combined with JSON output (responseFormat / jsonSchema) in kvdesk',
+      detail: { field: 'tools' },
+    };
+    expect(errorFromInfo(json, hint).body.error.message).toMatch(/\(response_format\)/);
+    expect(errorFromInfo(json, { prompt: 'messages', api: 'anthropic' }).body.error.message).toMatch(
+      /\(output_config\.format\)/,
+    );
+    // A completion's prompt, in whichever form it came.
+    for (const field of ['promptIds[0]', 'promptIdRows[1][2]', 'prompts']) {
+      const e = errorFromInfo({ code: 'BAD_REQUEST', message: 'm', detail: { field } }, { prompt: 'prompt' });
+      expect(e.body.error.param, field).toBe(field.replace(/^\w+/, 'prompt'));
+    }
+  });
+
   it('maps context overflow to 400 context_length_exceeded with n_prompt_tokens and n_ctx', () => {
     const e = errorFromInfo(
       {
