@@ -39,10 +39,14 @@ export function createStreamDecoder(tok: Pick<TextTokenizer, 'decode'>, opts?: D
   // Characters of decode(window) already sent.
   let sent = 0;
 
+  // Characters of decode(window[0, contextEnd)).
+  let contextText = 0;
+
   const restartWindowAt = (start: number): void => {
     window = window.slice(start);
     contextEnd = window.length;
     sent = tok.decode(window, decodeOpts).length;
+    contextText = sent;
   };
 
   return {
@@ -57,8 +61,10 @@ export function createStreamDecoder(tok: Pick<TextTokenizer, 'decode'>, opts?: D
         sent = stableEnd;
       }
       if (!incomplete) {
-        // The ids since the last stable point become the next window's context.
-        restartWindowAt(contextEnd);
+        // The ids since the last stable point become the next window's context, once they wrote text: an id
+        // that decodes to nothing (a skipped special token) would be no context at all, and the next word would
+        // lose the space its decoder puts after the word before.
+        if (text.length > contextText || window.length > MAX_STREAM_WINDOW) restartWindowAt(contextEnd);
       } else if (window.length > MAX_STREAM_WINDOW) {
         out += text.slice(sent);
         restartWindowAt(window.length - 1);
@@ -70,6 +76,7 @@ export function createStreamDecoder(tok: Pick<TextTokenizer, 'decode'>, opts?: D
       window = [];
       contextEnd = 0;
       sent = 0;
+      contextText = 0;
       return out;
     },
   };

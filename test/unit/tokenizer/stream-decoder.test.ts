@@ -216,6 +216,25 @@ describe('streaming WordLevel with whitespace-joining decoders', () => {
     expect(chunks.join('')).toBe(wordLevel.decode([...ids, 4]));
   });
 
+  it('keeps the word before a skipped special token as context: the space after it is not lost', () => {
+    const json = wordLevelTokenizerJson();
+    json.added_tokens = [
+      { id: 1, content: '[CLS]', single_word: false, lstrip: false, rstrip: false, normalized: false, special: true },
+    ];
+    const tok = createTextTokenizer({ tokenizerJson: json, vocabSize: 9 });
+    // hello [CLS] world [CLS] [CLS] é , 中
+    const ids = [2, 1, 3, 1, 1, 7, 6, 8];
+    const chunks = stream(tok, ids, true);
+    expect(tok.decode(ids, { skipSpecialTokens: true })).toBe('hello world é, 中');
+    expect(chunks.join('')).toBe('hello world é, 中');
+    fc.assert(
+      fc.property(fc.array(fc.integer({ min: 1, max: 8 }), { maxLength: 24 }), (seq) => {
+        expect(stream(tok, seq, true).join('')).toBe(tok.decode(seq, { skipSpecialTokens: true }));
+      }),
+      { numRuns: 300 },
+    );
+  });
+
   it.skipIf(!haveFixtures)(
     `tiny-llm (no decoder: tokens joined by spaces) ${haveFixtures ? '' : fixturesSkipReason}`,
     async () => {
@@ -228,6 +247,10 @@ describe('streaming WordLevel with whitespace-joining decoders', () => {
       expect(chunks).toEqual(['<bos>', ' hello', ' world', ' the', ' quick', ' fox', ' <eos>', '']);
       expect(chunks.join('')).toBe(tok.decode(ids));
       expect(stream(tok, ids, true).join('')).toBe('hello world the quick fox');
+      // The fixture's greedy reply to [5, 6, 7] holds two <unk> (skipped): the words after them keep their space.
+      const reply = [22, 22, 20, 1, 1, 18, 22, 25];
+      expect(stream(tok, reply, true).join('')).toBe(tok.decode(reply, { skipSpecialTokens: true }));
+      expect(stream(tok, reply, true).join('')).toBe('tok22 tok22 tok20 tok18 tok22 tok25');
     },
   );
 });
