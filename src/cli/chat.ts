@@ -11,16 +11,24 @@
  */
 import { randomUUID } from 'node:crypto';
 import { createInterface } from 'node:readline';
-import type { ModelInfo, RunnerService } from '../main/host/runner-service';
+import type { HostSettings, ModelInfo, RunnerService } from '../main/host/runner-service';
 import { mapOptions } from '../main/server/ollama-adapter';
-import type { ChatMessage, GenerateRequest, GenerationResult, SamplingSettings } from '../shared/contract';
-import { toErrorInfo } from '../shared/errors';
+import {
+  type ChatMessage,
+  type GenerateRequest,
+  type GenerationResult,
+  MAX_NEW_TOKENS,
+  type SamplingSettings,
+} from '../shared/contract';
+import { type ErrorInfo, toErrorInfo } from '../shared/errors';
 import { formatBytes } from '../shared/format';
 import {
   badArgs,
   budgetCapLine,
+  checkFlags,
   contextClipLine,
   effortFlag,
+  exitCodeFor,
   fail,
   type Io,
   LOAD_OPTIONS,
@@ -35,6 +43,7 @@ import {
   SAMPLING_OPTIONS,
   samplingFlags,
 } from './common';
+import { applyDeviceFlags } from './device-flags';
 
 const HELP = `Commands:
   /set system TEXT        the system prompt (the conversation goes on with it)
@@ -89,6 +98,8 @@ export class ChatSession {
   private sessionId = `cli-chat-${randomUUID()}`;
   private current: { cancel: () => void } | null = null;
   ended = false;
+  /** The first turn that failed (not one stopped): a piped chat exits with its code. */
+  failed: ErrorInfo | null = null;
 
   constructor(
     private readonly host: RunnerService,
@@ -172,6 +183,7 @@ export class ChatSession {
       } else {
         if (written) this.io.out('\n');
         this.io.err(`kvdesk: ${info.message}\n`);
+        this.failed ??= info;
         if (info.code === 'CONTEXT_OVERFLOW' || info.code === 'KV_BUDGET_EXCEEDED') {
           this.io.err('kvdesk: that message was not added to the conversation; send a shorter one, or /clear.\n');
         }
@@ -398,7 +410,7 @@ export class TurnReader {
 export async function chat(
   args: string[],
   io: Io,
-  newHost: (settings: { kvBudget?: string; threads?: number; lookup?: number }) => RunnerService,
+  newHost: (settings: { devices: Partial<HostSettings>; threads?: number; lookup?: number }) => RunnerService,
   input: NodeJS.ReadableStream & { isTTY?: boolean } = process.stdin,
 ): Promise<number> {
   const options = {
@@ -411,7 +423,8 @@ export async function chat(
     'thinking-budget': { type: 'string' },
     effort: { type: 'string' },
     'context-overflow': { type: 'string' },
-    'kv-budget': { type: 'string' },
+    'kv-budget': { type: 'string', multiple: true },
+    'device-memory': { type: 'string', multiple: true },
     threads: { type: 'string' },
     lookup: { type: 'string' },
     'data-dir': { type: 'string' },
@@ -440,12 +453,21 @@ export async function chat(
     const effort = effortFlag(values.effort);
     if (effort !== undefined) chatOptions.reasoningEffort = effort;
     const maxNew = parseNumber('max-new-tokens', values['max-new-tokens'], true);
-    if (maxNew !== undefined) chatOptions.maxNewTokens = maxNew;
+    if (maxNew !== undefined) chatOptions.maxNewTokens = Math.min(maxNew, MAX_NEW_TOKENS);
+    // Refused now (exit 2), not by every turn once the model loaded.
+    checkFlags({
+      messages: [{ role: 'user', content: '' }],
+      sampling: chatOptions.sampling,
+      ...(chatOptions.maxNewTokens !== undefined ? { maxNewTokens: chatOptions.maxNewTokens } : {}),
+      ...(budget !== undefined ? { thinkingBudget: budget } : {}),
+    });
     const threads = parseNumber('threads', values.threads, true);
     const lookup = lookupFlag(values.lookup);
+    const devices: Partial<HostSettings> = {};
+    applyDeviceFlags(devices, values['kv-budget'], values['device-memory']);
     const dir = await packageDir(positionals[0] as string, values['data-dir']);
     host = newHost({
-      ...(values['kv-budget'] !== undefined ? { kvBudget: values['kv-budget'] } : {}),
+      devices,
       ...(threads !== undefined ? { threads } : {}),
       ...(lookup !== undefined ? { lookup } : {}),
     });
@@ -460,7 +482,8 @@ export async function chat(
     );
     const session = new ChatSession(host, model, chatOptions, io);
     await repl(session, input, interactive, io);
-    return 0;
+    // A script learns that a turn failed (the person at a terminal saw it and went on).
+    return !interactive && session.failed ? exitCodeFor(session.failed.code) : 0;
   } catch (err) {
     return fail(io, false, toErrorInfo(err));
   } finally {

@@ -5,7 +5,13 @@ import { type ParseArgsConfig, parseArgs } from 'node:util';
 import { ModelLibrary, mergePick } from '../main/host/model-library';
 import { detectLayout } from '../main/packages';
 import type { LoadModelRequest } from '../shared/api';
-import type { BudgetCap, ContextClip, GenerateRequest, GenerationResult, SamplingSettings } from '../shared/contract';
+import {
+  type BudgetCap,
+  type ContextClip,
+  GenerateRequest,
+  type GenerationResult,
+  type SamplingSettings,
+} from '../shared/contract';
 import { type ErrorInfo, KvdeskError } from '../shared/errors';
 import { dataDirOf } from './data-dir';
 
@@ -42,6 +48,19 @@ export function fail(io: Io, json: boolean, info: ErrorInfo): number {
 
 export function badArgs(message: string): KvdeskError {
   return new KvdeskError('BAD_REQUEST', `${message} (see kvdesk --help)`);
+}
+
+/**
+ * Checks the request the flags make against the contract before anything loads, so a value out of range is
+ * refused at once (exit 2) naming its flag (`sampling.topP` is --top-p), not by every request after loading.
+ */
+export function checkFlags(request: Record<string, unknown>): void {
+  const parsed = GenerateRequest.safeParse(request);
+  if (parsed.success) return;
+  const issue = parsed.error.issues[0];
+  const key = issue?.path.filter((p) => typeof p === 'string').pop();
+  const flag = typeof key === 'string' ? `--${key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}` : 'a flag';
+  throw badArgs(`${flag}: ${issue?.message ?? 'invalid value'}`);
 }
 
 export function parseNumber(name: string, value: string | undefined, integer = false): number | undefined {
@@ -100,6 +119,8 @@ export function samplingFlags(
   if (pp !== undefined) sampling.presencePenalty = pp;
   const seed = parseNumber('seed', str('seed'), true);
   if (seed !== undefined) sampling.seed = seed;
+  if (values.greedy === true && t !== undefined)
+    throw badArgs('give --greedy or --temperature, not both (--greedy always takes the likeliest token)');
   if (values.greedy === true) sampling.greedy = true;
   return sampling;
 }
@@ -235,8 +256,35 @@ export function contextClipLine(c: ContextClip): string {
 /** A command's flags and positionals; a flag it does not know (or a bad value) is BAD_REQUEST naming it. */
 export function parseFlags<O extends NonNullable<ParseArgsConfig['options']>>(args: string[], options: O) {
   try {
-    return parseArgs<{ args: string[]; options: O; allowPositionals: true }>({ args, options, allowPositionals: true });
+    return parseArgs<{ args: string[]; options: O; allowPositionals: true }>({
+      args: joinValues(args, options),
+      options,
+      allowPositionals: true,
+    });
   } catch (err) {
     throw badArgs((err as Error).message);
   }
+}
+
+/**
+ * A flag that takes a value takes the next argument even when it starts with "-" (`--frequency-penalty -0.5`,
+ * `--prompt "- a list"`), as llama.cpp's and Ollama's do: node's parser would call it ambiguous. Each such pair
+ * becomes `--flag=value`; nothing after `--` is touched.
+ */
+export function joinValues(args: readonly string[], options: NonNullable<ParseArgsConfig['options']>): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i] as string;
+    if (arg === '--') {
+      out.push(...args.slice(i));
+      break;
+    }
+    const next = args[i + 1];
+    const name = arg.startsWith('--') && !arg.includes('=') ? arg.slice(2) : undefined;
+    if (name !== undefined && options[name]?.type === 'string' && next?.startsWith('-')) {
+      out.push(`${arg}=${next}`);
+      i++;
+    } else out.push(arg);
+  }
+  return out;
 }

@@ -19,14 +19,15 @@ import {
 } from '../main/backends';
 import { ModelLibrary } from '../main/host/model-library';
 import { defaultHostSettings, type HostSettings, RunnerService } from '../main/host/runner-service';
-import { kvBytesForTokens, loadModelSpec, variantOption } from '../main/packages';
-import { parseByteSize } from '../main/scheduler';
+import { backendProvider, kvBytesForTokens, loadModelSpec, variantOption } from '../main/packages';
+import { MAX_NEW_TOKENS } from '../shared/contract';
 import { toErrorInfo } from '../shared/errors';
 import { formatBytes } from '../shared/format';
 import type { ModelSpec } from '../shared/model-spec';
 import {
   badArgs,
   budgetCapLine,
+  checkFlags,
   contextClipLine,
   effortFlag,
   fail,
@@ -36,6 +37,7 @@ import {
   lookupFlag,
   lookupLine,
   packageDir,
+  parseFlags,
   parseIds,
   parseNumber,
   printWarnings,
@@ -84,7 +86,9 @@ generate options:
   --seed S                 the same seed gives the same tokens
   --stop STR               stop string (repeatable)
   --rows N                 generate N rows of the same prompt as one batched request
-  --kv-budget SIZE         KV budget, e.g. 512, 64KiB, 2GiB (default: derived from RAM)
+  --kv-budget [DEV=]SIZE   KV budget, e.g. 512, 64KiB, 2GiB for the CPU (default: derived from RAM), cuda:0=6GiB
+                           for a GPU (repeatable)
+  --device-memory DEV=SIZE memory of a GPU kvdesk cannot query, e.g. webgpu:0=8GiB
   --threads N              onnxruntime intra-op threads (default: every core)
   --prefill-chunk N        prompt tokens one prefill run computes at most (default 256)
   --lookup N               lookup decoding: a reply that repeats earlier text takes up to N+1 tokens a step
@@ -101,8 +105,8 @@ generate options:
 
 chat options (a conversation, as ollama run: a line is a turn, """ starts and ends one of several lines; Ctrl+C
 stops a reply, Ctrl+D or /bye ends, /? lists the commands; with stdin from a pipe, each line is a turn):
-  --system TEXT --max-new-tokens N, generate's sampling options, --kv-budget, --threads, --lookup, --data-dir,
-  --variant, --backend, --trust-installed
+  --system TEXT --max-new-tokens N, generate's sampling options, --kv-budget, --device-memory, --threads, --lookup,
+  --data-dir, --variant, --backend, --trust-installed
   --verbose                each reply's figures (tokens, speed, prompt and reused tokens, KV) on stderr
   --think | --nothink      a thinking model reasons first, or replies at once (also /set think, /set nothink);
                            its reasoning goes to stderr between "Thinking..." and "...done thinking."
@@ -183,8 +187,9 @@ async function inspect(args: string[], io: Io): Promise<number> {
   } as const;
   const json = args.includes('--json');
   try {
-    const { values, positionals } = parseArgs({ args, options, allowPositionals: true });
+    const { values, positionals } = parseFlags(args, options);
     if (positionals.length !== 1) throw badArgs('inspect takes exactly one package path');
+    if (values.backend !== undefined) backendProvider(values.backend);
     // Probed in a child process: a broken GPU provider library must not take inspect down, nor litter its stderr.
     const report = await detectBackendsInChildProcess().catch(() => undefined);
     const dir = path.resolve(positionals[0] as string);
@@ -239,7 +244,8 @@ async function generate(args: string[], io: Io): Promise<number> {
     'tool-choice': { type: 'string' },
     stop: { type: 'string', multiple: true },
     rows: { type: 'string' },
-    'kv-budget': { type: 'string' },
+    'kv-budget': { type: 'string', multiple: true },
+    'device-memory': { type: 'string', multiple: true },
     threads: { type: 'string' },
     'prefill-chunk': { type: 'string' },
     lookup: { type: 'string' },
@@ -251,9 +257,9 @@ async function generate(args: string[], io: Io): Promise<number> {
   const json = args.includes('--json');
   let parsed: ReturnType<typeof parseArgs<{ args: string[]; options: typeof options; allowPositionals: true }>>;
   try {
-    parsed = parseArgs({ args, options, allowPositionals: true });
+    parsed = parseFlags(args, options);
   } catch (err) {
-    return fail(io, json, badArgs((err as Error).message).toInfo());
+    return fail(io, json, toErrorInfo(err));
   }
   const { values, positionals } = parsed;
   let host: RunnerService | undefined;
@@ -263,7 +269,8 @@ async function generate(args: string[], io: Io): Promise<number> {
     if (prompts.length > 0 === (values['prompt-ids'] !== undefined)) {
       throw badArgs('give --prompt TEXT or --prompt-ids 1,2,3 (exactly one of them)');
     }
-    const kvBudget = values['kv-budget'] !== undefined ? parseByteSize(values['kv-budget']) : undefined;
+    const devices: Partial<HostSettings> = {};
+    applyDeviceFlags(devices, values['kv-budget'], values['device-memory']);
     const threads = parseNumber('threads', values.threads, true);
     const prefillChunk = parseNumber('prefill-chunk', values['prefill-chunk'], true);
     if (prefillChunk !== undefined && prefillChunk < 1) {
@@ -276,6 +283,7 @@ async function generate(args: string[], io: Io): Promise<number> {
     else if (prompts.length > 1) request.prompts = prompts;
     else request.prompt = prompts[0];
     if (values.chat) request.chat = true;
+    if (values.system !== undefined && !values.chat) throw badArgs('--system goes with --chat');
     if (values.system !== undefined) request.system = values.system;
     if (values.think && values.nothink) throw badArgs('give --think or --nothink, not both');
     if ((values.think || values.nothink) && !values.chat) throw badArgs('--think and --nothink go with --chat');
@@ -288,7 +296,8 @@ async function generate(args: string[], io: Io): Promise<number> {
     if (effort !== undefined && !values.chat) throw badArgs('--effort goes with --chat');
     if (effort !== undefined) request.reasoningEffort = effort;
     const maxNew = parseNumber('max-new-tokens', values['max-new-tokens'], true);
-    if (maxNew !== undefined) request.maxNewTokens = maxNew;
+    // More than any context holds is as many as the context leaves (the host says it clipped), as llama.cpp's -n.
+    if (maxNew !== undefined) request.maxNewTokens = Math.min(maxNew, MAX_NEW_TOKENS);
     const rows = parseNumber('rows', values.rows, true);
     if (rows !== undefined) request.rows = rows;
     if (values.stop) request.stop = values.stop;
@@ -310,8 +319,9 @@ async function generate(args: string[], io: Io): Promise<number> {
       request.toolChoice = choice === 'auto' || choice === 'none' || choice === 'required' ? choice : { name: choice };
     }
 
+    checkFlags(request);
     host = new RunnerService({
-      ...(kvBudget !== undefined ? { kvBudgetBytes: kvBudget } : {}),
+      ...devices,
       ...(threads !== undefined ? { intraOpNumThreads: threads } : {}),
       ...(prefillChunk !== undefined ? { prefillChunkTokens: prefillChunk } : {}),
       ...(lookup !== undefined ? { lookupDraftTokens: lookup } : {}),
@@ -496,9 +506,9 @@ export async function main(argv: string[], io: Io): Promise<number> {
     case 'generate':
       return generate(rest, io);
     case 'chat':
-      return (await import('./chat')).chat(rest, io, ({ kvBudget, threads, lookup }) => {
+      return (await import('./chat')).chat(rest, io, ({ devices, threads, lookup }) => {
         return new RunnerService({
-          ...(kvBudget !== undefined ? { kvBudgetBytes: parseByteSize(kvBudget) } : {}),
+          ...devices,
           ...(threads !== undefined ? { intraOpNumThreads: threads } : {}),
           ...(lookup !== undefined ? { lookupDraftTokens: lookup } : {}),
         });

@@ -12,7 +12,7 @@ import { parseByteSize } from '../main/scheduler';
 import { assertBindable, type RunningServer, serveControl, startServer } from '../main/server';
 import { parseDuration } from '../shared/duration';
 import { KvdeskError, toErrorInfo } from '../shared/errors';
-import { type Io, lookupFlag } from './common';
+import { type Io, joinValues, lookupFlag } from './common';
 import { dataDirOf } from './data-dir';
 import { applyDeviceFlags } from './device-flags';
 
@@ -131,7 +131,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
       typeof parseArgs<{ args: string[]; options: typeof options; allowPositionals: false }>
     >['values'];
     try {
-      values = parseArgs({ args, options, allowPositionals: false }).values;
+      values = parseArgs({ args: joinValues(args, options), options, allowPositionals: false }).values;
     } catch (err) {
       throw new KvdeskError('BAD_REQUEST', `${(err as Error).message} (see kvdesk --help)`);
     }

@@ -75,6 +75,9 @@ const tokenId = z.number().int().min(0);
  * A generation request. Exactly one prompt form: text, ids, chat messages, or
  * several rows of text/ids (one batched request).
  */
+/** The most new tokens a request may ask for (the context clips it further). */
+export const MAX_NEW_TOKENS = 1_000_000;
+
 export const GenerateRequest = z
   .object({
     /** Loaded model id; omitted: the default (first loaded) model. */
@@ -111,7 +114,7 @@ export const GenerateRequest = z
     reasoningEffort: z.enum(['minimal', 'low', 'medium', 'high', 'xhigh', 'max']).optional(),
     /** Copies of the prompt to generate (OpenAI `n`); multi-row requests reserve for every row. */
     rows: z.number().int().min(1).max(64).optional(),
-    maxNewTokens: z.number().int().min(1).max(1_000_000).optional(),
+    maxNewTokens: z.number().int().min(1).max(MAX_NEW_TOKENS).optional(),
     sampling: SamplingSettings.optional(),
     /**
      * Report each generated token's log-probability under the model (before any sampling setting) and this many

@@ -138,7 +138,8 @@ describe('kvdesk chat', () => {
       ['chat', small, '--greedy', '--max-new-tokens', '16', '--verbose', '--context-overflow', 'refuse'],
       input,
     );
-    expect(refused.code, refused.stderr).toBe(0);
+    // The chat went on; a script still learns that turns failed (context overflow: exit 2).
+    expect(refused.code, refused.stderr).toBe(2);
     expect(refused.stderr).toContain("leaves no room for a reply in the model's context of 256 tokens");
     expect(refused.stderr).toContain('that message was not added to the conversation');
     expect(figures(refused.stderr).length).toBeLessThan(8);
@@ -240,6 +241,23 @@ describe('kvdesk chat', () => {
     const missing = kvdesk(['chat', 'no-such-model', '--data-dir', path.join(repoRoot, 'no-such-dir')]);
     expect(missing.code).toBe(2);
     expect(missing.stderr).toContain('there is no package folder "no-such-model"');
+    // Values out of range are refused before the model loads, naming the flag.
+    for (const [flags, text] of [
+      [['--top-p', '9'], '--top-p: Too big: expected number to be <=1'],
+      [['--max-new-tokens', '0'], '--max-new-tokens: Too small: expected number to be >=1'],
+      [['--seed', '-1'], '--seed: Too small'],
+    ] as const) {
+      const r = kvdesk(['chat', defaultModelDir, ...flags], 'Hi\n');
+      expect(r.code, flags.join(' ')).toBe(2);
+      expect(r.stderr).toContain(text);
+      expect(r.stderr).not.toContain('loaded in');
+    }
+  }, 60_000);
+
+  it('a piped chat whose turns were refused goes on, and exits with the refusal’s code', () => {
+    const r = kvdesk(['chat', defaultModelDir, ...GREEDY, '--kv-budget', '10'], 'Hi\nthere\n');
+    expect(r.stderr.match(/KV budget is 10 B/g)).toHaveLength(2);
+    expect(r.code).toBe(3);
   }, 60_000);
 
   it("a thinking model: reasoning on stderr between Ollama's lines, the reply alone on stdout; /set nothink", async () => {

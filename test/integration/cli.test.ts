@@ -407,7 +407,7 @@ describe('CLI on the generated default model', () => {
     rmSync(dir, { recursive: true, force: true });
     const bad = kvdesk(...args, '--presence-penalty', '3');
     expect(bad.code).toBe(2);
-    expect((bad.json.error as Record<string, unknown>).message).toContain('presencePenalty');
+    expect((bad.json.error as Record<string, unknown>).message).toContain('--presence-penalty: Too big');
   });
 
   it('--tools with --tool-choice makes the reply a call, in the JSON result and as a line of text', () => {
@@ -454,6 +454,57 @@ describe('CLI on the generated default model', () => {
     expect(r.code).toBe(2);
     expect((r.json.error as Record<string, unknown>).code).toBe('BAD_REQUEST');
     expect(r.stderr).not.toMatch(/\n\s+at /);
+  });
+
+  it('flags that contradict, or values out of range, exit 2 naming the flag, before anything loads', () => {
+    const cases: Array<[string[], RegExp]> = [
+      [['--system', 'Be brief.'], /--system goes with --chat/],
+      [['--greedy', '--temperature', '1.5'], /give --greedy or --temperature, not both/],
+      [['--top-p', '9'], /--top-p: Too big: expected number to be <=1/],
+      [['--kv-budget', 'cuda:0=lots'], /Cannot read "lots" as a byte size/],
+      [['--device-memory', '8GiB'], /--device-memory 8GiB: give DEVICE=SIZE/],
+      [['--backend', 'bogus'], /"bogus" is no backend onnxruntime knows/],
+    ];
+    for (const [flags, message] of cases) {
+      const r = kvdesk('generate', defaultModelDir, '--prompt', 'Hello', ...flags, '--json');
+      expect(r.code, flags.join(' ')).toBe(2);
+      expect((r.json.error as Record<string, unknown>).message, flags.join(' ')).toMatch(message);
+    }
+    const inspect = kvdesk('inspect', defaultModelDir, '--backend', 'bogus', '--json');
+    expect(inspect.code).toBe(2);
+    expect((inspect.json.error as Record<string, unknown>).message).toMatch(/"bogus" is no backend/);
+    const unknown = kvdesk('inspect', defaultModelDir, '--bogus', '--json');
+    expect(unknown.code).toBe(2);
+    expect((unknown.json.error as Record<string, unknown>).code).toBe('BAD_REQUEST');
+  });
+
+  it('takes a value that starts with "-", a per-device KV budget, and more new tokens than any context (clipped)', () => {
+    const base = ['generate', defaultModelDir, '--greedy', '--max-new-tokens', '4', '--json'];
+    const r = kvdesk(...base, '--prompt', '- a list', '--frequency-penalty', '-0.5', '--presence-penalty', '-1');
+    expect(r.code, r.stderr).toBe(0);
+    const same = kvdesk(...base, '--prompt=- a list', '--frequency-penalty=-0.5', '--presence-penalty=-1');
+    expect(r.json.tokenIds).toEqual(same.json.tokenIds);
+    expect(r.json.promptTokens).toBe(same.json.promptTokens);
+    // The CPU's budget as a device key, another device's memory beside it: the request runs under the CPU's.
+    const devices = kvdesk(
+      'generate',
+      defaultModelDir,
+      '--prompt',
+      'Hello',
+      '--max-new-tokens',
+      '100',
+      '--greedy',
+      '--kv-budget',
+      'cpu=40KiB',
+      '--device-memory',
+      'webgpu:0=8GiB',
+      '--json',
+    );
+    expect(devices.code, devices.stderr).toBe(0);
+    expect((devices.json.budgetCap as { availableBytes: number }).availableBytes).toBe(40 * 1024);
+    const huge = kvdesk('generate', defaultModelDir, '--prompt', 'x', '--greedy', '--max-new-tokens', '100000000');
+    expect(huge.code, huge.stderr).toBe(0);
+    expect(huge.stderr).toMatch(/max new tokens clipped from 1000000 to \d+ by the context window/);
   });
 
   it('--prefill-chunk below 1 exits 2 naming the flag', () => {

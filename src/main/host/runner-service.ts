@@ -41,7 +41,7 @@ import { packTokens } from '../engine/json-constraint';
 import { compileSchema, SchemaError } from '../engine/json-schema';
 import type { EngineEvent, EngineLoadResult, LogitsPositions, SamplingParams, StepLogprob } from '../engine/protocol';
 import { detectLayout, loadModelSpec, variantOption as variantOf } from '../packages';
-import { providerName, providerShortName } from '../packages/execution-providers';
+import { backendProvider, providerShortName } from '../packages/execution-providers';
 import type { LoadOptions } from '../packages/load-options';
 import { createScheduler, type Scheduler } from '../scheduler';
 import {
@@ -550,14 +550,7 @@ export class RunnerService {
     const ortPackage = (await detectLayout(dir)) === 'ort-package';
     const trust = options.trustInstalled === true ? { trustInstalled: true } : {};
     const variantOption = { ...(await variantOf(dir, options.variant)), ...trust };
-    const wanted = options.backend === undefined ? undefined : providerName(options.backend);
-    if (wanted !== undefined && providerShortName(wanted) === undefined) {
-      throw new KvdeskError(
-        'BAD_REQUEST',
-        `"${options.backend}" is no backend onnxruntime knows: pick cpu, cuda, tensorrt, webgpu, dml or coreml (kvdesk inspect PACKAGE lists what this machine can use)`,
-        { field: 'backend' },
-      );
-    }
+    const wanted = options.backend === undefined ? undefined : backendProvider(options.backend);
     // An ORT package's variant may be built for a GPU: the backends are probed before it is read.
     const probeFirst = (wanted !== undefined && wanted !== CPU) || (ortPackage && options.variant !== undefined);
     const cpuOnly = probeFirst ? undefined : await loadModelSpec(dir, { availableBackends: [CPU], ...variantOption });

@@ -4,6 +4,7 @@
  * onnxruntime-node `cuda`); kvdesk compares them only in ORT's full form so a
  * CUDA variant is recognised whichever way a file spelled it.
  */
+import { KvdeskError } from '../../shared/errors';
 
 /** The provider every onnxruntime build has. */
 export const CPU_PROVIDER = 'CPUExecutionProvider';
@@ -51,6 +52,19 @@ export function providerShortName(name: string): string | undefined {
   const full = knownProviderName(name);
   if (full === undefined) return undefined;
   return Object.entries(PROVIDER_ALIASES).find(([, v]) => v === full)?.[0];
+}
+
+/** The ORT provider a backend name (`cuda`, `CUDAExecutionProvider`…) asks for; an unknown name is refused. */
+export function backendProvider(name: string): string {
+  const wanted = providerName(name);
+  if (providerShortName(wanted) === undefined) {
+    throw new KvdeskError(
+      'BAD_REQUEST',
+      `"${name}" is no backend onnxruntime knows: pick cpu, cuda, tensorrt, webgpu, dml or coreml (kvdesk inspect PACKAGE lists what this machine can use)`,
+      { field: 'backend' },
+    );
+  }
+  return wanted;
 }
 
 /**

@@ -14,6 +14,7 @@ import { findFile, isNotFound, makeContext, type PackageContext, relName } from 
 
 export { CONFIG_MAX_BYTES } from './config-file';
 export {
+  backendProvider,
   bestUsableProvider,
   knownProviderName,
   PROVIDER_PREFERENCE,

@@ -623,7 +623,7 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
           ? `a static cache of ${shape.fixedTokens} positions × ${shape.bpt} B/token), but ${why} ` +
             `${formatBytes(limits.limitBytes)}. This model allocates its whole cache per row: send fewer rows, ` +
             'or raise the KV budget.'
-          : `${prefixTokens > 0 ? `${prefixTokens} session + ` : ''}${shape.promptTokens} prompt + 1 tokens × ` +
+          : `(${prefixTokens > 0 ? `${prefixTokens} session + ` : ''}${shape.promptTokens} prompt + 1) tokens × ` +
             `${shape.bpt} B/token), but ${why} ${formatBytes(limits.limitBytes)}. ` +
             'Shorten the prompt, send fewer rows, or raise the KV budget.'),
       detail: {

@@ -70,7 +70,7 @@ describe('reconfigure: the limit', () => {
     expect(rejected?.error).toEqual({
       code: 'KV_BUDGET_EXCEEDED',
       message:
-        'This request needs at least 1.4 KiB of KV cache (1 row(s) × 10 prompt + 1 tokens × 128 B/token), ' +
+        'This request needs at least 1.4 KiB of KV cache (1 row(s) × (10 prompt + 1) tokens × 128 B/token), ' +
         'but the KV budget was lowered to 1.0 KiB. Shorten the prompt, send fewer rows, or raise the KV budget.',
       detail: { requiredBytes: 1408, budgetBytes: 1024, bpt: 128, promptTokens: 10, rows: 1, sessionTokens: 0 },
     });

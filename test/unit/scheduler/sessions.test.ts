@@ -187,7 +187,7 @@ describe('sessions: turns and retained KV', () => {
     const error = errorOf(t.submit(req({ id: 'a', session: 's', prompt: 3 })));
     expect(error.code).toBe('KV_BUDGET_EXCEEDED');
     expect(error.detail).toMatchObject({ requiredBytes: 9 * 128, sessionTokens: 5, promptTokens: 3 });
-    expect(error.message).toContain('(1 row(s) × 5 session + 3 prompt + 1 tokens × 128 B/token)');
+    expect(error.message).toContain('(1 row(s) × (5 session + 3 prompt + 1) tokens × 128 B/token)');
   });
 
   it('counts the session prefix against the context', () => {
