@@ -167,6 +167,13 @@ describe('every terminal path returns the reservation', () => {
     expect(r.finishReason).toBe('stop');
     expect(r.text).toBe(free.text.slice(0, free.text.indexOf(stop)));
     expectEmptyLedger(h);
+    // The engine hears of the stop a frame or more later: what it wrote meanwhile is not the reply's KV.
+    const long = await h.generate({ promptIds: prompt, maxNewTokens: 1500, sampling: greedy, stop: [stop] }).result;
+    expect(long.tokenIds).toEqual(r.tokenIds);
+    expect(long.kvBytes).toBe((long.promptTokens + long.tokenIds.length - 1) * long.bpt);
+    // As a reply that ends by itself at the same length holds.
+    const same = await h.generate({ promptIds: prompt, maxNewTokens: r.tokenIds.length, sampling: greedy }).result;
+    expect(same.kvBytes).toBe(long.kvBytes);
   });
 
   it('after a cancel mid-generation', async () => {

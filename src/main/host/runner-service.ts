@@ -1390,7 +1390,9 @@ class Generation {
       this.firstTokenAt = now;
       this.sched.firstToken(this.id);
     }
-    this.lastTokenAt = now;
+    // Tokens the engine wrote after every row stopped (before it heard so) are not the reply's: its speed ends
+    // at the last token it kept.
+    if (this.rowStopped.some((s) => s === null)) this.lastTokenAt = now;
     const frameRows: Array<{
       ids: number[];
       text: string;
@@ -1656,7 +1658,12 @@ class Generation {
       promptTokens: this.promptTokens,
       reusedTokens: this.reused,
       bpt: this.model.spec.bpt,
-      kvBytes,
+      // A reply a stop string ended holds the KV of what it kept (the engine's steps after the stop are dropped):
+      // its prompt and every kept token but the last, which no step has fed yet.
+      kvBytes:
+        finishReason === 'stop' && rowsOut.every((r) => r.finishReason === 'stop')
+          ? Math.min(kvBytes, this.rows.length * (this.promptTokens + this.generated - 1) * this.model.spec.bpt)
+          : kvBytes,
       reservedBytes: this.grant?.reservedBytes ?? 0,
       ...(this.budgetCap ? { budgetCap: this.budgetCap } : {}),
       ...(this.clipped ? { clipped: this.clipped } : {}),
