@@ -223,6 +223,19 @@ function resolveSampling(req: GenerateRequest, spec: ModelSpec): SamplingParams 
   };
 }
 
+/**
+ * The tokens that close a reasoning the budget ends: the close as the tokenizer writes it between newlines (the
+ * model knows its marker as one token, often); where the vocabulary holds the marker as one token but encoding
+ * the text does not give it (a pre-tokenizer splits `</think>` into pieces), that token, as the model writes it.
+ */
+export function closeIds(tok: TextTokenizer, close: string): number[] {
+  const text = tok.encode(`\n${close}\n\n`, { addSpecialTokens: false });
+  const id = tok.tokenToId(close);
+  if (id === undefined || text.includes(id)) return text;
+  const plain = (s: string) => tok.encode(s, { addSpecialTokens: false });
+  return [...plain('\n'), id, ...plain('\n\n')];
+}
+
 /** Whether replies are JSON: JSON mode, or structured output with a schema. */
 function jsonMode(req: GenerateRequest): boolean {
   return req.responseFormat === 'json' || req.jsonSchema !== undefined;
@@ -1319,8 +1332,7 @@ class Generation {
                 close: plan.spec.close,
                 inside: plan.inside,
                 tokens: thinkingBudget,
-                // The close as the tokenizer writes it (the model knows its marker as one token, often).
-                force: this.model.tokenizer.encode(`\n${plan.spec.close}\n\n`, { addSpecialTokens: false }),
+                force: closeIds(this.model.tokenizer, plan.spec.close),
               },
             }
           : undefined;

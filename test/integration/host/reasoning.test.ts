@@ -259,4 +259,22 @@ describe.skipIf(!haveFixtures)(`tiny-reasoning (${haveFixtures ? 'shared fixture
     expect(r.reasoning).toBe(tok.decode(before, { skipSpecialTokens: true }).trim());
     expect(r.reasoning?.length).toBeGreaterThan(0);
   });
+
+  it('a thinking budget closes the reasoning with the vocabulary’s </think> token, which its text does not encode to', async () => {
+    const tok = h.tokenizerOf('tiny-reasoning');
+    const close = tok.tokenToId('</think>') as number;
+    // Its pre-tokenizer splits the marker's text into pieces the vocabulary lacks.
+    expect(tok.encode('</think>', { addSpecialTokens: false })).not.toContain(close);
+    const r = await h.generate({
+      model: 'tiny-reasoning',
+      messages: [{ role: 'user', content: 'hello' }],
+      sampling: { greedy: true },
+      thinkingBudget: 1,
+      maxNewTokens: 5,
+    }).result;
+    expect(r.tokenIds[1]).toBe(close);
+    expect(r.reasoningTokens).toBe(2);
+    expect(r.reasoning).toBe(tok.decode(r.tokenIds.slice(0, 1), { skipSpecialTokens: true }).trim());
+    expect(r.text).toBe(tok.decode(r.tokenIds.slice(2), { skipSpecialTokens: true }).trim());
+  });
 });
