@@ -824,11 +824,23 @@ export function toolCallsChoice(
  * piece with the call's id, type and name, the rest as `function.arguments` pieces of the same index.
  */
 export function toolCallDeltasChoice(index: number, deltas: readonly ToolCallDelta[]): Record<string, unknown> {
-  const tool_calls = deltas.map((d) =>
-    d.id !== undefined
-      ? { index: d.index, id: d.id, type: 'function', function: { name: d.name, arguments: d.arguments } }
-      : { index: d.index, function: { arguments: d.arguments } },
-  );
+  // One entry per call in a chunk, as OpenAI sends them: a frame's pieces of one call are joined.
+  const tool_calls: Array<{
+    index: number;
+    id?: string;
+    type?: string;
+    function: { name?: string; arguments: string };
+  }> = [];
+  for (const d of deltas) {
+    const last = tool_calls[tool_calls.length - 1];
+    if (last?.index === d.index && d.id === undefined) last.function.arguments += d.arguments;
+    else
+      tool_calls.push(
+        d.id !== undefined
+          ? { index: d.index, id: d.id, type: 'function', function: { name: d.name, arguments: d.arguments } }
+          : { index: d.index, function: { arguments: d.arguments } },
+      );
+  }
   return { index, delta: { tool_calls }, logprobs: null, finish_reason: null };
 }
 

@@ -744,13 +744,15 @@ describe('tool calls', () => {
       const choice = part.choices[0];
       if (!choice) continue;
       content += choice.delta.content ?? '';
-      deltas.push(...((choice.delta.tool_calls ?? []) as typeof deltas));
+      const inChunk = (choice.delta.tool_calls ?? []) as typeof deltas;
+      // One entry per call in a chunk, as OpenAI sends (a frame's pieces of the call are joined).
+      expect(new Set(inChunk.map((d) => d.index)).size).toBe(inChunk.length);
+      deltas.push(...inChunk);
       finish = choice.finish_reason ?? finish;
     }
     expect(content).toBe('');
     expect(finish).toBe('tool_calls');
-    // The arguments arrive in pieces, one per step or so, not as one delta at the end.
-    expect(deltas.length).toBeGreaterThan(3);
+    // (That the arguments go out as written, over several frames, is the host's test: tool-calls.test.ts.)
     expect(deltas[0]).toMatchObject({
       index: 0,
       id: expect.stringMatching(/^call_/),

@@ -5,6 +5,7 @@ import {
   logprobsJson,
   mapOpenAiRequest,
   openAiFinishReason,
+  toolCallDeltasChoice,
   toolCallsChoice,
   usageOf,
 } from '../../../src/main/server/openai-adapter';
@@ -359,6 +360,33 @@ describe('mapOpenAiRequest', () => {
         }),
       ),
     ).not.toThrow();
+  });
+});
+
+describe('toolCallDeltasChoice', () => {
+  it('sends one entry per call in a chunk: pieces of one call are joined, a new call starts its own', () => {
+    const choice = toolCallDeltasChoice(0, [
+      { index: 0, id: 'call_a', name: 'f', arguments: '{' },
+      { index: 0, arguments: '"x"' },
+      { index: 0, arguments: ': 1}' },
+      { index: 1, id: 'call_b', name: 'g', arguments: '' },
+      { index: 1, arguments: '{}' },
+    ]);
+    expect(choice.delta).toEqual({
+      tool_calls: [
+        { index: 0, id: 'call_a', type: 'function', function: { name: 'f', arguments: '{"x": 1}' } },
+        { index: 1, id: 'call_b', type: 'function', function: { name: 'g', arguments: '{}' } },
+      ],
+    });
+    // A chunk that goes on with a call begun earlier carries its index and the new text only.
+    expect(
+      toolCallDeltasChoice(0, [
+        { index: 1, arguments: '{' },
+        { index: 1, arguments: '}' },
+      ]).delta,
+    ).toEqual({
+      tool_calls: [{ index: 1, function: { arguments: '{}' } }],
+    });
   });
 });
 
