@@ -403,6 +403,30 @@ describe('sessions keep their KV between turns', () => {
     expect(h.snapshot().heldBytes).toBe(0);
     await vi.waitFor(async () => expect((await h.engine.stats()).sessions).toEqual([]));
   });
+
+  it('a turn the person stopped keeps its KV as far as its reply went; the next turn reuses it and matches a cold run', async () => {
+    const h = await host({}, slowModel());
+    let seen = 0;
+    const handle = h.generate({ promptIds: prompt, maxNewTokens: 2000, sampling: greedy, sessionId: 's2' }, (f) => {
+      if (f.type === 'tokens') seen += f.rows[0]?.ids.length ?? 0;
+      if (seen >= 3) handle.cancel('user');
+    });
+    expect((await rejection(handle.result)).code).toBe('CANCELLED');
+    const held = h.scheduler.sessionInfo('s2');
+    // The prompt and at least the three tokens seen, as the host saw them (the engine may have gone further).
+    expect(held?.tokens).toBeGreaterThanOrEqual(prompt.length + 3);
+    expect(h.snapshot().heldBytes).toBe(held?.heldBytes);
+    expect(held?.heldBytes).toBe((held?.tokens ?? 0) * (h.listModels()[0]?.spec.bpt ?? 0));
+    expectEmptyLedger(h);
+    const partial = (h.sessionMirror('s2')?.tokens ?? []).slice(prompt.length);
+    expect(partial.length).toBe((held?.tokens ?? 0) - prompt.length);
+    const next = [...prompt, ...partial, 60, 70, 80];
+    const turn2 = await h.generate({ promptIds: next, maxNewTokens: 5, sampling: greedy, sessionId: 's2' }).result;
+    expect(turn2.reusedTokens).toBe(held?.tokens);
+    const cold = await h.generate({ promptIds: next, maxNewTokens: 5, sampling: greedy }).result;
+    expect(turn2.tokenIds).toEqual(cold.tokenIds);
+    h.closeSession('s2');
+  });
 });
 
 describe('engine facts', () => {

@@ -1614,10 +1614,19 @@ class Generation {
     });
     const finishReason = (rowsOut[0] as RowResult).finishReason;
     if (cancelled) {
-      this.sched.cancel(this.id, this.cancelReason ?? 'user');
-      if (sessionId) {
+      const reason = this.cancelReason ?? 'user';
+      // A reply the person stopped (or whose client went away) keeps its session's KV as far as the host saw
+      // it: the next turn, which holds the conversation and what the reply wrote, reuses it. A timeout or a
+      // shutdown keeps nothing.
+      const kept =
+        sessionId && sessionTokens > 0 && (reason === 'user' || reason === 'disconnect')
+          ? this.keptTokens(sessionTokens)
+          : undefined;
+      this.sched.cancel(this.id, reason, kept ? { sessionTokens: kept.length } : {});
+      if (sessionId && kept) this.mirrorSession(sessionId, kept);
+      else if (sessionId) {
         this.host.setSessionMirror(sessionId, undefined);
-        // The scheduler keeps nothing of a cancelled turn's session; the engine must not keep its KV either.
+        // The scheduler keeps nothing of this turn's session; the engine must not keep its KV either.
         this.host.engine.dropSession(sessionId);
       }
       this.fail(this.cancelError(`after ${this.generated} tokens`));
@@ -1626,25 +1635,12 @@ class Generation {
     const schedReason =
       finishReason === 'stop' ? 'stop' : finishReason === 'eos' || finishReason === 'tool_calls' ? 'eos' : 'length';
     if (sessionId) {
-      const row = this.rows[0] as number[];
-      const tokens = [...row, ...(this.rowIds[0] as number[])].slice(0, sessionTokens);
+      const tokens = this.keptTokens(sessionTokens);
       this.sched.finish(this.id, schedReason, {
         sessionTokens: tokens.length,
         generatedTokens: this.generated,
       });
-      // A session closed while its turn ran is gone from the scheduler: nothing of it may be reused.
-      this.host.setSessionMirror(
-        sessionId,
-        this.sched.sessionInfo(sessionId)?.tokens === tokens.length
-          ? {
-              modelId: this.model.id,
-              tokens,
-              promptTokens: Math.min(row.length, tokens.length),
-              loadKey: this.model.loadKey,
-            }
-          : undefined,
-      );
-      if (sessionId.startsWith(PROMPT_CACHE_PREFIX)) this.host.prunePromptCaches();
+      this.mirrorSession(sessionId, tokens);
     } else {
       this.sched.finish(this.id, schedReason, { generatedTokens: this.generated });
     }
@@ -1690,6 +1686,31 @@ class Generation {
     };
     this.emit({ type: 'done', requestId: this.id, result });
     this.resolve(result);
+  }
+
+  /**
+   * The session tokens a turn's end keeps: the prompt and the reply as far as the host saw them, at most the
+   * `sessionTokens` the engine holds (it may hold more: steps it took before it heard of a stop or a cancel).
+   */
+  private keptTokens(sessionTokens: number): number[] {
+    return [...(this.rows[0] as number[]), ...(this.rowIds[0] as number[])].slice(0, sessionTokens);
+  }
+
+  /** The host's mirror of a session after its turn (the scheduler has just recorded what it keeps). */
+  private mirrorSession(sessionId: string, tokens: number[]): void {
+    // A session closed while its turn ran is gone from the scheduler: nothing of it may be reused.
+    this.host.setSessionMirror(
+      sessionId,
+      this.sched.sessionInfo(sessionId)?.tokens === tokens.length
+        ? {
+            modelId: this.model.id,
+            tokens,
+            promptTokens: Math.min((this.rows[0] as number[]).length, tokens.length),
+            loadKey: this.model.loadKey,
+          }
+        : undefined,
+    );
+    if (sessionId.startsWith(PROMPT_CACHE_PREFIX)) this.host.prunePromptCaches();
   }
 
   /** The scheduler refused this queued request (the limit was lowered under its minimum). */

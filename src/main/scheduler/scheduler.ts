@@ -124,8 +124,12 @@ export interface Scheduler {
   progress(id: string, report: { generatedTokens: number; usedBytes: number }): boolean;
   /** Called by the host when a running generation ends normally; returns the bytes released (0 when not running). */
   finish(id: string, reason: FinishReason, opts?: FinishOptions): number;
-  /** Called by the host on user stop, client disconnect, timeout or shutdown; works queued or running; returns bytes released. */
-  cancel(id: string, reason: CancelReason): number;
+  /**
+   * Called by the host on user stop, client disconnect, timeout or shutdown; works queued or running; returns
+   * bytes released. A running session turn may keep `sessionTokens` of its KV (what the reply kept, for the
+   * next turn), checked as finish checks it; without it the session keeps nothing.
+   */
+  cancel(id: string, reason: CancelReason, opts?: { sessionTokens?: number }): number;
   /** Called by the host when work for this request failed (queued or running); returns bytes released. */
   fail(id: string, error: ErrorInfo): number;
   /**
@@ -548,7 +552,7 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
       session.turn = undefined;
       session.state = 'idle';
       // A turn that never ran left the session's KV as it was; after a running turn the engine keeps only
-      // what finish reported (nothing after cancel or failure: partial KV is cheaper to recompute than to trust).
+      // what its end reported (finish, or a cancel that kept the reply so far; nothing after a failure).
       if (wasRunning) session.tokens = ending.sessionTokens ?? 0;
       touch(session, at);
       if (session.closing) sessions.delete(session.id);
@@ -862,34 +866,37 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
         );
       }
     }
-    let sessionTokens: number | undefined;
-    const asked = finishOpts?.sessionTokens;
-    if (asked !== undefined && e.shape.sessionId !== undefined) {
-      // The engine cannot hold more than the prefix, the prompt and what it generated; retaining more
-      // would let held bytes exceed the reservation they replace, breaking the capacity invariant.
-      // (A static cache's positions bound this too: its context is at most fixedTokens.)
-      const most = e.prefixTokens + e.shape.promptTokens + e.generatedTokens;
-      if (Number.isSafeInteger(asked) && asked >= 0 && asked <= most) sessionTokens = asked;
-      else {
-        recordViolation(
-          'session-tokens',
-          `${id} asked its session to keep ${asked} tokens; at most ${most} exist. The session's KV is dropped.`,
-          id,
-        );
-      }
-    }
+    const sessionTokens = keptSessionTokens(e, finishOpts?.sessionTokens);
     const bytes = retire(e, 'finished', at, { reason, sessionTokens });
     settle();
     return bytes;
   }
 
-  function cancel(id: string, reason: CancelReason): number {
+  /** The session tokens a running turn's end may keep: at most what exists, else none (a violation). */
+  function keptSessionTokens(e: Entry, asked: number | undefined): number | undefined {
+    if (asked === undefined || e.shape.sessionId === undefined || e.grant === undefined) return undefined;
+    // The engine cannot hold more than the prefix, the prompt and what it generated; retaining more
+    // would let held bytes exceed the reservation they replace, breaking the capacity invariant.
+    // (A static cache's positions bound this too: its context is at most fixedTokens.)
+    const most = e.prefixTokens + e.shape.promptTokens + e.generatedTokens;
+    if (Number.isSafeInteger(asked) && asked >= 0 && asked <= most) return asked;
+    recordViolation(
+      'session-tokens',
+      `${e.shape.id} asked its session to keep ${asked} tokens; at most ${most} exist. The session's KV is dropped.`,
+      e.shape.id,
+    );
+    return undefined;
+  }
+
+  function cancel(id: string, reason: CancelReason, opts?: { sessionTokens?: number }): number {
     const e = live.get(id);
     if (e === undefined) return 0;
     const code = reason === 'timeout' ? 'TIMEOUT' : 'CANCELLED';
+    const sessionTokens = keptSessionTokens(e, opts?.sessionTokens);
     const bytes = retire(e, 'cancelled', now(), {
       reason,
       error: { code, message: `Request ${id} was cancelled (${reason}).` },
+      ...(sessionTokens !== undefined ? { sessionTokens } : {}),
     });
     settle();
     return bytes;

@@ -141,6 +141,32 @@ describe('sessions: turns and retained KV', () => {
     expect(t.scheduler.snapshot().violations).toEqual([]);
   });
 
+  it('a cancelled running turn keeps the sessionTokens it reports, checked as finish checks them; a queued one keeps the session as it was', () => {
+    const t = createTestScheduler({ limit: 4096 });
+    seed(t, 's', 5);
+    t.submit(req({ id: 'a', session: 's', prompt: 3, max: 8 }));
+    t.scheduler.progress('a', { generatedTokens: 2, usedBytes: 0 });
+    t.scheduler.cancel('a', 'user', { sessionTokens: 9 });
+    expect(t.scheduler.sessionInfo('s')).toMatchObject({ tokens: 9, heldBytes: 9 * 128, state: 'idle' });
+    expect(t.scheduler.snapshot()).toMatchObject({ reservedBytes: 0, heldBytes: 9 * 128, violations: [] });
+    // Without sessionTokens a cancel keeps nothing; more than exist is a violation and keeps nothing.
+    t.submit(req({ id: 'b', session: 's', prompt: 1, max: 4 }));
+    t.scheduler.cancel('b', 'timeout');
+    expect(t.scheduler.sessionInfo('s')?.tokens).toBe(0);
+    seed(t, 'u', 4);
+    t.submit(req({ id: 'c', session: 'u', prompt: 2, max: 4 }));
+    t.scheduler.cancel('c', 'user', { sessionTokens: 7 });
+    expect(t.scheduler.sessionInfo('u')?.tokens).toBe(0);
+    expect(t.scheduler.snapshot().violations.map((v) => v.kind)).toEqual(['session-tokens']);
+    // A turn cancelled while queued never ran: the session keeps its KV, whatever the host says.
+    const full = createTestScheduler({ limit: 4096, maxRunning: 1 });
+    seed(full, 'q', 6);
+    full.submit(req({ id: 'run' }));
+    full.submit(req({ id: 'wait', session: 'q', prompt: 2, max: 4 }));
+    full.scheduler.cancel('wait', 'user', { sessionTokens: 1 });
+    expect(full.scheduler.sessionInfo('q')).toMatchObject({ tokens: 6, state: 'idle' });
+  });
+
   it('accepts keeping 0 tokens', () => {
     const t = createTestScheduler();
     seed(t, 's', 5);
