@@ -1072,6 +1072,15 @@ describe('disconnects', () => {
     const view = snap.recent.find((r) => r.id === id);
     expect(view).toMatchObject({ state: 'cancelled', endReason: 'disconnect' });
     expect(view?.generatedTokens).toBeLessThan(1500);
+    // The conversation's KV stayed in the prompt cache: the client's retry reads its prompt from there (all
+    // but the last token, which must run again to give the first token's logits).
+    const retry = await client.chat.completions.create({
+      model: 'default',
+      messages: LONG_CHAT,
+      max_tokens: 2,
+      temperature: 0,
+    });
+    expect(retry.usage?.prompt_tokens_details?.cached_tokens).toBe((view?.promptTokens ?? 0) - 1);
   });
 
   it('a client that gives up on a non-streamed request cancels it too', async () => {
