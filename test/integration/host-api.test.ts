@@ -96,6 +96,15 @@ describe('HostApi', () => {
       files: [{ path: 'bad/config.json', data: new TextEncoder().encode('{') }],
     });
     expect(bad).toMatchObject({ ok: false, error: { code: 'PACKAGE_INVALID' } });
+    // A folder that is no package at all: the refusal names the folder the person chose, not the staging copy.
+    const notPackage = await api.importFiles({
+      name: 'empty-ish',
+      files: [{ path: 'empty-ish/readme.txt', data: new TextEncoder().encode('hi') }],
+    });
+    expect(notPackage.ok).toBe(false);
+    const message = notPackage.ok ? '' : notPackage.error.message;
+    expect(message).toMatch(/^the uploaded folder "empty-ish" is not a model package/);
+    expect(JSON.stringify(notPackage)).not.toContain('.incoming-');
     const left = await readdir(path.join(dataDir, 'models')).catch(() => []);
     expect(left).toEqual([]);
     expect(() => safeRelativePath('/abs')).toThrow(/absolute/);

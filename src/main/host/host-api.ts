@@ -152,6 +152,16 @@ function slug(name: string): string {
   );
 }
 
+/** A package error about an uploaded folder's staging copy, told of the folder the person uploaded (`name`). */
+function inFolder(err: unknown, staging: string, name: string): unknown {
+  if (!(err instanceof KvdeskError)) return err;
+  const named = (text: string) => text.split(staging).join(`the uploaded folder "${name}"`);
+  const detail = err.detail
+    ? Object.fromEntries(Object.entries(err.detail).map(([k, v]) => [k, typeof v === 'string' ? named(v) : v]))
+    : undefined;
+  return new KvdeskError(err.code, named(err.message), detail);
+}
+
 /** Creates the host API and loads the default model (a failure there is logged, never fatal). */
 export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
   const { runner } = opts;
@@ -520,8 +530,11 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
             await mkdir(path.dirname(target), { recursive: true });
             await writeFile(target, f.data, { flag: 'wx' });
           }
-          // Validate exactly as for a path before the package enters the library.
-          await loadModelSpec(staging);
+          // Validate exactly as for a path before the package enters the library; a refusal names the folder
+          // the person chose, not the staging folder it was copied to.
+          await loadModelSpec(staging).catch((err: unknown) => {
+            throw inFolder(err, staging, upload.name);
+          });
           let final = path.join(libraryDir, slug(upload.name));
           for (let i = 2; existsSync(final); i++) final = path.join(libraryDir, `${slug(upload.name)}-${i}`);
           await rename(staging, final);
