@@ -289,7 +289,10 @@ export class ChatSession {
           }
           this.options.sampling = sampling;
         }
-        this.io.err(`kvdesk: set ${name} to ${v === undefined ? 'its default' : raw}\n`);
+        // The value as kept (/show parameters shows the same): top_k -1 is 0, off.
+        this.io.err(
+          `kvdesk: set ${name} to ${v === undefined ? 'its default' : `${v}${v === 0 && key === 'topK' ? ' (off)' : ''}`}\n`,
+        );
         return;
       }
       default:

@@ -88,6 +88,7 @@ describe('kvdesk chat', () => {
         '/set parameter temperature 20',
         '/set parameter seed 9',
         '/set parameter seed -1',
+        '/set parameter top_k -1',
         '/set parameter top_k 5',
         '/set parameter num_predict 4',
         '/set parameter repeat_penalty 1.3',
@@ -108,6 +109,8 @@ describe('kvdesk chat', () => {
     expect(r.stderr).toContain('temperature must be in [0, 10], got 20');
     expect(r.stderr).toContain('set seed to its default');
     expect(r.stderr).not.toMatch(/seed\s+9/);
+    // The answer says what was kept: top_k -1 is 0, off (as /show parameters would show it).
+    expect(r.stderr).toContain('set top_k to 0 (off)');
     expect(r.stderr).toMatch(/top_k\s+5/);
     expect(r.stderr).toMatch(/num_predict\s+4/);
     // repeat_last_n 0 turns the penalty off, as in Ollama.

@@ -21,7 +21,14 @@
  * Replies carry Ollama's `done_reason` and its nanosecond durations, taken from the host's timings.
  */
 import type { ModelInfo } from '../../shared/api';
-import type { ChatMessage, FinishReason, GenerateRequest, GenerationResult, ToolCall } from '../../shared/contract';
+import {
+  type ChatMessage,
+  type FinishReason,
+  type GenerateRequest,
+  type GenerationResult,
+  MAX_NEW_TOKENS,
+  type ToolCall,
+} from '../../shared/contract';
 import { parseDuration } from '../../shared/duration';
 import { type HttpError, httpError } from './http-util';
 import {
@@ -76,9 +83,6 @@ export function keepAlive(body: Body): number | null | undefined {
 
 /** Ollama's default `repeat_last_n`: the repetition penalty looks at the last 64 tokens. */
 export const OLLAMA_REPEAT_LAST_N = 64;
-
-/** The longest reply a request may ask for (the contract's bound on maxNewTokens). */
-const MAX_NEW_TOKENS = 1_000_000;
 
 /** Sampling options kvdesk cannot honour, accepted only at the value that turns them off. */
 const NEUTRAL_ONLY: ReadonlyArray<[string, number]> = [
