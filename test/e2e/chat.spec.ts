@@ -25,6 +25,9 @@ test('a reply streams in, shows its stats, and Stop ends it', async ({ app, serv
   await expect(reply).toHaveAttribute('data-state', 'cancelled');
   await expect(app.getByTestId('send-button')).toBeVisible();
   await expect(reply.getByTestId('message-stats')).toContainText('stopped');
+  // A stopped reply keeps its time to first token and its rate (as the window measured them).
+  await expect(reply.getByTestId('message-stats')).toContainText(/ttft [\d.,]+ m?s/);
+  await expect(reply.getByTestId('message-stats')).toContainText(/[\d.,]+ tok\/s/);
   const tokens = Number(
     /([\d,]+) tok/.exec((await reply.getByTestId('message-stats').textContent()) ?? '')?.[1]?.replace(/,/g, ''),
   );

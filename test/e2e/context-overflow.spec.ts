@@ -6,7 +6,7 @@
  */
 import { test as base, expect, type Page } from '@playwright/test';
 import { smallContextModel } from '../helpers/models';
-import { lastReply, newChat, send, setSettings } from './fixtures';
+import { lastReply, newChat, send, setSettings, wsCall } from './fixtures';
 import { type ServeHandle, startServe } from './serve';
 
 const test = base.extend<object, { smallServer: ServeHandle }>({
@@ -123,4 +123,47 @@ test('a thread set to stop at the limit gets the refusal instead', async ({ page
   await expect(lastReply(page).getByTestId('refusal')).toHaveAttribute('data-code', 'CONTEXT_OVERFLOW');
   await expect(page.getByTestId('context-drop-note')).toHaveCount(0);
   await expect(page.getByTestId('context-start')).toHaveCount(0);
+});
+
+test('a chat keeps its model: opening it again, or reloading, picks it; a model no longer loaded is named', async ({
+  page,
+  smallServer: server,
+}) => {
+  await openSmallChat(page, server);
+  const small = (await page.getByTestId('chat-view').getAttribute('data-thread-id')) ?? '';
+  await turn(page, 'Hello small model');
+  // Another chat, with the default model.
+  const other = await newChat(page);
+  await page.getByTestId('model-picker').selectOption('default');
+  await turn(page, 'Hello default model');
+
+  const picker = page.getByTestId('model-picker');
+  const open = (id: string) =>
+    page.getByTestId('thread-list').locator(`[data-thread-id="${id}"] [data-testid="thread-title"]`).click();
+  await open(small);
+  await expect(picker).toHaveValue('context-256');
+  await open(other);
+  await expect(picker).toHaveValue('default');
+  await open(small);
+  await expect(picker).toHaveValue('context-256');
+  // The last open chat opens again after a reload, with its model.
+  await expect(async () => {
+    await page.reload();
+    await expect(page.getByTestId('chat-view')).toHaveAttribute('data-thread-id', small, { timeout: 2000 });
+    await expect(picker).toHaveValue('context-256', { timeout: 2000 });
+  }).toPass({ timeout: 20_000 });
+  await expect(page.getByTestId('thread-model-note')).toHaveCount(0);
+
+  // Its model unloaded: the picker stays as it is, and the chat says which model it was with.
+  await open(other);
+  expect((await wsCall(server, 'unloadModel', { id: 'context-256' })).ok).toBe(true);
+  try {
+    await expect(picker.locator('option[value="context-256"]')).toHaveCount(0);
+    await open(small);
+    await expect(picker).toHaveValue('default');
+    await expect(page.getByTestId('thread-model-note')).toContainText('context-256');
+  } finally {
+    expect((await wsCall(server, 'loadModel', { path: smallContextModel() })).ok).toBe(true);
+  }
+  await expect(picker.locator('option[value="context-256"]')).toHaveCount(1);
 });

@@ -85,3 +85,74 @@ test('a thread of 3,000 messages opens at its end and mounts only the rows on sc
   // Code blocks render with a copy button.
   await expect(app.getByTestId('code-copy').first()).toBeAttached();
 });
+
+test('a reload while a reply streams keeps its text so far, marked interrupted, to continue or regenerate', async ({
+  app,
+  server,
+}) => {
+  // The page's socket passes the reply's first tokens, then holds its frames: it is still streaming at the reload.
+  let held = false;
+  await app.routeWebSocket(/\/ws/, (ws) => {
+    const hold = !held;
+    held = true;
+    const host = ws.connectToServer();
+    let tokens = 0;
+    host.onMessage((message) => {
+      if (hold && typeof message === 'string' && message.startsWith('{"t":"frame"')) {
+        const { frame } = JSON.parse(message) as { frame: { type: string } };
+        if (frame.type === 'tokens' && ++tokens > 3) return;
+        if (tokens > 3) return;
+      }
+      ws.send(message);
+    });
+  });
+  await app.reload();
+  await expect(app.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+  const id = await newChat(app);
+  await setSettings(app, { greedy: true, maxNewTokens: 1900 });
+  await send(app, 'Tell me a long story');
+  await expect(lastReply(app)).toHaveAttribute('data-state', 'running');
+  await expect(lastReply(app).getByTestId('message-text')).not.toHaveText(/^\s*$/);
+
+  // Saved as it streams (at most once a second): the host has the text so far.
+  const savedReply = async () => {
+    const r = await wsCall(server, 'listThreads', {});
+    const thread = (
+      r.value as Array<{
+        id: string;
+        messages: Array<{ role: string; content: string; stats?: { finishReason?: string } }>;
+      }>
+    ).find((t) => t.id === id);
+    const reply = thread?.messages.at(-1);
+    return reply?.role === 'assistant' ? reply : undefined;
+  };
+  await expect
+    .poll(async () => {
+      const reply = await savedReply();
+      return [(reply?.content.trim().length ?? 0) > 0, reply?.stats?.finishReason];
+    })
+    .toEqual([true, 'interrupted']);
+  // The first tokens are saved at once, the rest within a second (the page shows all it will get).
+  await app.waitForTimeout(1500);
+  const saved = (await savedReply())?.content ?? '';
+  // What the page shows now (its held frames never arrive) is what the reload must show again.
+  const partial = ((await lastReply(app).getByTestId('message-text').textContent()) ?? '').trim();
+
+  await app.reload();
+  await expect(app.getByTestId('chat-view')).toHaveAttribute('data-thread-id', id);
+  const reply = lastReply(app);
+  await expect(reply).toHaveAttribute('data-state', 'interrupted');
+  await expect(reply.getByTestId('message-text')).toHaveText(partial);
+  await expect(reply.getByTestId('interrupted-note')).toBeVisible();
+  await expect(reply.getByTestId('message-stats')).toContainText('interrupted');
+  await expect(reply.getByTestId('message-stats')).toContainText(/ttft [\d.,]+ m?s/);
+  await reply.hover();
+  await expect(reply.getByTestId('regenerate')).toBeVisible();
+  // Continue goes on from the text it had (greedy, this model may end it at once: it is no longer interrupted).
+  await reply.getByTestId('continue').click();
+  await expect(reply.getByTestId('message-stats')).not.toContainText('interrupted');
+  await app.keyboard.press('Escape');
+  await expect(reply).toHaveAttribute('data-state', /done|cancelled/);
+  await expect.poll(async () => (await savedReply())?.stats?.finishReason).not.toBe('interrupted');
+  expect((await savedReply())?.content.startsWith(saved)).toBe(true);
+});

@@ -25,7 +25,7 @@ import type { ErrorInfo, Result } from '../../shared/errors';
 import { autoRunCalls, chatTools, MAX_AUTO_ROUNDS, SKIPPED_ANSWER, toolKey } from '../lib/mcp-tools';
 import { parseThreadImport } from '../lib/thread-export';
 import type { AppStore } from '../store';
-import { UNTITLED } from '../store/chat-slice';
+import { partialReply, UNTITLED } from '../store/chat-slice';
 import type { PackageImport } from '../store/types';
 import type { Transport } from '../transport';
 import { createFrameCoalescer, type Flush } from './frame-coalescer';
@@ -187,13 +187,75 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     return r.ok;
   }
 
-  /** Persists a thread without replies still streaming (their text is partial; a crash loses at most those). */
+  /**
+   * Persists a thread. A reply still streaming goes with its text so far, marked interrupted (its end saves it
+   * again, whole): a reload or a crash keeps what it had written, to continue or regenerate. One with nothing yet
+   * is left out.
+   */
   function saveThread(threadId: string): void {
     const t = s().threads.find((x) => x.id === threadId);
     if (!t) return;
     const live = s().live;
-    const thread: Thread = { ...t, messages: t.messages.filter((m) => live[m.id] === undefined) };
+    const messages = t.messages.flatMap((m) => {
+      const l = live[m.id];
+      if (!l) return [m];
+      const written = m.content || m.reasoning || m.toolCalls?.length || m.alternatives?.length;
+      return written ? [partialReply(m, l)] : [];
+    });
+    const thread: Thread = { ...t, messages };
     void api.invoke('saveThread', thread).then((r) => report('Could not save the chat', r));
+  }
+
+  /** At most one save a second of a chat whose reply streams (its text so far); the reply's end saves it whole. */
+  const STREAM_SAVE_MS = 1000;
+  const streamSaves = new Map<string, { last: number; timer: ReturnType<typeof setTimeout> | undefined }>();
+  function saveWhileStreaming(threadId: string): void {
+    let entry = streamSaves.get(threadId);
+    if (!entry) {
+      entry = { last: 0, timer: undefined };
+      streamSaves.set(threadId, entry);
+    }
+    if (entry.timer !== undefined) return;
+    const due = entry;
+    const run = () => {
+      due.timer = undefined;
+      due.last = Date.now();
+      if (liveIn(threadId)) saveThread(threadId);
+    };
+    const wait = due.last + STREAM_SAVE_MS - Date.now();
+    if (wait <= 0) run();
+    else due.timer = setTimeout(run, wait);
+  }
+  function endStreamSaves(threadId: string): void {
+    const entry = streamSaves.get(threadId);
+    if (entry?.timer !== undefined) clearTimeout(entry.timer);
+    streamSaves.delete(threadId);
+  }
+  // The page going (a reload, the window closing): the replies streaming are saved as they are now.
+  if (typeof window !== 'undefined') {
+    window.addEventListener('pagehide', () => {
+      const threads = new Set(Object.values(s().live).map((l) => l.threadId));
+      for (const id of threads) saveThread(id);
+    });
+  }
+
+  /**
+   * The chat just opened, whose own model (the one its replies went to) the picker takes once the models are
+   * known; a chat whose model is not loaded leaves the picker as it is (the chat says so).
+   */
+  let restoreFor: string | null = null;
+  function restoreModel(threadId: string | null): void {
+    restoreFor = threadId;
+    applyRestore();
+  }
+  function applyRestore(): void {
+    const id = restoreFor;
+    const st = s();
+    if (id === null || st.models.length === 0) return; // no models known yet: when they are
+    restoreFor = null;
+    const modelId = st.threads.find((t) => t.id === id)?.modelId;
+    if (st.activeThreadId !== id || !modelId) return;
+    if (modelId !== st.activeModelId && st.models.some((m) => m.id === modelId)) st.setActiveModel(modelId);
   }
 
   function saveSettings(): void {
@@ -218,11 +280,13 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       const after = s().live;
       for (const b of flush.batches) {
         const was = before[b.messageId];
-        if (was && !after[b.messageId]) {
+        const now = after[b.messageId];
+        if (was && !now) {
           cancels.delete(b.messageId);
+          endStreamSaves(was.threadId);
           saveThread(was.threadId);
           runAllowedTools(was.threadId, b.messageId);
-        }
+        } else if (now && now.tokens > 0) saveWhileStreaming(now.threadId);
       }
     },
   });
@@ -230,7 +294,10 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   // --- host events -------------------------------------------------------------
   api.on('budget', (snap) => coalescer.snapshot(snap));
   api.on('scheduler', (e) => coalescer.event(e));
-  api.on('models', (models) => s().setModels(models));
+  api.on('models', (models) => {
+    s().setModels(models);
+    applyRestore();
+  });
   api.on('library', (entries) => s().setLibrary(entries));
   api.on('apiServer', (status) => s().setApiServer(status));
   api.on('downloads', (list) => s().setDownloads(list));
@@ -248,7 +315,10 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       api.invoke('apiServerStatus', {}),
       api.invoke('listDownloads', {}),
     ]);
-    if (models.ok) s().setModels(models.value);
+    if (models.ok) {
+      s().setModels(models.value);
+      applyRestore();
+    }
     if (downloads.ok) s().setDownloads(downloads.value);
     if (snap.ok) s().setSnapshot(snap.value, replaceSnapshot);
     if (library.ok) s().setLibrary(library.value);
@@ -265,6 +335,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     if (threads.ok) {
       s().loadThreads(threads.value, ui.lastThreadId);
       for (const t of threads.value) if (t.modelId) sessionModel.set(t.id, t.modelId);
+      restoreModel(s().activeThreadId);
     } else {
       notify(`Could not read saved chats: ${threads.error.message}`);
       s().loadThreads([]);
@@ -330,6 +401,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     };
     s().addThread(thread);
     s().setView('chat');
+    restoreFor = null; // a new chat goes to the model picked now
     saveThread(thread.id);
     rememberOpen(thread.id);
     return thread;
@@ -764,6 +836,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     selectThread(id) {
       s().selectThread(id);
       s().setView('chat');
+      restoreModel(id);
       rememberOpen(id);
     },
     pinThread(id, pinned) {
@@ -776,6 +849,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     },
     deleteThread(id) {
       stop(id);
+      endStreamSaves(id);
       s().removeThread(id);
       sessionModel.delete(id);
       // The host also closes the thread's session, giving its retained KV back to the budget.

@@ -4,10 +4,10 @@ import { useApp, useAppStore, useBridge } from '../bridge/context';
 import { captureDrop } from '../lib/folder-drop';
 import { ChatView } from './ChatView';
 import { CHAT_INPUT_ID } from './Composer';
-import { Header, MODEL_PICKER_ID } from './Header';
+import { CHAT_LIST_ID, Header, MODEL_PICKER_ID, SIDEBAR_TOGGLE_ID } from './Header';
 import { Inspector } from './Inspector';
 import { ModelsView } from './ModelsView';
-import { ThreadList } from './ThreadList';
+import { narrowWindow, ThreadList } from './ThreadList';
 
 function hasFiles(e: DragEvent): boolean {
   return Array.from(e.dataTransfer?.types ?? []).includes('Files');
@@ -94,6 +94,14 @@ function useShortcuts(): void {
         document.getElementById(MODEL_PICKER_ID)?.focus();
       } else if (e.key === 'Escape' && !e.defaultPrevented) {
         const s = store.getState();
+        // A narrow window's chat drawer closes first (focus back on its button when it was in the drawer).
+        if (s.sidebarOpen && narrowWindow()) {
+          e.preventDefault();
+          const inDrawer = document.getElementById(CHAT_LIST_ID)?.contains(document.activeElement) ?? false;
+          s.setSidebarOpen(false);
+          if (inDrawer || document.activeElement === document.body) document.getElementById(SIDEBAR_TOGGLE_ID)?.focus();
+          return;
+        }
         if (s.activeThreadId && Object.values(s.live).some((l) => l.threadId === s.activeThreadId)) {
           e.preventDefault();
           bridge.stop();
@@ -132,6 +140,8 @@ function useTheme(): void {
 export function App() {
   const view = useApp((s) => s.view);
   const inspectorOpen = useApp((s) => s.ui.inspectorOpen !== false);
+  const sidebarOpen = useApp((s) => s.sidebarOpen);
+  const setSidebarOpen = useApp((s) => s.setSidebarOpen);
   const dragging = useWindowDrop();
   useShortcuts();
   useTheme();
@@ -140,6 +150,12 @@ export function App() {
       <Header />
       <div className="body">
         <ThreadList />
+        {/* A narrow window's chat drawer: a click beside it closes it (styles.css shows this only there). */}
+        {sidebarOpen && (
+          // biome-ignore lint/a11y/noStaticElementInteractions: the mouse's way to close; Esc is the keyboard's
+          // biome-ignore lint/a11y/useKeyWithClickEvents: Esc closes the drawer (App's shortcuts)
+          <div className="sidebar-backdrop" data-testid="sidebar-backdrop" onClick={() => setSidebarOpen(false)} />
+        )}
         {view === 'models' ? <ModelsView /> : <ChatView />}
         {inspectorOpen && <Inspector />}
       </div>

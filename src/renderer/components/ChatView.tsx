@@ -51,7 +51,7 @@ function ExportButtons({ threadId }: { threadId: string }) {
   );
 }
 
-import { Composer } from './Composer';
+import { CHAT_INPUT_ID, Composer } from './Composer';
 import { type FindView, MessageList } from './MessageList';
 
 const EMPTY: never[] = [];
@@ -262,6 +262,8 @@ export function ChatView() {
           onClose={() => {
             setFindAsk(0);
             setFind(undefined);
+            // Back to writing: the message box has the focus again.
+            document.getElementById(CHAT_INPUT_ID)?.focus();
           }}
         />
       )}

@@ -2,7 +2,7 @@
  * The message box: Send/Stop, attached files, the draft's prompt against the context, a one-line summary of the
  * thread's settings, and the settings themselves.
  */
-import { useEffect, useRef, useState } from 'react';
+import { useEffect, useLayoutEffect, useRef, useState } from 'react';
 import { useShallow } from 'zustand/react/shallow';
 import type { Attachment, Thread } from '../../shared/api';
 import { useApp, useBridge } from '../bridge/context';
@@ -14,6 +14,18 @@ import { SettingsPanel } from './SettingsPanel';
 
 /** Id of the message box, focused after sending and on thread switch. */
 export const CHAT_INPUT_ID = 'chat-input';
+
+/** The message box grows with its text (wrapped lines too) up to this height, then scrolls. */
+const MAX_INPUT_HEIGHT = 200;
+
+/** Sizes the message box to its text: its content's height (borders included), at most MAX_INPUT_HEIGHT. */
+function fitHeight(el: HTMLTextAreaElement): void {
+  el.style.height = 'auto';
+  const border = el.offsetHeight - el.clientHeight;
+  const needed = el.scrollHeight + border;
+  el.style.height = `${Math.min(MAX_INPUT_HEIGHT, needed)}px`;
+  el.style.overflowY = needed > MAX_INPUT_HEIGHT ? 'auto' : 'hidden';
+}
 
 function summary(thread: Thread | undefined): string {
   const s = thread?.sampling ?? {};
@@ -43,6 +55,45 @@ function summary(thread: Thread | undefined): string {
   return parts.join(' · ');
 }
 
+/**
+ * A chat whose replies went to a model that is not loaded now: new replies go to the one picked, and the chat
+ * says so (with the library's Load where the package is there).
+ */
+function ThreadModelNote({ thread }: { thread: Thread }) {
+  const bridge = useBridge();
+  const { loaded, known, active, entry, busy } = useApp(
+    useShallow((s) => {
+      const entry = s.library.find((e) => e.id === thread.modelId && !e.missing && !e.error);
+      return {
+        loaded: s.models.some((m) => m.id === thread.modelId),
+        known: s.models.length > 0,
+        active: s.models.find((m) => m.id === s.activeModelId)?.spec.displayName ?? s.activeModelId,
+        entry,
+        busy: entry ? s.busyModels.includes(entry.root) : false,
+      };
+    }),
+  );
+  if (!thread.modelId || loaded || !known) return null;
+  return (
+    <div className="model-note" role="note" data-testid="thread-model-note">
+      This chat was with <b>{thread.modelId}</b>, which is not loaded: new replies go to <b>{active}</b>.
+      {entry ? (
+        <button
+          type="button"
+          className="small"
+          data-testid="thread-model-load"
+          disabled={busy}
+          onClick={() => void bridge.loadAndUse(entry.root)}
+        >
+          {busy ? 'loading…' : `Load ${thread.modelId}`}
+        </button>
+      ) : (
+        ' Load it in Models to go on with it.'
+      )}
+    </div>
+  );
+}
+
 export function Composer({ threadId }: { threadId: string | null }) {
   const bridge = useBridge();
   const { thread, streaming } = useApp(
@@ -63,6 +114,25 @@ export function Composer({ threadId }: { threadId: string | null }) {
   // biome-ignore lint/correctness/useExhaustiveDependencies: runs when the open chat changes
   useEffect(() => setPicked(''), [threadId]);
   const ref = useRef<HTMLTextAreaElement>(null);
+  const placeholder = noModel ? 'Load a model to chat (Models)…' : 'Message… (Enter sends, Shift+Enter new line)';
+  // The box's height follows its text (or its placeholder), also where long lines wrap (and again when the
+  // window's width changes).
+  // biome-ignore lint/correctness/useExhaustiveDependencies: the text and the placeholder are what change the height
+  useLayoutEffect(() => {
+    if (ref.current) fitHeight(ref.current);
+  }, [text, placeholder]);
+  useEffect(() => {
+    const el = ref.current;
+    if (!el || typeof ResizeObserver === 'undefined') return;
+    let width = el.clientWidth;
+    const observer = new ResizeObserver(() => {
+      if (el.clientWidth === width) return;
+      width = el.clientWidth;
+      fitHeight(el);
+    });
+    observer.observe(el);
+    return () => observer.disconnect();
+  }, []);
   const fileInput = useRef<HTMLInputElement>(null);
   /** Files attached or being read. */
   const slots = useRef(0);
@@ -136,6 +206,7 @@ export function Composer({ threadId }: { threadId: string | null }) {
           ))}
         </div>
       )}
+      {thread && <ThreadModelNote thread={thread} />}
       {fileError && (
         <div className="refusal failed" role="alert" data-testid="attachment-error">
           {fileError}
@@ -168,8 +239,8 @@ export function Composer({ threadId }: { threadId: string | null }) {
           id={CHAT_INPUT_ID}
           ref={ref}
           data-testid="chat-input"
-          rows={Math.min(8, Math.max(1, text.split('\n').length))}
-          placeholder={noModel ? 'Load a model to chat (Models)…' : 'Message… (Enter sends, Shift+Enter new line)'}
+          rows={1}
+          placeholder={placeholder}
           value={text}
           onChange={(e) => setText(e.target.value)}
           onKeyDown={(e) => {
@@ -203,7 +274,7 @@ export function Composer({ threadId }: { threadId: string | null }) {
         )}
       </div>
       <div className="summary">
-        <span className="num" data-testid="settings-summary">
+        <span className="num settings-line" data-testid="settings-summary" title={summary(thread)}>
           {summary(thread)}
         </span>
         {thread?.systemPrompt && <span title={thread.systemPrompt}>· system prompt set</span>}

@@ -7,6 +7,14 @@ import { exactBytes, formatBytes } from '../lib/format';
 import { unloadedEntries } from '../lib/library';
 import { BudgetBar } from './BudgetBar';
 import { BackendOptions, useBackends } from './backends';
+import { MenuIcon } from './Icons';
+
+/** Id of the chat list (the sidebar), which a narrow window shows as a drawer. */
+export const CHAT_LIST_ID = 'chat-list';
+/** Id of the header's button that shows the chat list in a narrow window (focus goes back to it). */
+export const SIDEBAR_TOGGLE_ID = 'sidebar-toggle';
+/** Where the chat list stops fitting beside the chat and becomes a drawer (as styles.css's media query). */
+export const NARROW_WINDOW = '(max-width: 900px)';
 
 /** Id of the model picker; Ctrl/Cmd+K focuses it. */
 export const MODEL_PICKER_ID = 'model-picker';
@@ -141,8 +149,24 @@ export function Header() {
     })),
   );
   const setView = useApp((s) => s.setView);
+  const sidebarOpen = useApp((s) => s.sidebarOpen);
+  const setSidebarOpen = useApp((s) => s.setSidebarOpen);
   return (
     <header className="header">
+      {/* Only in a narrow window (styles.css), where the chat list is a drawer. */}
+      <button
+        type="button"
+        id={SIDEBAR_TOGGLE_ID}
+        className="ghost sidebar-toggle"
+        data-testid="sidebar-toggle"
+        aria-controls={CHAT_LIST_ID}
+        aria-expanded={sidebarOpen}
+        aria-label="Chats"
+        title={sidebarOpen ? 'Hide the chats (Esc)' : 'Show the chats: new chat, import, search'}
+        onClick={() => setSidebarOpen(!sidebarOpen)}
+      >
+        <MenuIcon />
+      </button>
       <span className="brand">kvdesk</span>
       <ModelPicker />
       <button

@@ -24,3 +24,34 @@ export function FileIcon() {
     </svg>
   );
 }
+
+/** A push pin: keeps a chat at the top of the list. */
+export function PinIcon() {
+  return (
+    <svg width="12" height="12" viewBox="0 0 12 12" aria-hidden="true" className="icon">
+      <path
+        d="M4.5 1.5h3M5 1.5v3L3 7h6L7 4.5v-3M6 7v3.5"
+        fill="none"
+        stroke="currentColor"
+        strokeWidth="1.1"
+        strokeLinecap="round"
+        strokeLinejoin="round"
+      />
+    </svg>
+  );
+}
+
+/** Three lines: shows or hides the chat list (a narrow window's drawer). */
+export function MenuIcon() {
+  return (
+    <svg width="16" height="16" viewBox="0 0 16 16" aria-hidden="true" className="icon">
+      <path
+        d="M2.5 4h11M2.5 8h11M2.5 12h11"
+        fill="none"
+        stroke="currentColor"
+        strokeWidth="1.4"
+        strokeLinecap="round"
+      />
+    </svg>
+  );
+}

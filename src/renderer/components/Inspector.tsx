@@ -238,6 +238,9 @@ function Controls({ devices }: { devices: DeviceBudgetSnapshot[] }) {
   );
 }
 
+/** Ended requests the table shows (the newest); it counts the older ones the host still reports. */
+export const SHOWN_ENDED_REQUESTS = 20;
+
 function RequestRow({
   r,
   title,
@@ -250,6 +253,7 @@ function RequestRow({
 }) {
   const n = r.admittedMaxTokens ?? r.maxNewTokens;
   const prompt = r.sessionPrefixTokens > 0 ? `${r.sessionPrefixTokens}+${r.promptTokens}` : String(r.promptTokens);
+  // Two short lines a cell (the chat over the request's id, used over reserved…): the table fits the inspector.
   return (
     <tr
       data-testid="request-row"
@@ -259,11 +263,11 @@ function RequestRow({
       data-used-bytes={r.usedBytes}
       title={r.error ? `${r.error.code}: ${r.error.message}` : r.id}
     >
-      <td className="mono">{r.id.slice(0, 6)}</td>
-      {device !== undefined && <td className="mono">{device}</td>}
       <td className="thread" title={title ?? r.threadId}>
-        {title ?? (r.threadId ? r.threadId.slice(0, 8) : '—')}
+        <div className="ellipsis">{title ?? (r.threadId ? r.threadId.slice(0, 8) : '—')}</div>
+        <div className="sub mono">{r.id.slice(0, 6)}</div>
       </td>
+      {device !== undefined && <td className="mono">{device}</td>}
       <td>
         <span className={`state ${r.state}`}>{r.state}</span>
       </td>
@@ -274,7 +278,8 @@ function RequestRow({
           r.requestedMaxTokens !== r.maxNewTokens ? ` (asked ${r.requestedMaxTokens}, clipped to the context)` : ''
         }`}
       >
-        {prompt} + {n}
+        <div>{prompt}</div>
+        <div>+ {n}</div>
       </td>
       <td
         className="r"
@@ -285,7 +290,12 @@ function RequestRow({
             : undefined
         }
       >
-        <Bytes value={r.usedBytes} /> / <Bytes value={r.reservedBytes} />
+        <div>
+          <Bytes value={r.usedBytes} />
+        </div>
+        <div>
+          / <Bytes value={r.reservedBytes} />
+        </div>
       </td>
       <td
         className="r num"
@@ -307,12 +317,14 @@ function Requests({ devices }: { devices: DeviceBudgetSnapshot[] }) {
   const several = devices.length > 1;
   const deviceOf = new Map<string, string>();
   for (const d of devices) for (const r of [...d.running, ...d.queue, ...d.recent]) deviceOf.set(r.id, d.device);
-  // Live work first (running, then queued in admission order), then what ended, newest first.
+  // Live work first (running, then queued in admission order), then what ended, newest first (the latest few).
   const byEnd = (a: SchedulerRequestView, b: SchedulerRequestView) => (b.endedAt ?? 0) - (a.endedAt ?? 0);
+  const ended = devices.flatMap((d) => d.recent).sort(byEnd);
+  const older = Math.max(0, ended.length - SHOWN_ENDED_REQUESTS);
   const rows = [
     ...devices.flatMap((d) => d.running),
     ...devices.flatMap((d) => d.queue),
-    ...devices.flatMap((d) => d.recent).sort(byEnd),
+    ...ended.slice(0, SHOWN_ENDED_REQUESTS),
   ];
   return (
     <section>
@@ -321,12 +333,11 @@ function Requests({ devices }: { devices: DeviceBudgetSnapshot[] }) {
         <div className="muted">No requests yet.</div>
       ) : (
         <div className="table-wrap">
-          <table className="table" data-testid="request-table">
+          <table className="table requests" data-testid="request-table">
             <thead>
               <tr>
-                <th>id</th>
+                <th title="the chat, over the request's id">chat · id</th>
                 {several && <th>device</th>}
-                <th>thread</th>
                 <th>state</th>
                 <th className="r" title="rows">
                   R
@@ -335,7 +346,7 @@ function Requests({ devices }: { devices: DeviceBudgetSnapshot[] }) {
                   tokens
                 </th>
                 <th className="r" title="KV bytes used / reserved">
-                  used / reserved
+                  KV
                 </th>
                 <th className="r" title="budget cap: admitted / asked tokens">
                   cap
@@ -353,6 +364,12 @@ function Requests({ devices }: { devices: DeviceBudgetSnapshot[] }) {
               ))}
             </tbody>
           </table>
+          {older > 0 && (
+            <div className="muted older" data-testid="requests-older">
+              and {older} older {older === 1 ? 'request' : 'requests'} (the newest {SHOWN_ENDED_REQUESTS} that ended are
+              shown)
+            </div>
+          )}
         </div>
       )}
     </section>

@@ -59,6 +59,12 @@ function CodeBlock({ node, children }: { node?: unknown; children?: ReactNode })
 
 const components: Components = {
   pre: CodeBlock,
+  // A table wider than the reply scrolls sideways in its own box (its cells keep their words whole).
+  table: ({ children }) => (
+    <div className="table-scroll" data-testid="table-scroll">
+      <table>{children}</table>
+    </div>
+  ),
   // Links in model output must not navigate the app window away.
   a: ({ href, children }) => (
     <a href={href} target="_blank" rel="noreferrer noopener">

@@ -12,6 +12,7 @@ import { SKIPPED_ANSWER } from '../lib/mcp-tools';
 import { type QueueWait, queueWait } from '../lib/queue-wait';
 import { describeRefusal } from '../lib/refusal';
 import { percent, tokenPieces, visible } from '../lib/token-pieces';
+import { INTERRUPTED } from '../store/chat-slice';
 import type { LiveReply } from '../store/types';
 import { Bytes } from './Bytes';
 import { FileIcon } from './Icons';
@@ -27,6 +28,7 @@ function StatsLine({ stats, edited }: { stats: Stats; edited?: boolean | undefin
   const lookup = stats.lookup;
   if (lookup && lookup.accepted > 0) parts.push(`${formatInteger(lookup.accepted)} by lookup`);
   if (stats.finishReason) parts.push(stats.finishReason === 'cancelled' ? 'stopped' : stats.finishReason);
+  // `interrupted`: the page went while the reply was being written (its text so far was saved).
   if (edited) parts.push('edited');
   if (parts.length === 0) return null;
   return (
@@ -528,7 +530,16 @@ function AssistantReply({ message, threadId, isLast }: { message: StoredMessage;
   const cap = stats?.budgetCap ?? live?.budgetCap;
   const clip = stats?.clipped ?? live?.clipped;
   const drop = stats?.contextDrop ?? live?.contextDrop;
-  const state = live ? live.phase : stats?.error ? 'error' : stats?.finishReason === 'cancelled' ? 'cancelled' : 'done';
+  const interrupted = !live && stats?.finishReason === INTERRUPTED;
+  const state = live
+    ? live.phase
+    : stats?.error
+      ? 'error'
+      : stats?.finishReason === 'cancelled'
+        ? 'cancelled'
+        : interrupted
+          ? 'interrupted'
+          : 'done';
   return (
     <div className="message assistant" data-testid="message-assistant" data-message-id={message.id} data-state={state}>
       <div className="who">
@@ -554,7 +565,10 @@ function AssistantReply({ message, threadId, isLast }: { message: StoredMessage;
               !jsonThread &&
               !message.toolCalls?.length &&
               // Cut short, or the person wrote its start: the model goes on from there.
-              (stats?.finishReason === 'length' || stats?.finishReason === 'cancelled' || message.edited) && (
+              (stats?.finishReason === 'length' ||
+                stats?.finishReason === 'cancelled' ||
+                interrupted ||
+                message.edited) && (
                 <button
                   type="button"
                   className="small"
@@ -610,6 +624,12 @@ function AssistantReply({ message, threadId, isLast }: { message: StoredMessage;
       {cap && <CapNote cap={cap} />}
       {clip && <ClipNote clip={clip} />}
       {drop && !stats?.error && <DropNote drop={drop} />}
+      {interrupted && (
+        <div className="note subtle" data-testid="interrupted-note">
+          Interrupted: the page was closed or reloaded while this reply was being written (its text so far is kept;
+          continue or regenerate it).
+        </div>
+      )}
       {(stats || message.edited) && !live && <StatsLine stats={stats ?? {}} edited={message.edited} />}
     </div>
   );

@@ -383,8 +383,14 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
           defaultValue={thread.maxNewTokens ?? ''}
           onBlur={(e) => {
             const v = readNumber(e.target.value, { min: 1, max: 1_000_000, int: true });
-            if (v === null) return;
-            if (v !== thread.maxNewTokens) bridge.updateThreadSettings(thread.id, { maxNewTokens: v });
+            // Not taken, and it says why (as the other number fields do).
+            if (v === null)
+              e.target.setCustomValidity('a whole number of tokens, at least 1 (empty: the model default)');
+            else {
+              e.target.setCustomValidity('');
+              if (v !== thread.maxNewTokens) bridge.updateThreadSettings(thread.id, { maxNewTokens: v });
+            }
+            e.target.reportValidity();
           }}
         />
       </label>

@@ -1,12 +1,16 @@
 /**
  * Left column: new chat, import, search, and the threads — pinned ones first, then newest activity first — with
- * pin, rename and delete.
+ * pin, rename and delete. The list is one stop of the Tab order (a roving tabindex): the arrow keys move up and
+ * down the chats, and right and left to a chat's pin, rename and delete. A narrow window shows the column as a
+ * drawer over the chat (the header's button; Esc closes it).
  */
-import { memo, useRef, useState } from 'react';
+import { type KeyboardEvent, memo, useEffect, useRef, useState } from 'react';
 import { useShallow } from 'zustand/react/shallow';
 import type { StoredMessage, Thread } from '../../shared/api';
-import { useApp, useBridge } from '../bridge/context';
+import { useApp, useAppStore, useBridge } from '../bridge/context';
 import { MAX_IMPORT_BYTES } from '../lib/thread-export';
+import { CHAT_LIST_ID, NARROW_WINDOW } from './Header';
+import { PinIcon } from './Icons';
 
 /**
  * A message's searchable text (its content and files, lower case), kept while the message object is unchanged:
@@ -31,8 +35,50 @@ export function matchingThreadIds(threads: Thread[], query: string): string[] {
   return threads.filter((t) => words.every((w) => found(t, w))).map((t) => t.id);
 }
 
-const ThreadItem = memo(function ThreadItem({ id }: { id: string }) {
+/** Whether the chat list is a drawer now (a narrow window). */
+export function narrowWindow(): boolean {
+  return typeof window !== 'undefined' && window.matchMedia?.(NARROW_WINDOW).matches === true;
+}
+
+/**
+ * The arrow keys in the chat list: up and down (Home, End) to another chat's title, right and left through a
+ * chat's title, pin, rename and delete buttons (out of the Tab order, so Tab leaves the list at once).
+ */
+function moveInList(e: KeyboardEvent<HTMLUListElement>): void {
+  const target = e.target as HTMLElement;
+  if (target.tagName !== 'BUTTON' || e.altKey || e.ctrlKey || e.metaKey || e.shiftKey) return;
+  const item = target.closest('li');
+  if (!item) return;
+  const titles = Array.from(e.currentTarget.querySelectorAll<HTMLElement>('[data-testid="thread-title"]'));
+  const at = titles.findIndex((b) => item.contains(b));
+  const buttons = Array.from(item.querySelectorAll<HTMLElement>('button'));
+  const here = buttons.indexOf(target);
+  const moves: Record<string, HTMLElement | undefined> = {
+    ArrowDown: titles[Math.min(at + 1, titles.length - 1)],
+    ArrowUp: titles[Math.max(at - 1, 0)],
+    Home: titles[0],
+    End: titles[titles.length - 1],
+    ArrowRight: buttons[Math.min(here + 1, buttons.length - 1)],
+    ArrowLeft: buttons[Math.max(here - 1, 0)],
+  };
+  const next = Object.hasOwn(moves, e.key) ? moves[e.key] : undefined;
+  if (!next) return;
+  e.preventDefault();
+  next.focus();
+}
+
+const ThreadItem = memo(function ThreadItem({
+  id,
+  tabbable,
+  onFocusItem,
+}: {
+  id: string;
+  /** The one chat of the list in the Tab order (roving tabindex). */
+  tabbable: boolean;
+  onFocusItem: (id: string) => void;
+}) {
   const bridge = useBridge();
+  const setSidebarOpen = useApp((s) => s.setSidebarOpen);
   const { title, active, streaming, pinned } = useApp(
     useShallow((s) => ({
       title: s.threads.find((t) => t.id === id)?.title ?? '',
@@ -83,15 +129,20 @@ const ThreadItem = memo(function ThreadItem({ id }: { id: string }) {
     >
       {streaming && <span className="dot" title="replying" />}
       {pinned && (
-        <span className="pin-mark" title="pinned">
-          📌
+        <span className="pin-mark" title="pinned" data-testid="thread-pin-mark">
+          <PinIcon />
         </span>
       )}
       <button
         type="button"
         className="title"
         data-testid="thread-title"
-        onClick={() => bridge.selectThread(id)}
+        tabIndex={tabbable ? 0 : -1}
+        onFocus={() => onFocusItem(id)}
+        onClick={() => {
+          bridge.selectThread(id);
+          setSidebarOpen(false);
+        }}
         onDoubleClick={() => setRenaming(title)}
         onKeyDown={(e) => {
           if (e.key === 'F2') setRenaming(title);
@@ -104,19 +155,23 @@ const ThreadItem = memo(function ThreadItem({ id }: { id: string }) {
           type="button"
           className="ghost small"
           data-testid="thread-pin"
+          tabIndex={-1}
           title={pinned ? 'Unpin: back to its place by activity' : 'Pin: keep it at the top'}
+          aria-label={pinned ? 'Unpin' : 'Pin'}
           aria-pressed={pinned}
           onClick={(e) => {
             e.stopPropagation();
             bridge.pinThread(id, !pinned);
           }}
         >
-          {pinned ? '⊘' : '📌'}
+          {pinned ? '⊘' : <PinIcon />}
         </button>
         <button
           type="button"
           className="ghost small"
           data-testid="thread-rename"
+          tabIndex={-1}
+          aria-label="Rename"
           title="Rename (F2)"
           onClick={(e) => {
             e.stopPropagation();
@@ -129,6 +184,8 @@ const ThreadItem = memo(function ThreadItem({ id }: { id: string }) {
           type="button"
           className={`small ${confirmDelete ? 'danger' : 'ghost'}`}
           data-testid="thread-delete"
+          tabIndex={-1}
+          aria-label={confirmDelete ? 'Click again to delete' : 'Delete'}
           title={confirmDelete ? 'Click again to delete' : 'Delete'}
           onClick={(e) => {
             e.stopPropagation();
@@ -146,7 +203,14 @@ const ThreadItem = memo(function ThreadItem({ id }: { id: string }) {
 
 export function ThreadList() {
   const bridge = useBridge();
+  const store = useAppStore();
   const [query, setQuery] = useState('');
+  const open = useApp((s) => s.sidebarOpen);
+  const setOpen = useApp((s) => s.setSidebarOpen);
+  const activeId = useApp((s) => s.activeThreadId);
+  /** The chat last focused in the list: its one stop in the Tab order (else the open chat, else the first). */
+  const [roving, setRoving] = useState<string | null>(null);
+  const nav = useRef<HTMLElement>(null);
   // Pinned chats first, each group by activity.
   const ids = useApp(
     useShallow((s) => {
@@ -166,16 +230,39 @@ export function ThreadList() {
       );
       return;
     }
-    setImportError(bridge.importThread(await f.text(), f.name));
+    const error = bridge.importThread(await f.text(), f.name);
+    setImportError(error);
+    if (!error) setOpen(false);
   };
+  const inList = (id: string | null): id is string => id !== null && ids.includes(id);
+  const tabbable = inList(roving) ? roving : inList(activeId) ? activeId : ids[0];
+  // The drawer opened: focus goes into it (to the chat in the Tab order, else New chat).
+  useEffect(() => {
+    if (!open || !narrowWindow()) return;
+    const list = nav.current;
+    const first =
+      list?.querySelector<HTMLElement>('[data-testid="thread-title"][tabindex="0"]') ??
+      list?.querySelector<HTMLElement>('[data-testid="new-thread"]');
+    first?.focus();
+  }, [open]);
   return (
-    <nav className="sidebar" aria-label="Chats">
+    <nav
+      ref={nav}
+      id={CHAT_LIST_ID}
+      className={`sidebar${open ? ' open' : ''}`}
+      aria-label="Chats"
+      data-testid="sidebar"
+      data-open={open}
+    >
       <div className="sidebar-actions">
         <button
           type="button"
           className="new primary"
           data-testid="new-thread"
-          onClick={() => bridge.newThread()}
+          onClick={() => {
+            bridge.newThread();
+            if (store.getState().sidebarOpen) setOpen(false);
+          }}
           title="New chat (Ctrl/Cmd+N)"
         >
           + New chat
@@ -220,13 +307,17 @@ export function ThreadList() {
           value={query}
           onChange={(e) => setQuery(e.target.value)}
           onKeyDown={(e) => {
-            if (e.key === 'Escape') setQuery('');
+            // Esc empties the search first (with nothing to empty, a drawer's Esc closes it).
+            if (e.key === 'Escape' && query) {
+              e.preventDefault();
+              setQuery('');
+            }
           }}
         />
       )}
-      <ul className="thread-list" data-testid="thread-list" data-loaded={loaded}>
+      <ul className="thread-list" data-testid="thread-list" data-loaded={loaded} onKeyDown={moveInList}>
         {ids.map((id) => (
-          <ThreadItem key={id} id={id} />
+          <ThreadItem key={id} id={id} tabbable={id === tabbable} onFocusItem={setRoving} />
         ))}
       </ul>
       {query && ids.length === 0 && (

@@ -66,14 +66,57 @@ function withProbabilities(
 }
 
 /**
+ * A reply's time to first token and decode rate as the window saw them (its clock: from the send to the first
+ * tokens, and the tokens after those over the time they took), for a reply that ends without the host's figures —
+ * stopped, or cut off by a reload. Nothing where the window did not see enough to tell.
+ */
+export function liveTimings(live: LiveReply): Pick<NonNullable<StoredMessage['stats']>, 'ttftMs' | 'tokensPerSecond'> {
+  if (live.firstTokenAt === undefined) return {};
+  const ttftMs = Math.max(0, live.firstTokenAt - live.startedAt);
+  const later = live.tokens - (live.firstTokens ?? live.tokens);
+  const ms = (live.lastTokenAt ?? live.firstTokenAt) - live.firstTokenAt;
+  return { ttftMs, ...(later > 0 && ms > 0 ? { tokensPerSecond: (later * 1000) / ms } : {}) };
+}
+
+/** Marks a reply that was still being written when the page went (its text so far was saved as it streamed). */
+export const INTERRUPTED = 'interrupted';
+
+/**
+ * A reply being written as it is saved while it streams: its text so far, marked interrupted, with its figures so
+ * far. Should the page go before the reply ends (a reload, a crash), that is what opens again — a reply cut short,
+ * to continue or regenerate. The end of the reply saves it again, whole.
+ */
+export function partialReply(message: StoredMessage, live: LiveReply): StoredMessage {
+  const before = live.continues?.tokens ?? 0;
+  const capAndClip = {
+    ...(live.budgetCap ? { budgetCap: live.budgetCap } : {}),
+    ...(live.clipped ? { clipped: live.clipped } : {}),
+    ...(live.contextDrop ? { contextDrop: live.contextDrop } : {}),
+  };
+  return {
+    ...message,
+    stats: {
+      ...liveTimings(live),
+      tokens: before + live.tokens,
+      ...(live.promptTokens !== undefined ? { promptTokens: Math.max(0, live.promptTokens - before) } : {}),
+      finishReason: INTERRUPTED,
+      ...(live.continues ? reasoningStats(undefined, message.stats) : {}),
+      ...capAndClip,
+    },
+  };
+}
+
+/**
  * Applies one generation's frames to its assistant message and live entry.
  * Returns the new message and live entry (undefined when the stream ended).
+ * `now`: when these frames arrived (the window's clock, for a stopped reply's ttft and rate).
  */
 export function reduceFrames(
   message: StoredMessage,
   live: LiveReply,
   frames: StreamFrame[],
   errors: { set(error: ErrorInfo): void },
+  now: number = Date.now(),
 ): { message: StoredMessage; live: LiveReply | undefined } {
   let content = message.content;
   let reasoning = message.reasoning;
@@ -118,6 +161,15 @@ export function reduceFrames(
           // A call written whole: its card shows while the reply goes on.
           if (row.toolCalls?.length) toolCalls = [...(toolCalls ?? []), ...row.toolCalls];
           next = { ...next, phase: 'running', tokens: next.tokens + row.ids.length };
+          if (row.ids.length > 0) {
+            // The first tokens' arrival (all that came at that moment count as first), and the latest.
+            const isFirst: boolean = next.firstTokenAt === undefined || next.firstTokenAt === now;
+            next = {
+              ...next,
+              ...(isFirst ? { firstTokenAt: now, firstTokens: next.tokens } : {}),
+              lastTokenAt: now,
+            };
+          }
           if (row.reasoning) reasoning = (reasoning ?? '') + row.reasoning;
         }
         break;
@@ -165,6 +217,8 @@ export function reduceFrames(
           // Stopped by the person: the partial reply is theirs to keep.
           const before = next.continues?.tokens ?? 0;
           stats = {
+            // The host sends no figures for a stopped reply: the window's own (a reload or another page keeps them).
+            ...liveTimings(next),
             tokens: before + next.tokens,
             ...(next.promptTokens !== undefined ? { promptTokens: Math.max(0, next.promptTokens - before) } : {}),
             finishReason: 'cancelled',
@@ -328,11 +382,17 @@ export const createChatSlice: StateCreator<AppState, [], [], ChatSlice> = (set, 
         const thread = threads.find((t) => t.id === current.threadId);
         const message = thread?.messages.find((m) => m.id === batch.messageId);
         if (!thread || !message) continue;
-        const result = reduceFrames(message, current, batch.frames, {
-          set(error) {
-            errorDetails = { ...errorDetails, [batch.messageId]: error };
+        const result = reduceFrames(
+          message,
+          current,
+          batch.frames,
+          {
+            set(error) {
+              errorDetails = { ...errorDetails, [batch.messageId]: error };
+            },
           },
-        });
+          now,
+        );
         const ended = result.live === undefined;
         threads = mapThread(threads, thread.id, (t) => ({
           ...t,

@@ -9,7 +9,11 @@ export const createSettingsSlice: StateCreator<AppState, [], [], SettingsSlice> 
   transport: null,
   notice: null,
   apiServer: null,
+  sidebarOpen: false,
 
+  setSidebarOpen(sidebarOpen) {
+    set({ sidebarOpen });
+  },
   setUi(patch) {
     set((s) => ({ ui: { ...s.ui, ...patch } }));
   },

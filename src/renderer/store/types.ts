@@ -86,6 +86,10 @@ export interface LiveReply {
    */
   continues?: { text: string; tokens: number; probabilities?: number };
   stopping?: boolean;
+  /** The window's clock when the first tokens arrived, how many came then, and when the latest arrived. */
+  firstTokenAt?: number;
+  firstTokens?: number;
+  lastTokenAt?: number;
 }
 
 /** Frames of one generation, in order, merged by the coalescer since the last animation frame. */
@@ -174,6 +178,9 @@ export interface SettingsSlice {
   notice: string | null;
   /** Where the HTTP API answers (null until the host said). */
   apiServer: ApiServerStatus | null;
+  /** A narrow window's chat list, shown as a drawer over the chat (a wide one always shows it). */
+  sidebarOpen: boolean;
+  setSidebarOpen(open: boolean): void;
   setApiServer(status: ApiServerStatus): void;
   setUi(patch: Partial<UiSettings>): void;
   setView(view: MainView): void;

@@ -226,29 +226,35 @@ describe('replies', () => {
     expect(s.errorDetails.a1).toEqual(error);
   });
 
-  it('a stop (CANCELLED) keeps the partial reply and records it as stopped', () => {
+  it('a stop (CANCELLED) keeps the partial reply and records it as stopped, with the window’s ttft and rate', () => {
     const store = storeWithThread();
     start(store);
     store.getState().markStopping('a1');
     expect(store.getState().live.a1?.stopping).toBe(true);
+    store.getState().applyFrames([{ messageId: 'a1', frames: [accepted, admitted, tokens('par', [1, 2])] }], 40);
     store.getState().applyFrames(
       [
         {
           messageId: 'a1',
           frames: [
-            accepted,
-            admitted,
-            tokens('partial', [1, 2]),
+            tokens('tial', [3, 4, 5]),
             { type: 'error', requestId: 'r1', error: { code: 'CANCELLED', message: 'cancelled' } },
           ],
         },
       ],
-      40,
+      140,
     );
     const m = store.getState().threads[0]?.messages[1];
     expect(m?.content).toBe('partial');
-    // Accepted with 7 prompt tokens before the stop: the context the conversation fills is kept.
-    expect(m?.stats).toEqual({ tokens: 2, promptTokens: 7, finishReason: 'cancelled' });
+    // Accepted with 7 prompt tokens before the stop: the context the conversation fills is kept. The host sends no
+    // figures for a stop: the first tokens came 30 ms after the send (at 10), the 3 after them in 100 ms.
+    expect(m?.stats).toEqual({
+      ttftMs: 30,
+      tokensPerSecond: 30,
+      tokens: 5,
+      promptTokens: 7,
+      finishReason: 'cancelled',
+    });
     expect(store.getState().errorDetails).toEqual({});
   });
 

@@ -1,0 +1,289 @@
+/**
+ * The window at the sizes people use (1280×800, 800×600): the settings panel scrolls on its own under a thread
+ * that stays in view, a narrow window reaches its chats through a drawer, the header's budget keeps its bar and
+ * figures, the message box grows with wrapped text, tables keep their words whole, the settings' summary stays
+ * one line, and the inspector's request table fits and stays short. The keyboard: the chat list is one Tab stop
+ * (arrows inside), Esc from the find bar goes back to the message box.
+ */
+import type { Locator, Page } from '@playwright/test';
+import { expect, lastReply, newChat, send, setSettings, test, wsCall } from './fixtures';
+
+/** What the page's functions use of the browser's window (these tests' types have no DOM). */
+interface Win {
+  getComputedStyle(el: unknown): { overflowX: string; overflowY: string; overflowWrap: string; lineHeight: string };
+}
+
+async function box(locator: Locator) {
+  const b = await locator.boundingBox();
+  if (!b) throw new Error('not laid out');
+  return b;
+}
+
+/** A thread saved through the API (as an import would be), opened in the page. */
+async function openSavedThread(
+  page: Page,
+  server: { url: string },
+  thread: { id: string; title: string; messages: Array<{ role: 'user' | 'assistant'; content: string }> },
+): Promise<void> {
+  const now = Date.now();
+  const saved = await wsCall(server as never, 'saveThread', {
+    id: thread.id,
+    title: thread.title,
+    createdAt: now,
+    updatedAt: now,
+    messages: thread.messages.map((m, i) => ({ id: `${thread.id}-${i}`, createdAt: now + i, ...m })),
+  });
+  expect(saved.ok).toBe(true);
+  await page.reload();
+  await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+  if (!(await page.getByTestId('sidebar').isVisible())) await page.getByTestId('sidebar-toggle').click();
+  await page.getByTestId('thread-list').locator(`[data-thread-id="${thread.id}"] [data-testid="thread-title"]`).click();
+  await expect(page.getByTestId('chat-view')).toHaveAttribute('data-thread-id', thread.id);
+}
+
+for (const size of [
+  { width: 1280, height: 800 },
+  { width: 800, height: 600 },
+]) {
+  test(`at ${size.width}×${size.height} the settings panel scrolls on its own and the thread stays in view`, async ({
+    app,
+  }) => {
+    await app.setViewportSize(size);
+    // A narrow window: New chat is in the drawer.
+    if (size.width < 900) await app.getByTestId('sidebar-toggle').click();
+    await newChat(app);
+    await send(app, 'hello');
+    await expect(lastReply(app)).toHaveAttribute('data-state', /done|error/, { timeout: 30_000 });
+    await app.getByTestId('settings-toggle').click();
+    const panel = app.getByTestId('settings-panel');
+    await expect(panel).toBeVisible();
+    // The panel ends inside the window, the messages keep a useful height, and the panel scrolls itself.
+    const p = await box(panel);
+    expect(p.y + p.height).toBeLessThanOrEqual(size.height);
+    expect((await box(app.getByTestId('message-list'))).height).toBeGreaterThan(100);
+    const scrolls = await panel.evaluate(
+      (el) => el.scrollHeight > el.clientHeight && (globalThis as unknown as Win).getComputedStyle(el).overflowY,
+    );
+    expect(scrolls).toBe('auto');
+    // Its last controls are reachable: scrolled into view inside the panel, not past the window's edge.
+    const json = panel.getByTestId('setting-json');
+    await json.scrollIntoViewIfNeeded();
+    const j = await box(json);
+    expect(j.y + j.height).toBeLessThanOrEqual(size.height);
+    // …and the window itself did not scroll to show it (its body does not scroll).
+    expect(await app.getByTestId('app').evaluate((el) => el.getBoundingClientRect().top)).toBe(0);
+  });
+}
+
+test('a narrow window shows the chats in a drawer from the header; Esc closes it', async ({ app }) => {
+  await app.setViewportSize({ width: 800, height: 600 });
+  const sidebar = app.getByTestId('sidebar');
+  const toggle = app.getByTestId('sidebar-toggle');
+  await expect(sidebar).toBeHidden();
+  await expect(toggle).toBeVisible();
+  await toggle.click();
+  await expect(sidebar).toBeVisible();
+  await expect(toggle).toHaveAttribute('aria-expanded', 'true');
+  await expect(app.getByTestId('new-thread')).toBeInViewport();
+  await expect(app.getByTestId('thread-search')).toBeInViewport();
+  // Focus went into the drawer; Esc closes it and gives the focus back to its button.
+  await expect(app.locator('#chat-list :focus')).toHaveCount(1);
+  await app.keyboard.press('Escape');
+  await expect(sidebar).toBeHidden();
+  await expect(toggle).toBeFocused();
+  // New chat from the drawer opens the chat and closes the drawer.
+  await toggle.click();
+  const before = await app.getByTestId('chat-view').getAttribute('data-thread-id');
+  await app.getByTestId('new-thread').click();
+  await expect(app.getByTestId('chat-view')).not.toHaveAttribute('data-thread-id', before ?? '');
+  await expect(sidebar).toBeHidden();
+  // A wide window has no such button: the list is always there.
+  await app.setViewportSize({ width: 1280, height: 800 });
+  await expect(toggle).toBeHidden();
+  await expect(sidebar).toBeVisible();
+});
+
+test('at 800 px the header keeps its budget bar and figures clear of the buttons', async ({ app }) => {
+  await app.setViewportSize({ width: 800, height: 600 });
+  const bar = await box(app.getByTestId('budget-bar'));
+  expect(bar.width).toBeGreaterThanOrEqual(40);
+  const figures = await box(app.getByTestId('header-budget-figures'));
+  const theme = await box(app.getByTestId('theme-toggle'));
+  expect(figures.x + figures.width).toBeLessThanOrEqual(theme.x);
+  expect(bar.x + bar.width).toBeLessThanOrEqual(figures.x);
+  const inspector = await box(app.getByTestId('inspector-toggle'));
+  expect(inspector.x + inspector.width).toBeLessThanOrEqual(800);
+});
+
+test('the message box grows with wrapped text up to a limit, and shows its whole placeholder', async ({ app }) => {
+  await app.setViewportSize({ width: 800, height: 600 });
+  const input = app.getByTestId('chat-input');
+  // The placeholder wraps at this width: the box is tall enough for it.
+  await expect.poll(() => input.evaluate((el) => el.scrollHeight <= el.clientHeight + 1)).toBe(true);
+  const empty = (await box(input)).height;
+  // One line of text, wrapped many times: no \n in it, yet the box grows to show it.
+  await input.fill('word '.repeat(40));
+  await expect.poll(async () => (await box(input)).height).toBeGreaterThan(empty + 30);
+  expect(await input.evaluate((el) => el.scrollHeight <= el.clientHeight + 1)).toBe(true);
+  // A very long text stops at the limit and scrolls inside.
+  await input.fill('word '.repeat(400));
+  await expect.poll(async () => (await box(input)).height).toBeLessThanOrEqual(201);
+  expect(await input.evaluate((el) => (globalThis as unknown as Win).getComputedStyle(el).overflowY)).toBe('auto');
+  await input.fill('');
+  await expect.poll(async () => (await box(input)).height).toBeLessThan(empty + 2);
+});
+
+test('a Markdown table keeps its words whole and scrolls in its own box', async ({ app, server }) => {
+  await app.setViewportSize({ width: 800, height: 600 });
+  const rows = Array.from({ length: 3 }, (_, i) => `| name${i} | a description of row ${i} | 12345.${i} | kilograms |`);
+  const table = ['| name | description | value | unit |', '|---|---|---|---|', ...rows].join('\n');
+  await openSavedThread(app, server, {
+    id: `t-table-${Date.now()}`,
+    title: 'Table',
+    messages: [
+      { role: 'user', content: 'a table' },
+      { role: 'assistant', content: `Here:\n\n${table}\n\nDone.` },
+    ],
+  });
+  const reply = lastReply(app);
+  const scroll = reply.getByTestId('table-scroll');
+  await expect(scroll).toBeVisible();
+  expect(await scroll.evaluate((el) => (globalThis as unknown as Win).getComputedStyle(el).overflowX)).toBe('auto');
+  // Each header cell is one line: no word broken inside ("nam/e").
+  const heights = await reply
+    .locator('th')
+    .evaluateAll((cells) =>
+      cells.map(
+        (c) =>
+          c.getBoundingClientRect().height /
+          Number.parseFloat((globalThis as unknown as Win).getComputedStyle(c).lineHeight),
+      ),
+    );
+  for (const lines of heights) expect(lines).toBeLessThan(2);
+  expect(
+    await reply
+      .locator('td')
+      .first()
+      .evaluate((c) => (globalThis as unknown as Win).getComputedStyle(c).overflowWrap),
+  ).toBe('normal');
+});
+
+test("the settings' summary stays one line, cut with its whole text on hover", async ({ app }) => {
+  await app.setViewportSize({ width: 800, height: 600 });
+  await app.getByTestId('sidebar-toggle').click();
+  await newChat(app);
+  await app.getByTestId('settings-toggle').click();
+  const panel = app.getByTestId('settings-panel');
+  for (const [key, value] of [
+    ['temperature', '0.7'],
+    ['topP', '0.9'],
+    ['topK', '40'],
+    ['minP', '0.05'],
+    ['seed', '7'],
+  ] as const) {
+    await panel.getByTestId(`setting-${key}`).fill(value);
+    await panel.getByTestId(`setting-${key}`).blur();
+  }
+  const summary = app.getByTestId('settings-summary');
+  await expect(summary).toContainText('seed 7');
+  await expect(summary).toHaveAttribute('title', /temp 0\.7 · top-p 0\.9 · top-k 40 · min-p 0\.05 · seed 7/);
+  const oneLine = await summary.evaluate(
+    (el) =>
+      el.getBoundingClientRect().height <
+      1.5 * Number.parseFloat((globalThis as unknown as Win).getComputedStyle(el).lineHeight),
+  );
+  expect(oneLine).toBe(true);
+});
+
+test("the inspector's request table fits its width and shows the newest 20 ended requests", async ({ app, server }) => {
+  await app.setViewportSize({ width: 1000, height: 700 });
+  for (let i = 0; i < 22; i++) {
+    const res = await fetch(`${server.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'default', messages: [{ role: 'user', content: `hi ${i}` }], max_tokens: 1 }),
+    });
+    expect(res.status).toBe(200);
+  }
+  const table = app.getByTestId('request-table');
+  await expect(app.getByTestId('request-row')).toHaveCount(20);
+  await expect(app.getByTestId('requests-older')).toContainText(/and \d+ older requests/);
+  // Not clipped: the table is no wider than the inspector's room for it.
+  const fits = await table.evaluate((el) => {
+    const wrap = el.parentElement as unknown as { clientWidth: number };
+    return el.getBoundingClientRect().width <= wrap.clientWidth + 1;
+  });
+  expect(fits).toBe(true);
+});
+
+test('the chat list is one Tab stop: arrows move in it, its pin, rename and delete are reachable', async ({ app }) => {
+  const ids: string[] = [];
+  for (let i = 0; i < 3; i++) ids.push(await newChat(app));
+  const titles = app.getByTestId('thread-list').getByTestId('thread-title');
+  await app.getByTestId('thread-search').focus();
+  await app.keyboard.press('Tab');
+  // The open chat (the newest) is the list's stop.
+  await expect(app.locator(`[data-thread-id="${ids[2]}"] [data-testid="thread-title"]`)).toBeFocused();
+  await app.keyboard.press('ArrowDown');
+  await expect(titles.nth(1)).toBeFocused();
+  // Right: the chat's own buttons; left: back to its title.
+  await app.keyboard.press('ArrowRight');
+  await expect(app.getByTestId('thread-list').getByTestId('thread-pin').nth(1)).toBeFocused();
+  await app.keyboard.press('ArrowRight');
+  await expect(app.getByTestId('thread-list').getByTestId('thread-rename').nth(1)).toBeFocused();
+  await app.keyboard.press('ArrowLeft');
+  await app.keyboard.press('ArrowLeft');
+  await expect(titles.nth(1)).toBeFocused();
+  // Tab leaves the list at once, and a few more reach the message box (not every chat's buttons first).
+  await app.keyboard.press('Tab');
+  await expect(app.locator('#chat-list :focus')).toHaveCount(0);
+  let reached = false;
+  for (let i = 0; i < 8 && !reached; i++) {
+    reached = await app.getByTestId('chat-input').evaluate((el) => el.matches(':focus'));
+    if (!reached) await app.keyboard.press('Tab');
+  }
+  expect(reached).toBe(true);
+  // Back in the list, Tab lands on the chat last focused there.
+  await app.getByTestId('thread-search').focus();
+  await app.keyboard.press('Tab');
+  await expect(titles.nth(1)).toBeFocused();
+});
+
+test('the pin is drawn, not an emoji; Esc from the find bar returns to the message box', async ({ app }) => {
+  const id = await newChat(app);
+  await setSettings(app, { maxNewTokens: 4 });
+  await send(app, 'find me');
+  await expect(lastReply(app)).toHaveAttribute('data-state', /done|error/, { timeout: 30_000 });
+  const item = app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`);
+  await item.hover();
+  await expect(item.getByTestId('thread-pin').locator('svg')).toHaveCount(1);
+  await expect(item.getByTestId('thread-pin')).not.toContainText('📌');
+  await item.getByTestId('thread-pin').click();
+  await expect(item.getByTestId('thread-pin-mark').locator('svg')).toHaveCount(1);
+  await expect(item).not.toContainText('📌');
+  await item.getByTestId('thread-pin').click();
+
+  await app.getByTestId('message-list').click();
+  await app.keyboard.press('ControlOrMeta+f');
+  await expect(app.getByTestId('find-input')).toBeFocused();
+  await app.keyboard.press('Escape');
+  await expect(app.getByTestId('find-bar')).toHaveCount(0);
+  await expect(app.getByTestId('chat-input')).toBeFocused();
+});
+
+test('max tokens 0 says why it is not taken', async ({ app }) => {
+  await newChat(app);
+  await app.getByTestId('settings-toggle').click();
+  const field = app.getByTestId('setting-maxNewTokens');
+  await field.fill('0');
+  await field.blur();
+  expect(await field.evaluate((el) => (el as unknown as { validationMessage: string }).validationMessage)).toMatch(
+    /at least 1/,
+  );
+  await expect(app.getByTestId('settings-summary')).not.toContainText('max 0');
+  // A good value is taken, and the message goes.
+  await field.fill('12');
+  await field.blur();
+  await expect(app.getByTestId('settings-summary')).toContainText('max 12');
+  expect(await field.evaluate((el) => (el as unknown as { validationMessage: string }).validationMessage)).toBe('');
+});
