@@ -289,10 +289,15 @@ export class ChatSession {
           }
           this.options.sampling = sampling;
         }
-        // The value as kept (/show parameters shows the same): top_k -1 is 0, off.
-        this.io.err(
-          `kvdesk: set ${name} to ${v === undefined ? 'its default' : `${v}${v === 0 && key === 'topK' ? ' (off)' : ''}`}\n`,
-        );
+        // The value as kept, as /show parameters shows it (top_k -1 is 0, off).
+        const kept = this.shownParameter(key);
+        const said =
+          key === 'repetitionWindow' && n === 0
+            ? '0: the repetition penalty is off'
+            : kept === undefined
+              ? 'its default'
+              : `${kept}${kept === '0' && key === 'topK' ? ' (off)' : ''}`;
+        this.io.err(`kvdesk: set ${name} to ${said}\n`);
         return;
       }
       default:
@@ -321,10 +326,8 @@ export class ChatSession {
       case 'parameters': {
         const s = this.options.sampling;
         const lines = Object.entries(PARAMETERS).flatMap(([name, key]) => {
-          const v = key === 'maxNewTokens' ? this.options.maxNewTokens : s[key];
-          // Shown as Ollama writes it: a window of every token is its -1.
-          const shown = key === 'repetitionWindow' && v === 0 ? -1 : v;
-          return v === undefined ? [] : [`  ${name.padEnd(15)} ${String(shown)}`];
+          const shown = this.shownParameter(key);
+          return shown === undefined ? [] : [`  ${name.padEnd(15)} ${shown}`];
         });
         if (s.greedy) lines.push('  greedy          true');
         this.io.err(lines.length ? `${lines.join('\n')}\n` : "kvdesk: the package's defaults\n");
@@ -333,6 +336,13 @@ export class ChatSession {
       default:
         this.io.err('kvdesk: /show info, /show system or /show parameters\n');
     }
+  }
+
+  /** A parameter's value as /show parameters writes it (Ollama's way: a window of every token is -1), if set. */
+  private shownParameter(key: (typeof PARAMETERS)[string]): string | undefined {
+    const v = key === 'maxNewTokens' ? this.options.maxNewTokens : this.options.sampling[key];
+    if (v === undefined) return undefined;
+    return String(key === 'repetitionWindow' && v === 0 ? -1 : v);
   }
 }
 

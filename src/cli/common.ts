@@ -58,10 +58,22 @@ export function checkFlags(request: Record<string, unknown>): void {
   const parsed = GenerateRequest.safeParse(request);
   if (parsed.success) return;
   const issue = parsed.error.issues[0];
-  const key = issue?.path.filter((p) => typeof p === 'string').pop();
-  const flag = typeof key === 'string' ? `--${key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}` : 'a flag';
-  throw badArgs(`${flag}: ${issue?.message ?? 'invalid value'}`);
+  const path = (issue?.path ?? []).map((p) => (typeof p === 'number' ? `[${p}]` : String(p)));
+  // The flag that set the field: a sampling setting's own, else the request field's.
+  const key = path[0] === 'sampling' ? path[1] : path[0];
+  const flag = key === undefined ? undefined : (FLAG_OF[key] ?? key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`));
+  // Inside a file's JSON (a tool's name), the place in it too.
+  const inner = path.length > (path[0] === 'sampling' ? 2 : 1) ? ` (${path.join('.').replace(/\.\[/g, '[')})` : '';
+  throw badArgs(`${flag ? `--${flag}` : 'the request'}${inner}: ${issue?.message ?? 'invalid value'}`);
 }
+
+/** Request fields whose flag is not their name in kebab case. */
+const FLAG_OF: Readonly<Record<string, string>> = {
+  prompts: 'prompt',
+  messages: 'prompt',
+  prediction: 'prediction-file',
+  reasoningEffort: 'effort',
+};
 
 export function parseNumber(name: string, value: string | undefined, integer = false): number | undefined {
   if (value === undefined) return undefined;
@@ -269,7 +281,8 @@ export function parseFlags<O extends NonNullable<ParseArgsConfig['options']>>(ar
 /**
  * A flag that takes a value takes the next argument even when it starts with "-" (`--frequency-penalty -0.5`,
  * `--prompt "- a list"`), as llama.cpp's and Ollama's do: node's parser would call it ambiguous. Each such pair
- * becomes `--flag=value`; nothing after `--` is touched.
+ * becomes `--flag=value`, unless the next argument is another of the command's flags or `--`; nothing after
+ * `--` is touched.
  */
 export function joinValues(args: readonly string[], options: NonNullable<ParseArgsConfig['options']>): string[] {
   const out: string[] = [];
@@ -281,7 +294,10 @@ export function joinValues(args: readonly string[], options: NonNullable<ParseAr
     }
     const next = args[i + 1];
     const name = arg.startsWith('--') && !arg.includes('=') ? arg.slice(2) : undefined;
-    if (name !== undefined && options[name]?.type === 'string' && next?.startsWith('-')) {
+    // Another of the command's flags (or `--`) is not a value: `--system --chat` forgot the system prompt.
+    const isFlag =
+      next === '--' || (next?.startsWith('--') === true && (next.slice(2).split('=')[0] as string) in options);
+    if (name !== undefined && options[name]?.type === 'string' && next?.startsWith('-') && !isFlag) {
       out.push(`${arg}=${next}`);
       i++;
     } else out.push(arg);

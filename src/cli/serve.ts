@@ -86,7 +86,6 @@ function signalled(io: Io): Promise<void> {
   });
 }
 
-/** Runs `kvdesk serve`; resolves with the exit code once the server has shut down. */
 /** A byte-size flag's value (undefined when absent); a bad one is refused naming the flag. */
 function byteSizeFlag(name: string, value: string | undefined): number | undefined {
   if (value === undefined) return undefined;
@@ -97,6 +96,7 @@ function byteSizeFlag(name: string, value: string | undefined): number | undefin
   }
 }
 
+/** Runs `kvdesk serve`; resolves with the exit code once the server has shut down. */
 export async function serve(args: string[], io: Io, control: ServeControl = {}): Promise<number> {
   const options = {
     port: { type: 'string' },

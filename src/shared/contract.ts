@@ -71,13 +71,13 @@ export type SamplingSettings = z.infer<typeof SamplingSettings>;
 
 const tokenId = z.number().int().min(0);
 
+/** The most new tokens a request may ask for (the context clips it further). */
+export const MAX_NEW_TOKENS = 1_000_000;
+
 /**
  * A generation request. Exactly one prompt form: text, ids, chat messages, or
  * several rows of text/ids (one batched request).
  */
-/** The most new tokens a request may ask for (the context clips it further). */
-export const MAX_NEW_TOKENS = 1_000_000;
-
 export const GenerateRequest = z
   .object({
     /** Loaded model id; omitted: the default (first loaded) model. */

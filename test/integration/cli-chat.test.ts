@@ -92,6 +92,7 @@ describe('kvdesk chat', () => {
         '/set parameter top_k 5',
         '/set parameter num_predict 4',
         '/set parameter repeat_penalty 1.3',
+        '/set parameter repeat_last_n -1',
         '/set parameter repeat_last_n 0',
         '/show parameters',
         '/show info',
@@ -111,6 +112,8 @@ describe('kvdesk chat', () => {
     expect(r.stderr).not.toMatch(/seed\s+9/);
     // The answer says what was kept: top_k -1 is 0, off (as /show parameters would show it).
     expect(r.stderr).toContain('set top_k to 0 (off)');
+    expect(r.stderr).toContain('set repeat_last_n to -1\n');
+    expect(r.stderr).toContain('set repeat_last_n to 0: the repetition penalty is off');
     expect(r.stderr).toMatch(/top_k\s+5/);
     expect(r.stderr).toMatch(/num_predict\s+4/);
     // repeat_last_n 0 turns the penalty off, as in Ollama.

@@ -457,6 +457,9 @@ describe('CLI on the generated default model', () => {
   });
 
   it('flags that contradict, or values out of range, exit 2 naming the flag, before anything loads', () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-flags-'));
+    const badTools = path.join(dir, 'tools.json');
+    writeFileSync(badTools, JSON.stringify([{ type: 'function', function: { name: 'get weather' } }]));
     const cases: Array<[string[], RegExp]> = [
       [['--system', 'Be brief.'], /--system goes with --chat/],
       [['--greedy', '--temperature', '1.5'], /give --greedy or --temperature, not both/],
@@ -464,6 +467,9 @@ describe('CLI on the generated default model', () => {
       [['--kv-budget', 'cuda:0=lots'], /Cannot read "lots" as a byte size/],
       [['--device-memory', '8GiB'], /--device-memory 8GiB: give DEVICE=SIZE/],
       [['--backend', 'bogus'], /"bogus" is no backend onnxruntime knows/],
+      [['--chat', '--tools', badTools], /^--tools \(tools\[0\]\.name\): letters, digits/],
+      // A value forgotten: the next flag is not taken as the value.
+      [['--system', '--chat'], /forget to specify the option argument for '--system'/],
     ];
     for (const [flags, message] of cases) {
       const r = kvdesk('generate', defaultModelDir, '--prompt', 'Hello', ...flags, '--json');
@@ -476,6 +482,7 @@ describe('CLI on the generated default model', () => {
     const unknown = kvdesk('inspect', defaultModelDir, '--bogus', '--json');
     expect(unknown.code).toBe(2);
     expect((unknown.json.error as Record<string, unknown>).code).toBe('BAD_REQUEST');
+    rmSync(dir, { recursive: true, force: true });
   });
 
   it('takes a value that starts with "-", a per-device KV budget, and more new tokens than any context (clipped)', () => {

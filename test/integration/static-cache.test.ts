@@ -269,6 +269,11 @@ describe('static-cache graphs: twin packages with the same weights', () => {
         .result;
       expect(turn2.reusedTokens).toBe(13);
       expect(turn2.tokenIds).toEqual((await generate(dynamic, { rows: [next], maxNewTokens: 4 })).ids[0]);
+      // A reply a stop string ended holds the whole cache too, as one that ran to its max tokens.
+      const stop = r.text.slice(2, 4);
+      const stopped = await h.generate({ promptIds, maxNewTokens: 6, sampling: { greedy: true }, stop: [stop] }).result;
+      expect(stopped.finishReason).toBe('stop');
+      expect(stopped.kvBytes).toBe(capacityBytes);
     } finally {
       await h.close();
     }

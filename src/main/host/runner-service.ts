@@ -1309,6 +1309,8 @@ class Generation {
     });
     if (this.cancelReason) {
       this.sched.cancel(this.id, this.cancelReason);
+      // The scheduler keeps nothing of the session of a turn admitted and stopped at once: nor may the engine.
+      this.forgetSession();
       this.fail(this.cancelError('before it started'));
       return;
     }
@@ -1624,11 +1626,7 @@ class Generation {
           : undefined;
       this.sched.cancel(this.id, reason, kept ? { sessionTokens: kept.length } : {});
       if (sessionId && kept) this.mirrorSession(sessionId, kept);
-      else if (sessionId) {
-        this.host.setSessionMirror(sessionId, undefined);
-        // The scheduler keeps nothing of this turn's session; the engine must not keep its KV either.
-        this.host.engine.dropSession(sessionId);
-      }
+      else this.forgetSession();
       this.fail(this.cancelError(`after ${this.generated} tokens`));
       return;
     }
@@ -1667,9 +1665,12 @@ class Generation {
       reusedTokens: this.reused,
       bpt: this.model.spec.bpt,
       // A reply a stop string ended holds the KV of what it kept (the engine's steps after the stop are dropped):
-      // its prompt and every kept token but the last, which no step has fed yet.
+      // its prompt and every kept token but the last, which no step has fed yet. A static cache holds its whole
+      // cache whatever the reply's length.
       kvBytes:
-        finishReason === 'stop' && rowsOut.every((r) => r.finishReason === 'stop')
+        finishReason === 'stop' &&
+        rowsOut.every((r) => r.finishReason === 'stop') &&
+        staticPositions(this.model.spec) === undefined
           ? Math.min(kvBytes, this.rows.length * (this.promptTokens + this.generated - 1) * this.model.spec.bpt)
           : kvBytes,
       reservedBytes: this.grant?.reservedBytes ?? 0,
@@ -1698,19 +1699,27 @@ class Generation {
 
   /** The host's mirror of a session after its turn (the scheduler has just recorded what it keeps). */
   private mirrorSession(sessionId: string, tokens: number[]): void {
-    // A session closed while its turn ran is gone from the scheduler: nothing of it may be reused.
-    this.host.setSessionMirror(
-      sessionId,
-      this.sched.sessionInfo(sessionId)?.tokens === tokens.length
-        ? {
-            modelId: this.model.id,
-            tokens,
-            promptTokens: Math.min((this.rows[0] as number[]).length, tokens.length),
-            loadKey: this.model.loadKey,
-          }
-        : undefined,
-    );
+    // A session closed while its turn ran is gone from the scheduler (and one whose tokens it refused keeps
+    // nothing there): nothing of it may be reused, and the engine must not keep KV the budget does not count.
+    if (this.sched.sessionInfo(sessionId)?.tokens !== tokens.length) {
+      this.forgetSession();
+      return;
+    }
+    this.host.setSessionMirror(sessionId, {
+      modelId: this.model.id,
+      tokens,
+      promptTokens: Math.min((this.rows[0] as number[]).length, tokens.length),
+      loadKey: this.model.loadKey,
+    });
     if (sessionId.startsWith(PROMPT_CACHE_PREFIX)) this.host.prunePromptCaches();
+  }
+
+  /** This turn's session keeps nothing: the host's mirror and the engine's KV of it go. */
+  private forgetSession(): void {
+    const sessionId = this.req.sessionId;
+    if (!sessionId) return;
+    this.host.setSessionMirror(sessionId, undefined);
+    this.host.engine.dropSession(sessionId);
   }
 
   /** The scheduler refused this queued request (the limit was lowered under its minimum). */

@@ -138,6 +138,8 @@ export interface ParamHint {
   api?: ParamApi;
   /** One per message of the host request, where they are not the body's own `messages`. */
   origins?: readonly MessageOrigin[];
+  /** false: the message keeps the host's words (Ollama's errors add Ollama's name of the field themselves). */
+  rename?: boolean;
 }
 
 /** The name of a tool result's call id, and of a call's arguments, in each API. */
@@ -209,9 +211,16 @@ export function errorFromInfo(info: ErrorInfo, paramHint?: ParamHint): HttpError
   const field = typeof info.detail?.field === 'string' ? info.detail.field : undefined;
   if (paramHint && info.code === 'BAD_REQUEST' && field !== undefined) {
     const api = paramHint.api ?? 'chat';
-    param = field.startsWith('messages[') ? clientMessagePath(field, api, paramHint.origins) : openAiParam(field, api);
+    // The prompt as a whole is the API's own prompt parameter (`input` in the Responses API).
+    param =
+      field === 'messages' || field === 'prompt'
+        ? paramHint.prompt
+        : field.startsWith('messages[')
+          ? clientMessagePath(field, api, paramHint.origins)
+          : openAiParam(field, api);
   }
-  const message = paramHint ? clientMessage(info.message, field, param, paramHint) : info.message;
+  const message =
+    paramHint && paramHint.rename !== false ? clientMessage(info.message, field, param, paramHint) : info.message;
   const numbers: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(info.detail ?? {})) {
     if (value !== undefined) numbers[DETAIL_NAMES[key] ?? snakeCase(key)] = value;

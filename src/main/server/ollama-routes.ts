@@ -239,7 +239,7 @@ export async function serveOllamaGeneration(
           return;
         case 'error': {
           finish();
-          const err = errorFromInfo(frame.error, { prompt: kind === 'chat' ? 'messages' : 'prompt' });
+          const err = errorFromInfo(frame.error, { prompt: kind === 'chat' ? 'messages' : 'prompt', rename: false });
           if (!res.headersSent) {
             sendOllamaError(res, err, kind);
             return;

@@ -438,8 +438,9 @@ export function mapOpenAiRequest(kind: OpenAiKind, input: unknown): MappedReques
   if (temperature !== undefined) sampling.temperature = temperature;
   const topP = number(body, 'top_p', { min: 0, max: 1 });
   if (topP !== undefined && topP > 0) sampling.topP = topP;
-  const seed = number(body, 'seed', { int: true, min: 0, max: 2 ** 53 });
-  if (seed !== undefined) sampling.seed = seed;
+  // -1 is llama.cpp's "a random seed", as no seed.
+  const seed = number(body, 'seed', { int: true, min: -1, max: 2 ** 53 });
+  if (seed !== undefined && seed >= 0) sampling.seed = seed;
   // vLLM's extra sampling parameters, which OpenAI clients pass through `extra_body`.
   const topK = number(body, 'top_k', { int: true, min: -1 });
   if (topK !== undefined) sampling.topK = topK === -1 ? 0 : topK;

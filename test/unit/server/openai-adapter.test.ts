@@ -99,8 +99,10 @@ describe('mapOpenAiRequest', () => {
     expect(mapOpenAiRequest('chat', chat({ top_p: 0 })).request.sampling).toEqual({ topK: 1 });
     expect(mapOpenAiRequest('chat', chat({ top_p: 0, top_k: 40 })).request.sampling).toEqual({ topK: 1 });
     expect(mapOpenAiRequest('chat', chat({ top_k: -1 })).request.sampling).toEqual({ topK: 0 });
+    // llama.cpp's -1: a random seed.
+    expect(mapOpenAiRequest('chat', chat({ seed: -1 })).request.sampling).toBeUndefined();
     for (const [extra, param] of [
-      [{ seed: -1 }, 'seed'],
+      [{ seed: -2 }, 'seed'],
       [{ top_k: -5 }, 'top_k'],
       [{ min_p: 2 }, 'min_p'],
       [{ repetition_penalty: 0 }, 'repetition_penalty'],
@@ -475,6 +477,10 @@ describe('errorFromInfo', () => {
     expect(errorFromInfo(json, { prompt: 'messages', api: 'anthropic' }).body.error.message).toMatch(
       /\(output_config\.format\)/,
     );
+    // The prompt as a whole is the API's prompt parameter; Ollama's errors keep the host's words.
+    const empty = { code: 'BAD_REQUEST' as const, message: 'the prompt is empty', detail: { field: 'messages' } };
+    expect(errorFromInfo(empty, { prompt: 'input', api: 'responses' }).body.error.param).toBe('input');
+    expect(errorFromInfo(choice, { prompt: 'messages', rename: false }).body.error.message).toBe(choice.message);
     // A completion's prompt, in whichever form it came.
     for (const field of ['promptIds[0]', 'promptIdRows[1][2]', 'prompts']) {
       const e = errorFromInfo({ code: 'BAD_REQUEST', message: 'm', detail: { field } }, { prompt: 'prompt' });
