@@ -1448,7 +1448,7 @@ class Generation {
       maxRowTokens = Math.max(maxRowTokens, (this.rowIds[r] as number[]).length);
     }
     this.generated = maxRowTokens;
-    this.sched.progress(this.id, { generatedTokens: maxRowTokens, usedBytes });
+    this.sched.progress(this.id, { generatedTokens: maxRowTokens, usedBytes, allRowsTokens: this.allRowsTokens() });
     this.emit({ type: 'tokens', requestId: this.id, rows: frameRows });
     if (this.rowStopped.every((s) => s !== null)) this.host.engine.cancel(this.id, 'stop');
   }
@@ -1637,10 +1637,14 @@ class Generation {
       this.sched.finish(this.id, schedReason, {
         sessionTokens: tokens.length,
         generatedTokens: this.generated,
+        allRowsTokens: this.allRowsTokens(),
       });
       this.mirrorSession(sessionId, tokens);
     } else {
-      this.sched.finish(this.id, schedReason, { generatedTokens: this.generated });
+      this.sched.finish(this.id, schedReason, {
+        generatedTokens: this.generated,
+        allRowsTokens: this.allRowsTokens(),
+      });
     }
     this.ended = true;
     const end = performance.now();
@@ -1687,6 +1691,11 @@ class Generation {
     };
     this.emit({ type: 'done', requestId: this.id, result });
     this.resolve(result);
+  }
+
+  /** The tokens every row kept together (the generation-tokens counter counts them all). */
+  private allRowsTokens(): number {
+    return this.rowIds.reduce((n, ids) => n + ids.length, 0);
   }
 
   /**

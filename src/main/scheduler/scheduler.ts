@@ -75,12 +75,23 @@ export interface SubmitAccepted {
   clipped?: ContextClip;
 }
 
+/** What the host reports as the engine's tokens arrive. */
+export interface ProgressReport {
+  /** Tokens of the longest row: what the reservation is checked against. */
+  generatedTokens: number;
+  usedBytes: number;
+  /** Tokens of every row together (the generation-tokens counter); the longest row's when absent. */
+  allRowsTokens?: number;
+}
+
 /** Extra facts the host reports when a generation ends normally. */
 export interface FinishOptions {
   /** Tokens of this session's KV the engine keeps for the next turn (session turns only). */
   sessionTokens?: number;
   /** Final generated-token count, when the last progress report did not carry it. */
   generatedTokens?: number;
+  /** Final tokens of every row together (see ProgressReport). */
+  allRowsTokens?: number;
 }
 
 /** Run-time changes; absent fields keep their value. */
@@ -121,7 +132,7 @@ export interface Scheduler {
    * records a violation) when usedBytes exceeds the reservation or more tokens
    * were generated than admitted; false without a violation when not running.
    */
-  progress(id: string, report: { generatedTokens: number; usedBytes: number }): boolean;
+  progress(id: string, report: ProgressReport): boolean;
   /** Called by the host when a running generation ends normally; returns the bytes released (0 when not running). */
   finish(id: string, reason: FinishReason, opts?: FinishOptions): number;
   /**
@@ -166,6 +177,8 @@ interface Entry {
   firstTokenAt?: number;
   usedBytes: number;
   generatedTokens: number;
+  /** Tokens of every row the generation-tokens counter has counted. */
+  countedTokens: number;
 }
 
 interface Session {
@@ -744,6 +757,7 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
       acceptedAt: at,
       usedBytes: 0,
       generatedTokens: 0,
+      countedTokens: 0,
     };
     if (session !== undefined) {
       session.state = 'queued';
@@ -807,13 +821,15 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     return true;
   }
 
-  function countGenerated(e: Entry, generatedTokens: number): void {
+  function countGenerated(e: Entry, generatedTokens: number, allRowsTokens = generatedTokens): void {
     // A counter never goes down, even if a report does.
-    counters.generationTokens += Math.max(0, generatedTokens - e.generatedTokens);
+    const all = Number.isSafeInteger(allRowsTokens) ? allRowsTokens : generatedTokens;
+    counters.generationTokens += Math.max(0, all - e.countedTokens);
+    e.countedTokens = Math.max(e.countedTokens, all);
     e.generatedTokens = generatedTokens;
   }
 
-  function progress(id: string, report: { generatedTokens: number; usedBytes: number }): boolean {
+  function progress(id: string, report: ProgressReport): boolean {
     const e = running.get(id);
     if (e === undefined) return false;
     const grant = e.grant as AdmissionGrant;
@@ -836,7 +852,7 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
       settle();
       return false;
     }
-    countGenerated(e, report.generatedTokens);
+    countGenerated(e, report.generatedTokens, report.allRowsTokens);
     e.usedBytes = report.usedBytes;
     emit({
       type: 'progress',
@@ -857,7 +873,7 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     const at = now();
     const reported = finishOpts?.generatedTokens;
     if (reported !== undefined) {
-      if (reported <= grant.admittedMaxTokens) countGenerated(e, reported);
+      if (reported <= grant.admittedMaxTokens) countGenerated(e, reported, finishOpts?.allRowsTokens);
       else {
         recordViolation(
           'over-generation',

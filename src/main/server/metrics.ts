@@ -126,7 +126,7 @@ export function prometheusText(s: SchedulerSnapshot | BudgetSnapshot): string {
   one(
     'kvdesk_generation_tokens_total',
     'counter',
-    'Generated tokens, counting a multi-row request by its longest row (as the scheduler does).',
+    'Generated tokens, every row of a multi-row request counted.',
     c.generationTokens,
   );
   // vLLM's speculative-decoding counters: here lookup decoding's drafts (and a prediction's).

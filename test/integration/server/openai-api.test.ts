@@ -625,6 +625,26 @@ describe('logprobs, penalties, logit bias and JSON mode', () => {
   });
 });
 
+describe('/metrics', () => {
+  it('counts every row of a multi-row request in kvdesk_generation_tokens_total', async () => {
+    const count = async () => {
+      const text = await (await fetch(`${t.url}/metrics`)).text();
+      return Number(/^kvdesk_generation_tokens_total (\d+)$/m.exec(text)?.[1]);
+    };
+    const before = await count();
+    const r = await client.completions.create({
+      model: 'default',
+      prompt: ['One', 'Two', 'Three'],
+      max_tokens: 12,
+      n: 2,
+      temperature: 1,
+      seed: 4,
+    });
+    expect(r.choices).toHaveLength(6);
+    expect(await count()).toBe(before + (r.usage?.completion_tokens ?? 0));
+  });
+});
+
 describe('the prompt cache', () => {
   it('a conversation’s next turn reports its cached tokens and answers as a cold server would', async () => {
     const first = [{ role: 'user' as const, content: 'Describe the harbour at dawn, briefly.' }];

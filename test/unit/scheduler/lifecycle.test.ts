@@ -117,6 +117,18 @@ describe('progress', () => {
     expect(t.scheduler.snapshot().counters.generationTokens).toBe(7);
   });
 
+  it('counts every row of a multi-row request; its longest row stays what the reservation is checked against', () => {
+    const t = createTestScheduler({ limit: 1 << 20 });
+    t.submit(req({ id: 'a', rows: 3, max: 8 }));
+    t.scheduler.progress('a', { generatedTokens: 4, usedBytes: 0, allRowsTokens: 10 });
+    expect(t.scheduler.snapshot().counters.generationTokens).toBe(10);
+    // A row ended early: the longest goes on, the total with it.
+    t.scheduler.progress('a', { generatedTokens: 8, usedBytes: 0, allRowsTokens: 18 });
+    t.scheduler.finish('a', 'length', { generatedTokens: 8, allRowsTokens: 20 });
+    expect(t.scheduler.snapshot().counters.generationTokens).toBe(20);
+    expect(t.scheduler.snapshot().violations).toEqual([]);
+  });
+
   it('never counts generated tokens down', () => {
     const t = createTestScheduler();
     t.submit(req({ id: 'a' }));
