@@ -161,7 +161,9 @@ export class ChatSession {
       ];
       this.noteDrop(result.contextDrop);
       // A reply the budget or the context cut short says so (the scheduler never cuts one silently).
-      if (result.clipped) this.io.err(contextClipLine(result.clipped));
+      // num_predict -1 asked for as many as the context leaves: that it did is no news.
+      if (result.clipped && result.clipped.requestedMaxTokens !== MAX_NEW_TOKENS)
+        this.io.err(contextClipLine(result.clipped));
       if (result.budgetCap) {
         this.io.err(budgetCapLine(result.budgetCap, 'raise --kv-budget, or /clear to start a shorter conversation'));
       }
@@ -342,6 +344,8 @@ export class ChatSession {
   private shownParameter(key: (typeof PARAMETERS)[string]): string | undefined {
     const v = key === 'maxNewTokens' ? this.options.maxNewTokens : this.options.sampling[key];
     if (v === undefined) return undefined;
+    // As many as the context leaves (num_predict -1) is Ollama's -1 too.
+    if (key === 'maxNewTokens' && v === MAX_NEW_TOKENS) return '-1';
     return String(key === 'repetitionWindow' && v === 0 ? -1 : v);
   }
 }

@@ -90,6 +90,7 @@ describe('kvdesk chat', () => {
         '/set parameter seed -1',
         '/set parameter top_k -1',
         '/set parameter top_k 5',
+        '/set parameter num_predict -1',
         '/set parameter num_predict 4',
         '/set parameter repeat_penalty 1.3',
         '/set parameter repeat_last_n -1',
@@ -112,6 +113,7 @@ describe('kvdesk chat', () => {
     expect(r.stderr).not.toMatch(/seed\s+9/);
     // The answer says what was kept: top_k -1 is 0, off (as /show parameters would show it).
     expect(r.stderr).toContain('set top_k to 0 (off)');
+    expect(r.stderr).toContain('set num_predict to -1\n');
     expect(r.stderr).toContain('set repeat_last_n to -1\n');
     expect(r.stderr).toContain('set repeat_last_n to 0: the repetition penalty is off');
     expect(r.stderr).toMatch(/top_k\s+5/);

