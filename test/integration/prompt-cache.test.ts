@@ -7,7 +7,7 @@
  * share one; the cache can be turned off; and a package loaded again under
  * the same id never reuses KV its predecessor computed.
  */
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it, vi } from 'vitest';
 import { type HostSettings, RunnerService } from '../../src/main/host/runner-service';
 import type { ChatMessage, GenerationResult } from '../../src/shared/contract';
 import { PROMPT_CACHE_PREFIX } from '../../src/shared/prompt-cache';
@@ -124,6 +124,34 @@ describe('the prompt cache', () => {
       [1, 2, 3, 4, 5].map((i) => turn(h, [{ role: 'user', content: `Parallel chat ${i}: count to three.` }])),
     );
     expect(cacheSessions(h)).toHaveLength(2);
+  });
+
+  it('a cache left holding nothing goes: its turn stopped while queued, or its KV evicted for another request', async () => {
+    const h = await host({ maxRunning: 1, kvBudgetBytes: 600 * 1024 });
+    const kept = await turn(h, [{ role: 'user', content: 'Keep me: name a river.' }]);
+    expect(cacheSessions(h)).toMatchObject([{ state: 'idle', tokens: kept.promptTokens + kept.tokenIds.length - 1 }]);
+    // A long reply runs; a second conversation waits behind it and is stopped while queued.
+    const running = h.generate({
+      messages: [{ role: 'user', content: 'Write at length.' }],
+      // Its reservation (~575 KiB) and the first conversation's KV do not fit in 600 KiB together.
+      maxNewTokens: 560,
+      sampling: { greedy: true },
+      promptCache: true,
+    });
+    const queued = h.generate({
+      messages: [{ role: 'user', content: 'Waiting.' }],
+      maxNewTokens: 4,
+      promptCache: true,
+    });
+    await vi.waitFor(() => expect(h.scheduler.snapshot().queue).toHaveLength(1));
+    queued.cancel('user');
+    await expect(queued.result).rejects.toMatchObject({ code: 'CANCELLED' });
+    await running.result;
+    // The first conversation's KV made room for the long reply: evicted, its cache went with it. The stopped
+    // turn's cache never held anything. Only the long reply's conversation is left.
+    const left = cacheSessions(h);
+    expect(left.every((s) => s.tokens > 0)).toBe(true);
+    expect(left).toHaveLength(1);
   });
 
   it('concurrent turns of one conversation never share a cache, and both give the cold run’s tokens', async () => {

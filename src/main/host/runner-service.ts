@@ -374,6 +374,8 @@ export class RunnerService {
       onEvict: (sessionId) => {
         this.sessions.delete(sessionId);
         this.engine.dropSession(sessionId);
+        // A prompt cache that lost its KV holds nothing to continue: it goes (after the scheduler's step).
+        if (sessionId.startsWith(PROMPT_CACHE_PREFIX)) queueMicrotask(() => this.prunePromptCaches());
       },
     });
     state.unsubscribe = state.scheduler.subscribe((e) => {
@@ -1007,8 +1009,19 @@ export class RunnerService {
     this.prunePromptCaches();
   }
 
-  /** @internal Closes the least recently used idle prompt caches beyond the limit (busy ones wait for their turn's end). */
+  /**
+   * @internal Closes the idle prompt caches that hold nothing (their KV was evicted, or their turn was stopped
+   * while queued or kept none), then the least recently used idle ones beyond the limit (busy ones wait for
+   * their turn's end).
+   */
   prunePromptCaches(): void {
+    for (const [id, modelId] of this.promptCaches) {
+      const state = this.models.has(modelId) ? this.schedulerOf(modelId).sessionInfo(id)?.state : undefined;
+      if (state === 'queued' || state === 'running') continue;
+      if ((this.sessions.get(id)?.tokens.length ?? 0) > 0) continue;
+      this.promptCaches.delete(id);
+      this.closeSession(id);
+    }
     for (const [id, modelId] of this.promptCaches) {
       if (this.promptCaches.size <= this.settings.promptCacheSessions) return;
       const state = this.models.has(modelId) ? this.schedulerOf(modelId).sessionInfo(id)?.state : undefined;
@@ -1729,6 +1742,7 @@ class Generation {
     if (!sessionId) return;
     this.host.setSessionMirror(sessionId, undefined);
     this.host.engine.dropSession(sessionId);
+    if (sessionId.startsWith(PROMPT_CACHE_PREFIX)) this.host.prunePromptCaches();
   }
 
   /** The scheduler refused this queued request (the limit was lowered under its minimum). */
@@ -1757,6 +1771,8 @@ class Generation {
       // Still queued (or not yet accepted): no engine work exists, the scheduler drops it.
       if (this.acceptedSent) {
         this.sched.cancel(this.id, reason);
+        // A prompt cache this turn opened holds nothing.
+        if (this.req.sessionId?.startsWith(PROMPT_CACHE_PREFIX)) this.host.prunePromptCaches();
         this.fail(this.cancelError('while queued'));
       }
       return;
