@@ -3,6 +3,7 @@
  * writes it. Pure functions; the host reads the memory sizes and passes them in.
  */
 import { KvdeskError } from '../../shared/errors';
+import { readByteSize } from '../../shared/format';
 import type { BudgetDerivation } from '../../shared/scheduler-types';
 
 const UNITS = ['KiB', 'MiB', 'GiB', 'TiB'] as const;
@@ -108,24 +109,6 @@ export function explicitDerivation(limitBytes: number, note?: string): BudgetDer
   };
 }
 
-const MULTIPLIERS: Record<string, number> = {
-  '': 1,
-  b: 1,
-  kb: 1e3,
-  mb: 1e6,
-  gb: 1e9,
-  tb: 1e12,
-  kib: 1024,
-  mib: 1024 ** 2,
-  gib: 1024 ** 3,
-  tib: 1024 ** 4,
-  // Single letters follow Docker and the JVM (-Xmx2g): binary.
-  k: 1024,
-  m: 1024 ** 2,
-  g: 1024 ** 3,
-  t: 1024 ** 4,
-};
-
 /**
  * Parses a byte size as a person writes it: `512`, `64KiB`, `2 GiB`, `1.5GB`,
  * `2g` (case-insensitive; KB/MB/GB are decimal, KiB/MiB/GiB and single letters
@@ -133,13 +116,8 @@ const MULTIPLIERS: Record<string, number> = {
  * @throws KvdeskError BAD_REQUEST for anything else.
  */
 export function parseByteSize(input: string): number {
-  const match = /^\s*(\d+(?:\.\d+)?|\.\d+)\s*([a-z]*)\s*$/i.exec(input);
-  // An unknown unit multiplies by NaN, which the safe-integer check below turns into the error.
-  const bytes =
-    match === null
-      ? Number.NaN
-      : Math.floor(Number(match[1]) * (MULTIPLIERS[(match[2] as string).toLowerCase()] ?? Number.NaN));
-  if (!Number.isSafeInteger(bytes)) {
+  const bytes = readByteSize(input);
+  if (bytes === null) {
     throw new KvdeskError(
       'BAD_REQUEST',
       `Cannot read "${input}" as a byte size: write a number with an optional unit, e.g. 512, 64KiB, 2GiB or 1.5GB.`,

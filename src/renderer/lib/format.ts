@@ -4,6 +4,8 @@
  * the exact integer always goes in a tooltip or a data attribute beside it.
  */
 
+import { readByteSize } from '../../shared/format';
+
 export { formatBytes } from '../../shared/format';
 
 /** `2097152` → `2,097,152 bytes`, for tooltips. */
@@ -36,22 +38,11 @@ export function formatRate(tokensPerSecond: number): string {
   return `${tokensPerSecond >= 100 ? Math.round(tokensPerSecond) : tokensPerSecond.toFixed(1)} tok/s`;
 }
 
-const SIZE_RE = /^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$/i;
-const FACTORS: Record<string, number> = { '': 1, b: 1, k: 1024, m: 1024 ** 2, g: 1024 ** 3, t: 1024 ** 4 };
-
 /**
- * Parses what a person types in the limit box: `512`, `64KiB`, `1.5 GiB`, `2g`.
- * Decimal-looking suffixes (KB, GB) are read as binary too, because the UI shows
- * binary units and a person copying a figure from it must get that figure back.
+ * Parses what a person types in the limit box: `512`, `64KiB`, `1.5 GiB`, `2g` — as `--kv-budget` reads it
+ * (the figures the window shows are binary, KiB/MiB/GiB; KB/GB are decimal, as on the command line).
  * Returns null for anything else.
  */
 export function parseByteSize(text: string): number | null {
-  const m = SIZE_RE.exec(text);
-  if (!m) return null;
-  const value = Number(m[1]);
-  const unit = (m[2] ?? '').toLowerCase().charAt(0);
-  const factor = FACTORS[unit === 'b' ? 'b' : unit];
-  if (factor === undefined || !Number.isFinite(value)) return null;
-  const bytes = Math.floor(value * factor);
-  return Number.isSafeInteger(bytes) ? bytes : null;
+  return readByteSize(text);
 }

@@ -61,7 +61,9 @@ describe('parseByteSize (the inspector limit box)', () => {
     ['64 kib', 64 * 1024],
     ['1.5 GiB', 1.5 * 1024 ** 3],
     ['2g', 2 * 1024 ** 3],
-    ['2GB', 2 * 1024 ** 3],
+    // As --kv-budget reads it: GB is decimal, GiB binary.
+    ['2GB', 2e9],
+    ['10 kb', 10_000],
     ['300 MiB', 300 * 1024 ** 2],
     ['10b', 10],
   ])('%s → %d', (text, n) => {
