@@ -90,6 +90,10 @@ test('a request over a small budget is refused with its numbers; a partial fit i
   expect(required).toBe((prompt + 1) * 1024); // rows × (prompt + 1) × bpt
   await expect(refusal).toContainText('Raise the limit or shorten the prompt');
   await expect(app.getByTestId('send-button')).toBeVisible();
+  // Its row in the request table says why it was refused.
+  const refusedId = (await apiSnapshot(server)).recent.find((r) => r.error?.code === 'KV_BUDGET_EXCEEDED')?.id;
+  const refusedRow = app.locator(`[data-testid="request-row"][data-request-id="${refusedId}"]`);
+  await expect(refusedRow.getByTestId('request-error')).toHaveText('KV_BUDGET_EXCEEDED');
 
   // Room for the prompt and 20 more tokens, while 200 were asked: admitted with a capped reply.
   await newChat(app);

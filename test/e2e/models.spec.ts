@@ -133,6 +133,14 @@ test('a static-cache package loads, chats, and the inspector shows its whole cac
     const row = app.locator(`[data-testid="request-row"][data-request-id="${request?.id}"]`);
     await expect(row).toHaveAttribute('data-reserved-bytes', String(48 * 1024));
     await expect(row.getByTestId('request-static-cache')).toHaveAttribute('title', /48 positions × 1024 B/);
+    // With requests of two models in the table, each row names its model beside its id.
+    const other = await fetch(`${server.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'default', prompt: 'x', max_tokens: 1 }),
+    });
+    expect(other.status).toBe(200);
+    await expect(row.getByTestId('request-model')).toHaveText(` · ${id}`);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -245,11 +245,14 @@ function RequestRow({
   r,
   title,
   device,
+  showModel,
 }: {
   r: SchedulerRequestView;
   title: string | undefined;
   /** Shown when several devices have budgets. */
   device: string | undefined;
+  /** The request's model beside its id, when the table holds requests of several models. */
+  showModel: boolean;
 }) {
   const n = r.admittedMaxTokens ?? r.maxNewTokens;
   const prompt = r.sessionPrefixTokens > 0 ? `${r.sessionPrefixTokens}+${r.promptTokens}` : String(r.promptTokens);
@@ -265,11 +268,19 @@ function RequestRow({
     >
       <td className="thread" title={title ?? r.threadId}>
         <div className="ellipsis">{title ?? (r.threadId ? r.threadId.slice(0, 8) : '—')}</div>
-        <div className="sub mono">{r.id.slice(0, 6)}</div>
+        <div className="sub mono" data-testid="request-id">
+          {r.id.slice(0, 6)}
+          {showModel && <span data-testid="request-model"> · {r.modelId}</span>}
+        </div>
       </td>
       {device !== undefined && <td className="mono">{device}</td>}
       <td>
         <span className={`state ${r.state}`}>{r.state}</span>
+        {r.error && r.state !== 'cancelled' && (
+          <div className="sub mono" data-testid="request-error">
+            {r.error.code}
+          </div>
+        )}
       </td>
       <td className="r num">{r.rows}</td>
       <td
@@ -326,6 +337,7 @@ function Requests({ devices }: { devices: DeviceBudgetSnapshot[] }) {
     ...devices.flatMap((d) => d.queue),
     ...ended.slice(0, SHOWN_ENDED_REQUESTS),
   ];
+  const models = new Set(rows.map((r) => r.modelId)).size;
   return (
     <section>
       <h2>Requests</h2>
@@ -360,6 +372,7 @@ function Requests({ devices }: { devices: DeviceBudgetSnapshot[] }) {
                   r={r}
                   title={r.threadId ? titles.get(r.threadId) : undefined}
                   device={several ? deviceOf.get(r.id) : undefined}
+                  showModel={models > 1}
                 />
               ))}
             </tbody>
