@@ -67,7 +67,7 @@ async function findGraph(ctx: PackageContext, options: LoadOptions): Promise<str
     chosen = onnxFiles[0];
   } else if (onnxFiles.length === 0) {
     throw packageError(
-      `No ONNX graph: ${relName(ctx, ctx.dir)} has no decoder.onnx and no other *.onnx file. Add the model graph (with its .onnx.data weights, if any).`,
+      `No ONNX graph: ${relName(ctx, ctx.dir) === '.' ? 'the package folder' : relName(ctx, ctx.dir)} has no decoder.onnx and no other *.onnx file. Add the model graph (with its .onnx.data weights, if any).`,
       { file: relName(ctx, ctx.dir) },
     );
   } else {

@@ -154,7 +154,7 @@ describe('no ONNX graph or no rule to choose', () => {
   it('onnx-genai layout with no graph', async () => {
     const dir = await onnxGenaiPackage({}, { 'decoder.onnx': null });
     const err = await refusal(loadModelSpec(dir), { file: '.' });
-    expect(err.message).toContain('No ONNX graph');
+    expect(err.message).toContain('No ONNX graph: the package folder has no decoder.onnx');
   });
 
   it('onnx-genai layout with several graphs and no decoder.onnx lists them', async () => {
