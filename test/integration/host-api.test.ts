@@ -85,6 +85,20 @@ describe('HostApi', () => {
     if (r.ok) expect(r.value.spec.root).toBe(path.join(dataDir, 'models', 'my-model'));
     const listed = await api.call('listModels', {});
     expect(listed.ok && listed.value.map((m) => m.spec.root)).toContain(path.join(dataDir, 'models', 'my-model'));
+    // The same folder again is the library's copy: no second copy, no second model.
+    const again = await api.importFiles({ name: 'my model', files });
+    expect(again.ok && again.value.spec.root).toBe(path.join(dataDir, 'models', 'my-model'));
+    expect(await readdir(path.join(dataDir, 'models'))).toEqual(['my-model']);
+    const models = await api.call('listModels', {});
+    expect(models.ok && models.value.filter((m) => m.spec.root.startsWith(path.join(dataDir, 'models')))).toHaveLength(
+      1,
+    );
+    // A changed file is another package: a copy beside it.
+    const changed = files.map((f) =>
+      f.path.endsWith('generation_config.json') ? { ...f, data: new TextEncoder().encode('{"max_new_tokens": 7}') } : f,
+    );
+    const other = await api.importFiles({ name: 'my model', files: changed });
+    expect(other.ok && other.value.spec.root).toBe(path.join(dataDir, 'models', 'my-model-2'));
   });
 
   it('refuses an upload that leaves the package and keeps nothing of a bad one', async () => {

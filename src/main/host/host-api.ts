@@ -5,7 +5,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { lstat, mkdir, rename, rm, writeFile } from 'node:fs/promises';
+import { lstat, mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import {
   type ApiServerRequest,
@@ -150,6 +150,24 @@ function slug(name: string): string {
       .replace(/^[-.]+|[-.]+$/g, '')
       .slice(0, 80) || 'package'
   );
+}
+
+/** Whether a folder holds exactly these files (same relative paths, same bytes) and nothing else. */
+async function holdsExactly(dir: string, files: ReadonlyArray<{ rel: string; data: Uint8Array }>): Promise<boolean> {
+  const entries = await readdir(dir, { recursive: true, withFileTypes: true }).catch(() => null);
+  if (!entries) return false;
+  const present = entries
+    .filter((e) => e.isFile())
+    .map((e) => path.relative(dir, path.join(e.parentPath, e.name)).split(path.sep).join('/'));
+  if (present.length !== files.length) return false;
+  const wanted = new Set(files.map((f) => f.rel));
+  if (!present.every((p) => wanted.has(p))) return false;
+  for (const f of files) {
+    const on = path.join(dir, f.rel);
+    if ((await stat(on)).size !== f.data.byteLength) return false;
+    if (Buffer.compare(await readFile(on), f.data) !== 0) return false;
+  }
+  return true;
 }
 
 /** A package error about an uploaded folder's staging copy, told of the folder the person uploaded (`name`). */
@@ -519,6 +537,13 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
         // A browser gives paths like "pkg/tokenizer.json": drop the shared top folder.
         const tops = new Set(files.map((f) => f.rel.split('/')[0]));
         const strip = tops.size === 1 && files.every((f) => f.rel.includes('/'));
+        // The same package uploaded again is the library's copy, loaded (not a second copy beside it).
+        const inside = files.map((f) => ({ rel: strip ? f.rel.split('/').slice(1).join('/') : f.rel, data: f.data }));
+        for (let i = 1; ; i++) {
+          const candidate = path.join(libraryDir, i === 1 ? slug(upload.name) : `${slug(upload.name)}-${i}`);
+          if (!existsSync(candidate)) break;
+          if (await holdsExactly(candidate, inside)) return await load(candidate);
+        }
         await mkdir(libraryDir, { recursive: true });
         const staging = path.join(libraryDir, `.incoming-${randomBytes(6).toString('hex')}`);
         try {
