@@ -107,6 +107,32 @@ test('regenerate replaces the last reply and keeps the old one as a version; edi
   await expect(kept.getByTestId('version-prev')).toBeDisabled();
 
   const user = app.getByTestId('message-user').first();
+  // Editing an earlier message says, before Send, what sending takes away — and Branch keeps it all.
+  const original = (await app.getByTestId('chat-view').getAttribute('data-thread-id')) ?? '';
+  await user.hover();
+  await user.getByTestId('edit-message').click();
+  await expect(app.getByTestId('edit-removes')).toHaveAttribute('data-count', '3');
+  await expect(app.getByTestId('edit-removes')).toContainText('Send removes the 3 messages after this one');
+  await app.getByTestId('edit-input').fill('branched question');
+  await app.getByTestId('edit-branch').click();
+  await expect(app.getByTestId('chat-view')).not.toHaveAttribute('data-thread-id', original);
+  await expect(app.getByTestId('message-user')).toHaveCount(1);
+  await expect(app.getByTestId('message-user')).toContainText('branched question');
+  await expect(lastReply(app)).toHaveAttribute('data-state', 'done', { timeout: 30_000 });
+  // The chat it came from is whole: its 4 messages, the reply's 3 versions.
+  await app.getByTestId('thread-list').locator(`[data-thread-id="${original}"]`).click();
+  await expect(app.getByTestId('chat-view')).toHaveAttribute('data-thread-id', original);
+  await expect(app.getByTestId('message-user')).toHaveCount(2);
+  await expect(app.locator(`[data-message-id="${earlierId}"]`).getByTestId('versions')).toHaveAttribute(
+    'data-count',
+    '3',
+  );
+  // The last message's editor: Send replaces only the reply after it.
+  const lastUser = app.getByTestId('message-user').last();
+  await lastUser.hover();
+  await lastUser.getByTestId('edit-message').click();
+  await expect(app.getByTestId('edit-removes')).toContainText('Send removes the message after this one');
+  await app.getByTestId('edit-input').press('Escape');
   await user.hover();
   await user.getByTestId('edit-message').click();
   await app.getByTestId('edit-input').fill('second question');
@@ -125,6 +151,10 @@ test('regenerate replaces the last reply and keeps the old one as a version; edi
 });
 
 test('keyboard: Ctrl+N starts a chat, Ctrl+K focuses the model picker, Shift+Enter is a new line', async ({ app }) => {
+  // The open chat has messages: Ctrl+N adds a chat.
+  await newChat(app);
+  await send(app, 'hello');
+  await expect(lastReply(app)).toHaveAttribute('data-state', /done|error/, { timeout: 30_000 });
   const before = await app.getByTestId('thread-item').count();
   // Pressed one right after the other, as a person may: the picker keeps the focus Ctrl+K gave it.
   await app.keyboard.press('Control+n');
@@ -138,6 +168,27 @@ test('keyboard: Ctrl+N starts a chat, Ctrl+K focuses the model picker, Shift+Ent
   await input.pressSequentially('line two');
   await expect(input).toHaveValue('line one\nline two');
   await expect(app.getByTestId('message-user')).toHaveCount(0);
+  await input.fill('');
+  // The new chat untouched (no messages, its settings as made): Ctrl+N and + New chat open it, adding none.
+  const fresh = await app.getByTestId('chat-view').getAttribute('data-thread-id');
+  await app.getByTestId('thread-list').locator('[data-testid="thread-item"]').nth(1).click();
+  await expect(app.getByTestId('chat-view')).not.toHaveAttribute('data-thread-id', fresh ?? '');
+  await app.getByTestId('thread-list').locator(`[data-thread-id="${fresh}"]`).click();
+  await app.keyboard.press('Control+n');
+  await app.getByTestId('new-thread').click();
+  await expect(app.getByTestId('chat-view')).toHaveAttribute('data-thread-id', fresh ?? '');
+  await expect(app.getByTestId('thread-item')).toHaveCount(before + 1);
+  // Its settings changed: New chat adds one.
+  await setSettings(app, { maxNewTokens: 7 });
+  await app.getByTestId('new-thread').click();
+  await expect(app.getByTestId('thread-item')).toHaveCount(before + 2);
+  await expect(app.getByTestId('chat-view')).not.toHaveAttribute('data-thread-id', fresh ?? '');
+  // (New chats inherit the open one's settings: back to the default for the tests that follow.)
+  await app.getByTestId('settings-toggle').click();
+  await app.getByTestId('setting-maxNewTokens').fill('');
+  await app.getByTestId('setting-maxNewTokens').blur();
+  await expect(app.getByTestId('settings-summary')).toContainText('max default');
+  await app.getByTestId('settings-toggle').click();
 });
 
 test('a thread’s frequency and presence penalties reach the model: the same greedy question gets another reply', async ({

@@ -57,7 +57,10 @@ test('a chat longer than the context goes on without its oldest messages, and sa
     // The draft says, before it is sent, whether the oldest messages would have to go.
     await page.getByTestId('chat-input').fill(QUESTION(i));
     await expect(page.getByTestId('draft-measure')).toHaveAttribute('data-context', '256');
-    const predicted = ((await page.getByTestId('draft-measure').textContent()) ?? '').includes('would be left out');
+    const said = (await page.getByTestId('draft-measure').textContent()) ?? '';
+    const predicted = said.includes('would be left out');
+    // In words: "2 more of the oldest messages would be left out".
+    if (predicted) expect(said).toMatch(/· \d+ more of the oldest messages would be left out/);
     await turn(page, QUESTION(i++));
     await expect(lastReply(page)).toHaveAttribute('data-state', 'done');
     expect(await lastReply(page).getByTestId('context-drop-note').count()).toBe(predicted ? 1 : 0);
@@ -162,6 +165,15 @@ test('a chat keeps its model: opening it again, or reloading, picks it; a model 
     await open(small);
     await expect(picker).toHaveValue('default');
     await expect(page.getByTestId('thread-model-note')).toContainText('context-256');
+    // One sentence, the names inside it with a space each side (no flex gap around the bold names).
+    const note = page.getByTestId('thread-model-note-text');
+    await expect(note).toHaveText(/^This chat was with context-256, which is not loaded: new replies go to \S+\./);
+    const gaps = await note.evaluate((el) => {
+      const bold = [...el.querySelectorAll('b')].map((b) => b.getBoundingClientRect());
+      const text = el.getBoundingClientRect();
+      return { count: bold.length, inline: bold.every((b) => b.top >= text.top - 1 && b.bottom <= text.bottom + 1) };
+    });
+    expect(gaps).toEqual({ count: 2, inline: true });
   } finally {
     expect((await wsCall(server, 'loadModel', { path: smallContextModel() })).ok).toBe(true);
   }

@@ -38,11 +38,14 @@ export async function apiSnapshot(server: ServeHandle): Promise<SchedulerSnapsho
   return 'snapshot' in body ? body.snapshot : body;
 }
 
-/** Starts a new chat and returns its thread id. */
+/**
+ * Starts a new chat and returns its thread id: an empty chat open (the open one, when it is untouched: no messages,
+ * its settings as they were made — New chat opens it instead of adding another).
+ */
 export async function newChat(page: Page): Promise<string> {
-  const before = await page.getByTestId('chat-view').getAttribute('data-thread-id');
   await page.getByTestId('new-thread').click();
-  await expect(page.getByTestId('chat-view')).not.toHaveAttribute('data-thread-id', before ?? '');
+  await expect(page.getByTestId('chat-view')).toHaveAttribute('data-thread-id', /.+/);
+  await expect(page.getByTestId('message-list').locator('[data-message-id]')).toHaveCount(0);
   return (await page.getByTestId('chat-view').getAttribute('data-thread-id')) ?? '';
 }
 

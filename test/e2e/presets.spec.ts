@@ -27,6 +27,19 @@ test('a preset saves a chat’s settings and gives them to another chat; it surv
   await page.getByTestId('preset-name').fill('Pirate');
   await page.getByTestId('preset-save').click();
   await expect(page.getByTestId('preset-delete')).toHaveText('delete “Pirate”');
+  // Saved, it is the preset in effect.
+  await expect(page.getByTestId('preset-select')).toHaveValue('Pirate');
+  // Saving under that name again asks first; Cancel keeps the preset as it was.
+  await setField(page, 'setting-temperature', '0.5');
+  await expect(page.getByTestId('preset-select')).toHaveValue('');
+  await page.getByTestId('preset-name').fill('Pirate');
+  await page.getByTestId('preset-save').click();
+  await expect(page.getByTestId('preset-ask')).toContainText('Replace preset “Pirate” with these settings?');
+  await page.getByTestId('preset-ask-cancel').click();
+  await expect(page.getByTestId('preset-ask')).toHaveCount(0);
+  await setField(page, 'setting-temperature', '0.3');
+  // The same settings as the preset again: it shows as in effect.
+  await expect(page.getByTestId('preset-select')).toHaveValue('Pirate');
 
   // Another chat, its settings cleared.
   await newChat(page);
@@ -43,12 +56,25 @@ test('a preset saves a chat’s settings and gives them to another chat; it surv
   await expect(page.getByTestId('setting-stop')).toHaveValue('###');
   await expect(page.getByTestId('settings-summary')).toContainText('temp 0.3');
   await expect(page.getByTestId('settings-summary')).toContainText('stop ×1');
-  // The picker is back on "apply a preset…": the same preset applies again after a change.
-  await expect(page.getByTestId('preset-select')).toHaveValue('');
+  // The picker shows the preset in effect, until a setting changes; then it applies again.
+  await expect(page.getByTestId('preset-select')).toHaveValue('Pirate');
   await setField(page, 'setting-temperature', '0.9');
   await expect(page.getByTestId('settings-summary')).toContainText('temp 0.9');
+  await expect(page.getByTestId('preset-select')).toHaveValue('');
   await page.getByTestId('preset-select').selectOption('Pirate');
   await expect(page.getByTestId('settings-summary')).toContainText('temp 0.3');
+  await expect(page.getByTestId('preset-select')).toHaveValue('Pirate');
+  // Saved over after asking: the preset takes this chat's settings.
+  await setField(page, 'setting-topP', '0.8');
+  await page.getByTestId('preset-name').fill('Pirate');
+  await page.getByTestId('preset-name').press('Enter');
+  await page.getByTestId('preset-replace-confirm').click();
+  await expect(page.getByTestId('preset-select')).toHaveValue('Pirate');
+  await expect(page.getByTestId('preset-select').locator('option', { hasText: 'Pirate' })).toHaveCount(1);
+  await setField(page, 'setting-topP', '');
+  await page.getByTestId('preset-select').selectOption('Pirate');
+  await expect(page.getByTestId('settings-summary')).toContainText('top-p 0.8');
+  await setField(page, 'setting-topP', '');
 
   await page.reload();
   await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
@@ -58,7 +84,11 @@ test('a preset saves a chat’s settings and gives them to another chat; it surv
   await expect(page.getByTestId('settings-summary')).toContainText('temp 0.3');
 
   await page.getByTestId('preset-select').selectOption('Pirate');
+  // Deleting asks once more.
   await page.getByTestId('preset-delete').click();
+  await expect(page.getByTestId('preset-ask')).toContainText('Delete preset “Pirate”?');
+  await expect(page.getByTestId('preset-select').locator('option', { hasText: 'Pirate' })).toHaveCount(1);
+  await page.getByTestId('preset-delete-confirm').click();
   await expect(page.getByTestId('preset-select').locator('option', { hasText: 'Pirate' })).toHaveCount(0);
   await page.reload();
   await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
@@ -69,7 +99,9 @@ test('a preset saves a chat’s settings and gives them to another chat; it surv
   await setField(page, 'system-prompt', '');
   await setField(page, 'setting-temperature', '');
   await setField(page, 'setting-stop', '');
+  await setField(page, 'setting-topP', '');
   await expect(page.getByTestId('settings-summary')).toContainText('temp default');
+  await expect(page.getByTestId('settings-summary')).not.toContainText('top-p');
 });
 
 test('a preset saved in one page shows in another open on the same kvdesk, without a reload', async ({
@@ -88,6 +120,7 @@ test('a preset saved in one page shows in another open on the same kvdesk, witho
   // Deleted there, gone here.
   await other.getByTestId('preset-select').selectOption('Shared');
   await other.getByTestId('preset-delete').click();
+  await other.getByTestId('preset-delete-confirm').click();
   await expect(page.getByTestId('preset-select').locator('option', { hasText: 'Shared' })).toHaveCount(0);
   await other.close();
 });

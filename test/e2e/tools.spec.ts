@@ -3,7 +3,7 @@
  * (test/helpers/mcp-server.ts): the settings list the server, a chat turns its tools on, the model's call waits
  * for the person (Run / Skip), the tool runs and its answer goes back to the model, which goes on by itself.
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { test as base, expect, type Page } from '@playwright/test';
@@ -224,4 +224,21 @@ test('Always: that tool runs without asking in this chat from then on, until the
   await send(page, 'Third.');
   await expect(calls.nth(2)).toHaveAttribute('data-state', 'waiting', { timeout: 60_000 });
   await expect(answers).toHaveCount(2);
+});
+
+test('a wrong mcp.json shows its error alone, not also "No MCP servers"', async ({ page, toolServer: server }) => {
+  const file = path.join(server.dataDir, 'mcp.json');
+  const good = readFileSync(file, 'utf8');
+  writeFileSync(file, '{"mcpServers": {"calc": {"command": 7}}}');
+  try {
+    await page.goto(`${server.url}/?token=${TOKEN}`);
+    await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+    await newChat(page);
+    await page.getByTestId('settings-toggle').click();
+    await expect(page.getByTestId('mcp-config-error')).toContainText('command');
+    await expect(page.getByTestId('mcp-none')).toHaveCount(0);
+    await expect(page.getByTestId('mcp-server')).toHaveCount(0);
+  } finally {
+    writeFileSync(file, good);
+  }
 });

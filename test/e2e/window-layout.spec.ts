@@ -93,9 +93,9 @@ test('a narrow window shows the chats in a drawer from the header; Esc closes it
   await expect(toggle).toBeFocused();
   // New chat from the drawer opens the chat and closes the drawer.
   await toggle.click();
-  const before = await app.getByTestId('chat-view').getAttribute('data-thread-id');
   await app.getByTestId('new-thread').click();
-  await expect(app.getByTestId('chat-view')).not.toHaveAttribute('data-thread-id', before ?? '');
+  await expect(app.getByTestId('chat-view')).toHaveAttribute('data-thread-id', /.+/);
+  await expect(app.getByTestId('message-list').locator('[data-message-id]')).toHaveCount(0);
   await expect(sidebar).toBeHidden();
   // A wide window has no such button: the list is always there.
   await app.setViewportSize({ width: 1280, height: 800 });

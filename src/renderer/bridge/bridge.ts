@@ -23,6 +23,7 @@ import type {
 import type { GenerateRequest, SamplingSettings } from '../../shared/contract';
 import type { ErrorInfo, Result } from '../../shared/errors';
 import { autoRunCalls, chatTools, MAX_AUTO_ROUNDS, SKIPPED_ANSWER, toolKey } from '../lib/mcp-tools';
+import { carriedSettings, chatSetup } from '../lib/presets';
 import { parseThreadImport } from '../lib/thread-export';
 import type { AppStore } from '../store';
 import { partialReply, UNTITLED } from '../store/chat-slice';
@@ -63,6 +64,8 @@ export interface Bridge {
    * context would leave out); null without a model or a thread.
    */
   measureDraft(threadId: string, text: string, attachments?: Attachment[]): Promise<PromptMeasure | null>;
+  /** The prompt of the thread's system prompt alone (with an empty message of the person's): null without one. */
+  measureSystemPrompt(threadId: string): Promise<PromptMeasure | null>;
   /** Saves the thread's settings as a preset under `name` (replacing one of that name). */
   savePreset(threadId: string, name: string): void;
   /** Gives the thread a preset's settings (what the preset leaves out goes back to the package's defaults). */
@@ -108,6 +111,11 @@ export interface Bridge {
   continueReply(threadId: string): void;
   /** Replaces a user message, drops everything after it, and sends again. */
   editAndResend(threadId: string, messageId: string, text: string): void;
+  /**
+   * Edit-and-resend that keeps this chat whole: a new chat with the messages before `messageId` (and this chat's
+   * settings), where the edited message is sent; it opens.
+   */
+  editInBranch(threadId: string, messageId: string, text: string): void;
   /** The MCP servers of mcp.json and their tools (the settings' tools section). */
   mcpStatus(): Promise<Result<McpStatus>>;
   /**
@@ -361,23 +369,6 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   onOpen();
 
   // --- chat --------------------------------------------------------------------
-  /**
-   * A chat's settings that carry to another chat (a new one, or a preset). JSON mode is for the task at hand, not
-   * a preference: it stays behind.
-   */
-  function carriedSettings(t: Thread): Omit<Preset, 'name'> {
-    return {
-      ...(t.systemPrompt ? { systemPrompt: t.systemPrompt } : {}),
-      ...(t.sampling && Object.keys(t.sampling).length > 0 ? { sampling: t.sampling } : {}),
-      ...(t.maxNewTokens ? { maxNewTokens: t.maxNewTokens } : {}),
-      ...(t.stop?.length ? { stop: t.stop } : {}),
-      ...(t.contextOverflow ? { contextOverflow: t.contextOverflow } : {}),
-      ...(t.thinking !== undefined ? { thinking: t.thinking } : {}),
-      ...(t.thinkingBudget !== undefined ? { thinkingBudget: t.thinkingBudget } : {}),
-      ...(t.reasoningEffort !== undefined ? { reasoningEffort: t.reasoningEffort } : {}),
-    };
-  }
-
   function activeThread(): Thread | undefined {
     const st = s();
     return st.threads.find((t) => t.id === st.activeThreadId);
@@ -388,9 +379,34 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     saveSettings();
   }
 
+  /** How each chat made in this page was set up when it was made (chatSetup), to tell an untouched one. */
+  const madeAs = new Map<string, string>();
+
+  /**
+   * A chat with no messages whose settings (and name) are as they were made — for a saved one of an earlier page,
+   * none at all: a new chat would be the same, so the new-chat action opens it instead of adding another.
+   */
+  function untouched(t: Thread): boolean {
+    if (t.messages.length > 0 || liveIn(t.id)) return false;
+    const made = madeAs.get(t.id);
+    return made !== undefined ? made === chatSetup(t) : t.title === UNTITLED && chatSetup(t) === chatSetup(bare(t));
+  }
+  const bare = (t: Thread): Thread => ({
+    id: t.id,
+    title: UNTITLED,
+    createdAt: t.createdAt,
+    updatedAt: t.updatedAt,
+    messages: [],
+  });
+
   function newThread(): Thread {
     const now = Date.now();
     const active = activeThread();
+    if (active && untouched(active)) {
+      s().setView('chat');
+      s().setEditing(null);
+      return active;
+    }
     const thread: Thread = {
       id: newId('t', now),
       title: UNTITLED,
@@ -400,6 +416,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       ...(active ? carriedSettings(active) : {}),
     };
     s().addThread(thread);
+    madeAs.set(thread.id, chatSetup(thread));
     s().setView('chat');
     restoreFor = null; // a new chat goes to the model picked now
     saveThread(thread.id);
@@ -627,6 +644,31 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     runTurn(threadId, [], after?.id, after?.role === 'assistant' ? after.id : undefined);
   }
 
+  /**
+   * A new chat with this one's settings and its first `count` messages (a reply still streaming is not part of
+   * what was said yet); it opens.
+   */
+  function branchWith(t: Thread, count: number): Thread {
+    const live = s().live;
+    const now = Date.now();
+    const branch: Thread = {
+      ...t,
+      id: newId('t', now),
+      title: `${t.title} (branch)`.slice(0, 200),
+      createdAt: now,
+      updatedAt: now,
+      messages: t.messages
+        .slice(0, count)
+        .filter((m) => live[m.id] === undefined)
+        .map((m, i) => ({ ...m, id: `${newId('m', now)}-${i}` })),
+    };
+    s().addThread(branch);
+    s().setView('chat');
+    saveThread(branch.id);
+    rememberOpen(branch.id);
+    return branch;
+  }
+
   function editAndResend(threadId: string, messageId: string, text: string): void {
     const thread = s().threads.find((t) => t.id === threadId);
     const original = thread?.messages.find((m) => m.id === messageId);
@@ -775,6 +817,15 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       const r = await api.invoke('measurePrompt', request);
       return r.ok ? r.value : null;
     },
+    async measureSystemPrompt(threadId) {
+      const thread = s().threads.find((t) => t.id === threadId);
+      const modelId = s().activeModelId;
+      const model = modelOf(modelId);
+      if (!thread?.systemPrompt?.trim() || !model) return null;
+      const empty: StoredMessage = { id: 'draft', role: 'user', content: '', createdAt: 0 };
+      const r = await api.invoke('measurePrompt', buildChatRequest(thread, [empty], modelId, model.spec));
+      return r.ok ? r.value : null;
+    },
     savePreset(threadId, name) {
       const t = s().threads.find((x) => x.id === threadId);
       const clean = name.trim().slice(0, 80);
@@ -893,24 +944,16 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       const t = s().threads.find((x) => x.id === threadId);
       const upTo = t ? t.messages.findIndex((m) => m.id === messageId) : -1;
       if (!t || upTo < 0) return;
-      const live = s().live;
-      const now = Date.now();
-      const branch: Thread = {
-        ...t,
-        id: newId('t', now),
-        title: `${t.title} (branch)`.slice(0, 200),
-        createdAt: now,
-        updatedAt: now,
-        // A reply still streaming is not part of what was said yet.
-        messages: t.messages
-          .slice(0, upTo + 1)
-          .filter((m) => live[m.id] === undefined)
-          .map((m, i) => ({ ...m, id: `${newId('m', now)}-${i}` })),
-      };
-      s().addThread(branch);
-      s().setView('chat');
-      saveThread(branch.id);
-      rememberOpen(branch.id);
+      branchWith(t, upTo + 1);
+    },
+    editInBranch(threadId, messageId, text) {
+      const t = s().threads.find((x) => x.id === threadId);
+      const at = t ? t.messages.findIndex((m) => m.id === messageId) : -1;
+      const original = t?.messages[at];
+      const content = text.trim();
+      if (!t || !original || !content) return;
+      const branch = branchWith(t, at);
+      runTurn(branch.id, [{ ...original, id: newId('m'), content, createdAt: Date.now() }]);
     },
     setActiveModel(id) {
       s().setActiveModel(id);

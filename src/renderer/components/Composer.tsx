@@ -76,8 +76,12 @@ function ThreadModelNote({ thread }: { thread: Thread }) {
   if (!thread.modelId || loaded || !known) return null;
   return (
     <div className="model-note" role="note" data-testid="thread-model-note">
-      This chat was with <b>{thread.modelId}</b>, which is not loaded: new replies go to <b>{active}</b>.
-      {entry ? (
+      {/* One flex item: the bold names stay inside the sentence (the note's gap is between it and Load). */}
+      <span data-testid="thread-model-note-text">
+        This chat was with <b>{thread.modelId}</b>, which is not loaded: new replies go to <b>{active}</b>.
+        {entry ? '' : ' Load it in Models to go on with it.'}
+      </span>
+      {entry && (
         <button
           type="button"
           className="small"
@@ -87,8 +91,6 @@ function ThreadModelNote({ thread }: { thread: Thread }) {
         >
           {busy ? 'loading…' : `Load ${thread.modelId}`}
         </button>
-      ) : (
-        ' Load it in Models to go on with it.'
       )}
     </div>
   );
@@ -109,10 +111,12 @@ export function Composer({ threadId }: { threadId: string | null }) {
   const [open, setOpen] = useState(false);
   /** Presets applied: the settings panel starts over to show their values. */
   const [applied, setApplied] = useState(0);
-  const [picked, setPicked] = useState('');
-  // The preset last applied or saved is this chat's: another chat starts without one.
-  // biome-ignore lint/correctness/useExhaustiveDependencies: runs when the open chat changes
-  useEffect(() => setPicked(''), [threadId]);
+  // The preset each chat last applied or saved (the picker shows it while that chat's settings are its).
+  const [pickedBy, setPickedBy] = useState<Record<string, string>>({});
+  const picked = threadId ? (pickedBy[threadId] ?? '') : '';
+  const setPicked = (name: string) => {
+    if (threadId) setPickedBy((had) => ({ ...had, [threadId]: name }));
+  };
   const ref = useRef<HTMLTextAreaElement>(null);
   const placeholder = noModel ? 'Load a model to chat (Models)…' : 'Message… (Enter sends, Shift+Enter new line)';
   // The box's height follows its text (or its placeholder), also where long lines wrap (and again when the

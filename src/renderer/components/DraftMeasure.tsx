@@ -70,7 +70,7 @@ export function DraftMeasure({ threadId, text, files }: { threadId: string; text
       title="The prompt the model would read if you sent this now (the conversation, your message and the template), against its context."
     >
       {formatInteger(measure.promptTokens)} / {formatInteger(measure.contextLength)} tokens
-      {more > 0 ? ` · the oldest ${more} more messages would be left out` : ''}
+      {more > 0 ? ` · ${formatInteger(more)} more of the oldest messages would be left out` : ''}
       {over ? ' · too long for the context' : ''}
     </span>
   );

@@ -13,7 +13,7 @@ import type {
   SchedulerSnapshot,
 } from '../../shared/scheduler-types';
 import { useApp, useBridge } from '../bridge/context';
-import { exactBytes, formatBytes, formatInteger, formatMs, parseByteSize } from '../lib/format';
+import { byteChange, exactBytes, formatBytes, formatInteger, formatMs, parseByteSize } from '../lib/format';
 import type { TimelineEvent } from '../store/types';
 import { BudgetBar } from './BudgetBar';
 import { Bytes } from './Bytes';
@@ -459,7 +459,7 @@ export function describeEvent(e: TimelineEvent): string {
     case 'evicted':
       return `session ${e.sessionId.slice(0, 10)} dropped ${formatBytes(e.bytes)} (${e.reason})`;
     case 'reconfigured':
-      return `limit ${formatBytes(e.limits.before.limitBytes)} → ${formatBytes(e.limits.after.limitBytes)}, max running ${e.limits.after.maxRunning}${e.overLimit ? ', over the new limit' : ''}${e.rejectedRequestIds.length ? `, refused ${e.rejectedRequestIds.length} queued` : ''}`;
+      return `limit ${byteChange(e.limits.before.limitBytes, e.limits.after.limitBytes)}, max running ${e.limits.after.maxRunning}${e.overLimit ? ', over the new limit' : ''}${e.rejectedRequestIds.length ? `, refused ${e.rejectedRequestIds.length} queued` : ''}`;
     case 'violation':
       return e.violation.message;
   }

@@ -3,15 +3,17 @@
  * refusals (its text editable: later turns, and continuing it, go on from the person's text).
  */
 import { parse as losslessParse, stringify as losslessStringify } from 'lossless-json';
-import { memo, useDeferredValue, useMemo, useState } from 'react';
+import { memo, type ReactNode, useDeferredValue, useEffect, useMemo, useState } from 'react';
 import { useShallow } from 'zustand/react/shallow';
 import type { StoredMessage, TokenProbability } from '../../shared/api';
 import { useApp, useBridge } from '../bridge/context';
 import { exactBytes, formatBytes, formatInteger, formatMs, formatRate } from '../lib/format';
 import { SKIPPED_ANSWER } from '../lib/mcp-tools';
 import { type QueueWait, queueWait } from '../lib/queue-wait';
-import { describeRefusal } from '../lib/refusal';
+import { describeRefusal, type RefusalContext } from '../lib/refusal';
+import { clipNote } from '../lib/reply-notes';
 import { percent, tokenPieces, visible } from '../lib/token-pieces';
+import { endedEmpty } from '../lib/versions';
 import { INTERRUPTED } from '../store/chat-slice';
 import type { LiveReply } from '../store/types';
 import { Bytes } from './Bytes';
@@ -120,12 +122,10 @@ function CapNote({ cap }: { cap: NonNullable<Stats['budgetCap']> }) {
   );
 }
 
-function ClipNote({ clip }: { clip: NonNullable<Stats['clipped']> }) {
+function ClipNote({ text }: { text: string }) {
   return (
     <div className="note" data-testid="context-clip-note">
-      ⚠ Max tokens cut from {formatInteger(clip.requestedMaxTokens)} to {formatInteger(clip.clippedMaxTokens)} so the
-      reply fits the model's context of {formatInteger(clip.contextLength)} tokens — start a new chat for a longer
-      reply.
+      {text}
     </div>
   );
 }
@@ -139,10 +139,39 @@ function DropNote({ drop }: { drop: NonNullable<Stats['contextDrop']> }) {
   );
 }
 
-function Refusal({ messageId, error }: { messageId: string; error: NonNullable<Stats['error']> }) {
+function Refusal({
+  messageId,
+  threadId,
+  error,
+}: {
+  messageId: string;
+  threadId: string;
+  error: NonNullable<Stats['error']>;
+}) {
+  const bridge = useBridge();
   // The full detail (numbers) is known for refusals seen in this run; after a reload the host's sentence carries them.
   const detail = useApp((s) => s.errorDetails[messageId]);
-  const view = describeRefusal(detail ?? { code: error.code as never, message: error.message });
+  // A prompt too long for the context, in a chat with a system prompt: how much of the context that takes alone.
+  const systemPrompt = useApp((s) => s.threads.find((t) => t.id === threadId)?.systemPrompt?.trim());
+  const model = useApp((s) => s.activeModelId);
+  const [measured, setMeasured] = useState<RefusalContext['systemPrompt']>(undefined);
+  const overflow = error.code === 'CONTEXT_OVERFLOW';
+  // biome-ignore lint/correctness/useExhaustiveDependencies: measured again when the model changes
+  useEffect(() => {
+    setMeasured(undefined);
+    if (!overflow || !systemPrompt) return;
+    let current = true;
+    void bridge.measureSystemPrompt(threadId).then((m) => {
+      if (current && m) setMeasured({ tokens: m.promptTokens, contextLength: m.contextLength });
+    });
+    return () => {
+      current = false;
+    };
+  }, [bridge, overflow, systemPrompt, threadId, model]);
+  const view = describeRefusal(
+    detail ?? { code: error.code as never, message: error.message },
+    measured ? { systemPrompt: measured } : {},
+  );
   return (
     <div className={`refusal ${view.refused ? '' : 'failed'}`} data-testid="refusal" data-code={view.code} role="alert">
       <div className="title">{view.title}</div>
@@ -161,7 +190,7 @@ function Refusal({ messageId, error }: { messageId: string; error: NonNullable<S
         </div>
       )}
       <div className="detail">{view.message}</div>
-      <div className="action">{view.action}</div>
+      {view.action && <div className="action">{view.action}</div>}
     </div>
   );
 }
@@ -417,7 +446,9 @@ function EditBox({
   modEnter,
   canSend,
   onSend,
+  children,
 }: {
+  children?: ReactNode;
   who: string;
   draft: string;
   setDraft: (text: string) => void;
@@ -452,6 +483,7 @@ function EditBox({
           }
         }}
       />
+      {children}
       <div className="row">
         <button type="button" onClick={() => setEditing(null)}>
           Cancel
@@ -530,6 +562,14 @@ function AssistantReply({ message, threadId, isLast }: { message: StoredMessage;
   const cap = stats?.budgetCap ?? live?.budgetCap;
   const clip = stats?.clipped ?? live?.clipped;
   const drop = stats?.contextDrop ?? live?.contextDrop;
+  // Whether the reply's prompt held earlier turns of the chat (more than the person's message before it, and not
+  // all of them left out): only then would a new chat have left the reply more room.
+  const earlierTurns = useApp((s) => {
+    const messages = s.threads.find((t) => t.id === threadId)?.messages ?? [];
+    const before = messages.findIndex((m) => m.id === message.id);
+    return before > 1 + (drop?.messages ?? 0);
+  });
+  const clipText = clip && !live ? clipNote(clip, stats?.finishReason, earlierTurns) : null;
   const interrupted = !live && stats?.finishReason === INTERRUPTED;
   const state = live
     ? live.phase
@@ -615,14 +655,19 @@ function AssistantReply({ message, threadId, isLast }: { message: StoredMessage;
         ) : (
           text && <Markdown text={message.format === 'json' ? jsonBlock(text) : text} streaming={live !== undefined} />
         )}
+        {!live && endedEmpty(message) && (
+          <span className="muted empty-reply" data-testid="empty-reply">
+            the model ended without writing anything
+          </span>
+        )}
       </div>
       {message.toolCalls && message.toolCalls.length > 0 && (
         <ToolCalls message={message} threadId={threadId} live={live !== undefined} />
       )}
       {live && <LivePhase live={live} />}
-      {stats?.error && <Refusal messageId={message.id} error={stats.error} />}
+      {stats?.error && <Refusal messageId={message.id} threadId={threadId} error={stats.error} />}
       {cap && <CapNote cap={cap} />}
-      {clip && <ClipNote clip={clip} />}
+      {clipText && <ClipNote text={clipText} />}
       {drop && !stats?.error && <DropNote drop={drop} />}
       {interrupted && (
         <div className="note subtle" data-testid="interrupted-note">
@@ -713,8 +758,16 @@ function UserMessage({ message, threadId }: { message: StoredMessage; threadId: 
     })),
   );
   const setEditing = useApp((s) => s.setEditing);
+  // What sending the edit takes away: every message after this one (their versions and edits with them).
+  const later = useApp((s) => {
+    if (!editing) return 0;
+    const messages = s.threads.find((t) => t.id === threadId)?.messages ?? [];
+    const at = messages.findIndex((m) => m.id === message.id);
+    return at < 0 ? 0 : messages.length - at - 1;
+  });
   const [draft, setDraft] = useState(message.content);
   if (editing) {
+    const canSend = draft.trim() !== '' && !threadBusy;
     return (
       <div className="message user edit-box" data-testid="message-user" data-message-id={message.id}>
         <EditBox
@@ -725,9 +778,29 @@ function UserMessage({ message, threadId }: { message: StoredMessage; threadId: 
           sendTestId="edit-send"
           sendLabel="Send"
           modEnter={false}
-          canSend={draft.trim() !== '' && !threadBusy}
+          canSend={canSend}
           onSend={() => bridge.editAndResend(threadId, message.id, draft)}
-        />
+        >
+          {later > 0 && (
+            <div className="note edit-warning" data-testid="edit-removes" data-count={later}>
+              <span className="edit-warning-text">
+                Send removes {later === 1 ? 'the message' : `the ${formatInteger(later)} messages`} after this one (with{' '}
+                {later === 1 ? 'its' : 'their'} versions and edits) — Branch keeps them: it sends your edit in a new
+                chat.
+              </span>
+              <button
+                type="button"
+                className="small"
+                data-testid="edit-branch"
+                disabled={!canSend}
+                title="A new chat with the messages before this one, where your edit is sent; this chat stays as it is"
+                onClick={() => bridge.editInBranch(threadId, message.id, draft)}
+              >
+                Branch
+              </button>
+            </div>
+          )}
+        </EditBox>
       </div>
     );
   }

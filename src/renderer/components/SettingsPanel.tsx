@@ -4,6 +4,8 @@ import type { McpStatus, Thread } from '../../shared/api';
 import type { SamplingSettings } from '../../shared/contract';
 import { useApp, useBridge } from '../bridge/context';
 import { parseSchema } from '../bridge/prompt';
+import { formatInteger } from '../lib/format';
+import { presetInEffect } from '../lib/presets';
 
 type NumField = {
   key: keyof SamplingSettings;
@@ -47,28 +49,48 @@ function readNumber(text: string, f: Pick<NumField, 'min' | 'max' | 'int'>): num
 /** What the settings panel needs from the composer for presets (kept there: applying one remounts the panel). */
 export interface PresetProps {
   onApplied: () => void;
-  /** The preset last applied or saved (its delete button shows). */
+  /** The preset this chat last applied or saved (the picker shows it while the chat's settings are its). */
   picked: string;
   setPicked: (name: string) => void;
 }
 
 /**
  * Presets: named chat settings saved from a chat and given to another (system prompt, sampling, max tokens, stop
- * strings, the overflow choice). `onApplied` lets the panel show the new values (its fields keep what they show).
+ * strings, the overflow choice). The picker shows the preset in effect (the one last applied or saved, while the
+ * chat's settings are still its); saving over a preset, and deleting one, ask once more. `onApplied` lets the
+ * panel show the new values (its fields keep what they show).
  */
 function PresetRow({ thread, onApplied, picked, setPicked }: PresetProps & { thread: Thread }) {
   const bridge = useBridge();
   const presets = useApp((s) => s.ui.presets) ?? [];
   const [name, setName] = useState('');
+  /** Asking once more: to replace the preset of the name typed, or to delete the one picked. */
+  const [asking, setAsking] = useState<{ kind: 'replace' | 'delete'; name: string } | null>(null);
+  const pickedPreset = presets.find((p) => p.name === picked);
+  const inEffect = pickedPreset && presetInEffect(thread, pickedPreset) ? pickedPreset.name : '';
+  const save = (as: string) => {
+    bridge.savePreset(thread.id, as);
+    setPicked(as);
+    setName('');
+    setAsking(null);
+  };
+  const askSave = () => {
+    const clean = name.trim().slice(0, 80);
+    if (!clean) return;
+    if (presets.some((p) => p.name === clean)) setAsking({ kind: 'replace', name: clean });
+    else save(clean);
+  };
   return (
     <div className="presets" data-testid="presets">
       <label>
         preset
         <select
           data-testid="preset-select"
-          // Always back on "apply a preset…", so picking the same preset again applies it again.
-          value=""
+          data-applied={inEffect || undefined}
+          // The preset in effect, else "apply a preset…" (so picking one applies it).
+          value={inEffect}
           onChange={(e) => {
+            setAsking(null);
             setPicked(e.target.value);
             if (e.target.value) {
               bridge.applyPreset(thread.id, e.target.value);
@@ -84,18 +106,42 @@ function PresetRow({ thread, onApplied, picked, setPicked }: PresetProps & { thr
           ))}
         </select>
       </label>
-      {picked && (
+      {pickedPreset && asking?.kind !== 'delete' && (
         <button
           type="button"
           className="ghost small"
           data-testid="preset-delete"
-          onClick={() => {
-            bridge.deletePreset(picked);
-            setPicked('');
-          }}
+          onClick={() => setAsking({ kind: 'delete', name: pickedPreset.name })}
         >
-          delete “{picked}”
+          delete “{pickedPreset.name}”
         </button>
+      )}
+      {asking && (
+        <span className="preset-ask" role="alert" data-testid="preset-ask" data-kind={asking.kind}>
+          <span>
+            {asking.kind === 'replace'
+              ? `Replace preset “${asking.name}” with these settings?`
+              : `Delete preset “${asking.name}”? (Chats keep the settings it gave them.)`}
+          </span>
+          <button
+            type="button"
+            className={`small ${asking.kind === 'delete' ? 'danger' : 'primary'}`}
+            data-testid={asking.kind === 'replace' ? 'preset-replace-confirm' : 'preset-delete-confirm'}
+            onClick={() => {
+              if (asking.kind === 'replace') save(asking.name);
+              else {
+                bridge.deletePreset(asking.name);
+                setPicked('');
+                setAsking(null);
+              }
+            }}
+          >
+            {asking.kind === 'replace' ? 'Replace' : 'Delete'}
+          </button>
+          <button type="button" className="small" data-testid="preset-ask-cancel" onClick={() => setAsking(null)}>
+            Cancel
+          </button>
+        </span>
       )}
       <label>
         save these settings as
@@ -106,25 +152,15 @@ function PresetRow({ thread, onApplied, picked, setPicked }: PresetProps & { thr
             maxLength={80}
             placeholder="name"
             value={name}
-            onChange={(e) => setName(e.target.value)}
+            onChange={(e) => {
+              setName(e.target.value);
+              if (asking?.kind === 'replace') setAsking(null);
+            }}
             onKeyDown={(e) => {
-              if (e.key === 'Enter' && name.trim()) {
-                bridge.savePreset(thread.id, name);
-                setPicked(name.trim());
-                setName('');
-              }
+              if (e.key === 'Enter') askSave();
             }}
           />
-          <button
-            type="button"
-            data-testid="preset-save"
-            disabled={!name.trim()}
-            onClick={() => {
-              bridge.savePreset(thread.id, name);
-              setPicked(name.trim());
-              setName('');
-            }}
-          >
+          <button type="button" data-testid="preset-save" disabled={!name.trim()} onClick={askSave}>
             Save
           </button>
         </span>
@@ -176,7 +212,9 @@ function ThinkingSetting({ thread }: { thread: Thread }) {
 function ReasoningEffort({ thread }: { thread: Thread }) {
   const bridge = useBridge();
   return (
-    <label title="How hard a thinking model reasons: its chat template gets the level (gpt-oss reads it); minimal and low also bound the reasoning (256, 1 024 tokens) when no thinking budget is set.">
+    <label
+      title={`How hard a thinking model reasons: its chat template gets the level (gpt-oss reads it); minimal and low also bound the reasoning (${formatInteger(256)}, ${formatInteger(1024)} tokens) when no thinking budget is set.`}
+    >
       reasoning effort
       <select
         data-testid="setting-reasoningEffort"
@@ -189,8 +227,8 @@ function ReasoningEffort({ thread }: { thread: Thread }) {
         }}
       >
         <option value="default">as the model does</option>
-        <option value="minimal">minimal (≤ 256 tokens)</option>
-        <option value="low">low (≤ 1 024 tokens)</option>
+        <option value="minimal">{`minimal (≤ ${formatInteger(256)} tokens)`}</option>
+        <option value="low">{`low (≤ ${formatInteger(1024)} tokens)`}</option>
         <option value="medium">medium</option>
         <option value="high">high</option>
       </select>
@@ -282,7 +320,7 @@ function ToolsSetting({ thread }: { thread: Thread }) {
           </label>
         );
       })}
-      {status && names.length === 0 && (
+      {status && !status.error && names.length === 0 && (
         <div className="hint" data-testid="mcp-none">
           No MCP servers: name them in {status.configPath} as{' '}
           {'{"mcpServers": {"name": {"command": "…", "args": […]}}}'} for a program kvdesk starts, or{' '}

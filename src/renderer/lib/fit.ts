@@ -6,6 +6,7 @@
 import { deviceKey } from '../../shared/devices';
 import { type ModelSpec, staticPositions } from '../../shared/model-spec';
 import type { BudgetDerivation, DeviceBudgetSnapshot } from '../../shared/scheduler-types';
+import { formatInteger } from './format';
 
 export type FitLevel = 'fits' | 'tight' | 'wont-fit';
 
@@ -61,10 +62,10 @@ export function fitBadge(model: FitInput, budget: FitBudget, concurrency = FIT_C
     explanation = 'This model holds no KV cache, so it always fits the budget.';
   } else if (concurrentBytes <= budgetBytes) {
     level = 'fits';
-    explanation = `${concurrency} full contexts at once fit in the budget (room for ${fullContextsAtOnce}).`;
+    explanation = `${concurrency} full contexts at once fit in the budget (room for ${formatInteger(fullContextsAtOnce)} full contexts).`;
   } else if (oneContextBytes <= budgetBytes) {
     level = 'tight';
-    explanation = `Only ${fullContextsAtOnce} full context${fullContextsAtOnce === 1 ? '' : 's'} fit at once; more chats will queue.`;
+    explanation = `Only ${formatInteger(fullContextsAtOnce)} full context${fullContextsAtOnce === 1 ? '' : 's'} fit at once; more chats will queue.`;
   } else {
     level = 'wont-fit';
     explanation =

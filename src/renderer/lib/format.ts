@@ -4,9 +4,21 @@
  * the exact integer always goes in a tooltip or a data attribute beside it.
  */
 
-import { readByteSize } from '../../shared/format';
+import { formatBytes, readByteSize } from '../../shared/format';
 
-export { formatBytes } from '../../shared/format';
+export { formatBytes };
+
+/**
+ * A byte figure's change, `11.3 GiB → 12.0 GiB`; where the rounded figures read the same (a change of a few KiB in
+ * GiB), the exact bytes, so the change shows: `12,134,567,890 → 12,134,571,986 bytes (+4.00 KiB)`.
+ */
+export function byteChange(before: number, after: number): string {
+  const from = formatBytes(before);
+  const to = formatBytes(after);
+  if (from !== to || before === after) return before === after ? `${from} (unchanged)` : `${from} → ${to}`;
+  const delta = after - before;
+  return `${formatInteger(before)} → ${formatInteger(after)} bytes (${delta > 0 ? '+' : '−'}${formatBytes(Math.abs(delta))})`;
+}
 
 /** `2097152` → `2,097,152 bytes`, for tooltips. */
 export function exactBytes(bytes: number): string {

@@ -38,8 +38,25 @@ function countFigure(label: string, n: number | undefined, unit = ''): RefusalFi
   return n === undefined ? [] : [{ label, text: `${formatInteger(n)}${unit}` }];
 }
 
-/** Explains a generation error; unknown codes fall back to the host's message. */
-export function describeRefusal(error: ErrorInfo): RefusalView {
+/** What the chat knows that the error does not: its system prompt's tokens alone, against the model's context. */
+export interface RefusalContext {
+  systemPrompt?: { tokens: number; contextLength: number };
+}
+
+/** A system prompt that takes at least this share of the context is what leaves no room (it is in every prompt). */
+const SYSTEM_PROMPT_SHARE = 0.5;
+
+/**
+ * Explains a generation error; unknown codes fall back to the host's message. The one thing to do is left out
+ * (empty) where the host's sentence already says it.
+ */
+export function describeRefusal(error: ErrorInfo, context: RefusalContext = {}): RefusalView {
+  const view = explain(error, context);
+  const said = view.message.toLowerCase().includes(view.action.toLowerCase().replace(/\.$/, ''));
+  return said ? { ...view, action: '' } : view;
+}
+
+function explain(error: ErrorInfo, context: RefusalContext): RefusalView {
   const d = error.detail;
   const base = { code: error.code, message: error.message };
   switch (error.code) {
@@ -68,7 +85,13 @@ export function describeRefusal(error: ErrorInfo): RefusalView {
           ...(num(d, 'sessionTokens') ? countFigure('earlier turns', num(d, 'sessionTokens'), ' tok') : []),
           ...countFigure('context', num(d, 'contextLength'), ' tok'),
         ],
-        action: 'Shorten the prompt or start a new chat.',
+        ...(systemPromptAction(context) !== undefined
+          ? {
+              // The host's own advice (a shorter prompt, a new chat) would not help: the system prompt's does.
+              message: error.message.replace(/\s*Shorten the prompt or start a new chat\.?\s*$/i, ''),
+              action: systemPromptAction(context) as string,
+            }
+          : { action: 'Shorten the prompt or start a new chat.' }),
       };
     case 'QUEUE_FULL': {
       const retry = num(d, 'retryAfterMs');
@@ -104,4 +127,14 @@ export function describeRefusal(error: ErrorInfo): RefusalView {
     default:
       return { ...base, refused: false, title: `Failed (${error.code})`, figures: [], action: 'Try again.' };
   }
+}
+
+/** For a prompt too long for the context: the chat's system prompt, where it alone takes most of the context. */
+function systemPromptAction(context: RefusalContext): string | undefined {
+  const sp = context.systemPrompt;
+  if (!sp || sp.contextLength <= 0 || sp.tokens < sp.contextLength * SYSTEM_PROMPT_SHARE) return undefined;
+  const where = "shorten it in the chat's settings (system & sampling…), or use a model with a longer context.";
+  return sp.tokens >= sp.contextLength
+    ? `The chat's system prompt alone is ${formatInteger(sp.tokens)} tokens (with the chat template), more than the model's context of ${formatInteger(sp.contextLength)}: ${where}`
+    : `The chat's system prompt alone takes ${formatInteger(sp.tokens)} of the model's ${formatInteger(sp.contextLength)} tokens (with the chat template): ${where}`;
 }

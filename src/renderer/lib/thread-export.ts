@@ -97,14 +97,17 @@ export const MAX_IMPORT_BYTES = 32 * 1024 * 1024;
  * are used) or a bare list of messages. Errors name the field and say what was expected; nothing is half-read.
  */
 export function parseThreadImport(text: string, fileName: string, now = Date.now()): ImportResult {
+  const notJson = (why: string): ImportResult => ({
+    ok: false,
+    error: `${fileName} is not JSON (${why}): not a kvdesk or OpenAI conversation JSON file — export a chat as JSON to import it.`,
+  });
+  // A binary file (an image, an archive…): its bytes are no one's to read in an error.
+  if (BINARY.test(text.slice(0, 8192))) return notJson('it is not text');
   let value: unknown;
   try {
     value = JSON.parse(text);
   } catch (err) {
-    return {
-      ok: false,
-      error: `${fileName} is not JSON (${(err as Error).message}): export a chat as JSON to import it.`,
-    };
+    return notJson(parseProblem(err));
   }
   const fail = (where: string, what: string): ImportResult => ({ ok: false, error: `${fileName}: ${where} ${what}` });
   if (isObject(value) && value.kind === EXPORT_KIND) {
@@ -261,4 +264,22 @@ function formatPath(path: ReadonlyArray<PropertyKey>): string {
   return (
     path.map((p, i) => (typeof p === 'number' ? `[${p}]` : `${i > 0 ? '.' : ''}${String(p)}`)).join('') || 'the chat'
   );
+}
+
+/** Characters no text file has (control characters but tab and line ends; what decoding made of bytes it could not). */
+// biome-ignore lint/suspicious/noControlCharactersInRegex: finding control characters is the point
+const BINARY = /[\u0000-\u0008\u000b\u000e-\u001f\ufffd]/;
+
+/**
+ * What JSON.parse said, without the file's text it quotes (`…, "<the file's start>" is not valid JSON`) and without
+ * control characters.
+ */
+function parseProblem(err: unknown): string {
+  const message = err instanceof Error ? err.message : String(err);
+  const clean = message
+    .replace(/,?\s*"[\s\S]*" is not valid JSON$/, '')
+    // biome-ignore lint/suspicious/noControlCharactersInRegex: dropping control characters is the point
+    .replace(/[\u0000-\u001f\u007f-\u009f\ufffd]/g, '')
+    .trim();
+  return clean ? clean.slice(0, 160) : 'not valid JSON';
 }

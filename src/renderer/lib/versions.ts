@@ -26,11 +26,27 @@ export function versionsOf(m: StoredMessage): MessageVersion[] {
 }
 
 /**
- * Whether a version is worth keeping: it said something, or called a tool (a refusal, or a reply stopped before it
- * began, is not).
+ * Whether a version is worth keeping: it said something, or called a tool, or the model ended it without writing
+ * anything (a reply the chat shows, with its figures); a refusal, or a reply stopped before it began, is not.
  */
 function kept(v: MessageVersion): boolean {
-  return (v.content.length > 0 || (v.reasoning ?? '').length > 0 || (v.toolCalls?.length ?? 0) > 0) && !v.stats?.error;
+  if (v.stats?.error) return false;
+  const said = v.content.length > 0 || (v.reasoning ?? '').length > 0 || (v.toolCalls?.length ?? 0) > 0;
+  return said || endedEmpty(v);
+}
+
+/** A reply the model ended itself without writing anything (not one stopped, cut off by a reload, or refused). */
+export function endedEmpty(v: Pick<MessageVersion, 'content' | 'reasoning' | 'toolCalls' | 'stats'>): boolean {
+  const finish = v.stats?.finishReason;
+  return (
+    v.content.length === 0 &&
+    (v.reasoning ?? '').length === 0 &&
+    (v.toolCalls?.length ?? 0) === 0 &&
+    !v.stats?.error &&
+    finish !== undefined &&
+    finish !== 'cancelled' &&
+    finish !== 'interrupted'
+  );
 }
 
 /**

@@ -13,6 +13,12 @@ describe('fitBadge', () => {
     expect(r.fullContextsAtOnce).toBe(50);
   });
 
+  it('says how many full contexts there is room for, with its unit and thousands separators', () => {
+    const tiny = { bpt: 2, contextLength: 1, weightsBytes: 0, loaded: true };
+    const r = fitBadge(tiny, { limitBytes: 2 * 5_908_370 });
+    expect(r.explanation).toContain('room for 5,908,370 full contexts');
+  });
+
   it('fits exactly at 4 full contexts, tight just below', () => {
     expect(fitBadge(model, { limitBytes: 8 * MiB }).level).toBe('fits');
     expect(fitBadge(model, { limitBytes: 8 * MiB - 1 }).level).toBe('tight');

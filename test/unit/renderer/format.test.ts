@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import {
+  byteChange,
   exactBytes,
   formatBytes,
   formatInteger,
@@ -71,5 +72,15 @@ describe('parseByteSize (the inspector limit box)', () => {
   });
   it.each(['', 'abc', '-5', '5 XiB', '1e3', '12 KiB extra'])('refuses %j', (text) => {
     expect(parseByteSize(text)).toBeNull();
+  });
+});
+
+describe('byteChange', () => {
+  it('shows the figures as they read, or the exact bytes where they read the same', () => {
+    expect(byteChange(1024 ** 3, 2 * 1024 ** 3)).toBe('1.00 GiB → 2.00 GiB');
+    const limit = 12_134_567_890;
+    expect(byteChange(limit, limit + 4096)).toBe('12,134,567,890 → 12,134,571,986 bytes (+4.00 KiB)');
+    expect(byteChange(limit, limit - 4096)).toBe('12,134,567,890 → 12,134,563,794 bytes (−4.00 KiB)');
+    expect(byteChange(limit, limit)).toBe('11.3 GiB (unchanged)');
   });
 });

@@ -27,6 +27,26 @@ describe('describeRefusal', () => {
     expect(v.action).toMatch(/shorten the prompt or start a new chat/i);
   });
 
+  it("CONTEXT_OVERFLOW: the advice once — none of its own where the host's sentence has it", () => {
+    const host = {
+      code: 'CONTEXT_OVERFLOW' as const,
+      message:
+        "The prompt has 19 tokens, which leaves no room for a reply in the model's context of 16 tokens. Shorten the prompt or start a new chat.",
+      detail: { promptTokens: 19, contextLength: 16, sessionTokens: 0 },
+    };
+    const v = describeRefusal(host);
+    expect(v.action).toBe('');
+    expect(v.message.match(/shorten the prompt/gi)).toHaveLength(1);
+    // A system prompt that alone takes most of the context: the advice names it (and the host's goes).
+    const sp = describeRefusal(host, { systemPrompt: { tokens: 12, contextLength: 16 } });
+    expect(sp.action).toMatch(/system prompt alone takes 12 of the model's 16 tokens/);
+    expect(sp.action).toMatch(/chat's settings/);
+    expect(sp.message).not.toMatch(/shorten the prompt/i);
+    expect(`${sp.message} ${sp.action}`).not.toMatch(/new chat/i);
+    // A short one does not.
+    expect(describeRefusal(host, { systemPrompt: { tokens: 4, contextLength: 16 } }).action).toBe('');
+  });
+
   it('QUEUE_FULL: says when to retry', () => {
     const v = describeRefusal({
       code: 'QUEUE_FULL',

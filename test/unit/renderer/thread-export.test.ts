@@ -313,6 +313,21 @@ describe('import errors name the file and the field', () => {
     expect(error).toContain('is not JSON');
   });
 
+  it('refuses a binary file with a clean sentence, no raw bytes of it', () => {
+    // What the browser's file.text() makes of a PNG: control characters and replacement characters.
+    const png = '\ufffdPNG\r\n\u001a\n\u0000\u0000\u0000\rIHDR\u0000\u0000\u0001';
+    const error = refused(parseThreadImport(png, 'photo.json', NOW));
+    expect(error).toContain('photo.json');
+    expect(error).toContain('not a kvdesk or OpenAI conversation JSON file');
+    // biome-ignore lint/suspicious/noControlCharactersInRegex: none may reach the page
+    expect(error).not.toMatch(/[\u0000-\u001f\ufffd]/);
+    expect(error).not.toContain('PNG');
+    // Text that is not JSON: what the parser said, without the file's text it quotes.
+    const notes = refused(parseThreadImport('# My chat\n\nhello', 'notes.md', NOW));
+    expect(notes).toContain("Unexpected token '#'");
+    expect(notes).not.toContain('hello');
+  });
+
   it('refuses another version of the export', () => {
     const error = fail(kvdesk({ version: 2, thread: valid }));
     expect(error).toContain('chat.json');

@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { inheritVersions, MAX_VERSIONS, showVersion, versionsOf } from '../../../src/renderer/lib/versions';
+import { endedEmpty, inheritVersions, MAX_VERSIONS, showVersion, versionsOf } from '../../../src/renderer/lib/versions';
 import type { StoredMessage } from '../../../src/shared/api';
 import { StoredMessage as StoredMessageSchema } from '../../../src/shared/api';
 
@@ -75,6 +75,22 @@ describe('versions of a reply', () => {
     expect(inheritVersions(undefined)).toEqual({});
     // A reply that is all reasoning (cut off before it answered) is a version.
     expect(versionsOf({ ...reply('x'), ...inheritVersions(reply('', { reasoning: 'thinking' })) })).toHaveLength(2);
+  });
+
+  it('a reply the model ended without writing anything is a version (regenerating it counts on: 3 / 3)', () => {
+    const empty = reply('', { stats: { tokens: 1, finishReason: 'eos' } });
+    expect(endedEmpty(empty)).toBe(true);
+    // one, then the empty one, then another: three versions, the empty one in its place.
+    const m = { ...reply('three'), ...inheritVersions({ ...empty, ...inheritVersions(reply('one')) }) };
+    expect(versionsOf(m).map((v) => v.content)).toEqual(['one', '', 'three']);
+    expect(m.altIndex).toBe(2);
+    expect(showVersion(m, 1)).toMatchObject({ content: '', stats: { finishReason: 'eos' }, altIndex: 1 });
+    // Stopped before it wrote, cut off by a reload, or refused: not a reply the model ended.
+    expect(endedEmpty(reply('', { stats: { finishReason: 'cancelled' } }))).toBe(false);
+    expect(endedEmpty(reply('', { stats: { finishReason: 'interrupted' } }))).toBe(false);
+    expect(endedEmpty(reply('', { stats: { error: { code: 'X', message: 'no' } } }))).toBe(false);
+    expect(endedEmpty(reply('', { reasoning: 'hm', stats: { finishReason: 'eos' } }))).toBe(false);
+    expect(inheritVersions(reply('', { stats: { finishReason: 'cancelled' } }))).toEqual({});
   });
 
   it(`keeps the newest ${MAX_VERSIONS}`, () => {
