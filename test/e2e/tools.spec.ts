@@ -185,6 +185,40 @@ test('a call the person skips is answered as not run, and the model goes on', as
   });
 });
 
+test('writing on while a call waits skips it: the chat goes on, and so does the next turn', async ({
+  page,
+  toolServer: server,
+}) => {
+  const sent = requests(page);
+  await page.goto(`${server.url}/?token=${TOKEN}`);
+  await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+  await newChat(page);
+  await setSettings(page, { maxNewTokens: 200, seed: 2 });
+  await page.getByTestId('settings-toggle').click();
+  await page.locator('[data-testid="mcp-server"][data-server="calc"]').getByTestId('mcp-server-toggle').check();
+  await page.getByTestId('setting-tools-required').check();
+  await page.getByTestId('settings-toggle').click();
+  await send(page, 'Add 3 and 4.');
+  const id = await lastReply(page).getAttribute('data-message-id');
+  const card = page.locator(`[data-testid="message-assistant"][data-message-id="${id}"]`).getByTestId('tool-call');
+  await expect(card).toHaveAttribute('data-state', 'waiting', { timeout: 60_000 });
+  // The person writes on instead of choosing Run or Skip.
+  await send(page, 'Never mind, something else.');
+  await expect(card.getByTestId('tool-call-state')).toHaveText('skipped');
+  for (let turn = 0; turn < 2; turn++) {
+    const reply = lastReply(page);
+    await expect(reply).toHaveAttribute('data-state', /done|cancelled/, { timeout: 60_000 });
+    await expect(reply.getByTestId('refusal')).toHaveCount(0);
+    // Its calls (it must call one) are answered too when the person writes on again.
+    if (turn === 0) await send(page, 'And now?');
+  }
+  const second = (sent[1]?.messages ?? []) as Array<{ role: string; content: string }>;
+  expect(second.slice(-2)).toMatchObject([
+    { role: 'tool', content: 'The person did not let this tool run.' },
+    { role: 'user', content: 'Never mind, something else.' },
+  ]);
+});
+
 test('Always: that tool runs without asking in this chat from then on, until the settings take it back', async ({
   page,
   toolServer: server,

@@ -99,8 +99,12 @@ export interface Bridge {
       toolsAllowed?: string[] | undefined;
     },
   ): void;
-  /** Sends a user message in the active thread (creating one if there is none). */
-  send(text: string, attachments?: Attachment[]): void;
+  /**
+   * Sends a user message in the active thread (creating one if there is none); calls of the last reply still
+   * waiting for Run or Skip are skipped first. False when it could not be sent now (a reply or a tool of the
+   * chat still runs: the notice says so), so the message box keeps the text.
+   */
+  send(text: string, attachments?: Attachment[]): boolean;
   /** Stops the reply streaming in a thread (the active one by default). */
   stop(threadId?: string): void;
   /** Generates the last reply of a thread again. */
@@ -435,15 +439,8 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   }
 
   /** Starts a turn: the store gets the new messages, the host gets the request, frames flow back through the coalescer. */
-  function runTurn(threadId: string, append: StoredMessage[], keepBefore?: string, replaces?: string): void {
-    if (liveIn(threadId)) {
-      notify('This chat is still replying. Stop it first (Esc).');
-      return;
-    }
-    if (Object.values(s().toolRuns).includes(threadId)) {
-      notify('A tool of this chat is running: wait for its answer (the model reads it, then goes on).');
-      return;
-    }
+  function runTurn(threadId: string, append: StoredMessage[], keepBefore?: string, replaces?: string): boolean {
+    if (!canRun(threadId)) return false;
     const modelId = s().activeModelId;
     const assistantId = newId('m');
     s().startReply({
@@ -456,13 +453,13 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       ...(modelId ? { modelId } : {}),
     });
     const thread = s().threads.find((t) => t.id === threadId);
-    if (!thread) return;
+    if (!thread) return false;
     saveThread(threadId); // the person's message is kept even if the reply never comes
     const history = thread.messages.filter((m) => m.id !== assistantId);
     const servers = thread.mcpServers ?? [];
     if (servers.length === 0) {
       generateInto(threadId, assistantId, buildChatRequest(thread, history, modelId, modelOf(modelId)?.spec), modelId);
-      return;
+      return true;
     }
     // The chat's MCP tools: their servers started (the first time), their tools offered to the model.
     void (async () => {
@@ -485,6 +482,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       });
       generateInto(threadId, assistantId, request, modelId);
     })();
+    return true;
   }
 
   /**
@@ -566,6 +564,43 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     if ((message.toolCalls ?? []).every((c) => answered.has(c.id))) runTurn(threadId, []);
   }
 
+  /** Whether a turn may start in the chat now; if not, the notice says why. */
+  function canRun(threadId: string): boolean {
+    if (liveIn(threadId)) {
+      notify('This chat is still replying. Stop it first (Esc).');
+      return false;
+    }
+    if (Object.values(s().toolRuns).includes(threadId)) {
+      notify('A tool of this chat is running: wait for its answer (the model reads it, then goes on).');
+      return false;
+    }
+    return true;
+  }
+
+  /**
+   * The person wrote on instead of choosing Run or Skip: the calls of the last reply still waiting are answered
+   * as skipped (as Skip answers them), so the conversation stays one the model, and the host, can read.
+   */
+  function skipWaitingCalls(threadId: string): void {
+    const messages = s().threads.find((t) => t.id === threadId)?.messages ?? [];
+    const at = messages.findLastIndex((m) => m.role !== 'tool');
+    const reply = messages[at];
+    if (reply?.role !== 'assistant' || !reply.toolCalls?.length) return;
+    const answered = new Set(messages.slice(at + 1).map((m) => m.toolCallId));
+    for (const call of reply.toolCalls) {
+      if (answered.has(call.id)) continue;
+      s().addToolResult(threadId, {
+        id: newId('m'),
+        role: 'tool',
+        content: SKIPPED_ANSWER,
+        toolCallId: call.id,
+        toolName: call.name,
+        createdAt: Date.now(),
+        isError: true,
+      });
+    }
+  }
+
   /** Sends a turn's request; frames go to the reply's message. */
   function generateInto(threadId: string, messageId: string, request: GenerateRequest, modelId: string | null): void {
     const start = () => {
@@ -599,12 +634,14 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     generateInto(threadId, last.id, { ...request, continueFinal: true }, modelId);
   }
 
-  function send(text: string, attachments: Attachment[] = []): void {
+  function send(text: string, attachments: Attachment[] = []): boolean {
     const content = text.trim();
-    if (!content && attachments.length === 0) return;
+    if (!content && attachments.length === 0) return false;
     const thread = activeThread() ?? newThread();
     s().setView('chat');
-    runTurn(thread.id, [
+    if (!canRun(thread.id)) return false;
+    skipWaitingCalls(thread.id);
+    return runTurn(thread.id, [
       {
         id: newId('m'),
         role: 'user',

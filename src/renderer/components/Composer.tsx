@@ -143,7 +143,8 @@ export function Composer({ threadId }: { threadId: string | null }) {
 
   const send = () => {
     if ((!text.trim() && files.length === 0) || streaming) return;
-    bridge.send(text, files);
+    // Not sent now (a tool of the chat still runs: the notice says so): the text and files stay.
+    if (!bridge.send(text, files)) return;
     setText('');
     setFiles([]);
     slots.current = 0;
