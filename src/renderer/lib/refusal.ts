@@ -124,6 +124,21 @@ function explain(error: ErrorInfo, context: RefusalContext): RefusalView {
         figures: [],
         action: 'Use a model with a matching tokenizer.',
       };
+    case 'BAD_REQUEST':
+      // A tool whose schema a forced call cannot follow: the chat's "must call a tool" is what to change.
+      if (typeof d?.field === 'string' && d.field.startsWith('tools[') && /tool_choice/.test(error.message)) {
+        return {
+          ...base,
+          message: error.message.replace(/\s*Simplify the schema, or let the model choose[^.]*\.?/, ''),
+          refused: false,
+          title: 'A tool of this chat cannot be called as the settings ask',
+          figures: [],
+          action:
+            'Untick "must call a tool" in the chat\'s settings (the model then calls tools when it chooses), or turn that tool\'s server off for this chat.',
+        };
+      }
+      // The host's sentence says what was wrong: the same request again would fail the same way.
+      return { ...base, refused: false, title: 'Failed (BAD_REQUEST)', figures: [], action: '' };
     default:
       return { ...base, refused: false, title: `Failed (${error.code})`, figures: [], action: 'Try again.' };
   }

@@ -63,6 +63,22 @@ describe('describeRefusal', () => {
     expect(v.message).toBe('needs 35 KiB, budget 4 KiB');
   });
 
+  it('a tool a forced call cannot follow points at the chat\'s "must call a tool", not at the API', () => {
+    const v = describeRefusal({
+      code: 'BAD_REQUEST',
+      message:
+        'tools[0].parameters.properties.code.pattern ("refschema"): kvdesk cannot make a call follow this schema: "pattern" is not supported by kvdesk. Simplify the schema, or let the model choose (toolChoice / tool_choice "auto"), where the schema is only shown to it.',
+      detail: { field: 'tools[0].parameters.properties.code.pattern' },
+    });
+    expect(v.title).toBe('A tool of this chat cannot be called as the settings ask');
+    expect(v.message).toBe(
+      'tools[0].parameters.properties.code.pattern ("refschema"): kvdesk cannot make a call follow this schema: "pattern" is not supported by kvdesk.',
+    );
+    expect(v.action).toMatch(/^Untick "must call a tool"/);
+    // Another bad request: the host's sentence says what was wrong; trying again would not help.
+    expect(describeRefusal({ code: 'BAD_REQUEST', message: 'messages[1] is odd' }).action).toBe('');
+  });
+
   it('other failures are not refusals', () => {
     expect(describeRefusal({ code: 'ENGINE_FAILED', message: 'boom' }).refused).toBe(false);
   });
