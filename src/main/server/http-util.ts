@@ -152,6 +152,13 @@ const JSON_OUTPUT: Record<ParamApi, string> = {
   anthropic: 'output_config.format',
 };
 
+/** Where a tool's parameters schema is in each API. */
+const TOOL_SCHEMA: Record<ParamApi, string> = {
+  chat: 'function.parameters',
+  responses: 'parameters',
+  anthropic: 'input_schema',
+};
+
 /** A message path the host named (`messages[2]`, `messages[2].toolCallId`, `messages[2].toolCalls[0].arguments`). */
 const MESSAGE_PATH = /messages\[(\d+)\](?:\.toolCallId|\.toolCalls\[(\d+)\](?:\.(arguments|name))?)?/g;
 
@@ -180,7 +187,11 @@ function clientMessage(message: string, field: string | undefined, param: string
     .replace(/\btoolCallId \(tool_call_id\)/g, CALL_ID[api])
     .replace(/\btoolChoice \(tool_choice\)/g, 'tool_choice')
     .replace(/\bsampling\.logitBias \(logit_bias\)/g, 'logit_bias')
-    .replace(/\(responseFormat \/ jsonSchema\)/g, `(${JSON_OUTPUT[api]})`);
+    .replace(/\(responseFormat \/ jsonSchema\)/g, `(${JSON_OUTPUT[api]})`)
+    // A tool's schema where each API keeps it (the Responses API keeps it on the tool itself).
+    .replace(/\btools\[(\d+)\]\.parameters\b/g, (_, i: string) => `tools[${i}].${TOOL_SCHEMA[api]}`)
+    // The contract's names of the other fields a tool-choice or JSON refusal mentions.
+    .replace(/\btools\[(\d+)\]\.name\b/g, (_, i: string) => `tools[${i}].${api === 'chat' ? 'function.name' : 'name'}`);
   // Only a path-like name (`sampling.topP`, `tools[0].name`) is replaced: a plain word may be prose too.
   if (field === undefined || param === null || field.startsWith('messages[') || !/[.[]/.test(field)) return text;
   return text

@@ -477,6 +477,20 @@ describe('errorFromInfo', () => {
     expect(errorFromInfo(json, { prompt: 'messages', api: 'anthropic' }).body.error.message).toMatch(
       /\(output_config\.format\)/,
     );
+    // A tool's schema where each API keeps it: the message and its param agree.
+    const object = {
+      code: 'BAD_REQUEST' as const,
+      message: 'tools[0].parameters ("f") must describe an object',
+      detail: { field: 'tools[0].parameters.type' },
+    };
+    expect(errorFromInfo(object, hint).body.error).toMatchObject({
+      param: 'tools[0].function.parameters.type',
+      message: 'tools[0].function.parameters ("f") must describe an object',
+    });
+    expect(errorFromInfo(object, { prompt: 'messages', api: 'anthropic' }).body.error).toMatchObject({
+      param: 'tools[0].input_schema.type',
+      message: 'tools[0].input_schema ("f") must describe an object',
+    });
     // The prompt as a whole is the API's prompt parameter; Ollama's errors keep the host's words.
     const empty = { code: 'BAD_REQUEST' as const, message: 'the prompt is empty', detail: { field: 'messages' } };
     expect(errorFromInfo(empty, { prompt: 'input', api: 'responses' }).body.error.param).toBe('input');
