@@ -161,8 +161,8 @@ test('a page served without a token may not run tools, and says how to', async (
   }
 });
 
-test('a call the person skips is answered as not run, and the model goes on', async ({ page, toolServer: server }) => {
-  const sent = requests(page);
+/** A new chat with the calc server's tools, which must call one: its reply's call card, waiting for Run or Skip. */
+async function waitingCall(page: Page, server: ServeHandle) {
   await page.goto(`${server.url}/?token=${TOKEN}`);
   await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
   await newChat(page);
@@ -175,6 +175,12 @@ test('a call the person skips is answered as not run, and the model goes on', as
   const id = await lastReply(page).getAttribute('data-message-id');
   const card = page.locator(`[data-testid="message-assistant"][data-message-id="${id}"]`).getByTestId('tool-call');
   await expect(card).toHaveAttribute('data-state', 'waiting', { timeout: 60_000 });
+  return card;
+}
+
+test('a call the person skips is answered as not run, and the model goes on', async ({ page, toolServer: server }) => {
+  const sent = requests(page);
+  const card = await waitingCall(page, server);
   await card.getByTestId('tool-skip').click();
   await expect(card.getByTestId('tool-call-state')).toHaveText('skipped');
   await expect(page.getByTestId('message-assistant')).toHaveCount(2);
@@ -190,18 +196,7 @@ test('writing on while a call waits skips it: the chat goes on, and so does the 
   toolServer: server,
 }) => {
   const sent = requests(page);
-  await page.goto(`${server.url}/?token=${TOKEN}`);
-  await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
-  await newChat(page);
-  await setSettings(page, { maxNewTokens: 200, seed: 2 });
-  await page.getByTestId('settings-toggle').click();
-  await page.locator('[data-testid="mcp-server"][data-server="calc"]').getByTestId('mcp-server-toggle').check();
-  await page.getByTestId('setting-tools-required').check();
-  await page.getByTestId('settings-toggle').click();
-  await send(page, 'Add 3 and 4.');
-  const id = await lastReply(page).getAttribute('data-message-id');
-  const card = page.locator(`[data-testid="message-assistant"][data-message-id="${id}"]`).getByTestId('tool-call');
-  await expect(card).toHaveAttribute('data-state', 'waiting', { timeout: 60_000 });
+  const card = await waitingCall(page, server);
   // The person writes on instead of choosing Run or Skip.
   await send(page, 'Never mind, something else.');
   await expect(card.getByTestId('tool-call-state')).toHaveText('skipped');
