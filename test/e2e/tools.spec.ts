@@ -23,7 +23,9 @@ const test = base.extend<object, { toolServer: ServeHandle }>({
       };
       // A server with one tool whose arguments are always {} (the random model writes them whole at once).
       const broken = { ...calc, env: { KVDESK_TEST_MCP_ONLY: 'fail' } };
-      writeFileSync(path.join(dataDir, 'mcp.json'), JSON.stringify({ mcpServers: { calc, broken } }));
+      // One tool whose answer is longer than the default model's whole context.
+      const big = { ...calc, env: { KVDESK_TEST_MCP_ONLY: 'big' } };
+      writeFileSync(path.join(dataDir, 'mcp.json'), JSON.stringify({ mcpServers: { calc, broken, big } }));
       // MCP tools only where the page needs a token (without one, any local program could run them).
       const server = await startServe(['--token', TOKEN], 90_000, undefined, dataDir);
       await use(server);
@@ -161,14 +163,14 @@ test('a page served without a token may not run tools, and says how to', async (
   }
 });
 
-/** A new chat with the calc server's tools, which must call one: its reply's call card, waiting for Run or Skip. */
-async function waitingCall(page: Page, server: ServeHandle) {
+/** A new chat with a server's tools (calc's by default), which must call one: its reply's call card, waiting. */
+async function waitingCall(page: Page, server: ServeHandle, tools = 'calc') {
   await page.goto(`${server.url}/?token=${TOKEN}`);
   await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
   await newChat(page);
   await setSettings(page, { maxNewTokens: 200, seed: 2 });
   await page.getByTestId('settings-toggle').click();
-  await page.locator('[data-testid="mcp-server"][data-server="calc"]').getByTestId('mcp-server-toggle').check();
+  await page.locator(`[data-testid="mcp-server"][data-server="${tools}"]`).getByTestId('mcp-server-toggle').check();
   await page.getByTestId('setting-tools-required').check();
   await page.getByTestId('settings-toggle').click();
   await send(page, 'Add 3 and 4.');
@@ -212,6 +214,25 @@ test('writing on while a call waits skips it: the chat goes on, and so does the 
     { role: 'tool', content: 'The person did not let this tool run.' },
     { role: 'user', content: 'Never mind, something else.' },
   ]);
+});
+
+test('an answer longer than the model can read is cut to fit its context, and the model goes on', async ({
+  page,
+  toolServer: server,
+}) => {
+  const sent = requests(page);
+  const card = await waitingCall(page, server, 'big');
+  await card.getByTestId('tool-run').click();
+  await expect(card).toHaveAttribute('data-state', 'done', { timeout: 30_000 });
+  const reply = lastReply(page);
+  await expect(page.getByTestId('message-assistant')).toHaveCount(2);
+  await expect(reply).toHaveAttribute('data-state', /done|cancelled/, { timeout: 60_000 });
+  await expect(reply.getByTestId('refusal')).toHaveCount(0);
+  const answer = ((sent[1]?.messages ?? []) as Array<{ role: string; content: string }>).at(-1);
+  expect(answer?.role).toBe('tool');
+  expect(answer?.content).toMatch(
+    /\n\[kvdesk cut this answer to [\d,]+ of its 100,000 characters: the model's context is 2,048 tokens\]$/,
+  );
 });
 
 test('Always: that tool runs without asking in this chat from then on, until the settings take it back', async ({

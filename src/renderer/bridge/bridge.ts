@@ -20,7 +20,7 @@ import type {
   StoredMessage,
   Thread,
 } from '../../shared/api';
-import type { GenerateRequest, SamplingSettings } from '../../shared/contract';
+import type { GenerateRequest, SamplingSettings, ToolCall } from '../../shared/contract';
 import type { ErrorInfo, Result } from '../../shared/errors';
 import { autoRunCalls, chatTools, MAX_AUTO_ROUNDS, SKIPPED_ANSWER, toolKey } from '../lib/mcp-tools';
 import { carriedSettings, chatSetup } from '../lib/presets';
@@ -537,6 +537,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         }
       }
     }
+    if (run) content = await fitAnswer(threadId, messageId, call, content);
     /** The messages after the reply now (undefined when the chat or the reply is gone). */
     const afterReply = () => {
       const messages = find().thread?.messages ?? [];
@@ -562,6 +563,42 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     // Every call of the reply answered (only answers after it): the model reads them and goes on.
     const answered = new Set((afterReply() ?? []).map((m) => m.toolCallId));
     if ((message.toolCalls ?? []).every((c) => answered.has(c.id))) runTurn(threadId, []);
+  }
+
+  /** The share of the model's context a tool's answer may bring the prompt to: the rest is the reply's room. */
+  const ANSWER_FILL = 0.75;
+
+  /**
+   * A tool's answer cut to what the model can read: the conversation with it must leave the reply room in the
+   * model's context (a longer one would make every later turn of the chat a refusal, with nothing the person can
+   * shorten). Measured with the model's own tokenizer; the cut says so in the answer.
+   */
+  async function fitAnswer(threadId: string, messageId: string, call: ToolCall, content: string): Promise<string> {
+    const thread = s().threads.find((t) => t.id === threadId);
+    const modelId = s().activeModelId;
+    const spec = modelOf(modelId)?.spec;
+    if (!thread || !spec) return content;
+    const at = thread.messages.findIndex((m) => m.id === messageId);
+    // The prompt of the next turn: the conversation through this reply and the answers it has, then this one.
+    const upTo = thread.messages
+      .slice(0, at + 1)
+      .concat(thread.messages.slice(at + 1).filter((m) => m.role === 'tool'));
+    const measure = async (text: string) => {
+      const answer: StoredMessage = { id: 'answer', role: 'tool', content: text, toolCallId: call.id, createdAt: 0 };
+      // The whole conversation, as `refuse` measures it (drop-oldest would hide what the answer costs).
+      const request = buildChatRequest({ ...thread, contextOverflow: 'refuse' }, [...upTo, answer], modelId, spec);
+      const r = await api.invoke('measurePrompt', request);
+      return r.ok ? r.value.promptTokens : undefined;
+    };
+    const limit = Math.floor(spec.contextLength * ANSWER_FILL);
+    const whole = await measure(content);
+    if (whole === undefined || whole <= limit) return content;
+    const without = await measure('');
+    const answerTokens = whole - (without ?? whole);
+    const room = limit - (without ?? limit);
+    const keep = answerTokens > 0 && room > 0 ? Math.floor((content.length * room) / answerTokens) : 0;
+    const note = `[kvdesk cut this answer to ${keep.toLocaleString('en-US')} of its ${content.length.toLocaleString('en-US')} characters: the model's context is ${spec.contextLength.toLocaleString('en-US')} tokens]`;
+    return keep > 0 ? `${content.slice(0, keep)}\n${note}` : note;
   }
 
   /** Whether a turn may start in the chat now; if not, the notice says why. */
