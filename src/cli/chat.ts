@@ -38,6 +38,7 @@ import {
   packageDir,
   parseFlags,
   parseNumber,
+  prefillChunkFlag,
   printWarnings,
   ReplyPrinter,
   SAMPLING_OPTIONS,
@@ -427,7 +428,12 @@ export class TurnReader {
 export async function chat(
   args: string[],
   io: Io,
-  newHost: (settings: { devices: Partial<HostSettings>; threads?: number; lookup?: number }) => RunnerService,
+  newHost: (settings: {
+    devices: Partial<HostSettings>;
+    threads?: number;
+    lookup?: number;
+    prefillChunk?: number;
+  }) => RunnerService,
   input: NodeJS.ReadableStream & { isTTY?: boolean } = process.stdin,
 ): Promise<number> {
   const options = {
@@ -443,6 +449,7 @@ export async function chat(
     'kv-budget': { type: 'string', multiple: true },
     'device-memory': { type: 'string', multiple: true },
     threads: { type: 'string' },
+    'prefill-chunk': { type: 'string' },
     lookup: { type: 'string' },
     'data-dir': { type: 'string' },
     ...LOAD_OPTIONS,
@@ -479,12 +486,14 @@ export async function chat(
       ...(budget !== undefined ? { thinkingBudget: budget } : {}),
     });
     const threads = parseNumber('threads', values.threads, true);
+    const prefillChunk = prefillChunkFlag(values['prefill-chunk']);
     const lookup = lookupFlag(values.lookup);
     const devices: Partial<HostSettings> = {};
     applyDeviceFlags(devices, values['kv-budget'], values['device-memory']);
     const dir = await packageDir(positionals[0] as string, values['data-dir']);
     host = newHost({
       devices,
+      ...(prefillChunk !== undefined ? { prefillChunk } : {}),
       ...(threads !== undefined ? { threads } : {}),
       ...(lookup !== undefined ? { lookup } : {}),
     });

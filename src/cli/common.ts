@@ -75,6 +75,13 @@ const FLAG_OF: Readonly<Record<string, string>> = {
   reasoningEffort: 'effort',
 };
 
+/** `--prefill-chunk N`: prompt tokens one prefill run computes at most (a whole number ≥ 1), checked. */
+export function prefillChunkFlag(value: string | undefined): number | undefined {
+  const n = parseNumber('prefill-chunk', value, true);
+  if (n !== undefined && n < 1) throw badArgs(`--prefill-chunk expects a whole number ≥ 1, got "${value}"`);
+  return n;
+}
+
 export function parseNumber(name: string, value: string | undefined, integer = false): number | undefined {
   if (value === undefined) return undefined;
   const n = Number(value);

@@ -40,6 +40,7 @@ import {
   parseFlags,
   parseIds,
   parseNumber,
+  prefillChunkFlag,
   printWarnings,
   ReplyPrinter,
   SAMPLING_OPTIONS,
@@ -105,8 +106,8 @@ generate options:
 
 chat options (a conversation, as ollama run: a line is a turn, """ starts and ends one of several lines; Ctrl+C
 stops a reply, Ctrl+D or /bye ends, /? lists the commands; with stdin from a pipe, each line is a turn):
-  --system TEXT --max-new-tokens N, generate's sampling options, --kv-budget, --device-memory, --threads, --lookup,
-  --data-dir, --variant, --backend, --trust-installed
+  --system TEXT --max-new-tokens N, generate's sampling options, --kv-budget, --device-memory, --threads,
+  --prefill-chunk, --lookup, --data-dir, --variant, --backend, --trust-installed
   --verbose                each reply's figures (tokens, speed, prompt and reused tokens, KV) on stderr
   --think | --nothink      a thinking model reasons first, or replies at once (also /set think, /set nothink);
                            its reasoning goes to stderr between "Thinking..." and "...done thinking."
@@ -272,10 +273,7 @@ async function generate(args: string[], io: Io): Promise<number> {
     const devices: Partial<HostSettings> = {};
     applyDeviceFlags(devices, values['kv-budget'], values['device-memory']);
     const threads = parseNumber('threads', values.threads, true);
-    const prefillChunk = parseNumber('prefill-chunk', values['prefill-chunk'], true);
-    if (prefillChunk !== undefined && prefillChunk < 1) {
-      throw badArgs(`--prefill-chunk expects a whole number ≥ 1, got "${values['prefill-chunk']}"`);
-    }
+    const prefillChunk = prefillChunkFlag(values['prefill-chunk']);
     const lookup = lookupFlag(values.lookup);
     const sampling = samplingFlags(values);
     const request: Record<string, unknown> = { sampling };
@@ -506,10 +504,11 @@ export async function main(argv: string[], io: Io): Promise<number> {
     case 'generate':
       return generate(rest, io);
     case 'chat':
-      return (await import('./chat')).chat(rest, io, ({ devices, threads, lookup }) => {
+      return (await import('./chat')).chat(rest, io, ({ devices, threads, lookup, prefillChunk }) => {
         return new RunnerService({
           ...devices,
           ...(threads !== undefined ? { intraOpNumThreads: threads } : {}),
+          ...(prefillChunk !== undefined ? { prefillChunkTokens: prefillChunk } : {}),
           ...(lookup !== undefined ? { lookupDraftTokens: lookup } : {}),
         });
       });

@@ -38,6 +38,10 @@ describe('kvdesk chat', () => {
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout).toBe(alone.stdout);
     expect(r.stderr).toContain('default (hf-optimum, context 2048 tokens) loaded');
+    // Prefill in chunks of 8 tokens: the same reply.
+    const chunked = kvdesk(['chat', defaultModelDir, ...GREEDY, '--prefill-chunk', '8'], 'Tell me about rivers.\n');
+    expect(chunked.code, chunked.stderr).toBe(0);
+    expect(chunked.stdout).toBe(alone.stdout);
   }, 60_000);
 
   it('keeps the conversation and its KV between turns; /clear starts over', () => {
@@ -254,6 +258,7 @@ describe('kvdesk chat', () => {
       [['--top-p', '9'], '--top-p: Too big: expected number to be <=1'],
       [['--max-new-tokens', '0'], '--max-new-tokens: Too small: expected number to be >=1'],
       [['--seed', '-1'], '--seed: Too small'],
+      [['--prefill-chunk', '0'], '--prefill-chunk expects a whole number ≥ 1, got "0"'],
     ] as const) {
       const r = kvdesk(['chat', defaultModelDir, ...flags], 'Hi\n');
       expect(r.code, flags.join(' ')).toBe(2);
