@@ -2,7 +2,7 @@
  * The tools of the test MCP server (the Model Context Protocol's official SDK), whatever carries it — stdio
  * (test/helpers/mcp-server.ts) or HTTP (test/helpers/mcp-http-server.ts): `echo` says the text back, `add` adds two
  * numbers, `fail` answers with an error, `slow` waits `ms` (at most 200) before answering. With `only` it offers
- * that tool alone (`big`, 20,000 words of answer, only so).
+ * that tool alone (`big`, 20,000 words of answer, and `exit`, which dies mid-call, only so).
  */
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { z } from 'zod';
@@ -40,6 +40,14 @@ export function testMcpServer(only?: string): McpServer {
         return { content: [{ type: 'text', text: `waited ${ms} ms` }] };
       },
     );
+  }
+  // Offered only when asked for alone: a server that dies in the middle of a call, saying why on stderr.
+  if (only === 'exit') {
+    server.registerTool('exit', { description: 'Exits while it answers' }, async () => {
+      process.stderr.write('out of memory: dying now\n');
+      setTimeout(() => process.exit(7), 20);
+      return new Promise<never>(() => {});
+    });
   }
   // Offered only when asked for alone: a long answer (20,000 words), more than the default model's context.
   if (only === 'big') {

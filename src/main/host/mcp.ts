@@ -19,7 +19,7 @@ import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js';
 import { getDefaultEnvironment, StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
-import { McpError } from '@modelcontextprotocol/sdk/types.js';
+import { ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js';
 import { isLosslessNumber, parse as losslessParse } from 'lossless-json';
 import { z } from 'zod';
 import type { McpServerStatus, McpStatus, McpToolResult } from '../../shared/api';
@@ -84,6 +84,8 @@ export class McpHub {
   private configError: string | undefined;
   private readAt = -1;
   private readonly running = new Map<string, Running>();
+  /** What each stdio server wrote on stderr lately (its last lines), for a call that fails. */
+  private readonly saidBy = new WeakMap<Client, () => string>();
   private readonly starting = new Map<string, Promise<Running>>();
   private readonly failed = new Map<string, string>();
   private closed = false;
@@ -166,7 +168,13 @@ export class McpHub {
           isError: true,
         };
       }
-      return { content: `The tool failed: ${(err as Error).message}`, isError: true };
+      // A server that died mid-call (its connection closed): what it last wrote on stderr says why.
+      const died = err instanceof McpError && err.code === ErrorCode.ConnectionClosed;
+      const tail = died ? this.saidBy.get(run.client)?.() : undefined;
+      return {
+        content: `The tool failed: ${(err as Error).message}${tail ? ` (it said: ${tail})` : ''}`,
+        isError: true,
+      };
     }
   }
 
@@ -359,15 +367,17 @@ export class McpHub {
       ...(entry.cwd ? { cwd: entry.cwd } : {}),
       stderr: 'pipe',
     });
-    // What the server says on stderr, for the error when it fails to start.
+    // What the server says on stderr, for the error when it fails to start, or when a call fails later.
     let said = '';
     transport.stderr?.on('data', (d: Buffer) => {
       said = (said + d.toString('utf8')).slice(-2000);
     });
     try {
-      return await attempt(transport);
+      const client = await attempt(transport);
+      this.saidBy.set(client, () => lastLines(said));
+      return client;
     } catch (err) {
-      const tail = said.trim().split('\n').slice(-3).join(' / ');
+      const tail = lastLines(said);
       throw new Error(`${(err as Error).message}${tail ? ` (it said: ${tail})` : ''}`);
     }
   }
@@ -377,6 +387,11 @@ export class McpHub {
     this.running.delete(name);
     if (run) await run.client.close().catch(() => {});
   }
+}
+
+/** The last lines a server wrote on stderr, on one line. */
+function lastLines(text: string): string {
+  return text.trim().split('\n').slice(-3).join(' / ');
 }
 
 /** The first number (as written) a double cannot hold, and where it is (`a`, `list[2].b`); undefined when none. */

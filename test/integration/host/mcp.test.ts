@@ -94,6 +94,15 @@ describe('McpHub', () => {
     });
   }, 60_000);
 
+  it('a server that dies mid-call: the answer says what it last wrote, and the next call starts it again', async () => {
+    write({ mcpServers: { dying: server({ KVDESK_TEST_MCP_ONLY: 'exit' }) } });
+    const answer = await hub.call('dying', 'exit', '{}');
+    expect(answer.isError).toBe(true);
+    expect(answer.content).toMatch(/^The tool failed: .*Connection closed.* \(it said: out of memory: dying now\)$/);
+    // The next call finds it started again (and dying again).
+    expect((await hub.call('dying', 'exit', '{}')).content).toMatch(/it said: out of memory: dying now/);
+  }, 60_000);
+
   it('a bad mcp.json is said with the field; a changed entry stops its server', async () => {
     write('{"mcpServers": ');
     expect((await hub.status()).error).toMatch(/is not JSON/);
