@@ -47,7 +47,8 @@ export const SamplingSettings = z.object({
   greedy: z.boolean().optional(),
   temperature: z.number().min(0).max(10).optional(),
   topK: z.number().int().min(0).optional(),
-  topP: z.number().gt(0).max(1).optional(),
+  /** 0: a nucleus that holds the likeliest token alone (OpenAI's top_p 0). */
+  topP: z.number().min(0).max(1).optional(),
   minP: z.number().min(0).max(1).optional(),
   repetitionPenalty: z.number().gt(0).max(10).optional(),
   /** The repetition penalty looks at the last n tokens of the prompt and reply only (llama.cpp's repeat_last_n); 0: all. */

@@ -208,11 +208,13 @@ function resolveSampling(req: GenerateRequest, spec: ModelSpec): SamplingParams 
   const d = spec.search;
   const temperature = s.temperature ?? d.temperature ?? 0.7;
   const greedy = s.greedy ?? (s.temperature === 0 || (s.temperature === undefined && d.doSample === false));
+  const topP = s.topP ?? d.topP ?? 1;
   return {
     greedy,
     temperature,
-    topK: s.topK ?? d.topK ?? 0,
-    topP: s.topP ?? d.topP ?? 1,
+    // A nucleus of probability 0 holds the likeliest token alone: top-k 1, without sorting the vocabulary.
+    topK: topP === 0 ? 1 : (s.topK ?? d.topK ?? 0),
+    topP: topP === 0 ? 1 : topP,
     minP: s.minP ?? d.minP ?? 0,
     repetitionPenalty: s.repetitionPenalty ?? d.repetitionPenalty ?? 1,
     repetitionWindow: s.repetitionWindow ?? 0,

@@ -437,15 +437,13 @@ export function mapOpenAiRequest(kind: OpenAiKind, input: unknown): MappedReques
   const temperature = number(body, 'temperature', { min: 0, max: 2 });
   if (temperature !== undefined) sampling.temperature = temperature;
   const topP = number(body, 'top_p', { min: 0, max: 1 });
-  if (topP !== undefined && topP > 0) sampling.topP = topP;
+  if (topP !== undefined) sampling.topP = topP;
   // -1 is llama.cpp's "a random seed", as no seed.
   const seed = number(body, 'seed', { int: true, min: -1, max: 2 ** 53 });
   if (seed !== undefined && seed >= 0) sampling.seed = seed;
   // vLLM's extra sampling parameters, which OpenAI clients pass through `extra_body`.
   const topK = number(body, 'top_k', { int: true, min: -1 });
   if (topK !== undefined) sampling.topK = topK === -1 ? 0 : topK;
-  // A nucleus of probability 0 holds the likeliest token alone.
-  if (topP === 0) sampling.topK = 1;
   const minP = number(body, 'min_p', { min: 0, max: 1 });
   if (minP !== undefined) sampling.minP = minP;
   const rp = number(body, 'repetition_penalty', { min: 0, minExclusive: true, max: 10 });
@@ -566,10 +564,8 @@ export function conversationRequest(
   if (f.maxNewTokens !== undefined) request.maxNewTokens = f.maxNewTokens;
   const sampling: NonNullable<GenerateRequest['sampling']> = {};
   if (f.temperature !== undefined) sampling.temperature = f.temperature;
-  if (f.topP !== undefined && f.topP > 0) sampling.topP = f.topP;
+  if (f.topP !== undefined) sampling.topP = f.topP;
   if (f.topK !== undefined) sampling.topK = f.topK;
-  // A nucleus of probability 0 holds the likeliest token alone.
-  if (f.topP === 0) sampling.topK = 1;
   if (Object.keys(sampling).length > 0) request.sampling = sampling;
   if (f.stop) request.stop = f.stop;
   if (f.tools) request.tools = f.tools;
