@@ -4,6 +4,7 @@ import path from 'node:path';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
 import { ModelLibrary, mergePick } from '../main/host/model-library';
 import { detectLayout } from '../main/packages';
+import { parseByteSize } from '../main/scheduler';
 import type { LoadModelRequest } from '../shared/api';
 import {
   type BudgetCap,
@@ -74,6 +75,16 @@ const FLAG_OF: Readonly<Record<string, string>> = {
   prediction: 'prediction-file',
   reasoningEffort: 'effort',
 };
+
+/** A byte-size flag's value (undefined when absent); a bad one is refused naming the flag. */
+export function byteSizeFlag(name: string, value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  try {
+    return parseByteSize(value);
+  } catch (err) {
+    throw new KvdeskError('BAD_REQUEST', `--${name}: ${(err as Error).message}`, { flag: name });
+  }
+}
 
 /** `--prefill-chunk N`: prompt tokens one prefill run computes at most (a whole number ≥ 1), checked. */
 export function prefillChunkFlag(value: string | undefined): number | undefined {

@@ -4,8 +4,8 @@
  * `cuda:0=6GiB` sets that GPU's. Device keys are `cpu` or `<backend>:<id>`.
  */
 import type { HostSettings } from '../main/host/runner-service';
-import { parseByteSize } from '../main/scheduler';
 import { KvdeskError } from '../shared/errors';
+import { byteSizeFlag } from './common';
 
 const DEVICE = /^(cpu|[a-z][a-z0-9]*:\d+)=(.+)$/;
 
@@ -19,9 +19,9 @@ function split(flag: string, value: string, requireDevice: boolean): { device: s
         { field: flag, value },
       );
     }
-    return { device: 'cpu', bytes: parseByteSize(value) };
+    return { device: 'cpu', bytes: byteSizeFlag(flag, value) as number };
   }
-  return { device: m[1] as string, bytes: parseByteSize(m[2] as string) };
+  return { device: m[1] as string, bytes: byteSizeFlag(flag, m[2] as string) as number };
 }
 
 /** Applies the repeatable per-device flags to host settings. */

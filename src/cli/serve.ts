@@ -8,11 +8,10 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { type ApiServerControl, createHostApi, type HostApi } from '../main/host/host-api';
 import { type HostSettings, RunnerService } from '../main/host/runner-service';
-import { parseByteSize } from '../main/scheduler';
 import { assertBindable, type RunningServer, serveControl, startServer } from '../main/server';
 import { parseDuration } from '../shared/duration';
 import { KvdeskError, toErrorInfo } from '../shared/errors';
-import { type Io, joinValues, lookupFlag } from './common';
+import { byteSizeFlag, type Io, joinValues, lookupFlag } from './common';
 import { dataDirOf } from './data-dir';
 import { applyDeviceFlags } from './device-flags';
 
@@ -84,16 +83,6 @@ function signalled(io: Io): Promise<void> {
     process.on('SIGINT', onSignal);
     process.on('SIGTERM', onSignal);
   });
-}
-
-/** A byte-size flag's value (undefined when absent); a bad one is refused naming the flag. */
-function byteSizeFlag(name: string, value: string | undefined): number | undefined {
-  if (value === undefined) return undefined;
-  try {
-    return parseByteSize(value);
-  } catch (err) {
-    throw new KvdeskError('BAD_REQUEST', `--${name}: ${(err as Error).message}`, { flag: name });
-  }
 }
 
 /** Runs `kvdesk serve`; resolves with the exit code once the server has shut down. */
