@@ -384,7 +384,6 @@ async function generate(args: string[], io: Io): Promise<number> {
   }
 }
 
-/** A JSON file given to a flag (--json-schema, --tools); errors name the flag and the file. */
 /** A file a flag names, as UTF-8 text; one that cannot be read is BAD_REQUEST naming the flag and the file. */
 function readTextFile(flag: string, file: string): string {
   try {
@@ -394,6 +393,7 @@ function readTextFile(flag: string, file: string): string {
   }
 }
 
+/** A JSON file given to a flag (--json-schema, --tools); errors name the flag and the file. */
 function readJsonFile(flag: string, file: string): unknown {
   const text = readTextFile(flag, file);
   try {

@@ -606,8 +606,9 @@ export class ContinuousBatcher {
       m.length++;
       row.nextPos++;
       this.sampleMember(m, logits, () => 0, i);
-      if (row.done || m.generated >= m.job.maxNewTokens || m.length + 1 > this.spec.contextLength) break;
-      if (i === n - 1 || row.lastId !== draft[i] || m.hooks.stopRequested()) break;
+      // draftFor kept the draft within max tokens and the context, so only the last input can reach either; past
+      // the last input, draft[i] is undefined and ends the loop.
+      if (row.done || row.lastId !== draft[i] || m.hooks.stopRequested()) break;
     }
     m.accepted += used - 1;
     if (used > 1) m.misses = 0;

@@ -146,7 +146,7 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
           ...(withLogprobs ? { logprobs: cmd.logprobs } : {}),
           ...(json ? { json } : {}),
           ...(session ? { session: session.kv } : {}),
-          ...(cmd.prediction && R === 1 ? { prediction: cmd.prediction } : {}),
+          ...(cmd.prediction ? { prediction: cmd.prediction } : {}),
         },
         {
           onStart: (prefillTokens, reusedTokens) =>

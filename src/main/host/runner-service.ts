@@ -1375,7 +1375,7 @@ class Generation {
           ...(grammar ? { calls: { key: this.model.loadKey, grammar } } : {}),
           ...(budget ? { budget } : {}),
           ...(this.req.sessionId ? { sessionId: this.req.sessionId } : {}),
-          ...(this.req.prediction !== undefined && this.rows.length === 1
+          ...(this.req.prediction !== undefined
             ? { prediction: this.model.tokenizer.encode(this.req.prediction, { addSpecialTokens: false }) }
             : {}),
         },
