@@ -232,14 +232,8 @@ function prediction(body: Record<string, unknown>): string | undefined {
       'prediction',
     );
   if (typeof p !== 'object' || p === null || Array.isArray(p) || p.type !== 'content') throw wrong();
-  const c = p.content;
-  if (typeof c === 'string') return c;
-  if (!Array.isArray(c)) throw wrong();
-  const parts = c as Array<{ type?: unknown; text?: unknown }>;
-  if (!parts.every((x) => typeof x === 'object' && x !== null && x.type === 'text' && typeof x.text === 'string')) {
-    throw wrong();
-  }
-  return parts.map((x) => x.text as string).join('');
+  if (p.content === undefined || p.content === null) throw wrong();
+  return textContent(p.content, 'prediction.content', 'prediction');
 }
 
 /** OpenAI's logit_bias: token ids (as keys) to a bias in -100…100. */
@@ -276,21 +270,21 @@ export function stopList(body: Body, key = 'stop'): string[] | undefined {
 function messageContent(m: Record<string, unknown>, i: number): string {
   const c = m.content;
   if (c === undefined || c === null) return '';
+  return textContent(c, `messages[${i}].content`);
+}
+
+/** Text as OpenAI writes it: a string, or an array of `{type: "text", text}` parts (joined); `param` for a 400. */
+function textContent(c: unknown, where: string, param = where): string {
   if (typeof c === 'string') return c;
   if (Array.isArray(c)) {
     let text = '';
     for (const part of c as Array<Record<string, unknown>>) {
       if (part && part.type === 'text' && typeof part.text === 'string') text += part.text;
-      else {
-        throw bad(
-          `messages[${i}].content: only text parts are supported, got ${JSON.stringify(part?.type)}.`,
-          `messages[${i}].content`,
-        );
-      }
+      else throw bad(`${where}: only text parts are supported, got ${JSON.stringify(part?.type)}.`, param);
     }
     return text;
   }
-  throw bad(`messages[${i}].content must be a string or an array of text parts.`, `messages[${i}].content`);
+  throw bad(`${where} must be a string or an array of text parts.`, param);
 }
 
 /** An assistant message's `tool_calls`: `[{id, type: "function", function: {name, arguments}}]`. */
