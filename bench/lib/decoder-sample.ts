@@ -4,20 +4,10 @@
  * (workers/kvdesk-inproc.ts) and the lookup-decoding section.
  */
 import type { LoadedDecoder } from '../../src/main/engine/decoder';
-import type { LookupCount, SamplingParams, StepLogprob } from '../../src/main/engine/protocol';
+import type { LookupCount, StepLogprob } from '../../src/main/engine/protocol';
+import { GREEDY } from '../../test/helpers/generation';
 import { generationTimes } from './stats';
 import type { GenerationSample } from './worker-protocol';
-
-/** Greedy sampling as the engine takes it. */
-export const GREEDY: SamplingParams = {
-  greedy: true,
-  temperature: 0,
-  topK: 0,
-  topP: 1,
-  minP: 0,
-  repetitionPenalty: 1,
-  seed: 1,
-};
 
 export interface DecoderSampleOptions {
   eosTokenIds?: number[];
