@@ -276,8 +276,14 @@ export interface GenerationResult {
    * Lookup decoding (present when a draft was checked): tokens guessed from earlier text and those the model
    * took — each one taken is a decode step saved.
    */
-  lookup?: { drafted: number; accepted: number };
+  lookup?: LookupCount;
   timings: { queueMs: number; ttftMs: number; totalMs: number; tokensPerSecond: number };
+}
+
+/** Lookup decoding in a generation (or since the host started): tokens drafted and checked, and those taken. */
+export interface LookupCount {
+  drafted: number;
+  accepted: number;
 }
 
 /** Frames of one generation stream, in order: accepted → admitted → tokens* → done | error. */

@@ -6,6 +6,7 @@
  * Rules: ../../../shared/design/SCHEDULER.md.
  */
 import { z } from 'zod';
+import type { LookupCount } from './contract';
 import type { ErrorCode, ErrorInfo } from './errors';
 
 /** Where a request is in its life. `refused` = rejected at submit or while queued; never admitted. */
@@ -289,7 +290,7 @@ export interface BudgetSnapshot extends DeviceBudgetSnapshot {
   /** The counters of devices that went with their last model (so /metrics' totals never go down). */
   retiredCounters?: SchedulerCounters;
   /** Lookup decoding since the host started: tokens drafted and checked, and those the model took. */
-  lookup?: { drafted: number; accepted: number };
+  lookup?: LookupCount;
 }
 
 /** Why a session's KV was dropped. */

@@ -4,6 +4,7 @@
  * thread it runs on; the host's event loop must stay free for the UI and API.
  */
 
+import type { LookupCount } from '../../shared/contract';
 import type { ErrorInfo } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
 import type { CallGrammar } from './call-constraint';
@@ -51,11 +52,7 @@ export interface EngineSessionOptions {
   lookupDraftTokens?: number;
 }
 
-/** Lookup decoding in one generation: tokens drafted and checked, and those the model took. */
-export interface LookupCount {
-  drafted: number;
-  accepted: number;
-}
+export type { LookupCount };
 
 /** How a loaded graph scores positions. */
 export interface LogitsPositions {

@@ -16,6 +16,7 @@ import {
   type GeneratedTokenLogprob,
   GenerateRequest,
   type GenerationResult,
+  type LookupCount,
   type RowResult,
   type StreamFrame,
   type TokenLogprob,
@@ -420,7 +421,7 @@ export class RunnerService {
   private readonly lookupTotals = { drafted: 0, accepted: 0 };
 
   /** Adds a finished generation's lookup figures to the totals. */
-  countLookup(lookup: { drafted: number; accepted: number } | undefined): void {
+  countLookup(lookup: LookupCount | undefined): void {
     if (!lookup) return;
     this.lookupTotals.drafted += lookup.drafted;
     this.lookupTotals.accepted += lookup.accepted;
