@@ -201,8 +201,15 @@ describe('lookup decoding in the engine', () => {
     // The next turn reuses the session and goes on the same way.
     const next = [...plainSession.tokens, 8, 9];
     const a = await off(() => generate(decoder, next, 12, GREEDY, { session: plainSession }));
-    const b = await withDrafter(knowing([]), 4, () => generate(decoder, next, 12, GREEDY, { session: fastSession }));
+    // Drafts of that turn's own reply: lookup runs on the reused session too.
+    const nextText = [...next, ...a.ids];
+    const b = await withDrafter(
+      (history, max) => nextText.slice(history.length, history.length + max),
+      4,
+      () => generate(decoder, next, 12, GREEDY, { session: fastSession }),
+    );
     expect(b.ids).toEqual(a.ids);
+    expect(b.outcome.lookup?.accepted).toBeGreaterThan(0);
   });
 
   it("drafts from the client's predicted reply with kvdesk's own drafter: same reply, a fraction of the runs", async () => {
