@@ -569,31 +569,14 @@ export class ContinuousBatcher {
    * did not count is cut off.
    */
   private async checkDraft(draft: number[]): Promise<void> {
-    const ports = this.spec.ports;
     const row = this.rows[0] as Row;
     const m = row.req;
     const L = this.seq;
     const inputs = [row.lastId, ...draft];
     const n = inputs.length;
-    this.peakRows = Math.max(this.peakRows, 1);
-    const feeds: Record<string, ort.Tensor> = {};
-    feeds[ports.inputIds.name] = idTensor(ports.inputIds, inputs, [1, n]);
-    if (ports.attentionMask) feeds[ports.attentionMask.name] = maskTensor(ports.attentionMask, [row.pad], L + n);
-    if (ports.positionIds) {
-      feeds[ports.positionIds.name] = idTensor(
-        ports.positionIds,
-        inputs.map((_, i) => row.nextPos + i),
-        [1, n],
-      );
-    }
-    const startsInput = this.lookup?.startsInput;
-    if (startsInput) feeds[startsInput] = new ort.Tensor('int64', BigInt64Array.of(BigInt(-n)), [1]);
-    for (const t of this.kvTensors) feeds[t.past] = this.past.get(t.past) as ort.Tensor;
-    const out = await this.runCounted(m.hooks, feeds);
-    for (const t of this.kvTensors) delete feeds[t.past];
-    let past = this.presents(out);
-    this.checkBytes(past, 1, L + n);
-    const logits = this.logitsOf(out, true);
+    const forward = await this.forward([inputs], m.hooks);
+    let past = forward.past;
+    const logits = forward.logits;
     if (logits.seq !== n) {
       throw new KvdeskError('ENGINE_FAILED', `a draft check of ${n} positions got logits for ${logits.seq}`);
     }
@@ -627,35 +610,56 @@ export class ContinuousBatcher {
     this.settle(m);
   }
 
-  private async step(): Promise<void> {
-    const draft = this.draftFor();
-    if (draft.length > 0) return this.checkDraft(draft);
+  /**
+   * One run of every row of the batch on its next inputs (each row the same number, n: 1 for a step, the last
+   * token and a draft for a check): the new KV, checked, and the logits — of the last position, or of all n
+   * (the last-position copy told to score them).
+   */
+  private async forward(
+    inputs: number[][],
+    hooks: GenerationHooks,
+  ): Promise<{ past: Map<string, ort.Tensor>; logits: LogitsRows }> {
     const ports = this.spec.ports;
     const B = this.rows.length;
+    const n = (inputs[0] as number[]).length;
     const L = this.seq;
     this.peakRows = Math.max(this.peakRows, B);
-    const ids = this.rows.map((r) => r.lastId);
-    const positions = this.rows.map((r) => r.nextPos);
     const feeds: Record<string, ort.Tensor> = {};
-    feeds[ports.inputIds.name] = idTensor(ports.inputIds, ids, [B, 1]);
+    feeds[ports.inputIds.name] = idTensor(ports.inputIds, inputs.flat(), [B, n]);
     if (ports.attentionMask) {
       feeds[ports.attentionMask.name] = maskTensor(
         ports.attentionMask,
         this.rows.map((r) => r.pad),
-        L + 1,
+        L + n,
       );
     }
-    if (ports.positionIds) feeds[ports.positionIds.name] = idTensor(ports.positionIds, positions, [B, 1]);
+    if (ports.positionIds) {
+      const positions = this.rows.flatMap((r) => Array.from({ length: n }, (_, i) => r.nextPos + i));
+      feeds[ports.positionIds.name] = idTensor(ports.positionIds, positions, [B, n]);
+    }
+    const startsInput = this.lookup?.startsInput;
+    if (n > 1 && startsInput) feeds[startsInput] = new ort.Tensor('int64', BigInt64Array.of(BigInt(-n)), [1]);
     for (const t of this.kvTensors) feeds[t.past] = this.past.get(t.past) as ort.Tensor;
-    const first = this.rows[0] as Row;
-    const out = await this.runCounted(first.req.hooks, feeds);
+    const out = await this.runCounted(hooks, feeds);
     // Drop the last references to the previous KV at once (the async frame keeps `feeds` alive until the
     // step ends): the engine then holds one copy per token while it samples and sends frames, not two.
     for (const t of this.kvTensors) delete feeds[t.past];
-    this.past = this.presents(out);
+    const past = this.presents(out);
+    this.checkBytes(past, B, L + n);
+    return { past, logits: this.logitsOf(out, n > 1) };
+  }
+
+  private async step(): Promise<void> {
+    const draft = this.draftFor();
+    if (draft.length > 0) return this.checkDraft(draft);
+    const L = this.seq;
+    const first = this.rows[0] as Row;
+    const { past, logits } = await this.forward(
+      this.rows.map((r) => [r.lastId]),
+      first.req.hooks,
+    );
+    this.past = past;
     this.seq = L + 1;
-    this.checkBytes(this.past, B, this.seq);
-    const logits = this.logitsOf(out);
     const indexOf = new Map(this.rows.map((r, i) => [r, i]));
     for (const m of this.members()) {
       for (const r of m.rows) {
