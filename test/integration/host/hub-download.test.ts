@@ -478,10 +478,15 @@ describe('what the models folder holds already', () => {
     const abort = new AbortController();
     const run = downloadHubModel(CHAT, modelsDir, { ...opts(), signal: abort.signal }).catch((e: unknown) => e);
     const graphFile = 'onnx/model_q4.onnx';
-    for (let i = 0; i < 200 && (hub.served.get(graphFile) ?? 0) < graph.length; i++) {
-      await new Promise((r) => setTimeout(r, 25));
-    }
+    // The hub has sent it all and the download has checked it and put it in place (the client can lag the
+    // server's last byte, so wait for the file itself, not the hub's count).
+    const placed = async () =>
+      (hub.served.get(graphFile) ?? 0) >= graph.length &&
+      !(await missing(path.join(staging('tiny-chat-q4'), graphFile)));
+    for (let i = 0; i < 400 && !(await placed()); i++) await new Promise((r) => setTimeout(r, 25));
     expect(hub.served.get(graphFile)).toBe(graph.length);
+    expect(await placed()).toBe(true);
+    expect(hub.served.get('config.json') ?? 0).toBeLessThan(chatRepo['config.json']?.length ?? 0);
     abort.abort();
     const err = await run;
     expect((err as Error).name).toBe('AbortError');
