@@ -281,7 +281,8 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       info = await runner.loadModel(dir, { ...retry, whileIdle });
       pick = Object.keys(retry).length > 0 ? retry : null;
     }
-    if (jit) firstUse.set(info.id, jit);
+    // Its idle time counts from now: a load that took longer than the time to live does not make it stale.
+    if (jit) firstUse.set(info.id, { ...jit, lastUsedAt: Date.now() });
     else firstUse.delete(info.id);
     const all = models();
     emit('models', all);
@@ -342,6 +343,9 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       jitLoads.set(id, pending);
     }
     await pending;
+    // Every request that waited for the load uses the model now.
+    const f = firstUse.get(id);
+    if (f) f.lastUsedAt = Date.now();
   }
 
   // Models loaded on first use go once idle for their time to live; one still busy counts as used now.
