@@ -53,8 +53,11 @@ export interface RepoMeta {
 }
 
 export interface FakeHubFaults {
-  /** With `after`: the cut waits until the responses of those paths have all been sent (so they complete first). */
-  cutAfter?: { path: string; bytes: number; after?: string[] } | undefined;
+  /**
+   * With `after`: the cut waits until it returns true (the test's view of the client: files it has in place), so
+   * what it names completes first.
+   */
+  cutAfter?: { path: string; bytes: number; after?: () => boolean } | undefined;
   /** Downloads of this path send half the file, then nothing more until the client goes (a stalled transfer). */
   stall?: string | undefined;
   corrupt: Set<string>;
@@ -100,8 +103,6 @@ export async function startFakeHub(
   const faults: FakeHubFaults = { corrupt: new Set(), ignoreRange: false };
   const requests: FakeRequest[] = [];
   const served = new Map<string, number>();
-  /** Paths whose whole response has been sent. */
-  const sent = new Set<string>();
   const isLfs = (p: string, data: Buffer) => /\.onnx$|\.onnx_data/.test(p) || data.length >= options.lfsMinBytes;
   const bytesOf = (v: Buffer | string) => (typeof v === 'string' ? Buffer.from(v) : v);
   const cdn = new Map<string, { path: string; data: Buffer }>(); // sha256 → file, registered by its redirect
@@ -213,14 +214,14 @@ export async function startFakeHub(
     if (faults.stall === filePath) res.write(body);
     else if (cut) {
       const send = () => res.write(body, () => res.socket?.destroy());
-      const waitFor = cut.after ?? [];
-      // Sent, and a moment for the client to write and rename them (it aborts the others when the cut comes).
-      const ready = () => (waitFor.every((p) => sent.has(p)) ? void setTimeout(send, 100) : void setTimeout(ready, 10));
-      ready();
-    } else {
-      res.on('finish', () => sent.add(filePath));
-      res.end(body);
-    }
+      const after = cut.after;
+      // Without `after`, a moment for the files already under way (the client aborts the others when the cut comes).
+      if (!after) setTimeout(send, 100);
+      else {
+        const ready = () => void (after() ? send() : setTimeout(ready, 10));
+        ready();
+      }
+    } else res.end(body);
   }
 
   const handle = (req: http.IncomingMessage, res: http.ServerResponse): unknown => {

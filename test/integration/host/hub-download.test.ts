@@ -5,7 +5,7 @@
  * every file, resumes what was cut off, and the package it leaves loads and generates as the original does.
  */
 import { createHash } from 'node:crypto';
-import { promises as fs, readdirSync } from 'node:fs';
+import { existsSync, promises as fs, readdirSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
@@ -80,6 +80,8 @@ const staging = (folder: string) => {
   const names = readdirSync(modelsDir).filter((n) => n.startsWith(`.${folder}.`) && n.endsWith('.partial'));
   return path.join(modelsDir, names[0] ?? `.${folder}.none.partial`);
 };
+/** Whether these files of the chat package's download are whole in its staging folder (checked and renamed). */
+const placed = (files: string[]) => files.every((f) => existsSync(path.join(staging('tiny-chat-q4'), f)));
 const missing = (p: string) =>
   fs.stat(p).then(
     () => false,
@@ -219,7 +221,7 @@ describe('downloadHubModel', () => {
     const size = graph.length;
     // The side files complete before the cut (three files download at a time: one queued behind the graph would
     // otherwise be stopped by it, and fetched on the resume).
-    hub.faults.cutAfter = { path: FILE, bytes: 300_000, after: SIDE };
+    hub.faults.cutAfter = { path: FILE, bytes: 300_000, after: () => placed(SIDE) };
     await expect(downloadHubModel(CHAT, modelsDir, opts())).rejects.toThrow();
     expect(await packages()).toEqual([]);
     const firstBytes = hub.served.get(FILE) ?? 0;
@@ -399,7 +401,11 @@ describe('what the models folder holds already', () => {
   });
 
   it('a staged file that no longer matches the hub (a revision moved on) is fetched again; progress ends at the total', async () => {
-    hub.faults.cutAfter = { path: 'onnx/model_q4.onnx', bytes: 1000 };
+    hub.faults.cutAfter = {
+      path: 'onnx/model_q4.onnx',
+      bytes: 1000,
+      after: () => placed(['generation_config.json', 'config.json']),
+    };
     await expect(downloadHubModel(CHAT, modelsDir, opts())).rejects.toMatchObject({ code: 'DOWNLOAD_FAILED' });
     const dir = staging('tiny-chat-q4');
     // A complete side file that is not the hub's any more (same size), and a part longer than its file.
