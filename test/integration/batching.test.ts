@@ -32,14 +32,25 @@ describe.skipIf(!haveFixtures)(
   () => {
     it('two concurrent requests give exactly the onnxruntime-genai oracle', async () => {
       const h = await host(fixture('onnxruntime-genai/tiny-random-gpt2-fp32'));
-      // The first request runs long enough that the second certainly joins its batch.
-      let second: Promise<GenerationResult> | undefined;
-      const first = h.generate({ promptIds: [0, 0, 0, 52], maxNewTokens: 300, sampling: { greedy: true } }, (f) => {
-        if (f.type === 'tokens' && !second) second = run(h, [0, 0, 195, 731], 6);
-      }).result;
-      const a = await first;
-      const b = await (second as Promise<GenerationResult>);
-      expect([0, 0, 0, 52, ...a.tokenIds.slice(0, 6)]).toEqual([0, 0, 0, 52, 204, 204, 204, 204, 204, 204]);
+      // The first request runs until the second has ended (it is cancelled then), so the second joins its batch
+      // however late the host sends it.
+      let startSecond = () => {};
+      const second = new Promise<GenerationResult>((resolve, reject) => {
+        startSecond = () => {
+          startSecond = () => {};
+          run(h, [0, 0, 195, 731], 6).then(resolve, reject);
+        };
+      });
+      const firstIds: number[] = [];
+      const first = h.generate({ promptIds: [0, 0, 0, 52], maxNewTokens: 500, sampling: { greedy: true } }, (f) => {
+        if (f.type !== 'tokens') return;
+        firstIds.push(...(f.rows[0]?.ids ?? []));
+        startSecond();
+      });
+      const b = await second;
+      first.cancel('user');
+      await expect(first.result).rejects.toMatchObject({ code: 'CANCELLED' });
+      expect([0, 0, 0, 52, ...firstIds.slice(0, 6)]).toEqual([0, 0, 0, 52, 204, 204, 204, 204, 204, 204]);
       expect([0, 0, 195, 731, ...b.tokenIds]).toEqual([0, 0, 195, 731, 731, 114, 114, 114, 114, 114]);
       expect((await h.engine.stats()).peakBatchRows).toBe(2);
     });

@@ -509,8 +509,9 @@ describe('engine facts', () => {
     // The prefill is one session.run of hundreds of ms; had it run on this thread, no timer could fire
     // during it and the largest gap would be at least that long.
     expect(r.timings.ttftMs).toBeGreaterThan(250);
-    expect(maxGap).toBeLessThan(r.timings.ttftMs / 3);
-    expect(ticks).toBeGreaterThan(elapsed / 5 / 4);
+    // Bounds with room for a loaded CI machine (a starved process or a GC pause), still far from a blocked loop.
+    expect(maxGap).toBeLessThan(r.timings.ttftMs / 2);
+    expect(ticks).toBeGreaterThan(elapsed / 5 / 10);
   });
 
   it('a bad package is refused naming the file, and nothing stays loaded', async () => {
