@@ -280,12 +280,15 @@ export interface McpToolInfo {
   inputSchema: Record<string, unknown>;
 }
 
-/** An MCP server of mcp.json: not started yet, starting, running (its tools), or why it did not start. */
+/**
+ * An MCP server of mcp.json: not started yet, starting, running (its tools), why it did not start (`failed`), or
+ * why it stopped on its own after it ran (`exited`: it starts again when a chat uses it).
+ */
 export interface McpServerStatus {
   name: string;
   /** Set for a server at an address (mcp.json's `url`): kvdesk connects to it rather than starting it. */
   remote?: true;
-  state: 'idle' | 'starting' | 'ready' | 'failed';
+  state: 'idle' | 'starting' | 'ready' | 'failed' | 'exited';
   error?: string;
   tools: McpToolInfo[];
 }

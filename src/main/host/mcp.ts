@@ -88,6 +88,8 @@ export class McpHub {
   private readonly saidBy = new WeakMap<Client, () => string>();
   private readonly starting = new Map<string, Promise<Running>>();
   private readonly failed = new Map<string, string>();
+  /** Servers that stopped on their own after they ran, and why (until they start again). */
+  private readonly exited = new Map<string, string>();
   private closed = false;
   private reloading: Promise<void> | null = null;
 
@@ -190,7 +192,11 @@ export class McpHub {
     if (run) return { name, ...kind, state: 'ready', tools: run.tools };
     if (this.starting.has(name)) return { name, ...kind, state: 'starting', tools: [] };
     const error = this.failed.get(name);
-    return error ? { name, ...kind, state: 'failed', error, tools: [] } : { name, ...kind, state: 'idle', tools: [] };
+    if (error) return { name, ...kind, state: 'failed', error, tools: [] };
+    const gone = this.exited.get(name);
+    return gone
+      ? { name, ...kind, state: 'exited', error: gone, tools: [] }
+      : { name, ...kind, state: 'idle', tools: [] };
   }
 
   /** Reads mcp.json again when it changed (or appeared, or went); callers at once share one read. */
@@ -231,7 +237,10 @@ export class McpHub {
     const stale = [...new Set([...this.running.keys(), ...this.failed.keys()])].filter(
       (name) => JSON.stringify(next[name]) !== this.running.get(name)?.entry,
     );
-    for (const name of stale) this.failed.delete(name);
+    for (const name of stale) {
+      this.failed.delete(name);
+      this.exited.delete(name);
+    }
     await Promise.all(stale.map((name) => this.stop(name)));
     this.servers = next;
     this.readAt = at;
@@ -263,6 +272,7 @@ export class McpHub {
         }
         this.running.set(name, r);
         this.failed.delete(name);
+        this.exited.delete(name);
         return r;
       },
       (err: unknown) => {
@@ -297,10 +307,19 @@ export class McpHub {
         }
         cursor = page.nextCursor;
       } while (cursor && tools.length < 1000 && Date.now() < deadline);
-      // A server that exits (or a connection that closes) is connected again at its next use.
+      // A server that exits (or a connection that closes) is connected again at its next use; until then its
+      // status says it stopped, with what it last wrote. (kvdesk's own stops take it out of `running` first.)
       const connected = client;
       connected.onclose = () => {
-        if (this.running.get(name)?.client === connected) this.running.delete(name);
+        if (this.running.get(name)?.client !== connected) return;
+        this.running.delete(name);
+        const tail = this.saidBy.get(connected)?.();
+        this.exited.set(
+          name,
+          entry.url
+            ? 'the connection closed'
+            : `the program exited on its own${tail ? ` (it said: ${tail})` : ' (it wrote nothing on stderr)'}`,
+        );
       };
       return { entry: JSON.stringify(entry), client: connected, tools };
     } catch (err) {

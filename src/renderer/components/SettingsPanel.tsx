@@ -313,9 +313,11 @@ function ToolsSetting({ thread }: { thread: Thread }) {
                       .join(', ')}${s.tools.length > 6 ? '…' : ''}`
                   : s.state === 'failed'
                     ? `${s.remote ? 'could not connect' : 'did not start'}: ${s.error ?? ''}`
-                    : s.remote
-                      ? 'connects when the chat uses it'
-                      : 'starts when the chat uses it'}
+                    : s.state === 'exited'
+                      ? `stopped: ${s.error ?? ''}; ${s.remote ? 'connects' : 'starts'} again when the chat uses it`
+                      : s.remote
+                        ? 'connects when the chat uses it'
+                        : 'starts when the chat uses it'}
             </span>
           </label>
         );

@@ -99,6 +99,15 @@ describe('McpHub', () => {
     const answer = await hub.call('dying', 'exit', '{}');
     expect(answer.isError).toBe(true);
     expect(answer.content).toMatch(/^The tool failed: .*Connection closed.* \(it said: out of memory: dying now\)$/);
+    // The settings say it stopped, and why, until it runs again.
+    expect((await hub.status()).servers).toEqual([
+      {
+        name: 'dying',
+        state: 'exited',
+        error: 'the program exited on its own (it said: out of memory: dying now)',
+        tools: [],
+      },
+    ]);
     // The next call finds it started again (and dying again).
     expect((await hub.call('dying', 'exit', '{}')).content).toMatch(/it said: out of memory: dying now/);
   }, 60_000);
