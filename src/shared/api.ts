@@ -196,6 +196,8 @@ export const Thread = z.object({
   mcpServers: z.array(z.string().min(1).max(100)).max(64).optional(),
   /** The model must call one of the tools in reply to each of your messages (after a tool's answer it may not). */
   toolsRequired: z.boolean().optional(),
+  /** The preset last applied to this chat or saved from it: the picker shows it while the settings are still its. */
+  preset: z.string().min(1).max(80).optional(),
   /** Kept at the top of the chat list. */
   pinned: z.boolean().optional(),
   /** Tools (`server/tool`) this chat runs without asking (the person's "Always"). */

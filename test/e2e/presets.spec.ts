@@ -74,16 +74,16 @@ test('a preset saves a chat’s settings and gives them to another chat; it surv
   await setField(page, 'setting-topP', '');
   await page.getByTestId('preset-select').selectOption('Pirate');
   await expect(page.getByTestId('settings-summary')).toContainText('top-p 0.8');
-  await setField(page, 'setting-topP', '');
 
   await page.reload();
   await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
   await openSettings(page);
   await expect(page.getByTestId('preset-select').locator('option', { hasText: 'Pirate' })).toHaveCount(1);
-  // The chat kept what the preset gave it.
+  // The chat kept what the preset gave it, and the picker still says which preset that is.
   await expect(page.getByTestId('settings-summary')).toContainText('temp 0.3');
+  await expect(page.getByTestId('settings-summary')).toContainText('top-p 0.8');
+  await expect(page.getByTestId('preset-select')).toHaveValue('Pirate');
 
-  await page.getByTestId('preset-select').selectOption('Pirate');
   // Deleting asks once more.
   await page.getByTestId('preset-delete').click();
   await expect(page.getByTestId('preset-ask')).toContainText('Delete preset “Pirate”?');

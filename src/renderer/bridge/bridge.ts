@@ -908,6 +908,8 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       const others = (s().ui.presets ?? []).filter((p) => p.name !== clean);
       s().setUi({ presets: [...others, preset].sort((a, b) => a.name.localeCompare(b.name)) });
       saveSettings();
+      s().updateThread(threadId, { preset: clean });
+      saveThread(threadId);
     },
     applyPreset(threadId, name) {
       const p = s().ui.presets?.find((x) => x.name === name);
@@ -921,6 +923,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         thinking: p.thinking,
         thinkingBudget: p.thinkingBudget,
         reasoningEffort: p.reasoningEffort,
+        preset: p.name,
       });
       saveThread(threadId);
     },

@@ -111,9 +111,10 @@ export function Composer({ threadId }: { threadId: string | null }) {
   const [open, setOpen] = useState(false);
   /** Presets applied: the settings panel starts over to show their values. */
   const [applied, setApplied] = useState(0);
-  // The preset each chat last applied or saved (the picker shows it while that chat's settings are its).
+  // The preset each chat last applied or saved (the picker shows it while that chat's settings are its): kept
+  // with the chat; picked here and not applied (deleted), only until the page reloads.
   const [pickedBy, setPickedBy] = useState<Record<string, string>>({});
-  const picked = threadId ? (pickedBy[threadId] ?? '') : '';
+  const picked = threadId ? (pickedBy[threadId] ?? thread?.preset ?? '') : '';
   const setPicked = (name: string) => {
     if (threadId) setPickedBy((had) => ({ ...had, [threadId]: name }));
   };
