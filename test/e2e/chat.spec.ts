@@ -1,13 +1,27 @@
-/** Chat with the default model: a reply streams in, Stop (button and Esc) ends it and returns its reservation. */
+/**
+ * Chat with the default model (the slow one for the replies Stop and Esc end): a reply streams in, Stop (button and
+ * Esc) ends it and returns its reservation.
+ */
+import { openChat, openServer, saveEndlessChat, startSlowServe } from './endless';
 import { apiSnapshot, expect, lastReply, newChat, send, setSettings, test, wsCall } from './fixtures';
+import type { ServeHandle } from './serve';
 
-// Greedy decoding of this prompt runs for well over a thousand tokens on the default model,
-// so there is time to see it stream and to stop it.
+// The replies a test stops go to the slow model with their end of text banned (endless.ts): they run to their max
+// tokens, a few hundred a second at most, so there is time to see them stream and to stop them (on the default model
+// a greedy reply of thousands of tokens a second can end before the click).
 const LONG = 'Tell me a long story';
+let slow: ServeHandle;
+test.beforeAll(async () => {
+  slow = await startSlowServe();
+});
+test.afterAll(async () => {
+  await slow.stop();
+});
 
-test('a reply streams in, shows its stats, and Stop ends it', async ({ app, server }) => {
-  await newChat(app);
-  await setSettings(app, { greedy: true, maxNewTokens: 1900 });
+test('a reply streams in, shows its stats, and Stop ends it', async ({ app }) => {
+  const id = await saveEndlessChat(slow, { greedy: true, maxNewTokens: 1900 });
+  await openServer(app, slow);
+  await openChat(app, id);
   await send(app, LONG);
 
   const reply = lastReply(app);
@@ -28,18 +42,20 @@ test('a reply streams in, shows its stats, and Stop ends it', async ({ app, serv
   // A stopped reply keeps its time to first token and its rate (as the window measured them).
   await expect(reply.getByTestId('message-stats')).toContainText(/ttft [\d.,]+ m?s/);
   await expect(reply.getByTestId('message-stats')).toContainText(/[\d.,]+ tok\/s/);
+  // The count, not the rate before it (`41.5 tok/s · 120 tok`).
   const tokens = Number(
-    /([\d,]+) tok/.exec((await reply.getByTestId('message-stats').textContent()) ?? '')?.[1]?.replace(/,/g, ''),
+    /([\d,]+) tok(?!\/s)/.exec((await reply.getByTestId('message-stats').textContent()) ?? '')?.[1]?.replace(/,/g, ''),
   );
   expect(tokens).toBeGreaterThan(0);
   expect(tokens).toBeLessThan(1900);
   // Stopping returned the reservation: nothing is reserved any more.
-  await expect.poll(async () => (await apiSnapshot(server)).reservedBytes).toBe(0);
+  await expect.poll(async () => (await apiSnapshot(slow)).reservedBytes).toBe(0);
 });
 
 test('a finished reply shows ttft, rate, tokens and finish reason; Esc stops the next one', async ({ app }) => {
-  await newChat(app);
-  await setSettings(app, { maxNewTokens: 24, seed: 1 });
+  const id = await saveEndlessChat(slow, { maxNewTokens: 24, seed: 1 });
+  await openServer(app, slow);
+  await openChat(app, id);
   await send(app, 'Hello!');
   const reply = lastReply(app);
   await expect(reply).toHaveAttribute('data-state', 'done', { timeout: 30_000 });

@@ -1,8 +1,20 @@
 /** The budget inspector against the scheduler's own snapshot: three chats at once, and refusals with their numbers. */
 import type { Page } from '@playwright/test';
+import { openChat, openServer, saveEndlessChat, startSlowServe } from './endless';
 import { apiSnapshot, expect, lastReply, newChat, send, setSettings, test } from './fixtures';
+import type { ServeHandle } from './serve';
 
 const LONG = 'Tell me a long story';
+
+// The three chats that run at once go to the slow model with their end of text banned (endless.ts): none can end
+// before the last one starts (on the default model a greedy reply of thousands of tokens a second can).
+let slow: ServeHandle;
+test.beforeAll(async () => {
+  slow = await startSlowServe();
+});
+test.afterAll(async () => {
+  await slow.stop();
+});
 
 async function uiRequestRows(page: Page): Promise<Array<{ id: string; state: string; reserved: number }>> {
   return page.getByTestId('request-row').evaluateAll((rows) =>
@@ -14,14 +26,12 @@ async function uiRequestRows(page: Page): Promise<Array<{ id: string; state: str
   );
 }
 
-test('three chats at once show three reservations whose bytes equal the scheduler snapshot', async ({
-  app,
-  server,
-}) => {
+test('three chats at once show three reservations whose bytes equal the scheduler snapshot', async ({ app }) => {
   const threads: string[] = [];
-  for (let i = 0; i < 3; i++) {
-    threads.push(await newChat(app));
-    if (i === 0) await setSettings(app, { greedy: true, maxNewTokens: 1900 }); // new chats inherit these
+  for (let i = 0; i < 3; i++) threads.push(await saveEndlessChat(slow, { greedy: true, maxNewTokens: 1900 }));
+  await openServer(app, slow);
+  for (const id of threads) {
+    await openChat(app, id);
     await send(app, LONG);
   }
 
@@ -30,7 +40,7 @@ test('three chats at once show three reservations whose bytes equal the schedule
   await expect
     .poll(
       async () => {
-        const api = await apiSnapshot(server);
+        const api = await apiSnapshot(slow);
         const ui = await uiRequestRows(app);
         const uiReserved = Number(await app.getByTestId('budget-reserved-bytes').getAttribute('data-bytes'));
         const headerReserved = Number(await app.getByTestId('budget-bar').getAttribute('data-reserved-bytes'));
@@ -50,7 +60,7 @@ test('three chats at once show three reservations whose bytes equal the schedule
     .toEqual({ running: 3, sameRows: true, sameTotal: true, totalIsSum: true });
   await expect(app.getByTestId('budget-running-count')).toContainText('running 3/');
   const limit = Number(await app.getByTestId('budget-limit-bytes').getAttribute('data-bytes'));
-  expect(limit).toBe((await apiSnapshot(server)).limitBytes);
+  expect(limit).toBe((await apiSnapshot(slow)).limitBytes);
 
   // Stop all three: every reservation comes back.
   for (const id of threads) {
@@ -61,10 +71,10 @@ test('three chats at once show three reservations whose bytes equal the schedule
       .click({ timeout: 1000 })
       .catch(() => {});
   }
-  await expect.poll(async () => (await apiSnapshot(server)).reservedBytes).toBe(0);
+  await expect.poll(async () => (await apiSnapshot(slow)).reservedBytes).toBe(0);
   await expect(app.getByTestId('budget-reserved-bytes')).toHaveAttribute('data-bytes', '0');
   // Ended requests stay in the table with what they had reserved.
-  const api = await apiSnapshot(server);
+  const api = await apiSnapshot(slow);
   const ended = api.recent.filter((x) => x.threadId && threads.includes(x.threadId));
   expect(ended).toHaveLength(3);
   const ui = await uiRequestRows(app);

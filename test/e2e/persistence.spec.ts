@@ -92,15 +92,16 @@ test('a reload while a reply streams keeps its text so far, marked interrupted, 
 }) => {
   // The page's socket passes the reply's first tokens, then holds its frames: it is still streaming at the reload.
   let held = false;
+  let tokens = 0;
+  let passed = ''; // the text of the tokens it passed: all the page gets
   await app.routeWebSocket(/\/ws/, (ws) => {
     const hold = !held;
     held = true;
     const host = ws.connectToServer();
-    let tokens = 0;
     host.onMessage((message) => {
       if (hold && typeof message === 'string' && message.startsWith('{"t":"frame"')) {
-        const { frame } = JSON.parse(message) as { frame: { type: string } };
-        if (frame.type === 'tokens' && ++tokens > 3) return;
+        const { frame } = JSON.parse(message) as { frame: { type: string; rows?: Array<{ text: string }> } };
+        if (frame.type === 'tokens' && ++tokens <= 3) passed += frame.rows?.[0]?.text ?? '';
         if (tokens > 3) return;
       }
       ws.send(message);
@@ -132,9 +133,11 @@ test('a reload while a reply streams keeps its text so far, marked interrupted, 
       return [(reply?.content.trim().length ?? 0) > 0, reply?.stats?.finishReason];
     })
     .toEqual([true, 'interrupted']);
-  // The first tokens are saved at once, the rest within a second (the page shows all it will get).
-  await app.waitForTimeout(1500);
-  const saved = (await savedReply())?.content ?? '';
+  // The first tokens are saved at once, the rest within a second: wait until the page has all it will get (a fourth
+  // frame of tokens is held) and the host has saved all of it.
+  await expect.poll(() => tokens).toBeGreaterThan(3);
+  await expect.poll(async () => (await savedReply())?.content).toBe(passed);
+  const saved = passed;
   // What the page shows now (its held frames never arrive) is what the reload must show again.
   const partial = ((await lastReply(app).getByTestId('message-text').textContent()) ?? '').trim();
 

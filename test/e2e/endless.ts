@@ -1,0 +1,61 @@
+/**
+ * Replies that cannot end by themselves before a test acts on them (stops them, or sees them run at once): a serve
+ * that loads the slow model too (test/helpers/models.ts: milliseconds a token on a CPU, where the default model
+ * takes microseconds), and chats on it whose end-of-text tokens are banned (a logit bias of -100), so that a reply
+ * runs until it is stopped or has written its max tokens.
+ */
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import type { Page } from '@playwright/test';
+import { slowModel } from '../helpers/models';
+import { expect, wsCall } from './fixtures';
+import { type ServeHandle, startServe } from './serve';
+
+/** The slow model's id in the picker. */
+const SLOW = 'slow-llama';
+
+/** A serve with the slow model loaded as well as the default one. */
+export function startSlowServe(): Promise<ServeHandle> {
+  return startServe(['--model', slowModel()]);
+}
+
+/** Opens the page of `server` (as the `app` fixture opens the shared one's). */
+export async function openServer(page: Page, server: ServeHandle): Promise<void> {
+  await page.goto(server.url);
+  await expect(page.getByTestId('model-picker')).toHaveValue(/.+/);
+  await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+}
+
+/**
+ * Adds a chat on the slow model whose replies cannot end before `maxNewTokens` (its end-of-text tokens banned), with
+ * these settings, and returns its id: the page lists it once (re)loaded, and {@link openChat} opens it.
+ */
+export async function saveEndlessChat(
+  server: ServeHandle,
+  settings: { maxNewTokens: number; greedy?: boolean; seed?: number },
+): Promise<string> {
+  const config = JSON.parse(readFileSync(path.join(slowModel(), 'generation_config.json'), 'utf8'));
+  const logitBias = Object.fromEntries((config.eos_token_id as number[]).map((id) => [String(id), -100]));
+  const now = Date.now();
+  const id = `t-endless-${now}-${Math.random().toString(36).slice(2, 8)}`;
+  const { maxNewTokens, ...sampling } = settings;
+  const saved = await wsCall(server, 'saveThread', {
+    id,
+    title: 'Endless',
+    createdAt: now,
+    updatedAt: now,
+    modelId: SLOW,
+    sampling: { ...sampling, logitBias },
+    maxNewTokens,
+    messages: [],
+  });
+  expect(saved.ok).toBe(true);
+  return id;
+}
+
+/** Opens a chat of the list, on its own model (the slow one for {@link saveEndlessChat}'s). */
+export async function openChat(page: Page, id: string): Promise<void> {
+  await page.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click();
+  await expect(page.getByTestId('chat-view')).toHaveAttribute('data-thread-id', id);
+  await expect(page.getByTestId('model-picker')).toHaveValue(SLOW);
+}
