@@ -234,7 +234,7 @@ export class McpHub {
       }
     }
     // A server whose entry changed or went stops; it starts again, as written now, when a chat uses it.
-    const stale = [...new Set([...this.running.keys(), ...this.failed.keys()])].filter(
+    const stale = [...new Set([...this.running.keys(), ...this.failed.keys(), ...this.exited.keys()])].filter(
       (name) => JSON.stringify(next[name]) !== this.running.get(name)?.entry,
     );
     for (const name of stale) {

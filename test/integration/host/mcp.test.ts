@@ -108,6 +108,9 @@ describe('McpHub', () => {
         tools: [],
       },
     ]);
+    // Its entry changed: what the old one said is gone; the next call starts it as written now.
+    write({ mcpServers: { dying: server({ KVDESK_TEST_MCP_ONLY: 'exit', EXTRA: '1' }) } });
+    expect((await hub.status()).servers[0]?.state).toBe('idle');
     // The next call finds it started again (and dying again).
     expect((await hub.call('dying', 'exit', '{}')).content).toMatch(/it said: out of memory: dying now/);
   }, 60_000);
