@@ -111,13 +111,6 @@ export function Composer({ threadId }: { threadId: string | null }) {
   const [open, setOpen] = useState(false);
   /** Presets applied: the settings panel starts over to show their values. */
   const [applied, setApplied] = useState(0);
-  // The preset each chat last applied or saved (the picker shows it while that chat's settings are its): kept
-  // with the chat; picked here and not applied (deleted), only until the page reloads.
-  const [pickedBy, setPickedBy] = useState<Record<string, string>>({});
-  const picked = threadId ? (pickedBy[threadId] ?? thread?.preset ?? '') : '';
-  const setPicked = (name: string) => {
-    if (threadId) setPickedBy((had) => ({ ...had, [threadId]: name }));
-  };
   const ref = useRef<HTMLTextAreaElement>(null);
   const placeholder = noModel ? 'Load a model to chat (Models)…' : 'Message… (Enter sends, Shift+Enter new line)';
   // The box's height follows its text (or its placeholder), also where long lines wrap (and again when the
@@ -299,7 +292,7 @@ export function Composer({ threadId }: { threadId: string | null }) {
         <SettingsPanel
           key={`${thread.id}:${applied}`}
           thread={thread}
-          presets={{ onApplied: () => setApplied((n) => n + 1), picked, setPicked }}
+          presets={{ onApplied: () => setApplied((n) => n + 1) }}
         />
       )}
     </section>

@@ -49,9 +49,6 @@ function readNumber(text: string, f: Pick<NumField, 'min' | 'max' | 'int'>): num
 /** What the settings panel needs from the composer for presets (kept there: applying one remounts the panel). */
 export interface PresetProps {
   onApplied: () => void;
-  /** The preset this chat last applied or saved (the picker shows it while the chat's settings are its). */
-  picked: string;
-  setPicked: (name: string) => void;
 }
 
 /**
@@ -60,17 +57,17 @@ export interface PresetProps {
  * chat's settings are still its); saving over a preset, and deleting one, ask once more. `onApplied` lets the
  * panel show the new values (its fields keep what they show).
  */
-function PresetRow({ thread, onApplied, picked, setPicked }: PresetProps & { thread: Thread }) {
+function PresetRow({ thread, onApplied }: PresetProps & { thread: Thread }) {
   const bridge = useBridge();
   const presets = useApp((s) => s.ui.presets) ?? [];
   const [name, setName] = useState('');
   /** Asking once more: to replace the preset of the name typed, or to delete the one picked. */
   const [asking, setAsking] = useState<{ kind: 'replace' | 'delete'; name: string } | null>(null);
-  const pickedPreset = presets.find((p) => p.name === picked);
+  // The preset this chat last applied or saved (kept with the chat); none once deleted.
+  const pickedPreset = presets.find((p) => p.name === thread.preset);
   const inEffect = pickedPreset && presetInEffect(thread, pickedPreset) ? pickedPreset.name : '';
   const save = (as: string) => {
     bridge.savePreset(thread.id, as);
-    setPicked(as);
     setName('');
     setAsking(null);
   };
@@ -91,7 +88,6 @@ function PresetRow({ thread, onApplied, picked, setPicked }: PresetProps & { thr
           value={inEffect}
           onChange={(e) => {
             setAsking(null);
-            setPicked(e.target.value);
             if (e.target.value) {
               bridge.applyPreset(thread.id, e.target.value);
               onApplied();
@@ -131,7 +127,6 @@ function PresetRow({ thread, onApplied, picked, setPicked }: PresetProps & { thr
               if (asking.kind === 'replace') save(asking.name);
               else {
                 bridge.deletePreset(asking.name);
-                setPicked('');
                 setAsking(null);
               }
             }}
