@@ -22,6 +22,7 @@ import {
 } from '../shared/contract';
 import { type ErrorInfo, toErrorInfo } from '../shared/errors';
 import { formatBytes } from '../shared/format';
+import { reasoningWhere } from '../shared/reasoning';
 import {
   badArgs,
   budgetCapLine,
@@ -354,7 +355,7 @@ export class ChatSession {
 /** What /show info says of thinking: whether the model thinks, in which markers, and whether it is switched. */
 function thinkingInfo(reasoning: ModelInfo['spec']['reasoning'], thinking: boolean | undefined): string {
   if (!reasoning) return 'no (the model does not reason)';
-  const markers = `${reasoning.open}…${reasoning.close}`;
+  const markers = reasoningWhere(reasoning);
   // Without the template's switch, off is a reasoning closed in the prompt before it begins.
   const how = reasoning.toggle
     ? `its template's ${reasoning.toggle}`

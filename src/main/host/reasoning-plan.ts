@@ -5,7 +5,7 @@
 import type { GenerateRequest } from '../../shared/contract';
 import { KvdeskError } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
-import type { ReasoningSpec } from '../../shared/reasoning';
+import { HARMONY_TOKENS, type ReasoningSpec } from '../../shared/reasoning';
 import { promptOpensReasoning } from '../tokenizer';
 import type { TextTokenizer } from '../tokenizer/text-tokenizer';
 import type { ToolPlan } from './tool-plan';
@@ -14,6 +14,8 @@ import type { ToolPlan } from './tool-plan';
 export interface ReasoningPlan {
   spec: ReasoningSpec;
   inside: boolean;
+  /** Harmony: the prompt opened the final message (after an empty analysis), so the reply starts in its body. */
+  answering?: true;
   /** Markers that are special tokens: kept in the text the splitter reads. */
   keepIds: ReadonlySet<number>;
 }
@@ -87,6 +89,11 @@ export function closingSuffix(
   const constrained = req.responseFormat === 'json' || req.jsonSchema !== undefined || tools?.forced === true;
   const off = req.thinking === false && reasoning.toggle === undefined;
   if (!constrained && !off) return '';
+  if (reasoning.harmony) {
+    // gpt-oss writes each message after a header: an empty analysis for `thinking: false`; a grammar's reply
+    // (JSON, or a forced call in kvdesk's form) goes in the final channel.
+    return off ? reasoning.open + reasoning.close : '<|channel|>final<|message|>';
+  }
   if (promptOpensReasoning(rendered, reasoning)) return `\n${reasoning.close}\n\n`;
   return off ? `${reasoning.open}\n\n${reasoning.close}\n\n` : '';
 }
@@ -108,7 +115,7 @@ export function reasoningPlan(
   if (!reasoning) return undefined;
   if (req.responseFormat === 'json' || req.jsonSchema !== undefined || tools?.forced) return undefined;
   const keepIds = new Set<number>();
-  for (const marker of [reasoning.open, reasoning.close]) {
+  for (const marker of reasoning.harmony ? HARMONY_TOKENS : [reasoning.open, reasoning.close]) {
     const id = tok.tokenToId(marker);
     if (id !== undefined && tok.isSpecial(id)) keepIds.add(id);
   }
@@ -119,5 +126,6 @@ export function reasoningPlan(
     req.continueFinal && final && final.content.trim() !== ''
       ? final.content.lastIndexOf(reasoning.open) > final.content.lastIndexOf(reasoning.close)
       : promptOpensReasoning(prompt, reasoning);
-  return { spec: reasoning, inside, keepIds };
+  const answering = reasoning.harmony && !inside && prompt.trimEnd().endsWith('<|message|>');
+  return { spec: reasoning, inside, keepIds, ...(answering ? { answering } : {}) };
 }

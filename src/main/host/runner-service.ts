@@ -27,6 +27,7 @@ import { totalCounters } from '../../shared/counters';
 import { type ErrorInfo, KvdeskError, toErrorInfo } from '../../shared/errors';
 import { type ModelSpec, staticPositions } from '../../shared/model-spec';
 import { PROMPT_CACHE_PREFIX } from '../../shared/prompt-cache';
+import type { ReasoningSpec } from '../../shared/reasoning';
 import type {
   AdmissionGrant,
   BudgetSnapshot,
@@ -47,6 +48,7 @@ import type { LoadOptions } from '../packages/load-options';
 import { createScheduler, type Scheduler } from '../scheduler';
 import {
   applyChat,
+  createHarmonySplitter,
   createReasoningSplitter,
   createStopMatcher,
   createStreamDecoder,
@@ -230,8 +232,11 @@ function resolveSampling(req: GenerateRequest, spec: ModelSpec): SamplingParams 
  * The tokens that close a reasoning the budget ends: the close as the tokenizer writes it between newlines (the
  * model knows its marker as one token, often); where the vocabulary holds the marker as one token but encoding
  * the text does not give it (a pre-tokenizer splits `</think>` into pieces), that token, as the model writes it.
+ * Harmony's close (the analysis message's end and the final one's header) is written as it is, without lines.
  */
-export function closeIds(tok: TextTokenizer, close: string): number[] {
+export function closeIds(tok: TextTokenizer, spec: Pick<ReasoningSpec, 'close' | 'harmony'>): number[] {
+  const close = spec.close;
+  if (spec.harmony) return tok.encode(close, { addSpecialTokens: false });
   const text = tok.encode(`\n${close}\n\n`, { addSpecialTokens: false });
   const id = tok.tokenToId(close);
   if (id === undefined || text.includes(id)) return text;
@@ -1192,7 +1197,11 @@ class Generation {
       }),
     );
     this.splitters = reasoning
-      ? rows.map(() => createReasoningSplitter(reasoning.spec, { inside: reasoning.inside }))
+      ? rows.map(() =>
+          reasoning.spec.harmony
+            ? createHarmonySplitter({ inside: reasoning.inside, answering: reasoning.answering === true })
+            : createReasoningSplitter(reasoning.spec, { inside: reasoning.inside }),
+        )
       : undefined;
     this.rowReasoning = rows.map(() => '');
     this.rowReasoningTokens = rows.map(() => 0);
@@ -1350,7 +1359,7 @@ class Generation {
                 close: plan.spec.close,
                 inside: plan.inside,
                 tokens: thinkingBudget,
-                force: closeIds(this.model.tokenizer, plan.spec.close),
+                force: closeIds(this.model.tokenizer, plan.spec),
               },
             }
           : undefined;

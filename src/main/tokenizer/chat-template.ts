@@ -18,7 +18,7 @@ export interface ChatMessage {
   /** A tool result: the call it answers, and the tool's name. */
   tool_call_id?: string;
   name?: string;
-  /** An assistant turn's reasoning (Qwen3's and DeepSeek's templates read `reasoning_content`). */
+  /** An assistant turn's reasoning (Qwen3's and DeepSeek's templates read `reasoning_content`, gpt-oss's `thinking`). */
   reasoning_content?: string;
 }
 
@@ -100,7 +100,11 @@ function templateMessage(m: ChatMessage): Record<string, unknown> {
   if (m.tool_calls) out.tool_calls = m.tool_calls;
   if (m.tool_call_id !== undefined) out.tool_call_id = m.tool_call_id;
   if (m.name !== undefined) out.name = m.name;
-  if (m.reasoning_content !== undefined) out.reasoning_content = m.reasoning_content;
+  if (m.reasoning_content !== undefined) {
+    out.reasoning_content = m.reasoning_content;
+    // gpt-oss's template reads an assistant turn's analysis as `thinking`.
+    out.thinking = m.reasoning_content;
+  }
   return out;
 }
 

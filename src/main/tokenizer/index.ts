@@ -6,6 +6,7 @@ export {
   type RenderChatOptions,
   renderChatTemplate,
 } from './chat-template';
+export { createHarmonySplitter } from './harmony-splitter';
 export {
   createReasoningSplitter,
   promptOpensReasoning,

@@ -109,7 +109,7 @@ export function createReasoningSplitter(
 }
 
 /** The length of the longest proper prefix of `marker` that `text` ends with. */
-function partialSuffix(text: string, marker: string): number {
+export function partialSuffix(text: string, marker: string): number {
   for (let n = Math.min(marker.length - 1, text.length); n > 0; n--) {
     if (text.endsWith(marker.slice(0, n))) return n;
   }

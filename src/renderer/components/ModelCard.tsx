@@ -4,6 +4,7 @@ import type { LoadModelRequest, ModelInfo } from '../../shared/api';
 import { backendName } from '../../shared/devices';
 import { formatDuration } from '../../shared/duration';
 import { type ModelSpec, staticPositions } from '../../shared/model-spec';
+import { reasoningWhere } from '../../shared/reasoning';
 import { useApp } from '../bridge/context';
 import { FIT_CONCURRENCY, fitClass, fitLabel, modelFit } from '../lib/fit';
 import { exactBytes, formatBytes, formatInteger } from '../lib/format';
@@ -224,7 +225,7 @@ export function ModelCard({
           <span
             className="badge"
             data-testid="model-thinks"
-            title={`A thinking model: it reasons in ${spec.reasoning.open}…${spec.reasoning.close} before it replies. A chat can tell it to reply at once (system & sampling → thinking)${
+            title={`A thinking model: it reasons in ${reasoningWhere(spec.reasoning)} before it replies. A chat can tell it to reply at once (system & sampling → thinking)${
               spec.reasoning.toggle
                 ? ', through its chat template’s switch.'
                 : ': its chat template has no switch, so kvdesk closes the reasoning in the prompt.'

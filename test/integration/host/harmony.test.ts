@@ -1,0 +1,193 @@
+/**
+ * gpt-oss's Harmony format on the real engine: packages whose model writes a Harmony reply token by token (a
+ * scripted graph, test/helpers/scripted-model.ts) behind a Harmony chat template. The reply is read apart as
+ * it streams: the analysis message is the reasoning, the final one the answer, a message to a function a call.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { RunnerService } from '../../../src/main/host/runner-service';
+import type { ChatMessage, GenerateRequest, StreamFrame } from '../../../src/shared/contract';
+import { HARMONY, HARMONY_TOKENS } from '../../../src/shared/reasoning';
+import { type ScriptedPackage, scriptedPackage } from '../../helpers/scripted-model';
+
+/** A Harmony chat template in gpt-oss's manner: effort in the system message, tools in the developer's. */
+const TEMPLATE =
+  "<|start|>system<|message|>You are a test model.\nReasoning: {{ reasoning_effort if reasoning_effort is defined else 'medium' }}<|end|>" +
+  '{% if tools %}<|start|>developer<|message|># Tools\n{% for t in tools %}{{ t.function.name }}\n{% endfor %}<|end|>{% endif %}' +
+  '{% for m in messages %}' +
+  "{% if m.role == 'system' %}<|start|>developer<|message|>{{ m.content }}<|end|>" +
+  "{% elif m.role == 'user' %}<|start|>user<|message|>{{ m.content }}<|end|>" +
+  "{% elif m.role == 'assistant' %}" +
+  '{% if m.thinking is defined %}<|start|>assistant<|channel|>analysis<|message|>{{ m.thinking }}<|end|>{% endif %}' +
+  '<|start|>assistant<|channel|>final<|message|>{{ m.content }}<|end|>' +
+  "{% elif m.role == 'tool' %}<|start|>functions.{{ m.name }} to=assistant<|channel|>commentary<|message|>{{ m.content }}<|end|>" +
+  '{% endif %}{% endfor %}{% if add_generation_prompt %}<|start|>assistant{% endif %}';
+
+const ANALYSIS = 'The user asks why the sky is blue.';
+const ANSWER = 'Rayleigh scattering.';
+const ASK: ChatMessage[] = [{ role: 'user', content: 'Why is the sky blue?' }];
+
+let root: string;
+let h: RunnerService;
+let reply: ScriptedPackage;
+
+/** A script's tokens: Harmony's special tokens by name, the rest as the tokenizer writes the text. */
+function tokens(p: ScriptedPackage, parts: string[]): number[] {
+  return parts.flatMap((part) =>
+    part in p.ids ? [p.ids[part] as number] : p.tokenizer.encode(part, { addSpecialTokens: false }),
+  );
+}
+
+function harmonyPackage(name: string, parts: string[]): ScriptedPackage {
+  return scriptedPackage(path.join(root, name), {
+    template: TEMPLATE,
+    specials: HARMONY_TOKENS,
+    ends: ['<|return|>', '<|call|>'],
+    script: (p) => tokens(p, parts),
+  });
+}
+
+beforeAll(async () => {
+  root = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-harmony-'));
+  h = new RunnerService({ intraOpNumThreads: 2 });
+  reply = harmonyPackage('reply', [
+    '<|channel|>',
+    'analysis',
+    '<|message|>',
+    ANALYSIS,
+    '<|end|>',
+    '<|start|>',
+    'assistant',
+    '<|channel|>',
+    'final',
+    '<|message|>',
+    ANSWER,
+  ]);
+  await h.loadModel(reply.dir, { id: 'reply' });
+}, 60_000);
+
+afterAll(async () => {
+  await h?.close();
+  rmSync(root, { recursive: true, force: true });
+});
+
+const run = (req: Partial<GenerateRequest>, sink?: (f: StreamFrame) => void) =>
+  h.generate({ model: 'reply', messages: ASK, maxNewTokens: 64, sampling: { greedy: true }, ...req }, sink).result;
+
+describe('a Harmony (gpt-oss) model', () => {
+  it('is a thinking model whose reasoning is its analysis channel', () => {
+    expect(h.listModels().find((m) => m.id === 'reply')?.spec.reasoning).toEqual(HARMONY);
+  });
+
+  it('streams the analysis message as reasoning and the final one as the answer, without headers or markers', async () => {
+    const frames: StreamFrame[] = [];
+    const r = await run({}, (f) => frames.push(f));
+    expect(r.reasoning).toBe(ANALYSIS);
+    expect(r.text).toBe(ANSWER);
+    expect(r.finishReason).toBe('eos');
+    // The analysis message's header, body and end are its reasoning tokens; the final one's header is not.
+    const open = tokens(reply, ['<|channel|>', 'analysis', '<|message|>']).length;
+    const body = tokens(reply, [ANALYSIS]).length;
+    expect(r.reasoningTokens).toBe(open + body + 1);
+    const rows = frames.flatMap((f) => (f.type === 'tokens' ? f.rows : []));
+    expect(rows.map((row) => row.reasoning ?? '').join('')).toBe(ANALYSIS);
+    expect(rows.map((row) => row.text).join('')).toBe(ANSWER);
+  });
+
+  it("gives an earlier turn's reasoning to the template as `thinking`, as gpt-oss's reads it", () => {
+    const turns = (reasoning?: string): ChatMessage[] => [
+      ...ASK,
+      { role: 'assistant', content: ANSWER, ...(reasoning ? { reasoning } : {}) },
+      { role: 'user', content: 'And at sunset?' },
+    ];
+    const shown = h.measurePrompt({ model: 'reply', messages: turns(ANALYSIS) }).promptTokens;
+    const plain = h.measurePrompt({ model: 'reply', messages: turns() }).promptTokens;
+    const analysis = tokens(reply, [
+      '<|start|>',
+      'assistant',
+      '<|channel|>',
+      'analysis',
+      '<|message|>',
+      ANALYSIS,
+      '<|end|>',
+    ]);
+    expect(shown - plain).toBe(analysis.length);
+  });
+
+  it('a thinking budget ends the analysis and opens the final message, as Harmony writes it', async () => {
+    const free = await run({});
+    const open = tokens(reply, ['<|channel|>', 'analysis', '<|message|>']).length;
+    const close = tokens(reply, ['<|end|>', '<|start|>', 'assistant', '<|channel|>', 'final', '<|message|>']);
+    const budget = 3;
+    const r = await run({ thinkingBudget: budget });
+    expect(r.tokenIds.slice(0, open + budget)).toEqual(free.tokenIds.slice(0, open + budget));
+    // No line breaks around it (as a <think> model's close has): the close is the final message's header.
+    expect(r.tokenIds.slice(open + budget, open + budget + close.length)).toEqual(close);
+    expect(r.reasoning).toBe(reply.tokenizer.decode(free.tokenIds.slice(open, open + budget)).trim());
+  });
+
+  it('thinking: false opens the final message after an empty analysis, and the reply is all answer', async () => {
+    const direct = harmonyPackage('direct', [ANSWER]);
+    await h.loadModel(direct.dir, { id: 'direct' });
+    const measure = (req: Partial<GenerateRequest>) =>
+      h.measurePrompt({ model: 'direct', messages: ASK, ...req }).promptTokens;
+    const suffix = tokens(direct, ['<|channel|>', 'analysis', '<|message|>', '<|end|>', '<|start|>', 'assistant']);
+    const final = tokens(direct, ['<|channel|>', 'final', '<|message|>']);
+    expect(measure({ thinking: false }) - measure({})).toBe(suffix.length + final.length);
+    // JSON replies are written in the final channel.
+    expect(measure({ responseFormat: 'json' }) - measure({})).toBe(final.length);
+    const frames: StreamFrame[] = [];
+    const r = await h.generate(
+      { model: 'direct', messages: ASK, thinking: false, maxNewTokens: 32, sampling: { greedy: true } },
+      (f) => frames.push(f),
+    ).result;
+    expect(r.text).toBe(ANSWER);
+    expect(r.reasoning ?? '').toBe('');
+    // The answer streams as it is written (the splitter starts in the final body, holding nothing back).
+    const texts = frames.flatMap((f) => (f.type === 'tokens' ? f.rows.map((row) => row.text) : []));
+    expect(texts.filter((t) => t !== '').length).toBeGreaterThan(0);
+  });
+
+  it('reads a message to a function as a tool call', async () => {
+    const caller = harmonyPackage('caller', [
+      '<|channel|>',
+      'analysis',
+      '<|message|>',
+      'Need the weather.',
+      '<|end|>',
+      '<|start|>',
+      'assistant',
+      '<|channel|>',
+      'commentary to=functions.get_weather ',
+      '<|constrain|>',
+      'json',
+      '<|message|>',
+      '{"city": "Tokyo"}',
+      '<|call|>',
+    ]);
+    await h.loadModel(caller.dir, { id: 'caller' });
+    const tools = [
+      {
+        name: 'get_weather',
+        description: 'Weather in a city',
+        parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+      },
+    ];
+    const r = await h.generate({
+      model: 'caller',
+      messages: [{ role: 'user', content: 'Weather in Tokyo?' }],
+      tools,
+      maxNewTokens: 256,
+      sampling: { greedy: true },
+    }).result;
+    expect(r.reasoning).toBe('Need the weather.');
+    const calls = r.rows[0]?.toolCalls;
+    expect(calls).toHaveLength(1);
+    expect(calls?.[0]?.name).toBe('get_weather');
+    expect(JSON.parse(calls?.[0]?.arguments ?? '')).toEqual({ city: 'Tokyo' });
+    expect(r.text).toBe('');
+    expect(r.finishReason).toBe('tool_calls');
+  });
+});
