@@ -65,10 +65,11 @@ export function renderChatTemplate(template: string, messages: ChatMessage[], op
     );
   }
   renameIdentifier(compiled.parsed, 'raise_exception', RAISE);
+  const harmony = template.includes('<|channel|>') && template.includes('<|message|>');
   try {
     return compiled.render({
       ...opts.vars,
-      messages: messages.map(templateMessage),
+      messages: messages.map((m) => templateMessage(m, harmony)),
       ...(opts.tools ? { tools: opts.tools } : {}),
       add_generation_prompt: opts.addGenerationPrompt,
       // Templates concatenate these unconditionally; undefined would make `+` fail.
@@ -94,16 +95,24 @@ export function renderChatTemplate(template: string, messages: ChatMessage[], op
   }
 }
 
-/** A message with only the fields it has: templates test `message.tool_calls is defined`. */
-function templateMessage(m: ChatMessage): Record<string, unknown> {
+/**
+ * A message with only the fields it has: templates test `message.tool_calls is defined`. An assistant turn's
+ * reasoning goes as `reasoning_content` and, as gpt-oss's template reads it, `thinking`. That template
+ * (`harmony`) writes a calling turn's text as its analysis and refuses both: a preamble before the calls joins
+ * the reasoning there.
+ */
+function templateMessage(m: ChatMessage, harmony: boolean): Record<string, unknown> {
   const out: Record<string, unknown> = { role: m.role, content: m.content };
   if (m.tool_calls) out.tool_calls = m.tool_calls;
   if (m.tool_call_id !== undefined) out.tool_call_id = m.tool_call_id;
   if (m.name !== undefined) out.name = m.name;
   if (m.reasoning_content !== undefined) {
     out.reasoning_content = m.reasoning_content;
-    // gpt-oss's template reads an assistant turn's analysis as `thinking`.
     out.thinking = m.reasoning_content;
+    if (harmony && m.tool_calls && m.tool_calls.length > 0 && m.content.trim() !== '') {
+      out.thinking = [m.reasoning_content, m.content].filter((t) => t.trim() !== '').join('\n\n');
+      out.content = '';
+    }
   }
   return out;
 }

@@ -12,13 +12,21 @@ import type { ChatMessage, GenerateRequest, StreamFrame } from '../../../src/sha
 import { HARMONY, HARMONY_TOKENS } from '../../../src/shared/reasoning';
 import { type ScriptedPackage, scriptedPackage } from '../../helpers/scripted-model';
 
-/** A Harmony chat template in gpt-oss's manner: effort in the system message, tools in the developer's. */
+/**
+ * A Harmony chat template in gpt-oss's manner: effort in the system message, tools in the developer's, a calling
+ * turn's reasoning (or text) as its analysis, refusing both as gpt-oss's does.
+ */
 const TEMPLATE =
   "<|start|>system<|message|>You are a test model.\nReasoning: {{ reasoning_effort if reasoning_effort is defined else 'medium' }}<|end|>" +
   '{% if tools %}<|start|>developer<|message|># Tools\n{% for t in tools %}{{ t.function.name }}\n{% endfor %}<|end|>{% endif %}' +
   '{% for m in messages %}' +
   "{% if m.role == 'system' %}<|start|>developer<|message|>{{ m.content }}<|end|>" +
   "{% elif m.role == 'user' %}<|start|>user<|message|>{{ m.content }}<|end|>" +
+  "{% elif m.role == 'assistant' and m.tool_calls %}" +
+  "{% if m.content and m.thinking %}{{ raise_exception('Cannot pass both content and thinking in an assistant message with tool calls!') }}{% endif %}" +
+  '<|start|>assistant<|channel|>analysis<|message|>{{ m.thinking if m.thinking else m.content }}<|end|>' +
+  '<|start|>assistant to=functions.{{ m.tool_calls[0].function.name }}<|channel|>commentary json<|message|>' +
+  '{{ m.tool_calls[0].function.arguments | tojson }}<|call|>' +
   "{% elif m.role == 'assistant' %}" +
   '{% if m.thinking is defined %}<|start|>assistant<|channel|>analysis<|message|>{{ m.thinking }}<|end|>{% endif %}' +
   '<|start|>assistant<|channel|>final<|message|>{{ m.content }}<|end|>' +
@@ -189,5 +197,23 @@ describe('a Harmony (gpt-oss) model', () => {
     expect(JSON.parse(calls?.[0]?.arguments ?? '')).toEqual({ city: 'Tokyo' });
     expect(r.text).toBe('');
     expect(r.finishReason).toBe('tool_calls');
+  });
+
+  it('sends a calling turn back with its preamble joined to its reasoning, which the template takes', () => {
+    const calling = (content: string): ChatMessage[] => [
+      { role: 'user', content: 'Weather in Tokyo?' },
+      {
+        role: 'assistant',
+        content,
+        reasoning: 'Need the weather.',
+        toolCalls: [{ id: 'c1', name: 'get_weather', arguments: '{"city":"Tokyo"}' }],
+      },
+      { role: 'tool', content: '{"temp": 20}', toolCallId: 'c1' },
+    ];
+    const measure = (content: string) => h.measurePrompt({ model: 'reply', messages: calling(content) }).promptTokens;
+    // Both would make gpt-oss's template refuse the conversation; the preamble goes in the analysis instead.
+    const joined = tokens(reply, ['Need the weather.\n\nLet me check.']).length;
+    const alone = tokens(reply, ['Need the weather.']).length;
+    expect(measure('Let me check.') - measure('')).toBe(joined - alone);
   });
 });
