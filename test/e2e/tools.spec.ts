@@ -292,3 +292,26 @@ test('a wrong mcp.json shows its error alone, not also "No MCP servers"', async 
     writeFileSync(file, good);
   }
 });
+
+test('the open settings follow mcp.json and the servers as they change, without reopening', async ({
+  page,
+  toolServer: server,
+}) => {
+  const file = path.join(server.dataDir, 'mcp.json');
+  const good = readFileSync(file, 'utf8');
+  try {
+    await page.goto(`${server.url}/?token=${TOKEN}`);
+    await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+    await newChat(page);
+    await page.getByTestId('settings-toggle').click();
+    await expect(page.locator('[data-testid="mcp-server"][data-server="calc"]')).toBeVisible();
+    await expect(page.locator('[data-testid="mcp-server"][data-server="later"]')).toHaveCount(0);
+    const servers = JSON.parse(good) as { mcpServers: Record<string, unknown> };
+    writeFileSync(file, JSON.stringify({ mcpServers: { ...servers.mcpServers, later: { command: 'true' } } }));
+    await expect(page.locator('[data-testid="mcp-server"][data-server="later"]')).toContainText(
+      'starts when the chat uses it',
+    );
+  } finally {
+    writeFileSync(file, good);
+  }
+});

@@ -258,6 +258,9 @@ function ThinkingBudget({ thread }: { thread: Thread }) {
   );
 }
 
+/** How often the open settings read the MCP servers' status. */
+const MCP_STATUS_EVERY_MS = 2000;
+
 /**
  * The chat's tools: the MCP servers of mcp.json whose tools the model may call (each call waits for the person's
  * Run), and whether it must call one in reply to each message.
@@ -266,8 +269,29 @@ function ToolsSetting({ thread }: { thread: Thread }) {
   const bridge = useBridge();
   const [status, setStatus] = useState<McpStatus | null>(null);
   const [error, setError] = useState<string | null>(null);
+  // Read while the settings are open, so a server that stops, or an edit of mcp.json, shows without reopening.
   useEffect(() => {
-    void bridge.mcpStatus().then((r) => (r.ok ? setStatus(r.value) : setError(r.error.message)));
+    let live = true;
+    let last = '';
+    const read = () =>
+      void bridge.mcpStatus().then((r) => {
+        if (!live) return;
+        if (!r.ok) {
+          setError(r.error.message);
+          return;
+        }
+        setError(null);
+        const seen = JSON.stringify(r.value);
+        if (seen === last) return;
+        last = seen;
+        setStatus(r.value);
+      });
+    read();
+    const timer = setInterval(read, MCP_STATUS_EVERY_MS);
+    return () => {
+      live = false;
+      clearInterval(timer);
+    };
   }, [bridge]);
   const chosen = thread.mcpServers ?? [];
   const toggle = (name: string, on: boolean) => {
