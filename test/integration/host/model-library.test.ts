@@ -18,7 +18,9 @@ import type { LibraryEntry } from '../../../src/shared/api';
 import { KvdeskError } from '../../../src/shared/errors';
 import type { ModelSpec } from '../../../src/shared/model-spec';
 import { defaultModelDir } from '../../helpers/fixtures';
+import { holdReplyEnds, noEndBias } from '../../helpers/hold-replies';
 import { graphVariantsModel } from '../../helpers/models';
+import { rejection } from '../../helpers/rejection';
 
 const tmpDirs: string[] = [];
 const apis: HostApi[] = [];
@@ -224,20 +226,29 @@ describe('how a package was loaded', () => {
     // Checked again (a card of the folder), it reads as it would load.
     const checked = await api.call('checkPackage', { path: dir });
     expect(checked.ok && checked.value.ok && checked.value.spec.graphVariant).toBe('q4');
-    // While a reply runs on it, the person's load again is refused, and the reply goes on.
-    const long = api.runner.generate({
-      model: 'variants',
-      promptIds: [5, 6, 7],
-      maxNewTokens: 1500,
-      sampling: { greedy: true },
-    });
-    await new Promise((r) => setTimeout(r, 50));
-    const refused = await api.call('loadModel', { path: dir, variant: 'fp32' });
-    expect(refused.ok).toBe(false);
-    if (!refused.ok)
-      expect(refused.error.message).toBe('model variants has 1 requests in flight; stop them before loading it again');
-    long.cancel();
-    await long.result.catch(() => undefined);
+    // While a reply runs on it, the person's load again is refused, and the reply goes on. Its end waits for its
+    // cancel (holdReplyEnds), so it still runs whenever the load comes.
+    const held = holdReplyEnds(api.runner.engine);
+    try {
+      const long = api.runner.generate({
+        model: 'variants',
+        promptIds: [5, 6, 7],
+        maxNewTokens: 100_000,
+        sampling: { greedy: true, logitBias: noEndBias(dir) },
+      });
+      await held.tokens();
+      const refused = await api.call('loadModel', { path: dir, variant: 'fp32' });
+      expect(refused.ok).toBe(false);
+      if (!refused.ok)
+        expect(refused.error.message).toBe(
+          'model variants has 1 requests in flight; stop them before loading it again',
+        );
+      long.cancel();
+      expect((await rejection(long.result)).code).toBe('CANCELLED');
+      expect(held.cancelled).toEqual([long.requestId]);
+    } finally {
+      held.restore();
+    }
     expect((await api.call('loadModel', { path: dir, variant: 'fp32' })).ok).toBe(true);
   });
 

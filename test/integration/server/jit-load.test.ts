@@ -14,6 +14,7 @@ import { RunnerService } from '../../../src/main/host/runner-service';
 import { type RunningServer, startServer } from '../../../src/main/server';
 import type { LibraryEntry, ModelInfo } from '../../../src/shared/api';
 import { defaultModelDir } from '../../helpers/fixtures';
+import { holdReplyEnds, noEndBias } from '../../helpers/hold-replies';
 import { LONG_CHAT, settled } from './server-helpers';
 
 type Json = Record<string, unknown>;
@@ -258,24 +259,39 @@ describe('loading on first use', () => {
 
   it('one still answering a request stays loaded beside the next', async () => {
     await ok(chat('second'));
-    const abort = new AbortController();
-    const long = await fetch(`${url}/v1/chat/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'second', messages: LONG_CHAT, max_tokens: 1500, temperature: 0, stream: true }),
-      signal: abort.signal,
-    });
-    expect(long.status).toBe(200);
-    const reader = long.body?.getReader();
-    await reader?.read(); // The stream has begun: the request runs on second.
+    // The reply's end waits for the server's cancel (holdReplyEnds): it runs on second until the test aborts it,
+    // however long third takes to load.
+    const held = holdReplyEnds(runner.engine);
     try {
-      await ok(chat('third'));
-      expect(loadedIds()).toEqual(['default', 'second', 'third']);
+      const abort = new AbortController();
+      const long = await fetch(`${url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          model: 'second',
+          messages: LONG_CHAT,
+          max_tokens: 100_000,
+          temperature: 0,
+          logit_bias: noEndBias(second),
+          stream: true,
+        }),
+        signal: abort.signal,
+      });
+      expect(long.status).toBe(200);
+      const reader = long.body?.getReader();
+      await reader?.read(); // The stream has begun
+      await held.tokens(); // and the engine writes the reply: the request runs on second.
+      try {
+        await ok(chat('third'));
+        expect(loadedIds()).toEqual(['default', 'second', 'third']);
+      } finally {
+        abort.abort();
+        await reader?.cancel().catch(() => {});
+      }
+      await settled(url);
     } finally {
-      abort.abort();
-      await reader?.cancel().catch(() => {});
+      held.restore();
     }
-    await settled(url);
     // Idle now, second (still counted as loaded on first use) gives way to the next such load.
     expect((await hostApi.call('unloadModel', { id: 'third' })).ok).toBe(true);
     await ok(chat('third'));

@@ -7,6 +7,8 @@
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { PROMPT_CACHE_PREFIX } from '../../../src/shared/prompt-cache';
+import { holdReplyEnds, noEndBias } from '../../helpers/hold-replies';
+import { slowModel } from '../../helpers/models';
 import {
   budget,
   eventually,
@@ -1072,55 +1074,71 @@ describe('failures inside the server', () => {
 
 describe('disconnects', () => {
   it('a client that aborts a stream cancels its request and returns the reservation', async () => {
-    const before = (await budget(t.url)).counters.cancelled;
-    const controller = new AbortController();
-    const stream = await client.chat.completions.create(
-      { model: 'default', messages: LONG_CHAT, max_tokens: 1500, temperature: 0, stream: true },
-      { signal: controller.signal },
-    );
-    let id = '';
+    // On the slow model (milliseconds a token), its end-of-text banned and its max tokens clipped only by its
+    // context (about 4,000 tokens, all within the budget), the reply runs for many seconds unless stopped: the
+    // engine cannot have written the whole of it when the client's abort comes, right after the first token.
+    expect((await t.hostApi.call('configureBudget', { kvBudgetBytes: 128 * 1024 * 1024 })).ok).toBe(true);
+    const slow = await t.hostApi.call('loadModel', { path: slowModel() });
+    if (!slow.ok) throw new Error(slow.error.message);
+    const model = slow.value.id;
     try {
-      for await (const ch of stream) {
-        id = ch.id.replace(/^chatcmpl-/, '');
-        if (ch.choices[0]?.delta.content) {
-          controller.abort();
-          break; // reading on after an abort can hang in Node 20's undici (see load.test.ts)
+      const before = (await budget(t.url)).counters.cancelled;
+      const controller = new AbortController();
+      const endless = { model, messages: LONG_CHAT, temperature: 0, logit_bias: noEndBias(slowModel()) };
+      const stream = await client.chat.completions.create(
+        { ...endless, max_tokens: 100_000, stream: true },
+        { signal: controller.signal },
+      );
+      let id = '';
+      try {
+        for await (const ch of stream) {
+          id = ch.id.replace(/^chatcmpl-/, '');
+          if (ch.choices[0]?.delta.content) {
+            controller.abort();
+            break; // reading on after an abort can hang in Node 20's undici (see load.test.ts)
+          }
         }
+      } catch {
+        // The client reports its own abort; what matters is what the server did.
       }
-    } catch {
-      // The client reports its own abort; what matters is what the server did.
+      const snap = await settled(t.url);
+      expect(snap.counters.cancelled).toBe(before + 1);
+      const view = snap.recent.find((r) => r.id === id);
+      expect(view).toMatchObject({ state: 'cancelled', endReason: 'disconnect' });
+      expect(view?.generatedTokens).toBeLessThan(1500);
+      // The conversation's KV stayed in the prompt cache: the client's retry reads its prompt from there (all
+      // but the last token, which must run again to give the first token's logits).
+      const retry = await client.chat.completions.create({ model, messages: LONG_CHAT, max_tokens: 2, temperature: 0 });
+      expect(retry.usage?.prompt_tokens_details?.cached_tokens).toBe((view?.promptTokens ?? 0) - 1);
+    } finally {
+      expect((await t.hostApi.call('unloadModel', { id: model })).ok).toBe(true);
+      await t.hostApi.call('configureBudget', { kvBudgetBytes: BUDGET });
     }
-    const snap = await settled(t.url);
-    expect(snap.counters.cancelled).toBe(before + 1);
-    const view = snap.recent.find((r) => r.id === id);
-    expect(view).toMatchObject({ state: 'cancelled', endReason: 'disconnect' });
-    expect(view?.generatedTokens).toBeLessThan(1500);
-    // The conversation's KV stayed in the prompt cache: the client's retry reads its prompt from there (all
-    // but the last token, which must run again to give the first token's logits).
-    const retry = await client.chat.completions.create({
-      model: 'default',
-      messages: LONG_CHAT,
-      max_tokens: 2,
-      temperature: 0,
-    });
-    expect(retry.usage?.prompt_tokens_details?.cached_tokens).toBe((view?.promptTokens ?? 0) - 1);
   });
 
   it('a client that gives up on a non-streamed request cancels it too', async () => {
     const before = (await budget(t.url)).counters.cancelled;
     const controller = new AbortController();
-    const pending = client.chat.completions.create(
-      { model: 'default', messages: LONG_CHAT, max_tokens: 1500, temperature: 0 },
-      { signal: controller.signal },
-    );
-    await eventually(
-      () => budget(t.url),
-      (s) => s.running.length === 1,
-    );
-    controller.abort();
-    await expect(pending).rejects.toThrow();
-    const snap = await settled(t.url);
-    expect(snap.counters.cancelled).toBe(before + 1);
-    expect(snap.recent[snap.recent.length - 1]).toMatchObject({ state: 'cancelled', endReason: 'disconnect' });
+    // The reply's end waits for the server's cancel (holdReplyEnds): the abort cannot come after it.
+    const held = holdReplyEnds(t.runner.engine);
+    try {
+      const pending = client.chat.completions.create(
+        { model: 'default', messages: LONG_CHAT, max_tokens: 100_000, temperature: 0, logit_bias: noEndBias() },
+        { signal: controller.signal },
+      );
+      const [id] = await held.tokens();
+      controller.abort();
+      await expect(pending).rejects.toThrow();
+      const snap = await settled(t.url);
+      expect(held.cancelled).toEqual([id]);
+      expect(snap.counters.cancelled).toBe(before + 1);
+      expect(snap.recent[snap.recent.length - 1]).toMatchObject({
+        id,
+        state: 'cancelled',
+        endReason: 'disconnect',
+      });
+    } finally {
+      held.restore();
+    }
   });
 });

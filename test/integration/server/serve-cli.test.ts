@@ -11,6 +11,7 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { serve } from '../../../src/cli/serve';
 import { defaultModelDir, repoRoot } from '../../helpers/fixtures';
+import { holdReplyEnds, noEndBias } from '../../helpers/hold-replies';
 import { eventually, LONG_CHAT, openaiClient, startTestServer } from './server-helpers';
 
 function alive(pid: number): boolean {
@@ -226,23 +227,28 @@ describe('serve (in-process)', () => {
 describe('closing the server', () => {
   it('ends streams in flight, which cancels their requests (disconnect) and returns their bytes', async () => {
     const t = await startTestServer({ kvBudgetBytes: 4 * 1024 * 1024 });
+    // The reply's end waits for the server's cancel (holdReplyEnds): it is still streaming when the server closes.
+    const held = holdReplyEnds(t.runner.engine);
     try {
       const stream = await openaiClient(t.url).chat.completions.create({
         model: 'default',
         messages: LONG_CHAT,
-        max_tokens: 1500,
+        max_tokens: 100_000,
         temperature: 0,
+        logit_bias: noEndBias(),
         stream: true,
       });
+      let streaming!: () => void;
+      const firstToken = new Promise<void>((resolve) => {
+        streaming = resolve;
+      });
       const reading = (async () => {
-        for await (const _ of stream) {
+        for await (const ch of stream) {
           // keep reading until the server goes away
+          if (ch.choices[0]?.delta.content) streaming();
         }
       })().catch(() => 'ended');
-      await eventually(
-        () => t.runner.snapshot(),
-        (s) => s.running.length === 1,
-      );
+      await Promise.race([firstToken, reading]); // a reply that fails before its first token fails below
       const started = Date.now();
       await t.server.close();
       expect(Date.now() - started).toBeLessThan(2000);
@@ -253,7 +259,9 @@ describe('closing the server', () => {
       );
       expect(snap.reservedBytes).toBe(0);
       expect(snap.recent[snap.recent.length - 1]).toMatchObject({ state: 'cancelled', endReason: 'disconnect' });
+      expect(held.cancelled).toEqual([snap.recent[snap.recent.length - 1]?.id]);
     } finally {
+      held.restore();
       await t.close();
     }
   });

@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import type { ModelInfo, WsServerMessage } from '../../../src/shared/api';
 import type { StreamFrame } from '../../../src/shared/contract';
+import { holdReplyEnds, noEndBias } from '../../helpers/hold-replies';
 import { eventually, LONG_CHAT, settled, startTestServer, type TestServer } from './server-helpers';
 
 let t: TestServer;
@@ -144,49 +145,47 @@ describe('WebSocket transport', () => {
     c.ws.close();
   });
 
+  /** A request that runs until stopped: end-of-text banned, max tokens clipped only by the context. */
+  const endless = { messages: LONG_CHAT, maxNewTokens: 100_000, sampling: { greedy: true, logitBias: noEndBias() } };
+
   it('cancel stops a generation and returns its reservation', async () => {
-    const c = await Client.open(t.url);
-    c.ws.send(
-      JSON.stringify({
-        t: 'generate',
-        id: 'long',
-        request: { messages: LONG_CHAT, maxNewTokens: 1500, sampling: { greedy: true } },
-      }),
-    );
-    await c.until(() => c.frames('long').find((f) => f.type === 'tokens'));
-    c.ws.send(JSON.stringify({ t: 'cancel', id: 'long' }));
-    const end = await c.end('long');
-    expect(end).toMatchObject({ type: 'error', error: { code: 'CANCELLED' } });
-    const snap = await settled(t.url);
-    expect(snap.recent.find((r) => r.id === end.requestId)).toMatchObject({ state: 'cancelled', endReason: 'user' });
-    c.ws.close();
+    // The reply's end waits for the host's cancel (holdReplyEnds): it cannot end before the cancel comes.
+    const held = holdReplyEnds(t.runner.engine);
+    try {
+      const c = await Client.open(t.url);
+      c.ws.send(JSON.stringify({ t: 'generate', id: 'long', request: endless }));
+      await c.until(() => c.frames('long').find((f) => f.type === 'tokens'));
+      c.ws.send(JSON.stringify({ t: 'cancel', id: 'long' }));
+      const end = await c.end('long');
+      expect(end).toMatchObject({ type: 'error', error: { code: 'CANCELLED' } });
+      expect(held.cancelled).toEqual([end.requestId]);
+      const snap = await settled(t.url);
+      expect(snap.recent.find((r) => r.id === end.requestId)).toMatchObject({ state: 'cancelled', endReason: 'user' });
+      c.ws.close();
+    } finally {
+      held.restore();
+    }
   });
 
   it('a socket that drops cancels its generations (reason disconnect) and leaks nothing', async () => {
-    const c = await Client.open(t.url);
-    c.ws.send(
-      JSON.stringify({
-        t: 'generate',
-        id: 'l1',
-        request: { messages: LONG_CHAT, maxNewTokens: 1500, sampling: { greedy: true } },
-      }),
-    );
-    c.ws.send(
-      JSON.stringify({
-        t: 'generate',
-        id: 'l2',
-        request: { messages: LONG_CHAT, maxNewTokens: 1500, sampling: { greedy: true } },
-      }),
-    );
-    const ids = await Promise.all(
-      ['l1', 'l2'].map((id) => c.until(() => c.frames(id).find((f) => f.type === 'tokens')?.requestId)),
-    );
-    c.ws.terminate();
-    const snap = await settled(t.url);
-    for (const id of ids) {
-      expect(snap.recent.find((r) => r.id === id)).toMatchObject({ state: 'cancelled', endReason: 'disconnect' });
+    const held = holdReplyEnds(t.runner.engine, 2);
+    try {
+      const c = await Client.open(t.url);
+      c.ws.send(JSON.stringify({ t: 'generate', id: 'l1', request: endless }));
+      c.ws.send(JSON.stringify({ t: 'generate', id: 'l2', request: endless }));
+      const ids = await Promise.all(
+        ['l1', 'l2'].map((id) => c.until(() => c.frames(id).find((f) => f.type === 'tokens')?.requestId)),
+      );
+      c.ws.terminate();
+      const snap = await settled(t.url);
+      expect([...held.cancelled].sort()).toEqual([...ids].sort());
+      for (const id of ids) {
+        expect(snap.recent.find((r) => r.id === id)).toMatchObject({ state: 'cancelled', endReason: 'disconnect' });
+      }
+      expect(snap.usedBytes).toBe(0);
+    } finally {
+      held.restore();
     }
-    expect(snap.usedBytes).toBe(0);
   });
 
   it('closes the socket (1008) on a message outside the protocol', async () => {
