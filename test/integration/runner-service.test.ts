@@ -291,34 +291,49 @@ describe("the person's pick of variant and backend", () => {
     expect(h.listModels().find((m) => m.id === plain.id)?.spec.graphVariant).toBe('fp32');
   });
 
-  it("a person's load again: refused under a running reply; while it loads, requests on the model are refused", async () => {
+  it("a person's load again: refused under a running reply; while it loads, requests on the model wait for it", async () => {
     const dir = graphVariantsModel();
     const h = new RunnerService({ intraOpNumThreads: 2 });
     hosts.push(h);
     const { id } = await h.loadModel(dir);
+    const fp32 = await h.generate({ model: id, promptIds: prompt, maxNewTokens: 8, sampling: greedy }).result;
     const long = h.generate({ model: id, promptIds: prompt, maxNewTokens: 1500, sampling: greedy });
     const busy = await rejection(h.loadModel(dir, { variant: 'q4', whileIdle: true }));
     expect(busy.message).toBe(`model ${id} has 1 requests in flight; stop them before loading it again`);
     long.cancel();
     await long.result.catch(() => undefined);
-    // While the new load is on its way, a request on the model is refused (the engine frees the old session).
+    // While the new load is on its way, requests on the model wait (the engine frees the old session), then run
+    // on the new one; one stopped while it waits ends cancelled without running.
     const reload = h.loadModel(dir, { variant: 'q4', whileIdle: true });
-    let refusedWhileLoading: string | undefined;
-    for (let i = 0; i < 2000 && refusedWhileLoading === undefined; i++) {
-      if (h.listModels().find((m) => m.id === id)?.reloading) {
-        refusedWhileLoading = (await rejection(h.generate({ model: id, promptIds: prompt, maxNewTokens: 2 }).result))
-          .message;
-      } else await new Promise((r) => setTimeout(r, 1));
-    }
-    expect(refusedWhileLoading).toBe(
-      `model ${id} is loading again (another variant or backend): send the request again once it is in`,
+    // (The package is read first; the engine's load, which takes far longer, comes after the mark.)
+    await vi.waitFor(() => expect(h.listModels().find((m) => m.id === id)?.reloading).toBe(true), {
+      interval: 1,
+      timeout: 10_000,
+    });
+    const frames: StreamFrame[] = [];
+    const waiting = h.generate({ model: id, promptIds: prompt, maxNewTokens: 8, sampling: greedy }, (f) =>
+      frames.push(f),
     );
+    const stopped = h.generate({ model: id, promptIds: prompt, maxNewTokens: 8, sampling: greedy });
+    stopped.cancel();
+    const cancelled = rejection(stopped.result);
+    let settledFirst = false;
+    void waiting.result.then(() => {
+      settledFirst = !h.listModels().find((m) => m.id === id)?.reloading && frames.length > 0;
+    });
+    expect(frames).toEqual([]);
     await reload;
     expect(h.listModels().find((m) => m.id === id)).toMatchObject({ spec: { graphVariant: 'q4' } });
     expect(h.listModels().find((m) => m.id === id)).not.toHaveProperty('reloading');
-    expect(
-      (await h.generate({ model: id, promptIds: prompt, maxNewTokens: 2, sampling: greedy }).result).tokenIds,
-    ).toHaveLength(2);
+    const waited = await waiting.result;
+    expect(settledFirst).toBe(true);
+    expect(waited.requestId).toBe(waiting.requestId);
+    expect(frames.every((f) => f.requestId === waiting.requestId)).toBe(true);
+    // It ran on the q4 graph: its tokens are q4's, not those fp32 gave the same prompt.
+    const q4 = await h.generate({ model: id, promptIds: prompt, maxNewTokens: 8, sampling: greedy }).result;
+    expect(waited.tokenIds).toEqual(q4.tokenIds);
+    expect(waited.tokenIds).not.toEqual(fp32.tokenIds);
+    expect((await cancelled).code).toBe('CANCELLED');
   });
 
   it('an "installed" ORT package: refused, naming the field, until trusted; then it runs as its folder does', async () => {

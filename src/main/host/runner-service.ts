@@ -181,7 +181,7 @@ export interface ModelInfo {
   loadMs: number;
   /** Whether the engine feeds the LM head the last position only, and what it changed or why not. */
   logits: LogitsPositions;
-  /** The person is loading it again (another variant or backend): requests on it are refused until that is in. */
+  /** The person is loading it again (another variant or backend): requests on it wait until that is in. */
   reloading?: boolean;
 }
 
@@ -593,19 +593,28 @@ export class RunnerService {
     // the model until the new load is in (both checked here, with no wait between: generate registers at once).
     const previous = this.models.get(id);
     const guarded = previous !== undefined && options.whileIdle === true;
-    if (guarded) {
-      this.assertIdle(id, 'loading it again');
-      this.reloading.add(id);
-    }
+    if (guarded) this.assertIdle(id, 'loading it again');
+    const load = this.finishLoad(dir, id, spec, previous, { ortPackage, trust, variantOption, started });
+    if (!guarded) return load;
+    // Ended either way, the model is open to requests again before the ones that waited go on.
+    const settled: Promise<void> = load
+      .then(
+        () => undefined,
+        () => undefined,
+      )
+      .then(() => {
+        if (this.reloading.get(id) === settled) this.reloading.delete(id);
+      });
+    this.reloading.set(id, settled);
     try {
-      return await this.finishLoad(dir, id, spec, previous, { ortPackage, trust, variantOption, started });
+      return await load;
     } finally {
-      if (guarded) this.reloading.delete(id);
+      await settled;
     }
   }
 
-  /** Models a person is loading again: requests on them are refused until it is in. */
-  private readonly reloading = new Set<string>();
+  /** Models a person is loading again, and when that ends: requests on them wait until then. */
+  private readonly reloading = new Map<string, Promise<void>>();
 
   /** loadModel, from the tokenizer on: the engine loads it, and it replaces what was under its id. */
   private async finishLoad(
@@ -921,7 +930,45 @@ export class RunnerService {
    * Validation errors reject before any frame is sent.
    */
   generate(input: unknown, sink: (frame: StreamFrame) => void = () => {}): GenerationHandle {
-    const requestId = randomUUID();
+    return this.generateAs(randomUUID(), input, sink);
+  }
+
+  /**
+   * A request on a model the person is loading again waits until that load is in (or has failed: then on the
+   * model as it was), and then starts as if sent then; stopped while it waits, it ends cancelled, having sent
+   * nothing.
+   */
+  private waitForReload(
+    requestId: string,
+    input: unknown,
+    sink: (frame: StreamFrame) => void,
+    reload: Promise<unknown>,
+  ): GenerationHandle {
+    let started: GenerationHandle | undefined;
+    let stopped: 'user' | 'disconnect' | 'timeout' | 'shutdown' | undefined;
+    const result = reload.then(() => {
+      if (stopped)
+        throw new KvdeskError('CANCELLED', `request ${requestId} was cancelled (${stopped}) before it started`);
+      started = this.generateAs(requestId, input, sink, reload);
+      return started.result;
+    });
+    return {
+      requestId,
+      result,
+      cancel: (reason = 'user') => {
+        if (started) started.cancel(reason);
+        else stopped ??= reason;
+      },
+    };
+  }
+
+  /** `waited`: the reload the request has waited for (it does not wait for that one again). */
+  private generateAs(
+    requestId: string,
+    input: unknown,
+    sink: (frame: StreamFrame) => void,
+    waited?: Promise<unknown>,
+  ): GenerationHandle {
     const parsed = GenerateRequest.safeParse(input);
     if (!parsed.success) {
       return { requestId, result: Promise.reject(invalidRequest(parsed.error)), cancel: () => {} };
@@ -934,13 +981,8 @@ export class RunnerService {
     let reasoning: ReasoningPlan | undefined;
     try {
       model = this.resolveModel(req.model);
-      if (this.reloading.has(model.id)) {
-        throw new KvdeskError(
-          'BAD_REQUEST',
-          `model ${model.id} is loading again (another variant or backend): send the request again once it is in`,
-          { field: 'model' },
-        );
-      }
+      const reload = this.reloading.get(model.id);
+      if (reload && reload !== waited) return this.waitForReload(requestId, input, sink, reload);
       ({ rows, tools, contextDrop, reasoning } = this.buildRows(req, model));
       checkLogitBias(req, model.spec.vocabSize);
       checkJsonSchema(req);
