@@ -246,7 +246,12 @@ export interface LoadModelRequest {
   variant?: string;
   backend?: string;
   trustInstalled?: boolean;
+  /** A chat template (Jinja) used instead of the package's; null: the package's again. */
+  chatTemplate?: string | null;
 }
+
+/** The longest chat template kvdesk takes from a person (real models' run to tens of KiB). */
+export const CHAT_TEMPLATE_MAX = 256 * 1024;
 
 /** What a request's prompt would be (measurePrompt): its tokens, the model's context, what would be left out. */
 export interface PromptMeasure {
@@ -422,6 +427,7 @@ export const CallSchemas = {
       variant: z.string().min(1).max(200).optional(),
       backend: z.string().min(1).max(100).optional(),
       trustInstalled: z.boolean().optional(),
+      chatTemplate: z.string().min(1).max(CHAT_TEMPLATE_MAX).nullable().optional(),
     })
     .strict(),
   /** What each backend onnxruntime-node knows can do on this machine (probed once), and why not. */

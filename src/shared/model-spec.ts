@@ -200,6 +200,8 @@ export interface ModelSpec {
   bosTokenId?: number;
   padTokenId?: number;
   chatTemplate?: string;
+  /** The chat template is the person's own, not the package's (LoadModelRequest.chatTemplate). */
+  chatTemplateEdited?: true;
   /** A thinking model's reasoning markers and switch (from its chat template). */
   reasoning?: ReasoningSpec;
   tokenizer: TokenizerSpec;

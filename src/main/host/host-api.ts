@@ -262,7 +262,8 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
   async function load(dir: string, jit?: FirstUse, how: LoadModelRequest = {}): Promise<ModelInfo> {
     // What the person picks now changes the kept pick's fields it names; the others stay as they were.
     const kept = await library.pickFor(dir);
-    const named = pickOf(how) ?? {};
+    // (null for the chat template: back to the package's own.)
+    const named: LoadModelRequest = { ...pickOf(how), ...(how.chatTemplate === null ? { chatTemplate: null } : {}) };
     const ortPackage = kept !== undefined && (await detectLayout(dir).catch(() => undefined)) === 'ort-package';
     let pick: LoadModelRequest | null = mergePick(kept, named, ortPackage);
     // A person's load: not under replies that run on the model (a request's load on first use is of one not loaded).
@@ -274,7 +275,11 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       // A kept pick the package no longer has (a variant deleted): loaded without what was kept (kvdesk's choice
       // there), and that part of the pick is dropped.
       const stale = kept !== undefined && Object.keys(kept).some((k) => !(k in named));
-      if (!stale || toErrorInfo(err).code !== 'PACKAGE_INVALID') throw err;
+      const problem = toErrorInfo(err);
+      // So is a kept template of the person's own that no longer renders.
+      const keptTemplate =
+        problem.code === 'BAD_REQUEST' && problem.detail?.field === 'chatTemplate' && !('chatTemplate' in named);
+      if (!stale || (problem.code !== 'PACKAGE_INVALID' && !keptTemplate)) throw err;
       log(`kvdesk: ${dir} could not load as last picked (${toErrorInfo(err).message}); loading it as kvdesk picks`);
       // The person's trust is no pick of a variant: it stays.
       const retry: LoadModelRequest = { ...named, ...(kept?.trustInstalled ? { trustInstalled: true } : {}) };
@@ -287,7 +292,8 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     const all = models();
     emit('models', all);
     budgetChanged();
-    await library.loaded(dir, info.spec, pick);
+    // The whole pick it loaded with: an empty one (a template of the person's own dropped) keeps nothing.
+    await library.loaded(dir, info.spec, pick && Object.keys(pick).length > 0 ? pick : null);
     return all.find((m) => m.id === info.id) as ModelInfo;
   }
 

@@ -14,12 +14,13 @@
 import { lstat, readdir, readFile, realpath, rename, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
-import type { LibraryEntry, LoadModelRequest } from '../../shared/api';
+import { CHAT_TEMPLATE_MAX, type LibraryEntry, type LoadModelRequest } from '../../shared/api';
 import { KvdeskError } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
 import { loadModelSpec, variantOption } from '../packages';
 import { packageProblem } from '../packages/package-error';
 import { writeAtomic } from '../store/write-atomic';
+import { withChatTemplate } from './chat-template-pick';
 import { type HubSource, hubSourceOf } from './hub-download';
 
 const CPU = 'CPUExecutionProvider';
@@ -42,6 +43,7 @@ const Stored = z.object({
             variant: z.string().min(1).max(200).optional(),
             backend: z.string().min(1).max(100).optional(),
             trustInstalled: z.boolean().optional(),
+            chatTemplate: z.string().min(1).max(CHAT_TEMPLATE_MAX).optional(),
           })
           .optional(),
       }),
@@ -61,16 +63,23 @@ export function mergePick(
   const base: LoadModelRequest = { ...kept };
   if (ortPackage && named.backend !== undefined) delete base.variant;
   if (ortPackage && named.variant !== undefined) delete base.backend;
-  return { ...base, ...named };
+  const merged = { ...base, ...named };
+  // null: back to the package's own template.
+  if (merged.chatTemplate === null) delete merged.chatTemplate;
+  return merged;
 }
 
+/** A pick as the library keeps it: a template of the person's own, or none (the package's). */
+export type KeptPick = Omit<LoadModelRequest, 'chatTemplate'> & { chatTemplate?: string };
+
 /** A pick with something in it (its fields that say something), or undefined. */
-export function pickOf(how: LoadModelRequest | undefined): LoadModelRequest | undefined {
+export function pickOf(how: LoadModelRequest | undefined): KeptPick | undefined {
   if (!how) return undefined;
-  const kept: LoadModelRequest = {
+  const kept: KeptPick = {
     ...(how.variant !== undefined ? { variant: how.variant } : {}),
     ...(how.backend !== undefined ? { backend: how.backend } : {}),
     ...(how.trustInstalled === true ? { trustInstalled: true } : {}),
+    ...(typeof how.chatTemplate === 'string' ? { chatTemplate: how.chatTemplate } : {}),
   };
   return Object.keys(kept).length > 0 ? kept : undefined;
 }
@@ -84,7 +93,7 @@ interface Held {
   error?: LibraryEntry['error'];
   missing: boolean;
   source?: HubSource;
-  load?: LoadModelRequest;
+  load?: KeptPick;
 }
 
 /** What validating a folder found. */
@@ -102,8 +111,17 @@ async function check(root: string, load: LoadModelRequest | undefined): Promise<
     }).catch((err: unknown) =>
       load?.variant === undefined ? Promise.reject(err) : loadModelSpec(root, { availableBackends: [CPU], ...trust }),
     );
+    // The person's own template, as it loads (one that no longer renders leaves the package's).
+    let shown = spec;
+    if (load?.chatTemplate !== undefined && load.chatTemplate !== null) {
+      try {
+        shown = withChatTemplate(spec, load.chatTemplate);
+      } catch {
+        shown = spec;
+      }
+    }
     const source = await hubSourceOf(root);
-    return source ? { spec, source } : { spec };
+    return source ? { spec: shown, source } : { spec: shown };
   } catch (err) {
     const problem = packageProblem(err);
     const missing = !(await stat(root).then(

@@ -64,6 +64,7 @@ import {
   toolCallFormat,
   toolChatTurns,
 } from '../tokenizer/tool-calls';
+import { withChatTemplate } from './chat-template-pick';
 import { dropOldest } from './context-fit';
 import { deriveHostDeviceBudget } from './device-budgets';
 import { EngineClient } from './engine-client';
@@ -567,6 +568,8 @@ export class RunnerService {
        * old session as soon as the new one is there, which a running reply still reads).
        */
       whileIdle?: boolean;
+      /** A chat template of the person's own instead of the package's (checked before anything loads). */
+      chatTemplate?: string | null;
     } = {},
   ): Promise<ModelInfo> {
     const started = this.now();
@@ -588,6 +591,7 @@ export class RunnerService {
             ...variantOption,
           });
     if (!ortPackage && wanted !== undefined && wanted !== CPU) spec = await this.onPickedBackend(spec, wanted);
+    if (typeof options.chatTemplate === 'string') spec = withChatTemplate(spec, options.chatTemplate);
     const id = options.id ?? spec.id;
     // Loaded again (another variant, another backend): the person's load waits for no reply, and none starts on
     // the model until the new load is in (both checked here, with no wait between: generate registers at once).

@@ -1,0 +1,125 @@
+/**
+ * A chat template of the person's own (LoadModelRequest.chatTemplate), through HostApi over a real RunnerService:
+ * the model's prompts are rendered with it, what it implies (a thinking model) is read from it, it is kept with
+ * the library's pick across loads and restarts, null goes back to the package's, and one that does not render is
+ * refused naming the field, with the model loaded as it was.
+ */
+import { cp, mkdtemp, readFile, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { createHostApi, type HostApi } from '../../../src/main/host/host-api';
+import { RunnerService } from '../../../src/main/host/runner-service';
+import { defaultModelDir } from '../../helpers/fixtures';
+
+const tmpDirs: string[] = [];
+const apis: HostApi[] = [];
+afterEach(async () => {
+  await Promise.all(apis.splice(0).map((a) => a.close()));
+});
+afterAll(async () => {
+  await Promise.all(tmpDirs.map((d) => rm(d, { recursive: true, force: true })));
+});
+
+async function tmp(): Promise<string> {
+  const d = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-template-'));
+  tmpDirs.push(d);
+  return d;
+}
+
+async function makeApi(dataDir: string): Promise<HostApi> {
+  const api = await createHostApi({ runner: new RunnerService({ intraOpNumThreads: 1 }), dataDir, log: () => {} });
+  apis.push(api);
+  return api;
+}
+
+/** A template that writes each message on a line of its own, and opens a <think> reasoning for the reply. */
+const MINE = "{% for m in messages %}{{ m.role + ': ' + m.content + '\n' }}{% endfor %}assistant: <think>\n";
+const ASK = [{ role: 'user' as const, content: 'Why is the sky blue?' }];
+
+describe('a chat template of the person’s own', () => {
+  it('renders the prompts, makes the model what it says, is kept across loads and restarts, and null drops it', async () => {
+    const dataDir = await tmp();
+    const dir = path.join(dataDir, 'mine');
+    await cp(defaultModelDir, dir, { recursive: true });
+    const api = await makeApi(dataDir);
+    const spec = () => api.runner.listModels().find((m) => m.id === 'mine')?.spec;
+    const promptTokens = () => api.runner.measurePrompt({ model: 'mine', messages: ASK }).promptTokens;
+
+    expect((await api.call('loadModel', { path: dir })).ok).toBe(true);
+    expect(spec()?.reasoning).toBeUndefined();
+    expect(spec()?.chatTemplateEdited).toBeUndefined();
+    const packaged = promptTokens();
+
+    const loaded = await api.call('loadModel', { path: dir, chatTemplate: MINE });
+    if (!loaded.ok) throw new Error(loaded.error.message);
+    expect(loaded.value.spec).toMatchObject({ chatTemplate: MINE, chatTemplateEdited: true });
+    // Its <think> makes it a thinking model; the prompt is what the template writes, token for token.
+    expect(loaded.value.spec.reasoning).toMatchObject({ open: '<think>', close: '</think>' });
+    const tok = api.runner.tokenizerOf('mine');
+    // (Jinja drops a template's last line break.)
+    const rendered = 'user: Why is the sky blue?\nassistant: <think>';
+    expect(promptTokens()).toBe(tok.encode(rendered, { addSpecialTokens: false }).length);
+    expect(promptTokens()).not.toBe(packaged);
+    // The reply starts inside the reasoning the template opened.
+    const reply = await api.runner.generate({
+      model: 'mine',
+      messages: ASK,
+      maxNewTokens: 4,
+      sampling: { greedy: true },
+    }).result;
+    expect(reply.reasoningTokens).toBe(4);
+
+    // Kept with the pick: a load without one, and after a restart, the library's entry and the next load use it.
+    expect((await api.call('loadModel', { path: dir, variant: undefined })).ok).toBe(true);
+    expect(spec()?.chatTemplate).toBe(MINE);
+    await api.libraryChecked;
+    await api.close();
+    apis.splice(apis.indexOf(api), 1);
+    const stored = JSON.parse(await readFile(path.join(dataDir, 'library.json'), 'utf8')) as {
+      packages: Array<{ root: string; load?: unknown }>;
+    };
+    expect(stored.packages.find((p) => p.root.endsWith('/mine'))?.load).toEqual({ chatTemplate: MINE });
+    const again = await makeApi(dataDir);
+    await again.libraryChecked;
+    const listed = await again.call('listLibrary', {});
+    if (!listed.ok) throw new Error(listed.error.message);
+    expect(listed.value.find((e) => e.id === 'mine')?.spec).toMatchObject({
+      chatTemplateEdited: true,
+      reasoning: { open: '<think>' },
+    });
+    await again.ensureModel('mine');
+    expect(again.runner.listModels().find((m) => m.id === 'mine')?.spec.chatTemplate).toBe(MINE);
+
+    // null: the package's own again, and nothing kept.
+    const back = await again.call('loadModel', { path: dir, chatTemplate: null });
+    if (!back.ok) throw new Error(back.error.message);
+    expect(back.value.spec.chatTemplateEdited).toBeUndefined();
+    expect(back.value.spec.reasoning).toBeUndefined();
+    expect(again.runner.measurePrompt({ model: 'mine', messages: ASK }).promptTokens).toBe(packaged);
+    const relisted = await again.call('listLibrary', {});
+    expect(relisted.ok && relisted.value.find((e) => e.id === 'mine')?.load).toBeUndefined();
+  });
+
+  it('one that does not render is refused naming the field and why; the model stays as it was', async () => {
+    const dataDir = await tmp();
+    const api = await makeApi(dataDir);
+    expect((await api.call('loadModel', { path: defaultModelDir })).ok).toBe(true);
+    const before = api.runner.listModels().find((m) => m.id === 'default')?.spec.chatTemplate;
+    for (const [template, why] of [
+      ['{% for m in messages %}{{ m.content }', 'not a valid Jinja template'],
+      ["{{ raise_exception('no system message') }}", 'rejected this conversation: no system message'],
+    ] as const) {
+      const r = await api.call('loadModel', { path: defaultModelDir, chatTemplate: template });
+      expect(r.ok).toBe(false);
+      if (r.ok) continue;
+      expect(r.error).toMatchObject({ code: 'BAD_REQUEST', detail: { field: 'chatTemplate' } });
+      expect(r.error.message).toContain('chatTemplate cannot be used');
+      expect(r.error.message).toContain(why);
+    }
+    expect(api.runner.listModels().find((m) => m.id === 'default')?.spec.chatTemplate).toBe(before);
+    // Nothing of it was kept.
+    const listed = await api.call('listLibrary', {});
+    expect(listed.ok && listed.value.find((e) => e.id === 'default')?.load).toBeUndefined();
+  });
+});
