@@ -2,7 +2,7 @@
  * Screenshots of the running app for the README: docs/chat.png, docs/models.png,
  * docs/inspector.png, docs/devices.png, docs/prefill.png, docs/json.png, docs/library.png,
  * docs/long-chat.png, docs/thinking.png, docs/downloads.png, docs/markdown.png, docs/find.png,
- * docs/probabilities.png, docs/tools.png, docs/dark.png. Starts a real `kvdesk serve` (real engine and scheduler)
+ * docs/probabilities.png, docs/tools.png, docs/dark.png, docs/chat-template.png. Starts a real `kvdesk serve` (real engine and scheduler)
  * with a small KV budget so the budget bar has something to show, drives
  * Debian Chromium through the same steps a person would, and captures the window.
  *
@@ -95,6 +95,7 @@ async function main(): Promise<void> {
     tools: toolsShot,
     'api-server': apiServerShot,
     variants: variantsShot,
+    'chat-template': chatTemplateShot,
   }[process.argv[2] ?? ''];
   if (only) {
     const browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
@@ -502,6 +503,30 @@ async function variantsShot(browser: Browser): Promise<void> {
     await page.mouse.move(0, 0);
     await page.screenshot({ path: path.join(DOCS, 'variants.png'), animations: 'disabled' });
     console.log('wrote docs/variants.png');
+  } finally {
+    await server.stop();
+  }
+}
+
+/**
+ * docs/chat-template.png: the default model's card with its chat template open, being changed into one of the
+ * person's own (not loaded: the shot changes nothing).
+ */
+async function chatTemplateShot(browser: Browser): Promise<void> {
+  const server = await startServe([]);
+  try {
+    const page = await browser.newPage({ viewport: { width: 1440, height: 900 }, deviceScaleFactor: 1 });
+    await page.goto(server.url);
+    await page.getByTestId('models-toggle').click();
+    const card = page.locator('[data-testid="loaded-model-card"][data-model-id="default"]');
+    await card.getByTestId('model-template').locator('summary').click();
+    const text = card.getByTestId('model-template-text');
+    const packaged = await text.inputValue();
+    await text.fill(packaged.replace("'<|im_start|>assistant\\n'", "'<|im_start|>assistant\\n<think>\\n'"));
+    await card.getByTestId('model-template').scrollIntoViewIfNeeded();
+    await page.mouse.move(0, 0);
+    await page.screenshot({ path: path.join(DOCS, 'chat-template.png'), animations: 'disabled' });
+    console.log('wrote docs/chat-template.png');
   } finally {
     await server.stop();
   }

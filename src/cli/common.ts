@@ -1,11 +1,11 @@
 /** What the CLI's commands share: output, errors and exit codes, number flags, sampling flags, package names. */
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
 import { ModelLibrary, mergePick } from '../main/host/model-library';
 import { detectLayout } from '../main/packages';
 import { parseByteSize } from '../main/scheduler';
-import type { LoadModelRequest } from '../shared/api';
+import { CHAT_TEMPLATE_MAX, type LoadModelRequest } from '../shared/api';
 import {
   type BudgetCap,
   type ContextClip,
@@ -207,16 +207,33 @@ export class ReplyPrinter {
   }
 }
 
-/** generate's and chat's flags for how the package loads: the person's variant and backend. */
+/** generate's and chat's flags for how the package loads: the person's variant, backend and chat template. */
 export const LOAD_OPTIONS = {
   variant: { type: 'string' },
   backend: { type: 'string' },
   'trust-installed': { type: 'boolean' },
+  'chat-template': { type: 'string' },
 } as const;
+
+/** `--chat-template FILE`: the template's text (a file of Jinja), or a clear word when it cannot be read. */
+export function chatTemplateFlag(file: string | undefined): string | undefined {
+  if (file === undefined) return undefined;
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    throw badArgs(`--chat-template: cannot read ${file} (${(err as Error).message}): give a file of Jinja`);
+  }
+  if (text.trim() === '') throw badArgs(`--chat-template: ${file} is empty: give a file of Jinja`);
+  if (text.length > CHAT_TEMPLATE_MAX) {
+    throw badArgs(`--chat-template: ${file} is over ${CHAT_TEMPLATE_MAX / 1024} KiB; no chat template is that long`);
+  }
+  return text;
+}
 
 /**
  * How the package at `dir` loads: what the flags ask for, over the pick the library keeps for it (as `kvdesk
- * serve` and the window load it: the person's last variant, backend and trust), when it has one.
+ * serve` and the window load it: the person's last variant, backend, trust and chat template), when it has one.
  */
 export async function loadFlags(
   dir: string,
@@ -224,13 +241,16 @@ export async function loadFlags(
     variant?: string | undefined;
     backend?: string | undefined;
     'trust-installed'?: boolean | undefined;
+    'chat-template'?: string | undefined;
     'data-dir'?: string | undefined;
   },
 ): Promise<LoadModelRequest> {
+  const template = chatTemplateFlag(values['chat-template']);
   const named: LoadModelRequest = {
     ...(values.variant !== undefined ? { variant: values.variant } : {}),
     ...(values.backend !== undefined ? { backend: values.backend } : {}),
     ...(values['trust-installed'] === true ? { trustInstalled: true } : {}),
+    ...(template !== undefined ? { chatTemplate: template } : {}),
   };
   const library = await ModelLibrary.open(dataDirOf(values['data-dir']));
   const kept = await library.pickFor(dir);

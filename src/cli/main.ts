@@ -17,6 +17,7 @@ import {
   usableProviders,
   variantFits,
 } from '../main/backends';
+import { withChatTemplate } from '../main/host/chat-template-pick';
 import { ModelLibrary } from '../main/host/model-library';
 import { defaultHostSettings, type HostSettings, RunnerService } from '../main/host/runner-service';
 import { backendProvider, kvBytesForTokens, loadModelSpec, variantOption } from '../main/packages';
@@ -24,9 +25,11 @@ import { MAX_NEW_TOKENS } from '../shared/contract';
 import { toErrorInfo } from '../shared/errors';
 import { formatBytes } from '../shared/format';
 import type { ModelSpec } from '../shared/model-spec';
+import { reasoningWhere } from '../shared/reasoning';
 import {
   badArgs,
   budgetCapLine,
+  chatTemplateFlag,
   checkFlags,
   contextClipLine,
   effortFlag,
@@ -53,7 +56,7 @@ import { pull, search } from './pull';
 const USAGE = `kvdesk — run local ONNX language models with an explicit KV-cache budget
 
 Usage:
-  kvdesk inspect <package> [--json] [--backend cuda|cpu|…] [--variant NAME] [--trust-installed] [--device-memory webgpu:0=8GiB]…
+  kvdesk inspect <package> [--json] [--backend cuda|cpu|…] [--variant NAME] [--trust-installed] [--chat-template FILE] [--device-memory webgpu:0=8GiB]…
   kvdesk generate <package or library id> (--prompt TEXT | --prompt-ids 1,2,3) [options]
   kvdesk chat <package or library id> [options]   a conversation in the terminal (see below)
   kvdesk list [--json] [--data-dir DIR]   the model library: packages kvdesk serve has loaded before
@@ -103,11 +106,13 @@ generate options:
   --backend NAME           cpu, cuda, webgpu, dml, coreml… (default: the best usable one the package offers; one
                            this machine cannot use runs on the CPU with a warning; kvdesk inspect lists them)
   --trust-installed        load an ORT package of the "installed" layout, whose files may lie outside its folder
+  --chat-template FILE     a Jinja chat template to use instead of the package's, for this run (default: the one
+                           the library keeps for the package, picked on its card in the window, else the package's)
 
 chat options (a conversation, as ollama run: a line is a turn, """ starts and ends one of several lines; Ctrl+C
 stops a reply, Ctrl+D or /bye ends, /? lists the commands; with stdin from a pipe, each line is a turn):
   --system TEXT --max-new-tokens N, generate's sampling options, --kv-budget, --device-memory, --threads,
-  --prefill-chunk, --lookup, --data-dir, --variant, --backend, --trust-installed
+  --prefill-chunk, --lookup, --data-dir, --variant, --backend, --trust-installed, --chat-template
   --verbose                each reply's figures (tokens, speed, prompt and reused tokens, KV) on stderr
   --think | --nothink      a thinking model reasons first, or replies at once (also /set think, /set nothink);
                            its reasoning goes to stderr between "Thinking..." and "...done thinking."
@@ -138,6 +143,8 @@ export function inspectJson(spec: ModelSpec): Record<string, unknown> {
     ports: spec.ports,
     kv: spec.kv,
     hasChatTemplate: spec.chatTemplate !== undefined,
+    chatTemplateEdited: spec.chatTemplateEdited === true,
+    reasoning: spec.reasoning ?? null,
     search: spec.search,
     backends: spec.backends,
     selectedVariant: spec.selectedVariant ?? null,
@@ -173,7 +180,7 @@ function inspectText(spec: ModelSpec): string {
     `  ports          ids ${spec.ports.inputIds.name} (${spec.ports.inputIds.dtype}), logits ${spec.ports.logits.name}` +
       `${spec.ports.attentionMask ? `, mask ${spec.ports.attentionMask.name}` : ''}${spec.ports.positionIds ? `, positions ${spec.ports.positionIds.name}` : ''}`,
     `  eos            ${spec.eosTokenIds.join(', ') || 'none'}${spec.bosTokenId !== undefined ? `   bos ${spec.bosTokenId}` : ''}`,
-    `  chat template  ${spec.chatTemplate ? 'yes' : 'no (kvdesk uses ChatML)'}`,
+    `  chat template  ${spec.chatTemplateEdited ? 'yours (--chat-template)' : spec.chatTemplate ? 'yes' : 'no (kvdesk uses ChatML)'}${spec.reasoning ? `; a thinking model (${reasoningWhere(spec.reasoning)})` : ''}`,
     `  backends       ${spec.backends.join(', ')}`,
   );
   for (const w of spec.warnings) lines.push(`  warning        ${w}`);
@@ -194,12 +201,15 @@ async function inspect(args: string[], io: Io): Promise<number> {
     // Probed in a child process: a broken GPU provider library must not take inspect down, nor litter its stderr.
     const report = await detectBackendsInChildProcess().catch(() => undefined);
     const dir = path.resolve(positionals[0] as string);
-    const spec = await loadModelSpec(dir, {
+    const template = chatTemplateFlag(values['chat-template']);
+    const read = await loadModelSpec(dir, {
       ...(report === undefined ? {} : { availableBackends: usableProviders(report) }),
       ...(values.backend === undefined ? {} : { backend: values.backend }),
       ...(await variantOption(dir, values.variant)),
       ...(values['trust-installed'] === true ? { trustInstalled: true } : {}),
     });
+    // With the person's own template: checked, and the spec as it would load (a thinking model, or not).
+    const spec = template === undefined ? read : withChatTemplate(read, template);
     const needsNvidia = (spec.variants ?? []).some((v) => /^(cuda|tensorrt):/.test(deviceKey(v.ep)));
     const cpu = defaultHostSettings();
     const given: Partial<HostSettings> = {};

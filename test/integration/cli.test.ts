@@ -288,6 +288,77 @@ describe('the library pick in the CLI', () => {
   });
 });
 
+describe('--chat-template', () => {
+  it("generate, chat's prompt and inspect take a file's template; the library's kept one by default; a bad one is exit 2", async () => {
+    const { ModelLibrary } = await import('../../src/main/host/model-library');
+    const { loadModelSpec } = await import('../../src/main/packages');
+    const work = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-cli-template-'));
+    try {
+      const dataDir = path.join(work, 'data');
+      const file = path.join(work, 'mine.jinja');
+      // Each message on a line of its own, and a reasoning opened for the reply: a thinking model.
+      writeFileSync(
+        file,
+        "{% for m in messages %}{{ m.role + ': ' + m.content + '\\n' }}{% endfor %}assistant: <think>",
+      );
+      const prompt = (...extra: string[]) => {
+        const r = kvdesk(
+          'generate',
+          defaultModelDir,
+          '--data-dir',
+          dataDir,
+          '--chat',
+          '--prompt',
+          'Why?',
+          '--max-new-tokens',
+          '3',
+          '--greedy',
+          '--json',
+          ...extra,
+        );
+        expect(r.code, r.stderr).toBe(0);
+        return r.json;
+      };
+      const packaged = prompt();
+      const mine = prompt('--chat-template', file);
+      // "user: Why?\nassistant: <think>" — its reply starts inside the reasoning the template opened.
+      expect(mine.promptTokens).not.toBe(packaged.promptTokens);
+      expect(mine.reasoningTokens).toBe(3);
+      expect(packaged.reasoningTokens).toBeUndefined();
+      // inspect shows the model as the template makes it.
+      const inspected = kvdesk('inspect', defaultModelDir, '--chat-template', file, '--json');
+      expect(inspected.code, inspected.stderr).toBe(0);
+      expect(inspected.json.reasoning).toMatchObject({ open: '<think>', close: '</think>' });
+      // The library's kept template (picked on the card in the window) is the default; the flag still wins.
+      const library = await ModelLibrary.open(dataDir);
+      const spec = await loadModelSpec(defaultModelDir, {});
+      await library.loaded(defaultModelDir, spec, { chatTemplate: '{{ messages[0].content }}' });
+      await library.flush();
+      const kept = prompt();
+      expect(kept.promptTokens).toBeLessThan(packaged.promptTokens as number);
+      expect(prompt('--chat-template', file).promptTokens).toBe(mine.promptTokens);
+      // A file that is not there, or a template that does not render: exit 2, naming the flag or the field.
+      const missing = kvdesk(
+        'generate',
+        defaultModelDir,
+        '--prompt',
+        'x',
+        '--chat-template',
+        path.join(work, 'no.jinja'),
+      );
+      expect(missing.code).toBe(2);
+      expect(missing.stderr).toContain('--chat-template: cannot read');
+      const broken = path.join(work, 'broken.jinja');
+      writeFileSync(broken, '{% for m in messages %}');
+      const bad = kvdesk('generate', defaultModelDir, '--prompt', 'x', '--chat-template', broken);
+      expect(bad.code).toBe(2);
+      expect(bad.stderr).toContain('chatTemplate cannot be used');
+    } finally {
+      rmSync(work, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('--effort', () => {
   it('a thinking model takes it with --chat; a level it does not know, or no --chat, is exit 2 naming it', () => {
     // A template that shows the effort it gets: the prompt grows by that line.

@@ -159,6 +159,69 @@ function RunWith({
   );
 }
 
+/**
+ * The chat template the model's prompts are written with (Jinja, as transformers renders it), and one of the
+ * person's own instead (LM Studio's prompt template, Ollama's TEMPLATE): for a package whose template is missing,
+ * broken or not what they want. Kept with the model's pick, so it loads so again; "the package's" drops it.
+ */
+function ChatTemplate({
+  spec,
+  loaded,
+  busy,
+  onLoad,
+}: {
+  spec: ModelSpec;
+  loaded: boolean;
+  busy?: boolean;
+  onLoad: (how: LoadModelRequest) => void;
+}) {
+  const current = spec.chatTemplate ?? '';
+  const [draft, setDraft] = useState(current);
+  // The model loaded again (with this template, or the package's): the editor shows what it uses now.
+  useEffect(() => setDraft(current), [current]);
+  const whose = spec.chatTemplateEdited ? 'yours' : spec.chatTemplate ? 'the package’s' : 'none: kvdesk uses ChatML';
+  return (
+    <details className="chat-template" data-testid="model-template" data-edited={spec.chatTemplateEdited === true}>
+      <summary title="The Jinja template that turns a chat into the model's prompt">
+        chat template · <span data-testid="model-template-whose">{whose}</span>
+      </summary>
+      <textarea
+        data-testid="model-template-text"
+        aria-label="chat template"
+        spellCheck={false}
+        rows={10}
+        value={draft}
+        placeholder="{% for m in messages %}…{% endfor %}"
+        onChange={(e) => setDraft(e.target.value)}
+      />
+      <div className="row">
+        <button
+          type="button"
+          className="primary"
+          data-testid="model-template-apply"
+          disabled={busy || draft.trim() === '' || draft === current}
+          onClick={() => onLoad({ chatTemplate: draft })}
+        >
+          {loaded ? 'Load again with this template' : 'Load with this template'}
+        </button>
+        {spec.chatTemplateEdited && (
+          <button
+            type="button"
+            data-testid="model-template-reset"
+            disabled={busy}
+            onClick={() => onLoad({ chatTemplate: null })}
+          >
+            Use the package’s template
+          </button>
+        )}
+        <span className="muted">
+          Jinja, as transformers renders it (messages, add_generation_prompt, tools…); checked before it loads
+        </span>
+      </div>
+    </details>
+  );
+}
+
 function Field({ k, children, testId }: { k: string; children: ReactNode; testId?: string }) {
   return (
     <div data-testid={testId}>
@@ -306,6 +369,7 @@ export function ModelCard({
         {spec.root}
       </div>
       {onLoad && <RunWith spec={spec} loaded={loaded} busy={busy} onLoad={onLoad} />}
+      {onLoad && <ChatTemplate spec={spec} loaded={loaded} busy={busy} onLoad={onLoad} />}
       <div className="buttons">
         {loaded && onUse && (
           <button type="button" data-testid="model-use" disabled={active} onClick={onUse}>

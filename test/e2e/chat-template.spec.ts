@@ -1,0 +1,88 @@
+/**
+ * A chat template of the person's own, on a model card in Chromium against a real serve (a copy of the default
+ * package, so other tests keep theirs): written in the card, the model loads again with it, its prompts change,
+ * a <think> in it makes the model a thinking one, the library keeps it across a page reload, a template that does
+ * not render is refused with Jinja's complaint and the model keeps the one it had, and "the package's" goes back.
+ */
+import { cpSync, mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { expect, test } from '@playwright/test';
+import { defaultModelDir } from '../helpers/fixtures';
+import { type ServeHandle, startServe } from './serve';
+
+let server: ServeHandle;
+let root: string;
+test.beforeAll(async () => {
+  root = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-e2e-template-'));
+  cpSync(defaultModelDir, path.join(root, 'mine'), { recursive: true });
+  server = await startServe(['--model', path.join(root, 'mine')]);
+});
+test.afterAll(async () => {
+  await server.stop();
+  rmSync(root, { recursive: true, force: true });
+});
+
+/** The prompt's tokens for one question, through the OpenAI API. */
+async function promptTokens(): Promise<number> {
+  const res = await fetch(`${server.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'mine', messages: [{ role: 'user', content: 'Why?' }], max_tokens: 1 }),
+  });
+  expect(res.status).toBe(200);
+  return ((await res.json()) as { usage: { prompt_tokens: number } }).usage.prompt_tokens;
+}
+
+const MINE =
+  "{% for m in messages %}{{ m.role + ': ' + m.content + '\\n' }}{% endfor %}{% if add_generation_prompt %}assistant: <think>{% endif %}";
+
+test("a card's chat template of one's own: loaded with, kept, refused when broken, and dropped again", async ({
+  page,
+}) => {
+  const errors: string[] = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  const packaged = await promptTokens();
+  await page.goto(server.url);
+  await page.getByTestId('models-toggle').click();
+  const card = page.locator('[data-testid="loaded-model-card"][data-model-id="mine"]');
+  const template = card.getByTestId('model-template');
+  await expect(card.getByTestId('model-template-whose')).toHaveText('the package’s');
+  await expect(card.getByTestId('model-thinks')).toHaveCount(0);
+  await template.locator('summary').click();
+  const text = card.getByTestId('model-template-text');
+  await expect(text).toHaveValue(/<\|im_start\|>/);
+  // Nothing written yet: nothing to load.
+  await expect(card.getByTestId('model-template-apply')).toBeDisabled();
+
+  await text.fill(MINE);
+  await card.getByTestId('model-template-apply').click();
+  await expect(template).toHaveAttribute('data-edited', 'true', { timeout: 30_000 });
+  await expect(card.getByTestId('model-template-whose')).toHaveText('yours');
+  await expect(card.getByTestId('model-thinks')).toBeVisible();
+  await expect(card.getByTestId('model-template-apply')).toBeDisabled();
+  expect(await promptTokens()).not.toBe(packaged);
+
+  // Kept: after a reload of the page, and as the library's pick.
+  await page.reload();
+  await page.getByTestId('models-toggle').click();
+  await expect(card.getByTestId('model-template-whose')).toHaveText('yours');
+  await card.getByTestId('model-template').locator('summary').click();
+  await expect(text).toHaveValue(MINE);
+
+  // A template that does not render: refused with what Jinja said, and the model keeps the one it had.
+  await text.fill('{% for m in messages %}{{ m.content }');
+  await card.getByTestId('model-template-apply').click();
+  await expect(page.getByTestId('notice')).toContainText('chatTemplate cannot be used');
+  await expect(card.getByTestId('model-template-whose')).toHaveText('yours');
+  await expect(card.getByTestId('model-thinks')).toBeVisible();
+
+  // The package's own again: no longer thinking, its prompts as before.
+  await card.getByTestId('model-template-reset').click();
+  await expect(template).toHaveAttribute('data-edited', 'false', { timeout: 30_000 });
+  await expect(card.getByTestId('model-template-whose')).toHaveText('the package’s');
+  await expect(card.getByTestId('model-thinks')).toHaveCount(0);
+  await expect(text).toHaveValue(/<\|im_start\|>/);
+  expect(await promptTokens()).toBe(packaged);
+  expect(errors).toEqual([]);
+});
