@@ -60,6 +60,7 @@ const calls: CallMethods = {
   listModels: bind('listModels'),
   checkPackage: bind('checkPackage'),
   loadModel: bind('loadModel'),
+  previewChatTemplate: bind('previewChatTemplate'),
   listBackends: bind('listBackends'),
   listLibrary: bind('listLibrary'),
   forgetModel: bind('forgetModel'),

@@ -430,6 +430,10 @@ export const CallSchemas = {
       chatTemplate: z.string().min(1).max(CHAT_TEMPLATE_MAX).nullable().optional(),
     })
     .strict(),
+  /** What a chat template writes for a short conversation (with `model`: its BOS and EOS tokens), before it is used. */
+  previewChatTemplate: z
+    .object({ template: z.string().min(1).max(CHAT_TEMPLATE_MAX), model: z.string().min(1).max(200).optional() })
+    .strict(),
   /** What each backend onnxruntime-node knows can do on this machine (probed once), and why not. */
   listBackends: Empty,
   /** The packages loaded before, most recently loaded first. */
@@ -483,6 +487,7 @@ export interface CallResponses {
   listModels: ModelInfo[];
   checkPackage: PackageCheck;
   loadModel: ModelInfo;
+  previewChatTemplate: { text: string };
   listBackends: BackendInfo[];
   listLibrary: LibraryEntry[];
   forgetModel: null;

@@ -1,6 +1,6 @@
 /**
  * A chat template of the person's own, on a model card in Chromium against a real serve (a copy of the default
- * package, so other tests keep theirs): written in the card, the model loads again with it, its prompts change,
+ * package, so other tests keep theirs): previewed on a short conversation, then the model loads again with it, its prompts change,
  * a <think> in it makes the model a thinking one, the library keeps it across a page reload, a template that does
  * not render is refused with Jinja's complaint and the model keeps the one it had, and "the package's" goes back.
  */
@@ -54,6 +54,21 @@ test("a card's chat template of one's own: loaded with, kept, refused when broke
   await expect(text).toHaveValue(/<\|im_start\|>/);
   // Nothing written yet: nothing to load.
   await expect(card.getByTestId('model-template-apply')).toBeDisabled();
+
+  // The preview: what a template writes for a short conversation, before it is used; one that does not render
+  // says why, in the card.
+  await text.fill(MINE);
+  await card.getByTestId('model-template-preview-button').click();
+  await expect(card.getByTestId('model-template-preview')).toHaveText(
+    'system: You are a helpful assistant.\nuser: Hello!\nassistant: Hi! How can I help?\nuser: What is 2 + 2?\nassistant: <think>',
+  );
+  await expect(card.getByTestId('model-template-preview')).toHaveAttribute('data-error', 'false');
+  await text.fill('{% if %}');
+  await expect(card.getByTestId('model-template-preview')).toHaveCount(0);
+  await card.getByTestId('model-template-preview-button').click();
+  await expect(card.getByTestId('model-template-preview')).toHaveAttribute('data-error', 'true');
+  await expect(card.getByTestId('model-template-preview')).toContainText('template cannot be used');
+  await expect(template).toHaveAttribute('data-edited', 'false');
 
   await text.fill(MINE);
   await card.getByTestId('model-template-apply').click();

@@ -3,26 +3,50 @@
  * TEMPLATE): for a package whose template is missing, broken or not what they want. It is checked before
  * anything loads, and what the template implies (a thinking model's markers) is read from it.
  */
+import type { ChatMessage } from '../../shared/contract';
 import { KvdeskError } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
 import { reasoningOf } from '../../shared/reasoning';
 import { renderChatTemplate } from '../tokenizer/chat-template';
 
-/** The spec with `template` as its chat template (`chatTemplateEdited`), or a 400 naming what is wrong with it. */
-export function withChatTemplate(spec: ModelSpec, template: string): ModelSpec {
+/** The conversation a template is shown with before it is used: a system message and two turns. */
+const PREVIEW: ChatMessage[] = [
+  { role: 'system', content: 'You are a helpful assistant.' },
+  { role: 'user', content: 'Hello!' },
+  { role: 'assistant', content: 'Hi! How can I help?' },
+  { role: 'user', content: 'What is 2 + 2?' },
+];
+
+/**
+ * What `template` writes for a short conversation, with the reply opened (`bos`/`eos`: the model's tokens, which
+ * templates write); a 400 naming `field` and what Jinja said when it does not render.
+ */
+export function previewChatTemplate(
+  template: string,
+  opts: { bos?: string; eos?: string; field?: string } = {},
+  messages: ChatMessage[] = PREVIEW,
+): string {
+  const field = opts.field ?? 'chatTemplate';
   try {
-    renderChatTemplate(template, [{ role: 'user', content: 'Hello' }], {
+    return renderChatTemplate(template, messages, {
       addGenerationPrompt: true,
       source: 'chat template',
+      ...(opts.bos !== undefined ? { bosToken: opts.bos } : {}),
+      ...(opts.eos !== undefined ? { eosToken: opts.eos } : {}),
     });
   } catch (err) {
     const message = err instanceof Error ? err.message : String(err);
     throw new KvdeskError(
       'BAD_REQUEST',
-      `chatTemplate cannot be used: ${message.replace(/ Fix the template or remove it to use the default ChatML template\.$/, '')} Fix it, or load the model with the package's own template.`,
-      { field: 'chatTemplate' },
+      `${field} cannot be used: ${message.replace(/ Fix the template or remove it to use the default ChatML template\.$/, '')} Fix it, or load the model with the package's own template.`,
+      { field },
     );
   }
+}
+
+/** The spec with `template` as its chat template (`chatTemplateEdited`), or a 400 naming what is wrong with it. */
+export function withChatTemplate(spec: ModelSpec, template: string): ModelSpec {
+  previewChatTemplate(template, {}, [{ role: 'user', content: 'Hello' }]);
   const { reasoning: _old, ...rest } = spec;
   const reasoning = reasoningOf(template);
   return { ...rest, chatTemplate: template, chatTemplateEdited: true, ...(reasoning ? { reasoning } : {}) };

@@ -27,6 +27,7 @@ import { detectLayout, loadModelSpec, variantOption } from '../packages';
 import { providerShortName } from '../packages/execution-providers';
 import { packageProblem } from '../packages/package-error';
 import { ThreadStore } from '../store/thread-store';
+import { previewChatTemplate } from './chat-template-pick';
 import { Downloads } from './downloads';
 import type { HubOptions } from './hub-download';
 import { McpHub } from './mcp';
@@ -406,6 +407,13 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     },
     loadModel: async ({ path: dir, ...how }: { path: string } & LoadModelRequest) =>
       load(path.resolve(dir), undefined, how),
+    previewChatTemplate: async (req: { template: string; model?: string }) => {
+      const tok = req.model === undefined ? undefined : runner.tokenizerOf(req.model);
+      const bos = tok?.specialTokens.bos?.token;
+      const eos = tok?.specialTokens.eos?.token;
+      const tokens = { ...(bos !== undefined ? { bos } : {}), ...(eos !== undefined ? { eos } : {}) };
+      return { text: previewChatTemplate(req.template, { ...tokens, field: 'template' }) };
+    },
     listBackends: async () => runner.listBackends(),
     listLibrary: async () => library.list(),
     forgetModel: async (req: { root: string }) => {

@@ -122,6 +122,8 @@ export interface Bridge {
   editInBranch(threadId: string, messageId: string, text: string): void;
   /** The MCP servers of mcp.json and their tools (the settings' tools section). */
   mcpStatus(): Promise<Result<McpStatus>>;
+  /** What a chat template writes for a short conversation (a model card's template, before it is used). */
+  previewChatTemplate(template: string, model?: string): Promise<Result<{ text: string }>>;
   /**
    * Answers a call the model made: runs the MCP tool (`run`) or says the person did not let it run; once every
    * call of the reply is answered, the model reads the answers and goes on.
@@ -1017,6 +1019,8 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     answerToolCall,
     alwaysRunTool,
     mcpStatus: () => api.invoke('mcpStatus', {}),
+    previewChatTemplate: (template, model) =>
+      api.invoke('previewChatTemplate', { template, ...(model !== undefined ? { model } : {}) }),
     branchThread(threadId, messageId) {
       const t = s().threads.find((x) => x.id === threadId);
       const upTo = t ? t.messages.findIndex((m) => m.id === messageId) : -1;

@@ -5,7 +5,7 @@ import { backendName } from '../../shared/devices';
 import { formatDuration } from '../../shared/duration';
 import { type ModelSpec, staticPositions } from '../../shared/model-spec';
 import { reasoningWhere } from '../../shared/reasoning';
-import { useApp } from '../bridge/context';
+import { useApp, useBridge } from '../bridge/context';
 import { FIT_CONCURRENCY, fitClass, fitLabel, modelFit } from '../lib/fit';
 import { exactBytes, formatBytes, formatInteger } from '../lib/format';
 import { Bytes } from './Bytes';
@@ -175,10 +175,18 @@ function ChatTemplate({
   busy?: boolean;
   onLoad: (how: LoadModelRequest) => void;
 }) {
+  const bridge = useBridge();
   const current = spec.chatTemplate ?? '';
   const [draft, setDraft] = useState(current);
+  // What the draft writes for a short conversation, or why it cannot (shown until the draft changes).
+  const [preview, setPreview] = useState<{ text: string; error?: boolean } | null>(null);
   // The model loaded again (with this template, or the package's): the editor shows what it uses now.
   useEffect(() => setDraft(current), [current]);
+  useEffect(() => setPreview(null), [draft]);
+  const showPreview = async () => {
+    const r = await bridge.previewChatTemplate(draft, loaded ? spec.id : undefined);
+    setPreview(r.ok ? { text: r.value.text } : { text: r.error.message, error: true });
+  };
   const whose = spec.chatTemplateEdited ? 'yours' : spec.chatTemplate ? 'the package’s' : 'none: kvdesk uses ChatML';
   return (
     <details className="chat-template" data-testid="model-template" data-edited={spec.chatTemplateEdited === true}>
@@ -204,6 +212,15 @@ function ChatTemplate({
         >
           {loaded ? 'Load again with this template' : 'Load with this template'}
         </button>
+        <button
+          type="button"
+          data-testid="model-template-preview-button"
+          disabled={draft.trim() === ''}
+          title="What this template writes for a short conversation (a system message, two turns), as the model would read it"
+          onClick={() => void showPreview()}
+        >
+          Preview
+        </button>
         {spec.chatTemplateEdited && (
           <button
             type="button"
@@ -218,6 +235,15 @@ function ChatTemplate({
           Jinja, as transformers renders it (messages, add_generation_prompt, tools…); checked before it loads
         </span>
       </div>
+      {preview && (
+        <pre
+          className={`template-preview${preview.error ? ' error' : ''}`}
+          data-testid="model-template-preview"
+          data-error={preview.error === true}
+        >
+          {preview.text}
+        </pre>
+      )}
     </details>
   );
 }

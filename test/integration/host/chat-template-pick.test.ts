@@ -101,6 +101,22 @@ describe('a chat template of the person’s own', () => {
     expect(relisted.ok && relisted.value.find((e) => e.id === 'mine')?.load).toBeUndefined();
   });
 
+  it("previewChatTemplate: what a template writes for a short conversation, with the model's BOS and EOS", async () => {
+    const api = await makeApi(await tmp());
+    expect((await api.call('loadModel', { path: defaultModelDir })).ok).toBe(true);
+    const shown = await api.call('previewChatTemplate', {
+      template: '{{ bos_token }}{% for m in messages %}{{ m.role[0] }}{% endfor %}{{ eos_token }}',
+      model: 'default',
+    });
+    expect(shown).toEqual({ ok: true, value: { text: '<|endoftext|>suau<|im_end|>' } });
+    // Without a model: no such tokens.
+    const bare = await api.call('previewChatTemplate', { template: '[{{ bos_token }}]{{ messages | length }}' });
+    expect(bare).toEqual({ ok: true, value: { text: '[]4' } });
+    const broken = await api.call('previewChatTemplate', { template: '{% if %}' });
+    expect(broken.ok).toBe(false);
+    if (!broken.ok) expect(broken.error).toMatchObject({ code: 'BAD_REQUEST', detail: { field: 'template' } });
+  });
+
   it('one that does not render is refused naming the field and why; the model stays as it was', async () => {
     const dataDir = await tmp();
     const api = await makeApi(dataDir);
