@@ -510,7 +510,7 @@ async function variantsShot(browser: Browser): Promise<void> {
 
 /**
  * docs/chat-template.png: the default model's card with its chat template open, being changed into one of the
- * person's own (not loaded: the shot changes nothing).
+ * person's own, and its preview (not loaded: the shot changes nothing).
  */
 async function chatTemplateShot(browser: Browser): Promise<void> {
   const server = await startServe([]);
@@ -523,7 +523,9 @@ async function chatTemplateShot(browser: Browser): Promise<void> {
     const text = card.getByTestId('model-template-text');
     const packaged = await text.inputValue();
     await text.fill(packaged.replace("'<|im_start|>assistant\\n'", "'<|im_start|>assistant\\n<think>\\n'"));
-    await card.getByTestId('model-template').scrollIntoViewIfNeeded();
+    await card.getByTestId('model-template-preview-button').click();
+    await card.getByTestId('model-template-preview').waitFor();
+    await card.getByTestId('model-template-preview').scrollIntoViewIfNeeded();
     await page.mouse.move(0, 0);
     await page.screenshot({ path: path.join(DOCS, 'chat-template.png'), animations: 'disabled' });
     console.log('wrote docs/chat-template.png');
