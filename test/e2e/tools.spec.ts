@@ -78,6 +78,8 @@ test("a chat's MCP tools: the model's call waits for Run, the tool answers, the 
   const sent = requests(page);
   await page.goto(`${server.url}/?token=${TOKEN}`);
   await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+  // The token leaves the address bar once read (the page's cookie carries it, on the reload below too).
+  expect(page.url()).toBe(`${server.url}/`);
   await newChat(page);
   await setSettings(page, { maxNewTokens: 200, seed: 1 });
   await page.getByTestId('settings-toggle').click();

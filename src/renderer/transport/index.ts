@@ -4,7 +4,7 @@
  * the WebSocket on the same origin.
  */
 import type { KvdeskApi } from '../../shared/api';
-import { type ConnectionState, createWsClient, urlsFromLocation } from './ws-client';
+import { addressWithoutToken, type ConnectionState, createWsClient, urlsFromLocation } from './ws-client';
 
 /**
  * What the Electron preload adds beyond KvdeskApi: the host path of a dropped
@@ -34,6 +34,9 @@ export function createTransport(): Transport {
     return { api: preload, onConnection: () => () => {}, state: 'open' };
   }
   const client = createWsClient(urlsFromLocation(window.location));
+  // The client keeps the token; the address bar does not (the cookie the page got carries it on a reload).
+  const clean = addressWithoutToken(window.location.href);
+  if (clean !== null) window.history.replaceState(window.history.state, '', clean);
   return {
     api: client,
     onConnection: (l) => client.onConnection(l),

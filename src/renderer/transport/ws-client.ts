@@ -59,6 +59,17 @@ function lost(message: string): ErrorInfo {
   return { code: 'INTERNAL', message };
 }
 
+/**
+ * The page's address without its `?token=` (null when it has none): once the page has read the token (and the
+ * server has answered it with a cookie), it leaves the address bar, the history and a link copied from there.
+ */
+export function addressWithoutToken(href: string): string | null {
+  const url = new URL(href);
+  if (!url.searchParams.has('token')) return null;
+  url.searchParams.delete('token');
+  return url.pathname + url.search + url.hash;
+}
+
 /** Builds the client's URLs from the page's location: same origin, `?token=` passed through when present. */
 export function urlsFromLocation(loc: { protocol: string; host: string; search: string }): {
   url: string;

@@ -1,5 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { createWsClient, type SocketLike, urlsFromLocation } from '../../../src/renderer/transport/ws-client';
+import {
+  addressWithoutToken,
+  createWsClient,
+  type SocketLike,
+  urlsFromLocation,
+} from '../../../src/renderer/transport/ws-client';
 import type { WsClientMessage, WsServerMessage } from '../../../src/shared/api';
 import type { StreamFrame } from '../../../src/shared/contract';
 import { snapshot } from './fixtures';
@@ -56,6 +61,12 @@ describe('WebSocket client', () => {
       uploadUrl: 'https://box:443/api/models/upload?token=a%20b',
       token: 'a b',
     });
+  });
+
+  it('takes the token out of the address the page shows, keeping the rest', () => {
+    expect(addressWithoutToken('http://127.0.0.1:8080/?token=s3cret')).toBe('/');
+    expect(addressWithoutToken('http://h:1/?x=1&token=a%20b&y=2#t=5')).toBe('/?x=1&y=2#t=5');
+    expect(addressWithoutToken('http://h:1/?x=1')).toBeNull();
   });
 
   it('queues calls until the socket opens and routes results by id', async () => {
