@@ -93,9 +93,12 @@ export async function wsCall(
   server: ServeHandle,
   name: string,
   request: unknown,
+  /** The server's token, where it needs one. */
+  token?: string,
 ): Promise<{ ok: boolean; value?: unknown }> {
   const { WebSocket } = await import('ws');
-  const ws = new WebSocket(`${server.url.replace(/^http/, 'ws')}/ws`);
+  const query = token === undefined ? '' : `?token=${encodeURIComponent(token)}`;
+  const ws = new WebSocket(`${server.url.replace(/^http/, 'ws')}/ws${query}`);
   try {
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error('/ws did not open within 15 s')), 15_000);

@@ -7,7 +7,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { test as base, expect, type Page } from '@playwright/test';
-import { lastReply, newChat, send, setSettings } from './fixtures';
+import { lastReply, newChat, send, setSettings, wsCall } from './fixtures';
 import { ROOT, type ServeHandle, startServe } from './serve';
 
 const TOKEN = 'tools-e2e-secret';
@@ -235,6 +235,11 @@ test('an answer longer than the model can read is cut to fit its context, and th
   expect(answer?.content).toMatch(
     /\n\[kvdesk cut this answer to [\d,]+ of its 100,000 characters: the model's context is 2,048 tokens\]$/,
   );
+  // The prompt that read it, tools' definitions included, leaves the reply a quarter of the context.
+  expect(((sent[1]?.tools ?? []) as unknown[]).length).toBeGreaterThan(0);
+  const measured = await wsCall(server, 'measurePrompt', sent[1], TOKEN);
+  expect(measured.ok).toBe(true);
+  expect((measured.value as { promptTokens: number }).promptTokens).toBeLessThanOrEqual(2048 * 0.75);
 });
 
 test('Always: that tool runs without asking in this chat from then on, until the settings take it back', async ({

@@ -585,10 +585,17 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     const upTo = thread.messages
       .slice(0, at + 1)
       .concat(thread.messages.slice(at + 1).filter((m) => m.role === 'tool'));
+    // The tools the next turn offers are part of its prompt too (their definitions can run to thousands of tokens).
+    const servers = thread.mcpServers ?? [];
+    const status = servers.length > 0 ? await api.invoke('mcpStatus', {}) : undefined;
+    const definitions = status?.ok ? chatTools(status.value, servers).definitions : [];
     const measure = async (text: string) => {
       const answer: StoredMessage = { id: 'answer', role: 'tool', content: text, toolCallId: call.id, createdAt: 0 };
       // The whole conversation, as `refuse` measures it (drop-oldest would hide what the answer costs).
-      const request = buildChatRequest({ ...thread, contextOverflow: 'refuse' }, [...upTo, answer], modelId, spec);
+      const request = buildChatRequest({ ...thread, contextOverflow: 'refuse' }, [...upTo, answer], modelId, spec, {
+        definitions,
+        required: false,
+      });
       const r = await api.invoke('measurePrompt', request);
       return r.ok ? r.value.promptTokens : undefined;
     };
@@ -596,11 +603,14 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     const whole = await measure(content);
     if (whole === undefined || whole <= limit) return content;
     const without = await measure('');
+    const noteOf = (keep: number) =>
+      `[kvdesk cut this answer to ${keep.toLocaleString('en-US')} of its ${content.length.toLocaleString('en-US')} characters: the model's context is ${spec.contextLength.toLocaleString('en-US')} tokens]`;
+    // The note that says so takes room too.
+    const noted = await measure(`\n${noteOf(content.length)}`);
     const answerTokens = whole - (without ?? whole);
-    const room = limit - (without ?? limit);
+    const room = limit - (noted ?? without ?? limit);
     const keep = answerTokens > 0 && room > 0 ? Math.floor((content.length * room) / answerTokens) : 0;
-    const note = `[kvdesk cut this answer to ${keep.toLocaleString('en-US')} of its ${content.length.toLocaleString('en-US')} characters: the model's context is ${spec.contextLength.toLocaleString('en-US')} tokens]`;
-    return keep > 0 ? `${content.slice(0, keep)}\n${note}` : note;
+    return keep > 0 ? `${content.slice(0, keep)}\n${noteOf(keep)}` : noteOf(0);
   }
 
   /** Whether a turn may start in the chat now; if not, the notice says why. */
