@@ -90,8 +90,10 @@ export function closingSuffix(
   const off = req.thinking === false && reasoning.toggle === undefined;
   if (!constrained && !off) return '';
   if (reasoning.harmony) {
-    // gpt-oss writes each message after a header: an empty analysis for `thinking: false`; a grammar's reply
-    // (JSON, or a forced call in kvdesk's form) goes in the final channel.
+    // gpt-oss writes each message after a header. `thinking: false`: an empty analysis, then the final message —
+    // or, where it may call tools (a call is a commentary message), the next message's start, its channel left
+    // to the model. A grammar's reply (JSON, or a forced call in kvdesk's form) goes in the final channel.
+    if (off && !constrained && tools) return `${reasoning.open}<|end|><|start|>assistant`;
     return off ? reasoning.open + reasoning.close : '<|channel|>final<|message|>';
   }
   if (promptOpensReasoning(rendered, reasoning)) return `\n${reasoning.close}\n\n`;

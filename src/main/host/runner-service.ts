@@ -1387,22 +1387,24 @@ class Generation {
     }
     const spec = this.model.spec;
     try {
-      // A thinking model's calls come after its reasoning: the grammar waits for its close.
+      // A thinking model's calls come after its reasoning: the grammar waits for its close. Harmony's reasoning
+      // ends with its analysis message (the next message may be a call or a preamble, not only the final one).
       const plan = this.reasoning;
+      const reasoningEnd = plan?.spec.harmony ? '<|end|>' : plan?.spec.close;
       const calls = this.tools?.grammar;
       const grammar =
-        calls && plan
-          ? { ...calls, reasoning: { open: plan.spec.open, close: plan.spec.close, inside: plan.inside } }
+        calls && plan && reasoningEnd !== undefined
+          ? { ...calls, reasoning: { open: plan.spec.open, close: reasoningEnd, inside: plan.inside } }
           : calls;
       // A thinking budget: the engine closes the reasoning after that many tokens.
       const thinkingBudget = thinkingBudgetOf(this.req);
       const budget =
-        plan && thinkingBudget !== undefined
+        plan && thinkingBudget !== undefined && reasoningEnd !== undefined
           ? {
               key: this.model.loadKey,
               spec: {
                 open: plan.spec.open,
-                close: plan.spec.close,
+                close: reasoningEnd,
                 inside: plan.inside,
                 tokens: thinkingBudget,
                 force: closeIds(this.model.tokenizer, plan.spec),

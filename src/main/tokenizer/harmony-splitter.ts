@@ -37,6 +37,8 @@ export function createHarmonySplitter(opts: { inside: boolean; answering?: boole
   // Whether the current message's body has given text; whether each side has.
   let bodyStarted = false;
   const given = { reasoning: false, content: false };
+  // Whether the call being read has written any of its arguments.
+  let callArgs = false;
 
   const push = (text: string): ReasoningPush => {
     const out: ReasoningPush = { reasoning: '', content: '' };
@@ -96,6 +98,7 @@ export function createHarmonySplitter(opts: { inside: boolean; answering?: boole
     const to = /\bto=([^\s<]+)/.exec(header)?.[1];
     if (to?.startsWith('functions.')) {
       kind = 'call';
+      callArgs = false;
       const name = to.slice('functions.'.length);
       out.content += `${given.content ? '\n' : ''}<tool_call>\n{"name": ${JSON.stringify(name)}, "arguments": `;
       given.content = true;
@@ -109,6 +112,7 @@ export function createHarmonySplitter(opts: { inside: boolean; answering?: boole
   function give(text: string, out: ReasoningPush): void {
     if (kind === 'call') {
       out.content += text;
+      if (text.trim() !== '') callArgs = true;
       return;
     }
     const body = bodyStarted ? text : text.trimStart();
@@ -119,9 +123,9 @@ export function createHarmonySplitter(opts: { inside: boolean; answering?: boole
     bodyStarted = true;
   }
 
-  /** The end of a body: a call's arguments are closed. */
+  /** The end of a body: a call's arguments are closed (a call without any, `{}`). */
   function finish(out: ReasoningPush): void {
-    if (kind === 'call') out.content += '}\n</tool_call>';
+    if (kind === 'call') out.content += `${callArgs ? '' : '{}'}}\n</tool_call>`;
     kind = 'content';
     bodyStarted = false;
   }

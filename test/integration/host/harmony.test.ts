@@ -146,6 +146,9 @@ describe('a Harmony (gpt-oss) model', () => {
     expect(measure({ thinking: false }) - measure({})).toBe(suffix.length + final.length);
     // JSON replies are written in the final channel.
     expect(measure({ responseFormat: 'json' }) - measure({})).toBe(final.length);
+    // With tools the next message's channel is left to the model: a call is a commentary message.
+    const tools = [{ name: 'now', parameters: { type: 'object', properties: {} } }];
+    expect(measure({ thinking: false, tools }) - measure({ tools })).toBe(suffix.length);
     const frames: StreamFrame[] = [];
     const r = await h.generate(
       { model: 'direct', messages: ASK, thinking: false, maxNewTokens: 32, sampling: { greedy: true } },
@@ -197,6 +200,18 @@ describe('a Harmony (gpt-oss) model', () => {
     expect(JSON.parse(calls?.[0]?.arguments ?? '')).toEqual({ city: 'Tokyo' });
     expect(r.text).toBe('');
     expect(r.finishReason).toBe('tool_calls');
+    // A thinking budget the analysis stays within ends with it: the call after it is not counted, nor cut.
+    const body = tokens(caller, ['Need the weather.']).length;
+    const budgeted = await h.generate({
+      model: 'caller',
+      messages: [{ role: 'user', content: 'Weather in Tokyo?' }],
+      tools,
+      maxNewTokens: 256,
+      thinkingBudget: body + 2,
+      sampling: { greedy: true },
+    }).result;
+    expect(budgeted.tokenIds).toEqual(r.tokenIds);
+    expect(budgeted.rows[0]?.toolCalls?.[0]?.name).toBe('get_weather');
   });
 
   it('sends a calling turn back with its preamble joined to its reasoning, which the template takes', () => {

@@ -42,7 +42,8 @@ function oracle(text: string): { reasoning: string; content: string } {
     const channel = /<\|channel\|>\s*([^\s<]+)/.exec(header)?.[1];
     const to = /\bto=([^\s<]+)/.exec(header)?.[1];
     if (to?.startsWith('functions.')) {
-      content += `${content ? '\n' : ''}<tool_call>\n{"name": "${to.slice(10)}", "arguments": ${body.trimEnd()}}\n</tool_call>`;
+      const args = body.trim() === '' ? `${body.trimEnd()}{}` : body.trimEnd();
+      content += `${content ? '\n' : ''}<tool_call>\n{"name": "${to.slice(10)}", "arguments": ${args}}\n</tool_call>`;
     } else if (channel === 'analysis' || (to !== undefined && to !== 'assistant')) {
       if (body.trim()) reasoning.push(body.trim());
     } else if (body.trim()) {
@@ -141,6 +142,9 @@ describe('createHarmonySplitter', () => {
     // The recipient may stand in the role part of the header as well (`assistant to=functions.x<|channel|>…`).
     const before = run(['<|start|>assistant to=functions.f<|channel|>commentary json<|message|>{}']);
     expect(before.content).toBe('<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>');
+    // A call that writes no arguments at all is a call with none.
+    const empty = run(['<|channel|>commentary to=functions.now<|message|>', '<|call|>']);
+    expect(empty.content).toBe('<tool_call>\n{"name": "now", "arguments": {}}\n</tool_call>');
   });
 
   it('reads a call to a built-in tool (browser, python), which kvdesk does not run, as reasoning', () => {
