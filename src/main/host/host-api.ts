@@ -266,26 +266,45 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     // (null for the chat template: back to the package's own.)
     const named: LoadModelRequest = { ...pickOf(how), ...(how.chatTemplate === null ? { chatTemplate: null } : {}) };
     const ortPackage = kept !== undefined && (await detectLayout(dir).catch(() => undefined)) === 'ort-package';
-    let pick: LoadModelRequest | null = mergePick(kept, named, ortPackage);
+    let pick: LoadModelRequest = mergePick(kept, named, ortPackage);
     // A person's load: not under replies that run on the model (a request's load on first use is of one not loaded).
     const whileIdle = jit === undefined;
     let info: Awaited<ReturnType<RunnerService['loadModel']>>;
     try {
       info = await runner.loadModel(dir, { ...pick, whileIdle });
     } catch (err) {
-      // A kept pick the package no longer has (a variant deleted): loaded without what was kept (kvdesk's choice
-      // there), and that part of the pick is dropped.
-      const stale = kept !== undefined && Object.keys(kept).some((k) => !(k in named));
       const problem = toErrorInfo(err);
-      // So is a kept template of the person's own that no longer renders.
-      const keptTemplate =
-        problem.code === 'BAD_REQUEST' && problem.detail?.field === 'chatTemplate' && !('chatTemplate' in named);
-      if (!stale || (problem.code !== 'PACKAGE_INVALID' && !keptTemplate)) throw err;
-      log(`kvdesk: ${dir} could not load as last picked (${toErrorInfo(err).message}); loading it as kvdesk picks`);
-      // The person's trust is no pick of a variant: it stays.
-      const retry: LoadModelRequest = { ...named, ...(kept?.trustInstalled ? { trustInstalled: true } : {}) };
+      let retry: LoadModelRequest;
+      if (
+        problem.code === 'BAD_REQUEST' &&
+        problem.detail?.field === 'chatTemplate' &&
+        !('chatTemplate' in named) &&
+        pick.chatTemplate !== undefined
+      ) {
+        // A kept template of the person's own that no longer renders: loaded with the package's, the rest of the
+        // pick kept, and the template dropped.
+        log(
+          `kvdesk: ${dir}: its kept chat template no longer renders (${problem.message}); loading it with the package's`,
+        );
+        const { chatTemplate: _dropped, ...rest } = pick;
+        retry = rest;
+      } else if (
+        problem.code === 'PACKAGE_INVALID' &&
+        kept !== undefined &&
+        Object.keys(kept).some((k) => !(k in named))
+      ) {
+        // A kept pick the package no longer has (a variant deleted): loaded without what was kept of it (kvdesk's
+        // choice there), and that part of the pick is dropped. The person's trust and own template are no pick
+        // of a variant: they stay.
+        log(`kvdesk: ${dir} could not load as last picked (${problem.message}); loading it as kvdesk picks`);
+        retry = {
+          ...pickOf(named),
+          ...(kept.trustInstalled ? { trustInstalled: true } : {}),
+          ...(typeof pick.chatTemplate === 'string' ? { chatTemplate: pick.chatTemplate } : {}),
+        };
+      } else throw err;
       info = await runner.loadModel(dir, { ...retry, whileIdle });
-      pick = Object.keys(retry).length > 0 ? retry : null;
+      pick = retry;
     }
     // Its idle time counts from now: a load that took longer than the time to live does not make it stale.
     if (jit) firstUse.set(info.id, { ...jit, lastUsedAt: Date.now() });
@@ -293,8 +312,8 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     const all = models();
     emit('models', all);
     budgetChanged();
-    // The whole pick it loaded with: an empty one (a template of the person's own dropped) keeps nothing.
-    await library.loaded(dir, info.spec, pick && Object.keys(pick).length > 0 ? pick : null);
+    // The whole pick it loaded with: one that says nothing (a template of the person's own dropped) keeps nothing.
+    await library.loaded(dir, info.spec, pickOf(pick) ?? null);
     return all.find((m) => m.id === info.id) as ModelInfo;
   }
 

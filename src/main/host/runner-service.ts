@@ -646,9 +646,14 @@ export class RunnerService {
           info.code === 'MODEL_LOAD_FAILED' &&
           (!ortPackage || (spec.variants ?? []).some((v) => v.ep === CPU));
         if (!canFallBack) throw err;
-        spec = ortPackage
+        const onCpu = ortPackage
           ? await loadModelSpec(dir, { availableBackends: [CPU], backend: CPU, ...trust })
           : await loadModelSpec(dir, { availableBackends: [CPU], ...variantOption });
+        // The person's own chat template goes with it.
+        spec =
+          read.chatTemplateEdited && read.chatTemplate !== undefined
+            ? withChatTemplate(onCpu, read.chatTemplate)
+            : onCpu;
         spec = {
           ...spec,
           warnings: [

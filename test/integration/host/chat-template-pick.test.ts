@@ -4,13 +4,14 @@
  * the library's pick across loads and restarts, null goes back to the package's, and one that does not render is
  * refused naming the field, with the model loaded as it was.
  */
-import { cp, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { createHostApi, type HostApi } from '../../../src/main/host/host-api';
 import { RunnerService } from '../../../src/main/host/runner-service';
 import { defaultModelDir } from '../../helpers/fixtures';
+import { graphVariantsModel } from '../../helpers/models';
 
 const tmpDirs: string[] = [];
 const apis: HostApi[] = [];
@@ -99,6 +100,62 @@ describe('a chat template of the person’s own', () => {
     expect(again.runner.measurePrompt({ model: 'mine', messages: ASK }).promptTokens).toBe(packaged);
     const relisted = await again.call('listLibrary', {});
     expect(relisted.ok && relisted.value.find((e) => e.id === 'mine')?.load).toBeUndefined();
+  });
+
+  it('a kept variant gone: the template stays; a kept template that no longer renders: the variant stays', async () => {
+    const dataDir = await tmp();
+    const dir = path.join(dataDir, 'variants');
+    await cp(graphVariantsModel(), dir, { recursive: true });
+    const log: string[] = [];
+    let api = await createHostApi({
+      runner: new RunnerService({ intraOpNumThreads: 1 }),
+      dataDir,
+      log: (l) => log.push(l),
+    });
+    apis.push(api);
+    const kept = async () => {
+      const listed = await api.call('listLibrary', {});
+      return listed.ok ? listed.value.find((e) => e.root === dir)?.load : 'not listed';
+    };
+    expect((await api.call('loadModel', { path: dir, variant: 'q4', chatTemplate: MINE })).ok).toBe(true);
+    expect((await api.call('unloadModel', { id: 'variants' })).ok).toBe(true);
+    await rm(path.join(dir, 'onnx/model_q4.onnx'));
+    const loaded = await api.call('loadModel', { path: dir });
+    if (!loaded.ok) throw new Error(loaded.error.message);
+    expect(loaded.value.spec).toMatchObject({
+      graphPath: path.join(dir, 'onnx/model.onnx'),
+      chatTemplate: MINE,
+      chatTemplateEdited: true,
+    });
+    expect(await kept()).toEqual({ chatTemplate: MINE });
+    // "The package's template" sticks, also when the load names nothing else.
+    expect((await api.call('loadModel', { path: dir, chatTemplate: null })).ok).toBe(true);
+    expect(await kept()).toBeUndefined();
+
+    // A template kept in the library that no longer renders (written by hand here): loaded with the package's,
+    // said in the log, the variant kept and the template dropped.
+    await cp(graphVariantsModel(), dir, { recursive: true });
+    expect((await api.call('loadModel', { path: dir, variant: 'q4' })).ok).toBe(true);
+    await api.libraryChecked;
+    await api.close();
+    apis.splice(apis.indexOf(api), 1);
+    const file = path.join(dataDir, 'library.json');
+    const stored = JSON.parse(await readFile(file, 'utf8')) as { packages: Array<{ root: string; load?: object }> };
+    for (const p of stored.packages) if (p.root === dir) p.load = { variant: 'q4', chatTemplate: '{% if %}' };
+    await writeFile(file, JSON.stringify(stored));
+    log.length = 0;
+    api = await createHostApi({
+      runner: new RunnerService({ intraOpNumThreads: 1 }),
+      dataDir,
+      log: (l) => log.push(l),
+    });
+    apis.push(api);
+    const again = await api.call('loadModel', { path: dir });
+    if (!again.ok) throw new Error(again.error.message);
+    expect(again.value.spec.graphVariant).toBe('q4');
+    expect(again.value.spec.chatTemplateEdited).toBeUndefined();
+    expect(log.some((l) => l.includes('its kept chat template no longer renders'))).toBe(true);
+    expect(await kept()).toEqual({ variant: 'q4' });
   });
 
   it("previewChatTemplate: what a template writes for a short conversation, with the model's BOS and EOS", async () => {
