@@ -315,8 +315,14 @@ describe("the person's pick of variant and backend", () => {
       frames.push(f),
     );
     const stopped = h.generate({ model: id, promptIds: prompt, maxNewTokens: 8, sampling: greedy });
-    stopped.cancel();
+    // Stopped by id while it waits: it ends at once, the load still on its way.
+    expect(h.cancel(stopped.requestId)).toBe(true);
     const cancelled = rejection(stopped.result);
+    expect((await cancelled).code).toBe('CANCELLED');
+    expect(h.listModels().find((m) => m.id === id)?.reloading).toBe(true);
+    // Nor may it be unloaded under the load.
+    const unload = await rejection(h.unloadModel(id));
+    expect(unload.message).toBe(`model ${id} is loading again: unload it once that load is in`);
     let settledFirst = false;
     void waiting.result.then(() => {
       settledFirst = !h.listModels().find((m) => m.id === id)?.reloading && frames.length > 0;
@@ -333,7 +339,6 @@ describe("the person's pick of variant and backend", () => {
     const q4 = await h.generate({ model: id, promptIds: prompt, maxNewTokens: 8, sampling: greedy }).result;
     expect(waited.tokenIds).toEqual(q4.tokenIds);
     expect(waited.tokenIds).not.toEqual(fp32.tokenIds);
-    expect((await cancelled).code).toBe('CANCELLED');
   });
 
   it('an "installed" ORT package: refused, naming the field, until trusted; then it runs as its folder does', async () => {

@@ -721,6 +721,11 @@ export class RunnerService {
   async unloadModel(id: string): Promise<void> {
     const model = this.models.get(id);
     if (!model) throw new KvdeskError('MODEL_NOT_LOADED', `model ${id} is not loaded`);
+    if (this.reloading.has(id)) {
+      throw new KvdeskError('BAD_REQUEST', `model ${id} is loading again: unload it once that load is in`, {
+        field: 'id',
+      });
+    }
     this.assertIdle(id, 'unloading');
     const scheduler = this.schedulerOf(id);
     for (const [sid, s] of this.sessions) {
@@ -944,31 +949,54 @@ export class RunnerService {
 
   /**
    * A request on a model the person is loading again waits until that load is in (or has failed: then on the
-   * model as it was), and then starts as if sent then; stopped while it waits, it ends cancelled, having sent
-   * nothing.
+   * model as it was), and then starts as if sent then. Stopped while it waits (by its handle, by id, by the host's
+   * close), it ends cancelled at once, having sent nothing; its time limit counts from when it was sent.
    */
   private waitForReload(
     requestId: string,
     input: unknown,
     sink: (frame: StreamFrame) => void,
     reload: Promise<unknown>,
+    timeoutMs: number | undefined,
   ): GenerationHandle {
     let started: GenerationHandle | undefined;
-    let stopped: 'user' | 'disconnect' | 'timeout' | 'shutdown' | undefined;
-    const result = reload.then(() => {
-      if (stopped)
-        throw new KvdeskError('CANCELLED', `request ${requestId} was cancelled (${stopped}) before it started`);
-      started = this.generateAs(requestId, input, sink, reload);
+    let stop!: (reason: 'user' | 'disconnect' | 'timeout' | 'shutdown') => void;
+    const stopped = new Promise<never>((_, reject) => {
+      stop = (reason) =>
+        reject(
+          reason === 'timeout'
+            ? new KvdeskError('TIMEOUT', `the request timed out while its model loaded again (limit ${timeoutMs} ms)`, {
+                timeoutMs: timeoutMs ?? null,
+              })
+            : new KvdeskError('CANCELLED', `request ${requestId} was cancelled (${reason}) before it started`),
+        );
+    });
+    const timer = timeoutMs === undefined ? undefined : setTimeout(() => cancel('timeout'), timeoutMs);
+    const began = performance.now();
+    const result = Promise.race([reload, stopped]).then(() => {
+      // What is left of its time limit goes with it.
+      const left = timeoutMs === undefined ? undefined : Math.max(1, timeoutMs - (performance.now() - began));
+      const parsed = input as Record<string, unknown>;
+      started = this.generateAs(
+        requestId,
+        left === undefined ? input : { ...parsed, timeoutMs: Math.round(left) },
+        sink,
+        reload,
+      );
       return started.result;
     });
-    return {
-      requestId,
-      result,
-      cancel: (reason = 'user') => {
-        if (started) started.cancel(reason);
-        else stopped ??= reason;
-      },
+    const cancel = (reason: 'user' | 'disconnect' | 'timeout' | 'shutdown' = 'user') => {
+      if (started) started.cancel(reason);
+      else stop(reason);
     };
+    this.cancels.set(requestId, cancel);
+    const forget = () => {
+      if (timer !== undefined) clearTimeout(timer);
+      if (this.cancels.get(requestId) === cancel) this.cancels.delete(requestId);
+    };
+    // Once it starts, its own generation holds the id (and the cancel) until it ends.
+    void Promise.race([reload, stopped]).then(forget, forget);
+    return { requestId, result, cancel };
   }
 
   /** `waited`: the reload the request has waited for (it does not wait for that one again). */
@@ -991,7 +1019,7 @@ export class RunnerService {
     try {
       model = this.resolveModel(req.model);
       const reload = this.reloading.get(model.id);
-      if (reload && reload !== waited) return this.waitForReload(requestId, input, sink, reload);
+      if (reload && reload !== waited) return this.waitForReload(requestId, input, sink, reload, req.timeoutMs);
       ({ rows, tools, contextDrop, reasoning } = this.buildRows(req, model));
       checkLogitBias(req, model.spec.vocabSize);
       checkJsonSchema(req);
