@@ -352,7 +352,7 @@ describe('--chat-template', () => {
       writeFileSync(broken, '{% for m in messages %}');
       const bad = kvdesk('generate', defaultModelDir, '--prompt', 'x', '--chat-template', broken);
       expect(bad.code).toBe(2);
-      expect(bad.stderr).toContain('chatTemplate cannot be used');
+      expect(bad.stderr).toContain(`--chat-template ${broken} cannot be used: The chat template is not a valid Jinja`);
     } finally {
       rmSync(work, { recursive: true, force: true });
     }

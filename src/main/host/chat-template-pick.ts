@@ -31,16 +31,13 @@ export function previewChatTemplate(
     return renderChatTemplate(template, messages, {
       addGenerationPrompt: true,
       source: 'chat template',
+      fix: "Fix it, or load the model with the package's own template.",
       ...(opts.bos !== undefined ? { bosToken: opts.bos } : {}),
       ...(opts.eos !== undefined ? { eosToken: opts.eos } : {}),
     });
   } catch (err) {
     const message = err instanceof Error ? err.message : String(err);
-    throw new KvdeskError(
-      'BAD_REQUEST',
-      `${field} cannot be used: ${message.replace(/ Fix the template or remove it to use the default ChatML template\.$/, '')} Fix it, or load the model with the package's own template.`,
-      { field },
-    );
+    throw new KvdeskError('BAD_REQUEST', `${field} cannot be used: ${message}`, { field });
   }
 }
 

@@ -844,7 +844,9 @@ export class RunnerService {
           const turns = toolChatTurns(all, tools?.shown, native, form);
           const apply = (close: string) =>
             applyChat(tok, spec.chatTemplate, turns.messages, {
-              source: 'tokenizer_config.json field chat_template',
+              ...(spec.chatTemplateEdited
+                ? { source: 'chat template of your own', fix: "Fix it, or load the model with the package's own." }
+                : { source: 'tokenizer_config.json field chat_template' }),
               ...(turns.tools ? { tools: turns.tools } : {}),
               ...(close || tools?.suffix ? { suffix: close + (tools?.suffix ?? '') } : {}),
               ...(req.continueFinal ? { continueFinal: true } : {}),

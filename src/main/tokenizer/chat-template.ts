@@ -30,6 +30,8 @@ export interface RenderChatOptions {
   eosToken?: string;
   /** Where the template came from, for error messages (e.g. "tokenizer_config.json field chat_template"). */
   source?: string;
+  /** What to do about a template that does not render (default: fix the package's, or remove it for ChatML). */
+  fix?: string;
   /** Tools the model may call, in transformers' form (`{type: 'function', function: {name, description, parameters}}`). */
   tools?: unknown[];
   /** More variables for the template (transformers' chat template kwargs, e.g. `enable_thinking`). */
@@ -42,6 +44,8 @@ export interface RenderChatOptions {
  */
 export const DEFAULT_CHAT_TEMPLATE =
   "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+const FIX_PACKAGE_TEMPLATE = 'Fix the template or remove it to use the default ChatML template.';
 
 // The library declares raise_exception itself and refuses to let render() redeclare it, so calls
 // are renamed in the parsed template to tell "the template rejects this conversation" (a request
@@ -60,7 +64,7 @@ export function renderChatTemplate(template: string, messages: ChatMessage[], op
   } catch (err) {
     throw new KvdeskError(
       'PACKAGE_INVALID',
-      `The ${source} is not a valid Jinja template: ${errorMessage(err)}. Fix the template or remove it to use the default ChatML template.`,
+      `The ${source} is not a valid Jinja template: ${errorMessage(err)}. ${opts.fix ?? FIX_PACKAGE_TEMPLATE}`,
       { source },
     );
   }
@@ -89,7 +93,7 @@ export function renderChatTemplate(template: string, messages: ChatMessage[], op
     }
     throw new KvdeskError(
       'PACKAGE_INVALID',
-      `The ${source} failed while rendering: ${errorMessage(err)}. Fix the template or remove it to use the default ChatML template.`,
+      `The ${source} failed while rendering: ${errorMessage(err)}. ${opts.fix ?? FIX_PACKAGE_TEMPLATE}`,
       { source },
     );
   }
@@ -163,6 +167,8 @@ export function applyChat(
   opts?: {
     addGenerationPrompt?: boolean;
     source?: string;
+    /** What to do about a template that does not render (RenderChatOptions.fix). */
+    fix?: string;
     tools?: unknown[];
     /** More variables for the template (e.g. `enable_thinking`). */
     vars?: Record<string, unknown>;
@@ -180,6 +186,7 @@ export function applyChat(
   const renderOpts: RenderChatOptions = {
     addGenerationPrompt: opts?.addGenerationPrompt ?? true,
     source: usedDefaultTemplate ? 'default ChatML template' : (opts?.source ?? 'chat template'),
+    ...(opts?.fix !== undefined ? { fix: opts.fix } : {}),
   };
   const bos = tok.specialTokens.bos;
   const eos = tok.specialTokens.eos;

@@ -824,7 +824,9 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     if (loaded) s().setModelBusy(loaded.id, false);
     if (!r.ok) {
       const current = s().packageImport;
-      if (current?.path === path || current?.spec?.root === path) {
+      // A chat template of one's own that does not render: the card (and what was written in it) stays.
+      const template = r.error.detail?.field === 'chatTemplate';
+      if (!template && (current?.path === path || current?.spec?.root === path)) {
         s().setPackageImport({ ...current, status: 'error', error: packageError(r.error) });
       } else notify(`Could not load the model: ${r.error.message}`);
       return;

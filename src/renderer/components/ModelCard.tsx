@@ -1,5 +1,5 @@
 /** A validated model package: what it is, what its KV costs, whether it fits the budget, and load/unload. */
-import { type ReactNode, useEffect, useState } from 'react';
+import { type ReactNode, useEffect, useRef, useState } from 'react';
 import type { LoadModelRequest, ModelInfo } from '../../shared/api';
 import { backendName } from '../../shared/devices';
 import { formatDuration } from '../../shared/duration';
@@ -183,8 +183,15 @@ function ChatTemplate({
   // The model loaded again (with this template, or the package's): the editor shows what it uses now.
   useEffect(() => setDraft(current), [current]);
   useEffect(() => setPreview(null), [draft]);
+  // The draft a preview answers for: an answer that comes after the draft changed is dropped.
+  const asked = useRef('');
+  useEffect(() => {
+    asked.current = draft;
+  }, [draft]);
   const showPreview = async () => {
-    const r = await bridge.previewChatTemplate(draft, loaded ? spec.id : undefined);
+    const shown = draft;
+    const r = await bridge.previewChatTemplate(shown, loaded ? spec.id : undefined);
+    if (asked.current !== shown) return;
     setPreview(r.ok ? { text: r.value.text } : { text: r.error.message, error: true });
   };
   const whose = spec.chatTemplateEdited ? 'yours' : spec.chatTemplate ? 'the package’s' : 'none: kvdesk uses ChatML';

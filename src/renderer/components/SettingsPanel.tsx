@@ -2,6 +2,7 @@
 import { useEffect, useState } from 'react';
 import type { McpStatus, Thread } from '../../shared/api';
 import type { SamplingSettings } from '../../shared/contract';
+import { reasoningWhere } from '../../shared/reasoning';
 import { useApp, useBridge } from '../bridge/context';
 import { parseSchema } from '../bridge/prompt';
 import { formatInteger } from '../lib/format';
@@ -175,8 +176,8 @@ function ThinkingSetting({ thread }: { thread: Thread }) {
   const note = !reasoning
     ? 'the current model does not think'
     : reasoning.toggle
-      ? `the current model thinks in ${reasoning.open}…${reasoning.close}; its template has a switch for it`
-      : `the current model thinks in ${reasoning.open}…${reasoning.close}; told not to, kvdesk closes its reasoning before it begins (its template has no switch)`;
+      ? `the current model thinks in ${reasoningWhere(reasoning)}; its template has a switch for it`
+      : `the current model thinks in ${reasoningWhere(reasoning)}; told not to, kvdesk closes its reasoning before it begins (its template has no switch)`;
   return (
     <label className="wide" title="A thinking model (Qwen3, DeepSeek-R1…) reasons before it replies.">
       thinking

@@ -191,6 +191,20 @@ describe('a chat template of the person’s own', () => {
       expect(r.error.message).toContain(why);
     }
     expect(api.runner.listModels().find((m) => m.id === 'default')?.spec.chatTemplate).toBe(before);
+    // One that renders the check's conversation but refuses a later one says whose template it is.
+    const picky = "{% if messages[0].role == 'system' %}{{ raise_exception('no system messages') }}{% endif %}x";
+    expect((await api.call('loadModel', { path: defaultModelDir, chatTemplate: picky })).ok).toBe(true);
+    const refused = await api.call('measurePrompt', {
+      model: 'default',
+      messages: [
+        { role: 'system', content: 'Be brief.' },
+        { role: 'user', content: 'Hi' },
+      ],
+    });
+    expect(!refused.ok && refused.error.message).toBe(
+      'The chat template of your own rejected this conversation: no system messages. Change the messages to the form this model expects.',
+    );
+    expect((await api.call('loadModel', { path: defaultModelDir, chatTemplate: null })).ok).toBe(true);
     // Nothing of it was kept.
     const listed = await api.call('listLibrary', {});
     expect(listed.ok && listed.value.find((e) => e.id === 'default')?.load).toBeUndefined();
