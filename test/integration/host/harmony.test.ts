@@ -9,70 +9,22 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RunnerService } from '../../../src/main/host/runner-service';
 import type { ChatMessage, GenerateRequest, StreamFrame } from '../../../src/shared/contract';
-import { HARMONY, HARMONY_TOKENS } from '../../../src/shared/reasoning';
-import { type ScriptedPackage, scriptedPackage } from '../../helpers/scripted-model';
+import { HARMONY } from '../../../src/shared/reasoning';
+import { ANALYSIS, ANSWER, REPLY, tokens, harmonyPackage as writeHarmony } from '../../helpers/harmony-model';
+import type { ScriptedPackage } from '../../helpers/scripted-model';
 
-/**
- * A Harmony chat template in gpt-oss's manner: effort in the system message, tools in the developer's, a calling
- * turn's reasoning (or text) as its analysis, refusing both as gpt-oss's does.
- */
-const TEMPLATE =
-  "<|start|>system<|message|>You are a test model.\nReasoning: {{ reasoning_effort if reasoning_effort is defined else 'medium' }}<|end|>" +
-  '{% if tools %}<|start|>developer<|message|># Tools\n{% for t in tools %}{{ t.function.name }}\n{% endfor %}<|end|>{% endif %}' +
-  '{% for m in messages %}' +
-  "{% if m.role == 'system' %}<|start|>developer<|message|>{{ m.content }}<|end|>" +
-  "{% elif m.role == 'user' %}<|start|>user<|message|>{{ m.content }}<|end|>" +
-  "{% elif m.role == 'assistant' and m.tool_calls %}" +
-  "{% if m.content and m.thinking %}{{ raise_exception('Cannot pass both content and thinking in an assistant message with tool calls!') }}{% endif %}" +
-  '<|start|>assistant<|channel|>analysis<|message|>{{ m.thinking if m.thinking else m.content }}<|end|>' +
-  '<|start|>assistant to=functions.{{ m.tool_calls[0].function.name }}<|channel|>commentary json<|message|>' +
-  '{{ m.tool_calls[0].function.arguments | tojson }}<|call|>' +
-  "{% elif m.role == 'assistant' %}" +
-  '{% if m.thinking is defined %}<|start|>assistant<|channel|>analysis<|message|>{{ m.thinking }}<|end|>{% endif %}' +
-  '<|start|>assistant<|channel|>final<|message|>{{ m.content }}<|end|>' +
-  "{% elif m.role == 'tool' %}<|start|>functions.{{ m.name }} to=assistant<|channel|>commentary<|message|>{{ m.content }}<|end|>" +
-  '{% endif %}{% endfor %}{% if add_generation_prompt %}<|start|>assistant{% endif %}';
+const harmonyPackage = (name: string, parts: string[]) => writeHarmony(path.join(root, name), parts);
 
-const ANALYSIS = 'The user asks why the sky is blue.';
-const ANSWER = 'Rayleigh scattering.';
 const ASK: ChatMessage[] = [{ role: 'user', content: 'Why is the sky blue?' }];
 
 let root: string;
 let h: RunnerService;
 let reply: ScriptedPackage;
 
-/** A script's tokens: Harmony's special tokens by name, the rest as the tokenizer writes the text. */
-function tokens(p: ScriptedPackage, parts: string[]): number[] {
-  return parts.flatMap((part) =>
-    part in p.ids ? [p.ids[part] as number] : p.tokenizer.encode(part, { addSpecialTokens: false }),
-  );
-}
-
-function harmonyPackage(name: string, parts: string[]): ScriptedPackage {
-  return scriptedPackage(path.join(root, name), {
-    template: TEMPLATE,
-    specials: HARMONY_TOKENS,
-    ends: ['<|return|>', '<|call|>'],
-    script: (p) => tokens(p, parts),
-  });
-}
-
 beforeAll(async () => {
   root = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-harmony-'));
   h = new RunnerService({ intraOpNumThreads: 2 });
-  reply = harmonyPackage('reply', [
-    '<|channel|>',
-    'analysis',
-    '<|message|>',
-    ANALYSIS,
-    '<|end|>',
-    '<|start|>',
-    'assistant',
-    '<|channel|>',
-    'final',
-    '<|message|>',
-    ANSWER,
-  ]);
+  reply = harmonyPackage('reply', REPLY);
   await h.loadModel(reply.dir, { id: 'reply' });
 }, 60_000);
 
