@@ -37,23 +37,21 @@ function currentPick(spec: ModelSpec): { variant: string; backend: string } {
   };
 }
 
+/** What a card's controls for how the package loads take: the package, whether it is loaded, and the load. */
+interface LoadControlProps {
+  spec: ModelSpec;
+  loaded: boolean;
+  busy?: boolean | undefined;
+  onLoad: (how: LoadModelRequest) => void;
+}
+
 /**
  * The person's pick of how the package runs (UI.md's `CPU ▾`; PACKAGES.md: "let the person choose"): its graph
  * variant (fp32, q4, fp16…) or an ORT package's variant, and — for a package whose graph runs anywhere — the
  * backend, among those onnxruntime can use here (the others listed with why not). Loaded, the model loads again
  * with the pick; not loaded, Load takes it.
  */
-function RunWith({
-  spec,
-  loaded,
-  busy,
-  onLoad,
-}: {
-  spec: ModelSpec;
-  loaded: boolean;
-  busy?: boolean;
-  onLoad: (how: LoadModelRequest) => void;
-}) {
+function RunWith({ spec, loaded, busy, onLoad }: LoadControlProps) {
   const now = currentPick(spec);
   const [variant, setVariant] = useState(now.variant);
   const [backend, setBackend] = useState(now.backend);
@@ -164,17 +162,7 @@ function RunWith({
  * person's own instead (LM Studio's prompt template, Ollama's TEMPLATE): for a package whose template is missing,
  * broken or not what they want. Kept with the model's pick, so it loads so again; "the package's" drops it.
  */
-function ChatTemplate({
-  spec,
-  loaded,
-  busy,
-  onLoad,
-}: {
-  spec: ModelSpec;
-  loaded: boolean;
-  busy?: boolean;
-  onLoad: (how: LoadModelRequest) => void;
-}) {
+function ChatTemplate({ spec, loaded, busy, onLoad }: LoadControlProps) {
   const bridge = useBridge();
   const current = spec.chatTemplate ?? '';
   const [draft, setDraft] = useState(current);

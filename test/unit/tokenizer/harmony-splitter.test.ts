@@ -8,6 +8,7 @@ import { describe, expect, it } from 'vitest';
 import { createHarmonySplitter } from '../../../src/main/tokenizer';
 import { createToolCallFilter, HERMES } from '../../../src/main/tokenizer/tool-calls';
 import { HARMONY, reasoningOf } from '../../../src/shared/reasoning';
+import { chunked } from '../../helpers/chunked';
 
 function run(chunks: string[], opts: { inside?: boolean; answering?: boolean } = {}) {
   const s = createHarmonySplitter({ inside: opts.inside ?? false, answering: opts.answering ?? false });
@@ -51,19 +52,6 @@ function oracle(text: string): { reasoning: string; content: string } {
     }
   }
   return { reasoning: reasoning.join('\n\n'), content };
-}
-
-/** Cuts text at the given points. */
-function chunked(text: string, cuts: number[]): string[] {
-  const points = [...new Set(cuts.map((c) => c % (text.length + 1)))].sort((a, b) => a - b);
-  const out: string[] = [];
-  let from = 0;
-  for (const p of points) {
-    out.push(text.slice(from, p));
-    from = p;
-  }
-  out.push(text.slice(from));
-  return out;
 }
 
 describe('createHarmonySplitter', () => {

@@ -2,6 +2,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { createReasoningSplitter, promptOpensReasoning } from '../../../src/main/tokenizer';
 import { reasoningOf } from '../../../src/shared/reasoning';
+import { chunked } from '../../helpers/chunked';
 
 const THINK = { open: '<think>', close: '</think>' };
 
@@ -32,19 +33,6 @@ function oracle(text: string, inside: boolean, spec = THINK): { reasoning: strin
   const at = rest.indexOf(spec.close);
   if (at < 0) return { reasoning: rest.trim(), content: '' };
   return { reasoning: rest.slice(0, at).trim(), content: rest.slice(at + spec.close.length).trimStart() };
-}
-
-/** Cuts text at the given points. */
-function chunked(text: string, cuts: number[]): string[] {
-  const points = [...new Set(cuts.map((c) => c % (text.length + 1)))].sort((a, b) => a - b);
-  const out: string[] = [];
-  let from = 0;
-  for (const p of points) {
-    out.push(text.slice(from, p));
-    from = p;
-  }
-  out.push(text.slice(from));
-  return out;
 }
 
 describe('createReasoningSplitter', () => {
