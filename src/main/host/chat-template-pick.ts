@@ -48,3 +48,13 @@ export function withChatTemplate(spec: ModelSpec, template: string): ModelSpec {
   const reasoning = reasoningOf(template);
   return { ...rest, chatTemplate: template, chatTemplateEdited: true, ...(reasoning ? { reasoning } : {}) };
 }
+
+/** The spec as a kept pick shows it: with its template of the person's own, unless that no longer renders. */
+export function withKeptTemplate(spec: ModelSpec, template: string | null | undefined): ModelSpec {
+  if (typeof template !== 'string') return spec;
+  try {
+    return withChatTemplate(spec, template);
+  } catch {
+    return spec;
+  }
+}

@@ -27,7 +27,7 @@ import { detectLayout, loadModelSpec, variantOption } from '../packages';
 import { providerShortName } from '../packages/execution-providers';
 import { packageProblem } from '../packages/package-error';
 import { ThreadStore } from '../store/thread-store';
-import { previewChatTemplate } from './chat-template-pick';
+import { previewChatTemplate, withKeptTemplate } from './chat-template-pick';
 import { Downloads } from './downloads';
 import type { HubOptions } from './hub-download';
 import { McpHub } from './mcp';
@@ -416,10 +416,11 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
         const dir = path.resolve(req.path);
         const kept = await library.pickFor(dir);
         const trust = req.trustInstalled === true || kept?.trustInstalled === true ? { trustInstalled: true } : {};
-        const spec = await loadModelSpec(dir, { ...(await variantOption(dir, kept?.variant)), ...trust }).catch(() =>
+        const read = await loadModelSpec(dir, { ...(await variantOption(dir, kept?.variant)), ...trust }).catch(() =>
           loadModelSpec(dir, trust),
         );
-        return { ok: true, spec };
+        // And with the chat template of the person's own it keeps (one that no longer renders: the package's).
+        return { ok: true, spec: withKeptTemplate(read, kept?.chatTemplate) };
       } catch (err) {
         return { ok: false, error: packageProblem(err) };
       }

@@ -20,7 +20,7 @@ import type { ModelSpec } from '../../shared/model-spec';
 import { loadModelSpec, variantOption } from '../packages';
 import { packageProblem } from '../packages/package-error';
 import { writeAtomic } from '../store/write-atomic';
-import { withChatTemplate } from './chat-template-pick';
+import { withKeptTemplate } from './chat-template-pick';
 import { type HubSource, hubSourceOf } from './hub-download';
 
 const CPU = 'CPUExecutionProvider';
@@ -112,14 +112,7 @@ async function check(root: string, load: LoadModelRequest | undefined): Promise<
       load?.variant === undefined ? Promise.reject(err) : loadModelSpec(root, { availableBackends: [CPU], ...trust }),
     );
     // The person's own template, as it loads (one that no longer renders leaves the package's).
-    let shown = spec;
-    if (load?.chatTemplate !== undefined && load.chatTemplate !== null) {
-      try {
-        shown = withChatTemplate(spec, load.chatTemplate);
-      } catch {
-        shown = spec;
-      }
-    }
+    const shown = withKeptTemplate(spec, load?.chatTemplate);
     const source = await hubSourceOf(root);
     return source ? { spec: shown, source } : { spec: shown };
   } catch (err) {

@@ -70,6 +70,9 @@ describe('a chat template of the person’s own', () => {
       sampling: { greedy: true },
     }).result;
     expect(reply.reasoningTokens).toBe(4);
+    // A folder dropped again is shown as it would load: with the template kept for it.
+    const checked = await api.call('checkPackage', { path: dir });
+    expect(checked.ok && checked.value.ok && checked.value.spec).toMatchObject({ chatTemplateEdited: true });
 
     // Kept with the pick: a load without one, and after a restart, the library's entry and the next load use it.
     expect((await api.call('loadModel', { path: dir, variant: undefined })).ok).toBe(true);
