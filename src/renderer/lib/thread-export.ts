@@ -81,7 +81,9 @@ function quote(text: string): string {
 
 /** The chat as kvdesk's JSON (what import reads back). */
 export function threadToJson(thread: Thread): string {
-  return `${JSON.stringify({ kind: EXPORT_KIND, version: EXPORT_VERSION, thread }, null, 2)}\n`;
+  // U+FFFD (what a reply's broken UTF-8 decodes to) is written escaped: raw, it is what marks a file as binary.
+  const json = JSON.stringify({ kind: EXPORT_KIND, version: EXPORT_VERSION, thread }, null, 2);
+  return `${json.replace(/\uFFFD/g, '\\ufffd')}\n`;
 }
 
 export type ImportResult = { ok: true; thread: Thread } | { ok: false; error: string };
@@ -101,13 +103,16 @@ export function parseThreadImport(text: string, fileName: string, now = Date.now
     ok: false,
     error: `${fileName} is not JSON (${why}): not a kvdesk or OpenAI conversation JSON file — export a chat as JSON to import it.`,
   });
-  // A binary file (an image, an archive…): its bytes are no one's to read in an error.
-  if (BINARY.test(text.slice(0, 8192))) return notJson('it is not text');
+  // A binary file (an image, an archive…): its bytes are no one's to read in an error. (A replacement character
+  // alone may be text a chat holds, as files exported before it was written escaped have it: only in a file that
+  // is not JSON does it say binary.)
+  const head = text.slice(0, 8192);
+  if (CONTROL.test(head)) return notJson('it is not text');
   let value: unknown;
   try {
     value = JSON.parse(text);
   } catch (err) {
-    return notJson(parseProblem(err));
+    return notJson(head.includes('\ufffd') ? 'it is not text' : parseProblem(err));
   }
   const fail = (where: string, what: string): ImportResult => ({ ok: false, error: `${fileName}: ${where} ${what}` });
   if (isObject(value) && value.kind === EXPORT_KIND) {
@@ -266,9 +271,9 @@ function formatPath(path: ReadonlyArray<PropertyKey>): string {
   );
 }
 
-/** Characters no text file has (control characters but tab and line ends; what decoding made of bytes it could not). */
+/** Characters no text file has: control characters but tab and line ends. */
 // biome-ignore lint/suspicious/noControlCharactersInRegex: finding control characters is the point
-const BINARY = /[\u0000-\u0008\u000b\u000e-\u001f\ufffd]/;
+const CONTROL = /[\u0000-\u0008\u000b\u000e-\u001f]/;
 
 /**
  * What JSON.parse said, without the file's text it quotes (`…, "<the file's start>" is not valid JSON`) and without

@@ -148,6 +148,20 @@ describe('JSON export and import', () => {
     );
   });
 
+  it('a chat holding U+FFFD (broken UTF-8 a reply decoded to) exports escaped and imports back, also unescaped', () => {
+    const t = thread('t1', { messages: [msg('u1', 'user', 'a \ufffd b')] });
+    const json = threadToJson(t);
+    expect(json).not.toContain('\ufffd');
+    expect(json).toContain('a \\ufffd b');
+    expect(imported(parseThreadImport(json, 'chat.json', NOW)).messages[0]?.content).toBe('a \ufffd b');
+    // A file written raw (as kvdesk wrote them before) imports too: it is JSON.
+    const raw = JSON.stringify({ kind: EXPORT_KIND, version: EXPORT_VERSION, thread: t });
+    expect(raw).toContain('\ufffd');
+    expect(imported(parseThreadImport(raw, 'chat.json', NOW)).messages[0]?.content).toBe('a \ufffd b');
+    // Not JSON and holding it: a binary file, said without its bytes.
+    expect(refused(parseThreadImport('\ufffd\ufffdJFIF', 'photo.json', NOW))).toContain('(it is not text)');
+  });
+
   it('writes the envelope kvdesk reads', () => {
     const t = thread('t1', { messages: [msg('u1', 'user', 'hi')] });
     expect(JSON.parse(threadToJson(t))).toEqual({ kind: EXPORT_KIND, version: EXPORT_VERSION, thread: t });
