@@ -170,11 +170,11 @@ function ChatTemplate({ spec, loaded, busy, onLoad }: LoadControlProps) {
   const [preview, setPreview] = useState<{ text: string; error?: boolean } | null>(null);
   // The model loaded again (with this template, or the package's): the editor shows what it uses now.
   useEffect(() => setDraft(current), [current]);
-  useEffect(() => setPreview(null), [draft]);
-  // The draft a preview answers for: an answer that comes after the draft changed is dropped.
+  // The draft a preview answers for: a new draft clears the preview, and an answer that comes after it is dropped.
   const asked = useRef('');
   useEffect(() => {
     asked.current = draft;
+    setPreview(null);
   }, [draft]);
   const showPreview = async () => {
     const shown = draft;
