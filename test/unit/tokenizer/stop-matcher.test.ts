@@ -2,6 +2,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { createStopMatcher } from '../../../src/main/tokenizer';
 import { KvdeskError } from '../../../src/shared/errors';
+import { chunked } from '../../helpers/chunked';
 
 /** Feeds chunks and returns what was shown, whether it stopped, and which stop matched. */
 function run(stops: string[], chunks: string[]): { shown: string; stopped: boolean; stop?: string; pushes: string[] } {
@@ -88,14 +89,7 @@ describe('createStopMatcher', () => {
     );
     fc.assert(
       fc.property(text, stops, fc.array(fc.nat(30)), (t, ss, cuts) => {
-        const points = [...new Set(cuts.map((c) => c % (t.length + 1)))].sort((x, y) => x - y);
-        const chunks: string[] = [];
-        let from = 0;
-        for (const p of points) {
-          chunks.push(t.slice(from, p));
-          from = p;
-        }
-        chunks.push(t.slice(from));
+        const chunks = chunked(t, cuts);
         // Reference: the earliest end position at which any stop is complete.
         let expected = t;
         let stopped = false;
