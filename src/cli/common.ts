@@ -2,7 +2,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
-import { previewChatTemplate } from '../main/host/chat-template-pick';
+import { checkChatTemplate } from '../main/host/chat-template-pick';
 import { ModelLibrary, mergePick } from '../main/host/model-library';
 import { detectLayout } from '../main/packages';
 import { parseByteSize } from '../main/scheduler';
@@ -230,7 +230,7 @@ export function chatTemplateFlag(file: string | undefined): string | undefined {
     throw badArgs(`--chat-template: ${file} is over ${CHAT_TEMPLATE_MAX / 1024} KiB; no chat template is that long`);
   }
   // Checked before anything loads, naming the flag.
-  previewChatTemplate(text, { field: `--chat-template ${file}` });
+  checkChatTemplate(text, `--chat-template ${file}`);
   return text;
 }
 

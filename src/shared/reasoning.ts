@@ -47,10 +47,15 @@ const MARKERS: ReadonlyArray<{ open: string; close: string }> = [
 
 const TOGGLE = 'enable_thinking';
 
+/** Whether a chat template writes Harmony messages (gpt-oss's). */
+export function isHarmonyTemplate(template: string): boolean {
+  return template.includes('<|channel|>') && template.includes('<|message|>');
+}
+
 /** The reasoning markers a chat template uses, and its on/off switch; undefined for a model that does not reason. */
 export function reasoningOf(template: string | undefined): ReasoningSpec | undefined {
   if (template === undefined) return undefined;
-  if (template.includes('<|channel|>') && template.includes('<|message|>')) return { ...HARMONY };
+  if (isHarmonyTemplate(template)) return { ...HARMONY };
   const found = MARKERS.find((m) => template.includes(m.close) || template.includes(m.open));
   if (!found) return undefined;
   return { ...found, ...(new RegExp(`\\b${TOGGLE}\\b`).test(template) ? { toggle: TOGGLE } : {}) };

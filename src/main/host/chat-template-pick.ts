@@ -41,9 +41,17 @@ export function previewChatTemplate(
   }
 }
 
+/**
+ * The check a template of the person's own passes before it is used: it renders one user message (the least a
+ * template accepts; some refuse a system message); else a 400 naming `field`.
+ */
+export function checkChatTemplate(template: string, field = 'chatTemplate'): void {
+  previewChatTemplate(template, { field }, [{ role: 'user', content: 'Hello' }]);
+}
+
 /** The spec with `template` as its chat template (`chatTemplateEdited`), or a 400 naming what is wrong with it. */
 export function withChatTemplate(spec: ModelSpec, template: string): ModelSpec {
-  previewChatTemplate(template, {}, [{ role: 'user', content: 'Hello' }]);
+  checkChatTemplate(template);
   const { reasoning: _old, ...rest } = spec;
   const reasoning = reasoningOf(template);
   return { ...rest, chatTemplate: template, chatTemplateEdited: true, ...(reasoning ? { reasoning } : {}) };

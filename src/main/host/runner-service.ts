@@ -975,7 +975,9 @@ export class RunnerService {
     });
     const timer = timeoutMs === undefined ? undefined : setTimeout(() => cancel('timeout'), timeoutMs);
     const began = performance.now();
-    const result = Promise.race([reload, stopped]).then(() => {
+    // The load in (or failed), or the request stopped first.
+    const waited = Promise.race([reload, stopped]);
+    const result = waited.then(() => {
       // What is left of its time limit goes with it.
       const left = timeoutMs === undefined ? undefined : Math.max(1, timeoutMs - (performance.now() - began));
       const parsed = input as Record<string, unknown>;
@@ -997,7 +999,7 @@ export class RunnerService {
       if (this.cancels.get(requestId) === cancel) this.cancels.delete(requestId);
     };
     // Once it starts, its own generation holds the id (and the cancel) until it ends.
-    void Promise.race([reload, stopped]).then(forget, forget);
+    void waited.then(forget, forget);
     return { requestId, result, cancel };
   }
 

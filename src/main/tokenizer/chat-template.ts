@@ -1,5 +1,6 @@
 import { Template } from '@huggingface/jinja';
 import { KvdeskError } from '../../shared/errors';
+import { isHarmonyTemplate } from '../../shared/reasoning';
 import type { TextTokenizer } from './text-tokenizer';
 
 /** A tool call of an assistant turn as chat templates see it (transformers' form: arguments as an object). */
@@ -69,7 +70,7 @@ export function renderChatTemplate(template: string, messages: ChatMessage[], op
     );
   }
   renameIdentifier(compiled.parsed, 'raise_exception', RAISE);
-  const harmony = template.includes('<|channel|>') && template.includes('<|message|>');
+  const harmony = isHarmonyTemplate(template);
   try {
     return compiled.render({
       ...opts.vars,

@@ -14,6 +14,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { isLosslessNumber, parse as losslessParse, stringify as losslessStringify } from 'lossless-json';
 import type { ChatMessage, ToolCall, ToolCallDelta, ToolDefinition } from '../../shared/contract';
+import { isHarmonyTemplate } from '../../shared/reasoning';
 import type { ChatMessage as TemplateMessage } from './chat-template';
 
 export type { ToolCall };
@@ -93,7 +94,7 @@ export const BARE_JSON: ToolCallFormat = { name: 'json', open: '', close: '', le
 export function toolCallFormat(template: string | undefined, native: boolean): ToolCallFormat {
   if (!native || template === undefined) return HERMES;
   // gpt-oss (Harmony) sends a call as a message to `functions.NAME`: its splitter gives it on in the Hermes form.
-  if (template.includes('<|channel|>') && template.includes('<|message|>')) return HERMES;
+  if (isHarmonyTemplate(template)) return HERMES;
   if (template.includes('<function=')) return QWEN_XML;
   if (template.includes('<arg_key>')) return GLM_XML;
   if (template.includes('<tool_call>')) return HERMES;
