@@ -20,6 +20,9 @@ export function normalizeMath(text: string): string {
   const out: string[] = [];
   let prose: string[] = [];
   let fence: string | null = null;
+  // The opening fence's indentation (after its quotes' `>`): a closing fence indented 4 or more past it is code.
+  let fenceIndent = 0;
+  const indentOf = (prefix: string) => (prefix.match(/[ \t]*$/) as RegExpMatchArray)[0].replace(/\t/g, '    ').length;
   const flush = () => {
     if (prose.length > 0) out.push(convertProse(prose.join('\n')));
     prose = [];
@@ -29,8 +32,15 @@ export function normalizeMath(text: string): string {
     const marker = m?.[2];
     if (fence !== null) {
       out.push(line);
-      // A closing fence: the same character, at least as long, nothing after it.
-      if (marker && marker[0] === fence[0] && marker.length >= fence.length && !line.slice(m[0].length).trim()) {
+      // A closing fence: the same character, at least as long, nothing after it, indented less than 4 past the
+      // opening (CommonMark's rule: one indented more is a line of the code).
+      if (
+        marker &&
+        marker[0] === fence[0] &&
+        marker.length >= fence.length &&
+        !line.slice(m[0].length).trim() &&
+        indentOf(m[1] ?? '') - fenceIndent < 4
+      ) {
         fence = null;
       }
       continue;
@@ -40,6 +50,7 @@ export function normalizeMath(text: string): string {
       flush();
       out.push(line);
       fence = marker;
+      fenceIndent = indentOf(m[1] ?? '');
       continue;
     }
     prose.push(line);

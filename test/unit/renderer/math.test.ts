@@ -62,7 +62,11 @@ describe('normalizeMath', () => {
     expect(normalizeMath('Press ` to open.\n\nArea $r^2$ and `foo`')).toBe(
       'Press ` to open.\n\nArea $$r^2$$ and `foo`',
     );
-    // A longer closing fence closes; a shorter one does not.
+    // A longer closing fence closes; a shorter one does not; nor does one indented 4 or more past the opening.
+    expect(normalizeMath('```\n$a$\n    ```\n$b$\n```\n$c$')).toBe('```\n$a$\n    ```\n$b$\n```\n$$c$$');
+    expect(normalizeMath('- x\n\n  ```\n  $a$\n      ```\n  $b$\n     ```\n$c$')).toBe(
+      '- x\n\n  ```\n  $a$\n      ```\n  $b$\n     ```\n$$c$$',
+    );
     expect(normalizeMath('````\n$a$\n```\n$b$\n````\n$c$')).toBe('````\n$a$\n```\n$b$\n````\n$$c$$');
   });
 
@@ -83,7 +87,11 @@ describe('normalizeMath', () => {
   });
 
   it('never touches the inside of a fenced code block (any text around and in it)', () => {
-    const inner = fc.string().filter((s) => !/^ {0,3}(`{3,}|~{3,})/m.test(s));
+    // Lines of the block may be fences indented 4 or more: code, not a close.
+    const inner = fc
+      .array(fc.oneof(fc.string(), fc.constantFrom('    ```', '     ```', '\t```', '    $x$')))
+      .map((lines) => lines.join('\n'))
+      .filter((s) => !/^ {0,3}(`{3,}|~{3,})/m.test(s));
     fc.assert(
       fc.property(fc.string(), inner, fc.string(), (before, body, after) => {
         const b = before.replace(/`|~/g, '');
