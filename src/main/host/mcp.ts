@@ -12,6 +12,7 @@
  * chat uses it, lists its tools for the model, and calls one when the person lets a call of the model run. The
  * file is read again whenever it changed; a server whose entry changed or went is stopped.
  */
+import type { ChildProcess } from 'node:child_process';
 import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -84,7 +85,7 @@ export class McpHub {
   private configError: string | undefined;
   private readAt = -1;
   private readonly running = new Map<string, Running>();
-  /** What each stdio server wrote on stderr lately (its last lines), for a call that fails. */
+  /** How each stdio server ended (its exit code) and what it wrote on stderr lately (its last lines). */
   private readonly saidBy = new WeakMap<Client, () => string>();
   private readonly starting = new Map<string, Promise<Running>>();
   private readonly failed = new Map<string, string>();
@@ -172,9 +173,9 @@ export class McpHub {
       }
       // A server that died mid-call (its connection closed): what it last wrote on stderr says why.
       const died = err instanceof McpError && err.code === ErrorCode.ConnectionClosed;
-      const tail = died ? this.saidBy.get(run.client)?.() : undefined;
+      const why = died ? this.saidBy.get(run.client)?.() : undefined;
       return {
-        content: `The tool failed: ${(err as Error).message}${tail ? ` (it said: ${tail})` : ''}`,
+        content: `The tool failed: ${(err as Error).message}${why ? ` (${why})` : ''}`,
         isError: true,
       };
     }
@@ -313,12 +314,12 @@ export class McpHub {
       connected.onclose = () => {
         if (this.running.get(name)?.client !== connected) return;
         this.running.delete(name);
-        const tail = this.saidBy.get(connected)?.();
+        const why = this.saidBy.get(connected)?.();
         this.exited.set(
           name,
           entry.url
             ? 'the connection closed'
-            : `the program exited on its own${tail ? ` (it said: ${tail})` : ' (it wrote nothing on stderr)'}`,
+            : `the program exited on its own (${why || 'it wrote nothing on stderr'})`,
         );
       };
       return { entry: JSON.stringify(entry), client: connected, tools };
@@ -386,18 +387,34 @@ export class McpHub {
       ...(entry.cwd ? { cwd: entry.cwd } : {}),
       stderr: 'pipe',
     });
-    // What the server says on stderr, for the error when it fails to start, or when a call fails later.
+    // What the server says on stderr, and how it ended, for the error when it fails to start, or when a call
+    // fails later.
     let said = '';
     transport.stderr?.on('data', (d: Buffer) => {
       said = (said + d.toString('utf8')).slice(-2000);
     });
+    let ended = '';
+    const start = transport.start.bind(transport);
+    transport.start = async () => {
+      await start();
+      // The SDK keeps its child process to itself and drops the exit code, which says much (a crash, a signal, a
+      // usage error): read it there, where it is (with no process there, the messages go without it).
+      const child = (transport as unknown as { _process?: ChildProcess })._process;
+      child?.once('exit', (code, signal) => {
+        ended = signal ? `killed by ${signal}` : `exit code ${code}`;
+      });
+    };
+    const why = () => {
+      const tail = lastLines(said);
+      return [ended, tail ? `it said: ${tail}` : ''].filter(Boolean).join('; ');
+    };
     try {
       const client = await attempt(transport);
-      this.saidBy.set(client, () => lastLines(said));
+      this.saidBy.set(client, why);
       return client;
     } catch (err) {
-      const tail = lastLines(said);
-      throw new Error(`${(err as Error).message}${tail ? ` (it said: ${tail})` : ''}`);
+      const because = why();
+      throw new Error(`${(err as Error).message}${because ? ` (${because})` : ''}`);
     }
   }
 

@@ -87,7 +87,7 @@ describe('McpHub', () => {
     write({ mcpServers: { broken: server({ KVDESK_TEST_MCP_CRASH: '1' }) } });
     const s = await hub.start(['broken']);
     expect(s.servers[0]).toMatchObject({ name: 'broken', state: 'failed', tools: [] });
-    expect(s.servers[0]?.error).toMatch(/cannot open the database/);
+    expect(s.servers[0]?.error).toMatch(/\(exit code 3; it said: cannot open the database\)/);
     expect(s.servers[0]?.error).toContain(`check its command in ${path.join(dir, MCP_FILE)}`);
     await expect(hub.call('broken', 'add', '{}')).rejects.toMatchObject({
       message: expect.stringContaining('the MCP server "broken" did not start'),
@@ -98,13 +98,15 @@ describe('McpHub', () => {
     write({ mcpServers: { dying: server({ KVDESK_TEST_MCP_ONLY: 'exit' }) } });
     const answer = await hub.call('dying', 'exit', '{}');
     expect(answer.isError).toBe(true);
-    expect(answer.content).toMatch(/^The tool failed: .*Connection closed.* \(it said: out of memory: dying now\)$/);
+    expect(answer.content).toMatch(
+      /^The tool failed: .*Connection closed.* \(exit code 7; it said: out of memory: dying now\)$/,
+    );
     // The settings say it stopped, and why, until it runs again.
     expect((await hub.status()).servers).toEqual([
       {
         name: 'dying',
         state: 'exited',
-        error: 'the program exited on its own (it said: out of memory: dying now)',
+        error: 'the program exited on its own (exit code 7; it said: out of memory: dying now)',
         tools: [],
       },
     ]);
