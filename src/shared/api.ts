@@ -29,6 +29,8 @@ export interface ModelInfo {
    * requests (null: never), counted from `lastUsedAt`.
    */
   firstUse?: { ttlMs: number | null; lastUsedAt: number };
+  /** Being loaded again (another variant, backend or template): requests sent to it wait until the load is in. */
+  reloading?: boolean;
 }
 
 /** Why a package is refused: the error code and message, and the file and field at fault when known. */

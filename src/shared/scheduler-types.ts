@@ -291,6 +291,21 @@ export interface BudgetSnapshot extends DeviceBudgetSnapshot {
   retiredCounters?: SchedulerCounters;
   /** Lookup decoding since the host started: tokens drafted and checked, and those the model took. */
   lookup?: LookupCount;
+  /**
+   * Requests sent while their model loads again (the person picked another variant, backend or template): they
+   * are in no scheduler yet and reserve nothing; each starts, as if sent then, once the load is in. Oldest first.
+   */
+  reloadWaits?: ReloadWait[];
+}
+
+/** A request waiting for its model's load again to finish. */
+export interface ReloadWait {
+  requestId: string;
+  modelId: string;
+  /** The chat it is for, when a window sent it. */
+  threadId?: string;
+  /** Wall clock (ms since the epoch) when it was sent. */
+  since: number;
 }
 
 /** Why a session's KV was dropped. */

@@ -95,6 +95,8 @@ export async function wsCall(
   request: unknown,
   /** The server's token, where it needs one. */
   token?: string,
+  /** How long the answer may take (a load the test holds takes as long as the test holds it). */
+  answerMs = 15_000,
 ): Promise<{ ok: boolean; value?: unknown }> {
   const { WebSocket } = await import('ws');
   const query = token === undefined ? '' : `?token=${encodeURIComponent(token)}`;
@@ -109,7 +111,10 @@ export async function wsCall(
       ws.once('error', reject);
     });
     const reply = new Promise<{ ok: boolean; value?: unknown }>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`${name}: no answer over /ws within 15 s`)), 15_000);
+      const timer = setTimeout(
+        () => reject(new Error(`${name}: no answer over /ws within ${answerMs / 1000} s`)),
+        answerMs,
+      );
       ws.on('message', (data) => {
         const msg = JSON.parse(String(data)) as { t: string; id?: number; result?: { ok: boolean; value?: unknown } };
         if (msg.t === 'result' && msg.id === 1 && msg.result) {

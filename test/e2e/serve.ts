@@ -25,13 +25,15 @@ export async function startServe(
   entry?: string,
   /** A data directory to use and keep (a restart's); default a fresh one removed on stop. */
   keptDataDir?: string,
+  /** Environment variables to add (a test failpoint's). */
+  env: Record<string, string> = {},
 ): Promise<ServeHandle> {
   const dataDir = keptDataDir ?? mkdtempSync(path.join(os.tmpdir(), 'kvdesk-e2e-'));
   const command = entry ? [path.join(ROOT, 'bin/run-ts.cjs'), entry] : [path.join(ROOT, 'bin/kvdesk.cjs')];
   const child: ChildProcess = spawn(
     process.execPath,
     [...command, 'serve', '--port', '0', '--data-dir', dataDir, ...extraArgs],
-    { cwd: ROOT, detached: true, stdio: ['ignore', 'pipe', 'pipe'] },
+    { cwd: ROOT, detached: true, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } },
   );
   let output = '';
   child.stdout?.on('data', (d) => {

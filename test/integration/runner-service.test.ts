@@ -304,6 +304,8 @@ describe("the person's pick of variant and backend", () => {
     await long.result.catch(() => undefined);
     // While the new load is on its way, requests on the model wait (the engine frees the old session), then run
     // on the new one; one stopped while it waits ends cancelled without running.
+    let changes = 0;
+    h.onReloadChange(() => changes++);
     const reload = h.loadModel(dir, { variant: 'q4', whileIdle: true });
     // (The package is read first; the engine's load, which takes far longer, comes after the mark.)
     await vi.waitFor(() => expect(h.listModels().find((m) => m.id === id)?.reloading).toBe(true), {
@@ -311,15 +313,25 @@ describe("the person's pick of variant and backend", () => {
       timeout: 10_000,
     });
     const frames: StreamFrame[] = [];
-    const waiting = h.generate({ model: id, promptIds: prompt, maxNewTokens: 8, sampling: greedy }, (f) =>
-      frames.push(f),
+    const waiting = h.generate(
+      { model: id, promptIds: prompt, maxNewTokens: 8, sampling: greedy, threadId: 'chat-1' },
+      (f) => frames.push(f),
     );
-    const stopped = h.generate({ model: id, promptIds: prompt, maxNewTokens: 8, sampling: greedy });
+    const stopped = h.generate({ promptIds: prompt, maxNewTokens: 8, sampling: greedy });
+    // The budget shows both as waiting for the load (in no scheduler: they reserve nothing), the one that named no
+    // model under the model it will run on; each start and end of a wait is told.
+    expect(changes).toBe(3);
+    expect(h.snapshot().reloadWaits).toEqual([
+      { requestId: waiting.requestId, modelId: id, threadId: 'chat-1', since: expect.any(Number) },
+      { requestId: stopped.requestId, modelId: id, since: expect.any(Number) },
+    ]);
+    expect(h.snapshot().queue).toEqual([]);
     // Stopped by id while it waits: it ends at once, the load still on its way.
     expect(h.cancel(stopped.requestId)).toBe(true);
     const cancelled = rejection(stopped.result);
     expect((await cancelled).code).toBe('CANCELLED');
     expect(h.listModels().find((m) => m.id === id)?.reloading).toBe(true);
+    expect(h.snapshot().reloadWaits?.map((w) => w.requestId)).toEqual([waiting.requestId]);
     // Nor may it be unloaded under the load.
     const unload = await rejection(h.unloadModel(id));
     expect(unload.message).toBe(`model ${id} is loading again: unload it once that load is in`);
@@ -332,6 +344,7 @@ describe("the person's pick of variant and backend", () => {
     expect(h.listModels().find((m) => m.id === id)).toMatchObject({ spec: { graphVariant: 'q4' } });
     expect(h.listModels().find((m) => m.id === id)).not.toHaveProperty('reloading');
     const waited = await waiting.result;
+    expect(h.snapshot()).not.toHaveProperty('reloadWaits');
     expect(settledFirst).toBe(true);
     expect(waited.requestId).toBe(waiting.requestId);
     expect(frames.every((f) => f.requestId === waiting.requestId)).toBe(true);

@@ -3,6 +3,8 @@
  * child process today; an Electron utilityProcess later). Holds loaded models,
  * session KV and running generations; emits EngineEvents.
  */
+import { existsSync } from 'node:fs';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { KvdeskError, toErrorInfo } from '../../shared/errors';
 import { compileCallGrammar } from './call-constraint';
 import { LoadedDecoder, type SessionKv } from './decoder';
@@ -33,6 +35,15 @@ function faultAfterRuns(): number {
   const raw = process.env.KVDESK_ENGINE_FAULT_AFTER_RUNS;
   const n = raw === undefined ? Number.NaN : Number(raw);
   return Number.isInteger(n) && n >= 0 ? n : Number.POSITIVE_INFINITY;
+}
+
+/**
+ * Test failpoint: with KVDESK_ENGINE_HOLD_LOADS=<file>, a load waits while that file exists, so tests can see
+ * what the app does during a load as long as they need (a load of these small models takes a fraction of a second).
+ */
+async function heldLoad(): Promise<void> {
+  const file = process.env.KVDESK_ENGINE_HOLD_LOADS;
+  while (file && existsSync(file)) await sleep(25);
 }
 
 /** Creates an engine that reports through `emit`. */
@@ -192,6 +203,7 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
     switch (cmd.type) {
       case 'load':
         reply(cmd.callId, async () => {
+          await heldLoad();
           const previous = models.get(cmd.modelId);
           const decoder = await LoadedDecoder.load(cmd.spec, cmd.options);
           models.set(cmd.modelId, decoder);

@@ -224,6 +224,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       isDefault: m.id === defaultModelId,
       logits: m.logits,
       ...(firstUse.has(m.id) ? { firstUse: { ...(firstUse.get(m.id) as FirstUse) } } : {}),
+      ...(m.reloading ? { reloading: true } : {}),
     }));
   }
 
@@ -247,6 +248,18 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
   const unsubscribe = runner.onSchedulerEvent((e) => {
     // Per-frame progress is carried by the throttled snapshot; the timeline gets the discrete events.
     if (e.type !== 'progress') emit('scheduler', e);
+    budgetChanged();
+  });
+  // A load again starting or ending shows on the model (`reloading`); the requests waiting for it, in the budget.
+  let reloadingNow = '';
+  const unsubscribeReload = runner.onReloadChange(() => {
+    const now = runner
+      .listModels()
+      .filter((m) => m.reloading)
+      .map((m) => m.id)
+      .join('\n');
+    if (now !== reloadingNow) emit('models', models());
+    reloadingNow = now;
     budgetChanged();
   });
 
@@ -628,6 +641,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       const tools = mcp.close();
       await downloads.close();
       unsubscribe();
+      unsubscribeReload();
       clearInterval(sweeper);
       if (budgetTimer) clearTimeout(budgetTimer);
       await api.libraryChecked;

@@ -32,6 +32,7 @@ import type {
   AdmissionGrant,
   BudgetSnapshot,
   DeviceBudgetSnapshot,
+  ReloadWait,
   SchedulerCounters,
   SchedulerEvent,
 } from '../../shared/scheduler-types';
@@ -332,6 +333,10 @@ export class RunnerService {
   /** One budget per device, the CPU's first; a GPU's exists while a model is placed there. */
   private readonly devices = new Map<string, DeviceState>();
   private readonly eventListeners = new Set<(e: SchedulerEvent) => void>();
+  /** Called when a model starts or ends loading again, and when a request starts or ends waiting for one. */
+  private readonly reloadListeners = new Set<() => void>();
+  /** Requests waiting for their model to load again, by id: not in any scheduler yet (they reserve nothing). */
+  private readonly reloadWaits = new Map<string, ReloadWait>();
   private readonly models = new Map<string, LoadedModel>();
   private readonly sessions = new Map<string, SessionMirror>();
   /** Each prompt cache's model, least recently picked first (closed beyond the limit). */
@@ -608,8 +613,10 @@ export class RunnerService {
       )
       .then(() => {
         if (this.reloading.get(id) === settled) this.reloading.delete(id);
+        this.reloadChanged();
       });
     this.reloading.set(id, settled);
+    this.reloadChanged();
     try {
       return await load;
     } finally {
@@ -782,7 +789,29 @@ export class RunnerService {
       devices,
       ...(this.retiredCounters ? { retiredCounters: this.retiredCounters } : {}),
       lookup: { ...this.lookupTotals },
+      ...(this.reloadWaits.size > 0 ? { reloadWaits: [...this.reloadWaits.values()].map((w) => ({ ...w })) } : {}),
     };
+  }
+
+  /**
+   * Subscribes to loads again: called when a model starts or ends loading again (listModels' `reloading`), and
+   * when a request starts or ends waiting for one (the snapshot's `reloadWaits`).
+   */
+  onReloadChange(fn: () => void): () => void {
+    this.reloadListeners.add(fn);
+    return () => {
+      this.reloadListeners.delete(fn);
+    };
+  }
+
+  private reloadChanged(): void {
+    for (const fn of this.reloadListeners) {
+      try {
+        fn();
+      } catch {
+        // A listener's failure is its own (the host logs its own listeners' errors).
+      }
+    }
   }
 
   /** Subscribes to every device scheduler's events (timeline, metrics). */
@@ -959,7 +988,7 @@ export class RunnerService {
     input: unknown,
     sink: (frame: StreamFrame) => void,
     reload: Promise<unknown>,
-    timeoutMs: number | undefined,
+    { timeoutMs, ...shown }: { modelId: string; threadId: string | undefined; timeoutMs: number | undefined },
   ): GenerationHandle {
     let started: GenerationHandle | undefined;
     let stop!: (reason: 'user' | 'disconnect' | 'timeout' | 'shutdown') => void;
@@ -994,9 +1023,18 @@ export class RunnerService {
       else stop(reason);
     };
     this.cancels.set(requestId, cancel);
+    this.reloadWaits.set(requestId, {
+      requestId,
+      modelId: shown.modelId,
+      ...(shown.threadId ? { threadId: shown.threadId } : {}),
+      since: Date.now(),
+    });
+    this.reloadChanged();
     const forget = () => {
       if (timer !== undefined) clearTimeout(timer);
       if (this.cancels.get(requestId) === cancel) this.cancels.delete(requestId);
+      this.reloadWaits.delete(requestId);
+      this.reloadChanged();
     };
     // Once it starts, its own generation holds the id (and the cancel) until it ends.
     void waited.then(forget, forget);
@@ -1023,7 +1061,10 @@ export class RunnerService {
     try {
       model = this.resolveModel(req.model);
       const reload = this.reloading.get(model.id);
-      if (reload && reload !== waited) return this.waitForReload(requestId, input, sink, reload, req.timeoutMs);
+      if (reload && reload !== waited) {
+        const wait = { modelId: model.id, threadId: req.threadId, timeoutMs: req.timeoutMs };
+        return this.waitForReload(requestId, input, sink, reload, wait);
+      }
       ({ rows, tools, contextDrop, reasoning } = this.buildRows(req, model));
       checkLogitBias(req, model.spec.vocabSize);
       checkJsonSchema(req);

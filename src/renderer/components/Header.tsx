@@ -71,10 +71,20 @@ function ModelPicker() {
           </optgroup>
         )}
       </select>
-      {loading && (
+      {loading ? (
         <span className="badge" data-testid="model-picker-loading">
           loading {loading.spec?.displayName ?? loading.id}…
         </span>
+      ) : (
+        active?.reloading && (
+          <span
+            className="badge warn"
+            data-testid="model-picker-loading"
+            title="Replies sent now wait until the load is in, then run on it."
+          >
+            loading {active.spec.displayName} again…
+          </span>
+        )
       )}
       {active && <BackendPick model={active} />}
     </div>

@@ -1,3 +1,40 @@
+/** A request sent while its model loads again: in no scheduler yet, it reserves nothing until the load is in. */
+function ReloadWaitRow({
+  w,
+  title,
+  several,
+  showModel,
+}: {
+  w: ReloadWait;
+  title: string | undefined;
+  several: boolean;
+  showModel: boolean;
+}) {
+  return (
+    <tr
+      data-testid="request-row"
+      data-request-id={w.requestId}
+      data-state="reload-wait"
+      title={`${w.requestId}: sent while ${w.modelId} loads again; it reserves nothing until that load is in, then it is admitted as if sent then`}
+    >
+      <td className="thread" title={title ?? w.threadId}>
+        <div className="ellipsis">{title ?? (w.threadId ? w.threadId.slice(0, 8) : '—')}</div>
+        <div className="sub mono" data-testid="request-id">
+          {w.requestId.slice(0, 6)}
+          {showModel && <span data-testid="request-model"> · {w.modelId}</span>}
+        </div>
+      </td>
+      {several && <td className="mono">—</td>}
+      <td>
+        <span className="state reload-wait">waiting</span>
+      </td>
+      <td className="muted" colSpan={4}>
+        for {w.modelId} to load again
+      </td>
+    </tr>
+  );
+}
+
 /**
  * The budget inspector: where the KV budget goes right now (bar and legend),
  * how the limit was derived, live controls, the requests and sessions behind
@@ -8,6 +45,7 @@ import type { Thread } from '../../shared/api';
 import { PROMPT_CACHE_PREFIX } from '../../shared/prompt-cache';
 import type {
   DeviceBudgetSnapshot,
+  ReloadWait,
   SchedulerRequestView,
   SchedulerSessionView,
   SchedulerSnapshot,
@@ -323,25 +361,24 @@ function RequestRow({
   );
 }
 
-function Requests({ devices }: { devices: DeviceBudgetSnapshot[] }) {
+function Requests({ devices, waits }: { devices: DeviceBudgetSnapshot[]; waits: ReloadWait[] }) {
   const titles = useThreadTitles();
   const several = devices.length > 1;
   const deviceOf = new Map<string, string>();
   for (const d of devices) for (const r of [...d.running, ...d.queue, ...d.recent]) deviceOf.set(r.id, d.device);
-  // Live work first (running, then queued in admission order), then what ended, newest first (the latest few).
+  // Live work first (running, then queued in admission order, then waiting for a model to load again), then what
+  // ended, newest first (the latest few).
   const byEnd = (a: SchedulerRequestView, b: SchedulerRequestView) => (b.endedAt ?? 0) - (a.endedAt ?? 0);
   const ended = devices.flatMap((d) => d.recent).sort(byEnd);
   const older = Math.max(0, ended.length - SHOWN_ENDED_REQUESTS);
-  const rows = [
-    ...devices.flatMap((d) => d.running),
-    ...devices.flatMap((d) => d.queue),
-    ...ended.slice(0, SHOWN_ENDED_REQUESTS),
-  ];
-  const models = new Set(rows.map((r) => r.modelId)).size;
+  const live = [...devices.flatMap((d) => d.running), ...devices.flatMap((d) => d.queue)];
+  const shownEnded = ended.slice(0, SHOWN_ENDED_REQUESTS);
+  const rows = [...live, ...shownEnded];
+  const models = new Set([...rows.map((r) => r.modelId), ...waits.map((w) => w.modelId)]).size;
   return (
     <section>
       <h2>Requests</h2>
-      {rows.length === 0 ? (
+      {rows.length === 0 && waits.length === 0 ? (
         <div className="muted">No requests yet.</div>
       ) : (
         <div className="table-wrap">
@@ -366,7 +403,25 @@ function Requests({ devices }: { devices: DeviceBudgetSnapshot[] }) {
               </tr>
             </thead>
             <tbody>
-              {rows.map((r) => (
+              {live.map((r) => (
+                <RequestRow
+                  key={r.id}
+                  r={r}
+                  title={r.threadId ? titles.get(r.threadId) : undefined}
+                  device={several ? deviceOf.get(r.id) : undefined}
+                  showModel={models > 1}
+                />
+              ))}
+              {waits.map((w) => (
+                <ReloadWaitRow
+                  key={w.requestId}
+                  w={w}
+                  title={w.threadId ? titles.get(w.threadId) : undefined}
+                  several={several}
+                  showModel={models > 1}
+                />
+              ))}
+              {shownEnded.map((r) => (
                 <RequestRow
                   key={r.id}
                   r={r}
@@ -514,7 +569,7 @@ export function Inspector() {
             <BudgetSection key={d.device} snap={d} several={snap.devices.length > 1} />
           ))}
           <Controls devices={snap.devices} />
-          <Requests devices={snap.devices} />
+          <Requests devices={snap.devices} waits={snap.reloadWaits ?? []} />
           <Sessions devices={snap.devices} />
         </>
       ) : (

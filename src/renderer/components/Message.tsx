@@ -228,11 +228,19 @@ function QueueReason({ wait }: { wait: QueueWait }) {
 
 function LivePhase({ live }: { live: LiveReply }) {
   const wait = useApp(useShallow((s) => (live.phase === 'queued' ? queueWait(s.snapshot, live.requestId) : null)));
+  // Sent while its model loads again (another variant, backend or template): it starts once the load is in.
+  const reloading = useApp((s) => {
+    if (live.phase !== 'sending') return null;
+    const id = s.threads.find((t) => t.id === live.threadId)?.modelId ?? s.activeModelId;
+    const model = s.models.find((m) => m.id === id);
+    return model?.reloading ? model.spec.displayName : null;
+  });
   if (live.stopping) return <div className="phase">stopping…</div>;
   if (live.phase === 'sending') {
     return (
       <div className="phase" data-testid="sending-indicator">
-        <span className="spinner" /> sending…
+        <span className="spinner" />{' '}
+        {reloading ? <span data-testid="reload-wait">waiting for {reloading} to load again…</span> : 'sending…'}
       </div>
     );
   }

@@ -259,6 +259,7 @@ export function ModelCard({
   isDefault,
   active,
   busy,
+  reloading,
   onLoad,
   onUnload,
   onUse,
@@ -273,6 +274,8 @@ export function ModelCard({
   isDefault?: boolean;
   active?: boolean;
   busy?: boolean;
+  /** Being loaded again (by this window or another front end): requests on it wait until the load is in. */
+  reloading?: boolean | undefined;
   onLoad?: (how: LoadModelRequest) => void;
   onUnload?: () => void;
   onUse?: () => void;
@@ -318,7 +321,15 @@ export function ModelCard({
             thinks
           </span>
         )}
-        {loaded ? (
+        {loaded && reloading ? (
+          <span
+            className="badge warn"
+            data-testid="model-reloading"
+            title="It is being loaded again (another variant, backend or chat template). Requests sent to it wait until the load is in, then run on it."
+          >
+            loading again…
+          </span>
+        ) : loaded ? (
           <span className="badge ok" data-testid="model-loaded">
             loaded{backend ? ` · ${backend.replace(/ExecutionProvider$/, '')}` : ''}
           </span>
@@ -389,8 +400,8 @@ export function ModelCard({
       <div className="path" title={spec.root}>
         {spec.root}
       </div>
-      {onLoad && <RunWith spec={spec} loaded={loaded} busy={busy} onLoad={onLoad} />}
-      {onLoad && <ChatTemplate spec={spec} loaded={loaded} busy={busy} onLoad={onLoad} />}
+      {onLoad && <RunWith spec={spec} loaded={loaded} busy={busy || reloading} onLoad={onLoad} />}
+      {onLoad && <ChatTemplate spec={spec} loaded={loaded} busy={busy || reloading} onLoad={onLoad} />}
       <div className="buttons">
         {loaded && onUse && (
           <button type="button" data-testid="model-use" disabled={active} onClick={onUse}>
@@ -398,8 +409,8 @@ export function ModelCard({
           </button>
         )}
         {loaded && onUnload && (
-          <button type="button" data-testid="model-unload" disabled={busy} onClick={onUnload}>
-            {busy ? 'Unloading…' : 'Unload'}
+          <button type="button" data-testid="model-unload" disabled={busy || reloading} onClick={onUnload}>
+            {busy && !reloading ? 'Unloading…' : 'Unload'}
           </button>
         )}
       </div>
