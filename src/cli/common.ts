@@ -214,6 +214,7 @@ export const LOAD_OPTIONS = {
   backend: { type: 'string' },
   'trust-installed': { type: 'boolean' },
   'chat-template': { type: 'string' },
+  'package-template': { type: 'boolean' },
 } as const;
 
 /** `--chat-template FILE`: the template's text (a file of Jinja), or a clear word when it cannot be read. */
@@ -235,6 +236,20 @@ export function chatTemplateFlag(file: string | undefined): string | undefined {
 }
 
 /**
+ * `--chat-template FILE` (its text, checked) or `--package-template` (null: the package's own for this run, whatever
+ * the library keeps, as "the package's" on a card); undefined when neither.
+ */
+export function templateFlags(values: {
+  'chat-template'?: string | undefined;
+  'package-template'?: boolean | undefined;
+}): string | null | undefined {
+  if (values['package-template'] === true && values['chat-template'] !== undefined) {
+    throw badArgs('--package-template and --chat-template contradict: give one of them');
+  }
+  return values['package-template'] === true ? null : chatTemplateFlag(values['chat-template']);
+}
+
+/**
  * How the package at `dir` loads: what the flags ask for, over the pick the library keeps for it (as `kvdesk
  * serve` and the window load it: the person's last variant, backend, trust and chat template), when it has one.
  */
@@ -245,10 +260,11 @@ export async function loadFlags(
     backend?: string | undefined;
     'trust-installed'?: boolean | undefined;
     'chat-template'?: string | undefined;
+    'package-template'?: boolean | undefined;
     'data-dir'?: string | undefined;
   },
 ): Promise<LoadModelRequest> {
-  const template = chatTemplateFlag(values['chat-template']);
+  const template = templateFlags(values);
   const named: LoadModelRequest = {
     ...(values.variant !== undefined ? { variant: values.variant } : {}),
     ...(values.backend !== undefined ? { backend: values.backend } : {}),

@@ -29,7 +29,6 @@ import { reasoningWhere } from '../shared/reasoning';
 import {
   badArgs,
   budgetCapLine,
-  chatTemplateFlag,
   checkFlags,
   contextClipLine,
   effortFlag,
@@ -48,6 +47,7 @@ import {
   ReplyPrinter,
   SAMPLING_OPTIONS,
   samplingFlags,
+  templateFlags,
 } from './common';
 import { dataDirOf } from './data-dir';
 import { applyDeviceFlags } from './device-flags';
@@ -108,11 +108,13 @@ generate options:
   --trust-installed        load an ORT package of the "installed" layout, whose files may lie outside its folder
   --chat-template FILE     a Jinja chat template to use instead of the package's, for this run (default: the one
                            the library keeps for the package, picked on its card in the window, else the package's)
+  --package-template       the package's own chat template for this run, even where the library keeps one of yours
 
 chat options (a conversation, as ollama run: a line is a turn, """ starts and ends one of several lines; Ctrl+C
 stops a reply, Ctrl+D or /bye ends, /? lists the commands; with stdin from a pipe, each line is a turn):
   --system TEXT --max-new-tokens N, generate's sampling options, --kv-budget, --device-memory, --threads,
-  --prefill-chunk, --lookup, --data-dir, --variant, --backend, --trust-installed, --chat-template
+  --prefill-chunk, --lookup, --data-dir, --variant, --backend, --trust-installed, --chat-template,
+  --package-template
   --verbose                each reply's figures (tokens, speed, prompt and reused tokens, KV) on stderr
   --think | --nothink      a thinking model reasons first, or replies at once (also /set think, /set nothink);
                            its reasoning goes to stderr between "Thinking..." and "...done thinking."
@@ -201,7 +203,7 @@ async function inspect(args: string[], io: Io): Promise<number> {
     // Probed in a child process: a broken GPU provider library must not take inspect down, nor litter its stderr.
     const report = await detectBackendsInChildProcess().catch(() => undefined);
     const dir = path.resolve(positionals[0] as string);
-    const template = chatTemplateFlag(values['chat-template']);
+    const template = templateFlags(values);
     const read = await loadModelSpec(dir, {
       ...(report === undefined ? {} : { availableBackends: usableProviders(report) }),
       ...(values.backend === undefined ? {} : { backend: values.backend }),
@@ -209,7 +211,7 @@ async function inspect(args: string[], io: Io): Promise<number> {
       ...(values['trust-installed'] === true ? { trustInstalled: true } : {}),
     });
     // With the person's own template: checked, and the spec as it would load (a thinking model, or not).
-    const spec = template === undefined ? read : withChatTemplate(read, template);
+    const spec = typeof template === 'string' ? withChatTemplate(read, template) : read;
     const needsNvidia = (spec.variants ?? []).some((v) => /^(cuda|tensorrt):/.test(deviceKey(v.ep)));
     const cpu = defaultHostSettings();
     const given: Partial<HostSettings> = {};

@@ -289,7 +289,7 @@ describe('the library pick in the CLI', () => {
 });
 
 describe('--chat-template', () => {
-  it("generate, chat's prompt and inspect take a file's template; the library's kept one by default; a bad one is exit 2", async () => {
+  it("generate, chat's prompt and inspect take a file's template; the library's kept one by default, unless --package-template; a bad one is exit 2", async () => {
     const { ModelLibrary } = await import('../../src/main/host/model-library');
     const { loadModelSpec } = await import('../../src/main/packages');
     const work = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-cli-template-'));
@@ -337,6 +337,12 @@ describe('--chat-template', () => {
       const kept = prompt();
       expect(kept.promptTokens).toBeLessThan(packaged.promptTokens as number);
       expect(prompt('--chat-template', file).promptTokens).toBe(mine.promptTokens);
+      // --package-template: the package's own for this run, the kept one left kept; with --chat-template, exit 2.
+      expect(prompt('--package-template').promptTokens).toBe(packaged.promptTokens);
+      expect((await ModelLibrary.open(dataDir)).list()[0]?.load).toEqual({ chatTemplate: '{{ messages[0].content }}' });
+      const both = kvdesk('generate', defaultModelDir, '--prompt', 'x', '--package-template', '--chat-template', file);
+      expect(both.code).toBe(2);
+      expect(both.stderr).toContain('--package-template and --chat-template contradict');
       // A file that is not there, or a template that does not render: exit 2, naming the flag or the field.
       const missing = kvdesk(
         'generate',
