@@ -271,7 +271,7 @@ test('the pin is drawn, not an emoji; Esc from the find bar returns to the messa
   await expect(app.getByTestId('chat-input')).toBeFocused();
 });
 
-test('max tokens 0 says why it is not taken', async ({ app }) => {
+test('a number not taken says why beside its field, and the focus goes where the person clicks', async ({ app }) => {
   await newChat(app);
   await app.getByTestId('settings-toggle').click();
   const field = app.getByTestId('setting-maxNewTokens');
@@ -280,10 +280,29 @@ test('max tokens 0 says why it is not taken', async ({ app }) => {
   expect(await field.evaluate((el) => (el as unknown as { validationMessage: string }).validationMessage)).toMatch(
     /at least 1/,
   );
+  await expect(app.getByTestId('setting-error-maxNewTokens')).toHaveText(/at least 1 .*: not taken$/);
+  await expect(field).toHaveAttribute('aria-invalid', 'true');
   await expect(app.getByTestId('settings-summary')).not.toContainText('max 0');
+  // A temperature out of range, then a click elsewhere: the click's field gets the focus and what is typed (the
+  // browser's own validity bubble would pull the focus back to the bad field).
+  const temperature = app.getByTestId('setting-temperature');
+  await temperature.click();
+  await app.keyboard.type('12');
+  await app.getByTestId('setting-topP').click();
+  await expect(app.getByTestId('setting-topP')).toBeFocused();
+  await app.keyboard.type('0.9');
+  await expect(temperature).toHaveValue('12');
+  await expect(app.getByTestId('setting-error-temperature')).toHaveText('between 0 and 10: not taken');
+  await app.getByTestId('chat-input').click();
+  await expect(app.getByTestId('chat-input')).toBeFocused();
+  await expect(app.getByTestId('setting-topP')).toHaveValue('0.9');
+  await expect(app.getByTestId('settings-summary')).toContainText('top-p 0.9');
+  await expect(app.getByTestId('settings-summary')).not.toContainText('temp 12');
   // A good value is taken, and the message goes.
   await field.fill('12');
   await field.blur();
   await expect(app.getByTestId('settings-summary')).toContainText('max 12');
   expect(await field.evaluate((el) => (el as unknown as { validationMessage: string }).validationMessage)).toBe('');
+  await expect(app.getByTestId('setting-error-maxNewTokens')).toHaveCount(0);
+  await expect(field).toHaveAttribute('aria-invalid', 'false');
 });

@@ -58,6 +58,40 @@ export interface PresetProps {
  * chat's settings are still its); saving over a preset, and deleting one, ask once more. `onApplied` lets the
  * panel show the new values (its fields keep what they show).
  */
+/**
+ * A field's value that cannot be taken: said beside the field, which keeps what was typed (and is marked invalid),
+ * while the setting keeps its last good value. The browser's own bubble (reportValidity) is not used: it takes the
+ * focus back to the field, so the person could not click anywhere else until the value was mended.
+ */
+function useFieldErrors(): [
+  Record<string, string>,
+  (key: string, field: HTMLInputElement | HTMLTextAreaElement, error: string | null) => void,
+] {
+  const [errors, setErrors] = useState<Record<string, string>>({});
+  const check = (key: string, field: HTMLInputElement | HTMLTextAreaElement, error: string | null) => {
+    field.setCustomValidity(error ?? '');
+    field.setAttribute('aria-invalid', error ? 'true' : 'false');
+    setErrors((was) => {
+      if ((was[key] ?? null) === error) return was;
+      const next = { ...was };
+      if (error) next[key] = error;
+      else delete next[key];
+      return next;
+    });
+  };
+  return [errors, check];
+}
+
+function FieldError({ name, errors }: { name: string; errors: Record<string, string> }) {
+  const error = errors[name];
+  if (!error) return null;
+  return (
+    <span className="field-error" role="alert" data-testid={`setting-error-${name}`}>
+      {error}: not taken
+    </span>
+  );
+}
+
 function PresetRow({ thread, onApplied }: PresetProps & { thread: Thread }) {
   const bridge = useBridge();
   const presets = useApp((s) => s.ui.presets) ?? [];
@@ -235,6 +269,7 @@ function ReasoningEffort({ thread }: { thread: Thread }) {
 /** How many tokens a thinking model may reason before its reasoning is closed for it (empty: no limit). */
 function ThinkingBudget({ thread }: { thread: Thread }) {
   const bridge = useBridge();
+  const [errors, check] = useFieldErrors();
   return (
     <label title="A thinking model reasons for at most this many tokens; then kvdesk closes its reasoning and it answers. Empty: no limit but max tokens.">
       thinking budget (tokens)
@@ -247,14 +282,11 @@ function ThinkingBudget({ thread }: { thread: Thread }) {
         defaultValue={thread.thinkingBudget ?? ''}
         onBlur={(e) => {
           const v = readNumber(e.target.value, { min: 0, max: 1_000_000, int: true });
-          if (v === null) e.target.setCustomValidity('a whole number of tokens, 0 or more');
-          else {
-            e.target.setCustomValidity('');
-            if (v !== thread.thinkingBudget) bridge.updateThreadSettings(thread.id, { thinkingBudget: v });
-          }
-          e.target.reportValidity();
+          check('thinkingBudget', e.target, v === null ? 'a whole number of tokens, 0 or more' : null);
+          if (v !== null && v !== thread.thinkingBudget) bridge.updateThreadSettings(thread.id, { thinkingBudget: v });
         }}
       />
+      <FieldError name="thinkingBudget" errors={errors} />
     </label>
   );
 }
@@ -387,6 +419,7 @@ function ToolsSetting({ thread }: { thread: Thread }) {
 
 export function SettingsPanel({ thread, presets }: { thread: Thread; presets: PresetProps }) {
   const bridge = useBridge();
+  const [errors, check] = useFieldErrors();
   const sampling = thread.sampling ?? {};
   const setSampling = (key: keyof SamplingSettings, value: number | boolean | undefined) => {
     const next: SamplingSettings = { ...sampling };
@@ -422,14 +455,11 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
             defaultValue={(sampling[f.key] as number | undefined) ?? ''}
             onBlur={(e) => {
               const v = readNumber(e.target.value, f);
-              if (v === null) e.target.setCustomValidity(`between ${f.min} and ${f.max ?? '∞'}`);
-              else {
-                e.target.setCustomValidity('');
-                if (v !== sampling[f.key]) setSampling(f.key, v);
-              }
-              e.target.reportValidity();
+              check(f.key, e.target, v === null ? `between ${f.min} and ${f.max ?? '∞'}` : null);
+              if (v !== null && v !== sampling[f.key]) setSampling(f.key, v);
             }}
           />
+          <FieldError name={f.key} errors={errors} />
         </label>
       ))}
       <label>
@@ -444,15 +474,15 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
           onBlur={(e) => {
             const v = readNumber(e.target.value, { min: 1, max: 1_000_000, int: true });
             // Not taken, and it says why (as the other number fields do).
-            if (v === null)
-              e.target.setCustomValidity('a whole number of tokens, at least 1 (empty: the model default)');
-            else {
-              e.target.setCustomValidity('');
-              if (v !== thread.maxNewTokens) bridge.updateThreadSettings(thread.id, { maxNewTokens: v });
-            }
-            e.target.reportValidity();
+            check(
+              'maxNewTokens',
+              e.target,
+              v === null ? 'a whole number of tokens, at least 1 (empty: the model default)' : null,
+            );
+            if (v !== null && v !== thread.maxNewTokens) bridge.updateThreadSettings(thread.id, { maxNewTokens: v });
           }}
         />
+        <FieldError name="maxNewTokens" errors={errors} />
       </label>
       <label>
         greedy
@@ -498,17 +528,15 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
           placeholder={'e.g. ###\nUser:'}
           onBlur={(e) => {
             const lines = e.target.value.split('\n').filter((l) => l.length > 0);
-            if (lines.length > 16 || lines.some((l) => l.length > 200)) {
-              e.target.setCustomValidity('at most 16 stop strings of at most 200 characters');
-              e.target.reportValidity();
-              return;
-            }
-            e.target.setCustomValidity('');
+            const bad = lines.length > 16 || lines.some((l) => l.length > 200);
+            check('stop', e.target, bad ? 'at most 16 stop strings of at most 200 characters' : null);
+            if (bad) return;
             const next = lines.length > 0 ? lines : undefined;
             if (JSON.stringify(next) !== JSON.stringify(thread.stop))
               bridge.updateThreadSettings(thread.id, { stop: next });
           }}
         />
+        <FieldError name="stop" errors={errors} />
       </label>
       <label title="Every reply is one JSON object: sampling keeps to tokens that can continue one, and the reply ends when it closes. Ask for JSON in your message too, so the model means it.">
         JSON output
@@ -544,16 +572,14 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
             placeholder='{"type": "object", "properties": {"answer": {"type": "string"}}}'
             onBlur={(e) => {
               const text = e.target.value;
-              if (text.trim() !== '' && !parseSchema(text)) {
-                e.target.setCustomValidity('not a JSON object: a JSON Schema starts with {');
-                e.target.reportValidity();
-                return;
-              }
-              e.target.setCustomValidity('');
+              const bad = text.trim() !== '' && !parseSchema(text);
+              check('jsonSchema', e.target, bad ? 'not a JSON object: a JSON Schema starts with {' : null);
+              if (bad) return;
               const next = text.trim() === '' ? undefined : text;
               if (next !== thread.jsonSchema) bridge.updateThreadSettings(thread.id, { jsonSchema: next });
             }}
           />
+          <FieldError name="jsonSchema" errors={errors} />
         </label>
       )}
       <div className="hint">Empty fields use the model package's defaults. The same seed gives the same reply.</div>
