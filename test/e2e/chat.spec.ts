@@ -148,6 +148,13 @@ test('regenerate replaces the last reply and keeps the old one as a version; edi
   await lastUser.hover();
   await lastUser.getByTestId('edit-message').click();
   await expect(app.getByTestId('edit-removes')).toContainText('Send removes the message after this one');
+  // The editor opens with the caret after the text, its label in view (not under the header).
+  await expect(app.getByTestId('edit-input')).toBeFocused();
+  await app.keyboard.type('!');
+  await expect(app.getByTestId('edit-input')).toHaveValue('and then?!');
+  const label = await app.getByTestId('edit-input').locator('xpath=preceding-sibling::div[1]').boundingBox();
+  const list = await app.getByTestId('message-list').boundingBox();
+  expect(label?.y).toBeGreaterThanOrEqual(list?.y ?? Number.POSITIVE_INFINITY);
   await app.getByTestId('edit-input').press('Escape');
   await user.hover();
   await user.getByTestId('edit-message').click();

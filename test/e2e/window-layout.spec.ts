@@ -218,7 +218,11 @@ test("the inspector's request table fits its width and shows the newest 20 ended
 
 test('the chat list is one Tab stop: arrows move in it, its pin, rename and delete are reachable', async ({ app }) => {
   const ids: string[] = [];
-  for (let i = 0; i < 3; i++) ids.push(await newChat(app));
+  // Three chats of their own (a chat given settings is no longer the untouched one New chat opens again).
+  for (let i = 0; i < 3; i++) {
+    ids.push(await newChat(app));
+    await setSettings(app, { maxNewTokens: 4 + i });
+  }
   const titles = app.getByTestId('thread-list').getByTestId('thread-title');
   await app.getByTestId('thread-search').focus();
   await app.keyboard.press('Tab');
@@ -247,6 +251,54 @@ test('the chat list is one Tab stop: arrows move in it, its pin, rename and dele
   await app.getByTestId('thread-search').focus();
   await app.keyboard.press('Tab');
   await expect(titles.nth(1)).toBeFocused();
+  // Delete asks once more on the chat's delete button: Esc keeps the chat, Enter there deletes it.
+  const secondId = await app.locator('#chat-list [data-testid="thread-item"]').nth(1).getAttribute('data-thread-id');
+  const second = app.locator(`#chat-list [data-thread-id="${secondId}"]`);
+  const others = await app.locator('#chat-list [data-testid="thread-item"]').count();
+  await app.keyboard.press('Delete');
+  await expect(second.getByTestId('thread-delete')).toBeFocused();
+  await expect(second.getByTestId('thread-delete')).toHaveText('delete?');
+  await app.keyboard.press('Escape');
+  await expect(second.getByTestId('thread-title')).toBeFocused();
+  await expect(second.getByTestId('thread-delete')).not.toHaveText('delete?');
+  await app.keyboard.press('Delete');
+  await app.keyboard.press('Enter');
+  await expect(second).toHaveCount(0);
+  await expect(app.locator('#chat-list [data-testid="thread-item"]')).toHaveCount(others - 1);
+});
+
+/** An element's computed opacity. */
+function opacity(locator: Locator): Promise<string> {
+  return locator.evaluate(
+    (el) =>
+      (globalThis as unknown as { getComputedStyle(e: unknown): { opacity: string } }).getComputedStyle(el).opacity,
+  );
+}
+
+test("a message's tools: reached with Tab and shown while focused; their room kept, so hover moves nothing", async ({
+  app,
+}) => {
+  await newChat(app);
+  await setSettings(app, { maxNewTokens: 4 });
+  await send(app, 'tab to me');
+  await expect(lastReply(app)).toHaveAttribute('data-state', /done|error/, { timeout: 30_000 });
+  const user = app.getByTestId('message-user').last();
+  const tools = user.locator('.who .tools');
+  await app.getByTestId('chat-input').focus();
+  const before = await user.boundingBox();
+  expect(await opacity(tools)).toBe('0');
+  await user.hover();
+  expect(await opacity(tools)).toBe('1');
+  expect((await user.boundingBox())?.height).toBe(before?.height);
+  await app.mouse.move(0, 0);
+  // Backwards from the message box: the reply's tools, then the question's.
+  let reached = false;
+  for (let i = 0; i < 30 && !reached; i++) {
+    await app.keyboard.press('Shift+Tab');
+    reached = await tools.evaluate((el) => el.matches(':focus-within'));
+  }
+  expect(reached).toBe(true);
+  expect(await opacity(tools)).toBe('1');
 });
 
 test('the pin is drawn, not an emoji; Esc from the find bar returns to the message box', async ({ app }) => {
@@ -286,8 +338,8 @@ test('a number not taken says why beside its field, and the focus goes where the
   // A temperature out of range, then a click elsewhere: the click's field gets the focus and what is typed (the
   // browser's own validity bubble would pull the focus back to the bad field).
   const temperature = app.getByTestId('setting-temperature');
-  await temperature.click();
-  await app.keyboard.type('12');
+  await app.getByTestId('setting-topP').fill('');
+  await temperature.fill('12');
   await app.getByTestId('setting-topP').click();
   await expect(app.getByTestId('setting-topP')).toBeFocused();
   await app.keyboard.type('0.9');

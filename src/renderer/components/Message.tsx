@@ -3,7 +3,7 @@
  * refusals (its text editable: later turns, and continuing it, go on from the person's text).
  */
 import { parse as losslessParse, stringify as losslessStringify } from 'lossless-json';
-import { memo, type ReactNode, useDeferredValue, useEffect, useMemo, useState } from 'react';
+import { memo, type ReactNode, useDeferredValue, useEffect, useMemo, useRef, useState } from 'react';
 import { useShallow } from 'zustand/react/shallow';
 import type { StoredMessage, TokenProbability } from '../../shared/api';
 import { useApp, useBridge } from '../bridge/context';
@@ -468,15 +468,24 @@ function EditBox({
   onSend: () => void;
 }) {
   const setEditing = useApp((s) => s.setEditing);
+  const box = useRef<HTMLTextAreaElement>(null);
+  // Opened: the caret at the end of the text (where a change usually goes), and the whole box in view — its label
+  // too, which a focus's own scroll would leave under the header.
+  useEffect(() => {
+    const el = box.current;
+    if (!el) return;
+    el.focus({ preventScroll: true });
+    el.setSelectionRange(el.value.length, el.value.length);
+    el.closest('.message')?.scrollIntoView({ block: 'nearest' });
+  }, []);
   return (
     <>
       <div className="who">{who}</div>
       <textarea
+        ref={box}
         data-testid={inputTestId}
         value={draft}
         {...(modEnter ? { rows: Math.min(20, Math.max(4, draft.split('\n').length + 1)) } : {})}
-        // biome-ignore lint/a11y/noAutofocus: editing was asked for
-        autoFocus
         onChange={(e) => setDraft(e.target.value)}
         onKeyDown={(e) => {
           const mod = e.ctrlKey || e.metaKey;

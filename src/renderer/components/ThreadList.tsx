@@ -144,8 +144,15 @@ const ThreadItem = memo(function ThreadItem({
           setSidebarOpen(false);
         }}
         onDoubleClick={() => setRenaming(title)}
+        aria-keyshortcuts="F2 Delete"
         onKeyDown={(e) => {
           if (e.key === 'F2') setRenaming(title);
+          // Delete asks once more, on the chat's delete button: Enter (or Delete) there deletes, Esc does not.
+          if (e.key === 'Delete') {
+            e.preventDefault();
+            setConfirmDelete(true);
+            e.currentTarget.closest('li')?.querySelector<HTMLElement>('[data-testid="thread-delete"]')?.focus();
+          }
         }}
       >
         {title}
@@ -193,6 +200,17 @@ const ThreadItem = memo(function ThreadItem({
             else setConfirmDelete(true);
           }}
           onBlur={() => setConfirmDelete(false)}
+          onKeyDown={(e) => {
+            if (e.key === 'Delete' && confirmDelete) {
+              e.preventDefault();
+              bridge.deleteThread(id);
+            }
+            if (e.key === 'Escape' && confirmDelete) {
+              e.stopPropagation();
+              setConfirmDelete(false);
+              e.currentTarget.closest('li')?.querySelector<HTMLElement>('[data-testid="thread-title"]')?.focus();
+            }
+          }}
         >
           {confirmDelete ? 'delete?' : '✕'}
         </button>
