@@ -124,3 +124,35 @@ test('a preset saved in one page shows in another open on the same kvdesk, witho
   await expect(page.getByTestId('preset-select').locator('option', { hasText: 'Shared' })).toHaveCount(0);
   await other.close();
 });
+
+test('a new chat says whose settings it took, and starts from the defaults in one click', async ({ app: page }) => {
+  await newChat(page);
+  await openSettings(page);
+  await setField(page, 'system-prompt', 'You are terse.');
+  await setField(page, 'setting-temperature', '1.5');
+  await page.getByTestId('settings-toggle').click();
+  const from = (await page.getByTestId('chat-view').getAttribute('data-thread-id')) ?? '';
+  const fromTitle = (await page.locator(`#chat-list [data-thread-id="${from}"]`).getAttribute('title')) ?? '';
+  // The new chat takes them, and says from where.
+  const id = await newChat(page);
+  expect(id).not.toBe(from);
+  await expect(page.getByTestId('settings-summary')).toContainText('temp 1.5');
+  await expect(page.getByTestId('carried-settings')).toHaveText(`· from “${fromTitle}” use the defaults`);
+  // Open settings show the defaults at once after the click, and the chat is still the untouched one New chat opens.
+  await openSettings(page);
+  await expect(page.getByTestId('setting-temperature')).toHaveValue('1.5');
+  await page.getByTestId('carried-reset').click();
+  await expect(page.getByTestId('carried-settings')).toHaveCount(0);
+  await expect(page.getByTestId('settings-summary')).toContainText('temp default');
+  await expect(page.getByTestId('setting-temperature')).toHaveValue('');
+  await expect(page.getByTestId('system-prompt')).toHaveValue('');
+  expect(await newChat(page)).toBe(id);
+  // A chat whose carried settings the person changed no longer says they are another chat's.
+  await page.locator(`#chat-list [data-thread-id="${from}"] [data-testid="thread-title"]`).click();
+  const second = await newChat(page);
+  await expect(page.getByTestId('carried-settings')).toBeVisible();
+  await openSettings(page);
+  await setField(page, 'setting-temperature', '0.9');
+  await expect(page.getByTestId('carried-settings')).toHaveCount(0);
+  expect(second).not.toBe(from);
+});

@@ -23,7 +23,7 @@ import type {
 import type { GenerateRequest, SamplingSettings, ToolCall } from '../../shared/contract';
 import type { ErrorInfo, Result } from '../../shared/errors';
 import { autoRunCalls, chatTools, MAX_AUTO_ROUNDS, SKIPPED_ANSWER, toolKey } from '../lib/mcp-tools';
-import { carriedSettings, chatSetup } from '../lib/presets';
+import { blank, carriedSettings, chatSetup } from '../lib/presets';
 import { parseThreadImport } from '../lib/thread-export';
 import type { AppStore } from '../store';
 import { partialReply, UNTITLED } from '../store/chat-slice';
@@ -70,6 +70,13 @@ export interface Bridge {
   savePreset(threadId: string, name: string): void;
   /** Gives the thread a preset's settings (what the preset leaves out goes back to the package's defaults). */
   applyPreset(threadId: string, name: string): void;
+  /**
+   * The chat's settings came with it from the chat open when it was made, and it is untouched since: that chat's
+   * title (null otherwise), so the composer can say where they came from.
+   */
+  settingsCarriedFrom(threadId: string): string | null;
+  /** Every setting a new chat carries back to the package's defaults (the chat stays untouched). */
+  startFromDefaults(threadId: string): void;
   deletePreset(name: string): void;
   /** The window's API server's settings, saved without starting it (whether it starts with kvdesk, and how). */
   saveApiServer(saved: ApiServerSettings): void;
@@ -387,6 +394,8 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
 
   /** How each chat made in this page was set up when it was made (chatSetup), to tell an untouched one. */
   const madeAs = new Map<string, string>();
+  /** The title of the chat each new one took its settings from (when it took any). */
+  const carriedFrom = new Map<string, string>();
 
   /**
    * A chat with no messages whose settings (and name) are as they were made — for a saved one of an earlier page,
@@ -423,6 +432,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     };
     s().addThread(thread);
     madeAs.set(thread.id, chatSetup(thread));
+    if (active && Object.keys(carriedSettings(active)).length > 0) carriedFrom.set(thread.id, active.title);
     s().setView('chat');
     restoreFor = null; // a new chat goes to the model picked now
     saveThread(thread.id);
@@ -923,6 +933,19 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       s().setUi({ presets: [...others, preset].sort((a, b) => a.name.localeCompare(b.name)) });
       saveSettings();
       s().updateThread(threadId, { preset: clean });
+      saveThread(threadId);
+    },
+    settingsCarriedFrom(threadId) {
+      const t = s().threads.find((x) => x.id === threadId);
+      const from = carriedFrom.get(threadId);
+      return t && from !== undefined && untouched(t) ? from : null;
+    },
+    startFromDefaults(threadId) {
+      s().updateThread(threadId, blank());
+      const t = s().threads.find((x) => x.id === threadId);
+      // Still a chat New chat may open again: it is as a chat made from nothing would be.
+      if (t && madeAs.has(threadId)) madeAs.set(threadId, chatSetup(t));
+      carriedFrom.delete(threadId);
       saveThread(threadId);
     },
     applyPreset(threadId, name) {

@@ -111,6 +111,8 @@ export function Composer({ threadId }: { threadId: string | null }) {
   const [open, setOpen] = useState(false);
   /** Presets applied: the settings panel starts over to show their values. */
   const [applied, setApplied] = useState(0);
+  // The settings a new chat took from the chat open before it (while they are still as taken).
+  const carriedFrom = thread ? bridge.settingsCarriedFrom(thread.id) : null;
   const ref = useRef<HTMLTextAreaElement>(null);
   const placeholder = noModel ? 'Load a model to chat (Models)…' : 'Message… (Enter sends, Shift+Enter new line)';
   // The box's height follows its text (or its placeholder), also where long lines wrap (and again when the
@@ -277,6 +279,23 @@ export function Composer({ threadId }: { threadId: string | null }) {
           {summary(thread)}
         </span>
         {thread?.systemPrompt && <span title={thread.systemPrompt}>· system prompt set</span>}
+        {carriedFrom !== null && threadId && (
+          <span className="carried" data-testid="carried-settings">
+            · from “{carriedFrom}”{' '}
+            <button
+              type="button"
+              className="ghost small"
+              data-testid="carried-reset"
+              title="This new chat took the settings of the chat you were in (system prompt, sampling, limits). Start from the model's defaults instead."
+              onClick={() => {
+                bridge.startFromDefaults(threadId);
+                setApplied((n) => n + 1);
+              }}
+            >
+              use the defaults
+            </button>
+          </span>
+        )}
         {threadId && <DraftMeasure threadId={threadId} text={text} files={files} />}
         <button
           type="button"

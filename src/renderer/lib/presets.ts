@@ -36,7 +36,7 @@ export function presetInEffect(t: Thread, preset: Preset): boolean {
 }
 
 /** Every carried setting unset (a preset's missing fields go back to the package's defaults). */
-function blank(): Partial<Thread> {
+export function blank(): Partial<Thread> {
   return {
     systemPrompt: undefined,
     sampling: undefined,
