@@ -2,7 +2,8 @@
  * Screenshots of the running app for the README: docs/chat.png, docs/models.png,
  * docs/inspector.png, docs/devices.png, docs/prefill.png, docs/json.png, docs/library.png,
  * docs/long-chat.png, docs/thinking.png, docs/downloads.png, docs/markdown.png, docs/find.png,
- * docs/probabilities.png, docs/tools.png, docs/dark.png, docs/chat-template.png. Starts a real `kvdesk serve` (real engine and scheduler)
+ * docs/probabilities.png, docs/tools.png, docs/dark.png, docs/chat-template.png, docs/narrow.png,
+ * docs/narrow-new-chat.png. Starts a real `kvdesk serve` (real engine and scheduler)
  * with a small KV budget so the budget bar has something to show, drives
  * Debian Chromium through the same steps a person would, and captures the window.
  *
@@ -96,6 +97,7 @@ async function main(): Promise<void> {
     'api-server': apiServerShot,
     variants: variantsShot,
     'chat-template': chatTemplateShot,
+    narrow: narrowShot,
   }[process.argv[2] ?? ''];
   if (only) {
     const browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
@@ -346,6 +348,36 @@ async function libraryShot(browser: Browser): Promise<void> {
     }
   } finally {
     rmSync(work, { recursive: true, force: true });
+  }
+}
+
+/**
+ * docs/narrow.png: an 800×600 window. The chat has the width (the chat list and the inspector are drawers from the
+ * header); the inspector drawer is open over a chat whose new chat took the settings of the one before, and says so.
+ */
+async function narrowShot(browser: Browser): Promise<void> {
+  const server = await startServe([]);
+  try {
+    const page = await browser.newPage({ viewport: { width: 800, height: 600 }, deviceScaleFactor: 1 });
+    await page.goto(server.url);
+    await page.getByTestId('thread-list').and(page.locator('[data-loaded="true"]')).waitFor({ state: 'attached' });
+    await page.getByTestId('sidebar-toggle').click();
+    await newChat(page, 'Lighthouses');
+    await settings(page, { maxNewTokens: 40, seed: 3, system: 'You are a lighthouse keeper.' });
+    await say(page, 'What does a lighthouse keeper do at night?');
+    await page.getByTestId('sidebar-toggle').click();
+    await newChat(page, 'Next');
+    await page.screenshot({ path: path.join(DOCS, 'narrow-new-chat.png'), animations: 'disabled' });
+    console.log('wrote docs/narrow-new-chat.png');
+    await page.getByTestId('sidebar-toggle').click();
+    await page.getByTestId('thread-list').getByTestId('thread-title').filter({ hasText: 'lighthouse keeper' }).click();
+    await page.getByTestId('inspector-toggle').click();
+    await page.mouse.move(0, 0);
+    await page.waitForTimeout(300);
+    await page.screenshot({ path: path.join(DOCS, 'narrow.png'), animations: 'disabled' });
+    console.log('wrote docs/narrow.png');
+  } finally {
+    await server.stop();
   }
 }
 

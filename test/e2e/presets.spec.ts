@@ -137,7 +137,7 @@ test('a new chat says whose settings it took, and starts from the defaults in on
   const id = await newChat(page);
   expect(id).not.toBe(from);
   await expect(page.getByTestId('settings-summary')).toContainText('temp 1.5');
-  await expect(page.getByTestId('carried-settings')).toHaveText(`· from “${fromTitle}” use the defaults`);
+  await expect(page.getByTestId('carried-settings')).toHaveText(`· from “${fromTitle}”use the defaults`);
   // Open settings show the defaults at once after the click, and the chat is still the untouched one New chat opens.
   await openSettings(page);
   await expect(page.getByTestId('setting-temperature')).toHaveValue('1.5');

@@ -103,6 +103,39 @@ test('a narrow window shows the chats in a drawer from the header; Esc closes it
   await expect(sidebar).toBeVisible();
 });
 
+test('a narrow window opens on the chat: the inspector is a drawer from the header; Esc or a click beside closes it', async ({
+  app,
+}) => {
+  await app.setViewportSize({ width: 800, height: 600 });
+  const inspector = app.getByTestId('inspector');
+  const toggle = app.getByTestId('inspector-toggle');
+  await expect(inspector).toHaveCount(0);
+  await expect(toggle).toHaveAttribute('aria-pressed', 'false');
+  // The chat has the window's width.
+  const chat = await box(app.getByTestId('chat-view'));
+  expect(chat.x + chat.width).toBeGreaterThan(795);
+  await toggle.click();
+  await expect(inspector).toBeVisible();
+  await expect(toggle).toHaveAttribute('aria-pressed', 'true');
+  const drawer = await box(inspector);
+  expect(drawer.x + drawer.width).toBeLessThanOrEqual(800);
+  expect(drawer.width).toBeLessThanOrEqual(420);
+  expect(drawer.height).toBe(600);
+  // Over the chat, which keeps its width under it.
+  expect((await box(app.getByTestId('chat-view'))).width).toBe(chat.width);
+  await app.keyboard.press('Escape');
+  await expect(inspector).toHaveCount(0);
+  await expect(toggle).toBeFocused();
+  await toggle.click();
+  await app.getByTestId('inspector-backdrop').click({ position: { x: 20, y: 300 } });
+  await expect(inspector).toHaveCount(0);
+  // Wide again: the inspector as it was left there (open by default).
+  await app.setViewportSize({ width: 1280, height: 800 });
+  await expect(inspector).toBeVisible();
+  await expect(toggle).toHaveAttribute('aria-pressed', 'true');
+  await expect(app.getByTestId('inspector-backdrop')).toHaveCount(0);
+});
+
 test('at 800 px the header keeps its budget bar and figures clear of the buttons', async ({ app }) => {
   await app.setViewportSize({ width: 800, height: 600 });
   const bar = await box(app.getByTestId('budget-bar'));

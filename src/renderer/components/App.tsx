@@ -4,7 +4,14 @@ import { useApp, useAppStore, useBridge } from '../bridge/context';
 import { captureDrop } from '../lib/folder-drop';
 import { ChatView } from './ChatView';
 import { CHAT_INPUT_ID } from './Composer';
-import { CHAT_LIST_ID, Header, MODEL_PICKER_ID, SIDEBAR_TOGGLE_ID } from './Header';
+import {
+  CHAT_LIST_ID,
+  Header,
+  INSPECTOR_TOGGLE_ID,
+  MODEL_PICKER_ID,
+  SIDEBAR_TOGGLE_ID,
+  useNarrowWindow,
+} from './Header';
 import { Inspector } from './Inspector';
 import { ModelsView } from './ModelsView';
 import { narrowWindow, ThreadList } from './ThreadList';
@@ -94,6 +101,13 @@ function useShortcuts(): void {
         document.getElementById(MODEL_PICKER_ID)?.focus();
       } else if (e.key === 'Escape' && !e.defaultPrevented) {
         const s = store.getState();
+        // A narrow window's inspector drawer closes first (focus back on its button).
+        if (s.inspectorDrawer && narrowWindow()) {
+          e.preventDefault();
+          s.setInspectorDrawer(false);
+          document.getElementById(INSPECTOR_TOGGLE_ID)?.focus();
+          return;
+        }
         // A narrow window's chat drawer closes first (focus back on its button when it was in the drawer).
         if (s.sidebarOpen && narrowWindow()) {
           e.preventDefault();
@@ -139,7 +153,10 @@ function useTheme(): void {
 
 export function App() {
   const view = useApp((s) => s.view);
-  const inspectorOpen = useApp((s) => s.ui.inspectorOpen !== false);
+  const narrow = useNarrowWindow();
+  // A narrow window's inspector is a drawer over the chat, opened there on purpose; a wide one's stays as set.
+  const inspectorOpen = useApp((s) => (narrow ? s.inspectorDrawer : s.ui.inspectorOpen !== false));
+  const setInspectorDrawer = useApp((s) => s.setInspectorDrawer);
   const sidebarOpen = useApp((s) => s.sidebarOpen);
   const setSidebarOpen = useApp((s) => s.setSidebarOpen);
   const dragging = useWindowDrop();
@@ -157,6 +174,15 @@ export function App() {
           <div className="sidebar-backdrop" data-testid="sidebar-backdrop" onClick={() => setSidebarOpen(false)} />
         )}
         {view === 'models' ? <ModelsView /> : <ChatView />}
+        {inspectorOpen && narrow && (
+          // biome-ignore lint/a11y/noStaticElementInteractions: the mouse's way to close; Esc is the keyboard's
+          // biome-ignore lint/a11y/useKeyWithClickEvents: Esc closes the drawer (App's shortcuts)
+          <div
+            className="inspector-backdrop"
+            data-testid="inspector-backdrop"
+            onClick={() => setInspectorDrawer(false)}
+          />
+        )}
         {inspectorOpen && <Inspector />}
       </div>
       <Notice />

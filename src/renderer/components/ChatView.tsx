@@ -161,7 +161,7 @@ function EmptyThread() {
       <p>
         {noModels
           ? 'Drop a model package folder anywhere on this window, or open Models.'
-          : 'Each chat keeps its KV cache between turns, so follow-up questions only compute what is new. The inspector on the right shows what every reply reserves.'}
+          : 'Each chat keeps its KV cache between turns, so follow-up questions only compute what is new. The inspector shows what every reply reserves.'}
       </p>
     </div>
   );

@@ -281,7 +281,9 @@ export function Composer({ threadId }: { threadId: string | null }) {
         {thread?.systemPrompt && <span title={thread.systemPrompt}>· system prompt set</span>}
         {carriedFrom !== null && threadId && (
           <span className="carried" data-testid="carried-settings">
-            · from “{carriedFrom}”{' '}
+            <span className="from" title={`This new chat took the settings of “${carriedFrom}”`}>
+              · from “{carriedFrom}”
+            </span>
             <button
               type="button"
               className="ghost small"

@@ -1,4 +1,5 @@
 /** Top bar: model picker with its backend, the budget at a glance, the Models and Inspector toggles. */
+import { useSyncExternalStore } from 'react';
 import { useShallow } from 'zustand/react/shallow';
 import type { ModelInfo } from '../../shared/api';
 import { backendName } from '../../shared/devices';
@@ -15,6 +16,20 @@ export const CHAT_LIST_ID = 'chat-list';
 export const SIDEBAR_TOGGLE_ID = 'sidebar-toggle';
 /** Where the chat list stops fitting beside the chat and becomes a drawer (as styles.css's media query). */
 export const NARROW_WINDOW = '(max-width: 900px)';
+/** Whether the window is narrow now (NARROW_WINDOW), followed as it is resized. */
+export function useNarrowWindow(): boolean {
+  return useSyncExternalStore(
+    (changed) => {
+      const query = typeof window === 'undefined' ? undefined : window.matchMedia?.(NARROW_WINDOW);
+      query?.addEventListener('change', changed);
+      return () => query?.removeEventListener('change', changed);
+    },
+    () => typeof window !== 'undefined' && window.matchMedia?.(NARROW_WINDOW).matches === true,
+  );
+}
+
+/** Id of the header's inspector button (a narrow window's inspector drawer gives the focus back to it). */
+export const INSPECTOR_TOGGLE_ID = 'inspector-toggle';
 
 /** Id of the model picker; Ctrl/Cmd+K focuses it. */
 export const MODEL_PICKER_ID = 'model-picker';
@@ -149,16 +164,20 @@ function HeaderBudget() {
 
 export function Header() {
   const bridge = useBridge();
-  const { view, inspectorOpen, theme, connection, transport } = useApp(
+  const { view, inspectorOpen, inspectorDrawer, theme, connection, transport } = useApp(
     useShallow((s) => ({
       view: s.view,
       inspectorOpen: s.ui.inspectorOpen !== false,
+      inspectorDrawer: s.inspectorDrawer,
       theme: s.ui.theme,
       connection: s.connection,
       transport: s.transport,
     })),
   );
   const setView = useApp((s) => s.setView);
+  const setInspectorDrawer = useApp((s) => s.setInspectorDrawer);
+  const narrow = useNarrowWindow();
+  const shown = narrow ? inspectorDrawer : inspectorOpen;
   const sidebarOpen = useApp((s) => s.sidebarOpen);
   const setSidebarOpen = useApp((s) => s.setSidebarOpen);
   return (
@@ -212,10 +231,11 @@ export function Header() {
       </button>
       <button
         type="button"
-        className={inspectorOpen ? 'primary' : ''}
+        id={INSPECTOR_TOGGLE_ID}
+        className={shown ? 'primary' : ''}
         data-testid="inspector-toggle"
-        aria-pressed={inspectorOpen}
-        onClick={() => bridge.setInspectorOpen(!inspectorOpen)}
+        aria-pressed={shown}
+        onClick={() => (narrow ? setInspectorDrawer(!inspectorDrawer) : bridge.setInspectorOpen(!inspectorOpen))}
         title="Budget inspector"
       >
         Inspector

@@ -10,9 +10,13 @@ export const createSettingsSlice: StateCreator<AppState, [], [], SettingsSlice> 
   notice: null,
   apiServer: null,
   sidebarOpen: false,
+  inspectorDrawer: false,
 
   setSidebarOpen(sidebarOpen) {
     set({ sidebarOpen });
+  },
+  setInspectorDrawer(inspectorDrawer) {
+    set({ inspectorDrawer });
   },
   setUi(patch) {
     set((s) => ({ ui: { ...s.ui, ...patch } }));

@@ -181,6 +181,12 @@ export interface SettingsSlice {
   /** A narrow window's chat list, shown as a drawer over the chat (a wide one always shows it). */
   sidebarOpen: boolean;
   setSidebarOpen(open: boolean): void;
+  /**
+   * A narrow window's inspector, shown as a drawer over the chat: closed until asked for there (the persisted
+   * `ui.inspectorOpen` is the wide window's), so a small window opens on the chat.
+   */
+  inspectorDrawer: boolean;
+  setInspectorDrawer(open: boolean): void;
   setApiServer(status: ApiServerStatus): void;
   setUi(patch: Partial<UiSettings>): void;
   setView(view: MainView): void;
