@@ -78,6 +78,9 @@ async function rename(page: Page, title: string): Promise<void> {
 async function setLimit(page: Page, text: string): Promise<void> {
   await page.getByTestId('budget-limit-input').fill(text);
   await page.getByTestId('budget-limit-apply').click();
+  // A limit that drops idle chats' kept KV asks first.
+  await page.waitForTimeout(100);
+  if (await page.getByTestId('budget-limit-ask').isVisible()) await page.getByTestId('budget-limit-confirm').click();
   await page.waitForTimeout(200);
 }
 

@@ -82,13 +82,32 @@ test('three chats at once show three reservations whose bytes equal the schedule
 });
 
 test('a request over a small budget is refused with its numbers; a partial fit is capped', async ({ app, server }) => {
+  // A chat whose KV is kept (an idle session), which a small limit would drop.
+  await newChat(app);
+  await setSettings(app, { maxNewTokens: 4, seed: 3 });
+  await send(app, 'Keep my cache');
+  await expect(lastReply(app)).toHaveAttribute('data-state', 'done', { timeout: 30_000 });
+  await expect.poll(async () => (await apiSnapshot(server)).heldBytes).toBeGreaterThan(8192);
+  const held = (await apiSnapshot(server)).sessions.filter((x) => x.heldBytes > 0).length;
   await newChat(app);
   await setSettings(app, { maxNewTokens: 200, seed: 3 });
-  // 8 KiB holds 8 tokens of the default model (1 KiB per token): less than any chat prompt.
+  // 8 KiB holds 8 tokens of the default model (1 KiB per token): less than any chat prompt. Set, it would drop
+  // every idle chat's kept KV: asked first; Cancel keeps the limit and the KV.
+  const before = (await apiSnapshot(server)).limitBytes;
   await app.getByTestId('budget-limit-input').fill('8KiB');
   await app.getByTestId('budget-limit-apply').click();
+  await expect(app.getByTestId('budget-limit-ask')).toContainText(
+    `8.00 KiB drops the kept KV of ${held} idle ${held === 1 ? 'chat' : 'chats'}`,
+  );
+  await app.getByTestId('budget-limit-cancel').click();
+  await expect(app.getByTestId('budget-limit-ask')).toHaveCount(0);
+  expect((await apiSnapshot(server)).limitBytes).toBe(before);
+  expect((await apiSnapshot(server)).heldBytes).toBeGreaterThan(8192);
+  await app.getByTestId('budget-limit-apply').click();
+  await app.getByTestId('budget-limit-confirm').click();
   await expect(app.getByTestId('budget-limit-bytes')).toHaveAttribute('data-bytes', '8192');
   expect((await apiSnapshot(server)).limitBytes).toBe(8192);
+  expect((await apiSnapshot(server)).heldBytes).toBe(0);
 
   await send(app, 'Please tell me about the KV cache');
   const refusal = lastReply(app).getByTestId('refusal');
@@ -98,7 +117,10 @@ test('a request over a small budget is refused with its numbers; a partial fit i
   const prompt = Number(((await refusal.getByTestId('refusal-prompt').textContent()) ?? '').replace(/\D/g, ''));
   expect(prompt).toBeGreaterThan(8);
   expect(required).toBe((prompt + 1) * 1024); // rows × (prompt + 1) × bpt
-  await expect(refusal).toContainText('Raise the limit or shorten the prompt');
+  await expect(refusal).toContainText('The KV budget is set in the inspector (Controls → limit).');
+  // One row, said as one; no advice about rows a chat does not send.
+  await expect(refusal).toContainText('(1 row × (');
+  await expect(refusal).not.toContainText('fewer rows');
   await expect(app.getByTestId('send-button')).toBeVisible();
   // Its row in the request table says why it was refused.
   const refusedId = (await apiSnapshot(server)).recent.find((r) => r.error?.code === 'KV_BUDGET_EXCEEDED')?.id;
@@ -115,6 +137,14 @@ test('a request over a small budget is refused with its numbers; a partial fit i
   await expect(reply.getByTestId('budget-cap-note')).toHaveAttribute('data-admitted', '20');
   await expect(reply.getByTestId('budget-cap-note')).toHaveAttribute('data-requested', '200');
   await expect(reply.getByTestId('budget-cap-note')).toContainText('raise the limit or shorten the prompt');
+
+  // A limit past the machine's memory is taken, and the derivation says what that gives up.
+  await app.getByTestId('budget-limit-input').fill('999TiB');
+  await app.getByTestId('budget-limit-apply').click();
+  await expect(app.getByTestId('budget-limit-bytes')).toHaveAttribute('data-bytes', String(999 * 1024 ** 4));
+  await expect(app.getByTestId('budget-derivation')).toContainText(
+    '999.0 TiB is more than system RAM holds beside the weights',
+  );
 
   // Back to the derived limit for the other tests.
   await app.getByTestId('budget-use-derived').click();

@@ -8,7 +8,7 @@
 import { execFile } from 'node:child_process';
 import { KvdeskError } from '../../shared/errors';
 import type { BudgetDerivation } from '../../shared/scheduler-types';
-import { formatBytes, requireBytes } from '../scheduler/budget';
+import { formatBytes, overMemoryNote, requireBytes } from '../scheduler/budget';
 
 const MIB = 1024 * 1024;
 
@@ -179,6 +179,7 @@ export function deriveDeviceBudget(inputs: DeviceBudgetInputs): {
   };
   if (overrideBytes !== undefined) {
     notes.push(`Set by override; the derivation would give ${formatBytes(limitBytes)}.`);
+    notes.push(...overMemoryNote(overrideBytes, totalBytes, weightsBytes, `${device}'s memory`));
     return {
       device,
       limitBytes: overrideBytes,

@@ -83,6 +83,7 @@ export function deriveCpuBudget(inputs: CpuBudgetInputs): { limitBytes: number; 
   const base = { memory: 'system-ram' as const, totalMemoryBytes, fraction, weightsBytes, overheadBytes, derivedBytes };
   if (overrideBytes !== undefined) {
     notes.push(`Set by override; the derivation would give ${formatBytes(limitBytes)}.`);
+    notes.push(...overMemoryNote(overrideBytes, totalMemoryBytes, weightsBytes, 'system RAM'));
     return {
       limitBytes: overrideBytes,
       derivation: {
@@ -96,6 +97,20 @@ export function deriveCpuBudget(inputs: CpuBudgetInputs): { limitBytes: number; 
     };
   }
   return { limitBytes, derivation: { source: 'derived', ...base, limitBytes, formula: derivedText, notes } };
+}
+
+/**
+ * What an override's note adds when it is more than the memory it draws from (with the weights kvdesk put there):
+ * the budget can then admit more KV than there is room for, so it no longer keeps replies from running out.
+ */
+export function overMemoryNote(overrideBytes: number, totalMemoryBytes: number, weightsBytes: number, where: string) {
+  const room = totalMemoryBytes - weightsBytes;
+  return overrideBytes > room
+    ? [
+        `${formatBytes(overrideBytes)} is more than ${where} holds beside the weights (${formatBytes(Math.max(0, room))}): ` +
+          'replies admitted under it can run out of memory before the budget stops them.',
+      ]
+    : [];
 }
 
 /** A derivation for a limit set directly (settings, CLI flag, tests). Called wherever no memory sizes are involved. */

@@ -635,14 +635,15 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
   ): { message: string; detail: ErrorDetail } {
     return {
       message:
-        `This request needs at least ${formatBytes(requiredBytes)} of KV cache (${shape.rows} row(s) × ` +
+        `This request needs at least ${formatBytes(requiredBytes)} of KV cache (${shape.rows} ` +
+        `${shape.rows === 1 ? 'row' : 'rows'} × ` +
         (shape.fixedTokens !== undefined
           ? `a static cache of ${shape.fixedTokens} positions × ${shape.bpt} B/token), but ${why} ` +
-            `${formatBytes(limits.limitBytes)}. This model allocates its whole cache per row: send fewer rows, ` +
-            'or raise the KV budget.'
+            `${formatBytes(limits.limitBytes)}. This model allocates its whole cache per row: ` +
+            `${shape.rows > 1 ? 'send fewer rows, or raise' : 'raise'} the KV budget.`
           : `(${prefixTokens > 0 ? `${prefixTokens} session + ` : ''}${shape.promptTokens} prompt + 1) tokens × ` +
             `${shape.bpt} B/token), but ${why} ${formatBytes(limits.limitBytes)}. ` +
-            'Shorten the prompt, send fewer rows, or raise the KV budget.'),
+            `Shorten the prompt, ${shape.rows > 1 ? 'send fewer rows, ' : ''}or raise the KV budget.`),
       detail: {
         requiredBytes,
         budgetBytes: limits.limitBytes,

@@ -52,6 +52,7 @@ import type {
 } from '../../shared/scheduler-types';
 import { useApp, useBridge } from '../bridge/context';
 import { byteChange, exactBytes, formatBytes, formatInteger, formatMs, parseByteSize } from '../lib/format';
+import { sessionsDroppedBy } from '../lib/limit-change';
 import type { TimelineEvent } from '../store/types';
 import { BudgetBar } from './BudgetBar';
 import { Bytes } from './Bytes';
@@ -166,6 +167,8 @@ function Controls({ devices }: { devices: DeviceBudgetSnapshot[] }) {
   const [limit, setLimit] = useState('');
   const [maxRunning, setMaxRunning] = useState('');
   const [error, setError] = useState<string | null>(null);
+  /** A limit that would drop idle chats' kept KV, asked about once more before it is set. */
+  const [asking, setAsking] = useState<{ bytes: number; drops: number } | null>(null);
   const [device, setDevice] = useState('cpu');
   const snap = devices.find((d) => d.device === device) ?? (devices[0] as DeviceBudgetSnapshot);
   const apply = async (patch: Parameters<typeof bridge.configureBudget>[0]) => {
@@ -175,10 +178,17 @@ function Controls({ devices }: { devices: DeviceBudgetSnapshot[] }) {
     setError(r.ok ? null : r.error.message);
     return r.ok;
   };
-  const applyLimit = async () => {
+  const applyLimit = async (sure = false) => {
     const bytes = parseByteSize(limit);
+    setAsking(null);
     if (bytes === null) {
       setError(`"${limit}" is not a size: try 512, 64KiB, 1.5GiB.`);
+      return;
+    }
+    const drops = sure ? 0 : sessionsDroppedBy(snap, bytes);
+    if (drops > 0) {
+      setError(null);
+      setAsking({ bytes, drops });
       return;
     }
     if (await apply({ kvBudgetBytes: bytes })) setLimit('');
@@ -220,7 +230,10 @@ function Controls({ devices }: { devices: DeviceBudgetSnapshot[] }) {
           data-testid="budget-limit-input"
           placeholder={`${formatBytes(snap.limitBytes)} (e.g. 64KiB, 2GiB)`}
           value={limit}
-          onChange={(e) => setLimit(e.target.value)}
+          onChange={(e) => {
+            setLimit(e.target.value);
+            setAsking(null);
+          }}
           onKeyDown={(e) => {
             if (e.key === 'Enter') void applyLimit();
           }}
@@ -271,6 +284,26 @@ function Controls({ devices }: { devices: DeviceBudgetSnapshot[] }) {
             {error}
           </div>
         )}
+        {asking && (
+          <div className="ask" role="alert" data-testid="budget-limit-ask">
+            <span>
+              {formatBytes(asking.bytes)} drops the kept KV of {asking.drops} idle{' '}
+              {asking.drops === 1 ? 'chat' : 'chats'}: {asking.drops === 1 ? 'its' : 'their'} next turn reads the whole
+              chat again. Set it?
+            </span>
+            <button
+              type="button"
+              className="small danger"
+              data-testid="budget-limit-confirm"
+              onClick={() => void applyLimit(true)}
+            >
+              Set
+            </button>
+            <button type="button" className="small" data-testid="budget-limit-cancel" onClick={() => setAsking(null)}>
+              Cancel
+            </button>
+          </div>
+        )}
       </div>
     </section>
   );
@@ -306,7 +339,7 @@ function RequestRow({
     >
       <td className="thread" title={title ?? r.threadId}>
         <div className="ellipsis">{title ?? (r.threadId ? r.threadId.slice(0, 8) : '—')}</div>
-        <div className="sub mono" data-testid="request-id">
+        <div className="sub mono" data-testid="request-id" title={`${r.id} · ${r.modelId}`}>
           {r.id.slice(0, 6)}
           {showModel && <span data-testid="request-model"> · {r.modelId}</span>}
         </div>
@@ -335,7 +368,7 @@ function RequestRow({
         data-testid={r.fixedTokens !== undefined ? 'request-static-cache' : undefined}
         title={
           r.fixedTokens !== undefined
-            ? `static KV cache: ${r.rows} row(s) × ${r.fixedTokens} positions × ${r.bpt} B, held whole from the first token`
+            ? `static KV cache: ${r.rows} ${r.rows === 1 ? 'row' : 'rows'} × ${r.fixedTokens} positions × ${r.bpt} B, held whole from the first token`
             : undefined
         }
       >

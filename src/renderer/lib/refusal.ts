@@ -73,7 +73,7 @@ function explain(error: ErrorInfo, context: RefusalContext): RefusalView {
           ...countFigure('rows', num(d, 'rows')),
           ...bytesFigure('per token', num(d, 'bpt')),
         ],
-        action: 'Raise the limit or shorten the prompt.',
+        action: 'The KV budget is set in the inspector (Controls → limit).',
       };
     case 'CONTEXT_OVERFLOW':
       return {

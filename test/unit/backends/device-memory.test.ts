@@ -121,6 +121,10 @@ describe('deriveDeviceBudget', () => {
     expect(b.derivation.source).toBe('override');
     expect(b.derivation.formula).toMatch(/^override 2\.0 GiB \(derived: .* = 67\.0 GiB\)$/);
     expect(b.derivation.notes).toEqual(['Set by override; the derivation would give 67.0 GiB.']);
+    const over = deriveDeviceBudget({ ...base, overrideBytes: 999 * GIB });
+    expect(over.derivation.notes[1]).toMatch(
+      /^999\.0 GiB is more than cuda:0's memory holds beside the weights \(.+\): replies admitted under it can run out of memory before the budget stops them\.$/,
+    );
   });
 
   it('refuses inputs that are not byte counts or fractions', () => {

@@ -9,7 +9,7 @@ describe('describeRefusal', () => {
       detail: { requiredBytes: 35840, budgetBytes: 4096, bpt: 1024, promptTokens: 34, rows: 1, sessionTokens: 0 },
     });
     expect(v.refused).toBe(true);
-    expect(v.action).toBe('Raise the limit or shorten the prompt.');
+    expect(v.action).toBe('The KV budget is set in the inspector (Controls → limit).');
     const byLabel = Object.fromEntries(v.figures.map((f) => [f.label, f]));
     expect(byLabel.required).toMatchObject({ text: '35.0 KiB', bytes: 35840 });
     expect(byLabel.budget).toMatchObject({ text: '4.00 KiB', bytes: 4096 });

@@ -135,6 +135,17 @@ describe('deriveCpuBudget', () => {
     });
   });
 
+  it('an override of more than the RAM beside the weights says it can run out of memory; up to that, nothing', () => {
+    const inputs = { totalMemoryBytes: 16 * GiB, fraction: 0.5, weightsBytes: 2 * GiB, overheadBytes: GiB };
+    expect(deriveCpuBudget({ ...inputs, overrideBytes: 14 * GiB }).derivation.notes).toEqual([
+      'Set by override; the derivation would give 5.0 GiB.',
+    ]);
+    expect(deriveCpuBudget({ ...inputs, overrideBytes: 14 * GiB + 1 }).derivation.notes).toEqual([
+      'Set by override; the derivation would give 5.0 GiB.',
+      '14.0 GiB is more than system RAM holds beside the weights (14.0 GiB): replies admitted under it can run out of memory before the budget stops them.',
+    ]);
+  });
+
   it('accepts an override of 0', () => {
     const { limitBytes } = deriveCpuBudget({
       totalMemoryBytes: 1000,

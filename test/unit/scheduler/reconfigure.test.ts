@@ -70,8 +70,8 @@ describe('reconfigure: the limit', () => {
     expect(rejected?.error).toEqual({
       code: 'KV_BUDGET_EXCEEDED',
       message:
-        'This request needs at least 1.4 KiB of KV cache (1 row(s) × (10 prompt + 1) tokens × 128 B/token), ' +
-        'but the KV budget was lowered to 1.0 KiB. Shorten the prompt, send fewer rows, or raise the KV budget.',
+        'This request needs at least 1.4 KiB of KV cache (1 row × (10 prompt + 1) tokens × 128 B/token), ' +
+        'but the KV budget was lowered to 1.0 KiB. Shorten the prompt, or raise the KV budget.',
       detail: { requiredBytes: 1408, budgetBytes: 1024, bpt: 128, promptTokens: 10, rows: 1, sessionTokens: 0 },
     });
     expect(t.ofType('reconfigured')[0]?.rejectedRequestIds).toEqual(['long']);

@@ -213,7 +213,7 @@ describe('sessions: turns and retained KV', () => {
     const error = errorOf(t.submit(req({ id: 'a', session: 's', prompt: 3 })));
     expect(error.code).toBe('KV_BUDGET_EXCEEDED');
     expect(error.detail).toMatchObject({ requiredBytes: 9 * 128, sessionTokens: 5, promptTokens: 3 });
-    expect(error.message).toContain('(1 row(s) × (5 session + 3 prompt + 1) tokens × 128 B/token)');
+    expect(error.message).toContain('(1 row × (5 session + 3 prompt + 1) tokens × 128 B/token)');
   });
 
   it('counts the session prefix against the context', () => {
@@ -583,7 +583,7 @@ describe('static caches in the views and refusals', () => {
     const e = errorOf(t.submit(fixed({ id: 'big', rows: 2, prompt: 3, max: 4 }, 32)));
     expect(e.code).toBe('KV_BUDGET_EXCEEDED');
     expect(e.message).toBe(
-      'This request needs at least 8.0 KiB of KV cache (2 row(s) × a static cache of 32 positions × 128 B/token), ' +
+      'This request needs at least 8.0 KiB of KV cache (2 rows × a static cache of 32 positions × 128 B/token), ' +
         'but the KV budget is 2.0 KiB. This model allocates its whole cache per row: send fewer rows, or raise the KV budget.',
     );
     expect(t.scheduler.snapshot().recent.find((r) => r.id === 'big')).toMatchObject({

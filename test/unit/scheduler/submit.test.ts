@@ -143,8 +143,8 @@ describe('submit: never fits', () => {
       sessionTokens: 0,
     });
     expect(error.message).toBe(
-      'This request needs at least 512 B of KV cache (1 row(s) × (3 prompt + 1) tokens × 128 B/token), ' +
-        'but the KV budget is 400 B. Shorten the prompt, send fewer rows, or raise the KV budget.',
+      'This request needs at least 512 B of KV cache (1 row × (3 prompt + 1) tokens × 128 B/token), ' +
+        'but the KV budget is 400 B. Shorten the prompt, or raise the KV budget.',
     );
     expect(t.types()).toEqual(['rejected']);
   });
