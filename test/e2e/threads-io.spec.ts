@@ -41,6 +41,11 @@ test('a chat exports as Markdown and JSON, and the JSON imports back as a new ch
     'Where do the albatrosses nest?',
   ]);
   await expect(page.getByTestId('message-assistant').getByTestId('message-text')).toHaveText([reply]);
+  // Beside the chat it came from, its title says it is the import.
+  await expect(page.locator(`[data-testid="thread-item"][data-thread-id="${imported}"]`)).toHaveAttribute(
+    'title',
+    'Where do the albatrosses nest? (imported)',
+  );
   // Saved like any chat.
   await page.reload();
   await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');

@@ -992,7 +992,9 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     importThread(text, fileName) {
       const r = parseThreadImport(text, fileName);
       if (!r.ok) return r.error;
-      s().addThread(r.thread);
+      // Beside the chat it was exported from (or another of its name), told apart.
+      const named = s().threads.some((t) => t.title === r.thread.title);
+      s().addThread(named ? { ...r.thread, title: `${r.thread.title} (imported)`.slice(0, 200) } : r.thread);
       s().setView('chat');
       saveThread(r.thread.id);
       rememberOpen(r.thread.id);

@@ -575,7 +575,7 @@ const Timeline = memo(function Timeline() {
           ))}
       </div>
       {shown.length === 0 ? (
-        <div className="muted">No scheduler events yet.</div>
+        <div className="muted">No scheduler events since this page opened.</div>
       ) : (
         <ul className="events" data-testid="timeline">
           {shown.map((e, i) => (

@@ -289,7 +289,9 @@ export const createChatSlice: StateCreator<AppState, [], [], ChatSlice> = (set, 
   },
 
   renameThread(id, title) {
-    const clean = title.trim().slice(0, 200) || UNTITLED;
+    // An empty name keeps the one it had (it would otherwise read as a new, empty chat).
+    const clean = title.trim().slice(0, 200);
+    if (!clean) return;
     set((s) => ({ threads: mapThread(s.threads, id, (t) => ({ ...t, title: clean })) }));
   },
 

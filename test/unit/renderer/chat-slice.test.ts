@@ -60,8 +60,9 @@ describe('thread operations', () => {
     expect(store.getState().threads.map((t) => t.id)).toEqual(['b', 'a']);
     store.getState().renameThread('a', '  Story time  ');
     expect(store.getState().threads.find((t) => t.id === 'a')?.title).toBe('Story time');
+    // An empty name keeps the one it had.
     store.getState().renameThread('a', '   ');
-    expect(store.getState().threads.find((t) => t.id === 'a')?.title).toBe(UNTITLED);
+    expect(store.getState().threads.find((t) => t.id === 'a')?.title).toBe('Story time');
     store.getState().removeThread('b');
     expect(store.getState().threads.map((t) => t.id)).toEqual(['a']);
     expect(store.getState().activeThreadId).toBe('a');
