@@ -155,4 +155,9 @@ test('a new chat says whose settings it took, and starts from the defaults in on
   await setField(page, 'setting-temperature', '0.9');
   await expect(page.getByTestId('carried-settings')).toHaveCount(0);
   expect(second).not.toBe(from);
+  // The next tests' chats start from the defaults (a new chat takes the open one's settings).
+  await newChat(page);
+  await page.getByTestId('carried-reset').click();
+  await expect(page.getByTestId('settings-summary')).toContainText('temp default');
+  await expect(page.getByTestId('system-prompt')).toHaveValue('');
 });

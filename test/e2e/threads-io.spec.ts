@@ -46,10 +46,20 @@ test('a chat exports as Markdown and JSON, and the JSON imports back as a new ch
     'title',
     'Where do the albatrosses nest? (imported)',
   );
+  // Again: the next number.
+  await page.getByTestId('import-thread-file').setInputFiles({
+    name: 'albatross.json',
+    mimeType: 'application/json',
+    buffer: Buffer.from(text),
+  });
+  await expect(items).toHaveCount(before + 2);
+  await expect(page.getByTestId('thread-list').getByTestId('thread-title').first()).toHaveText(
+    'Where do the albatrosses nest? (imported 2)',
+  );
   // Saved like any chat.
   await page.reload();
   await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
-  await expect(items).toHaveCount(before + 1);
+  await expect(items).toHaveCount(before + 2);
   await expect(page.locator(`[data-testid="thread-item"][data-thread-id="${imported}"]`)).toHaveCount(1);
 });
 

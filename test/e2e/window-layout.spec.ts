@@ -294,9 +294,12 @@ test('the chat list is one Tab stop: arrows move in it, its pin, rename and dele
   await app.keyboard.press('Escape');
   await expect(second.getByTestId('thread-title')).toBeFocused();
   await expect(second.getByTestId('thread-delete')).not.toHaveText('delete?');
-  await app.keyboard.press('Delete');
+  await app.keyboard.press('Backspace');
+  await expect(second.getByTestId('thread-delete')).toBeFocused();
   await app.keyboard.press('Enter');
   await expect(second).toHaveCount(0);
+  // The focus stays in the list (on its chat), not lost with the button.
+  await expect(app.locator('#chat-list [data-testid="thread-title"]:focus')).toHaveCount(1);
   await expect(app.locator('#chat-list [data-testid="thread-item"]')).toHaveCount(others - 1);
 });
 

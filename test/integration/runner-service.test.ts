@@ -335,6 +335,9 @@ describe("the person's pick of variant and backend", () => {
     // Nor may it be unloaded under the load.
     const unload = await rejection(h.unloadModel(id));
     expect(unload.message).toBe(`model ${id} is loading again: unload it once that load is in`);
+    // Nor loaded again a second time before the first is in.
+    const twice = await rejection(h.loadModel(dir, { variant: 'fp32', whileIdle: true }));
+    expect(twice.message).toBe(`model ${id} is loading again already: load it once that load is in`);
     let settledFirst = false;
     void waiting.result.then(() => {
       settledFirst = !h.listModels().find((m) => m.id === id)?.reloading && frames.length > 0;

@@ -179,7 +179,15 @@ export function deriveDeviceBudget(inputs: DeviceBudgetInputs): {
   };
   if (overrideBytes !== undefined) {
     notes.push(`Set by override; the derivation would give ${formatBytes(limitBytes)}.`);
-    notes.push(...overMemoryNote(overrideBytes, totalBytes, weightsBytes, `${device}'s memory`));
+    // What other programs use is not there for kvdesk either.
+    notes.push(
+      ...overMemoryNote(
+        overrideBytes,
+        free ?? totalBytes,
+        weightsBytes,
+        free === undefined ? `${device}'s memory` : `${device}'s free memory`,
+      ),
+    );
     return {
       device,
       limitBytes: overrideBytes,

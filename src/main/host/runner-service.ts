@@ -602,6 +602,11 @@ export class RunnerService {
     // the model until the new load is in (both checked here, with no wait between: generate registers at once).
     const previous = this.models.get(id);
     const guarded = previous !== undefined && options.whileIdle === true;
+    if (guarded && this.reloading.has(id)) {
+      throw new KvdeskError('BAD_REQUEST', `model ${id} is loading again already: load it once that load is in`, {
+        field: 'path',
+      });
+    }
     if (guarded) this.assertIdle(id, 'loading it again');
     const load = this.finishLoad(dir, id, spec, previous, { ortPackage, trust, variantOption, started });
     if (!guarded) return load;
@@ -1023,17 +1028,19 @@ export class RunnerService {
       else stop(reason);
     };
     this.cancels.set(requestId, cancel);
-    this.reloadWaits.set(requestId, {
+    const wait: ReloadWait = {
       requestId,
       modelId: shown.modelId,
       ...(shown.threadId ? { threadId: shown.threadId } : {}),
       since: Date.now(),
-    });
+    };
+    this.reloadWaits.set(requestId, wait);
     this.reloadChanged();
     const forget = () => {
       if (timer !== undefined) clearTimeout(timer);
       if (this.cancels.get(requestId) === cancel) this.cancels.delete(requestId);
-      this.reloadWaits.delete(requestId);
+      // Only this wait's entry (a request that waits again, for a later load, holds a new one).
+      if (this.reloadWaits.get(requestId) === wait) this.reloadWaits.delete(requestId);
       this.reloadChanged();
     };
     // Once it starts, its own generation holds the id (and the cancel) until it ends.

@@ -992,9 +992,12 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     importThread(text, fileName) {
       const r = parseThreadImport(text, fileName);
       if (!r.ok) return r.error;
-      // Beside the chat it was exported from (or another of its name), told apart.
-      const named = s().threads.some((t) => t.title === r.thread.title);
-      s().addThread(named ? { ...r.thread, title: `${r.thread.title} (imported)`.slice(0, 200) } : r.thread);
+      // Beside the chat it was exported from (or another of its name), told apart: "(imported)", "(imported 2)"…
+      const taken = new Set(s().threads.map((t) => t.title));
+      let title = r.thread.title;
+      for (let n = 1; taken.has(title); n++)
+        title = `${r.thread.title.slice(0, 180)} (imported${n > 1 ? ` ${n}` : ''})`;
+      s().addThread({ ...r.thread, title });
       s().setView('chat');
       saveThread(r.thread.id);
       rememberOpen(r.thread.id);

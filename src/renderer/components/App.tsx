@@ -10,7 +10,7 @@ import {
   INSPECTOR_TOGGLE_ID,
   MODEL_PICKER_ID,
   SIDEBAR_TOGGLE_ID,
-  useNarrowWindow,
+  useInspectorShown,
 } from './Header';
 import { Inspector } from './Inspector';
 import { ModelsView } from './ModelsView';
@@ -101,11 +101,14 @@ function useShortcuts(): void {
         document.getElementById(MODEL_PICKER_ID)?.focus();
       } else if (e.key === 'Escape' && !e.defaultPrevented) {
         const s = store.getState();
-        // A narrow window's inspector drawer closes first (focus back on its button).
+        // A narrow window's inspector drawer closes first (focus back on its button when it was in the drawer).
         if (s.inspectorDrawer && narrowWindow()) {
           e.preventDefault();
+          const inDrawer = document.querySelector('.inspector')?.contains(document.activeElement) ?? false;
           s.setInspectorDrawer(false);
-          document.getElementById(INSPECTOR_TOGGLE_ID)?.focus();
+          if (inDrawer || document.activeElement === document.body) {
+            document.getElementById(INSPECTOR_TOGGLE_ID)?.focus();
+          }
           return;
         }
         // A narrow window's chat drawer closes first (focus back on its button when it was in the drawer).
@@ -153,10 +156,8 @@ function useTheme(): void {
 
 export function App() {
   const view = useApp((s) => s.view);
-  const narrow = useNarrowWindow();
   // A narrow window's inspector is a drawer over the chat, opened there on purpose; a wide one's stays as set.
-  const inspectorOpen = useApp((s) => (narrow ? s.inspectorDrawer : s.ui.inspectorOpen !== false));
-  const setInspectorDrawer = useApp((s) => s.setInspectorDrawer);
+  const { shown: inspectorOpen, narrow, show: showInspector } = useInspectorShown();
   const sidebarOpen = useApp((s) => s.sidebarOpen);
   const setSidebarOpen = useApp((s) => s.setSidebarOpen);
   const dragging = useWindowDrop();
@@ -180,7 +181,10 @@ export function App() {
           <div
             className="inspector-backdrop"
             data-testid="inspector-backdrop"
-            onClick={() => setInspectorDrawer(false)}
+            onClick={() => {
+              showInspector(false);
+              document.getElementById(INSPECTOR_TOGGLE_ID)?.focus();
+            }}
           />
         )}
         {inspectorOpen && <Inspector />}

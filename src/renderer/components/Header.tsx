@@ -16,16 +16,32 @@ export const CHAT_LIST_ID = 'chat-list';
 export const SIDEBAR_TOGGLE_ID = 'sidebar-toggle';
 /** Where the chat list stops fitting beside the chat and becomes a drawer (as styles.css's media query). */
 export const NARROW_WINDOW = '(max-width: 900px)';
+
+function narrowQuery(): MediaQueryList | undefined {
+  return typeof window === 'undefined' ? undefined : window.matchMedia?.(NARROW_WINDOW);
+}
+function onNarrowChange(changed: () => void): () => void {
+  const query = narrowQuery();
+  query?.addEventListener('change', changed);
+  return () => query?.removeEventListener('change', changed);
+}
+const isNarrow = () => narrowQuery()?.matches === true;
+
 /** Whether the window is narrow now (NARROW_WINDOW), followed as it is resized. */
 export function useNarrowWindow(): boolean {
-  return useSyncExternalStore(
-    (changed) => {
-      const query = typeof window === 'undefined' ? undefined : window.matchMedia?.(NARROW_WINDOW);
-      query?.addEventListener('change', changed);
-      return () => query?.removeEventListener('change', changed);
-    },
-    () => typeof window !== 'undefined' && window.matchMedia?.(NARROW_WINDOW).matches === true,
-  );
+  return useSyncExternalStore(onNarrowChange, isNarrow);
+}
+
+/**
+ * Whether the inspector shows, and how to show or hide it: in a narrow window its drawer (closed until asked
+ * for), in a wide one the person's setting (kept with the settings).
+ */
+export function useInspectorShown(): { shown: boolean; narrow: boolean; show(open: boolean): void } {
+  const bridge = useBridge();
+  const narrow = useNarrowWindow();
+  const shown = useApp((s) => (narrow ? s.inspectorDrawer : s.ui.inspectorOpen !== false));
+  const setDrawer = useApp((s) => s.setInspectorDrawer);
+  return { shown, narrow, show: (open) => (narrow ? setDrawer(open) : bridge.setInspectorOpen(open)) };
 }
 
 /** Id of the header's inspector button (a narrow window's inspector drawer gives the focus back to it). */
@@ -164,20 +180,16 @@ function HeaderBudget() {
 
 export function Header() {
   const bridge = useBridge();
-  const { view, inspectorOpen, inspectorDrawer, theme, connection, transport } = useApp(
+  const { view, theme, connection, transport } = useApp(
     useShallow((s) => ({
       view: s.view,
-      inspectorOpen: s.ui.inspectorOpen !== false,
-      inspectorDrawer: s.inspectorDrawer,
       theme: s.ui.theme,
       connection: s.connection,
       transport: s.transport,
     })),
   );
   const setView = useApp((s) => s.setView);
-  const setInspectorDrawer = useApp((s) => s.setInspectorDrawer);
-  const narrow = useNarrowWindow();
-  const shown = narrow ? inspectorDrawer : inspectorOpen;
+  const inspector = useInspectorShown();
   const sidebarOpen = useApp((s) => s.sidebarOpen);
   const setSidebarOpen = useApp((s) => s.setSidebarOpen);
   return (
@@ -232,10 +244,10 @@ export function Header() {
       <button
         type="button"
         id={INSPECTOR_TOGGLE_ID}
-        className={shown ? 'primary' : ''}
+        className={inspector.shown ? 'primary' : ''}
         data-testid="inspector-toggle"
-        aria-pressed={shown}
-        onClick={() => (narrow ? setInspectorDrawer(!inspectorDrawer) : bridge.setInspectorOpen(!inspectorOpen))}
+        aria-pressed={inspector.shown}
+        onClick={() => inspector.show(!inspector.shown)}
         title="Budget inspector"
       >
         Inspector

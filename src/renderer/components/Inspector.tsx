@@ -1,40 +1,3 @@
-/** A request sent while its model loads again: in no scheduler yet, it reserves nothing until the load is in. */
-function ReloadWaitRow({
-  w,
-  title,
-  several,
-  showModel,
-}: {
-  w: ReloadWait;
-  title: string | undefined;
-  several: boolean;
-  showModel: boolean;
-}) {
-  return (
-    <tr
-      data-testid="request-row"
-      data-request-id={w.requestId}
-      data-state="reload-wait"
-      title={`${w.requestId}: sent while ${w.modelId} loads again; it reserves nothing until that load is in, then it is admitted as if sent then`}
-    >
-      <td className="thread" title={title ?? w.threadId}>
-        <div className="ellipsis">{title ?? (w.threadId ? w.threadId.slice(0, 8) : '—')}</div>
-        <div className="sub mono" data-testid="request-id">
-          {w.requestId.slice(0, 6)}
-          {showModel && <span data-testid="request-model"> · {w.modelId}</span>}
-        </div>
-      </td>
-      {several && <td className="mono">—</td>}
-      <td>
-        <span className="state reload-wait">waiting</span>
-      </td>
-      <td className="muted" colSpan={4}>
-        for {w.modelId} to load again
-      </td>
-    </tr>
-  );
-}
-
 /**
  * The budget inspector: where the KV budget goes right now (bar and legend),
  * how the limit was derived, live controls, the requests and sessions behind
@@ -213,7 +176,11 @@ function Controls({ devices }: { devices: DeviceBudgetSnapshot[] }) {
               data-testid="budget-device-select"
               style={{ gridColumn: '2 / -1' }}
               value={snap.device}
-              onChange={(e) => setDevice(e.target.value)}
+              onChange={(e) => {
+                setDevice(e.target.value);
+                setAsking(null);
+                setError(null);
+              }}
             >
               {devices.map((d) => (
                 <option key={d.device} value={d.device}>
@@ -288,8 +255,8 @@ function Controls({ devices }: { devices: DeviceBudgetSnapshot[] }) {
           <div className="ask" role="alert" data-testid="budget-limit-ask">
             <span>
               {formatBytes(asking.bytes)} drops the kept KV of {asking.drops} idle{' '}
-              {asking.drops === 1 ? 'chat' : 'chats'}: {asking.drops === 1 ? 'its' : 'their'} next turn reads the whole
-              chat again. Set it?
+              {asking.drops === 1 ? 'session' : 'sessions'} (chats, API prompt caches): a chat's next turn then reads it
+              whole again. Set it?
             </span>
             <button
               type="button"
@@ -389,6 +356,43 @@ function RequestRow({
         }
       >
         {r.budgetCap ? `${r.budgetCap.admittedMaxTokens}/${r.budgetCap.requestedMaxTokens}` : ''}
+      </td>
+    </tr>
+  );
+}
+
+/** A request sent while its model loads again: in no scheduler yet, it reserves nothing until the load is in. */
+function ReloadWaitRow({
+  w,
+  title,
+  several,
+  showModel,
+}: {
+  w: ReloadWait;
+  title: string | undefined;
+  several: boolean;
+  showModel: boolean;
+}) {
+  return (
+    <tr
+      data-testid="request-row"
+      data-request-id={w.requestId}
+      data-state="reload-wait"
+      title={`${w.requestId}: sent while ${w.modelId} loads again; it reserves nothing until that load is in, then it is admitted as if sent then`}
+    >
+      <td className="thread" title={title ?? w.threadId}>
+        <div className="ellipsis">{title ?? (w.threadId ? w.threadId.slice(0, 8) : '—')}</div>
+        <div className="sub mono" data-testid="request-id">
+          {w.requestId.slice(0, 6)}
+          {showModel && <span data-testid="request-model"> · {w.modelId}</span>}
+        </div>
+      </td>
+      {several && <td className="mono">—</td>}
+      <td>
+        <span className="state reload-wait">waiting</span>
+      </td>
+      <td className="muted" colSpan={4}>
+        for {w.modelId} to load again
       </td>
     </tr>
   );

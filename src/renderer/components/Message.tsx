@@ -17,6 +17,7 @@ import { endedEmpty } from '../lib/versions';
 import { INTERRUPTED } from '../store/chat-slice';
 import type { LiveReply } from '../store/types';
 import { Bytes } from './Bytes';
+import { useInspectorShown } from './Header';
 import { FileIcon } from './Icons';
 import { CopyButton, jsonBlock, Markdown } from './Markdown';
 
@@ -197,8 +198,7 @@ function Refusal({
 
 /** Why a queued reply waits, with the numbers, and the one thing to do (UI.md). */
 function QueueReason({ wait }: { wait: QueueWait }) {
-  const bridge = useBridge();
-  const inspectorOpen = useApp((s) => s.ui.inspectorOpen !== false);
+  const inspector = useInspectorShown();
   const where = wait.device === 'cpu' ? '' : ` on ${wait.device}`;
   const text =
     wait.reason === 'slots'
@@ -209,14 +209,14 @@ function QueueReason({ wait }: { wait: QueueWait }) {
   return (
     <span data-testid="queued-reason" data-reason={wait.reason}>
       {text}
-      {!inspectorOpen && wait.reason !== 'behind' && (
+      {!inspector.shown && wait.reason !== 'behind' && (
         <>
           {' '}
           <button
             type="button"
             className="small"
             data-testid="queued-open-inspector"
-            onClick={() => bridge.setInspectorOpen(true)}
+            onClick={() => inspector.show(true)}
           >
             Open the inspector
           </button>

@@ -53,12 +53,6 @@ export interface PresetProps {
 }
 
 /**
- * Presets: named chat settings saved from a chat and given to another (system prompt, sampling, max tokens, stop
- * strings, the overflow choice). The picker shows the preset in effect (the one last applied or saved, while the
- * chat's settings are still its); saving over a preset, and deleting one, ask once more. `onApplied` lets the
- * panel show the new values (its fields keep what they show).
- */
-/**
  * A field's value that cannot be taken: said beside the field, which keeps what was typed (and is marked invalid),
  * while the setting keeps its last good value. The browser's own bubble (reportValidity) is not used: it takes the
  * focus back to the field, so the person could not click anywhere else until the value was mended.
@@ -92,6 +86,12 @@ function FieldError({ name, errors }: { name: string; errors: Record<string, str
   );
 }
 
+/**
+ * Presets: named chat settings saved from a chat and given to another (system prompt, sampling, max tokens, stop
+ * strings, the overflow choice). The picker shows the preset in effect (the one last applied or saved, while the
+ * chat's settings are still its); saving over a preset, and deleting one, ask once more. `onApplied` lets the
+ * panel show the new values (its fields keep what they show).
+ */
 function PresetRow({ thread, onApplied }: PresetProps & { thread: Thread }) {
   const bridge = useBridge();
   const presets = useApp((s) => s.ui.presets) ?? [];

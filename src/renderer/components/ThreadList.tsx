@@ -89,6 +89,18 @@ const ThreadItem = memo(function ThreadItem({
   );
   const [renaming, setRenaming] = useState<string | null>(null);
   const [confirmDelete, setConfirmDelete] = useState(false);
+  /** Deletes the chat; a focus that was on its button goes to the list's chat (not lost with the button). */
+  const deleteKeepingFocus = (button: HTMLElement) => {
+    const list = button.closest('ul');
+    const had = button.ownerDocument.activeElement === button;
+    bridge.deleteThread(id);
+    if (had && list) {
+      requestAnimationFrame(() => {
+        const titles = list.querySelectorAll<HTMLElement>('[data-testid="thread-title"]');
+        (list.querySelector<HTMLElement>('[data-testid="thread-title"][tabindex="0"]') ?? titles[0])?.focus();
+      });
+    }
+  };
 
   if (renaming !== null) {
     const commit = () => {
@@ -147,8 +159,9 @@ const ThreadItem = memo(function ThreadItem({
         aria-keyshortcuts="F2 Delete"
         onKeyDown={(e) => {
           if (e.key === 'F2') setRenaming(title);
-          // Delete asks once more, on the chat's delete button: Enter (or Delete) there deletes, Esc does not.
-          if (e.key === 'Delete') {
+          // Delete (a Mac's delete key too) asks once more, on the chat's delete button: Enter (or Delete) there
+          // deletes, Esc does not.
+          if (e.key === 'Delete' || e.key === 'Backspace') {
             e.preventDefault();
             setConfirmDelete(true);
             e.currentTarget.closest('li')?.querySelector<HTMLElement>('[data-testid="thread-delete"]')?.focus();
@@ -196,14 +209,14 @@ const ThreadItem = memo(function ThreadItem({
           title={confirmDelete ? 'Click again to delete' : 'Delete'}
           onClick={(e) => {
             e.stopPropagation();
-            if (confirmDelete) bridge.deleteThread(id);
+            if (confirmDelete) deleteKeepingFocus(e.currentTarget);
             else setConfirmDelete(true);
           }}
           onBlur={() => setConfirmDelete(false)}
           onKeyDown={(e) => {
-            if (e.key === 'Delete' && confirmDelete) {
+            if ((e.key === 'Delete' || e.key === 'Backspace') && confirmDelete) {
               e.preventDefault();
-              bridge.deleteThread(id);
+              deleteKeepingFocus(e.currentTarget);
             }
             if (e.key === 'Escape' && confirmDelete) {
               e.stopPropagation();

@@ -20,7 +20,7 @@ export function normalizeMath(text: string): string {
   const out: string[] = [];
   let prose: string[] = [];
   let fence: string | null = null;
-  // The opening fence's indentation (after its quotes' `>`): a closing fence indented 4 or more past it is code.
+  // The opening fence's indentation (after its quotes' `>`), for where its closing fence may be (below).
   let fenceIndent = 0;
   const indentOf = (prefix: string) => (prefix.match(/[ \t]*$/) as RegExpMatchArray)[0].replace(/\t/g, '    ').length;
   const flush = () => {
@@ -32,14 +32,17 @@ export function normalizeMath(text: string): string {
     const marker = m?.[2];
     if (fence !== null) {
       out.push(line);
-      // A closing fence: the same character, at least as long, nothing after it, indented less than 4 past the
-      // opening (CommonMark's rule: one indented more is a line of the code).
+      // A closing fence: the same character, at least as long, nothing after it, and indented at most 3 spaces
+      // within its container (CommonMark; one indented more is a line of the code). The container is not tracked
+      // here: an opening indented 0–3 is taken to be at the container's edge (top level, or a list item's text
+      // written flush), a deeper one (nested in a list) lets its close sit up to 3 spaces past it.
+      const closes = indentOf(m?.[1] ?? '') <= (fenceIndent <= 3 ? 3 : fenceIndent + 3);
       if (
         marker &&
         marker[0] === fence[0] &&
         marker.length >= fence.length &&
         !line.slice(m[0].length).trim() &&
-        indentOf(m[1] ?? '') - fenceIndent < 4
+        closes
       ) {
         fence = null;
       }

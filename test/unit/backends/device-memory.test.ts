@@ -123,7 +123,15 @@ describe('deriveDeviceBudget', () => {
     expect(b.derivation.notes).toEqual(['Set by override; the derivation would give 67.0 GiB.']);
     const over = deriveDeviceBudget({ ...base, overrideBytes: 999 * GIB });
     expect(over.derivation.notes[1]).toMatch(
-      /^999\.0 GiB is more than cuda:0's memory holds beside the weights \(.+\): replies admitted under it can run out of memory before the budget stops them\.$/,
+      /^999\.0 GiB is more than cuda:0's memory holds beside the weights \(76\.0 GiB\): replies admitted under it can run out of memory before the budget stops them\.$/,
+    );
+    // Memory other programs use counts against it: 10 GiB is too much with 70 of 80 GiB in use.
+    const busy = deriveDeviceBudget({ ...base, usedBytes: 70 * GIB, overrideBytes: 10 * GIB });
+    expect(busy.derivation.notes.at(-1)).toMatch(
+      /^10\.0 GiB is more than cuda:0's free memory holds beside the weights \(6\.0 GiB\)/,
+    );
+    expect(deriveDeviceBudget({ ...base, usedBytes: 70 * GIB, overrideBytes: 6 * GIB }).derivation.notes).toHaveLength(
+      2,
     );
   });
 

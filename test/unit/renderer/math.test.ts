@@ -64,8 +64,13 @@ describe('normalizeMath', () => {
     );
     // A longer closing fence closes; a shorter one does not; nor does one indented 4 or more past the opening.
     expect(normalizeMath('```\n$a$\n    ```\n$b$\n```\n$c$')).toBe('```\n$a$\n    ```\n$b$\n```\n$$c$$');
-    expect(normalizeMath('- x\n\n  ```\n  $a$\n      ```\n  $b$\n     ```\n$c$')).toBe(
-      '- x\n\n  ```\n  $a$\n      ```\n  $b$\n     ```\n$$c$$',
+    expect(normalizeMath('   ```\n$a$\n      ```\n$b$\n```\n$c$')).toBe('   ```\n$a$\n      ```\n$b$\n```\n$$c$$');
+    expect(normalizeMath('- x\n\n  ```\n  $a$\n      ```\n  $b$\n  ```\n$c$')).toBe(
+      '- x\n\n  ```\n  $a$\n      ```\n  $b$\n  ```\n$$c$$',
+    );
+    // Nested deeper (a list in a list): its close may sit up to 3 past its opening.
+    expect(normalizeMath('- a\n  - b\n\n    ```\n    $a$\n       ```\n$c$')).toBe(
+      '- a\n  - b\n\n    ```\n    $a$\n       ```\n$$c$$',
     );
     expect(normalizeMath('````\n$a$\n```\n$b$\n````\n$c$')).toBe('````\n$a$\n```\n$b$\n````\n$$c$$');
   });
