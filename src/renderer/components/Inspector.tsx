@@ -15,7 +15,7 @@ import type {
 } from '../../shared/scheduler-types';
 import { useApp, useBridge } from '../bridge/context';
 import { byteChange, exactBytes, formatBytes, formatInteger, formatMs, parseByteSize } from '../lib/format';
-import { sessionsDroppedBy } from '../lib/limit-change';
+import { derivedLimitDrops, sessionsDroppedBy } from '../lib/limit-change';
 import type { TimelineEvent } from '../store/types';
 import { BudgetBar } from './BudgetBar';
 import { Bytes } from './Bytes';
@@ -130,8 +130,11 @@ function Controls({ devices }: { devices: DeviceBudgetSnapshot[] }) {
   const [limit, setLimit] = useState('');
   const [maxRunning, setMaxRunning] = useState('');
   const [error, setError] = useState<string | null>(null);
-  /** A limit that would drop idle chats' kept KV, asked about once more before it is set. */
-  const [asking, setAsking] = useState<{ bytes: number; drops: number } | null>(null);
+  /**
+   * A limit that would drop idle sessions' kept KV, asked about once more before it is set (`derived`: the
+   * derived limit again, `bytes` what it comes to).
+   */
+  const [asking, setAsking] = useState<{ bytes: number; drops: number; derived: boolean } | null>(null);
   const [device, setDevice] = useState('cpu');
   const snap = devices.find((d) => d.device === device) ?? (devices[0] as DeviceBudgetSnapshot);
   const apply = async (patch: Parameters<typeof bridge.configureBudget>[0]) => {
@@ -151,10 +154,21 @@ function Controls({ devices }: { devices: DeviceBudgetSnapshot[] }) {
     const drops = sure ? 0 : sessionsDroppedBy(snap, bytes);
     if (drops > 0) {
       setError(null);
-      setAsking({ bytes, drops });
+      setAsking({ bytes, drops, derived: false });
       return;
     }
     if (await apply({ kvBudgetBytes: bytes })) setLimit('');
+  };
+  /** Back to the derived limit: asked first too when what it comes to (where known) would drop kept KV. */
+  const backToDerived = async (sure = false) => {
+    setAsking(null);
+    const drops = sure ? undefined : derivedLimitDrops(snap);
+    if (drops) {
+      setError(null);
+      setAsking({ ...drops, derived: true });
+      return;
+    }
+    await apply({ kvBudgetBytes: null });
   };
   const applyRunning = async () => {
     const n = Number(maxRunning);
@@ -241,7 +255,7 @@ function Controls({ devices }: { devices: DeviceBudgetSnapshot[] }) {
             className="ghost"
             style={{ gridColumn: '1 / -1', justifySelf: 'start' }}
             data-testid="budget-use-derived"
-            onClick={() => void apply({ kvBudgetBytes: null })}
+            onClick={() => void backToDerived()}
           >
             use the derived limit again
           </button>
@@ -254,15 +268,15 @@ function Controls({ devices }: { devices: DeviceBudgetSnapshot[] }) {
         {asking && (
           <div className="ask" role="alert" data-testid="budget-limit-ask">
             <span>
-              {formatBytes(asking.bytes)} drops the kept KV of {asking.drops} idle{' '}
-              {asking.drops === 1 ? 'session' : 'sessions'} (chats, API prompt caches): a chat's next turn then reads it
-              whole again. Set it?
+              {asking.derived ? `The derived limit (${formatBytes(asking.bytes)})` : formatBytes(asking.bytes)} drops
+              the kept KV of {asking.drops} idle {asking.drops === 1 ? 'session' : 'sessions'} (chats, API prompt
+              caches): a chat's next turn then reads it whole again. Set it?
             </span>
             <button
               type="button"
               className="small danger"
               data-testid="budget-limit-confirm"
-              onClick={() => void applyLimit(true)}
+              onClick={() => void (asking.derived ? backToDerived(true) : applyLimit(true))}
             >
               Set
             </button>

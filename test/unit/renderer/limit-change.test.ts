@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { sessionsDroppedBy } from '../../../src/renderer/lib/limit-change';
+import { derivedLimitDrops, sessionsDroppedBy } from '../../../src/renderer/lib/limit-change';
 import type { SchedulerSessionView } from '../../../src/shared/scheduler-types';
 
 function session(id: string, heldBytes: number): SchedulerSessionView {
@@ -35,5 +35,30 @@ describe('sessionsDroppedBy', () => {
 
   it('never counts running work: a limit under the reservations drops every idle session and no more', () => {
     expect(sessionsDroppedBy(snap, 0)).toBe(3);
+  });
+});
+
+describe('derivedLimitDrops', () => {
+  const sessions = [session('a', 1000), session('b', 2000)];
+  const derivation = (derivedBytes?: number) => ({
+    source: 'override' as const,
+    limitBytes: 1e9,
+    formula: '',
+    notes: [],
+    ...(derivedBytes === undefined ? {} : { derivedBytes }),
+  });
+
+  it('says what the derived limit comes to and the sessions it drops, when it drops any', () => {
+    const snap = { reservedBytes: 0, heldBytes: 3000, sessions };
+    expect(derivedLimitDrops({ ...snap, derivation: derivation(2500) })).toEqual({ bytes: 2500, drops: 1 });
+    // A derivation below 0 (weights over the memory's share) is a limit of 0: every kept KV goes.
+    expect(derivedLimitDrops({ ...snap, derivation: derivation(-5) })).toEqual({ bytes: 0, drops: 2 });
+    expect(derivedLimitDrops({ ...snap, derivation: derivation(3000) })).toBeUndefined();
+  });
+
+  it('tells nothing for a limit with no derivation to go back to', () => {
+    expect(
+      derivedLimitDrops({ reservedBytes: 0, heldBytes: 3000, sessions, derivation: derivation() }),
+    ).toBeUndefined();
   });
 });
