@@ -426,6 +426,15 @@ function Requests({ devices, waits }: { devices: DeviceBudgetSnapshot[]; waits: 
   const shownEnded = ended.slice(0, SHOWN_ENDED_REQUESTS);
   const rows = [...live, ...shownEnded];
   const models = new Set([...rows.map((r) => r.modelId), ...waits.map((w) => w.modelId)]).size;
+  const row = (r: SchedulerRequestView) => (
+    <RequestRow
+      key={r.id}
+      r={r}
+      title={r.threadId ? titles.get(r.threadId) : undefined}
+      device={several ? deviceOf.get(r.id) : undefined}
+      showModel={models > 1}
+    />
+  );
   return (
     <section>
       <h2>Requests</h2>
@@ -454,15 +463,7 @@ function Requests({ devices, waits }: { devices: DeviceBudgetSnapshot[]; waits: 
               </tr>
             </thead>
             <tbody>
-              {live.map((r) => (
-                <RequestRow
-                  key={r.id}
-                  r={r}
-                  title={r.threadId ? titles.get(r.threadId) : undefined}
-                  device={several ? deviceOf.get(r.id) : undefined}
-                  showModel={models > 1}
-                />
-              ))}
+              {live.map(row)}
               {waits.map((w) => (
                 <ReloadWaitRow
                   key={w.requestId}
@@ -472,15 +473,7 @@ function Requests({ devices, waits }: { devices: DeviceBudgetSnapshot[]; waits: 
                   showModel={models > 1}
                 />
               ))}
-              {shownEnded.map((r) => (
-                <RequestRow
-                  key={r.id}
-                  r={r}
-                  title={r.threadId ? titles.get(r.threadId) : undefined}
-                  device={several ? deviceOf.get(r.id) : undefined}
-                  showModel={models > 1}
-                />
-              ))}
+              {shownEnded.map(row)}
             </tbody>
           </table>
           {older > 0 && (
