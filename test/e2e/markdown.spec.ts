@@ -33,6 +33,14 @@ const REPLY = [
   '1. Solve: \\[ y = 2 \\] then',
   '2. Check it.',
   '',
+  '$$E = mc^2$$',
+  '',
+  '> A quote, set apart.',
+  '',
+  'Raw <b>bold</b> and <script>alert(1)</script> stay text.',
+  '',
+  '<div>a block</div>',
+  '',
   '```python',
   'def area(r):',
   '    # a comment',
@@ -67,9 +75,23 @@ test('math is typeset, money and code stay as written, and code is highlighted',
   await app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click({ timeout: 15_000 });
   const reply = app.getByTestId('message-assistant').last();
 
-  // Three display formulas (\[…\], ```math, \[…\] in a list item), two inline ones (\(…\) and $…$), one that does
-  // not parse.
-  await expect(reply.locator('.katex-display')).toHaveCount(3);
+  // Four display formulas (\[…\], ```math, \[…\] in a list item, a line of $$…$$), two inline ones (\(…\) and
+  // $…$), one that does not parse.
+  await expect(reply.locator('.katex-display')).toHaveCount(4);
+  await expect(reply.locator('.katex-display annotation').nth(3)).toHaveText('E = mc^2');
+  // A quote is set apart; raw HTML is the text the model wrote, never markup, never dropped.
+  const quote = reply.locator('blockquote');
+  await expect(quote).toHaveText('A quote, set apart.');
+  expect(
+    await quote.evaluate(
+      (el) =>
+        (globalThis as unknown as { getComputedStyle(e: unknown): { borderLeftStyle: string } }).getComputedStyle(el)
+          .borderLeftStyle,
+    ),
+  ).toBe('solid');
+  await expect(reply).toContainText('Raw <b>bold</b> and <script>alert(1)</script> stay text.');
+  await expect(reply).toContainText('<div>a block</div>');
+  await expect(reply.locator('.bubble b, .bubble script, .bubble div:not([class])')).toHaveCount(0);
   // The one in the list stays in its item, and the list keeps both items.
   await expect(reply.locator('ol > li')).toHaveCount(2);
   await expect(reply.locator('ol > li').first().locator('.katex-display')).toHaveCount(1);
@@ -100,6 +122,13 @@ test('math is typeset, money and code stay as written, and code is highlighted',
     .evaluate((el) => (globalThis as unknown as Page).getComputedStyle(el).color);
   const textColour = await code.evaluate((el) => (globalThis as unknown as Page).getComputedStyle(el).color);
   expect(keywordColour).not.toBe(textColour);
+  // Its copy button sits above the code, not over its first line.
+  const copyBox = await reply
+    .locator('.code-block', { has: app.locator('code.language-python') })
+    .getByTestId('code-copy')
+    .boundingBox();
+  const codeBox = await code.boundingBox();
+  expect((copyBox?.y ?? 0) + (copyBox?.height ?? 0)).toBeLessThanOrEqual((codeBox?.y ?? 0) + 1);
   await app.context().grantPermissions(['clipboard-read', 'clipboard-write']);
   await reply
     .locator('.code-block', { has: app.locator('code.language-python') })

@@ -95,7 +95,8 @@ export const Markdown = memo(function Markdown({ text, streaming = false }: { te
       remarkPlugins={remarkPlugins}
       rehypePlugins={streaming ? streamingPlugins : rehypePlugins}
       components={components}
-      skipHtml
+      // Raw HTML in a reply shows as the text the model wrote: react-markdown escapes it (never renders it);
+      // skipping it would drop what the model wrote.
     >
       {normalizeMath(text)}
     </ReactMarkdown>

@@ -81,7 +81,17 @@ const INLINE = /(?<!\\)((?:\\\\)*)\\\(((?:(?!\n[ \t]*\n)[\s\S])+?)(?<!\\)((?:\\\
 /** A line's container prefix: quotes' `>`, indentation, and a list item's marker (its text's indentation). */
 const CONTAINER = /^((?:[ \t]*>)*[ \t]*)((?:[-*+]|\d{1,9}[.)])[ \t]+)?/;
 
-function convertProse(text: string): string {
+/**
+ * A line that is only `$$…$$` (in its quotes): display math, as a model that writes it so means it (remark-math
+ * reads `$$` in a line as inline math).
+ */
+const DISPLAY_LINE = /^([ \t]*(?:>[ \t]*)*)\$\$([^$\n]*[^$\s][^$\n]*)\$\$[ \t]*$/gm;
+
+function convertProse(prose: string): string {
+  const text = prose.replace(
+    DISPLAY_LINE,
+    (_m, pre: string, body: string) => `${pre}$$\n${pre}${body.trim()}\n${pre}$$`,
+  );
   const kept: string[] = [];
   const keep = (m: string) => `\uE000${kept.push(m) - 1}\uE001`;
   // Code spans and $$ math out of the way.

@@ -46,6 +46,14 @@ describe('normalizeMath', () => {
     expect(normalizeMath('$$ \\(x\\) $$ and \\(y\\)')).toBe('$$ \\(x\\) $$ and $$y$$');
   });
 
+  it('takes a line that is only $$…$$ as display math (a block), in its quote too; $$ in a sentence stays inline', () => {
+    expect(normalizeMath('Energy:\n$$E = mc^2$$\nso.')).toBe('Energy:\n$$\nE = mc^2\n$$\nso.');
+    expect(normalizeMath('> $$ x^2 $$')).toBe('> $$\n> x^2\n> $$');
+    expect(normalizeMath('see $$x$$ here')).toBe('see $$x$$ here');
+    expect(normalizeMath('$$ $$')).toBe('$$ $$');
+    expect(normalizeMath('```\n$$x$$\n```')).toBe('```\n$$x$$\n```');
+  });
+
   it('leaves code as written: fenced blocks (``` and ~~~) and inline spans', () => {
     const code = '```bash\necho $HOME $x$ \\(y\\)\n```';
     expect(normalizeMath(`${code}\nthen $a$`)).toBe(`${code}\nthen $$a$$`);
