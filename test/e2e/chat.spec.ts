@@ -447,10 +447,16 @@ test('JSON schema: replies conform to the thread’s schema; one kvdesk cannot e
   await app.getByTestId('settings-toggle').click();
   await app.getByTestId('setting-json').check();
   const schemaBox = app.getByTestId('setting-json-schema');
-  // Text that is not a JSON object is not kept.
-  await schemaBox.fill('not json');
+  // Text that is not a JSON object is not kept, and the field says why.
+  await schemaBox.fill('{"type": "object", "properties": {"answer": ');
   await schemaBox.blur();
+  await expect(app.getByTestId('setting-error-jsonSchema')).toContainText('not JSON (');
   await expect(app.getByTestId('settings-summary')).not.toContainText('JSON schema');
+  await schemaBox.fill('[1, 2]');
+  await schemaBox.blur();
+  await expect(app.getByTestId('setting-error-jsonSchema')).toHaveText(
+    'an array, not an object: a JSON Schema is {…}: not taken',
+  );
   await schemaBox.fill('{"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}');
   await schemaBox.blur();
   await expect(app.getByTestId('settings-summary')).toContainText('JSON schema');

@@ -183,6 +183,19 @@ function jsonForm(thread: Thread): Pick<GenerateRequest, 'responseFormat' | 'jso
 }
 
 /** A JSON Schema as typed in the settings: the object it parses to, or undefined (empty, not JSON, not an object). */
+/** Why the text cannot be a JSON Schema (not JSON, with the parser's words; or JSON but no object); null when it can. */
+export function schemaProblem(text: string): string | null {
+  if (text.trim() === '') return null;
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch (err) {
+    return `not JSON (${(err as Error).message})`;
+  }
+  const what = Array.isArray(v) ? 'an array' : v === null ? 'null' : typeof v === 'object' ? '' : `a ${typeof v}`;
+  return what ? `${what}, not an object: a JSON Schema is {…}` : null;
+}
+
 export function parseSchema(text: string): Record<string, unknown> | undefined {
   if (text.trim() === '') return undefined;
   try {

@@ -4,7 +4,7 @@ import type { McpStatus, Thread } from '../../shared/api';
 import type { SamplingSettings } from '../../shared/contract';
 import { reasoningWhere } from '../../shared/reasoning';
 import { useApp, useBridge } from '../bridge/context';
-import { parseSchema } from '../bridge/prompt';
+import { schemaProblem } from '../bridge/prompt';
 import { formatInteger } from '../lib/format';
 import { presetInEffect } from '../lib/presets';
 
@@ -572,9 +572,9 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
             placeholder='{"type": "object", "properties": {"answer": {"type": "string"}}}'
             onBlur={(e) => {
               const text = e.target.value;
-              const bad = text.trim() !== '' && !parseSchema(text);
-              check('jsonSchema', e.target, bad ? 'not a JSON object: a JSON Schema starts with {' : null);
-              if (bad) return;
+              const problem = schemaProblem(text);
+              check('jsonSchema', e.target, problem);
+              if (problem) return;
               const next = text.trim() === '' ? undefined : text;
               if (next !== thread.jsonSchema) bridge.updateThreadSettings(thread.id, { jsonSchema: next });
             }}

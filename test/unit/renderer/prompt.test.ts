@@ -8,6 +8,7 @@ import {
   lastReplyDrop,
   newId,
   parseSchema,
+  schemaProblem,
 } from '../../../src/renderer/bridge/prompt';
 import type { LiveReply } from '../../../src/renderer/store/types';
 import type { StoredMessage } from '../../../src/shared/api';
@@ -160,6 +161,15 @@ describe('chat requests', () => {
     });
     expect(parseSchema(' ')).toBeUndefined();
     expect(parseSchema('{"type": "object"}')).toEqual({ type: 'object' });
+  });
+
+  it('says why a text cannot be a JSON Schema: not JSON (with the parser’s words), or JSON but no object', () => {
+    expect(schemaProblem('')).toBeNull();
+    expect(schemaProblem('{"type": "object"}')).toBeNull();
+    expect(schemaProblem('{"type": ')).toMatch(/^not JSON \(.+\)$/);
+    expect(schemaProblem('[1]')).toBe('an array, not an object: a JSON Schema is {…}');
+    expect(schemaProblem('null')).toBe('null, not an object: a JSON Schema is {…}');
+    expect(schemaProblem('"x"')).toBe('a string, not an object: a JSON Schema is {…}');
   });
 
   it('asks for JSON mode when the thread has it on', () => {
