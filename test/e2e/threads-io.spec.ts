@@ -87,7 +87,9 @@ test('a file that is not a chat is refused, naming the field, and adds nothing',
     mimeType: 'text/plain',
     buffer: Buffer.from('just some notes'),
   });
-  await expect(page.getByTestId('import-error')).toContainText('notes.txt is not JSON');
+  await expect(page.getByTestId('import-error')).toContainText(
+    'notes.txt is a text file: kvdesk imports a chat from its JSON export',
+  );
   await expect(items).toHaveCount(before);
   // An OpenAI-style conversation imports (its system message becomes the chat's system prompt).
   await page.getByTestId('import-thread-file').setInputFiles({

@@ -112,6 +112,13 @@ export function parseThreadImport(text: string, fileName: string, now = Date.now
   try {
     value = JSON.parse(text);
   } catch (err) {
+    // A chat exported as Markdown (or any text file): it is for reading, and says so, not what the parser saw.
+    if (/\.(md|markdown|txt)$/i.test(fileName) && !head.includes('\ufffd')) {
+      return {
+        ok: false,
+        error: `${fileName} is a text file: kvdesk imports a chat from its JSON export (⤓ .json), or from OpenAI's {"messages": […]}; a Markdown export is for reading.`,
+      };
+    }
     return notJson(head.includes('\ufffd') ? 'it is not text' : parseProblem(err));
   }
   const fail = (where: string, what: string): ImportResult => ({ ok: false, error: `${fileName}: ${where} ${what}` });

@@ -322,9 +322,13 @@ describe('import errors name the file and the field', () => {
   const valid = thread('t1', { messages: [msg('u1', 'user', 'hi'), msg('a1', 'assistant', 'hello')] });
 
   it('refuses a file that is not JSON', () => {
-    const error = refused(parseThreadImport('# My chat\n\nhello', 'notes.md', NOW));
-    expect(error).toContain('notes.md');
+    const error = refused(parseThreadImport('# My chat\n\nhello', 'notes.json', NOW));
+    expect(error).toContain('notes.json');
     expect(error).toContain('is not JSON');
+    // A Markdown or text file (a chat exported as Markdown): what to import instead.
+    expect(refused(parseThreadImport('# My chat\n\nhello', 'notes.md', NOW))).toBe(
+      'notes.md is a text file: kvdesk imports a chat from its JSON export (⤓ .json), or from OpenAI\'s {"messages": […]}; a Markdown export is for reading.',
+    );
   });
 
   it('refuses a binary file with a clean sentence, no raw bytes of it', () => {
@@ -337,7 +341,7 @@ describe('import errors name the file and the field', () => {
     expect(error).not.toMatch(/[\u0000-\u001f\ufffd]/);
     expect(error).not.toContain('PNG');
     // Text that is not JSON: what the parser said, without the file's text it quotes.
-    const notes = refused(parseThreadImport('# My chat\n\nhello', 'notes.md', NOW));
+    const notes = refused(parseThreadImport('# My chat\n\nhello', 'notes.json', NOW));
     expect(notes).toContain("Unexpected token '#'");
     expect(notes).not.toContain('hello');
   });
