@@ -394,3 +394,33 @@ test('a number not taken says why beside its field, and the focus goes where the
   await expect(app.getByTestId('setting-error-maxNewTokens')).toHaveCount(0);
   await expect(field).toHaveAttribute('aria-invalid', 'false');
 });
+
+test('scrolled up from the end, a button brings the chat back to its latest message', async ({ app, server }) => {
+  const now = Date.now();
+  const id = `t-jump-${now}`;
+  const messages = Array.from({ length: 30 }, (_, i) => ({
+    id: `m${i}`,
+    role: i % 2 === 0 ? 'user' : 'assistant',
+    content: `Message ${i}: ${'words to fill the line '.repeat(8)}`,
+    createdAt: now + i,
+  }));
+  expect((await wsCall(server, 'saveThread', { id, title: 'Long', createdAt: now, updatedAt: now, messages })).ok).toBe(
+    true,
+  );
+  await app.reload();
+  await app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click({ timeout: 15_000 });
+  const list = app.getByTestId('message-list');
+  const jump = app.getByTestId('jump-to-end');
+  const fromEnd = () => list.evaluate((el) => el.scrollHeight - el.scrollTop - el.clientHeight);
+  // Opened at its end: no button.
+  await expect.poll(fromEnd).toBeLessThan(60);
+  await expect(jump).toHaveCount(0);
+  await list.evaluate((el) => {
+    el.scrollTop = 0;
+  });
+  await expect(jump).toHaveText('↓ latest');
+  await jump.click();
+  await expect.poll(fromEnd).toBeLessThan(60);
+  await expect(jump).toHaveCount(0);
+  await expect(app.locator('[data-message-id="m29"]')).toBeInViewport();
+});

@@ -6,7 +6,7 @@
  * With a find (ChatView's find bar), the rows on screen mark its occurrences, and the current one is scrolled to.
  */
 import { useVirtualizer } from '@tanstack/react-virtual';
-import { useCallback, useEffect, useLayoutEffect, useRef } from 'react';
+import { useCallback, useEffect, useLayoutEffect, useRef, useState } from 'react';
 import { useShallow } from 'zustand/react/shallow';
 import { useApp } from '../bridge/context';
 import { currentDrop } from '../bridge/prompt';
@@ -35,6 +35,8 @@ export function MessageList({ threadId, find }: { threadId: string; find?: FindV
   );
   const scrollRef = useRef<HTMLDivElement>(null);
   const stick = useRef(true);
+  /** Scrolled up from the end: a button brings the person back (and the list follows the reply again). */
+  const [away, setAway] = useState(false);
 
   const virtualizer = useVirtualizer({
     count: messages.length,
@@ -53,6 +55,7 @@ export function MessageList({ threadId, find }: { threadId: string; find?: FindV
   // biome-ignore lint/correctness/useExhaustiveDependencies: runs when the thread changes
   useLayoutEffect(() => {
     stick.current = true;
+    setAway(false);
     if (messages.length > 0) virtualizer.scrollToIndex(messages.length - 1, { align: 'end' });
   }, [threadId]);
 
@@ -99,39 +102,62 @@ export function MessageList({ threadId, find }: { threadId: string; find?: FindV
     };
   }, [query, current?.messageId, current?.nth, find?.reveals]);
 
+  const jumpToEnd = () => {
+    stick.current = true;
+    setAway(false);
+    if (messages.length > 0) virtualizer.scrollToIndex(messages.length - 1, { align: 'end' });
+    toBottom();
+  };
+  const streaming = useApp((s) => Object.values(s.live).some((l) => l.threadId === threadId));
+
   return (
-    <div
-      className="messages"
-      ref={scrollRef}
-      data-testid="message-list"
-      onScroll={(e) => {
-        const el = e.currentTarget;
-        stick.current = el.scrollHeight - el.scrollTop - el.clientHeight < 60;
-      }}
-    >
-      <div className="messages-inner" style={{ height: total + 24 }}>
-        {virtualizer.getVirtualItems().map((item) => {
-          const m = messages[item.index];
-          if (!m) return null;
-          return (
-            <div
-              key={item.key}
-              className={`message-row ${item.index < outside.start ? 'outside-context' : ''}`}
-              data-index={item.index}
-              ref={virtualizer.measureElement}
-              style={{ transform: `translateY(${item.start + 12}px)` }}
-            >
-              {item.index === outside.start && (
-                <div className="context-start" data-testid="context-start">
-                  The model no longer sees the messages above: the chat outgrew its context of{' '}
-                  {outside.contextLength.toLocaleString()} tokens.
-                </div>
-              )}
-              <Message message={m} threadId={threadId} isLast={item.index === messages.length - 1} />
-            </div>
-          );
-        })}
+    <div className="messages-wrap">
+      <div
+        className="messages"
+        ref={scrollRef}
+        data-testid="message-list"
+        onScroll={(e) => {
+          const el = e.currentTarget;
+          stick.current = el.scrollHeight - el.scrollTop - el.clientHeight < 60;
+          setAway(!stick.current);
+        }}
+      >
+        <div className="messages-inner" style={{ height: total + 24 }}>
+          {virtualizer.getVirtualItems().map((item) => {
+            const m = messages[item.index];
+            if (!m) return null;
+            return (
+              <div
+                key={item.key}
+                className={`message-row ${item.index < outside.start ? 'outside-context' : ''}`}
+                data-index={item.index}
+                ref={virtualizer.measureElement}
+                style={{ transform: `translateY(${item.start + 12}px)` }}
+              >
+                {item.index === outside.start && (
+                  <div className="context-start" data-testid="context-start">
+                    The model no longer sees the messages above: the chat outgrew its context of{' '}
+                    {outside.contextLength.toLocaleString()} tokens.
+                  </div>
+                )}
+                <Message message={m} threadId={threadId} isLast={item.index === messages.length - 1} />
+              </div>
+            );
+          })}
+        </div>
       </div>
+      {away && messages.length > 0 && (
+        <button
+          type="button"
+          className="jump-to-end"
+          data-testid="jump-to-end"
+          data-streaming={streaming}
+          title="Back to the latest message (the list follows the reply again)"
+          onClick={jumpToEnd}
+        >
+          ↓ {streaming ? 'reply going on below' : 'latest'}
+        </button>
+      )}
     </div>
   );
 }
