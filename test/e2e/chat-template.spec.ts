@@ -85,10 +85,14 @@ test("a card's chat template of one's own: loaded with, kept, refused when broke
   await card.getByTestId('model-template').locator('summary').click();
   await expect(text).toHaveValue(MINE);
 
-  // A template that does not render: refused with what Jinja said, and the model keeps the one it had.
+  // A template that does not render: said beside the editor with what Jinja said, nothing loads, and the model keeps
+  // the one it had; the button waits for a change.
   await text.fill('{% for m in messages %}{{ m.content }');
   await card.getByTestId('model-template-apply').click();
-  await expect(page.getByTestId('notice')).toContainText('chatTemplate cannot be used');
+  await expect(card.getByTestId('model-template-preview')).toHaveAttribute('data-error', 'true');
+  await expect(card.getByTestId('model-template-preview')).toContainText('template cannot be used');
+  await expect(card.getByTestId('model-template-apply')).toBeDisabled();
+  await expect(page.getByTestId('notice')).toHaveCount(0);
   await expect(card.getByTestId('model-template-whose')).toHaveText('yours');
   await expect(card.getByTestId('model-thinks')).toBeVisible();
 

@@ -55,7 +55,16 @@ test('a graph variant picked on the card: the model loads again as that one; unu
   await expect(cuda).toBeDisabled();
   await expect(cuda).toHaveText('cuda (not usable here)');
   expect(await cuda.getAttribute('title')).toMatch(/not installed|npm run setup:cuda/);
-  await expect(card.getByTestId('model-backends-missing')).toContainText('cuda');
+  // …and, a click away on the card, each one's reason as sentences (a disabled option's tooltip does not show in an
+  // open select).
+  const missing = card.getByTestId('model-backends-missing');
+  await expect(missing).toContainText('cuda');
+  const why = missing.locator('[data-testid="model-backend-why"][data-backend="cuda"]');
+  await expect(why).toBeHidden();
+  await missing.locator('summary').click();
+  await expect(why).toBeVisible();
+  await expect(why).toHaveText(`cuda: ${(await cuda.getAttribute('title'))?.replace(/^Not usable here: /, '')}`);
+  await expect(why).toHaveText(/\.$/);
 
   await card.getByTestId('model-graph').selectOption('q4');
   await card.getByTestId('model-reload').click();

@@ -9,7 +9,7 @@ import { useApp, useBridge } from '../bridge/context';
 import { FIT_CONCURRENCY, fitClass, fitLabel, modelFit } from '../lib/fit';
 import { exactBytes, formatBytes, formatInteger } from '../lib/format';
 import { Bytes } from './Bytes';
-import { BackendOptions, useBackends } from './backends';
+import { BackendOptions, useBackends, whyNotUsable } from './backends';
 
 function kvShape(spec: ModelSpec): { heads: string; headDim: string; dtype: string; kind: string } {
   if (spec.kv.kind === 'dynamic') {
@@ -145,13 +145,25 @@ function RunWith({ spec, loaded, busy, onLoad }: LoadControlProps) {
         </button>
       )}
       {backends && backends.filter((b) => !b.usable).length > 0 && (
-        <span className="muted" data-testid="model-backends-missing">
-          {backends
-            .filter((b) => !b.usable)
-            .map((b) => b.name)
-            .join(', ')}{' '}
-          not usable here (hover for why)
-        </span>
+        // Why each is not usable, a click away (a disabled option's tooltip does not show in an open select).
+        <details className="muted backends-missing" data-testid="model-backends-missing">
+          <summary>
+            {backends
+              .filter((b) => !b.usable)
+              .map((b) => b.name)
+              .join(', ')}{' '}
+            not usable here: why
+          </summary>
+          <ul>
+            {backends
+              .filter((b) => !b.usable)
+              .map((b) => (
+                <li key={b.name} data-testid="model-backend-why" data-backend={b.name}>
+                  <b>{b.name}</b>: {whyNotUsable(b)}
+                </li>
+              ))}
+          </ul>
+        </details>
       )}
     </div>
   );
@@ -176,11 +188,17 @@ function ChatTemplate({ spec, loaded, busy, onLoad }: LoadControlProps) {
     asked.current = draft;
     setPreview(null);
   }, [draft]);
-  const showPreview = async () => {
+  /** Renders the draft on a short conversation and shows it (or why it cannot); whether it rendered. */
+  const showPreview = async (): Promise<boolean> => {
     const shown = draft;
     const r = await bridge.previewChatTemplate(shown, loaded ? spec.id : undefined);
-    if (asked.current !== shown) return;
+    if (asked.current !== shown) return false;
     setPreview(r.ok ? { text: r.value.text } : { text: r.error.message, error: true });
+    return r.ok;
+  };
+  // A template that does not render is said here, beside the editor, and nothing loads (the model keeps its own).
+  const load = async () => {
+    if (await showPreview()) onLoad({ chatTemplate: draft });
   };
   const whose = spec.chatTemplateEdited ? 'yours' : spec.chatTemplate ? 'the package’s' : 'none: kvdesk uses ChatML';
   return (
@@ -202,8 +220,9 @@ function ChatTemplate({ spec, loaded, busy, onLoad }: LoadControlProps) {
           type="button"
           className="primary"
           data-testid="model-template-apply"
-          disabled={busy || draft.trim() === '' || draft === current}
-          onClick={() => onLoad({ chatTemplate: draft })}
+          disabled={busy || draft.trim() === '' || draft === current || preview?.error === true}
+          title={preview?.error ? 'This template does not render (see below): change it first' : undefined}
+          onClick={() => void load()}
         >
           {loaded ? 'Load again with this template' : 'Load with this template'}
         </button>

@@ -20,6 +20,15 @@ export function useBackends(enabled = true): BackendInfo[] | null {
   return backends;
 }
 
+/** Why a backend is not usable here, and what to do: onnxruntime's reason and the fix, as sentences. */
+export function whyNotUsable(b: Pick<BackendInfo, 'reason' | 'hint'>): string {
+  const sentence = (t: string | undefined) => {
+    const s = (t ?? '').trim();
+    return s && !/[.!?)]$/.test(s) ? `${s}.` : s;
+  };
+  return [sentence(b.reason), sentence(b.hint)].filter(Boolean).join(' ');
+}
+
 /**
  * A select's options for backends: those this machine cannot use disabled, with onnxruntime's reason and the fix
  * on hover. `compact` (the header): upper-case names only; else lower-case, saying which are not usable.
@@ -36,7 +45,7 @@ export function BackendOptions({
       key={b.name}
       value={b.name}
       disabled={!b.usable}
-      title={b.usable ? undefined : `Not usable here: ${b.reason ?? ''} ${b.hint ?? ''}`.trim()}
+      title={b.usable ? undefined : `Not usable here: ${whyNotUsable(b)}`}
     >
       {b.name === 'cpu' ? 'CPU' : compact ? b.name.toUpperCase() : b.name}
       {b.usable || compact ? '' : ' (not usable here)'}
