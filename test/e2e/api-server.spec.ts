@@ -15,4 +15,17 @@ test('under kvdesk serve, the Models view says where the APIs answer', async ({ 
   await expect(card.getByTestId('api-server-stop')).toHaveCount(0);
   const models = await fetch(`${(await card.getByTestId('api-server-url').textContent()) ?? ''}/v1/models`);
   expect(models.status).toBe(200);
+  // The base URLs an SDK or an Ollama client takes, copied with a click.
+  await page.context().grantPermissions(['clipboard-read', 'clipboard-write']);
+  const clipboard = () =>
+    page.evaluate(() =>
+      (
+        globalThis as unknown as { navigator: { clipboard: { readText(): Promise<string> } } }
+      ).navigator.clipboard.readText(),
+    );
+  await card.getByTestId('api-copy-v1').click();
+  expect(await clipboard()).toBe(`${server.url}/v1`);
+  await expect(card.getByTestId('api-copy-v1')).toHaveText('copied');
+  await card.getByTestId('api-copy-base').click();
+  expect(await clipboard()).toBe(server.url);
 });

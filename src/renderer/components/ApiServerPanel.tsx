@@ -7,6 +7,7 @@ import { useEffect, useState } from 'react';
 import { useShallow } from 'zustand/react/shallow';
 import type { ApiServerSettings } from '../../shared/api';
 import { useApp, useBridge } from '../bridge/context';
+import { CopyButton } from './Markdown';
 
 /** LM Studio's port, which many tools expect of a local server. */
 export const DEFAULT_API_PORT = 1234;
@@ -18,8 +19,9 @@ function ApiAddress({ url, href = url }: { url: string; href?: string }) {
         {url}
       </a>{' '}
       <span className="muted">
-        (OpenAI and Anthropic SDKs: <span className="mono">{url}/v1</span>; Ollama clients:{' '}
-        <span className="mono">{url}</span>)
+        (OpenAI and Anthropic SDKs: <span className="mono">{url}/v1</span>{' '}
+        <CopyButton text={`${url}/v1`} testId="api-copy-v1" />; Ollama clients: <span className="mono">{url}</span>{' '}
+        <CopyButton text={url} testId="api-copy-base" />)
       </span>
     </span>
   );

@@ -88,7 +88,7 @@ function ModelPicker() {
           {models.map((m) => (
             <option key={m.id} value={m.id}>
               {m.spec.displayName}
-              {m.isDefault ? ' (default)' : ''}
+              {m.isDefault && m.spec.displayName.toLowerCase() !== 'default' ? ' (default)' : ''}
             </option>
           ))}
         </optgroup>
