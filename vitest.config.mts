@@ -1,4 +1,4 @@
-import { defineConfig } from 'vitest/config';
+import { configDefaults, defineConfig } from 'vitest/config';
 
 // onnxruntime-node needs a real Node context: the vm* pools break its typed-array checks.
 export default defineConfig({
@@ -13,7 +13,7 @@ export default defineConfig({
         test: {
           name: 'main',
           include: ['test/**/*.test.ts'],
-          exclude: ['test/unit/electron/**'],
+          exclude: [...configDefaults.exclude, 'test/unit/electron/**'],
           // A worker runs file after file in one process: a fresh process (and module graph) per file cost about
           // a quarter of the suite's time. Tests clean up what they change (spies, environment variables).
           isolate: false,

@@ -24,8 +24,8 @@ test('under kvdesk serve, the Models view says where the APIs answer', async ({ 
       ).navigator.clipboard.readText(),
     );
   await card.getByTestId('api-copy-v1').click();
-  expect(await clipboard()).toBe(`${server.url}/v1`);
+  await expect.poll(clipboard).toBe(`${server.url}/v1`);
   await expect(card.getByTestId('api-copy-v1')).toHaveText('copied');
   await card.getByTestId('api-copy-base').click();
-  expect(await clipboard()).toBe(server.url);
+  await expect.poll(clipboard).toBe(server.url);
 });

@@ -128,7 +128,8 @@ test('math is typeset, money and code stay as written, and code is highlighted',
     .getByTestId('code-copy')
     .boundingBox();
   const codeBox = await code.boundingBox();
-  expect((copyBox?.y ?? 0) + (copyBox?.height ?? 0)).toBeLessThanOrEqual((codeBox?.y ?? 0) + 1);
+  if (!copyBox || !codeBox) throw new Error('the code block or its copy button has no box');
+  expect(copyBox.y + copyBox.height).toBeLessThanOrEqual(codeBox.y + 1);
   await app.context().grantPermissions(['clipboard-read', 'clipboard-write']);
   await reply
     .locator('.code-block', { has: app.locator('code.language-python') })

@@ -153,7 +153,11 @@ export interface Bridge {
    */
   importPath(name: string, path: string, trustInstalled?: boolean): Promise<void>;
   /** Loads a package (again, when it is loaded), with the person's variant and backend when given. */
-  loadPackage(path: string, how?: LoadModelRequest): Promise<void>;
+  /**
+   * Loads (or loads again) the package; a refusal of the person's chat template is returned (for the card's
+   * editor to show) rather than told in a notice.
+   */
+  loadPackage(path: string, how?: LoadModelRequest): Promise<string | null>;
   /** The backends onnxruntime can use here, and why not the others (asked once, then kept). */
   listBackends(): Promise<BackendInfo[]>;
   /** Loads a library package and makes it the model for new replies (the picker's library entries). */
@@ -824,7 +828,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     }
   }
 
-  async function loadPackage(path: string, how: LoadModelRequest = {}): Promise<void> {
+  async function loadPackage(path: string, how: LoadModelRequest = {}): Promise<string | null> {
     // Loaded again: its card shows it busy under its id too.
     const loaded = s().models.find((m) => m.spec.root === path);
     s().setModelBusy(path, true);
@@ -834,18 +838,20 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     if (loaded) s().setModelBusy(loaded.id, false);
     if (!r.ok) {
       const current = s().packageImport;
-      // A chat template of one's own that does not render: the card (and what was written in it) stays.
-      const template = r.error.detail?.field === 'chatTemplate';
-      if (!template && (current?.path === path || current?.spec?.root === path)) {
+      // A chat template of one's own that does not render: the card (and what was written in it) stays, and its
+      // editor says why.
+      if (r.error.detail?.field === 'chatTemplate' && typeof how.chatTemplate === 'string') return r.error.message;
+      if (current?.path === path || current?.spec?.root === path) {
         s().setPackageImport({ ...current, status: 'error', error: packageError(r.error) });
       } else notify(`Could not load the model: ${r.error.message}`);
-      return;
+      return null;
     }
     const current = s().packageImport;
     if (current && (current.path === path || current.spec?.root === path)) {
       s().setPackageImport({ ...current, modelId: r.value.id, spec: r.value.spec });
     }
     await refreshModels();
+    return null;
   }
 
   async function unloadModel(id: string): Promise<void> {

@@ -3,6 +3,7 @@ import type { StoredMessage, Thread } from '../../shared/api';
 import type { ChatMessage, ContextDrop, GenerateRequest, ToolDefinition } from '../../shared/contract';
 import type { ModelSpec } from '../../shared/model-spec';
 import { withAttachments } from '../lib/attachments';
+import { parseProblem } from '../lib/json-problem';
 import type { LiveReply } from '../store/types';
 
 /**
@@ -182,7 +183,6 @@ function jsonForm(thread: Thread): Pick<GenerateRequest, 'responseFormat' | 'jso
   return schema ? { jsonSchema: schema } : { responseFormat: 'json' };
 }
 
-/** A JSON Schema as typed in the settings: the object it parses to, or undefined (empty, not JSON, not an object). */
 /** Why the text cannot be a JSON Schema (not JSON, with the parser's words; or JSON but no object); null when it can. */
 export function schemaProblem(text: string): string | null {
   if (text.trim() === '') return null;
@@ -190,12 +190,13 @@ export function schemaProblem(text: string): string | null {
   try {
     v = JSON.parse(text);
   } catch (err) {
-    return `not JSON (${(err as Error).message})`;
+    return `not JSON (${parseProblem(err)})`;
   }
   const what = Array.isArray(v) ? 'an array' : v === null ? 'null' : typeof v === 'object' ? '' : `a ${typeof v}`;
   return what ? `${what}, not an object: a JSON Schema is {…}` : null;
 }
 
+/** A JSON Schema as typed in the settings: the object it parses to, or undefined (empty, not JSON, not an object). */
 export function parseSchema(text: string): Record<string, unknown> | undefined {
   if (text.trim() === '') return undefined;
   try {

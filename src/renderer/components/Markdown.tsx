@@ -98,7 +98,7 @@ export const Markdown = memo(function Markdown({ text, streaming = false }: { te
       // Raw HTML in a reply shows as the text the model wrote: react-markdown escapes it (never renders it);
       // skipping it would drop what the model wrote.
     >
-      {normalizeMath(text)}
+      {normalizeMath(text, { streaming })}
     </ReactMarkdown>
   );
 });

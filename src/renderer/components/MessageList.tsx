@@ -11,6 +11,7 @@ import { useShallow } from 'zustand/react/shallow';
 import { useApp } from '../bridge/context';
 import { currentDrop } from '../bridge/prompt';
 import type { FindMatch } from '../lib/find';
+import { CHAT_INPUT_ID } from './Composer';
 import { clearMarks, markMatches } from './find-marks';
 import { Message } from './Message';
 
@@ -73,6 +74,8 @@ export function MessageList({ threadId, find }: { threadId: string; find?: FindV
   useLayoutEffect(() => {
     if (!current) return;
     stick.current = false;
+    // Not following the reply any more (even when the occurrence is on screen and nothing scrolls): the button says so.
+    setAway(true);
     reveal.current = true;
     virtualizer.scrollToIndex(current.index, { align: 'center' });
   }, [current?.messageId, current?.nth, find?.reveals]);
@@ -107,8 +110,11 @@ export function MessageList({ threadId, find }: { threadId: string; find?: FindV
     setAway(false);
     if (messages.length > 0) virtualizer.scrollToIndex(messages.length - 1, { align: 'end' });
     toBottom();
+    // The button goes with the click: the focus goes to the message box, not to the page.
+    document.getElementById(CHAT_INPUT_ID)?.focus();
   };
-  const streaming = useApp((s) => Object.values(s.live).some((l) => l.threadId === threadId));
+  // A reply writing (not one still queued): "going on below".
+  const streaming = useApp((s) => Object.values(s.live).some((l) => l.threadId === threadId && l.tokens > 0));
 
   return (
     <div className="messages-wrap">

@@ -42,7 +42,8 @@ interface LoadControlProps {
   spec: ModelSpec;
   loaded: boolean;
   busy?: boolean | undefined;
-  onLoad: (how: LoadModelRequest) => void;
+  /** Resolves with why the person's chat template was refused (null: loaded, or refused for another reason, said). */
+  onLoad: (how: LoadModelRequest) => Promise<string | null>;
 }
 
 /**
@@ -134,13 +135,19 @@ function RunWith({ spec, loaded, busy, onLoad }: LoadControlProps) {
           className="primary"
           data-testid="model-reload"
           disabled={busy}
-          onClick={() => onLoad(how)}
+          onClick={() => void onLoad(how)}
         >
           {busy ? 'Loading…' : 'Load again with these'}
         </button>
       )}
       {!loaded && (
-        <button type="button" className="primary" data-testid="model-load" disabled={busy} onClick={() => onLoad(how)}>
+        <button
+          type="button"
+          className="primary"
+          data-testid="model-load"
+          disabled={busy}
+          onClick={() => void onLoad(how)}
+        >
           {busy ? 'Loading…' : 'Load'}
         </button>
       )}
@@ -188,17 +195,22 @@ function ChatTemplate({ spec, loaded, busy, onLoad }: LoadControlProps) {
     asked.current = draft;
     setPreview(null);
   }, [draft]);
-  /** Renders the draft on a short conversation and shows it (or why it cannot); whether it rendered. */
-  const showPreview = async (): Promise<boolean> => {
+  const showPreview = async () => {
     const shown = draft;
     const r = await bridge.previewChatTemplate(shown, loaded ? spec.id : undefined);
-    if (asked.current !== shown) return false;
+    if (asked.current !== shown) return;
     setPreview(r.ok ? { text: r.value.text } : { text: r.error.message, error: true });
-    return r.ok;
   };
-  // A template that does not render is said here, beside the editor, and nothing loads (the model keeps its own).
+  // The host checks the template as it will use it (one user message: some templates refuse a system message,
+  // which the preview's conversation has); one it refuses is said here, beside the editor, and the model keeps its
+  // own.
+  const [loading, setLoading] = useState(false);
   const load = async () => {
-    if (await showPreview()) onLoad({ chatTemplate: draft });
+    const sent = draft;
+    setLoading(true);
+    const refused = await onLoad({ chatTemplate: sent });
+    setLoading(false);
+    if (refused && asked.current === sent) setPreview({ text: refused, error: true });
   };
   const whose = spec.chatTemplateEdited ? 'yours' : spec.chatTemplate ? 'the package’s' : 'none: kvdesk uses ChatML';
   return (
@@ -220,8 +232,7 @@ function ChatTemplate({ spec, loaded, busy, onLoad }: LoadControlProps) {
           type="button"
           className="primary"
           data-testid="model-template-apply"
-          disabled={busy || draft.trim() === '' || draft === current || preview?.error === true}
-          title={preview?.error ? 'This template does not render (see below): change it first' : undefined}
+          disabled={busy || loading || draft.trim() === '' || draft === current}
           onClick={() => void load()}
         >
           {loaded ? 'Load again with this template' : 'Load with this template'}
@@ -240,7 +251,7 @@ function ChatTemplate({ spec, loaded, busy, onLoad }: LoadControlProps) {
             type="button"
             data-testid="model-template-reset"
             disabled={busy}
-            onClick={() => onLoad({ chatTemplate: null })}
+            onClick={() => void onLoad({ chatTemplate: null })}
           >
             Use the package’s template
           </button>
@@ -295,7 +306,7 @@ export function ModelCard({
   busy?: boolean;
   /** Being loaded again (by this window or another front end): requests on it wait until the load is in. */
   reloading?: boolean | undefined;
-  onLoad?: (how: LoadModelRequest) => void;
+  onLoad?: (how: LoadModelRequest) => Promise<string | null>;
   onUnload?: () => void;
   onUse?: () => void;
   testId?: string;

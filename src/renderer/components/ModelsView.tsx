@@ -91,7 +91,7 @@ function ImportResult() {
       active={loadedModel?.id === activeModelId}
       busy={busyModels.includes(path) || (loadedModel !== undefined && busyModels.includes(loadedModel.id))}
       reloading={loadedModel?.reloading}
-      onLoad={(how) => void bridge.loadPackage(path, imp.trusted ? { ...how, trustInstalled: true } : how)}
+      onLoad={(how) => bridge.loadPackage(path, imp.trusted ? { ...how, trustInstalled: true } : how)}
       onUnload={loadedModel ? () => void bridge.unloadModel(loadedModel.id) : undefined}
       onUse={loadedModel ? () => bridge.setActiveModel(loadedModel.id) : undefined}
     />
@@ -199,7 +199,7 @@ export function ModelsView() {
               active={m.id === activeModelId}
               busy={busyModels.includes(m.id)}
               reloading={m.reloading}
-              onLoad={(how) => void bridge.loadPackage(m.spec.root, how)}
+              onLoad={(how) => bridge.loadPackage(m.spec.root, how)}
               onUnload={() => void bridge.unloadModel(m.id)}
               onUse={() => bridge.setActiveModel(m.id)}
             />

@@ -24,9 +24,9 @@ export function useBackends(enabled = true): BackendInfo[] | null {
 export function whyNotUsable(b: Pick<BackendInfo, 'reason' | 'hint'>): string {
   const sentence = (t: string | undefined) => {
     const s = (t ?? '').trim();
-    return s && !/[.!?)]$/.test(s) ? `${s}.` : s;
+    return s && !/[.!?…]["')\]]*$/.test(s) ? `${s}.` : s;
   };
-  return [sentence(b.reason), sentence(b.hint)].filter(Boolean).join(' ');
+  return [sentence(b.reason), sentence(b.hint)].filter(Boolean).join(' ') || 'onnxruntime gave no reason.';
 }
 
 /**

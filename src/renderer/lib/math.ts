@@ -14,7 +14,7 @@
 const FENCE = /^((?:[ \t]*>)*[ \t]*)(`{3,}|~{3,})/;
 
 /** The text with math in `$$` delimiters, code untouched. */
-export function normalizeMath(text: string): string {
+export function normalizeMath(text: string, { streaming = false } = {}): string {
   // Quick exit: nothing that could be math.
   if (!text.includes('$') && !text.includes('\\(') && !text.includes('\\[')) return text;
   const out: string[] = [];
@@ -23,8 +23,10 @@ export function normalizeMath(text: string): string {
   // The opening fence's indentation (after its quotes' `>`), for where its closing fence may be (below).
   let fenceIndent = 0;
   const indentOf = (prefix: string) => (prefix.match(/[ \t]*$/) as RegExpMatchArray)[0].replace(/\t/g, '    ').length;
-  const flush = () => {
-    if (prose.length > 0) out.push(convertProse(prose.join('\n')));
+  // A reply still being written: its last line may go on (`$$a$$` then " is the area"), so it is not yet a line of
+  // only $$…$$.
+  const flush = (last = false) => {
+    if (prose.length > 0) out.push(convertProse(prose.join('\n'), last && streaming));
     prose = [];
   };
   for (const line of text.split('\n')) {
@@ -58,7 +60,7 @@ export function normalizeMath(text: string): string {
     }
     prose.push(line);
   }
-  flush();
+  flush(true);
   return out.join('\n');
 }
 
@@ -85,12 +87,12 @@ const CONTAINER = /^((?:[ \t]*>)*[ \t]*)((?:[-*+]|\d{1,9}[.)])[ \t]+)?/;
  * A line that is only `$$…$$` (in its quotes): display math, as a model that writes it so means it (remark-math
  * reads `$$` in a line as inline math).
  */
-const DISPLAY_LINE = /^([ \t]*(?:>[ \t]*)*)\$\$([^$\n]*[^$\s][^$\n]*)\$\$[ \t]*$/gm;
+const DISPLAY_LINE = /^((?: {0,3}>[ \t]?)* {0,3})\$\$([^$\n]*[^$\s][^$\n]*)\$\$[ \t]*$/gm;
 
-function convertProse(prose: string): string {
-  const text = prose.replace(
-    DISPLAY_LINE,
-    (_m, pre: string, body: string) => `${pre}$$\n${pre}${body.trim()}\n${pre}$$`,
+/** `openEnd`: the prose's last line may still grow (a reply being written). */
+function convertProse(prose: string, openEnd = false): string {
+  const text = prose.replace(DISPLAY_LINE, (m: string, pre: string, body: string, at: number) =>
+    openEnd && at + m.length === prose.length ? m : `${pre}$$\n${pre}${body.trim()}\n${pre}$$`,
   );
   const kept: string[] = [];
   const keep = (m: string) => `\uE000${kept.push(m) - 1}\uE001`;

@@ -9,6 +9,7 @@ import { newId } from '../bridge/prompt';
 import { titleFrom } from '../store/chat-slice';
 import { attachmentBlock } from './attachments';
 import { fenced } from './fence';
+import { parseProblem } from './json-problem';
 
 /** The JSON export's envelope. */
 export const EXPORT_KIND = 'kvdesk.thread';
@@ -281,17 +282,3 @@ function formatPath(path: ReadonlyArray<PropertyKey>): string {
 /** Characters no text file has: control characters but tab and line ends. */
 // biome-ignore lint/suspicious/noControlCharactersInRegex: finding control characters is the point
 const CONTROL = /[\u0000-\u0008\u000b\u000e-\u001f]/;
-
-/**
- * What JSON.parse said, without the file's text it quotes (`…, "<the file's start>" is not valid JSON`) and without
- * control characters.
- */
-function parseProblem(err: unknown): string {
-  const message = err instanceof Error ? err.message : String(err);
-  const clean = message
-    .replace(/,?\s*"[\s\S]*" is not valid JSON$/, '')
-    // biome-ignore lint/suspicious/noControlCharactersInRegex: dropping control characters is the point
-    .replace(/[\u0000-\u001f\u007f-\u009f\ufffd]/g, '')
-    .trim();
-  return clean ? clean.slice(0, 160) : 'not valid JSON';
-}

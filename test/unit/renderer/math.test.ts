@@ -52,6 +52,12 @@ describe('normalizeMath', () => {
     expect(normalizeMath('see $$x$$ here')).toBe('see $$x$$ here');
     expect(normalizeMath('$$ $$')).toBe('$$ $$');
     expect(normalizeMath('```\n$$x$$\n```')).toBe('```\n$$x$$\n```');
+    // Indented 4 or more, the line is code (an indented block): as written.
+    expect(normalizeMath('text\n\n    $$x$$')).toBe('text\n\n    $$x$$');
+    // A reply being written: its last line may go on, so it waits; lines before it do not.
+    expect(normalizeMath('$$a$$', { streaming: true })).toBe('$$a$$');
+    expect(normalizeMath('$$a$$\nand', { streaming: true })).toBe('$$\na\n$$\nand');
+    expect(normalizeMath('$$a$$')).toBe('$$\na\n$$');
   });
 
   it('leaves code as written: fenced blocks (``` and ~~~) and inline spans', () => {
