@@ -41,6 +41,12 @@ test('a text file goes with the message; one that is not text is refused, named'
   await expect(page.getByTestId('composer-attachment')).toHaveCount(0);
   const sent = page.getByTestId('message-user').last();
   await expect(sent.getByTestId('message-attachment')).toHaveText(/notes\.txt/);
+  // Its chip opens what the model read of it, and closes it again.
+  await sent.getByTestId('message-attachment').click();
+  await expect(sent.getByTestId('message-attachment-text')).toContainText('keeping notes');
+  await expect(sent.getByTestId('message-attachment')).toHaveAttribute('aria-expanded', 'true');
+  await sent.getByTestId('message-attachment').click();
+  await expect(sent.getByTestId('message-attachment-text')).toHaveCount(0);
   // The model read it: the reply's prompt is as long as the draft said.
   const turn = (await apiSnapshot(server)).recent.filter((q) => q.threadId === threadId);
   expect(turn).toHaveLength(1);

@@ -72,6 +72,21 @@ test('a thinking model: the reasoning folds above the reply, opens on a click, a
   );
   await expect(lastReply(page).getByTestId('reasoning-text')).not.toBeEmpty();
   await expect(lastReply(page).getByTestId('message-text')).toBeEmpty();
+  // With no answer to copy, its reasoning is what the copy button gives.
+  await lastReply(page).hover();
+  await expect(lastReply(page).getByTestId('message-copy')).toHaveCount(0);
+  await page.context().grantPermissions(['clipboard-read', 'clipboard-write']);
+  await lastReply(page).getByTestId('message-copy-reasoning').click();
+  const cutReasoning = (await lastReply(page).getByTestId('reasoning-text').textContent()) ?? '';
+  await expect
+    .poll(() =>
+      page.evaluate(() =>
+        (
+          globalThis as unknown as { navigator: { clipboard: { readText(): Promise<string> } } }
+        ).navigator.clipboard.readText(),
+      ),
+    )
+    .toBe(cutReasoning);
   await setSettings(page, { maxNewTokens: 16 });
 
   // A thinking budget of 2: the reasoning is closed for it after two tokens, and it answers.

@@ -605,6 +605,10 @@ function AssistantReply({ message, threadId, isLast }: { message: StoredMessage;
         {!live && (
           <span className="tools">
             {message.content && <CopyButton text={message.content} testId="message-copy" />}
+            {/* A reply that only reasoned (it ended, or was stopped, before its answer): its reasoning to copy. */}
+            {!message.content && message.reasoning && (
+              <CopyButton text={message.reasoning} label="copy reasoning" testId="message-copy-reasoning" />
+            )}
             {isLast && !threadBusy && (
               <button
                 type="button"
@@ -846,22 +850,44 @@ function UserMessage({ message, threadId }: { message: StoredMessage; threadId: 
       <div className="bubble" data-testid="message-text">
         {message.content}
       </div>
-      {message.attachments && message.attachments.length > 0 && (
-        <div className="attachments" data-testid="message-attachments">
-          {message.attachments.map((a, i) => (
-            <span
-              className="chip"
-              // biome-ignore lint/suspicious/noArrayIndexKey: a sent message's files never change or move
-              key={i}
-              data-testid="message-attachment"
-              title={a.text.slice(0, 2000)}
-            >
-              <FileIcon /> {a.name}
-            </span>
-          ))}
-        </div>
-      )}
+      {message.attachments && message.attachments.length > 0 && <SentFiles files={message.attachments} />}
     </div>
+  );
+}
+
+/** How much of a file the message shows when opened (the model read all of it). */
+const SHOWN_FILE_CHARS = 20_000;
+
+/** A sent message's files: each chip opens what the model read of it (and closes it again). */
+function SentFiles({ files }: { files: NonNullable<StoredMessage['attachments']> }) {
+  const [open, setOpen] = useState<number | null>(null);
+  const shown = open === null ? undefined : files[open];
+  return (
+    <>
+      <div className="attachments" data-testid="message-attachments">
+        {files.map((a, i) => (
+          <button
+            type="button"
+            className="chip"
+            // biome-ignore lint/suspicious/noArrayIndexKey: a sent message's files never change or move
+            key={i}
+            data-testid="message-attachment"
+            aria-expanded={open === i}
+            title={open === i ? 'Hide the file' : 'Show the file as the model read it'}
+            onClick={() => setOpen(open === i ? null : i)}
+          >
+            <FileIcon /> {a.name} <span className="muted">{formatBytes(new TextEncoder().encode(a.text).length)}</span>
+          </button>
+        ))}
+      </div>
+      {shown && (
+        <pre className="attachment-text" data-testid="message-attachment-text">
+          {shown.text.slice(0, SHOWN_FILE_CHARS)}
+          {shown.text.length > SHOWN_FILE_CHARS &&
+            `\n… (${formatInteger(shown.text.length - SHOWN_FILE_CHARS)} more characters, which the model read too)`}
+        </pre>
+      )}
+    </>
   );
 }
 
