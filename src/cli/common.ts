@@ -218,7 +218,7 @@ export const LOAD_OPTIONS = {
 } as const;
 
 /** `--chat-template FILE`: the template's text (a file of Jinja), or a clear word when it cannot be read. */
-export function chatTemplateFlag(file: string | undefined): string | undefined {
+function chatTemplateFlag(file: string | undefined): string | undefined {
   if (file === undefined) return undefined;
   let text: string;
   try {

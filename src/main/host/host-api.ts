@@ -251,15 +251,8 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     budgetChanged();
   });
   // A load again starting or ending shows on the model (`reloading`); the requests waiting for it, in the budget.
-  let reloadingNow = '';
-  const unsubscribeReload = runner.onReloadChange(() => {
-    const now = runner
-      .listModels()
-      .filter((m) => m.reloading)
-      .map((m) => m.id)
-      .join('\n');
-    if (now !== reloadingNow) emit('models', models());
-    reloadingNow = now;
+  const unsubscribeReload = runner.onReloadChange((what) => {
+    if (what === 'model') emit('models', models());
     budgetChanged();
   });
 

@@ -333,8 +333,11 @@ export class RunnerService {
   /** One budget per device, the CPU's first; a GPU's exists while a model is placed there. */
   private readonly devices = new Map<string, DeviceState>();
   private readonly eventListeners = new Set<(e: SchedulerEvent) => void>();
-  /** Called when a model starts or ends loading again, and when a request starts or ends waiting for one. */
-  private readonly reloadListeners = new Set<() => void>();
+  /**
+   * Called when a model starts or ends loading again (`model`), and when a request starts or ends waiting for one
+   * (`waits`).
+   */
+  private readonly reloadListeners = new Set<(what: 'model' | 'waits') => void>();
   /** Requests waiting for their model to load again, by id: not in any scheduler yet (they reserve nothing). */
   private readonly reloadWaits = new Map<string, ReloadWait>();
   private readonly models = new Map<string, LoadedModel>();
@@ -618,10 +621,10 @@ export class RunnerService {
       )
       .then(() => {
         if (this.reloading.get(id) === settled) this.reloading.delete(id);
-        this.reloadChanged();
+        this.reloadChanged('model');
       });
     this.reloading.set(id, settled);
-    this.reloadChanged();
+    this.reloadChanged('model');
     try {
       return await load;
     } finally {
@@ -802,17 +805,17 @@ export class RunnerService {
    * Subscribes to loads again: called when a model starts or ends loading again (listModels' `reloading`), and
    * when a request starts or ends waiting for one (the snapshot's `reloadWaits`).
    */
-  onReloadChange(fn: () => void): () => void {
+  onReloadChange(fn: (what: 'model' | 'waits') => void): () => void {
     this.reloadListeners.add(fn);
     return () => {
       this.reloadListeners.delete(fn);
     };
   }
 
-  private reloadChanged(): void {
+  private reloadChanged(what: 'model' | 'waits'): void {
     for (const fn of this.reloadListeners) {
       try {
-        fn();
+        fn(what);
       } catch {
         // A listener's failure is its own (the host logs its own listeners' errors).
       }
@@ -1035,13 +1038,13 @@ export class RunnerService {
       since: Date.now(),
     };
     this.reloadWaits.set(requestId, wait);
-    this.reloadChanged();
+    this.reloadChanged('waits');
     const forget = () => {
       if (timer !== undefined) clearTimeout(timer);
       if (this.cancels.get(requestId) === cancel) this.cancels.delete(requestId);
       // Only this wait's entry (a request that waits again, for a later load, holds a new one).
       if (this.reloadWaits.get(requestId) === wait) this.reloadWaits.delete(requestId);
-      this.reloadChanged();
+      this.reloadChanged('waits');
     };
     // Once it starts, its own generation holds the id (and the cancel) until it ends.
     void waited.then(forget, forget);

@@ -9,12 +9,13 @@ import {
   Header,
   INSPECTOR_TOGGLE_ID,
   MODEL_PICKER_ID,
+  narrowWindow,
   SIDEBAR_TOGGLE_ID,
   useInspectorShown,
 } from './Header';
 import { Inspector } from './Inspector';
 import { ModelsView } from './ModelsView';
-import { narrowWindow, ThreadList } from './ThreadList';
+import { ThreadList } from './ThreadList';
 
 function hasFiles(e: DragEvent): boolean {
   return Array.from(e.dataTransfer?.types ?? []).includes('Files');

@@ -6,7 +6,7 @@ import { useEffect, useLayoutEffect, useRef, useState } from 'react';
 import { useShallow } from 'zustand/react/shallow';
 import type { Attachment, Thread } from '../../shared/api';
 import { useApp, useBridge } from '../bridge/context';
-import { attachmentFrom, MAX_ATTACHMENTS } from '../lib/attachments';
+import { attachmentBytes, attachmentFrom, MAX_ATTACHMENTS } from '../lib/attachments';
 import { formatBytes } from '../lib/format';
 import { DraftMeasure } from './DraftMeasure';
 import { FileIcon, PaperclipIcon } from './Icons';
@@ -189,8 +189,7 @@ export function Composer({ threadId }: { threadId: string | null }) {
           {files.map((f, i) => (
             // biome-ignore lint/suspicious/noArrayIndexKey: chips are only appended or removed, and hold no state
             <span className="chip" key={i} data-testid="composer-attachment" title={f.name}>
-              <FileIcon /> {f.name}{' '}
-              <span className="muted">{formatBytes(new TextEncoder().encode(f.text).length)}</span>
+              <FileIcon /> {f.name} <span className="muted">{formatBytes(attachmentBytes(f))}</span>
               <button
                 type="button"
                 className="ghost small"

@@ -25,11 +25,14 @@ function onNarrowChange(changed: () => void): () => void {
   query?.addEventListener('change', changed);
   return () => query?.removeEventListener('change', changed);
 }
-const isNarrow = () => narrowQuery()?.matches === true;
+/** Whether the window is narrow now (NARROW_WINDOW): the chat list and the inspector are drawers. */
+export function narrowWindow(): boolean {
+  return narrowQuery()?.matches === true;
+}
 
-/** Whether the window is narrow now (NARROW_WINDOW), followed as it is resized. */
+/** narrowWindow(), followed as the window is resized. */
 export function useNarrowWindow(): boolean {
-  return useSyncExternalStore(onNarrowChange, isNarrow);
+  return useSyncExternalStore(onNarrowChange, narrowWindow);
 }
 
 /**

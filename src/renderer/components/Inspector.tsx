@@ -318,13 +318,7 @@ function RequestRow({
       data-used-bytes={r.usedBytes}
       title={r.error ? `${r.error.code}: ${r.error.message}` : r.id}
     >
-      <td className="thread" title={title ?? r.threadId}>
-        <div className="ellipsis">{title ?? (r.threadId ? r.threadId.slice(0, 8) : '—')}</div>
-        <div className="sub mono" data-testid="request-id" title={`${r.id} · ${r.modelId}`}>
-          {r.id.slice(0, 6)}
-          {showModel && <span data-testid="request-model"> · {r.modelId}</span>}
-        </div>
-      </td>
+      <WhoCell id={r.id} threadId={r.threadId} modelId={r.modelId} title={title} showModel={showModel} />
       {device !== undefined && <td className="mono">{device}</td>}
       <td>
         <span className={`state ${r.state}`}>{r.state}</span>
@@ -375,6 +369,31 @@ function RequestRow({
   );
 }
 
+/** A request's first cell: its chat over its id (and its model, when the table holds several). */
+function WhoCell({
+  id,
+  threadId,
+  modelId,
+  title,
+  showModel,
+}: {
+  id: string;
+  threadId: string | undefined;
+  modelId: string;
+  title: string | undefined;
+  showModel: boolean;
+}) {
+  return (
+    <td className="thread" title={title ?? threadId}>
+      <div className="ellipsis">{title ?? (threadId ? threadId.slice(0, 8) : '—')}</div>
+      <div className="sub mono" data-testid="request-id" title={`${id} · ${modelId}`}>
+        {id.slice(0, 6)}
+        {showModel && <span data-testid="request-model"> · {modelId}</span>}
+      </div>
+    </td>
+  );
+}
+
 /** A request sent while its model loads again: in no scheduler yet, it reserves nothing until the load is in. */
 function ReloadWaitRow({
   w,
@@ -394,13 +413,7 @@ function ReloadWaitRow({
       data-state="reload-wait"
       title={`${w.requestId}: sent while ${w.modelId} loads again; it reserves nothing until that load is in, then it is admitted as if sent then`}
     >
-      <td className="thread" title={title ?? w.threadId}>
-        <div className="ellipsis">{title ?? (w.threadId ? w.threadId.slice(0, 8) : '—')}</div>
-        <div className="sub mono" data-testid="request-id">
-          {w.requestId.slice(0, 6)}
-          {showModel && <span data-testid="request-model"> · {w.modelId}</span>}
-        </div>
-      </td>
+      <WhoCell id={w.requestId} threadId={w.threadId} modelId={w.modelId} title={title} showModel={showModel} />
       {several && <td className="mono">—</td>}
       <td>
         <span className="state reload-wait">waiting</span>

@@ -7,6 +7,7 @@ import { memo, type ReactNode, useDeferredValue, useEffect, useMemo, useRef, use
 import { useShallow } from 'zustand/react/shallow';
 import type { StoredMessage, TokenProbability } from '../../shared/api';
 import { useApp, useBridge } from '../bridge/context';
+import { attachmentBytes } from '../lib/attachments';
 import { exactBytes, formatBytes, formatInteger, formatMs, formatRate } from '../lib/format';
 import { SKIPPED_ANSWER } from '../lib/mcp-tools';
 import { type QueueWait, queueWait } from '../lib/queue-wait';
@@ -876,7 +877,7 @@ function SentFiles({ files }: { files: NonNullable<StoredMessage['attachments']>
             title={open === i ? 'Hide the file' : 'Show the file as the model read it'}
             onClick={() => setOpen(open === i ? null : i)}
           >
-            <FileIcon /> {a.name} <span className="muted">{formatBytes(new TextEncoder().encode(a.text).length)}</span>
+            <FileIcon /> {a.name} <span className="muted">{formatBytes(attachmentBytes(a))}</span>
           </button>
         ))}
       </div>

@@ -65,6 +65,7 @@ function RunWith({ spec, loaded, busy, onLoad }: LoadControlProps) {
   const graphVariants = spec.graphVariants ?? [];
   const pickBackend = ortVariants.length === 0;
   const backends = useBackends(pickBackend);
+  const unusable = backends?.filter((b) => !b.usable) ?? [];
   if (loaded && ortVariants.length < 2 && graphVariants.length < 2 && !pickBackend) return null;
   const how: LoadModelRequest = {
     ...(variant !== now.variant ? { variant } : {}),
@@ -129,46 +130,27 @@ function RunWith({ spec, loaded, busy, onLoad }: LoadControlProps) {
           </select>
         </label>
       )}
-      {loaded && changed && (
+      {(!loaded || changed) && (
         <button
           type="button"
           className="primary"
-          data-testid="model-reload"
+          data-testid={loaded ? 'model-reload' : 'model-load'}
           disabled={busy}
           onClick={() => void onLoad(how)}
         >
-          {busy ? 'Loading…' : 'Load again with these'}
+          {busy ? 'Loading…' : loaded ? 'Load again with these' : 'Load'}
         </button>
       )}
-      {!loaded && (
-        <button
-          type="button"
-          className="primary"
-          data-testid="model-load"
-          disabled={busy}
-          onClick={() => void onLoad(how)}
-        >
-          {busy ? 'Loading…' : 'Load'}
-        </button>
-      )}
-      {backends && backends.filter((b) => !b.usable).length > 0 && (
+      {unusable.length > 0 && (
         // Why each is not usable, a click away (a disabled option's tooltip does not show in an open select).
         <details className="muted backends-missing" data-testid="model-backends-missing">
-          <summary>
-            {backends
-              .filter((b) => !b.usable)
-              .map((b) => b.name)
-              .join(', ')}{' '}
-            not usable here: why
-          </summary>
+          <summary>{unusable.map((b) => b.name).join(', ')} not usable here: why</summary>
           <ul>
-            {backends
-              .filter((b) => !b.usable)
-              .map((b) => (
-                <li key={b.name} data-testid="model-backend-why" data-backend={b.name}>
-                  <b>{b.name}</b>: {whyNotUsable(b)}
-                </li>
-              ))}
+            {unusable.map((b) => (
+              <li key={b.name} data-testid="model-backend-why" data-backend={b.name}>
+                <b>{b.name}</b>: {whyNotUsable(b)}
+              </li>
+            ))}
           </ul>
         </details>
       )}

@@ -9,7 +9,7 @@ import { useShallow } from 'zustand/react/shallow';
 import type { StoredMessage, Thread } from '../../shared/api';
 import { useApp, useAppStore, useBridge } from '../bridge/context';
 import { MAX_IMPORT_BYTES } from '../lib/thread-export';
-import { CHAT_LIST_ID, NARROW_WINDOW } from './Header';
+import { CHAT_LIST_ID, narrowWindow } from './Header';
 import { PinIcon } from './Icons';
 
 /**
@@ -33,11 +33,6 @@ export function matchingThreadIds(threads: Thread[], query: string): string[] {
   const found = (t: Thread, w: string) =>
     t.title.toLowerCase().includes(w) || t.messages.some((m) => haystack(m).includes(w));
   return threads.filter((t) => words.every((w) => found(t, w))).map((t) => t.id);
-}
-
-/** Whether the chat list is a drawer now (a narrow window). */
-export function narrowWindow(): boolean {
-  return typeof window !== 'undefined' && window.matchMedia?.(NARROW_WINDOW).matches === true;
 }
 
 /**

@@ -13,6 +13,11 @@ export const MAX_ATTACHMENT_BYTES = 2_000_000;
 /** Most files one message takes. */
 export const MAX_ATTACHMENTS = 8;
 
+/** A file's size as it was read (its text in UTF-8), for its chip. */
+export function attachmentBytes(file: Attachment): number {
+  return new TextEncoder().encode(file.text).length;
+}
+
 /** A file's bytes as an attachment, or why not (named): too big, or not UTF-8 text. */
 export function attachmentFrom(
   name: string,
