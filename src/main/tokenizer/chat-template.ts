@@ -1,4 +1,4 @@
-import { Template } from '@huggingface/jinja';
+import { Interpreter, Template } from '@huggingface/jinja';
 import { KvdeskError } from '../../shared/errors';
 import { isHarmonyTemplate } from '../../shared/reasoning';
 import type { TextTokenizer } from './text-tokenizer';
@@ -37,7 +37,27 @@ export interface RenderChatOptions {
   tools?: unknown[];
   /** More variables for the template (transformers' chat template kwargs, e.g. `enable_thinking`). */
   vars?: Record<string, unknown>;
+  /** How long and how big one render may get (default {@link TEMPLATE_LIMITS}). */
+  limits?: TemplateLimits;
 }
+
+/** What one render of a chat template may cost before kvdesk stops it. */
+export interface TemplateLimits {
+  /** Wall-clock milliseconds. */
+  ms: number;
+  /** Characters of any one string the template builds, its output included. */
+  chars: number;
+  /** Numbers one `range()` may make. */
+  rangeItems: number;
+}
+
+/**
+ * A package's template is code from the internet that runs in the host on every request, and the Jinja
+ * interpreter has no limits of its own: `range(10**9)` or two nested loops over `range(100000)` would hold the
+ * app or the server for minutes. Real templates render in milliseconds, conversations of a thousand turns
+ * included, so these leave room for a hundred times that.
+ */
+export const TEMPLATE_LIMITS: TemplateLimits = { ms: 3000, chars: 16 * 1024 * 1024, rangeItems: 100_000 };
 
 /**
  * ChatML, the template transformers used when a tokenizer had none. Used for packages without a
@@ -52,8 +72,60 @@ const FIX_PACKAGE_TEMPLATE = 'Fix the template or remove it to use the default C
 // are renamed in the parsed template to tell "the template rejects this conversation" (a request
 // problem) from "the template is broken" (a package problem).
 const RAISE = '__kvdesk_raise_exception';
+// The same for range(), which kvdesk replaces with one that refuses to make more numbers than the limit.
+const RANGE = '__kvdesk_range';
 
 class TemplateRaised extends Error {}
+
+/** A render stopped by {@link TEMPLATE_LIMITS}: the template's fault, whatever the conversation. */
+class TemplateOverLimit extends Error {}
+
+interface RenderGuard {
+  limits: TemplateLimits;
+  deadline: number;
+}
+
+/** The guard of the render running now (renders are synchronous, so there is at most one, or a nested one). */
+let activeGuard: RenderGuard | undefined;
+
+// Template.render builds its own Interpreter, so the guard wraps the prototype's evaluate (every statement and
+// expression goes through it). It counts only while one of kvdesk's renders runs.
+const evaluate = Interpreter.prototype.evaluate;
+Interpreter.prototype.evaluate = function guardedEvaluate(
+  this: Interpreter,
+  ...args: Parameters<Interpreter['evaluate']>
+): ReturnType<Interpreter['evaluate']> {
+  const guard = activeGuard;
+  if (guard === undefined) return evaluate.apply(this, args);
+  // Every call: a loop with an empty body runs all its turns between two calls.
+  if (performance.now() > guard.deadline) {
+    throw new TemplateOverLimit(`it ran for over ${guard.limits.ms / 1000} s and was stopped`);
+  }
+  const value = evaluate.apply(this, args);
+  if (typeof value.value === 'string' && value.value.length > guard.limits.chars) {
+    throw new TemplateOverLimit(
+      `it built a text of ${value.value.length.toLocaleString('en-US')} characters, over the ${guard.limits.chars.toLocaleString('en-US')} kvdesk allows`,
+    );
+  }
+  return value;
+};
+
+/** Jinja's `range()`, refusing to make more numbers than the limit before it makes any. */
+function boundedRange(limit: number) {
+  return (start: number, stop?: number, step = 1): number[] => {
+    const [from, to] = stop === undefined ? [0, start] : [start, stop];
+    if (step === 0) throw new Error('range() step must not be zero');
+    const count = Math.max(0, Math.ceil((to - from) / step));
+    if (count > limit) {
+      throw new TemplateOverLimit(
+        `range() of ${count.toLocaleString('en-US')} numbers is over the ${limit.toLocaleString('en-US')} kvdesk allows`,
+      );
+    }
+    const out: number[] = [];
+    for (let i = 0; i < count; i++) out.push(from + i * step);
+    return out;
+  };
+}
 
 /** Renders a Jinja chat template over `messages`, as transformers' apply_chat_template does. */
 export function renderChatTemplate(template: string, messages: ChatMessage[], opts: RenderChatOptions): string {
@@ -70,10 +142,15 @@ export function renderChatTemplate(template: string, messages: ChatMessage[], op
     );
   }
   renameIdentifier(compiled.parsed, 'raise_exception', RAISE);
+  renameIdentifier(compiled.parsed, 'range', RANGE);
   const harmony = isHarmonyTemplate(template);
+  const limits = opts.limits ?? TEMPLATE_LIMITS;
+  const outer = activeGuard;
+  activeGuard = { limits, deadline: performance.now() + limits.ms };
   try {
     return compiled.render({
       ...opts.vars,
+      [RANGE]: boundedRange(limits.rangeItems),
       messages: messages.map((m) => templateMessage(m, harmony)),
       ...(opts.tools ? { tools: opts.tools } : {}),
       add_generation_prompt: opts.addGenerationPrompt,
@@ -85,6 +162,13 @@ export function renderChatTemplate(template: string, messages: ChatMessage[], op
       },
     });
   } catch (err) {
+    if (err instanceof TemplateOverLimit) {
+      throw new KvdeskError(
+        'PACKAGE_INVALID',
+        `The ${source} did not finish rendering: ${err.message}. ${opts.fix ?? FIX_PACKAGE_TEMPLATE}`,
+        { source },
+      );
+    }
     if (err instanceof TemplateRaised) {
       throw new KvdeskError(
         'BAD_REQUEST',
@@ -97,6 +181,8 @@ export function renderChatTemplate(template: string, messages: ChatMessage[], op
       `The ${source} failed while rendering: ${errorMessage(err)}. ${opts.fix ?? FIX_PACKAGE_TEMPLATE}`,
       { source },
     );
+  } finally {
+    activeGuard = outer;
   }
 }
 
@@ -269,6 +355,11 @@ function renameIdentifier(node: unknown, from: string, to: string, seen = new Se
   }
   const record = node as Record<string, unknown>;
   if (record.type === 'Identifier' && record.value === from) record.value = to;
+  // `x.range` names a key of x, not the variable.
+  if (record.type === 'MemberExpression' && record.computed === false) {
+    renameIdentifier(record.object, from, to, seen);
+    return;
+  }
   for (const child of Object.values(record)) renameIdentifier(child, from, to, seen);
 }
 

@@ -70,6 +70,53 @@ describe('renderChatTemplate', () => {
     expect(err.message).toContain('Cannot call something that is not a function');
   });
 
+  describe('a template that would hold the host is stopped, and says why', () => {
+    const opts = { addGenerationPrompt: true, source: SOURCE };
+
+    it('stops a render that runs too long (two nested loops of 100 000 turns)', () => {
+      const loops = '{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}';
+      const started = performance.now();
+      const err = thrown(() =>
+        renderChatTemplate(loops, conversation, { ...opts, limits: { ms: 200, chars: 1e6, rangeItems: 1e5 } }),
+      );
+      expect(performance.now() - started).toBeLessThan(5000);
+      expect(err.code).toBe('PACKAGE_INVALID');
+      expect(err.message).toMatch(
+        /^The tokenizer_config\.json field chat_template did not finish rendering: it ran for over 0\.2 s and was stopped\. Fix the template/,
+      );
+    });
+
+    it('refuses a range() over the limit before making it', () => {
+      const err = thrown(() => renderChatTemplate('{{ range(1000000000) | length }}', conversation, opts));
+      expect(err.code).toBe('PACKAGE_INVALID');
+      expect(err.message).toContain('range() of 1,000,000,000 numbers is over the 100,000 kvdesk allows');
+    });
+
+    it('keeps range() as Jinja has it under the limit', () => {
+      const text = '{{ range(3) | join(",") }}|{{ range(1, 7, 2) | join(",") }}|{{ range(5, 0, -2) | join(",") }}';
+      expect(renderChatTemplate(text, conversation, opts)).toBe('0,1,2|1,3,5|5,3,1');
+      expect(renderChatTemplate('{{ range(5, 1) | length }}', conversation, opts)).toBe('0');
+      expect(thrown(() => renderChatTemplate('{{ range(1, 5, 0) }}', conversation, opts)).message).toContain(
+        'range() step must not be zero',
+      );
+    });
+
+    it('stops a text that grows past the limit', () => {
+      const doubling =
+        "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s }}";
+      const err = thrown(() =>
+        renderChatTemplate(doubling, conversation, { ...opts, limits: { ms: 5000, chars: 1000, rangeItems: 1e5 } }),
+      );
+      expect(err.message).toContain('it built a text of 1,024 characters, over the 1,000 kvdesk allows');
+    });
+
+    it('leaves the next render unlimited by the last one', () => {
+      const tiny = { ms: 5000, chars: 10, rangeItems: 1e5 };
+      expect(() => renderChatTemplate(DEFAULT_CHAT_TEMPLATE, conversation, { ...opts, limits: tiny })).toThrow();
+      expect(renderChatTemplate(DEFAULT_CHAT_TEMPLATE, conversation, opts)).toContain('<|im_start|>assistant');
+    });
+  });
+
   it("reports the template's own raise_exception as a request problem", () => {
     const template =
       "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}{{ m.content }}{% endfor %}";
