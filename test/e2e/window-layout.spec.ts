@@ -110,13 +110,23 @@ test('a narrow window opens on the chat: the inspector is a drawer from the head
   const inspector = app.getByTestId('inspector');
   const toggle = app.getByTestId('inspector-toggle');
   await expect(inspector).toHaveCount(0);
-  await expect(toggle).toHaveAttribute('aria-pressed', 'false');
+  await expect(toggle).toHaveAttribute('aria-expanded', 'false');
   // The chat has the window's width.
   const chat = await box(app.getByTestId('chat-view'));
   expect(chat.x + chat.width).toBeGreaterThan(795);
   await toggle.click();
   await expect(inspector).toBeVisible();
-  await expect(toggle).toHaveAttribute('aria-pressed', 'true');
+  await expect(toggle).toHaveAttribute('aria-expanded', 'true');
+  await expect(toggle).toHaveAttribute('aria-controls', 'inspector');
+  // The focus goes into the drawer: Tab reads it from its start.
+  await expect(inspector).toBeFocused();
+  await app.keyboard.press('Tab');
+  const tabbedInside = await inspector.evaluate((el) => {
+    const node = el as unknown as { contains(o: unknown): boolean; ownerDocument: { activeElement: unknown } };
+    const active = node.ownerDocument.activeElement;
+    return active !== el && node.contains(active);
+  });
+  expect(tabbedInside).toBe(true);
   const drawer = await box(inspector);
   expect(drawer.x + drawer.width).toBeLessThanOrEqual(800);
   expect(drawer.width).toBeLessThanOrEqual(420);
@@ -133,6 +143,8 @@ test('a narrow window opens on the chat: the inspector is a drawer from the head
   await app.setViewportSize({ width: 1280, height: 800 });
   await expect(inspector).toBeVisible();
   await expect(toggle).toHaveAttribute('aria-pressed', 'true');
+  await expect(toggle).not.toHaveAttribute('aria-expanded');
+  await expect(inspector).not.toBeFocused();
   await expect(app.getByTestId('inspector-backdrop')).toHaveCount(0);
 });
 
@@ -370,6 +382,9 @@ test('a number not taken says why beside its field, and the focus goes where the
   );
   await expect(app.getByTestId('setting-error-maxNewTokens')).toHaveText(/at least 1 .*: not taken$/);
   await expect(field).toHaveAttribute('aria-invalid', 'true');
+  // The field's name stays its label; the refusal is its description.
+  await expect(field).toHaveAccessibleName('max tokens');
+  await expect(field).toHaveAccessibleDescription(/^a whole number of tokens, at least 1 .*: not taken$/);
   await expect(app.getByTestId('settings-summary')).not.toContainText('max 0');
   // A temperature out of range, then a click elsewhere: the click's field gets the focus and what is typed (the
   // browser's own validity bubble would pull the focus back to the bad field).
@@ -393,6 +408,7 @@ test('a number not taken says why beside its field, and the focus goes where the
   expect(await field.evaluate((el) => (el as unknown as { validationMessage: string }).validationMessage)).toBe('');
   await expect(app.getByTestId('setting-error-maxNewTokens')).toHaveCount(0);
   await expect(field).toHaveAttribute('aria-invalid', 'false');
+  await expect(field).toHaveAccessibleDescription('');
 });
 
 test('scrolled up from the end, a button brings the chat back to its latest message', async ({ app, server }) => {

@@ -50,6 +50,9 @@ export function useInspectorShown(): { shown: boolean; narrow: boolean; show(ope
 /** Id of the header's inspector button (a narrow window's inspector drawer gives the focus back to it). */
 export const INSPECTOR_TOGGLE_ID = 'inspector-toggle';
 
+/** Id of the inspector (its button controls it). */
+export const INSPECTOR_ID = 'inspector';
+
 /** Id of the model picker; Ctrl/Cmd+K focuses it. */
 export const MODEL_PICKER_ID = 'model-picker';
 
@@ -249,7 +252,10 @@ export function Header() {
         id={INSPECTOR_TOGGLE_ID}
         className={inspector.shown ? 'primary' : ''}
         data-testid="inspector-toggle"
-        aria-pressed={inspector.shown}
+        // A drawer's button says whether the drawer is open; a side panel's, whether it is on.
+        {...(inspector.narrow
+          ? { 'aria-expanded': inspector.shown, 'aria-controls': INSPECTOR_ID }
+          : { 'aria-pressed': inspector.shown })}
         onClick={() => inspector.show(!inspector.shown)}
         title="Budget inspector"
       >

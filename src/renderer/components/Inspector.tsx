@@ -3,7 +3,7 @@
  * how the limit was derived, live controls, the requests and sessions behind
  * the numbers, and the scheduler's event timeline.
  */
-import { memo, useMemo, useState } from 'react';
+import { memo, useEffect, useMemo, useRef, useState } from 'react';
 import type { Thread } from '../../shared/api';
 import { PROMPT_CACHE_PREFIX } from '../../shared/prompt-cache';
 import type {
@@ -19,6 +19,7 @@ import { derivedLimitDrops, sessionsDroppedBy } from '../lib/limit-change';
 import type { TimelineEvent } from '../store/types';
 import { BudgetBar } from './BudgetBar';
 import { Bytes } from './Bytes';
+import { INSPECTOR_ID, useNarrowWindow } from './Header';
 
 function useThreadTitles(): Map<string, string> {
   const threads = useApp((s) => s.threads);
@@ -618,8 +619,21 @@ const Timeline = memo(function Timeline() {
 
 export function Inspector() {
   const snap = useApp((s) => s.snapshot);
+  const drawer = useNarrowWindow();
+  const ref = useRef<HTMLElement>(null);
+  // A narrow window's drawer opens over the chat: the focus goes into it, so Tab reads it and Esc closes it.
+  useEffect(() => {
+    if (drawer) ref.current?.focus({ preventScroll: true });
+  }, [drawer]);
   return (
-    <aside className="inspector" aria-label="Budget inspector" data-testid="inspector">
+    <aside
+      ref={ref}
+      id={INSPECTOR_ID}
+      className="inspector"
+      aria-label="Budget inspector"
+      data-testid="inspector"
+      tabIndex={drawer ? -1 : undefined}
+    >
       {snap ? (
         <>
           {snap.devices.map((d) => (

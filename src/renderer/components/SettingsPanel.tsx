@@ -1,5 +1,5 @@
 /** The open thread's settings: presets, system prompt, sampling, limits, stop strings, overflow, JSON output. */
-import { useEffect, useState } from 'react';
+import { type ReactNode, useEffect, useState } from 'react';
 import type { McpStatus, Thread } from '../../shared/api';
 import type { SamplingSettings } from '../../shared/contract';
 import { reasoningWhere } from '../../shared/reasoning';
@@ -65,6 +65,8 @@ function useFieldErrors(): [
   const check = (key: string, field: HTMLInputElement | HTMLTextAreaElement, error: string | null) => {
     field.setCustomValidity(error ?? '');
     field.setAttribute('aria-invalid', error ? 'true' : 'false');
+    if (error) field.setAttribute('aria-describedby', fieldErrorId(key));
+    else field.removeAttribute('aria-describedby');
     setErrors((was) => {
       if ((was[key] ?? null) === error) return was;
       const next = { ...was };
@@ -76,13 +78,33 @@ function useFieldErrors(): [
   return [errors, check];
 }
 
-function FieldError({ name, errors }: { name: string; errors: Record<string, string> }) {
+const fieldErrorId = (name: string) => `setting-error-${name}`;
+
+/**
+ * A field that can refuse its value: the label, then the refusal under it. The refusal is outside the label, so
+ * the field's name stays the label's (a screen reader reads the refusal as the field's description).
+ */
+function Field({
+  name,
+  errors,
+  className,
+  children,
+}: {
+  name: string;
+  errors: Record<string, string>;
+  className?: string;
+  children: ReactNode;
+}) {
   const error = errors[name];
-  if (!error) return null;
   return (
-    <span className="field-error" role="alert" data-testid={`setting-error-${name}`}>
-      {error}: not taken
-    </span>
+    <div className={className ? `field ${className}` : 'field'}>
+      {children}
+      {error && (
+        <span className="field-error" role="alert" id={fieldErrorId(name)} data-testid={fieldErrorId(name)}>
+          {error}: not taken
+        </span>
+      )}
+    </div>
   );
 }
 
@@ -271,23 +293,25 @@ function ThinkingBudget({ thread }: { thread: Thread }) {
   const bridge = useBridge();
   const [errors, check] = useFieldErrors();
   return (
-    <label title="A thinking model reasons for at most this many tokens; then kvdesk closes its reasoning and it answers. Empty: no limit but max tokens.">
-      thinking budget (tokens)
-      <input
-        type="number"
-        data-testid="setting-thinkingBudget"
-        min={0}
-        step={1}
-        placeholder="no limit"
-        defaultValue={thread.thinkingBudget ?? ''}
-        onBlur={(e) => {
-          const v = readNumber(e.target.value, { min: 0, max: 1_000_000, int: true });
-          check('thinkingBudget', e.target, v === null ? 'a whole number of tokens, 0 or more' : null);
-          if (v !== null && v !== thread.thinkingBudget) bridge.updateThreadSettings(thread.id, { thinkingBudget: v });
-        }}
-      />
-      <FieldError name="thinkingBudget" errors={errors} />
-    </label>
+    <Field name="thinkingBudget" errors={errors}>
+      <label title="A thinking model reasons for at most this many tokens; then kvdesk closes its reasoning and it answers. Empty: no limit but max tokens.">
+        thinking budget (tokens)
+        <input
+          type="number"
+          data-testid="setting-thinkingBudget"
+          min={0}
+          step={1}
+          placeholder="no limit"
+          defaultValue={thread.thinkingBudget ?? ''}
+          onBlur={(e) => {
+            const v = readNumber(e.target.value, { min: 0, max: 1_000_000, int: true });
+            check('thinkingBudget', e.target, v === null ? 'a whole number of tokens, 0 or more' : null);
+            if (v !== null && v !== thread.thinkingBudget)
+              bridge.updateThreadSettings(thread.id, { thinkingBudget: v });
+          }}
+        />
+      </label>
+    </Field>
   );
 }
 
@@ -443,47 +467,49 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
         />
       </label>
       {FIELDS.map((f) => (
-        <label key={f.key}>
-          {f.label}
+        <Field key={f.key} name={f.key} errors={errors}>
+          <label>
+            {f.label}
+            <input
+              type="number"
+              data-testid={`setting-${f.key}`}
+              min={f.min}
+              max={f.max}
+              step={f.step}
+              placeholder={f.placeholder}
+              defaultValue={(sampling[f.key] as number | undefined) ?? ''}
+              onBlur={(e) => {
+                const v = readNumber(e.target.value, f);
+                check(f.key, e.target, v === null ? `between ${f.min} and ${f.max ?? '∞'}` : null);
+                if (v !== null && v !== sampling[f.key]) setSampling(f.key, v);
+              }}
+            />
+          </label>
+        </Field>
+      ))}
+      <Field name="maxNewTokens" errors={errors}>
+        <label>
+          max tokens
           <input
             type="number"
-            data-testid={`setting-${f.key}`}
-            min={f.min}
-            max={f.max}
-            step={f.step}
-            placeholder={f.placeholder}
-            defaultValue={(sampling[f.key] as number | undefined) ?? ''}
+            data-testid="setting-maxNewTokens"
+            min={1}
+            step={1}
+            placeholder="model default"
+            defaultValue={thread.maxNewTokens ?? ''}
             onBlur={(e) => {
-              const v = readNumber(e.target.value, f);
-              check(f.key, e.target, v === null ? `between ${f.min} and ${f.max ?? '∞'}` : null);
-              if (v !== null && v !== sampling[f.key]) setSampling(f.key, v);
+              const v = readNumber(e.target.value, { min: 1, max: 1_000_000, int: true });
+              // Not taken, and it says why (as the other number fields do).
+              check(
+                'maxNewTokens',
+                e.target,
+                v === null ? 'a whole number of tokens, at least 1 (empty: the model default)' : null,
+              );
+              if (v !== null && v !== thread.maxNewTokens) bridge.updateThreadSettings(thread.id, { maxNewTokens: v });
             }}
           />
-          <FieldError name={f.key} errors={errors} />
         </label>
-      ))}
-      <label>
-        max tokens
-        <input
-          type="number"
-          data-testid="setting-maxNewTokens"
-          min={1}
-          step={1}
-          placeholder="model default"
-          defaultValue={thread.maxNewTokens ?? ''}
-          onBlur={(e) => {
-            const v = readNumber(e.target.value, { min: 1, max: 1_000_000, int: true });
-            // Not taken, and it says why (as the other number fields do).
-            check(
-              'maxNewTokens',
-              e.target,
-              v === null ? 'a whole number of tokens, at least 1 (empty: the model default)' : null,
-            );
-            if (v !== null && v !== thread.maxNewTokens) bridge.updateThreadSettings(thread.id, { maxNewTokens: v });
-          }}
-        />
-        <FieldError name="maxNewTokens" errors={errors} />
-      </label>
+      </Field>
       <label>
         greedy
         <input
@@ -515,29 +541,27 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
       <ThinkingBudget thread={thread} />
       <ReasoningEffort thread={thread} />
       <ToolsSetting thread={thread} />
-      <label
-        className="wide"
-        title="A reply ends where one of these would appear (the string itself is not shown). One per line, at most 16."
-      >
-        stop strings (one per line)
-        <textarea
-          className="mono"
-          rows={2}
-          data-testid="setting-stop"
-          defaultValue={(thread.stop ?? []).join('\n')}
-          placeholder={'e.g. ###\nUser:'}
-          onBlur={(e) => {
-            const lines = e.target.value.split('\n').filter((l) => l.length > 0);
-            const bad = lines.length > 16 || lines.some((l) => l.length > 200);
-            check('stop', e.target, bad ? 'at most 16 stop strings of at most 200 characters' : null);
-            if (bad) return;
-            const next = lines.length > 0 ? lines : undefined;
-            if (JSON.stringify(next) !== JSON.stringify(thread.stop))
-              bridge.updateThreadSettings(thread.id, { stop: next });
-          }}
-        />
-        <FieldError name="stop" errors={errors} />
-      </label>
+      <Field name="stop" errors={errors} className="wide">
+        <label title="A reply ends where one of these would appear (the string itself is not shown). One per line, at most 16.">
+          stop strings (one per line)
+          <textarea
+            className="mono"
+            rows={2}
+            data-testid="setting-stop"
+            defaultValue={(thread.stop ?? []).join('\n')}
+            placeholder={'e.g. ###\nUser:'}
+            onBlur={(e) => {
+              const lines = e.target.value.split('\n').filter((l) => l.length > 0);
+              const bad = lines.length > 16 || lines.some((l) => l.length > 200);
+              check('stop', e.target, bad ? 'at most 16 stop strings of at most 200 characters' : null);
+              if (bad) return;
+              const next = lines.length > 0 ? lines : undefined;
+              if (JSON.stringify(next) !== JSON.stringify(thread.stop))
+                bridge.updateThreadSettings(thread.id, { stop: next });
+            }}
+          />
+        </label>
+      </Field>
       <label title="Every reply is one JSON object: sampling keeps to tokens that can continue one, and the reply ends when it closes. Ask for JSON in your message too, so the model means it.">
         JSON output
         <input
@@ -559,28 +583,26 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
         />
       </label>
       {thread.responseFormat === 'json' && (
-        <label
-          className="system schema"
-          title="Structured output: every reply conforms to this JSON Schema (kvdesk's subset: see the README). Leave it empty for any JSON object."
-        >
-          JSON schema (optional)
-          <textarea
-            className="mono"
-            maxLength={100_000}
-            data-testid="setting-json-schema"
-            defaultValue={thread.jsonSchema ?? ''}
-            placeholder='{"type": "object", "properties": {"answer": {"type": "string"}}}'
-            onBlur={(e) => {
-              const text = e.target.value;
-              const problem = schemaProblem(text);
-              check('jsonSchema', e.target, problem);
-              if (problem) return;
-              const next = text.trim() === '' ? undefined : text;
-              if (next !== thread.jsonSchema) bridge.updateThreadSettings(thread.id, { jsonSchema: next });
-            }}
-          />
-          <FieldError name="jsonSchema" errors={errors} />
-        </label>
+        <Field name="jsonSchema" errors={errors} className="system schema">
+          <label title="Structured output: every reply conforms to this JSON Schema (kvdesk's subset: see the README). Leave it empty for any JSON object.">
+            JSON schema (optional)
+            <textarea
+              className="mono"
+              maxLength={100_000}
+              data-testid="setting-json-schema"
+              defaultValue={thread.jsonSchema ?? ''}
+              placeholder='{"type": "object", "properties": {"answer": {"type": "string"}}}'
+              onBlur={(e) => {
+                const text = e.target.value;
+                const problem = schemaProblem(text);
+                check('jsonSchema', e.target, problem);
+                if (problem) return;
+                const next = text.trim() === '' ? undefined : text;
+                if (next !== thread.jsonSchema) bridge.updateThreadSettings(thread.id, { jsonSchema: next });
+              }}
+            />
+          </label>
+        </Field>
       )}
       <div className="hint">Empty fields use the model package's defaults. The same seed gives the same reply.</div>
     </div>
