@@ -66,3 +66,20 @@ export function withKeptTemplate(spec: ModelSpec, template: string | null | unde
     return spec;
   }
 }
+
+/** What a chat template decides in a spec (and the warnings, which are read with it). */
+const TEMPLATE_FIELDS = new Set<string>(['chatTemplate', 'chatTemplateEdited', 'reasoning', 'warnings']);
+
+/**
+ * Whether two reads of a package differ in their chat template only: the engine runs the same graph on the same
+ * backend, so a model loaded as `a` can take `b`'s template without loading again.
+ */
+export function differsOnlyInTemplate(a: ModelSpec, b: ModelSpec): boolean {
+  const rest = (spec: ModelSpec) =>
+    JSON.stringify(
+      Object.entries(spec)
+        .filter(([key, value]) => !TEMPLATE_FIELDS.has(key) && value !== undefined)
+        .sort(([x], [y]) => (x < y ? -1 : 1)),
+    );
+  return rest(a) === rest(b);
+}

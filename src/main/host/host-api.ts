@@ -276,8 +276,10 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     // A person's load: not under replies that run on the model (a request's load on first use is of one not loaded).
     const whileIdle = jit === undefined;
     let info: Awaited<ReturnType<RunnerService['loadModel']>>;
+    // A change of chat template alone: the model takes it without loading again (when nothing else differs).
+    const templateOnly = Object.keys(named).length === 1 && 'chatTemplate' in named;
     try {
-      info = await runner.loadModel(dir, { ...pick, whileIdle });
+      info = await runner.loadModel(dir, { ...pick, whileIdle, templateOnly });
     } catch (err) {
       const problem = toErrorInfo(err);
       let retry: LoadModelRequest;

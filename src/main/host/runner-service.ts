@@ -65,7 +65,7 @@ import {
   toolCallFormat,
   toolChatTurns,
 } from '../tokenizer/tool-calls';
-import { withChatTemplate } from './chat-template-pick';
+import { differsOnlyInTemplate, withChatTemplate } from './chat-template-pick';
 import { dropOldest } from './context-fit';
 import { deriveHostDeviceBudget } from './device-budgets';
 import { EngineClient } from './engine-client';
@@ -578,6 +578,12 @@ export class RunnerService {
       whileIdle?: boolean;
       /** A chat template of the person's own instead of the package's (checked before anything loads). */
       chatTemplate?: string | null;
+      /**
+       * Only the chat template changes: a model loaded from the same graph, variant and backend keeps its engine
+       * session and its sessions' KV (the host renders prompts), and takes the template at once, even while
+       * replies run (each keeps the prompt it was given).
+       */
+      templateOnly?: boolean;
     } = {},
   ): Promise<ModelInfo> {
     const started = this.now();
@@ -604,6 +610,13 @@ export class RunnerService {
     // Loaded again (another variant, another backend): the person's load waits for no reply, and none starts on
     // the model until the new load is in (both checked here, with no wait between: generate registers at once).
     const previous = this.models.get(id);
+    if (options.templateOnly === true && previous !== undefined && !this.reloading.has(id)) {
+      const swapped = { ...spec, id };
+      if (differsOnlyInTemplate(previous.spec, swapped)) {
+        this.models.set(id, { ...previous, spec: swapped });
+        return { id, spec: swapped, loadMs: previous.loadMs, logits: previous.logits };
+      }
+    }
     const guarded = previous !== undefined && options.whileIdle === true;
     if (guarded && this.reloading.has(id)) {
       throw new KvdeskError('BAD_REQUEST', `model ${id} is loading again already: load it once that load is in`, {

@@ -217,7 +217,7 @@ function ChatTemplate({ spec, loaded, busy, onLoad }: LoadControlProps) {
           disabled={busy || loading || draft.trim() === '' || draft === current}
           onClick={() => void load()}
         >
-          {loaded ? 'Load again with this template' : 'Load with this template'}
+          {loaded ? 'Use this template' : 'Load with this template'}
         </button>
         <button
           type="button"
@@ -239,7 +239,8 @@ function ChatTemplate({ spec, loaded, busy, onLoad }: LoadControlProps) {
           </button>
         )}
         <span className="muted">
-          Jinja, as transformers renders it (messages, add_generation_prompt, tools…); checked before it loads
+          Jinja, as transformers renders it (messages, add_generation_prompt, tools…); checked before it is{' '}
+          {loaded ? 'used (the model does not load again)' : 'loaded'}
         </span>
       </div>
       {preview && (

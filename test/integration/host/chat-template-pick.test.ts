@@ -7,7 +7,7 @@
 import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
 import { createHostApi, type HostApi } from '../../../src/main/host/host-api';
 import { RunnerService } from '../../../src/main/host/runner-service';
 import { defaultModelDir } from '../../helpers/fixtures';
@@ -103,6 +103,59 @@ describe('a chat template of the person’s own', () => {
     expect(again.runner.measurePrompt({ model: 'mine', messages: ASK }).promptTokens).toBe(packaged);
     const relisted = await again.call('listLibrary', {});
     expect(relisted.ok && relisted.value.find((e) => e.id === 'mine')?.load).toBeUndefined();
+  });
+
+  it('a change of template alone is taken without loading again: the kept KV stays, and a running reply goes on', async () => {
+    const dataDir = await tmp();
+    const dir = path.join(dataDir, 'swap');
+    await cp(defaultModelDir, dir, { recursive: true });
+    const api = await makeApi(dataDir);
+    const engineLoads = vi.spyOn(api.runner.engine, 'load');
+    expect((await api.call('loadModel', { path: dir })).ok).toBe(true);
+    expect(engineLoads).toHaveBeenCalledTimes(1);
+    const promptTokens = () => api.runner.measurePrompt({ model: 'swap', messages: ASK }).promptTokens;
+    const packaged = promptTokens();
+    // A session keeps its KV; a reply runs.
+    await api.runner.generate({ model: 'swap', promptIds: [5, 6, 7], maxNewTokens: 2, sessionId: 'kept' }).result;
+    const held = () =>
+      api.runner
+        .snapshot()
+        .devices.flatMap((d) => d.sessions)
+        .some((x) => x.sessionId === 'kept');
+    expect(held()).toBe(true);
+    let streaming: () => void = () => {};
+    const firstTokens = new Promise<void>((resolve) => {
+      streaming = resolve;
+    });
+    const running = api.runner.generate(
+      { model: 'swap', messages: ASK, maxNewTokens: 200, sampling: { greedy: true } },
+      (f) => f.type === 'tokens' && streaming(),
+    );
+    await firstTokens;
+
+    const swapped = await api.call('loadModel', { path: dir, chatTemplate: MINE });
+    if (!swapped.ok) throw new Error(swapped.error.message);
+    expect(swapped.value.spec).toMatchObject({
+      chatTemplate: MINE,
+      chatTemplateEdited: true,
+      reasoning: { open: '<think>' },
+    });
+    expect(engineLoads).toHaveBeenCalledTimes(1);
+    expect(promptTokens()).not.toBe(packaged);
+    expect(held()).toBe(true);
+    // (It was running when the template changed: a load again would have been refused while it ran.)
+    expect((await running.result).finishReason).toBe('length');
+    const listed = await api.call('listModels', {});
+    expect(listed.ok && listed.value.find((m) => m.id === 'swap')?.spec.chatTemplateEdited).toBe(true);
+
+    // Back to the package's: the same.
+    expect((await api.call('loadModel', { path: dir, chatTemplate: null })).ok).toBe(true);
+    expect(engineLoads).toHaveBeenCalledTimes(1);
+    expect(promptTokens()).toBe(packaged);
+    // A load that names anything else loads again (and drops the KV computed by the old session).
+    expect((await api.call('loadModel', { path: dir, backend: 'cpu' })).ok).toBe(true);
+    expect(engineLoads).toHaveBeenCalledTimes(2);
+    expect(held()).toBe(false);
   });
 
   it('a kept variant gone: the template stays; a kept template that no longer renders: the variant stays', async () => {
