@@ -41,12 +41,13 @@ test('a reply sent while its model loads again waits for the load, says so, and 
   await page.getByTestId('model-picker').selectOption('mine');
   if (!(await page.getByTestId('inspector').isVisible())) await page.getByTestId('inspector-toggle').click();
 
-  // Another front end loads the model again; the engine holds that load until the test lets it go.
+  // Another front end loads the model again (a backend named with a template: a template alone is taken without a
+  // load); the engine holds that load until the test lets it go.
   writeFileSync(hold, '');
   const loading = wsCall(
     server,
     'loadModel',
-    { path: path.join(root, 'mine'), chatTemplate: TEMPLATE },
+    { path: path.join(root, 'mine'), chatTemplate: TEMPLATE, backend: 'cpu' },
     undefined,
     120_000,
   );
