@@ -31,6 +31,7 @@ function summary(thread: Thread | undefined): string {
   const s = thread?.sampling ?? {};
   const parts: string[] = [];
   if (s.greedy) parts.push('greedy');
+  else if (s.greedy === false) parts.push('sampled');
   parts.push(`temp ${s.temperature ?? 'default'}`);
   if (s.topP !== undefined) parts.push(`top-p ${s.topP}`);
   if (s.topK !== undefined) parts.push(`top-k ${s.topK}`);
@@ -121,6 +122,10 @@ export function Composer({ threadId }: { threadId: string | null }) {
   useLayoutEffect(() => {
     if (ref.current) fitHeight(ref.current);
   }, [text, placeholder]);
+  // The window opens ready to type (where nothing else took the focus first).
+  useEffect(() => {
+    if (document.activeElement === document.body || document.activeElement === null) ref.current?.focus();
+  }, []);
   useEffect(() => {
     const el = ref.current;
     if (!el || typeof ResizeObserver === 'undefined') return;
@@ -302,8 +307,11 @@ export function Composer({ threadId }: { threadId: string | null }) {
           type="button"
           className="ghost"
           data-testid="settings-toggle"
-          onClick={() => setOpen(!open)}
-          disabled={!thread}
+          // No chat yet (a first start): the settings are a new chat's, made for them.
+          onClick={() => {
+            if (!thread) bridge.newThread();
+            setOpen(!thread || !open);
+          }}
         >
           {open ? 'hide settings' : 'system & sampling…'}
         </button>

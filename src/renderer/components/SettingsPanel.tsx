@@ -2,6 +2,7 @@
 import { type ReactNode, useEffect, useState } from 'react';
 import type { McpStatus, Thread } from '../../shared/api';
 import type { SamplingSettings } from '../../shared/contract';
+import type { SearchDefaults } from '../../shared/model-spec';
 import { reasoningWhere } from '../../shared/reasoning';
 import { useApp, useBridge } from '../bridge/context';
 import { schemaProblem } from '../bridge/prompt';
@@ -37,6 +38,17 @@ const FIELDS: NumField[] = [
   { key: 'presencePenalty', label: 'presence penalty', min: -2, max: 2, step: 0.1, placeholder: '0' },
   { key: 'seed', label: 'seed', min: 0, step: 1, int: true, placeholder: 'random' },
 ];
+
+/**
+ * What an empty field means: the model package's default where it sets one (generation_config.json), else
+ * kvdesk's, as the host resolves them.
+ */
+function emptyMeans(f: NumField, search: SearchDefaults | undefined): string {
+  if (f.key === 'temperature' && search?.doSample === false) return 'greedy';
+  const packaged = search?.[f.key as keyof SearchDefaults];
+  if (typeof packaged !== 'number') return f.placeholder;
+  return f.key === 'topK' && packaged === 0 ? '0 (off)' : String(packaged);
+}
 
 /** Reads a number box: empty means "model default" (undefined); out-of-range values are clamped by the host's schema, so refuse them here. */
 function readNumber(text: string, f: Pick<NumField, 'min' | 'max' | 'int'>): number | undefined | null {
@@ -363,6 +375,11 @@ function ToolsSetting({ thread }: { thread: Thread }) {
         tools (MCP)
       </legend>
       {error && <div className="note">{error}</div>}
+      {status?.blocked && (
+        <div className="note" data-testid="mcp-blocked">
+          {status.blocked}
+        </div>
+      )}
       {status?.error && (
         <div className="note" data-testid="mcp-config-error">
           {status.error}
@@ -376,6 +393,8 @@ function ToolsSetting({ thread }: { thread: Thread }) {
               type="checkbox"
               data-testid="mcp-server-toggle"
               checked={chosen.includes(name)}
+              // Where no tool can run, one chosen can still be turned off.
+              disabled={status?.blocked !== undefined && !chosen.includes(name)}
               onChange={(e) => toggle(name, e.target.checked)}
             />
             <span className="mono">{name}</span>
@@ -445,6 +464,9 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
   const bridge = useBridge();
   const [errors, check] = useFieldErrors();
   const sampling = thread.sampling ?? {};
+  // What empty fields mean comes from the model replies go to.
+  const search = useApp((s) => s.models.find((m) => m.id === s.activeModelId)?.spec.search);
+  const greedyByDefault = search?.doSample === false && sampling.temperature === undefined;
   const setSampling = (key: keyof SamplingSettings, value: number | boolean | undefined) => {
     const next: SamplingSettings = { ...sampling };
     if (value === undefined) delete next[key];
@@ -459,7 +481,7 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
         <textarea
           data-testid="system-prompt"
           defaultValue={thread.systemPrompt ?? ''}
-          placeholder="You are a helpful assistant."
+          placeholder="None. For example: You are a helpful assistant."
           onBlur={(e) => {
             if (e.target.value !== (thread.systemPrompt ?? ''))
               bridge.updateThreadSettings(thread.id, { systemPrompt: e.target.value });
@@ -476,7 +498,7 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
               min={f.min}
               max={f.max}
               step={f.step}
-              placeholder={f.placeholder}
+              placeholder={emptyMeans(f, search)}
               defaultValue={(sampling[f.key] as number | undefined) ?? ''}
               onBlur={(e) => {
                 const v = readNumber(e.target.value, f);
@@ -495,7 +517,7 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
             data-testid="setting-maxNewTokens"
             min={1}
             step={1}
-            placeholder="model default"
+            placeholder={search?.maxNewTokens !== undefined ? String(search.maxNewTokens) : 'model default'}
             defaultValue={thread.maxNewTokens ?? ''}
             onBlur={(e) => {
               const v = readNumber(e.target.value, { min: 1, max: 1_000_000, int: true });
@@ -510,13 +532,20 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
           />
         </label>
       </Field>
-      <label>
-        greedy
+      <label
+        title={
+          greedyByDefault
+            ? "The model's package asks for greedy decoding (do_sample false): its replies are greedy unless a temperature is set here."
+            : 'Always the likeliest token: the same reply every time.'
+        }
+      >
+        {greedyByDefault ? "greedy (the model's default)" : 'greedy'}
         <input
           type="checkbox"
           data-testid="setting-greedy"
-          checked={sampling.greedy === true}
-          onChange={(e) => setSampling('greedy', e.target.checked ? true : undefined)}
+          checked={sampling.greedy ?? greedyByDefault}
+          // What the model does anyway is kept as empty; the other way is said.
+          onChange={(e) => setSampling('greedy', e.target.checked === greedyByDefault ? undefined : e.target.checked)}
         />
       </label>
       <label
