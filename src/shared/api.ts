@@ -306,6 +306,8 @@ export interface McpServerStatus {
 export interface McpStatus {
   configPath: string;
   error?: string;
+  /** Why this front end runs no tools (a page served without a token), when it runs none. */
+  blocked?: string;
   servers: McpServerStatus[];
 }
 

@@ -144,19 +144,32 @@ test("a chat's MCP tools: the model's call waits for Run, the tool answers, the 
 
 test('a page served without a token may not run tools, and says how to', async ({ page }) => {
   const dataDir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-e2e-tools-open-'));
-  writeFileSync(path.join(dataDir, 'mcp.json'), JSON.stringify({ mcpServers: { calc: { command: 'true' } } }));
+  const servers = { calc: { command: 'true' }, other: { command: 'true' } };
+  writeFileSync(path.join(dataDir, 'mcp.json'), JSON.stringify({ mcpServers: servers }));
   const open = await startServe([], 90_000, undefined, dataDir);
   try {
+    // A chat that took calc's tools where they could run (a page with a token, the desktop window).
+    const now = Date.now();
+    const id = `t-tools-open-${now}`;
+    const chat = { id, title: 'Tools elsewhere', createdAt: now, updatedAt: now, messages: [], mcpServers: ['calc'] };
+    expect((await wsCall(open, 'saveThread', chat)).ok).toBe(true);
     await page.goto(open.url);
     await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
-    await newChat(page);
+    await page.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click();
+    // The tools settings say at once that this page runs none; a server not chosen cannot be, the chosen one can
+    // still be turned off.
     await page.getByTestId('settings-toggle').click();
-    await page.locator('[data-testid="mcp-server"][data-server="calc"]').getByTestId('mcp-server-toggle').check();
+    await expect(page.getByTestId('mcp-blocked')).toContainText('served without a token');
+    await expect(page.getByTestId('mcp-blocked')).toContainText('kvdesk serve --token SECRET');
+    const toggle = (name: string) =>
+      page.locator(`[data-testid="mcp-server"][data-server="${name}"]`).getByTestId('mcp-server-toggle');
+    await expect(toggle('other')).toBeDisabled();
+    await expect(toggle('calc')).toBeChecked();
+    await expect(toggle('calc')).toBeEnabled();
     await page.getByTestId('settings-toggle').click();
+    // Sent anyway: the notice says why, and the turn goes on without tools.
     await send(page, 'Hi');
     await expect(page.getByTestId('notice')).toContainText('served without a token');
-    await expect(page.getByTestId('notice')).toContainText('kvdesk serve --token SECRET');
-    // The turn goes on without tools.
     await expect(lastReply(page)).toHaveAttribute('data-state', /done|cancelled/, { timeout: 60_000 });
     await expect(lastReply(page).getByTestId('tool-call')).toHaveCount(0);
   } finally {

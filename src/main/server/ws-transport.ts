@@ -31,6 +31,10 @@ export interface WsTransport {
 /** Calls that make the host run programs as the person (MCP servers and their tools). */
 const TOOL_CALLS = new Set(['mcpStart', 'mcpCall']);
 
+/** Why a page served without a token runs no tools (said in its tools settings, and to a call refused). */
+const TOOLS_NEED_A_TOKEN =
+  'MCP tools run programs as you, and this page is served without a token (any program or user on this computer could run them): start `kvdesk serve --token SECRET` and open the address it prints, turn on the desktop window’s API key (Models view → API server), or use the desktop window.';
+
 /**
  * Creates the transport; host events are subscribed while at least one socket is open. `toolsAllowed` (a server
  * with a token): the MCP calls are answered; without a token any program or user on this computer could make
@@ -115,12 +119,22 @@ export function createWsTransport(
             return;
           }
           if (TOOL_CALLS.has(msg.name) && opts.toolsAllowed !== true) {
-            const message =
-              'MCP tools run programs as you, and this page is served without a token (any program or user on this computer could run them): start `kvdesk serve --token SECRET` and open the address it prints, turn on the desktop window’s API key (Models view → API server), or use the desktop window.';
-            send(ws, { t: 'result', id, result: { ok: false, error: { code: 'BAD_REQUEST', message } } });
+            const error = { code: 'BAD_REQUEST' as const, message: TOOLS_NEED_A_TOKEN };
+            send(ws, { t: 'result', id, result: { ok: false, error } });
             return;
           }
-          void hostApi.call(msg.name as CallName, msg.request).then((result) => send(ws, { t: 'result', id, result }));
+          void hostApi.call(msg.name as CallName, msg.request).then((result) => {
+            // The tools settings say at once that this page runs none (before a chat counts on them).
+            if (msg.name === 'mcpStatus' && result.ok && opts.toolsAllowed !== true) {
+              send(ws, {
+                t: 'result',
+                id,
+                result: { ok: true, value: { ...result.value, blocked: TOOLS_NEED_A_TOKEN } },
+              });
+              return;
+            }
+            send(ws, { t: 'result', id, result });
+          });
           return;
         }
         case 'generate': {
