@@ -54,7 +54,7 @@ export interface HostApi {
   generate(
     request: unknown,
     onFrame: (f: StreamFrame) => void,
-  ): { requestId: string; cancel(reason?: 'user' | 'disconnect'): void };
+  ): { requestId: string; cancel(reason?: 'user' | 'disconnect' | 'shutdown'): void };
   /** Browser drop: writes the files atomically into the model library, validates and loads. */
   importFiles(upload: { name: string; files: Array<{ path: string; data: Uint8Array }> }): Promise<Result<ModelInfo>>;
   /** Electron drop / dialog: loads a package folder by path. */

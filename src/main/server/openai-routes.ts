@@ -150,6 +150,21 @@ export function serveCompletion(
   });
 }
 
+/** A generation an HTTP response is streaming or waiting for, and how to stop it. */
+export interface LiveGeneration {
+  res: ServerResponse;
+  cancel(reason: 'shutdown'): void;
+  /** Settles when the response is complete or its client gone. */
+  over: Promise<void>;
+}
+
+/**
+ * The HTTP requests' generations in flight, of every server of this process: a server that stops cancels its own
+ * (reason 'shutdown', which the client reads as a retryable 503 or a stream's last error event) before it cuts
+ * their connections.
+ */
+export const liveGenerations = new Set<LiveGeneration>();
+
 /**
  * Runs one host generation for an HTTP request (loading a library package it names first, see
  * HostApi.ensureModel); resolves when the response is complete (the handler called
@@ -173,42 +188,51 @@ export async function runGeneration(
     if (!res.headersSent && !res.destroyed) sendError(res, errorFromInfo(toErrorInfo(err)));
     return;
   }
-  return new Promise<void>((resolve) => {
-    let over = false;
-    const finish = () => {
-      over = true;
-      resolve();
-    };
-    let handle: { cancel(reason?: 'user' | 'disconnect'): void } | null = null;
-    let cancelOnStart = false;
-    const onFrame = (frame: StreamFrame) => {
-      if (over) return;
-      try {
-        handleFrame(frame, finish);
-      } catch (err) {
-        // The host swallows errors thrown by a frame sink, so a failure here must answer the client itself.
-        const live = !over && frame.type !== 'done' && frame.type !== 'error';
-        finish();
-        if (!res.headersSent) sendError(res, errorFromInfo(toErrorInfo(err)));
-        else res.destroy();
-        if (live) {
-          if (handle) handle.cancel('disconnect');
-          else cancelOnStart = true;
-        }
-      }
-    };
-    const h = hostApi.generate(request, onFrame);
-    handle = h;
-    if (cancelOnStart) h.cancel('disconnect');
-    res.on('close', () => {
-      if (over) return;
-      finish();
-      h.cancel('disconnect');
-    });
-    // The socket may already be gone (a client that sent its body and left at once).
-    if (req.socket.destroyed && !over) {
-      finish();
-      h.cancel('disconnect');
-    }
+  let resolve!: () => void;
+  const done = new Promise<void>((r) => {
+    resolve = r;
   });
+  let live: LiveGeneration | undefined;
+  let over = false;
+  const finish = () => {
+    over = true;
+    if (live) liveGenerations.delete(live);
+    resolve();
+  };
+  let handle: { cancel(reason?: 'user' | 'disconnect' | 'shutdown'): void } | null = null;
+  let cancelOnStart = false;
+  const onFrame = (frame: StreamFrame) => {
+    if (over) return;
+    try {
+      handleFrame(frame, finish);
+    } catch (err) {
+      // The host swallows errors thrown by a frame sink, so a failure here must answer the client itself.
+      const running = !over && frame.type !== 'done' && frame.type !== 'error';
+      finish();
+      if (!res.headersSent) sendError(res, errorFromInfo(toErrorInfo(err)));
+      else res.destroy();
+      if (running) {
+        if (handle) handle.cancel('disconnect');
+        else cancelOnStart = true;
+      }
+    }
+  };
+  const h = hostApi.generate(request, onFrame);
+  handle = h;
+  if (cancelOnStart) h.cancel('disconnect');
+  if (!over) {
+    live = { res, cancel: (reason) => h.cancel(reason), over: done };
+    liveGenerations.add(live);
+  }
+  res.on('close', () => {
+    if (over) return;
+    finish();
+    h.cancel('disconnect');
+  });
+  // The socket may already be gone (a client that sent its body and left at once).
+  if (req.socket.destroyed && !over) {
+    finish();
+    h.cancel('disconnect');
+  }
+  return done;
 }

@@ -34,7 +34,7 @@ import {
   serveOllamaVersion,
   servePull,
 } from './ollama-routes';
-import { serveCompletion } from './openai-routes';
+import { liveGenerations, serveCompletion } from './openai-routes';
 import { serveResponse } from './responses-routes';
 import { type AccessPolicy, checkAccess, isLoopback, liveAllowedHosts } from './security';
 import { PAGE_HEADERS, serveStatic } from './static-files';
@@ -77,6 +77,8 @@ export interface RunningServer {
 }
 
 const GIB = 1024 ** 3;
+/** How long a stopping server waits for its generations to write their last words before it cuts them. */
+const SHUTDOWN_GRACE_MS = 2000;
 /** A base64 string of a JSON upload lives in one JS string; V8 caps those near 512 MiB. */
 const MAX_JSON_UPLOAD_BYTES = 256 * 1024 ** 2;
 
@@ -387,6 +389,13 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     });
   });
 
+  /** This server's connections (a stop ends the generations of its own, not another server's). */
+  const connections = new Set<Duplex>();
+  server.on('connection', (socket) => {
+    connections.add(socket);
+    socket.once('close', () => connections.delete(socket));
+  });
+
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     const refuse = (status: number, reason: string, body: unknown) => {
       const text = JSON.stringify(body);
@@ -444,7 +453,14 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       closed ??= (async () => {
         const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
         await ws.close();
-        // Streams in flight see their sockets close and cancel their requests ('disconnect').
+        // Generations in flight over HTTP end first, as a shutdown: a stream writes its last event (an error the
+        // client may retry), an answer not begun is a retryable 503. Then what is left is cut.
+        const ours = [...liveGenerations].filter((g) => g.res.socket !== null && connections.has(g.res.socket));
+        for (const g of ours) g.cancel('shutdown');
+        await Promise.race([
+          Promise.all(ours.map((g) => g.over)),
+          new Promise((resolve) => setTimeout(resolve, SHUTDOWN_GRACE_MS).unref()),
+        ]);
         server.closeAllConnections();
         await stopped;
       })();

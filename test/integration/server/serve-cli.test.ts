@@ -225,7 +225,7 @@ describe('serve (in-process)', () => {
 });
 
 describe('closing the server', () => {
-  it('ends streams in flight, which cancels their requests (disconnect) and returns their bytes', async () => {
+  it('ends streams in flight as a shutdown (shutdown.test.ts), which returns their bytes', async () => {
     const t = await startTestServer({ kvBudgetBytes: 4 * 1024 * 1024 });
     // The reply's end waits for the server's cancel (holdReplyEnds): it is still streaming when the server closes.
     const held = holdReplyEnds(t.runner.engine);
@@ -258,7 +258,7 @@ describe('closing the server', () => {
         (s) => s.running.length === 0,
       );
       expect(snap.reservedBytes).toBe(0);
-      expect(snap.recent[snap.recent.length - 1]).toMatchObject({ state: 'cancelled', endReason: 'disconnect' });
+      expect(snap.recent[snap.recent.length - 1]).toMatchObject({ state: 'cancelled', endReason: 'shutdown' });
       expect(held.cancelled).toEqual([snap.recent[snap.recent.length - 1]?.id]);
     } finally {
       held.restore();

@@ -1,0 +1,77 @@
+/**
+ * A server that stops (`kvdesk serve` on Ctrl+C, the desktop window's API server turned off) ends the generations
+ * in flight over HTTP as a shutdown before it cuts their connections: a stream writes its last event, an error the
+ * client may retry, and closes cleanly; a request not answered yet gets a retryable 503. A generation of another
+ * front end (the window, over the same host) goes on.
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import type { StreamFrame } from '../../../src/shared/contract';
+import { noEndBias } from '../../helpers/hold-replies';
+import { eventually, startTestServer, type TestServer } from './server-helpers';
+
+let t: TestServer | undefined;
+afterEach(async () => {
+  await t?.close();
+  t = undefined;
+});
+
+const long = { model: 'default', max_tokens: 2000, logit_bias: noEndBias() };
+
+describe('a server that stops', () => {
+  it("ends its streams with a retryable error event, answers a waiting request 503, and leaves others' replies", async () => {
+    t = await startTestServer();
+    const server = t;
+    await server.hostApi.call('configureBudget', { maxRunning: 1 });
+    // A stream that has begun.
+    const streamed = await fetch(`${server.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ ...long, messages: [{ role: 'user', content: 'hi' }], stream: true }),
+    });
+    expect(streamed.status).toBe(200);
+    const reader = (streamed.body as ReadableStream<Uint8Array>).getReader();
+    const decoder = new TextDecoder();
+    let text = decoder.decode((await reader.read()).value);
+    // One queued behind it, not answered yet.
+    const queued = fetch(`${server.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ ...long, prompt: 'Once' }),
+    });
+    await eventually(
+      async () => server.runner.snapshot(),
+      (s) => s.queue.length === 1,
+    );
+    // A reply of another front end on the same host (the window's).
+    const frames: StreamFrame[] = [];
+    const windowReply = server.hostApi.generate(
+      { model: 'default', promptIds: [5, 6, 7], maxNewTokens: 3, sampling: { greedy: true } },
+      (f) => frames.push(f),
+    );
+
+    await server.server.close();
+
+    for (;;) {
+      const chunk = await reader.read();
+      if (chunk.done) break;
+      text += decoder.decode(chunk.value);
+    }
+    const events = text
+      .split('\n\n')
+      .filter((e) => e.startsWith('data: '))
+      .map((e) => e.slice('data: '.length));
+    const last = JSON.parse(events[events.length - 1] as string) as { error: { code: string; message: string } };
+    expect(last.error.code).toBe('cancelled');
+    expect(last.error.message).toMatch(/shut/i);
+    const waiting = await queued;
+    expect(waiting.status).toBe(503);
+    expect(waiting.headers.get('x-should-retry')).toBe('true');
+    // The host's other reply was not this server's to end.
+    await eventually(
+      async () => frames,
+      (f) => f.some((x) => x.type === 'done' || x.type === 'error'),
+    );
+    expect(frames.at(-1)).toMatchObject({ type: 'done' });
+    expect(windowReply.requestId).toBeTruthy();
+  });
+});
