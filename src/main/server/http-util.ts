@@ -188,16 +188,15 @@ function clientMessage(message: string, field: string | undefined, param: string
     .replace(/\btoolChoice \(tool_choice\)/g, 'tool_choice')
     .replace(/\bsampling\.logitBias \(logit_bias\)/g, 'logit_bias')
     .replace(/\(responseFormat \/ jsonSchema\)/g, `(${JSON_OUTPUT[api]})`)
+    .replace(/\bjsonSchema \(json_schema\.schema\)/g, `${JSON_OUTPUT[api]}${api === 'chat' ? '.json_schema' : ''}.schema`)
     // A tool's schema where each API keeps it (the Responses API keeps it on the tool itself).
     .replace(/\btools\[(\d+)\]\.parameters\b/g, (_, i: string) => `tools[${i}].${TOOL_SCHEMA[api]}`)
     // The contract's names of the other fields a tool-choice or JSON refusal mentions.
     .replace(/\btools\[(\d+)\]\.name\b/g, (_, i: string) => `tools[${i}].${api === 'chat' ? 'function.name' : 'name'}`);
-  // Only a path-like name (`sampling.topP`, `tools[0].name`) is replaced: a plain word may be prose too.
-  if (field === undefined || param === null || field.startsWith('messages[') || !/[.[]/.test(field)) return text;
-  return text
-    .replace(/^invalid generate request: field [^:]+:/, `invalid ${param}:`)
-    .split(field)
-    .join(param);
+  if (field === undefined || param === null || field.startsWith('messages[')) return text;
+  const named = text.replace(/^invalid generate request: field [^:]+:/, `invalid ${param}:`);
+  // Only a path-like name (`sampling.topP`, `tools[0].name`) is replaced in the rest: a plain word may be prose too.
+  return /[.[]/.test(field) ? named.split(field).join(param) : named;
 }
 
 /** Detail keys renamed to the names llama.cpp and vLLM clients already read. */

@@ -618,6 +618,15 @@ describe('logprobs, penalties, logit bias and JSON mode', () => {
     );
     expect(err.status).toBe(400);
     expect(err.message).toContain('schema.properties.s.format');
+    // In the API's own names.
+    expect(err.message).toMatch(/^400 response_format\.json_schema\.schema is not one kvdesk can enforce: /);
+  });
+
+  it('names a max_tokens over what kvdesk takes as the client wrote it', async () => {
+    const err = await apiError(client.chat.completions.create({ model: 'default', messages: hi, max_tokens: 1e8 }));
+    expect(err.status).toBe(400);
+    expect(err.param).toBe('max_tokens');
+    expect(err.message).toBe('400 invalid max_tokens: Too big: expected number to be <=1000000');
   });
 
   it('refuses a logit bias for a token id the model does not have, naming the parameter', async () => {
