@@ -375,7 +375,10 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     }
     const access = checkAccess(req, url, policy);
     if (!access.ok) {
-      if (isOllamaPath(url.pathname)) sendOllamaError(res, httpError(access.status, access.message, access.code));
+      const refused = httpError(access.status, access.message, access.code);
+      // Each API's clients read their own error shape, a refused key's too.
+      if (isOllamaPath(url.pathname)) sendOllamaError(res, refused);
+      else if (url.pathname.startsWith('/v1/messages')) sendAnthropicError(res, refused);
       else unauthorizedPage(req, res, access.status, access.message, access.code);
       return;
     }

@@ -394,7 +394,13 @@ describe('the access token as x-api-key', () => {
     const raw = await post('sesame');
     expect(raw.status).toBe(200);
     expect(((await raw.json()) as { usage: { output_tokens: number } }).usage.output_tokens).toBe(2);
-    expect((await post('open')).status).toBe(401);
+    const refused = await post('open');
+    expect(refused.status).toBe(401);
+    // In Anthropic's shape, as its other errors.
+    expect(await refused.json()).toMatchObject({
+      type: 'error',
+      error: { type: 'authentication_error', message: expect.stringMatching(/token/i) },
+    });
     const ok = new Anthropic({ baseURL: secured.url, apiKey: 'sesame', maxRetries: 0 });
     const m = await ok.messages.create({
       model: 'default',
