@@ -92,6 +92,42 @@ export interface AccessPolicy {
   token: string | undefined;
   /** Cookie that carries the token for the browser UI; named per port because cookies ignore ports. */
   cookieName: string;
+  /**
+   * Pages of other sites that may call the model APIs (`--allow-origin`): exact origins (`https://app.example`),
+   * or `*` for any. The token, when set, is still required.
+   */
+  allowedOrigins?: ReadonlySet<string>;
+}
+
+/**
+ * The routes a page of an allowed origin may call: the model APIs (OpenAI, Anthropic, Ollama). Not the UI, its
+ * WebSocket (chats, tools), uploads, downloads, deletes, kvdesk's own management or the metrics.
+ */
+const CROSS_ORIGIN_PATHS =
+  /^\/(v1\/(models(\/[^/]+)?|chat\/completions|completions|messages(\/count_tokens)?|responses)|api\/(chat|generate|show|tags|ps|version))$/;
+
+/**
+ * An origin as browsers send it (`scheme://host[:port]`), or `*`; null for anything else (a path, a bare name).
+ */
+export function normalOrigin(text: string): string | null {
+  if (text === '*') return '*';
+  try {
+    const u = new URL(text);
+    if ((u.protocol !== 'http:' && u.protocol !== 'https:') || u.pathname !== '/' || u.search || u.hash) return null;
+    return u.origin;
+  } catch {
+    return null;
+  }
+}
+
+/** The request's Origin when it is one the policy lets call this route across sites; else null. */
+export function crossOrigin(req: IncomingMessage, url: URL, policy: AccessPolicy): string | null {
+  const origin = req.headers.origin;
+  if (origin === undefined || !policy.allowedOrigins || policy.allowedOrigins.size === 0) return null;
+  if (!CROSS_ORIGIN_PATHS.test(url.pathname)) return null;
+  const normal = normalOrigin(origin);
+  if (normal === null || normal === '*') return null;
+  return policy.allowedOrigins.has('*') || policy.allowedOrigins.has(normal) ? origin : null;
 }
 
 function digest(s: string): Buffer {
@@ -142,12 +178,12 @@ export function checkAccess(req: IncomingMessage, url: URL, policy: AccessPolicy
     } catch {
       originHost = null;
     }
-    if (originHost === null || !policy.allowedHosts.has(originHost)) {
+    if ((originHost === null || !policy.allowedHosts.has(originHost)) && crossOrigin(req, url, policy) === null) {
       return {
         ok: false,
         status: 403,
         code: 'origin_not_allowed',
-        message: `Origin "${origin}" may not call this server: only pages it serves itself may. Open the UI from the server's own address.`,
+        message: `Origin "${origin}" may not call this server: only pages it serves itself may, and pages of origins it was started with (kvdesk serve --allow-origin ${origin}), which may call the model APIs only. Open the UI from the server's own address.`,
       };
     }
   }

@@ -36,7 +36,7 @@ import {
 } from './ollama-routes';
 import { liveGenerations, serveCompletion } from './openai-routes';
 import { serveResponse } from './responses-routes';
-import { type AccessPolicy, checkAccess, isLoopback, liveAllowedHosts } from './security';
+import { type AccessPolicy, checkAccess, crossOrigin, isLoopback, liveAllowedHosts, normalOrigin } from './security';
 import { PAGE_HEADERS, serveStatic } from './static-files';
 import { type DecodedUpload, multipartBoundary, parseMultipart, uploadFromJson, uploadFromMultipart } from './upload';
 import { createWsTransport, type WsTransport } from './ws-transport';
@@ -57,6 +57,11 @@ export interface ServerOptions {
   staticDir?: string;
   /** Extra Host names to answer to (e.g. a reverse proxy's `name:port`). */
   allowedHosts?: string[];
+  /**
+   * Pages of other sites that may call the model APIs (browser chat clients): origins (`http://localhost:3000`),
+   * or `*` for any; CORS headers answer them. The token, when set, is still required.
+   */
+  allowedOrigins?: string[];
   /** Largest package upload body; default 2 GiB. Bigger bodies get 413. */
   maxUploadBytes?: number;
   /** Largest JSON body of the API routes; default 32 MiB. */
@@ -109,6 +114,23 @@ export function assertBindable(host: string, token: string | undefined): void {
   );
 }
 
+/** The origins a server lets call its model APIs, each as browsers send it; a text that is none is refused. */
+function allowedOriginsOf(given: string[]): Set<string> {
+  const origins = new Set<string>();
+  for (const text of given) {
+    const origin = normalOrigin(text.trim());
+    if (origin === null) {
+      throw new KvdeskError(
+        'BAD_REQUEST',
+        `"${text}" is not an origin to allow: give one as a browser sends it, scheme://host[:port] (e.g. http://localhost:3000), or * for any page`,
+        { field: 'allowedOrigins' },
+      );
+    }
+    origins.add(origin);
+  }
+  return origins;
+}
+
 /**
  * Starts the server and resolves once it listens.
  * @throws KvdeskError BAD_REQUEST when asked to bind off loopback without a token.
@@ -123,7 +145,12 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   const maxJsonBytes = opts.maxJsonBytes ?? 32 * 1024 ** 2;
   const startedAt = Math.floor(Date.now() / 1000);
   // The policy needs the port, which an ephemeral bind only knows after listen().
-  const policy: AccessPolicy = { allowedHosts: new Set(), token, cookieName: 'kvdesk_token' };
+  const policy: AccessPolicy = {
+    allowedHosts: new Set(),
+    token,
+    cookieName: 'kvdesk_token',
+    allowedOrigins: allowedOriginsOf(opts.allowedOrigins ?? []),
+  };
   // MCP tools (programs run as the person) only where every request needs the token.
   const ws: WsTransport = createWsTransport(hostApi, { toolsAllowed: token !== undefined });
 
@@ -372,6 +399,24 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     } catch {
       sendHttpError(res, httpError(400, 'The request URL is malformed.', 'bad_url'));
       return;
+    }
+    // A page of an allowed origin: its answers say so, and its browser's preflight (which carries no token) is
+    // answered here, for a Host this server answers to.
+    const corsFrom = crossOrigin(req, url, policy);
+    if (corsFrom !== null) {
+      res.setHeader('access-control-allow-origin', corsFrom);
+      res.setHeader('vary', 'Origin');
+      res.setHeader('access-control-expose-headers', 'retry-after, x-should-retry, x-request-id');
+      if (req.method === 'OPTIONS' && policy.allowedHosts.has(req.headers.host?.toLowerCase() ?? '')) {
+        res.writeHead(204, {
+          'access-control-allow-methods': 'GET, POST, OPTIONS',
+          'access-control-allow-headers':
+            req.headers['access-control-request-headers'] ?? 'content-type, authorization',
+          'access-control-max-age': '600',
+        });
+        res.end();
+        return;
+      }
     }
     const access = checkAccess(req, url, policy);
     if (!access.ok) {

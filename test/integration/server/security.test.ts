@@ -213,6 +213,98 @@ describe('a loopback server without a model', () => {
   });
 });
 
+describe('origins allowed to call the model APIs (--allow-origin)', () => {
+  const TOKEN = 'cors-secret';
+  const APP = 'http://localhost:3000';
+  let t: TestServer;
+  beforeAll(async () => {
+    t = await startTestServer({}, { token: TOKEN, allowedOrigins: [`${APP}/`, 'https://other.example'] });
+  });
+  afterAll(async () => {
+    await t?.close();
+  });
+  const host = () => `127.0.0.1:${t.server.port}`;
+
+  it("answers the browser's preflight without the token, then the call with it, each saying the origin may read it", async () => {
+    const preflight = await rawRequest(t.url, {
+      method: 'OPTIONS',
+      path: '/v1/chat/completions',
+      headers: {
+        host: host(),
+        origin: APP,
+        'access-control-request-method': 'POST',
+        'access-control-request-headers': 'authorization, content-type, x-stainless-os',
+      },
+    });
+    expect(preflight.status).toBe(204);
+    expect(preflight.headers['access-control-allow-origin']).toBe(APP);
+    expect(preflight.headers['access-control-allow-methods']).toMatch(/POST/);
+    expect(preflight.headers['access-control-allow-headers']).toBe('authorization, content-type, x-stainless-os');
+    const body = JSON.stringify({ model: 'default', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 });
+    const call = await rawRequest(t.url, {
+      method: 'POST',
+      path: '/v1/chat/completions',
+      headers: { host: host(), origin: APP, authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+      body,
+    });
+    expect(call.status).toBe(200);
+    expect(call.headers['access-control-allow-origin']).toBe(APP);
+    expect(call.headers.vary).toMatch(/Origin/);
+    // Without the token: refused, in words the page can read.
+    const anonymous = await rawRequest(t.url, {
+      method: 'POST',
+      path: '/v1/chat/completions',
+      headers: { host: host(), origin: APP, 'content-type': 'application/json' },
+      body,
+    });
+    expect(anonymous.status).toBe(401);
+    expect(anonymous.headers['access-control-allow-origin']).toBe(APP);
+    // Ollama's routes too.
+    const tags = await rawRequest(t.url, {
+      path: '/api/tags',
+      headers: { host: host(), origin: APP, authorization: `Bearer ${TOKEN}` },
+    });
+    expect(tags.status).toBe(200);
+    expect(tags.headers['access-control-allow-origin']).toBe(APP);
+  });
+
+  it('refuses other origins, and the allowed ones outside the model APIs (UI, chats, uploads, management)', async () => {
+    const evil = await rawRequest(t.url, {
+      method: 'OPTIONS',
+      path: '/v1/chat/completions',
+      headers: { host: host(), origin: 'http://evil.example', 'access-control-request-method': 'POST' },
+    });
+    expect(evil.status).toBe(403);
+    expect(evil.headers['access-control-allow-origin']).toBeUndefined();
+    expect(JSON.parse(evil.body).error.message).toMatch(/--allow-origin http:\/\/evil\.example/);
+    for (const where of ['/v1/kvdesk/budget', '/api/pull', '/api/delete', '/api/models/upload', '/metrics', '/']) {
+      const r = await rawRequest(t.url, {
+        path: where,
+        headers: { host: host(), origin: APP, authorization: `Bearer ${TOKEN}` },
+      });
+      expect(r.status, where).toBe(403);
+      expect(r.headers['access-control-allow-origin'], where).toBeUndefined();
+    }
+    const ws = `${t.url.replace('http', 'ws')}/ws?token=${TOKEN}`;
+    expect(await wsStatus(ws, { origin: APP })).toBe(403);
+    // A rebinding Host is refused before any origin is looked at.
+    const rebound = await rawRequest(t.url, {
+      method: 'OPTIONS',
+      path: '/v1/models',
+      headers: { host: 'evil.example', origin: APP, 'access-control-request-method': 'GET' },
+    });
+    expect(rebound.status).toBe(403);
+  });
+
+  it('refuses to start with an origin that is not one', async () => {
+    for (const bad of ['localhost:3000', 'http://localhost:3000/app', 'file:///x']) {
+      await expect(startServer({ hostApi: t.hostApi, allowedOrigins: [bad] })).rejects.toThrow(
+        /is not an origin to allow: give one as a browser sends it/,
+      );
+    }
+  });
+});
+
 describe('off loopback', () => {
   it('refuses to listen on another address without a token', async () => {
     const t = await startTestServer({}, { loadDefault: false });
