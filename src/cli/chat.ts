@@ -79,6 +79,8 @@ const PARAMETERS: Record<string, keyof SamplingSettings | 'maxNewTokens'> = {
 export interface ChatOptions {
   system?: string;
   maxNewTokens?: number;
+  /** --max-new-tokens above the contract's ceiling (maxNewTokens holds the ceiling): what a clip note names. */
+  askedMaxNewTokens?: number;
   sampling: SamplingSettings;
   verbose: boolean;
   contextOverflow: 'drop-oldest' | 'refuse';
@@ -163,9 +165,13 @@ export class ChatSession {
       ];
       this.noteDrop(result.contextDrop);
       // A reply the budget or the context cut short says so (the scheduler never cuts one silently).
-      // num_predict -1 asked for as many as the context leaves: that it did is no news.
-      if (result.clipped && result.clipped.requestedMaxTokens !== MAX_NEW_TOKENS)
-        this.io.err(contextClipLine(result.clipped));
+      // num_predict -1 asked for as many as the context leaves: that it did is no news. A --max-new-tokens above
+      // the ceiling is named as asked (1e9, not the 1000000 it was cut to first).
+      const asked = this.options.askedMaxNewTokens;
+      if (result.clipped && (asked !== undefined || result.clipped.requestedMaxTokens !== MAX_NEW_TOKENS))
+        this.io.err(
+          contextClipLine({ ...result.clipped, requestedMaxTokens: asked ?? result.clipped.requestedMaxTokens }),
+        );
       if (result.budgetCap) {
         this.io.err(budgetCapLine(result.budgetCap, 'raise --kv-budget, or /clear to start a shorter conversation'));
       }
@@ -278,6 +284,7 @@ export class ChatSession {
         }
         const v = key === 'maxNewTokens' ? mapped.maxNewTokens : mapped.sampling[key];
         if (key === 'maxNewTokens') {
+          delete this.options.askedMaxNewTokens;
           if (v === undefined) delete this.options.maxNewTokens;
           else this.options.maxNewTokens = v as number;
         } else {
@@ -425,6 +432,26 @@ export class TurnReader {
   }
 }
 
+/** `kvdesk chat`'s flags (main.ts's help describes each). */
+export const CHAT_OPTIONS = {
+  system: { type: 'string' },
+  'max-new-tokens': { type: 'string' },
+  ...SAMPLING_OPTIONS,
+  verbose: { type: 'boolean' },
+  think: { type: 'boolean' },
+  nothink: { type: 'boolean' },
+  'thinking-budget': { type: 'string' },
+  effort: { type: 'string' },
+  'context-overflow': { type: 'string' },
+  'kv-budget': { type: 'string', multiple: true },
+  'device-memory': { type: 'string', multiple: true },
+  threads: { type: 'string' },
+  'prefill-chunk': { type: 'string' },
+  lookup: { type: 'string' },
+  'data-dir': { type: 'string' },
+  ...LOAD_OPTIONS,
+} as const;
+
 /** `kvdesk chat`: loads the package and runs the conversation on stdin until /bye or the end of the input. */
 export async function chat(
   args: string[],
@@ -437,27 +464,9 @@ export async function chat(
   }) => RunnerService,
   input: NodeJS.ReadableStream & { isTTY?: boolean } = process.stdin,
 ): Promise<number> {
-  const options = {
-    system: { type: 'string' },
-    'max-new-tokens': { type: 'string' },
-    ...SAMPLING_OPTIONS,
-    verbose: { type: 'boolean' },
-    think: { type: 'boolean' },
-    nothink: { type: 'boolean' },
-    'thinking-budget': { type: 'string' },
-    effort: { type: 'string' },
-    'context-overflow': { type: 'string' },
-    'kv-budget': { type: 'string', multiple: true },
-    'device-memory': { type: 'string', multiple: true },
-    threads: { type: 'string' },
-    'prefill-chunk': { type: 'string' },
-    lookup: { type: 'string' },
-    'data-dir': { type: 'string' },
-    ...LOAD_OPTIONS,
-  } as const;
   let host: RunnerService | undefined;
   try {
-    const { values, positionals } = parseFlags(args, options);
+    const { values, positionals } = parseFlags(args, CHAT_OPTIONS, 'chat');
     if (positionals.length !== 1) throw badArgs('chat takes exactly one package path or library id');
     const overflow = values['context-overflow'] ?? 'drop-oldest';
     if (overflow !== 'drop-oldest' && overflow !== 'refuse') {
@@ -479,6 +488,7 @@ export async function chat(
     if (effort !== undefined) chatOptions.reasoningEffort = effort;
     const maxNew = parseNumber('max-new-tokens', values['max-new-tokens'], true);
     if (maxNew !== undefined) chatOptions.maxNewTokens = Math.min(maxNew, MAX_NEW_TOKENS);
+    if (maxNew !== undefined && maxNew > MAX_NEW_TOKENS) chatOptions.askedMaxNewTokens = maxNew;
     // Refused now (exit 2), not by every turn once the model loaded.
     checkFlags({
       messages: [{ role: 'user', content: '' }],
@@ -508,7 +518,13 @@ export async function chat(
         `${Math.round(model.loadMs)} ms${interactive ? '. /? for help, Ctrl+D or /bye to end.' : ''}\n`,
     );
     const session = new ChatSession(host, model, chatOptions, io);
-    await repl(session, input, interactive, io);
+    // Nobody reads the replies any more (`| head`): the reply being written stops, and the chat ends.
+    const onClosed = () => {
+      session.ended = true;
+      session.stop();
+    };
+    io.closed?.addEventListener('abort', onClosed, { once: true });
+    await repl(session, input, interactive, io).finally(() => io.closed?.removeEventListener('abort', onClosed));
     // A script learns that a turn failed (the person at a terminal saw it and went on).
     return !interactive && session.failed ? exitCodeFor(session.failed.code) : 0;
   } catch (err) {

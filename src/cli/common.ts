@@ -17,12 +17,21 @@ import {
 import { type ErrorInfo, KvdeskError } from '../shared/errors';
 import { dataDirOf } from './data-dir';
 
+/**
+ * The exit code of a command whose stdout's reader went away (`kvdesk generate … | head`): 128 + SIGPIPE, what a
+ * shell reports of `seq 1e9 | head`'s seq, so a script with `set -o pipefail` sees kvdesk as it sees coreutils.
+ */
+export const STDOUT_CLOSED_EXIT = 141;
+
 /** Maps an error code to the CLI's exit code. */
 export function exitCodeFor(code: ErrorInfo['code']): number {
   switch (code) {
     case 'KV_BUDGET_EXCEEDED':
     case 'QUEUE_FULL':
       return 3;
+    // The hub unreachable, or its answer or a download gone wrong: worth another try later, unlike a bug (1).
+    case 'DOWNLOAD_FAILED':
+      return 4;
     case 'BAD_REQUEST':
     case 'PACKAGE_INVALID':
     case 'MODEL_LOAD_FAILED':
@@ -39,9 +48,16 @@ export function exitCodeFor(code: ErrorInfo['code']): number {
 export interface Io {
   out: (s: string) => void;
   err: (s: string) => void;
+  /**
+   * Aborted when stdout's reader went away (`| head`): a command that streams stops its request, and `out`
+   * writes nothing more. Absent: stdout never closes (tests, embedders).
+   */
+  closed?: AbortSignal;
 }
 
 export function fail(io: Io, json: boolean, info: ErrorInfo): number {
+  // The request was cancelled because nobody reads the reply any more: nothing to say, to nobody.
+  if (info.code === 'CANCELLED' && io.closed?.aborted) return STDOUT_CLOSED_EXIT;
   if (json)
     io.out(`${JSON.stringify({ error: { code: info.code, message: info.message, ...(info.detail ?? {}) } })}\n`);
   else io.err(`kvdesk: ${info.message}\n`);
@@ -323,7 +339,11 @@ export function contextClipLine(c: ContextClip): string {
 }
 
 /** A command's flags and positionals; a flag it does not know (or a bad value) is BAD_REQUEST naming it. */
-export function parseFlags<O extends NonNullable<ParseArgsConfig['options']>>(args: string[], options: O) {
+export function parseFlags<O extends NonNullable<ParseArgsConfig['options']>>(
+  args: string[],
+  options: O,
+  command: string,
+) {
   try {
     return parseArgs<{ args: string[]; options: O; allowPositionals: true }>({
       args: joinValues(args, options),
@@ -331,8 +351,55 @@ export function parseFlags<O extends NonNullable<ParseArgsConfig['options']>>(ar
       allowPositionals: true,
     });
   } catch (err) {
-    throw badArgs((err as Error).message);
+    throw flagError(err, command, options);
   }
+}
+
+/**
+ * What node's parser threw, said for a person: a flag the command does not know is named with the command, with
+ * the flag meant when one is a typo away (node's own words suggest `-- "--promt"`, a positional, and lose a quote).
+ */
+export function flagError(err: unknown, command: string, options: NonNullable<ParseArgsConfig['options']>) {
+  const e = err as Error & { code?: string };
+  const see = `(see kvdesk ${command} --help)`;
+  const flag = e.code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' ? /'(-[^']*)'/.exec(e.message)?.[1] : undefined;
+  if (flag === undefined) return new KvdeskError('BAD_REQUEST', `${e.message} ${see}`);
+  const near = nearestFlags(flag.replace(/^-+/, ''), Object.keys(options));
+  const hint = near.length > 0 ? `: did you mean ${near.map((n) => `--${n}`).join(' or ')}?` : '';
+  return new KvdeskError('BAD_REQUEST', `unknown option ${flag} for kvdesk ${command}${hint} ${see}`, { flag });
+}
+
+/** The flags at the least edit distance from `name`, when that is at most 2 (`promt` → `prompt`). */
+export function nearestFlags(name: string, flags: readonly string[]): string[] {
+  const scored = flags.map((f) => ({ f, d: editDistance(name, f) }));
+  const best = Math.min(...scored.map((s) => s.d));
+  return best <= 2 ? scored.filter((s) => s.d === best).map((s) => s.f) : [];
+}
+
+/** Levenshtein distance: insertions, deletions and substitutions. */
+function editDistance(a: string, b: string): number {
+  let row = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const next = [i];
+    for (let j = 1; j <= b.length; j++) {
+      next[j] = Math.min(
+        (row[j] as number) + 1,
+        (next[j - 1] as number) + 1,
+        (row[j - 1] as number) + (a[i - 1] === b[j - 1] ? 0 : 1),
+      );
+    }
+    row = next;
+  }
+  return row[b.length] as number;
+}
+
+/** Whether a command's arguments ask for its help: `--help` or `-h`, not as a flag's value nor after `--`. */
+export function wantsHelp(args: readonly string[], options: NonNullable<ParseArgsConfig['options']>): boolean {
+  for (const arg of joinValues(args, options)) {
+    if (arg === '--') return false;
+    if (arg === '--help' || arg === '-h') return true;
+  }
+  return false;
 }
 
 /**

@@ -1,12 +1,13 @@
 /**
- * The kvdesk command line: inspect | generate | list | serve. A thin adapter over
+ * The kvdesk command line: inspect | generate | chat | list | pull | search | serve. A thin adapter over
  * RunnerService and the package loader; no business logic lives here.
- * Exit codes: 0 done, 2 bad input, 3 refused by the scheduler, 1 internal error.
+ * Exit codes: 0 done, 2 bad input, 3 refused by the scheduler, 4 the hub unreachable or a download failed,
+ * 141 stdout's reader went away, 1 internal error.
  */
 import { readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
+import type { parseArgs } from 'node:util';
 import {
   describeReport,
   detectBackendsInChildProcess,
@@ -21,7 +22,7 @@ import { withChatTemplate } from '../main/host/chat-template-pick';
 import { ModelLibrary } from '../main/host/model-library';
 import { defaultHostSettings, type HostSettings, RunnerService } from '../main/host/runner-service';
 import { backendProvider, kvBytesForTokens, loadModelSpec, variantOption } from '../main/packages';
-import { MAX_NEW_TOKENS } from '../shared/contract';
+import { type ContextClip, MAX_NEW_TOKENS } from '../shared/contract';
 import { toErrorInfo } from '../shared/errors';
 import { formatBytes } from '../shared/format';
 import type { ModelSpec } from '../shared/model-spec';
@@ -46,29 +47,32 @@ import {
   printWarnings,
   ReplyPrinter,
   SAMPLING_OPTIONS,
+  STDOUT_CLOSED_EXIT,
   samplingFlags,
   templateFlags,
+  wantsHelp,
 } from './common';
 import { dataDirOf } from './data-dir';
 import { applyDeviceFlags } from './device-flags';
-import { pull, search } from './pull';
+import { PULL_OPTIONS, pull, SEARCH_OPTIONS, search } from './pull';
 
 const USAGE = `kvdesk — run local ONNX language models with an explicit KV-cache budget
 
 Usage:
   kvdesk inspect <package> [--json] [--backend cuda|cpu|…] [--variant NAME] [--trust-installed] [--chat-template FILE] [--device-memory webgpu:0=8GiB]…
-  kvdesk generate <package or library id> (--prompt TEXT | --prompt-ids 1,2,3) [options]
+  kvdesk generate <package or library id> (--prompt TEXT | --prompt-ids 1,2,3 | < FILE) [options]
   kvdesk chat <package or library id> [options]   a conversation in the terminal (see below)
   kvdesk list [--json] [--data-dir DIR]   the model library: packages kvdesk serve has loaded before
   kvdesk pull owner/name[@rev] [--variant V] [--list] [--json] [--data-dir DIR]   an ONNX model from the Hugging
-                           Face Hub into the library (--revision REV as @rev; HF_TOKEN for gated models,
-                           HF_ENDPOINT for a mirror)
+                           Face Hub into the library (HF_TOKEN for gated models, HF_ENDPOINT for a mirror)
   kvdesk search WORDS [--limit N] [--json]   repositories on the hub with ONNX language models whose name
                            matches, most downloaded first
   kvdesk serve [--port N] [--host 127.0.0.1] [--token T] [--model PATH]... (see kvdesk serve --help)
+  kvdesk COMMAND --help    a command's options alone;  kvdesk --version   kvdesk's and onnxruntime's versions
 
 generate options:
-  --prompt TEXT            prompt text (repeat for a multi-row batch)
+  --prompt TEXT            prompt text (repeat for a multi-row batch); - reads it from stdin, as does no --prompt
+                           with stdin from a pipe or a file
   --prompt-ids IDS         comma-separated token ids
   --chat                   render the prompt with the package's chat template
   --system TEXT            system prompt (with --chat)
@@ -99,7 +103,7 @@ generate options:
                            (default 4; 0: off)
   --prediction-file FILE   the reply you expect, mostly (a file being edited): lookup decoding drafts from it
   --json                   print one JSON object on stdout
-  --data-dir DIR           where the library lives, for a library id (default $KVDESK_DATA_DIR or ~/.kvdesk)
+  --data-dir DIR           where the library lives (default $KVDESK_DATA_DIR or ~/.kvdesk)
   --variant NAME           the graph variant (fp32, fp16, q4, quantized… of model_<name>.onnx) or an ORT package's
                            variant to load (default: as the library last loaded it, else the plain model.onnx,
                            else the one that runs best on a CPU)
@@ -112,9 +116,6 @@ generate options:
 
 chat options (a conversation, as ollama run: a line is a turn, """ starts and ends one of several lines; Ctrl+C
 stops a reply, Ctrl+D or /bye ends, /? lists the commands; with stdin from a pipe, each line is a turn):
-  --system TEXT --max-new-tokens N, generate's sampling options, --kv-budget, --device-memory, --threads,
-  --prefill-chunk, --lookup, --data-dir, --variant, --backend, --trust-installed, --chat-template,
-  --package-template
   --verbose                each reply's figures (tokens, speed, prompt and reused tokens, KV) on stderr
   --think | --nothink      a thinking model reasons first, or replies at once (also /set think, /set nothink);
                            its reasoning goes to stderr between "Thinking..." and "...done thinking."
@@ -122,8 +123,20 @@ stops a reply, Ctrl+D or /bye ends, /? lists the commands; with stdin from a pip
   --effort LEVEL           a thinking model's reasoning effort: minimal, low, medium, high
   --context-overflow P     drop-oldest (default: a conversation longer than the context goes on without its
                            oldest turns) or refuse
+  and generate's --system, --max-new-tokens, sampling options, --kv-budget, --device-memory, --threads,
+    --prefill-chunk, --lookup, --data-dir, --variant, --backend, --trust-installed, --chat-template,
+    --package-template
 
-Exit codes: 0 done, 2 bad input, 3 refused by the KV scheduler, 1 internal error.`;
+pull options:
+  --list                   the repository's variants and their sizes; downloads nothing
+  --variant V              the variant to download (default: the one that runs best on a CPU)
+  --revision REV           a branch, tag or commit (as owner/name@REV)
+
+search options:
+  --limit N                at most N repositories (1 to 100, default 20)
+
+Exit codes: 0 done, 2 bad input, 3 refused by the KV scheduler, 4 the hub unreachable or a download failed
+(try again), 141 stdout closed by its reader (| head), 1 internal error.`;
 
 /** Summary of a spec for `inspect` (JSON form keeps bpt at the top level). */
 export function inspectJson(spec: ModelSpec): Record<string, unknown> {
@@ -189,15 +202,17 @@ function inspectText(spec: ModelSpec): string {
   return `${lines.join('\n')}\n`;
 }
 
+/** `kvdesk inspect`'s flags (USAGE describes each). */
+export const INSPECT_OPTIONS = {
+  json: { type: 'boolean' },
+  ...LOAD_OPTIONS,
+  'device-memory': { type: 'string', multiple: true },
+} as const;
+
 async function inspect(args: string[], io: Io): Promise<number> {
-  const options = {
-    json: { type: 'boolean' },
-    ...LOAD_OPTIONS,
-    'device-memory': { type: 'string', multiple: true },
-  } as const;
   const json = args.includes('--json');
   try {
-    const { values, positionals } = parseFlags(args, options);
+    const { values, positionals } = parseFlags(args, INSPECT_OPTIONS, 'inspect');
     if (positionals.length !== 1) throw badArgs('inspect takes exactly one package path');
     if (values.backend !== undefined) backendProvider(values.backend);
     // Probed in a child process: a broken GPU provider library must not take inspect down, nor litter its stderr.
@@ -238,39 +253,47 @@ async function inspect(args: string[], io: Io): Promise<number> {
   }
 }
 
-async function generate(args: string[], io: Io): Promise<number> {
-  const options = {
-    prompt: { type: 'string', multiple: true },
-    'prompt-ids': { type: 'string' },
-    chat: { type: 'boolean' },
-    system: { type: 'string' },
-    think: { type: 'boolean' },
-    nothink: { type: 'boolean' },
-    'thinking-budget': { type: 'string' },
-    effort: { type: 'string' },
-    'max-new-tokens': { type: 'string' },
-    ...SAMPLING_OPTIONS,
-    logprobs: { type: 'string' },
-    'response-format': { type: 'string' },
-    'json-schema': { type: 'string' },
-    tools: { type: 'string' },
-    'tool-choice': { type: 'string' },
-    stop: { type: 'string', multiple: true },
-    rows: { type: 'string' },
-    'kv-budget': { type: 'string', multiple: true },
-    'device-memory': { type: 'string', multiple: true },
-    threads: { type: 'string' },
-    'prefill-chunk': { type: 'string' },
-    lookup: { type: 'string' },
-    'prediction-file': { type: 'string' },
-    json: { type: 'boolean' },
-    'data-dir': { type: 'string' },
-    ...LOAD_OPTIONS,
-  } as const;
+/** `kvdesk generate`'s flags (USAGE describes each). */
+export const GENERATE_OPTIONS = {
+  prompt: { type: 'string', multiple: true },
+  'prompt-ids': { type: 'string' },
+  chat: { type: 'boolean' },
+  system: { type: 'string' },
+  think: { type: 'boolean' },
+  nothink: { type: 'boolean' },
+  'thinking-budget': { type: 'string' },
+  effort: { type: 'string' },
+  'max-new-tokens': { type: 'string' },
+  ...SAMPLING_OPTIONS,
+  logprobs: { type: 'string' },
+  'response-format': { type: 'string' },
+  'json-schema': { type: 'string' },
+  tools: { type: 'string' },
+  'tool-choice': { type: 'string' },
+  stop: { type: 'string', multiple: true },
+  rows: { type: 'string' },
+  'kv-budget': { type: 'string', multiple: true },
+  'device-memory': { type: 'string', multiple: true },
+  threads: { type: 'string' },
+  'prefill-chunk': { type: 'string' },
+  lookup: { type: 'string' },
+  'prediction-file': { type: 'string' },
+  json: { type: 'boolean' },
+  'data-dir': { type: 'string' },
+  ...LOAD_OPTIONS,
+} as const;
+
+async function generate(
+  args: string[],
+  io: Io,
+  input: NodeJS.ReadableStream & { isTTY?: boolean } = process.stdin,
+): Promise<number> {
   const json = args.includes('--json');
-  let parsed: ReturnType<typeof parseArgs<{ args: string[]; options: typeof options; allowPositionals: true }>>;
+  let parsed: ReturnType<
+    typeof parseArgs<{ args: string[]; options: typeof GENERATE_OPTIONS; allowPositionals: true }>
+  >;
   try {
-    parsed = parseFlags(args, options);
+    parsed = parseFlags(args, GENERATE_OPTIONS, 'generate');
   } catch (err) {
     return fail(io, json, toErrorInfo(err));
   }
@@ -278,10 +301,7 @@ async function generate(args: string[], io: Io): Promise<number> {
   let host: RunnerService | undefined;
   try {
     if (positionals.length !== 1) throw badArgs('generate takes exactly one package path');
-    const prompts = values.prompt ?? [];
-    if (prompts.length > 0 === (values['prompt-ids'] !== undefined)) {
-      throw badArgs('give --prompt TEXT or --prompt-ids 1,2,3 (exactly one of them)');
-    }
+    const prompts = await promptsOf(values.prompt, values['prompt-ids'], input);
     const devices: Partial<HostSettings> = {};
     applyDeviceFlags(devices, values['kv-budget'], values['device-memory']);
     const threads = parseNumber('threads', values.threads, true);
@@ -306,8 +326,11 @@ async function generate(args: string[], io: Io): Promise<number> {
     if (effort !== undefined && !values.chat) throw badArgs('--effort goes with --chat');
     if (effort !== undefined) request.reasoningEffort = effort;
     const maxNew = parseNumber('max-new-tokens', values['max-new-tokens'], true);
-    // More than any context holds is as many as the context leaves (the host says it clipped), as llama.cpp's -n.
+    // More than any context holds is as many as the context leaves (the host says it clipped), as llama.cpp's -n
+    // and the HTTP API's max_tokens; the note names the number asked, not the contract's ceiling it was cut to.
     if (maxNew !== undefined) request.maxNewTokens = Math.min(maxNew, MAX_NEW_TOKENS);
+    const asked = (clip: ContextClip): ContextClip =>
+      maxNew !== undefined && maxNew > MAX_NEW_TOKENS ? { ...clip, requestedMaxTokens: maxNew } : clip;
     const rows = parseNumber('rows', values.rows, true);
     if (rows !== undefined) request.rows = rows;
     if (values.stop) request.stop = values.stop;
@@ -346,10 +369,13 @@ async function generate(args: string[], io: Io): Promise<number> {
       if (frame.type === 'admitted' && frame.budgetCap) {
         io.err(budgetCapLine(frame.budgetCap, 'raise --kv-budget or shorten the prompt'));
       }
-      if (frame.type === 'accepted' && frame.clipped) io.err(contextClipLine(frame.clipped));
+      if (frame.type === 'accepted' && frame.clipped) io.err(contextClipLine(asked(frame.clipped)));
       if (frame.type === 'tokens' && !multiRow) printer.push(frame.rows[0]);
     });
-    const result = await handle.result;
+    // Nobody reads the reply any more (`| head`): the engine stops, and the host closes below.
+    const stop = () => handle.cancel('disconnect');
+    io.closed?.addEventListener('abort', stop, { once: true });
+    const result = await handle.result.finally(() => io.closed?.removeEventListener('abort', stop));
     printer.end();
     if (json) {
       io.out(
@@ -367,7 +393,7 @@ async function generate(args: string[], io: Io): Promise<number> {
           kvBytes: result.kvBytes,
           reservedBytes: result.reservedBytes,
           ...(result.budgetCap ? { budgetCap: result.budgetCap } : {}),
-          ...(result.clipped ? { clipped: result.clipped } : {}),
+          ...(result.clipped ? { clipped: asked(result.clipped) } : {}),
           ...(result.lookup ? { lookup: result.lookup } : {}),
           ...(result.rows.length > 1 ? { rows: result.rows } : {}),
           timings: {
@@ -394,6 +420,38 @@ async function generate(args: string[], io: Io): Promise<number> {
   } finally {
     await host?.close();
   }
+}
+
+/**
+ * generate's prompts: the --prompt flags, one of them `-` for stdin; with neither --prompt nor --prompt-ids, stdin
+ * from a pipe or a file is the prompt (as `ollama run NAME < FILE`), its last line break dropped as the shell's
+ * `$(cat FILE)` drops it. An empty list: the prompt is --prompt-ids.
+ */
+async function promptsOf(
+  flags: string[] | undefined,
+  ids: string | undefined,
+  input: NodeJS.ReadableStream & { isTTY?: boolean },
+): Promise<string[]> {
+  const prompts = flags ?? [];
+  if (prompts.length > 0 && ids !== undefined) throw badArgs('give --prompt TEXT or --prompt-ids 1,2,3, not both');
+  if (ids !== undefined) return [];
+  const dashes = prompts.filter((p) => p === '-').length;
+  if (dashes > 1) throw badArgs('--prompt - reads stdin once: give it once');
+  if (prompts.length > 0 && dashes === 0) return prompts;
+  if (prompts.length === 0 && input.isTTY === true) {
+    throw badArgs('give --prompt TEXT or --prompt-ids 1,2,3, or the prompt on stdin (--prompt - or < FILE)');
+  }
+  const chunks: Buffer[] = [];
+  for await (const chunk of input) chunks.push(Buffer.from(chunk as Buffer | string));
+  const text = Buffer.concat(chunks)
+    .toString('utf8')
+    .replace(/\r?\n$/, '');
+  if (text === '') {
+    throw badArgs(
+      `stdin is empty, and it is the prompt${dashes > 0 ? ' (--prompt -)' : ' (no --prompt given)'}: pipe the prompt in, or give --prompt TEXT`,
+    );
+  }
+  return prompts.length === 0 ? [text] : prompts.map((p) => (p === '-' ? text : p));
 }
 
 /** A file a flag names, as UTF-8 text; one that cannot be read is BAD_REQUEST naming the flag and the file. */
@@ -428,16 +486,14 @@ function round(n: number): number {
 }
 
 /** `kvdesk list`: the library (packages `serve` has loaded), each validated again. */
+/** `kvdesk list`'s flags. */
+export const LIST_OPTIONS = { json: { type: 'boolean' }, 'data-dir': { type: 'string' } } as const;
+
 async function list(args: string[], io: Io): Promise<number> {
-  const options = { json: { type: 'boolean' }, 'data-dir': { type: 'string' } } as const;
   const json = args.includes('--json');
   try {
-    let values: { json?: boolean; 'data-dir'?: string };
-    try {
-      values = parseArgs({ args, options, allowPositionals: false }).values;
-    } catch (err) {
-      throw badArgs((err as Error).message);
-    }
+    const { values, positionals } = parseFlags(args, LIST_OPTIONS, 'list');
+    if (positionals.length > 0) throw badArgs(`list takes no arguments, got "${positionals.join(' ')}"`);
     const dataDir = dataDirOf(values['data-dir']);
     const log: string[] = [];
     const library = await ModelLibrary.open(dataDir, { log: (l) => log.push(l) });
@@ -507,16 +563,91 @@ async function list(args: string[], io: Io): Promise<number> {
   }
 }
 
+/**
+ * One command's help, cut from USAGE so the two never disagree: its usage lines, its own options section, and the
+ * entries of generate's (or any) section for the flags it takes that its own does not describe.
+ */
+export function commandHelp(command: string, options: Readonly<Record<string, unknown>>): string {
+  const blocks = USAGE.split('\n\n');
+  const head = blocks.find((s) => s.startsWith('Usage:')) ?? '';
+  // The command's line and the lines indented under it.
+  const lines = head.split('\n');
+  const at = lines.findIndex((l) => l.startsWith(`  kvdesk ${command} `));
+  const end = lines.findIndex((l, i) => i > at && !/^ {3}/.test(l));
+  const usage = at < 0 ? [] : lines.slice(at, end < 0 ? undefined : end);
+  const own = blocks.find((s) => s.startsWith(`${command} options`));
+  const described = new Set(own ? entriesOf(own).flatMap((e) => e.flags) : []);
+  const sections = [blocks.find((s) => s.startsWith('generate options')) ?? '', ...blocks];
+  const borrowed: string[] = [];
+  for (const flag of Object.keys(options)) {
+    if (described.has(flag)) continue;
+    const entry = sections.flatMap(entriesOf).find((e) => e.flags.includes(flag));
+    if (!entry) continue;
+    for (const f of entry.flags) described.add(f);
+    borrowed.push(entry.text);
+  }
+  const also =
+    borrowed.length === 0 ? '' : `\n\n${own ? 'options it shares with generate:' : 'options:'}\n${borrowed.join('\n')}`;
+  return `Usage:\n${usage.join('\n')}${own ? `\n\n${own}` : ''}${also}\n`;
+}
+
+/**
+ * The flag entries of a help section: a line `  --flag ARG   what it does` and the lines indented under it. The
+ * flags are those before the description (`--think | --nothink`, or a line of several sampling flags).
+ */
+function entriesOf(section: string): { flags: string[]; text: string }[] {
+  const entries: { flags: string[]; text: string }[] = [];
+  let current: { flags: string[]; text: string } | undefined;
+  for (const line of section.split('\n')) {
+    if (/^ {2}-/.test(line)) {
+      const lead = line.trim().split(/ {2,}/)[0] ?? '';
+      current = { flags: [...lead.matchAll(/--([a-z][a-z-]*)/g)].map((m) => m[1] as string), text: line };
+      entries.push(current);
+    } else if (current && /^ {3}/.test(line)) current.text += `\n${line}`;
+    else current = undefined;
+  }
+  return entries;
+}
+
+/** kvdesk's version (package.json), and onnxruntime-node's, which runs the models. */
+function versions(): string {
+  const versionOf = (file: string) => {
+    try {
+      return (JSON.parse(readFileSync(file, 'utf8')) as { version?: string }).version ?? 'unknown';
+    } catch {
+      return 'unknown';
+    }
+  };
+  let ort = 'not installed';
+  try {
+    ort = versionOf(require.resolve('onnxruntime-node/package.json'));
+  } catch {}
+  return `kvdesk ${versionOf(path.resolve(__dirname, '../../package.json'))}\nonnxruntime-node ${ort}\n`;
+}
+
 /** Runs the CLI with arguments (without node and script); returns the exit code. */
 export async function main(argv: string[], io: Io): Promise<number> {
+  const code = await run(argv, io);
+  // A command that finished while its stdout was gone wrote some of its output into nothing.
+  return code === 0 && io.closed?.aborted ? STDOUT_CLOSED_EXIT : code;
+}
+
+async function run(argv: string[], io: Io): Promise<number> {
   const [command, ...rest] = argv;
+  const help = (options: Readonly<Record<string, { type: 'string' | 'boolean' }>>) => {
+    if (command === undefined || !wantsHelp(rest, options)) return false;
+    io.out(commandHelp(command, options));
+    return true;
+  };
   switch (command) {
     case 'inspect':
-      return inspect(rest, io);
+      return help(INSPECT_OPTIONS) ? 0 : inspect(rest, io);
     case 'generate':
-      return generate(rest, io);
-    case 'chat':
-      return (await import('./chat')).chat(rest, io, ({ devices, threads, lookup, prefillChunk }) => {
+      return help(GENERATE_OPTIONS) ? 0 : generate(rest, io);
+    case 'chat': {
+      const { chat, CHAT_OPTIONS } = await import('./chat');
+      if (help(CHAT_OPTIONS)) return 0;
+      return chat(rest, io, ({ devices, threads, lookup, prefillChunk }) => {
         return new RunnerService({
           ...devices,
           ...(threads !== undefined ? { intraOpNumThreads: threads } : {}),
@@ -524,18 +655,26 @@ export async function main(argv: string[], io: Io): Promise<number> {
           ...(lookup !== undefined ? { lookupDraftTokens: lookup } : {}),
         });
       });
+    }
     case 'pull':
-      return pull(rest, io);
+      return help(PULL_OPTIONS) ? 0 : pull(rest, io);
     case 'search':
-      return search(rest, io);
+      return help(SEARCH_OPTIONS) ? 0 : search(rest, io);
     case 'list':
-      return list(rest, io);
+      return help(LIST_OPTIONS) ? 0 : list(rest, io);
     case 'serve':
       return (await import('./serve')).serve(rest, io);
+    case '-v':
+    case '--version':
+    case 'version':
+      io.out(versions());
+      return 0;
     case undefined:
     case '-h':
     case '--help':
     case 'help':
+      // `kvdesk help generate` as `kvdesk generate --help`.
+      if (command === 'help' && rest[0] !== undefined && rest[0] !== 'help') return run([rest[0], '--help'], io);
       io.out(`${USAGE}\n`);
       return command === undefined ? 2 : 0;
     default:
@@ -544,11 +683,28 @@ export async function main(argv: string[], io: Io): Promise<number> {
   }
 }
 
-if (require.main === module) {
-  main(process.argv.slice(2), {
-    out: (s) => process.stdout.write(s),
+/**
+ * The process's stdout and stderr. A write to a stdout whose reader went away (`| head`) fails with EPIPE, which
+ * node raises as an 'error' event on the stream, a crash with a stack trace unless handled: here, for every
+ * command, it aborts `closed` (a streaming command cancels its request) and later output goes nowhere.
+ */
+function processIo(): Io {
+  const closed = new AbortController();
+  process.stdout.on('error', () => closed.abort());
+  return {
+    out: (s) => {
+      if (closed.signal.aborted) return;
+      process.stdout.write(s);
+      // A pipe's write fails at once, but node emits the error a tick later: the command must know now.
+      if (process.stdout.errored) closed.abort();
+    },
     err: (s) => process.stderr.write(s),
-  }).then(
+    closed: closed.signal,
+  };
+}
+
+if (require.main === module) {
+  main(process.argv.slice(2), processIo()).then(
     (code) => {
       process.exitCode = code;
     },

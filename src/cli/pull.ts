@@ -14,17 +14,22 @@ import { formatBytes } from '../shared/format';
 import { badArgs, fail, type Io, parseFlags, parseNumber } from './common';
 import { dataDirOf } from './data-dir';
 
+/** `kvdesk pull`'s flags (main.ts's help describes each). */
+export const PULL_OPTIONS = {
+  variant: { type: 'string' },
+  revision: { type: 'string' },
+  list: { type: 'boolean' },
+  json: { type: 'boolean' },
+  'data-dir': { type: 'string' },
+} as const;
+
+/** `kvdesk search`'s flags. */
+export const SEARCH_OPTIONS = { limit: { type: 'string' }, json: { type: 'boolean' } } as const;
+
 export async function pull(args: string[], io: Io, stderrIsTty = process.stderr.isTTY === true): Promise<number> {
-  const options = {
-    variant: { type: 'string' },
-    revision: { type: 'string' },
-    list: { type: 'boolean' },
-    json: { type: 'boolean' },
-    'data-dir': { type: 'string' },
-  } as const;
   const json = args.includes('--json');
   try {
-    const { values, positionals } = parseFlags(args, options);
+    const { values, positionals } = parseFlags(args, PULL_OPTIONS, 'pull');
     if (positionals.length !== 1) throw badArgs('pull takes one repository: owner/name[@revision]');
     // A word, not a repository: say how to find one.
     if (!(positionals[0] as string).includes('/')) {
@@ -95,7 +100,7 @@ export async function pull(args: string[], io: Io, stderrIsTty = process.stderr.
 export async function search(args: string[], io: Io): Promise<number> {
   const json = args.includes('--json');
   try {
-    const { values, positionals } = parseFlags(args, { limit: { type: 'string' }, json: { type: 'boolean' } });
+    const { values, positionals } = parseFlags(args, SEARCH_OPTIONS, 'search');
     const query = positionals.join(' ');
     if (!query.trim()) throw badArgs("search takes a word of the model's name, e.g. kvdesk search qwen3");
     const limit = parseNumber('limit', values.limit, true);

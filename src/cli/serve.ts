@@ -11,7 +11,7 @@ import { type HostSettings, RunnerService } from '../main/host/runner-service';
 import { assertBindable, type RunningServer, serveControl, startServer } from '../main/server';
 import { parseDuration } from '../shared/duration';
 import { KvdeskError, toErrorInfo } from '../shared/errors';
-import { byteSizeFlag, type Io, joinValues, lookupFlag } from './common';
+import { byteSizeFlag, flagError, type Io, joinValues, lookupFlag } from './common';
 import { dataDirOf } from './data-dir';
 import { applyDeviceFlags } from './device-flags';
 
@@ -122,7 +122,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     try {
       values = parseArgs({ args: joinValues(args, options), options, allowPositionals: false }).values;
     } catch (err) {
-      throw new KvdeskError('BAD_REQUEST', `${(err as Error).message} (see kvdesk --help)`);
+      throw flagError(err, 'serve', options);
     }
     const port = positiveInt('port', values.port, 0) ?? 8080;
     if (port > 65535) throw new KvdeskError('BAD_REQUEST', `--port must be at most 65535, got ${port}`);

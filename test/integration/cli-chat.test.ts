@@ -171,6 +171,10 @@ describe('kvdesk chat', () => {
     expect(capped.stderr).toMatch(
       /kvdesk: reply capped at \d+ tokens by the KV budget \(asked 100; needs \d+ bytes, 40960 available\): raise --kv-budget, or \/clear to start a shorter conversation/,
     );
+    // More than the contract's ceiling: clipped all the same, and the note names the number asked.
+    const huge = kvdesk(['chat', smallContextModel(), '--greedy', '--max-new-tokens', '1e9'], 'Hi\n');
+    expect(huge.code, huge.stderr).toBe(0);
+    expect(huge.stderr).toMatch(/max new tokens clipped from 1000000000 to \d+ by the context window \(256 tokens\)/);
     // Neither says anything when nothing was cut.
     const whole = kvdesk(['chat', defaultModelDir, ...GREEDY], 'Hi\n');
     expect(whole.stderr).not.toMatch(/capped at|clipped from/);
@@ -207,6 +211,29 @@ describe('kvdesk chat', () => {
     // One figures line: the stopped reply has none, the next one has.
     expect(figures(stderr)).toHaveLength(1);
     expect(stderr).toMatch(/kvdesk: [1-3] tokens, finish/);
+  }, 90_000);
+
+  it('a reader that goes away (| head) ends the chat: the reply stops, no turn follows, no stack trace, exit 141', async () => {
+    const child = spawn(
+      process.execPath,
+      [BIN, 'chat', slowModel(), '--greedy', '--max-new-tokens', '2000', '--verbose'],
+      {
+        cwd: repoRoot,
+        stdio: ['pipe', 'pipe', 'pipe'],
+      },
+    );
+    let stderr = '';
+    child.stderr.on('data', (d) => {
+      stderr += String(d);
+    });
+    child.stdout.once('data', () => child.stdout.destroy());
+    child.stdin.end('Tell me a very long story.\n/set parameter num_predict 3\nAnd then?\n');
+    const code = await new Promise<number | null>((resolve) => child.on('close', (c) => resolve(c)));
+    expect(stderr).not.toMatch(/EPIPE|Unhandled|\n\s+at /);
+    // Neither the stopped reply nor a later turn has a figures line; the command after it never ran.
+    expect(figures(stderr)).toHaveLength(0);
+    expect(stderr).not.toContain('set num_predict');
+    expect(code, stderr).toBe(141);
   }, 90_000);
 
   // A terminal: `script` gives the CLI a pseudo-terminal, as a person's shell does.

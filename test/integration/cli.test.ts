@@ -3,13 +3,15 @@
  * onnxruntime, real packages. These are the acceptance commands of the
  * foundation and scheduler issues.
  */
-import { spawnSync } from 'node:child_process';
-import { cpSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { spawn, spawnSync } from 'node:child_process';
+import { once } from 'node:events';
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { defaultModelDir, fixture, fixturesSkipReason, haveFixtures, repoRoot } from '../helpers/fixtures';
-import { graphVariantsModel, installedPackage, thinkingModel } from '../helpers/models';
+import { graphVariantsModel, installedPackage, slowModel, thinkingModel } from '../helpers/models';
 
 interface CliRun {
   code: number;
@@ -19,10 +21,16 @@ interface CliRun {
 }
 
 function kvdesk(...args: string[]): CliRun {
+  return kvdeskWith({}, ...args);
+}
+
+/** kvdesk with its stdin (`input`) or environment given. */
+function kvdeskWith(opts: { input?: string; env?: NodeJS.ProcessEnv }, ...args: string[]): CliRun {
   const r = spawnSync(process.execPath, [path.join(repoRoot, 'bin/kvdesk.cjs'), ...args], {
     cwd: repoRoot,
     encoding: 'utf8',
     timeout: 60_000,
+    ...opts,
   });
   let json: Record<string, unknown> = {};
   if (args.includes('--json')) {
@@ -586,9 +594,21 @@ describe('CLI on the generated default model', () => {
     );
     expect(devices.code, devices.stderr).toBe(0);
     expect((devices.json.budgetCap as { availableBytes: number }).availableBytes).toBe(40 * 1024);
-    const huge = kvdesk('generate', defaultModelDir, '--prompt', 'x', '--greedy', '--max-new-tokens', '100000000');
+    // Clipped as the HTTP API clips max_tokens, and the note names the number asked, not the ceiling it passed.
+    const huge = kvdesk('generate', defaultModelDir, '--prompt', 'x', '--greedy', '--max-new-tokens', '1e9');
     expect(huge.code, huge.stderr).toBe(0);
-    expect(huge.stderr).toMatch(/max new tokens clipped from 1000000 to \d+ by the context window/);
+    expect(huge.stderr).toMatch(/max new tokens clipped from 1000000000 to 2047 by the context window \(2048 tokens\)/);
+    const hugeJson = kvdesk(
+      'generate',
+      defaultModelDir,
+      '--prompt',
+      'x',
+      '--greedy',
+      '--max-new-tokens',
+      '1e9',
+      '--json',
+    );
+    expect(hugeJson.json.clipped).toEqual({ requestedMaxTokens: 1e9, clippedMaxTokens: 2047, contextLength: 2048 });
   });
 
   it('--prefill-chunk below 1 exits 2 naming the flag', () => {
@@ -634,4 +654,195 @@ describe('CLI on the generated default model', () => {
     expect(r.code).toBe(2);
     expect((r.json.error as Record<string, unknown>).code).toBe('PACKAGE_INVALID');
   });
+});
+
+/**
+ * A run whose stdout's reader goes away: at once (`| true`), or after the first text (`| head -c 10`).
+ * Its exit code and stderr.
+ */
+async function kvdeskStdoutClosed(
+  args: string[],
+  opts: { afterFirstText?: boolean; input?: string } = {},
+): Promise<{ code: number | null; signal: NodeJS.Signals | null; stderr: string }> {
+  const child = spawn(process.execPath, [path.join(repoRoot, 'bin/kvdesk.cjs'), ...args], {
+    cwd: repoRoot,
+    stdio: ['pipe', 'pipe', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr.on('data', (d) => {
+    stderr += String(d);
+  });
+  if (opts.afterFirstText) child.stdout.once('data', () => child.stdout.destroy());
+  else child.stdout.destroy();
+  child.stdin.end(opts.input ?? '');
+  const [code, signal] = (await once(child, 'close')) as [number | null, NodeJS.Signals | null];
+  return { code, signal, stderr };
+}
+
+/** A port nothing listens on: the hub there cannot be reached. */
+async function closedPort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as net.AddressInfo;
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+describe('the CLI around its commands: a closed stdout, help, versions, stdin, the hub unreachable', () => {
+  const noCrash = (stderr: string) => {
+    expect(stderr).not.toMatch(/EPIPE|Unhandled|internal error|\n\s+at /);
+  };
+
+  it('a reader that goes away (| head) stops the reply: no stack trace, no summary, exit 141', async () => {
+    // The slow model's reply runs for seconds: had it not been stopped, the summary line would follow.
+    const r = await kvdeskStdoutClosed(
+      ['generate', slowModel(), '--prompt', 'Tell me a long story.', '--greedy', '--max-new-tokens', '2000'],
+      { afterFirstText: true },
+    );
+    noCrash(r.stderr);
+    expect(r.stderr).not.toMatch(/tokens, finish/);
+    expect(r.code, r.stderr).toBe(141);
+    // Commands that print once: the same quiet end.
+    for (const args of [
+      ['inspect', defaultModelDir],
+      ['list', '--data-dir', path.join(repoRoot, 'no-such-dir')],
+    ]) {
+      const quiet = await kvdeskStdoutClosed(args);
+      noCrash(quiet.stderr);
+      expect(quiet.code, `${args.join(' ')}: ${quiet.stderr}`).toBe(141);
+    }
+  }, 90_000);
+
+  it('each command answers --help and -h with its usage and every flag it takes; kvdesk help COMMAND too', async () => {
+    const { CHAT_OPTIONS } = await import('../../src/cli/chat');
+    const { GENERATE_OPTIONS, INSPECT_OPTIONS, LIST_OPTIONS, main } = await import('../../src/cli/main');
+    const { PULL_OPTIONS, SEARCH_OPTIONS } = await import('../../src/cli/pull');
+    // In this process (help loads nothing); the real binary once, below.
+    const cli = async (...args: string[]) => {
+      let stdout = '';
+      let stderr = '';
+      const code = await main(args, { out: (t) => (stdout += t), err: (t) => (stderr += t) });
+      return { code, stdout, stderr };
+    };
+    const commands: Array<[string, Record<string, unknown>]> = [
+      ['generate', GENERATE_OPTIONS],
+      ['chat', CHAT_OPTIONS],
+      ['inspect', INSPECT_OPTIONS],
+      ['list', LIST_OPTIONS],
+      ['pull', PULL_OPTIONS],
+      ['search', SEARCH_OPTIONS],
+    ];
+    for (const [command, options] of commands) {
+      const r = await cli(command, '--help');
+      expect(r.code, `${command}: ${r.stderr}`).toBe(0);
+      expect(r.stdout).toMatch(new RegExp(`^Usage:\\n  kvdesk ${command} `));
+      // Each flag once, on a line of its own description (a line of several sampling flags counts for each).
+      for (const flag of Object.keys(options)) {
+        expect(r.stdout, `${command} --help: --${flag}`).toMatch(new RegExp(`\\n  (--[a-z-]+ [^\\n]*)?--${flag}\\b`));
+      }
+      expect((await cli(command, '-h')).stdout, `${command} -h`).toBe(r.stdout);
+    }
+    // Generate's lines, as the top-level help has them: one source.
+    const top = (await cli('--help')).stdout;
+    const generate = kvdesk('generate', '--help');
+    expect(generate.code).toBe(0);
+    expect(generate.stdout).toBe((await cli('generate', '--help')).stdout);
+    for (const line of generate.stdout.split('\n').filter((l) => l.startsWith('  --'))) expect(top).toContain(line);
+    expect((await cli('help', 'generate')).stdout).toBe(generate.stdout);
+    // A flag's value is not a request for help; serve's help still works.
+    expect(kvdesk('generate', defaultModelDir, '--prompt', '-h', '--max-new-tokens', '1').code).toBe(0);
+    const serve = kvdesk('serve', '--help');
+    expect(serve.code).toBe(0);
+    expect(serve.stdout).toContain('--first-use-ttl TIME');
+  }, 90_000);
+
+  it('an unknown flag is named with its command, with the flag meant when one is a typo away', () => {
+    const typo = kvdesk('generate', defaultModelDir, '--promt', 'hi');
+    expect(typo.code).toBe(2);
+    expect(typo.stderr).toBe(
+      'kvdesk: unknown option --promt for kvdesk generate: did you mean --prompt? (see kvdesk generate --help)\n',
+    );
+    const two = kvdesk('chat', defaultModelDir, '--top-x', '3');
+    expect(two.stderr).toContain('unknown option --top-x for kvdesk chat: did you mean --top-k or --top-p?');
+    const far = kvdesk('list', '--colourful');
+    expect(far.code).toBe(2);
+    expect(far.stderr).toBe('kvdesk: unknown option --colourful for kvdesk list (see kvdesk list --help)\n');
+    const json = kvdesk('inspect', defaultModelDir, '--jsn', '--json');
+    expect(json.json.error).toMatchObject({ code: 'BAD_REQUEST', flag: '--jsn' });
+    expect((json.json.error as { message: string }).message).toContain('did you mean --json?');
+    for (const r of [typo, two, far]) {
+      expect(r.stderr.split("'").length % 2, r.stderr).toBe(1);
+      expect(r.stderr.split('"').length % 2, r.stderr).toBe(1);
+    }
+  });
+
+  it('--version, -v and version print kvdesk’s version and onnxruntime’s', async () => {
+    const pkg = JSON.parse(readFileSync(path.join(repoRoot, 'package.json'), 'utf8')) as { version: string };
+    const ort = JSON.parse(readFileSync(path.join(repoRoot, 'node_modules/onnxruntime-node/package.json'), 'utf8')) as {
+      version: string;
+    };
+    for (const flag of ['--version', '-v', 'version']) {
+      const r = kvdesk(flag);
+      expect(r.code, flag).toBe(0);
+      expect(r.stdout).toBe(`kvdesk ${pkg.version}\nonnxruntime-node ${ort.version}\n`);
+    }
+  });
+
+  it('generate reads its prompt from stdin: --prompt -, or no prompt flag with stdin from a pipe; empty stdin is exit 2', () => {
+    const args = ['generate', defaultModelDir, '--greedy', '--max-new-tokens', '6', '--json'];
+    const flag = kvdesk(...args, '--prompt', 'Tell me about rivers.');
+    expect(flag.code, flag.stderr).toBe(0);
+    // The last line break is dropped, as `$(cat FILE)` drops it.
+    const piped = kvdeskWith({ input: 'Tell me about rivers.\n' }, ...args);
+    expect(piped.code, piped.stderr).toBe(0);
+    expect(piped.json.tokenIds).toEqual(flag.json.tokenIds);
+    expect(piped.json.promptTokens).toBe(flag.json.promptTokens);
+    const dash = kvdeskWith({ input: 'Tell me about rivers.' }, ...args, '--prompt', '-');
+    expect(dash.json.tokenIds).toEqual(flag.json.tokenIds);
+    // Beside another prompt: a batch of two rows, stdin's the second.
+    const batch = kvdeskWith({ input: 'Tell me about rivers.\n' }, ...args, '--prompt', 'Hi', '--prompt', '-');
+    expect((batch.json.rows as Array<{ tokenIds: number[] }>)[1]?.tokenIds).toEqual(flag.json.tokenIds);
+    for (const extra of [[], ['--prompt', '-']]) {
+      const empty = kvdeskWith({ input: '' }, ...args, ...extra);
+      expect(empty.code, extra.join(' ')).toBe(2);
+      expect((empty.json.error as { message: string }).message).toMatch(/^stdin is empty, and it is the prompt/);
+    }
+    const twice = kvdeskWith({ input: 'x' }, ...args, '--prompt', '-', '--prompt', '-');
+    expect(twice.code).toBe(2);
+    expect((twice.json.error as { message: string }).message).toMatch(/--prompt - reads stdin once/);
+  }, 60_000);
+
+  // A terminal: `script` gives the CLI one, as a person's shell does.
+  const script = spawnSync('script', ['--version'], { encoding: 'utf8' });
+  it.skipIf(script.status !== 0)('with stdin a terminal and no prompt, generate says how to give one', () => {
+    const command = [process.execPath, path.join(repoRoot, 'bin/kvdesk.cjs'), 'generate', defaultModelDir]
+      .map((a) => `'${a}'`)
+      .join(' ');
+    const r = spawnSync('script', ['-qec', command, '/dev/null'], { cwd: repoRoot, encoding: 'utf8', timeout: 60_000 });
+    expect(r.status, r.stdout).toBe(2);
+    expect(r.stdout).toContain('give --prompt TEXT or --prompt-ids 1,2,3, or the prompt on stdin');
+  });
+
+  it('search and pull with the hub out of reach exit 4, the code for a hub or download that failed', async () => {
+    const env = { ...process.env, HF_ENDPOINT: `http://127.0.0.1:${await closedPort()}`, HF_TOKEN: '' };
+    const data = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-no-hub-'));
+    try {
+      for (const args of [
+        ['search', 'qwen3'],
+        ['pull', 'onnx-community/tiny-chat', '--data-dir', data],
+        ['pull', 'onnx-community/tiny-chat', '--list'],
+      ]) {
+        const r = kvdeskWith({ env }, ...args);
+        expect(r.code, `${args.join(' ')}: ${r.stderr}`).toBe(4);
+        expect(r.stderr).toMatch(
+          /^kvdesk: could not reach http:\/\/127\.0\.0\.1:\d+: .*Check the network \(or HF_ENDPOINT\)/,
+        );
+      }
+      const json = kvdeskWith({ env }, 'search', 'qwen3', '--json');
+      expect(json.code).toBe(4);
+      expect((json.json.error as { code: string }).code).toBe('DOWNLOAD_FAILED');
+    } finally {
+      rmSync(data, { recursive: true, force: true });
+    }
+  }, 60_000);
 });

@@ -188,7 +188,10 @@ function clientMessage(message: string, field: string | undefined, param: string
     .replace(/\btoolChoice \(tool_choice\)/g, 'tool_choice')
     .replace(/\bsampling\.logitBias \(logit_bias\)/g, 'logit_bias')
     .replace(/\(responseFormat \/ jsonSchema\)/g, `(${JSON_OUTPUT[api]})`)
-    .replace(/\bjsonSchema \(json_schema\.schema\)/g, `${JSON_OUTPUT[api]}${api === 'chat' ? '.json_schema' : ''}.schema`)
+    .replace(
+      /\bjsonSchema \(json_schema\.schema\)/g,
+      `${JSON_OUTPUT[api]}${api === 'chat' ? '.json_schema' : ''}.schema`,
+    )
     // A tool's schema where each API keeps it (the Responses API keeps it on the tool itself).
     .replace(/\btools\[(\d+)\]\.parameters\b/g, (_, i: string) => `tools[${i}].${TOOL_SCHEMA[api]}`)
     // The contract's names of the other fields a tool-choice or JSON refusal mentions.
