@@ -9,6 +9,7 @@ import { parseArgs } from 'node:util';
 import { type ApiServerControl, createHostApi, type HostApi } from '../main/host/host-api';
 import { type HostSettings, RunnerService } from '../main/host/runner-service';
 import { assertBindable, type RunningServer, serveControl, startServer } from '../main/server';
+import { normalOrigin } from '../main/server/security';
 import { parseDuration } from '../shared/duration';
 import { KvdeskError, toErrorInfo } from '../shared/errors';
 import { byteSizeFlag, flagError, type Io, joinValues, lookupFlag } from './common';
@@ -22,6 +23,9 @@ serve options:
   --port N                 port to listen on (default 8080; 0 picks a free one)
   --host ADDR              address to bind (default 127.0.0.1; any other address needs --token)
   --token T                require "Authorization: Bearer T" (or /?token=T in a browser); also $KVDESK_TOKEN
+  --allow-origin ORIGIN    a web page's origin (http://localhost:3000) that may call the model APIs from a browser
+                           (CORS); * for any page; repeatable, or comma-separated in $KVDESK_ORIGINS. --token is
+                           still required where given
   --model PATH             load a model package at start (repeatable; the default model loads too)
   --trust-installed        --model may name ORT packages of the "installed" layout (files outside their folder)
   --kv-budget [DEV=]SIZE   KV budget, e.g. 2GiB for the CPU (default: derived from RAM), cuda:0=6GiB for a GPU
@@ -91,6 +95,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     port: { type: 'string' },
     host: { type: 'string' },
     token: { type: 'string' },
+    'allow-origin': { type: 'string', multiple: true },
     model: { type: 'string', multiple: true },
     'kv-budget': { type: 'string', multiple: true },
     'device-memory': { type: 'string', multiple: true },
@@ -143,6 +148,18 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     const dataDir = dataDirOf(values['data-dir']);
     const token = values.token ?? (process.env.KVDESK_TOKEN || undefined);
     const host = values.host ?? '127.0.0.1';
+    const origins = [
+      ...(values['allow-origin'] ?? []),
+      ...(process.env.KVDESK_ORIGINS ?? '').split(',').filter((o) => o.trim() !== ''),
+    ];
+    for (const origin of origins) {
+      if (normalOrigin(origin.trim()) === null) {
+        throw new KvdeskError(
+          'BAD_REQUEST',
+          `--allow-origin "${origin}" is not an origin: give it as a browser sends it, scheme://host[:port] (e.g. http://localhost:3000), or * for any page`,
+        );
+      }
+    }
     const maxUpload = byteSizeFlag('max-upload', values['max-upload']);
     const maxBody = byteSizeFlag('max-body', values['max-body']);
     assertBindable(host, token);
@@ -186,6 +203,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
       host,
       port,
       ...(token !== undefined ? { token } : {}),
+      ...(origins.length > 0 ? { allowedOrigins: origins } : {}),
       ...(values['static-dir'] !== undefined ? { staticDir: path.resolve(values['static-dir']) } : {}),
       ...(maxUpload !== undefined ? { maxUploadBytes: maxUpload } : {}),
       ...(maxBody !== undefined ? { maxJsonBytes: maxBody } : {}),
@@ -195,6 +213,12 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
       },
     });
     io.out(`kvdesk serving ${server.url}\n`);
+    if (origins.length > 0) {
+      const any = origins.some((o) => o.trim() === '*');
+      io.err(
+        `kvdesk: ${any ? 'any web page' : `pages of ${origins.map((o) => o.trim()).join(', ')}`} may call the model APIs from a browser${token === undefined ? (any ? ' — with no --token, any site you open can use your models' : ' (no --token: they need none)') : ' with the token'}\n`,
+      );
+    }
     if (token !== undefined) io.out(`kvdesk: open ${server.url}/?token=${encodeURIComponent(token)} in a browser\n`);
     await (control.until ?? signalled(io));
     return 0;
