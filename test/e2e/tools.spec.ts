@@ -178,6 +178,39 @@ test('a page served without a token may not run tools, and says how to', async (
   }
 });
 
+test('servers that do not start are all named in one notice, and the turn goes on without them', async ({ page }) => {
+  const dataDir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-e2e-tools-down-'));
+  const servers = { alpha: { command: '/nonexistent/alpha-mcp' }, beta: { command: '/nonexistent/beta-mcp' } };
+  writeFileSync(path.join(dataDir, 'mcp.json'), JSON.stringify({ mcpServers: servers }));
+  const down = await startServe(['--token', TOKEN], 90_000, undefined, dataDir);
+  try {
+    const now = Date.now();
+    const id = `t-tools-down-${now}`;
+    const chat = {
+      id,
+      title: 'Tools down',
+      createdAt: now,
+      updatedAt: now,
+      messages: [],
+      mcpServers: ['alpha', 'beta'],
+    };
+    expect((await wsCall(down, 'saveThread', chat, TOKEN)).ok).toBe(true);
+    await page.goto(`${down.url}/?token=${TOKEN}`);
+    await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+    await page.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click();
+    await send(page, 'Hi');
+    const notice = page.getByTestId('notice');
+    await expect(notice).toContainText('These tools are not offered');
+    await expect(notice).toContainText('"alpha"');
+    await expect(notice).toContainText('"beta"');
+    await expect(notice).toContainText('ENOENT');
+    await expect(lastReply(page)).toHaveAttribute('data-state', /done|cancelled/, { timeout: 60_000 });
+  } finally {
+    await down.stop();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+});
+
 /** A new chat with a server's tools (calc's by default), which must call one: its reply's call card, waiting. */
 async function waitingCall(page: Page, server: ServeHandle, tools = 'calc') {
   await page.goto(`${server.url}/?token=${TOKEN}`);

@@ -488,7 +488,12 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       }
       const tools = status.ok ? chatTools(status.value, servers) : undefined;
       if (!status.ok) notify(`The chat's tools are not offered: ${status.error.message}`);
-      for (const m of tools?.missing ?? []) notify(`The tools of "${m.server}" are not offered: ${m.why}`);
+      // One notice for them all (one each would leave only the last on screen).
+      const missing = tools?.missing ?? [];
+      if (missing.length === 1) notify(`The tools of "${missing[0]?.server}" are not offered: ${missing[0]?.why}`);
+      if (missing.length > 1) {
+        notify(`These tools are not offered: ${missing.map((m) => `"${m.server}": ${m.why}`).join('; ')}`);
+      }
       if (tools) s().setToolRoutes(threadId, assistantId, tools.routes);
       // Must call a tool in reply to the person; after a tool's answer, the model may reply in words.
       const required = thread.toolsRequired === true && history.at(-1)?.role === 'user';
