@@ -4,15 +4,26 @@
  * package's generation_config.json sets (resources/models/default: temperature 0.7, top-p 0.9, top-k 50, 256
  * new tokens), not kvdesk's own fallbacks.
  */
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { expect, test } from '@playwright/test';
-import { type ServeHandle, startServe } from './serve';
+import { ROOT, type ServeHandle, startServe } from './serve';
 
 let server: ServeHandle;
+let root: string;
 test.beforeAll(async () => {
-  server = await startServe();
+  // A second package whose generation_config.json asks for greedy decoding (do_sample false).
+  root = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-e2e-greedy-'));
+  const dir = path.join(root, 'greedy-model');
+  cpSync(path.join(ROOT, 'resources/models/default'), dir, { recursive: true });
+  const config = JSON.parse(readFileSync(path.join(dir, 'generation_config.json'), 'utf8'));
+  writeFileSync(path.join(dir, 'generation_config.json'), JSON.stringify({ ...config, do_sample: false }));
+  server = await startServe(['--model', dir]);
 });
 test.afterAll(async () => {
   await server.stop();
+  rmSync(root, { recursive: true, force: true });
 });
 
 test('a first start: ready to type, settings before the first message, the package’s defaults shown', async ({
@@ -48,4 +59,25 @@ test('a first start: ready to type, settings before the first message, the packa
   await expect(reply).toHaveAttribute('data-state', /done/, { timeout: 60_000 });
   await expect(reply.getByTestId('message-stats')).toContainText(/\b3 tok\b/);
   await expect(list.locator('[data-thread-id]')).toHaveCount(1);
+});
+
+test("a package that asks for greedy decoding: greedy shows on, as the model's default, and can be turned off", async ({
+  page,
+}) => {
+  await page.goto(server.url);
+  await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+  await page.getByTestId('model-picker').selectOption('greedy-model');
+  await page.getByTestId('settings-toggle').click();
+  const greedy = page.getByTestId('setting-greedy');
+  await expect(greedy).toBeChecked();
+  await expect(page.locator('label', { has: greedy })).toContainText("greedy (the model's default)");
+  expect(await page.getByTestId('setting-temperature').getAttribute('placeholder')).toBe('greedy');
+  // Turned off: said in the summary (the chat samples although the package would not).
+  await greedy.uncheck();
+  await expect(greedy).not.toBeChecked();
+  await expect(page.getByTestId('settings-summary')).toContainText('sampled');
+  // On again: the package's default, nothing kept.
+  await greedy.check();
+  await expect(page.getByTestId('settings-summary')).not.toContainText('sampled');
+  await expect(page.getByTestId('settings-summary')).not.toContainText('greedy');
 });
