@@ -122,6 +122,7 @@ async function start(): Promise<void> {
         port: wanted.port,
         ...(wanted.lan !== undefined ? { lan: wanted.lan } : {}),
         ...(wanted.requireKey !== undefined ? { requireKey: wanted.requireKey } : {}),
+        ...(wanted.cors !== undefined ? { cors: wanted.cors } : {}),
       });
       if (!started.ok) log(`kvdesk: the API server did not start on port ${wanted.port}: ${started.error.message}`);
     },

@@ -225,6 +225,8 @@ export interface ApiServerStatus {
   lan?: boolean;
   /** Its addresses on the local network (this computer's IPv4 addresses), while it runs with `lan`. */
   lanUrls?: string[];
+  /** Web pages of any site may call its model APIs (CORS). */
+  cors?: boolean;
   /** The window's API key (the bearer token), while its server wants one: shown to the person to give to clients. */
   key?: string;
 }
@@ -365,6 +367,8 @@ export const ApiServerRequest = z
     port: z.number().int().min(0).max(65_535),
     lan: z.boolean().optional(),
     requireKey: z.boolean().optional(),
+    /** Web pages of any site may call the model APIs from a browser (CORS), as LM Studio's "Enable CORS". */
+    cors: z.boolean().optional(),
   })
   .strict();
 export type ApiServerRequest = z.infer<typeof ApiServerRequest>;
@@ -396,6 +400,7 @@ export const UiSettings = z.object({
       autostart: z.boolean(),
       lan: z.boolean().optional(),
       requireKey: z.boolean().optional(),
+      cors: z.boolean().optional(),
     })
     .optional(),
   /** Saved chat settings, by name. */

@@ -104,6 +104,22 @@ test('the window’s API server: started with the key, a new key, the local netw
   expect(await models(url)).toBe(200);
   for (const lanUrl of lanUrls) expect(await models(lanUrl)).toBe('refused');
 
+  // Web pages of other sites (CORS): said at once, with the warning a keyless server needs; a preflight answered.
+  const preflight = async () =>
+    (
+      await fetch(`${url}/v1/chat/completions`, {
+        method: 'OPTIONS',
+        headers: { origin: 'https://chat.example', 'access-control-request-method': 'POST' },
+      })
+    ).status;
+  expect(await preflight()).toBe(403);
+  await card.getByTestId('api-server-cors-toggle').check();
+  await expect(card.getByTestId('api-server-cors')).toContainText('any site you open');
+  expect(await preflight()).toBe(204);
+  await card.getByTestId('api-server-cors-toggle').uncheck();
+  await expect(card.getByTestId('api-server-cors')).toHaveCount(0);
+  expect(await preflight()).toBe(403);
+
   await card.getByTestId('api-server-stop').click();
   await expect(card.getByTestId('api-server-state')).toHaveText('off');
   expect(await models(url)).toBe('refused');

@@ -27,6 +27,8 @@ interface Mode {
   port: number;
   lan: boolean;
   keyed: boolean;
+  /** Pages of any site may call the model APIs. */
+  cors: boolean;
 }
 
 /** This computer's IPv4 addresses other devices can reach it at (none when it has no network). */
@@ -68,6 +70,7 @@ export function createApiServerControl(opts: {
       port: server.port,
       tokenRequired: mode.keyed,
       lan: mode.lan,
+      ...(mode.cors ? { cors: true } : {}),
       ...(mode.lan ? { lanUrls: lanAddresses().map((a) => `http://${a}:${server?.port}`) } : {}),
       ...(mode.keyed && key ? { key } : {}),
     };
@@ -116,6 +119,7 @@ export function createApiServerControl(opts: {
         host: next.lan ? EVERY_ADDRESS : LOOPBACK,
         port: next.port,
         ...(token !== undefined ? { token } : {}),
+        ...(next.cors ? { allowedOrigins: ['*'] } : {}),
         ...(opts.staticDir ? { staticDir: opts.staticDir } : {}),
       });
     } catch (err) {
@@ -150,14 +154,15 @@ export function createApiServerControl(opts: {
       serial(async () => {
         const lan = req.lan === true;
         // On the network the key is always wanted: anyone there could otherwise run models and read the chats.
-        const next: Mode = { port: req.port, lan, keyed: lan || req.requireKey === true };
+        const next: Mode = { port: req.port, lan, keyed: lan || req.requireKey === true, cors: req.cors === true };
         const current = mode;
         const same =
           server !== null &&
           current !== null &&
           (next.port === 0 || server.port === next.port) &&
           current.lan === next.lan &&
-          current.keyed === next.keyed;
+          current.keyed === next.keyed &&
+          current.cors === next.cors;
         if (same) return status();
         // Only the mode changed: it stays on its port.
         return listen(next.port === 0 && server && current ? { ...next, port: server.port } : next);

@@ -116,6 +116,7 @@ export function ApiServerPanel() {
   // A change the running server is taking: shown at once, the saved one again if it fails.
   const lan = pending?.lan ?? saved?.lan ?? false;
   const requireKey = lan || (pending?.requireKey ?? saved?.requireKey ?? false);
+  const cors = pending?.cors ?? saved?.cors ?? false;
   /** The port field as a number, or null (and why) when it is not one. */
   const portNumber = (): number | null => {
     const n = Number(port);
@@ -128,17 +129,24 @@ export function ApiServerPanel() {
   const start = (change: Partial<ApiServerSettings> = {}) => {
     const n = portNumber();
     if (n === null) return;
-    void act(() => bridge.startApiServer({ port: n, autostart, lan, requireKey, ...change }));
+    void act(() => bridge.startApiServer({ port: n, autostart, lan, requireKey, cors, ...change }));
   };
   /** A setting changed: a running server takes it at once (on its port); a stopped one keeps it for its start. */
   const change = (next: Partial<ApiServerSettings>) => {
     if (status.running) {
       setPending(next);
-      const settings = { port: saved?.port ?? status.port ?? DEFAULT_API_PORT, autostart, lan, requireKey, ...next };
+      const settings = {
+        port: saved?.port ?? status.port ?? DEFAULT_API_PORT,
+        autostart,
+        lan,
+        requireKey,
+        cors,
+        ...next,
+      };
       void act(() => bridge.startApiServer(settings)).finally(() => setPending(null));
       return;
     }
-    bridge.saveApiServer({ port: portToSave(), autostart, lan, requireKey, ...next });
+    bridge.saveApiServer({ port: portToSave(), autostart, lan, requireKey, cors, ...next });
   };
   /** The port to remember: the one it was started on (as asked: 0 stays "any"), else the running one, else the field's. */
   const portToSave = (): number => {
@@ -159,6 +167,14 @@ export function ApiServerPanel() {
           Serving the OpenAI-, Anthropic- and Ollama-compatible APIs for this window's models at{' '}
           <ApiAddress url={status.url} href={keyedHref(status.url)} />
           {status.tokenRequired ? ', with the API key' : ''}. Requests share the KV budget with your chats.
+          {status.cors && (
+            <div data-testid="api-server-cors" className={status.tokenRequired ? '' : 'note'}>
+              Web pages of any site may call its model APIs from a browser
+              {status.tokenRequired
+                ? ', with the API key.'
+                : ': without the key, that is any site you open — require the key unless you mean it.'}
+            </div>
+          )}
           {status.lan && (
             <div data-testid="api-server-lan">
               On the local network:{' '}
@@ -200,7 +216,9 @@ export function ApiServerPanel() {
             data-testid="api-server-autostart"
             checked={autostart}
             disabled={busy}
-            onChange={(e) => bridge.saveApiServer({ port: portToSave(), autostart: e.target.checked, lan, requireKey })}
+            onChange={(e) =>
+              bridge.saveApiServer({ port: portToSave(), autostart: e.target.checked, lan, requireKey, cors })
+            }
           />{' '}
           start with kvdesk
         </label>
@@ -229,6 +247,22 @@ export function ApiServerPanel() {
             onChange={(e) => change({ requireKey: e.target.checked })}
           />{' '}
           require the API key
+        </label>
+        <label
+          title={
+            requireKey
+              ? "Chat apps that run in a web page (of any site) may call the model APIs from the browser, with the API key (CORS). Never this window's chats, tools or settings."
+              : "Chat apps that run in a web page (of any site) may call the model APIs from the browser (CORS). Without the key, that is any site you open: require the key too. Never this window's chats, tools or settings."
+          }
+        >
+          <input
+            type="checkbox"
+            data-testid="api-server-cors-toggle"
+            checked={cors}
+            disabled={busy}
+            onChange={(e) => change({ cors: e.target.checked })}
+          />{' '}
+          web pages may call it (CORS)
         </label>
         {status.running ? (
           <>

@@ -242,6 +242,36 @@ describe("the window's API server", () => {
     }
   }, 60_000);
 
+  it('with CORS: a page of any site may call the model APIs (the key still wanted); off again on the same port', async () => {
+    const port = await freePort();
+    const preflight = () =>
+      new Promise<http.IncomingMessage>((resolve, reject) => {
+        const req = http.request(
+          `http://127.0.0.1:${port}/v1/chat/completions`,
+          {
+            method: 'OPTIONS',
+            agent: false,
+            headers: { origin: 'https://chat.example', 'access-control-request-method': 'POST' },
+          },
+          (res) => {
+            res.resume();
+            resolve(res);
+          },
+        );
+        req.once('error', reject);
+        req.end();
+      });
+    const on = await call<ApiServerStatus>('startApiServer', { port, requireKey: true, cors: true });
+    expect(on).toMatchObject({ running: true, port, tokenRequired: true, cors: true });
+    const answered = await preflight();
+    expect(answered.statusCode).toBe(204);
+    expect(answered.headers['access-control-allow-origin']).toBe('https://chat.example');
+    const off = await call<ApiServerStatus>('startApiServer', { port, requireKey: true });
+    expect(off.cors).toBeUndefined();
+    expect((await preflight()).statusCode).toBe(403);
+    await call('stopApiServer');
+  });
+
   it('on the local network: every address, always with the key, its addresses listed', async () => {
     const port = await freePort();
     // Asked without the key: the key is wanted all the same.
