@@ -47,8 +47,8 @@ export interface TemplateLimits {
   ms: number;
   /** Characters of any one string the template builds, its output included. */
   chars: number;
-  /** Numbers one `range()` may make. */
-  rangeItems: number;
+  /** Items of any one list the template makes (`range()` refuses before it makes them). */
+  listItems: number;
 }
 
 /**
@@ -57,7 +57,7 @@ export interface TemplateLimits {
  * app or the server for minutes. Real templates render in milliseconds, conversations of a thousand turns
  * included, so these leave room for a hundred times that.
  */
-export const TEMPLATE_LIMITS: TemplateLimits = { ms: 3000, chars: 16 * 1024 * 1024, rangeItems: 100_000 };
+export const TEMPLATE_LIMITS: TemplateLimits = { ms: 3000, chars: 16 * 1024 * 1024, listItems: 100_000 };
 
 /**
  * ChatML, the template transformers used when a tokenizer had none. Used for packages without a
@@ -97,18 +97,31 @@ Interpreter.prototype.evaluate = function guardedEvaluate(
 ): ReturnType<Interpreter['evaluate']> {
   const guard = activeGuard;
   if (guard === undefined) return evaluate.apply(this, args);
-  // Every call: a loop with an empty body runs all its turns between two calls.
-  if (performance.now() > guard.deadline) {
-    throw new TemplateOverLimit(`it ran for over ${guard.limits.ms / 1000} s and was stopped`);
-  }
+  // Before and after every call: a loop with an empty body runs all its turns between two calls (as many as its
+  // list has items, which the limit on lists bounds).
+  overTime(guard);
   const value = evaluate.apply(this, args);
-  if (typeof value.value === 'string' && value.value.length > guard.limits.chars) {
+  overTime(guard);
+  const made = value.value;
+  if (typeof made === 'string' && made.length > guard.limits.chars) {
     throw new TemplateOverLimit(
-      `it built a text of ${value.value.length.toLocaleString('en-US')} characters, over the ${guard.limits.chars.toLocaleString('en-US')} kvdesk allows`,
+      `it built a text of ${made.length.toLocaleString('en-US')} characters, over the ${guard.limits.chars.toLocaleString('en-US')} kvdesk allows`,
+    );
+  }
+  // Lists grow without range() too (`l + l`, `split`).
+  if (Array.isArray(made) && made.length > guard.limits.listItems) {
+    throw new TemplateOverLimit(
+      `it made a list of ${made.length.toLocaleString('en-US')} items, over the ${guard.limits.listItems.toLocaleString('en-US')} kvdesk allows`,
     );
   }
   return value;
 };
+
+function overTime(guard: RenderGuard): void {
+  if (performance.now() > guard.deadline) {
+    throw new TemplateOverLimit(`it ran for over ${guard.limits.ms / 1000} s and was stopped`);
+  }
+}
 
 /** Jinja's `range()`, refusing to make more numbers than the limit before it makes any. */
 function boundedRange(limit: number) {
@@ -150,7 +163,7 @@ export function renderChatTemplate(template: string, messages: ChatMessage[], op
   try {
     return compiled.render({
       ...opts.vars,
-      [RANGE]: boundedRange(limits.rangeItems),
+      [RANGE]: boundedRange(limits.listItems),
       messages: messages.map((m) => templateMessage(m, harmony)),
       ...(opts.tools ? { tools: opts.tools } : {}),
       add_generation_prompt: opts.addGenerationPrompt,
@@ -355,6 +368,11 @@ function renameIdentifier(node: unknown, from: string, to: string, seen = new Se
   }
   const record = node as Record<string, unknown>;
   if (record.type === 'Identifier' && record.value === from) record.value = to;
+  // `namespace(range=3)` names an attribute (read as `ns.range`, which is not renamed either), not the variable.
+  if (record.type === 'KeywordArgumentExpression') {
+    renameIdentifier(record.value, from, to, seen);
+    return;
+  }
   // `x.range` names a key of x, not the variable.
   if (record.type === 'MemberExpression' && record.computed === false) {
     renameIdentifier(record.object, from, to, seen);

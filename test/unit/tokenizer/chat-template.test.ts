@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import { Template } from '@huggingface/jinja';
 import { describe, expect, it } from 'vitest';
 import {
   applyChat,
@@ -77,7 +78,7 @@ describe('renderChatTemplate', () => {
       const loops = '{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}';
       const started = performance.now();
       const err = thrown(() =>
-        renderChatTemplate(loops, conversation, { ...opts, limits: { ms: 200, chars: 1e6, rangeItems: 1e5 } }),
+        renderChatTemplate(loops, conversation, { ...opts, limits: { ms: 200, chars: 1e6, listItems: 1e5 } }),
       );
       expect(performance.now() - started).toBeLessThan(5000);
       expect(err.code).toBe('PACKAGE_INVALID');
@@ -105,15 +106,34 @@ describe('renderChatTemplate', () => {
       const doubling =
         "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s }}";
       const err = thrown(() =>
-        renderChatTemplate(doubling, conversation, { ...opts, limits: { ms: 5000, chars: 1000, rangeItems: 1e5 } }),
+        renderChatTemplate(doubling, conversation, { ...opts, limits: { ms: 5000, chars: 1000, listItems: 1e5 } }),
       );
       expect(err.message).toContain('it built a text of 1,024 characters, over the 1,000 kvdesk allows');
     });
 
-    it('leaves the next render unlimited by the last one', () => {
-      const tiny = { ms: 5000, chars: 10, rangeItems: 1e5 };
+    it('stops a list that grows past the limit without range() (doubling it)', () => {
+      // Then a loop with an empty body over it, with nothing after: no call between its turns.
+      const doubling =
+        '{% set ns = namespace(l=[0]) %}{% for i in range(22) %}{% set ns.l = ns.l + ns.l %}{% endfor %}{% for c in ns.l %}{% endfor %}';
+      const started = performance.now();
+      const err = thrown(() => renderChatTemplate(doubling, conversation, opts));
+      expect(performance.now() - started).toBeLessThan(3000);
+      expect(err.message).toContain('it made a list of 131,072 items, over the 100,000 kvdesk allows');
+    });
+
+    it('keeps `range` as a name of keyword arguments and attributes', () => {
+      const text = '{% set ns = namespace(range=3) %}[{{ ns.range }}|{{ range(2) | length }}]';
+      expect(renderChatTemplate(text, conversation, opts)).toBe('[3|2]');
+    });
+
+    it('leaves Jinja unguarded outside its renders, after one it stopped', () => {
+      const tiny = { ms: 5000, chars: 10, listItems: 1e5 };
       expect(() => renderChatTemplate(DEFAULT_CHAT_TEMPLATE, conversation, { ...opts, limits: tiny })).toThrow();
-      expect(renderChatTemplate(DEFAULT_CHAT_TEMPLATE, conversation, opts)).toContain('<|im_start|>assistant');
+      // Another user of the library in this process: its render knows nothing of kvdesk's limits.
+      const other = new Template('{% for m in messages %}{{ m.content }}{% endfor %}');
+      expect(
+        other.render({ messages: Array.from({ length: 20 }, () => ({ content: 'longer than ten' })) }),
+      ).toHaveLength(300);
     });
   });
 
