@@ -485,10 +485,10 @@ function round(n: number): number {
   return Math.round(n * 100) / 100;
 }
 
-/** `kvdesk list`: the library (packages `serve` has loaded), each validated again. */
 /** `kvdesk list`'s flags. */
 export const LIST_OPTIONS = { json: { type: 'boolean' }, 'data-dir': { type: 'string' } } as const;
 
+/** `kvdesk list`: the library (packages `serve` has loaded), each validated again. */
 async function list(args: string[], io: Io): Promise<number> {
   const json = args.includes('--json');
   try {
@@ -688,25 +688,49 @@ async function run(argv: string[], io: Io): Promise<number> {
  * node raises as an 'error' event on the stream, a crash with a stack trace unless handled: here, for every
  * command, it aborts `closed` (a streaming command cancels its request) and later output goes nowhere.
  */
-function processIo(): Io {
+function processIo(): Io & { failed: () => boolean } {
   const closed = new AbortController();
-  process.stdout.on('error', () => closed.abort());
+  let failed = false;
+  // stderr's reader may go too (`2>&1 | head`): what is left to say goes nowhere, rather than crash.
+  let errGone = false;
+  process.stderr.on('error', () => {
+    errGone = true;
+  });
+  const writeErr = (s: string) => {
+    if (errGone) return;
+    process.stderr.write(s);
+    if (process.stderr.errored) errGone = true;
+  };
+  /** stdout failed: a reader gone is said by the exit code alone; another failure (`> /dev/full`) in words, once. */
+  const stdoutFailed = (err: NodeJS.ErrnoException) => {
+    if (closed.signal.aborted) return;
+    if (err.code !== 'EPIPE') {
+      failed = true;
+      writeErr(`kvdesk: could not write the output: ${err.message}\n`);
+    }
+    closed.abort();
+  };
+  process.stdout.on('error', stdoutFailed);
   return {
     out: (s) => {
       if (closed.signal.aborted) return;
       process.stdout.write(s);
       // A pipe's write fails at once, but node emits the error a tick later: the command must know now.
-      if (process.stdout.errored) closed.abort();
+      const failed = process.stdout.errored as NodeJS.ErrnoException | null;
+      if (failed) stdoutFailed(failed);
     },
-    err: (s) => process.stderr.write(s),
+    err: writeErr,
     closed: closed.signal,
+    failed: () => failed,
   };
 }
 
 if (require.main === module) {
-  main(process.argv.slice(2), processIo()).then(
+  const io = processIo();
+  main(process.argv.slice(2), io).then(
     (code) => {
-      process.exitCode = code;
+      // Output that could not be written (not a reader gone): a failure.
+      process.exitCode = code === STDOUT_CLOSED_EXIT && io.failed() ? 1 : code;
     },
     (err) => {
       process.stderr.write(

@@ -5,7 +5,7 @@
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
-import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, cpSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -712,6 +712,37 @@ describe('the CLI around its commands: a closed stdout, help, versions, stdin, t
       expect(quiet.code, `${args.join(' ')}: ${quiet.stderr}`).toBe(141);
     }
   }, 90_000);
+
+  it("stderr's reader gone too is no crash; output that cannot be written (a full disk) is said, exit 1", async () => {
+    // `2>&1 | true`: the refusal's line goes nowhere, and the exit code is still the refusal's.
+    const quiet = spawn(
+      process.execPath,
+      [path.join(repoRoot, 'bin/kvdesk.cjs'), 'generate', '/nonexistent', '--prompt', 'x'],
+      {
+        cwd: repoRoot,
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
+    quiet.stdout.destroy();
+    quiet.stderr.destroy();
+    const [code] = (await once(quiet, 'close')) as [number | null];
+    expect(code).toBe(2);
+    if (existsSync('/dev/full')) {
+      const full = openSync('/dev/full', 'w');
+      try {
+        const r = spawnSync(process.execPath, [path.join(repoRoot, 'bin/kvdesk.cjs'), 'inspect', defaultModelDir], {
+          cwd: repoRoot,
+          stdio: ['ignore', full, 'pipe'],
+          encoding: 'utf8',
+        });
+        expect(r.stderr).toContain('kvdesk: could not write the output: ENOSPC');
+        noCrash(r.stderr);
+        expect(r.status).toBe(1);
+      } finally {
+        closeSync(full);
+      }
+    }
+  }, 60_000);
 
   it('each command answers --help and -h with its usage and every flag it takes; kvdesk help COMMAND too', async () => {
     const { CHAT_OPTIONS } = await import('../../src/cli/chat');
