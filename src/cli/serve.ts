@@ -8,8 +8,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { type ApiServerControl, createHostApi, type HostApi } from '../main/host/host-api';
 import { type HostSettings, RunnerService } from '../main/host/runner-service';
-import { assertBindable, type RunningServer, serveControl, startServer } from '../main/server';
-import { normalOrigin } from '../main/server/security';
+import { allowedOriginsOf, assertBindable, type RunningServer, serveControl, startServer } from '../main/server';
 import { parseDuration } from '../shared/duration';
 import { KvdeskError, toErrorInfo } from '../shared/errors';
 import { byteSizeFlag, flagError, type Io, joinValues, lookupFlag } from './common';
@@ -148,18 +147,11 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     const dataDir = dataDirOf(values['data-dir']);
     const token = values.token ?? (process.env.KVDESK_TOKEN || undefined);
     const host = values.host ?? '127.0.0.1';
-    const origins = [
-      ...(values['allow-origin'] ?? []),
-      ...(process.env.KVDESK_ORIGINS ?? '').split(',').filter((o) => o.trim() !== ''),
-    ];
-    for (const origin of origins) {
-      if (normalOrigin(origin.trim()) === null) {
-        throw new KvdeskError(
-          'BAD_REQUEST',
-          `--allow-origin "${origin}" is not an origin: give it as a browser sends it, scheme://host[:port] (e.g. http://localhost:3000), or * for any page`,
-        );
-      }
-    }
+    // Checked before anything loads, each list naming where it came from.
+    const fromEnv = (process.env.KVDESK_ORIGINS ?? '').split(',').filter((o) => o.trim() !== '');
+    allowedOriginsOf(fromEnv, '$KVDESK_ORIGINS');
+    allowedOriginsOf(values['allow-origin'] ?? [], '--allow-origin');
+    const origins = [...(values['allow-origin'] ?? []), ...fromEnv];
     const maxUpload = byteSizeFlag('max-upload', values['max-upload']);
     const maxBody = byteSizeFlag('max-body', values['max-body']);
     assertBindable(host, token);

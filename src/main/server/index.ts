@@ -1,3 +1,10 @@
 /** The headless server's public surface: the CLI's `serve` and tests import from here only. */
 export { API_KEY_FILE, createApiServerControl, lanAddresses, serveControl } from './api-server-control';
-export { assertBindable, DEFAULT_STATIC_DIR, type RunningServer, type ServerOptions, startServer } from './server';
+export {
+  allowedOriginsOf,
+  assertBindable,
+  DEFAULT_STATIC_DIR,
+  type RunningServer,
+  type ServerOptions,
+  startServer,
+} from './server';

@@ -104,7 +104,7 @@ export interface AccessPolicy {
  * WebSocket (chats, tools), uploads, downloads, deletes, kvdesk's own management or the metrics.
  */
 const CROSS_ORIGIN_PATHS =
-  /^\/(v1\/(models(\/[^/]+)?|chat\/completions|completions|messages(\/count_tokens)?|responses)|api\/(chat|generate|show|tags|ps|version))$/;
+  /^\/(v1\/(models(\/.+)?|chat\/completions|completions|messages(\/count_tokens)?|responses)|api\/(chat|generate|show|tags|ps|version))$/;
 
 /**
  * An origin as browsers send it (`scheme://host[:port]`), or `*`; null for anything else (a path, a bare name).
@@ -170,6 +170,8 @@ export function checkAccess(req: IncomingMessage, url: URL, policy: AccessPolicy
     };
   }
   const origin = req.headers.origin;
+  /** A page of another origin, let in by --allow-origin: its browser would attach the page's cookie too. */
+  let foreign = false;
   if (origin !== undefined) {
     let originHost: string | null = null;
     try {
@@ -178,7 +180,8 @@ export function checkAccess(req: IncomingMessage, url: URL, policy: AccessPolicy
     } catch {
       originHost = null;
     }
-    if ((originHost === null || !policy.allowedHosts.has(originHost)) && crossOrigin(req, url, policy) === null) {
+    foreign = originHost === null || !policy.allowedHosts.has(originHost);
+    if (foreign && crossOrigin(req, url, policy) === null) {
       return {
         ok: false,
         status: 403,
@@ -194,6 +197,9 @@ export function checkAccess(req: IncomingMessage, url: URL, policy: AccessPolicy
   // Anthropic's clients send their key as x-api-key.
   const apiKey = req.headers['x-api-key'];
   if (typeof apiKey === 'string' && tokenMatches(apiKey.trim(), policy.token)) return { ok: true, setCookie: null };
+  // The cookie and `?token=` are the UI's own: a page of another site (of this one, on another port: cookies
+  // ignore ports) must send the token itself.
+  if (foreign) return refusedToken();
   const fromQuery = url.searchParams.get('token');
   if (fromQuery !== null && tokenMatches(fromQuery, policy.token)) {
     return {
@@ -203,6 +209,10 @@ export function checkAccess(req: IncomingMessage, url: URL, policy: AccessPolicy
   }
   const fromCookie = cookieValue(req.headers.cookie, policy.cookieName);
   if (fromCookie !== undefined && tokenMatches(fromCookie, policy.token)) return { ok: true, setCookie: null };
+  return refusedToken();
+}
+
+function refusedToken(): AccessDecision {
   return {
     ok: false,
     status: 401,

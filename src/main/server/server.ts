@@ -114,15 +114,18 @@ export function assertBindable(host: string, token: string | undefined): void {
   );
 }
 
-/** The origins a server lets call its model APIs, each as browsers send it; a text that is none is refused. */
-function allowedOriginsOf(given: string[]): Set<string> {
+/**
+ * The origins a server lets call its model APIs, each as browsers send it; a text that is none is refused, naming
+ * where it came from (`from`: the flag or variable).
+ */
+export function allowedOriginsOf(given: string[], from = 'allowedOrigins'): Set<string> {
   const origins = new Set<string>();
   for (const text of given) {
     const origin = normalOrigin(text.trim());
     if (origin === null) {
       throw new KvdeskError(
         'BAD_REQUEST',
-        `"${text}" is not an origin to allow: give one as a browser sends it, scheme://host[:port] (e.g. http://localhost:3000), or * for any page`,
+        `${from}: "${text}" is not an origin to allow: give one as a browser sends it, scheme://host[:port] (e.g. http://localhost:3000), or * for any page`,
         { field: 'allowedOrigins' },
       );
     }

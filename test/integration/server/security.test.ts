@@ -259,6 +259,24 @@ describe('origins allowed to call the model APIs (--allow-origin)', () => {
     });
     expect(anonymous.status).toBe(401);
     expect(anonymous.headers['access-control-allow-origin']).toBe(APP);
+    // The UI's cookie and ?token= are not a page of another site's: its browser would attach the cookie by itself.
+    const cookie = await rawRequest(t.url, {
+      path: '/v1/models',
+      headers: { host: host(), origin: APP, cookie: `kvdesk_token_${t.server.port}=${TOKEN}` },
+    });
+    expect(cookie.status).toBe(401);
+    const query = await rawRequest(t.url, {
+      path: `/v1/models?token=${TOKEN}`,
+      headers: { host: host(), origin: APP },
+    });
+    expect(query.status).toBe(401);
+    // A model id with a slash in it is a model API route too.
+    const slashed = await rawRequest(t.url, {
+      path: '/v1/models/onnx-community/Qwen3-0.6B-ONNX',
+      headers: { host: host(), origin: APP, authorization: `Bearer ${TOKEN}` },
+    });
+    expect(slashed.status).toBe(404);
+    expect(slashed.headers['access-control-allow-origin']).toBe(APP);
     // Ollama's routes too.
     const tags = await rawRequest(t.url, {
       path: '/api/tags',

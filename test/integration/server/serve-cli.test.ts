@@ -181,6 +181,8 @@ describe('serve (in-process)', () => {
     expect(err).toMatch(/--device-memory 8GiB: give DEVICE=SIZE/);
     expect(await serve(['--max-body', 'lots'], io)).toBe(2);
     expect(err).toMatch(/--max-body: Cannot read "lots" as a byte size/);
+    expect(await serve(['--allow-origin', 'localhost:3000', '--data-dir', os.tmpdir()], io)).toBe(2);
+    expect(err).toMatch(/--allow-origin: "localhost:3000" is not an origin to allow: .*http:\/\/localhost:3000/);
     expect(await serve(['--prefill-chunk', '0'], io)).toBe(2);
     expect(err).toMatch(/--prefill-chunk expects a whole number ≥ 1, got "0"/);
     expect(await serve(['--first-use-ttl', 'soon'], io)).toBe(2);
