@@ -154,7 +154,7 @@ export function serveCompletion(
 export interface LiveGeneration {
   res: ServerResponse;
   cancel(reason: 'shutdown'): void;
-  /** Settles when the response is complete or its client gone. */
+  /** Settles when the response has been written out, or its connection is gone. */
   over: Promise<void>;
 }
 
@@ -221,7 +221,12 @@ export async function runGeneration(
   handle = h;
   if (cancelOnStart) h.cancel('disconnect');
   if (!over) {
-    live = { res, cancel: (reason) => h.cancel(reason), over: done };
+    // Over once the response is out (its last event written after the generation's end), not at that end.
+    const out = new Promise<void>((resolve) => {
+      if (res.writableFinished || res.destroyed) resolve();
+      else res.once('close', () => resolve());
+    });
+    live = { res, cancel: (reason) => h.cancel(reason), over: out };
     liveGenerations.add(live);
   }
   res.on('close', () => {
