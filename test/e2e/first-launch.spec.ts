@@ -76,6 +76,8 @@ test("a package that asks for greedy decoding: greedy shows on, as the model's d
   await greedy.uncheck();
   await expect(greedy).not.toBeChecked();
   await expect(page.getByTestId('settings-summary')).toContainText('sampled');
+  // An empty temperature is then the package's, or kvdesk's.
+  expect(await page.getByTestId('setting-temperature').getAttribute('placeholder')).toBe('0.7');
   // On again: the package's default, nothing kept.
   await greedy.check();
   await expect(page.getByTestId('settings-summary')).not.toContainText('sampled');

@@ -43,8 +43,9 @@ const FIELDS: NumField[] = [
  * What an empty field means: the model package's default where it sets one (generation_config.json), else
  * kvdesk's, as the host resolves them.
  */
-function emptyMeans(f: NumField, search: SearchDefaults | undefined): string {
-  if (f.key === 'temperature' && search?.doSample === false) return 'greedy';
+function emptyMeans(f: NumField, search: SearchDefaults | undefined, sampled: boolean): string {
+  // A package that asks for greedy decoding, unless the chat turned it off.
+  if (f.key === 'temperature' && search?.doSample === false && !sampled) return 'greedy';
   const packaged = search?.[f.key as keyof SearchDefaults];
   if (typeof packaged !== 'number') return f.placeholder;
   return f.key === 'topK' && packaged === 0 ? '0 (off)' : String(packaged);
@@ -498,7 +499,7 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
               min={f.min}
               max={f.max}
               step={f.step}
-              placeholder={emptyMeans(f, search)}
+              placeholder={emptyMeans(f, search, sampling.greedy === false)}
               defaultValue={(sampling[f.key] as number | undefined) ?? ''}
               onBlur={(e) => {
                 const v = readNumber(e.target.value, f);
