@@ -47,6 +47,9 @@ test('a first start: ready to type, settings before the first message, the packa
   expect(await placeholder('setting-minP')).toBe('0');
   expect(await placeholder('setting-maxNewTokens')).toBe('256');
   expect(await placeholder('system-prompt')).toMatch(/^None\./);
+  // No MCP servers: what to write in mcp.json, and no warning about running them (this page has no token).
+  await expect(page.getByTestId('mcp-none')).toBeVisible();
+  await expect(page.getByTestId('mcp-blocked')).toHaveCount(0);
   // The package samples (do_sample true): greedy is off, and says nothing more.
   await expect(page.getByTestId('setting-greedy')).not.toBeChecked();
 

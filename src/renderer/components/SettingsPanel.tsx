@@ -376,7 +376,8 @@ function ToolsSetting({ thread }: { thread: Thread }) {
         tools (MCP)
       </legend>
       {error && <div className="note">{error}</div>}
-      {status?.blocked && (
+      {/* Only where there are servers to run: without any, "No MCP servers" below says what to do. */}
+      {status?.blocked && names.length > 0 && (
         <div className="note" data-testid="mcp-blocked">
           {status.blocked}
         </div>
