@@ -12,7 +12,13 @@
  * strings are capped, so a model cannot pad the reply with blank lines forever.
  */
 import { CallConstraint, type CompiledCallGrammar } from './call-constraint';
-import { feedSchemaBytes, initialSchemaState, type SchemaNode, type SchemaState } from './json-schema';
+import {
+  feedSchemaBytes,
+  initialSchemaState,
+  MAX_NUMBER_DIGITS,
+  type SchemaNode,
+  type SchemaState,
+} from './json-schema';
 import { type CompiledBudget, ReasoningBudget } from './reasoning-budget';
 
 /** Lexer states. Containers live on the stack; these say where inside a value the recogniser is. */
@@ -138,7 +144,7 @@ function startValue(st: JsonState, b: number): boolean {
     st.key = false;
   } else if (b === 0x2d) st.s = S.Minus;
   else if (b === 0x30) st.s = S.Zero;
-  else if (isDigit(b)) st.s = S.Int;
+  else if (isDigit(b)) digitsBegin(st, S.Int);
   else {
     const literal = LITERALS.findIndex((w) => w[0] === b);
     if (literal < 0) return false;
@@ -219,22 +225,22 @@ export function feedByte(st: JsonState, b: number): boolean {
       return true;
     case S.Minus:
       if (b === 0x30) st.s = S.Zero;
-      else if (isDigit(b)) st.s = S.Int;
+      else if (isDigit(b)) digitsBegin(st, S.Int);
       else return false;
       return true;
     case S.Zero:
     case S.Int:
-      if (isDigit(b) && st.s === S.Int) return true;
+      if (isDigit(b) && st.s === S.Int) return anotherDigit(st, MAX_NUMBER_DIGITS.int);
       if (b === 0x2e) st.s = S.Dot;
       else if (b === 0x65 || b === 0x45) st.s = S.Exp;
       else return afterNumber(st, b);
       return true;
     case S.Dot:
       if (!isDigit(b)) return false;
-      st.s = S.Frac;
+      digitsBegin(st, S.Frac);
       return true;
     case S.Frac:
-      if (isDigit(b)) return true;
+      if (isDigit(b)) return anotherDigit(st, MAX_NUMBER_DIGITS.frac);
       if (b === 0x65 || b === 0x45) {
         st.s = S.Exp;
         return true;
@@ -242,15 +248,15 @@ export function feedByte(st: JsonState, b: number): boolean {
       return afterNumber(st, b);
     case S.Exp:
       if (b === 0x2b || b === 0x2d) st.s = S.ExpSign;
-      else if (isDigit(b)) st.s = S.ExpDigits;
+      else if (isDigit(b)) digitsBegin(st, S.ExpDigits);
       else return false;
       return true;
     case S.ExpSign:
       if (!isDigit(b)) return false;
-      st.s = S.ExpDigits;
+      digitsBegin(st, S.ExpDigits);
       return true;
     case S.ExpDigits:
-      return isDigit(b) || afterNumber(st, b);
+      return isDigit(b) ? anotherDigit(st, MAX_NUMBER_DIGITS.exp) : afterNumber(st, b);
     case S.Literal: {
       const word = LITERALS[st.literal] as number[];
       if (word[st.at] !== b) return false;
@@ -262,6 +268,18 @@ export function feedByte(st: JsonState, b: number): boolean {
       return false;
   }
   return false;
+}
+
+/** The first digit of a number's part (`at` counts its digits: MAX_NUMBER_DIGITS bounds them). */
+function digitsBegin(st: JsonState, s: S): void {
+  st.s = s;
+  st.at = 1;
+}
+
+function anotherDigit(st: JsonState, most: number): boolean {
+  if (st.at >= most) return false;
+  st.at++;
+  return true;
 }
 
 /** A number ends at the byte after it (never at the top level: the reply is an object). */

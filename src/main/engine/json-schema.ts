@@ -474,7 +474,7 @@ type Frame =
    */
   | { k: 'array'; node: Extract<SchemaNode, { k: 'array' }>; count: number; after: boolean; item: boolean }
   | { k: 'string'; esc: number }
-  | { k: 'number'; integer: boolean; s: number }
+  | { k: 'number'; integer: boolean; s: number; n: number }
   /** Options[lo, hi) (sorted) share the `at` bytes read so far; a complete one comes first. */
   | { k: 'literals'; options: Uint8Array[]; lo: number; hi: number; at: number };
 
@@ -507,7 +507,20 @@ const arrayFrame = (node: ArrayFrame['node'], count: number, after: boolean, ite
   after,
   item,
 });
-const numberFrame = (integer: boolean, s: number): Frame => ({ k: 'number', integer, s });
+/** `n`: digits so far of the number's current part (its integer part, fraction or exponent). */
+const numberFrame = (integer: boolean, s: number, n = 1): Frame => ({ k: 'number', integer, s, n });
+
+/**
+ * Most digits a number's parts may have (JSON sets none), enough for every number JSON.stringify writes — 21
+ * before the point (it writes 1e20 in full), 24 after it, 3 in the exponent —, so a model gone astray cannot run
+ * on with digits (`9E+4444…`, which JavaScript reads as Infinity; a 50-digit integer).
+ */
+export const MAX_NUMBER_DIGITS = { int: 21, frac: 24, exp: 3 } as const;
+const DIGITS_OF_STATE: Record<number, number> = {
+  3: MAX_NUMBER_DIGITS.int,
+  5: MAX_NUMBER_DIGITS.frac,
+  8: MAX_NUMBER_DIGITS.exp,
+};
 /** String frames hold nothing but the escape state: one of each serves every string. */
 const STRING_FRAMES: Frame[] = Array.from({ length: 6 }, (_, esc) => ({ k: 'string', esc }));
 
@@ -715,7 +728,10 @@ function stepFrame(f: Frame, b: number): Step {
       return stay(STRING_FRAMES[f.esc === 5 ? 0 : f.esc + 1] as Frame);
     case 'number': {
       const s = numberStep(f.s, f.integer, b);
-      if (s > 0) return stay(numberFrame(f.integer, s));
+      if (s > 0) {
+        const n = s === f.s ? f.n + 1 : 1;
+        return n > (DIGITS_OF_STATE[s] ?? 1) ? null : stay(numberFrame(f.integer, s, n));
+      }
       return s === 0 && NUMBER_COMPLETE.has(f.s) ? END_BEFORE : null;
     }
     case 'literals': {

@@ -9,6 +9,7 @@ import {
   MAX_WHITESPACE_RUN,
   tokenTable,
 } from '../../../src/main/engine/json-constraint';
+import { MAX_NUMBER_DIGITS } from '../../../src/main/engine/json-schema';
 import type { SamplingParams } from '../../../src/main/engine/protocol';
 import { Sampler } from '../../../src/main/engine/sampling';
 
@@ -79,10 +80,21 @@ describe('the JSON recogniser', () => {
       '{"a":-}',
       '{"a":"\\q"}',
       '{"a":"\u0001"}',
+      // Digits past MAX_NUMBER_DIGITS: a model running on with them.
+      `{"a":${'9'.repeat(MAX_NUMBER_DIGITS.int + 1)}}`,
+      `{"a":0.${'9'.repeat(MAX_NUMBER_DIGITS.frac + 1)}}`,
+      `{"a":9E+${'4'.repeat(MAX_NUMBER_DIGITS.exp + 1)}}`,
     ]) {
       expect(feed(text).accepted, text).toBeLessThan(feed(text).total);
     }
-    for (const text of ['{"a":{"b":[1,2,{"c":null}]},"d":-0.5e-3}', '{ }', '{"\\u00e9":"\\"x\\""}']) {
+    // Every number JavaScript writes stays possible, at the caps.
+    const extremes = [1e20, -1.7976931348623157e308, 5e-324, 0.0000012345678901234567, -123456789012345680000];
+    for (const text of [
+      '{"a":{"b":[1,2,{"c":null}]},"d":-0.5e-3}',
+      '{ }',
+      '{"\\u00e9":"\\"x\\""}',
+      JSON.stringify({ extremes }),
+    ]) {
       expect(feed(text), text).toMatchObject({ done: true });
     }
   });

@@ -13,6 +13,7 @@ import {
   feedSchemaBytes,
   initialSchemaState,
   MAX_ENUM_VALUES,
+  MAX_NUMBER_DIGITS,
   MAX_SCHEMA_DEPTH,
   MAX_SCHEMA_PATHS,
   MAX_UNION_ALTERNATIVES,
@@ -422,6 +423,28 @@ describe('the schema recogniser', () => {
     // Optional properties are both left out and written.
     expect(leftOut / optional).toBeGreaterThan(0.2);
     expect(wrote / optional).toBeGreaterThan(0.2);
+  });
+
+  it('bounds the digits of a number, as JSON mode does: every number JavaScript writes, no run of digits', () => {
+    const root = compileSchema({
+      type: 'object',
+      properties: { x: { type: 'number' }, n: { type: 'integer' } },
+      required: ['x', 'n'],
+    });
+    for (const x of [1e20, -1.7976931348623157e308, 5e-324, 0.0000012345678901234567]) {
+      const text = JSON.stringify({ x, n: -123456789012345680000 });
+      expect(feedAll(root, text), text).toMatchObject({ done: true });
+    }
+    for (const [x, n] of [
+      ['9'.repeat(MAX_NUMBER_DIGITS.int + 1), '1'],
+      [`0.${'9'.repeat(MAX_NUMBER_DIGITS.frac + 1)}`, '1'],
+      [`9E+${'4'.repeat(MAX_NUMBER_DIGITS.exp + 1)}`, '1'],
+      ['1', '9'.repeat(MAX_NUMBER_DIGITS.int + 1)],
+    ]) {
+      const text = `{"x":${x},"n":${n}}`;
+      const r = feedAll(root, text);
+      expect(r.accepted, text).toBeLessThan(r.total);
+    }
   });
 
   it('refuses what is not that schema: missing required or reordered properties, wrong types, counts, commas, whitespace', () => {
