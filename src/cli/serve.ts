@@ -72,16 +72,25 @@ function positiveInt(name: string, value: string | undefined, min = 1): number |
   return n;
 }
 
-/** Waits for SIGINT or SIGTERM (a second one exits at once, for a shutdown that hangs). */
+/**
+ * A second signal this soon after the first is the same Ctrl+C, not the person's second: the terminal signals the
+ * whole process group, so the `kvdesk` wrapper's forwarded copy arrives too.
+ */
+const SAME_SIGNAL_MS = 1000;
+
+/** Waits for SIGINT or SIGTERM (a second one, later, exits at once, for a shutdown that hangs). */
 function signalled(io: Io): Promise<void> {
   return new Promise((resolve) => {
+    let first = 0;
     const onSignal = (signal: NodeJS.Signals) => {
-      io.err(`kvdesk: ${signal}: shutting down (send it again to exit at once)\n`);
-      process.off('SIGINT', onSignal);
-      process.off('SIGTERM', onSignal);
-      process.once('SIGINT', () => process.exit(130));
-      process.once('SIGTERM', () => process.exit(143));
-      resolve();
+      if (first === 0) {
+        first = Date.now();
+        io.err(`kvdesk: ${signal}: shutting down (send it again to exit at once)\n`);
+        resolve();
+        return;
+      }
+      if (Date.now() - first < SAME_SIGNAL_MS) return;
+      process.exit(signal === 'SIGINT' ? 130 : 143);
     };
     process.on('SIGINT', onSignal);
     process.on('SIGTERM', onSignal);

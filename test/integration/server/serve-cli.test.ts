@@ -12,6 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { serve } from '../../../src/cli/serve';
 import { defaultModelDir, repoRoot } from '../../helpers/fixtures';
 import { holdReplyEnds, noEndBias } from '../../helpers/hold-replies';
+import { slowModel } from '../../helpers/models';
 import { eventually, LONG_CHAT, openaiClient, startTestServer } from './server-helpers';
 
 function alive(pid: number): boolean {
@@ -156,6 +157,69 @@ describe('kvdesk serve --port 0 (a real process)', () => {
     }
     await expect(fetch(`${url}/health`)).rejects.toThrow();
   });
+});
+
+describe('Ctrl+C on kvdesk serve (SIGINT to its process group, as a terminal sends it)', () => {
+  it('ends a stream in flight with its shutdown event, then every process of the group exits', async () => {
+    const dataDir = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-serve-sigint-'));
+    const child = spawn(
+      process.execPath,
+      [path.join(repoRoot, 'bin/kvdesk.cjs'), 'serve', '--port', '0', '--model', slowModel(), '--data-dir', dataDir],
+      { cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'], detached: true },
+    );
+    const pid = child.pid as number;
+    let stderr = '';
+    child.stderr?.on('data', (d: Buffer) => {
+      stderr += d.toString();
+    });
+    try {
+      const url = await new Promise<string>((resolve, reject) => {
+        let out = '';
+        const timer = setTimeout(() => reject(new Error(`no URL within 60 s; stderr: ${stderr}`)), 60_000);
+        child.stdout?.on('data', (d: Buffer) => {
+          out += d.toString();
+          const m = /^kvdesk serving (http:\/\/127\.0\.0\.1:\d+)$/m.exec(out);
+          if (m) {
+            clearTimeout(timer);
+            resolve(m[1] as string);
+          }
+        });
+      });
+      const res = await fetch(`${url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          model: path.basename(slowModel()),
+          messages: [{ role: 'user', content: 'Tell me a long story.' }],
+          max_tokens: 2000,
+          logit_bias: noEndBias(slowModel()),
+          stream: true,
+        }),
+      });
+      const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+      const decoder = new TextDecoder();
+      let text = '';
+      while (!text.includes('"content"')) text += decoder.decode((await reader.read()).value);
+      // The wrapper forwards the signal it got to the server, which got its own: two at once, one Ctrl+C.
+      process.kill(-pid, 'SIGINT');
+      for (;;) {
+        const chunk = await reader.read();
+        if (chunk.done) break;
+        text += decoder.decode(chunk.value);
+      }
+      const events = text.split('\n\n').filter((e) => e.startsWith('data: '));
+      expect(events.at(-1), stderr).toMatch(/"reason":"shutdown"/);
+      const deadline = Date.now() + 15_000;
+      while (alive(-pid)) {
+        if (Date.now() > deadline) throw new Error(`group ${pid} still running; stderr: ${stderr}`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      expect(stderr).toContain('SIGINT: shutting down');
+    } finally {
+      if (alive(-pid)) process.kill(-pid, 'SIGKILL');
+      await rm(dataDir, { recursive: true, force: true });
+    }
+  }, 120_000);
 });
 
 describe('serve (in-process)', () => {
