@@ -93,7 +93,7 @@ test("a card's chat template of one's own: loaded with, kept, refused when broke
   await text.fill('{% for m in messages %}{{ m.content }');
   await card.getByTestId('model-template-apply').click();
   await expect(card.getByTestId('model-template-preview')).toHaveAttribute('data-error', 'true');
-  await expect(card.getByTestId('model-template-preview')).toContainText('chatTemplate cannot be used');
+  await expect(card.getByTestId('model-template-preview')).toContainText('This chat template cannot be used');
   await expect(page.getByTestId('notice')).toHaveCount(0);
   await expect(card.getByTestId('model-template-whose')).toHaveText('yours');
   await expect(card.getByTestId('model-thinks')).toBeVisible();
@@ -106,6 +106,17 @@ test("a card's chat template of one's own: loaded with, kept, refused when broke
   await card.getByTestId('model-template-apply').click();
   await expect(card.getByTestId('model-template-whose')).toHaveText('yours');
   await expect(card.getByTestId('model-thinks')).toHaveCount(0, { timeout: 30_000 });
+
+  // One that would hold the host: stopped at the limit, said beside the editor; Preview waits for it, once.
+  await text.fill('{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}');
+  const previewButton = card.getByTestId('model-template-preview-button');
+  await previewButton.click();
+  await expect(previewButton).toHaveText('Previewing…');
+  await expect(previewButton).toBeDisabled();
+  await expect(card.getByTestId('model-template-preview')).toContainText(
+    'did not finish rendering: it ran for over 1 s',
+  );
+  await expect(previewButton).toHaveText('Preview');
 
   // The package's own again: no longer thinking, its prompts as before.
   await card.getByTestId('model-template-reset').click();

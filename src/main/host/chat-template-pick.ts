@@ -31,13 +31,15 @@ export function previewChatTemplate(
     return renderChatTemplate(template, messages, {
       addGenerationPrompt: true,
       source: 'chat template',
-      fix: "Fix it, or load the model with the package's own template.",
+      fix: "Fix it, or use the package's own template.",
       ...(opts.bos !== undefined ? { bosToken: opts.bos } : {}),
       ...(opts.eos !== undefined ? { eosToken: opts.eos } : {}),
     });
   } catch (err) {
     const message = err instanceof Error ? err.message : String(err);
-    throw new KvdeskError('BAD_REQUEST', `${field} cannot be used: ${message}`, { field });
+    // The API's field is the window's editor: said as what it is there (a CLI flag names itself).
+    const subject = field === 'chatTemplate' ? 'This chat template' : field;
+    throw new KvdeskError('BAD_REQUEST', `${subject} cannot be used: ${message}`, { field });
   }
 }
 

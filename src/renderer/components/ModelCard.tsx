@@ -177,9 +177,12 @@ function ChatTemplate({ spec, loaded, busy, onLoad }: LoadControlProps) {
     asked.current = draft;
     setPreview(null);
   }, [draft]);
+  // A preview on its way (a template that runs long takes up to the host's limit): one at a time.
+  const [previewing, setPreviewing] = useState(false);
   const showPreview = async () => {
     const shown = draft;
-    const r = await bridge.previewChatTemplate(shown, loaded ? spec.id : undefined);
+    setPreviewing(true);
+    const r = await bridge.previewChatTemplate(shown, loaded ? spec.id : undefined).finally(() => setPreviewing(false));
     if (asked.current !== shown) return;
     setPreview(r.ok ? { text: r.value.text } : { text: r.error.message, error: true });
   };
@@ -217,16 +220,16 @@ function ChatTemplate({ spec, loaded, busy, onLoad }: LoadControlProps) {
           disabled={busy || loading || draft.trim() === '' || draft === current}
           onClick={() => void load()}
         >
-          {loaded ? 'Use this template' : 'Load with this template'}
+          {loading ? 'Checking…' : loaded ? 'Use this template' : 'Load with this template'}
         </button>
         <button
           type="button"
           data-testid="model-template-preview-button"
-          disabled={draft.trim() === ''}
+          disabled={draft.trim() === '' || previewing}
           title="What this template writes for a short conversation (a system message, two turns), as the model would read it"
           onClick={() => void showPreview()}
         >
-          Preview
+          {previewing ? 'Previewing…' : 'Preview'}
         </button>
         {spec.chatTemplateEdited && (
           <button

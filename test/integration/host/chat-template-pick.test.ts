@@ -243,7 +243,7 @@ describe('a chat template of the person’s own', () => {
       expect(r.ok).toBe(false);
       if (r.ok) continue;
       expect(r.error).toMatchObject({ code: 'BAD_REQUEST', detail: { field: 'chatTemplate' } });
-      expect(r.error.message).toContain('chatTemplate cannot be used');
+      expect(r.error.message).toContain('This chat template cannot be used');
       expect(r.error.message).toContain(why);
     }
     expect(api.runner.listModels().find((m) => m.id === 'default')?.spec.chatTemplate).toBe(before);
