@@ -409,6 +409,14 @@ test('a number not taken says why beside its field, and the focus goes where the
   await expect(app.getByTestId('setting-error-maxNewTokens')).toHaveCount(0);
   await expect(field).toHaveAttribute('aria-invalid', 'false');
   await expect(field).toHaveAccessibleDescription('');
+  // Edited again, the refusal goes at once (not beside a good value until the field is left); left empty, the
+  // temperature is the model's again.
+  await expect(app.getByTestId('setting-error-temperature')).toBeVisible();
+  await temperature.fill('');
+  await expect(app.getByTestId('setting-error-temperature')).toHaveCount(0);
+  await expect(temperature).toHaveAttribute('aria-invalid', 'false');
+  await temperature.blur();
+  await expect(app.getByTestId('setting-error-temperature')).toHaveCount(0);
 });
 
 test('scrolled up from the end, a button brings the chat back to its latest message', async ({ app, server }) => {

@@ -73,6 +73,8 @@ export interface PresetProps {
 function useFieldErrors(): [
   Record<string, string>,
   (key: string, field: HTMLInputElement | HTMLTextAreaElement, error: string | null) => void,
+  /** The field is being edited: its refusal goes (the value is checked again when the field is left). */
+  (key: string, field: HTMLInputElement | HTMLTextAreaElement) => void,
 ] {
   const [errors, setErrors] = useState<Record<string, string>>({});
   const check = (key: string, field: HTMLInputElement | HTMLTextAreaElement, error: string | null) => {
@@ -88,7 +90,10 @@ function useFieldErrors(): [
       return next;
     });
   };
-  return [errors, check];
+  const editing = (key: string, field: HTMLInputElement | HTMLTextAreaElement) => {
+    if (errors[key] !== undefined) check(key, field, null);
+  };
+  return [errors, check, editing];
 }
 
 const fieldErrorId = (name: string) => `setting-error-${name}`;
@@ -304,7 +309,7 @@ function ReasoningEffort({ thread }: { thread: Thread }) {
 /** How many tokens a thinking model may reason before its reasoning is closed for it (empty: no limit). */
 function ThinkingBudget({ thread }: { thread: Thread }) {
   const bridge = useBridge();
-  const [errors, check] = useFieldErrors();
+  const [errors, check, editing] = useFieldErrors();
   return (
     <Field name="thinkingBudget" errors={errors}>
       <label title="A thinking model reasons for at most this many tokens; then kvdesk closes its reasoning and it answers. Empty: no limit but max tokens.">
@@ -316,6 +321,7 @@ function ThinkingBudget({ thread }: { thread: Thread }) {
           step={1}
           placeholder="no limit"
           defaultValue={thread.thinkingBudget ?? ''}
+          onChange={(e) => editing('thinkingBudget', e.target)}
           onBlur={(e) => {
             const v = readNumber(e.target.value, { min: 0, max: 1_000_000, int: true });
             check('thinkingBudget', e.target, v === null ? 'a whole number of tokens, 0 or more' : null);
@@ -464,7 +470,7 @@ function ToolsSetting({ thread }: { thread: Thread }) {
 
 export function SettingsPanel({ thread, presets }: { thread: Thread; presets: PresetProps }) {
   const bridge = useBridge();
-  const [errors, check] = useFieldErrors();
+  const [errors, check, editing] = useFieldErrors();
   const sampling = thread.sampling ?? {};
   // What empty fields mean comes from the model replies go to.
   const search = useApp((s) => s.models.find((m) => m.id === s.activeModelId)?.spec.search);
@@ -502,6 +508,7 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
               step={f.step}
               placeholder={emptyMeans(f, search, sampling.greedy === false)}
               defaultValue={(sampling[f.key] as number | undefined) ?? ''}
+              onChange={(e) => editing(f.key, e.target)}
               onBlur={(e) => {
                 const v = readNumber(e.target.value, f);
                 check(f.key, e.target, v === null ? `between ${f.min} and ${f.max ?? '∞'}` : null);
@@ -521,6 +528,7 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
             step={1}
             placeholder={search?.maxNewTokens !== undefined ? String(search.maxNewTokens) : 'model default'}
             defaultValue={thread.maxNewTokens ?? ''}
+            onChange={(e) => editing('maxNewTokens', e.target)}
             onBlur={(e) => {
               const v = readNumber(e.target.value, { min: 1, max: 1_000_000, int: true });
               // Not taken, and it says why (as the other number fields do).
@@ -581,6 +589,7 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
             data-testid="setting-stop"
             defaultValue={(thread.stop ?? []).join('\n')}
             placeholder={'e.g. ###\nUser:'}
+            onChange={(e) => editing('stop', e.target)}
             onBlur={(e) => {
               const lines = e.target.value.split('\n').filter((l) => l.length > 0);
               const bad = lines.length > 16 || lines.some((l) => l.length > 200);
@@ -623,6 +632,7 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
               data-testid="setting-json-schema"
               defaultValue={thread.jsonSchema ?? ''}
               placeholder='{"type": "object", "properties": {"answer": {"type": "string"}}}'
+              onChange={(e) => editing('jsonSchema', e.target)}
               onBlur={(e) => {
                 const text = e.target.value;
                 const problem = schemaProblem(text);
