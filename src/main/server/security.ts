@@ -199,7 +199,7 @@ export function checkAccess(req: IncomingMessage, url: URL, policy: AccessPolicy
   if (typeof apiKey === 'string' && tokenMatches(apiKey.trim(), policy.token)) return { ok: true, setCookie: null };
   // The cookie and `?token=` are the UI's own: a page of another site (of this one, on another port: cookies
   // ignore ports) must send the token itself.
-  if (foreign) return refusedToken();
+  if (foreign) return refusedToken(true);
   const fromQuery = url.searchParams.get('token');
   if (fromQuery !== null && tokenMatches(fromQuery, policy.token)) {
     return {
@@ -209,15 +209,16 @@ export function checkAccess(req: IncomingMessage, url: URL, policy: AccessPolicy
   }
   const fromCookie = cookieValue(req.headers.cookie, policy.cookieName);
   if (fromCookie !== undefined && tokenMatches(fromCookie, policy.token)) return { ok: true, setCookie: null };
-  return refusedToken();
+  return refusedToken(false);
 }
 
-function refusedToken(): AccessDecision {
+/** The token's refusal; a page of another site is not told of the UI's `?token=` (its cookie would not reach it). */
+function refusedToken(foreign: boolean): AccessDecision {
+  const send = 'send "Authorization: Bearer <token>" (or "x-api-key: <token>")';
   return {
     ok: false,
     status: 401,
     code: 'invalid_token',
-    message:
-      'This server requires its access token: send "Authorization: Bearer <token>" (or "x-api-key: <token>"), or open the UI once as /?token=<token>. The token was given with --token when the server started.',
+    message: `This server requires its access token: ${send}${foreign ? ' with each request from this page' : ', or open the UI once as /?token=<token>'}. The token was given with --token when the server started.`,
   };
 }

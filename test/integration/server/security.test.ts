@@ -259,6 +259,11 @@ describe('origins allowed to call the model APIs (--allow-origin)', () => {
     });
     expect(anonymous.status).toBe(401);
     expect(anonymous.headers['access-control-allow-origin']).toBe(APP);
+    // Told what works from a page: the header, not the UI's ?token= (whose cookie the page never gets).
+    expect(JSON.parse(anonymous.body).error.message).toMatch(
+      /Authorization: Bearer <token>.* with each request from this page/,
+    );
+    expect(JSON.parse(anonymous.body).error.message).not.toContain('?token=');
     // The UI's cookie and ?token= are not a page of another site's: its browser would attach the cookie by itself.
     const cookie = await rawRequest(t.url, {
       path: '/v1/models',
