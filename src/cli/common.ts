@@ -362,12 +362,31 @@ export function parseFlags<O extends NonNullable<ParseArgsConfig['options']>>(
 export function flagError(err: unknown, command: string, options: NonNullable<ParseArgsConfig['options']>) {
   const e = err as Error & { code?: string };
   const see = `(see kvdesk ${command} --help)`;
+  // A flag given without its value, at the end of the line: node says "Option '--x <value>' argument missing".
+  const valueless =
+    e.code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE' ? /'(--?[\w-]+) <value>'/.exec(e.message)?.[1] : undefined;
+  if (valueless !== undefined) {
+    return new KvdeskError('BAD_REQUEST', `${valueless} needs a value ${see}`, { flag: valueless });
+  }
   const flag = e.code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' ? /'(-[^']*)'/.exec(e.message)?.[1] : undefined;
   if (flag === undefined) return new KvdeskError('BAD_REQUEST', `${e.message} ${see}`);
-  const near = nearestFlags(flag.replace(/^-+/, ''), Object.keys(options));
+  const bare = flag.replace(/^-+/, '');
+  // Other tools' names for kvdesk's flags (OpenAI's and llama.cpp's), too far apart for a typo.
+  const known = FLAG_ALIASES[bare];
+  const near = known !== undefined && known in options ? [known] : nearestFlags(bare, Object.keys(options));
   const hint = near.length > 0 ? `: did you mean ${near.map((n) => `--${n}`).join(' or ')}?` : '';
   return new KvdeskError('BAD_REQUEST', `unknown option ${flag} for kvdesk ${command}${hint} ${see}`, { flag });
 }
+
+/** What other tools call kvdesk's flags: `--max-tokens` (OpenAI), `-n`/`--n-predict` (llama.cpp), `--temp`. */
+const FLAG_ALIASES: Record<string, string> = {
+  'max-tokens': 'max-new-tokens',
+  'max-completion-tokens': 'max-new-tokens',
+  'n-predict': 'max-new-tokens',
+  'num-predict': 'max-new-tokens',
+  temp: 'temperature',
+  'system-prompt': 'system',
+};
 
 /** The flags at the least edit distance from `name`, when that is at most 2 (`promt` → `prompt`). */
 export function nearestFlags(name: string, flags: readonly string[]): string[] {

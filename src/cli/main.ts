@@ -39,6 +39,7 @@ import {
   loadFlags,
   lookupFlag,
   lookupLine,
+  nearestFlags,
   packageDir,
   parseFlags,
   parseIds,
@@ -625,6 +626,9 @@ function versions(): string {
   return `kvdesk ${versionOf(path.resolve(__dirname, '../../package.json'))}\nonnxruntime-node ${ort}\n`;
 }
 
+/** The commands, as `kvdesk --help` lists them. */
+const COMMANDS = ['inspect', 'generate', 'chat', 'list', 'pull', 'search', 'serve', 'version', 'help'];
+
 /** Runs the CLI with arguments (without node and script); returns the exit code. */
 export async function main(argv: string[], io: Io): Promise<number> {
   const code = await run(argv, io);
@@ -677,9 +681,13 @@ async function run(argv: string[], io: Io): Promise<number> {
       if (command === 'help' && rest[0] !== undefined && rest[0] !== 'help') return run([rest[0], '--help'], io);
       io.out(`${USAGE}\n`);
       return command === undefined ? 2 : 0;
-    default:
-      io.err(`kvdesk: unknown command "${command}"\n\n${USAGE}\n`);
+    default: {
+      // Said in one line, with the command meant when one is a typo away (the whole help would scroll it away).
+      const near = nearestFlags(command.replace(/^-+/, ''), COMMANDS);
+      const hint = near.length > 0 ? `: did you mean ${near.join(' or ')}?` : '';
+      io.err(`kvdesk: unknown command "${command}"${hint} (commands: ${COMMANDS.join(', ')}; see kvdesk --help)\n`);
       return 2;
+    }
   }
 }
 

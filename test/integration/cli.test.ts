@@ -787,7 +787,7 @@ describe('the CLI around its commands: a closed stdout, help, versions, stdin, t
     expect(serve.stdout).toContain('--first-use-ttl TIME');
   }, 90_000);
 
-  it('an unknown flag is named with its command, with the flag meant when one is a typo away', () => {
+  it('an unknown flag is named with its command, with the flag meant when one is a typo away', async () => {
     const typo = kvdesk('generate', defaultModelDir, '--promt', 'hi');
     expect(typo.code).toBe(2);
     expect(typo.stderr).toBe(
@@ -805,6 +805,27 @@ describe('the CLI around its commands: a closed stdout, help, versions, stdin, t
       expect(r.stderr.split("'").length % 2, r.stderr).toBe(1);
       expect(r.stderr.split('"').length % 2, r.stderr).toBe(1);
     }
+    // Other tools' names, a flag without its value, a command typed wrong: one line each, saying what to do.
+    const { main } = await import('../../src/cli/main');
+    const cli = async (...args: string[]) => {
+      let stderr = '';
+      const code = await main(args, { out: () => {}, err: (t) => (stderr += t) });
+      return { code, stderr };
+    };
+    expect(await cli('generate', defaultModelDir, '--max-tokens', '3')).toEqual({
+      code: 2,
+      stderr:
+        'kvdesk: unknown option --max-tokens for kvdesk generate: did you mean --max-new-tokens? (see kvdesk generate --help)\n',
+    });
+    expect(await cli('chat', defaultModelDir, '--temperature')).toEqual({
+      code: 2,
+      stderr: 'kvdesk: --temperature needs a value (see kvdesk chat --help)\n',
+    });
+    const command = await cli('genrate', defaultModelDir);
+    expect(command.code).toBe(2);
+    expect(command.stderr).toMatch(
+      /^kvdesk: unknown command "genrate": did you mean generate\? \(commands: inspect, .*\)\n$/,
+    );
   });
 
   it('--version, -v and version print kvdesk’s version and onnxruntime’s', async () => {
