@@ -86,7 +86,11 @@ test('a narrow window shows the chats in a drawer from the header; Esc closes it
   await expect(toggle).toHaveAttribute('aria-expanded', 'true');
   await expect(app.getByTestId('new-thread')).toBeInViewport();
   await expect(app.getByTestId('thread-search')).toBeInViewport();
-  // Focus went into the drawer; Esc closes it and gives the focus back to its button.
+  // Focus went into the drawer, and Tab keeps it there; Esc closes it and gives the focus back to its button.
+  await expect(app.locator('#chat-list :focus')).toHaveCount(1);
+  for (let i = 0; i < 12; i++) await app.keyboard.press('Tab');
+  await expect(app.locator('#chat-list :focus')).toHaveCount(1);
+  for (let i = 0; i < 12; i++) await app.keyboard.press('Shift+Tab');
   await expect(app.locator('#chat-list :focus')).toHaveCount(1);
   await app.keyboard.press('Escape');
   await expect(sidebar).toBeHidden();
@@ -127,6 +131,22 @@ test('a narrow window opens on the chat: the inspector is a drawer from the head
     return active !== el && node.contains(active);
   });
   expect(tabbedInside).toBe(true);
+  // A dialog over the page: Tab and Shift+Tab stay inside it; its ✕ closes it.
+  await expect(inspector).toHaveAttribute('role', 'dialog');
+  await expect(inspector).toHaveAttribute('aria-modal', 'true');
+  const insideAfter = async (key: string, times: number) => {
+    for (let i = 0; i < times; i++) await app.keyboard.press(key);
+    return inspector.evaluate((el) => {
+      const node = el as unknown as { contains(o: unknown): boolean; ownerDocument: { activeElement: unknown } };
+      return node.contains(node.ownerDocument.activeElement);
+    });
+  };
+  expect(await insideAfter('Tab', 40)).toBe(true);
+  expect(await insideAfter('Shift+Tab', 40)).toBe(true);
+  await app.getByTestId('inspector-close').click();
+  await expect(inspector).toHaveCount(0);
+  await expect(toggle).toBeFocused();
+  await toggle.click();
   const drawer = await box(inspector);
   expect(drawer.x + drawer.width).toBeLessThanOrEqual(800);
   expect(drawer.width).toBeLessThanOrEqual(420);

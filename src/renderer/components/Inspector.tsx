@@ -14,12 +14,13 @@ import type {
   SchedulerSnapshot,
 } from '../../shared/scheduler-types';
 import { useApp, useBridge } from '../bridge/context';
+import { useFocusTrap } from '../lib/focus-trap';
 import { byteChange, exactBytes, formatBytes, formatInteger, formatMs, parseByteSize } from '../lib/format';
 import { derivedLimitDrops, sessionsDroppedBy } from '../lib/limit-change';
 import type { TimelineEvent } from '../store/types';
 import { BudgetBar } from './BudgetBar';
 import { Bytes } from './Bytes';
-import { INSPECTOR_ID, useNarrowWindow } from './Header';
+import { INSPECTOR_ID, INSPECTOR_TOGGLE_ID, useNarrowWindow } from './Header';
 
 function useThreadTitles(): Map<string, string> {
   const threads = useApp((s) => s.threads);
@@ -620,11 +621,14 @@ const Timeline = memo(function Timeline() {
 export function Inspector() {
   const snap = useApp((s) => s.snapshot);
   const drawer = useNarrowWindow();
+  const closeDrawer = useApp((s) => s.setInspectorDrawer);
   const ref = useRef<HTMLElement>(null);
-  // A narrow window's drawer opens over the chat: the focus goes into it, so Tab reads it and Esc closes it.
+  // A narrow window's drawer opens over the chat, as a dialog: the focus goes into it and stays there (Tab wraps),
+  // and Esc or its ✕ closes it.
   useEffect(() => {
     if (drawer) ref.current?.focus({ preventScroll: true });
   }, [drawer]);
+  useFocusTrap(ref, drawer);
   return (
     <aside
       ref={ref}
@@ -633,7 +637,23 @@ export function Inspector() {
       aria-label="Budget inspector"
       data-testid="inspector"
       tabIndex={drawer ? -1 : undefined}
+      {...(drawer ? { role: 'dialog', 'aria-modal': true } : {})}
     >
+      {drawer && (
+        <button
+          type="button"
+          className="ghost drawer-close"
+          data-testid="inspector-close"
+          aria-label="Close the inspector"
+          title="Close (Esc)"
+          onClick={() => {
+            closeDrawer(false);
+            document.getElementById(INSPECTOR_TOGGLE_ID)?.focus();
+          }}
+        >
+          ✕
+        </button>
+      )}
       {snap ? (
         <>
           {snap.devices.map((d) => (

@@ -8,8 +8,9 @@ import { type KeyboardEvent, memo, useEffect, useRef, useState } from 'react';
 import { useShallow } from 'zustand/react/shallow';
 import type { StoredMessage, Thread } from '../../shared/api';
 import { useApp, useAppStore, useBridge } from '../bridge/context';
+import { useFocusTrap } from '../lib/focus-trap';
 import { MAX_IMPORT_BYTES } from '../lib/thread-export';
-import { CHAT_LIST_ID, narrowWindow } from './Header';
+import { CHAT_LIST_ID, narrowWindow, useNarrowWindow } from './Header';
 import { PinIcon } from './Icons';
 
 /**
@@ -271,6 +272,9 @@ export function ThreadList() {
       list?.querySelector<HTMLElement>('[data-testid="new-thread"]');
     first?.focus();
   }, [open]);
+  // Open as a drawer, the list keeps the focus until it closes (Tab wraps inside it).
+  const narrow = useNarrowWindow();
+  useFocusTrap(nav, open && narrow);
   return (
     <nav
       ref={nav}
