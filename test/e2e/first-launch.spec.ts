@@ -47,6 +47,11 @@ test('a first start: ready to type, settings before the first message, the packa
   expect(await placeholder('setting-minP')).toBe('0');
   expect(await placeholder('setting-maxNewTokens')).toBe('256');
   expect(await placeholder('system-prompt')).toMatch(/^None\./);
+  // Screen readers get each field's name alone (no hint or button text in it).
+  await expect(page.getByTestId('preset-name')).toHaveAccessibleName('preset name');
+  await expect(page.getByTestId('setting-thinking')).toHaveAccessibleName('thinking');
+  await expect(page.getByTestId('setting-thinking')).toHaveAccessibleDescription('the current model does not think');
+  await expect(page.getByTestId('setting-thinkingBudget')).toHaveAccessibleName('thinking budget (tokens)');
   // No MCP servers: what to write in mcp.json, and no warning about running them (this page has no token).
   await expect(page.getByTestId('mcp-none')).toBeVisible();
   await expect(page.getByTestId('mcp-blocked')).toHaveCount(0);

@@ -219,6 +219,7 @@ function PresetRow({ thread, onApplied }: PresetProps & { thread: Thread }) {
           <input
             type="text"
             data-testid="preset-name"
+            aria-label="preset name"
             maxLength={80}
             placeholder="name"
             value={name}
@@ -257,6 +258,9 @@ function ThinkingSetting({ thread }: { thread: Thread }) {
       thinking
       <select
         data-testid="setting-thinking"
+        // Its name is the label's word; the note beside it describes it.
+        aria-label="thinking"
+        aria-describedby="thinking-note"
         value={thread.thinking === undefined ? 'default' : thread.thinking ? 'on' : 'off'}
         onChange={(e) =>
           bridge.updateThreadSettings(thread.id, {
@@ -268,7 +272,7 @@ function ThinkingSetting({ thread }: { thread: Thread }) {
         <option value="on">think before replying</option>
         <option value="off">reply at once</option>
       </select>
-      <span className="hint" data-testid="thinking-note">
+      <span className="hint" id="thinking-note" data-testid="thinking-note">
         {note}
       </span>
     </label>
@@ -317,6 +321,7 @@ function ThinkingBudget({ thread }: { thread: Thread }) {
         <input
           type="number"
           data-testid="setting-thinkingBudget"
+          aria-label="thinking budget (tokens)"
           min={0}
           step={1}
           placeholder="no limit"
