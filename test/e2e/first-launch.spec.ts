@@ -58,9 +58,12 @@ test('a first start: ready to type, settings before the first message, the packa
   // The package samples (do_sample true): greedy is off, and says nothing more.
   await expect(page.getByTestId('setting-greedy')).not.toBeChecked();
 
+  await expect(page.getByTestId('settings-summary')).toContainText('max default (256)');
   // What is set there is the chat's: its first message goes with it.
   await page.getByTestId('setting-maxNewTokens').fill('3');
   await page.getByTestId('chat-input').fill('Hello');
+  // The summary says what the chat leaves to the model: its package's values.
+  await expect(page.getByTestId('settings-summary')).toContainText('temp default (0.7)');
   await expect(page.getByTestId('settings-summary')).toContainText('max 3');
   await page.getByTestId('chat-input').press('Enter');
   const reply = page.getByTestId('message-assistant').last();
@@ -80,6 +83,7 @@ test("a package that asks for greedy decoding: greedy shows on, as the model's d
   await expect(greedy).toBeChecked();
   await expect(page.locator('label', { has: greedy })).toContainText("greedy (the model's default)");
   expect(await page.getByTestId('setting-temperature').getAttribute('placeholder')).toBe('greedy');
+  await expect(page.getByTestId('settings-summary')).toContainText('temp default (greedy)');
   // Turned off: said in the summary (the chat samples although the package would not).
   await greedy.uncheck();
   await expect(greedy).not.toBeChecked();
@@ -89,5 +93,5 @@ test("a package that asks for greedy decoding: greedy shows on, as the model's d
   // On again: the package's default, nothing kept.
   await greedy.check();
   await expect(page.getByTestId('settings-summary')).not.toContainText('sampled');
-  await expect(page.getByTestId('settings-summary')).not.toContainText('greedy');
+  await expect(page.getByTestId('settings-summary')).toContainText(/^temp default \(greedy\)/);
 });

@@ -5,6 +5,7 @@
 import { useEffect, useLayoutEffect, useRef, useState } from 'react';
 import { useShallow } from 'zustand/react/shallow';
 import type { Attachment, Thread } from '../../shared/api';
+import type { SearchDefaults } from '../../shared/model-spec';
 import { useApp, useBridge } from '../bridge/context';
 import { attachmentBytes, attachmentFrom, MAX_ATTACHMENTS } from '../lib/attachments';
 import { formatBytes } from '../lib/format';
@@ -27,12 +28,17 @@ function fitHeight(el: HTMLTextAreaElement): void {
   el.style.overflowY = needed > MAX_INPUT_HEIGHT ? 'auto' : 'hidden';
 }
 
-function summary(thread: Thread | undefined): string {
+/**
+ * The chat's settings in one line; `search`: the model's defaults (generation_config.json), said beside what the
+ * chat leaves to them, as the host resolves them.
+ */
+function summary(thread: Thread | undefined, search: SearchDefaults | undefined): string {
   const s = thread?.sampling ?? {};
   const parts: string[] = [];
   if (s.greedy) parts.push('greedy');
   else if (s.greedy === false) parts.push('sampled');
-  parts.push(`temp ${s.temperature ?? 'default'}`);
+  const greedyByDefault = search?.doSample === false && s.greedy === undefined;
+  parts.push(`temp ${s.temperature ?? `default (${greedyByDefault ? 'greedy' : (search?.temperature ?? 0.7)})`}`);
   if (s.topP !== undefined) parts.push(`top-p ${s.topP}`);
   if (s.topK !== undefined) parts.push(`top-k ${s.topK}`);
   if (s.minP !== undefined) parts.push(`min-p ${s.minP}`);
@@ -41,7 +47,9 @@ function summary(thread: Thread | undefined): string {
   if (s.frequencyPenalty !== undefined) parts.push(`freq ${s.frequencyPenalty}`);
   if (s.presencePenalty !== undefined) parts.push(`presence ${s.presencePenalty}`);
   if (s.seed !== undefined) parts.push(`seed ${s.seed}`);
-  parts.push(`max ${thread?.maxNewTokens ?? 'default'}`);
+  parts.push(
+    `max ${thread?.maxNewTokens ?? `default${search?.maxNewTokens !== undefined ? ` (${search.maxNewTokens})` : ''}`}`,
+  );
   if (thread?.responseFormat === 'json') parts.push(thread.jsonSchema ? 'JSON schema' : 'JSON');
   if (thread?.contextOverflow === 'refuse') parts.push('no context overflow');
   if (thread?.stop?.length) parts.push(`stop ×${thread.stop.length}`);
@@ -106,6 +114,8 @@ export function Composer({ threadId }: { threadId: string | null }) {
     })),
   );
   const noModel = useApp((s) => s.models.length === 0);
+  // The model replies go to: what the chat's settings leave to it.
+  const search = useApp((s) => s.models.find((m) => m.id === s.activeModelId)?.spec.search);
   const [text, setText] = useState('');
   const [files, setFiles] = useState<Attachment[]>([]);
   const [fileError, setFileError] = useState<string | null>(null);
@@ -279,8 +289,8 @@ export function Composer({ threadId }: { threadId: string | null }) {
         )}
       </div>
       <div className="summary">
-        <span className="num settings-line" data-testid="settings-summary" title={summary(thread)}>
-          {summary(thread)}
+        <span className="num settings-line" data-testid="settings-summary" title={summary(thread, search)}>
+          {summary(thread, search)}
         </span>
         {thread?.systemPrompt && <span title={thread.systemPrompt}>· system prompt set</span>}
         {carriedFrom !== null && threadId && (
