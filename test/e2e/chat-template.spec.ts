@@ -118,6 +118,18 @@ test("a card's chat template of one's own: loaded with, kept, refused when broke
   );
   await expect(previewButton).toHaveText('Preview');
 
+  // The package's own again, with an undo: yours once more, then the package's.
+  await text.fill(SYSTEMLESS);
+  await card.getByTestId('model-template-reset').click();
+  await expect(template).toHaveAttribute('data-edited', 'false', { timeout: 30_000 });
+  await expect(card.getByTestId('model-template-status')).toHaveText(
+    /^The package's template is in use from the next reply\.Undo$/,
+  );
+  await card.getByTestId('model-template-undo').click();
+  await expect(template).toHaveAttribute('data-edited', 'true', { timeout: 30_000 });
+  await expect(text).toHaveValue(SYSTEMLESS);
+  await expect(card.getByTestId('model-template-status')).toHaveText('Yours is in use from the next reply.');
+
   // The package's own again: no longer thinking, its prompts as before.
   await card.getByTestId('model-template-reset').click();
   await expect(template).toHaveAttribute('data-edited', 'false', { timeout: 30_000 });

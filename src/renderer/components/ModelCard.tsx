@@ -190,12 +190,20 @@ function ChatTemplate({ spec, loaded, busy, onLoad }: LoadControlProps) {
   // which the preview's conversation has); one it refuses is said here, beside the editor, and the model keeps its
   // own.
   const [loading, setLoading] = useState(false);
-  const load = async () => {
-    const sent = draft;
+  // What the last change did, for a loaded model (it takes effect without a sign otherwise); dropping one's own
+  // template can be undone.
+  const [status, setStatus] = useState<{ text: string; undo?: string } | null>(null);
+  const load = async (sent = draft) => {
     setLoading(true);
     const refused = await onLoad({ chatTemplate: sent });
     setLoading(false);
     if (refused && asked.current === sent) setPreview({ text: refused, error: true });
+    if (!refused && loaded) setStatus({ text: 'Yours is in use from the next reply.' });
+  };
+  const reset = async () => {
+    const mine = spec.chatTemplate;
+    const refused = await onLoad({ chatTemplate: null });
+    if (!refused && loaded) setStatus({ text: "The package's template is in use from the next reply.", undo: mine });
   };
   const whose = spec.chatTemplateEdited ? 'yours' : spec.chatTemplate ? 'the package’s' : 'none: kvdesk uses ChatML';
   return (
@@ -210,7 +218,10 @@ function ChatTemplate({ spec, loaded, busy, onLoad }: LoadControlProps) {
         rows={10}
         value={draft}
         placeholder="{% for m in messages %}…{% endfor %}"
-        onChange={(e) => setDraft(e.target.value)}
+        onChange={(e) => {
+          setDraft(e.target.value);
+          setStatus(null);
+        }}
       />
       <div className="row">
         <button
@@ -232,14 +243,25 @@ function ChatTemplate({ spec, loaded, busy, onLoad }: LoadControlProps) {
           {previewing ? 'Previewing…' : 'Preview'}
         </button>
         {spec.chatTemplateEdited && (
-          <button
-            type="button"
-            data-testid="model-template-reset"
-            disabled={busy}
-            onClick={() => void onLoad({ chatTemplate: null })}
-          >
+          <button type="button" data-testid="model-template-reset" disabled={busy} onClick={() => void reset()}>
             Use the package’s template
           </button>
+        )}
+        {status && (
+          <span className="template-status" role="status" data-testid="model-template-status">
+            {status.text}
+            {status.undo !== undefined && (
+              <button
+                type="button"
+                className="ghost small"
+                data-testid="model-template-undo"
+                disabled={busy || loading}
+                onClick={() => void load(status.undo)}
+              >
+                Undo
+              </button>
+            )}
+          </span>
         )}
         <span className="muted">
           Jinja, as transformers renders it (messages, add_generation_prompt, tools…); checked before it is{' '}
