@@ -363,8 +363,12 @@ export function flagError(err: unknown, command: string, options: NonNullable<Pa
   const e = err as Error & { code?: string };
   const see = `(see kvdesk ${command} --help)`;
   // A flag given without its value, at the end of the line: node says "Option '--x <value>' argument missing".
+  // Or before another flag, which node does not take as the value ("argument is ambiguous").
   const valueless =
-    e.code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE' ? /'(--?[\w-]+) <value>'/.exec(e.message)?.[1] : undefined;
+    e.code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE'
+      ? (/'(--?[\w-]+) <value>'/.exec(e.message)?.[1] ??
+        /^Option '(--?[\w-]+)' argument is ambiguous/.exec(e.message)?.[1])
+      : undefined;
   if (valueless !== undefined) {
     return new KvdeskError('BAD_REQUEST', `${valueless} needs a value ${see}`, { flag: valueless });
   }
@@ -380,6 +384,7 @@ export function flagError(err: unknown, command: string, options: NonNullable<Pa
 
 /** What other tools call kvdesk's flags: `--max-tokens` (OpenAI), `-n`/`--n-predict` (llama.cpp), `--temp`. */
 const FLAG_ALIASES: Record<string, string> = {
+  n: 'max-new-tokens',
   'max-tokens': 'max-new-tokens',
   'max-completion-tokens': 'max-new-tokens',
   'n-predict': 'max-new-tokens',

@@ -724,8 +724,8 @@ function processIo(): Io & { failed: () => boolean } {
       if (closed.signal.aborted) return;
       process.stdout.write(s);
       // A pipe's write fails at once, but node emits the error a tick later: the command must know now.
-      const failed = process.stdout.errored as NodeJS.ErrnoException | null;
-      if (failed) stdoutFailed(failed);
+      const errored = process.stdout.errored as NodeJS.ErrnoException | null;
+      if (errored) stdoutFailed(errored);
     },
     err: writeErr,
     closed: closed.signal,

@@ -554,7 +554,7 @@ describe('CLI on the generated default model', () => {
       [['--backend', 'bogus'], /"bogus" is no backend onnxruntime knows/],
       [['--chat', '--tools', badTools], /^--tools \(tools\[0\]\.name\): letters, digits/],
       // A value forgotten: the next flag is not taken as the value.
-      [['--system', '--chat'], /forget to specify the option argument for '--system'/],
+      [['--system', '--chat'], /^--system needs a value \(see kvdesk generate --help\)$/],
     ];
     for (const [flags, message] of cases) {
       const r = kvdesk('generate', defaultModelDir, '--prompt', 'Hello', ...flags, '--json');

@@ -38,7 +38,7 @@ export function previewChatTemplate(
   } catch (err) {
     const message = err instanceof Error ? err.message : String(err);
     // The API's field is the window's editor: said as what it is there (a CLI flag names itself).
-    const subject = field === 'chatTemplate' ? 'This chat template' : field;
+    const subject = field === 'chatTemplate' || field === 'template' ? 'This chat template' : field;
     throw new KvdeskError('BAD_REQUEST', `${subject} cannot be used: ${message}`, { field });
   }
 }

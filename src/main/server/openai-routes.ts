@@ -192,11 +192,9 @@ export async function runGeneration(
   const done = new Promise<void>((r) => {
     resolve = r;
   });
-  let live: LiveGeneration | undefined;
   let over = false;
   const finish = () => {
     over = true;
-    if (live) liveGenerations.delete(live);
     resolve();
   };
   let handle: { cancel(reason?: 'user' | 'disconnect' | 'shutdown'): void } | null = null;
@@ -226,8 +224,10 @@ export async function runGeneration(
       if (res.writableFinished || res.destroyed) resolve();
       else res.once('close', () => resolve());
     });
-    live = { res, cancel: (reason) => h.cancel(reason), over: out };
-    liveGenerations.add(live);
+    const entry: LiveGeneration = { res, cancel: (reason) => h.cancel(reason), over: out };
+    liveGenerations.add(entry);
+    // Kept until the response is out: a stop waits for one whose generation ended but whose bytes are still going.
+    void out.then(() => liveGenerations.delete(entry));
   }
   res.on('close', () => {
     if (over) return;

@@ -369,9 +369,13 @@ function renameIdentifier(node: unknown, from: string, to: string, seen = new Se
   }
   const record = node as Record<string, unknown>;
   if (record.type === 'Identifier' && record.value === from) record.value = to;
-  // `namespace(range=3)` names an attribute (read as `ns.range`, which is not renamed either), not the variable.
-  if (record.type === 'KeywordArgumentExpression') {
-    renameIdentifier(record.value, from, to, seen);
+  // `namespace(range=3)` names an attribute (read as `ns.range`, which is not renamed either), not the variable;
+  // a macro's keywords are renamed with its parameters, so they still bind.
+  const callee = record.type === 'CallExpression' ? (record.callee as { type?: string; value?: unknown }) : undefined;
+  if (callee?.type === 'Identifier' && (callee.value === 'namespace' || callee.value === 'dict')) {
+    for (const arg of record.args as Array<{ type?: string; value?: unknown }>) {
+      renameIdentifier(arg.type === 'KeywordArgumentExpression' ? arg.value : arg, from, to, seen);
+    }
     return;
   }
   // `x.range` names a key of x, not the variable.

@@ -198,6 +198,8 @@ function ChatTemplate({ spec, loaded, busy, onLoad }: LoadControlProps) {
     const refused = await onLoad({ chatTemplate: sent });
     setLoading(false);
     if (refused && asked.current === sent) setPreview({ text: refused, error: true });
+    // An undo refused (the editor holds another template): said where the undo was offered.
+    else if (refused) setStatus({ text: refused });
     if (!refused && loaded) setStatus({ text: 'Yours is in use from the next reply.' });
   };
   const reset = async () => {

@@ -121,9 +121,12 @@ describe('renderChatTemplate', () => {
       expect(err.message).toContain('it made a list of 131,072 items, over the 100,000 kvdesk allows');
     });
 
-    it('keeps `range` as a name of keyword arguments and attributes', () => {
+    it('keeps `range` as a name of attributes, and of macro parameters passed by keyword', () => {
       const text = '{% set ns = namespace(range=3) %}[{{ ns.range }}|{{ range(2) | length }}]';
       expect(renderChatTemplate(text, conversation, opts)).toBe('[3|2]');
+      const macros =
+        '{% macro a(range=5) %}{{ range }}{% endmacro %}{% macro b(range) %}{{ range }}{% endmacro %}{{ a() }}|{{ b(range=1) }}';
+      expect(renderChatTemplate(macros, conversation, opts)).toBe('5|1');
     });
 
     it('leaves Jinja unguarded outside its renders, after one it stopped', () => {
