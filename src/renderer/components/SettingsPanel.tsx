@@ -1,5 +1,5 @@
 /** The open thread's settings: presets, system prompt, sampling, limits, stop strings, overflow, JSON output. */
-import { type ReactNode, useEffect, useState } from 'react';
+import { type ReactNode, useEffect, useId, useState } from 'react';
 import type { McpStatus, Thread } from '../../shared/api';
 import type { SamplingSettings } from '../../shared/contract';
 import type { SearchDefaults } from '../../shared/model-spec';
@@ -247,6 +247,7 @@ function PresetRow({ thread, onApplied }: PresetProps & { thread: Thread }) {
  */
 function ThinkingSetting({ thread }: { thread: Thread }) {
   const bridge = useBridge();
+  const noteId = useId();
   const reasoning = useApp((s) => s.models.find((m) => m.id === s.activeModelId)?.spec.reasoning);
   const note = !reasoning
     ? 'the current model does not think'
@@ -260,7 +261,7 @@ function ThinkingSetting({ thread }: { thread: Thread }) {
         data-testid="setting-thinking"
         // Its name is the label's word; the note beside it describes it.
         aria-label="thinking"
-        aria-describedby="thinking-note"
+        aria-describedby={noteId}
         value={thread.thinking === undefined ? 'default' : thread.thinking ? 'on' : 'off'}
         onChange={(e) =>
           bridge.updateThreadSettings(thread.id, {
@@ -272,7 +273,7 @@ function ThinkingSetting({ thread }: { thread: Thread }) {
         <option value="on">think before replying</option>
         <option value="off">reply at once</option>
       </select>
-      <span className="hint" id="thinking-note" data-testid="thinking-note">
+      <span className="hint" id={noteId} data-testid="thinking-note">
         {note}
       </span>
     </label>

@@ -9,7 +9,13 @@ const FOCUSABLE = 'a[href], button, input, select, textarea, summary, [tabindex]
 /** What Tab reaches in `root`, in order: enabled, shown. */
 export function tabStops(root: HTMLElement): HTMLElement[] {
   return [...root.querySelectorAll<HTMLElement>(FOCUSABLE)].filter(
-    (el) => !(el as HTMLButtonElement).disabled && el.tabIndex >= 0 && el.getClientRects().length > 0,
+    (el) =>
+      !(el as HTMLButtonElement).disabled &&
+      el.tabIndex >= 0 &&
+      el.getClientRects().length > 0 &&
+      // Inside a disabled fieldset or an inert part, or hidden: Tab passes it by.
+      el.closest('fieldset:disabled, [inert]') === null &&
+      getComputedStyle(el).visibility !== 'hidden',
   );
 }
 
