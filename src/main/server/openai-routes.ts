@@ -220,9 +220,9 @@ export async function runGeneration(
   if (cancelOnStart) h.cancel('disconnect');
   if (!over) {
     // Over once the response is out (its last event written after the generation's end), not at that end.
-    const out = new Promise<void>((resolve) => {
-      if (res.writableFinished || res.destroyed) resolve();
-      else res.once('close', () => resolve());
+    const out = new Promise<void>((settle) => {
+      if (res.writableFinished || res.destroyed) settle();
+      else res.once('close', () => settle());
     });
     const entry: LiveGeneration = { res, cancel: (reason) => h.cancel(reason), over: out };
     liveGenerations.add(entry);
