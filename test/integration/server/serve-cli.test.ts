@@ -24,6 +24,23 @@ function alive(pid: number): boolean {
   }
 }
 
+/** The URL a `kvdesk serve` process prints once it listens; rejects when it exits first or prints none in 60 s. */
+function printedUrl(child: ChildProcess, stderr: () => string): Promise<string> {
+  return new Promise<string>((resolve, reject) => {
+    let out = '';
+    const timer = setTimeout(() => reject(new Error(`no URL printed within 60 s; stderr: ${stderr()}`)), 60_000);
+    child.stdout?.on('data', (d: Buffer) => {
+      out += d.toString();
+      const m = /^kvdesk serving (http:\/\/127\.0\.0\.1:\d+)$/m.exec(out);
+      if (m) {
+        clearTimeout(timer);
+        resolve(m[1] as string);
+      }
+    });
+    child.once('exit', (code) => reject(new Error(`kvdesk serve exited with ${code}; stderr: ${stderr()}`)));
+  });
+}
+
 describe('kvdesk serve --port 0 (a real process)', () => {
   let child: ChildProcess;
   let url: string;
@@ -56,19 +73,7 @@ describe('kvdesk serve --port 0 (a real process)', () => {
     child.stderr?.on('data', (d: Buffer) => {
       stderr += d.toString();
     });
-    url = await new Promise<string>((resolve, reject) => {
-      let out = '';
-      const timer = setTimeout(() => reject(new Error(`no URL printed within 60 s; stderr: ${stderr}`)), 60_000);
-      child.stdout?.on('data', (d: Buffer) => {
-        out += d.toString();
-        const m = /^kvdesk serving (http:\/\/127\.0\.0\.1:\d+)$/m.exec(out);
-        if (m) {
-          clearTimeout(timer);
-          resolve(m[1] as string);
-        }
-      });
-      child.once('exit', (code) => reject(new Error(`kvdesk serve exited with ${code}; stderr: ${stderr}`)));
-    });
+    url = await printedUrl(child, () => stderr);
   });
 
   afterAll(async () => {
@@ -173,18 +178,7 @@ describe('Ctrl+C on kvdesk serve (SIGINT to its process group, as a terminal sen
       stderr += d.toString();
     });
     try {
-      const url = await new Promise<string>((resolve, reject) => {
-        let out = '';
-        const timer = setTimeout(() => reject(new Error(`no URL within 60 s; stderr: ${stderr}`)), 60_000);
-        child.stdout?.on('data', (d: Buffer) => {
-          out += d.toString();
-          const m = /^kvdesk serving (http:\/\/127\.0\.0\.1:\d+)$/m.exec(out);
-          if (m) {
-            clearTimeout(timer);
-            resolve(m[1] as string);
-          }
-        });
-      });
+      const url = await printedUrl(child, () => stderr);
       const res = await fetch(`${url}/v1/chat/completions`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
