@@ -11,7 +11,7 @@ import { attachmentBytes, attachmentFrom, MAX_ATTACHMENTS } from '../lib/attachm
 import { formatBytes } from '../lib/format';
 import { DraftMeasure } from './DraftMeasure';
 import { FileIcon, PaperclipIcon } from './Icons';
-import { SettingsPanel } from './SettingsPanel';
+import { greedyByPackage, SettingsPanel } from './SettingsPanel';
 
 /** Id of the message box, focused after sending and on thread switch. */
 export const CHAT_INPUT_ID = 'chat-input';
@@ -37,7 +37,7 @@ function summary(thread: Thread | undefined, search: SearchDefaults | undefined)
   const parts: string[] = [];
   if (s.greedy) parts.push('greedy');
   else if (s.greedy === false) parts.push('sampled');
-  const greedyByDefault = search?.doSample === false && s.greedy === undefined;
+  const greedyByDefault = greedyByPackage(s, search) && s.greedy === undefined;
   parts.push(`temp ${s.temperature ?? `default (${greedyByDefault ? 'greedy' : (search?.temperature ?? 0.7)})`}`);
   if (s.topP !== undefined) parts.push(`top-p ${s.topP}`);
   if (s.topK !== undefined) parts.push(`top-k ${s.topK}`);
@@ -116,6 +116,7 @@ export function Composer({ threadId }: { threadId: string | null }) {
   const noModel = useApp((s) => s.models.length === 0);
   // The model replies go to: what the chat's settings leave to it.
   const search = useApp((s) => s.models.find((m) => m.id === s.activeModelId)?.spec.search);
+  const line = summary(thread, search);
   const [text, setText] = useState('');
   const [files, setFiles] = useState<Attachment[]>([]);
   const [fileError, setFileError] = useState<string | null>(null);
@@ -289,8 +290,8 @@ export function Composer({ threadId }: { threadId: string | null }) {
         )}
       </div>
       <div className="summary">
-        <span className="num settings-line" data-testid="settings-summary" title={summary(thread, search)}>
-          {summary(thread, search)}
+        <span className="num settings-line" data-testid="settings-summary" title={line}>
+          {line}
         </span>
         {thread?.systemPrompt && <span title={thread.systemPrompt}>· system prompt set</span>}
         {carriedFrom !== null && threadId && (

@@ -40,6 +40,14 @@ const FIELDS: NumField[] = [
 ];
 
 /**
+ * Whether the model's package makes the chat's replies greedy (do_sample false, and no temperature set), as the host
+ * resolves it: the chat's own `greedy`, when set, decides instead.
+ */
+export function greedyByPackage(sampling: SamplingSettings, search: SearchDefaults | undefined): boolean {
+  return search?.doSample === false && sampling.temperature === undefined;
+}
+
+/**
  * What an empty field means: the model package's default where it sets one (generation_config.json), else
  * kvdesk's, as the host resolves them.
  */
@@ -480,7 +488,7 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
   const sampling = thread.sampling ?? {};
   // What empty fields mean comes from the model replies go to.
   const search = useApp((s) => s.models.find((m) => m.id === s.activeModelId)?.spec.search);
-  const greedyByDefault = search?.doSample === false && sampling.temperature === undefined;
+  const greedyByDefault = greedyByPackage(sampling, search);
   const setSampling = (key: keyof SamplingSettings, value: number | boolean | undefined) => {
     const next: SamplingSettings = { ...sampling };
     if (value === undefined) delete next[key];
