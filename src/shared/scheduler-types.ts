@@ -54,6 +54,12 @@ export const RequestShapeSchema = z.object({
   sessionReuseTokens: z.int().nonnegative().optional(),
   /** Chat thread, for display only. */
   threadId: z.string().optional(),
+  /**
+   * The model's running requests run as one batch whose rows are padded (on the left) to the longest: each row
+   * then holds as many positions as the widest reservation of the batch, not only its own. The scheduler charges
+   * that padding (see `paddingBytes`); a graph whose requests take turns, or a static cache, has none.
+   */
+  paddedBatch: z.boolean().optional(),
 });
 /** One request as the host submits it; see {@link RequestShapeSchema}. */
 export type RequestShape = z.infer<typeof RequestShapeSchema>;
@@ -173,8 +179,16 @@ export interface SchedulerRequestView {
   bpt: number;
   /** A static cache's positions per row: the reservation is rows × fixedTokens × bpt. */
   fixedTokens?: number;
-  /** Bytes reserved while running; for ended requests, what it had reserved. */
+  /**
+   * Bytes reserved while running (its padding included); for ended requests, what it had reserved when it
+   * ended.
+   */
   reservedBytes: number;
+  /**
+   * Of `reservedBytes`, the padding its rows carry in a batch with a wider reservation: rows × (the batch's
+   * widest positions − its own) × bpt. It changes as the batch does.
+   */
+  paddingBytes?: number;
   usedBytes: number;
   generatedTokens: number;
   clipped?: ContextClip;

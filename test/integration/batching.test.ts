@@ -195,3 +195,39 @@ describe('batching parity on the default model', () => {
     }
   });
 });
+
+describe('padding in a batch', () => {
+  it("a short request batched with a long one is charged its padding: the engine's KV stays within the reservations", async () => {
+    const h = await host(defaultModelDir, 4);
+    const bpt = h.listModels()[0]?.spec.bpt as number;
+    // The most the model's running requests have reserved at any moment.
+    let peakReserved = 0;
+    const admitted = new Map<string, number>();
+    const unsubscribe = h.scheduler.subscribe((e) => {
+      if (e.type === 'admitted') admitted.set(e.requestId, e.reservedBytes);
+      peakReserved = Math.max(peakReserved, h.scheduler.snapshot().reservedBytes);
+    });
+    const long = Array.from({ length: 600 }, (_, i) => 10 + (i % 300));
+    let startShort = () => {};
+    const short = new Promise<GenerationResult>((resolve, reject) => {
+      startShort = () => {
+        startShort = () => {};
+        run(h, [10, 20, 30, 40, 50], 30).then(resolve, reject);
+      };
+    });
+    const first = h.generate({ promptIds: long, maxNewTokens: 40, sampling: GREEDY }, (f) => {
+      if (f.type === 'tokens') startShort();
+    });
+    const [a, b] = await Promise.all([first.result, short]);
+    unsubscribe();
+    const stats = await h.engine.stats();
+    // They did run as one batch, the short row padded to the long one's width.
+    expect(stats.peakBatchRows).toBe(2);
+    expect(stats.peakBatchKvBytes).toBeGreaterThan((600 + 5) * bpt);
+    // The short one reserved its row as wide as the long one's reservation, not its own 35 positions.
+    expect(admitted.get(b.requestId)).toBe((600 + 40) * bpt);
+    expect(admitted.get(a.requestId)).toBe((600 + 40) * bpt);
+    expect(stats.peakBatchKvBytes).toBeLessThanOrEqual(peakReserved);
+    expect(h.scheduler.snapshot().reservedBytes).toBe(0);
+  });
+});

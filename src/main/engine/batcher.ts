@@ -187,6 +187,8 @@ export class ContinuousBatcher {
 
   /** Largest number of rows one decode step has run (stats: proves batching happened). */
   peakRows = 0;
+  /** Most bytes of KV (its padding included) one run has produced: what the scheduler's charge must cover. */
+  peakKvBytes = 0;
 
   submit(job: GenerationJob, hooks: GenerationHooks): Promise<GenerationOutcome> {
     if (job.rows.length < 1)
@@ -298,7 +300,11 @@ export class ContinuousBatcher {
   private async runCounted(hooks: GenerationHooks, feeds: Record<string, ort.Tensor>) {
     hooks.countRun();
     try {
-      return await this.run(feeds);
+      const out = await this.run(feeds);
+      let bytes = 0;
+      for (const t of this.kvTensors) bytes += (out[t.present]?.data as Float32Array | undefined)?.byteLength ?? 0;
+      if (bytes > this.peakKvBytes) this.peakKvBytes = bytes;
+      return out;
     } catch (err) {
       throw new KvdeskError(
         'ENGINE_FAILED',

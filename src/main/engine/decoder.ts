@@ -371,6 +371,11 @@ export class LoadedDecoder {
     return this.batcher.peakRows;
   }
 
+  /** Most bytes of KV one run of the batch has produced. */
+  get peakBatchKvBytes(): number {
+    return this.batcher.peakKvBytes;
+  }
+
   async dispose(): Promise<void> {
     await this.session.release();
   }

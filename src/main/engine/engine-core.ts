@@ -77,6 +77,7 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
     return {
       ...stats,
       peakBatchRows: Math.max(0, ...[...models.values()].map((m) => m.peakBatchRows)),
+      peakBatchKvBytes: Math.max(0, ...[...models.values()].map((m) => m.peakBatchKvBytes)),
       models: [...models.keys()],
       tokenTables: [...tokenTables].map(([modelId, t]) => ({
         modelId,
@@ -208,7 +209,7 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
           const decoder = await LoadedDecoder.load(cmd.spec, cmd.options);
           models.set(cmd.modelId, decoder);
           if (previous) await previous.dispose();
-          const loaded: EngineLoadResult = { modelId: cmd.modelId, logits: decoder.logits };
+          const loaded: EngineLoadResult = { modelId: cmd.modelId, logits: decoder.logits, batches: decoder.batchable };
           return loaded;
         });
         return;

@@ -66,6 +66,11 @@ export interface LogitsPositions {
 export interface EngineLoadResult {
   modelId: string;
   logits: LogitsPositions;
+  /**
+   * Whether its requests run as one batch, each row padded on the left to the longest (false: they take turns,
+   * as a static cache's and a graph's that cannot batch do).
+   */
+  batches: boolean;
 }
 
 /** Why a generation ended (per request; rows report their own). */
@@ -172,6 +177,8 @@ export interface EngineStats {
   refused: number;
   /** Most rows one batched decode step has carried. */
   peakBatchRows: number;
+  /** Most bytes of KV (present tensors, padding included) one run of a batch has produced. */
+  peakBatchKvBytes: number;
   models: string[];
   /** The token tables JSON mode uses: model, load key, tokens. */
   tokenTables: Array<{ modelId: string; key: number; tokens: number }>;

@@ -179,6 +179,8 @@ interface Entry {
   generatedTokens: number;
   /** Tokens of every row the generation-tokens counter has counted. */
   countedTokens: number;
+  /** While running in a padded batch: the padding its rows carry (part of its reservation; see `repad`). */
+  padBytes: number;
 }
 
 interface Session {
@@ -352,7 +354,7 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
 
   function reservedTotal(): number {
     let sum = 0;
-    for (const e of running.values()) sum += (e.grant as AdmissionGrant).reservedBytes;
+    for (const e of running.values()) sum += (e.grant as AdmissionGrant).reservedBytes + e.padBytes;
     return sum;
   }
 
@@ -362,8 +364,62 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     return sum;
   }
 
+  /** Positions per row a request's KV may reach with `newTokens` new tokens: the width it reserves. */
+  function widthOf(e: Entry, newTokens: number): number {
+    return e.shape.fixedTokens ?? e.prefixTokens + e.shape.promptTokens + newTokens;
+  }
+
   function bytesFor(e: Entry, newTokens: number): number {
-    return e.shape.rows * (e.shape.fixedTokens ?? e.prefixTokens + e.shape.promptTokens + newTokens) * e.shape.bpt;
+    return e.shape.rows * widthOf(e, newTokens) * e.shape.bpt;
+  }
+
+  /**
+   * A padded batch: the running requests of the model whose rows the engine runs as one batch, padded on the
+   * left to the longest. However the batch changes, a row is never wider than the widest reservation among the
+   * requests running with it (each request's rows stop at its own width), so charging every running request
+   * its rows × (that widest width − its own) keeps the real padded KV within the reservations.
+   */
+  function batchOf(modelId: string): Entry[] {
+    const batch: Entry[] = [];
+    for (const e of running.values()) if (e.shape.paddedBatch === true && e.shape.modelId === modelId) batch.push(e);
+    return batch;
+  }
+
+  function widestOf(batch: readonly Entry[]): number {
+    let widest = 0;
+    for (const e of batch) widest = Math.max(widest, widthOf(e, (e.grant as AdmissionGrant).admittedMaxTokens));
+    return widest;
+  }
+
+  /** Sets the padding of a model's running requests after its batch changed. */
+  function repad(modelId: string): void {
+    const batch = batchOf(modelId);
+    const widest = widestOf(batch);
+    for (const e of batch) {
+      e.padBytes = e.shape.rows * (widest - widthOf(e, (e.grant as AdmissionGrant).admittedMaxTokens)) * e.shape.bpt;
+    }
+  }
+
+  /**
+   * What admitting the head with rows `width` positions wide takes from the budget: its own reservation, and in
+   * a padded batch the padding it carries (up to the batch's widest) or adds to the others' rows (when it is the
+   * widest).
+   */
+  function admissionCost(head: Entry, batch: readonly Entry[], widest: number, width: number): number {
+    const { rows, bpt } = head.shape;
+    let others = 0;
+    for (const e of batch) others += e.shape.rows;
+    return bpt * (rows * Math.max(widest, width) + others * Math.max(0, width - widest));
+  }
+
+  /** The widest rows the head may have within `available` bytes, which its minimum fits. */
+  function widestWithin(head: Entry, batch: readonly Entry[], widest: number, available: number): number {
+    const { rows, bpt } = head.shape;
+    let others = 0;
+    for (const e of batch) others += e.shape.rows;
+    if (others === 0) return Math.floor(available / (rows * bpt));
+    // Up to the batch's width it costs rows × widest, which fits since its minimum does. Past the batch's width, every row of the batch grows with the head's.
+    return Math.max(widest, Math.floor((available / bpt + others * widest) / (rows + others)));
   }
 
   /** The session a request belongs to, if any. */
@@ -426,8 +482,13 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     const ownHeld = own === undefined ? 0 : heldOf(own);
     // Negative after the limit was lowered below use: then nothing fits, which is the point.
     let available = limits.limitBytes - reservedTotal() - heldTotal() + ownHeld;
-    const fullBytes = bytesFor(head, head.maxNewTokens);
-    const minimumBytes = bytesFor(head, 1);
+    // Padding only matters where rows hold bytes and grow with the request (not a static cache's).
+    const padded = head.shape.paddedBatch === true && head.shape.bpt > 0 && head.shape.fixedTokens === undefined;
+    const batch = padded ? batchOf(head.shape.modelId) : [];
+    const widest = widestOf(batch);
+    const cost = (newTokens: number) => admissionCost(head, batch, widest, widthOf(head, newTokens));
+    const fullBytes = cost(head.maxNewTokens);
+    const minimumBytes = cost(1);
     const victims = evictionVictims(own);
     const reachable = victims.reduce((sum, s) => sum + heldOf(s), available);
     const mayCap = queue.length === 1 || running.size === 0;
@@ -440,17 +501,16 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
       dropSessionKv(victim, 'admission', at, head.shape.id);
     }
     const capped = available < fullBytes;
-    const perToken = head.shape.rows * head.shape.bpt;
     const admittedMaxTokens = capped
-      ? Math.floor(available / perToken) - head.prefixTokens - head.shape.promptTokens
+      ? widestWithin(head, batch, widest, available) - head.prefixTokens - head.shape.promptTokens
       : head.maxNewTokens;
-    const reservedBytes = bytesFor(head, admittedMaxTokens);
+    const ownBytes = bytesFor(head, admittedMaxTokens);
     const budgetCap: BudgetCap | undefined = capped
       ? {
           requestedMaxTokens: head.maxNewTokens,
           admittedMaxTokens,
           requestedBytes: fullBytes,
-          admittedBytes: reservedBytes,
+          admittedBytes: cost(admittedMaxTokens),
           availableBytes: available,
         }
       : undefined;
@@ -458,7 +518,7 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     const grant: AdmissionGrant = Object.freeze({
       requestId: head.shape.id,
       token: `grant-${grantSeq}`,
-      reservedBytes,
+      reservedBytes: ownBytes,
       admittedMaxTokens,
       admittedAt: at,
       ...(budgetCap === undefined ? {} : { budgetCap }),
@@ -473,6 +533,8 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     queue.shift();
     head.grant = grant;
     running.set(head.shape.id, head);
+    if (padded) repad(head.shape.modelId);
+    const reservedBytes = ownBytes + head.padBytes;
     liveGrants.set(grant.token, grant);
     if (own !== undefined) own.state = 'running';
 
@@ -497,7 +559,9 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
         head.listener.onAdmitted(grant);
       } catch (err) {
         recordViolation('listener-error', `onAdmitted threw for ${head.shape.id}: ${String(err)}`, head.shape.id);
-        // The host never started the work, so nothing else would ever release it.
+        // The host never started the work, so nothing else would ever release it, unless the listener ended the
+        // request itself before it threw: released once is enough.
+        if (live.get(head.shape.id) !== head) return;
         retire(head, 'failed', now(), {
           error: { code: 'INTERNAL', message: `The admission listener failed: ${String(err)}` },
         });
@@ -520,7 +584,7 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
       requestedMaxTokens: shape.maxNewTokens,
       maxNewTokens: e.maxNewTokens,
       bpt: shape.bpt,
-      reservedBytes: grant?.reservedBytes ?? 0,
+      reservedBytes: (grant?.reservedBytes ?? 0) + e.padBytes,
       usedBytes: e.usedBytes,
       generatedTokens: e.generatedTokens,
       acceptedAt: e.acceptedAt,
@@ -529,6 +593,7 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     if (shape.sessionId !== undefined) view.sessionId = shape.sessionId;
     if (shape.fixedTokens !== undefined) view.fixedTokens = shape.fixedTokens;
     if (e.clipped !== undefined) view.clipped = e.clipped;
+    if (e.padBytes > 0) view.paddingBytes = e.padBytes;
     if (grant !== undefined) {
       view.admittedMaxTokens = grant.admittedMaxTokens;
       view.admittedAt = grant.admittedAt;
@@ -556,7 +621,11 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     if (wasRunning) running.delete(id);
     else queue.splice(queue.indexOf(e), 1);
     if (wasRunning) liveGrants.delete(grant.token);
-    const bytes = wasRunning ? grant.reservedBytes : 0;
+    const bytes = wasRunning ? grant.reservedBytes + e.padBytes : 0;
+    const view = viewOf(e, state);
+    // The rest of its batch may now be narrower.
+    e.padBytes = 0;
+    if (wasRunning && e.shape.paddedBatch === true) repad(e.shape.modelId);
 
     let retainedBytes = 0;
     // A live turn's session is always its own: it stays busy (turn = this id) until this very call.
@@ -572,7 +641,6 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
       else retainedBytes = heldOf(session);
     }
 
-    const view = viewOf(e, state);
     view.endedAt = at;
     if (ending.reason !== undefined) view.endReason = ending.reason;
     if (ending.error !== undefined) view.error = ending.error;
@@ -759,6 +827,7 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
       usedBytes: 0,
       generatedTokens: 0,
       countedTokens: 0,
+      padBytes: 0,
     };
     if (session !== undefined) {
       session.state = 'queued';

@@ -342,11 +342,15 @@ function RequestRow({
       </td>
       <td
         className="r"
-        data-testid={r.fixedTokens !== undefined ? 'request-static-cache' : undefined}
+        data-testid={
+          r.fixedTokens !== undefined ? 'request-static-cache' : r.paddingBytes ? 'request-padding' : undefined
+        }
         title={
           r.fixedTokens !== undefined
             ? `static KV cache: ${r.rows} ${r.rows === 1 ? 'row' : 'rows'} × ${r.fixedTokens} positions × ${r.bpt} B, held whole from the first token`
-            : undefined
+            : r.paddingBytes
+              ? `${formatBytes(r.paddingBytes)} of the reservation is padding: batched with a longer reply, its ${r.rows === 1 ? 'row is' : 'rows are'} padded to that reply's width`
+              : undefined
         }
       >
         <div>

@@ -206,7 +206,9 @@ function QueueReason({ wait }: { wait: QueueWait }) {
       ? `${wait.maxRunning === 1 ? 'the one running slot' : `all ${wait.maxRunning} running slots`}${where} ${wait.maxRunning === 1 ? 'is' : 'are'} taken: it starts when a reply ends — stop one, or raise "max running" in the inspector`
       : wait.reason === 'behind'
         ? `${wait.position} ${wait.position === 1 ? 'request is' : 'requests are'} ahead of it${where} (first come, first served)`
-        : `the KV budget${where} is committed (${formatBytes(wait.freeBytes)} free of ${formatBytes(wait.limitBytes)}): it starts when a reply ends and frees its KV — stop one, or raise the limit in the inspector`;
+        : wait.reason === 'padding'
+          ? `its ${formatBytes(wait.ownBytes ?? 0)} would fit (${formatBytes(wait.freeBytes)} free), but beside the running replies its rows would be padded to the longest one's ${wait.batchWidth} positions: it starts when that reply ends — stop it, or raise the limit in the inspector`
+          : `the KV budget${where} is committed (${formatBytes(wait.freeBytes)} free of ${formatBytes(wait.limitBytes)}): it starts when a reply ends and frees its KV — stop one, or raise the limit in the inspector`;
   return (
     <span data-testid="queued-reason" data-reason={wait.reason}>
       {text}

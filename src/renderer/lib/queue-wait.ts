@@ -1,19 +1,23 @@
 /**
  * Why a queued request waits, from the budget snapshot (UI.md: every queueing is explained with the numbers and
  * one thing the person can do): every running slot is taken, requests ahead of it come first (first come, first
- * served), or the KV budget is committed to running replies and idle sessions. DOM-free, for the chat's queued note.
+ * served), the KV budget is committed to running replies and idle sessions, or it would fit alone but not padded
+ * to the width of the batch it would join. DOM-free, for the chat's queued note.
  */
-import type { BudgetSnapshot, DeviceBudgetSnapshot } from '../../shared/scheduler-types';
+import type { BudgetSnapshot, DeviceBudgetSnapshot, SchedulerRequestView } from '../../shared/scheduler-types';
 
 export interface QueueWait {
   /** 0 for the head of the queue. */
   position: number;
-  reason: 'slots' | 'behind' | 'budget';
+  reason: 'slots' | 'behind' | 'budget' | 'padding';
   device: string;
   running: number;
   maxRunning: number;
   freeBytes: number;
   limitBytes: number;
+  /** Reason `padding`: its own reservation, and the positions per row of the batch's widest reservation. */
+  ownBytes?: number;
+  batchWidth?: number;
 }
 
 /** Where the request waits and why; null when the snapshot does not have it queued. */
@@ -23,10 +27,20 @@ export function queueWait(snapshot: BudgetSnapshot | null, requestId: string | u
   for (const d of devices) {
     const position = d.queue.findIndex((q) => q.id === requestId);
     if (position < 0) continue;
-    const reason = d.running.length >= d.maxRunning ? 'slots' : position > 0 ? 'behind' : 'budget';
+    const head = d.queue[position] as SchedulerRequestView;
+    const ownBytes = head.rows * (head.sessionPrefixTokens + head.promptTokens + head.maxNewTokens) * head.bpt;
+    // Fitting alone, it waits only because its rows would be padded to the batch's widest reservation (every
+    // running request of a padded batch reserves its rows that wide).
+    const widths = d.running
+      .filter((r) => r.modelId === head.modelId && r.bpt > 0)
+      .map((r) => Math.round(r.reservedBytes / (r.rows * r.bpt)));
+    const batchWidth = Math.max(0, ...widths);
+    const padded = head.fixedTokens === undefined && head.bpt > 0 && ownBytes <= d.freeBytes && batchWidth > 0;
+    const reason = d.running.length >= d.maxRunning ? 'slots' : position > 0 ? 'behind' : padded ? 'padding' : 'budget';
     return {
       position,
       reason,
+      ...(reason === 'padding' ? { ownBytes, batchWidth } : {}),
       device: d.device,
       running: d.running.length,
       maxRunning: d.maxRunning,

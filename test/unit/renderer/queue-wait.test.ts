@@ -1,4 +1,7 @@
-/** Why a queued reply waits (lib/queue-wait.ts): slots taken, requests ahead, or the KV budget committed. */
+/**
+ * Why a queued reply waits (lib/queue-wait.ts): slots taken, requests ahead, the KV budget committed, or the padding
+ * of the batch it would join.
+ */
 import { describe, expect, it } from 'vitest';
 import { queueWait } from '../../../src/renderer/lib/queue-wait';
 import { deviceSnapshot, requestView, snapshot } from './fixtures';
@@ -28,6 +31,16 @@ describe('queueWait', () => {
     });
     expect(queueWait(s, 'q1')).toMatchObject({ position: 0, reason: 'budget', freeBytes: 5000, limitBytes: 100_000 });
     expect(queueWait(s, 'q2')).toMatchObject({ position: 1, reason: 'behind' });
+  });
+
+  it("a head that would fit alone waits for the batch's padding: its own bytes and the batch's width", () => {
+    const long = requestView({ id: 'a', promptTokens: 600, maxNewTokens: 40, reservedBytes: 640 * 1024 });
+    const short = requestView({ id: 'q1', state: 'queued', reservedBytes: 0, promptTokens: 5, maxNewTokens: 30 });
+    const s = snapshot({ maxRunning: 4, freeBytes: 50_000, limitBytes: 700_000, running: [long], queue: [short] });
+    expect(queueWait(s, 'q1')).toMatchObject({ reason: 'padding', ownBytes: 35 * 1024, batchWidth: 640 });
+    // Not fitting even alone: the budget is what it waits for.
+    const tight = snapshot({ maxRunning: 4, freeBytes: 30_000, limitBytes: 700_000, running: [long], queue: [short] });
+    expect(queueWait(tight, 'q1')).toMatchObject({ reason: 'budget' });
   });
 
   it("a request queued on a GPU: that device's figures", () => {
