@@ -232,6 +232,22 @@ describe('every terminal path returns the reservation', () => {
     expect(h.snapshot().recent.at(-1)?.endReason).toBe('timeout');
   });
 
+  it('a request that ends before its time limit clears its timer (a pending one would keep the reply for hours)', async () => {
+    const h = await host();
+    const day = 24 * 3600 * 1000;
+    const set = vi.spyOn(globalThis, 'setTimeout');
+    const clear = vi.spyOn(globalThis, 'clearTimeout');
+    try {
+      await h.generate({ promptIds: prompt, maxNewTokens: 2, sampling: greedy, timeoutMs: day }).result;
+      const timers = set.mock.results.filter((_, i) => set.mock.calls[i]?.[1] === day).map((r) => r.value);
+      expect(timers).toHaveLength(1);
+      expect(clear.mock.calls.map((c) => c[0])).toContain(timers[0]);
+    } finally {
+      set.mockRestore();
+      clear.mockRestore();
+    }
+  });
+
   it('for a request cancelled while queued', async () => {
     const h = await host({ maxRunning: 1 }, slowModel());
     const first = h.generate({ promptIds: prompt, maxNewTokens: 30, sampling: greedy });
@@ -462,6 +478,32 @@ describe('sessions keep their KV between turns', () => {
     const cold = await h.generate({ promptIds: next, maxNewTokens: 5, sampling: greedy }).result;
     expect(turn2.tokenIds).toEqual(cold.tokenIds);
     h.closeSession('s2');
+  });
+});
+
+describe('sessions across loads', () => {
+  it('a thread whose KV was evicted takes its next turn on the same id loaded again with other KV geometry', async () => {
+    const h = new RunnerService({ intraOpNumThreads: 2, kvBudgetBytes: 200 * 1024 });
+    hosts.push(h);
+    await h.loadModel(defaultModelDir, { id: 'm' });
+    await h.generate({ model: 'm', sessionId: 'thread-1', promptIds: prompt, maxNewTokens: 3, sampling: greedy })
+      .result;
+    // A request that needs the whole budget evicts the idle thread's KV: the host's mirror goes, the scheduler's
+    // session stays (with the old bytes per token).
+    const long = Array.from({ length: 190 }, (_, i) => 10 + i);
+    await h.generate({ model: 'm', promptIds: long, maxNewTokens: 8, sampling: greedy }).result;
+    expect(h.snapshot().counters.evictions).toBe(1);
+    await h.loadModel(slowModel(), { id: 'm', whileIdle: true });
+    expect(h.listModels()[0]?.spec.bpt).not.toBe(1024);
+    expect(h.scheduler.sessionInfo('thread-1')).toBeUndefined();
+    const next = await h.generate({
+      model: 'm',
+      sessionId: 'thread-1',
+      promptIds: [...prompt, 60],
+      maxNewTokens: 3,
+      sampling: greedy,
+    }).result;
+    expect(next.tokenIds.length).toBeGreaterThan(0);
   });
 });
 

@@ -149,6 +149,8 @@ export interface LoadedModel {
   /** The device whose budget its KV draws from (`cpu`, `cuda:0`, …). */
   device: string;
   logits: LogitsPositions;
+  /** Its requests run as one batch padded to the longest row (the scheduler charges the padding). */
+  batches: boolean;
   /** Its vocabulary's bytes for JSON mode, built on first use. */
   tokenBytes?: { bytes: Uint8Array; offsets: Uint32Array; special: number[] };
   /** Tells this load from another of the same id (the engine's token table is per load). */
@@ -703,10 +705,11 @@ export class RunnerService {
       loadMs: this.now() - started,
       device,
       logits: loaded.logits,
+      batches: loaded.batches,
       loadKey: nextLoadKey++,
     };
     // Another package under the same id: the KV its sessions hold was computed by the old one.
-    for (const [sid, s] of this.sessions) if (s.modelId === id) this.closeSession(sid);
+    this.closeSessionsOf(id);
     this.models.set(id, model);
     this.dropDeviceIfUnused(intended);
     if (previous && previous.device !== device) this.dropDeviceIfUnused(previous.device);
@@ -755,17 +758,25 @@ export class RunnerService {
       });
     }
     this.assertIdle(id, 'unloading');
-    const scheduler = this.schedulerOf(id);
-    for (const [sid, s] of this.sessions) {
-      if (s.modelId === id) {
-        scheduler.closeSession(sid);
-        this.sessions.delete(sid);
-      }
-    }
+    this.closeSessionsOf(id);
     this.models.delete(id);
     await this.engine.unload(id);
     this.dropDeviceIfUnused(model.device);
     this.refreshBudget();
+  }
+
+  /**
+   * Closes every session of a model id: those the host mirrors, and those only the scheduler still knows (whose
+   * KV an admission or a failure dropped). Left there, they would keep the old load's bytes per token, and a
+   * thread's next turn on a package of other KV geometry would be refused.
+   */
+  private closeSessionsOf(id: string): void {
+    const ids = new Set<string>();
+    for (const [sid, s] of this.sessions) if (s.modelId === id) ids.add(sid);
+    for (const d of this.devices.values()) {
+      for (const s of d.scheduler.snapshot().sessions) if (s.modelId === id) ids.add(s.sessionId);
+    }
+    for (const sid of ids) this.closeSession(sid);
   }
 
   /** Refuses `what` (unloading, loading again) while requests queue or run on the model. */
@@ -1269,6 +1280,8 @@ class Generation {
   private acceptedSent = false;
   private pendingGrant: AdmissionGrant | null = null;
   private ended = false;
+  /** The request's own time limit (`timeoutMs`), cleared when it ends: a pending timer keeps the whole reply. */
+  private timeout: ReturnType<typeof setTimeout> | undefined;
   private cancelReason: 'user' | 'disconnect' | 'timeout' | 'shutdown' | null = null;
   private readonly rowIds: number[][];
   private readonly rowText: string[];
@@ -1383,6 +1396,7 @@ class Generation {
   private fail(err: unknown): void {
     if (this.ended) return;
     this.ended = true;
+    clearTimeout(this.timeout);
     const info = toErrorInfo(err);
     this.emit({ type: 'error', requestId: this.id, error: info });
     this.reject(new KvdeskError(info.code, info.message, info.detail));
@@ -1426,6 +1440,8 @@ class Generation {
         promptTokens,
         maxNewTokens,
         ...(fixedTokens !== undefined ? { fixedTokens } : {}),
+        // Rows padded to the batch's longest: the scheduler charges the padding.
+        ...(this.model.batches && fixedTokens === undefined ? { paddedBatch: true } : {}),
         ...(this.req.priority !== undefined ? { priority: this.req.priority } : {}),
         // The turn keeps only the session KV its prompt continues; the scheduler drops the rest.
         ...(sessionId ? { sessionId, sessionReuseTokens: this.reused } : {}),
@@ -1458,8 +1474,8 @@ class Generation {
     this.acceptedSent = true;
     if (this.req.timeoutMs !== undefined) {
       // Counts from acceptance: time spent queued is part of what the caller waits for.
-      const timer = setTimeout(() => this.cancel('timeout'), this.req.timeoutMs);
-      timer.unref();
+      this.timeout = setTimeout(() => this.cancel('timeout'), this.req.timeoutMs);
+      this.timeout.unref();
     }
     if (this.pendingGrant) {
       const g = this.pendingGrant;
@@ -1821,6 +1837,7 @@ class Generation {
       });
     }
     this.ended = true;
+    clearTimeout(this.timeout);
     const end = performance.now();
     const decodeMs = this.lastTokenAt - this.firstTokenAt;
     const tps =

@@ -280,6 +280,21 @@ describe('admission: listeners', () => {
     expect(snap.running.map((r) => r.id)).toEqual(['b']);
   });
 
+  it('releases once a request whose onAdmitted ends it and then throws', () => {
+    const t = createTestScheduler({ maxRunning: 1 });
+    t.scheduler.submit(req({ id: 'a' }), {
+      onAdmitted() {
+        t.scheduler.cancel('a', 'user');
+        throw new Error('the engine refused it');
+      },
+    });
+    expect(t.types('a')).toEqual(['accepted', 'queued', 'admitted', 'cancelled', 'released']);
+    const snap = t.scheduler.snapshot();
+    expect(snap.counters).toMatchObject({ admitted: 1, cancelled: 1, failed: 0 });
+    expect(snap.recent.map((r) => r.state)).toEqual(['cancelled']);
+    expect(snap.violations.map((v) => v.kind)).toEqual(['listener-error']);
+  });
+
   it('records a throwing subscriber and keeps delivering to the others', () => {
     const t = createTestScheduler();
     t.scheduler.subscribe((e) => {
