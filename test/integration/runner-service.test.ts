@@ -456,6 +456,25 @@ describe('sessions keep their KV between turns', () => {
     await vi.waitFor(async () => expect((await h.engine.stats()).sessions).toEqual([]));
   });
 
+  it('a turn that ends on a stop string keeps, in the engine too, only the KV the budget counts', async () => {
+    const h = await host();
+    const free = await h.generate({ promptIds: prompt, maxNewTokens: 40, sampling: greedy }).result;
+    const stop = free.text.slice(3, 5);
+    const r = await h.generate({
+      sessionId: 's3',
+      promptIds: prompt,
+      maxNewTokens: 1500,
+      sampling: greedy,
+      stop: [stop],
+    }).result;
+    expect(r.finishReason).toBe('stop');
+    const held = h.scheduler.sessionInfo('s3');
+    expect(held?.tokens).toBeLessThan(prompt.length + 40);
+    expect((await h.engine.stats()).sessions).toEqual([
+      { sessionId: 's3', tokens: held?.tokens, kvBytes: held?.heldBytes },
+    ]);
+  });
+
   it('a turn the person stopped keeps its KV as far as its reply went; the next turn reuses it and matches a cold run', async () => {
     const h = await host({}, slowModel());
     let seen = 0;
@@ -469,6 +488,10 @@ describe('sessions keep their KV between turns', () => {
     expect(held?.tokens).toBeGreaterThanOrEqual(prompt.length + 3);
     expect(h.snapshot().heldBytes).toBe(held?.heldBytes);
     expect(held?.heldBytes).toBe((held?.tokens ?? 0) * (h.listModels()[0]?.spec.bpt ?? 0));
+    // The engine, which took steps before it heard of the stop, keeps no more than the budget counts.
+    expect((await h.engine.stats()).sessions).toEqual([
+      { sessionId: 's2', tokens: held?.tokens, kvBytes: held?.heldBytes },
+    ]);
     expectEmptyLedger(h);
     const partial = (h.sessionMirror('s2')?.tokens ?? []).slice(prompt.length);
     expect(partial.length).toBe((held?.tokens ?? 0) - prompt.length);

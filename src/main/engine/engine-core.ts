@@ -10,6 +10,7 @@ import { compileCallGrammar } from './call-constraint';
 import { LoadedDecoder, type SessionKv } from './decoder';
 import type { ReplyForm, TokenTable } from './json-constraint';
 import { compileSchema } from './json-schema';
+import { truncateSeq } from './kv-cache';
 import type { EngineCommand, EngineEvent, EngineLoadResult, EngineStats, StepLogprob } from './protocol';
 import { compileBudget } from './reasoning-budget';
 
@@ -250,6 +251,20 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
       case 'dropSession':
         sessions.delete(cmd.sessionId);
         return;
+      case 'trimSession': {
+        const s = sessions.get(cmd.sessionId);
+        if (!s || s.kv.tokens.length <= cmd.tokens) return;
+        s.kv.tokens = s.kv.tokens.slice(0, cmd.tokens);
+        // A static cache keeps its buffers whole (the next turn rewrites from the first position that differs).
+        const kv = s.decoder.spec.kv;
+        if (kv.kind === 'dynamic') {
+          for (const t of kv.tensors) {
+            const held = s.kv.past.get(t.past);
+            if (held) s.kv.past.set(t.past, truncateSeq(t, held, cmd.tokens));
+          }
+        }
+        return;
+      }
       case 'stats':
         reply(cmd.callId, async () => snapshotStats());
         return;

@@ -124,6 +124,11 @@ export type EngineCommand =
     }
   | { type: 'cancel'; requestId: string; reason: 'stop' | 'cancelled' }
   | { type: 'dropSession'; sessionId: string }
+  /**
+   * Keeps only a session's first `tokens` positions: what the host kept of a turn that ended on a stop string or a
+   * cancel, after steps the engine took before it heard of the end (the budget counts only what the host kept).
+   */
+  | { type: 'trimSession'; sessionId: string; tokens: number }
   | { type: 'stats'; callId: number };
 
 /** Engine → host. */

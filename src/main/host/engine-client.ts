@@ -292,6 +292,11 @@ export class EngineClient {
     if (this.child?.connected) this.send({ type: 'dropSession', sessionId });
   }
 
+  /** Keeps only the first `tokens` positions of a chat session's KV. */
+  trimSession(sessionId: string, tokens: number): void {
+    if (this.child?.connected) this.send({ type: 'trimSession', sessionId, tokens });
+  }
+
   /** Kills the engine process without ceremony (tests; a hung engine). */
   kill(signal: NodeJS.Signals = 'SIGKILL'): void {
     this.child?.kill(signal);

@@ -1815,7 +1815,7 @@ class Generation {
           ? this.keptTokens(sessionTokens)
           : undefined;
       this.sched.cancel(this.id, reason, kept ? { sessionTokens: kept.length } : {});
-      if (sessionId && kept) this.mirrorSession(sessionId, kept);
+      if (sessionId && kept) this.mirrorSession(sessionId, kept, sessionTokens);
       else this.forgetSession();
       this.fail(this.cancelError(`after ${this.generated} tokens`));
       return;
@@ -1829,7 +1829,7 @@ class Generation {
         generatedTokens: this.generated,
         allRowsTokens: this.allRowsTokens(),
       });
-      this.mirrorSession(sessionId, tokens);
+      this.mirrorSession(sessionId, tokens, sessionTokens);
     } else {
       this.sched.finish(this.id, schedReason, {
         generatedTokens: this.generated,
@@ -1897,14 +1897,18 @@ class Generation {
     return [...(this.rows[0] as number[]), ...(this.rowIds[0] as number[])].slice(0, sessionTokens);
   }
 
-  /** The host's mirror of a session after its turn (the scheduler has just recorded what it keeps). */
-  private mirrorSession(sessionId: string, tokens: number[]): void {
+  /**
+   * The host's mirror of a session after its turn (the scheduler has just recorded what it keeps); the engine,
+   * holding `engineTokens`, keeps as many as the scheduler counts.
+   */
+  private mirrorSession(sessionId: string, tokens: number[], engineTokens: number): void {
     // A session closed while its turn ran is gone from the scheduler (and one whose tokens it refused keeps
     // nothing there): nothing of it may be reused, and the engine must not keep KV the budget does not count.
     if (this.sched.sessionInfo(sessionId)?.tokens !== tokens.length) {
       this.forgetSession();
       return;
     }
+    if (engineTokens > tokens.length) this.host.engine.trimSession(sessionId, tokens.length);
     this.host.setSessionMirror(sessionId, {
       modelId: this.model.id,
       tokens,
