@@ -3,7 +3,9 @@
  * session.run per decode step, and a request's greedy tokens never depend on
  * what it was batched with.
  */
+import * as ort from 'onnxruntime-node';
 import { afterEach, describe, expect, it } from 'vitest';
+import { ContinuousBatcher } from '../../src/main/engine/batcher';
 import { LoadedDecoder } from '../../src/main/engine/decoder';
 import { RunnerService } from '../../src/main/host/runner-service';
 import { loadModelSpec } from '../../src/main/packages';
@@ -229,5 +231,54 @@ describe('padding in a batch', () => {
     expect(admitted.get(a.requestId)).toBe((600 + 40) * bpt);
     expect(stats.peakBatchKvBytes).toBeLessThanOrEqual(peakReserved);
     expect(h.scheduler.snapshot().reservedBytes).toBe(0);
+  });
+});
+
+describe('a graph that cannot batch', () => {
+  it('ends a request waiting its turn as soon as it is stopped, not when the running one is done', async () => {
+    const spec = await loadModelSpec(defaultModelDir);
+    if (spec.kv.kind !== 'dynamic') throw new Error('the default model has a growing cache');
+    const session = await ort.InferenceSession.create(spec.graphPath, { intraOpNumThreads: 2 });
+    try {
+      let runs = 0;
+      const batcher = new ContinuousBatcher(
+        spec,
+        spec.kv.tensors,
+        (feeds) => {
+          runs++;
+          return session.run(feeds);
+        },
+        () => false,
+      );
+      let stopWaiting: 'cancelled' | null = null;
+      const hooks = (stop: () => 'cancelled' | null) => ({
+        onStart: () => {},
+        onStep: () => {
+          // The waiting request is stopped while the running one is a few steps in.
+          if (runs === 5) stopWaiting = 'cancelled';
+        },
+        stopRequested: stop,
+        countRun: () => {},
+      });
+      let runsWhenWaitingEnded = -1;
+      const running = batcher.submit(
+        { rows: [[10, 20, 30]], maxNewTokens: 200, sampling: GREEDY, eosTokenIds: [] },
+        hooks(() => null),
+      );
+      const waiting = batcher
+        .submit(
+          { rows: [[10, 20]], maxNewTokens: 5, sampling: GREEDY, eosTokenIds: [] },
+          hooks(() => stopWaiting),
+        )
+        .then((o) => {
+          runsWhenWaitingEnded = runs;
+          return o;
+        });
+      expect((await waiting).finishReason).toBe('cancelled');
+      expect(runsWhenWaitingEnded).toBeLessThan(10);
+      expect((await running).generatedTokens).toBe(200);
+    } finally {
+      await session.release();
+    }
   });
 });

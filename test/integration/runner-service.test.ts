@@ -221,6 +221,54 @@ describe('every terminal path returns the reservation', () => {
     expect(again.tokenIds.length).toBeGreaterThan(0);
   });
 
+  it('after an engine crash with a request queued: it is told it never started, and never runs on the dead engine', async () => {
+    const h = await host({ maxRunning: 1 }, slowModel());
+    let killed = false;
+    const first = h.generate({ promptIds: prompt, maxNewTokens: 2000, sampling: greedy }, (f) => {
+      if (f.type === 'tokens' && !killed) {
+        killed = true;
+        h.engine.kill();
+      }
+    });
+    const frames: string[] = [];
+    const queued = h.generate({ promptIds: prompt, maxNewTokens: 4, sampling: greedy }, (f) => frames.push(f.type));
+    expect(h.snapshot().queue.map((q) => q.id)).toEqual([queued.requestId]);
+    expect((await rejection(first.result)).code).toBe('ENGINE_FAILED');
+    const err = await rejection(queued.result);
+    expect(err.code).toBe('ENGINE_FAILED');
+    expect(err.message).toMatch(/before this request started.*send it again/);
+    // Never admitted onto the dead engine.
+    expect(frames).toEqual(['accepted', 'error']);
+    expect(h.snapshot().counters.admitted).toBe(1);
+    expectEmptyLedger(h);
+  });
+
+  it('a request sent while the host brings the engine back waits for its model, then runs', async () => {
+    const h = await host();
+    const pid = h.engine.pid;
+    h.engine.kill();
+    await vi.waitFor(() => expect(h.engine.pid).not.toBe(pid));
+    expect(h.listModels()[0]?.reloading).toBe(true);
+    const r = await h.generate({ promptIds: prompt, maxNewTokens: 2, sampling: greedy }).result;
+    expect(r.tokenIds.length).toBe(2);
+    expect(h.listModels()[0]?.reloading).toBeUndefined();
+  });
+
+  it('when the host closes (the app quits): running requests end as a shutdown, not as an engine failure', async () => {
+    const h = new RunnerService({ intraOpNumThreads: 2 });
+    await h.loadModel(slowModel());
+    let closing: Promise<void> | undefined;
+    const handle = h.generate({ promptIds: prompt, maxNewTokens: 2000, sampling: greedy }, (f) => {
+      if (f.type === 'tokens') closing ??= h.close();
+    });
+    const err = await rejection(handle.result);
+    await closing;
+    expect(err.code).toBe('CANCELLED');
+    expect(err.message).toMatch(/shutdown/);
+    expect(h.snapshot().recent.map((v) => [v.state, v.endReason])).toEqual([['cancelled', 'shutdown']]);
+    expect(h.snapshot().counters.failed).toBe(0);
+  });
+
   it('after a timeout', async () => {
     const h = await host({}, slowModel());
     const err = await rejection(
@@ -315,7 +363,7 @@ describe("the person's pick of variant and backend", () => {
     const fp32 = await h.generate({ model: id, promptIds: prompt, maxNewTokens: 8, sampling: greedy }).result;
     const long = h.generate({ model: id, promptIds: prompt, maxNewTokens: 1500, sampling: greedy });
     const busy = await rejection(h.loadModel(dir, { variant: 'q4', whileIdle: true }));
-    expect(busy.message).toBe(`model ${id} has 1 requests in flight; stop them before loading it again`);
+    expect(busy.message).toBe(`model ${id} has 1 request in flight; stop it before loading it again`);
     long.cancel();
     await long.result.catch(() => undefined);
     // While the new load is on its way, requests on the model wait (the engine frees the old session), then run

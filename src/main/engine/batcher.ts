@@ -274,12 +274,20 @@ export class ContinuousBatcher {
     if (this.pending.length > 0) void this.loop();
   }
 
-  /** Finishes the running requests that were asked to stop. */
+  /**
+   * Finishes the running requests that were asked to stop, and ends those still waiting to start (on a graph
+   * that cannot batch they wait for the running one: a cancel or a time limit must not wait with them).
+   */
   private finishStopped(): void {
     for (const m of this.members()) {
       const stop = m.hooks.stopRequested();
       if (stop) this.finish(m, stop);
     }
+    this.pending = this.pending.filter((m) => {
+      const stop = m.hooks.stopRequested();
+      if (stop) endUnstarted(m, stop);
+      return !stop;
+    });
   }
 
   /** One decode step of the running batch (after its stops); a failure fails every running request. */

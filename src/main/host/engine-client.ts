@@ -201,8 +201,10 @@ export class EngineClient {
     this.calls.clear();
     const inflight = [...this.generations.values()];
     this.generations.clear();
-    for (const h of inflight) h.onFailed(error);
+    // The host hears of the crash before each request does: what a failed request frees must not go to a request
+    // that would start on the dead engine.
     if (!this.closing) this.options.onCrash?.(reason);
+    for (const h of inflight) h.onFailed(error);
   }
 
   private send(cmd: EngineCommand): void {

@@ -4,8 +4,10 @@
  * validate → tokenize → scheduler.submit (accepted) → admitted → engine → release.
  * Nothing else in kvdesk starts engine work.
  */
+
 import { randomUUID } from 'node:crypto';
 import os from 'node:os';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { PromptMeasure } from '../../shared/api';
 import {
   type BudgetCap,
@@ -136,6 +138,9 @@ export function defaultHostSettings(): HostSettings {
 }
 
 let nextLoadKey = 1;
+
+/** How long closing waits for running requests to end as a shutdown before it stops the engine. */
+const CLOSE_GRACE_MS = 2000;
 
 /** Prompt caches kept by default: each holds one conversation's KV, evictable like any idle session. */
 export const DEFAULT_PROMPT_CACHE_SESSIONS = 16;
@@ -784,7 +789,8 @@ export class RunnerService {
     const snap = this.schedulerOf(id).snapshot();
     const busy = [...snap.queue, ...snap.running].filter((r) => r.modelId === id).length;
     if (busy > 0) {
-      throw new KvdeskError('BAD_REQUEST', `model ${id} has ${busy} requests in flight; stop them before ${what}`);
+      const them = busy === 1 ? '1 request in flight; stop it' : `${busy} requests in flight; stop them`;
+      throw new KvdeskError('BAD_REQUEST', `model ${id} has ${them} before ${what}`);
     }
   }
 
@@ -1249,27 +1255,53 @@ export class RunnerService {
 
   private onEngineCrash(reason: string): void {
     const error: ErrorInfo = { code: 'ENGINE_FAILED', message: reason };
-    // In-flight generations were failed by the engine client; the engine's session KV is gone too.
-    for (const m of this.models.values()) this.schedulerOf(m.id).failModel(m.id, error);
-    this.sessions.clear();
-    // Bring the engine back with the same models so the app keeps working.
     const models = [...this.models.values()];
-    void (async () => {
-      for (const m of models) {
-        try {
-          await this.engine.load(m.id, m.spec, [providerShortName(m.spec.executionProvider ?? CPU) ?? 'cpu']);
-        } catch {
-          this.models.delete(m.id);
-          this.dropDeviceIfUnused(m.device);
-        }
+    // Every request of the dead engine ends (its running ones hear it from the engine client next; the queued
+    // ones here, told that they never started), each device's at once: a slot one frees must not be handed to
+    // another that would start on the dead engine. The engine's session KV is gone too.
+    for (const d of this.devices.values()) {
+      const ids = models.filter((m) => this.deviceOfModel(m.id) === d.key).map((m) => m.id);
+      if (ids.length === 0) continue;
+      const queued = d.scheduler.snapshot().queue.filter((r) => ids.includes(r.modelId));
+      d.scheduler.failModel(ids, error);
+      for (const r of queued) {
+        this.generations.get(r.id)?.refused({
+          code: 'ENGINE_FAILED',
+          message: `${reason} before this request started; kvdesk is loading its model again: send it again`,
+        });
       }
-      this.refreshBudget();
-    })();
+    }
+    this.sessions.clear();
+    // Bring the engine back with the same models so the app keeps working; requests that arrive meanwhile wait
+    // for their model, as they do while a person loads it again.
+    let previous: Promise<void> = Promise.resolve();
+    for (const m of models) {
+      // One load after another, as the person's loads went.
+      const back: Promise<void> = previous
+        .then(() => this.engine.load(m.id, m.spec, [providerShortName(m.spec.executionProvider ?? CPU) ?? 'cpu']))
+        .then(
+          () => {},
+          () => {
+            this.models.delete(m.id);
+            this.dropDeviceIfUnused(m.device);
+          },
+        )
+        .finally(() => {
+          if (this.reloading.get(m.id) === back) this.reloading.delete(m.id);
+        });
+      this.reloading.set(m.id, back);
+      previous = back;
+    }
+    void previous.then(() => this.refreshBudget());
   }
 
   /** Stops every request and the engine process. */
   async close(): Promise<void> {
     for (const c of [...this.cancels.values()]) c('shutdown');
+    // The engine reports each cancel at its next step: a running request ends as a shutdown, not as the failure
+    // of an engine that went away under it (bounded: a long step does not hold the quit).
+    const deadline = Date.now() + CLOSE_GRACE_MS;
+    while (this.generations.size > 0 && Date.now() < deadline) await sleep(10);
     await this.engine.close();
   }
 }

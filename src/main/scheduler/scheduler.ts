@@ -145,10 +145,11 @@ export interface Scheduler {
   fail(id: string, error: ErrorInfo): number;
   /**
    * Called by the host when a model's engine process crashed: fails every
-   * queued and running request of that model and drops its sessions. Returns
-   * how many requests it failed.
+   * queued and running request of that model (or of each model named: an
+   * engine process runs several) and drops its sessions, before it admits
+   * anything again. Returns how many requests it failed.
    */
-  failModel(modelId: string, error: ErrorInfo): number;
+  failModel(modelId: string | readonly string[], error: ErrorInfo): number;
   /** Called by the host when a chat thread is closed or deleted; false if unknown. */
   closeSession(sessionId: string): boolean;
   /** Called by the host when a person frees a session's KV; the session must not be running. */
@@ -996,18 +997,19 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     return bytes;
   }
 
-  function failModel(modelId: string, error: ErrorInfo): number {
+  function failModel(modelId: string | readonly string[], error: ErrorInfo): number {
     const at = now();
+    const dead = new Set(typeof modelId === 'string' ? [modelId] : modelId);
     // Retire everything first, admit after: a freed slot must not go to another request of the dead engine.
-    const doomed = [...live.values()].filter((e) => e.shape.modelId === modelId);
+    const doomed = [...live.values()].filter((e) => dead.has(e.shape.modelId));
     for (const e of doomed) retire(e, 'failed', at, { error });
     for (const s of [...sessions.values()]) {
-      if (s.modelId === modelId) {
+      if (dead.has(s.modelId)) {
         dropSessionKv(s, 'model-failed', at);
         sessions.delete(s.id);
       }
     }
-    models.delete(modelId);
+    for (const id of dead) models.delete(id);
     settle();
     return doomed.length;
   }

@@ -240,9 +240,7 @@ describe('how a package was loaded', () => {
       const refused = await api.call('loadModel', { path: dir, variant: 'fp32' });
       expect(refused.ok).toBe(false);
       if (!refused.ok)
-        expect(refused.error.message).toBe(
-          'model variants has 1 requests in flight; stop them before loading it again',
-        );
+        expect(refused.error.message).toBe('model variants has 1 request in flight; stop it before loading it again');
       long.cancel();
       expect((await rejection(long.result)).code).toBe('CANCELLED');
       expect(held.cancelled).toEqual([long.requestId]);

@@ -356,6 +356,17 @@ describe('failModel (engine crash)', () => {
     expect(t.ofType('admitted').map((e) => e.requestId)).toEqual(['a1']);
   });
 
+  it('fails the requests of every model named before admitting anything: one engine process runs them all', () => {
+    const t = createTestScheduler({ maxRunning: 1 });
+    t.submit(req({ id: 'a1', model: 'a' }));
+    t.submit(req({ id: 'b1', model: 'b' }));
+    t.submit(req({ id: 'c1', model: 'c' }));
+    expect(t.scheduler.failModel(['a', 'b'], crash)).toBe(2);
+    // b1 never got a's slot on the dead engine; c1, of a model not named, did.
+    expect(t.types('b1')).toEqual(['accepted', 'queued', 'failed']);
+    expect(t.ofType('admitted').map((e) => e.requestId)).toEqual(['a1', 'c1']);
+  });
+
   it("drops the model's sessions, idle or busy, without calling onEvict", () => {
     const t = createTestScheduler();
     t.submit(req({ id: 't1', session: 's1', model: 'a' }));
