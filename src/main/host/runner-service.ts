@@ -764,6 +764,7 @@ export class RunnerService {
     }
     this.assertIdle(id, 'unloading');
     this.closeSessionsOf(id);
+    this.schedulerOf(id).forgetModel(id);
     this.models.delete(id);
     await this.engine.unload(id);
     this.dropDeviceIfUnused(model.device);

@@ -150,6 +150,11 @@ export interface Scheduler {
    * anything again. Returns how many requests it failed.
    */
   failModel(modelId: string | readonly string[], error: ErrorInfo): number;
+  /**
+   * Called by the host when it unloads a model (nothing of it queued or running): the snapshot's `bpt` stops
+   * counting it.
+   */
+  forgetModel(modelId: string): void;
   /** Called by the host when a chat thread is closed or deleted; false if unknown. */
   closeSession(sessionId: string): boolean;
   /** Called by the host when a person frees a session's KV; the session must not be running. */
@@ -1182,6 +1187,9 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     cancel,
     fail: failRequest,
     failModel,
+    forgetModel: (modelId: string) => {
+      models.delete(modelId);
+    },
     closeSession,
     evictSession,
     sessionInfo,

@@ -110,6 +110,15 @@ describe('snapshot', () => {
     expect(t.scheduler.snapshot().bpt).toBe(64);
   });
 
+  it('forgets an unloaded model: the one loaded after it gives its bpt', () => {
+    const t = createTestScheduler();
+    t.submit(req({ id: 'a', model: 'x', bpt: 96 }));
+    t.scheduler.finish('a', 'eos');
+    t.scheduler.forgetModel('x');
+    t.submit(req({ id: 'b', model: 'y', bpt: 48 }));
+    expect(t.scheduler.snapshot().bpt).toBe(48);
+  });
+
   it('keeps the newest historyLimit ended requests', () => {
     const t = createTestScheduler({ historyLimit: 2 });
     for (const id of ['a', 'b', 'c']) {
