@@ -39,6 +39,8 @@ const EVENT_NAMES: readonly HostEventName[] = [
   'library',
   'apiServer',
   'settings',
+  'thread',
+  'threadDeleted',
   'downloads',
 ];
 
@@ -137,6 +139,8 @@ const listeners: { [E in HostEventName]: Set<(payload: HostEvents[E]) => void> }
   library: new Set(),
   apiServer: new Set(),
   settings: new Set(),
+  thread: new Set(),
+  threadDeleted: new Set(),
   downloads: new Set(),
 };
 

@@ -455,7 +455,8 @@ export const CallSchemas = {
   cancel: z.object({ requestId: z.string().min(1).max(200) }).strict(),
   closeSession: z.object({ sessionId: z.string().min(1).max(200) }).strict(),
   listThreads: Empty,
-  saveThread: Thread,
+  /** `savedBy`: the page or window that saves it (the others are sent the chat; that one has it). */
+  saveThread: Thread.extend({ savedBy: z.string().min(1).max(100).optional() }),
   deleteThread: Id,
   getSettings: Empty,
   saveSettings: UiSettings,
@@ -542,6 +543,10 @@ export interface HostEvents {
   apiServer: ApiServerStatus;
   /** A window or page saved the settings (presets, the API server's): the others take them up. */
   settings: UiSettings;
+  /** A window or page saved a chat (`savedBy`, which has it already): the others show it as saved. */
+  thread: { thread: Thread; savedBy?: string };
+  /** A window or page deleted a chat. */
+  threadDeleted: { id: string };
   /** Model downloads: every one running and those that ended (throttled while bytes arrive). */
   downloads: DownloadStatus[];
 }

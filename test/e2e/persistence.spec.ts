@@ -49,6 +49,53 @@ test('reload keeps the threads and reopens the last open thread', async ({ app }
   }).toPass({ timeout: 20_000 });
 });
 
+test("two tabs on one chat: each shows what the other saved, and neither writes over the other's turns", async ({
+  app,
+  server,
+}) => {
+  const id = await newChat(app);
+  await setSettings(app, { maxNewTokens: 3 });
+  await send(app, 'tabs: first from A');
+  await expect(lastReply(app)).toHaveAttribute('data-state', /done|error/, { timeout: 30_000 });
+  const other = await app.context().newPage();
+  try {
+    await other.goto(server.url);
+    await expect(other.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+    await other.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click();
+    await expect(other.getByTestId('chat-view')).toHaveAttribute('data-thread-id', id);
+
+    await send(app, 'tabs: second from A');
+    await expect(lastReply(app)).toHaveAttribute('data-state', /done|error/, { timeout: 30_000 });
+    // The other tab shows A's turn as soon as it is saved, without a reload.
+    const texts = (page: typeof app) => page.getByTestId('message-user').getByTestId('message-text');
+    await expect(texts(other)).toHaveText(['tabs: first from A', 'tabs: second from A']);
+    await expect(other.getByTestId('message-assistant')).toHaveCount(2);
+
+    // B's turn builds on it: the saved chat has all three, and A shows B's.
+    await send(other, 'tabs: from B');
+    await expect(lastReply(other)).toHaveAttribute('data-state', /done|error/, { timeout: 30_000 });
+    const all = ['tabs: first from A', 'tabs: second from A', 'tabs: from B'];
+    await expect(texts(app)).toHaveText(all);
+    await expect(async () => {
+      const listed = (await wsCall(server, 'listThreads', {})) as {
+        value?: Array<{ id: string; messages: Array<{ role: string; content: string }> }>;
+      };
+      const saved = listed.value?.find((t) => t.id === id);
+      expect(saved?.messages.filter((m) => m.role === 'user').map((m) => m.content)).toEqual(all);
+      expect(saved?.messages.filter((m) => m.role === 'assistant')).toHaveLength(3);
+    }).toPass({ timeout: 10_000 });
+
+    // A chat deleted in one tab goes from the other's list.
+    const item = app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`);
+    await item.hover();
+    await item.getByTestId('thread-delete').click();
+    await item.getByTestId('thread-delete').click();
+    await expect(other.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`)).toHaveCount(0);
+  } finally {
+    await other.close();
+  }
+});
+
 test('a thread of 3,000 messages opens at its end and mounts only the rows on screen', async ({ app, server }) => {
   const now = Date.now();
   const messages = Array.from({ length: 3000 }, (_, i) => ({

@@ -20,6 +20,7 @@ import {
   type LoadModelRequest,
   type ModelInfo,
   type PackageCheck,
+  type Thread,
 } from '../../shared/api';
 import type { StreamFrame } from '../../shared/contract';
 import { KvdeskError, type Result, toErrorInfo } from '../../shared/errors';
@@ -196,6 +197,8 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     library: new Set(),
     apiServer: new Set(),
     settings: new Set(),
+    thread: new Set(),
+    threadDeleted: new Set(),
     downloads: new Set(),
   };
   let defaultModelId: string | undefined;
@@ -473,12 +476,16 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       return null;
     },
     listThreads: async () => store.list(),
-    saveThread: async (req: Parameters<ThreadStore['save']>[0]) => {
-      await store.save(req);
+    saveThread: async (req: Thread & { savedBy?: string }) => {
+      const { savedBy, ...thread } = req;
+      await store.save(thread);
+      // The same chat open in another tab or window shows what was saved, rather than overwrite it later.
+      emit('thread', savedBy === undefined ? { thread } : { thread, savedBy });
       return null;
     },
     deleteThread: async (req: { id: string }) => {
       await store.delete(req.id);
+      emit('threadDeleted', { id: req.id });
       // A deleted thread's retained KV is dead weight in the budget.
       runner.closeSession(req.id);
       return null;

@@ -21,6 +21,8 @@ export const HOST_EVENT_NAMES = [
   'library',
   'apiServer',
   'settings',
+  'thread',
+  'threadDeleted',
   'downloads',
 ] as const satisfies readonly HostEventName[];
 // Compile-time: a new HostEvents entry must be added above.

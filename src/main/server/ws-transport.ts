@@ -69,6 +69,8 @@ export function createWsTransport(
       hostApi.on('library', (p) => broadcast('library', p)),
       hostApi.on('apiServer', (p) => broadcast('apiServer', p)),
       hostApi.on('settings', (p) => broadcast('settings', p)),
+      hostApi.on('thread', (p) => broadcast('thread', p)),
+      hostApi.on('threadDeleted', (p) => broadcast('threadDeleted', p)),
       hostApi.on('downloads', (p) => broadcast('downloads', p)),
     ];
   }

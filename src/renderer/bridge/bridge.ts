@@ -202,6 +202,11 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   /** Model each thread's host session was built with (a session cannot change model). */
   const sessionModel = new Map<string, string>();
   let settingsLoaded = false;
+  /**
+   * This page among the tabs and windows on one host: the chats it saves come back to the others, not to it.
+   * (Not crypto.randomUUID: a page served over plain http on the LAN is not a secure context.)
+   */
+  const pageId = `page-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 10)}`;
 
   function notify(text: string): void {
     s().setNotice(text);
@@ -228,7 +233,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       return written ? [partialReply(m, l)] : [];
     });
     const thread: Thread = { ...t, messages };
-    void api.invoke('saveThread', thread).then((r) => report('Could not save the chat', r));
+    void api.invoke('saveThread', { ...thread, savedBy: pageId }).then((r) => report('Could not save the chat', r));
   }
 
   /** At most one save a second of a chat whose reply streams (its text so far); the reply's end saves it whole. */
@@ -330,6 +335,15 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   // one's view (its thread, its inspector).
   api.on('settings', (saved) => {
     s().setUi({ presets: saved.presets, apiServer: saved.apiServer, theme: saved.theme });
+  });
+  // A chat another tab or window saved: this page shows it as saved, so that its next save builds on it instead of
+  // writing over it. A chat this page is writing a reply in keeps its own (the reply's end saves it).
+  api.on('thread', ({ thread, savedBy }) => {
+    if (savedBy === pageId || liveIn(thread.id)) return;
+    s().receiveThread(thread);
+  });
+  api.on('threadDeleted', ({ id }) => {
+    if (s().threads.some((t) => t.id === id) && !liveIn(id)) s().removeThread(id);
   });
 
   async function refreshHostState(replaceSnapshot: boolean): Promise<void> {

@@ -284,6 +284,14 @@ export const createChatSlice: StateCreator<AppState, [], [], ChatSlice> = (set, 
     set((s) => ({ threads: [thread, ...s.threads.filter((t) => t.id !== thread.id)], activeThreadId: thread.id }));
   },
 
+  receiveThread(thread) {
+    set((s) =>
+      s.threads.some((t) => t.id === thread.id)
+        ? { threads: s.threads.map((t) => (t.id === thread.id ? thread : t)) }
+        : { threads: [thread, ...s.threads] },
+    );
+  },
+
   selectThread(id) {
     set({ activeThreadId: id, editingMessageId: null });
   },

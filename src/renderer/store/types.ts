@@ -113,6 +113,8 @@ export interface ChatSlice {
   setToolRun(callId: string, threadId: string | null): void;
   loadThreads(threads: Thread[], openThreadId?: string): void;
   addThread(thread: Thread): void;
+  /** A chat another tab or window saved: it replaces this page's copy (or joins the list), the open one stays. */
+  receiveThread(thread: Thread): void;
   selectThread(id: string | null): void;
   renameThread(id: string, title: string): void;
   removeThread(id: string): void;

@@ -209,7 +209,7 @@ describe('host events to the window', () => {
     const source = fakeSource();
     const sent: unknown[] = [];
     const stop = forwardHostEvents(source as never, (name) => sent.push(name));
-    expect(source.count()).toBe(7); // budget, scheduler, models, library, apiServer, settings, downloads
+    expect(source.count()).toBe(9); // budget, scheduler, models, library, apiServer, settings, thread(Deleted), downloads
     source.emit('scheduler', { type: 'queued' });
     stop();
     vi.advanceTimersByTime(100);

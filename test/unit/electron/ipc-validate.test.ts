@@ -167,6 +167,8 @@ describe('stream control and events', () => {
       'models',
       'scheduler',
       'settings',
+      'thread',
+      'threadDeleted',
     ]);
   });
 });
