@@ -7,7 +7,7 @@ import type { ChatMessage } from '../../shared/contract';
 import { KvdeskError } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
 import { reasoningOf } from '../../shared/reasoning';
-import { renderChatTemplate } from '../tokenizer/chat-template';
+import { BROKEN_PACKAGE_TEMPLATE, renderChatTemplate } from '../tokenizer/chat-template';
 
 /** The conversation a template is shown with before it is used: a system message and two turns. */
 const PREVIEW: ChatMessage[] = [
@@ -56,7 +56,14 @@ export function withChatTemplate(spec: ModelSpec, template: string): ModelSpec {
   checkChatTemplate(template);
   const { reasoning: _old, ...rest } = spec;
   const reasoning = reasoningOf(template);
-  return { ...rest, chatTemplate: template, chatTemplateEdited: true, ...(reasoning ? { reasoning } : {}) };
+  return {
+    ...rest,
+    // The package's own template no longer matters (it may not even parse).
+    warnings: spec.warnings.filter((w) => !w.startsWith(BROKEN_PACKAGE_TEMPLATE)),
+    chatTemplate: template,
+    chatTemplateEdited: true,
+    ...(reasoning ? { reasoning } : {}),
+  };
 }
 
 /** The spec as a kept pick shows it: with its template of the person's own, unless that no longer renders. */
@@ -81,6 +88,11 @@ export function differsOnlyInTemplate(a: ModelSpec, b: ModelSpec): boolean {
     JSON.stringify(
       Object.entries(spec)
         .filter(([key, value]) => !TEMPLATE_FIELDS.has(key) && value !== undefined)
+        .map(([key, value]) =>
+          key === 'warnings'
+            ? [key, (value as string[]).filter((w) => !w.startsWith(BROKEN_PACKAGE_TEMPLATE))]
+            : [key, value],
+        )
         .sort(([x], [y]) => (x < y ? -1 : 1)),
     );
   return rest(a) === rest(b);

@@ -141,6 +141,19 @@ function boundedRange(limit: number) {
   };
 }
 
+/** How a package's warning about its own broken chat template begins (a template of the person's replaces it). */
+export const BROKEN_PACKAGE_TEMPLATE = "The package's chat template is not valid Jinja";
+
+/** Why a template does not parse as Jinja (undefined when it does): checked when a package is read. */
+export function templateSyntaxError(template: string): string | undefined {
+  try {
+    new Template(template);
+    return undefined;
+  } catch (err) {
+    return errorMessage(err);
+  }
+}
+
 /** Renders a Jinja chat template over `messages`, as transformers' apply_chat_template does. */
 export function renderChatTemplate(template: string, messages: ChatMessage[], opts: RenderChatOptions): string {
   const source = opts.source ?? 'chat template';

@@ -139,6 +139,17 @@ function explain(error: ErrorInfo, context: RefusalContext): RefusalView {
       }
       // The host's sentence says what was wrong: the same request again would fail the same way.
       return { ...base, refused: false, title: 'Failed (BAD_REQUEST)', figures: [], action: '' };
+    case 'PACKAGE_INVALID':
+      // The package itself (its chat template, mostly): sending again fails the same way.
+      return {
+        ...base,
+        refused: false,
+        title: "The model's package cannot make this reply",
+        figures: [],
+        action: /chat template|chat_template/i.test(error.message)
+          ? "Give the model another chat template in its card (Models → the model's chat template), or fix the package's."
+          : '',
+      };
     default:
       return { ...base, refused: false, title: `Failed (${error.code})`, figures: [], action: 'Try again.' };
   }

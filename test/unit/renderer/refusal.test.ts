@@ -79,6 +79,16 @@ describe('describeRefusal', () => {
     expect(describeRefusal({ code: 'BAD_REQUEST', message: 'messages[1] is odd' }).action).toBe('');
   });
 
+  it("a package's broken chat template: no \"Try again\" (it would fail the same way), the card's template instead", () => {
+    const r = describeRefusal({
+      code: 'PACKAGE_INVALID',
+      message: 'The tokenizer_config.json field chat_template is not a valid Jinja template: Parser Error: …',
+    });
+    expect(r.title).toBe("The model's package cannot make this reply");
+    expect(r.action).toMatch(/another chat template in its card/);
+    expect(describeRefusal({ code: 'PACKAGE_INVALID', message: 'tokenizer.json is missing' }).action).toBe('');
+  });
+
   it('other failures are not refusals', () => {
     expect(describeRefusal({ code: 'ENGINE_FAILED', message: 'boom' }).refused).toBe(false);
   });
