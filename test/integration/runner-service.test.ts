@@ -552,6 +552,19 @@ describe('sessions keep their KV between turns', () => {
   });
 });
 
+describe.skipIf(!haveFixtures)('a chat template whose markup the vocabulary lacks', () => {
+  it('is named as the cause, not the messages; a plain prompt still runs', async () => {
+    // Its tokenizer has GPT-2's 50k tokens, the model 1000: the ChatML markup splits into words past 1000.
+    const h = await host({}, fixture('onnxruntime-genai/tiny-random-gpt2-fp32'));
+    const err = await rejection(h.generate({ messages: [{ role: 'user', content: 'a' }], maxNewTokens: 2 }).result);
+    expect(err.code).toBe('TOKEN_OUT_OF_VOCAB');
+    expect(err.message).toMatch(/^The chat template's own markup, whatever the messages say, is outside/);
+    expect(err.detail).toMatchObject({ field: 'chatTemplate' });
+    const plain = await h.generate({ promptIds: [0, 0, 0, 52], maxNewTokens: 2, sampling: greedy }).result;
+    expect(plain.tokenIds).toHaveLength(2);
+  });
+});
+
 describe('sessions across loads', () => {
   it('a thread whose KV was evicted takes its next turn on the same id loaded again with other KV geometry', async () => {
     const h = new RunnerService({ intraOpNumThreads: 2, kvBudgetBytes: 200 * 1024 });

@@ -927,12 +927,16 @@ export class RunnerService {
           rendered = applied.text;
           return applied.ids;
         };
-        if (req.contextOverflow === 'drop-oldest') {
-          const fit = this.fitContext(req, model, messages, render);
-          rows = [fit.ids];
-          if (fit.dropped > 0) contextDrop = { messages: fit.dropped, contextLength: spec.contextLength };
-        } else {
-          rows = [render(messages)];
+        try {
+          if (req.contextOverflow === 'drop-oldest') {
+            const fit = this.fitContext(req, model, messages, render);
+            rows = [fit.ids];
+            if (fit.dropped > 0) contextDrop = { messages: fit.dropped, contextLength: spec.contextLength };
+          } else {
+            rows = [render(messages)];
+          }
+        } catch (err) {
+          throw markupOutOfVocab(err, () => render(messages.map((m) => ({ ...m, content: '' }))));
         }
       } else {
         rows = [tok.encode(req.prompt ?? '', { addSpecialTokens: true })];
@@ -1304,6 +1308,28 @@ export class RunnerService {
     const deadline = Date.now() + CLOSE_GRACE_MS;
     while (this.generations.size > 0 && Date.now() < deadline) await sleep(10);
     await this.engine.close();
+  }
+}
+
+/**
+ * A chat refused for tokens outside the vocabulary whose messages, emptied, are refused the same way: the chat
+ * template's own markup is what the model's vocabulary lacks (a tokenizer that splits `<|im_start|>` into words
+ * the model does not have), so no message could ever be sent. Said so, not as the person's text.
+ */
+function markupOutOfVocab(err: unknown, renderEmpty: () => unknown): unknown {
+  if (!(err instanceof KvdeskError) || err.code !== 'TOKEN_OUT_OF_VOCAB') return err;
+  try {
+    renderEmpty();
+    return err;
+  } catch (again) {
+    if (!(again instanceof KvdeskError) || again.code !== 'TOKEN_OUT_OF_VOCAB') return err;
+    const detail = (err.detail ?? {}) as Record<string, unknown>;
+    const what = err.message.replace(/\. (Use text|Send prompt ids).*$/, '');
+    return new KvdeskError(
+      'TOKEN_OUT_OF_VOCAB',
+      `The chat template's own markup, whatever the messages say, is outside the model's vocabulary: ${what.charAt(0).toLowerCase()}${what.slice(1)}. This model cannot chat with that template: give it one its vocabulary covers, or send a plain prompt (completions) instead.`,
+      { ...detail, field: 'chatTemplate' },
+    );
   }
 }
 

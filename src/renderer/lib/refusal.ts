@@ -120,9 +120,15 @@ function explain(error: ErrorInfo, context: RefusalContext): RefusalView {
       return {
         ...base,
         refused: false,
-        title: "The text has tokens outside the model's vocabulary",
+        title:
+          d?.field === 'chatTemplate'
+            ? "The chat template's markup is outside the model's vocabulary"
+            : "The text has tokens outside the model's vocabulary",
         figures: [],
-        action: 'Use a model with a matching tokenizer.',
+        action:
+          d?.field === 'chatTemplate'
+            ? "Give the model another chat template in its card (Models → the model's chat template), or use another model."
+            : 'Use a model with a matching tokenizer.',
       };
     case 'BAD_REQUEST':
       // A tool whose schema a forced call cannot follow: the chat's "must call a tool" is what to change.

@@ -79,7 +79,7 @@ describe('describeRefusal', () => {
     expect(describeRefusal({ code: 'BAD_REQUEST', message: 'messages[1] is odd' }).action).toBe('');
   });
 
-  it("a package's broken chat template: no \"Try again\" (it would fail the same way), the card's template instead", () => {
+  it('a package\'s broken chat template: no "Try again" (it would fail the same way), the card\'s template instead', () => {
     const r = describeRefusal({
       code: 'PACKAGE_INVALID',
       message: 'The tokenizer_config.json field chat_template is not a valid Jinja template: Parser Error: …',
@@ -87,6 +87,17 @@ describe('describeRefusal', () => {
     expect(r.title).toBe("The model's package cannot make this reply");
     expect(r.action).toMatch(/another chat template in its card/);
     expect(describeRefusal({ code: 'PACKAGE_INVALID', message: 'tokenizer.json is missing' }).action).toBe('');
+  });
+
+  it("tokens outside the vocabulary from the chat template's markup: the template is what to change", () => {
+    const r = describeRefusal({
+      code: 'TOKEN_OUT_OF_VOCAB',
+      message: "The chat template's own markup, whatever the messages say, is outside the model's vocabulary: …",
+      detail: { field: 'chatTemplate', id: 9688 },
+    });
+    expect(r.title).toBe("The chat template's markup is outside the model's vocabulary");
+    expect(r.action).toMatch(/another chat template in its card/);
+    expect(describeRefusal({ code: 'TOKEN_OUT_OF_VOCAB', message: 'The text "x"…' }).action).toMatch(/tokenizer/);
   });
 
   it('other failures are not refusals', () => {
