@@ -270,6 +270,17 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
    * person's pick of variant and backend, else the one it was last loaded with (the library keeps it).
    */
   async function load(dir: string, jit?: FirstUse, how: LoadModelRequest = {}): Promise<ModelInfo> {
+    try {
+      return await loadAs(dir, jit, how);
+    } catch (err) {
+      // A package that no longer validates (a file deleted since it was checked): its library row says so now,
+      // instead of "fits" and Load.
+      if (toErrorInfo(err).code === 'PACKAGE_INVALID') await library.recheck(dir).catch(() => {});
+      throw err;
+    }
+  }
+
+  async function loadAs(dir: string, jit: FirstUse | undefined, how: LoadModelRequest): Promise<ModelInfo> {
     // What the person picks now changes the kept pick's fields it names; the others stay as they were.
     const kept = await library.pickFor(dir);
     // (null for the chat template: back to the package's own.)

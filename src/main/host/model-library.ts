@@ -281,6 +281,15 @@ export class ModelLibrary {
     this.onChange(this.list());
   }
 
+  /** Checks one package again (a load of it failed): its row says what is wrong with it now. */
+  async recheck(root: string): Promise<void> {
+    const abs = await canonicalPath(root).catch(() => root);
+    const r = this.records.find((x) => x.root === abs);
+    if (r === undefined) return;
+    this.apply(r, await check(r.root, r.load));
+    this.onChange(this.list());
+  }
+
   /**
    * Records a successful load (a new package joins the library; a known one moves to the top), and how it was
    * loaded: the pick it was loaded with, kept for its next load (a load without one keeps the last; null drops it).

@@ -450,6 +450,24 @@ describe('refresh', () => {
   });
 });
 
+describe('a package that breaks after the check', () => {
+  it('a failed load checks it again: its row names the file instead of offering Load', async () => {
+    const dataDir = await tmp();
+    const pkgs = await tmp();
+    const pkg = await copyPackage(path.join(pkgs, 'will-break'));
+    const api = await makeApi(dataDir);
+    expect((await api.call('loadModel', { path: pkg })).ok).toBe(true);
+    expect((await api.call('unloadModel', { id: 'will-break' })).ok).toBe(true);
+    await rm(path.join(pkg, 'tokenizer.json'));
+    const load = await api.call('loadModel', { path: pkg });
+    expect(load).toMatchObject({ ok: false, error: { code: 'PACKAGE_INVALID' } });
+    const listed = await api.call('listLibrary', {});
+    const row = (listed.ok ? listed.value : []).find((e) => e.root === pkg);
+    expect(row).toMatchObject({ missing: false, error: { code: 'PACKAGE_INVALID', file: 'tokenizer.json' } });
+    expect(row?.spec).toBeUndefined();
+  });
+});
+
 describe('forget', () => {
   it("forgets a folder of one's own without touching its files; deletes kvdesk's copy of an upload", async () => {
     const dataDir = await tmp();
