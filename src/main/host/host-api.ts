@@ -366,6 +366,17 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     return true;
   }
 
+  /** Library packages a request may name that are not loaded: one per id, the most recently loaded. */
+  function hostApiLoadable(): LibraryEntry[] {
+    const loaded = new Set(runner.listModels().map((m) => m.id));
+    const out: LibraryEntry[] = [];
+    for (const e of library.list()) {
+      if (!e.spec || e.missing || loaded.has(e.id) || out.some((o) => o.id === e.id)) continue;
+      out.push(e);
+    }
+    return out;
+  }
+
   async function ensureModel(id: string | undefined, keepAliveMs?: number | null): Promise<void> {
     if (id === undefined) return;
     if (runner.listModels().some((m) => m.id === id)) {
@@ -376,8 +387,30 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       }
       return;
     }
-    const entry: LibraryEntry | undefined = library.find(id);
-    if (!entry) return;
+    let entry: LibraryEntry | undefined = library.find(id);
+    const broken = entry === undefined ? library.list().find((e) => e.id === id && e.error !== undefined) : undefined;
+    if (broken !== undefined) {
+      // Its last check (or load) failed: the files may have been put right since.
+      await library.recheck(broken.root);
+      entry = library.find(id);
+    }
+    if (!entry) {
+      // Named as the model list knows it: what is loaded and what the library can load, or why its package can't.
+      const still = library.list().find((e) => e.id === id && e.error !== undefined);
+      if (still?.error) {
+        throw new KvdeskError(
+          'MODEL_NOT_LOADED',
+          `model "${id}" is in the library, but its package cannot load: ${still.error.message}`,
+          { field: 'model' },
+        );
+      }
+      const known = [...runner.listModels().map((m) => m.id), ...hostApiLoadable().map((e) => e.id)];
+      throw new KvdeskError(
+        'MODEL_NOT_LOADED',
+        `model "${id}" is neither loaded nor in the library (known: ${known.join(', ') || 'none'})`,
+        { field: 'model' },
+      );
+    }
     let pending = jitLoads.get(id);
     if (!pending) {
       pending = (async () => {
@@ -535,15 +568,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       return libraryChecked;
     },
     ensureModel,
-    loadable() {
-      const loaded = new Set(runner.listModels().map((m) => m.id));
-      const out: LibraryEntry[] = [];
-      for (const e of library.list()) {
-        if (!e.spec || e.missing || loaded.has(e.id) || out.some((o) => o.id === e.id)) continue;
-        out.push(e);
-      }
-      return out;
-    },
+    loadable: hostApiLoadable,
     async call(name, request) {
       const schema = Object.hasOwn(CallSchemas, name) ? CallSchemas[name] : undefined;
       if (!schema) {

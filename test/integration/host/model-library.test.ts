@@ -444,8 +444,14 @@ describe('refresh', () => {
       ],
     });
     expect(api.loadable()).toEqual([]);
-    await api.ensureModel('bad');
-    await api.ensureModel('gone');
+    // A request naming them is told why they cannot load; one naming nothing known, what is known.
+    const refused = await rejection(api.ensureModel('bad'));
+    expect(refused).toMatchObject({ code: 'MODEL_NOT_LOADED' });
+    expect(refused.message).toMatch(/^model "bad" is in the library, but its package cannot load: .*tokenizer\.json/);
+    expect((await rejection(api.ensureModel('gone'))).message).toContain(gone);
+    expect((await rejection(api.ensureModel('gpt-4o'))).message).toBe(
+      'model "gpt-4o" is neither loaded nor in the library (known: none)',
+    );
     expect(api.runner.listModels()).toEqual([]);
   });
 });
