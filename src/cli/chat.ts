@@ -36,6 +36,7 @@ import {
   loadFlags,
   lookupFlag,
   lookupLine,
+  nearestFlags,
   packageDir,
   parseFlags,
   parseNumber,
@@ -74,6 +75,16 @@ const PARAMETERS: Record<string, keyof SamplingSettings | 'maxNewTokens'> = {
   presence_penalty: 'presencePenalty',
   seed: 'seed',
   num_predict: 'maxNewTokens',
+};
+
+/** Other tools' names for those parameters (kvdesk's flags, OpenAI's and llama.cpp's), too far apart for a typo. */
+const PARAMETER_ALIASES: Readonly<Record<string, string>> = {
+  temp: 'temperature',
+  max_tokens: 'num_predict',
+  max_new_tokens: 'num_predict',
+  n_predict: 'num_predict',
+  repetition_penalty: 'repeat_penalty',
+  repetition_window: 'repeat_last_n',
 };
 
 export interface ChatOptions {
@@ -268,6 +279,13 @@ export class ChatSession {
       case 'parameter': {
         const [name, raw] = value.split(/\s+/);
         const key = name && Object.hasOwn(PARAMETERS, name) ? PARAMETERS[name] : undefined;
+        if (name && !key) {
+          // Ollama's name for kvdesk's flag, or the name a typo away.
+          const known = Object.hasOwn(PARAMETER_ALIASES, name) ? PARAMETER_ALIASES[name] : undefined;
+          const near = known !== undefined ? [known] : nearestFlags(name, Object.keys(PARAMETERS));
+          const hint = near.length > 0 ? `: did you mean ${near.join(' or ')}?` : '';
+          this.io.err(`kvdesk: unknown parameter ${name}${hint}\n`);
+        }
         if (!name || !key || raw === undefined) {
           this.io.err(`kvdesk: /set parameter NAME VALUE, NAME one of ${Object.keys(PARAMETERS).join(', ')}\n`);
           return;

@@ -2,6 +2,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
+import { z } from 'zod';
 import { checkChatTemplate } from '../main/host/chat-template-pick';
 import { ModelLibrary, mergePick } from '../main/host/model-library';
 import { detectLayout } from '../main/packages';
@@ -82,7 +83,50 @@ export function checkFlags(request: Record<string, unknown>): void {
   const flag = key === undefined ? undefined : (FLAG_OF[key] ?? key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`));
   // Inside a file's JSON (a tool's name), the place in it too.
   const inner = path.length > (path[0] === 'sampling' ? 2 : 1) ? ` (${path.join('.').replace(/\.\[/g, '[')})` : '';
+  // A number out of its range, said as a person would (not zod's `Too big: expected number to be <=20`).
+  if (flag && !inner && key !== undefined && (issue?.code === 'too_small' || issue?.code === 'too_big')) {
+    const schema = numberSchemaAt(issue.path);
+    const range = schema && rangeWords(schema, CLIPPED_ABOVE.has(key));
+    const value = issue.path.reduce<unknown>((v, k) => (v as Record<PropertyKey, unknown> | undefined)?.[k], request);
+    if (range) throw badArgs(`--${flag} must be ${range}, got ${String(value)}`);
+  }
   throw badArgs(`${flag ? `--${flag}` : 'the request'}${inner}: ${issue?.message ?? 'invalid value'}`);
+}
+
+/** Request fields whose values above the contract's range the CLI clips instead of refusing (--max-new-tokens). */
+const CLIPPED_ABOVE: ReadonlySet<string> = new Set(['maxNewTokens']);
+
+/** The number schema of a request field (`sampling.topP`), optional or not; undefined for any other. */
+function numberSchemaAt(path: readonly PropertyKey[]): z.ZodNumber | undefined {
+  const unwrap = (s: unknown): unknown =>
+    s instanceof z.ZodOptional || s instanceof z.ZodDefault ? unwrap(s.unwrap()) : s;
+  let schema: unknown = GenerateRequest;
+  for (const key of path) {
+    const object = unwrap(schema);
+    if (!(object instanceof z.ZodObject) || typeof key !== 'string') return undefined;
+    schema = (object.shape as Record<string, unknown>)[key];
+  }
+  const number = unwrap(schema);
+  return number instanceof z.ZodNumber ? number : undefined;
+}
+
+/**
+ * A number field's range in words: `between 0 and 20`, `1 or more`, `more than 0 and at most 10`; undefined when
+ * it has none worth saying. A bound the schema refuses itself is exclusive; `openAbove`: no upper bound is said.
+ */
+function rangeWords(schema: z.ZodNumber, openAbove: boolean): string | undefined {
+  const said = (v: number | null): v is number => v !== null && Math.abs(v) < Number.MAX_SAFE_INTEGER;
+  const lo = said(schema.minValue) ? schema.minValue : undefined;
+  const hi = !openAbove && said(schema.maxValue) ? schema.maxValue : undefined;
+  const loIn = lo !== undefined && schema.safeParse(lo).success;
+  const hiIn = hi !== undefined && schema.safeParse(hi).success;
+  if (lo !== undefined && hi !== undefined) {
+    if (loIn && hiIn) return `between ${lo} and ${hi}`;
+    return `${loIn ? 'at least' : 'more than'} ${lo} and ${hiIn ? 'at most' : 'less than'} ${hi}`;
+  }
+  if (lo !== undefined) return loIn ? `${lo} or more` : `more than ${lo}`;
+  if (hi !== undefined) return hiIn ? `${hi} or less` : `less than ${hi}`;
+  return undefined;
 }
 
 /** Request fields whose flag is not their name in kebab case. */

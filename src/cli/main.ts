@@ -18,11 +18,11 @@ import {
   usableProviders,
   variantFits,
 } from '../main/backends';
-import { withChatTemplate } from '../main/host/chat-template-pick';
+import { checkedTemplate, withChatTemplate } from '../main/host/chat-template-pick';
 import { ModelLibrary } from '../main/host/model-library';
 import { defaultHostSettings, type HostSettings, RunnerService } from '../main/host/runner-service';
 import { backendProvider, kvBytesForTokens, loadModelSpec, variantOption } from '../main/packages';
-import { type ContextClip, MAX_NEW_TOKENS } from '../shared/contract';
+import { type ContextClip, type GenerationResult, MAX_NEW_TOKENS } from '../shared/contract';
 import { toErrorInfo } from '../shared/errors';
 import { formatBytes } from '../shared/format';
 import type { ModelSpec } from '../shared/model-spec';
@@ -227,7 +227,7 @@ async function inspect(args: string[], io: Io): Promise<number> {
       ...(values['trust-installed'] === true ? { trustInstalled: true } : {}),
     });
     // With the person's own template: checked, and the spec as it would load (a thinking model, or not).
-    const spec = typeof template === 'string' ? withChatTemplate(read, template) : read;
+    const spec = typeof template === 'string' ? withChatTemplate(read, template) : checkedTemplate(read);
     const needsNvidia = (spec.variants ?? []).some((v) => /^(cuda|tensorrt):/.test(deviceKey(v.ep)));
     const cpu = defaultHostSettings();
     const given: Partial<HostSettings> = {};
@@ -362,7 +362,9 @@ async function generate(
     });
     const dir = await packageDir(positionals[0] as string, values['data-dir']);
     const info = await host.loadModel(dir, await loadFlags(dir, values));
-    if (!json) printWarnings(io, info.spec.warnings);
+    // On stderr with --json too (stdout is the JSON's), and in the JSON: a backend that fell back to the CPU is
+    // never silent.
+    printWarnings(io, info.spec.warnings);
     const multiRow = (request.prompts as unknown[] | undefined)?.length !== undefined || (rows ?? 1) > 1;
     const printer = new ReplyPrinter(io);
     const handle = host.generate(request, (frame) => {
@@ -397,6 +399,7 @@ async function generate(
           ...(result.clipped ? { clipped: asked(result.clipped) } : {}),
           ...(result.lookup ? { lookup: result.lookup } : {}),
           ...(result.rows.length > 1 ? { rows: result.rows } : {}),
+          ...(info.spec.warnings.length > 0 ? { warnings: info.spec.warnings } : {}),
           timings: {
             loadMs: round(info.loadMs),
             ttftMs: round(result.timings.ttftMs),
@@ -412,7 +415,7 @@ async function generate(
         for (const c of r.toolCalls ?? []) io.out(`${multiRow ? `[row ${i}] ` : ''}call ${c.name}(${c.arguments})\n`);
       }
       io.err(
-        `kvdesk: ${result.tokenIds.length} tokens, finish ${result.finishReason}, ttft ${round(result.timings.ttftMs)} ms, ${round(result.timings.tokensPerSecond)} tok/s${lookupLine(result)}, KV ${formatBytes(result.kvBytes)} (bpt ${result.bpt})\n`,
+        `kvdesk: ${tokensLine(result)}, ttft ${round(result.timings.ttftMs)} ms, ${round(result.timings.tokensPerSecond)} tok/s${result.rows.length > 1 ? ' per row' : ''}${lookupLine(result)}, KV ${formatBytes(result.kvBytes)} (bpt ${result.bpt})\n`,
       );
     }
     return 0;
@@ -421,6 +424,19 @@ async function generate(
   } finally {
     await host?.close();
   }
+}
+
+/**
+ * The summary line's tokens and why the reply ended: of the one row, or of every row (`9 tokens in 3 rows (3
+ * each), finish length`), as the rows decode side by side (tok/s is each row's).
+ */
+function tokensLine(result: GenerationResult): string {
+  if (result.rows.length <= 1) return `${result.tokenIds.length} tokens, finish ${result.finishReason}`;
+  const counts = result.rows.map((r) => r.tokenIds.length);
+  const total = counts.reduce((a, b) => a + b, 0);
+  const each = counts.every((c) => c === counts[0]) ? `${counts[0]} each` : counts.join(' + ');
+  const finishes = [...new Set(result.rows.map((r) => r.finishReason))].join(', ');
+  return `${total} tokens in ${counts.length} rows (${each}), finish ${finishes}`;
 }
 
 /**

@@ -90,6 +90,21 @@ test.describe('model packages', () => {
   });
 });
 
+test('an empty folder chosen is refused with a message, as an empty folder dropped is', async ({ app }) => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-empty-'));
+  try {
+    await app.getByTestId('models-toggle').click();
+    await app.getByTestId('model-file-input').setInputFiles(dir); // a folder, as <input webkitdirectory> gives it
+    const error = app.getByTestId('model-error');
+    await expect(error).toHaveAttribute('data-code', 'PACKAGE_INVALID');
+    await expect(error.getByTestId('model-error-message')).toHaveText('The folder is empty.');
+    await error.getByTestId('model-error-dismiss').click();
+    await expect(error).toHaveCount(0);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
 test('the default model has a card with its KV figures and a fit badge', async ({ app }) => {
   await app.getByTestId('models-toggle').click();
   const card = app.getByTestId('loaded-model-card').filter({ hasText: 'default' }).first();

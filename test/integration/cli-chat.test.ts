@@ -88,6 +88,8 @@ describe('kvdesk chat', () => {
       [
         '/nonsense',
         '/set parameter warmth 3',
+        '/set parameter temprature 0.5',
+        '/set parameter max_tokens 8',
         '/set parameter top_k many',
         '/set parameter temperature 20',
         '/set parameter seed 9',
@@ -109,7 +111,12 @@ describe('kvdesk chat', () => {
     );
     expect(r.code, r.stderr).toBe(0);
     expect(r.stderr).toContain('unknown command "/nonsense"');
-    expect(r.stderr).toContain('/set parameter NAME VALUE, NAME one of temperature');
+    // A name it does not know is said, with the one meant where it is a typo or another tool's name away.
+    expect(r.stderr).toContain(
+      'kvdesk: unknown parameter warmth\nkvdesk: /set parameter NAME VALUE, NAME one of temperature',
+    );
+    expect(r.stderr).toContain('kvdesk: unknown parameter temprature: did you mean temperature?\n');
+    expect(r.stderr).toContain('kvdesk: unknown parameter max_tokens: did you mean num_predict?\n');
     expect(r.stderr).toContain('top_k expects a number, got "many"');
     // Read as Ollama's API reads them: out of range refused (and not kept), -1 for the seed is "random" (none).
     expect(r.stderr).toContain('temperature must be in [0, 10], got 20');
@@ -282,9 +289,9 @@ describe('kvdesk chat', () => {
     expect(missing.stderr).toContain('there is no package folder "no-such-model"');
     // Values out of range are refused before the model loads, naming the flag.
     for (const [flags, text] of [
-      [['--top-p', '9'], '--top-p: Too big: expected number to be <=1'],
-      [['--max-new-tokens', '0'], '--max-new-tokens: Too small: expected number to be >=1'],
-      [['--seed', '-1'], '--seed: Too small'],
+      [['--top-p', '9'], '--top-p must be between 0 and 1, got 9'],
+      [['--max-new-tokens', '0'], '--max-new-tokens must be 1 or more, got 0'],
+      [['--seed', '-1'], '--seed must be 0 or more, got -1'],
       [['--prefill-chunk', '0'], '--prefill-chunk expects a whole number ≥ 1, got "0"'],
     ] as const) {
       const r = kvdesk(['chat', defaultModelDir, ...flags], 'Hi\n');

@@ -226,6 +226,12 @@ describe('--variant and --backend', () => {
       return r.json.tokenIds;
     };
     const fp32 = ids();
+    // With --json too, a backend this machine cannot use is said: in the JSON's warnings, and on stderr.
+    const cuda = kvdesk('generate', dir, '--prompt-ids', '5', '--max-new-tokens', '1', '--json', '--backend', 'cuda');
+    expect(cuda.code, cuda.stderr).toBe(0);
+    const fellBack = /^cuda was picked, but this machine cannot use it \(.+\).*; kvdesk runs the model on the CPU$/;
+    expect(cuda.json.warnings).toEqual([expect.stringMatching(fellBack)]);
+    expect(cuda.stderr).toContain(`kvdesk: warning: ${(cuda.json.warnings as string[])[0]}\n`);
     expect(ids('--variant', 'fp32')).toEqual(fp32);
     expect(ids('--variant', 'q4')).not.toEqual(fp32);
     const wrong = kvdesk('generate', dir, '--prompt-ids', '5', '--variant', 'int8');
@@ -492,7 +498,9 @@ describe('CLI on the generated default model', () => {
     rmSync(dir, { recursive: true, force: true });
     const bad = kvdesk(...args, '--presence-penalty', '3');
     expect(bad.code).toBe(2);
-    expect((bad.json.error as Record<string, unknown>).message).toContain('--presence-penalty: Too big');
+    expect((bad.json.error as Record<string, unknown>).message).toContain(
+      '--presence-penalty must be between -2 and 2, got 3',
+    );
   });
 
   it('--tools with --tool-choice makes the reply a call, in the JSON result and as a line of text', () => {
@@ -532,6 +540,20 @@ describe('CLI on the generated default model', () => {
     const r = kvdesk('generate', defaultModelDir, '--chat', '--prompt', 'Hi', '--max-new-tokens', '8', '--seed', '3');
     expect(r.code, r.stderr).toBe(0);
     expect(r.stderr).toMatch(/tokens, finish/);
+    // Several rows: every row's tokens, not the first row's alone.
+    const rows = kvdesk(
+      'generate',
+      defaultModelDir,
+      '--prompt',
+      'Once upon a time',
+      '--rows',
+      '3',
+      '--max-new-tokens',
+      '3',
+      '--greedy',
+    );
+    expect(rows.code, rows.stderr).toBe(0);
+    expect(rows.stderr).toMatch(/^kvdesk: 9 tokens in 3 rows \(3 each\), finish length, .* tok\/s per row, /m);
   });
 
   it('bad arguments exit 2 with a JSON error and no stack trace', () => {
@@ -548,7 +570,12 @@ describe('CLI on the generated default model', () => {
     const cases: Array<[string[], RegExp]> = [
       [['--system', 'Be brief.'], /--system goes with --chat/],
       [['--greedy', '--temperature', '1.5'], /give --greedy or --temperature, not both/],
-      [['--top-p', '9'], /--top-p: Too big: expected number to be <=1/],
+      // A value out of range in plain words, with both ends where it has them.
+      [['--top-p', '9'], /^--top-p must be between 0 and 1, got 9 \(see kvdesk --help\)$/],
+      [['--logprobs', '21'], /^--logprobs must be between 0 and 20, got 21 /],
+      [['--repetition-penalty', '0'], /^--repetition-penalty must be more than 0 and at most 10, got 0 /],
+      // More than any context holds is clipped, not refused: only its lower end is said.
+      [['--max-new-tokens', '0'], /^--max-new-tokens must be 1 or more, got 0 /],
       [['--kv-budget', 'cuda:0=lots'], /Cannot read "lots" as a byte size/],
       [['--device-memory', '8GiB'], /--device-memory 8GiB: give DEVICE=SIZE/],
       [['--backend', 'bogus'], /"bogus" is no backend onnxruntime knows/],

@@ -450,7 +450,7 @@ describe("the person's pick of variant and backend", () => {
       expect(info.spec.executionProvider).toBeUndefined();
       expect(h.deviceOfModel(info.id)).toBe('cpu');
       expect(info.spec.warnings).toContainEqual(
-        `cuda was picked, but this machine cannot use it (${cuda?.reason})${cuda?.hint ? `: ${cuda.hint}` : ''}; kvdesk runs the model on the CPU`,
+        `cuda was picked, but this machine cannot use it (${cuda?.reason})${cuda?.hint ? `: ${cuda.hint.replace(/\.$/, '')}` : ''}; kvdesk runs the model on the CPU`,
       );
       const r = await h.generate({ model: info.id, promptIds: prompt, maxNewTokens: 4, sampling: greedy }).result;
       expect(r.tokenIds).toHaveLength(4);

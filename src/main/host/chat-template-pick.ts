@@ -7,7 +7,7 @@ import type { ChatMessage } from '../../shared/contract';
 import { KvdeskError } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
 import { reasoningOf } from '../../shared/reasoning';
-import { BROKEN_PACKAGE_TEMPLATE, renderChatTemplate } from '../tokenizer/chat-template';
+import { renderChatTemplate, templateSyntaxError } from '../tokenizer/chat-template';
 
 /** The conversation a template is shown with before it is used: a system message and two turns. */
 const PREVIEW: ChatMessage[] = [
@@ -66,13 +66,32 @@ export function withChatTemplate(spec: ModelSpec, template: string): ModelSpec {
   };
 }
 
+/** How a package's warning about its own broken chat template begins (a template of the person's replaces it). */
+const BROKEN_PACKAGE_TEMPLATE = "The package's chat template is not valid Jinja";
+
+/**
+ * The spec with its package's own chat template checked: one that is not valid Jinja is a warning on the card
+ * (the model still loads: completions need no template, but every chat would be refused).
+ */
+export function checkedTemplate(spec: ModelSpec): ModelSpec {
+  const broken = spec.chatTemplate === undefined ? undefined : templateSyntaxError(spec.chatTemplate);
+  if (broken === undefined || spec.warnings.some((w) => w.startsWith(BROKEN_PACKAGE_TEMPLATE))) return spec;
+  return {
+    ...spec,
+    warnings: [
+      ...spec.warnings,
+      `${BROKEN_PACKAGE_TEMPLATE} (${broken}): chats are refused until it is fixed. Give the model another chat template (in its card in the window; --chat-template FILE in the CLI), or fix chat_template in the package; completions work.`,
+    ],
+  };
+}
+
 /** The spec as a kept pick shows it: with its template of the person's own, unless that no longer renders. */
 export function withKeptTemplate(spec: ModelSpec, template: string | null | undefined): ModelSpec {
-  if (typeof template !== 'string') return spec;
+  if (typeof template !== 'string') return checkedTemplate(spec);
   try {
     return withChatTemplate(spec, template);
   } catch {
-    return spec;
+    return checkedTemplate(spec);
   }
 }
 

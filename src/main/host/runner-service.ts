@@ -67,7 +67,7 @@ import {
   toolCallFormat,
   toolChatTurns,
 } from '../tokenizer/tool-calls';
-import { differsOnlyInTemplate, withChatTemplate } from './chat-template-pick';
+import { checkedTemplate, differsOnlyInTemplate, withChatTemplate } from './chat-template-pick';
 import { dropOldest } from './context-fit';
 import { deriveHostDeviceBudget } from './device-budgets';
 import { EngineClient } from './engine-client';
@@ -612,7 +612,8 @@ export class RunnerService {
             ...variantOption,
           });
     if (!ortPackage && wanted !== undefined && wanted !== CPU) spec = await this.onPickedBackend(spec, wanted);
-    if (typeof options.chatTemplate === 'string') spec = withChatTemplate(spec, options.chatTemplate);
+    spec =
+      typeof options.chatTemplate === 'string' ? withChatTemplate(spec, options.chatTemplate) : checkedTemplate(spec);
     const id = options.id ?? spec.id;
     // Loaded again (another variant, another backend): the person's load waits for no reply, and none starts on
     // the model until the new load is in (both checked here, with no wait between: generate registers at once).
@@ -734,7 +735,7 @@ export class RunnerService {
       ...spec,
       warnings: [
         ...spec.warnings,
-        `${providerShortName(wanted) ?? wanted} was picked, but this machine cannot use it (${why})${report?.hint ? `: ${report.hint}` : ''}; kvdesk runs the model on the CPU`,
+        `${providerShortName(wanted) ?? wanted} was picked, but this machine cannot use it (${why})${report?.hint ? `: ${report.hint.replace(/\.$/, '')}` : ''}; kvdesk runs the model on the CPU`,
       ],
     };
   }

@@ -39,9 +39,14 @@ async function findMetadata(ctx: PackageContext): Promise<string> {
   return only;
 }
 
+/** A graph file's name as `--variant` takes it: without its `.onnx`. */
+function variantName(file: string): string {
+  return file.endsWith('.onnx') ? file.slice(0, -'.onnx'.length) : file;
+}
+
 /**
  * The decoder graph: `decoder.onnx`, else the only `*.onnx` in the folder; the
- * `graphVariant` option may name one of several by file name.
+ * `graphVariant` option (the CLI's `--variant`) may name one of several by file name.
  */
 async function findGraph(ctx: PackageContext, options: LoadOptions): Promise<string> {
   // Named by an ORT package's executor_info.ort.model_file, already checked against the package's path rules.
@@ -72,7 +77,7 @@ async function findGraph(ctx: PackageContext, options: LoadOptions): Promise<str
     );
   } else {
     throw packageError(
-      `Several ONNX graphs and no rule to choose: ${shown.join(', ')}. Name the decoder graph decoder.onnx, remove the others, or pick one with the graphVariant option.`,
+      `Several ONNX graphs and no rule to choose: ${shown.join(', ')}. Rename the decoder graph to decoder.onnx or remove the others, or pick one by its file name with --variant NAME on kvdesk generate, chat or inspect (--variant ${variantName(onnxFiles[0] ?? '')} for ${shown[0]}).`,
       { file: relName(ctx, ctx.dir) },
       { candidates: shown },
     );

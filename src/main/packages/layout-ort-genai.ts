@@ -77,7 +77,7 @@ export async function loadOrtGenaiLayout(ctx: PackageContext, options: LoadOptio
     );
   if (options.graphVariant !== undefined) {
     ctx.warnings.push(
-      `The graphVariant option ("${options.graphVariant}") does not apply to onnxruntime-genai packages: ${file} names the one decoder graph.`,
+      `A graph pick (--variant ${options.graphVariant}) does not apply to onnxruntime-genai packages: ${file} names the one decoder graph.`,
     );
   }
   const named = await resolveConfigPath(ctx, filename, cfg.where('model.decoder.filename'));

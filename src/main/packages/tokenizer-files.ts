@@ -1,6 +1,5 @@
 import path from 'node:path';
 import type { TokenizerSpec } from '../../shared/model-spec';
-import { BROKEN_PACKAGE_TEMPLATE, templateSyntaxError } from '../tokenizer/chat-template';
 import {
   CONFIG_MAX_BYTES,
   type ConfigDoc,
@@ -198,13 +197,6 @@ export async function readTokenizerFiles(ctx: PackageContext, dir: string = ctx.
   if (addBos !== undefined) spec.addBosToken = addBos;
 
   const chatTemplate = await readChatTemplate(ctx, cfg, dir);
-  const broken = chatTemplate === undefined ? undefined : templateSyntaxError(chatTemplate);
-  if (broken !== undefined) {
-    // The model still loads (completions need no template), but every chat would be refused: said on the card.
-    ctx.warnings.push(
-      `${BROKEN_PACKAGE_TEMPLATE} (${broken}): chats are refused until it is fixed. Give the model another chat template (in its card in the window; --chat-template FILE in the CLI), or fix chat_template in the package; completions work.`,
-    );
-  }
   return { spec, size, tokenizerConfig, chatTemplate, idOf, special };
 }
 

@@ -153,8 +153,8 @@ export function mapOptions(body: Body): MappedOptions {
   const predict = optionNumber(opts, 'num_predict', { int: true });
   // -1 (no limit), -2 (fill the context) and any other value below 1: the context window ends the reply
   // (Ollama reads every negative value so, and 0 gives no limit either) — the largest reply, which the host clips
-  // to the context; larger than kvdesk's largest reply, the largest.
-  if (predict !== undefined) out.maxNewTokens = predict > 0 ? Math.min(predict, MAX_NEW_TOKENS) : MAX_NEW_TOKENS;
+  // to the context; a larger number is as many as the context leaves too (runGeneration; the clip names it).
+  if (predict !== undefined) out.maxNewTokens = predict > 0 ? predict : MAX_NEW_TOKENS;
   if (present(opts, 'stop')) {
     const v = opts.stop;
     const list = typeof v === 'string' ? [v] : v;
@@ -708,6 +708,16 @@ function ollamaParam(field: string, kind: OllamaKind): string | null {
 }
 
 /**
+ * A host refusal's text in Ollama's names, as clientMessage (http-util) writes it for the other APIs: the contract's
+ * names of the JSON output it mentions are Ollama's `format`.
+ */
+function ollamaMessage(message: string): string {
+  return message
+    .replace(/\bjsonSchema \(json_schema\.schema\)/g, 'format')
+    .replace(/\(responseFormat \/ jsonSchema\)/g, '(format)');
+}
+
+/**
  * An error in Ollama's shape, `{"error": "<message>"}`. A full queue is Ollama's 503 (server busy) instead of
  * OpenAI's 429; a host refusal that names a contract field gets Ollama's name for it appended.
  */
@@ -716,7 +726,7 @@ export function ollamaError(
   kind: OllamaKind | null = null,
 ): { status: number; body: { error: string }; headers: Record<string, string> } {
   const e = err.body.error;
-  let message = e.message;
+  let message = ollamaMessage(e.message);
   const field = err.field ?? (typeof e.field === 'string' ? e.field : undefined);
   if (kind && field !== undefined) {
     const param = ollamaParam(field, kind);

@@ -141,9 +141,6 @@ function boundedRange(limit: number) {
   };
 }
 
-/** How a package's warning about its own broken chat template begins (a template of the person's replaces it). */
-export const BROKEN_PACKAGE_TEMPLATE = "The package's chat template is not valid Jinja";
-
 /** Why a template does not parse as Jinja (undefined when it does): checked when a package is read. */
 export function templateSyntaxError(template: string): string | undefined {
   try {

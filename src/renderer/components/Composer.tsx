@@ -66,11 +66,12 @@ function summary(thread: Thread | undefined, search: SearchDefaults | undefined)
 
 /**
  * A chat whose replies went to a model that is not loaded now: new replies go to the one picked, and the chat
- * says so (with the library's Load where the package is there).
+ * says so (with the library's Load where the package is there, and that it is gone where the library no longer
+ * has it: deleted, or forgotten).
  */
-function ThreadModelNote({ thread }: { thread: Thread }) {
+export function ThreadModelNote({ thread }: { thread: Thread }) {
   const bridge = useBridge();
-  const { loaded, known, active, entry, busy } = useApp(
+  const { loaded, known, active, entry, gone, busy } = useApp(
     useShallow((s) => {
       const entry = s.library.find((e) => e.id === thread.modelId && !e.missing && !e.error);
       return {
@@ -78,6 +79,8 @@ function ThreadModelNote({ thread }: { thread: Thread }) {
         known: s.models.length > 0,
         active: s.models.find((m) => m.id === s.activeModelId)?.spec.displayName ?? s.activeModelId,
         entry,
+        // A library not read yet is empty (a loaded model is always in it): nothing is said gone until it is read.
+        gone: s.library.length > 0 && !s.library.some((e) => e.id === thread.modelId),
         busy: entry ? s.busyModels.includes(entry.root) : false,
       };
     }),
@@ -88,7 +91,11 @@ function ThreadModelNote({ thread }: { thread: Thread }) {
       {/* One flex item: the bold names stay inside the sentence (the note's gap is between it and Load). */}
       <span data-testid="thread-model-note-text">
         This chat was with <b>{thread.modelId}</b>, which is not loaded: new replies go to <b>{active}</b>.
-        {entry ? '' : ' Load it in Models to go on with it.'}
+        {entry
+          ? ''
+          : gone
+            ? ' It is no longer in the library: add it again in Models to go on with it.'
+            : ' Load it in Models to go on with it.'}
       </span>
       {entry && (
         <button

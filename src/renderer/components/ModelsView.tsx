@@ -108,12 +108,23 @@ export function ModelsView() {
       importedRoot: s.packageImport?.spec?.root,
     })),
   );
+  const setPackageImport = useApp((s) => s.setPackageImport);
   const inputRef = useRef<HTMLInputElement>(null);
   const [readError, setReadError] = useState<string | null>(null);
 
   const onChoose = async (files: FileList | null) => {
     setReadError(null);
-    if (!files || files.length === 0) return;
+    if (!files) return;
+    if (files.length === 0) {
+      // An empty folder chosen (a cancelled dialog changes nothing, so sends no change): refused as a dropped
+      // empty folder is (PACKAGES.md), never ignored. It has no file to name it by.
+      setPackageImport({
+        name: 'The chosen folder',
+        status: 'error',
+        error: { code: 'PACKAGE_INVALID', message: 'The folder is empty.' },
+      });
+      return;
+    }
     const list = Array.from(files);
     const path = list[0] ? bridge.pathForFile(list[0]) : undefined;
     try {

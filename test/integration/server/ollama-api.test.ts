@@ -341,9 +341,16 @@ describe("errors in Ollama's shape", () => {
     );
     // A refusal from the host names Ollama's field too.
     const schema = { type: 'object', properties: { n: { type: 'integer', minimum: 1 } }, required: ['n'] };
-    expect(await error(await post('/api/chat', { model: 'default', messages: hello, format: schema }), 400)).toMatch(
-      /\(Ollama's field: format\.properties\.n\.minimum\)$/,
-    );
+    for (const p of ['/api/chat', '/api/generate']) {
+      const refused = await error(
+        await post(p, { model: 'default', messages: hello, prompt: 'hi', format: schema }),
+        400,
+      );
+      // In Ollama's names: its JSON schema is `format` (not the contract's jsonSchema, nor OpenAI's json_schema).
+      expect(refused).toMatch(/^format is not one kvdesk can enforce: /);
+      expect(refused).not.toMatch(/jsonSchema|json_schema/);
+      expect(refused).toMatch(/\(Ollama's field: format\.properties\.n\.minimum\)$/);
+    }
     expect(await error(await post('/api/chat', '{"model":'), 400)).toMatch(/not valid JSON/);
     expect(await error(await fetch(`${t.url}/api/chat`), 405)).toMatch(/use POST/);
     expect(await error(await post('/api/embed', { model: 'default', input: 'x' }), 404)).toMatch(/There is no/);

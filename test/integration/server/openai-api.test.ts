@@ -381,6 +381,47 @@ describe('chat completions', () => {
       await t.hostApi.call('configureBudget', { kvBudgetBytes: BUDGET });
     }
   });
+
+  it('clips a max_tokens beyond any context (1e9) to what the context leaves, naming the number asked, in every API', async () => {
+    const probe = await client.chat.completions.create({ model: 'default', messages: LONG_CHAT, max_tokens: 1 });
+    const p = (probe.usage as NonNullable<typeof probe.usage>).prompt_tokens;
+    // A budget for 5 new tokens keeps the replies short (the context clip comes first, the budget cap after it).
+    await t.hostApi.call('configureBudget', { kvBudgetBytes: (p + 5) * 1024 });
+    const post = async (route: string, body: Record<string, unknown>) => {
+      const res = await fetch(`${t.url}${route}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'default', messages: LONG_CHAT, temperature: 0, ...body }),
+      });
+      return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+    };
+    type Kv = { kvdesk?: { context_clip?: unknown } };
+    const clip = { requested_max_tokens: 1e9, clipped_max_tokens: 2048 - p, n_ctx: 2048 };
+    try {
+      for (const field of ['max_tokens', 'max_completion_tokens']) {
+        const openai = await post('/v1/chat/completions', { [field]: 1e9 });
+        expect(openai.status, JSON.stringify(openai.body)).toBe(200);
+        expect((openai.body as Kv).kvdesk?.context_clip).toEqual(clip);
+      }
+      const anthropic = await post('/v1/messages', { max_tokens: 1e9 });
+      expect(anthropic.status, JSON.stringify(anthropic.body)).toBe(200);
+      expect((anthropic.body as Kv).kvdesk?.context_clip).toEqual(clip);
+      const ollama = await post('/api/chat', { stream: false, options: { num_predict: 1e9, temperature: 0 } });
+      expect(ollama.status, JSON.stringify(ollama.body)).toBe(200);
+      expect((ollama.body as Kv).kvdesk?.context_clip).toEqual(clip);
+      // Within kvdesk's range, as before: the number asked.
+      const within = await post('/v1/chat/completions', { max_tokens: 100_000 });
+      expect((within.body as Kv).kvdesk?.context_clip).toEqual({ ...clip, requested_max_tokens: 100_000 });
+      // Still refused: what is not a whole number of tokens, 1 or more.
+      for (const bad of [0, -5, 1.5]) {
+        const refused = await post('/v1/chat/completions', { max_tokens: bad });
+        expect(refused.status).toBe(400);
+        expect((refused.body as { error: { param: string } }).error.param).toBe('max_tokens');
+      }
+    } finally {
+      await t.hostApi.call('configureBudget', { kvBudgetBytes: BUDGET });
+    }
+  });
 });
 
 describe('completions', () => {
@@ -622,11 +663,13 @@ describe('logprobs, penalties, logit bias and JSON mode', () => {
     expect(err.message).toMatch(/^400 response_format\.json_schema\.schema is not one kvdesk can enforce: /);
   });
 
-  it('names a max_tokens over what kvdesk takes as the client wrote it', async () => {
-    const err = await apiError(client.chat.completions.create({ model: 'default', messages: hi, max_tokens: 1e8 }));
+  it('names a field over what kvdesk takes as the client wrote it', async () => {
+    // (A max_tokens over kvdesk's range is as many as the context leaves: see the context clip's test.)
+    const body = { model: 'default', messages: hi, thinking_budget: 1e8 };
+    const err = await apiError(client.chat.completions.create(body as OpenAI.ChatCompletionCreateParamsNonStreaming));
     expect(err.status).toBe(400);
-    expect(err.param).toBe('max_tokens');
-    expect(err.message).toBe('400 invalid max_tokens: Too big: expected number to be <=1000000');
+    expect(err.param).toBe('thinking_budget');
+    expect(err.message).toBe('400 invalid thinking_budget: Too big: expected number to be <=1000000');
   });
 
   it('refuses a logit bias for a token id the model does not have, naming the parameter', async () => {

@@ -165,6 +165,12 @@ describe('no ONNX graph or no rule to choose', () => {
     const err = await refusal(loadModelSpec(dir));
     expect(err.message).toContain('Several ONNX graphs and no rule to choose: a.onnx, b.onnx');
     expect(err.detail?.candidates).toEqual(['a.onnx', 'b.onnx']);
+    // What a person can do, by the names they can use: the CLI's --variant (no internal option name).
+    expect(err.message).not.toContain('graphVariant');
+    expect(err.message).toContain('Rename the decoder graph to decoder.onnx or remove the others');
+    expect(err.message).toContain('--variant NAME on kvdesk generate, chat or inspect (--variant a for a.onnx)');
+    // The name it suggests is one --variant takes (the CLI passes it on as graphVariant).
+    expect((await loadModelSpec(dir, { graphVariant: 'a' })).graphPath).toBe(path.join(dir, 'a.onnx'));
   });
 
   it('genai layout whose decoder.filename does not exist', async () => {

@@ -1,9 +1,10 @@
 /**
- * A package whose chat template is not valid Jinja loads (completions need no template) and says so on its card,
- * naming what to do; a template of the person's own takes the warning away.
+ * A package whose chat template is not valid Jinja loads (completions need no template) and says so on its card
+ * (the host checks it: packages read no Jinja), naming what to do; a template of the person's own takes the
+ * warning away.
  */
 import { afterAll, describe, expect, it } from 'vitest';
-import { differsOnlyInTemplate, withChatTemplate } from '../../../src/main/host/chat-template-pick';
+import { checkedTemplate, differsOnlyInTemplate, withChatTemplate } from '../../../src/main/host/chat-template-pick';
 import { loadModelSpec } from '../../../src/main/packages/index';
 import { hfPackage, removeTempDirs } from './package-builder';
 
@@ -20,7 +21,7 @@ const tokenizerConfig = (chat_template: string) => ({
 describe("a package's chat template that does not parse", () => {
   it('loads with a warning that names the parser error and what to do', async () => {
     const dir = await hfPackage({ 'tokenizer_config.json': tokenizerConfig('{{ messages ') });
-    const spec = await loadModelSpec(dir);
+    const spec = checkedTemplate(await loadModelSpec(dir));
     const warning = spec.warnings.find((w) => w.includes('chat template is not valid Jinja'));
     expect(warning).toMatch(/\(Unexpected end of input\)/);
     expect(warning).toMatch(/chats are refused until it is fixed/);
@@ -32,7 +33,7 @@ describe("a package's chat template that does not parse", () => {
   });
 
   it('a template that parses gives no such warning', async () => {
-    const spec = await loadModelSpec(await hfPackage());
+    const spec = checkedTemplate(await loadModelSpec(await hfPackage()));
     expect(spec.warnings.some((w) => w.includes('chat template'))).toBe(false);
   });
 });

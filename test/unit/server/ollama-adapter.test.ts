@@ -93,8 +93,8 @@ describe('mapOllamaRequest: /api/chat', () => {
   it('num_predict below 1 leaves the length to the context; a negative seed is a random one; top_k ≤ 0 is none', () => {
     for (const n of [-1, -2, 0, -3])
       expect(chat({ options: { num_predict: n } }).request?.maxNewTokens).toBe(1_000_000);
-    // Beyond kvdesk's longest reply: the longest.
-    expect(chat({ options: { num_predict: 5_000_000 } }).request?.maxNewTokens).toBe(1_000_000);
+    // Beyond kvdesk's longest reply: kept as asked, for runGeneration to ask the longest and name it in the clip.
+    expect(chat({ options: { num_predict: 5_000_000 } }).request?.maxNewTokens).toBe(5_000_000);
     expect(chat({ options: { seed: -1 } }).request?.sampling).toEqual({ repetitionWindow: 64 });
     expect(chat({ options: { top_k: -1 } }).request?.sampling).toEqual({ topK: 0, repetitionWindow: 64 });
     expect(chat({ options: { temperature: null } }).request?.sampling).toEqual({ repetitionWindow: 64 });
@@ -510,7 +510,20 @@ describe('ollamaError', () => {
       }),
       'chat',
     );
-    expect(schema.body.error).toMatch(/\(Ollama's field: format\.properties\.n\.minimum\)$/);
+    expect(schema.body.error).toBe(
+      "format is not one kvdesk can enforce: minimum (Ollama's field: format.properties.n.minimum)",
+    );
+    const withTools = ollamaError(
+      errorFromInfo({
+        code: 'BAD_REQUEST',
+        message: 'tools cannot be combined with JSON output (responseFormat / jsonSchema) in kvdesk: send one of them.',
+        detail: { field: 'tools' },
+      }),
+      'chat',
+    );
+    expect(withTools.body.error).toBe(
+      'tools cannot be combined with JSON output (format) in kvdesk: send one of them.',
+    );
     const temp = ollamaError(
       errorFromInfo({ code: 'BAD_REQUEST', message: 'bad', detail: { field: 'sampling.topP' } }),
       'generate',
