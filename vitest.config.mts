@@ -4,6 +4,9 @@ import { configDefaults, defineConfig } from 'vitest/config';
 export default defineConfig({
   test: {
     pool: 'forks',
+    // Two files at a time, whatever the core count (vitest's default on 2 cores is one): most files wait on an
+    // engine process or a spawned CLI, not on this process. About a quarter off the suite on 2 cores.
+    maxWorkers: 2,
     testTimeout: 60_000,
     hookTimeout: 120_000,
     globalSetup: ['test/global-setup.ts'],
