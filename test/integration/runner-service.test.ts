@@ -591,6 +591,23 @@ describe('sessions across loads', () => {
   });
 });
 
+describe('the engine under a load of the same id', () => {
+  it('a reply running on the replaced graph finishes on it; the next runs on the new one', async () => {
+    const h = await host({}, slowModel());
+    const model = h.listModels()[0] as { id: string; spec: Parameters<RunnerService['engine']['load']>[1] };
+    let loading: Promise<unknown> | undefined;
+    const handle = h.generate({ promptIds: prompt, maxNewTokens: 60, sampling: greedy }, (f) => {
+      // Straight to the engine, past the host's guard (as a load racing a first-use load could reach it).
+      if (f.type === 'tokens') loading ??= h.engine.load(model.id, model.spec, ['cpu']);
+    });
+    const done = await handle.result;
+    await loading;
+    expect(done.tokenIds).toHaveLength(60);
+    const next = await h.generate({ promptIds: prompt, maxNewTokens: 3, sampling: greedy }).result;
+    expect(next.tokenIds).toEqual(done.tokenIds.slice(0, 3));
+  });
+});
+
 describe('engine facts', () => {
   it.skipIf(process.platform !== 'linux')(
     "the engine process gets kvdesk's malloc settings, and explicit ones win",

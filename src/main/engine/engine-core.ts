@@ -54,6 +54,9 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
   /** Chat sessions' KV, with the decoder that computed it (a package loaded again under the same id is another). */
   const sessions = new Map<string, { modelId: string; decoder: LoadedDecoder; kv: SessionKv }>();
   const running = new Map<string, RunningGeneration>();
+  /** Generations running on each decoder, and decoders replaced or unloaded while some still ran. */
+  const inUse = new Map<LoadedDecoder, number>();
+  const retired = new Set<LoadedDecoder>();
   /**
    * Each model's token bytes, for JSON mode, under the key of the host's load they belong to: the host sends
    * them before a JSON request whose key the engine does not hold.
@@ -127,6 +130,7 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
     };
     const state: RunningGeneration = { stop: null };
     running.set(cmd.requestId, state);
+    inUse.set(model, (inUse.get(model) ?? 0) + 1);
     stats.generations++;
     const R = cmd.rows.length;
     const withLogprobs = cmd.logprobs !== undefined;
@@ -197,7 +201,24 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
       emit({ type: 'failed', requestId: cmd.requestId, error: toErrorInfo(err) });
     } finally {
       running.delete(cmd.requestId);
+      const left = (inUse.get(model) ?? 1) - 1;
+      if (left > 0) inUse.set(model, left);
+      else {
+        inUse.delete(model);
+        // Replaced or unloaded while this ran on it: released now that nothing does.
+        if (retired.delete(model)) void model.dispose();
+      }
     }
+  }
+
+  /**
+   * Releases a decoder that was replaced or unloaded: at once when nothing runs on it, else when its last
+   * generation ends (the host guards against this; a load racing a request's first-use load must not pull the
+   * session from under replies).
+   */
+  async function release(decoder: LoadedDecoder): Promise<void> {
+    if ((inUse.get(decoder) ?? 0) === 0) await decoder.dispose();
+    else retired.add(decoder);
   }
 
   /** Handles one command from the host. */
@@ -209,7 +230,7 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
           const previous = models.get(cmd.modelId);
           const decoder = await LoadedDecoder.load(cmd.spec, cmd.options);
           models.set(cmd.modelId, decoder);
-          if (previous) await previous.dispose();
+          if (previous) await release(previous);
           const loaded: EngineLoadResult = { modelId: cmd.modelId, logits: decoder.logits, batches: decoder.batchable };
           return loaded;
         });
@@ -220,7 +241,7 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
           models.delete(cmd.modelId);
           tokenTables.delete(cmd.modelId);
           for (const [id, s] of sessions) if (s.modelId === cmd.modelId) sessions.delete(id);
-          if (model) await model.dispose();
+          if (model) await release(model);
           return { modelId: cmd.modelId };
         });
         return;
