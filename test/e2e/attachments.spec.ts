@@ -61,3 +61,30 @@ test('a text file goes with the message; one that is not text is refused, named'
   await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
   await expect(page.getByTestId('message-user').last().getByTestId('message-attachment')).toHaveText(/notes\.txt/);
 });
+
+/** The page's DOM, typed just enough for a drop (this file is type-checked without the DOM library). */
+interface DropDom {
+  DataTransfer: new () => { items: { add(file: unknown): void } };
+  File: new (parts: unknown[], name: string) => unknown;
+  DragEvent: new (type: string, init: { bubbles: boolean; cancelable: boolean; dataTransfer: unknown }) => unknown;
+  document: { querySelector(s: string): { dispatchEvent(event: unknown): boolean } | null };
+}
+
+test('a text file dropped on the conversation (not the message box) is attached, not taken for a model', async ({
+  app: page,
+}) => {
+  await newChat(page);
+  await page.evaluate(() => {
+    const w = globalThis as unknown as DropDom;
+    const dt = new w.DataTransfer();
+    dt.items.add(new w.File(['Dropped notes.\n'], 'dropped.txt'));
+    w.document
+      .querySelector('[data-testid="chat-view"]')
+      ?.dispatchEvent(new w.DragEvent('drop', { bubbles: true, cancelable: true, dataTransfer: dt }));
+  });
+  await expect(page.getByTestId('composer-attachment')).toHaveText(/dropped\.txt/);
+  await expect(page.getByTestId('chat-view')).toBeVisible();
+  await expect(page.getByTestId('models-view')).toHaveCount(0);
+  await page.getByTestId('composer-attachment-remove').click();
+  await expect(page.getByTestId('composer-attachment')).toHaveCount(0);
+});

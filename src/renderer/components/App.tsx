@@ -3,7 +3,7 @@ import { useEffect, useRef, useState } from 'react';
 import { useApp, useAppStore, useBridge } from '../bridge/context';
 import { captureDrop } from '../lib/folder-drop';
 import { ChatView } from './ChatView';
-import { CHAT_INPUT_ID } from './Composer';
+import { ATTACH_EVENT, CHAT_INPUT_ID } from './Composer';
 import {
   CHAT_LIST_ID,
   Header,
@@ -21,7 +21,18 @@ function hasFiles(e: DragEvent): boolean {
   return Array.from(e.dataTransfer?.types ?? []).includes('Files');
 }
 
-/** Folder drops anywhere on the window go to the Models view. */
+/** Names only a model package's files have: a drop with one of them is a package, wherever it lands. */
+const PACKAGE_FILE =
+  /(\.onnx|\.onnx[._]data|\.ort)$|^(tokenizer|tokenizer_config|config|genai_config|generation_config|inference_metadata)\.(json|ya?ml)$/i;
+
+/** Files (no folder) that are not a package's: in the chat, they go with the message, as on the message box. */
+function looseFiles(dt: DataTransfer): boolean {
+  const entries = Array.from(dt.items).map((i) => i.webkitGetAsEntry?.());
+  const files = Array.from(dt.files);
+  return files.length > 0 && !entries.some((x) => x?.isDirectory) && !files.some((f) => PACKAGE_FILE.test(f.name));
+}
+
+/** Folder drops anywhere on the window go to the Models view; other files dropped on the chat are attached. */
 function useWindowDrop(): boolean {
   const bridge = useBridge();
   const store = useAppStore();
@@ -51,6 +62,10 @@ function useWindowDrop(): boolean {
       // Only files are packages (dragged text falls where it is dropped, as in any text box).
       if (!dt || !hasFiles(e)) return;
       e.preventDefault();
+      if (store.getState().view === 'chat' && looseFiles(dt)) {
+        window.dispatchEvent(new CustomEvent(ATTACH_EVENT, { detail: Array.from(dt.files) }));
+        return;
+      }
       const first = dt.files[0];
       const path = first ? bridge.pathForFile(first) : undefined;
       if (path && dt.files.length === 1) {

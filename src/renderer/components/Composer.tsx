@@ -15,6 +15,8 @@ import { greedyByPackage, SettingsPanel } from './SettingsPanel';
 
 /** Id of the message box, focused after sending and on thread switch. */
 export const CHAT_INPUT_ID = 'chat-input';
+/** The window's event for files dropped on the chat outside the message box (detail: the files): attached. */
+export const ATTACH_EVENT = 'kvdesk:attach';
 
 /** The message box grows with its text (wrapped lines too) up to this height, then scrolls. */
 const MAX_INPUT_HEIGHT = 200;
@@ -190,6 +192,15 @@ export function Composer({ threadId }: { threadId: string | null }) {
     if (added.length > 0) setFiles((had) => [...had, ...added]);
     setFileError(errors.length > 0 ? errors.join(' ') : null);
   };
+
+  // Files dropped elsewhere on the chat (App's window drop): attached as here.
+  const attachRef = useRef(attach);
+  attachRef.current = attach;
+  useEffect(() => {
+    const onAttach = (e: Event) => void attachRef.current((e as CustomEvent<File[]>).detail);
+    window.addEventListener(ATTACH_EVENT, onAttach);
+    return () => window.removeEventListener(ATTACH_EVENT, onAttach);
+  }, []);
 
   return (
     <section
