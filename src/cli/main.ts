@@ -60,7 +60,7 @@ import { PULL_OPTIONS, pull, SEARCH_OPTIONS, search } from './pull';
 const USAGE = `kvdesk — run local ONNX language models with an explicit KV-cache budget
 
 Usage:
-  kvdesk inspect <package> [--json] [--backend cuda|cpu|…] [--variant NAME] [--trust-installed] [--chat-template FILE] [--device-memory webgpu:0=8GiB]…
+  kvdesk inspect <package or library id> [--json] [--backend cuda|cpu|…] [--variant NAME] [--trust-installed] [--chat-template FILE] [--device-memory webgpu:0=8GiB]… [--data-dir DIR]
   kvdesk generate <package or library id> (--prompt TEXT | --prompt-ids 1,2,3 | < FILE) [options]
   kvdesk chat <package or library id> [options]   a conversation in the terminal (see below)
   kvdesk list [--json] [--data-dir DIR]   the model library: packages kvdesk serve has loaded before
@@ -208,17 +208,19 @@ export const INSPECT_OPTIONS = {
   json: { type: 'boolean' },
   ...LOAD_OPTIONS,
   'device-memory': { type: 'string', multiple: true },
+  'data-dir': { type: 'string' },
 } as const;
 
 async function inspect(args: string[], io: Io): Promise<number> {
   const json = args.includes('--json');
   try {
     const { values, positionals } = parseFlags(args, INSPECT_OPTIONS, 'inspect');
-    if (positionals.length !== 1) throw badArgs('inspect takes exactly one package path');
+    if (positionals.length !== 1) throw badArgs('inspect takes exactly one package (a folder, or a library id)');
     if (values.backend !== undefined) backendProvider(values.backend);
     // Probed in a child process: a broken GPU provider library must not take inspect down, nor litter its stderr.
     const report = await detectBackendsInChildProcess().catch(() => undefined);
-    const dir = path.resolve(positionals[0] as string);
+    // A folder, or a library id as generate and chat take it.
+    const dir = await packageDir(positionals[0] as string, values['data-dir']);
     const template = templateFlags(values);
     const read = await loadModelSpec(dir, {
       ...(report === undefined ? {} : { availableBackends: usableProviders(report) }),

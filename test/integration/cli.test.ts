@@ -438,6 +438,9 @@ describe('CLI on the generated default model', () => {
       expect(text.stdout).toMatch(/\ngone-model\s+missing\s+/);
 
       const args = ['--prompt-ids', '1,2,3', '--max-new-tokens', '6', '--greedy', '--json'];
+      const inspected = kvdesk('inspect', 'lib-model', '--data-dir', dataDir, '--json');
+      expect(inspected.code, inspected.stderr).toBe(0);
+      expect(inspected.json).toMatchObject({ root: mine });
       const byId = kvdesk('generate', 'lib-model', '--data-dir', dataDir, ...args);
       expect(byId.code, byId.stderr).toBe(0);
       expect(byId.json.tokenIds).toEqual(kvdesk('generate', mine, ...args).json.tokenIds);
