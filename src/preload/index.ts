@@ -193,11 +193,26 @@ function importPackage(upload: PackageUpload | File): Promise<Result<ModelInfo>>
   }
   if (kind === 'files') {
     const { name, files } = upload as { name: unknown; files: unknown };
-    return ipcRenderer.invoke(CHANNELS.importFiles, { name, files }) as Promise<Result<ModelInfo>>;
+    // IPC carries bytes, not Blobs: a dropped File is read here (a folder dropped in the window goes by path).
+    return readBlobs(files).then(
+      (read) => ipcRenderer.invoke(CHANNELS.importFiles, { name, files: read }) as Promise<Result<ModelInfo>>,
+    );
   }
   const dropped = pathOfDroppedFile(upload);
   if (!dropped.ok) return Promise.resolve(dropped);
   return ipcRenderer.invoke(CHANNELS.importPath, dropped.value) as Promise<Result<ModelInfo>>;
+}
+
+/** The files of an upload with each Blob read into an ArrayBuffer; anything else as it is (main validates it). */
+async function readBlobs(files: unknown): Promise<unknown> {
+  if (!Array.isArray(files)) return files;
+  return Promise.all(
+    files.map(async (f: unknown) =>
+      f !== null && typeof f === 'object' && (f as { data?: unknown }).data instanceof Blob
+        ? { ...(f as object), data: await ((f as { data: Blob }).data as Blob).arrayBuffer() }
+        : f,
+    ),
+  );
 }
 
 /**

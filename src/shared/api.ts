@@ -570,7 +570,7 @@ export interface KvdeskApi {
 /** Files of a dropped folder: a path on the host's disk (Electron) or the files themselves (browser). */
 export type PackageUpload =
   | { kind: 'path'; path: string }
-  | { kind: 'files'; name: string; files: Array<{ path: string; data: ArrayBuffer }> };
+  | { kind: 'files'; name: string; files: Array<{ path: string; data: Blob | ArrayBuffer }> };
 
 /** Wire messages of the WebSocket transport (JSON text frames). */
 export type WsClientMessage =

@@ -35,7 +35,8 @@ import { buildChatRequest, newId } from './prompt';
 /** A file of a dropped folder, read in the browser. */
 export interface DroppedFile {
   path: string;
-  data: ArrayBuffer;
+  /** The dropped or chosen File: sent as it is read from disk. */
+  data: Blob;
 }
 
 export interface Bridge {
@@ -811,7 +812,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   }
 
   async function importFiles(name: string, files: DroppedFile[]): Promise<void> {
-    const bytes = files.reduce((n, f) => n + f.data.byteLength, 0);
+    const bytes = files.reduce((n, f) => n + f.data.size, 0);
     s().setPackageImport({ name, status: 'uploading', files: files.length, bytes });
     s().setView('models');
     const r = await api.importPackage({ kind: 'files', name, files });

@@ -38,8 +38,8 @@ async function walk(entry: FileSystemEntry, prefix: string, out: Array<{ path: s
 }
 
 async function toPackage(name: string, list: Array<{ path: string; file: File }>): Promise<ReadPackage> {
-  const files = await Promise.all(list.map(async (f) => ({ path: f.path, data: await f.file.arrayBuffer() })));
-  return { name, files: selectPackageFiles(files) };
+  // The Files themselves, not their bytes: the upload reads them from disk as it sends them.
+  return { name, files: selectPackageFiles(list.map((f) => ({ path: f.path, data: f.file }))) };
 }
 
 /**

@@ -6,7 +6,11 @@
 /** A file of the package, path relative to the package root with `/` separators. */
 export interface PackageFile {
   path: string;
-  data: ArrayBuffer;
+  /**
+   * The browser's File (a Blob on disk): the upload streams it, so gigabytes of weights are never read into the
+   * page's memory.
+   */
+  data: Blob;
 }
 
 export interface ReadPackage {

@@ -186,7 +186,10 @@ export function createWsClient(options: WsClientOptions): WsClient {
     // Each part's filename is `<folder>/<path>`: the host strips the shared top folder.
     const form = new FormData();
     form.append('name', upload.name);
-    for (const f of upload.files) form.append('file', new Blob([f.data]), `${upload.name}/${f.path}`);
+    // A File goes as it is (the browser streams it from disk); bytes made in the page, wrapped.
+    for (const f of upload.files) {
+      form.append('file', f.data instanceof Blob ? f.data : new Blob([f.data]), `${upload.name}/${f.path}`);
+    }
     let res: Response;
     try {
       res = await doFetch(options.uploadUrl, {

@@ -230,6 +230,12 @@ describe('importPackage and chooseFolder', () => {
     const files = [{ path: 'p/config.json', data: new ArrayBuffer(1) }];
     await api.importPackage({ kind: 'files', name: 'p', files });
     expect(fake.invoke).toHaveBeenLastCalledWith(CHANNELS.importFiles, { name: 'p', files });
+    // A dropped File (a Blob) crosses IPC as its bytes.
+    await api.importPackage({ kind: 'files', name: 'p', files: [{ path: 'p/a.json', data: new Blob(['{}']) }] });
+    const sent = fake.invoke.mock.calls.at(-1)?.[1] as { files: Array<{ path: string; data: unknown }> };
+    expect(sent.files[0]?.path).toBe('p/a.json');
+    expect(sent.files[0]?.data).toBeInstanceOf(ArrayBuffer);
+    expect(Buffer.from(sent.files[0]?.data as ArrayBuffer).toString()).toBe('{}');
   });
 
   it('resolves a dropped File to its path with webUtils.getPathForFile', async () => {

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { MAX_FILES, selectPackageFiles, splitRelative } from '../../../src/renderer/lib/package-files';
 
-const f = (path: string) => ({ path, data: new ArrayBuffer(1) });
+const f = (path: string) => ({ path, data: new Blob([new Uint8Array(1)]) });
 
 describe('package folder files', () => {
   it('splits a relative path into the folder and the path inside it', () => {
