@@ -150,6 +150,14 @@ function messagesOf(body: Body): { messages: ChatMessage[]; origins: MessageOrig
         `messages[${i}].role`,
       );
     }
+    // As Anthropic answers: every message has content but a final assistant one (a prefill may be empty).
+    const empty = msg.content === '' || (Array.isArray(msg.content) && msg.content.length === 0);
+    if (empty && !(msg.role === 'assistant' && i === raw.length - 1)) {
+      throw bad(
+        `messages[${i}]: all messages must have non-empty content except for the optional final assistant message.`,
+        `messages[${i}].content`,
+      );
+    }
     return turnsOf(msg.role, msg.content, i);
   });
   // Consecutive user (or assistant) turns are one turn, as Anthropic combines them: templates often require

@@ -269,6 +269,10 @@ export function stopList(body: Body, key = 'stop'): string[] | undefined {
 
 function messageContent(m: Record<string, unknown>, i: number): string {
   const c = m.content;
+  // Only an assistant message (its tool calls) may come without content, as OpenAI requires.
+  if ((c === undefined || c === null) && m.role !== 'assistant') {
+    throw bad(`messages[${i}].content is required for a ${String(m.role)} message.`, `messages[${i}].content`);
+  }
   if (c === undefined || c === null) return '';
   return textContent(c, `messages[${i}].content`);
 }

@@ -282,6 +282,18 @@ describe('POST /v1/messages', () => {
         'tools[0].input_schema.properties.n.minimum',
       ],
       [{ output_config: { format: { type: 'json_schema', schema: { type: 'string' } } } }, 'output_config.format'],
+      // Empty content, as Anthropic refuses it (a final assistant prefill may be empty).
+      [{ messages: [{ role: 'user', content: '' }] }, 'messages[0].content'],
+      [
+        {
+          messages: [
+            { role: 'user', content: 'hi' },
+            { role: 'assistant', content: [] },
+            { role: 'user', content: 'more' },
+          ],
+        },
+        'messages[1].content',
+      ],
     ];
     for (const [extra, param] of cases) {
       const err = await apiError(

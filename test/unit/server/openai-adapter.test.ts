@@ -129,6 +129,23 @@ describe('mapOpenAiRequest', () => {
     expect(err.message).toMatch(/tool_call_id is required/);
   });
 
+  it('refuses a user message without content, as OpenAI does; an assistant message with calls needs none', () => {
+    const err = refusal(() => mapOpenAiRequest('chat', { model: 'm', messages: [{ role: 'user' }] }));
+    expect(err.body.error.param).toBe('messages[0].content');
+    expect(err.message).toMatch(/content is required for a user message/);
+    const calls = [{ id: 'c1', type: 'function', function: { name: 'f', arguments: '{}' } }];
+    expect(() =>
+      mapOpenAiRequest('chat', {
+        model: 'm',
+        messages: [
+          { role: 'user', content: 'w?' },
+          { role: 'assistant', tool_calls: calls },
+          { role: 'tool', tool_call_id: 'c1', content: 'sunny' },
+        ],
+      }),
+    ).not.toThrow();
+  });
+
   it('turns developer into system and joins text parts', () => {
     const m = mapOpenAiRequest('chat', {
       model: 'm',
