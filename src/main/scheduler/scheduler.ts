@@ -387,8 +387,20 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
    */
   function batchOf(modelId: string): Entry[] {
     const batch: Entry[] = [];
-    for (const e of running.values()) if (e.shape.paddedBatch === true && e.shape.modelId === modelId) batch.push(e);
+    for (const e of running.values()) if (padsIn(e.shape) && e.shape.modelId === modelId) batch.push(e);
     return batch;
+  }
+
+  /** Padding only matters where rows hold bytes and grow with the request (not a static cache's). */
+  function padsIn(shape: RequestShape): boolean {
+    return shape.paddedBatch === true && shape.bpt > 0 && shape.fixedTokens === undefined;
+  }
+
+  /** Bytes one more position of every row of the batch adds (each request at its own bpt). */
+  function rowBytes(batch: readonly Entry[]): number {
+    let sum = 0;
+    for (const e of batch) sum += e.shape.rows * e.shape.bpt;
+    return sum;
   }
 
   function widestOf(batch: readonly Entry[]): number {
@@ -412,20 +424,17 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
    * widest).
    */
   function admissionCost(head: Entry, batch: readonly Entry[], widest: number, width: number): number {
-    const { rows, bpt } = head.shape;
-    let others = 0;
-    for (const e of batch) others += e.shape.rows;
-    return bpt * (rows * Math.max(widest, width) + others * Math.max(0, width - widest));
+    const own = head.shape.rows * head.shape.bpt;
+    return own * Math.max(widest, width) + rowBytes(batch) * Math.max(0, width - widest);
   }
 
   /** The widest rows the head may have within `available` bytes, which its minimum fits. */
   function widestWithin(head: Entry, batch: readonly Entry[], widest: number, available: number): number {
-    const { rows, bpt } = head.shape;
-    let others = 0;
-    for (const e of batch) others += e.shape.rows;
-    if (others === 0) return Math.floor(available / (rows * bpt));
+    const own = head.shape.rows * head.shape.bpt;
+    const others = rowBytes(batch);
+    if (others === 0) return Math.floor(available / own);
     // Up to the batch's width it costs rows × widest, which fits since its minimum does. Past the batch's width, every row of the batch grows with the head's.
-    return Math.max(widest, Math.floor((available / bpt + others * widest) / (rows + others)));
+    return Math.max(widest, Math.floor((available + others * widest) / (own + others)));
   }
 
   /** The session a request belongs to, if any. */
@@ -488,8 +497,7 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     const ownHeld = own === undefined ? 0 : heldOf(own);
     // Negative after the limit was lowered below use: then nothing fits, which is the point.
     let available = limits.limitBytes - reservedTotal() - heldTotal() + ownHeld;
-    // Padding only matters where rows hold bytes and grow with the request (not a static cache's).
-    const padded = head.shape.paddedBatch === true && head.shape.bpt > 0 && head.shape.fixedTokens === undefined;
+    const padded = padsIn(head.shape);
     const batch = padded ? batchOf(head.shape.modelId) : [];
     const widest = widestOf(batch);
     const cost = (newTokens: number) => admissionCost(head, batch, widest, widthOf(head, newTokens));
@@ -631,7 +639,7 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     const view = viewOf(e, state);
     // The rest of its batch may now be narrower.
     e.padBytes = 0;
-    if (wasRunning && e.shape.paddedBatch === true) repad(e.shape.modelId);
+    if (wasRunning && padsIn(e.shape)) repad(e.shape.modelId);
 
     let retainedBytes = 0;
     // A live turn's session is always its own: it stays busy (turn = this id) until this very call.

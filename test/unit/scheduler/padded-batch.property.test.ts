@@ -21,7 +21,7 @@ const BPT = 4;
 const CONTEXT = 64;
 
 type Action =
-  | { kind: 'submit'; rows: number; prompt: number; max: number; padded: boolean }
+  | { kind: 'submit'; rows: number; prompt: number; max: number; padded: boolean; wide: boolean }
   | { kind: 'step' }
   | { kind: 'end'; index: number }
   | { kind: 'cancel'; index: number };
@@ -34,6 +34,9 @@ const action: fc.Arbitrary<Action> = fc.oneof(
     max: fc.integer({ min: 1, max: 30 }),
     // Mostly the padded model; a few of another model, which must not count in its batch.
     padded: fc.oneof({ arbitrary: fc.constant(true), weight: 4 }, { arbitrary: fc.constant(false), weight: 1 }),
+    // A package of the same id loaded again with other KV geometry while replies of the old one run: its
+    // requests count 4 times the bytes a position.
+    wide: fc.oneof({ arbitrary: fc.constant(false), weight: 4 }, { arbitrary: fc.constant(true), weight: 1 }),
   }),
   { arbitrary: fc.constant({ kind: 'step' as const }), weight: 3 },
   fc.record({ kind: fc.constant('end' as const), index: fc.nat({ max: 7 }) }),
@@ -43,8 +46,8 @@ const action: fc.Arbitrary<Action> = fc.oneof(
 /** What admitting `head` with rows `width` wide costs next to `batch` (restated from the rule, not read back). */
 function cost(head: SchedulerRequestView, batch: readonly SchedulerRequestView[], width: number): number {
   const widest = Math.max(0, ...batch.map(widthOf));
-  const others = batch.reduce((n, v) => n + v.rows, 0);
-  return BPT * (head.rows * Math.max(widest, width) + others * Math.max(0, width - widest));
+  const others = batch.reduce((n, v) => n + v.rows * v.bpt, 0);
+  return head.rows * head.bpt * Math.max(widest, width) + others * Math.max(0, width - widest);
 }
 
 /** Positions per row a running request may reach. */
@@ -76,14 +79,14 @@ function run(limit: number, actions: Action[]): void {
     const batch = snap.running.filter((v) => v.modelId === 'p');
     // The engine's batch: every row as wide as its longest row now.
     const longest = Math.max(0, ...batch.map((v) => v.promptTokens + (generated.get(v.id) ?? 0)));
-    const rows = batch.reduce((n, v) => n + v.rows, 0);
+    const rowBytes = batch.reduce((n, v) => n + v.rows * v.bpt, 0);
     const reserved = batch.reduce((n, v) => n + v.reservedBytes, 0);
-    expect(rows * longest * BPT, 'padded KV over the batch reservations').toBeLessThanOrEqual(reserved);
+    expect(rowBytes * longest, 'padded KV over the batch reservations').toBeLessThanOrEqual(reserved);
     // Each request's reservation: its rows as wide as the batch's widest reservation, whatever it grows into.
     const widest = Math.max(0, ...batch.map(widthOf));
     for (const v of batch) {
-      expect(v.reservedBytes, v.id).toBe(v.rows * widest * BPT);
-      expect(v.paddingBytes ?? 0, v.id).toBe(v.rows * (widest - widthOf(v)) * BPT);
+      expect(v.reservedBytes, v.id).toBe(v.rows * widest * v.bpt);
+      expect(v.paddingBytes ?? 0, v.id).toBe(v.rows * (widest - widthOf(v)) * v.bpt);
     }
     for (const v of snap.running.filter((x) => x.modelId === 'q')) {
       expect(v.reservedBytes).toBe(v.rows * widthOf(v) * BPT);
@@ -111,7 +114,7 @@ function run(limit: number, actions: Action[]): void {
       const shape: RequestShape = {
         id,
         modelId,
-        bpt: BPT,
+        bpt: a.wide && a.padded ? 4 * BPT : BPT,
         contextLength: CONTEXT,
         rows: a.rows,
         promptTokens: a.prompt,
@@ -126,13 +129,13 @@ function run(limit: number, actions: Action[]): void {
         },
       });
       // A request is refused only when it cannot fit an empty budget.
-      if (!result.ok) expect(a.rows * (a.prompt + 1) * BPT).toBeGreaterThan(before.limitBytes);
+      if (!result.ok) expect(a.rows * (a.prompt + 1) * shape.bpt).toBeGreaterThan(before.limitBytes);
     } else if (a.kind === 'step') {
       for (const v of snap.running) {
         const done = generated.get(v.id) ?? 0;
         if (done < (v.admittedMaxTokens as number)) {
           generated.set(v.id, done + 1);
-          s.progress(v.id, { generatedTokens: done + 1, usedBytes: v.rows * (v.promptTokens + done + 1) * BPT });
+          s.progress(v.id, { generatedTokens: done + 1, usedBytes: v.rows * (v.promptTokens + done + 1) * v.bpt });
         } else {
           s.finish(v.id, 'length');
           generated.delete(v.id);
