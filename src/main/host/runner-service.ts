@@ -1259,7 +1259,14 @@ export class RunnerService {
     else this.sessions.delete(sessionId);
   }
 
+  /** Counts crash recoveries: a recovery overtaken by another crash (or by close) stops where it is. */
+  private recovery = 0;
+  private closed = false;
+
   private onEngineCrash(reason: string): void {
+    if (this.closed) return;
+    const epoch = ++this.recovery;
+    const current = () => epoch === this.recovery && !this.closed;
     const error: ErrorInfo = { code: 'ENGINE_FAILED', message: reason };
     const models = [...this.models.values()];
     // Every request of the dead engine ends (its running ones hear it from the engine client next; the queued
@@ -1284,10 +1291,15 @@ export class RunnerService {
     for (const m of models) {
       // One load after another, as the person's loads went.
       const back: Promise<void> = previous
-        .then(() => this.engine.load(m.id, m.spec, [providerShortName(m.spec.executionProvider ?? CPU) ?? 'cpu']))
+        .then(() => {
+          if (!current()) return undefined;
+          return this.engine.load(m.id, m.spec, [providerShortName(m.spec.executionProvider ?? CPU) ?? 'cpu']);
+        })
         .then(
           () => {},
           () => {
+            // A load the next crash cut short is that recovery's to do again, not a model that cannot load.
+            if (!current()) return;
             this.models.delete(m.id);
             this.dropDeviceIfUnused(m.device);
           },
@@ -1298,11 +1310,16 @@ export class RunnerService {
       this.reloading.set(m.id, back);
       previous = back;
     }
-    void previous.then(() => this.refreshBudget());
+    this.reloadChanged('model');
+    void previous.then(() => {
+      this.refreshBudget();
+      this.reloadChanged('model');
+    });
   }
 
   /** Stops every request and the engine process. */
   async close(): Promise<void> {
+    this.closed = true;
     for (const c of [...this.cancels.values()]) c('shutdown');
     // The engine reports each cancel at its next step: a running request ends as a shutdown, not as the failure
     // of an engine that went away under it (bounded: a long step does not hold the quit).
