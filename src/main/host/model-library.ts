@@ -281,14 +281,25 @@ export class ModelLibrary {
     this.onChange(this.list());
   }
 
-  /** Checks one package again (a load of it failed): its row says what is wrong with it now. */
-  async recheck(root: string): Promise<void> {
-    const abs = await canonicalPath(root).catch(() => root);
-    const r = this.records.find((x) => x.root === abs);
-    if (r === undefined) return;
-    this.apply(r, await check(r.root, r.load));
-    this.onChange(this.list());
+  /**
+   * Checks one package again (a load of it failed, or a request names it): its row says what is wrong with it
+   * now. Requests naming it at once share one check.
+   */
+  recheck(root: string): Promise<void> {
+    let pending = this.rechecks.get(root);
+    if (pending === undefined) {
+      pending = (async () => {
+        const abs = await canonicalPath(root).catch(() => root);
+        const r = this.records.find((x) => x.root === abs);
+        if (r === undefined) return;
+        this.apply(r, await check(r.root, r.load));
+        this.onChange(this.list());
+      })().finally(() => this.rechecks.delete(root));
+      this.rechecks.set(root, pending);
+    }
+    return pending;
   }
+  private readonly rechecks = new Map<string, Promise<void>>();
 
   /**
    * Records a successful load (a new package joins the library; a known one moves to the top), and how it was

@@ -457,6 +457,19 @@ describe('refresh', () => {
 });
 
 describe('a package that breaks after the check', () => {
+  it('requests naming it at once share one check of it', async () => {
+    const dataDir = await tmp();
+    const pkg = await copyPackage(path.join(await tmp(), 'checked-once'));
+    let changes = 0;
+    const lib = await ModelLibrary.open(dataDir, { now: clock(), onChange: () => changes++ });
+    await lib.loaded(pkg, await specOf(pkg));
+    changes = 0;
+    await Promise.all([lib.recheck(pkg), lib.recheck(pkg), lib.recheck(pkg)]);
+    expect(changes).toBe(1);
+    await lib.recheck(pkg);
+    expect(changes).toBe(2);
+  });
+
   it('a failed load checks it again: its row names the file instead of offering Load', async () => {
     const dataDir = await tmp();
     const pkgs = await tmp();
