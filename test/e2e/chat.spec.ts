@@ -478,3 +478,44 @@ test('JSON schema: replies conform to the thread’s schema; one kvdesk cannot e
   await newChat(app);
   await expect(app.getByTestId('settings-summary')).not.toContainText('JSON');
 });
+
+test('another tab renames a chat while this one writes a reply in it: the reply ends without undoing the rename', async ({
+  app,
+}) => {
+  const id = await saveEndlessChat(slow, { greedy: true, maxNewTokens: 1900 });
+  await openServer(app, slow);
+  await openChat(app, id);
+  await send(app, LONG);
+  const reply = lastReply(app);
+  await expect(reply).toHaveAttribute('data-state', 'running');
+
+  const other = await app.context().newPage();
+  try {
+    await openServer(other, slow);
+    const item = other.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`);
+    await item.dblclick();
+    await other.getByTestId('thread-rename-input').fill('Renamed in the other tab');
+    await other.getByTestId('thread-rename-input').press('Enter');
+    // This tab shows the new name while its reply still runs…
+    await expect(app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`)).toContainText(
+      'Renamed in the other tab',
+    );
+    await expect(reply).toHaveAttribute('data-state', 'running');
+    await app.getByTestId('stop-button').click();
+    await expect(reply).toHaveAttribute('data-state', 'cancelled');
+    // …and its last save keeps both: the other tab's name and this tab's reply.
+    await expect(async () => {
+      const listed = (await wsCall(slow, 'listThreads', {})) as {
+        value?: Array<{ id: string; title: string; messages: Array<{ role: string; content: string }> }>;
+      };
+      const saved = listed.value?.find((t) => t.id === id);
+      expect(saved?.title).toBe('Renamed in the other tab');
+      expect(saved?.messages.find((m) => m.role === 'assistant')?.content.length).toBeGreaterThan(0);
+    }).toPass({ timeout: 10_000 });
+    await expect(other.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`)).toContainText(
+      'Renamed in the other tab',
+    );
+  } finally {
+    await other.close();
+  }
+});

@@ -148,6 +148,28 @@ describe('HostApi', () => {
     const after = await api.call('listThreads', {});
     expect(after.ok && after.value).toEqual([]);
     expect((await api.call('saveThread', { ...thread, id: '../x' })).ok).toBe(false);
+    // A page that had not heard of the delete (its reply's last save) does not bring it back.
+    const late = await api.call('saveThread', { ...thread, updatedAt: 3 });
+    expect(late).toMatchObject({ ok: false, error: { message: expect.stringContaining('was deleted') } });
+    const still = await api.call('listThreads', {});
+    expect(still.ok && still.value).toEqual([]);
+  });
+
+  it('tells every page of a saved or deleted chat, with the page that saved it', async () => {
+    const { api } = await makeApi();
+    const seen: unknown[] = [];
+    api.on('thread', (e) => seen.push(['thread', e.thread.id, e.savedBy]));
+    api.on('threadDeleted', (e) => seen.push(['deleted', e.id]));
+    const thread: Thread = { id: 't2', title: 'Hi', createdAt: 1, updatedAt: 2, messages: [] };
+    expect((await api.call('saveThread', { ...thread, savedBy: 'page-a' })).ok).toBe(true);
+    expect((await api.call('deleteThread', { id: 't2' })).ok).toBe(true);
+    expect(seen).toEqual([
+      ['thread', 't2', 'page-a'],
+      ['deleted', 't2'],
+    ]);
+    // The page's name is not part of the chat.
+    const listed = await api.call('listThreads', {});
+    expect(listed.ok && listed.value).toEqual([]);
   });
 
   it('broadcasts budget snapshots at most 10 times a second, the last state included', async () => {

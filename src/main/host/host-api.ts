@@ -186,6 +186,8 @@ function inFolder(err: unknown, staging: string, name: string): unknown {
 export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
   const { runner } = opts;
   const store = new ThreadStore(opts.dataDir);
+  /** Chats deleted while this host runs: a late save of one is refused. */
+  const deletedThreads = new Set<string>();
   const apiServer = opts.apiServer ?? NO_API_SERVER;
   const limits: UploadLimits = { ...DEFAULT_UPLOAD_LIMITS, ...opts.uploadLimits };
   const libraryDir = path.join(opts.dataDir, 'models');
@@ -522,12 +524,19 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     listThreads: async () => store.list(),
     saveThread: async (req: Thread & { savedBy?: string }) => {
       const { savedBy, ...thread } = req;
+      // A page that had not heard of the delete yet (its reply's last save) must not bring the chat back.
+      if (deletedThreads.has(thread.id)) {
+        throw new KvdeskError('BAD_REQUEST', `the chat "${thread.title}" was deleted in another window or tab`, {
+          field: 'id',
+        });
+      }
       await store.save(thread);
       // The same chat open in another tab or window shows what was saved, rather than overwrite it later.
       emit('thread', savedBy === undefined ? { thread } : { thread, savedBy });
       return null;
     },
     deleteThread: async (req: { id: string }) => {
+      deletedThreads.add(req.id);
       await store.delete(req.id);
       emit('threadDeleted', { id: req.id });
       // A deleted thread's retained KV is dead weight in the budget.

@@ -23,6 +23,7 @@ import type {
 import type { GenerateRequest, SamplingSettings, ToolCall } from '../../shared/contract';
 import type { ErrorInfo, Result } from '../../shared/errors';
 import { autoRunCalls, chatTools, MAX_AUTO_ROUNDS, SKIPPED_ANSWER, toolKey } from '../lib/mcp-tools';
+import { mergeThread } from '../lib/merge-thread';
 import { blank, carriedSettings, chatSetup } from '../lib/presets';
 import { parseThreadImport } from '../lib/thread-export';
 import type { AppStore } from '../store';
@@ -340,11 +341,20 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   // A chat another tab or window saved: this page shows it as saved, so that its next save builds on it instead of
   // writing over it. A chat this page is writing a reply in keeps its own (the reply's end saves it).
   api.on('thread', ({ thread, savedBy }) => {
-    if (savedBy === pageId || liveIn(thread.id)) return;
-    s().receiveThread(thread);
+    if (savedBy === pageId) return;
+    const live = liveIn(thread.id);
+    const local = s().threads.find((t) => t.id === thread.id);
+    // Writing a reply in it here: the other's copy, with this page's reply (and anything it has that the other
+    // has not) kept, so the reply's end saves both.
+    s().receiveThread(live && local ? mergeThread(thread, local, new Set([live])) : thread);
   });
   api.on('threadDeleted', ({ id }) => {
-    if (s().threads.some((t) => t.id === id) && !liveIn(id)) s().removeThread(id);
+    if (!s().threads.some((t) => t.id === id)) return;
+    // Deleted elsewhere: a reply this page writes in it stops, and nothing of it is saved again.
+    stop(id);
+    endStreamSaves(id);
+    s().removeThread(id);
+    sessionModel.delete(id);
   });
 
   async function refreshHostState(replaceSnapshot: boolean): Promise<void> {
