@@ -267,6 +267,10 @@ describe('every terminal path returns the reservation', () => {
     expect(err.message).toMatch(/shutdown/);
     expect(h.snapshot().recent.map((v) => [v.state, v.endReason])).toEqual([['cancelled', 'shutdown']]);
     expect(h.snapshot().counters.failed).toBe(0);
+    // Closed, it starts nothing new: a request is a shutdown at once.
+    const late = await rejection(h.generate({ promptIds: prompt, maxNewTokens: 2, sampling: greedy }).result);
+    expect(late).toMatchObject({ code: 'CANCELLED', detail: { reason: 'shutdown' } });
+    expect(h.snapshot().counters.accepted).toBe(1);
   });
 
   it('after a timeout', async () => {

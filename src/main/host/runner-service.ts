@@ -1094,6 +1094,13 @@ export class RunnerService {
     sink: (frame: StreamFrame) => void,
     waited?: Promise<unknown>,
   ): GenerationHandle {
+    // Closing: nothing new starts (it would only hold the quit until it is cut).
+    if (this.closed) {
+      const error = new KvdeskError('CANCELLED', `request ${requestId} was cancelled (shutdown): kvdesk is closing`, {
+        reason: 'shutdown',
+      });
+      return { requestId, result: Promise.reject(error), cancel: () => {} };
+    }
     const parsed = GenerateRequest.safeParse(input);
     if (!parsed.success) {
       return { requestId, result: Promise.reject(invalidRequest(parsed.error)), cancel: () => {} };
