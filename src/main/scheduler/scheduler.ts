@@ -433,7 +433,8 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     const own = head.shape.rows * head.shape.bpt;
     const others = rowBytes(batch);
     if (others === 0) return Math.floor(available / own);
-    // Up to the batch's width it costs rows × widest, which fits since its minimum does. Past the batch's width, every row of the batch grows with the head's.
+    // Up to the batch's width it costs its rows × widest, which fits since its minimum does. Past the batch's
+    // width, every row of the batch grows with the head's.
     return Math.max(widest, Math.floor((available + others * widest) / (own + others)));
   }
 
