@@ -11,7 +11,7 @@ import type { NvidiaMemoryResult } from '../../src/main/backends/device-memory';
 import { type HostSettings, RunnerService } from '../../src/main/host/runner-service';
 import { prometheusText } from '../../src/main/server/metrics';
 import { defaultModelDir } from '../helpers/fixtures';
-import { unloadablePackage } from '../helpers/models';
+import { slowModel, unloadablePackage } from '../helpers/models';
 import { rejection } from '../helpers/rejection';
 
 const GIB = 1024 ** 3;
@@ -204,6 +204,20 @@ describe('one KV budget per device', () => {
     // Placed again later: the GPU's memory is read afresh (our weights are gone from it).
     await h.loadModel(defaultModelDir, { id: 'on-gpu' });
     expect(reads()).toBe(2);
+  });
+
+  it("a model loaded again on another device leaves the first device's bpt to the models still there", async () => {
+    const { h, place } = host();
+    place.next = 'cuda:0';
+    await h.loadModel(defaultModelDir, { id: 'moves' });
+    await h.loadModel(slowModel(), { id: 'stays' });
+    await h.generate(request('moves')).result;
+    await h.generate(request('stays')).result;
+    expect(h.snapshot().devices[1]?.bpt).toBeNull();
+    place.next = 'cpu';
+    await h.loadModel(defaultModelDir, { id: 'moves', whileIdle: true });
+    const gpu = h.snapshot().devices.find((d) => d.device === 'cuda:0');
+    expect(gpu?.bpt).toBe(h.listModels().find((m) => m.id === 'stays')?.spec.bpt);
   });
 
   it('a load the engine refuses leaves no empty GPU budget behind', async () => {

@@ -718,7 +718,11 @@ export class RunnerService {
     this.closeSessionsOf(id);
     this.models.set(id, model);
     this.dropDeviceIfUnused(intended);
-    if (previous && previous.device !== device) this.dropDeviceIfUnused(previous.device);
+    if (previous && previous.device !== device) {
+      // Moved to another device: the budget it left stops counting its bytes per token.
+      this.devices.get(previous.device)?.scheduler.forgetModel(id);
+      this.dropDeviceIfUnused(previous.device);
+    }
     this.refreshBudget();
     return { id, spec: model.spec, loadMs: model.loadMs, logits: model.logits };
   }
