@@ -5,7 +5,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { lstat, mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { lstat, mkdir, open, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import {
   type ApiServerRequest,
@@ -58,6 +58,13 @@ export interface HostApi {
   ): { requestId: string; cancel(reason?: 'user' | 'disconnect' | 'shutdown'): void };
   /** Browser drop: writes the files atomically into the model library, validates and loads. */
   importFiles(upload: { name: string; files: Array<{ path: string; data: Uint8Array }> }): Promise<Result<ModelInfo>>;
+  /** A new empty folder for an upload streamed to disk (a browser's multipart upload), then given to importStaged. */
+  uploadStaging(): Promise<string>;
+  /**
+   * The package an upload wrote into `staging` (from uploadStaging) joins the library and loads, as importFiles'
+   * does; the caller removes `staging` afterwards.
+   */
+  importStaged(upload: { name: string; staging: string }): Promise<Result<ModelInfo>>;
   /** Electron drop / dialog: loads a package folder by path. */
   importPath(path: string, how?: LoadModelRequest): Promise<Result<ModelInfo>>;
   /** The packages loaded before (remembered across restarts). */
@@ -155,21 +162,42 @@ function slug(name: string): string {
 }
 
 /** Whether a folder holds exactly these files (same relative paths, same bytes) and nothing else. */
-async function holdsExactly(dir: string, files: ReadonlyArray<{ rel: string; data: Uint8Array }>): Promise<boolean> {
+/** Every file under `dir`, as paths relative to it with `/`. */
+async function filesUnder(dir: string): Promise<string[]> {
   const entries = await readdir(dir, { recursive: true, withFileTypes: true }).catch(() => null);
-  if (!entries) return false;
-  const present = entries
+  if (!entries) return [];
+  return entries
     .filter((e) => e.isFile())
     .map((e) => path.relative(dir, path.join(e.parentPath, e.name)).split(path.sep).join('/'));
-  if (present.length !== files.length) return false;
-  const wanted = new Set(files.map((f) => f.rel));
-  if (!present.every((p) => wanted.has(p))) return false;
-  for (const f of files) {
-    const on = path.join(dir, f.rel);
-    if ((await stat(on)).size !== f.data.byteLength) return false;
-    if (Buffer.compare(await readFile(on), f.data) !== 0) return false;
+}
+
+/** Whether two folders hold the same files with the same bytes (read a MiB at a time: weights are large). */
+async function sameTree(a: string, b: string): Promise<boolean> {
+  const [left, right] = await Promise.all([filesUnder(a), filesUnder(b)]);
+  if (left.length !== right.length) return false;
+  const wanted = new Set(right);
+  if (!left.every((p) => wanted.has(p))) return false;
+  for (const rel of left) {
+    const [x, y] = [path.join(a, rel), path.join(b, rel)];
+    if ((await stat(x)).size !== (await stat(y)).size) return false;
+    if (!(await sameBytes(x, y))) return false;
   }
   return true;
+}
+
+async function sameBytes(a: string, b: string): Promise<boolean> {
+  const [fa, fb] = await Promise.all([open(a, 'r'), open(b, 'r')]);
+  try {
+    const [ba, bb] = [Buffer.alloc(1 << 20), Buffer.alloc(1 << 20)];
+    for (;;) {
+      const [ra, rb] = await Promise.all([fa.read(ba, 0, ba.length, null), fb.read(bb, 0, bb.length, null)]);
+      if (ra.bytesRead !== rb.bytesRead) return false;
+      if (ra.bytesRead === 0) return true;
+      if (ba.compare(bb, 0, rb.bytesRead, 0, ra.bytesRead) !== 0) return false;
+    }
+  } finally {
+    await Promise.all([fa.close(), fb.close()]);
+  }
 }
 
 /** A package error about an uploaded folder's staging copy, told of the folder the person uploaded (`name`). */
@@ -344,6 +372,57 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
   const defaultTtl = opts.firstUseTtlMs === undefined ? DEFAULT_FIRST_USE_TTL_MS : opts.firstUseTtlMs;
   /** Loads in progress by id: concurrent requests for one package share its load. */
   const jitLoads = new Map<string, Promise<void>>();
+
+  /** A new empty folder beside the library's packages, for an upload to be written into before it is checked. */
+  async function uploadStaging(): Promise<string> {
+    await mkdir(libraryDir, { recursive: true });
+    const staging = path.join(libraryDir, `.incoming-${randomBytes(6).toString('hex')}`);
+    await mkdir(staging);
+    return staging;
+  }
+
+  function checkUploadSize(count: number, total: number): void {
+    if (count > limits.maxFiles) {
+      throw new KvdeskError('BAD_REQUEST', `the folder has ${count} files; at most ${limits.maxFiles} are accepted`);
+    }
+    if (total > limits.maxTotalBytes) {
+      throw new KvdeskError(
+        'BAD_REQUEST',
+        `the folder holds ${total} bytes; uploads are limited to ${limits.maxTotalBytes} bytes`,
+        { totalBytes: total, limitBytes: limits.maxTotalBytes },
+      );
+    }
+  }
+
+  /**
+   * An upload written into `staging` joins the library: a browser's paths share the folder's name at the top
+   * (`pkg/tokenizer.json`), which goes; the same package uploaded again is the library's copy, loaded (not a
+   * second copy beside it); otherwise it is validated as a path is, moved into the library and loaded. The
+   * caller removes what is left of `staging`.
+   */
+  async function commitStaged(name: string, staging: string): Promise<ModelInfo> {
+    const top = await readdir(staging, { withFileTypes: true });
+    const root = top.length === 1 && top[0]?.isDirectory() ? path.join(staging, top[0].name) : staging;
+    for (let i = 1; ; i++) {
+      const candidate = path.join(libraryDir, i === 1 ? slug(name) : `${slug(name)}-${i}`);
+      if (!existsSync(candidate)) break;
+      if (await sameTree(candidate, root)) return await load(candidate);
+    }
+    // Validate exactly as for a path before the package enters the library; a refusal names the folder the
+    // person chose, not the staging folder it was copied to.
+    await loadModelSpec(root).catch((err: unknown) => {
+      throw inFolder(err, root, name);
+    });
+    let final = path.join(libraryDir, slug(name));
+    for (let i = 2; existsSync(final); i++) final = path.join(libraryDir, `${slug(name)}-${i}`);
+    await rename(root, final);
+    try {
+      return await load(final);
+    } catch (err) {
+      await rm(final, { recursive: true, force: true });
+      throw err;
+    }
+  }
 
   /** Unloads a model (refused while requests run on it), whoever loaded it. */
   async function unload(id: string): Promise<void> {
@@ -613,69 +692,35 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     importFiles(upload) {
       return wrap(async () => {
         if (upload.files.length === 0) throw new KvdeskError('BAD_REQUEST', 'the dropped folder is empty');
-        if (upload.files.length > limits.maxFiles) {
-          throw new KvdeskError(
-            'BAD_REQUEST',
-            `the folder has ${upload.files.length} files; at most ${limits.maxFiles} are accepted`,
-          );
-        }
-        let total = 0;
-        for (const f of upload.files) total += f.data.byteLength;
-        if (total > limits.maxTotalBytes) {
-          throw new KvdeskError(
-            'BAD_REQUEST',
-            `the folder holds ${total} bytes; uploads are limited to ${limits.maxTotalBytes} bytes`,
-            {
-              totalBytes: total,
-              limitBytes: limits.maxTotalBytes,
-            },
-          );
-        }
+        checkUploadSize(
+          upload.files.length,
+          upload.files.reduce((n, f) => n + f.data.byteLength, 0),
+        );
         const files = upload.files.map((f) => ({ rel: safeRelativePath(f.path), data: f.data }));
-        // A browser gives paths like "pkg/tokenizer.json": drop the shared top folder.
-        const tops = new Set(files.map((f) => f.rel.split('/')[0]));
-        const strip = tops.size === 1 && files.every((f) => f.rel.includes('/'));
-        // The same package uploaded again is the library's copy, loaded (not a second copy beside it).
-        const inside = files.map((f) => ({ rel: strip ? f.rel.split('/').slice(1).join('/') : f.rel, data: f.data }));
-        for (let i = 1; ; i++) {
-          const candidate = path.join(libraryDir, i === 1 ? slug(upload.name) : `${slug(upload.name)}-${i}`);
-          if (!existsSync(candidate)) break;
-          if (await holdsExactly(candidate, inside)) return await load(candidate);
-        }
-        await mkdir(libraryDir, { recursive: true });
-        const staging = path.join(libraryDir, `.incoming-${randomBytes(6).toString('hex')}`);
+        const staging = await uploadStaging();
         try {
           for (const f of files) {
-            const rel = strip ? f.rel.split('/').slice(1).join('/') : f.rel;
-            const target = path.join(staging, rel);
+            const target = path.join(staging, f.rel);
             if (!target.startsWith(staging + path.sep))
               throw new KvdeskError('BAD_REQUEST', `upload path "${f.rel}" leaves the package`);
             await mkdir(path.dirname(target), { recursive: true });
             await writeFile(target, f.data, { flag: 'wx' });
           }
-          // Validate exactly as for a path before the package enters the library; a refusal names the folder
-          // the person chose, not the staging folder it was copied to.
-          await loadModelSpec(staging).catch((err: unknown) => {
-            throw inFolder(err, staging, upload.name);
-          });
-          let final = path.join(libraryDir, slug(upload.name));
-          for (let i = 2; existsSync(final); i++) final = path.join(libraryDir, `${slug(upload.name)}-${i}`);
-          await rename(staging, final);
-          try {
-            return await load(final);
-          } catch (err) {
-            await rm(final, { recursive: true, force: true });
-            throw err;
-          }
+          return await commitStaged(upload.name, staging);
         } finally {
-          if (
-            await lstat(staging).then(
-              () => true,
-              () => false,
-            )
-          )
-            await rm(staging, { recursive: true, force: true });
+          await rm(staging, { recursive: true, force: true });
         }
+      });
+    },
+    uploadStaging,
+    importStaged(upload) {
+      return wrap(async () => {
+        const listed = await filesUnder(upload.staging);
+        if (listed.length === 0) throw new KvdeskError('BAD_REQUEST', 'the dropped folder is empty');
+        let total = 0;
+        for (const f of listed) total += (await stat(path.join(upload.staging, f))).size;
+        checkUploadSize(listed.length, total);
+        return await commitStaged(upload.name, upload.staging);
       });
     },
     on(event, fn) {

@@ -350,7 +350,7 @@ export function readBody(req: IncomingMessage, limit: number, raise?: string): P
 }
 
 /** `raise`: how the person running the server raises the limit (kvdesk serve's flag), where they can. */
-function tooLarge(size: number, limit: number, raise: string | undefined): HttpError {
+export function tooLarge(size: number, limit: number, raise: string | undefined): HttpError {
   const err = httpError(
     413,
     `The request body has ${size} bytes or more; this endpoint accepts at most ${limit} bytes. Send less${raise ? `, or ${raise}` : ''}.`,

@@ -4,6 +4,7 @@
  * node:http. It adapts HTTP to HostApi and decides nothing itself; every
  * request first passes the Host/Origin/token checks of security.ts.
  */
+import { rm } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
@@ -22,6 +23,7 @@ import {
   readBody,
   sendHttpError,
   sendJson,
+  tooLarge,
 } from './http-util';
 import { PROMETHEUS_CONTENT_TYPE, prometheusText } from './metrics';
 import {
@@ -38,7 +40,7 @@ import { liveGenerations, serveCompletion } from './openai-routes';
 import { serveResponse } from './responses-routes';
 import { type AccessPolicy, checkAccess, crossOrigin, isLoopback, liveAllowedHosts, normalOrigin } from './security';
 import { PAGE_HEADERS, serveStatic } from './static-files';
-import { type DecodedUpload, multipartBoundary, parseMultipart, uploadFromJson, uploadFromMultipart } from './upload';
+import { type DecodedUpload, multipartBoundary, receiveMultipart, uploadFromJson } from './upload';
 import { createWsTransport, type WsTransport } from './ws-transport';
 
 /** Where the renderer build lands (electron-vite's renderer outDir). */
@@ -349,16 +351,14 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     if (outcome === 'not-found') throw httpError(404, `There is no file ${p} in the UI build.`, 'not_found');
   }
 
-  /** Answers the package upload in the Result envelope the renderer's importPackage returns. */
+  /**
+   * Answers the package upload in the Result envelope the renderer's importPackage returns. A multipart upload
+   * (a browser's) is streamed to a folder on disk as it arrives, never held in memory: weights are gigabytes.
+   */
   async function upload(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const boundary = multipartBoundary(req.headers['content-type']);
     const limit = boundary ? maxUploadBytes : Math.min(maxUploadBytes, MAX_JSON_UPLOAD_BYTES);
-    let decoded: DecodedUpload;
-    try {
-      const body = await readBody(req, limit, boundary ? opts.raiseLimits?.upload : undefined);
-      decoded = boundary ? uploadFromMultipart(parseMultipart(body, boundary)) : uploadFromJson(parseJson(body));
-    } catch (err) {
-      if (!(err instanceof HttpError)) throw err;
+    const refuse = (err: HttpError) => {
       const hint = err.status === 413 && !boundary ? ' Large packages upload as multipart/form-data.' : '';
       sendJson(
         res,
@@ -369,6 +369,37 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
         },
         err.status === 413 ? { connection: 'close' } : {},
       );
+    };
+    if (boundary) {
+      const declared = Number(req.headers['content-length']);
+      if (Number.isFinite(declared) && declared > limit) {
+        refuse(tooLarge(declared, limit, opts.raiseLimits?.upload));
+        return;
+      }
+      const staging = await hostApi.uploadStaging();
+      let answer: () => void;
+      try {
+        const name = await receiveMultipart(req, staging, limit, opts.raiseLimits?.upload);
+        const result = await hostApi.importStaged({ name, staging });
+        answer = () => sendJson(res, result.ok ? 200 : errorFromInfo(result.error).status, result);
+      } catch (err) {
+        if (!(err instanceof HttpError)) {
+          await rm(staging, { recursive: true, force: true });
+          throw err;
+        }
+        answer = () => refuse(err);
+      }
+      // What is left of the upload goes before the answer: nothing of it is on disk once the client hears.
+      await rm(staging, { recursive: true, force: true });
+      answer();
+      return;
+    }
+    let decoded: DecodedUpload;
+    try {
+      decoded = uploadFromJson(parseJson(await readBody(req, limit)));
+    } catch (err) {
+      if (!(err instanceof HttpError)) throw err;
+      refuse(err);
       return;
     }
     const result = await hostApi.importFiles(decoded);

@@ -9,9 +9,19 @@
  *   small packages and scripts; base64 lives in one JS string, so it is capped
  *   lower than multipart.
  *
- * Writing, path confinement and validation are the host's job (importFiles).
+ * A multipart body is streamed to a folder on disk as it arrives (receiveMultipart), never held in memory;
+ * validation is the host's job (importStaged, importFiles).
  */
-import { httpError } from './http-util';
+import { createWriteStream } from 'node:fs';
+import { mkdir } from 'node:fs/promises';
+import type { IncomingHttpHeaders } from 'node:http';
+import path from 'node:path';
+import { type Readable, Transform } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import busboy from 'busboy';
+import type { KvdeskError } from '../../shared/errors';
+import { safeRelativePath } from '../host/host-api';
+import { HttpError, httpError, tooLarge } from './http-util';
 
 /** A decoded upload, as HostApi.importFiles takes it. */
 export interface DecodedUpload {
@@ -19,79 +29,9 @@ export interface DecodedUpload {
   files: Array<{ path: string; data: Uint8Array }>;
 }
 
-/** One part of a multipart body. */
-export interface MultipartPart {
-  /** The form field name. */
-  name: string;
-  /** Present for file parts. */
-  filename?: string;
-  contentType?: string;
-  data: Buffer;
-}
-
-function dispositionParams(header: string): Record<string, string> {
-  const params: Record<string, string> = {};
-  const re = /;\s*([^=;\s]+)\s*=\s*("(?:[^"\\]|\\.)*"|[^;]*)/g;
-  for (const m of header.matchAll(re)) {
-    const key = (m[1] as string).toLowerCase();
-    let v = (m[2] as string).trim();
-    if (v.startsWith('"')) v = v.slice(1, -1).replace(/\\(.)/g, '$1');
-    if (key.endsWith('*')) {
-      // RFC 5987: filename*=UTF-8''percent-encoded
-      const ext = /^[^']*'[^']*'(.*)$/.exec(v);
-      try {
-        params[key.slice(0, -1)] = decodeURIComponent(ext ? (ext[1] as string) : v);
-      } catch {
-        // Keep the plain form if the extended one is malformed.
-      }
-      continue;
-    }
-    if (!(key in params)) params[key] = v;
-  }
-  return params;
-}
-
 /** Browsers escape only these three characters in multipart filenames (HTML spec); a literal % stays literal. */
 function unescapeFilename(name: string): string {
   return name.replace(/%22/gi, '"').replace(/%0D/gi, '\r').replace(/%0A/gi, '\n');
-}
-
-/**
- * Splits a complete multipart/form-data body. Throws HttpError 400 when the
- * body does not follow the boundary it declared.
- */
-export function parseMultipart(body: Buffer, boundary: string): MultipartPart[] {
-  const delimiter = Buffer.from(`--${boundary}`);
-  const separator = Buffer.from(`\r\n--${boundary}`);
-  const malformed = (why: string) =>
-    httpError(400, `The multipart body is malformed: ${why}.`, 'invalid_multipart', 'body');
-  let pos = body.indexOf(delimiter);
-  if (pos < 0) throw malformed('the boundary never appears');
-  pos += delimiter.length;
-  const parts: MultipartPart[] = [];
-  for (;;) {
-    if (body[pos] === 0x2d && body[pos + 1] === 0x2d) return parts; // "--": the closing delimiter
-    if (body[pos] !== 0x0d || body[pos + 1] !== 0x0a) throw malformed('a boundary is not followed by CRLF');
-    pos += 2;
-    const headerEnd = body.indexOf('\r\n\r\n', pos);
-    if (headerEnd < 0) throw malformed('a part has no end of headers');
-    const headers: Record<string, string> = {};
-    for (const line of body.subarray(pos, headerEnd).toString('utf8').split('\r\n')) {
-      const colon = line.indexOf(':');
-      if (colon > 0) headers[line.slice(0, colon).trim().toLowerCase()] = line.slice(colon + 1).trim();
-    }
-    const next = body.indexOf(separator, headerEnd + 4);
-    if (next < 0) throw malformed('the closing boundary is missing');
-    const disposition = headers['content-disposition'] ?? '';
-    const params = dispositionParams(disposition);
-    if (!/^form-data\b/i.test(disposition) || params.name === undefined)
-      throw malformed('a part has no form-data name');
-    const part: MultipartPart = { name: params.name, data: body.subarray(headerEnd + 4, next) };
-    if (params.filename !== undefined) part.filename = unescapeFilename(params.filename);
-    if (headers['content-type'] !== undefined) part.contentType = headers['content-type'];
-    parts.push(part);
-    pos = next + separator.length;
-  }
 }
 
 /** The boundary of a multipart/form-data Content-Type, or null for any other type. */
@@ -99,21 +39,6 @@ export function multipartBoundary(contentType: string | undefined): string | nul
   if (!contentType || !/^multipart\/form-data\b/i.test(contentType)) return null;
   const m = /;\s*boundary=(?:"([^"]+)"|([^;\s]+))/i.exec(contentType);
   return m ? ((m[1] ?? m[2]) as string) : null;
-}
-
-/** Decodes a multipart upload: field `name` plus file parts. */
-export function uploadFromMultipart(parts: MultipartPart[]): DecodedUpload {
-  const nameField = parts.find((p) => p.filename === undefined && p.name === 'name');
-  const files = parts
-    .filter((p) => p.filename !== undefined)
-    .map((p) => ({
-      path: p.filename as string,
-      data: new Uint8Array(p.data.buffer, p.data.byteOffset, p.data.byteLength),
-    }));
-  const name = nameField?.data.toString('utf8').trim() || (files[0]?.path.split('/')[0] ?? '');
-  if (name.length === 0)
-    throw httpError(400, 'The upload has no "name" field and no files to name it after.', 'invalid_upload', 'name');
-  return { name, files };
 }
 
 /** Decodes a JSON upload `{ name, files: [{ path, dataBase64 }] }`. */
@@ -137,4 +62,102 @@ export function uploadFromJson(body: unknown): DecodedUpload {
       return { path: file.path, data: new Uint8Array(data.buffer, data.byteOffset, data.byteLength) };
     }),
   };
+}
+
+/**
+ * Streams a browser's multipart upload (a text field `name`, one file part per file, named by its path in the
+ * folder) into `dir`, each file written as its bytes arrive; returns the upload's name (the field, else the
+ * first file's folder). Refuses with 413 past `limit` bytes (`raise`: how the person running the server raises
+ * it), with 400 for a path that leaves the folder or a body that breaks its boundary.
+ */
+export function receiveMultipart(
+  req: Readable & { headers: IncomingHttpHeaders },
+  dir: string,
+  limit: number,
+  raise?: string,
+): Promise<string> {
+  const declared = Number(req.headers['content-length']);
+  if (Number.isFinite(declared) && declared > limit) return Promise.reject(tooLarge(declared, limit, raise));
+  return new Promise((resolve, reject) => {
+    let parser: busboy.Busboy;
+    try {
+      parser = busboy({ headers: req.headers, preservePath: true, defParamCharset: 'utf8' });
+    } catch (err) {
+      reject(
+        httpError(400, `The multipart body is malformed: ${(err as Error).message}.`, 'invalid_multipart', 'body'),
+      );
+      return;
+    }
+    let received = 0;
+    let name: string | undefined;
+    let first: string | undefined;
+    let failed = false;
+    const writes: Array<Promise<void>> = [];
+    const fail = (err: unknown) => {
+      if (failed) return;
+      failed = true;
+      // The rest of the body is read and dropped: the answer goes once it is in.
+      req.unpipe(parser);
+      req.resume();
+      reject(err);
+    };
+    parser.on('field', (field, value) => {
+      if (field === 'name') name = value.trim();
+    });
+    parser.on('file', (_field, stream, info) => {
+      if (failed) {
+        stream.resume();
+        return;
+      }
+      const raw = unescapeFilename(info.filename ?? '');
+      let rel: string;
+      try {
+        rel = safeRelativePath(raw);
+      } catch (err) {
+        stream.resume();
+        fail(httpError(400, (err as KvdeskError).message, 'invalid_upload', 'file'));
+        return;
+      }
+      first ??= rel;
+      const target = path.join(dir, rel);
+      const counted = new Transform({
+        transform(chunk: Buffer, _enc, done) {
+          received += chunk.length;
+          if (received > limit) done(tooLarge(received, limit, raise));
+          else done(null, chunk);
+        },
+      });
+      writes.push(
+        (async () => {
+          await mkdir(path.dirname(target), { recursive: true });
+          await pipeline(stream, counted, createWriteStream(target, { flags: 'wx' }));
+        })().catch((err: unknown) => {
+          stream.resume();
+          fail(
+            err instanceof HttpError
+              ? err
+              : (err as NodeJS.ErrnoException).code === 'EEXIST'
+                ? httpError(400, `The upload has the file ${rel} twice.`, 'invalid_upload', 'file')
+                : err,
+          );
+        }),
+      );
+    });
+    parser.on('close', () => {
+      void Promise.all(writes).then(() => {
+        if (failed) return;
+        const named = name || first?.split('/')[0] || '';
+        if (named.length === 0) {
+          fail(
+            httpError(400, 'The upload has no "name" field and no files to name it after.', 'invalid_upload', 'name'),
+          );
+        } else resolve(named);
+      });
+    });
+    parser.on('error', (err: Error) =>
+      fail(httpError(400, `The multipart body is malformed: ${err.message}.`, 'invalid_multipart', 'body')),
+    );
+    req.on('error', fail);
+    req.pipe(parser);
+  });
 }

@@ -4,7 +4,7 @@
  * renderer without traversal, health before and after a model loads, and
  * package uploads with their size limit.
  */
-import { mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -175,6 +175,8 @@ describe('a loopback server without a model', () => {
     expect(body.value.spec.bpt).toBe(1024);
     const models = (await (await fetch(`${t.url}/v1/models`)).json()) as { data: Array<{ id: string }> };
     expect(models.data.map((m) => m.id)).toContain('uploaded-pkg');
+    // Streamed to a folder beside the library's packages, which goes once the package is in.
+    expect(await readdir(path.join(t.dataDir, 'models'))).toEqual(['uploaded-pkg']);
   });
 
   it('refuses a bad package (JSON form) with the validation error, and a path that leaves the package', async () => {
@@ -208,6 +210,10 @@ describe('a loopback server without a model', () => {
       ok: false,
       error: { code: 'BAD_REQUEST', detail: { limitBytes: 4 * 1024 * 1024 } },
     });
+    // Nothing of it stays on disk.
+    expect((await readdir(path.join(t.dataDir, 'models')).catch(() => [])).filter((n) => n.startsWith('.'))).toEqual(
+      [],
+    );
     // The server is still there for the next request.
     expect((await fetch(`${t.url}/health`)).status).toBe(200);
   });

@@ -1,64 +1,104 @@
-import { describe, expect, it } from 'vitest';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { Readable } from 'node:stream';
+import { afterEach, describe, expect, it } from 'vitest';
 import { HttpError } from '../../../src/main/server/http-util';
-import {
-  multipartBoundary,
-  parseMultipart,
-  uploadFromJson,
-  uploadFromMultipart,
-} from '../../../src/main/server/upload';
+import { multipartBoundary, receiveMultipart, uploadFromJson } from '../../../src/main/server/upload';
 
-async function encode(form: FormData): Promise<{ body: Buffer; boundary: string }> {
-  const req = new Request('http://x/', { method: 'POST', body: form });
-  const boundary = multipartBoundary(req.headers.get('content-type') ?? '');
-  expect(boundary).not.toBeNull();
-  return { body: Buffer.from(await req.arrayBuffer()), boundary: boundary as string };
+const dirs: string[] = [];
+afterEach(() => {
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+function tempDir(): string {
+  const d = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-upload-'));
+  dirs.push(d);
+  return d;
 }
 
-describe('multipart uploads', () => {
-  it('decode what a browser FormData sends: the name field and files by path, bytes intact', async () => {
-    const bytes = new Uint8Array(256).map((_, i) => i);
+/** A request as the server gets it: headers, and the body in pieces as a socket gives them. */
+function request(body: Buffer, contentType: string, pieces = 7): Readable & { headers: Record<string, string> } {
+  const size = Math.ceil(body.length / pieces);
+  const chunks = Array.from({ length: pieces }, (_, i) => body.subarray(i * size, (i + 1) * size));
+  const req = Readable.from(chunks) as Readable & { headers: Record<string, string> };
+  req.headers = { 'content-type': contentType, 'content-length': String(body.length) };
+  return req;
+}
+
+async function encode(form: FormData): Promise<{ body: Buffer; type: string }> {
+  const req = new Request('http://x/', { method: 'POST', body: form });
+  const type = req.headers.get('content-type') ?? '';
+  expect(multipartBoundary(type)).not.toBeNull();
+  return { body: Buffer.from(await req.arrayBuffer()), type };
+}
+
+async function refusal(p: Promise<unknown>): Promise<HttpError> {
+  try {
+    await p;
+  } catch (err) {
+    expect(err).toBeInstanceOf(HttpError);
+    return err as HttpError;
+  }
+  throw new Error('expected a refusal');
+}
+
+describe('multipart uploads, streamed to disk', () => {
+  it('write what a browser FormData sends into the folder, by path, bytes intact; the name field names it', async () => {
+    const bytes = new Uint8Array(300_000).map((_, i) => i % 251);
     const form = new FormData();
     form.append('name', 'my-pkg');
     form.append('file', new Blob([bytes]), 'my-pkg/onnx/model.onnx');
     form.append('file', new Blob(['{"a":1}\r\n--not-a-boundary']), 'my-pkg/config.json');
-    const { body, boundary } = await encode(form);
-    const upload = uploadFromMultipart(parseMultipart(body, boundary));
-    expect(upload.name).toBe('my-pkg');
-    expect(upload.files.map((f) => f.path)).toEqual(['my-pkg/onnx/model.onnx', 'my-pkg/config.json']);
-    expect([...(upload.files[0]?.data ?? [])]).toEqual([...bytes]);
-    expect(Buffer.from(upload.files[1]?.data ?? []).toString()).toBe('{"a":1}\r\n--not-a-boundary');
+    const { body, type } = await encode(form);
+    const dir = tempDir();
+    expect(await receiveMultipart(request(body, type), dir, 1 << 20)).toBe('my-pkg');
+    expect(readdirSync(path.join(dir, 'my-pkg')).sort()).toEqual(['config.json', 'onnx']);
+    expect(Buffer.compare(readFileSync(path.join(dir, 'my-pkg/onnx/model.onnx')), Buffer.from(bytes))).toBe(0);
+    expect(readFileSync(path.join(dir, 'my-pkg/config.json'), 'utf8')).toBe('{"a":1}\r\n--not-a-boundary');
   });
 
   it('names the upload after the first folder when the name field is missing', async () => {
     const form = new FormData();
     form.append('file', new Blob(['x']), 'folder/a.txt');
-    const { body, boundary } = await encode(form);
-    expect(uploadFromMultipart(parseMultipart(body, boundary)).name).toBe('folder');
+    const { body, type } = await encode(form);
+    expect(await receiveMultipart(request(body, type), tempDir(), 1024)).toBe('folder');
   });
 
-  it('reads quoted boundaries and escaped filenames', () => {
+  it('reads quoted boundaries, escaped and UTF-8 filenames', async () => {
     expect(multipartBoundary('multipart/form-data; boundary="a b"')).toBe('a b');
     expect(multipartBoundary('application/json')).toBeNull();
+    const dir = tempDir();
     const body = Buffer.from(
-      '--B\r\nContent-Disposition: form-data; name="file"; filename="x%22y.txt"\r\n\r\nhi\r\n--B--\r\n',
+      '--B\r\nContent-Disposition: form-data; name="file"; filename="p/x%22y.txt"\r\n\r\nhi\r\n' +
+        '--B\r\nContent-Disposition: form-data; name="file"; filename="p/\u00e9.txt"\r\n\r\nho\r\n--B--\r\n',
     );
-    expect(parseMultipart(body, 'B')[0]).toMatchObject({ name: 'file', filename: 'x"y.txt' });
-    const ext = Buffer.from(
-      '--B\r\nContent-Disposition: form-data; name="file"; filename="a.txt"; filename*=UTF-8\'\'%C3%A9.txt\r\n\r\nhi\r\n--B--\r\n',
-    );
-    expect(parseMultipart(ext, 'B')[0]?.filename).toBe('é.txt');
+    expect(await receiveMultipart(request(body, 'multipart/form-data; boundary=B'), dir, 1024)).toBe('p');
+    expect(readdirSync(path.join(dir, 'p')).sort()).toEqual(['x"y.txt', 'é.txt']);
   });
 
-  it('refuses bodies that break their boundary with 400', () => {
-    const bad = [
-      'no boundary here',
-      '--B\r\nContent-Disposition: form-data; name="a"\r\n\r\nunterminated',
-      '--B\r\nno-headers-end',
-      '--Bxx',
-    ];
-    for (const b of bad) {
-      expect(() => parseMultipart(Buffer.from(b), 'B'), b).toThrow(HttpError);
-    }
+  it('refuses with 413 past the limit, declared or not, and with 400 a path that leaves the folder or a broken body', async () => {
+    const form = new FormData();
+    form.append('file', new Blob([new Uint8Array(5000)]), 'big/model.onnx');
+    const { body, type } = await encode(form);
+    expect((await refusal(receiveMultipart(request(body, type), tempDir(), 4096))).status).toBe(413);
+    const undeclared = request(body, type);
+    delete undeclared.headers['content-length'];
+    expect((await refusal(receiveMultipart(undeclared, tempDir(), 4096))).status).toBe(413);
+
+    const leaving = Buffer.from(
+      '--B\r\nContent-Disposition: form-data; name="file"; filename="../evil.txt"\r\n\r\nhi\r\n--B--\r\n',
+    );
+    const dir = tempDir();
+    const evil = await refusal(receiveMultipart(request(leaving, 'multipart/form-data; boundary=B'), dir, 1024));
+    expect(evil.status).toBe(400);
+    expect(evil.message).toMatch(/leaves the package/);
+    expect(readdirSync(dir)).toEqual([]);
+
+    const broken = Buffer.from('--B\r\nContent-Disposition: form-data; name="a"\r\n\r\nunterminated');
+    expect(
+      (await refusal(receiveMultipart(request(broken, 'multipart/form-data; boundary=B'), tempDir(), 1024))).status,
+    ).toBe(400);
   });
 });
 
