@@ -23,3 +23,14 @@ export function refusal(fn: () => unknown): HttpError {
   }
   throw new Error('expected a refusal');
 }
+
+/** Awaits a promise that must reject with an HttpError (a refusal the server answers as it is), and returns it. */
+export async function httpRejection(p: Promise<unknown>): Promise<HttpError> {
+  try {
+    await p;
+  } catch (err) {
+    expect(err).toBeInstanceOf(HttpError);
+    return err as HttpError;
+  }
+  throw new Error('expected the promise to reject');
+}

@@ -5,6 +5,7 @@ import { Readable } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
 import { HttpError } from '../../../src/main/server/http-util';
 import { multipartBoundary, receiveMultipart, uploadFromJson } from '../../../src/main/server/upload';
+import { httpRejection } from '../../helpers/rejection';
 
 const dirs: string[] = [];
 afterEach(() => {
@@ -31,16 +32,6 @@ async function encode(form: FormData): Promise<{ body: Buffer; type: string }> {
   const type = req.headers.get('content-type') ?? '';
   expect(multipartBoundary(type)).not.toBeNull();
   return { body: Buffer.from(await req.arrayBuffer()), type };
-}
-
-async function refusal(p: Promise<unknown>): Promise<HttpError> {
-  try {
-    await p;
-  } catch (err) {
-    expect(err).toBeInstanceOf(HttpError);
-    return err as HttpError;
-  }
-  throw new Error('expected a refusal');
 }
 
 describe('multipart uploads, streamed to disk', () => {
@@ -81,23 +72,24 @@ describe('multipart uploads, streamed to disk', () => {
     const form = new FormData();
     form.append('file', new Blob([new Uint8Array(5000)]), 'big/model.onnx');
     const { body, type } = await encode(form);
-    expect((await refusal(receiveMultipart(request(body, type), tempDir(), 4096))).status).toBe(413);
+    expect((await httpRejection(receiveMultipart(request(body, type), tempDir(), 4096))).status).toBe(413);
     const undeclared = request(body, type);
     delete undeclared.headers['content-length'];
-    expect((await refusal(receiveMultipart(undeclared, tempDir(), 4096))).status).toBe(413);
+    expect((await httpRejection(receiveMultipart(undeclared, tempDir(), 4096))).status).toBe(413);
 
     const leaving = Buffer.from(
       '--B\r\nContent-Disposition: form-data; name="file"; filename="../evil.txt"\r\n\r\nhi\r\n--B--\r\n',
     );
     const dir = tempDir();
-    const evil = await refusal(receiveMultipart(request(leaving, 'multipart/form-data; boundary=B'), dir, 1024));
+    const evil = await httpRejection(receiveMultipart(request(leaving, 'multipart/form-data; boundary=B'), dir, 1024));
     expect(evil.status).toBe(400);
     expect(evil.message).toMatch(/leaves the package/);
     expect(readdirSync(dir)).toEqual([]);
 
     const broken = Buffer.from('--B\r\nContent-Disposition: form-data; name="a"\r\n\r\nunterminated');
     expect(
-      (await refusal(receiveMultipart(request(broken, 'multipart/form-data; boundary=B'), tempDir(), 1024))).status,
+      (await httpRejection(receiveMultipart(request(broken, 'multipart/form-data; boundary=B'), tempDir(), 1024)))
+        .status,
     ).toBe(400);
   });
 });
