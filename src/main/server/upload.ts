@@ -93,12 +93,14 @@ export function receiveMultipart(
     let first: string | undefined;
     let failed = false;
     const writes: Array<Promise<void>> = [];
+    /** File parts being written: a failure ends them (their files close), the rest of the body is dropped. */
+    const open = new Set<Readable>();
     const fail = (err: unknown) => {
       if (failed) return;
       failed = true;
-      // The rest of the body is read and dropped: the answer goes once it is in.
       req.unpipe(parser);
       req.resume();
+      for (const stream of open) stream.destroy();
       reject(err);
     };
     parser.on('field', (field, value) => {
@@ -119,6 +121,7 @@ export function receiveMultipart(
         return;
       }
       first ??= rel;
+      open.add(stream);
       const target = path.join(dir, rel);
       const counted = new Transform({
         transform(chunk: Buffer, _enc, done) {
@@ -131,7 +134,9 @@ export function receiveMultipart(
         (async () => {
           await mkdir(path.dirname(target), { recursive: true });
           await pipeline(stream, counted, createWriteStream(target, { flags: 'wx' }));
+          open.delete(stream);
         })().catch((err: unknown) => {
+          open.delete(stream);
           stream.resume();
           fail(
             err instanceof HttpError
