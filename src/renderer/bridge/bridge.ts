@@ -339,7 +339,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     s().setUi({ presets: saved.presets, apiServer: saved.apiServer, theme: saved.theme });
   });
   // A chat another tab or window saved: this page shows it as saved, so that its next save builds on it instead of
-  // writing over it. A chat this page is writing a reply in keeps its own (the reply's end saves it).
+  // writing over it.
   api.on('thread', ({ thread, savedBy }) => {
     if (savedBy === pageId) return;
     const live = liveIn(thread.id);
