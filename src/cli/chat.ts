@@ -90,8 +90,6 @@ const PARAMETER_ALIASES: Readonly<Record<string, string>> = {
 export interface ChatOptions {
   system?: string;
   maxNewTokens?: number;
-  /** --max-new-tokens above the contract's ceiling (maxNewTokens holds the ceiling): what a clip note names. */
-  askedMaxNewTokens?: number;
   sampling: SamplingSettings;
   verbose: boolean;
   contextOverflow: 'drop-oldest' | 'refuse';
@@ -176,13 +174,9 @@ export class ChatSession {
       ];
       this.noteDrop(result.contextDrop);
       // A reply the budget or the context cut short says so (the scheduler never cuts one silently).
-      // num_predict -1 asked for as many as the context leaves: that it did is no news. A --max-new-tokens above
-      // the ceiling is named as asked (1e9, not the 1000000 it was cut to first).
-      const asked = this.options.askedMaxNewTokens;
-      if (result.clipped && (asked !== undefined || result.clipped.requestedMaxTokens !== MAX_NEW_TOKENS))
-        this.io.err(
-          contextClipLine({ ...result.clipped, requestedMaxTokens: asked ?? result.clipped.requestedMaxTokens }),
-        );
+      // num_predict -1 asked for as many as the context leaves: that it did is no news.
+      if (result.clipped && result.clipped.requestedMaxTokens !== MAX_NEW_TOKENS)
+        this.io.err(contextClipLine(result.clipped));
       if (result.budgetCap) {
         this.io.err(budgetCapLine(result.budgetCap, 'raise --kv-budget, or /clear to start a shorter conversation'));
       }
@@ -302,7 +296,6 @@ export class ChatSession {
         }
         const v = key === 'maxNewTokens' ? mapped.maxNewTokens : mapped.sampling[key];
         if (key === 'maxNewTokens') {
-          delete this.options.askedMaxNewTokens;
           if (v === undefined) delete this.options.maxNewTokens;
           else this.options.maxNewTokens = v as number;
         } else {
@@ -505,8 +498,7 @@ export async function chat(
     const effort = effortFlag(values.effort);
     if (effort !== undefined) chatOptions.reasoningEffort = effort;
     const maxNew = parseNumber('max-new-tokens', values['max-new-tokens'], true);
-    if (maxNew !== undefined) chatOptions.maxNewTokens = Math.min(maxNew, MAX_NEW_TOKENS);
-    if (maxNew !== undefined && maxNew > MAX_NEW_TOKENS) chatOptions.askedMaxNewTokens = maxNew;
+    if (maxNew !== undefined) chatOptions.maxNewTokens = maxNew;
     // Refused now (exit 2), not by every turn once the model loaded.
     checkFlags({
       messages: [{ role: 'user', content: '' }],

@@ -86,15 +86,12 @@ export function checkFlags(request: Record<string, unknown>): void {
   // A number out of its range, said as a person would (not zod's `Too big: expected number to be <=20`).
   if (flag && !inner && key !== undefined && (issue?.code === 'too_small' || issue?.code === 'too_big')) {
     const schema = numberSchemaAt(issue.path);
-    const range = schema && rangeWords(schema, CLIPPED_ABOVE.has(key));
+    const range = schema && rangeWords(schema);
     const value = issue.path.reduce<unknown>((v, k) => (v as Record<PropertyKey, unknown> | undefined)?.[k], request);
     if (range) throw badArgs(`--${flag} must be ${range}, got ${String(value)}`);
   }
   throw badArgs(`${flag ? `--${flag}` : 'the request'}${inner}: ${issue?.message ?? 'invalid value'}`);
 }
-
-/** Request fields whose values above the contract's range the CLI clips instead of refusing (--max-new-tokens). */
-const CLIPPED_ABOVE: ReadonlySet<string> = new Set(['maxNewTokens']);
 
 /** The number schema of a request field (`sampling.topP`), optional or not; undefined for any other. */
 function numberSchemaAt(path: readonly PropertyKey[]): z.ZodNumber | undefined {
@@ -112,12 +109,13 @@ function numberSchemaAt(path: readonly PropertyKey[]): z.ZodNumber | undefined {
 
 /**
  * A number field's range in words: `between 0 and 20`, `1 or more`, `more than 0 and at most 10`; undefined when
- * it has none worth saying. A bound the schema refuses itself is exclusive; `openAbove`: no upper bound is said.
+ * it has none worth saying (a whole number's safe-integer bounds are not). A bound the schema refuses itself is
+ * exclusive.
  */
-function rangeWords(schema: z.ZodNumber, openAbove: boolean): string | undefined {
+function rangeWords(schema: z.ZodNumber): string | undefined {
   const said = (v: number | null): v is number => v !== null && Math.abs(v) < Number.MAX_SAFE_INTEGER;
   const lo = said(schema.minValue) ? schema.minValue : undefined;
-  const hi = !openAbove && said(schema.maxValue) ? schema.maxValue : undefined;
+  const hi = said(schema.maxValue) ? schema.maxValue : undefined;
   const loIn = lo !== undefined && schema.safeParse(lo).success;
   const hiIn = hi !== undefined && schema.safeParse(hi).success;
   if (lo !== undefined && hi !== undefined) {

@@ -22,7 +22,7 @@ import { checkedTemplate, withChatTemplate } from '../main/host/chat-template-pi
 import { ModelLibrary } from '../main/host/model-library';
 import { defaultHostSettings, type HostSettings, RunnerService } from '../main/host/runner-service';
 import { backendProvider, kvBytesForTokens, loadModelSpec, variantOption } from '../main/packages';
-import { type ContextClip, type GenerationResult, MAX_NEW_TOKENS } from '../shared/contract';
+import type { GenerationResult } from '../shared/contract';
 import { toErrorInfo } from '../shared/errors';
 import { formatBytes } from '../shared/format';
 import type { ModelSpec } from '../shared/model-spec';
@@ -329,11 +329,8 @@ async function generate(
     if (effort !== undefined && !values.chat) throw badArgs('--effort goes with --chat');
     if (effort !== undefined) request.reasoningEffort = effort;
     const maxNew = parseNumber('max-new-tokens', values['max-new-tokens'], true);
-    // More than any context holds is as many as the context leaves (the host says it clipped), as llama.cpp's -n
-    // and the HTTP API's max_tokens; the note names the number asked, not the contract's ceiling it was cut to.
-    if (maxNew !== undefined) request.maxNewTokens = Math.min(maxNew, MAX_NEW_TOKENS);
-    const asked = (clip: ContextClip): ContextClip =>
-      maxNew !== undefined && maxNew > MAX_NEW_TOKENS ? { ...clip, requestedMaxTokens: maxNew } : clip;
+    // More than the context holds is as many as it leaves (the host says it clipped), as llama.cpp's -n.
+    if (maxNew !== undefined) request.maxNewTokens = maxNew;
     const rows = parseNumber('rows', values.rows, true);
     if (rows !== undefined) request.rows = rows;
     if (values.stop) request.stop = values.stop;
@@ -374,7 +371,7 @@ async function generate(
       if (frame.type === 'admitted' && frame.budgetCap) {
         io.err(budgetCapLine(frame.budgetCap, 'raise --kv-budget or shorten the prompt'));
       }
-      if (frame.type === 'accepted' && frame.clipped) io.err(contextClipLine(asked(frame.clipped)));
+      if (frame.type === 'accepted' && frame.clipped) io.err(contextClipLine(frame.clipped));
       if (frame.type === 'tokens' && !multiRow) printer.push(frame.rows[0]);
     });
     // Nobody reads the reply any more (`| head`): the engine stops, and the host closes below.
@@ -398,7 +395,7 @@ async function generate(
           kvBytes: result.kvBytes,
           reservedBytes: result.reservedBytes,
           ...(result.budgetCap ? { budgetCap: result.budgetCap } : {}),
-          ...(result.clipped ? { clipped: asked(result.clipped) } : {}),
+          ...(result.clipped ? { clipped: result.clipped } : {}),
           ...(result.lookup ? { lookup: result.lookup } : {}),
           ...(result.rows.length > 1 ? { rows: result.rows } : {}),
           ...(info.spec.warnings.length > 0 ? { warnings: info.spec.warnings } : {}),

@@ -115,7 +115,11 @@ export const GenerateRequest = z
     reasoningEffort: z.enum(['minimal', 'low', 'medium', 'high', 'xhigh', 'max']).optional(),
     /** Copies of the prompt to generate (OpenAI `n`); multi-row requests reserve for every row. */
     rows: z.number().int().min(1).max(64).optional(),
-    maxNewTokens: z.number().int().min(1).max(MAX_NEW_TOKENS).optional(),
+    /**
+     * Any whole number: beyond what the context leaves, the scheduler clips it to that and says so (the clip names
+     * the number asked), as llama.cpp's -n and the APIs' max_tokens do.
+     */
+    maxNewTokens: z.number().int().min(1).optional(),
     sampling: SamplingSettings.optional(),
     /**
      * Report each generated token's log-probability under the model (before any sampling setting) and this many

@@ -8,7 +8,7 @@
  * cancels its request (reason 'disconnect'), which returns the reservation.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { type GenerateRequest, type GenerationResult, MAX_NEW_TOKENS, type StreamFrame } from '../../shared/contract';
+import type { GenerateRequest, GenerationResult, StreamFrame } from '../../shared/contract';
 import { toErrorInfo } from '../../shared/errors';
 import type { HostApi } from '../host/host-api';
 import { errorFromInfo, HttpError, SSE_HEADERS, sendHttpError, sendJson } from './http-util';
@@ -166,30 +166,6 @@ export interface LiveGeneration {
 export const liveGenerations = new Set<LiveGeneration>();
 
 /**
- * A request's max new tokens beyond what any context holds (`max_tokens: 1e9`) asks for as many as the context
- * leaves, as llama.cpp's server and the CLI's `--max-new-tokens` take it: the host is asked for its largest reply
- * (MAX_NEW_TOKENS), which it clips to the context, and the clip it reports names the number the client asked.
- * `asked` is undefined where the request is within the host's range (it goes as it is).
- */
-export function clampMaxNewTokens(request: GenerateRequest): { request: GenerateRequest; asked: number | undefined } {
-  const n = request.maxNewTokens;
-  // Only a whole positive number: anything else goes on to the host's validation and its 400.
-  if (n === undefined || !Number.isInteger(n) || n <= MAX_NEW_TOKENS) return { request, asked: undefined };
-  return { request: { ...request, maxNewTokens: MAX_NEW_TOKENS }, asked: n };
-}
-
-/** A frame whose context clip names the max new tokens the client asked (see clampMaxNewTokens). */
-function withAskedClip(frame: StreamFrame, asked: number): StreamFrame {
-  if (frame.type === 'accepted' && frame.clipped) {
-    return { ...frame, clipped: { ...frame.clipped, requestedMaxTokens: asked } };
-  }
-  if (frame.type === 'done' && frame.result.clipped) {
-    return { ...frame, result: { ...frame.result, clipped: { ...frame.result.clipped, requestedMaxTokens: asked } } };
-  }
-  return frame;
-}
-
-/**
  * Runs one host generation for an HTTP request (loading a library package it names first, see
  * HostApi.ensureModel); resolves when the response is complete (the handler called
  * `finish`) or the client is gone, never rejects. Frames go to `handleFrame` until then. A failure inside it
@@ -198,14 +174,13 @@ function withAskedClip(frame: StreamFrame, asked: number): StreamFrame {
  */
 export async function runGeneration(
   hostApi: HostApi,
-  requested: GenerateRequest,
+  request: GenerateRequest,
   req: IncomingMessage,
   res: ServerResponse,
   handleFrame: (frame: StreamFrame, finish: () => void) => void,
   /** How the API answers an error (its own shape). */
   sendError: (res: ServerResponse, err: HttpError) => void = sendHttpError,
 ): Promise<void> {
-  const { request, asked: askedMaxNewTokens } = clampMaxNewTokens(requested);
   // A library package the request names is loaded first (just in time); its failure is the answer.
   try {
     await hostApi.ensureModel(request.model);
@@ -227,7 +202,7 @@ export async function runGeneration(
   const onFrame = (frame: StreamFrame) => {
     if (over) return;
     try {
-      handleFrame(askedMaxNewTokens === undefined ? frame : withAskedClip(frame, askedMaxNewTokens), finish);
+      handleFrame(frame, finish);
     } catch (err) {
       // The host swallows errors thrown by a frame sink, so a failure here must answer the client itself.
       const running = !over && frame.type !== 'done' && frame.type !== 'error';
