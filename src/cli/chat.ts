@@ -31,6 +31,7 @@ import {
   effortFlag,
   exitCodeFor,
   fail,
+  HOST_OPTIONS,
   type Io,
   LOAD_OPTIONS,
   loadFlags,
@@ -454,12 +455,7 @@ export const CHAT_OPTIONS = {
   'thinking-budget': { type: 'string' },
   effort: { type: 'string' },
   'context-overflow': { type: 'string' },
-  'kv-budget': { type: 'string', multiple: true },
-  'device-memory': { type: 'string', multiple: true },
-  threads: { type: 'string' },
-  'prefill-chunk': { type: 'string' },
-  lookup: { type: 'string' },
-  'data-dir': { type: 'string' },
+  ...HOST_OPTIONS,
   ...LOAD_OPTIONS,
 } as const;
 

@@ -266,6 +266,16 @@ export class ReplyPrinter {
   }
 }
 
+/** generate's and chat's flags for the host they run: its KV budgets, threads, prefill chunk, lookup, library. */
+export const HOST_OPTIONS = {
+  'kv-budget': { type: 'string', multiple: true },
+  'device-memory': { type: 'string', multiple: true },
+  threads: { type: 'string' },
+  'prefill-chunk': { type: 'string' },
+  lookup: { type: 'string' },
+  'data-dir': { type: 'string' },
+} as const;
+
 /** generate's and chat's flags for how the package loads: the person's variant, backend and chat template. */
 export const LOAD_OPTIONS = {
   variant: { type: 'string' },

@@ -34,6 +34,7 @@ import {
   contextClipLine,
   effortFlag,
   fail,
+  HOST_OPTIONS,
   type Io,
   LOAD_OPTIONS,
   loadFlags,
@@ -275,14 +276,9 @@ export const GENERATE_OPTIONS = {
   'tool-choice': { type: 'string' },
   stop: { type: 'string', multiple: true },
   rows: { type: 'string' },
-  'kv-budget': { type: 'string', multiple: true },
-  'device-memory': { type: 'string', multiple: true },
-  threads: { type: 'string' },
-  'prefill-chunk': { type: 'string' },
-  lookup: { type: 'string' },
   'prediction-file': { type: 'string' },
   json: { type: 'boolean' },
-  'data-dir': { type: 'string' },
+  ...HOST_OPTIONS,
   ...LOAD_OPTIONS,
 } as const;
 
