@@ -6,14 +6,8 @@
  */
 import Anthropic from '@anthropic-ai/sdk';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  chatPromptOfToolTurn,
-  failure,
-  openaiClient,
-  settled,
-  startTestServer,
-  type TestServer,
-} from './server-helpers';
+import { failure } from '../../helpers/rejection';
+import { chatPromptOfToolTurn, openaiClient, settled, startTestServer, type TestServer } from './server-helpers';
 
 let t: TestServer;
 let client: Anthropic;

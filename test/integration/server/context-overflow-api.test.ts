@@ -8,7 +8,8 @@
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LONG_CONVERSATION, SMALL_CONTEXT, smallContextModel } from '../../helpers/models';
-import { failure, openaiClient, settled, startTestServer, type TestServer } from './server-helpers';
+import { failure } from '../../helpers/rejection';
+import { openaiClient, settled, startTestServer, type TestServer } from './server-helpers';
 
 type Json = Record<string, unknown>;
 type Message = { role: 'system' | 'user' | 'assistant'; content: string };

@@ -9,10 +9,10 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { PROMPT_CACHE_PREFIX } from '../../../src/shared/prompt-cache';
 import { holdReplyEnds, noEndBias } from '../../helpers/hold-replies';
 import { slowModel } from '../../helpers/models';
+import { failure } from '../../helpers/rejection';
 import {
   budget,
   eventually,
-  failure,
   LONG_CHAT,
   openaiClient,
   settled,

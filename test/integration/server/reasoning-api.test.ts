@@ -17,7 +17,8 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ChatMessage, GenerateRequest, GenerationResult } from '../../../src/shared/contract';
 import { naturalThinkingQuestion, THINK_END_ID, thinkingModel } from '../../helpers/models';
-import { failure, ndjsonLines, openaiClient, startTestServer, type TestServer } from './server-helpers';
+import { failure } from '../../helpers/rejection';
+import { ndjsonLines, openaiClient, startTestServer, type TestServer } from './server-helpers';
 
 type Json = Record<string, unknown>;
 

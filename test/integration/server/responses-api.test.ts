@@ -5,14 +5,8 @@
  */
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  chatPromptOfToolTurn,
-  failure,
-  openaiClient,
-  settled,
-  startTestServer,
-  type TestServer,
-} from './server-helpers';
+import { failure } from '../../helpers/rejection';
+import { chatPromptOfToolTurn, openaiClient, settled, startTestServer, type TestServer } from './server-helpers';
 
 let t: TestServer;
 let client: OpenAI;

@@ -56,20 +56,6 @@ export async function startTestServer(
   };
 }
 
-/** The error a client's request failed with, checked to be of the client's error class. */
-export async function failure<E extends Error>(
-  p: Promise<unknown>,
-  type: abstract new (...args: never[]) => E,
-): Promise<E> {
-  try {
-    await p;
-  } catch (err) {
-    expect(err).toBeInstanceOf(type);
-    return err as E;
-  }
-  throw new Error('expected the request to fail');
-}
-
 /**
  * Prompt tokens of a conversation through chat completions: a user turn, one call of a tool and its result.
  * Other APIs' tests compare their own prompt for the same conversation with it.

@@ -5,7 +5,7 @@ import { Readable } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
 import { HttpError } from '../../../src/main/server/http-util';
 import { multipartBoundary, receiveMultipart, uploadFromJson } from '../../../src/main/server/upload';
-import { httpRejection } from '../../helpers/rejection';
+import { failure } from '../../helpers/rejection';
 
 const dirs: string[] = [];
 afterEach(() => {
@@ -72,23 +72,26 @@ describe('multipart uploads, streamed to disk', () => {
     const form = new FormData();
     form.append('file', new Blob([new Uint8Array(5000)]), 'big/model.onnx');
     const { body, type } = await encode(form);
-    expect((await httpRejection(receiveMultipart(request(body, type), tempDir(), 4096))).status).toBe(413);
+    expect((await failure(receiveMultipart(request(body, type), tempDir(), 4096), HttpError)).status).toBe(413);
     const undeclared = request(body, type);
     delete undeclared.headers['content-length'];
-    expect((await httpRejection(receiveMultipart(undeclared, tempDir(), 4096))).status).toBe(413);
+    expect((await failure(receiveMultipart(undeclared, tempDir(), 4096), HttpError)).status).toBe(413);
 
     const leaving = Buffer.from(
       '--B\r\nContent-Disposition: form-data; name="file"; filename="../evil.txt"\r\n\r\nhi\r\n--B--\r\n',
     );
     const dir = tempDir();
-    const evil = await httpRejection(receiveMultipart(request(leaving, 'multipart/form-data; boundary=B'), dir, 1024));
+    const evil = await failure(
+      receiveMultipart(request(leaving, 'multipart/form-data; boundary=B'), dir, 1024),
+      HttpError,
+    );
     expect(evil.status).toBe(400);
     expect(evil.message).toMatch(/leaves the package/);
     expect(readdirSync(dir)).toEqual([]);
 
     const broken = Buffer.from('--B\r\nContent-Disposition: form-data; name="a"\r\n\r\nunterminated');
     expect(
-      (await httpRejection(receiveMultipart(request(broken, 'multipart/form-data; boundary=B'), tempDir(), 1024)))
+      (await failure(receiveMultipart(request(broken, 'multipart/form-data; boundary=B'), tempDir(), 1024), HttpError))
         .status,
     ).toBe(400);
   });
