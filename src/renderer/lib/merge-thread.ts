@@ -10,16 +10,19 @@ import type { Thread } from '../../shared/api';
  */
 export function mergeThread(remote: Thread, local: Thread, keep: ReadonlySet<string>): Thread {
   const mine = new Map(local.messages.map((m) => [m.id, m]));
-  const out = remote.messages.map((m) => (keep.has(m.id) ? (mine.get(m.id) ?? m) : m));
-  let at = -1;
+  const theirs = new Set(remote.messages.map((m) => m.id));
+  // This page's own messages, each after the last one of the other's it follows here (a chat of thousands of
+  // messages: one pass, not a search per message).
+  const after = new Map<string, Thread['messages']>();
+  let last = '';
   for (const m of local.messages) {
-    const i = out.findIndex((x) => x.id === m.id);
-    if (i >= 0) {
-      at = i;
-      continue;
-    }
-    out.splice(at + 1, 0, m);
-    at += 1;
+    if (theirs.has(m.id)) last = m.id;
+    else after.set(last, [...(after.get(last) ?? []), m]);
+  }
+  const out = [...(after.get('') ?? [])];
+  for (const m of remote.messages) {
+    out.push(keep.has(m.id) ? (mine.get(m.id) ?? m) : m);
+    out.push(...(after.get(m.id) ?? []));
   }
   return { ...remote, messages: out };
 }
