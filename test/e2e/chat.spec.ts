@@ -2,6 +2,8 @@
  * Chat with the default model (the slow one for the replies Stop and Esc end): a reply streams in, Stop (button and
  * Esc) ends it and returns its reservation.
  */
+
+import type { Page } from '@playwright/test';
 import { openChat, openServer, saveEndlessChat, startSlowServe } from './endless';
 import { apiSnapshot, expect, lastReply, newChat, send, setSettings, test, wsCall } from './fixtures';
 import type { ServeHandle } from './serve';
@@ -18,11 +20,17 @@ test.afterAll(async () => {
   await slow.stop();
 });
 
-test('a reply streams in, shows its stats, and Stop ends it', async ({ app }) => {
+/** Opens a new endless chat on the slow serve and sends it LONG: a greedy reply that runs until it is stopped. */
+async function longReplyOnSlow(app: Page): Promise<string> {
   const id = await saveEndlessChat(slow, { greedy: true, maxNewTokens: 1900 });
   await openServer(app, slow);
   await openChat(app, id);
   await send(app, LONG);
+  return id;
+}
+
+test('a reply streams in, shows its stats, and Stop ends it', async ({ app }) => {
+  await longReplyOnSlow(app);
 
   const reply = lastReply(app);
   // Streaming: the reply is running and already has text before it ends.
@@ -482,10 +490,7 @@ test('JSON schema: replies conform to the thread’s schema; one kvdesk cannot e
 test('another tab renames a chat while this one writes a reply in it: the reply ends without undoing the rename', async ({
   app,
 }) => {
-  const id = await saveEndlessChat(slow, { greedy: true, maxNewTokens: 1900 });
-  await openServer(app, slow);
-  await openChat(app, id);
-  await send(app, LONG);
+  const id = await longReplyOnSlow(app);
   const reply = lastReply(app);
   await expect(reply).toHaveAttribute('data-state', 'running');
 
