@@ -98,6 +98,19 @@ test('a chat longer than the context goes on without its oldest messages, and sa
   await expect(lastReply(page)).toHaveAttribute('data-state', 'done');
   await expect(lastReply(page).getByTestId('context-drop-note')).toContainText(`first ${dropped} messages`);
 
+  // Picking another model: the meter measures against the context the next turn has, that model's.
+  const picker = page.getByTestId('model-picker');
+  const other = await picker
+    .locator('option')
+    .evaluateAll((os) =>
+      os.map((o) => (o as unknown as { value: string }).value).find((v) => v !== '' && v !== 'context-256'),
+    );
+  expect(other, 'serve loads the default model beside the small one').toBeDefined();
+  await picker.selectOption(other as string);
+  await expect(meter).not.toHaveAttribute('data-context', '256');
+  await picker.selectOption('context-256');
+  await expect(meter).toHaveAttribute('data-context', '256');
+
   // All of it is stored with the thread.
   await page.reload();
   await expect(page.getByTestId('context-start')).toHaveCount(1);

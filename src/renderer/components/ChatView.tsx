@@ -169,14 +169,19 @@ function EmptyThread() {
 
 /**
  * How much of the model's context the conversation fills (after its latest reply, or so far while one streams),
- * as LM Studio shows it; and how many messages are out of view once it outgrew it.
+ * as LM Studio shows it; and how many messages are out of view once it outgrew it. The context is the picked
+ * model's, which the next turn runs on (the tokens are counted as the latest reply's model counted them).
  */
 function ContextMeter({ threadId }: { threadId: string }) {
   const { used, context, dropped } = useApp(
     useShallow((s) => {
       const t = s.threads.find((x) => x.id === threadId);
       const messages = t?.messages ?? [];
-      const model = s.models.find((m) => m.id === t?.modelId);
+      // The context the next turn has: the picked model's (the next turn runs on it), or, while a reply
+      // streams, the context of the model writing it.
+      const streaming = Object.values(s.live).some((l) => l.threadId === threadId);
+      const pickedId = streaming ? t?.modelId : (s.activeModelId ?? t?.modelId);
+      const model = s.models.find((m) => m.id === pickedId) ?? s.models.find((m) => m.id === t?.modelId);
       return {
         used: contextUsed(messages, s.live),
         context: model?.spec.contextLength,
