@@ -300,7 +300,7 @@ async function generate(
   let host: RunnerService | undefined;
   try {
     if (positionals.length !== 1) throw badArgs('generate takes exactly one package path');
-    const prompts = await promptsOf(values.prompt, values['prompt-ids'], input);
+    const prompts = await promptsOf(values.prompt, values['prompt-ids'], input, io.err);
     const devices: Partial<HostSettings> = {};
     applyDeviceFlags(devices, values['kv-budget'], values['device-memory']);
     const threads = parseNumber('threads', values.threads, true);
@@ -434,6 +434,9 @@ function tokensLine(result: GenerationResult): string {
   return `${total} tokens in ${counts.length} rows (${each}), finish ${finishes}`;
 }
 
+/** How long generate waits for the first bytes of a prompt on stdin before it says that it is waiting. */
+const STDIN_HINT_MS = 2000;
+
 /**
  * generate's prompts: the --prompt flags, one of them `-` for stdin; with neither --prompt nor --prompt-ids, stdin
  * from a pipe or a file is the prompt (as `ollama run NAME < FILE`), its last line break dropped as the shell's
@@ -443,6 +446,7 @@ async function promptsOf(
   flags: string[] | undefined,
   ids: string | undefined,
   input: NodeJS.ReadableStream & { isTTY?: boolean },
+  err: (s: string) => void,
 ): Promise<string[]> {
   const prompts = flags ?? [];
   if (prompts.length > 0 && ids !== undefined) throw badArgs('give --prompt TEXT or --prompt-ids 1,2,3, not both');
@@ -454,7 +458,19 @@ async function promptsOf(
     throw badArgs('give --prompt TEXT or --prompt-ids 1,2,3, or the prompt on stdin (--prompt - or < FILE)');
   }
   const chunks: Buffer[] = [];
-  for await (const chunk of input) chunks.push(Buffer.from(chunk as Buffer | string));
+  // A pipe that stays open and silent (a supervisor's, an editor's task runner) would wait without a word.
+  const hint = setTimeout(() => {
+    if (chunks.length > 0) return;
+    err(
+      `kvdesk: waiting for the prompt on stdin${dashes > 0 ? ' (--prompt -)' : ' (no --prompt given)'}; ` +
+        'end it with Ctrl+D, or give --prompt TEXT\n',
+    );
+  }, STDIN_HINT_MS);
+  try {
+    for await (const chunk of input) chunks.push(Buffer.from(chunk as Buffer | string));
+  } finally {
+    clearTimeout(hint);
+  }
   const text = Buffer.concat(chunks)
     .toString('utf8')
     .replace(/\r?\n$/, '');

@@ -894,6 +894,40 @@ describe('the CLI around its commands: a closed stdout, help, versions, stdin, t
     expect((twice.json.error as { message: string }).message).toMatch(/--prompt - reads stdin once/);
   }, 60_000);
 
+  it('generate with stdin a pipe that stays silent says it waits for the prompt there, and goes on once it comes', async () => {
+    const child = spawn(
+      process.execPath,
+      [
+        path.join(repoRoot, 'bin/kvdesk.cjs'),
+        'generate',
+        defaultModelDir,
+        '--greedy',
+        '--max-new-tokens',
+        '4',
+        '--json',
+      ],
+      { cwd: repoRoot, stdio: ['pipe', 'pipe', 'pipe'] },
+    );
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => {
+      stdout += String(d);
+    });
+    const waiting = new Promise<void>((resolve) => {
+      child.stderr.on('data', (d) => {
+        stderr += String(d);
+        if (stderr.includes('waiting for the prompt on stdin')) resolve();
+      });
+    });
+    await waiting;
+    expect(stderr).toContain('kvdesk: waiting for the prompt on stdin (no --prompt given); end it with Ctrl+D');
+    expect(stdout).toBe('');
+    child.stdin.end('Tell me about rivers.\n');
+    const [code] = (await once(child, 'close')) as [number | null];
+    expect(code, stderr).toBe(0);
+    expect((JSON.parse(stdout.trim()) as { tokenIds: number[] }).tokenIds).toHaveLength(4);
+  }, 60_000);
+
   // A terminal: `script` gives the CLI one, as a person's shell does.
   const script = spawnSync('script', ['--version'], { encoding: 'utf8' });
   it.skipIf(script.status !== 0)('with stdin a terminal and no prompt, generate says how to give one', () => {
