@@ -4,6 +4,7 @@
  * reload too), the model reads it (the reply's prompt holds it), search finds the chat by it, and a file that
  * is not text is refused, named.
  */
+import type { Page } from '@playwright/test';
 import { apiSnapshot, expect, lastReply, newChat, setSettings, test } from './fixtures';
 
 const NOTES = 'Lighthouse keeping notes.\n'.repeat(40);
@@ -70,21 +71,38 @@ interface DropDom {
   document: { querySelector(s: string): { dispatchEvent(event: unknown): boolean } | null };
 }
 
+/** Drops files of these names and contents on the conversation (not the message box). */
+async function dropOnChat(page: Page, files: Array<[name: string, text: string]>): Promise<void> {
+  await page.evaluate((files) => {
+    const w = globalThis as unknown as DropDom;
+    const dt = new w.DataTransfer();
+    for (const [name, text] of files) dt.items.add(new w.File([text], name));
+    w.document
+      .querySelector('[data-testid="chat-view"]')
+      ?.dispatchEvent(new w.DragEvent('drop', { bubbles: true, cancelable: true, dataTransfer: dt }));
+  }, files);
+}
+
 test('a text file dropped on the conversation (not the message box) is attached, not taken for a model', async ({
   app: page,
 }) => {
   await newChat(page);
-  await page.evaluate(() => {
-    const w = globalThis as unknown as DropDom;
-    const dt = new w.DataTransfer();
-    dt.items.add(new w.File(['Dropped notes.\n'], 'dropped.txt'));
-    w.document
-      .querySelector('[data-testid="chat-view"]')
-      ?.dispatchEvent(new w.DragEvent('drop', { bubbles: true, cancelable: true, dataTransfer: dt }));
-  });
+  await dropOnChat(page, [['dropped.txt', 'Dropped notes.\n']]);
   await expect(page.getByTestId('composer-attachment')).toHaveText(/dropped\.txt/);
   await expect(page.getByTestId('chat-view')).toBeVisible();
   await expect(page.getByTestId('models-view')).toHaveCount(0);
   await page.getByTestId('composer-attachment-remove').click();
+  await expect(page.getByTestId('composer-attachment')).toHaveCount(0);
+  // A model's config.json alone is a file to ask about too (no package loads without its graph)…
+  await dropOnChat(page, [['config.json', '{"model_type": "gpt2", "n_layer": 12}\n']]);
+  await expect(page.getByTestId('composer-attachment')).toHaveText(/config\.json/);
+  await expect(page.getByTestId('models-view')).toHaveCount(0);
+  await page.getByTestId('composer-attachment-remove').click();
+  // …but files with a graph are a package, and go to the Models view.
+  await dropOnChat(page, [
+    ['config.json', '{}'],
+    ['model.onnx', 'not really a graph'],
+  ]);
+  await expect(page.getByTestId('models-view')).toBeVisible();
   await expect(page.getByTestId('composer-attachment')).toHaveCount(0);
 });

@@ -21,9 +21,12 @@ function hasFiles(e: DragEvent): boolean {
   return Array.from(e.dataTransfer?.types ?? []).includes('Files');
 }
 
-/** Names only a model package's files have: a drop with one of them is a package, wherever it lands. */
-const PACKAGE_FILE =
-  /(\.onnx|\.onnx[._]data|\.ort)$|^(tokenizer|tokenizer_config|config|genai_config|generation_config|inference_metadata)\.(json|ya?ml)$/i;
+/**
+ * Names that make a drop of files a package, wherever it lands: a graph, or a layout's own manifest. A
+ * `config.json` or `tokenizer.json` alone is not a package (none loads without its graph): in the chat, it is a file
+ * to ask about.
+ */
+const PACKAGE_FILE = /(\.onnx|\.ort)$|^(genai_config\.json|inference_metadata\.ya?ml)$/i;
 
 /** Files (no folder) that are not a package's: in the chat, they go with the message, as on the message box. */
 function looseFiles(dt: DataTransfer): boolean {
