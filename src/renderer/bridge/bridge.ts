@@ -22,6 +22,7 @@ import type {
 } from '../../shared/api';
 import type { GenerateRequest, SamplingSettings, ToolCall } from '../../shared/contract';
 import type { ErrorInfo, Result } from '../../shared/errors';
+import { drafts } from '../lib/drafts';
 import { autoRunCalls, chatTools, MAX_AUTO_ROUNDS, SKIPPED_ANSWER, toolKey } from '../lib/mcp-tools';
 import { mergeThread } from '../lib/merge-thread';
 import { blank, carriedSettings, chatSetup } from '../lib/presets';
@@ -210,6 +211,11 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
    */
   const pageId = `page-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 10)}`;
 
+  /** The drafts of chats that are no longer here go (a chat's draft lives as long as the chat). */
+  function forgetDrafts(): void {
+    drafts().keepOnly(new Set(s().threads.map((t) => t.id)));
+  }
+
   function notify(text: string): void {
     s().setNotice(text);
   }
@@ -349,12 +355,19 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     s().receiveThread(live && local ? mergeThread(thread, local, new Set([live])) : thread);
   });
   api.on('threadDeleted', ({ id }) => {
-    if (!s().threads.some((t) => t.id === id)) return;
+    const gone = s().threads.find((t) => t.id === id);
+    if (!gone) return;
+    const wasOpen = s().activeThreadId === id;
     // Deleted elsewhere: a reply this page writes in it stops, and nothing of it is saved again.
     stop(id);
     endStreamSaves(id);
     s().removeThread(id);
     sessionModel.delete(id);
+    forgetDrafts();
+    // The chat open here: another takes its place, which the person must not take for it.
+    if (wasOpen) {
+      notify(`The chat “${gone.title}” you had open was deleted in another window or tab.`);
+    }
   });
 
   async function refreshHostState(replaceSnapshot: boolean): Promise<void> {
@@ -385,6 +398,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     if (threads.ok) {
       s().loadThreads(threads.value, ui.lastThreadId);
       for (const t of threads.value) if (t.modelId) sessionModel.set(t.id, t.modelId);
+      forgetDrafts();
       restoreModel(s().activeThreadId);
     } else {
       notify(`Could not read saved chats: ${threads.error.message}`);
@@ -1058,6 +1072,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       endStreamSaves(id);
       s().removeThread(id);
       sessionModel.delete(id);
+      forgetDrafts();
       // The host also closes the thread's session, giving its retained KV back to the budget.
       void api.invoke('deleteThread', { id }).then((r) => report('Could not delete the chat', r));
       rememberOpen(s().activeThreadId);

@@ -8,6 +8,7 @@ import type { Attachment, Thread } from '../../shared/api';
 import type { SearchDefaults } from '../../shared/model-spec';
 import { useApp, useBridge } from '../bridge/context';
 import { attachmentBytes, attachmentFrom, MAX_ATTACHMENTS } from '../lib/attachments';
+import { drafts } from '../lib/drafts';
 import { formatBytes } from '../lib/format';
 import { DraftMeasure } from './DraftMeasure';
 import { FileIcon, PaperclipIcon } from './Icons';
@@ -123,11 +124,14 @@ export function Composer({ threadId }: { threadId: string | null }) {
     })),
   );
   const noModel = useApp((s) => s.models.length === 0);
+  // The connection to the host lost (serve stopped, the network): a message sent now would fail; it stays here.
+  const offline = useApp((s) => s.connection === 'reconnecting');
   // The model replies go to: what the chat's settings leave to it.
   const search = useApp((s) => s.models.find((m) => m.id === s.activeModelId)?.spec.search);
   const line = summary(thread, search);
-  const [text, setText] = useState('');
-  const [files, setFiles] = useState<Attachment[]>([]);
+  // Each chat's own draft (text and files): opening another chat shows that one's.
+  const [text, setText] = useState(() => drafts().get(threadId).text);
+  const [files, setFiles] = useState<Attachment[]>(() => drafts().get(threadId).files);
   const [fileError, setFileError] = useState<string | null>(null);
   const [open, setOpen] = useState(false);
   /** Presets applied: the settings panel starts over to show their values. */
@@ -160,10 +164,31 @@ export function Composer({ threadId }: { threadId: string | null }) {
   }, []);
   const fileInput = useRef<HTMLInputElement>(null);
   /** Files attached or being read. */
-  const slots = useRef(0);
+  const slots = useRef(files.length);
+  /** The chat whose draft the box shows. */
+  const shownFor = useRef(threadId);
+  useLayoutEffect(() => {
+    const was = shownFor.current;
+    if (was === threadId) return;
+    shownFor.current = threadId;
+    let next = drafts().get(threadId);
+    // The chat made for what was typed before there was one (a first start) takes it.
+    if (was === null && next.text === '' && next.files.length === 0) {
+      next = drafts().get(null);
+      drafts().set(null, { text: '', files: [] });
+      drafts().set(threadId, next);
+    }
+    setText(next.text);
+    setFiles(next.files);
+    slots.current = next.files.length;
+    setFileError(null);
+  }, [threadId]);
+  useEffect(() => {
+    drafts().set(shownFor.current, { text, files });
+  }, [text, files]);
 
   const send = () => {
-    if ((!text.trim() && files.length === 0) || streaming) return;
+    if ((!text.trim() && files.length === 0) || streaming || offline) return;
     // Not sent now (a tool of the chat still runs: the notice says so): the text and files stay.
     if (!bridge.send(text, files)) return;
     setText('');
@@ -241,6 +266,11 @@ export function Composer({ threadId }: { threadId: string | null }) {
         </div>
       )}
       {thread && <ThreadModelNote thread={thread} />}
+      {offline && (
+        <div className="model-note" role="status" data-testid="offline-note">
+          kvdesk cannot be reached (reconnecting…): what you write stays here; send it once the connection is back.
+        </div>
+      )}
       {fileError && (
         <div className="refusal failed" role="alert" data-testid="attachment-error">
           {fileError}
@@ -299,9 +329,9 @@ export function Composer({ threadId }: { threadId: string | null }) {
             type="button"
             className="primary"
             data-testid="send-button"
-            disabled={!text.trim() && files.length === 0}
+            disabled={(!text.trim() && files.length === 0) || offline}
             onClick={send}
-            title="Send (Enter)"
+            title={offline ? 'kvdesk cannot be reached: your message stays here until it is back' : 'Send (Enter)'}
           >
             Send
           </button>

@@ -1,0 +1,115 @@
+/**
+ * What the person is writing stays with its chat: each chat keeps its own draft (through a reload too), a chat
+ * deleted in another tab takes its draft with it and says so, and while the host cannot be reached the message
+ * waits in the box instead of failing.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { expect, type Page } from '@playwright/test';
+import { lastReply, newChat, send, setSettings, test } from './fixtures';
+import { startServe } from './serve';
+
+const threadRow = (page: Page, id: string) => page.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`);
+
+async function open(page: Page, id: string): Promise<void> {
+  await threadRow(page, id).click();
+  await expect(page.getByTestId('chat-view')).toHaveAttribute('data-thread-id', id);
+}
+
+test("each chat keeps its own draft: another chat's box is its own, Enter there sends nothing of this one", async ({
+  app: page,
+}) => {
+  const a = await newChat(page);
+  await setSettings(page, { maxNewTokens: 2 });
+  await send(page, 'first turn of A');
+  await expect(lastReply(page)).toHaveAttribute('data-state', /done|error/);
+  const input = page.getByTestId('chat-input');
+  await input.fill('half a thought meant for A');
+  const b = await newChat(page);
+  await expect(input).toHaveValue('');
+  await input.fill('draft of B');
+  await open(page, a);
+  await expect(input).toHaveValue('half a thought meant for A');
+  await open(page, b);
+  await expect(input).toHaveValue('draft of B');
+  // Enter in B sends B's draft, nothing of A's.
+  await input.clear();
+  await open(page, a);
+  await open(page, b);
+  await expect(input).toHaveValue('');
+  await input.press('Enter');
+  await expect(page.getByTestId('message-user')).toHaveCount(0);
+
+  // A reload keeps the drafts (the page's storage), and a sent draft is gone from it.
+  await open(page, a);
+  await page.reload();
+  await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+  await open(page, a);
+  await expect(input).toHaveValue('half a thought meant for A');
+  await input.press('Enter');
+  await expect(page.getByTestId('message-user')).toHaveCount(2);
+  await expect(input).toHaveValue('');
+  await expect(lastReply(page)).toHaveAttribute('data-state', /done|error/);
+  await page.reload();
+  await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+  await open(page, a);
+  await expect(input).toHaveValue('');
+});
+
+test('the open chat deleted in another tab: this tab says so, and its draft does not move to the next chat', async ({
+  app: page,
+}) => {
+  // Chats with a turn (an untouched new chat is not saved, so the other tab would not list it).
+  const keep = await newChat(page);
+  await setSettings(page, { maxNewTokens: 2 });
+  await send(page, 'the chat that stays');
+  await expect(lastReply(page)).toHaveAttribute('data-state', /done|error/);
+  const doomed = await newChat(page);
+  await send(page, 'the chat that goes');
+  await expect(lastReply(page)).toHaveAttribute('data-state', /done|error/);
+  await page.getByTestId('chat-input').fill('draft of the chat about to go');
+  const other = await page.context().newPage();
+  await other.goto(page.url());
+  await expect(other.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+  const row = threadRow(other, doomed);
+  await row.hover();
+  await row.getByTestId('thread-delete').click();
+  await row.getByTestId('thread-delete').click();
+  await expect(row).toHaveCount(0);
+  await expect(page.getByTestId('notice')).toContainText('was deleted in another window or tab');
+  await expect(page.getByTestId('chat-view')).not.toHaveAttribute('data-thread-id', doomed);
+  await expect(page.getByTestId('chat-input')).toHaveValue('');
+  await open(page, keep);
+  await expect(page.getByTestId('chat-input')).toHaveValue('');
+  await other.close();
+});
+
+test('with the host out of reach the message waits in the box, and goes once the host is back', async ({ page }) => {
+  const dataDir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-e2e-offline-'));
+  let server = await startServe([], 90_000, undefined, dataDir);
+  const port = new URL(server.url).port;
+  const restart = () => startServe(['--port', port], 90_000, undefined, dataDir);
+  try {
+    await page.goto(server.url);
+    await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+    await newChat(page);
+    await setSettings(page, { maxNewTokens: 2 });
+    await server.stop();
+    await expect(page.getByTestId('offline-note')).toContainText('kvdesk cannot be reached');
+    const input = page.getByTestId('chat-input');
+    await input.fill('written while the host was away');
+    await expect(page.getByTestId('send-button')).toBeDisabled();
+    await input.press('Enter');
+    await expect(page.getByTestId('message-user')).toHaveCount(0);
+    await expect(input).toHaveValue('written while the host was away');
+    server = await restart();
+    await expect(page.getByTestId('offline-note')).toHaveCount(0, { timeout: 30_000 });
+    await input.press('Enter');
+    await expect(page.getByTestId('message-user')).toHaveText(/written while the host was away/);
+    await expect(lastReply(page)).toHaveAttribute('data-state', 'done');
+  } finally {
+    await server.stop();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+});

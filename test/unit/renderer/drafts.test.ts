@@ -1,0 +1,83 @@
+import { describe, expect, it } from 'vitest';
+import { DRAFTS_KEY, type DraftStorage, Drafts, MAX_DRAFTS } from '../../../src/renderer/lib/drafts';
+
+function memoryStorage(initial?: string): DraftStorage & { raw(): string | null } {
+  let value: string | null = initial ?? null;
+  return {
+    getItem: (key) => (key === DRAFTS_KEY ? value : null),
+    setItem: (key, v) => {
+      if (key === DRAFTS_KEY) value = v;
+    },
+    raw: () => value,
+  };
+}
+
+const file = { name: 'notes.txt', text: 'hello' };
+
+describe('per-chat drafts', () => {
+  it("keeps each chat's text and files apart; the texts outlive the page, the files do not", () => {
+    const storage = memoryStorage();
+    const d = new Drafts(storage);
+    d.set('a', { text: 'for a', files: [file] });
+    d.set('b', { text: 'for b', files: [] });
+    expect(d.get('a')).toEqual({ text: 'for a', files: [file] });
+    expect(d.get('b')).toEqual({ text: 'for b', files: [] });
+    expect(d.get('c')).toEqual({ text: '', files: [] });
+    const again = new Drafts(storage);
+    expect(again.get('a')).toEqual({ text: 'for a', files: [] });
+    expect(again.get('b').text).toBe('for b');
+  });
+
+  it('an emptied draft is forgotten, in storage too', () => {
+    const storage = memoryStorage();
+    const d = new Drafts(storage);
+    d.set('a', { text: 'x', files: [file] });
+    d.set('a', { text: '', files: [] });
+    expect(d.get('a')).toEqual({ text: '', files: [] });
+    expect(JSON.parse(storage.raw() ?? '{}')).toEqual({});
+  });
+
+  it('keeps the most recently written drafts when there are too many', () => {
+    const storage = memoryStorage();
+    const d = new Drafts(storage);
+    for (let i = 0; i <= MAX_DRAFTS; i++) d.set(`t${i}`, { text: `draft ${i}`, files: [] });
+    // t0 was written first; writing it again would have made it the newest.
+    expect(d.get('t0').text).toBe('');
+    expect(d.get('t1').text).toBe('draft 1');
+    expect(Object.keys(JSON.parse(storage.raw() ?? '{}'))).toHaveLength(MAX_DRAFTS);
+    d.set('t1', { text: 'draft 1 again', files: [] });
+    d.set('new', { text: 'newest', files: [] });
+    expect(d.get('t1').text).toBe('draft 1 again');
+    expect(d.get('t2').text).toBe('');
+  });
+
+  it('forgets the drafts of chats that are gone, not the one written before there was a chat', () => {
+    const storage = memoryStorage();
+    const d = new Drafts(storage);
+    d.set('a', { text: 'a', files: [file] });
+    d.set('gone', { text: 'g', files: [file] });
+    d.set(null, { text: 'before any chat', files: [] });
+    d.keepOnly(new Set(['a']));
+    expect(d.get('gone')).toEqual({ text: '', files: [] });
+    expect(d.get('a').files).toEqual([file]);
+    expect(d.get(null).text).toBe('before any chat');
+    expect(Object.keys(JSON.parse(storage.raw() ?? '{}')).sort()).toEqual(['', 'a']);
+  });
+
+  it('stored drafts that cannot be read are no drafts (never an error), and a storage that refuses is no loss', () => {
+    for (const raw of ['not json', '[1,2]', 'null', '{"a": 3, "b": "kept"}']) {
+      const d = new Drafts(memoryStorage(raw));
+      expect(d.get('a').text).toBe('');
+      if (raw.includes('kept')) expect(d.get('b').text).toBe('kept');
+    }
+    const refusing: DraftStorage = {
+      getItem: () => null,
+      setItem: () => {
+        throw new Error('QuotaExceededError');
+      },
+    };
+    const d = new Drafts(refusing);
+    d.set('a', { text: 'still here', files: [] });
+    expect(d.get('a').text).toBe('still here');
+  });
+});
