@@ -487,6 +487,37 @@ test('JSON schema: replies conform to the thread’s schema; one kvdesk cannot e
   await expect(app.getByTestId('settings-summary')).not.toContainText('JSON');
 });
 
+test('another tab opens the chat this one writes a reply in: it shows the reply on its way there, not interrupted, and sends nothing until it ends', async ({
+  app,
+}) => {
+  const id = await longReplyOnSlow(app);
+  await expect(lastReply(app)).toHaveAttribute('data-state', 'running');
+  // The reply's text so far is saved as it goes (every second): the other tab gets it with the chat.
+  await expect(lastReply(app).getByTestId('message-text')).not.toHaveText(/^\s*$/);
+  const other = await app.context().newPage();
+  try {
+    await openServer(other, slow);
+    await openChat(other, id);
+    const there = lastReply(other);
+    await expect(there).toHaveAttribute('data-state', 'elsewhere');
+    await expect(there.getByTestId('elsewhere-note')).toContainText('Being written in another window or tab');
+    await expect(there.getByTestId('interrupted-note')).toHaveCount(0);
+    await expect(there.getByTestId('regenerate')).toHaveCount(0);
+    await expect(there.getByTestId('continue')).toHaveCount(0);
+    await expect(other.getByTestId('elsewhere-busy-note')).toBeVisible();
+    await other.getByTestId('chat-input').fill('a question for later');
+    await expect(other.getByTestId('send-button')).toBeDisabled();
+    // Stopped there: here it is a stopped reply, and the message box sends again.
+    await app.getByTestId('stop-button').click();
+    await expect(lastReply(app)).toHaveAttribute('data-state', 'cancelled');
+    await expect(there).toHaveAttribute('data-state', 'cancelled');
+    await expect(other.getByTestId('elsewhere-busy-note')).toHaveCount(0);
+    await expect(other.getByTestId('send-button')).toBeEnabled();
+  } finally {
+    await other.close();
+  }
+});
+
 test('another tab renames a chat while this one writes a reply in it: the reply ends without undoing the rename', async ({
   app,
 }) => {

@@ -8,6 +8,7 @@ import type { Attachment, Thread } from '../../shared/api';
 import type { SearchDefaults } from '../../shared/model-spec';
 import { useApp, useBridge } from '../bridge/context';
 import { attachmentBytes, attachmentFrom, MAX_ATTACHMENTS } from '../lib/attachments';
+import { busyElsewhere } from '../lib/busy-elsewhere';
 import { drafts } from '../lib/drafts';
 import { formatBytes } from '../lib/format';
 import { DraftMeasure } from './DraftMeasure';
@@ -126,6 +127,10 @@ export function Composer({ threadId }: { threadId: string | null }) {
   const noModel = useApp((s) => s.models.length === 0);
   // The connection to the host lost (serve stopped, the network): a message sent now would fail; it stays here.
   const offline = useApp((s) => s.connection === 'reconnecting');
+  // Another window or tab writes this chat's reply: a turn sent now would be refused as busy.
+  const elsewhere = useApp(
+    (s) => threadId !== null && !streaming && busyElsewhere(s.snapshot, threadId, Object.values(s.live)),
+  );
   // The model replies go to: what the chat's settings leave to it.
   const search = useApp((s) => s.models.find((m) => m.id === s.activeModelId)?.spec.search);
   const line = summary(thread, search);
@@ -188,7 +193,7 @@ export function Composer({ threadId }: { threadId: string | null }) {
   }, [text, files]);
 
   const send = () => {
-    if ((!text.trim() && files.length === 0) || streaming || offline) return;
+    if ((!text.trim() && files.length === 0) || streaming || offline || elsewhere) return;
     // Not sent now (a tool of the chat still runs: the notice says so): the text and files stay.
     if (!bridge.send(text, files)) return;
     setText('');
@@ -271,6 +276,12 @@ export function Composer({ threadId }: { threadId: string | null }) {
           kvdesk cannot be reached (reconnecting…): what you write stays here; send it once the connection is back.
         </div>
       )}
+      {elsewhere && !offline && (
+        <div className="model-note" role="status" data-testid="elsewhere-busy-note">
+          A reply to this chat is being written in another window or tab: what you write stays here; send it once that
+          reply ends.
+        </div>
+      )}
       {fileError && (
         <div className="refusal failed" role="alert" data-testid="attachment-error">
           {fileError}
@@ -329,9 +340,15 @@ export function Composer({ threadId }: { threadId: string | null }) {
             type="button"
             className="primary"
             data-testid="send-button"
-            disabled={(!text.trim() && files.length === 0) || offline}
+            disabled={(!text.trim() && files.length === 0) || offline || elsewhere}
             onClick={send}
-            title={offline ? 'kvdesk cannot be reached: your message stays here until it is back' : 'Send (Enter)'}
+            title={
+              offline
+                ? 'kvdesk cannot be reached: your message stays here until it is back'
+                : elsewhere
+                  ? 'A reply to this chat is being written in another window or tab: send once it ends'
+                  : 'Send (Enter)'
+            }
           >
             Send
           </button>

@@ -8,6 +8,7 @@ import { useShallow } from 'zustand/react/shallow';
 import type { StoredMessage, TokenProbability } from '../../shared/api';
 import { useApp, useBridge } from '../bridge/context';
 import { attachmentBytes } from '../lib/attachments';
+import { busyElsewhere } from '../lib/busy-elsewhere';
 import { exactBytes, formatBytes, formatInteger, formatMs, formatRate } from '../lib/format';
 import { SKIPPED_ANSWER } from '../lib/mcp-tools';
 import { type QueueWait, queueWait } from '../lib/queue-wait';
@@ -572,7 +573,9 @@ function AssistantReply({ message, threadId, isLast }: { message: StoredMessage;
   const live = useApp((s) => s.live[message.id]);
   const [showTokens, setShowTokens] = useState(false);
   const probabilities = live ? undefined : message.probabilities;
-  const threadBusy = useApp((s) => Object.values(s.live).some((l) => l.threadId === threadId));
+  // Another window or tab writes this chat's next reply: what it saved so far is not interrupted.
+  const elsewhere = useApp((s) => isLast && busyElsewhere(s.snapshot, threadId, Object.values(s.live)));
+  const threadBusy = useApp((s) => Object.values(s.live).some((l) => l.threadId === threadId)) || elsewhere;
   // A thread now in JSON mode writes replies from their start: its replies are not continued.
   const jsonThread = useApp((s) => s.threads.find((t) => t.id === threadId)?.responseFormat === 'json');
   // While streaming, React may skip intermediate texts under load instead of parsing Markdown for each.
@@ -590,16 +593,19 @@ function AssistantReply({ message, threadId, isLast }: { message: StoredMessage;
     return before > 1 + (drop?.messages ?? 0);
   });
   const clipText = clip && !live ? clipNote(clip, stats?.finishReason, earlierTurns) : null;
-  const interrupted = !live && stats?.finishReason === INTERRUPTED;
+  const writtenElsewhere = !live && stats?.finishReason === INTERRUPTED && elsewhere;
+  const interrupted = !live && stats?.finishReason === INTERRUPTED && !elsewhere;
   const state = live
     ? live.phase
-    : stats?.error
-      ? 'error'
-      : stats?.finishReason === 'cancelled'
-        ? 'cancelled'
-        : interrupted
-          ? 'interrupted'
-          : 'done';
+    : writtenElsewhere
+      ? 'elsewhere'
+      : stats?.error
+        ? 'error'
+        : stats?.finishReason === 'cancelled'
+          ? 'cancelled'
+          : interrupted
+            ? 'interrupted'
+            : 'done';
   return (
     <div className="message assistant" data-testid="message-assistant" data-message-id={message.id} data-state={state}>
       <div className="who">
@@ -693,6 +699,12 @@ function AssistantReply({ message, threadId, isLast }: { message: StoredMessage;
       {cap && <CapNote cap={cap} />}
       {clipText && <ClipNote text={clipText} />}
       {drop && !stats?.error && <DropNote drop={drop} />}
+      {writtenElsewhere && (
+        <div className="note subtle" data-testid="elsewhere-note">
+          Being written in another window or tab: its text so far is shown, and the rest comes when it ends there (stop
+          it there).
+        </div>
+      )}
       {interrupted && (
         <div className="note subtle" data-testid="interrupted-note">
           Interrupted: the page was closed or reloaded while this reply was being written (its text so far is kept;
@@ -778,7 +790,10 @@ function UserMessage({ message, threadId }: { message: StoredMessage; threadId: 
   const { editing, threadBusy } = useApp(
     useShallow((s) => ({
       editing: s.editingMessageId === message.id,
-      threadBusy: Object.values(s.live).some((l) => l.threadId === threadId),
+      // Writing a reply here, or in another window or tab.
+      threadBusy:
+        Object.values(s.live).some((l) => l.threadId === threadId) ||
+        busyElsewhere(s.snapshot, threadId, Object.values(s.live)),
     })),
   );
   const setEditing = useApp((s) => s.setEditing);

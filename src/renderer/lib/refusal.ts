@@ -107,6 +107,18 @@ function explain(error: ErrorInfo, context: RefusalContext): RefusalView {
       };
     }
     case 'SESSION_INVALID':
+      // A turn sent while another of the chat was on its way (from this window or another tab): said in the
+      // chat's words, not the scheduler's session and request ids.
+      if (d && typeof d.state === 'string') {
+        return {
+          ...base,
+          message: `Another reply of this chat was still ${d.state === 'queued' ? 'waiting to start' : 'being written'} (in this window or another window or tab) when this turn was sent.`,
+          refused: true,
+          title: 'This chat is busy',
+          figures: [],
+          action: 'Once that reply has ended, send this again (regenerate).',
+        };
+      }
       return {
         ...base,
         refused: true,

@@ -17,6 +17,20 @@ describe('describeRefusal', () => {
     expect(byLabel.session).toBeUndefined(); // no earlier turns: not worth a figure
   });
 
+  it("SESSION_INVALID for a busy chat: in the chat's words, without the scheduler's ids", () => {
+    const v = describeRefusal({
+      code: 'SESSION_INVALID',
+      message: 'Session t-mx5q3dv4-4dnnle already has a running turn (401fdca2-1111). Wait for it or cancel it.',
+      detail: { sessionId: 't-mx5q3dv4-4dnnle', state: 'running', turnRequestId: '401fdca2-1111' },
+    });
+    expect(v.title).toBe('This chat is busy');
+    expect(v.message).toBe(
+      'Another reply of this chat was still being written (in this window or another window or tab) when this turn was sent.',
+    );
+    expect(v.message).not.toMatch(/t-mx5q3dv4|401fdca2/);
+    expect(v.action).toMatch(/once that reply has ended, send this again/i);
+  });
+
   it('CONTEXT_OVERFLOW: prompt vs context', () => {
     const v = describeRefusal({
       code: 'CONTEXT_OVERFLOW',

@@ -1,0 +1,37 @@
+import { describe, expect, it } from 'vitest';
+import { busyElsewhere } from '../../../src/renderer/lib/busy-elsewhere';
+import type { BudgetSnapshot } from '../../../src/shared/scheduler-types';
+
+/** Just the parts busyElsewhere reads. */
+function snapshot(parts: {
+  running?: string[];
+  queue?: string[];
+  waits?: string[];
+  perDevice?: boolean;
+}): BudgetSnapshot {
+  const device = {
+    running: (parts.running ?? []).map((threadId) => ({ threadId })),
+    queue: (parts.queue ?? []).map((threadId) => ({ threadId })),
+  };
+  return {
+    ...(parts.perDevice ? { running: [], queue: [] } : device),
+    devices: parts.perDevice ? [{ running: [], queue: [] }, device] : [],
+    reloadWaits: (parts.waits ?? []).map((threadId) => ({ threadId, requestId: 'r', modelId: 'm', since: 0 })),
+  } as unknown as BudgetSnapshot;
+}
+
+describe('busyElsewhere', () => {
+  it("a request of the chat that this page is not writing: running, queued, on any device, or waiting for its model's load", () => {
+    expect(busyElsewhere(snapshot({ running: ['t1'] }), 't1', [])).toBe(true);
+    expect(busyElsewhere(snapshot({ queue: ['t1'] }), 't1', [])).toBe(true);
+    expect(busyElsewhere(snapshot({ running: ['t1'], perDevice: true }), 't1', [])).toBe(true);
+    expect(busyElsewhere(snapshot({ waits: ['t1'] }), 't1', [])).toBe(true);
+    expect(busyElsewhere(snapshot({ running: ['t2'], queue: ['t3'], waits: ['t4'] }), 't1', [])).toBe(false);
+    expect(busyElsewhere(null, 't1', [])).toBe(false);
+  });
+
+  it('not when this page writes the reply itself', () => {
+    expect(busyElsewhere(snapshot({ running: ['t1'] }), 't1', [{ threadId: 't1' }])).toBe(false);
+    expect(busyElsewhere(snapshot({ running: ['t1'] }), 't1', [{ threadId: 't9' }])).toBe(true);
+  });
+});
