@@ -179,6 +179,8 @@ test('max running changes live: with one slot a second chat waits in the queue',
   const reason = lastReply(app).getByTestId('queued-reason');
   await expect(reason).toHaveAttribute('data-reason', 'slots');
   await expect(reason).toContainText('the one running slot is taken: it starts when a reply ends — stop one, or raise');
+  // The KV is not what it waits for (the budget has room): the note does not say so.
+  await expect(lastReply(app).getByTestId('queued-kv')).toHaveText('nothing is reserved yet');
   // With the inspector closed, the note opens it.
   await app.getByTestId('inspector-toggle').click();
   await reason.getByTestId('queued-open-inspector').click();

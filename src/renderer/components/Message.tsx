@@ -250,15 +250,18 @@ function LivePhase({ live }: { live: LiveReply }) {
   }
   if (live.phase === 'queued') {
     return (
-      <div className="phase" data-testid="queued-indicator">
+      <div className="phase queued-phase" data-testid="queued-indicator">
         <span className="spinner" />
         <span className="queued">queued</span>
         {wait && <span>position {wait.position + 1}</span>}
-        <span>
-          {live.fixedTokens !== undefined
-            ? `waiting for a static KV cache of ${formatInteger(live.fixedTokens)} positions to be free`
-            : `waiting for ${formatInteger((live.promptTokens ?? 0) + (live.maxNewTokens ?? 0))} tokens of KV to be free`}{' '}
-          — nothing is reserved yet
+        <span data-testid="queued-kv">
+          {/* What it waits for is KV only where the budget is why (not a running slot, not the requests ahead). */}
+          {wait && (wait.reason === 'slots' || wait.reason === 'behind')
+            ? ''
+            : live.fixedTokens !== undefined
+              ? `waiting for a static KV cache of ${formatInteger(live.fixedTokens)} positions to be free — `
+              : `waiting for ${formatInteger((live.promptTokens ?? 0) + (live.maxNewTokens ?? 0))} tokens of KV to be free — `}
+          nothing is reserved yet
         </span>
         {wait && <QueueReason wait={wait} />}
       </div>
