@@ -83,6 +83,8 @@ test('the open chat deleted in another tab: this tab says so, and its draft does
   await open(page, keep);
   await expect(page.getByTestId('chat-input')).toHaveValue('');
   await other.close();
+  // The notice goes by itself (10 s), not to sit over the window's controls for good.
+  await expect(page.getByTestId('notice')).toHaveCount(0, { timeout: 15_000 });
 });
 
 test('with the host out of reach the message waits in the box, and goes once the host is back', async ({ page }) => {

@@ -149,9 +149,21 @@ function useShortcuts(): void {
   }, [bridge, store]);
 }
 
+/** How long a notice stays (the connection's stays until it is back): it must not sit over the controls for good. */
+const NOTICE_MS = 10_000;
+
 function Notice() {
   const notice = useApp((s) => s.notice);
   const setNotice = useApp((s) => s.setNotice);
+  const offline = useApp((s) => s.connection === 'reconnecting');
+  const store = useAppStore();
+  useEffect(() => {
+    if (!notice || offline) return;
+    const timer = setTimeout(() => {
+      if (store.getState().notice === notice) setNotice(null);
+    }, NOTICE_MS);
+    return () => clearTimeout(timer);
+  }, [notice, offline, setNotice, store]);
   if (!notice) return null;
   return (
     <div className="notice" role="status" data-testid="notice">
