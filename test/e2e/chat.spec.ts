@@ -164,6 +164,8 @@ test('regenerate replaces the last reply and keeps the old one as a version; edi
   const list = await app.getByTestId('message-list').boundingBox();
   expect(label?.y).toBeGreaterThanOrEqual(list?.y ?? Number.POSITIVE_INFINITY);
   await app.getByTestId('edit-input').press('Escape');
+  // Esc closes the editor; the focus goes back to the message's edit button, not to the page.
+  await expect(lastUser.getByTestId('edit-message')).toBeFocused();
   await user.hover();
   await user.getByTestId('edit-message').click();
   await app.getByTestId('edit-input').fill('second question');

@@ -111,6 +111,11 @@ test.describe('model library', () => {
       await row('upload-llm').getByTestId('library-forget').click();
       await expect(row('upload-llm')).toHaveCount(1);
       expect(existsSync(uploadRoot)).toBe(true);
+      // The question takes the focus to its safe answer; Esc keeps the files, and the focus goes back to Delete.
+      await expect(row('upload-llm').getByTestId('library-delete-keep')).toBeFocused();
+      await page.keyboard.press('Escape');
+      await expect(row('upload-llm').getByTestId('library-forget')).toBeFocused();
+      await page.keyboard.press('Enter');
       await row('upload-llm').getByTestId('library-delete-confirm').click();
       await expect(rows).toHaveCount(0);
       expect(existsSync(uploadRoot)).toBe(false);

@@ -16,6 +16,13 @@ test('reload keeps the threads and reopens the last open thread', async ({ app }
   await app.getByTestId('thread-rename-input').fill('Beta renamed');
   await app.getByTestId('thread-rename-input').press('Enter');
   await expect(betaItem.getByTestId('thread-title')).toHaveText('Beta renamed');
+  // A rename ended from the keyboard leaves the focus on the chat (F2 and Esc too), not on the page.
+  await expect(betaItem.getByTestId('thread-title')).toBeFocused();
+  await app.keyboard.press('F2');
+  await expect(app.getByTestId('thread-rename-input')).toBeFocused();
+  await app.keyboard.press('Escape');
+  await expect(betaItem.getByTestId('thread-title')).toBeFocused();
+  await expect(betaItem.getByTestId('thread-title')).toHaveText('Beta renamed');
   await app.getByTestId('thread-list').locator(`[data-thread-id="${alpha}"]`).click();
   await expect(app.getByTestId('chat-view')).toHaveAttribute('data-thread-id', alpha);
 

@@ -2,7 +2,7 @@
  * The library: packages loaded before (remembered across restarts by the host), one compact row each, with
  * Load and Forget. A package whose folder is gone, or whose files no longer validate, says so and what to do.
  */
-import { useState } from 'react';
+import { useEffect, useRef, useState } from 'react';
 import { useShallow } from 'zustand/react/shallow';
 import type { LibraryEntry } from '../../shared/api';
 import { useApp, useBridge } from '../bridge/context';
@@ -16,6 +16,20 @@ function Row({ entry, busy }: { entry: LibraryEntry; busy: boolean }) {
   const snapshot = useApp((s) => s.snapshot);
   // Deleting an upload's files takes a second click.
   const [confirming, setConfirming] = useState(false);
+  // The focus follows the question: to Keep (the safe answer) when it is asked, back to Delete when kept; the
+  // button that had it is gone each time.
+  const forgetButton = useRef<HTMLButtonElement>(null);
+  const keepButton = useRef<HTMLButtonElement>(null);
+  const asked = useRef(false);
+  useEffect(() => {
+    if (confirming) {
+      asked.current = true;
+      keepButton.current?.focus();
+    } else if (asked.current) {
+      asked.current = false;
+      if (document.activeElement === document.body || document.activeElement === null) forgetButton.current?.focus();
+    }
+  }, [confirming]);
   const spec = entry.spec;
   const fit = spec ? modelFit(spec, false, snapshot?.devices ?? []).fit : null;
   const broken = entry.error !== undefined;
@@ -119,6 +133,7 @@ function Row({ entry, busy }: { entry: LibraryEntry; busy: boolean }) {
           <button
             type="button"
             data-testid="library-forget"
+            ref={forgetButton}
             disabled={busy}
             title={
               entry.uploaded
@@ -147,7 +162,15 @@ function Row({ entry, busy }: { entry: LibraryEntry; busy: boolean }) {
             >
               Delete
             </button>
-            <button type="button" onClick={() => setConfirming(false)}>
+            <button
+              type="button"
+              ref={keepButton}
+              data-testid="library-delete-keep"
+              onClick={() => setConfirming(false)}
+              onKeyDown={(e) => {
+                if (e.key === 'Escape') setConfirming(false);
+              }}
+            >
               Keep
             </button>
           </>

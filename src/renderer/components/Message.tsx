@@ -475,6 +475,12 @@ function EditBox({
   onSend: () => void;
 }) {
   const setEditing = useApp((s) => s.setEditing);
+  const editingId = useApp((s) => s.editingMessageId);
+  /** Closes the box without sending: the message's edit button takes the focus back. */
+  const cancel = () => {
+    editEnded = editingId;
+    setEditing(null);
+  };
   const box = useRef<HTMLTextAreaElement>(null);
   // Opened: the caret at the end of the text (where a change usually goes), and the whole box in view — its label
   // too, which a focus's own scroll would leave under the header.
@@ -503,13 +509,13 @@ function EditBox({
           }
           if (e.key === 'Escape') {
             e.stopPropagation();
-            setEditing(null);
+            cancel();
           }
         }}
       />
       {children}
       <div className="row">
-        <button type="button" onClick={() => setEditing(null)}>
+        <button type="button" onClick={cancel}>
           Cancel
         </button>
         <button
@@ -573,6 +579,7 @@ function AssistantMessage({
 function AssistantReply({ message, threadId, isLast }: { message: StoredMessage; threadId: string; isLast: boolean }) {
   const bridge = useBridge();
   const setEditing = useApp((s) => s.setEditing);
+  const editButton = useFocusAfterEdit(message.id, false);
   const live = useApp((s) => s.live[message.id]);
   const [showTokens, setShowTokens] = useState(false);
   const probabilities = live ? undefined : message.probabilities;
@@ -669,6 +676,7 @@ function AssistantReply({ message, threadId, isLast }: { message: StoredMessage;
                 type="button"
                 className="small"
                 data-testid="edit-reply"
+                ref={editButton}
                 title="Change the reply's text: later turns (and continue) go on from yours"
                 onClick={() => setEditing(message.id)}
               >
@@ -788,6 +796,20 @@ function BranchButton({ threadId, messageId }: { threadId: string; messageId: st
   );
 }
 
+/** The message whose edit box was just closed without sending: its edit button takes the focus back. */
+let editEnded: string | null = null;
+
+/** The edit button's ref: focused once the message's edit box closes (the box had the focus, now gone with it). */
+function useFocusAfterEdit(messageId: string, editing: boolean) {
+  const ref = useRef<HTMLButtonElement>(null);
+  useEffect(() => {
+    if (editing || editEnded !== messageId) return;
+    editEnded = null;
+    if (document.activeElement === document.body || document.activeElement === null) ref.current?.focus();
+  }, [editing, messageId]);
+  return ref;
+}
+
 function UserMessage({ message, threadId }: { message: StoredMessage; threadId: string }) {
   const bridge = useBridge();
   const { editing, threadBusy } = useApp(
@@ -800,6 +822,7 @@ function UserMessage({ message, threadId }: { message: StoredMessage; threadId: 
     })),
   );
   const setEditing = useApp((s) => s.setEditing);
+  const editButton = useFocusAfterEdit(message.id, editing);
   // What sending the edit takes away: every message after this one (their versions and edits with them).
   const later = useApp((s) => {
     if (!editing) return 0;
@@ -858,6 +881,7 @@ function UserMessage({ message, threadId }: { message: StoredMessage; threadId: 
               type="button"
               className="small"
               data-testid="edit-message"
+              ref={editButton}
               onClick={() => {
                 setDraft(message.content);
                 setEditing(message.id);

@@ -85,6 +85,14 @@ const ThreadItem = memo(function ThreadItem({
   );
   const [renaming, setRenaming] = useState<string | null>(null);
   const [confirmDelete, setConfirmDelete] = useState(false);
+  const titleRef = useRef<HTMLButtonElement>(null);
+  /** A rename ended from the keyboard (Enter, Esc): the focus goes back to the chat's title, not to the page. */
+  const refocusTitle = useRef(false);
+  useEffect(() => {
+    if (renaming !== null || !refocusTitle.current) return;
+    refocusTitle.current = false;
+    titleRef.current?.focus();
+  }, [renaming]);
   /** Deletes the chat; a focus that was on its button goes to the list's chat (not lost with the button). */
   const deleteKeepingFocus = (button: HTMLElement) => {
     const list = button.closest('ul');
@@ -115,9 +123,13 @@ const ThreadItem = memo(function ThreadItem({
           onChange={(e) => setRenaming(e.target.value)}
           onBlur={commit}
           onKeyDown={(e) => {
-            if (e.key === 'Enter') commit();
+            if (e.key === 'Enter') {
+              refocusTitle.current = true;
+              commit();
+            }
             if (e.key === 'Escape') {
               e.stopPropagation();
+              refocusTitle.current = true;
               setRenaming(null);
             }
           }}
@@ -145,6 +157,7 @@ const ThreadItem = memo(function ThreadItem({
         type="button"
         className="title"
         data-testid="thread-title"
+        ref={titleRef}
         tabIndex={tabbable ? 0 : -1}
         onFocus={() => onFocusItem(id)}
         onClick={() => {
