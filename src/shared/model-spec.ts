@@ -251,3 +251,9 @@ export function staticPositions(spec: Pick<ModelSpec, 'kv' | 'contextLength'>): 
   const capacity = shape[seqAxis ?? 1];
   return typeof capacity === 'number' ? capacity : spec.contextLength;
 }
+
+/** The start of the card's warning for a package whose chat template is not valid Jinja (every chat is refused). */
+export const BROKEN_TEMPLATE_WARNING = "The package's chat template is not valid Jinja";
+
+/** What a package's template that fails says to do (the window says it its own way, on the model's card). */
+export const FIX_PACKAGE_TEMPLATE = 'Fix the template or remove it to use the default ChatML template.';

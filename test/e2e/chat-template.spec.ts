@@ -4,11 +4,12 @@
  * a <think> in it makes the model a thinking one, the library keeps it across a page reload, a template that does
  * not render is refused with Jinja's complaint and the model keeps the one it had, and "the package's" goes back.
  */
-import { cpSync, mkdtempSync, rmSync } from 'node:fs';
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { expect, test } from '@playwright/test';
 import { defaultModelDir } from '../helpers/fixtures';
+import { wsCall } from './fixtures';
 import { type ServeHandle, startServe } from './serve';
 
 let server: ServeHandle;
@@ -138,4 +139,38 @@ test("a card's chat template of one's own: loaded with, kept, refused when broke
   await expect(text).toHaveValue(/<\|im_start\|>/);
   expect(await promptTokens()).toBe(packaged);
   expect(errors).toEqual([]);
+});
+
+test("a package whose own chat template is not valid Jinja: its card says chats are refused, and the chat's refusal gives the advice once", async ({
+  page,
+}) => {
+  const broken = path.join(root, 'broken-template');
+  cpSync(defaultModelDir, broken, { recursive: true });
+  const configFile = path.join(broken, 'tokenizer_config.json');
+  const config = JSON.parse(readFileSync(configFile, 'utf8')) as Record<string, unknown>;
+  writeFileSync(configFile, JSON.stringify({ ...config, chat_template: '{% for m in messages %}{{ m.content }' }));
+  const loaded = (await wsCall(server, 'loadModel', { path: broken })) as { ok: boolean };
+  expect(loaded.ok).toBe(true);
+  try {
+    await page.goto(server.url);
+    await page.getByTestId('models-toggle').click();
+    const card = page.locator('[data-testid="loaded-model-card"][data-model-id="broken-template"]');
+    // It fits the budget, and still no chat can run on it: the head of the card says both.
+    await expect(card.getByTestId('fit-badge')).toBeVisible();
+    await expect(card.getByTestId('template-broken-badge')).toHaveText('chats refused: template');
+    await expect(card).toContainText('"chat template" on this model\'s card');
+    await page.getByTestId('models-toggle').click();
+    await page.getByTestId('new-thread').click();
+    await page.getByTestId('model-picker').selectOption('broken-template');
+    await page.getByTestId('chat-input').fill('Hi');
+    await page.getByTestId('chat-input').press('Enter');
+    const refusal = page.getByTestId('message-assistant').last().getByTestId('refusal');
+    await expect(refusal).toContainText('is not a valid Jinja template');
+    await expect(refusal).toContainText('Give the model another chat template in its card');
+    // The advice once (the host's own sentence for the CLI goes), and one full stop after Jinja's sentence.
+    await expect(refusal).not.toContainText('Fix the template or remove it');
+    expect((await refusal.textContent()) ?? '').not.toContain('..');
+  } finally {
+    await wsCall(server, 'unloadModel', { id: 'broken-template' });
+  }
 });

@@ -5,7 +5,7 @@
  */
 import type { ChatMessage } from '../../shared/contract';
 import { KvdeskError } from '../../shared/errors';
-import type { ModelSpec } from '../../shared/model-spec';
+import { BROKEN_TEMPLATE_WARNING, type ModelSpec } from '../../shared/model-spec';
 import { reasoningOf } from '../../shared/reasoning';
 import { renderChatTemplate, templateSyntaxError } from '../tokenizer/chat-template';
 
@@ -59,7 +59,7 @@ export function withChatTemplate(spec: ModelSpec, template: string): ModelSpec {
   return {
     ...rest,
     // The package's own template no longer matters (it may not even parse).
-    warnings: spec.warnings.filter((w) => !w.startsWith(BROKEN_PACKAGE_TEMPLATE)),
+    warnings: spec.warnings.filter((w) => !w.startsWith(BROKEN_TEMPLATE_WARNING)),
     chatTemplate: template,
     chatTemplateEdited: true,
     ...(reasoning ? { reasoning } : {}),
@@ -67,7 +67,6 @@ export function withChatTemplate(spec: ModelSpec, template: string): ModelSpec {
 }
 
 /** How a package's warning about its own broken chat template begins (a template of the person's replaces it). */
-const BROKEN_PACKAGE_TEMPLATE = "The package's chat template is not valid Jinja";
 
 /**
  * The spec with its package's own chat template checked: one that is not valid Jinja is a warning on the card
@@ -75,12 +74,12 @@ const BROKEN_PACKAGE_TEMPLATE = "The package's chat template is not valid Jinja"
  */
 export function checkedTemplate(spec: ModelSpec): ModelSpec {
   const broken = spec.chatTemplate === undefined ? undefined : templateSyntaxError(spec.chatTemplate);
-  if (broken === undefined || spec.warnings.some((w) => w.startsWith(BROKEN_PACKAGE_TEMPLATE))) return spec;
+  if (broken === undefined || spec.warnings.some((w) => w.startsWith(BROKEN_TEMPLATE_WARNING))) return spec;
   return {
     ...spec,
     warnings: [
       ...spec.warnings,
-      `${BROKEN_PACKAGE_TEMPLATE} (${broken}): chats are refused until it is fixed. Give the model another chat template (in its card in the window; --chat-template FILE in the CLI), or fix chat_template in the package; completions work.`,
+      `${BROKEN_TEMPLATE_WARNING} (${broken}): chats are refused until it is fixed. Give the model another chat template (in the window: "chat template" on this model's card; in the CLI: --chat-template FILE), or fix chat_template in the package; completions work.`,
     ],
   };
 }
@@ -109,7 +108,7 @@ export function differsOnlyInTemplate(a: ModelSpec, b: ModelSpec): boolean {
         .filter(([key, value]) => !TEMPLATE_FIELDS.has(key) && value !== undefined)
         .map(([key, value]) =>
           key === 'warnings'
-            ? [key, (value as string[]).filter((w) => !w.startsWith(BROKEN_PACKAGE_TEMPLATE))]
+            ? [key, (value as string[]).filter((w) => !w.startsWith(BROKEN_TEMPLATE_WARNING))]
             : [key, value],
         )
         .sort(([x], [y]) => (x < y ? -1 : 1)),

@@ -1,5 +1,6 @@
 import { Interpreter, Template } from '@huggingface/jinja';
 import { KvdeskError } from '../../shared/errors';
+import { FIX_PACKAGE_TEMPLATE } from '../../shared/model-spec';
 import { isHarmonyTemplate } from '../../shared/reasoning';
 import type { TextTokenizer } from './text-tokenizer';
 
@@ -66,8 +67,6 @@ export const TEMPLATE_LIMITS: TemplateLimits = { ms: 1000, chars: 16 * 1024 * 10
  */
 export const DEFAULT_CHAT_TEMPLATE =
   "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
-
-const FIX_PACKAGE_TEMPLATE = 'Fix the template or remove it to use the default ChatML template.';
 
 // The library declares raise_exception itself and refuses to let render() redeclare it, so calls
 // are renamed in the parsed template to tell "the template rejects this conversation" (a request
@@ -189,14 +188,14 @@ export function renderChatTemplate(template: string, messages: ChatMessage[], op
     if (err instanceof TemplateOverLimit) {
       throw new KvdeskError(
         'PACKAGE_INVALID',
-        `The ${source} did not finish rendering: ${err.message}. ${opts.fix ?? FIX_PACKAGE_TEMPLATE}`,
+        `The ${source} did not finish rendering: ${errorMessage(err)}. ${opts.fix ?? FIX_PACKAGE_TEMPLATE}`,
         { source },
       );
     }
     if (err instanceof TemplateRaised) {
       throw new KvdeskError(
         'BAD_REQUEST',
-        `The ${source} rejected this conversation: ${err.message}. Change the messages to the form this model expects.`,
+        `The ${source} rejected this conversation: ${errorMessage(err)}. Change the messages to the form this model expects.`,
         { source },
       );
     }
@@ -396,6 +395,7 @@ function renameIdentifier(node: unknown, from: string, to: string, seen = new Se
   for (const child of Object.values(record)) renameIdentifier(child, from, to, seen);
 }
 
+/** The error's message as a clause: its own closing full stop goes (the sentence around it has one). */
 function errorMessage(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
+  return (err instanceof Error ? err.message : String(err)).replace(/[.\s]+$/, '');
 }

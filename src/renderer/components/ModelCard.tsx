@@ -3,7 +3,7 @@ import { type ReactNode, useEffect, useRef, useState } from 'react';
 import type { LoadModelRequest, ModelInfo } from '../../shared/api';
 import { backendName } from '../../shared/devices';
 import { formatDuration } from '../../shared/duration';
-import { type ModelSpec, staticPositions } from '../../shared/model-spec';
+import { BROKEN_TEMPLATE_WARNING, type ModelSpec, staticPositions } from '../../shared/model-spec';
 import { reasoningWhere } from '../../shared/reasoning';
 import { useApp, useBridge } from '../bridge/context';
 import { FIT_CONCURRENCY, fitClass, fitLabel, modelFit } from '../lib/fit';
@@ -386,6 +386,16 @@ export function ModelCard({
             title={fit.explanation}
           >
             {fitLabel(fit.level)}
+          </span>
+        )}
+        {/* It fits, yet no chat can run on it: the card's head says so beside the fit. */}
+        {spec.warnings.some((w) => w.startsWith(BROKEN_TEMPLATE_WARNING)) && (
+          <span
+            className="badge warn"
+            data-testid="template-broken-badge"
+            title="Its chat template is not valid Jinja: every chat is refused until it has another (the chat template below)"
+          >
+            chats refused: template
           </span>
         )}
       </div>

@@ -3,6 +3,7 @@
  * the numbers behind it, and the one thing a person can do about it.
  */
 import type { ErrorInfo } from '../../shared/errors';
+import { FIX_PACKAGE_TEMPLATE } from '../../shared/model-spec';
 import { formatBytes, formatInteger } from './format';
 
 export interface RefusalFigure {
@@ -158,14 +159,16 @@ function explain(error: ErrorInfo, context: RefusalContext): RefusalView {
       // The host's sentence says what was wrong: the same request again would fail the same way.
       return { ...base, refused: false, title: 'Failed (BAD_REQUEST)', figures: [], action: '' };
     case 'PACKAGE_INVALID':
-      // The package itself (its chat template, mostly): sending again fails the same way.
+      // The package itself (its chat template, mostly): sending again fails the same way. The host's own advice
+      // for a template goes: the action says what to do in the window.
       return {
         ...base,
+        message: error.message.replace(` ${FIX_PACKAGE_TEMPLATE}`, ''),
         refused: false,
         title: "The model's package cannot make this reply",
         figures: [],
         action: /chat template|chat_template/i.test(error.message)
-          ? "Give the model another chat template in its card (Models → the model's chat template), or fix the package's."
+          ? "Give the model another chat template in its card (Models → the model's chat template), or fix the package's (or remove it: the default ChatML template is then used)."
           : '',
       };
     default:

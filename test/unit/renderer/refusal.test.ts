@@ -96,10 +96,15 @@ describe('describeRefusal', () => {
   it('a package\'s broken chat template: no "Try again" (it would fail the same way), the card\'s template instead', () => {
     const r = describeRefusal({
       code: 'PACKAGE_INVALID',
-      message: 'The tokenizer_config.json field chat_template is not a valid Jinja template: Parser Error: …',
+      message:
+        'The tokenizer_config.json field chat_template is not a valid Jinja template: Parser Error: …. Fix the template or remove it to use the default ChatML template.',
     });
     expect(r.title).toBe("The model's package cannot make this reply");
     expect(r.action).toMatch(/another chat template in its card/);
+    // Its advice once: the host's own sentence (for the CLI and the API) goes.
+    expect(r.message).toBe(
+      'The tokenizer_config.json field chat_template is not a valid Jinja template: Parser Error: ….',
+    );
     expect(describeRefusal({ code: 'PACKAGE_INVALID', message: 'tokenizer.json is missing' }).action).toBe('');
   });
 

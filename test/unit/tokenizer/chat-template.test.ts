@@ -56,6 +56,9 @@ describe('renderChatTemplate', () => {
     expect(err.code).toBe('PACKAGE_INVALID');
     expect(err.message).toContain(SOURCE);
     expect(err.message).toContain('Expected closing expression token');
+    // One full stop between the parser's sentence and the advice (the parser ends its own with one).
+    expect(err.message).not.toContain('..');
+    expect(err.message).toMatch(/CloseExpression\. Fix the template/);
     expect(err.detail).toEqual({ source: SOURCE });
   });
 
