@@ -398,13 +398,26 @@ test('a number not taken says why beside its field, and the focus goes where the
   await field.fill('0');
   await field.blur();
   expect(await field.evaluate((el) => (el as unknown as { validationMessage: string }).validationMessage)).toMatch(
-    /at least 1/,
+    /from 1 to 1,000,000/,
   );
-  await expect(app.getByTestId('setting-error-maxNewTokens')).toHaveText(/at least 1 .*: not taken$/);
+  await expect(app.getByTestId('setting-error-maxNewTokens')).toHaveText(/from 1 to 1,000,000 .*: not taken$/);
   await expect(field).toHaveAttribute('aria-invalid', 'true');
   // The field's name stays its label; the refusal is its description.
   await expect(field).toHaveAccessibleName('max tokens');
-  await expect(field).toHaveAccessibleDescription(/^a whole number of tokens, at least 1 .*: not taken$/);
+  await expect(field).toHaveAccessibleDescription(/^a whole number of tokens from 1 to 1,000,000 .*: not taken$/);
+  // Over the top: the same words, with the top named (it is not "at least 1" that was wrong).
+  await field.fill('99999999');
+  await field.blur();
+  await expect(app.getByTestId('setting-error-maxNewTokens')).toHaveText(/from 1 to 1,000,000 .*: not taken$/);
+  // A field without a top says "or more", not "∞".
+  const topK = app.getByTestId('setting-topK');
+  await topK.fill('-3');
+  await topK.blur();
+  await expect(app.getByTestId('setting-error-topK')).toHaveText('a whole number, 0 or more: not taken');
+  await topK.fill('');
+  await topK.blur();
+  await field.fill('0');
+  await field.blur();
   await expect(app.getByTestId('settings-summary')).not.toContainText('max 0');
   // A temperature out of range, then a click elsewhere: the click's field gets the focus and what is typed (the
   // browser's own validity bubble would pull the focus back to the bad field).

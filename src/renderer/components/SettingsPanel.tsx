@@ -482,6 +482,14 @@ function ToolsSetting({ thread }: { thread: Thread }) {
   );
 }
 
+/** What a number field takes, in words: "between 0 and 1", "a whole number, 0 or more". */
+function allowedRange(f: { min: number; max?: number; int?: boolean }): string {
+  const n = (x: number) => (Number.isInteger(x) ? formatInteger(x) : String(x));
+  const whole = f.int ? 'a whole number' : '';
+  if (f.max === undefined) return whole ? `${whole}, ${n(f.min)} or more` : `${n(f.min)} or more`;
+  return `${whole ? `${whole} ` : ''}between ${n(f.min)} and ${n(f.max)}`;
+}
+
 export function SettingsPanel({ thread, presets }: { thread: Thread; presets: PresetProps }) {
   const bridge = useBridge();
   const [errors, check, editing] = useFieldErrors();
@@ -525,7 +533,7 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
               onChange={(e) => editing(f.key, e.target)}
               onBlur={(e) => {
                 const v = readNumber(e.target.value, f);
-                check(f.key, e.target, v === null ? `between ${f.min} and ${f.max ?? '∞'}` : null);
+                check(f.key, e.target, v === null ? allowedRange(f) : null);
                 if (v !== null && v !== sampling[f.key]) setSampling(f.key, v);
               }}
             />
@@ -549,7 +557,9 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
               check(
                 'maxNewTokens',
                 e.target,
-                v === null ? 'a whole number of tokens, at least 1 (empty: the model default)' : null,
+                v === null
+                  ? `a whole number of tokens from 1 to ${formatInteger(1_000_000)} (a reply also ends where the context does; empty: the model default)`
+                  : null,
               );
               if (v !== null && v !== thread.maxNewTokens) bridge.updateThreadSettings(thread.id, { maxNewTokens: v });
             }}
