@@ -75,6 +75,7 @@ const calls: CallMethods = {
   saveThread: bind('saveThread'),
   deleteThread: bind('deleteThread'),
   getSettings: bind('getSettings'),
+  dataProblems: bind('dataProblems'),
   saveSettings: bind('saveSettings'),
   measurePrompt: bind('measurePrompt'),
   apiServerStatus: bind('apiServerStatus'),

@@ -459,6 +459,8 @@ export const CallSchemas = {
   saveThread: Thread.extend({ savedBy: z.string().min(1).max(100).optional() }),
   deleteThread: Id,
   getSettings: Empty,
+  /** The files of the data directory kvdesk could not use (each named, with what was done and what to do). */
+  dataProblems: Empty,
   saveSettings: UiSettings,
   /** A generation request's prompt, measured without running it (the composer's token count). */
   measurePrompt: GenerateRequest,
@@ -510,6 +512,7 @@ export interface CallResponses {
   saveThread: null;
   deleteThread: null;
   getSettings: UiSettings;
+  dataProblems: string[];
   saveSettings: null;
   measurePrompt: PromptMeasure;
   apiServerStatus: ApiServerStatus;

@@ -5,7 +5,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { lstat, mkdir, open, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdir, open, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import {
   type ApiServerRequest,
@@ -213,13 +213,13 @@ function inFolder(err: unknown, staging: string, name: string): unknown {
 /** Creates the host API and loads the default model (a failure there is logged, never fatal). */
 export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
   const { runner } = opts;
-  const store = new ThreadStore(opts.dataDir);
   /** Chats deleted while this host runs: a late save of one is refused. */
   const deletedThreads = new Set<string>();
   const apiServer = opts.apiServer ?? NO_API_SERVER;
   const limits: UploadLimits = { ...DEFAULT_UPLOAD_LIMITS, ...opts.uploadLimits };
   const libraryDir = path.join(opts.dataDir, 'models');
   const log = opts.log ?? ((line: string) => process.stderr.write(`${line}\n`));
+  const store = new ThreadStore(opts.dataDir, { log });
   const listeners: { [E in HostEventName]: Set<(p: HostEvents[E]) => void> } = {
     budget: new Set(),
     scheduler: new Set(),
@@ -623,6 +623,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       return null;
     },
     getSettings: async () => store.getSettings(),
+    dataProblems: async () => [...store.problems, ...library.problems],
     saveSettings: async (req: Parameters<ThreadStore['saveSettings']>[0]) => {
       await store.saveSettings(req);
       emit('settings', req);

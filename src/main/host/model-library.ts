@@ -8,10 +8,11 @@
  * so the card never shows a stale or hand-edited description. Uploaded
  * packages under `<dataDir>/models` that the file does not list (uploaded
  * before the library existed, or copied there by hand) join it when found.
- * A library file that cannot be read is moved aside with a logged reason,
- * never overwritten.
+ * A library file that is not valid is moved aside with a logged reason; one
+ * that exists but cannot be read (permissions) is left as it is and never
+ * written over (store/data-file.ts). A data directory that is a file is refused.
  */
-import { lstat, readdir, readFile, realpath, rename, rm, stat } from 'node:fs/promises';
+import { lstat, readdir, realpath, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
 import { CHAT_TEMPLATE_MAX, type LibraryEntry, type LoadModelRequest } from '../../shared/api';
@@ -19,6 +20,7 @@ import { KvdeskError } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
 import { loadModelSpec, variantOption } from '../packages';
 import { packageProblem } from '../packages/package-error';
+import { readIfThere, setAside, unreadableFile } from '../store/data-file';
 import { writeAtomic } from '../store/write-atomic';
 import { withKeptTemplate } from './chat-template-pick';
 import { type HubSource, hubSourceOf } from './hub-download';
@@ -144,6 +146,32 @@ export async function canonicalPath(p: string): Promise<string> {
   }
 }
 
+/** The library file's content, or why it is not valid. */
+function parseStored(text: string): { parsed: z.infer<typeof Stored> } | { why: string } {
+  try {
+    const r = Stored.safeParse(JSON.parse(text));
+    if (r.success) return { parsed: r.data };
+    return { why: `${r.error.issues[0]?.path.join('.') || 'the file'}: ${r.error.issues[0]?.message}` };
+  } catch (err) {
+    return { why: (err as Error).message };
+  }
+}
+
+/**
+ * A data directory must be a folder, or not be there yet (it is made at the first save). A regular file there
+ * stops the start: nothing could be saved, and every save would fail on its own later.
+ */
+async function assertFolderOrNothing(dataDir: string): Promise<void> {
+  const s = await stat(dataDir).catch(() => null);
+  if (s === null || s.isDirectory()) return;
+  const dir = path.resolve(dataDir);
+  throw new KvdeskError(
+    'BAD_REQUEST',
+    `the data directory ${dir} is a file, not a folder: kvdesk keeps its library, chats and settings in a folder. Give a folder (--data-dir DIR, or $KVDESK_DATA_DIR), or move that file away`,
+    { file: dir },
+  );
+}
+
 /** The library of one data directory. */
 export class ModelLibrary {
   private readonly file: string;
@@ -151,6 +179,10 @@ export class ModelLibrary {
   private uploadsDir: string;
   private records: Held[] = [];
   private saving: Promise<void> = Promise.resolve();
+  /** The file exists but could not be read, or not be moved aside: never written over this session. */
+  private readOnly = false;
+  /** What was wrong with the library file at open, and what was done (for a front end to show). */
+  readonly problems: string[] = [];
   private readonly onChange: (entries: LibraryEntry[]) => void;
   private readonly log: (line: string) => void;
   private readonly now: () => number;
@@ -175,50 +207,69 @@ export class ModelLibrary {
     dataDir: string,
     opts: { onChange?: (entries: LibraryEntry[]) => void; log?: (line: string) => void; now?: () => number } = {},
   ): Promise<ModelLibrary> {
+    await assertFolderOrNothing(dataDir);
     const lib = new ModelLibrary(dataDir, opts);
     lib.uploadsDir = await canonicalPath(lib.uploadsDir);
-    let text: string | null = null;
-    try {
-      text = await readFile(lib.file, 'utf8');
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') {
-        lib.log(`kvdesk: the model library ${lib.file} could not be read (${(err as Error).message}); starting empty`);
-      }
-    }
+    const text = await lib.readText();
     if (text !== null) {
-      let parsed: z.infer<typeof Stored> | null = null;
-      let why = '';
-      try {
-        const r = Stored.safeParse(JSON.parse(text));
-        if (r.success) parsed = r.data;
-        else why = `${r.error.issues[0]?.path.join('.') || 'the file'}: ${r.error.issues[0]?.message}`;
-      } catch (err) {
-        why = (err as Error).message;
-      }
-      if (parsed) {
-        const seen = new Set<string>();
-        for (const p of parsed.packages) {
-          const root = await canonicalPath(p.root);
-          if (seen.has(root)) continue;
-          seen.add(root);
-          lib.records.push({
-            root,
-            addedAt: p.addedAt,
-            lastLoadedAt: p.lastLoadedAt,
-            id: p.id ?? path.basename(root),
-            missing: false,
-            ...(p.load && pickOf(p.load) ? { load: pickOf(p.load) } : {}),
-          });
-        }
-      } else {
-        // Kept for the person to read or mend; the library starts again empty.
-        const aside = `${lib.file}.unreadable-${lib.now()}`;
-        await rename(lib.file, aside).catch(() => {});
-        lib.log(`kvdesk: the model library ${lib.file} is not valid (${why}); it was moved to ${aside}`);
-      }
+      const read = parseStored(text);
+      if ('parsed' in read) await lib.take(read.parsed);
+      else await lib.moveAside(read.why);
     }
     lib.sort();
     return lib;
+  }
+
+  /**
+   * The library file's text; null when there is none, or when it exists but cannot be read: then it is never
+   * written over (this session's loads are not remembered), and the log says what to do.
+   */
+  private async readText(): Promise<string | null> {
+    try {
+      return await readIfThere(this.file);
+    } catch (err) {
+      this.keep(unreadableFile('the model library', this.file, err, 'restart kvdesk').message);
+      return null;
+    }
+  }
+
+  /** The packages of a valid file (each folder once, links resolved). */
+  private async take(parsed: z.infer<typeof Stored>): Promise<void> {
+    const seen = new Set<string>();
+    for (const p of parsed.packages) {
+      const root = await canonicalPath(p.root);
+      if (seen.has(root)) continue;
+      seen.add(root);
+      this.records.push({
+        root,
+        addedAt: p.addedAt,
+        lastLoadedAt: p.lastLoadedAt,
+        id: p.id ?? path.basename(root),
+        missing: false,
+        ...(p.load && pickOf(p.load) ? { load: pickOf(p.load) } : {}),
+      });
+    }
+  }
+
+  /** A file that is not valid: kept for the person to read or mend; the library starts again empty. */
+  private async moveAside(why: string): Promise<void> {
+    try {
+      const aside = await setAside(this.file, this.now(), 'move');
+      this.say(`the model library ${this.file} is not valid (${why}); it was moved to ${aside}`);
+    } catch (err) {
+      this.keep(`the model library ${this.file} is not valid (${why}), and ${(err as Error).message}`);
+    }
+  }
+
+  /** The file stays as it is: nothing is saved over it this session; the reason is logged and kept. */
+  private keep(why: string): void {
+    this.readOnly = true;
+    this.say(`${why.replace(/\.$/, '')}. Until then, the packages loaded are not remembered after kvdesk closes`);
+  }
+
+  private say(problem: string): void {
+    this.problems.push(problem);
+    this.log(`kvdesk: ${problem}`);
   }
 
   /** Most recently loaded first. */
@@ -388,6 +439,8 @@ export class ModelLibrary {
   }
 
   private save(): Promise<void> {
+    // Said once, at open: this session's library lives in memory only.
+    if (this.readOnly) return this.saving;
     const data: z.infer<typeof Stored> = {
       version: 1,
       packages: this.records.map((r) => ({

@@ -1,26 +1,75 @@
 /**
  * Persistence of chat threads and UI settings: one JSON file per thread under
  * `<dataDir>/threads/`, written atomically (temp file + rename) so a crash
- * never leaves half a thread. Files that fail validation are skipped, not fatal.
+ * never leaves half a thread.
+ *
+ * Files kvdesk cannot use are never lost (data-file.ts): a thread file that does not parse or validate is left
+ * as it is, unlisted, and said in the log (nothing writes over it: saves name listed or new chats); settings.json
+ * that does not parse is moved aside, one with values of a newer kvdesk keeps its valid part (the file as it was
+ * kept aside), and one that cannot be read is an error, with every save refused until it can be. Fields of a
+ * newer kvdesk that this one does not know are written back with each save.
  */
 import { readdir, readFile, rm } from 'node:fs/promises';
 import path from 'node:path';
-import { Thread, UiSettings } from '../../shared/api';
+import { StoredMessage, Thread, UiSettings } from '../../shared/api';
 import { KvdeskError } from '../../shared/errors';
+import { fieldsUnknown, isPlainObject, readIfThere, setAside, unreadableFile } from './data-file';
+import { issueText, salvageSettings } from './settings-salvage';
 import { writeAtomic } from './write-atomic';
 
 const SAFE_ID = /^[A-Za-z0-9_-]{1,100}$/;
+
+/** A thread's fields of a newer kvdesk: its own, and its messages' (by message id). */
+interface ThreadExtras {
+  top: Record<string, unknown>;
+  messages: Map<string, Record<string, unknown>>;
+}
+
+/** The settings file as read: what this kvdesk uses, and the fields of a newer one, kept as they are. */
+interface SettingsRead {
+  settings: UiSettings;
+  newer: Record<string, unknown>;
+}
+
+/** How a store reports, and the clock that names a file moved aside. */
+export interface ThreadStoreOptions {
+  /** Where problems with the files are said; by default stderr, as the host's own log. */
+  log?: (line: string) => void;
+  now?: () => number;
+}
 
 /** Threads and settings on disk. */
 export class ThreadStore {
   private readonly threadsDir: string;
   private readonly settingsFile: string;
-  /** Files that could not be read, with why (shown in logs, never fatal). */
-  readonly problems: string[] = [];
+  private readonly log: (line: string) => void;
+  private readonly now: () => number;
+  /** What the last list found wrong with thread files; what was done to the settings file since start. */
+  private threadProblems: string[] = [];
+  private settingsProblems: string[] = [];
+  /** Lines said already: a file that stays unusable is said once, not at every page load. */
+  private readonly said = new Set<string>();
+  /** Fields of a newer kvdesk in the threads listed, by thread id: written back when this one saves them. */
+  private readonly extras = new Map<string, ThreadExtras>();
   /** Pending writes and deletes per file, run in call order: the last save wins, a delete stays deleted. */
-  private readonly pending = new Map<string, Promise<void>>();
+  private readonly pending = new Map<string, Promise<unknown>>();
 
-  private inOrder(file: string, op: () => Promise<void>): Promise<void> {
+  constructor(dataDir: string, opts: ThreadStoreOptions = {}) {
+    this.threadsDir = path.join(dataDir, 'threads');
+    this.settingsFile = path.join(dataDir, 'settings.json');
+    this.log = opts.log ?? ((line) => process.stderr.write(`${line}\n`));
+    this.now = opts.now ?? Date.now;
+  }
+
+  /**
+   * The data files kvdesk could not use, each naming the file, what was done and what to do: the thread files the
+   * last list left out, then what happened to settings.json since start (for a front end to show).
+   */
+  get problems(): readonly string[] {
+    return [...this.threadProblems, ...this.settingsProblems];
+  }
+
+  private inOrder<T>(file: string, op: () => Promise<T>): Promise<T> {
     const before = this.pending.get(file) ?? Promise.resolve();
     const next = before.catch(() => {}).then(op);
     this.pending.set(file, next);
@@ -31,9 +80,10 @@ export class ThreadStore {
     return next;
   }
 
-  constructor(dataDir: string) {
-    this.threadsDir = path.join(dataDir, 'threads');
-    this.settingsFile = path.join(dataDir, 'settings.json');
+  private sayOnce(line: string): void {
+    if (this.said.has(line)) return;
+    this.said.add(line);
+    this.log(`kvdesk: ${line}`);
   }
 
   private fileOf(id: string): string {
@@ -43,49 +93,165 @@ export class ThreadStore {
     return path.join(this.threadsDir, `${id}.json`);
   }
 
-  /** All readable threads, most recently updated first. */
+  /** All readable threads, most recently updated first; the files left out are in `problems` and the log. */
   async list(): Promise<Thread[]> {
-    let names: string[];
-    try {
-      names = await readdir(this.threadsDir);
-    } catch {
-      return [];
-    }
     const threads: Thread[] = [];
-    for (const name of names.filter((n) => n.endsWith('.json'))) {
-      try {
-        const parsed = Thread.safeParse(JSON.parse(await readFile(path.join(this.threadsDir, name), 'utf8')));
-        if (parsed.success) threads.push(parsed.data);
-        else this.problems.push(`${name}: ${parsed.error.issues[0]?.message ?? 'invalid thread'}`);
-      } catch (err) {
-        this.problems.push(`${name}: ${(err as Error).message}`);
-      }
+    const problems: string[] = [];
+    for (const name of await this.threadFileNames()) {
+      const read = await this.readThread(path.join(this.threadsDir, name));
+      if ('thread' in read) threads.push(read.thread);
+      else problems.push(read.problem);
     }
+    this.threadProblems = problems;
+    for (const p of problems) this.sayOnce(p);
     return threads.sort((a, b) => b.updatedAt - a.updatedAt);
+  }
+
+  /** The thread files; none before the first save. A folder that cannot be read is an error, not "no chats". */
+  private async threadFileNames(): Promise<string[]> {
+    try {
+      return (await readdir(this.threadsDir)).filter((n) => n.endsWith('.json'));
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
+      const error = unreadableFile('the chats folder', this.threadsDir, err, 'reload the page');
+      this.sayOnce(error.message);
+      throw error;
+    }
+  }
+
+  /** One thread file: its thread (with its fields of a newer kvdesk noted, for its saves), or what is wrong. */
+  private async readThread(file: string): Promise<{ thread: Thread } | { problem: string }> {
+    const leftAlone = `it is not listed, and left as it is: mend it, or move it out of ${this.threadsDir}`;
+    let text: string;
+    try {
+      text = await readFile(file, 'utf8');
+    } catch (err) {
+      const why = (err as Error).message;
+      return {
+        problem: `the chat file ${file} could not be read (${why}); it is not listed: give your user access to it`,
+      };
+    }
+    let raw: unknown;
+    try {
+      raw = JSON.parse(text);
+    } catch (err) {
+      return { problem: `the chat file ${file} is not valid JSON (${(err as Error).message}); ${leftAlone}` };
+    }
+    const parsed = Thread.safeParse(raw);
+    if (!parsed.success) {
+      const why = issueText(parsed.error, []);
+      return { problem: `the chat file ${file} is not valid (${why}; a newer kvdesk's?); ${leftAlone}` };
+    }
+    this.noteExtras(parsed.data.id, raw);
+    return { thread: parsed.data };
+  }
+
+  private noteExtras(id: string, raw: unknown): void {
+    const top = fieldsUnknown(raw, Thread.shape);
+    const messages = new Map<string, Record<string, unknown>>();
+    const rawMessages: unknown[] = isPlainObject(raw) && Array.isArray(raw.messages) ? raw.messages : [];
+    for (const m of rawMessages) {
+      const extra = fieldsUnknown(m, StoredMessage.shape);
+      if (Object.keys(extra).length > 0 && isPlainObject(m) && typeof m.id === 'string') messages.set(m.id, extra);
+    }
+    if (Object.keys(top).length === 0 && messages.size === 0) this.extras.delete(id);
+    else this.extras.set(id, { top, messages });
+  }
+
+  /** The thread as written: with the fields of a newer kvdesk it had when listed (the page never sees them). */
+  private withExtras(thread: Thread): Record<string, unknown> {
+    const extra = this.extras.get(thread.id);
+    if (!extra) return thread;
+    const messages = thread.messages.map((m) => ({ ...extra.messages.get(m.id), ...m }));
+    return { ...extra.top, ...thread, messages };
   }
 
   async save(thread: Thread): Promise<void> {
     const file = this.fileOf(thread.id);
-    const data = JSON.stringify(thread);
+    const data = JSON.stringify(this.withExtras(thread));
     await this.inOrder(file, () => writeAtomic(file, data));
   }
 
   async delete(id: string): Promise<void> {
     const file = this.fileOf(id);
+    this.extras.delete(id);
     await this.inOrder(file, () => rm(file, { force: true }));
   }
 
+  /** The settings; none when there is no file yet. Throws (naming the file) when it exists but cannot be read. */
   async getSettings(): Promise<UiSettings> {
-    try {
-      const parsed = UiSettings.safeParse(JSON.parse(await readFile(this.settingsFile, 'utf8')));
-      return parsed.success ? parsed.data : {};
-    } catch {
-      return {};
-    }
+    return (await this.inOrder(this.settingsFile, () => this.readSettings())).settings;
   }
 
+  /**
+   * Replaces the settings. Read first, in the same turn as the write: a file that cannot be read is refused (never
+   * written over, whoever saves), one that does not parse is moved aside, and fields of a newer kvdesk stay.
+   */
   async saveSettings(settings: UiSettings): Promise<void> {
-    const data = JSON.stringify(settings);
-    await this.inOrder(this.settingsFile, () => writeAtomic(this.settingsFile, data));
+    await this.inOrder(this.settingsFile, async () => {
+      const { newer } = await this.readSettings();
+      await writeAtomic(this.settingsFile, JSON.stringify({ ...newer, ...settings }));
+    });
+  }
+
+  private async readSettings(): Promise<SettingsRead> {
+    const file = this.settingsFile;
+    let text: string | null;
+    try {
+      text = await readIfThere(file);
+    } catch (err) {
+      throw this.settingsProblem(unreadableFile('the settings file', file, err, 'reload the page'));
+    }
+    if (text === null) return { settings: {}, newer: {} };
+    let raw: unknown;
+    try {
+      raw = JSON.parse(text);
+    } catch (err) {
+      return this.setSettingsAside(`is not valid JSON (${(err as Error).message})`);
+    }
+    const newer = fieldsUnknown(raw, UiSettings.shape);
+    const parsed = UiSettings.safeParse(raw);
+    if (parsed.success) return { settings: parsed.data, newer };
+    return this.salvageSettingsFile(raw, newer);
+  }
+
+  /** Nothing of the file is usable: moved aside (the page then saves its settings in a new one). */
+  private async setSettingsAside(why: string): Promise<SettingsRead> {
+    const file = this.settingsFile;
+    const aside = await setAside(file, this.now(), 'move').catch((err) => {
+      throw this.settingsProblem(err as KvdeskError);
+    });
+    this.settingsNotice(
+      `the settings file ${file} ${why}; it was moved to ${aside}, and the settings start afresh. To have them back, mend that file and put it in place of settings.json while kvdesk is closed`,
+    );
+    return { settings: {}, newer: {} };
+  }
+
+  /**
+   * Values this kvdesk cannot use (a newer one's): the rest is kept and written back at once, so that the page's
+   * saves start from it; the file as it was is copied aside first.
+   */
+  private async salvageSettingsFile(raw: unknown, newer: Record<string, unknown>): Promise<SettingsRead> {
+    const file = this.settingsFile;
+    const { settings, dropped } = salvageSettings(raw);
+    const aside = await setAside(file, this.now(), 'copy').catch((err) => {
+      throw this.settingsProblem(err as KvdeskError);
+    });
+    await writeAtomic(file, JSON.stringify({ ...newer, ...settings }));
+    this.settingsNotice(
+      `the settings file ${file} has values this kvdesk cannot use (a newer kvdesk's?), left out: ${dropped.join('; ')}. The rest is kept; the file as it was is in ${aside}`,
+    );
+    return { settings, newer };
+  }
+
+  private settingsNotice(text: string): void {
+    this.settingsProblems.push(text);
+    this.log(`kvdesk: ${text}`);
+  }
+
+  /** An error about settings.json: said once in the log, and returned to be thrown to the caller. */
+  private settingsProblem(error: KvdeskError): KvdeskError {
+    this.sayOnce(error.message);
+    return error;
   }
 }

@@ -404,6 +404,19 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       notify(`Could not read saved chats: ${threads.error.message}`);
       s().loadThreads([]);
     }
+    // Saved data kvdesk could not use (a chat file left out, settings moved aside or unreadable): said until
+    // dismissed, each file named with what to do.
+    if (!settings.ok) s().setNotice(`Could not read your settings: ${settings.error.message}`, true);
+    else if (threads.ok) {
+      const problems = await api.invoke('dataProblems', {});
+      if (problems.ok && problems.value.length > 0) {
+        const more = problems.value.length - 1;
+        s().setNotice(
+          `Some saved data could not be used: ${problems.value[0]}${more > 0 ? ` (and ${more} more: see kvdesk's log)` : ''}`,
+          true,
+        );
+      }
+    }
   }
 
   s().setTransport(api.transport);

@@ -156,14 +156,15 @@ function Notice() {
   const notice = useApp((s) => s.notice);
   const setNotice = useApp((s) => s.setNotice);
   const offline = useApp((s) => s.connection === 'reconnecting');
+  const stays = useApp((s) => s.noticeStays);
   const store = useAppStore();
   useEffect(() => {
-    if (!notice || offline) return;
+    if (!notice || offline || stays) return;
     const timer = setTimeout(() => {
       if (store.getState().notice === notice) setNotice(null);
     }, NOTICE_MS);
     return () => clearTimeout(timer);
-  }, [notice, offline, setNotice, store]);
+  }, [notice, offline, stays, setNotice, store]);
   if (!notice) return null;
   return (
     <div className="notice" role="status" data-testid="notice">

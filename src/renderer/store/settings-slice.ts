@@ -8,6 +8,7 @@ export const createSettingsSlice: StateCreator<AppState, [], [], SettingsSlice> 
   connection: 'connecting',
   transport: null,
   notice: null,
+  noticeStays: false,
   apiServer: null,
   sidebarOpen: false,
   inspectorDrawer: false,
@@ -30,8 +31,8 @@ export const createSettingsSlice: StateCreator<AppState, [], [], SettingsSlice> 
   setTransport(transport) {
     set({ transport });
   },
-  setNotice(notice) {
-    set({ notice });
+  setNotice(notice, stays = false) {
+    set({ notice, noticeStays: notice !== null && stays });
   },
   setApiServer(apiServer) {
     set({ apiServer });

@@ -176,8 +176,10 @@ export interface SettingsSlice {
   view: MainView;
   connection: ConnectionState;
   transport: 'electron' | 'websocket' | null;
-  /** Short message at the bottom of the window (failed save, connection lost). */
+  /** Short message under the header (failed save, connection lost); it goes by itself unless `noticeStays`. */
   notice: string | null;
+  /** The notice stays until dismissed (saved data that could not be read: the person must see it). */
+  noticeStays: boolean;
   /** Where the HTTP API answers (null until the host said). */
   apiServer: ApiServerStatus | null;
   /** A narrow window's chat list, shown as a drawer over the chat (a wide one always shows it). */
@@ -194,7 +196,7 @@ export interface SettingsSlice {
   setView(view: MainView): void;
   setConnection(state: ConnectionState): void;
   setTransport(kind: 'electron' | 'websocket'): void;
-  setNotice(text: string | null): void;
+  setNotice(text: string | null, stays?: boolean): void;
 }
 
 export type AppState = ModelsSlice & ChatSlice & SchedulerSlice & SettingsSlice;

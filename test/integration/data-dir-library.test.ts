@@ -1,0 +1,110 @@
+/**
+ * The data directory's library file when kvdesk cannot use it (ModelLibrary.open): one that exists but cannot
+ * be read is never written over (loads are not remembered until it can be, and the log says what to do); a data
+ * directory that is a regular file stops `serve` at start, with a message naming it.
+ */
+import { spawn } from 'node:child_process';
+import { chmod, cp, lstat, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { ModelLibrary } from '../../src/main/host/model-library';
+import { loadModelSpec } from '../../src/main/packages';
+import { defaultModelDir, repoRoot } from '../helpers/fixtures';
+import { rejection } from '../helpers/rejection';
+
+const tmpDirs: string[] = [];
+afterAll(async () => {
+  await Promise.all(tmpDirs.map((d) => rm(d, { recursive: true, force: true })));
+});
+
+async function tmp(): Promise<string> {
+  const d = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-data-dir-'));
+  tmpDirs.push(d);
+  return d;
+}
+
+describe('a library file that exists but cannot be read', () => {
+  // A link to itself cannot be opened (ELOOP) whoever runs the test: the same path as EACCES for a non-root user.
+  it('is never written over; the log names it and says what to do', async () => {
+    const dataDir = await tmp();
+    const file = path.join(dataDir, 'library.json');
+    await symlink('library.json', file);
+    const log: string[] = [];
+    const lib = await ModelLibrary.open(dataDir, { log: (l) => log.push(l), now: () => 4242 });
+    expect(lib.list()).toEqual([]);
+    expect(log.join('\n')).toContain(file);
+    expect(log.join('\n')).toMatch(/access/);
+
+    // A load this session is used, not written over the person's file.
+    const own = path.join(await tmp(), 'own');
+    await cp(defaultModelDir, own, { recursive: true });
+    await lib.loaded(own, await loadModelSpec(own));
+    await lib.flush();
+    expect(lib.list().map((e) => e.root)).toEqual([own]);
+    expect((await lstat(file)).isSymbolicLink()).toBe(true);
+    expect(await readdir(dataDir)).toEqual(['library.json']);
+  });
+
+  it.skipIf(process.getuid?.() === 0)('without read permission (EACCES): not written over', async () => {
+    const dataDir = await tmp();
+    const file = path.join(dataDir, 'library.json');
+    const text = `${JSON.stringify({ version: 1, packages: [{ root: '/pkgs/a', addedAt: 1, lastLoadedAt: 1 }] })}\n`;
+    await writeFile(file, text);
+    await chmod(file, 0o200);
+    const log: string[] = [];
+    const lib = await ModelLibrary.open(dataDir, { log: (l) => log.push(l) });
+    expect(log.join('\n')).toContain(file);
+    const own = path.join(await tmp(), 'own');
+    await cp(defaultModelDir, own, { recursive: true });
+    await lib.loaded(own, await loadModelSpec(own));
+    await lib.flush();
+    await chmod(file, 0o600);
+    expect(await readFile(file, 'utf8')).toBe(text);
+  });
+});
+
+describe('a data directory that is a regular file', () => {
+  it('ModelLibrary.open refuses it, naming the path and what to do', async () => {
+    const file = path.join(await tmp(), 'not-a-folder');
+    await writeFile(file, 'x');
+    const err = await rejection(ModelLibrary.open(file));
+    expect(err.code).toBe('BAD_REQUEST');
+    expect(err.message).toContain(file);
+    expect(err.message).toMatch(/folder/);
+  });
+
+  it('kvdesk serve --data-dir FILE exits at start (code 2) with that message', async () => {
+    const file = path.join(await tmp(), 'not-a-folder');
+    await writeFile(file, 'x');
+    const child = spawn(
+      process.execPath,
+      [path.join(repoRoot, 'bin/kvdesk.cjs'), 'serve', '--port', '0', '--data-dir', file],
+      {
+        cwd: repoRoot,
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => {
+      out += d.toString();
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      out += d.toString();
+    });
+    // A serve that starts anyway would run until stopped: stop it once it says it serves, and fail.
+    const code = await new Promise<number | null>((resolve) => {
+      const timer = setTimeout(() => child.kill('SIGKILL'), 50_000);
+      child.stdout.on('data', () => {
+        if (out.includes('kvdesk serving')) child.kill('SIGKILL');
+      });
+      child.on('exit', (c) => {
+        clearTimeout(timer);
+        resolve(c);
+      });
+    });
+    expect(out).not.toContain('kvdesk serving');
+    expect(out).toContain(file);
+    expect(code).toBe(2);
+  });
+});

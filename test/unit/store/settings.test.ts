@@ -1,0 +1,124 @@
+/**
+ * settings.json that kvdesk cannot use (ThreadStore.getSettings / saveSettings): never written over. One that is
+ * not JSON is moved aside; one with values of a newer kvdesk keeps its valid parts (the file as it was kept
+ * aside); one that cannot be read at all is an error naming it, and saves are refused until it can be.
+ */
+import {
+  chmodSync,
+  lstatSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { ThreadStore } from '../../../src/main/store/thread-store';
+
+const dirs: string[] = [];
+afterEach(() => {
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+function store(): { s: ThreadStore; dir: string; file: string; log: string[] } {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-settings-'));
+  dirs.push(dir);
+  const log: string[] = [];
+  const s = new ThreadStore(dir, { log: (l) => log.push(l), now: () => 4242 });
+  return { s, dir, file: path.join(dir, 'settings.json'), log };
+}
+
+const saved = {
+  theme: 'dark',
+  presets: [
+    { name: 'Brief', systemPrompt: 'Be brief.' },
+    { name: 'Pirate', systemPrompt: 'Talk like a pirate.' },
+  ],
+};
+
+async function rejectionOf(p: Promise<unknown>): Promise<Error> {
+  try {
+    await p;
+  } catch (err) {
+    return err as Error;
+  }
+  throw new Error('expected a rejection');
+}
+
+describe('settings.json that cannot be parsed', () => {
+  it('is moved aside (never written over), said in the log, and the settings start empty', async () => {
+    const { s, dir, file, log } = store();
+    const text = JSON.stringify(saved).slice(0, 40);
+    writeFileSync(file, text);
+    expect(await s.getSettings()).toEqual({});
+    const aside = path.join(dir, 'settings.json.unreadable-4242');
+    expect(readFileSync(aside, 'utf8')).toBe(text);
+    expect(log.join('\n')).toContain(file);
+    expect(log.join('\n')).toContain(aside);
+    // The page's save lands in a fresh file; the person's stays aside.
+    await s.saveSettings({ lastThreadId: 't2' });
+    expect(readFileSync(aside, 'utf8')).toBe(text);
+    expect(JSON.parse(readFileSync(file, 'utf8'))).toEqual({ lastThreadId: 't2' });
+  });
+
+  it('a save without a read first still moves it aside', async () => {
+    const { s, dir, file } = store();
+    writeFileSync(file, '{"theme":"da');
+    await s.saveSettings({ inspectorOpen: true });
+    expect(readFileSync(path.join(dir, 'settings.json.unreadable-4242'), 'utf8')).toBe('{"theme":"da');
+  });
+});
+
+describe('settings.json with values of a newer kvdesk', () => {
+  it('keeps the valid parts, leaves out only the invalid entry, and keeps the file as it was aside', async () => {
+    const { s, dir, file, log } = store();
+    const newer = { ...saved, presets: [saved.presets[0], { ...saved.presets[1], reasoningEffort: 'max' }] };
+    const text = JSON.stringify(newer);
+    writeFileSync(file, text);
+    expect(await s.getSettings()).toEqual({ theme: 'dark', presets: [saved.presets[0]] });
+    expect(readFileSync(path.join(dir, 'settings.json.unreadable-4242'), 'utf8')).toBe(text);
+    expect(log.join('\n')).toMatch(/presets\.1\.reasoningEffort/);
+    expect(log.join('\n')).toContain('Pirate');
+    // Read again: the file now holds what was kept, and nothing more is set aside.
+    expect(await s.getSettings()).toEqual({ theme: 'dark', presets: [saved.presets[0]] });
+    expect(readdirSync(dir).filter((n) => n.includes('unreadable'))).toHaveLength(1);
+  });
+
+  it('a field of a newer kvdesk is kept through the saves of this one', async () => {
+    const { s, file } = store();
+    writeFileSync(file, JSON.stringify({ ...saved, fontSize: 15 }));
+    expect(await s.getSettings()).toEqual(saved);
+    await s.saveSettings({ theme: 'light' });
+    expect(JSON.parse(readFileSync(file, 'utf8'))).toEqual({ fontSize: 15, theme: 'light' });
+  });
+});
+
+describe('settings.json that cannot be read', () => {
+  // A link to itself cannot be opened (ELOOP) whoever runs the test; the same path as EACCES for a non-root user.
+  it('is an error naming the file and what to do, and a save never writes over it', async () => {
+    const { s, file } = store();
+    symlinkSync('settings.json', file);
+    const err = await rejectionOf(s.getSettings());
+    expect(err.message).toContain(file);
+    expect(err.message).toMatch(/access/);
+    // Also from a store that never read it (another window's save).
+    const other = new ThreadStore(path.dirname(file), { log: () => {} });
+    const saveErr = await rejectionOf(other.saveSettings({ theme: 'light' }));
+    expect(saveErr.message).toContain(file);
+    expect(lstatSync(file).isSymbolicLink()).toBe(true);
+    expect(readdirSync(path.dirname(file))).toEqual(['settings.json']);
+  });
+
+  it.skipIf(process.getuid?.() === 0)('without read permission (EACCES): not written over', async () => {
+    const { s, file } = store();
+    writeFileSync(file, JSON.stringify(saved));
+    chmodSync(file, 0o200);
+    await expect(s.getSettings()).rejects.toThrow(file);
+    await expect(s.saveSettings({ theme: 'light' })).rejects.toThrow(file);
+    chmodSync(file, 0o600);
+    expect(JSON.parse(readFileSync(file, 'utf8'))).toEqual(saved);
+  });
+});

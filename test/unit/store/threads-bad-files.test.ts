@@ -1,0 +1,105 @@
+/**
+ * Chat files kvdesk cannot use (ThreadStore.list / save): a thread file that does not parse or validate is left
+ * as it is and said (log and `problems`, naming the file); a threads folder that cannot be read is an error, not
+ * an empty list; fields of a newer kvdesk survive a save from this one.
+ */
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { ThreadStore } from '../../../src/main/store/thread-store';
+import type { Thread } from '../../../src/shared/api';
+
+const dirs: string[] = [];
+afterEach(() => {
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+function store(): { s: ThreadStore; dir: string; threads: string; log: string[] } {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-threads-'));
+  dirs.push(dir);
+  const log: string[] = [];
+  return { s: new ThreadStore(dir, { log: (l) => log.push(l) }), dir, threads: path.join(dir, 'threads'), log };
+}
+
+const thread = (id: string, title: string): Thread => ({
+  id,
+  title,
+  createdAt: 1,
+  updatedAt: 2,
+  messages: [{ id: 'm1', role: 'user', content: 'hello', createdAt: 1 }],
+});
+
+describe('a thread file that cannot be used', () => {
+  it('a truncated one is left as it is, named in the log and in problems; the others list', async () => {
+    const { s, threads, log } = store();
+    await s.save(thread('t1', 'My important chat'));
+    await s.save(thread('t2', 'Second chat'));
+    const file = path.join(threads, 't1.json');
+    const cut = readFileSync(file, 'utf8').slice(0, 60);
+    writeFileSync(file, cut);
+    expect((await s.list()).map((t) => t.id)).toEqual(['t2']);
+    expect(readFileSync(file, 'utf8')).toBe(cut);
+    expect(log.join('\n')).toContain(file);
+    expect(s.problems).toHaveLength(1);
+    expect(s.problems[0]).toContain(file);
+    // Listed again (another page): said once in the log, still one problem.
+    await s.list();
+    expect(log.filter((l) => l.includes(file))).toHaveLength(1);
+    expect(s.problems).toHaveLength(1);
+  });
+
+  it('one with a value of a newer kvdesk names the field', async () => {
+    const { s, threads, log } = store();
+    const newer = { ...thread('t1', 'x'), messages: [{ id: 'm1', role: 'developer', content: 'hi', createdAt: 1 }] };
+    mkdirSync(threads, { recursive: true });
+    writeFileSync(path.join(threads, 't1.json'), JSON.stringify(newer));
+    expect(await s.list()).toEqual([]);
+    expect(log.join('\n')).toContain('messages.0.role');
+  });
+});
+
+describe('a threads folder that cannot be read', () => {
+  it('is an error naming the folder, not an empty list', async () => {
+    const { s, threads } = store();
+    // A link to itself cannot be listed (ELOOP) whoever runs the test, as a folder without permission (EACCES).
+    symlinkSync('threads', threads);
+    await expect(s.list()).rejects.toThrow(threads);
+  });
+
+  it.skipIf(process.getuid?.() === 0)('without read permission (EACCES): an error naming it', async () => {
+    const { s, threads } = store();
+    await s.save(thread('t1', 'x'));
+    chmodSync(threads, 0o300);
+    try {
+      await expect(s.list()).rejects.toThrow(threads);
+    } finally {
+      chmodSync(threads, 0o700);
+    }
+  });
+
+  it('a missing one is no chats yet', async () => {
+    const { s } = store();
+    expect(await s.list()).toEqual([]);
+  });
+});
+
+describe('fields of a newer kvdesk', () => {
+  it('are kept when this one saves the thread (the thread and its messages)', async () => {
+    const { s, threads } = store();
+    const file = path.join(threads, 't1.json');
+    mkdirSync(threads, { recursive: true });
+    const t = thread('t1', 'x');
+    const m = t.messages[0] as Thread['messages'][number];
+    writeFileSync(file, JSON.stringify({ ...t, version: 2, folder: 'work', messages: [{ ...m, pinnedAt: 7 }] }));
+    const [listed] = await s.list();
+    expect(listed).toEqual(t);
+    await s.save({ ...(listed as Thread), title: 'renamed', messages: [m, { ...m, id: 'm2' }] });
+    const onDisk = JSON.parse(readFileSync(file, 'utf8'));
+    expect(onDisk).toMatchObject({ title: 'renamed', version: 2, folder: 'work' });
+    expect(onDisk.messages).toEqual([
+      { ...m, pinnedAt: 7 },
+      { ...m, id: 'm2' },
+    ]);
+  });
+});
