@@ -5,7 +5,17 @@
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
-import { closeSync, cpSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  closeSync,
+  cpSync,
+  existsSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+  writeSync,
+} from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -892,6 +902,38 @@ describe('the CLI around its commands: a closed stdout, help, versions, stdin, t
     const twice = kvdeskWith({ input: 'x' }, ...args, '--prompt', '-', '--prompt', '-');
     expect(twice.code).toBe(2);
     expect((twice.json.error as { message: string }).message).toMatch(/--prompt - reads stdin once/);
+  }, 60_000);
+
+  it('a package whose weights are damaged (scores that are not numbers) fails as the package, not as a reply of token 0', () => {
+    const root = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-nan-'));
+    try {
+      const pkg = path.join(root, 'damaged');
+      cpSync(defaultModelDir, pkg, { recursive: true });
+      // Eight 0xFF bytes in a weight: a float that is not a number, which every score then becomes.
+      const fd = openSync(path.join(pkg, 'onnx', 'model.onnx'), 'r+');
+      try {
+        writeSync(fd, Buffer.alloc(8, 0xff), 0, 8, 600_000);
+      } finally {
+        closeSync(fd);
+      }
+      const r = kvdesk(
+        'generate',
+        pkg,
+        '--prompt',
+        'hi',
+        '--max-new-tokens',
+        '3',
+        '--greedy',
+        '--json',
+        '--data-dir',
+        root,
+      );
+      expect(r.code, r.stdout).toBe(2);
+      expect(r.json.error).toMatchObject({ code: 'PACKAGE_INVALID' });
+      expect((r.json.error as { message: string }).message).toMatch(/not numbers \(NaN\).*Replace the package/);
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
   }, 60_000);
 
   it('generate with stdin a pipe that stays silent says it waits for the prompt there, and goes on once it comes', async () => {

@@ -3,6 +3,7 @@
  * avoids sorting the whole vocabulary: top-k is a bounded heap selection, and a
  * full sort only happens for nucleus sampling without top-k.
  */
+import { KvdeskError } from '../../shared/errors';
 import type { ReplyConstraint } from './json-constraint';
 import type { IdLogprob, SamplingParams, StepLogprob } from './protocol';
 
@@ -172,6 +173,9 @@ export class Sampler {
   sample(logits: Float32Array, offset: number, vocab: number): number {
     const id = this.pick(logits, offset, vocab);
     if (id < 0) return id;
+    // Scores that are not numbers everywhere (the pick fell on one): the model computes nothing usable, and
+    // writing on would be a reply of token 0 over and over, said to be fine.
+    if (Number.isNaN(logits[offset + id])) throw notANumber();
     if (this.seen) this.remember(id);
     if (this.counts) this.counts.set(id, (this.counts.get(id) ?? 0) + 1);
     this.constraint?.accept(id);
@@ -245,14 +249,15 @@ export class Sampler {
     const invT = 1 / p.temperature;
     const k = p.topK > 0 ? Math.min(p.topK, vocab) : vocab;
     const candidates = topKIndices(x, k);
+    // A score that is not a number (NaN) has probability 0: it never becomes the maximum, nor a candidate's weight.
     let max = Number.NEGATIVE_INFINITY;
-    for (const idx of candidates) max = Math.max(max, x[idx] as number);
+    for (const idx of candidates) if ((x[idx] as number) > max) max = x[idx] as number;
     const probs = new Float64Array(candidates.length);
     let sum = 0;
     for (let i = 0; i < candidates.length; i++) {
       const e = Math.exp(((x[candidates[i] as number] as number) - max) * invT);
-      probs[i] = e;
-      sum += e;
+      probs[i] = Number.isNaN(e) ? 0 : e;
+      sum += probs[i] as number;
     }
     // The largest probability is exp(0)/sum, so min-p's threshold needs no pass over the values.
     const minKeep = p.minP > 0 ? p.minP / sum : 0;
@@ -288,4 +293,13 @@ export class Sampler {
     }
     return candidates[kept[kept.length - 1] as number] as number;
   }
+}
+
+/** The model's scores are not numbers: its weights (or the graph's arithmetic) are damaged, not the request. */
+function notANumber(): KvdeskError {
+  return new KvdeskError(
+    'PACKAGE_INVALID',
+    "The model's scores for the next token are not numbers (NaN): its weights are most likely damaged (a download or copy cut short, or a bad export). Replace the package: download or export it again.",
+    { field: 'logits' },
+  );
 }

@@ -49,6 +49,27 @@ describe('Sampler', () => {
     expect(new Sampler(params({ temperature: 0 }), 6).sample(logits, 0, 6)).toBe(1);
   });
 
+  it('scores that are not numbers (damaged weights) fail as the package, greedy or sampled, never a reply of token 0', () => {
+    const nan = new Float32Array(6).fill(Number.NaN);
+    for (const p of [params({ greedy: true }), params({ seed: 1 }), params({ seed: 1, topK: 2, topP: 0.5 })]) {
+      let error: unknown;
+      try {
+        new Sampler(p, 6).sample(nan, 0, 6);
+      } catch (err) {
+        error = err;
+      }
+      expect(error).toMatchObject({ code: 'PACKAGE_INVALID', detail: { field: 'logits' } });
+      expect((error as Error).message).toMatch(/not numbers \(NaN\).*Replace the package/);
+    }
+    // One score not a number among good ones: it is never drawn, and the others are drawn as ever.
+    const some = new Float32Array([0.1, Number.NaN, 1.9, -1, 0.5, 1.8]);
+    for (const seed of [1, 2, 3, 4, 5, 6, 7, 8]) {
+      const s = new Sampler(params({ seed }), 6);
+      for (let i = 0; i < 16; i++) expect(s.sample(some, 0, 6)).not.toBe(1);
+    }
+    expect(new Sampler(params({ greedy: true }), 6).sample(some, 0, 6)).toBe(2);
+  });
+
   it('the same seed gives the same tokens; another seed gives others', () => {
     const draw = (seed: number) => {
       const s = new Sampler(params({ seed }), 6);
