@@ -4,7 +4,8 @@
  *
  * - `\[ … \]` (display) becomes a `$$` block on its own lines; `\( … \)` (inline) becomes `$$…$$` in the line;
  * - `$…$` becomes `$$…$$` where it reads as math by pandoc's rule: the opening `$` has a non-space right after it,
- *   the closing one a non-space right before it and no digit right after it (so "$5 and $10" stays money).
+ *   the closing one a non-space right before it and no digit right after it (so "$5 and $10" stays money); a
+ *   shell's variable in a path (`$HOME/bin:$PATH`) and a stretch over 300 characters are not math.
  *
  * Code is left as written: fenced blocks (``` or ~~~) and inline code spans. A delimiter not yet closed (a reply
  * still streaming) stays text until its close arrives.
@@ -110,8 +111,13 @@ function convertProse(prose: string, openEnd = false): string {
     return `${pre}\n${indent}$$\n${lines.join('\n')}\n${indent}$$\n${indent}`;
   });
   s = s.replace(INLINE, (_m, pre: string, body: string, inner: string) => `${pre}$$${`${body}${inner}`.trim()}$$`);
-  // Single dollars by pandoc's rule (an escaped \$ and a $$ already there are not openers).
-  s = s.replace(/(?<![\\$])\$(?=[^\s$])((?:\\\$|[^$\n])*?[^\s\\$])\$(?![\d$])/g, (_, body: string) => `$$${body}$$`);
+  // Single dollars by pandoc's rule (an escaped \$ and a $$ already there are not openers). Two more, for what
+  // chats are full of: a shell's variable in a path or a list (`$HOME/bin:$PATH`) opens nothing, and a stretch of
+  // more than 300 characters between two dollars is prose that has two of them, not math.
+  s = s.replace(
+    /(?<![\\$])\$(?=[^\s$])(?![A-Z_][A-Z0-9_]+[/:])((?:\\\$|[^$\n]){0,299}?[^\s\\$])\$(?![\d$])/g,
+    (_, body: string) => `$$${body}$$`,
+  );
   // What was kept, back in its place (a kept $$ block may hold a kept code span's mark: twice).
   const restore = (t: string) => t.replace(PLACEHOLDER, (_, i: string) => kept[Number(i)] as string);
   return restore(restore(s));

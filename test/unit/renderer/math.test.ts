@@ -28,6 +28,17 @@ describe('normalizeMath', () => {
     expect(normalizeMath('$$E = mc^2$$ and $$\na\n$$')).toBe('$$E = mc^2$$ and $$\na\n$$');
   });
 
+  it("leaves a shell's variables in a path as written, and a long stretch between two dollars, and still reads math", () => {
+    expect(normalizeMath('set PATH=$HOME/bin:$PATH first')).toBe('set PATH=$HOME/bin:$PATH first');
+    expect(normalizeMath('export PATH="$JAVA_HOME/bin:$PATH"')).toBe('export PATH="$JAVA_HOME/bin:$PATH"');
+    const long = `costs $${'x'.repeat(400)}$ here`;
+    expect(normalizeMath(long)).toBe(long);
+    // Capitals in math are still math (a segment, a matrix), and so is an identifier in the body.
+    expect(normalizeMath('the segment $AB = CD$ here')).toBe('the segment $$AB = CD$$ here');
+    expect(normalizeMath('with $A^T$ and $x_{HOME}$')).toBe('with $$A^T$$ and $$x_{HOME}$$');
+    expect(normalizeMath(`a body of 300: $${'y'.repeat(300)}$`)).toBe(`a body of 300: $$${'y'.repeat(300)}$$`);
+  });
+
   it('keeps display math in the list item or quote it was written in', () => {
     expect(normalizeMath('1. Solve: \\[ x^2 = 1 \\] then\n2. Next')).toBe(
       '1. Solve: \n   $$\n   x^2 = 1\n   $$\n    then\n2. Next',
