@@ -223,3 +223,20 @@ test('an OpenAI API conversation keeps its KV as an "API prompt cache" session i
   expect(held).toBeGreaterThan(0);
   await expect(row).toHaveAttribute('data-held-bytes', String(held));
 });
+
+test("the timeline counts back from its latest event, and says how long ago that was by the page's clock", async ({
+  app,
+}) => {
+  await newChat(app);
+  await setSettings(app, { greedy: true, maxNewTokens: 4 });
+  await send(app, 'Hello');
+  await expect(lastReply(app)).toHaveAttribute('data-state', 'done');
+  const events = app.getByTestId('timeline-event');
+  await expect(events.first().locator('.t')).toHaveText('latest');
+  await expect(events.nth(1).locator('.t')).toHaveText(/^−\d+\.\d\ds$/);
+  const age = app.getByTestId('timeline-latest-age');
+  await expect(age).toContainText('latest just now');
+  // Nothing happens for a few seconds: the latest event is no longer "now", and the line says its age.
+  await expect(age).toContainText(/latest \d+ s ago/, { timeout: 6_000 });
+  await expect(events.first().locator('.t')).toHaveText('latest');
+});

@@ -5,6 +5,7 @@
  */
 import { memo, useEffect, useMemo, useRef, useState } from 'react';
 import type { Thread } from '../../shared/api';
+import { formatDuration } from '../../shared/duration';
 import { PROMPT_CACHE_PREFIX } from '../../shared/prompt-cache';
 import type {
   DeviceBudgetSnapshot,
@@ -583,6 +584,25 @@ export function describeEvent(e: TimelineEvent): string {
   }
 }
 
+/**
+ * How long ago the latest event was, by this page's clock (the list's times count back from that event, not from
+ * now: a quiet minute must not read as "now"). Ticks every second on its own, not the whole list.
+ */
+function LatestAge({ at }: { at: number }) {
+  const [now, setNow] = useState(() => Date.now());
+  useEffect(() => {
+    const timer = setInterval(() => setNow(Date.now()), 1000);
+    return () => clearInterval(timer);
+  }, []);
+  const seconds = Math.max(0, Math.floor((now - at) / 1000));
+  return (
+    <span className="muted latest-age" data-testid="timeline-latest-age" title="By this computer's clock">
+      {' '}
+      · latest {seconds < 2 ? 'just now' : `${formatDuration(seconds * 1000)} ago`}
+    </span>
+  );
+}
+
 const Timeline = memo(function Timeline() {
   const events = useApp((s) => s.events);
   const shown = events.slice(-120).reverse();
@@ -590,7 +610,7 @@ const Timeline = memo(function Timeline() {
   const span = 60_000;
   return (
     <section>
-      <h2>Timeline</h2>
+      <h2>Timeline{shown.length > 0 && <LatestAge at={newest} />}</h2>
       <div className="timeline-strip" title="the last 60 seconds of scheduler events">
         {events
           .filter((e) => newest - e.at <= span)
@@ -611,7 +631,7 @@ const Timeline = memo(function Timeline() {
           {shown.map((e, i) => (
             // biome-ignore lint/suspicious/noArrayIndexKey: newest-first list of immutable events
             <li key={`${e.at}-${i}`} data-testid="timeline-event" data-type={e.type}>
-              <span className="t num">{i === 0 ? 'now' : `−${((newest - e.at) / 1000).toFixed(2)}s`}</span>
+              <span className="t num">{i === 0 ? 'latest' : `−${((newest - e.at) / 1000).toFixed(2)}s`}</span>
               <span className={`k ${e.type}`}>{e.type}</span>
               <span>{describeEvent(e)}</span>
             </li>
