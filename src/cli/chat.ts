@@ -46,6 +46,7 @@ import {
   ReplyPrinter,
   SAMPLING_OPTIONS,
   samplingFlags,
+  threadsFlag,
 } from './common';
 import { applyDeviceFlags } from './device-flags';
 
@@ -502,7 +503,7 @@ export async function chat(
       ...(chatOptions.maxNewTokens !== undefined ? { maxNewTokens: chatOptions.maxNewTokens } : {}),
       ...(budget !== undefined ? { thinkingBudget: budget } : {}),
     });
-    const threads = parseNumber('threads', values.threads, true);
+    const threads = threadsFlag(values.threads);
     const prefillChunk = prefillChunkFlag(values['prefill-chunk']);
     const lookup = lookupFlag(values.lookup);
     const devices: Partial<HostSettings> = {};

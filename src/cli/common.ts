@@ -1,5 +1,6 @@
 /** What the CLI's commands share: output, errors and exit codes, number flags, sampling flags, package names. */
 import { existsSync, readFileSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
 import { z } from 'zod';
@@ -149,6 +150,28 @@ export function byteSizeFlag(name: string, value: string | undefined): number | 
 export function prefillChunkFlag(value: string | undefined): number | undefined {
   const n = parseNumber('prefill-chunk', value, true);
   if (n !== undefined && n < 1) throw badArgs(`--prefill-chunk expects a whole number ≥ 1, got "${value}"`);
+  return n;
+}
+
+/**
+ * The most `--threads` kvdesk takes: four per core this process may run on. More intra-op threads than cores only
+ * make onnxruntime's threads wait for each other (3000 made a one-token reply take over a minute); four per core
+ * leaves room for cores a container reports low, and nothing a machine could use is refused.
+ */
+export function maxThreads(): number {
+  return 4 * Math.max(1, os.availableParallelism());
+}
+
+/** `--threads N`: onnxruntime's intra-op threads, a whole number from 1 to maxThreads(), checked before loading. */
+export function threadsFlag(value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  const n = parseNumber('threads', value, true) as number;
+  const max = maxThreads();
+  if (n < 1 || n > max) {
+    throw badArgs(
+      `--threads must be between 1 and ${max}, got ${value} (this machine runs ${os.availableParallelism()} threads at once; more only slow onnxruntime down)`,
+    );
+  }
   return n;
 }
 

@@ -52,6 +52,7 @@ import {
   STDOUT_CLOSED_EXIT,
   samplingFlags,
   templateFlags,
+  threadsFlag,
   wantsHelp,
 } from './common';
 import { dataDirOf } from './data-dir';
@@ -303,7 +304,7 @@ async function generate(
     const prompts = await promptsOf(values.prompt, values['prompt-ids'], input, io.err);
     const devices: Partial<HostSettings> = {};
     applyDeviceFlags(devices, values['kv-budget'], values['device-memory']);
-    const threads = parseNumber('threads', values.threads, true);
+    const threads = threadsFlag(values.threads);
     const prefillChunk = prefillChunkFlag(values['prefill-chunk']);
     const lookup = lookupFlag(values.lookup);
     const sampling = samplingFlags(values);

@@ -11,7 +11,7 @@ import { type HostSettings, RunnerService } from '../main/host/runner-service';
 import { allowedOriginsOf, assertBindable, type RunningServer, serveControl, startServer } from '../main/server';
 import { parseDuration } from '../shared/duration';
 import { KvdeskError, toErrorInfo } from '../shared/errors';
-import { byteSizeFlag, flagError, type Io, joinValues, lookupFlag } from './common';
+import { byteSizeFlag, flagError, type Io, joinValues, lookupFlag, threadsFlag } from './common';
 import { dataDirOf } from './data-dir';
 import { applyDeviceFlags } from './device-flags';
 
@@ -145,7 +145,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     if (maxRunning !== undefined) settings.maxRunning = maxRunning;
     const maxQueue = positiveInt('max-queue', values['max-queue']);
     if (maxQueue !== undefined) settings.maxQueue = maxQueue;
-    const threads = positiveInt('threads', values.threads);
+    const threads = threadsFlag(values.threads);
     if (threads !== undefined) settings.intraOpNumThreads = threads;
     const prefillChunk = positiveInt('prefill-chunk', values['prefill-chunk']);
     if (prefillChunk !== undefined) settings.prefillChunkTokens = prefillChunk;

@@ -139,17 +139,90 @@ interface FirstUse {
   lastUsedAt: number;
 }
 
+/** The longest name of one file or folder that ext4, APFS, NTFS and most other file systems take. */
+const NAME_MAX_BYTES = 255;
+/** The longest path an upload may use inside its folder (the data folder's own path comes before it on disk). */
+const UPLOAD_PATH_MAX_BYTES = 1024;
+
+/** A path for a message: a long one keeps its start and its end. */
+function shownPath(p: string): string {
+  return p.length > 80 ? `${p.slice(0, 48)}…${p.slice(-24)}` : p;
+}
+
 /** Makes a relative upload path safe, or says why it is not. */
 export function safeRelativePath(p: string): string {
   const norm = p.replace(/\\/g, '/');
   if (norm.startsWith('/') || /^[A-Za-z]:/.test(norm))
-    throw new KvdeskError('BAD_REQUEST', `upload path "${p}" is absolute`);
+    throw new KvdeskError('BAD_REQUEST', `upload path "${shownPath(p)}" is absolute`);
   const parts = norm.split('/').filter((s) => s !== '' && s !== '.');
   if (parts.length === 0) throw new KvdeskError('BAD_REQUEST', `upload path "${p}" is empty`);
   if (parts.some((s) => s === '..'))
-    throw new KvdeskError('BAD_REQUEST', `upload path "${p}" leaves the package ("..")`);
-  if (parts.some((s) => s.includes('\0'))) throw new KvdeskError('BAD_REQUEST', `upload path "${p}" has a NUL byte`);
-  return parts.join('/');
+    throw new KvdeskError('BAD_REQUEST', `upload path "${shownPath(p)}" leaves the package ("..")`);
+  if (parts.some((s) => s.includes('\0')))
+    throw new KvdeskError('BAD_REQUEST', `upload path "${shownPath(p)}" has a NUL byte`);
+  const long = parts.find((s) => Buffer.byteLength(s) > NAME_MAX_BYTES);
+  if (long !== undefined) {
+    throw new KvdeskError(
+      'BAD_REQUEST',
+      `upload path "${shownPath(p)}" has a name of ${Buffer.byteLength(long)} bytes; file systems take at most ${NAME_MAX_BYTES} bytes per file or folder name: rename it`,
+      { path: shownPath(p) },
+    );
+  }
+  const rel = parts.join('/');
+  if (Buffer.byteLength(rel) > UPLOAD_PATH_MAX_BYTES) {
+    throw new KvdeskError(
+      'BAD_REQUEST',
+      `upload path "${shownPath(p)}" is ${Buffer.byteLength(rel)} bytes long; an upload's paths may be at most ${UPLOAD_PATH_MAX_BYTES}: shorten its folders' names`,
+      { path: shownPath(p) },
+    );
+  }
+  return rel;
+}
+
+/**
+ * Checks each path of an upload (as safeRelativePath gave it) against the ones before it: the same file twice,
+ * or a path that is a file for one entry and a folder for another (`model.onnx` and `model.onnx/x`), cannot both
+ * be written. Returns the check, to call once per path in the order they come.
+ */
+export function uploadPathCheck(): (rel: string) => void {
+  const files = new Set<string>();
+  /** Each folder an upload path needs, with the first path that needs it. */
+  const folders = new Map<string, string>();
+  const clash = (both: string, other: string) =>
+    new KvdeskError(
+      'BAD_REQUEST',
+      `The upload has ${shownPath(both)} both as a file and as the folder of ${shownPath(other)}; one path cannot be both: rename one of them.`,
+      { path: shownPath(both) },
+    );
+  return (rel) => {
+    if (files.has(rel))
+      throw new KvdeskError('BAD_REQUEST', `The upload has the file ${shownPath(rel)} twice.`, {
+        path: shownPath(rel),
+      });
+    const under = folders.get(rel);
+    if (under !== undefined) throw clash(rel, under);
+    const parts = rel.split('/');
+    for (let i = 1; i < parts.length; i++) {
+      const dir = parts.slice(0, i).join('/');
+      if (files.has(dir)) throw clash(dir, rel);
+      if (!folders.has(dir)) folders.set(dir, rel);
+    }
+    files.add(rel);
+  };
+}
+
+/** A write of an upload's file that failed because of its path (a name the disk refuses), said with that path. */
+export function uploadWriteError(err: unknown, rel: string): unknown {
+  const code = (err as NodeJS.ErrnoException | null)?.code;
+  if (code === 'EEXIST') return new KvdeskError('BAD_REQUEST', `The upload has the file ${shownPath(rel)} twice.`);
+  if (code === 'ENAMETOOLONG' || code === 'ENOTDIR' || code === 'EISDIR' || code === 'EINVAL') {
+    return new KvdeskError(
+      'BAD_REQUEST',
+      `The upload's file ${shownPath(rel)} cannot be written here (${code}): rename it, or the folder it is in.`,
+      { path: shownPath(rel) },
+    );
+  }
+  return err;
 }
 
 function slug(name: string): string {
@@ -698,14 +771,21 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
           upload.files.reduce((n, f) => n + f.data.byteLength, 0),
         );
         const files = upload.files.map((f) => ({ rel: safeRelativePath(f.path), data: f.data }));
+        // Checked before anything is written: a clash is the person's to fix, not the disk's to report.
+        const check = uploadPathCheck();
+        for (const f of files) check(f.rel);
         const staging = await uploadStaging();
         try {
           for (const f of files) {
             const target = path.join(staging, f.rel);
             if (!target.startsWith(staging + path.sep))
               throw new KvdeskError('BAD_REQUEST', `upload path "${f.rel}" leaves the package`);
-            await mkdir(path.dirname(target), { recursive: true });
-            await writeFile(target, f.data, { flag: 'wx' });
+            try {
+              await mkdir(path.dirname(target), { recursive: true });
+              await writeFile(target, f.data, { flag: 'wx' });
+            } catch (err) {
+              throw uploadWriteError(err, f.rel);
+            }
           }
           return await commitStaged(upload.name, staging);
         } finally {

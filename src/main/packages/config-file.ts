@@ -105,7 +105,19 @@ export function parseYamlText(text: string, file: string): unknown {
       pos === undefined ? {} : { line: pos.line, column: pos.col },
     );
   }
-  return doc.toJS();
+  try {
+    return doc.toJS();
+  } catch (err) {
+    // The yaml library stops at its alias limit (a few hundred bytes of `*a` can expand to gigabytes).
+    const reason = err instanceof Error ? err.message : String(err);
+    const aliases = /alias/i.test(reason);
+    throw packageError(
+      aliases
+        ? `${file} is refused: its YAML aliases (\`*name\`) expand to far more data than a config file holds (${reason}). Write the values out instead of repeating aliases, or replace the file with the original.`
+        : `${file} could not be read as YAML: ${reason}. Fix it there (or replace the file with the original).`,
+      { file },
+    );
+  }
 }
 
 /** Short description of a value for messages: `"abc"`, `12`, `a list`, `an object`. */

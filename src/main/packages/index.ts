@@ -17,6 +17,7 @@ export {
   backendProvider,
   bestUsableProvider,
   knownProviderName,
+  PROVIDER_ALIASES,
   PROVIDER_PREFERENCE,
   providerName,
   providerRank,
@@ -119,10 +120,14 @@ async function unrecognised(dir: string, realDir: string): Promise<KvdeskError> 
  * (saying what each layout needs).
  */
 export async function detectLayout(dir: string): Promise<PackageLayout> {
-  const root = await packageRoot(dir);
-  const [first] = await packageMarkers(root, []);
-  if (first === undefined) throw await unrecognised(dir, root);
-  return first.layout;
+  try {
+    const root = await packageRoot(dir);
+    const [first] = await packageMarkers(root, []);
+    if (first === undefined) throw await unrecognised(dir, root);
+    return first.layout;
+  } catch (err) {
+    throw asPackageError(err, dir);
+  }
 }
 
 /**
@@ -191,17 +196,19 @@ async function loadVariantFolder(ctx: PackageContext, options: LoadOptions): Pro
  * names the file (and field) and what to do. Nothing is partly returned.
  */
 export async function loadModelSpec(dir: string, options: LoadOptions = {}): Promise<ModelSpec> {
-  const root = await packageRoot(dir);
-  const ctx = makeContext(root);
-  const markers = await packageMarkers(root, ctx.warnings);
-  const [first, ...others] = markers;
-  if (first === undefined) throw await unrecognised(dir, root);
-  if (others.length > 0) {
-    ctx.warnings.push(
-      `The folder has the marker files of several layouts (${markers.map((m) => m.file).join(', ')}); it was read as ${first.layout} because ${first.file} is the most specific.`,
-    );
-  }
+  // Until the root's real path is known, a file-system failure is named against the folder as given.
+  let root = dir;
   try {
+    root = await packageRoot(dir);
+    const ctx = makeContext(root);
+    const markers = await packageMarkers(root, ctx.warnings);
+    const [first, ...others] = markers;
+    if (first === undefined) throw await unrecognised(dir, root);
+    if (others.length > 0) {
+      ctx.warnings.push(
+        `The folder has the marker files of several layouts (${markers.map((m) => m.file).join(', ')}); it was read as ${first.layout} because ${first.file} is the most specific.`,
+      );
+    }
     return await loadLayout(first.layout, ctx, options);
   } catch (err) {
     throw asPackageError(err, root);
@@ -214,8 +221,10 @@ function asPackageError(err: unknown, root: string): unknown {
   const e = err as { code?: unknown; path?: unknown; message?: unknown } | null;
   if (e !== null && typeof e === 'object' && typeof e.code === 'string' && /^E[A-Z]+$/.test(e.code)) {
     const file = typeof e.path === 'string' ? path.relative(root, e.path) || '.' : '.';
+    const what = file === '.' ? `the package folder ${root}` : `${file} in the package`;
+    const said = String(e.message);
     return packageError(
-      `Could not read ${file} in the package (${e.code}: ${String(e.message)}). Check that the files are readable and complete.`,
+      `Could not read ${what} (${said.startsWith(e.code) ? said : `${e.code}: ${said}`}). Check that the folder and its files are readable (their permissions) and complete.`,
       { file },
       { errno: e.code },
     );

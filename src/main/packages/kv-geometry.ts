@@ -101,13 +101,24 @@ interface Geometry {
   elementsPerToken: number;
 }
 
+/**
+ * A finding about one KV input's geometry. Every layer's inputs usually share it, so buildDynamicKv says it once
+ * for all the inputs with the same `key` (`say` writes it for a subject: one input's name, or "all 8 KV inputs").
+ */
+interface GeometryNote {
+  key: string;
+  input: string;
+  say: (subject: string, plural: boolean) => string;
+}
+
 function deriveGeometry(
-  ctx: PackageContext,
+  notes: GeometryNote[],
   graph: LoadedGraph,
   past: OnnxValueInfo,
   role: KvPairRef['role'],
   fallback: KvFallback,
 ): Geometry {
+  const note = (key: string, say: GeometryNote['say']) => notes.push({ key, input: past.name, say });
   const shape = past.shape;
   if (shape === undefined) throw cannotDerive(graph, past, 'the graph declares no shape for it', fallback);
   const combined = role === 'combined';
@@ -152,8 +163,10 @@ function deriveGeometry(
     // Some exports fix batch to 1; the cache still grows along its one symbolic axis.
     batchAxis = defaultBatch;
     seqAxis = first;
-    ctx.warnings.push(
-      `${graph.file}: KV input "${past.name}" fixes the batch axis to 1, so the engine can run one row per step.`,
+    note(
+      'batch-1',
+      (subject, plural) =>
+        `${subject} ${plural ? 'fix' : 'fixes'} the batch axis to 1, so the engine can run one row per step.`,
     );
   } else {
     throw cannotDerive(
@@ -181,16 +194,22 @@ function deriveGeometry(
       kvHeads = fallback.kvHeads;
       filled.push(`kv_heads = ${kvHeads ?? '?'}`);
     } else if (fallback.kvHeads !== undefined && fallback.kvHeads !== kvHeads) {
-      ctx.warnings.push(
-        `${graph.file}: KV input "${past.name}" has ${kvHeads} KV heads but ${fallback.source} says ${fallback.kvHeads}; the graph wins.`,
+      const graphHeads = kvHeads;
+      note(
+        `heads ${graphHeads}`,
+        (subject, plural) =>
+          `${subject} ${plural ? 'have' : 'has'} ${graphHeads} KV heads but ${fallback.source} says ${fallback.kvHeads}; the graph wins.`,
       );
     }
     if (headDim === undefined) {
       headDim = fallback.headDim;
       filled.push(`head_dim = ${headDim ?? '?'}`);
     } else if (fallback.headDim !== undefined && fallback.headDim !== headDim) {
-      ctx.warnings.push(
-        `${graph.file}: KV input "${past.name}" has head size ${headDim} but ${fallback.source} says ${fallback.headDim}; the graph wins.`,
+      const graphDim = headDim;
+      note(
+        `head-size ${graphDim}`,
+        (subject, plural) =>
+          `${subject} ${plural ? 'have' : 'has'} head size ${graphDim} but ${fallback.source} says ${fallback.headDim}; the graph wins.`,
       );
     }
     if (kvHeads === undefined || headDim === undefined) {
@@ -228,12 +247,56 @@ function deriveGeometry(
     }
   }
   if (filled.length > 0) {
-    ctx.warnings.push(
-      `${graph.file}: KV input "${past.name}" has symbolic dims where sizes must be fixed (${formatShape(shape)}); using ${filled.join(', ')} from ${fallback.source}.`,
-    );
+    const said = `symbolic dims where sizes must be fixed (${formatShape(shape)}); using ${filled.join(', ')} from ${fallback.source}.`;
+    note(`filled ${said}`, (subject, plural) => `${subject} ${plural ? 'have' : 'has'} ${said}`);
   }
   if (!(kvHeads > 0 && headDim > 0)) throw cannotDerive(graph, past, 'a head count or head size is zero', fallback);
   return { batchAxis, seqAxis, kvHeads, headDim, elementsPerToken: (combined ? 2 : 1) * kvHeads * headDim };
+}
+
+/**
+ * One KV port named for two slots (a list that repeats an entry, two name templates that match the same port)
+ * passes every per-layer check, then the engine feeds one tensor twice and every request fails: refused here,
+ * naming the field that repeats it and the one that named it first.
+ */
+function refuseRepeat(
+  graph: LoadedGraph,
+  kind: 'input' | 'output',
+  name: string,
+  pair: KvPairRef,
+  first: KvPairRef | undefined,
+  where: PackageWhere | undefined,
+): void {
+  if (first === undefined) return;
+  const firstWhere = kind === 'input' ? first.where : (first.presentWhere ?? first.where);
+  const at = where ?? { file: graph.file };
+  const before =
+    firstWhere?.field !== undefined && firstWhere.field !== where?.field ? ` (already \`${firstWhere.field}\`)` : '';
+  const slot = (p: KvPairRef) => `layer ${p.layer}'s ${p.role === 'combined' ? 'cache' : p.role}`;
+  throw packageError(
+    `${describeWhere(at)} repeats "${name}"${before}: one graph ${kind} cannot be both ${slot(first)} and ${slot(pair)}. ` +
+      `Name each KV ${kind} once${where?.field !== undefined ? ` in ${at.file}` : ''}.`,
+    at,
+    { port: name },
+  );
+}
+
+/** One warning per kind of finding, naming the input when it is one, counting them when they are several. */
+function sayNotes(ctx: PackageContext, graph: LoadedGraph, notes: GeometryNote[], total: number): void {
+  const byKey = new Map<string, GeometryNote[]>();
+  for (const n of notes) byKey.set(n.key, [...(byKey.get(n.key) ?? []), n]);
+  for (const group of byKey.values()) {
+    const [first] = group;
+    if (first === undefined) continue;
+    const names = group.map((n) => `"${n.input}"`);
+    const subject =
+      group.length === 1
+        ? `KV input ${names[0]}`
+        : group.length === total
+          ? `${total === 2 ? 'both' : `all ${total}`} KV inputs`
+          : `${group.length} of the ${total} KV inputs (${names.slice(0, 3).join(', ')}${group.length > 3 ? ', …' : ''})`;
+    ctx.warnings.push(`${graph.file}: ${first.say(subject, group.length > 1)}`);
+  }
 }
 
 /**
@@ -250,7 +313,14 @@ export function buildDynamicKv(
 ): DynamicKv {
   const tensors: KvTensorSpec[] = [];
   const roles = new Map<number, Set<KvPairRef['role']>>();
+  const notes: GeometryNote[] = [];
+  const pasts = new Map<string, KvPairRef>();
+  const presents = new Map<string, KvPairRef>();
   for (const pair of pairs) {
+    refuseRepeat(graph, 'input', pair.past, pair, pasts.get(pair.past), pair.where);
+    pasts.set(pair.past, pair);
+    refuseRepeat(graph, 'output', pair.present, pair, presents.get(pair.present), pair.presentWhere ?? pair.where);
+    presents.set(pair.present, pair);
     const past = findInput(graph, pair.past);
     if (past === undefined)
       throw missingPort(graph, 'input', pair.past, pair.where, `layer ${pair.layer} ${pair.role} past input`);
@@ -277,7 +347,7 @@ export function buildDynamicKv(
         pair.where ?? { file: graph.file, field: `output "${present.name}"` },
       );
     }
-    const g = deriveGeometry(ctx, graph, past, pair.role, fallback);
+    const g = deriveGeometry(notes, graph, past, pair.role, fallback);
     tensors.push({
       layer: pair.layer,
       role: pair.role,
@@ -319,6 +389,7 @@ export function buildDynamicKv(
     }
   }
   tensors.sort((a, b) => a.layer - b.layer || a.role.localeCompare(b.role));
+  sayNotes(ctx, graph, notes, pairs.length);
   return { tensors, bpt: tensors.reduce((sum, t) => sum + t.bytesPerToken, 0), numLayers: roles.size };
 }
 
@@ -364,6 +435,27 @@ export function buildStaticKv(graph: LoadedGraph, ref: StaticCacheRef): StaticKv
         `${describeWhere(at(name))} lists ${list.length} ports but \`${ref.field}.key_cache_inputs\` lists ${layers}; the four cache lists pair per layer and must have the same, non-zero length.`,
         at(name),
       );
+    }
+  }
+  // One buffer named twice would be fed (or read back) for two caches: refuse it with the entry that repeats it.
+  for (const pair of [
+    ['key_cache_inputs', 'value_cache_inputs'],
+    ['key_cache_outputs', 'value_cache_outputs'],
+  ] as const) {
+    const seen = new Map<string, string>();
+    for (const name of pair) {
+      lists[name].forEach((port, i) => {
+        const field = `${ref.field}.${name}[${i}]`;
+        const first = seen.get(port);
+        if (first !== undefined) {
+          throw packageError(
+            `${describeWhere({ file: ref.file, field })} repeats "${port}" (already \`${first}\`): each layer's key and value cache is a buffer of its own. Name each cache port once.`,
+            { file: ref.file, field },
+            { port },
+          );
+        }
+        seen.set(port, field);
+      });
     }
   }
   const controlDtype = (name: 'write_indices_input' | 'kv_sequence_length_input', port: string) => {

@@ -215,6 +215,7 @@ export async function loadOnnxGenaiLayout(ctx: PackageContext, options: LoadOpti
       past,
       present: outputs[i] ?? '',
       where: meta.where(`model.io.kv_inputs[${i}]`),
+      presentWhere: meta.where(`model.io.kv_outputs[${i}]`),
     }));
     const fallback = {
       source: `${file} model.attention`,

@@ -489,7 +489,7 @@ export async function readOrtManifest(
       place.fail(
         'layout',
         'is "installed": the package may name files anywhere on this machine (absolute paths, "..")',
-        'kvdesk loads such a package only when you trust it explicitly (the trustInstalled option); otherwise use the portable form of the package.',
+        'kvdesk loads such a package only when you trust it explicitly: --trust-installed on the command line (kvdesk generate, chat, inspect, serve --model), "Trust this package" in the window; otherwise use the portable form of the package.',
       );
     }
     ctx.trusted = true;

@@ -100,6 +100,14 @@ export function checkPathRef(ctx: PackageContext, ref: string, where: PackageWhe
   if (ref.trim() === '') {
     throw packageError(`${describeWhere(where)} is empty. Name ${what} inside the package.`, where);
   }
+  // No file system takes one (Node refuses the path outright): the file that wrote it is damaged.
+  if (ref.includes('\0')) {
+    throw packageError(
+      `${describeWhere(where)} is ${shown}, which holds a NUL character, so it names no file. The file that holds it is damaged or was written wrongly: re-export or re-download it.`,
+      where,
+      { path: ref },
+    );
+  }
   if (ctx.trusted === true) return;
   // Both separators and drive letters count: a package written on Windows must not escape on any OS.
   if (path.isAbsolute(ref) || path.win32.isAbsolute(ref) || /^[a-zA-Z]:/.test(ref)) {

@@ -13,7 +13,7 @@ import type { ConfigFields } from './config-file';
 import { CPU_PROVIDER } from './execution-providers';
 import { type LoadedGraph, logitsVocab } from './graph';
 import { packageError } from './package-error';
-import { listPackageFiles, type PackageContext } from './package-fs';
+import { listPackageFiles, type PackageContext, relName } from './package-fs';
 import type { TokenIds, TokenizerFacts } from './tokenizer-files';
 
 /** Everything a layout loader works out; finishSpec adds what is the same for every layout. */
@@ -103,6 +103,75 @@ function checkIdsInVocab(ctx: PackageContext, kind: string, ids: TokenIds | unde
   );
 }
 
+/**
+ * A vocabulary a few ids larger than the tokenizer, and a multiple of 64, is an embedding padded for speed
+ * (Qwen2.5 scores 151936 ids for 151665 tokens, Phi-3 32064 for 32011): those ids are never trained to win.
+ */
+function looksPadded(vocabSize: number, missing: number): boolean {
+  return vocabSize % 64 === 0 && missing <= vocabSize / 32;
+}
+
+/** `<|im_start|>`, `<|eot_id|>`: how most chat templates write their special tokens. */
+const BAR_TOKEN = /<\|[^\s|<>]{1,64}\|>/g;
+
+/**
+ * Warns when tokenizer.json cannot write every token the model may emit (it is smaller than the vocabulary,
+ * beyond padding), and when it has no token for a special token the chat template writes or
+ * tokenizer_config.json declares: such text is encoded as plain characters, so the model does not see its
+ * markers. (An eos_token it lacks is refused where tokenizer_config.json is read.)
+ */
+function checkTokenizerCovers(ctx: PackageContext, tokenizer: TokenizerFacts, vocabSize: number): void {
+  const file = relName(ctx, tokenizer.spec.tokenizerJson);
+  const missing = vocabSize - tokenizer.size;
+  if (missing > 0 && !looksPadded(vocabSize, missing)) {
+    ctx.warnings.push(
+      `${file} knows ${tokenizer.size} tokens but the model scores ${vocabSize}: ids ${tokenizer.size}..${vocabSize - 1} have no text, so a reply that samples one shows nothing for it. Check that ${file} belongs to this model.`,
+    );
+  }
+  const fromTemplate = new Set(tokenizer.chatTemplate?.match(BAR_TOKEN) ?? []);
+  const declared = new Set<string>();
+  const cfg = tokenizer.tokenizerConfig?.data;
+  if (cfg !== undefined) {
+    const text = (v: unknown): string | undefined =>
+      typeof v === 'string'
+        ? v
+        : v !== null && typeof v === 'object' && typeof (v as { content?: unknown }).content === 'string'
+          ? (v as { content: string }).content
+          : undefined;
+    for (const kind of ['bos', 'pad', 'unk']) {
+      const t = text(cfg[`${kind}_token`]);
+      if (t !== undefined) declared.add(t);
+    }
+    const decoder = cfg.added_tokens_decoder;
+    if (decoder !== null && typeof decoder === 'object' && !Array.isArray(decoder)) {
+      for (const entry of Object.values(decoder)) {
+        const t = text(entry);
+        if (t !== undefined) declared.add(t);
+      }
+    }
+    if (Array.isArray(cfg.additional_special_tokens)) {
+      for (const entry of cfg.additional_special_tokens) {
+        const t = text(entry);
+        if (t !== undefined) declared.add(t);
+      }
+    }
+  }
+  const lacking = [...new Set([...fromTemplate, ...declared])].filter((t) => tokenizer.idOf(t) === undefined);
+  if (lacking.length === 0) return;
+  const inTemplate = lacking.some((t) => fromTemplate.has(t));
+  const inConfig = lacking.some((t) => declared.has(t));
+  const by = [
+    inTemplate ? 'the chat template writes' : undefined,
+    inConfig ? `${tokenizer.tokenizerConfig?.file ?? 'tokenizer_config.json'} declares` : undefined,
+  ]
+    .filter((x) => x !== undefined)
+    .join(' or ');
+  const shown = lacking.slice(0, 8).join(', ') + (lacking.length > 8 ? `, … (${lacking.length} in all)` : '');
+  ctx.warnings.push(
+    `${file} has no token for ${shown}, which ${by}: text holding ${lacking.length === 1 ? 'it' : 'them'} is encoded as plain characters, so the model does not see ${lacking.length === 1 ? 'it' : 'them'} as the special ${lacking.length === 1 ? 'token' : 'tokens'} it was trained on. Use the ${file} saved with this model (its added_tokens hold them).`,
+  );
+}
+
 /** Reads HF-named sampling defaults (generation_config.json, genai `search`) under `prefix`. */
 export function readSearchDefaults(fields: ConfigFields, prefix: string): SearchDefaults {
   const at = (name: string): string => (prefix === '' ? name : `${prefix}.${name}`);
@@ -134,6 +203,7 @@ export async function finishSpec(ctx: PackageContext, parts: SpecParts): Promise
       `tokenizer.json knows ${parts.tokenizer.size} tokens but the model's vocabulary is ${parts.vocabSize}: text that encodes to an id ≥ ${parts.vocabSize} is refused when it is tokenized.`,
     );
   }
+  checkTokenizerCovers(ctx, parts.tokenizer, parts.vocabSize);
   const name = path.basename(ctx.root);
   const spec: ModelSpec = {
     id: slugify(name),

@@ -183,6 +183,9 @@ export async function readTokenizerFiles(ctx: PackageContext, dir: string = ctx.
     }
     return undefined;
   };
+  // The eos token is checked even when a config gives the eos ids: it is what the chat template ends each turn
+  // with, and a tokenizer.json without it encodes that as plain text, which the model never learnt to stop at.
+  if (typeof configured.eos === 'string') special('eos');
   // Token strings in the spec: what the config says, else the conventional token found in tokenizer.json.
   for (const kind of ['bos', 'eos', 'pad', 'unk'] as const) {
     let text = configured[kind];

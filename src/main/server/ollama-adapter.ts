@@ -598,6 +598,16 @@ export function tagJson(m: ModelInfo, facts: ModelFacts): Record<string, unknown
 /** The expiry of a model that stays loaded until unloaded (every model but one loaded on first use with a time to live). */
 export const NEVER_EXPIRES = '9999-12-31T23:59:59Z';
 
+/**
+ * When a model loaded on first use goes if no request comes; NEVER_EXPIRES for the others, and for a time no
+ * date can hold (one client's huge keep_alive must not make `/api/ps` fail for every client).
+ */
+function expiresAt(m: ModelInfo): string {
+  if (!m.firstUse || m.firstUse.ttlMs === null) return NEVER_EXPIRES;
+  const at = new Date(m.firstUse.lastUsedAt + m.firstUse.ttlMs);
+  return Number.isNaN(at.getTime()) ? NEVER_EXPIRES : at.toISOString();
+}
+
 /** A loaded model as `/api/ps` lists it: its weights, on the accelerator unless it runs on the CPU. */
 export function psJson(m: ModelInfo): Record<string, unknown> {
   return {
@@ -607,10 +617,7 @@ export function psJson(m: ModelInfo): Record<string, unknown> {
     digest: '',
     details: modelDetails(m),
     // A model loaded on first use goes once idle for its time to live; the others stay until unloaded.
-    expires_at:
-      m.firstUse && m.firstUse.ttlMs !== null
-        ? new Date(m.firstUse.lastUsedAt + m.firstUse.ttlMs).toISOString()
-        : NEVER_EXPIRES,
+    expires_at: expiresAt(m),
     size_vram: m.backend === 'cpu' ? 0 : m.spec.weightsBytes,
     context_length: m.spec.contextLength,
   };

@@ -19,8 +19,8 @@ import path from 'node:path';
 import { type Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import busboy from 'busboy';
-import type { KvdeskError } from '../../shared/errors';
-import { safeRelativePath } from '../host/host-api';
+import { KvdeskError } from '../../shared/errors';
+import { safeRelativePath, uploadPathCheck, uploadWriteError } from '../host/host-api';
 import { HttpError, httpError, tooLarge } from './http-util';
 
 /** A decoded upload, as HostApi.importFiles takes it. */
@@ -89,6 +89,7 @@ export function receiveMultipart(
       return;
     }
     let received = 0;
+    const check = uploadPathCheck();
     let name: string | undefined;
     let first: string | undefined;
     let failed = false;
@@ -115,6 +116,7 @@ export function receiveMultipart(
       let rel: string;
       try {
         rel = safeRelativePath(raw);
+        check(rel);
       } catch (err) {
         stream.resume();
         fail(httpError(400, (err as KvdeskError).message, 'invalid_upload', 'file'));
@@ -138,12 +140,12 @@ export function receiveMultipart(
         })().catch((err: unknown) => {
           open.delete(stream);
           stream.resume();
+          // A path the disk refuses is said with the path in the upload, never the staging folder's.
+          const said = err instanceof HttpError ? err : uploadWriteError(err, rel);
           fail(
-            err instanceof HttpError
-              ? err
-              : (err as NodeJS.ErrnoException).code === 'EEXIST'
-                ? httpError(400, `The upload has the file ${rel} twice.`, 'invalid_upload', 'file')
-                : err,
+            said instanceof KvdeskError && said.code === 'BAD_REQUEST'
+              ? httpError(400, said.message, 'invalid_upload', 'file')
+              : said,
           );
         }),
       );

@@ -101,14 +101,16 @@ describe('buildDynamicKv geometry', () => {
       fallback: { ...noFallback, kvHeads: 2, source: 'config.json' },
     });
     expect(kv.tensors[0]).toMatchObject({ batchAxis: 0, seqAxis: 2, kvHeads: 2, headDim: 64 });
-    expect(kv.warnings).toHaveLength(2);
+    // One line for the key and the value input alike.
+    expect(kv.warnings).toHaveLength(1);
+    expect(kv.warnings[0]).toContain('both KV inputs have symbolic dims');
     expect(kv.warnings[0]).toContain('using kv_heads = 2 from config.json');
   });
 
   it('warns when config and graph disagree, and trusts the graph', () => {
     const kv = kvOf(['batch', 4, 'past', 64], { fallback: { ...noFallback, kvHeads: 8, headDim: 64 } });
     expect(kv.tensors[0]?.kvHeads).toBe(4);
-    expect(kv.warnings[0]).toContain('has 4 KV heads but config says 8; the graph wins');
+    expect(kv.warnings).toEqual(['model.onnx: both KV inputs have 4 KV heads but config says 8; the graph wins.']);
   });
 
   it('[batch, seq, width] splits the width by config heads', () => {
@@ -121,7 +123,7 @@ describe('buildDynamicKv geometry', () => {
   it('a batch fixed at 1 leaves the one symbolic axis as the sequence', () => {
     const kv = kvOf([1, 2, 'past', 8]);
     expect(kv.tensors[0]).toMatchObject({ batchAxis: 0, seqAxis: 2, kvHeads: 2, headDim: 8 });
-    expect(kv.warnings.some((w) => w.includes('fixes the batch axis to 1'))).toBe(true);
+    expect(kv.warnings.some((w) => w.includes('both KV inputs fix the batch axis to 1'))).toBe(true);
   });
 
   it('refuses a combined cache without the leading axis of 2', () => {

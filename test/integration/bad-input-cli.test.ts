@@ -1,0 +1,198 @@
+/**
+ * Bad input on the command line, through the real `kvdesk` process: each is refused at once with exit 2 and a
+ * message that names the flag or the package file and what to do (never exit 1, INTERNAL, or a minute's run).
+ */
+import { spawnSync } from 'node:child_process';
+import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { defaultModelDir, repoRoot } from '../helpers/fixtures';
+import { installedPackage } from '../helpers/models';
+
+const work = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-bad-input-cli-'));
+chmodSync(work, 0o755);
+const dataDir = path.join(work, 'data');
+afterAll(() => rmSync(work, { recursive: true, force: true }));
+
+function kvdesk(args: string[], opts: { as?: string[]; input?: string } = {}) {
+  const [cmd, ...pre] = opts.as ?? [process.execPath];
+  const r = spawnSync(
+    cmd as string,
+    [...pre, ...(opts.as ? [process.execPath] : []), path.join(repoRoot, 'bin/kvdesk.cjs'), ...args],
+    { cwd: repoRoot, encoding: 'utf8', timeout: 60_000, input: opts.input ?? '' },
+  );
+  return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr };
+}
+
+/** A copy of the default package, changed by `edit`. */
+function pkg(name: string, edit: (dir: string) => void = () => {}): string {
+  const dir = path.join(work, name);
+  cpSync(defaultModelDir, dir, { recursive: true });
+  edit(dir);
+  return dir;
+}
+
+describe('--threads is checked before anything loads', () => {
+  const max = 4 * os.availableParallelism();
+
+  it.each([
+    ['generate', '-1'],
+    ['generate', '0'],
+    ['generate', '3000'],
+    ['chat', '-1'],
+    ['chat', '3000'],
+  ])('%s --threads %s: exit 2 naming the range', (command, value) => {
+    const extra = command === 'generate' ? ['--prompt', 'hi'] : [];
+    const t0 = Date.now();
+    const r = kvdesk([
+      command,
+      defaultModelDir,
+      ...extra,
+      '--max-new-tokens',
+      '1',
+      '--threads',
+      value,
+      '--data-dir',
+      dataDir,
+    ]);
+    expect(r.code, r.stderr).toBe(2);
+    expect(r.stderr).toContain(`--threads must be between 1 and ${max}, got ${value}`);
+    expect(r.stderr).not.toContain('could not load'); // the model is not blamed
+    expect(Date.now() - t0).toBeLessThan(30_000);
+  });
+
+  it('serve --threads 3000: exit 2 before it listens', () => {
+    const r = kvdesk(['serve', '--port', '0', '--threads', '3000', '--data-dir', dataDir]);
+    expect(r.code, r.stderr).toBe(2);
+    expect(r.stderr).toContain(`--threads must be between 1 and ${max}, got 3000`);
+  });
+});
+
+describe('--kv-budget naming a device kvdesk does not know', () => {
+  it('generate: exit 2 naming the device and the ones kvdesk knows', () => {
+    const r = kvdesk([
+      'generate',
+      defaultModelDir,
+      '--prompt',
+      'hi',
+      '--max-new-tokens',
+      '1',
+      '--kv-budget',
+      'foo:0=1GiB',
+    ]);
+    expect(r.code, r.stderr).toBe(2);
+    expect(r.stderr).toContain('--kv-budget foo:0=1GiB');
+    expect(r.stderr).toContain('"foo"');
+    expect(r.stderr).toMatch(/cpu, cuda:0/);
+  });
+
+  it("a provider that shares another device's budget is pointed at that device", () => {
+    const r = kvdesk([
+      'generate',
+      defaultModelDir,
+      '--prompt',
+      'hi',
+      '--max-new-tokens',
+      '1',
+      '--kv-budget',
+      'tensorrt:0=1GiB',
+    ]);
+    expect(r.code, r.stderr).toBe(2);
+    expect(r.stderr).toContain('--kv-budget cuda:0=');
+  });
+
+  it('a known device still passes', () => {
+    const r = kvdesk([
+      'generate',
+      defaultModelDir,
+      '--prompt-ids',
+      '5',
+      '--max-new-tokens',
+      '1',
+      '--kv-budget',
+      'cuda:0=1GiB',
+    ]);
+    expect(r.code, r.stderr).toBe(0);
+  });
+});
+
+describe('an "installed" ORT package', () => {
+  it('is refused naming the flag that trusts it', () => {
+    const r = kvdesk(['inspect', installedPackage(), '--data-dir', dataDir]);
+    expect(r.code, r.stderr).toBe(2);
+    expect(r.stderr).toContain('--trust-installed');
+    expect(r.stderr).not.toContain('the trustInstalled option');
+  });
+});
+
+describe('packages that used to give INTERNAL (exit 1) name their file: exit 2', () => {
+  it('a YAML alias bomb in inference_metadata.yaml', () => {
+    const dir = path.join(work, 'bomb');
+    mkdirSync(dir);
+    const lines = ['a0: &a0 ["x","x","x","x","x","x","x","x","x"]'];
+    for (let i = 1; i <= 9; i++)
+      lines.push(
+        `a${i}: &a${i} [${Array(9)
+          .fill(`*a${i - 1}`)
+          .join(',')}]`,
+      );
+    writeFileSync(
+      path.join(dir, 'inference_metadata.yaml'),
+      `model:\n  max_sequence_length: 16\n${lines.join('\n')}\n`,
+    );
+    cpSync(path.join(defaultModelDir, 'tokenizer.json'), path.join(dir, 'tokenizer.json'));
+    cpSync(path.join(defaultModelDir, 'onnx/model.onnx'), path.join(dir, 'model.onnx'));
+    const r = kvdesk(['inspect', dir, '--data-dir', dataDir]);
+    expect(r.code, r.stderr).toBe(2);
+    expect(r.stderr).toMatch(/^kvdesk: inference_metadata\.yaml /);
+  });
+
+  const setpriv = ['/usr/bin/setpriv', '/bin/setpriv'].find((p) => existsSync(p));
+  const root = process.getuid?.() === 0;
+  it.skipIf(root && setpriv === undefined)('a package folder its user cannot read (mode 000)', () => {
+    const dir = pkg('locked');
+    const nobodyData = path.join(work, 'nobody-data');
+    mkdirSync(nobodyData, { mode: 0o777 });
+    chmodSync(nobodyData, 0o777);
+    chmodSync(dir, 0o000);
+    try {
+      const as = root
+        ? [setpriv as string, '--reuid', '65534', '--regid', '65534', '--clear-groups', 'env', `HOME=${nobodyData}`]
+        : undefined;
+      const r = kvdesk(['inspect', dir, '--data-dir', nobodyData], as ? { as } : {});
+      expect(r.code, r.stderr).toBe(2);
+      expect(r.stderr).toContain(`the package folder ${dir}`);
+      expect(r.stderr).toContain('EACCES');
+    } finally {
+      chmodSync(dir, 0o755);
+    }
+  });
+
+  it('KV inputs listed twice: refused at check time, not by every request', () => {
+    const dir = path.join(work, 'kvdup');
+    cpSync(defaultModelDir, dir, { recursive: true });
+    writeFileSync(
+      path.join(dir, 'inference_metadata.yaml'),
+      [
+        'model:',
+        '  max_sequence_length: 16',
+        '  io:',
+        '    token_input: input_ids',
+        '    attention_mask_input: attention_mask',
+        '    position_ids_input: position_ids',
+        '    logits_output: logits',
+        '    kv_inputs: [past_key_values.0.key, past_key_values.0.value, past_key_values.0.key, past_key_values.0.value]',
+        '    kv_outputs: [present.0.key, present.0.value, present.0.key, present.0.value]',
+        '',
+      ].join('\n'),
+    );
+    // An onnx-genai package: the graph beside its metadata, no config.json.
+    cpSync(path.join(dir, 'onnx/model.onnx'), path.join(dir, 'model.onnx'));
+    rmSync(path.join(dir, 'onnx'), { recursive: true });
+    rmSync(path.join(dir, 'config.json'));
+    const r = kvdesk(['generate', dir, '--prompt-ids', '5,6,7', '--max-new-tokens', '2', '--data-dir', dataDir]);
+    expect(r.code, r.stderr).toBe(2);
+    expect(r.stderr).toContain('inference_metadata.yaml: `model.io.kv_inputs[2]` repeats "past_key_values.0.key"');
+  });
+});
