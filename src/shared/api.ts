@@ -564,10 +564,20 @@ export interface KvdeskApi {
   /** Starts a generation; frames arrive in order; the returned function cancels it. */
   generate(request: GenerateRequest, onFrame: (frame: StreamFrame) => void): () => void;
   on<E extends HostEventName>(event: E, listener: (payload: HostEvents[E]) => void): () => void;
-  /** Hands dropped package files to the host; in Electron they are read by path, in a browser uploaded. */
-  importPackage(files: PackageUpload): Promise<Result<ModelInfo>>;
+  /**
+   * Hands dropped package files to the host; in Electron they are read by path, in a browser uploaded (with its
+   * progress, and cancelled by the signal: the host then keeps nothing of it).
+   */
+  importPackage(files: PackageUpload, options?: UploadOptions): Promise<Result<ModelInfo>>;
   /** Which transport this is (shown in the UI; tests check it). */
   readonly transport: 'electron' | 'websocket';
+}
+
+/** How an upload reports and stops. */
+export interface UploadOptions {
+  /** Bytes of the request body sent so far, of its total (the files, and a little of the form around them). */
+  onProgress?: (sent: number, total: number) => void;
+  signal?: AbortSignal;
 }
 
 /** Files of a dropped folder: a path on the host's disk (Electron) or the files themselves (browser). */

@@ -6,8 +6,9 @@
 import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { defaultModelDir } from '../helpers/fixtures';
 import { writeTwinPackages } from '../helpers/static-cache-models';
-import { apiSnapshot, expect, lastReply, newChat, send, setSettings, test } from './fixtures';
+import { apiSnapshot, expect, lastReply, newChat, send, setSettings, test, wsCall } from './fixtures';
 import { ROOT } from './serve';
 
 const FIXTURE = path.resolve(ROOT, '../shared/fixtures/onnx-genai/tiny-llm');
@@ -157,6 +158,49 @@ test('a static-cache package loads, chats, and the inspector shows its whole cac
     expect(other.status).toBe(200);
     await expect(row.getByTestId('request-model')).toHaveText(` · ${id}`);
   } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('an upload shows its bytes sent, and Cancel stops it: the host keeps nothing of it', async ({ app, server }) => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-upload-'));
+  // Slow enough to watch (the default package is about 1 MiB): 256 KiB/s up, through Chromium's own throttling.
+  const cdp = await app.context().newCDPSession(app);
+  try {
+    const pkg = path.join(dir, 'slow-upload');
+    cpSync(defaultModelDir, pkg, { recursive: true });
+    await cdp.send('Network.enable');
+    await cdp.send('Network.emulateNetworkConditions', {
+      offline: false,
+      latency: 0,
+      downloadThroughput: -1,
+      uploadThroughput: 256 * 1024,
+    });
+    await app.getByTestId('models-toggle').click();
+    await app.getByTestId('model-file-input').setInputFiles(pkg);
+    const progress = app.getByTestId('model-import-progress');
+    await expect(app.getByTestId('upload-progress-text')).toContainText(/ of [\d.]+ [KM]iB sent \(\d+ %\)/);
+    await expect.poll(async () => Number(await progress.getAttribute('data-sent'))).toBeGreaterThan(0);
+    expect(Number(await progress.getAttribute('data-total'))).toBeGreaterThan(1_000_000);
+    await app.getByTestId('upload-cancel').click();
+    await expect(progress).toHaveCount(0);
+    await expect(app.getByTestId('model-error')).toHaveCount(0);
+    // Nothing of it on the host: not in the library, and no staged files left in its models folder.
+    const listed = (await wsCall(server, 'listLibrary', {})) as { value?: Array<{ id: string }> };
+    expect(listed.value?.some((e) => e.id === 'slow-upload')).toBe(false);
+    const models = path.join(server.dataDir, 'models');
+    await expect
+      .poll(() =>
+        (existsSync(models) ? readdirSync(models) : []).filter((f) => f.includes('incoming') || f === 'slow-upload'),
+      )
+      .toEqual([]);
+  } finally {
+    await cdp.send('Network.emulateNetworkConditions', {
+      offline: false,
+      latency: 0,
+      downloadThroughput: -1,
+      uploadThroughput: -1,
+    });
     rmSync(dir, { recursive: true, force: true });
   }
 });

@@ -150,6 +150,8 @@ export interface Bridge {
   branchThread(threadId: string, messageId: string): void;
   setActiveModel(id: string): void;
   importFiles(name: string, files: DroppedFile[]): Promise<void>;
+  /** Stops the upload in flight (the host keeps nothing of it). */
+  cancelImport(): void;
   /**
    * Checks a package folder on disk (the desktop window); `trustInstalled`: the person trusts an ORT package of
    * the "installed" layout, which its load then does too.
@@ -848,11 +850,33 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     return r.ok ? r.value : undefined;
   }
 
+  /** The upload in flight, to cancel. */
+  let uploading: AbortController | null = null;
+
   async function importFiles(name: string, files: DroppedFile[]): Promise<void> {
     const bytes = files.reduce((n, f) => n + f.data.size, 0);
     s().setPackageImport({ name, status: 'uploading', files: files.length, bytes });
     s().setView('models');
-    const r = await api.importPackage({ kind: 'files', name, files });
+    uploading?.abort();
+    const control = new AbortController();
+    uploading = control;
+    // The bytes sent, shown at most every 100 ms (a big package reports thousands of times).
+    let shownAt = 0;
+    const onProgress = (sent: number, total: number) => {
+      const now = performance.now();
+      if (now - shownAt < 100 && sent < total) return;
+      shownAt = now;
+      const current = s().packageImport;
+      if (uploading !== control || current?.status !== 'uploading') return;
+      s().setPackageImport({ ...current, sent, total });
+    };
+    const r = await api.importPackage({ kind: 'files', name, files }, { onProgress, signal: control.signal });
+    if (uploading === control) uploading = null;
+    // Cancelled: its card goes (another upload that took its place keeps its own).
+    if (control.signal.aborted) {
+      if (s().packageImport?.name === name && s().packageImport?.status === 'uploading') s().setPackageImport(null);
+      return;
+    }
     if (r.ok) {
       s().setPackageImport({
         name,
@@ -1144,6 +1168,9 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       s().setActiveModel(id);
     },
     importFiles,
+    cancelImport() {
+      uploading?.abort();
+    },
     importPath,
     loadPackage,
     listBackends() {

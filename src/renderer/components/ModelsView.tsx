@@ -18,15 +18,39 @@ function ImportResult() {
   );
   if (!imp) return null;
   if (imp.status === 'reading' || imp.status === 'uploading') {
+    // An upload: its bytes sent so far, then (all sent) the host's checks and load.
+    const sending = imp.status === 'uploading' && (imp.total === undefined || (imp.sent ?? 0) < imp.total);
+    const share = imp.total ? Math.min(1, (imp.sent ?? 0) / imp.total) : 0;
     return (
-      <div className="card" data-testid="model-import-progress">
+      <div className="card" data-testid="model-import-progress" data-sent={imp.sent ?? 0} data-total={imp.total ?? 0}>
         <div className="top">
           <h3>{imp.name}</h3>
-          <span className="badge">{imp.status === 'reading' ? 'validating…' : 'uploading and validating…'}</span>
+          <span className="badge">
+            {imp.status === 'reading' ? 'validating…' : sending ? 'uploading…' : 'validating…'}
+          </span>
         </div>
         {imp.files !== undefined && (
           <div className="muted">
             {formatInteger(imp.files)} files, {formatBytes(imp.bytes ?? 0)}
+          </div>
+        )}
+        {imp.status === 'uploading' && (
+          <div className="upload-progress">
+            <span className="meter" aria-hidden="true">
+              <span style={{ width: `${(share * 100).toFixed(1)}%` }} />
+            </span>
+            <span className="num" data-testid="upload-progress-text">
+              {imp.total === undefined
+                ? 'starting…'
+                : sending
+                  ? `${formatBytes(imp.sent ?? 0)} of ${formatBytes(imp.total)} sent (${Math.floor(share * 100)} %)`
+                  : 'sent; kvdesk checks and loads it…'}
+            </span>
+            {sending && (
+              <button type="button" className="small" data-testid="upload-cancel" onClick={() => bridge.cancelImport()}>
+                Cancel
+              </button>
+            )}
           </div>
         )}
       </div>

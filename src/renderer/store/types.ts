@@ -26,6 +26,9 @@ export interface PackageImport {
   /** Files and bytes read so far (progress while reading a big folder). */
   files?: number;
   bytes?: number;
+  /** An upload: the bytes of its request sent so far, of its total (undefined until the first report). */
+  sent?: number;
+  total?: number;
   /** On success: the validated spec, and the model id when the host loaded it. */
   spec?: ModelSpec;
   modelId?: string;

@@ -14,6 +14,7 @@ import type {
   KvdeskApi,
   ModelInfo,
   PackageUpload,
+  UploadOptions,
   WsClientMessage,
   WsServerMessage,
 } from '../../shared/api';
@@ -40,7 +41,8 @@ export interface WsClientOptions {
   uploadUrl: string;
   token?: string;
   createSocket?: (url: string) => SocketLike;
-  fetch?: typeof fetch;
+  /** Sends the upload (tests give their own); by default an XMLHttpRequest, the one way a page sees its progress. */
+  post?: Post;
   /** Delay before reconnect attempt n (0-based). */
   backoffMs?: (attempt: number) => number;
   setTimer?: (fn: () => void, ms: number) => unknown;
@@ -86,9 +88,57 @@ export function urlsFromLocation(loc: { protocol: string; host: string; search: 
   };
 }
 
+/** An upload's request, as the client sends it. */
+export interface PostRequest {
+  headers: Record<string, string>;
+  body: FormData;
+  onProgress?: (sent: number, total: number) => void;
+  signal?: AbortSignal;
+}
+export interface PostResponse {
+  status: number;
+  text: string;
+}
+export type Post = (url: string, request: PostRequest) => Promise<PostResponse>;
+
+/**
+ * POST with XMLHttpRequest: fetch tells a page nothing of an upload's progress (and a streamed request body needs
+ * HTTP/2). Rejects on a network error or when the signal aborts it.
+ */
+/** The part of XMLHttpRequest the upload uses (this file is also type-checked without the DOM library). */
+interface XhrLike {
+  open(method: string, url: string): void;
+  setRequestHeader(name: string, value: string): void;
+  upload: { onprogress: ((e: { loaded: number; total: number }) => void) | null };
+  onload: (() => void) | null;
+  onerror: (() => void) | null;
+  onabort: (() => void) | null;
+  status: number;
+  responseText: string;
+  send(body: FormData): void;
+  abort(): void;
+}
+
+const xhrPost: Post = (url, { headers, body, onProgress, signal }) =>
+  new Promise((resolve, reject) => {
+    const xhr = new (globalThis as unknown as { XMLHttpRequest: new () => XhrLike }).XMLHttpRequest();
+    xhr.open('POST', url);
+    for (const [k, v] of Object.entries(headers)) xhr.setRequestHeader(k, v);
+    if (onProgress) xhr.upload.onprogress = (e) => onProgress(e.loaded, e.total);
+    xhr.onload = () => resolve({ status: xhr.status, text: xhr.responseText });
+    xhr.onerror = () => reject(new Error('the connection to kvdesk failed'));
+    xhr.onabort = () => reject(new Error('cancelled'));
+    if (signal?.aborted) {
+      reject(new Error('cancelled'));
+      return;
+    }
+    signal?.addEventListener('abort', () => xhr.abort(), { once: true });
+    xhr.send(body);
+  });
+
 export function createWsClient(options: WsClientOptions): WsClient {
   const createSocket = options.createSocket ?? ((url: string) => new WebSocket(url) as unknown as SocketLike);
-  const doFetch = options.fetch ?? ((...args: Parameters<typeof fetch>) => fetch(...args));
+  const doPost = options.post ?? xhrPost;
   const backoff = options.backoffMs ?? ((n: number) => Math.min(5000, 250 * 2 ** n));
   const setTimer = options.setTimer ?? ((fn: () => void, ms: number) => setTimeout(fn, ms));
 
@@ -175,7 +225,7 @@ export function createWsClient(options: WsClientOptions): WsClient {
     };
   }
 
-  async function importPackage(upload: PackageUpload): Promise<Result<ModelInfo>> {
+  async function importPackage(upload: PackageUpload, how: UploadOptions = {}): Promise<Result<ModelInfo>> {
     if (upload.kind === 'path') {
       return {
         ok: false,
@@ -190,14 +240,21 @@ export function createWsClient(options: WsClientOptions): WsClient {
     for (const f of upload.files) {
       form.append('file', f.data instanceof Blob ? f.data : new Blob([f.data]), `${upload.name}/${f.path}`);
     }
-    let res: Response;
+    let res: PostResponse;
     try {
-      res = await doFetch(options.uploadUrl, {
-        method: 'POST',
+      res = await doPost(options.uploadUrl, {
         headers: options.token ? { authorization: `Bearer ${options.token}` } : {},
         body: form,
+        ...(how.onProgress ? { onProgress: how.onProgress } : {}),
+        ...(how.signal ? { signal: how.signal } : {}),
       });
     } catch (err) {
+      if (how.signal?.aborted) {
+        return {
+          ok: false,
+          error: { code: 'CANCELLED', message: 'The upload was cancelled; kvdesk kept nothing of it.' },
+        };
+      }
       return {
         ok: false,
         error: lost(`Could not upload the package: ${err instanceof Error ? err.message : String(err)}`),
@@ -205,7 +262,7 @@ export function createWsClient(options: WsClientOptions): WsClient {
     }
     let json: unknown;
     try {
-      json = await res.json();
+      json = JSON.parse(res.text);
     } catch {
       return { ok: false, error: lost(`The upload answered HTTP ${res.status} without a JSON body.`) };
     }
@@ -215,7 +272,7 @@ export function createWsClient(options: WsClientOptions): WsClient {
       const e = (json as { error: ErrorInfo }).error;
       return { ok: false, error: e };
     }
-    if (res.ok) return { ok: true, value: json as ModelInfo };
+    if (res.status >= 200 && res.status < 300) return { ok: true, value: json as ModelInfo };
     return { ok: false, error: lost(`The upload failed with HTTP ${res.status}.`) };
   }
 
