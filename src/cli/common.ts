@@ -237,6 +237,11 @@ export function samplingFlags(
   return sampling;
 }
 
+/** What the library says about its file (one it cannot read, or moved aside) goes to stderr, as serve's log. */
+export const libraryLog = (line: string): void => {
+  process.stderr.write(`${line}\n`);
+};
+
 /**
  * A package folder, or the id of a library package (as `ollama run NAME` takes a name): a path that exists is
  * the folder; otherwise the library's most recently loaded valid package with that id.
@@ -244,7 +249,7 @@ export function samplingFlags(
 export async function packageDir(arg: string, dataDirFlag: string | undefined): Promise<string> {
   const dir = path.resolve(arg);
   if (existsSync(dir) || arg.includes('/') || arg.includes(path.sep)) return dir;
-  const library = await ModelLibrary.open(dataDirOf(dataDirFlag));
+  const library = await ModelLibrary.open(dataDirOf(dataDirFlag), { log: libraryLog });
   const entry = library.list().find((e) => e.id === arg && !e.missing && existsSync(e.root));
   if (!entry) {
     const known = [...new Set(library.list().map((e) => e.id))].join(', ') || 'none';
@@ -362,7 +367,7 @@ export async function loadFlags(
     ...(values['trust-installed'] === true ? { trustInstalled: true } : {}),
     ...(template !== undefined ? { chatTemplate: template } : {}),
   };
-  const library = await ModelLibrary.open(dataDirOf(values['data-dir']));
+  const library = await ModelLibrary.open(dataDirOf(values['data-dir']), { log: libraryLog });
   const kept = await library.pickFor(dir);
   if (!kept) return named;
   return mergePick(kept, named, (await detectLayout(dir).catch(() => undefined)) === 'ort-package');

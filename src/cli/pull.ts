@@ -11,7 +11,7 @@ import { searchHub } from '../main/host/hub-search';
 import { canonicalPath, ModelLibrary } from '../main/host/model-library';
 import { toErrorInfo } from '../shared/errors';
 import { formatBytes } from '../shared/format';
-import { badArgs, fail, type Io, parseFlags, parseNumber } from './common';
+import { badArgs, fail, type Io, libraryLog, parseFlags, parseNumber } from './common';
 import { dataDirOf } from './data-dir';
 
 /** `kvdesk pull`'s flags (main.ts's help describes each). */
@@ -79,7 +79,7 @@ export async function pull(args: string[], io: Io, stderrIsTty = process.stderr.
       }
     }
     // The library finds the new folder in its models folder (and validates it once more).
-    const library = await ModelLibrary.open(dataDir);
+    const library = await ModelLibrary.open(dataDir, { log: libraryLog });
     await library.refresh();
     const at = await canonicalPath(root);
     const id = library.list().find((e) => e.root === at)?.id ?? path.basename(root);

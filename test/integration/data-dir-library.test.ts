@@ -108,3 +108,26 @@ describe('a data directory that is a regular file', () => {
     expect(code).toBe(2);
   });
 });
+
+describe('the CLI and a library file that is not JSON', () => {
+  it('says on stderr where it was moved (a library id looked up by `inspect` reads it), and answers the command', async () => {
+    const dataDir = await tmp();
+    await writeFile(path.join(dataDir, 'library.json'), '{"entries": [');
+    const child = spawn(
+      process.execPath,
+      [path.join(repoRoot, 'bin/kvdesk.cjs'), 'inspect', 'no-such-model', '--data-dir', dataDir],
+      { cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    let err = '';
+    child.stderr.on('data', (d: Buffer) => {
+      err += d.toString();
+    });
+    child.stdout.resume();
+    const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+    expect(err).toContain(path.join(dataDir, 'library.json'));
+    expect(err).toMatch(/library\.json\.unreadable-/);
+    expect((await readdir(dataDir)).some((f) => f.startsWith('library.json.unreadable-'))).toBe(true);
+    // The command itself still answers: no such package, in the library or on disk.
+    expect(code).toBe(2);
+  }, 60_000);
+});
