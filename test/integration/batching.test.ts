@@ -3,6 +3,9 @@
  * session.run per decode step, and a request's greedy tokens never depend on
  * what it was batched with.
  */
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import * as ort from 'onnxruntime-node';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ContinuousBatcher } from '../../src/main/engine/batcher';
@@ -12,6 +15,7 @@ import { loadModelSpec } from '../../src/main/packages';
 import type { GenerationResult } from '../../src/shared/contract';
 import { defaultModelDir, fixture, fixturesSkipReason, haveFixtures } from '../helpers/fixtures';
 import { GREEDY, greedyIds } from '../helpers/generation';
+import { nanEmbeddingCopy } from '../helpers/nan-embedding';
 
 const hosts: RunnerService[] = [];
 afterEach(async () => {
@@ -281,4 +285,49 @@ describe('a graph that cannot batch', () => {
       await session.release();
     }
   });
+});
+
+describe('a request whose scores are not numbers (NaN) in a batch', () => {
+  it('fails alone, as the package; the request batched with it goes on with the tokens it has alone', async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-nan-batch-'));
+    try {
+      // On the package as it is: the clean request's tokens, and a token T that the other request writes after
+      // its first (so T is fed back in a decode step the two share) and the clean one never reads.
+      const clean = [10, 11, 12, 13];
+      const other = [20, 21, 22];
+      const plain = await host(defaultModelDir);
+      const alone = await run(plain, clean, 200);
+      const otherIds = (await run(plain, other, 8)).tokenIds;
+      const seen = new Set([...clean, ...alone.tokenIds, ...other]);
+      const poison = otherIds.slice(1).find((t) => !seen.has(t) && t !== otherIds[0]);
+      expect(poison, `a token the other request writes after its first: ${otherIds}`).toBeDefined();
+      // That token's embedding NaN: the other request scores NaN once it reads it back; the clean one never does.
+      const pkg = path.join(dir, 'nan-token');
+      nanEmbeddingCopy(defaultModelDir, pkg, poison as number);
+      const h = await host(pkg);
+      let startOther = () => {};
+      const failed = new Promise<unknown>((resolve) => {
+        startOther = () => {
+          startOther = () => {};
+          run(h, other, 8).then(resolve, resolve);
+        };
+      });
+      const ids: number[] = [];
+      const together = h.generate({ promptIds: clean, maxNewTokens: 1500, sampling: { greedy: true } }, (f) => {
+        if (f.type !== 'tokens') return;
+        ids.push(...(f.rows[0]?.ids ?? []));
+        startOther();
+      });
+      expect(await failed).toMatchObject({ code: 'PACKAGE_INVALID', message: expect.stringMatching(/\(NaN\)/) });
+      expect((await h.engine.stats()).peakBatchRows).toBe(2);
+      // The clean one still writes, and what it wrote is what it writes alone.
+      const before = ids.length;
+      await expect.poll(() => ids.length, { timeout: 10_000 }).toBeGreaterThan(before);
+      together.cancel('user');
+      await together.result.catch(() => {});
+      expect(ids.slice(0, 24)).toEqual(alone.tokenIds.slice(0, 24));
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
 });

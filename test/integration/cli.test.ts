@@ -930,7 +930,7 @@ describe('the CLI around its commands: a closed stdout, help, versions, stdin, t
       );
       expect(r.code, r.stdout).toBe(2);
       expect(r.json.error).toMatchObject({ code: 'PACKAGE_INVALID' });
-      expect((r.json.error as { message: string }).message).toMatch(/not numbers \(NaN\).*Replace the package/);
+      expect((r.json.error as { message: string }).message).toMatch(/not numbers \(NaN\).*replace the package/);
     } finally {
       rmSync(root, { recursive: true, force: true });
     }

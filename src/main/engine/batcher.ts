@@ -59,6 +59,8 @@ interface Member {
   restUntil: number;
   resolve: (o: GenerationOutcome) => void;
   reject: (e: Error) => void;
+  /** Its scores were not numbers (NaN): it fails at its settle, alone (the batch's other requests go on). */
+  failure?: Error;
 }
 
 /**
@@ -365,7 +367,16 @@ export class ContinuousBatcher {
       if (row.done) continue;
       const offset = (batchIndexOf(row) * logits.seq + at) * logits.vocab;
       const sampler = m.samplers[row.index] as Sampler;
-      const id = sampler.sample(logits.data, offset, vocab);
+      let id: number;
+      try {
+        id = sampler.sample(logits.data, offset, vocab);
+      } catch (err) {
+        // Scores that are not numbers: this request fails (damaged weights fail every request the same way; an
+        // overflow for one input, only that one).
+        m.failure = err as Error;
+        for (const r of m.rows) r.done ??= 'length';
+        return;
+      }
       if (id < 0) {
         // JSON mode with no token of the vocabulary able to continue: the row ends unfinished.
         row.done = 'length';
@@ -382,6 +393,12 @@ export class ContinuousBatcher {
 
   /** Whether a member is over after its latest token; finishes it if so. */
   private settle(m: Member): boolean {
+    if (m.failure) {
+      // Its session keeps the KV it had before this turn (as for any failed turn).
+      this.removeRows(m);
+      m.reject(m.failure);
+      return true;
+    }
     let reason: FinishReason | null = null;
     if (m.rows.every((r) => r.done !== null)) reason = 'eos';
     else if (m.generated >= m.job.maxNewTokens) reason = 'length';
@@ -689,7 +706,6 @@ export class ContinuousBatcher {
   private finish(m: Member, reason: FinishReason): void {
     const indexOf = new Map(this.rows.map((r, i) => [r, i]));
     const mine = m.rows.map((r) => indexOf.get(r)).filter((i): i is number => i !== undefined);
-    const keep = this.rows.map((_, i) => i).filter((i) => !mine.includes(i));
     const session = m.job.session;
     if (session && mine.length === 1) {
       const at = mine[0] as number;
@@ -702,6 +718,22 @@ export class ContinuousBatcher {
       session.tokens = m.fed.slice(0, m.length);
     }
     const kvBytes = m.rows.length * m.length * this.spec.bpt;
+    this.removeRows(m);
+    m.resolve({
+      finishReason: reason,
+      rowFinishReasons: m.rows.map((r) => r.done ?? reason),
+      kvBytes,
+      generatedTokens: m.generated,
+      sessionTokens: session ? session.tokens.length : 0,
+      ...(m.drafted > 0 ? { lookup: { drafted: m.drafted, accepted: m.accepted } } : {}),
+    });
+  }
+
+  /** Takes a member's rows out of the batch (its KV with them; the rest trimmed of padding none of them needs). */
+  private removeRows(m: Member): void {
+    const indexOf = new Map(this.rows.map((r, i) => [r, i]));
+    const mine = m.rows.map((r) => indexOf.get(r)).filter((i): i is number => i !== undefined);
+    const keep = this.rows.map((_, i) => i).filter((i) => !mine.includes(i));
     if (keep.length === 0) {
       this.rows = [];
       this.past = new Map();
@@ -718,13 +750,5 @@ export class ContinuousBatcher {
       this.seq -= drop;
       this.rows = remaining;
     }
-    m.resolve({
-      finishReason: reason,
-      rowFinishReasons: m.rows.map((r) => r.done ?? reason),
-      kvBytes,
-      generatedTokens: m.generated,
-      sessionTokens: session ? session.tokens.length : 0,
-      ...(m.drafted > 0 ? { lookup: { drafted: m.drafted, accepted: m.accepted } } : {}),
-    });
   }
 }

@@ -46,9 +46,13 @@ export function topKIndices(values: Float32Array, k: number): Int32Array {
   }
   const heap = new Int32Array(k);
   let size = 0;
+  // A score that is not a number counts as the lowest (otherwise it is neither less nor more than any, and a NaN
+  // at the heap's root would keep every later score out).
   const less = (a: number, b: number): boolean => {
-    const va = values[a] as number;
-    const vb = values[b] as number;
+    let va = values[a] as number;
+    let vb = values[b] as number;
+    if (va !== va) va = Number.NEGATIVE_INFINITY;
+    if (vb !== vb) vb = Number.NEGATIVE_INFINITY;
     return va < vb || (va === vb && a > b);
   };
   const siftDown = (start: number): void => {
@@ -299,7 +303,7 @@ export class Sampler {
 function notANumber(): KvdeskError {
   return new KvdeskError(
     'PACKAGE_INVALID',
-    "The model's scores for the next token are not numbers (NaN): its weights are most likely damaged (a download or copy cut short, or a bad export). Replace the package: download or export it again.",
+    "The model's scores for the next token are not numbers (NaN): its weights are most likely damaged (a download or copy cut short, or a bad export), or its arithmetic overflowed on this input (a float16 model). If every reply fails so, replace the package: download or export it again.",
     { field: 'logits' },
   );
 }

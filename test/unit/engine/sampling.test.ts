@@ -59,7 +59,7 @@ describe('Sampler', () => {
         error = err;
       }
       expect(error).toMatchObject({ code: 'PACKAGE_INVALID', detail: { field: 'logits' } });
-      expect((error as Error).message).toMatch(/not numbers \(NaN\).*Replace the package/);
+      expect((error as Error).message).toMatch(/not numbers \(NaN\).*replace the package/);
     }
     // One score not a number among good ones: it is never drawn, and the others are drawn as ever.
     const some = new Float32Array([0.1, Number.NaN, 1.9, -1, 0.5, 1.8]);
@@ -68,6 +68,12 @@ describe('Sampler', () => {
       for (let i = 0; i < 16; i++) expect(s.sample(some, 0, 6)).not.toBe(1);
     }
     expect(new Sampler(params({ greedy: true }), 6).sample(some, 0, 6)).toBe(2);
+    // Through top-k too: a NaN that reaches the heap's root must not keep the best scores out.
+    const wide = new Float32Array(1000);
+    wide[0] = Number.NaN;
+    wide[999] = 50;
+    const topK = new Sampler(params({ seed: 3, topK: 40 }), 1000);
+    for (let i = 0; i < 8; i++) expect(topK.sample(wide, 0, 1000)).toBe(999);
   });
 
   it('the same seed gives the same tokens; another seed gives others', () => {
