@@ -105,3 +105,31 @@ test("a package that asks for greedy decoding: greedy shows on, as the model's d
   await expect(page.getByTestId('settings-summary')).not.toContainText('sampled');
   await expect(page.getByTestId('settings-summary')).toContainText(/^temp default \(greedy\)/);
 });
+
+test('a first start: the first message, typed before there is any chat, is sent once and leaves the box empty', async ({
+  page,
+}) => {
+  const fresh = await startServe();
+  try {
+    await page.goto(fresh.url);
+    const list = page.getByTestId('thread-list');
+    await expect(list).toHaveAttribute('data-loaded', 'true');
+    await expect(list.locator('[data-thread-id]')).toHaveCount(0);
+    const input = page.getByTestId('chat-input');
+    await expect(input).toBeFocused();
+    await input.fill('Hello from the first start');
+    await input.press('Enter');
+    await expect(page.getByTestId('message-user')).toHaveText(/Hello from the first start/);
+    // The chat made for it does not take the sent text back as its draft.
+    await expect(input).toHaveValue('');
+    await expect(page.getByTestId('message-assistant').last()).toHaveAttribute('data-state', /done|error/, {
+      timeout: 60_000,
+    });
+    await expect(input).toHaveValue('');
+    await page.reload();
+    await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+    await expect(page.getByTestId('chat-input')).toHaveValue('');
+  } finally {
+    await fresh.stop();
+  }
+});

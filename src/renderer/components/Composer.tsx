@@ -195,7 +195,13 @@ export function Composer({ threadId }: { threadId: string | null }) {
   const send = () => {
     if ((!text.trim() && files.length === 0) || streaming || offline || elsewhere) return;
     // Not sent now (a tool of the chat still runs: the notice says so): the text and files stay.
-    if (!bridge.send(text, files)) return;
+    // The sent draft is gone now, in its store too: sending from no chat makes one, which would take the draft of
+    // "no chat" (still this text until the effect below ran) as its own.
+    drafts().set(shownFor.current, { text: '', files: [] });
+    if (!bridge.send(text, files)) {
+      drafts().set(shownFor.current, { text, files });
+      return;
+    }
     setText('');
     setFiles([]);
     slots.current = 0;
@@ -205,19 +211,28 @@ export function Composer({ threadId }: { threadId: string | null }) {
   const attach = async (list: FileList | File[]) => {
     const errors: string[] = [];
     const added: Attachment[] = [];
+    // The chat the files were given to: another opened while they are read does not get them.
+    const chat = shownFor.current;
+    const here = () => shownFor.current === chat;
     for (const f of Array.from(list)) {
       // Slots are taken before a file is read, so two quick drops cannot add more than a message takes.
-      if (slots.current >= MAX_ATTACHMENTS) {
+      if (here() && slots.current >= MAX_ATTACHMENTS) {
         errors.push(`${f.name}: a message takes at most ${MAX_ATTACHMENTS} files.`);
         continue;
       }
-      slots.current++;
+      if (here()) slots.current++;
       const r = attachmentFrom(f.name, new Uint8Array(await f.arrayBuffer()));
       if (r.ok) added.push(r.attachment);
       else {
-        slots.current--;
+        if (here()) slots.current--;
         errors.push(r.error);
       }
+    }
+    if (!here()) {
+      // Read after another chat was opened: they join their own chat's draft.
+      const d = drafts().get(chat);
+      if (added.length > 0) drafts().set(chat, { text: d.text, files: [...d.files, ...added] });
+      return;
     }
     if (added.length > 0) setFiles((had) => [...had, ...added]);
     setFileError(errors.length > 0 ? errors.join(' ') : null);

@@ -50,6 +50,8 @@ export class Drafts {
     else this.files.delete(id);
     const had = this.texts.get(id);
     if (had === draft.text || (had === undefined && draft.text === '')) return;
+    // What the other tabs and windows of this page wrote meanwhile stays: only this chat's entry changes.
+    this.reload();
     this.texts.delete(id);
     if (draft.text !== '') this.texts.set(id, draft.text);
     while (this.texts.size > MAX_DRAFTS) {
@@ -61,6 +63,7 @@ export class Drafts {
 
   /** Forgets the drafts of chats that are gone (deleted here or elsewhere). */
   keepOnly(threadIds: ReadonlySet<string>): void {
+    this.reload();
     let changed = false;
     for (const id of [...this.texts.keys()]) {
       if (id === NO_CHAT || threadIds.has(id)) continue;
@@ -69,6 +72,11 @@ export class Drafts {
     }
     for (const id of [...this.files.keys()]) if (id !== NO_CHAT && !threadIds.has(id)) this.files.delete(id);
     if (changed) this.save();
+  }
+
+  /** The stored texts as they are now (another tab may have written since this one read them). */
+  private reload(): void {
+    if (this.storage) this.texts = new Map(readTexts(this.storage));
   }
 
   private save(): void {

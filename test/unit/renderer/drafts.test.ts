@@ -28,6 +28,18 @@ describe('per-chat drafts', () => {
     expect(again.get('b').text).toBe('for b');
   });
 
+  it("two tabs (two Drafts on one storage) keep each other's drafts", () => {
+    const storage = memoryStorage();
+    const one = new Drafts(storage);
+    const two = new Drafts(storage);
+    one.set('a', { text: 'from tab one', files: [] });
+    two.set('b', { text: 'from tab two', files: [] });
+    two.keepOnly(new Set(['a', 'b']));
+    const reloaded = new Drafts(storage);
+    expect(reloaded.get('a').text).toBe('from tab one');
+    expect(reloaded.get('b').text).toBe('from tab two');
+  });
+
   it('an emptied draft is forgotten, in storage too', () => {
     const storage = memoryStorage();
     const d = new Drafts(storage);
