@@ -115,7 +115,7 @@ function convertProse(prose: string, openEnd = false): string {
   // chats are full of: a shell's variable in a path or a list (`$HOME/bin:$PATH`) opens nothing, and a stretch of
   // more than 300 characters between two dollars is prose that has two of them, not math.
   s = s.replace(
-    /(?<![\\$])\$(?=[^\s$])(?![A-Z_][A-Z0-9_]+[/:])((?:\\\$|[^$\n]){0,299}?[^\s\\$])\$(?![\d$])/g,
+    /(?<![\\$])\$(?=[^\s$])(?![A-Z_][A-Z0-9_]*(?:\/[a-z.~]|:\$))((?:\\\$|[^$\n]){0,299}?[^\s\\$])\$(?![\d$])/g,
     (_, body: string) => `$$${body}$$`,
   );
   // What was kept, back in its place (a kept $$ block may hold a kept code span's mark: twice).

@@ -35,6 +35,9 @@ describe('normalizeMath', () => {
     expect(normalizeMath(long)).toBe(long);
     // Capitals in math are still math (a segment, a matrix), and so is an identifier in the body.
     expect(normalizeMath('the segment $AB = CD$ here')).toBe('the segment $$AB = CD$$ here');
+    // Ratios and quotients of capitals too (a slash or a colon before another capital).
+    expect(normalizeMath('so $AB/BC = 2$ and $AC:CB = 2:1$')).toBe('so $$AB/BC = 2$$ and $$AC:CB = 2:1$$');
+    expect(normalizeMath('the group $GL_2/SL_2$ here')).toBe('the group $$GL_2/SL_2$$ here');
     expect(normalizeMath('with $A^T$ and $x_{HOME}$')).toBe('with $$A^T$$ and $$x_{HOME}$$');
     expect(normalizeMath(`a body of 300: $${'y'.repeat(300)}$`)).toBe(`a body of 300: $$${'y'.repeat(300)}$$`);
   });
