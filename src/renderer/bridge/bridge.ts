@@ -22,6 +22,7 @@ import type {
 } from '../../shared/api';
 import type { GenerateRequest, SamplingSettings, ToolCall } from '../../shared/contract';
 import type { ErrorInfo, Result } from '../../shared/errors';
+import { noteOwnRequest } from '../lib/busy-elsewhere';
 import { drafts } from '../lib/drafts';
 import { autoRunCalls, chatTools, MAX_AUTO_ROUNDS, SKIPPED_ANSWER, toolKey } from '../lib/mcp-tools';
 import { mergeThread } from '../lib/merge-thread';
@@ -487,6 +488,8 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       updatedAt: now,
       messages: [],
       ...(active ? carriedSettings(active) : {}),
+      // The preset those settings are, still named (its picker shows it, as in the chat they came from).
+      ...(active?.preset ? { preset: active.preset } : {}),
     };
     s().addThread(thread);
     madeAs.set(thread.id, chatSetup(thread));
@@ -727,6 +730,8 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   function generateInto(threadId: string, messageId: string, request: GenerateRequest, modelId: string | null): void {
     const start = () => {
       const cancel = api.generate(request, (frame) => {
+        // This page's own request: once its reply ends here, the budget may still list it for a moment.
+        if (frame.type === 'accepted') noteOwnRequest(frame.requestId);
         if (request.continueFinal && frame.type === 'error' && frame.error.code !== 'CANCELLED') {
           notify(`Could not continue the reply: ${frame.error.message}`);
         }
@@ -871,12 +876,15 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       s().setPackageImport({ ...current, sent, total });
     };
     const r = await api.importPackage({ kind: 'files', name, files }, { onProgress, signal: control.signal });
-    if (uploading === control) uploading = null;
-    // Cancelled: its card goes (another upload that took its place keeps its own).
+    // Another upload took its place (a drop while this one ran): the card is that one's now.
+    const superseded = uploading !== control;
+    if (!superseded) uploading = null;
     if (control.signal.aborted) {
-      if (s().packageImport?.name === name && s().packageImport?.status === 'uploading') s().setPackageImport(null);
+      // Cancelled: its card goes.
+      if (!superseded && s().packageImport?.status === 'uploading') s().setPackageImport(null);
       return;
     }
+    if (superseded) return;
     if (r.ok) {
       s().setPackageImport({
         name,

@@ -10,8 +10,8 @@ function snapshot(parts: {
   perDevice?: boolean;
 }): BudgetSnapshot {
   const device = {
-    running: (parts.running ?? []).map((threadId) => ({ threadId })),
-    queue: (parts.queue ?? []).map((threadId) => ({ threadId })),
+    running: (parts.running ?? []).map((threadId) => ({ id: `r-${threadId}`, threadId })),
+    queue: (parts.queue ?? []).map((threadId) => ({ id: `r-${threadId}`, threadId })),
   };
   return {
     ...(parts.perDevice ? { running: [], queue: [] } : device),
@@ -30,8 +30,11 @@ describe('busyElsewhere', () => {
     expect(busyElsewhere(null, 't1', [])).toBe(false);
   });
 
-  it('not when this page writes the reply itself', () => {
+  it('not when this page writes the reply itself, nor just after (its request still listed a moment)', () => {
     expect(busyElsewhere(snapshot({ running: ['t1'] }), 't1', [{ threadId: 't1' }])).toBe(false);
     expect(busyElsewhere(snapshot({ running: ['t1'] }), 't1', [{ threadId: 't9' }])).toBe(true);
+    // The snapshot's request ids are `r-<thread>`: this page's own is not another's.
+    expect(busyElsewhere(snapshot({ running: ['t1'] }), 't1', [], new Set(['r-t1']))).toBe(false);
+    expect(busyElsewhere(snapshot({ running: ['t1'] }), 't1', [], new Set(['r-t2']))).toBe(true);
   });
 });
