@@ -60,6 +60,12 @@ test('three chats at once show three reservations whose bytes equal the schedule
     )
     .toEqual({ running: 3, sameRows: true, sameTotal: true, totalIsSum: true });
   await expect(app.getByTestId('budget-running-count')).toContainText('running 3/');
+  // Their sessions' KV is their requests' while they run (not "0 tokens · 0 B").
+  for (const id of threads) {
+    await expect(
+      app.locator(`[data-testid="session-row"][data-session-id="${id}"]`).getByTestId('session-in-request'),
+    ).toHaveText('in its request');
+  }
   const limit = Number(await app.getByTestId('budget-limit-bytes').getAttribute('data-bytes'));
   expect(limit).toBe((await apiSnapshot(slow)).limitBytes);
 
@@ -140,7 +146,9 @@ test('a request over a small budget is refused with its numbers; a partial fit i
   await expect(reply).toHaveAttribute('data-state', /done|cancelled/, { timeout: 30_000 });
   await expect(reply.getByTestId('budget-cap-note')).toHaveAttribute('data-admitted', '20');
   await expect(reply.getByTestId('budget-cap-note')).toHaveAttribute('data-requested', '200');
-  await expect(reply.getByTestId('budget-cap-note')).toContainText('raise the limit or shorten the prompt');
+  await expect(reply.getByTestId('budget-cap-note')).toContainText(
+    'raise the limit in the inspector, or go on in a new chat (a reply\'s prompt is the whole conversation so far)',
+  );
 
   // A limit past the machine's memory is taken, and the derivation says what that gives up.
   await app.getByTestId('budget-limit-input').fill('999TiB');

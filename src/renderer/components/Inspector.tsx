@@ -525,21 +525,51 @@ function Sessions({ devices }: { devices: DeviceBudgetSnapshot[] }) {
           </tr>
         </thead>
         <tbody>
-          {sessions.map((s) => (
-            <tr key={s.sessionId} data-testid="session-row" data-session-id={s.sessionId} data-held-bytes={s.heldBytes}>
-              <td className="thread" title={s.sessionId}>
-                {titles.get(s.sessionId) ??
-                  (s.sessionId.startsWith(PROMPT_CACHE_PREFIX) ? 'API prompt cache' : s.sessionId.slice(0, 10))}
-              </td>
-              <td>
-                <span className={`state ${s.state === 'idle' ? 'cancelled' : s.state}`}>{s.state}</span>
-              </td>
-              <td className="r num">{formatInteger(s.tokens)}</td>
-              <td className="r">
-                <Bytes value={s.heldBytes} />
-              </td>
-            </tr>
-          ))}
+          {sessions.map((s) => {
+            const name =
+              titles.get(s.sessionId) ??
+              (s.sessionId.startsWith(PROMPT_CACHE_PREFIX) ? 'API prompt cache' : s.sessionId.slice(0, 10));
+            // A turn running: its KV is its request's (the requests' table), the session holds it once it ends.
+            const inRequest = s.state !== 'idle';
+            const empty = s.state === 'idle' && s.tokens === 0;
+            return (
+              <tr
+                key={s.sessionId}
+                data-testid="session-row"
+                data-session-id={s.sessionId}
+                data-held-bytes={s.heldBytes}
+              >
+                <td className="thread" title={`${name} (${s.sessionId})`}>
+                  {name}
+                </td>
+                <td>
+                  <span
+                    className={`state ${s.state === 'idle' ? 'cancelled' : s.state}`}
+                    title={empty ? 'Its KV was dropped: its next turn reads the whole conversation again' : undefined}
+                  >
+                    {empty ? 'idle · nothing kept' : s.state}
+                  </span>
+                </td>
+                {inRequest ? (
+                  <td
+                    className="r muted"
+                    colSpan={2}
+                    data-testid="session-in-request"
+                    title="While its turn runs, its KV is counted in the request's row above; the session holds it once the turn ends"
+                  >
+                    in its request
+                  </td>
+                ) : (
+                  <>
+                    <td className="r num">{formatInteger(s.tokens)}</td>
+                    <td className="r">
+                      <Bytes value={s.heldBytes} />
+                    </td>
+                  </>
+                )}
+              </tr>
+            );
+          })}
         </tbody>
       </table>
       <div className="muted" style={{ fontSize: 12, marginTop: 4 }}>
@@ -596,7 +626,11 @@ function LatestAge({ at }: { at: number }) {
   }, []);
   const seconds = Math.max(0, Math.floor((now - at) / 1000));
   return (
-    <span className="muted latest-age" data-testid="timeline-latest-age" title="By this computer's clock">
+    <span
+      className="muted latest-age"
+      data-testid="timeline-latest-age"
+      title="The event's time is the host's clock; the age, this page's (the same clock, unless kvdesk serves this page from another machine)"
+    >
       {' '}
       · latest {seconds < 2 ? 'just now' : `${formatDuration(seconds * 1000)} ago`}
     </span>
