@@ -119,8 +119,8 @@ function CapNote({ cap }: { cap: NonNullable<Stats['budgetCap']> }) {
       ⚠ Reply capped at {formatInteger(cap.admittedMaxTokens)} tokens by the KV budget (asked{' '}
       {formatInteger(cap.requestedMaxTokens)}:{' '}
       <span title={exactBytes(cap.requestedBytes)}>{formatBytes(cap.requestedBytes)}</span> needed,{' '}
-      <span title={exactBytes(cap.availableBytes)}>{formatBytes(cap.availableBytes)}</span> free) — raise the limit or
-      shorten the prompt.
+      <span title={exactBytes(cap.availableBytes)}>{formatBytes(cap.availableBytes)}</span> free) — raise the limit in
+      the inspector, or go on in a new chat (a reply's prompt is the whole conversation so far).
     </div>
   );
 }

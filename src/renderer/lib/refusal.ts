@@ -64,6 +64,11 @@ function explain(error: ErrorInfo, context: RefusalContext): RefusalView {
     case 'KV_BUDGET_EXCEEDED':
       return {
         ...base,
+        // In a chat the prompt is the whole conversation: "shorten the prompt" is a new chat or a shorter message.
+        message: error.message.replace(
+          /Shorten the prompt, /,
+          'Shorten the conversation (go on in a new chat, or send a shorter message), ',
+        ),
         refused: true,
         title: 'Refused: this request can never fit the KV budget',
         figures: [
