@@ -108,7 +108,8 @@ function checkIdsInVocab(ctx: PackageContext, kind: string, ids: TokenIds | unde
  * (Qwen2.5 scores 151936 ids for 151665 tokens, Phi-3 32064 for 32011): those ids are never trained to win.
  */
 function looksPadded(vocabSize: number, missing: number): boolean {
-  return vocabSize % 64 === 0 && missing <= vocabSize / 32;
+  // 16: GPT-J's 50400 and OPT's 50272 are padded to multiples of 16 (Qwen2.5's 151936 and Phi-3's 32064 to 64).
+  return vocabSize % 16 === 0 && missing <= vocabSize / 32;
 }
 
 /** `<|im_start|>`, `<|eot_id|>`: how most chat templates write their special tokens. */

@@ -21,9 +21,15 @@ export async function readIfThere(file: string): Promise<string | null> {
  * to do (`then`: when kvdesk reads it again).
  */
 export function unreadableFile(what: string, file: string, err: unknown, then: string): KvdeskError {
+  const code = (err as NodeJS.ErrnoException).code;
+  // A folder where a file belongs (or the other way round) is no matter of access.
+  const fix =
+    code === 'EISDIR' || code === 'ENOTDIR'
+      ? 'Move what is in its place away (a folder where a file belongs, or a file where a folder does)'
+      : 'Give your user read and write access to it (or move it away)';
   return new KvdeskError(
     'BAD_REQUEST',
-    `${what} ${file} could not be read (${(err as Error).message}); kvdesk will not write over it. Give your user read and write access to it (or move it away), then ${then}`,
+    `${what} ${file} could not be read (${(err as Error).message}); kvdesk will not write over it. ${fix}, then ${then}`,
     { file },
   );
 }

@@ -28,11 +28,14 @@ describe('a tokenizer smaller than the vocabulary the model scores', () => {
     expect(w[0]).toContain('32..63');
   });
 
-  it('a vocabulary padded past the tokenizer (a multiple of 64, a few ids more) is not warned about', async () => {
+  it('a vocabulary padded past the tokenizer (a multiple of 16, a few ids more) is not warned about', async () => {
     const dir = await hfPackage({ 'tokenizer.json': tokenizerJson(126) }, { vocab: 128 });
     const spec = await loadModelSpec(dir);
     expect(spec.vocabSize).toBe(128);
     expect(spec.warnings.filter((x) => x.includes('tokenizer.json knows'))).toEqual([]);
+    // GPT-J's and OPT's padding (multiples of 16, not 64).
+    const gptj = await hfPackage({ 'tokenizer.json': tokenizerJson(1004) }, { vocab: 1008 });
+    expect((await loadModelSpec(gptj)).warnings.filter((x) => x.includes('tokenizer.json knows'))).toEqual([]);
   });
 
   it('the same size, or larger, changes nothing here', async () => {
