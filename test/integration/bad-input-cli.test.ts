@@ -70,17 +70,12 @@ describe('--threads is checked before anything loads', () => {
 });
 
 describe('--kv-budget naming a device kvdesk does not know', () => {
+  /** A one-token generate with this budget flag. */
+  const withBudget = (value: string) =>
+    kvdesk(['generate', defaultModelDir, '--prompt', 'hi', '--max-new-tokens', '1', '--kv-budget', value]);
+
   it('generate: exit 2 naming the device and the ones kvdesk knows', () => {
-    const r = kvdesk([
-      'generate',
-      defaultModelDir,
-      '--prompt',
-      'hi',
-      '--max-new-tokens',
-      '1',
-      '--kv-budget',
-      'foo:0=1GiB',
-    ]);
+    const r = withBudget('foo:0=1GiB');
     expect(r.code, r.stderr).toBe(2);
     expect(r.stderr).toContain('--kv-budget foo:0=1GiB');
     expect(r.stderr).toContain('"foo"');
@@ -88,31 +83,13 @@ describe('--kv-budget naming a device kvdesk does not know', () => {
   });
 
   it("a provider that shares another device's budget is pointed at that device", () => {
-    const r = kvdesk([
-      'generate',
-      defaultModelDir,
-      '--prompt',
-      'hi',
-      '--max-new-tokens',
-      '1',
-      '--kv-budget',
-      'tensorrt:0=1GiB',
-    ]);
+    const r = withBudget('tensorrt:0=1GiB');
     expect(r.code, r.stderr).toBe(2);
     expect(r.stderr).toContain('--kv-budget cuda:0=');
   });
 
   it('a known device still passes', () => {
-    const r = kvdesk([
-      'generate',
-      defaultModelDir,
-      '--prompt-ids',
-      '5',
-      '--max-new-tokens',
-      '1',
-      '--kv-budget',
-      'cuda:0=1GiB',
-    ]);
+    const r = withBudget('cuda:0=1GiB');
     expect(r.code, r.stderr).toBe(0);
   });
 });
