@@ -43,9 +43,13 @@ test('a reply streams in, shows its stats, and Stop ends it', async ({ app }) =>
     .poll(async () => ((await reply.getByTestId('message-text').textContent()) ?? '').length)
     .toBeGreaterThan(early.length);
 
-  await app.getByTestId('stop-button').click();
+  // From the keyboard: Stop goes away once the reply has stopped, and the focus goes to the message box (not to
+  // the page, where a screen reader would lose its place).
+  await app.getByTestId('stop-button').focus();
+  await app.keyboard.press('Enter');
   await expect(reply).toHaveAttribute('data-state', 'cancelled');
   await expect(app.getByTestId('send-button')).toBeVisible();
+  await expect(app.getByTestId('chat-input')).toBeFocused();
   await expect(reply.getByTestId('message-stats')).toContainText('stopped');
   // A stopped reply keeps its time to first token and its rate (as the window measured them).
   await expect(reply.getByTestId('message-stats')).toContainText(/ttft [\d.,]+ m?s/);

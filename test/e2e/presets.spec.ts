@@ -52,6 +52,12 @@ test('a preset saves a chat’s settings and gives them to another chat; it surv
   await expect(page.getByTestId('settings-summary')).toContainText('temp default');
   // Its settings are no longer the preset's (the picker applies it again), though it came with them.
   await expect(page.getByTestId('preset-select')).toHaveValue('');
+  // Browsing the picker with the arrow keys opens its list: nothing is applied until one is chosen.
+  await page.getByTestId('preset-select').focus();
+  await page.keyboard.press('ArrowDown');
+  await page.keyboard.press('Escape');
+  await expect(page.getByTestId('preset-select')).toHaveValue('');
+  await expect(page.getByTestId('system-prompt')).toHaveValue('');
   await page.getByTestId('preset-select').selectOption('Pirate');
   await expect(page.getByTestId('system-prompt')).toHaveValue('You are a careful pirate.');
   await expect(page.getByTestId('setting-temperature')).toHaveValue('0.3');

@@ -1,6 +1,7 @@
 /** The window: header, threads, chat or models, inspector; drop-anywhere and keyboard shortcuts. */
 import { useEffect, useRef, useState } from 'react';
 import { useApp, useAppStore, useBridge } from '../bridge/context';
+import { installFocusRescue } from '../lib/focus-rescue';
 import { captureDrop } from '../lib/folder-drop';
 import { ChatView } from './ChatView';
 import { ATTACH_EVENT, CHAT_INPUT_ID } from './Composer';
@@ -195,6 +196,8 @@ export function App() {
   const dragging = useWindowDrop();
   useShortcuts();
   useTheme();
+  // A control that goes away under the keyboard's focus hands it to its part of the window.
+  useEffect(() => installFocusRescue(document), []);
   return (
     <div className="app" data-testid="app">
       <Header />

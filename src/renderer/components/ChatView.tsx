@@ -252,7 +252,13 @@ export function ChatView() {
   }, [threadId]);
   const findOpen = findAsk > 0 && threadId !== null && count > 0;
   return (
-    <section className="main" aria-label="Chat" data-testid="chat-view" data-thread-id={threadId ?? ''}>
+    <section
+      className="main"
+      aria-label="Chat"
+      data-testid="chat-view"
+      data-thread-id={threadId ?? ''}
+      data-focus-home="#chat-input"
+    >
       <div className="chat-head">
         <h1 data-testid="chat-title">{threadId ? title : 'kvdesk'}</h1>
         {threadId && count > 0 && <ContextMeter threadId={threadId} />}

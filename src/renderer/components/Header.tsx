@@ -6,6 +6,7 @@ import { backendName } from '../../shared/devices';
 import { useApp, useBridge } from '../bridge/context';
 import { exactBytes, formatBytes } from '../lib/format';
 import { unloadedEntries } from '../lib/library';
+import { openOnArrow } from '../lib/open-on-arrow';
 import { BudgetBar } from './BudgetBar';
 import { BackendOptions, useBackends } from './backends';
 import { MenuIcon } from './Icons';
@@ -82,6 +83,7 @@ function ModelPicker() {
         id={MODEL_PICKER_ID}
         data-testid="model-picker"
         value={activeModelId ?? ''}
+        onKeyDown={openOnArrow}
         onChange={(e) => {
           const v = e.target.value;
           if (v.startsWith(LIBRARY_VALUE)) void bridge.loadAndUse(v.slice(LIBRARY_VALUE.length));

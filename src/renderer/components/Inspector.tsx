@@ -694,7 +694,8 @@ export function Inspector() {
       className="inspector"
       aria-label="Budget inspector"
       data-testid="inspector"
-      tabIndex={drawer ? -1 : undefined}
+      tabIndex={-1}
+      data-focus-home="self"
       {...(drawer ? { role: 'dialog', 'aria-modal': true } : {})}
     >
       {drawer && (

@@ -7,6 +7,7 @@ import { reasoningWhere } from '../../shared/reasoning';
 import { useApp, useBridge } from '../bridge/context';
 import { schemaProblem } from '../bridge/prompt';
 import { formatInteger } from '../lib/format';
+import { openOnArrow } from '../lib/open-on-arrow';
 import { presetInEffect } from '../lib/presets';
 
 type NumField = {
@@ -169,6 +170,7 @@ function PresetRow({ thread, onApplied }: PresetProps & { thread: Thread }) {
           data-applied={inEffect || undefined}
           // The preset in effect, else "apply a preset…" (so picking one applies it).
           value={inEffect}
+          onKeyDown={openOnArrow}
           onChange={(e) => {
             setAsking(null);
             if (e.target.value) {
