@@ -147,7 +147,7 @@ test('a request over a small budget is refused with its numbers; a partial fit i
   await expect(reply.getByTestId('budget-cap-note')).toHaveAttribute('data-admitted', '20');
   await expect(reply.getByTestId('budget-cap-note')).toHaveAttribute('data-requested', '200');
   await expect(reply.getByTestId('budget-cap-note')).toContainText(
-    'raise the limit in the inspector, or go on in a new chat (a reply\'s prompt is the whole conversation so far)',
+    "raise the limit in the inspector, or go on in a new chat (a reply's prompt is the whole conversation so far)",
   );
 
   // A limit past the machine's memory is taken, and the derivation says what that gives up.

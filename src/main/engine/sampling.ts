@@ -51,8 +51,8 @@ export function topKIndices(values: Float32Array, k: number): Int32Array {
   const less = (a: number, b: number): boolean => {
     let va = values[a] as number;
     let vb = values[b] as number;
-    if (va !== va) va = Number.NEGATIVE_INFINITY;
-    if (vb !== vb) vb = Number.NEGATIVE_INFINITY;
+    if (Number.isNaN(va)) va = Number.NEGATIVE_INFINITY;
+    if (Number.isNaN(vb)) vb = Number.NEGATIVE_INFINITY;
     return va < vb || (va === vb && a > b);
   };
   const siftDown = (start: number): void => {

@@ -13,9 +13,12 @@ describe('describeRefusal', () => {
     // The host's "shorten the prompt", in a chat's words (its prompt is the conversation).
     const host = describeRefusal({
       code: 'KV_BUDGET_EXCEEDED',
-      message: 'This request needs at least 35.0 KiB … but the budget is 4.00 KiB. Shorten the prompt, or raise the KV budget.',
+      message:
+        'This request needs at least 35.0 KiB … but the budget is 4.00 KiB. Shorten the prompt, or raise the KV budget.',
     });
-    expect(host.message).toMatch(/Shorten the conversation \(go on in a new chat, or send a shorter message\), or raise/);
+    expect(host.message).toMatch(
+      /Shorten the conversation \(go on in a new chat, or send a shorter message\), or raise/,
+    );
     const byLabel = Object.fromEntries(v.figures.map((f) => [f.label, f]));
     expect(byLabel.required).toMatchObject({ text: '35.0 KiB', bytes: 35840 });
     expect(byLabel.budget).toMatchObject({ text: '4.00 KiB', bytes: 4096 });
