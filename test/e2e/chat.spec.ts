@@ -50,6 +50,10 @@ test('a reply streams in, shows its stats, and Stop ends it', async ({ app }) =>
   await expect(reply).toHaveAttribute('data-state', 'cancelled');
   await expect(app.getByTestId('send-button')).toBeVisible();
   await expect(app.getByTestId('chat-input')).toBeFocused();
+  // A screen reader is told, once: the live region says the reply stopped, with its tokens.
+  const announcer = app.getByTestId('reply-announcer');
+  await expect(announcer).toHaveAttribute('aria-live', 'polite');
+  await expect(announcer).toHaveText(/^Reply stopped after [\d,]+ tokens\.$/);
   await expect(reply.getByTestId('message-stats')).toContainText('stopped');
   // A stopped reply keeps its time to first token and its rate (as the window measured them).
   await expect(reply.getByTestId('message-stats')).toContainText(/ttft [\d.,]+ m?s/);
@@ -76,6 +80,11 @@ test('a finished reply shows ttft, rate, tokens and finish reason; Esc stops the
   await expect(stats).toContainText(/tok\/s/);
   await expect(stats).toHaveAttribute('data-finish-reason', /^(eos|length|stop)$/);
   await expect(app.getByTestId('message-user')).toHaveCount(1);
+  await expect(app.getByTestId('reply-announcer')).toHaveText(/^Reply done: [\d,]+ tokens\.$/);
+  // Opening a chat says nothing of its last reply (only what changes while it is open).
+  await app.getByTestId('new-thread').click();
+  await openChat(app, id);
+  await expect(app.getByTestId('reply-announcer')).toHaveText('');
 
   // Esc stops a streaming reply from anywhere in the window.
   await setSettings(app, { greedy: true, maxNewTokens: 1900 });

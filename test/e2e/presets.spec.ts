@@ -35,7 +35,9 @@ test('a preset saves a chat’s settings and gives them to another chat; it surv
   await page.getByTestId('preset-name').fill('Pirate');
   await page.getByTestId('preset-save').click();
   await expect(page.getByTestId('preset-ask')).toContainText('Replace preset “Pirate” with these settings?');
-  await page.getByTestId('preset-ask-cancel').click();
+  // The question has the focus, on its safe answer; Esc answers no too.
+  await expect(page.getByTestId('preset-ask-cancel')).toBeFocused();
+  await page.keyboard.press('Escape');
   await expect(page.getByTestId('preset-ask')).toHaveCount(0);
   await setField(page, 'setting-temperature', '0.3');
   // The same settings as the preset again: it shows as in effect.

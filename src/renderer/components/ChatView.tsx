@@ -5,6 +5,7 @@ import { useApp, useAppStore } from '../bridge/context';
 import { contextUsed, currentDrop } from '../bridge/prompt';
 import { findMatches, MAX_MATCHES } from '../lib/find';
 import { formatInteger } from '../lib/format';
+import { replyAnnouncement } from '../lib/reply-announcement';
 import { exportFileName, threadToJson, threadToMarkdown } from '../lib/thread-export';
 
 /** Saves text as a file (the browser's download; Electron asks where). */
@@ -133,15 +134,30 @@ function FindBar({
         type="button"
         className="small"
         data-testid="find-prev"
+        aria-label="Previous match"
         title="Previous (Shift+Enter)"
         onClick={() => go(-1)}
       >
         ↑
       </button>
-      <button type="button" className="small" data-testid="find-next" title="Next (Enter)" onClick={() => go(1)}>
+      <button
+        type="button"
+        className="small"
+        data-testid="find-next"
+        aria-label="Next match"
+        title="Next (Enter)"
+        onClick={() => go(1)}
+      >
         ↓
       </button>
-      <button type="button" className="small ghost" data-testid="find-close" title="Close (Esc)" onClick={onClose}>
+      <button
+        type="button"
+        className="small ghost"
+        data-testid="find-close"
+        aria-label="Close find"
+        title="Close (Esc)"
+        onClick={onClose}
+      >
         ✕
       </button>
     </div>
@@ -211,6 +227,32 @@ function ContextMeter({ threadId }: { threadId: string }) {
       <span className="meter">
         <span style={{ width: `${(share * 100).toFixed(1)}%` }} />
       </span>
+    </div>
+  );
+}
+
+/**
+ * A polite live region that says the open chat's reply's state as it changes (sent, queued, replying, done or
+ * stopped, capped): a screen reader hears that Enter did something, without a word per token. Opening a chat says
+ * nothing of its last reply.
+ */
+function ReplyAnnouncer({ threadId }: { threadId: string | null }) {
+  const text = useApp((s) => {
+    if (threadId === null) return '';
+    const live = Object.values(s.live).find((l) => l.threadId === threadId);
+    const last = s.threads.find((t) => t.id === threadId)?.messages.at(-1);
+    return replyAnnouncement(live ? { phase: live.phase } : { ...(last ? { last } : {}) });
+  });
+  const [said, setSaid] = useState('');
+  const before = useRef({ threadId, text });
+  useEffect(() => {
+    if (before.current.threadId === threadId && before.current.text !== text) setSaid(text);
+    else if (before.current.threadId !== threadId) setSaid('');
+    before.current = { threadId, text };
+  }, [threadId, text]);
+  return (
+    <div className="sr-only" role="status" aria-live="polite" data-testid="reply-announcer">
+      {said}
     </div>
   );
 }
@@ -286,6 +328,7 @@ export function ChatView() {
         <div className="empty" />
       )}
       <Composer threadId={threadId} />
+      <ReplyAnnouncer threadId={threadId} />
     </section>
   );
 }

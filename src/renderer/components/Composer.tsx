@@ -398,6 +398,7 @@ export function Composer({ threadId }: { threadId: string | null }) {
           type="button"
           className="ghost"
           data-testid="settings-toggle"
+          aria-expanded={open && thread !== undefined}
           // No chat yet (a first start): the settings are a new chat's, made for them.
           onClick={() => {
             if (!thread) bridge.newThread();

@@ -222,6 +222,7 @@ export function Header() {
         type="button"
         className={view === 'models' ? 'primary' : ''}
         data-testid="models-toggle"
+        aria-pressed={view === 'models'}
         onClick={() => setView(view === 'models' ? 'chat' : 'models')}
         title="Model packages: drop, validate, load"
       >

@@ -497,6 +497,7 @@ function EditBox({
       <textarea
         ref={box}
         data-testid={inputTestId}
+        aria-label={inputTestId === 'edit-input' ? 'Edit your message' : "Edit the model's reply"}
         value={draft}
         {...(modEnter ? { rows: Math.min(20, Math.max(4, draft.split('\n').length + 1)) } : {})}
         onChange={(e) => setDraft(e.target.value)}

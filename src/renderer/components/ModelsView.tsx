@@ -198,6 +198,9 @@ export function ModelsView() {
             ref={inputRef}
             type="file"
             className="sr-only"
+            // The "choose a folder…" button is its keyboard way: the input itself is no Tab stop.
+            tabIndex={-1}
+            aria-hidden="true"
             data-testid="model-file-input"
             // webkitdirectory is not in React's typings; set as a plain attribute.
             {...{ webkitdirectory: '', directory: '' }}

@@ -1,5 +1,5 @@
 /** The open thread's settings: presets, system prompt, sampling, limits, stop strings, overflow, JSON output. */
-import { type ReactNode, useEffect, useId, useState } from 'react';
+import { type ReactNode, useEffect, useId, useRef, useState } from 'react';
 import type { McpStatus, Thread } from '../../shared/api';
 import type { SamplingSettings } from '../../shared/contract';
 import type { SearchDefaults } from '../../shared/model-spec';
@@ -147,6 +147,14 @@ function PresetRow({ thread, onApplied }: PresetProps & { thread: Thread }) {
   const [name, setName] = useState('');
   /** Asking once more: to replace the preset of the name typed, or to delete the one picked. */
   const [asking, setAsking] = useState<{ kind: 'replace' | 'delete'; name: string } | null>(null);
+  // The question takes the focus when asked (the button that asked it may be gone), on its safe answer, Cancel;
+  // after the key that asked it (an Enter in the name's box) has ended, so that it does not answer it too.
+  const cancelRef = useRef<HTMLButtonElement>(null);
+  useEffect(() => {
+    if (!asking) return;
+    const timer = setTimeout(() => cancelRef.current?.focus({ preventScroll: true }), 0);
+    return () => clearTimeout(timer);
+  }, [asking]);
   // The preset this chat last applied or saved (kept with the chat); none once deleted.
   const pickedPreset = presets.find((p) => p.name === thread.preset);
   const inEffect = pickedPreset && presetInEffect(thread, pickedPreset) ? pickedPreset.name : '';
@@ -198,7 +206,18 @@ function PresetRow({ thread, onApplied }: PresetProps & { thread: Thread }) {
         </button>
       )}
       {asking && (
-        <span className="preset-ask" role="alert" data-testid="preset-ask" data-kind={asking.kind}>
+        // biome-ignore lint/a11y/noStaticElementInteractions: Esc on its buttons answers "no", as the chat list's delete does
+        <span
+          className="preset-ask"
+          role="alert"
+          data-testid="preset-ask"
+          data-kind={asking.kind}
+          onKeyDown={(e) => {
+            if (e.key !== 'Escape') return;
+            e.stopPropagation();
+            setAsking(null);
+          }}
+        >
           <span>
             {asking.kind === 'replace'
               ? `Replace preset “${asking.name}” with these settings?`
@@ -218,7 +237,13 @@ function PresetRow({ thread, onApplied }: PresetProps & { thread: Thread }) {
           >
             {asking.kind === 'replace' ? 'Replace' : 'Delete'}
           </button>
-          <button type="button" className="small" data-testid="preset-ask-cancel" onClick={() => setAsking(null)}>
+          <button
+            type="button"
+            className="small"
+            ref={cancelRef}
+            data-testid="preset-ask-cancel"
+            onClick={() => setAsking(null)}
+          >
             Cancel
           </button>
         </span>

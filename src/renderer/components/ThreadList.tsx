@@ -186,7 +186,8 @@ const ThreadItem = memo(function ThreadItem({
           data-testid="thread-pin"
           tabIndex={-1}
           title={pinned ? 'Unpin: back to its place by activity' : 'Pin: keep it at the top'}
-          aria-label={pinned ? 'Unpin' : 'Pin'}
+          // One name, its state in aria-pressed ("Unpin, pressed" said it twice).
+          aria-label="Pin"
           aria-pressed={pinned}
           onClick={(e) => {
             e.stopPropagation();

@@ -1,0 +1,27 @@
+/**
+ * What a screen reader is told about the open chat's reply, once per change of its state (never per token):
+ * sent, queued, replying, and how it ended. A refusal is said by its own alert, so it is not said twice here.
+ */
+import type { StoredMessage } from '../../shared/api';
+import { formatInteger } from './format';
+
+export interface ReplyState {
+  /** The live reply's phase, when one is on its way. */
+  phase?: 'sending' | 'queued' | 'running' | string;
+  /** The chat's last message, once no reply is on its way. */
+  last?: StoredMessage;
+}
+
+export function replyAnnouncement({ phase, last }: ReplyState): string {
+  if (phase === 'sending') return 'Sending…';
+  if (phase === 'queued') return 'The reply is queued: it waits for room in the KV budget or a running slot.';
+  if (phase !== undefined) return 'Replying…';
+  if (last?.role !== 'assistant' || !last.stats || last.stats.error) return '';
+  const s = last.stats;
+  const tokens = s.tokens !== undefined ? `${formatInteger(s.tokens)} tokens` : '';
+  const capped = s.budgetCap
+    ? `; capped at ${formatInteger(s.budgetCap.admittedMaxTokens)} tokens by the KV budget`
+    : '';
+  if (s.finishReason === 'cancelled') return `Reply stopped${tokens ? ` after ${tokens}` : ''}${capped}.`;
+  return `Reply done${tokens ? `: ${tokens}` : ''}${capped}.`;
+}

@@ -1,0 +1,37 @@
+import { describe, expect, it } from 'vitest';
+import { replyAnnouncement } from '../../../src/renderer/lib/reply-announcement';
+import type { StoredMessage } from '../../../src/shared/api';
+
+const reply = (stats: StoredMessage['stats']): StoredMessage =>
+  ({ id: 'm', role: 'assistant', content: 'x', createdAt: 0, stats }) as StoredMessage;
+
+describe('what a screen reader is told of a reply', () => {
+  it('its phases while on its way', () => {
+    expect(replyAnnouncement({ phase: 'sending' })).toBe('Sending…');
+    expect(replyAnnouncement({ phase: 'queued' })).toMatch(/^The reply is queued/);
+    expect(replyAnnouncement({ phase: 'running' })).toBe('Replying…');
+  });
+
+  it('how it ended: done or stopped, with its tokens and a cap by the KV budget', () => {
+    expect(replyAnnouncement({ last: reply({ tokens: 1234, finishReason: 'eos' }) })).toBe('Reply done: 1,234 tokens.');
+    expect(replyAnnouncement({ last: reply({ tokens: 7, finishReason: 'cancelled' }) })).toBe(
+      'Reply stopped after 7 tokens.',
+    );
+    const cap = {
+      requestedMaxTokens: 512,
+      admittedMaxTokens: 113,
+      requestedBytes: 1,
+      admittedBytes: 1,
+      availableBytes: 1,
+    };
+    expect(replyAnnouncement({ last: reply({ tokens: 113, finishReason: 'length', budgetCap: cap }) })).toBe(
+      'Reply done: 113 tokens; capped at 113 tokens by the KV budget.',
+    );
+  });
+
+  it('nothing for a refusal (its alert says it), a message of the person, or no message', () => {
+    expect(replyAnnouncement({ last: reply({ error: { code: 'KV_BUDGET_EXCEEDED', message: 'x' } }) })).toBe('');
+    expect(replyAnnouncement({ last: { ...reply({}), role: 'user' } as StoredMessage })).toBe('');
+    expect(replyAnnouncement({})).toBe('');
+  });
+});
