@@ -165,9 +165,19 @@ test('a request over a small budget is refused with its numbers; a partial fit i
 });
 
 test('max running changes live: with one slot a second chat waits in the queue', async ({ app, server }) => {
+  // A value it cannot take: said as an alert, tied to its field (marked invalid, described by it).
+  await app.getByTestId('max-running-input').fill('0');
+  await app.getByTestId('max-running-apply').click();
+  await expect(app.getByTestId('budget-control-error')).toHaveRole('alert');
+  await expect(app.getByTestId('max-running-input')).toHaveAttribute('aria-invalid', 'true');
+  await expect(app.getByTestId('max-running-input')).toHaveAccessibleDescription(
+    'Max running is a whole number from 1 to 256.',
+  );
+  await expect(app.getByTestId('budget-limit-input')).not.toHaveAttribute('aria-invalid', 'true');
   await app.getByTestId('max-running-input').fill('1');
   await app.getByTestId('max-running-apply').click();
   await expect.poll(async () => (await apiSnapshot(server)).maxRunning).toBe(1);
+  await expect(app.getByTestId('max-running-input')).not.toHaveAttribute('aria-invalid', 'true');
   // The one slot goes to a request that runs for a while (64 sampled rows of up to 1,900 tokens): a chat's own
   // reply on this fast model could end before the test looks at the one queued behind it.
   const hog = new AbortController();

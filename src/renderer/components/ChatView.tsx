@@ -294,7 +294,7 @@ export function ChatView() {
   }, [threadId]);
   const findOpen = findAsk > 0 && threadId !== null && count > 0;
   return (
-    <section
+    <main
       className="main"
       aria-label="Chat"
       data-testid="chat-view"
@@ -329,6 +329,6 @@ export function ChatView() {
       )}
       <Composer threadId={threadId} />
       <ReplyAnnouncer threadId={threadId} />
-    </section>
+    </main>
   );
 }

@@ -132,7 +132,13 @@ function Controls({ devices }: { devices: DeviceBudgetSnapshot[] }) {
   const bridge = useBridge();
   const [limit, setLimit] = useState('');
   const [maxRunning, setMaxRunning] = useState('');
-  const [error, setError] = useState<string | null>(null);
+  const [error, setErrorText] = useState<string | null>(null);
+  /** The field the error is about (its box is marked invalid and described by it). */
+  const [errorOf, setErrorOf] = useState<'limit' | 'running' | null>(null);
+  const setError = (text: string | null, of: 'limit' | 'running' | null = null) => {
+    setErrorText(text);
+    setErrorOf(text === null ? null : of);
+  };
   /**
    * A limit that would drop idle sessions' kept KV, asked about once more before it is set (`derived`: the
    * derived limit again, `bytes` what it comes to).
@@ -144,14 +150,14 @@ function Controls({ devices }: { devices: DeviceBudgetSnapshot[] }) {
     const r = await bridge.configureBudget(
       patch.kvBudgetBytes !== undefined ? { ...patch, device: snap.device } : patch,
     );
-    setError(r.ok ? null : r.error.message);
+    setError(r.ok ? null : r.error.message, patch.maxRunning !== undefined ? 'running' : 'limit');
     return r.ok;
   };
   const applyLimit = async (sure = false) => {
     const bytes = parseByteSize(limit);
     setAsking(null);
     if (bytes === null) {
-      setError(`"${limit}" is not a size: try 512, 64KiB, 1.5GiB.`);
+      setError(`"${limit}" is not a size: try 512, 64KiB, 1.5GiB.`, 'limit');
       return;
     }
     const drops = sure ? 0 : sessionsDroppedBy(snap, bytes);
@@ -176,7 +182,7 @@ function Controls({ devices }: { devices: DeviceBudgetSnapshot[] }) {
   const applyRunning = async () => {
     const n = Number(maxRunning);
     if (!Number.isInteger(n) || n < 1 || n > 256) {
-      setError('Max running is a whole number from 1 to 256.');
+      setError('Max running is a whole number from 1 to 256.', 'running');
       return;
     }
     if (await apply({ maxRunning: n })) setMaxRunning('');
@@ -212,6 +218,8 @@ function Controls({ devices }: { devices: DeviceBudgetSnapshot[] }) {
           id="budget-limit"
           type="text"
           data-testid="budget-limit-input"
+          aria-invalid={errorOf === 'limit' || undefined}
+          aria-describedby={errorOf === 'limit' ? 'budget-control-error' : undefined}
           placeholder={`${formatBytes(snap.limitBytes)} (e.g. 64KiB, 2GiB)`}
           value={limit}
           onChange={(e) => {
@@ -237,6 +245,8 @@ function Controls({ devices }: { devices: DeviceBudgetSnapshot[] }) {
           min={1}
           max={256}
           data-testid="max-running-input"
+          aria-invalid={errorOf === 'running' || undefined}
+          aria-describedby={errorOf === 'running' ? 'budget-control-error' : undefined}
           placeholder={String(snap.maxRunning)}
           value={maxRunning}
           onChange={(e) => setMaxRunning(e.target.value)}
@@ -264,12 +274,22 @@ function Controls({ devices }: { devices: DeviceBudgetSnapshot[] }) {
           </button>
         )}
         {error && (
-          <div className="err" data-testid="budget-control-error">
+          <div className="err" id="budget-control-error" role="alert" data-testid="budget-control-error">
             {error}
           </div>
         )}
         {asking && (
-          <div className="ask" role="alert" data-testid="budget-limit-ask">
+          // biome-ignore lint/a11y/noStaticElementInteractions: Esc on its buttons answers "no", as elsewhere
+          <div
+            className="ask"
+            role="alert"
+            data-testid="budget-limit-ask"
+            onKeyDown={(e) => {
+              if (e.key !== 'Escape') return;
+              e.stopPropagation();
+              setAsking(null);
+            }}
+          >
             <span>
               {asking.derived ? `The derived limit (${formatBytes(asking.bytes)})` : formatBytes(asking.bytes)} drops
               the kept KV of {asking.drops} idle {asking.drops === 1 ? 'session' : 'sessions'} (chats, API prompt

@@ -618,7 +618,13 @@ function AssistantReply({ message, threadId, isLast }: { message: StoredMessage;
             ? 'interrupted'
             : 'done';
   return (
-    <div className="message assistant" data-testid="message-assistant" data-message-id={message.id} data-state={state}>
+    <article
+      className="message assistant"
+      aria-label="assistant"
+      data-testid="message-assistant"
+      data-message-id={message.id}
+      data-state={state}
+    >
       <div className="who">
         assistant
         {!live && <VersionNav message={message} threadId={threadId} busy={threadBusy} last={isLast} />}
@@ -724,7 +730,7 @@ function AssistantReply({ message, threadId, isLast }: { message: StoredMessage;
         </div>
       )}
       {(stats || message.edited) && !live && <StatsLine stats={stats ?? {}} edited={message.edited} />}
-    </div>
+    </article>
   );
 }
 
@@ -871,7 +877,7 @@ function UserMessage({ message, threadId }: { message: StoredMessage; threadId: 
     );
   }
   return (
-    <div className="message user" data-testid="message-user" data-message-id={message.id}>
+    <article className="message user" aria-label="you" data-testid="message-user" data-message-id={message.id}>
       <div className="who">
         you
         <span className="tools">
@@ -897,7 +903,7 @@ function UserMessage({ message, threadId }: { message: StoredMessage; threadId: 
         {message.content}
       </div>
       {message.attachments && message.attachments.length > 0 && <SentFiles files={message.attachments} />}
-    </div>
+    </article>
   );
 }
 

@@ -173,7 +173,7 @@ export function ModelsView() {
   };
 
   return (
-    <section className="models" aria-label="Models" data-testid="models-view" tabIndex={-1} data-focus-home="self">
+    <main className="models" aria-label="Models" data-testid="models-view" tabIndex={-1} data-focus-home="self">
       <div className="models-inner">
         <div className="drop-zone" data-testid="model-drop-zone">
           <strong>Drop a model package folder</strong> anywhere on this window, or{' '}
@@ -244,6 +244,6 @@ export function ModelsView() {
           ))}
         <LibraryList shownRoot={importedRoot} />
       </div>
-    </section>
+    </main>
   );
 }
