@@ -147,7 +147,7 @@ const ThreadItem = memo(function ThreadItem({
       aria-current={active}
       title={title}
     >
-      {streaming && <span className="dot" title="replying" />}
+      {streaming && <span className="dot" role="img" aria-label="replying" title="replying" />}
       {pinned && (
         <span className="pin-mark" title="pinned" data-testid="thread-pin-mark">
           <PinIcon />
@@ -215,8 +215,8 @@ const ThreadItem = memo(function ThreadItem({
           className={`small ${confirmDelete ? 'danger' : 'ghost'}`}
           data-testid="thread-delete"
           tabIndex={-1}
-          aria-label={confirmDelete ? 'Click again to delete' : 'Delete'}
-          title={confirmDelete ? 'Click again to delete' : 'Delete'}
+          aria-label={confirmDelete ? 'Delete: press again to confirm (Esc keeps it)' : 'Delete'}
+          title={confirmDelete ? 'Click again (or Enter) to delete; Esc keeps it' : 'Delete'}
           onClick={(e) => {
             e.stopPropagation();
             if (confirmDelete) deleteKeepingFocus(e.currentTarget);
