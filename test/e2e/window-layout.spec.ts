@@ -180,6 +180,30 @@ test('at 800 px the header keeps its budget bar and figures clear of the buttons
   expect(inspector.x + inspector.width).toBeLessThanOrEqual(800);
 });
 
+test('at 320 px (a phone, or 200 % zoom) the header wraps: every control and the budget figures inside the window', async ({
+  app,
+}) => {
+  for (const [width, height] of [
+    [320, 640],
+    [700, 450],
+  ] as const) {
+    await app.setViewportSize({ width, height });
+    // Nothing runs off the side (Tab would scroll the page sideways to it).
+    expect(
+      await app.evaluate(
+        () =>
+          (globalThis as unknown as { document: { documentElement: { scrollWidth: number } } }).document.documentElement
+            .scrollWidth,
+      ),
+    ).toBe(width);
+    for (const id of ['models-toggle', 'theme-toggle', 'inspector-toggle', 'header-budget-figures', 'model-picker']) {
+      const b = await box(app.getByTestId(id));
+      expect(b.x, id).toBeGreaterThanOrEqual(0);
+      expect(b.x + b.width, id).toBeLessThanOrEqual(width);
+    }
+  }
+});
+
 test('the message box grows with wrapped text up to a limit, and shows its whole placeholder', async ({ app }) => {
   await app.setViewportSize({ width: 800, height: 600 });
   const input = app.getByTestId('chat-input');
