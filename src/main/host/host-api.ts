@@ -184,6 +184,11 @@ export function safeRelativePath(p: string): string {
  * or a path that is a file for one entry and a folder for another (`model.onnx` and `model.onnx/x`), cannot both
  * be written. Returns the check, to call once per path in the order they come.
  */
+/** The same path twice in one upload. */
+function uploadedTwice(rel: string): KvdeskError {
+  return new KvdeskError('BAD_REQUEST', `The upload has the file ${shownPath(rel)} twice.`, { path: shownPath(rel) });
+}
+
 export function uploadPathCheck(): (rel: string) => void {
   const files = new Set<string>();
   /** Each folder an upload path needs, with the first path that needs it. */
@@ -195,10 +200,7 @@ export function uploadPathCheck(): (rel: string) => void {
       { path: shownPath(both) },
     );
   return (rel) => {
-    if (files.has(rel))
-      throw new KvdeskError('BAD_REQUEST', `The upload has the file ${shownPath(rel)} twice.`, {
-        path: shownPath(rel),
-      });
+    if (files.has(rel)) throw uploadedTwice(rel);
     const under = folders.get(rel);
     if (under !== undefined) throw clash(rel, under);
     const parts = rel.split('/');
@@ -214,7 +216,7 @@ export function uploadPathCheck(): (rel: string) => void {
 /** A write of an upload's file that failed because of its path (a name the disk refuses), said with that path. */
 export function uploadWriteError(err: unknown, rel: string): unknown {
   const code = (err as NodeJS.ErrnoException | null)?.code;
-  if (code === 'EEXIST') return new KvdeskError('BAD_REQUEST', `The upload has the file ${shownPath(rel)} twice.`);
+  if (code === 'EEXIST') return uploadedTwice(rel);
   if (code === 'ENAMETOOLONG' || code === 'ENOTDIR' || code === 'EISDIR' || code === 'EINVAL') {
     return new KvdeskError(
       'BAD_REQUEST',

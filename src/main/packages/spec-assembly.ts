@@ -14,7 +14,7 @@ import { CPU_PROVIDER } from './execution-providers';
 import { type LoadedGraph, logitsVocab } from './graph';
 import { packageError } from './package-error';
 import { listPackageFiles, type PackageContext, relName } from './package-fs';
-import type { TokenIds, TokenizerFacts } from './tokenizer-files';
+import { type TokenIds, type TokenizerFacts, tokenText } from './tokenizer-files';
 
 /** Everything a layout loader works out; finishSpec adds what is the same for every layout. */
 export interface SpecParts {
@@ -104,11 +104,11 @@ function checkIdsInVocab(ctx: PackageContext, kind: string, ids: TokenIds | unde
 }
 
 /**
- * A vocabulary a few ids larger than the tokenizer, and a multiple of 64, is an embedding padded for speed
- * (Qwen2.5 scores 151936 ids for 151665 tokens, Phi-3 32064 for 32011): those ids are never trained to win.
+ * A vocabulary a few ids larger than the tokenizer, and a multiple of 16, is an embedding padded for speed
+ * (Qwen2.5 scores 151936 ids for 151665 tokens, Phi-3 32064 for 32011, GPT-J 50400 and OPT 50272): those ids are
+ * never trained to win.
  */
 function looksPadded(vocabSize: number, missing: number): boolean {
-  // 16: GPT-J's 50400 and OPT's 50272 are padded to multiples of 16 (Qwen2.5's 151936 and Phi-3's 32064 to 64).
   return vocabSize % 16 === 0 && missing <= vocabSize / 32;
 }
 
@@ -133,28 +133,17 @@ function checkTokenizerCovers(ctx: PackageContext, tokenizer: TokenizerFacts, vo
   const declared = new Set<string>();
   const cfg = tokenizer.tokenizerConfig?.data;
   if (cfg !== undefined) {
-    const text = (v: unknown): string | undefined =>
-      typeof v === 'string'
-        ? v
-        : v !== null && typeof v === 'object' && typeof (v as { content?: unknown }).content === 'string'
-          ? (v as { content: string }).content
-          : undefined;
-    for (const kind of ['bos', 'pad', 'unk']) {
-      const t = text(cfg[`${kind}_token`]);
-      if (t !== undefined) declared.add(t);
-    }
     const decoder = cfg.added_tokens_decoder;
-    if (decoder !== null && typeof decoder === 'object' && !Array.isArray(decoder)) {
-      for (const entry of Object.values(decoder)) {
-        const t = text(entry);
-        if (t !== undefined) declared.add(t);
-      }
-    }
-    if (Array.isArray(cfg.additional_special_tokens)) {
-      for (const entry of cfg.additional_special_tokens) {
-        const t = text(entry);
-        if (t !== undefined) declared.add(t);
-      }
+    const entries: unknown[] = [
+      cfg.bos_token,
+      cfg.pad_token,
+      cfg.unk_token,
+      ...(decoder !== null && typeof decoder === 'object' && !Array.isArray(decoder) ? Object.values(decoder) : []),
+      ...(Array.isArray(cfg.additional_special_tokens) ? cfg.additional_special_tokens : []),
+    ];
+    for (const entry of entries) {
+      const t = tokenText(entry);
+      if (t !== undefined) declared.add(t);
     }
   }
   const lacking = [...new Set([...fromTemplate, ...declared])].filter((t) => tokenizer.idOf(t) === undefined);

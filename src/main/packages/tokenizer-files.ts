@@ -49,19 +49,24 @@ export interface TokenizerFacts {
   special(kind: SpecialKind): TokenIds | undefined;
 }
 
-/** tokenizer_config special tokens are plain strings or AddedToken objects `{ content }`. */
+/** A special token's text as tokenizer_config writes it: a plain string or an AddedToken object `{ content }`. */
+export function tokenText(value: unknown): string | undefined {
+  if (typeof value === 'string') return value;
+  if (value !== null && typeof value === 'object' && !Array.isArray(value)) {
+    const content = (value as { content?: unknown }).content;
+    if (typeof content === 'string') return content;
+  }
+  return undefined;
+}
+
+/** A special token field of tokenizer_config; one that is neither form is refused, naming the field. */
 function tokenString(fields: ConfigFields, field: string): string | undefined {
   const value = fields.get(field);
   if (value === undefined) return undefined;
-  if (typeof value === 'string') return value;
-  if (
-    typeof value === 'object' &&
-    !Array.isArray(value) &&
-    typeof (value as { content?: unknown }).content === 'string'
-  ) {
-    return (value as { content: string }).content;
-  }
-  return fields.fail(field, 'is neither a string nor an object with `content`', 'Write the token text, e.g. "</s>".');
+  return (
+    tokenText(value) ??
+    fields.fail(field, 'is neither a string nor an object with `content`', 'Write the token text, e.g. "</s>".')
+  );
 }
 
 /**

@@ -12,6 +12,9 @@ const CHECKS_MS = [0, 60, 250, 800, 2000, 5000];
 export function installFocusRescue(doc: Document): () => void {
   const timers = new Set<ReturnType<typeof setTimeout>>();
   const watch = (e: Event) => {
+    // Only the latest click or key is watched (each key typed in the message box would otherwise add its own).
+    for (const t of timers) clearTimeout(t);
+    timers.clear();
     const target = e.target;
     if (!(target instanceof Element) || target === doc.body) return;
     const region = target.closest(`[${HOME}]`);
