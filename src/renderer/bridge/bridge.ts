@@ -219,6 +219,15 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     drafts().keepOnly(new Set(s().threads.map((t) => t.id)));
   }
 
+  /** A chat gone, deleted here or elsewhere: its reply stops, nothing of it is saved again, its draft goes. */
+  function dropThread(id: string): void {
+    stop(id);
+    endStreamSaves(id);
+    s().removeThread(id);
+    sessionModel.delete(id);
+    forgetDrafts();
+  }
+
   function notify(text: string): void {
     s().setNotice(text);
   }
@@ -362,11 +371,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     if (!gone) return;
     const wasOpen = s().activeThreadId === id;
     // Deleted elsewhere: a reply this page writes in it stops, and nothing of it is saved again.
-    stop(id);
-    endStreamSaves(id);
-    s().removeThread(id);
-    sessionModel.delete(id);
-    forgetDrafts();
+    dropThread(id);
     // The chat open here: another takes its place, which the person must not take for it.
     if (wasOpen) {
       notify(`The chat “${gone.title}” you had open was deleted in another window or tab.`);
@@ -1113,11 +1118,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       saveThread(id);
     },
     deleteThread(id) {
-      stop(id);
-      endStreamSaves(id);
-      s().removeThread(id);
-      sessionModel.delete(id);
-      forgetDrafts();
+      dropThread(id);
       // The host also closes the thread's session, giving its retained KV back to the budget.
       void api.invoke('deleteThread', { id }).then((r) => report('Could not delete the chat', r));
       rememberOpen(s().activeThreadId);

@@ -112,26 +112,23 @@ function explain(error: ErrorInfo, context: RefusalContext): RefusalView {
             : `Try again in about ${Math.max(1, Math.ceil(retry / 1000))} s.`,
       };
     }
-    case 'SESSION_INVALID':
+    case 'SESSION_INVALID': {
       // A turn sent while another of the chat was on its way (from this window or another tab): said in the
       // chat's words, not the scheduler's session and request ids.
-      if (d && typeof d.state === 'string') {
-        return {
-          ...base,
-          message: `Another reply of this chat was still ${d.state === 'queued' ? 'waiting to start' : 'being written'} (in this window or another window or tab) when this turn was sent.`,
-          refused: true,
-          title: 'This chat is busy',
-          figures: [],
-          action: 'Once that reply has ended, send this again (regenerate).',
-        };
-      }
+      const busy = d && typeof d.state === 'string' ? d.state : undefined;
       return {
         ...base,
+        ...(busy
+          ? {
+              message: `Another reply of this chat was still ${busy === 'queued' ? 'waiting to start' : 'being written'} (in this window or another window or tab) when this turn was sent.`,
+            }
+          : {}),
         refused: true,
         title: 'This chat is busy',
         figures: [],
-        action: 'Wait for the reply or stop it.',
+        action: busy ? 'Once that reply has ended, send this again (regenerate).' : 'Wait for the reply or stop it.',
       };
+    }
     case 'MODEL_NOT_LOADED':
       return { ...base, refused: false, title: 'No model is loaded', figures: [], action: 'Load a model package.' };
     case 'TOKEN_OUT_OF_VOCAB':
