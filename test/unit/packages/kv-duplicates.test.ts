@@ -4,7 +4,7 @@
  */
 import { afterAll, describe, expect, it } from 'vitest';
 import { loadModelSpec } from '../../../src/main/packages/index';
-import { encodeGraph, genaiPackage, onnxGenaiPackage, removeTempDirs, T } from './package-builder';
+import { genaiPackage, onnxGenaiPackage, removeTempDirs, staticCachePackage } from './package-builder';
 import { refusal } from './refusal';
 
 afterAll(removeTempDirs);
@@ -41,48 +41,14 @@ describe('onnx-genai: a KV port listed twice', () => {
   });
 
   it('a static cache whose key and value outputs are one port', async () => {
-    const graph = encodeGraph({
-      inputs: [
-        { name: 'ids', type: T.i64, shape: ['batch', 'seq'] },
-        { name: 'k0', type: T.f16, shape: ['batch', 24, 32] },
-        { name: 'v0', type: T.f16, shape: ['batch', 24, 32] },
-        { name: 'wi', type: T.i64, shape: ['batch'] },
-        { name: 'len', type: T.i32, shape: ['batch'] },
-      ],
-      outputs: [
-        { name: 'logits', type: T.f32, shape: ['batch', 'seq', 64] },
-        { name: 'k0_out', type: T.f16, shape: ['batch', 24, 32] },
-        { name: 'v0_out', type: T.f16, shape: ['batch', 24, 32] },
-      ],
-    });
-    const staticCache = (over: Record<string, string[]>) => ({
-      model: {
-        io: {
-          token_input: 'ids',
-          attention_mask_input: undefined,
-          position_ids_input: undefined,
-          kv_inputs: undefined,
-          kv_outputs: undefined,
-          static_cache: {
-            write_indices_input: 'wi',
-            kv_sequence_length_input: 'len',
-            key_cache_inputs: ['k0'],
-            value_cache_inputs: ['v0'],
-            key_cache_outputs: ['k0_out'],
-            value_cache_outputs: ['v0_out'],
-            ...over,
-          },
-        },
-      },
-    });
-    const outs = await onnxGenaiPackage(staticCache({ key_cache_outputs: ['v0_out'] }), { 'decoder.onnx': graph });
+    const outs = await staticCachePackage({ key_cache_outputs: ['v0_out'] });
     const err = await refusal(loadModelSpec(outs), {
       file: 'inference_metadata.yaml',
       field: 'model.io.static_cache.value_cache_outputs[0]',
     });
     expect(err.message).toContain('repeats "v0_out" (already `model.io.static_cache.key_cache_outputs[0]`)');
 
-    const ins = await onnxGenaiPackage(staticCache({ value_cache_inputs: ['k0'] }), { 'decoder.onnx': graph });
+    const ins = await staticCachePackage({ value_cache_inputs: ['k0'] });
     const err2 = await refusal(loadModelSpec(ins), { field: 'model.io.static_cache.value_cache_inputs[0]' });
     expect(err2.message).toContain('repeats "k0" (already `model.io.static_cache.key_cache_inputs[0]`)');
   });

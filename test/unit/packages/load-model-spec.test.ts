@@ -10,6 +10,7 @@ import {
   hfPackage,
   onnxGenaiPackage,
   removeTempDirs,
+  staticCachePackage,
   T,
   tempPackageDir,
   tokenizerJson,
@@ -386,42 +387,7 @@ describe('onnx-genai flat layout', () => {
   });
 
   it('describes a static cache', async () => {
-    const graph = encodeGraph({
-      inputs: [
-        { name: 'ids', type: T.i64, shape: ['batch', 'seq'] },
-        { name: 'k0', type: T.f16, shape: ['batch', 24, 32] },
-        { name: 'v0', type: T.f16, shape: ['batch', 24, 32] },
-        { name: 'wi', type: T.i64, shape: ['batch'] },
-        { name: 'len', type: T.i32, shape: ['batch'] },
-      ],
-      outputs: [
-        { name: 'logits', type: T.f32, shape: ['batch', 'seq', 64] },
-        { name: 'k0_out', type: T.f16, shape: ['batch', 24, 32] },
-        { name: 'v0_out', type: T.f16, shape: ['batch', 24, 32] },
-      ],
-    });
-    const dir = await onnxGenaiPackage(
-      {
-        model: {
-          io: {
-            token_input: 'ids',
-            attention_mask_input: undefined,
-            position_ids_input: undefined,
-            kv_inputs: undefined,
-            kv_outputs: undefined,
-            static_cache: {
-              write_indices_input: 'wi',
-              kv_sequence_length_input: 'len',
-              key_cache_inputs: ['k0'],
-              value_cache_inputs: ['v0'],
-              key_cache_outputs: ['k0_out'],
-              value_cache_outputs: ['v0_out'],
-            },
-          },
-        },
-      },
-      { 'decoder.onnx': graph },
-    );
+    const dir = await staticCachePackage();
     const spec = await loadModelSpec(dir);
     expect(spec.kv).toEqual({
       kind: 'static',

@@ -281,6 +281,50 @@ export async function genaiPackage(
   return dir;
 }
 
+/**
+ * An onnx-genai package whose graph keeps a static KV cache of one layer (k0/v0 of [batch, 24, 32] float16, written
+ * at `wi`, `len` long), with `cache` overriding entries of its metadata's `static_cache` (a port named twice…).
+ */
+export async function staticCachePackage(cache: Record<string, string[]> = {}): Promise<string> {
+  const graph = encodeGraph({
+    inputs: [
+      { name: 'ids', type: T.i64, shape: ['batch', 'seq'] },
+      { name: 'k0', type: T.f16, shape: ['batch', 24, 32] },
+      { name: 'v0', type: T.f16, shape: ['batch', 24, 32] },
+      { name: 'wi', type: T.i64, shape: ['batch'] },
+      { name: 'len', type: T.i32, shape: ['batch'] },
+    ],
+    outputs: [
+      { name: 'logits', type: T.f32, shape: ['batch', 'seq', 64] },
+      { name: 'k0_out', type: T.f16, shape: ['batch', 24, 32] },
+      { name: 'v0_out', type: T.f16, shape: ['batch', 24, 32] },
+    ],
+  });
+  return onnxGenaiPackage(
+    {
+      model: {
+        io: {
+          token_input: 'ids',
+          attention_mask_input: undefined,
+          position_ids_input: undefined,
+          kv_inputs: undefined,
+          kv_outputs: undefined,
+          static_cache: {
+            write_indices_input: 'wi',
+            kv_sequence_length_input: 'len',
+            key_cache_inputs: ['k0'],
+            value_cache_inputs: ['v0'],
+            key_cache_outputs: ['k0_out'],
+            value_cache_outputs: ['v0_out'],
+            ...cache,
+          },
+        },
+      },
+    },
+    { 'decoder.onnx': graph },
+  );
+}
+
 /** A valid onnx-genai flat package (metadata as YAML) with `overrides` applied. */
 export async function onnxGenaiPackage(
   metadata: Record<string, unknown> = {},
