@@ -16,9 +16,11 @@ import type {
   CallResponses,
   HostEventName,
   HostEvents,
+  ImportedPackage,
   KvdeskApi,
   ModelInfo,
   PackageUpload,
+  UploadOptions,
 } from '../shared/api';
 import type { GenerateRequest, StreamFrame } from '../shared/contract';
 import type { ErrorInfo, Result } from '../shared/errors';
@@ -187,21 +189,28 @@ function pathOfDroppedFile(file: unknown): Result<string> {
  * gave, resolved with webUtils.getPathForFile) or a path is read by the host
  * in place; an upload of files is copied into the host's model library.
  */
-function importPackage(upload: PackageUpload | File): Promise<Result<ModelInfo>> {
+function importPackage(upload: PackageUpload | File, options?: UploadOptions): Promise<Result<ImportedPackage>> {
   const kind = typeof upload === 'object' && upload !== null ? (upload as { kind?: unknown }).kind : undefined;
-  if (kind === 'path') {
-    return ipcRenderer.invoke(CHANNELS.importPath, (upload as { path: unknown }).path) as Promise<Result<ModelInfo>>;
-  }
+  if (kind === 'path') return importPath((upload as { path: unknown }).path);
   if (kind === 'files') {
     const { name, files } = upload as { name: unknown; files: unknown };
+    const load = options?.load === false ? { load: false } : {};
     // IPC carries bytes, not Blobs: a dropped File is read here (a folder dropped in the window goes by path).
     return readBlobs(files).then(
-      (read) => ipcRenderer.invoke(CHANNELS.importFiles, { name, files: read }) as Promise<Result<ModelInfo>>,
+      (read) =>
+        ipcRenderer.invoke(CHANNELS.importFiles, { name, files: read, ...load }) as Promise<Result<ImportedPackage>>,
     );
   }
   const dropped = pathOfDroppedFile(upload);
   if (!dropped.ok) return Promise.resolve(dropped);
-  return ipcRenderer.invoke(CHANNELS.importPath, dropped.value) as Promise<Result<ModelInfo>>;
+  return importPath(dropped.value);
+}
+
+/** A folder read in place by the host, which loads it: the model, with its package as an upload's answer has it. */
+async function importPath(dir: unknown): Promise<Result<ImportedPackage>> {
+  const r = (await ipcRenderer.invoke(CHANNELS.importPath, dir)) as Result<ModelInfo>;
+  if (!r?.ok || !r.value?.spec) return r as Result<never>;
+  return { ok: true, value: { root: r.value.spec.root, spec: r.value.spec, model: r.value } };
 }
 
 /** The files of an upload with each Blob read into an ArrayBuffer; anything else as it is (main validates it). */
@@ -239,7 +248,7 @@ async function chooseFolder(): Promise<string | null> {
 /** window.kvdesk: KvdeskApi plus the named calls and the Electron-only folder chooser. */
 export type KvdeskElectronApi = KvdeskApi &
   CallMethods & {
-    importPackage(upload: PackageUpload | File): Promise<Result<ModelInfo>>;
+    importPackage(upload: PackageUpload | File, options?: UploadOptions): Promise<Result<ImportedPackage>>;
     getPathForFile(file: File): string;
     chooseFolder(): Promise<string | null>;
   };

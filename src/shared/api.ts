@@ -33,6 +33,17 @@ export interface ModelInfo {
   reloading?: boolean;
 }
 
+/**
+ * A package handed over as files (a browser's upload): kvdesk's copy of it in the library, read and checked as a
+ * folder on disk is; with the model when the upload loaded it too.
+ */
+export interface ImportedPackage {
+  /** Where kvdesk keeps it (the library's folder of uploads). */
+  root: string;
+  spec: ModelSpec;
+  model?: ModelInfo;
+}
+
 /** Why a package is refused: the error code and message, and the file and field at fault when known. */
 export interface PackageProblem {
   code: string;
@@ -568,7 +579,7 @@ export interface KvdeskApi {
    * Hands dropped package files to the host; in Electron they are read by path, in a browser uploaded (with its
    * progress, and cancelled by the signal: the host then keeps nothing of it).
    */
-  importPackage(files: PackageUpload, options?: UploadOptions): Promise<Result<ModelInfo>>;
+  importPackage(files: PackageUpload, options?: UploadOptions): Promise<Result<ImportedPackage>>;
   /** Which transport this is (shown in the UI; tests check it). */
   readonly transport: 'electron' | 'websocket';
 }
@@ -578,6 +589,11 @@ export interface UploadOptions {
   /** Bytes of the request body sent so far, of its total (the files, and a little of the form around them). */
   onProgress?: (sent: number, total: number) => void;
   signal?: AbortSignal;
+  /**
+   * false: the package joins the library, checked, and is not loaded (the window shows its card, to pick how it
+   * loads); by default it loads too. A folder by path is only ever loaded.
+   */
+  load?: boolean;
 }
 
 /** Files of a dropped folder: a path on the host's disk (Electron) or the files themselves (browser). */

@@ -1,7 +1,7 @@
 /**
  * Model packages: a fixture package dropped on the window is validated and
- * loaded (card with bpt and fit badge); a broken package chosen with the
- * folder input shows its error with file and field.
+ * shown (card with bpt and fit badge), then loaded by its Load; a broken
+ * package chosen with the folder input shows its error with file and field.
  */
 import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -27,7 +27,9 @@ interface DropDom {
 test.describe('model packages', () => {
   test.skip(fixtureMissing, `fixture package ${FIXTURE} is absent`);
 
-  test('dropping a package folder validates and loads it', async ({ app }) => {
+  test('a package folder dropped is checked and shown first: its card says what it takes, then Load loads it', async ({
+    app,
+  }) => {
     const files = readdirSync(FIXTURE).map((name) => ({
       name,
       base64: readFileSync(path.join(FIXTURE, name)).toString('base64'),
@@ -47,13 +49,17 @@ test.describe('model packages', () => {
 
     await expect(app.getByTestId('models-view')).toBeVisible();
     const card = app.getByTestId('model-card');
-    await expect(card.getByTestId('model-loaded')).toBeVisible({ timeout: 30_000 });
+    // Uploaded and checked, not loaded: what it is and what it takes, before anything is loaded.
+    await expect(card.getByTestId('model-not-loaded')).toBeVisible({ timeout: 30_000 });
     await expect(card.getByTestId('model-layout')).toContainText('onnx-genai');
     // tiny-llm: 1 layer, 2 KV heads × 8 dims, float32 → 2 × 2 × 8 × 4 = 128 bytes per token; context 16.
     await expect(card.getByTestId('model-bpt').locator('[data-bytes]')).toHaveAttribute('data-bytes', '128');
     await expect(card.getByTestId('model-one-context')).toHaveAttribute('data-bytes', String(128 * 16));
     await expect(card.getByTestId('fit-badge')).toHaveAttribute('data-level', 'fits');
     const id = await card.getAttribute('data-model-id');
+    await expect(app.getByTestId('model-picker').locator(`option[value="${id}"]`)).toHaveCount(0);
+    await card.getByTestId('model-load').click();
+    await expect(card.getByTestId('model-loaded')).toBeVisible({ timeout: 30_000 });
     await expect(app.getByTestId('model-picker').locator(`option[value="${id}"]`)).toHaveCount(1);
 
     // Unload it again: the default model stays in use.
@@ -130,6 +136,7 @@ test('a static-cache package loads, chats, and the inspector shows its whole cac
     await app.getByTestId('models-toggle').click();
     await app.getByTestId('model-file-input').setInputFiles(staticDir);
     const card = app.getByTestId('model-card');
+    await card.getByTestId('model-load').click({ timeout: 30_000 });
     await expect(card.getByTestId('model-loaded')).toBeVisible({ timeout: 30_000 });
     await expect(card).toContainText('static [batch, 48, 64]');
     await expect(card.locator('.warnings')).toContainText('a static KV cache holds all 48 positions');

@@ -101,6 +101,45 @@ describe('HostApi', () => {
     expect(other.ok && other.value.spec.root).toBe(path.join(dataDir, 'models', 'my-model-2'));
   });
 
+  it('an upload with load false joins the library checked, unloaded, for its card to load', async () => {
+    const { api, dataDir } = await makeApi();
+    const files = await packageFiles(defaultModelDir, 'kept');
+    const root = path.join(dataDir, 'models', 'kept');
+    const r = await api.importFiles({ name: 'kept', files, load: false });
+    if (!r.ok) throw new Error(r.error.message);
+    expect(r.value).toMatchObject({ root, spec: { root, id: 'kept' } });
+    expect(r.value.model).toBeUndefined();
+    const loadedRoots = async () => {
+      const listed = await api.call('listModels', {});
+      return listed.ok ? listed.value.map((m) => m.spec.root) : [];
+    };
+    expect(await loadedRoots()).not.toContain(root);
+    expect(api.library.list()[0]).toMatchObject({ root, id: 'kept', uploaded: true, spec: { bpt: r.value.spec.bpt } });
+    // The same folder again: the library's copy, still not loaded, and no second copy.
+    const again = await api.importFiles({ name: 'kept', files, load: false });
+    expect(again.ok && again.value.root).toBe(root);
+    expect(await readdir(path.join(dataDir, 'models'))).toEqual(['kept']);
+    expect(await loadedRoots()).not.toContain(root);
+    // The card's Load: by the root the upload answered with.
+    const loaded = await api.call('loadModel', { path: root });
+    expect(loaded.ok && loaded.value.spec.root).toBe(root);
+    expect(await loadedRoots()).toContain(root);
+    // A bad package is refused the same way, and nothing of it is kept.
+    const bad = await api.importFiles({
+      name: 'bad',
+      files: [{ path: 'bad/config.json', data: new TextEncoder().encode('{') }],
+      load: false,
+    });
+    expect(bad).toMatchObject({ ok: false, error: { code: 'PACKAGE_INVALID' } });
+    expect(await readdir(path.join(dataDir, 'models'))).toEqual(['kept']);
+    expect(
+      api.library
+        .list()
+        .filter((e) => e.uploaded)
+        .map((e) => e.root),
+    ).toEqual([root]);
+  });
+
   it('refuses an upload that leaves the package and keeps nothing of a bad one', async () => {
     const { api, dataDir } = await makeApi();
     const outside = await api.importFiles({ name: 'evil', files: [{ path: '../../etc/x', data: new Uint8Array(1) }] });

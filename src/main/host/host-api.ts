@@ -16,6 +16,7 @@ import {
   CallSchemas,
   type HostEventName,
   type HostEvents,
+  type ImportedPackage,
   type LibraryEntry,
   type LoadModelRequest,
   type ModelInfo,
@@ -56,15 +57,22 @@ export interface HostApi {
     request: unknown,
     onFrame: (f: StreamFrame) => void,
   ): { requestId: string; cancel(reason?: 'user' | 'disconnect' | 'shutdown'): void };
-  /** Browser drop: writes the files atomically into the model library, validates and loads. */
-  importFiles(upload: { name: string; files: Array<{ path: string; data: Uint8Array }> }): Promise<Result<ModelInfo>>;
+  /**
+   * Browser drop: writes the files atomically into the model library, validates, and loads (with `load: false`,
+   * not: the package is only checked, for its card).
+   */
+  importFiles(upload: {
+    name: string;
+    files: Array<{ path: string; data: Uint8Array }>;
+    load?: boolean;
+  }): Promise<Result<ImportedPackage>>;
   /** A new empty folder for an upload streamed to disk (a browser's multipart upload), then given to importStaged. */
   uploadStaging(): Promise<string>;
   /**
-   * The package an upload wrote into `staging` (from uploadStaging) joins the library and loads, as importFiles'
-   * does; the caller removes `staging` afterwards.
+   * The package an upload wrote into `staging` (from uploadStaging) joins the library and loads (or not), as
+   * importFiles' does; the caller removes `staging` afterwards.
    */
-  importStaged(upload: { name: string; staging: string }): Promise<Result<ModelInfo>>;
+  importStaged(upload: { name: string; staging: string; load?: boolean }): Promise<Result<ImportedPackage>>;
   /** Electron drop / dialog: loads a package folder by path. */
   importPath(path: string, how?: LoadModelRequest): Promise<Result<ModelInfo>>;
   /** The packages loaded before (remembered across restarts). */
@@ -475,13 +483,36 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
    * second copy beside it); otherwise it is validated as a path is, moved into the library and loaded. The
    * caller removes what is left of `staging`.
    */
-  async function commitStaged(name: string, staging: string): Promise<ModelInfo> {
+  /** A package's spec as it would load: with the pick it was last loaded with, and the chat template kept. */
+  async function readAsItLoads(dir: string, trustInstalled = false) {
+    const kept = await library.pickFor(dir);
+    const trust = trustInstalled || kept?.trustInstalled === true ? { trustInstalled: true } : {};
+    const read = await loadModelSpec(dir, { ...(await variantOption(dir, kept?.variant)), ...trust }).catch(() =>
+      loadModelSpec(dir, trust),
+    );
+    // (A kept template of the person's own that no longer renders: the package's.)
+    return withKeptTemplate(read, kept?.chatTemplate);
+  }
+
+  /** An upload's package in the library: loaded, or (load false) checked for its card, which loads it. */
+  async function imported(root: string, loadIt: boolean): Promise<ImportedPackage> {
+    if (!loadIt) {
+      // In the library from now on (its card's Load loads it; Forget deletes the copy).
+      const spec = await readAsItLoads(root);
+      await library.added(root, spec);
+      return { root, spec };
+    }
+    const model = await load(root);
+    return { root, spec: model.spec, model };
+  }
+
+  async function commitStaged(name: string, staging: string, loadIt = true): Promise<ImportedPackage> {
     const top = await readdir(staging, { withFileTypes: true });
     const root = top.length === 1 && top[0]?.isDirectory() ? path.join(staging, top[0].name) : staging;
     for (let i = 1; ; i++) {
       const candidate = path.join(libraryDir, i === 1 ? slug(name) : `${slug(name)}-${i}`);
       if (!existsSync(candidate)) break;
-      if (await sameTree(candidate, root)) return await load(candidate);
+      if (await sameTree(candidate, root)) return await imported(candidate, loadIt);
     }
     // Validate exactly as for a path before the package enters the library; a refusal names the folder the
     // person chose, not the staging folder it was copied to.
@@ -492,7 +523,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     for (let i = 2; existsSync(final); i++) final = path.join(libraryDir, `${slug(name)}-${i}`);
     await rename(root, final);
     try {
-      return await load(final);
+      return await imported(final, loadIt);
     } catch (err) {
       await rm(final, { recursive: true, force: true });
       throw err;
@@ -623,15 +654,8 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     listModels: async () => models(),
     checkPackage: async (req: { path: string; trustInstalled?: boolean }): Promise<PackageCheck> => {
       try {
-        // Read as it would load: with the pick it was last loaded with (the card then shows that variant).
-        const dir = path.resolve(req.path);
-        const kept = await library.pickFor(dir);
-        const trust = req.trustInstalled === true || kept?.trustInstalled === true ? { trustInstalled: true } : {};
-        const read = await loadModelSpec(dir, { ...(await variantOption(dir, kept?.variant)), ...trust }).catch(() =>
-          loadModelSpec(dir, trust),
-        );
-        // And with the chat template of the person's own it keeps (one that no longer renders: the package's).
-        return { ok: true, spec: withKeptTemplate(read, kept?.chatTemplate) };
+        // Read as it would load (the card then shows the variant and template it was last loaded with).
+        return { ok: true, spec: await readAsItLoads(path.resolve(req.path), req.trustInstalled === true) };
       } catch (err) {
         return { ok: false, error: packageProblem(err) };
       }
@@ -789,7 +813,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
               throw uploadWriteError(err, f.rel);
             }
           }
-          return await commitStaged(upload.name, staging);
+          return await commitStaged(upload.name, staging, upload.load !== false);
         } finally {
           await rm(staging, { recursive: true, force: true });
         }
@@ -803,7 +827,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
         let total = 0;
         for (const f of listed) total += (await stat(path.join(upload.staging, f))).size;
         checkUploadSize(listed.length, total);
-        return await commitStaged(upload.name, upload.staging);
+        return await commitStaged(upload.name, upload.staging, upload.load !== false);
       });
     },
     on(event, fn) {

@@ -389,6 +389,20 @@ export class ModelLibrary {
   }
 
   /**
+   * A package that joins the library without loading (an upload checked for its card, which loads it): listed
+   * first, as a load would list it; one the library knows already stays as it is.
+   */
+  async added(root: string, spec: ModelSpec): Promise<void> {
+    const abs = await canonicalPath(root);
+    if (this.records.some((x) => x.root === abs)) return;
+    const t = this.now();
+    this.records.unshift({ root: abs, addedAt: t, lastLoadedAt: t, id: spec.id, spec, missing: false });
+    this.sort();
+    await this.save();
+    this.onChange(this.list());
+  }
+
+  /**
    * Removes a package from the library. A folder of the person's own is only
    * forgotten (never deleted); kvdesk's copy of an upload is deleted, since
    * nothing else would ever show or remove it.

@@ -120,6 +120,8 @@ export function parseImportPath(raw: unknown): Result<string> {
 export interface ImportFilesInput {
   name: string;
   files: Array<{ path: string; data: Uint8Array }>;
+  /** false: checked and in the library, not loaded (the window's card loads it). */
+  load?: boolean;
 }
 
 function toBytes(data: unknown): Uint8Array | null {
@@ -137,11 +139,12 @@ function toBytes(data: unknown): Uint8Array | null {
 export function parseImportFiles(raw: unknown): Result<ImportFilesInput> {
   if (typeof raw !== 'object' || raw === null)
     return refusal(`importFiles expects { name, files }, got ${describeValue(raw)}`);
-  const { name, files } = raw as { name?: unknown; files?: unknown };
+  const { name, files, load } = raw as { name?: unknown; files?: unknown; load?: unknown };
   if (typeof name !== 'string' || name.length === 0 || name.length > MAX_UPLOAD_NAME_LENGTH) {
     return refusal(`importFiles: name must be a string of 1 to ${MAX_UPLOAD_NAME_LENGTH} characters`);
   }
   if (!Array.isArray(files)) return refusal('importFiles: files must be an array of { path, data }');
+  if (load !== undefined && typeof load !== 'boolean') return refusal('importFiles: load must be true or false');
   const out: ImportFilesInput['files'] = [];
   for (let i = 0; i < files.length; i++) {
     const f = files[i] as { path?: unknown; data?: unknown } | null;
@@ -153,7 +156,7 @@ export function parseImportFiles(raw: unknown): Result<ImportFilesInput> {
     if (data === null) return refusal(`importFiles: files[${i}].data must be an ArrayBuffer or a typed array`);
     out.push({ path: f.path, data });
   }
-  return { ok: true, value: { name, files: out } };
+  return { ok: true, value: { name, files: out, ...(load === false ? { load } : {}) } };
 }
 
 /** True for the renderer's "stop this generation" message on a stream port. */

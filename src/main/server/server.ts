@@ -40,7 +40,14 @@ import { liveGenerations, serveCompletion } from './openai-routes';
 import { serveResponse } from './responses-routes';
 import { type AccessPolicy, checkAccess, crossOrigin, isLoopback, liveAllowedHosts, normalOrigin } from './security';
 import { PAGE_HEADERS, serveStatic } from './static-files';
-import { type DecodedUpload, multipartBoundary, receiveMultipart, uploadFromJson } from './upload';
+import {
+  type DecodedUpload,
+  multipartBoundary,
+  receiveMultipart,
+  sendImported,
+  uploadFromJson,
+  uploadLoads,
+} from './upload';
 import { createWsTransport, type WsTransport } from './ws-transport';
 
 /** Where the renderer build lands (electron-vite's renderer outDir). */
@@ -265,7 +272,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       }
       case '/api/models/upload': {
         only('POST');
-        await upload(req, res);
+        await upload(req, res, uploadLoads(url));
         return;
       }
       // Ollama's API.
@@ -354,8 +361,9 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   /**
    * Answers the package upload in the Result envelope the renderer's importPackage returns. A multipart upload
    * (a browser's) is streamed to a folder on disk as it arrives, never held in memory: weights are gigabytes.
+   * Loaded, the answer's value is the model (ModelInfo); with `?load=false`, the package's copy (ImportedPackage).
    */
-  async function upload(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  async function upload(req: IncomingMessage, res: ServerResponse, loadIt: boolean): Promise<void> {
     const boundary = multipartBoundary(req.headers['content-type']);
     const limit = boundary ? maxUploadBytes : Math.min(maxUploadBytes, MAX_JSON_UPLOAD_BYTES);
     const refuse = (err: HttpError) => {
@@ -380,8 +388,8 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       let answer: () => void;
       try {
         const name = await receiveMultipart(req, staging, limit, opts.raiseLimits?.upload);
-        const result = await hostApi.importStaged({ name, staging });
-        answer = () => sendJson(res, result.ok ? 200 : errorFromInfo(result.error).status, result);
+        const result = await hostApi.importStaged({ name, staging, load: loadIt });
+        answer = () => sendImported(res, result, loadIt);
       } catch (err) {
         if (!(err instanceof HttpError)) {
           await rm(staging, { recursive: true, force: true });
@@ -402,8 +410,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       refuse(err);
       return;
     }
-    const result = await hostApi.importFiles(decoded);
-    sendJson(res, result.ok ? 200 : errorFromInfo(result.error).status, result);
+    sendImported(res, await hostApi.importFiles({ ...decoded, load: loadIt }), loadIt);
   }
 
   function unauthorizedPage(

@@ -14,19 +14,49 @@
  */
 import { createWriteStream } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
-import type { IncomingHttpHeaders } from 'node:http';
+import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import path from 'node:path';
 import { type Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import busboy from 'busboy';
-import { KvdeskError } from '../../shared/errors';
+import type { ImportedPackage } from '../../shared/api';
+import { KvdeskError, type Result } from '../../shared/errors';
 import { safeRelativePath, uploadPathCheck, uploadWriteError } from '../host/host-api';
-import { HttpError, httpError, tooLarge } from './http-util';
+import { errorFromInfo, HttpError, httpError, sendJson, tooLarge } from './http-util';
 
 /** A decoded upload, as HostApi.importFiles takes it. */
 export interface DecodedUpload {
   name: string;
   files: Array<{ path: string; data: Uint8Array }>;
+}
+
+/**
+ * The upload's `load` query parameter: left out (or `true`, `1`) the package loads once it is in; `false` (or
+ * `0`) leaves it checked and in the library, for the window's card to load as the person picks.
+ */
+export function uploadLoads(url: URL): boolean {
+  const given = url.searchParams.get('load');
+  if (given === null || given === 'true' || given === '1') return true;
+  if (given === 'false' || given === '0') return false;
+  throw httpError(
+    400,
+    `the query parameter load is "${given}": give load=false to add the package without loading it, or leave it out to load it`,
+    'invalid_request',
+    'load',
+  );
+}
+
+/**
+ * The upload's answer, in the Result envelope: loaded, its value is the model (ModelInfo, as it always was);
+ * with load=false, the package's copy in the library (ImportedPackage: root and spec).
+ */
+export function sendImported(res: ServerResponse, result: Result<ImportedPackage>, loaded: boolean): void {
+  if (!result.ok) {
+    sendJson(res, errorFromInfo(result.error).status, result);
+    return;
+  }
+  const { root, spec, model } = result.value;
+  sendJson(res, 200, { ok: true, value: loaded && model ? model : { root, spec } });
 }
 
 /** Browsers escape only these three characters in multipart filenames (HTML spec); a literal % stays literal. */

@@ -880,7 +880,12 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       if (uploading !== control || current?.status !== 'uploading') return;
       s().setPackageImport({ ...current, sent, total });
     };
-    const r = await api.importPackage({ kind: 'files', name, files }, { onProgress, signal: control.signal });
+    // Checked and into the library, not loaded: its card shows what it is and what it takes, and loads it as the
+    // person picks (backend, variant, context), as a folder dropped in the Electron window does.
+    const r = await api.importPackage(
+      { kind: 'files', name, files },
+      { onProgress, signal: control.signal, load: false },
+    );
     // Another upload took its place (a drop while this one ran): the card is that one's now.
     const superseded = uploading !== control;
     if (!superseded) uploading = null;
@@ -895,11 +900,10 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         name,
         status: 'ready',
         spec: r.value.spec,
-        modelId: r.value.id,
+        path: r.value.root,
         files: files.length,
         bytes,
       });
-      await refreshModels();
     } else {
       s().setPackageImport({ name, status: 'error', error: packageError(r.error), files: files.length, bytes });
     }

@@ -44,7 +44,7 @@ function ImportResult() {
                 ? 'starting…'
                 : sending
                   ? `${formatBytes(imp.sent ?? 0)} of ${formatBytes(imp.total)} sent (${Math.floor(share * 100)} %)`
-                  : 'sent; kvdesk checks and loads it…'}
+                  : 'sent; kvdesk checks it…'}
             </span>
             {sending && (
               <button type="button" className="small" data-testid="upload-cancel" onClick={() => bridge.cancelImport()}>

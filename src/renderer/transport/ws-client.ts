@@ -11,6 +11,7 @@ import type {
   CallResponses,
   HostEventName,
   HostEvents,
+  ImportedPackage,
   KvdeskApi,
   ModelInfo,
   PackageUpload,
@@ -225,7 +226,7 @@ export function createWsClient(options: WsClientOptions): WsClient {
     };
   }
 
-  async function importPackage(upload: PackageUpload, how: UploadOptions = {}): Promise<Result<ModelInfo>> {
+  async function importPackage(upload: PackageUpload, how: UploadOptions = {}): Promise<Result<ImportedPackage>> {
     if (upload.kind === 'path') {
       return {
         ok: false,
@@ -242,7 +243,12 @@ export function createWsClient(options: WsClientOptions): WsClient {
     }
     let res: PostResponse;
     try {
-      res = await doPost(options.uploadUrl, {
+      // Not loaded: the server's answer is then the package's copy, not the model.
+      const url =
+        how.load === false
+          ? `${options.uploadUrl}${options.uploadUrl.includes('?') ? '&' : '?'}load=false`
+          : options.uploadUrl;
+      res = await doPost(url, {
         headers: options.token ? { authorization: `Bearer ${options.token}` } : {},
         body: form,
         ...(how.onProgress ? { onProgress: how.onProgress } : {}),
@@ -266,14 +272,21 @@ export function createWsClient(options: WsClientOptions): WsClient {
     } catch {
       return { ok: false, error: lost(`The upload answered HTTP ${res.status} without a JSON body.`) };
     }
-    // The server answers with the Result envelope; tolerate a bare ModelInfo or `{ error }` too.
-    if (json && typeof json === 'object' && 'ok' in json) return json as Result<ModelInfo>;
-    if (json && typeof json === 'object' && 'error' in json) {
+    // The server answers with the Result envelope; tolerate a bare value or `{ error }` too.
+    let value: unknown;
+    if (json && typeof json === 'object' && 'ok' in json) {
+      const r = json as Result<unknown>;
+      if (!r.ok) return r;
+      value = r.value;
+    } else if (json && typeof json === 'object' && 'error' in json) {
       const e = (json as { error: ErrorInfo }).error;
       return { ok: false, error: e };
-    }
-    if (res.status >= 200 && res.status < 300) return { ok: true, value: json as ModelInfo };
-    return { ok: false, error: lost(`The upload failed with HTTP ${res.status}.`) };
+    } else if (res.status >= 200 && res.status < 300) value = json;
+    else return { ok: false, error: lost(`The upload failed with HTTP ${res.status}.`) };
+    if (how.load === false) return { ok: true, value: value as ImportedPackage };
+    // Loaded: the answer is the model.
+    const model = value as ModelInfo;
+    return { ok: true, value: { root: model.spec.root, spec: model.spec, model } };
   }
 
   connect();

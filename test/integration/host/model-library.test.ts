@@ -543,7 +543,7 @@ describe('forget', () => {
     const imported = await api.importFiles({ name: 'dropped', files });
     if (!imported.ok) throw new Error(imported.error.message);
     const root = path.join(dataDir, 'models', 'dropped');
-    expect(imported.value.id).toBe('dropped');
+    expect(imported.value.model?.id).toBe('dropped');
     expect(api.library.list()).toEqual([expect.objectContaining({ root, uploaded: true })]);
 
     const refused = await api.call('forgetModel', { root });

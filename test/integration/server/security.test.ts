@@ -179,6 +179,38 @@ describe('a loopback server without a model', () => {
     expect(await readdir(path.join(t.dataDir, 'models'))).toEqual(['uploaded-pkg']);
   });
 
+  it('with ?load=false an upload joins the library unloaded, answering its copy; a load that is no yes/no is a 400', async () => {
+    const form = new FormData();
+    form.append('name', 'later-pkg');
+    for (const f of [
+      'config.json',
+      'generation_config.json',
+      'tokenizer.json',
+      'tokenizer_config.json',
+      'onnx/model.onnx',
+    ]) {
+      form.append('file', new Blob([await readFile(path.join(defaultModelDir, f))]), `default/${f}`);
+    }
+    const r = await fetch(`${t.url}/api/models/upload?load=false`, { method: 'POST', body: form });
+    const body = (await r.json()) as { ok: boolean; value: { root: string; spec: { id: string; bpt: number } } };
+    expect(r.status, JSON.stringify(body)).toBe(200);
+    expect(body.value).toMatchObject({
+      root: path.join(t.dataDir, 'models', 'later-pkg'),
+      spec: { id: 'later-pkg', bpt: 1024 },
+    });
+    // Listed to load on first use, not loaded (Ollama's /api/ps lists what is loaded).
+    const listed = (await (await fetch(`${t.url}/v1/models`)).json()) as { data: Array<{ id: string }> };
+    expect(listed.data.map((m) => m.id)).toContain('later-pkg');
+    const running = (await (await fetch(`${t.url}/api/ps`)).json()) as { models: Array<{ name: string }> };
+    expect(running.models.length).toBeGreaterThan(0);
+    expect(running.models.map((m) => m.name)).not.toContain('later-pkg:latest');
+    const unclear = await fetch(`${t.url}/api/models/upload?load=maybe`, { method: 'POST', body: form });
+    expect(unclear.status).toBe(400);
+    expect(await unclear.json()).toMatchObject({
+      error: { param: 'load', message: expect.stringContaining('load=false') },
+    });
+  });
+
   it('refuses a bad package (JSON form) with the validation error, and a path that leaves the package', async () => {
     const bad = await fetch(`${t.url}/api/models/upload`, {
       method: 'POST',

@@ -163,7 +163,15 @@ describe('imports and the folder chooser', () => {
       ok: boolean;
     };
     expect(bad.ok).toBe(false);
+    const unclear = (await handler(CHANNELS.importFiles)(event(), {
+      name: 'p',
+      files: [{ path: 'p/a', data: new ArrayBuffer(3) }],
+      load: 'no',
+    })) as { ok: boolean; error?: { message: string } };
+    expect(unclear.error?.message).toBe('importFiles: load must be true or false');
     expect(host.importFiles).toHaveBeenCalledTimes(1);
+    await handler(CHANNELS.importFiles)(event(), { name: 'p', files: [], load: false });
+    expect(host.importFiles.mock.calls[1]?.[0]).toMatchObject({ load: false });
   });
 
   it('refuses imports from a foreign sender', async () => {

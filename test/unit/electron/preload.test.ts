@@ -230,6 +230,12 @@ describe('importPackage and chooseFolder', () => {
     const files = [{ path: 'p/config.json', data: new ArrayBuffer(1) }];
     await api.importPackage({ kind: 'files', name: 'p', files });
     expect(fake.invoke).toHaveBeenLastCalledWith(CHANNELS.importFiles, { name: 'p', files });
+    // Not loaded: the host is told so (its card then loads it).
+    await (api.importPackage as (u: unknown, o: unknown) => Promise<unknown>)(
+      { kind: 'files', name: 'p', files },
+      { load: false },
+    );
+    expect(fake.invoke).toHaveBeenLastCalledWith(CHANNELS.importFiles, { name: 'p', files, load: false });
     // A dropped File (a Blob) crosses IPC as its bytes.
     await api.importPackage({ kind: 'files', name: 'p', files: [{ path: 'p/a.json', data: new Blob(['{}']) }] });
     const sent = fake.invoke.mock.calls.at(-1)?.[1] as { files: Array<{ path: string; data: unknown }> };

@@ -63,6 +63,36 @@ describe('WebSocket client', () => {
     });
   });
 
+  it('an upload with load false asks the server so, after the token, and answers the package; loaded, the model', async () => {
+    const urls: string[] = [];
+    const spec = { id: 'p', root: '/data/models/p', bpt: 128 };
+    const answers = [
+      { ok: true, value: { root: spec.root, spec } },
+      { ok: true, value: { id: 'p', spec } },
+    ];
+    const client = createWsClient({
+      url: 'ws://127.0.0.1:1/ws?token=t',
+      uploadUrl: 'http://127.0.0.1:1/api/models/upload?token=t',
+      createSocket: (url) => new FakeSocket(url),
+      setTimer: () => {},
+      post: async (url) => {
+        urls.push(url);
+        return { status: 200, text: JSON.stringify(answers.shift()) };
+      },
+    });
+    const upload = { kind: 'files' as const, name: 'p', files: [{ path: 'config.json', data: new ArrayBuffer(2) }] };
+    expect(await client.importPackage(upload, { load: false })).toEqual({ ok: true, value: { root: spec.root, spec } });
+    expect(await client.importPackage(upload)).toEqual({
+      ok: true,
+      value: { root: spec.root, spec, model: { id: 'p', spec } },
+    });
+    expect(urls).toEqual([
+      'http://127.0.0.1:1/api/models/upload?token=t&load=false',
+      'http://127.0.0.1:1/api/models/upload?token=t',
+    ]);
+    client.close();
+  });
+
   it('takes the token out of the address the page shows, keeping the rest', () => {
     expect(addressWithoutToken('http://127.0.0.1:8080/?token=s3cret')).toBe('/');
     expect(addressWithoutToken('http://h:1/?x=1&token=a%20b&y=2#t=5')).toBe('/?x=1&y=2#t=5');
