@@ -25,6 +25,8 @@ test('a damaged chat file and settings file: named in the window, left on disk, 
   writeFileSync(path.join(dataDir, 'settings.json'), '{"theme": "dark", "presets": [');
   const server = await startServe([], 90_000, undefined, dataDir);
   try {
+    // The page's clock, to run past the other notices' 10 s without waiting them out.
+    await page.clock.install();
     await page.goto(server.url);
     await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
     await expect(page.getByTestId('thread-list').locator('[data-thread-id="t-good"]')).toBeVisible();
@@ -40,7 +42,7 @@ test('a damaged chat file and settings file: named in the window, left on disk, 
     expect(aside, readdirSync(dataDir).join(', ')).toBeDefined();
     expect(readFileSync(path.join(dataDir, aside as string), 'utf8')).toBe('{"theme": "dark", "presets": [');
     // It stays past the time other notices take (10 s) until dismissed.
-    await page.waitForTimeout(11_000);
+    await page.clock.fastForward(11_000);
     await expect(notice).toBeVisible();
     await notice.getByRole('button', { name: 'dismiss' }).click();
     await expect(notice).toHaveCount(0);

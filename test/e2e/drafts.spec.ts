@@ -58,6 +58,10 @@ test("each chat keeps its own draft: another chat's box is its own, Enter there 
 test('the open chat deleted in another tab: this tab says so, and its draft does not move to the next chat', async ({
   app: page,
 }) => {
+  // The pages' clock (installed for the context, so from the reload on), to run the notice's 10 s at once.
+  await page.clock.install();
+  await page.reload();
+  await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
   // Chats with a turn (an untouched new chat is not saved, so the other tab would not list it).
   const keep = await newChat(page);
   await setSettings(page, { maxNewTokens: 2 });
@@ -82,7 +86,8 @@ test('the open chat deleted in another tab: this tab says so, and its draft does
   await expect(page.getByTestId('chat-input')).toHaveValue('');
   await other.close();
   // The notice goes by itself (10 s), not to sit over the window's controls for good.
-  await expect(page.getByTestId('notice')).toHaveCount(0, { timeout: 15_000 });
+  await page.clock.fastForward(11_000);
+  await expect(page.getByTestId('notice')).toHaveCount(0, { timeout: 1_000 });
 });
 
 test('with the host out of reach the message waits in the box, and goes once the host is back', async ({ page }) => {
