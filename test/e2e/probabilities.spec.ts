@@ -62,6 +62,23 @@ test("a reply's tokens with their probabilities, as the API gives them, kept wit
   expect(lines[1]).toBe('likeliest here:');
   expect(lines).toHaveLength(7);
   expect(lines[0]).toMatch(/ \d+(\.\d)? %$|< 0\.1 %$/);
+  // From the keyboard: the tokens are one Tab stop, the arrows go from token to token, the one focused shows its
+  // card (its name the token and its probability), and Esc hides the card.
+  await reply.getByTestId('branch').focus();
+  await app.keyboard.press('Tab');
+  await expect(tokens.first()).toBeFocused();
+  const card = view.getByTestId('token-card');
+  await expect(card).toBeVisible();
+  await app.keyboard.press('ArrowRight');
+  await expect(tokens.nth(1)).toBeFocused();
+  const second = ((await tokens.nth(1).getAttribute('title')) ?? '').split('\n');
+  await expect(tokens.nth(1)).toHaveAccessibleName(second[0]?.replace(/\s+/, ' ') ?? '');
+  await expect(card).toContainText(second[2]?.trim().replace(/\s+/, ' ') ?? '');
+  await app.keyboard.press('Escape');
+  await expect(card).toHaveCount(0);
+  await expect(tokens.nth(1)).toBeFocused();
+  await app.keyboard.press('Tab');
+  await expect(view.locator(':focus')).toHaveCount(0);
   // Back to the text.
   await reply.getByTestId('toggle-probabilities').click();
   await expect(view).toHaveCount(0);

@@ -20,8 +20,8 @@ function ApiAddress({ url, href = url }: { url: string; href?: string }) {
       </a>{' '}
       <span className="muted">
         (OpenAI and Anthropic SDKs: <span className="mono">{url}/v1</span>{' '}
-        <CopyButton text={`${url}/v1`} testId="api-copy-v1" />; Ollama clients: <span className="mono">{url}</span>{' '}
-        <CopyButton text={url} testId="api-copy-base" />)
+        <CopyButton text={`${url}/v1`} what="the OpenAI and Anthropic address" testId="api-copy-v1" />; Ollama clients:{' '}
+        <span className="mono">{url}</span> <CopyButton text={url} what="the Ollama address" testId="api-copy-base" />)
       </span>
     </span>
   );

@@ -5,7 +5,7 @@
  * its source, in the error colour.
  */
 import 'katex/dist/katex.min.css';
-import { memo, type ReactNode, useState } from 'react';
+import { memo, type ReactNode, useEffect, useState } from 'react';
 import ReactMarkdown, { type Components, type Options } from 'react-markdown';
 import rehypeHighlight from 'rehype-highlight';
 import rehypeKatex from 'rehype-katex';
@@ -26,32 +26,58 @@ function textOf(node: HastLike | undefined): string {
   return (node.children ?? []).map(textOf).join('');
 }
 
-export function CopyButton({ text, label = 'copy', testId }: { text: string; label?: string; testId?: string }) {
+export function CopyButton({
+  text,
+  what,
+  label = 'copy',
+  testId,
+}: {
+  text: string;
+  /** What it copies, for its name ("Copy reply 3") and what is said once it has ("Reply 3 copied"). */
+  what: string;
+  label?: string;
+  testId?: string;
+}) {
   const [done, setDone] = useState(false);
+  /** Copies made: each one's words are a new node in the live region, so a second copy is said again. */
+  const [copies, setCopies] = useState(0);
+  // biome-ignore lint/correctness/useExhaustiveDependencies: each copy shows "copied" for its full time
+  useEffect(() => {
+    if (!done) return;
+    const timer = setTimeout(() => setDone(false), 1200);
+    return () => clearTimeout(timer);
+  }, [done, copies]);
   return (
-    <button
-      type="button"
-      className="copy small"
-      data-testid={testId}
-      onClick={() => {
-        void navigator.clipboard?.writeText(text).then(
-          () => {
-            setDone(true);
-            setTimeout(() => setDone(false), 1200);
-          },
-          () => {},
-        );
-      }}
-    >
-      {done ? 'copied' : label}
-    </button>
+    <>
+      <button
+        type="button"
+        className="copy small"
+        data-testid={testId}
+        aria-label={`Copy ${what}`}
+        onClick={() => {
+          void navigator.clipboard?.writeText(text).then(
+            () => {
+              setDone(true);
+              setCopies((n) => n + 1);
+            },
+            () => {},
+          );
+        }}
+      >
+        {done ? 'copied' : label}
+      </button>
+      {/* "copied" said politely, by a region of this button's own: only its press speaks there. */}
+      <span className="sr-only" role="status">
+        {done && <span key={copies}>{`${what.charAt(0).toUpperCase()}${what.slice(1)} copied`}</span>}
+      </span>
+    </>
   );
 }
 
 function CodeBlock({ node, children }: { node?: unknown; children?: ReactNode }) {
   return (
     <div className="code-block">
-      <CopyButton text={textOf(node as HastLike).replace(/\n$/, '')} testId="code-copy" />
+      <CopyButton text={textOf(node as HastLike).replace(/\n$/, '')} what="code" testId="code-copy" />
       <pre>{children}</pre>
     </div>
   );

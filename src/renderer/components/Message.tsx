@@ -5,7 +5,7 @@
 import { parse as losslessParse, stringify as losslessStringify } from 'lossless-json';
 import { memo, type ReactNode, useDeferredValue, useEffect, useMemo, useRef, useState } from 'react';
 import { useShallow } from 'zustand/react/shallow';
-import type { StoredMessage, TokenProbability } from '../../shared/api';
+import type { StoredMessage } from '../../shared/api';
 import { useApp, useBridge } from '../bridge/context';
 import { attachmentBytes } from '../lib/attachments';
 import { busyElsewhere } from '../lib/busy-elsewhere';
@@ -14,7 +14,6 @@ import { SKIPPED_ANSWER } from '../lib/mcp-tools';
 import { type QueueWait, queueWait } from '../lib/queue-wait';
 import { describeRefusal, type RefusalContext } from '../lib/refusal';
 import { clipNote } from '../lib/reply-notes';
-import { percent, tokenPieces, visible } from '../lib/token-pieces';
 import { endedEmpty } from '../lib/versions';
 import { INTERRUPTED } from '../store/chat-slice';
 import type { LiveReply } from '../store/types';
@@ -22,6 +21,7 @@ import { Bytes } from './Bytes';
 import { useInspectorShown } from './Header';
 import { FileIcon } from './Icons';
 import { CopyButton, jsonBlock, Markdown } from './Markdown';
+import { TokenView } from './TokenView';
 
 type Stats = NonNullable<StoredMessage['stats']>;
 
@@ -295,47 +295,6 @@ function LivePhase({ live }: { live: LiveReply }) {
   );
 }
 
-/**
- * The probabilities view of a reply: every token its generation wrote (its reasoning's included), each coloured by
- * how unlikely it was, the likeliest alternatives at its place on hover.
- */
-function TokenView({ tokens }: { tokens: TokenProbability[] }) {
-  const pieces = useMemo(() => tokenPieces(tokens), [tokens]);
-  return (
-    <div className="token-view" data-testid="token-view">
-      <div className="hint">
-        Each token as the model wrote it, coloured by its probability (the redder, the less likely); hover one for the
-        likeliest tokens at its place.
-      </div>
-      <div className="tokens">
-        {tokens.map((t, i) => {
-          const p = Math.exp(t.lp);
-          const alpha = p >= 0.9 ? 0 : Math.min(0.6, (1 - p) * 0.65);
-          const title = [
-            `${visible(pieces[i] ?? '')}  ${percent(t.lp)}`,
-            ...(t.top.length > 0
-              ? ['likeliest here:', ...t.top.map((a) => `  ${visible(a.t)}  ${percent(a.lp)}`)]
-              : []),
-          ].join('\n');
-          return (
-            <span
-              // biome-ignore lint/suspicious/noArrayIndexKey: a finished reply's tokens never move
-              key={i}
-              className="tok"
-              data-testid="token"
-              data-p={p.toFixed(4)}
-              title={title}
-              style={alpha > 0 ? { backgroundColor: `hsl(8 85% 55% / ${alpha.toFixed(2)})` } : undefined}
-            >
-              {pieces[i]}
-            </span>
-          );
-        })}
-      </div>
-    </div>
-  );
-}
-
 /** A call's arguments as a person reads them: indented JSON, numbers as written (as written when it is not JSON). */
 function prettyArguments(text: string): string {
   try {
@@ -567,17 +526,31 @@ function AssistantMessage({
   message,
   threadId,
   isLast,
+  nth,
 }: {
   message: StoredMessage;
   threadId: string;
   isLast: boolean;
+  nth: number;
 }) {
   const editing = useApp((s) => s.editingMessageId === message.id);
   if (editing) return <ReplyEditor message={message} threadId={threadId} />;
-  return <AssistantReply message={message} threadId={threadId} isLast={isLast} />;
+  return (
+    <AssistantReply message={message} threadId={threadId} isLast={isLast} which={messageWhich('assistant', nth)} />
+  );
 }
 
-function AssistantReply({ message, threadId, isLast }: { message: StoredMessage; threadId: string; isLast: boolean }) {
+function AssistantReply({
+  message,
+  threadId,
+  isLast,
+  which,
+}: {
+  message: StoredMessage;
+  threadId: string;
+  isLast: boolean;
+  which: string;
+}) {
   const bridge = useBridge();
   const setEditing = useApp((s) => s.setEditing);
   const editButton = useFocusAfterEdit(message.id, false);
@@ -627,19 +600,25 @@ function AssistantReply({ message, threadId, isLast }: { message: StoredMessage;
     >
       <div className="who">
         assistant
-        {!live && <VersionNav message={message} threadId={threadId} busy={threadBusy} last={isLast} />}
+        {!live && <VersionNav message={message} threadId={threadId} which={which} busy={threadBusy} last={isLast} />}
         {!live && (
           <span className="tools">
-            {message.content && <CopyButton text={message.content} testId="message-copy" />}
+            {message.content && <CopyButton text={message.content} what={which} testId="message-copy" />}
             {/* A reply that only reasoned (it ended, or was stopped, before its answer): its reasoning to copy. */}
             {!message.content && message.reasoning && (
-              <CopyButton text={message.reasoning} label="copy reasoning" testId="message-copy-reasoning" />
+              <CopyButton
+                text={message.reasoning}
+                what={`reasoning of ${which}`}
+                label="copy reasoning"
+                testId="message-copy-reasoning"
+              />
             )}
             {isLast && !threadBusy && (
               <button
                 type="button"
                 className="small"
                 data-testid="regenerate"
+                aria-label={`Regenerate ${which}`}
                 onClick={() => bridge.regenerate(threadId)}
               >
                 regenerate
@@ -660,6 +639,7 @@ function AssistantReply({ message, threadId, isLast }: { message: StoredMessage;
                   type="button"
                   className="small"
                   data-testid="continue"
+                  aria-label={`Continue ${which}`}
                   title="Go on writing this reply where it stopped"
                   onClick={() => bridge.continueReply(threadId)}
                 >
@@ -671,6 +651,7 @@ function AssistantReply({ message, threadId, isLast }: { message: StoredMessage;
                 type="button"
                 className="small"
                 data-testid="toggle-probabilities"
+                aria-label={`Probabilities of ${which}`}
                 aria-pressed={showTokens}
                 title="Show each token with its probability, or the reply as text"
                 onClick={() => setShowTokens((v) => !v)}
@@ -683,6 +664,7 @@ function AssistantReply({ message, threadId, isLast }: { message: StoredMessage;
                 type="button"
                 className="small"
                 data-testid="edit-reply"
+                aria-label={`Edit ${which}`}
                 ref={editButton}
                 title="Change the reply's text: later turns (and continue) go on from yours"
                 onClick={() => setEditing(message.id)}
@@ -690,7 +672,7 @@ function AssistantReply({ message, threadId, isLast }: { message: StoredMessage;
                 edit
               </button>
             )}
-            <BranchButton threadId={threadId} messageId={message.id} />
+            <BranchButton threadId={threadId} messageId={message.id} which={which} />
           </span>
         )}
       </div>
@@ -699,7 +681,7 @@ function AssistantReply({ message, threadId, isLast }: { message: StoredMessage;
       )}
       <div className={`bubble ${live?.phase === 'running' ? 'streaming' : ''}`} data-testid="message-text">
         {showTokens && probabilities ? (
-          <TokenView tokens={probabilities} />
+          <TokenView tokens={probabilities} which={which} />
         ) : (
           text && <Markdown text={message.format === 'json' ? jsonBlock(text) : text} streaming={live !== undefined} />
         )}
@@ -735,17 +717,29 @@ function AssistantReply({ message, threadId, isLast }: { message: StoredMessage;
 }
 
 /**
+ * What a message's buttons call it, by its place among its writer's messages in the chat: "your message 2",
+ * "reply 3". Each button's name says its action and this ("Copy reply 3"), so a screen reader tabbing through a chat
+ * hears which message each one is for, not "copy, copy, copy"; the name starts with the button's visible word, so
+ * speech control finds it by what it shows.
+ */
+function messageWhich(role: StoredMessage['role'], nth: number): string {
+  return role === 'user' ? `your message ${nth}` : `reply ${nth}`;
+}
+
+/**
  * ‹ 2 / 3 ›: the versions regenerating kept of this reply (none: nothing shown). Only the last reply's turn: the
  * turns after an earlier one were written to the version it shows (branch from it to go another way).
  */
 function VersionNav({
   message,
   threadId,
+  which,
   busy,
   last,
 }: {
   message: StoredMessage;
   threadId: string;
+  which: string;
   busy: boolean;
   last: boolean;
 }) {
@@ -766,7 +760,7 @@ function VersionNav({
         type="button"
         className="ghost small"
         data-testid="version-prev"
-        aria-label="Previous version"
+        aria-label={`Previous version of ${which}`}
         disabled={busy || !last || at === 0}
         onClick={() => go(at - 1)}
       >
@@ -777,7 +771,7 @@ function VersionNav({
         type="button"
         className="ghost small"
         data-testid="version-next"
-        aria-label="Next version"
+        aria-label={`Next version of ${which}`}
         disabled={busy || !last || at === count - 1}
         onClick={() => go(at + 1)}
       >
@@ -788,13 +782,14 @@ function VersionNav({
 }
 
 /** A new chat from the start of this one up to this message (the rest of this chat stays as it is). */
-function BranchButton({ threadId, messageId }: { threadId: string; messageId: string }) {
+function BranchButton({ threadId, messageId, which }: { threadId: string; messageId: string; which: string }) {
   const bridge = useBridge();
   return (
     <button
       type="button"
       className="small"
       data-testid="branch"
+      aria-label={`Branch from ${which}`}
       title="A new chat with the messages up to here, to go another way from this point"
       onClick={() => bridge.branchThread(threadId, messageId)}
     >
@@ -817,7 +812,8 @@ function useFocusAfterEdit(messageId: string, editing: boolean) {
   return ref;
 }
 
-function UserMessage({ message, threadId }: { message: StoredMessage; threadId: string }) {
+function UserMessage({ message, threadId, nth }: { message: StoredMessage; threadId: string; nth: number }) {
+  const which = messageWhich('user', nth);
   const bridge = useBridge();
   const { editing, threadBusy } = useApp(
     useShallow((s) => ({
@@ -881,13 +877,14 @@ function UserMessage({ message, threadId }: { message: StoredMessage; threadId: 
       <div className="who">
         you
         <span className="tools">
-          <CopyButton text={message.content} />
-          <BranchButton threadId={threadId} messageId={message.id} />
+          <CopyButton text={message.content} what={which} />
+          <BranchButton threadId={threadId} messageId={message.id} which={which} />
           {!threadBusy && (
             <button
               type="button"
               className="small"
               data-testid="edit-message"
+              aria-label={`Edit ${which}`}
               ref={editButton}
               onClick={() => {
                 setDraft(message.content);
@@ -947,15 +944,18 @@ export const Message = memo(function Message({
   message,
   threadId,
   isLast,
+  nth,
 }: {
   message: StoredMessage;
   threadId: string;
   isLast: boolean;
+  /** Its place among its writer's messages in the chat, from 1 (what its buttons' names call it: messageWhich). */
+  nth: number;
 }) {
   return message.role === 'user' ? (
-    <UserMessage message={message} threadId={threadId} />
+    <UserMessage message={message} threadId={threadId} nth={nth} />
   ) : message.role === 'assistant' ? (
-    <AssistantMessage message={message} threadId={threadId} isLast={isLast} />
+    <AssistantMessage message={message} threadId={threadId} isLast={isLast} nth={nth} />
   ) : message.role === 'tool' ? (
     <div className="message tool" data-testid="message-tool" data-message-id={message.id}>
       <ToolResult message={message} />

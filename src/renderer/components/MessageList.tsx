@@ -6,7 +6,7 @@
  * With a find (ChatView's find bar), the rows on screen mark its occurrences, and the current one is scrolled to.
  */
 import { useVirtualizer } from '@tanstack/react-virtual';
-import { useCallback, useEffect, useLayoutEffect, useRef, useState } from 'react';
+import { useCallback, useEffect, useLayoutEffect, useMemo, useRef, useState } from 'react';
 import { useShallow } from 'zustand/react/shallow';
 import { useApp } from '../bridge/context';
 import { currentDrop } from '../bridge/prompt';
@@ -34,6 +34,16 @@ export function MessageList({ threadId, find }: { threadId: string; find?: FindV
       return d ? { start: d.start, contextLength: d.drop.contextLength } : NONE;
     }),
   );
+  // Each message's place among its writer's messages (its buttons' names say it: "Copy reply 3"), counted over the
+  // whole chat, not the rows on screen.
+  const nths = useMemo(() => {
+    const seen = new Map<string, number>();
+    return messages.map((m) => {
+      const n = (seen.get(m.role) ?? 0) + 1;
+      seen.set(m.role, n);
+      return n;
+    });
+  }, [messages]);
   const scrollRef = useRef<HTMLDivElement>(null);
   const stick = useRef(true);
   /** Scrolled up from the end: a button brings the person back (and the list follows the reply again). */
@@ -146,7 +156,12 @@ export function MessageList({ threadId, find }: { threadId: string; find?: FindV
                     {outside.contextLength.toLocaleString()} tokens.
                   </div>
                 )}
-                <Message message={m} threadId={threadId} isLast={item.index === messages.length - 1} />
+                <Message
+                  message={m}
+                  threadId={threadId}
+                  isLast={item.index === messages.length - 1}
+                  nth={nths[item.index] ?? 1}
+                />
               </div>
             );
           })}

@@ -20,3 +20,13 @@ export function percent(logprob: number): string {
 export function visible(text: string): string {
   return text.replace(/ /g, '␣').replace(/\n/g, '⏎').replace(/\t/g, '⇥') || '∅';
 }
+
+/** What a token is called, on its card and to a screen reader: its text as `visible` shows it, then its probability. */
+export function tokenName(piece: string, logprob: number): string {
+  return `${visible(piece)} ${percent(logprob)}`;
+}
+
+/** The likeliest tokens at a token's place, each as its card lists it ("␣the 83.2 %"), likeliest first. */
+export function alternatives(token: Pick<TokenProbability, 'top'>): string[] {
+  return token.top.map((a) => tokenName(a.t, a.lp));
+}

@@ -1,7 +1,7 @@
 /** The probabilities view's token texts (src/renderer/lib/token-pieces.ts). */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { percent, tokenPieces, visible } from '../../../src/renderer/lib/token-pieces';
+import { alternatives, percent, tokenName, tokenPieces, visible } from '../../../src/renderer/lib/token-pieces';
 
 describe('tokenPieces', () => {
   it('shows a character split over tokens whole, with the token that ends it', () => {
@@ -43,5 +43,21 @@ describe('percent and visible', () => {
   it('shows spaces, line ends and an empty token', () => {
     expect(visible(' the\n')).toBe('␣the⏎');
     expect(visible('')).toBe('∅');
+  });
+});
+
+describe('tokenName and alternatives', () => {
+  it("names a token by its visible text and its probability, and lists its place's likeliest the same way", () => {
+    expect(tokenName(' the', Math.log(0.832))).toBe('␣the 83.2 %');
+    expect(tokenName('', -1e4)).toBe('∅ < 0.1 %');
+    expect(
+      alternatives({
+        top: [
+          { t: ' the', lp: Math.log(0.832) },
+          { t: '\n', lp: Math.log(0.05) },
+        ],
+      }),
+    ).toEqual(['␣the 83.2 %', '⏎ 5.0 %']);
+    expect(alternatives({ top: [] })).toEqual([]);
   });
 });
