@@ -114,6 +114,12 @@ test('an empty folder chosen is refused with a message, as an empty folder dropp
 
 test('the default model has a card with its KV figures and a fit badge', async ({ app }) => {
   await app.getByTestId('models-toggle').click();
+  // Headings to find one's way by: the view, then its sections.
+  const view = app.getByTestId('models-view');
+  await expect(view.getByRole('heading', { level: 1 })).toHaveText('Models');
+  for (const name of ['Download from Hugging Face', 'API', 'Loaded']) {
+    await expect(view.getByRole('heading', { level: 2, name, exact: true })).toBeVisible();
+  }
   const card = app.getByTestId('loaded-model-card').filter({ hasText: 'default' }).first();
   await expect(card.getByTestId('model-bpt').locator('[data-bytes]')).toHaveAttribute('data-bytes', '1024');
   await expect(card.getByTestId('model-one-context')).toHaveAttribute('data-bytes', String(1024 * 2048));

@@ -94,7 +94,7 @@ export function ApiServerPanel() {
     return (
       <div className="card api-server" data-testid="api-server" data-running={status.running}>
         <div className="top">
-          <h3>API</h3>
+          <h2>API</h2>
           <span className="badge ok">kvdesk serve</span>
         </div>
         {url && (
@@ -157,7 +157,7 @@ export function ApiServerPanel() {
   return (
     <div className="card api-server" data-testid="api-server" data-running={status.running}>
       <div className="top">
-        <h3>API server</h3>
+        <h2>API server</h2>
         <span className={`badge ${status.running ? 'ok' : ''}`} data-testid="api-server-state">
           {status.running ? 'on' : 'off'}
         </span>

@@ -182,7 +182,7 @@ export function HubDownload() {
   return (
     <div className="card hub-download" data-testid="hub-download">
       <div className="top">
-        <h3>Download from Hugging Face</h3>
+        <h2>Download from Hugging Face</h2>
       </div>
       <form
         className="row"

@@ -188,7 +188,7 @@ export function LibraryList({ shownRoot }: { shownRoot: string | undefined }) {
   if (entries.length === 0) return null;
   return (
     <>
-      <div className="section-title">Library</div>
+      <h2 className="section-title">Library</h2>
       <div className="library" data-testid="library">
         {entries.map((e) => (
           <Row key={e.root} entry={e} busy={busyModels.includes(e.root)} />

@@ -175,6 +175,8 @@ export function ModelsView() {
   return (
     <main className="models" aria-label="Models" data-testid="models-view" tabIndex={-1} data-focus-home="self">
       <div className="models-inner">
+        {/* The view's outline for a screen reader's headings list: Models, then its sections (Loaded, Library…). */}
+        <h1 className="sr-only">Models</h1>
         <div className="drop-zone" data-testid="model-drop-zone">
           <strong>Drop a model package folder</strong> anywhere on this window, or{' '}
           <button
@@ -221,7 +223,7 @@ export function ModelsView() {
         <ImportResult />
         <HubDownload />
         <ApiServerPanel />
-        <div className="section-title">Loaded</div>
+        <h2 className="section-title">Loaded</h2>
         {models.length === 0 && <div className="muted">No model is loaded.</div>}
         {models
           .filter((m) => m.spec.root !== importedRoot)
