@@ -221,8 +221,20 @@ describe('every terminal path returns the reservation', () => {
     expect(again.tokenIds.length).toBeGreaterThan(0);
   });
 
-  it('after an engine crash with a request queued: it is told it never started, and never runs on the dead engine', async () => {
+  it('after an engine crash with a request queued: it waits for its model to load again, then runs as it would have', async () => {
     const h = await host({ maxRunning: 1 }, slowModel());
+    const other = [7, 8, 9];
+    const reference = await h.generate({ promptIds: other, maxNewTokens: 4, sampling: greedy }).result;
+    // What happens, in order: the recovery's load of the model, and the queued request's frames.
+    const log: string[] = [];
+    const load = h.engine.load.bind(h.engine);
+    vi.spyOn(h.engine, 'load').mockImplementation((...args) => {
+      log.push('load');
+      return load(...args).then((r) => {
+        log.push('loaded');
+        return r;
+      });
+    });
     let killed = false;
     const first = h.generate({ promptIds: prompt, maxNewTokens: 2000, sampling: greedy }, (f) => {
       if (f.type === 'tokens' && !killed) {
@@ -230,16 +242,17 @@ describe('every terminal path returns the reservation', () => {
         h.engine.kill();
       }
     });
-    const frames: string[] = [];
-    const queued = h.generate({ promptIds: prompt, maxNewTokens: 4, sampling: greedy }, (f) => frames.push(f.type));
+    const queued = h.generate({ promptIds: other, maxNewTokens: 4, sampling: greedy }, (f) => log.push(f.type));
     expect(h.snapshot().queue.map((q) => q.id)).toEqual([queued.requestId]);
     expect((await rejection(first.result)).code).toBe('ENGINE_FAILED');
-    const err = await rejection(queued.result);
-    expect(err.code).toBe('ENGINE_FAILED');
-    expect(err.message).toMatch(/before this request started.*send it again/);
-    // Never admitted onto the dead engine.
-    expect(frames).toEqual(['accepted', 'error']);
-    expect(h.snapshot().counters.admitted).toBe(1);
+    // The failed request's slot was not handed to it: it waits, reserving nothing, for the model.
+    expect(h.snapshot()).toMatchObject({ running: [], reservedBytes: 0, queue: [{ id: queued.requestId }] });
+    const r = await queued.result;
+    expect(r.tokenIds).toEqual(reference.tokenIds);
+    // Never admitted onto the dead engine: only once its model was in again, and once.
+    expect(log.filter((l) => l !== 'tokens')).toEqual(['accepted', 'load', 'loaded', 'admitted', 'done']);
+    expect(log.indexOf('tokens')).toBeGreaterThan(log.indexOf('admitted'));
+    expect(h.snapshot().counters.admitted).toBe(3);
     expectEmptyLedger(h);
   });
 

@@ -139,6 +139,12 @@ export function defaultHostSettings(): HostSettings {
 
 let nextLoadKey = 1;
 
+/**
+ * Engine crashes in a row (each before the models it was loading back were all in) that a queued request waits
+ * through; at the next it is refused, so a request never waits for ever on an engine that keeps failing.
+ */
+const CRASHES_WAITED = 3;
+
 /** How long closing waits for running requests to end as a shutdown before it stops the engine. */
 const CLOSE_GRACE_MS = 2000;
 
@@ -1272,6 +1278,8 @@ export class RunnerService {
 
   /** Counts crash recoveries: a recovery overtaken by another crash (or by close) stops where it is. */
   private recovery = 0;
+  /** Crashes since a recovery last ran to its end: queued requests wait through at most CRASHES_WAITED of them. */
+  private crashesInARow = 0;
   private closed = false;
 
   private onEngineCrash(reason: string): void {
@@ -1280,18 +1288,25 @@ export class RunnerService {
     const current = () => epoch === this.recovery && !this.closed;
     const error: ErrorInfo = { code: 'ENGINE_FAILED', message: reason };
     const models = [...this.models.values()];
-    // Every request of the dead engine ends (its running ones hear it from the engine client next; the queued
-    // ones here, told that they never started), each device's at once: a slot one frees must not be handed to
-    // another that would start on the dead engine. The engine's session KV is gone too.
+    this.crashesInARow += 1;
+    // An engine that dies again and again while its models load back may never stay up: past a few crashes in a
+    // row, the queued requests stop waiting for it.
+    const hold = this.crashesInARow <= CRASHES_WAITED;
+    // Every running request of the dead engine ends (each hears it from the engine client next), each device's
+    // at once. The queued ones lost nothing: they stay queued, held, until their model is loaded again (then they
+    // are admitted in their order) or cannot be (then they are refused); a slot a failed one frees is not handed
+    // to any of them before that. The engine's session KV is gone too.
     for (const d of this.devices.values()) {
       const ids = models.filter((m) => this.deviceOfModel(m.id) === d.key).map((m) => m.id);
       if (ids.length === 0) continue;
-      const queued = d.scheduler.snapshot().queue.filter((r) => ids.includes(r.modelId));
-      d.scheduler.failModel(ids, error);
+      const queued = hold ? [] : d.scheduler.snapshot().queue.filter((r) => ids.includes(r.modelId));
+      d.scheduler.failModel(ids, error, { holdQueued: hold });
       for (const r of queued) {
         this.generations.get(r.id)?.refused({
           code: 'ENGINE_FAILED',
-          message: `${reason} before this request started; kvdesk is loading its model again: send it again`,
+          message:
+            `${reason} before this request started, after ${this.crashesInARow} engine failures in a row while ` +
+            'kvdesk loaded its models again, so it stopped waiting: send it again once the model is back',
         });
       }
     }
@@ -1307,10 +1322,21 @@ export class RunnerService {
           return this.engine.load(m.id, m.spec, [providerShortName(m.spec.executionProvider ?? CPU) ?? 'cpu']);
         })
         .then(
-          () => {},
           () => {
+            // Back: its queued requests are admitted as usual, before those that waited for this load are sent
+            // (they queue behind them). A recovery the next crash overtook leaves that to the next one.
+            if (current()) this.devices.get(m.device)?.scheduler.resumeModel(m.id);
+          },
+          (err: unknown) => {
             // A load the next crash cut short is that recovery's to do again, not a model that cannot load.
             if (!current()) return;
+            this.refuseHeld(m, {
+              code: 'ENGINE_FAILED',
+              message:
+                `${reason} before this request started, and kvdesk could not load model ${m.id} again ` +
+                `(${toErrorInfo(err).message}): load the model, then send the request again`,
+              detail: { modelId: m.id },
+            });
             this.models.delete(m.id);
             this.dropDeviceIfUnused(m.device);
           },
@@ -1323,9 +1349,19 @@ export class RunnerService {
     }
     this.reloadChanged('model');
     void previous.then(() => {
+      if (current()) this.crashesInARow = 0;
       this.refreshBudget();
       this.reloadChanged('model');
     });
+  }
+
+  /** A model that could not come back after a crash: the requests queued for it are refused (while it is known). */
+  private refuseHeld(m: LoadedModel, error: ErrorInfo): void {
+    const sched = this.devices.get(m.device)?.scheduler;
+    if (!sched) return;
+    const queued = sched.snapshot().queue.filter((r) => r.modelId === m.id);
+    sched.failModel(m.id, error);
+    for (const r of queued) this.generations.get(r.id)?.refused(error);
   }
 
   /** Stops every request and the engine process. */

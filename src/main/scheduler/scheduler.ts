@@ -27,6 +27,14 @@
  *   idle KV is not running work, and a person lowering the limit wants memory.
  * - Notifications run after the state change that caused them, in order; a
  *   listener that calls back is handled after the current notifications.
+ * - A crashed engine the host brings back (failModel with `holdQueued`) ends
+ *   only its running requests: its queued ones lost nothing, so they stay
+ *   where they are and are held — none is admitted until resumeModel says the
+ *   model is back, or a failModel without `holdQueued` ends them. The queue is
+ *   served in order, so what waits behind a held head waits too: FIFO order
+ *   holds, and the wait is bounded by the host's recovery, which always ends
+ *   in one call or the other. Invariant 6 (progress) is about a head that may
+ *   run: a held one may not.
  */
 import { type ErrorCode, type ErrorDetail, type ErrorInfo, KvdeskError, type Result } from '../../shared/errors';
 import {
@@ -147,9 +155,18 @@ export interface Scheduler {
    * Called by the host when a model's engine process crashed: fails every
    * queued and running request of that model (or of each model named: an
    * engine process runs several) and drops its sessions, before it admits
-   * anything again. Returns how many requests it failed.
+   * anything again. With `holdQueued` (the host is loading the model again)
+   * only the running ones fail; the queued ones stay queued, unadmitted, until
+   * resumeModel or a later failModel without it, and the sessions their turns
+   * continue stay with no KV (the turn recomputes its prefix). Returns how
+   * many requests it failed.
    */
-  failModel(modelId: string | readonly string[], error: ErrorInfo): number;
+  failModel(modelId: string | readonly string[], error: ErrorInfo, opts?: { holdQueued?: boolean }): number;
+  /**
+   * Called by the host when a model failModel held is loaded again: its queued requests may be admitted again,
+   * in their order.
+   */
+  resumeModel(modelId: string | readonly string[]): void;
   /**
    * Called by the host when it unloads a model (nothing of it queued or running): the snapshot's `bpt` stops
    * counting it.
@@ -270,6 +287,8 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
   /** Map order is recency: a used session is moved to the end, so iteration is least recently used first. */
   const sessions = new Map<string, Session>();
   const models = new Map<string, number>();
+  /** Models whose engine crashed and is coming back: their queued requests are not admitted meanwhile. */
+  const held = new Set<string>();
   const liveGrants = new Map<string, AdmissionGrant>();
   const recent: SchedulerRequestView[] = [];
   const violations: SchedulerViolation[] = [];
@@ -493,7 +512,8 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
    */
   function admitHead(): boolean {
     const head = queue[0];
-    if (head === undefined || running.size >= limits.maxRunning) return false;
+    // A held model's engine is not back yet: its head (and, in order, what waits behind it) waits for it.
+    if (head === undefined || running.size >= limits.maxRunning || held.has(head.shape.modelId)) return false;
     const own = sessionOf(head.shape);
     const ownHeld = own === undefined ? 0 : heldOf(own);
     // Negative after the limit was lowered below use: then nothing fits, which is the point.
@@ -1011,21 +1031,39 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     return bytes;
   }
 
-  function failModel(modelId: string | readonly string[], error: ErrorInfo): number {
+  function failModel(
+    modelId: string | readonly string[],
+    error: ErrorInfo,
+    failOpts?: { holdQueued?: boolean },
+  ): number {
     const at = now();
     const dead = new Set(typeof modelId === 'string' ? [modelId] : modelId);
-    // Retire everything first, admit after: a freed slot must not go to another request of the dead engine.
-    const doomed = [...live.values()].filter((e) => dead.has(e.shape.modelId));
+    const hold = failOpts?.holdQueued === true;
+    // Retire everything first, admit after: a freed slot must not go to another request of the dead engine. Held,
+    // the queued ones stay, and admission passes them by until the model is back.
+    const doomed = [...live.values()].filter((e) => dead.has(e.shape.modelId) && !(hold && e.grant === undefined));
     for (const e of doomed) retire(e, 'failed', at, { error });
     for (const s of [...sessions.values()]) {
       if (dead.has(s.modelId)) {
         dropSessionKv(s, 'model-failed', at);
-        sessions.delete(s.id);
+        // A held turn's session stays its own (a new turn on it would find it busy); the turn ends it as usual.
+        if (s.state !== 'queued') sessions.delete(s.id);
       }
     }
-    for (const id of dead) models.delete(id);
+    for (const id of dead) {
+      if (hold) held.add(id);
+      else {
+        held.delete(id);
+        models.delete(id);
+      }
+    }
     settle();
     return doomed.length;
+  }
+
+  function resumeModel(modelId: string | readonly string[]): void {
+    for (const id of typeof modelId === 'string' ? [modelId] : modelId) held.delete(id);
+    settle();
   }
 
   function closeSession(sessionId: string): boolean {
@@ -1196,6 +1234,7 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     cancel,
     fail: failRequest,
     failModel,
+    resumeModel,
     forgetModel: (modelId: string) => {
       models.delete(modelId);
     },

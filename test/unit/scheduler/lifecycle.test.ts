@@ -397,3 +397,90 @@ describe('failModel (engine crash)', () => {
     expect(t.scheduler.snapshot().bpt).toBe(64);
   });
 });
+
+describe('failModel holding the queued (the host loads the model again)', () => {
+  const hold = { holdQueued: true };
+
+  it('fails only the running requests; the queued ones stay in their order, unadmitted, until resumeModel', () => {
+    const t = createTestScheduler({ maxRunning: 1 });
+    t.submit(req({ id: 'a1', model: 'a' }));
+    t.submit(req({ id: 'a2', model: 'a' }));
+    t.submit(req({ id: 'a3', model: 'a', priority: 1 }));
+    expect(t.scheduler.failModel('a', crash, hold)).toBe(1);
+    expect(t.types('a1')).toEqual(['accepted', 'queued', 'admitted', 'failed', 'released']);
+    // The slot a1 freed goes to nobody while the model is away, nor to one that arrives meanwhile.
+    t.submit(req({ id: 'a4', model: 'a' }));
+    expect(t.scheduler.snapshot()).toMatchObject({ running: [], reservedBytes: 0 });
+    expect(t.scheduler.snapshot().queue.map((v) => v.id)).toEqual(['a3', 'a2', 'a4']);
+    expect(t.ofType('admitted').map((e) => e.requestId)).toEqual(['a1']);
+    // Resuming another model changes nothing.
+    t.scheduler.resumeModel('b');
+    expect(t.ofType('admitted').map((e) => e.requestId)).toEqual(['a1']);
+    t.scheduler.resumeModel(['a']);
+    expect(t.ofType('admitted').map((e) => e.requestId)).toEqual(['a1', 'a3']);
+    t.scheduler.finish('a3', 'eos');
+    t.scheduler.finish('a2', 'eos');
+    expect(t.ofType('admitted').map((e) => e.requestId)).toEqual(['a1', 'a3', 'a2', 'a4']);
+    expect(t.types('a2')).toEqual(['accepted', 'queued', 'admitted', 'finished', 'released']);
+  });
+
+  it('holds what waits behind a held head too (first come, first served); failing the model lets it through', () => {
+    const t = createTestScheduler({ maxRunning: 1 });
+    t.submit(req({ id: 'a1', model: 'a' }));
+    t.submit(req({ id: 'a2', model: 'a' }));
+    t.submit(req({ id: 'b1', model: 'b' }));
+    expect(t.scheduler.failModel(['a'], crash, hold)).toBe(1);
+    expect(t.ofType('admitted').map((e) => e.requestId)).toEqual(['a1']);
+    // The model could not come back: its held requests fail (never admitted), and the queue moves on.
+    const gone: ErrorInfo = { code: 'ENGINE_FAILED', message: 'could not load model a again' };
+    expect(t.scheduler.failModel('a', gone)).toBe(1);
+    expect(t.types('a2')).toEqual(['accepted', 'queued', 'failed']);
+    expect(t.ofType('failed').at(-1)).toMatchObject({ requestId: 'a2', error: gone, wasRunning: false });
+    expect(t.ofType('admitted').map((e) => e.requestId)).toEqual(['a1', 'b1']);
+    // Not held any more: a request of that id (loaded again later) is admitted as usual.
+    t.scheduler.finish('b1', 'eos');
+    t.submit(req({ id: 'a3', model: 'a' }));
+    expect(t.ofType('admitted').map((e) => e.requestId)).toEqual(['a1', 'b1', 'a3']);
+  });
+
+  it("keeps a held turn's session, busy and without KV, and drops the others; the turn recomputes its prefix", () => {
+    const t = createTestScheduler({ maxRunning: 1 });
+    t.submit(req({ id: 't1', session: 's1', model: 'a' }));
+    t.scheduler.finish('t1', 'eos', { generatedTokens: 2, sessionTokens: 5 });
+    t.submit(req({ id: 'o1', session: 's3', model: 'a' }));
+    t.scheduler.finish('o1', 'eos', { generatedTokens: 1, sessionTokens: 4 });
+    t.submit(req({ id: 'x', model: 'a' }));
+    t.submit(req({ id: 't2', session: 's1', model: 'a' }));
+    t.scheduler.failModel('a', crash, hold);
+    expect(t.scheduler.sessionInfo('s1')).toMatchObject({
+      state: 'queued',
+      tokens: 0,
+      heldBytes: 0,
+      turnRequestId: 't2',
+    });
+    expect(t.scheduler.sessionInfo('s3')).toBeUndefined();
+    expect(t.ofType('evicted').map((e) => [e.sessionId, e.tokens, e.reason])).toEqual([
+      ['s3', 4, 'model-failed'],
+      ['s1', 5, 'model-failed'],
+    ]);
+    expect(t.evicted).toEqual([]);
+    // Its session is still the turn's: another turn on it is refused, as while any turn waits.
+    expect(t.submit(req({ id: 't3', session: 's1', model: 'a' })).ok).toBe(false);
+    t.scheduler.resumeModel('a');
+    expect(t.grants.get('t2')).toMatchObject({
+      reservedBytes: (5 + 3 + 8) * 128,
+      session: { sessionId: 's1', prefixTokens: 5, recompute: true },
+    });
+    t.scheduler.finish('t2', 'eos', { generatedTokens: 8, sessionTokens: 16 });
+    expect(t.scheduler.sessionInfo('s1')).toMatchObject({ state: 'idle', tokens: 16 });
+  });
+
+  it("keeps the model's bpt while it is held; failing it forgets it", () => {
+    const t = createTestScheduler();
+    t.submit(req({ model: 'a', bpt: 128 }));
+    t.scheduler.failModel('a', crash, hold);
+    expect(t.scheduler.snapshot().bpt).toBe(128);
+    t.scheduler.failModel('a', crash);
+    expect(t.scheduler.snapshot().bpt).toBeNull();
+  });
+});

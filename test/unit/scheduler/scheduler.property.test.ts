@@ -62,6 +62,8 @@ interface Model {
   /** Events already checked for cap maximality. */
   checkedEvents: number;
   shapes: Map<string, RequestShape>;
+  /** Models a crash held (their engine is coming back): none of their requests may run. */
+  held: Set<string>;
 }
 
 function makeReal(limit: number, maxRunning: number, maxQueue: number): Real {
@@ -117,10 +119,10 @@ function fullOf(v: SchedulerRequestView): number {
   return v.rows * (fixedOf(v.modelId) ?? v.sessionPrefixTokens + v.promptTokens + v.maxNewTokens) * v.bpt;
 }
 
-/** The spec's admission rule, restated: could the head be admitted right now? */
-function headAdmissible(snap: SchedulerSnapshot): boolean {
+/** The spec's admission rule, restated: could the head be admitted right now? A held model's head may not run. */
+function headAdmissible(snap: SchedulerSnapshot, held: ReadonlySet<string>): boolean {
   const head = snap.queue[0];
-  if (head === undefined || snap.running.length >= snap.maxRunning) return false;
+  if (head === undefined || snap.running.length >= snap.maxRunning || held.has(head.modelId)) return false;
   // Every retained byte outside a running turn is either the head's own session (it becomes part of the
   // turn) or an idle session that may be evicted: so all of the limit but the running reservations is reachable.
   const reachable = snap.limitBytes - snap.reservedBytes;
@@ -227,9 +229,12 @@ function checkInvariants(m: Model, r: Real, drained = false): void {
   // Invariant 4: no over-charge.
   for (const v of snap.running) expect(v.usedBytes).toBeLessThanOrEqual(v.reservedBytes);
 
-  // Invariant 6: no deadlock, and the head could not have been admitted.
-  if (snap.running.length === 0) expect(snap.queue).toEqual([]);
-  expect(headAdmissible(snap), 'the head of the queue fits but waits').toBe(false);
+  // Invariant 6: no deadlock (but for a held head, whose model's recovery ends the wait), and the head could not
+  // have been admitted.
+  if (snap.running.length === 0 && !m.held.has(snap.queue[0]?.modelId ?? '')) expect(snap.queue).toEqual([]);
+  expect(headAdmissible(snap, m.held), 'the head of the queue fits but waits').toBe(false);
+  // Nothing runs on an engine that is not back.
+  expect(snap.running.filter((v) => m.held.has(v.modelId))).toEqual([]);
   for (let i = 1; i < snap.queue.length; i++) {
     const a = snap.queue[i - 1] as SchedulerRequestView;
     const b = snap.queue[i] as SchedulerRequestView;
@@ -458,23 +463,59 @@ class Cancel implements fc.Command<Model, Real> {
 }
 
 class FailModel implements fc.Command<Model, Real> {
-  constructor(readonly model: ModelId) {}
+  constructor(
+    readonly model: ModelId,
+    readonly hold: boolean,
+  ) {}
   check(): boolean {
     return true;
   }
   run(m: Model, r: Real): void {
     const before = r.s.snapshot();
-    const doomed = [...before.queue, ...before.running].filter((v) => v.modelId === this.model);
-    expect(r.s.failModel(this.model, { code: 'ENGINE_FAILED', message: 'engine crashed' })).toBe(doomed.length);
+    // Held, only the running requests fail; the queued ones wait for the model, in their order.
+    const doomed = [...(this.hold ? [] : before.queue), ...before.running].filter((v) => v.modelId === this.model);
+    const kept = this.hold ? before.queue.filter((v) => v.modelId === this.model).map((v) => v.id) : [];
+    const result = r.s.failModel(
+      this.model,
+      { code: 'ENGINE_FAILED', message: 'engine crashed' },
+      { holdQueued: this.hold },
+    );
+    expect(result).toBe(doomed.length);
     for (const v of doomed) m.live.delete(v.id);
+    if (this.hold) m.held.add(this.model);
+    else m.held.delete(this.model);
     const after = r.s.snapshot();
-    expect(after.sessions.filter((s) => s.modelId === this.model)).toEqual([]);
+    // The sessions of held turns stay, busy and without KV; every other session of the model goes.
+    const bySession = (a: unknown[], b: unknown[]) => String(a[0]).localeCompare(String(b[0]));
+    const heldTurns = before.queue.filter((v) => kept.includes(v.id) && v.sessionId !== undefined);
+    expect(
+      after.sessions
+        .filter((s) => s.modelId === this.model)
+        .map((s) => [s.sessionId, s.state, s.tokens, s.turnRequestId])
+        .sort(bySession),
+    ).toEqual(heldTurns.map((v) => [v.sessionId, 'queued', 0, v.id]).sort(bySession));
+    expect(after.queue.filter((v) => v.modelId === this.model).map((v) => v.id)).toEqual(kept);
     // Nothing of the crashed model may have been admitted in the slots it freed.
     expect(after.running.filter((v) => v.modelId === this.model)).toEqual([]);
     checkInvariants(m, r);
   }
   toString(): string {
-    return `failModel(${this.model})`;
+    return `failModel(${this.model}${this.hold ? ', hold' : ''})`;
+  }
+}
+
+class ResumeModel implements fc.Command<Model, Real> {
+  constructor(readonly model: ModelId) {}
+  check(): boolean {
+    return true;
+  }
+  run(m: Model, r: Real): void {
+    r.s.resumeModel(this.model);
+    m.held.delete(this.model);
+    checkInvariants(m, r);
+  }
+  toString(): string {
+    return `resumeModel(${this.model})`;
   }
 }
 
@@ -596,7 +637,10 @@ const commandArbs = [
     .map(([i, reason]) => new Cancel(i, reason)),
   fc
     .tuple(fc.constantFrom<ModelId>('a', 'b', 'z', 's', 't'), fc.nat({ max: 1 }))
-    .map(([model, n]) => (n === 0 ? new FailModel(model) : new Advance(1))),
+    .map(([model, n]) => (n === 0 ? new FailModel(model, false) : new Advance(1))),
+  fc
+    .tuple(fc.constantFrom<ModelId>('a', 'b', 'z', 's', 't'), fc.nat({ max: 1 }))
+    .map(([model, n]) => (n === 0 ? new FailModel(model, true) : new ResumeModel(model))),
   fc
     .tuple(
       fc.option(fc.constantFrom(...LIMITS), { nil: undefined }),
@@ -631,6 +675,7 @@ describe('scheduler (model-based)', () => {
             slotsLowered: undefined,
             checkedEvents: 0,
             shapes: new Map(),
+            held: new Set(),
           };
           fc.modelRun(() => ({ model, real }), cmds);
           // Invariant 5 and 2 at the end: end everything (cancelling can admit the next), close every session.
