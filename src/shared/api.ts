@@ -608,6 +608,8 @@ export type WsClientMessage =
   | { t: 'cancel'; id: string };
 
 export type WsServerMessage =
+  /** A socket's first message: the build of the UI the server serves (a digest; absent without a build). */
+  | { t: 'hello'; build?: string }
   | { t: 'result'; id: number; result: Result<unknown> }
   | { t: 'frame'; id: string; frame: StreamFrame }
   | { t: 'event'; event: HostEventName; payload: unknown };

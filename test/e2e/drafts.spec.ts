@@ -1,14 +1,15 @@
 /**
  * What the person is writing stays with its chat: each chat keeps its own draft (through a reload too), a chat
  * deleted in another tab takes its draft with it and says so, and while the host cannot be reached the message
- * waits in the box instead of failing.
+ * waits in the box instead of failing; a page kept open while kvdesk was updated says to reload, and its draft is
+ * there after the reload.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { appendFileSync, cpSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { expect, type Page } from '@playwright/test';
 import { lastReply, newChat, send, setSettings, test } from './fixtures';
-import { startServe } from './serve';
+import { ROOT, startServe } from './serve';
 
 const threadRow = (page: Page, id: string) => page.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`);
 
@@ -115,6 +116,38 @@ test('with the host out of reach the message waits in the box, and goes once the
     await input.press('Enter');
     await expect(page.getByTestId('message-user')).toHaveText(/written while the host was away/);
     await expect(lastReply(page)).toHaveAttribute('data-state', 'done');
+  } finally {
+    await server.stop();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+});
+
+test('a page kept open while kvdesk was updated says to reload; the draft is there after the reload', async ({
+  page,
+}) => {
+  const dataDir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-e2e-update-'));
+  // "The update": the same UI, built again (its index.html differs, as a new build's does).
+  const newer = path.join(dataDir, 'newer-ui');
+  cpSync(path.join(ROOT, 'out', 'renderer'), newer, { recursive: true });
+  appendFileSync(path.join(newer, 'index.html'), '<!-- another build -->\n');
+  let server = await startServe([], 90_000, undefined, dataDir);
+  const port = new URL(server.url).port;
+  try {
+    await page.goto(server.url);
+    await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+    await newChat(page);
+    await page.getByTestId('chat-input').fill('half a thought');
+    await server.stop();
+    server = await startServe(['--port', port, '--static-dir', newer], 90_000, undefined, dataDir);
+    const notice = page.getByTestId('notice');
+    await expect(notice).toContainText('kvdesk was updated since this page opened: reload the page', {
+      timeout: 30_000,
+    });
+    await page.reload();
+    await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+    await expect(page.getByTestId('chat-input')).toHaveValue('half a thought');
+    // This page is of the build the server serves (its hello came before the chats it listed): nothing to say.
+    await expect(notice).toHaveCount(0);
   } finally {
     await server.stop();
     rmSync(dataDir, { recursive: true, force: true });

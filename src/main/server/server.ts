@@ -39,7 +39,7 @@ import {
 import { liveGenerations, serveCompletion } from './openai-routes';
 import { serveResponse } from './responses-routes';
 import { type AccessPolicy, checkAccess, crossOrigin, isLoopback, liveAllowedHosts, normalOrigin } from './security';
-import { PAGE_HEADERS, serveStatic } from './static-files';
+import { PAGE_HEADERS, serveStatic, uiBuildOf } from './static-files';
 import {
   type DecodedUpload,
   multipartBoundary,
@@ -164,7 +164,10 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     allowedOrigins: allowedOriginsOf(opts.allowedOrigins ?? []),
   };
   // MCP tools (programs run as the person) only where every request needs the token.
-  const ws: WsTransport = createWsTransport(hostApi, { toolsAllowed: token !== undefined });
+  const ws: WsTransport = createWsTransport(hostApi, {
+    toolsAllowed: token !== undefined,
+    build: uiBuildOf(staticDir),
+  });
 
   /**
    * A model as OpenAI lists it, with kvdesk's own facts beside: a loaded one, or a library package a request

@@ -3,7 +3,8 @@
  * reachable: the URL path is decoded once, normalized, joined, and the real
  * path (after symlinks) must still be inside the root.
  */
-import { createReadStream } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { createReadStream, readFileSync } from 'node:fs';
 import { realpath, stat } from 'node:fs/promises';
 import type { ServerResponse } from 'node:http';
 import path from 'node:path';
@@ -16,6 +17,21 @@ export const PAGE_HEADERS: Readonly<Record<string, string>> = {
   'content-security-policy': "frame-ancestors 'none'",
   'referrer-policy': 'no-referrer',
 };
+
+/**
+ * Which build of the UI this server serves: a digest of its index.html (which names the build's hashed scripts), or
+ * undefined without a build. A page open since another build was served learns from it that it is out of date.
+ */
+export function uiBuildOf(root: string): string | undefined {
+  try {
+    return createHash('sha256')
+      .update(readFileSync(path.join(root, 'index.html')))
+      .digest('hex')
+      .slice(0, 16);
+  } catch {
+    return undefined;
+  }
+}
 
 /** What a static lookup found. */
 export type StaticOutcome = 'served' | 'not-found' | 'bad-path' | 'no-build';

@@ -3,7 +3,7 @@
  * `invoke` → HostApi.call, `generate` → HostApi.generate with frames
  * multiplexed by the client's id, `cancel`; host events are broadcast to every
  * socket. A socket that closes cancels its generations (reason 'disconnect'),
- * which returns their reservations.
+ * which returns their reservations. A socket's first message is `hello`, naming the UI build the server serves.
  */
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
@@ -42,7 +42,7 @@ const TOOLS_NEED_A_TOKEN =
  */
 export function createWsTransport(
   hostApi: HostApi,
-  opts: { maxPayloadBytes?: number; toolsAllowed?: boolean } = {},
+  opts: { maxPayloadBytes?: number; toolsAllowed?: boolean; build?: string } = {},
 ): WsTransport {
   const wss = new WebSocketServer({ noServer: true, maxPayload: opts.maxPayloadBytes ?? 64 * 1024 * 1024 });
   const sockets = new Set<WebSocket>();
@@ -98,6 +98,8 @@ export function createWsTransport(
     });
 
     const protocolError = (why: string) => ws.close(1008, why.slice(0, 120));
+    // First, which UI build the server serves: a page of another build (open across an update) says to reload.
+    send(ws, { t: 'hello', ...(opts.build !== undefined ? { build: opts.build } : {}) });
 
     ws.on('message', (data: RawData, isBinary: boolean) => {
       if (isBinary) return protocolError('binary messages are not part of the kvdesk protocol');

@@ -442,6 +442,14 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     if (state === 'open') onOpen();
     else if (state === 'reconnecting') notify('Connection to kvdesk lost; reconnecting…');
   });
+  // A page kept open while kvdesk was updated runs the old build against the new host: it is said until reloaded
+  // (each connection clears the notices; this is said again after it).
+  transport.onOutdated?.(() =>
+    s().setNotice(
+      'kvdesk was updated since this page opened: reload the page to use this version (the messages you are writing are kept).',
+      true,
+    ),
+  );
   // Calls queue until the socket opens, so the first load can start right away.
   onOpen();
 

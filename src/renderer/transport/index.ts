@@ -19,6 +19,8 @@ export interface Transport {
   api: KvdeskApi & ElectronExtras;
   /** Connection state changes; Electron IPC is always open. */
   onConnection(listener: (state: ConnectionState) => void): () => void;
+  /** The server serves another build of the UI than this page's (a browser page kept open across an update). */
+  onOutdated?(listener: () => void): () => void;
   readonly state: ConnectionState;
 }
 
@@ -40,6 +42,7 @@ export function createTransport(): Transport {
   return {
     api: client,
     onConnection: (l) => client.onConnection(l),
+    onOutdated: (l) => client.onOutdated(l),
     get state() {
       return client.state;
     },

@@ -52,6 +52,11 @@ export interface WsClientOptions {
 /** The WebSocket client: KvdeskApi plus connection state for the status line. */
 export interface WsClient extends KvdeskApi {
   onConnection(listener: (state: ConnectionState) => void): () => void;
+  /**
+   * The server now serves another build of the UI than when this page first connected (kvdesk was updated, or
+   * another one started on its port): said at each connection while so.
+   */
+  onOutdated(listener: () => void): () => void;
   readonly state: ConnectionState;
   close(): void;
 }
@@ -156,6 +161,9 @@ export function createWsClient(options: WsClientOptions): WsClient {
   const generations = new Map<string, (frame: StreamFrame) => void>();
   const listeners = new Map<HostEventName, Set<(payload: unknown) => void>>();
   const connectionListeners = new Set<(s: ConnectionState) => void>();
+  const outdatedListeners = new Set<() => void>();
+  /** The UI build the server named at this page's first connection (null: none yet). */
+  let firstBuild: string | undefined | null = null;
 
   function setState(next: ConnectionState): void {
     if (state === next) return;
@@ -177,7 +185,10 @@ export function createWsClient(options: WsClientOptions): WsClient {
     } catch {
       return;
     }
-    if (msg.t === 'result') {
+    if (msg.t === 'hello') {
+      if (firstBuild === null) firstBuild = msg.build;
+      else if (msg.build !== firstBuild) for (const l of outdatedListeners) l();
+    } else if (msg.t === 'result') {
       const done = invokes.get(msg.id);
       invokes.delete(msg.id);
       done?.(msg.result);
@@ -325,6 +336,10 @@ export function createWsClient(options: WsClientOptions): WsClient {
     onConnection(listener) {
       connectionListeners.add(listener);
       return () => connectionListeners.delete(listener);
+    },
+    onOutdated(listener) {
+      outdatedListeners.add(listener);
+      return () => outdatedListeners.delete(listener);
     },
     close() {
       closed = true;

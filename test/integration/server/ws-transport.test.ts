@@ -3,6 +3,10 @@
  * invoke, generate (frames in order, multiplexed by id), cancel, events, and a
  * socket that drops releases what it was generating.
  */
+import { createHash } from 'node:crypto';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import type { ModelInfo, WsServerMessage } from '../../../src/shared/api';
@@ -73,6 +77,22 @@ class Client {
 }
 
 describe('WebSocket transport', () => {
+  it("says first which build of the UI it serves (a page of another build is out of date): its index.html's digest", async () => {
+    const staticDir = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-ui-'));
+    const index = '<!doctype html><script type="module" src="/assets/index-abc123.js"></script>';
+    await writeFile(path.join(staticDir, 'index.html'), index);
+    const s = await startTestServer({}, { loadDefault: false, staticDir });
+    try {
+      const c = await Client.open(s.url);
+      const first = await c.until(() => c.messages[0]);
+      expect(first).toEqual({ t: 'hello', build: createHash('sha256').update(index).digest('hex').slice(0, 16) });
+      c.ws.close();
+    } finally {
+      await s.close();
+      await rm(staticDir, { recursive: true, force: true });
+    }
+  });
+
   it('answers invoke calls in the Result envelope, refusing unknown calls and bad requests', async () => {
     const c = await Client.open(t.url);
     const models = await c.invoke('listModels', {});

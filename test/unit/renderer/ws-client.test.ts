@@ -93,6 +93,28 @@ describe('WebSocket client', () => {
     client.close();
   });
 
+  it('says the page is out of date when a connection names another UI build than its first did, at each one', () => {
+    const { client, sockets, timers, last } = setup();
+    let said = 0;
+    client.onOutdated(() => said++);
+    const reconnect = (build: string) => {
+      last().close();
+      timers.shift()?.fn();
+      last().open();
+      last().receive({ t: 'hello', build });
+    };
+    last().open();
+    last().receive({ t: 'hello', build: 'b1' });
+    reconnect('b1');
+    expect(said).toBe(0);
+    reconnect('b2');
+    expect(said).toBe(1);
+    reconnect('b2');
+    expect(said).toBe(2);
+    expect(sockets).toHaveLength(4);
+    client.close();
+  });
+
   it('takes the token out of the address the page shows, keeping the rest', () => {
     expect(addressWithoutToken('http://127.0.0.1:8080/?token=s3cret')).toBe('/');
     expect(addressWithoutToken('http://h:1/?x=1&token=a%20b&y=2#t=5')).toBe('/?x=1&y=2#t=5');
