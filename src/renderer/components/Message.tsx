@@ -207,13 +207,15 @@ function QueueReason({ wait }: { wait: QueueWait }) {
       ? `${wait.maxRunning === 1 ? 'the one running slot' : `all ${wait.maxRunning} running slots`}${where} ${wait.maxRunning === 1 ? 'is' : 'are'} taken: it starts when a reply ends — stop one, or raise "max running" in the inspector`
       : wait.reason === 'behind'
         ? `${wait.position} ${wait.position === 1 ? 'request is' : 'requests are'} ahead of it${where} (first come, first served)`
-        : wait.reason === 'padding'
-          ? `its ${formatBytes(wait.ownBytes ?? 0)} would fit (${formatBytes(wait.freeBytes)} free), but beside the running replies its rows would be padded to the longest one's ${wait.batchWidth} positions: it starts when that reply ends — stop it, or raise the limit in the inspector`
-          : `the KV budget${where} is committed (${formatBytes(wait.freeBytes)} free of ${formatBytes(wait.limitBytes)}): it starts when a reply ends and frees its KV — stop one, or raise the limit in the inspector`;
+        : wait.reason === 'reloading'
+          ? 'the engine stopped, and its model is being loaded again: it starts once the model is back, in its turn'
+          : wait.reason === 'padding'
+            ? `its ${formatBytes(wait.ownBytes ?? 0)} would fit (${formatBytes(wait.freeBytes)} free), but beside the running replies its rows would be padded to the longest one's ${wait.batchWidth} positions: it starts when that reply ends — stop it, or raise the limit in the inspector`
+            : `the KV budget${where} is committed (${formatBytes(wait.freeBytes)} free of ${formatBytes(wait.limitBytes)}): it starts when a reply ends and frees its KV — stop one, or raise the limit in the inspector`;
   return (
     <span data-testid="queued-reason" data-reason={wait.reason}>
       {text}
-      {!inspector.shown && wait.reason !== 'behind' && (
+      {!inspector.shown && wait.reason !== 'behind' && wait.reason !== 'reloading' && (
         <>
           {' '}
           <button
@@ -231,7 +233,13 @@ function QueueReason({ wait }: { wait: QueueWait }) {
 }
 
 function LivePhase({ live }: { live: LiveReply }) {
-  const wait = useApp(useShallow((s) => (live.phase === 'queued' ? queueWait(s.snapshot, live.requestId) : null)));
+  const wait = useApp(
+    useShallow((s) =>
+      live.phase === 'queued'
+        ? queueWait(s.snapshot, live.requestId, new Set(s.models.filter((m) => m.reloading).map((m) => m.id)))
+        : null,
+    ),
+  );
   // Sent while its model loads again (another variant, backend or template): it starts once the load is in.
   const reloading = useApp((s) => {
     if (live.phase !== 'sending') return null;
@@ -256,7 +264,7 @@ function LivePhase({ live }: { live: LiveReply }) {
         {wait && <span>position {wait.position + 1}</span>}
         <span data-testid="queued-kv">
           {/* What it waits for is KV only where the budget is why (not a running slot, not the requests ahead). */}
-          {wait && (wait.reason === 'slots' || wait.reason === 'behind')
+          {wait && (wait.reason === 'slots' || wait.reason === 'behind' || wait.reason === 'reloading')
             ? ''
             : live.fixedTokens !== undefined
               ? `waiting for a static KV cache of ${formatInteger(live.fixedTokens)} positions to be free — `

@@ -2,14 +2,15 @@
  * Why a queued request waits, from the budget snapshot (UI.md: every queueing is explained with the numbers and
  * one thing the person can do): every running slot is taken, requests ahead of it come first (first come, first
  * served), the KV budget is committed to running replies and idle sessions, or it would fit alone but not padded
- * to the width of the batch it would join. DOM-free, for the chat's queued note.
+ * to the width of the batch it would join; or its model is being loaded again after the engine stopped (a queued
+ * request then waits for it, whatever the budget). DOM-free, for the chat's queued note.
  */
 import type { BudgetSnapshot, DeviceBudgetSnapshot, SchedulerRequestView } from '../../shared/scheduler-types';
 
 export interface QueueWait {
   /** 0 for the head of the queue. */
   position: number;
-  reason: 'slots' | 'behind' | 'budget' | 'padding';
+  reason: 'slots' | 'behind' | 'budget' | 'padding' | 'reloading';
   device: string;
   running: number;
   maxRunning: number;
@@ -20,8 +21,15 @@ export interface QueueWait {
   batchWidth?: number;
 }
 
-/** Where the request waits and why; null when the snapshot does not have it queued. */
-export function queueWait(snapshot: BudgetSnapshot | null, requestId: string | undefined): QueueWait | null {
+/**
+ * Where the request waits and why; null when the snapshot does not have it queued. `reloading`: the models being
+ * loaded again (ModelInfo.reloading); a queued request of one waits for it.
+ */
+export function queueWait(
+  snapshot: BudgetSnapshot | null,
+  requestId: string | undefined,
+  reloading: ReadonlySet<string> = new Set(),
+): QueueWait | null {
   if (!snapshot || !requestId) return null;
   const devices: DeviceBudgetSnapshot[] = snapshot.devices.length > 0 ? snapshot.devices : [snapshot];
   for (const d of devices) {
@@ -36,7 +44,15 @@ export function queueWait(snapshot: BudgetSnapshot | null, requestId: string | u
       .map((r) => Math.round(r.reservedBytes / (r.rows * r.bpt)));
     const batchWidth = Math.max(0, ...widths);
     const padded = head.fixedTokens === undefined && head.bpt > 0 && ownBytes <= d.freeBytes && batchWidth > 0;
-    const reason = d.running.length >= d.maxRunning ? 'slots' : position > 0 ? 'behind' : padded ? 'padding' : 'budget';
+    const reason = reloading.has(head.modelId)
+      ? 'reloading'
+      : d.running.length >= d.maxRunning
+        ? 'slots'
+        : position > 0
+          ? 'behind'
+          : padded
+            ? 'padding'
+            : 'budget';
     return {
       position,
       reason,

@@ -1,6 +1,6 @@
 /**
  * Why a queued reply waits (lib/queue-wait.ts): slots taken, requests ahead, the KV budget committed, or the padding
- * of the batch it would join.
+ * of the batch it would join; or its model loading again.
  */
 import { describe, expect, it } from 'vitest';
 import { queueWait } from '../../../src/renderer/lib/queue-wait';
@@ -47,6 +47,20 @@ describe('queueWait', () => {
     const gpu = deviceSnapshot({ device: 'cuda:0', maxRunning: 1, running: [running('g')], queue: [queued('q')] });
     const s = snapshot({ devices: [deviceSnapshot(), gpu] });
     expect(queueWait(s, 'q')).toMatchObject({ device: 'cuda:0', reason: 'slots', maxRunning: 1 });
+  });
+
+  it('its model loading again after the engine stopped: reloading, before the slots, budget or place', () => {
+    const s = snapshot({
+      maxRunning: 1,
+      freeBytes: 0,
+      running: [running('a')],
+      queue: [queued('q1'), requestView({ id: 'q2', state: 'queued', reservedBytes: 0, modelId: 'other' })],
+    });
+    const back = new Set([s.queue[0]?.modelId ?? '']);
+    expect(queueWait(s, 'q1', back)).toMatchObject({ position: 0, reason: 'reloading' });
+    // Another model's request waits as it would.
+    expect(queueWait(s, 'q2', back)).toMatchObject({ position: 1, reason: 'slots' });
+    expect(queueWait(s, 'q1')).toMatchObject({ reason: 'slots' });
   });
 
   it('not queued (or no snapshot yet): null', () => {
