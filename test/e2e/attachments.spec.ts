@@ -1,6 +1,6 @@
 /**
- * Text files attached to a message, in Chromium against a real serve: a file chosen with the paper clip shows as a chip, the
- * draft's prompt grows by it before sending, the message goes with it (its chip stays with the message, after a
+ * Text files attached to a message, in Chromium against a real serve: a file chosen with the paper clip shows as a chip
+ * (kept with the draft through a reload), the draft's prompt grows by it before sending, the message goes with it (its chip stays with the message, after a
  * reload too), the model reads it (the reply's prompt holds it), search finds the chat by it, and a file that
  * is not text is refused, named.
  */
@@ -37,7 +37,15 @@ test('a text file goes with the message; one that is not text is refused, named'
   await expect(page.getByTestId('attachment-error')).toContainText('photo.jpg is not text');
   await expect(page.getByTestId('composer-attachment')).toHaveCount(1);
 
+  // Not sent yet, the draft outlives a reload: its text, and its file a moment after.
+  await page.reload();
+  await expect(page.getByTestId('chat-input')).toHaveValue('Summarise my notes.');
+  await expect(page.getByTestId('composer-attachment')).toHaveText(/notes\.txt/);
   await page.getByTestId('chat-input').press('Enter');
+  await expect(lastReply(page)).toHaveAttribute('data-state', 'done');
+  await expect(page.getByTestId('composer-attachment')).toHaveCount(0);
+  // Sent, it is no draft any more: a reload does not bring it back.
+  await page.reload();
   await expect(lastReply(page)).toHaveAttribute('data-state', 'done');
   await expect(page.getByTestId('composer-attachment')).toHaveCount(0);
   const sent = page.getByTestId('message-user').last();

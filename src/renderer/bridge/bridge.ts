@@ -446,7 +446,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   // (each connection clears the notices; this is said again after it).
   transport.onOutdated?.(() =>
     s().setNotice(
-      'kvdesk was updated since this page opened: reload the page to use this version (the messages you are writing are kept).',
+      'kvdesk was updated since this page opened: reload the page to use this version (what you are writing in each chat is kept).',
       true,
     ),
   );

@@ -191,6 +191,18 @@ export function Composer({ threadId }: { threadId: string | null }) {
   useEffect(() => {
     drafts().set(shownFor.current, { text, files });
   }, [text, files]);
+  // The files kept from before a reload come a moment after the page: the draft shown takes its own then (unless
+  // files were attached meanwhile).
+  useEffect(() => {
+    const take = () => {
+      const kept = drafts().get(shownFor.current).files;
+      if (kept.length === 0 || slots.current > 0) return;
+      slots.current = kept.length;
+      setFiles(kept);
+    };
+    take();
+    return drafts().onFilesRead(take);
+  }, []);
 
   const send = () => {
     if ((!text.trim() && files.length === 0) || streaming || offline || elsewhere) return;

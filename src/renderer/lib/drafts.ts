@@ -1,10 +1,10 @@
 /**
  * What the person is writing, per chat: the message box keeps each chat's own draft when another chat is opened,
  * so a draft never follows to a chat it was not meant for (where Enter would send it). The text is kept in the
- * page's storage (it survives a reload; the server is not told); attached files stay with the draft only while the
- * page is open (they can be megabytes).
+ * page's storage (it survives a reload; the server is not told); attached files, which can be megabytes, in the
+ * page's IndexedDB (read back after a reload, a moment after the texts).
  */
-import type { Attachment } from '../../shared/api';
+import { Attachment } from '../../shared/api';
 
 export interface Draft {
   text: string;
@@ -15,6 +15,14 @@ export interface Draft {
 export interface DraftStorage {
   getItem(key: string): string | null;
   setItem(key: string, value: string): void;
+}
+
+/** Where drafts' files are kept across reloads (IndexedDB in the page; tests give their own). */
+export interface DraftFileStore {
+  /** Every chat's files as last kept. */
+  readAll(): Promise<Array<[string, Attachment[]]>>;
+  /** Keeps a chat's files (none: forgets them). Never fails: a draft is a convenience. */
+  write(threadId: string, files: Attachment[]): void;
 }
 
 /** The key of the page's storage that holds the drafts' texts. */
@@ -28,11 +36,30 @@ const EMPTY: Draft = { text: '', files: [] };
 
 export class Drafts {
   private readonly files = new Map<string, Attachment[]>();
+  /** Chats whose files changed on this page before the kept ones were read: what was kept is older. */
+  private readonly touched = new Set<string>();
+  private readonly filesReadListeners = new Set<() => void>();
   /** Texts by chat id, the most recently written last. */
   private texts: Map<string, string>;
 
-  constructor(private readonly storage: DraftStorage | undefined) {
+  constructor(
+    private readonly storage: DraftStorage | undefined,
+    private readonly fileStore?: DraftFileStore,
+  ) {
     this.texts = new Map(readTexts(storage));
+    fileStore?.readAll().then(
+      (kept) => {
+        for (const [id, files] of kept) if (!this.touched.has(id) && files.length > 0) this.files.set(id, files);
+        for (const l of this.filesReadListeners) l();
+      },
+      () => {},
+    );
+  }
+
+  /** Called once the files kept from before the page (re)loaded are read: a draft shown meanwhile may have some. */
+  onFilesRead(listener: () => void): () => void {
+    this.filesReadListeners.add(listener);
+    return () => this.filesReadListeners.delete(listener);
   }
 
   /** The chat's draft (empty when it has none). */
@@ -46,6 +73,11 @@ export class Drafts {
   /** Keeps the chat's draft; an empty one is forgotten. */
   set(threadId: string | null, draft: Draft): void {
     const id = threadId ?? NO_CHAT;
+    const hadFiles = this.files.get(id) ?? [];
+    if (hadFiles !== draft.files && (hadFiles.length > 0 || draft.files.length > 0)) {
+      this.touched.add(id);
+      this.fileStore?.write(id, draft.files);
+    }
     if (draft.files.length > 0) this.files.set(id, draft.files);
     else this.files.delete(id);
     const had = this.texts.get(id);
@@ -70,7 +102,11 @@ export class Drafts {
       this.texts.delete(id);
       changed = true;
     }
-    for (const id of [...this.files.keys()]) if (id !== NO_CHAT && !threadIds.has(id)) this.files.delete(id);
+    for (const id of [...this.files.keys()]) {
+      if (id === NO_CHAT || threadIds.has(id)) continue;
+      this.files.delete(id);
+      this.fileStore?.write(id, []);
+    }
     if (changed) this.save();
   }
 
@@ -111,7 +147,88 @@ export function drafts(): Drafts {
     } catch {
       storage = undefined; // storage denied (sandboxed page): drafts for this page's life only
     }
-    pageDrafts = new Drafts(storage);
+    pageDrafts = new Drafts(storage, indexedDbFiles());
   }
   return pageDrafts;
+}
+
+/** The part of IndexedDB the drafts' files use (this file is also type-checked without the DOM library). */
+interface IdbRequest<T> {
+  result: T;
+  error: unknown;
+  onsuccess: (() => void) | null;
+  onerror: (() => void) | null;
+}
+interface IdbCursor {
+  key: unknown;
+  value: unknown;
+  continue(): void;
+}
+interface IdbStore {
+  put(value: unknown, key: string): unknown;
+  delete(key: string): unknown;
+  openCursor(): IdbRequest<IdbCursor | null>;
+}
+interface IdbDatabase {
+  createObjectStore(name: string): unknown;
+  transaction(store: string, mode?: 'readonly' | 'readwrite'): { objectStore(name: string): IdbStore };
+}
+interface IdbFactory {
+  open(name: string, version: number): IdbRequest<IdbDatabase> & { onupgradeneeded: (() => void) | null };
+}
+
+const FILES_STORE = 'files';
+
+/** The drafts' files in the page's IndexedDB (none where the page has none, or may not open it). */
+function indexedDbFiles(): DraftFileStore | undefined {
+  let idb: IdbFactory | undefined;
+  try {
+    idb = (globalThis as { indexedDB?: IdbFactory }).indexedDB;
+  } catch {
+    return undefined;
+  }
+  if (!idb) return undefined;
+  const factory = idb;
+  const opened = new Promise<IdbDatabase>((resolve, reject) => {
+    const req = factory.open('kvdesk-drafts', 1);
+    req.onupgradeneeded = () => req.result.createObjectStore(FILES_STORE);
+    req.onsuccess = () => resolve(req.result);
+    req.onerror = () => reject(req.error);
+  });
+  opened.catch(() => {});
+  return {
+    async readAll() {
+      const db = await opened;
+      return new Promise((resolve, reject) => {
+        const out: Array<[string, Attachment[]]> = [];
+        const req = db.transaction(FILES_STORE).objectStore(FILES_STORE).openCursor();
+        req.onsuccess = () => {
+          const cursor = req.result;
+          if (!cursor) {
+            resolve(out);
+            return;
+          }
+          // What another version wrote and this one cannot read is no draft.
+          const files = Attachment.array().safeParse(cursor.value);
+          if (typeof cursor.key === 'string' && files.success) out.push([cursor.key, files.data]);
+          cursor.continue();
+        };
+        req.onerror = () => reject(req.error);
+      });
+    },
+    write(threadId, files) {
+      opened.then(
+        (db) => {
+          try {
+            const store = db.transaction(FILES_STORE, 'readwrite').objectStore(FILES_STORE);
+            if (files.length > 0) store.put(files, threadId);
+            else store.delete(threadId);
+          } catch {
+            // Quota or a closed database: the files stay for this page's life.
+          }
+        },
+        () => {},
+      );
+    },
+  };
 }

@@ -1,5 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { DRAFTS_KEY, type DraftStorage, Drafts, MAX_DRAFTS } from '../../../src/renderer/lib/drafts';
+import {
+  DRAFTS_KEY,
+  type DraftFileStore,
+  type DraftStorage,
+  Drafts,
+  MAX_DRAFTS,
+} from '../../../src/renderer/lib/drafts';
 
 function memoryStorage(initial?: string): DraftStorage & { raw(): string | null } {
   let value: string | null = initial ?? null;
@@ -14,7 +20,64 @@ function memoryStorage(initial?: string): DraftStorage & { raw(): string | null 
 
 const file = { name: 'notes.txt', text: 'hello' };
 
+/** A file store in memory whose reads wait until `release` (IndexedDB answers after the page has started). */
+function memoryFiles(): DraftFileStore & { kept: Map<string, unknown>; release(): Promise<void> } {
+  const kept = new Map<string, unknown>();
+  let open: () => void = () => {};
+  const gate = new Promise<void>((r) => {
+    open = r;
+  });
+  return {
+    kept,
+    // Read as it was when asked (as IndexedDB's read transaction, made before this page's writes, sees it).
+    readAll: async () => {
+      const then = [...kept] as Array<[string, Array<{ name: string; text: string }>]>;
+      await gate;
+      return then;
+    },
+    write: (id, files) => {
+      if (files.length > 0) kept.set(id, files);
+      else kept.delete(id);
+    },
+    release: async () => {
+      open();
+      await gate;
+      await new Promise((r) => setTimeout(r, 0));
+    },
+  };
+}
+
 describe('per-chat drafts', () => {
+  it("with a file store, a chat's files outlive the page: read back a moment after it starts, then said", async () => {
+    const storage = memoryStorage();
+    const files = memoryFiles();
+    await files.release();
+    const d = new Drafts(storage, files);
+    d.set('a', { text: 'for a', files: [file] });
+    d.set('b', { text: 'for b', files: [file] });
+    d.set('b', { text: 'for b', files: [] });
+    d.set('c', { text: 'c', files: [file] });
+    d.keepOnly(new Set(['a', 'b']));
+    expect([...files.kept.keys()]).toEqual(['a']);
+
+    // A reload: the texts at once, the files once read (and those listening are told).
+    const later = memoryFiles();
+    for (const [k, v] of files.kept) later.kept.set(k, v);
+    later.kept.set('x', [file]);
+    const again = new Drafts(storage, later);
+    let told = 0;
+    again.onFilesRead(() => told++);
+    expect(again.get('a')).toEqual({ text: 'for a', files: [] });
+    // Files attached to x on this page before the kept ones are read: those are x's, not the older kept ones.
+    const newer = { name: 'new.txt', text: 'newer' };
+    again.set('x', { text: '', files: [newer] });
+    await later.release();
+    expect(told).toBe(1);
+    expect(again.get('a')).toEqual({ text: 'for a', files: [file] });
+    expect(again.get('x').files).toEqual([newer]);
+    expect(later.kept.get('x')).toEqual([newer]);
+  });
+
   it("keeps each chat's text and files apart; the texts outlive the page, the files do not", () => {
     const storage = memoryStorage();
     const d = new Drafts(storage);
