@@ -42,6 +42,8 @@ export interface ImportedPackage {
   root: string;
   spec: ModelSpec;
   model?: ModelInfo;
+  /** The library had these very files already: that copy is the one answered (no second one was made). */
+  existing?: boolean;
 }
 
 /** Why a package is refused: the error code and message, and the file and field at fault when known. */
@@ -69,9 +71,11 @@ export interface LibraryEntry {
   missing: boolean;
   /** kvdesk's own copy of a browser upload (under `<data-dir>/models`): forgetting it deletes the files. */
   uploaded: boolean;
-  /** When it was first and last loaded (ms since the epoch). */
+  /** When it joined the library and when it was last loaded (ms since the epoch; the time it joined until loaded). */
   addedAt: number;
   lastLoadedAt: number;
+  /** Added (an upload, a download) and not loaded since. */
+  neverLoaded?: boolean;
   /** Downloaded from the Hugging Face Hub: the repository, revision (and the commit it was at) and variant. */
   source?: { repo: string; revision: string; variant: string; commit?: string };
   /** How the person last loaded it (variant, backend, trust): its next load is the same. */

@@ -38,12 +38,12 @@ test.describe('model library', () => {
       server = await startServe([], 90_000, undefined, dataDir);
       await open(page, server);
       for (const dir of [mine, gone]) expect((await wsCall(server, 'loadModel', { path: dir })).ok).toBe(true);
-      // An upload, as a browser drop sends it.
+      // An upload, as a browser drop sends it: into the library, not loaded.
       const files = readdirSync(FIXTURE).map((f) => ({
         path: `upload-llm/${f}`,
         dataBase64: readFileSync(path.join(FIXTURE, f)).toString('base64'),
       }));
-      const up = await fetch(`${server.url}/api/models/upload`, {
+      const up = await fetch(`${server.url}/api/models/upload?load=false`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
         body: JSON.stringify({ name: 'upload-llm', files }),
@@ -65,6 +65,7 @@ test.describe('model library', () => {
       await expect(row('gone-llm').getByTestId('library-error')).toContainText(`${gone} is not there any more`);
       await expect(row('gone-llm').getByTestId('library-load')).toHaveCount(0);
       await expect(row('upload-llm')).toContainText('uploaded');
+      await expect(row('upload-llm').getByTestId('library-when')).toHaveText('added today, not loaded yet');
 
       // One click loads it: it leaves the library for the loaded models, and chats can pick it.
       await row('mine-llm').getByTestId('library-load').click();

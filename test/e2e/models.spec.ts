@@ -56,17 +56,28 @@ test.describe('model packages', () => {
     await expect(card.getByTestId('model-bpt').locator('[data-bytes]')).toHaveAttribute('data-bytes', '128');
     await expect(card.getByTestId('model-one-context')).toHaveAttribute('data-bytes', String(128 * 16));
     await expect(card.getByTestId('fit-badge')).toHaveAttribute('data-level', 'fits');
-    const id = await card.getAttribute('data-model-id');
-    await expect(app.getByTestId('model-picker').locator(`option[value="${id}"]`)).toHaveCount(0);
+    await expect(card.getByTestId('model-card-note')).toContainText('Kept in your library');
+    const id = (await card.getAttribute('data-model-id')) ?? '';
+    const picker = app.getByTestId('model-picker');
+    await expect(picker.locator(`option[value="${id}"]`)).toHaveCount(0);
+    // Loaded from its card, it is the model new replies go to.
     await card.getByTestId('model-load').click();
     await expect(card.getByTestId('model-loaded')).toBeVisible({ timeout: 30_000 });
-    await expect(app.getByTestId('model-picker').locator(`option[value="${id}"]`)).toHaveCount(1);
+    await expect(picker.locator(`option[value="${id}"]`)).toHaveCount(1);
+    await expect(picker).toHaveValue(id);
 
-    // Unload it again: the default model stays in use.
+    // Unload it again: the default model is in use again.
     await card.getByTestId('model-unload').click();
     await expect(card.getByTestId('model-not-loaded')).toBeVisible();
-    await expect(app.getByTestId('model-picker').locator(`option[value="${id}"]`)).toHaveCount(0);
+    await expect(picker.locator(`option[value="${id}"]`)).toHaveCount(0);
+    await expect(picker).toHaveValue('default');
     await expect(card.getByTestId('model-load')).toBeVisible();
+    // Closed, the card leaves it where it is: in the library, its row there.
+    const row = app.locator(`[data-testid="library-row"][data-model-id="${id}"]`);
+    await expect(row).toHaveCount(0);
+    await card.getByTestId('model-card-close').click();
+    await expect(card).toHaveCount(0);
+    await expect(row.getByTestId('library-when')).toHaveText('last loaded today');
   });
 
   test('a broken package shows its error with file and field', async ({ app }) => {
@@ -170,6 +181,8 @@ test('a static-cache package loads, chats, and the inspector shows its whole cac
     });
     expect(other.status).toBe(200);
     await expect(row.getByTestId('request-model')).toHaveText(` · ${id}`);
+    // Unloaded again: the tests after this one chat with the default model.
+    expect(await wsCall(server, 'unloadModel', { id })).toMatchObject({ ok: true });
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

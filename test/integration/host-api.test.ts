@@ -114,16 +114,24 @@ describe('HostApi', () => {
       return listed.ok ? listed.value.map((m) => m.spec.root) : [];
     };
     expect(await loadedRoots()).not.toContain(root);
-    expect(api.library.list()[0]).toMatchObject({ root, id: 'kept', uploaded: true, spec: { bpt: r.value.spec.bpt } });
+    expect(r.value.existing).toBeUndefined();
+    expect(api.library.list()[0]).toMatchObject({
+      root,
+      id: 'kept',
+      uploaded: true,
+      neverLoaded: true,
+      spec: { bpt: r.value.spec.bpt },
+    });
     // The same folder again: the library's copy, still not loaded, and no second copy.
     const again = await api.importFiles({ name: 'kept', files, load: false });
-    expect(again.ok && again.value.root).toBe(root);
+    expect(again.ok && again.value).toMatchObject({ root, existing: true });
     expect(await readdir(path.join(dataDir, 'models'))).toEqual(['kept']);
     expect(await loadedRoots()).not.toContain(root);
     // The card's Load: by the root the upload answered with.
     const loaded = await api.call('loadModel', { path: root });
     expect(loaded.ok && loaded.value.spec.root).toBe(root);
     expect(await loadedRoots()).toContain(root);
+    expect(api.library.list().find((e) => e.root === root)?.neverLoaded).toBeUndefined();
     // A bad package is refused the same way, and nothing of it is kept.
     const bad = await api.importFiles({
       name: 'bad',

@@ -495,15 +495,16 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
   }
 
   /** An upload's package in the library: loaded, or (load false) checked for its card, which loads it. */
-  async function imported(root: string, loadIt: boolean): Promise<ImportedPackage> {
+  async function imported(root: string, loadIt: boolean, existing = false): Promise<ImportedPackage> {
+    const again = existing ? { existing } : {};
     if (!loadIt) {
       // In the library from now on (its card's Load loads it; Forget deletes the copy).
       const spec = await readAsItLoads(root);
       await library.added(root, spec);
-      return { root, spec };
+      return { root, spec, ...again };
     }
     const model = await load(root);
-    return { root, spec: model.spec, model };
+    return { root, spec: model.spec, model, ...again };
   }
 
   async function commitStaged(name: string, staging: string, loadIt = true): Promise<ImportedPackage> {
@@ -512,7 +513,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     for (let i = 1; ; i++) {
       const candidate = path.join(libraryDir, i === 1 ? slug(name) : `${slug(name)}-${i}`);
       if (!existsSync(candidate)) break;
-      if (await sameTree(candidate, root)) return await imported(candidate, loadIt);
+      if (await sameTree(candidate, root)) return await imported(candidate, loadIt, true);
     }
     // Validate exactly as for a path before the package enters the library; a refusal names the folder the
     // person chose, not the staging folder it was copied to.

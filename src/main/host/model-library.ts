@@ -39,6 +39,8 @@ const Stored = z.object({
         uploaded: z.boolean().optional(),
         addedAt: z.number(),
         lastLoadedAt: z.number(),
+        /** Added (an upload, a download) and not loaded since. */
+        neverLoaded: z.literal(true).optional(),
         /** How the person last loaded it (their pick of variant and backend, their trust): loaded so again. */
         load: z
           .object({
@@ -90,6 +92,7 @@ interface Held {
   root: string;
   addedAt: number;
   lastLoadedAt: number;
+  neverLoaded?: true;
   id: string;
   spec?: ModelSpec;
   error?: LibraryEntry['error'];
@@ -244,6 +247,7 @@ export class ModelLibrary {
         root,
         addedAt: p.addedAt,
         lastLoadedAt: p.lastLoadedAt,
+        ...(p.neverLoaded ? { neverLoaded: true as const } : {}),
         id: p.id ?? path.basename(root),
         missing: false,
         ...(p.load && pickOf(p.load) ? { load: pickOf(p.load) } : {}),
@@ -283,6 +287,7 @@ export class ModelLibrary {
       uploaded: this.isUpload(r.root),
       addedAt: r.addedAt,
       lastLoadedAt: r.lastLoadedAt,
+      ...(r.neverLoaded ? { neverLoaded: true } : {}),
       ...(r.source ? { source: r.source } : {}),
       ...(r.load ? { load: r.load } : {}),
     }));
@@ -322,7 +327,7 @@ export class ModelLibrary {
       // Checked after the wait: an upload may have been loaded (and recorded) meanwhile.
       if (!s?.isDirectory() || this.records.some((r) => r.root === root)) continue;
       const when = s.mtimeMs;
-      this.records.push({ root, addedAt: when, lastLoadedAt: when, id: name, missing: false });
+      this.records.push({ root, addedAt: when, lastLoadedAt: when, neverLoaded: true, id: name, missing: false });
       found++;
     }
     for (const r of [...this.records]) this.apply(r, await check(r.root, r.load));
@@ -363,6 +368,7 @@ export class ModelLibrary {
     let r = this.records.find((x) => x.root === abs);
     if (r) {
       r.lastLoadedAt = t;
+      delete r.neverLoaded;
       // The whole pick it loaded with (the host merges a new one into the kept one before it loads).
       if (pick) r.load = pick;
       else if (how === null) delete r.load;
@@ -396,7 +402,15 @@ export class ModelLibrary {
     const abs = await canonicalPath(root);
     if (this.records.some((x) => x.root === abs)) return;
     const t = this.now();
-    this.records.unshift({ root: abs, addedAt: t, lastLoadedAt: t, id: spec.id, spec, missing: false });
+    this.records.unshift({
+      root: abs,
+      addedAt: t,
+      lastLoadedAt: t,
+      neverLoaded: true,
+      id: spec.id,
+      spec,
+      missing: false,
+    });
     this.sort();
     await this.save();
     this.onChange(this.list());
@@ -463,6 +477,7 @@ export class ModelLibrary {
         uploaded: this.isUpload(r.root),
         addedAt: r.addedAt,
         lastLoadedAt: r.lastLoadedAt,
+        ...(r.neverLoaded ? { neverLoaded: true as const } : {}),
         ...(r.load ? { load: r.load } : {}),
       })),
     };

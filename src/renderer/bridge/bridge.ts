@@ -167,7 +167,8 @@ export interface Bridge {
   /** The backends onnxruntime can use here, and why not the others (asked once, then kept). */
   listBackends(): Promise<BackendInfo[]>;
   /** Loads a library package and makes it the model for new replies (the picker's library entries). */
-  loadAndUse(root: string): Promise<void>;
+  /** Loads a package (as picked) and makes it the model new replies go to. */
+  loadAndUse(root: string, how?: LoadModelRequest): Promise<string | null>;
   unloadModel(id: string): Promise<void>;
   /** Removes a package from the library (an upload's files are deleted with it). */
   forgetPackage(root: string): Promise<void>;
@@ -909,6 +910,8 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         status: 'ready',
         spec: r.value.spec,
         path: r.value.root,
+        uploaded: true,
+        ...(r.value.existing ? { existing: true } : {}),
         files: files.length,
         bytes,
       });
@@ -974,10 +977,11 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     await refreshModels();
   }
 
-  async function loadAndUse(root: string): Promise<void> {
-    await loadPackage(root);
+  async function loadAndUse(root: string, how?: LoadModelRequest): Promise<string | null> {
+    const said = await loadPackage(root, how);
     const loaded = s().models.find((m) => m.spec.root === root);
-    if (loaded) s().setActiveModel(loaded.id);
+    if (said === null && loaded) s().setActiveModel(loaded.id);
+    return said;
   }
 
   async function forgetPackage(root: string): Promise<void> {
@@ -1190,7 +1194,11 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     },
     importFiles,
     cancelImport() {
-      uploading?.abort();
+      if (!uploading) return;
+      const name = s().packageImport?.name ?? 'the package';
+      uploading.abort();
+      // Its card goes; what happened is said (a screen reader hears it too).
+      notify(`The upload of ${name} was cancelled; kvdesk kept nothing of it.`);
     },
     importPath,
     loadPackage,

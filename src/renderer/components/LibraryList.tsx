@@ -94,7 +94,11 @@ function Row({ entry, busy }: { entry: LibraryEntry; busy: boolean }) {
           </span>
           <span>{formatInteger(spec.bpt)} B/token</span>
           <span>{formatInteger(spec.contextLength)} tok context</span>
-          <span>last loaded {lastLoaded(entry.lastLoadedAt, Date.now())}</span>
+          <span data-testid="library-when">
+            {entry.neverLoaded
+              ? `added ${lastLoaded(entry.addedAt, Date.now())}, not loaded yet`
+              : `last loaded ${lastLoaded(entry.lastLoadedAt, Date.now())}`}
+          </span>
         </div>
       )}
       {broken && entry.error && (
@@ -123,7 +127,7 @@ function Row({ entry, busy }: { entry: LibraryEntry; busy: boolean }) {
             type="button"
             className="primary"
             data-testid="library-load"
-            disabled={busy}
+            disabled={busy || confirming}
             onClick={() => void bridge.loadPackage(entry.root)}
           >
             {busy ? 'Loading…' : 'Load'}

@@ -601,7 +601,7 @@ function AssistantReply({
   return (
     <article
       className="message assistant"
-      aria-label="assistant"
+      aria-label={capitalized(which)}
       data-testid="message-assistant"
       data-message-id={message.id}
       data-state={state}
@@ -732,6 +732,11 @@ function AssistantReply({
  */
 function messageWhich(role: StoredMessage['role'], nth: number): string {
   return role === 'user' ? `your message ${nth}` : `reply ${nth}`;
+}
+
+/** A message's name as a landmark names it ("Reply 3"), for moving from message to message with a screen reader. */
+function capitalized(which: string): string {
+  return `${which.charAt(0).toUpperCase()}${which.slice(1)}`;
 }
 
 /**
@@ -881,7 +886,12 @@ function UserMessage({ message, threadId, nth }: { message: StoredMessage; threa
     );
   }
   return (
-    <article className="message user" aria-label="you" data-testid="message-user" data-message-id={message.id}>
+    <article
+      className="message user"
+      aria-label={capitalized(which)}
+      data-testid="message-user"
+      data-message-id={message.id}
+    >
       <div className="who">
         you
         <span className="tools">

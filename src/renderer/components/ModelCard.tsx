@@ -303,6 +303,8 @@ export function ModelCard({
   onLoad,
   onUnload,
   onUse,
+  onClose,
+  note,
   firstUse,
   testId = 'model-card',
 }: {
@@ -319,6 +321,10 @@ export function ModelCard({
   onLoad?: (how: LoadModelRequest) => Promise<string | null>;
   onUnload?: () => void;
   onUse?: () => void;
+  /** The card of a package just chosen: closing it leaves the package where it is (loaded, or in the library). */
+  onClose?: () => void;
+  /** A line of its own above the path (where the package is kept, say). */
+  note?: ReactNode;
   testId?: string;
 }) {
   const snapshot = useApp((s) => s.snapshot);
@@ -447,6 +453,11 @@ export function ModelCard({
           ))}
         </ul>
       )}
+      {note && (
+        <div className="muted" data-testid="model-card-note">
+          {note}
+        </div>
+      )}
       <div className="path" title={spec.root}>
         {spec.root}
       </div>
@@ -461,6 +472,11 @@ export function ModelCard({
         {loaded && onUnload && (
           <button type="button" data-testid="model-unload" disabled={busy || reloading} onClick={onUnload}>
             {busy && !reloading ? 'Unloading…' : 'Unload'}
+          </button>
+        )}
+        {onClose && (
+          <button type="button" className="ghost" data-testid="model-card-close" disabled={busy} onClick={onClose}>
+            Close
           </button>
         )}
       </div>

@@ -36,7 +36,14 @@ function ImportResult() {
         )}
         {imp.status === 'uploading' && (
           <div className="upload-progress">
-            <span className="meter" aria-hidden="true">
+            <span
+              className="meter"
+              role="progressbar"
+              aria-label={`Upload of ${imp.name}`}
+              aria-valuemin={0}
+              aria-valuemax={100}
+              aria-valuenow={Math.floor(share * 100)}
+            >
               <span style={{ width: `${(share * 100).toFixed(1)}%` }} />
             </span>
             <span className="num" data-testid="upload-progress-text">
@@ -58,7 +65,7 @@ function ImportResult() {
   }
   if (imp.status === 'error' && imp.error) {
     return (
-      <div className="card error" data-testid="model-error" data-code={imp.error.code}>
+      <div className="card error" role="alert" data-testid="model-error" data-code={imp.error.code}>
         <div className="top">
           <h3>{imp.name}</h3>
           <span className="badge bad">{imp.error.code}</span>
@@ -115,9 +122,18 @@ function ImportResult() {
       active={loadedModel?.id === activeModelId}
       busy={busyModels.includes(path) || (loadedModel !== undefined && busyModels.includes(loadedModel.id))}
       reloading={loadedModel?.reloading}
-      onLoad={(how) => bridge.loadPackage(path, imp.trusted ? { ...how, trustInstalled: true } : how)}
+      // Chosen to be used: once loaded, new replies go to it.
+      onLoad={(how) => bridge.loadAndUse(path, imp.trusted ? { ...how, trustInstalled: true } : how)}
       onUnload={loadedModel ? () => void bridge.unloadModel(loadedModel.id) : undefined}
       onUse={loadedModel ? () => bridge.setActiveModel(loadedModel.id) : undefined}
+      onClose={() => setPackageImport(null)}
+      note={
+        imp.existing
+          ? 'These very files are in your library already: this is the copy kvdesk kept of them (no second one was made).'
+          : imp.uploaded
+            ? 'Kept in your library (kvdesk’s own copy of the folder, until you delete it there).'
+            : undefined
+      }
     />
   );
 }
@@ -133,6 +149,7 @@ export function ModelsView() {
     })),
   );
   const setPackageImport = useApp((s) => s.setPackageImport);
+  const choosing = useApp((s) => s.packageImport !== null);
   const inputRef = useRef<HTMLInputElement>(null);
   const [readError, setReadError] = useState<string | null>(null);
 
@@ -220,11 +237,27 @@ export function ModelsView() {
             </div>
           )}
         </div>
-        <ImportResult />
+        {choosing && (
+          <section aria-labelledby="models-chosen">
+            <h2 className="sr-only" id="models-chosen">
+              Chosen package
+            </h2>
+            <ImportResult />
+          </section>
+        )}
         <HubDownload />
         <ApiServerPanel />
         <h2 className="section-title">Loaded</h2>
-        {models.length === 0 && <div className="muted">No model is loaded.</div>}
+        {/* One loaded from the card above is listed there, not twice. */}
+        {models.length === 0 ? (
+          <div className="muted">No model is loaded.</div>
+        ) : (
+          models.every((m) => m.spec.root === importedRoot) && (
+            <div className="muted" data-testid="loaded-shown-above">
+              {models[0]?.spec.displayName} is loaded: its card is above.
+            </div>
+          )
+        )}
         {models
           .filter((m) => m.spec.root !== importedRoot)
           .map((m) => (

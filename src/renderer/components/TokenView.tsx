@@ -46,6 +46,8 @@ export function TokenView({ tokens, which }: { tokens: TokenProbability[]; which
     const left = Math.max(bounds.left, Math.min(line.left, bounds.right - c.offsetWidth));
     c.style.left = `${left - base.left}px`;
     c.style.top = `${line.bottom - base.top + 2}px`;
+    // Under a reply's last lines it reaches below the list's edge: the list scrolls it into view.
+    c.scrollIntoView({ block: 'nearest' });
   }, [at, carded]);
 
   const onKeyDown = (e: KeyboardEvent<HTMLDivElement>) => {

@@ -32,8 +32,11 @@ export interface PackageImport {
   /** On success: the validated spec, and the model id when the host loaded it. */
   spec?: ModelSpec;
   modelId?: string;
-  /** Electron: the path on disk (checked first, loaded on request). */
+  /** The path on disk (checked first, loaded on request): the folder itself, or kvdesk's copy of an upload. */
   path?: string;
+  /** An upload: the package is kvdesk's copy in the library (`existing`: these files were there already). */
+  uploaded?: boolean;
+  existing?: boolean;
   /** The person trusts it (an ORT package of the "installed" layout, whose files may lie outside its folder). */
   trusted?: boolean;
   error?: PackageProblem;
