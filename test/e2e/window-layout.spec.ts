@@ -183,9 +183,16 @@ test('at 800 px the header keeps its budget bar and figures clear of the buttons
 test('at 320 px (a phone, or 200 % zoom) the header wraps: every control and the budget figures inside the window', async ({
   app,
 }) => {
+  // A reply's KV held by its chat: the budget's figures at their longer ("87.0 KiB / 11.3 GiB").
+  await newChat(app);
+  await setSettings(app, { maxNewTokens: 2 });
+  await send(app, 'hello');
+  await expect(lastReply(app)).toHaveAttribute('data-state', 'done');
   for (const [width, height] of [
     [320, 640],
+    [640, 450],
     [700, 450],
+    [761, 450],
   ] as const) {
     await app.setViewportSize({ width, height });
     // Nothing runs off the side (Tab would scroll the page sideways to it).
@@ -201,6 +208,10 @@ test('at 320 px (a phone, or 200 % zoom) the header wraps: every control and the
       expect(b.x, id).toBeGreaterThanOrEqual(0);
       expect(b.x + b.width, id).toBeLessThanOrEqual(width);
     }
+    // And none under another: the figures end before the theme button on their line.
+    const figures = await box(app.getByTestId('header-budget-figures'));
+    const theme = await box(app.getByTestId('theme-toggle'));
+    if (Math.abs(figures.y - theme.y) < theme.height) expect(figures.x + figures.width).toBeLessThanOrEqual(theme.x);
   }
 });
 
