@@ -179,11 +179,13 @@ async function main(): Promise<void> {
         .catch(() => {});
     }
 
-    // The models view: a dropped fixture package, validated and loaded, above the default model.
+    // The models view: a dropped fixture package, validated and loaded, beside the default model; then a package
+    // with a static KV cache, checked and shown before it loads.
     await page.getByTestId('models-toggle').click();
     if (existsSync(FIXTURE)) {
       // The folder chooser (<input webkitdirectory>) gives the files with their folder name, as a real drop does.
       await page.getByTestId('model-file-input').setInputFiles(FIXTURE);
+      await page.getByTestId('model-card').getByTestId('model-load').click({ timeout: 30_000 });
       await page.getByTestId('model-card').getByTestId('model-loaded').waitFor({ timeout: 30_000 });
     } else {
       console.log(`(fixture ${FIXTURE} absent: the models screenshot shows the default model only)`);
@@ -193,7 +195,7 @@ async function main(): Promise<void> {
     try {
       const { staticDir } = writeTwinPackages(twins, { layers: 2, hidden: 64, heads: 4, capacity: 48, seed: 11 });
       await page.getByTestId('model-file-input').setInputFiles(staticDir);
-      await page.locator('[data-testid="model-card"][data-model-id="static"]').getByTestId('model-loaded').waitFor({
+      await page.locator('[data-testid="model-card"][data-model-id="static"]').getByTestId('model-not-loaded').waitFor({
         timeout: 30_000,
       });
     } finally {
@@ -309,6 +311,7 @@ async function libraryShot(browser: Browser): Promise<void> {
       await page.getByTestId('models-toggle').click();
       if (existsSync(FIXTURE)) {
         await page.getByTestId('model-file-input').setInputFiles(FIXTURE);
+        await page.getByTestId('model-card').getByTestId('model-load').click({ timeout: 30_000 });
         await page.getByTestId('model-card').getByTestId('model-loaded').waitFor({ timeout: 30_000 });
       }
       await page.close();
