@@ -30,7 +30,7 @@ test('a damaged chat file and settings file: named in the window, left on disk, 
     await page.goto(server.url);
     await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
     await expect(page.getByTestId('thread-list').locator('[data-thread-id="t-good"]')).toBeVisible();
-    const notice = page.getByTestId('notice');
+    const notice = page.getByTestId('sticky-notice');
     await expect(notice).toContainText('Some saved data could not be used');
     await expect(notice).toContainText('t-cut.json is not valid JSON');
     await expect(notice).toContainText('1 more');

@@ -139,10 +139,17 @@ test('a page kept open while kvdesk was updated says to reload; the draft is the
     await page.getByTestId('chat-input').fill('half a thought');
     await server.stop();
     server = await startServe(['--port', port, '--static-dir', newer], 90_000, undefined, dataDir);
-    const notice = page.getByTestId('notice');
+    const notice = page.getByTestId('sticky-notice');
     await expect(notice).toContainText('kvdesk was updated since this page opened: reload the page', {
       timeout: 30_000,
     });
+    // A passing notice shows beside it, not in its place.
+    await server.stop();
+    await expect(page.getByTestId('notice')).toContainText('Connection to kvdesk lost');
+    await expect(notice).toContainText('kvdesk was updated');
+    server = await startServe(['--port', port, '--static-dir', newer], 90_000, undefined, dataDir);
+    await expect(page.getByTestId('notice')).toHaveCount(0, { timeout: 30_000 });
+    await expect(notice).toContainText('kvdesk was updated');
     await page.reload();
     await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
     await expect(page.getByTestId('chat-input')).toHaveValue('half a thought');

@@ -938,6 +938,11 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   }
 
   async function loadPackage(path: string, how: LoadModelRequest = {}): Promise<string | null> {
+    return (await loadPackageAs(path, how)).said;
+  }
+
+  /** A load: what the card's template editor is to say (a refusal of the person's template), and whether it loaded. */
+  async function loadPackageAs(path: string, how: LoadModelRequest): Promise<{ said: string | null; id?: string }> {
     // Loaded again: its card shows it busy under its id too.
     const loaded = s().models.find((m) => m.spec.root === path);
     s().setModelBusy(path, true);
@@ -949,18 +954,20 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       const current = s().packageImport;
       // A chat template of one's own that does not render: the card (and what was written in it) stays, and its
       // editor says why.
-      if (r.error.detail?.field === 'chatTemplate' && typeof how.chatTemplate === 'string') return r.error.message;
+      if (r.error.detail?.field === 'chatTemplate' && typeof how.chatTemplate === 'string') {
+        return { said: r.error.message };
+      }
       if (current?.path === path || current?.spec?.root === path) {
         s().setPackageImport({ ...current, status: 'error', error: packageError(r.error) });
       } else notify(`Could not load the model: ${r.error.message}`);
-      return null;
+      return { said: null };
     }
     const current = s().packageImport;
     if (current && (current.path === path || current.spec?.root === path)) {
       s().setPackageImport({ ...current, modelId: r.value.id, spec: r.value.spec });
     }
     await refreshModels();
-    return null;
+    return { said: null, id: r.value.id };
   }
 
   async function unloadModel(id: string): Promise<void> {
@@ -977,10 +984,10 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     await refreshModels();
   }
 
-  async function loadAndUse(root: string, how?: LoadModelRequest): Promise<string | null> {
-    const said = await loadPackage(root, how);
-    const loaded = s().models.find((m) => m.spec.root === root);
-    if (said === null && loaded) s().setActiveModel(loaded.id);
+  async function loadAndUse(root: string, how: LoadModelRequest = {}): Promise<string | null> {
+    const { said, id } = await loadPackageAs(root, how);
+    // Only a load that went through: a failed one leaves new replies where they went.
+    if (id !== undefined && s().models.some((m) => m.id === id)) s().setActiveModel(id);
     return said;
   }
 

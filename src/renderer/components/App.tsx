@@ -153,26 +153,39 @@ function useShortcuts(): void {
 /** How long a notice stays (the connection's stays until it is back): it must not sit over the controls for good. */
 const NOTICE_MS = 10_000;
 
-function Notice() {
+/** The notices under the header: one that stays until dismissed, above the passing one. */
+function Notices() {
   const notice = useApp((s) => s.notice);
+  const sticky = useApp((s) => s.stickyNotice);
   const setNotice = useApp((s) => s.setNotice);
   const offline = useApp((s) => s.connection === 'reconnecting');
-  const stays = useApp((s) => s.noticeStays);
   const store = useAppStore();
   useEffect(() => {
-    if (!notice || offline || stays) return;
+    if (!notice || offline) return;
     const timer = setTimeout(() => {
       if (store.getState().notice === notice) setNotice(null);
     }, NOTICE_MS);
     return () => clearTimeout(timer);
-  }, [notice, offline, stays, setNotice, store]);
-  if (!notice) return null;
+  }, [notice, offline, setNotice, store]);
+  if (!notice && !sticky) return null;
   return (
-    <div className="notice" role="status" data-testid="notice">
-      <span>{notice}</span>
-      <button type="button" className="small" onClick={() => setNotice(null)}>
-        dismiss
-      </button>
+    <div className="notices">
+      {sticky && (
+        <div className="notice" role="status" data-testid="sticky-notice">
+          <span>{sticky}</span>
+          <button type="button" className="small" onClick={() => setNotice(null, true)}>
+            dismiss
+          </button>
+        </div>
+      )}
+      {notice && (
+        <div className="notice" role="status" data-testid="notice">
+          <span>{notice}</span>
+          <button type="button" className="small" onClick={() => setNotice(null)}>
+            dismiss
+          </button>
+        </div>
+      )}
     </div>
   );
 }
@@ -224,7 +237,7 @@ export function App() {
         )}
         {inspectorOpen && <Inspector />}
       </div>
-      <Notice />
+      <Notices />
       {dragging && <div className="drop-overlay">Drop a model package folder to validate it</div>}
     </div>
   );

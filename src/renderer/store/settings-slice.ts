@@ -8,7 +8,7 @@ export const createSettingsSlice: StateCreator<AppState, [], [], SettingsSlice> 
   connection: 'connecting',
   transport: null,
   notice: null,
-  noticeStays: false,
+  stickyNotice: null,
   apiServer: null,
   sidebarOpen: false,
   inspectorDrawer: false,
@@ -32,7 +32,7 @@ export const createSettingsSlice: StateCreator<AppState, [], [], SettingsSlice> 
     set({ transport });
   },
   setNotice(notice, stays = false) {
-    set({ notice, noticeStays: notice !== null && stays });
+    set(stays ? { stickyNotice: notice } : { notice });
   },
   setApiServer(apiServer) {
     set({ apiServer });

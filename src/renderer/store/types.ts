@@ -182,10 +182,13 @@ export interface SettingsSlice {
   view: MainView;
   connection: ConnectionState;
   transport: 'electron' | 'websocket' | null;
-  /** Short message under the header (failed save, connection lost); it goes by itself unless `noticeStays`. */
+  /** Short message under the header (failed save, connection lost); it goes by itself. */
   notice: string | null;
-  /** The notice stays until dismissed (saved data that could not be read: the person must see it). */
-  noticeStays: boolean;
+  /**
+   * One that stays until dismissed (saved data that could not be read, a page out of date: the person must see it),
+   * beside the passing ones, which never take its place.
+   */
+  stickyNotice: string | null;
   /** Where the HTTP API answers (null until the host said). */
   apiServer: ApiServerStatus | null;
   /** A narrow window's chat list, shown as a drawer over the chat (a wide one always shows it). */
