@@ -209,7 +209,8 @@ function importPackage(upload: PackageUpload | File, options?: UploadOptions): P
 /** A folder read in place by the host, which loads it: the model, with its package as an upload's answer has it. */
 async function importPath(dir: unknown): Promise<Result<ImportedPackage>> {
   const r = (await ipcRenderer.invoke(CHANNELS.importPath, dir)) as Result<ModelInfo>;
-  if (!r?.ok || !r.value?.spec) return r as Result<never>;
+  if (!r?.ok) return r;
+  if (!r.value?.spec) return refusal('the host answered the import without the model it loaded');
   return { ok: true, value: { root: r.value.spec.root, spec: r.value.spec, model: r.value } };
 }
 

@@ -186,6 +186,11 @@ export class ModelLibrary {
   private readOnly = false;
   /** What was wrong with the library file at open, and what was done (for a front end to show). */
   readonly problems: string[] = [];
+  /**
+   * An upload or a download the file does not list was added since it was written, and not loaded since: so when
+   * the file was read whole (or there was none yet). One moved aside or unreadable lists nothing: no such guess.
+   */
+  private fileKnewAll = true;
   private readonly onChange: (entries: LibraryEntry[]) => void;
   private readonly log: (line: string) => void;
   private readonly now: () => number;
@@ -217,7 +222,10 @@ export class ModelLibrary {
     if (text !== null) {
       const read = parseStored(text);
       if ('parsed' in read) await lib.take(read.parsed);
-      else await lib.moveAside(read.why);
+      else {
+        lib.fileKnewAll = false;
+        await lib.moveAside(read.why);
+      }
     }
     lib.sort();
     return lib;
@@ -268,6 +276,7 @@ export class ModelLibrary {
   /** The file stays as it is: nothing is saved over it this session; the reason is logged and kept. */
   private keep(why: string): void {
     this.readOnly = true;
+    this.fileKnewAll = false;
     this.say(`${why.replace(/\.$/, '')}. Until then, the packages loaded are not remembered after kvdesk closes`);
   }
 
@@ -327,7 +336,8 @@ export class ModelLibrary {
       // Checked after the wait: an upload may have been loaded (and recorded) meanwhile.
       if (!s?.isDirectory() || this.records.some((r) => r.root === root)) continue;
       const when = s.mtimeMs;
-      this.records.push({ root, addedAt: when, lastLoadedAt: when, neverLoaded: true, id: name, missing: false });
+      const added = this.fileKnewAll ? { neverLoaded: true as const } : {};
+      this.records.push({ root, addedAt: when, lastLoadedAt: when, ...added, id: name, missing: false });
       found++;
     }
     for (const r of [...this.records]) this.apply(r, await check(r.root, r.load));

@@ -1305,8 +1305,8 @@ export class RunnerService {
         this.generations.get(r.id)?.refused({
           code: 'ENGINE_FAILED',
           message:
-            `${reason} before this request started, after ${this.crashesInARow} engine failures in a row while ` +
-            'kvdesk loaded its models again, so it stopped waiting: send it again once the model is back',
+            `${reason} before this request started: the engine failed again each time kvdesk loaded its models ` +
+            `back (${this.crashesInARow} failures in a row), so it stopped waiting: send it again once the model is back`,
         });
       }
     }

@@ -275,7 +275,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       }
       case '/api/models/upload': {
         only('POST');
-        await upload(req, res, uploadLoads(url));
+        await upload(req, res, url);
         return;
       }
       // Ollama's API.
@@ -366,9 +366,11 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
    * (a browser's) is streamed to a folder on disk as it arrives, never held in memory: weights are gigabytes.
    * Loaded, the answer's value is the model (ModelInfo); with `?load=false`, the package's copy (ImportedPackage).
    */
-  async function upload(req: IncomingMessage, res: ServerResponse, loadIt: boolean): Promise<void> {
+  async function upload(req: IncomingMessage, res: ServerResponse, url: URL): Promise<void> {
     const boundary = multipartBoundary(req.headers['content-type']);
     const limit = boundary ? maxUploadBytes : Math.min(maxUploadBytes, MAX_JSON_UPLOAD_BYTES);
+    /** Refused before its body was read (too large, or a query it cannot take): the connection closes. */
+    let unread = true;
     const refuse = (err: HttpError) => {
       const hint = err.status === 413 && !boundary ? ' Large packages upload as multipart/form-data.' : '';
       sendJson(
@@ -378,9 +380,17 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
           ok: false,
           error: { code: 'BAD_REQUEST', message: `${err.body.error.message}${hint}`, detail: { limitBytes: limit } },
         },
-        err.status === 413 ? { connection: 'close' } : {},
+        err.status === 413 || unread ? { connection: 'close' } : {},
       );
     };
+    let loadIt: boolean;
+    try {
+      loadIt = uploadLoads(url);
+    } catch (err) {
+      if (!(err instanceof HttpError)) throw err;
+      refuse(err);
+      return;
+    }
     if (boundary) {
       const declared = Number(req.headers['content-length']);
       if (Number.isFinite(declared) && declared > limit) {
@@ -388,6 +398,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
         return;
       }
       const staging = await hostApi.uploadStaging();
+      unread = false;
       let answer: () => void;
       try {
         const name = await receiveMultipart(req, staging, limit, opts.raiseLimits?.upload);
@@ -406,6 +417,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       return;
     }
     let decoded: DecodedUpload;
+    unread = false;
     try {
       decoded = uploadFromJson(parseJson(await readBody(req, limit)));
     } catch (err) {

@@ -661,10 +661,11 @@ function AssistantReply({
                 data-testid="toggle-probabilities"
                 aria-label={`Probabilities of ${which}`}
                 aria-pressed={showTokens}
-                title="Show each token with its probability, or the reply as text"
+                title="Show each token with its probability (pressed), or the reply as text"
                 onClick={() => setShowTokens((v) => !v)}
               >
-                {showTokens ? 'text' : 'probabilities'}
+                {/* One word, pressed or not (the state is the button's): the name starts with what it shows. */}
+                probabilities
               </button>
             )}
             {!threadBusy && !stats?.error && (

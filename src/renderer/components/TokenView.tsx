@@ -87,11 +87,10 @@ export function TokenView({ tokens, which }: { tokens: TokenProbability[]; which
         {tokens.map((t, i) => {
           const p = Math.exp(t.lp);
           const alpha = p >= 0.9 ? 0 : Math.min(0.6, (1 - p) * 0.65);
+          // The same words as its card's.
           const title = [
-            `${visible(pieces[i] ?? '')}  ${percent(t.lp)}`,
-            ...(t.top.length > 0
-              ? ['likeliest here:', ...t.top.map((a) => `  ${visible(a.t)}  ${percent(a.lp)}`)]
-              : []),
+            tokenName(pieces[i] ?? '', t.lp),
+            ...(t.top.length > 0 ? ['likeliest here:', ...alternatives(t).map((a) => `  ${a}`)] : []),
           ].join('\n');
           return (
             <span

@@ -39,6 +39,8 @@ export class Drafts {
   /** Chats whose files changed on this page before the kept ones were read: what was kept is older. */
   private readonly touched = new Set<string>();
   private readonly filesReadListeners = new Set<() => void>();
+  /** The chats there are, as keepOnly last heard (null: not yet): files kept for others are let go when read. */
+  private alive: ReadonlySet<string> | null = null;
   /** Texts by chat id, the most recently written last. */
   private texts: Map<string, string>;
 
@@ -49,7 +51,14 @@ export class Drafts {
     this.texts = new Map(readTexts(storage));
     fileStore?.readAll().then(
       (kept) => {
-        for (const [id, files] of kept) if (!this.touched.has(id) && files.length > 0) this.files.set(id, files);
+        for (const [id, files] of kept) {
+          if (this.alive !== null && id !== NO_CHAT && !this.alive.has(id)) {
+            // A chat deleted (here before they were read, or elsewhere while the page was closed).
+            fileStore.write(id, []);
+            continue;
+          }
+          if (!this.touched.has(id) && files.length > 0) this.files.set(id, files);
+        }
         for (const l of this.filesReadListeners) l();
       },
       () => {},
@@ -95,6 +104,7 @@ export class Drafts {
 
   /** Forgets the drafts of chats that are gone (deleted here or elsewhere). */
   keepOnly(threadIds: ReadonlySet<string>): void {
+    this.alive = threadIds;
     this.reload();
     let changed = false;
     for (const id of [...this.texts.keys()]) {

@@ -179,7 +179,7 @@ describe('a request queued when the engine crashes', () => {
     await killRecoveringEngine(h, pid);
     const err = await rejection(queued.result);
     expect(err.code).toBe('ENGINE_FAILED');
-    expect(err.message).toContain('after 4 engine failures in a row');
+    expect(err.message).toContain('each time kvdesk loaded its models back (4 failures in a row)');
     expect(frames).toEqual(['accepted', 'error']);
     expect(h.snapshot()).toMatchObject({ queue: [], running: [], reservedBytes: 0 });
     // The host still brings the model back; that recovery's end starts the count again, so at the next crash a

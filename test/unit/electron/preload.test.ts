@@ -225,7 +225,13 @@ describe('on(event, fn)', () => {
 
 describe('importPackage and chooseFolder', () => {
   it('imports a path and uploads files on their own channels', async () => {
-    await api.importPackage({ kind: 'path', path: '/pkg' });
+    // A folder by path is loaded: the model, with its package as an upload's answer has it.
+    const model = { id: 'pkg', spec: { root: '/pkg', id: 'pkg' } };
+    fake.invoke.mockResolvedValueOnce({ ok: true, value: model });
+    expect(await api.importPackage({ kind: 'path', path: '/pkg' })).toEqual({
+      ok: true,
+      value: { root: '/pkg', spec: model.spec, model },
+    });
     expect(fake.invoke).toHaveBeenLastCalledWith(CHANNELS.importPath, '/pkg');
     const files = [{ path: 'p/config.json', data: new ArrayBuffer(1) }];
     await api.importPackage({ kind: 'files', name: 'p', files });

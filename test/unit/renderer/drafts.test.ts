@@ -48,6 +48,19 @@ function memoryFiles(): DraftFileStore & { kept: Map<string, unknown>; release()
 }
 
 describe('per-chat drafts', () => {
+  it('files kept for a chat that is gone by the time they are read are let go, from the store too', async () => {
+    const files = memoryFiles();
+    files.kept.set('gone', [file]);
+    files.kept.set('a', [file]);
+    const d = new Drafts(memoryStorage(), files);
+    // The chats are listed (without 'gone', deleted while the page was closed) before the files are read.
+    d.keepOnly(new Set(['a']));
+    await files.release();
+    expect(d.get('gone').files).toEqual([]);
+    expect([...files.kept.keys()]).toEqual(['a']);
+    expect(d.get('a').files).toEqual([file]);
+  });
+
   it("with a file store, a chat's files outlive the page: read back a moment after it starts, then said", async () => {
     const storage = memoryStorage();
     const files = memoryFiles();
