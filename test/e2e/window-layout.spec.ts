@@ -324,6 +324,12 @@ test('the chat list is one Tab stop: arrows move in it, its pin, rename and dele
     await setSettings(app, { maxNewTokens: 4 + i });
   }
   const titles = app.getByTestId('thread-list').getByTestId('thread-title');
+  // Opened with the mouse, a chat is ready to type in, and its row keeps its whole title (its buttons show on
+  // hover, and while the keyboard is in the row).
+  await titles.nth(0).click();
+  await expect(app.getByTestId('chat-input')).toBeFocused();
+  await app.mouse.move(700, 400);
+  await expect(app.getByTestId('thread-list').getByTestId('thread-pin').nth(0)).toBeHidden();
   await app.getByTestId('thread-search').focus();
   await app.keyboard.press('Tab');
   // The open chat (the newest) is the list's stop.

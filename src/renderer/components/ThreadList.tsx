@@ -10,6 +10,7 @@ import type { StoredMessage, Thread } from '../../shared/api';
 import { useApp, useAppStore, useBridge } from '../bridge/context';
 import { useFocusTrap } from '../lib/focus-trap';
 import { MAX_IMPORT_BYTES } from '../lib/thread-export';
+import { CHAT_INPUT_ID } from './Composer';
 import { CHAT_LIST_ID, narrowWindow, useNarrowWindow } from './Header';
 import { PinIcon } from './Icons';
 
@@ -160,9 +161,19 @@ const ThreadItem = memo(function ThreadItem({
         ref={titleRef}
         tabIndex={tabbable ? 0 : -1}
         onFocus={() => onFocusItem(id)}
-        onClick={() => {
+        onClick={(e) => {
           bridge.selectThread(id);
           setSidebarOpen(false);
+          // Opened with the mouse: ready to type in it (and the row's buttons, shown while it has the focus, do
+          // not cut its title for as long as it is open). From the keyboard (detail 0) the focus stays in the list;
+          // the second click of a double click (a rename) leaves it to the rename box.
+          const clicked = e.currentTarget;
+          if (e.detail === 1) {
+            setTimeout(() => {
+              // Unless a double click's rename box (or anything else) took the focus meanwhile.
+              if (document.activeElement === clicked) document.getElementById(CHAT_INPUT_ID)?.focus();
+            }, 0);
+          }
         }}
         onDoubleClick={() => setRenaming(title)}
         aria-keyshortcuts="F2 Delete"
