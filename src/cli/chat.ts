@@ -52,7 +52,8 @@ import { applyDeviceFlags } from './device-flags';
 
 const HELP = `Commands:
   /set system TEXT        the system prompt (the conversation goes on with it)
-  /set parameter NAME V   temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed, num_predict
+  /set parameter NAME V   temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, frequency_penalty,
+                          presence_penalty, seed, num_predict
   /set verbose | quiet    show (or not) each reply's figures: tokens, speed, prompt and reused tokens, KV
   /set think | nothink    a thinking model reasons before it replies, or replies at once
   /show info | system | parameters
