@@ -86,9 +86,15 @@ export class Drafts {
     if (hadFiles !== draft.files && (hadFiles.length > 0 || draft.files.length > 0)) {
       this.touched.add(id);
       this.fileStore?.write(id, draft.files);
+      // The most recently given last; as many chats' files as texts are kept (megabytes each, at most).
+      this.files.delete(id);
+      if (draft.files.length > 0) this.files.set(id, draft.files);
+      while (this.files.size > MAX_DRAFTS) {
+        const oldest = this.files.keys().next().value as string;
+        this.files.delete(oldest);
+        this.fileStore?.write(oldest, []);
+      }
     }
-    if (draft.files.length > 0) this.files.set(id, draft.files);
-    else this.files.delete(id);
     const had = this.texts.get(id);
     if (had === draft.text || (had === undefined && draft.text === '')) return;
     // What the other tabs and windows of this page wrote meanwhile stays: only this chat's entry changes.

@@ -48,6 +48,17 @@ function memoryFiles(): DraftFileStore & { kept: Map<string, unknown>; release()
 }
 
 describe('per-chat drafts', () => {
+  it('keeps the files of as many chats as texts: the least recently given go, from the store too', async () => {
+    const files = memoryFiles();
+    await files.release();
+    const d = new Drafts(memoryStorage(), files);
+    for (let i = 0; i <= MAX_DRAFTS; i++) d.set(`c${i}`, { text: '', files: [file] });
+    expect(d.get('c0').files).toEqual([]);
+    expect(d.get(`c${MAX_DRAFTS}`).files).toEqual([file]);
+    expect(files.kept.has('c0')).toBe(false);
+    expect(files.kept.size).toBe(MAX_DRAFTS);
+  });
+
   it('files kept for a chat that is gone by the time they are read are let go, from the store too', async () => {
     const files = memoryFiles();
     files.kept.set('gone', [file]);
