@@ -342,6 +342,8 @@ export class ModelLibrary {
     }
     for (const r of [...this.records]) this.apply(r, await check(r.root, r.load));
     this.sort();
+    // From this scan on, what is new in the folder was added this session (a download), whatever the file knew.
+    this.fileKnewAll = true;
     // Only uploads found change what the file holds (checks are never stored).
     if (found > 0) await this.save();
     this.onChange(this.list());

@@ -443,8 +443,8 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     if (state === 'open') onOpen();
     else if (state === 'reconnecting') notify('Connection to kvdesk lost; reconnecting…');
   });
-  // A page kept open while kvdesk was updated runs the old build against the new host: it is said until reloaded
-  // (each connection clears the notices; this is said again after it).
+  // A page kept open while kvdesk was updated runs the old build against the new host: it is said (a notice that
+  // stays) until the page is reloaded.
   transport.onOutdated?.(() =>
     s().setNotice(
       'kvdesk was updated since this page opened: reload the page to use this version (what you are writing in each chat is kept).',

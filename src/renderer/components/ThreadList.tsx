@@ -168,7 +168,8 @@ const ThreadItem = memo(function ThreadItem({
           // not cut its title for as long as it is open). From the keyboard (detail 0) the focus stays in the list;
           // the second click of a double click (a rename) leaves it to the rename box.
           const clicked = e.currentTarget;
-          if (e.detail === 1) {
+          // A mouse's only: a tap would bring up a phone's keyboard over the chat it opened to read.
+          if (e.detail === 1 && (e.nativeEvent as PointerEvent).pointerType === 'mouse') {
             setTimeout(() => {
               // Unless a double click's rename box (or anything else) took the focus meanwhile.
               if (document.activeElement === clicked) document.getElementById(CHAT_INPUT_ID)?.focus();

@@ -6,7 +6,7 @@
  */
 import { type KeyboardEvent, useId, useLayoutEffect, useMemo, useRef, useState } from 'react';
 import type { TokenProbability } from '../../shared/api';
-import { alternatives, percent, tokenName, tokenPieces, visible } from '../lib/token-pieces';
+import { alternatives, tokenName, tokenPieces } from '../lib/token-pieces';
 
 /** Where each key moves the focus from token `at` of `count` (null: not a key of the group's). */
 function step(key: string, at: number, count: number): number | null {

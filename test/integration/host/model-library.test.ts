@@ -309,6 +309,10 @@ describe('a library file that cannot be read', () => {
     await lib.refresh();
     expect(lib.list()[0]).toMatchObject({ id: 'found', uploaded: true });
     expect(lib.list()[0]?.neverLoaded).toBeUndefined();
+    // Added after that scan (a download finished in this session): that one never loaded.
+    await copyPackage(path.join(dataDir, 'models', 'pulled'));
+    await lib.refresh();
+    expect(lib.list().find((e) => e.id === 'pulled')?.neverLoaded).toBe(true);
 
     // The next load writes a fresh file; the one moved aside stays as it was.
     const pkgs = await tmp();
