@@ -536,6 +536,7 @@ async function list(args: string[], io: Io): Promise<number> {
         state: e.missing ? 'missing' : e.error ? 'invalid' : 'ok',
         uploaded: e.uploaded,
         lastLoadedAt: new Date(e.lastLoadedAt).toISOString(),
+        ...(e.neverLoaded ? { neverLoaded: true } : {}),
         ...(e.spec
           ? {
               layout: e.spec.layout,
@@ -552,7 +553,9 @@ async function list(args: string[], io: Io): Promise<number> {
       return 0;
     }
     if (entries.length === 0) {
-      io.out(`The library at ${dataDir} is empty: packages join it when kvdesk serve loads them.\n`);
+      io.out(
+        `The library at ${dataDir} is empty: packages join it when kvdesk loads them, or when they are uploaded or pulled.\n`,
+      );
       return 0;
     }
     const table = [['ID', 'STATE', 'WEIGHTS', 'B/TOKEN', 'CONTEXT', 'LAST LOADED', 'FOLDER']];
@@ -571,7 +574,7 @@ async function list(args: string[], io: Io): Promise<number> {
         e.spec ? formatBytes(e.spec.weightsBytes) : '—',
         e.spec ? String(e.spec.bpt) : '—',
         e.spec ? String(e.spec.contextLength) : '—',
-        new Date(e.lastLoadedAt).toISOString().slice(0, 16).replace('T', ' '),
+        e.neverLoaded ? 'never' : new Date(e.lastLoadedAt).toISOString().slice(0, 16).replace('T', ' '),
         e.root,
       ]);
     }

@@ -459,6 +459,14 @@ describe('CLI on the generated default model', () => {
       expect((unknown.json.error as Record<string, unknown>).message).toMatch(
         /no package of that id in the library at .* \(it has: lib-model, gone-model\)/,
       );
+      // A package given (an upload, a download) and never loaded says so.
+      const given = path.join(work, 'given-model');
+      cpSync(defaultModelDir, given, { recursive: true });
+      await library.added(given, await loadModelSpec(given));
+      await library.flush();
+      const withGiven = kvdesk('list', '--data-dir', dataDir, '--json');
+      expect(withGiven.json.packages).toContainEqual(expect.objectContaining({ id: 'given-model', neverLoaded: true }));
+      expect(kvdesk('list', '--data-dir', dataDir).stdout).toMatch(/\ngiven-model\s+ok\s+.*\s+never\s+/);
     } finally {
       rmSync(work, { recursive: true, force: true });
     }
