@@ -477,12 +477,6 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     }
   }
 
-  /**
-   * An upload written into `staging` joins the library: a browser's paths share the folder's name at the top
-   * (`pkg/tokenizer.json`), which goes; the same package uploaded again is the library's copy, loaded (not a
-   * second copy beside it); otherwise it is validated as a path is, moved into the library and loaded. The
-   * caller removes what is left of `staging`.
-   */
   /** A package's spec as it would load: with the pick it was last loaded with, and the chat template kept. */
   async function readAsItLoads(dir: string, trustInstalled = false) {
     const kept = await library.pickFor(dir);
@@ -507,6 +501,12 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     return { root, spec: model.spec, model, ...again };
   }
 
+  /**
+   * An upload written into `staging` joins the library: a browser's paths share the folder's name at the top
+   * (`pkg/tokenizer.json`), which goes; the same package uploaded again is the library's copy (not a second copy
+   * beside it); otherwise it is validated as a path is and moved into the library. Either is then loaded, or with
+   * `loadIt` false only checked (the window's card loads it). The caller removes what is left of `staging`.
+   */
   async function commitStaged(name: string, staging: string, loadIt = true): Promise<ImportedPackage> {
     const top = await readdir(staging, { withFileTypes: true });
     const root = top.length === 1 && top[0]?.isDirectory() ? path.join(staging, top[0].name) : staging;
