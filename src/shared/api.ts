@@ -44,6 +44,8 @@ export interface ImportedPackage {
   model?: ModelInfo;
   /** The library had these very files already: that copy is the one answered (no second one was made). */
   existing?: boolean;
+  /** The library has another package under the name it was given: this copy is named `<name>-2` (its root). */
+  nameTaken?: boolean;
 }
 
 /** Why a package is refused: the error code and message, and the file and field at fault when known. */

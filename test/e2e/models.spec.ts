@@ -35,17 +35,19 @@ test.describe('model packages', () => {
       base64: readFileSync(path.join(FIXTURE, name)).toString('base64'),
     }));
     // A drop event whose dataTransfer carries the package's files, dispatched on the window's drop target.
-    await app.evaluate((list) => {
-      const w = globalThis as unknown as DropDom;
-      const dt = new w.DataTransfer();
-      for (const f of list) {
-        const bin = w.atob(f.base64);
-        const bytes = new Uint8Array(bin.length);
-        for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
-        dt.items.add(new w.File([bytes], f.name));
-      }
-      w.document.body.dispatchEvent(new w.DragEvent('drop', { bubbles: true, cancelable: true, dataTransfer: dt }));
-    }, files);
+    const drop = (list: typeof files) =>
+      app.evaluate((given) => {
+        const w = globalThis as unknown as DropDom;
+        const dt = new w.DataTransfer();
+        for (const f of given) {
+          const bin = w.atob(f.base64);
+          const bytes = new Uint8Array(bin.length);
+          for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+          dt.items.add(new w.File([bytes], f.name));
+        }
+        w.document.body.dispatchEvent(new w.DragEvent('drop', { bubbles: true, cancelable: true, dataTransfer: dt }));
+      }, list);
+    await drop(files);
 
     await expect(app.getByTestId('models-view')).toBeVisible();
     const card = app.getByTestId('model-card');
@@ -78,6 +80,25 @@ test.describe('model packages', () => {
     await card.getByTestId('model-card-close').click();
     await expect(card).toHaveCount(0);
     await expect(row.getByTestId('library-when')).toHaveText('last loaded today');
+
+    // The same files again: the library's copy, said so. Other files under the same name: a copy of their own.
+    await drop(files);
+    await expect(card.getByTestId('model-card-note')).toContainText('These very files are in your library already');
+    await expect(card).toHaveAttribute('data-model-id', id);
+    await card.getByTestId('model-card-close').click();
+    const changed = files.map((f) =>
+      f.name === 'tokenizer.json' ? { ...f, base64: Buffer.from(`${atob(f.base64)}\n`).toString('base64') } : f,
+    );
+    await drop(changed);
+    await expect(card.getByTestId('model-card-note')).toContainText(
+      `Kept in your library as ${id}-2: a package named ${id} with other files is there already.`,
+    );
+    // Deleted again: the tests after this one see the library as it was.
+    await card.getByTestId('model-card-close').click();
+    const copy = app.locator(`[data-testid="library-row"][data-model-id="${id}-2"]`);
+    await copy.getByTestId('library-forget').click();
+    await copy.getByTestId('library-delete-confirm').click();
+    await expect(copy).toHaveCount(0);
   });
 
   test('a broken package shows its error with file and field', async ({ app }) => {

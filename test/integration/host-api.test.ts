@@ -99,6 +99,9 @@ describe('HostApi', () => {
     );
     const other = await api.importFiles({ name: 'my model', files: changed });
     expect(other.ok && other.value.spec.root).toBe(path.join(dataDir, 'models', 'my-model-2'));
+    // It says so (the first one had the name to itself).
+    expect(other.ok && other.value.nameTaken).toBe(true);
+    expect(r.ok && r.value.nameTaken).toBeUndefined();
   });
 
   it('an upload with load false joins the library checked, unloaded, for its card to load', async () => {

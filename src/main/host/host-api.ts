@@ -524,7 +524,8 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     for (let i = 2; existsSync(final); i++) final = path.join(libraryDir, `${slug(name)}-${i}`);
     await rename(root, final);
     try {
-      return await imported(final, loadIt);
+      const got = await imported(final, loadIt);
+      return final === path.join(libraryDir, slug(name)) ? got : { ...got, nameTaken: true };
     } catch (err) {
       await rm(final, { recursive: true, force: true });
       throw err;

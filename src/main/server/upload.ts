@@ -55,8 +55,8 @@ export function sendImported(res: ServerResponse, result: Result<ImportedPackage
     sendJson(res, errorFromInfo(result.error).status, result);
     return;
   }
-  const { root, spec, model, existing } = result.value;
-  sendJson(res, 200, { ok: true, value: loaded && model ? model : { root, spec, ...(existing ? { existing } : {}) } });
+  const { model, ...kept } = result.value;
+  sendJson(res, 200, { ok: true, value: loaded && model ? model : kept });
 }
 
 /** Browsers escape only these three characters in multipart filenames (HTML spec); a literal % stays literal. */

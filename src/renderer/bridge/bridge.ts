@@ -912,6 +912,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         path: r.value.root,
         uploaded: true,
         ...(r.value.existing ? { existing: true } : {}),
+        ...(r.value.nameTaken ? { nameTaken: true } : {}),
         files: files.length,
         bytes,
       });

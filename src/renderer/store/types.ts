@@ -37,6 +37,8 @@ export interface PackageImport {
   /** An upload: the package is kvdesk's copy in the library (`existing`: these files were there already). */
   uploaded?: boolean;
   existing?: boolean;
+  /** An upload kept under another name (`<name>-2`): the library has another package of its name. */
+  nameTaken?: boolean;
   /** The person trusts it (an ORT package of the "installed" layout, whose files may lie outside its folder). */
   trusted?: boolean;
   error?: PackageProblem;
