@@ -44,6 +44,17 @@ test('a damaged chat file and settings file: named in the window, left on disk, 
     // It stays past the time other notices take (10 s) until dismissed.
     await page.clock.fastForward(11_000);
     await expect(notice).toBeVisible();
+    // In a phone's width it stays inside the window, under the header (which wraps there), not over it.
+    await page.setViewportSize({ width: 380, height: 700 });
+    await expect(async () => {
+      const box = await notice.boundingBox();
+      const header = await page.locator('.header').boundingBox();
+      expect(box && header).toBeTruthy();
+      if (!box || !header) return;
+      expect(box.x).toBeGreaterThanOrEqual(0);
+      expect(box.x + box.width).toBeLessThanOrEqual(380);
+      expect(box.y).toBeGreaterThanOrEqual(header.y + header.height);
+    }).toPass();
     await notice.getByRole('button', { name: 'dismiss' }).click();
     await expect(notice).toHaveCount(0);
     expect(existsSync(path.join(dataDir, 'threads', 't-cut.json'))).toBe(true);

@@ -101,6 +101,12 @@ test('a narrow window shows the chats in a drawer from the header; Esc closes it
   await expect(app.getByTestId('chat-view')).toHaveAttribute('data-thread-id', /.+/);
   await expect(app.getByTestId('message-list').locator('[data-message-id]')).toHaveCount(0);
   await expect(sidebar).toBeHidden();
+  // A chat chosen there from the keyboard: the drawer closes, and the focus goes to its message box.
+  await toggle.click();
+  await app.locator('#chat-list [data-testid="thread-title"]').first().focus();
+  await app.keyboard.press('Enter');
+  await expect(sidebar).toBeHidden();
+  await expect(app.getByTestId('chat-input')).toBeFocused();
   // A wide window has no such button: the list is always there.
   await app.setViewportSize({ width: 1280, height: 800 });
   await expect(toggle).toBeHidden();
@@ -208,6 +214,12 @@ test('at 320 px (a phone, or 200 % zoom) the header wraps: every control and the
       expect(b.x, id).toBeGreaterThanOrEqual(0);
       expect(b.x + b.width, id).toBeLessThanOrEqual(width);
     }
+    // A reply's buttons wrap: the chat never scrolls sideways to one of them.
+    await lastReply(app).hover();
+    expect(
+      await app.getByTestId('message-list').evaluate((el) => el.scrollWidth - el.clientWidth),
+      `${width} px`,
+    ).toBeLessThanOrEqual(0);
     // And none under another: the figures end before the theme button on their line.
     const figures = await box(app.getByTestId('header-budget-figures'));
     const theme = await box(app.getByTestId('theme-toggle'));

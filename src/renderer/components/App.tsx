@@ -167,21 +167,36 @@ function Notices() {
     }, NOTICE_MS);
     return () => clearTimeout(timer);
   }, [notice, offline, setNotice, store]);
-  if (!notice && !sticky) return null;
+  // Under the header, whose height changes as it wraps in a narrow window.
+  useEffect(() => {
+    const header = document.querySelector('.header');
+    if (!header || typeof ResizeObserver === 'undefined') return;
+    const observer = new ResizeObserver(() => {
+      document.documentElement.style.setProperty('--header-height', `${header.getBoundingClientRect().height}px`);
+    });
+    observer.observe(header);
+    return () => observer.disconnect();
+  }, []);
+  // One polite live region, always on the page: a region that appears with its text is often not read out.
   return (
-    <div className="notices">
+    <div className="notices" role="status">
       {sticky && (
-        <div className="notice" role="status" data-testid="sticky-notice">
+        <div className="notice" data-testid="sticky-notice">
           <span>{sticky}</span>
-          <button type="button" className="small" onClick={() => setNotice(null, true)}>
+          <button
+            type="button"
+            className="small"
+            aria-label="Dismiss the notice that stays"
+            onClick={() => setNotice(null, true)}
+          >
             dismiss
           </button>
         </div>
       )}
       {notice && (
-        <div className="notice" role="status" data-testid="notice">
+        <div className="notice" data-testid="notice">
           <span>{notice}</span>
-          <button type="button" className="small" onClick={() => setNotice(null)}>
+          <button type="button" className="small" aria-label="Dismiss the notice" onClick={() => setNotice(null)}>
             dismiss
           </button>
         </div>

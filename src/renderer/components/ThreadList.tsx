@@ -162,17 +162,25 @@ const ThreadItem = memo(function ThreadItem({
         tabIndex={tabbable ? 0 : -1}
         onFocus={() => onFocusItem(id)}
         onClick={(e) => {
+          // In a narrow window the list is a drawer, which closes: from the keyboard too, the focus goes on.
+          const drawer = narrowWindow();
           bridge.selectThread(id);
           setSidebarOpen(false);
           // Opened with the mouse: ready to type in it (and the row's buttons, shown while it has the focus, do
-          // not cut its title for as long as it is open). From the keyboard (detail 0) the focus stays in the list;
-          // the second click of a double click (a rename) leaves it to the rename box.
+          // not cut its title for as long as it is open). From the keyboard (detail 0) the focus stays in the list,
+          // unless the list is a drawer that closed; the second click of a double click (a rename) leaves it to the
+          // rename box.
           const clicked = e.currentTarget;
           // A mouse's only: a tap would bring up a phone's keyboard over the chat it opened to read.
-          if (e.detail === 1 && (e.nativeEvent as PointerEvent).pointerType === 'mouse') {
+          const mouse = e.detail === 1 && (e.nativeEvent as PointerEvent).pointerType === 'mouse';
+          if (mouse || (drawer && e.detail === 0)) {
             setTimeout(() => {
-              // Unless a double click's rename box (or anything else) took the focus meanwhile.
-              if (document.activeElement === clicked) document.getElementById(CHAT_INPUT_ID)?.focus();
+              // Unless a double click's rename box (or anything else) took the focus meanwhile; a closed drawer's
+              // title has let it go to the page.
+              const now = document.activeElement;
+              if (now === clicked || now === document.body || now === null) {
+                document.getElementById(CHAT_INPUT_ID)?.focus();
+              }
             }, 0);
           }
         }}
