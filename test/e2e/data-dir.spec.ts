@@ -34,6 +34,7 @@ test('a damaged chat file and settings file: named in the window, left on disk, 
     await expect(notice).toContainText('Some saved data could not be used');
     await expect(notice).toContainText('t-cut.json is not valid JSON');
     await expect(notice).toContainText('1 more');
+    await expect(notice.locator('span')).toHaveText(/see kvdesk's log\)\.$/);
     // The damaged chat file is where it was, as it was; the settings file is kept aside, whole.
     expect(readFileSync(path.join(dataDir, 'threads', 't-cut.json'), 'utf8')).toBe(
       '{"id": "t-cut", "title": "cut short',

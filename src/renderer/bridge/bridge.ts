@@ -421,7 +421,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       if (problems.ok && problems.value.length > 0) {
         const more = problems.value.length - 1;
         s().setNotice(
-          `Some saved data could not be used: ${problems.value[0]}${more > 0 ? ` (and ${more} more: see kvdesk's log)` : ''}`,
+          `Some saved data could not be used: ${problems.value[0]?.replace(/[.\s]+$/, '')}${more > 0 ? ` (and ${more} more: see kvdesk's log)` : ''}.`,
           true,
         );
       }
