@@ -6,17 +6,11 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { checkedTemplate, differsOnlyInTemplate, withChatTemplate } from '../../../src/main/host/chat-template-pick';
 import { loadModelSpec } from '../../../src/main/packages/index';
-import { hfPackage, removeTempDirs } from './package-builder';
+import { HF_TOKENIZER_CONFIG, hfPackage, removeTempDirs } from './package-builder';
 
 afterAll(removeTempDirs);
 
-const tokenizerConfig = (chat_template: string) => ({
-  bos_token: '<s>',
-  eos_token: { content: '</s>' },
-  pad_token: null,
-  add_bos_token: true,
-  chat_template,
-});
+const tokenizerConfig = (chat_template: string) => ({ ...HF_TOKENIZER_CONFIG, chat_template });
 
 describe("a package's chat template that does not parse", () => {
   it('loads with a warning that names the parser error and what to do', async () => {

@@ -4,22 +4,11 @@
  */
 import { afterAll, describe, expect, it } from 'vitest';
 import { loadModelSpec } from '../../../src/main/packages/index';
-import { decoderGraph, hfPackage, removeTempDirs } from './package-builder';
+import { decoderGraph, HF_CONFIG, hfPackage, removeTempDirs } from './package-builder';
 
 afterAll(removeTempDirs);
 
-const config = (over: Record<string, unknown>) => ({
-  model_type: 'llama',
-  num_hidden_layers: 4,
-  num_attention_heads: 4,
-  num_key_value_heads: 2,
-  hidden_size: 32,
-  max_position_embeddings: 256,
-  vocab_size: 64,
-  bos_token_id: 2,
-  eos_token_id: 3,
-  ...over,
-});
+const config = (over: Record<string, unknown>) => ({ ...HF_CONFIG, num_hidden_layers: 4, ...over });
 
 describe('KV geometry warnings: one per kind', () => {
   it('config heads and head size that disagree with all 8 KV inputs: two warnings, with the count', async () => {

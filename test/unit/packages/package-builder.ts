@@ -202,6 +202,28 @@ export async function removeTempDirs(): Promise<void> {
   await Promise.all(made.splice(0).map((d) => fs.rm(d, { recursive: true, force: true })));
 }
 
+/** hfPackage's config.json (tests that vary one field spread it). */
+export const HF_CONFIG: Readonly<Record<string, unknown>> = {
+  model_type: 'llama',
+  num_hidden_layers: 2,
+  num_attention_heads: 4,
+  num_key_value_heads: 2,
+  hidden_size: 32,
+  max_position_embeddings: 256,
+  vocab_size: 64,
+  bos_token_id: 2,
+  eos_token_id: 3,
+};
+
+/** hfPackage's tokenizer_config.json (tests that vary one field spread it). */
+export const HF_TOKENIZER_CONFIG: Readonly<Record<string, unknown>> = {
+  bos_token: '<s>',
+  eos_token: { content: '</s>' },
+  pad_token: null,
+  add_bos_token: true,
+  chat_template: '{{ messages }}',
+};
+
 /** A valid Hugging Face / Optimum package (Llama-style, GQA) with `overrides` applied. */
 export async function hfPackage(
   overrides: Record<string, FileContent> = {},
@@ -210,17 +232,7 @@ export async function hfPackage(
 ): Promise<string> {
   const dir = await tempPackageDir(name);
   await writeFiles(dir, {
-    'config.json': {
-      model_type: 'llama',
-      num_hidden_layers: 2,
-      num_attention_heads: 4,
-      num_key_value_heads: 2,
-      hidden_size: 32,
-      max_position_embeddings: 256,
-      vocab_size: 64,
-      bos_token_id: 2,
-      eos_token_id: 3,
-    },
+    'config.json': HF_CONFIG,
     'generation_config.json': {
       eos_token_id: [3, 4],
       bos_token_id: 2,
@@ -232,13 +244,7 @@ export async function hfPackage(
       max_new_tokens: 128,
     },
     'tokenizer.json': tokenizerJson(64),
-    'tokenizer_config.json': {
-      bos_token: '<s>',
-      eos_token: { content: '</s>' },
-      pad_token: null,
-      add_bos_token: true,
-      chat_template: '{{ messages }}',
-    },
+    'tokenizer_config.json': HF_TOKENIZER_CONFIG,
     'onnx/model.onnx': decoderGraph(graph),
     ...overrides,
   });

@@ -4,17 +4,14 @@
  */
 import { afterAll, describe, expect, it } from 'vitest';
 import { loadModelSpec } from '../../../src/main/packages/index';
-import { hfPackage, removeTempDirs, tokenizerJson } from './package-builder';
+import { HF_TOKENIZER_CONFIG, hfPackage, removeTempDirs, tokenizerJson } from './package-builder';
 import { refusal } from './refusal';
 
 afterAll(removeTempDirs);
 
 const tokenizerConfig = (over: Record<string, unknown> = {}) => ({
-  bos_token: '<s>',
+  ...HF_TOKENIZER_CONFIG,
   eos_token: '</s>',
-  pad_token: null,
-  add_bos_token: true,
-  chat_template: '{{ messages }}',
   ...over,
 });
 

@@ -3,32 +3,15 @@
  * not JSON is moved aside; one with values of a newer kvdesk keeps its valid parts (the file as it was kept
  * aside); one that cannot be read at all is an error naming it, and saves are refused until it can be.
  */
-import {
-  chmodSync,
-  lstatSync,
-  mkdtempSync,
-  readdirSync,
-  readFileSync,
-  rmSync,
-  symlinkSync,
-  writeFileSync,
-} from 'node:fs';
-import os from 'node:os';
+import { chmodSync, lstatSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { ThreadStore } from '../../../src/main/store/thread-store';
+import { tempStore } from './temp-store';
 
-const dirs: string[] = [];
-afterEach(() => {
-  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
-});
-
-function store(): { s: ThreadStore; dir: string; file: string; log: string[] } {
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-settings-'));
-  dirs.push(dir);
-  const log: string[] = [];
-  const s = new ThreadStore(dir, { log: (l) => log.push(l), now: () => 4242 });
-  return { s, dir, file: path.join(dir, 'settings.json'), log };
+function store() {
+  const made = tempStore('kvdesk-settings-', () => 4242);
+  return { ...made, file: path.join(made.dir, 'settings.json') };
 }
 
 const saved = {

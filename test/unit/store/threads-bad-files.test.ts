@@ -3,23 +3,15 @@
  * as it is and said (log and `problems`, naming the file); a threads folder that cannot be read is an error, not
  * an empty list; fields of a newer kvdesk survive a save from this one.
  */
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { chmodSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
-import { ThreadStore } from '../../../src/main/store/thread-store';
+import { describe, expect, it } from 'vitest';
 import type { Thread } from '../../../src/shared/api';
+import { tempStore } from './temp-store';
 
-const dirs: string[] = [];
-afterEach(() => {
-  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
-});
-
-function store(): { s: ThreadStore; dir: string; threads: string; log: string[] } {
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-threads-'));
-  dirs.push(dir);
-  const log: string[] = [];
-  return { s: new ThreadStore(dir, { log: (l) => log.push(l) }), dir, threads: path.join(dir, 'threads'), log };
+function store() {
+  const made = tempStore('kvdesk-threads-');
+  return { ...made, threads: path.join(made.dir, 'threads') };
 }
 
 const thread = (id: string, title: string): Thread => ({
