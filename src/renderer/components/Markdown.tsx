@@ -12,6 +12,7 @@ import rehypeKatex from 'rehype-katex';
 import remarkGfm from 'remark-gfm';
 import remarkMath from 'remark-math';
 import { fenced } from '../lib/fence';
+import { capitalized } from '../lib/format';
 import { normalizeMath } from '../lib/math';
 
 interface HastLike {
@@ -68,7 +69,7 @@ export function CopyButton({
       </button>
       {/* "copied" said politely, by a region of this button's own: only its press speaks there. */}
       <span className="sr-only" role="status">
-        {done && <span key={copies}>{`${what.charAt(0).toUpperCase()}${what.slice(1)} copied`}</span>}
+        {done && <span key={copies}>{`${capitalized(what)} copied`}</span>}
       </span>
     </>
   );

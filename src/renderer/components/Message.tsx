@@ -9,7 +9,7 @@ import type { StoredMessage } from '../../shared/api';
 import { useApp, useBridge } from '../bridge/context';
 import { attachmentBytes } from '../lib/attachments';
 import { busyElsewhere } from '../lib/busy-elsewhere';
-import { exactBytes, formatBytes, formatInteger, formatMs, formatRate } from '../lib/format';
+import { capitalized, exactBytes, formatBytes, formatInteger, formatMs, formatRate } from '../lib/format';
 import { SKIPPED_ANSWER } from '../lib/mcp-tools';
 import { type QueueWait, queueWait } from '../lib/queue-wait';
 import { describeRefusal, type RefusalContext } from '../lib/refusal';
@@ -733,11 +733,6 @@ function AssistantReply({
  */
 function messageWhich(role: StoredMessage['role'], nth: number): string {
   return role === 'user' ? `your message ${nth}` : `reply ${nth}`;
-}
-
-/** A message's name as a landmark names it ("Reply 3"), for moving from message to message with a screen reader. */
-function capitalized(which: string): string {
-  return `${which.charAt(0).toUpperCase()}${which.slice(1)}`;
 }
 
 /**

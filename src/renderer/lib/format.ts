@@ -58,3 +58,8 @@ export function formatRate(tokensPerSecond: number): string {
 export function parseByteSize(text: string): number | null {
   return readByteSize(text);
 }
+
+/** A phrase as a sentence or a name starts it ("reply 3" → "Reply 3"). */
+export function capitalized(phrase: string): string {
+  return `${phrase.charAt(0).toUpperCase()}${phrase.slice(1)}`;
+}
