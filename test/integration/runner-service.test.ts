@@ -12,6 +12,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { type HostSettings, RunnerService } from '../../src/main/host/runner-service';
 import type { StreamFrame } from '../../src/shared/contract';
 import { defaultModelDir, fixture, haveFixtures } from '../helpers/fixtures';
+import { holdReplyEnds } from '../helpers/hold-replies';
 import { graphVariantsModel, installedPackage, slowModel } from '../helpers/models';
 import { rejection } from '../helpers/rejection';
 
@@ -190,7 +191,8 @@ describe('every terminal path returns the reservation', () => {
     expectEmptyLedger(h);
     const recent = h.snapshot().recent.at(-1);
     expect(recent?.state).toBe('cancelled');
-    expect(recent?.generatedTokens).toBeLessThan(50);
+    // Stopped mid-way, not run to its 2000 (how far it got depends on the machine's load).
+    expect(recent?.generatedTokens).toBeLessThan(1000);
   });
 
   it('after an engine error', async () => {
@@ -260,7 +262,7 @@ describe('every terminal path returns the reservation', () => {
     const h = await host();
     const pid = h.engine.pid;
     h.engine.kill();
-    await vi.waitFor(() => expect(h.engine.pid).not.toBe(pid));
+    await vi.waitFor(() => expect(h.engine.pid).not.toBe(pid), { timeout: 20_000 });
     expect(h.listModels()[0]?.reloading).toBe(true);
     const r = await h.generate({ promptIds: prompt, maxNewTokens: 2, sampling: greedy }).result;
     expect(r.tokenIds.length).toBe(2);
@@ -378,11 +380,14 @@ describe("the person's pick of variant and backend", () => {
     hosts.push(h);
     const { id } = await h.loadModel(dir);
     const fp32 = await h.generate({ model: id, promptIds: prompt, maxNewTokens: 8, sampling: greedy }).result;
+    // The reply cannot end, in the host's eyes, before it is stopped: the load's package reads come first.
+    const held = holdReplyEnds(h.engine);
     const long = h.generate({ model: id, promptIds: prompt, maxNewTokens: 1500, sampling: greedy });
     const busy = await rejection(h.loadModel(dir, { variant: 'q4', whileIdle: true }));
     expect(busy.message).toBe(`model ${id} has 1 request in flight; stop it before loading it again`);
     long.cancel();
     await long.result.catch(() => undefined);
+    held.restore();
     // While the new load is on its way, requests on the model wait (the engine frees the old session), then run
     // on the new one; one stopped while it waits ends cancelled without running.
     const changes: string[] = [];
@@ -518,7 +523,7 @@ describe('sessions keep their KV between turns', () => {
 
     h.closeSession('s1');
     expect(h.snapshot().heldBytes).toBe(0);
-    await vi.waitFor(async () => expect((await h.engine.stats()).sessions).toEqual([]));
+    await vi.waitFor(async () => expect((await h.engine.stats()).sessions).toEqual([]), { timeout: 10_000 });
   });
 
   it('a turn that ends on a stop string keeps, in the engine too, only the KV the budget counts', async () => {

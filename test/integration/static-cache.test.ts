@@ -282,12 +282,13 @@ describe('static-cache graphs: twin packages with the same weights', () => {
 
 describe('static-cache sessions through the host', () => {
   it('a turn the person stopped keeps its KV as far as its reply went; the next turn reuses it and matches a cold run', async () => {
-    // Long enough a cache that the turn is still running when its first tokens arrive.
+    // A cache long enough (each step reads and copies all of it) that the turn still runs, for seconds, when its
+    // first tokens reach the host and it is stopped, however loaded the machine.
     const dirs = writeTwinPackages(path.join(root, 'long'), {
       layers: 2,
       hidden: 128,
       heads: 4,
-      capacity: 1024,
+      capacity: 4096,
       seed: 12,
     });
     const h = new RunnerService({ intraOpNumThreads: 2 });
@@ -295,7 +296,7 @@ describe('static-cache sessions through the host', () => {
       await h.loadModel(dirs.staticDir, { id: 'long' });
       const promptIds = prompt(6, 16);
       let cancelled = false;
-      const handle = h.generate({ promptIds, maxNewTokens: 1000, sampling: { greedy: true }, sessionId: 'c' }, (f) => {
+      const handle = h.generate({ promptIds, maxNewTokens: 4000, sampling: { greedy: true }, sessionId: 'c' }, (f) => {
         if (f.type === 'tokens' && !cancelled) {
           cancelled = true;
           handle.cancel('user');
