@@ -11,6 +11,8 @@ export const ROOT = path.resolve(__dirname, '../..');
 
 export interface ServeHandle {
   url: string;
+  /** The process group of the CLI wrapper, the server and its engine process. */
+  pid: number;
   dataDir: string;
   /** Everything the server printed (for failure messages). */
   log(): string;
@@ -85,7 +87,7 @@ export async function startServe(
       (r) => r.status === 200,
       () => false,
     );
-    if (ok) return { url, dataDir, log: () => output, stop };
+    if (ok) return { url, pid: child.pid as number, dataDir, log: () => output, stop };
     await new Promise((r) => setTimeout(r, 200));
   }
   await stop();

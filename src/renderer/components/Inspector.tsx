@@ -321,6 +321,7 @@ function RequestRow({
   title,
   device,
   showModel,
+  reloading,
 }: {
   r: SchedulerRequestView;
   title: string | undefined;
@@ -328,6 +329,8 @@ function RequestRow({
   device: string | undefined;
   /** The request's model beside its id, when the table holds requests of several models. */
   showModel: boolean;
+  /** Queued while its model loads again (after the engine stopped): it waits for that load, whatever the budget. */
+  reloading: boolean;
 }) {
   const n = r.admittedMaxTokens ?? r.maxNewTokens;
   const prompt = r.sessionPrefixTokens > 0 ? `${r.sessionPrefixTokens}+${r.promptTokens}` : String(r.promptTokens);
@@ -345,6 +348,15 @@ function RequestRow({
       {device !== undefined && <td className="mono">{device}</td>}
       <td>
         <span className={`state ${r.state}`}>{r.state}</span>
+        {reloading && r.state === 'queued' && (
+          <div
+            className="sub"
+            data-testid="request-held"
+            title={`${r.modelId} is loading again (the engine stopped): the queue waits for it, whatever the budget`}
+          >
+            for {r.modelId} to load again
+          </div>
+        )}
         {r.error && r.state !== 'cancelled' && (
           <div className="sub mono" data-testid="request-error">
             {r.error.code}
@@ -454,6 +466,8 @@ function ReloadWaitRow({
 
 function Requests({ devices, waits }: { devices: DeviceBudgetSnapshot[]; waits: ReloadWait[] }) {
   const titles = useThreadTitles();
+  const models = useApp((s) => s.models);
+  const reloading = useMemo(() => new Set(models.filter((m) => m.reloading).map((m) => m.id)), [models]);
   const several = devices.length > 1;
   const deviceOf = new Map<string, string>();
   for (const d of devices) for (const r of [...d.running, ...d.queue, ...d.recent]) deviceOf.set(r.id, d.device);
@@ -465,14 +479,15 @@ function Requests({ devices, waits }: { devices: DeviceBudgetSnapshot[]; waits: 
   const live = [...devices.flatMap((d) => d.running), ...devices.flatMap((d) => d.queue)];
   const shownEnded = ended.slice(0, SHOWN_ENDED_REQUESTS);
   const rows = [...live, ...shownEnded];
-  const models = new Set([...rows.map((r) => r.modelId), ...waits.map((w) => w.modelId)]).size;
+  const modelCount = new Set([...rows.map((r) => r.modelId), ...waits.map((w) => w.modelId)]).size;
   const row = (r: SchedulerRequestView) => (
     <RequestRow
       key={r.id}
       r={r}
       title={r.threadId ? titles.get(r.threadId) : undefined}
       device={several ? deviceOf.get(r.id) : undefined}
-      showModel={models > 1}
+      showModel={modelCount > 1}
+      reloading={reloading.has(r.modelId)}
     />
   );
   return (
@@ -510,7 +525,7 @@ function Requests({ devices, waits }: { devices: DeviceBudgetSnapshot[]; waits: 
                   w={w}
                   title={w.threadId ? titles.get(w.threadId) : undefined}
                   several={several}
-                  showModel={models > 1}
+                  showModel={modelCount > 1}
                 />
               ))}
               {shownEnded.map(row)}
