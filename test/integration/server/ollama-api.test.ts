@@ -11,6 +11,7 @@ import Ajv from 'ajv';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { OLLAMA_API_VERSION } from '../../../src/main/server/ollama-routes';
 import { repoRoot } from '../../helpers/fixtures';
+import { holdReplyEnds } from '../../helpers/hold-replies';
 import {
   budget,
   chatPromptOfToolTurn,
@@ -363,37 +364,46 @@ describe("errors in Ollama's shape", () => {
   });
 
   it('a failure after the stream began is its last line, {"error": …}', async () => {
-    const res = await post('/api/chat', { model: 'default', messages: LONG_CHAT, options: greedy(1500) });
-    expect(res.status).toBe(200);
-    const reader = (res.body as ReadableStream<Uint8Array>).getReader();
-    const decoder = new TextDecoder();
-    let text = '';
-    while (!text.includes('\n')) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      text += decoder.decode(value, { stream: true });
+    // The reply's end waits for the host's cancel (holdReplyEnds): it is still streaming when the window stops it,
+    // however slow the machine (1,500 greedy tokens on the default model take about a second).
+    const held = holdReplyEnds(t.runner.engine);
+    try {
+      const res = await post('/api/chat', { model: 'default', messages: LONG_CHAT, options: greedy(1500) });
+      expect(res.status).toBe(200);
+      const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+      const decoder = new TextDecoder();
+      let text = '';
+      while (!text.includes('\n')) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        text += decoder.decode(value, { stream: true });
+      }
+      const running = await eventually(
+        () => budget(t.url),
+        (s) => s.running.length === 1,
+      );
+      const id = (running.running[0] as { id: string }).id;
+      // Stopped from the window (or the inspector) while it streams.
+      await t.hostApi.call('cancel', { requestId: id });
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        text += decoder.decode(value, { stream: true });
+      }
+      const got = text
+        .trimEnd()
+        .split('\n')
+        .map((l) => JSON.parse(l) as Json);
+      expect(got[0]).toMatchObject({ done: false });
+      const last = got[got.length - 1] as Json;
+      expect(Object.keys(last)).toEqual(['error']);
+      expect(last.error).toMatch(/cancel/i);
+      expect(got.some((l) => l.done === true)).toBe(false);
+      expect(held.cancelled).toEqual([id]);
+      expect((await settled(t.url)).reservedBytes).toBe(0);
+    } finally {
+      held.restore();
     }
-    const running = await eventually(
-      () => budget(t.url),
-      (s) => s.running.length === 1,
-    );
-    // Stopped from the window (or the inspector) while it streams.
-    await t.hostApi.call('cancel', { requestId: (running.running[0] as { id: string }).id });
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      text += decoder.decode(value, { stream: true });
-    }
-    const got = text
-      .trimEnd()
-      .split('\n')
-      .map((l) => JSON.parse(l) as Json);
-    expect(got[0]).toMatchObject({ done: false });
-    const last = got[got.length - 1] as Json;
-    expect(Object.keys(last)).toEqual(['error']);
-    expect(last.error).toMatch(/cancel/i);
-    expect(got.some((l) => l.done === true)).toBe(false);
-    expect((await settled(t.url)).reservedBytes).toBe(0);
   });
 });
 

@@ -6,7 +6,7 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import type { StreamFrame } from '../../../src/shared/contract';
-import { noEndBias } from '../../helpers/hold-replies';
+import { holdReplyEnds, noEndBias } from '../../helpers/hold-replies';
 import { eventually, startTestServer, type TestServer } from './server-helpers';
 
 let t: TestServer | undefined;
@@ -22,56 +22,70 @@ describe('a server that stops', () => {
     t = await startTestServer();
     const server = t;
     await server.hostApi.call('configureBudget', { maxRunning: 1 });
-    // A stream that has begun.
-    const streamed = await fetch(`${server.url}/v1/chat/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ ...long, messages: [{ role: 'user', content: 'hi' }], stream: true }),
-    });
-    expect(streamed.status).toBe(200);
-    const reader = (streamed.body as ReadableStream<Uint8Array>).getReader();
-    const decoder = new TextDecoder();
-    let text = decoder.decode((await reader.read()).value);
-    // One queued behind it, not answered yet.
-    const queued = fetch(`${server.url}/v1/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ ...long, prompt: 'Once' }),
-    });
-    await eventually(
-      async () => server.runner.snapshot(),
-      (s) => s.queue.length === 1,
-    );
-    // A reply of another front end on the same host (the window's).
-    const frames: StreamFrame[] = [];
-    const windowReply = server.hostApi.generate(
-      { model: 'default', promptIds: [5, 6, 7], maxNewTokens: 3, sampling: { greedy: true } },
-      (f) => frames.push(f),
-    );
+    // The stream's end waits for the server's cancel (holdReplyEnds): it is still streaming, and the request behind
+    // it still queued, when the server closes, however slow the machine. Only that first reply is held: the queued
+    // one never starts, and the window's reply (started later) ends as it comes.
+    const held = holdReplyEnds(server.runner.engine);
+    try {
+      // A stream that has begun.
+      const streamed = await fetch(`${server.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ ...long, messages: [{ role: 'user', content: 'hi' }], stream: true }),
+      });
+      expect(streamed.status).toBe(200);
+      const reader = (streamed.body as ReadableStream<Uint8Array>).getReader();
+      const decoder = new TextDecoder();
+      let text = decoder.decode((await reader.read()).value);
+      // One queued behind it, not answered yet.
+      const queued = fetch(`${server.url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ ...long, prompt: 'Once' }),
+      });
+      await eventually(
+        async () => server.runner.snapshot(),
+        (s) => s.queue.length === 1,
+      );
+      // A reply of another front end on the same host (the window's).
+      const frames: StreamFrame[] = [];
+      const windowReply = server.hostApi.generate(
+        { model: 'default', promptIds: [5, 6, 7], maxNewTokens: 3, sampling: { greedy: true } },
+        (f) => frames.push(f),
+      );
 
-    await server.server.close();
+      await server.server.close();
 
-    for (;;) {
-      const chunk = await reader.read();
-      if (chunk.done) break;
-      text += decoder.decode(chunk.value);
+      for (;;) {
+        const chunk = await reader.read();
+        if (chunk.done) break;
+        text += decoder.decode(chunk.value);
+      }
+      const events = text
+        .split('\n\n')
+        .filter((e) => e.startsWith('data: '))
+        .map((e) => e.slice('data: '.length));
+      const last = JSON.parse(events[events.length - 1] as string) as { error: { code: string; message: string } };
+      expect(last.error.code).toBe('cancelled');
+      expect(last.error.message).toMatch(/shut/i);
+      const waiting = await queued;
+      expect(waiting.status).toBe(503);
+      expect(waiting.headers.get('x-should-retry')).toBe('true');
+      // The host's other reply was not this server's to end.
+      await eventually(
+        async () => frames,
+        (f) => f.some((x) => x.type === 'done' || x.type === 'error'),
+      );
+      expect(frames.at(-1)).toMatchObject({ type: 'done' });
+      expect(windowReply.requestId).toBeTruthy();
+      // The server's close stopped the stream (and nothing else reached the engine as a cancel).
+      expect(held.cancelled).toHaveLength(1);
+      expect(server.runner.snapshot().recent.find((r) => r.id === held.cancelled[0])).toMatchObject({
+        state: 'cancelled',
+        endReason: 'shutdown',
+      });
+    } finally {
+      held.restore();
     }
-    const events = text
-      .split('\n\n')
-      .filter((e) => e.startsWith('data: '))
-      .map((e) => e.slice('data: '.length));
-    const last = JSON.parse(events[events.length - 1] as string) as { error: { code: string; message: string } };
-    expect(last.error.code).toBe('cancelled');
-    expect(last.error.message).toMatch(/shut/i);
-    const waiting = await queued;
-    expect(waiting.status).toBe(503);
-    expect(waiting.headers.get('x-should-retry')).toBe('true');
-    // The host's other reply was not this server's to end.
-    await eventually(
-      async () => frames,
-      (f) => f.some((x) => x.type === 'done' || x.type === 'error'),
-    );
-    expect(frames.at(-1)).toMatchObject({ type: 'done' });
-    expect(windowReply.requestId).toBeTruthy();
   });
 });

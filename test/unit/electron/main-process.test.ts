@@ -15,6 +15,8 @@ import { CHANNELS } from '../../../src/main/ipc/channels';
 import type { StreamFrame } from '../../../src/shared/contract';
 import type { SchedulerSnapshot } from '../../../src/shared/scheduler-types';
 import { repoRoot } from '../../helpers/fixtures';
+import { noEndBias } from '../../helpers/hold-replies';
+import { slowModel } from '../../helpers/models';
 
 const fake = vi.hoisted(() => {
   const { EventEmitter: Emitter } = require('node:events') as typeof import('node:events');
@@ -272,8 +274,20 @@ describe('the Electron main process (against a stand-in for electron)', () => {
 
   it('closing the window mid-stream cancels its generation and frees its KV', async () => {
     const win = mainWindow();
+    // On the slow model (milliseconds a token), its end-of-text banned and its length clipped only by its context
+    // (about 4,000 tokens), the reply runs for many seconds: it is still streaming when the window closes, however
+    // slow the machine. (The engine client is inside src/main here, so its replies' ends cannot be held.)
+    const slow = await invoke('loadModel', { path: slowModel() });
+    expect(slow.ok).toBe(true);
+    const model = (slow.value as { id: string }).id;
     const port = generate(
-      { prompt: 'Tell me everything', chat: true, maxNewTokens: 100_000, sampling: { greedy: true } },
+      {
+        model,
+        prompt: 'Tell me everything',
+        chat: true,
+        maxNewTokens: 100_000,
+        sampling: { greedy: true, logitBias: noEndBias(slowModel()) },
+      },
       win,
     );
     await port.until((f) => f.type === 'tokens');
@@ -289,6 +303,8 @@ describe('the Electron main process (against a stand-in for electron)', () => {
     expect(snap.recent.at(-1)?.state).toBe('cancelled');
     // Nothing was posted to the port after its window went away.
     expect(port.frames.length).toBe(framesAtClose);
+    // The next tests run on the default model alone, as before.
+    expect((await invoke('unloadModel', { id: model })).ok).toBe(true);
   });
 
   it('refuses calls from the closed window', async () => {
