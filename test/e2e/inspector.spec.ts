@@ -1,6 +1,7 @@
 /** The budget inspector against the scheduler's own snapshot: three chats at once, and refusals with their numbers. */
 import type { Page } from '@playwright/test';
 import { sessionsDroppedBy } from '../../src/renderer/lib/limit-change';
+import type { SchedulerRequestView } from '../../src/shared/scheduler-types';
 import { openChat, openServer, saveEndlessChat, startSlowServe } from './endless';
 import { apiSnapshot, expect, lastReply, newChat, send, setSettings, test } from './fixtures';
 import type { ServeHandle } from './serve';
@@ -244,17 +245,37 @@ test('an OpenAI API conversation keeps its KV as an "API prompt cache" session i
 
 test("the timeline counts back from its latest event, and says how long ago that was by the page's clock", async ({
   app,
+  server,
 }) => {
-  await newChat(app);
+  // The page's clock is the test's (installed for the context, so from the reload on): its age line reads it,
+  // and the test sets it instead of waiting out seconds a loaded machine could stretch past "just now".
+  await app.clock.install();
+  await app.reload();
+  await expect(app.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+  const thread = await newChat(app);
   await setSettings(app, { greedy: true, maxNewTokens: 4 });
   await send(app, 'Hello');
   await expect(lastReply(app)).toHaveAttribute('data-state', 'done');
+  // The latest event is this reply's release: it carries the time its request ended (the host's clock).
+  let request: SchedulerRequestView | undefined;
+  await expect
+    .poll(async () => {
+      request = (await apiSnapshot(server)).recent.filter((r) => r.threadId === thread).at(-1);
+      return request?.endedAt ?? 0;
+    })
+    .toBeGreaterThan(0);
+  const endedAt = request?.endedAt as number;
   const events = app.getByTestId('timeline-event');
+  await expect(events.first()).toHaveAttribute('data-type', 'released');
+  await expect(events.first()).toContainText(`#${request?.id.slice(0, 6)}`);
   await expect(events.first().locator('.t')).toHaveText('latest');
   await expect(events.nth(1).locator('.t')).toHaveText(/^−\d+\.\d\ds$/);
   const age = app.getByTestId('timeline-latest-age');
+  // Half a second after it, by the page's clock, it is "just now" (the line re-reads the clock every second).
+  await app.clock.setFixedTime(endedAt + 500);
   await expect(age).toContainText('latest just now');
   // Nothing happens for a few seconds: the latest event is no longer "now", and the line says its age.
-  await expect(age).toContainText(/latest \d+ s ago/, { timeout: 6_000 });
+  await app.clock.setFixedTime(endedAt + 5_000);
+  await expect(age).toContainText('latest 5 s ago');
   await expect(events.first().locator('.t')).toHaveText('latest');
 });

@@ -211,7 +211,9 @@ test('a static-cache package loads, chats, and the inspector shows its whole cac
 
 test('an upload shows its bytes sent, and Cancel stops it: the host keeps nothing of it', async ({ app, server }) => {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-upload-'));
-  // Slow enough to watch (the default package is about 1 MiB): 256 KiB/s up, through Chromium's own throttling.
+  // Slow enough to watch, and to cancel before it ends (the default package is about 1 MiB): 32 KiB/s up, through
+  // Chromium's own throttling, is half a minute for the whole upload, far longer than the steps up to Cancel take
+  // even on a loaded machine. Nothing waits for its end, so the test takes no longer.
   const cdp = await app.context().newCDPSession(app);
   try {
     const pkg = path.join(dir, 'slow-upload');
@@ -221,7 +223,7 @@ test('an upload shows its bytes sent, and Cancel stops it: the host keeps nothin
       offline: false,
       latency: 0,
       downloadThroughput: -1,
-      uploadThroughput: 256 * 1024,
+      uploadThroughput: 32 * 1024,
     });
     await app.getByTestId('models-toggle').click();
     await app.getByTestId('model-file-input').setInputFiles(pkg);
