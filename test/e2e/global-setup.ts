@@ -1,6 +1,6 @@
 /**
  * Before the browser tests: Debian Chromium must exist, the default model must
- * exist, and the renderer is built fresh into out/renderer (what serve hosts).
+ * exist, the renderer is built fresh into out/renderer (what serve hosts), and the CLI into out/cli.
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -39,4 +39,9 @@ export default function globalSetup(): void {
       },
     );
   }
+  // The CLI's bundle from the sources as they are: the servers the tests start run it (bin/kvdesk.cjs).
+  execFileSync(process.execPath, [path.join(ROOT, 'scripts/build-cli.cjs'), '--quiet'], {
+    cwd: ROOT,
+    stdio: 'inherit',
+  });
 }

@@ -5,14 +5,14 @@
  * admitted, so a refusal is a plain HTTP error in Ollama's shape (`{"error": "…"}`) and a 200 means the KV is
  * reserved; a failure after that is the stream's last line, `{"error": "…"}`, as Ollama ends its streams.
  */
-import { readFileSync, statSync } from 'node:fs';
+import { statSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import path from 'node:path';
 import type { LibraryEntry, ModelInfo } from '../../shared/api';
 import { toErrorInfo } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
 import type { HostApi } from '../host/host-api';
 import { stripHubPrefix } from '../host/hub-download';
+import { ownPackage } from '../own-package';
 import { errorFromInfo, HttpError, httpError, sendJson, streamHeaders } from './http-util';
 import {
   loadReply,
@@ -45,28 +45,9 @@ export function sendOllamaError(res: ServerResponse, err: HttpError, kind: Ollam
   sendJson(res, status, body, headers);
 }
 
-let version: string | null = null;
-
-/** kvdesk's own version (package.json), found from this file up, wherever the code was built to. */
+/** kvdesk's own version (package.json), wherever the code was built to. */
 function kvdeskVersion(): string {
-  if (version !== null) return version;
-  version = 'unknown';
-  for (let dir = __dirname; ; dir = path.dirname(dir)) {
-    try {
-      const pkg = JSON.parse(readFileSync(path.join(dir, 'package.json'), 'utf8')) as {
-        name?: unknown;
-        version?: unknown;
-      };
-      if (pkg.name === 'kvdesk' && typeof pkg.version === 'string') {
-        version = pkg.version;
-        break;
-      }
-    } catch {
-      // No package.json here: look further up.
-    }
-    if (path.dirname(dir) === dir) break;
-  }
-  return version;
+  return ownPackage()?.version ?? 'unknown';
 }
 
 /**

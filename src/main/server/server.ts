@@ -13,6 +13,7 @@ import type { LibraryEntry, ModelInfo } from '../../shared/api';
 import { KvdeskError, toErrorInfo } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
 import type { HostApi } from '../host/host-api';
+import { ownPackage } from '../own-package';
 import { sendAnthropicError, serveCountTokens, serveMessages } from './anthropic-routes';
 import {
   API_HEADERS,
@@ -50,8 +51,8 @@ import {
 } from './upload';
 import { createWsTransport, type WsTransport } from './ws-transport';
 
-/** Where the renderer build lands (electron-vite's renderer outDir). */
-export const DEFAULT_STATIC_DIR = path.resolve(__dirname, '../../../out/renderer');
+/** Where the renderer build lands (electron-vite's renderer outDir), in kvdesk's own folder. */
+export const DEFAULT_STATIC_DIR = path.join(ownPackage()?.root ?? path.resolve(__dirname, '../../..'), 'out/renderer');
 
 /** Options of {@link startServer}. */
 export interface ServerOptions {
