@@ -154,6 +154,8 @@ const APP_OUTPUTS = ['out/main/index.js', 'out/main/engine.js', 'out/preload/ind
 const APP_INPUTS = ['src/main', 'src/preload', 'src/shared', 'src/renderer', 'electron.vite.config.ts', 'package.json'];
 const RENDERER_OUTPUTS = ['out/renderer/index.html'];
 const RENDERER_INPUTS = ['src/renderer', 'src/shared'];
+const CLI_OUTPUTS = ['out/cli/main.js', 'out/cli/engine.js', 'out/cli/probe-process.js'];
+const CLI_INPUTS = ['src', 'package.json'];
 
 function abs(paths: string[]): string[] {
   return paths.map((p) => path.join(ROOT, p));
@@ -210,6 +212,18 @@ export function ensureRendererBuild(): boolean {
       : 'kvdesk: the renderer build failed (see above) and there is no earlier build to serve.\n',
   );
   return usable;
+}
+
+/**
+ * Bundles the CLI again when its bundle is missing or older than the sources (after a pull or an edit), so that
+ * `kvdesk serve` starts from it; when that fails, `kvdesk` runs the sources, so the server still starts.
+ */
+export function ensureCliBuild(): void {
+  // The rule bin/cli-bundle.cjs runs the bundle by.
+  if (staleReason(abs(CLI_OUTPUTS), abs(CLI_INPUTS)) === null) return;
+  if (!build('the command line', [path.join(ROOT, 'scripts/build-cli.cjs'), '--quiet'])) {
+    process.stderr.write('kvdesk: the CLI bundle failed (see above); running it from its sources.\n');
+  }
 }
 
 /** The URL a `kvdesk serve` output line announces, or null. */
@@ -306,6 +320,7 @@ function electronVersion(electronDir: string): string | null {
 export async function main(argv: string[]): Promise<number> {
   if (argv[0] === 'serve') {
     if (!ensureRendererBuild()) return 1;
+    ensureCliBuild();
     return runServe(argv.slice(1));
   }
   const electronDir = path.join(ROOT, 'node_modules/electron');
@@ -316,6 +331,7 @@ export async function main(argv: string[]): Promise<number> {
   }
   say(`${location.found ? noDisplayMessage() : missingElectronMessage(location, electronVersion(electronDir))}\n`);
   if (!ensureRendererBuild()) return 1;
+  ensureCliBuild();
   return runServe([]);
 }
 
