@@ -12,7 +12,7 @@ import { toErrorInfo } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
 import type { HostApi } from '../host/host-api';
 import { stripHubPrefix } from '../host/hub-download';
-import { ownPackage } from '../own-package';
+import { ownPackage } from '../host/own-package';
 import { errorFromInfo, HttpError, httpError, sendJson, streamHeaders } from './http-util';
 import {
   loadReply,

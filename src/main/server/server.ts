@@ -13,7 +13,7 @@ import type { LibraryEntry, ModelInfo } from '../../shared/api';
 import { KvdeskError, toErrorInfo } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
 import type { HostApi } from '../host/host-api';
-import { ownPackage } from '../own-package';
+import { ownPackage } from '../host/own-package';
 import { sendAnthropicError, serveCountTokens, serveMessages } from './anthropic-routes';
 import {
   API_HEADERS,
