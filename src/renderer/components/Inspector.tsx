@@ -329,7 +329,7 @@ function RequestRow({
   device: string | undefined;
   /** The request's model beside its id, when the table holds requests of several models. */
   showModel: boolean;
-  /** Queued while its model loads again (after the engine stopped): it waits for that load, whatever the budget. */
+  /** Its model is loading again (as after the engine stopped): a queued request waits for that, whatever the budget. */
   reloading: boolean;
 }) {
   const n = r.admittedMaxTokens ?? r.maxNewTokens;
@@ -352,7 +352,7 @@ function RequestRow({
           <div
             className="sub"
             data-testid="request-held"
-            title={`${r.modelId} is loading again (the engine stopped): the queue waits for it, whatever the budget`}
+            title={`${r.modelId} is loading again: the queue waits for it, whatever the budget`}
           >
             for {r.modelId} to load again
           </div>
