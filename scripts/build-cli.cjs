@@ -4,12 +4,13 @@
 // engine process it starts. bin/kvdesk.cjs runs the bundle while it is newer than every file under src/, and the
 // sources through tsx otherwise. npm install (`prepare`), `npm run build` and the test runs make it.
 'use strict';
+const fs = require('node:fs');
 const path = require('node:path');
 const esbuild = require('esbuild');
 
 const root = path.resolve(__dirname, '..');
 const started = Date.now();
-esbuild.buildSync({
+const built = esbuild.buildSync({
   absWorkingDir: root,
   entryPoints: {
     main: 'src/cli/main.ts',
@@ -26,7 +27,16 @@ esbuild.buildSync({
   packages: 'external',
   keepNames: true,
   logLevel: 'warning',
+  write: false,
 });
+// Each file replaced whole (written aside, then renamed over the old one): a kvdesk started meanwhile runs the old
+// bundle or the new one, never a file cut short.
+fs.mkdirSync(path.join(root, 'out/cli'), { recursive: true });
+for (const file of built.outputFiles) {
+  const aside = `${file.path}.${process.pid}.tmp`;
+  fs.writeFileSync(aside, file.contents);
+  fs.renameSync(aside, file.path);
+}
 if (!process.argv.includes('--quiet')) {
   process.stdout.write(`kvdesk: CLI bundled into out/cli in ${Date.now() - started} ms\n`);
 }

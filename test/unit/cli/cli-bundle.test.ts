@@ -1,7 +1,7 @@
 /**
  * Which code `kvdesk` runs (bin/cli-bundle.cjs): the CLI's bundle only while it is complete and at least as new as
  * every source file and package.json, so an edit is never run stale; and the bundle itself, made by
- * scripts/build-cli.cjs, runs the real CLI.
+ * scripts/build-cli.cjs (in test/global-setup.ts, not here: other test files run it meanwhile), runs the real CLI.
  */
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
@@ -53,8 +53,7 @@ describe('the CLI bundle kvdesk runs', () => {
     expect(freshCliBundle(tree({ 'src/cli/main.ts': 1000 }))).toBeNull();
   });
 
-  it("is what this checkout's kvdesk runs after the build, and it answers as the CLI does", () => {
-    execFileSync(process.execPath, [path.join(repoRoot, 'scripts/build-cli.cjs'), '--quiet'], { cwd: repoRoot });
+  it("is what this checkout's kvdesk runs after the build (the test run's setup), and it answers as the CLI does", () => {
     expect(freshCliBundle(repoRoot)).toBe(path.join(repoRoot, 'out/cli/main.js'));
     const out = execFileSync(process.execPath, [path.join(repoRoot, 'out/cli/main.js'), '--version'], {
       encoding: 'utf8',
