@@ -154,8 +154,6 @@ const APP_OUTPUTS = ['out/main/index.js', 'out/main/engine.js', 'out/preload/ind
 const APP_INPUTS = ['src/main', 'src/preload', 'src/shared', 'src/renderer', 'electron.vite.config.ts', 'package.json'];
 const RENDERER_OUTPUTS = ['out/renderer/index.html'];
 const RENDERER_INPUTS = ['src/renderer', 'src/shared'];
-const CLI_OUTPUTS = ['out/cli/main.js', 'out/cli/engine.js', 'out/cli/probe-process.js'];
-const CLI_INPUTS = ['src', 'package.json'];
 
 function abs(paths: string[]): string[] {
   return paths.map((p) => path.join(ROOT, p));
@@ -219,8 +217,11 @@ export function ensureRendererBuild(): boolean {
  * `kvdesk serve` starts from it; when that fails, `kvdesk` runs the sources, so the server still starts.
  */
 export function ensureCliBuild(): void {
-  // The rule bin/cli-bundle.cjs runs the bundle by.
-  if (staleReason(abs(CLI_OUTPUTS), abs(CLI_INPUTS)) === null) return;
+  // The rule bin/kvdesk.cjs runs the bundle by.
+  const { freshCliBundle } = require(path.join(ROOT, 'bin/cli-bundle.cjs')) as {
+    freshCliBundle(root: string): string | null;
+  };
+  if (freshCliBundle(ROOT) !== null) return;
   if (!build('the command line', [path.join(ROOT, 'scripts/build-cli.cjs'), '--quiet'])) {
     process.stderr.write('kvdesk: the CLI bundle failed (see above); running it from its sources.\n');
   }
