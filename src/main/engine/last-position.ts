@@ -21,6 +21,7 @@
  */
 import path from 'node:path';
 import {
+  ATTR_F,
   ATTR_G,
   ATTR_GRAPHS,
   ATTR_I,
@@ -34,7 +35,9 @@ import {
   ENTRY_VALUE,
   GRAPH_INITIALIZER,
   GRAPH_INPUT,
+  GRAPH_NAME,
   GRAPH_NODE,
+  GRAPH_OUTPUT,
   INT64,
   MODEL_GRAPH,
   MODEL_OPSET_IMPORT,
@@ -47,25 +50,38 @@ import {
   OPSET_DOMAIN,
   OPSET_VERSION,
   SHAPE_DIM,
+  TENSOR_BOOL,
   TENSOR_DATA_LOCATION,
   TENSOR_DATA_TYPE,
   TENSOR_DIMS,
   TENSOR_EXTERNAL_DATA,
+  TENSOR_FLOAT,
   TENSOR_NAME,
   TENSOR_RAW_DATA,
   TENSOR_TYPE_ELEM,
   TENSOR_TYPE_SHAPE,
+  TENSOR_UINT8,
   TYPE_TENSOR,
   VALUE_INFO_NAME,
   VALUE_INFO_TYPE,
+  WIRE_FIXED32,
   WIRE_LEN,
   WIRE_VARINT,
 } from '../../shared/onnx-fields';
+import {
+  buildHeadScreen,
+  FileRows,
+  type HeadLayout,
+  type HeadScreen,
+  type PackedHead,
+  SCREEN_BLOCK,
+} from './head-screen';
 import {
   type Bytes,
   FileBytes,
   fields,
   lenField,
+  lenHeader,
   readVarint,
   stringField,
   varintField,
@@ -98,6 +114,8 @@ interface Node {
   ints: Map<string, number>;
   /** Integer-list attributes (a Transpose's perm). */
   intLists: Map<string, number[]>;
+  /** Float attributes (a Gemm's alpha and beta). */
+  floats: Map<string, number>;
   /** Names its subgraphs (If/Loop/Scan bodies) read, their own included. */
   subgraphNames: string[];
   /** A Constant node's tensor dims. */
@@ -118,8 +136,28 @@ export type LastPositionResult =
        */
       startsInput: string;
       detail: string;
+      /** The 8-bit screen of the head, when asked for and the head allows it (head-screen.ts). */
+      screen?: LastPositionScreen;
+      /** Why the head has no screen. */
+      screenReason?: string;
     }
   | { ok: false; reason: string };
+
+/** The copy's screened head: its data, the bool input that asks for full scores, the head's input as an output. */
+export interface LastPositionScreen {
+  data: HeadScreen;
+  fullInput: string;
+  hiddenOutput: string;
+}
+
+/** Whether the model imports an opset of `domain`. */
+function importsDomain(file: FileBytes, model: WireField[], domain: string): boolean {
+  return model.some(
+    (f) =>
+      f.field === MODEL_OPSET_IMPORT &&
+      [...fields(file, f.valueStart, f.end)].some((g) => g.field === OPSET_DOMAIN && text(file, g) === domain),
+  );
+}
 
 /** A copy of bytes [start, end) of `file`. */
 function copy(file: FileBytes, start: number, end: number): Buffer {
@@ -184,6 +222,7 @@ function readNode(file: FileBytes, f: WireField): Node {
     domain: '',
     ints: new Map(),
     intLists: new Map(),
+    floats: new Map(),
     subgraphNames: [],
   };
   for (const g of fields(buf, 0, buf.length)) {
@@ -194,15 +233,18 @@ function readNode(file: FileBytes, f: WireField): Node {
     else if (g.field === NODE_ATTRIBUTE && g.wire === WIRE_LEN) {
       let name = '';
       let value: number | undefined;
+      let float: number | undefined;
       const list: number[] = [];
       let tensor: WireField | undefined;
       for (const a of fields(buf, g.valueStart, g.end)) {
         if (a.field === ATTR_NAME && a.wire === WIRE_LEN) name = text(buf, a);
         else if (a.field === ATTR_I && a.wire === WIRE_VARINT) value = a.varint;
+        else if (a.field === ATTR_F && a.wire === WIRE_FIXED32) float = buf.readFloatLE(a.valueStart);
         else if (a.field === ATTR_INTS && (a.wire === WIRE_VARINT || a.wire === WIRE_LEN)) pushInts(buf, a, list);
         else if (a.field === ATTR_T && a.wire === WIRE_LEN) tensor = a;
       }
       if (value !== undefined) node.ints.set(name, value);
+      if (float !== undefined) node.floats.set(name, float);
       if (list.length > 0) node.intLists.set(name, list);
       if (tensor && name === 'value') node.constantDims = tensorHeader(buf, tensor.valueStart, tensor.end).dims;
       attributeGraphNames(buf, g, node.subgraphNames);
@@ -211,26 +253,94 @@ function readNode(file: FileBytes, f: WireField): Node {
   return node;
 }
 
-/** The node's bytes with some inputs renamed; every other field is copied as it was, in order. */
-function renameInputs(file: FileBytes, node: Node, rename: Map<number, string>): Buffer {
+/** The node's bytes with some inputs (and outputs) renamed; every other field is copied as it was, in order. */
+function renameInputs(
+  file: FileBytes,
+  node: Node,
+  rename: Map<number, string>,
+  renameOutputs = new Map<number, string>(),
+): Buffer {
   const buf = copy(file, node.field.valueStart, node.field.end);
   const parts: Buffer[] = [];
-  let index = 0;
+  let input = 0;
+  let output = 0;
   for (const g of fields(buf, 0, buf.length)) {
-    if (g.field === NODE_INPUT && g.wire === WIRE_LEN) {
-      const renamed = rename.get(index++);
-      if (renamed !== undefined) {
-        parts.push(stringField(NODE_INPUT, renamed));
-        continue;
-      }
-    }
-    parts.push(buf.subarray(g.tagStart, g.end));
+    const isInput = g.field === NODE_INPUT && g.wire === WIRE_LEN;
+    const isOutput = g.field === NODE_OUTPUT && g.wire === WIRE_LEN;
+    const renamed = isInput ? rename.get(input++) : isOutput ? renameOutputs.get(output++) : undefined;
+    parts.push(renamed !== undefined ? stringField(g.field, renamed) : buf.subarray(g.tagStart, g.end));
   }
   return lenField(GRAPH_NODE, Buffer.concat(parts));
 }
 
 /** AttributeProto.type of an integer attribute. */
 const ATTRIBUTE_INT = 2;
+/** AttributeProto.type of a graph attribute (an If's branches). */
+const ATTRIBUTE_GRAPH = 5;
+
+function intAttribute(key: string, value: number): Buffer {
+  return lenField(
+    NODE_ATTRIBUTE,
+    Buffer.concat([stringField(ATTR_NAME, key), varintField(ATTR_I, value), varintField(ATTR_TYPE, ATTRIBUTE_INT)]),
+  );
+}
+
+/** A NodeProto (as a graph's node field) with any attributes, in any domain. */
+function buildNode(opType: string, inputs: string[], output: string, name: string, attributes: Buffer[], domain = '') {
+  return lenField(
+    GRAPH_NODE,
+    Buffer.concat([
+      ...inputs.map((i) => stringField(NODE_INPUT, i)),
+      stringField(NODE_OUTPUT, output),
+      stringField(NODE_NAME, name),
+      stringField(NODE_OP_TYPE, opType),
+      ...(domain ? [stringField(NODE_DOMAIN, domain)] : []),
+      ...attributes,
+    ]),
+  );
+}
+
+/** A ValueInfoProto's payload: a tensor of `elem` (shape unstated, or `dims`; [] is a scalar). */
+function valueInfo(name: string, elem: number, dims?: number[]): Buffer {
+  const shape =
+    dims === undefined
+      ? []
+      : [lenField(TENSOR_TYPE_SHAPE, Buffer.concat(dims.map((d) => lenField(SHAPE_DIM, varintField(DIM_VALUE, d)))))];
+  const tensorType = Buffer.concat([varintField(TENSOR_TYPE_ELEM, elem), ...shape]);
+  return Buffer.concat([
+    stringField(VALUE_INFO_NAME, name),
+    lenField(VALUE_INFO_TYPE, lenField(TYPE_TENSOR, tensorType)),
+  ]);
+}
+
+/** An If branch: its nodes and its one float output. */
+function branchAttribute(key: string, nodes: Buffer[], output: string): Buffer {
+  const graph = Buffer.concat([
+    ...nodes,
+    stringField(GRAPH_NAME, key),
+    lenField(GRAPH_OUTPUT, valueInfo(output, TENSOR_FLOAT)),
+  ]);
+  return lenField(
+    NODE_ATTRIBUTE,
+    Buffer.concat([stringField(ATTR_NAME, key), lenField(ATTR_G, graph), varintField(ATTR_TYPE, ATTRIBUTE_GRAPH)]),
+  );
+}
+
+/** An initializer holding `raw`, as parts to write in order (the payload is not copied). */
+function rawInitializer(name: string, elem: number, dims: number[], raw: Uint8Array): Buffer[] {
+  const head = Buffer.concat([
+    ...dims.map((d) => varintField(TENSOR_DIMS, d)),
+    varintField(TENSOR_DATA_TYPE, elem),
+    stringField(TENSOR_NAME, name),
+  ]);
+  const rawHeader = lenHeader(TENSOR_RAW_DATA, raw.length);
+  return [
+    lenHeader(GRAPH_INITIALIZER, head.length + rawHeader.length + raw.length),
+    head,
+    rawHeader,
+    Buffer.from(raw.buffer, raw.byteOffset, raw.length),
+  ];
+}
 
 function newNode(
   opType: string,
@@ -337,6 +447,10 @@ interface Plan {
   head: Node;
   /** Output dim of the head's weight: the vocabulary the logits score. */
   vocab: number;
+  /** The nodes between the head and the logits output, nearest the logits first. */
+  after: Node[];
+  /** The node that computes each name. */
+  producer: Map<string, Node>;
 }
 
 /**
@@ -384,6 +498,7 @@ function plan(nodes: Node[], initializerDims: Map<string, number[]>, logits: str
   let cur = logits;
   let head: Node | undefined;
   const reshapes: Node[] = [];
+  const after: Node[] = [];
   for (let steps = 0; steps < 16 && !head; steps++) {
     const n = producer.get(cur);
     if (!n) return `"${cur}" is not computed by a node`;
@@ -392,12 +507,16 @@ function plan(nodes: Node[], initializerDims: Map<string, number[]>, logits: str
     else if (n.opType === 'MatMul' && n.inputs.length === 2 && weightDims(n.inputs[1] as string)) head = n;
     else if (n.opType === 'Gemm' && isConst(n.inputs[1] as string) && (n.ints.get('transA') ?? 0) === 0) head = n;
     else if (ELEMENTWISE.has(n.opType)) {
+      after.push(n);
       const live = n.inputs.filter((i) => !isConst(i));
       if (live.length !== 1) return `${n.opType} on the way to the logits mixes two computed tensors`;
       cur = live[0] as string;
-    } else if (UNARY.has(n.opType)) cur = n.inputs[0] as string;
-    else if (n.opType === 'Reshape') {
+    } else if (UNARY.has(n.opType)) {
+      after.push(n);
+      cur = n.inputs[0] as string;
+    } else if (n.opType === 'Reshape') {
       if (allowsZero(n)) return 'a Reshape with allowzero on the way to the logits';
+      after.push(n);
       reshapes.push(n);
       cur = n.inputs[0] as string;
     } else return `the logits come from ${n.opType}, not from a MatMul or Gemm with a weight`;
@@ -426,16 +545,150 @@ function plan(nodes: Node[], initializerDims: Map<string, number[]>, logits: str
   if (head.opType === 'Gemm' && entry === head)
     return 'a Gemm head whose input is not a flattened [batch, seq, hidden]';
   if (head.opType === 'Gemm' && reshapes.length === 0) return 'a Gemm head whose output is not reshaped to 3-D';
-  const found: Plan = { entry, hidden, head, vocab };
+  const found: Plan = { entry, hidden, head, vocab, after, producer };
   if (reshapes[0]) found.unflatten = reshapes[0];
   return found;
+}
+
+/** The largest 8-bit head the screen builds (its bytes go inline into the copy). */
+const MAX_SCREEN_BYTES = 256 * 1024 * 1024;
+/** A smaller vocabulary is scored in full faster than it is screened. */
+const MIN_SCREEN_VOCAB = 4096;
+/** Ops on the head's scores that leave every token's score its own (the screen adds the bias itself). */
+const SCREEN_PASSES = new Set(['Reshape', 'Identity']);
+
+/** The float32 values of an initializer and where they lie (raw bytes in the file, or external data); or why not. */
+function readFloats(
+  file: FileBytes,
+  folder: string,
+  f: WireField,
+  count: number,
+): { values: Float32Array; path: string; offset: number } | string {
+  const tensor = [...fields(file, f.valueStart, f.end)];
+  const name = (() => {
+    const n = tensor.find((g) => g.field === TENSOR_NAME);
+    return n ? text(file, n) : '?';
+  })();
+  const type = tensor.find((g) => g.field === TENSOR_DATA_TYPE)?.varint;
+  if (type !== TENSOR_FLOAT) return `the head's weight "${name}" is not float32`;
+  const out = new Float32Array(count);
+  const bytes = new Uint8Array(out.buffer);
+  const raw = tensor.find((g) => g.field === TENSOR_RAW_DATA && g.wire === WIRE_LEN);
+  if (raw) {
+    if (raw.end - raw.valueStart !== 4 * count)
+      return `"${name}" holds ${raw.end - raw.valueStart} bytes, not ${4 * count}`;
+    file.readInto(raw.valueStart, bytes);
+    return { values: out, path: file.path, offset: raw.valueStart };
+  }
+  const entries = new Map<string, string>();
+  for (const g of tensor) {
+    if (g.field !== TENSOR_EXTERNAL_DATA || g.wire !== WIRE_LEN) continue;
+    let key = '';
+    let value = '';
+    for (const e of fields(file, g.valueStart, g.end)) {
+      if (e.field === ENTRY_KEY) key = text(file, e);
+      else if (e.field === ENTRY_VALUE) value = text(file, e);
+    }
+    entries.set(key, value);
+  }
+  const location = entries.get('location');
+  if (!location) return `"${name}" stores its values in a way the screen does not read`;
+  const offset = Number(entries.get('offset') ?? 0);
+  const length = Number(entries.get('length') ?? 4 * count);
+  if (length !== 4 * count) return `"${name}" holds ${length} bytes, not ${4 * count}`;
+  const externalPath = path.join(folder, location);
+  const external = new FileBytes(externalPath);
+  try {
+    external.readInto(offset, bytes);
+  } finally {
+    external.close();
+  }
+  return { values: out, path: externalPath, offset };
+}
+
+/**
+ * The 8-bit screen of the head (head-screen.ts), built from its weights; or why the head is scored in full
+ * only. The head must be a MatMul or Gemm of a float32 weight whose scores reach the logits as they are, plus
+ * a bias per token at most (a Gemm's C, or one Add).
+ */
+function screenPlan(
+  file: FileBytes,
+  folder: string,
+  found: Plan,
+  initializers: Map<string, WireField>,
+  dimsOf: (name: string) => number[] | undefined,
+  anyVocab: boolean,
+): { screen: HeadScreen; head: PackedHead; gemmBias?: string } | string {
+  const { head, vocab } = found;
+  if (head.opType !== 'MatMul' && head.opType !== 'Gemm') return `the head is ${head.domain}.${head.opType}`;
+  if (vocab < MIN_SCREEN_VOCAB && !anyVocab) return `a vocabulary of ${vocab} is scored in full faster`;
+  const count = (dims: number[]) => dims.reduce((a, b) => a * b, 1);
+  const constant = (name: string) => initializers.get(name);
+  let biasName: string | undefined;
+  let gemmBias: string | undefined;
+  for (const n of found.after) {
+    if (SCREEN_PASSES.has(n.opType)) continue;
+    const other = n.inputs.find((i) => constant(i));
+    if (n.opType === 'Add' && biasName === undefined && other && count(dimsOf(other) ?? []) === vocab) {
+      const dims = dimsOf(other) ?? [];
+      if (dims.slice(0, -1).some((d) => d !== 1)) return `the head's bias "${other}" is not one row`;
+      biasName = other;
+      continue;
+    }
+    return `the head's scores go through ${n.opType} before they are the logits`;
+  }
+  let weightName = head.inputs[1] as string;
+  let layout: HeadLayout;
+  if (head.opType === 'Gemm') {
+    if ((head.floats.get('alpha') ?? 1) !== 1 || (head.floats.get('beta') ?? 1) !== 1) {
+      return 'the head Gemm scales its product or bias';
+    }
+    layout = (head.ints.get('transB') ?? 0) !== 0 ? 'vocab-major' : 'hidden-major';
+    const c = head.inputs[2];
+    if (c) {
+      if (biasName !== undefined || !constant(c) || count(dimsOf(c) ?? []) !== vocab) {
+        return `the head Gemm's C "${c}" is not one bias per token`;
+      }
+      biasName = c;
+      gemmBias = c;
+    }
+  } else if (constant(weightName)) layout = 'hidden-major';
+  else {
+    // A tied head: MatMul(h, Transpose(embedding)), plan() checked the transpose.
+    const t = found.producer.get(weightName);
+    const source = t?.inputs[0];
+    if (t?.opType !== 'Transpose' || !source || !constant(source)) return 'the head weight is not stored in the file';
+    weightName = source;
+    layout = 'vocab-major';
+  }
+  const dims = dimsOf(weightName) ?? [];
+  if (dims.length !== 2 || count(dims) % vocab !== 0) return `the head weight has dims [${dims.join(', ')}]`;
+  const hidden = count(dims) / vocab;
+  if (hidden % SCREEN_BLOCK !== 0) return `hidden size ${hidden} is not a multiple of ${SCREEN_BLOCK}`;
+  if (vocab * hidden > MAX_SCREEN_BYTES) return `an 8-bit head of ${vocab} × ${hidden} is over 256 MiB`;
+  const weight = readFloats(file, folder, constant(weightName) as WireField, vocab * hidden);
+  if (typeof weight === 'string') return weight;
+  let bias: Float32Array | null = null;
+  if (biasName !== undefined) {
+    const values = readFloats(file, folder, constant(biasName) as WireField, vocab);
+    if (typeof values === 'string') return values;
+    bias = values.values;
+  }
+  // A [vocab, hidden] head's rows are read from the file for the few candidates of each pick.
+  const rows = layout === 'vocab-major' ? new FileRows(weight.path, weight.offset, hidden) : undefined;
+  const built = buildHeadScreen(weight.values, layout, vocab, hidden, bias, rows);
+  return gemmBias === undefined ? built : { ...built, gemmBias };
 }
 
 /**
  * Builds the last-position copy of the graph at `graphPath` whose logits output
  * is `logits`. Reads the file's structure only (weights are referenced, not read).
  */
-export function lastPositionGraph(graphPath: string, logits: string): LastPositionResult {
+export function lastPositionGraph(
+  graphPath: string,
+  logits: string,
+  options: { screen?: boolean | 'always' } = {},
+): LastPositionResult {
   let file: FileBytes;
   try {
     file = new FileBytes(graphPath);
@@ -452,6 +705,7 @@ export function lastPositionGraph(graphPath: string, logits: string): LastPositi
     const graph = [...fields(file, graphField.valueStart, graphField.end)];
     const nodes: Node[] = [];
     const initializerDims = new Map<string, number[]>();
+    const initializers = new Map<string, WireField>();
     const taken = new Set<string>();
     for (const f of graph) {
       if (f.field === GRAPH_NODE && f.wire === WIRE_LEN) {
@@ -461,6 +715,7 @@ export function lastPositionGraph(graphPath: string, logits: string): LastPositi
       } else if (f.field === GRAPH_INITIALIZER && f.wire === WIRE_LEN) {
         const { name, dims } = tensorHeader(file, f.valueStart, f.end);
         initializerDims.set(name, dims);
+        initializers.set(name, f);
         taken.add(name);
       } else if (f.field === GRAPH_INPUT && f.wire === WIRE_LEN) {
         for (const g of fields(file, f.valueStart, f.end)) {
@@ -483,10 +738,49 @@ export function lastPositionGraph(graphPath: string, logits: string): LastPositi
       zero: `${tag}/zero`,
       two: `${tag}/two`,
       vocab: `${tag}/vocab`,
+      full: `${tag}/full`,
+      fullScores: `${tag}/full_scores`,
+      screened: `${tag}/screened`,
+      screenedRaw: `${tag}/screened_raw`,
+      packed: `${tag}/head_q8`,
+      scales: `${tag}/head_scales`,
     };
     if ([sliced, ...Object.values(names)].some((n) => taken.has(n))) {
       return { ok: false, reason: 'the graph already uses the names this rewrite needs' };
     }
+    const folder = path.dirname(graphPath);
+    const screening = options.screen
+      ? screenPlan(file, folder, found, initializers, (n) => initializerDims.get(n), options.screen === 'always')
+      : 'not asked for';
+    const headIn = found.entry === found.head ? sliced : (found.head.inputs[0] as string);
+    /** The head as an If: its own product when fed full, else the 8-bit product (plus its bias). */
+    const screenedHead = (screen: HeadScreen, gemmBias: string | undefined): Buffer => {
+      const head = found.head;
+      const inputs = new Map<number, string>(found.entry === head ? [[0, sliced]] : []);
+      const full = renameInputs(file, head, inputs, new Map([[0, names.fullScores]]));
+      const product = buildNode(
+        'MatMulNBits',
+        [headIn, names.packed, names.scales],
+        gemmBias ? names.screenedRaw : names.screened,
+        `${tag}/MatMulNBits`,
+        [
+          intAttribute('K', screen.hidden),
+          intAttribute('N', screen.vocab),
+          intAttribute('bits', 8),
+          intAttribute('block_size', SCREEN_BLOCK),
+          intAttribute('accuracy_level', 4),
+        ],
+        'com.microsoft',
+      );
+      const screened = gemmBias
+        ? [product, buildNode('Add', [names.screenedRaw, gemmBias], names.screened, `${tag}/ScreenBias`, [])]
+        : [product];
+      return buildNode('If', [names.full], head.outputs[0] as string, `${tag}/If`, [
+        branchAttribute('then_branch', [full], names.fullScores),
+        branchAttribute('else_branch', screened, names.screened),
+      ]);
+    };
+    const screenIf = typeof screening === 'string' ? null : screenedHead(screening.screen, screening.gemmBias);
     const location = path.basename(graphPath);
     const nodeOf = new Map(nodes.map((n) => [n.field, n]));
     const parts: Buffer[] = [];
@@ -501,7 +795,9 @@ export function lastPositionGraph(graphPath: string, logits: string): LastPositi
       if (node) {
         if (node === found.entry) {
           push(newNode('Slice', [found.hidden, names.starts, names.ends, names.axes], sliced, `${tag}/Slice`));
-          push(renameInputs(file, node, new Map([[0, sliced]])));
+          push(node === found.head && screenIf ? screenIf : renameInputs(file, node, new Map([[0, sliced]])));
+        } else if (node === found.head && screenIf) {
+          push(screenIf);
         } else if (node === found.unflatten) {
           // [rows, n, vocab]: the sliced hidden states' first two dims, then the vocabulary.
           push(newNode('Shape', [sliced], names.hiddenShape, `${tag}/Shape`));
@@ -529,10 +825,39 @@ export function lastPositionGraph(graphPath: string, logits: string): LastPositi
       push(int64Initializer(names.two, [2n]));
       push(int64Initializer(names.vocab, [BigInt(found.vocab)]));
     }
+    let screen: LastPositionScreen | undefined;
+    if (screenIf && typeof screening !== 'string') {
+      const q = screening.screen;
+      const { packed, scales } = screening.head;
+      // Bounded by MAX_SCREEN_BYTES rather than the structure's limit.
+      parts.push(
+        ...rawInitializer(names.packed, TENSOR_UINT8, [q.vocab, q.hidden / SCREEN_BLOCK, SCREEN_BLOCK], packed),
+        ...rawInitializer(names.scales, TENSOR_FLOAT, [scales.length], new Uint8Array(scales.buffer)),
+      );
+      push(lenField(GRAPH_INPUT, valueInfo(names.full, TENSOR_BOOL, [])));
+      push(lenField(GRAPH_OUTPUT, valueInfo(headIn, TENSOR_FLOAT)));
+      screen = { data: q, fullInput: names.full, hiddenOutput: headIn };
+    }
     const out: Buffer[] = [];
     for (const f of model) {
-      if (f === graphField) out.push(lenField(MODEL_GRAPH, Buffer.concat(parts)));
-      else out.push(copy(file, f.tagStart, f.end));
+      if (f === graphField) {
+        // The graph's fields go out as they are, after its header: one copy of the (screen's large) parts in all.
+        out.push(
+          lenHeader(
+            MODEL_GRAPH,
+            parts.reduce((n, b) => n + b.length, 0),
+          ),
+          ...parts,
+        );
+      } else out.push(copy(file, f.tagStart, f.end));
+    }
+    if (screen && !importsDomain(file, model, 'com.microsoft')) {
+      out.push(
+        lenField(
+          MODEL_OPSET_IMPORT,
+          Buffer.concat([stringField(OPSET_DOMAIN, 'com.microsoft'), varintField(OPSET_VERSION, 1)]),
+        ),
+      );
     }
     const detail = `LM head ${found.head.opType} fed the last position of "${found.hidden}"`;
     return {
@@ -542,6 +867,7 @@ export function lastPositionGraph(graphPath: string, logits: string): LastPositi
       vocab: found.vocab,
       startsInput: names.starts,
       detail,
+      ...(screen ? { screen } : { screenReason: typeof screening === 'string' ? screening : 'not built' }),
     };
   } catch (err) {
     if (err instanceof CopyTooBig) {

@@ -45,6 +45,16 @@ export class FileBytes {
     closeSync(this.fd);
   }
 
+  /** Fills `into` with the bytes from `pos` (large reads, straight from the file). */
+  readInto(pos: number, into: Uint8Array): void {
+    if (pos < 0 || pos + into.length > this.size) {
+      throw new RangeError(
+        `${this.path}: bytes ${pos}..${pos + into.length} lie outside the file (${this.size} bytes)`,
+      );
+    }
+    readFully(this.fd, into, pos);
+  }
+
   /** `len` bytes from `pos` (a view of the window when they lie in it: copy them to keep them). */
   read(pos: number, len: number): Buffer {
     if (pos < 0 || len < 0 || pos + len > this.size) {
@@ -69,7 +79,7 @@ export class FileBytes {
   }
 }
 
-function readFully(fd: number, into: Buffer, pos: number): void {
+function readFully(fd: number, into: Uint8Array, pos: number): void {
   let done = 0;
   while (done < into.length) {
     const n = readSync(fd, into, done, into.length - done, pos + done);
@@ -133,6 +143,11 @@ function varintBytes(value: number): number[] {
   }
   out.push(v);
   return out;
+}
+
+/** The tag and length of a length-delimited field whose payload of `length` bytes follows. */
+export function lenHeader(field: number, length: number): Buffer {
+  return Buffer.from([...varintBytes(field * 8 + WIRE_LEN), ...varintBytes(length)]);
 }
 
 /** A length-delimited field: tag, length, payload. */

@@ -1,0 +1,336 @@
+import { closeSync, openSync, readSync } from 'node:fs';
+
+/**
+ * Exact greedy picks without the full-precision LM head. A batch-1 decode
+ * step reads every weight once, and the head is among the largest: on the
+ * GPT-2 shape its 50257 × 768 float32 matrix is a quarter of a step. For a
+ * greedy pick only the argmax is needed, so the engine's graph copy can score
+ * the vocabulary with an 8-bit copy of the head instead (onnxruntime's
+ * MatMulNBits, a quarter of the bytes) and this module turns those approximate
+ * scores into the exact pick:
+ *
+ * - every approximate score s̃ₙ is within a bound Bₙ of the float32 score sₙ
+ *   (the weight rounding, at most half a quantization step per weight, times
+ *   ‖h‖₁; the 8-bit rounding of the hidden state, at most one step of its
+ *   largest entry, times the row's Σ|ŵ|; float rounding of either product);
+ * - any token whose upper bound s̃ₙ + Bₙ is below the best lower bound
+ *   max(s̃ₘ − Bₘ) cannot be the argmax; the few left (candidates) are scored
+ *   exactly here, in float64, from the head's weights, and the best is taken.
+ *
+ * The same pick runs on full float32 scores (a run that needed them for
+ * another row) with the float32 rounding as its bound, so a greedy row picks
+ * the same token in either kind of run, alone or in a batch. The bounds hold
+ * whatever the weights; a loose screen only costs more candidates.
+ */
+
+/** Weights per quantization block (MatMulNBits' block_size); the hidden size must be a multiple of it. */
+export const SCREEN_BLOCK = 32;
+/** 8-bit weights stored with this zero point (MatMulNBits' default for 8 bits). */
+const ZERO_POINT = 128;
+/**
+ * Float rounding of a float32 dot product of K terms is at most K·2⁻²⁴ of the sum of the terms' magnitudes
+ * (whatever the order of the additions); this covers K up to 1600 twice over, and the bound scales it by
+ * K / 768 above that.
+ */
+const ROUNDING_PER_768 = 1e-4;
+
+/** How the head's weight matrix is laid out in the file: [vocab, hidden] (a tied embedding) or [hidden, vocab]. */
+export type HeadLayout = 'vocab-major' | 'hidden-major';
+
+/**
+ * The head's float32 weights of one token at a time, for the exact scores: read from the model file where a
+ * token's weights lie together in it (a [vocab, hidden] matrix: the few candidates of a pick cost a read each,
+ * from the page cache, and the engine holds no second copy of the head), else from a transposed copy in memory.
+ */
+export interface HeadRows {
+  /** Σₖ h[hAt + k] · w[n][k], in float64. */
+  dot(n: number, h: Float32Array, hAt: number): number;
+  /** Bytes this source holds in memory. */
+  readonly bytes: number;
+  close(): void;
+}
+
+/** Rows held in memory, [vocab, hidden]. */
+export class MemoryRows implements HeadRows {
+  constructor(
+    private readonly data: Float32Array,
+    private readonly hidden: number,
+  ) {}
+  get bytes(): number {
+    return this.data.byteLength;
+  }
+  dot(n: number, h: Float32Array, hAt: number): number {
+    const data = this.data;
+    const from = n * this.hidden;
+    let sum = 0;
+    for (let k = 0; k < this.hidden; k++) sum += (h[hAt + k] as number) * (data[from + k] as number);
+    return sum;
+  }
+  close(): void {}
+}
+
+/** Rows read from a file where the [vocab, hidden] float32 matrix starts at `offset` (opened at first use). */
+export class FileRows implements HeadRows {
+  private fd: number | null = null;
+  private readonly row: Float32Array;
+  private readonly rowBytes: Uint8Array;
+  readonly bytes = 0;
+  constructor(
+    private readonly path: string,
+    private readonly offset: number,
+    private readonly hidden: number,
+  ) {
+    this.row = new Float32Array(hidden);
+    this.rowBytes = new Uint8Array(this.row.buffer);
+  }
+  dot(n: number, h: Float32Array, hAt: number): number {
+    this.fd ??= openSync(this.path, 'r');
+    const want = this.rowBytes.length;
+    let done = 0;
+    while (done < want) {
+      const got = readSync(this.fd, this.rowBytes, done, want - done, this.offset + n * want + done);
+      if (got === 0) throw new Error(`${this.path} ended before the head's row ${n}`);
+      done += got;
+    }
+    const row = this.row;
+    let sum = 0;
+    for (let k = 0; k < this.hidden; k++) sum += (h[hAt + k] as number) * (row[k] as number);
+    return sum;
+  }
+  close(): void {
+    if (this.fd !== null) closeSync(this.fd);
+    this.fd = null;
+  }
+}
+
+/** What the exact pick needs of the head. */
+export interface HeadScreen {
+  vocab: number;
+  hidden: number;
+  /** The float32 weights, one row per token, for the exact scores. */
+  rows: HeadRows;
+  /** The head's bias per token (added in the graph after the product), or null. */
+  bias: Float32Array | null;
+  /** Per token: half its largest quantization step (no weight of the row is rounded by more). */
+  halfStep: Float32Array;
+  /** Per token: Σ|ŵ| of its 8-bit weights as they multiply (the hidden state's rounding scales it). */
+  absSum: Float32Array;
+  /** Per token: the largest |w| or |ŵ| of its row (float rounding of either product scales it). */
+  absMax: Float32Array;
+}
+
+/** What a pick cost: how many tokens it scored exactly. */
+export interface PickStats {
+  candidates: number;
+}
+
+/** The 8-bit head onnxruntime multiplies by (MatMulNBits' B and scales). */
+export interface PackedHead {
+  /** [vocab, hidden / 32, 32] uint8, zero point 128. */
+  packed: Uint8Array;
+  /** [vocab × hidden / 32] float32. */
+  scales: Float32Array;
+}
+
+/**
+ * Builds the screen from the head's float32 weights (`weight`, in `layout`) and bias; its exact scores read
+ * `rows` when given (a [vocab, hidden] head read from its file), else a copy of the weights kept in memory.
+ * `hidden` must be a multiple of SCREEN_BLOCK.
+ */
+export function buildHeadScreen(
+  weight: Float32Array,
+  layout: HeadLayout,
+  vocab: number,
+  hidden: number,
+  bias: Float32Array | null,
+  fileRows?: HeadRows,
+): { screen: HeadScreen; head: PackedHead } {
+  if (hidden % SCREEN_BLOCK !== 0) throw new Error(`hidden size ${hidden} is not a multiple of ${SCREEN_BLOCK}`);
+  if (weight.length !== vocab * hidden) {
+    throw new Error(`the head holds ${weight.length} weights, not ${vocab} × ${hidden}`);
+  }
+  const blocks = hidden / SCREEN_BLOCK;
+  const packed = new Uint8Array(vocab * hidden);
+  const scales = new Float32Array(vocab * blocks);
+  const rows = layout === 'vocab-major' ? weight : transposed(weight, hidden, vocab);
+  const halfStep = new Float32Array(vocab);
+  const absSum = new Float32Array(vocab);
+  const absMax = new Float32Array(vocab);
+  for (let n = 0; n < vocab; n++) {
+    let step = 0;
+    let sum = 0;
+    let most = 0;
+    for (let b = 0; b < blocks; b++) {
+      const from = n * hidden + b * SCREEN_BLOCK;
+      const to = from + SCREEN_BLOCK;
+      let max = 0;
+      for (let i = from; i < to; i++) {
+        const w = rows[i] as number;
+        const a = w >= 0 ? w : -w;
+        // NaN (damaged weights) stays NaN here, and makes the row's bounds NaN: such a row is never ruled out.
+        if (!(a <= max)) max = a;
+      }
+      const scale = Math.fround(max / 127);
+      scales[n * blocks + b] = scale;
+      if (!(scale <= step)) step = scale;
+      if (!(max <= most)) most = max;
+      // Round to nearest: no weight moves by more than half a step (the clamp only ever trims a rounding).
+      const inverse = scale > 0 ? 1 / scale : 0;
+      let q1 = 0;
+      for (let i = from; i < to; i++) {
+        const x = (rows[i] as number) * inverse;
+        // Nearest, halves away from zero; |x| ≤ 127 up to rounding of the scale, so the clamp trims rounding only.
+        let q = x >= 0 ? (x + 0.5) | 0 : -((0.5 - x) | 0);
+        if (q > 127) q = 127;
+        else if (q < -127) q = -127;
+        packed[i] = q + ZERO_POINT;
+        q1 += q >= 0 ? q : -q;
+      }
+      sum += q1 * scale;
+    }
+    halfStep[n] = step / 2;
+    // A dequantized weight is at most half a step from its weight, so no larger than this.
+    absSum[n] = sum;
+    absMax[n] = most + step / 2;
+  }
+  const source = layout === 'vocab-major' && fileRows ? fileRows : new MemoryRows(rows, hidden);
+  return {
+    screen: { vocab, hidden, rows: source, bias, halfStep, absSum, absMax },
+    head: { packed, scales },
+  };
+}
+
+/** [rows, cols] row-major → [cols, rows], in tiles (a column walk over 150 MB would miss the cache at every read). */
+function transposed(m: Float32Array, rows: number, cols: number): Float32Array {
+  const out = new Float32Array(m.length);
+  const T = 64;
+  for (let r0 = 0; r0 < rows; r0 += T) {
+    for (let c0 = 0; c0 < cols; c0 += T) {
+      const r1 = Math.min(rows, r0 + T);
+      const c1 = Math.min(cols, c0 + T);
+      for (let r = r0; r < r1; r++) for (let c = c0; c < c1; c++) out[c * rows + r] = m[r * cols + c] as number;
+    }
+  }
+  return out;
+}
+
+/** What the bounds need of a hidden state: Σ|h| and max |h|. */
+interface Norms {
+  l1: number;
+  amax: number;
+}
+
+function normsOf(screen: HeadScreen, hiddenState: Float32Array, at: number): Norms {
+  let l1 = 0;
+  let amax = 0;
+  for (let k = 0; k < screen.hidden; k++) {
+    const a = Math.abs(hiddenState[at + k] as number);
+    l1 += a;
+    if (a > amax) amax = a;
+  }
+  return { l1, amax };
+}
+
+/**
+ * How far token n's `score` (screened, or float32) can be from its exact value: the weights' rounding to 8
+ * bits (half a step each, times Σ|h|) and the hidden state's (at most one step of its largest entry — half a
+ * step is the kernel's rounding; twice that, for safety —, times Σ|ŵ|) when screened; float rounding of the
+ * product and of the bias's addition either way.
+ */
+function boundOf(screen: HeadScreen, n: number, norms: Norms, screened: boolean, score: number): number {
+  const rounding = ROUNDING_PER_768 * Math.max(1, screen.hidden / 768) * norms.l1 * (screen.absMax[n] as number);
+  const quantized = screened
+    ? (screen.halfStep[n] as number) * norms.l1 + (norms.amax / 127) * (screen.absSum[n] as number)
+    : 0;
+  const bias = screen.bias ? 1e-6 * Math.abs(screen.bias[n] as number) : 0;
+  return quantized + rounding + bias + 1e-6 * Math.abs(score);
+}
+
+/**
+ * Memory a screen holds beside the model's weights: the 8-bit head and its scales (in onnxruntime), the
+ * per-token figures and bias, the rows kept in memory (none when read from the file), the pick's scratch.
+ */
+export function screenBytes(screen: HeadScreen): number {
+  const { vocab, hidden } = screen;
+  const packed = vocab * hidden + (vocab * hidden * 4) / SCREEN_BLOCK;
+  const perToken = 4 * vocab * (screen.bias ? 5 : 4);
+  return packed + perToken + screen.rows.bytes;
+}
+
+/** Scratch per screen: bounds of one pick. */
+const scratch = new WeakMap<HeadScreen, Float32Array>();
+
+/**
+ * The exact greedy pick of one position among tokens [0, limit): `scores` holds its vocabulary's approximate
+ * (`screened`) or float32 scores from `at`, `hiddenState` its head input from `hiddenAt`. The argmax of the
+ * scores computed exactly (float64) — the lowest id among equals. −1 when the hidden state or every
+ * candidate's score is not a number.
+ */
+export function exactPick(
+  screen: HeadScreen,
+  scores: Float32Array,
+  at: number,
+  hiddenState: Float32Array,
+  hiddenAt: number,
+  screened: boolean,
+  limit = screen.vocab,
+  stats?: PickStats,
+): number {
+  const { rows, bias } = screen;
+  const vocab = Math.min(limit, screen.vocab);
+  const norms = normsOf(screen, hiddenState, hiddenAt);
+  if (!Number.isFinite(norms.l1)) return -1;
+  let bounds = scratch.get(screen);
+  if (!bounds) {
+    bounds = new Float32Array(screen.vocab);
+    scratch.set(screen, bounds);
+  }
+  // The best lower bound; a NaN bound (damaged weights) keeps its row in, NaN scores keep it out.
+  let floor = Number.NEGATIVE_INFINITY;
+  for (let n = 0; n < vocab; n++) {
+    const s = scores[at + n] as number;
+    const b = boundOf(screen, n, norms, screened, s);
+    bounds[n] = b;
+    if (s - b > floor) floor = s - b;
+  }
+  let best = -1;
+  let bestScore = Number.NEGATIVE_INFINITY;
+  let count = 0;
+  for (let n = 0; n < vocab; n++) {
+    const s = scores[at + n] as number;
+    const b = bounds[n] as number;
+    if (!(s + b >= floor) && !Number.isNaN(b)) continue;
+    if (Number.isNaN(s)) continue;
+    count++;
+    const exact = (bias ? (bias[n] as number) : 0) + rows.dot(n, hiddenState, hiddenAt);
+    if (exact > bestScore) {
+      bestScore = exact;
+      best = n;
+    }
+  }
+  if (stats) stats.candidates = count;
+  return best;
+}
+
+/**
+ * The largest |screened − full| of one position's scores as a share of its bound (≤ 1 while the bound holds;
+ * NaN for scores that are not numbers): the engine's check of a screen before it trusts it.
+ */
+export function worstBoundShare(
+  screen: HeadScreen,
+  screenedScores: Float32Array,
+  fullScores: Float32Array,
+  hiddenState: Float32Array,
+): number {
+  const norms = normsOf(screen, hiddenState, 0);
+  let worst = 0;
+  for (let n = 0; n < screen.vocab; n++) {
+    // Each side's own bound: the screened score's and the full one's.
+    const bound =
+      boundOf(screen, n, norms, true, screenedScores[n] as number) +
+      boundOf(screen, n, norms, false, fullScores[n] as number);
+    const share = Math.abs((screenedScores[n] as number) - (fullScores[n] as number)) / bound;
+    if (!(share <= worst)) worst = share;
+  }
+  return worst;
+}

@@ -1,0 +1,183 @@
+/**
+ * The head's 8-bit screen (src/main/engine/head-screen.ts): whatever the
+ * weights and the hidden state, the pick from screened scores is the argmax of
+ * the exact scores. The screened scores here are computed as onnxruntime's
+ * MatMulNBits computes them at accuracy level 4 (the hidden state rounded to
+ * 8 bits per block of 32, integer products, scaled); the integration test
+ * (test/integration/head-screen.test.ts) runs the real kernel.
+ */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import {
+  buildHeadScreen,
+  exactPick,
+  FileRows,
+  MemoryRows,
+  SCREEN_BLOCK,
+  worstBoundShare,
+} from '../../../src/main/engine/head-screen';
+
+/** MatMulNBits (8 bits, zero point 128, accuracy level 4) on one hidden state. */
+function screenedScores(
+  built: ReturnType<typeof buildHeadScreen>,
+  h: Float32Array,
+  bias: Float32Array | null,
+): Float32Array {
+  const { vocab, hidden } = built.screen;
+  const { packed, scales } = built.head;
+  const blocks = hidden / SCREEN_BLOCK;
+  const qa = new Int32Array(hidden);
+  const sa = new Float32Array(blocks);
+  for (let b = 0; b < blocks; b++) {
+    let amax = 0;
+    for (let k = b * SCREEN_BLOCK; k < (b + 1) * SCREEN_BLOCK; k++) amax = Math.max(amax, Math.abs(h[k] as number));
+    const scale = Math.fround(amax / 127);
+    sa[b] = scale;
+    for (let k = b * SCREEN_BLOCK; k < (b + 1) * SCREEN_BLOCK; k++) {
+      qa[k] = scale > 0 ? Math.round((h[k] as number) / scale) : 0;
+    }
+  }
+  const out = new Float32Array(vocab);
+  for (let n = 0; n < vocab; n++) {
+    let acc = 0;
+    for (let b = 0; b < blocks; b++) {
+      let dot = 0;
+      for (let k = b * SCREEN_BLOCK; k < (b + 1) * SCREEN_BLOCK; k++) {
+        dot += (qa[k] as number) * ((packed[n * hidden + k] as number) - 128);
+      }
+      acc = Math.fround(acc + Math.fround((sa[b] as number) * (scales[n * blocks + b] as number)) * dot);
+    }
+    out[n] = Math.fround(acc + (bias ? (bias[n] as number) : 0));
+  }
+  return out;
+}
+
+/** The scores in float64, and their argmax (lowest id among equals). */
+function exactArgmax(w: Float32Array, h: Float32Array, bias: Float32Array | null, vocab: number, hidden: number) {
+  const scores = new Float64Array(vocab);
+  let best = 0;
+  for (let n = 0; n < vocab; n++) {
+    let s = bias ? (bias[n] as number) : 0;
+    for (let k = 0; k < hidden; k++) s += (h[k] as number) * (w[n * hidden + k] as number);
+    scores[n] = s;
+    if (s > (scores[best] as number)) best = n;
+  }
+  return { scores, best };
+}
+
+const case_ = fc.record({
+  vocab: fc.integer({ min: 2, max: 300 }),
+  blocks: fc.integer({ min: 1, max: 3 }),
+  seed: fc.integer({ min: 1, max: 2 ** 30 }),
+  spread: fc.constantFrom(0.02, 1, 30),
+  withBias: fc.boolean(),
+  /** Copies one row onto another, nudged by this much: ties and near ties. */
+  twin: fc.option(fc.constantFrom(0, 1e-7, 1e-5, 1e-3), { nil: undefined }),
+  transposed: fc.boolean(),
+});
+
+interface Case {
+  vocab: number;
+  blocks: number;
+  seed: number;
+  spread: number;
+  withBias: boolean;
+  twin?: number | undefined;
+  transposed: boolean;
+}
+
+function makeCase(c: Case) {
+  let state = c.seed;
+  const rand = () => {
+    state = (Math.imul(state, 1103515245) + 12345) >>> 0;
+    return state / 2 ** 32 - 0.5;
+  };
+  const hidden = c.blocks * SCREEN_BLOCK;
+  const w = Float32Array.from({ length: c.vocab * hidden }, () => rand() * c.spread);
+  if (c.twin !== undefined && c.vocab > 2) {
+    for (let k = 0; k < hidden; k++) w[2 * hidden + k] = (w[1 * hidden + k] as number) + (k === 0 ? c.twin : 0);
+  }
+  const h = Float32Array.from({ length: hidden }, () => rand() * 4);
+  const bias = c.withBias ? Float32Array.from({ length: c.vocab }, () => rand()) : null;
+  // The same weights as a [hidden, vocab] matrix, for the other layout.
+  const byHidden = new Float32Array(w.length);
+  for (let n = 0; n < c.vocab; n++)
+    for (let k = 0; k < hidden; k++) byHidden[k * c.vocab + n] = w[n * hidden + k] as number;
+  const built = c.transposed
+    ? buildHeadScreen(byHidden, 'hidden-major', c.vocab, hidden, bias)
+    : buildHeadScreen(Float32Array.from(w), 'vocab-major', c.vocab, hidden, bias);
+  return { w, h, bias, hidden, screen: built.screen, built };
+}
+
+describe('exact greedy picks from the 8-bit screen of the head', () => {
+  it('pick the exact argmax from screened scores, and from float32 scores, whatever the weights', () => {
+    fc.assert(
+      fc.property(case_, (c) => {
+        const { w, h, bias, hidden, screen, built } = makeCase(c);
+        const want = exactArgmax(w, h, bias, c.vocab, hidden);
+        const screened = screenedScores(built, h, bias);
+        const full = Float32Array.from(want.scores);
+        const stats = { candidates: 0 };
+        expect(exactPick(screen, screened, 0, h, 0, true, c.vocab, stats)).toBe(want.best);
+        expect(stats.candidates).toBeGreaterThanOrEqual(1);
+        expect(exactPick(screen, full, 0, h, 0, false)).toBe(want.best);
+        // Each screened score lies within its bound of the full one.
+        expect(worstBoundShare(screen, screened, full, h)).toBeLessThanOrEqual(1);
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('rules out most of a vocabulary of spread-out scores, and reads the scores where it is told to', () => {
+    const c = { vocab: 4000, blocks: 2, seed: 7, spread: 1, withBias: false, twin: undefined, transposed: false };
+    const { w, h, hidden, screen, built } = makeCase(c);
+    const want = exactArgmax(w, h, null, c.vocab, hidden);
+    const screened = screenedScores(built, h, null);
+    // The position sits at an offset in a batch's rows; so does its hidden state.
+    const rows = new Float32Array(3 * c.vocab).fill(Number.NaN);
+    rows.set(screened, c.vocab);
+    const states = new Float32Array(3 * hidden);
+    states.set(h, 2 * hidden);
+    const stats = { candidates: 0 };
+    expect(exactPick(screen, rows, c.vocab, states, 2 * hidden, true, c.vocab, stats)).toBe(want.best);
+    expect(stats.candidates).toBeLessThan(c.vocab / 20);
+  });
+
+  it('never picks past the limit (tokens the vocabulary pads with), and says when nothing is a number', () => {
+    const c = { vocab: 64, blocks: 1, seed: 3, spread: 1, withBias: false, twin: undefined, transposed: false };
+    const { w, h, hidden, screen } = makeCase(c);
+    const full = Float32Array.from(exactArgmax(w, h, null, c.vocab, hidden).scores);
+    const best = exactArgmax(w.subarray(0, 10 * hidden), h, null, 10, hidden).best;
+    expect(exactPick(screen, full, 0, h, 0, false, 10)).toBe(best);
+    expect(exactPick(screen, full, 0, new Float32Array(hidden).fill(Number.NaN), 0, false)).toBe(-1);
+    expect(exactPick(screen, new Float32Array(c.vocab).fill(Number.NaN), 0, h, 0, false)).toBe(-1);
+  });
+});
+
+describe("the head's rows read from the model file", () => {
+  it('score as the rows in memory do, wherever the matrix starts in the file', () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-head-rows-'));
+    try {
+      const vocab = 50;
+      const hidden = 64;
+      const w = Float32Array.from({ length: vocab * hidden }, (_, i) => Math.sin(i * 1.7));
+      const h = Float32Array.from({ length: 2 * hidden }, (_, i) => Math.cos(i));
+      const file = path.join(dir, 'weights.bin');
+      // Seven bytes before the matrix: an offset that is not a multiple of 4, as raw_data inside a .onnx is.
+      writeFileSync(file, Buffer.concat([Buffer.alloc(7, 1), Buffer.from(w.buffer)]));
+      const rows = new FileRows(file, 7, hidden);
+      const memory = new MemoryRows(w, hidden);
+      for (const n of [0, 1, 17, vocab - 1]) expect(rows.dot(n, h, hidden)).toBe(memory.dot(n, h, hidden));
+      rows.close();
+      // Closed, a row read again opens the file again.
+      expect(rows.dot(3, h, 0)).toBe(memory.dot(3, h, 0));
+      rows.close();
+      expect(() => new FileRows(file, 7, hidden).dot(vocab, h, 0)).toThrow(/ended before the head's row 50/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
