@@ -14,6 +14,7 @@ import { KvdeskError } from '../../shared/errors';
 import type { KvTensorSpec, ModelSpec } from '../../shared/model-spec';
 import type { GenerationHooks, GenerationJob, GenerationOutcome } from './decoder';
 import { commonPrefix, idTensor, maskTensor } from './feeds';
+import { exactPick } from './head-screen';
 import { constraintFor } from './json-constraint';
 import {
   concatBatch,
@@ -25,10 +26,11 @@ import {
   trimSeqLeft,
   truncateSeq,
 } from './kv-cache';
+import type { LastPositionScreen } from './last-position';
 import { type LogitsRows, logitsRows } from './logits';
 import { type Drafter, LOOKUP_MAX_REST, LOOKUP_MAX_REST_PREDICTED } from './lookup';
 import type { FinishReason, StepLogprob } from './protocol';
-import { logprobsOf, Sampler } from './sampling';
+import { logprobsOf, notANumber, Sampler } from './sampling';
 
 type RunFn = (feeds: Record<string, ort.Tensor>) => Promise<ort.InferenceSession.OnnxValueMapType>;
 
@@ -158,6 +160,12 @@ export interface LookupDecoding {
   startsInput?: string;
 }
 
+/** Logits rows, with the head's input of each scored position when the graph copy screens its head. */
+type ScoredRows = LogitsRows & { hidden?: Float32Array; screened?: boolean };
+
+/** The screen's input fed false: score the vocabulary with the 8-bit head. */
+const SCREENED = new ort.Tensor('bool', Uint8Array.of(0), []);
+
 /** Seed of row `i` of a request: distinct per row, row 0 unchanged. */
 export function rowSeed(seed: number, i: number): number {
   return i === 0 ? seed : (seed + Math.imul(i, 0x9e3779b1)) >>> 0;
@@ -181,6 +189,11 @@ export class ContinuousBatcher {
     private readonly chunkTokens: number = PREFILL_CHUNK_TOKENS,
     /** Drafts checked while one stream runs alone; null: one token per run, always. */
     private readonly lookup: LookupDecoding | null = null,
+    /**
+     * The graph copy's 8-bit screen of the head (head-screen.ts): a run whose rows all pick greedily, plainly,
+     * scores with it; every greedy pick is exact either way. Null: every run scores in full.
+     */
+    private readonly screen: LastPositionScreen | null = null,
   ) {
     if (!Number.isInteger(chunkTokens) || chunkTokens < 1) {
       throw new KvdeskError('INTERNAL', `prefill chunk must be a positive whole number of tokens, got ${chunkTokens}`);
@@ -324,11 +337,25 @@ export class ContinuousBatcher {
   }
 
   /** The run's logits rows: each row's last position, or every position (a draft check). */
-  private logitsOf(out: ort.InferenceSession.OnnxValueMapType, every = false): LogitsRows {
+  private logitsOf(out: ort.InferenceSession.OnnxValueMapType, every = false, screened = false): ScoredRows {
     const name = this.spec.ports.logits.name;
     const t = out[name];
     if (!t) throw new KvdeskError('ENGINE_FAILED', `the graph produced no ${name} output`);
-    return logitsRows(t as ort.Tensor, every);
+    const rows: ScoredRows = logitsRows(t as ort.Tensor, every);
+    const hidden = this.screen ? out[this.screen.hiddenOutput] : undefined;
+    if (hidden?.type === 'float32') {
+      rows.hidden = hidden.data as Float32Array;
+      rows.screened = screened;
+    } else if (screened) throw new KvdeskError('ENGINE_FAILED', 'a screened run gave no hidden state to pick from');
+    return rows;
+  }
+
+  /** Greedy picks made exactly from the head's screen (screened) or from full scores, and what they cost. */
+  readonly screenStats = { screenedPicks: 0, fullPicks: 0, candidates: 0 };
+
+  /** Whether every row of the batch picks greedily from the scores as they are (and asks for no logprobs). */
+  private allPlain(): boolean {
+    return this.rows.every((r) => (r.req.samplers[r.index] as Sampler).plainGreedy && r.req.job.logprobs === undefined);
   }
 
   private presents(out: ort.InferenceSession.OnnxValueMapType): Map<string, ort.Tensor> {
@@ -357,7 +384,7 @@ export class ContinuousBatcher {
    * Samples one token for each live row of a member from the logits rows given (at position `at` of each
    * row; its last by default).
    */
-  private sampleMember(m: Member, logits: LogitsRows, batchIndexOf: (r: Row) => number, at = logits.seq - 1): void {
+  private sampleMember(m: Member, logits: ScoredRows, batchIndexOf: (r: Row) => number, at = logits.seq - 1): void {
     const ids: number[] = new Array(m.rows.length).fill(-1);
     const top = m.job.logprobs;
     const logprobs: Array<StepLogprob | null> | undefined = top !== undefined ? ids.map(() => null) : undefined;
@@ -369,7 +396,26 @@ export class ContinuousBatcher {
       const sampler = m.samplers[row.index] as Sampler;
       let id: number;
       try {
-        id = sampler.sample(logits.data, offset, vocab);
+        const screen = this.screen;
+        if (screen && logits.hidden && sampler.plainGreedy && top === undefined) {
+          const stats = { candidates: 0 };
+          const hiddenAt = (offset / logits.vocab) * screen.data.hidden;
+          id = exactPick(
+            screen.data,
+            logits.data,
+            offset,
+            logits.hidden,
+            hiddenAt,
+            logits.screened === true,
+            vocab,
+            stats,
+          );
+          if (id < 0) throw notANumber();
+          sampler.took(id);
+          if (logits.screened) this.screenStats.screenedPicks++;
+          else this.screenStats.fullPicks++;
+          this.screenStats.candidates += stats.candidates;
+        } else id = sampler.sample(logits.data, offset, vocab);
       } catch (err) {
         // Scores that are not numbers: this request fails (damaged weights fail every request the same way; an
         // overflow for one input, only that one).
@@ -649,7 +695,7 @@ export class ContinuousBatcher {
   private async forward(
     inputs: number[][],
     hooks: GenerationHooks,
-  ): Promise<{ past: Map<string, ort.Tensor>; logits: LogitsRows }> {
+  ): Promise<{ past: Map<string, ort.Tensor>; logits: ScoredRows }> {
     const ports = this.spec.ports;
     const B = this.rows.length;
     const n = (inputs[0] as number[]).length;
@@ -670,6 +716,8 @@ export class ContinuousBatcher {
     }
     const startsInput = this.lookup?.startsInput;
     if (n > 1 && startsInput) feeds[startsInput] = new ort.Tensor('int64', BigInt64Array.of(BigInt(-n)), [1]);
+    const screened = this.screen !== null && this.allPlain();
+    if (screened) feeds[(this.screen as LastPositionScreen).fullInput] = SCREENED;
     for (const t of this.kvTensors) feeds[t.past] = this.past.get(t.past) as ort.Tensor;
     const out = await this.runCounted(hooks, feeds);
     // Drop the last references to the previous KV at once (the async frame keeps `feeds` alive until the
@@ -677,7 +725,7 @@ export class ContinuousBatcher {
     for (const t of this.kvTensors) delete feeds[t.past];
     const past = this.presents(out);
     this.checkBytes(past, B, L + n);
-    return { past, logits: this.logitsOf(out, n > 1) };
+    return { past, logits: this.logitsOf(out, n > 1, screened) };
   }
 
   private async step(): Promise<void> {

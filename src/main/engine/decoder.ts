@@ -9,9 +9,10 @@ import { KvdeskError } from '../../shared/errors';
 import type { KvTensorSpec, ModelSpec } from '../../shared/model-spec';
 import { ContinuousBatcher, type LookupDecoding, PREFILL_CHUNK_TOKENS, rowSeed } from './batcher';
 import { idTensor } from './feeds';
+import { exactPick, screenBytes, worstBoundShare } from './head-screen';
 import type { ReplyForm } from './json-constraint';
 import { emptyPast } from './kv-cache';
-import { lastPositionGraph } from './last-position';
+import { type LastPositionScreen, lastPositionGraph } from './last-position';
 import { logitsRows } from './logits';
 import { LOOKUP_DRAFT_TOKENS, lookupDraft } from './lookup';
 import type {
@@ -134,8 +135,17 @@ function probeFeeds(
 export async function lastPositionSession(
   spec: ModelSpec,
   options: ort.InferenceSession.SessionOptions,
-): Promise<{ session: ort.InferenceSession | null; logits: LogitsPositions; startsInput?: string; window?: boolean }> {
-  const rewrite = lastPositionGraph(spec.graphPath, spec.ports.logits.name);
+  screen: boolean | 'always' = false,
+): Promise<{
+  session: ort.InferenceSession | null;
+  logits: LogitsPositions;
+  startsInput?: string;
+  window?: boolean;
+  screen?: LastPositionScreen;
+  /** The copy's input that asks for full scores (fed true unless a run screens), with or without a checked screen. */
+  fullInput?: string;
+}> {
+  const rewrite = lastPositionGraph(spec.graphPath, spec.ports.logits.name, { screen });
   if (!rewrite.ok) return { session: null, logits: { last: false, detail: rewrite.reason } };
   let session: ort.InferenceSession | null = null;
   try {
@@ -147,7 +157,8 @@ export async function lastPositionSession(
     const name = spec.ports.logits.name;
     const ids = [1, 2, 3].map((i) => i % Math.max(1, spec.vocabSize));
     const created = session;
-    const run = (feeds: Record<string, ort.Tensor>) => created.run(scoringLast(feeds, rewrite.startsInput));
+    const fullInput = rewrite.screen?.fullInput;
+    const run = (feeds: Record<string, ort.Tensor>) => created.run(scoringLast(feeds, rewrite.startsInput, fullInput));
     const whole = (await run(probeFeeds(spec, [ids])))[name] as ort.Tensor | undefined;
     const dims = whole?.dims ?? [];
     if (!whole || dims.length !== 3 || dims[0] !== 1 || dims[1] !== 1 || dims[2] !== rewrite.vocab) {
@@ -164,13 +175,74 @@ export async function lastPositionSession(
         `its logits for a prompt differ from those of its last token decoded step by step (by ${gap} of their scale)`,
       );
     }
-    const window = await windowChecked(session, spec, rewrite.startsInput, ids, whole, prefix);
-    return { session, logits: { last: true, detail: rewrite.detail }, startsInput: rewrite.startsInput, window };
+    const window = await windowChecked(session, spec, rewrite.startsInput, ids, whole, prefix, fullInput);
+    const logits: LogitsPositions = { last: true, detail: rewrite.detail };
+    let checkedScreen: LastPositionScreen | undefined;
+    if (rewrite.screen) {
+      const why = await screenChecked(created, spec, rewrite.screen, rewrite.startsInput, ids, whole);
+      const { vocab, hidden } = rewrite.screen.data;
+      if (why === null) {
+        checkedScreen = rewrite.screen;
+        logits.screen = `greedy picks from an 8-bit copy of the LM head, checked exactly (${vocab} × ${hidden})`;
+        logits.screenBytes = screenBytes(rewrite.screen.data);
+      } else {
+        // The copy still has the screen's input: every run feeds it true (full scores).
+        rewrite.screen.data.rows.close();
+        logits.screen = `the LM head is scored in full: its 8-bit screen ${why}`;
+      }
+    } else if (screen) logits.screen = `the LM head is scored in full: ${rewrite.screenReason ?? 'no screen'}`;
+    return {
+      session,
+      logits,
+      startsInput: rewrite.startsInput,
+      window,
+      ...(checkedScreen ? { screen: checkedScreen } : {}),
+      ...(fullInput ? { fullInput } : {}),
+    };
   } catch (err) {
     await session?.release().catch(() => undefined);
+    if (rewrite.screen) rewrite.screen.data.rows.close();
     const reason = err instanceof Error ? err.message : String(err);
     return { session: null, logits: { last: false, detail: `the last-position copy was not used: ${reason}` } };
   }
+}
+
+/**
+ * Null when the copy's screened run of the probe prompt scores every token within the screen's bound of the
+ * full run, and both give the same exact pick; else what went wrong (the head is then scored in full).
+ */
+async function screenChecked(
+  session: ort.InferenceSession,
+  spec: ModelSpec,
+  screen: LastPositionScreen,
+  startsInput: string,
+  ids: number[],
+  whole: ort.Tensor,
+): Promise<string | null> {
+  try {
+    const feeds = probeFeeds(spec, [ids]);
+    feeds[screen.fullInput] = new ort.Tensor('bool', Uint8Array.of(0), []);
+    const out = await session.run(scoringLast(feeds, startsInput));
+    const screened = out[spec.ports.logits.name] as ort.Tensor | undefined;
+    const hidden = out[screen.hiddenOutput] as ort.Tensor | undefined;
+    if (!screened || !hidden || screened.type !== 'float32' || hidden.type !== 'float32') return 'gave no scores';
+    const full = whole.data as Float32Array;
+    const h = hidden.data as Float32Array;
+    const share = worstBoundShare(screen.data, screened.data as Float32Array, full, h);
+    if (!(share <= 1)) return `scored a token outside its bound (${share.toFixed(2)} of it)`;
+    const vocab = Math.min(spec.vocabSize, screen.data.vocab);
+    const a = exactPick(screen.data, screened.data as Float32Array, 0, h, 0, true, vocab);
+    const b = exactPick(screen.data, full, 0, h, 0, false, vocab);
+    return a === b && a >= 0 ? null : `picked token ${a} where the full head picks ${b}`;
+  } catch (err) {
+    return `could not run (${err instanceof Error ? err.message : String(err)})`;
+  }
+}
+
+/** KVDESK_HEAD_SCREEN: 0 turns the head's screen off, `always` screens any vocabulary. */
+function screenFromEnv(value: string | undefined): boolean | 'always' {
+  if (value === '0') return false;
+  return value === 'always' ? 'always' : true;
 }
 
 /** Two runs' rounding apart, relative to the logits' scale: a few units in the last place of their precision. */
@@ -192,16 +264,26 @@ function logitsGap(a: Float32Array, b: Float32Array): number {
 
 /** The start input fed −1 (the last position), shared by every run that scores one position per row. */
 let lastStart: ort.Tensor | null = null;
+/** The screen's input fed true (score the vocabulary in full), shared by every run that does not screen. */
+let fullScores: ort.Tensor | null = null;
 
 /**
  * The feeds of a run of the last-position copy, its start input set to −1
  * unless the run sets it (a lookup check); the feeds as they are for a graph
  * without one.
  */
-export function scoringLast(feeds: Record<string, ort.Tensor>, startsInput: string | undefined) {
+export function scoringLast(
+  feeds: Record<string, ort.Tensor>,
+  startsInput: string | undefined,
+  fullInput?: string | undefined,
+) {
   if (startsInput !== undefined && !(startsInput in feeds)) {
     lastStart ??= new ort.Tensor('int64', BigInt64Array.of(-1n), [1]);
     feeds[startsInput] = lastStart;
+  }
+  if (fullInput !== undefined && !(fullInput in feeds)) {
+    fullScores ??= new ort.Tensor('bool', Uint8Array.of(1), []);
+    feeds[fullInput] = fullScores;
   }
   return feeds;
 }
@@ -219,12 +301,13 @@ async function windowChecked(
   ids: number[],
   whole: ort.Tensor,
   prefix: ort.InferenceSession.OnnxValueMapType,
+  fullInput: string | undefined,
 ): Promise<boolean> {
   const name = spec.ports.logits.name;
   try {
     const feeds = probeFeeds(spec, [ids]);
     feeds[startsInput] = new ort.Tensor('int64', BigInt64Array.from([-3n]), [1]);
-    const three = (await session.run(feeds))[name] as ort.Tensor | undefined;
+    const three = (await session.run(scoringLast(feeds, undefined, fullInput)))[name] as ort.Tensor | undefined;
     if (!three || three.dims.join() !== [1, 3, whole.dims[2]].join()) return false;
     const rows = logitsRows(three, true).data;
     const vocab = whole.dims[2] as number;
@@ -272,6 +355,10 @@ export class LoadedDecoder {
     readonly lookup: LookupDecoding | null,
     /** The last-position copy's start input, fed −1 in every run that does not set it. */
     private readonly startsInput?: string,
+    /** The copy's screened head (head-screen.ts), checked; null when its check failed or there is none. */
+    private readonly screen: LastPositionScreen | null = null,
+    /** The copy's input that asks for full scores: fed true in every run that does not set it. */
+    private readonly fullInput?: string,
   ) {
     this.batcher = new ContinuousBatcher(
       spec,
@@ -280,13 +367,14 @@ export class LoadedDecoder {
       () => this.batchable,
       prefillChunkTokens,
       lookup,
+      screen,
     );
     this.staticRunner =
       spec.kv.kind === 'static'
         ? new StaticCacheRunner(
             spec,
             spec.kv.cache,
-            (feeds, fetches) => session.run(scoringLast(feeds, startsInput), fetches),
+            (feeds, fetches) => session.run(scoringLast(feeds, startsInput, fullInput), fetches),
             prefillChunkTokens,
           )
         : null;
@@ -294,7 +382,7 @@ export class LoadedDecoder {
   }
 
   private run(feeds: Record<string, ort.Tensor>): Promise<ort.InferenceSession.OnnxValueMapType> {
-    return this.session.run(scoringLast(feeds, this.startsInput));
+    return this.session.run(scoringLast(feeds, this.startsInput, this.fullInput));
   }
 
   /** One tiny two-row run at load time tells whether batching works for this graph. */
@@ -325,12 +413,26 @@ export class LoadedDecoder {
     let session: ort.InferenceSession | null = null;
     let startsInput: string | undefined;
     let window = false;
+    let screen: LastPositionScreen | undefined;
+    let fullInput: string | undefined;
+    // A static cache's rows take turns through their own loop (static-cache.ts), which does not screen.
+    const asked = options.headScreen ?? screenFromEnv(process.env.KVDESK_HEAD_SCREEN);
+    const screening = spec.kv.kind === 'dynamic' ? asked : false;
     if (options.lastPositionLogits !== false) {
       const packageFolder = entries[EXTERNAL_FOLDER_KEY];
       if (packageFolder !== undefined && !sameFolder(packageFolder, spec.graphPath)) {
         // The copy points onnxruntime at the graph's own folder for its weights; the package chose another one.
         logits = { last: false, detail: `the package sets ${EXTERNAL_FOLDER_KEY} to another folder than its graph's` };
-      } else ({ session, logits, startsInput, window = false } = await lastPositionSession(spec, sessionOptions));
+      } else {
+        ({
+          session,
+          logits,
+          startsInput,
+          window = false,
+          screen,
+          fullInput,
+        } = await lastPositionSession(spec, sessionOptions, screening));
+      }
     }
     try {
       session ??= await ort.InferenceSession.create(spec.graphPath, sessionOptions);
@@ -361,9 +463,16 @@ export class LoadedDecoder {
       logits,
       lookup,
       startsInput,
+      screen ?? null,
+      fullInput,
     );
     await decoder.probeBatch();
     return decoder;
+  }
+
+  /** Greedy picks made from the head's screen or from full scores (both exact), and the tokens scored exactly. */
+  get screenStats(): { screenedPicks: number; fullPicks: number; candidates: number } {
+    return this.batcher.screenStats;
   }
 
   /** Largest batch a decode step has run. */
@@ -377,6 +486,7 @@ export class LoadedDecoder {
   }
 
   async dispose(): Promise<void> {
+    this.screen?.data.rows.close();
     await this.session.release();
   }
 

@@ -48,6 +48,12 @@ export interface EngineSessionOptions {
   prefillChunkTokens?: number;
   /** Feed the LM head the last position only (last-position.ts); default true. */
   lastPositionLogits?: boolean;
+  /**
+   * Whether plain greedy steps score the vocabulary with an 8-bit screen of the LM head and pick exactly from it
+   * (head-screen.ts); default true (for vocabularies of 4096 tokens or more), unless KVDESK_HEAD_SCREEN=0 is set.
+   * 'always' (or KVDESK_HEAD_SCREEN=always) screens any vocabulary: tests use it on small models.
+   */
+  headScreen?: boolean | 'always';
   /** Lookup decoding (lookup.ts): tokens one check drafts at most; 0 turns it off; default LOOKUP_DRAFT_TOKENS. */
   lookupDraftTokens?: number;
 }
@@ -60,6 +66,10 @@ export interface LogitsPositions {
   last: boolean;
   /** What was changed, or why the graph loaded as it is. */
   detail: string;
+  /** Greedy picks: from the head's 8-bit screen, exact (head-screen.ts), or why the head is scored in full. */
+  screen?: string;
+  /** Memory the screen holds beside the weights (its 8-bit head in onnxruntime, and what the exact pick reads). */
+  screenBytes?: number;
 }
 
 /** The engine's reply to `load`. */

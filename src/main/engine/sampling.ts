@@ -165,6 +165,20 @@ export class Sampler {
     return this.params.greedy || this.params.temperature <= 0;
   }
 
+  /**
+   * True when the pick is the argmax of the scores as they are: greedy, no penalty, bias or constraint. Such a
+   * pick may come from the head's screen instead (head-screen.ts), then be recorded with `took`.
+   */
+  get plainGreedy(): boolean {
+    return (
+      this.isGreedy &&
+      this.seen === undefined &&
+      this.counts === undefined &&
+      this.logitBias.length === 0 &&
+      this.constraint === undefined
+    );
+  }
+
   /** True once a constrained reply is complete: its JSON object closed. */
   get finished(): boolean {
     return this.constraint?.done ?? false;
@@ -180,10 +194,15 @@ export class Sampler {
     // Scores that are not numbers everywhere (the pick fell on one): the model computes nothing usable, and
     // writing on would be a reply of token 0 over and over, said to be fine.
     if (Number.isNaN(logits[offset + id])) throw notANumber();
+    this.took(id);
+    return id;
+  }
+
+  /** Records a token picked outside `sample` (a screened greedy pick) for the penalties and the constraint. */
+  took(id: number): void {
     if (this.seen) this.remember(id);
     if (this.counts) this.counts.set(id, (this.counts.get(id) ?? 0) + 1);
     this.constraint?.accept(id);
-    return id;
   }
 
   /** Adds a token to the repetition penalty's history; with a window, the oldest token leaves a full one. */
@@ -300,7 +319,7 @@ export class Sampler {
 }
 
 /** The model's scores are not numbers: its weights (or the graph's arithmetic) are damaged, not the request. */
-function notANumber(): KvdeskError {
+export function notANumber(): KvdeskError {
   return new KvdeskError(
     'PACKAGE_INVALID',
     "The model's scores for the next token are not numbers (NaN): its weights are most likely damaged (a download or copy cut short, or a bad export), or its arithmetic overflowed on this input (a float16 model). If every reply fails so, replace the package: download or export it again.",

@@ -456,7 +456,10 @@ export class RunnerService {
 
   private computeBudget(device: { key: string; nvidia?: NvidiaMemoryResult }) {
     let weights = 0;
-    for (const m of this.models.values()) if (m.device === device.key) weights += m.spec.weightsBytes;
+    // A model's weights, and the 8-bit copy of its LM head the engine holds beside them (head-screen.ts).
+    for (const m of this.models.values()) {
+      if (m.device === device.key) weights += m.spec.weightsBytes + (m.logits.screenBytes ?? 0);
+    }
     const s = this.settings;
     const override = device.key === CPU_DEVICE ? s.kvBudgetBytes : s.deviceKvBudgetBytes?.[device.key];
     return deriveHostDeviceBudget({

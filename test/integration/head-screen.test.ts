@@ -1,0 +1,216 @@
+/**
+ * The LM head's 8-bit screen on the real onnxruntime-node (MatMulNBits):
+ * greedy steps whose rows all pick plainly score the vocabulary with the 8-bit
+ * copy and pick exactly from it; every other run scores in full. The tokens are
+ * those of the head scored in full, on every head layout the generator writes
+ * (a MatMul plus a bias, a tied Gemm with C), alone, in a batch, next to a
+ * sampled request, and through lookup decoding's draft checks.
+ */
+import * as ort from 'onnxruntime-node';
+import { describe, expect, it } from 'vitest';
+import type { GenerationHooks, GenerationJob } from '../../src/main/engine/decoder';
+import { LoadedDecoder, scoringLast } from '../../src/main/engine/decoder';
+import { exactPick, worstBoundShare } from '../../src/main/engine/head-screen';
+import { lastPositionGraph } from '../../src/main/engine/last-position';
+import type { EngineSessionOptions } from '../../src/main/engine/protocol';
+import { RunnerService } from '../../src/main/host/runner-service';
+import { loadModelSpec } from '../../src/main/packages';
+import type { ModelSpec } from '../../src/shared/model-spec';
+import { defaultModelDir, fixture, haveFixtures } from '../helpers/fixtures';
+import { GREEDY, greedyIds } from '../helpers/generation';
+import { generatedModel } from '../helpers/models';
+import { firstRunFeeds } from '../helpers/oracle';
+
+const ENGINE: EngineSessionOptions = { intraOpNumThreads: 2, executionProviders: ['cpu'], lookupDraftTokens: 0 };
+
+function prompt(length: number, seed: number, vocab: number): number[] {
+  return Array.from({ length }, (_, i) => 3 + ((i * 37 + seed * 11) % (vocab - 3)));
+}
+
+/** A model whose vocabulary is large enough for the screen by default (4096), small otherwise. */
+const bigVocab = () =>
+  generatedModel('screen-4096', { vocabSize: 4096, hiddenSize: 64, numLayers: 2, intermediateSize: 128 });
+const tiedGpt2 = () =>
+  generatedModel('screen-tied-gpt2', {
+    architecture: 'gpt2',
+    numLayers: 2,
+    numHeads: 4,
+    numKvHeads: 4,
+    vocabSize: 4096,
+    tieWordEmbeddings: true,
+  });
+
+async function both(spec: ModelSpec, options: Partial<EngineSessionOptions> = {}) {
+  const screened = await LoadedDecoder.load(spec, { ...ENGINE, headScreen: 'always', ...options });
+  const full = await LoadedDecoder.load(spec, { ...ENGINE, headScreen: false, ...options });
+  return { screened, full, dispose: () => Promise.all([screened.dispose(), full.dispose()]) };
+}
+
+const greedy = (d: LoadedDecoder, rows: number[][], n: number) =>
+  greedyIds((job, hooks) => d.generate(job, hooks), rows, n);
+
+describe("the LM head's 8-bit screen", () => {
+  it.each([
+    ['a MatMul head plus a bias (the default model)', () => defaultModelDir],
+    ['a tied Gemm head with C (GPT-2 layout)', tiedGpt2],
+    ['a vocabulary of 4096', bigVocab],
+  ])('%s: greedy tokens are those of the full head, alone and in a batch', async (_, dir) => {
+    const spec = await loadModelSpec(dir());
+    const { screened, full, dispose } = await both(spec);
+    try {
+      expect(screened.logits.screen).toMatch(/^greedy picks from an 8-bit copy of the LM head/);
+      expect(full.logits.screen).toBeUndefined();
+      const rows = [prompt(40, 1, spec.vocabSize), prompt(23, 2, spec.vocabSize), prompt(9, 3, spec.vocabSize)];
+      expect(await greedy(screened, rows, 40)).toEqual(await greedy(full, rows, 40));
+      expect(await greedy(screened, [rows[0] as number[]], 60)).toEqual(await greedy(full, [rows[0] as number[]], 60));
+      // The steps were screened (the prefill's pick is made from its full scores).
+      expect(screened.screenStats.screenedPicks).toBeGreaterThanOrEqual(3 * 39 + 59);
+      expect(full.screenStats).toEqual({ screenedPicks: 0, fullPicks: 0, candidates: 0 });
+    } finally {
+      await dispose();
+    }
+  });
+
+  it('screens by default only a vocabulary of 4096 or more, and never when KVDESK_HEAD_SCREEN=0', async () => {
+    const small = await LoadedDecoder.load(await loadModelSpec(defaultModelDir), { ...ENGINE });
+    const big = await LoadedDecoder.load(await loadModelSpec(bigVocab()), { ...ENGINE });
+    process.env.KVDESK_HEAD_SCREEN = '0';
+    const off = await LoadedDecoder.load(await loadModelSpec(bigVocab()), { ...ENGINE });
+    delete process.env.KVDESK_HEAD_SCREEN;
+    try {
+      expect(small.logits.screen).toBe('the LM head is scored in full: a vocabulary of 512 is scored in full faster');
+      expect(big.logits.screen).toBe('greedy picks from an 8-bit copy of the LM head, checked exactly (4096 × 64)');
+      expect(off.logits.screen).toBeUndefined();
+    } finally {
+      await Promise.all([small.dispose(), big.dispose(), off.dispose()]);
+    }
+  });
+
+  it('a greedy request next to a sampled one picks from full scores what it picks alone from the screen', async () => {
+    const spec = await loadModelSpec(bigVocab());
+    const d = await LoadedDecoder.load(spec, { ...ENGINE, headScreen: true });
+    try {
+      const a = prompt(30, 5, spec.vocabSize);
+      const alone = await greedy(d, [a], 30);
+      const before = { ...d.screenStats };
+      const sampledIds: number[] = [];
+      const hooks = (into: number[]): GenerationHooks => ({
+        onStart: () => {},
+        onStep: (ids) => {
+          if ((ids[0] as number) >= 0) into.push(ids[0] as number);
+        },
+        stopRequested: () => null,
+        countRun: () => {},
+      });
+      const sampled: GenerationJob = {
+        rows: [prompt(12, 6, spec.vocabSize)],
+        maxNewTokens: 60,
+        sampling: { ...GREEDY, greedy: false, temperature: 1, seed: 9 },
+        eosTokenIds: [],
+      };
+      const greedyIdsNext: number[] = [];
+      const job: GenerationJob = { rows: [a], maxNewTokens: 30, sampling: GREEDY, eosTokenIds: [] };
+      await Promise.all([d.generate(sampled, hooks(sampledIds)), d.generate(job, hooks(greedyIdsNext))]);
+      expect(greedyIdsNext).toEqual(alone[0]);
+      // Its steps beside the sampled request were picked from full scores.
+      expect(d.screenStats.fullPicks - before.fullPicks).toBeGreaterThanOrEqual(25);
+      expect(sampledIds).toHaveLength(60);
+    } finally {
+      await d.dispose();
+    }
+  });
+
+  it('counts the memory it holds beside the weights in the KV budget', async () => {
+    const runner = new RunnerService({ intraOpNumThreads: 2 });
+    try {
+      const info = await runner.loadModel(bigVocab());
+      const bytes = info.logits.screenBytes ?? 0;
+      // At least its 8-bit head: one byte per weight.
+      expect(bytes).toBeGreaterThanOrEqual(4096 * 64);
+      expect(runner.snapshot().devices[0]?.derivation.weightsBytes).toBe(info.spec.weightsBytes + bytes);
+    } finally {
+      await runner.close();
+    }
+  });
+
+  it("lookup decoding's draft checks pick as plain steps do", async () => {
+    const spec = await loadModelSpec(bigVocab());
+    const { screened, full, dispose } = await both(spec, { lookupDraftTokens: 4 });
+    try {
+      const row = prompt(24, 9, spec.vocabSize);
+      const plain = await greedy(full, [row], 40);
+      // Given the reply as a prediction (a Predicted Outputs request), every check's draft is right: each check
+      // scores five positions at once, screened.
+      const ids: number[] = [];
+      const outcome = await screened.generate(
+        { rows: [row], maxNewTokens: 40, sampling: GREEDY, eosTokenIds: [], prediction: plain[0] as number[] },
+        {
+          onStart: () => {},
+          onStep: (step) => {
+            if ((step[0] as number) >= 0) ids.push(step[0] as number);
+          },
+          stopRequested: () => null,
+          countRun: () => {},
+        },
+      );
+      expect(ids).toEqual(plain[0]);
+      expect(outcome.lookup?.accepted).toBeGreaterThanOrEqual(20);
+      expect(screened.screenStats.screenedPicks).toBeGreaterThanOrEqual(39);
+    } finally {
+      await dispose();
+    }
+  });
+
+  it("every screened score lies within its bound of the full head's, step after step", async () => {
+    const spec = await loadModelSpec(tiedGpt2());
+    const rewrite = lastPositionGraph(spec.graphPath, spec.ports.logits.name, { screen: true });
+    if (!rewrite.ok || !rewrite.screen) throw new Error(rewrite.ok ? rewrite.screenReason : rewrite.reason);
+    const screen = rewrite.screen;
+    const session = await ort.InferenceSession.create(rewrite.bytes, {
+      intraOpNumThreads: 2,
+      graphOptimizationLevel: 'all',
+      extra: { session: { model_external_initializers_file_folder_path: rewrite.folder } },
+    });
+    try {
+      const name = spec.ports.logits.name;
+      let ids = prompt(20, 4, spec.vocabSize);
+      let candidates = 0;
+      for (let step = 0; step < 12; step++) {
+        const feeds = () => scoringLast(firstRunFeeds(spec, [ids]), rewrite.startsInput);
+        const full = await session.run({
+          ...feeds(),
+          [screen.fullInput]: new ort.Tensor('bool', Uint8Array.of(1), []),
+        });
+        const cut = await session.run({ ...feeds(), [screen.fullInput]: new ort.Tensor('bool', Uint8Array.of(0), []) });
+        const h = cut[screen.hiddenOutput]?.data as Float32Array;
+        const s = cut[name]?.data as Float32Array;
+        const f = full[name]?.data as Float32Array;
+        expect(worstBoundShare(screen.data, s, f, h)).toBeLessThanOrEqual(1);
+        const stats = { candidates: 0 };
+        const pick = exactPick(screen.data, s, 0, h, 0, true, spec.vocabSize, stats);
+        expect(pick).toBe(exactPick(screen.data, f, 0, h, 0, false, spec.vocabSize));
+        candidates = Math.max(candidates, stats.candidates);
+        ids = [...ids, pick];
+      }
+      // The screen rules out almost all of the vocabulary (else it would cost more than it saves).
+      expect(candidates).toBeLessThan(spec.vocabSize / 16);
+    } finally {
+      await session.release();
+    }
+  });
+
+  it.skipIf(!haveFixtures)(
+    'a real export (onnxruntime-genai/tiny-random-gpt2-fp32): the same tokens screened',
+    async () => {
+      const spec = await loadModelSpec(fixture('onnxruntime-genai/tiny-random-gpt2-fp32'));
+      const { screened, full, dispose } = await both(spec);
+      try {
+        expect(screened.logits.screen).toMatch(/^greedy picks/);
+        const rows = [prompt(16, 1, spec.vocabSize), prompt(7, 2, spec.vocabSize)];
+        expect(await greedy(screened, rows, 30)).toEqual(await greedy(full, rows, 30));
+      } finally {
+        await dispose();
+      }
+    },
+  );
+});
