@@ -415,9 +415,12 @@ export class LoadedDecoder {
     let window = false;
     let screen: LastPositionScreen | undefined;
     let fullInput: string | undefined;
-    // A static cache's rows take turns through their own loop (static-cache.ts), which does not screen.
+    // A static cache's rows take turns through their own loop (static-cache.ts), which does not screen. On a GPU
+    // the 8-bit product would run in another kernel, whose rounding the bounds were not checked against: the CPU
+    // only.
     const asked = options.headScreen ?? screenFromEnv(process.env.KVDESK_HEAD_SCREEN);
-    const screening = spec.kv.kind === 'dynamic' ? asked : false;
+    const onCpu = options.executionProviders.every((ep) => ep === 'cpu');
+    const screening = spec.kv.kind === 'dynamic' && onCpu ? asked : false;
     if (options.lastPositionLogits !== false) {
       const packageFolder = entries[EXTERNAL_FOLDER_KEY];
       if (packageFolder !== undefined && !sameFolder(packageFolder, spec.graphPath)) {
@@ -432,6 +435,9 @@ export class LoadedDecoder {
           screen,
           fullInput,
         } = await lastPositionSession(spec, sessionOptions, screening));
+        if (asked !== false && !onCpu && logits.last) {
+          logits.screen = 'the LM head is scored in full: its 8-bit screen runs on the CPU backend only';
+        }
       }
     }
     try {

@@ -117,6 +117,9 @@ export interface HeadScreen {
   absSum: Float32Array;
   /** Per token: the largest |w| or |ŵ| of its row (float rounding of either product scales it). */
   absMax: Float32Array;
+  /** The largest absMax, and the largest |bias| (0 without one): a bound for every token of a full-score pick. */
+  widest: number;
+  biasMax: number;
 }
 
 /** What a pick cost: how many tokens it scored exactly. */
@@ -194,8 +197,12 @@ export function buildHeadScreen(
     absMax[n] = most + step / 2;
   }
   const source = layout === 'vocab-major' && fileRows ? fileRows : new MemoryRows(rows, hidden);
+  let widest = 0;
+  for (const a of absMax) if (!(a <= widest)) widest = a;
+  let biasMax = 0;
+  if (bias) for (const b of bias) if (!(Math.abs(b) <= biasMax)) biasMax = Math.abs(b);
   return {
-    screen: { vocab, hidden, rows: source, bias, halfStep, absSum, absMax },
+    screen: { vocab, hidden, rows: source, bias, halfStep, absSum, absMax, widest, biasMax },
     head: { packed, scales },
   };
 }
@@ -280,6 +287,10 @@ export function exactPick(
   const vocab = Math.min(limit, screen.vocab);
   const norms = normsOf(screen, hiddenState, hiddenAt);
   if (!Number.isFinite(norms.l1)) return -1;
+  if (!screened) {
+    const picked = fullScorePick(screen, scores, at, hiddenState, hiddenAt, vocab, norms, stats);
+    if (picked !== null) return picked;
+  }
   let bounds = scratch.get(screen);
   if (!bounds) {
     bounds = new Float32Array(screen.vocab);
@@ -303,6 +314,53 @@ export function exactPick(
     if (Number.isNaN(s)) continue;
     count++;
     const exact = (bias ? (bias[n] as number) : 0) + rows.dot(n, hiddenState, hiddenAt);
+    if (exact > bestScore) {
+      bestScore = exact;
+      best = n;
+    }
+  }
+  if (stats) stats.candidates = count;
+  return best;
+}
+
+/**
+ * exactPick on float32 scores, in two plain passes: every token's bound is at most the widest one (B*), so the
+ * exact argmax scores at least max − 2B* and only those tokens are scored again — one or two, at float32's
+ * rounding. Null (take the general path) when the weights hold something that is not a number.
+ */
+function fullScorePick(
+  screen: HeadScreen,
+  scores: Float32Array,
+  at: number,
+  hiddenState: Float32Array,
+  hiddenAt: number,
+  vocab: number,
+  norms: Norms,
+  stats: PickStats | undefined,
+): number | null {
+  let max = Number.NEGATIVE_INFINITY;
+  let maxAbs = 0;
+  for (let n = 0; n < vocab; n++) {
+    const s = scores[at + n] as number;
+    if (s > max) max = s;
+    const a = s >= 0 ? s : -s;
+    if (a > maxAbs) maxAbs = a;
+  }
+  if (max === Number.NEGATIVE_INFINITY) {
+    if (stats) stats.candidates = 0;
+    return -1;
+  }
+  const rounding = ROUNDING_PER_768 * Math.max(1, screen.hidden / 768) * norms.l1;
+  const widestBound = rounding * screen.widest + 1e-6 * (screen.biasMax + maxAbs);
+  if (!Number.isFinite(widestBound)) return null;
+  const threshold = max - 2 * widestBound;
+  let best = -1;
+  let bestScore = Number.NEGATIVE_INFINITY;
+  let count = 0;
+  for (let n = 0; n < vocab; n++) {
+    if (!((scores[at + n] as number) >= threshold)) continue;
+    count++;
+    const exact = (screen.bias ? (screen.bias[n] as number) : 0) + screen.rows.dot(n, hiddenState, hiddenAt);
     if (exact > bestScore) {
       bestScore = exact;
       best = n;

@@ -146,6 +146,29 @@ describe('exact greedy picks from the 8-bit screen of the head', () => {
     expect(stats.candidates).toBeLessThan(c.vocab / 20);
   });
 
+  it('pick the exact argmax from float32 scores whose rounding put another token first', () => {
+    const c = { vocab: 64, blocks: 1, seed: 11, spread: 1, withBias: false, twin: undefined, transposed: false };
+    const { w, h, hidden } = makeCase(c);
+    const t = exactArgmax(w, h, null, c.vocab, hidden).best;
+    // Token u: token t's weights, one of them nudged so that u scores a hair below t.
+    const u = t === 5 ? 6 : 5;
+    for (let k = 0; k < hidden; k++) w[u * hidden + k] = w[t * hidden + k] as number;
+    const k0 = (h[0] as number) > 0 ? 0 : 1;
+    w[u * hidden + k0] = (w[u * hidden + k0] as number) - 1e-6 * Math.sign(h[k0] as number);
+    const { screen } = buildHeadScreen(Float32Array.from(w), 'vocab-major', c.vocab, hidden, null);
+    const exact = exactArgmax(w, h, null, c.vocab, hidden);
+    expect(exact.best).toBe(t);
+    // The float32 scores as a product's rounding may leave them: t a little low, u a little high (each well
+    // within the rounding a float32 product of 32 terms can have).
+    let l1 = 0;
+    for (const x of h) l1 += Math.abs(x);
+    const full = Float32Array.from(exact.scores);
+    full[t] = (exact.scores[t] as number) - 0.4 * 1e-4 * l1 * (screen.absMax[t] as number);
+    full[u] = (exact.scores[u] as number) + 0.4 * 1e-4 * l1 * (screen.absMax[u] as number);
+    expect(full[u]).toBeGreaterThan(full[t] as number);
+    expect(exactPick(screen, full, 0, h, 0, false)).toBe(t);
+  });
+
   it('never picks past the limit (tokens the vocabulary pads with), and says when nothing is a number', () => {
     const c = { vocab: 64, blocks: 1, seed: 3, spread: 1, withBias: false, twin: undefined, transposed: false };
     const { w, h, hidden, screen } = makeCase(c);
