@@ -117,8 +117,10 @@ export interface HeadScreen {
   absSum: Float32Array;
   /** Per token: the largest |w| or |ŵ| of its row (float rounding of either product scales it). */
   absMax: Float32Array;
-  /** The largest absMax, and the largest |bias| (0 without one): a bound for every token of a full-score pick. */
+  /** The largest absMax, halfStep, absSum and |bias| (0 without one): the widest bound any token can have. */
   widest: number;
+  maxHalfStep: number;
+  maxAbsSum: number;
   biasMax: number;
 }
 
@@ -197,12 +199,27 @@ export function buildHeadScreen(
     absMax[n] = most + step / 2;
   }
   const source = layout === 'vocab-major' && fileRows ? fileRows : new MemoryRows(rows, hidden);
-  let widest = 0;
-  for (const a of absMax) if (!(a <= widest)) widest = a;
+  const largest = (values: Float32Array) => {
+    let most = 0;
+    for (const v of values) if (!(v <= most)) most = v;
+    return most;
+  };
   let biasMax = 0;
   if (bias) for (const b of bias) if (!(Math.abs(b) <= biasMax)) biasMax = Math.abs(b);
   return {
-    screen: { vocab, hidden, rows: source, bias, halfStep, absSum, absMax, widest, biasMax },
+    screen: {
+      vocab,
+      hidden,
+      rows: source,
+      bias,
+      halfStep,
+      absSum,
+      absMax,
+      widest: largest(absMax),
+      maxHalfStep: largest(halfStep),
+      maxAbsSum: largest(absSum),
+      biasMax,
+    },
     head: { packed, scales },
   };
 }
@@ -255,23 +272,31 @@ function boundOf(screen: HeadScreen, n: number, norms: Norms, screened: boolean,
 
 /**
  * Memory a screen holds beside the model's weights: the 8-bit head and its scales (in onnxruntime), the
- * per-token figures and bias, the rows kept in memory (none when read from the file), the pick's scratch.
+ * per-token figures and bias, the rows kept in memory (none when read from the file).
  */
 export function screenBytes(screen: HeadScreen): number {
   const { vocab, hidden } = screen;
   const packed = vocab * hidden + (vocab * hidden * 4) / SCREEN_BLOCK;
-  const perToken = 4 * vocab * (screen.bias ? 5 : 4);
+  const perToken = 4 * vocab * (screen.bias ? 4 : 3);
   return packed + perToken + screen.rows.bytes;
 }
 
-/** Scratch per screen: bounds of one pick. */
-const scratch = new WeakMap<HeadScreen, Float32Array>();
+/** The largest bound any token of a pick can have (a cheap first filter). */
+function widestBound(screen: HeadScreen, norms: Norms, screened: boolean, maxAbsScore: number): number {
+  const rounding = ROUNDING_PER_768 * Math.max(1, screen.hidden / 768) * norms.l1 * screen.widest;
+  const quantized = screened ? screen.maxHalfStep * norms.l1 + (norms.amax / 127) * screen.maxAbsSum : 0;
+  return quantized + rounding + 1e-6 * (screen.biasMax + maxAbsScore);
+}
 
 /**
  * The exact greedy pick of one position among tokens [0, limit): `scores` holds its vocabulary's approximate
  * (`screened`) or float32 scores from `at`, `hiddenState` its head input from `hiddenAt`. The argmax of the
  * scores computed exactly (float64) — the lowest id among equals. −1 when the hidden state or every
  * candidate's score is not a number.
+ *
+ * The exact argmax t scores at least the best token's lower bound (its score less its bound): |sₙ − exactₙ| ≤
+ * Bₙ gives sₜ + Bₜ ≥ exactₜ ≥ exact_best ≥ s_best − B_best. So t is among the tokens whose score is within the
+ * widest bound of that floor (one compare each), and of those, among the ones whose own bound reaches it.
  */
 export function exactPick(
   screen: HeadScreen,
@@ -287,83 +312,38 @@ export function exactPick(
   const vocab = Math.min(limit, screen.vocab);
   const norms = normsOf(screen, hiddenState, hiddenAt);
   if (!Number.isFinite(norms.l1)) return -1;
-  if (!screened) {
-    const picked = fullScorePick(screen, scores, at, hiddenState, hiddenAt, vocab, norms, stats);
-    if (picked !== null) return picked;
-  }
-  let bounds = scratch.get(screen);
-  if (!bounds) {
-    bounds = new Float32Array(screen.vocab);
-    scratch.set(screen, bounds);
-  }
-  // The best lower bound; a NaN bound (damaged weights) keeps its row in, NaN scores keep it out.
-  let floor = Number.NEGATIVE_INFINITY;
-  for (let n = 0; n < vocab; n++) {
-    const s = scores[at + n] as number;
-    const b = boundOf(screen, n, norms, screened, s);
-    bounds[n] = b;
-    if (s - b > floor) floor = s - b;
-  }
-  let best = -1;
-  let bestScore = Number.NEGATIVE_INFINITY;
-  let count = 0;
-  for (let n = 0; n < vocab; n++) {
-    const s = scores[at + n] as number;
-    const b = bounds[n] as number;
-    if (!(s + b >= floor) && !Number.isNaN(b)) continue;
-    if (Number.isNaN(s)) continue;
-    count++;
-    const exact = (bias ? (bias[n] as number) : 0) + rows.dot(n, hiddenState, hiddenAt);
-    if (exact > bestScore) {
-      bestScore = exact;
-      best = n;
-    }
-  }
-  if (stats) stats.candidates = count;
-  return best;
-}
-
-/**
- * exactPick on float32 scores, in two plain passes: every token's bound is at most the widest one (B*), so the
- * exact argmax scores at least max − 2B* and only those tokens are scored again — one or two, at float32's
- * rounding. Null (take the general path) when the weights hold something that is not a number.
- */
-function fullScorePick(
-  screen: HeadScreen,
-  scores: Float32Array,
-  at: number,
-  hiddenState: Float32Array,
-  hiddenAt: number,
-  vocab: number,
-  norms: Norms,
-  stats: PickStats | undefined,
-): number | null {
+  // The best score (scores that are not numbers never are) and the largest magnitude.
+  let top = -1;
   let max = Number.NEGATIVE_INFINITY;
   let maxAbs = 0;
   for (let n = 0; n < vocab; n++) {
     const s = scores[at + n] as number;
-    if (s > max) max = s;
+    if (s > max) {
+      max = s;
+      top = n;
+    }
     const a = s >= 0 ? s : -s;
     if (a > maxAbs) maxAbs = a;
   }
-  if (max === Number.NEGATIVE_INFINITY) {
-    if (stats) stats.candidates = 0;
-    return -1;
-  }
-  const rounding = ROUNDING_PER_768 * Math.max(1, screen.hidden / 768) * norms.l1;
-  const widestBound = rounding * screen.widest + 1e-6 * (screen.biasMax + maxAbs);
-  if (!Number.isFinite(widestBound)) return null;
-  const threshold = max - 2 * widestBound;
   let best = -1;
   let bestScore = Number.NEGATIVE_INFINITY;
   let count = 0;
-  for (let n = 0; n < vocab; n++) {
-    if (!((scores[at + n] as number) >= threshold)) continue;
-    count++;
-    const exact = (screen.bias ? (screen.bias[n] as number) : 0) + screen.rows.dot(n, hiddenState, hiddenAt);
-    if (exact > bestScore) {
-      bestScore = exact;
-      best = n;
+  if (top >= 0) {
+    const floor = max - boundOf(screen, top, norms, screened, max);
+    // Weights that are not numbers make the bounds so: then no token is ruled out.
+    const cut = floor - widestBound(screen, norms, screened, maxAbs);
+    const checked = Number.isFinite(cut);
+    for (let n = 0; n < vocab; n++) {
+      const s = scores[at + n] as number;
+      if (checked && !(s >= cut)) continue;
+      if (Number.isNaN(s)) continue;
+      if (checked && !(s + boundOf(screen, n, norms, screened, s) >= floor)) continue;
+      count++;
+      const exact = (bias ? (bias[n] as number) : 0) + rows.dot(n, hiddenState, hiddenAt);
+      if (exact > bestScore) {
+        bestScore = exact;
+        best = n;
+      }
     }
   }
   if (stats) stats.candidates = count;

@@ -163,8 +163,8 @@ describe('exact greedy picks from the 8-bit screen of the head', () => {
     let l1 = 0;
     for (const x of h) l1 += Math.abs(x);
     const full = Float32Array.from(exact.scores);
-    full[t] = (exact.scores[t] as number) - 0.4 * 1e-4 * l1 * (screen.absMax[t] as number);
-    full[u] = (exact.scores[u] as number) + 0.4 * 1e-4 * l1 * (screen.absMax[u] as number);
+    full[t] = (exact.scores[t] as number) - 0.9 * 1e-4 * l1 * (screen.absMax[t] as number);
+    full[u] = (exact.scores[u] as number) + 0.9 * 1e-4 * l1 * (screen.absMax[u] as number);
     expect(full[u]).toBeGreaterThan(full[t] as number);
     expect(exactPick(screen, full, 0, h, 0, false)).toBe(t);
   });
