@@ -1,0 +1,85 @@
+/**
+ * What the LM head's 8-bit screen (src/main/engine/head-screen.ts) gives a lone greedy stream.
+ * `node bin/run-ts.cjs bench/head-screen.ts [--shape gpt2-small] [--reps 5] [--tokens 96]`
+ *
+ * Two decoders of the same package in this process (LoadedDecoder, lookup decoding off, kvdesk's threads), one
+ * with the screen and one that scores the head in full, alternating round by round; each round one greedy
+ * reply of `--tokens` tokens after a 32-token prompt. Prints decode ms per token (medians), their ratio, the
+ * tokens the screen scored again per pick, and fails when the two replies differ.
+ */
+import os from 'node:os';
+import { LoadedDecoder } from '../src/main/engine/decoder';
+import { loadModelSpec } from '../src/main/packages';
+import { greedyIds } from '../test/helpers/generation';
+import { flagValue } from './lib/args';
+import { log, rotate } from './lib/context';
+import { type BenchShape, ensureModel } from './lib/models';
+import { fmt, median } from './lib/stats';
+
+async function main(): Promise<void> {
+  const argv = process.argv.slice(2);
+  const shape = flagValue(argv, '--shape', 'gpt2-small') as BenchShape;
+  const reps = Math.max(3, Number(flagValue(argv, '--reps', '5')));
+  const tokens = Number(flagValue(argv, '--tokens', '96'));
+  const threads = Math.max(1, os.availableParallelism());
+  const { dir } = ensureModel(shape, log);
+  const spec = await loadModelSpec(dir);
+  const base = { intraOpNumThreads: threads, executionProviders: ['cpu'], lookupDraftTokens: 0 };
+  const started = performance.now();
+  const screened = await LoadedDecoder.load(spec, { ...base, headScreen: true });
+  log(`screened decoder loaded in ${fmt(performance.now() - started, 0)} ms: ${screened.logits.screen}`);
+  const t1 = performance.now();
+  const full = await LoadedDecoder.load(spec, { ...base, headScreen: false });
+  log(`full decoder loaded in ${fmt(performance.now() - t1, 0)} ms`);
+  const prompt = Array.from({ length: 32 }, (_, i) => 300 + ((i * 7919) % 20000));
+  const contenders = [
+    { name: 'screened', d: screened, ms: [] as number[], ids: [] as number[][] },
+    { name: 'full', d: full, ms: [] as number[], ids: [] as number[][] },
+  ];
+  for (const c of contenders) await greedyIds((job, hooks) => c.d.generate(job, hooks), [prompt], 4);
+  for (let r = 0; r < reps; r++) {
+    for (const c of rotate(contenders, r)) {
+      let first = 0;
+      let last = 0;
+      const ids: number[] = [];
+      await c.d.generate(
+        {
+          rows: [prompt],
+          maxNewTokens: tokens,
+          sampling: { greedy: true, temperature: 0, topK: 0, topP: 1, minP: 0, repetitionPenalty: 1, seed: 1 },
+          eosTokenIds: [],
+        },
+        {
+          onStart: () => {},
+          onStep: (step) => {
+            last = performance.now();
+            if (ids.length === 0) first = last;
+            ids.push(step[0] as number);
+          },
+          stopRequested: () => null,
+          countRun: () => {},
+        },
+      );
+      c.ms.push((last - first) / (ids.length - 1));
+      c.ids.push(ids);
+    }
+    log(`round ${r + 1}: ${contenders.map((c) => `${c.name} ${fmt(c.ms[r] ?? Number.NaN, 2)} ms/token`).join(', ')}`);
+  }
+  const [s, f] = contenders as [(typeof contenders)[0], (typeof contenders)[0]];
+  const same = s.ids.every((ids, i) => ids.join() === f.ids[i]?.join());
+  const stats = screened.screenStats;
+  console.log(`| ${shape} | ms/token | tok/s |`);
+  console.log('| --- | ---: | ---: |');
+  for (const c of contenders) console.log(`| ${c.name} | ${fmt(median(c.ms), 2)} | ${fmt(1000 / median(c.ms), 1)} |`);
+  console.log(
+    `\nscreened ÷ full tok/s: ${fmt(median(f.ms) / median(s.ms), 2)}×; tokens scored again per screened pick: ${fmt(stats.candidates / Math.max(1, stats.screenedPicks + stats.fullPicks), 1)}; replies identical: ${same ? 'yes' : 'NO'}`,
+  );
+  await screened.dispose();
+  await full.dispose();
+  if (!same) process.exit(1);
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});
