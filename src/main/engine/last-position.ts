@@ -349,25 +349,8 @@ function newNode(
   name: string,
   ints: Record<string, number> = {},
 ): Buffer {
-  return lenField(
-    GRAPH_NODE,
-    Buffer.concat([
-      ...inputs.map((i) => stringField(NODE_INPUT, i)),
-      stringField(NODE_OUTPUT, output),
-      stringField(NODE_NAME, name),
-      stringField(NODE_OP_TYPE, opType),
-      ...Object.entries(ints).map(([key, value]) =>
-        lenField(
-          NODE_ATTRIBUTE,
-          Buffer.concat([
-            stringField(ATTR_NAME, key),
-            varintField(ATTR_I, value),
-            varintField(ATTR_TYPE, ATTRIBUTE_INT),
-          ]),
-        ),
-      ),
-    ]),
-  );
+  const attributes = Object.entries(ints).map(([key, value]) => intAttribute(key, value));
+  return buildNode(opType, inputs, output, name, attributes);
 }
 
 /** A graph input of type int64 and shape [length]. */
