@@ -179,12 +179,12 @@ export function buildHeadScreen(
       scales[n * blocks + b] = scale;
       if (!(scale <= step)) step = scale;
       if (!(max <= most)) most = max;
-      // Round to nearest: no weight moves by more than half a step (the clamp only ever trims a rounding).
+      // Nearest (halves away from zero): no weight moves by more than half a step. |w| / scale ≤ 127 up to the
+      // scale's float32 rounding, so the clamp only trims that.
       const inverse = scale > 0 ? 1 / scale : 0;
       let q1 = 0;
       for (let i = from; i < to; i++) {
         const x = (rows[i] as number) * inverse;
-        // Nearest, halves away from zero; |x| ≤ 127 up to rounding of the scale, so the clamp trims rounding only.
         let q = x >= 0 ? (x + 0.5) | 0 : -((0.5 - x) | 0);
         if (q > 127) q = 127;
         else if (q < -127) q = -127;
@@ -194,8 +194,8 @@ export function buildHeadScreen(
       sum += q1 * scale;
     }
     halfStep[n] = step / 2;
-    // A dequantized weight is at most half a step from its weight, so no larger than this.
     absSum[n] = sum;
+    // A dequantized weight is at most half a step from its weight, so no larger than this.
     absMax[n] = most + step / 2;
   }
   const source = layout === 'vocab-major' && fileRows ? fileRows : new MemoryRows(rows, hidden);
