@@ -10,7 +10,7 @@
 import os from 'node:os';
 import { LoadedDecoder } from '../src/main/engine/decoder';
 import { loadModelSpec } from '../src/main/packages';
-import { greedyIds } from '../test/helpers/generation';
+import { GREEDY, greedyIds } from '../test/helpers/generation';
 import { flagValue } from './lib/args';
 import { log, rotate } from './lib/context';
 import { type BenchShape, ensureModel } from './lib/models';
@@ -46,7 +46,7 @@ async function main(): Promise<void> {
         {
           rows: [prompt],
           maxNewTokens: tokens,
-          sampling: { greedy: true, temperature: 0, topK: 0, topP: 1, minP: 0, repetitionPenalty: 1, seed: 1 },
+          sampling: GREEDY,
           eosTokenIds: [],
         },
         {

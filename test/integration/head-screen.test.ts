@@ -46,6 +46,16 @@ async function both(spec: ModelSpec, options: Partial<EngineSessionOptions> = {}
   return { screened, full, dispose: () => Promise.all([screened.dispose(), full.dispose()]) };
 }
 
+/** Hooks of a one-row request that collect its ids into `into`. */
+const collecting = (into: number[]): GenerationHooks => ({
+  onStart: () => {},
+  onStep: (ids) => {
+    if ((ids[0] as number) >= 0) into.push(ids[0] as number);
+  },
+  stopRequested: () => null,
+  countRun: () => {},
+});
+
 const greedy = (d: LoadedDecoder, rows: number[][], n: number) =>
   greedyIds((job, hooks) => d.generate(job, hooks), rows, n);
 
@@ -95,14 +105,6 @@ describe("the LM head's 8-bit screen", () => {
       const alone = await greedy(d, [a], 30);
       const before = { ...d.screenStats };
       const sampledIds: number[] = [];
-      const hooks = (into: number[]): GenerationHooks => ({
-        onStart: () => {},
-        onStep: (ids) => {
-          if ((ids[0] as number) >= 0) into.push(ids[0] as number);
-        },
-        stopRequested: () => null,
-        countRun: () => {},
-      });
       const sampled: GenerationJob = {
         rows: [prompt(12, 6, spec.vocabSize)],
         maxNewTokens: 60,
@@ -111,7 +113,7 @@ describe("the LM head's 8-bit screen", () => {
       };
       const greedyIdsNext: number[] = [];
       const job: GenerationJob = { rows: [a], maxNewTokens: 30, sampling: GREEDY, eosTokenIds: [] };
-      await Promise.all([d.generate(sampled, hooks(sampledIds)), d.generate(job, hooks(greedyIdsNext))]);
+      await Promise.all([d.generate(sampled, collecting(sampledIds)), d.generate(job, collecting(greedyIdsNext))]);
       expect(greedyIdsNext).toEqual(alone[0]);
       // Its steps beside the sampled request were picked from full scores.
       expect(d.screenStats.fullPicks - before.fullPicks).toBeGreaterThanOrEqual(25);
@@ -145,14 +147,7 @@ describe("the LM head's 8-bit screen", () => {
       const ids: number[] = [];
       const outcome = await screened.generate(
         { rows: [row], maxNewTokens: 40, sampling: GREEDY, eosTokenIds: [], prediction: plain[0] as number[] },
-        {
-          onStart: () => {},
-          onStep: (step) => {
-            if ((step[0] as number) >= 0) ids.push(step[0] as number);
-          },
-          stopRequested: () => null,
-          countRun: () => {},
-        },
+        collecting(ids),
       );
       expect(ids).toEqual(plain[0]);
       expect(outcome.lookup?.accepted).toBeGreaterThanOrEqual(20);

@@ -167,7 +167,7 @@ type ScoredRows = LogitsRows & { hidden?: Float32Array; screened?: boolean };
 const SCREEN_MAX_ROWS = 1;
 
 /** The screen's input fed false: score the vocabulary with the 8-bit head. */
-const SCREENED = new ort.Tensor('bool', Uint8Array.of(0), []);
+export const SCREENED = new ort.Tensor('bool', Uint8Array.of(0), []);
 
 /** Seed of row `i` of a request: distinct per row, row 0 unchanged. */
 export function rowSeed(seed: number, i: number): number {

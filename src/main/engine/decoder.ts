@@ -7,7 +7,7 @@ import path from 'node:path';
 import * as ort from 'onnxruntime-node';
 import { KvdeskError } from '../../shared/errors';
 import type { KvTensorSpec, ModelSpec } from '../../shared/model-spec';
-import { ContinuousBatcher, type LookupDecoding, PREFILL_CHUNK_TOKENS, rowSeed } from './batcher';
+import { ContinuousBatcher, type LookupDecoding, PREFILL_CHUNK_TOKENS, rowSeed, SCREENED } from './batcher';
 import { idTensor } from './feeds';
 import { exactPick, screenBytes, worstBoundShare } from './head-screen';
 import type { ReplyForm } from './json-constraint';
@@ -221,7 +221,7 @@ async function screenChecked(
 ): Promise<string | null> {
   try {
     const feeds = probeFeeds(spec, [ids]);
-    feeds[screen.fullInput] = new ort.Tensor('bool', Uint8Array.of(0), []);
+    feeds[screen.fullInput] = SCREENED;
     const out = await session.run(scoringLast(feeds, startsInput));
     const screened = out[spec.ports.logits.name] as ort.Tensor | undefined;
     const hidden = out[screen.hiddenOutput] as ort.Tensor | undefined;

@@ -238,10 +238,11 @@ function transposed(m: Float32Array, rows: number, cols: number): Float32Array {
   return out;
 }
 
-/** What the bounds need of a hidden state: Σ|h| and max |h|. */
+/** What the bounds need of a hidden state: Σ|h|, max |h|, and Σ|h| times the float rounding per unit weight. */
 interface Norms {
   l1: number;
   amax: number;
+  rounding: number;
 }
 
 function normsOf(screen: HeadScreen, hiddenState: Float32Array, at: number): Norms {
@@ -252,7 +253,7 @@ function normsOf(screen: HeadScreen, hiddenState: Float32Array, at: number): Nor
     l1 += a;
     if (a > amax) amax = a;
   }
-  return { l1, amax };
+  return { l1, amax, rounding: ROUNDING_PER_768 * Math.max(1, screen.hidden / 768) * l1 };
 }
 
 /**
@@ -262,7 +263,7 @@ function normsOf(screen: HeadScreen, hiddenState: Float32Array, at: number): Nor
  * product and of the bias's addition either way.
  */
 function boundOf(screen: HeadScreen, n: number, norms: Norms, screened: boolean, score: number): number {
-  const rounding = ROUNDING_PER_768 * Math.max(1, screen.hidden / 768) * norms.l1 * (screen.absMax[n] as number);
+  const rounding = norms.rounding * (screen.absMax[n] as number);
   const quantized = screened
     ? (screen.halfStep[n] as number) * norms.l1 + (norms.amax / 127) * (screen.absSum[n] as number)
     : 0;
@@ -283,7 +284,7 @@ export function screenBytes(screen: HeadScreen): number {
 
 /** The largest bound any token of a pick can have (a cheap first filter). */
 function widestBound(screen: HeadScreen, norms: Norms, screened: boolean, maxAbsScore: number): number {
-  const rounding = ROUNDING_PER_768 * Math.max(1, screen.hidden / 768) * norms.l1 * screen.widest;
+  const rounding = norms.rounding * screen.widest;
   const quantized = screened ? screen.maxHalfStep * norms.l1 + (norms.amax / 127) * screen.maxAbsSum : 0;
   return quantized + rounding + 1e-6 * (screen.biasMax + maxAbsScore);
 }

@@ -548,10 +548,8 @@ function readFloats(
   count: number,
 ): { values: Float32Array; path: string; offset: number } | string {
   const tensor = [...fields(file, f.valueStart, f.end)];
-  const name = (() => {
-    const n = tensor.find((g) => g.field === TENSOR_NAME);
-    return n ? text(file, n) : '?';
-  })();
+  const nameField = tensor.find((g) => g.field === TENSOR_NAME);
+  const name = nameField ? text(file, nameField) : '?';
   const type = tensor.find((g) => g.field === TENSOR_DATA_TYPE)?.varint;
   if (type !== TENSOR_FLOAT) return `the head's weight "${name}" is not float32`;
   const out = new Float32Array(count);
