@@ -202,7 +202,9 @@ export function attention(b: GraphBuilder, config: ModelGenConfig, args: Attenti
   }
   const presentKey = b.op('Concat', [args.kv.pastKey, k], { axis: int(2) }, args.kv.presentKey);
   const presentValue = b.op('Concat', [args.kv.pastValue, v], { axis: int(2) }, args.kv.presentValue);
-  const keysT = b.op('Unsqueeze', [b.op('Transpose', [presentKey], { perm: ints([0, 1, 3, 2]) }), b.int64([2])]);
+  // Transpose straight into MatMul, as exporters write `q @ k.transpose(-1, -2)`: onnxruntime folds it into the
+  // MatMul (FusedMatMul transB). An Unsqueeze between them blocked that, and every step copied the whole key cache.
+  const keysT = b.op('Transpose', [b.op('Unsqueeze', [presentKey, b.int64([2])])], { perm: ints([0, 1, 2, 4, 3]) });
   const values = b.op('Unsqueeze', [presentValue, b.int64([2])]);
   const scaledQ = b.op('Mul', [q, b.scalar(1 / Math.sqrt(headDim))]);
   const scores = b.op('Add', [b.op('MatMul', [scaledQ, keysT]), args.bias]); // [batch, kvHeads, group, seq, total]

@@ -313,6 +313,39 @@ describe('generated model package (tiny llama)', () => {
     expect(total).toBe(prompt.length + 4);
   });
 
+  it.each([
+    ['tiny llama', TINY_LLAMA],
+    ['tiny gpt2', TINY_GPT2],
+  ])(
+    "%s: onnxruntime folds each layer's key transpose into the attention MatMul (no copy of the key cache per step)",
+    async (_name, config) => {
+      const source = path.join(workDir, `fold-${config.name}`);
+      generateModelPackage(source, config);
+      const optimized = path.join(workDir, `fold-${config.name}.optimized.onnx`);
+      const folded = await ort.InferenceSession.create(path.join(source, MODEL_FILE), {
+        graphOptimizationLevel: 'extended',
+        optimizedModelFilePath: optimized,
+      });
+      await folded.release();
+      const nodes = onnx.ModelProto.decode(readFileSync(optimized)).graph?.node ?? [];
+      const fromKeyCache = (name: string) => /^present\.\d+\.key$/.test(name);
+      // The keys reach the scores' MatMul untransposed: no Transpose reads a layer's key cache (directly or through an Unsqueeze).
+      const unsqueezedKeys = new Set(
+        nodes
+          .filter((n) => n.opType === 'Unsqueeze' && fromKeyCache(n.input?.[0] ?? ''))
+          .flatMap((n) => n.output ?? []),
+      );
+      const transposes = nodes.filter(
+        (n) => n.opType === 'Transpose' && (fromKeyCache(n.input?.[0] ?? '') || unsqueezedKeys.has(n.input?.[0] ?? '')),
+      );
+      expect(transposes.map((n) => n.name)).toEqual([]);
+      const transB = nodes.filter(
+        (n) => n.opType === 'FusedMatMul' && n.attribute?.some((a) => a.name === 'transB' && Number(a.i) === 1),
+      );
+      expect(transB.length).toBe(config.numLayers);
+    },
+  );
+
   it('writes byte-identical packages for the same config, and different weights for another seed', () => {
     const again = path.join(workDir, 'tiny-llama-again');
     generateModelPackage(again, TINY_LLAMA);
