@@ -73,9 +73,10 @@ describe("the LM head's 8-bit screen", () => {
       const rows = [prompt(40, 1, spec.vocabSize), prompt(23, 2, spec.vocabSize), prompt(9, 3, spec.vocabSize)];
       expect(await greedy(screened, rows, 40)).toEqual(await greedy(full, rows, 40));
       expect(await greedy(screened, [rows[0] as number[]], 60)).toEqual(await greedy(full, [rows[0] as number[]], 60));
-      // The lone row's steps were screened (its prefill's pick is made from full scores, as a batch's steps are).
-      expect(screened.screenStats.screenedPicks).toBe(59);
-      expect(screened.screenStats.fullPicks).toBe(3 * 40 + 1);
+      // Every decode step was screened, the batch's and the lone row's; each prefill's picks are made from full
+      // scores (the prompt's last position is scored with the head as written).
+      expect(screened.screenStats.screenedPicks).toBe(3 * 39 + 59);
+      expect(screened.screenStats.fullPicks).toBe(3 + 1);
       expect(full.screenStats).toEqual({ screenedPicks: 0, fullPicks: 0, candidates: 0 });
     } finally {
       await dispose();

@@ -163,8 +163,13 @@ export interface LookupDecoding {
 /** Logits rows, with the head's input of each scored position when the graph copy screens its head. */
 type ScoredRows = LogitsRows & { hidden?: Float32Array; screened?: boolean };
 
-/** The most rows a screened run has (see forward). */
-const SCREEN_MAX_ROWS = 1;
+/**
+ * The most rows a screened run has: the 8-bit head's saving shrinks as rows share its weights' reads, and the exact
+ * pick runs per row in JavaScript. Measured (the engine's decoder, screened and in full alternating, 4 rounds, 2
+ * cores), tok/s at 2 / 4 / 8 rows: GPT-2 shape +15 % / +12 % / +3 %, Llama shape +9 % / +13 % / −4 % (a wash at 8,
+ * within this VM's noise: the run before it, with a slower pick, gave +7 % and +4 % there). More rows: unmeasured.
+ */
+const SCREEN_MAX_ROWS = 8;
 
 /** The screen's input fed false: score the vocabulary with the 8-bit head. */
 export const SCREENED = new ort.Tensor('bool', Uint8Array.of(0), []);
@@ -719,8 +724,6 @@ export class ContinuousBatcher {
     }
     const startsInput = this.lookup?.startsInput;
     if (n > 1 && startsInput) feeds[startsInput] = new ort.Tensor('int64', BigInt64Array.of(BigInt(-n)), [1]);
-    // Only a lone row's run is screened: at 2 rows the 8-bit head gains nothing (its JavaScript pick is per
-    // row), at 4–8 it costs 5–10 % (GPT-2 shape, this machine); a lone stream gains 10–20 %.
     const screened = this.screen !== null && B <= SCREEN_MAX_ROWS && this.allPlain();
     if (screened) feeds[(this.screen as LastPositionScreen).fullInput] = SCREENED;
     for (const t of this.kvTensors) feeds[t.past] = this.past.get(t.past) as ort.Tensor;
