@@ -1,7 +1,8 @@
 /**
- * Token selection from one row of logits. Runs once per generated token, so it
- * avoids sorting the whole vocabulary: top-k is a bounded heap selection, and a
- * full sort only happens for nucleus sampling without top-k.
+ * Token selection from one row of logits. Runs once per generated token, on the
+ * thread that runs the model, so it avoids sorting the whole vocabulary: top-k
+ * is a bounded heap selection, and top-p sorts the likeliest tokens its nucleus
+ * needs (the whole vocabulary only when the nucleus is most of it).
  */
 import { KvdeskError } from '../../shared/errors';
 import type { ReplyConstraint } from './json-constraint';
@@ -112,6 +113,42 @@ export function logprobsOf(logits: Float32Array, offset: number, vocab: number, 
 }
 
 /**
+ * Top-p's nucleus: positions among the `m` candidates whose weights are `probs`, most likely first (equal weights:
+ * the earlier position first), up to and including the first at which the cumulative share of `sum` reaches `topP`;
+ * all of them if none does. When the candidates are every index of `x` in order (`everyIndex`), the likeliest 64, 512, 4096 … tokens are taken with
+ * a bounded heap and only they are sorted, until the nucleus ends among them: a trained model's nucleus is a few
+ * dozen tokens, and sorting all 50 257 took 25 ms a token. The result is what sorting every candidate gives: the
+ * heap ranks by score, which orders the weights the same way (exp is increasing; equal scores, equal weights, the
+ * lower index first), and the cumulative share only grows at tokens of nonzero weight, where that order is strict.
+ */
+function nucleus(
+  x: Float32Array,
+  probs: Float64Array,
+  m: number,
+  sum: number,
+  topP: number,
+  everyIndex: boolean,
+): Int32Array {
+  const byWeight = (a: number, b: number) => (probs[b] as number) - (probs[a] as number) || a - b;
+  const cut = (sorted: Int32Array): Int32Array | null => {
+    let cumulative = 0;
+    for (let j = 0; j < sorted.length; j++) {
+      cumulative += (probs[sorted[j] as number] as number) / sum;
+      if (cumulative >= topP) return sorted.subarray(0, j + 1);
+    }
+    return null;
+  };
+  if (everyIndex) {
+    for (let want = 64; want < m; want *= 8) {
+      const found = cut(topKIndices(x, want).sort(byWeight));
+      if (found) return found;
+    }
+  }
+  const all = Int32Array.from({ length: m }, (_, i) => i).sort(byWeight);
+  return cut(all) ?? all;
+}
+
+/**
  * Per-row sampler: owns its PRNG, scratch buffer and the history its penalties need (the prompt and the
  * tokens it picked), so nothing is allocated per token.
  */
@@ -132,6 +169,9 @@ export class Sampler {
   private readonly frequencyPenalty: number;
   private readonly presencePenalty: number;
   private readonly logitBias: ReadonlyArray<[number, number]>;
+  /** Scratch of draw: the candidates' weights, and every index of the vocabulary. */
+  private probs = new Float64Array(0);
+  private indices = new Int32Array(0);
 
   constructor(
     private readonly params: SamplingParams,
@@ -266,55 +306,62 @@ export class Sampler {
     return this.draw(x, vocab);
   }
 
-  /** Temperature, top-k, top-p and min-p over x[0, vocab), then one draw. */
+  /** Every index of a vocabulary, in order: the candidates when there is no top-k (made once per sampler). */
+  private everyIndex(n: number): Int32Array {
+    if (this.indices.length !== n) this.indices = Int32Array.from({ length: n }, (_, i) => i);
+    return this.indices;
+  }
+
+  /**
+   * Temperature, top-k, top-p and min-p over x[0, vocab), then one draw. Typed arrays made once per sampler, no
+   * array of every index, and top-p sorts only as many of the likeliest tokens as its nucleus needs (see nucleus):
+   * the default chat sampling over 50 257 tokens took 11 ms a token, with top-p 25 ms.
+   */
   private draw(x: Float32Array, vocab: number): number {
     const p = this.params;
     const invT = 1 / p.temperature;
     const k = p.topK > 0 ? Math.min(p.topK, vocab) : vocab;
-    const candidates = topKIndices(x, k);
+    const candidates = k >= x.length ? this.everyIndex(x.length) : topKIndices(x, k);
+    const m = candidates.length;
     // A score that is not a number (NaN) has probability 0: it never becomes the maximum, nor a candidate's weight.
     let max = Number.NEGATIVE_INFINITY;
-    for (const idx of candidates) if ((x[idx] as number) > max) max = x[idx] as number;
-    const probs = new Float64Array(candidates.length);
+    for (let i = 0; i < m; i++) {
+      const v = x[candidates[i] as number] as number;
+      if (v > max) max = v;
+    }
+    if (this.probs.length < m) this.probs = new Float64Array(m);
+    const probs = this.probs;
     let sum = 0;
-    for (let i = 0; i < candidates.length; i++) {
+    for (let i = 0; i < m; i++) {
       const e = Math.exp(((x[candidates[i] as number] as number) - max) * invT);
-      probs[i] = Number.isNaN(e) ? 0 : e;
-      sum += probs[i] as number;
+      const q = Number.isNaN(e) ? 0 : e;
+      probs[i] = q;
+      sum += q;
     }
     // The largest probability is exp(0)/sum, so min-p's threshold needs no pass over the values.
     const minKeep = p.minP > 0 ? p.minP / sum : 0;
-    let order: number[];
-    if (p.topP < 1) {
-      order = Array.from(candidates.keys()).sort((a, b) => (probs[b] as number) - (probs[a] as number));
-      let cumulative = 0;
-      let cut = order.length;
-      for (let i = 0; i < order.length; i++) {
-        cumulative += (probs[order[i] as number] as number) / sum;
-        if (cumulative >= p.topP) {
-          cut = i + 1;
-          break;
-        }
-      }
-      order = order.slice(0, cut);
-    } else {
-      order = Array.from(candidates.keys());
-    }
+    // Positions into candidates, likeliest first, cut at top-p; null: every candidate in its own order.
+    const order = p.topP < 1 ? nucleus(x, probs, m, sum, p.topP, candidates === this.indices) : null;
+    const len = order ? order.length : m;
     let total = 0;
-    const kept: number[] = [];
-    for (const i of order) {
-      const pi = (probs[i] as number) / sum;
-      if (pi < minKeep) continue;
-      kept.push(i);
+    let kept = 0;
+    for (let j = 0; j < len; j++) {
+      const i = order ? (order[j] as number) : j;
+      if ((probs[i] as number) / sum < minKeep) continue;
+      kept++;
       total += probs[i] as number;
     }
-    if (kept.length === 0) return argmax(x, 0, vocab);
+    if (kept === 0) return argmax(x, 0, vocab);
     let r = this.rng() * total;
-    for (const i of kept) {
+    let last = -1;
+    for (let j = 0; j < len; j++) {
+      const i = order ? (order[j] as number) : j;
+      if ((probs[i] as number) / sum < minKeep) continue;
       r -= probs[i] as number;
       if (r <= 0) return candidates[i] as number;
+      last = i;
     }
-    return candidates[kept[kept.length - 1] as number] as number;
+    return candidates[last] as number;
   }
 }
 

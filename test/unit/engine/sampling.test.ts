@@ -216,6 +216,97 @@ describe('Sampler', () => {
   });
 });
 
+/**
+ * The draw written plainly (as kvdesk first had it): every candidate's weight, every candidate sorted for top-p,
+ * arrays of numbers. The sampler must draw the same token from the same random number, whatever the scores.
+ */
+function referenceDraw(x: Float32Array, p: SamplingParams, rng: () => number): number {
+  const vocab = x.length;
+  const k = p.topK > 0 ? Math.min(p.topK, vocab) : vocab;
+  const candidates = [...topKIndices(x, k)];
+  let max = Number.NEGATIVE_INFINITY;
+  for (const idx of candidates) if ((x[idx] as number) > max) max = x[idx] as number;
+  const probs = candidates.map((idx) => {
+    const e = Math.exp(((x[idx] as number) - max) / p.temperature);
+    return Number.isNaN(e) ? 0 : e;
+  });
+  const sum = probs.reduce((a, b) => a + b, 0);
+  const minKeep = p.minP > 0 ? p.minP / sum : 0;
+  let order = candidates.map((_, i) => i);
+  if (p.topP < 1) {
+    order.sort((a, b) => (probs[b] as number) - (probs[a] as number));
+    let cumulative = 0;
+    const cut = order.findIndex((i) => {
+      cumulative += (probs[i] as number) / sum;
+      return cumulative >= p.topP;
+    });
+    if (cut >= 0) order = order.slice(0, cut + 1);
+  }
+  const kept = order.filter((i) => !((probs[i] as number) / sum < minKeep));
+  if (kept.length === 0) return argmax(x, 0, vocab);
+  let r = rng() * kept.reduce((a, i) => a + (probs[i] as number), 0);
+  for (const i of kept) {
+    r -= probs[i] as number;
+    if (r <= 0) return candidates[i] as number;
+  }
+  return candidates[kept[kept.length - 1] as number] as number;
+}
+
+describe('Sampler draws what the plain reference draws', () => {
+  const scores = fc.record({
+    vocab: fc.integer({ min: 1, max: 3000 }),
+    seed: fc.integer({ min: 1, max: 2 ** 30 }),
+    /** Spread of the bulk; a few tokens stand this far above it (a trained model's peak), or none. */
+    spread: fc.constantFrom(0.01, 1, 8),
+    peak: fc.constantFrom(0, 6, 20),
+    /** Rounded scores: many equal ones. */
+    coarse: fc.boolean(),
+    /** A few scores that are not numbers, or −∞ (a banned token). */
+    odd: fc.constantFrom('none', 'nan', '-inf'),
+    temperature: fc.constantFrom(0.1, 0.7, 1, 2),
+    topK: fc.constantFrom(0, 1, 5, 50, 5000),
+    topP: fc.constantFrom(1, 0.999, 0.95, 0.9, 0.5, 0.01),
+    minP: fc.constantFrom(0, 0.05, 0.5),
+  });
+
+  it('top-p ends its nucleus at the token whose share reaches it exactly (in a vocabulary past the first heap)', () => {
+    // Two equal tokens, every other banned: the first one's share is exactly 0.5.
+    const x = new Float32Array(300).fill(Number.NEGATIVE_INFINITY);
+    x[170] = 1;
+    x[40] = 1;
+    const s = new Sampler(params({ topP: 0.5, seed: 3 }), 300);
+    expect(new Set(Array.from({ length: 40 }, () => s.sample(x, 0, 300)))).toEqual(new Set([40]));
+    const wider = new Sampler(params({ topP: 0.51, seed: 3 }), 300);
+    expect(new Set(Array.from({ length: 40 }, () => wider.sample(x, 0, 300)))).toEqual(new Set([40, 170]));
+  });
+
+  it('for any scores, top-k, top-p, min-p and temperature, draw after draw', () => {
+    fc.assert(
+      fc.property(scores, (c) => {
+        const rand = createRng(c.seed);
+        const x = Float32Array.from({ length: c.vocab }, () => {
+          const v = (rand() + rand() + rand() - 1.5) * c.spread;
+          return c.coarse ? Math.round(v * 4) / 4 : v;
+        });
+        for (let i = 0; i < 5 && c.peak > 0; i++) x[Math.floor(rand() * c.vocab)] = c.peak - i;
+        if (c.odd !== 'none') {
+          for (let i = 0; i < 3; i++)
+            x[Math.floor(rand() * c.vocab)] = c.odd === 'nan' ? Number.NaN : Number.NEGATIVE_INFINITY;
+        }
+        const p = params({ temperature: c.temperature, topK: c.topK, topP: c.topP, minP: c.minP, seed: c.seed });
+        const sampler = new Sampler(p, c.vocab);
+        const rng = createRng(p.seed);
+        for (let draw = 0; draw < 4; draw++) {
+          const want = referenceDraw(x, p, rng);
+          if (Number.isNaN(x[want])) expect(() => sampler.sample(x, 0, c.vocab)).toThrow();
+          else expect(sampler.sample(x, 0, c.vocab)).toBe(want);
+        }
+      }),
+      { numRuns: 400 },
+    );
+  });
+});
+
 describe('createRng', () => {
   it('is uniform enough on [0, 1)', () => {
     const r = createRng(1);
