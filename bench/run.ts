@@ -22,6 +22,7 @@ import { type FloorResult, runFloor } from './sections/floor';
 import { runKvTruth } from './sections/kv-truth';
 import { runLookup } from './sections/lookup';
 import { runRenderer } from './sections/renderer';
+import { runSampling } from './sections/sampling';
 
 async function measureShape(opts: BenchOptions, shape: BenchShape, failures: string[]): Promise<ShapeReport> {
   log(`${shape}: model package`);
@@ -46,6 +47,13 @@ async function measureShape(opts: BenchOptions, shape: BenchShape, failures: str
       report.concurrency = await runConcurrency(opts, runner, info.id, prompts);
       if (report.concurrency.batchedMismatch)
         report.notes.push(`batching changed greedy tokens: ${report.concurrency.batchedMismatch}`);
+    }
+    if (opts.skip.has('sampling')) report.notes.push('sampled decoding: skipped by --skip sampling');
+    else {
+      log(
+        `${shape}: sampled decoding (${opts.reps} rounds × ${opts.decodeTokens} tokens: greedy, whole vocabulary, package defaults)`,
+      );
+      report.sampling = await runSampling(opts, runner, info.id, prompts);
     }
     if (opts.skip.has('lookup')) report.notes.push('lookup decoding: skipped by --skip lookup');
     else {

@@ -11,13 +11,13 @@ export const USAGE = `usage: npm run bench [-- --quick] [options]
   --reps N             repetitions of every A/B measurement (default 5; --quick 3; at least 3)
   --tokens N           new tokens of the decode comparison (default 128; --quick 64)
   --threads N          intra-op threads for kvdesk, the raw loop and transformers.js at equal threads (default: every core)
-  --skip a,b           sections to leave out: tjs, concurrency, lookup, kv, floor, admission, delivery, renderer
+  --skip a,b           sections to leave out: tjs, concurrency, sampling, lookup, kv, floor, admission, delivery, renderer
   --noise SHARE        repeat a sample when other processes used more than this share of the CPUs (default 0.08)
   --report FILE        also write the markdown report there (default for a full run: bench/results/<date>.md)
   --no-report          write no report file`;
 
 const SHAPES: readonly BenchShape[] = ['gpt2-small', 'llama-small'];
-const SKIPPABLE = ['tjs', 'concurrency', 'lookup', 'kv', 'floor', 'admission', 'delivery', 'renderer'];
+const SKIPPABLE = ['tjs', 'concurrency', 'sampling', 'lookup', 'kv', 'floor', 'admission', 'delivery', 'renderer'];
 
 export class UsageError extends Error {}
 

@@ -1,7 +1,7 @@
 /** kvdesk as a contender: the real RunnerService path (validation, scheduler admission, engine process, frames). */
 
 import { RunnerService } from '../../src/main/host/runner-service';
-import type { StreamFrame } from '../../src/shared/contract';
+import type { SamplingSettings, StreamFrame } from '../../src/shared/contract';
 import type { BenchOptions } from './context';
 import type { GenerationSample } from './worker-protocol';
 
@@ -24,7 +24,7 @@ export interface HostTrace {
 }
 
 /**
- * One greedy generation through RunnerService. TTFT runs from the generate call
+ * One generation through RunnerService (greedy unless told otherwise). TTFT runs from the generate call
  * to the first token frame on the host; decode tok/s from the first to the last
  * token frame (the engine flushes the final frame at once, so the 50 ms frame
  * batching does not stretch the interval).
@@ -35,10 +35,11 @@ export async function kvdeskGenerate(
   promptIds: number[],
   maxNewTokens: number,
   onFrame?: (frame: StreamFrame, at: number) => void,
+  sampling: SamplingSettings = { greedy: true },
 ): Promise<HostTrace> {
   const frames: HostTrace['frames'] = [];
   const startedAt = performance.now();
-  const handle = runner.generate({ model: modelId, promptIds, maxNewTokens, sampling: { greedy: true } }, (frame) => {
+  const handle = runner.generate({ model: modelId, promptIds, maxNewTokens, sampling }, (frame) => {
     const at = performance.now();
     if (frame.type === 'tokens') {
       const n = frame.rows[0]?.ids.length ?? 0;

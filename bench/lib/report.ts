@@ -7,6 +7,7 @@ import type { FloorResult } from '../sections/floor';
 import type { KvTruthResult } from '../sections/kv-truth';
 import type { LookupResult } from '../sections/lookup';
 import type { RendererOutcome } from '../sections/renderer';
+import { SAMPLING_MODES, type SamplingResult } from '../sections/sampling';
 import type { BenchOptions } from './context';
 import type { BenchShape } from './models';
 import { fmt, median, round } from './stats';
@@ -18,6 +19,7 @@ export interface ShapeReport {
   concurrency: ConcurrencyResult | null;
   kv: KvTruthResult | { skipped: string } | null;
   lookup: LookupResult | null;
+  sampling?: SamplingResult | null;
   notes: string[];
 }
 
@@ -37,6 +39,8 @@ export interface SummaryJson {
   /** Lookup decoding (beyond the issue's keys): decode tok/s ÷ lookup off when every draft is right, and when every one is wrong. */
   lookupAllRightVsOff: number | null;
   lookupAllWrongVsOff: number | null;
+  /** Sampled decoding (beyond the issue's keys): decode tok/s ÷ greedy, temperature 0.7 over the whole vocabulary. */
+  sampledVsGreedy: number | null;
 }
 
 function samplesOf(d: DecodeResult | null, key: ContenderKey) {
@@ -83,7 +87,20 @@ export function summaryJson(
     kvBytesPerTokenMeasuredVsBpt: round(kvRatio(s?.kv ?? null)),
     lookupAllRightVsOff: round(s?.lookup ? median(s.lookup.vsOff.right) : null),
     lookupAllWrongVsOff: round(s?.lookup ? median(s.lookup.vsOff.wrong) : null),
+    sampledVsGreedy: round(s?.sampling ? median(s.sampling.vsGreedy.whole) : null),
   };
+}
+
+/** Rows of the sampled-decoding figures. */
+function samplingRows(x: SamplingResult | null | undefined): string[] {
+  if (!x) return [];
+  const row = (mode: 'whole' | 'package') =>
+    `| … ${SAMPLING_MODES[mode].label} | ${fmt(median(x.tps[mode]))} tok/s, ${median(x.vsGreedy[mode]).toFixed(2)}× (${x.vsGreedy[mode].map((v) => v.toFixed(2)).join(' / ')}) | | |`;
+  return [
+    `| sampled decoding, one stream, ${x.tokens} tokens (RunnerService): greedy | ${fmt(median(x.tps.greedy))} tok/s | | |`,
+    row('whole'),
+    row('package'),
+  ];
 }
 
 /** Rows of the lookup decoding figures. */
@@ -183,6 +200,7 @@ function shapeSection(opts: BenchOptions, s: ShapeReport, j: SummaryJson, floor:
   out.push(
     `| 8 streams / 1 stream, aggregate tok/s | ${r(j.batch8Speedup)}× | ≥ 3× | ${verdict(j.batch8Speedup === null ? null : j.batch8Speedup >= 3)} |`,
   );
+  out.push(...samplingRows(s.sampling));
   out.push(...lookupRows(s.lookup));
   out.push(`| TTFT, 32-token prompt (kvdesk, host-side) | ${r(j.ttftMs32, 0)} ms | | |`);
   out.push(`| TTFT, ${opts.longPrompt}-token prompt (kvdesk, host-side) | ${r(j.ttftMs512, 0)} ms | | |`);

@@ -1,0 +1,65 @@
+/**
+ * Sampled decoding: decode tok/s of one stream through RunnerService (the
+ * engine process draws each token on the thread that runs the model) with
+ * greedy picks, with temperature 0.7 over the whole vocabulary (kvdesk's
+ * default for a package that names none), and with the package's own defaults
+ * (the generator writes temperature 0.7, top-k 50, top-p 0.9, as many packages
+ * do), alternating round by round. The ratio to greedy is what drawing a token
+ * costs on top of the model's step. (Top-p without top-k is not measured: on
+ * these random weights the nucleus is most of the vocabulary, which a trained
+ * model's is not.)
+ */
+import type { RunnerService } from '../../src/main/host/runner-service';
+import type { SamplingSettings } from '../../src/shared/contract';
+import { type BenchOptions, log, rotate } from '../lib/context';
+import { kvdeskGenerate } from '../lib/kvdesk';
+import type { PromptSource } from '../lib/prompts';
+import { median } from '../lib/stats';
+
+export const SAMPLING_MODES = {
+  greedy: { label: 'greedy', sampling: { greedy: true } },
+  whole: {
+    label: "temperature 0.7 over the whole vocabulary (kvdesk's default where a package names none)",
+    sampling: { temperature: 0.7, topK: 0, topP: 1, seed: 7 },
+  },
+  package: { label: "the package's defaults: temperature 0.7, top-k 50, top-p 0.9", sampling: { seed: 7 } },
+} satisfies Record<string, { label: string; sampling: SamplingSettings }>;
+
+export type SamplingMode = keyof typeof SAMPLING_MODES;
+
+export interface SamplingResult {
+  tokens: number;
+  /** Decode tok/s of every round, per mode. */
+  tps: Record<SamplingMode, number[]>;
+  /** Per-round ratios to greedy (paired). */
+  vsGreedy: Record<Exclude<SamplingMode, 'greedy'>, number[]>;
+}
+
+export async function runSampling(
+  opts: BenchOptions,
+  runner: RunnerService,
+  modelId: string,
+  prompts: PromptSource,
+): Promise<SamplingResult> {
+  const modes = Object.keys(SAMPLING_MODES) as SamplingMode[];
+  const tps: SamplingResult['tps'] = { greedy: [], whole: [], package: [] };
+  const vsGreedy: SamplingResult['vsGreedy'] = { whole: [], package: [] };
+  const prompt = prompts.prompt(32);
+  for (let r = 0; r < opts.reps; r++) {
+    const round: Partial<Record<SamplingMode, number>> = {};
+    for (const mode of rotate(modes, r)) {
+      const trace = await opts.guard.sample(`sampling ${mode}, round ${r + 1}`, () =>
+        kvdeskGenerate(runner, modelId, prompt, opts.decodeTokens, undefined, SAMPLING_MODES[mode].sampling),
+      );
+      round[mode] = trace.sample.decodeTokensPerSecond;
+      tps[mode].push(trace.sample.decodeTokensPerSecond);
+    }
+    for (const mode of ['whole', 'package'] as const)
+      vsGreedy[mode].push((round[mode] as number) / (round.greedy as number));
+    log(`  sampling round ${r + 1}/${opts.reps}: ${modes.map((m) => `${m} ${round[m]?.toFixed(1)}`).join(', ')} tok/s`);
+  }
+  log(
+    `  sampling: whole vocabulary ×${median(vsGreedy.whole).toFixed(2)}, package defaults ×${median(vsGreedy.package).toFixed(2)} of greedy`,
+  );
+  return { tokens: opts.decodeTokens, tps, vsGreedy };
+}
