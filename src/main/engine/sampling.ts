@@ -115,11 +115,12 @@ export function logprobsOf(logits: Float32Array, offset: number, vocab: number, 
 /**
  * Top-p's nucleus: positions among the `m` candidates whose weights are `probs`, most likely first (equal weights:
  * the earlier position first), up to and including the first at which the cumulative share of `sum` reaches `topP`;
- * all of them if none does. When the candidates are every index of `x` in order (`everyIndex`), the likeliest 64, 512, 4096 … tokens are taken with
- * a bounded heap and only they are sorted, until the nucleus ends among them: a trained model's nucleus is a few
- * dozen tokens, and sorting all 50 257 took 25 ms a token. The result is what sorting every candidate gives: the
- * heap ranks by score, which orders the weights the same way (exp is increasing; equal scores, equal weights, the
- * lower index first), and the cumulative share only grows at tokens of nonzero weight, where that order is strict.
+ * all of them if none does. When the candidates are every index of `x` in order (`everyIndex`), the likeliest 64,
+ * 512, 4096 … tokens are taken with a bounded heap and only they are sorted, until the nucleus ends among them: a
+ * trained model's nucleus is a few dozen tokens, and sorting all 50 257 took 25 ms a token. The result is what
+ * sorting every candidate gives: the heap ranks by score, which orders the weights the same way (exp is increasing;
+ * equal scores, equal weights, the lower index first), and the cumulative share only grows at tokens of nonzero
+ * weight, where that order is strict.
  */
 function nucleus(
   x: Float32Array,

@@ -226,8 +226,9 @@ function referenceDraw(x: Float32Array, p: SamplingParams, rng: () => number): n
   const candidates = [...topKIndices(x, k)];
   let max = Number.NEGATIVE_INFINITY;
   for (const idx of candidates) if ((x[idx] as number) > max) max = x[idx] as number;
+  const invT = 1 / p.temperature;
   const probs = candidates.map((idx) => {
-    const e = Math.exp(((x[idx] as number) - max) / p.temperature);
+    const e = Math.exp(((x[idx] as number) - max) * invT);
     return Number.isNaN(e) ? 0 : e;
   });
   const sum = probs.reduce((a, b) => a + b, 0);
