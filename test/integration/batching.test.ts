@@ -142,6 +142,48 @@ describe('batching parity on the default model', () => {
     }
   });
 
+  it('requests that end on the same step all leave the batch, and the one still running keeps its tokens', async () => {
+    const decoder = await LoadedDecoder.load(await loadModelSpec(defaultModelDir), {
+      intraOpNumThreads: 2,
+      executionProviders: ['cpu'],
+    });
+    try {
+      const generate = (p: number[], maxNewTokens: number) => {
+        const ids: number[] = [];
+        let steps = 0;
+        return decoder
+          .generate(
+            { rows: [p], maxNewTokens, sampling: GREEDY, eosTokenIds: [] },
+            {
+              onStart: () => {},
+              onStep: (step) => {
+                steps++;
+                if ((step[0] as number) >= 0) ids.push(step[0] as number);
+              },
+              stopRequested: () => null,
+              countRun: () => {},
+            },
+          )
+          .then((outcome) => ({ ids, steps, outcome }));
+      };
+      const prompts = [0, 1, 2, 3].map((i) => Array.from({ length: 12 }, (_, j) => 30 + ((i * 61 + j * 13) % 440)));
+      const lengths = [6, 6, 6, 24];
+      const solo: number[][] = [];
+      for (const [i, p] of prompts.entries()) solo.push((await generate(p, lengths[i] as number)).ids);
+      // Three of four end on step 6 together; the fourth runs on alone.
+      const together = await Promise.all(prompts.map((p, i) => generate(p, lengths[i] as number)));
+      for (const [i, r] of together.entries()) {
+        expect(r.ids, `request ${i}`).toEqual(solo[i]);
+        // No step reached a request after it ended (a row left behind would go on being stepped).
+        expect(r.steps, `request ${i}`).toBe(lengths[i]);
+        expect(r.outcome.finishReason).toBe('length');
+      }
+      expect(decoder.peakBatchRows).toBe(4);
+    } finally {
+      await decoder.dispose();
+    }
+  });
+
   it('a request joining mid-way does not change the tokens of those already running', async () => {
     const h = await host(defaultModelDir);
     const long = prompts[6] as number[];

@@ -302,10 +302,12 @@ export class ContinuousBatcher {
    * that cannot batch they wait for the running one: a cancel or a time limit must not wait with them).
    */
   private finishStopped(): void {
-    for (const m of this.members()) {
-      const stop = m.hooks.stopRequested();
-      if (stop) this.finish(m, stop);
-    }
+    this.together(() => {
+      for (const m of this.members()) {
+        const stop = m.hooks.stopRequested();
+        if (stop) this.finish(m, stop);
+      }
+    });
     this.pending = this.pending.filter((m) => {
       const stop = m.hooks.stopRequested();
       if (stop) endUnstarted(m, stop);
@@ -600,7 +602,9 @@ export class ContinuousBatcher {
       past,
       W,
     );
-    for (const m of group) this.settle(m);
+    this.together(() => {
+      for (const m of group) this.settle(m);
+    });
   }
 
   private merge(rows: Row[], present: Map<string, ort.Tensor>, seq: number): void {
@@ -756,7 +760,9 @@ export class ContinuousBatcher {
       m.length++;
       this.sampleMember(m, logits, (r) => indexOf.get(r) as number);
     }
-    for (const m of this.members()) this.settle(m);
+    this.together(() => {
+      for (const m of this.members()) this.settle(m);
+    });
   }
 
   private finish(m: Member, reason: FinishReason): void {
@@ -785,11 +791,39 @@ export class ContinuousBatcher {
     });
   }
 
-  /** Takes a member's rows out of the batch (its KV with them; the rest trimmed of padding none of them needs). */
+  /** Members whose rows leave the batch when the settling under way ends (see together); null: at once. */
+  private leaving: Member[] | null = null;
+
+  /**
+   * Runs `work` (settling or finishing several members), then takes every leaving member's rows out of the KV
+   * in one copy: members that end on the same step (as requests of one length started together do) otherwise
+   * copied the rest of the batch's KV once each.
+   */
+  private together(work: () => void): void {
+    if (this.leaving) return work();
+    this.leaving = [];
+    try {
+      work();
+    } finally {
+      const leaving = this.leaving;
+      this.leaving = null;
+      if (leaving.length > 0) this.dropRows(leaving);
+    }
+  }
+
+  /** Takes a member's rows out of the batch, now or when the settling under way ends. */
   private removeRows(m: Member): void {
+    if (this.leaving) this.leaving.push(m);
+    else this.dropRows([m]);
+  }
+
+  /** Takes members' rows out of the batch (their KV with them; the rest trimmed of padding none of them needs). */
+  private dropRows(members: Member[]): void {
     const indexOf = new Map(this.rows.map((r, i) => [r, i]));
-    const mine = m.rows.map((r) => indexOf.get(r)).filter((i): i is number => i !== undefined);
-    const keep = this.rows.map((_, i) => i).filter((i) => !mine.includes(i));
+    const leaving = new Set(
+      members.flatMap((m) => m.rows.map((r) => indexOf.get(r)).filter((i): i is number => i !== undefined)),
+    );
+    const keep = this.rows.map((_, i) => i).filter((i) => !leaving.has(i));
     if (keep.length === 0) {
       this.rows = [];
       this.past = new Map();
