@@ -97,7 +97,7 @@ function samplingRows(x: SamplingResult | null | undefined): string[] {
   const row = (mode: 'whole' | 'package') =>
     `| … ${SAMPLING_MODES[mode].label} | ${fmt(median(x.tps[mode]))} tok/s, ${median(x.vsGreedy[mode]).toFixed(2)}× (${x.vsGreedy[mode].map((v) => v.toFixed(2)).join(' / ')}) | | |`;
   return [
-    `| sampled decoding, one stream, ${x.tokens} tokens (RunnerService): greedy | ${fmt(median(x.tps.greedy))} tok/s | | |`,
+    `| sampled decoding, one stream, ${x.tokens} tokens (RunnerService): ${SAMPLING_MODES.greedy.label} | ${fmt(median(x.tps.greedy))} tok/s | | |`,
     row('whole'),
     row('package'),
   ];
