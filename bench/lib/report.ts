@@ -7,7 +7,7 @@ import type { FloorResult } from '../sections/floor';
 import type { KvTruthResult } from '../sections/kv-truth';
 import type { LookupResult } from '../sections/lookup';
 import type { RendererOutcome } from '../sections/renderer';
-import { SAMPLING_MODES, type SamplingResult } from '../sections/sampling';
+import { SAMPLED, SAMPLING_MODES, type SamplingResult } from '../sections/sampling';
 import type { BenchOptions } from './context';
 import type { BenchShape } from './models';
 import { fmt, median, round } from './stats';
@@ -94,12 +94,11 @@ export function summaryJson(
 /** Rows of the sampled-decoding figures. */
 function samplingRows(x: SamplingResult | null | undefined): string[] {
   if (!x) return [];
-  const row = (mode: 'whole' | 'package') =>
+  const row = (mode: (typeof SAMPLED)[number]) =>
     `| … ${SAMPLING_MODES[mode].label} | ${fmt(median(x.tps[mode]))} tok/s, ${median(x.vsGreedy[mode]).toFixed(2)}× (${x.vsGreedy[mode].map((v) => v.toFixed(2)).join(' / ')}) | | |`;
   return [
     `| sampled decoding, one stream, ${x.tokens} tokens (RunnerService): ${SAMPLING_MODES.greedy.label} | ${fmt(median(x.tps.greedy))} tok/s | | |`,
-    row('whole'),
-    row('package'),
+    ...SAMPLED.map(row),
   ];
 }
 

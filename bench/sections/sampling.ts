@@ -4,10 +4,11 @@
  * greedy picks, with temperature 0.7 over the whole vocabulary (kvdesk's
  * default for a package that names none), and with the package's own defaults
  * (the generator writes temperature 0.7, top-k 50, top-p 0.9, as many packages
- * do), alternating round by round. The ratio to greedy is what drawing a token
- * costs on top of the model's step. (Top-p without top-k is not measured: on
+ * do), and with top-p 0.9 alone (what an OpenAI client's top_p asks for: on
  * these random weights the nucleus is most of the vocabulary, which a trained
- * model's is not.)
+ * model's is not, so every token's draw orders nearly all of it: the worst
+ * case), alternating round by round. The ratio to greedy is what drawing a
+ * token costs on top of the model's step.
  */
 import type { RunnerService } from '../../src/main/host/runner-service';
 import type { SamplingSettings } from '../../src/shared/contract';
@@ -23,9 +24,15 @@ export const SAMPLING_MODES = {
     sampling: { temperature: 0.7, topK: 0, topP: 1, seed: 7 },
   },
   package: { label: "the package's defaults: temperature 0.7, top-k 50, top-p 0.9", sampling: { seed: 7 } },
+  nucleus: {
+    label: 'temperature 0.7, top-p 0.9 without top-k (a nucleus of most of the vocabulary on random weights)',
+    sampling: { temperature: 0.7, topK: 0, topP: 0.9, seed: 7 },
+  },
 } satisfies Record<string, { label: string; sampling: SamplingSettings }>;
 
 export type SamplingMode = keyof typeof SAMPLING_MODES;
+/** The modes that draw, each compared with greedy. */
+export const SAMPLED = ['whole', 'package', 'nucleus'] as const;
 
 export interface SamplingResult {
   tokens: number;
@@ -42,8 +49,8 @@ export async function runSampling(
   prompts: PromptSource,
 ): Promise<SamplingResult> {
   const modes = Object.keys(SAMPLING_MODES) as SamplingMode[];
-  const tps: SamplingResult['tps'] = { greedy: [], whole: [], package: [] };
-  const vsGreedy: SamplingResult['vsGreedy'] = { whole: [], package: [] };
+  const tps: SamplingResult['tps'] = { greedy: [], whole: [], package: [], nucleus: [] };
+  const vsGreedy: SamplingResult['vsGreedy'] = { whole: [], package: [], nucleus: [] };
   const prompt = prompts.prompt(32);
   for (let r = 0; r < opts.reps; r++) {
     const round: Partial<Record<SamplingMode, number>> = {};
@@ -54,12 +61,11 @@ export async function runSampling(
       round[mode] = trace.sample.decodeTokensPerSecond;
       tps[mode].push(trace.sample.decodeTokensPerSecond);
     }
-    for (const mode of ['whole', 'package'] as const)
-      vsGreedy[mode].push((round[mode] as number) / (round.greedy as number));
+    for (const mode of SAMPLED) vsGreedy[mode].push((round[mode] as number) / (round.greedy as number));
     log(`  sampling round ${r + 1}/${opts.reps}: ${modes.map((m) => `${m} ${round[m]?.toFixed(1)}`).join(', ')} tok/s`);
   }
   log(
-    `  sampling: whole vocabulary ×${median(vsGreedy.whole).toFixed(2)}, package defaults ×${median(vsGreedy.package).toFixed(2)} of greedy`,
+    `  sampling: whole vocabulary ×${median(vsGreedy.whole).toFixed(2)}, package defaults ×${median(vsGreedy.package).toFixed(2)}, top-p alone ×${median(vsGreedy.nucleus).toFixed(2)} of greedy`,
   );
   return { tokens: opts.decodeTokens, tps, vsGreedy };
 }

@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { SamplingParams } from '../../../src/main/engine/protocol';
-import { argmax, createRng, logprobsOf, Sampler, topKIndices } from '../../../src/main/engine/sampling';
+import { argmax, byWeight, createRng, logprobsOf, Sampler, topKIndices } from '../../../src/main/engine/sampling';
 
 function params(p: Partial<SamplingParams> = {}): SamplingParams {
   return { greedy: false, temperature: 1, topK: 0, topP: 1, minP: 0, repetitionPenalty: 1, seed: 42, ...p };
@@ -38,6 +38,49 @@ describe('topKIndices', () => {
         },
       ),
     );
+  });
+});
+
+describe('byWeight', () => {
+  /** The order a comparison sort gives: heaviest first, equal weights by position. */
+  const sorted = (ws: readonly number[]) =>
+    ws.map((_, i) => i).sort((a, b) => (ws[b] as number) - (ws[a] as number) || a - b);
+  const ordered = (ws: readonly number[]) => {
+    // A longer buffer than m, as the sampler's scratch is.
+    const probs = new Float64Array(ws.length + 5).fill(0.75);
+    probs.set(ws);
+    return [...byWeight(probs, ws.length)];
+  };
+
+  it('orders positions as a comparison sort does, heaviest first and equal weights by position', () => {
+    const weight = fc.oneof(
+      fc.constantFrom(0, 1, 0.5, Number.MIN_VALUE, 1e-300),
+      fc.double({ min: 0, max: 1, noNaN: true }).map((v) => v + 0),
+      // Weights whose high 32 bits are equal: the radix keys tie, the weights do not.
+      fc.integer({ min: 0, max: 15 }).map((k) => 0.3 * (1 + k * 2 ** -40)),
+    );
+    fc.assert(
+      fc.property(fc.array(weight, { maxLength: 3000, size: 'max' }), (ws) => {
+        expect(ordered(ws)).toEqual(sorted(ws));
+      }),
+      { numRuns: 200 },
+    );
+  });
+
+  it('orders a whole vocabulary of softmax weights: spread, far below float32 range, nearly equal, or ties', () => {
+    const rand = createRng(11);
+    const spread = (scale: number) => (rand() + rand() + rand() - 3) * scale;
+    const vocabularies = {
+      spread: () => Math.exp(spread(8)),
+      tiny: () => Math.exp(spread(80)),
+      // Scores that hardly differ: their weights share a few keys, in runs of thousands.
+      flat: () => Math.exp(spread(1e-6)),
+      ties: () => (rand() < 0.5 ? 0 : Math.exp(Math.round(spread(4)))),
+    };
+    for (const [name, weight] of Object.entries(vocabularies)) {
+      const ws = Array.from({ length: 50_257 }, weight);
+      expect(ordered(ws), name).toEqual(sorted(ws));
+    }
   });
 });
 
