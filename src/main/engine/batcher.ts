@@ -800,7 +800,10 @@ export class ContinuousBatcher {
    * copied the rest of the batch's KV once each.
    */
   private together(work: () => void): void {
-    if (this.leaving) return work();
+    if (this.leaving) {
+      work();
+      return;
+    }
     this.leaving = [];
     try {
       work();
