@@ -5,7 +5,7 @@
  * its source, in the error colour.
  */
 import 'katex/dist/katex.min.css';
-import { memo, type ReactNode, useEffect, useState } from 'react';
+import { Fragment, memo, type ReactNode, useEffect, useState } from 'react';
 import ReactMarkdown, { type Components, type Options } from 'react-markdown';
 import rehypeHighlight from 'rehype-highlight';
 import rehypeKatex from 'rehype-katex';
@@ -13,6 +13,7 @@ import remarkGfm from 'remark-gfm';
 import remarkMath from 'remark-math';
 import { fenced } from '../lib/fence';
 import { capitalized } from '../lib/format';
+import { markdownBlocks } from '../lib/markdown-blocks';
 import { normalizeMath } from '../lib/math';
 
 interface HastLike {
@@ -109,14 +110,47 @@ const katex: [typeof rehypeKatex, Parameters<typeof rehypeKatex>[0]] = [
 // KaTeX first: a display formula's <pre><code class="language-math"> is no code block to highlight.
 const rehypePlugins: Options['rehypePlugins'] = [katex, [rehypeHighlight, { detect: false }]];
 /**
- * While a reply streams, its code is not highlighted: the whole message renders again at every frame, and
+ * While a reply streams, its code is not highlighted: its last block renders again at every frame, and
  * highlighting a growing code block costs several times the rest (a 200-line block: ~4×), enough to make frames
  * long; the colours come when the reply ends.
  */
 const streamingPlugins: Options['rehypePlugins'] = [katex];
 
-/** Memoised on the text: earlier messages never re-parse while another streams. */
+/**
+ * Memoised on the text: earlier messages never re-parse while another streams. A streaming reply renders as its
+ * top-level blocks (lib/markdown-blocks.ts), each memoised: only the last one, the one growing, parses again at
+ * each frame.
+ */
 export const Markdown = memo(function Markdown({ text, streaming = false }: { text: string; streaming?: boolean }) {
+  if (!streaming) return <MarkdownPiece text={text} />;
+  const blocks = markdownBlocks(text);
+  return (
+    <>
+      {blocks.map((block, i) => (
+        // biome-ignore lint/suspicious/noArrayIndexKey: a block's place is its identity; only the last one grows
+        <Fragment key={i}>
+          {/* The line break react-markdown writes between blocks, so the markup is the whole text's. */}
+          {i > 0 && '\n'}
+          <MarkdownPiece text={block} streaming openEnd={i === blocks.length - 1} />
+        </Fragment>
+      ))}
+    </>
+  );
+});
+
+/**
+ * Markdown of one piece of a reply, as a whole reply is rendered: `streaming` without highlighting (see
+ * streamingPlugins); `openEnd`, the piece's last line may still grow (the piece a streaming reply ends with).
+ */
+export const MarkdownPiece = memo(function MarkdownPiece({
+  text,
+  streaming = false,
+  openEnd = streaming,
+}: {
+  text: string;
+  streaming?: boolean;
+  openEnd?: boolean;
+}) {
   return (
     <ReactMarkdown
       remarkPlugins={remarkPlugins}
@@ -125,7 +159,7 @@ export const Markdown = memo(function Markdown({ text, streaming = false }: { te
       // Raw HTML in a reply shows as the text the model wrote: react-markdown escapes it (never renders it);
       // skipping it would drop what the model wrote.
     >
-      {normalizeMath(text, { streaming })}
+      {normalizeMath(text, { streaming: openEnd })}
     </ReactMarkdown>
   );
 });

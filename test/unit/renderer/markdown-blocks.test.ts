@@ -1,0 +1,100 @@
+/**
+ * A streaming reply rendered block by block (src/renderer/lib/markdown-blocks.ts, Markdown.tsx): the blocks join
+ * to the text, and the chat view's markup is the markup of the whole text rendered at once, at every point of a
+ * reply made of what models write (paragraphs, headings, lists loose and tight, quotes, code with blank lines,
+ * display math in either delimiter, tables, rules).
+ */
+import path from 'node:path';
+import fc from 'fast-check';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { markdownBlocks } from '../../../src/renderer/lib/markdown-blocks';
+
+// Loaded by name, not imported: the node project's type check leaves out React's types and the renderer's JSX.
+const RENDERER = path.resolve(__dirname, '../../../src/renderer');
+const load = <T>(module: string): Promise<T> => import(/* @vite-ignore */ module);
+type Create = (type: unknown, props: unknown) => unknown;
+let h: Create;
+let renderToStaticMarkup: (element: unknown) => string;
+let Markdown: unknown;
+let MarkdownPiece: unknown;
+beforeAll(async () => {
+  h = (await load<{ createElement: Create }>('react')).createElement;
+  ({ renderToStaticMarkup } = await load<{ renderToStaticMarkup: typeof renderToStaticMarkup }>('react-dom/server'));
+  ({ Markdown, MarkdownPiece } = await load<{ Markdown: unknown; MarkdownPiece: unknown }>(
+    `${RENDERER}/components/Markdown.tsx`,
+  ));
+});
+
+/** Pieces of replies, each a top-level block or a run of them. */
+const PIECES = [
+  'A paragraph of prose, with `code` and a [link](https://example.com).',
+  'Two lines\nof one paragraph, costing $5 and $10.',
+  '# A heading',
+  '## Steps\n1. first\n2. second\n3. third',
+  '- loose item\n\n- another loose item\n\n  with a second paragraph',
+  '1. one\n\n2. two',
+  '> a quote\n>\n> its second paragraph',
+  '> one quote\n\n> then a second, or the same',
+  '```ts\nconst a = 1;\n\nconst b = 2;\n```',
+  '~~~\nplain\n\n\nstill code\n~~~',
+  '```python\ndef f():\n    return 1\n\n# a comment, not a heading\n\n    indented\n```',
+  '$$\nx^2 + 1\n\n= y\n$$',
+  '\\[\n\\frac{a}{b}\n\n\\]',
+  'Inline math $\\pi r^2$ and \\( a \\) here.',
+  '| a | b |\n| --- | --- |\n| 1 | 2 |',
+  '---',
+  '    indented code\n\n    more of it',
+  'Term with a footnote[^1].\n\n[^1]: The note.',
+  'A [reference][r] link.\n\n[r]: https://example.com',
+  '* star item\n\n* star item two\n\nAfter the list.',
+];
+
+const render = (component: unknown, text: string) => renderToStaticMarkup(h(component, { text, streaming: true }));
+
+describe('markdownBlocks', () => {
+  it('splits at blank lines before what starts a block at the margin, never inside code, math or lists', () => {
+    expect(markdownBlocks('a\n\nb\n\n# c')).toEqual(['a\n\n', 'b\n\n', '# c']);
+    expect(markdownBlocks('```\na\n\nb\n```\n\nc')).toEqual(['```\na\n\nb\n```\n\n', 'c']);
+    expect(markdownBlocks('$$\na\n\nb\n$$\n\nc')).toEqual(['$$\na\n\nb\n$$\n\n', 'c']);
+    expect(markdownBlocks('\\[\na\n\nb\n\\]\n\nc')).toEqual(['\\[\na\n\nb\n\\]\n\n', 'c']);
+    expect(markdownBlocks('- a\n\n- b\n\n  c\n\n1. d\n\n2. e')).toEqual(['- a\n\n- b\n\n  c\n\n1. d\n\n2. e']);
+    // A blank line ends a quote: the next `>` opens another.
+    expect(markdownBlocks('> e\n>\n> f\n\n> g')).toEqual(['> e\n>\n> f\n\n', '> g']);
+    expect(markdownBlocks('a\n\nb\n\n[r]: x')).toEqual(['a\n\nb\n\n[r]: x']);
+    // Not split yet: the fence is still open.
+    expect(markdownBlocks('```\na\n\nb')).toEqual(['```\na\n\nb']);
+  });
+
+  it('joins back to the text, whatever it is', () => {
+    fc.assert(
+      fc.property(
+        fc.string({ unit: fc.constantFrom('a', ' ', '\n', '`', '~', '$', '\\', '[', ']', '>', '-', '1', '.') }),
+        (text) => {
+          expect(markdownBlocks(text).join('')).toBe(text);
+        },
+      ),
+      { numRuns: 500 },
+    );
+  });
+
+  it('renders block by block what the whole text renders, at every point of a reply', () => {
+    let split = 0;
+    fc.assert(
+      fc.property(
+        fc.array(fc.constantFrom(...PIECES), { minLength: 1, maxLength: 7 }),
+        fc.array(fc.nat(), { minLength: 6, maxLength: 6 }),
+        (pieces, cuts) => {
+          const reply = pieces.join('\n\n');
+          for (const cut of [...cuts.map((c) => c % (reply.length + 1)), reply.length]) {
+            const shown = reply.slice(0, cut);
+            if (markdownBlocks(shown).length > 1) split++;
+            expect(render(Markdown, shown), JSON.stringify(shown)).toBe(render(MarkdownPiece, shown));
+          }
+        },
+      ),
+      { numRuns: 120 },
+    );
+    // The comparison saw split replies (a render that never splits would pass it anyway).
+    expect(split).toBeGreaterThan(100);
+  });
+});
