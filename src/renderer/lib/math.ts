@@ -14,16 +14,46 @@
 /** A fence line: its container's prefix (indentation, `>` of quotes), then ``` or ~~~ (three or more). */
 const FENCE = /^((?:[ \t]*>)*[ \t]*)(`{3,}|~{3,})/;
 
+/** An open code fence: its marker, and its indentation (after its quotes' `>`), for where its close may be. */
+export interface OpenFence {
+  marker: string;
+  indent: number;
+}
+
+const indentOf = (prefix: string) => (prefix.match(/[ \t]*$/) as RegExpMatchArray)[0].replace(/\t/g, '    ').length;
+
+/** The code fence open after `line`, given the one open before it (null: none): opened, closed, or as it was. */
+export function fenceAfter(fence: OpenFence | null, line: string): OpenFence | null {
+  const m = FENCE.exec(line);
+  const marker = m?.[2];
+  if (fence !== null) {
+    // A closing fence: the same character, at least as long, nothing after it, and indented at most 3 spaces
+    // within its container (CommonMark; one indented more is a line of the code). The container is not tracked
+    // here: an opening indented 0–3 is taken to be at the container's edge (top level, or a list item's text
+    // written flush), a deeper one (nested in a list) lets its close sit up to 3 spaces past it.
+    const closes = indentOf(m?.[1] ?? '') <= (fence.indent <= 3 ? 3 : fence.indent + 3);
+    const closing =
+      marker &&
+      marker[0] === fence.marker[0] &&
+      marker.length >= fence.marker.length &&
+      !line.slice(m[0].length).trim() &&
+      closes;
+    return closing ? null : fence;
+  }
+  // A backtick fence's info string holds no backtick (else it is inline code).
+  if (marker && !(marker[0] === '`' && line.slice(m[0].length).includes('`'))) {
+    return { marker, indent: indentOf(m[1] ?? '') };
+  }
+  return null;
+}
+
 /** The text with math in `$$` delimiters, code untouched. */
 export function normalizeMath(text: string, { streaming = false } = {}): string {
   // Quick exit: nothing that could be math.
   if (!text.includes('$') && !text.includes('\\(') && !text.includes('\\[')) return text;
   const out: string[] = [];
   let prose: string[] = [];
-  let fence: string | null = null;
-  // The opening fence's indentation (after its quotes' `>`), for where its closing fence may be (below).
-  let fenceIndent = 0;
-  const indentOf = (prefix: string) => (prefix.match(/[ \t]*$/) as RegExpMatchArray)[0].replace(/\t/g, '    ').length;
+  let fence: OpenFence | null = null;
   // A reply still being written: its last line may go on (`$$a$$` then " is the area"), so it is not yet a line of
   // only $$…$$.
   const flush = (last = false) => {
@@ -31,35 +61,13 @@ export function normalizeMath(text: string, { streaming = false } = {}): string 
     prose = [];
   };
   for (const line of text.split('\n')) {
-    const m = FENCE.exec(line);
-    const marker = m?.[2];
-    if (fence !== null) {
+    const next = fenceAfter(fence, line);
+    if (fence !== null || next !== null) {
+      // A line of code, or a fence (opening one: the prose before it ends).
+      if (fence === null) flush();
       out.push(line);
-      // A closing fence: the same character, at least as long, nothing after it, and indented at most 3 spaces
-      // within its container (CommonMark; one indented more is a line of the code). The container is not tracked
-      // here: an opening indented 0–3 is taken to be at the container's edge (top level, or a list item's text
-      // written flush), a deeper one (nested in a list) lets its close sit up to 3 spaces past it.
-      const closes = indentOf(m?.[1] ?? '') <= (fenceIndent <= 3 ? 3 : fenceIndent + 3);
-      if (
-        marker &&
-        marker[0] === fence[0] &&
-        marker.length >= fence.length &&
-        !line.slice(m[0].length).trim() &&
-        closes
-      ) {
-        fence = null;
-      }
-      continue;
-    }
-    // A backtick fence's info string holds no backtick (else it is inline code).
-    if (marker && !(marker[0] === '`' && line.slice(m[0].length).includes('`'))) {
-      flush();
-      out.push(line);
-      fence = marker;
-      fenceIndent = indentOf(m[1] ?? '');
-      continue;
-    }
-    prose.push(line);
+    } else prose.push(line);
+    fence = next;
   }
   flush(true);
   return out.join('\n');

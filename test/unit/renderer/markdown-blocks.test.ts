@@ -37,6 +37,8 @@ const PIECES = [
   '> one quote\n\n> then a second, or the same',
   '```ts\nconst a = 1;\n\nconst b = 2;\n```',
   '~~~\nplain\n\n\nstill code\n~~~',
+  // A fence indented 4 more than its opening is a line of the code, not its close.
+  '```\n    ```\n\nstill code\n```',
   '```python\ndef f():\n    return 1\n\n# a comment, not a heading\n\n    indented\n```',
   '$$\nx^2 + 1\n\n= y\n$$',
   '\\[\n\\frac{a}{b}\n\n\\]',
