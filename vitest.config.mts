@@ -7,6 +7,12 @@ export default defineConfig({
     // Two files at a time, whatever the core count (vitest's default on 2 cores is one): most files wait on an
     // engine process or a spawned CLI, not on this process. About a quarter off the suite on 2 cores.
     maxWorkers: 2,
+    // The engine's release of dead KV (kv-cache.ts releaseKv) runs in the tests' own decoders too, as it does in
+    // the engine process (the host passes the same flag where Node's V8 needs it).
+    execArgv:
+      typeof (ArrayBuffer.prototype as { transfer?: unknown }).transfer === 'function'
+        ? []
+        : ['--harmony-rab-gsab-transfer'],
     testTimeout: 60_000,
     hookTimeout: 120_000,
     globalSetup: ['test/global-setup.ts'],

@@ -20,6 +20,7 @@ import {
   concatBatch,
   emptyPast,
   padSeqLeft,
+  releaseKv,
   selectBatch,
   sliceSeq,
   tensorsBytes,
@@ -623,6 +624,7 @@ export class ContinuousBatcher {
     }
     for (const r of this.rows) r.pad += target - this.seq;
     for (const r of rows) r.pad += target - seq;
+    releaseKv([...this.past.values(), ...present.values()], merged);
     this.past = merged;
     this.seq = target;
     this.rows = [...this.rows, ...rows];
@@ -692,9 +694,11 @@ export class ContinuousBatcher {
     if (used < n) {
       const kept = new Map<string, ort.Tensor>();
       for (const t of this.kvTensors) kept.set(t.past, truncateSeq(t, past.get(t.past) as ort.Tensor, L + used));
+      releaseKv(past.values(), kept);
       past = kept;
     }
     this.past = past;
+    releaseKv(forward.fed, past);
     this.seq = L + used;
     this.settle(m);
   }
@@ -707,7 +711,7 @@ export class ContinuousBatcher {
   private async forward(
     inputs: number[][],
     hooks: GenerationHooks,
-  ): Promise<{ past: Map<string, ort.Tensor>; logits: ScoredRows }> {
+  ): Promise<{ past: Map<string, ort.Tensor>; logits: ScoredRows; fed: ort.Tensor[] }> {
     const ports = this.spec.ports;
     const B = this.rows.length;
     const n = (inputs[0] as number[]).length;
@@ -730,14 +734,15 @@ export class ContinuousBatcher {
     if (n > 1 && startsInput) feeds[startsInput] = new ort.Tensor('int64', BigInt64Array.of(BigInt(-n)), [1]);
     const screened = this.screen !== null && B <= SCREEN_MAX_ROWS && this.allPlain();
     if (screened) feeds[(this.screen as LastPositionScreen).fullInput] = SCREENED;
-    for (const t of this.kvTensors) feeds[t.past] = this.past.get(t.past) as ort.Tensor;
+    const fed = this.kvTensors.map((t) => this.past.get(t.past) as ort.Tensor);
+    for (const [i, t] of this.kvTensors.entries()) feeds[t.past] = fed[i] as ort.Tensor;
     const out = await this.runCounted(hooks, feeds);
     // Drop the last references to the previous KV at once (the async frame keeps `feeds` alive until the
     // step ends): the engine then holds one copy per token while it samples and sends frames, not two.
     for (const t of this.kvTensors) delete feeds[t.past];
     const past = this.presents(out);
     this.checkBytes(past, B, L + n);
-    return { past, logits: this.logitsOf(out, n > 1, screened) };
+    return { past, logits: this.logitsOf(out, n > 1, screened), fed };
   }
 
   private async step(): Promise<void> {
@@ -745,11 +750,12 @@ export class ContinuousBatcher {
     if (draft.length > 0) return this.checkDraft(draft);
     const L = this.seq;
     const first = this.rows[0] as Row;
-    const { past, logits } = await this.forward(
+    const { past, logits, fed } = await this.forward(
       this.rows.map((r) => [r.lastId]),
       first.req.hooks,
     );
     this.past = past;
+    releaseKv(fed, past);
     this.seq = L + 1;
     const indexOf = new Map(this.rows.map((r, i) => [r, i]));
     for (const m of this.members()) {
@@ -839,6 +845,7 @@ export class ContinuousBatcher {
         next.set(t.past, trimSeqLeft(t, selectBatch(t, this.past.get(t.past) as ort.Tensor, keep), drop));
       }
       for (const r of remaining) r.pad -= drop;
+      releaseKv(this.past.values(), next);
       this.past = next;
       this.seq -= drop;
       this.rows = remaining;

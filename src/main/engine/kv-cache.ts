@@ -43,6 +43,32 @@ export function tensorsBytes(tensors: Iterable<ort.Tensor>): number {
   return total;
 }
 
+/** ArrayBuffer.prototype.transfer (ES2024; Node 20 has it behind --harmony-rab-gsab-transfer, which the host sets). */
+const transfer = (ArrayBuffer.prototype as { transfer?: (length: number) => ArrayBuffer }).transfer;
+/** KVDESK_KV_RELEASE=0 leaves dead KV to the garbage collector (for a comparison). */
+const RELEASE = transfer !== undefined && process.env.KVDESK_KV_RELEASE !== '0';
+
+/**
+ * Frees the memory of KV tensors nothing reads any more now, instead of at some later garbage collection, by
+ * detaching their buffers (`transfer(0)`): a tensor of `dead` that is also one of `live` (a step or a trim that
+ * kept it as it was) is left alone. Each step returns every present tensor in fresh buffers outside the JavaScript
+ * heap (onnxruntime-node's copies), and V8 counts them against a limit that starts a collection when reached: at
+ * 8 rows that was a collection every step or two, each one marking the whole heap. Where the runtime cannot
+ * detach, nothing happens and the collector frees them as before.
+ */
+export function releaseKv(dead: Iterable<ort.Tensor | undefined>, live: Map<string, ort.Tensor>): void {
+  if (!RELEASE) return;
+  const keep = new Set(live.values());
+  for (const t of dead) {
+    if (!t || keep.has(t) || t.location !== 'cpu') continue;
+    const data = t.data as TypedArray;
+    const buffer = data.buffer;
+    // Only a buffer the tensor has to itself (a view over part of a larger one may share it).
+    if (!(buffer instanceof ArrayBuffer) || data.byteOffset !== 0 || data.byteLength !== buffer.byteLength) continue;
+    if (buffer.byteLength > 0) transfer?.call(buffer, 0);
+  }
+}
+
 /** Keeps the first `keep` positions of a KV tensor along its sequence axis. */
 export function truncateSeq(spec: KvTensorSpec, tensor: ort.Tensor, keep: number): ort.Tensor {
   return keep >= (tensor.dims[spec.seqAxis] as number) ? tensor : sliceSeq(spec, tensor, 0, keep);

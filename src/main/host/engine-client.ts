@@ -44,16 +44,26 @@ export interface EngineClientOptions {
   env?: Record<string, string>;
 }
 
+/**
+ * V8 options of the engine process: ArrayBuffer.prototype.transfer, with which the engine frees each step's dead
+ * KV at once (kv-cache.ts releaseKv), is behind a flag in Node 20's V8 and on by default in later ones (Electron's
+ * among them). The engine runs on this process's binary, so what this process lacks, it lacks too.
+ */
+export const ENGINE_V8_FLAGS: readonly string[] =
+  typeof (ArrayBuffer.prototype as { transfer?: unknown }).transfer === 'function'
+    ? []
+    : ['--harmony-rab-gsab-transfer'];
+
 /** Locates the engine entry: the bundled process.js in a build, else the TS source run through tsx. */
 function resolveEntry(explicit?: string): { file: string; execArgv: string[] } {
   const built = [path.join(__dirname, 'engine.js'), path.join(__dirname, '../engine/process.js')];
   const candidates = explicit ? [explicit] : built;
   for (const file of candidates) {
-    if (file.endsWith('.js') && existsSync(file)) return { file, execArgv: [] };
+    if (file.endsWith('.js') && existsSync(file)) return { file, execArgv: [...ENGINE_V8_FLAGS] };
   }
   const source = explicit ?? path.join(__dirname, '../engine/process.ts');
   const tsx = require.resolve('tsx');
-  return { file: source, execArgv: ['--import', pathToFileURL(tsx).href] };
+  return { file: source, execArgv: [...ENGINE_V8_FLAGS, '--import', pathToFileURL(tsx).href] };
 }
 
 /**
