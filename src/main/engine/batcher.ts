@@ -698,7 +698,7 @@ export class ContinuousBatcher {
       past = kept;
     }
     this.past = past;
-    releaseKv(forward.fed, past);
+    releaseKv(forward.fed.splice(0), past);
     this.seq = L + used;
     this.settle(m);
   }
@@ -755,7 +755,8 @@ export class ContinuousBatcher {
       first.req.hooks,
     );
     this.past = past;
-    releaseKv(fed, past);
+    // Emptied as well: the step goes on to sample and send frames, and must not keep the old KV alive meanwhile.
+    releaseKv(fed.splice(0), past);
     this.seq = L + 1;
     const indexOf = new Map(this.rows.map((r, i) => [r, i]));
     for (const m of this.members()) {
