@@ -1,6 +1,19 @@
-import { copyFileSync, cpSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  copyFileSync,
+  cpSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { threadId } from 'node:worker_threads';
 import { generateModelPackage, type ModelGenConfig, presetConfig } from '../../scripts/model-gen';
 import { GraphBuilder, int, writeOnnxModel } from '../../scripts/model-gen/onnx-builder';
 import type { ChatMessage } from '../../src/shared/contract';
@@ -25,8 +38,77 @@ export function generatedModel(name: string, overrides: Partial<ModelGenConfig>)
 export function graphVariantsModel(): string {
   const dir = generatedModel('graph-variants', {});
   const other = generatedModel('graph-variants-other-seed', { seed: 7 });
-  copyFileSync(path.join(other, 'onnx/model.onnx'), path.join(dir, 'onnx/model_q4.onnx'));
+  const source = path.join(other, 'onnx/model.onnx');
+  const target = path.join(dir, 'onnx/model_q4.onnx');
+  // Test files in other workers call this while one of them loads the package: never write the file in place (a
+  // reader would see it change size); put a whole copy beside it and rename it over, and only when it differs.
+  if (sizeOrNull(target) !== statSync(source).size) {
+    const temp = `${target}.tmp-${process.pid}-${threadId}`;
+    copyFileSync(source, temp);
+    renameSync(temp, target);
+  }
   return dir;
+}
+
+/**
+ * The package `name` under the shared test-models folder, as `build` writes it. Test files in other workers read it
+ * while another calls this, so it is never written in place: `build` writes a private folder, which replaces the
+ * package whole, and only when they differ.
+ */
+function sharedPackage(name: string, build: (dir: string) => void): string {
+  const root = path.join(os.tmpdir(), 'kvdesk-test-models');
+  const dir = path.join(root, name);
+  mkdirSync(root, { recursive: true });
+  const temp = mkdtempSync(path.join(root, `.${name}.tmp-`));
+  // mkdtemp makes it 0700; the package should read like any other folder.
+  chmodSync(temp, 0o755 & ~process.umask());
+  try {
+    build(temp);
+    if (sameTree(temp, dir)) return dir;
+    const old = `${temp}.old`;
+    try {
+      renameSync(dir, old);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
+    }
+    try {
+      renameSync(temp, dir);
+    } catch (error) {
+      // Another worker put its build (the same package) in place meanwhile.
+      const code = (error as NodeJS.ErrnoException).code;
+      if (code !== 'ENOTEMPTY' && code !== 'EEXIST') throw error;
+    }
+    rmSync(old, { recursive: true, force: true });
+    return dir;
+  } finally {
+    rmSync(temp, { recursive: true, force: true });
+  }
+}
+
+/** Whether the folders hold the same files with the same bytes. */
+function sameTree(a: string, b: string): boolean {
+  const list = (dir: string) => readdirSync(dir, { recursive: true, withFileTypes: true }).filter((e) => e.isFile());
+  let theirs: string[];
+  try {
+    theirs = list(b)
+      .map((e) => path.relative(b, path.join(e.parentPath, e.name)))
+      .sort();
+  } catch {
+    return false;
+  }
+  const ours = list(a)
+    .map((e) => path.relative(a, path.join(e.parentPath, e.name)))
+    .sort();
+  if (ours.join('\n') !== theirs.join('\n')) return false;
+  return ours.every((file) => readFileSync(path.join(a, file)).equals(readFileSync(path.join(b, file))));
+}
+
+function sizeOrNull(file: string): number | null {
+  try {
+    return statSync(file).size;
+  } catch {
+    return null;
+  }
 }
 
 /**
@@ -34,27 +116,26 @@ export function graphVariantsModel(): string {
  * model's folder, named by its absolute path (outside the package) — loaded only when the person trusts it.
  */
 export function installedPackage(): string {
-  const dir = path.join(os.tmpdir(), 'kvdesk-test-models', 'installed-ort');
-  mkdirSync(dir, { recursive: true });
-  const manifest = {
-    schema_version: '1.0',
-    layout: 'installed',
-    package_name: 'installed-ort',
-    components: {
-      model: {
-        variants: {
-          cpu: {
-            ep: 'CPUExecutionProvider',
-            device: 'cpu',
-            variant_directory: defaultModelDir,
-            executor_info: { ort: { model_file: 'onnx/model.onnx' } },
+  return sharedPackage('installed-ort', (dir) => {
+    const manifest = {
+      schema_version: '1.0',
+      layout: 'installed',
+      package_name: 'installed-ort',
+      components: {
+        model: {
+          variants: {
+            cpu: {
+              ep: 'CPUExecutionProvider',
+              device: 'cpu',
+              variant_directory: defaultModelDir,
+              executor_info: { ort: { model_file: 'onnx/model.onnx' } },
+            },
           },
         },
       },
-    },
-  };
-  writeFileSync(path.join(dir, 'manifest.json'), JSON.stringify(manifest, null, 2));
-  return dir;
+    };
+    writeFileSync(path.join(dir, 'manifest.json'), JSON.stringify(manifest, null, 2));
+  });
 }
 
 /** The context of {@link smallContextModel}. */
@@ -96,26 +177,25 @@ export function slowModel(): string {
  * an operator no onnxruntime build has): for the engine's load-failure paths.
  */
 export function unloadablePackage(): string {
-  const dir = path.join(os.tmpdir(), 'kvdesk-test-models', 'unloadable');
-  mkdirSync(dir, { recursive: true });
-  const b = new GraphBuilder('unloadable');
-  const ids = b.input('input_ids', 'int64', ['batch', 'seq']);
-  const embed = b.weight('embed', [512, 8], () => new Float32Array(512 * 8));
-  const hidden = b.op('KvdeskNoSuchOperator', [b.op('Gather', [embed, ids], { axis: int(0) })]);
-  b.op('MatMul', [hidden, b.weight('head', [8, 512], () => new Float32Array(8 * 512))], {}, 'logits');
-  b.output('logits', 'float32', ['batch', 'seq', 512]);
-  writeOnnxModel(path.join(dir, 'model.onnx'), b, {
-    producerName: 'kvdesk-tests',
-    producerVersion: '1',
-    opsetVersion: 17,
-    irVersion: 8,
+  return sharedPackage('unloadable', (dir) => {
+    const b = new GraphBuilder('unloadable');
+    const ids = b.input('input_ids', 'int64', ['batch', 'seq']);
+    const embed = b.weight('embed', [512, 8], () => new Float32Array(512 * 8));
+    const hidden = b.op('KvdeskNoSuchOperator', [b.op('Gather', [embed, ids], { axis: int(0) })]);
+    b.op('MatMul', [hidden, b.weight('head', [8, 512], () => new Float32Array(8 * 512))], {}, 'logits');
+    b.output('logits', 'float32', ['batch', 'seq', 512]);
+    writeOnnxModel(path.join(dir, 'model.onnx'), b, {
+      producerName: 'kvdesk-tests',
+      producerVersion: '1',
+      opsetVersion: 17,
+      irVersion: 8,
+    });
+    writeFileSync(
+      path.join(dir, 'inference_metadata.yaml'),
+      'model:\n  max_sequence_length: 64\n  io:\n    token_input: input_ids\n    logits_output: logits\n',
+    );
+    copyFileSync(path.join(defaultModelDir, 'tokenizer.json'), path.join(dir, 'tokenizer.json'));
   });
-  writeFileSync(
-    path.join(dir, 'inference_metadata.yaml'),
-    'model:\n  max_sequence_length: 64\n  io:\n    token_input: input_ids\n    logits_output: logits\n',
-  );
-  copyFileSync(path.join(defaultModelDir, 'tokenizer.json'), path.join(dir, 'tokenizer.json'));
-  return dir;
 }
 
 /** The id of `</think>` in {@link thinkingModel}: one token (the unused `<|endoftext|>`, renamed), as in Qwen3's vocabulary. */
@@ -128,32 +208,35 @@ export const THINK_END_ID = 509;
  * template for the same package (under another `name`).
  */
 export function thinkingModel(name = 'thinking', template = THINKING_TEMPLATE): string {
-  const dir = path.join(os.tmpdir(), 'kvdesk-test-models', name);
-  cpSync(defaultModelDir, dir, { recursive: true });
-  const edit = (file: string, change: (json: Record<string, unknown>) => void) => {
-    const at = path.join(dir, file);
-    const json = JSON.parse(readFileSync(at, 'utf8'));
-    change(json);
-    writeFileSync(at, JSON.stringify(json));
-  };
-  edit('tokenizer.json', (t) => {
-    const added = (t.added_tokens as Array<{ id: number }>).find((a) => a.id === THINK_END_ID);
-    Object.assign(added as object, { content: '</think>', special: false });
+  return sharedPackage(name, (dir) => {
+    cpSync(defaultModelDir, dir, { recursive: true });
+    const edit = (file: string, change: (json: Record<string, unknown>) => void) => {
+      const at = path.join(dir, file);
+      const json = JSON.parse(readFileSync(at, 'utf8'));
+      change(json);
+      writeFileSync(at, JSON.stringify(json));
+    };
+    edit('tokenizer.json', (t) => {
+      const added = (t.added_tokens as Array<{ id: number }>).find((a) => a.id === THINK_END_ID);
+      Object.assign(added as object, { content: '</think>', special: false });
+    });
+    edit('tokenizer_config.json', (c) => {
+      (c.added_tokens_decoder as Record<string, unknown>)[String(THINK_END_ID)] = {
+        content: '</think>',
+        special: false,
+      };
+      c.bos_token = null;
+      c.pad_token = null;
+      c.chat_template = template;
+    });
+    edit('generation_config.json', (g) => {
+      g.eos_token_id = 511;
+    });
+    edit('config.json', (c) => {
+      c.bos_token_id = null;
+      c.pad_token_id = null;
+    });
   });
-  edit('tokenizer_config.json', (c) => {
-    (c.added_tokens_decoder as Record<string, unknown>)[String(THINK_END_ID)] = { content: '</think>', special: false };
-    c.bos_token = null;
-    c.pad_token = null;
-    c.chat_template = template;
-  });
-  edit('generation_config.json', (g) => {
-    g.eos_token_id = 511;
-  });
-  edit('config.json', (c) => {
-    c.bos_token_id = null;
-    c.pad_token_id = null;
-  });
-  return dir;
 }
 
 /**
