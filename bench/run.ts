@@ -44,7 +44,7 @@ async function measureShape(opts: BenchOptions, shape: BenchShape, failures: str
     if (opts.skip.has('concurrency')) report.notes.push('concurrency: skipped by --skip concurrency');
     else {
       log(`${shape}: concurrent streams ${opts.streamCounts.join('/')} (${opts.streamTokens} tokens each)`);
-      report.concurrency = await runConcurrency(opts, runner, info.id, prompts);
+      report.concurrency = await runConcurrency(opts, runner, info.id, prompts, model.dir);
       if (report.concurrency.batchedMismatch)
         report.notes.push(`batching changed greedy tokens: ${report.concurrency.batchedMismatch}`);
     }

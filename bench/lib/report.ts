@@ -29,6 +29,8 @@ export interface SummaryJson {
   engineVsTransformersJs: number | null;
   engineVsTransformersJsEqualThreads: number | null;
   batch8Speedup: number | null;
+  /** Beyond the issue's keys: the raw onnxruntime loop's 8 rows in one batch ÷ 1 row, same rounds (the ceiling). */
+  batch8SpeedupRawOrt: number | null;
   ttftMs32: number | null;
   ttftMs512: number | null;
   eventLoopP99Ms: number | null;
@@ -47,11 +49,12 @@ function samplesOf(d: DecodeResult | null, key: ContenderKey) {
   return d?.contenders.find((c) => c.key === key)?.samples ?? [];
 }
 
-function batchSpeedup(c: ConcurrencyResult | null): number | null {
-  if (!c) return null;
-  const one = median(c.aggregate.get(1) ?? []);
-  const max = Math.max(...c.aggregate.keys());
-  const top = median(c.aggregate.get(max) ?? []);
+/** Median aggregate tok/s at the most streams (or rows) ÷ at one. */
+function batchSpeedup(aggregate: Map<number, number[]> | undefined): number | null {
+  if (!aggregate || aggregate.size === 0) return null;
+  const one = median(aggregate.get(1) ?? []);
+  const max = Math.max(...aggregate.keys());
+  const top = median(aggregate.get(max) ?? []);
   return one > 0 ? top / one : null;
 }
 
@@ -77,7 +80,8 @@ export function summaryJson(
     engineVsRawOrt: round(median(d?.pairedRatios.vsRaw ?? [])),
     engineVsTransformersJs: round(median(d?.pairedRatios.vsTjsDefault ?? [])),
     engineVsTransformersJsEqualThreads: round(median(d?.pairedRatios.vsTjsEqual ?? [])),
-    batch8Speedup: round(batchSpeedup(s?.concurrency ?? null)),
+    batch8Speedup: round(batchSpeedup(s?.concurrency?.aggregate)),
+    batch8SpeedupRawOrt: round(batchSpeedup(s?.concurrency?.rawAggregate)),
     ttftMs32: round(median(samplesOf(d, 'kvdesk').map((x) => x.ttftMs)), 1),
     ttftMs512: round(median(d?.long.kvdesk ?? []), 1),
     eventLoopP99Ms: round(s?.concurrency?.eventLoop?.p99Ms, 2),
@@ -199,6 +203,20 @@ function shapeSection(opts: BenchOptions, s: ShapeReport, j: SummaryJson, floor:
   out.push(
     `| 8 streams / 1 stream, aggregate tok/s | ${r(j.batch8Speedup)}× | ≥ 3× | ${verdict(j.batch8Speedup === null ? null : j.batch8Speedup >= 3)} |`,
   );
+  if (c?.rawSkipped) out.push(`| raw onnxruntime loop, rows in one batch | skipped: ${c.rawSkipped} | | |`);
+  else if (c && c.rawAggregate.size > 0) {
+    const agg = [...c.rawAggregate].map(([n, v]) => `${n}: ${fmt(median(v))}`).join(', ');
+    out.push(
+      `| raw onnxruntime loop, the same prompts as the rows of one batch: aggregate tok/s by rows (median, same rounds) | ${agg} | | |`,
+    );
+    const share =
+      j.batch8Speedup !== null && j.batch8SpeedupRawOrt !== null
+        ? ` (kvdesk's 8 ÷ 1 is ${(j.batch8Speedup / j.batch8SpeedupRawOrt).toFixed(2)}× it)`
+        : '';
+    out.push(
+      `| … 8 rows / 1 row: what batching gives onnxruntime itself on this machine (no scheduler, no padding, no frames) | ${r(j.batch8SpeedupRawOrt)}×${share} | | |`,
+    );
+  }
   out.push(...samplingRows(s.sampling));
   out.push(...lookupRows(s.lookup));
   out.push(`| TTFT, 32-token prompt (kvdesk, host-side) | ${r(j.ttftMs32, 0)} ms | | |`);

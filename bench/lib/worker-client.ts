@@ -96,6 +96,13 @@ export class WorkerClient {
     return e.sample;
   }
 
+  /** workers/raw-ort.ts: greedy decode of prompts of one length as one batch; each row's ids and the total time. */
+  async generateBatch(prompts: number[][], maxNewTokens: number): Promise<{ rows: number[][]; totalMs: number }> {
+    const e = await this.call({ type: 'generateBatch', prompts, maxNewTokens });
+    if (e.type !== 'batchResult') throw new Error(`${this.name}: unexpected ${e.type}`);
+    return { rows: e.rows, totalMs: e.totalMs };
+  }
+
   /** workers/weight-floor.ts: ms of `runs` runs of the loaded matrix chain. */
   async floor(runs: number): Promise<number[]> {
     const e = await this.call({ type: 'floor', runs });

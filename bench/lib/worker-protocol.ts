@@ -9,6 +9,8 @@
 export type WorkerCommand =
   | { type: 'load'; modelDir: string; threads: number | null }
   | { type: 'generate'; promptIds: number[]; maxNewTokens: number; eosTokenIds: number[]; memoryEvery?: number }
+  /** workers/raw-ort.ts: greedy decode of prompts of one length as the rows of one batch (no end of sequence). */
+  | { type: 'generateBatch'; prompts: number[][]; maxNewTokens: number }
   /** workers/weight-floor.ts: time `runs` runs of the loaded matrix chain. */
   | { type: 'floor'; runs: number }
   | { type: 'exit' };
@@ -35,6 +37,8 @@ export type WorkerEvent =
   | { type: 'ready'; pid: number }
   | { type: 'loaded'; loadMs: number; detail: string }
   | { type: 'result'; sample: GenerationSample }
+  /** The rows of a batch: each row's ids, and the time from the call to the last token. */
+  | { type: 'batchResult'; rows: number[][]; totalMs: number }
   /** workers/weight-floor.ts: ms of each timed run. */
   | { type: 'floor'; ms: number[] }
   | { type: 'error'; message: string }

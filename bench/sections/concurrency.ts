@@ -3,6 +3,10 @@
  * (maxRunning 8, continuous batching in the engine), and the host's event-loop
  * delay while 8 streams generate: the bench process is the host here, so the
  * histogram covers the scheduler, frame handling and detokenization.
+ *
+ * Beside it, in the same rounds, the raw onnxruntime loop decodes the same prompts as the rows of one batch (no
+ * scheduler, no padding, no frames): its 8 rows ÷ 1 row is the ceiling this machine and onnxruntime set on the
+ * engine's 8 streams ÷ 1, measured each run rather than assumed.
  */
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import type { RunnerService } from '../../src/main/host/runner-service';
@@ -10,6 +14,7 @@ import { type BenchOptions, log, rotate } from '../lib/context';
 import { kvdeskGenerate } from '../lib/kvdesk';
 import type { PromptSource } from '../lib/prompts';
 import { median } from '../lib/stats';
+import { WorkerClient } from '../lib/worker-client';
 
 export interface ConcurrencyResult {
   /** streams → aggregate tok/s of every repetition. */
@@ -18,6 +23,10 @@ export interface ConcurrencyResult {
   /** Whether stream 0's greedy ids under batching equal its ids alone (batching must not change a request's tokens). */
   batchedMatchesSolo: boolean | null;
   batchedMismatch: string | null;
+  /** rows → aggregate tok/s of every repetition of the raw loop's batches (empty map: not measured). */
+  rawAggregate: Map<number, number[]>;
+  /** Why the raw batches were not measured. */
+  rawSkipped: string | null;
 }
 
 export async function runConcurrency(
@@ -25,8 +34,40 @@ export async function runConcurrency(
   runner: RunnerService,
   modelId: string,
   prompts: PromptSource,
+  modelDir: string,
+): Promise<ConcurrencyResult> {
+  let rawSkipped: string | null = null;
+  const raw = new WorkerClient('raw onnxruntime-node loop (batched)', 'workers/raw-ort.ts');
+  try {
+    await raw.load(modelDir, opts.threads);
+    // Warm-up at full width, as for the engine.
+    await raw.generateBatch(
+      Array.from({ length: Math.max(...opts.streamCounts) }, (_, k) => prompts.prompt(32, k + 2)),
+      4,
+    );
+    raw.pause();
+  } catch (err) {
+    rawSkipped = `the raw loop could not run batches: ${err instanceof Error ? err.message.split('\n')[0] : String(err)}`;
+    log(`  ${rawSkipped}`);
+    await raw.close().catch(() => {});
+  }
+  try {
+    return await measure(opts, runner, modelId, prompts, rawSkipped === null ? raw : null, rawSkipped);
+  } finally {
+    await raw.close().catch(() => {});
+  }
+}
+
+async function measure(
+  opts: BenchOptions,
+  runner: RunnerService,
+  modelId: string,
+  prompts: PromptSource,
+  raw: WorkerClient | null,
+  rawSkipped: string | null,
 ): Promise<ConcurrencyResult> {
   const aggregate = new Map<number, number[]>(opts.streamCounts.map((s) => [s, []]));
+  const rawAggregate = new Map<number, number[]>(raw ? opts.streamCounts.map((s) => [s, []]) : []);
   const maxStreams = Math.max(...opts.streamCounts);
   const loops: Array<{ p50Ms: number; p99Ms: number; maxMs: number; samples: number }> = [];
   let solo: number[] | null = null;
@@ -61,8 +102,22 @@ export async function runConcurrency(
       if (streams === 1 && solo === null) solo = run.traces[0]?.sample.ids ?? null;
       if (streams === maxStreams && batched === null) batched = run.traces[0]?.sample.ids ?? null;
     }
+    if (raw) {
+      raw.resume();
+      for (const rows of rotate(opts.streamCounts, r)) {
+        const b = await opts.guard.sample(`raw loop, ${rows} rows in one batch, round ${r + 1}`, () =>
+          raw.generateBatch(
+            Array.from({ length: rows }, (_, k) => prompts.prompt(32, k + 2)),
+            opts.streamTokens,
+          ),
+        );
+        const tokens = b.rows.reduce((n, ids) => n + ids.length, 0);
+        rawAggregate.get(rows)?.push((tokens * 1000) / b.totalMs);
+      }
+      raw.pause();
+    }
     log(
-      `  concurrency round ${r + 1}/${opts.reps}: ${opts.streamCounts.map((s) => `${s}×: ${aggregate.get(s)?.[r]?.toFixed(1)}`).join(', ')} tok/s aggregate`,
+      `  concurrency round ${r + 1}/${opts.reps}: ${opts.streamCounts.map((s) => `${s}×: ${aggregate.get(s)?.[r]?.toFixed(1)}`).join(', ')} tok/s aggregate${raw ? `; raw loop by rows ${opts.streamCounts.map((s) => `${s}×: ${rawAggregate.get(s)?.[r]?.toFixed(1)}`).join(', ')}` : ''}`,
     );
   }
   let batchedMatchesSolo: boolean | null = null;
@@ -86,5 +141,5 @@ export async function runConcurrency(
         }
       : null;
   for (const [s, v] of aggregate) log(`  ${s} streams: median ${median(v).toFixed(1)} tok/s`);
-  return { aggregate, eventLoop, batchedMatchesSolo, batchedMismatch };
+  return { aggregate, eventLoop, batchedMatchesSolo, batchedMismatch, rawAggregate, rawSkipped };
 }

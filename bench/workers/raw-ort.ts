@@ -35,7 +35,7 @@ function discoverPorts(s: InferenceSession): Ports {
     if (!m.name.startsWith('past_key_values.')) continue;
     if (!m.isTensor) throw new Error(`${m.name} is not a tensor input`);
     const present = m.name.replace('past_key_values.', 'present.');
-    // [batch, kvHeads, past, headDim]: batch 1, past 0, the rest as declared.
+    // [batch, kvHeads, past, headDim]: past 0, the rest as declared (the batch is set per run).
     const emptyDims = m.shape.map((d, i) => (i === 0 ? 1 : typeof d === 'number' ? d : 0));
     kv.push({ past: m.name, present, emptyDims });
   }
@@ -144,6 +144,76 @@ async function generate(
   };
 }
 
+function argmaxRows(t: Tensor): number[] {
+  const data = t.data as Float32Array;
+  const [rows, seq, vocab] = t.dims as [number, number, number];
+  const out: number[] = [];
+  for (let r = 0; r < rows; r++) {
+    const offset = (r * seq + seq - 1) * vocab;
+    let best = 0;
+    let bestValue = Number.NEGATIVE_INFINITY;
+    for (let i = 0; i < vocab; i++) {
+      const v = data[offset + i] as number;
+      if (v > bestValue) {
+        bestValue = v;
+        best = i;
+      }
+    }
+    out.push(best);
+  }
+  return out;
+}
+
+/**
+ * The ceiling of batched decoding on this machine: prompts of one length run as the rows of one batch (no padding,
+ * a mask of ones), then `maxNew - 1` steps of one token per row, every row to the end. What any batched loop
+ * must do and no more: the engine's concurrent streams are measured against it.
+ */
+async function generateBatch(prompts: number[][], maxNew: number): Promise<{ rows: number[][]; totalMs: number }> {
+  if (!session || !ports) throw new Error('no model loaded');
+  const p = ports;
+  const B = prompts.length;
+  const P = prompts[0]?.length ?? 0;
+  if (B === 0 || prompts.some((q) => q.length !== P)) throw new Error('a batch needs prompts of one length');
+  const started = performance.now();
+  const feeds: Record<string, Tensor> = {};
+  feeds[p.inputIds] = new ort.Tensor(
+    'int64',
+    BigInt64Array.from(prompts.flat(), (v) => BigInt(v)),
+    [B, P],
+  );
+  if (p.attentionMask) feeds[p.attentionMask] = new ort.Tensor('int64', onesView(B * P), [B, P]);
+  if (p.positionIds) {
+    const positions = BigInt64Array.from({ length: B * P }, (_, i) => BigInt(i % P));
+    feeds[p.positionIds] = new ort.Tensor('int64', positions, [B, P]);
+  }
+  for (const k of p.kv) {
+    const dims = k.emptyDims.slice();
+    dims[0] = B;
+    feeds[k.past] = new ort.Tensor('float32', new Float32Array(0), dims);
+  }
+  let out = await session.run(feeds);
+  let next = argmaxRows(out[p.logits] as Tensor);
+  const rows = next.map((id) => [id]);
+  let length = P;
+  const idBuf = new BigInt64Array(B);
+  const posBuf = new BigInt64Array(B);
+  for (let n = 1; n < maxNew; n++) {
+    for (let r = 0; r < B; r++) idBuf[r] = BigInt(next[r] as number);
+    posBuf.fill(BigInt(length));
+    const step: Record<string, Tensor> = {};
+    step[p.inputIds] = new ort.Tensor('int64', idBuf, [B, 1]);
+    if (p.attentionMask) step[p.attentionMask] = new ort.Tensor('int64', onesView(B * (length + 1)), [B, length + 1]);
+    if (p.positionIds) step[p.positionIds] = new ort.Tensor('int64', posBuf, [B, 1]);
+    for (const k of p.kv) step[k.past] = out[k.present] as Tensor;
+    out = await session.run(step);
+    length++;
+    next = argmaxRows(out[p.logits] as Tensor);
+    for (const [r, id] of next.entries()) rows[r]?.push(id);
+  }
+  return { rows, totalMs: performance.now() - started };
+}
+
 async function handle(cmd: WorkerCommand): Promise<void> {
   switch (cmd.type) {
     case 'load': {
@@ -177,6 +247,9 @@ async function handle(cmd: WorkerCommand): Promise<void> {
           ...takeRunTotals(),
         },
       });
+      return;
+    case 'generateBatch':
+      send({ type: 'batchResult', ...(await generateBatch(cmd.prompts, cmd.maxNewTokens)) });
       return;
     case 'exit':
       await session?.release();
