@@ -2,11 +2,19 @@
  * The batcher frees each step's dead KV at once (kv-cache.ts releaseKv): while a batch decodes, the memory held
  * in ArrayBuffers stays near the live KV instead of piling up every step's copy until a garbage collection.
  */
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { describe, expect, it } from 'vitest';
 import { LoadedDecoder } from '../../src/main/engine/decoder';
 import { loadModelSpec } from '../../src/main/packages';
 import { defaultModelDir } from '../helpers/fixtures';
 import { GREEDY } from '../helpers/generation';
+
+/** A full garbage collection (the test process runs without --expose-gc). */
+function collect(): void {
+  setFlagsFromString('--expose-gc');
+  (runInNewContext('gc') as () => void)();
+}
 
 describe('dead KV', () => {
   it('is freed step by step while a batch decodes, not left to the collector', async () => {
@@ -39,6 +47,45 @@ describe('dead KV', () => {
       // Each step's dead KV kept until a collection reached ~50× the live KV by the end (the steps' copies add
       // up); freed at once, it stays at ~3× (the live KV and the run's other buffers), however many steps run.
       expect(worst).toBeLessThan(8);
+    } finally {
+      await decoder.dispose();
+    }
+  });
+
+  it('is freed before a draft check samples and sends its tokens, as before a step does', async () => {
+    const spec = await loadModelSpec(defaultModelDir);
+    const decoder = await LoadedDecoder.load(spec, {
+      intraOpNumThreads: 2,
+      executionProviders: ['cpu'],
+      lookupDraftTokens: 4,
+    });
+    try {
+      const rows = [Array.from({ length: 24 }, (_, i) => 3 + ((i * 37) % 400))];
+      const job = { rows, maxNewTokens: 160, sampling: GREEDY, eosTokenIds: [] };
+      const quiet = { onStart: () => {}, stopRequested: () => null, countRun: () => {} };
+      // The reply itself as the prediction: every run after the prompt is a draft check that takes its whole draft.
+      const reply: number[] = [];
+      await decoder.generate({ ...job }, { ...quiet, onStep: (ids) => reply.push(ids[0] as number) });
+      collect();
+      const base = process.memoryUsage().arrayBuffers;
+      let worst = 0;
+      let steps = 0;
+      const result = await decoder.generate(
+        { ...job, prediction: reply },
+        {
+          ...quiet,
+          onStep: (_ids, kvBytes) => {
+            steps++;
+            // After a full collection (this model's other buffers outweigh its KV as garbage): what is still held.
+            collect();
+            if (steps >= 40) worst = Math.max(worst, (process.memoryUsage().arrayBuffers - base) / kvBytes);
+          },
+        },
+      );
+      expect(result.lookup?.accepted).toBeGreaterThan(100);
+      // One copy of the KV while the check's tokens go out (and the run's small buffers); the replaced KV held
+      // until the check ended made it two.
+      expect(worst).toBeLessThan(1.5);
     } finally {
       await decoder.dispose();
     }

@@ -667,6 +667,8 @@ export class ContinuousBatcher {
     const n = inputs.length;
     const forward = await this.forward([inputs], m.hooks);
     let past = forward.past;
+    // As a step does: sampling may send frames, and the KV this run replaced must not stay alive meanwhile.
+    releaseKv(forward.fed.splice(0), past);
     const logits = forward.logits;
     if (logits.seq !== n) {
       throw new KvdeskError('ENGINE_FAILED', `a draft check of ${n} positions got logits for ${logits.seq}`);
@@ -698,7 +700,6 @@ export class ContinuousBatcher {
       past = kept;
     }
     this.past = past;
-    releaseKv(forward.fed.splice(0), past);
     this.seq = L + used;
     this.settle(m);
   }
