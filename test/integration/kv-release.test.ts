@@ -52,6 +52,41 @@ describe('dead KV', () => {
     }
   });
 
+  it('is freed chunk by chunk while a long prompt prefills, not left to the collector', async () => {
+    const spec = await loadModelSpec(defaultModelDir);
+    const decoder = await LoadedDecoder.load(spec, {
+      intraOpNumThreads: 2,
+      executionProviders: ['cpu'],
+      lookupDraftTokens: 0,
+      prefillChunkTokens: 32,
+    });
+    try {
+      const rows = [Array.from({ length: 640 }, (_, i) => 3 + ((i * 37) % 400))];
+      const base = process.memoryUsage().arrayBuffers;
+      let worst = 0;
+      let chunks = 0;
+      await decoder.generate(
+        { rows, maxNewTokens: 1, sampling: GREEDY, eosTokenIds: [] },
+        {
+          onStart: () => {},
+          onPrefill: (_done, _length, kvBytes) => {
+            chunks++;
+            if (chunks >= 8) worst = Math.max(worst, (process.memoryUsage().arrayBuffers - base) / kvBytes);
+          },
+          onStep: () => {},
+          stopRequested: () => null,
+          countRun: () => {},
+        },
+      );
+      expect(chunks).toBe(19);
+      // Each chunk's replaced KV kept until a collection: the prefixes add up (1 + 2 + … chunks' worth, ~10× the
+      // live KV by the last chunk); freed at once, ~1.2×: the live KV and the chunk's other buffers.
+      expect(worst).toBeLessThan(2);
+    } finally {
+      await decoder.dispose();
+    }
+  });
+
   it('is freed before a draft check samples and sends its tokens, as before a step does', async () => {
     const spec = await loadModelSpec(defaultModelDir);
     const decoder = await LoadedDecoder.load(spec, {

@@ -499,6 +499,14 @@ export class ContinuousBatcher {
     let R = group.reduce((n, m) => n + m.job.rows.length, 0);
     if (R > 1 && pastLen > 0) throw new KvdeskError('INTERNAL', 'multi-row requests never reuse session KV');
     if (pastLen === 0) past = new Map(this.kvTensors.map((t) => [t.past, emptyPast(t, R)]));
+    // The session's own KV (a reused prefix that needed no cut is fed as it is) stays its own: a turn that fails
+    // leaves the session what it had. Every other past a chunk replaces is freed at once.
+    const held = new Set(session ? session.past.values() : []);
+    const release = (dead: Iterable<ort.Tensor>) =>
+      releaseKv(
+        [...dead].filter((t) => !held.has(t)),
+        past,
+      );
     const newRows = group.map((m) => m.job.rows.map((r) => r.slice(reused)));
     const P = Math.max(...newRows.flat().map((r) => r.length));
     const padId = spec.padTokenId ?? spec.eosTokenIds[0] ?? 0;
@@ -551,7 +559,9 @@ export class ContinuousBatcher {
           });
           if (staying.length === 0) return;
           // The others go on without the stopped rows: in the KV so far and in the columns still to run.
+          const before = [...past.values()];
           for (const t of this.kvTensors) past.set(t.past, selectBatch(t, past.get(t.past) as ort.Tensor, keep));
+          release(before);
           ids = pickRows(ids, P, keep);
           mask = pickRows(mask, W, keep);
           positions = pickRows(positions, P, keep);
@@ -576,11 +586,13 @@ export class ContinuousBatcher {
       if (ports.positionIds) {
         feeds[ports.positionIds.name] = idTensor(ports.positionIds, columns(positions, R, P, from, to), [R, n]);
       }
-      for (const t of this.kvTensors) feeds[t.past] = past.get(t.past) as ort.Tensor;
+      const fed = this.kvTensors.map((t) => past.get(t.past) as ort.Tensor);
+      for (const [i, t] of this.kvTensors.entries()) feeds[t.past] = fed[i] as ort.Tensor;
       out = await this.runCounted((group[0] as Member).hooks, feeds);
-      // The past tensors are dead now: unreferenced, they can be collected before the next chunk or sampling.
+      // The past tensors are dead now: freed before the next chunk or sampling.
       for (const t of this.kvTensors) delete feeds[t.past];
       past = this.presents(out);
+      release(fed);
       this.checkBytes(past, R, pastLen + to);
       // Only the last chunk's logits are sampled; an earlier chunk's are dropped before the next run.
       if (to < P) {
