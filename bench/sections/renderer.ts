@@ -8,7 +8,7 @@
  * 'long-animation-frame' and 'longtask' entries, every token frame the page
  * receives, and the streaming message's text length on every animation frame.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
@@ -134,10 +134,31 @@ async function textIds(): Promise<number[]> {
   return tok.encode(TRAINING_TEXT, { addSpecialTokens: false });
 }
 
-export async function runRenderer(opts: BenchOptions, _modelDir: string): Promise<RendererOutcome> {
-  if (!existsSync(path.join(root, 'out/renderer/index.html'))) {
-    return { skipped: 'the renderer build (out/renderer) is not there: run `npm run build` first' };
+/** Builds the renderer from the sources as they are into out/renderer (as the browser tests do: about a second). */
+function buildRenderer(): string | null {
+  try {
+    execFileSync(
+      process.execPath,
+      [
+        path.join(root, 'node_modules/vite/bin/vite.js'),
+        'build',
+        '--config',
+        'src/renderer/vite.config.mts',
+        '--logLevel',
+        'error',
+      ],
+      { cwd: root, stdio: ['ignore', 'ignore', 'pipe'] },
+    );
+    return existsSync(path.join(root, 'out/renderer/index.html')) ? null : 'the build wrote no out/renderer/index.html';
+  } catch (err) {
+    const stderr = (err as { stderr?: Buffer }).stderr?.toString().trim();
+    return stderr ? stderr.split('\n').slice(-3).join(' / ') : String(err);
   }
+}
+
+export async function runRenderer(opts: BenchOptions, _modelDir: string): Promise<RendererOutcome> {
+  const failed = buildRenderer();
+  if (failed) return { skipped: `the renderer did not build (npm run build says why): ${failed}` };
   if (!existsSync(path.join(root, 'resources/models/default')))
     return { skipped: 'resources/models/default is missing (npm run prepare)' };
   if (!existsSync(CHROMIUM)) return { skipped: `${CHROMIUM} is not installed` };
