@@ -57,21 +57,9 @@ function onesView(n: number): BigInt64Array {
   return ones.subarray(0, n);
 }
 
+/** The likeliest next token of a one-row batch. */
 function argmaxLast(t: Tensor): number {
-  const data = t.data as Float32Array;
-  const vocab = t.dims[2] as number;
-  const seq = t.dims[1] as number;
-  const offset = (seq - 1) * vocab;
-  let best = 0;
-  let bestValue = Number.NEGATIVE_INFINITY;
-  for (let i = 0; i < vocab; i++) {
-    const v = data[offset + i] as number;
-    if (v > bestValue) {
-      bestValue = v;
-      best = i;
-    }
-  }
-  return best;
+  return argmaxRows(t)[0] as number;
 }
 
 async function generate(
@@ -144,6 +132,7 @@ async function generate(
   };
 }
 
+/** Each row's likeliest next token (the last position's logits of each row). */
 function argmaxRows(t: Tensor): number[] {
   const data = t.data as Float32Array;
   const [rows, seq, vocab] = t.dims as [number, number, number];
