@@ -29,7 +29,8 @@ export interface SummaryJson {
   engineVsTransformersJs: number | null;
   engineVsTransformersJsEqualThreads: number | null;
   batch8Speedup: number | null;
-  /** Beyond the keys: the raw onnxruntime loop's 8 rows in one batch ÷ 1 row, same rounds (the ceiling). */
+  /** Beyond the issue's keys: the raw onnxruntime loop's 8 rows in one batch ÷ 1 row, same rounds (what batching
+   * gives onnxruntime itself here: the cause when batch8Speedup misses). */
   batch8SpeedupRawOrt: number | null;
   ttftMs32: number | null;
   ttftMs512: number | null;

@@ -154,9 +154,9 @@ function argmaxRows(t: Tensor): number[] {
 }
 
 /**
- * The ceiling of batched decoding on this machine: prompts of one length run as the rows of one batch (no padding,
- * a mask of ones), then `maxNew - 1` steps of one token per row, every row to the end. What any batched loop
- * must do and no more: the engine's concurrent streams are measured against it.
+ * Batched decoding with nothing around it: prompts of one length run as the rows of one batch (no padding, a mask
+ * of ones), then `maxNew - 1` steps of one token per row, every row to the end. What any batched loop must do and
+ * no more: the engine's concurrent streams are measured beside it.
  */
 async function generateBatch(prompts: number[][], maxNew: number): Promise<{ rows: number[][]; totalMs: number }> {
   if (!session || !ports) throw new Error('no model loaded');
