@@ -8,7 +8,7 @@
  * 'long-animation-frame' and 'longtask' entries, every token frame the page
  * receives, and the streaming message's text length on every animation frame.
  */
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
@@ -17,6 +17,7 @@ import { TRAINING_TEXT } from '../../scripts/model-gen/corpus';
 import { loadModelSpec } from '../../src/main/packages';
 import { loadTokenizer } from '../../src/main/tokenizer';
 import { CHROMIUM, CHROMIUM_ARGS } from '../../test/e2e/chromium';
+import { buildRenderer } from '../../test/e2e/serve';
 import type { FakeControl } from '../engine/fake-engine';
 import { type BenchOptions, log } from '../lib/context';
 import { median } from '../lib/stats';
@@ -134,31 +135,13 @@ async function textIds(): Promise<number[]> {
   return tok.encode(TRAINING_TEXT, { addSpecialTokens: false });
 }
 
-/** Builds the renderer from the sources as they are into out/renderer (as the browser tests do: about a second). */
-function buildRenderer(): string | null {
-  try {
-    execFileSync(
-      process.execPath,
-      [
-        path.join(root, 'node_modules/vite/bin/vite.js'),
-        'build',
-        '--config',
-        'src/renderer/vite.config.mts',
-        '--logLevel',
-        'error',
-      ],
-      { cwd: root, stdio: ['ignore', 'ignore', 'pipe'] },
-    );
-    return existsSync(path.join(root, 'out/renderer/index.html')) ? null : 'the build wrote no out/renderer/index.html';
-  } catch (err) {
-    const stderr = (err as { stderr?: Buffer }).stderr?.toString().trim();
-    return stderr ? stderr.split('\n').slice(-3).join(' / ') : String(err);
-  }
-}
-
 export async function runRenderer(opts: BenchOptions, _modelDir: string): Promise<RendererOutcome> {
-  const failed = buildRenderer();
-  if (failed) return { skipped: `the renderer did not build (npm run build says why): ${failed}` };
+  // The renderer as the sources are now (a clean clone has no build; an old one would be measured instead).
+  try {
+    buildRenderer('error');
+  } catch (err) {
+    return { skipped: `the renderer did not build (its errors are above): ${String(err).split('\n')[0]}` };
+  }
   if (!existsSync(path.join(root, 'resources/models/default')))
     return { skipped: 'resources/models/default is missing (npm run prepare)' };
   if (!existsSync(CHROMIUM)) return { skipped: `${CHROMIUM} is not installed` };

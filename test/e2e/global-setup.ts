@@ -6,7 +6,7 @@ import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { CHROMIUM } from './chromium';
-import { ROOT } from './serve';
+import { buildRenderer, ROOT } from './serve';
 
 export default function globalSetup(): void {
   if (!existsSync(CHROMIUM)) {
@@ -22,22 +22,8 @@ export default function globalSetup(): void {
     });
   }
   if (process.env.KVDESK_E2E_SKIP_BUILD !== '1') {
-    // Only the renderer: main/preload are not needed by `serve`, and this takes about a second.
-    execFileSync(
-      process.execPath,
-      [
-        path.join(ROOT, 'node_modules/vite/bin/vite.js'),
-        'build',
-        '--config',
-        'src/renderer/vite.config.mts',
-        '--logLevel',
-        'warn',
-      ],
-      {
-        cwd: ROOT,
-        stdio: 'inherit',
-      },
-    );
+    // Only the renderer: main/preload are not needed by `serve`.
+    buildRenderer();
   }
   // The CLI's bundle from the sources as they are: the servers the tests start run it (bin/kvdesk.cjs).
   execFileSync(process.execPath, [path.join(ROOT, 'scripts/build-cli.cjs'), '--quiet'], {

@@ -2,12 +2,31 @@
  * Starts a real `kvdesk serve --port 0` (real engine process, real scheduler)
  * for the browser tests and the screenshot script, and stops it again.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
 export const ROOT = path.resolve(__dirname, '../..');
+
+/**
+ * Builds only the renderer, from the sources as they are, into out/renderer (what serve hosts; about a second). Its
+ * output goes to stderr; throws when the build fails.
+ */
+export function buildRenderer(logLevel: 'warn' | 'error' = 'warn'): void {
+  execFileSync(
+    process.execPath,
+    [
+      path.join(ROOT, 'node_modules/vite/bin/vite.js'),
+      'build',
+      '--config',
+      'src/renderer/vite.config.mts',
+      '--logLevel',
+      logLevel,
+    ],
+    { cwd: ROOT, stdio: ['ignore', 2, 'inherit'] },
+  );
+}
 
 export interface ServeHandle {
   url: string;
