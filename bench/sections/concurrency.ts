@@ -50,10 +50,9 @@ export async function runConcurrency(
   } catch (err) {
     rawSkipped = `the raw loop could not run batches: ${err instanceof Error ? err.message.split('\n')[0] : String(err)}`;
     log(`  ${rawSkipped}`);
-    await raw.close().catch(() => {});
   }
   try {
-    return await measure(opts, runner, modelId, prompts, rawSkipped === null ? raw : null, rawSkipped);
+    return { ...(await measure(opts, runner, modelId, prompts, rawSkipped === null ? raw : null)), rawSkipped };
   } finally {
     await raw.close().catch(() => {});
   }
@@ -65,8 +64,7 @@ async function measure(
   modelId: string,
   prompts: PromptSource,
   raw: WorkerClient | null,
-  rawSkipped: string | null,
-): Promise<ConcurrencyResult> {
+): Promise<Omit<ConcurrencyResult, 'rawSkipped'>> {
   const aggregate = new Map<number, number[]>(opts.streamCounts.map((s) => [s, []]));
   const rawAggregate = new Map<number, number[]>(raw ? opts.streamCounts.map((s) => [s, []]) : []);
   const maxStreams = Math.max(...opts.streamCounts);
@@ -142,5 +140,5 @@ async function measure(
         }
       : null;
   for (const [s, v] of aggregate) log(`  ${s} streams: median ${median(v).toFixed(1)} tok/s`);
-  return { aggregate, eventLoop, batchedMatchesSolo, batchedMismatch, rawAggregate, rawSkipped };
+  return { aggregate, eventLoop, batchedMatchesSolo, batchedMismatch, rawAggregate };
 }

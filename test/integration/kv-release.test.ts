@@ -10,11 +10,9 @@ import { loadModelSpec } from '../../src/main/packages';
 import { defaultModelDir } from '../helpers/fixtures';
 import { GREEDY } from '../helpers/generation';
 
-/** A full garbage collection (the test process runs without --expose-gc). */
-function collect(): void {
-  setFlagsFromString('--expose-gc');
-  (runInNewContext('gc') as () => void)();
-}
+// A full garbage collection (the test process runs without --expose-gc).
+setFlagsFromString('--expose-gc');
+const collect = runInNewContext('gc') as () => void;
 
 describe('dead KV', () => {
   it('is freed step by step while a batch decodes, not left to the collector', async () => {
