@@ -279,3 +279,32 @@ test("the timeline counts back from its latest event, and says how long ago that
   await expect(age).toContainText('latest 5 s ago');
   await expect(events.first().locator('.t')).toHaveText('latest');
 });
+
+test('new timeline events leave the rows of earlier ones in place (the list is not rebuilt at each event)', async ({
+  app,
+}) => {
+  await newChat(app);
+  await setSettings(app, { greedy: true, maxNewTokens: 4 });
+  await send(app, 'Hello');
+  await expect(lastReply(app)).toHaveAttribute('data-state', 'done');
+  const events = app.getByTestId('timeline-event');
+  await expect(events.first()).toHaveAttribute('data-type', 'released');
+  // Each row on screen now is tagged (a property of the element, not markup React could rewrite).
+  const before = await events.evaluateAll((rows) => {
+    for (const r of rows) (r as unknown as { kvdeskSeen?: boolean }).kvdeskSeen = true;
+    return rows.length;
+  });
+  expect(before).toBeGreaterThan(0);
+  await send(app, 'Hello again');
+  await expect(lastReply(app)).toHaveAttribute('data-state', 'done');
+  await expect(events.first()).toHaveAttribute('data-type', 'released');
+  const after = await events.evaluateAll((rows) =>
+    rows.map((r) => (r as unknown as { kvdeskSeen?: boolean }).kvdeskSeen === true),
+  );
+  // The newer events came in at the top, as new rows; below them, every earlier one is the element it was (as many
+  // as the list's 120 rows still hold).
+  const fresh = after.indexOf(true);
+  expect(fresh).toBeGreaterThan(0);
+  expect(after.slice(fresh).every(Boolean)).toBe(true);
+  expect(after.length - fresh).toBe(Math.min(before, 120 - fresh));
+});

@@ -672,6 +672,22 @@ function LatestAge({ at }: { at: number }) {
   );
 }
 
+/**
+ * A React key for each event: events have no id, but each is one object for as long as the page keeps it. Keyed by
+ * place, every new event (the list is newest first, the strip drops what is over a minute old) would move every
+ * key, and each frame with an event would build the whole list (120 rows) again.
+ */
+const eventKeys = new WeakMap<TimelineEvent, number>();
+let nextEventKey = 0;
+function eventKey(e: TimelineEvent): number {
+  let key = eventKeys.get(e);
+  if (key === undefined) {
+    key = nextEventKey++;
+    eventKeys.set(e, key);
+  }
+  return key;
+}
+
 const Timeline = memo(function Timeline() {
   const events = useApp((s) => s.events);
   const shown = events.slice(-120).reverse();
@@ -683,10 +699,9 @@ const Timeline = memo(function Timeline() {
       <div className="timeline-strip" title="the last 60 seconds of scheduler events">
         {events
           .filter((e) => newest - e.at <= span)
-          .map((e, i) => (
+          .map((e) => (
             <span
-              // biome-ignore lint/suspicious/noArrayIndexKey: events have no id; order is stable within the strip
-              key={i}
+              key={eventKey(e)}
               className={`tick ${e.type}`}
               style={{ left: `calc(${(1 - (newest - e.at) / span) * 100}% - 3px)` }}
               title={`${e.type}: ${describeEvent(e)}`}
@@ -698,8 +713,7 @@ const Timeline = memo(function Timeline() {
       ) : (
         <ul className="events" data-testid="timeline">
           {shown.map((e, i) => (
-            // biome-ignore lint/suspicious/noArrayIndexKey: newest-first list of immutable events
-            <li key={`${e.at}-${i}`} data-testid="timeline-event" data-type={e.type}>
+            <li key={eventKey(e)} data-testid="timeline-event" data-type={e.type}>
               <span className="t num">{i === 0 ? 'latest' : `−${((newest - e.at) / 1000).toFixed(2)}s`}</span>
               <span className={`k ${e.type}`}>{e.type}</span>
               <span>{describeEvent(e)}</span>
