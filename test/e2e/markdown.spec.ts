@@ -199,3 +199,67 @@ test('a reply being written shows its code plain, and highlighted once it ends',
   expect(live.filter((r) => r.highlighted)).toEqual([]);
   expect(seen.at(-1)).toEqual({ state: expect.stringMatching(/done|cancelled/), highlighted: true });
 });
+
+test('a reply that ends keeps the elements of its finished paragraphs (only its last block is built again)', async ({
+  app,
+  server,
+}) => {
+  const now = Date.now();
+  const id = `t-blocks-${now}`;
+  const saved = await wsCall(server, 'saveThread', {
+    id,
+    title: 'Blocks',
+    createdAt: now,
+    updatedAt: now,
+    messages: [
+      { id: 'u', role: 'user', content: 'Write prose', createdAt: now },
+      {
+        id: 'a',
+        role: 'assistant',
+        content: 'The first paragraph, long finished.\n\nThe second one, finished too.\n\nThe third',
+        createdAt: now + 1,
+        stats: { tokens: 12, finishReason: 'length' },
+      },
+    ],
+  });
+  expect(saved.ok).toBe(true);
+  await app.reload();
+  await expect(app.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+  await app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click();
+  const reply = lastReply(app);
+  await expect(reply.locator('p').first()).toHaveText('The first paragraph, long finished.');
+  // While the reply is live (seen by a mutation observer, synchronously), its paragraphs are tagged: a property of
+  // each element, which an element built again would not have.
+  await app.evaluate(() => {
+    interface El {
+      getAttribute(n: string): string | null;
+      querySelectorAll(s: string): Iterable<{ kvdeskLive?: boolean }>;
+    }
+    const g = globalThis as unknown as {
+      tagged: number;
+      document: { body: unknown; querySelector(s: string): El | null };
+      MutationObserver: new (
+        f: () => void,
+      ) => { observe(n: unknown, o: { subtree: boolean; childList: boolean; attributes: boolean }): void };
+    };
+    g.tagged = 0;
+    new g.MutationObserver(() => {
+      const el = g.document.querySelector('[data-testid="message-assistant"][data-message-id="a"]');
+      if (!el || g.tagged > 0 || el.getAttribute('data-state') === 'done') return;
+      for (const p of el.querySelectorAll('[data-testid="message-text"] p')) {
+        p.kvdeskLive = true;
+        g.tagged++;
+      }
+    }).observe(g.document.body, { subtree: true, childList: true, attributes: true });
+  });
+  await reply.hover();
+  await reply.getByTestId('continue').click();
+  await expect(reply).toHaveAttribute('data-state', /done|cancelled/, { timeout: 30_000 });
+  expect(await app.evaluate(() => (globalThis as unknown as { tagged: number }).tagged)).toBeGreaterThanOrEqual(2);
+  const kept = await reply
+    .locator('[data-testid="message-text"] p')
+    .evaluateAll((ps) => ps.slice(0, 2).map((p) => (p as unknown as { kvdeskLive?: boolean }).kvdeskLive === true));
+  // The two paragraphs that were finished before the reply went on are the elements they were while it streamed.
+  expect(kept).toEqual([true, true]);
+  await expect(reply.locator('p').first()).toHaveText('The first paragraph, long finished.');
+});

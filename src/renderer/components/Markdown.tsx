@@ -107,22 +107,49 @@ const katex: [typeof rehypeKatex, Parameters<typeof rehypeKatex>[0]] = [
   rehypeKatex,
   { strict: 'ignore', maxExpand: 1000, maxSize: 50 },
 ];
+/**
+ * rehype-highlight sets up its highlighter (highlight.js's common languages, ~3 ms) each time a parse starts, and
+ * react-markdown starts one at each render: one highlighter serves them all (its transform keeps no state).
+ */
+let highlighter: ReturnType<typeof rehypeHighlight> | undefined;
+function sharedHighlight(): ReturnType<typeof rehypeHighlight> {
+  highlighter ??= rehypeHighlight({ detect: false });
+  return highlighter;
+}
 // KaTeX first: a display formula's <pre><code class="language-math"> is no code block to highlight.
-const rehypePlugins: Options['rehypePlugins'] = [katex, [rehypeHighlight, { detect: false }]];
+const rehypePlugins: Options['rehypePlugins'] = [katex, sharedHighlight];
 /**
  * While a reply streams, its code is not highlighted: its last block renders again at every frame, and
  * highlighting a growing code block costs several times the rest (a 200-line block: ~4×), enough to make frames
- * long; the colours come when the reply ends.
+ * long; the colours come when the reply ends. A block without a code fence is not given the highlighter even then
+ * (it would change nothing there): its props stay as they were, and the end of the reply does not render it again.
  */
-const streamingPlugins: Options['rehypePlugins'] = [katex];
+const plainPlugins: Options['rehypePlugins'] = [katex];
+
+/** A fence (```, ~~~) anywhere in the text: it may hold a code block whose language the highlighter colours. */
+function mayHoldCode(text: string): boolean {
+  return text.includes('```') || text.includes('~~~');
+}
 
 /**
- * Memoised on the text: earlier messages never re-parse while another streams. A streaming reply renders as its
- * top-level blocks (lib/markdown-blocks.ts), each memoised: only the last one, the one growing, parses again at
- * each frame.
+ * Memoised on the text: earlier messages never re-parse while another streams. A reply that streams here renders as
+ * its top-level blocks (see MarkdownBlocks), from then on; one that shows up finished (a chat opened, a row scrolled
+ * into view) parses whole: one parse costs less than one per block (a 14 KB reply of 32 blocks: ~0.6×).
  */
 export const Markdown = memo(function Markdown({ text, streaming = false }: { text: string; streaming?: boolean }) {
-  if (!streaming) return <MarkdownPiece text={text} />;
+  const [byBlocks, setByBlocks] = useState(streaming);
+  // Continued: it streams again, by blocks (this render is replaced at once by one that has it).
+  if (streaming && !byBlocks) setByBlocks(true);
+  return byBlocks ? <MarkdownBlocks text={text} streaming={streaming} /> : <MarkdownPiece text={text} />;
+});
+
+/**
+ * A reply as its top-level blocks (lib/markdown-blocks.ts), each memoised: while it streams, only the last one, the
+ * one growing, parses again at each frame; when it ends, only that one and those with code (to colour it) do. The
+ * others keep their elements, so the end of a long reply does not rebuild (and lay out again) all its text in one
+ * frame. The markup is the whole text's.
+ */
+export function MarkdownBlocks({ text, streaming = false }: { text: string; streaming?: boolean }) {
   const blocks = markdownBlocks(text);
   return (
     <>
@@ -131,30 +158,34 @@ export const Markdown = memo(function Markdown({ text, streaming = false }: { te
         <Fragment key={i}>
           {/* The line break react-markdown writes between blocks, so the markup is the whole text's. */}
           {i > 0 && '\n'}
-          <MarkdownPiece text={block} streaming openEnd={i === blocks.length - 1} />
+          <MarkdownPiece
+            text={block}
+            openEnd={streaming && i === blocks.length - 1}
+            highlight={!streaming && mayHoldCode(block)}
+          />
         </Fragment>
       ))}
     </>
   );
-});
+}
 
 /**
- * Markdown of one piece of a reply, as a whole reply is rendered: `streaming` without highlighting (see
- * streamingPlugins); `openEnd`, the piece's last line may still grow (the piece a streaming reply ends with).
+ * Markdown of one piece of a reply, as a whole reply is rendered: `openEnd`, the piece's last line may still grow
+ * (the piece a streaming reply ends with); `highlight`, its code is coloured (see plainPlugins).
  */
 export const MarkdownPiece = memo(function MarkdownPiece({
   text,
-  streaming = false,
-  openEnd = streaming,
+  openEnd = false,
+  highlight = !openEnd,
 }: {
   text: string;
-  streaming?: boolean;
   openEnd?: boolean;
+  highlight?: boolean;
 }) {
   return (
     <ReactMarkdown
       remarkPlugins={remarkPlugins}
-      rehypePlugins={streaming ? streamingPlugins : rehypePlugins}
+      rehypePlugins={highlight ? rehypePlugins : plainPlugins}
       components={components}
       // Raw HTML in a reply shows as the text the model wrote: react-markdown escapes it (never renders it);
       // skipping it would drop what the model wrote.

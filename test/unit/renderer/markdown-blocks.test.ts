@@ -1,8 +1,8 @@
 /**
- * A streaming reply rendered block by block (src/renderer/lib/markdown-blocks.ts, Markdown.tsx): the blocks join
- * to the text, and the chat view's markup is the markup of the whole text rendered at once, at every point of a
- * reply made of what models write (paragraphs, headings, lists loose and tight, quotes, code with blank lines,
- * display math in either delimiter, tables, rules).
+ * A reply rendered block by block (src/renderer/lib/markdown-blocks.ts, Markdown.tsx): the blocks join to the text,
+ * and the chat view's markup is the markup of the whole text rendered at once, at every point of a streaming reply
+ * and once it ended (code coloured), for replies made of what models write (paragraphs, headings, lists loose and
+ * tight, quotes, code with blank lines, display math in either delimiter, tables, rules).
  */
 import path from 'node:path';
 import fc from 'fast-check';
@@ -17,12 +17,15 @@ let h: Create;
 let renderToStaticMarkup: (element: unknown) => string;
 let Markdown: unknown;
 let MarkdownPiece: unknown;
+let MarkdownBlocks: unknown;
 beforeAll(async () => {
   h = (await load<{ createElement: Create }>('react')).createElement;
   ({ renderToStaticMarkup } = await load<{ renderToStaticMarkup: typeof renderToStaticMarkup }>('react-dom/server'));
-  ({ Markdown, MarkdownPiece } = await load<{ Markdown: unknown; MarkdownPiece: unknown }>(
-    `${RENDERER}/components/Markdown.tsx`,
-  ));
+  ({ Markdown, MarkdownPiece, MarkdownBlocks } = await load<{
+    Markdown: unknown;
+    MarkdownPiece: unknown;
+    MarkdownBlocks: unknown;
+  }>(`${RENDERER}/components/Markdown.tsx`));
 });
 
 /** Pieces of replies, each a top-level block or a run of them. */
@@ -51,7 +54,12 @@ const PIECES = [
   '* star item\n\n* star item two\n\nAfter the list.',
 ];
 
-const render = (component: unknown, text: string) => renderToStaticMarkup(h(component, { text, streaming: true }));
+/** A streaming reply as the chat view renders it (by blocks), and the whole text rendered at once as it streams. */
+const streamed = (text: string) => renderToStaticMarkup(h(Markdown, { text, streaming: true }));
+const streamedWhole = (text: string) => renderToStaticMarkup(h(MarkdownPiece, { text, openEnd: true }));
+/** A finished reply: by blocks (as one that streamed in the view), and whole (its code coloured). */
+const finished = (text: string) => renderToStaticMarkup(h(MarkdownBlocks, { text }));
+const finishedWhole = (text: string) => renderToStaticMarkup(h(MarkdownPiece, { text }));
 
 describe('markdownBlocks', () => {
   it('splits at blank lines before what starts a block at the margin, never inside code, math or lists', () => {
@@ -79,8 +87,9 @@ describe('markdownBlocks', () => {
     );
   });
 
-  it('renders block by block what the whole text renders, at every point of a reply', () => {
+  it('renders block by block what the whole text renders, at every point of a reply and at its end', () => {
     let split = 0;
+    let highlighted = 0;
     fc.assert(
       fc.property(
         fc.array(fc.constantFrom(...PIECES), { minLength: 1, maxLength: 7 }),
@@ -90,13 +99,28 @@ describe('markdownBlocks', () => {
           for (const cut of [...cuts.map((c) => c % (reply.length + 1)), reply.length]) {
             const shown = reply.slice(0, cut);
             if (markdownBlocks(shown).length > 1) split++;
-            expect(render(Markdown, shown), JSON.stringify(shown)).toBe(render(MarkdownPiece, shown));
+            expect(streamed(shown), JSON.stringify(shown)).toBe(streamedWhole(shown));
           }
+          // The reply once it ended, rendered by blocks as well: its code coloured as the whole text's.
+          expect(finished(reply), JSON.stringify(reply)).toBe(finishedWhole(reply));
+          if (reply.includes('```ts') || reply.includes('```python')) highlighted++;
         },
       ),
       { numRuns: 120 },
     );
     // The comparison saw split replies (a render that never splits would pass it anyway).
     expect(split).toBeGreaterThan(100);
+    // And finished replies with code in a language the highlighter colours.
+    expect(highlighted).toBeGreaterThan(20);
+  });
+
+  it('colours code only in a finished reply, and only in the blocks that hold it', () => {
+    const reply = 'Some prose.\n\n```python\ndef f():\n    return 1\n```\n\nMore prose.';
+    expect(finished(reply)).toContain('<span class="hljs-keyword">def</span>');
+    // One that shows up finished is parsed whole: the same markup.
+    expect(renderToStaticMarkup(h(Markdown, { text: reply }))).toBe(finished(reply));
+    expect(streamed(reply)).not.toContain('hljs');
+    // Indented code has no language: nothing to colour (so the block is parsed without the highlighter).
+    expect(finished('Prose.\n\n    def f(): pass')).not.toContain('hljs');
   });
 });
