@@ -280,7 +280,7 @@ test("the timeline counts back from its latest event, and says how long ago that
   await expect(events.first().locator('.t')).toHaveText('latest');
 });
 
-test('new timeline events leave the rows of earlier ones in place (the list is not rebuilt at each event)', async ({
+test('new timeline events leave the rows and ticks of earlier ones in place (neither is rebuilt at each event)', async ({
   app,
 }) => {
   await newChat(app);
@@ -289,12 +289,22 @@ test('new timeline events leave the rows of earlier ones in place (the list is n
   await expect(lastReply(app)).toHaveAttribute('data-state', 'done');
   const events = app.getByTestId('timeline-event');
   await expect(events.first()).toHaveAttribute('data-type', 'released');
-  // Each row on screen now is tagged (a property of the element, not markup React could rewrite).
+  // Each row on screen now is tagged (a property of the element, not markup React could rewrite), and so is each
+  // tick of the strip, with its style as it is.
   const before = await events.evaluateAll((rows) => {
     for (const r of rows) (r as unknown as { kvdeskSeen?: boolean }).kvdeskSeen = true;
     return rows.length;
   });
   expect(before).toBeGreaterThan(0);
+  const ticks = app.getByTestId('timeline-tick');
+  const ticksBefore = await ticks.evaluateAll((all) => {
+    for (const t of all) {
+      const tick = t as unknown as { kvdeskStyle?: string; getAttribute(n: string): string | null };
+      tick.kvdeskStyle = tick.getAttribute('style') ?? '';
+    }
+    return all.length;
+  });
+  expect(ticksBefore).toBe(before);
   await send(app, 'Hello again');
   await expect(lastReply(app)).toHaveAttribute('data-state', 'done');
   await expect(events.first()).toHaveAttribute('data-type', 'released');
@@ -307,4 +317,30 @@ test('new timeline events leave the rows of earlier ones in place (the list is n
   expect(fresh).toBeGreaterThan(0);
   expect(after.slice(fresh).every(Boolean)).toBe(true);
   expect(after.length - fresh).toBe(Math.min(before, 120 - fresh));
+  // The strip: the earlier ticks are the elements they were, styled as they were (the track slid, not they); and
+  // every tick is where its time puts it, the newest at the right end, one a minute old at the left.
+  const strip = await ticks.evaluateAll((all) =>
+    all.map((t) => {
+      const tick = t as unknown as {
+        kvdeskStyle?: string;
+        getAttribute(n: string): string | null;
+        getBoundingClientRect(): { x: number };
+        closest(s: string): { getBoundingClientRect(): { x: number; width: number } } | null;
+      };
+      const box = tick.closest('.timeline-strip')?.getBoundingClientRect() ?? { x: 0, width: 0 };
+      return {
+        kept: tick.kvdeskStyle === undefined ? null : tick.kvdeskStyle === tick.getAttribute('style'),
+        at: Number(tick.getAttribute('data-at')),
+        x: tick.getBoundingClientRect().x - box.x,
+        width: box.width,
+      };
+    }),
+  );
+  expect(strip.filter((t) => t.kept !== null)).toHaveLength(ticksBefore);
+  expect(strip.filter((t) => t.kept === false)).toEqual([]);
+  const newest = Math.max(...strip.map((t) => t.at));
+  for (const t of strip) {
+    expect(t.width).toBeGreaterThan(100);
+    expect(Math.abs(t.x - (t.width * (1 - (newest - t.at) / 60_000) - 3))).toBeLessThan(1);
+  }
 });

@@ -693,20 +693,33 @@ const Timeline = memo(function Timeline() {
   const shown = events.slice(-120).reverse();
   const newest = shown[0]?.at ?? 0;
   const span = 60_000;
+  // The strip's ticks sit on a track at fixed places (from the first event this page saw) and the track slides left
+  // as events come: a new event moves the track, not every tick (one transform, no tick styled and laid out again).
+  const origin = useRef<number | null>(null);
+  if (origin.current === null && shown.length > 0) origin.current = newest;
+  const from = origin.current ?? newest;
   return (
     <section>
       <h2>Timeline{shown.length > 0 && <LatestAge at={newest} />}</h2>
       <div className="timeline-strip" title="the last 60 seconds of scheduler events">
-        {events
-          .filter((e) => newest - e.at <= span)
-          .map((e) => (
-            <span
-              key={eventKey(e)}
-              className={`tick ${e.type}`}
-              style={{ left: `calc(${(1 - (newest - e.at) / span) * 100}% - 3px)` }}
-              title={`${e.type}: ${describeEvent(e)}`}
-            />
-          ))}
+        <div
+          className="timeline-track"
+          data-testid="timeline-track"
+          style={{ transform: `translateX(${(-(newest - from) / span) * 100}%)` }}
+        >
+          {events
+            .filter((e) => newest - e.at <= span)
+            .map((e) => (
+              <span
+                key={eventKey(e)}
+                className={`tick ${e.type}`}
+                data-testid="timeline-tick"
+                data-at={e.at}
+                style={{ left: `calc(${(1 + (e.at - from) / span) * 100}% - 3px)` }}
+                title={`${e.type}: ${describeEvent(e)}`}
+              />
+            ))}
+        </div>
       </div>
       {shown.length === 0 ? (
         <div className="muted">No scheduler events since this page opened.</div>
