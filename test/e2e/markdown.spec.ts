@@ -3,6 +3,7 @@
  * as math, ```math blocks) with its fonts loaded under the page's Content-Security-Policy; money and code left as
  * written; code blocks highlighted by their language, their copy button giving the source, not the markup.
  */
+import type { Page as Tab } from '@playwright/test';
 import { expect, lastReply, test, wsCall } from './fixtures';
 
 /** What this test reads of the page's globals (the e2e tests type-check without the DOM's types). */
@@ -47,6 +48,35 @@ const REPLY = [
   '    return 3.14 * r ** 2',
   '```',
 ].join('\n');
+
+/**
+ * Saves a chat whose reply (message "a") stopped at its length limit with `content`, and opens it: the reply, which
+ * its continue button takes on.
+ */
+async function openStoppedReply(
+  app: Tab,
+  server: Parameters<typeof wsCall>[0],
+  name: string,
+  content: string,
+): Promise<ReturnType<typeof lastReply>> {
+  const now = Date.now();
+  const id = `t-${name}-${now}`;
+  const saved = await wsCall(server, 'saveThread', {
+    id,
+    title: name,
+    createdAt: now,
+    updatedAt: now,
+    messages: [
+      { id: 'u', role: 'user', content: 'Write', createdAt: now },
+      { id: 'a', role: 'assistant', content, createdAt: now + 1, stats: { tokens: 10, finishReason: 'length' } },
+    ],
+  });
+  expect(saved.ok).toBe(true);
+  await app.reload();
+  await expect(app.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+  await app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click();
+  return lastReply(app);
+}
 
 test('math is typeset, money and code stay as written, and code is highlighted', async ({ app, server }) => {
   // Every Content-Security-Policy violation the page reports (a font refused, a style attribute blocked…).
@@ -142,29 +172,7 @@ test('math is typeset, money and code stay as written, and code is highlighted',
 });
 
 test('a reply being written shows its code plain, and highlighted once it ends', async ({ app, server }) => {
-  const now = Date.now();
-  const id = `t-code-${now}`;
-  const saved = await wsCall(server, 'saveThread', {
-    id,
-    title: 'Code',
-    createdAt: now,
-    updatedAt: now,
-    messages: [
-      { id: 'u', role: 'user', content: 'Write code', createdAt: now },
-      {
-        id: 'a',
-        role: 'assistant',
-        content: '```python\ndef area(r):\n    return r\n',
-        createdAt: now + 1,
-        stats: { tokens: 10, finishReason: 'length' },
-      },
-    ],
-  });
-  expect(saved.ok).toBe(true);
-  await app.reload();
-  await expect(app.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
-  await app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click();
-  const reply = lastReply(app);
+  const reply = await openStoppedReply(app, server, 'code', '```python\ndef area(r):\n    return r\n');
   await expect(reply.locator('.hljs-keyword').first()).toHaveText('def');
   // Every render of the reply, as the page makes it: whether it was live, and whether its code was highlighted.
   await app.evaluate(() => {
@@ -204,29 +212,12 @@ test('a reply that ends keeps the elements of its finished paragraphs (only its 
   app,
   server,
 }) => {
-  const now = Date.now();
-  const id = `t-blocks-${now}`;
-  const saved = await wsCall(server, 'saveThread', {
-    id,
-    title: 'Blocks',
-    createdAt: now,
-    updatedAt: now,
-    messages: [
-      { id: 'u', role: 'user', content: 'Write prose', createdAt: now },
-      {
-        id: 'a',
-        role: 'assistant',
-        content: 'The first paragraph, long finished.\n\nThe second one, finished too.\n\nThe third',
-        createdAt: now + 1,
-        stats: { tokens: 12, finishReason: 'length' },
-      },
-    ],
-  });
-  expect(saved.ok).toBe(true);
-  await app.reload();
-  await expect(app.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
-  await app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click();
-  const reply = lastReply(app);
+  const reply = await openStoppedReply(
+    app,
+    server,
+    'blocks',
+    'The first paragraph, long finished.\n\nThe second one, finished too.\n\nThe third',
+  );
   await expect(reply.locator('p').first()).toHaveText('The first paragraph, long finished.');
   // While the reply is live (seen by a mutation observer, synchronously), its paragraphs are tagged: a property of
   // each element, which an element built again would not have.
