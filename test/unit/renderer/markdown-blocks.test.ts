@@ -18,13 +18,15 @@ let renderToStaticMarkup: (element: unknown) => string;
 let Markdown: unknown;
 let MarkdownPiece: unknown;
 let MarkdownBlocks: unknown;
+let openCodeBlock: (text: string) => { lang: string; code: string } | null;
 beforeAll(async () => {
   h = (await load<{ createElement: Create }>('react')).createElement;
   ({ renderToStaticMarkup } = await load<{ renderToStaticMarkup: typeof renderToStaticMarkup }>('react-dom/server'));
-  ({ Markdown, MarkdownPiece, MarkdownBlocks } = await load<{
+  ({ Markdown, MarkdownPiece, MarkdownBlocks, openCodeBlock } = await load<{
     Markdown: unknown;
     MarkdownPiece: unknown;
     MarkdownBlocks: unknown;
+    openCodeBlock: typeof openCodeBlock;
   }>(`${RENDERER}/components/Markdown.tsx`));
 });
 
@@ -43,6 +45,12 @@ const PIECES = [
   // A fence indented 4 more than its opening is a line of the code, not its close.
   '```\n    ```\n\nstill code\n```',
   '```python\ndef f():\n    return 1\n\n# a comment, not a heading\n\n    indented\n```',
+  // Fences a reading of an open code block must follow as the parse does, or leave to it.
+  '````md\n```\ninner\n```\n````',
+  '~~~js title="a" ```\nlet x = 1;\n\n\tlet y;\n~~~',
+  '```math\nx^2\n```',
+  '```c\\+\\+\nint a;\n```',
+  '```\n<b>&amp;</b> $x$\n```',
   '$$\nx^2 + 1\n\n= y\n$$',
   '\\[\n\\frac{a}{b}\n\n\\]',
   'Inline math $\\pi r^2$ and \\( a \\) here.',
@@ -90,6 +98,7 @@ describe('markdownBlocks', () => {
   it('renders block by block what the whole text renders, at every point of a reply and at its end', () => {
     let split = 0;
     let highlighted = 0;
+    let openCode = 0;
     fc.assert(
       fc.property(
         fc.array(fc.constantFrom(...PIECES), { minLength: 1, maxLength: 7 }),
@@ -98,7 +107,9 @@ describe('markdownBlocks', () => {
           const reply = pieces.join('\n\n');
           for (const cut of [...cuts.map((c) => c % (reply.length + 1)), reply.length]) {
             const shown = reply.slice(0, cut);
-            if (markdownBlocks(shown).length > 1) split++;
+            const blocks = markdownBlocks(shown);
+            if (blocks.length > 1) split++;
+            if (openCodeBlock(blocks[blocks.length - 1] ?? '')) openCode++;
             expect(streamed(shown), JSON.stringify(shown)).toBe(streamedWhole(shown));
           }
           // The reply once it ended, rendered by blocks as well: its code coloured as the whole text's.
@@ -110,8 +121,28 @@ describe('markdownBlocks', () => {
     );
     // The comparison saw split replies (a render that never splits would pass it anyway).
     expect(split).toBeGreaterThan(100);
-    // And finished replies with code in a language the highlighter colours.
+    // And finished replies with code in a language the highlighter colours, and replies cut inside a code block
+    // (whose markup is written without the parse).
     expect(highlighted).toBeGreaterThan(20);
+    expect(openCode).toBeGreaterThan(50);
+  });
+
+  it('reads a code block still open as the parse does, and leaves what it does not follow to the parse', () => {
+    expect(openCodeBlock('```py')).toEqual({ lang: 'py', code: '' });
+    expect(openCodeBlock('```py extra\na\n\nb')).toEqual({ lang: 'py', code: 'a\n\nb\n' });
+    expect(openCodeBlock('~~~\n  x\n')).toEqual({ lang: '', code: '  x\n' });
+    expect(openCodeBlock('````\n```\nx')).toEqual({ lang: '', code: '```\nx\n' });
+    for (const left of [
+      '```py\na\n```',
+      '```py\r\na',
+      ' ```py\na',
+      '```math\nx',
+      '```c\\+\\+\na',
+      '``py\na',
+      'a\n```py\nb',
+    ]) {
+      expect(openCodeBlock(left), JSON.stringify(left)).toBeNull();
+    }
   });
 
   it('colours code only in a finished reply, and only in the blocks that hold it', () => {
