@@ -6,7 +6,7 @@ import type { DeliveryOutcome } from '../sections/delivery';
 import type { FloorResult } from '../sections/floor';
 import type { KvTruthResult } from '../sections/kv-truth';
 import type { LookupResult } from '../sections/lookup';
-import type { RendererOutcome } from '../sections/renderer';
+import type { RendererOutcome, RendererStep } from '../sections/renderer';
 import { SAMPLED, SAMPLING_MODES, type SamplingResult } from '../sections/sampling';
 import type { BenchOptions } from './context';
 import type { BenchShape } from './models';
@@ -69,6 +69,11 @@ function admissionP99(a: AdmissionScenario[] | null): number | null {
 }
 
 /** The JSON object of one shape; shape-independent figures (delivery, renderer) only on the GPT-2 line. */
+/** One rate of the chat view: the rate it showed, and its long frames. */
+function viewStep(step: RendererStep): string {
+  return `shown ${Number.isFinite(step.shown) ? `${step.shown.toFixed(0)} tok/s` : 'too short to read'} over ${step.seconds.toFixed(1)} s; ${step.longFrames} frames > 50 ms${step.longFrames > 0 ? ` (longest ${step.longestFrameMs.toFixed(0)} ms)` : ''}; longest rAF gap ${step.maxGapMs.toFixed(0)} ms`;
+}
+
 export function summaryJson(
   s: ShapeReport | null,
   admission: AdmissionScenario[] | null,
@@ -311,9 +316,10 @@ export function buildReport(a: {
       `| chat view: highest token rate without a frame over 50 ms | ${rd.tokensPerSecond.toFixed(0)} tok/s (${rd.detail}) | ≥ 2000 tok/s | ${verdict(rd.tokensPerSecond >= 2000)} |`,
     );
     for (const step of rd.sweep) {
-      out.push(
-        `| … offered ${step.offered} tok/s | shown ${Number.isFinite(step.shown) ? `${step.shown.toFixed(0)} tok/s` : 'too short to read'} over ${step.seconds.toFixed(1)} s; ${step.longFrames} frames > 50 ms${step.longFrames > 0 ? ` (longest ${step.longestFrameMs.toFixed(0)} ms)` : ''}; longest rAF gap ${step.maxGapMs.toFixed(0)} ms | | |`,
-      );
+      out.push(`| … offered ${step.offered} tok/s | ${viewStep(step)} | | |`);
+    }
+    for (const step of rd.code) {
+      out.push(`| … replies that are one code block (Python), offered ${step.offered} tok/s | ${viewStep(step)} | | |`);
     }
   } else out.push(`| chat view token rate | skipped: ${rd.skipped} | ≥ 2000 tok/s | not measured |`);
   out.push('');

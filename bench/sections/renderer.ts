@@ -40,6 +40,8 @@ export interface RendererStep {
 export interface RendererResult {
   tokensPerSecond: number;
   sweep: RendererStep[];
+  /** Replies that are one code block (not in `tokensPerSecond`: its rates are the prose replies'). */
+  code: RendererStep[];
   detail: string;
 }
 export type RendererOutcome = RendererResult | { skipped: string };
@@ -128,12 +130,24 @@ async function startFakeServe(dataDir: string, control: string): Promise<{ child
   });
 }
 
-/** Token ids of real text for the default model, so the view renders words and Markdown paragraphs. */
-async function textIds(): Promise<number[]> {
+/** Token ids of `text` for the default model (real text: the view renders words, Markdown paragraphs, code). */
+async function textIds(text: string): Promise<number[]> {
   const spec = await loadModelSpec(path.join(root, 'resources/models/default'));
   const tok = await loadTokenizer(spec.tokenizer, { vocabSize: spec.vocabSize });
-  return tok.encode(TRAINING_TEXT, { addSpecialTokens: false });
+  return tok.encode(text, { addSpecialTokens: false });
 }
+
+/** A reply that is one fenced Python block, longer than a reply (its start again is a line inside the block). */
+const CODE_TEXT = [
+  '```python',
+  ...Array.from({ length: 60 }, (_, i) => [
+    `def step_${i}(items: list[float], weights: list[float], bias: float = 0.5) -> float:`,
+    `    """Step ${i}: the weighted sum of the items, plus the bias."""`,
+    '    total = sum(w * x for w, x in zip(weights, items))',
+    `    return total + bias * ${i}  # {${i}}`,
+    '',
+  ]).flat(),
+].join('\n');
 
 export async function runRenderer(opts: BenchOptions, _modelDir: string): Promise<RendererOutcome> {
   // The renderer as the sources are now (a clean clone has no build; an old one would be measured instead).
@@ -158,7 +172,7 @@ export async function runRenderer(opts: BenchOptions, _modelDir: string): Promis
   let server: ChildProcess | null = null;
   let browser: Awaited<ReturnType<typeof chromium.launch>> | null = null;
   try {
-    const ids = await textIds();
+    const ids = await textIds(TRAINING_TEXT);
     setRate(500, ids);
     const started = await startFakeServe(path.join(dir, 'data'), control);
     server = started.child;
@@ -188,17 +202,16 @@ export async function runRenderer(opts: BenchOptions, _modelDir: string): Promis
     const rates = opts.quick ? [1000, 2000, 4000, 8000] : [500, 1000, 2000, 4000, 8000, 16000, 32000];
     // Enough replies per rate for a few seconds of streaming (a reply is at most REPLY_TOKENS long).
     const seconds = opts.quick ? 1.5 : 4;
-    const sweep: RendererStep[] = [];
-    let warm = false;
-    for (const rate of rates) {
-      setRate(rate, ids);
+    /** Replies streamed at `rate` from `tokenIds`; with `warmUp`, one more first that is not counted. */
+    const stepAt = async (rate: number, tokenIds: number[], warmUp: boolean, what: string): Promise<RendererStep> => {
+      setRate(rate, tokenIds);
       const replies = Math.max(2, Math.ceil((rate * seconds) / REPLY_TOKENS));
       const shown: number[] = [];
       let longest = 0;
       let longFrames = 0;
       let maxGap = 0;
       let streamed = 0;
-      for (let k = warm ? 0 : -1; k < replies; k++) {
+      for (let k = warmUp ? -1 : 0; k < replies; k++) {
         const r = await opts.guard.sample(`chat view at ${rate} tok/s`, async () => {
           const before = (await page.evaluate(`(() => {
             const els = document.querySelectorAll('[data-testid="message-assistant"]');
@@ -219,7 +232,7 @@ export async function runRenderer(opts: BenchOptions, _modelDir: string): Promis
           const data = (await page.evaluate('window.__bench')) as PageData;
           return evaluateReply(data, before.at);
         });
-        // The first reply of the sweep warms the page up (first Markdown parses, JIT) and is not counted.
+        // A warm-up reply (the first Markdown parses of its kind, JIT) is not counted.
         if (r && k >= 0) {
           if (Number.isFinite(r.shownTps)) shown.push(r.shownTps);
           longest = Math.max(longest, r.longestFrameMs);
@@ -228,7 +241,6 @@ export async function runRenderer(opts: BenchOptions, _modelDir: string): Promis
           streamed += r.seconds;
         }
       }
-      warm = true;
       const step: RendererStep = {
         offered: rate,
         shown: median(shown),
@@ -237,10 +249,18 @@ export async function runRenderer(opts: BenchOptions, _modelDir: string): Promis
         maxGapMs: maxGap,
         seconds: streamed,
       };
-      sweep.push(step);
       log(
-        `  chat view, offered ${rate} tok/s: shown ${Number.isFinite(step.shown) ? step.shown.toFixed(0) : '—'} tok/s over ${streamed.toFixed(1)} s, ${longFrames} frames > 50 ms (longest ${longest.toFixed(0)} ms), longest rAF gap ${maxGap.toFixed(0)} ms`,
+        `  chat view (${what}), offered ${rate} tok/s: shown ${Number.isFinite(step.shown) ? step.shown.toFixed(0) : '—'} tok/s over ${streamed.toFixed(1)} s, ${longFrames} frames > 50 ms (longest ${longest.toFixed(0)} ms), longest rAF gap ${maxGap.toFixed(0)} ms`,
       );
+      return step;
+    };
+    const sweep: RendererStep[] = [];
+    for (const [i, rate] of rates.entries()) sweep.push(await stepAt(rate, ids, i === 0, 'prose'));
+    // Replies that are one long code block (a model writing a file): the block, still open, renders at every frame.
+    const codeIds = await textIds(CODE_TEXT);
+    const code: RendererStep[] = [];
+    for (const [i, rate] of (opts.quick ? [2000] : [2000, 4000]).entries()) {
+      code.push(await stepAt(rate, codeIds, i === 0, 'code'));
     }
     // The highest rate shown with no long frame at it nor at any lower rate offered: a clean faster rate does not
     // make up for a slower one that had a long frame.
@@ -250,6 +270,7 @@ export async function runRenderer(opts: BenchOptions, _modelDir: string): Promis
     return {
       tokensPerSecond: best,
       sweep,
+      code,
       detail: `Chromium ${browser.version()}, replies of ${REPLY_TOKENS} tokens, ≥ ${seconds} s streamed per rate, ${supported ? 'long-animation-frame' : 'longtask'} observer`,
     };
   } catch (err) {
