@@ -137,7 +137,7 @@ async function textIds(text: string): Promise<number[]> {
   return tok.encode(text, { addSpecialTokens: false });
 }
 
-/** A reply that is one fenced Python block, longer than a reply (its start again is a line inside the block). */
+/** One fenced Python block of ~3 600 tokens: a reply (1 800) is an open code block until it ends, ~150 lines. */
 const CODE_TEXT = [
   '```python',
   ...Array.from({ length: 60 }, (_, i) => [
