@@ -68,12 +68,12 @@ function admissionP99(a: AdmissionScenario[] | null): number | null {
   return a && a.length > 0 ? Math.max(...a.map((s) => s.decideP99Us)) : null;
 }
 
-/** The JSON object of one shape; shape-independent figures (delivery, renderer) only on the GPT-2 line. */
 /** One rate of the chat view: the rate it showed, and its long frames. */
 function viewStep(step: RendererStep): string {
   return `shown ${Number.isFinite(step.shown) ? `${step.shown.toFixed(0)} tok/s` : 'too short to read'} over ${step.seconds.toFixed(1)} s; ${step.longFrames} frames > 50 ms${step.longFrames > 0 ? ` (longest ${step.longestFrameMs.toFixed(0)} ms)` : ''}; longest rAF gap ${step.maxGapMs.toFixed(0)} ms`;
 }
 
+/** The JSON object of one shape; shape-independent figures (delivery, renderer) only on the GPT-2 line. */
 export function summaryJson(
   s: ShapeReport | null,
   admission: AdmissionScenario[] | null,
