@@ -8,7 +8,7 @@
  * can generate.
  */
 import { readFileSync } from 'node:fs';
-import type { EngineCommand, EngineEvent } from '../../src/main/engine/protocol';
+import type { EngineCommand, EngineEvent, EngineLoadResult } from '../../src/main/engine/protocol';
 
 /** What the benchmark writes to $KVDESK_BENCH_FAKE_CONTROL before each generation. */
 export interface FakeControl {
@@ -75,12 +75,17 @@ function generate(cmd: Extract<EngineCommand, { type: 'generate' }>): void {
   tick();
 }
 
+/** The reply the real engine gives a load (protocol.ts), for a graph it would run as it is. */
+function loadResult(modelId: string): EngineLoadResult {
+  return { modelId, logits: { last: true, detail: 'bench stand-in engine: no graph' }, batches: true };
+}
+
 process.on('message', (raw) => {
   const cmd = raw as EngineCommand;
   switch (cmd.type) {
     case 'load':
       bptOf.set(cmd.modelId, cmd.spec.bpt);
-      send({ type: 'reply', callId: cmd.callId, ok: true, value: { modelId: cmd.modelId } });
+      send({ type: 'reply', callId: cmd.callId, ok: true, value: loadResult(cmd.modelId) });
       return;
     case 'unload':
       bptOf.delete(cmd.modelId);
