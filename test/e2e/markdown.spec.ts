@@ -171,17 +171,26 @@ test('math is typeset, money and code stay as written, and code is highlighted',
   expect(await app.evaluate(() => (globalThis as unknown as Page).cspViolations)).toEqual([]);
 });
 
-test('a reply being written shows its code plain, and highlighted once it ends', async ({ app, server }) => {
-  const reply = await openStoppedReply(app, server, 'code', '```python\ndef area(r):\n    return r\n');
-  await expect(reply.locator('.hljs-keyword').first()).toHaveText('def');
-  // Every render of the reply, as the page makes it: whether it was live, and whether its code was highlighted.
+test('a reply being written colours the code blocks it went past; the one still growing, in a task of its own once it ends', async ({
+  app,
+  server,
+}) => {
+  const reply = await openStoppedReply(
+    app,
+    server,
+    'code',
+    '```python\ndef first(r):\n    return r\n```\n\nThen the second:\n\n```python\ndef area(r):\n    return r\n',
+  );
+  await expect(reply.locator('pre code')).toHaveCount(2);
+  await expect(reply.locator('pre code').nth(1).locator('.hljs-keyword').first()).toHaveText('def');
+  // Every change of the reply, as the page makes it: whether it was live, and which of its code blocks were coloured.
   await app.evaluate(() => {
     interface El {
       getAttribute(n: string): string | null;
-      querySelector(s: string): unknown;
+      querySelectorAll(s: string): ArrayLike<{ querySelector(s: string): unknown }>;
     }
     const g = globalThis as unknown as {
-      seen: Array<{ state: string | null; highlighted: boolean }>;
+      seen: Array<{ state: string | null; coloured: boolean[] }>;
       document: { body: unknown; querySelector(s: string): El | null };
       MutationObserver: new (
         f: () => void,
@@ -190,22 +199,29 @@ test('a reply being written shows its code plain, and highlighted once it ends',
     g.seen = [];
     new g.MutationObserver(() => {
       const el = g.document.querySelector('[data-testid="message-assistant"][data-message-id="a"]');
-      if (el)
-        g.seen.push({ state: el.getAttribute('data-state'), highlighted: el.querySelector('.hljs-keyword') !== null });
+      if (!el) return;
+      const codes = Array.from(el.querySelectorAll('pre code'));
+      g.seen.push({
+        state: el.getAttribute('data-state'),
+        coloured: codes.map((c) => c.querySelector('.hljs-keyword') !== null),
+      });
     }).observe(g.document.body, { subtree: true, childList: true, attributes: true });
   });
   await reply.hover();
   await reply.getByTestId('continue').click();
   await expect(reply).toHaveAttribute('data-state', /done|cancelled/, { timeout: 30_000 });
-  await expect(reply.locator('.hljs-keyword').first()).toHaveText('def');
+  await expect(reply.locator('pre code').nth(1).locator('.hljs-keyword').first()).toHaveText('def');
   const seen = await app.evaluate(
-    () => (globalThis as unknown as { seen: Array<{ state: string | null; highlighted: boolean }> }).seen,
+    () => (globalThis as unknown as { seen: Array<{ state: string | null; coloured: boolean[] }> }).seen,
   );
-  const live = seen.filter((r) => r.state !== 'done' && r.state !== 'cancelled');
-  // It was seen live, never highlighted while live, and highlighted once done.
+  const ended = (r: { state: string | null }) => r.state === 'done' || r.state === 'cancelled';
+  const live = seen.filter((r) => !ended(r));
+  // Live, the block it went past was coloured and the one growing was not.
   expect(live.length).toBeGreaterThan(0);
-  expect(live.filter((r) => r.highlighted)).toEqual([]);
-  expect(seen.at(-1)).toEqual({ state: expect.stringMatching(/done|cancelled/), highlighted: true });
+  expect(live.filter((r) => r.coloured[0] !== true || r.coloured[1] !== false)).toEqual([]);
+  // The frame that ended it left the growing block plain; its colours came in a later task.
+  expect(seen.find(ended)).toEqual({ state: expect.stringMatching(/done|cancelled/), coloured: [true, false] });
+  expect(seen.at(-1)).toEqual({ state: expect.stringMatching(/done|cancelled/), coloured: [true, true] });
 });
 
 test('a reply that ends keeps the elements of its finished paragraphs (only its last block is built again)', async ({

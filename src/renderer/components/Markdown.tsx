@@ -119,10 +119,11 @@ function sharedHighlight(): ReturnType<typeof rehypeHighlight> {
 // KaTeX first: a display formula's <pre><code class="language-math"> is no code block to highlight.
 const rehypePlugins: Options['rehypePlugins'] = [katex, sharedHighlight];
 /**
- * While a reply streams, its code is not highlighted: its last block renders again at every frame, and
- * highlighting a growing code block costs several times the rest (a 200-line block: ~4×), enough to make frames
- * long; the colours come when the reply ends. A block without a code fence is not given the highlighter even then
- * (it would change nothing there): its props stay as they were, and the end of the reply does not render it again.
+ * The last block of a streaming reply is not highlighted: it renders again at every frame, and highlighting a
+ * growing code block costs several times the rest (a 200-line block: ~4×), enough to make frames long. A block is
+ * coloured once it is finished (the reply went on past it, or ended), in a task of its own (see useColourLater). A
+ * block without a code fence is never given the highlighter (it would change nothing there): its props stay as they
+ * were, and the end of the reply does not render it again.
  */
 const plainPlugins: Options['rehypePlugins'] = [katex];
 
@@ -145,9 +146,9 @@ export const Markdown = memo(function Markdown({ text, streaming = false }: { te
 
 /**
  * A reply as its top-level blocks (lib/markdown-blocks.ts), each memoised: while it streams, only the last one, the
- * one growing, parses again at each frame; when it ends, only that one and those with code (to colour it) do. The
- * others keep their elements, so the end of a long reply does not rebuild (and lay out again) all its text in one
- * frame. The markup is the whole text's.
+ * one growing, parses again at each frame, and a block with code renders once more when the reply goes past it (to
+ * colour it); when the reply ends, only the last one does. The others keep their elements, so the end of a long
+ * reply does not rebuild (and lay out again) all its text in one frame. The markup is the whole text's.
  */
 export function MarkdownBlocks({ text, streaming = false }: { text: string; streaming?: boolean }) {
   const blocks = markdownBlocks(text);
@@ -161,7 +162,7 @@ export function MarkdownBlocks({ text, streaming = false }: { text: string; stre
           <MarkdownPiece
             text={block}
             openEnd={streaming && i === blocks.length - 1}
-            highlight={!streaming && mayHoldCode(block)}
+            highlight={(!streaming || i < blocks.length - 1) && mayHoldCode(block)}
           />
         </Fragment>
       ))}
@@ -195,11 +196,39 @@ export function openCodeBlock(text: string): { lang: string; code: string } | nu
   return { lang, code: value ? `${value}\n` : '' };
 }
 
+/** Runs `task` in a task of its own when the page is idle (at the latest after `ms`); returns its cancel. */
+function whenIdle(task: () => void, ms: number): () => void {
+  if (typeof requestIdleCallback === 'function') {
+    const id = requestIdleCallback(task, { timeout: ms });
+    return () => cancelIdleCallback(id);
+  }
+  const id = setTimeout(task, 0);
+  return () => clearTimeout(id);
+}
+
+/**
+ * `colour` as the piece shows it: a piece that shows up coloured is coloured at once (a finished reply opened: no
+ * flash of plain code), but one that was plain takes its colours in an idle task of its own. Colouring a block
+ * means parsing it again with the highlighter and building its code anew (a 55-line block: ~15 ms here, with its
+ * layout, more the longer it is); in the frame that ends a reply, or that takes the next block's first tokens, it
+ * added that to the frame's own work.
+ */
+function useColourLater(colour: boolean): boolean {
+  const [shown, setShown] = useState(colour);
+  // Plain again (a reply continued: its last block grows again): at once.
+  if (!colour && shown) setShown(false);
+  useEffect(() => {
+    if (colour && !shown) return whenIdle(() => setShown(true), 250);
+  }, [colour, shown]);
+  return colour && shown;
+}
+
 /**
  * Markdown of one piece of a reply, as a whole reply is rendered: `openEnd`, the piece's last line may still grow
- * (the piece a streaming reply ends with); `highlight`, its code is coloured (see plainPlugins). A growing piece
- * that is an open code block skips the parse, which costs more the longer the block (7 ms a frame at 50 lines,
- * 16 ms at 800, in Node): its markup is written as the parse would give it.
+ * (the piece a streaming reply ends with); `highlight`, its code is coloured (see plainPlugins): at once if it was
+ * from the first render, in an idle task if it became so (useColourLater). A growing piece that is an open code
+ * block skips the parse, which costs more the longer the block (7 ms a frame at 50 lines, 16 ms at 800, in Node):
+ * its markup is written as the parse would give it.
  */
 export const MarkdownPiece = memo(function MarkdownPiece({
   text,
@@ -210,6 +239,7 @@ export const MarkdownPiece = memo(function MarkdownPiece({
   openEnd?: boolean;
   highlight?: boolean;
 }) {
+  const coloured = useColourLater(highlight);
   const open = openEnd ? openCodeBlock(text) : null;
   if (open) {
     return (
@@ -221,7 +251,7 @@ export const MarkdownPiece = memo(function MarkdownPiece({
   return (
     <ReactMarkdown
       remarkPlugins={remarkPlugins}
-      rehypePlugins={highlight ? rehypePlugins : plainPlugins}
+      rehypePlugins={coloured ? rehypePlugins : plainPlugins}
       components={components}
       // Raw HTML in a reply shows as the text the model wrote: react-markdown escapes it (never renders it);
       // skipping it would drop what the model wrote.
