@@ -171,7 +171,7 @@ test('math is typeset, money and code stay as written, and code is highlighted',
   expect(await app.evaluate(() => (globalThis as unknown as Page).cspViolations)).toEqual([]);
 });
 
-test('a reply being written colours the code blocks it went past; the one still growing, in a task of its own once it ends', async ({
+test('a reply being written colours the code blocks it went past; the growing one keeps its elements when it ends, and takes its colours in a task of its own', async ({
   app,
   server,
 }) => {
@@ -184,10 +184,11 @@ test('a reply being written colours the code blocks it went past; the one still 
   await expect(reply.locator('pre code')).toHaveCount(2);
   await expect(reply.locator('pre code').nth(1).locator('.hljs-keyword').first()).toHaveText('def');
   // Every change of the reply, as the page makes it: whether it was live, and which of its code blocks were coloured.
+  // While it is live, the growing block's <pre> is tagged: a property of the element, which one built again lacks.
   await app.evaluate(() => {
     interface El {
       getAttribute(n: string): string | null;
-      querySelectorAll(s: string): ArrayLike<{ querySelector(s: string): unknown }>;
+      querySelectorAll(s: string): ArrayLike<{ querySelector(s: string): unknown; kvdeskLive?: boolean }>;
     }
     const g = globalThis as unknown as {
       seen: Array<{ state: string | null; coloured: boolean[] }>;
@@ -201,6 +202,8 @@ test('a reply being written colours the code blocks it went past; the one still 
       const el = g.document.querySelector('[data-testid="message-assistant"][data-message-id="a"]');
       if (!el) return;
       const codes = Array.from(el.querySelectorAll('pre code'));
+      const growing = el.querySelectorAll('pre')[1];
+      if (growing && !/done|cancelled/.test(el.getAttribute('data-state') ?? '')) growing.kvdeskLive = true;
       g.seen.push({
         state: el.getAttribute('data-state'),
         coloured: codes.map((c) => c.querySelector('.hljs-keyword') !== null),
@@ -222,6 +225,13 @@ test('a reply being written colours the code blocks it went past; the one still 
   // The frame that ended it left the growing block plain; its colours came in a later task.
   expect(seen.find(ended)).toEqual({ state: expect.stringMatching(/done|cancelled/), coloured: [true, false] });
   expect(seen.at(-1)).toEqual({ state: expect.stringMatching(/done|cancelled/), coloured: [true, true] });
+  // Neither the end nor the colours built that block again: its <pre> is the element it was while live.
+  expect(
+    await reply
+      .locator('pre')
+      .nth(1)
+      .evaluate((pre) => (pre as unknown as { kvdeskLive?: boolean }).kvdeskLive === true),
+  ).toBe(true);
 });
 
 test('a reply that ends keeps the elements of its finished paragraphs (only its last block is built again)', async ({

@@ -5,7 +5,8 @@
  * its source, in the error colour.
  */
 import 'katex/dist/katex.min.css';
-import { Fragment, memo, type ReactNode, useEffect, useState } from 'react';
+import { common, createLowlight } from 'lowlight';
+import { createElement, Fragment, memo, type ReactNode, useEffect, useState } from 'react';
 import ReactMarkdown, { type Components, type Options } from 'react-markdown';
 import rehypeHighlight from 'rehype-highlight';
 import rehypeKatex from 'rehype-katex';
@@ -18,6 +19,8 @@ import { normalizeMath } from '../lib/math';
 
 interface HastLike {
   type: string;
+  tagName?: string;
+  properties?: { className?: string[] };
   value?: string;
   children?: HastLike[];
 }
@@ -174,12 +177,13 @@ export function MarkdownBlocks({ text, streaming = false }: { text: string; stre
 const FENCE_OPEN = /^(`{3,}|~{3,})([^\n]*)$/;
 
 /**
- * A piece that is one fenced code block still open (a model writing a long file: the last block of a streaming
- * reply): its language and its code, as the Markdown parse reads them. Null for anything else, and for what this
- * reading does not follow (an indented fence, an info string with escapes or entities, CR line ends, ```math,
- * which is a formula) — those go through the parse.
+ * A piece that is one fenced code block (a model writing a file: the last block of a streaming reply, still open,
+ * or a block of code between two paragraphs): its language and its code, as the Markdown parse reads them. Open,
+ * it runs to the end of the piece; closed, only blank lines may follow its closing fence. Null for anything else,
+ * and for what this reading does not follow (an indented fence, an info string with escapes or entities, CR line
+ * ends, ```math, which is a formula) — those go through the parse.
  */
-export function openCodeBlock(text: string): { lang: string; code: string } | null {
+export function fencedCodeBlock(text: string): { lang: string; code: string } | null {
   if (text.includes('\r')) return null;
   const nl = text.indexOf('\n');
   const opening = FENCE_OPEN.exec(nl < 0 ? text : text.slice(0, nl));
@@ -188,12 +192,49 @@ export function openCodeBlock(text: string): { lang: string; code: string } | nu
   if (!fence || (fence[0] === '`' && info.includes('`')) || /[\\&]/.test(info)) return null;
   const lang = info.split(/[ \t]/)[0] ?? '';
   if (lang === 'math') return null;
-  const body = nl < 0 ? '' : text.slice(nl + 1);
-  const closing = new RegExp(`^ {0,3}${fence[0] === '`' ? '`' : '~'}{${fence.length},}[ \\t]*$`, 'm');
-  if (closing.test(body)) return null;
+  let body = nl < 0 ? '' : text.slice(nl + 1);
+  const closing = new RegExp(`^ {0,3}${fence[0] === '`' ? '`' : '~'}{${fence.length},}[ \\t]*$`, 'm').exec(body);
+  if (closing) {
+    if (!/^[ \t\n]*$/.test(body.slice(closing.index + closing[0].length))) return null;
+    body = body.slice(0, closing.index);
+  }
   // The parse's value is the lines after the fence, less the last line end; the markup adds one line end.
   const value = body.endsWith('\n') ? body.slice(0, -1) : body;
   return { lang, code: value ? `${value}\n` : '' };
+}
+
+/** highlight.js's common languages, as rehype-highlight sets them up (made at the first code coloured here). */
+let lowlight: ReturnType<typeof createLowlight> | undefined;
+
+function hastToReact(nodes: HastLike[]): ReactNode[] {
+  return nodes.map((node) =>
+    node.type === 'text'
+      ? (node.value ?? '')
+      : createElement(
+          node.tagName ?? 'span',
+          { className: node.properties?.className?.join(' ') },
+          ...hastToReact(node.children ?? []),
+        ),
+  );
+}
+
+/**
+ * One fenced code block written without the Markdown parse (fencedCodeBlock): the markup the parse gives it, and
+ * coloured as rehype-highlight colours it (a language it does not know gets its class, and no colours).
+ */
+function FencedCode({ lang, code, colour }: { lang: string; code: string; colour: boolean }) {
+  let children: ReactNode[] = [code];
+  if (colour && lang) {
+    lowlight ??= createLowlight(common);
+    if (code && lowlight.registered(lang))
+      children = hastToReact(lowlight.highlight(lang, code).children as HastLike[]);
+  }
+  const className = [colour && lang ? 'hljs' : '', lang ? `language-${lang}` : ''].filter(Boolean).join(' ');
+  return (
+    <CodeBlock node={{ type: 'element', children: [{ type: 'text', value: code }] }}>
+      {createElement('code', { className: className || undefined }, ...children)}
+    </CodeBlock>
+  );
 }
 
 /** Runs `task` in a task of its own when the page is idle (at the latest after `ms`); returns its cancel. */
@@ -226,9 +267,10 @@ function useColourLater(colour: boolean): boolean {
 /**
  * Markdown of one piece of a reply, as a whole reply is rendered: `openEnd`, the piece's last line may still grow
  * (the piece a streaming reply ends with); `highlight`, its code is coloured (see plainPlugins): at once if it was
- * from the first render, in an idle task if it became so (useColourLater). A growing piece that is an open code
- * block skips the parse, which costs more the longer the block (7 ms a frame at 50 lines, 16 ms at 800, in Node):
- * its markup is written as the parse would give it.
+ * from the first render, in an idle task if it became so (useColourLater). A piece that is one fenced code block
+ * skips the parse, which costs more the longer the block (7 ms a frame at 50 lines, 16 ms at 800, in Node): its
+ * markup is written as the parse would give it, coloured by the highlighter the parse uses (FencedCode). The frame
+ * that ends a reply whose last block is code then changes nothing in it; its colours come later.
  */
 export const MarkdownPiece = memo(function MarkdownPiece({
   text,
@@ -240,18 +282,17 @@ export const MarkdownPiece = memo(function MarkdownPiece({
   highlight?: boolean;
 }) {
   const coloured = useColourLater(highlight);
-  const open = openEnd ? openCodeBlock(text) : null;
-  if (open) {
-    return (
-      <CodeBlock node={{ type: 'element', children: [{ type: 'text', value: open.code }] }}>
-        <code className={open.lang ? `language-${open.lang}` : undefined}>{open.code}</code>
-      </CodeBlock>
-    );
-  }
+  const code = fencedCodeBlock(text);
+  if (code) return <FencedCode lang={code.lang} code={code.code} colour={coloured} />;
+  return <ParsedMarkdown text={text} openEnd={openEnd} colour={coloured} />;
+});
+
+/** A piece through the Markdown parse (`openEnd`: its math read as a streaming reply's; `colour`: code highlighted). */
+export function ParsedMarkdown({ text, openEnd, colour }: { text: string; openEnd: boolean; colour: boolean }) {
   return (
     <ReactMarkdown
       remarkPlugins={remarkPlugins}
-      rehypePlugins={coloured ? rehypePlugins : plainPlugins}
+      rehypePlugins={colour ? rehypePlugins : plainPlugins}
       components={components}
       // Raw HTML in a reply shows as the text the model wrote: react-markdown escapes it (never renders it);
       // skipping it would drop what the model wrote.
@@ -259,7 +300,7 @@ export const MarkdownPiece = memo(function MarkdownPiece({
       {normalizeMath(text, { streaming: openEnd })}
     </ReactMarkdown>
   );
-});
+}
 
 /** Markdown of a JSON-mode reply: one ```json block, fenced longer than any run of backticks in it. */
 export function jsonBlock(text: string): string {

@@ -16,17 +16,17 @@ type Create = (type: unknown, props: unknown) => unknown;
 let h: Create;
 let renderToStaticMarkup: (element: unknown) => string;
 let Markdown: unknown;
-let MarkdownPiece: unknown;
+let ParsedMarkdown: unknown;
 let MarkdownBlocks: unknown;
-let openCodeBlock: (text: string) => { lang: string; code: string } | null;
+let fencedCodeBlock: (text: string) => { lang: string; code: string } | null;
 beforeAll(async () => {
   h = (await load<{ createElement: Create }>('react')).createElement;
   ({ renderToStaticMarkup } = await load<{ renderToStaticMarkup: typeof renderToStaticMarkup }>('react-dom/server'));
-  ({ Markdown, MarkdownPiece, MarkdownBlocks, openCodeBlock } = await load<{
+  ({ Markdown, ParsedMarkdown, MarkdownBlocks, fencedCodeBlock } = await load<{
     Markdown: unknown;
-    MarkdownPiece: unknown;
+    ParsedMarkdown: unknown;
     MarkdownBlocks: unknown;
-    openCodeBlock: typeof openCodeBlock;
+    fencedCodeBlock: typeof fencedCodeBlock;
   }>(`${RENDERER}/components/Markdown.tsx`));
 });
 
@@ -51,6 +51,14 @@ const PIECES = [
   '```math\nx^2\n```',
   '```c\\+\\+\nint a;\n```',
   '```\n<b>&amp;</b> $x$\n```',
+  // Closed blocks read without the parse: empty, blank, a closing fence with spaces, languages the highlighter
+  // does not know, an alias, a tab.
+  '```\n```',
+  '```py\n\n```',
+  '~~~ rust\nfn main() {}\n  ~~~   ',
+  '```no-highlight\nlet x = 1;\n```',
+  '```klingon\nqaStaHvIS\n```',
+  '```c++\nint a = 1;\n\treturn a;\n```',
   '$$\nx^2 + 1\n\n= y\n$$',
   '\\[\n\\frac{a}{b}\n\n\\]',
   'Inline math $\\pi r^2$ and \\( a \\) here.',
@@ -64,10 +72,10 @@ const PIECES = [
 
 /** A streaming reply as the chat view renders it (by blocks), and the whole text rendered at once as it streams. */
 const streamed = (text: string) => renderToStaticMarkup(h(Markdown, { text, streaming: true }));
-const streamedWhole = (text: string) => renderToStaticMarkup(h(MarkdownPiece, { text, openEnd: true }));
+const streamedWhole = (text: string) => renderToStaticMarkup(h(ParsedMarkdown, { text, openEnd: true, colour: false }));
 /** A finished reply: by blocks (as one that streamed in the view), and whole (its code coloured). */
 const finished = (text: string) => renderToStaticMarkup(h(MarkdownBlocks, { text }));
-const finishedWhole = (text: string) => renderToStaticMarkup(h(MarkdownPiece, { text }));
+const finishedWhole = (text: string) => renderToStaticMarkup(h(ParsedMarkdown, { text, openEnd: false, colour: true }));
 /** Markup with highlight.js's colours taken out of its code blocks (the `hljs` class and the spans in them). */
 const uncoloured = (markup: string) =>
   markup.replace(
@@ -106,6 +114,7 @@ describe('markdownBlocks', () => {
     let highlighted = 0;
     let colouredLive = 0;
     let openCode = 0;
+    let closedCode = 0;
     fc.assert(
       fc.property(
         fc.array(fc.constantFrom(...PIECES), { minLength: 1, maxLength: 7 }),
@@ -116,7 +125,11 @@ describe('markdownBlocks', () => {
             const shown = reply.slice(0, cut);
             const blocks = markdownBlocks(shown);
             if (blocks.length > 1) split++;
-            if (openCodeBlock(blocks[blocks.length - 1] ?? '')) openCode++;
+            for (const block of blocks) {
+              const code = fencedCodeBlock(block);
+              if (code && block === blocks[blocks.length - 1]) openCode++;
+              else if (code) closedCode++;
+            }
             // Code blocks the reply went past are coloured already; the rest is the whole text's markup.
             const live = streamed(shown);
             expect(uncoloured(live), JSON.stringify(shown)).toBe(streamedWhole(shown));
@@ -126,8 +139,10 @@ describe('markdownBlocks', () => {
               expect(live, JSON.stringify(shown)).toContain('<span class="hljs-keyword">');
             }
           }
-          // The reply once it ended, rendered by blocks as well: its code coloured as the whole text's.
+          // The reply once it ended, rendered by blocks as well, and whole (a chat opened): its code coloured as the
+          // whole text's.
           expect(finished(reply), JSON.stringify(reply)).toBe(finishedWhole(reply));
+          expect(renderToStaticMarkup(h(Markdown, { text: reply })), JSON.stringify(reply)).toBe(finishedWhole(reply));
           if (reply.includes('```ts') || reply.includes('```python')) highlighted++;
         },
       ),
@@ -135,20 +150,25 @@ describe('markdownBlocks', () => {
     );
     // The comparison saw split replies (a render that never splits would pass it anyway).
     expect(split).toBeGreaterThan(100);
-    // And finished replies with code in a language the highlighter colours, and replies cut inside a code block
-    // (whose markup is written without the parse).
+    // And finished replies with code in a language the highlighter colours, and code blocks (whose markup is
+    // written without the parse), growing at the end of a reply and finished before it.
     expect(highlighted).toBeGreaterThan(20);
     expect(colouredLive).toBeGreaterThan(20);
     expect(openCode).toBeGreaterThan(50);
+    expect(closedCode).toBeGreaterThan(50);
   });
 
-  it('reads a code block still open as the parse does, and leaves what it does not follow to the parse', () => {
-    expect(openCodeBlock('```py')).toEqual({ lang: 'py', code: '' });
-    expect(openCodeBlock('```py extra\na\n\nb')).toEqual({ lang: 'py', code: 'a\n\nb\n' });
-    expect(openCodeBlock('~~~\n  x\n')).toEqual({ lang: '', code: '  x\n' });
-    expect(openCodeBlock('````\n```\nx')).toEqual({ lang: '', code: '```\nx\n' });
+  it('reads a fenced code block, open or closed, as the parse does, and leaves what it does not follow to the parse', () => {
+    expect(fencedCodeBlock('```py')).toEqual({ lang: 'py', code: '' });
+    expect(fencedCodeBlock('```py extra\na\n\nb')).toEqual({ lang: 'py', code: 'a\n\nb\n' });
+    expect(fencedCodeBlock('~~~\n  x\n')).toEqual({ lang: '', code: '  x\n' });
+    expect(fencedCodeBlock('````\n```\nx')).toEqual({ lang: '', code: '```\nx\n' });
+    expect(fencedCodeBlock('```py\na\n```')).toEqual({ lang: 'py', code: 'a\n' });
+    expect(fencedCodeBlock('```py\na\n\n   ````  \n\n \n')).toEqual({ lang: 'py', code: 'a\n\n' });
+    expect(fencedCodeBlock('~~~\n```\n~~~')).toEqual({ lang: '', code: '```\n' });
     for (const left of [
-      '```py\na\n```',
+      '```py\na\n```\nafter',
+      '```py\na\n```\n\nafter',
       '```py\r\na',
       ' ```py\na',
       '```math\nx',
@@ -156,7 +176,7 @@ describe('markdownBlocks', () => {
       '``py\na',
       'a\n```py\nb',
     ]) {
-      expect(openCodeBlock(left), JSON.stringify(left)).toBeNull();
+      expect(fencedCodeBlock(left), JSON.stringify(left)).toBeNull();
     }
   });
 
