@@ -203,4 +203,50 @@ describe("the head's rows read from the model file", () => {
       rmSync(dir, { recursive: true, force: true });
     }
   });
+
+  it('keep the rows read last: a row that comes back is not read again, and every score stays exact', () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-head-rows-'));
+    try {
+      const vocab = 40;
+      const hidden = 16;
+      const w = Float32Array.from({ length: vocab * hidden }, (_, i) => Math.sin(i * 0.37) * (1 + (i % 5)));
+      const h = Float32Array.from({ length: hidden }, (_, i) => Math.cos(i * 1.3));
+      const file = path.join(dir, 'weights.bin');
+      writeFileSync(file, Buffer.concat([Buffer.alloc(3), Buffer.from(w.buffer)]));
+      const memory = new MemoryRows(w, hidden);
+      const rows = new FileRows(file, 3, hidden, 4);
+      // It counts the rows it keeps as memory it holds.
+      expect(rows.bytes).toBe(4 * hidden * 4);
+      // Picks whose candidates come back: four rows, again and again.
+      for (let pick = 0; pick < 10; pick++) {
+        for (const n of [5, 9, 31, 2]) expect(rows.dot(n, h, 0)).toBe(memory.dot(n, h, 0));
+      }
+      expect(rows.reads).toBe(4);
+      // A fifth row takes the place of the oldest read (5); the other three are still kept.
+      expect(rows.dot(17, h, 0)).toBe(memory.dot(17, h, 0));
+      for (const n of [9, 31, 2, 17]) expect(rows.dot(n, h, 0)).toBe(memory.dot(n, h, 0));
+      expect(rows.reads).toBe(5);
+      expect(rows.dot(5, h, 0)).toBe(memory.dot(5, h, 0));
+      expect(rows.reads).toBe(6);
+      // Any order of rows, more than it keeps: every score is the row's own.
+      fc.assert(
+        fc.property(fc.array(fc.nat({ max: vocab - 1 }), { maxLength: 60 }), (ns) => {
+          for (const n of ns) expect(rows.dot(n, h, 0)).toBe(memory.dot(n, h, 0));
+        }),
+        { numRuns: 200 },
+      );
+      rows.close();
+      // A row past the file's end is not kept (it is an error again next time), and takes no row's place.
+      const small = new FileRows(file, 3, hidden, 2);
+      expect(small.dot(1, h, 0)).toBe(memory.dot(1, h, 0));
+      expect(() => small.dot(vocab, h, 0)).toThrow(/ended before the head's row 40/);
+      expect(() => small.dot(vocab, h, 0)).toThrow(/ended before the head's row 40/);
+      expect(small.dot(1, h, 0)).toBe(memory.dot(1, h, 0));
+      expect(small.reads).toBe(1);
+      small.close();
+      expect(() => new FileRows(file, 3, hidden, 0)).toThrow(/at least one row/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
 });
