@@ -14,7 +14,7 @@ import { KvdeskError } from '../../shared/errors';
 import type { KvTensorSpec, ModelSpec } from '../../shared/model-spec';
 import type { GenerationHooks, GenerationJob, GenerationOutcome } from './decoder';
 import { commonPrefix, idTensor, maskTensor } from './feeds';
-import { exactPick } from './head-screen';
+import { exactPick, PickScratch } from './head-screen';
 import { constraintFor } from './json-constraint';
 import {
   concatBatch,
@@ -363,6 +363,8 @@ export class ContinuousBatcher {
 
   /** Greedy picks made exactly from the head's screen (screened) or from full scores, and what they cost. */
   readonly screenStats = { screenedPicks: 0, fullPicks: 0, candidates: 0 };
+  /** What the exact picks carry from one to the next (the window of their candidates: see PickScratch). */
+  readonly pickScratch = new PickScratch();
 
   /** Whether every row of the batch picks greedily from the scores as they are (and asks for no logprobs). */
   private allPlain(): boolean {
@@ -420,6 +422,7 @@ export class ContinuousBatcher {
             logits.screened === true,
             vocab,
             stats,
+            this.pickScratch,
           );
           if (id < 0) throw notANumber();
           sampler.took(id);

@@ -168,6 +168,23 @@ export interface PickStats {
   candidates: number;
 }
 
+/** Tokens a pick's first pass keeps at most for its second (more: the second pass reads the whole vocabulary). */
+export const PICK_KEPT = 4096;
+
+/**
+ * What one caller's picks carry from one to the next (the batcher's, one per loaded model): the first pass over a
+ * position's scores keeps the tokens within `width` of the best so far, and when the pick's window (best score −
+ * cut) turns out no wider than `width`, every candidate is among them, so the second pass reads those only. The
+ * window is about as wide from one pick to the next (it is the bounds' width); `width` is twice the last one.
+ */
+export class PickScratch {
+  readonly kept = new Int32Array(PICK_KEPT);
+  width = Number.POSITIVE_INFINITY;
+  /** Picks whose second pass read the kept tokens only / the whole vocabulary. */
+  fromKept = 0;
+  fromAll = 0;
+}
+
 /** The 8-bit head onnxruntime multiplies by (MatMulNBits' B and scales). */
 export interface PackedHead {
   /** [vocab, hidden / 32, 32] uint8, zero point 128. */
@@ -328,6 +345,45 @@ function widestBound(screen: HeadScreen, norms: Norms, screened: boolean, maxAbs
   return quantized + rounding + 1e-6 * (screen.biasMax + maxAbsScore);
 }
 
+/** What a pick's first pass found (one object, reused: the engine picks on one thread). */
+const passResult = { top: -1, max: 0, min: 0, kept: 0 };
+
+/**
+ * The best score (scores that are not numbers never are) and the smallest, for the largest magnitude: two
+ * comparisons that are rarely true, where |s| per score branched on its sign (half of them mispredicted: 4× the
+ * time). With `keep`, a third that is rarely true either: a score within `width` of the best so far is kept
+ * (`kept` counts them all, past the array's end too).
+ */
+function firstPass(
+  scores: Float32Array,
+  at: number,
+  vocab: number,
+  keep: Int32Array | null,
+  width: number,
+): typeof passResult {
+  let top = -1;
+  let max = Number.NEGATIVE_INFINITY;
+  let min = Number.POSITIVE_INFINITY;
+  let kept = 0;
+  for (let n = 0; n < vocab; n++) {
+    const s = scores[at + n] as number;
+    if (s > max) {
+      max = s;
+      top = n;
+    }
+    if (s < min) min = s;
+    if (keep !== null && s >= max - width) {
+      if (kept < keep.length) keep[kept] = n;
+      kept++;
+    }
+  }
+  passResult.top = top;
+  passResult.max = max;
+  passResult.min = min;
+  passResult.kept = kept;
+  return passResult;
+}
+
 /**
  * The exact greedy pick of one position among tokens [0, limit): `scores` holds its vocabulary's approximate
  * (`screened`) or float32 scores from `at`, `hiddenState` its head input from `hiddenAt`. The argmax of the
@@ -347,24 +403,16 @@ export function exactPick(
   screened: boolean,
   limit = screen.vocab,
   stats?: PickStats,
+  scratch?: PickScratch,
 ): number {
   const { rows, bias } = screen;
   const vocab = Math.min(limit, screen.vocab);
   const norms = normsOf(screen, hiddenState, hiddenAt);
   if (!Number.isFinite(norms.l1)) return -1;
-  // The best score (scores that are not numbers never are) and the smallest, for the largest magnitude: two
-  // comparisons that are rarely true, where |s| per score branched on its sign (half of them mispredicted: 4× the time).
-  let top = -1;
-  let max = Number.NEGATIVE_INFINITY;
-  let min = Number.POSITIVE_INFINITY;
-  for (let n = 0; n < vocab; n++) {
-    const s = scores[at + n] as number;
-    if (s > max) {
-      max = s;
-      top = n;
-    }
-    if (s < min) min = s;
-  }
+  // With a scratch that knows the last window, the first pass also keeps the tokens near the best.
+  const width = scratch?.width ?? Number.POSITIVE_INFINITY;
+  const keeping = width < Number.POSITIVE_INFINITY ? (scratch?.kept ?? null) : null;
+  const { top, max, min, kept } = firstPass(scores, at, vocab, keeping, width);
   const maxAbs = Math.max(0, max, -min);
   let best = -1;
   let bestScore = Number.NEGATIVE_INFINITY;
@@ -374,7 +422,12 @@ export function exactPick(
     // Weights that are not numbers make the bounds so: then no token is ruled out.
     const cut = floor - widestBound(screen, norms, screened, maxAbs);
     const checked = Number.isFinite(cut);
-    for (let n = 0; n < vocab; n++) {
+    // A token not kept scored under the best so far less `width` when it was read, so under max − width; when
+    // that is no more than the cut, it is no candidate: the kept tokens (in id order) hold every one.
+    const fromKept = keeping !== null && checked && kept <= keeping.length && max - width <= cut;
+    const end = fromKept ? kept : vocab;
+    for (let i = 0; i < end; i++) {
+      const n = fromKept ? (keeping?.[i] as number) : i;
       const s = scores[at + n] as number;
       if (checked && !(s >= cut)) continue;
       if (Number.isNaN(s)) continue;
@@ -385,6 +438,13 @@ export function exactPick(
         bestScore = exact;
         best = n;
       }
+    }
+    if (scratch) {
+      if (fromKept) scratch.fromKept++;
+      else scratch.fromAll++;
+      // Twice this window, for the next pick (none where the cut is not a number: every token is read then).
+      const window = max - cut;
+      scratch.width = checked && window >= 0 ? 2 * window : Number.POSITIVE_INFINITY;
     }
   }
   if (stats) stats.candidates = count;

@@ -16,6 +16,7 @@ import {
   exactPick,
   FileRows,
   MemoryRows,
+  PickScratch,
   SCREEN_BLOCK,
   worstBoundShare,
 } from '../../../src/main/engine/head-screen';
@@ -129,6 +130,49 @@ describe('exact greedy picks from the 8-bit screen of the head', () => {
       }),
       { numRuns: 300 },
     );
+  });
+
+  it('pick the same token and candidates with a scratch carried from pick to pick, reading only what the first pass kept', () => {
+    const scratch = new PickScratch();
+    const missed = { kept: 0, all: 0 };
+    fc.assert(
+      fc.property(case_, fc.integer({ min: 1, max: 4 }), (c, picks) => {
+        const { w, h, bias, hidden, screen, built } = makeCase(c);
+        const want = exactArgmax(w, h, bias, c.vocab, hidden);
+        const screened = screenedScores(built, h, bias);
+        const full = Float32Array.from(want.scores);
+        // The same position several times (the window the scratch carries fits it), then float32 scores (a
+        // narrower window: the scratch's is wide enough) and screened ones again.
+        for (let i = 0; i < picks; i++) {
+          for (const [scores, isScreened] of [
+            [screened, true],
+            [full, false],
+          ] as const) {
+            const plain = { candidates: 0 };
+            const a = exactPick(screen, scores, 0, h, 0, isScreened, c.vocab, plain);
+            expect(a).toBe(want.best);
+            // Twice: the second pick's window is the first's, so it reads the kept tokens only.
+            for (const again of [false, true]) {
+              const withScratch = { candidates: 0 };
+              const before = scratch.fromKept;
+              expect(exactPick(screen, scores, 0, h, 0, isScreened, c.vocab, withScratch, scratch)).toBe(a);
+              expect(withScratch.candidates).toBe(plain.candidates);
+              if (scratch.fromKept > before) missed.kept++;
+              else {
+                expect(again).toBe(false);
+                missed.all++;
+              }
+            }
+          }
+        }
+      }),
+      { numRuns: 300 },
+    );
+    // Both ways were taken: from the kept tokens (most picks) and from the whole vocabulary (a first pick, a wider
+    // window than the last).
+    expect(missed.kept).toBeGreaterThan(600);
+    expect(missed.all).toBeGreaterThan(10);
+    expect(scratch.fromKept + scratch.fromAll).toBe(missed.kept + missed.all);
   });
 
   it('rules out most of a vocabulary of spread-out scores, and reads the scores where it is told to', () => {
