@@ -250,9 +250,9 @@ function whenIdle(task: () => void, ms: number): () => void {
 /**
  * `colour` as the piece shows it: a piece that shows up coloured is coloured at once (a finished reply opened: no
  * flash of plain code), but one that was plain takes its colours in an idle task of its own. Colouring a block
- * means parsing it again with the highlighter and building its code anew (a 55-line block: ~15 ms here, with its
- * layout, more the longer it is); in the frame that ends a reply, or that takes the next block's first tokens, it
- * added that to the frame's own work.
+ * means running the highlighter over its code (a block with more than code in it: parsing it again with the
+ * highlighter) and building its code anew (a 55-line block: ~15 ms here, with its layout, more the longer it is);
+ * in the frame that ends a reply, or that takes the next block's first tokens, it added that to the frame's work.
  */
 function useColourLater(colour: boolean): boolean {
   const [shown, setShown] = useState(colour);

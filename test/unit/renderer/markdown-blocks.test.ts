@@ -113,8 +113,8 @@ describe('markdownBlocks', () => {
     let split = 0;
     let highlighted = 0;
     let colouredLive = 0;
-    let openCode = 0;
-    let closedCode = 0;
+    let growingCode = 0;
+    let finishedCode = 0;
     fc.assert(
       fc.property(
         fc.array(fc.constantFrom(...PIECES), { minLength: 1, maxLength: 7 }),
@@ -127,8 +127,8 @@ describe('markdownBlocks', () => {
             if (blocks.length > 1) split++;
             for (const block of blocks) {
               const code = fencedCodeBlock(block);
-              if (code && block === blocks[blocks.length - 1]) openCode++;
-              else if (code) closedCode++;
+              if (code && block === blocks[blocks.length - 1]) growingCode++;
+              else if (code) finishedCode++;
             }
             // Code blocks the reply went past are coloured already; the rest is the whole text's markup.
             const live = streamed(shown);
@@ -154,8 +154,8 @@ describe('markdownBlocks', () => {
     // written without the parse), growing at the end of a reply and finished before it.
     expect(highlighted).toBeGreaterThan(20);
     expect(colouredLive).toBeGreaterThan(20);
-    expect(openCode).toBeGreaterThan(50);
-    expect(closedCode).toBeGreaterThan(50);
+    expect(growingCode).toBeGreaterThan(50);
+    expect(finishedCode).toBeGreaterThan(50);
   });
 
   it('reads a fenced code block, open or closed, as the parse does, and leaves what it does not follow to the parse', () => {
