@@ -273,7 +273,7 @@ export function buildReport(a: {
   const { opts } = a;
   const out: string[] = [];
   out.push(
-    `## kvdesk benchmark (${opts.quick ? 'quick' : 'full'}) — ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC`,
+    `## kvdesk benchmark (${opts.quick ? 'quick' : 'full'}${opts.skip.size > 0 ? `, partial: ${[...opts.skip].join(', ')} left out` : ''}) — ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC`,
     '',
   );
   out.push(`Machine: ${a.machine}.`);
