@@ -7,7 +7,7 @@
 import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { expect, test } from '@playwright/test';
+import { expect, type Locator, type Page, test } from '@playwright/test';
 import { defaultModelDir } from '../helpers/fixtures';
 import { wsCall } from './fixtures';
 import { type ServeHandle, startServe } from './serve';
@@ -35,6 +35,17 @@ async function promptTokens(): Promise<number> {
   return ((await res.json()) as { usage: { prompt_tokens: number } }).usage.prompt_tokens;
 }
 
+/**
+ * Opens a card's chat template editor once the Models view has settled: its API panel fills in above the cards after
+ * the first render (when the server's status arrives) and moves them down, and a click as that happens can miss.
+ */
+async function openTemplate(page: Page, card: Locator): Promise<void> {
+  await expect(page.getByTestId('api-server')).toBeVisible();
+  const template = card.getByTestId('model-template');
+  await template.locator('summary').click();
+  await expect(template).toHaveJSProperty('open', true);
+}
+
 const SYSTEMLESS =
   "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}{{ m.role + ': ' + m.content + '\\n' }}{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}";
 
@@ -53,7 +64,7 @@ test("a card's chat template of one's own: loaded with, kept, refused when broke
   const template = card.getByTestId('model-template');
   await expect(card.getByTestId('model-template-whose')).toHaveText('the package’s');
   await expect(card.getByTestId('model-thinks')).toHaveCount(0);
-  await template.locator('summary').click();
+  await openTemplate(page, card);
   const text = card.getByTestId('model-template-text');
   await expect(text).toHaveValue(/<\|im_start\|>/);
   // Nothing written yet: nothing to load.
@@ -86,7 +97,7 @@ test("a card's chat template of one's own: loaded with, kept, refused when broke
   await page.reload();
   await page.getByTestId('models-toggle').click();
   await expect(card.getByTestId('model-template-whose')).toHaveText('yours');
-  await card.getByTestId('model-template').locator('summary').click();
+  await openTemplate(page, card);
   await expect(text).toHaveValue(MINE);
 
   // A template that does not render: refused with what Jinja said, beside the editor (no notice over the page), and
