@@ -130,11 +130,11 @@ async function startFakeServe(dataDir: string, control: string): Promise<{ child
   });
 }
 
-/** Token ids of `text` for the default model (real text: the view renders words, Markdown paragraphs, code). */
-async function textIds(text: string): Promise<number[]> {
+/** Token ids of each text for the default model (real text: the view renders words, Markdown paragraphs, code). */
+async function textIds(...texts: string[]): Promise<number[][]> {
   const spec = await loadModelSpec(path.join(root, 'resources/models/default'));
   const tok = await loadTokenizer(spec.tokenizer, { vocabSize: spec.vocabSize });
-  return tok.encode(text, { addSpecialTokens: false });
+  return texts.map((text) => tok.encode(text, { addSpecialTokens: false }));
 }
 
 /**
@@ -175,7 +175,8 @@ export async function runRenderer(opts: BenchOptions, _modelDir: string): Promis
   let server: ChildProcess | null = null;
   let browser: Awaited<ReturnType<typeof chromium.launch>> | null = null;
   try {
-    const ids = await textIds(TRAINING_TEXT);
+    // Prose for the sweep; one long code block for the replies after it (the tokenizer loaded once for both).
+    const [ids, codeIds] = (await textIds(TRAINING_TEXT, CODE_TEXT)) as [number[], number[]];
     setRate(500, ids);
     const started = await startFakeServe(path.join(dir, 'data'), control);
     server = started.child;
@@ -260,7 +261,6 @@ export async function runRenderer(opts: BenchOptions, _modelDir: string): Promis
     const sweep: RendererStep[] = [];
     for (const [i, rate] of rates.entries()) sweep.push(await stepAt(rate, ids, i === 0, 'prose'));
     // Replies that are one long code block (a model writing a file): the block, still open, renders at every frame.
-    const codeIds = await textIds(CODE_TEXT);
     const code: RendererStep[] = [];
     for (const [i, rate] of (opts.quick ? [2000] : [2000, 4000]).entries()) {
       code.push(await stepAt(rate, codeIds, i === 0, 'code'));
