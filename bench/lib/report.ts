@@ -9,6 +9,7 @@ import type { LookupResult } from '../sections/lookup';
 import type { RendererOutcome, RendererStep } from '../sections/renderer';
 import { SAMPLED, SAMPLING_MODES, type SamplingResult } from '../sections/sampling';
 import type { BenchOptions } from './context';
+import { physicalCores } from './cores';
 import type { BenchShape } from './models';
 import { fmt, median, round } from './stats';
 
@@ -70,7 +71,7 @@ function admissionP99(a: AdmissionScenario[] | null): number | null {
 
 /** One rate of the chat view: the rate it showed, and its long frames. */
 function viewStep(step: RendererStep): string {
-  return `shown ${Number.isFinite(step.shown) ? `${step.shown.toFixed(0)} tok/s` : 'too short to read'} over ${step.seconds.toFixed(1)} s; ${step.longFrames} frames > 50 ms${step.longFrames > 0 ? ` (longest ${step.longestFrameMs.toFixed(0)} ms)` : ''}; longest rAF gap ${step.maxGapMs.toFixed(0)} ms`;
+  return `shown ${Number.isFinite(step.shown) ? `${step.shown.toFixed(0)} tok/s` : 'too short to read'} over ${step.seconds.toFixed(1)} s; ${step.longFrames} frames > 50 ms${step.longFrames > 0 ? ` (longest ${step.longestFrameMs.toFixed(0)} ms${step.longestFrameParts ? `: ${step.longestFrameParts}` : ''})` : ''}; longest rAF gap ${step.maxGapMs.toFixed(0)} ms`;
 }
 
 /** The JSON object of one shape; shape-independent figures (delivery, renderer) only on the GPT-2 line. */
@@ -161,6 +162,17 @@ function floorRows(s: ShapeReport, floor: FloorResult | null): string[] {
   return rows;
 }
 
+/**
+ * Where onnxruntime's default (one intra-op thread per physical core) comes to kvdesk's threads, "each at defaults"
+ * is the equal-threads comparison: the row says so.
+ */
+function sameThreads(opts: BenchOptions): string {
+  const cores = physicalCores();
+  return cores === opts.threads
+    ? ` (here the same ${cores} threads: onnxruntime's default is one per physical core, and this machine shows ${cores} cores)`
+    : '';
+}
+
 function shapeSection(opts: BenchOptions, s: ShapeReport, j: SummaryJson, floor: FloorResult | null): string[] {
   const out: string[] = [];
   out.push(`### ${SHAPE_TITLE[s.shape]}`, '');
@@ -196,7 +208,7 @@ function shapeSection(opts: BenchOptions, s: ShapeReport, j: SummaryJson, floor:
     `| kvdesk / raw loop, decode tok/s (paired median) | ${r(j.engineVsRawOrt)}× | ≥ 0.95× | ${verdict(j.engineVsRawOrt === null ? null : j.engineVsRawOrt >= 0.95)} |`,
   );
   out.push(
-    `| kvdesk / transformers.js, each at defaults | ${r(j.engineVsTransformersJs)}× | ≥ 1.5× | ${verdict(j.engineVsTransformersJs === null ? null : j.engineVsTransformersJs >= 1.5)} |`,
+    `| kvdesk / transformers.js, each at defaults${sameThreads(opts)} | ${r(j.engineVsTransformersJs)}× | ≥ 1.5× | ${verdict(j.engineVsTransformersJs === null ? null : j.engineVsTransformersJs >= 1.5)} |`,
   );
   out.push(
     `| kvdesk / transformers.js, equal threads | ${r(j.engineVsTransformersJsEqualThreads)}× | ≥ 1.2× | ${verdict(j.engineVsTransformersJsEqualThreads === null ? null : j.engineVsTransformersJsEqualThreads >= 1.2)} |`,

@@ -33,6 +33,8 @@ export interface RendererStep {
   longFrames: number;
   /** Longest gap between two requestAnimationFrame callbacks (includes time the process was not scheduled). */
   maxGapMs: number;
+  /** Where the longest long frame's time went (the long-animation-frame entry's parts); '' when there was none. */
+  longestFrameParts: string;
   /** Seconds of streaming measured at this rate. */
   seconds: number;
 }
@@ -55,8 +57,23 @@ const INSTRUMENT = `(() => {
   const b = { loaf: [], long: [], recv: [], dom: [], loafSupported: false };
   window.__bench = b;
   try {
-    new PerformanceObserver((l) => { for (const e of l.getEntries()) b.loaf.push([e.startTime, e.duration]); })
-      .observe({ type: 'long-animation-frame', buffered: true });
+    // Each frame with where its time went: scripts (the longest named), rendering, style and layout.
+    new PerformanceObserver((l) => {
+      for (const e of l.getEntries()) {
+        let before = 0;
+        let inRender = 0;
+        let top = null;
+        for (const s of e.scripts || []) {
+          // Scripts from renderStart on are the frame's own callbacks (requestAnimationFrame, observers).
+          if (e.renderStart > 0 && s.startTime >= e.renderStart) inRender += s.duration;
+          else before += s.duration;
+          if (!top || s.duration > top.duration) top = s;
+        }
+        const name = top ? [top.invokerType, top.invoker, top.sourceFunctionName].filter(Boolean).join(' ') : '';
+        b.loaf.push([e.startTime, e.duration, e.renderStart, e.styleAndLayoutStart, before, inRender,
+          top ? top.duration : 0, name, top ? top.forcedStyleAndLayoutDuration : 0]);
+      }
+    }).observe({ type: 'long-animation-frame', buffered: true });
     b.loafSupported = true;
   } catch {}
   try {
@@ -88,8 +105,14 @@ const INSTRUMENT = `(() => {
   requestAnimationFrame(tick);
 })();`;
 
+/**
+ * A long animation frame as the page recorded it: start, duration, renderStart, styleAndLayoutStart (0: none), the
+ * scripts' time before rendering and in it, the longest script's time, its name, and its forced style and layout.
+ */
+type LoafEntry = [number, number, number, number, number, number, number, string, number];
+
 interface PageData {
-  loaf: Array<[number, number]>;
+  loaf: LoafEntry[];
   long: Array<[number, number]>;
   recv: Array<[number, number]>;
   dom: Array<[number, number]>;
@@ -212,6 +235,7 @@ export async function runRenderer(opts: BenchOptions, _modelDir: string): Promis
       const replies = Math.max(2, Math.ceil((rate * seconds) / REPLY_TOKENS));
       const shown: number[] = [];
       let longest = 0;
+      let longestParts = '';
       let longFrames = 0;
       let maxGap = 0;
       let streamed = 0;
@@ -239,6 +263,7 @@ export async function runRenderer(opts: BenchOptions, _modelDir: string): Promis
         // A warm-up reply (the first Markdown parses of its kind, JIT) is not counted.
         if (r && k >= 0) {
           if (Number.isFinite(r.shownTps)) shown.push(r.shownTps);
+          if (r.longestFrameMs > longest && r.longestFrameParts) longestParts = r.longestFrameParts;
           longest = Math.max(longest, r.longestFrameMs);
           longFrames += r.longFrames;
           maxGap = Math.max(maxGap, r.maxGapMs);
@@ -249,12 +274,13 @@ export async function runRenderer(opts: BenchOptions, _modelDir: string): Promis
         offered: rate,
         shown: median(shown),
         longestFrameMs: longest,
+        longestFrameParts: longestParts,
         longFrames,
         maxGapMs: maxGap,
         seconds: streamed,
       };
       log(
-        `  chat view (${what}), offered ${rate} tok/s: shown ${Number.isFinite(step.shown) ? step.shown.toFixed(0) : '—'} tok/s over ${streamed.toFixed(1)} s, ${longFrames} frames > 50 ms (longest ${longest.toFixed(0)} ms), longest rAF gap ${maxGap.toFixed(0)} ms`,
+        `  chat view (${what}), offered ${rate} tok/s: shown ${Number.isFinite(step.shown) ? step.shown.toFixed(0) : '—'} tok/s over ${streamed.toFixed(1)} s, ${longFrames} frames > 50 ms (longest ${longest.toFixed(0)} ms), longest rAF gap ${maxGap.toFixed(0)} ms${longestParts ? `; longest frame: ${longestParts}` : ''}`,
       );
       return step;
     };
@@ -306,7 +332,14 @@ export async function runRenderer(opts: BenchOptions, _modelDir: string): Promis
 function evaluateReply(
   d: PageData,
   since: number,
-): { shownTps: number; longestFrameMs: number; longFrames: number; maxGapMs: number; seconds: number } | null {
+): {
+  shownTps: number;
+  longestFrameMs: number;
+  longestFrameParts: string;
+  longFrames: number;
+  maxGapMs: number;
+  seconds: number;
+} | null {
   const recv = d.recv.filter(([t]) => t >= since);
   if (recv.length === 0) return null;
   const tokens = recv.reduce((n, [, c]) => n + c, 0);
@@ -325,12 +358,46 @@ function evaluateReply(
     if (t > end) break;
     gap = Math.max(gap, t - (dom[i - 1] as [number, number])[0]);
   }
+  const longest = d.loafSupported
+    ? d.loaf
+        .filter(([t, dur]) => dur > 50 && t + dur >= firstAt && t <= end)
+        .reduce<LoafEntry | null>((a, e) => (a && a[1] >= e[1] ? a : e), null)
+    : null;
   return {
     // Under ~4 frames between the two marks the pace cannot be read (a reply at 32 000 tok/s lasts ~60 ms).
     shownTps: t80 - t20 >= 60 ? (0.6 * tokens * 1000) / (t80 - t20) : Number.NaN,
     longestFrameMs: Math.max(0, ...frames.map(([, dur]) => dur)),
+    longestFrameParts: longest
+      ? `${frameParts(longest)}; it began ${(longest[0] - firstAt).toFixed(0)} ms after the reply's first tokens came, which it showed whole after ${(shownAt - firstAt).toFixed(0)} ms`
+      : '',
     longFrames: frames.filter(([, dur]) => dur > 50).length,
     maxGapMs: gap,
     seconds: Math.max(0, shownAt - firstAt) / 1000,
   };
+}
+
+/**
+ * A long frame's parts: the tasks before rendering (their scripts, and other work: tasks that are not scripts, or
+ * time the page's thread did not get the CPU) and the rendering (its callbacks' scripts, then style, layout and
+ * paint); the longest script named, with the style and layout it forced.
+ */
+export function frameParts([
+  start,
+  dur,
+  renderStart,
+  layoutStart,
+  before,
+  inRender,
+  topMs,
+  topName,
+  forced,
+]: LoafEntry): string {
+  const end = start + dur;
+  const tasks = (renderStart > 0 ? renderStart : end) - start;
+  const ms = (v: number) => Math.max(0, v).toFixed(0);
+  const top =
+    topMs > 0
+      ? `; longest script ${ms(topMs)} ms: ${topName || 'unnamed'}${forced > 0 ? `, ${ms(forced)} ms of it forced layout` : ''}`
+      : '';
+  return `tasks ${ms(tasks)} ms (scripts ${ms(before)} ms), rendering ${ms(renderStart > 0 ? end - renderStart : 0)} ms (callbacks ${ms(inRender)} ms, style, layout and paint ${ms(layoutStart > 0 ? end - layoutStart : 0)} ms)${top}`;
 }

@@ -7,6 +7,7 @@
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { physicalCores } from '../lib/cores';
 import { generationTimes } from '../lib/stats';
 import { runWorker, send } from '../lib/worker-main';
 import type { GenerationSample, WorkerCommand } from '../lib/worker-protocol';
@@ -62,7 +63,9 @@ async function load(modelDir: string, threads: number | null): Promise<string> {
     session_options: sessionOptions,
   });
   const version = tjs.env.version ?? '?';
-  return `@huggingface/transformers ${version}, ${threads === null ? 'default session options' : `${threads} intra-op threads`}`;
+  const cores = physicalCores();
+  const defaults = `default session options${cores === null ? '' : ` (onnxruntime: one intra-op thread per physical core, ${cores} here)`}`;
+  return `@huggingface/transformers ${version}, ${threads === null ? defaults : `${threads} intra-op threads`}`;
 }
 
 async function generate(promptIds: number[], maxNew: number, eos: number[]): Promise<GenerationSample> {
