@@ -289,9 +289,17 @@ export function buildReport(a: {
     '',
   );
   out.push(`Machine: ${a.machine}.`);
+  // The settings of the sections that ran (a partial run's left-out sections have none to report).
+  const ran = (section: string, setting: string) => (opts.skip.has(section) ? [] : [setting]);
   out.push(
-    `Run: ${opts.reps} alternating rounds per A/B figure, medians; decode ${opts.decodeTokens} new tokens greedy after a 32-token prompt; ${opts.threads} intra-op threads; ` +
-      `streams ${opts.streamCounts.join('/')} × ${opts.streamTokens} tokens; KV truth ${opts.kvPrompt}+${opts.kvTokens} tokens; took ${(a.elapsedS / 60).toFixed(1)} min.`,
+    `Run: ${[
+      `${opts.reps} alternating rounds per A/B figure, medians`,
+      `decode ${opts.decodeTokens} new tokens greedy after a 32-token prompt`,
+      `${opts.threads} intra-op threads`,
+      ...ran('concurrency', `streams ${opts.streamCounts.join('/')} × ${opts.streamTokens} tokens`),
+      ...ran('kv', `KV truth ${opts.kvPrompt}+${opts.kvTokens} tokens`),
+      `took ${(a.elapsedS / 60).toFixed(1)} min`,
+    ].join('; ')}.`,
   );
   const g = opts.guard.stats;
   out.push(
