@@ -368,7 +368,7 @@ function evaluateReply(
     shownTps: t80 - t20 >= 60 ? (0.6 * tokens * 1000) / (t80 - t20) : Number.NaN,
     longestFrameMs: Math.max(0, ...frames.map(([, dur]) => dur)),
     longestFrameParts: longest
-      ? `${frameParts(longest)}; it began ${(longest[0] - firstAt).toFixed(0)} ms after the reply's first tokens came, which it showed whole after ${(shownAt - firstAt).toFixed(0)} ms`
+      ? `${frameParts(longest)}; it began ${Math.abs(longest[0] - firstAt).toFixed(0)} ms ${longest[0] < firstAt ? 'before' : 'after'} the reply's first tokens came, which it showed whole after ${(shownAt - firstAt).toFixed(0)} ms`
       : '',
     longFrames: frames.filter(([, dur]) => dur > 50).length,
     maxGapMs: gap,
@@ -381,7 +381,7 @@ function evaluateReply(
  * time the page's thread did not get the CPU) and the rendering (its callbacks' scripts, then style, layout and
  * paint); the longest script named, with the style and layout it forced.
  */
-export function frameParts([
+function frameParts([
   start,
   dur,
   renderStart,
