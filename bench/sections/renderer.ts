@@ -55,6 +55,16 @@ const REPLY_TOKENS = 1800;
 /** Runs in the page before its scripts: observers, a WebSocket tap and a per-frame text sampler. */
 const INSTRUMENT = `(() => {
   const b = { loaf: [], long: [], recv: [], dom: [], loafSupported: false };
+  // The records since the last call, and a fresh start: one read-out after each reply copies only that reply's
+  // (copying all of them took a 25–50 ms task of the page's thread by the end of a sweep, and more each reply).
+  b.take = () => {
+    const out = { loaf: b.loaf, long: b.long, recv: b.recv, dom: b.dom, loafSupported: b.loafSupported };
+    b.loaf = [];
+    b.long = [];
+    b.recv = [];
+    b.dom = [];
+    return out;
+  };
   window.__bench = b;
   try {
     // Each frame with where its time went: scripts (the longest named), rendering, style and layout.
@@ -257,7 +267,7 @@ export async function runRenderer(opts: BenchOptions, _modelDir: string): Promis
             { timeout: 120_000, polling: 100 },
           );
           await page.waitForTimeout(300);
-          const data = (await page.evaluate('window.__bench')) as PageData;
+          const data = (await page.evaluate('window.__bench.take()')) as PageData;
           return evaluateReply(data, before.at);
         });
         // A warm-up reply (the first Markdown parses of its kind, JIT) is not counted.
