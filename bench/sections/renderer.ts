@@ -361,18 +361,18 @@ function evaluateReply(
   const t80 = at(0.8);
   const shownAt = at(1);
   const end = shownAt + 100;
-  const frames = (d.loafSupported ? d.loaf : d.long).filter(([t, dur]) => t + dur >= firstAt && t <= end);
+  const inReply = (e: { 0: number; 1: number }) => e[0] + e[1] >= firstAt && e[0] <= end;
+  const loaf = d.loafSupported ? d.loaf.filter(inReply) : [];
+  const frames = d.loafSupported ? loaf : d.long.filter(inReply);
   let gap = 0;
   for (let i = 1; i < dom.length; i++) {
     const t = (dom[i] as [number, number])[0];
     if (t > end) break;
     gap = Math.max(gap, t - (dom[i - 1] as [number, number])[0]);
   }
-  const longest = d.loafSupported
-    ? d.loaf
-        .filter(([t, dur]) => dur > 50 && t + dur >= firstAt && t <= end)
-        .reduce<LoafEntry | null>((a, e) => (a && a[1] >= e[1] ? a : e), null)
-    : null;
+  const longest = loaf
+    .filter(([, dur]) => dur > 50)
+    .reduce<LoafEntry | null>((a, e) => (a && a[1] >= e[1] ? a : e), null);
   return {
     // Under ~4 frames between the two marks the pace cannot be read (a reply at 32 000 tok/s lasts ~60 ms).
     shownTps: t80 - t20 >= 60 ? (0.6 * tokens * 1000) / (t80 - t20) : Number.NaN,
