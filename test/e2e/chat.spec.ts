@@ -1,6 +1,7 @@
 /**
- * Chat with the default model (the slow one for the replies Stop and Esc end): a reply streams in, Stop (button and
- * Esc) ends it and returns its reservation.
+ * Chat with the default model (the slow one for the replies Stop and Esc end, and for the one the list follows): a
+ * reply streams in, the list keeps its end in view unless the person scrolls up, Stop (button and Esc) ends it and
+ * returns its reservation.
  */
 
 import type { Page } from '@playwright/test';
@@ -66,6 +67,48 @@ test('a reply streams in, shows its stats, and Stop ends it', async ({ app }) =>
   expect(tokens).toBeLessThan(1900);
   // Stopping returned the reservation: nothing is reserved any more.
   await expect.poll(async () => (await apiSnapshot(slow)).reservedBytes).toBe(0);
+});
+
+test('a reply taller than the window keeps its end in view; scrolled up, the list stays put until the button brings it back', async ({
+  app,
+}) => {
+  await longReplyOnSlow(app);
+  const reply = lastReply(app);
+  const list = app.getByTestId('message-list');
+  const jump = app.getByTestId('jump-to-end');
+  const text = () => reply.getByTestId('message-text').evaluate((el) => (el.textContent ?? '').length);
+  const at = () =>
+    list.evaluate((el) => ({ top: el.scrollTop, fromEnd: el.scrollHeight - el.scrollTop - el.clientHeight }));
+  // Followed: once the reply outgrows the list, its newest line stays in view as more text comes.
+  await expect.poll(() => list.evaluate((el) => el.scrollHeight - el.clientHeight)).toBeGreaterThan(300);
+  for (let i = 0; i < 3; i++) {
+    const before = await text();
+    await expect.poll(text).toBeGreaterThan(before + 80);
+    expect((await at()).fromEnd).toBeLessThan(60);
+  }
+  await expect(reply).toHaveAttribute('data-state', 'running');
+  await expect(jump).toHaveCount(0);
+
+  // Scrolled up by the wheel while it streams: the list stays where the person put it, and says the reply goes on.
+  await list.hover();
+  await app.mouse.wheel(0, -400);
+  await expect(jump).toHaveText('↓ reply going on below');
+  await expect(jump).toHaveAttribute('data-streaming', 'true');
+  const held = (await at()).top;
+  const grown = await text();
+  await expect.poll(text).toBeGreaterThan(grown + 200);
+  expect((await at()).top).toBe(held);
+  expect((await at()).fromEnd).toBeGreaterThan(200);
+
+  // The button goes back to the end, and the list follows the reply again.
+  await jump.click();
+  await expect(jump).toHaveCount(0);
+  const back = await text();
+  await expect.poll(text).toBeGreaterThan(back + 80);
+  expect((await at()).fromEnd).toBeLessThan(60);
+  await expect(reply).toHaveAttribute('data-state', 'running');
+  await app.getByTestId('stop-button').click();
+  await expect(reply).toHaveAttribute('data-state', 'cancelled');
 });
 
 test('a finished reply shows ttft, rate, tokens and finish reason; Esc stops the next one', async ({ app }) => {
