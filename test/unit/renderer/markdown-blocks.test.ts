@@ -151,9 +151,12 @@ describe('markdownBlocks', () => {
     // The comparison saw split replies (a render that never splits would pass it anyway).
     expect(split).toBeGreaterThan(100);
     // And finished replies with code in a language the highlighter colours, and code blocks (whose markup is
-    // written without the parse), growing at the end of a reply and finished before it.
-    expect(highlighted).toBeGreaterThan(20);
-    expect(colouredLive).toBeGreaterThan(20);
+    // written without the parse), growing at the end of a reply and finished before it. The first two counts are
+    // small and swing from run to run (in 400 runs of this property: replies with such code 25 on average, as few
+    // as 13; points of a reply past such code 45, as few as 15), so a few of each are asked for; the split and code
+    // counts were never under 230.
+    expect(highlighted).toBeGreaterThanOrEqual(5);
+    expect(colouredLive).toBeGreaterThanOrEqual(5);
     expect(growingCode).toBeGreaterThan(50);
     expect(finishedCode).toBeGreaterThan(50);
   });
