@@ -10,7 +10,7 @@ import * as ort from 'onnxruntime-node';
 import { describe, expect, it } from 'vitest';
 import type { GenerationHooks, GenerationJob } from '../../src/main/engine/decoder';
 import { LoadedDecoder, scoringLast } from '../../src/main/engine/decoder';
-import { exactPick, worstBoundShare } from '../../src/main/engine/head-screen';
+import { exactPick, exactTopK, TopKScratch, worstBoundShare } from '../../src/main/engine/head-screen';
 import { lastPositionGraph } from '../../src/main/engine/last-position';
 import type { EngineSessionOptions } from '../../src/main/engine/protocol';
 import { RunnerService } from '../../src/main/host/runner-service';
@@ -68,7 +68,7 @@ describe("the LM head's 8-bit screen", () => {
     const spec = await loadModelSpec(dir());
     const { screened, full, dispose } = await both(spec);
     try {
-      expect(screened.logits.screen).toMatch(/^greedy picks from an 8-bit copy of the LM head/);
+      expect(screened.logits.screen).toMatch(/^greedy picks and top-k draws from an 8-bit copy of the LM head/);
       expect(full.logits.screen).toBeUndefined();
       const rows = [prompt(40, 1, spec.vocabSize), prompt(23, 2, spec.vocabSize), prompt(9, 3, spec.vocabSize)];
       expect(await greedy(screened, rows, 40)).toEqual(await greedy(full, rows, 40));
@@ -77,7 +77,13 @@ describe("the LM head's 8-bit screen", () => {
       // scores (the prompt's last position is scored with the head as written).
       expect(screened.screenStats.screenedPicks).toBe(3 * 39 + 59);
       expect(screened.screenStats.fullPicks).toBe(3 + 1);
-      expect(full.screenStats).toEqual({ screenedPicks: 0, fullPicks: 0, candidates: 0 });
+      expect(full.screenStats).toEqual({
+        screenedPicks: 0,
+        fullPicks: 0,
+        screenedDraws: 0,
+        fullDraws: 0,
+        candidates: 0,
+      });
     } finally {
       await dispose();
     }
@@ -91,7 +97,9 @@ describe("the LM head's 8-bit screen", () => {
     delete process.env.KVDESK_HEAD_SCREEN;
     try {
       expect(small.logits.screen).toBe('the LM head is scored in full: a vocabulary of 512 is scored in full faster');
-      expect(big.logits.screen).toBe('greedy picks from an 8-bit copy of the LM head, checked exactly (4096 × 64)');
+      expect(big.logits.screen).toBe(
+        'greedy picks and top-k draws from an 8-bit copy of the LM head, checked exactly (4096 × 64)',
+      );
       expect(off.logits.screen).toBeUndefined();
     } finally {
       await Promise.all([small.dispose(), big.dispose(), off.dispose()]);
@@ -119,6 +127,40 @@ describe("the LM head's 8-bit screen", () => {
       // Its steps beside the sampled request were picked from full scores.
       expect(d.screenStats.fullPicks - before.fullPicks).toBeGreaterThanOrEqual(25);
       expect(sampledIds).toHaveLength(60);
+    } finally {
+      await d.dispose();
+    }
+  });
+
+  it('a top-k draw takes the exact top k from the screen: the same tokens alone and beside a request scored in full', async () => {
+    const spec = await loadModelSpec(bigVocab());
+    const d = await LoadedDecoder.load(spec, { ...ENGINE, headScreen: true });
+    try {
+      const job: GenerationJob = {
+        rows: [prompt(20, 7, spec.vocabSize)],
+        maxNewTokens: 40,
+        sampling: { ...GREEDY, greedy: false, temperature: 0.8, topK: 40, seed: 5 },
+        eosTokenIds: [],
+      };
+      const alone: number[] = [];
+      await d.generate(job, collecting(alone));
+      // Every decode step drew from the screen; the prefill's from full scores.
+      expect(d.screenStats).toMatchObject({ screenedDraws: 39, fullDraws: 1, screenedPicks: 0, fullPicks: 0 });
+      expect(alone).toHaveLength(40);
+      // A draw, not greedy's pick (a greedy reply of the same prompt differs).
+      expect(alone).not.toEqual((await greedy(d, job.rows, 40))[0]);
+      // Beside a draw over the whole vocabulary (no top-k), every step scores in full: the same tokens.
+      const wide: GenerationJob = {
+        rows: [prompt(12, 6, spec.vocabSize)],
+        maxNewTokens: 60,
+        sampling: { ...GREEDY, greedy: false, temperature: 1, seed: 9 },
+        eosTokenIds: [],
+      };
+      const before = { ...d.screenStats };
+      const beside: number[] = [];
+      await Promise.all([d.generate(wide, collecting([])), d.generate(job, collecting(beside))]);
+      expect(beside).toEqual(alone);
+      expect(d.screenStats.fullDraws - before.fullDraws).toBeGreaterThanOrEqual(30);
     } finally {
       await d.dispose();
     }
@@ -172,6 +214,7 @@ describe("the LM head's 8-bit screen", () => {
       const name = spec.ports.logits.name;
       let ids = prompt(20, 4, spec.vocabSize);
       let candidates = 0;
+      const top = new TopKScratch();
       for (let step = 0; step < 12; step++) {
         const feeds = () => scoringLast(firstRunFeeds(spec, [ids]), rewrite.startsInput);
         const full = await session.run({
@@ -186,6 +229,12 @@ describe("the LM head's 8-bit screen", () => {
         const stats = { candidates: 0 };
         const pick = exactPick(screen.data, s, 0, h, 0, true, spec.vocabSize, stats);
         expect(pick).toBe(exactPick(screen.data, f, 0, h, 0, false, spec.vocabSize));
+        // The exact top 50 too, from either kind of scores.
+        const fromScreen = exactTopK(screen.data, s, 0, h, 0, true, 50, top, spec.vocabSize);
+        const screenedTop = [...top.ids.subarray(0, fromScreen)];
+        const fromFull = exactTopK(screen.data, f, 0, h, 0, false, 50, top, spec.vocabSize);
+        expect(fromScreen).toBe(50);
+        expect([...top.ids.subarray(0, fromFull)]).toEqual(screenedTop);
         candidates = Math.max(candidates, stats.candidates);
         ids = [...ids, pick];
       }

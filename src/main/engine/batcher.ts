@@ -14,7 +14,7 @@ import { KvdeskError } from '../../shared/errors';
 import type { KvTensorSpec, ModelSpec } from '../../shared/model-spec';
 import type { GenerationHooks, GenerationJob, GenerationOutcome } from './decoder';
 import { commonPrefix, idTensor, maskTensor } from './feeds';
-import { exactPick, PickScratch } from './head-screen';
+import { exactPick, exactTopK, PickScratch, TopKScratch } from './head-screen';
 import { constraintFor } from './json-constraint';
 import {
   concatBatch,
@@ -361,14 +361,25 @@ export class ContinuousBatcher {
     return rows;
   }
 
-  /** Greedy picks made exactly from the head's screen (screened) or from full scores, and what they cost. */
-  readonly screenStats = { screenedPicks: 0, fullPicks: 0, candidates: 0 };
+  /**
+   * Greedy picks and top-k draws made exactly from the head's screen (screened) or from full scores, and the tokens
+   * they scored exactly.
+   */
+  readonly screenStats = { screenedPicks: 0, fullPicks: 0, screenedDraws: 0, fullDraws: 0, candidates: 0 };
   /** What the exact picks carry from one to the next (the window of their candidates: see PickScratch). */
   readonly pickScratch = new PickScratch();
+  /** What an exact top-k writes for its draw. */
+  private readonly topK = new TopKScratch();
 
-  /** Whether every row of the batch picks greedily from the scores as they are (and asks for no logprobs). */
+  /**
+   * Whether every row of the batch picks from the head's screen (greedily, or a draw among a top-k of at most
+   * SCREEN_TOP_K, from the scores as they are) and asks for no logprobs.
+   */
   private allPlain(): boolean {
-    return this.rows.every((r) => (r.req.samplers[r.index] as Sampler).plainGreedy && r.req.job.logprobs === undefined);
+    return this.rows.every((r) => {
+      const sampler = r.req.samplers[r.index] as Sampler;
+      return (sampler.plainGreedy || sampler.screenTopK > 0) && r.req.job.logprobs === undefined;
+    });
   }
 
   private presents(out: ort.InferenceSession.OnnxValueMapType): Map<string, ort.Tensor> {
@@ -428,6 +439,29 @@ export class ContinuousBatcher {
           sampler.took(id);
           if (logits.screened) this.screenStats.screenedPicks++;
           else this.screenStats.fullPicks++;
+          this.screenStats.candidates += stats.candidates;
+        } else if (screen && logits.hidden && sampler.screenTopK > 0 && top === undefined) {
+          // The same draw from the screen's scores or from float32 ones: among the exact top-k either way.
+          const stats = { candidates: 0 };
+          const hiddenAt = (offset / logits.vocab) * screen.data.hidden;
+          const k = sampler.screenTopK;
+          const screened = logits.screened === true;
+          const m = exactTopK(
+            screen.data,
+            logits.data,
+            offset,
+            logits.hidden,
+            hiddenAt,
+            screened,
+            k,
+            this.topK,
+            vocab,
+            stats,
+          );
+          if (m <= 0) throw notANumber();
+          id = sampler.drawAmong(this.topK.ids, this.topK.scores, m);
+          if (screened) this.screenStats.screenedDraws++;
+          else this.screenStats.fullDraws++;
           this.screenStats.candidates += stats.candidates;
         } else id = sampler.sample(logits.data, offset, vocab);
       } catch (err) {

@@ -183,7 +183,7 @@ export async function lastPositionSession(
       const { vocab, hidden } = rewrite.screen.data;
       if (why === null) {
         checkedScreen = rewrite.screen;
-        logits.screen = `greedy picks from an 8-bit copy of the LM head, checked exactly (${vocab} × ${hidden})`;
+        logits.screen = `greedy picks and top-k draws from an 8-bit copy of the LM head, checked exactly (${vocab} × ${hidden})`;
         logits.screenBytes = screenBytes(rewrite.screen.data);
       } else {
         // The copy still has the screen's input: every run feeds it true (full scores).
@@ -476,8 +476,17 @@ export class LoadedDecoder {
     return decoder;
   }
 
-  /** Greedy picks made from the head's screen or from full scores (both exact), and the tokens scored exactly. */
-  get screenStats(): { screenedPicks: number; fullPicks: number; candidates: number } {
+  /**
+   * Greedy picks and top-k draws made from the head's screen or from full scores (both exact), and the tokens scored
+   * exactly.
+   */
+  get screenStats(): {
+    screenedPicks: number;
+    fullPicks: number;
+    screenedDraws: number;
+    fullDraws: number;
+    candidates: number;
+  } {
     return this.batcher.screenStats;
   }
 

@@ -1,4 +1,5 @@
 import { closeSync, openSync, readSync } from 'node:fs';
+import { SCREEN_TOP_K, topKIndices } from './sampling';
 
 /**
  * Exact greedy picks without the full-precision LM head. A batch-1 decode
@@ -450,6 +451,154 @@ export function exactPick(
   if (stats) stats.candidates = count;
   return best;
 }
+
+/**
+ * What an exact top-k writes, and carries from one draw to the next (reused: the engine draws on one thread): the k
+ * likeliest tokens and their exact scores rounded to float32, the likeliest first (equal exact scores: the lower id
+ * first); and, as a greedy pick's scratch does, the window of the last draw's candidates, so that the first pass
+ * keeps the tokens near the best and the rest of the work reads those only.
+ */
+export class TopKScratch extends PickScratch {
+  readonly ids = new Int32Array(SCREEN_TOP_K);
+  readonly scores = new Float32Array(SCREEN_TOP_K);
+  /** The tokens scored exactly and their scores (grown as needed). */
+  private candidateIds = new Int32Array(512);
+  private exact = new Float64Array(512);
+  private count = 0;
+  private order: number[] = [];
+  /** Per token, the draw that scored it exactly (`draw`): so that none is scored twice. */
+  private scoredIn = new Int32Array(0);
+  private draw = 0;
+
+  /** Starts a draw over a vocabulary of `vocab` tokens. */
+  begin(vocab: number): void {
+    if (this.scoredIn.length < vocab) this.scoredIn = new Int32Array(vocab);
+    this.draw = (this.draw + 1) | 0;
+    this.count = 0;
+  }
+  /** Whether token n was scored in this draw. */
+  scored(n: number): boolean {
+    return this.scoredIn[n] === this.draw;
+  }
+  /** Adds a token scored exactly. */
+  push(n: number, score: number): void {
+    const count = this.count;
+    if (count === this.candidateIds.length) {
+      const ids = new Int32Array(2 * count);
+      ids.set(this.candidateIds);
+      this.candidateIds = ids;
+      const exact = new Float64Array(2 * count);
+      exact.set(this.exact);
+      this.exact = exact;
+    }
+    this.candidateIds[count] = n;
+    this.exact[count] = score;
+    this.scoredIn[n] = this.draw;
+    this.count = count + 1;
+  }
+  /** Tokens scored exactly so far in this draw. */
+  get scoredCount(): number {
+    return this.count;
+  }
+  /** The least exact score among those scored so far (NaN when one is not a number). */
+  least(): number {
+    let least = Number.POSITIVE_INFINITY;
+    for (let i = 0; i < this.count; i++) {
+      const e = this.exact[i] as number;
+      if (!(e >= least)) least = e;
+    }
+    return least;
+  }
+  /** Keeps the k best of the tokens scored in `ids` and `scores`; returns how many (fewer when fewer are numbers). */
+  settle(k: number): number {
+    const order = this.order;
+    order.length = 0;
+    for (let i = 0; i < this.count; i++) if (!Number.isNaN(this.exact[i])) order.push(i);
+    const exact = this.exact;
+    const ids = this.candidateIds;
+    order.sort((a, b) => (exact[b] as number) - (exact[a] as number) || (ids[a] as number) - (ids[b] as number));
+    const m = Math.min(k, order.length);
+    for (let j = 0; j < m; j++) {
+      const i = order[j] as number;
+      this.ids[j] = ids[i] as number;
+      this.scores[j] = exact[i] as number;
+    }
+    return m;
+  }
+}
+
+/**
+ * The exact top-k of one position among tokens [0, limit), as {@link exactPick} takes the exact argmax: the k tokens
+ * whose scores computed exactly (float64) are the largest, into `out` (likeliest first, equal scores the lower id
+ * first), whether `scores` are the screen's or float32 ones — so a draw among them is the same in either kind of
+ * run. Returns how many (k, or fewer where fewer scores are numbers), or −1 when the hidden state is not a number.
+ *
+ * The k tokens with the best screened scores are scored exactly first; the least of their exact scores, L, is a
+ * floor under the k-th best exact score (k tokens reach it), so a token of the exact top k scores at least L, and
+ * its upper bound (score plus bound) reaches L. The other tokens whose upper bounds do (one compare each against L
+ * less the widest bound, then their own) are scored exactly, and the best k kept. With the window `out` carries
+ * from the last draw (see PickScratch), the first pass keeps the tokens near the best, and the selection and the
+ * search for candidates read only those whenever they hold every token that can matter.
+ */
+export function exactTopK(
+  screen: HeadScreen,
+  scores: Float32Array,
+  at: number,
+  hiddenState: Float32Array,
+  hiddenAt: number,
+  screened: boolean,
+  k: number,
+  out: TopKScratch,
+  limit = screen.vocab,
+  stats?: PickStats,
+): number {
+  const { rows, bias } = screen;
+  const vocab = Math.min(limit, screen.vocab);
+  const want = Math.min(k, vocab, SCREEN_TOP_K);
+  const norms = normsOf(screen, hiddenState, hiddenAt);
+  if (!Number.isFinite(norms.l1)) return -1;
+  out.begin(vocab);
+  const exactOf = (n: number) => (bias ? (bias[n] as number) : 0) + rows.dot(n, hiddenState, hiddenAt);
+  const width = out.width;
+  const keeping = width < Number.POSITIVE_INFINITY ? out.kept : null;
+  const { max, min, kept } = firstPass(scores, at, vocab, keeping, width);
+  const maxAbs = Math.max(0, max, -min);
+  // The best `want` screened scores, among the kept tokens when there are enough of them (they hold every token
+  // within the window of the best), else among all. Any `want` tokens give a floor (the least of their exact
+  // scores); the best give the highest, which leaves the fewest candidates.
+  const keptAll = keeping !== null && kept <= keeping.length;
+  let best: Int32Array | null = null;
+  if (keptAll && kept >= want) {
+    const values = keptScores.subarray(0, kept);
+    for (let i = 0; i < kept; i++) values[i] = scores[at + (keeping[i] as number)] as number;
+    best = topKIndices(values, want).map((i) => keeping[i] as number);
+  }
+  best ??= topKIndices(scores.subarray(at, at + vocab), want);
+  for (const n of best) out.push(n, exactOf(n));
+  const floor = out.least();
+  // A floor that is not a number (damaged weights) leaves every token a candidate.
+  const cut = floor - widestBound(screen, norms, screened, maxAbs);
+  const checked = Number.isFinite(cut);
+  const fromKept = keptAll && checked && max - width <= cut;
+  const end = fromKept ? kept : vocab;
+  for (let i = 0; i < end; i++) {
+    const n = fromKept ? (keeping?.[i] as number) : i;
+    const s = scores[at + n] as number;
+    if (checked && !(s >= cut)) continue;
+    if (Number.isNaN(s) || out.scored(n)) continue;
+    if (checked && !(s + boundOf(screen, n, norms, screened, s) >= floor)) continue;
+    out.push(n, exactOf(n));
+  }
+  if (fromKept) out.fromKept++;
+  else out.fromAll++;
+  // Twice this window, for the next draw (none where the cut is not a number: every token is read then).
+  out.width = checked && max - cut >= 0 ? 2 * (max - cut) : Number.POSITIVE_INFINITY;
+  if (stats) stats.candidates = out.scoredCount;
+  return out.settle(want);
+}
+
+/** The kept tokens' scores, for the selection among them. */
+const keptScores = new Float32Array(PICK_KEPT);
 
 /**
  * The largest |screened − full| of one position's scores as a share of its bound (≤ 1 while the bound holds;

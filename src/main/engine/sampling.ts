@@ -8,6 +8,9 @@ import { KvdeskError } from '../../shared/errors';
 import type { ReplyConstraint } from './json-constraint';
 import type { IdLogprob, SamplingParams, StepLogprob } from './protocol';
 
+/** The largest top-k a draw takes from the LM head's screen (head-screen.ts; larger ones score in full). */
+export const SCREEN_TOP_K = 256;
+
 /** A deterministic 32-bit PRNG (mulberry32): the same seed gives the same tokens. */
 export function createRng(seed: number): () => number {
   let a = (Math.floor(seed) >>> 0) ^ 0x9e3779b9;
@@ -268,6 +271,8 @@ export class Sampler {
   /** Scratch of draw: the candidates' weights, and every index of the vocabulary. */
   private probs = new Float64Array(0);
   private indices = new Int32Array(0);
+  /** Positions 0, 1, 2 …: the candidates of a draw among an exact top-k's scores (drawAmong). */
+  private ranks = new Int32Array(0);
 
   constructor(
     private readonly params: SamplingParams,
@@ -313,6 +318,35 @@ export class Sampler {
       this.logitBias.length === 0 &&
       this.constraint === undefined
     );
+  }
+
+  /**
+   * The top-k of a draw that may take its candidates from the head's screen (head-screen.ts's exactTopK), then
+   * {@link drawAmong} them: a sampled draw whose top-k is at most SCREEN_TOP_K, with no penalty, bias or
+   * constraint (they change scores the screen does not see). 0 otherwise.
+   */
+  get screenTopK(): number {
+    const p = this.params;
+    const plain =
+      !this.isGreedy &&
+      p.topK > 0 &&
+      p.topK <= SCREEN_TOP_K &&
+      this.seen === undefined &&
+      this.counts === undefined &&
+      this.logitBias.length === 0 &&
+      this.constraint === undefined;
+    return plain ? p.topK : 0;
+  }
+
+  /**
+   * A draw (temperature, top-p, min-p) among the `m` likeliest tokens of exact top-k (head-screen.ts's TopKScratch:
+   * their ids and scores, the likeliest first), recorded as `sample` records its tokens. Returns the token's id.
+   */
+  drawAmong(ids: Int32Array, scores: Float32Array, m: number): number {
+    if (this.ranks.length < m) this.ranks = Int32Array.from({ length: m }, (_, i) => i);
+    const id = ids[this.drawFrom(scores.subarray(0, m), this.ranks.subarray(0, m), false)] as number;
+    this.took(id);
+    return id;
   }
 
   /** True once a constrained reply is complete: its JSON object closed. */
@@ -415,9 +449,18 @@ export class Sampler {
    */
   private draw(x: Float32Array, vocab: number): number {
     const p = this.params;
-    const invT = 1 / p.temperature;
     const k = p.topK > 0 ? Math.min(p.topK, vocab) : vocab;
     const candidates = k >= x.length ? this.everyIndex(x.length) : topKIndices(x, k);
+    return this.drawFrom(x, candidates, candidates === this.indices);
+  }
+
+  /**
+   * Temperature, top-p and min-p over the tokens of x at `candidates` (every index of x in order, with
+   * `everyIndex`), then one draw: the index of x drawn.
+   */
+  private drawFrom(x: Float32Array, candidates: Int32Array, everyIndex: boolean): number {
+    const p = this.params;
+    const invT = 1 / p.temperature;
     const m = candidates.length;
     // A score that is not a number (NaN) has probability 0: it never becomes the maximum, nor a candidate's weight.
     let max = Number.NEGATIVE_INFINITY;
@@ -437,7 +480,7 @@ export class Sampler {
     // The largest probability is exp(0)/sum, so min-p's threshold needs no pass over the values.
     const minKeep = p.minP > 0 ? p.minP / sum : 0;
     // Positions into candidates, likeliest first, cut at top-p; null: every candidate in its own order.
-    const order = p.topP < 1 ? nucleus(x, probs, m, sum, p.topP, candidates === this.indices) : null;
+    const order = p.topP < 1 ? nucleus(x, probs, m, sum, p.topP, everyIndex) : null;
     const len = order ? order.length : m;
     let total = 0;
     let kept = 0;
@@ -447,7 +490,7 @@ export class Sampler {
       kept++;
       total += probs[i] as number;
     }
-    if (kept === 0) return argmax(x, 0, vocab);
+    if (kept === 0) return argmax(x, 0, x.length);
     let r = this.rng() * total;
     let last = -1;
     for (let j = 0; j < len; j++) {

@@ -14,12 +14,15 @@ import { describe, expect, it } from 'vitest';
 import {
   buildHeadScreen,
   exactPick,
+  exactTopK,
   FileRows,
   MemoryRows,
   PickScratch,
   SCREEN_BLOCK,
+  TopKScratch,
   worstBoundShare,
 } from '../../../src/main/engine/head-screen';
+import { SCREEN_TOP_K } from '../../../src/main/engine/sampling';
 
 /** MatMulNBits (8 bits, zero point 128, accuracy level 4) on one hidden state. */
 function screenedScores(
@@ -221,6 +224,127 @@ describe('exact greedy picks from the 8-bit screen of the head', () => {
     expect(exactPick(screen, full, 0, h, 0, false, 10)).toBe(best);
     expect(exactPick(screen, full, 0, new Float32Array(hidden).fill(Number.NaN), 0, false)).toBe(-1);
     expect(exactPick(screen, new Float32Array(c.vocab).fill(Number.NaN), 0, h, 0, false)).toBe(-1);
+  });
+});
+
+/** The exact top k (likeliest first, equal scores the lower id first), as exactTopK should give them. */
+function exactTop(scores: Float64Array, k: number): { ids: number[]; scores: number[] } {
+  const order = Array.from(scores.keys()).sort((a, b) => (scores[b] as number) - (scores[a] as number) || a - b);
+  const ids = order.slice(0, Math.min(k, SCREEN_TOP_K));
+  return { ids, scores: ids.map((n) => Math.fround(scores[n] as number)) };
+}
+
+const got = (out: TopKScratch, m: number) => ({
+  ids: [...out.ids.subarray(0, m)],
+  scores: [...out.scores.subarray(0, m)],
+});
+
+describe('exact top-k from the 8-bit screen of the head', () => {
+  it('is the exact top k from screened scores, and from float32 scores, whatever the weights', () => {
+    const out = new TopKScratch();
+    fc.assert(
+      fc.property(case_, fc.constantFrom(1, 2, 5, 40, 300), (c, k) => {
+        const { w, h, bias, hidden, screen, built } = makeCase(c);
+        const exact = exactArgmax(w, h, bias, c.vocab, hidden).scores;
+        const want = exactTop(exact, k);
+        const screened = screenedScores(built, h, bias);
+        const full = Float32Array.from(exact);
+        const stats = { candidates: 0 };
+        const m = exactTopK(screen, screened, 0, h, 0, true, k, out, c.vocab, stats);
+        expect(m).toBe(want.ids.length);
+        expect(got(out, m)).toEqual(want);
+        expect(stats.candidates).toBeGreaterThanOrEqual(m);
+        expect(got(out, exactTopK(screen, full, 0, h, 0, false, k, out))).toEqual(want);
+        // Again, with the window the last draw left: the same tokens.
+        expect(got(out, exactTopK(screen, screened, 0, h, 0, true, k, out))).toEqual(want);
+      }),
+      { numRuns: 300 },
+    );
+    // Both ways were taken: from the tokens the first pass kept (most draws: about 690 of 900) and from the whole
+    // vocabulary (a first draw, or a window narrower than this one needs: about 210).
+    expect(out.fromKept).toBeGreaterThan(400);
+    expect(out.fromAll).toBeGreaterThan(50);
+    expect(out.fromKept + out.fromAll).toBe(900);
+  });
+
+  it('finds the exact top k by the bounds: screened scores pushed most of their bound the wrong way', () => {
+    const out = new TopKScratch();
+    fc.assert(
+      fc.property(case_, fc.constantFrom(1, 3, 20), (c, k) => {
+        const { w, h, bias, hidden, screen } = makeCase(c);
+        const exact = exactArgmax(w, h, bias, c.vocab, hidden).scores;
+        const want = exactTop(exact, k);
+        const top = new Set(want.ids);
+        let l1 = 0;
+        let amax = 0;
+        for (const x of h) {
+          l1 += Math.abs(x);
+          amax = Math.max(amax, Math.abs(x));
+        }
+        // Each token's bound for the 8-bit rounding (its part of the bound exactTopK computes), nine tenths of it:
+        // the top k pushed down, every other token up, so the screen ranks them as wrongly as the bounds allow.
+        const pushed = Float32Array.from(exact, (v, n) => {
+          const bound = (screen.halfStep[n] as number) * l1 + (amax / 127) * (screen.absSum[n] as number);
+          return v + (top.has(n) ? -0.9 : 0.9) * bound;
+        });
+        expect(got(out, exactTopK(screen, pushed, 0, h, 0, true, k, out))).toEqual(want);
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('scores exactly few more tokens than it keeps where scores spread out, and reads them where it is told to', () => {
+    const c = { vocab: 4000, blocks: 2, seed: 7, spread: 1, withBias: false, twin: undefined, transposed: false };
+    const { w, h, hidden, screen, built } = makeCase(c);
+    const exact = exactArgmax(w, h, null, c.vocab, hidden).scores;
+    const screened = screenedScores(built, h, null);
+    const rows = new Float32Array(3 * c.vocab).fill(Number.NaN);
+    rows.set(screened, c.vocab);
+    const states = new Float32Array(3 * hidden);
+    states.set(h, 2 * hidden);
+    const out = new TopKScratch();
+    const stats = { candidates: 0 };
+    const m = exactTopK(screen, rows, c.vocab, states, 2 * hidden, true, 50, out, c.vocab, stats);
+    expect(got(out, m)).toEqual(exactTop(exact, 50));
+    expect(stats.candidates).toBeLessThan(c.vocab / 10);
+  });
+
+  it('keeps the exact order of two tokens whose float32 scores rounding swapped', () => {
+    const c = { vocab: 64, blocks: 1, seed: 11, spread: 1, withBias: false, twin: undefined, transposed: false };
+    const { w, h, hidden } = makeCase(c);
+    const t = exactArgmax(w, h, null, c.vocab, hidden).best;
+    const u = t === 5 ? 6 : 5;
+    for (let k = 0; k < hidden; k++) w[u * hidden + k] = w[t * hidden + k] as number;
+    const k0 = (h[0] as number) > 0 ? 0 : 1;
+    w[u * hidden + k0] = (w[u * hidden + k0] as number) - 1e-6 * Math.sign(h[k0] as number);
+    const { screen } = buildHeadScreen(Float32Array.from(w), 'vocab-major', c.vocab, hidden, null);
+    const exact = exactArgmax(w, h, null, c.vocab, hidden).scores;
+    let l1 = 0;
+    for (const x of h) l1 += Math.abs(x);
+    const full = Float32Array.from(exact);
+    full[t] = (exact[t] as number) - 0.9 * 1e-4 * l1 * (screen.absMax[t] as number);
+    full[u] = (exact[u] as number) + 0.9 * 1e-4 * l1 * (screen.absMax[u] as number);
+    expect(full[u]).toBeGreaterThan(full[t] as number);
+    const out = new TopKScratch();
+    expect(exactTopK(screen, full, 0, h, 0, false, 2, out)).toBe(2);
+    expect([...out.ids.subarray(0, 2)]).toEqual([t, u]);
+  });
+
+  it('never keeps a token past the limit, keeps only scores that are numbers, and says when the state is none', () => {
+    const c = { vocab: 64, blocks: 1, seed: 3, spread: 1, withBias: false, twin: undefined, transposed: false };
+    const { w, h, hidden, screen } = makeCase(c);
+    const exact = exactArgmax(w, h, null, c.vocab, hidden).scores;
+    const out = new TopKScratch();
+    const full = Float32Array.from(exact);
+    expect(got(out, exactTopK(screen, full, 0, h, 0, false, 20, out, 10))).toEqual(exactTop(exact.subarray(0, 10), 20));
+    expect(exactTopK(screen, full, 0, new Float32Array(hidden).fill(Number.NaN), 0, false, 5, out)).toBe(-1);
+    // Scores that are not numbers are no candidates: the rest are ranked by their exact scores.
+    const holes = Float32Array.from(full);
+    const best = exactTop(exact, 1).ids[0] as number;
+    holes[best] = Number.NaN;
+    const m = exactTopK(screen, holes, 0, h, 0, false, 3, out);
+    expect(m).toBe(3);
+    expect([...out.ids.subarray(0, 3)]).not.toContain(best);
   });
 });
 

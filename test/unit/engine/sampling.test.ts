@@ -1,7 +1,15 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { SamplingParams } from '../../../src/main/engine/protocol';
-import { argmax, byWeight, createRng, logprobsOf, Sampler, topKIndices } from '../../../src/main/engine/sampling';
+import {
+  argmax,
+  byWeight,
+  createRng,
+  logprobsOf,
+  Sampler,
+  SCREEN_TOP_K,
+  topKIndices,
+} from '../../../src/main/engine/sampling';
 
 function params(p: Partial<SamplingParams> = {}): SamplingParams {
   return { greedy: false, temperature: 1, topK: 0, topP: 1, minP: 0, repetitionPenalty: 1, seed: 42, ...p };
@@ -347,6 +355,57 @@ describe('Sampler draws what the plain reference draws', () => {
         }
       }),
       { numRuns: 400 },
+    );
+  });
+});
+
+describe('Sampler draws among an exact top-k (the head screen’s)', () => {
+  it('takes its candidates from the screen only for a plain sampled draw with a top-k of at most SCREEN_TOP_K', () => {
+    expect(new Sampler(params({ topK: 50 }), 100).screenTopK).toBe(50);
+    expect(new Sampler(params({ topK: SCREEN_TOP_K }), 1000).screenTopK).toBe(SCREEN_TOP_K);
+    expect(new Sampler(params({ topK: SCREEN_TOP_K + 1 }), 1000).screenTopK).toBe(0);
+    expect(new Sampler(params({ topK: 0 }), 100).screenTopK).toBe(0);
+    expect(new Sampler(params({ topK: 50, greedy: true }), 100).screenTopK).toBe(0);
+    expect(new Sampler(params({ topK: 50, temperature: 0 }), 100).screenTopK).toBe(0);
+    expect(new Sampler(params({ topK: 50, repetitionPenalty: 1.1 }), 100).screenTopK).toBe(0);
+    expect(new Sampler(params({ topK: 50, frequencyPenalty: 0.5 }), 100).screenTopK).toBe(0);
+    expect(new Sampler(params({ topK: 50, presencePenalty: 0.5 }), 100).screenTopK).toBe(0);
+    expect(new Sampler(params({ topK: 50, logitBias: [[3, -100]] }), 100).screenTopK).toBe(0);
+    // Top-p, min-p and the temperature apply among the top k: the screen gives those scores exactly.
+    expect(new Sampler(params({ topK: 40, topP: 0.9, minP: 0.05, temperature: 0.7 }), 100).screenTopK).toBe(40);
+  });
+
+  it('draws what the plain reference draws among the same scores, draw after draw', () => {
+    const cases = fc.record({
+      m: fc.integer({ min: 1, max: SCREEN_TOP_K }),
+      seed: fc.integer({ min: 1, max: 2 ** 30 }),
+      spread: fc.constantFrom(0.01, 1, 8),
+      coarse: fc.boolean(),
+      temperature: fc.constantFrom(0.1, 0.7, 1, 2),
+      topP: fc.constantFrom(1, 0.95, 0.9, 0.5, 0.01),
+      minP: fc.constantFrom(0, 0.05, 0.5),
+    });
+    fc.assert(
+      fc.property(cases, (c) => {
+        const rand = createRng(c.seed);
+        // An exact top-k as exactTopK writes it: the likeliest first, ids anywhere in a vocabulary of 50 000, and
+        // stale entries past m.
+        const values = Array.from({ length: c.m }, () => {
+          const v = (rand() - 0.5) * c.spread;
+          return c.coarse ? Math.round(v * 4) / 4 : v;
+        }).sort((a, b) => b - a);
+        const scores = new Float32Array(SCREEN_TOP_K).fill(99);
+        scores.set(values);
+        const ids = Int32Array.from({ length: SCREEN_TOP_K }, (_, j) => (j * 7919 + c.seed) % 50_000);
+        const p = params({ temperature: c.temperature, topK: c.m, topP: c.topP, minP: c.minP, seed: c.seed });
+        const sampler = new Sampler(p, 50_000);
+        const rng = createRng(p.seed);
+        for (let draw = 0; draw < 4; draw++) {
+          const want = referenceDraw(Float32Array.from(values), { ...p, topK: 0 }, rng);
+          expect(sampler.drawAmong(ids, scores, c.m)).toBe(ids[want]);
+        }
+      }),
+      { numRuns: 300 },
     );
   });
 });
