@@ -134,6 +134,11 @@ export const GenerateRequest = z
      */
     jsonSchema: z.record(z.string(), z.unknown()).optional(),
     stop: z.array(z.string().min(1)).max(16).optional(),
+    /**
+     * Write on past the model's end-of-text tokens, to maxNewTokens (or a stop string, or the context): for
+     * benchmarks, whose replies should all be as long (vLLM's ignore_eos).
+     */
+    ignoreEos: z.boolean().optional(),
     /** Functions the model may call (with `messages`); calls come back in each row's `toolCalls`. */
     tools: z.array(ToolDefinition).min(1).max(128).optional(),
     /** Default `auto`. `required` and a named tool make the reply one call, written to the tool's schema. */

@@ -1670,7 +1670,7 @@ class Generation {
           rows: this.rows,
           maxNewTokens: grant.admittedMaxTokens,
           sampling: resolveSampling(this.req, spec),
-          eosTokenIds: spec.eosTokenIds,
+          eosTokenIds: this.req.ignoreEos ? [] : spec.eosTokenIds,
           ...(this.req.logprobs !== undefined ? { logprobs: this.req.logprobs } : {}),
           ...(jsonMode(this.req) ? { json: this.model.loadKey } : {}),
           ...(this.req.jsonSchema ? { jsonSchema: this.req.jsonSchema } : {}),

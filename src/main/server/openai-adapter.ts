@@ -459,6 +459,8 @@ export function mapOpenAiRequest(kind: OpenAiKind, input: unknown): MappedReques
   const tools = toolList(kind, body);
   const choice = toolChoice(body);
   const parallel = boolean(body, 'parallel_tool_calls');
+  // vLLM's: write on past the end-of-text tokens, to max_tokens (for benchmarks).
+  const ignoreEos = boolean(body, 'ignore_eos');
 
   const request: GenerateRequest = { model: body.model };
   let promptCount = 1;
@@ -526,6 +528,7 @@ export function mapOpenAiRequest(kind: OpenAiKind, input: unknown): MappedReques
   else if (typeof format === 'object') request.jsonSchema = format.schema;
   if (Object.keys(sampling).length > 0) request.sampling = sampling;
   if (stop) request.stop = stop;
+  if (ignoreEos) request.ignoreEos = true;
   if (tools) request.tools = tools;
   if (choice !== undefined) request.toolChoice = choice;
   if (parallel !== undefined && tools) request.parallelToolCalls = parallel;

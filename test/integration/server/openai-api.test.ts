@@ -588,6 +588,22 @@ describe('logprobs, penalties, logit bias and JSON mode', () => {
     expect(lp?.top_logprobs?.[0]).toEqual({ [lp?.tokens?.[0] as string]: lp?.token_logprobs?.[0] });
   });
 
+  it('ignore_eos (vLLM): a reply its end-of-text would end at once writes on to max_tokens', async () => {
+    // Its end-of-text forced: the reply ends at its first token.
+    const ends = Object.fromEntries(Object.keys(noEndBias()).map((id) => [id, 100]));
+    const ask = (extra: Record<string, unknown>) =>
+      client.chat.completions.create({ model: 'default', messages: hi, max_tokens: 12, logit_bias: ends, ...extra });
+    const ended = await ask({});
+    expect(ended.choices[0]?.finish_reason).toBe('stop');
+    expect(ended.usage?.completion_tokens).toBeLessThanOrEqual(1);
+    const onward = await ask({ ignore_eos: true });
+    expect(onward.choices[0]?.finish_reason).toBe('length');
+    expect(onward.usage?.completion_tokens).toBe(12);
+    const bad = await apiError(ask({ ignore_eos: 'yes' }));
+    expect(bad.status).toBe(400);
+    expect(bad.message).toContain('ignore_eos');
+  });
+
   it('response_format json_object: replies are JSON objects (or their start, cut by max_tokens), streamed too', async () => {
     let stopped = 0;
     for (const seed of [1, 2, 3, 4, 5]) {

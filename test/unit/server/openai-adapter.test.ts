@@ -62,6 +62,9 @@ describe('mapOpenAiRequest', () => {
     expect(m.request.stop).toEqual(['x']);
     expect(mapOpenAiRequest('chat', chat({ stop: [''] })).request.stop).toBeUndefined();
     expect(mapOpenAiRequest('chat', chat({ top_k: -1 })).request.sampling).toEqual({ topK: 0 });
+    expect(mapOpenAiRequest('chat', chat({ ignore_eos: true })).request.ignoreEos).toBe(true);
+    expect(mapOpenAiRequest('completion', { model: 'm', prompt: 'a', ignore_eos: true }).request.ignoreEos).toBe(true);
+    expect(mapOpenAiRequest('chat', chat({ ignore_eos: false })).request.ignoreEos).toBeUndefined();
   });
 
   it("reads llama.cpp's repeat_last_n as the repetition penalty's window: -1 all tokens, 0 off", () => {
@@ -213,6 +216,7 @@ describe('mapOpenAiRequest', () => {
       ['chat', chat({ seed: 1.5 }), 'seed'],
       ['chat', chat({ stop: [1] }), 'stop'],
       ['chat', chat({ stream: 'yes' }), 'stream'],
+      ['chat', chat({ ignore_eos: 1 }), 'ignore_eos'],
       ['chat', chat({ tools: [{ type: 'function' }] }), 'tools[0].function'],
       ['chat', chat({ tools: [{ type: 'retrieval' }] }), 'tools[0].type'],
       ['chat', chat({ tools: { type: 'function' } }), 'tools'],
