@@ -36,10 +36,13 @@ export async function kvdeskGenerate(
   maxNewTokens: number,
   onFrame?: (frame: StreamFrame, at: number) => void,
   sampling: SamplingSettings = { greedy: true },
+  /** Write on past the model's end-of-text tokens, to maxNewTokens (every reply as long, whatever it draws). */
+  ignoreEos = false,
 ): Promise<HostTrace> {
   const frames: HostTrace['frames'] = [];
   const startedAt = performance.now();
-  const handle = runner.generate({ model: modelId, promptIds, maxNewTokens, sampling }, (frame) => {
+  const request = { model: modelId, promptIds, maxNewTokens, sampling, ...(ignoreEos ? { ignoreEos } : {}) };
+  const handle = runner.generate(request, (frame) => {
     const at = performance.now();
     if (frame.type === 'tokens') {
       const n = frame.rows[0]?.ids.length ?? 0;

@@ -199,6 +199,14 @@ function shapeSection(opts: BenchOptions, s: ShapeReport, j: SummaryJson, floor:
       );
     }
     out.push('');
+    // Every contender stops at the end-of-text (their greedy ids are checked equal), which may come before the last.
+    const written = d.contenders.find((c) => !c.skipped && c.samples.length > 0)?.samples[0]?.ids.length;
+    if (written !== undefined && written < opts.decodeTokens) {
+      out.push(
+        `The greedy reply ends at an end-of-text token after ${written} of the ${opts.decodeTokens} tokens asked, where every contender stops: the decode figures are over ${written} tokens.`,
+        '',
+      );
+    }
   }
   const c = s.concurrency;
   const kv = s.kv;

@@ -73,7 +73,9 @@ async function measure(
   let batched: number[] | null = null;
   // Warm-up at full width: the first batched steps allocate.
   await Promise.all(
-    Array.from({ length: maxStreams }, (_, k) => kvdeskGenerate(runner, modelId, prompts.prompt(32, k + 2), 4)),
+    Array.from({ length: maxStreams }, (_, k) =>
+      kvdeskGenerate(runner, modelId, prompts.prompt(32, k + 2), 4, undefined, undefined, true),
+    ),
   );
   for (let r = 0; r < opts.reps; r++) {
     for (const streams of rotate(opts.streamCounts, r)) {
@@ -84,7 +86,8 @@ async function measure(
         const started = performance.now();
         const traces = await Promise.all(
           Array.from({ length: streams }, (_, k) =>
-            kvdeskGenerate(runner, modelId, prompts.prompt(32, k + 2), opts.streamTokens),
+            // Every stream to its last token, past its end-of-text, as the raw loop's batch runs every row.
+            kvdeskGenerate(runner, modelId, prompts.prompt(32, k + 2), opts.streamTokens, undefined, undefined, true),
           ),
         );
         const wall = performance.now() - started;
