@@ -116,6 +116,31 @@ function makeCase(c: Case) {
   return { w, h, bias, hidden, screen: built.screen, built };
 }
 
+/**
+ * Two tokens whose float32 scores rounding put in the wrong order: t the best exactly, u (t's weights, one nudged)
+ * a hair below it; the float32 scores as a product's rounding may leave them: t a little low, u a little high (each
+ * well within the rounding a float32 product of 32 terms can have).
+ */
+function roundedNearTie() {
+  const c = { vocab: 64, blocks: 1, seed: 11, spread: 1, withBias: false, twin: undefined, transposed: false };
+  const { w, h, hidden } = makeCase(c);
+  const t = exactArgmax(w, h, null, c.vocab, hidden).best;
+  const u = t === 5 ? 6 : 5;
+  for (let k = 0; k < hidden; k++) w[u * hidden + k] = w[t * hidden + k] as number;
+  const k0 = (h[0] as number) > 0 ? 0 : 1;
+  w[u * hidden + k0] = (w[u * hidden + k0] as number) - 1e-6 * Math.sign(h[k0] as number);
+  const { screen } = buildHeadScreen(Float32Array.from(w), 'vocab-major', c.vocab, hidden, null);
+  const exact = exactArgmax(w, h, null, c.vocab, hidden);
+  expect(exact.best).toBe(t);
+  let l1 = 0;
+  for (const x of h) l1 += Math.abs(x);
+  const full = Float32Array.from(exact.scores);
+  full[t] = (exact.scores[t] as number) - 0.9 * 1e-4 * l1 * (screen.absMax[t] as number);
+  full[u] = (exact.scores[u] as number) + 0.9 * 1e-4 * l1 * (screen.absMax[u] as number);
+  expect(full[u]).toBeGreaterThan(full[t] as number);
+  return { h, screen, t, u, full };
+}
+
 describe('exact greedy picks from the 8-bit screen of the head', () => {
   it('pick the exact argmax from screened scores, and from float32 scores, whatever the weights', () => {
     fc.assert(
@@ -194,25 +219,7 @@ describe('exact greedy picks from the 8-bit screen of the head', () => {
   });
 
   it('pick the exact argmax from float32 scores whose rounding put another token first', () => {
-    const c = { vocab: 64, blocks: 1, seed: 11, spread: 1, withBias: false, twin: undefined, transposed: false };
-    const { w, h, hidden } = makeCase(c);
-    const t = exactArgmax(w, h, null, c.vocab, hidden).best;
-    // Token u: token t's weights, one of them nudged so that u scores a hair below t.
-    const u = t === 5 ? 6 : 5;
-    for (let k = 0; k < hidden; k++) w[u * hidden + k] = w[t * hidden + k] as number;
-    const k0 = (h[0] as number) > 0 ? 0 : 1;
-    w[u * hidden + k0] = (w[u * hidden + k0] as number) - 1e-6 * Math.sign(h[k0] as number);
-    const { screen } = buildHeadScreen(Float32Array.from(w), 'vocab-major', c.vocab, hidden, null);
-    const exact = exactArgmax(w, h, null, c.vocab, hidden);
-    expect(exact.best).toBe(t);
-    // The float32 scores as a product's rounding may leave them: t a little low, u a little high (each well
-    // within the rounding a float32 product of 32 terms can have).
-    let l1 = 0;
-    for (const x of h) l1 += Math.abs(x);
-    const full = Float32Array.from(exact.scores);
-    full[t] = (exact.scores[t] as number) - 0.9 * 1e-4 * l1 * (screen.absMax[t] as number);
-    full[u] = (exact.scores[u] as number) + 0.9 * 1e-4 * l1 * (screen.absMax[u] as number);
-    expect(full[u]).toBeGreaterThan(full[t] as number);
+    const { h, screen, t, full } = roundedNearTie();
     expect(exactPick(screen, full, 0, h, 0, false)).toBe(t);
   });
 
@@ -310,21 +317,7 @@ describe('exact top-k from the 8-bit screen of the head', () => {
   });
 
   it('keeps the exact order of two tokens whose float32 scores rounding swapped', () => {
-    const c = { vocab: 64, blocks: 1, seed: 11, spread: 1, withBias: false, twin: undefined, transposed: false };
-    const { w, h, hidden } = makeCase(c);
-    const t = exactArgmax(w, h, null, c.vocab, hidden).best;
-    const u = t === 5 ? 6 : 5;
-    for (let k = 0; k < hidden; k++) w[u * hidden + k] = w[t * hidden + k] as number;
-    const k0 = (h[0] as number) > 0 ? 0 : 1;
-    w[u * hidden + k0] = (w[u * hidden + k0] as number) - 1e-6 * Math.sign(h[k0] as number);
-    const { screen } = buildHeadScreen(Float32Array.from(w), 'vocab-major', c.vocab, hidden, null);
-    const exact = exactArgmax(w, h, null, c.vocab, hidden).scores;
-    let l1 = 0;
-    for (const x of h) l1 += Math.abs(x);
-    const full = Float32Array.from(exact);
-    full[t] = (exact[t] as number) - 0.9 * 1e-4 * l1 * (screen.absMax[t] as number);
-    full[u] = (exact[u] as number) + 0.9 * 1e-4 * l1 * (screen.absMax[u] as number);
-    expect(full[u]).toBeGreaterThan(full[t] as number);
+    const { h, screen, t, u, full } = roundedNearTie();
     const out = new TopKScratch();
     expect(exactTopK(screen, full, 0, h, 0, false, 2, out)).toBe(2);
     expect([...out.ids.subarray(0, 2)]).toEqual([t, u]);
