@@ -339,7 +339,7 @@ export class Sampler {
   }
 
   /**
-   * A draw (temperature, top-p, min-p) among the `m` likeliest tokens of exact top-k (head-screen.ts's TopKScratch:
+   * A draw (temperature, top-p, min-p) among the `m` likeliest tokens of an exact top-k (head-screen.ts's TopKScratch:
    * their ids and scores, the likeliest first), recorded as `sample` records its tokens. Returns the token's id.
    */
   drawAmong(ids: Int32Array, scores: Float32Array, m: number): number {
