@@ -51,14 +51,14 @@ async function measureShape(opts: BenchOptions, shape: BenchShape, failures: str
     if (opts.skip.has('sampling')) report.notes.push('sampled decoding: skipped by --skip sampling');
     else {
       log(
-        `${shape}: sampled decoding (${opts.reps} rounds × ${opts.decodeTokens} tokens: greedy, whole vocabulary, package defaults)`,
+        `${shape}: sampled decoding (${opts.reps} rounds × ${opts.sideTokens} tokens: greedy, whole vocabulary, package defaults)`,
       );
       report.sampling = await runSampling(opts, runner, info.id, prompts);
     }
     if (opts.skip.has('lookup')) report.notes.push('lookup decoding: skipped by --skip lookup');
     else {
       log(
-        `${shape}: lookup decoding (${opts.reps} rounds × ${opts.decodeTokens} tokens: off, real, predicted, right, wrong)`,
+        `${shape}: lookup decoding (${opts.reps} rounds × ${opts.sideTokens} tokens: off, real, predicted, right, wrong)`,
       );
       report.lookup = await runLookup(opts, model.dir, prompts);
       if (report.lookup.mismatch) failures.push(`${shape}: ${report.lookup.mismatch}`);

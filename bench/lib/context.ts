@@ -10,6 +10,8 @@ export interface BenchOptions {
   reps: number;
   /** New tokens of the decode comparison (prompt 32 tokens). */
   decodeTokens: number;
+  /** New tokens of the sampled and lookup comparisons: the decode comparison's, fewer in quick mode. */
+  sideTokens: number;
   /** Prompt length of the long TTFT figure. */
   longPrompt: number;
   /** New tokens per stream in the concurrency figure. */

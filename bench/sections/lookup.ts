@@ -68,7 +68,7 @@ export async function runLookup(opts: BenchOptions, dir: string, prompts: Prompt
     await decoder.dispose();
     throw new Error(`lookup decoding is off for ${dir} (${decoder.logits.detail})`);
   }
-  const tokens = opts.decodeTokens;
+  const tokens = opts.sideTokens;
   const prompt = prompts.prompt(32);
   const tps: LookupResult['tps'] = { off: [], real: [], predicted: [], right: [], wrong: [] };
   const vsOff: LookupResult['vsOff'] = { real: [], predicted: [], right: [], wrong: [] };

@@ -59,7 +59,7 @@ export async function runSampling(
     for (const mode of rotate(modes, r)) {
       const trace = await opts.guard.sample(`sampling ${mode}, round ${r + 1}`, () =>
         // Past the end-of-text, as every mode draws its own reply: one that ends early is timed over fewer tokens.
-        kvdeskGenerate(runner, modelId, prompt, opts.decodeTokens, undefined, SAMPLING_MODES[mode].sampling, true),
+        kvdeskGenerate(runner, modelId, prompt, opts.sideTokens, undefined, SAMPLING_MODES[mode].sampling, true),
       );
       round[mode] = trace.sample.decodeTokensPerSecond;
       tps[mode].push(trace.sample.decodeTokensPerSecond);
@@ -70,5 +70,5 @@ export async function runSampling(
   log(
     `  sampling: whole vocabulary ×${median(vsGreedy.whole).toFixed(2)}, package defaults ×${median(vsGreedy.package).toFixed(2)}, top-p alone ×${median(vsGreedy.nucleus).toFixed(2)} of greedy`,
   );
-  return { tokens: opts.decodeTokens, tps, vsGreedy };
+  return { tokens: opts.sideTokens, tps, vsGreedy };
 }
