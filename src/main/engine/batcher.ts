@@ -421,47 +421,26 @@ export class ContinuousBatcher {
       let id: number;
       try {
         const screen = this.screen;
-        if (screen && logits.hidden && sampler.plainGreedy && top === undefined) {
+        const greedy = sampler.plainGreedy;
+        if (screen && logits.hidden && top === undefined && (greedy || sampler.screenTopK > 0)) {
+          // From the screen's scores or from float32 ones, exactly either way: the greedy pick, or a draw among the
+          // exact top k.
           const stats = { candidates: 0 };
           const hiddenAt = (offset / logits.vocab) * screen.data.hidden;
-          id = exactPick(
-            screen.data,
-            logits.data,
-            offset,
-            logits.hidden,
-            hiddenAt,
-            logits.screened === true,
-            vocab,
-            stats,
-            this.pickScratch,
-          );
-          if (id < 0) throw notANumber();
-          sampler.took(id);
-          if (logits.screened) this.screenStats.screenedPicks++;
-          else this.screenStats.fullPicks++;
-          this.screenStats.candidates += stats.candidates;
-        } else if (screen && logits.hidden && sampler.screenTopK > 0 && top === undefined) {
-          // The same draw from the screen's scores or from float32 ones: among the exact top-k either way.
-          const stats = { candidates: 0 };
-          const hiddenAt = (offset / logits.vocab) * screen.data.hidden;
-          const k = sampler.screenTopK;
           const screened = logits.screened === true;
-          const m = exactTopK(
-            screen.data,
-            logits.data,
-            offset,
-            logits.hidden,
-            hiddenAt,
-            screened,
-            k,
-            this.topK,
-            vocab,
-            stats,
-          );
-          if (m <= 0) throw notANumber();
-          id = sampler.drawAmong(this.topK.ids, this.topK.scores, m);
-          if (screened) this.screenStats.screenedDraws++;
-          else this.screenStats.fullDraws++;
+          const { data, hidden } = logits;
+          if (greedy) {
+            id = exactPick(screen.data, data, offset, hidden, hiddenAt, screened, vocab, stats, this.pickScratch);
+            if (id < 0) throw notANumber();
+            sampler.took(id);
+            this.screenStats[screened ? 'screenedPicks' : 'fullPicks']++;
+          } else {
+            const k = sampler.screenTopK;
+            const m = exactTopK(screen.data, data, offset, hidden, hiddenAt, screened, k, this.topK, vocab, stats);
+            if (m <= 0) throw notANumber();
+            id = sampler.drawAmong(this.topK.ids, this.topK.scores, m);
+            this.screenStats[screened ? 'screenedDraws' : 'fullDraws']++;
+          }
           this.screenStats.candidates += stats.candidates;
         } else id = sampler.sample(logits.data, offset, vocab);
       } catch (err) {

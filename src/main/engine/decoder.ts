@@ -480,13 +480,7 @@ export class LoadedDecoder {
    * Greedy picks and top-k draws made from the head's screen or from full scores (both exact), and the tokens scored
    * exactly.
    */
-  get screenStats(): {
-    screenedPicks: number;
-    fullPicks: number;
-    screenedDraws: number;
-    fullDraws: number;
-    candidates: number;
-  } {
+  get screenStats(): ContinuousBatcher['screenStats'] {
     return this.batcher.screenStats;
   }
 
