@@ -34,10 +34,16 @@ export async function kvdeskGenerate(
   modelId: string,
   promptIds: number[],
   maxNewTokens: number,
-  onFrame?: (frame: StreamFrame, at: number) => void,
-  sampling: SamplingSettings = { greedy: true },
-  /** Write on past the model's end-of-text tokens, to maxNewTokens (every reply as long, whatever it draws). */
-  ignoreEos = false,
+  {
+    onFrame,
+    sampling = { greedy: true },
+    ignoreEos,
+  }: {
+    onFrame?: (frame: StreamFrame, at: number) => void;
+    sampling?: SamplingSettings;
+    /** Write on past the model's end-of-text tokens, to maxNewTokens (every reply as long, whatever it draws). */
+    ignoreEos?: boolean;
+  } = {},
 ): Promise<HostTrace> {
   const frames: HostTrace['frames'] = [];
   const startedAt = performance.now();

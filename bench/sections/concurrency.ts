@@ -74,7 +74,7 @@ async function measure(
   // Warm-up at full width: the first batched steps allocate.
   await Promise.all(
     Array.from({ length: maxStreams }, (_, k) =>
-      kvdeskGenerate(runner, modelId, prompts.prompt(32, k + 2), 4, undefined, undefined, true),
+      kvdeskGenerate(runner, modelId, prompts.prompt(32, k + 2), 4, { ignoreEos: true }),
     ),
   );
   for (let r = 0; r < opts.reps; r++) {
@@ -87,7 +87,7 @@ async function measure(
         const traces = await Promise.all(
           Array.from({ length: streams }, (_, k) =>
             // Every stream to its last token, past its end-of-text, as the raw loop's batch runs every row.
-            kvdeskGenerate(runner, modelId, prompts.prompt(32, k + 2), opts.streamTokens, undefined, undefined, true),
+            kvdeskGenerate(runner, modelId, prompts.prompt(32, k + 2), opts.streamTokens, { ignoreEos: true }),
           ),
         );
         const wall = performance.now() - started;

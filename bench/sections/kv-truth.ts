@@ -172,8 +172,10 @@ async function occupiedMemory(
       await new Promise((r) => setTimeout(r, 20));
     }
   })();
-  const t = await kvdeskGenerate(runner, modelId, prompt, newTokens, (frame) => {
-    if (frame.type === 'tokens') tokens += frame.rows[0]?.ids.length ?? 0;
+  const t = await kvdeskGenerate(runner, modelId, prompt, newTokens, {
+    onFrame: (frame) => {
+      if (frame.type === 'tokens') tokens += frame.rows[0]?.ids.length ?? 0;
+    },
   });
   const end = await processMemory(pid);
   sampling = false;

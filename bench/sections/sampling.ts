@@ -59,7 +59,10 @@ export async function runSampling(
     for (const mode of rotate(modes, r)) {
       const trace = await opts.guard.sample(`sampling ${mode}, round ${r + 1}`, () =>
         // Past the end-of-text, as every mode draws its own reply: one that ends early is timed over fewer tokens.
-        kvdeskGenerate(runner, modelId, prompt, opts.sideTokens, undefined, SAMPLING_MODES[mode].sampling, true),
+        kvdeskGenerate(runner, modelId, prompt, opts.sideTokens, {
+          sampling: SAMPLING_MODES[mode].sampling,
+          ignoreEos: true,
+        }),
       );
       round[mode] = trace.sample.decodeTokensPerSecond;
       tps[mode].push(trace.sample.decodeTokensPerSecond);
