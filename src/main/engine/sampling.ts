@@ -311,8 +311,12 @@ export class Sampler {
    * pick may come from the head's screen instead (head-screen.ts), then be recorded with `took`.
    */
   get plainGreedy(): boolean {
+    return this.isGreedy && this.asScored;
+  }
+
+  /** True when no penalty, bias or constraint changes the scores (the head's screen sees them as they are). */
+  private get asScored(): boolean {
     return (
-      this.isGreedy &&
       this.seen === undefined &&
       this.counts === undefined &&
       this.logitBias.length === 0 &&
@@ -326,16 +330,8 @@ export class Sampler {
    * constraint (they change scores the screen does not see). 0 otherwise.
    */
   get screenTopK(): number {
-    const p = this.params;
-    const plain =
-      !this.isGreedy &&
-      p.topK > 0 &&
-      p.topK <= SCREEN_TOP_K &&
-      this.seen === undefined &&
-      this.counts === undefined &&
-      this.logitBias.length === 0 &&
-      this.constraint === undefined;
-    return plain ? p.topK : 0;
+    const k = this.params.topK;
+    return !this.isGreedy && k > 0 && k <= SCREEN_TOP_K && this.asScored ? k : 0;
   }
 
   /**
