@@ -68,7 +68,9 @@ describe("the LM head's 8-bit screen", () => {
     const spec = await loadModelSpec(dir());
     const { screened, full, dispose } = await both(spec);
     try {
-      expect(screened.logits.screen).toMatch(/^greedy picks and top-k draws from an 8-bit copy of the LM head/);
+      expect(screened.logits.screen).toMatch(
+        /^greedy picks and draws \(top-k or whole-vocabulary\) from an 8-bit copy of the LM head/,
+      );
       expect(full.logits.screen).toBeUndefined();
       const rows = [prompt(40, 1, spec.vocabSize), prompt(23, 2, spec.vocabSize), prompt(9, 3, spec.vocabSize)];
       expect(await greedy(screened, rows, 40)).toEqual(await greedy(full, rows, 40));
@@ -98,7 +100,7 @@ describe("the LM head's 8-bit screen", () => {
     try {
       expect(small.logits.screen).toBe('the LM head is scored in full: a vocabulary of 512 is scored in full faster');
       expect(big.logits.screen).toBe(
-        'greedy picks and top-k draws from an 8-bit copy of the LM head, checked exactly (4096 × 64)',
+        'greedy picks and draws (top-k or whole-vocabulary) from an 8-bit copy of the LM head, checked exactly (4096 × 64)',
       );
       expect(off.logits.screen).toBeUndefined();
     } finally {
@@ -106,7 +108,7 @@ describe("the LM head's 8-bit screen", () => {
     }
   });
 
-  it('a greedy request next to a sampled one picks from full scores what it picks alone from the screen', async () => {
+  it('a greedy request next to a sampled one (top-p: not screened) picks from full scores what it picks alone from the screen', async () => {
     const spec = await loadModelSpec(bigVocab());
     const d = await LoadedDecoder.load(spec, { ...ENGINE, headScreen: true });
     try {
@@ -117,7 +119,7 @@ describe("the LM head's 8-bit screen", () => {
       const sampled: GenerationJob = {
         rows: [prompt(12, 6, spec.vocabSize)],
         maxNewTokens: 60,
-        sampling: { ...GREEDY, greedy: false, temperature: 1, seed: 9 },
+        sampling: { ...GREEDY, greedy: false, temperature: 1, topP: 0.95, seed: 9 },
         eosTokenIds: [],
       };
       const greedyIdsNext: number[] = [];
@@ -149,11 +151,11 @@ describe("the LM head's 8-bit screen", () => {
       expect(alone).toHaveLength(40);
       // A draw, not greedy's pick (a greedy reply of the same prompt differs).
       expect(alone).not.toEqual((await greedy(d, job.rows, 40))[0]);
-      // Beside a draw over the whole vocabulary (no top-k), every step scores in full: the same tokens.
+      // Beside a draw by top-p alone (not screened), every step scores in full: the same tokens.
       const wide: GenerationJob = {
         rows: [prompt(12, 6, spec.vocabSize)],
         maxNewTokens: 60,
-        sampling: { ...GREEDY, greedy: false, temperature: 1, seed: 9 },
+        sampling: { ...GREEDY, greedy: false, temperature: 1, topP: 0.95, seed: 9 },
         eosTokenIds: [],
       };
       const before = { ...d.screenStats };
@@ -163,6 +165,46 @@ describe("the LM head's 8-bit screen", () => {
       expect(d.screenStats.fullDraws - before.fullDraws).toBeGreaterThanOrEqual(30);
     } finally {
       await d.dispose();
+    }
+  });
+
+  it('a draw over the whole vocabulary by temperature alone comes from the screen: the same tokens alone, beside a request scored in full, and unscreened', async () => {
+    const spec = await loadModelSpec(bigVocab());
+    const { screened: d, full, dispose } = await both(spec);
+    try {
+      const job: GenerationJob = {
+        rows: [prompt(20, 8, spec.vocabSize)],
+        maxNewTokens: 40,
+        sampling: { ...GREEDY, greedy: false, temperature: 0.7, seed: 12 },
+        eosTokenIds: [],
+      };
+      const alone: number[] = [];
+      await d.generate(job, collecting(alone));
+      expect(d.screenStats).toMatchObject({ screenedDraws: 39, fullDraws: 1, screenedPicks: 0, fullPicks: 0 });
+      expect(alone).toHaveLength(40);
+      expect(alone).not.toEqual((await greedy(d, job.rows, 40))[0]);
+      // Another seed, another reply.
+      const other: number[] = [];
+      await d.generate({ ...job, sampling: { ...job.sampling, seed: 13 } }, collecting(other));
+      expect(other).not.toEqual(alone);
+      // Beside a draw by top-p alone (not screened), every step scores in full: the same tokens.
+      const wide: GenerationJob = {
+        rows: [prompt(12, 6, spec.vocabSize)],
+        maxNewTokens: 60,
+        sampling: { ...GREEDY, greedy: false, temperature: 1, topP: 0.95, seed: 9 },
+        eosTokenIds: [],
+      };
+      const before = { ...d.screenStats };
+      const beside: number[] = [];
+      await Promise.all([d.generate(wide, collecting([])), d.generate(job, collecting(beside))]);
+      expect(beside).toEqual(alone);
+      expect(d.screenStats.fullDraws - before.fullDraws).toBeGreaterThanOrEqual(30);
+      // Without a screen, the sampler draws the same way from the float32 scores: the same tokens.
+      const unscreened: number[] = [];
+      await full.generate(job, collecting(unscreened));
+      expect(unscreened).toEqual(alone);
+    } finally {
+      await dispose();
     }
   });
 

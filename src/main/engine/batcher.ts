@@ -14,7 +14,7 @@ import { KvdeskError } from '../../shared/errors';
 import type { KvTensorSpec, ModelSpec } from '../../shared/model-spec';
 import type { GenerationHooks, GenerationJob, GenerationOutcome } from './decoder';
 import { commonPrefix, idTensor, maskTensor } from './feeds';
-import { exactPick, exactTopK, PickScratch, TopKScratch } from './head-screen';
+import { exactDraw, exactPick, exactTopK, PickScratch, TopKScratch } from './head-screen';
 import { constraintFor } from './json-constraint';
 import {
   concatBatch,
@@ -137,6 +137,11 @@ export function prefillGroups(lengths: ReadonlyArray<{ rows: number; longest: nu
   }
   if (group.length > 0) groups.push(group);
   return groups;
+}
+
+/** Whether a row's tokens can come from the head's screen: a greedy pick, or a draw the screen makes exactly. */
+function screens(sampler: Sampler): boolean {
+  return sampler.plainGreedy || sampler.screenWhole || sampler.screenTopK > 0;
 }
 
 /** Ends a request that was asked to stop before its prefill finished: nothing generated, no KV kept. */
@@ -362,24 +367,24 @@ export class ContinuousBatcher {
   }
 
   /**
-   * Greedy picks and top-k draws made exactly from the head's screen (screened) or from full scores, and the tokens
-   * they scored exactly.
+   * Greedy picks and draws (among a top-k, or the whole vocabulary by temperature alone) made exactly from the head's
+   * screen (screened) or from full scores, and the tokens they scored exactly.
    */
   readonly screenStats = { screenedPicks: 0, fullPicks: 0, screenedDraws: 0, fullDraws: 0, candidates: 0 };
   /** What the exact picks carry from one to the next (the window of their candidates: see PickScratch). */
   readonly pickScratch = new PickScratch();
   /** What an exact top-k writes for its draw. */
   private readonly topK = new TopKScratch();
+  /** What the whole-vocabulary draws carry from one to the next (their window, as the picks' scratch). */
+  private readonly drawScratch = new PickScratch();
 
   /**
    * Whether every row of the batch picks from the head's screen (greedily, or a draw among a top-k of at most
-   * SCREEN_TOP_K, from the scores as they are) and asks for no logprobs.
+   * SCREEN_TOP_K or over the whole vocabulary by temperature alone, from the scores as they are) and asks for no
+   * logprobs.
    */
   private allPlain(): boolean {
-    return this.rows.every((r) => {
-      const sampler = r.req.samplers[r.index] as Sampler;
-      return (sampler.plainGreedy || sampler.screenTopK > 0) && r.req.job.logprobs === undefined;
-    });
+    return this.rows.every((r) => screens(r.req.samplers[r.index] as Sampler) && r.req.job.logprobs === undefined);
   }
 
   private presents(out: ort.InferenceSession.OnnxValueMapType): Map<string, ort.Tensor> {
@@ -422,18 +427,33 @@ export class ContinuousBatcher {
       try {
         const screen = this.screen;
         const greedy = sampler.plainGreedy;
-        if (screen && logits.hidden && top === undefined && (greedy || sampler.screenTopK > 0)) {
-          // From the screen's scores or from float32 ones, exactly either way: the greedy pick, or a draw among the
-          // exact top k.
+        if (screen && logits.hidden && top === undefined && screens(sampler)) {
+          // From the screen's scores or from float32 ones, exactly either way: the greedy pick, a draw over the whole
+          // vocabulary, or a draw among the exact top k.
           const stats = { candidates: 0 };
           const hiddenAt = (offset / logits.vocab) * screen.data.hidden;
           const screened = logits.screened === true;
           const { data, hidden } = logits;
-          if (greedy) {
-            id = exactPick(screen.data, data, offset, hidden, hiddenAt, screened, vocab, stats, this.pickScratch);
+          if (greedy || sampler.screenWhole) {
+            id = greedy
+              ? exactPick(screen.data, data, offset, hidden, hiddenAt, screened, vocab, stats, this.pickScratch)
+              : exactDraw(
+                  screen.data,
+                  data,
+                  offset,
+                  hidden,
+                  hiddenAt,
+                  screened,
+                  sampler.temperature,
+                  sampler.noiseKey(),
+                  vocab,
+                  stats,
+                  this.drawScratch,
+                );
             if (id < 0) throw notANumber();
             sampler.took(id);
-            this.screenStats[screened ? 'screenedPicks' : 'fullPicks']++;
+            const kind = greedy ? (screened ? 'screenedPicks' : 'fullPicks') : screened ? 'screenedDraws' : 'fullDraws';
+            this.screenStats[kind]++;
           } else {
             const k = sampler.screenTopK;
             const m = exactTopK(screen.data, data, offset, hidden, hiddenAt, screened, k, this.topK, vocab, stats);

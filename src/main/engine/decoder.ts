@@ -183,7 +183,7 @@ export async function lastPositionSession(
       const { vocab, hidden } = rewrite.screen.data;
       if (why === null) {
         checkedScreen = rewrite.screen;
-        logits.screen = `greedy picks and top-k draws from an 8-bit copy of the LM head, checked exactly (${vocab} × ${hidden})`;
+        logits.screen = `greedy picks and draws (top-k or whole-vocabulary) from an 8-bit copy of the LM head, checked exactly (${vocab} × ${hidden})`;
         logits.screenBytes = screenBytes(rewrite.screen.data);
       } else {
         // The copy still has the screen's input: every run feeds it true (full scores).

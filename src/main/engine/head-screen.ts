@@ -1,4 +1,5 @@
 import { closeSync, openSync, readSync } from 'node:fs';
+import { gumbel, NOISE_HIGH, NOISE_LOW, NOISE_SHIFT, noiseHash } from './gumbel';
 import { SCREEN_TOP_K, topKIndices } from './sampling';
 
 /**
@@ -446,6 +447,108 @@ export function exactPick(
       // Twice this window, for the next pick (none where the cut is not a number: every token is read then).
       const window = max - cut;
       scratch.width = checked && window >= 0 ? 2 * window : Number.POSITIVE_INFINITY;
+    }
+  }
+  if (stats) stats.candidates = count;
+  return best;
+}
+
+/**
+ * The draw of `key` at `temperature` (> 0) among tokens [0, limit) of one position, from its screened or float32
+ * scores as {@link exactPick} picks from them: the token whose exact score (float64) plus temperature × its noise
+ * (gumbel.ts) is the largest, the lowest id among equals — the token gumbelArgmax draws from the exact scores, a draw
+ * from their softmax at that temperature. −1 when the hidden state or every candidate's score is not a number.
+ *
+ * As for the argmax: the exact value of the token whose lower bound (score plus its bin's least noise) is the largest
+ * is a floor under the best exact value, and a token that can reach it has a score within the widest bound of it
+ * with its bin's most noise (one compare each), then with its own noise and bound. `scratch` carries the window, as
+ * a greedy pick's does.
+ */
+export function exactDraw(
+  screen: HeadScreen,
+  scores: Float32Array,
+  at: number,
+  hiddenState: Float32Array,
+  hiddenAt: number,
+  screened: boolean,
+  temperature: number,
+  key: number,
+  limit = screen.vocab,
+  stats?: PickStats,
+  scratch?: PickScratch,
+): number {
+  const { rows, bias } = screen;
+  const vocab = Math.min(limit, screen.vocab);
+  const norms = normsOf(screen, hiddenState, hiddenAt);
+  if (!Number.isFinite(norms.l1)) return -1;
+  const width = scratch?.width ?? Number.POSITIVE_INFINITY;
+  const keeping = width < Number.POSITIVE_INFINITY ? (scratch?.kept ?? null) : null;
+  // The first pass: the largest lower bound and its token, the scores' range, and the tokens near the best. The
+  // noise's tables and hash as locals: an imported binding read in a loop can cost a call each time (tsx's
+  // CommonJS output reads it through a getter: 15× the pass).
+  const T = temperature;
+  const [low, high, shift, hash] = [NOISE_LOW, NOISE_HIGH, NOISE_SHIFT, noiseHash];
+  let top = -1;
+  let lowest = Number.NEGATIVE_INFINITY;
+  let max = 0;
+  let min = 0;
+  let kept = 0;
+  for (let n = 0; n < vocab; n++) {
+    const s = scores[at + n] as number;
+    const bin = hash(key, n) >>> shift;
+    const lower = s + T * (low[bin] as number);
+    if (lower > lowest) {
+      lowest = lower;
+      top = n;
+    }
+    if (s > max) max = s;
+    if (s < min) min = s;
+    if (keeping !== null && s + T * (high[bin] as number) >= lowest - width) {
+      if (kept < keeping.length) keeping[kept] = n;
+      kept++;
+    }
+  }
+  let best = -1;
+  let count = 0;
+  if (top >= 0) {
+    const exactOf = (n: number) => (bias ? (bias[n] as number) : 0) + rows.dot(n, hiddenState, hiddenAt);
+    // The top token's exact value: a floor under the best (NaN where its weights are not numbers).
+    const floor = exactOf(top) + T * gumbel(key, top);
+    let bestValue = Number.NEGATIVE_INFINITY;
+    if (floor > bestValue) {
+      bestValue = floor;
+      best = top;
+    }
+    count = 1;
+    const cut = floor - widestBound(screen, norms, screened, Math.max(max, -min));
+    // Weights that are not numbers make the floor so: then no token is ruled out.
+    const checked = Number.isFinite(cut);
+    // A token not kept was under the largest lower bound so far less `width` by its most noise: no candidate when
+    // that is no more than the cut.
+    const fromKept = keeping !== null && checked && kept <= keeping.length && lowest - width <= cut;
+    const end = fromKept ? kept : vocab;
+    for (let i = 0; i < end; i++) {
+      const n = fromKept ? (keeping?.[i] as number) : i;
+      if (n === top) continue;
+      const s = scores[at + n] as number;
+      const most = s + T * (high[hash(key, n) >>> shift] as number);
+      if (checked && !(most >= cut)) continue;
+      if (Number.isNaN(s)) continue;
+      const bound = checked ? boundOf(screen, n, norms, screened, s) : 0;
+      if (checked && !(most + bound >= floor)) continue;
+      const noise = T * gumbel(key, n);
+      if (checked && !(s + noise + bound >= floor)) continue;
+      count++;
+      const value = exactOf(n) + noise;
+      if (value > bestValue || (value === bestValue && n < best)) {
+        bestValue = value;
+        best = n;
+      }
+    }
+    if (scratch) {
+      if (fromKept) scratch.fromKept++;
+      else scratch.fromAll++;
+      scratch.width = checked && lowest - cut >= 0 ? 2 * (lowest - cut) : Number.POSITIVE_INFINITY;
     }
   }
   if (stats) stats.candidates = count;

@@ -1,10 +1,13 @@
 /**
  * Token selection from one row of logits. Runs once per generated token, on the
  * thread that runs the model, so it avoids comparison sorts of the whole
- * vocabulary: top-k is a bounded heap selection, and top-p sorts the likeliest
- * tokens its nucleus needs, or the whole vocabulary with a radix sort.
+ * vocabulary: top-k is a bounded heap selection, top-p sorts the likeliest
+ * tokens its nucleus needs, or the whole vocabulary with a radix sort, and a
+ * draw by temperature alone is a Gumbel-max draw (gumbel.ts) that computes the
+ * noise of a few tokens.
  */
 import { KvdeskError } from '../../shared/errors';
+import { gumbelArgmax } from './gumbel';
 import type { ReplyConstraint } from './json-constraint';
 import type { IdLogprob, SamplingParams, StepLogprob } from './protocol';
 
@@ -273,6 +276,7 @@ export class Sampler {
   private indices = new Int32Array(0);
   /** Positions 0, 1, 2 …: the candidates of a draw among an exact top-k's scores (drawAmong). */
   private ranks = new Int32Array(0);
+  private readonly vocabSize: number;
 
   constructor(
     private readonly params: SamplingParams,
@@ -285,6 +289,7 @@ export class Sampler {
     private readonly constraint?: ReplyConstraint,
   ) {
     this.rng = createRng(params.seed);
+    this.vocabSize = vocabSize;
     this.scratch = new Float32Array(vocabSize);
     const window = params.repetitionWindow ?? 0;
     if (params.repetitionPenalty !== 1) {
@@ -299,6 +304,11 @@ export class Sampler {
     this.presencePenalty = params.presencePenalty ?? 0;
     this.logitBias = params.logitBias ?? [];
     this.counts = this.frequencyPenalty !== 0 || this.presencePenalty !== 0 ? new Map() : undefined;
+  }
+
+  /** The temperature of its draws. */
+  get temperature(): number {
+    return this.params.temperature;
   }
 
   /** True when this sampler always takes the most likely token. */
@@ -332,6 +342,21 @@ export class Sampler {
   get screenTopK(): number {
     const k = this.params.topK;
     return !this.isGreedy && k > 0 && k <= SCREEN_TOP_K && this.asScored ? k : 0;
+  }
+
+  /**
+   * True when a draw is over the whole vocabulary by temperature alone (no top-k under the vocabulary, no top-p or
+   * min-p), from the scores as they are: the head's screen can make it (head-screen.ts's exactDraw) with the key of
+   * {@link noiseKey}, then record it with `took`.
+   */
+  get screenWhole(): boolean {
+    const p = this.params;
+    return !this.isGreedy && !(p.topK > 0 && p.topK < this.vocabSize) && p.topP >= 1 && !(p.minP > 0) && this.asScored;
+  }
+
+  /** The key of a draw's noise (gumbel.ts): one number of the seeded generator, as every draw takes. */
+  noiseKey(): number {
+    return Math.floor(this.rng() * 4294967296);
   }
 
   /**
@@ -441,11 +466,16 @@ export class Sampler {
   /**
    * Temperature, top-k, top-p and min-p over x[0, vocab), then one draw. Typed arrays made once per sampler, no
    * array of every index, and top-p sorts only as many of the likeliest tokens as its nucleus needs, in linear
-   * time (see nucleus): the default chat sampling over 50 257 tokens took 11 ms a token, with top-p 25 ms.
+   * time (see nucleus): the default chat sampling over 50 257 tokens took 11 ms a token, with top-p 25 ms. A draw
+   * over the whole vocabulary by temperature alone is the Gumbel-max draw (gumbel.ts), as the head's screen makes it.
    */
   private draw(x: Float32Array, vocab: number): number {
     const p = this.params;
     const k = p.topK > 0 ? Math.min(p.topK, vocab) : vocab;
+    if (k >= vocab && p.topP >= 1 && !(p.minP > 0)) {
+      const id = gumbelArgmax(x, 0, vocab, p.temperature, this.noiseKey());
+      return id >= 0 ? id : argmax(x, 0, vocab);
+    }
     const candidates = k >= x.length ? this.everyIndex(x.length) : topKIndices(x, k);
     return this.drawFrom(x, candidates, candidates === this.indices);
   }

@@ -11,8 +11,10 @@ import os from 'node:os';
 import path from 'node:path';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { gumbel } from '../../../src/main/engine/gumbel';
 import {
   buildHeadScreen,
+  exactDraw,
   exactPick,
   exactTopK,
   FileRows,
@@ -338,6 +340,122 @@ describe('exact top-k from the 8-bit screen of the head', () => {
     const m = exactTopK(screen, holes, 0, h, 0, false, 3, out);
     expect(m).toBe(3);
     expect([...out.ids.subarray(0, 3)]).not.toContain(best);
+  });
+});
+
+/** The Gumbel-max draw of `key` from the exact scores: the argmax of score + T · noise (the lowest id among equals). */
+function exactDrawOf(scores: Float64Array, temperature: number, key: number): number {
+  let best = -1;
+  let bestValue = Number.NEGATIVE_INFINITY;
+  for (let n = 0; n < scores.length; n++) {
+    const value = (scores[n] as number) + temperature * gumbel(key, n);
+    if (value > bestValue) {
+      bestValue = value;
+      best = n;
+    }
+  }
+  return best;
+}
+
+describe('exact whole-vocabulary draws from the 8-bit screen of the head', () => {
+  const temperature = fc.constantFrom(0.05, 0.7, 1.5);
+  const key = fc.integer({ min: 0, max: 2 ** 32 - 1 });
+
+  it('draw what the exact scores draw, from screened scores and from float32 scores, whatever the weights', () => {
+    const scratch = new PickScratch();
+    fc.assert(
+      fc.property(case_, temperature, key, (c, T, k) => {
+        const { w, h, bias, hidden, screen, built } = makeCase(c);
+        const exact = exactArgmax(w, h, bias, c.vocab, hidden).scores;
+        const screened = screenedScores(built, h, bias);
+        const full = Float32Array.from(exact);
+        // Each draw without a scratch, then with the window the last draw left (another position's, the same
+        // position's, another key's): the same token, and the same tokens scored exactly.
+        const next = (k + 1) >>> 0;
+        for (const [scores, isScreened, drawKey] of [
+          [full, false, k],
+          [screened, true, k],
+          [screened, true, next],
+        ] as const) {
+          const plain = { candidates: 0 };
+          const drawn = exactDraw(screen, scores, 0, h, 0, isScreened, T, drawKey, c.vocab, plain);
+          expect(drawn).toBe(exactDrawOf(exact, T, drawKey));
+          expect(plain.candidates).toBeGreaterThanOrEqual(1);
+          const carried = { candidates: 0 };
+          expect(exactDraw(screen, scores, 0, h, 0, isScreened, T, drawKey, c.vocab, carried, scratch)).toBe(drawn);
+          expect(carried.candidates).toBe(plain.candidates);
+        }
+      }),
+      { numRuns: 300 },
+    );
+    // Both ways were taken: from the tokens the first pass kept, and from the whole vocabulary.
+    expect(scratch.fromKept).toBeGreaterThan(300);
+    expect(scratch.fromAll).toBeGreaterThan(30);
+    expect(scratch.fromKept + scratch.fromAll).toBe(900);
+  });
+
+  it('draw what the exact scores draw by the bounds: screened scores pushed most of their bound the wrong way', () => {
+    fc.assert(
+      fc.property(case_, temperature, key, (c, T, k) => {
+        const { w, h, bias, hidden, screen } = makeCase(c);
+        const exact = exactArgmax(w, h, bias, c.vocab, hidden).scores;
+        const want = exactDrawOf(exact, T, k);
+        let l1 = 0;
+        let amax = 0;
+        for (const x of h) {
+          l1 += Math.abs(x);
+          amax = Math.max(amax, Math.abs(x));
+        }
+        // The token drawn pushed down by nine tenths of its bound for the 8-bit rounding, every other token up.
+        const pushed = Float32Array.from(exact, (v, n) => {
+          const bound = (screen.halfStep[n] as number) * l1 + (amax / 127) * (screen.absSum[n] as number);
+          return v + (n === want ? -0.9 : 0.9) * bound;
+        });
+        expect(exactDraw(screen, pushed, 0, h, 0, true, T, k)).toBe(want);
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('score exactly few tokens where scores spread out, and read them where they are told to', () => {
+    const c = { vocab: 4000, blocks: 2, seed: 7, spread: 1, withBias: false, twin: undefined, transposed: false };
+    const { w, h, hidden, screen, built } = makeCase(c);
+    const exact = exactArgmax(w, h, null, c.vocab, hidden).scores;
+    const screened = screenedScores(built, h, null);
+    const rows = new Float32Array(3 * c.vocab).fill(Number.NaN);
+    rows.set(screened, c.vocab);
+    const states = new Float32Array(3 * hidden);
+    states.set(h, 2 * hidden);
+    const drawn = new Set<number>();
+    let candidates = 0;
+    for (let k = 0; k < 50; k++) {
+      const stats = { candidates: 0 };
+      const id = exactDraw(screen, rows, c.vocab, states, 2 * hidden, true, 1, k, c.vocab, stats);
+      expect(id).toBe(exactDrawOf(exact, 1, k));
+      drawn.add(id);
+      candidates += stats.candidates;
+    }
+    // Draws, not one pick: several tokens; each scored a few tokens exactly.
+    expect(drawn.size).toBeGreaterThan(5);
+    expect(candidates / 50).toBeLessThan(c.vocab / 100);
+  });
+
+  it('never draws past the limit or a score that is not a number, and says when the state is none', () => {
+    const c = { vocab: 64, blocks: 1, seed: 3, spread: 1, withBias: false, twin: undefined, transposed: false };
+    const { w, h, hidden, screen } = makeCase(c);
+    const exact = exactArgmax(w, h, null, c.vocab, hidden).scores;
+    const full = Float32Array.from(exact);
+    for (let k = 0; k < 20; k++) {
+      expect(exactDraw(screen, full, 0, h, 0, false, 2, k, 10)).toBe(exactDrawOf(exact.subarray(0, 10), 2, k));
+    }
+    expect(exactDraw(screen, full, 0, new Float32Array(hidden).fill(Number.NaN), 0, false, 1, 5)).toBe(-1);
+    expect(exactDraw(screen, new Float32Array(c.vocab).fill(Number.NaN), 0, h, 0, false, 1, 5)).toBe(-1);
+    // A score that is not a number is no candidate: the others are drawn from their exact scores.
+    const best = exactDrawOf(exact, 0.05, 9);
+    const holes = Float32Array.from(full);
+    holes[best] = Number.NaN;
+    const without = Float64Array.from(exact, (v, n) => (n === best ? Number.NEGATIVE_INFINITY : v));
+    expect(exactDraw(screen, holes, 0, h, 0, false, 0.05, 9)).toBe(exactDrawOf(without, 0.05, 9));
   });
 });
 
