@@ -221,7 +221,7 @@ describe("the LM head's 8-bit screen", () => {
     }
   });
 
-  it("lookup decoding's draft checks pick as plain steps do", async () => {
+  it("lookup decoding's draft checks pick and draw as plain steps do", async () => {
     const spec = await loadModelSpec(bigVocab());
     const { screened, full, dispose } = await both(spec, { lookupDraftTokens: 4 });
     try {
@@ -237,6 +237,21 @@ describe("the LM head's 8-bit screen", () => {
       expect(ids).toEqual(plain[0]);
       expect(outcome.lookup?.accepted).toBeGreaterThanOrEqual(20);
       expect(screened.screenStats.screenedPicks).toBeGreaterThanOrEqual(39);
+      // A seeded draw by temperature alone: each position of a check draws with the next key, as plain steps do,
+      // so the reply given itself as the prediction is the same, and most of it comes from drafts.
+      const job: GenerationJob = {
+        rows: [row],
+        maxNewTokens: 40,
+        sampling: { ...GREEDY, greedy: false, temperature: 0.7, seed: 4 },
+        eosTokenIds: [],
+      };
+      const drawn: number[] = [];
+      await full.generate(job, collecting(drawn));
+      expect(drawn).not.toEqual(plain[0]);
+      const again: number[] = [];
+      const checked = await screened.generate({ ...job, prediction: drawn }, collecting(again));
+      expect(again).toEqual(drawn);
+      expect(checked.lookup?.accepted).toBeGreaterThanOrEqual(20);
     } finally {
       await dispose();
     }
