@@ -43,12 +43,12 @@ function gumbelOf(u: number): number {
 }
 
 /**
- * Token n's noise in the draw of `key`: −log(−log u) of a uniform u made of 52 bits (the hash's 32, then 20 more from
- * a second mix), centred in its step, so 0 < u < 1 and the noise is finite (about −3.6 to 36.7).
+ * Token n's noise in the draw of `key`: −log(−log u) of a uniform u made of 52 bits (the hash's 32, then 20 of a
+ * second hash of the key and n), centred in its step, so 0 < u < 1 and the noise is finite (about −3.6 to 36.7).
  */
 export function gumbel(key: number, n: number): number {
   const high = noiseHash(key, n);
-  const low = mix(high + 0x6a09e667) >>> 12;
+  const low = mix((key ^ 0x6a09e667) + Math.imul(n + 1, 0x85ebca6b)) >>> 12;
   return gumbelOf((high * 2 ** 20 + low + 0.5) / 2 ** 52);
 }
 
