@@ -56,6 +56,23 @@ const collecting = (into: number[]): GenerationHooks => ({
   countRun: () => {},
 });
 
+/**
+ * Runs `job` beside a draw by top-p alone, which the screen never serves, so every step the two share scores in full:
+ * the job's ids, and the draws its full-score steps made.
+ */
+async function besideUnscreened(d: LoadedDecoder, job: GenerationJob, vocab: number) {
+  const wide: GenerationJob = {
+    rows: [prompt(12, 6, vocab)],
+    maxNewTokens: 60,
+    sampling: { ...GREEDY, greedy: false, temperature: 1, topP: 0.95, seed: 9 },
+    eosTokenIds: [],
+  };
+  const before = d.screenStats.fullDraws;
+  const ids: number[] = [];
+  await Promise.all([d.generate(wide, collecting([])), d.generate(job, collecting(ids))]);
+  return { ids, fullDraws: d.screenStats.fullDraws - before };
+}
+
 const greedy = (d: LoadedDecoder, rows: number[][], n: number) =>
   greedyIds((job, hooks) => d.generate(job, hooks), rows, n);
 
@@ -152,17 +169,9 @@ describe("the LM head's 8-bit screen", () => {
       // A draw, not greedy's pick (a greedy reply of the same prompt differs).
       expect(alone).not.toEqual((await greedy(d, job.rows, 40))[0]);
       // Beside a draw by top-p alone (not screened), every step scores in full: the same tokens.
-      const wide: GenerationJob = {
-        rows: [prompt(12, 6, spec.vocabSize)],
-        maxNewTokens: 60,
-        sampling: { ...GREEDY, greedy: false, temperature: 1, topP: 0.95, seed: 9 },
-        eosTokenIds: [],
-      };
-      const before = { ...d.screenStats };
-      const beside: number[] = [];
-      await Promise.all([d.generate(wide, collecting([])), d.generate(job, collecting(beside))]);
-      expect(beside).toEqual(alone);
-      expect(d.screenStats.fullDraws - before.fullDraws).toBeGreaterThanOrEqual(30);
+      const beside = await besideUnscreened(d, job, spec.vocabSize);
+      expect(beside.ids).toEqual(alone);
+      expect(beside.fullDraws).toBeGreaterThanOrEqual(30);
     } finally {
       await d.dispose();
     }
@@ -188,17 +197,9 @@ describe("the LM head's 8-bit screen", () => {
       await d.generate({ ...job, sampling: { ...job.sampling, seed: 13 } }, collecting(other));
       expect(other).not.toEqual(alone);
       // Beside a draw by top-p alone (not screened), every step scores in full: the same tokens.
-      const wide: GenerationJob = {
-        rows: [prompt(12, 6, spec.vocabSize)],
-        maxNewTokens: 60,
-        sampling: { ...GREEDY, greedy: false, temperature: 1, topP: 0.95, seed: 9 },
-        eosTokenIds: [],
-      };
-      const before = { ...d.screenStats };
-      const beside: number[] = [];
-      await Promise.all([d.generate(wide, collecting([])), d.generate(job, collecting(beside))]);
-      expect(beside).toEqual(alone);
-      expect(d.screenStats.fullDraws - before.fullDraws).toBeGreaterThanOrEqual(30);
+      const beside = await besideUnscreened(d, job, spec.vocabSize);
+      expect(beside.ids).toEqual(alone);
+      expect(beside.fullDraws).toBeGreaterThanOrEqual(30);
       // Without a screen, the sampler draws the same way from the float32 scores: the same tokens.
       const unscreened: number[] = [];
       await full.generate(job, collecting(unscreened));

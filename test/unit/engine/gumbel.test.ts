@@ -8,20 +8,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { gumbel, gumbelArgmax, NOISE_BITS, NOISE_HIGH, NOISE_LOW, noiseBin } from '../../../src/main/engine/gumbel';
 import { createRng } from '../../../src/main/engine/sampling';
-
-/** The argmax of x + T · noise with every token's noise computed (the lowest id among equals), −1 when none. */
-function plainArgmax(x: Float32Array, temperature: number, key: number): number {
-  let best = -1;
-  let bestValue = Number.NEGATIVE_INFINITY;
-  for (let n = 0; n < x.length; n++) {
-    const value = (x[n] as number) + temperature * gumbel(key, n);
-    if (value > bestValue) {
-      bestValue = value;
-      best = n;
-    }
-  }
-  return best;
-}
+import { plainGumbelMax } from '../../helpers/gumbel-max';
 
 describe('the noise of a draw', () => {
   it("lies within its bin's bounds, is finite, and differs by key and token", () => {
@@ -97,7 +84,7 @@ describe('gumbelArgmax', () => {
           // At an offset in a longer row, as the batch's logits hold it.
           const row = new Float32Array(c.vocab + 7).fill(1e9);
           row.set(x, 5);
-          expect(gumbelArgmax(row, 5, c.vocab, c.temperature, key)).toBe(plainArgmax(x, c.temperature, key));
+          expect(gumbelArgmax(row, 5, c.vocab, c.temperature, key)).toBe(plainGumbelMax(x, c.temperature, key));
         }
       }),
       { numRuns: 300 },

@@ -11,7 +11,6 @@ import os from 'node:os';
 import path from 'node:path';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { gumbel } from '../../../src/main/engine/gumbel';
 import {
   buildHeadScreen,
   exactDraw,
@@ -25,6 +24,7 @@ import {
   worstBoundShare,
 } from '../../../src/main/engine/head-screen';
 import { SCREEN_TOP_K } from '../../../src/main/engine/sampling';
+import { plainGumbelMax } from '../../helpers/gumbel-max';
 
 /** MatMulNBits (8 bits, zero point 128, accuracy level 4) on one hidden state. */
 function screenedScores(
@@ -143,6 +143,44 @@ function roundedNearTie() {
   return { h, screen, t, u, full };
 }
 
+/**
+ * The exact scores pushed nine tenths of each token's bound for the 8-bit rounding (its part of the bound the picks
+ * compute): down for the tokens `down` names, up for every other, so the screen ranks them as wrongly as the bounds
+ * allow.
+ */
+function pushedScores(
+  screen: ReturnType<typeof makeCase>['screen'],
+  h: Float32Array,
+  exact: Float64Array,
+  down: (n: number) => boolean,
+): Float32Array {
+  let l1 = 0;
+  let amax = 0;
+  for (const x of h) {
+    l1 += Math.abs(x);
+    amax = Math.max(amax, Math.abs(x));
+  }
+  return Float32Array.from(exact, (v, n) => {
+    const bound = (screen.halfStep[n] as number) * l1 + (amax / 127) * (screen.absSum[n] as number);
+    return v + (down(n) ? -0.9 : 0.9) * bound;
+  });
+}
+
+/**
+ * A vocabulary of 4 000 spread-out scores, screened, as the middle of three rows of a batch's scores (the others not
+ * numbers), with its hidden state the last of three: the picks must read where they are told to.
+ */
+function spreadAtOffset() {
+  const c = { vocab: 4000, blocks: 2, seed: 7, spread: 1, withBias: false, twin: undefined, transposed: false };
+  const { w, h, hidden, screen, built } = makeCase(c);
+  const exact = exactArgmax(w, h, null, c.vocab, hidden);
+  const rows = new Float32Array(3 * c.vocab).fill(Number.NaN);
+  rows.set(screenedScores(built, h, null), c.vocab);
+  const states = new Float32Array(3 * hidden);
+  states.set(h, 2 * hidden);
+  return { vocab: c.vocab, screen, exact, rows, at: c.vocab, states, hiddenAt: 2 * hidden };
+}
+
 describe('exact greedy picks from the 8-bit screen of the head', () => {
   it('pick the exact argmax from screened scores, and from float32 scores, whatever the weights', () => {
     fc.assert(
@@ -206,18 +244,10 @@ describe('exact greedy picks from the 8-bit screen of the head', () => {
   });
 
   it('rules out most of a vocabulary of spread-out scores, and reads the scores where it is told to', () => {
-    const c = { vocab: 4000, blocks: 2, seed: 7, spread: 1, withBias: false, twin: undefined, transposed: false };
-    const { w, h, hidden, screen, built } = makeCase(c);
-    const want = exactArgmax(w, h, null, c.vocab, hidden);
-    const screened = screenedScores(built, h, null);
-    // The position sits at an offset in a batch's rows; so does its hidden state.
-    const rows = new Float32Array(3 * c.vocab).fill(Number.NaN);
-    rows.set(screened, c.vocab);
-    const states = new Float32Array(3 * hidden);
-    states.set(h, 2 * hidden);
+    const { vocab, screen, exact, rows, at, states, hiddenAt } = spreadAtOffset();
     const stats = { candidates: 0 };
-    expect(exactPick(screen, rows, c.vocab, states, 2 * hidden, true, c.vocab, stats)).toBe(want.best);
-    expect(stats.candidates).toBeLessThan(c.vocab / 20);
+    expect(exactPick(screen, rows, at, states, hiddenAt, true, vocab, stats)).toBe(exact.best);
+    expect(stats.candidates).toBeLessThan(vocab / 20);
   });
 
   it('pick the exact argmax from float32 scores whose rounding put another token first', () => {
@@ -283,19 +313,9 @@ describe('exact top-k from the 8-bit screen of the head', () => {
         const { w, h, bias, hidden, screen } = makeCase(c);
         const exact = exactArgmax(w, h, bias, c.vocab, hidden).scores;
         const want = exactTop(exact, k);
+        // The top k pushed down, every other token up.
         const top = new Set(want.ids);
-        let l1 = 0;
-        let amax = 0;
-        for (const x of h) {
-          l1 += Math.abs(x);
-          amax = Math.max(amax, Math.abs(x));
-        }
-        // Each token's bound for the 8-bit rounding (its part of the bound exactTopK computes), nine tenths of it:
-        // the top k pushed down, every other token up, so the screen ranks them as wrongly as the bounds allow.
-        const pushed = Float32Array.from(exact, (v, n) => {
-          const bound = (screen.halfStep[n] as number) * l1 + (amax / 127) * (screen.absSum[n] as number);
-          return v + (top.has(n) ? -0.9 : 0.9) * bound;
-        });
+        const pushed = pushedScores(screen, h, exact, (n) => top.has(n));
         expect(got(out, exactTopK(screen, pushed, 0, h, 0, true, k, out))).toEqual(want);
       }),
       { numRuns: 300 },
@@ -303,19 +323,12 @@ describe('exact top-k from the 8-bit screen of the head', () => {
   });
 
   it('scores exactly few more tokens than it keeps where scores spread out, and reads them where it is told to', () => {
-    const c = { vocab: 4000, blocks: 2, seed: 7, spread: 1, withBias: false, twin: undefined, transposed: false };
-    const { w, h, hidden, screen, built } = makeCase(c);
-    const exact = exactArgmax(w, h, null, c.vocab, hidden).scores;
-    const screened = screenedScores(built, h, null);
-    const rows = new Float32Array(3 * c.vocab).fill(Number.NaN);
-    rows.set(screened, c.vocab);
-    const states = new Float32Array(3 * hidden);
-    states.set(h, 2 * hidden);
+    const { vocab, screen, exact, rows, at, states, hiddenAt } = spreadAtOffset();
     const out = new TopKScratch();
     const stats = { candidates: 0 };
-    const m = exactTopK(screen, rows, c.vocab, states, 2 * hidden, true, 50, out, c.vocab, stats);
-    expect(got(out, m)).toEqual(exactTop(exact, 50));
-    expect(stats.candidates).toBeLessThan(c.vocab / 10);
+    const m = exactTopK(screen, rows, at, states, hiddenAt, true, 50, out, vocab, stats);
+    expect(got(out, m)).toEqual(exactTop(exact.scores, 50));
+    expect(stats.candidates).toBeLessThan(vocab / 10);
   });
 
   it('keeps the exact order of two tokens whose float32 scores rounding swapped', () => {
@@ -343,20 +356,6 @@ describe('exact top-k from the 8-bit screen of the head', () => {
   });
 });
 
-/** The Gumbel-max draw of `key` from the exact scores: the argmax of score + T · noise (the lowest id among equals). */
-function exactDrawOf(scores: Float64Array, temperature: number, key: number): number {
-  let best = -1;
-  let bestValue = Number.NEGATIVE_INFINITY;
-  for (let n = 0; n < scores.length; n++) {
-    const value = (scores[n] as number) + temperature * gumbel(key, n);
-    if (value > bestValue) {
-      bestValue = value;
-      best = n;
-    }
-  }
-  return best;
-}
-
 describe('exact whole-vocabulary draws from the 8-bit screen of the head', () => {
   const temperature = fc.constantFrom(0.05, 0.7, 1.5);
   const key = fc.integer({ min: 0, max: 2 ** 32 - 1 });
@@ -379,7 +378,7 @@ describe('exact whole-vocabulary draws from the 8-bit screen of the head', () =>
         ] as const) {
           const plain = { candidates: 0 };
           const drawn = exactDraw(screen, scores, 0, h, 0, isScreened, T, drawKey, c.vocab, plain);
-          expect(drawn).toBe(exactDrawOf(exact, T, drawKey));
+          expect(drawn).toBe(plainGumbelMax(exact, T, drawKey));
           expect(plain.candidates).toBeGreaterThanOrEqual(1);
           const carried = { candidates: 0 };
           expect(exactDraw(screen, scores, 0, h, 0, isScreened, T, drawKey, c.vocab, carried, scratch)).toBe(drawn);
@@ -399,18 +398,9 @@ describe('exact whole-vocabulary draws from the 8-bit screen of the head', () =>
       fc.property(case_, temperature, key, (c, T, k) => {
         const { w, h, bias, hidden, screen } = makeCase(c);
         const exact = exactArgmax(w, h, bias, c.vocab, hidden).scores;
-        const want = exactDrawOf(exact, T, k);
-        let l1 = 0;
-        let amax = 0;
-        for (const x of h) {
-          l1 += Math.abs(x);
-          amax = Math.max(amax, Math.abs(x));
-        }
-        // The token drawn pushed down by nine tenths of its bound for the 8-bit rounding, every other token up.
-        const pushed = Float32Array.from(exact, (v, n) => {
-          const bound = (screen.halfStep[n] as number) * l1 + (amax / 127) * (screen.absSum[n] as number);
-          return v + (n === want ? -0.9 : 0.9) * bound;
-        });
+        const want = plainGumbelMax(exact, T, k);
+        // The token drawn pushed down, every other token up.
+        const pushed = pushedScores(screen, h, exact, (n) => n === want);
         expect(exactDraw(screen, pushed, 0, h, 0, true, T, k)).toBe(want);
       }),
       { numRuns: 300 },
@@ -418,26 +408,19 @@ describe('exact whole-vocabulary draws from the 8-bit screen of the head', () =>
   });
 
   it('score exactly few tokens where scores spread out, and read them where they are told to', () => {
-    const c = { vocab: 4000, blocks: 2, seed: 7, spread: 1, withBias: false, twin: undefined, transposed: false };
-    const { w, h, hidden, screen, built } = makeCase(c);
-    const exact = exactArgmax(w, h, null, c.vocab, hidden).scores;
-    const screened = screenedScores(built, h, null);
-    const rows = new Float32Array(3 * c.vocab).fill(Number.NaN);
-    rows.set(screened, c.vocab);
-    const states = new Float32Array(3 * hidden);
-    states.set(h, 2 * hidden);
+    const { vocab, screen, exact, rows, at, states, hiddenAt } = spreadAtOffset();
     const drawn = new Set<number>();
     let candidates = 0;
     for (let k = 0; k < 50; k++) {
       const stats = { candidates: 0 };
-      const id = exactDraw(screen, rows, c.vocab, states, 2 * hidden, true, 1, k, c.vocab, stats);
-      expect(id).toBe(exactDrawOf(exact, 1, k));
+      const id = exactDraw(screen, rows, at, states, hiddenAt, true, 1, k, vocab, stats);
+      expect(id).toBe(plainGumbelMax(exact.scores, 1, k));
       drawn.add(id);
       candidates += stats.candidates;
     }
     // Draws, not one pick: several tokens; each scored a few tokens exactly.
     expect(drawn.size).toBeGreaterThan(5);
-    expect(candidates / 50).toBeLessThan(c.vocab / 100);
+    expect(candidates / 50).toBeLessThan(vocab / 100);
   });
 
   it('never draws past the limit or a score that is not a number, and says when the state is none', () => {
@@ -446,16 +429,16 @@ describe('exact whole-vocabulary draws from the 8-bit screen of the head', () =>
     const exact = exactArgmax(w, h, null, c.vocab, hidden).scores;
     const full = Float32Array.from(exact);
     for (let k = 0; k < 20; k++) {
-      expect(exactDraw(screen, full, 0, h, 0, false, 2, k, 10)).toBe(exactDrawOf(exact.subarray(0, 10), 2, k));
+      expect(exactDraw(screen, full, 0, h, 0, false, 2, k, 10)).toBe(plainGumbelMax(exact.subarray(0, 10), 2, k));
     }
     expect(exactDraw(screen, full, 0, new Float32Array(hidden).fill(Number.NaN), 0, false, 1, 5)).toBe(-1);
     expect(exactDraw(screen, new Float32Array(c.vocab).fill(Number.NaN), 0, h, 0, false, 1, 5)).toBe(-1);
     // A score that is not a number is no candidate: the others are drawn from their exact scores.
-    const best = exactDrawOf(exact, 0.05, 9);
+    const best = plainGumbelMax(exact, 0.05, 9);
     const holes = Float32Array.from(full);
     holes[best] = Number.NaN;
     const without = Float64Array.from(exact, (v, n) => (n === best ? Number.NEGATIVE_INFINITY : v));
-    expect(exactDraw(screen, holes, 0, h, 0, false, 0.05, 9)).toBe(exactDrawOf(without, 0.05, 9));
+    expect(exactDraw(screen, holes, 0, h, 0, false, 0.05, 9)).toBe(plainGumbelMax(without, 0.05, 9));
   });
 });
 

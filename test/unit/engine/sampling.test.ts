@@ -1,6 +1,5 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { gumbel } from '../../../src/main/engine/gumbel';
 import type { SamplingParams } from '../../../src/main/engine/protocol';
 import {
   argmax,
@@ -11,6 +10,7 @@ import {
   SCREEN_TOP_K,
   topKIndices,
 } from '../../../src/main/engine/sampling';
+import { plainGumbelMax } from '../../helpers/gumbel-max';
 
 function params(p: Partial<SamplingParams> = {}): SamplingParams {
   return { greedy: false, temperature: 1, topK: 0, topP: 1, minP: 0, repetitionPenalty: 1, seed: 42, ...p };
@@ -281,16 +281,7 @@ function referenceSample(x: Float32Array, p: SamplingParams, rng: () => number):
   const vocab = x.length;
   if (!(p.topK > 0 && p.topK < vocab) && p.topP >= 1 && !(p.minP > 0)) {
     // Over the whole vocabulary by temperature alone: the Gumbel-max draw, every token's noise computed.
-    const key = Math.floor(rng() * 2 ** 32);
-    let best = -1;
-    let bestValue = Number.NEGATIVE_INFINITY;
-    for (let n = 0; n < vocab; n++) {
-      const value = (x[n] as number) + p.temperature * gumbel(key, n);
-      if (value > bestValue) {
-        bestValue = value;
-        best = n;
-      }
-    }
+    const best = plainGumbelMax(x, p.temperature, Math.floor(rng() * 2 ** 32));
     return best >= 0 ? best : argmax(x, 0, vocab);
   }
   return referenceDraw(x, p, rng);
