@@ -28,13 +28,13 @@ async function main(): Promise<void> {
   const tokens = Number(flagValue(argv, '--tokens', '96'));
   const topK = Number(flagValue(argv, '--top-k', '0'));
   const whole = argv.includes('--whole');
-  const sampling =
+  const drawn = { ...GREEDY, greedy: false, temperature: 0.7, seed: 7 };
+  const { sampling, what } =
     topK > 0
-      ? { ...GREEDY, greedy: false, temperature: 0.7, topK, topP: 0.9, seed: 7 }
+      ? { sampling: { ...drawn, topK, topP: 0.9 }, what: `draw among the top ${topK}` }
       : whole
-        ? { ...GREEDY, greedy: false, temperature: 0.7, seed: 7 }
-        : GREEDY;
-  const what = topK > 0 ? `draw among the top ${topK}` : whole ? 'draw over the whole vocabulary' : 'pick';
+        ? { sampling: drawn, what: 'draw over the whole vocabulary' }
+        : { sampling: GREEDY, what: 'pick' };
   const threads = Math.max(1, os.availableParallelism());
   const { dir } = ensureModel(shape, log);
   const spec = await loadModelSpec(dir);

@@ -57,6 +57,19 @@ const collecting = (into: number[]): GenerationHooks => ({
 });
 
 /**
+ * Runs a sampled `job` of 40 tokens alone on a fresh screened decoder and checks it drew from the screen (every
+ * decode step; the prefill's draw from full scores) and drew, not picked (a greedy reply of its prompt differs).
+ */
+async function drawnAlone(d: LoadedDecoder, job: GenerationJob): Promise<number[]> {
+  const alone: number[] = [];
+  await d.generate(job, collecting(alone));
+  expect(d.screenStats).toMatchObject({ screenedDraws: 39, fullDraws: 1, screenedPicks: 0, fullPicks: 0 });
+  expect(alone).toHaveLength(40);
+  expect(alone).not.toEqual((await greedy(d, job.rows, 40))[0]);
+  return alone;
+}
+
+/**
  * Runs `job` beside a draw by top-p alone, which the screen never serves, so every step the two share scores in full:
  * the job's ids, and the draws its full-score steps made.
  */
@@ -161,13 +174,7 @@ describe("the LM head's 8-bit screen", () => {
         sampling: { ...GREEDY, greedy: false, temperature: 0.8, topK: 40, seed: 5 },
         eosTokenIds: [],
       };
-      const alone: number[] = [];
-      await d.generate(job, collecting(alone));
-      // Every decode step drew from the screen; the prefill's from full scores.
-      expect(d.screenStats).toMatchObject({ screenedDraws: 39, fullDraws: 1, screenedPicks: 0, fullPicks: 0 });
-      expect(alone).toHaveLength(40);
-      // A draw, not greedy's pick (a greedy reply of the same prompt differs).
-      expect(alone).not.toEqual((await greedy(d, job.rows, 40))[0]);
+      const alone = await drawnAlone(d, job);
       // Beside a draw by top-p alone (not screened), every step scores in full: the same tokens.
       const beside = await besideUnscreened(d, job, spec.vocabSize);
       expect(beside.ids).toEqual(alone);
@@ -187,11 +194,7 @@ describe("the LM head's 8-bit screen", () => {
         sampling: { ...GREEDY, greedy: false, temperature: 0.7, seed: 12 },
         eosTokenIds: [],
       };
-      const alone: number[] = [];
-      await d.generate(job, collecting(alone));
-      expect(d.screenStats).toMatchObject({ screenedDraws: 39, fullDraws: 1, screenedPicks: 0, fullPicks: 0 });
-      expect(alone).toHaveLength(40);
-      expect(alone).not.toEqual((await greedy(d, job.rows, 40))[0]);
+      const alone = await drawnAlone(d, job);
       // Another seed, another reply.
       const other: number[] = [];
       await d.generate({ ...job, sampling: { ...job.sampling, seed: 13 } }, collecting(other));

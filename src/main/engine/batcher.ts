@@ -434,33 +434,31 @@ export class ContinuousBatcher {
           const hiddenAt = (offset / logits.vocab) * screen.data.hidden;
           const screened = logits.screened === true;
           const { data, hidden } = logits;
-          if (greedy || sampler.screenWhole) {
-            id = greedy
-              ? exactPick(screen.data, data, offset, hidden, hiddenAt, screened, vocab, stats, this.pickScratch)
-              : exactDraw(
-                  screen.data,
-                  data,
-                  offset,
-                  hidden,
-                  hiddenAt,
-                  screened,
-                  sampler.temperature,
-                  sampler.noiseKey(),
-                  vocab,
-                  stats,
-                  this.drawScratch,
-                );
-            if (id < 0) throw notANumber();
-            sampler.took(id);
-            const kind = greedy ? (screened ? 'screenedPicks' : 'fullPicks') : screened ? 'screenedDraws' : 'fullDraws';
-            this.screenStats[kind]++;
+          if (greedy) {
+            id = exactPick(screen.data, data, offset, hidden, hiddenAt, screened, vocab, stats, this.pickScratch);
+          } else if (sampler.screenWhole) {
+            id = exactDraw(
+              screen.data,
+              data,
+              offset,
+              hidden,
+              hiddenAt,
+              screened,
+              sampler.temperature,
+              sampler.noiseKey(),
+              vocab,
+              stats,
+              this.drawScratch,
+            );
           } else {
             const k = sampler.screenTopK;
             const m = exactTopK(screen.data, data, offset, hidden, hiddenAt, screened, k, this.topK, vocab, stats);
-            if (m <= 0) throw notANumber();
-            id = sampler.drawAmong(this.topK.ids, this.topK.scores, m);
-            this.screenStats[screened ? 'screenedDraws' : 'fullDraws']++;
+            id = m > 0 ? sampler.drawAmong(this.topK.ids, this.topK.scores, m) : -1;
           }
+          if (id < 0) throw notANumber();
+          sampler.took(id);
+          const kind = greedy ? (screened ? 'screenedPicks' : 'fullPicks') : screened ? 'screenedDraws' : 'fullDraws';
+          this.screenStats[kind]++;
           this.screenStats.candidates += stats.candidates;
         } else id = sampler.sample(logits.data, offset, vocab);
       } catch (err) {

@@ -477,8 +477,8 @@ export class LoadedDecoder {
   }
 
   /**
-   * Greedy picks and top-k draws made from the head's screen or from full scores (both exact), and the tokens scored
-   * exactly.
+   * Greedy picks and draws (top-k or whole-vocabulary) made from the head's screen or from full scores (both exact),
+   * and the tokens scored exactly.
    */
   get screenStats(): ContinuousBatcher['screenStats'] {
     return this.batcher.screenStats;

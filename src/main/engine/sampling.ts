@@ -276,11 +276,10 @@ export class Sampler {
   private indices = new Int32Array(0);
   /** Positions 0, 1, 2 …: the candidates of a draw among an exact top-k's scores (drawAmong). */
   private ranks = new Int32Array(0);
-  private readonly vocabSize: number;
 
   constructor(
     private readonly params: SamplingParams,
-    vocabSize: number,
+    private readonly vocabSize: number,
     prompt: readonly number[] = [],
     /**
      * JSON mode: only tokens that keep the reply a prefix of one JSON object (conforming to a schema, if any);
@@ -289,7 +288,6 @@ export class Sampler {
     private readonly constraint?: ReplyConstraint,
   ) {
     this.rng = createRng(params.seed);
-    this.vocabSize = vocabSize;
     this.scratch = new Float32Array(vocabSize);
     const window = params.repetitionWindow ?? 0;
     if (params.repetitionPenalty !== 1) {
@@ -350,8 +348,13 @@ export class Sampler {
    * {@link noiseKey}, then record it with `took`.
    */
   get screenWhole(): boolean {
+    return !this.isGreedy && this.byTemperatureAlone(this.vocabSize) && this.asScored;
+  }
+
+  /** True when a draw among `vocab` tokens is over all of them by temperature alone: no top-k under it, top-p or min-p. */
+  private byTemperatureAlone(vocab: number): boolean {
     const p = this.params;
-    return !this.isGreedy && !(p.topK > 0 && p.topK < this.vocabSize) && p.topP >= 1 && !(p.minP > 0) && this.asScored;
+    return !(p.topK > 0 && p.topK < vocab) && p.topP >= 1 && !(p.minP > 0);
   }
 
   /** The key of a draw's noise (gumbel.ts): one number of the seeded generator, as every draw takes. */
@@ -361,13 +364,11 @@ export class Sampler {
 
   /**
    * A draw (temperature, top-p, min-p) among the `m` likeliest tokens of an exact top-k (head-screen.ts's TopKScratch:
-   * their ids and scores, the likeliest first), recorded as `sample` records its tokens. Returns the token's id.
+   * their ids and scores, the likeliest first). Returns the token's id, for `took`.
    */
   drawAmong(ids: Int32Array, scores: Float32Array, m: number): number {
     if (this.ranks.length < m) this.ranks = Int32Array.from({ length: m }, (_, i) => i);
-    const id = ids[this.drawFrom(scores.subarray(0, m), this.ranks.subarray(0, m), false)] as number;
-    this.took(id);
-    return id;
+    return ids[this.drawFrom(scores.subarray(0, m), this.ranks.subarray(0, m), false)] as number;
   }
 
   /** True once a constrained reply is complete: its JSON object closed. */
@@ -389,7 +390,7 @@ export class Sampler {
     return id;
   }
 
-  /** Records a token picked outside `sample` (a screened greedy pick) for the penalties and the constraint. */
+  /** Records a token picked outside `sample` (a pick or draw from the head's screen) for the penalties and the constraint. */
   took(id: number): void {
     if (this.seen) this.remember(id);
     if (this.counts) this.counts.set(id, (this.counts.get(id) ?? 0) + 1);
@@ -471,11 +472,11 @@ export class Sampler {
    */
   private draw(x: Float32Array, vocab: number): number {
     const p = this.params;
-    const k = p.topK > 0 ? Math.min(p.topK, vocab) : vocab;
-    if (k >= vocab && p.topP >= 1 && !(p.minP > 0)) {
+    if (this.byTemperatureAlone(vocab)) {
       const id = gumbelArgmax(x, 0, vocab, p.temperature, this.noiseKey());
       return id >= 0 ? id : argmax(x, 0, vocab);
     }
+    const k = p.topK > 0 ? Math.min(p.topK, vocab) : vocab;
     const candidates = k >= x.length ? this.everyIndex(x.length) : topKIndices(x, k);
     return this.drawFrom(x, candidates, candidates === this.indices);
   }
