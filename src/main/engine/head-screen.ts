@@ -185,6 +185,21 @@ export class PickScratch {
   /** Picks whose second pass read the kept tokens only / the whole vocabulary. */
   fromKept = 0;
   fromAll = 0;
+
+  /** Where the first pass keeps the tokens near the best: null while no window is known. */
+  keeping(): Int32Array | null {
+    return this.width < Number.POSITIVE_INFINITY ? this.kept : null;
+  }
+
+  /**
+   * Counts how a pick's second pass read, and keeps twice its `window` (best − cut) for the next pick; none where the
+   * window is not a number ≥ 0 (a cut that is not a number: every token is read then).
+   */
+  carry(fromKept: boolean, window: number): void {
+    if (fromKept) this.fromKept++;
+    else this.fromAll++;
+    this.width = window >= 0 ? 2 * window : Number.POSITIVE_INFINITY;
+  }
 }
 
 /** The 8-bit head onnxruntime multiplies by (MatMulNBits' B and scales). */
@@ -413,7 +428,7 @@ export function exactPick(
   if (!Number.isFinite(norms.l1)) return -1;
   // With a scratch that knows the last window, the first pass also keeps the tokens near the best.
   const width = scratch?.width ?? Number.POSITIVE_INFINITY;
-  const keeping = width < Number.POSITIVE_INFINITY ? (scratch?.kept ?? null) : null;
+  const keeping = scratch?.keeping() ?? null;
   const { top, max, min, kept } = firstPass(scores, at, vocab, keeping, width);
   const maxAbs = Math.max(0, max, -min);
   let best = -1;
@@ -441,13 +456,7 @@ export function exactPick(
         best = n;
       }
     }
-    if (scratch) {
-      if (fromKept) scratch.fromKept++;
-      else scratch.fromAll++;
-      // Twice this window, for the next pick (none where the cut is not a number: every token is read then).
-      const window = max - cut;
-      scratch.width = checked && window >= 0 ? 2 * window : Number.POSITIVE_INFINITY;
-    }
+    scratch?.carry(fromKept, checked ? max - cut : Number.NaN);
   }
   if (stats) stats.candidates = count;
   return best;
@@ -482,7 +491,7 @@ export function exactDraw(
   const norms = normsOf(screen, hiddenState, hiddenAt);
   if (!Number.isFinite(norms.l1)) return -1;
   const width = scratch?.width ?? Number.POSITIVE_INFINITY;
-  const keeping = width < Number.POSITIVE_INFINITY ? (scratch?.kept ?? null) : null;
+  const keeping = scratch?.keeping() ?? null;
   // The first pass: the largest lower bound and its token, the scores' range, and the tokens near the best. The
   // noise's tables and hash as locals: an imported binding read in a loop can cost a call each time (tsx's
   // CommonJS output reads it through a getter: the pass took 8× as long).
@@ -545,11 +554,7 @@ export function exactDraw(
         best = n;
       }
     }
-    if (scratch) {
-      if (fromKept) scratch.fromKept++;
-      else scratch.fromAll++;
-      scratch.width = checked && lowest - cut >= 0 ? 2 * (lowest - cut) : Number.POSITIVE_INFINITY;
-    }
+    scratch?.carry(fromKept, checked ? lowest - cut : Number.NaN);
   }
   if (stats) stats.candidates = count;
   return best;
@@ -663,7 +668,7 @@ export function exactTopK(
   out.begin(vocab);
   const exactOf = (n: number) => (bias ? (bias[n] as number) : 0) + rows.dot(n, hiddenState, hiddenAt);
   const width = out.width;
-  const keeping = width < Number.POSITIVE_INFINITY ? out.kept : null;
+  const keeping = out.keeping();
   const { max, min, kept } = firstPass(scores, at, vocab, keeping, width);
   const maxAbs = Math.max(0, max, -min);
   // The best `want` screened scores, among the kept tokens when there are enough of them (they hold every token
@@ -692,10 +697,7 @@ export function exactTopK(
     if (checked && !(s + boundOf(screen, n, norms, screened, s) >= floor)) continue;
     out.push(n, exactOf(n));
   }
-  if (fromKept) out.fromKept++;
-  else out.fromAll++;
-  // Twice this window, for the next draw (none where the cut is not a number: every token is read then).
-  out.width = checked && max - cut >= 0 ? 2 * (max - cut) : Number.POSITIVE_INFINITY;
+  out.carry(fromKept, checked ? max - cut : Number.NaN);
   if (stats) stats.candidates = out.scoredCount;
   return out.settle(want);
 }
