@@ -54,3 +54,4 @@ export const TENSOR_FLOAT = 1;
 export const TENSOR_UINT8 = 2;
 export const INT64 = 7;
 export const TENSOR_BOOL = 9;
+export const TENSOR_FLOAT16 = 10;

@@ -17,6 +17,7 @@ import { commonPrefix, idTensor, maskTensor } from './feeds';
 import { exactDraw, exactPick, exactTopK, PickScratch, TopKScratch } from './head-screen';
 import { constraintFor } from './json-constraint';
 import {
+  appendSeq,
   concatBatch,
   emptyPast,
   padSeqLeft,
@@ -208,6 +209,11 @@ export class ContinuousBatcher {
      * scores with it; every greedy pick is exact either way. Null: every run scores in full.
      */
     private readonly screen: LastPositionScreen | null = null,
+    /**
+     * Each past input → the run's output of the positions it adds (the graph's present is Concat(past, added)):
+     * runs fetch these instead of the presents, which are then grown in place (appendSeq). Null: presents whole.
+     */
+    private readonly kvAdded: ReadonlyMap<string, string> | null = null,
   ) {
     if (!Number.isInteger(chunkTokens) || chunkTokens < 1) {
       throw new KvdeskError('INTERNAL', `prefill chunk must be a positive whole number of tokens, got ${chunkTokens}`);
@@ -339,11 +345,7 @@ export class ContinuousBatcher {
   private async runCounted(hooks: GenerationHooks, feeds: Record<string, ort.Tensor>) {
     hooks.countRun();
     try {
-      const out = await this.run(feeds);
-      let bytes = 0;
-      for (const t of this.kvTensors) bytes += (out[t.present]?.data as Float32Array | undefined)?.byteLength ?? 0;
-      if (bytes > this.peakKvBytes) this.peakKvBytes = bytes;
-      return out;
+      return await this.run(feeds);
     } catch (err) {
       throw new KvdeskError(
         'ENGINE_FAILED',
@@ -387,13 +389,28 @@ export class ContinuousBatcher {
     return this.rows.every((r) => screens(r.req.samplers[r.index] as Sampler) && r.req.job.logprobs === undefined);
   }
 
-  private presents(out: ort.InferenceSession.OnnxValueMapType): Map<string, ort.Tensor> {
+  /**
+   * The run's present KV: as the graph returned it, or built from `past` (the KV the run was fed, stale after
+   * this) and the positions the run added. Counts the most bytes of KV a run has made.
+   */
+  private presents(out: ort.InferenceSession.OnnxValueMapType, past: Map<string, ort.Tensor>): Map<string, ort.Tensor> {
     const next = new Map<string, ort.Tensor>();
+    const added = this.kvAdded;
     for (const t of this.kvTensors) {
-      const present = out[t.present];
-      if (!present) throw new KvdeskError('ENGINE_FAILED', `the graph produced no ${t.present} output`);
-      next.set(t.past, present);
+      const name = added ? (added.get(t.past) as string) : t.present;
+      const got = out[name] as ort.Tensor | undefined;
+      if (!got) throw new KvdeskError('ENGINE_FAILED', `the graph produced no ${name} output`);
+      next.set(t.past, added ? appendSeq(t, past.get(t.past), got) : got);
     }
+    if (added) {
+      // The added positions are in the presents now (a prefill chunk's are as large as its part of the KV).
+      releaseKv(
+        [...added.values()].map((name) => out[name] as ort.Tensor),
+        next,
+      );
+    }
+    const bytes = tensorsBytes(next.values());
+    if (bytes > this.peakKvBytes) this.peakKvBytes = bytes;
     return next;
   }
 
@@ -625,7 +642,7 @@ export class ContinuousBatcher {
       out = await this.runCounted((group[0] as Member).hooks, feeds);
       // The past tensors are dead now: freed before the next chunk or sampling.
       for (const t of this.kvTensors) delete feeds[t.past];
-      past = this.presents(out);
+      past = this.presents(out, past);
       release(fed);
       this.checkBytes(past, R, pastLen + to);
       // Only the last chunk's logits are sampled; an earlier chunk's are dropped before the next run.
@@ -787,7 +804,7 @@ export class ContinuousBatcher {
     // Drop the last references to the previous KV at once (the async frame keeps `feeds` alive until the
     // step ends): the engine then holds one copy per token while it samples and sends frames, not two.
     for (const t of this.kvTensors) delete feeds[t.past];
-    const past = this.presents(out);
+    const past = this.presents(out, this.past);
     this.checkBytes(past, B, L + n);
     return { past, logits: this.logitsOf(out, n > 1, screened), fed };
   }

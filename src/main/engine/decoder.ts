@@ -11,7 +11,7 @@ import { ContinuousBatcher, type LookupDecoding, PREFILL_CHUNK_TOKENS, rowSeed, 
 import { idTensor } from './feeds';
 import { exactPick, screenBytes, worstBoundShare } from './head-screen';
 import type { ReplyForm } from './json-constraint';
-import { emptyPast } from './kv-cache';
+import { appendSeq, emptyPast } from './kv-cache';
 import { type LastPositionScreen, lastPositionGraph } from './last-position';
 import { logitsRows } from './logits';
 import { LOOKUP_DRAFT_TOKENS, lookupDraft } from './lookup';
@@ -136,6 +136,7 @@ export async function lastPositionSession(
   spec: ModelSpec,
   options: ort.InferenceSession.SessionOptions,
   screen: boolean | 'always' = false,
+  kvAppend = false,
 ): Promise<{
   session: ort.InferenceSession | null;
   logits: LogitsPositions;
@@ -144,8 +145,11 @@ export async function lastPositionSession(
   screen?: LastPositionScreen;
   /** The copy's input that asks for full scores (fed true unless a run screens), with or without a checked screen. */
   fullInput?: string;
+  /** Each past input → the copy's output of the positions a run adds to it, checked (see addedChecked). */
+  kvAdded?: Map<string, string>;
 }> {
-  const rewrite = lastPositionGraph(spec.graphPath, spec.ports.logits.name, { screen });
+  const kv = kvAppend && spec.kv.kind === 'dynamic' ? spec.kv.tensors : undefined;
+  const rewrite = lastPositionGraph(spec.graphPath, spec.ports.logits.name, { screen, ...(kv ? { kv } : {}) });
   if (!rewrite.ok) return { session: null, logits: { last: false, detail: rewrite.reason } };
   let session: ort.InferenceSession | null = null;
   try {
@@ -167,7 +171,8 @@ export async function lastPositionSession(
       );
     }
     const prefix = await run(probeFeeds(spec, [ids.slice(0, 2)]));
-    const stepped = (await run(probeFeeds(spec, [ids.slice(2)], 2, prefix)))[name] as ort.Tensor | undefined;
+    const steppedOut = await run(probeFeeds(spec, [ids.slice(2)], 2, prefix));
+    const stepped = steppedOut[name] as ort.Tensor | undefined;
     if (!stepped) throw new Error(`its step run produced no ${name}`);
     const gap = logitsGap(logitsRows(whole).data, logitsRows(stepped).data);
     if (!(gap <= roundingOf(whole))) {
@@ -191,6 +196,14 @@ export async function lastPositionSession(
         logits.screen = `the LM head is scored in full: its 8-bit screen ${why}`;
       }
     } else if (screen) logits.screen = `the LM head is scored in full: ${rewrite.screenReason ?? 'no screen'}`;
+    let kvAdded: Map<string, string> | undefined;
+    if (kv && rewrite.kvAdded) {
+      const why = addedChecked(kv, rewrite.kvAdded, prefix, steppedOut);
+      if (why === null) {
+        kvAdded = rewrite.kvAdded;
+        logits.kv = 'runs return the positions they add; the engine grows the present KV in place';
+      } else logits.kv = `runs return the present KV whole: the positions they add ${why}`;
+    } else if (kv) logits.kv = `runs return the present KV whole: ${rewrite.kvAddedReason ?? 'not built'}`;
     return {
       session,
       logits,
@@ -198,6 +211,7 @@ export async function lastPositionSession(
       window,
       ...(checkedScreen ? { screen: checkedScreen } : {}),
       ...(fullInput ? { fullInput } : {}),
+      ...(kvAdded ? { kvAdded } : {}),
     };
   } catch (err) {
     await session?.release().catch(() => undefined);
@@ -237,6 +251,46 @@ async function screenChecked(
   } catch (err) {
     return `could not run (${err instanceof Error ? err.message : String(err)})`;
   }
+}
+
+/**
+ * Null when the presents built from the probe's added positions (a first run, then a step grown in place) equal,
+ * byte for byte, the presents the graph returned itself; else what differed.
+ */
+function addedChecked(
+  kv: readonly KvTensorSpec[],
+  added: ReadonlyMap<string, string>,
+  first: ort.InferenceSession.OnnxValueMapType,
+  step: ort.InferenceSession.OnnxValueMapType,
+): string | null {
+  try {
+    for (const t of kv) {
+      const name = added.get(t.past) as string;
+      const a = first[name];
+      const b = step[name];
+      if (!a || !b) return `were not returned ("${name}")`;
+      // Compared before it grows in place (it is stale after).
+      const made = appendSeq(t, undefined, a);
+      if (!sameBytes(made, first[t.present]) || !sameBytes(appendSeq(t, made, b), step[t.present])) {
+        return `do not make "${t.present}" as the graph does`;
+      }
+    }
+    return null;
+  } catch (err) {
+    return `could not be appended (${err instanceof Error ? err.message : String(err)})`;
+  }
+}
+
+/** Whether two tensors have the same dims and bytes. */
+function sameBytes(a: ort.Tensor, b: ort.OnnxValue | undefined): boolean {
+  if (!b || !('dims' in b) || a.dims.join() !== b.dims.join()) return false;
+  const x = a.data as Float32Array | Uint16Array;
+  const y = b.data as Float32Array | Uint16Array;
+  if (x.byteLength !== y.byteLength) return false;
+  const u = new Uint8Array(x.buffer, x.byteOffset, x.byteLength);
+  const v = new Uint8Array(y.buffer, y.byteOffset, y.byteLength);
+  for (let i = 0; i < u.length; i++) if (u[i] !== v[i]) return false;
+  return true;
 }
 
 /** KVDESK_HEAD_SCREEN: 0 turns the head's screen off, `always` screens any vocabulary. */
@@ -359,7 +413,11 @@ export class LoadedDecoder {
     private readonly screen: LastPositionScreen | null = null,
     /** The copy's input that asks for full scores: fed true in every run that does not set it. */
     private readonly fullInput?: string,
+    /** Each past input → the copy's output of the positions a run adds (checked): runs fetch these, not presents. */
+    kvAdded: ReadonlyMap<string, string> | null = null,
   ) {
+    const presents = new Set(kvTensors.map((t) => t.present));
+    this.fetches = kvAdded ? session.outputNames.filter((n) => !presents.has(n)) : undefined;
     this.batcher = new ContinuousBatcher(
       spec,
       kvTensors,
@@ -368,6 +426,7 @@ export class LoadedDecoder {
       prefillChunkTokens,
       lookup,
       screen,
+      kvAdded,
     );
     this.staticRunner =
       spec.kv.kind === 'static'
@@ -381,8 +440,12 @@ export class LoadedDecoder {
     if (this.staticRunner) this.batchable = false;
   }
 
+  /** The outputs every run fetches: all but the presents where runs return the positions they add; else all. */
+  private readonly fetches: string[] | undefined;
+
   private run(feeds: Record<string, ort.Tensor>): Promise<ort.InferenceSession.OnnxValueMapType> {
-    return this.session.run(scoringLast(feeds, this.startsInput, this.fullInput));
+    const scoring = scoringLast(feeds, this.startsInput, this.fullInput);
+    return this.fetches ? this.session.run(scoring, this.fetches) : this.session.run(scoring);
   }
 
   /** One tiny two-row run at load time tells whether batching works for this graph. */
@@ -415,6 +478,7 @@ export class LoadedDecoder {
     let window = false;
     let screen: LastPositionScreen | undefined;
     let fullInput: string | undefined;
+    let kvAdded: Map<string, string> | undefined;
     // A static cache's rows take turns through their own loop (static-cache.ts), which does not screen. On a GPU
     // the 8-bit product would run in another kernel, whose rounding the bounds were not checked against: the CPU
     // only.
@@ -434,7 +498,13 @@ export class LoadedDecoder {
           window = false,
           screen,
           fullInput,
-        } = await lastPositionSession(spec, sessionOptions, screening));
+          kvAdded,
+        } = await lastPositionSession(
+          spec,
+          sessionOptions,
+          screening,
+          options.kvAppend ?? process.env.KVDESK_KV_APPEND !== '0',
+        ));
         if (asked !== false && !onCpu && logits.last) {
           logits.screen = 'the LM head is scored in full: its 8-bit screen runs on the CPU backend only';
         }
@@ -471,6 +541,7 @@ export class LoadedDecoder {
       startsInput,
       screen ?? null,
       fullInput,
+      kvAdded ?? null,
     );
     await decoder.probeBatch();
     return decoder;

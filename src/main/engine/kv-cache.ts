@@ -50,23 +50,91 @@ const RELEASE = transfer !== undefined && process.env.KVDESK_KV_RELEASE !== '0';
 
 /**
  * Frees the memory of KV tensors nothing reads any more now, instead of at some later garbage collection, by
- * detaching their buffers (`transfer(0)`): a tensor of `dead` that is also one of `live` (a step or a trim that
- * kept it as it was) is left alone. Each step returns every present tensor in fresh buffers outside the JavaScript
- * heap (onnxruntime-node's copies), and V8 counts them against a limit that starts a collection when reached: at
- * 8 rows that was a collection every step or two, each one marking the whole heap. Where the runtime cannot
- * detach, nothing happens and the collector frees them as before.
+ * detaching their buffers (`transfer(0)`): a tensor of `dead` whose buffer one of `live` still uses (a step or a
+ * trim that kept it as it was, or a present grown in place over its past: appendSeq) is left alone. Fresh
+ * buffers outside the JavaScript heap count against a limit that starts a collection when reached: at 8 rows
+ * onnxruntime-node's copies of every present tensor made that a collection every step or two, each one marking
+ * the whole heap. Where the runtime cannot detach, nothing happens and the collector frees them as before.
  */
 export function releaseKv(dead: Iterable<ort.Tensor | undefined>, live: Map<string, ort.Tensor>): void {
   if (!RELEASE) return;
-  const keep = new Set(live.values());
+  const kept = new Set<ArrayBufferLike>();
+  for (const t of live.values()) if (t.location === 'cpu') kept.add((t.data as TypedArray).buffer);
   for (const t of dead) {
-    if (!t || keep.has(t) || t.location !== 'cpu') continue;
+    if (!t || t.location !== 'cpu') continue;
     const data = t.data as TypedArray;
     const buffer = data.buffer;
-    // Only a buffer the tensor has to itself (a view over part of a larger one may share it).
-    if (!(buffer instanceof ArrayBuffer) || data.byteOffset !== 0 || data.byteLength !== buffer.byteLength) continue;
+    if (!(buffer instanceof ArrayBuffer) || kept.has(buffer)) continue;
+    // A buffer the tensor has to itself, or one appendSeq made (its tensors are views over a part of it); a view
+    // over part of some other buffer may share it with what this code does not see.
+    if (!growable.has(buffer) && (data.byteOffset !== 0 || data.byteLength !== buffer.byteLength)) continue;
     if (buffer.byteLength > 0) transfer?.call(buffer, 0);
   }
+}
+
+/**
+ * Positions a buffer appendSeq makes holds for each row, rounded up to a multiple of this (at least one spare):
+ * the next steps' positions are written in place until it is full, and then it is made again, larger.
+ */
+export const KV_GROWTH_POSITIONS = 16;
+/** Buffers appendSeq made: the present tensors over them may grow in place, as nothing else reads them. */
+const growable = new WeakSet<ArrayBuffer>();
+
+/**
+ * A present KV tensor built from the past one fed to a run and the positions the run added (the graph's present
+ * is Concat(past, added) along the sequence axis; last-position.ts exposes `added` and the run fetches it instead
+ * of the present, which onnxruntime-node would copy out whole into a fresh buffer every step). Where the past's
+ * buffer is one this function made and has room, every row's block moves up in place (last row first, so no
+ * block overwrites one not yet moved) and the new positions go in after it: the past tensor is then stale, so
+ * the caller must hold no other reference that reads it. Else a buffer with room for KV_GROWTH_POSITIONS more is
+ * made and both are copied in. `past` absent: the added positions are the whole present (a first run).
+ */
+export function appendSeq(spec: KvTensorSpec, past: ort.Tensor | undefined, added: ort.Tensor): ort.Tensor {
+  const a = blocks(spec, added.dims);
+  const p = past ? blocks(spec, past.dims) : { ...a, seq: 0 };
+  if (
+    past &&
+    (p.pre !== a.pre || p.batch !== a.batch || p.mid !== a.mid || p.post !== a.post || added.type !== past.type)
+  ) {
+    throw new KvdeskError(
+      'ENGINE_FAILED',
+      `${spec.present}: the run added ${added.type} positions of shape [${added.dims.join(', ')}] to a ${past.type} past of [${past.dims.join(', ')}]`,
+    );
+  }
+  const rows = a.pre * a.batch * a.mid;
+  const post = a.post;
+  const L = p.seq;
+  const total = L + a.seq;
+  const need = rows * total * post;
+  const src = past?.data as TypedArray | undefined;
+  const add = added.data as TypedArray;
+  const bytes = add.BYTES_PER_ELEMENT;
+  let dst: TypedArray;
+  const buffer = src?.buffer;
+  if (
+    src &&
+    buffer instanceof ArrayBuffer &&
+    growable.has(buffer) &&
+    src.byteOffset === 0 &&
+    buffer.byteLength >= need * bytes
+  ) {
+    dst = view(add, buffer, need);
+    for (let i = rows - 1; i >= 1; i--) dst.copyWithin(i * total * post, i * L * post, (i + 1) * L * post);
+  } else {
+    const capacity = Math.ceil((total + 1) / KV_GROWTH_POSITIONS) * KV_GROWTH_POSITIONS;
+    const made = new ArrayBuffer(rows * capacity * post * bytes);
+    growable.add(made);
+    dst = view(add, made, need);
+    if (src) for (let i = 0; i < rows; i++) dst.set(src.subarray(i * L * post, (i + 1) * L * post), i * total * post);
+  }
+  for (let i = 0; i < rows; i++)
+    dst.set(add.subarray(i * a.seq * post, (i + 1) * a.seq * post), (i * total + L) * post);
+  return new ort.Tensor(added.type as 'float32' | 'float16', dst, withDims(spec, added.dims, a.batch, total));
+}
+
+/** The first `length` elements of `buffer`, as the same kind of array as `like`. */
+function view(like: TypedArray, buffer: ArrayBuffer, length: number): TypedArray {
+  return like instanceof Float32Array ? new Float32Array(buffer, 0, length) : new Uint16Array(buffer, 0, length);
 }
 
 /** Keeps the first `keep` positions of a KV tensor along its sequence axis. */

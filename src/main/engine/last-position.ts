@@ -20,6 +20,7 @@
  * reason. The engine checks the copy before using it (decoder.ts).
  */
 import path from 'node:path';
+import type { KvTensorSpec } from '../../shared/model-spec';
 import {
   ATTR_F,
   ATTR_G,
@@ -56,6 +57,7 @@ import {
   TENSOR_DIMS,
   TENSOR_EXTERNAL_DATA,
   TENSOR_FLOAT,
+  TENSOR_FLOAT16,
   TENSOR_NAME,
   TENSOR_RAW_DATA,
   TENSOR_TYPE_ELEM,
@@ -140,6 +142,13 @@ export type LastPositionResult =
       screen?: LastPositionScreen;
       /** Why the head has no screen. */
       screenReason?: string;
+      /**
+       * Each KV past input → the copy's output of the positions a run adds to it (its present is Concat(past,
+       * added) along the sequence axis): the engine fetches these and builds the presents itself (appendSeq).
+       */
+      kvAdded?: Map<string, string>;
+      /** Why the presents are fetched whole. */
+      kvAddedReason?: string;
     }
   | { ok: false; reason: string };
 
@@ -662,13 +671,39 @@ function screenPlan(
 }
 
 /**
+ * Each KV past input → the value its present concatenates after it, where every present is a plain Concat of
+ * its past and one other value along the KV's sequence axis (the layout of the project's generator and of most
+ * exports that compute attention from ONNX ops); else why not (a contrib attention op writes its present itself).
+ */
+function addedPositions(nodes: Node[], kv: readonly KvTensorSpec[]): Map<string, string> | string {
+  const producer = new Map<string, Node>();
+  for (const n of nodes) for (const o of n.outputs) producer.set(o, n);
+  const added = new Map<string, string>();
+  for (const t of kv) {
+    const n = producer.get(t.present);
+    const axis = n?.ints.get('axis');
+    const plain =
+      n !== undefined &&
+      n.opType === 'Concat' &&
+      (n.domain === '' || n.domain === 'ai.onnx') &&
+      n.inputs.length === 2 &&
+      n.inputs[0] === t.past &&
+      axis !== undefined &&
+      (axis < 0 ? axis + t.shape.length : axis) === t.seqAxis;
+    if (!plain) return `"${t.present}" is not a Concat of "${t.past}" and the new positions along its sequence axis`;
+    added.set(t.past, n.inputs[1] as string);
+  }
+  return added;
+}
+
+/**
  * Builds the last-position copy of the graph at `graphPath` whose logits output
  * is `logits`. Reads the file's structure only (weights are referenced, not read).
  */
 export function lastPositionGraph(
   graphPath: string,
   logits: string,
-  options: { screen?: boolean | 'always' } = {},
+  options: { screen?: boolean | 'always'; kv?: readonly KvTensorSpec[] } = {},
 ): LastPositionResult {
   let file: FileBytes;
   try {
@@ -688,6 +723,7 @@ export function lastPositionGraph(
     const initializerDims = new Map<string, number[]>();
     const initializers = new Map<string, WireField>();
     const taken = new Set<string>();
+    const outputs = new Set<string>();
     for (const f of graph) {
       if (f.field === GRAPH_NODE && f.wire === WIRE_LEN) {
         const node = readNode(file, f);
@@ -698,9 +734,11 @@ export function lastPositionGraph(
         initializerDims.set(name, dims);
         initializers.set(name, f);
         taken.add(name);
-      } else if (f.field === GRAPH_INPUT && f.wire === WIRE_LEN) {
+      } else if ((f.field === GRAPH_INPUT || f.field === GRAPH_OUTPUT) && f.wire === WIRE_LEN) {
         for (const g of fields(file, f.valueStart, f.end)) {
-          if (g.field === VALUE_INFO_NAME && g.wire === WIRE_LEN) taken.add(text(file, g));
+          if (g.field !== VALUE_INFO_NAME || g.wire !== WIRE_LEN) continue;
+          taken.add(text(file, g));
+          if (f.field === GRAPH_OUTPUT) outputs.add(text(file, g));
         }
       }
     }
@@ -819,6 +857,15 @@ export function lastPositionGraph(
       push(lenField(GRAPH_OUTPUT, valueInfo(headIn, TENSOR_FLOAT)));
       screen = { data: q, fullInput: names.full, hiddenOutput: headIn };
     }
+    const kvAdded = options.kv ? addedPositions(nodes, options.kv) : 'not asked for';
+    if (typeof kvAdded !== 'string') {
+      for (const t of options.kv ?? []) {
+        const name = kvAdded.get(t.past) as string;
+        if (outputs.has(name)) continue;
+        outputs.add(name);
+        push(lenField(GRAPH_OUTPUT, valueInfo(name, t.dtype === 'float16' ? TENSOR_FLOAT16 : TENSOR_FLOAT)));
+      }
+    }
     const out: Buffer[] = [];
     for (const f of model) {
       if (f === graphField) {
@@ -849,6 +896,7 @@ export function lastPositionGraph(
       startsInput: names.starts,
       detail,
       ...(screen ? { screen } : { screenReason: typeof screening === 'string' ? screening : 'not built' }),
+      ...(typeof kvAdded === 'string' ? { kvAddedReason: kvAdded } : { kvAdded }),
     };
   } catch (err) {
     if (err instanceof CopyTooBig) {

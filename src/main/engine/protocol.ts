@@ -56,6 +56,11 @@ export interface EngineSessionOptions {
   headScreen?: boolean | 'always';
   /** Lookup decoding (lookup.ts): tokens one check drafts at most; 0 turns it off; default LOOKUP_DRAFT_TOKENS. */
   lookupDraftTokens?: number;
+  /**
+   * Whether runs fetch only the positions they add to the KV, and the engine grows its present tensors in place
+   * (kv-cache.ts appendSeq), where the graph's presents are plain Concats; default true, unless KVDESK_KV_APPEND=0.
+   */
+  kvAppend?: boolean;
 }
 
 export type { LookupCount };
@@ -70,6 +75,8 @@ export interface LogitsPositions {
   screen?: string;
   /** Memory the screen holds beside the weights (its 8-bit head in onnxruntime, and what the exact pick reads). */
   screenBytes?: number;
+  /** How runs return the KV: the positions they add (built into the presents in place), or why the presents whole. */
+  kv?: string;
 }
 
 /** The engine's reply to `load`. */
