@@ -395,6 +395,8 @@ describe('the host', () => {
     try {
       const info = await h.loadModel(defaultModelDir);
       expect(info.logits.last).toBe(true);
+      // Through the engine process: how its runs return the KV (kv-append.test.ts).
+      expect(info.logits.kv).toBe('runs return the positions they add; the engine grows the present KV in place');
     } finally {
       await h.close();
     }

@@ -20,6 +20,7 @@ import {
   appendSeq,
   concatBatch,
   emptyPast,
+  kvHeldBytes,
   padSeqLeft,
   releaseKv,
   selectBatch,
@@ -391,16 +392,21 @@ export class ContinuousBatcher {
 
   /**
    * The run's present KV: as the graph returned it, or built from `past` (the KV the run was fed, stale after
-   * this) and the positions the run added. Counts the most bytes of KV a run has made.
+   * this) and the positions the run added, in buffers with room for at most `limit` positions (what the batch can
+   * still reach). Counts the most bytes of KV a run has left in memory.
    */
-  private presents(out: ort.InferenceSession.OnnxValueMapType, past: Map<string, ort.Tensor>): Map<string, ort.Tensor> {
+  private presents(
+    out: ort.InferenceSession.OnnxValueMapType,
+    past: Map<string, ort.Tensor>,
+    limit: number,
+  ): Map<string, ort.Tensor> {
     const next = new Map<string, ort.Tensor>();
     const added = this.kvAdded;
     for (const t of this.kvTensors) {
       const name = added ? (added.get(t.past) as string) : t.present;
       const got = out[name] as ort.Tensor | undefined;
       if (!got) throw new KvdeskError('ENGINE_FAILED', `the graph produced no ${name} output`);
-      next.set(t.past, added ? appendSeq(t, past.get(t.past), got) : got);
+      next.set(t.past, added ? appendSeq(t, past.get(t.past), got, limit) : got);
     }
     if (added) {
       // The added positions are in the presents now (a prefill chunk's are as large as its part of the KV).
@@ -409,7 +415,7 @@ export class ContinuousBatcher {
         next,
       );
     }
-    const bytes = tensorsBytes(next.values());
+    const bytes = kvHeldBytes(next.values());
     if (bytes > this.peakKvBytes) this.peakKvBytes = bytes;
     return next;
   }
@@ -642,7 +648,8 @@ export class ContinuousBatcher {
       out = await this.runCounted((group[0] as Member).hooks, feeds);
       // The past tensors are dead now: freed before the next chunk or sampling.
       for (const t of this.kvTensors) delete feeds[t.past];
-      past = this.presents(out, past);
+      // The group's KV reaches at most its width and its longest reply.
+      past = this.presents(out, past, W + Math.max(...group.map((m) => m.job.maxNewTokens)));
       release(fed);
       this.checkBytes(past, R, pastLen + to);
       // Only the last chunk's logits are sampled; an earlier chunk's are dropped before the next run.
@@ -804,7 +811,9 @@ export class ContinuousBatcher {
     // Drop the last references to the previous KV at once (the async frame keeps `feeds` alive until the
     // step ends): the engine then holds one copy per token while it samples and sends frames, not two.
     for (const t of this.kvTensors) delete feeds[t.past];
-    const past = this.presents(out, this.past);
+    // The batch's KV grows by one position a step at most until its longest-running member ends.
+    const remaining = Math.max(...this.members().map((m) => m.job.maxNewTokens - m.generated));
+    const past = this.presents(out, this.past, L + n + Math.max(0, remaining));
     this.checkBytes(past, B, L + n);
     return { past, logits: this.logitsOf(out, n > 1, screened), fed };
   }

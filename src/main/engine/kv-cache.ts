@@ -73,8 +73,9 @@ export function releaseKv(dead: Iterable<ort.Tensor | undefined>, live: Map<stri
 }
 
 /**
- * Positions a buffer appendSeq makes holds for each row, rounded up to a multiple of this (at least one spare):
- * the next steps' positions are written in place until it is full, and then it is made again, larger.
+ * Positions a buffer appendSeq makes holds for each row, rounded up to a multiple of this (at least one spare, and
+ * never more than the KV can still reach): the next steps' positions are written in place until it is full, and
+ * then it is made again, larger.
  */
 export const KV_GROWTH_POSITIONS = 16;
 /** Buffers appendSeq made: the present tensors over them may grow in place, as nothing else reads them. */
@@ -87,9 +88,15 @@ const growable = new WeakSet<ArrayBuffer>();
  * buffer is one this function made and has room, every row's block moves up in place (last row first, so no
  * block overwrites one not yet moved) and the new positions go in after it: the past tensor is then stale, so
  * the caller must hold no other reference that reads it. Else a buffer with room for KV_GROWTH_POSITIONS more is
- * made and both are copied in. `past` absent: the added positions are the whole present (a first run).
+ * made and both are copied in. `past` absent: the added positions are the whole present (a first run). `limit`:
+ * the most positions this KV can hold before it is dropped (the room is never more than that).
  */
-export function appendSeq(spec: KvTensorSpec, past: ort.Tensor | undefined, added: ort.Tensor): ort.Tensor {
+export function appendSeq(
+  spec: KvTensorSpec,
+  past: ort.Tensor | undefined,
+  added: ort.Tensor,
+  limit = Number.POSITIVE_INFINITY,
+): ort.Tensor {
   const a = blocks(spec, added.dims);
   const p = past ? blocks(spec, past.dims) : { ...a, seq: 0 };
   if (
@@ -121,7 +128,10 @@ export function appendSeq(spec: KvTensorSpec, past: ort.Tensor | undefined, adde
     dst = view(add, buffer, need);
     for (let i = rows - 1; i >= 1; i--) dst.copyWithin(i * total * post, i * L * post, (i + 1) * L * post);
   } else {
-    const capacity = Math.ceil((total + 1) / KV_GROWTH_POSITIONS) * KV_GROWTH_POSITIONS;
+    const capacity = Math.max(
+      total,
+      Math.min(Math.ceil((total + 1) / KV_GROWTH_POSITIONS) * KV_GROWTH_POSITIONS, limit),
+    );
     const made = new ArrayBuffer(rows * capacity * post * bytes);
     growable.add(made);
     dst = view(add, made, need);
@@ -130,6 +140,19 @@ export function appendSeq(spec: KvTensorSpec, past: ort.Tensor | undefined, adde
   for (let i = 0; i < rows; i++)
     dst.set(add.subarray(i * a.seq * post, (i + 1) * a.seq * post), (i * total + L) * post);
   return new ort.Tensor(added.type as 'float32' | 'float16', dst, withDims(spec, added.dims, a.batch, total));
+}
+
+/**
+ * Bytes the KV tensors hold in memory: a present appendSeq made holds its whole buffer (its room included), any
+ * other tensor its data.
+ */
+export function kvHeldBytes(tensors: Iterable<ort.Tensor>): number {
+  let total = 0;
+  for (const t of tensors) {
+    const data = t.data as TypedArray;
+    total += data.buffer instanceof ArrayBuffer && growable.has(data.buffer) ? data.buffer.byteLength : data.byteLength;
+  }
+  return total;
 }
 
 /** The first `length` elements of `buffer`, as the same kind of array as `like`. */

@@ -118,6 +118,17 @@ describe('appendSeq', () => {
     expect(present.dims).toEqual([2, 2, room + 1, 3]);
   });
 
+  it('keeps no more room than the KV can still reach (its limit), and none past it', () => {
+    const spec = specOf(false, 2, 3, 'float32');
+    const bytesPer = 2 * 2 * 3 * 4;
+    const near = appendSeq(spec, undefined, positions(spec, 2, 5), 7);
+    expect((near.data as Float32Array).buffer.byteLength).toBe(7 * bytesPer);
+    const grown = appendSeq(spec, near, positions(spec, 2, 2), 7);
+    expect((grown.data as Float32Array).buffer).toBe((near.data as Float32Array).buffer);
+    const beyond = appendSeq(spec, grown, positions(spec, 2, 1), 7);
+    expect((beyond.data as Float32Array).buffer.byteLength).toBe(8 * bytesPer);
+  });
+
   it('never writes over a past it did not make (a session’s saved KV stays what it was)', () => {
     const spec = specOf(false, 2, 4, 'float32');
     // A plain tensor over a buffer with room to spare: still not grown in place.
