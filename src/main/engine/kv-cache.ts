@@ -61,7 +61,7 @@ export function releaseKv(dead: Iterable<ort.Tensor | undefined>, live: Map<stri
   const kept = new Set<ArrayBufferLike>();
   for (const t of live.values()) if (t.location === 'cpu') kept.add((t.data as TypedArray).buffer);
   for (const t of dead) {
-    if (!t || t.location !== 'cpu') continue;
+    if (t?.location !== 'cpu') continue;
     const data = t.data as TypedArray;
     const buffer = data.buffer;
     if (!(buffer instanceof ArrayBuffer) || kept.has(buffer)) continue;
