@@ -284,13 +284,11 @@ function addedChecked(
 /** Whether two tensors have the same dims and bytes. */
 function sameBytes(a: ort.Tensor, b: ort.OnnxValue | undefined): boolean {
   if (!b || !('dims' in b) || a.dims.join() !== b.dims.join()) return false;
-  const x = a.data as Float32Array | Uint16Array;
-  const y = b.data as Float32Array | Uint16Array;
-  if (x.byteLength !== y.byteLength) return false;
-  const u = new Uint8Array(x.buffer, x.byteOffset, x.byteLength);
-  const v = new Uint8Array(y.buffer, y.byteOffset, y.byteLength);
-  for (let i = 0; i < u.length; i++) if (u[i] !== v[i]) return false;
-  return true;
+  const bytes = (t: ort.Tensor) => {
+    const data = t.data as Float32Array | Uint16Array;
+    return Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+  };
+  return bytes(a).equals(bytes(b));
 }
 
 /** KVDESK_HEAD_SCREEN: 0 turns the head's screen off, `always` screens any vocabulary. */
