@@ -164,9 +164,9 @@ describe("the LM head's 8-bit screen", () => {
     }
   });
 
-  it('a top-k draw takes the exact top k from the screen: the same tokens alone and beside a request scored in full', async () => {
+  it('a top-k draw takes the exact top k from the screen: the same tokens alone, beside a request scored in full, and unscreened', async () => {
     const spec = await loadModelSpec(bigVocab());
-    const d = await LoadedDecoder.load(spec, { ...ENGINE, headScreen: true });
+    const { screened: d, full, dispose } = await both(spec);
     try {
       const job: GenerationJob = {
         rows: [prompt(20, 7, spec.vocabSize)],
@@ -179,8 +179,21 @@ describe("the LM head's 8-bit screen", () => {
       const beside = await besideUnscreened(d, job, spec.vocabSize);
       expect(beside.ids).toEqual(alone);
       expect(beside.fullDraws).toBeGreaterThanOrEqual(30);
+      // Without a screen (a GPU, KVDESK_HEAD_SCREEN=0), the sampler orders the top k as the screen's exact top k
+      // is ordered, the likeliest first: the same random numbers draw the same tokens.
+      const unscreened: number[] = [];
+      await full.generate(job, collecting(unscreened));
+      expect(unscreened).toEqual(alone);
+      // With top-p among them too (the nucleus is ordered the same way either way).
+      const nucleus = { ...job, sampling: { ...job.sampling, topP: 0.9 } };
+      const fromScreen: number[] = [];
+      const fromFull: number[] = [];
+      await d.generate(nucleus, collecting(fromScreen));
+      await full.generate(nucleus, collecting(fromFull));
+      expect(fromFull).toEqual(fromScreen);
+      expect(fromScreen).not.toEqual(alone);
     } finally {
-      await d.dispose();
+      await dispose();
     }
   });
 

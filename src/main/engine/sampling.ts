@@ -251,6 +251,21 @@ function nucleus(
 }
 
 /**
+ * Orders the ids of a top-k (topKIndices: in heap order) the likeliest first, equal scores the lower id first: the order an exact top-k from the head's screen has (head-screen.ts's exactTopK), so
+ * that one random number draws the same token from either — a seeded top-k reply is the same with the screen and
+ * without it (a GPU, a small vocabulary), up to a near tie. A score that is not a number ranks as −∞. Sorts `ids` in
+ * place and returns it.
+ */
+function likeliestFirst(x: Float32Array, ids: Int32Array): Int32Array {
+  const rank = (i: number): number => {
+    const v = x[i] as number;
+    return Number.isNaN(v) ? Number.NEGATIVE_INFINITY : v;
+  };
+  // Equal infinities subtract to NaN, which `||` passes over as it does 0.
+  return ids.sort((a, b) => rank(b) - rank(a) || a - b);
+}
+
+/**
  * Per-row sampler: owns its PRNG, scratch buffer and the history its penalties need (the prompt and the
  * tokens it picked), so nothing is allocated per token.
  */
@@ -477,7 +492,7 @@ export class Sampler {
       return id >= 0 ? id : argmax(x, 0, vocab);
     }
     const k = p.topK > 0 ? Math.min(p.topK, vocab) : vocab;
-    const candidates = k >= x.length ? this.everyIndex(x.length) : topKIndices(x, k);
+    const candidates = k >= x.length ? this.everyIndex(x.length) : likeliestFirst(x, topKIndices(x, k));
     return this.drawFrom(x, candidates, candidates === this.indices);
   }
 

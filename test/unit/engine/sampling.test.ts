@@ -291,7 +291,11 @@ function referenceSample(x: Float32Array, p: SamplingParams, rng: () => number):
 function referenceDraw(x: Float32Array, p: SamplingParams, rng: () => number): number {
   const vocab = x.length;
   const k = p.topK > 0 ? Math.min(p.topK, vocab) : vocab;
+  // The top k likeliest first, equal scores the lower id first (as the head screen's exact top-k orders them); a
+  // score that is not a number ranks as −∞.
+  const rank = (i: number) => (Number.isNaN(x[i]) ? Number.NEGATIVE_INFINITY : (x[i] as number));
   const candidates = [...topKIndices(x, k)];
+  if (k < vocab) candidates.sort((a, b) => rank(b) - rank(a) || a - b);
   let max = Number.NEGATIVE_INFINITY;
   for (const idx of candidates) if ((x[idx] as number) > max) max = x[idx] as number;
   const invT = 1 / p.temperature;
