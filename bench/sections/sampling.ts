@@ -7,7 +7,7 @@
  * do), and with top-p 0.9 alone (what an OpenAI client's top_p asks for: on
  * these random weights the nucleus is most of the vocabulary, which a trained
  * model's is not, so every token's draw orders nearly all of it: the worst
- * case), alternating round by round. The ratio to greedy is what drawing a
+ * case), and with min-p 0.05 alone, alternating round by round. The ratio to greedy is what drawing a
  * token costs on top of the model's step. Every reply runs to its last token,
  * past any end-of-text it draws (ignoreEos): on the Llama shape a package-default
  * reply ended after 3 tokens, timed over 2.
@@ -30,11 +30,15 @@ export const SAMPLING_MODES = {
     label: 'temperature 0.7, top-p 0.9 without top-k (a nucleus of most of the vocabulary on random weights)',
     sampling: { temperature: 0.7, topK: 0, topP: 0.9, seed: 7 },
   },
+  minP: {
+    label: 'temperature 0.7, min-p 0.05 alone',
+    sampling: { temperature: 0.7, topK: 0, topP: 1, minP: 0.05, seed: 7 },
+  },
 } satisfies Record<string, { label: string; sampling: SamplingSettings }>;
 
 export type SamplingMode = keyof typeof SAMPLING_MODES;
 /** The modes that draw, each compared with greedy. */
-export const SAMPLED = ['whole', 'package', 'nucleus'] as const;
+export const SAMPLED = ['whole', 'package', 'nucleus', 'minP'] as const;
 
 export interface SamplingResult {
   tokens: number;
@@ -51,8 +55,8 @@ export async function runSampling(
   prompts: PromptSource,
 ): Promise<SamplingResult> {
   const modes = Object.keys(SAMPLING_MODES) as SamplingMode[];
-  const tps: SamplingResult['tps'] = { greedy: [], whole: [], package: [], nucleus: [] };
-  const vsGreedy: SamplingResult['vsGreedy'] = { whole: [], package: [], nucleus: [] };
+  const tps: SamplingResult['tps'] = { greedy: [], whole: [], package: [], nucleus: [], minP: [] };
+  const vsGreedy: SamplingResult['vsGreedy'] = { whole: [], package: [], nucleus: [], minP: [] };
   const prompt = prompts.prompt(32);
   for (let r = 0; r < opts.reps; r++) {
     const round: Partial<Record<SamplingMode, number>> = {};
@@ -71,7 +75,7 @@ export async function runSampling(
     log(`  sampling round ${r + 1}/${opts.reps}: ${modes.map((m) => `${m} ${round[m]?.toFixed(1)}`).join(', ')} tok/s`);
   }
   log(
-    `  sampling: whole vocabulary ×${median(vsGreedy.whole).toFixed(2)}, package defaults ×${median(vsGreedy.package).toFixed(2)}, top-p alone ×${median(vsGreedy.nucleus).toFixed(2)} of greedy`,
+    `  sampling: whole vocabulary ×${median(vsGreedy.whole).toFixed(2)}, package defaults ×${median(vsGreedy.package).toFixed(2)}, top-p alone ×${median(vsGreedy.nucleus).toFixed(2)}, min-p alone ×${median(vsGreedy.minP).toFixed(2)} of greedy`,
   );
   return { tokens: opts.sideTokens, tps, vsGreedy };
 }

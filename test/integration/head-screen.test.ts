@@ -99,7 +99,7 @@ describe("the LM head's 8-bit screen", () => {
     const { screened, full, dispose } = await both(spec);
     try {
       expect(screened.logits.screen).toMatch(
-        /^greedy picks and draws \(top-k or whole-vocabulary\) from an 8-bit copy of the LM head/,
+        /^greedy picks and draws \(top-k, min-p or whole-vocabulary\) from an 8-bit copy of the LM head/,
       );
       expect(full.logits.screen).toBeUndefined();
       const rows = [prompt(40, 1, spec.vocabSize), prompt(23, 2, spec.vocabSize), prompt(9, 3, spec.vocabSize)];
@@ -130,7 +130,7 @@ describe("the LM head's 8-bit screen", () => {
     try {
       expect(small.logits.screen).toBe('the LM head is scored in full: a vocabulary of 512 is scored in full faster');
       expect(big.logits.screen).toBe(
-        'greedy picks and draws (top-k or whole-vocabulary) from an 8-bit copy of the LM head, checked exactly (4096 × 64)',
+        'greedy picks and draws (top-k, min-p or whole-vocabulary) from an 8-bit copy of the LM head, checked exactly (4096 × 64)',
       );
       expect(off.logits.screen).toBeUndefined();
     } finally {
@@ -192,6 +192,31 @@ describe("the LM head's 8-bit screen", () => {
       await full.generate(nucleus, collecting(fromFull));
       expect(fromFull).toEqual(fromScreen);
       expect(fromScreen).not.toEqual(alone);
+    } finally {
+      await dispose();
+    }
+  });
+
+  it('a min-p draw takes the tokens it can keep from the screen: the same tokens alone, beside a request scored in full, and unscreened', async () => {
+    const spec = await loadModelSpec(bigVocab());
+    const { screened: d, full, dispose } = await both(spec);
+    try {
+      const job: GenerationJob = {
+        rows: [prompt(20, 9, spec.vocabSize)],
+        maxNewTokens: 40,
+        sampling: { ...GREEDY, greedy: false, temperature: 1, minP: 0.1, seed: 21 },
+        eosTokenIds: [],
+      };
+      const alone = await drawnAlone(d, job);
+      // It scored exactly only the tokens min-p can keep (and a few near them), not the vocabulary.
+      expect(d.screenStats.candidates / 40).toBeLessThan(spec.vocabSize / 20);
+      const beside = await besideUnscreened(d, job, spec.vocabSize);
+      expect(beside.ids).toEqual(alone);
+      expect(beside.fullDraws).toBeGreaterThanOrEqual(30);
+      // Without a screen the sampler draws over the float32 scores of the whole vocabulary: the same tokens.
+      const unscreened: number[] = [];
+      await full.generate(job, collecting(unscreened));
+      expect(unscreened).toEqual(alone);
     } finally {
       await dispose();
     }

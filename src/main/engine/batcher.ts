@@ -14,7 +14,7 @@ import { KvdeskError } from '../../shared/errors';
 import type { KvTensorSpec, ModelSpec } from '../../shared/model-spec';
 import type { GenerationHooks, GenerationJob, GenerationOutcome } from './decoder';
 import { commonPrefix, idTensor, maskTensor } from './feeds';
-import { exactDraw, exactPick, exactTopK, PickScratch, TopKScratch } from './head-screen';
+import { exactDraw, exactMinP, exactPick, exactTopK, PickScratch, TopKScratch } from './head-screen';
 import { constraintFor } from './json-constraint';
 import {
   appendSeq,
@@ -143,7 +143,7 @@ export function prefillGroups(lengths: ReadonlyArray<{ rows: number; longest: nu
 
 /** Whether a row's tokens can come from the head's screen: a greedy pick, or a draw the screen makes exactly. */
 function screens(sampler: Sampler): boolean {
-  return sampler.plainGreedy || sampler.screenWhole || sampler.screenTopK > 0;
+  return sampler.plainGreedy || sampler.screenWhole || sampler.screenTopK > 0 || sampler.screenMinP > 0;
 }
 
 /** Ends a request that was asked to stop before its prefill finished: nothing generated, no KV kept. */
@@ -452,7 +452,7 @@ export class ContinuousBatcher {
         const greedy = sampler.plainGreedy;
         if (screen && logits.hidden && top === undefined && screens(sampler)) {
           // From the screen's scores or from float32 ones, exactly either way: the greedy pick, a draw over the whole
-          // vocabulary, or a draw among the exact top k.
+          // vocabulary, a draw among the exact top k, or among the tokens min-p can keep.
           const stats = { candidates: 0 };
           const hiddenAt = (offset / logits.vocab) * screen.data.hidden;
           const screened = logits.screened === true;
@@ -473,10 +473,28 @@ export class ContinuousBatcher {
               stats,
               this.drawScratch,
             );
-          } else {
+          } else if (sampler.screenTopK > 0) {
             const k = sampler.screenTopK;
             const m = exactTopK(screen.data, data, offset, hidden, hiddenAt, screened, k, this.topK, vocab, stats);
             id = m > 0 ? sampler.drawAmong(this.topK.ids, this.topK.scores, m) : -1;
+          } else {
+            const T = sampler.temperature;
+            const minP = sampler.screenMinP;
+            const m = exactMinP(
+              screen.data,
+              data,
+              offset,
+              hidden,
+              hiddenAt,
+              screened,
+              T,
+              minP,
+              this.topK,
+              vocab,
+              stats,
+            );
+            const kept = this.topK.scoredTokens();
+            id = m > 0 ? sampler.drawAmong(kept.ids, kept.scores, m) : -1;
           }
           if (id < 0) throw notANumber();
           sampler.took(id);

@@ -572,6 +572,7 @@ export class TopKScratch extends PickScratch {
   /** The tokens scored exactly and their scores (grown as needed). */
   private candidateIds = new Int32Array(512);
   private exact = new Float64Array(512);
+  private rounded = new Float32Array(512);
   private count = 0;
   private order: number[] = [];
   /** Per token, the draw that scored it exactly (`draw`): so that none is scored twice. */
@@ -607,6 +608,16 @@ export class TopKScratch extends PickScratch {
   /** Tokens scored exactly so far in this draw. */
   get scoredCount(): number {
     return this.count;
+  }
+  /**
+   * The tokens scored in this draw, in the order they were scored, and their exact scores rounded to float32 (views,
+   * valid until the next draw; the scores' array is grown as needed).
+   */
+  scoredTokens(): { ids: Int32Array; scores: Float32Array } {
+    const count = this.count;
+    if (this.rounded.length < count) this.rounded = new Float32Array(this.candidateIds.length);
+    for (let i = 0; i < count; i++) this.rounded[i] = this.exact[i] as number;
+    return { ids: this.candidateIds.subarray(0, count), scores: this.rounded.subarray(0, count) };
   }
   /** The least exact score among those scored so far (NaN when one is not a number). */
   least(): number {
@@ -700,6 +711,61 @@ export function exactTopK(
   out.carry(fromKept, checked ? max - cut : Number.NaN);
   if (stats) stats.candidates = out.scoredCount;
   return out.settle(want);
+}
+
+/**
+ * The tokens a min-p draw at `temperature` among tokens [0, limit) of one position can keep, scored exactly (float64)
+ * into `out` in id order: every token whose weight exp((sₙ − max) / T) can reach `minP` (0 < minP ≤ 1), the token of
+ * the largest exact score among them — the draw (Sampler.drawAmong) then keeps, weighs and walks them in id order as
+ * a draw over the float32 scores of the whole vocabulary does. Returns how many it holds (0 when no score is a
+ * number), or −1 when the hidden state is not a number.
+ *
+ * A kept token scores at least max + T·ln(minP), and the largest exact score is at least that of the token whose
+ * approximate score is the best: so a kept token's upper bound (score plus bound) reaches that token's exact score
+ * plus T·ln(minP) (one compare each against it less the widest bound, then its own).
+ */
+export function exactMinP(
+  screen: HeadScreen,
+  scores: Float32Array,
+  at: number,
+  hiddenState: Float32Array,
+  hiddenAt: number,
+  screened: boolean,
+  temperature: number,
+  minP: number,
+  out: TopKScratch,
+  limit = screen.vocab,
+  stats?: PickStats,
+): number {
+  const { rows, bias } = screen;
+  const vocab = Math.min(limit, screen.vocab);
+  const norms = normsOf(screen, hiddenState, hiddenAt);
+  if (!Number.isFinite(norms.l1)) return -1;
+  out.begin(vocab);
+  const exactOf = (n: number) => (bias ? (bias[n] as number) : 0) + rows.dot(n, hiddenState, hiddenAt);
+  const { top, max, min } = firstPass(scores, at, vocab, null, Number.POSITIVE_INFINITY);
+  if (top < 0) {
+    if (stats) stats.candidates = 0;
+    return 0;
+  }
+  const topExact = exactOf(top);
+  // A floor that is not a number (damaged weights) leaves every token a candidate.
+  const floor = topExact + temperature * Math.log(minP);
+  const cut = floor - widestBound(screen, norms, screened, Math.max(0, max, -min));
+  const checked = Number.isFinite(cut);
+  let count = 0;
+  for (let n = 0; n < vocab; n++) {
+    const s = scores[at + n] as number;
+    if (checked && !(s >= cut)) continue;
+    if (Number.isNaN(s)) continue;
+    if (n !== top && checked && !(s + boundOf(screen, n, norms, screened, s) >= floor)) continue;
+    count++;
+    // A score that is not a number has weight 0 in a draw: it is left out (none left: the draw fails as the package).
+    const exact = n === top ? topExact : exactOf(n);
+    if (!Number.isNaN(exact)) out.push(n, exact);
+  }
+  if (stats) stats.candidates = count;
+  return out.scoredCount;
 }
 
 /** The kept tokens' scores, for the selection among them. */

@@ -358,6 +358,17 @@ export class Sampler {
   }
 
   /**
+   * The min-p of a draw that may take its candidates from the head's screen (head-screen.ts's exactMinP), then
+   * {@link drawAmong} them in id order: a sampled draw by min-p and temperature alone (no top-k under the vocabulary,
+   * no top-p), with no penalty, bias or constraint. 0 otherwise.
+   */
+  get screenMinP(): number {
+    const p = this.params;
+    const alone = p.minP > 0 && p.topP >= 1 && !(p.topK > 0 && p.topK < this.vocabSize);
+    return !this.isGreedy && alone && this.asScored ? p.minP : 0;
+  }
+
+  /**
    * True when a draw is over the whole vocabulary by temperature alone (no top-k under the vocabulary, no top-p or
    * min-p), from the scores as they are: the head's screen can make it (head-screen.ts's exactDraw) with the key of
    * {@link noiseKey}, then record it with `took`.
@@ -378,8 +389,9 @@ export class Sampler {
   }
 
   /**
-   * A draw (temperature, top-p, min-p) among the `m` likeliest tokens of an exact top-k (head-screen.ts's TopKScratch:
-   * their ids and scores, the likeliest first). Returns the token's id, for `took`.
+   * A draw (temperature, top-p, min-p) among `m` tokens scored exactly (head-screen.ts's TopKScratch: their ids and
+   * scores): an exact top-k's, the likeliest first, or the tokens an exact min-p can keep, in id order (the order a
+   * draw over the whole vocabulary walks). Returns the token's id, for `took`.
    */
   drawAmong(ids: Int32Array, scores: Float32Array, m: number): number {
     if (this.ranks.length < m) this.ranks = Int32Array.from({ length: m }, (_, i) => i);

@@ -14,6 +14,7 @@ import { describe, expect, it } from 'vitest';
 import {
   buildHeadScreen,
   exactDraw,
+  exactMinP,
   exactPick,
   exactTopK,
   FileRows,
@@ -23,7 +24,8 @@ import {
   TopKScratch,
   worstBoundShare,
 } from '../../../src/main/engine/head-screen';
-import { SCREEN_TOP_K } from '../../../src/main/engine/sampling';
+import type { SamplingParams } from '../../../src/main/engine/protocol';
+import { Sampler, SCREEN_TOP_K } from '../../../src/main/engine/sampling';
 import { plainGumbelMax } from '../../helpers/gumbel-max';
 
 /** MatMulNBits (8 bits, zero point 128, accuracy level 4) on one hidden state. */
@@ -439,6 +441,112 @@ describe('exact whole-vocabulary draws from the 8-bit screen of the head', () =>
     holes[best] = Number.NaN;
     const without = Float64Array.from(exact, (v, n) => (n === best ? Number.NEGATIVE_INFINITY : v));
     expect(exactDraw(screen, holes, 0, h, 0, false, 0.05, 9)).toBe(plainGumbelMax(without, 0.05, 9));
+  });
+});
+
+/** The tokens a min-p draw keeps: weight exp((s − max) / T) at least minP, in id order. */
+function minPKept(scores: Float64Array, T: number, minP: number): number[] {
+  let max = Number.NEGATIVE_INFINITY;
+  for (const s of scores) if (s > max) max = s;
+  return Array.from(scores.keys()).filter((n) => Math.exp(((scores[n] as number) - max) / T) >= minP);
+}
+
+const minPDraw = (T: number, minP: number, seed: number): SamplingParams => ({
+  greedy: false,
+  temperature: T,
+  topK: 0,
+  topP: 1,
+  minP,
+  repetitionPenalty: 1,
+  seed,
+});
+
+describe('exact min-p draws from the 8-bit screen of the head', () => {
+  const temperature = fc.constantFrom(0.05, 0.7, 1.5);
+  const minP = fc.constantFrom(0.01, 0.05, 0.5, 1);
+
+  it('hold every token the draw can keep, in id order with its exact score, and draw what the float32 scores draw, whatever the weights', () => {
+    const out = new TopKScratch();
+    fc.assert(
+      fc.property(case_, temperature, minP, (c, T, p) => {
+        const { w, h, bias, hidden, screen, built } = makeCase(c);
+        const exact = exactArgmax(w, h, bias, c.vocab, hidden).scores;
+        const want = minPKept(exact, T, p);
+        const full = Float32Array.from(exact);
+        for (const [scores, isScreened] of [
+          [screenedScores(built, h, bias), true],
+          [full, false],
+        ] as const) {
+          const stats = { candidates: 0 };
+          const m = exactMinP(screen, scores, 0, h, 0, isScreened, T, p, out, c.vocab, stats);
+          const held = out.scoredTokens();
+          expect(m).toBe(held.ids.length);
+          expect(stats.candidates).toBe(m);
+          const ids = [...held.ids];
+          expect(ids).toEqual([...ids].sort((a, b) => a - b));
+          for (const n of want) expect(ids).toContain(n);
+          expect([...held.scores]).toEqual(ids.map((n) => Math.fround(exact[n] as number)));
+          // The draw among them is the draw over the whole vocabulary's float32 scores, draw after draw.
+          const overAll = new Sampler(minPDraw(T, p, c.seed), c.vocab);
+          const among = new Sampler(minPDraw(T, p, c.seed), c.vocab);
+          expect(among.screenMinP).toBe(p);
+          for (let draw = 0; draw < 3; draw++) {
+            expect(among.drawAmong(Int32Array.from(ids), Float32Array.from(held.scores), m)).toBe(
+              overAll.sample(full, 0, c.vocab),
+            );
+          }
+        }
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('hold every token the draw can keep by the bounds: screened scores pushed most of their bound the wrong way', () => {
+    const out = new TopKScratch();
+    fc.assert(
+      fc.property(case_, temperature, minP, (c, T, p) => {
+        const { w, h, bias, hidden, screen } = makeCase(c);
+        const exact = exactArgmax(w, h, bias, c.vocab, hidden).scores;
+        const want = minPKept(exact, T, p);
+        // The kept tokens pushed down, every other token up.
+        const kept = new Set(want);
+        const pushed = pushedScores(screen, h, exact, (n) => kept.has(n));
+        exactMinP(screen, pushed, 0, h, 0, true, T, p, out);
+        const ids = [...out.scoredTokens().ids];
+        for (const n of want) expect(ids).toContain(n);
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('score exactly few tokens where scores spread out, and read them where they are told to', () => {
+    const { vocab, screen, exact, rows, at, states, hiddenAt } = spreadAtOffset();
+    const out = new TopKScratch();
+    const stats = { candidates: 0 };
+    const m = exactMinP(screen, rows, at, states, hiddenAt, true, 0.7, 0.05, out, vocab, stats);
+    const want = minPKept(exact.scores, 0.7, 0.05);
+    expect(want.length).toBeGreaterThan(1);
+    for (const n of want) expect([...out.scoredTokens().ids]).toContain(n);
+    expect(m).toBeLessThan(vocab / 10);
+  });
+
+  it('never hold a token past the limit or a score that is not a number, and say when the state is none', () => {
+    const c = { vocab: 64, blocks: 1, seed: 3, spread: 1, withBias: false, twin: undefined, transposed: false };
+    const { w, h, hidden, screen } = makeCase(c);
+    const exact = exactArgmax(w, h, null, c.vocab, hidden).scores;
+    const full = Float32Array.from(exact);
+    const out = new TopKScratch();
+    exactMinP(screen, full, 0, h, 0, false, 2, 0.01, out, 10);
+    expect([...out.scoredTokens().ids]).toEqual(minPKept(exact.subarray(0, 10), 2, 0.01));
+    expect(exactMinP(screen, full, 0, new Float32Array(hidden).fill(Number.NaN), 0, false, 1, 0.1, out)).toBe(-1);
+    expect(exactMinP(screen, new Float32Array(c.vocab).fill(Number.NaN), 0, h, 0, false, 1, 0.1, out)).toBe(0);
+    // A score that is not a number is never held: the others are, as their exact scores keep them.
+    const best = exactArgmax(w, h, null, c.vocab, hidden).best;
+    const holes = Float32Array.from(full);
+    holes[best] = Number.NaN;
+    exactMinP(screen, holes, 0, h, 0, false, 2, 0.01, out);
+    const without = Float64Array.from(exact, (v, n) => (n === best ? Number.NEGATIVE_INFINITY : v));
+    expect([...out.scoredTokens().ids]).toEqual(minPKept(without, 2, 0.01));
   });
 });
 

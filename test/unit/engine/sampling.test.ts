@@ -396,6 +396,18 @@ describe('Sampler draws among an exact top-k (the head screen’s)', () => {
     expect(new Sampler(params({ topK: 40, topP: 0.9, minP: 0.05, temperature: 0.7 }), 100).screenTopK).toBe(40);
   });
 
+  it('takes the tokens min-p can keep from the screen only for a plain sampled draw by min-p and temperature alone', () => {
+    expect(new Sampler(params({ minP: 0.05 }), 100).screenMinP).toBe(0.05);
+    expect(new Sampler(params({ minP: 0.05, topK: 100 }), 100).screenMinP).toBe(0.05);
+    expect(new Sampler(params({ minP: 0 }), 100).screenMinP).toBe(0);
+    expect(new Sampler(params({ minP: 0.05, topK: 40 }), 100).screenMinP).toBe(0);
+    expect(new Sampler(params({ minP: 0.05, topP: 0.9 }), 100).screenMinP).toBe(0);
+    expect(new Sampler(params({ minP: 0.05, greedy: true }), 100).screenMinP).toBe(0);
+    expect(new Sampler(params({ minP: 0.05, temperature: 0 }), 100).screenMinP).toBe(0);
+    expect(new Sampler(params({ minP: 0.05, repetitionPenalty: 1.1 }), 100).screenMinP).toBe(0);
+    expect(new Sampler(params({ minP: 0.05, logitBias: [[3, -100]] }), 100).screenMinP).toBe(0);
+  });
+
   it('draws what the plain reference draws among the same scores, draw after draw', () => {
     const cases = fc.record({
       m: fc.integer({ min: 1, max: SCREEN_TOP_K }),
