@@ -1,13 +1,15 @@
 /**
  * What the LM head's 8-bit screen (src/main/engine/head-screen.ts) gives a lone greedy stream, or one that draws
  * among a top-k, by min-p or over the whole vocabulary.
- * `node bin/run-ts.cjs bench/head-screen.ts [--shape gpt2-small] [--reps 5] [--tokens 96] [--top-k K | --min-p P | --whole]`
+ * `node bin/run-ts.cjs bench/head-screen.ts [--shape gpt2-small] [--reps 5] [--tokens 96] [--top-k K | --min-p P | --whole]
+ * [--repetition-penalty R]`
  *
  * Two decoders of the same package in this process (LoadedDecoder, lookup decoding off, kvdesk's threads), one
  * with the screen and one that scores the head in full, alternating round by round; each round one greedy
  * reply of `--tokens` tokens after a 32-token prompt (with `--top-k`, a draw at temperature 0.7, top-p 0.9 among
  * the top K, seed 7, past any end-of-text; with `--min-p`, a draw at temperature 0.7 with min-p P alone, seed 7; with
- * `--whole`, a draw at temperature 0.7 over the whole vocabulary, seed 7). Prints decode ms per token (medians), their ratio, the tokens the screen scored again per pick or draw, and
+ * `--whole`, a draw at temperature 0.7 over the whole vocabulary, seed 7; `--repetition-penalty` adds that penalty over the
+ * prompt and reply). Prints decode ms per token (medians), their ratio, the tokens the screen scored again per pick or draw, and
  * fails when two greedy replies differ (top-k and whole-vocabulary draws are the same draws either way, but a near
  * tie of float32 scores may part them, so their sameness is said, not required).
  */
@@ -29,7 +31,8 @@ async function main(): Promise<void> {
   const whole = argv.includes('--whole');
   const minP = Number(flagValue(argv, '--min-p', '0'));
   const drawn = { ...GREEDY, greedy: false, temperature: 0.7, seed: 7 };
-  const { sampling, what } =
+  const penalty = Number(flagValue(argv, '--repetition-penalty', '1'));
+  const { sampling: chosen, what: named } =
     topK > 0
       ? { sampling: { ...drawn, topK, topP: 0.9 }, what: `draw among the top ${topK}` }
       : minP > 0
@@ -37,6 +40,8 @@ async function main(): Promise<void> {
         : whole
           ? { sampling: drawn, what: 'draw over the whole vocabulary' }
           : { sampling: GREEDY, what: 'pick' };
+  const sampling = { ...chosen, repetitionPenalty: penalty };
+  const what = penalty !== 1 ? `${named} with repetition penalty ${penalty}` : named;
   const threads = Math.max(1, os.availableParallelism());
   const { dir } = ensureModel(shape, log);
   const spec = await loadModelSpec(dir);
@@ -93,7 +98,7 @@ async function main(): Promise<void> {
   );
   await screened.dispose();
   await full.dispose();
-  if (!same && sampling === GREEDY) process.exit(1);
+  if (!same && sampling.greedy) process.exit(1);
 }
 
 main().catch((err) => {

@@ -7,7 +7,8 @@
  * do), and with top-p 0.9 alone (what an OpenAI client's top_p asks for: on
  * these random weights the nucleus is most of the vocabulary, which a trained
  * model's is not, so every token's draw orders nearly all of it: the worst
- * case), and with min-p 0.05 alone, alternating round by round. The ratio to greedy is what drawing a
+ * case), with min-p 0.05 alone, and with Qwen2.5's defaults (a repetition penalty of 1.05 with top-k 20), alternating
+ * round by round. The ratio to greedy is what drawing a
  * token costs on top of the model's step. Every reply runs to its last token,
  * past any end-of-text it draws (ignoreEos): on the Llama shape a package-default
  * reply ended after 3 tokens, timed over 2.
@@ -34,11 +35,15 @@ export const SAMPLING_MODES = {
     label: 'temperature 0.7, min-p 0.05 alone',
     sampling: { temperature: 0.7, topK: 0, topP: 1, minP: 0.05, seed: 7 },
   },
+  penalized: {
+    label: "Qwen2.5's defaults: temperature 0.7, top-k 20, top-p 0.8, repetition penalty 1.05",
+    sampling: { temperature: 0.7, topK: 20, topP: 0.8, repetitionPenalty: 1.05, seed: 7 },
+  },
 } satisfies Record<string, { label: string; sampling: SamplingSettings }>;
 
 export type SamplingMode = keyof typeof SAMPLING_MODES;
 /** The modes that draw, each compared with greedy. */
-export const SAMPLED = ['whole', 'package', 'nucleus', 'minP'] as const;
+export const SAMPLED = ['whole', 'package', 'nucleus', 'minP', 'penalized'] as const;
 
 export interface SamplingResult {
   tokens: number;
@@ -55,8 +60,8 @@ export async function runSampling(
   prompts: PromptSource,
 ): Promise<SamplingResult> {
   const modes = Object.keys(SAMPLING_MODES) as SamplingMode[];
-  const tps: SamplingResult['tps'] = { greedy: [], whole: [], package: [], nucleus: [], minP: [] };
-  const vsGreedy: SamplingResult['vsGreedy'] = { whole: [], package: [], nucleus: [], minP: [] };
+  const tps: SamplingResult['tps'] = { greedy: [], whole: [], package: [], nucleus: [], minP: [], penalized: [] };
+  const vsGreedy: SamplingResult['vsGreedy'] = { whole: [], package: [], nucleus: [], minP: [], penalized: [] };
   const prompt = prompts.prompt(32);
   for (let r = 0; r < opts.reps; r++) {
     const round: Partial<Record<SamplingMode, number>> = {};
@@ -75,7 +80,7 @@ export async function runSampling(
     log(`  sampling round ${r + 1}/${opts.reps}: ${modes.map((m) => `${m} ${round[m]?.toFixed(1)}`).join(', ')} tok/s`);
   }
   log(
-    `  sampling: whole vocabulary ×${median(vsGreedy.whole).toFixed(2)}, package defaults ×${median(vsGreedy.package).toFixed(2)}, top-p alone ×${median(vsGreedy.nucleus).toFixed(2)}, min-p alone ×${median(vsGreedy.minP).toFixed(2)} of greedy`,
+    `  sampling: whole vocabulary ×${median(vsGreedy.whole).toFixed(2)}, package defaults ×${median(vsGreedy.package).toFixed(2)}, top-p alone ×${median(vsGreedy.nucleus).toFixed(2)}, min-p alone ×${median(vsGreedy.minP).toFixed(2)}, Qwen2.5's defaults ×${median(vsGreedy.penalized).toFixed(2)} of greedy`,
   );
   return { tokens: opts.sideTokens, tps, vsGreedy };
 }

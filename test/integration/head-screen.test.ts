@@ -222,6 +222,56 @@ describe("the LM head's 8-bit screen", () => {
     }
   });
 
+  it("penalties and a logit bias change the screen's scores as they change full ones: the same tokens screened, beside a request scored in full, and unscreened", async () => {
+    const spec = await loadModelSpec(bigVocab());
+    const { screened: d, full, dispose } = await both(spec);
+    try {
+      const rows = [prompt(20, 10, spec.vocabSize)];
+      const plain = (await greedy(full, rows, 40))[0] as number[];
+      // The plain greedy reply's commonest token, banned; another one forced up a little.
+      const counts = new Map<number, number>();
+      for (const id of plain) counts.set(id, (counts.get(id) ?? 0) + 1);
+      const banned = [...counts].sort((a, b) => b[1] - a[1])[0]?.[0] as number;
+      const nudged = plain.find((id) => id !== banned) as number;
+      const logitBias: Array<[number, number]> = [
+        [banned, -100],
+        [nudged, 0.5],
+      ];
+      const jobs: GenerationJob['sampling'][] = [
+        { ...GREEDY, repetitionPenalty: 1.3, presencePenalty: 0.5 },
+        {
+          ...GREEDY,
+          greedy: false,
+          temperature: 0.8,
+          topK: 40,
+          repetitionPenalty: 1.2,
+          frequencyPenalty: 0.3,
+          logitBias,
+          seed: 3,
+        },
+        { ...GREEDY, greedy: false, temperature: 0.7, repetitionPenalty: 1.1, logitBias, seed: 4 },
+      ];
+      for (const sampling of jobs) {
+        const job: GenerationJob = { rows, maxNewTokens: 40, sampling, eosTokenIds: [] };
+        const before = { ...d.screenStats };
+        const screenedIds: number[] = [];
+        await d.generate(job, collecting(screenedIds));
+        const screenedSteps =
+          d.screenStats.screenedPicks - before.screenedPicks + d.screenStats.screenedDraws - before.screenedDraws;
+        expect(screenedSteps).toBe(39);
+        expect(screenedIds).not.toEqual(plain);
+        if (sampling.logitBias) expect(screenedIds).not.toContain(banned);
+        const unscreened: number[] = [];
+        await full.generate(job, collecting(unscreened));
+        expect(unscreened).toEqual(screenedIds);
+        const beside = await besideUnscreened(d, job, spec.vocabSize);
+        expect(beside.ids).toEqual(screenedIds);
+      }
+    } finally {
+      await dispose();
+    }
+  });
+
   it('a draw over the whole vocabulary by temperature alone comes from the screen: the same tokens alone, beside a request scored in full, and unscreened', async () => {
     const spec = await loadModelSpec(bigVocab());
     const { screened: d, full, dispose } = await both(spec);

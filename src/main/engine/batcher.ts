@@ -143,7 +143,7 @@ export function prefillGroups(lengths: ReadonlyArray<{ rows: number; longest: nu
 
 /** Whether a row's tokens can come from the head's screen: a greedy pick, or a draw the screen makes exactly. */
 function screens(sampler: Sampler): boolean {
-  return sampler.plainGreedy || sampler.screenWhole || sampler.screenTopK > 0 || sampler.screenMinP > 0;
+  return sampler.screenGreedy || sampler.screenWhole || sampler.screenTopK > 0 || sampler.screenMinP > 0;
 }
 
 /** Ends a request that was asked to stop before its prefill finished: nothing generated, no KV kept. */
@@ -449,21 +449,25 @@ export class ContinuousBatcher {
       let id: number;
       try {
         const screen = this.screen;
-        const greedy = sampler.plainGreedy;
+        const greedy = sampler.screenGreedy;
         if (screen && logits.hidden && top === undefined && screens(sampler)) {
           // From the screen's scores or from float32 ones, exactly either way: the greedy pick, a draw over the whole
-          // vocabulary, a draw among the exact top k, or among the tokens min-p can keep.
+          // vocabulary, a draw among the exact top k, or among the tokens min-p can keep. Penalties and a bias change
+          // the scores first (a copy) and each exact score the same way, with bounds widened to match.
           const stats = { candidates: 0 };
           const hiddenAt = (offset / logits.vocab) * screen.data.hidden;
           const screened = logits.screened === true;
-          const { data, hidden } = logits;
+          const hidden = logits.hidden;
+          const adjust = sampler.adjusts ? sampler : undefined;
+          const data = adjust ? adjust.adjustScores(logits.data, offset, vocab) : logits.data;
+          const at = adjust ? 0 : offset;
           if (greedy) {
-            id = exactPick(screen.data, data, offset, hidden, hiddenAt, screened, vocab, stats, this.pickScratch);
+            id = exactPick(screen.data, data, at, hidden, hiddenAt, screened, vocab, stats, this.pickScratch, adjust);
           } else if (sampler.screenWhole) {
             id = exactDraw(
               screen.data,
               data,
-              offset,
+              at,
               hidden,
               hiddenAt,
               screened,
@@ -472,10 +476,11 @@ export class ContinuousBatcher {
               vocab,
               stats,
               this.drawScratch,
+              adjust,
             );
           } else if (sampler.screenTopK > 0) {
             const k = sampler.screenTopK;
-            const m = exactTopK(screen.data, data, offset, hidden, hiddenAt, screened, k, this.topK, vocab, stats);
+            const m = exactTopK(screen.data, data, at, hidden, hiddenAt, screened, k, this.topK, vocab, stats, adjust);
             id = m > 0 ? sampler.drawAmong(this.topK.ids, this.topK.scores, m) : -1;
           } else {
             const T = sampler.temperature;
@@ -483,7 +488,7 @@ export class ContinuousBatcher {
             const m = exactMinP(
               screen.data,
               data,
-              offset,
+              at,
               hidden,
               hiddenAt,
               screened,
@@ -492,6 +497,7 @@ export class ContinuousBatcher {
               this.topK,
               vocab,
               stats,
+              adjust,
             );
             const kept = this.topK.scoredTokens();
             id = m > 0 ? sampler.drawAmong(kept.ids, kept.scores, m) : -1;

@@ -311,14 +311,32 @@ function transposed(m: Float32Array, rows: number, cols: number): Float32Array {
   return out;
 }
 
-/** What the bounds need of a hidden state: Σ|h|, max |h|, and Σ|h| times the float rounding per unit weight. */
+/**
+ * How a sampler changes the scores before it picks (a repetition penalty, frequency and presence penalties, a logit
+ * bias: Sampler's `adjusts`). The scores a pick reads are the changed ones; `adjustExact` changes one exact score the
+ * same way (in float64); every bound is widened by `adjustSlack` (the float rounding of the score before the change:
+ * 1e-6 of the largest shift) and then multiplied by `boundScale` (the change's steepest slope: a repetition penalty p
+ * stretches scores by p or 1 / p).
+ */
+export interface ScoreAdjust {
+  readonly boundScale: number;
+  readonly adjustSlack: number;
+  adjustExact(n: number, score: number): number;
+}
+
+/**
+ * What the bounds need of a hidden state: Σ|h|, max |h|, and Σ|h| times the float rounding per unit weight; and the
+ * widening a change of the scores asks (ScoreAdjust).
+ */
 interface Norms {
   l1: number;
   amax: number;
   rounding: number;
+  slack: number;
+  scale: number;
 }
 
-function normsOf(screen: HeadScreen, hiddenState: Float32Array, at: number): Norms {
+function normsOf(screen: HeadScreen, hiddenState: Float32Array, at: number, adjust?: ScoreAdjust): Norms {
   let l1 = 0;
   let amax = 0;
   for (let k = 0; k < screen.hidden; k++) {
@@ -326,7 +344,25 @@ function normsOf(screen: HeadScreen, hiddenState: Float32Array, at: number): Nor
     l1 += a;
     if (a > amax) amax = a;
   }
-  return { l1, amax, rounding: ROUNDING_PER_768 * Math.max(1, screen.hidden / 768) * l1 };
+  return {
+    l1,
+    amax,
+    rounding: ROUNDING_PER_768 * Math.max(1, screen.hidden / 768) * l1,
+    slack: adjust?.adjustSlack ?? 0,
+    scale: adjust?.boundScale ?? 1,
+  };
+}
+
+/** Token n's exact score: the head's bias plus Σₖ h[k]·w[n][k] in float64, changed as `adjust` changes scores. */
+function exactScore(
+  screen: HeadScreen,
+  n: number,
+  hiddenState: Float32Array,
+  hiddenAt: number,
+  adjust: ScoreAdjust | undefined,
+): number {
+  const e = (screen.bias ? (screen.bias[n] as number) : 0) + screen.rows.dot(n, hiddenState, hiddenAt);
+  return adjust ? adjust.adjustExact(n, e) : e;
 }
 
 /**
@@ -341,7 +377,7 @@ function boundOf(screen: HeadScreen, n: number, norms: Norms, screened: boolean,
     ? (screen.halfStep[n] as number) * norms.l1 + (norms.amax / 127) * (screen.absSum[n] as number)
     : 0;
   const bias = screen.bias ? 1e-6 * Math.abs(screen.bias[n] as number) : 0;
-  return quantized + rounding + bias + 1e-6 * Math.abs(score);
+  return (quantized + rounding + bias + 1e-6 * Math.abs(score) + norms.slack) * norms.scale;
 }
 
 /**
@@ -359,7 +395,7 @@ export function screenBytes(screen: HeadScreen): number {
 function widestBound(screen: HeadScreen, norms: Norms, screened: boolean, maxAbsScore: number): number {
   const rounding = norms.rounding * screen.widest;
   const quantized = screened ? screen.maxHalfStep * norms.l1 + (norms.amax / 127) * screen.maxAbsSum : 0;
-  return quantized + rounding + 1e-6 * (screen.biasMax + maxAbsScore);
+  return (quantized + rounding + 1e-6 * (screen.biasMax + maxAbsScore) + norms.slack) * norms.scale;
 }
 
 /** What a pick's first pass found (one object, reused: the engine picks on one thread). */
@@ -421,10 +457,10 @@ export function exactPick(
   limit = screen.vocab,
   stats?: PickStats,
   scratch?: PickScratch,
+  adjust?: ScoreAdjust,
 ): number {
-  const { rows, bias } = screen;
   const vocab = Math.min(limit, screen.vocab);
-  const norms = normsOf(screen, hiddenState, hiddenAt);
+  const norms = normsOf(screen, hiddenState, hiddenAt, adjust);
   if (!Number.isFinite(norms.l1)) return -1;
   // With a scratch that knows the last window, the first pass also keeps the tokens near the best.
   const width = scratch?.width ?? Number.POSITIVE_INFINITY;
@@ -450,7 +486,7 @@ export function exactPick(
       if (Number.isNaN(s)) continue;
       if (checked && !(s + boundOf(screen, n, norms, screened, s) >= floor)) continue;
       count++;
-      const exact = (bias ? (bias[n] as number) : 0) + rows.dot(n, hiddenState, hiddenAt);
+      const exact = exactScore(screen, n, hiddenState, hiddenAt, adjust);
       if (exact > bestScore) {
         bestScore = exact;
         best = n;
@@ -485,10 +521,10 @@ export function exactDraw(
   limit = screen.vocab,
   stats?: PickStats,
   scratch?: PickScratch,
+  adjust?: ScoreAdjust,
 ): number {
-  const { rows, bias } = screen;
   const vocab = Math.min(limit, screen.vocab);
-  const norms = normsOf(screen, hiddenState, hiddenAt);
+  const norms = normsOf(screen, hiddenState, hiddenAt, adjust);
   if (!Number.isFinite(norms.l1)) return -1;
   const width = scratch?.width ?? Number.POSITIVE_INFINITY;
   const keeping = scratch?.keeping() ?? null;
@@ -523,7 +559,7 @@ export function exactDraw(
   let best = -1;
   let count = 0;
   if (top >= 0) {
-    const exactOf = (n: number) => (bias ? (bias[n] as number) : 0) + rows.dot(n, hiddenState, hiddenAt);
+    const exactOf = (n: number) => exactScore(screen, n, hiddenState, hiddenAt, adjust);
     // The top token's exact value: a floor under the best (NaN where its weights are not numbers: no best yet).
     const floor = exactOf(top) + T * gumbel(key, top);
     let bestValue = Number.isNaN(floor) ? Number.NEGATIVE_INFINITY : floor;
@@ -670,14 +706,14 @@ export function exactTopK(
   out: TopKScratch,
   limit = screen.vocab,
   stats?: PickStats,
+  adjust?: ScoreAdjust,
 ): number {
-  const { rows, bias } = screen;
   const vocab = Math.min(limit, screen.vocab);
   const want = Math.min(k, vocab, SCREEN_TOP_K);
-  const norms = normsOf(screen, hiddenState, hiddenAt);
+  const norms = normsOf(screen, hiddenState, hiddenAt, adjust);
   if (!Number.isFinite(norms.l1)) return -1;
   out.begin(vocab);
-  const exactOf = (n: number) => (bias ? (bias[n] as number) : 0) + rows.dot(n, hiddenState, hiddenAt);
+  const exactOf = (n: number) => exactScore(screen, n, hiddenState, hiddenAt, adjust);
   const width = out.width;
   const keeping = out.keeping();
   const { max, min, kept } = firstPass(scores, at, vocab, keeping, width);
@@ -736,13 +772,13 @@ export function exactMinP(
   out: TopKScratch,
   limit = screen.vocab,
   stats?: PickStats,
+  adjust?: ScoreAdjust,
 ): number {
-  const { rows, bias } = screen;
   const vocab = Math.min(limit, screen.vocab);
-  const norms = normsOf(screen, hiddenState, hiddenAt);
+  const norms = normsOf(screen, hiddenState, hiddenAt, adjust);
   if (!Number.isFinite(norms.l1)) return -1;
   out.begin(vocab);
-  const exactOf = (n: number) => (bias ? (bias[n] as number) : 0) + rows.dot(n, hiddenState, hiddenAt);
+  const exactOf = (n: number) => exactScore(screen, n, hiddenState, hiddenAt, adjust);
   const { top, max, min } = firstPass(scores, at, vocab, null, Number.POSITIVE_INFINITY);
   if (top < 0) {
     if (stats) stats.candidates = 0;

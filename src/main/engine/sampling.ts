@@ -8,6 +8,7 @@
  */
 import { KvdeskError } from '../../shared/errors';
 import { gumbelArgmax } from './gumbel';
+import type { ScoreAdjust } from './head-screen';
 import type { ReplyConstraint } from './json-constraint';
 import type { IdLogprob, SamplingParams, StepLogprob } from './protocol';
 
@@ -267,9 +268,10 @@ function likeliestFirst(x: Float32Array, ids: Int32Array): Int32Array {
 
 /**
  * Per-row sampler: owns its PRNG, scratch buffer and the history its penalties need (the prompt and the
- * tokens it picked), so nothing is allocated per token.
+ * tokens it picked), so nothing is allocated per token. As a ScoreAdjust it tells the head's screen how its
+ * penalties and bias change scores.
  */
-export class Sampler {
+export class Sampler implements ScoreAdjust {
   private readonly rng: () => number;
   private scratch: Float32Array;
   /**
@@ -286,6 +288,10 @@ export class Sampler {
   private readonly frequencyPenalty: number;
   private readonly presencePenalty: number;
   private readonly logitBias: ReadonlyArray<[number, number]>;
+  /** The logit bias per id (an id given twice: the sum), for one exact score at a time (adjustExact). */
+  private readonly biasOf = new Map<number, number>();
+  /** 1e-6 of the largest shift the last adjustScores made (a bias, frequency or presence penalty). */
+  private slack = 0;
   /** Scratch of draw: the candidates' weights, and every index of the vocabulary. */
   private probs = new Float64Array(0);
   private indices = new Int32Array(0);
@@ -316,6 +322,7 @@ export class Sampler {
     this.frequencyPenalty = params.frequencyPenalty ?? 0;
     this.presencePenalty = params.presencePenalty ?? 0;
     this.logitBias = params.logitBias ?? [];
+    for (const [id, bias] of this.logitBias) this.biasOf.set(id, (this.biasOf.get(id) ?? 0) + bias);
     this.counts = this.frequencyPenalty !== 0 || this.presencePenalty !== 0 ? new Map() : undefined;
   }
 
@@ -330,51 +337,92 @@ export class Sampler {
   }
 
   /**
-   * True when the pick is the argmax of the scores as they are: greedy, no penalty, bias or constraint. Such a
-   * pick may come from the head's screen instead (head-screen.ts), then be recorded with `took`.
+   * True when the pick is the argmax of the scores, as the penalties and bias change them ({@link adjusts}), with no
+   * constraint: such a pick may come from the head's screen instead (head-screen.ts), then be recorded with `took`.
    */
-  get plainGreedy(): boolean {
-    return this.isGreedy && this.asScored;
+  get screenGreedy(): boolean {
+    return this.isGreedy && this.unconstrained;
   }
 
-  /** True when no penalty, bias or constraint changes the scores (the head's screen sees them as they are). */
-  private get asScored(): boolean {
+  /**
+   * True when no constraint masks the scores (JSON mode, tool calls): the head's screen can serve the pick or draw,
+   * from scores the penalties and bias change as {@link adjustScores} does.
+   */
+  private get unconstrained(): boolean {
+    return this.constraint === undefined;
+  }
+
+  /** True when a penalty or a logit bias changes this pick's scores: the screen's must be changed too (adjustScores). */
+  get adjusts(): boolean {
     return (
-      this.seen === undefined &&
-      this.counts === undefined &&
-      this.logitBias.length === 0 &&
-      this.constraint === undefined
+      (this.seen !== undefined && this.seen.size > 0) ||
+      (this.counts !== undefined && this.counts.size > 0) ||
+      this.logitBias.length > 0
     );
   }
 
   /**
+   * logits[offset, offset+vocab) as the penalties and bias change them, in the sampler's scratch (valid until its
+   * next pick): what a screened pick or draw reads when the sampler {@link adjusts}.
+   */
+  adjustScores(logits: Float32Array, offset: number, vocab: number): Float32Array {
+    if (this.scratch.length !== vocab) this.scratch = new Float32Array(vocab);
+    const x = this.scratch;
+    x.set(logits.subarray(offset, offset + vocab));
+    this.applyAdjustments(x, vocab);
+    return x;
+  }
+
+  /** One exact score as {@link adjustScores} changes the scores: the penalty, then the counts' penalties, then the bias. */
+  adjustExact(n: number, score: number): number {
+    let v = score;
+    const p = this.params;
+    if (this.seen?.has(n)) v = v > 0 ? v / p.repetitionPenalty : v * p.repetitionPenalty;
+    const c = this.counts?.get(n);
+    if (c !== undefined) v = v - c * this.frequencyPenalty - this.presencePenalty;
+    const bias = this.biasOf.get(n);
+    return bias !== undefined ? v + bias : v;
+  }
+
+  /** How much a repetition penalty can stretch the distance between two scores: p or 1 / p (1 without one). */
+  get boundScale(): number {
+    const p = this.params.repetitionPenalty;
+    return this.seen !== undefined && this.seen.size > 0 ? Math.max(p, 1 / p) : 1;
+  }
+
+  /** The float rounding of a score before the last adjustScores shifted it: 1e-6 of the largest shift. */
+  get adjustSlack(): number {
+    return this.slack;
+  }
+
+  /**
    * The top-k of a draw that may take its candidates from the head's screen (head-screen.ts's exactTopK), then
-   * {@link drawAmong} them: a sampled draw whose top-k is at most SCREEN_TOP_K, with no penalty, bias or
-   * constraint (they change scores the screen does not see). 0 otherwise.
+   * {@link drawAmong} them: a sampled draw whose top-k is at most SCREEN_TOP_K, with no constraint (it masks scores
+   * the screen does not see). 0 otherwise.
    */
   get screenTopK(): number {
     const k = this.params.topK;
-    return !this.isGreedy && k > 0 && k <= SCREEN_TOP_K && this.asScored ? k : 0;
+    return !this.isGreedy && k > 0 && k <= SCREEN_TOP_K && this.unconstrained ? k : 0;
   }
 
   /**
    * The min-p of a draw that may take its candidates from the head's screen (head-screen.ts's exactMinP), then
    * {@link drawAmong} them in id order: a sampled draw by min-p and temperature alone (no top-k under the vocabulary,
-   * no top-p), with no penalty, bias or constraint. 0 otherwise.
+   * no top-p), with no constraint. 0 otherwise.
    */
   get screenMinP(): number {
     const p = this.params;
     const alone = p.minP > 0 && p.topP >= 1 && !(p.topK > 0 && p.topK < this.vocabSize);
-    return !this.isGreedy && alone && this.asScored ? p.minP : 0;
+    return !this.isGreedy && alone && this.unconstrained ? p.minP : 0;
   }
 
   /**
    * True when a draw is over the whole vocabulary by temperature alone (no top-k under the vocabulary, no top-p or
-   * min-p), from the scores as they are: the head's screen can make it (head-screen.ts's exactDraw) with the key of
+   * min-p), with no constraint: the head's screen can make it (head-screen.ts's exactDraw) with the key of
    * {@link noiseKey}, then record it with `took`.
    */
   get screenWhole(): boolean {
-    return !this.isGreedy && this.byTemperatureAlone(this.vocabSize) && this.asScored;
+    return !this.isGreedy && this.byTemperatureAlone(this.vocabSize) && this.unconstrained;
   }
 
   /** True when a draw among `vocab` tokens is over all of them by temperature alone: no top-k under it, top-p or min-p. */
@@ -443,22 +491,13 @@ export class Sampler {
     seen.set(id, (seen.get(id) ?? 0) + 1);
   }
 
-  private pick(logits: Float32Array, offset: number, vocab: number): number {
+  /** Applies the penalties and the bias to x[0, vocab), and keeps the slack of the largest shift (adjustSlack). */
+  private applyAdjustments(x: Float32Array, vocab: number): void {
     const p = this.params;
     const seen = this.seen;
     const counts = this.counts;
-    const penalize = seen !== undefined && seen.size > 0;
-    const adjust =
-      penalize ||
-      (counts !== undefined && counts.size > 0) ||
-      this.logitBias.length > 0 ||
-      this.constraint !== undefined;
-    if (this.isGreedy && !adjust) return argmax(logits, offset, vocab);
-
-    if (this.scratch.length !== vocab) this.scratch = new Float32Array(vocab);
-    const x = this.scratch;
-    x.set(logits.subarray(offset, offset + vocab));
-    if (penalize) {
+    let shift = 0;
+    if (seen !== undefined && seen.size > 0) {
       for (const id of seen.keys()) {
         if (id < 0 || id >= vocab) continue;
         const v = x[id] as number;
@@ -467,10 +506,27 @@ export class Sampler {
     }
     if (counts) {
       for (const [id, n] of counts) {
-        if (id >= 0 && id < vocab) x[id] = (x[id] as number) - n * this.frequencyPenalty - this.presencePenalty;
+        if (id < 0 || id >= vocab) continue;
+        const by = n * this.frequencyPenalty + this.presencePenalty;
+        x[id] = (x[id] as number) - by;
+        shift = Math.max(shift, Math.abs(by));
       }
     }
-    for (const [id, bias] of this.logitBias) if (id >= 0 && id < vocab) x[id] = (x[id] as number) + bias;
+    for (const [id, bias] of this.biasOf) {
+      if (id < 0 || id >= vocab) continue;
+      x[id] = (x[id] as number) + bias;
+      shift = Math.max(
+        shift,
+        Math.abs(bias) +
+          (counts ? Math.abs(this.frequencyPenalty) * (counts.get(id) ?? 0) + Math.abs(this.presencePenalty) : 0),
+      );
+    }
+    this.slack = 1e-6 * shift;
+  }
+
+  private pick(logits: Float32Array, offset: number, vocab: number): number {
+    if (this.isGreedy && !this.adjusts && this.constraint === undefined) return argmax(logits, offset, vocab);
+    const x = this.adjustScores(logits, offset, vocab);
     if (this.constraint) {
       // The unconstrained pick usually continues the JSON (one check); otherwise mask the vocabulary and pick
       // again (as llama.cpp's grammar sampling does). Greedy, this is the best allowed token either way.

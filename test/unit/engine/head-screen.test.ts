@@ -550,6 +550,120 @@ describe('exact min-p draws from the 8-bit screen of the head', () => {
   });
 });
 
+describe('screened picks and draws with penalties and a logit bias', () => {
+  const adjustments = fc.record({
+    repetitionPenalty: fc.constantFrom(1, 1.3, 0.8, 3),
+    frequencyPenalty: fc.constantFrom(0, 0.5),
+    presencePenalty: fc.constantFrom(0, 0.7, -0.4),
+    /** Biases on a few tokens: small nudges, or a ban / a forced token (±100). */
+    bias: fc.constantFrom(0, 2, 100),
+    history: fc.integer({ min: 1, max: 40 }),
+  });
+
+  it('pick, draw, keep the top k and min-p tokens of the scores as the sampler changes them, whatever the weights', () => {
+    const out = new TopKScratch();
+    const scratch = new PickScratch();
+    fc.assert(
+      fc.property(case_, adjustments, fc.boolean(), (c, a, push) => {
+        const { w, h, bias, hidden, screen, built } = makeCase(c);
+        const exact = exactArgmax(w, h, bias, c.vocab, hidden).scores;
+        let state = c.seed;
+        const next = () => {
+          state = (Math.imul(state, 48271) + 11) >>> 0;
+          return state % c.vocab;
+        };
+        const logitBias: Array<[number, number]> =
+          a.bias > 0
+            ? [
+                [next(), a.bias],
+                [next(), -a.bias],
+                [next(), 0.5 * a.bias],
+              ]
+            : [];
+        const sampler = new Sampler(
+          {
+            greedy: false,
+            temperature: 0.7,
+            topK: 0,
+            topP: 1,
+            minP: 0,
+            repetitionPenalty: a.repetitionPenalty,
+            frequencyPenalty: a.frequencyPenalty,
+            presencePenalty: a.presencePenalty,
+            logitBias,
+            seed: c.seed,
+          },
+          c.vocab,
+          Array.from({ length: a.history }, next),
+        );
+        for (let i = 0; i < a.history / 4; i++) sampler.took(next());
+        // The exact scores as the sampler changes them: what every pick and draw must follow.
+        const adjusted = Float64Array.from(exact, (v, n) => sampler.adjustExact(n, v));
+        let want = 0;
+        for (let n = 1; n < c.vocab; n++) if ((adjusted[n] as number) > (adjusted[want] as number)) want = n;
+        const key = c.seed * 7;
+        const drawn = plainGumbelMax(adjusted, 0.7, key);
+        const top = exactTop(adjusted, 5);
+        // Screened scores, or the exact scores pushed most of their bound the wrong way (the tokens the picks and
+        // draws must find down, every other up), then changed as the sampler changes them.
+        const down = new Set([want, drawn, ...top.ids]);
+        const raw = push ? pushedScores(screen, h, exact, (n) => down.has(n)) : screenedScores(built, h, bias);
+        const scores = Float32Array.from(sampler.adjustScores(raw, 0, c.vocab));
+        const adjust = sampler.adjusts ? sampler : undefined;
+        expect(exactPick(screen, scores, 0, h, 0, true, c.vocab, undefined, scratch, adjust)).toBe(want);
+        expect(exactDraw(screen, scores, 0, h, 0, true, 0.7, key, c.vocab, undefined, scratch, adjust)).toBe(drawn);
+        expect(got(out, exactTopK(screen, scores, 0, h, 0, true, 5, out, c.vocab, undefined, adjust))).toEqual(top);
+        exactMinP(screen, scores, 0, h, 0, true, 0.7, 0.05, out, c.vocab, undefined, adjust);
+        const held = [...out.scoredTokens().ids];
+        for (const n of minPKept(adjusted, 0.7, 0.05)) expect(held).toContain(n);
+      }),
+      { numRuns: 400 },
+    );
+  });
+
+  it('change one exact score as they change the whole row', () => {
+    const vocab = 50;
+    const sampler = new Sampler(
+      {
+        greedy: true,
+        temperature: 0,
+        topK: 0,
+        topP: 1,
+        minP: 0,
+        repetitionPenalty: 1.3,
+        frequencyPenalty: 0.5,
+        presencePenalty: 0.2,
+        logitBias: [
+          [4, 3],
+          [4, -1],
+          [9, -100],
+        ],
+        seed: 1,
+      },
+      vocab,
+      [1, 2, 3, 4],
+    );
+    sampler.took(3);
+    sampler.took(3);
+    sampler.took(9);
+    expect(sampler.adjusts).toBe(true);
+    expect(sampler.boundScale).toBeCloseTo(1.3);
+    const row = Float32Array.from({ length: vocab }, (_, n) => (n % 7) - 3.5);
+    const changed = sampler.adjustScores(row, 0, vocab);
+    for (let n = 0; n < vocab; n++) {
+      expect(changed[n]).toBeCloseTo(sampler.adjustExact(n, row[n] as number), 5);
+    }
+    // Penalised (1 and 2: the prompt), counted twice (3), biased twice (4: +3 − 1), banned (9), untouched (10).
+    expect(changed[1]).toBeCloseTo(-2.5 * 1.3, 5);
+    expect(changed[2]).toBeCloseTo(-1.5 * 1.3, 5);
+    expect(changed[3]).toBeCloseTo(-0.5 * 1.3 - 2 * 0.5 - 0.2, 5);
+    expect(changed[4]).toBeCloseTo(0.5 / 1.3 + 2, 5);
+    expect(changed[9]).toBeLessThan(-99);
+    expect(changed[10]).toBe(row[10]);
+    expect(sampler.adjustSlack).toBeGreaterThan(0);
+  });
+});
+
 describe("the head's rows read from the model file", () => {
   it('score as the rows in memory do, wherever the matrix starts in the file', () => {
     const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-head-rows-'));

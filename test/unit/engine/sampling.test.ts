@@ -1,5 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import type { ReplyConstraint } from '../../../src/main/engine/json-constraint';
 import type { SamplingParams } from '../../../src/main/engine/protocol';
 import {
   argmax,
@@ -11,6 +12,9 @@ import {
   topKIndices,
 } from '../../../src/main/engine/sampling';
 import { plainGumbelMax } from '../../helpers/gumbel-max';
+
+/** A constraint that allows every token (JSON mode's place in a sampler). */
+const anyToken: ReplyConstraint = { done: false, allows: () => true, mask: (_x, vocab) => vocab, accept: () => {} };
 
 function params(p: Partial<SamplingParams> = {}): SamplingParams {
   return { greedy: false, temperature: 1, topK: 0, topP: 1, minP: 0, repetitionPenalty: 1, seed: 42, ...p };
@@ -388,10 +392,12 @@ describe('Sampler draws among an exact top-k (the head screen’s)', () => {
     expect(new Sampler(params({ topK: 0 }), 100).screenTopK).toBe(0);
     expect(new Sampler(params({ topK: 50, greedy: true }), 100).screenTopK).toBe(0);
     expect(new Sampler(params({ topK: 50, temperature: 0 }), 100).screenTopK).toBe(0);
-    expect(new Sampler(params({ topK: 50, repetitionPenalty: 1.1 }), 100).screenTopK).toBe(0);
-    expect(new Sampler(params({ topK: 50, frequencyPenalty: 0.5 }), 100).screenTopK).toBe(0);
-    expect(new Sampler(params({ topK: 50, presencePenalty: 0.5 }), 100).screenTopK).toBe(0);
-    expect(new Sampler(params({ topK: 50, logitBias: [[3, -100]] }), 100).screenTopK).toBe(0);
+    // Penalties and a bias change the screen's scores as they change the full ones (adjustScores); a constraint masks
+    // them, which the screen cannot follow.
+    expect(new Sampler(params({ topK: 50, repetitionPenalty: 1.1 }), 100).screenTopK).toBe(50);
+    expect(new Sampler(params({ topK: 50, frequencyPenalty: 0.5 }), 100).screenTopK).toBe(50);
+    expect(new Sampler(params({ topK: 50, logitBias: [[3, -100]] }), 100).screenTopK).toBe(50);
+    expect(new Sampler(params({ topK: 50 }), 100, [], anyToken).screenTopK).toBe(0);
     // Top-p, min-p and the temperature apply among the top k: the screen gives those scores exactly.
     expect(new Sampler(params({ topK: 40, topP: 0.9, minP: 0.05, temperature: 0.7 }), 100).screenTopK).toBe(40);
   });
@@ -404,8 +410,8 @@ describe('Sampler draws among an exact top-k (the head screen’s)', () => {
     expect(new Sampler(params({ minP: 0.05, topP: 0.9 }), 100).screenMinP).toBe(0);
     expect(new Sampler(params({ minP: 0.05, greedy: true }), 100).screenMinP).toBe(0);
     expect(new Sampler(params({ minP: 0.05, temperature: 0 }), 100).screenMinP).toBe(0);
-    expect(new Sampler(params({ minP: 0.05, repetitionPenalty: 1.1 }), 100).screenMinP).toBe(0);
-    expect(new Sampler(params({ minP: 0.05, logitBias: [[3, -100]] }), 100).screenMinP).toBe(0);
+    expect(new Sampler(params({ minP: 0.05, repetitionPenalty: 1.1 }), 100).screenMinP).toBe(0.05);
+    expect(new Sampler(params({ minP: 0.05 }), 100, [], anyToken).screenMinP).toBe(0);
   });
 
   it('draws what the plain reference draws among the same scores, draw after draw', () => {
