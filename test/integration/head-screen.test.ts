@@ -11,6 +11,7 @@ import { describe, expect, it } from 'vitest';
 import type { GenerationHooks, GenerationJob } from '../../src/main/engine/decoder';
 import { LoadedDecoder, scoringLast } from '../../src/main/engine/decoder';
 import { exactPick, exactTopK, TopKScratch, worstBoundShare } from '../../src/main/engine/head-screen';
+import { tokenTable } from '../../src/main/engine/json-constraint';
 import { lastPositionGraph } from '../../src/main/engine/last-position';
 import type { EngineSessionOptions } from '../../src/main/engine/protocol';
 import { RunnerService } from '../../src/main/host/runner-service';
@@ -267,6 +268,46 @@ describe("the LM head's 8-bit screen", () => {
         const beside = await besideUnscreened(d, job, spec.vocabSize);
         expect(beside.ids).toEqual(screenedIds);
       }
+    } finally {
+      await dispose();
+    }
+  });
+
+  it('JSON mode picks and draws from the screen: a token the constraint refuses is picked or drawn again from the scores it masks, the same tokens as unscreened', async () => {
+    const spec = await loadModelSpec(bigVocab());
+    const { screened: d, full, dispose } = await both(spec);
+    try {
+      // A token table over the vocabulary: JSON's pieces, words and digits (the random model writes anything: most
+      // of its first picks are refused), and one token that closes an object, so that replies run on.
+      const words = ['{', '"', ':', ',', ' ', '[', ']', 'a', 'key', '1', '2.5', 'true', 'null', '-', 'x y', '"k"'];
+      const piece = (n: number) => (n === 1 ? '}' : (words[n % words.length] as string));
+      const pieces = Array.from({ length: spec.vocabSize }, (_, n) => [...Buffer.from(piece(n))]);
+      const json = { table: tokenTable(pieces, []), json: true };
+      const text = (ids: number[]) => ids.map(piece).join('');
+      const rows = [prompt(20, 11, spec.vocabSize)];
+      const samplings: GenerationJob['sampling'][] = [
+        GREEDY,
+        { ...GREEDY, greedy: false, temperature: 0.8, topK: 40, seed: 5 },
+        { ...GREEDY, greedy: false, temperature: 0.7, seed: 6 },
+        { ...GREEDY, greedy: false, temperature: 1, minP: 0.1, repetitionPenalty: 1.2, seed: 7 },
+      ];
+      let tokens = 0;
+      for (const sampling of samplings) {
+        const job: GenerationJob = { rows, maxNewTokens: 40, sampling, eosTokenIds: [], json };
+        const before = { ...d.screenStats };
+        const screenedIds: number[] = [];
+        await d.generate(job, collecting(screenedIds));
+        const screenedSteps =
+          d.screenStats.screenedPicks - before.screenedPicks + d.screenStats.screenedDraws - before.screenedDraws;
+        expect(screenedSteps).toBe(screenedIds.length - 1);
+        tokens += screenedIds.length;
+        // JSON (greedy closes its object at once: `{}`).
+        expect(text(screenedIds)).toMatch(/^\{/);
+        const unscreened: number[] = [];
+        await full.generate(job, collecting(unscreened));
+        expect(unscreened).toEqual(screenedIds);
+      }
+      expect(tokens).toBeGreaterThan(40);
     } finally {
       await dispose();
     }

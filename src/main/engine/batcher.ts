@@ -433,6 +433,46 @@ export class ContinuousBatcher {
   }
 
   /**
+   * One row's pick or draw from the head's screen or from float32 scores (`logits`, its row at `offset`), exactly
+   * either way: the greedy pick (or with `pick`, whatever the sampler), a draw over the whole vocabulary, a draw among
+   * the exact top k, or among the tokens min-p can keep — reading `scores` from `at` (the logits, or the sampler's
+   * changed copy with `adjust`). −1 when no score is a number.
+   */
+  private screenedChoice(
+    sampler: Sampler,
+    scores: Float32Array,
+    at: number,
+    logits: ScoredRows,
+    offset: number,
+    vocab: number,
+    stats: { candidates: number },
+    adjust: Sampler | undefined,
+    pick = false,
+  ): number {
+    const screen = (this.screen as LastPositionScreen).data;
+    const hidden = logits.hidden as Float32Array;
+    const hiddenAt = (offset / logits.vocab) * screen.hidden;
+    const screened = logits.screened === true;
+    if (pick || sampler.screenGreedy) {
+      return exactPick(screen, scores, at, hidden, hiddenAt, screened, vocab, stats, this.pickScratch, adjust);
+    }
+    const T = sampler.temperature;
+    if (sampler.screenWhole) {
+      const key = sampler.noiseKey();
+      return exactDraw(screen, scores, at, hidden, hiddenAt, screened, T, key, vocab, stats, this.drawScratch, adjust);
+    }
+    const k = sampler.screenTopK;
+    if (k > 0) {
+      const m = exactTopK(screen, scores, at, hidden, hiddenAt, screened, k, this.topK, vocab, stats, adjust);
+      return m > 0 ? sampler.drawAmong(this.topK.ids, this.topK.scores, m) : -1;
+    }
+    const minP = sampler.screenMinP;
+    const m = exactMinP(screen, scores, at, hidden, hiddenAt, screened, T, minP, this.topK, vocab, stats, adjust);
+    const kept = this.topK.scoredTokens();
+    return m > 0 ? sampler.drawAmong(kept.ids, kept.scores, m) : -1;
+  }
+
+  /**
    * Samples one token for each live row of a member from the logits rows given (at position `at` of each
    * row; its last by default).
    */
@@ -449,64 +489,33 @@ export class ContinuousBatcher {
       let id: number;
       try {
         const screen = this.screen;
-        const greedy = sampler.screenGreedy;
         if (screen && logits.hidden && top === undefined && screens(sampler)) {
-          // From the screen's scores or from float32 ones, exactly either way: the greedy pick, a draw over the whole
-          // vocabulary, a draw among the exact top k, or among the tokens min-p can keep. Penalties and a bias change
-          // the scores first (a copy) and each exact score the same way, with bounds widened to match.
+          // From the screen's scores or from float32 ones, exactly either way (screenedChoice). Penalties and a bias
+          // change the scores first (a copy) and each exact score the same way, with bounds widened to match; a
+          // token the constraint refuses is picked or drawn again from the scores it masks, as `sample` does.
           const stats = { candidates: 0 };
-          const hiddenAt = (offset / logits.vocab) * screen.data.hidden;
           const screened = logits.screened === true;
-          const hidden = logits.hidden;
           const adjust = sampler.adjusts ? sampler : undefined;
-          const data = adjust ? adjust.adjustScores(logits.data, offset, vocab) : logits.data;
-          const at = adjust ? 0 : offset;
-          if (greedy) {
-            id = exactPick(screen.data, data, at, hidden, hiddenAt, screened, vocab, stats, this.pickScratch, adjust);
-          } else if (sampler.screenWhole) {
-            id = exactDraw(
-              screen.data,
-              data,
-              at,
-              hidden,
-              hiddenAt,
-              screened,
-              sampler.temperature,
-              sampler.noiseKey(),
-              vocab,
-              stats,
-              this.drawScratch,
-              adjust,
-            );
-          } else if (sampler.screenTopK > 0) {
-            const k = sampler.screenTopK;
-            const m = exactTopK(screen.data, data, at, hidden, hiddenAt, screened, k, this.topK, vocab, stats, adjust);
-            id = m > 0 ? sampler.drawAmong(this.topK.ids, this.topK.scores, m) : -1;
-          } else {
-            const T = sampler.temperature;
-            const minP = sampler.screenMinP;
-            const m = exactMinP(
-              screen.data,
-              data,
-              at,
-              hidden,
-              hiddenAt,
-              screened,
-              T,
-              minP,
-              this.topK,
-              vocab,
-              stats,
-              adjust,
-            );
-            const kept = this.topK.scoredTokens();
-            id = m > 0 ? sampler.drawAmong(kept.ids, kept.scores, m) : -1;
+          const data = adjust ? sampler.adjustScores(logits.data, offset, vocab) : logits.data;
+          id = this.screenedChoice(sampler, data, adjust ? 0 : offset, logits, offset, vocab, stats, adjust);
+          if (id >= 0 && !sampler.allows(id)) {
+            const masked = sampler.maskScores(logits.data, offset, vocab);
+            if (masked === null) id = -2;
+            else {
+              id = this.screenedChoice(sampler, masked, 0, logits, offset, vocab, stats, sampler);
+              // A draw that walked past every weight onto a refused token (float rounding): the best allowed one.
+              if (id >= 0 && sampler.banned(id))
+                id = this.screenedChoice(sampler, masked, 0, logits, offset, vocab, stats, sampler, true);
+            }
           }
-          if (id < 0) throw notANumber();
-          sampler.took(id);
-          const kind = greedy ? (screened ? 'screenedPicks' : 'fullPicks') : screened ? 'screenedDraws' : 'fullDraws';
-          this.screenStats[kind]++;
-          this.screenStats.candidates += stats.candidates;
+          if (id === -1) throw notANumber();
+          if (id >= 0) {
+            sampler.took(id);
+            const greedy = sampler.screenGreedy;
+            const kind = greedy ? (screened ? 'screenedPicks' : 'fullPicks') : screened ? 'screenedDraws' : 'fullDraws';
+            this.screenStats[kind]++;
+            this.screenStats.candidates += stats.candidates;
+          }
         } else id = sampler.sample(logits.data, offset, vocab);
       } catch (err) {
         // Scores that are not numbers: this request fails (damaged weights fail every request the same way; an

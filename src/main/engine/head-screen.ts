@@ -313,7 +313,7 @@ function transposed(m: Float32Array, rows: number, cols: number): Float32Array {
 
 /**
  * How a sampler changes the scores before it picks (a repetition penalty, frequency and presence penalties, a logit
- * bias: Sampler's `adjusts`). The scores a pick reads are the changed ones; `adjustExact` changes one exact score the
+ * bias: Sampler's `adjusts`; a constraint's mask). The scores a pick reads are the changed ones; `adjustExact` changes one exact score the
  * same way (in float64); every bound is widened by `adjustSlack` (the float rounding of the score before the change:
  * 1e-6 of the largest shift) and then multiplied by `boundScale` (the change's steepest slope: a repetition penalty p
  * stretches scores by p or 1 / p).
@@ -322,6 +322,8 @@ export interface ScoreAdjust {
   readonly boundScale: number;
   readonly adjustSlack: number;
   adjustExact(n: number, score: number): number;
+  /** Whether a constraint refused token n (its score −∞ in the scores read): its exact score is −∞, not computed. */
+  banned(n: number): boolean;
 }
 
 /**
@@ -361,6 +363,7 @@ function exactScore(
   hiddenAt: number,
   adjust: ScoreAdjust | undefined,
 ): number {
+  if (adjust?.banned(n)) return Number.NEGATIVE_INFINITY;
   const e = (screen.bias ? (screen.bias[n] as number) : 0) + screen.rows.dot(n, hiddenState, hiddenAt);
   return adjust ? adjust.adjustExact(n, e) : e;
 }
@@ -740,7 +743,8 @@ export function exactTopK(
     const n = fromKept ? (keeping?.[i] as number) : i;
     const s = scores[at + n] as number;
     if (checked && !(s >= cut)) continue;
-    if (Number.isNaN(s) || out.scored(n)) continue;
+    // −∞ (a token a constraint refused) only reaches a floor of −∞ (fewer than k tokens allowed): its weight is 0.
+    if (Number.isNaN(s) || s === Number.NEGATIVE_INFINITY || out.scored(n)) continue;
     if (checked && !(s + boundOf(screen, n, norms, screened, s) >= floor)) continue;
     out.push(n, exactOf(n));
   }

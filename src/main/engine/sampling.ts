@@ -292,6 +292,8 @@ export class Sampler implements ScoreAdjust {
   private readonly biasOf = new Map<number, number>();
   /** 1e-6 of the largest shift the last adjustScores made (a bias, frequency or presence penalty). */
   private slack = 0;
+  /** Whether the scratch holds scores the constraint masked (maskScores), until the next adjustScores. */
+  private masking = false;
   /** Scratch of draw: the candidates' weights, and every index of the vocabulary. */
   private probs = new Float64Array(0);
   private indices = new Int32Array(0);
@@ -337,19 +339,34 @@ export class Sampler implements ScoreAdjust {
   }
 
   /**
-   * True when the pick is the argmax of the scores, as the penalties and bias change them ({@link adjusts}), with no
-   * constraint: such a pick may come from the head's screen instead (head-screen.ts), then be recorded with `took`.
+   * True when the pick is the argmax of the scores, as the penalties and bias change them ({@link adjusts}): such a
+   * pick may come from the head's screen instead (head-screen.ts), then be recorded with `took`. With a constraint,
+   * a pick it refuses is made again from the scores it masks ({@link maskScores}), as `sample` does.
    */
   get screenGreedy(): boolean {
-    return this.isGreedy && this.unconstrained;
+    return this.isGreedy;
+  }
+
+  /** Whether the constraint (JSON mode, tool calls) lets token `id` come next; true without one. */
+  allows(id: number): boolean {
+    return this.constraint?.allows(id) ?? true;
   }
 
   /**
-   * True when no constraint masks the scores (JSON mode, tool calls): the head's screen can serve the pick or draw,
-   * from scores the penalties and bias change as {@link adjustScores} does.
+   * logits[offset, offset+vocab) as {@link adjustScores} changes them, with every token the constraint refuses at −∞,
+   * in the sampler's scratch: what a pick or draw reads again when the constraint refused the first. Null when it
+   * allows no token (the row ends there, unfinished) or there is none.
    */
-  private get unconstrained(): boolean {
-    return this.constraint === undefined;
+  maskScores(logits: Float32Array, offset: number, vocab: number): Float32Array | null {
+    const x = this.adjustScores(logits, offset, vocab);
+    if (!this.constraint || this.constraint.mask(x, vocab) === 0) return null;
+    this.masking = true;
+    return x;
+  }
+
+  /** Whether the last maskScores refused token n: its exact score is −∞ as well. */
+  banned(n: number): boolean {
+    return this.masking && this.scratch[n] === Number.NEGATIVE_INFINITY;
   }
 
   /** True when a penalty or a logit bias changes this pick's scores: the screen's must be changed too (adjustScores). */
@@ -369,6 +386,7 @@ export class Sampler implements ScoreAdjust {
     if (this.scratch.length !== vocab) this.scratch = new Float32Array(vocab);
     const x = this.scratch;
     x.set(logits.subarray(offset, offset + vocab));
+    this.masking = false;
     this.applyAdjustments(x, vocab);
     return x;
   }
@@ -397,32 +415,31 @@ export class Sampler implements ScoreAdjust {
 
   /**
    * The top-k of a draw that may take its candidates from the head's screen (head-screen.ts's exactTopK), then
-   * {@link drawAmong} them: a sampled draw whose top-k is at most SCREEN_TOP_K, with no constraint (it masks scores
-   * the screen does not see). 0 otherwise.
+   * {@link drawAmong} them: a sampled draw whose top-k is at most SCREEN_TOP_K. 0 otherwise.
    */
   get screenTopK(): number {
     const k = this.params.topK;
-    return !this.isGreedy && k > 0 && k <= SCREEN_TOP_K && this.unconstrained ? k : 0;
+    return !this.isGreedy && k > 0 && k <= SCREEN_TOP_K ? k : 0;
   }
 
   /**
    * The min-p of a draw that may take its candidates from the head's screen (head-screen.ts's exactMinP), then
    * {@link drawAmong} them in id order: a sampled draw by min-p and temperature alone (no top-k under the vocabulary,
-   * no top-p), with no constraint. 0 otherwise.
+   * no top-p). 0 otherwise.
    */
   get screenMinP(): number {
     const p = this.params;
     const alone = p.minP > 0 && p.topP >= 1 && !(p.topK > 0 && p.topK < this.vocabSize);
-    return !this.isGreedy && alone && this.unconstrained ? p.minP : 0;
+    return !this.isGreedy && alone ? p.minP : 0;
   }
 
   /**
    * True when a draw is over the whole vocabulary by temperature alone (no top-k under the vocabulary, no top-p or
-   * min-p), with no constraint: the head's screen can make it (head-screen.ts's exactDraw) with the key of
+   * min-p): the head's screen can make it (head-screen.ts's exactDraw) with the key of
    * {@link noiseKey}, then record it with `took`.
    */
   get screenWhole(): boolean {
-    return !this.isGreedy && this.byTemperatureAlone(this.vocabSize) && this.unconstrained;
+    return !this.isGreedy && this.byTemperatureAlone(this.vocabSize);
   }
 
   /** True when a draw among `vocab` tokens is over all of them by temperature alone: no top-k under it, top-p or min-p. */

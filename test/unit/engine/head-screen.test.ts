@@ -21,6 +21,7 @@ import {
   MemoryRows,
   PickScratch,
   SCREEN_BLOCK,
+  type ScoreAdjust,
   TopKScratch,
   worstBoundShare,
 } from '../../../src/main/engine/head-screen';
@@ -619,6 +620,29 @@ describe('screened picks and draws with penalties and a logit bias', () => {
       }),
       { numRuns: 400 },
     );
+  });
+
+  it("keep a constraint's refused tokens out, and score none of them exactly, when it allows fewer than k", () => {
+    const { vocab, screen, exact, rows, at, states, hiddenAt } = spreadAtOffset();
+    const allowed = [17, 2500, 3999];
+    const scores = new Float32Array(vocab).fill(Number.NEGATIVE_INFINITY);
+    for (const n of allowed) scores[n] = rows[at + n] as number;
+    const refused: ScoreAdjust = {
+      boundScale: 1,
+      adjustSlack: 0,
+      adjustExact: (_n, v) => v,
+      banned: (n) => !allowed.includes(n),
+    };
+    const out = new TopKScratch();
+    const stats = { candidates: 0 };
+    const m = exactTopK(screen, scores, 0, states, hiddenAt, true, 20, out, vocab, stats, refused);
+    const want = [...allowed].sort((a, b) => (exact.scores[b] as number) - (exact.scores[a] as number));
+    expect([...out.ids.subarray(0, 3)]).toEqual(want);
+    // The rest of the top 20 are refused tokens, at −∞ (weight 0 in a draw); only they and the allowed were scored.
+    expect(m).toBe(20);
+    expect([...out.scores.subarray(3, m)].every((v) => v === Number.NEGATIVE_INFINITY)).toBe(true);
+    expect(stats.candidates).toBe(20);
+    expect(exactPick(screen, scores, 0, states, hiddenAt, true, vocab, undefined, undefined, refused)).toBe(want[0]);
   });
 
   it('change one exact score as they change the whole row', () => {

@@ -16,6 +16,17 @@ import { plainGumbelMax } from '../../helpers/gumbel-max';
 /** A constraint that allows every token (JSON mode's place in a sampler). */
 const anyToken: ReplyConstraint = { done: false, allows: () => true, mask: (_x, vocab) => vocab, accept: () => {} };
 
+/** A constraint that allows the even ids only. */
+const evenTokens: ReplyConstraint = {
+  done: false,
+  allows: (id) => id % 2 === 0,
+  mask: (x, vocab) => {
+    for (let n = 1; n < vocab; n += 2) x[n] = Number.NEGATIVE_INFINITY;
+    return Math.ceil(vocab / 2);
+  },
+  accept: () => {},
+};
+
 function params(p: Partial<SamplingParams> = {}): SamplingParams {
   return { greedy: false, temperature: 1, topK: 0, topP: 1, minP: 0, repetitionPenalty: 1, seed: 42, ...p };
 }
@@ -392,12 +403,12 @@ describe('Sampler draws among an exact top-k (the head screen’s)', () => {
     expect(new Sampler(params({ topK: 0 }), 100).screenTopK).toBe(0);
     expect(new Sampler(params({ topK: 50, greedy: true }), 100).screenTopK).toBe(0);
     expect(new Sampler(params({ topK: 50, temperature: 0 }), 100).screenTopK).toBe(0);
-    // Penalties and a bias change the screen's scores as they change the full ones (adjustScores); a constraint masks
-    // them, which the screen cannot follow.
+    // Penalties and a bias change the screen's scores as they change the full ones (adjustScores); a constraint's
+    // refusal is drawn again from the scores it masks (maskScores).
     expect(new Sampler(params({ topK: 50, repetitionPenalty: 1.1 }), 100).screenTopK).toBe(50);
     expect(new Sampler(params({ topK: 50, frequencyPenalty: 0.5 }), 100).screenTopK).toBe(50);
     expect(new Sampler(params({ topK: 50, logitBias: [[3, -100]] }), 100).screenTopK).toBe(50);
-    expect(new Sampler(params({ topK: 50 }), 100, [], anyToken).screenTopK).toBe(0);
+    expect(new Sampler(params({ topK: 50 }), 100, [], anyToken).screenTopK).toBe(50);
     // Top-p, min-p and the temperature apply among the top k: the screen gives those scores exactly.
     expect(new Sampler(params({ topK: 40, topP: 0.9, minP: 0.05, temperature: 0.7 }), 100).screenTopK).toBe(40);
   });
@@ -411,7 +422,28 @@ describe('Sampler draws among an exact top-k (the head screen’s)', () => {
     expect(new Sampler(params({ minP: 0.05, greedy: true }), 100).screenMinP).toBe(0);
     expect(new Sampler(params({ minP: 0.05, temperature: 0 }), 100).screenMinP).toBe(0);
     expect(new Sampler(params({ minP: 0.05, repetitionPenalty: 1.1 }), 100).screenMinP).toBe(0.05);
-    expect(new Sampler(params({ minP: 0.05 }), 100, [], anyToken).screenMinP).toBe(0);
+    expect(new Sampler(params({ minP: 0.05 }), 100, [], anyToken).screenMinP).toBe(0.05);
+  });
+
+  it('masks what its constraint refuses, as its own pick does, and says which tokens it refused until the next change', () => {
+    const s = new Sampler(params({ repetitionPenalty: 2 }), 6, [4], evenTokens);
+    const row = Float32Array.of(1, 5, 2, 7, 3, 0);
+    expect(s.allows(3)).toBe(false);
+    expect(s.allows(4)).toBe(true);
+    const masked = s.maskScores(row, 0, 6) as Float32Array;
+    expect([...masked]).toEqual([
+      1,
+      Number.NEGATIVE_INFINITY,
+      2,
+      Number.NEGATIVE_INFINITY,
+      1.5,
+      Number.NEGATIVE_INFINITY,
+    ]);
+    expect([0, 1, 2, 3, 4, 5].map((n) => s.banned(n))).toEqual([false, true, false, true, false, true]);
+    s.adjustScores(row, 0, 6);
+    expect(s.banned(1)).toBe(false);
+    expect(new Sampler(params(), 6, [], anyToken).maskScores(row, 0, 6)).not.toBeNull();
+    expect(new Sampler(params(), 6).maskScores(row, 0, 6)).toBeNull();
   });
 
   it('draws what the plain reference draws among the same scores, draw after draw', () => {
