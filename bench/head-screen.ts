@@ -1,17 +1,17 @@
 /**
  * What the LM head's 8-bit screen (src/main/engine/head-screen.ts) gives a lone greedy stream, or one that draws
  * among a top-k, by min-p or over the whole vocabulary.
- * `node bin/run-ts.cjs bench/head-screen.ts [--shape gpt2-small] [--reps 5] [--tokens 96] [--top-k K | --min-p P | --whole]
- * [--repetition-penalty R]`
+ * `node bin/run-ts.cjs bench/head-screen.ts [--shape gpt2-small] [--reps 5] [--tokens 96]
+ *   [--top-k K | --min-p P | --whole] [--repetition-penalty R]`
  *
  * Two decoders of the same package in this process (LoadedDecoder, lookup decoding off, kvdesk's threads), one
  * with the screen and one that scores the head in full, alternating round by round; each round one greedy
  * reply of `--tokens` tokens after a 32-token prompt (with `--top-k`, a draw at temperature 0.7, top-p 0.9 among
- * the top K, seed 7, past any end-of-text; with `--min-p`, a draw at temperature 0.7 with min-p P alone, seed 7; with
- * `--whole`, a draw at temperature 0.7 over the whole vocabulary, seed 7; `--repetition-penalty` adds that penalty over the
- * prompt and reply). Prints decode ms per token (medians), their ratio, the tokens the screen scored again per pick or draw, and
- * fails when two greedy replies differ (top-k and whole-vocabulary draws are the same draws either way, but a near
- * tie of float32 scores may part them, so their sameness is said, not required).
+ * the top K, seed 7, past any end-of-text; with `--min-p`, a draw at temperature 0.7 with min-p P alone, seed 7;
+ * with `--whole`, a draw at temperature 0.7 over the whole vocabulary, seed 7; `--repetition-penalty` adds that
+ * penalty over the prompt and reply). Prints decode ms per token (medians), their ratio, the tokens the screen
+ * scored again per pick or draw, and fails when two greedy replies differ (draws are the same draws either way,
+ * but a near tie of float32 scores may part them, so their sameness is said, not required).
  */
 import os from 'node:os';
 import { LoadedDecoder } from '../src/main/engine/decoder';

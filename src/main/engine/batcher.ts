@@ -179,6 +179,9 @@ type ScoredRows = LogitsRows & { hidden?: Float32Array; screened?: boolean };
  */
 const SCREEN_MAX_ROWS = 8;
 
+/** A screened choice's answer when the row's constraint allows no token (−1: no score is a number). */
+const NONE_ALLOWED = -2;
+
 /** The screen's input fed false: score the vocabulary with the 8-bit head. */
 export const SCREENED = new ort.Tensor('bool', Uint8Array.of(0), []);
 
@@ -500,7 +503,8 @@ export class ContinuousBatcher {
           id = this.screenedChoice(sampler, data, adjust ? 0 : offset, logits, offset, vocab, stats, adjust);
           if (id >= 0 && !sampler.allows(id)) {
             const masked = sampler.maskScores(logits.data, offset, vocab);
-            if (masked === null) id = -2;
+            // The constraint allows no token of the vocabulary: the row ends below, unfinished (`sample`: −1).
+            if (masked === null) id = NONE_ALLOWED;
             else {
               id = this.screenedChoice(sampler, masked, 0, logits, offset, vocab, stats, sampler);
               // A draw that walked past every weight onto a refused token (float rounding): the best allowed one.

@@ -313,10 +313,10 @@ function transposed(m: Float32Array, rows: number, cols: number): Float32Array {
 
 /**
  * How a sampler changes the scores before it picks (a repetition penalty, frequency and presence penalties, a logit
- * bias: Sampler's `adjusts`; a constraint's mask). The scores a pick reads are the changed ones; `adjustExact` changes one exact score the
- * same way (in float64); every bound is widened by `adjustSlack` (the float rounding of the score before the change:
- * 1e-6 of the largest shift) and then multiplied by `boundScale` (the change's steepest slope: a repetition penalty p
- * stretches scores by p or 1 / p).
+ * bias: Sampler's `adjusts`; a constraint's mask). The scores a pick reads are the changed ones; `adjustExact`
+ * changes one exact score the same way (in float64); every bound is widened by `adjustSlack` (the float rounding of
+ * the score before the change: 1e-6 of the largest shift) and then multiplied by `boundScale` (the change's steepest
+ * slope: a repetition penalty p stretches scores by p or 1 / p).
  */
 export interface ScoreAdjust {
   readonly boundScale: number;

@@ -252,10 +252,10 @@ function nucleus(
 }
 
 /**
- * Orders the ids of a top-k (topKIndices: in heap order) the likeliest first, equal scores the lower id first: the order an exact top-k from the head's screen has (head-screen.ts's exactTopK), so
- * that one random number draws the same token from either — a seeded top-k reply is the same with the screen and
- * without it (a GPU, a small vocabulary), up to a near tie. A score that is not a number ranks as −∞. Sorts `ids` in
- * place and returns it.
+ * Orders the ids of a top-k (topKIndices: in heap order) the likeliest first, equal scores the lower id first: the
+ * order an exact top-k from the head's screen has (head-screen.ts's exactTopK), so that one random number draws the
+ * same token from either — a seeded top-k reply is the same with the screen and without it (a GPU, a small
+ * vocabulary), up to a near tie. A score that is not a number ranks as −∞. Sorts `ids` in place and returns it.
  */
 function likeliestFirst(x: Float32Array, ids: Int32Array): Int32Array {
   const rank = (i: number): number => {
@@ -369,7 +369,7 @@ export class Sampler implements ScoreAdjust {
     return this.masking && this.scratch[n] === Number.NEGATIVE_INFINITY;
   }
 
-  /** True when a penalty or a logit bias changes this pick's scores: the screen's must be changed too (adjustScores). */
+  /** True when a penalty or a logit bias changes this pick's scores: the screen's are changed too (adjustScores). */
   get adjusts(): boolean {
     return (
       (this.seen !== undefined && this.seen.size > 0) ||
@@ -391,7 +391,7 @@ export class Sampler implements ScoreAdjust {
     return x;
   }
 
-  /** One exact score as {@link adjustScores} changes the scores: the penalty, then the counts' penalties, then the bias. */
+  /** One exact score as {@link adjustScores} changes scores: the penalty, then the counts' penalties, then the bias. */
   adjustExact(n: number, score: number): number {
     let v = score;
     const p = this.params;
