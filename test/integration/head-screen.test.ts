@@ -71,6 +71,24 @@ async function drawnAlone(d: LoadedDecoder, job: GenerationJob): Promise<number[
 }
 
 /**
+ * `job`'s reply is `alone` (its reply from the screen) beside a request scored in full (every step they share scores
+ * in full) and from `full`, a decoder without a screen.
+ */
+async function expectSameInFullAndUnscreened(
+  d: LoadedDecoder,
+  full: LoadedDecoder,
+  job: GenerationJob,
+  alone: number[],
+) {
+  const beside = await besideUnscreened(d, job, d.spec.vocabSize);
+  expect(beside.ids).toEqual(alone);
+  expect(beside.fullDraws).toBeGreaterThanOrEqual(30);
+  const unscreened: number[] = [];
+  await full.generate(job, collecting(unscreened));
+  expect(unscreened).toEqual(alone);
+}
+
+/**
  * Runs `job` beside a draw by top-p alone, which the screen never serves, so every step the two share scores in full:
  * the job's ids, and the draws its full-score steps made.
  */
@@ -177,14 +195,9 @@ describe("the LM head's 8-bit screen", () => {
       };
       const alone = await drawnAlone(d, job);
       // Beside a draw by top-p alone (not screened), every step scores in full: the same tokens.
-      const beside = await besideUnscreened(d, job, spec.vocabSize);
-      expect(beside.ids).toEqual(alone);
-      expect(beside.fullDraws).toBeGreaterThanOrEqual(30);
       // Without a screen (a GPU, KVDESK_HEAD_SCREEN=0), the sampler orders the top k as the screen's exact top k
       // is ordered, the likeliest first: the same random numbers draw the same tokens.
-      const unscreened: number[] = [];
-      await full.generate(job, collecting(unscreened));
-      expect(unscreened).toEqual(alone);
+      await expectSameInFullAndUnscreened(d, full, job, alone);
       // With top-p among them too (the nucleus is ordered the same way either way).
       const nucleus = { ...job, sampling: { ...job.sampling, topP: 0.9 } };
       const fromScreen: number[] = [];
@@ -211,13 +224,8 @@ describe("the LM head's 8-bit screen", () => {
       const alone = await drawnAlone(d, job);
       // It scored exactly only the tokens min-p can keep (and a few near them), not the vocabulary.
       expect(d.screenStats.candidates / 40).toBeLessThan(spec.vocabSize / 20);
-      const beside = await besideUnscreened(d, job, spec.vocabSize);
-      expect(beside.ids).toEqual(alone);
-      expect(beside.fullDraws).toBeGreaterThanOrEqual(30);
       // Without a screen the sampler draws over the float32 scores of the whole vocabulary: the same tokens.
-      const unscreened: number[] = [];
-      await full.generate(job, collecting(unscreened));
-      expect(unscreened).toEqual(alone);
+      await expectSameInFullAndUnscreened(d, full, job, alone);
     } finally {
       await dispose();
     }
@@ -329,13 +337,8 @@ describe("the LM head's 8-bit screen", () => {
       await d.generate({ ...job, sampling: { ...job.sampling, seed: 13 } }, collecting(other));
       expect(other).not.toEqual(alone);
       // Beside a draw by top-p alone (not screened), every step scores in full: the same tokens.
-      const beside = await besideUnscreened(d, job, spec.vocabSize);
-      expect(beside.ids).toEqual(alone);
-      expect(beside.fullDraws).toBeGreaterThanOrEqual(30);
       // Without a screen, the sampler draws the same way from the float32 scores: the same tokens.
-      const unscreened: number[] = [];
-      await full.generate(job, collecting(unscreened));
-      expect(unscreened).toEqual(alone);
+      await expectSameInFullAndUnscreened(d, full, job, alone);
     } finally {
       await dispose();
     }
