@@ -368,6 +368,26 @@ describe('Sampler draws what the plain reference draws', () => {
     expect(new Set(Array.from({ length: 40 }, () => wider.sample(x, 0, 300)))).toEqual(new Set([40, 170]));
   });
 
+  it('top-p over a whole vocabulary of 50 257 sorts only the heaviest bins of weights, and draws what sorting all does', () => {
+    // Flat (a nucleus of thousands: past the bins' limit, sorted whole), spread, or peaked (a nucleus of a few).
+    for (const [spread, peak] of [
+      [1, 0],
+      [5, 0],
+      [12, 0],
+      [3, 14],
+    ] as const) {
+      const rand = createRng(spread * 100 + peak);
+      const x = Float32Array.from({ length: 50_257 }, () => (rand() + rand() + rand() + rand() - 2) * spread);
+      for (let i = 0; i < 5 && peak > 0; i++) x[Math.floor(rand() * x.length)] = peak - i;
+      for (const topP of [0.5, 0.9, 0.99]) {
+        const p = params({ temperature: 0.7, topP, seed: 11 });
+        const sampler = new Sampler(p, x.length);
+        const rng = createRng(p.seed);
+        for (let draw = 0; draw < 3; draw++) expect(sampler.sample(x, 0, x.length)).toBe(referenceSample(x, p, rng));
+      }
+    }
+  });
+
   it('for any scores, top-k, top-p, min-p and temperature, draw after draw', () => {
     fc.assert(
       fc.property(scores, (c) => {
