@@ -143,7 +143,7 @@ export function prefillGroups(lengths: ReadonlyArray<{ rows: number; longest: nu
 
 /** Whether a row's tokens can come from the head's screen: a greedy pick, or a draw the screen makes exactly. */
 function screens(sampler: Sampler): boolean {
-  return sampler.screenGreedy || sampler.screenWhole || sampler.screenTopK > 0 || sampler.screenMinP > 0;
+  return sampler.isGreedy || sampler.screenWhole || sampler.screenTopK > 0 || sampler.screenMinP > 0;
 }
 
 /** Ends a request that was asked to stop before its prefill finished: nothing generated, no KV kept. */
@@ -439,7 +439,7 @@ export class ContinuousBatcher {
    * One row's pick or draw from the head's screen or from float32 scores (`logits`, its row at `offset`), exactly
    * either way: the greedy pick (or with `pick`, whatever the sampler), a draw over the whole vocabulary, a draw among
    * the exact top k, or among the tokens min-p can keep — reading `scores` from `at` (the logits, or the sampler's
-   * changed copy with `adjust`). −1 when no score is a number.
+   * changed copy with `adjust`). −1 when no score is a number. Counts the tokens it scored exactly in screenStats.
    */
   private screenedChoice(
     sampler: Sampler,
@@ -448,15 +448,32 @@ export class ContinuousBatcher {
     logits: ScoredRows,
     offset: number,
     vocab: number,
-    stats: { candidates: number },
     adjust: Sampler | undefined,
     pick = false,
+  ): number {
+    const stats = { candidates: 0 };
+    const id = this.screenedPickOrDraw(sampler, scores, at, logits, offset, vocab, stats, adjust, pick);
+    this.screenStats.candidates += stats.candidates;
+    return id;
+  }
+
+  /** screenedChoice's pick or draw, writing the tokens it scored exactly into `stats`. */
+  private screenedPickOrDraw(
+    sampler: Sampler,
+    scores: Float32Array,
+    at: number,
+    logits: ScoredRows,
+    offset: number,
+    vocab: number,
+    stats: { candidates: number },
+    adjust: Sampler | undefined,
+    pick: boolean,
   ): number {
     const screen = (this.screen as LastPositionScreen).data;
     const hidden = logits.hidden as Float32Array;
     const hiddenAt = (offset / logits.vocab) * screen.hidden;
     const screened = logits.screened === true;
-    if (pick || sampler.screenGreedy) {
+    if (pick || sampler.isGreedy) {
       return exactPick(screen, scores, at, hidden, hiddenAt, screened, vocab, stats, this.pickScratch, adjust);
     }
     const T = sampler.temperature;
@@ -496,29 +513,27 @@ export class ContinuousBatcher {
           // From the screen's scores or from float32 ones, exactly either way (screenedChoice). Penalties and a bias
           // change the scores first (a copy) and each exact score the same way, with bounds widened to match; a
           // token the constraint refuses is picked or drawn again from the scores it masks, as `sample` does.
-          const stats = { candidates: 0 };
           const screened = logits.screened === true;
           const adjust = sampler.adjusts ? sampler : undefined;
           const data = adjust ? sampler.adjustScores(logits.data, offset, vocab) : logits.data;
-          id = this.screenedChoice(sampler, data, adjust ? 0 : offset, logits, offset, vocab, stats, adjust);
+          id = this.screenedChoice(sampler, data, adjust ? 0 : offset, logits, offset, vocab, adjust);
           if (id >= 0 && !sampler.allows(id)) {
             const masked = sampler.maskScores(logits.data, offset, vocab);
             // The constraint allows no token of the vocabulary: the row ends below, unfinished (`sample`: −1).
             if (masked === null) id = NONE_ALLOWED;
             else {
-              id = this.screenedChoice(sampler, masked, 0, logits, offset, vocab, stats, sampler);
+              id = this.screenedChoice(sampler, masked, 0, logits, offset, vocab, sampler);
               // A draw that walked past every weight onto a refused token (float rounding): the best allowed one.
               if (id >= 0 && sampler.banned(id))
-                id = this.screenedChoice(sampler, masked, 0, logits, offset, vocab, stats, sampler, true);
+                id = this.screenedChoice(sampler, masked, 0, logits, offset, vocab, sampler, true);
             }
           }
           if (id === -1) throw notANumber();
           if (id >= 0) {
             sampler.took(id);
-            const greedy = sampler.screenGreedy;
+            const greedy = sampler.isGreedy;
             const kind = greedy ? (screened ? 'screenedPicks' : 'fullPicks') : screened ? 'screenedDraws' : 'fullDraws';
             this.screenStats[kind]++;
-            this.screenStats.candidates += stats.candidates;
           }
         } else id = sampler.sample(logits.data, offset, vocab);
       } catch (err) {

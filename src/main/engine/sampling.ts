@@ -377,18 +377,14 @@ export class Sampler implements ScoreAdjust {
     return this.params.temperature;
   }
 
-  /** True when this sampler always takes the most likely token. */
+  /**
+   * True when this sampler always takes the most likely token, as the penalties and bias change the scores
+   * ({@link adjusts}): such a pick may come from the head's screen instead (head-screen.ts), then be recorded with
+   * `took`. With a constraint, a pick it refuses is made again from the scores it masks ({@link maskScores}), as
+   * `sample` does.
+   */
   get isGreedy(): boolean {
     return this.params.greedy || this.params.temperature <= 0;
-  }
-
-  /**
-   * True when the pick is the argmax of the scores, as the penalties and bias change them ({@link adjusts}): such a
-   * pick may come from the head's screen instead (head-screen.ts), then be recorded with `took`. With a constraint,
-   * a pick it refuses is made again from the scores it masks ({@link maskScores}), as `sample` does.
-   */
-  get screenGreedy(): boolean {
-    return this.isGreedy;
   }
 
   /** Whether the constraint (JSON mode, tool calls) lets token `id` come next; true without one. */
