@@ -3,11 +3,21 @@
  * presents in place with kv-cache.ts appendSeq) instead of onnxruntime-node copying every present out whole:
  * on the real engine, every kind of run — a batch whose rows join and leave, chunked prefill, a session turn
  * reusing its KV, lookup decoding's draft checks cut back after a miss — gives the same tokens and the same KV as
- * with the presents returned whole.
+ * with the presents returned whole. With room kept after the KV's positions (masked out; appendGap writes the
+ * new positions into it), the same tokens and the same KV up to float rounding: the attention's sums run over
+ * the masked positions too.
  */
+
+import * as ort from 'onnxruntime-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { LookupDecoding } from '../../src/main/engine/batcher';
-import { type GenerationHooks, type GenerationJob, LoadedDecoder, type SessionKv } from '../../src/main/engine/decoder';
+import {
+  type GenerationHooks,
+  type GenerationJob,
+  gapChecked,
+  LoadedDecoder,
+  type SessionKv,
+} from '../../src/main/engine/decoder';
 import { KV_GROWTH_POSITIONS } from '../../src/main/engine/kv-cache';
 import type { LookupCount } from '../../src/main/engine/protocol';
 import { loadModelSpec } from '../../src/main/packages';
@@ -89,24 +99,65 @@ async function scenario(decoder: LoadedDecoder) {
   return { batch, joined, first, second, saved, alone, predicted, lookup: count, peak: decoder.peakBatchKvBytes };
 }
 
+/** The largest difference between two saved KVs, relative to the largest magnitude in the first. */
+function kvGap(a: number[][], b: number[][]): number {
+  let scale = 0;
+  let worst = 0;
+  for (const [i, xs] of a.entries()) {
+    const ys = b[i] as number[];
+    expect(ys).toHaveLength(xs.length);
+    for (const [j, x] of xs.entries()) {
+      scale = Math.max(scale, Math.abs(x));
+      worst = Math.max(worst, Math.abs(x - (ys[j] as number)));
+    }
+  }
+  return worst / scale;
+}
+
 describe('runs that return the positions they add', () => {
   let spec: ModelSpec;
   let built: LoadedDecoder;
+  let roomy: LoadedDecoder;
   let whole: LoadedDecoder;
   beforeAll(async () => {
     spec = await loadModelSpec(defaultModelDir);
     const options = { intraOpNumThreads: 2, executionProviders: ['cpu'], prefillChunkTokens: 64 };
-    built = await LoadedDecoder.load(spec, { ...options, kvAppend: true });
+    built = await LoadedDecoder.load(spec, { ...options, kvAppend: true, kvGap: false });
+    roomy = await LoadedDecoder.load(spec, { ...options, kvAppend: true });
     whole = await LoadedDecoder.load(spec, { ...options, kvAppend: false });
   });
   afterAll(async () => {
     await built?.dispose();
+    await roomy?.dispose();
     await whole?.dispose();
   });
 
   it('are what the engine runs on the generated graph (its presents are Concats of past and new), and say so', () => {
-    expect(built.logits.kv).toBe('runs return the positions they add; the engine grows the present KV in place');
+    expect(roomy.logits.kv).toBe(
+      'runs return the positions they add, which the engine writes into room the KV keeps after its positions (masked out)',
+    );
+    expect(built.logits.kv).toBe(
+      "runs return the positions they add; the engine grows the present KV in place, moving each row's positions (no room after them: turned off)",
+    );
     expect(whole.logits.kv).toBeUndefined();
+  });
+
+  it('with room after the KV’s positions, give the same tokens and the same KV up to float rounding', async () => {
+    const a = await scenario(roomy);
+    const b = await scenario(whole);
+    expect(a.batch).toEqual(b.batch);
+    expect(a.joined).toEqual(b.joined);
+    expect(a.first).toEqual(b.first);
+    expect(a.second).toEqual(b.second);
+    expect(a.alone).toEqual(b.alone);
+    expect(a.predicted).toEqual(b.predicted);
+    expect(a.predicted).toEqual(a.alone);
+    // The session's KV: its positions only (no room), the values within rounding of the KV built without room.
+    expect(a.saved.length).toBe(b.saved.length);
+    expect(kvGap(a.saved, b.saved)).toBeLessThan(1e-5);
+    expect(roomy.peakBatchRows).toBe(5);
+    expect(a.peak).toBeLessThanOrEqual(b.peak + roomy.peakBatchRows * KV_GROWTH_POSITIONS * spec.bpt);
+    expect(a.lookup?.accepted).toBeGreaterThanOrEqual(5);
   });
 
   it('give the tokens and the KV of runs that return the presents whole, through every kind of run', async () => {
@@ -129,6 +180,59 @@ describe('runs that return the positions they add', () => {
     expect(built.peakBatchRows).toBe(5);
     expect(a.lookup?.accepted).toBeGreaterThanOrEqual(5);
     expect(a.lookup?.drafted).toBeGreaterThanOrEqual(2 * (a.lookup?.accepted ?? 0));
+  });
+});
+
+describe('the check at load of a KV with room', () => {
+  /** The generated graph as it is (every position scored), and what gapChecked is given: a prefix, then a step. */
+  async function probe() {
+    const spec = await loadModelSpec(defaultModelDir);
+    if (spec.kv.kind !== 'dynamic') throw new Error('the default model has a dynamic KV');
+    const kv = spec.kv.tensors;
+    const session = await ort.InferenceSession.create(spec.graphPath, { intraOpNumThreads: 2 });
+    const ids = [5, 6, 7];
+    const long = (xs: number[]) => new ort.Tensor('int64', BigInt64Array.from(xs, BigInt), [1, xs.length]);
+    const feeds = (tokens: number[], from: number, past?: ort.InferenceSession.OnnxValueMapType) => {
+      const f: Record<string, ort.Tensor> = {
+        input_ids: long(tokens),
+        attention_mask: long(Array(from + tokens.length).fill(1)),
+        position_ids: long(tokens.map((_, i) => from + i)),
+      };
+      for (const t of kv) {
+        f[t.past] =
+          (past?.[t.present] as ort.Tensor | undefined) ??
+          new ort.Tensor('float32', new Float32Array(0), [1, t.shape[1] as number, 0, t.shape[3] as number]);
+      }
+      return f;
+    };
+    const prefix = await session.run(feeds(ids.slice(0, 2), 0));
+    const stepped = (await session.run(feeds(ids.slice(2), 2, prefix))).logits as ort.Tensor;
+    return { spec, kv, session, ids, prefix, stepped };
+  }
+
+  it('passes a graph that masks the room out, and refuses one that attends to it or numbers positions itself', async () => {
+    const { spec, kv, session, ids, prefix, stepped } = await probe();
+    try {
+      const run = (feeds: Record<string, ort.Tensor>) => session.run(feeds);
+      expect(await gapChecked(run, spec, kv, ids, prefix, stepped)).toBeNull();
+      // The same graph made to attend to every position it is fed (its mask all ones): the room counts.
+      const unmasked = (feeds: Record<string, ort.Tensor>) => {
+        const mask = feeds.attention_mask as ort.Tensor;
+        return session.run({
+          ...feeds,
+          attention_mask: new ort.Tensor('int64', new BigInt64Array(mask.data.length).fill(1n), mask.dims),
+        });
+      };
+      expect(await gapChecked(unmasked, spec, kv, ids, prefix, stepped)).toMatch(
+        /^a step with room scored differently \(by [0-9.e-]+ of the scores' scale\)$/,
+      );
+      const { positionIds: _, ...noPositions } = spec.ports;
+      expect(await gapChecked(run, { ...spec, ports: noPositions }, kv, ids, prefix, stepped)).toBe(
+        'the graph has no position_ids input, so it would number positions after the room',
+      );
+    } finally {
+      await session.release();
+    }
   });
 });
 

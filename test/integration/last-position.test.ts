@@ -396,7 +396,9 @@ describe('the host', () => {
       const info = await h.loadModel(defaultModelDir);
       expect(info.logits.last).toBe(true);
       // Through the engine process: how its runs return the KV (kv-append.test.ts).
-      expect(info.logits.kv).toBe('runs return the positions they add; the engine grows the present KV in place');
+      expect(info.logits.kv).toBe(
+        'runs return the positions they add, which the engine writes into room the KV keeps after its positions (masked out)',
+      );
     } finally {
       await h.close();
     }

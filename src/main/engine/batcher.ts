@@ -17,6 +17,7 @@ import { commonPrefix, idTensor, maskTensor } from './feeds';
 import { exactDraw, exactMinP, exactPick, exactTopK, PickScratch, TopKScratch } from './head-screen';
 import { constraintFor } from './json-constraint';
 import {
+  appendGap,
   appendSeq,
   concatBatch,
   emptyPast,
@@ -185,6 +186,16 @@ const NONE_ALLOWED = -2;
 /** The screen's input fed false: score the vocabulary with the 8-bit head. */
 export const SCREENED = new ort.Tensor('bool', Uint8Array.of(0), []);
 
+/**
+ * Positions along the sequence axis of the KV tensors (the first one's: all agree), `none` without any: with
+ * room in the KV (kv-cache.ts withRoom) more than the positions in use.
+ */
+function seqOf(kvTensors: readonly KvTensorSpec[], past: ReadonlyMap<string, ort.Tensor>, none: number): number {
+  const first = kvTensors[0];
+  const t = first ? past.get(first.past) : undefined;
+  return first && t ? (t.dims[first.seqAxis] as number) : none;
+}
+
 /** Seed of row `i` of a request: distinct per row, row 0 unchanged. */
 export function rowSeed(seed: number, i: number): number {
   return i === 0 ? seed : (seed + Math.imul(i, 0x9e3779b1)) >>> 0;
@@ -218,10 +229,20 @@ export class ContinuousBatcher {
      * runs fetch these instead of the presents, which are then grown in place (appendSeq). Null: presents whole.
      */
     private readonly kvAdded: ReadonlyMap<string, string> | null = null,
+    /**
+     * With kvAdded: whether the batch's KV keeps room after its positions (kv-cache.ts withRoom), masked out in
+     * each run, so a run's new positions are written in place rather than every row's block moving up.
+     */
+    private readonly kvGap = false,
   ) {
     if (!Number.isInteger(chunkTokens) || chunkTokens < 1) {
       throw new KvdeskError('INTERNAL', `prefill chunk must be a positive whole number of tokens, got ${chunkTokens}`);
     }
+  }
+
+  /** Whether decode runs keep room in the KV (kvGap, with the added positions the runs return). */
+  private get gapped(): boolean {
+    return this.kvGap && this.kvAdded !== null;
   }
 
   /** Largest number of rows one decode step has run (stats: proves batching happened). */
@@ -396,12 +417,15 @@ export class ContinuousBatcher {
   /**
    * The run's present KV: as the graph returned it, or built from `past` (the KV the run was fed, stale after
    * this) and the positions the run added, in buffers with room for at most `limit` positions (what the batch can
-   * still reach). Counts the most bytes of KV a run has left in memory.
+   * still reach): after all of `past`'s positions (appendSeq), or with `used`, after its first `used` ones, written
+   * into its room (appendGap: the sequence axis is then the room's end). Counts the most bytes of KV a run has left
+   * in memory.
    */
   private presents(
     out: ort.InferenceSession.OnnxValueMapType,
     past: Map<string, ort.Tensor>,
     limit: number,
+    used?: number,
   ): Map<string, ort.Tensor> {
     const next = new Map<string, ort.Tensor>();
     const added = this.kvAdded;
@@ -409,7 +433,11 @@ export class ContinuousBatcher {
       const name = added ? (added.get(t.past) as string) : t.present;
       const got = out[name] as ort.Tensor | undefined;
       if (!got) throw new KvdeskError('ENGINE_FAILED', `the graph produced no ${name} output`);
-      next.set(t.past, added ? appendSeq(t, past.get(t.past), got, limit) : got);
+      const fed = past.get(t.past);
+      next.set(
+        t.past,
+        !added ? got : used !== undefined && fed ? appendGap(t, fed, used, got, limit) : appendSeq(t, fed, got, limit),
+      );
     }
     if (added) {
       // The added positions are in the presents now (a prefill chunk's are as large as its part of the KV).
@@ -737,6 +765,13 @@ export class ContinuousBatcher {
       this.rows = [...rows];
       return;
     }
+    if (seqOf(this.kvTensors, this.past, this.seq) > this.seq) {
+      // The batch's KV without its room, as the newcomers' is (padded on the left, it gets room again next run).
+      const used = new Map<string, ort.Tensor>();
+      for (const t of this.kvTensors) used.set(t.past, sliceSeq(t, this.past.get(t.past) as ort.Tensor, 0, this.seq));
+      releaseKv(this.past.values(), used);
+      this.past = used;
+    }
     const target = Math.max(this.seq, seq);
     const merged = new Map<string, ort.Tensor>();
     for (const t of this.kvTensors) {
@@ -815,7 +850,8 @@ export class ContinuousBatcher {
       const longest = m.job.prediction ? LOOKUP_MAX_REST_PREDICTED : LOOKUP_MAX_REST;
       m.restUntil = m.generated + Math.min(longest, 2 ** m.misses);
     }
-    if (used < n) {
+    // With room in the KV, the positions that did not count are room again; else they are cut off.
+    if (used < n && !this.gapped) {
       const kept = new Map<string, ort.Tensor>();
       for (const t of this.kvTensors) kept.set(t.past, truncateSeq(t, past.get(t.past) as ort.Tensor, L + used));
       releaseKv(past.values(), kept);
@@ -839,6 +875,8 @@ export class ContinuousBatcher {
     const B = this.rows.length;
     const n = (inputs[0] as number[]).length;
     const L = this.seq;
+    // With room in the KV, each row's block holds `held` positions; those after its first L are masked out.
+    const held = this.gapped ? seqOf(this.kvTensors, this.past, L) : L;
     this.peakRows = Math.max(this.peakRows, B);
     const feeds: Record<string, ort.Tensor> = {};
     feeds[ports.inputIds.name] = idTensor(ports.inputIds, inputs.flat(), [B, n]);
@@ -846,7 +884,8 @@ export class ContinuousBatcher {
       feeds[ports.attentionMask.name] = maskTensor(
         ports.attentionMask,
         this.rows.map((r) => r.pad),
-        L + n,
+        held + n,
+        held > L ? [L, held] : undefined,
       );
     }
     if (ports.positionIds) {
@@ -865,8 +904,8 @@ export class ContinuousBatcher {
     for (const t of this.kvTensors) delete feeds[t.past];
     // The batch's KV grows by one position a step at most until its longest-running member ends.
     const remaining = Math.max(...this.members().map((m) => m.job.maxNewTokens - m.generated));
-    const past = this.presents(out, this.past, L + n + Math.max(0, remaining));
-    this.checkBytes(past, B, L + n);
+    const past = this.presents(out, this.past, L + n + Math.max(0, remaining), this.gapped ? L : undefined);
+    this.checkBytes(past, B, this.gapped ? seqOf(this.kvTensors, past, L + n) : L + n);
     return { past, logits: this.logitsOf(out, n > 1, screened), fed };
   }
 

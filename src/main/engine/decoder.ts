@@ -8,10 +8,10 @@ import * as ort from 'onnxruntime-node';
 import { KvdeskError } from '../../shared/errors';
 import type { KvTensorSpec, ModelSpec } from '../../shared/model-spec';
 import { ContinuousBatcher, type LookupDecoding, PREFILL_CHUNK_TOKENS, rowSeed, SCREENED } from './batcher';
-import { idTensor } from './feeds';
+import { idTensor, maskTensor } from './feeds';
 import { exactPick, screenBytes, worstBoundShare } from './head-screen';
 import type { ReplyForm } from './json-constraint';
-import { appendSeq, emptyPast } from './kv-cache';
+import { appendSeq, emptyPast, withRoom } from './kv-cache';
 import { type LastPositionScreen, lastPositionGraph } from './last-position';
 import { logitsRows } from './logits';
 import { LOOKUP_DRAFT_TOKENS, lookupDraft } from './lookup';
@@ -137,6 +137,7 @@ export async function lastPositionSession(
   options: ort.InferenceSession.SessionOptions,
   screen: boolean | 'always' = false,
   kvAppend = false,
+  kvGap = false,
 ): Promise<{
   session: ort.InferenceSession | null;
   logits: LogitsPositions;
@@ -147,6 +148,8 @@ export async function lastPositionSession(
   fullInput?: string;
   /** Each past input → the copy's output of the positions a run adds to it, checked (see addedChecked). */
   kvAdded?: Map<string, string>;
+  /** Whether runs may be fed KV with room after its positions, masked out (see gapChecked). */
+  kvGap?: boolean;
 }> {
   const kv = kvAppend && spec.kv.kind === 'dynamic' ? spec.kv.tensors : undefined;
   const rewrite = lastPositionGraph(spec.graphPath, spec.ports.logits.name, { screen, ...(kv ? { kv } : {}) });
@@ -197,11 +200,16 @@ export async function lastPositionSession(
       }
     } else if (screen) logits.screen = `the LM head is scored in full: ${rewrite.screenReason ?? 'no screen'}`;
     let kvAdded: Map<string, string> | undefined;
+    let roomy = false;
     if (kv && rewrite.kvAdded) {
       const why = addedChecked(kv, rewrite.kvAdded, prefix, steppedOut);
       if (why === null) {
         kvAdded = rewrite.kvAdded;
-        logits.kv = 'runs return the positions they add; the engine grows the present KV in place';
+        const noRoom = kvGap ? await gapChecked(run, spec, kv, ids, prefix, stepped) : 'turned off';
+        roomy = noRoom === null;
+        logits.kv = roomy
+          ? 'runs return the positions they add, which the engine writes into room the KV keeps after its positions (masked out)'
+          : `runs return the positions they add; the engine grows the present KV in place, moving each row's positions (no room after them: ${noRoom})`;
       } else logits.kv = `runs return the present KV whole: the positions they add ${why}`;
     } else if (kv) logits.kv = `runs return the present KV whole: ${rewrite.kvAddedReason ?? 'not built'}`;
     return {
@@ -211,7 +219,7 @@ export async function lastPositionSession(
       window,
       ...(checkedScreen ? { screen: checkedScreen } : {}),
       ...(fullInput ? { fullInput } : {}),
-      ...(kvAdded ? { kvAdded } : {}),
+      ...(kvAdded ? { kvAdded, kvGap: roomy } : {}),
     };
   } catch (err) {
     await session?.release().catch(() => undefined);
@@ -278,6 +286,36 @@ function addedChecked(
     return null;
   } catch (err) {
     return `could not be appended (${err instanceof Error ? err.message : String(err)})`;
+  }
+}
+
+/**
+ * Null when a step fed the probe prompt's KV with room after its positions (zeros the attention mask marks 0)
+ * scores as the same step fed the KV without room (`stepped`); else why not. A graph that numbers positions from
+ * the KV's length (no position_ids input) or attends to the whole KV whatever the mask would count the room.
+ */
+export async function gapChecked(
+  run: (feeds: Record<string, ort.Tensor>) => Promise<ort.InferenceSession.OnnxValueMapType>,
+  spec: ModelSpec,
+  kv: readonly KvTensorSpec[],
+  ids: number[],
+  prefix: ort.InferenceSession.OnnxValueMapType,
+  stepped: ort.Tensor,
+): Promise<string | null> {
+  const { attentionMask, positionIds } = spec.ports;
+  if (!positionIds) return 'the graph has no position_ids input, so it would number positions after the room';
+  if (!attentionMask) return 'the graph has no attention mask to mask it out with';
+  try {
+    const room = 3;
+    const feeds = probeFeeds(spec, [ids.slice(2)], 2, prefix);
+    feeds[attentionMask.name] = maskTensor(attentionMask, [0], 2 + room + 1, [2, 2 + room]);
+    for (const t of kv) feeds[t.past] = withRoom(t, prefix[t.present] as ort.Tensor, 2, 2 + room);
+    const got = (await run(feeds))[spec.ports.logits.name] as ort.Tensor | undefined;
+    if (!got) return `a step with room gave no ${spec.ports.logits.name}`;
+    const gap = logitsGap(logitsRows(stepped).data, logitsRows(got).data);
+    return gap <= roundingOf(stepped) ? null : `a step with room scored differently (by ${gap} of the scores' scale)`;
+  } catch (err) {
+    return `a step with room could not run (${err instanceof Error ? err.message : String(err)})`;
   }
 }
 
@@ -413,6 +451,8 @@ export class LoadedDecoder {
     private readonly fullInput?: string,
     /** Each past input → the copy's output of the positions a run adds (checked): runs fetch these, not presents. */
     kvAdded: ReadonlyMap<string, string> | null = null,
+    /** Whether runs keep room in the KV after its positions (checked: gapChecked). */
+    kvGap = false,
   ) {
     const presents = new Set(kvTensors.map((t) => t.present));
     this.fetches = kvAdded ? session.outputNames.filter((n) => !presents.has(n)) : undefined;
@@ -425,6 +465,7 @@ export class LoadedDecoder {
       lookup,
       screen,
       kvAdded,
+      kvGap,
     );
     this.staticRunner =
       spec.kv.kind === 'static'
@@ -477,6 +518,7 @@ export class LoadedDecoder {
     let screen: LastPositionScreen | undefined;
     let fullInput: string | undefined;
     let kvAdded: Map<string, string> | undefined;
+    let kvGap = false;
     // A static cache's rows take turns through their own loop (static-cache.ts), which does not screen. On a GPU
     // the 8-bit product would run in another kernel, whose rounding the bounds were not checked against: the CPU
     // only.
@@ -497,11 +539,13 @@ export class LoadedDecoder {
           screen,
           fullInput,
           kvAdded,
+          kvGap = false,
         } = await lastPositionSession(
           spec,
           sessionOptions,
           screening,
           options.kvAppend ?? process.env.KVDESK_KV_APPEND !== '0',
+          options.kvGap ?? process.env.KVDESK_KV_GAP !== '0',
         ));
         if (asked !== false && !onCpu && logits.last) {
           logits.screen = 'the LM head is scored in full: its 8-bit screen runs on the CPU backend only';
@@ -540,6 +584,7 @@ export class LoadedDecoder {
       screen ?? null,
       fullInput,
       kvAdded ?? null,
+      kvGap,
     );
     await decoder.probeBatch();
     return decoder;

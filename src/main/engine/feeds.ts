@@ -28,19 +28,28 @@ export function commonPrefix(a: readonly number[], b: readonly number[]): number
 
 /**
  * The attention mask of a left-padded batch: each row is `pads[b]` zeros then
- * ones. Built with native fills, since it is rebuilt every decode step.
+ * ones, with zeros over positions [gap[0], gap[1]) of every row too (the KV's
+ * room after its positions: kv-cache.ts withRoom). Built with native fills,
+ * since it is rebuilt every decode step.
  */
-export function maskTensor(port: GraphPort, pads: number[], length: number): ort.Tensor {
+export function maskTensor(port: GraphPort, pads: number[], length: number, gap?: [number, number]): ort.Tensor {
   const B = pads.length;
   const dims = [B, length];
+  const [from, to] = gap ?? [0, 0];
   if (port.dtype === 'int64') {
     const data = new BigInt64Array(B * length).fill(1n);
-    for (const [b, pad] of pads.entries()) data.fill(0n, b * length, b * length + Math.min(pad, length));
+    for (const [b, pad] of pads.entries()) {
+      data.fill(0n, b * length, b * length + Math.min(pad, length));
+      if (to > from) data.fill(0n, b * length + from, b * length + to);
+    }
     return new ort.Tensor('int64', data, dims);
   }
   if (port.dtype === 'int32') {
     const data = new Int32Array(B * length).fill(1);
-    for (const [b, pad] of pads.entries()) data.fill(0, b * length, b * length + Math.min(pad, length));
+    for (const [b, pad] of pads.entries()) {
+      data.fill(0, b * length, b * length + Math.min(pad, length));
+      if (to > from) data.fill(0, b * length + from, b * length + to);
+    }
     return new ort.Tensor('int32', data, dims);
   }
   throw new KvdeskError(

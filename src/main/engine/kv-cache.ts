@@ -143,6 +143,82 @@ export function appendSeq(
 }
 
 /**
+ * The KV with room: each row's block (its heads, in the [batch, heads, seq, dim] layout) holds `capacity`
+ * positions, of which the first `used` are the cache and the rest a gap the runs' attention masks out (fed as
+ * padding, 0 in the attention mask after the row's positions). A run's new positions go into the gap of every
+ * row in place (appendGap), where appendSeq moves every row's block up by the positions added before it: a copy
+ * of nearly the whole cache each step, as large as the graph's own Concat of past and new. The gap costs masked
+ * positions in the attention's products instead (at most KV_GROWTH_POSITIONS).
+ *
+ * Returns `tensor` (positions [0, used) of each row, its sequence axis `used` or longer) copied into a buffer of
+ * `capacity` positions per row, made here (so later runs may write into it); the gap is zeros.
+ */
+export function withRoom(spec: KvTensorSpec, tensor: ort.Tensor, used: number, capacity: number): ort.Tensor {
+  const b = blocks(spec, tensor.dims);
+  if (used > b.seq || capacity < used) {
+    throw new KvdeskError('INTERNAL', `withRoom: ${used} positions of ${b.seq}, in room for ${capacity}`);
+  }
+  const rows = b.pre * b.batch * b.mid;
+  const src = tensor.data as TypedArray;
+  const made = new ArrayBuffer(rows * capacity * b.post * src.BYTES_PER_ELEMENT);
+  growable.add(made);
+  const dst = view(src, made, rows * capacity * b.post);
+  for (let i = 0; i < rows; i++) {
+    const start = i * b.seq * b.post;
+    dst.set(src.subarray(start, start + used * b.post), i * capacity * b.post);
+  }
+  return new ort.Tensor(tensor.type as 'float32' | 'float16', dst, withDims(spec, tensor.dims, b.batch, capacity));
+}
+
+/**
+ * The KV after a run fed `past` (its sequence axis the capacity, of which `used` positions are the cache: see
+ * withRoom) added the positions of `added` after them: written into the gap of every row in place where `past`
+ * is a buffer this module made with room for them (`past` is then returned), else into a new one with room for
+ * KV_GROWTH_POSITIONS more (never more than `limit`, the most positions the KV can reach). The sequence axis of
+ * what it returns is its capacity; the caller keeps count of the positions used (`used` + added).
+ */
+export function appendGap(
+  spec: KvTensorSpec,
+  past: ort.Tensor,
+  used: number,
+  added: ort.Tensor,
+  limit = Number.POSITIVE_INFINITY,
+): ort.Tensor {
+  const a = blocks(spec, added.dims);
+  const p = blocks(spec, past.dims);
+  if (p.pre !== a.pre || p.batch !== a.batch || p.mid !== a.mid || p.post !== a.post || added.type !== past.type) {
+    throw new KvdeskError(
+      'ENGINE_FAILED',
+      `${spec.present}: the run added ${added.type} positions of shape [${added.dims.join(', ')}] to a ${past.type} past of [${past.dims.join(', ')}]`,
+    );
+  }
+  const total = used + a.seq;
+  const data = past.data as TypedArray;
+  const owned =
+    data.buffer instanceof ArrayBuffer &&
+    growable.has(data.buffer) &&
+    data.byteOffset === 0 &&
+    data.length === p.pre * p.batch * p.mid * p.seq * p.post;
+  let into = past;
+  if (!owned || p.seq < total) {
+    const capacity = Math.max(
+      total,
+      Math.min(Math.ceil((total + 1) / KV_GROWTH_POSITIONS) * KV_GROWTH_POSITIONS, limit),
+    );
+    into = withRoom(spec, past, used, capacity);
+  }
+  const cap = into.dims[spec.seqAxis] as number;
+  const dst = into.data as TypedArray;
+  const add = added.data as TypedArray;
+  const post = a.post;
+  const rows = a.pre * a.batch * a.mid;
+  for (let i = 0; i < rows; i++) {
+    dst.set(add.subarray(i * a.seq * post, (i + 1) * a.seq * post), (i * cap + used) * post);
+  }
+  return into;
+}
+
+/**
  * Bytes the KV tensors hold in memory: a present appendSeq made holds its whole buffer (its room included), any
  * other tensor its data.
  */

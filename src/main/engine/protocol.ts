@@ -61,6 +61,12 @@ export interface EngineSessionOptions {
    * (kv-cache.ts appendSeq), where the graph's presents are plain Concats; default true, unless KVDESK_KV_APPEND=0.
    */
   kvAppend?: boolean;
+  /**
+   * With kvAppend: whether the KV keeps room after its positions, masked out in every run, so a run's new positions
+   * are written into it in place instead of every row's positions moving up (kv-cache.ts withRoom), where the graph
+   * passes a check at load; default true, unless KVDESK_KV_GAP=0.
+   */
+  kvGap?: boolean;
 }
 
 export type { LookupCount };

@@ -7,7 +7,15 @@
 import fc from 'fast-check';
 import * as ort from 'onnxruntime-node';
 import { describe, expect, it } from 'vitest';
-import { appendSeq, KV_GROWTH_POSITIONS, releaseKv } from '../../../src/main/engine/kv-cache';
+import { maskTensor } from '../../../src/main/engine/feeds';
+import {
+  appendGap,
+  appendSeq,
+  KV_GROWTH_POSITIONS,
+  releaseKv,
+  sliceSeq,
+  withRoom,
+} from '../../../src/main/engine/kv-cache';
 import { KvdeskError } from '../../../src/shared/errors';
 import type { KvTensorSpec } from '../../../src/shared/model-spec';
 
@@ -153,6 +161,97 @@ describe('appendSeq', () => {
     );
     const half = positions(specOf(false, 2, 4, 'float16'), 2, 1);
     expect(() => appendSeq(spec, past, half)).toThrow(/float16 positions .* float32 past/);
+  });
+});
+
+describe('appendGap (KV with room after its positions)', () => {
+  it('holds the graph’s Concat in its used positions after any run of appends and cuts, in either layout and dtype', () => {
+    fc.assert(
+      fc.property(
+        fc.boolean(),
+        fc.constantFrom<'float32' | 'float16'>('float32', 'float16'),
+        fc.integer({ min: 1, max: 3 }),
+        fc.integer({ min: 1, max: 3 }),
+        fc.integer({ min: 1, max: 4 }),
+        fc.array(fc.tuple(fc.integer({ min: 1, max: 40 }), fc.integer({ min: 0, max: 3 })), {
+          minLength: 1,
+          maxLength: 12,
+        }),
+        (combined, dtype, batch, heads, headDim, runs) => {
+          const spec = specOf(combined, heads, headDim, dtype);
+          // The first run's positions as the batcher gets them from a prefill: a plain tensor, no room.
+          let kv = positions(spec, batch, 1);
+          let used = 1;
+          let expected = kv;
+          for (const [n, cut] of runs) {
+            const added = positions(spec, batch, n);
+            const want = concatReference(spec, expected, added);
+            kv = appendGap(spec, kv, used, added);
+            used += n;
+            const capacity = kv.dims[spec.seqAxis] as number;
+            expect(capacity).toBeGreaterThanOrEqual(used);
+            // Room for KV_GROWTH_POSITIONS more when it was made, and the positions a cut gave back since (a cut
+            // gives back less than its run added, so the room only grows past that by the latest cut).
+            expect(capacity - used).toBeLessThanOrEqual(KV_GROWTH_POSITIONS + 3);
+            expect(kv.type).toBe(dtype);
+            expect(Array.from(sliceSeq(spec, kv, 0, used).data as Float32Array)).toEqual(want);
+            // A draft check's positions that did not count become room again (a cut costs no copy).
+            const keep = Math.max(1, used - Math.min(cut, n - 1));
+            expected = sliceSeq(spec, kv, 0, keep);
+            used = keep;
+          }
+        },
+      ),
+      { numRuns: 150 },
+    );
+  });
+
+  it('writes into its room in place until it is full, then moves to a buffer with room for more', () => {
+    const spec = specOf(false, 2, 3, 'float32');
+    let kv = withRoom(spec, positions(spec, 2, 5), 5, 8);
+    const first = (kv.data as Float32Array).buffer;
+    for (let used = 5; used < 8; used++) {
+      kv = appendGap(spec, kv, used, positions(spec, 2, 1));
+      expect((kv.data as Float32Array).buffer).toBe(first);
+      expect(kv.dims).toEqual([2, 2, 8, 3]);
+    }
+    kv = appendGap(spec, kv, 8, positions(spec, 2, 1));
+    expect((kv.data as Float32Array).buffer).not.toBe(first);
+    expect(kv.dims).toEqual([2, 2, KV_GROWTH_POSITIONS, 3]);
+  });
+
+  it('keeps no more room than the KV can still reach (its limit)', () => {
+    const spec = specOf(false, 2, 3, 'float32');
+    const kv = appendGap(spec, positions(spec, 2, 5), 5, positions(spec, 2, 2), 9);
+    expect(kv.dims).toEqual([2, 2, 9, 3]);
+    expect(appendGap(spec, kv, 7, positions(spec, 2, 2), 9).dims).toEqual([2, 2, 9, 3]);
+  });
+
+  it('never writes into a past it did not make, even one with room on its sequence axis', () => {
+    const spec = specOf(false, 2, 4, 'float32');
+    const held = positions(spec, 2, 6);
+    const copy = Array.from(held.data as Float32Array);
+    const kv = appendGap(spec, held, 3, positions(spec, 2, 2));
+    expect(Array.from(held.data as Float32Array)).toEqual(copy);
+    expect((kv.data as Float32Array).buffer).not.toBe((held.data as Float32Array).buffer);
+  });
+
+  it('refuses added positions that do not fit the past, naming the present', () => {
+    const spec = specOf(false, 2, 4, 'float32');
+    const past = withRoom(spec, positions(spec, 2, 3), 3, 6);
+    expect(() => appendGap(spec, past, 3, positions(specOf(false, 3, 4, 'float32'), 2, 1))).toThrow(
+      /present\.0: the run added float32 positions of shape \[2, 3, 1, 4\]/,
+    );
+  });
+
+  it('is fed with an attention mask that is 0 over each row’s padding and over the room', () => {
+    for (const dtype of ['int64', 'int32'] as const) {
+      const mask = maskTensor({ name: 'attention_mask', dtype, shape: ['batch', 'seq'] }, [1, 0], 7, [3, 5]);
+      expect(mask.dims).toEqual([2, 7]);
+      expect(Array.from(mask.data as BigInt64Array | Int32Array, Number)).toEqual([
+        0, 1, 1, 0, 0, 1, 1, 1, 1, 1, 0, 0, 1, 1,
+      ]);
+    }
   });
 });
 
