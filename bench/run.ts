@@ -7,6 +7,7 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { presetConfig } from '../scripts/model-gen/index';
 import { parseArgs, USAGE, UsageError } from './lib/args';
 import { type BenchOptions, log } from './lib/context';
 import { benchRunner } from './lib/kvdesk';
@@ -32,7 +33,18 @@ async function measureShape(opts: BenchOptions, shape: BenchShape, failures: str
   const runner = benchRunner(opts);
   try {
     const info = await runner.loadModel(model.dir);
-    report.spec = { bpt: info.spec.bpt, contextLength: info.spec.contextLength, weightsBytes: info.spec.weightsBytes };
+    // With its 8-bit screen, kvdesk's greedy step reads the head's 8-bit copy (a byte per weight and a float32 scale
+    // per block of 32) in place of its float32 weights: fewer bytes than the file's (README, "Greedy decoding … read
+    // an 8-bit copy of the LM head").
+    const config = presetConfig(shape);
+    const head = config.vocabSize * config.hiddenSize;
+    const screened = info.logits.screen?.startsWith('greedy picks') === true;
+    report.spec = {
+      bpt: info.spec.bpt,
+      contextLength: info.spec.contextLength,
+      weightsBytes: info.spec.weightsBytes,
+      ...(screened ? { kvdeskStepBytes: info.spec.weightsBytes - 4 * head + head + (head / 32) * 4 } : {}),
+    };
     log(
       `  kvdesk loaded ${info.id} in ${(info.loadMs / 1000).toFixed(1)} s (bpt ${info.spec.bpt}, engine pid ${runner.engine.pid})`,
     );
