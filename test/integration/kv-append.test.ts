@@ -99,6 +99,17 @@ async function scenario(decoder: LoadedDecoder) {
   return { batch, joined, first, second, saved, alone, predicted, lookup: count, peak: decoder.peakBatchKvBytes };
 }
 
+/** Every kind of run of two scenarios wrote the same tokens (and a draft check's, plain decoding's). */
+function expectSameTokens(a: Awaited<ReturnType<typeof scenario>>, b: Awaited<ReturnType<typeof scenario>>): void {
+  expect(a.batch).toEqual(b.batch);
+  expect(a.joined).toEqual(b.joined);
+  expect(a.first).toEqual(b.first);
+  expect(a.second).toEqual(b.second);
+  expect(a.alone).toEqual(b.alone);
+  expect(a.predicted).toEqual(b.predicted);
+  expect(a.predicted).toEqual(a.alone);
+}
+
 /** The largest difference between two saved KVs, relative to the largest magnitude in the first. */
 function kvGap(a: number[][], b: number[][]): number {
   let scale = 0;
@@ -145,13 +156,7 @@ describe('runs that return the positions they add', () => {
   it('with room after the KV’s positions, give the same tokens and the same KV up to float rounding', async () => {
     const a = await scenario(roomy);
     const b = await scenario(whole);
-    expect(a.batch).toEqual(b.batch);
-    expect(a.joined).toEqual(b.joined);
-    expect(a.first).toEqual(b.first);
-    expect(a.second).toEqual(b.second);
-    expect(a.alone).toEqual(b.alone);
-    expect(a.predicted).toEqual(b.predicted);
-    expect(a.predicted).toEqual(a.alone);
+    expectSameTokens(a, b);
     // The session's KV: its positions only (no room), the values within rounding of the KV built without room.
     expect(a.saved.length).toBe(b.saved.length);
     expect(kvGap(a.saved, b.saved)).toBeLessThan(1e-5);
@@ -163,15 +168,9 @@ describe('runs that return the positions they add', () => {
   it('give the tokens and the KV of runs that return the presents whole, through every kind of run', async () => {
     const a = await scenario(built);
     const b = await scenario(whole);
-    expect(a.batch).toEqual(b.batch);
-    expect(a.joined).toEqual(b.joined);
-    expect(a.first).toEqual(b.first);
-    expect(a.second).toEqual(b.second);
+    expectSameTokens(a, b);
     expect(a.saved).toEqual(b.saved);
     expect(a.saved.length).toBe(spec.kv.kind === 'dynamic' ? spec.kv.tensors.length : -1);
-    expect(a.alone).toEqual(b.alone);
-    expect(a.predicted).toEqual(b.predicted);
-    expect(a.predicted).toEqual(a.alone);
     // The most KV held: the same, plus the room the buffers keep for the next positions (at most
     // KV_GROWTH_POSITIONS per row).
     expect(a.peak).toBeGreaterThan(b.peak);

@@ -99,15 +99,7 @@ export function appendSeq(
 ): ort.Tensor {
   const a = blocks(spec, added.dims);
   const p = past ? blocks(spec, past.dims) : { ...a, seq: 0 };
-  if (
-    past &&
-    (p.pre !== a.pre || p.batch !== a.batch || p.mid !== a.mid || p.post !== a.post || added.type !== past.type)
-  ) {
-    throw new KvdeskError(
-      'ENGINE_FAILED',
-      `${spec.present}: the run added ${added.type} positions of shape [${added.dims.join(', ')}] to a ${past.type} past of [${past.dims.join(', ')}]`,
-    );
-  }
+  if (past) mustFit(spec, past, added);
   const rows = a.pre * a.batch * a.mid;
   const post = a.post;
   const L = p.seq;
@@ -186,12 +178,7 @@ export function appendGap(
 ): ort.Tensor {
   const a = blocks(spec, added.dims);
   const p = blocks(spec, past.dims);
-  if (p.pre !== a.pre || p.batch !== a.batch || p.mid !== a.mid || p.post !== a.post || added.type !== past.type) {
-    throw new KvdeskError(
-      'ENGINE_FAILED',
-      `${spec.present}: the run added ${added.type} positions of shape [${added.dims.join(', ')}] to a ${past.type} past of [${past.dims.join(', ')}]`,
-    );
-  }
+  mustFit(spec, past, added);
   const total = used + a.seq;
   const data = past.data as TypedArray;
   const owned =
@@ -216,6 +203,18 @@ export function appendGap(
     dst.set(add.subarray(i * a.seq * post, (i + 1) * a.seq * post), (i * cap + used) * post);
   }
   return into;
+}
+
+/** Throws unless `added` has `past`'s type and dims but along the sequence axis (the run's positions of its rows). */
+function mustFit(spec: KvTensorSpec, past: ort.Tensor, added: ort.Tensor): void {
+  const a = blocks(spec, added.dims);
+  const p = blocks(spec, past.dims);
+  if (p.pre !== a.pre || p.batch !== a.batch || p.mid !== a.mid || p.post !== a.post || added.type !== past.type) {
+    throw new KvdeskError(
+      'ENGINE_FAILED',
+      `${spec.present}: the run added ${added.type} positions of shape [${added.dims.join(', ')}] to a ${past.type} past of [${past.dims.join(', ')}]`,
+    );
+  }
 }
 
 /**

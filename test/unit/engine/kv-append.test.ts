@@ -77,15 +77,20 @@ function concatReference(spec: KvTensorSpec, a: ort.Tensor, b: ort.Tensor): numb
   return out;
 }
 
+/** A KV tensor's layout: combined or not, dtype, batch, heads, head dim. */
+const layouts = [
+  fc.boolean(),
+  fc.constantFrom<'float32' | 'float16'>('float32', 'float16'),
+  fc.integer({ min: 1, max: 3 }),
+  fc.integer({ min: 1, max: 3 }),
+  fc.integer({ min: 1, max: 4 }),
+] as const;
+
 describe('appendSeq', () => {
   it('equals the graph’s Concat after any run of appends, in either layout and dtype', () => {
     fc.assert(
       fc.property(
-        fc.boolean(),
-        fc.constantFrom<'float32' | 'float16'>('float32', 'float16'),
-        fc.integer({ min: 1, max: 3 }),
-        fc.integer({ min: 1, max: 3 }),
-        fc.integer({ min: 1, max: 4 }),
+        ...layouts,
         fc.array(fc.integer({ min: 1, max: 40 }), { minLength: 1, maxLength: 12 }),
         (combined, dtype, batch, heads, headDim, runs) => {
           const spec = specOf(combined, heads, headDim, dtype);
@@ -168,11 +173,7 @@ describe('appendGap (KV with room after its positions)', () => {
   it('holds the graph’s Concat in its used positions after any run of appends and cuts, in either layout and dtype', () => {
     fc.assert(
       fc.property(
-        fc.boolean(),
-        fc.constantFrom<'float32' | 'float16'>('float32', 'float16'),
-        fc.integer({ min: 1, max: 3 }),
-        fc.integer({ min: 1, max: 3 }),
-        fc.integer({ min: 1, max: 4 }),
+        ...layouts,
         fc.array(fc.tuple(fc.integer({ min: 1, max: 40 }), fc.integer({ min: 0, max: 3 })), {
           minLength: 1,
           maxLength: 12,
