@@ -140,7 +140,8 @@ export function appendSeq(
  * padding, 0 in the attention mask after the row's positions). A run's new positions go into the gap of every
  * row in place (appendGap), where appendSeq moves every row's block up by the positions added before it: a copy
  * of nearly the whole cache each step, as large as the graph's own Concat of past and new. The gap costs masked
- * positions in the attention's products instead (at most KV_GROWTH_POSITIONS).
+ * positions in the attention's products instead (up to KV_GROWTH_POSITIONS, and the few a draft check the model
+ * did not take gives back).
  *
  * Returns `tensor` (positions [0, used) of each row, its sequence axis `used` or longer) copied into a buffer of
  * `capacity` positions per row, made here (so later runs may write into it); the gap is zeros.
