@@ -479,45 +479,30 @@ export class ContinuousBatcher {
     adjust: Sampler | undefined,
     pick = false,
   ): number {
-    const stats = { candidates: 0 };
-    const id = this.screenedPickOrDraw(sampler, scores, at, logits, offset, vocab, stats, adjust, pick);
-    this.screenStats.candidates += stats.candidates;
-    return id;
-  }
-
-  /** screenedChoice's pick or draw, writing the tokens it scored exactly into `stats`. */
-  private screenedPickOrDraw(
-    sampler: Sampler,
-    scores: Float32Array,
-    at: number,
-    logits: ScoredRows,
-    offset: number,
-    vocab: number,
-    stats: { candidates: number },
-    adjust: Sampler | undefined,
-    pick: boolean,
-  ): number {
     const screen = (this.screen as LastPositionScreen).data;
     const hidden = logits.hidden as Float32Array;
     const hiddenAt = (offset / logits.vocab) * screen.hidden;
     const screened = logits.screened === true;
-    if (pick || sampler.isGreedy) {
-      return exactPick(screen, scores, at, hidden, hiddenAt, screened, vocab, stats, this.pickScratch, adjust);
-    }
+    const stats = { candidates: 0 };
     const T = sampler.temperature;
-    if (sampler.screenWhole) {
+    let id: number;
+    if (pick || sampler.isGreedy) {
+      id = exactPick(screen, scores, at, hidden, hiddenAt, screened, vocab, stats, this.pickScratch, adjust);
+    } else if (sampler.screenWhole) {
       const key = sampler.noiseKey();
-      return exactDraw(screen, scores, at, hidden, hiddenAt, screened, T, key, vocab, stats, this.drawScratch, adjust);
-    }
-    const k = sampler.screenTopK;
-    if (k > 0) {
+      id = exactDraw(screen, scores, at, hidden, hiddenAt, screened, T, key, vocab, stats, this.drawScratch, adjust);
+    } else if (sampler.screenTopK > 0) {
+      const k = sampler.screenTopK;
       const m = exactTopK(screen, scores, at, hidden, hiddenAt, screened, k, this.topK, vocab, stats, adjust);
-      return m > 0 ? sampler.drawAmong(this.topK.ids, this.topK.scores, m) : -1;
+      id = m > 0 ? sampler.drawAmong(this.topK.ids, this.topK.scores, m) : -1;
+    } else {
+      const minP = sampler.screenMinP;
+      const m = exactMinP(screen, scores, at, hidden, hiddenAt, screened, T, minP, this.topK, vocab, stats, adjust);
+      const kept = this.topK.scoredTokens();
+      id = m > 0 ? sampler.drawAmong(kept.ids, kept.scores, m) : -1;
     }
-    const minP = sampler.screenMinP;
-    const m = exactMinP(screen, scores, at, hidden, hiddenAt, screened, T, minP, this.topK, vocab, stats, adjust);
-    const kept = this.topK.scoredTokens();
-    return m > 0 ? sampler.drawAmong(kept.ids, kept.scores, m) : -1;
+    this.screenStats.candidates += stats.candidates;
+    return id;
   }
 
   /**
