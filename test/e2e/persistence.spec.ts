@@ -67,6 +67,7 @@ test("two tabs on one chat: each shows what the other saved, and neither writes 
   const other = await app.context().newPage();
   try {
     await other.goto(server.url);
+    await expect(other.getByTestId('model-picker')).toHaveValue(/.+/);
     await expect(other.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
     await other.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click();
     await expect(other.getByTestId('chat-view')).toHaveAttribute('data-thread-id', id);
@@ -79,6 +80,10 @@ test("two tabs on one chat: each shows what the other saved, and neither writes 
     await expect(other.getByTestId('message-assistant')).toHaveCount(2);
 
     // B's turn builds on it: the saved chat has all three, and A shows B's.
+    // B's budget may list A's finished request a moment longer (it comes at most ten times a second): until then a
+    // turn from B is refused as busy elsewhere, its Send button off (Enter too), as a person would find it.
+    await other.getByTestId('chat-input').fill('tabs: from B');
+    await expect(other.getByTestId('send-button')).toBeEnabled();
     await send(other, 'tabs: from B');
     await expect(lastReply(other)).toHaveAttribute('data-state', /done|error/, { timeout: 30_000 });
     const all = ['tabs: first from A', 'tabs: second from A', 'tabs: from B'];
