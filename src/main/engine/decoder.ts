@@ -138,6 +138,7 @@ export async function lastPositionSession(
   screen: boolean | 'always' = false,
   kvAppend = false,
   kvGap = false,
+  split = false,
 ): Promise<{
   session: ort.InferenceSession | null;
   logits: LogitsPositions;
@@ -152,7 +153,10 @@ export async function lastPositionSession(
   kvGap?: boolean;
 }> {
   const kv = kvAppend && spec.kv.kind === 'dynamic' ? spec.kv.tensors : undefined;
-  const rewrite = lastPositionGraph(spec.graphPath, spec.ports.logits.name, { screen, ...(kv ? { kv } : {}) });
+  const rewrite = lastPositionGraph(spec.graphPath, spec.ports.logits.name, {
+    screen,
+    ...(kv ? { kv, split } : {}),
+  });
   if (!rewrite.ok) return { session: null, logits: { last: false, detail: rewrite.reason } };
   let session: ort.InferenceSession | null = null;
   try {
@@ -174,7 +178,9 @@ export async function lastPositionSession(
       );
     }
     const prefix = await run(probeFeeds(spec, [ids.slice(0, 2)]));
-    const steppedOut = await run(probeFeeds(spec, [ids.slice(2)], 2, prefix));
+    // A split copy returns no presents: the prefix's KV is built from the positions it added, as runs' KV is.
+    const prefixKv = rewrite.split && kv && rewrite.kvAdded ? builtPresents(kv, rewrite.kvAdded, prefix) : prefix;
+    const steppedOut = await run(probeFeeds(spec, [ids.slice(2)], 2, prefixKv));
     const stepped = steppedOut[name] as ort.Tensor | undefined;
     if (!stepped) throw new Error(`its step run produced no ${name}`);
     const gap = logitsGap(logitsRows(whole).data, logitsRows(stepped).data);
@@ -202,16 +208,23 @@ export async function lastPositionSession(
     let kvAdded: Map<string, string> | undefined;
     let roomy = false;
     if (kv && rewrite.kvAdded) {
-      const why = addedChecked(kv, rewrite.kvAdded, prefix, steppedOut);
+      // A split copy has no presents to compare with: the step above, fed the KV built from the prefix's added
+      // positions, scored as the whole prompt did.
+      const why = rewrite.split ? null : addedChecked(kv, rewrite.kvAdded, prefix, steppedOut);
       if (why === null) {
         kvAdded = rewrite.kvAdded;
-        const noRoom = kvGap ? await gapChecked(run, spec, kv, ids, prefix, stepped) : 'turned off';
+        const noRoom = kvGap ? await gapChecked(run, spec, kv, ids, prefixKv, stepped) : 'turned off';
         roomy = noRoom === null;
         logits.kv = roomy
           ? 'runs return the positions they add, which the engine writes into room the KV keeps after its positions (masked out)'
           : `runs return the positions they add; the engine grows the present KV in place, moving each row's positions (no room after them: ${noRoom})`;
       } else logits.kv = `runs return the present KV whole: the positions they add ${why}`;
     } else if (kv) logits.kv = `runs return the present KV whole: ${rewrite.kvAddedReason ?? 'not built'}`;
+    if (kv) {
+      logits.attention = rewrite.split
+        ? "each layer's attention reads its past KV and the positions a run adds apart: no Concat copies the whole KV per step"
+        : `attention reads the graph's Concat of the KV: ${split ? (rewrite.splitReason ?? 'not built') : 'turned off'}`;
+    }
     return {
       session,
       logits,
@@ -225,8 +238,29 @@ export async function lastPositionSession(
     await session?.release().catch(() => undefined);
     if (rewrite.screen) rewrite.screen.data.rows.close();
     const reason = err instanceof Error ? err.message : String(err);
+    if (rewrite.split) {
+      // The same copy with the graph's own Concats.
+      const plain = await lastPositionSession(spec, options, screen, kvAppend, kvGap, false);
+      plain.logits.attention = `attention reads the graph's Concat of the KV: the copy that splits it failed (${reason})`;
+      return plain;
+    }
     return { session: null, logits: { last: false, detail: `the last-position copy was not used: ${reason}` } };
   }
+}
+
+/** The probe's outputs with each present KV built from the positions the run added (a split copy has none). */
+function builtPresents(
+  kv: readonly KvTensorSpec[],
+  added: ReadonlyMap<string, string>,
+  out: ort.InferenceSession.OnnxValueMapType,
+): ort.InferenceSession.OnnxValueMapType {
+  const built: Record<string, ort.OnnxValue> = { ...out };
+  for (const t of kv) {
+    const positions = out[added.get(t.past) as string];
+    if (!positions || !('dims' in positions)) throw new Error(`its run returned no "${added.get(t.past)}"`);
+    built[t.present] = appendSeq(t, undefined, positions as ort.Tensor);
+  }
+  return built;
 }
 
 /**
@@ -546,6 +580,7 @@ export class LoadedDecoder {
           screening,
           options.kvAppend ?? process.env.KVDESK_KV_APPEND !== '0',
           options.kvGap ?? process.env.KVDESK_KV_GAP !== '0',
+          options.splitAttention ?? process.env.KVDESK_SPLIT_ATTENTION !== '0',
         ));
         if (asked !== false && !onCpu && logits.last) {
           logits.screen = 'the LM head is scored in full: its 8-bit screen runs on the CPU backend only';

@@ -39,6 +39,7 @@ import {
   GRAPH_NAME,
   GRAPH_NODE,
   GRAPH_OUTPUT,
+  GRAPH_VALUE_INFO,
   INT64,
   MODEL_GRAPH,
   MODEL_OPSET_IMPORT,
@@ -58,6 +59,7 @@ import {
   TENSOR_EXTERNAL_DATA,
   TENSOR_FLOAT,
   TENSOR_FLOAT16,
+  TENSOR_INT64_DATA,
   TENSOR_NAME,
   TENSOR_RAW_DATA,
   TENSOR_TYPE_ELEM,
@@ -84,7 +86,7 @@ import {
   fields,
   lenField,
   lenHeader,
-  readVarint,
+  readSignedVarint,
   stringField,
   varintField,
   type WireField,
@@ -149,6 +151,13 @@ export type LastPositionResult =
       kvAdded?: Map<string, string>;
       /** Why the presents are fetched whole. */
       kvAddedReason?: string;
+      /**
+       * True: the copy computes attention over each past KV and the positions a run adds apart, and has no present
+       * outputs (splitPlan): the engine builds the presents from kvAdded.
+       */
+      split?: true;
+      /** Why the copy's attention reads the graph's Concat of the KV (asked for, or not asked). */
+      splitReason?: string;
     }
   | { ok: false; reason: string };
 
@@ -179,14 +188,14 @@ function text(src: Bytes, f: WireField): string {
   return raw.toString('utf8');
 }
 
-/** The values of a repeated integer field, one element (unpacked) or a packed run of varints. */
+/** The values of a repeated int64 field, one element (unpacked) or a packed run of varints; signed. */
 function pushInts(src: Bytes, f: WireField, into: number[]): void {
   if (f.wire === WIRE_VARINT) {
-    into.push(f.varint);
+    into.push(readSignedVarint(src, f.valueStart)[0]);
     return;
   }
   for (let pos = f.valueStart; pos < f.end; ) {
-    const [v, next] = readVarint(src, pos);
+    const [v, next] = readSignedVarint(src, pos);
     into.push(v);
     pos = next;
   }
@@ -247,7 +256,7 @@ function readNode(file: FileBytes, f: WireField): Node {
       let tensor: WireField | undefined;
       for (const a of fields(buf, g.valueStart, g.end)) {
         if (a.field === ATTR_NAME && a.wire === WIRE_LEN) name = text(buf, a);
-        else if (a.field === ATTR_I && a.wire === WIRE_VARINT) value = a.varint;
+        else if (a.field === ATTR_I && a.wire === WIRE_VARINT) value = readSignedVarint(buf, a.valueStart)[0];
         else if (a.field === ATTR_F && a.wire === WIRE_FIXED32) float = buf.readFloatLE(a.valueStart);
         else if (a.field === ATTR_INTS && (a.wire === WIRE_VARINT || a.wire === WIRE_LEN)) pushInts(buf, a, list);
         else if (a.field === ATTR_T && a.wire === WIRE_LEN) tensor = a;
@@ -262,12 +271,16 @@ function readNode(file: FileBytes, f: WireField): Node {
   return node;
 }
 
-/** The node's bytes with some inputs (and outputs) renamed; every other field is copied as it was, in order. */
+/**
+ * The node's bytes with some inputs (and outputs) renamed, and its name where `name` is given (a second copy of a
+ * node needs its own); every other field is copied as it was, in order.
+ */
 function renameInputs(
   file: FileBytes,
   node: Node,
   rename: Map<number, string>,
   renameOutputs = new Map<number, string>(),
+  name?: string,
 ): Buffer {
   const buf = copy(file, node.field.valueStart, node.field.end);
   const parts: Buffer[] = [];
@@ -276,9 +289,11 @@ function renameInputs(
   for (const g of fields(buf, 0, buf.length)) {
     const isInput = g.field === NODE_INPUT && g.wire === WIRE_LEN;
     const isOutput = g.field === NODE_OUTPUT && g.wire === WIRE_LEN;
+    if (name !== undefined && g.field === NODE_NAME) continue;
     const renamed = isInput ? rename.get(input++) : isOutput ? renameOutputs.get(output++) : undefined;
     parts.push(renamed !== undefined ? stringField(g.field, renamed) : buf.subarray(g.tagStart, g.end));
   }
+  if (name !== undefined) parts.push(stringField(NODE_NAME, name));
   return lenField(GRAPH_NODE, Buffer.concat(parts));
 }
 
@@ -696,6 +711,263 @@ function addedPositions(nodes: Node[], kv: readonly KvTensorSpec[]): Map<string,
   return added;
 }
 
+/** A node between a present KV and an attention product, and which of its inputs carries the KV. */
+interface KvStep {
+  node: Node;
+  input: number;
+}
+
+/** An attention product over a present KV: its MatMul, the steps from the present to its B input, and its kind. */
+interface KvProduct {
+  node: Node;
+  path: KvStep[];
+  /**
+   * keys: the positions are the product's columns (Q·Kᵀ), so it is the Concat of the past's and the added
+   * positions' products; values: they are its inner dim (P·V), so it is the sum of the past's part of P times
+   * the past and the added part times the added positions.
+   */
+  kind: 'keys' | 'values';
+}
+
+/** One KV tensor's attention, to compute over its past and its added positions apart (see splitPlan). */
+interface KvSplit {
+  kv: KvTensorSpec;
+  concat: Node;
+  added: string;
+  products: KvProduct[];
+  /** Every node from the present to the products (not the products): each is copied once per side. */
+  steps: Node[];
+}
+
+/**
+ * Attention without the graph's Concat of the KV: where every reader of a present KV (the Concat of its past and
+ * the positions a run adds) reaches a MatMul's B input through ops that keep each position its own (Unsqueeze,
+ * Transpose, Identity, Cast, Mul or Div by one constant), each product is computed over the past and over the
+ * added positions apart (KvProduct) and the present is no longer made. The Concat copied the whole KV, every layer,
+ * every step; the engine builds the presents itself from the added positions (kv-cache.ts). Exact for keys (each
+ * score is its own dot product); for values the sum over positions is split in two, as a blocked product splits
+ * it. Else why not (the first present that does not fit): the graph then keeps its Concats.
+ */
+function splitPlan(
+  nodes: Node[],
+  kv: readonly KvTensorSpec[],
+  added: ReadonlyMap<string, string>,
+  outputs: ReadonlySet<string>,
+  intsOf: (name: string) => number[] | undefined,
+  dimsOf: (name: string) => number[] | undefined,
+): KvSplit[] | string {
+  const producer = new Map<string, Node>();
+  const readers = new Map<string, Node[]>();
+  const inSubgraph = new Set<string>();
+  for (const n of nodes) {
+    for (const o of n.outputs) producer.set(o, n);
+    for (const i of new Set(n.inputs)) {
+      const list = readers.get(i);
+      if (list) list.push(n);
+      else readers.set(i, [n]);
+    }
+    for (const i of n.subgraphNames) inSubgraph.add(i);
+  }
+  const isDefault = (n: Node) => n.domain === '' || n.domain === 'ai.onnx';
+  const splits: KvSplit[] = [];
+  const carried = new Set<string>();
+  for (const t of kv) {
+    const products: KvProduct[] = [];
+    const steps: Node[] = [];
+    const walk = (value: string, rank: number, axis: number, path: KvStep[]): string | null => {
+      if (inSubgraph.has(value)) return `"${value}" is read inside a subgraph`;
+      if (value !== t.present && outputs.has(value)) return `"${value}" is an output of the graph`;
+      carried.add(value);
+      for (const n of readers.get(value) ?? []) {
+        const at = n.inputs.indexOf(value);
+        if (!isDefault(n)) return `${n.domain}.${n.opType} reads "${value}"`;
+        if (n.inputs.indexOf(value, at + 1) >= 0) return `${n.opType} reads "${value}" twice`;
+        if (n.opType === 'MatMul') {
+          if (at !== 1 || rank < 2) return `a MatMul reads "${value}" as its first input`;
+          if (axis !== rank - 1 && axis !== rank - 2) return `a MatMul takes "${value}"'s positions as a batch dim`;
+          products.push({ node: n, path, kind: axis === rank - 1 ? 'keys' : 'values' });
+          continue;
+        }
+        let next: { rank: number; axis: number } | string;
+        if ((n.opType === 'Identity' || n.opType === 'Cast') && at === 0) next = { rank, axis };
+        else if (n.opType === 'Transpose' && at === 0) {
+          const perm = n.intLists.get('perm') ?? Array.from({ length: rank }, (_, i) => rank - 1 - i);
+          next = perm.length === rank ? { rank, axis: perm.indexOf(axis) } : `a Transpose of "${value}" has no perm`;
+        } else if (n.opType === 'Unsqueeze' && at === 0) {
+          const axes = n.intLists.get('axes') ?? (n.inputs[1] ? intsOf(n.inputs[1]) : undefined);
+          if (!axes) next = `an Unsqueeze of "${value}" has axes the rewrite cannot read`;
+          else {
+            const out = rank + axes.length;
+            const inserted = new Set(axes.map((a) => (a < 0 ? a + out : a)));
+            // The input's dims fill the output's other positions in order.
+            let seen = -1;
+            let to = -1;
+            for (let i = 0; i < out && to < 0; i++) if (!inserted.has(i) && ++seen === axis) to = i;
+            next = to >= 0 ? { rank: out, axis: to } : `an Unsqueeze of "${value}" has axes out of range`;
+          }
+        } else if ((n.opType === 'Mul' && n.inputs.length === 2) || (n.opType === 'Div' && at === 0)) {
+          const dims = dimsOf(n.inputs[1 - at] as string);
+          next =
+            dims && dims.length <= rank && dims.every((d) => d === 1)
+              ? { rank, axis }
+              : `${n.opType} of "${value}" by something other than one constant`;
+        } else next = `${n.opType} reads "${value}"`;
+        if (typeof next === 'string') return next;
+        if (n.outputs.length !== 1) return `${n.opType} of "${value}" has ${n.outputs.length} outputs`;
+        if (!steps.includes(n)) steps.push(n);
+        const why = walk(n.outputs[0] as string, next.rank, next.axis, [...path, { node: n, input: at }]);
+        if (why) return why;
+      }
+      return null;
+    };
+    const concat = producer.get(t.present) as Node;
+    const why = walk(t.present, t.shape.length, t.seqAxis, []);
+    if (why) return why;
+    if (products.length === 0) return `"${t.present}" feeds no attention product`;
+    splits.push({ kv: t, concat, added: added.get(t.past) as string, products, steps });
+  }
+  // A product of two KV tensors (one in each input) would be split twice over.
+  for (const s of splits) {
+    for (const p of s.products) {
+      if (carried.has(p.node.inputs[0] as string)) return `a MatMul reads KV in both its inputs`;
+    }
+  }
+  return splits;
+}
+
+/** The names the attention split writes all contain this. */
+const SPLIT_TAG = '/kvdesk/split';
+
+/** The values of a small int64 initializer (raw or typed data); undefined for anything else. */
+function int64Values(file: FileBytes, f: WireField): number[] | undefined {
+  const tensor = [...fields(file, f.valueStart, f.end)];
+  if (tensor.find((g) => g.field === TENSOR_DATA_TYPE)?.varint !== INT64) return undefined;
+  const raw = tensor.find((g) => g.field === TENSOR_RAW_DATA && g.wire === WIRE_LEN);
+  if (raw) {
+    const n = raw.end - raw.valueStart;
+    if (n % 8 !== 0 || n > 1024) return undefined;
+    const bytes = file.read(raw.valueStart, n);
+    return Array.from({ length: n / 8 }, (_, i) => Number(bytes.readBigInt64LE(8 * i)));
+  }
+  const values: number[] = [];
+  for (const g of tensor) if (g.field === TENSOR_INT64_DATA) pushInts(file, g, values);
+  return values;
+}
+
+/** The name of a graph input, output or value_info field. */
+function valueInfoName(file: FileBytes, f: WireField): string | undefined {
+  for (const g of fields(file, f.valueStart, f.end))
+    if (g.field === VALUE_INFO_NAME && g.wire === WIRE_LEN) return text(file, g);
+  return undefined;
+}
+
+/**
+ * Writes the split attention of splitPlan into the copy: `write` in place of each of its nodes (nothing for the
+ * Concat and the steps, the product over both sides for each product), `gone` for the outputs and value infos of
+ * names no node makes any more, `finish` for its constants.
+ */
+function splitWriter(file: FileBytes, splits: KvSplit[], push: (b: Buffer) => void) {
+  const products = new Map<Node, { split: KvSplit; product: KvProduct }>();
+  const dropped = new Set<Node>();
+  const goneNames = new Set<string>();
+  for (const split of splits) {
+    dropped.add(split.concat);
+    goneNames.add(split.kv.present);
+    for (const n of split.steps) {
+      dropped.add(n);
+      for (const o of n.outputs) goneNames.add(o);
+    }
+    for (const product of split.products) products.set(product.node, { split, product });
+  }
+  const written = new Set<string>();
+  const seqAxes = new Set<number>();
+  const zero = `${SPLIT_TAG}/zero`;
+  const end = `${SPLIT_TAG}/end`;
+  const lastAxis = `${SPLIT_TAG}/last_axis`;
+  const axisName = (a: number) => `${SPLIT_TAG}/axis_${a}`;
+  /** The steps from one side (the past, or the added positions) to a product's B input, each copied once. */
+  const side = (which: 'past' | 'added', from: string, path: KvStep[]): string => {
+    let cur = from;
+    for (const { node, input } of path) {
+      const out = `${node.outputs[0]}${SPLIT_TAG}/${which}`;
+      if (!written.has(out)) {
+        written.add(out);
+        push(renameInputs(file, node, new Map([[input, cur]]), new Map([[0, out]]), out));
+      }
+      cur = out;
+    }
+    return cur;
+  };
+  return {
+    writes: (node: Node) => dropped.has(node) || products.has(node),
+    write(node: Node): void {
+      const found = products.get(node);
+      if (!found) return;
+      const { split, product } = found;
+      const past = side('past', split.kv.past, product.path);
+      const added = side('added', split.added, product.path);
+      const out = node.outputs[0] as string;
+      const [fromPast, fromAdded] = [`${out}${SPLIT_TAG}/past`, `${out}${SPLIT_TAG}/added`];
+      if (product.kind === 'keys') {
+        push(renameInputs(file, node, new Map([[1, past]]), new Map([[0, fromPast]]), fromPast));
+        push(renameInputs(file, node, new Map([[1, added]]), new Map([[0, fromAdded]]), fromAdded));
+        push(newNode('Concat', [fromPast, fromAdded], out, `${out}${SPLIT_TAG}/Concat`, { axis: -1 }));
+        return;
+      }
+      // The past's length along its sequence axis: where the weights of the added positions start.
+      const length = `${SPLIT_TAG}/${split.kv.past}/length`;
+      if (!written.has(length)) {
+        written.add(length);
+        seqAxes.add(split.kv.seqAxis);
+        push(newNode('Shape', [split.kv.past], `${length}/shape`, `${length}/Shape`));
+        push(
+          newNode('Gather', [`${length}/shape`, axisName(split.kv.seqAxis)], length, `${length}/Gather`, { axis: 0 }),
+        );
+      }
+      const weights = node.inputs[0] as string;
+      const [pastWeights, addedWeights] = [`${fromPast}/weights`, `${fromAdded}/weights`];
+      push(newNode('Slice', [weights, zero, length, lastAxis], pastWeights, `${pastWeights}/Slice`));
+      push(newNode('Slice', [weights, length, end, lastAxis], addedWeights, `${addedWeights}/Slice`));
+      push(
+        renameInputs(
+          file,
+          node,
+          new Map([
+            [0, pastWeights],
+            [1, past],
+          ]),
+          new Map([[0, fromPast]]),
+          fromPast,
+        ),
+      );
+      push(
+        renameInputs(
+          file,
+          node,
+          new Map([
+            [0, addedWeights],
+            [1, added],
+          ]),
+          new Map([[0, fromAdded]]),
+          fromAdded,
+        ),
+      );
+      push(newNode('Add', [fromPast, fromAdded], out, `${out}${SPLIT_TAG}/Add`));
+    },
+    gone(source: FileBytes, f: WireField): boolean {
+      if ((f.field !== GRAPH_OUTPUT && f.field !== GRAPH_VALUE_INFO) || f.wire !== WIRE_LEN) return false;
+      const name = valueInfoName(source, f);
+      return name !== undefined && goneNames.has(name);
+    },
+    finish(): void {
+      push(int64Initializer(zero, [0n]));
+      push(int64Initializer(end, [9223372036854775807n]));
+      push(int64Initializer(lastAxis, [-1n]));
+      for (const a of seqAxes) push(int64Initializer(axisName(a), [BigInt(a)]));
+    },
+  };
+}
+
 /**
  * Builds the last-position copy of the graph at `graphPath` whose logits output
  * is `logits`. Reads the file's structure only (weights are referenced, not read).
@@ -703,7 +975,7 @@ function addedPositions(nodes: Node[], kv: readonly KvTensorSpec[]): Map<string,
 export function lastPositionGraph(
   graphPath: string,
   logits: string,
-  options: { screen?: boolean | 'always'; kv?: readonly KvTensorSpec[] } = {},
+  options: { screen?: boolean | 'always'; kv?: readonly KvTensorSpec[]; split?: boolean } = {},
 ): LastPositionResult {
   let file: FileBytes;
   try {
@@ -744,6 +1016,27 @@ export function lastPositionGraph(
     }
     const found = plan(nodes, initializerDims, logits);
     if (typeof found === 'string') return { ok: false, reason: found };
+    const kvAdded = options.kv ? addedPositions(nodes, options.kv) : 'not asked for';
+    const constantDims = new Map<string, number[]>();
+    for (const n of nodes) if (n.constantDims) for (const o of n.outputs) constantDims.set(o, n.constantDims);
+    let splits: KvSplit[] | string = 'not asked for';
+    if (typeof kvAdded === 'string') splits = `the positions runs add are not returned (${kvAdded})`;
+    else if (options.split && options.kv) {
+      splits = [...taken].some((n) => n.includes(SPLIT_TAG))
+        ? 'the graph already uses the names this rewrite needs'
+        : splitPlan(
+            nodes,
+            options.kv,
+            kvAdded,
+            outputs,
+            (n) => {
+              const f = initializers.get(n);
+              return f ? int64Values(file, f) : undefined;
+            },
+            (n) => initializerDims.get(n) ?? constantDims.get(n),
+          );
+    }
+    const split = typeof splits === 'string' ? null : splits;
 
     const tag = `/kvdesk/last_position`;
     const sliced = `${found.hidden}${tag}`;
@@ -809,9 +1102,13 @@ export function lastPositionGraph(
       if (size > MAX_COPY_BYTES) throw new CopyTooBig();
       parts.push(b);
     };
+    const splitting = split ? splitWriter(file, split, push) : null;
     for (const f of graph) {
       const node = nodeOf.get(f);
-      if (node) {
+      if (node && splitting?.writes(node)) {
+        // The KV's Concat and the steps after it go; each product is written over the past and the added apart.
+        splitting.write(node);
+      } else if (node) {
         if (node === found.entry) {
           push(newNode('Slice', [found.hidden, names.starts, names.ends, names.axes], sliced, `${tag}/Slice`));
           push(node === found.head && screenIf ? screenIf : renameInputs(file, node, new Map([[0, sliced]])));
@@ -833,8 +1130,9 @@ export function lastPositionGraph(
         } else push(copy(file, f.tagStart, f.end));
       } else if (f.field === GRAPH_INITIALIZER && f.wire === WIRE_LEN) {
         push(externalised(file, f, location) ?? copy(file, f.tagStart, f.end));
-      } else push(copy(file, f.tagStart, f.end));
+      } else if (!splitting?.gone(file, f)) push(copy(file, f.tagStart, f.end));
     }
+    splitting?.finish();
     // The slice's start is an input (onnxruntime-node cannot feed an initializer that doubles as an input).
     push(int64Input(names.starts, 1));
     push(int64Initializer(names.ends, [9223372036854775807n]));
@@ -857,7 +1155,6 @@ export function lastPositionGraph(
       push(lenField(GRAPH_OUTPUT, valueInfo(headIn, TENSOR_FLOAT)));
       screen = { data: q, fullInput: names.full, hiddenOutput: headIn };
     }
-    const kvAdded = options.kv ? addedPositions(nodes, options.kv) : 'not asked for';
     if (typeof kvAdded !== 'string') {
       for (const t of options.kv ?? []) {
         const name = kvAdded.get(t.past) as string;
@@ -897,6 +1194,7 @@ export function lastPositionGraph(
       detail,
       ...(screen ? { screen } : { screenReason: typeof screening === 'string' ? screening : 'not built' }),
       ...(typeof kvAdded === 'string' ? { kvAddedReason: kvAdded } : { kvAdded }),
+      ...(typeof splits === 'string' ? { splitReason: splits } : { split: true }),
     };
   } catch (err) {
     if (err instanceof CopyTooBig) {

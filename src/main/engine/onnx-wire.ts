@@ -111,6 +111,17 @@ export function readVarint(src: Bytes, pos: number): [number, number] {
   throw new RangeError(`malformed varint at ${pos}`);
 }
 
+/** Reads a varint at `pos` as a signed int64 (negative values take ten bytes); returns it and the offset after it. */
+export function readSignedVarint(src: Bytes, pos: number): [number, number] {
+  let value = 0n;
+  for (let i = 0; i < 10; i++) {
+    const b = byteAt(src, pos + i);
+    value |= BigInt(b & 0x7f) << BigInt(7 * i);
+    if ((b & 0x80) === 0) return [Number(BigInt.asIntN(64, value)), pos + i + 1];
+  }
+  throw new RangeError(`malformed varint at ${pos}`);
+}
+
 /** The fields of the message stored in [start, end). */
 export function* fields(src: Bytes, start: number, end: number): Generator<WireField> {
   let pos = start;
@@ -136,6 +147,16 @@ export function* fields(src: Bytes, start: number, end: number): Generator<WireF
 
 function varintBytes(value: number): number[] {
   const out: number[] = [];
+  if (value < 0) {
+    // A negative int64 (an axis counted from the end) is its 64-bit two's complement: ten bytes.
+    let u = BigInt.asUintN(64, BigInt(value));
+    while (u >= 128n) {
+      out.push(Number(u % 128n) | 0x80);
+      u /= 128n;
+    }
+    out.push(Number(u));
+    return out;
+  }
   let v = value;
   while (v >= 128) {
     out.push((v % 128) | 0x80);

@@ -67,6 +67,12 @@ export interface EngineSessionOptions {
    * passes a check at load; default true, unless KVDESK_KV_GAP=0.
    */
   kvGap?: boolean;
+  /**
+   * With kvAppend: whether attention reads each past KV and the positions a run adds apart, where every present is
+   * read only by attention products (last-position.ts splitPlan), so no run copies the whole KV into a Concat;
+   * default true, unless KVDESK_SPLIT_ATTENTION=0. A copy that fails its check at load keeps the Concats.
+   */
+  splitAttention?: boolean;
 }
 
 export type { LookupCount };
@@ -83,6 +89,8 @@ export interface LogitsPositions {
   screenBytes?: number;
   /** How runs return the KV: the positions they add (built into the presents in place), or why the presents whole. */
   kv?: string;
+  /** How attention reads the KV: past and added positions apart (no Concat of the whole KV), or why the Concat. */
+  attention?: string;
 }
 
 /** The engine's reply to `load`. */
