@@ -80,8 +80,8 @@ test("two tabs on one chat: each shows what the other saved, and neither writes 
     await expect(other.getByTestId('message-assistant')).toHaveCount(2);
 
     // B's turn builds on it: the saved chat has all three, and A shows B's.
-    // B's budget may list A's finished request a moment longer (it comes at most ten times a second): until then a
-    // turn from B is refused as busy elsewhere, its Send button off (Enter too), as a person would find it.
+    // B's budget may list A's finished request a moment longer (it comes at most ten times a second); the host's
+    // event that it finished comes as it happens (one frame), and from then B's Send button is on (busy-elsewhere.ts).
     await other.getByTestId('chat-input').fill('tabs: from B');
     await expect(other.getByTestId('send-button')).toBeEnabled();
     await send(other, 'tabs: from B');

@@ -129,7 +129,7 @@ export function Composer({ threadId }: { threadId: string | null }) {
   const offline = useApp((s) => s.connection === 'reconnecting');
   // Another window or tab writes this chat's reply: a turn sent now would be refused as busy.
   const elsewhere = useApp(
-    (s) => threadId !== null && !streaming && busyElsewhere(s.snapshot, threadId, Object.values(s.live)),
+    (s) => threadId !== null && !streaming && busyElsewhere(s.snapshot, threadId, Object.values(s.live), s.events),
   );
   // The model replies go to: what the chat's settings leave to it.
   const search = useApp((s) => s.models.find((m) => m.id === s.activeModelId)?.spec.search);

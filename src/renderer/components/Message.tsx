@@ -566,7 +566,7 @@ function AssistantReply({
   const [showTokens, setShowTokens] = useState(false);
   const probabilities = live ? undefined : message.probabilities;
   // Another window or tab writes this chat's next reply: what it saved so far is not interrupted.
-  const elsewhere = useApp((s) => isLast && busyElsewhere(s.snapshot, threadId, Object.values(s.live)));
+  const elsewhere = useApp((s) => isLast && busyElsewhere(s.snapshot, threadId, Object.values(s.live), s.events));
   const threadBusy = useApp((s) => Object.values(s.live).some((l) => l.threadId === threadId)) || elsewhere;
   // A thread now in JSON mode writes replies from their start: its replies are not continued.
   const jsonThread = useApp((s) => s.threads.find((t) => t.id === threadId)?.responseFormat === 'json');
@@ -830,7 +830,7 @@ function UserMessage({ message, threadId, nth }: { message: StoredMessage; threa
       // Writing a reply here, or in another window or tab.
       threadBusy:
         Object.values(s.live).some((l) => l.threadId === threadId) ||
-        busyElsewhere(s.snapshot, threadId, Object.values(s.live)),
+        busyElsewhere(s.snapshot, threadId, Object.values(s.live), s.events),
     })),
   );
   const setEditing = useApp((s) => s.setEditing);

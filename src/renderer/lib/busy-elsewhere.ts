@@ -3,24 +3,30 @@
  * the chat (queued, running, or waiting for its model to load again) that this page is not writing. That page saves
  * the reply's text so far as it goes; here it reads as interrupted unless this says otherwise.
  */
-import type { BudgetSnapshot } from '../../shared/scheduler-types';
+import type { BudgetSnapshot, SchedulerEvent } from '../../shared/scheduler-types';
+
+/** Events after which a request holds nothing and writes no more: it is over. */
+const ENDS = new Set<SchedulerEvent['type']>(['finished', 'cancelled', 'failed', 'rejected', 'released']);
 
 export function busyElsewhere(
   snapshot: BudgetSnapshot | null,
   threadId: string,
   liveHere: Iterable<{ threadId: string }>,
+  events: readonly SchedulerEvent[] = [],
   own: ReadonlySet<string> = ownRequests,
 ): boolean {
   for (const l of liveHere) if (l.threadId === threadId) return false;
   if (!snapshot) return false;
-  // A request this page sent is its own, also just after its reply ended here (the budget, sent at most ten
-  // times a second, may list it a moment longer).
-  const theirs = (r: { id: string; threadId?: string }) => r.threadId === threadId && !own.has(r.id);
+  // A request this page sent is its own, also just after its reply ended here; and one whose end the host has
+  // announced is over (the budget, sent at most ten times a second, may list either a moment longer, while the
+  // events come as they happen: a turn sent then must not be refused as busy).
+  const over = (id: string) => events.some((e) => ENDS.has(e.type) && 'requestId' in e && e.requestId === id);
+  const theirs = (id: string, thread: string | undefined) => thread === threadId && !own.has(id) && !over(id);
   const devices = snapshot.devices.length > 0 ? snapshot.devices : [snapshot];
   for (const d of devices) {
-    if (d.running.some(theirs) || d.queue.some(theirs)) return true;
+    if (d.running.some((r) => theirs(r.id, r.threadId)) || d.queue.some((r) => theirs(r.id, r.threadId))) return true;
   }
-  return (snapshot.reloadWaits ?? []).some((w) => w.threadId === threadId && !own.has(w.requestId));
+  return (snapshot.reloadWaits ?? []).some((w) => theirs(w.requestId, w.threadId));
 }
 
 /** The requests this page sent (the latest thousand), by id. */
