@@ -38,7 +38,7 @@ function gap(a: Float32Array, b: Float32Array): number {
 const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-split-attention-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-type Variant = 'plain' | 'negative-axis' | 'scaled' | 'shape-reader' | 'reshape' | 'kv-as-query';
+type Variant = 'plain' | 'negative-axis' | 'scaled' | 'unsqueezed' | 'shape-reader' | 'reshape' | 'kv-as-query';
 
 /**
  * One attention layer over a KV of one head ([batch, 1, positions, 4]): ids → embedding h; the new keys are h/2;
@@ -58,10 +58,15 @@ function toy(variant: Variant): { file: string; kv: KvTensorSpec } {
   const query = b.op('Unsqueeze', [h, b.int64([1])]); // [batch, 1, seq, 4]
   let keys = present;
   if (variant === 'scaled') keys = b.op('Div', [present, b.scalar(2)]);
-  const scores =
-    variant === 'kv-as-query'
-      ? b.op('MatMul', [present, b.op('Transpose', [query], { perm: ints([0, 1, 3, 2]) })])
-      : b.op('MatMul', [query, b.op('Transpose', [keys], { perm: ints([0, 1, 3, 2]) })]); // [batch, 1, seq, total]
+  let scores: string;
+  if (variant === 'kv-as-query') {
+    scores = b.op('MatMul', [present, b.op('Transpose', [query], { perm: ints([0, 1, 3, 2]) })]);
+  } else if (variant === 'unsqueezed') {
+    // The keys through an Unsqueeze at a negative axis: [batch, 1, 1, total, 4] → [batch, 1, 1, 4, total].
+    const keys5 = b.op('Transpose', [b.op('Unsqueeze', [keys, b.int64([-3])])], { perm: ints([0, 1, 2, 4, 3]) });
+    const query5 = b.op('Unsqueeze', [query, b.int64([2])]); // [batch, 1, 1, seq, 4]
+    scores = b.op('Squeeze', [b.op('MatMul', [query5, keys5]), b.int64([2])]);
+  } else scores = b.op('MatMul', [query, b.op('Transpose', [keys], { perm: ints([0, 1, 3, 2]) })]); // [batch, 1, seq, total]
   const probs = b.op('Softmax', [scores], { axis: int(-1) });
   const values = variant === 'reshape' ? b.op('Reshape', [present, b.int64([0, 1, -1, 4])]) : present;
   const context = b.op('MatMul', [variant === 'kv-as-query' ? scores : probs, values]);
@@ -95,7 +100,7 @@ const ids = (rows: number[][]) =>
   new ort.Tensor('int64', BigInt64Array.from(rows.flat(), BigInt), [rows.length, rows[0]?.length ?? 0]);
 
 describe('the split copy of a toy attention layer', () => {
-  it.each<Variant>(['plain', 'negative-axis', 'scaled'])(
+  it.each<Variant>(['plain', 'negative-axis', 'scaled', 'unsqueezed'])(
     'scores as the original graph, prompt then steps, and makes no present (%s)',
     async (variant) => {
       const { file, kv } = toy(variant);
