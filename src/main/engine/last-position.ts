@@ -914,20 +914,22 @@ function splitWriter(file: FileBytes, splits: KvSplit[], push: (b: Buffer) => vo
         push(newNode('Concat', [fromPast, fromAdded], out, `${out}${SPLIT_TAG}/Concat`, { axis: -1 }));
         return;
       }
-      // The past's length along its sequence axis: where the weights of the added positions start.
-      const length = `${SPLIT_TAG}/${split.kv.past}/length`;
-      if (!written.has(length)) {
-        written.add(length);
+      // −(the positions the run adds): every layer adds the same, so one count serves every product. The weights
+      // of the added positions are the last that many; the past's, those before.
+      const fromEnd = `${SPLIT_TAG}/added_from_end`;
+      if (!written.has(fromEnd)) {
+        written.add(fromEnd);
         seqAxes.add(split.kv.seqAxis);
-        push(newNode('Shape', [split.kv.past], `${length}/shape`, `${length}/Shape`));
-        push(
-          newNode('Gather', [`${length}/shape`, axisName(split.kv.seqAxis)], length, `${length}/Gather`, { axis: 0 }),
-        );
+        const shape = `${fromEnd}/shape`;
+        const count = `${fromEnd}/count`;
+        push(newNode('Shape', [split.added], shape, `${shape}/Shape`));
+        push(newNode('Gather', [shape, axisName(split.kv.seqAxis)], count, `${count}/Gather`, { axis: 0 }));
+        push(newNode('Neg', [count], fromEnd, `${fromEnd}/Neg`));
       }
       const weights = node.inputs[0] as string;
       const [pastWeights, addedWeights] = [`${fromPast}/weights`, `${fromAdded}/weights`];
-      push(newNode('Slice', [weights, zero, length, lastAxis], pastWeights, `${pastWeights}/Slice`));
-      push(newNode('Slice', [weights, length, end, lastAxis], addedWeights, `${addedWeights}/Slice`));
+      push(newNode('Slice', [weights, zero, fromEnd, lastAxis], pastWeights, `${pastWeights}/Slice`));
+      push(newNode('Slice', [weights, fromEnd, end, lastAxis], addedWeights, `${addedWeights}/Slice`));
       push(
         renameInputs(
           file,
