@@ -12,7 +12,7 @@ import path from 'node:path';
 import * as ort from 'onnxruntime-node';
 import { afterAll, describe, expect, it } from 'vitest';
 import { GraphBuilder, int, ints, writeOnnxModel } from '../../scripts/model-gen/onnx-builder';
-import { LoadedDecoder, scoringLast } from '../../src/main/engine/decoder';
+import { LoadedDecoder, logitsGap, scoringLast } from '../../src/main/engine/decoder';
 import { appendSeq } from '../../src/main/engine/kv-cache';
 import { lastPositionGraph } from '../../src/main/engine/last-position';
 import { loadModelSpec } from '../../src/main/packages';
@@ -26,13 +26,7 @@ const OPTIONS = { intraOpNumThreads: 2, graphOptimizationLevel: 'all', logSeveri
 /** Largest difference between two float arrays, relative to the first one's scale (at least 1). */
 function gap(a: Float32Array, b: Float32Array): number {
   expect(b.length).toBe(a.length);
-  let scale = 1;
-  let worst = 0;
-  for (let i = 0; i < a.length; i++) {
-    scale = Math.max(scale, Math.abs(a[i] as number));
-    worst = Math.max(worst, Math.abs((a[i] as number) - (b[i] as number)));
-  }
-  return worst / scale;
+  return logitsGap(a, b);
 }
 
 const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-split-attention-'));

@@ -375,7 +375,7 @@ function roundingOf(logits: ort.Tensor): number {
 }
 
 /** How far apart two logits arrays are, relative to the first one's scale (NaN for a length mismatch). */
-function logitsGap(a: Float32Array, b: Float32Array): number {
+export function logitsGap(a: Float32Array, b: Float32Array): number {
   if (a.length !== b.length) return Number.NaN;
   let scale = 1;
   let worst = 0;
