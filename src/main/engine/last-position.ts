@@ -880,11 +880,12 @@ function splitWriter(file: FileBytes, splits: KvSplit[], push: (b: Buffer) => vo
     for (const product of split.products) products.set(product.node, { split, product });
   }
   const written = new Set<string>();
-  const seqAxes = new Set<number>();
+  /** The sequence axis the count of added positions is read along (set with the count). */
+  let countAxis: number | undefined;
   const zero = `${SPLIT_TAG}/zero`;
   const end = `${SPLIT_TAG}/end`;
   const lastAxis = `${SPLIT_TAG}/last_axis`;
-  const axisName = (a: number) => `${SPLIT_TAG}/axis_${a}`;
+  const axisName = `${SPLIT_TAG}/count_axis`;
   /** The steps from one side (the past, or the added positions) to a product's B input, each copied once. */
   const side = (which: 'past' | 'added', from: string, path: KvStep[]): string => {
     let cur = from;
@@ -919,11 +920,11 @@ function splitWriter(file: FileBytes, splits: KvSplit[], push: (b: Buffer) => vo
       const fromEnd = `${SPLIT_TAG}/added_from_end`;
       if (!written.has(fromEnd)) {
         written.add(fromEnd);
-        seqAxes.add(split.kv.seqAxis);
+        countAxis = split.kv.seqAxis;
         const shape = `${fromEnd}/shape`;
         const count = `${fromEnd}/count`;
         push(newNode('Shape', [split.added], shape, `${shape}/Shape`));
-        push(newNode('Gather', [shape, axisName(split.kv.seqAxis)], count, `${count}/Gather`, { axis: 0 }));
+        push(newNode('Gather', [shape, axisName], count, `${count}/Gather`, { axis: 0 }));
         push(newNode('Neg', [count], fromEnd, `${fromEnd}/Neg`));
       }
       const weights = node.inputs[0] as string;
@@ -965,7 +966,7 @@ function splitWriter(file: FileBytes, splits: KvSplit[], push: (b: Buffer) => vo
       push(int64Initializer(zero, [0n]));
       push(int64Initializer(end, [9223372036854775807n]));
       push(int64Initializer(lastAxis, [-1n]));
-      for (const a of seqAxes) push(int64Initializer(axisName(a), [BigInt(a)]));
+      if (countAxis !== undefined) push(int64Initializer(axisName, [BigInt(countAxis)]));
     },
   };
 }
