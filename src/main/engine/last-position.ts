@@ -737,13 +737,19 @@ interface KvSplit {
   products: KvProduct[];
   /** Every node from the present to the products (not the products): each is copied once per side. */
   steps: Node[];
+  /**
+   * Shape ops reading the present or a step's output (a mask's length read from the keys): each becomes the past
+   * side's shape plus the added side's along the sequence axis (`onehot`: 1 there, 0 elsewhere, over the dims the
+   * Shape returns).
+   */
+  shapes: Array<{ node: Node; path: KvStep[]; onehot: number[] }>;
 }
 
 /**
  * Attention without the graph's Concat of the KV: where every reader of a present KV (the Concat of its past and
  * the positions a run adds) reaches a MatMul's B input through ops that keep each position its own (Unsqueeze,
- * Transpose, Identity, Cast, Mul or Div by one constant), each product is computed over the past and over the
- * added positions apart (KvProduct) and the present is no longer made. The Concat copied the whole KV, every layer,
+ * Transpose, Identity, Cast, Mul or Div by one constant), or a Shape, each product is computed over the past and
+ * over the added positions apart (KvProduct), each shape from both sides' shapes, and the present is no longer made. The Concat copied the whole KV, every layer,
  * every step; the engine builds the presents itself from the added positions (kv-cache.ts). Exact for keys (each
  * score is its own dot product); for values the sum over positions is split in two, as a blocked product splits
  * it. Else why not (the first present that does not fit): the graph then keeps its Concats.
@@ -774,6 +780,7 @@ function splitPlan(
   for (const t of kv) {
     const products: KvProduct[] = [];
     const steps: Node[] = [];
+    const shapes: KvSplit['shapes'] = [];
     const walk = (value: string, rank: number, axis: number, path: KvStep[]): string | null => {
       if (inSubgraph.has(value)) return `"${value}" is read inside a subgraph`;
       if (value !== t.present && outputs.has(value)) return `"${value}" is an output of the graph`;
@@ -782,6 +789,15 @@ function splitPlan(
         const at = n.inputs.indexOf(value);
         if (!isDefault(n)) return `${n.domain}.${n.opType} reads "${value}"`;
         if (n.inputs.indexOf(value, at + 1) >= 0) return `${n.opType} reads "${value}" twice`;
+        if (n.opType === 'Shape' && at === 0) {
+          // The dims it returns: [start, end) of the input's, counted as Slice counts them.
+          const clamp = (d: number) => Math.min(rank, Math.max(0, d < 0 ? d + rank : d));
+          const start = clamp(n.ints.get('start') ?? 0);
+          const end = clamp(n.ints.get('end') ?? rank);
+          const onehot = Array.from({ length: Math.max(0, end - start) }, (_, i) => (start + i === axis ? 1 : 0));
+          shapes.push({ node: n, path, onehot });
+          continue;
+        }
         if (n.opType === 'MatMul') {
           if (at !== 1 || rank < 2) return `a MatMul reads "${value}" as its first input`;
           if (axis !== rank - 1 && axis !== rank - 2) return `a MatMul takes "${value}"'s positions as a batch dim`;
@@ -824,7 +840,7 @@ function splitPlan(
     const why = walk(t.present, t.shape.length, t.seqAxis, []);
     if (why) return why;
     if (products.length === 0) return `"${t.present}" feeds no attention product`;
-    splits.push({ kv: t, concat, added: added.get(t.past) as string, products, steps });
+    splits.push({ kv: t, concat, added: added.get(t.past) as string, products, steps, shapes });
   }
   // A product of two KV tensors (one in each input) would be split twice over.
   for (const s of splits) {
@@ -868,6 +884,9 @@ function valueInfoName(file: FileBytes, f: WireField): string | undefined {
  */
 function splitWriter(file: FileBytes, splits: KvSplit[], push: (b: Buffer) => void) {
   const products = new Map<Node, { split: KvSplit; product: KvProduct }>();
+  const shapes = new Map<Node, { split: KvSplit; shape: KvSplit['shapes'][number] }>();
+  /** The one-hot constants the Shape readers use, by name. */
+  const onehots = new Map<string, number[]>();
   const dropped = new Set<Node>();
   const goneNames = new Set<string>();
   for (const split of splits) {
@@ -878,6 +897,7 @@ function splitWriter(file: FileBytes, splits: KvSplit[], push: (b: Buffer) => vo
       for (const o of n.outputs) goneNames.add(o);
     }
     for (const product of split.products) products.set(product.node, { split, product });
+    for (const shape of split.shapes) shapes.set(shape.node, { split, shape });
   }
   const written = new Set<string>();
   /** The sequence axis the count of added positions is read along (set with the count). */
@@ -900,8 +920,38 @@ function splitWriter(file: FileBytes, splits: KvSplit[], push: (b: Buffer) => vo
     return cur;
   };
   return {
-    writes: (node: Node) => dropped.has(node) || products.has(node),
+    writes: (node: Node) => dropped.has(node) || products.has(node) || shapes.has(node),
     write(node: Node): void {
+      const reader = shapes.get(node);
+      if (reader) {
+        // Shape(Concat(past, added)) = Shape(past) + Shape(added) · onehot(sequence axis), step by step alike.
+        const { split, shape } = reader;
+        const out = node.outputs[0] as string;
+        const [ofPast, ofAdded] = [`${out}${SPLIT_TAG}/past`, `${out}${SPLIT_TAG}/added`];
+        const onehot = `${SPLIT_TAG}/onehot_${shape.onehot.join('')}`;
+        onehots.set(onehot, shape.onehot);
+        push(
+          renameInputs(
+            file,
+            node,
+            new Map([[0, side('past', split.kv.past, shape.path)]]),
+            new Map([[0, ofPast]]),
+            ofPast,
+          ),
+        );
+        push(
+          renameInputs(
+            file,
+            node,
+            new Map([[0, side('added', split.added, shape.path)]]),
+            new Map([[0, ofAdded]]),
+            ofAdded,
+          ),
+        );
+        push(newNode('Mul', [ofAdded, onehot], `${ofAdded}/along`, `${ofAdded}/Mul`));
+        push(newNode('Add', [ofPast, `${ofAdded}/along`], out, `${out}${SPLIT_TAG}/Add`));
+        return;
+      }
       const found = products.get(node);
       if (!found) return;
       const { split, product } = found;
@@ -967,6 +1017,7 @@ function splitWriter(file: FileBytes, splits: KvSplit[], push: (b: Buffer) => vo
       push(int64Initializer(end, [9223372036854775807n]));
       push(int64Initializer(lastAxis, [-1n]));
       if (countAxis !== undefined) push(int64Initializer(axisName, [BigInt(countAxis)]));
+      for (const [name, values] of onehots) push(int64Initializer(name, values.map(BigInt)));
     },
   };
 }
