@@ -458,6 +458,8 @@ interface Plan {
   after: Node[];
   /** The node that computes each name. */
   producer: Map<string, Node>;
+  /** The dims of a constant (an initializer or a Constant node's output); undefined for a computed value. */
+  dimsOf: (name: string) => number[] | undefined;
 }
 
 /**
@@ -552,7 +554,7 @@ function plan(nodes: Node[], initializerDims: Map<string, number[]>, logits: str
   if (head.opType === 'Gemm' && entry === head)
     return 'a Gemm head whose input is not a flattened [batch, seq, hidden]';
   if (head.opType === 'Gemm' && reshapes.length === 0) return 'a Gemm head whose output is not reshaped to 3-D';
-  const found: Plan = { entry, hidden, head, vocab, after, producer };
+  const found: Plan = { entry, hidden, head, vocab, after, producer, dimsOf };
   if (reshapes[0]) found.unflatten = reshapes[0];
   return found;
 }
@@ -1071,8 +1073,6 @@ export function lastPositionGraph(
     const found = plan(nodes, initializerDims, logits);
     if (typeof found === 'string') return { ok: false, reason: found };
     const kvAdded = options.kv ? addedPositions(nodes, options.kv) : 'not asked for';
-    const constantDims = new Map<string, number[]>();
-    for (const n of nodes) if (n.constantDims) for (const o of n.outputs) constantDims.set(o, n.constantDims);
     let splits: KvSplit[] | string = 'not asked for';
     if (typeof kvAdded === 'string') splits = `the positions runs add are not returned (${kvAdded})`;
     else if (options.split && options.kv) {
@@ -1087,7 +1087,7 @@ export function lastPositionGraph(
               const f = initializers.get(n);
               return f ? int64Values(file, f) : undefined;
             },
-            (n) => initializerDims.get(n) ?? constantDims.get(n),
+            found.dimsOf,
           );
     }
     const split = typeof splits === 'string' ? null : splits;
