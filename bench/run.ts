@@ -11,7 +11,7 @@ import { presetConfig } from '../scripts/model-gen/index';
 import { parseArgs, USAGE, UsageError } from './lib/args';
 import { type BenchOptions, log } from './lib/context';
 import { benchRunner } from './lib/kvdesk';
-import { type BenchShape, ensureModel } from './lib/models';
+import { type BenchShape, ensureModel, modelDir } from './lib/models';
 import { machineLine } from './lib/proc';
 import { promptSource } from './lib/prompts';
 import { buildReport, type ShapeReport, summaryJson } from './lib/report';
@@ -19,7 +19,7 @@ import { type AdmissionScenario, runAdmission } from './sections/admission';
 import { runConcurrency } from './sections/concurrency';
 import { runDecode } from './sections/decode';
 import { runDelivery } from './sections/delivery';
-import { type FloorResult, runFloor } from './sections/floor';
+import { type FloorResult, runFloor, runProducts } from './sections/floor';
 import { runKvTruth } from './sections/kv-truth';
 import { runLookup } from './sections/lookup';
 import { runRenderer } from './sections/renderer';
@@ -113,6 +113,10 @@ async function main(): Promise<number> {
   if (!opts.skip.has('floor')) {
     log('weight-streaming floor (onnxruntime MatMul over 512 MiB of random weights)');
     floor = await runFloor(opts);
+    for (const s of shapes.filter((x) => x.decode)) {
+      const graph = path.join(modelDir(s.shape), 'onnx', 'model.onnx');
+      s.products = await runProducts(opts, s.shape, graph, presetConfig(s.shape).vocabSize);
+    }
   }
   let admission: AdmissionScenario[] | null = null;
   if (!opts.skip.has('admission')) {

@@ -3,7 +3,7 @@ import { type AdmissionScenario, pct, SLOW_US } from '../sections/admission';
 import type { ConcurrencyResult } from '../sections/concurrency';
 import type { ContenderKey, DecodeResult } from '../sections/decode';
 import type { DeliveryOutcome } from '../sections/delivery';
-import type { FloorResult } from '../sections/floor';
+import type { FloorResult, ProductsResult } from '../sections/floor';
 import type { KvTruthResult } from '../sections/kv-truth';
 import type { LookupResult } from '../sections/lookup';
 import type { RendererOutcome, RendererStep } from '../sections/renderer';
@@ -22,6 +22,8 @@ export interface ShapeReport {
   kv: KvTruthResult | { skipped: string } | null;
   lookup: LookupResult | null;
   sampling?: SamplingResult | null;
+  /** Its body's weight matrices multiplied alone (bench/sections/floor.ts); absent with --skip floor. */
+  products?: ProductsResult;
   notes: string[];
 }
 
@@ -161,6 +163,16 @@ function floorRows(s: ShapeReport, floor: FloorResult | null): string[] {
   if (own !== undefined && ownMs !== undefined) {
     rows.push(
       `| … kvdesk's own floor: its greedy step reads ${(own / 1e6).toFixed(0)} MB (the LM head's 8-bit copy in place of its float32 weights) | ${ownMs.toFixed(1)} ms/token = ${fmt(1000 / ownMs)} tok/s, ${ownShare(tps('kvdesk'))} of kvdesk's step | | |`,
+    );
+  }
+  const p = s.products;
+  const kvdeskMs = tps('kvdesk') > 0 ? 1000 / tps('kvdesk') : 0;
+  if (p && kvdeskMs > 0) {
+    const rest = kvdeskMs - p.ms;
+    const leave = tjs > 0 ? 1000 / (1.5 * tjs) - p.ms : undefined;
+    rows.push(
+      `| … its body's ${p.matrices} weight matrices alone (${(p.bytes / 1e6).toFixed(0)} MB: all but the LM head), each multiplying one row, in a graph of nothing else, this run | ${p.ms.toFixed(1)} ms = ${((p.ms / kvdeskMs) * 100).toFixed(0)} % of kvdesk's step (${kvdeskMs.toFixed(1)} ms) | | |`,
+      `| … the rest of kvdesk's step: the LM head (its 8-bit copy) and the pick, attention, norms, rotary and shape arithmetic, the host's share | ${rest.toFixed(1)} ms${leave !== undefined ? `; 1.5 × transformers.js (defaults) would leave it ${leave.toFixed(1)} ms` : ''} | | |`,
     );
   }
   if (tjs > 0) {

@@ -5,7 +5,8 @@
  * cannot take less than (weight bytes ÷ this bandwidth). Driven by
  * bench/sections/floor.ts through WorkerClient, with the engine's environment
  * (huge pages): `load` creates the session of the folder's model.onnx and warms
- * it up, `floor` times runs.
+ * it up, `floor` times runs. Also times a shape's body products alone
+ * (bench/sections/floor.ts), whose graph has one input per row width.
  */
 import path from 'node:path';
 import { type InferenceSession, ort, type Tensor } from '../lib/ort';
@@ -23,11 +24,15 @@ async function handle(cmd: WorkerCommand): Promise<void> {
         ...(cmd.threads !== null ? { intraOpNumThreads: cmd.threads } : {}),
         graphOptimizationLevel: 'all',
       });
-      const meta = session.inputMetadata[0];
-      const width = meta?.isTensor ? (meta.shape[1] as number) : 0;
-      feeds = {
-        [session.inputNames[0] as string]: new ort.Tensor('float32', new Float32Array(width).fill(1), [1, width]),
-      };
+      // Every input is one row [1, width] (the products alone have one per width): filled with ones.
+      feeds = {};
+      session.inputMetadata.forEach((meta, i) => {
+        const width = meta.isTensor ? (meta.shape[1] as number) : 0;
+        feeds[session?.inputNames[i] as string] = new ort.Tensor('float32', new Float32Array(width).fill(1), [
+          1,
+          width,
+        ]);
+      });
       for (let i = 0; i < 3; i++) await session.run(feeds);
       send({ type: 'loaded', loadMs: performance.now() - started, detail: 'matrix chain' });
       return;
