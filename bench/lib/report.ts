@@ -172,7 +172,7 @@ function floorRows(s: ShapeReport, floor: FloorResult | null): string[] {
     const leave = tjs > 0 ? 1000 / (1.5 * tjs) - p.ms : undefined;
     rows.push(
       `| … its body's ${p.matrices} weight matrices alone (${(p.bytes / 1e6).toFixed(0)} MB: all but the LM head), each multiplying one row, in a graph of nothing else, this run | ${p.ms.toFixed(1)} ms = ${((p.ms / kvdeskMs) * 100).toFixed(0)} % of kvdesk's step (${kvdeskMs.toFixed(1)} ms) | | |`,
-      `| … the rest of kvdesk's step: the LM head (its 8-bit copy) and the pick, attention, norms, rotary and shape arithmetic, the host's share | ${rest.toFixed(1)} ms${leave !== undefined ? `; 1.5 × transformers.js (defaults) would leave it ${leave.toFixed(1)} ms` : ''} | | |`,
+      `| … the rest of kvdesk's step: the LM head (its 8-bit copy) and the pick, the graph's other nodes (attention, norms, positions, shapes), the host's share | ${rest.toFixed(1)} ms${leave !== undefined ? `; 1.5 × transformers.js (defaults) would leave it ${leave.toFixed(1)} ms` : ''} | | |`,
     );
   }
   if (tjs > 0) {

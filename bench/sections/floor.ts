@@ -115,11 +115,18 @@ function ensureProductsModel(
   mkdirSync(path.dirname(file), { recursive: true });
   const b = new GraphBuilder(`${shape}-products`);
   const latest = new Map<number, string>();
+  const inputs = new Map<number, string>();
   const unread = new Set<string>();
   const widthOf = new Map<string, number>();
+  const input = (k: number): string => {
+    const known = inputs.get(k);
+    if (known !== undefined) return known;
+    const name = b.input(`x${k}`, 'float32', [1, k]);
+    inputs.set(k, name);
+    return name;
+  };
   dims.forEach(([k, n], i) => {
-    let x = latest.get(k);
-    if (x === undefined) x = b.input(`x${k}`, 'float32', [1, k]);
+    const x = latest.get(k) ?? input(k);
     unread.delete(x);
     const w = b.weight(`w${i}`, [k, n], () => uniformTensor(k * n, 1 + i, 1 / Math.sqrt(k)));
     const y = b.op('MatMul', [x, w]);
