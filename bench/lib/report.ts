@@ -169,10 +169,12 @@ function floorRows(s: ShapeReport, floor: FloorResult | null): string[] {
   const kvdeskMs = tps('kvdesk') > 0 ? 1000 / tps('kvdesk') : 0;
   if (p && kvdeskMs > 0) {
     const rest = kvdeskMs - p.ms;
-    const leave = tjs > 0 ? 1000 / (1.5 * tjs) - p.ms : undefined;
+    // The step ×1.5 asks for, from the paired ratio the verdict reads (not the medians of the rows above).
+    const paired = median(s.decode.pairedRatios.vsTjsDefault);
+    const leave = paired > 0 ? (kvdeskMs * paired) / 1.5 - p.ms : undefined;
     rows.push(
       `| … its body's ${p.matrices} weight matrices alone (${(p.bytes / 1e6).toFixed(0)} MB: all but the LM head), each multiplying one row, in a graph of nothing else, this run | ${p.ms.toFixed(1)} ms = ${((p.ms / kvdeskMs) * 100).toFixed(0)} % of kvdesk's step (${kvdeskMs.toFixed(1)} ms) | | |`,
-      `| … the rest of kvdesk's step: the LM head (its 8-bit copy) and the pick, the graph's other nodes (attention, norms, positions, shapes), the host's share | ${rest.toFixed(1)} ms${leave !== undefined ? `; 1.5 × transformers.js (defaults) would leave it ${leave.toFixed(1)} ms` : ''} | | |`,
+      `| … the rest of kvdesk's step: the LM head (its 8-bit copy) and the pick, the graph's other nodes (attention, norms, positions, shapes), the host's share | ${rest.toFixed(1)} ms${leave !== undefined ? `; 1.5 × transformers.js (defaults, the paired ratio) would leave it ${leave.toFixed(1)} ms` : ''} | | |`,
     );
   }
   if (tjs > 0) {

@@ -135,7 +135,10 @@ function ensureProductsModel(
     widthOf.set(y, n);
   });
   const byWidth = new Map<number, string[]>();
-  for (const y of unread) byWidth.set(widthOf.get(y) as number, [...(byWidth.get(widthOf.get(y) as number) ?? []), y]);
+  for (const y of unread) {
+    const n = widthOf.get(y) as number;
+    byWidth.set(n, [...(byWidth.get(n) ?? []), y]);
+  }
   for (const [n, ys] of byWidth) {
     const name = `y${n}`;
     if (ys.length === 1) b.op('Identity', ys, {}, name);
