@@ -279,7 +279,7 @@ function Controls({ devices }: { devices: DeviceBudgetSnapshot[] }) {
           </div>
         )}
         {asking && (
-          // biome-ignore lint/a11y/noStaticElementInteractions: Esc on its buttons answers "no", as elsewhere
+          // Esc on its buttons answers "no", as elsewhere.
           <div
             className="ask"
             role="alert"

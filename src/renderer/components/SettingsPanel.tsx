@@ -206,7 +206,7 @@ function PresetRow({ thread, onApplied }: PresetProps & { thread: Thread }) {
         </button>
       )}
       {asking && (
-        // biome-ignore lint/a11y/noStaticElementInteractions: Esc on its buttons answers "no", as the chat list's delete does
+        // Esc on its buttons answers "no", as the chat list's delete does.
         <span
           className="preset-ask"
           role="alert"
