@@ -108,7 +108,7 @@ const MAX_COPY_BYTES = 64 * 1024 * 1024;
 const ELEMENTWISE = new Set(['Add', 'Sub', 'Mul', 'Div']);
 const UNARY = new Set(['Cast', 'Identity', 'Tanh']);
 
-interface Node {
+export interface Node {
   /** The node's bytes in the file: [tagStart, end) of its GRAPH_NODE field. */
   field: WireField;
   inputs: string[];
@@ -202,14 +202,20 @@ function pushInts(src: Bytes, f: WireField, into: number[]): void {
 }
 
 /** A TensorProto's dims (packed or not) and name; reads no tensor data. */
-function tensorHeader(src: Bytes, start: number, end: number): { name: string; dims: number[] } {
+export function tensorHeader(
+  src: Bytes,
+  start: number,
+  end: number,
+): { name: string; dims: number[]; dataType: number } {
   let name = '';
+  let dataType = 0;
   const dims: number[] = [];
   for (const g of fields(src, start, end)) {
     if (g.field === TENSOR_NAME && g.wire === WIRE_LEN) name = text(src, g);
+    else if (g.field === TENSOR_DATA_TYPE && g.wire === WIRE_VARINT) dataType = g.varint;
     else if (g.field === TENSOR_DIMS && (g.wire === WIRE_VARINT || g.wire === WIRE_LEN)) pushInts(src, g, dims);
   }
-  return { name, dims };
+  return { name, dims, dataType };
 }
 
 /** Every name the nodes of a GraphProto read or write, nested subgraphs included. */
@@ -230,7 +236,7 @@ function attributeGraphNames(buf: Buffer, attr: WireField, into: string[]): void
   }
 }
 
-function readNode(file: FileBytes, f: WireField): Node {
+export function readNode(file: FileBytes, f: WireField): Node {
   const buf = copy(file, f.valueStart, f.end);
   const node: Node = {
     field: f,
