@@ -54,6 +54,7 @@ export const ENTRY_VALUE = 2;
 export const DATA_LOCATION_EXTERNAL = 1;
 export const TENSOR_FLOAT = 1;
 export const TENSOR_UINT8 = 2;
+export const TENSOR_INT8 = 3;
 export const INT64 = 7;
 export const TENSOR_BOOL = 9;
 export const TENSOR_FLOAT16 = 10;

@@ -1,16 +1,18 @@
 /**
- * The LM head's 8-bit screen on the real onnxruntime-node (MatMulNBits):
+ * The LM head's 8-bit screen on the real onnxruntime-node (DynamicQuantizeMatMul):
  * greedy steps whose rows all pick plainly score the vocabulary with the 8-bit
  * copy and pick exactly from it; every other run scores in full. The tokens are
  * those of the head scored in full, on every head layout the generator writes
  * (a MatMul plus a bias, a tied Gemm with C), alone, in a batch, next to a
  * sampled request, and through lookup decoding's draft checks.
  */
+
+import { onnx } from 'onnx-proto';
 import * as ort from 'onnxruntime-node';
 import { describe, expect, it } from 'vitest';
 import type { GenerationHooks, GenerationJob } from '../../src/main/engine/decoder';
 import { LoadedDecoder, scoringLast } from '../../src/main/engine/decoder';
-import { exactPick, exactTopK, TopKScratch, worstBoundShare } from '../../src/main/engine/head-screen';
+import { buildHeadScreen, exactPick, exactTopK, TopKScratch, worstBoundShare } from '../../src/main/engine/head-screen';
 import { tokenTable } from '../../src/main/engine/json-constraint';
 import { lastPositionGraph } from '../../src/main/engine/last-position';
 import type { EngineSessionOptions } from '../../src/main/engine/protocol';
@@ -435,6 +437,62 @@ describe("the LM head's 8-bit screen", () => {
       }
       // The screen rules out almost all of the vocabulary (else it would cost more than it saves).
       expect(candidates).toBeLessThan(spec.vocabSize / 16);
+    } finally {
+      await session.release();
+    }
+  });
+
+  it("onnxruntime's DynamicQuantizeMatMul adds the screen's integer products exactly where they are widest", async () => {
+    // Rows of equal weights (|q| = SCREEN_Q_MAX everywhere) and hidden states whose every entry rounds to 0 or 255:
+    // each u8 × s8 pair of products is as large as it can be. With 8-bit weights the kernel's 16-bit pair sums clip
+    // on an AVX2 CPU and the scores leave their bounds (by half, here).
+    const vocab = 8;
+    const hidden = 256;
+    const w = new Float32Array(vocab * hidden);
+    for (let n = 0; n < vocab; n++) {
+      for (let k = 0; k < hidden; k++)
+        w[n * hidden + k] = (n % 2 === 0 ? 1 : -1) * (n < 4 ? 0.5 : k % 2 === 0 ? 2 : -2);
+    }
+    const built = buildHeadScreen(w, 'vocab-major', vocab, hidden, null);
+    const model = onnx.ModelProto.encode({
+      irVersion: 8,
+      opsetImport: [
+        { domain: '', version: 17 },
+        { domain: 'com.microsoft', version: 1 },
+      ],
+      graph: {
+        name: 'screen',
+        node: [{ opType: 'DynamicQuantizeMatMul', domain: 'com.microsoft', input: ['h', 'q', 's'], output: ['y'] }],
+        initializer: [
+          { name: 'q', dataType: 3, dims: [hidden, vocab], rawData: new Uint8Array(built.head.packed.buffer) },
+          { name: 's', dataType: 1, dims: [vocab], rawData: new Uint8Array(built.head.scales.buffer) },
+        ],
+        input: [
+          { name: 'h', type: { tensorType: { elemType: 1, shape: { dim: [{ dimValue: 1 }, { dimValue: hidden }] } } } },
+        ],
+        output: [
+          { name: 'y', type: { tensorType: { elemType: 1, shape: { dim: [{ dimValue: 1 }, { dimValue: vocab }] } } } },
+        ],
+      },
+    }).finish();
+    const session = await ort.InferenceSession.create(model, { intraOpNumThreads: 2 });
+    try {
+      const states = [
+        new Float32Array(hidden).fill(3),
+        Float32Array.from({ length: hidden }, (_, k) => (k % 2 === 0 ? 3 : 0)),
+        Float32Array.from({ length: hidden }, (_, k) => (k % 2 === 0 ? 3 : -3)),
+        Float32Array.from({ length: hidden }, (_, k) => Math.sin(k) * 5),
+      ];
+      for (const h of states) {
+        const out = await session.run({ h: new ort.Tensor('float32', h, [1, hidden]) });
+        const full = new Float32Array(vocab);
+        for (let n = 0; n < vocab; n++) {
+          let sum = 0;
+          for (let k = 0; k < hidden; k++) sum += (h[k] as number) * (w[n * hidden + k] as number);
+          full[n] = sum;
+        }
+        expect(worstBoundShare(built.screen, out.y?.data as Float32Array, full, h)).toBeLessThanOrEqual(1);
+      }
     } finally {
       await session.release();
     }

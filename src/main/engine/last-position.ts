@@ -59,12 +59,12 @@ import {
   TENSOR_EXTERNAL_DATA,
   TENSOR_FLOAT,
   TENSOR_FLOAT16,
+  TENSOR_INT8,
   TENSOR_INT64_DATA,
   TENSOR_NAME,
   TENSOR_RAW_DATA,
   TENSOR_TYPE_ELEM,
   TENSOR_TYPE_SHAPE,
-  TENSOR_UINT8,
   TYPE_TENSOR,
   VALUE_INFO_NAME,
   VALUE_INFO_TYPE,
@@ -72,14 +72,7 @@ import {
   WIRE_LEN,
   WIRE_VARINT,
 } from '../../shared/onnx-fields';
-import {
-  buildHeadScreen,
-  FileRows,
-  type HeadLayout,
-  type HeadScreen,
-  type PackedHead,
-  SCREEN_BLOCK,
-} from './head-screen';
+import { buildHeadScreen, FileRows, type HeadLayout, type HeadScreen, type PackedHead } from './head-screen';
 import {
   type Bytes,
   FileBytes,
@@ -677,7 +670,6 @@ function screenPlan(
   const dims = dimsOf(weightName) ?? [];
   if (dims.length !== 2 || count(dims) % vocab !== 0) return `the head weight has dims [${dims.join(', ')}]`;
   const hidden = count(dims) / vocab;
-  if (hidden % SCREEN_BLOCK !== 0) return `hidden size ${hidden} is not a multiple of ${SCREEN_BLOCK}`;
   if (vocab * hidden > MAX_SCREEN_BYTES) return `an 8-bit head of ${vocab} × ${hidden} is over 256 MiB`;
   const weight = readFloats(file, folder, constant(weightName) as WireField, vocab * hidden);
   if (typeof weight === 'string') return weight;
@@ -1126,22 +1118,16 @@ export function lastPositionGraph(
       : 'not asked for';
     const headIn = found.entry === found.head ? sliced : (found.head.inputs[0] as string);
     /** The head as an If: its own product when fed full, else the 8-bit product (plus its bias). */
-    const screenedHead = (screen: HeadScreen, gemmBias: string | undefined): Buffer => {
+    const screenedHead = (gemmBias: string | undefined): Buffer => {
       const head = found.head;
       const inputs = new Map<number, string>(found.entry === head ? [[0, sliced]] : []);
       const full = renameInputs(file, head, inputs, new Map([[0, names.fullScores]]));
       const product = buildNode(
-        'MatMulNBits',
+        'DynamicQuantizeMatMul',
         [headIn, names.packed, names.scales],
         gemmBias ? names.screenedRaw : names.screened,
-        `${tag}/MatMulNBits`,
-        [
-          intAttribute('K', screen.hidden),
-          intAttribute('N', screen.vocab),
-          intAttribute('bits', 8),
-          intAttribute('block_size', SCREEN_BLOCK),
-          intAttribute('accuracy_level', 4),
-        ],
+        `${tag}/DynamicQuantizeMatMul`,
+        [],
         'com.microsoft',
       );
       const screened = gemmBias
@@ -1152,7 +1138,7 @@ export function lastPositionGraph(
         branchAttribute('else_branch', screened, names.screened),
       ]);
     };
-    const screenIf = typeof screening === 'string' ? null : screenedHead(screening.screen, screening.gemmBias);
+    const screenIf = typeof screening === 'string' ? null : screenedHead(screening.gemmBias);
     const location = path.basename(graphPath);
     const nodeOf = new Map(nodes.map((n) => [n.field, n]));
     const parts: Buffer[] = [];
@@ -1208,7 +1194,7 @@ export function lastPositionGraph(
       const { packed, scales } = screening.head;
       // Bounded by MAX_SCREEN_BYTES rather than the structure's limit.
       parts.push(
-        ...rawInitializer(names.packed, TENSOR_UINT8, [q.vocab, q.hidden / SCREEN_BLOCK, SCREEN_BLOCK], packed),
+        ...rawInitializer(names.packed, TENSOR_INT8, [q.hidden, q.vocab], new Uint8Array(packed.buffer)),
         ...rawInitializer(names.scales, TENSOR_FLOAT, [scales.length], new Uint8Array(scales.buffer)),
       );
       push(lenField(GRAPH_INPUT, valueInfo(names.full, TENSOR_BOOL, [])));

@@ -2,8 +2,8 @@
  * The head's 8-bit screen (src/main/engine/head-screen.ts): whatever the
  * weights and the hidden state, the pick from screened scores is the argmax of
  * the exact scores. The screened scores here are computed as onnxruntime's
- * MatMulNBits computes them at accuracy level 4 (the hidden state rounded to
- * 8 bits per block of 32, integer products, scaled); the integration test
+ * DynamicQuantizeMatMul computes them (the hidden state rounded to uint8,
+ * integer products with the 7-bit weights, scaled); the integration test
  * (test/integration/head-screen.test.ts) runs the real kernel.
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -20,7 +20,7 @@ import {
   FileRows,
   MemoryRows,
   PickScratch,
-  SCREEN_BLOCK,
+  SCREEN_Q_MAX,
   type ScoreAdjust,
   TopKScratch,
   worstBoundShare,
@@ -29,7 +29,10 @@ import type { SamplingParams } from '../../../src/main/engine/protocol';
 import { Sampler, SCREEN_TOP_K } from '../../../src/main/engine/sampling';
 import { plainGumbelMax } from '../../helpers/gumbel-max';
 
-/** MatMulNBits (8 bits, zero point 128, accuracy level 4) on one hidden state. */
+/**
+ * DynamicQuantizeMatMul on one hidden state: the state rounded to uint8 with a zero point (range / 255 a step),
+ * integer products with the int8 weights, scaled by the state's step times the token's scale.
+ */
 function screenedScores(
   built: ReturnType<typeof buildHeadScreen>,
   h: Float32Array,
@@ -37,29 +40,21 @@ function screenedScores(
 ): Float32Array {
   const { vocab, hidden } = built.screen;
   const { packed, scales } = built.head;
-  const blocks = hidden / SCREEN_BLOCK;
-  const qa = new Int32Array(hidden);
-  const sa = new Float32Array(blocks);
-  for (let b = 0; b < blocks; b++) {
-    let amax = 0;
-    for (let k = b * SCREEN_BLOCK; k < (b + 1) * SCREEN_BLOCK; k++) amax = Math.max(amax, Math.abs(h[k] as number));
-    const scale = Math.fround(amax / 127);
-    sa[b] = scale;
-    for (let k = b * SCREEN_BLOCK; k < (b + 1) * SCREEN_BLOCK; k++) {
-      qa[k] = scale > 0 ? Math.round((h[k] as number) / scale) : 0;
-    }
+  let lo = 0;
+  let hi = 0;
+  for (const x of h) {
+    lo = Math.min(lo, x);
+    hi = Math.max(hi, x);
   }
+  const step = hi === lo ? 1 : Math.fround((hi - lo) / 255);
+  const zero = Math.min(255, Math.max(0, Math.round(-lo / step)));
+  const qa = Int32Array.from(h, (x) => Math.min(255, Math.max(0, Math.round(x / step) + zero)) - zero);
   const out = new Float32Array(vocab);
   for (let n = 0; n < vocab; n++) {
-    let acc = 0;
-    for (let b = 0; b < blocks; b++) {
-      let dot = 0;
-      for (let k = b * SCREEN_BLOCK; k < (b + 1) * SCREEN_BLOCK; k++) {
-        dot += (qa[k] as number) * ((packed[n * hidden + k] as number) - 128);
-      }
-      acc = Math.fround(acc + Math.fround((sa[b] as number) * (scales[n * blocks + b] as number)) * dot);
-    }
-    out[n] = Math.fround(acc + (bias ? (bias[n] as number) : 0));
+    let dot = 0;
+    for (let k = 0; k < hidden; k++) dot += (qa[k] as number) * (packed[k * vocab + n] as number);
+    const scaled = Math.fround(Math.fround(step * (scales[n] as number)) * dot);
+    out[n] = Math.fround(scaled + (bias ? (bias[n] as number) : 0));
   }
   return out;
 }
@@ -79,7 +74,7 @@ function exactArgmax(w: Float32Array, h: Float32Array, bias: Float32Array | null
 
 const case_ = fc.record({
   vocab: fc.integer({ min: 2, max: 300 }),
-  blocks: fc.integer({ min: 1, max: 3 }),
+  hidden: fc.integer({ min: 1, max: 96 }),
   seed: fc.integer({ min: 1, max: 2 ** 30 }),
   spread: fc.constantFrom(0.02, 1, 30),
   withBias: fc.boolean(),
@@ -90,7 +85,7 @@ const case_ = fc.record({
 
 interface Case {
   vocab: number;
-  blocks: number;
+  hidden: number;
   seed: number;
   spread: number;
   withBias: boolean;
@@ -104,7 +99,7 @@ function makeCase(c: Case) {
     state = (Math.imul(state, 1103515245) + 12345) >>> 0;
     return state / 2 ** 32 - 0.5;
   };
-  const hidden = c.blocks * SCREEN_BLOCK;
+  const hidden = c.hidden;
   const w = Float32Array.from({ length: c.vocab * hidden }, () => rand() * c.spread);
   if (c.twin !== undefined && c.vocab > 2) {
     for (let k = 0; k < hidden; k++) w[2 * hidden + k] = (w[1 * hidden + k] as number) + (k === 0 ? c.twin : 0);
@@ -127,7 +122,7 @@ function makeCase(c: Case) {
  * well within the rounding a float32 product of 32 terms can have).
  */
 function roundedNearTie() {
-  const c = { vocab: 64, blocks: 1, seed: 11, spread: 1, withBias: false, twin: undefined, transposed: false };
+  const c = { vocab: 64, hidden: 32, seed: 11, spread: 1, withBias: false, twin: undefined, transposed: false };
   const { w, h, hidden } = makeCase(c);
   const t = exactArgmax(w, h, null, c.vocab, hidden).best;
   const u = t === 5 ? 6 : 5;
@@ -174,7 +169,7 @@ function pushedScores(
  * numbers), with its hidden state the last of three: the picks must read where they are told to.
  */
 function spreadAtOffset() {
-  const c = { vocab: 4000, blocks: 2, seed: 7, spread: 1, withBias: false, twin: undefined, transposed: false };
+  const c = { vocab: 4000, hidden: 64, seed: 7, spread: 1, withBias: false, twin: undefined, transposed: false };
   const { w, h, hidden, screen, built } = makeCase(c);
   const exact = exactArgmax(w, h, null, c.vocab, hidden);
   const rows = new Float32Array(3 * c.vocab).fill(Number.NaN);
@@ -200,6 +195,36 @@ describe('exact greedy picks from the 8-bit screen of the head', () => {
         expect(worstBoundShare(screen, screened, full, h)).toBeLessThanOrEqual(1);
       }),
       { numRuns: 300 },
+    );
+  });
+
+  it("store 7-bit weights, [hidden, vocab], each within half its token's step of the float32 weight", () => {
+    fc.assert(
+      fc.property(case_, (c) => {
+        const { w, hidden, screen, built } = makeCase(c);
+        const { packed, scales } = built.head;
+        expect(packed.length).toBe(c.vocab * hidden);
+        expect(scales.length).toBe(c.vocab);
+        let widest = 0;
+        let worstShare = 0;
+        let worstSum = 0;
+        for (let n = 0; n < c.vocab; n++) {
+          let sum = 0;
+          for (let k = 0; k < hidden; k++) {
+            const q = packed[k * c.vocab + n] as number;
+            widest = Math.max(widest, Math.abs(q));
+            const err = Math.abs((w[n * hidden + k] as number) - q * (scales[n] as number));
+            worstShare = Math.max(worstShare, err / ((screen.halfStep[n] as number) || 1));
+            sum += Math.abs(q) * (scales[n] as number);
+          }
+          worstSum = Math.max(worstSum, Math.abs((screen.absSum[n] as number) - sum) / (sum || 1));
+        }
+        // Wider, and a u8 × s8 pair could clip in the kernel's 16-bit lanes.
+        expect(widest).toBeLessThanOrEqual(SCREEN_Q_MAX);
+        expect(worstShare).toBeLessThanOrEqual(1 + 1e-6);
+        expect(worstSum).toBeLessThan(1e-6);
+      }),
+      { numRuns: 100 },
     );
   });
 
@@ -259,7 +284,7 @@ describe('exact greedy picks from the 8-bit screen of the head', () => {
   });
 
   it('never picks past the limit (tokens the vocabulary pads with), and says when nothing is a number', () => {
-    const c = { vocab: 64, blocks: 1, seed: 3, spread: 1, withBias: false, twin: undefined, transposed: false };
+    const c = { vocab: 64, hidden: 32, seed: 3, spread: 1, withBias: false, twin: undefined, transposed: false };
     const { w, h, hidden, screen } = makeCase(c);
     const full = Float32Array.from(exactArgmax(w, h, null, c.vocab, hidden).scores);
     const best = exactArgmax(w.subarray(0, 10 * hidden), h, null, 10, hidden).best;
@@ -342,7 +367,7 @@ describe('exact top-k from the 8-bit screen of the head', () => {
   });
 
   it('never keeps a token past the limit, keeps only scores that are numbers, and says when the state is none', () => {
-    const c = { vocab: 64, blocks: 1, seed: 3, spread: 1, withBias: false, twin: undefined, transposed: false };
+    const c = { vocab: 64, hidden: 32, seed: 3, spread: 1, withBias: false, twin: undefined, transposed: false };
     const { w, h, hidden, screen } = makeCase(c);
     const exact = exactArgmax(w, h, null, c.vocab, hidden).scores;
     const out = new TopKScratch();
@@ -427,7 +452,7 @@ describe('exact whole-vocabulary draws from the 8-bit screen of the head', () =>
   });
 
   it('never draws past the limit or a score that is not a number, and says when the state is none', () => {
-    const c = { vocab: 64, blocks: 1, seed: 3, spread: 1, withBias: false, twin: undefined, transposed: false };
+    const c = { vocab: 64, hidden: 32, seed: 3, spread: 1, withBias: false, twin: undefined, transposed: false };
     const { w, h, hidden, screen } = makeCase(c);
     const exact = exactArgmax(w, h, null, c.vocab, hidden).scores;
     const full = Float32Array.from(exact);
@@ -532,7 +557,7 @@ describe('exact min-p draws from the 8-bit screen of the head', () => {
   });
 
   it('never hold a token past the limit or a score that is not a number, and say when the state is none', () => {
-    const c = { vocab: 64, blocks: 1, seed: 3, spread: 1, withBias: false, twin: undefined, transposed: false };
+    const c = { vocab: 64, hidden: 32, seed: 3, spread: 1, withBias: false, twin: undefined, transposed: false };
     const { w, h, hidden, screen } = makeCase(c);
     const exact = exactArgmax(w, h, null, c.vocab, hidden).scores;
     const full = Float32Array.from(exact);
