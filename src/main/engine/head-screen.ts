@@ -31,8 +31,9 @@ import { SCREEN_TOP_K, topKIndices } from './sampling';
  * VNNI (AVX2 alone) onnxruntime's kernel adds each pair of u8 × s8 products in a signed 16-bit lane, which clips
  * past ±32 767 (255 · 127 · 2 would need 64 770: measured, a row of 127s scored 49 343 for 97 536). With |q| ≤ 63
  * a pair is at most 255 · 63 · 2 = 32 130, so every integer sum is exact and the bounds below hold. Against
- * MatMulNBits' 8 bits in blocks of 32 (what the screen was before): ~15 % less time for the head's product on
- * such a CPU (2.9–3.1 against 3.3–3.8 ms for the GPT-2 shape's 50257 × 768), twice the weights' rounding.
+ * MatMulNBits' 8 bits in blocks of 32 (what the screen was before), on such a CPU: the head's product alone in
+ * 3.2–3.5 ms against 3.8–3.9 for the GPT-2 shape's 50257 × 768, 2.9 against 3.8–4.0 for 49152 × 576 (bench/README.md,
+ * "The head's 8-bit product"), for twice the weights' rounding.
  */
 export const SCREEN_Q_MAX = 63;
 /** Tokens quantized together before their int8 weights are written out as [hidden, vocab] (a transpose in tiles). */
