@@ -394,13 +394,18 @@ function boundOf(screen: HeadScreen, n: number, norms: Norms, screened: boolean,
   return (quantized + rounding + bias + 1e-6 * Math.abs(score) + norms.slack) * norms.scale;
 }
 
+/** Bytes of the 8-bit head onnxruntime multiplies by: an int8 per weight and a float32 scale per token. */
+export function screenProductBytes(vocab: number, hidden: number): number {
+  return vocab * hidden + vocab * 4;
+}
+
 /**
  * Memory a screen holds beside the model's weights: the 8-bit head and its scales (in onnxruntime), the
  * per-token figures and bias, the rows kept in memory (read from the file: those it keeps, FILE_ROWS_KEPT).
  */
 export function screenBytes(screen: HeadScreen): number {
   const { vocab, hidden } = screen;
-  const packed = vocab * hidden + vocab * 4;
+  const packed = screenProductBytes(vocab, hidden);
   const perToken = 4 * vocab * (screen.bias ? 4 : 3);
   return packed + perToken + screen.rows.bytes;
 }
