@@ -90,17 +90,21 @@ async function expectSameInFullAndUnscreened(
   expect(unscreened).toEqual(alone);
 }
 
+/** A sampled request that asks for logprobs, which the screen never serves: every step it shares scores in full. */
+const unscreened = (vocab: number): GenerationJob => ({
+  rows: [prompt(12, 6, vocab)],
+  maxNewTokens: 60,
+  sampling: { ...GREEDY, greedy: false, temperature: 1, topP: 0.95, seed: 9 },
+  eosTokenIds: [],
+  logprobs: 1,
+});
+
 /**
- * Runs `job` beside a draw by top-p alone, which the screen never serves, so every step the two share scores in full:
- * the job's ids, and the draws its full-score steps made.
+ * Runs `job` beside a request the screen never serves (unscreened), so every step the two share scores in full: the
+ * job's ids, and the draws its full-score steps made.
  */
 async function besideUnscreened(d: LoadedDecoder, job: GenerationJob, vocab: number) {
-  const wide: GenerationJob = {
-    rows: [prompt(12, 6, vocab)],
-    maxNewTokens: 60,
-    sampling: { ...GREEDY, greedy: false, temperature: 1, topP: 0.95, seed: 9 },
-    eosTokenIds: [],
-  };
+  const wide = unscreened(vocab);
   const before = d.screenStats.fullDraws;
   const ids: number[] = [];
   await Promise.all([d.generate(wide, collecting([])), d.generate(job, collecting(ids))]);
@@ -120,7 +124,7 @@ describe("the LM head's 8-bit screen", () => {
     const { screened, full, dispose } = await both(spec);
     try {
       expect(screened.logits.screen).toMatch(
-        /^greedy picks and draws \(top-k, min-p or whole-vocabulary\) from an 8-bit copy of the LM head/,
+        /^greedy picks and draws \(top-k, top-p, min-p or whole-vocabulary\) from an 8-bit copy of the LM head/,
       );
       expect(full.logits.screen).toBeUndefined();
       const rows = [prompt(40, 1, spec.vocabSize), prompt(23, 2, spec.vocabSize), prompt(9, 3, spec.vocabSize)];
@@ -151,7 +155,7 @@ describe("the LM head's 8-bit screen", () => {
     try {
       expect(small.logits.screen).toBe('the LM head is scored in full: a vocabulary of 512 is scored in full faster');
       expect(big.logits.screen).toBe(
-        'greedy picks and draws (top-k, min-p or whole-vocabulary) from an 8-bit copy of the LM head, checked exactly (4096 × 64)',
+        'greedy picks and draws (top-k, top-p, min-p or whole-vocabulary) from an 8-bit copy of the LM head, checked exactly (4096 × 64)',
       );
       expect(off.logits.screen).toBeUndefined();
     } finally {
@@ -159,7 +163,7 @@ describe("the LM head's 8-bit screen", () => {
     }
   });
 
-  it('a greedy request next to a sampled one (top-p: not screened) picks from full scores what it picks alone from the screen', async () => {
+  it('a greedy request next to one asking for logprobs (not screened) picks from full scores what it picks alone from the screen', async () => {
     const spec = await loadModelSpec(bigVocab());
     const d = await LoadedDecoder.load(spec, { ...ENGINE, headScreen: true });
     try {
@@ -167,12 +171,7 @@ describe("the LM head's 8-bit screen", () => {
       const alone = await greedy(d, [a], 30);
       const before = { ...d.screenStats };
       const sampledIds: number[] = [];
-      const sampled: GenerationJob = {
-        rows: [prompt(12, 6, spec.vocabSize)],
-        maxNewTokens: 60,
-        sampling: { ...GREEDY, greedy: false, temperature: 1, topP: 0.95, seed: 9 },
-        eosTokenIds: [],
-      };
+      const sampled = unscreened(spec.vocabSize);
       const greedyIdsNext: number[] = [];
       const job: GenerationJob = { rows: [a], maxNewTokens: 30, sampling: GREEDY, eosTokenIds: [] };
       await Promise.all([d.generate(sampled, collecting(sampledIds)), d.generate(job, collecting(greedyIdsNext))]);
@@ -196,7 +195,7 @@ describe("the LM head's 8-bit screen", () => {
         eosTokenIds: [],
       };
       const alone = await drawnAlone(d, job);
-      // Beside a draw by top-p alone (not screened), every step scores in full: the same tokens.
+      // Beside a request asking for logprobs (not screened), every step scores in full: the same tokens.
       // Without a screen (a GPU, KVDESK_HEAD_SCREEN=0), the sampler orders the top k as the screen's exact top k
       // is ordered, the likeliest first: the same random numbers draw the same tokens.
       await expectSameInFullAndUnscreened(d, full, job, alone);
@@ -230,6 +229,36 @@ describe("the LM head's 8-bit screen", () => {
       expect(d.screenStats.candidates).toBeGreaterThanOrEqual(40);
       // Without a screen the sampler draws over the float32 scores of the whole vocabulary: the same tokens.
       await expectSameInFullAndUnscreened(d, full, job, alone);
+    } finally {
+      await dispose();
+    }
+  });
+
+  it('a top-p draw takes its nucleus from the screen while the last one fit it: the same tokens alone, beside a request scored in full, and unscreened', async () => {
+    const spec = await loadModelSpec(bigVocab());
+    const { screened: d, full, dispose } = await both(spec);
+    try {
+      const job: GenerationJob = {
+        rows: [prompt(20, 4, spec.vocabSize)],
+        maxNewTokens: 40,
+        sampling: { ...GREEDY, greedy: false, temperature: 0.6, topP: 0.9, seed: 17 },
+        eosTokenIds: [],
+      };
+      const alone = await drawnAlone(d, job);
+      // It scored exactly the tokens whose weight decides the nucleus (about 680 a draw here), not the vocabulary.
+      expect(d.screenStats.candidates / 39).toBeLessThan(spec.vocabSize / 4);
+      // Without a screen the sampler sorts the float32 scores of the whole vocabulary into its nucleus: the same tokens.
+      await expectSameInFullAndUnscreened(d, full, job, alone);
+      // A nucleus of most of the vocabulary (a flat distribution) does not fit: its draws are from full scores.
+      const flat = { ...job, sampling: { ...job.sampling, temperature: 50 } };
+      const before = { ...d.screenStats };
+      const fromFull: number[] = [];
+      await d.generate(flat, collecting(fromFull));
+      expect(d.screenStats.screenedDraws).toBe(before.screenedDraws);
+      expect(d.screenStats.fullDraws - before.fullDraws).toBe(40);
+      const unscreenedIds: number[] = [];
+      await full.generate(flat, collecting(unscreenedIds));
+      expect(fromFull).toEqual(unscreenedIds);
     } finally {
       await dispose();
     }
@@ -340,7 +369,7 @@ describe("the LM head's 8-bit screen", () => {
       const other: number[] = [];
       await d.generate({ ...job, sampling: { ...job.sampling, seed: 13 } }, collecting(other));
       expect(other).not.toEqual(alone);
-      // Beside a draw by top-p alone (not screened), every step scores in full: the same tokens.
+      // Beside a request asking for logprobs (not screened), every step scores in full: the same tokens.
       // Without a screen, the sampler draws the same way from the float32 scores: the same tokens.
       await expectSameInFullAndUnscreened(d, full, job, alone);
     } finally {

@@ -14,7 +14,18 @@ import { KvdeskError } from '../../shared/errors';
 import type { KvTensorSpec, ModelSpec } from '../../shared/model-spec';
 import type { GenerationHooks, GenerationJob, GenerationOutcome } from './decoder';
 import { commonPrefix, idTensor, maskTensor } from './feeds';
-import { exactDraw, exactMinP, exactPick, exactTopK, PickScratch, TopKScratch } from './head-screen';
+import {
+  exactDraw,
+  exactMinP,
+  exactPick,
+  exactTopK,
+  exactTopP,
+  NUCLEUS_SCREEN_MAX,
+  NucleusScratch,
+  nucleusFits,
+  PickScratch,
+  TopKScratch,
+} from './head-screen';
 import { constraintFor } from './json-constraint';
 import {
   appendGap,
@@ -144,7 +155,13 @@ export function prefillGroups(lengths: ReadonlyArray<{ rows: number; longest: nu
 
 /** Whether a row's tokens can come from the head's screen: a greedy pick, or a draw the screen makes exactly. */
 function screens(sampler: Sampler): boolean {
-  return sampler.isGreedy || sampler.screenWhole || sampler.screenTopK > 0 || sampler.screenMinP > 0;
+  return (
+    sampler.isGreedy ||
+    sampler.screenWhole ||
+    sampler.screenTopK > 0 ||
+    sampler.screenMinP > 0 ||
+    sampler.screenTopP > 0
+  );
 }
 
 /** Ends a request that was asked to stop before its prefill finished: nothing generated, no KV kept. */
@@ -402,6 +419,8 @@ export class ContinuousBatcher {
   readonly pickScratch = new PickScratch();
   /** What an exact top-k writes for its draw. */
   private readonly topK = new TopKScratch();
+  /** What a top-p draw from the screen writes: the tokens it scored and its nucleus. */
+  private readonly nucleus = new NucleusScratch();
   /** What the whole-vocabulary draws carry from one to the next (their window, as the picks' scratch). */
   private readonly drawScratch = new PickScratch();
 
@@ -495,6 +514,12 @@ export class ContinuousBatcher {
       const k = sampler.screenTopK;
       const m = exactTopK(screen, scores, at, hidden, hiddenAt, screened, k, this.topK, vocab, stats, adjust);
       id = m > 0 ? sampler.drawAmong(this.topK.ids, this.topK.scores, m) : -1;
+    } else if (sampler.nucleusScreenable) {
+      const p = sampler.topP;
+      const m = exactTopP(screen, scores, at, hidden, hiddenAt, screened, T, p, this.nucleus, vocab, stats, adjust);
+      // A nucleus that took more tokens than that to find: the next draw is from full scores (a flat distribution).
+      sampler.nucleusFits = stats.candidates <= NUCLEUS_SCREEN_MAX;
+      id = m > 0 ? sampler.drawNucleus(this.nucleus.ids, this.nucleus.scores, m) : -1;
     } else {
       const minP = sampler.screenMinP;
       const m = exactMinP(screen, scores, at, hidden, hiddenAt, screened, T, minP, this.topK, vocab, stats, adjust);
@@ -522,7 +547,10 @@ export class ContinuousBatcher {
       let id: number;
       try {
         const screen = this.screen;
-        if (screen && logits.hidden && top === undefined && screens(sampler)) {
+        // A top-p draw whose run scored in full draws from the float32 scores (its nucleus needs every token's
+        // weight; from the screen it needs those above a cut), and says whether the next one may take the screen.
+        const nucleus = sampler.nucleusScreenable;
+        if (screen && logits.hidden && top === undefined && screens(sampler) && !(nucleus && !logits.screened)) {
           // From the screen's scores or from float32 ones, exactly either way (screenedChoice). Penalties and a bias
           // change the scores first (a copy) and each exact score the same way, with bounds widened to match; a
           // token the constraint refuses is picked or drawn again from the scores it masks, as `sample` does.
@@ -548,7 +576,19 @@ export class ContinuousBatcher {
             const kind = greedy ? (screened ? 'screenedPicks' : 'fullPicks') : screened ? 'screenedDraws' : 'fullDraws';
             this.screenStats[kind]++;
           }
-        } else id = sampler.sample(logits.data, offset, vocab);
+        } else {
+          id = sampler.sample(logits.data, offset, vocab);
+          if (screen && nucleus && top === undefined) {
+            const hidden = logits.hidden;
+            const hiddenAt = (offset / logits.vocab) * screen.data.hidden;
+            const T = sampler.temperature;
+            const p = sampler.topP;
+            sampler.nucleusFits =
+              hidden !== undefined &&
+              nucleusFits(screen.data, logits.data, offset, hidden, hiddenAt, T, p, this.nucleus, vocab);
+            this.screenStats.fullDraws++;
+          }
+        }
       } catch (err) {
         // Scores that are not numbers: this request fails (damaged weights fail every request the same way; an
         // overflow for one input, only that one).

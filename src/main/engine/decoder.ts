@@ -197,7 +197,7 @@ export async function lastPositionSession(
       const { vocab, hidden } = rewrite.screen.data;
       if (why === null) {
         checkedScreen = rewrite.screen;
-        logits.screen = `greedy picks and draws (top-k, min-p or whole-vocabulary) from an 8-bit copy of the LM head, checked exactly (${vocab} × ${hidden})`;
+        logits.screen = `greedy picks and draws (top-k, top-p, min-p or whole-vocabulary) from an 8-bit copy of the LM head, checked exactly (${vocab} × ${hidden})`;
         logits.screenBytes = screenBytes(rewrite.screen.data);
       } else {
         // The copy still has the screen's input: every run feeds it true (full scores).
@@ -626,7 +626,7 @@ export class LoadedDecoder {
   }
 
   /**
-   * Greedy picks and draws (top-k, min-p or whole-vocabulary) made from the head's screen or from full scores (both exact),
+   * Greedy picks and draws (top-k, top-p, min-p or whole-vocabulary) made from the head's screen or from full scores (both exact),
    * and the tokens scored exactly.
    */
   get screenStats(): ContinuousBatcher['screenStats'] {

@@ -824,6 +824,290 @@ export function exactMinP(
   return out.scoredCount;
 }
 
+/** The most tokens a top-p draw from the head's screen scores exactly and still counts as fitting it (nucleusFits). */
+export const NUCLEUS_SCREEN_MAX = 2048;
+/**
+ * Tokens a nucleus's first round scores exactly at least, and at most: as many as the last nucleus took (within
+ * these), since one step's distribution is much like the last's; each further round scores four times as many.
+ */
+const NUCLEUS_FIRST = 64;
+const NUCLEUS_FIRST_MOST = 1024;
+/** Bins of a nucleus's histogram: 1/64 of the temperature wide, 32 temperatures deep (the last holds the rest). */
+const NUCLEUS_BINS = 2048;
+const NUCLEUS_PER_T = 64;
+
+/**
+ * What a top-p draw from the head's screen writes (reused: the engine draws on one thread): the tokens it scored
+ * exactly and their exact scores rounded to float32 — the values the draw weighs, so that they are ordered and
+ * weighed as a draw over float32 scores orders and weighs its own (equal scores: the lower id first) —, then the
+ * nucleus, likeliest first.
+ */
+export class NucleusScratch {
+  private scoredIds = new Int32Array(1024);
+  private exact = new Float64Array(1024);
+  private count = 0;
+  private scoredIn = new Int32Array(0);
+  private draw = 0;
+  private members: number[] = [];
+  /** How many tokens the last nucleus scored (its next one starts there: see NUCLEUS_FIRST). */
+  lastScored = 0;
+  readonly counts = new Int32Array(NUCLEUS_BINS);
+  /** Tokens in the bins before each bin. */
+  readonly before = new Int32Array(NUCLEUS_BINS + 1);
+  ids = new Int32Array(1024);
+  scores = new Float32Array(1024);
+
+  begin(vocab: number): void {
+    if (this.scoredIn.length < vocab) this.scoredIn = new Int32Array(vocab);
+    this.draw = (this.draw + 1) | 0;
+    this.count = 0;
+  }
+  scored(n: number): boolean {
+    return this.scoredIn[n] === this.draw;
+  }
+  push(n: number, score: number): void {
+    if (this.count === this.scoredIds.length) {
+      const ids = new Int32Array(2 * this.count);
+      ids.set(this.scoredIds);
+      this.scoredIds = ids;
+      const exact = new Float64Array(2 * this.count);
+      exact.set(this.exact);
+      this.exact = exact;
+    }
+    this.scoredIds[this.count] = n;
+    this.exact[this.count] = Math.fround(score);
+    this.scoredIn[n] = this.draw;
+    this.count++;
+  }
+  get scoredCount(): number {
+    return this.count;
+  }
+  /** The largest exact score so far (−∞ when none is a number above −∞). */
+  best(): number {
+    let best = Number.NEGATIVE_INFINITY;
+    for (let i = 0; i < this.count; i++) if ((this.exact[i] as number) > best) best = this.exact[i] as number;
+    return best;
+  }
+  /**
+   * Orders the scored tokens of score at least `cut` likeliest first (equal scores: the lower id first) and returns
+   * the weight exp((e − best) / T) of the others (the scored part of the tail).
+   */
+  order(cut: number, best: number, temperature: number): number {
+    const members = this.members;
+    members.length = 0;
+    const invT = 1 / temperature;
+    let rest = 0;
+    for (let i = 0; i < this.count; i++) {
+      const e = this.exact[i] as number;
+      if (e >= cut) members.push(i);
+      else if (!Number.isNaN(e)) rest += Math.exp((e - best) * invT);
+    }
+    const exact = this.exact;
+    const ids = this.scoredIds;
+    members.sort((a, b) => (exact[b] as number) - (exact[a] as number) || (ids[a] as number) - (ids[b] as number));
+    return rest;
+  }
+  /**
+   * The position in the ordered members where top-p's cumulative share first reaches `topP` for every total weight
+   * in [sumLow, sumHigh] (with their own weights added): −1 when that position is not the same for all of them or
+   * the members do not reach it.
+   */
+  edge(best: number, temperature: number, topP: number, sumLow: number, sumHigh: number): number {
+    const members = this.members;
+    const invT = 1 / temperature;
+    let own = 0;
+    for (const i of members) own += Math.exp(((this.exact[i] as number) - best) * invT);
+    const low = topP * (own + sumLow);
+    const high = topP * (own + sumHigh);
+    let cumulative = 0;
+    for (let j = 0; j < members.length; j++) {
+      cumulative += Math.exp(((this.exact[members[j] as number] as number) - best) * invT);
+      if (cumulative >= low) return cumulative >= high ? j : -1;
+    }
+    return -1;
+  }
+  /** Writes the first `m` ordered members into `ids` and `scores` (float32). */
+  settle(m: number): void {
+    if (this.ids.length < m) {
+      this.ids = new Int32Array(2 * m);
+      this.scores = new Float32Array(2 * m);
+    }
+    for (let j = 0; j < m; j++) {
+      const i = this.members[j] as number;
+      this.ids[j] = this.scoredIds[i] as number;
+      this.scores[j] = this.exact[i] as number;
+    }
+  }
+  /** How many scored tokens the last `order` kept (all of them that are numbers, with a cut of −∞). */
+  get memberCount(): number {
+    return this.members.length;
+  }
+}
+
+/**
+ * The nucleus of a top-p draw at `temperature` among tokens [0, vocab) of one position, into `out` (NucleusScratch's
+ * ids and scores, likeliest first): the likeliest tokens by their exact scores (`exactOf`) up to and including the
+ * first at which their cumulative share of the whole vocabulary's weight reaches `topP` — what a draw over float32
+ * scores of every token finds (Sampler's nucleus), up to a near tie. Each exact score is within `widest` of its
+ * score in `scores`; `top` has the largest of those, `max`. Returns the nucleus's length (0 when no score is a
+ * number), or −2 when a round would score more than `most` tokens; `stats` counts the tokens scored exactly.
+ *
+ * Rounds. The scores' histogram below `max` (bins of T/64) gives a cut L per bin b: a token of a later bin scores
+ * under L, so every token of exact score ≥ L is in the bins before b, all scored; those are the likeliest tokens in
+ * order. The rest's weight is between what the bins' edges allow (each token's score less or plus `widest`) plus
+ * the exact weight of the scored ones under L. Where the nucleus's edge lies at the same token for every total weight
+ * in that range, it is the nucleus; otherwise the next round scores four times as many tokens (or the next bin's),
+ * the last every token.
+ */
+function nucleusOf(
+  scores: Float32Array,
+  at: number,
+  vocab: number,
+  top: number,
+  max: number,
+  temperature: number,
+  topP: number,
+  widest: number,
+  exactOf: (n: number) => number,
+  out: NucleusScratch,
+  stats?: PickStats,
+  most = Number.POSITIVE_INFINITY,
+): number {
+  out.begin(vocab);
+  const counts = out.counts;
+  counts.fill(0);
+  const perBin = NUCLEUS_PER_T / temperature;
+  const w = temperature / NUCLEUS_PER_T;
+  const last = NUCLEUS_BINS - 1;
+  for (let n = 0; n < vocab; n++) {
+    // A score that is not a number weighs nothing; −∞ lands in the last bin, whose least weight is 0.
+    const b = (max - (scores[at + n] as number)) * perBin;
+    if (b < last) counts[b | 0] = (counts[b | 0] as number) + 1;
+    else if (b >= last) counts[last] = (counts[last] as number) + 1;
+  }
+  const before = out.before;
+  before[0] = 0;
+  for (let b = 0; b < NUCLEUS_BINS; b++) before[b + 1] = (before[b] as number) + (counts[b] as number);
+  const topExact = exactOf(top);
+  out.push(top, topExact);
+  // The first bin whose cut is under the top token's exact score (strictly: the token of the largest exact score,
+  // whose score is within `widest` of it, is then in an earlier bin). An exact score that is not a number (damaged
+  // weights) leaves every token to score.
+  const lowest = Number.isFinite(topExact) ? Math.max(0, Math.floor((max + widest - topExact) / w) + 1) : NUCLEUS_BINS;
+  let target = Math.min(Math.max(NUCLEUS_FIRST, out.lastScored), NUCLEUS_FIRST_MOST);
+  let b = lowest;
+  for (;;) {
+    // The last bin is a cut too (its tokens' least weight counted as 0); past it, every token is scored.
+    while (b < last && (before[b] as number) < target) b++;
+    const all = b >= NUCLEUS_BINS;
+    const scoring = all ? vocab : (before[b] as number);
+    if (scoring > most) {
+      out.lastScored = scoring;
+      if (stats) stats.candidates = scoring;
+      return -2;
+    }
+    for (let n = 0; n < vocab; n++) {
+      if (out.scored(n)) continue;
+      const s = scores[at + n] as number;
+      if (Number.isNaN(s)) continue;
+      if (!all && !((max - s) * perBin < b)) continue;
+      out.push(n, exactOf(n));
+    }
+    const best = out.best();
+    if (best === Number.NEGATIVE_INFINITY) {
+      out.lastScored = out.scoredCount;
+      if (stats) stats.candidates = out.scoredCount;
+      return 0;
+    }
+    const cut = all ? Number.NEGATIVE_INFINITY : max + widest - b * w;
+    let low = out.order(cut, best, temperature);
+    let high = low;
+    if (!all) {
+      for (let k = b; k < NUCLEUS_BINS; k++) {
+        const c = counts[k] as number;
+        if (c === 0) continue;
+        high += c * Math.exp((max - k * w + widest - best) / temperature);
+        if (k < last) low += c * Math.exp((max - (k + 1) * w - widest - best) / temperature);
+      }
+    }
+    const edge = out.edge(best, temperature, topP, low, high);
+    if (edge >= 0 || all) {
+      const m = edge >= 0 ? edge + 1 : out.memberCount;
+      out.settle(m);
+      out.lastScored = out.scoredCount;
+      if (stats) stats.candidates = out.scoredCount;
+      return m;
+    }
+    target *= 4;
+    b++;
+  }
+}
+
+/**
+ * The nucleus of a top-p draw at `temperature` (0 < topP < 1) among tokens [0, limit) of one position, from its
+ * screened or float32 scores as {@link exactPick} picks from them, into `out` (see nucleusOf): the likeliest tokens by
+ * their exact scores (float64) whose cumulative share of the whole vocabulary's weight first reaches top-p — the
+ * nucleus a draw over every token's float32 scores finds, up to a near tie — for Sampler.drawNucleus. Returns its
+ * length (0 when no score is a number), or −1 when the hidden state is not a number.
+ */
+export function exactTopP(
+  screen: HeadScreen,
+  scores: Float32Array,
+  at: number,
+  hiddenState: Float32Array,
+  hiddenAt: number,
+  screened: boolean,
+  temperature: number,
+  topP: number,
+  out: NucleusScratch,
+  limit = screen.vocab,
+  stats?: PickStats,
+  adjust?: ScoreAdjust,
+): number {
+  const vocab = Math.min(limit, screen.vocab);
+  const norms = normsOf(screen, hiddenState, hiddenAt, adjust);
+  if (!Number.isFinite(norms.l1)) return -1;
+  const { top, max, min } = firstPass(scores, at, vocab, null, Number.POSITIVE_INFINITY);
+  if (top < 0) {
+    if (stats) stats.candidates = 0;
+    return 0;
+  }
+  const widest = widestBound(screen, norms, screened, Math.max(0, max, -min));
+  const exactOf = (n: number) => exactScore(screen, n, hiddenState, hiddenAt, adjust);
+  return nucleusOf(scores, at, vocab, top, max, temperature, topP, widest, exactOf, out, stats);
+}
+
+/**
+ * Whether the nucleus of a top-p draw at `temperature` from these float32 scores (one position's, from `at`, with its
+ * head input `hiddenState` from `hiddenAt`) would fit the head's screen: found with at most NUCLEUS_SCREEN_MAX tokens
+ * scored, the scores taken as exact but each as far from it as the screen's bounds would allow. The engine asks it
+ * after a draw from full scores, to screen the next step's or not: a nucleus whose edge is plain from the likeliest
+ * tokens' scores and a bounded rest takes a few rounds of a few tokens; where much of the weight lies in a long tail
+ * (a flat distribution), the screen's bounds on it would leave the edge open until most of the vocabulary is scored.
+ */
+export function nucleusFits(
+  screen: HeadScreen,
+  scores: Float32Array,
+  at: number,
+  hiddenState: Float32Array,
+  hiddenAt: number,
+  temperature: number,
+  topP: number,
+  out: NucleusScratch,
+  limit = screen.vocab,
+): boolean {
+  const vocab = Math.min(limit, screen.vocab);
+  const norms = normsOf(screen, hiddenState, hiddenAt);
+  if (!Number.isFinite(norms.l1)) return false;
+  const { top, max, min } = firstPass(scores, at, vocab, null, Number.POSITIVE_INFINITY);
+  if (top < 0) return false;
+  const widest = widestBound(screen, norms, true, Math.max(0, max, -min));
+  const stats = { candidates: 0 };
+  const exactOf = (n: number) => scores[at + n] as number;
+  const m = nucleusOf(scores, at, vocab, top, max, temperature, topP, widest, exactOf, out, stats, NUCLEUS_SCREEN_MAX);
+  return m >= 0 && stats.candidates <= NUCLEUS_SCREEN_MAX;
+}
+
 /** The kept tokens' scores, for the selection among them. */
 const keptScores = new Float32Array(PICK_KEPT);
 

@@ -377,6 +377,11 @@ export class Sampler implements ScoreAdjust {
     return this.params.temperature;
   }
 
+  /** Its top-p (1: none). */
+  get topP(): number {
+    return this.params.topP;
+  }
+
   /**
    * True when this sampler always takes the most likely token, as the penalties and bias change the scores
    * ({@link adjusts}): such a pick may come from the head's screen instead (head-screen.ts), then be recorded with
@@ -474,6 +479,31 @@ export class Sampler implements ScoreAdjust {
   }
 
   /**
+   * The top-p of a draw that may take its nucleus from the head's screen (head-screen.ts's exactTopP), then draw in
+   * it ({@link drawNucleus}): a sampled draw with top-p (and min-p, if any) and no top-k under the vocabulary. 0
+   * otherwise, and while its last draw's nucleus did not fit the screen ({@link nucleusFits}).
+   */
+  get screenTopP(): number {
+    return this.nucleusScreenable && this.nucleusFits ? this.params.topP : 0;
+  }
+
+  /**
+   * Whether this sampler's draws are by top-p over the whole vocabulary (no top-k under it), the kind the head's
+   * screen can make while their nucleus fits it.
+   */
+  get nucleusScreenable(): boolean {
+    const p = this.params;
+    return !this.isGreedy && p.topP < 1 && !(p.topK > 0 && p.topK < this.vocabSize);
+  }
+
+  /**
+   * Whether the last draw's nucleus fit the head's screen: set by the engine after every draw of a sampler whose
+   * draws are {@link nucleusScreenable} (head-screen.ts's nucleusFits after a draw from full scores, the count of
+   * tokens exactTopP scored after one from the screen). False until the first draw: a prefill's is from full scores.
+   */
+  nucleusFits = false;
+
+  /**
    * True when a draw is over the whole vocabulary by temperature alone (no top-k under the vocabulary, no top-p or
    * min-p): the head's screen can make it (head-screen.ts's exactDraw) with the key of
    * {@link noiseKey}, then record it with `took`.
@@ -501,6 +531,16 @@ export class Sampler implements ScoreAdjust {
   drawAmong(ids: Int32Array, scores: Float32Array, m: number): number {
     if (this.ranks.length < m) this.ranks = Int32Array.from({ length: m }, (_, i) => i);
     return ids[this.drawFrom(scores.subarray(0, m), this.ranks.subarray(0, m), false)] as number;
+  }
+
+  /**
+   * A draw (temperature, min-p) within top-p's nucleus found from the head's screen (head-screen.ts's exactTopP): its
+   * `m` tokens likeliest first and their exact scores, walked in that order as a draw over the whole vocabulary walks
+   * its nucleus. Returns the token's id, for `took`.
+   */
+  drawNucleus(ids: Int32Array, scores: Float32Array, m: number): number {
+    if (this.ranks.length < m) this.ranks = Int32Array.from({ length: m }, (_, i) => i);
+    return ids[this.drawFrom(scores.subarray(0, m), this.ranks.subarray(0, m), false, true)] as number;
   }
 
   /** True once a constrained reply is complete: its JSON object closed. */
@@ -623,9 +663,10 @@ export class Sampler implements ScoreAdjust {
 
   /**
    * Temperature, top-p and min-p over the tokens of x at `candidates` (every index of x in order, with
-   * `everyIndex`), then one draw: the index of x drawn.
+   * `everyIndex`), then one draw: the index of x drawn. With `isNucleus`, the candidates are top-p's nucleus already,
+   * likeliest first.
    */
-  private drawFrom(x: Float32Array, candidates: Int32Array, everyIndex: boolean): number {
+  private drawFrom(x: Float32Array, candidates: Int32Array, everyIndex: boolean, isNucleus = false): number {
     const p = this.params;
     const invT = 1 / p.temperature;
     const m = candidates.length;
@@ -647,7 +688,7 @@ export class Sampler implements ScoreAdjust {
     // The largest probability is exp(0)/sum, so min-p's threshold needs no pass over the values.
     const minKeep = p.minP > 0 ? p.minP / sum : 0;
     // Positions into candidates, likeliest first, cut at top-p; null: every candidate in its own order.
-    const order = p.topP < 1 ? nucleus(probs, m, sum, p.topP, everyIndex) : null;
+    const order = p.topP < 1 && !isNucleus ? nucleus(probs, m, sum, p.topP, everyIndex) : null;
     const len = order ? order.length : m;
     let total = 0;
     let kept = 0;

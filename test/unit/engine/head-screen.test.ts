@@ -17,8 +17,11 @@ import {
   exactMinP,
   exactPick,
   exactTopK,
+  exactTopP,
   FileRows,
   MemoryRows,
+  NucleusScratch,
+  nucleusFits,
   PickScratch,
   SCREEN_Q_MAX,
   type ScoreAdjust,
@@ -576,6 +579,147 @@ describe('exact min-p draws from the 8-bit screen of the head', () => {
   });
 });
 
+/**
+ * Top-p's nucleus over the whole vocabulary, as a draw over float32 scores takes it, written plainly: every score
+ * that is a number by weight exp((s − max) / T), the likeliest first (equal scores: the lower id first), up to and
+ * including the first whose cumulative share of the total reaches p.
+ */
+function nucleusOver(scores: Float32Array, T: number, p: number): number[] {
+  const ids = [...scores.keys()].filter((n) => !Number.isNaN(scores[n]));
+  let max = Number.NEGATIVE_INFINITY;
+  for (const n of ids) max = Math.max(max, scores[n] as number);
+  const weight = (n: number) => Math.exp(((scores[n] as number) - max) * (1 / T));
+  ids.sort((a, b) => (scores[b] as number) - (scores[a] as number) || a - b);
+  let sum = 0;
+  for (const n of ids) sum += weight(n);
+  let cumulative = 0;
+  for (let j = 0; j < ids.length; j++) {
+    cumulative += weight(ids[j] as number) / sum;
+    if (cumulative >= p) return ids.slice(0, j + 1);
+  }
+  return ids;
+}
+
+const topPDraw = (T: number, topP: number, seed: number): SamplingParams => ({
+  greedy: false,
+  temperature: T,
+  topK: 0,
+  topP,
+  minP: 0,
+  repetitionPenalty: 1,
+  seed,
+});
+
+/** The nucleus exactTopP wrote: its ids and scores. */
+const nucleusIn = (out: NucleusScratch, m: number) => ({
+  ids: [...out.ids.subarray(0, Math.max(0, m))],
+  scores: [...out.scores.subarray(0, Math.max(0, m))],
+});
+
+describe('exact top-p draws from the 8-bit screen of the head', () => {
+  const temperature = fc.constantFrom(0.05, 0.7, 1.5);
+  const topP = fc.constantFrom(0.05, 0.5, 0.9, 0.999);
+
+  it("find top-p's nucleus over the whole vocabulary, likeliest first with exact scores, and draw what the float32 scores draw, whatever the weights", () => {
+    const out = new NucleusScratch();
+    fc.assert(
+      fc.property(case_, temperature, topP, (c, T, p) => {
+        const { w, h, bias, hidden, screen, built } = makeCase(c);
+        const exact = exactArgmax(w, h, bias, c.vocab, hidden).scores;
+        const full = Float32Array.from(exact);
+        const want = nucleusOver(full, T, p);
+        for (const [scores, isScreened] of [
+          [screenedScores(built, h, bias), true],
+          [full, false],
+        ] as const) {
+          const stats = { candidates: 0 };
+          const m = exactTopP(screen, scores, 0, h, 0, isScreened, T, p, out, c.vocab, stats);
+          const got = nucleusIn(out, m);
+          expect(got.ids).toEqual(want);
+          expect(got.scores).toEqual(want.map((n) => full[n]));
+          expect(stats.candidates).toBeGreaterThanOrEqual(m);
+          // The draw in it is the draw over the whole vocabulary's float32 scores, draw after draw.
+          const overAll = new Sampler(topPDraw(T, p, c.seed), c.vocab);
+          const within = new Sampler(topPDraw(T, p, c.seed), c.vocab);
+          expect(within.nucleusScreenable).toBe(true);
+          for (let draw = 0; draw < 3; draw++) {
+            expect(within.drawNucleus(Int32Array.from(got.ids), Float32Array.from(got.scores), m)).toBe(
+              overAll.sample(full, 0, c.vocab),
+            );
+          }
+        }
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('find the nucleus by the bounds: screened scores pushed most of their bound the wrong way', () => {
+    const out = new NucleusScratch();
+    fc.assert(
+      fc.property(case_, temperature, topP, fc.boolean(), (c, T, p, inside) => {
+        const { w, h, bias, hidden, screen } = makeCase(c);
+        const exact = exactArgmax(w, h, bias, c.vocab, hidden).scores;
+        const want = nucleusOver(Float32Array.from(exact), T, p);
+        // The nucleus pushed down and every other token up, or the other way round: the total weight as far off as
+        // the bounds allow, in either direction.
+        const held = new Set(want);
+        const pushed = pushedScores(screen, h, exact, (n) => held.has(n) === inside);
+        expect(nucleusIn(out, exactTopP(screen, pushed, 0, h, 0, true, T, p, out)).ids).toEqual(want);
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('score exactly a few tokens where the weight sits in a few, read them where they are told to, and say which nuclei fit the screen', () => {
+    const { vocab, screen, exact, rows, at, states, hiddenAt } = spreadAtOffset();
+    const full = Float32Array.from(exact.scores);
+    const out = new NucleusScratch();
+    // Scores spread out (the best 9.0, 7.5, 7.2, …, the median 0): cool draws weigh a few tokens; at temperature
+    // 0.7 or more the long tail weighs enough that the bounds on it leave the nucleus's edge open until every token
+    // is scored — still the exact nucleus, and no draw of the kind to screen again.
+    for (const [T, p, fits] of [
+      [0.5, 0.9, true],
+      [0.4, 0.9, true],
+      [0.3, 0.99, true],
+      [0.7, 0.9, false],
+      [1, 0.5, false],
+    ] as const) {
+      const stats = { candidates: 0 };
+      const m = exactTopP(screen, rows, at, states, hiddenAt, true, T, p, out, vocab, stats);
+      const want = nucleusOver(full, T, p);
+      expect(nucleusIn(out, m).ids).toEqual(want);
+      expect(want.length).toBeGreaterThan(fits ? 2 : 40);
+      if (fits) expect(stats.candidates).toBeLessThan(vocab / 10);
+      else expect(stats.candidates).toBe(vocab);
+      expect(nucleusFits(screen, full, 0, states, hiddenAt, T, p, out)).toBe(fits);
+    }
+    expect(nucleusFits(screen, new Float32Array(vocab).fill(Number.NaN), 0, states, hiddenAt, 0.5, 0.9, out)).toBe(
+      false,
+    );
+    expect(nucleusFits(screen, full, 0, new Float32Array(64).fill(Number.NaN), 0, 0.5, 0.9, out)).toBe(false);
+  });
+
+  it('never hold a token past the limit or a score that is not a number, and say when the state is none', () => {
+    const c = { vocab: 64, hidden: 32, seed: 3, spread: 1, withBias: false, twin: undefined, transposed: false };
+    const { w, h, hidden, screen } = makeCase(c);
+    const exact = exactArgmax(w, h, null, c.vocab, hidden).scores;
+    const full = Float32Array.from(exact);
+    const out = new NucleusScratch();
+    expect(nucleusIn(out, exactTopP(screen, full, 0, h, 0, false, 2, 0.9, out, 10)).ids).toEqual(
+      nucleusOver(full.subarray(0, 10), 2, 0.9),
+    );
+    expect(exactTopP(screen, full, 0, new Float32Array(hidden).fill(Number.NaN), 0, false, 1, 0.9, out)).toBe(-1);
+    expect(exactTopP(screen, new Float32Array(c.vocab).fill(Number.NaN), 0, h, 0, false, 1, 0.9, out)).toBe(0);
+    // A score that is not a number is never held: the nucleus is the others'.
+    const best = exactArgmax(w, h, null, c.vocab, hidden).best;
+    const holes = Float32Array.from(full);
+    holes[best] = Number.NaN;
+    expect(nucleusIn(out, exactTopP(screen, holes, 0, h, 0, false, 2, 0.9, out)).ids).toEqual(
+      nucleusOver(holes, 2, 0.9),
+    );
+  });
+});
+
 describe('screened picks and draws with penalties and a logit bias', () => {
   const adjustments = fc.record({
     repetitionPenalty: fc.constantFrom(1, 1.3, 0.8, 3),
@@ -586,8 +730,9 @@ describe('screened picks and draws with penalties and a logit bias', () => {
     history: fc.integer({ min: 1, max: 40 }),
   });
 
-  it('pick, draw, keep the top k and min-p tokens of the scores as the sampler changes them, whatever the weights', () => {
+  it("pick, draw, keep the top k and min-p tokens and find top-p's nucleus of the scores as the sampler changes them, whatever the weights", () => {
     const out = new TopKScratch();
+    const nucleus = new NucleusScratch();
     const scratch = new PickScratch();
     fc.assert(
       fc.property(case_, adjustments, fc.boolean(), (c, a, push) => {
@@ -642,6 +787,8 @@ describe('screened picks and draws with penalties and a logit bias', () => {
         exactMinP(screen, scores, 0, h, 0, true, 0.7, 0.05, out, c.vocab, undefined, adjust);
         const held = [...out.scoredTokens().ids];
         for (const n of minPKept(adjusted, 0.7, 0.05)) expect(held).toContain(n);
+        const m = exactTopP(screen, scores, 0, h, 0, true, 0.7, 0.9, nucleus, c.vocab, undefined, adjust);
+        expect(nucleusIn(nucleus, m).ids).toEqual(nucleusOver(Float32Array.from(adjusted), 0.7, 0.9));
       }),
       { numRuns: 400 },
     );

@@ -445,6 +445,46 @@ describe('Sampler draws among an exact top-k (the head screen’s)', () => {
     expect(new Sampler(params({ minP: 0.05 }), 100, [], anyToken).screenMinP).toBe(0.05);
   });
 
+  it("takes top-p's nucleus from the screen only for a sampled draw by top-p without a top-k, while its last nucleus fit", () => {
+    const screenable = (p: Partial<SamplingParams>) => new Sampler(params(p), 100).nucleusScreenable;
+    expect(screenable({ topP: 0.9 })).toBe(true);
+    expect(screenable({ topP: 0.9, minP: 0.05 })).toBe(true);
+    expect(screenable({ topP: 0.9, topK: 100 })).toBe(true);
+    expect(screenable({ topP: 0.9, repetitionPenalty: 1.1 })).toBe(true);
+    expect(screenable({ topP: 0.9, topK: 40 })).toBe(false);
+    expect(screenable({ topP: 1 })).toBe(false);
+    expect(screenable({ topP: 0.9, greedy: true })).toBe(false);
+    expect(screenable({ topP: 0.9, temperature: 0 })).toBe(false);
+    // A prefill draws from full scores, which say whether the next nucleus fits the screen.
+    const s = new Sampler(params({ topP: 0.9 }), 100);
+    expect(s.screenTopP).toBe(0);
+    s.nucleusFits = true;
+    expect(s.screenTopP).toBe(0.9);
+    expect(s.topP).toBe(0.9);
+  });
+
+  it('draws within a nucleus given likeliest first as it draws within the one it finds', () => {
+    fc.assert(
+      fc.property(fc.integer({ min: 2, max: 60 }), fc.integer({ min: 1, max: 2 ** 30 }), (vocab, seed) => {
+        const x = Float32Array.from({ length: vocab }, (_, i) => Math.sin(i * 12.9898 + seed) * 4);
+        const p = params({ topP: 0.8, minP: 0.02, temperature: 0.9, seed });
+        const order = [...x.keys()].sort((a, b) => (x[b] as number) - (x[a] as number) || a - b);
+        let max = Number.NEGATIVE_INFINITY;
+        for (const v of x) max = Math.max(max, v);
+        const weights = order.map((n) => Math.exp(((x[n] as number) - max) / 0.9));
+        const sum = weights.reduce((a, b) => a + b, 0);
+        let m = 0;
+        for (let cumulative = 0; m < vocab && cumulative < 0.8; m++) cumulative += (weights[m] as number) / sum;
+        const ids = Int32Array.from(order.slice(0, m));
+        const scores = Float32Array.from(ids, (n) => x[n] as number);
+        const whole = new Sampler(p, vocab);
+        const within = new Sampler(p, vocab);
+        for (let draw = 0; draw < 4; draw++) expect(within.drawNucleus(ids, scores, m)).toBe(whole.sample(x, 0, vocab));
+      }),
+      { numRuns: 200 },
+    );
+  });
+
   it('masks what its constraint refuses, as its own pick does, and says which tokens it refused until the next change', () => {
     const s = new Sampler(params({ repetitionPenalty: 2 }), 6, [4], evenTokens);
     const row = Float32Array.of(1, 5, 2, 7, 3, 0);
