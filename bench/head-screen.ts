@@ -1,8 +1,8 @@
 /**
  * What the LM head's 8-bit screen (src/main/engine/head-screen.ts) gives a lone greedy stream, or one that draws
- * among a top-k, by min-p or over the whole vocabulary.
+ * among a top-k, by min-p, by top-p or over the whole vocabulary.
  * `node bin/run-ts.cjs bench/head-screen.ts [--shape gpt2-small] [--reps 5] [--tokens 96]
- *   [--top-k K | --min-p P | --whole] [--repetition-penalty R]`
+ *   [--top-k K | --min-p P | --top-p P | --whole] [--repetition-penalty R]`
  *
  * Four decoders of the same package in this process (LoadedDecoder, lookup decoding off, kvdesk's threads), loaded
  * screened, full, full, screened: on this VM a decoder loaded later decodes a few per cent faster (bench/README.md,
@@ -10,7 +10,7 @@
  * rotated order and pools each kind's two times (their mean); each round one greedy
  * reply of `--tokens` tokens after a 32-token prompt (with `--top-k`, a draw at temperature 0.7, top-p 0.9 among
  * the top K, seed 7, past any end-of-text; with `--min-p`, a draw at temperature 0.7 with min-p P alone, seed 7;
- * with `--whole`, a draw at temperature 0.7 over the whole vocabulary, seed 7; `--repetition-penalty` adds that
+ * with `--top-p`, a draw at temperature 0.7 with top-p P alone, seed 7; with `--whole`, a draw at temperature 0.7 over the whole vocabulary, seed 7; `--repetition-penalty` adds that
  * penalty over the prompt and reply). Prints decode ms per token (medians), their ratio, the tokens the screen
  * scored again per pick or draw, and fails when two greedy replies differ (draws are the same draws either way,
  * but a near tie of float32 scores may part them, so their sameness is said, not required).
@@ -32,6 +32,7 @@ async function main(): Promise<void> {
   const topK = Number(flagValue(argv, '--top-k', '0'));
   const whole = argv.includes('--whole');
   const minP = Number(flagValue(argv, '--min-p', '0'));
+  const topP = Number(flagValue(argv, '--top-p', '1'));
   const drawn = { ...GREEDY, greedy: false, temperature: 0.7, seed: 7 };
   const penalty = Number(flagValue(argv, '--repetition-penalty', '1'));
   const { sampling: chosen, what: named } =
@@ -39,9 +40,11 @@ async function main(): Promise<void> {
       ? { sampling: { ...drawn, topK, topP: 0.9 }, what: `draw among the top ${topK}` }
       : minP > 0
         ? { sampling: { ...drawn, minP }, what: `draw by min-p ${minP}` }
-        : whole
-          ? { sampling: drawn, what: 'draw over the whole vocabulary' }
-          : { sampling: GREEDY, what: 'pick' };
+        : topP < 1
+          ? { sampling: { ...drawn, topP }, what: `draw by top-p ${topP}` }
+          : whole
+            ? { sampling: drawn, what: 'draw over the whole vocabulary' }
+            : { sampling: GREEDY, what: 'pick' };
   const sampling = { ...chosen, repetitionPenalty: penalty };
   const what = penalty !== 1 ? `${named} with repetition penalty ${penalty}` : named;
   const threads = Math.max(1, os.availableParallelism());

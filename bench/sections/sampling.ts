@@ -5,9 +5,10 @@
  * default for a package that names none), and with the package's own defaults
  * (the generator writes temperature 0.7, top-k 50, top-p 0.9, as many packages
  * do), and with top-p 0.9 alone (what an OpenAI client's top_p asks for: on
- * these random weights the nucleus is most of the vocabulary, which a trained
- * model's is not, so every token's draw orders nearly all of it: the worst
- * case), with min-p 0.05 alone, and with Qwen2.5's defaults (a repetition penalty of 1.05 with top-k 20), alternating
+ * these random weights the nucleus is a few hundred tokens of a flat top of
+ * about 680, all of which the 8-bit head's screen scores again exactly to place
+ * its edge, where a trained model's peaked rows take a round of 64), with
+ * min-p 0.05 alone, and with Qwen2.5's defaults (a repetition penalty of 1.05 with top-k 20), alternating
  * round by round. The ratio to greedy is what drawing a
  * token costs on top of the model's step. Every reply runs to its last token,
  * past any end-of-text it draws (ignoreEos): on the Llama shape a package-default
@@ -28,7 +29,7 @@ export const SAMPLING_MODES = {
   },
   package: { label: "the package's defaults: temperature 0.7, top-k 50, top-p 0.9", sampling: { seed: 7 } },
   nucleus: {
-    label: 'temperature 0.7, top-p 0.9 without top-k (a nucleus of most of the vocabulary on random weights)',
+    label: 'temperature 0.7, top-p 0.9 without top-k (on random weights a nucleus of hundreds of tokens)',
     sampling: { temperature: 0.7, topK: 0, topP: 0.9, seed: 7 },
   },
   minP: {
