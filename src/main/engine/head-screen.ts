@@ -616,20 +616,13 @@ export function exactDraw(
 }
 
 /**
- * What an exact top-k writes, and carries from one draw to the next (reused: the engine draws on one thread): the k
- * likeliest tokens and their exact scores rounded to float32, the likeliest first (equal exact scores: the lower id
- * first); and, as a greedy pick's scratch does, the window of the last draw's candidates, so that the first pass
- * keeps the tokens near the best and the rest of the work reads those only.
+ * The tokens a draw scored exactly and their exact scores (grown as needed; reused: the engine draws on one thread),
+ * with the window of the last draw's candidates a greedy pick's scratch carries (PickScratch).
  */
-export class TopKScratch extends PickScratch {
-  readonly ids = new Int32Array(SCREEN_TOP_K);
-  readonly scores = new Float32Array(SCREEN_TOP_K);
-  /** The tokens scored exactly and their scores (grown as needed). */
-  private candidateIds = new Int32Array(512);
-  private exact = new Float64Array(512);
-  private rounded = new Float32Array(512);
-  private count = 0;
-  private order: number[] = [];
+class ScoredTokens extends PickScratch {
+  protected candidateIds = new Int32Array(512);
+  protected exact = new Float64Array(512);
+  protected count = 0;
   /** Per token, the draw that scored it exactly (`draw`): so that none is scored twice. */
   private scoredIn = new Int32Array(0);
   private draw = 0;
@@ -664,6 +657,20 @@ export class TopKScratch extends PickScratch {
   get scoredCount(): number {
     return this.count;
   }
+}
+
+/**
+ * What an exact top-k writes, and carries from one draw to the next (reused: the engine draws on one thread): the k
+ * likeliest tokens and their exact scores rounded to float32, the likeliest first (equal exact scores: the lower id
+ * first); and, as a greedy pick's scratch does, the window of the last draw's candidates, so that the first pass
+ * keeps the tokens near the best and the rest of the work reads those only.
+ */
+export class TopKScratch extends ScoredTokens {
+  readonly ids = new Int32Array(SCREEN_TOP_K);
+  readonly scores = new Float32Array(SCREEN_TOP_K);
+  private rounded = new Float32Array(512);
+  private order: number[] = [];
+
   /**
    * The tokens scored in this draw, in the order they were scored, and their exact scores rounded to float32 (views,
    * valid until the next draw; the scores' array is grown as needed).
@@ -838,16 +845,11 @@ const NUCLEUS_PER_T = 64;
 
 /**
  * What a top-p draw from the head's screen writes (reused: the engine draws on one thread): the tokens it scored
- * exactly and their exact scores rounded to float32 — the values the draw weighs, so that they are ordered and
- * weighed as a draw over float32 scores orders and weighs its own (equal scores: the lower id first) —, then the
- * nucleus, likeliest first.
+ * exactly, then the nucleus — likeliest first, equal scores the lower id first — in `ids` and `scores`. It orders and
+ * weighs the exact scores rounded to float32, the values the draw weighs, as a draw over float32 scores orders and
+ * weighs its own.
  */
-export class NucleusScratch {
-  private scoredIds = new Int32Array(1024);
-  private exact = new Float64Array(1024);
-  private count = 0;
-  private scoredIn = new Int32Array(0);
-  private draw = 0;
+export class NucleusScratch extends ScoredTokens {
   private members: number[] = [];
   /** How many tokens the last nucleus scored (its next one starts there: see NUCLEUS_FIRST). */
   lastScored = 0;
@@ -857,35 +859,17 @@ export class NucleusScratch {
   ids = new Int32Array(1024);
   scores = new Float32Array(1024);
 
-  begin(vocab: number): void {
-    if (this.scoredIn.length < vocab) this.scoredIn = new Int32Array(vocab);
-    this.draw = (this.draw + 1) | 0;
-    this.count = 0;
+  /** The i-th scored token's exact score rounded to float32. */
+  private rounded(i: number): number {
+    return Math.fround(this.exact[i] as number);
   }
-  scored(n: number): boolean {
-    return this.scoredIn[n] === this.draw;
-  }
-  push(n: number, score: number): void {
-    if (this.count === this.scoredIds.length) {
-      const ids = new Int32Array(2 * this.count);
-      ids.set(this.scoredIds);
-      this.scoredIds = ids;
-      const exact = new Float64Array(2 * this.count);
-      exact.set(this.exact);
-      this.exact = exact;
-    }
-    this.scoredIds[this.count] = n;
-    this.exact[this.count] = Math.fround(score);
-    this.scoredIn[n] = this.draw;
-    this.count++;
-  }
-  get scoredCount(): number {
-    return this.count;
-  }
-  /** The largest exact score so far (−∞ when none is a number above −∞). */
+  /** The largest exact score so far, rounded (−∞ when none is a number above −∞). */
   best(): number {
     let best = Number.NEGATIVE_INFINITY;
-    for (let i = 0; i < this.count; i++) if ((this.exact[i] as number) > best) best = this.exact[i] as number;
+    for (let i = 0; i < this.count; i++) {
+      const e = this.rounded(i);
+      if (e > best) best = e;
+    }
     return best;
   }
   /**
@@ -898,13 +882,12 @@ export class NucleusScratch {
     const invT = 1 / temperature;
     let rest = 0;
     for (let i = 0; i < this.count; i++) {
-      const e = this.exact[i] as number;
+      const e = this.rounded(i);
       if (e >= cut) members.push(i);
       else if (!Number.isNaN(e)) rest += Math.exp((e - best) * invT);
     }
-    const exact = this.exact;
-    const ids = this.scoredIds;
-    members.sort((a, b) => (exact[b] as number) - (exact[a] as number) || (ids[a] as number) - (ids[b] as number));
+    const ids = this.candidateIds;
+    members.sort((a, b) => this.rounded(b) - this.rounded(a) || (ids[a] as number) - (ids[b] as number));
     return rest;
   }
   /**
@@ -916,12 +899,12 @@ export class NucleusScratch {
     const members = this.members;
     const invT = 1 / temperature;
     let own = 0;
-    for (const i of members) own += Math.exp(((this.exact[i] as number) - best) * invT);
+    for (const i of members) own += Math.exp((this.rounded(i) - best) * invT);
     const low = topP * (own + sumLow);
     const high = topP * (own + sumHigh);
     let cumulative = 0;
     for (let j = 0; j < members.length; j++) {
-      cumulative += Math.exp(((this.exact[members[j] as number] as number) - best) * invT);
+      cumulative += Math.exp((this.rounded(members[j] as number) - best) * invT);
       if (cumulative >= low) return cumulative >= high ? j : -1;
     }
     return -1;
@@ -934,8 +917,8 @@ export class NucleusScratch {
     }
     for (let j = 0; j < m; j++) {
       const i = this.members[j] as number;
-      this.ids[j] = this.scoredIds[i] as number;
-      this.scores[j] = this.exact[i] as number;
+      this.ids[j] = this.candidateIds[i] as number;
+      this.scores[j] = this.rounded(i);
     }
   }
   /** How many scored tokens the last `order` kept (all of them that are numbers, with a cut of −∞). */
