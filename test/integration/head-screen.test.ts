@@ -229,6 +229,18 @@ describe("the LM head's 8-bit screen", () => {
       expect(d.screenStats.candidates).toBeGreaterThanOrEqual(40);
       // Without a screen the sampler draws over the float32 scores of the whole vocabulary: the same tokens.
       await expectSameInFullAndUnscreened(d, full, job, alone);
+      // A min-p that keeps most of the vocabulary (a flat row: temperature 50) scores every token exactly; its sampler
+      // then draws from full scores for 8 draws, tries the screen, then 16 more, and so on: 2 draws of 40 from the
+      // screen, the prefill's and the rest from full scores, the same tokens as without a screen.
+      const flat = { ...job, sampling: { ...job.sampling, temperature: 50, minP: 0.001 } };
+      const before = { ...d.screenStats };
+      const ids: number[] = [];
+      await d.generate(flat, collecting(ids));
+      expect(d.screenStats.screenedDraws - before.screenedDraws).toBe(2);
+      expect(d.screenStats.fullDraws - before.fullDraws).toBe(38);
+      const unscreenedIds: number[] = [];
+      await full.generate(flat, collecting(unscreenedIds));
+      expect(ids).toEqual(unscreenedIds);
     } finally {
       await dispose();
     }

@@ -419,6 +419,8 @@ export class ContinuousBatcher {
   readonly pickScratch = new PickScratch();
   /** What an exact top-k writes for its draw. */
   private readonly topK = new TopKScratch();
+  /** Tokens the row being sampled scored exactly in its last pick or draw from the screen (screenedChoice). */
+  private choiceCandidates = 0;
   /** What a top-p draw from the screen writes: the tokens it scored and its nucleus. */
   private readonly nucleus = new NucleusScratch();
   /** What the whole-vocabulary draws carry from one to the next (their window, as the picks' scratch). */
@@ -527,6 +529,7 @@ export class ContinuousBatcher {
       id = m > 0 ? sampler.drawAmong(kept.ids, kept.scores, m) : -1;
     }
     this.screenStats.candidates += stats.candidates;
+    this.choiceCandidates = stats.candidates;
     return id;
   }
 
@@ -558,6 +561,9 @@ export class ContinuousBatcher {
           const adjust = sampler.adjusts ? sampler : undefined;
           const data = adjust ? sampler.adjustScores(logits.data, offset, vocab) : logits.data;
           id = this.screenedChoice(sampler, data, adjust ? 0 : offset, logits, offset, vocab, adjust);
+          // What the draw scored before a constraint's refusal (a draw again over masked scores scores the refused
+          // tokens as −∞ at no cost, however many).
+          const scored = this.choiceCandidates;
           if (id >= 0 && !sampler.allows(id)) {
             const masked = sampler.maskScores(logits.data, offset, vocab);
             // The constraint allows no token of the vocabulary: the row ends below, unfinished (`sample`: −1).
@@ -575,9 +581,13 @@ export class ContinuousBatcher {
             const greedy = sampler.isGreedy;
             const kind = greedy ? (screened ? 'screenedPicks' : 'fullPicks') : screened ? 'screenedDraws' : 'fullDraws';
             this.screenStats[kind]++;
+            // A top-k or min-p draw that scored too many tokens rests from the screen for a while (a flat row).
+            if (!greedy && !nucleus) sampler.screenedDraw(scored);
           }
         } else {
           id = sampler.sample(logits.data, offset, vocab);
+          if (screen && sampler.resting && top === undefined) this.screenStats.fullDraws++;
+          sampler.fullDraw();
           if (screen && nucleus && top === undefined) {
             const hidden = logits.hidden;
             const hiddenAt = (offset / logits.vocab) * screen.data.hidden;

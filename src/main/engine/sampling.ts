@@ -14,6 +14,15 @@ import type { IdLogprob, SamplingParams, StepLogprob } from './protocol';
 
 /** The largest top-k a draw takes from the LM head's screen (head-screen.ts; larger ones score in full). */
 export const SCREEN_TOP_K = 256;
+/**
+ * The most tokens a top-k or min-p draw from the head's screen scores exactly before its sampler rests from the
+ * screen (Sampler.screenedDraw): past about that many rows, scoring them in JavaScript costs more than onnxruntime's
+ * float32 head (a flat distribution, a small min-p or a high temperature keep most of a vocabulary).
+ */
+export const SCREEN_DRAW_MOST = 2048;
+/** Draws from full scores after a draw that scored too many: 8, doubled for each such draw in a row, up to 256. */
+const SCREEN_REST_FIRST = 8;
+const SCREEN_REST_MOST = 256;
 
 /** A deterministic 32-bit PRNG (mulberry32): the same seed gives the same tokens. */
 export function createRng(seed: number): () => number {
@@ -343,6 +352,9 @@ export class Sampler implements ScoreAdjust {
   private indices = new Int32Array(0);
   /** Positions 0, 1, 2 …: the candidates of a draw among an exact top-k's scores (drawAmong). */
   private ranks = new Int32Array(0);
+  /** Draws left to make from full scores before the next from the screen, and the rest after the next miss. */
+  private screenRest = 0;
+  private nextRest = SCREEN_REST_FIRST;
 
   constructor(
     private readonly params: SamplingParams,
@@ -460,22 +472,45 @@ export class Sampler implements ScoreAdjust {
 
   /**
    * The top-k of a draw that may take its candidates from the head's screen (head-screen.ts's exactTopK), then
-   * {@link drawAmong} them: a sampled draw whose top-k is at most SCREEN_TOP_K. 0 otherwise.
+   * {@link drawAmong} them: a sampled draw whose top-k is at most SCREEN_TOP_K. 0 otherwise, and while it rests from
+   * the screen ({@link screenedDraw}).
    */
   get screenTopK(): number {
     const k = this.params.topK;
-    return !this.isGreedy && k > 0 && k <= SCREEN_TOP_K ? k : 0;
+    return !this.isGreedy && k > 0 && k <= SCREEN_TOP_K && this.screenRest === 0 ? k : 0;
   }
 
   /**
    * The min-p of a draw that may take its candidates from the head's screen (head-screen.ts's exactMinP), then
    * {@link drawAmong} them in id order: a sampled draw by min-p and temperature alone (no top-k under the vocabulary,
-   * no top-p). 0 otherwise.
+   * no top-p). 0 otherwise, and while it rests from the screen ({@link screenedDraw}).
    */
   get screenMinP(): number {
     const p = this.params;
     const alone = p.minP > 0 && p.topP >= 1 && !(p.topK > 0 && p.topK < this.vocabSize);
-    return !this.isGreedy && alone ? p.minP : 0;
+    return !this.isGreedy && alone && this.screenRest === 0 ? p.minP : 0;
+  }
+
+  /**
+   * Counts a top-k or min-p draw from the head's screen that scored `scored` tokens exactly: more than
+   * SCREEN_DRAW_MOST, and its next draws are from full scores (SCREEN_REST_FIRST of them, twice as many after each
+   * such draw in a row, up to SCREEN_REST_MOST; counted by {@link fullDraw}) before it tries the screen again.
+   */
+  screenedDraw(scored: number): void {
+    if (scored > SCREEN_DRAW_MOST) {
+      this.screenRest = this.nextRest;
+      this.nextRest = Math.min(2 * this.nextRest, SCREEN_REST_MOST);
+    } else this.nextRest = SCREEN_REST_FIRST;
+  }
+
+  /** Counts a draw from full scores: one fewer to make before the screen again (screenedDraw). */
+  fullDraw(): void {
+    if (this.screenRest > 0) this.screenRest--;
+  }
+
+  /** Whether it rests from the screen (screenedDraw): its top-k or min-p draws are from full scores until then. */
+  get resting(): boolean {
+    return this.screenRest > 0;
   }
 
   /**

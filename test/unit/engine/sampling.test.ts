@@ -8,6 +8,7 @@ import {
   createRng,
   logprobsOf,
   Sampler,
+  SCREEN_DRAW_MOST,
   SCREEN_TOP_K,
   topKIndices,
 } from '../../../src/main/engine/sampling';
@@ -443,6 +444,42 @@ describe('Sampler draws among an exact top-k (the head screen’s)', () => {
     expect(new Sampler(params({ minP: 0.05, temperature: 0 }), 100).screenMinP).toBe(0);
     expect(new Sampler(params({ minP: 0.05, repetitionPenalty: 1.1 }), 100).screenMinP).toBe(0.05);
     expect(new Sampler(params({ minP: 0.05 }), 100, [], anyToken).screenMinP).toBe(0.05);
+  });
+
+  it('rests from the screen after a top-k or min-p draw that scored too many tokens: 8 draws, twice as many after each such draw in a row', () => {
+    for (const p of [{ topK: 50 }, { minP: 0.05 }]) {
+      const s = new Sampler(params(p), 100);
+      const screens = () => s.screenTopK > 0 || s.screenMinP > 0;
+      /** Full draws made before the screen again. */
+      const rest = () => {
+        let n = 0;
+        while (!screens()) {
+          expect(s.resting).toBe(true);
+          s.fullDraw();
+          n++;
+        }
+        expect(s.resting).toBe(false);
+        return n;
+      };
+      s.screenedDraw(SCREEN_DRAW_MOST);
+      expect(screens()).toBe(true);
+      s.screenedDraw(SCREEN_DRAW_MOST + 1);
+      expect(rest()).toBe(8);
+      s.screenedDraw(SCREEN_DRAW_MOST + 1);
+      expect(rest()).toBe(16);
+      s.screenedDraw(50_000);
+      expect(rest()).toBe(32);
+      // A draw that fits starts the count over.
+      s.screenedDraw(10);
+      s.screenedDraw(SCREEN_DRAW_MOST + 1);
+      expect(rest()).toBe(8);
+      for (let i = 0; i < 10; i++) s.screenedDraw(SCREEN_DRAW_MOST + 1);
+      expect(rest()).toBe(256);
+    }
+    // A draw by temperature alone never rests (its candidates are few whatever the row).
+    const whole = new Sampler(params({}), 100);
+    whole.screenedDraw(50_000);
+    expect(whole.screenWhole).toBe(true);
   });
 
   it("takes top-p's nucleus from the screen only for a sampled draw by top-p without a top-k, while its last nucleus fit", () => {
