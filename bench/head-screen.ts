@@ -2,18 +2,19 @@
  * What the LM head's 8-bit screen (src/main/engine/head-screen.ts) gives a lone greedy stream, or one that draws
  * among a top-k, by min-p, by top-p or over the whole vocabulary.
  * `node bin/run-ts.cjs bench/head-screen.ts [--shape gpt2-small] [--reps 5] [--tokens 96]
- *   [--top-k K | --min-p P | --top-p P | --whole] [--repetition-penalty R]`
+ *   [--top-k K | --min-p P | --top-p P | --whole] [--temperature T] [--repetition-penalty R]`
  *
  * Four decoders of the same package in this process (LoadedDecoder, lookup decoding off, kvdesk's threads), loaded
  * screened, full, full, screened: on this VM a decoder loaded later decodes a few per cent faster (bench/README.md,
  * "The load-order bias"), and the A B B A order gives each kind the same share of it. Each round runs all four in
- * rotated order and pools each kind's two times (their mean); each round one greedy
- * reply of `--tokens` tokens after a 32-token prompt (with `--top-k`, a draw at temperature 0.7, top-p 0.9 among
- * the top K, seed 7, past any end-of-text; with `--min-p`, a draw at temperature 0.7 with min-p P alone, seed 7;
- * with `--top-p`, a draw at temperature 0.7 with top-p P alone, seed 7; with `--whole`, a draw at temperature 0.7 over the whole vocabulary, seed 7; `--repetition-penalty` adds that
- * penalty over the prompt and reply). Prints decode ms per token (medians), their ratio, the tokens the screen
- * scored again per pick or draw, and fails when two greedy replies differ (draws are the same draws either way,
- * but a near tie of float32 scores may part them, so their sameness is said, not required).
+ * rotated order and pools each kind's two times (their mean); each round one greedy reply of `--tokens` tokens after
+ * a 32-token prompt (with `--top-k`, a draw at temperature 0.7, top-p 0.9 among the top K, seed 7, past any
+ * end-of-text; with `--min-p`, a draw at temperature 0.7 with min-p P alone, seed 7; with `--top-p`, a draw at
+ * temperature 0.7 with top-p P alone, seed 7; with `--whole`, a draw at temperature 0.7 over the whole vocabulary,
+ * seed 7; `--temperature` sets the draws' temperature in place of 0.7; `--repetition-penalty` adds that penalty over
+ * the prompt and reply). Prints decode ms per token (medians), their ratio, the tokens the screen scored again per
+ * pick or draw, and fails when two greedy replies differ (draws are the same draws either way, but a near tie of
+ * float32 scores may part them, so their sameness is said, not required).
  */
 import os from 'node:os';
 import { LoadedDecoder } from '../src/main/engine/decoder';
@@ -33,7 +34,8 @@ async function main(): Promise<void> {
   const whole = argv.includes('--whole');
   const minP = Number(flagValue(argv, '--min-p', '0'));
   const topP = Number(flagValue(argv, '--top-p', '1'));
-  const drawn = { ...GREEDY, greedy: false, temperature: 0.7, seed: 7 };
+  const temperature = Number(flagValue(argv, '--temperature', '0.7'));
+  const drawn = { ...GREEDY, greedy: false, temperature, seed: 7 };
   const penalty = Number(flagValue(argv, '--repetition-penalty', '1'));
   const { sampling: chosen, what: named } =
     topK > 0
