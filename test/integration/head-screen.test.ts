@@ -73,6 +73,23 @@ async function drawnAlone(d: LoadedDecoder, job: GenerationJob): Promise<number[
 }
 
 /**
+ * Runs `job` on `d` and on `full` (a decoder without a screen), checks that they give the same tokens, and returns
+ * how many of `d`'s draws came from the screen and how many from full scores.
+ */
+async function drawsLikeUnscreened(d: LoadedDecoder, full: LoadedDecoder, job: GenerationJob) {
+  const before = { ...d.screenStats };
+  const ids: number[] = [];
+  await d.generate(job, collecting(ids));
+  const unscreenedIds: number[] = [];
+  await full.generate(job, collecting(unscreenedIds));
+  expect(ids).toEqual(unscreenedIds);
+  return {
+    screened: d.screenStats.screenedDraws - before.screenedDraws,
+    full: d.screenStats.fullDraws - before.fullDraws,
+  };
+}
+
+/**
  * `job`'s reply is `alone` (its reply from the screen) beside a request scored in full (every step they share scores
  * in full) and from `full`, a decoder without a screen.
  */
@@ -233,14 +250,7 @@ describe("the LM head's 8-bit screen", () => {
       // then draws from full scores for 8 draws, tries the screen, then 16 more, and so on: 2 draws of 40 from the
       // screen, the prefill's and the rest from full scores, the same tokens as without a screen.
       const flat = { ...job, sampling: { ...job.sampling, temperature: 50, minP: 0.001 } };
-      const before = { ...d.screenStats };
-      const ids: number[] = [];
-      await d.generate(flat, collecting(ids));
-      expect(d.screenStats.screenedDraws - before.screenedDraws).toBe(2);
-      expect(d.screenStats.fullDraws - before.fullDraws).toBe(38);
-      const unscreenedIds: number[] = [];
-      await full.generate(flat, collecting(unscreenedIds));
-      expect(ids).toEqual(unscreenedIds);
+      expect(await drawsLikeUnscreened(d, full, flat)).toEqual({ screened: 2, full: 38 });
     } finally {
       await dispose();
     }
@@ -263,14 +273,7 @@ describe("the LM head's 8-bit screen", () => {
       await expectSameInFullAndUnscreened(d, full, job, alone);
       // A nucleus of most of the vocabulary (a flat distribution) does not fit: its draws are from full scores.
       const flat = { ...job, sampling: { ...job.sampling, temperature: 50 } };
-      const before = { ...d.screenStats };
-      const fromFull: number[] = [];
-      await d.generate(flat, collecting(fromFull));
-      expect(d.screenStats.screenedDraws).toBe(before.screenedDraws);
-      expect(d.screenStats.fullDraws - before.fullDraws).toBe(40);
-      const unscreenedIds: number[] = [];
-      await full.generate(flat, collecting(unscreenedIds));
-      expect(fromFull).toEqual(unscreenedIds);
+      expect(await drawsLikeUnscreened(d, full, flat)).toEqual({ screened: 0, full: 40 });
     } finally {
       await dispose();
     }

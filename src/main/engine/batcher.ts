@@ -419,8 +419,6 @@ export class ContinuousBatcher {
   readonly pickScratch = new PickScratch();
   /** What an exact top-k writes for its draw. */
   private readonly topK = new TopKScratch();
-  /** Tokens the row being sampled scored exactly in its last pick or draw from the screen (screenedChoice). */
-  private choiceCandidates = 0;
   /** What a top-p draw from the screen writes: the tokens it scored and its nucleus. */
   private readonly nucleus = new NucleusScratch();
   /** What the whole-vocabulary draws carry from one to the next (their window, as the picks' scratch). */
@@ -529,7 +527,6 @@ export class ContinuousBatcher {
       id = m > 0 ? sampler.drawAmong(kept.ids, kept.scores, m) : -1;
     }
     this.screenStats.candidates += stats.candidates;
-    this.choiceCandidates = stats.candidates;
     return id;
   }
 
@@ -560,10 +557,11 @@ export class ContinuousBatcher {
           const screened = logits.screened === true;
           const adjust = sampler.adjusts ? sampler : undefined;
           const data = adjust ? sampler.adjustScores(logits.data, offset, vocab) : logits.data;
+          const counted = this.screenStats.candidates;
           id = this.screenedChoice(sampler, data, adjust ? 0 : offset, logits, offset, vocab, adjust);
           // What the draw scored before a constraint's refusal (a draw again over masked scores scores the refused
           // tokens as −∞ at no cost, however many).
-          const scored = this.choiceCandidates;
+          const scored = this.screenStats.candidates - counted;
           if (id >= 0 && !sampler.allows(id)) {
             const masked = sampler.maskScores(logits.data, offset, vocab);
             // The constraint allows no token of the vocabulary: the row ends below, unfinished (`sample`: −1).
