@@ -128,6 +128,39 @@ async function besideUnscreened(d: LoadedDecoder, job: GenerationJob, vocab: num
   return { ids, fullDraws: d.screenStats.fullDraws - before };
 }
 
+/** onnxruntime's DynamicQuantizeMatMul of a screen's 8-bit head alone: input h [rows, hidden], output y [rows, vocab]. */
+async function productSession(built: ReturnType<typeof buildHeadScreen>): Promise<ort.InferenceSession> {
+  const { vocab, hidden } = built.screen;
+  const model = onnx.ModelProto.encode({
+    irVersion: 8,
+    opsetImport: [
+      { domain: '', version: 17 },
+      { domain: 'com.microsoft', version: 1 },
+    ],
+    graph: {
+      name: 'screen',
+      node: [{ opType: 'DynamicQuantizeMatMul', domain: 'com.microsoft', input: ['h', 'q', 's'], output: ['y'] }],
+      initializer: [
+        { name: 'q', dataType: 3, dims: [hidden, vocab], rawData: new Uint8Array(built.head.packed.buffer) },
+        { name: 's', dataType: 1, dims: [vocab], rawData: new Uint8Array(built.head.scales.buffer) },
+      ],
+      input: [
+        {
+          name: 'h',
+          type: { tensorType: { elemType: 1, shape: { dim: [{ dimParam: 'rows' }, { dimValue: hidden }] } } },
+        },
+      ],
+      output: [
+        {
+          name: 'y',
+          type: { tensorType: { elemType: 1, shape: { dim: [{ dimParam: 'rows' }, { dimValue: vocab }] } } },
+        },
+      ],
+    },
+  }).finish();
+  return ort.InferenceSession.create(model, { intraOpNumThreads: 2 });
+}
+
 const greedy = (d: LoadedDecoder, rows: number[][], n: number) =>
   greedyIds((job, hooks) => d.generate(job, hooks), rows, n);
 
@@ -498,28 +531,7 @@ describe("the LM head's 8-bit screen", () => {
         w[n * hidden + k] = (n % 2 === 0 ? 1 : -1) * (n < 4 ? 0.5 : k % 2 === 0 ? 2 : -2);
     }
     const built = buildHeadScreen(w, 'vocab-major', vocab, hidden, null);
-    const model = onnx.ModelProto.encode({
-      irVersion: 8,
-      opsetImport: [
-        { domain: '', version: 17 },
-        { domain: 'com.microsoft', version: 1 },
-      ],
-      graph: {
-        name: 'screen',
-        node: [{ opType: 'DynamicQuantizeMatMul', domain: 'com.microsoft', input: ['h', 'q', 's'], output: ['y'] }],
-        initializer: [
-          { name: 'q', dataType: 3, dims: [hidden, vocab], rawData: new Uint8Array(built.head.packed.buffer) },
-          { name: 's', dataType: 1, dims: [vocab], rawData: new Uint8Array(built.head.scales.buffer) },
-        ],
-        input: [
-          { name: 'h', type: { tensorType: { elemType: 1, shape: { dim: [{ dimValue: 1 }, { dimValue: hidden }] } } } },
-        ],
-        output: [
-          { name: 'y', type: { tensorType: { elemType: 1, shape: { dim: [{ dimValue: 1 }, { dimValue: vocab }] } } } },
-        ],
-      },
-    }).finish();
-    const session = await ort.InferenceSession.create(model, { intraOpNumThreads: 2 });
+    const session = await productSession(built);
     try {
       const states = [
         new Float32Array(hidden).fill(3),
@@ -537,6 +549,48 @@ describe("the LM head's 8-bit screen", () => {
         }
         expect(worstBoundShare(built.screen, out.y?.data as Float32Array, full, h)).toBeLessThanOrEqual(1);
       }
+    } finally {
+      await session.release();
+    }
+  });
+
+  it("onnxruntime's DynamicQuantizeMatMul rounds every row of a run with one step: each row's bound holds beside rows far larger", async () => {
+    const vocab = 300;
+    const hidden = 96;
+    const w = Float32Array.from({ length: vocab * hidden }, (_, i) => Math.sin(i * 0.37) * 0.2);
+    const bias = Float32Array.from({ length: vocab }, (_, n) => Math.cos(n) * 0.1);
+    const built = buildHeadScreen(w, 'vocab-major', vocab, hidden, bias);
+    const session = await productSession(built);
+    try {
+      // A row of entries up to 0.01 beside rows up to 50 and 1: its entries are rounded in the large row's steps (to
+      // 0 here), far more than its own range would round them.
+      const sizes = [0.01, 50, 1];
+      const states = new Float32Array(sizes.length * hidden);
+      sizes.forEach((size, r) => {
+        for (let k = 0; k < hidden; k++) states[r * hidden + k] = Math.sin(k * 1.3 + r) * size;
+      });
+      const out = await session.run({ h: new ort.Tensor('float32', states, [sizes.length, hidden]) });
+      const screened = out.y?.data as Float32Array;
+      for (let r = 0; r < sizes.length; r++) {
+        const full = new Float32Array(vocab);
+        for (let n = 0; n < vocab; n++) {
+          let sum = 0;
+          for (let k = 0; k < hidden; k++) sum += (states[r * hidden + k] as number) * (w[n * hidden + k] as number);
+          full[n] = sum;
+          screened[r * vocab + n] = (screened[r * vocab + n] as number) + (bias[n] as number);
+        }
+        const mine = screened.subarray(r * vocab, (r + 1) * vocab);
+        expect(worstBoundShare(built.screen, mine, full, states, r * hidden)).toBeLessThanOrEqual(1);
+        expect(exactPick(built.screen, screened, r * vocab, states, r * hidden, true)).toBe(
+          exactPick(built.screen, full, 0, states, r * hidden, false),
+        );
+      }
+      // The premise: beside the row up to 50 every entry of the small row rounded to 0 (its scores are the bias
+      // alone), where alone its own steps keep it.
+      expect([...screened.subarray(0, vocab)]).toEqual([...bias]);
+      const alone = await session.run({ h: new ort.Tensor('float32', states.slice(0, hidden), [1, hidden]) });
+      const own = alone.y?.data as Float32Array;
+      expect([...own].filter((v) => v !== 0).length).toBeGreaterThan(vocab / 2);
     } finally {
       await session.release();
     }

@@ -11,10 +11,13 @@ import { SCREEN_TOP_K, topKIndices } from './sampling';
  * DynamicQuantizeMatMul, a quarter of the bytes) and this module turns those
  * approximate scores into the exact pick:
  *
- * - every approximate score s̃ₙ is within a bound Bₙ of the float32 score sₙ
- *   (the weight rounding, at most half a quantization step per weight, times
- *   ‖h‖₁; the 8-bit rounding of the hidden state, at most one step of its
- *   largest entry, times the row's Σ|ŵ|; float rounding of either product);
+ * - every approximate score s̃ₙ is within a bound Bₙ of the float32 score sₙ:
+ *   s̃ₙ − sₙ = ŵₙ·δh − eₙ·h exactly, where eₙ = wₙ − ŵₙ is the weights'
+ *   rounding (known at load: at most half a step each, and its 2-norm) and δh
+ *   the hidden state's rounding to uint8 (known per run: the kernel rounds the
+ *   run's whole input with one step, which the engine computes as it does), so
+ *   |eₙ·h| ≤ min(½stepₙ·‖h‖₁, ‖eₙ‖₂‖h‖₂) and |ŵₙ·δh| ≤ min(‖ŵₙ‖₁‖δh‖∞,
+ *   ‖ŵₙ‖₂‖δh‖₂) (Hölder, Cauchy–Schwarz); plus float rounding of either product;
  * - any token whose upper bound s̃ₙ + Bₙ is below the best lower bound
  *   max(s̃ₘ − Bₘ) cannot be the argmax; the few left (candidates) are scored
  *   exactly here, in float64, from the head's weights, and the best is taken.
@@ -44,6 +47,13 @@ const TILE = 64;
  * K / 768 above that.
  */
 const ROUNDING_PER_768 = 1e-4;
+/**
+ * Slack, in steps, on each entry of the hidden state's rounding to uint8 as the engine recomputes it: a tie rounded
+ * the other way, a step an ulp from the kernel's, a quotient rounded to float32 first (each far under this).
+ */
+const STEP_SLACK = 0.01;
+/** Norms kept per token are rounded up by this much (storing one as a float32 moves it by 2⁻²⁴ of itself at most). */
+const NORM_ROUND_UP = 1 + 2 ** -20;
 
 /** How the head's weight matrix is laid out in the file: [vocab, hidden] (a tied embedding) or [hidden, vocab]. */
 export type HeadLayout = 'vocab-major' | 'hidden-major';
@@ -163,14 +173,23 @@ export interface HeadScreen {
   bias: Float32Array | null;
   /** Per token: half its largest quantization step (no weight of the row is rounded by more). */
   halfStep: Float32Array;
-  /** Per token: Σ|ŵ| of its 8-bit weights as they multiply (the hidden state's rounding scales it). */
+  /** Per token: Σ|ŵ| of its 8-bit weights as they multiply (the hidden state's largest rounding scales it). */
   absSum: Float32Array;
+  /** Per token: ‖ŵ‖₂ of its 8-bit weights as they multiply (the 2-norm of the hidden state's rounding scales it). */
+  quantNorm: Float32Array;
+  /** Per token: ‖w − ŵ‖₂, the 2-norm of its weights' rounding (‖h‖₂ scales it). */
+  errNorm: Float32Array;
   /** Per token: the largest |w| or |ŵ| of its row (float rounding of either product scales it). */
   absMax: Float32Array;
-  /** The largest absMax, halfStep, absSum and |bias| (0 without one): the widest bound any token can have. */
+  /**
+   * The largest absMax, halfStep, absSum, quantNorm, errNorm and |bias| (0 without one): the widest bound any token
+   * can have.
+   */
   widest: number;
   maxHalfStep: number;
   maxAbsSum: number;
+  maxQuantNorm: number;
+  maxErrNorm: number;
   biasMax: number;
 }
 
@@ -241,6 +260,8 @@ export function buildHeadScreen(
   const halfStep = new Float32Array(vocab);
   const absSum = new Float32Array(vocab);
   const absMax = new Float32Array(vocab);
+  const quantNorm = new Float32Array(vocab);
+  const errNorm = new Float32Array(vocab);
   // A tile of tokens' int8 weights, [TILE, hidden], then written to `packed` a hidden index at a time.
   const tile = new Int8Array(TILE * hidden);
   for (let n0 = 0; n0 < vocab; n0 += TILE) {
@@ -262,16 +283,24 @@ export function buildHeadScreen(
       const inverse = scale > 0 ? 1 / scale : 0;
       const at = (n - n0) * hidden;
       let q1 = 0;
+      let q2 = 0;
+      let e2 = 0;
       for (let i = from; i < to; i++) {
-        const x = (rows[i] as number) * inverse;
+        const w = rows[i] as number;
+        const x = w * inverse;
         let q = x >= 0 ? (x + 0.5) | 0 : -((0.5 - x) | 0);
         if (q > SCREEN_Q_MAX) q = SCREEN_Q_MAX;
         else if (q < -SCREEN_Q_MAX) q = -SCREEN_Q_MAX;
         tile[at + i - from] = q;
         q1 += q >= 0 ? q : -q;
+        q2 += q * q;
+        const e = w - q * scale;
+        e2 += e * e;
       }
       halfStep[n] = scale / 2;
       absSum[n] = q1 * scale;
+      quantNorm[n] = Math.sqrt(q2) * scale * NORM_ROUND_UP;
+      errNorm[n] = Math.sqrt(e2) * NORM_ROUND_UP;
       // A dequantized weight is at most half a step from its weight, so no larger than this.
       absMax[n] = max + scale / 2;
     }
@@ -296,10 +325,14 @@ export function buildHeadScreen(
       bias,
       halfStep,
       absSum,
+      quantNorm,
+      errNorm,
       absMax,
       widest: largest(absMax),
       maxHalfStep: largest(halfStep),
       maxAbsSum: largest(absSum),
+      maxQuantNorm: largest(quantNorm),
+      maxErrNorm: largest(errNorm),
       biasMax,
     },
     head: { packed, scales },
@@ -336,32 +369,106 @@ export interface ScoreAdjust {
 }
 
 /**
- * What the bounds need of a hidden state: Σ|h|, max |h|, and Σ|h| times the float rounding per unit weight; and the
- * widening a change of the scores asks (ScoreAdjust).
+ * What the bounds need of a hidden state: ‖h‖₁ and ‖h‖₂; bounds on its rounding to uint8 by the screened product,
+ * ‖δh‖∞ and ‖δh‖₂ (0 for full scores); ‖h‖₁ times the float rounding per unit weight; and the widening a change of
+ * the scores asks (ScoreAdjust).
  */
 interface Norms {
   l1: number;
-  amax: number;
+  l2: number;
+  roundMax: number;
+  roundNorm: number;
   rounding: number;
   slack: number;
   scale: number;
 }
 
-function normsOf(screen: HeadScreen, hiddenState: Float32Array, at: number, adjust?: ScoreAdjust): Norms {
+/**
+ * Which hidden states the screened product rounded together with one step ('tensor': all of `hiddenState`, the run's
+ * whole head input; 'row': the row alone, a guess at a later run's), or 'none' for full scores.
+ */
+type Rounded = 'tensor' | 'row' | 'none';
+
+function normsOf(
+  screen: HeadScreen,
+  hiddenState: Float32Array,
+  at: number,
+  rounded: Rounded,
+  adjust?: ScoreAdjust,
+): Norms {
+  const hidden = screen.hidden;
   let l1 = 0;
-  let amax = 0;
-  for (let k = 0; k < screen.hidden; k++) {
-    const a = Math.abs(hiddenState[at + k] as number);
-    l1 += a;
-    if (a > amax) amax = a;
+  let squares = 0;
+  for (let k = 0; k < hidden; k++) {
+    const x = hiddenState[at + k] as number;
+    l1 += Math.abs(x);
+    squares += x * x;
   }
+  const round =
+    rounded === 'none'
+      ? NO_ROUNDING
+      : hiddenRounding(
+          hiddenState,
+          rounded === 'tensor' ? 0 : at,
+          rounded === 'tensor' ? hiddenState.length : at + hidden,
+          at,
+          hidden,
+        );
   return {
     l1,
-    amax,
-    rounding: ROUNDING_PER_768 * Math.max(1, screen.hidden / 768) * l1,
+    l2: Math.sqrt(squares),
+    roundMax: round.max,
+    roundNorm: round.norm,
+    rounding: ROUNDING_PER_768 * Math.max(1, hidden / 768) * l1,
     slack: adjust?.adjustSlack ?? 0,
     scale: adjust?.boundScale ?? 1,
   };
+}
+
+const NO_ROUNDING = { max: 0, norm: 0 };
+
+/**
+ * Bounds on how far the screened product moved each entry of the hidden state at `at` (`hidden` entries) by
+ * rounding it to uint8: ‖δh‖∞ and ‖δh‖₂. The kernel (DynamicQuantizeMatMul) rounds its whole input, every row of the
+ * run, with one step: (max(hi, 0) − min(lo, 0)) / 255 over entries [from, to), and a zero point z, −min(lo, 0) / step
+ * rounded; an entry x becomes round(x / step) · step unless z's rounding pushes it past 0 or 255, where it is
+ * clipped back, to within half a step of x (x / step + z lies in [0, 255] before z is rounded). So each entry's
+ * rounding is known here up to ties and the last bit of the step (STEP_SLACK covers both), and entries within a
+ * step of either end are taken as half a step off. A row beside a larger one is rounded in the larger one's steps:
+ * a bound from its own entries alone would not hold (measured: a row of entries up to 0.01 beside one up to 50
+ * scored 0 for 0.0045).
+ * Infinite where an entry is not a number (nothing is ruled out then).
+ */
+function hiddenRounding(
+  h: Float32Array,
+  from: number,
+  to: number,
+  at: number,
+  hidden: number,
+): { max: number; norm: number } {
+  let lo = 0;
+  let hi = 0;
+  let nan = false;
+  for (let i = from; i < to; i++) {
+    const x = h[i] as number;
+    if (x < lo) lo = x;
+    else if (x > hi) hi = x;
+    else if (Number.isNaN(x)) nan = true;
+  }
+  if (nan) return { max: Number.POSITIVE_INFINITY, norm: Number.POSITIVE_INFINITY };
+  const step = hi === lo ? 1 : Math.fround(Math.fround(hi - lo) / 255);
+  const zero = -lo / step;
+  let most = 0;
+  let squares = 0;
+  for (let k = 0; k < hidden; k++) {
+    const r = (h[at + k] as number) / step;
+    const nearest = Math.round(r);
+    const q = nearest + zero;
+    const d = (q < 1 || q > 254 ? 0.5 : Math.abs(r - nearest)) + STEP_SLACK;
+    if (d > most) most = d;
+    squares += d * d;
+  }
+  return { max: most * step, norm: Math.sqrt(squares) * step };
 }
 
 /** Token n's exact score: the head's bias plus Σₖ h[k]·w[n][k] in float64, changed as `adjust` changes scores. */
@@ -378,20 +485,37 @@ function exactScore(
 }
 
 /**
- * How far token n's `score` (screened, or float32) can be from its exact value: the weights' rounding to 7
- * bits (half a step each, times Σ|h|) and the hidden state's (times Σ|ŵ|) when screened; float rounding of the
- * product and of the bias's addition either way. The kernel rounds the hidden state to uint8 in steps of
- * (max(h, 0) − min(h, 0)) / 255 ≤ 2 · max|h| / 255 with a rounded zero point, which moves no entry by more than
- * half a step (an entry that the zero point's rounding pushes past 255 or under 0 is clipped back to within half a
- * step of it): at most max|h| / 255; the bound takes max|h| / 127, twice that, for safety.
+ * How far token n's `score` (screened, or float32) can be from its exact value: when screened, the weights'
+ * rounding to 7 bits, |eₙ·h| ≤ min(½stepₙ·‖h‖₁, ‖eₙ‖₂‖h‖₂), and the hidden state's to uint8, |ŵₙ·δh| ≤
+ * min(‖ŵₙ‖₁‖δh‖∞, ‖ŵₙ‖₂‖δh‖₂) (hiddenRounding); float rounding of the product and of the bias's addition either way.
+ * The 2-norms are the tighter on a spread-out hidden state (on the bench's models the bound is 0.45× the 1- and
+ * ∞-norm one alone, and a greedy pick scores about 11 tokens exactly where it scored 79), the others where a few entries
+ * stand out.
  */
 function boundOf(screen: HeadScreen, n: number, norms: Norms, screened: boolean, score: number): number {
   const rounding = norms.rounding * (screen.absMax[n] as number);
-  const quantized = screened
-    ? (screen.halfStep[n] as number) * norms.l1 + (norms.amax / 127) * (screen.absSum[n] as number)
-    : 0;
+  const quantized = screened ? screenedPart(screen, n, norms) : 0;
   const bias = screen.bias ? 1e-6 * Math.abs(screen.bias[n] as number) : 0;
   return (quantized + rounding + bias + 1e-6 * Math.abs(score) + norms.slack) * norms.scale;
+}
+
+/** The part of token n's bound that the screen's two roundings add (NaN where its weights are not numbers). */
+function screenedPart(screen: HeadScreen, n: number, norms: Norms): number {
+  const weights = Math.min((screen.halfStep[n] as number) * norms.l1, (screen.errNorm[n] as number) * norms.l2);
+  const state = Math.min(
+    norms.roundMax * (screen.absSum[n] as number),
+    (screen.quantNorm[n] as number) * norms.roundNorm,
+  );
+  return weights + state;
+}
+
+/**
+ * The part of token n's bound that the screen's roundings add, for the hidden state at `hiddenAt` of `hiddenState`
+ * (every row the screened product rounded together): how far its screened score can be from the exact one, less
+ * float rounding. For tests that push scores to their bounds.
+ */
+export function screenedBound(screen: HeadScreen, n: number, hiddenState: Float32Array, hiddenAt: number): number {
+  return screenedPart(screen, n, normsOf(screen, hiddenState, hiddenAt, 'tensor'));
 }
 
 /** Bytes of the 8-bit head onnxruntime multiplies by: an int8 per weight and a float32 scale per token. */
@@ -406,14 +530,17 @@ export function screenProductBytes(vocab: number, hidden: number): number {
 export function screenBytes(screen: HeadScreen): number {
   const { vocab, hidden } = screen;
   const packed = screenProductBytes(vocab, hidden);
-  const perToken = 4 * vocab * (screen.bias ? 4 : 3);
+  const perToken = 4 * vocab * (screen.bias ? 6 : 5);
   return packed + perToken + screen.rows.bytes;
 }
 
 /** The largest bound any token of a pick can have (a cheap first filter). */
 function widestBound(screen: HeadScreen, norms: Norms, screened: boolean, maxAbsScore: number): number {
   const rounding = norms.rounding * screen.widest;
-  const quantized = screened ? screen.maxHalfStep * norms.l1 + (norms.amax / 127) * screen.maxAbsSum : 0;
+  const quantized = screened
+    ? Math.min(screen.maxHalfStep * norms.l1, screen.maxErrNorm * norms.l2) +
+      Math.min(norms.roundMax * screen.maxAbsSum, screen.maxQuantNorm * norms.roundNorm)
+    : 0;
   return (quantized + rounding + 1e-6 * (screen.biasMax + maxAbsScore) + norms.slack) * norms.scale;
 }
 
@@ -479,7 +606,7 @@ export function exactPick(
   adjust?: ScoreAdjust,
 ): number {
   const vocab = Math.min(limit, screen.vocab);
-  const norms = normsOf(screen, hiddenState, hiddenAt, adjust);
+  const norms = normsOf(screen, hiddenState, hiddenAt, screened ? 'tensor' : 'none', adjust);
   if (!Number.isFinite(norms.l1)) return -1;
   // With a scratch that knows the last window, the first pass also keeps the tokens near the best.
   const width = scratch?.width ?? Number.POSITIVE_INFINITY;
@@ -543,7 +670,7 @@ export function exactDraw(
   adjust?: ScoreAdjust,
 ): number {
   const vocab = Math.min(limit, screen.vocab);
-  const norms = normsOf(screen, hiddenState, hiddenAt, adjust);
+  const norms = normsOf(screen, hiddenState, hiddenAt, screened ? 'tensor' : 'none', adjust);
   if (!Number.isFinite(norms.l1)) return -1;
   const width = scratch?.width ?? Number.POSITIVE_INFINITY;
   const keeping = scratch?.keeping() ?? null;
@@ -736,7 +863,7 @@ export function exactTopK(
 ): number {
   const vocab = Math.min(limit, screen.vocab);
   const want = Math.min(k, vocab, SCREEN_TOP_K);
-  const norms = normsOf(screen, hiddenState, hiddenAt, adjust);
+  const norms = normsOf(screen, hiddenState, hiddenAt, screened ? 'tensor' : 'none', adjust);
   if (!Number.isFinite(norms.l1)) return -1;
   out.begin(vocab);
   const exactOf = (n: number) => exactScore(screen, n, hiddenState, hiddenAt, adjust);
@@ -802,7 +929,7 @@ export function exactMinP(
   adjust?: ScoreAdjust,
 ): number {
   const vocab = Math.min(limit, screen.vocab);
-  const norms = normsOf(screen, hiddenState, hiddenAt, adjust);
+  const norms = normsOf(screen, hiddenState, hiddenAt, screened ? 'tensor' : 'none', adjust);
   if (!Number.isFinite(norms.l1)) return -1;
   out.begin(vocab);
   const exactOf = (n: number) => exactScore(screen, n, hiddenState, hiddenAt, adjust);
@@ -1048,7 +1175,7 @@ export function exactTopP(
   adjust?: ScoreAdjust,
 ): number {
   const vocab = Math.min(limit, screen.vocab);
-  const norms = normsOf(screen, hiddenState, hiddenAt, adjust);
+  const norms = normsOf(screen, hiddenState, hiddenAt, screened ? 'tensor' : 'none', adjust);
   if (!Number.isFinite(norms.l1)) return -1;
   const { top, max, min } = firstPass(scores, at, vocab, null, Number.POSITIVE_INFINITY);
   if (top < 0) {
@@ -1080,7 +1207,8 @@ export function nucleusFits(
   limit = screen.vocab,
 ): boolean {
   const vocab = Math.min(limit, screen.vocab);
-  const norms = normsOf(screen, hiddenState, hiddenAt);
+  // A guess at the next run's rounding: this row's alone (a full run may hold more rows than a screened one).
+  const norms = normsOf(screen, hiddenState, hiddenAt, 'row');
   if (!Number.isFinite(norms.l1)) return false;
   const { top, max, min } = firstPass(scores, at, vocab, null, Number.POSITIVE_INFINITY);
   if (top < 0) return false;
@@ -1096,15 +1224,17 @@ const keptScores = new Float32Array(PICK_KEPT);
 
 /**
  * The largest |screened − full| of one position's scores as a share of its bound (≤ 1 while the bound holds;
- * NaN for scores that are not numbers): the engine's check of a screen before it trusts it.
+ * NaN for scores that are not numbers): the engine's check of a screen before it trusts it. Its hidden state is at
+ * `hiddenAt` of `hiddenState`, which holds every row the screened product rounded together.
  */
 export function worstBoundShare(
   screen: HeadScreen,
   screenedScores: Float32Array,
   fullScores: Float32Array,
   hiddenState: Float32Array,
+  hiddenAt = 0,
 ): number {
-  const norms = normsOf(screen, hiddenState, 0);
+  const norms = normsOf(screen, hiddenState, hiddenAt, 'tensor');
   let worst = 0;
   for (let n = 0; n < screen.vocab; n++) {
     // Each side's own bound: the screened score's and the full one's.

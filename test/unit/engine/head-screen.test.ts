@@ -25,6 +25,7 @@ import {
   PickScratch,
   SCREEN_Q_MAX,
   type ScoreAdjust,
+  screenedBound,
   TopKScratch,
   worstBoundShare,
 } from '../../../src/main/engine/head-screen';
@@ -33,8 +34,9 @@ import { Sampler, SCREEN_TOP_K } from '../../../src/main/engine/sampling';
 import { plainGumbelMax } from '../../helpers/gumbel-max';
 
 /**
- * DynamicQuantizeMatMul on one hidden state: the state rounded to uint8 with a zero point (range / 255 a step),
- * integer products with the int8 weights, scaled by the state's step times the token's scale.
+ * DynamicQuantizeMatMul on the hidden states of a run, one row after another in `h`: every state rounded to uint8
+ * with one zero point and one step (the range of all of them / 255), integer products with the int8 weights, scaled
+ * by the step times the token's scale. The scores of each row, one after another.
  */
 function screenedScores(
   built: ReturnType<typeof buildHeadScreen>,
@@ -52,12 +54,15 @@ function screenedScores(
   const step = hi === lo ? 1 : Math.fround((hi - lo) / 255);
   const zero = Math.min(255, Math.max(0, Math.round(-lo / step)));
   const qa = Int32Array.from(h, (x) => Math.min(255, Math.max(0, Math.round(x / step) + zero)) - zero);
-  const out = new Float32Array(vocab);
-  for (let n = 0; n < vocab; n++) {
-    let dot = 0;
-    for (let k = 0; k < hidden; k++) dot += (qa[k] as number) * (packed[k * vocab + n] as number);
-    const scaled = Math.fround(Math.fround(step * (scales[n] as number)) * dot);
-    out[n] = Math.fround(scaled + (bias ? (bias[n] as number) : 0));
+  const rows = h.length / hidden;
+  const out = new Float32Array(rows * vocab);
+  for (let r = 0; r < rows; r++) {
+    for (let n = 0; n < vocab; n++) {
+      let dot = 0;
+      for (let k = 0; k < hidden; k++) dot += (qa[r * hidden + k] as number) * (packed[k * vocab + n] as number);
+      const scaled = Math.fround(Math.fround(step * (scales[n] as number)) * dot);
+      out[r * vocab + n] = Math.fround(scaled + (bias ? (bias[n] as number) : 0));
+    }
   }
   return out;
 }
@@ -155,16 +160,7 @@ function pushedScores(
   exact: Float64Array,
   down: (n: number) => boolean,
 ): Float32Array {
-  let l1 = 0;
-  let amax = 0;
-  for (const x of h) {
-    l1 += Math.abs(x);
-    amax = Math.max(amax, Math.abs(x));
-  }
-  return Float32Array.from(exact, (v, n) => {
-    const bound = (screen.halfStep[n] as number) * l1 + (amax / 127) * (screen.absSum[n] as number);
-    return v + (down(n) ? -0.9 : 0.9) * bound;
-  });
+  return Float32Array.from(exact, (v, n) => v + (down(n) ? -0.9 : 0.9) * screenedBound(screen, n, h, 0));
 }
 
 /**
@@ -211,21 +207,37 @@ describe('exact greedy picks from the 8-bit screen of the head', () => {
         let widest = 0;
         let worstShare = 0;
         let worstSum = 0;
+        let worstNorm = 0;
+        let underNorm = 0;
         for (let n = 0; n < c.vocab; n++) {
           let sum = 0;
+          let squares = 0;
+          let errors = 0;
           for (let k = 0; k < hidden; k++) {
             const q = packed[k * c.vocab + n] as number;
             widest = Math.max(widest, Math.abs(q));
             const err = Math.abs((w[n * hidden + k] as number) - q * (scales[n] as number));
             worstShare = Math.max(worstShare, err / ((screen.halfStep[n] as number) || 1));
             sum += Math.abs(q) * (scales[n] as number);
+            squares += (q * (scales[n] as number)) ** 2;
+            errors += err * err;
           }
           worstSum = Math.max(worstSum, Math.abs((screen.absSum[n] as number) - sum) / (sum || 1));
+          // The 2-norms of the weights as they multiply and of their rounding: never less, a hair more at most.
+          for (const [kept, norm] of [
+            [screen.quantNorm[n] as number, Math.sqrt(squares)],
+            [screen.errNorm[n] as number, Math.sqrt(errors)],
+          ] as const) {
+            worstNorm = Math.max(worstNorm, Math.abs(kept - norm) / (norm || 1));
+            if (kept < norm) underNorm++;
+          }
         }
         // Wider, and a u8 × s8 pair could clip in the kernel's 16-bit lanes.
         expect(widest).toBeLessThanOrEqual(SCREEN_Q_MAX);
         expect(worstShare).toBeLessThanOrEqual(1 + 1e-6);
         expect(worstSum).toBeLessThan(1e-6);
+        expect(underNorm).toBe(0);
+        expect(worstNorm).toBeLessThan(1e-5);
       }),
       { numRuns: 100 },
     );
@@ -279,6 +291,50 @@ describe('exact greedy picks from the 8-bit screen of the head', () => {
     const stats = { candidates: 0 };
     expect(exactPick(screen, rows, at, states, hiddenAt, true, vocab, stats)).toBe(exact.best);
     expect(stats.candidates).toBeLessThan(vocab / 20);
+  });
+
+  it('bound each row of a run by the one step the product rounds all its rows with: a small hidden state beside large ones', () => {
+    fc.assert(
+      fc.property(case_, fc.array(fc.constantFrom(1e-3, 0.1, 1, 50), { minLength: 2, maxLength: 4 }), (c, sizes) => {
+        const { w, h, bias, hidden, screen, built } = makeCase(c);
+        // Row r: the case's hidden state times sizes[r], reversed in every other row.
+        const states = new Float32Array(sizes.length * hidden);
+        sizes.forEach((size, r) => {
+          for (let k = 0; k < hidden; k++) states[r * hidden + k] = (h[r % 2 ? hidden - 1 - k : k] as number) * size;
+        });
+        const screened = screenedScores(built, states, bias);
+        for (let r = 0; r < sizes.length; r++) {
+          const row = states.subarray(r * hidden, (r + 1) * hidden);
+          const want = exactArgmax(w, row, bias, c.vocab, hidden);
+          const full = Float32Array.from(want.scores);
+          const mine = screened.subarray(r * c.vocab, (r + 1) * c.vocab);
+          expect(worstBoundShare(screen, mine, full, states, r * hidden)).toBeLessThanOrEqual(1);
+          expect(exactPick(screen, screened, r * c.vocab, states, r * hidden, true, c.vocab)).toBe(want.best);
+        }
+      }),
+      { numRuns: 200 },
+    );
+  });
+
+  it('scores few tokens exactly where many scores lie near the best (bell-shaped weights and hidden state)', () => {
+    for (const seed of [3, 11]) {
+      const vocab = 4000;
+      const hidden = 256;
+      let state = seed;
+      const rand = () => {
+        state = (Math.imul(state, 1103515245) + 12345) >>> 0;
+        return state / 2 ** 32 - 0.5;
+      };
+      const bell = () => rand() + rand() + rand() + rand();
+      const w = Float32Array.from({ length: vocab * hidden }, () => bell() * 0.05);
+      const h = Float32Array.from({ length: hidden }, bell);
+      const built = buildHeadScreen(Float32Array.from(w), 'vocab-major', vocab, hidden, null);
+      const stats = { candidates: 0 };
+      const pick = exactPick(built.screen, screenedScores(built, h, null), 0, h, 0, true, vocab, stats);
+      expect(pick).toBe(exactArgmax(w, h, null, vocab, hidden).best);
+      // The 2-norms of both roundings: 4 tokens each; the largest rounding of each alone (Hölder) left 16.
+      expect(stats.candidates).toBeLessThanOrEqual(6);
+    }
   });
 
   it('pick the exact argmax from float32 scores whose rounding put another token first', () => {
