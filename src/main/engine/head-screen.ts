@@ -14,10 +14,10 @@ import { SCREEN_TOP_K, topKIndices } from './sampling';
  * - every approximate score s̃ₙ is within a bound Bₙ of the float32 score sₙ:
  *   s̃ₙ − sₙ = ŵₙ·δh − eₙ·h exactly, where eₙ = wₙ − ŵₙ is the weights'
  *   rounding (known at load: at most half a step each, and its 2-norm) and δh
- *   the hidden state's rounding to uint8 (known per run: the kernel rounds the
- *   run's whole input with one step, which the engine computes as it does), so
- *   |eₙ·h| ≤ min(½stepₙ·‖h‖₁, ‖eₙ‖₂‖h‖₂) and |ŵₙ·δh| ≤ min(‖ŵₙ‖₁‖δh‖∞,
- *   ‖ŵₙ‖₂‖δh‖₂) (Hölder, Cauchy–Schwarz); plus float rounding of either product;
+ *   the hidden state's rounding to 8 bits (at most half a step of the kernel's
+ *   input, every row of the run), so |eₙ·h| ≤ min(½stepₙ·‖h‖₁, ‖eₙ‖₂‖h‖₂)
+ *   (Hölder, Cauchy–Schwarz) and |ŵₙ·δh| ≤ ‖ŵₙ‖₁‖δh‖∞; plus float rounding of
+ *   either product;
  * - any token whose upper bound s̃ₙ + Bₙ is below the best lower bound
  *   max(s̃ₘ − Bₘ) cannot be the argmax; the few left (candidates) are scored
  *   exactly here, in float64, from the head's weights, and the best is taken.
@@ -48,10 +48,14 @@ const TILE = 64;
  */
 const ROUNDING_PER_768 = 1e-4;
 /**
- * Slack, in steps, on each entry of the hidden state's rounding to uint8 as the engine recomputes it: a tie rounded
- * the other way, a step an ulp from the kernel's, a quotient rounded to float32 first (each far under this).
+ * The most the screened product moves an entry of its input by rounding it to 8 bits, per unit of the input's largest
+ * |entry| a: half a step, and a step is at most 2a / 255 (uint8 over the input's range with 0 in it, the ONNX
+ * definition of DynamicQuantizeLinear, which onnxruntime's x86 kernel applies to its whole input) or a / 127 (int8
+ * symmetric); a kernel that rounds each row by its own range (onnxruntime's KleidiAI path on Arm CPUs with SME)
+ * takes smaller steps. 1 / 254, plus a thousandth for the step's float32 rounding. An entry a rounded zero point
+ * pushes past either end is clipped back to within half a step of it.
  */
-const STEP_SLACK = 0.01;
+const HIDDEN_HALF_STEP = (1 / 254) * 1.001;
 /** Norms kept per token are rounded up by this much (storing one as a float32 moves it by 2⁻²⁴ of itself at most). */
 const NORM_ROUND_UP = 1 + 2 ** -20;
 
@@ -175,20 +179,14 @@ export interface HeadScreen {
   halfStep: Float32Array;
   /** Per token: Σ|ŵ| of its 8-bit weights as they multiply (the hidden state's largest rounding scales it). */
   absSum: Float32Array;
-  /** Per token: ‖ŵ‖₂ of its 8-bit weights as they multiply (the 2-norm of the hidden state's rounding scales it). */
-  quantNorm: Float32Array;
   /** Per token: ‖w − ŵ‖₂, the 2-norm of its weights' rounding (‖h‖₂ scales it). */
   errNorm: Float32Array;
   /** Per token: the largest |w| or |ŵ| of its row (float rounding of either product scales it). */
   absMax: Float32Array;
-  /**
-   * The largest absMax, halfStep, absSum, quantNorm, errNorm and |bias| (0 without one): the widest bound any token
-   * can have.
-   */
+  /** The largest absMax, halfStep, absSum, errNorm and |bias| (0 without one): the widest bound any token can have. */
   widest: number;
   maxHalfStep: number;
   maxAbsSum: number;
-  maxQuantNorm: number;
   maxErrNorm: number;
   biasMax: number;
 }
@@ -260,7 +258,6 @@ export function buildHeadScreen(
   const halfStep = new Float32Array(vocab);
   const absSum = new Float32Array(vocab);
   const absMax = new Float32Array(vocab);
-  const quantNorm = new Float32Array(vocab);
   const errNorm = new Float32Array(vocab);
   // A tile of tokens' int8 weights, [TILE, hidden], then written to `packed` a hidden index at a time.
   const tile = new Int8Array(TILE * hidden);
@@ -283,7 +280,6 @@ export function buildHeadScreen(
       const inverse = scale > 0 ? 1 / scale : 0;
       const at = (n - n0) * hidden;
       let q1 = 0;
-      let q2 = 0;
       let e2 = 0;
       for (let i = from; i < to; i++) {
         const w = rows[i] as number;
@@ -293,13 +289,11 @@ export function buildHeadScreen(
         else if (q < -SCREEN_Q_MAX) q = -SCREEN_Q_MAX;
         tile[at + i - from] = q;
         q1 += q >= 0 ? q : -q;
-        q2 += q * q;
         const e = w - q * scale;
         e2 += e * e;
       }
       halfStep[n] = scale / 2;
       absSum[n] = q1 * scale;
-      quantNorm[n] = Math.sqrt(q2) * scale * NORM_ROUND_UP;
       errNorm[n] = Math.sqrt(e2) * NORM_ROUND_UP;
       // A dequantized weight is at most half a step from its weight, so no larger than this.
       absMax[n] = max + scale / 2;
@@ -325,13 +319,11 @@ export function buildHeadScreen(
       bias,
       halfStep,
       absSum,
-      quantNorm,
       errNorm,
       absMax,
       widest: largest(absMax),
       maxHalfStep: largest(halfStep),
       maxAbsSum: largest(absSum),
-      maxQuantNorm: largest(quantNorm),
       maxErrNorm: largest(errNorm),
       biasMax,
     },
@@ -369,23 +361,22 @@ export interface ScoreAdjust {
 }
 
 /**
- * What the bounds need of a hidden state: ‖h‖₁ and ‖h‖₂; bounds on its rounding to uint8 by the screened product,
- * ‖δh‖∞ and ‖δh‖₂ (0 for full scores); ‖h‖₁ times the float rounding per unit weight; and the widening a change of
- * the scores asks (ScoreAdjust).
+ * What the bounds need of a hidden state: ‖h‖₁ and ‖h‖₂; the most the screened product moved any entry of it by
+ * rounding it to 8 bits (0 for full scores); ‖h‖₁ times the float rounding per unit weight; and the widening a change
+ * of the scores asks (ScoreAdjust).
  */
 interface Norms {
   l1: number;
   l2: number;
   roundMax: number;
-  roundNorm: number;
   rounding: number;
   slack: number;
   scale: number;
 }
 
 /**
- * Which hidden states the screened product rounded together with one step ('tensor': all of `hiddenState`, the run's
- * whole head input; 'row': the row alone, a guess at a later run's), or 'none' for full scores.
+ * Which hidden states the screened product rounded together ('tensor': all of `hiddenState`, the run's whole head
+ * input; 'row': the row alone, a guess at a later run's), or 'none' for full scores.
  */
 type Rounded = 'tensor' | 'row' | 'none';
 
@@ -404,71 +395,38 @@ function normsOf(
     l1 += Math.abs(x);
     squares += x * x;
   }
-  const round =
+  const largest =
     rounded === 'none'
-      ? NO_ROUNDING
-      : hiddenRounding(
+      ? 0
+      : largestMagnitude(
           hiddenState,
           rounded === 'tensor' ? 0 : at,
           rounded === 'tensor' ? hiddenState.length : at + hidden,
-          at,
-          hidden,
         );
   return {
     l1,
     l2: Math.sqrt(squares),
-    roundMax: round.max,
-    roundNorm: round.norm,
+    roundMax: largest * HIDDEN_HALF_STEP,
     rounding: ROUNDING_PER_768 * Math.max(1, hidden / 768) * l1,
     slack: adjust?.adjustSlack ?? 0,
     scale: adjust?.boundScale ?? 1,
   };
 }
 
-const NO_ROUNDING = { max: 0, norm: 0 };
-
 /**
- * Bounds on how far the screened product moved each entry of the hidden state at `at` (`hidden` entries) by
- * rounding it to uint8: ‖δh‖∞ and ‖δh‖₂. The kernel (DynamicQuantizeMatMul) rounds its whole input, every row of the
- * run, with one step: (max(hi, 0) − min(lo, 0)) / 255 over entries [from, to), and a zero point z, −min(lo, 0) / step
- * rounded; an entry x becomes round(x / step) · step unless z's rounding pushes it past 0 or 255, where it is
- * clipped back, to within half a step of x (x / step + z lies in [0, 255] before z is rounded). So each entry's
- * rounding is known here up to ties and the last bit of the step (STEP_SLACK covers both), and entries within a
- * step of either end are taken as half a step off. A row beside a larger one is rounded in the larger one's steps:
- * a bound from its own entries alone would not hold (measured: a row of entries up to 0.01 beside one up to 50
- * scored 0 for 0.0045).
- * Infinite where an entry is not a number (nothing is ruled out then).
+ * The largest |x| of entries [from, to) of `h` (NaN when one is not a number: nothing is ruled out then). The
+ * screened product rounds its whole input, every row of the run (every position of a lookup check), in steps of its
+ * range: a row beside a larger one is rounded in the larger one's steps, so a bound from the row's own entries would
+ * not hold (measured with onnxruntime's kernel: a row of entries up to 0.01 scored 0.0045 alone and 0 beside a row up
+ * to 50).
  */
-function hiddenRounding(
-  h: Float32Array,
-  from: number,
-  to: number,
-  at: number,
-  hidden: number,
-): { max: number; norm: number } {
-  let lo = 0;
-  let hi = 0;
-  let nan = false;
-  for (let i = from; i < to; i++) {
-    const x = h[i] as number;
-    if (x < lo) lo = x;
-    else if (x > hi) hi = x;
-    else if (Number.isNaN(x)) nan = true;
-  }
-  if (nan) return { max: Number.POSITIVE_INFINITY, norm: Number.POSITIVE_INFINITY };
-  const step = hi === lo ? 1 : Math.fround(Math.fround(hi - lo) / 255);
-  const zero = -lo / step;
+function largestMagnitude(h: Float32Array, from: number, to: number): number {
   let most = 0;
-  let squares = 0;
-  for (let k = 0; k < hidden; k++) {
-    const r = (h[at + k] as number) / step;
-    const nearest = Math.round(r);
-    const q = nearest + zero;
-    const d = (q < 1 || q > 254 ? 0.5 : Math.abs(r - nearest)) + STEP_SLACK;
-    if (d > most) most = d;
-    squares += d * d;
+  for (let i = from; i < to; i++) {
+    const a = Math.abs(h[i] as number);
+    if (!(a <= most)) most = a;
   }
-  return { max: most * step, norm: Math.sqrt(squares) * step };
+  return most;
 }
 
 /** Token n's exact score: the head's bias plus Σₖ h[k]·w[n][k] in float64, changed as `adjust` changes scores. */
@@ -486,11 +444,10 @@ function exactScore(
 
 /**
  * How far token n's `score` (screened, or float32) can be from its exact value: when screened, the weights'
- * rounding to 7 bits, |eₙ·h| ≤ min(½stepₙ·‖h‖₁, ‖eₙ‖₂‖h‖₂), and the hidden state's to uint8, |ŵₙ·δh| ≤
- * min(‖ŵₙ‖₁‖δh‖∞, ‖ŵₙ‖₂‖δh‖₂) (hiddenRounding); float rounding of the product and of the bias's addition either way.
- * The 2-norms are the tighter on a spread-out hidden state (on the bench's models the bound is 0.45× the 1- and
- * ∞-norm one alone, and a greedy pick scores about 11 tokens exactly where it scored 79), the others where a few entries
- * stand out.
+ * rounding to 7 bits, |eₙ·h| ≤ min(½stepₙ·‖h‖₁, ‖eₙ‖₂‖h‖₂), and the hidden state's to 8 bits, |ŵₙ·δh| ≤
+ * ‖ŵₙ‖₁·max|δh| (HIDDEN_HALF_STEP); float rounding of the product and of the bias's addition either way. The 2-norm
+ * form is the tighter on a spread-out hidden state, the other where a few entries stand out (the bench's models: a
+ * greedy pick scores about 18 tokens exactly where it scored 79 with the 1-norm form and max|δh| taken twice over).
  */
 function boundOf(screen: HeadScreen, n: number, norms: Norms, screened: boolean, score: number): number {
   const rounding = norms.rounding * (screen.absMax[n] as number);
@@ -502,11 +459,7 @@ function boundOf(screen: HeadScreen, n: number, norms: Norms, screened: boolean,
 /** The part of token n's bound that the screen's two roundings add (NaN where its weights are not numbers). */
 function screenedPart(screen: HeadScreen, n: number, norms: Norms): number {
   const weights = Math.min((screen.halfStep[n] as number) * norms.l1, (screen.errNorm[n] as number) * norms.l2);
-  const state = Math.min(
-    norms.roundMax * (screen.absSum[n] as number),
-    (screen.quantNorm[n] as number) * norms.roundNorm,
-  );
-  return weights + state;
+  return weights + norms.roundMax * (screen.absSum[n] as number);
 }
 
 /**
@@ -530,7 +483,7 @@ export function screenProductBytes(vocab: number, hidden: number): number {
 export function screenBytes(screen: HeadScreen): number {
   const { vocab, hidden } = screen;
   const packed = screenProductBytes(vocab, hidden);
-  const perToken = 4 * vocab * (screen.bias ? 6 : 5);
+  const perToken = 4 * vocab * (screen.bias ? 5 : 4);
   return packed + perToken + screen.rows.bytes;
 }
 
@@ -538,8 +491,7 @@ export function screenBytes(screen: HeadScreen): number {
 function widestBound(screen: HeadScreen, norms: Norms, screened: boolean, maxAbsScore: number): number {
   const rounding = norms.rounding * screen.widest;
   const quantized = screened
-    ? Math.min(screen.maxHalfStep * norms.l1, screen.maxErrNorm * norms.l2) +
-      Math.min(norms.roundMax * screen.maxAbsSum, screen.maxQuantNorm * norms.roundNorm)
+    ? Math.min(screen.maxHalfStep * norms.l1, screen.maxErrNorm * norms.l2) + norms.roundMax * screen.maxAbsSum
     : 0;
   return (quantized + rounding + 1e-6 * (screen.biasMax + maxAbsScore) + norms.slack) * norms.scale;
 }
