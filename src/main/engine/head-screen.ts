@@ -424,7 +424,8 @@ function largestMagnitude(h: Float32Array, from: number, to: number): number {
   let most = 0;
   for (let i = from; i < to; i++) {
     const a = Math.abs(h[i] as number);
-    if (!(a <= most)) most = a;
+    if (a > most) most = a;
+    else if (!(a <= most)) return Number.NaN;
   }
   return most;
 }

@@ -310,6 +310,22 @@ describe('exact greedy picks from the 8-bit screen of the head', () => {
     );
   });
 
+  it('rules nothing out when any hidden state the product rounded with this one is not a number', () => {
+    const c = { vocab: 300, hidden: 24, seed: 5, spread: 1, withBias: false, twin: undefined, transposed: false };
+    const { w, h, hidden, screen } = makeCase(c);
+    const want = exactArgmax(w, h, null, c.vocab, hidden);
+    // The other row: a NaN first, numbers after it. The kernel's step is then not a number, and its scores are
+    // whatever it made of that: here the exact ones turned upside down.
+    const states = new Float32Array(2 * hidden);
+    states.set(h);
+    states.fill(1, hidden);
+    states[hidden] = Number.NaN;
+    const garbage = Float32Array.from(want.scores, (v) => -v);
+    const stats = { candidates: 0 };
+    expect(exactPick(screen, garbage, 0, states, 0, true, c.vocab, stats)).toBe(want.best);
+    expect(stats.candidates).toBe(c.vocab);
+  });
+
   it('scores few tokens exactly where many scores lie near the best (bell-shaped weights and hidden state)', () => {
     for (const seed of [3, 11]) {
       const vocab = 4000;
