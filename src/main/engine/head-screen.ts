@@ -270,8 +270,9 @@ export function buildHeadScreen(
       for (let i = from; i < to; i++) {
         const w = rows[i] as number;
         const a = w >= 0 ? w : -w;
-        // NaN (damaged weights) stays NaN here, and makes the row's bounds NaN: such a row is never ruled out.
-        if (!(a <= max)) max = a;
+        // NaN (damaged weights) stays NaN here, and makes the row's scale, screened score and bounds NaN: no pick
+        // takes such a token, screened or not (its float32 score is NaN too).
+        if (a > max || Number.isNaN(a)) max = a;
       }
       const scale = Math.fround(max / SCREEN_Q_MAX);
       scales[n] = scale;
@@ -306,11 +307,11 @@ export function buildHeadScreen(
   const source = layout === 'vocab-major' && fileRows ? fileRows : new MemoryRows(rows, hidden);
   const largest = (values: Float32Array) => {
     let most = 0;
-    for (const v of values) if (!(v <= most)) most = v;
+    for (const v of values) if (v > most || Number.isNaN(v)) most = v;
     return most;
   };
   let biasMax = 0;
-  if (bias) for (const b of bias) if (!(Math.abs(b) <= biasMax)) biasMax = Math.abs(b);
+  if (bias) for (const b of bias) if (Math.abs(b) > biasMax || Number.isNaN(b)) biasMax = Math.abs(b);
   return {
     screen: {
       vocab,
@@ -1194,8 +1195,10 @@ export function worstBoundShare(
     const bound =
       boundOf(screen, n, norms, true, screenedScores[n] as number) +
       boundOf(screen, n, norms, false, fullScores[n] as number);
-    const share = Math.abs((screenedScores[n] as number) - (fullScores[n] as number)) / bound;
-    if (!(share <= worst)) worst = share;
+    // A row of zeros (a padded vocabulary's) scores 0 either way within a bound of 0.
+    const off = Math.abs((screenedScores[n] as number) - (fullScores[n] as number));
+    const share = off === 0 ? 0 : off / bound;
+    if (share > worst || Number.isNaN(share)) worst = share;
   }
   return worst;
 }

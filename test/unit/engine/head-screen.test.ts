@@ -326,6 +326,30 @@ describe('exact greedy picks from the 8-bit screen of the head', () => {
     expect(stats.candidates).toBe(c.vocab);
   });
 
+  it("never takes a token whose weights are damaged, screened or not, and the engine's check of a screen says so", () => {
+    const c = { vocab: 60, hidden: 16, seed: 9, spread: 1, withBias: false, twin: undefined, transposed: false };
+    const { w, h, hidden } = makeCase(c);
+    // Token 7: a NaN first, then large weights along h: without its NaN it would score far above every other token.
+    for (let k = 0; k < hidden; k++) w[7 * hidden + k] = 10 * Math.sign(h[k] as number);
+    w[7 * hidden] = Number.NaN;
+    // Token 3: a row of zeros, as a padded vocabulary has.
+    w.fill(0, 3 * hidden, 4 * hidden);
+    const built = buildHeadScreen(Float32Array.from(w), 'vocab-major', c.vocab, hidden, null);
+    const want = exactArgmax(w, h, null, c.vocab, hidden);
+    expect(want.best).not.toBe(7);
+    const screened = screenedScores(built, h, null);
+    const full = Float32Array.from(want.scores);
+    expect(exactPick(built.screen, screened, 0, h, 0, true, c.vocab)).toBe(want.best);
+    expect(exactPick(built.screen, full, 0, h, 0, false, c.vocab)).toBe(want.best);
+    // The check at load: not a number, so the engine scores such a head in full, wherever the damaged token is.
+    expect(worstBoundShare(built.screen, screened, full, h)).toBeNaN();
+    // The row of zeros alone is no reason: 0 off within a bound of 0.
+    for (let k = 0; k < hidden; k++) w[7 * hidden + k] = 0.5;
+    const sound = buildHeadScreen(Float32Array.from(w), 'vocab-major', c.vocab, hidden, null);
+    const exact = Float32Array.from(exactArgmax(w, h, null, c.vocab, hidden).scores);
+    expect(worstBoundShare(sound.screen, screenedScores(sound, h, null), exact, h)).toBeLessThanOrEqual(1);
+  });
+
   it('scores few tokens exactly where many scores lie near the best (bell-shaped weights and hidden state)', () => {
     for (const seed of [3, 11]) {
       const vocab = 4000;
