@@ -12,7 +12,16 @@ import * as ort from 'onnxruntime-node';
 import { describe, expect, it } from 'vitest';
 import type { GenerationHooks, GenerationJob } from '../../src/main/engine/decoder';
 import { LoadedDecoder, scoringLast } from '../../src/main/engine/decoder';
-import { buildHeadScreen, exactPick, exactTopK, TopKScratch, worstBoundShare } from '../../src/main/engine/head-screen';
+import {
+  buildHeadScreen,
+  exactDraw,
+  exactPick,
+  exactTopK,
+  exactTopP,
+  NucleusScratch,
+  TopKScratch,
+  worstBoundShare,
+} from '../../src/main/engine/head-screen';
 import { tokenTable } from '../../src/main/engine/json-constraint';
 import { lastPositionGraph } from '../../src/main/engine/last-position';
 import type { EngineSessionOptions } from '../../src/main/engine/protocol';
@@ -591,6 +600,59 @@ describe("the LM head's 8-bit screen", () => {
       const alone = await session.run({ h: new ort.Tensor('float32', states.slice(0, hidden), [1, hidden]) });
       const own = alone.y?.data as Float32Array;
       expect([...own].filter((v) => v !== 0).length).toBeGreaterThan(vocab / 2);
+    } finally {
+      await session.release();
+    }
+  });
+
+  it("a row beside one that overflowed chooses as from full scores, though onnxruntime's product of the run is all NaN", async () => {
+    const vocab = 300;
+    const hidden = 64;
+    const w = Float32Array.from({ length: vocab * hidden }, (_, i) => Math.sin(i * 0.37) * 0.2);
+    const built = buildHeadScreen(w, 'vocab-major', vocab, hidden, null);
+    const session = await productSession(built);
+    try {
+      for (const [at, bad] of [
+        [3, Number.POSITIVE_INFINITY],
+        [40, Number.NEGATIVE_INFINITY],
+        [hidden - 1, Number.NaN],
+      ] as const) {
+        const states = new Float32Array(2 * hidden);
+        for (let k = 0; k < hidden; k++) {
+          states[k] = Math.sin(k * 1.3);
+          states[hidden + k] = Math.cos(k);
+        }
+        states[hidden + at] = bad;
+        const out = await session.run({ h: new ort.Tensor('float32', states, [2, hidden]) });
+        const screened = out.y?.data as Float32Array;
+        // The premise: one step for the whole input, not a number, and every score of the sound row with it.
+        expect(screened.subarray(0, vocab).every((v) => Number.isNaN(v))).toBe(true);
+        const full = new Float32Array(vocab);
+        for (let n = 0; n < vocab; n++) {
+          let sum = 0;
+          for (let k = 0; k < hidden; k++) sum += (states[k] as number) * (w[n * hidden + k] as number);
+          full[n] = sum;
+        }
+        const s = built.screen;
+        expect(exactPick(s, screened, 0, states, 0, true)).toBe(exactPick(s, full, 0, states, 0, false));
+        expect(exactDraw(s, screened, 0, states, 0, true, 0.8, 7)).toBe(
+          exactDraw(s, full, 0, states, 0, false, 0.8, 7),
+        );
+        const a = new TopKScratch();
+        const b = new TopKScratch();
+        const m = exactTopK(s, screened, 0, states, 0, true, 5, a);
+        expect(m).toBe(5);
+        expect(exactTopK(s, full, 0, states, 0, false, 5, b)).toBe(5);
+        expect([...a.ids]).toEqual([...b.ids]);
+        const p = new NucleusScratch();
+        const q = new NucleusScratch();
+        const np = exactTopP(s, screened, 0, states, 0, true, 1, 0.9, p);
+        expect(np).toBeGreaterThan(0);
+        expect(np).toBe(exactTopP(s, full, 0, states, 0, false, 1, 0.9, q));
+        expect([...p.ids.subarray(0, np)]).toEqual([...q.ids.subarray(0, np)]);
+        // The row that overflowed: nothing to choose (the engine fails its request alone).
+        expect(exactPick(s, screened, vocab, states, hidden, true)).toBe(-1);
+      }
     } finally {
       await session.release();
     }

@@ -431,6 +431,44 @@ function largestMagnitude(h: Float32Array, from: number, to: number): number {
   return most;
 }
 
+/** What a choice reads: its scores, from where, whether they are screened, and the norms of its hidden state. */
+interface ScoreSource {
+  scores: Float32Array;
+  at: number;
+  screened: boolean;
+  norms: Norms;
+}
+
+/** Every token's exact score rounded to float32, for a row whose screened scores say nothing (scoresFor). */
+let rescored = new Float32Array(0);
+
+/**
+ * The scores a choice of one position reads and its hidden state's norms: `scores` from `at` as given, or null when
+ * its hidden state is not a number. Except where a screened run's input holds an entry that is NaN or ±∞ (another
+ * row's overflow, or another position's): onnxruntime's 8-bit product rounds its whole input with one step, which is
+ * then not a number, and every row's screened scores come back NaN (measured with its x86 kernel: ±∞ anywhere in the
+ * other row, or NaN in its last entry) — while this row's own hidden state is sound. Such a row is scored in full
+ * here, exactly (a dot product per token: a step's worth of work, for a run that is broken anyway), and chooses from
+ * those scores as from full ones, so the request that overflowed fails alone.
+ */
+function scoresFor(
+  screen: HeadScreen,
+  scores: Float32Array,
+  at: number,
+  hiddenState: Float32Array,
+  hiddenAt: number,
+  screened: boolean,
+  vocab: number,
+  adjust: ScoreAdjust | undefined,
+): ScoreSource | null {
+  const norms = normsOf(screen, hiddenState, hiddenAt, screened ? 'tensor' : 'none', adjust);
+  if (!Number.isFinite(norms.l1)) return null;
+  if (!screened || Number.isFinite(norms.roundMax)) return { scores, at, screened, norms };
+  if (rescored.length < vocab) rescored = new Float32Array(vocab);
+  for (let n = 0; n < vocab; n++) rescored[n] = exactScore(screen, n, hiddenState, hiddenAt, adjust);
+  return { scores: rescored, at: 0, screened: false, norms: normsOf(screen, hiddenState, hiddenAt, 'none', adjust) };
+}
+
 /** Token n's exact score: the head's bias plus Σₖ h[k]·w[n][k] in float64, changed as `adjust` changes scores. */
 function exactScore(
   screen: HeadScreen,
@@ -502,9 +540,10 @@ function widestBound(screen: HeadScreen, norms: Norms, screened: boolean, maxAbs
 const passResult = { top: -1, max: 0, min: 0, kept: 0 };
 
 /**
- * The best score (scores that are not numbers never are) and the smallest, for the largest magnitude: two
- * comparisons that are rarely true, where |s| per score branched on its sign (half of them mispredicted: 4× the
- * time). With `keep`, a third that is rarely true either: a score within `width` of the best so far is kept
+ * The best score (scores that are not numbers never are) and the smallest above −∞, for the largest magnitude a
+ * bound's float rounding covers (a token a constraint refused scores −∞, and exactly so: no bound need reach it, and
+ * one that did would cover every other token too): two comparisons that are rarely true, where |s| per score branched
+ * on its sign (half of them mispredicted: 4× the time). With `keep`, a third that is rarely true either: a score within `width` of the best so far is kept
  * (`kept` counts them all, past the array's end too).
  */
 function firstPass(
@@ -524,7 +563,7 @@ function firstPass(
       max = s;
       top = n;
     }
-    if (s < min) min = s;
+    if (s < min && s !== Number.NEGATIVE_INFINITY) min = s;
     if (keep !== null && s >= max - width) {
       if (kept < keep.length) keep[kept] = n;
       kept++;
@@ -560,8 +599,10 @@ export function exactPick(
   adjust?: ScoreAdjust,
 ): number {
   const vocab = Math.min(limit, screen.vocab);
-  const norms = normsOf(screen, hiddenState, hiddenAt, screened ? 'tensor' : 'none', adjust);
-  if (!Number.isFinite(norms.l1)) return -1;
+  const source = scoresFor(screen, scores, at, hiddenState, hiddenAt, screened, vocab, adjust);
+  if (source === null) return -1;
+  ({ scores, at, screened } = source);
+  const norms = source.norms;
   // With a scratch that knows the last window, the first pass also keeps the tokens near the best.
   const width = scratch?.width ?? Number.POSITIVE_INFINITY;
   const keeping = scratch?.keeping() ?? null;
@@ -624,8 +665,10 @@ export function exactDraw(
   adjust?: ScoreAdjust,
 ): number {
   const vocab = Math.min(limit, screen.vocab);
-  const norms = normsOf(screen, hiddenState, hiddenAt, screened ? 'tensor' : 'none', adjust);
-  if (!Number.isFinite(norms.l1)) return -1;
+  const source = scoresFor(screen, scores, at, hiddenState, hiddenAt, screened, vocab, adjust);
+  if (source === null) return -1;
+  ({ scores, at, screened } = source);
+  const norms = source.norms;
   const width = scratch?.width ?? Number.POSITIVE_INFINITY;
   const keeping = scratch?.keeping() ?? null;
   // The first pass: the largest lower bound and its token, the scores' range, and the tokens near the best. The
@@ -650,7 +693,7 @@ export function exactDraw(
       top = n;
     }
     if (s > max) max = s;
-    if (s < min) min = s;
+    if (s < min && s !== Number.NEGATIVE_INFINITY) min = s;
     if (keeping !== null && s + T * (high[bin] as number) >= lowest - width) {
       if (kept < keeping.length) keeping[kept] = n;
       kept++;
@@ -817,8 +860,10 @@ export function exactTopK(
 ): number {
   const vocab = Math.min(limit, screen.vocab);
   const want = Math.min(k, vocab, SCREEN_TOP_K);
-  const norms = normsOf(screen, hiddenState, hiddenAt, screened ? 'tensor' : 'none', adjust);
-  if (!Number.isFinite(norms.l1)) return -1;
+  const source = scoresFor(screen, scores, at, hiddenState, hiddenAt, screened, vocab, adjust);
+  if (source === null) return -1;
+  ({ scores, at, screened } = source);
+  const norms = source.norms;
   out.begin(vocab);
   const exactOf = (n: number) => exactScore(screen, n, hiddenState, hiddenAt, adjust);
   const width = out.width;
@@ -883,8 +928,10 @@ export function exactMinP(
   adjust?: ScoreAdjust,
 ): number {
   const vocab = Math.min(limit, screen.vocab);
-  const norms = normsOf(screen, hiddenState, hiddenAt, screened ? 'tensor' : 'none', adjust);
-  if (!Number.isFinite(norms.l1)) return -1;
+  const source = scoresFor(screen, scores, at, hiddenState, hiddenAt, screened, vocab, adjust);
+  if (source === null) return -1;
+  ({ scores, at, screened } = source);
+  const norms = source.norms;
   out.begin(vocab);
   const exactOf = (n: number) => exactScore(screen, n, hiddenState, hiddenAt, adjust);
   const { top, max, min } = firstPass(scores, at, vocab, null, Number.POSITIVE_INFINITY);
@@ -1055,15 +1102,16 @@ function nucleusOf(
   const topExact = exactOf(top);
   out.push(top, topExact);
   // The first bin whose cut is under the top token's exact score (strictly: the token of the largest exact score,
-  // whose score is within `widest` of it, is then in an earlier bin). An exact score that is not a number (damaged
-  // weights) leaves every token to score.
-  const lowest = Number.isFinite(topExact) ? Math.max(0, Math.floor((max + widest - topExact) / w) + 1) : NUCLEUS_BINS;
+  // whose score is within `widest` of it, is then in an earlier bin). An exact score or a bound that is not a number
+  // (damaged weights) leaves every token to score (a NaN bin would never reach the last one).
+  const first = Math.floor((max + widest - topExact) / w) + 1;
+  const lowest = first < 0 ? 0 : first >= 0 ? first : NUCLEUS_BINS;
   let target = Math.min(Math.max(NUCLEUS_FIRST, out.lastScored), NUCLEUS_FIRST_MOST);
   let b = lowest;
   for (;;) {
     // The last bin is a cut too (its tokens' least weight counted as 0); past it, every token is scored.
     while (b < last && (before[b] as number) < target) b++;
-    const all = b >= NUCLEUS_BINS;
+    const all = !(b < NUCLEUS_BINS);
     const scoring = all ? vocab : (before[b] as number);
     if (scoring > most) {
       out.lastScored = scoring;
@@ -1129,8 +1177,10 @@ export function exactTopP(
   adjust?: ScoreAdjust,
 ): number {
   const vocab = Math.min(limit, screen.vocab);
-  const norms = normsOf(screen, hiddenState, hiddenAt, screened ? 'tensor' : 'none', adjust);
-  if (!Number.isFinite(norms.l1)) return -1;
+  const source = scoresFor(screen, scores, at, hiddenState, hiddenAt, screened, vocab, adjust);
+  if (source === null) return -1;
+  ({ scores, at, screened } = source);
+  const norms = source.norms;
   const { top, max, min } = firstPass(scores, at, vocab, null, Number.POSITIVE_INFINITY);
   if (top < 0) {
     if (stats) stats.candidates = 0;

@@ -310,20 +310,43 @@ describe('exact greedy picks from the 8-bit screen of the head', () => {
     );
   });
 
-  it('rules nothing out when any hidden state the product rounded with this one is not a number', () => {
+  it('choose from exact scores of every token when a hidden state the product rounded with this one is not a finite number', () => {
     const c = { vocab: 300, hidden: 24, seed: 5, spread: 1, withBias: false, twin: undefined, transposed: false };
     const { w, h, hidden, screen } = makeCase(c);
     const want = exactArgmax(w, h, null, c.vocab, hidden);
-    // The other row: a NaN first, numbers after it. The kernel's step is then not a number, and its scores are
-    // whatever it made of that: here the exact ones turned upside down.
+    const full = Float32Array.from(want.scores);
+    // The other row of the run: a NaN first, or ±∞ somewhere. The kernel's step is then not a number, and every
+    // row's scores with it (test/integration/head-screen.test.ts runs the real kernel): here NaN, or the exact ones
+    // turned upside down, which the choices must not read.
+    for (const [at, bad] of [
+      [0, Number.NaN],
+      [5, Number.POSITIVE_INFINITY],
+      [hidden - 1, Number.NEGATIVE_INFINITY],
+    ] as const) {
+      const states = new Float32Array(2 * hidden);
+      states.set(h);
+      states.fill(1, hidden);
+      states[hidden + at] = bad;
+      for (const kernel of [new Float32Array(c.vocab).fill(Number.NaN), Float32Array.from(full, (v) => -v)]) {
+        const stats = { candidates: 0 };
+        expect(exactPick(screen, kernel, 0, states, 0, true, c.vocab, stats)).toBe(want.best);
+        for (const key of [1, 2, 3]) {
+          expect(exactDraw(screen, kernel, 0, states, 0, true, 0.7, key)).toBe(plainGumbelMax(want.scores, 0.7, key));
+        }
+        const top = new TopKScratch();
+        expect(got(top, exactTopK(screen, kernel, 0, states, 0, true, 5, top))).toEqual(exactTop(want.scores, 5));
+        exactMinP(screen, kernel, 0, states, 0, true, 2, 0.05, top);
+        expect([...top.scoredTokens().ids]).toEqual(minPKept(want.scores, 2, 0.05));
+        const nucleus = new NucleusScratch();
+        const m = exactTopP(screen, kernel, 0, states, 0, true, 2, 0.9, nucleus);
+        expect(nucleusIn(nucleus, m).ids).toEqual(nucleusOver(full, 2, 0.9));
+      }
+    }
+    // The row's own hidden state not a number: nothing to choose from (the engine fails that request).
     const states = new Float32Array(2 * hidden);
-    states.set(h);
-    states.fill(1, hidden);
-    states[hidden] = Number.NaN;
-    const garbage = Float32Array.from(want.scores, (v) => -v);
-    const stats = { candidates: 0 };
-    expect(exactPick(screen, garbage, 0, states, 0, true, c.vocab, stats)).toBe(want.best);
-    expect(stats.candidates).toBe(c.vocab);
+    states.set(h, hidden);
+    states[3] = Number.POSITIVE_INFINITY;
+    expect(exactPick(screen, full, 0, states, 0, true, c.vocab)).toBe(-1);
   });
 
   it("never takes a token whose weights are damaged, screened or not, and the engine's check of a screen says so", () => {
@@ -809,6 +832,22 @@ describe('exact top-p draws from the 8-bit screen of the head', () => {
       nucleusOver(holes, 2, 0.9),
     );
   });
+
+  it("find the nucleus when a token's weights are damaged: its bound is not a number, and every token is scored", () => {
+    const c = { vocab: 64, hidden: 32, seed: 3, spread: 1, withBias: false, twin: undefined, transposed: false };
+    const { w, h, hidden } = makeCase(c);
+    w[9 * hidden] = Number.NaN;
+    const { screen } = buildHeadScreen(Float32Array.from(w), 'vocab-major', c.vocab, hidden, null);
+    const full = Float32Array.from(exactArgmax(w, h, null, c.vocab, hidden).scores);
+    expect(full[9]).toBeNaN();
+    const out = new NucleusScratch();
+    const stats = { candidates: 0 };
+    expect(nucleusIn(out, exactTopP(screen, full, 0, h, 0, false, 2, 0.9, out, c.vocab, stats)).ids).toEqual(
+      nucleusOver(full, 2, 0.9),
+    );
+    // Every token but the damaged one, whose score is no number either (it weighs nothing).
+    expect(stats.candidates).toBe(c.vocab - 1);
+  });
 });
 
 describe('screened picks and draws with penalties and a logit bias', () => {
@@ -906,6 +945,45 @@ describe('screened picks and draws with penalties and a logit bias', () => {
     expect([...out.scores.subarray(3, m)].every((v) => v === Number.NEGATIVE_INFINITY)).toBe(true);
     expect(stats.candidates).toBe(20);
     expect(exactPick(screen, scores, 0, states, hiddenAt, true, vocab, undefined, undefined, refused)).toBe(want[0]);
+  });
+
+  it("pick and draw again over a constraint's masked scores with the bounds of the scores it allows", () => {
+    const { vocab, screen, exact, rows, at, states, hiddenAt } = spreadAtOffset();
+    const scores = rows.subarray(at, at + vocab);
+    const stats = { candidates: 0 };
+    expect(exactPick(screen, scores, 0, states, hiddenAt, true, vocab, stats)).toBe(exact.best);
+    const alone = stats.candidates;
+    // Every other token refused (JSON mode inside a string refuses few; here half): −∞ in the scores read, −∞ exactly.
+    const refused: ScoreAdjust = {
+      boundScale: 1,
+      adjustSlack: 0,
+      adjustExact: (_n, v) => v,
+      banned: (n) => n % 2 !== exact.best % 2,
+    };
+    const masked = Float32Array.from(scores, (v, n) => (refused.banned(n) ? Number.NEGATIVE_INFINITY : v));
+    const allowed = Float64Array.from(exact.scores, (v, n) => (refused.banned(n) ? Number.NEGATIVE_INFINITY : v));
+    expect(exactPick(screen, masked, 0, states, hiddenAt, true, vocab, stats, undefined, refused)).toBe(exact.best);
+    expect(stats.candidates).toBe(alone);
+    const other: ScoreAdjust = { ...refused, banned: (n) => !refused.banned(n) };
+    const rest = Float32Array.from(scores, (v, n) => (other.banned(n) ? Number.NEGATIVE_INFINITY : v));
+    const second = Float64Array.from(exact.scores, (v, n) => (other.banned(n) ? Number.NEGATIVE_INFINITY : v));
+    expect(exactPick(screen, rest, 0, states, hiddenAt, true, vocab, stats, undefined, other)).toBe(
+      exactTop(second, 1).ids[0],
+    );
+    expect(stats.candidates).toBeLessThan(20);
+    for (const key of [4, 5, 6]) {
+      expect(exactDraw(screen, masked, 0, states, hiddenAt, true, 0.7, key, vocab, stats, undefined, refused)).toBe(
+        plainGumbelMax(allowed, 0.7, key),
+      );
+      expect(stats.candidates).toBeLessThan(20);
+    }
+    const out = new TopKScratch();
+    exactMinP(screen, rest, 0, states, hiddenAt, true, 0.7, 0.1, out, vocab, stats, other);
+    // It holds the tokens it scored (the draw weighs them and keeps those min-p keeps): every one min-p keeps.
+    const held = [...out.scoredTokens().ids];
+    const keeps = minPKept(second, 0.7, 0.1);
+    expect(held.filter((n) => keeps.includes(n))).toEqual(keeps);
+    expect(stats.candidates).toBeLessThan(20);
   });
 
   it('change one exact score as they change the whole row', () => {
