@@ -658,6 +658,39 @@ describe("the LM head's 8-bit screen", () => {
     }
   });
 
+  it("a lookup check's later positions draw from the screen after an earlier one leaves it for the next step", async () => {
+    const spec = await loadModelSpec(bigVocab());
+    const { screened, full, dispose } = await both(spec, { lookupDraftTokens: 4 });
+    try {
+      // Hot draws over a flat distribution: a nucleus that takes more than NUCLEUS_SCREEN_MAX tokens to find, or a
+      // min-p draw that scores more than SCREEN_DRAW_MOST, sends the sampler's next draw to full scores, but the
+      // positions after it in the same check were scored by the screen. Given the full decoder's reply as the
+      // prediction, every check's draft is right: the same reply, most of it from drafts.
+      for (const sampling of [
+        { ...GREEDY, greedy: false, temperature: 3, topP: 0.9, seed: 2 },
+        { ...GREEDY, greedy: false, temperature: 6, minP: 0.001, seed: 3 },
+      ]) {
+        const job: GenerationJob = {
+          rows: [prompt(24, 2, spec.vocabSize)],
+          maxNewTokens: 40,
+          sampling,
+          eosTokenIds: [],
+        };
+        const drawn: number[] = [];
+        await full.generate(job, collecting(drawn));
+        const before = { ...screened.screenStats };
+        const again: number[] = [];
+        const checked = await screened.generate({ ...job, prediction: drawn }, collecting(again));
+        expect(again).toEqual(drawn);
+        expect(checked.lookup?.accepted).toBeGreaterThanOrEqual(20);
+        // Some of its draws from the screen (a check's positions, and steps while the sampler does not rest).
+        expect(screened.screenStats.screenedDraws - before.screenedDraws).toBeGreaterThan(3);
+      }
+    } finally {
+      await dispose();
+    }
+  });
+
   it.skipIf(!haveFixtures)(
     'a real export (onnxruntime-genai/tiny-random-gpt2-fp32): the same tokens screened',
     async () => {

@@ -510,8 +510,8 @@ export class ContinuousBatcher {
     } else if (sampler.screenWhole) {
       const key = sampler.noiseKey();
       id = exactDraw(screen, scores, at, hidden, hiddenAt, screened, T, key, vocab, stats, this.drawScratch, adjust);
-    } else if (sampler.screenTopK > 0) {
-      const k = sampler.screenTopK;
+    } else if (sampler.screenableTopK > 0) {
+      const k = sampler.screenableTopK;
       const m = exactTopK(screen, scores, at, hidden, hiddenAt, screened, k, this.topK, vocab, stats, adjust);
       id = m > 0 ? sampler.drawAmong(this.topK.ids, this.topK.scores, m) : -1;
     } else if (sampler.nucleusScreenable) {
@@ -521,7 +521,8 @@ export class ContinuousBatcher {
       sampler.nucleusFits = stats.candidates <= NUCLEUS_SCREEN_MAX;
       id = m > 0 ? sampler.drawNucleus(this.nucleus.ids, this.nucleus.scores, m) : -1;
     } else {
-      const minP = sampler.screenMinP;
+      const minP = sampler.screenableMinP;
+      if (!(minP > 0)) throw new KvdeskError('ENGINE_FAILED', 'a row the head screen cannot draw for was screened');
       const m = exactMinP(screen, scores, at, hidden, hiddenAt, screened, T, minP, this.topK, vocab, stats, adjust);
       const kept = this.topK.scoredTokens();
       id = m > 0 ? sampler.drawAmong(kept.ids, kept.scores, m) : -1;
@@ -549,12 +550,14 @@ export class ContinuousBatcher {
         const screen = this.screen;
         // A top-p draw whose run scored in full draws from the float32 scores (its nucleus needs every token's
         // weight; from the screen it needs those above a cut), and says whether the next one may take the screen.
+        // A screened run's rows all choose from the screen, whatever a draw before them in the run (a lookup check's
+        // earlier position) said of the next: its scores are the screen's.
         const nucleus = sampler.nucleusScreenable;
-        if (screen && logits.hidden && top === undefined && screens(sampler) && !(nucleus && !logits.screened)) {
+        const screened = logits.screened === true;
+        if (screen && logits.hidden && (screened || (top === undefined && screens(sampler) && !nucleus))) {
           // From the screen's scores or from float32 ones, exactly either way (screenedChoice). Penalties and a bias
           // change the scores first (a copy) and each exact score the same way, with bounds widened to match; a
           // token the constraint refuses is picked or drawn again from the scores it masks, as `sample` does.
-          const screened = logits.screened === true;
           const adjust = sampler.adjusts ? sampler : undefined;
           const data = adjust ? sampler.adjustScores(logits.data, offset, vocab) : logits.data;
           const counted = this.screenStats.candidates;

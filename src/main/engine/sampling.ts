@@ -471,24 +471,35 @@ export class Sampler implements ScoreAdjust {
   }
 
   /**
-   * The top-k of a draw that may take its candidates from the head's screen (head-screen.ts's exactTopK), then
-   * {@link drawAmong} them: a sampled draw whose top-k is at most SCREEN_TOP_K. 0 otherwise, and while it rests from
-   * the screen ({@link screenedDraw}).
+   * The top-k of a draw that can take its candidates from the head's screen (head-screen.ts's exactTopK), then
+   * {@link drawAmong} them: a sampled draw whose top-k is at most SCREEN_TOP_K; 0 otherwise. Whether it rests from
+   * the screen or not: a run already screened draws each row from the screen ({@link screenTopK} says whether to
+   * screen the next).
    */
-  get screenTopK(): number {
+  get screenableTopK(): number {
     const k = this.params.topK;
-    return !this.isGreedy && k > 0 && k <= SCREEN_TOP_K && this.screenRest === 0 ? k : 0;
+    return !this.isGreedy && k > 0 && k <= SCREEN_TOP_K ? k : 0;
+  }
+
+  /** {@link screenableTopK}, 0 while it rests from the screen ({@link screenedDraw}). */
+  get screenTopK(): number {
+    return this.screenRest === 0 ? this.screenableTopK : 0;
   }
 
   /**
-   * The min-p of a draw that may take its candidates from the head's screen (head-screen.ts's exactMinP), then
+   * The min-p of a draw that can take its candidates from the head's screen (head-screen.ts's exactMinP), then
    * {@link drawAmong} them in id order: a sampled draw by min-p and temperature alone (no top-k under the vocabulary,
-   * no top-p). 0 otherwise, and while it rests from the screen ({@link screenedDraw}).
+   * no top-p); 0 otherwise. Whether it rests from the screen or not, as {@link screenableTopK}.
    */
-  get screenMinP(): number {
+  get screenableMinP(): number {
     const p = this.params;
     const alone = p.minP > 0 && p.topP >= 1 && !(p.topK > 0 && p.topK < this.vocabSize);
-    return !this.isGreedy && alone && this.screenRest === 0 ? p.minP : 0;
+    return !this.isGreedy && alone ? p.minP : 0;
+  }
+
+  /** {@link screenableMinP}, 0 while it rests from the screen ({@link screenedDraw}). */
+  get screenMinP(): number {
+    return this.screenRest === 0 ? this.screenableMinP : 0;
   }
 
   /**

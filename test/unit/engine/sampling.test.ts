@@ -455,6 +455,8 @@ describe('Sampler draws among an exact top-k (the head screen’s)', () => {
         let n = 0;
         while (!screens()) {
           expect(s.resting).toBe(true);
+          // What it can draw from the screen stays (a run already screened draws each row from it).
+          expect(s.screenableTopK + s.screenableMinP).toBe(p.topK ?? p.minP);
           s.fullDraw();
           n++;
         }
