@@ -810,7 +810,8 @@ export class TopKScratch extends ScoredTokens {
     let least = Number.POSITIVE_INFINITY;
     for (let i = 0; i < this.count; i++) {
       const e = this.exact[i] as number;
-      if (!(e >= least)) least = e;
+      if (e < least) least = e;
+      else if (!(e >= least)) return Number.NaN;
     }
     return least;
   }

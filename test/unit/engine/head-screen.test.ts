@@ -476,6 +476,19 @@ describe('exact top-k from the 8-bit screen of the head', () => {
     expect(stats.candidates).toBeLessThan(vocab / 10);
   });
 
+  it('takes a floor that is not a number when any exact score of the first k is not one (every token a candidate)', () => {
+    const out = new TopKScratch();
+    out.begin(10);
+    out.push(1, 0.5);
+    out.push(2, Number.NaN);
+    out.push(3, 0.1);
+    expect(out.least()).toBeNaN();
+    out.begin(10);
+    out.push(4, 0.5);
+    out.push(5, -2);
+    expect(out.least()).toBe(-2);
+  });
+
   it('keeps the exact order of two tokens whose float32 scores rounding swapped', () => {
     const { h, screen, t, u, full } = roundedNearTie();
     const out = new TopKScratch();
