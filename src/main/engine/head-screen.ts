@@ -542,9 +542,9 @@ const passResult = { top: -1, max: 0, min: 0, kept: 0 };
 /**
  * The best score (scores that are not numbers never are) and the smallest above −∞, for the largest magnitude a
  * bound's float rounding covers (a token a constraint refused scores −∞, and exactly so: no bound need reach it, and
- * one that did would cover every other token too): two comparisons that are rarely true, where |s| per score branched
- * on its sign (half of them mispredicted: 4× the time). With `keep`, a third that is rarely true either: a score within `width` of the best so far is kept
- * (`kept` counts them all, past the array's end too).
+ * one that did would cover every other token too): two comparisons that are rarely true, where |s| per score
+ * branched on its sign (half of them mispredicted: 4× the time). With `keep`, a third that is rarely true either: a
+ * score within `width` of the best so far is kept (`kept` counts them all, past the array's end too).
  */
 function firstPass(
   scores: Float32Array,
