@@ -233,6 +233,30 @@ describe('chunked prefill on the default model (Llama family, RoPE, GQA)', () =>
     expect(runsWhenAEnded).toBe(2);
     expect(e.runs.slice(0, 4)).toEqual(['2×50', '1×50', '1×50', '1×50']);
     expect(second.ids).toEqual(solo.ids);
+    // Its row lost the 10 positions of padding A's longer prompt gave it: it ran within its own 190 + 8 positions.
+    expect(b.peakKvBytes).toBe((190 + 8 - 1) * e.spec.bpt);
+  });
+
+  it('a joint prefill: the rows that stay lose the padding only the stopped rows needed, in the KV so far and in the chunks to run', async () => {
+    // Ordered by prompt length: C (60), A (100), B (100). Three rows × 10 positions per chunk; A and B stop after
+    // the first, whose 10 columns are padding of C's row only: C's prefill starts over at its own first position.
+    const rowsC = [prompt(60, 16)];
+    const solo = generate(e.batcher(30), rowsC, 8);
+    await solo.outcome;
+    e.runs.length = 0;
+
+    const b = e.batcher(30);
+    const first: Gen = generate(b, [prompt(100, 17)], 8, { onPrefill: () => first.stop() });
+    const c = generate(b, rowsC, 8);
+    const second: Gen = generate(b, [prompt(100, 18)], 8, { onPrefill: () => second.stop() });
+    expect(await first.outcome).toMatchObject({ finishReason: 'cancelled', generatedTokens: 0 });
+    expect(await second.outcome).toMatchObject({ finishReason: 'cancelled', generatedTokens: 0 });
+    await c.outcome;
+    expect(c.ids).toEqual(solo.ids);
+    // Alone, it held its own positions only (60 + 8 − 1 at its last step), within its reservation of 60 + 8.
+    expect(b.peakKvBytes).toBe((60 + 8 - 1) * e.spec.bpt);
+    // Its 60 positions in chunks of 10 after the first (not the rest of the padded width's 100), then 7 steps.
+    expect(e.runs).toEqual(['3×10', ...Array(6).fill('1×10'), ...Array(7).fill('1×1')]);
   });
 
   it('a joint prefill: a two-row member in the middle of a group of three leaves it; the rows before and after keep their tokens', async () => {

@@ -651,8 +651,9 @@ export class ContinuousBatcher {
    * its KV, or a group of fresh prompts (`reused` 0), every row left-padded to
    * the group's longest. Runs in chunks of at most `chunkTokens` tokens; between
    * chunks the running batch takes a step, and members asked to stop leave the
-   * group there (their rows dropped from the KV computed so far and from the
-   * chunks still to run), so a cancel waits for one chunk, not the whole group.
+   * group there (their rows, and the padding only they needed, dropped from the
+   * KV computed so far and from the chunks still to run), so a cancel waits for
+   * one chunk, not the whole group.
    */
   private async prefill(members: Member[], reused: number): Promise<void> {
     const spec = this.spec;
@@ -681,7 +682,7 @@ export class ContinuousBatcher {
         past,
       );
     const newRows = group.map((m) => m.job.rows.map((r) => r.slice(reused)));
-    const P = Math.max(...newRows.flat().map((r) => r.length));
+    let P = Math.max(...newRows.flat().map((r) => r.length));
     const padId = spec.padTokenId ?? spec.eosTokenIds[0] ?? 0;
     let ids: number[] = [];
     let mask: number[] = [];
@@ -708,13 +709,12 @@ export class ContinuousBatcher {
       m.length = pastLen + Math.max(...rows.map((r) => r.length));
       m.hooks.onStart(rows.length * (m.length - pastLen), reused);
     });
-    const W = pastLen + P;
+    let W = pastLen + P;
     // Chunks of equal width, so a prompt just over the limit is not followed by a tiny chunk.
     const chunks = Math.ceil(P / Math.max(1, Math.floor(this.chunkTokens / R)));
     const cols = Math.ceil(P / chunks);
     let out: ort.InferenceSession.OnnxValueMapType = {};
     for (let from = 0; from < P; from += cols) {
-      const to = Math.min(P, from + cols);
       if (from > 0) {
         if (this.rows.length > 0) await this.decodeStep();
         const stops = group.map((m) => m.hooks.stopRequested());
@@ -745,8 +745,32 @@ export class ContinuousBatcher {
             firstRow.set(m, next);
             next += m.rows.length;
           }
+          // The columns every staying row pads (only the stopped rows were that long) go too, from the KV so far
+          // and from the columns still to run: else the group stays as wide as the stopped rows, and a row that
+          // then runs alone carries that padding to its end, past its reservation. (Padding sits at the left edge
+          // here: a reused prefix, before which it would not, belongs to a session turn, alone in its group.)
+          const drop = Math.min(...group.flatMap((m) => m.rows.map((r) => r.pad)));
+          if (drop > 0 && pastLen === 0) {
+            // Of those columns, the ones already in the KV; the next chunk starts at the first column left to run.
+            const computed = Math.min(drop, from);
+            if (computed > 0) {
+              const wide = [...past.values()];
+              for (const t of this.kvTensors) {
+                past.set(t.past, trimSeqLeft(t, past.get(t.past) as ort.Tensor, computed));
+              }
+              release(wide);
+            }
+            ids = columns(ids, R, P, drop, P);
+            mask = columns(mask, R, W, drop, W);
+            positions = columns(positions, R, P, drop, P);
+            for (const m of group) for (const r of m.rows) r.pad -= drop;
+            P -= drop;
+            W -= drop;
+            from -= computed;
+          }
         }
       }
+      const to = Math.min(P, from + cols);
       const n = to - from;
       const feeds: Record<string, ort.Tensor> = {};
       feeds[ports.inputIds.name] = idTensor(ports.inputIds, columns(ids, R, P, from, to), [R, n]);
