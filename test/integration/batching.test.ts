@@ -9,7 +9,7 @@ import path from 'node:path';
 import * as ort from 'onnxruntime-node';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ContinuousBatcher } from '../../src/main/engine/batcher';
-import { LoadedDecoder } from '../../src/main/engine/decoder';
+import { type GenerationHooks, type GenerationJob, LoadedDecoder } from '../../src/main/engine/decoder';
 import { RunnerService } from '../../src/main/host/runner-service';
 import { loadModelSpec } from '../../src/main/packages';
 import type { GenerationResult } from '../../src/shared/contract';
@@ -300,6 +300,62 @@ describe('padding in a batch', () => {
     expect(admitted.get(first.requestId)).toBe((600 + longBudget) * bpt);
     expect(stats.peakBatchKvBytes).toBeLessThanOrEqual(peakReserved);
     expect(h.scheduler.snapshot().reservedBytes).toBe(0);
+  });
+
+  it('the room the batch keeps to grow stays within that charge when the widest row is not the one with most to go', async () => {
+    // The decoder itself, so the short one joins at a known step: the long one's 14th token of 20.
+    const spec = await loadModelSpec(defaultModelDir);
+    const decoder = await LoadedDecoder.load(spec, {
+      intraOpNumThreads: 2,
+      executionProviders: ['cpu'],
+      lookupDraftTokens: 0,
+    });
+    try {
+      const long = Array.from({ length: 600 }, (_, i) => 10 + (i % 300));
+      let joined: Promise<number[][]> | undefined;
+      let steps = 0;
+      const hooks: GenerationHooks = {
+        onStart: () => {},
+        onStep: () => {
+          if (++steps === 14) {
+            joined = greedyIds((j, hk) => decoder.generate(j, hk), [[10, 20, 30, 40, 50]], 30);
+          }
+        },
+        stopRequested: () => null,
+        countRun: () => {},
+      };
+      await decoder.generate({ rows: [long], maxNewTokens: 20, sampling: GREEDY, eosTokenIds: [] }, hooks);
+      expect((await joined)?.[0]).toHaveLength(30);
+      expect(decoder.peakBatchRows).toBe(2);
+      // The scheduler charges each row as wide as the widest reservation among them (scheduler.ts repad): the long
+      // one's 600 + 20. The short one's 29 tokens to go once it joined must not size the shared buffers: the long
+      // one leaves 6 steps later, and room for more rounded them up to 2 × 624 positions.
+      expect(decoder.peakBatchKvBytes).toBeLessThanOrEqual(2 * (600 + 20) * spec.bpt);
+    } finally {
+      await decoder.dispose();
+    }
+  });
+
+  it('the room a joint prefill keeps to grow stays within that charge too', async () => {
+    const spec = await loadModelSpec(defaultModelDir);
+    const decoder = await LoadedDecoder.load(spec, {
+      intraOpNumThreads: 2,
+      executionProviders: ['cpu'],
+      lookupDraftTokens: 0,
+    });
+    try {
+      const prompt = (n: number) => Array.from({ length: n }, (_, i) => 10 + ((i * 7) % 300));
+      // Submitted together: one prefill of 2 rows × 100 positions. The widest reservation is the short prompt's
+      // 80 + 30 = 110 positions; the long one ends at its first token.
+      const run = (j: GenerationJob, hk: GenerationHooks) => decoder.generate(j, hk);
+      const [a, b] = await Promise.all([greedyIds(run, [prompt(100)], 1), greedyIds(run, [prompt(80)], 30)]);
+      expect([a[0]?.length, b[0]?.length]).toEqual([1, 30]);
+      // Room for the short one's 30 tokens after the long one's 100 positions rounded the group's buffers up to
+      // 2 × 112; the group as it is ends with the long one's first token.
+      expect(decoder.peakBatchKvBytes).toBeLessThanOrEqual(2 * (80 + 30) * spec.bpt);
+    } finally {
+      await decoder.dispose();
+    }
   });
 });
 

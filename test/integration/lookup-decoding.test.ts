@@ -167,6 +167,27 @@ describe('lookup decoding in the engine', () => {
     expect(mixed.outcome.lookup?.accepted).toBeLessThan(mixed.outcome.lookup?.drafted as number);
   });
 
+  it.each([
+    ['room after its positions', true],
+    ['no room after them', false],
+  ])("keeps no room in the KV past the request's prompt and reply (%s)", async (_, kvGap) => {
+    const plain = await off(() => generate(decoder, prompt, 18));
+    // Its own decoder: the most KV its runs have held counts this generation only.
+    const own = await LoadedDecoder.load(spec, { intraOpNumThreads: 2, executionProviders: ['cpu'], kvGap });
+    try {
+      (own.lookup as { drafter: Drafter }).drafter = knowing(plain.ids);
+      const fast = await generate(own, prompt, 18);
+      expect(fast.ids).toEqual(plain.ids);
+      expect(fast.outcome.lookup?.accepted).toBeGreaterThan(10);
+      // The first check (5 positions after the prompt's 12) outgrows the prefill's buffer with 17 tokens to go;
+      // its buffer, sized as if those 17 came after the check's 5, took 32 positions, past the 12 + 18 reserved.
+      // The KV reaches 12 + 18 − 1: the last token is sampled, never fed.
+      expect(own.peakBatchKvBytes).toBe((prompt.length + 18 - 1) * spec.bpt);
+    } finally {
+      await own.dispose();
+    }
+  });
+
   it('ends at max new tokens and at a stop in the middle of a draft, with the KV of the tokens given', async () => {
     const plain = await off(() => generate(decoder, prompt, 13));
     const fast = await withDrafter(knowing([...plain.ids, 1, 2, 3, 4, 5, 6, 7, 8]), 8, () =>

@@ -788,8 +788,9 @@ export class ContinuousBatcher {
       out = await this.runCounted((group[0] as Member).hooks, feeds);
       // The past tensors are dead now: freed before the next chunk or sampling.
       for (const t of this.kvTensors) delete feeds[t.past];
-      // The group's KV reaches at most its width and its longest reply.
-      past = this.presents(out, past, W + Math.max(...group.map((m) => m.job.maxNewTokens)));
+      // The group's KV as it is reaches at most its width and its shortest reply (its first member to end then
+      // leaves, and a batch it joins is copied anew): room for more is never written, and no reservation covers it.
+      past = this.presents(out, past, W + Math.min(...group.map((m) => m.job.maxNewTokens)));
       release(fed);
       this.checkBytes(past, R, pastLen + to);
       // Only the last chunk's logits are sampled; an earlier chunk's are dropped before the next run.
@@ -962,9 +963,12 @@ export class ContinuousBatcher {
     // Drop the last references to the previous KV at once (the async frame keeps `feeds` alive until the
     // step ends): the engine then holds one copy per token while it samples and sends frames, not two.
     for (const t of this.kvTensors) delete feeds[t.past];
-    // The batch's KV grows by one position a step at most until its longest-running member ends.
-    const remaining = Math.max(...this.members().map((m) => m.job.maxNewTokens - m.generated));
-    const past = this.presents(out, this.past, L + n + Math.max(0, remaining), this.gapped ? L : undefined);
+    // Room for what the batch as it is can still write: it changes (dropRows or merge copy its KV anew) once a
+    // member has written all its tokens, so at most the fewest tokens any member has left (a draft check's n among
+    // them) follow its L positions. More room is never written, and no reservation covers it: the scheduler charges
+    // each row as wide as the widest reservation, not as the widest row grown by the longest reply.
+    const remaining = Math.min(...this.members().map((m) => m.job.maxNewTokens - m.generated));
+    const past = this.presents(out, this.past, L + Math.max(n, remaining), this.gapped ? L : undefined);
     this.checkBytes(past, B, this.gapped ? seqOf(this.kvTensors, past, L + n) : L + n);
     return { past, logits: this.logitsOf(out, n > 1, screened), fed };
   }
