@@ -142,7 +142,16 @@ describe('chunked prefill on the default model (Llama family, RoPE, GQA)', () =>
     const turn1 = generate(e.batcher(64), [first], 5, { session });
     await turn1.outcome;
     const second = [...session.tokens, ...prompt(130, 5)];
-    const copy: SessionKv = { tokens: session.tokens.slice(), past: new Map(session.past) };
+    // A copy of its own: a turn takes its session's KV, and frees it once it has read it.
+    const copy: SessionKv = {
+      tokens: session.tokens.slice(),
+      past: new Map(
+        [...session.past].map(([name, t]) => [
+          name,
+          new ort.Tensor('float32', (t.data as Float32Array).slice(), t.dims),
+        ]),
+      ),
+    };
     const reference = generate(e.batcher(100_000), [second], 8, { session: copy });
     await reference.outcome;
     e.runs.length = 0;

@@ -5,8 +5,8 @@
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { describe, expect, it } from 'vitest';
-import { LoadedDecoder } from '../../src/main/engine/decoder';
-import { KV_GROWTH_POSITIONS } from '../../src/main/engine/kv-cache';
+import { LoadedDecoder, type SessionKv } from '../../src/main/engine/decoder';
+import { KV_GROWTH_POSITIONS, tensorsBytes } from '../../src/main/engine/kv-cache';
 import { loadModelSpec } from '../../src/main/packages';
 import { defaultModelDir } from '../helpers/fixtures';
 import { GREEDY } from '../helpers/generation';
@@ -85,6 +85,57 @@ describe('dead KV', () => {
       await decoder.dispose();
     }
   });
+
+  it.each([
+    ['continues it', (told: number[]) => [...told, 7, 8, 9, 10, 11]],
+    ['shares part of it', (told: number[]) => [...told.slice(0, 60), 7, 8, 9, 10, 11]],
+    ['shares none of it', () => [7, 8, 9, 10, 11]],
+  ])(
+    "of a chat session is freed when its next turn starts, whose reservation counts it, not left beside the turn's own (a turn that %s)",
+    async (_, next) => {
+      const spec = await loadModelSpec(defaultModelDir);
+      const decoder = await LoadedDecoder.load(spec, {
+        intraOpNumThreads: 2,
+        executionProviders: ['cpu'],
+        lookupDraftTokens: 0,
+      });
+      try {
+        const quiet = { onStart: () => {}, stopRequested: () => null, countRun: () => {} };
+        const job = { maxNewTokens: 10, sampling: GREEDY, eosTokenIds: [] };
+        const session: SessionKv = { tokens: [], past: new Map() };
+        const first = Array.from({ length: 100 }, (_, i) => 3 + ((i * 37) % 400));
+        await decoder.generate({ ...job, rows: [first], session }, { ...quiet, onStep: () => {} });
+        const told = session.tokens.slice();
+        expect(told).toHaveLength(100 + 10 - 1);
+        const old = [...session.past.values()];
+        expect(tensorsBytes(old)).toBe(told.length * spec.bpt);
+        const prompt = next(told);
+        const cold: number[] = [];
+        await decoder.generate({ ...job, rows: [prompt] }, { ...quiet, onStep: (ids) => cold.push(ids[0] as number) });
+        // While the turn runs, the engine holds its own KV only (the prefix it reuses, copied or fed, is in it): the
+        // session refers to no KV, and the last turn's buffers are freed.
+        const ids: number[] = [];
+        const during: number[] = [];
+        await decoder.generate(
+          { ...job, rows: [prompt], session },
+          {
+            ...quiet,
+            onStep: (step) => {
+              ids.push(step[0] as number);
+              during.push(tensorsBytes(old) + tensorsBytes(session.past.values()));
+            },
+          },
+        );
+        expect(during).toEqual(Array(10).fill(0));
+        expect(ids).toEqual(cold);
+        // The session holds this turn's KV when it ends.
+        expect(session.tokens).toEqual([...prompt, ...ids.slice(0, -1)]);
+        expect(tensorsBytes(session.past.values())).toBe(session.tokens.length * spec.bpt);
+      } finally {
+        await decoder.dispose();
+      }
+    },
+  );
 
   it.each([
     ['a dense KV', false],

@@ -624,7 +624,7 @@ export class ContinuousBatcher {
   /** Whether a member is over after its latest token; finishes it if so. */
   private settle(m: Member): boolean {
     if (m.failure) {
-      // Its session keeps the KV it had before this turn (as for any failed turn).
+      // Its session keeps nothing (its prefill took the KV it had; the engine drops a session whose turn failed).
       this.removeRows(m);
       m.reject(m.failure);
       return true;
@@ -673,14 +673,20 @@ export class ContinuousBatcher {
     let R = group.reduce((n, m) => n + m.job.rows.length, 0);
     if (R > 1 && pastLen > 0) throw new KvdeskError('INTERNAL', 'multi-row requests never reuse session KV');
     if (pastLen === 0) past = new Map(this.kvTensors.map((t) => [t.past, emptyPast(t, R)]));
-    // The session's own KV (a reused prefix that needed no cut is fed as it is) stays its own: a turn that fails
-    // leaves the session what it had. Every other past a chunk replaces is freed at once.
-    const held = new Set(session ? session.past.values() : []);
-    const release = (dead: Iterable<ort.Tensor>) =>
-      releaseKv(
-        [...dead].filter((t) => !held.has(t)),
-        past,
-      );
+    // A session's KV is this turn's from here (what it reuses is in `past`): the scheduler counts the turn's
+    // reservation instead of the session's held KV until the turn ends and the session gets the turn's KV. Kept
+    // alive beside the turn's own copy, it was counted nowhere; nor would it be of use after a failure or a cancel
+    // (the engine and the host drop the session then). Freed now; a prefix fed as it is, once its chunk has run.
+    for (const m of group) {
+      const own = m.job.session;
+      if (!own) continue;
+      const old = own.past;
+      own.past = new Map();
+      own.tokens = [];
+      releaseKv(old.values(), past);
+    }
+    // Every past a chunk replaces is freed at once.
+    const release = (dead: Iterable<ort.Tensor>) => releaseKv(dead, past);
     const newRows = group.map((m) => m.job.rows.map((r) => r.slice(reused)));
     let P = Math.max(...newRows.flat().map((r) => r.length));
     const padId = spec.padTokenId ?? spec.eosTokenIds[0] ?? 0;
@@ -1011,6 +1017,8 @@ export class ContinuousBatcher {
         const row = selectBatch(t, this.past.get(t.past) as ort.Tensor, [at]);
         sessionPast.set(t.past, sliceSeq(t, row, this.seq - m.length, this.seq));
       }
+      // What the session held is dead (its prefill took it; this frees any KV put there since).
+      releaseKv(session.past.values(), sessionPast);
       session.past = sessionPast;
       session.tokens = m.fed.slice(0, m.length);
     }
