@@ -25,19 +25,24 @@ async function engine(dir: string) {
     logSeverityLevel: 3,
   });
   const runs: string[] = [];
+  /** Sees each run's outputs (the presents the batcher keeps as its KV), with the run's "rows×positions". */
+  const watch: { onRun?: (run: string, out: ort.InferenceSession.OnnxValueMapType) => void } = {};
   const batcher = (chunkTokens: number) =>
     new ContinuousBatcher(
       spec,
       kvTensors,
-      (feeds) => {
+      async (feeds) => {
         const dims = feeds[spec.ports.inputIds.name]?.dims ?? [];
-        runs.push(`${dims[0]}×${dims[1]}`);
-        return session.run(feeds);
+        const run = `${dims[0]}×${dims[1]}`;
+        runs.push(run);
+        const out = await session.run(feeds);
+        watch.onRun?.(run, out);
+        return out;
       },
       () => true,
       chunkTokens,
     );
-  return { spec, session, runs, batcher };
+  return { spec, session, runs, batcher, watch };
 }
 
 interface Gen {
@@ -87,6 +92,12 @@ function generate(
       stop = 'cancelled';
     },
   };
+}
+
+/** The KV inputs and outputs of a graph with a growing cache. */
+function kvTensors(spec: ModelSpec) {
+  if (spec.kv.kind !== 'dynamic') throw new Error('test model must have a past/present KV graph');
+  return spec.kv.tensors;
 }
 
 const prompt = (n: number, salt: number) => Array.from({ length: n }, (_, i) => 3 + ((i * 37 + salt * 101) % 500));
@@ -209,13 +220,23 @@ describe('chunked prefill on the default model (Llama family, RoPE, GQA)', () =>
       },
     });
     e.runs.length = 0;
+    // The KV its one chunk computed (the run's presents, which the batcher keeps as the newcomer's KV).
+    const chunkKv: ort.Tensor[] = [];
+    e.watch.onRun = (run, out) => {
+      if (run === '1×60') for (const t of kvTensors(e.spec)) chunkKv.push(out[t.present] as ort.Tensor);
+    };
     const result = await (async () => {
       await running.outcome;
       return (late as Gen).outcome;
-    })();
+    })().finally(() => {
+      e.watch.onRun = undefined;
+    });
     expect(result).toMatchObject({ finishReason: 'cancelled', generatedTokens: 0 });
     expect(e.runs.filter((r) => r === '1×60')).toHaveLength(1);
     expect(running.ids[0]).toHaveLength(20);
+    // Freed when its only member left, not left to the collector.
+    expect(chunkKv.length).toBeGreaterThan(0);
+    expect(chunkKv.filter((t) => (t.data as Float32Array).byteLength > 0)).toHaveLength(0);
   });
 
   it('a joint prefill: a member cancelled between chunks leaves the group at once; the other goes on alone with its own tokens', async () => {

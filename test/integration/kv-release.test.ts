@@ -4,7 +4,8 @@
  */
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
-import { describe, expect, it } from 'vitest';
+import * as ort from 'onnxruntime-node';
+import { describe, expect, it, vi } from 'vitest';
 import { LoadedDecoder, type SessionKv } from '../../src/main/engine/decoder';
 import { KV_GROWTH_POSITIONS, tensorsBytes } from '../../src/main/engine/kv-cache';
 import { loadModelSpec } from '../../src/main/packages';
@@ -82,6 +83,55 @@ describe('dead KV', () => {
       // live KV by the last chunk); freed at once, ~1.2×: the live KV and the chunk's other buffers.
       expect(worst).toBeLessThan(2);
     } finally {
+      await decoder.dispose();
+    }
+  });
+
+  it.each([
+    ['one request', 1],
+    ['two requests that end together', 2],
+  ])('is freed when the last request leaves the batch (%s)', async (_, requests) => {
+    const spec = await loadModelSpec(defaultModelDir);
+    if (spec.kv.kind !== 'dynamic') throw new Error('the default model has a dynamic KV');
+    const name = spec.kv.tensors[0]?.past as string;
+    const decoder = await LoadedDecoder.load(spec, {
+      intraOpNumThreads: 2,
+      executionProviders: ['cpu'],
+      lookupDraftTokens: 0,
+    });
+    // The buffer under the first KV input of each run (onnxruntime's own run, watched, not replaced): the last
+    // step's is the batch's KV at its end (its positions written in place, as the room reaches the last one).
+    const fed: ArrayBufferLike[] = [];
+    const proto = (ort.InferenceSession as unknown as { prototype: ort.InferenceSession }).prototype;
+    const run = proto.run;
+    const watch = vi.spyOn(proto, 'run').mockImplementation(function (
+      this: ort.InferenceSession,
+      ...args: Parameters<ort.InferenceSession['run']>
+    ) {
+      const past = (args[0] as Record<string, ort.Tensor>)[name];
+      if (past) fed.push((past.data as Float32Array).buffer);
+      return run.apply(this, args);
+    });
+    try {
+      const quiet = { onStart: () => {}, onStep: () => {}, stopRequested: () => null, countRun: () => {} };
+      await Promise.all(
+        Array.from({ length: requests }, (_, r) =>
+          decoder.generate(
+            {
+              rows: [Array.from({ length: 24 }, (_, i) => 3 + ((i * 37 + r) % 400))],
+              maxNewTokens: 40,
+              sampling: GREEDY,
+              eosTokenIds: [],
+            },
+            quiet,
+          ),
+        ),
+      );
+      expect(fed).toHaveLength(40);
+      // Each step's replaced KV was freed as it went; the batch's last one too, once its last request had left.
+      expect(new Set(fed.filter((b) => b.byteLength > 0)).size).toBe(0);
+    } finally {
+      watch.mockRestore();
       await decoder.dispose();
     }
   });

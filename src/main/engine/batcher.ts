@@ -736,7 +736,10 @@ export class ContinuousBatcher {
               for (let i = 0; i < m.rows.length; i++) keep.push(base + i);
             }
           });
-          if (staying.length === 0) return;
+          if (staying.length === 0) {
+            releaseKv(past.values(), new Map());
+            return;
+          }
           // The others go on without the stopped rows: in the KV so far and in the columns still to run.
           const before = [...past.values()];
           for (const t of this.kvTensors) past.set(t.past, selectBatch(t, past.get(t.past) as ort.Tensor, keep));
@@ -1072,6 +1075,8 @@ export class ContinuousBatcher {
     const keep = this.rows.map((_, i) => i).filter((i) => !leaving.has(i));
     if (keep.length === 0) {
       this.rows = [];
+      // Nothing reads the batch's KV now (a session that ended took a copy): freed, not left to the collector.
+      releaseKv(this.past.values(), new Map());
       this.past = new Map();
       this.seq = 0;
     } else {
