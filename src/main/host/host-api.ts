@@ -604,7 +604,9 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     if (!pending) {
       pending = (async () => {
         for (const other of [...firstUse.keys()]) {
-          // Requests still running on it keep it: then both are loaded.
+          // Requests still running on it keep it: then both are loaded. So does a load not yet over (its library
+          // record still being written): the request that loaded it has not started on it yet.
+          if (jitLoads.has(other)) continue;
           await unloadFirstUse(other, `to load ${id}`);
         }
         await load(entry.root, { ttlMs: keepAliveMs === undefined ? defaultTtl : keepAliveMs, lastUsedAt: Date.now() });

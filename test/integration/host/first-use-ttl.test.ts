@@ -168,4 +168,32 @@ describe('the time to live of models loaded on first use', () => {
     expect(result.tokenIds.length).toBeGreaterThan(0);
     await until(() => !loaded('slow'));
   }, 60_000);
+
+  it('a request for another model while one loads on first use does not unload it before its request starts', async () => {
+    // The load's last part, its library record, written slowly (a slow disk): the model is loaded and idle then,
+    // and a request for another library model unloads idle first-use models before it loads its own.
+    const library = hostApi.library;
+    const written = library.loaded.bind(library);
+    library.loaded = async (...args: Parameters<typeof written>) => {
+      await written(...args);
+      await sleep(300);
+    };
+    try {
+      const first = hostApi.ensureModel('second');
+      await until(() => loaded('second'));
+      const other = hostApi.ensureModel('slow');
+      await first;
+      // The request that asked for it starts on it now (the routes call generate right after ensureModel).
+      expect(loaded('second')).toBe(true);
+      const handle = runner.generate(
+        { model: 'second', promptIds: [5, 6, 7], maxNewTokens: 2, sampling: { greedy: true } },
+        () => {},
+      );
+      expect((await handle.result).tokenIds).toHaveLength(2);
+      await other;
+      expect(loaded('slow')).toBe(true);
+    } finally {
+      library.loaded = written;
+    }
+  }, 60_000);
 });
