@@ -346,6 +346,20 @@ describe('live reconfiguration', () => {
     await first.result;
     expectEmptyLedger(h);
   });
+
+  it('a chat turn that ends over a lowered limit keeps no KV: not in the budget, the engine or the mirror', async () => {
+    const h = await host();
+    const turn = h.generate({ promptIds: prompt, maxNewTokens: 6, sampling: greedy, sessionId: 'lowered' });
+    expect(h.snapshot().running.map((r) => r.id)).toEqual([turn.requestId]);
+    // (5 + 6) × 1 KiB reserved; the limit drops under it while the turn runs, which is not evicted.
+    h.configure({ kvBudgetBytes: 4 * 1024 });
+    await turn.result;
+    // The 10 tokens it kept would hold 10 KiB of a 4 KiB budget: the idle KV goes.
+    expect(h.scheduler.sessionInfo('lowered')).toMatchObject({ state: 'idle', tokens: 0, heldBytes: 0 });
+    expect(h.snapshot()).toMatchObject({ limitBytes: 4 * 1024, heldBytes: 0, reservedBytes: 0 });
+    expect(h.sessionMirror('lowered')).toBeUndefined();
+    expect((await h.engine.stats()).sessions).toEqual([]);
+  });
 });
 
 describe("the person's pick of variant and backend", () => {

@@ -25,6 +25,8 @@
  *   request's id for something that did not happen to it.
  * - Lowering the limit also evicts idle sessions (LRU first) until usage fits:
  *   idle KV is not running work, and a person lowering the limit wants memory.
+ *   The same holds while running work keeps usage over it: the KV a turn keeps
+ *   as it ends is idle, and goes too (reason `reconfigure`) when it does not fit.
  * - Notifications run after the state change that caused them, in order; a
  *   listener that calls back is handled after the current notifications.
  * - A crashed engine the host brings back (failModel with `holdQueued`) ends
@@ -361,6 +363,7 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     try {
       do {
         dirty = false;
+        evictOverLimit();
         while (admitHead()) {
           // admitHead admits at most one request per call; repeat until the head waits.
         }
@@ -491,6 +494,34 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
         }
       });
     }
+  }
+
+  /**
+   * Idle KV that must go for usage to fit the limit, least recently used first, and the usage left after: none
+   * unless the limit was lowered under use (running work, never evictable, may keep usage over it).
+   */
+  function overLimitVictims(): { victims: Session[]; usage: number } {
+    const victims: Session[] = [];
+    let usage = reservedTotal() + heldTotal();
+    for (const s of sessions.values()) {
+      if (usage <= limits.limitBytes) break;
+      const bytes = heldOf(s);
+      if (bytes === 0) continue;
+      usage -= bytes;
+      victims.push(s);
+    }
+    return { victims, usage };
+  }
+
+  /**
+   * Invariant 1 after a lowered limit: only running work may keep usage over it. A turn that ends then leaves its
+   * session's KV idle; it goes (with any other idle KV, least recently used first) until usage fits.
+   */
+  function evictOverLimit(): void {
+    const { victims } = overLimitVictims();
+    if (victims.length === 0) return;
+    const at = now();
+    for (const s of victims) dropSessionKv(s, 'reconfigure', at);
   }
 
   /** Sessions whose KV may be dropped to admit a request, least recently used first: never running, never its own. */
@@ -1161,14 +1192,7 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
       }
     }
     // Idle KV is not running work: a person who lowers the limit wants that memory back now.
-    const victims = [...sessions.values()].filter((s) => heldOf(s) > 0);
-    const evictions: Session[] = [];
-    let usage = reservedTotal() + heldTotal();
-    for (const s of victims) {
-      if (usage <= limits.limitBytes) break;
-      usage -= heldOf(s);
-      evictions.push(s);
-    }
+    const { victims: evictions, usage } = overLimitVictims();
     const overLimit = usage > limits.limitBytes;
     const rejectedRequestIds = refused.map(({ e }) => e.shape.id);
     emit({

@@ -139,6 +139,29 @@ describe('reconfigure: the limit', () => {
     expect(t.ofType('reconfigured')[0]?.overLimit).toBe(true);
   });
 
+  it('evicts the KV a turn keeps when it ends over a lowered limit: only running work may stay over', () => {
+    const t = createTestScheduler({ limit: 4096 });
+    t.submit(req({ id: 'turn', session: 's', prompt: 3, max: 8 })); // 1408
+    t.submit(req({ id: 'other', prompt: 3, max: 8 })); // 1408
+    expect(unwrap(t.scheduler.reconfigure({ limitBytes: 1024 })).overLimit).toBe(true);
+    t.advance(2);
+    t.scheduler.progress('turn', { generatedTokens: 8, usedBytes: 1408 });
+    t.scheduler.finish('turn', 'length', { sessionTokens: 11 });
+    expect(t.ofType('released').at(-1)).toMatchObject({ requestId: 'turn', bytes: 1408, retainedBytes: 1408 });
+    expect(t.ofType('evicted')).toEqual([
+      { type: 'evicted', at: 1002, sessionId: 's', modelId: 'm', tokens: 11, bytes: 1408, reason: 'reconfigure' },
+    ]);
+    expect(t.evicted).toEqual(['s']);
+    expect(t.scheduler.sessionInfo('s')).toMatchObject({ state: 'idle', tokens: 0, heldBytes: 0 });
+    expect(t.scheduler.snapshot()).toMatchObject({ limitBytes: 1024, reservedBytes: 1408, heldBytes: 0 });
+    // Once running work is under the limit, what a turn keeps and fits stays.
+    t.submit(req({ id: 'next', session: 's', prompt: 3, max: 1 })); // waits: 1408 + 512 > 1024
+    t.scheduler.finish('other', 'eos');
+    t.scheduler.finish('next', 'eos', { sessionTokens: 3 });
+    expect(t.evicted).toEqual(['s']);
+    expect(t.scheduler.snapshot()).toMatchObject({ reservedBytes: 0, heldBytes: 384 });
+  });
+
   it('passes over sessions that hold nothing', () => {
     const t = createTestScheduler({ limit: 4096 });
     t.submit(req({ id: 'e-turn', session: 'empty', prompt: 4, max: 1 }));

@@ -221,6 +221,8 @@ function checkInvariants(m: Model, r: Real, drained = false): void {
     expect(m.lowered, `usage ${usage} over limit ${snap.limitBytes} without a lowering`).toBeDefined();
     const lowered = m.lowered as { usage: number; eventIndex: number };
     expect(usage).toBeLessThanOrEqual(lowered.usage);
+    // Only running work may keep usage over it: idle KV (a turn's that ended meanwhile too) was evicted.
+    expect(snap.heldBytes, 'idle KV kept over a lowered limit').toBe(0);
     expect(r.events.slice(lowered.eventIndex).some((e) => e.type === 'admitted')).toBe(false);
   } else {
     m.lowered = undefined;
