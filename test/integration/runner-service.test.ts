@@ -559,6 +559,60 @@ describe('sessions keep their KV between turns', () => {
     ]);
   });
 
+  it('a turn stopped while queued leaves the session whole in the budget, the engine and the mirror', async () => {
+    const h = await host({ maxRunning: 1 });
+    const turn1 = await h.generate({ promptIds: prompt, maxNewTokens: 6, sampling: greedy, sessionId: 'q' }).result;
+    const kept = [...prompt, ...turn1.tokenIds].slice(0, h.scheduler.sessionInfo('q')?.tokens);
+    expect(kept.length).toBeGreaterThan(prompt.length);
+    const agree = async () => {
+      expect(h.scheduler.sessionInfo('q')).toMatchObject({ state: 'idle', tokens: kept.length });
+      expect(h.snapshot().heldBytes).toBe(kept.length * 1024);
+      expect(h.sessionMirror('q')?.tokens).toEqual(kept);
+      expect((await h.engine.stats()).sessions).toEqual([
+        { sessionId: 'q', tokens: kept.length, kvBytes: kept.length * 1024 },
+      ]);
+    };
+    await agree();
+    // A reply that cannot end before it is stopped holds the one running slot.
+    const held = holdReplyEnds(h.engine);
+    const blocker = h.generate({ promptIds: [1, 2, 3], maxNewTokens: 1500, sampling: greedy });
+    // One turn continues 3 of the session's tokens, one none; each waits, and is stopped before it runs.
+    for (const promptIds of [
+      [10, 20, 30, 77, 78],
+      [99, 98, 97],
+    ]) {
+      const turn = h.generate({ promptIds, maxNewTokens: 4, sampling: greedy, sessionId: 'q' });
+      expect(h.snapshot().queue.map((r) => r.id)).toEqual([turn.requestId]);
+      turn.cancel('user');
+      expect((await rejection(turn.result)).code).toBe('CANCELLED');
+      await agree();
+    }
+    blocker.cancel('user');
+    await blocker.result.catch(() => undefined);
+    held.restore();
+    // Its next turn continues all of it.
+    const next = await h.generate({ promptIds: [...kept, 60], maxNewTokens: 2, sampling: greedy, sessionId: 'q' })
+      .result;
+    expect(next.reusedTokens).toBe(kept.length);
+  });
+
+  it('a turn admitted but refused by the engine client keeps nothing, in the engine and the mirror too', async () => {
+    const h = await host();
+    await h.generate({ promptIds: prompt, maxNewTokens: 6, sampling: greedy, sessionId: 'f' }).result;
+    expect((await h.engine.stats()).sessions).toHaveLength(1);
+    vi.spyOn(h.engine, 'generate').mockImplementationOnce(() => {
+      throw new Error('the engine client could not send the work');
+    });
+    const err = await rejection(
+      h.generate({ promptIds: prompt, maxNewTokens: 4, sampling: greedy, sessionId: 'f' }).result,
+    );
+    expect(err.message).toMatch(/could not send/);
+    // A turn that failed after its admission keeps no session KV in the budget: nor may the engine or the mirror.
+    expect(h.scheduler.sessionInfo('f')).toMatchObject({ state: 'idle', tokens: 0 });
+    expect(h.sessionMirror('f')).toBeUndefined();
+    expect((await h.engine.stats()).sessions).toEqual([]);
+  });
+
   it('a turn the person stopped keeps its KV as far as its reply went; the next turn reuses it and matches a cold run', async () => {
     const h = await host({}, slowModel());
     let seen = 0;

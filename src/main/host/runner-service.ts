@@ -1703,6 +1703,8 @@ class Generation {
       );
     } catch (err) {
       this.sched.fail(this.id, toErrorInfo(err));
+      // The scheduler keeps nothing of the session of a turn that failed after its admission: nor may the engine.
+      this.forgetSession();
       this.fail(err);
     }
   }

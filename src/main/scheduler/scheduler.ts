@@ -7,10 +7,13 @@
  * Choices where the spec leaves room (each for the reason given):
  * - A session turn's reservation is R × (prefix + P + N) × bpt, where prefix is
  *   the session's retained tokens at submit (only the sessionReuseTokens the
- *   turn continues from, when the host says so: the rest is dropped then): the
- *   retained KV moves from "held" into the turn's reservation while it runs, so
- *   the engine may report the whole sequence's KV as usedBytes and capacity is
- *   never counted twice. P is the tokens beyond that prefix.
+ *   turn continues from, when the host says so): the retained KV moves from
+ *   "held" into the turn's reservation while it runs, so the engine may report
+ *   the whole sequence's KV as usedBytes and capacity is never counted twice.
+ *   P is the tokens beyond that prefix. The rest of the session's KV is dropped
+ *   when the turn is admitted, not before: until then the engine still holds
+ *   all of it, so it stays held (and evictable), and a turn that ends without
+ *   running leaves the session exactly as the engine has it.
  * - Evicting a session whose turn is queued does not invalidate the turn: the
  *   prefix was reserved at submit, and the grant says `recompute: true`.
  * - After a running turn is cancelled or fails, its session keeps nothing (the
@@ -602,7 +605,11 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     if (padded) repad(head.shape.modelId);
     const reservedBytes = ownBytes + head.padBytes;
     liveGrants.set(grant.token, grant);
-    if (own !== undefined) own.state = 'running';
+    if (own !== undefined) {
+      own.state = 'running';
+      // The turn continues only its prefix: the rest of the session's KV goes now (its bytes were `ownHeld`).
+      own.tokens = Math.min(own.tokens, head.prefixTokens);
+    }
 
     counters.admitted += 1;
     if (capped) counters.budgetCapped += 1;
@@ -846,7 +853,7 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
         { sessionId: session.id, state: session.state, turnRequestId: session.turn ?? null },
       );
     }
-    // The part of the session's KV the turn continues from; the rest is dropped if the turn is accepted.
+    // The part of the session's KV the turn continues from; the rest is dropped when the turn is admitted.
     const prefixTokens = Math.min(session?.tokens ?? 0, shape.sessionReuseTokens ?? Number.POSITIVE_INFINITY);
     if (prefixTokens + promptTokens + 1 > contextLength) {
       return refuse(
@@ -898,7 +905,6 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     if (session !== undefined) {
       session.state = 'queued';
       session.turn = id;
-      session.tokens = prefixTokens;
       touch(session, at);
     } else if (sessionId !== undefined) {
       const fresh: Session = {

@@ -37,7 +37,7 @@ describe('sessions: turns and retained KV', () => {
     expect(t.ofType('admitted')[1]).toMatchObject({ requestId: 'a', sessionId: 's' });
   });
 
-  it('a turn that continues part of the session reserves only that part; the rest is dropped when it is accepted', () => {
+  it('a turn that continues part of the session reserves only that part; the rest is dropped when it is admitted', () => {
     const t = createTestScheduler({ limit: 64 * 128, maxRunning: 1 });
     seed(t, 's', 40);
     expect(t.scheduler.sessionInfo('s')).toMatchObject({ tokens: 40, heldBytes: 40 * 128 });
@@ -57,6 +57,28 @@ describe('sessions: turns and retained KV', () => {
     const long = { ...req({ id: 'd', session: 's', prompt: 50, max: 2, context: 64 }), sessionReuseTokens: 10 };
     unwrap(t.submit(long));
     expect(t.ofType('admitted').at(-1)).toMatchObject({ requestId: 'd', reservedBytes: (10 + 50 + 2) * 128 });
+  });
+
+  it('a queued turn that continues part of the session leaves it whole until admitted: the engine holds it all', () => {
+    const t = createTestScheduler({ limit: 64 * 128, maxRunning: 1 });
+    seed(t, 's', 40);
+    t.submit(req({ id: 'x', prompt: 3, max: 1 }));
+    const shape = { ...req({ id: 'c', session: 's', prompt: 20, max: 8 }), sessionReuseTokens: 10 };
+    unwrap(t.submit(shape));
+    expect(t.scheduler.snapshot().queue).toEqual([expect.objectContaining({ id: 'c', sessionPrefixTokens: 10 })]);
+    expect(t.scheduler.sessionInfo('s')).toMatchObject({ state: 'queued', tokens: 40, heldBytes: 40 * 128 });
+    expect(t.scheduler.snapshot().heldBytes).toBe(40 * 128);
+    // Stopped before it ran: the session keeps all 40 tokens, as the engine does.
+    t.scheduler.cancel('c', 'user');
+    expect(t.scheduler.sessionInfo('s')).toMatchObject({ state: 'idle', tokens: 40, heldBytes: 40 * 128 });
+    unwrap(t.submit({ ...shape, id: 'd' }));
+    t.scheduler.finish('x', 'eos');
+    expect(t.grants.get('d')).toMatchObject({
+      reservedBytes: (10 + 20 + 8) * 128,
+      session: { sessionId: 's', prefixTokens: 10, recompute: false },
+    });
+    expect(t.scheduler.sessionInfo('s')).toMatchObject({ state: 'running', tokens: 10, heldBytes: 0 });
+    expect(t.scheduler.snapshot()).toMatchObject({ reservedBytes: 38 * 128, heldBytes: 0 });
   });
 
   it('a refused turn leaves the session’s KV as it was', () => {
