@@ -6,11 +6,12 @@
  * everything from there on — one scheduler per device, weights counted where
  * they live, refusals naming the device, snapshot, metrics — is the product's.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { NvidiaMemoryResult } from '../../src/main/backends/device-memory';
 import { type HostSettings, RunnerService } from '../../src/main/host/runner-service';
 import { prometheusText } from '../../src/main/server/metrics';
 import { defaultModelDir } from '../helpers/fixtures';
+import { holdReplyEnds } from '../helpers/hold-replies';
 import { slowModel, unloadablePackage } from '../helpers/models';
 import { rejection } from '../helpers/rejection';
 
@@ -218,6 +219,48 @@ describe('one KV budget per device', () => {
     await h.loadModel(defaultModelDir, { id: 'moves', whileIdle: true });
     const gpu = h.snapshot().devices.find((d) => d.device === 'cuda:0');
     expect(gpu?.bpt).toBe(h.listModels().find((m) => m.id === 'stays')?.spec.bpt);
+  });
+
+  it("a thread's turn on another device waits for its turn queued or running on the first: refused, not counted twice", async () => {
+    const { h, place } = host({ maxRunning: 1 });
+    await h.loadModel(defaultModelDir, { id: 'a' });
+    place.next = 'cuda:0';
+    await h.loadModel(defaultModelDir, { id: 'b' });
+    // Replies that cannot end before they are stopped: one holds the CPU's only slot, then the thread's turn does.
+    const held = holdReplyEnds(h.engine, 2);
+    const blocker = h.generate({ ...request('a'), maxNewTokens: 1500 });
+    const onA = h.generate({ ...request('a'), maxNewTokens: 1500, sessionId: 's' });
+    const sessionsOf = () => h.snapshot().devices.map((d) => d.sessions.map((x) => [x.sessionId, x.modelId, x.state]));
+    const refusedOnB = async (state: string) => {
+      const onB = h.generate({ ...request('b'), sessionId: 's' });
+      // Refused at once: nothing of it waits or runs on b's device.
+      expect(h.snapshot().devices.map((d) => [...d.queue, ...d.running].map((r) => r.id))).not.toContainEqual([
+        onB.requestId,
+      ]);
+      const err = await rejection(onB.result);
+      expect(err.code).toBe('SESSION_INVALID');
+      expect(err.message).toBe(
+        `Session s has a ${state} turn (${onA.requestId}) on model a (cpu); this turn is for model b (cuda:0). ` +
+          'Wait for that turn to end or cancel it, then send this one.',
+      );
+      expect(err.detail).toMatchObject({ sessionId: 's', state, turnRequestId: onA.requestId, sessionModelId: 'a' });
+      expect(sessionsOf()).toEqual([[['s', 'a', state]], []]);
+    };
+    await refusedOnB('queued');
+    blocker.cancel('user');
+    await blocker.result.catch(() => undefined);
+    await vi.waitFor(() => expect(h.snapshot().running.map((r) => r.id)).toEqual([onA.requestId]));
+    await refusedOnB('running');
+    onA.cancel('user');
+    await onA.result.catch(() => undefined);
+    held.restore();
+    // Once it ended, the thread moves: its KV on the CPU goes, and only b's is held, where b's budget counts it.
+    const onB = await h.generate({ ...request('b'), sessionId: 's' }).result;
+    const tokens = onB.promptTokens + onB.tokenIds.length - 1;
+    expect(sessionsOf()).toEqual([[], [['s', 'b', 'idle']]]);
+    expect(h.snapshot().devices.map((d) => d.heldBytes)).toEqual([0, tokens * 1024]);
+    expect((await h.engine.stats()).sessions).toEqual([{ sessionId: 's', tokens, kvBytes: tokens * 1024 }]);
+    expect(h.sessionMirror('s')?.modelId).toBe('b');
   });
 
   it('a load the engine refuses leaves no empty GPU budget behind', async () => {

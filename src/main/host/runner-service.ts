@@ -1244,16 +1244,40 @@ export class RunnerService {
     this.engine.dropSession(sessionId);
   }
 
-  /** @internal used by Generation: a session's idle KV on any device other than this model's is dropped. */
-  releaseSessionElsewhere(sessionId: string, modelId: string): void {
+  /**
+   * @internal used by Generation before a session turn on `modelId`: the session's idle KV on any other device is
+   * dropped. A turn of it still queued or running on another device is refused (returned, nothing dropped): the
+   * engine keys a session by its id alone, so both turns would share one KV while two budgets count it.
+   */
+  releaseSessionElsewhere(sessionId: string, modelId: string): ErrorInfo | undefined {
     const here = this.deviceOfModel(modelId);
-    for (const d of this.devices.values()) {
-      if (d.key !== here && d.scheduler.sessionInfo(sessionId)?.state === 'idle') {
+    const elsewhere = [...this.devices.values()].filter((d) => d.key !== here);
+    for (const d of elsewhere) {
+      const info = d.scheduler.sessionInfo(sessionId);
+      if (info === undefined || info.state === 'idle') continue;
+      return {
+        code: 'SESSION_INVALID',
+        message:
+          `Session ${sessionId} has a ${info.state} turn (${info.turnRequestId}) on model ${info.modelId} ` +
+          `(${d.key}); this turn is for model ${modelId} (${here}). Wait for that turn to end or cancel it, then ` +
+          'send this one.',
+        detail: {
+          sessionId,
+          state: info.state,
+          turnRequestId: info.turnRequestId ?? null,
+          sessionModelId: info.modelId,
+          device: d.key,
+        },
+      };
+    }
+    for (const d of elsewhere) {
+      if (d.scheduler.sessionInfo(sessionId)?.state === 'idle') {
         d.scheduler.closeSession(sessionId);
         this.engine.dropSession(sessionId);
         this.sessions.delete(sessionId);
       }
     }
+    return undefined;
   }
 
   /**
@@ -1539,8 +1563,12 @@ class Generation {
         return;
       }
       const mirror = this.host.sessionMirror(sessionId);
-      // A thread that switches to a model on another device leaves its KV there: free it.
-      this.host.releaseSessionElsewhere(sessionId, this.model.id);
+      // A thread that switches to a model on another device leaves its KV there: free it (once its turn there ended).
+      const busy = this.host.releaseSessionElsewhere(sessionId, this.model.id);
+      if (busy) {
+        this.fail(new KvdeskError(busy.code, busy.message, busy.detail));
+        return;
+      }
       // Reused only when it is this load's KV and the scheduler holds exactly it (else the turn starts over).
       const held = this.sched.sessionInfo(sessionId);
       if (
