@@ -327,6 +327,40 @@ describe('every terminal path returns the reservation', () => {
     await first.result;
     expectEmptyLedger(h);
   });
+
+  it('for a request whose client leaves as its accepted frame is written, while it waits', async () => {
+    const h = await host({ maxRunning: 1 });
+    const held = holdReplyEnds(h.engine);
+    const blocker = h.generate({ promptIds: prompt, maxNewTokens: 1500, sampling: greedy });
+    const frames: string[] = [];
+    const left = h.generate(
+      { promptIds: prompt, maxNewTokens: 4, sampling: greedy, sessionId: 'gone', timeoutMs: 60_000 },
+      (f) => {
+        frames.push(f.type);
+        // A transport that cancels from inside the sink (its socket closed as the frame went out).
+        if (f.type === 'accepted') expect(h.cancel(f.requestId, 'disconnect')).toBe(true);
+      },
+    );
+    // Stopped at once, not left waiting for the slot.
+    expect(h.snapshot().queue).toEqual([]);
+    const err = await rejection(left.result);
+    expect(err.code).toBe('CANCELLED');
+    expect(err.message).toBe('the request was cancelled while queued (disconnect)');
+    expect(frames).toEqual(['accepted', 'error']);
+    expect(h.cancel(left.requestId)).toBe(false);
+    expect(h.snapshot().recent.at(-1)).toMatchObject({
+      id: left.requestId,
+      state: 'cancelled',
+      endReason: 'disconnect',
+    });
+    // The thread is free for its next turn.
+    expect(h.scheduler.sessionInfo('gone')?.state).toBe('idle');
+    blocker.cancel('user');
+    await blocker.result.catch(() => undefined);
+    held.restore();
+    await h.generate({ promptIds: prompt, maxNewTokens: 2, sampling: greedy, sessionId: 'gone' }).result;
+    expectEmptyLedger(h);
+  });
 });
 
 describe('live reconfiguration', () => {

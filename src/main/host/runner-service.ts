@@ -1627,6 +1627,12 @@ class Generation {
       ...(this.contextDrop ? { contextDrop: this.contextDrop } : {}),
     });
     this.acceptedSent = true;
+    // Cancelled from inside the sink as the accepted frame went out (a transport whose client left): cancel() could
+    // not end it then, before the caller heard of it. A grant that came meanwhile is ended by start() instead.
+    if (this.cancelReason && !this.pendingGrant) {
+      this.endQueued();
+      return;
+    }
     if (this.req.timeoutMs !== undefined) {
       // Counts from acceptance: time spent queued is part of what the caller waits for.
       this.timeout = setTimeout(() => this.cancel('timeout'), this.req.timeoutMs);
@@ -2107,15 +2113,20 @@ class Generation {
     if (this.ended || this.cancelReason) return;
     this.cancelReason = reason;
     if (!this.grant) {
-      // Still queued (or not yet accepted): no engine work exists, the scheduler drops it.
-      if (this.acceptedSent) {
-        this.sched.cancel(this.id, reason);
-        // A prompt cache this turn opened holds nothing.
-        if (this.req.sessionId?.startsWith(PROMPT_CACHE_PREFIX)) this.host.prunePromptCaches();
-        this.fail(this.cancelError('while queued'));
-      }
+      // Still queued: no engine work exists, the scheduler drops it. Not yet accepted: submit() ends it once the
+      // caller has heard of it.
+      if (this.acceptedSent) this.endQueued();
       return;
     }
     this.host.engine.cancel(this.id, 'cancelled');
+  }
+
+  /** Ends the request, cancelled while it waits for admission (no engine work exists). */
+  private endQueued(): void {
+    const reason = this.cancelReason ?? 'user';
+    this.sched.cancel(this.id, reason);
+    // A prompt cache this turn opened holds nothing.
+    if (this.req.sessionId?.startsWith(PROMPT_CACHE_PREFIX)) this.host.prunePromptCaches();
+    this.fail(this.cancelError('while queued'));
   }
 }
