@@ -48,8 +48,8 @@ export const RequestShapeSchema = z.object({
   sessionId: z.string().min(1).optional(),
   /**
    * Tokens of the session's retained KV this turn continues from (the prompt's common prefix with them); the
-   * rest is of no use to it and is dropped when the turn is accepted, so the turn reserves only what it
-   * keeps. Default: all of them.
+   * rest is of no use to it and is dropped when the turn is admitted (until then the engine still holds it), so
+   * the turn reserves only what it keeps. Default: all of them.
    */
   sessionReuseTokens: z.int().nonnegative().optional(),
   /** Chat thread, for display only. */
