@@ -72,6 +72,8 @@ interface Member {
   /** Lookup decoding: drafted tokens checked, those the model took, whole drafts missed in a row, rest until. */
   drafted: number;
   accepted: number;
+  /** The indices of its generated tokens that were draft tokens the model took. */
+  acceptedAt: number[];
   misses: number;
   restUntil: number;
   resolve: (o: GenerationOutcome) => void;
@@ -294,6 +296,7 @@ export class ContinuousBatcher {
         fed: job.rows[0]?.slice() ?? [],
         drafted: 0,
         accepted: 0,
+        acceptedAt: [],
         misses: 0,
         restUntil: 0,
         resolve,
@@ -912,6 +915,7 @@ export class ContinuousBatcher {
       // draftFor kept the draft within max tokens and the context, so only the last input can reach either; past
       // the last input, draft[i] is undefined and ends the loop.
       if (row.done || row.lastId !== draft[i] || m.hooks.stopRequested()) break;
+      m.acceptedAt.push(m.generated - 1);
     }
     m.accepted += used - 1;
     if (used > 1) m.misses = 0;
@@ -1033,7 +1037,7 @@ export class ContinuousBatcher {
       kvBytes,
       generatedTokens: m.generated,
       sessionTokens: session ? session.tokens.length : 0,
-      ...(m.drafted > 0 ? { lookup: { drafted: m.drafted, accepted: m.accepted } } : {}),
+      ...(m.drafted > 0 ? { lookup: { drafted: m.drafted, accepted: m.accepted, acceptedAt: m.acceptedAt } } : {}),
     });
   }
 

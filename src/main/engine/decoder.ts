@@ -16,10 +16,10 @@ import { type LastPositionScreen, lastPositionGraph } from './last-position';
 import { logitsRows } from './logits';
 import { LOOKUP_DRAFT_TOKENS, lookupDraft } from './lookup';
 import type {
+  EngineLookupCount,
   EngineSessionOptions,
   FinishReason,
   LogitsPositions,
-  LookupCount,
   SamplingParams,
   StepLogprob,
 } from './protocol';
@@ -78,7 +78,7 @@ export interface GenerationOutcome {
   generatedTokens: number;
   sessionTokens: number;
   /** Lookup decoding's drafted tokens and those the model took (present when any draft was checked). */
-  lookup?: LookupCount;
+  lookup?: EngineLookupCount;
 }
 
 /** The onnxruntime session config entry that says where external weights are, for a graph loaded from memory. */

@@ -77,6 +77,15 @@ export interface EngineSessionOptions {
 
 export type { LookupCount };
 
+/**
+ * Lookup decoding's count as the engine ends a generation: with the indices (from 0) of the reply's tokens that
+ * were draft tokens the model took, so the host can count those of the reply it keeps (a stop string it matched
+ * cuts the steps after it, accepted drafts among them).
+ */
+export interface EngineLookupCount extends LookupCount {
+  acceptedAt: number[];
+}
+
 /** How a loaded graph scores positions. */
 export interface LogitsPositions {
   /** True when the LM head runs on the last position only (last-position.ts). */
@@ -202,7 +211,7 @@ export type EngineEvent =
       /** Tokens a session now holds in its KV (0 without a session). */
       sessionTokens: number;
       generatedTokens: number;
-      lookup?: LookupCount;
+      lookup?: EngineLookupCount;
     }
   | { type: 'failed'; requestId: string; error: ErrorInfo };
 

@@ -44,7 +44,14 @@ import { DEFAULT_GPU_FRACTION, DEFAULT_GPU_OVERHEAD_BYTES } from '../backends/va
 import { commonPrefix } from '../engine/feeds';
 import { packTokens } from '../engine/json-constraint';
 import { compileSchema, SchemaError } from '../engine/json-schema';
-import type { EngineEvent, EngineLoadResult, LogitsPositions, SamplingParams, StepLogprob } from '../engine/protocol';
+import type {
+  EngineEvent,
+  EngineLoadResult,
+  EngineLookupCount,
+  LogitsPositions,
+  SamplingParams,
+  StepLogprob,
+} from '../engine/protocol';
 import { detectLayout, loadModelSpec, variantOption as variantOf } from '../packages';
 import { backendProvider, providerShortName } from '../packages/execution-providers';
 import type { LoadOptions } from '../packages/load-options';
@@ -1426,6 +1433,17 @@ function markupOutOfVocab(err: unknown, renderEmpty: () => unknown): unknown {
 }
 
 /** One request's journey through the funnel. */
+/**
+ * Lookup decoding's count of a reply as it went out: every token drafted, and of the draft tokens the model took,
+ * those among the `kept` tokens the reply kept (a stop string cuts the engine's steps after it, accepted drafts among
+ * them; a draft token cut off did not appear in the reply, which OpenAI counts as rejected).
+ */
+function keptLookup(lookup: EngineLookupCount, kept: number): LookupCount {
+  let accepted = 0;
+  for (const at of lookup.acceptedAt) if (at < kept) accepted++;
+  return { drafted: lookup.drafted, accepted };
+}
+
 class Generation {
   private grant: AdmissionGrant | null = null;
   private acceptedSent = false;
@@ -2035,7 +2053,7 @@ class Generation {
       ...(this.budgetCap ? { budgetCap: this.budgetCap } : {}),
       ...(this.clipped ? { clipped: this.clipped } : {}),
       ...(this.contextDrop ? { contextDrop: this.contextDrop } : {}),
-      ...(done.lookup ? { lookup: done.lookup } : {}),
+      ...(done.lookup ? { lookup: keptLookup(done.lookup, this.generated) } : {}),
       timings: {
         queueMs: this.admittedAt - this.started,
         ttftMs: this.firstTokenAt > 0 ? this.firstTokenAt - this.started : 0,

@@ -306,6 +306,21 @@ describe('chat completions', () => {
     const many = await apiError(ask({ prediction: { type: 'content', content: text }, n: 2 }));
     expect(many.status).toBe(400);
     expect(many.message).toMatch(/"prediction" goes with one choice/);
+    // A stop string that cuts the reply early: the drafts the model took after it are not in the reply, so they
+    // count as rejected (OpenAI: accepted prediction tokens are tokens of the completion).
+    const stop = text.slice(Math.floor(text.length / 3), Math.floor(text.length / 3) + 3);
+    const cut = await ask({ prediction: { type: 'content', content: text }, stop: [stop] });
+    expect(cut.choices[0]?.finish_reason).toBe('stop');
+    expect(text.startsWith(cut.choices[0]?.message.content ?? '-')).toBe(true);
+    const cutDetails = cut.usage?.completion_tokens_details as typeof details;
+    const written = cut.usage?.completion_tokens ?? 0;
+    expect(written).toBeLessThan(plain.usage?.completion_tokens ?? 0);
+    expect(cutDetails?.accepted_prediction_tokens).toBeGreaterThan(0);
+    expect(cutDetails?.accepted_prediction_tokens).toBeLessThan(written);
+    const cutExtras = (cut as unknown as typeof extras & { kvdesk: typeof extras }).kvdesk;
+    expect((cutDetails?.accepted_prediction_tokens ?? 0) + (cutDetails?.rejected_prediction_tokens ?? -1)).toBe(
+      cutExtras.lookup.drafted_tokens,
+    );
   });
 
   it('says when the KV budget capped the reply: finish_reason length and kvdesk.budget_cap, in every API', async () => {
