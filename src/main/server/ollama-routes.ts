@@ -330,7 +330,13 @@ export async function servePull(hostApi: HostApi, body: unknown, res: ServerResp
     res.writeHead(200, NDJSON_HEADERS);
     line({ status: 'pulling manifest' });
   }
+  // A client that goes away stops its pull, as Ollama's does (what arrived stays for the next pull to resume).
+  const leave = () => {
+    if (!res.writableFinished) hostApi.downloads.cancel(started.status.id);
+  };
+  res.once('close', leave);
   const status = await started.done;
+  res.off('close', leave);
   if (status.state !== 'done') {
     const message = status.error?.message ?? `the download was ${status.state}`;
     if (!target.stream) {

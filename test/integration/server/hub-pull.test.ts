@@ -222,6 +222,35 @@ describe("Ollama's /api/pull", () => {
     }
   }, 60_000);
 
+  it('a client that goes away stops its pull, as Ollama does; the next pull resumes', async () => {
+    const t2 = await startTestServer({ intraOpNumThreads: 2 }, { hub: { endpoint: hub.url }, loadDefault: false });
+    hub.faults.stall = 'onnx/model.onnx';
+    try {
+      const abort = new AbortController();
+      const res = await fetch(`${t2.url}/api/pull`, {
+        method: 'POST',
+        body: JSON.stringify({ model: `hf.co/${REPO}:fp32` }),
+        signal: abort.signal,
+      });
+      expect(res.status).toBe(200);
+      const running = () => t2.hostApi.downloads.list().find((d) => d.variant === 'fp32');
+      for (let i = 0; i < 1000 && running()?.state !== 'running'; i++) await new Promise((r) => setTimeout(r, 10));
+      expect(running()?.state).toBe('running');
+      abort.abort();
+      for (let i = 0; i < 1000 && running()?.state === 'running'; i++) await new Promise((r) => setTimeout(r, 10));
+      expect(running()?.state).toBe('cancelled');
+      hub.faults.stall = undefined;
+      const again = await fetch(`${t2.url}/api/pull`, {
+        method: 'POST',
+        body: JSON.stringify({ model: `hf.co/${REPO}:fp32`, stream: false }),
+      });
+      expect(await again.json()).toEqual({ status: 'success' });
+    } finally {
+      hub.faults.stall = undefined;
+      await t2.close();
+    }
+  }, 60_000);
+
   it("an unknown repository is an error in Ollama's shape", async () => {
     // Without a token the hub answers 401 for a repository that does not exist (it hides private ones).
     const r = await post('/api/pull', { model: 'hf.co/nobody/nothing' });
