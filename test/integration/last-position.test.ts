@@ -5,7 +5,7 @@
  * generates the same greedy tokens; graphs whose head it does not recognise
  * load unchanged, with the reason.
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { onnx } from 'onnx-proto';
@@ -154,6 +154,70 @@ describe('the last-position copy of a generated graph', () => {
     expect(loaded.fast.last).toBe(true);
     expect(loaded.fast.detail).toMatch(/LM head (MatMul|Gemm) fed the last position/);
     expect(loaded.plain).toEqual({ last: false, detail: 'turned off (lastPositionLogits: false)' });
+  });
+});
+
+describe('a package whose graph is a link (as a Hugging Face cache links its files to its blobs)', () => {
+  const dirs: string[] = [];
+  afterAll(() => {
+    for (const d of dirs) rmSync(d, { recursive: true, force: true });
+  });
+
+  /**
+   * The default model with its graph (and, with `external`, a data file beside it holding its weights) as links
+   * to files in the package's `blobs/` folder; `dataIn` puts the data file's blob in another folder.
+   */
+  function linkedPackage(external: boolean, dataIn = 'blobs'): string {
+    const root = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-linked-'));
+    dirs.push(root);
+    cpSync(defaultModelDir, root, { recursive: true });
+    mkdirSync(path.join(root, 'blobs'));
+    mkdirSync(path.join(root, dataIn), { recursive: true });
+    const graph = path.join(root, 'onnx', 'model.onnx');
+    const link = (name: string, bytes: Uint8Array, folder: string) => {
+      const target = path.join(root, folder, `blob-${name}`);
+      writeFileSync(target, bytes);
+      rmSync(path.join(root, 'onnx', name), { force: true });
+      symlinkSync(path.relative(path.join(root, 'onnx'), target), path.join(root, 'onnx', name));
+    };
+    const model = onnx.ModelProto.decode(readFileSync(graph));
+    if (external) {
+      const data: Buffer[] = [];
+      let offset = 0;
+      for (const t of model.graph?.initializer ?? []) {
+        const raw = t.rawData;
+        if (!raw || raw.length < 1024) continue;
+        t.externalData = [
+          { key: 'location', value: 'model.onnx_data' },
+          { key: 'offset', value: String(offset) },
+          { key: 'length', value: String(raw.length) },
+        ];
+        t.dataLocation = onnx.TensorProto.DataLocation.EXTERNAL;
+        t.rawData = new Uint8Array(0);
+        data.push(Buffer.from(raw));
+        offset += raw.length;
+      }
+      expect(offset).toBeGreaterThan(100_000);
+      link('model.onnx_data', Buffer.concat(data), dataIn);
+    }
+    link('model.onnx', onnx.ModelProto.encode(model).finish(), 'blobs');
+    return root;
+  }
+
+  it.each([
+    ['weights in the graph', false],
+    ['weights in a data file beside it', true],
+  ])('loads the copy (%s) and generates the tokens of the original graph', async (_, external) => {
+    const spec = await loadModelSpec(linkedPackage(external));
+    const loaded = await sameTokensBothWays(spec, [prompt(40, 3, spec.vocabSize)], 8);
+    expect(loaded.fast.detail).toMatch(/LM head (MatMul|Gemm) fed the last position/);
+    expect(loaded.fast.last).toBe(true);
+  });
+
+  it("falls back, saying why, when a data file's blob lies outside the folder of the graph's own", () => {
+    const dir = linkedPackage(true, 'elsewhere');
+    const rewrite = lastPositionGraph(path.join(dir, 'onnx', 'model.onnx'), 'logits');
+    expect(rewrite.ok ? '' : rewrite.reason).toMatch(/external data "model.onnx_data" is not in the folder/);
   });
 });
 

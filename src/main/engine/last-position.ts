@@ -15,10 +15,13 @@
  * The rewritten graph is written to memory, small: each weight stored inside
  * the .onnx file becomes an external-data reference to its bytes in that same
  * file (offset and length), and onnxruntime reads them from there as it reads
- * any external data; weights already external stay as they are. When the
- * graph's head is not recognised the original file loads unchanged, with the
- * reason. The engine checks the copy before using it (decoder.ts).
+ * any external data; weights already external stay where they are. Both are
+ * named from the folder of the graph's real file (a package's graph may be a
+ * link, as a Hugging Face cache's files are). When the graph's head is not
+ * recognised the original file loads unchanged, with the reason. The engine
+ * checks the copy before using it (decoder.ts).
  */
+import { realpathSync } from 'node:fs';
 import path from 'node:path';
 import type { KvTensorSpec } from '../../shared/model-spec';
 import {
@@ -425,6 +428,44 @@ function externalised(file: FileBytes, f: WireField, location: string): Buffer |
     entry('length', String(raw.end - raw.valueStart)),
     varintField(TENSOR_DATA_LOCATION, DATA_LOCATION_EXTERNAL),
   );
+  return lenField(GRAPH_INITIALIZER, Buffer.concat(parts));
+}
+
+/**
+ * An initializer already in external data, its location named from `folder` (where the copy's weights are read:
+ * the graph's real folder) instead of from `graphDir` (the graph file's, a link's perhaps, where the original graph
+ * names it from); null when that is the same name (copied as it is). Throws DataElsewhere when its real path is not
+ * inside `folder`: onnxruntime refuses such a path.
+ */
+function relocated(file: FileBytes, f: WireField, graphDir: string, folder: string): Buffer | null {
+  const tensor = [...fields(file, f.valueStart, f.end)];
+  let location: WireField | undefined;
+  let name = '';
+  for (const g of tensor) {
+    if (g.field !== TENSOR_EXTERNAL_DATA || g.wire !== WIRE_LEN) continue;
+    let key = '';
+    let value: WireField | undefined;
+    for (const e of fields(file, g.valueStart, g.end)) {
+      if (e.field === ENTRY_KEY) key = text(file, e);
+      else if (e.field === ENTRY_VALUE) value = e;
+    }
+    if (key === 'location' && value) {
+      location = g;
+      name = text(file, value);
+    }
+  }
+  if (!location) return null;
+  const target = realpathSync(path.join(graphDir, name));
+  const from = path.relative(folder, target);
+  if (from === name) return null;
+  if (from.startsWith('..') || path.isAbsolute(from)) {
+    throw new DataElsewhere(`the external data "${name}" is not in the folder of the graph's real file (${folder})`);
+  }
+  const entry = lenField(
+    TENSOR_EXTERNAL_DATA,
+    Buffer.concat([stringField(ENTRY_KEY, 'location'), stringField(ENTRY_VALUE, from)]),
+  );
+  const parts = tensor.map((g) => (g === location ? entry : copy(file, g.tagStart, g.end)));
   return lenField(GRAPH_INITIALIZER, Buffer.concat(parts));
 }
 
@@ -1112,9 +1153,19 @@ export function lastPositionGraph(
     if ([sliced, ...Object.values(names)].some((n) => taken.has(n))) {
       return { ok: false, reason: 'the graph already uses the names this rewrite needs' };
     }
-    const folder = path.dirname(graphPath);
+    // The copy's weights lie in the graph's real file (a package may link to it: a Hugging Face cache's files link
+    // to its blobs), and onnxruntime refuses external data whose real path is outside the folder it is given.
+    const real = realpathSync(graphPath);
+    const folder = path.dirname(real);
     const screening = options.screen
-      ? screenPlan(file, folder, found, initializers, (n) => initializerDims.get(n), options.screen === 'always')
+      ? screenPlan(
+          file,
+          path.dirname(graphPath),
+          found,
+          initializers,
+          (n) => initializerDims.get(n),
+          options.screen === 'always',
+        )
       : 'not asked for';
     const headIn = found.entry === found.head ? sliced : (found.head.inputs[0] as string);
     /** The head as an If: its own product when fed full, else the 8-bit product (plus its bias). */
@@ -1139,7 +1190,7 @@ export function lastPositionGraph(
       ]);
     };
     const screenIf = typeof screening === 'string' ? null : screenedHead(screening.gemmBias);
-    const location = path.basename(graphPath);
+    const location = path.basename(real);
     const nodeOf = new Map(nodes.map((n) => [n.field, n]));
     const parts: Buffer[] = [];
     let size = 0;
@@ -1175,7 +1226,11 @@ export function lastPositionGraph(
           push(renameInputs(file, node, new Map([[1, names.shape]])));
         } else push(copy(file, f.tagStart, f.end));
       } else if (f.field === GRAPH_INITIALIZER && f.wire === WIRE_LEN) {
-        push(externalised(file, f, location) ?? copy(file, f.tagStart, f.end));
+        push(
+          externalised(file, f, location) ??
+            relocated(file, f, path.dirname(graphPath), folder) ??
+            copy(file, f.tagStart, f.end),
+        );
       } else if (!splitting?.gone(file, f)) push(copy(file, f.tagStart, f.end));
     }
     splitting?.finish();
@@ -1234,7 +1289,7 @@ export function lastPositionGraph(
     return {
       ok: true,
       bytes: Buffer.concat(out),
-      folder: path.dirname(graphPath),
+      folder,
       vocab: found.vocab,
       startsInput: names.starts,
       detail,
@@ -1243,6 +1298,7 @@ export function lastPositionGraph(
       ...(typeof splits === 'string' ? { splitReason: splits } : { split: true }),
     };
   } catch (err) {
+    if (err instanceof DataElsewhere) return { ok: false, reason: err.message };
     if (err instanceof CopyTooBig) {
       return {
         ok: false,
@@ -1259,3 +1315,6 @@ export function lastPositionGraph(
 }
 
 class CopyTooBig extends Error {}
+
+/** Why a weight already in external data cannot be named from the copy's folder. */
+class DataElsewhere extends Error {}
