@@ -1,4 +1,5 @@
-import { closeSync, openSync, readSync } from 'node:fs';
+import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
+import { KvdeskError } from '../../shared/errors';
 import { gumbel, NOISE_HIGH, NOISE_LOW, NOISE_SHIFT, noiseHash } from './gumbel';
 import { SCREEN_TOP_K, topKIndices } from './sampling';
 
@@ -103,12 +104,16 @@ export class MemoryRows implements HeadRows {
 export const FILE_ROWS_KEPT = 2048;
 
 /**
- * Rows read from a file where the [vocab, hidden] float32 matrix starts at `offset` (opened at first use). The last
- * `kept` rows read stay in memory (the oldest read goes first when it is full), so a row that comes back costs no
- * read.
+ * Rows read from a file where the [vocab, hidden] float32 matrix starts at `offset`. The last `kept` rows read stay
+ * in memory (the oldest read goes first when it is full), so a row that comes back costs no read. The file is opened
+ * when the rows are made (as the screen's weights are read from it), so one renamed over it later (an export written
+ * again into the package) is not read; one changed in place is refused (an error that says to load the model again),
+ * never read as the same model's.
  */
 export class FileRows implements HeadRows {
-  private fd: number | null = null;
+  private fd: number | null;
+  /** The file as it was opened: its device, inode, size and time of change. */
+  private readonly opened: string;
   private readonly row: Float32Array;
   private readonly rowBytes: Uint8Array;
   /** The rows kept, `kept` × hidden (made at the first read). */
@@ -128,6 +133,12 @@ export class FileRows implements HeadRows {
     this.rowBytes = new Uint8Array(this.row.buffer);
     if (!(kept >= 1)) throw new Error(`a file's head rows keep at least one row, not ${kept}`);
     this.bytes = kept * hidden * 4;
+    this.fd = openSync(path, 'r');
+    this.opened = FileRows.identity(this.fd);
+  }
+  private static identity(fd: number): string {
+    const s = fstatSync(fd);
+    return `${s.dev}:${s.ino}:${s.size}:${s.mtimeMs}`;
   }
   dot(n: number, h: Float32Array, hAt: number): number {
     const slot = this.slotOf.get(n) ?? this.load(n);
@@ -140,6 +151,12 @@ export class FileRows implements HeadRows {
   /** Reads token n's row into the slab (in place of the oldest kept, when full); returns its place. */
   private load(n: number): number {
     this.fd ??= openSync(this.path, 'r');
+    if (FileRows.identity(this.fd) !== this.opened) {
+      throw new KvdeskError(
+        'ENGINE_FAILED',
+        `${this.path} changed on disk after the model was loaded: the LM head's exact scores would come from another file. Load the model again.`,
+      );
+    }
     const want = this.rowBytes.length;
     let done = 0;
     while (done < want) {

@@ -75,7 +75,14 @@ import {
   WIRE_LEN,
   WIRE_VARINT,
 } from '../../shared/onnx-fields';
-import { buildHeadScreen, FileRows, type HeadLayout, type HeadScreen, type PackedHead } from './head-screen';
+import {
+  buildHeadScreen,
+  FileRows,
+  type HeadLayout,
+  type HeadRows,
+  type HeadScreen,
+  type PackedHead,
+} from './head-screen';
 import {
   type Bytes,
   FileBytes,
@@ -1078,6 +1085,7 @@ export function lastPositionGraph(
   } catch (err) {
     return { ok: false, reason: `cannot read ${graphPath}: ${err instanceof Error ? err.message : String(err)}` };
   }
+  let screenRows: HeadRows | undefined;
   try {
     const model = [...fields(file, 0, file.size)];
     const graphField = model.find((f) => f.field === MODEL_GRAPH && f.wire === WIRE_LEN);
@@ -1167,6 +1175,7 @@ export function lastPositionGraph(
           options.screen === 'always',
         )
       : 'not asked for';
+    if (typeof screening !== 'string') screenRows = screening.screen.rows;
     const headIn = found.entry === found.head ? sliced : (found.head.inputs[0] as string);
     /** The head as an If: its own product when fed full, else the 8-bit product (plus its bias). */
     const screenedHead = (gemmBias: string | undefined): Buffer => {
@@ -1298,6 +1307,8 @@ export function lastPositionGraph(
       ...(typeof splits === 'string' ? { splitReason: splits } : { split: true }),
     };
   } catch (err) {
+    // A screen built before the failure holds its file open.
+    screenRows?.close();
     if (err instanceof DataElsewhere) return { ok: false, reason: err.message };
     if (err instanceof CopyTooBig) {
       return {

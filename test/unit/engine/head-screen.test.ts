@@ -6,7 +6,7 @@
  * integer products with the 7-bit weights, scaled); the integration test
  * (test/integration/head-screen.test.ts) runs the real kernel.
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import fc from 'fast-check';
@@ -1061,6 +1061,31 @@ describe("the head's rows read from the model file", () => {
       expect(rows.dot(3, h, 0)).toBe(memory.dot(3, h, 0));
       rows.close();
       expect(() => new FileRows(file, 7, hidden).dot(vocab, h, 0)).toThrow(/ended before the head's row 50/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('read the file they were made from: one renamed over it is not read, one changed in place is refused', () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-head-rows-'));
+    try {
+      const hidden = 4;
+      const file = path.join(dir, 'model.onnx');
+      const w = (v: number) => Buffer.from(new Float32Array(8 * hidden).fill(v).buffer);
+      writeFileSync(file, w(1));
+      const h = new Float32Array(hidden).fill(1);
+      const rows = new FileRows(file, 0, hidden);
+      // An export written again into the package: a new file renamed over the old one.
+      writeFileSync(`${file}.new`, w(9));
+      renameSync(`${file}.new`, file);
+      expect(rows.dot(0, h, 0)).toBe(4);
+      rows.close();
+      // Closed, it opens the path again: another file now, refused.
+      expect(() => rows.dot(1, h, 0)).toThrow(/changed on disk after the model was loaded.*Load the model again/);
+      const inPlace = new FileRows(file, 0, hidden);
+      writeFileSync(file, w(5));
+      expect(() => inPlace.dot(2, h, 0)).toThrow(/changed on disk after the model was loaded/);
+      inPlace.close();
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
