@@ -3,8 +3,8 @@
  * `<dataDir>/threads/`, written atomically (temp file + rename) so a crash
  * never leaves half a thread.
  *
- * Files kvdesk cannot use are never lost (data-file.ts): a thread file that does not parse or validate is left
- * as it is, unlisted, and said in the log (nothing writes over it: saves name listed or new chats); settings.json
+ * Files kvdesk cannot use are never lost (data-file.ts): a thread file that does not parse or validate, or whose
+ * id is not its file name (a copy, a sync tool's conflict file) or not a safe id, is left as it is, unlisted, and said in the log (nothing writes over it: saves name listed or new chats); settings.json
  * that does not parse is moved aside, one with values of a newer kvdesk keeps its valid part (the file as it was
  * kept aside), and one that cannot be read is an error, with every save refused until it can be. Fields of a
  * newer kvdesk that this one does not know are written back with each save.
@@ -18,6 +18,7 @@ import { issueText, salvageSettings } from './settings-salvage';
 import { writeAtomic } from './write-atomic';
 
 const SAFE_ID = /^[A-Za-z0-9_-]{1,100}$/;
+const SAFE_ID_TEXT = 'letters, digits, "-" and "_" only (1–100 chars)';
 
 /** A thread's fields of a newer kvdesk: its own, and its messages' (by message id). */
 interface ThreadExtras {
@@ -142,7 +143,20 @@ export class ThreadStore {
       const why = issueText(parsed.error, []);
       return { problem: `the chat file ${file} is not valid (${why}; a newer kvdesk's?); ${leftAlone}` };
     }
-    this.noteExtras(parsed.data.id, raw);
+    const id = parsed.data.id;
+    const name = path.basename(file, '.json');
+    if (id !== name) {
+      // A copy beside the chat's own file (abc-backup.json, a sync tool's conflict file): listed, it would be a
+      // second chat of the same id, and deleting that chat would remove only the other file.
+      return {
+        problem: `the chat file ${file} holds the chat "${id}", not "${name}" as its name says (a copy, or a sync tool's conflict file?); ${leftAlone}`,
+      };
+    }
+    if (!SAFE_ID.test(id)) {
+      // Such a chat could be listed but never saved nor deleted (fileOf refuses its id).
+      return { problem: `the chat file ${file} has the id "${id}", which is not ${SAFE_ID_TEXT}; ${leftAlone}` };
+    }
+    this.noteExtras(id, raw);
     return { thread: parsed.data };
   }
 

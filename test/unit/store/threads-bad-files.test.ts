@@ -3,7 +3,7 @@
  * as it is and said (log and `problems`, naming the file); a threads folder that cannot be read is an error, not
  * an empty list; fields of a newer kvdesk survive a save from this one.
  */
-import { chmodSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { Thread } from '../../../src/shared/api';
@@ -48,6 +48,38 @@ describe('a thread file that cannot be used', () => {
     writeFileSync(path.join(threads, 't1.json'), JSON.stringify(newer));
     expect(await s.list()).toEqual([]);
     expect(log.join('\n')).toContain('messages.0.role');
+  });
+});
+
+describe('a thread file whose id is not its name', () => {
+  it('a copy beside the chat (abc-backup.json holding abc) is not listed, left alone, and said; delete removes the chat', async () => {
+    const { s, threads, log } = store();
+    await s.save(thread('abc', 'My chat'));
+    const copy = path.join(threads, 'abc-backup.json');
+    const copyText = JSON.stringify(thread('abc', 'My chat (copy)'));
+    writeFileSync(copy, copyText);
+    expect((await s.list()).map((t) => `${t.id}:${t.title}`)).toEqual(['abc:My chat']);
+    expect(s.problems).toHaveLength(1);
+    expect(s.problems[0]).toContain(copy);
+    expect(s.problems[0]).toContain('"abc"');
+    expect(log.join('\n')).toContain(copy);
+    await s.delete('abc');
+    expect(await s.list()).toEqual([]);
+    expect(readdirSync(threads)).toEqual(['abc-backup.json']);
+    expect(readFileSync(copy, 'utf8')).toBe(copyText);
+  });
+
+  it('one holding an id that is not a safe id is not listed (it could be neither saved nor deleted)', async () => {
+    const { s, threads } = store();
+    mkdirSync(threads, { recursive: true });
+    const text = JSON.stringify(thread('has space', 'x'));
+    writeFileSync(path.join(threads, 'zzz.json'), text);
+    writeFileSync(path.join(threads, 'has space.json'), text);
+    expect(await s.list()).toEqual([]);
+    expect(s.problems).toHaveLength(2);
+    expect(s.problems.join('\n')).toContain('"has space"');
+    expect(readFileSync(path.join(threads, 'zzz.json'), 'utf8')).toBe(text);
+    expect(readFileSync(path.join(threads, 'has space.json'), 'utf8')).toBe(text);
   });
 });
 
