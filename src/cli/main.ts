@@ -18,7 +18,7 @@ import {
   usableProviders,
   variantFits,
 } from '../main/backends';
-import { checkedTemplate, withChatTemplate } from '../main/host/chat-template-pick';
+import { withChatTemplate, withKeptTemplate } from '../main/host/chat-template-pick';
 import { ModelLibrary } from '../main/host/model-library';
 import { defaultHostSettings, type HostSettings, RunnerService } from '../main/host/runner-service';
 import { backendProvider, kvBytesForTokens, loadModelSpec, variantOption } from '../main/packages';
@@ -51,7 +51,6 @@ import {
   SAMPLING_OPTIONS,
   STDOUT_CLOSED_EXIT,
   samplingFlags,
-  templateFlags,
   threadsFlag,
   wantsHelp,
 } from './common';
@@ -62,7 +61,7 @@ import { PULL_OPTIONS, pull, SEARCH_OPTIONS, search } from './pull';
 const USAGE = `kvdesk — run local ONNX language models with an explicit KV-cache budget
 
 Usage:
-  kvdesk inspect <package or library id> [--json] [--backend cuda|cpu|…] [--variant NAME] [--trust-installed] [--chat-template FILE] [--device-memory webgpu:0=8GiB]… [--data-dir DIR]
+  kvdesk inspect <package or library id> [--json] [--backend cuda|cpu|…] [--variant NAME] [--trust-installed] [--chat-template FILE | --package-template] [--device-memory webgpu:0=8GiB]… [--data-dir DIR]
   kvdesk generate <package or library id> (--prompt TEXT | --prompt-ids 1,2,3 | < FILE) [options]
   kvdesk chat <package or library id> [options]   a conversation in the terminal (see below)
   kvdesk list [--json] [--data-dir DIR]   the model library: packages kvdesk serve has loaded before
@@ -223,15 +222,25 @@ async function inspect(args: string[], io: Io): Promise<number> {
     const report = await detectBackendsInChildProcess().catch(() => undefined);
     // A folder, or a library id as generate and chat take it.
     const dir = await packageDir(positionals[0] as string, values['data-dir']);
-    const template = templateFlags(values);
-    const read = await loadModelSpec(dir, {
-      ...(report === undefined ? {} : { availableBackends: usableProviders(report) }),
-      ...(values.backend === undefined ? {} : { backend: values.backend }),
-      ...(await variantOption(dir, values.variant)),
-      ...(values['trust-installed'] === true ? { trustInstalled: true } : {}),
-    });
-    // With the person's own template: checked, and the spec as it would load (a thinking model, or not).
-    const spec = typeof template === 'string' ? withChatTemplate(read, template) : checkedTemplate(read);
+    // As generate and chat load it: what the flags name, over the pick the library keeps for the package.
+    const pick = await loadFlags(dir, values);
+    const readAs = async (variant: string | undefined) =>
+      loadModelSpec(dir, {
+        ...(report === undefined ? {} : { availableBackends: usableProviders(report) }),
+        ...(pick.backend === undefined ? {} : { backend: pick.backend }),
+        ...(await variantOption(dir, variant)),
+        ...(pick.trustInstalled === true ? { trustInstalled: true } : {}),
+      });
+    // A kept variant the package no longer has loads kvdesk's choice instead (as the host loads it).
+    const read = await readAs(pick.variant).catch((err: unknown) =>
+      values.variant === undefined && pick.variant !== undefined ? readAs(undefined) : Promise.reject(err),
+    );
+    // With the person's own template: checked, and the spec as it would load (a thinking model, or not). A kept one
+    // that no longer renders leaves the package's, as a load does; one the flag names must render.
+    const spec =
+      values['chat-template'] !== undefined && typeof pick.chatTemplate === 'string'
+        ? withChatTemplate(read, pick.chatTemplate)
+        : withKeptTemplate(read, pick.chatTemplate);
     const needsNvidia = (spec.variants ?? []).some((v) => /^(cuda|tensorrt):/.test(deviceKey(v.ep)));
     const cpu = defaultHostSettings();
     const given: Partial<HostSettings> = {};

@@ -310,6 +310,44 @@ describe('the library pick in the CLI', () => {
       rmSync(work, { recursive: true, force: true });
     }
   });
+
+  it('inspect shows a package as the library last loaded it (its graph, its template), unless a flag says otherwise', async () => {
+    const { ModelLibrary } = await import('../../src/main/host/model-library');
+    const { loadModelSpec } = await import('../../src/main/packages');
+    const work = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-cli-inspect-pick-'));
+    try {
+      const dataDir = path.join(work, 'data');
+      const dir = path.join(work, 'pkga');
+      cpSync(graphVariantsModel(), dir, { recursive: true });
+      const library = await ModelLibrary.open(dataDir);
+      const template = "{% for m in messages %}{{ m.content + '\\n' }}{% endfor %}";
+      await library.loaded(dir, await loadModelSpec(dir, { graphVariant: 'q4' }), {
+        variant: 'q4',
+        chatTemplate: template,
+      });
+      await library.flush();
+      const inspect = (...extra: string[]) => {
+        const r = kvdesk('inspect', dir, '--data-dir', dataDir, '--json', ...extra);
+        expect(r.code, r.stderr).toBe(0);
+        return r.json;
+      };
+      // The graph it reads, as its text says it.
+      const graph = (...extra: string[]) => {
+        const r = kvdesk('inspect', dir, '--data-dir', dataDir, ...extra);
+        expect(r.code, r.stderr).toBe(0);
+        return /graph {10}(\S+)/.exec(r.stdout)?.[1];
+      };
+      expect(inspect().chatTemplateEdited).toBe(true);
+      expect(graph()).toBe('onnx/model_q4.onnx');
+      // By the library id too, as generate takes it.
+      expect(kvdesk('inspect', 'pkga', '--data-dir', dataDir, '--json').json.chatTemplateEdited).toBe(true);
+      // The flags win over the kept pick.
+      expect(inspect('--package-template').chatTemplateEdited).toBe(false);
+      expect(graph('--variant', 'fp32')).toBe('onnx/model.onnx');
+    } finally {
+      rmSync(work, { recursive: true, force: true });
+    }
+  });
 });
 
 describe('--chat-template', () => {
