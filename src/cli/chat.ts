@@ -67,6 +67,9 @@ Ctrl+C stops a reply; what it wrote stays in the conversation.
  * Ollama's parameter names for /set parameter, and where each goes. Values are read as Ollama's API reads them
  * (its ranges; -1 for seed and num_predict: none, i.e. random and up to the context), by the Ollama adapter.
  */
+/** A piped chat's exit code after SIGINT: 128 + the signal's number, as a shell reports a command it ended. */
+const SIGINT_EXIT = 130;
+
 const PARAMETERS: Record<string, keyof SamplingSettings | 'maxNewTokens'> = {
   temperature: 'temperature',
   top_k: 'topK',
@@ -114,6 +117,8 @@ export class ChatSession {
   private sessionId = `cli-chat-${randomUUID()}`;
   private current: { cancel: () => void } | null = null;
   ended = false;
+  /** A piped chat ended by SIGINT (Ctrl+C between its turns): it exits 130, as a command the signal ended. */
+  interrupted = false;
   /** The first turn that failed (not one stopped): a piped chat exits with its code. */
   failed: ErrorInfo | null = null;
 
@@ -533,7 +538,9 @@ export async function chat(
     };
     io.closed?.addEventListener('abort', onClosed, { once: true });
     await repl(session, input, interactive, io).finally(() => io.closed?.removeEventListener('abort', onClosed));
-    // A script learns that a turn failed (the person at a terminal saw it and went on).
+    // A script learns that it was interrupted (its later turns never ran), or that a turn failed (the person at a
+    // terminal saw it and went on).
+    if (session.interrupted) return SIGINT_EXIT;
     return !interactive && session.failed ? exitCodeFor(session.failed.code) : 0;
   } catch (err) {
     return fail(io, false, toErrorInfo(err));
@@ -560,7 +567,10 @@ async function repl(session: ChatSession, input: NodeJS.ReadableStream, interact
       rl.setPrompt('>>> ');
       rl.prompt();
     } else {
+      // Between turns: the chat ends there, and says so in its exit code (128 + SIGINT's 2, as a shell reports a
+      // command the signal ended, and as generate ends).
       session.ended = true;
+      session.interrupted = true;
       rl.close();
     }
   };
@@ -570,6 +580,8 @@ async function repl(session: ChatSession, input: NodeJS.ReadableStream, interact
   try {
     if (interactive) rl.prompt();
     for await (const line of rl) {
+      // (A line read before the interrupt closed the input is not a turn any more.)
+      if (session.ended) break;
       const turn = reader.read(line);
       if (turn !== null) await session.line(turn.text, turn.block);
       if (session.ended) break;

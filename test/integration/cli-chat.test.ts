@@ -220,6 +220,31 @@ describe('kvdesk chat', () => {
     expect(stderr).toMatch(/kvdesk: [1-3] tokens, finish/);
   }, 90_000);
 
+  it('Ctrl+C between the turns of a piped chat ends it, exit 130 (as generate): the later turns do not run', async () => {
+    const child = spawn(process.execPath, [BIN, 'chat', defaultModelDir, ...GREEDY, '--verbose'], {
+      cwd: repoRoot,
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    let stderr = '';
+    const answered = new Promise<void>((resolve) => {
+      child.stderr.on('data', (d) => {
+        stderr += String(d);
+        if (figures(stderr).length > 0) resolve();
+      });
+    });
+    child.stdout.resume();
+    const exited = new Promise<number | null>((resolve) => child.on('close', (code) => resolve(code)));
+    // (echo a; sleep 1; echo b; echo c) | kvdesk chat …, and SIGINT while it waits for b.
+    child.stdin.write('Tell me about rivers.\n');
+    await answered;
+    child.kill('SIGINT');
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    child.stdin.end('And lakes?\n/set parameter num_predict 3\n');
+    expect(await exited, stderr).toBe(130);
+    expect(figures(stderr)).toHaveLength(1);
+    expect(stderr).not.toContain('set num_predict');
+  }, 90_000);
+
   it('a reader that goes away (| head) ends the chat: the reply stops, no turn follows, no stack trace, exit 141', async () => {
     const child = spawn(
       process.execPath,
