@@ -87,8 +87,8 @@ export function checkFlags(request: Record<string, unknown>): void {
   // A number out of its range, said as a person would (not zod's `Too big: expected number to be <=20`).
   if (flag && !inner && key !== undefined && (issue?.code === 'too_small' || issue?.code === 'too_big')) {
     const schema = numberSchemaAt(issue.path);
-    const range = schema && rangeWords(schema);
     const value = issue.path.reduce<unknown>((v, k) => (v as Record<PropertyKey, unknown> | undefined)?.[k], request);
+    const range = schema && rangeWords(schema, value);
     if (range) throw badArgs(`--${flag} must be ${range}, got ${String(value)}`);
   }
   throw badArgs(`${flag ? `--${flag}` : 'the request'}${inner}: ${issue?.message ?? 'invalid value'}`);
@@ -110,13 +110,15 @@ function numberSchemaAt(path: readonly PropertyKey[]): z.ZodNumber | undefined {
 
 /**
  * A number field's range in words: `between 0 and 20`, `1 or more`, `more than 0 and at most 10`; undefined when
- * it has none worth saying (a whole number's safe-integer bounds are not). A bound the schema refuses itself is
- * exclusive.
+ * it has none worth saying. A whole number's safe-integer bound is said only to a value past it (`--seed 1e20`:
+ * `between 0 and 9007199254740991`, not `0 or more`). A bound the schema refuses itself is exclusive.
  */
-function rangeWords(schema: z.ZodNumber): string | undefined {
-  const said = (v: number | null): v is number => v !== null && Math.abs(v) < Number.MAX_SAFE_INTEGER;
-  const lo = said(schema.minValue) ? schema.minValue : undefined;
-  const hi = said(schema.maxValue) ? schema.maxValue : undefined;
+function rangeWords(schema: z.ZodNumber, value: unknown): string | undefined {
+  const n = typeof value === 'number' ? value : Number.NaN;
+  const said = (v: number | null, past: (v: number) => boolean): v is number =>
+    v !== null && Number.isFinite(v) && (Math.abs(v) < Number.MAX_SAFE_INTEGER || past(v));
+  const lo = said(schema.minValue, (v) => n < v) ? schema.minValue : undefined;
+  const hi = said(schema.maxValue, (v) => n > v) ? schema.maxValue : undefined;
   const loIn = lo !== undefined && schema.safeParse(lo).success;
   const hiIn = hi !== undefined && schema.safeParse(hi).success;
   if (lo !== undefined && hi !== undefined) {

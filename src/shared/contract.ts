@@ -61,12 +61,8 @@ export const SamplingSettings = z.object({
     .record(z.string().regex(/^\d+$/, 'keys are token ids'), z.number().min(-100).max(100))
     .refine((r) => Object.keys(r).length <= 1024, { message: 'at most 1024 token ids' })
     .optional(),
-  seed: z
-    .number()
-    .int()
-    .min(0)
-    .max(2 ** 53)
-    .optional(),
+  /** A whole number from 0 to Number.MAX_SAFE_INTEGER (2^53 − 1; a larger one is no exact integer in JSON). */
+  seed: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).optional(),
 });
 export type SamplingSettings = z.infer<typeof SamplingSettings>;
 

@@ -69,6 +69,33 @@ describe('--threads is checked before anything loads', () => {
   });
 });
 
+describe('--seed past the largest exact integer', () => {
+  it.each([
+    ['generate', '1e20', '100000000000000000000'],
+    ['generate', '9007199254740992', '9007199254740992'],
+    ['chat', '9007199254740992', '9007199254740992'],
+  ])('%s --seed %s: exit 2 naming the real range', (command, value, said) => {
+    const extra = command === 'generate' ? ['--prompt', 'hi'] : [];
+    const r = kvdesk([command, defaultModelDir, ...extra, '--max-new-tokens', '1', '--seed', value]);
+    expect(r.code, r.stderr).toBe(2);
+    expect(r.stderr).toContain(`--seed must be between 0 and ${Number.MAX_SAFE_INTEGER}, got ${said}`);
+  });
+
+  it('the largest one is taken', () => {
+    const r = kvdesk([
+      'generate',
+      defaultModelDir,
+      '--prompt',
+      'hi',
+      '--max-new-tokens',
+      '1',
+      '--seed',
+      '9007199254740991',
+    ]);
+    expect(r.code, r.stderr).toBe(0);
+  });
+});
+
 describe('--kv-budget naming a device kvdesk does not know', () => {
   /** A one-token generate with this budget flag. */
   const withBudget = (value: string) =>

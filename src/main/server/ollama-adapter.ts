@@ -140,7 +140,7 @@ export function mapOptions(body: Body): MappedOptions {
   const minP = optionNumber(opts, 'min_p', { min: 0, max: 1 });
   if (minP !== undefined) s.minP = minP;
   // Ollama's -1 (any negative seed) asks for a random one, which is what no seed gives.
-  const seed = optionNumber(opts, 'seed', { int: true, max: 2 ** 53 });
+  const seed = optionNumber(opts, 'seed', { int: true, max: Number.MAX_SAFE_INTEGER });
   if (seed !== undefined && seed >= 0) s.seed = seed;
   const fp = optionNumber(opts, 'frequency_penalty', { min: -2, max: 2 });
   if (fp !== undefined && fp !== 0) s.frequencyPenalty = fp;

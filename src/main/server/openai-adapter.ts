@@ -437,7 +437,7 @@ export function mapOpenAiRequest(kind: OpenAiKind, input: unknown): MappedReques
   const topP = number(body, 'top_p', { min: 0, max: 1 });
   if (topP !== undefined) sampling.topP = topP;
   // -1 is llama.cpp's "a random seed", as no seed.
-  const seed = number(body, 'seed', { int: true, min: -1, max: 2 ** 53 });
+  const seed = number(body, 'seed', { int: true, min: -1, max: Number.MAX_SAFE_INTEGER });
   if (seed !== undefined && seed >= 0) sampling.seed = seed;
   // vLLM's extra sampling parameters, which OpenAI clients pass through `extra_body`.
   const topK = number(body, 'top_k', { int: true, min: -1 });

@@ -96,6 +96,12 @@ describe('mapOllamaRequest: /api/chat', () => {
     // Beyond kvdesk's longest reply: kept as asked, for runGeneration to ask the longest and name it in the clip.
     expect(chat({ options: { num_predict: 5_000_000 } }).request?.maxNewTokens).toBe(5_000_000);
     expect(chat({ options: { seed: -1 } }).request?.sampling).toEqual({ repetitionWindow: 64 });
+    // The largest exact integer is the largest seed, as the contract and the CLI take it.
+    const max = Number.MAX_SAFE_INTEGER;
+    expect(chat({ options: { seed: max } }).request?.sampling).toEqual({ seed: max, repetitionWindow: 64 });
+    expect(refusal(() => chat({ options: { seed: 2 ** 53 } })).message).toBe(
+      `"options.seed" must be in (-∞, ${max}], got ${2 ** 53}.`,
+    );
     expect(chat({ options: { top_k: -1 } }).request?.sampling).toEqual({ topK: 0, repetitionWindow: 64 });
     expect(chat({ options: { temperature: null } }).request?.sampling).toEqual({ repetitionWindow: 64 });
   });

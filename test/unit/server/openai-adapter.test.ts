@@ -104,6 +104,12 @@ describe('mapOpenAiRequest', () => {
     expect(mapOpenAiRequest('chat', chat({ top_k: -1 })).request.sampling).toEqual({ topK: 0 });
     // llama.cpp's -1: a random seed.
     expect(mapOpenAiRequest('chat', chat({ seed: -1 })).request.sampling).toBeUndefined();
+    // The largest exact integer is the largest seed, as the contract and the CLI take it; one past it is refused here.
+    const max = Number.MAX_SAFE_INTEGER;
+    expect(mapOpenAiRequest('chat', chat({ seed: max })).request.sampling).toEqual({ seed: max });
+    expect(refusal(() => mapOpenAiRequest('chat', chat({ seed: 2 ** 53 }))).message).toBe(
+      `"seed" must be in [-1, ${max}], got ${2 ** 53}.`,
+    );
     for (const [extra, param] of [
       [{ seed: -2 }, 'seed'],
       [{ top_k: -5 }, 'top_k'],
