@@ -19,6 +19,7 @@ import { RunnerService } from './host/runner-service';
 import { type IpcHandle, registerIpc } from './ipc';
 import { originOf } from './ipc/validate';
 import { API_KEY_FILE, createApiServerControl } from './server';
+import { resolveUserPath } from './store/user-path';
 import {
   APP_ENTRY_URL,
   APP_ORIGIN,
@@ -35,7 +36,7 @@ import {
 const SHUTDOWN_TIMEOUT_MS = 5000;
 
 // Tests and side-by-side runs get their own data folder (and with it their own single-instance lock).
-if (process.env.KVDESK_DATA_DIR) app.setPath('userData', path.resolve(process.env.KVDESK_DATA_DIR));
+if (process.env.KVDESK_DATA_DIR) app.setPath('userData', resolveUserPath(process.env.KVDESK_DATA_DIR));
 
 // electron-vite dev serves the renderer over HTTP; a packaged or `npm start` run uses the built files.
 const devServerUrl = !app.isPackaged ? process.env.ELECTRON_RENDERER_URL : undefined;

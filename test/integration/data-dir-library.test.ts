@@ -1,9 +1,10 @@
 /**
  * The data directory's library file when kvdesk cannot use it (ModelLibrary.open): one that exists but cannot
  * be read is never written over (loads are not remembered until it can be, and the log says what to do); a data
- * directory that is a regular file stops `serve` at start, with a message naming it.
+ * directory that is a regular file stops `serve` at start, with a message naming it; a leading `~` in the data
+ * directory given is the home folder.
  */
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { chmod, cp, lstat, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -129,5 +130,36 @@ describe('the CLI and a library file that is not JSON', () => {
     expect((await readdir(dataDir)).some((f) => f.startsWith('library.json.unreadable-'))).toBe(true);
     // The command itself still answers: no such package, in the library or on disk.
     expect(code).toBe(2);
+  }, 60_000);
+});
+
+describe('a data directory given with a leading ~ (--data-dir=~/kvd, or KVDESK_DATA_DIR quoted)', () => {
+  it('is under the home folder, not a folder named ~ in the working directory', async () => {
+    const home = await tmp();
+    const cwd = await tmp();
+    // A library under ~/kvd with one package in it.
+    const lib = await ModelLibrary.open(path.join(home, 'kvd'));
+    await lib.loaded(defaultModelDir, await loadModelSpec(defaultModelDir));
+    await lib.flush();
+    const list = (args: string[], dataDirEnv?: string) => {
+      const env: NodeJS.ProcessEnv = { ...process.env, HOME: home, USERPROFILE: home };
+      delete env.KVDESK_DATA_DIR;
+      if (dataDirEnv !== undefined) env.KVDESK_DATA_DIR = dataDirEnv;
+      const r = spawnSync(process.execPath, [path.join(repoRoot, 'bin/kvdesk.cjs'), 'list', '--json', ...args], {
+        cwd,
+        encoding: 'utf8',
+        timeout: 60_000,
+        env,
+      });
+      expect(r.status, r.stderr).toBe(0);
+      const json = JSON.parse(r.stdout) as { dataDir: string; packages: Array<{ id: string }> };
+      return { dataDir: json.dataDir, ids: json.packages.map((p) => p.id) };
+    };
+    const kvd = { dataDir: path.join(home, 'kvd'), ids: ['default'] };
+    expect(list(['--data-dir=~/kvd'])).toEqual(kvd);
+    expect(list([], '~/kvd')).toEqual(kvd);
+    // `~` alone is the home folder itself: its library is empty.
+    expect(list(['--data-dir=~'])).toEqual({ dataDir: home, ids: [] });
+    expect(await readdir(cwd)).toEqual([]);
   }, 60_000);
 });
