@@ -4,12 +4,14 @@ import {
   CONFIG_MAX_BYTES,
   type ConfigDoc,
   ConfigFields,
+  describeValue,
   parseJsonText,
   readConfigFile,
   readLimitedText,
 } from './config-file';
 import { packageError } from './package-error';
 import { findFile, listFileNames, type PackageContext, relName } from './package-fs';
+import { checkTokenizerConfig, checkTokenizerJson } from './tokenizer-check';
 
 /** tokenizer.json carries the whole vocabulary (Gemma's is ~33 MB); this only guards against absurd files. */
 export const TOKENIZER_MAX_BYTES = 256 * 1024 * 1024;
@@ -47,6 +49,10 @@ export interface TokenizerFacts {
    * first, then a conventionally named token in tokenizer.json.
    */
   special(kind: SpecialKind): TokenIds | undefined;
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
 /** A special token's text as tokenizer_config writes it: a plain string or an AddedToken object `{ content }`. */
@@ -92,20 +98,17 @@ export async function readTokenizerFiles(ctx: PackageContext, dir: string = ctx.
   }
   const file = relName(ctx, tokenizerPath);
   const json = parseJsonText(await readLimitedText(ctx, tokenizerPath, TOKENIZER_MAX_BYTES, 'tokenizer files'), file);
-  if (
-    json === null ||
-    typeof json !== 'object' ||
-    Array.isArray(json) ||
-    typeof (json as { model?: unknown }).model !== 'object'
-  ) {
+  // `typeof null` is 'object', and an array is one too: neither is a tokenizer model.
+  if (!isRecord(json) || !isRecord(json.model)) {
     throw packageError(
-      `${file} is not a Hugging Face tokenizer.json (it has no \`model\` object). Replace it with the tokenizer.json saved by the tokenizers library.`,
+      `${file} is not a Hugging Face tokenizer.json (it has no \`model\` object${isRecord(json) && 'model' in json ? `: \`model\` is ${describeValue(json.model)}` : ''}). Replace it with the tokenizer.json saved by the tokenizers library.`,
       { file, field: 'model' },
     );
   }
+  checkTokenizerJson(json, file);
   const tok = json as {
-    model: { vocab?: unknown; unk_token?: unknown };
-    added_tokens?: unknown;
+    model: { vocab: unknown; unk_token?: unknown };
+    added_tokens?: Array<{ id: number; content: string; special?: boolean }> | null;
     post_processor?: unknown;
   };
   const ids = new Map<string, number>();
@@ -114,26 +117,20 @@ export async function readTokenizerFiles(ctx: PackageContext, dir: string = ctx.
   const vocab = tok.model.vocab;
   if (Array.isArray(vocab)) {
     // Unigram: [[piece, score], ...], the id is the position.
-    vocab.forEach((entry, i) => {
-      if (Array.isArray(entry) && typeof entry[0] === 'string' && !ids.has(entry[0])) ids.set(entry[0], i);
+    vocab.forEach((entry: [string, number], i) => {
+      if (!ids.has(entry[0])) ids.set(entry[0], i);
     });
     size = vocab.length;
-  } else if (vocab !== null && typeof vocab === 'object') {
-    for (const [piece, id] of Object.entries(vocab as Record<string, unknown>)) {
-      if (typeof id === 'number' && Number.isSafeInteger(id)) {
-        ids.set(piece, id);
-        size = Math.max(size, id + 1);
-      }
+  } else {
+    for (const [piece, id] of Object.entries(vocab as Record<string, number>)) {
+      ids.set(piece, id);
+      size = Math.max(size, id + 1);
     }
   }
-  if (Array.isArray(tok.added_tokens)) {
-    for (const added of tok.added_tokens as Array<{ id?: unknown; content?: unknown; special?: unknown }>) {
-      if (typeof added?.content === 'string' && typeof added.id === 'number' && Number.isSafeInteger(added.id)) {
-        ids.set(added.content, added.id);
-        if (added.special === true) specialIds.set(added.content, added.id);
-        size = Math.max(size, added.id + 1);
-      }
-    }
+  for (const added of tok.added_tokens ?? []) {
+    ids.set(added.content, added.id);
+    if (added.special === true) specialIds.set(added.content, added.id);
+    size = Math.max(size, added.id + 1);
   }
   // TemplateProcessing post-processors name the tokens they insert, with ids.
   const pp = tok.post_processor as { special_tokens?: Record<string, { ids?: unknown }> } | null | undefined;
@@ -153,6 +150,7 @@ export async function readTokenizerFiles(ctx: PackageContext, dir: string = ctx.
 
   const configPath = await findFile(ctx, 'tokenizer_config.json', dir);
   const tokenizerConfig = configPath === undefined ? undefined : await readConfigFile(ctx, configPath);
+  if (tokenizerConfig !== undefined) checkTokenizerConfig(tokenizerConfig.data, tokenizerConfig.file);
   const cfg = tokenizerConfig === undefined ? undefined : new ConfigFields(tokenizerConfig);
 
   const spec: TokenizerSpec = { tokenizerJson: tokenizerPath };

@@ -107,7 +107,8 @@ async function readJsonFile(file: string): Promise<unknown> {
     );
   }
   try {
-    return JSON.parse(text) as unknown;
+    // A UTF-8 BOM (files saved on Windows) is not an error: the package's validation skips it too.
+    return JSON.parse(text.charCodeAt(0) === 0xfeff ? text.slice(1) : text) as unknown;
   } catch (err) {
     throw new KvdeskError(
       'PACKAGE_INVALID',

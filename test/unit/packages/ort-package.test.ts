@@ -329,6 +329,25 @@ describe('ORT model package: variant choice', () => {
     // and the broken one refuses when it is the one chosen
     await refusal(loadModelSpec(dir, { availableBackends: [CPU, CUDA] }), { file: 'cuda-fp16/model.onnx' });
   });
+
+  it('an other variant whose tokenizer.json has "model": null is unreadable, naming its file; chosen, it is refused', async () => {
+    const broken = { ...(JSON.parse(tokenizerJson(64)) as Record<string, unknown>), model: null };
+    const dir = await ortPackage({
+      files: {
+        ...genaiVariant('cuda-fp16', { graph: { kvType: T.f16 }, ownTokenizer: true }),
+        'cuda-fp16/tokenizer.json': broken,
+      },
+    });
+    const spec = await loadModelSpec(dir);
+    expect(spec.selectedVariant).toBe('cpu');
+    expect(spec.variants?.find((v) => v.name === 'cuda')?.unreadable).toMatch(
+      /^cuda-fp16\/tokenizer\.json is not a Hugging Face tokenizer\.json \(it has no `model` object: `model` is null\)/,
+    );
+    await refusal(loadModelSpec(dir, { availableBackends: [CPU, CUDA] }), {
+      file: 'cuda-fp16/tokenizer.json',
+      field: 'model',
+    });
+  });
 });
 
 describe('ORT model package: components and executor_info', () => {

@@ -1,0 +1,212 @@
+/**
+ * tokenizer.json and tokenizer_config.json are checked while the package is read in the forms the tokenizer the host
+ * then loads takes them: what the validation accepts loads, and what the tokenizer would refuse is refused up front,
+ * naming the file relative to the package and the field (it used to load, then fail with the library's words and an
+ * absolute path, or crash with "Cannot read properties of null").
+ */
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import { Tokenizer } from '@huggingface/tokenizers';
+import { afterAll, describe, expect, it } from 'vitest';
+import { loadModelSpec } from '../../../src/main/packages/index';
+import { TOKENIZER_COMPONENT_TYPES, TOKENIZER_MODEL_TYPES } from '../../../src/main/packages/tokenizer-check';
+import { loadTokenizer } from '../../../src/main/tokenizer/text-tokenizer';
+import { HF_TOKENIZER_CONFIG, hfPackage, removeTempDirs, tokenizerJson } from './package-builder';
+import { refusal } from './refusal';
+
+afterAll(removeTempDirs);
+
+const base = (): Record<string, unknown> => JSON.parse(tokenizerJson(64)) as Record<string, unknown>;
+const baseModel = () => base().model as Record<string, unknown>;
+
+/** A small BPE tokenizer.json (the form most LLMs ship), with `edit` applied. */
+function bpe(edit: (model: Record<string, unknown>) => void = () => {}): Record<string, unknown> {
+  const json = base();
+  const model: Record<string, unknown> = {
+    type: 'BPE',
+    vocab: (json.model as { vocab: Record<string, number> }).vocab,
+    merges: ['w 1', 'w 2'],
+    unk_token: '<unk>',
+  };
+  edit(model);
+  return { ...json, model };
+}
+
+/** The tokenizer the host loads for a package (what runs after validation). */
+async function hostTokenizer(dir: string) {
+  return loadTokenizer(
+    { tokenizerJson: path.join(dir, 'tokenizer.json'), tokenizerConfig: path.join(dir, 'tokenizer_config.json') },
+    { vocabSize: 64 },
+  );
+}
+
+const cases: Array<{ name: string; files: Record<string, unknown>; field: string; says: RegExp; file?: string }> = [
+  { name: 'model null', files: { 'tokenizer.json': { ...base(), model: null } }, field: 'model', says: /null/ },
+  { name: 'model a list', files: { 'tokenizer.json': { ...base(), model: [] } }, field: 'model', says: /a list/ },
+  {
+    name: 'model.vocab null',
+    files: { 'tokenizer.json': { ...base(), model: { ...baseModel(), vocab: null } } },
+    field: 'model.vocab',
+    says: /is null/,
+  },
+  {
+    name: 'model.vocab a string',
+    files: { 'tokenizer.json': { ...base(), model: { ...baseModel(), vocab: 'x' } } },
+    field: 'model.vocab',
+    says: /is "x"/,
+  },
+  {
+    name: 'BPE merges that are not merges',
+    files: { 'tokenizer.json': bpe((m) => Object.assign(m, { merges: [1, 2, 3] })) },
+    field: 'model.merges[0]',
+    says: /not a merge/,
+  },
+  {
+    name: 'BPE without merges',
+    files: { 'tokenizer.json': bpe((m) => Object.assign(m, { merges: undefined })) },
+    field: 'model.merges',
+    says: /not a list of merges/,
+  },
+  {
+    name: 'an unknown pre-tokenizer',
+    files: { 'tokenizer.json': { ...base(), pre_tokenizer: { type: 'Nope' } } },
+    field: 'pre_tokenizer.type',
+    says: /"Nope", which kvdesk's tokenizer cannot build/,
+  },
+  {
+    name: 'an unknown decoder inside a Sequence',
+    files: {
+      'tokenizer.json': {
+        ...base(),
+        decoder: { type: 'Sequence', decoders: [{ type: 'ByteFallback' }, { type: 'Nope' }] },
+      },
+    },
+    field: 'decoder.decoders[1].type',
+    says: /"Nope"/,
+  },
+  {
+    name: 'an added token with a string id and a number content',
+    files: { 'tokenizer.json': { ...base(), added_tokens: [{ id: 'x', content: 5 }] } },
+    field: 'added_tokens[0].id',
+    says: /is "x", not a token id/,
+  },
+  {
+    name: 'added_tokens that is not a list',
+    files: { 'tokenizer.json': { ...base(), added_tokens: {} } },
+    field: 'added_tokens',
+    says: /not a list/,
+  },
+  {
+    name: 'an added_tokens_decoder entry without content',
+    files: {
+      'tokenizer_config.json': { ...HF_TOKENIZER_CONFIG, added_tokens_decoder: { '5': { special: true } } },
+    },
+    file: 'tokenizer_config.json',
+    field: 'added_tokens_decoder["5"]',
+    says: /has no `content`/,
+  },
+  {
+    name: 'a number among additional_special_tokens',
+    files: { 'tokenizer_config.json': { ...HF_TOKENIZER_CONFIG, additional_special_tokens: [5] } },
+    file: 'tokenizer_config.json',
+    field: 'additional_special_tokens[0]',
+    says: /is 5, neither a token's text/,
+  },
+];
+
+describe('tokenizer files the tokenizer cannot load are refused while the package is read', () => {
+  for (const c of cases) {
+    it(`${c.name}: refused naming ${c.file ?? 'tokenizer.json'} \`${c.field}\` (and the tokenizer refuses it too)`, async () => {
+      const dir = await hfPackage(c.files as Parameters<typeof hfPackage>[0]);
+      const err = await refusal(loadModelSpec(dir), { file: c.file ?? 'tokenizer.json', field: c.field });
+      expect(err.message).toMatch(c.says);
+      expect(err.message.startsWith(`${c.file ?? 'tokenizer.json'}`)).toBe(true);
+      expect(err.message).not.toContain(dir);
+      // Not stricter than the tokenizer: it refuses the same file.
+      await expect(hostTokenizer(dir)).rejects.toThrow();
+    });
+  }
+
+  it('a valid BPE tokenizer.json (string merges, and pair merges) loads, and the tokenizer takes it', async () => {
+    for (const merges of [
+      ['w 1', 'w 2'],
+      [
+        ['w', '1'],
+        ['w', '2'],
+      ],
+    ]) {
+      const dir = await hfPackage({ 'tokenizer.json': bpe((m) => Object.assign(m, { merges })) });
+      await loadModelSpec(dir);
+      await hostTokenizer(dir);
+    }
+  });
+});
+
+describe('a UTF-8 BOM', () => {
+  it('before tokenizer.json and tokenizer_config.json: the package loads and so does its tokenizer', async () => {
+    const dir = await hfPackage({
+      'tokenizer.json': `\ufeff${tokenizerJson(64)}`,
+      'tokenizer_config.json': `\ufeff${JSON.stringify(HF_TOKENIZER_CONFIG)}`,
+    });
+    const spec = await loadModelSpec(dir);
+    const tok = await loadTokenizer(spec.tokenizer, { vocabSize: spec.vocabSize });
+    expect(tok.encode('w5 w6', { addSpecialTokens: false })).toEqual([5, 6]);
+    expect(tok.specialTokens.eos?.token).toBe('</s>');
+  });
+});
+
+describe("the component types the validation accepts are the tokenizer library's", () => {
+  const minimal = { model: { type: 'WordLevel', vocab: { a: 0 }, unk_token: 'a' } };
+  const kinds = {
+    normalizer: 'Normalizer',
+    pre_tokenizer: 'PreTokenizer',
+    post_processor: 'PostProcessor',
+    decoder: 'Decoder',
+  } as const;
+  for (const [field, kind] of Object.entries(kinds) as Array<[keyof typeof kinds, string]>) {
+    it(`every ${field} type is one the library builds, and it refuses another`, () => {
+      const build = (type: string) => {
+        const json = {
+          ...minimal,
+          added_tokens: [],
+          normalizer: null,
+          pre_tokenizer: null,
+          post_processor: null,
+          decoder: null,
+          [field]: { type, pattern: { String: 'x' }, content: 'x' },
+        };
+        try {
+          new Tokenizer(json, {});
+        } catch (err) {
+          return String(err);
+        }
+        return 'built';
+      };
+      for (const type of TOKENIZER_COMPONENT_TYPES[field]) {
+        expect(build(type), type).not.toContain(`Unknown ${kind} type`);
+      }
+      expect(build('Nope')).toContain(`Unknown ${kind} type`);
+    });
+  }
+
+  it('every model type is one the library builds', async () => {
+    expect([...TOKENIZER_MODEL_TYPES].sort()).toEqual(['BPE', 'Unigram', 'WordLevel', 'WordPiece']);
+    const dir = await hfPackage({
+      'tokenizer.json': {
+        ...base(),
+        model: {
+          type: 'Unigram',
+          vocab: [
+            ['<pad>', 0],
+            ['a', -1],
+          ],
+          unk_id: 0,
+        },
+      },
+      'tokenizer_config.json': { ...HF_TOKENIZER_CONFIG, eos_token: '<pad>', bos_token: null },
+    });
+    await loadModelSpec(dir);
+    await hostTokenizer(dir);
+    await fs.rm(dir, { recursive: true, force: true });
+  });
+});
