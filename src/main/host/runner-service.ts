@@ -176,12 +176,13 @@ export interface LoadedModel {
 }
 
 /**
- * Every id's bytes (ids past the tokenizer's table have none) and the ids that are never JSON text (special
- * tokens, and end tokens even where the tokenizer does not mark them special), for JSON mode.
+ * Every id's bytes and the ids that are never JSON text (special tokens, and end tokens even where the tokenizer
+ * does not mark them special), for JSON mode. Only ids the tokenizer has are in the table: the engine never lets a
+ * reply take an id past it (it has no text), so a vocabulary larger than the tokenizer's costs nothing here.
  */
 function tokenBytesOf(model: LoadedModel): { bytes: Uint8Array; offsets: Uint32Array; special: number[] } {
   const tok = model.tokenizer;
-  const ids = Array.from({ length: model.spec.vocabSize }, (_, id) => id);
+  const ids = Array.from({ length: Math.min(model.spec.vocabSize, tok.vocabSize) }, (_, id) => id);
   const pieces = ids.map((id) => (tok.idToToken(id) === undefined ? [] : tok.tokenPiece(id).bytes));
   const ends = new Set(model.spec.eosTokenIds);
   return { ...packTokens(pieces), special: ids.filter((id) => tok.isSpecial(id) || ends.has(id)) };

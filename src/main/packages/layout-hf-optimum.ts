@@ -193,7 +193,7 @@ export async function loadHfOptimumLayout(ctx: PackageContext, options: LoadOpti
     vocabDeclared === undefined ? undefined : { value: vocabDeclared, file, field: 'vocab_size' },
     ports.logits,
     graph,
-    tokenizer.size,
+    tokenizer,
   );
   // generation_config.json is what transformers' generate() uses, so it wins over config.json.
   const idsFrom = (kind: 'eos' | 'bos' | 'pad'): TokenIds | undefined => {

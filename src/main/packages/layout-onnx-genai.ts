@@ -241,7 +241,7 @@ export async function loadOnnxGenaiLayout(ctx: PackageContext, options: LoadOpti
     vocabDeclared === undefined ? undefined : { value: vocabDeclared, file, field: 'model.vocab_size' },
     ports.logits,
     graph,
-    tokenizer.size,
+    tokenizer,
   );
 
   const idsFrom = (field: string): TokenIds | undefined => {

@@ -220,7 +220,7 @@ export async function loadOrtGenaiLayout(ctx: PackageContext, options: LoadOptio
     vocabDeclared === undefined ? undefined : { value: vocabDeclared, file, field: 'model.vocab_size' },
     ports.logits,
     graph,
-    tokenizer.size,
+    tokenizer,
   );
   const idsAt = (field: string): TokenIds | undefined => {
     const list = cfg.intList(field);

@@ -11,10 +11,10 @@ import type {
 import { reasoningOf } from '../../shared/reasoning';
 import type { ConfigFields } from './config-file';
 import { CPU_PROVIDER } from './execution-providers';
-import { type LoadedGraph, logitsVocab } from './graph';
+import { formatShape, type LoadedGraph, logitsVocab } from './graph';
 import { packageError } from './package-error';
 import { listPackageFiles, type PackageContext, relName } from './package-fs';
-import { type TokenIds, type TokenizerFacts, tokenText } from './tokenizer-files';
+import { idSpaceLimit, type TokenIds, type TokenizerFacts, tokenText } from './tokenizer-files';
 
 /** Everything a layout loader works out; finishSpec adds what is the same for every layout. */
 export interface SpecParts {
@@ -53,16 +53,28 @@ export function slugify(name: string): string {
 /**
  * The vocabulary the model scores: the logits output's fixed last dim when the
  * graph declares one (it is what the engine will see), else the config's
- * declared size, else the tokenizer's size.
+ * declared size, else the tokenizer's size. A size far above what the tokenizer
+ * has is refused: every request's scores and JSON mode's token table are sized
+ * by it, and a vocab_size of 2e9 took the host down.
  */
 export function resolveVocab(
   ctx: PackageContext,
   declared: { value: number; file: string; field: string } | undefined,
   logits: GraphPort,
   graph: LoadedGraph,
-  tokenizerSize: number,
+  tokenizer: Pick<TokenizerFacts, 'size' | 'spec'>,
 ): number {
   const fromGraph = logitsVocab(logits);
+  const tokenizerFile = relName(ctx, tokenizer.spec.tokenizerJson);
+  const most = idSpaceLimit(tokenizer.size);
+  const far = `far above the ${tokenizer.size} tokens of ${tokenizerFile} (kvdesk takes at most ${most} for it)`;
+  if (fromGraph !== undefined && fromGraph > most) {
+    throw packageError(
+      `${graph.file}: output "${logits.name}" scores ${fromGraph} tokens, ${far}. Check that ${tokenizerFile} belongs to this model, or re-export the graph.`,
+      { file: graph.file, field: `output "${logits.name}"` },
+      { vocabSize: fromGraph, tokenizerSize: tokenizer.size },
+    );
+  }
   if (declared !== undefined) {
     if (fromGraph !== undefined && fromGraph !== declared.value) {
       ctx.warnings.push(
@@ -70,13 +82,21 @@ export function resolveVocab(
       );
       return fromGraph;
     }
+    if (declared.value > most) {
+      throw packageError(
+        `${declared.file}: \`${declared.field}\` is ${declared.value}, ${far}, and ${graph.file} leaves it open (output "${logits.name}" ${formatShape(logits.shape)}). ` +
+          `Write the model's real vocabulary size there (the rows of its embedding: the tokenizer's size, sometimes rounded up), or remove the field to use ${tokenizerFile}'s ${tokenizer.size}.`,
+        { file: declared.file, field: declared.field },
+        { vocabSize: declared.value, tokenizerSize: tokenizer.size },
+      );
+    }
     return declared.value;
   }
   if (fromGraph !== undefined) return fromGraph;
   ctx.warnings.push(
-    `Neither the package config nor ${graph.file} (output "${logits.name}" ${JSON.stringify(logits.shape)}) states the vocabulary size; using tokenizer.json's ${tokenizerSize}.`,
+    `Neither the package config nor ${graph.file} (output "${logits.name}" ${JSON.stringify(logits.shape)}) states the vocabulary size; using ${tokenizerFile}'s ${tokenizer.size}.`,
   );
-  return tokenizerSize;
+  return tokenizer.size;
 }
 
 /**

@@ -82,8 +82,8 @@ function isRecord(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
-/** Field path of a key: `model.vocab["a b"]` for keys that are not plain names. */
-function key(parent: string, name: string): string {
+/** Field path of a key: `model.vocab.abc`, or `model.vocab["a b"]` for keys that are not plain names. */
+export function fieldKey(parent: string, name: string): string {
   return /^[A-Za-z_][A-Za-z0-9_]*$/.test(name) ? `${parent}.${name}` : `${parent}[${JSON.stringify(name)}]`;
 }
 
@@ -132,7 +132,7 @@ export function checkTokenizerJson(json: Record<string, unknown>, file: string):
       if (typeof id !== 'number' || !Number.isSafeInteger(id) || id < 0) {
         fail(
           file,
-          key('model.vocab', token),
+          fieldKey('model.vocab', token),
           `is ${describeValue(id)}, not a token id (an integer ≥ 0)`,
           REPLACE_TOKENIZER,
         );
@@ -235,7 +235,7 @@ export function checkTokenizerConfig(data: Record<string, unknown>, file: string
       );
     }
     for (const [id, entry] of Object.entries(decoder)) {
-      const field = key('added_tokens_decoder', id);
+      const field = fieldKey('added_tokens_decoder', id);
       if (!isRecord(entry) || typeof entry.content !== 'string') {
         const problem = isRecord(entry)
           ? `has no \`content\` (the token's text)${entry.content === undefined ? '' : `: it is ${describeValue(entry.content)}`}`

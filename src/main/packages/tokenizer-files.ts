@@ -11,7 +11,7 @@ import {
 } from './config-file';
 import { packageError } from './package-error';
 import { findFile, listFileNames, type PackageContext, relName } from './package-fs';
-import { checkTokenizerConfig, checkTokenizerJson } from './tokenizer-check';
+import { checkTokenizerConfig, checkTokenizerJson, fieldKey } from './tokenizer-check';
 
 /** tokenizer.json carries the whole vocabulary (Gemma's is ~33 MB); this only guards against absurd files. */
 export const TOKENIZER_MAX_BYTES = 256 * 1024 * 1024;
@@ -49,6 +49,15 @@ export interface TokenizerFacts {
    * first, then a conventionally named token in tokenizer.json.
    */
   special(kind: SpecialKind): TokenIds | undefined;
+}
+
+/**
+ * The largest id space a tokenizer of `tokens` distinct ids is taken to have: twice its tokens and 65536 more. Real
+ * ones are dense (added tokens follow the vocabulary; a model's vocabulary pads a few hundred ids at most), so only a
+ * stray id (2000000000 in a file of 50000 tokens) or a vocabulary size with a typo goes past it.
+ */
+export function idSpaceLimit(tokens: number): number {
+  return 2 * tokens + 65536;
 }
 
 function isRecord(value: unknown): value is Record<string, unknown> {
@@ -113,24 +122,34 @@ export async function readTokenizerFiles(ctx: PackageContext, dir: string = ctx.
   };
   const ids = new Map<string, number>();
   const specialIds = new Map<string, number>();
+  // The highest id and the field that gives it, and every id given: a tokenizer's ids run from 0 with few gaps.
   let size = 0;
+  let highest = { id: -1, field: 'model.vocab' };
+  const given = new Set<number>();
+  const note = (id: number, field: string): void => {
+    given.add(id);
+    size = Math.max(size, id + 1);
+    if (id > highest.id) highest = { id, field };
+  };
   const vocab = tok.model.vocab;
   if (Array.isArray(vocab)) {
     // Unigram: [[piece, score], ...], the id is the position.
     vocab.forEach((entry: [string, number], i) => {
       if (!ids.has(entry[0])) ids.set(entry[0], i);
+      given.add(i);
     });
     size = vocab.length;
+    highest = { id: size - 1, field: `model.vocab[${size - 1}]` };
   } else {
     for (const [piece, id] of Object.entries(vocab as Record<string, number>)) {
       ids.set(piece, id);
-      size = Math.max(size, id + 1);
+      note(id, fieldKey('model.vocab', piece));
     }
   }
-  for (const added of tok.added_tokens ?? []) {
+  for (const [i, added] of (tok.added_tokens ?? []).entries()) {
     ids.set(added.content, added.id);
     if (added.special === true) specialIds.set(added.content, added.id);
-    size = Math.max(size, added.id + 1);
+    note(added.id, `added_tokens[${i}].id`);
   }
   // TemplateProcessing post-processors name the tokens they insert, with ids.
   const pp = tok.post_processor as { special_tokens?: Record<string, { ids?: unknown }> } | null | undefined;
@@ -145,6 +164,16 @@ export async function readTokenizerFiles(ctx: PackageContext, dir: string = ctx.
       file,
       field: 'model.vocab',
     });
+  }
+  // Everything sized by the vocabulary (the model's, when it comes from here; every id's bytes for JSON mode) would
+  // be as large as one stray id: 2e9 of them take the host down.
+  const most = idSpaceLimit(given.size);
+  if (size > most) {
+    throw packageError(
+      `${file}: \`${highest.field}\` is ${highest.id}, far past the ${given.size} tokens the file holds (a tokenizer's ids run from 0 with few gaps; kvdesk takes ids up to ${most - 1} for this many tokens). Fix that id, or replace ${file} with the one saved with this model.`,
+      { file, field: highest.field },
+      { id: highest.id, tokens: given.size },
+    );
   }
   const idOf = (token: string): number | undefined => specialIds.get(token) ?? ids.get(token);
 

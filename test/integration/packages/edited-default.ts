@@ -1,0 +1,62 @@
+/**
+ * Copies of the generated default model package with one thing changed (a graph port's dims or name, a config
+ * field), as the reviewer's packages were made: real files, for the real loaders and engine.
+ */
+import { promises as fs } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { onnx } from 'onnx-proto';
+import { defaultModelDir } from '../../helpers/fixtures';
+
+const made: string[] = [];
+
+/** Removes every copy made (call from afterAll). */
+export async function removeEditedCopies(): Promise<void> {
+  await Promise.all(made.splice(0).map((d) => fs.rm(d, { recursive: true, force: true })));
+}
+
+/** The default package copied to a fresh folder named `name`. */
+export async function copyDefault(name: string): Promise<string> {
+  const parent = await fs.mkdtemp(path.join(os.tmpdir(), 'kvdesk-edited-'));
+  made.push(parent);
+  const dir = path.join(parent, name);
+  await fs.cp(defaultModelDir, dir, { recursive: true });
+  return dir;
+}
+
+/** Rewrites `onnx/model.onnx` of a copy with `edit`. */
+export async function editGraph(dir: string, edit: (graph: onnx.IGraphProto) => void): Promise<void> {
+  const file = path.join(dir, 'onnx/model.onnx');
+  const model = onnx.ModelProto.decode(await fs.readFile(file));
+  edit(model.graph as onnx.IGraphProto);
+  await fs.writeFile(file, onnx.ModelProto.encode(model).finish());
+}
+
+/** Makes axis `axis` of every graph input/output whose name passes `which` symbolic, named `name`. */
+export function symbolicDim(graph: onnx.IGraphProto, which: (port: string) => boolean, axis: number, name: string) {
+  for (const port of [...(graph.input ?? []), ...(graph.output ?? [])]) {
+    if (!which(port.name ?? '')) continue;
+    const dims = port.type?.tensorType?.shape?.dim ?? [];
+    const at = axis < 0 ? dims.length + axis : axis;
+    dims[at] = onnx.TensorShapeProto.Dimension.create({ dimParam: name });
+  }
+}
+
+/** Renames a graph input or output everywhere it is used. */
+export function renamePort(graph: onnx.IGraphProto, from: string, to: string): void {
+  const r = (n: string) => (n === from ? to : n);
+  for (const v of [...(graph.input ?? []), ...(graph.output ?? []), ...(graph.valueInfo ?? [])])
+    v.name = r(v.name ?? '');
+  for (const n of graph.node ?? []) {
+    n.input = (n.input ?? []).map(r);
+    n.output = (n.output ?? []).map(r);
+  }
+}
+
+/** Changes a JSON file of a copy with `edit`. */
+export async function editJson(dir: string, file: string, edit: (json: Record<string, unknown>) => void) {
+  const abs = path.join(dir, file);
+  const json = JSON.parse(await fs.readFile(abs, 'utf8')) as Record<string, unknown>;
+  edit(json);
+  await fs.writeFile(abs, JSON.stringify(json, null, 2));
+}
