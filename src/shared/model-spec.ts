@@ -34,7 +34,10 @@ export interface KvTensorSpec {
   past: string;
   present: string;
   dtype: KvDtype;
-  /** Declared past shape; the batch axis and the sequence axis are symbolic. */
+  /**
+   * The past shape: the batch axis and the sequence axis symbolic, every other axis a number (a size the graph
+   * leaves symbolic is the one the package config gives).
+   */
   shape: Array<number | string>;
   batchAxis: number;
   seqAxis: number;

@@ -99,6 +99,11 @@ interface Geometry {
   headDim: number;
   /** Product of the dims other than batch and sequence (includes the K/V axis of a combined cache). */
   elementsPerToken: number;
+  /**
+   * The declared shape with every axis but batch and sequence a number: sizes the graph leaves symbolic are the
+   * ones worked out here (from the package config), which is what the engine builds the cache tensors with.
+   */
+  shape: Array<number | string>;
 }
 
 /**
@@ -251,7 +256,19 @@ function deriveGeometry(
     note(`filled ${said}`, (subject, plural) => `${subject} ${plural ? 'have' : 'has'} ${said}`);
   }
   if (!(kvHeads > 0 && headDim > 0)) throw cannotDerive(graph, past, 'a head count or head size is zero', fallback);
-  return { batchAxis, seqAxis, kvHeads, headDim, elementsPerToken: (combined ? 2 : 1) * kvHeads * headDim };
+  const sizes = inner.length === 2 ? [kvHeads, headDim] : [kvHeads * headDim];
+  const resolved = shape.map((d, i) => {
+    const at = inner.indexOf(i);
+    return at < 0 ? d : (sizes[at] as number);
+  });
+  return {
+    batchAxis,
+    seqAxis,
+    kvHeads,
+    headDim,
+    elementsPerToken: (combined ? 2 : 1) * kvHeads * headDim,
+    shape: resolved,
+  };
 }
 
 /**
@@ -354,7 +371,7 @@ export function buildDynamicKv(
       past: past.name,
       present: present.name,
       dtype,
-      shape: past.shape ?? [],
+      shape: g.shape,
       batchAxis: g.batchAxis,
       seqAxis: g.seqAxis,
       kvHeads: g.kvHeads,
