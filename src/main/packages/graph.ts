@@ -84,6 +84,32 @@ export function formatShape(shape: Array<number | string> | undefined): string {
   return shape === undefined ? '(no declared shape)' : `[${shape.join(', ')}]`;
 }
 
+/** ONNX's element type number for bfloat16. */
+const BFLOAT16 = 16;
+
+/**
+ * onnxruntime-node, which kvdesk runs every model with, cannot open a graph with a bfloat16 input or output: its
+ * session refuses to start ("Unsupported data type: 16"), whatever the backend, and its JavaScript tensors have no
+ * bfloat16 to feed or read. bfloat16 inside the graph is fine; at the graph's edges it is refused here, with that
+ * reason, instead of at load with a message about operators or a damaged file.
+ */
+function refuseBfloat16Ports(info: OnnxGraphInfo, file: string): void {
+  const ports = [
+    ...info.inputs.map((v) => ({ kind: 'input', name: v.name, elemType: v.elemType })),
+    ...info.outputs.map((v) => ({ kind: 'output', name: v.name, elemType: v.elemType })),
+  ].filter((p) => p.elemType === BFLOAT16);
+  const [first] = ports;
+  if (first === undefined) return;
+  const shown = ports.slice(0, 4).map((p) => `${p.kind} "${p.name}"`);
+  const more = ports.length > shown.length ? `, and ${ports.length - shown.length} more` : '';
+  throw packageError(
+    `${file}: ${shown.join(', ')}${more} ${ports.length === 1 ? 'is' : 'are'} bfloat16. kvdesk runs models with onnxruntime-node, which cannot open a graph whose inputs or outputs are bfloat16 (it refuses it with "Unsupported data type: 16"; bfloat16 inside the graph is fine). ` +
+      'Use a float16 or float32 export of this model (e.g. optimum-cli export onnx --dtype fp16), or one whose bfloat16 ports are cast to float16 or float32 inside the graph.',
+    { file, field: `${first.kind} "${first.name}"` },
+    { ports: ports.map((p) => p.name), dtype: 'bfloat16' },
+  );
+}
+
 /**
  * Reads the graph header and checks every external-data reference: the
  * location must stay inside the package and the referenced byte range must
@@ -92,6 +118,7 @@ export function formatShape(shape: Array<number | string> | undefined): string {
 export async function loadGraph(ctx: PackageContext, absPath: string): Promise<LoadedGraph> {
   const file = relName(ctx, absPath);
   const info = await readOnnxGraphInfo(absPath, file);
+  refuseBfloat16Ports(info, file);
   const dataSizes = new Map<string, number>();
   // Big exports reference one data file from hundreds of initializers: check each location once.
   const resolved = new Map<string, string>();

@@ -83,7 +83,7 @@ function requireKvDtype(graph: LoadedGraph, port: OnnxValueInfo, kind: 'input' |
   const dtype = kvDtype(port.elemType);
   if (dtype === undefined) {
     throw packageError(
-      `${graph.file}: KV ${kind} "${port.name}" has element type ${onnxTypeName(port.elemType)}; kvdesk supports float32, float16 and bfloat16 KV caches only. ` +
+      `${graph.file}: KV ${kind} "${port.name}" has element type ${onnxTypeName(port.elemType)}; kvdesk runs float32 and float16 KV caches only. ` +
         'Use a variant of the model exported with a float KV cache.',
       { file: graph.file, field: `${kind} "${port.name}"` },
       { port: port.name, dtype: onnxTypeName(port.elemType) },

@@ -515,7 +515,7 @@ describe('KV geometry that cannot be derived', () => {
   });
 });
 
-describe('KV dtype must be float32, float16 or bfloat16', () => {
+describe('KV dtype must be float32 or float16 (bfloat16 ports: onnxruntime-node cannot open the graph)', () => {
   for (const [type, name] of [
     [T.i8, 'int8'],
     [T.f64, 'float64'],
@@ -528,14 +528,33 @@ describe('KV dtype must be float32, float16 or bfloat16', () => {
         field: 'input "past_key_values.0.key"',
       });
       expect(err.message).toBe(
-        `onnx/model.onnx: KV input "past_key_values.0.key" has element type ${name}; kvdesk supports float32, float16 and bfloat16 KV caches only. Use a variant of the model exported with a float KV cache.`,
+        `onnx/model.onnx: KV input "past_key_values.0.key" has element type ${name}; kvdesk runs float32 and float16 KV caches only. Use a variant of the model exported with a float KV cache.`,
       );
     });
   }
 
-  it('accepts bfloat16 KV at 2 bytes per element', async () => {
-    const spec = await loadModelSpec(await hfPackage({}, { kvType: T.bf16 }));
-    expect(spec.bpt).toBe(128);
+  it('refuses bfloat16 KV, saying why (onnxruntime-node) and what to use instead', async () => {
+    const dir = await hfPackage({}, { kvType: T.bf16 });
+    const err = await refusal(loadModelSpec(dir), { file: 'onnx/model.onnx', field: 'input "past_key_values.0.key"' });
+    expect(err.message).toBe(
+      'onnx/model.onnx: input "past_key_values.0.key", input "past_key_values.0.value", input "past_key_values.1.key", input "past_key_values.1.value", and 4 more are bfloat16. ' +
+        'kvdesk runs models with onnxruntime-node, which cannot open a graph whose inputs or outputs are bfloat16 (it refuses it with "Unsupported data type: 16"; bfloat16 inside the graph is fine). ' +
+        'Use a float16 or float32 export of this model (e.g. optimum-cli export onnx --dtype fp16), or one whose bfloat16 ports are cast to float16 or float32 inside the graph.',
+    );
+    expect(err.detail?.ports).toHaveLength(8);
+  });
+
+  it('refuses a graph whose only bfloat16 port is an output kvdesk does not read', async () => {
+    const graph = encodeGraph({
+      inputs: [{ name: 'input_ids', type: T.i64, shape: ['batch', 'seq'] }],
+      outputs: [
+        { name: 'logits', type: T.f32, shape: ['batch', 'seq', 64] },
+        { name: 'hidden', type: T.bf16, shape: ['batch', 'seq', 8] },
+      ],
+    });
+    const dir = await hfPackage({ 'onnx/model.onnx': graph });
+    const err = await refusal(loadModelSpec(dir), { file: 'onnx/model.onnx', field: 'output "hidden"' });
+    expect(err.message).toMatch(/^onnx\/model\.onnx: output "hidden" is bfloat16\. /);
   });
 
   it('refuses a float input_ids port', async () => {
