@@ -213,11 +213,6 @@ export interface ModelSpec {
   backends: string[];
   /** Session options the package asks for (genai_config session_options), passed through verbatim. */
   sessionOptions?: Record<string, unknown>;
-  /**
-   * Graph inputs that no port above binds (e.g. Optimum `use_cache_branch`). The
-   * engine must supply them or refuse the model; each also has a warning.
-   */
-  extraInputs?: GraphPort[];
   /** Graph files the package offers to choose from (loadModelSpec option `graphVariant`), when it has several. */
   graphVariants?: GraphVariant[];
   /** Name of the variant `graphPath` is, when the package has variants. */

@@ -244,19 +244,46 @@ export function logitsVocab(logits: GraphPort): number | undefined {
   return typeof last === 'number' && last > 0 ? last : undefined;
 }
 
+/** Where a graph input nothing binds should be bound, and what to do: for {@link refuseUnboundInputs}. */
+export interface UnboundAdvice {
+  /** The config field that binds such an input (or the graph input itself, where no field can). */
+  where: PackageWhere;
+  fix: string;
+}
+
+/** What a graph input's name says it is, for advice on binding it. */
+export function inputKind(name: string): 'mask' | 'positions' | 'kv' | 'cache-branch' | 'other' {
+  if (/use_cache_branch/i.test(name)) return 'cache-branch';
+  if (/mask/i.test(name)) return 'mask';
+  if (/position|pos_ids|cache_position/i.test(name)) return 'positions';
+  if (/past|cache|\bkv|key|value/i.test(name)) return 'kv';
+  return 'other';
+}
+
 /**
- * Graph inputs no binding claimed. The engine must know about them (it cannot
- * feed what it does not know), so they are reported in the spec and warned about.
+ * Graph inputs no binding claimed are refused: the engine feeds the token ids, the mask, the positions and the KV
+ * cache (or the static cache's ports) and nothing else, and onnxruntime refuses a run without an input the graph
+ * needs ("input 'attention_mask' is missing in 'feeds'"), so such a package used to load and then fail every
+ * request. Inputs with a default (an initializer) are not inputs here (onnx-reader leaves them out).
  */
-export function unboundInputs(ctx: PackageContext, graph: LoadedGraph, bound: Set<string>): GraphPort[] {
-  const extra: GraphPort[] = [];
-  for (const input of graph.info.inputs) {
-    if (bound.has(input.name)) continue;
-    const dtype = portDtype(input.elemType);
-    ctx.warnings.push(
-      `${graph.file} has the input "${input.name}" (${onnxTypeName(input.elemType)} ${formatShape(input.shape)}) that no port binding uses; the engine must supply it or refuse the model.`,
-    );
-    if (dtype !== undefined) extra.push({ name: input.name, dtype, shape: input.shape ?? [] });
-  }
-  return extra;
+export function refuseUnboundInputs(
+  graph: LoadedGraph,
+  bound: Set<string>,
+  advise: (input: string) => UnboundAdvice,
+): void {
+  const unbound = graph.info.inputs.filter((input) => !bound.has(input.name));
+  const [first] = unbound;
+  if (first === undefined) return;
+  const one = unbound.length === 1;
+  const shown = unbound
+    .slice(0, 4)
+    .map((i) => `"${i.name}" (${onnxTypeName(i.elemType)} ${formatShape(i.shape)})`)
+    .join(', ');
+  const more = unbound.length > 4 ? `, and ${unbound.length - 4} more` : '';
+  const { where, fix } = advise(first.name);
+  throw packageError(
+    `${graph.file} has the ${one ? 'input' : 'inputs'} ${shown}${more}, which no port binding names, so kvdesk would not feed ${one ? 'it' : 'them'} and onnxruntime would refuse every request (it runs a graph only with all its inputs). ${fix}`,
+    where,
+    { port: first.name, graphFile: graph.file, unbound: unbound.map((i) => i.name) },
+  );
 }

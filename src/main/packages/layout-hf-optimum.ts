@@ -8,7 +8,18 @@ import {
   type ModelSpec,
 } from '../../shared/model-spec';
 import { ConfigFields, readConfigFile } from './config-file';
-import { bindOptionalPort, bindPort, ID_DTYPES, LOGITS_DTYPES, loadGraph, MASK_DTYPES, unboundInputs } from './graph';
+import {
+  bindOptionalPort,
+  bindPort,
+  ID_DTYPES,
+  inputKind,
+  LOGITS_DTYPES,
+  type LoadedGraph,
+  loadGraph,
+  MASK_DTYPES,
+  refuseUnboundInputs,
+  type UnboundAdvice,
+} from './graph';
 import { buildDynamicKv, matchKvTemplates } from './kv-geometry';
 import type { LoadOptions } from './load-options';
 import { packageError } from './package-error';
@@ -94,6 +105,39 @@ function chooseVariant(
     );
   }
   return first;
+}
+
+const REEXPORT = 'Re-export the model with optimum-cli export onnx --task text-generation-with-past';
+
+/**
+ * What to do about a graph input this layout leaves unbound: its config names no ports, so the graph must use the
+ * Optimum names for what kvdesk feeds (input_ids, attention_mask, position_ids, past_key_values.N.key|value).
+ */
+function optimumAdvice(graph: LoadedGraph, input: string): UnboundAdvice {
+  const where = { file: graph.file, field: `input "${input}"` };
+  const said = (what: string, name: string) =>
+    `kvdesk feeds ${what} as "${name}", the Optimum name (a Hugging Face package's config names no ports), and this graph has "${input}" instead. ${REEXPORT}, or rename the input to "${name}".`;
+  switch (inputKind(input)) {
+    case 'mask':
+      return { where, fix: said('the attention mask', 'attention_mask') };
+    case 'positions':
+      return { where, fix: said('the positions', 'position_ids') };
+    case 'kv':
+      return {
+        where,
+        fix: `kvdesk finds a Hugging Face package's KV cache by the Optimum names past_key_values.N.key|value (with present.N.key|value), and this graph names it otherwise. ${REEXPORT}, or rename its KV inputs and outputs to those names.`,
+      };
+    case 'cache-branch':
+      return {
+        where,
+        fix: `It is the switch of a merged decoder (with and without past), which kvdesk does not feed. ${REEXPORT} --no-post-process, which writes the decoder with past alone.`,
+      };
+    default:
+      return {
+        where,
+        fix: `kvdesk feeds input_ids, attention_mask, position_ids and past_key_values.N.key|value only. ${REEXPORT}, or use a graph without this input.`,
+      };
+  }
 }
 
 /** Loads a Hugging Face / Optimum / transformers.js package (PACKAGES.md layout 3). */
@@ -187,6 +231,8 @@ export async function loadHfOptimumLayout(ctx: PackageContext, options: LoadOpti
     ),
   );
 
+  refuseUnboundInputs(graph, bound, (input) => optimumAdvice(graph, input));
+
   const vocabDeclared = cfg.int('vocab_size', 1);
   const vocabSize = resolveVocab(
     ctx,
@@ -232,7 +278,6 @@ export async function loadHfOptimumLayout(ctx: PackageContext, options: LoadOpti
     tokenizer,
     search: gen === undefined ? {} : readSearchDefaults(gen, ''),
     backends: [],
-    extraInputs: unboundInputs(ctx, graph, bound),
     ...(variants.length > 1 ? { graphVariants: variants.map(({ abs: _abs, ...v }) => v) } : {}),
     ...(variants.length > 1 && variant !== undefined ? { graphVariant: variant.name } : {}),
   });

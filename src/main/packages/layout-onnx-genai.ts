@@ -1,7 +1,17 @@
 import path from 'node:path';
 import type { DecoderPorts, KvSpec, ModelSpec } from '../../shared/model-spec';
 import { ConfigFields, readConfigFile } from './config-file';
-import { bindPort, ID_DTYPES, LOGITS_DTYPES, loadGraph, MASK_DTYPES, type PortSource, unboundInputs } from './graph';
+import {
+  bindPort,
+  ID_DTYPES,
+  inputKind,
+  LOGITS_DTYPES,
+  loadGraph,
+  MASK_DTYPES,
+  type PortSource,
+  refuseUnboundInputs,
+  type UnboundAdvice,
+} from './graph';
 import { buildDynamicKv, buildStaticKv, type KvPairRef } from './kv-geometry';
 import type { LoadOptions } from './load-options';
 import { formatBytes, packageError } from './package-error';
@@ -37,6 +47,63 @@ async function findMetadata(ctx: PackageContext): Promise<string> {
     );
   }
   return only;
+}
+
+/** The ports `model.io` names (a key it has besides these is read by nothing). */
+const IO_FIELDS = [
+  'token_input',
+  'attention_mask_input',
+  'position_ids_input',
+  'logits_output',
+  'kv_inputs',
+  'kv_outputs',
+  'static_cache',
+] as const;
+
+/** Edit distance of two short names (a misspelt field is one or two edits from the right one). */
+function editDistance(a: string, b: string): number {
+  let row = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const next = [i];
+    for (let j = 1; j <= b.length; j++) {
+      next[j] = Math.min(
+        (row[j] as number) + 1,
+        (next[j - 1] as number) + 1,
+        (row[j - 1] as number) + (a[i - 1] === b[j - 1] ? 0 : 1),
+      );
+    }
+    row = next;
+  }
+  return row[b.length] as number;
+}
+
+/** Which `model.io` field binds a graph input the metadata leaves unbound, with any misspelt field that was meant to. */
+function unboundAdvice(meta: ConfigFields, input: string): UnboundAdvice {
+  const file = meta.file;
+  const kind = inputKind(input);
+  const field =
+    kind === 'mask'
+      ? 'model.io.attention_mask_input'
+      : kind === 'positions'
+        ? 'model.io.position_ids_input'
+        : kind === 'kv'
+          ? 'model.io.kv_inputs'
+          : 'model.io';
+  const io = meta.object('model.io') ?? {};
+  const misspelt = Object.keys(io)
+    .filter((k) => !(IO_FIELDS as readonly string[]).includes(k))
+    .map((k) => ({ k, near: IO_FIELDS.find((f) => editDistance(k, f) <= 3) }))
+    .filter((m) => m.near !== undefined)
+    .map((m) => `\`model.io.${m.k}\` (kvdesk reads \`model.io.${m.near}\`)`);
+  const typo =
+    misspelt.length > 0 ? ` ${file} has ${misspelt.join(' and ')}, which nothing reads: fix the spelling.` : '';
+  const fix =
+    field === 'model.io.kv_inputs'
+      ? `List it in \`model.io.kv_inputs\` of ${file}, with its present output at the same place in \`kv_outputs\`.`
+      : field === 'model.io'
+        ? `Name it under \`model.io\` in ${file} (token_input, attention_mask_input, position_ids_input, kv_inputs or static_cache), or use a graph without it: kvdesk feeds nothing else.`
+        : `Set \`${field}\` in ${file} to "${input}".`;
+  return { where: { file, field }, fix: fix + typo };
 }
 
 /** A graph file's name as `--variant` takes it: without its `.onnx`. */
@@ -259,6 +326,8 @@ export async function loadOnnxGenaiLayout(ctx: PackageContext, options: LoadOpti
   const bos = idsFrom('model.bos_token_id') ?? tokenizer.special('bos');
   const pad = idsFrom('model.pad_token_id') ?? tokenizer.special('pad');
 
+  refuseUnboundInputs(graph, bound, (input) => unboundAdvice(meta, input));
+
   return finishSpec(ctx, {
     layout: 'onnx-genai',
     graph,
@@ -274,6 +343,5 @@ export async function loadOnnxGenaiLayout(ctx: PackageContext, options: LoadOpti
     tokenizer,
     search: readSearchDefaults(meta, 'generation'),
     backends: [],
-    extraInputs: unboundInputs(ctx, graph, bound),
   });
 }

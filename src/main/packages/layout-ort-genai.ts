@@ -7,11 +7,12 @@ import {
   bindPort,
   describeGraphIo,
   ID_DTYPES,
+  inputKind,
   LOGITS_DTYPES,
   loadGraph,
   MASK_DTYPES,
   type PortSource,
-  unboundInputs,
+  refuseUnboundInputs,
 } from './graph';
 import { buildDynamicKv, matchKvTemplates } from './kv-geometry';
 import type { LoadOptions } from './load-options';
@@ -214,6 +215,25 @@ export async function loadOrtGenaiLayout(ctx: PackageContext, options: LoadOptio
     ),
   );
 
+  refuseUnboundInputs(graph, bound, (input) => {
+    const kind = inputKind(input);
+    const field =
+      kind === 'mask'
+        ? 'model.decoder.inputs.attention_mask'
+        : kind === 'positions'
+          ? 'model.decoder.inputs.position_ids'
+          : kind === 'kv'
+            ? (templates[0]?.pastField ?? 'model.decoder.inputs.past_key_names')
+            : 'model.decoder.inputs';
+    const fix =
+      kind === 'kv'
+        ? `Set the KV name templates (\`model.decoder.inputs.past_key_names\`/\`past_value_names\`, or \`past_names\` for a combined cache, and the matching outputs) in ${file} so they match it.`
+        : field === 'model.decoder.inputs'
+          ? `kvdesk feeds input_ids, attention_mask, position_ids and the KV cache only: name it under \`model.decoder.inputs\` in ${file} if it is one of those, or use a graph without it.`
+          : `Set \`${field}\` in ${file} to "${input}".`;
+    return { where: { file, field }, fix };
+  });
+
   const vocabDeclared = cfg.int('model.vocab_size', 1);
   const vocabSize = resolveVocab(
     ctx,
@@ -255,6 +275,5 @@ export async function loadOrtGenaiLayout(ctx: PackageContext, options: LoadOptio
     search: readSearchDefaults(cfg, 'search'),
     backends: providersFrom(ctx, cfg, 'model.decoder.session_options.provider_options'),
     ...(sessionOptions === undefined ? {} : { sessionOptions }),
-    extraInputs: unboundInputs(ctx, graph, bound),
   });
 }

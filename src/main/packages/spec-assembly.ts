@@ -34,7 +34,6 @@ export interface SpecParts {
   search: SearchDefaults;
   backends: string[];
   sessionOptions?: Record<string, unknown>;
-  extraInputs: GraphPort[];
   graphVariants?: GraphVariant[];
   graphVariant?: string;
 }
@@ -242,7 +241,6 @@ export async function finishSpec(ctx: PackageContext, parts: SpecParts): Promise
   const reasoning = reasoningOf(parts.tokenizer.chatTemplate);
   if (reasoning) spec.reasoning = reasoning;
   if (parts.sessionOptions !== undefined) spec.sessionOptions = parts.sessionOptions;
-  if (parts.extraInputs.length > 0) spec.extraInputs = parts.extraInputs;
   if (parts.graphVariants !== undefined) spec.graphVariants = parts.graphVariants;
   if (parts.graphVariant !== undefined) spec.graphVariant = parts.graphVariant;
   return spec;

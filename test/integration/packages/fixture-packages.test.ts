@@ -113,7 +113,6 @@ describe.skipIf(!haveFixtures)(`fixture packages${haveFixtures ? '' : ` (skipped
     });
     expect(spec).toMatchObject({ bpt: 128, contextLength: 16, vocabSize: 32, numLayers: 1, eosTokenIds: [3] });
     expect(spec.ports.attentionMask).toBeUndefined();
-    expect(spec.extraInputs).toBeUndefined();
   });
 
   it('tiny-native-engine: logits [1,1,2] make the vocabulary 2; KV [batch,1,past,1]', async () => {

@@ -363,6 +363,80 @@ describe('metadata naming a port the graph does not have', () => {
   });
 });
 
+describe('graph inputs kvdesk would not feed (onnxruntime refuses every request without them)', () => {
+  it('onnx-genai: a misspelt attention_mask_input names the field to set and the misspelling', async () => {
+    const dir = await onnxGenaiPackage({
+      model: { io: { attention_mask_input: undefined, attention_mask_inputs: 'attention_mask' } },
+    });
+    const err = await refusal(loadModelSpec(dir), {
+      file: 'inference_metadata.yaml',
+      field: 'model.io.attention_mask_input',
+    });
+    expect(err.message).toBe(
+      'decoder.onnx has the input "attention_mask" (int64 [batch, total_sequence_length]), which no port binding names, so kvdesk would not feed it and onnxruntime would refuse every request (it runs a graph only with all its inputs). ' +
+        'Set `model.io.attention_mask_input` in inference_metadata.yaml to "attention_mask". inference_metadata.yaml has `model.io.attention_mask_inputs` (kvdesk reads `model.io.attention_mask_input`), which nothing reads: fix the spelling.',
+    );
+  });
+
+  it('onnx-genai: KV inputs left out of kv_inputs name kv_inputs', async () => {
+    const dir = await onnxGenaiPackage({
+      model: {
+        io: {
+          kv_inputs: ['past_key_values.0.key', 'past_key_values.0.value'],
+          kv_outputs: ['present.0.key', 'present.0.value'],
+        },
+      },
+    });
+    const err = await refusal(loadModelSpec(dir), { file: 'inference_metadata.yaml', field: 'model.io.kv_inputs' });
+    expect(err.message).toContain(
+      'has the inputs "past_key_values.1.key" (float32 [batch, 2, past_sequence_length, 8]), "past_key_values.1.value"',
+    );
+    expect(err.message).toContain('List it in `model.io.kv_inputs` of inference_metadata.yaml');
+  });
+
+  it('hf: an attention mask named attn_mask names the graph input and the Optimum name', async () => {
+    const dir = await hfPackage({}, { names: { mask: 'attn_mask' } });
+    const err = await refusal(loadModelSpec(dir), { file: 'onnx/model.onnx', field: 'input "attn_mask"' });
+    expect(err.message).toContain('kvdesk feeds the attention mask as "attention_mask", the Optimum name');
+    expect(err.message).toContain('or rename the input to "attention_mask"');
+  });
+
+  it("hf: KV inputs named past.N.key|value (not Optimum's) are refused, not run without a cache and without them", async () => {
+    const dir = await hfPackage(
+      {},
+      {
+        names: {
+          pastKey: 'past.%d.key',
+          pastValue: 'past.%d.value',
+          presentKey: 'present.%d.key',
+          presentValue: 'present.%d.value',
+        },
+      },
+    );
+    const err = await refusal(loadModelSpec(dir), { file: 'onnx/model.onnx', field: 'input "past.0.key"' });
+    expect(err.message).toContain('has the inputs "past.0.key"');
+    expect(err.message).toContain('by the Optimum names past_key_values.N.key|value');
+  });
+
+  it('genai: a mask input the config does not name names model.decoder.inputs.attention_mask', async () => {
+    const dir = await genaiPackage({}, {}, { names: { mask: 'attn_mask' } });
+    const err = await refusal(loadModelSpec(dir), {
+      file: 'genai_config.json',
+      field: 'model.decoder.inputs.attention_mask',
+    });
+    expect(err.message).toContain('Set `model.decoder.inputs.attention_mask` in genai_config.json to "attn_mask".');
+  });
+
+  it('an input named in the config loads (the same genai graph, with the field set)', async () => {
+    const dir = await genaiPackage(
+      { model: { decoder: { inputs: { attention_mask: 'attn_mask' } } } },
+      {},
+      { names: { mask: 'attn_mask' } },
+    );
+    expect((await loadModelSpec(dir)).ports.attentionMask?.name).toBe('attn_mask');
+  });
+});
+
 describe('KV cache consistency', () => {
   it('kv_inputs and kv_outputs of different lengths', async () => {
     const dir = await onnxGenaiPackage({ model: { io: { kv_outputs: ['present.0.key', 'present.0.value'] } } });

@@ -193,11 +193,13 @@ describe('Hugging Face / Optimum layout', () => {
     expect((await loadModelSpec(jinjaDir)).chatTemplate).toBe('J {{ x }}');
   });
 
-  it('reports graph inputs no port binds', async () => {
+  it("refuses a graph input no port binds (a merged decoder's use_cache_branch), saying how to export without it", async () => {
     const dir = await hfPackage({}, { extraInputs: [{ name: 'use_cache_branch', type: 9, shape: [1] }] });
-    const spec = await loadModelSpec(dir);
-    expect(spec.extraInputs).toEqual([{ name: 'use_cache_branch', dtype: 'bool', shape: [1] }]);
-    expect(spec.warnings.some((w) => w.includes('"use_cache_branch"'))).toBe(true);
+    const err = await refusal(loadModelSpec(dir), { file: 'onnx/model.onnx', field: 'input "use_cache_branch"' });
+    expect(err.message).toContain(
+      'onnx/model.onnx has the input "use_cache_branch" (bool [1]), which no port binding names',
+    );
+    expect(err.message).toContain('--no-post-process');
   });
 
   it('loads a tokenizer larger than the model vocabulary with a warning', async () => {
@@ -410,15 +412,17 @@ describe('onnx-genai flat layout', () => {
     // The buffer holds 24 positions although the metadata says 32.
     expect(spec.contextLength).toBe(24);
     expect(spec.warnings.some((w) => w.includes('static cache holds 24'))).toBe(true);
-    expect(spec.extraInputs).toBeUndefined();
   });
 
-  it('never guesses a port the metadata does not name, even with a conventional name', async () => {
+  it('never guesses a port the metadata does not name, even with a conventional name: it names the field to set', async () => {
     const dir = await onnxGenaiPackage({ model: { io: { attention_mask_input: undefined } } });
-    const spec = await loadModelSpec(dir);
-    expect(spec.ports.attentionMask).toBeUndefined();
-    expect(spec.extraInputs?.map((p) => p.name)).toEqual(['attention_mask']);
-    expect(spec.warnings.some((w) => w.includes('"attention_mask"') && w.includes('no port binding uses'))).toBe(true);
+    const err = await refusal(loadModelSpec(dir), {
+      file: 'inference_metadata.yaml',
+      field: 'model.io.attention_mask_input',
+    });
+    expect(err.message).toContain(
+      'Set `model.io.attention_mask_input` in inference_metadata.yaml to "attention_mask".',
+    );
   });
 
   it('trusts the logits width over a differing declared vocab_size, with a warning', async () => {
