@@ -209,7 +209,19 @@ export async function listPackageFiles(ctx: PackageContext, dir: string = ctx.di
   const out: PackageFile[] = [];
   let truncated = false;
   async function walk(folder: string, depth: number): Promise<void> {
-    const entries = await fs.readdir(folder, { withFileTypes: true });
+    let entries: import('node:fs').Dirent[];
+    try {
+      entries = await fs.readdir(folder, { withFileTypes: true });
+    } catch (err) {
+      // The loader has read every file it needs by now: a folder of the person's own it cannot list (a private/
+      // folder of mode 000) only leaves its files out of the list. The layout folder itself is still an error.
+      if (depth === 0) throw err;
+      const code = (err as { code?: unknown } | null)?.code;
+      ctx.warnings.push(
+        `Could not list ${relName(ctx, folder)}/ (${typeof code === 'string' ? code : String(err)}): its files are left out of the package's file list. kvdesk needs none of them; make the folder readable, or move it out of the package, to lose this warning.`,
+      );
+      return;
+    }
     for (const entry of entries) {
       if (out.length >= LIST_MAX_FILES) {
         truncated = true;

@@ -3,6 +3,7 @@
  * external-data location, a package folder that cannot be listed. Each is PACKAGE_INVALID naming the file.
  */
 import { promises as fs } from 'node:fs';
+import path from 'node:path';
 import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
 import { parseYamlText } from '../../../src/main/packages/config-file';
 import { detectLayout, loadModelSpec } from '../../../src/main/packages/index';
@@ -86,5 +87,51 @@ describe('a package folder that cannot be listed', () => {
       throw eacces(p);
     });
     await refusal(detectLayout(dir), { file: '.' });
+  });
+});
+
+describe('a folder the package does not need that cannot be listed', () => {
+  /** readdir as the file system answers it, but EACCES for folders named `private`. */
+  const denyPrivate = () => {
+    const readdir = fs.readdir.bind(fs) as (...args: unknown[]) => Promise<unknown>;
+    vi.spyOn(fs, 'readdir').mockImplementation((async (p: unknown, ...rest: unknown[]) => {
+      if (path.basename(String(p)) === 'private') {
+        throw Object.assign(new Error(`EACCES: permission denied, scandir '${String(p)}'`), {
+          code: 'EACCES',
+          syscall: 'scandir',
+          path: String(p),
+        });
+      }
+      return readdir(p, ...rest);
+    }) as typeof fs.readdir);
+  };
+
+  it('is left out of the file list with a warning; the package loads', async () => {
+    const dir = await hfPackage({ 'private/notes.txt': 'mine', 'docs/README.md': '# hi' });
+    denyPrivate();
+    const spec = await loadModelSpec(dir);
+    expect(spec.files.map((f) => f.path)).toContain('docs/README.md');
+    expect(spec.files.map((f) => f.path)).not.toContain('private/notes.txt');
+    expect(spec.warnings).toContain(
+      "Could not list private/ (EACCES): its files are left out of the package's file list. kvdesk needs none of them; make the folder readable, or move it out of the package, to lose this warning.",
+    );
+  });
+
+  it('in an onnx-genai package too', async () => {
+    const dir = await onnxGenaiPackage({}, { 'private/x.bin': 'x' });
+    denyPrivate();
+    expect((await loadModelSpec(dir)).warnings.some((w) => w.startsWith('Could not list private/'))).toBe(true);
+  });
+
+  // As root (the CI container) a mode-000 folder is readable all the same: the spy above stands in for it.
+  it.skipIf(process.getuid?.() === 0)('a real mode-000 folder: the package loads', async () => {
+    const dir = await hfPackage({ 'private/notes.txt': 'mine' });
+    await fs.chmod(path.join(dir, 'private'), 0o000);
+    try {
+      const spec = await loadModelSpec(dir);
+      expect(spec.warnings.some((w) => w.startsWith('Could not list private/ (EACCES)'))).toBe(true);
+    } finally {
+      await fs.chmod(path.join(dir, 'private'), 0o755);
+    }
   });
 });
