@@ -203,6 +203,11 @@ export interface ModelSpec {
   bosTokenId?: number;
   padTokenId?: number;
   chatTemplate?: string;
+  /**
+   * The file the package's chat template was read from, as messages name it: `chat_template.jinja`,
+   * `tokenizer_config.json (field chat_template)` (paths relative to the package root).
+   */
+  chatTemplateSource?: string;
   /** The chat template is the person's own, not the package's (LoadModelRequest.chatTemplate). */
   chatTemplateEdited?: true;
   /** A thinking model's reasoning markers and switch (from its chat template). */
@@ -250,8 +255,11 @@ export function staticPositions(spec: Pick<ModelSpec, 'kv' | 'contextLength'>): 
   return typeof capacity === 'number' ? capacity : spec.contextLength;
 }
 
-/** The start of the card's warning for a package whose chat template is not valid Jinja (every chat is refused). */
-export const BROKEN_TEMPLATE_WARNING = "The package's chat template is not valid Jinja";
+/**
+ * The start of the card's warning for a package whose chat template cannot be used (not valid Jinja, or it fails on
+ * a one-message chat): every chat is refused.
+ */
+export const BROKEN_TEMPLATE_WARNING = "The package's chat template cannot be used";
 
 /** What a package's template that fails says to do (the window says it its own way, on the model's card). */
 export const FIX_PACKAGE_TEMPLATE = 'Fix the template or remove it to use the default ChatML template.';

@@ -7,7 +7,7 @@ import type { ChatMessage } from '../../shared/contract';
 import { KvdeskError } from '../../shared/errors';
 import { BROKEN_TEMPLATE_WARNING, type ModelSpec } from '../../shared/model-spec';
 import { reasoningOf } from '../../shared/reasoning';
-import { renderChatTemplate, templateSyntaxError } from '../tokenizer/chat-template';
+import { renderChatTemplate, templateProblem } from '../tokenizer/chat-template';
 
 /** The conversation a template is shown with before it is used: a system message and two turns. */
 const PREVIEW: ChatMessage[] = [
@@ -54,7 +54,7 @@ export function checkChatTemplate(template: string, field = 'chatTemplate'): voi
 /** The spec with `template` as its chat template (`chatTemplateEdited`), or a 400 naming what is wrong with it. */
 export function withChatTemplate(spec: ModelSpec, template: string): ModelSpec {
   checkChatTemplate(template);
-  const { reasoning: _old, ...rest } = spec;
+  const { reasoning: _old, chatTemplateSource: _source, ...rest } = spec;
   const reasoning = reasoningOf(template);
   return {
     ...rest,
@@ -69,17 +69,23 @@ export function withChatTemplate(spec: ModelSpec, template: string): ModelSpec {
 /** How a package's warning about its own broken chat template begins (a template of the person's replaces it). */
 
 /**
- * The spec with its package's own chat template checked: one that is not valid Jinja is a warning on the card
- * (the model still loads: completions need no template, but every chat would be refused).
+ * The spec with its package's own chat template checked: one that is not valid Jinja, or that fails (or loops)
+ * when it renders a one-message chat, is a warning on the card naming the file it is in (the model still loads:
+ * completions need no template, but chats would be refused).
  */
 export function checkedTemplate(spec: ModelSpec): ModelSpec {
-  const broken = spec.chatTemplate === undefined ? undefined : templateSyntaxError(spec.chatTemplate);
-  if (broken === undefined || spec.warnings.some((w) => w.startsWith(BROKEN_TEMPLATE_WARNING))) return spec;
+  if (spec.chatTemplate === undefined || spec.warnings.some((w) => w.startsWith(BROKEN_TEMPLATE_WARNING))) return spec;
+  const problem = templateProblem(spec.chatTemplate, {
+    ...(spec.tokenizer.bosToken !== undefined ? { bos: spec.tokenizer.bosToken } : {}),
+    ...(spec.tokenizer.eosToken !== undefined ? { eos: spec.tokenizer.eosToken } : {}),
+  });
+  if (problem === undefined) return spec;
+  const source = spec.chatTemplateSource ?? 'the package';
   return {
     ...spec,
     warnings: [
       ...spec.warnings,
-      `${BROKEN_TEMPLATE_WARNING} (${broken}): chats are refused until it is fixed. Give the model another chat template (in the window: "chat template" on this model's card; in the CLI: --chat-template FILE), or fix chat_template in the package; completions work.`,
+      `${BROKEN_TEMPLATE_WARNING}: the one in ${source} ${problem}, so chats are refused until it is fixed. Give the model another chat template (in the window: "chat template" on this model's card; in the CLI: --chat-template FILE), or fix it in ${source}; completions work.`,
     ],
   };
 }
@@ -95,7 +101,13 @@ export function withKeptTemplate(spec: ModelSpec, template: string | null | unde
 }
 
 /** What a chat template decides in a spec (and the warnings, which are read with it). */
-const TEMPLATE_FIELDS = new Set<string>(['chatTemplate', 'chatTemplateEdited', 'reasoning', 'warnings']);
+const TEMPLATE_FIELDS = new Set<string>([
+  'chatTemplate',
+  'chatTemplateSource',
+  'chatTemplateEdited',
+  'reasoning',
+  'warnings',
+]);
 
 /**
  * Whether two reads of a package differ in their chat template only: the engine runs the same graph on the same

@@ -936,7 +936,7 @@ export class RunnerService {
             applyChat(tok, spec.chatTemplate, turns.messages, {
               ...(spec.chatTemplateEdited
                 ? { source: 'chat template of your own', fix: "Fix it, or load the model with the package's own." }
-                : { source: 'tokenizer_config.json field chat_template' }),
+                : { source: `chat template in ${spec.chatTemplateSource ?? 'the package'}` }),
               ...(turns.tools ? { tools: turns.tools } : {}),
               ...(close || tools?.suffix ? { suffix: close + (tools?.suffix ?? '') } : {}),
               ...(req.continueFinal ? { continueFinal: true } : {}),

@@ -237,7 +237,10 @@ export async function finishSpec(ctx: PackageContext, parts: SpecParts): Promise
   if (parts.modelType !== undefined) spec.modelType = parts.modelType;
   if (parts.bos !== undefined && parts.bos.ids[0] !== undefined) spec.bosTokenId = parts.bos.ids[0];
   if (parts.pad !== undefined && parts.pad.ids[0] !== undefined) spec.padTokenId = parts.pad.ids[0];
-  if (parts.tokenizer.chatTemplate !== undefined) spec.chatTemplate = parts.tokenizer.chatTemplate;
+  if (parts.tokenizer.chatTemplate !== undefined) {
+    spec.chatTemplate = parts.tokenizer.chatTemplate;
+    if (parts.tokenizer.chatTemplateSource !== undefined) spec.chatTemplateSource = parts.tokenizer.chatTemplateSource;
+  }
   const reasoning = reasoningOf(parts.tokenizer.chatTemplate);
   if (reasoning) spec.reasoning = reasoning;
   if (parts.sessionOptions !== undefined) spec.sessionOptions = parts.sessionOptions;

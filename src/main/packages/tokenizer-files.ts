@@ -42,6 +42,8 @@ export interface TokenizerFacts {
   size: number;
   tokenizerConfig: ConfigDoc | undefined;
   chatTemplate: string | undefined;
+  /** The file the chat template was read from, for messages: `chat_template.jinja`, `tokenizer_config.json (field chat_template)`. */
+  chatTemplateSource?: string;
   /** Id of a token string in tokenizer.json (added tokens, then the model vocabulary). */
   idOf(token: string): number | undefined;
   /**
@@ -231,18 +233,34 @@ export async function readTokenizerFiles(ctx: PackageContext, dir: string = ctx.
   const addBos = cfg?.bool('add_bos_token');
   if (addBos !== undefined) spec.addBosToken = addBos;
 
-  const chatTemplate = await readChatTemplate(ctx, cfg, dir);
-  return { spec, size, tokenizerConfig, chatTemplate, idOf, special };
+  const template = await readChatTemplate(ctx, cfg, dir);
+  return {
+    spec,
+    size,
+    tokenizerConfig,
+    chatTemplate: template?.text,
+    ...(template === undefined ? {} : { chatTemplateSource: template.source }),
+    idOf,
+    special,
+  };
+}
+
+/** A chat template and the file it was read from, as messages name it (`chat_template.jinja`, `tokenizer_config.json (field chat_template)`). */
+interface FoundTemplate {
+  text: string;
+  source: string;
 }
 
 async function readChatTemplate(
   ctx: PackageContext,
   cfg: ConfigFields | undefined,
   dir: string,
-): Promise<string | undefined> {
+): Promise<FoundTemplate | undefined> {
   const jinja = await findFile(ctx, 'chat_template.jinja', dir);
   // transformers writes chat_template.jinja in preference to the config field, so it wins.
-  if (jinja !== undefined) return readLimitedText(ctx, jinja, CONFIG_MAX_BYTES, 'chat templates');
+  if (jinja !== undefined) {
+    return { text: await readLimitedText(ctx, jinja, CONFIG_MAX_BYTES, 'chat templates'), source: relName(ctx, jinja) };
+  }
   const fromConfig = cfg === undefined ? undefined : templateFrom(ctx, cfg);
   if (fromConfig !== undefined) return fromConfig;
   const jsonPath = await findFile(ctx, 'chat_template.json', dir);
@@ -251,10 +269,10 @@ async function readChatTemplate(
 }
 
 /** `chat_template`: a string, or a list of `{ name, template }` of which kvdesk uses 'default'. */
-function templateFrom(ctx: PackageContext, cfg: ConfigFields): string | undefined {
+function templateFrom(ctx: PackageContext, cfg: ConfigFields): FoundTemplate | undefined {
   const value = cfg.get('chat_template');
   if (value === undefined) return undefined;
-  if (typeof value === 'string') return value;
+  if (typeof value === 'string') return { text: value, source: `${cfg.file} (field chat_template)` };
   if (Array.isArray(value)) {
     const names: string[] = [];
     for (const [i, entry] of value.entries()) {
@@ -266,7 +284,8 @@ function templateFrom(ctx: PackageContext, cfg: ConfigFields): string | undefine
           'Write each entry as { "name": ..., "template": ... }.',
         );
       }
-      if (e.name === 'default') return e.template;
+      if (e.name === 'default')
+        return { text: e.template, source: `${cfg.file} (field chat_template[${i}], "default")` };
       names.push(e.name);
     }
     ctx.warnings.push(

@@ -150,19 +150,23 @@ export function templateSyntaxError(template: string): string | undefined {
   }
 }
 
-/** Renders a Jinja chat template over `messages`, as transformers' apply_chat_template does. */
-export function renderChatTemplate(template: string, messages: ChatMessage[], opts: RenderChatOptions): string {
-  const source = opts.source ?? 'chat template';
-  validateMessages(messages);
+/** How one render went: its text, or why it failed. */
+type RenderOutcome =
+  | { ok: true; text: string }
+  | {
+      ok: false;
+      /** syntax: not Jinja; over: stopped by TEMPLATE_LIMITS; raised: the template's raise_exception; failed: anything else. */
+      why: 'syntax' | 'over' | 'raised' | 'failed';
+      reason: string;
+    };
+
+/** Renders a template, telling how it failed instead of throwing (messages already checked). */
+function tryRender(template: string, messages: ChatMessage[], opts: RenderChatOptions): RenderOutcome {
   let compiled: Template;
   try {
     compiled = new Template(template);
   } catch (err) {
-    throw new KvdeskError(
-      'PACKAGE_INVALID',
-      `The ${source} is not a valid Jinja template: ${errorMessage(err)}. ${opts.fix ?? FIX_PACKAGE_TEMPLATE}`,
-      { source },
-    );
+    return { ok: false, why: 'syntax', reason: errorMessage(err) };
   }
   renameIdentifier(compiled.parsed, 'raise_exception', RAISE);
   renameIdentifier(compiled.parsed, 'range', RANGE);
@@ -171,7 +175,7 @@ export function renderChatTemplate(template: string, messages: ChatMessage[], op
   const outer = activeGuard;
   activeGuard = { limits, deadline: performance.now() + limits.ms };
   try {
-    return compiled.render({
+    const text = compiled.render({
       ...opts.vars,
       [RANGE]: boundedRange(limits.listItems),
       messages: messages.map((m) => templateMessage(m, harmony)),
@@ -184,29 +188,80 @@ export function renderChatTemplate(template: string, messages: ChatMessage[], op
         throw new TemplateRaised(String(message));
       },
     });
+    return { ok: true, text };
   } catch (err) {
-    if (err instanceof TemplateOverLimit) {
-      throw new KvdeskError(
-        'PACKAGE_INVALID',
-        `The ${source} did not finish rendering: ${errorMessage(err)}. ${opts.fix ?? FIX_PACKAGE_TEMPLATE}`,
-        { source },
-      );
-    }
-    if (err instanceof TemplateRaised) {
-      throw new KvdeskError(
-        'BAD_REQUEST',
-        `The ${source} rejected this conversation: ${errorMessage(err)}. Change the messages to the form this model expects.`,
-        { source },
-      );
-    }
-    throw new KvdeskError(
-      'PACKAGE_INVALID',
-      `The ${source} failed while rendering: ${errorMessage(err)}. ${opts.fix ?? FIX_PACKAGE_TEMPLATE}`,
-      { source },
-    );
+    const why = err instanceof TemplateOverLimit ? 'over' : err instanceof TemplateRaised ? 'raised' : 'failed';
+    return { ok: false, why, reason: errorMessage(err) };
   } finally {
     activeGuard = outer;
   }
+}
+
+/** Renders a Jinja chat template over `messages`, as transformers' apply_chat_template does. */
+export function renderChatTemplate(template: string, messages: ChatMessage[], opts: RenderChatOptions): string {
+  const source = opts.source ?? 'chat template';
+  validateMessages(messages);
+  const outcome = tryRender(template, messages, opts);
+  if (outcome.ok) return outcome.text;
+  const fix = opts.fix ?? FIX_PACKAGE_TEMPLATE;
+  switch (outcome.why) {
+    case 'syntax':
+      throw new KvdeskError(
+        'PACKAGE_INVALID',
+        `The ${source} is not a valid Jinja template: ${outcome.reason}. ${fix}`,
+        {
+          source,
+        },
+      );
+    case 'over':
+      throw new KvdeskError('PACKAGE_INVALID', `The ${source} did not finish rendering: ${outcome.reason}. ${fix}`, {
+        source,
+      });
+    case 'raised':
+      throw new KvdeskError(
+        'BAD_REQUEST',
+        `The ${source} rejected this conversation: ${outcome.reason}. Change the messages to the form this model expects.`,
+        { source },
+      );
+    default:
+      throw new KvdeskError('PACKAGE_INVALID', `The ${source} failed while rendering: ${outcome.reason}. ${fix}`, {
+        source,
+      });
+  }
+}
+
+/** The conversation a package's template is tried on when it is read: one user message, the least any accepts. */
+const PROBE_CHAT: ChatMessage[] = [{ role: 'user', content: 'Hello' }];
+
+/** Templates tried already (a library lists the same packages again and again): template → what was found. */
+const probed = new Map<string, string | undefined>();
+const PROBED_KEPT = 64;
+
+/**
+ * Why a package's chat template cannot be used for chats (undefined when it can): it is not valid Jinja, or
+ * rendering a one-message chat with the reply opened fails, raises, or runs past {@link TEMPLATE_LIMITS} (a template
+ * that loops is stopped there). Said as a clause: "is not valid Jinja (…)", "fails on a one-message chat (…)".
+ */
+export function templateProblem(template: string, tokens: { bos?: string; eos?: string } = {}): string | undefined {
+  const key = JSON.stringify([template, tokens.bos ?? null, tokens.eos ?? null]);
+  if (probed.has(key)) return probed.get(key);
+  const outcome = tryRender(template, PROBE_CHAT, {
+    addGenerationPrompt: true,
+    ...(tokens.bos !== undefined ? { bosToken: tokens.bos } : {}),
+    ...(tokens.eos !== undefined ? { eosToken: tokens.eos } : {}),
+  });
+  const found = outcome.ok
+    ? undefined
+    : outcome.why === 'syntax'
+      ? `is not valid Jinja (${outcome.reason})`
+      : outcome.why === 'over'
+        ? `did not finish rendering a one-message chat (${outcome.reason})`
+        : outcome.why === 'raised'
+          ? `rejects even a one-message chat (it raises: ${outcome.reason})`
+          : `fails on a one-message chat (${outcome.reason})`;
+  if (probed.size >= PROBED_KEPT) probed.delete(probed.keys().next().value as string);
+  probed.set(key, found);
+  return found;
 }
 
 /**
