@@ -19,6 +19,7 @@ import { formatBytes } from '../../shared/format';
 import { cpuVariantRank } from '../../shared/model-spec';
 import { loadModelSpec } from '../packages';
 import { packageProblem } from '../packages/package-error';
+import { describeHolder, takeLock } from './folder-lock';
 
 /** Where the hub answers and who asks (a token for gated or private repositories). */
 export interface HubOptions {
@@ -316,6 +317,9 @@ export interface HubSource {
 /** In a staging folder: the commit its files are from (a later try at another commit drops its parts). */
 const COMMIT_FILE = '.kvdesk-commit';
 
+/** In a staging folder: who is downloading into it now (folder-lock.ts). */
+export const LOCK_FILE = '.lock';
+
 /** Written into a downloaded package: where it came from (the library and Ollama's names read it). */
 export const SOURCE_FILE = '.kvdesk-source.json';
 
@@ -543,37 +547,18 @@ function hasherOf(f: HubFile): Hash | null {
 
 /**
  * Takes a staging folder for this process (another kvdesk downloading into it — the window and `kvdesk pull` —
- * is refused; a lock left by one that is gone is taken over). Returns its release (safe to call twice).
+ * is refused; a lock left by one that is gone is taken over, also one a container started again left under the
+ * pid this process has now). Returns its release (safe to call twice).
  */
 async function lock(staging: string, repo: string): Promise<() => Promise<void>> {
-  const file = path.join(staging, '.lock');
-  for (let attempt = 0; attempt < 2; attempt++) {
-    try {
-      await writeFile(file, String(process.pid), { flag: 'wx' });
-      let held = true;
-      return async () => {
-        if (held) await rm(file, { force: true });
-        held = false;
-      };
-    } catch {
-      const pid = Number(await readFile(file, 'utf8').catch(() => ''));
-      if (Number.isInteger(pid) && pid > 0 && pid !== process.pid && alive(pid)) break;
-      if (pid === process.pid) break;
-      await rm(file, { force: true });
-    }
-  }
-  throw new KvdeskError('BAD_REQUEST', `${repo} is being downloaded already (into ${staging}): wait for it to end.`, {
-    field: 'repo',
-  });
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
+  const file = path.join(staging, LOCK_FILE);
+  const got = await takeLock(file);
+  if ('release' in got) return got.release;
+  throw new KvdeskError(
+    'BAD_REQUEST',
+    `${repo} is being downloaded already (into ${staging}, by ${describeHolder(got)}): wait for it to end. If no kvdesk is downloading it, delete ${file} and download again.`,
+    { field: 'repo', file },
+  );
 }
 
 async function exists(p: string): Promise<boolean> {

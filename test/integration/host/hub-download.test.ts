@@ -519,3 +519,65 @@ describe('what the models folder holds already', () => {
     expect(await missing(path.join(root, '.lock'))).toBe(true);
   });
 });
+
+describe('a lock left in a staging folder', () => {
+  /** The staging folder of the chat package's q4 download, made, with a lock file of `text` in it. */
+  async function lockedWith(text: string): Promise<string> {
+    const plan = await planDownload(await listHubVariants(CHAT, opts()), modelsDir, 'q4');
+    await fs.mkdir(plan.staging, { recursive: true });
+    const file = path.join(plan.staging, '.lock');
+    await fs.writeFile(file, text);
+    return file;
+  }
+
+  it('naming this very process (a container started again hands out the dead one’s pid) is stale: taken over', async () => {
+    // kvdesk before these locks wrote the bare pid; a pull killed in a container left its pid, which the next
+    // container's kvdesk has again.
+    await lockedWith(String(process.pid));
+    const { root } = await downloadHubModel(CHAT, modelsDir, opts());
+    expect(await packages()).toEqual(['tiny-chat-q4']);
+    expect(await missing(path.join(root, '.lock'))).toBe(true);
+  });
+
+  it('a lock of this pid that none of this process’s downloads holds is stale too', async () => {
+    const os = await import('node:os');
+    // As this process would write it (its namespace too), but from a process that started earlier.
+    const ns = await fs.readlink('/proc/self/ns/pid').catch(() => undefined);
+    await lockedWith(JSON.stringify({ pid: process.pid, start: '1', ns, host: os.hostname(), token: 'left-behind' }));
+    await downloadHubModel(CHAT, modelsDir, opts());
+    expect(await packages()).toEqual(['tiny-chat-q4']);
+  });
+
+  it('a lock of a process that lives is refused, naming the lock file to delete; once it is gone, taken over', async () => {
+    const { spawn } = await import('node:child_process');
+    const child = spawn(process.execPath, ['-e', 'setInterval(() => {}, 1000)'], { stdio: 'ignore' });
+    try {
+      const file = await lockedWith(String(child.pid));
+      await expect(downloadHubModel(CHAT, modelsDir, opts())).rejects.toMatchObject({
+        code: 'BAD_REQUEST',
+        message: expect.stringContaining(`being downloaded already`),
+      });
+      await expect(downloadHubModel(CHAT, modelsDir, opts())).rejects.toThrow(
+        `by process ${child.pid}): wait for it to end. If no kvdesk is downloading it, delete ${file} and download again.`,
+      );
+    } finally {
+      child.kill('SIGKILL');
+      await new Promise((r) => child.once('exit', r));
+    }
+    await downloadHubModel(CHAT, modelsDir, opts());
+    expect(await packages()).toEqual(['tiny-chat-q4']);
+  });
+
+  it('a holder out of sight (another container or machine) holds it while it touches the file, then not', async () => {
+    const holder = { pid: 1, ns: 'pid:[1]', host: 'another-box', token: 'theirs', since: '2025-01-01T00:00:00Z' };
+    const file = await lockedWith(JSON.stringify(holder));
+    await expect(downloadHubModel(CHAT, modelsDir, opts())).rejects.toThrow(
+      /being downloaded already \(into .*, by process 1 on another-box \(since 2025-01-01T00:00:00Z\), in another container or machine, which touched the lock \d+ s ago; it is taken over once untouched for 20 s\)/,
+    );
+    // Not touched for a minute: its holder is gone.
+    const old = new Date(Date.now() - 60_000);
+    await fs.utimes(file, old, old);
+    await downloadHubModel(CHAT, modelsDir, opts());
+    expect(await packages()).toEqual(['tiny-chat-q4']);
+  });
+});
