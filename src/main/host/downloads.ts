@@ -38,6 +38,8 @@ export class Downloads {
     private readonly library: ModelLibrary,
     private readonly emit: (list: DownloadStatus[]) => void,
     private readonly hub: HubOptions = {},
+    /** Where a completed download says what it cleared (its stopped downloads at other revisions). */
+    private readonly log?: (line: string) => void,
   ) {}
 
   list(): DownloadStatus[] {
@@ -116,6 +118,7 @@ export class Downloads {
       ...this.hub,
       plan,
       signal: abort.signal,
+      ...(this.log ? { log: this.log } : {}),
       onProgress: (p) => {
         status.doneBytes = p.doneBytes;
         status.totalBytes = p.totalBytes;

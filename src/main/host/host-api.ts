@@ -373,7 +373,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
   });
 
   const library = await ModelLibrary.open(opts.dataDir, { onChange: (e) => emit('library', e), log });
-  const downloads = new Downloads(libraryDir, library, (list) => emit('downloads', list), opts.hub);
+  const downloads = new Downloads(libraryDir, library, (list) => emit('downloads', list), opts.hub, log);
   const mcp = new McpHub(opts.dataDir);
   /** The library's check after start (set once the default model is loaded). */
   let libraryChecked: Promise<void> = Promise.resolve();

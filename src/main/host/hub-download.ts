@@ -20,6 +20,7 @@ import { cpuVariantRank } from '../../shared/model-spec';
 import { loadModelSpec } from '../packages';
 import { packageProblem } from '../packages/package-error';
 import { describeHolder, takeLock } from './folder-lock';
+import { sweepStaging } from './staging-sweep';
 
 /** Where the hub answers and who asks (a token for gated or private repositories). */
 export interface HubOptions {
@@ -419,6 +420,8 @@ export async function downloadHubModel(
     /** The listing, or the whole plan, when the caller has it already. */
     listing?: HubListing;
     plan?: DownloadPlan;
+    /** Where what the download removes is said (the staging folders of this package at other revisions). */
+    log?: (line: string) => void;
   } = {},
 ): Promise<{ root: string; variant: HubVariant; listing: HubListing }> {
   const plan =
@@ -471,9 +474,12 @@ export async function downloadHubModel(
       await loadModelSpec(staging, { availableBackends: ['CPUExecutionProvider'] });
     } catch (err) {
       const problem = packageProblem(err);
+      // Its files are the hub's (each checked): a download again brings the same package. Kept, they would lie in
+      // a hidden folder for good; deleted while the lock is held, so no other download starts on them meanwhile.
+      await rm(staging, { recursive: true, force: true });
       throw new KvdeskError(
         'PACKAGE_INVALID',
-        `${repo} (${variant.name}) downloaded, but is not a package kvdesk can load: ${problem.message}`,
+        `${repo} (${variant.name}) downloaded, but is not a package kvdesk can load: ${problem.message.split(`${staging}${path.sep}`).join('').split(staging).join('the package')}. Its files (${formatBytes(variant.bytes)}, as the hub has them) were deleted: downloading it again brings the same package; pick another variant or repository.`,
         { repo, ...(problem.file ? { file: problem.file } : {}), ...(problem.field ? { field: problem.field } : {}) },
       );
     }
@@ -490,6 +496,8 @@ export async function downloadHubModel(
         { repo, root },
       );
     }
+    // Stopped downloads of this folder at other revisions can never resume now that it is there.
+    await sweepStaging(modelsDir, { only: path.basename(root), ...(opts.log ? { log: opts.log } : {}) });
     return { root, variant, listing };
   } finally {
     await release();

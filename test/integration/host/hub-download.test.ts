@@ -48,6 +48,8 @@ const REPOS: Record<string, Record<string, Buffer | string>> = {
   [CHAT]: chatRepo,
   [GATED]: { ...side, 'onnx/model.onnx': graph },
   'org/readme-only': { 'README.md': '# nothing to run\n', 'config.json': '{}' },
+  // Files the hub lists and serves whole, whose graph is no ONNX graph.
+  'org/broken': { ...side, 'onnx/model.onnx': Buffer.concat([Buffer.from('not onnx'), Buffer.alloc(200_000, 7)]) },
   // Another owner's repository of the same name, whose generation_config.json differs.
   'other-org/tiny-chat': {
     ...chatRepo,
@@ -579,5 +581,59 @@ describe('a lock left in a staging folder', () => {
     await fs.utimes(file, old, old);
     await downloadHubModel(CHAT, modelsDir, opts());
     expect(await packages()).toEqual(['tiny-chat-q4']);
+  });
+});
+
+describe('staging folders that no download would ever use', () => {
+  it('a download whose files arrive but do not make a package deletes them, and says so', async () => {
+    const err = await downloadHubModel('org/broken', modelsDir, opts()).catch((e: unknown) => e);
+    expect(err).toMatchObject({
+      code: 'PACKAGE_INVALID',
+      message: expect.stringMatching(
+        /org\/broken \(fp32\) downloaded, but is not a package kvdesk can load: .*onnx\/model\.onnx.*Its files \(.*\) were deleted: downloading it again brings the same package/,
+      ),
+    });
+    expect((err as Error).message).not.toContain('.partial');
+    expect(await fs.readdir(modelsDir)).toEqual([]);
+  });
+
+  it('once a package is in place, its stopped downloads at other revisions go; other packages’ and held ones stay', async () => {
+    const { spawn } = await import('node:child_process');
+    hub.options.revisions = ['main', 'v1', 'v2', 'v3'];
+    const child = spawn(process.execPath, ['-e', 'setInterval(() => {}, 1000)'], { stdio: 'ignore' });
+    try {
+      hub.faults.stall = 'onnx/model_q4.onnx';
+      for (const rev of ['v1', 'v2']) {
+        const abort = new AbortController();
+        hub.requests.length = 0;
+        const run = downloadHubModel(`${CHAT}@${rev}`, modelsDir, { ...opts(), signal: abort.signal });
+        while (!hub.requests.some((r) => r.path.includes('model_q4.onnx'))) await new Promise((r) => setTimeout(r, 10));
+        abort.abort();
+        await expect(run).rejects.toThrow();
+      }
+      hub.faults.stall = undefined;
+      const stopped = (await fs.readdir(modelsDir)).filter((n) => n.endsWith('.partial'));
+      expect(stopped).toHaveLength(2);
+      // One at v3 another kvdesk is writing now (its lock names a live process), and another package's.
+      const v3 = (await planDownload(await listHubVariants(`${CHAT}@v3`, opts()), modelsDir, 'q4')).staging;
+      await fs.mkdir(v3);
+      await fs.writeFile(path.join(v3, '.lock'), String(child.pid));
+      const other = path.join(modelsDir, '.tiny-chat-fp16.0123456789ab.partial');
+      await fs.mkdir(other);
+      const log: string[] = [];
+      const { root } = await downloadHubModel(CHAT, modelsDir, { ...opts(), log: (l) => log.push(l) });
+      expect((await fs.readdir(modelsDir)).sort()).toEqual(
+        [path.basename(other), path.basename(v3), path.basename(root)].sort(),
+      );
+      expect(log).toHaveLength(2);
+      for (const name of stopped) {
+        expect(log.join('\n')).toContain(`removed ${path.join(modelsDir, name)} (`);
+      }
+      expect(log[0]).toContain(`which no download resumes: ${root} is there already`);
+    } finally {
+      hub.options.revisions = ['main'];
+      child.kill('SIGKILL');
+      await new Promise((r) => child.once('exit', r));
+    }
   });
 });
