@@ -55,10 +55,20 @@ function whoAmI(): Promise<Omit<LockHolder, 'token'>> {
 
 /** A process's start time (field 22 of /proc/<pid>/stat), or undefined where it cannot be read. */
 async function startOf(pid: number): Promise<string | undefined> {
+  return (await procStat(pid))?.start;
+}
+
+/** A process's state and start time from /proc/<pid>/stat; undefined where there is none (no /proc, no process). */
+async function procStat(pid: number): Promise<{ state: string; start: string } | undefined> {
   const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '');
   // The command name (field 2) may hold spaces and parentheses: the fields after it start past the last ')'.
   const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return rest[19] && /^\d+$/.test(rest[19]) ? rest[19] : undefined;
+  return rest[0] && rest[19] && /^\d+$/.test(rest[19]) ? { state: rest[0], start: rest[19] } : undefined;
+}
+
+/** A process killed whose parent has not reaped it yet (or none will: a container's init that reaps none). */
+function zombie(proc: { state: string } | undefined): boolean {
+  return proc !== undefined && (proc.state === 'Z' || proc.state === 'X');
 }
 
 function alive(pid: number): boolean {
@@ -108,7 +118,9 @@ export async function lockState(file: string): Promise<LockState> {
     return Date.now() - touchedMs < LOCK_STALE_MS ? { state: 'held', holder: 0 } : { state: 'stale' };
   if (typeof holder === 'number') {
     // An older kvdesk's lock: no call of this process writes one, so this pid's is a dead process's.
-    return holder !== process.pid && holder > 0 && alive(holder) ? { state: 'held', holder } : { state: 'stale' };
+    return holder !== process.pid && holder > 0 && alive(holder) && !zombie(await procStat(holder))
+      ? { state: 'held', holder }
+      : { state: 'stale' };
   }
   const me = await whoAmI();
   const here = holder.host === me.host;
@@ -117,7 +129,10 @@ export async function lockState(file: string): Promise<LockState> {
     // A process kvdesk can look at.
     if (holder.pid === process.pid) return heldHere.has(holder.token) ? { state: 'held', holder } : { state: 'stale' };
     if (!alive(holder.pid)) return { state: 'stale' };
-    const start = holder.start === undefined ? undefined : await startOf(holder.pid);
+    const proc = await procStat(holder.pid);
+    // A zombie (killed, its parent gone too, and not yet reaped) answers kill(0) as a live process does.
+    if (zombie(proc)) return { state: 'stale' };
+    const start = holder.start === undefined ? undefined : proc?.start;
     return start !== undefined && start !== holder.start ? { state: 'stale' } : { state: 'held', holder };
   }
   // Another machine or container: held while its holder touches it.

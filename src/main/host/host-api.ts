@@ -31,10 +31,12 @@ import { packageProblem } from '../packages/package-error';
 import { ThreadStore } from '../store/thread-store';
 import { previewChatTemplate, withKeptTemplate } from './chat-template-pick';
 import { Downloads } from './downloads';
+import { type HeldLock, takeLock } from './folder-lock';
 import type { HubOptions } from './hub-download';
 import { McpHub } from './mcp';
 import { canonicalPath, ModelLibrary, mergePick, pickOf } from './model-library';
 import type { RunnerService } from './runner-service';
+import { incomingLockOf, sweepStaging } from './staging-sweep';
 
 /** Budget snapshots go out at most this often (ARCHITECTURE.md: ≤ 10 Hz, latest wins). */
 const BUDGET_INTERVAL_MS = 100;
@@ -66,11 +68,17 @@ export interface HostApi {
     files: Array<{ path: string; data: Uint8Array }>;
     load?: boolean;
   }): Promise<Result<ImportedPackage>>;
-  /** A new empty folder for an upload streamed to disk (a browser's multipart upload), then given to importStaged. */
+  /**
+   * A new empty folder for an upload streamed to disk (a browser's multipart upload), then given to importStaged;
+   * held by this process (a lock beside it) until dropStaging, so a kvdesk starting on the same data directory
+   * meanwhile leaves it alone, while one starting after a crash clears it.
+   */
   uploadStaging(): Promise<string>;
+  /** Removes what is left of an upload's folder (from uploadStaging) and its lock: once the upload is over. */
+  dropStaging(staging: string): Promise<void>;
   /**
    * The package an upload wrote into `staging` (from uploadStaging) joins the library and loads (or not), as
-   * importFiles' does; the caller removes `staging` afterwards.
+   * importFiles' does; the caller drops `staging` afterwards (dropStaging).
    */
   importStaged(upload: { name: string; staging: string; load?: boolean }): Promise<Result<ImportedPackage>>;
   /** Electron drop / dialog: loads a package folder by path. */
@@ -373,6 +381,11 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
   });
 
   const library = await ModelLibrary.open(opts.dataDir, { onChange: (e) => emit('library', e), log });
+  // What uploads and downloads that never ended left in the models folder (none a live kvdesk is writing).
+  const swept = sweepStaging(libraryDir, { log }).then(
+    () => {},
+    (err: Error) => log(`kvdesk: the models folder could not be cleared: ${err.message}`),
+  );
   const downloads = new Downloads(libraryDir, library, (list) => emit('downloads', list), opts.hub, log);
   const mcp = new McpHub(opts.dataDir);
   /** The library's check after start (set once the default model is loaded). */
@@ -456,12 +469,36 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
   /** Loads in progress by id: concurrent requests for one package share its load. */
   const jitLoads = new Map<string, Promise<void>>();
 
+  /** Locks of the upload folders being written (their lock beside each: staging-sweep.ts). */
+  const stagingLocks = new Map<string, HeldLock>();
+
   /** A new empty folder beside the library's packages, for an upload to be written into before it is checked. */
   async function uploadStaging(): Promise<string> {
     await mkdir(libraryDir, { recursive: true });
-    const staging = path.join(libraryDir, `.incoming-${randomBytes(6).toString('hex')}`);
-    await mkdir(staging);
-    return staging;
+    for (;;) {
+      const staging = path.join(libraryDir, `.incoming-${randomBytes(6).toString('hex')}`);
+      // The lock first: a sweep never finds the folder without it.
+      const held = await takeLock(incomingLockOf(staging));
+      if (!('release' in held)) continue;
+      try {
+        await mkdir(staging);
+      } catch (err) {
+        await held.release();
+        if ((err as NodeJS.ErrnoException).code === 'EEXIST') continue;
+        throw err;
+      }
+      stagingLocks.set(staging, held);
+      return staging;
+    }
+  }
+
+  async function dropStaging(staging: string): Promise<void> {
+    try {
+      await rm(staging, { recursive: true, force: true });
+    } finally {
+      await stagingLocks.get(staging)?.release();
+      stagingLocks.delete(staging);
+    }
   }
 
   function checkUploadSize(count: number, total: number): void {
@@ -819,11 +856,12 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
           }
           return await commitStaged(upload.name, staging, upload.load !== false);
         } finally {
-          await rm(staging, { recursive: true, force: true });
+          await dropStaging(staging);
         }
       });
     },
     uploadStaging,
+    dropStaging,
     importStaged(upload) {
       return wrap(async () => {
         const listed = await filesUnder(upload.staging);
@@ -862,8 +900,9 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     }
   }
   // In the background: a library of large packages must not hold up the start.
-  libraryChecked = library
-    .refresh()
-    .catch((err: Error) => log(`kvdesk: the model library could not be checked: ${err.message}`));
+  libraryChecked = Promise.all([
+    library.refresh().catch((err: Error) => log(`kvdesk: the model library could not be checked: ${err.message}`)),
+    swept,
+  ]).then(() => {});
   return api;
 }

@@ -4,7 +4,6 @@
  * node:http. It adapts HTTP to HostApi and decides nothing itself; every
  * request first passes the Host/Origin/token checks of security.ts.
  */
-import { rm } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
@@ -407,13 +406,13 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
         answer = () => sendImported(res, result, loadIt);
       } catch (err) {
         if (!(err instanceof HttpError)) {
-          await rm(staging, { recursive: true, force: true });
+          await hostApi.dropStaging(staging);
           throw err;
         }
         answer = () => refuse(err);
       }
       // What is left of the upload goes before the answer: nothing of it is on disk once the client hears.
-      await rm(staging, { recursive: true, force: true });
+      await hostApi.dropStaging(staging);
       answer();
       return;
     }
