@@ -163,3 +163,45 @@ describe('a data directory given with a leading ~ (--data-dir=~/kvd, or KVDESK_D
     expect(await readdir(cwd)).toEqual([]);
   }, 60_000);
 });
+
+describe('kvdesk list and a library file with an entry it cannot read', () => {
+  it('lists the rest, names the entry and why, and leaves the file as it is', async () => {
+    const dataDir = await tmp();
+    const pkg = path.join(dataDir, 'pkgs', 'kept');
+    await cp(defaultModelDir, pkg, { recursive: true });
+    const file = path.join(dataDir, 'library.json');
+    const text = JSON.stringify({
+      version: 1,
+      packages: [
+        { root: pkg, addedAt: 1, lastLoadedAt: 2 },
+        { root: '/somewhere/else', addedAt: 'yesterday', lastLoadedAt: 1 },
+      ],
+    });
+    await writeFile(file, text);
+    const child = spawn(
+      process.execPath,
+      [path.join(repoRoot, 'bin/kvdesk.cjs'), 'list', '--json', '--data-dir', dataDir],
+      {
+        cwd: repoRoot,
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (d: Buffer) => {
+      out += d.toString();
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      err += d.toString();
+    });
+    const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+    expect(code).toBe(0);
+    expect(
+      (JSON.parse(out) as { packages: Array<{ id: string; state: string }> }).packages.map((r) => [r.id, r.state]),
+    ).toEqual([['kept', 'ok']]);
+    expect(err).toContain('packages.1.addedAt (/somewhere/else)');
+    // A command that only reads: the file is as it was, nothing moved or copied.
+    expect(await readFile(file, 'utf8')).toBe(text);
+    expect((await readdir(dataDir)).sort()).toEqual(['library.json', 'pkgs']);
+  }, 60_000);
+});

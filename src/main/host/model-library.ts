@@ -8,9 +8,11 @@
  * so the card never shows a stale or hand-edited description. Uploaded
  * packages under `<dataDir>/models` that the file does not list (uploaded
  * before the library existed, or copied there by hand) join it when found.
- * A library file that is not valid is moved aside with a logged reason; one
- * that exists but cannot be read (permissions) is left as it is and never
- * written over (store/data-file.ts). A data directory that is a file is refused.
+ * A library file that is no library file (not JSON, no list of packages) is moved aside with a logged reason; one
+ * with entries this kvdesk cannot read keeps the rest (those are said, and the file copied aside before it is next
+ * written); a newer kvdesk's is used as far as it can be read and never written over or moved; one that exists but
+ * cannot be read (permissions) is left as it is and never written over (store/data-file.ts). A relative root is
+ * read from the data directory. A data directory that is a file is refused.
  */
 import { lstat, readdir, realpath, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
@@ -20,40 +22,40 @@ import { KvdeskError } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
 import { loadModelSpec, variantOption } from '../packages';
 import { packageProblem } from '../packages/package-error';
-import { readIfThere, setAside, unreadableFile } from '../store/data-file';
+import { isPlainObject, readIfThere, setAside, unreadableFile } from '../store/data-file';
 import { writeAtomic } from '../store/write-atomic';
 import { withKeptTemplate } from './chat-template-pick';
 import { type HubSource, hubSourceOf } from './hub-download';
 
 const CPU = 'CPUExecutionProvider';
 
-const Stored = z.object({
-  version: z.literal(1),
-  packages: z
-    .array(
-      z.object({
-        root: z.string().min(1).max(4096),
-        /** The id it loaded as (shown until the check after start). */
-        id: z.string().min(1).max(4096).optional(),
-        /** Written for people reading the file; kvdesk goes by the folder's place, never by this flag. */
-        uploaded: z.boolean().optional(),
-        addedAt: z.number(),
-        lastLoadedAt: z.number(),
-        /** Added (an upload, a download) and not loaded since. */
-        neverLoaded: z.literal(true).optional(),
-        /** How the person last loaded it (their pick of variant and backend, their trust): loaded so again. */
-        load: z
-          .object({
-            variant: z.string().min(1).max(200).optional(),
-            backend: z.string().min(1).max(100).optional(),
-            trustInstalled: z.boolean().optional(),
-            chatTemplate: z.string().min(1).max(CHAT_TEMPLATE_MAX).optional(),
-          })
-          .optional(),
-      }),
-    )
-    .max(10_000),
+/** One package as the library file keeps it. */
+const StoredEntry = z.object({
+  root: z.string().min(1).max(4096),
+  /** The id it loaded as (shown until the check after start). */
+  id: z.string().min(1).max(4096).optional(),
+  /** Written for people reading the file; kvdesk goes by the folder's place, never by this flag. */
+  uploaded: z.boolean().optional(),
+  addedAt: z.number(),
+  lastLoadedAt: z.number(),
+  /** Added (an upload, a download) and not loaded since. */
+  neverLoaded: z.literal(true).optional(),
+  /** How the person last loaded it (their pick of variant and backend, their trust): loaded so again. */
+  load: z
+    .object({
+      variant: z.string().min(1).max(200).optional(),
+      backend: z.string().min(1).max(100).optional(),
+      trustInstalled: z.boolean().optional(),
+      chatTemplate: z.string().min(1).max(CHAT_TEMPLATE_MAX).optional(),
+    })
+    .optional(),
 });
+type StoredEntry = z.infer<typeof StoredEntry>;
+
+/** The version of the library file this kvdesk writes (and the newest it knows). */
+const VERSION = 1;
+/** Packages read from one file at most. */
+const MAX_PACKAGES = 10_000;
 
 /**
  * A new pick over the kept one: what it names replaces the kept field, the rest stays. In an ORT package a variant
@@ -149,15 +151,43 @@ export async function canonicalPath(p: string): Promise<string> {
   }
 }
 
-/** The library file's content, or why it is not valid. */
-function parseStored(text: string): { parsed: z.infer<typeof Stored> } | { why: string } {
+/**
+ * What a library file holds, entry by entry: the entries this kvdesk can read, and each one it cannot (`dropped`:
+ * where and why); `newer`: the version of a newer kvdesk that wrote it. `why`: the file as a whole is no library
+ * file (not JSON, no list of packages), so nothing of it can be used.
+ */
+type ParsedFile = { entries: StoredEntry[]; dropped: string[]; newer?: number } | { why: string };
+
+function parseStored(text: string): ParsedFile {
+  let raw: unknown;
   try {
-    const r = Stored.safeParse(JSON.parse(text));
-    if (r.success) return { parsed: r.data };
-    return { why: `${r.error.issues[0]?.path.join('.') || 'the file'}: ${r.error.issues[0]?.message}` };
+    raw = JSON.parse(text);
   } catch (err) {
     return { why: (err as Error).message };
   }
+  if (!isPlainObject(raw)) return { why: 'the file: not a JSON object' };
+  const { version, packages } = raw;
+  if (typeof version !== 'number' || !Number.isInteger(version) || version < 1) {
+    return { why: `version: ${JSON.stringify(version)} is not a version of the library file` };
+  }
+  if (!Array.isArray(packages)) return { why: 'packages: not a list' };
+  const entries: StoredEntry[] = [];
+  const dropped: string[] = [];
+  packages.forEach((p: unknown, i) => {
+    if (i >= MAX_PACKAGES) {
+      if (i === MAX_PACKAGES) dropped.push(`packages.${i} and on: more than ${MAX_PACKAGES} packages`);
+      return;
+    }
+    const r = StoredEntry.safeParse(p);
+    if (r.success) {
+      entries.push(r.data);
+      return;
+    }
+    const issue = r.error.issues[0];
+    const root = isPlainObject(p) && typeof p.root === 'string' ? ` (${p.root})` : '';
+    dropped.push(`packages.${[i, ...(issue?.path ?? [])].join('.')}${root}: ${issue?.message}`);
+  });
+  return { entries, dropped, ...(version > VERSION ? { newer: version } : {}) };
 }
 
 /**
@@ -178,12 +208,16 @@ async function assertFolderOrNothing(dataDir: string): Promise<void> {
 /** The library of one data directory. */
 export class ModelLibrary {
   private readonly file: string;
+  /** The data directory, absolute: a root the file gives as a relative path is read from here. */
+  private readonly dataDir: string;
   /** `<dataDir>/models`, links resolved: a package is an upload when its folder is directly inside. */
   private uploadsDir: string;
   private records: Held[] = [];
   private saving: Promise<void> = Promise.resolve();
   /** The file exists but could not be read, or not be moved aside: never written over this session. */
   private readOnly = false;
+  /** The file has entries this kvdesk left out: copied aside before it is first written over. */
+  private copyBeforeWrite = false;
   /** What was wrong with the library file at open, and what was done (for a front end to show). */
   readonly problems: string[] = [];
   /**
@@ -200,7 +234,8 @@ export class ModelLibrary {
     opts: { onChange?: (entries: LibraryEntry[]) => void; log?: (line: string) => void; now?: () => number },
   ) {
     // Absolute, as the roots it is compared with are.
-    this.file = path.resolve(dataDir, 'library.json');
+    this.dataDir = path.resolve(dataDir);
+    this.file = path.join(this.dataDir, 'library.json');
     this.uploadsDir = path.resolve(dataDir, 'models');
     this.onChange = opts.onChange ?? (() => {});
     this.log = opts.log ?? (() => {});
@@ -221,14 +256,38 @@ export class ModelLibrary {
     const text = await lib.readText();
     if (text !== null) {
       const read = parseStored(text);
-      if ('parsed' in read) await lib.take(read.parsed);
-      else {
+      if ('why' in read) {
         lib.fileKnewAll = false;
         await lib.moveAside(read.why);
+      } else {
+        await lib.take(read.entries);
+        lib.salvaged(read);
       }
     }
     lib.sort();
     return lib;
+  }
+
+  /**
+   * A file read in part: what this kvdesk could not read is said, entry by entry. A newer kvdesk's file is used as
+   * far as it can be read and never written over or moved (this session's changes are not remembered); in one of
+   * this version, the entries left out are dropped, the file as it was copied aside first.
+   */
+  private salvaged(read: { dropped: string[]; newer?: number }): void {
+    const left =
+      read.dropped.length > 0 ? `; left out, as this kvdesk cannot read them: ${read.dropped.join('; ')}` : '';
+    if (read.newer !== undefined) {
+      this.keep(
+        `the model library ${this.file} was written by a newer kvdesk (its version ${read.newer}; this one reads version ${VERSION}): it is used as far as this kvdesk can read it, and left as it is${left}. Update kvdesk to remember packages in it again`,
+      );
+      return;
+    }
+    if (read.dropped.length === 0) return;
+    // Copied aside when kvdesk first writes the file (a read-only command, `kvdesk list`, leaves it as it is).
+    this.copyBeforeWrite = true;
+    this.say(
+      `the model library ${this.file} has ${read.dropped.length === 1 ? 'an entry' : `${read.dropped.length} entries`} this kvdesk cannot read, left out of the library (the rest is kept): ${read.dropped.join('; ')}. Before kvdesk next writes the file, it keeps it as it is now in ${this.file}.unreadable-<time>`,
+    );
   }
 
   /**
@@ -244,11 +303,11 @@ export class ModelLibrary {
     }
   }
 
-  /** The packages of a valid file (each folder once, links resolved). */
-  private async take(parsed: z.infer<typeof Stored>): Promise<void> {
+  /** The packages of a file (each folder once, links resolved; a relative root read from the data directory). */
+  private async take(packages: StoredEntry[]): Promise<void> {
     const seen = new Set<string>();
-    for (const p of parsed.packages) {
-      const root = await canonicalPath(p.root);
+    for (const p of packages) {
+      const root = await canonicalPath(path.resolve(this.dataDir, p.root));
       if (seen.has(root)) continue;
       seen.add(root);
       this.records.push({
@@ -481,8 +540,8 @@ export class ModelLibrary {
   private save(): Promise<void> {
     // Said once, at open: this session's library lives in memory only.
     if (this.readOnly) return this.saving;
-    const data: z.infer<typeof Stored> = {
-      version: 1,
+    const data: { version: number; packages: StoredEntry[] } = {
+      version: VERSION,
       packages: this.records.map((r) => ({
         root: r.root,
         id: r.id,
@@ -495,7 +554,24 @@ export class ModelLibrary {
     };
     const text = `${JSON.stringify(data, null, 2)}\n`;
     // Writes run in order, each atomically: the last state wins, a crash leaves the previous file.
-    const next = this.saving.catch(() => {}).then(() => writeAtomic(this.file, text));
+    const next = this.saving
+      .catch(() => {})
+      .then(async () => {
+        if (this.copyBeforeWrite) {
+          try {
+            const aside = await setAside(this.file, this.now(), 'copy');
+            this.log(
+              `kvdesk: the model library ${this.file} as it was (with the entries left out) is kept in ${aside}`,
+            );
+          } catch (err) {
+            // Never written over then: the entries left out would be lost.
+            this.keep((err as Error).message);
+            return;
+          }
+          this.copyBeforeWrite = false;
+        }
+        if (!this.readOnly) await writeAtomic(this.file, text);
+      });
     this.saving = next.catch((err: Error) => this.log(`kvdesk: the model library could not be saved: ${err.message}`));
     return this.saving;
   }

@@ -323,28 +323,79 @@ describe('a library file that cannot be read', () => {
     expect(await readFile(aside, 'utf8')).toBe(garbage);
   });
 
-  it('valid JSON of the wrong shape is moved aside too, with the field named; HostApi starts anyway', async () => {
+  it('one entry of the wrong shape is left out, named with why; the rest is kept; the file is copied aside before it is written', async () => {
     const dataDir = await tmp();
+    const pkgs = await tmp();
+    const good = await copyPackage(path.join(pkgs, 'good'));
     const file = path.join(dataDir, 'library.json');
     const wrong = JSON.stringify({
       version: 1,
-      packages: [{ root: '/x', uploaded: 'yes', addedAt: 1, lastLoadedAt: 1 }],
+      packages: [
+        { root: '/x', uploaded: 'yes', addedAt: 1, lastLoadedAt: 1 },
+        { root: good, addedAt: 2, lastLoadedAt: 2 },
+        { root: '/y', addedAt: 'yesterday', lastLoadedAt: 3 },
+      ],
     });
     await writeFile(file, wrong);
     const log: string[] = [];
     const api = await makeApi(dataDir, { defaultModel: true, log });
     await api.libraryChecked;
-    const names = await readdir(dataDir);
-    const aside = names.filter((n) => n.startsWith('library.json.unreadable-'));
+    const line = log.find((l) => l.includes('cannot read'));
+    expect(line).toContain('2 entries this kvdesk cannot read, left out of the library (the rest is kept)');
+    expect(line).toContain('packages.0.uploaded (/x): ');
+    expect(line).toContain('packages.2.addedAt (/y): ');
+    // The good entry is kept, with the default model loaded at this start.
+    expect(api.library.list().map((e) => e.id)).toEqual(['default', 'good']);
+    expect(api.loadable().map((e) => e.id)).toEqual(['good']);
+    await api.library.flush();
+    // The file as it was is kept beside it (copied before the first write), never moved.
+    const aside = (await readdir(dataDir)).filter((n) => n.startsWith('library.json.unreadable-'));
     expect(aside).toHaveLength(1);
     expect(await readFile(path.join(dataDir, aside[0] ?? ''), 'utf8')).toBe(wrong);
-    const line = log.find((l) => l.includes('is not valid'));
-    expect(line).toContain('packages.0.uploaded');
-    expect(line).toContain(aside[0]);
-    // Only the default model, loaded at this start, is in the new library.
-    expect(api.library.list().map((e) => e.id)).toEqual(['default']);
-    await api.library.flush();
-    expect((await readStored(dataDir)).packages.map((p) => p.root)).toEqual([defaultModelDir]);
+    expect((await readStored(dataDir)).packages.map((p) => p.root)).toEqual([defaultModelDir, good]);
+  });
+
+  it('a newer kvdesk’s file: used as far as it can be read, never moved or written over, and said', async () => {
+    const dataDir = await tmp();
+    const pkgs = await tmp();
+    const good = await copyPackage(path.join(pkgs, 'good'));
+    const own = await copyPackage(path.join(pkgs, 'own'));
+    const file = path.join(dataDir, 'library.json');
+    const newer = `${JSON.stringify({
+      version: 2,
+      packages: [
+        { root: good, addedAt: 2, lastLoadedAt: 2, pinned: true },
+        { root: '/z', addedAt: { when: 'now' }, lastLoadedAt: 3 },
+      ],
+      shelves: ['work'],
+    })}\n`;
+    await writeFile(file, newer);
+    const log: string[] = [];
+    const lib = await ModelLibrary.open(dataDir, { log: (l) => log.push(l) });
+    await lib.refresh();
+    expect(lib.list().map((e) => e.id)).toEqual(['good']);
+    expect(lib.find('good')).toBeDefined();
+    expect(log.join('\n')).toContain(
+      `the model library ${file} was written by a newer kvdesk (its version 2; this one reads version 1): it is used as far as this kvdesk can read it, and left as it is; left out, as this kvdesk cannot read them: packages.1.addedAt (/z)`,
+    );
+    // A load is not written into it; nothing is moved or copied aside.
+    await lib.loaded(own, await specOf(own));
+    await lib.flush();
+    expect(await readFile(file, 'utf8')).toBe(newer);
+    expect(await readdir(dataDir)).toEqual(['library.json']);
+  });
+
+  it('a root written as a relative path is read from the data directory, not from where kvdesk runs', async () => {
+    const dataDir = await tmp();
+    const inside = await copyPackage(path.join(dataDir, 'mine', 'pkg'));
+    await writeFile(
+      path.join(dataDir, 'library.json'),
+      JSON.stringify({ version: 1, packages: [{ root: 'mine/pkg', addedAt: 1, lastLoadedAt: 1 }] }),
+    );
+    const lib = await ModelLibrary.open(dataDir);
+    await lib.refresh();
+    expect(lib.list()).toEqual([expect.objectContaining({ root: inside, id: 'pkg', missing: false })]);
+    expect(lib.find('pkg')?.root).toBe(inside);
   });
 });
 
