@@ -665,6 +665,9 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     void (async () => {
       for (const [id, f] of [...firstUse]) {
         if (f.ttlMs === null || Date.now() - f.lastUsedAt < f.ttlMs) continue;
+        // Its load is not over (its library record still being written): the request that loads it has not
+        // started on it yet.
+        if (jitLoads.has(id)) continue;
         const idle = Math.round((Date.now() - f.lastUsedAt) / 1000);
         if (!(await unloadFirstUse(id, `after ${idle} s without requests`))) f.lastUsedAt = Date.now();
       }

@@ -171,12 +171,13 @@ describe('the time to live of models loaded on first use', () => {
 
   it('a request for another model while one loads on first use does not unload it before its request starts', async () => {
     // The load's last part, its library record, written slowly (a slow disk): the model is loaded and idle then,
-    // and a request for another library model unloads idle first-use models before it loads its own.
+    // and a request for another library model unloads idle first-use models before it loads its own. Slower than
+    // the time to live: nor does the sweep of idle models take one whose load is not over.
     const library = hostApi.library;
     const written = library.loaded.bind(library);
     library.loaded = async (...args: Parameters<typeof written>) => {
       await written(...args);
-      await sleep(300);
+      await sleep(TTL * 2);
     };
     try {
       const first = hostApi.ensureModel('second');
