@@ -614,6 +614,11 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       return;
     }
     let entry: LibraryEntry | undefined = library.find(id);
+    if (entry === undefined && !library.list().some((e) => e.id === id)) {
+      // Another process may have added it since this one read the library (`kvdesk pull` beside `kvdesk serve`).
+      await library.sync();
+      entry = library.find(id);
+    }
     const broken = entry === undefined ? library.list().find((e) => e.id === id && e.error !== undefined) : undefined;
     if (broken !== undefined) {
       // Its last check (or load) failed: the files may have been put right since.
@@ -714,7 +719,11 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       return { text: previewChatTemplate(req.template, { ...tokens, field: 'template' }) };
     },
     listBackends: async () => runner.listBackends(),
-    listLibrary: async () => library.list(),
+    listLibrary: async () => {
+      // As another process (`kvdesk pull`, another window) may have left it.
+      await library.sync();
+      return library.list();
+    },
     forgetModel: async (req: { root: string }) => {
       // Compared with links resolved, as package roots are: a loaded upload is never deleted under it.
       const root = await canonicalPath(req.root);

@@ -25,6 +25,7 @@ import { packageProblem } from '../packages/package-error';
 import { isPlainObject, readIfThere, setAside, unreadableFile } from '../store/data-file';
 import { writeAtomic } from '../store/write-atomic';
 import { withKeptTemplate } from './chat-template-pick';
+import { type HeldLock, takeLock } from './folder-lock';
 import { type HubSource, hubSourceOf } from './hub-download';
 
 const CPU = 'CPUExecutionProvider';
@@ -101,6 +102,34 @@ interface Held {
   missing: boolean;
   source?: HubSource;
   load?: KeptPick;
+}
+
+/** A package as the file keeps it, held in memory (not checked yet: no spec). */
+function heldOf(root: string, p: StoredEntry): Held {
+  const load = p.load ? pickOf(p.load) : undefined;
+  return {
+    root,
+    addedAt: p.addedAt,
+    lastLoadedAt: p.lastLoadedAt,
+    ...(p.neverLoaded ? { neverLoaded: true as const } : {}),
+    id: p.id ?? path.basename(root),
+    missing: false,
+    ...(load ? { load } : {}),
+  };
+}
+
+/**
+ * The library file's lock, for the moment of a read, merge and write (two processes saving at once would each
+ * write over the other's change); null when it stays held (a holder that hangs): the save goes on without it.
+ */
+async function takeFileLock(file: string): Promise<HeldLock | null> {
+  for (let i = 0; i < 100; i++) {
+    const got = await takeLock(file).catch(() => null);
+    if (got === null) return null;
+    if ('release' in got) return got;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return null;
 }
 
 /** What validating a folder found. */
@@ -216,8 +245,19 @@ export class ModelLibrary {
   private saving: Promise<void> = Promise.resolve();
   /** The file exists but could not be read, or not be moved aside: never written over this session. */
   private readOnly = false;
-  /** The file has entries this kvdesk left out: copied aside before it is first written over. */
-  private copyBeforeWrite = false;
+  /**
+   * This process's changes since it last read or wrote the file, laid over what the file holds when it saves
+   * (another process — the window, `kvdesk serve`, `kvdesk pull` — may have written it meanwhile): the roots loaded
+   * or added here, and the roots forgotten here (which the file's copy must not bring back).
+   */
+  private readonly changed = new Set<string>();
+  private readonly forgotten = new Set<string>();
+  /** The file as this process last read or wrote it (its identity and text): unchanged, it is not read again. */
+  private seen: { sig: string; text: string } | null = null;
+  /** Entries left out of the file's text last said (each text's said once). */
+  private saidDropped = '';
+  /** Checks of packages another process added (the next change event says what they found). */
+  private checking: Promise<void> = Promise.resolve();
   /** What was wrong with the library file at open, and what was done (for a front end to show). */
   readonly problems: string[] = [];
   /**
@@ -253,19 +293,36 @@ export class ModelLibrary {
     await assertFolderOrNothing(dataDir);
     const lib = new ModelLibrary(dataDir, opts);
     lib.uploadsDir = await canonicalPath(lib.uploadsDir);
-    const text = await lib.readText();
-    if (text !== null) {
-      const read = parseStored(text);
+    const read = await lib.readFile();
+    if (read !== null) {
       if ('why' in read) {
         lib.fileKnewAll = false;
         await lib.moveAside(read.why);
       } else {
         await lib.take(read.entries);
         lib.salvaged(read);
+        lib.seen = read.seen;
       }
     }
     lib.sort();
     return lib;
+  }
+
+  /**
+   * The library file now, parsed (`seen`: what it was, for the next read to tell whether it changed); null when
+   * there is none or it cannot be read (said, unless `quiet`: it is then never written over).
+   */
+  private async readFile(quiet = false): Promise<(ParsedFile & { seen: { sig: string; text: string } }) | null> {
+    const sig = await this.signature();
+    const text = quiet ? await readIfThere(this.file).catch(() => null) : await this.readText();
+    if (text === null || sig === null) return null;
+    return { ...parseStored(text), seen: { sig, text } };
+  }
+
+  /** What identifies the file's content without reading it: each write is a new file (atomic), so a new inode. */
+  private async signature(): Promise<string | null> {
+    const st = await stat(this.file).catch(() => null);
+    return st ? `${st.ino}:${st.size}:${st.mtimeMs}:${st.ctimeMs}` : null;
   }
 
   /**
@@ -284,7 +341,7 @@ export class ModelLibrary {
     }
     if (read.dropped.length === 0) return;
     // Copied aside when kvdesk first writes the file (a read-only command, `kvdesk list`, leaves it as it is).
-    this.copyBeforeWrite = true;
+    this.saidDropped = read.dropped.join('; ');
     this.say(
       `the model library ${this.file} has ${read.dropped.length === 1 ? 'an entry' : `${read.dropped.length} entries`} this kvdesk cannot read, left out of the library (the rest is kept): ${read.dropped.join('; ')}. Before kvdesk next writes the file, it keeps it as it is now in ${this.file}.unreadable-<time>`,
     );
@@ -305,21 +362,101 @@ export class ModelLibrary {
 
   /** The packages of a file (each folder once, links resolved; a relative root read from the data directory). */
   private async take(packages: StoredEntry[]): Promise<void> {
-    const seen = new Set<string>();
+    for (const [root, p] of await this.byRoot(packages)) this.records.push(heldOf(root, p));
+  }
+
+  /** A file's packages by their folder (links resolved, a relative root read from the data directory), first wins. */
+  private async byRoot(packages: StoredEntry[]): Promise<Map<string, StoredEntry>> {
+    const out = new Map<string, StoredEntry>();
     for (const p of packages) {
       const root = await canonicalPath(path.resolve(this.dataDir, p.root));
-      if (seen.has(root)) continue;
-      seen.add(root);
-      this.records.push({
-        root,
-        addedAt: p.addedAt,
-        lastLoadedAt: p.lastLoadedAt,
-        ...(p.neverLoaded ? { neverLoaded: true as const } : {}),
-        id: p.id ?? path.basename(root),
-        missing: false,
-        ...(p.load && pickOf(p.load) ? { load: pickOf(p.load) } : {}),
-      });
+      if (!out.has(root)) out.set(root, p);
     }
+    return out;
+  }
+
+  /**
+   * What the file holds now, with this process's changes since it last read it laid over: a package another process
+   * added joins, one it forgot goes (unless changed here since: loaded again), one it loaded again takes its dates
+   * and pick; one forgotten here stays forgotten. Returns the folders to check (new here, or with another pick).
+   */
+  private async mergeFrom(packages: StoredEntry[]): Promise<string[]> {
+    const fromFile = await this.byRoot(packages);
+    const mine = new Map(this.records.map((r) => [r.root, r]));
+    const next: Held[] = [];
+    const toCheck: string[] = [];
+    for (const [root, p] of fromFile) {
+      if (this.forgotten.has(root)) continue;
+      const r = mine.get(root);
+      if (r === undefined) {
+        next.push(heldOf(root, p));
+        toCheck.push(root);
+        continue;
+      }
+      if (!this.changed.has(root)) {
+        const load = p.load ? pickOf(p.load) : undefined;
+        if (JSON.stringify(load) !== JSON.stringify(r.load)) toCheck.push(root);
+        r.addedAt = p.addedAt;
+        r.lastLoadedAt = p.lastLoadedAt;
+        if (p.neverLoaded) r.neverLoaded = true;
+        else delete r.neverLoaded;
+        if (load) r.load = load;
+        else delete r.load;
+      }
+      next.push(r);
+    }
+    // Added or loaded here and not in the file yet; the rest the file no longer lists, another process forgot.
+    for (const r of this.records) if (!fromFile.has(r.root) && this.changed.has(r.root)) next.push(r);
+    this.records = next;
+    this.sort();
+    return toCheck;
+  }
+
+  /** Validates the packages at `roots` (another process's, just merged in); one change event when there were any. */
+  private async checkRoots(roots: string[]): Promise<void> {
+    for (const root of roots) {
+      const r = this.records.find((x) => x.root === root);
+      if (r) this.apply(r, await check(r.root, r.load));
+    }
+  }
+
+  /** Entries of the file this kvdesk cannot read, said once per text of the file. */
+  private sayDropped(dropped: string[]): void {
+    const text = dropped.join('; ');
+    if (dropped.length === 0 || text === this.saidDropped) return;
+    this.saidDropped = text;
+    this.log(`kvdesk: the model library ${this.file} has entries this kvdesk cannot read, left out: ${text}`);
+  }
+
+  /**
+   * Reads the library file again when another process has written it since (a `kvdesk pull`, the window, another
+   * `kvdesk serve`): what it added joins (checked before this resolves), what it forgot goes; a change event then.
+   * Cheap when the file has not changed (one stat). Requests naming a package the library does not know call it
+   * before they are refused.
+   */
+  sync(): Promise<void> {
+    const run = this.saving
+      .catch(() => {})
+      .then(async () => {
+        const sig = await this.signature();
+        if (sig === null || sig === this.seen?.sig) return;
+        // A file that cannot be read was said at open (and is never written over): not said at every request.
+        const read = await this.readFile(true);
+        if (read === null || 'why' in read || read.seen.text === this.seen?.text) {
+          if (read !== null && !('why' in read)) this.seen = read.seen;
+          return;
+        }
+        if (read.newer !== undefined && !this.readOnly) this.salvaged(read);
+        else this.sayDropped(read.dropped);
+        const toCheck = await this.mergeFrom(read.entries);
+        this.seen = read.seen;
+        await this.checkRoots(toCheck);
+        this.onChange(this.list());
+      });
+    this.saving = run.catch((err: Error) =>
+      this.log(`kvdesk: the model library could not be read again: ${err.message}`),
+    );
+    return this.saving;
   }
 
   /** A file that is not valid: kept for the person to read or mend; the library starts again empty. */
@@ -380,6 +517,8 @@ export class ModelLibrary {
    * the end.
    */
   async refresh(): Promise<void> {
+    // What another process added is the file's, not an upload found here.
+    await this.sync();
     let names: string[] = [];
     try {
       names = await readdir(this.uploadsDir);
@@ -397,6 +536,7 @@ export class ModelLibrary {
       const when = s.mtimeMs;
       const added = this.fileKnewAll ? { neverLoaded: true as const } : {};
       this.records.push({ root, addedAt: when, lastLoadedAt: when, ...added, id: name, missing: false });
+      this.changed.add(root);
       found++;
     }
     for (const r of [...this.records]) this.apply(r, await check(r.root, r.load));
@@ -461,6 +601,8 @@ export class ModelLibrary {
     // First, then a stable sort: a load in the same millisecond as another still comes first.
     this.records.unshift(r);
     this.sort();
+    this.changed.add(abs);
+    this.forgotten.delete(abs);
     await this.save();
     this.onChange(this.list());
   }
@@ -483,6 +625,8 @@ export class ModelLibrary {
       missing: false,
     });
     this.sort();
+    this.changed.add(abs);
+    this.forgotten.delete(abs);
     await this.save();
     this.onChange(this.list());
   }
@@ -494,9 +638,13 @@ export class ModelLibrary {
    */
   async forget(root: string): Promise<void> {
     const abs = await canonicalPath(root);
+    // Another process may have added it since this one read the file.
+    if (!this.records.some((x) => x.root === abs)) await this.sync();
     const r = this.records.find((x) => x.root === abs);
     if (!r) throw new KvdeskError('BAD_REQUEST', `${abs} is not in the model library`, { field: 'root' });
     this.records = this.records.filter((x) => x !== r);
+    this.changed.delete(abs);
+    this.forgotten.add(abs);
     await this.save();
     // Only a folder directly in <dataDir>/models (and not a link) is kvdesk's own copy.
     const own =
@@ -509,9 +657,10 @@ export class ModelLibrary {
     this.onChange(this.list());
   }
 
-  /** Waits for pending writes (tests, shutdown). */
-  flush(): Promise<void> {
-    return this.saving;
+  /** Waits for pending writes, and checks of packages another process added (tests, shutdown). */
+  async flush(): Promise<void> {
+    await this.saving;
+    await this.checking;
   }
 
   /** Whether a folder (links resolved) is kvdesk's copy of an upload: directly inside `<dataDir>/models`. */
@@ -537,9 +686,69 @@ export class ModelLibrary {
     this.records.sort((a, b) => b.lastLoadedAt - a.lastLoadedAt);
   }
 
+  /**
+   * Writes the library: under the file's lock (library.json.lock, taken briefly), the file is read again and this
+   * process's changes since it last read it laid over what it holds (mergeFrom), then written atomically. Another
+   * process's additions are kept, its forgets honoured; entries this kvdesk cannot read are copied aside first.
+   */
   private save(): Promise<void> {
     // Said once, at open: this session's library lives in memory only.
     if (this.readOnly) return this.saving;
+    // Writes run in order, each atomically: the last state wins, a crash leaves the previous file.
+    const next = this.saving
+      .catch(() => {})
+      .then(async () => {
+        if (this.readOnly) return;
+        const lock = await takeFileLock(`${this.file}.lock`);
+        // What is being written: a change made during the write is written by the save it calls.
+        const changed = new Set(this.changed);
+        const forgotten = new Set(this.forgotten);
+        try {
+          const read = await this.readFile();
+          let toCheck: string[] = [];
+          if (read !== null && 'why' in read) await this.moveAside(read.why);
+          else if (read !== null) {
+            if (read.newer !== undefined) {
+              this.salvaged(read);
+              return;
+            }
+            if (read.dropped.length > 0) {
+              this.sayDropped(read.dropped);
+              try {
+                const aside = await setAside(this.file, this.now(), 'copy');
+                this.log(
+                  `kvdesk: the model library ${this.file} as it was (with the entries left out) is kept in ${aside}`,
+                );
+              } catch (err) {
+                // Never written over then: the entries left out would be lost.
+                this.keep((err as Error).message);
+                return;
+              }
+            }
+            if (read.seen.text !== this.seen?.text) toCheck = await this.mergeFrom(read.entries);
+          }
+          const text = this.fileText();
+          await writeAtomic(this.file, text);
+          this.seen = { sig: (await this.signature()) ?? '', text };
+          for (const root of changed) this.changed.delete(root);
+          for (const root of forgotten) this.forgotten.delete(root);
+          if (toCheck.length > 0) {
+            // In the background: the load that saved does not wait for another process's packages to be checked.
+            this.checking = this.checking
+              .then(() => this.checkRoots(toCheck))
+              .then(() => this.onChange(this.list()))
+              .catch(() => {});
+          }
+        } finally {
+          await lock?.release();
+        }
+      });
+    this.saving = next.catch((err: Error) => this.log(`kvdesk: the model library could not be saved: ${err.message}`));
+    return this.saving;
+  }
+
+  /** The library file's text for the records now. */
+  private fileText(): string {
     const data: { version: number; packages: StoredEntry[] } = {
       version: VERSION,
       packages: this.records.map((r) => ({
@@ -552,27 +761,6 @@ export class ModelLibrary {
         ...(r.load ? { load: r.load } : {}),
       })),
     };
-    const text = `${JSON.stringify(data, null, 2)}\n`;
-    // Writes run in order, each atomically: the last state wins, a crash leaves the previous file.
-    const next = this.saving
-      .catch(() => {})
-      .then(async () => {
-        if (this.copyBeforeWrite) {
-          try {
-            const aside = await setAside(this.file, this.now(), 'copy');
-            this.log(
-              `kvdesk: the model library ${this.file} as it was (with the entries left out) is kept in ${aside}`,
-            );
-          } catch (err) {
-            // Never written over then: the entries left out would be lost.
-            this.keep((err as Error).message);
-            return;
-          }
-          this.copyBeforeWrite = false;
-        }
-        if (!this.readOnly) await writeAtomic(this.file, text);
-      });
-    this.saving = next.catch((err: Error) => this.log(`kvdesk: the model library could not be saved: ${err.message}`));
-    return this.saving;
+    return `${JSON.stringify(data, null, 2)}\n`;
   }
 }

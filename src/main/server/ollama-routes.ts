@@ -84,6 +84,8 @@ async function loadedModels(hostApi: HostApi): Promise<ModelInfo[]> {
  * load on first use (described by their last check; no backend until they load).
  */
 async function installedModels(hostApi: HostApi): Promise<ModelInfo[]> {
+  // The library as another process (`kvdesk pull`) may have left it: read again when the file changed.
+  await hostApi.library.sync();
   const library = hostApi
     .loadable()
     .map((e): ModelInfo => ({ id: e.id, spec: e.spec as ModelSpec, loadMs: 0, backend: '', isDefault: false }));
@@ -119,6 +121,7 @@ export async function serveOllamaShow(hostApi: HostApi, body: unknown, res: Serv
  * still answering requests is refused, saying so.
  */
 export async function serveOllamaDelete(hostApi: HostApi, body: unknown, res: ServerResponse): Promise<void> {
+  await hostApi.library.sync();
   const entries = hostApi.library.list();
   const id = resolveModel(pulledName(hostApi, showModelName(body)), [...new Set(entries.map((e) => e.id))]);
   if (hostApi.runner.listModels().some((m) => m.id === id)) {
@@ -149,10 +152,9 @@ export async function serveOllamaGeneration(
   let loadMs = 0;
   try {
     mapped = mapOllamaRequest(kind, body);
-    const id = resolveModel(
-      pulledName(hostApi, mapped.model),
-      (await installedModels(hostApi)).map((m) => m.id),
-    );
+    // The library read again first: a name it gained since (a `kvdesk pull`) resolves.
+    const installed = (await installedModels(hostApi)).map((m) => m.id);
+    const id = resolveModel(pulledName(hostApi, mapped.model), installed);
     if (mapped.request === null) {
       // Ollama's load (and, with keep_alive 0, unload) request.
       if (mapped.unload) {

@@ -196,6 +196,8 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   async function listedModels(): Promise<Array<ModelInfo | LibraryEntry>> {
     const models = await hostApi.call('listModels', {});
     if (!models.ok) throw errorFromInfo(models.error);
+    // The library as another process (`kvdesk pull`) may have left it: read again when the file changed.
+    await hostApi.library.sync();
     return [...models.value, ...hostApi.loadable()];
   }
 

@@ -733,3 +733,93 @@ describe('what decides that a package is kvdesk’s copy', () => {
     expect(roots(lib.list())).toEqual([a, b]);
   });
 });
+
+describe('two processes on one data directory', () => {
+  /** Two libraries open on one data directory, as the window (or `kvdesk serve`) and `kvdesk pull` are. */
+  async function twoOn(dataDir: string): Promise<[ModelLibrary, ModelLibrary]> {
+    return [
+      await ModelLibrary.open(dataDir, { now: clock(1_000) }),
+      await ModelLibrary.open(dataDir, { now: clock(5_000) }),
+    ];
+  }
+
+  it('each save keeps what the other added, and what either forgot stays forgotten', async () => {
+    const dataDir = await tmp();
+    const pkgs = await tmp();
+    const [p1, p2, p3] = await Promise.all(['p1', 'p2', 'p3'].map((n) => copyPackage(path.join(pkgs, n))));
+    const first = await ModelLibrary.open(dataDir);
+    await first.loaded(p1 as string, await specOf(p1 as string));
+    await first.flush();
+    const [a, b] = await twoOn(dataDir);
+    const stored = async () => (await readStored(dataDir)).packages.map((p) => path.basename(p.root)).sort();
+
+    await b.loaded(p2 as string, await specOf(p2 as string));
+    await b.flush();
+    await a.loaded(p3 as string, await specOf(p3 as string));
+    await a.flush();
+    // A's save kept B's addition (it wrote its whole library over the file).
+    expect(await stored()).toEqual(['p1', 'p2', 'p3']);
+    expect(
+      roots(a.list())
+        .map((r) => path.basename(r))
+        .sort(),
+    ).toEqual(['p1', 'p2', 'p3']);
+
+    // B forgets p1; A, which still lists it, loads again what it has: p1 is not brought back.
+    await b.forget(p1 as string);
+    await b.flush();
+    expect(await stored()).toEqual(['p2', 'p3']);
+    await a.loaded(p3 as string, await specOf(p3 as string));
+    await a.flush();
+    expect(await stored()).toEqual(['p2', 'p3']);
+    expect(
+      roots(a.list())
+        .map((r) => path.basename(r))
+        .sort(),
+    ).toEqual(['p2', 'p3']);
+
+    // A forgets p2 (B still lists it); B's next save leaves it forgotten, and keeps A's latest load of p3.
+    await a.forget(p2 as string);
+    await a.flush();
+    await b.loaded(p1 as string, await specOf(p1 as string));
+    await b.flush();
+    expect(await stored()).toEqual(['p1', 'p3']);
+    // Loaded again after it was forgotten elsewhere: it is back, as a load records it.
+    expect(existsSync(p2 as string)).toBe(true);
+  });
+
+  it('sync() reads what another process added, checked; find() then knows it; unchanged, nothing is read', async () => {
+    const dataDir = await tmp();
+    const pkgs = await tmp();
+    const pulled = await copyPackage(path.join(pkgs, 'pulled'));
+    const [a, b] = await twoOn(dataDir);
+    const changes: LibraryEntry[][] = [];
+    const watched = await ModelLibrary.open(dataDir, { onChange: (e) => changes.push(e) });
+    await b.added(pulled, await specOf(pulled));
+    await b.flush();
+    expect(a.find('pulled')).toBeUndefined();
+    await a.sync();
+    expect(a.find('pulled')).toMatchObject({ root: pulled, spec: { id: 'pulled' }, neverLoaded: true });
+    await watched.sync();
+    expect(changes).toHaveLength(1);
+    await watched.sync();
+    expect(changes).toHaveLength(1);
+  });
+
+  it('through HostApi: a request naming a package another process added loads it (the library is read again)', async () => {
+    const dataDir = await tmp();
+    const pkgs = await tmp();
+    const pulled = await copyPackage(path.join(pkgs, 'pulled'));
+    const api = await makeApi(dataDir, { defaultModel: true });
+    await api.libraryChecked;
+    const other = await ModelLibrary.open(dataDir);
+    await other.added(pulled, await specOf(pulled));
+    await other.flush();
+    await api.ensureModel('pulled');
+    expect(api.runner.listModels().map((m) => m.id)).toContain('pulled');
+    await api.library.flush();
+    expect((await readStored(dataDir)).packages.map((p) => p.root).sort()).toEqual([defaultModelDir, pulled].sort());
+    // A name nobody added is still refused, naming what is known.
+    await expect(api.ensureModel('nobody')).rejects.toMatchObject({ code: 'MODEL_NOT_LOADED' });
+  });
+});

@@ -5,13 +5,13 @@
  * progress lines, then the model answering `/api/chat` by its library id), and `kvdesk pull` (a real process).
  */
 import { execFile } from 'node:child_process';
-import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DownloadStatus } from '../../../src/shared/api';
 import { defaultModelRepo, type FakeHub, startFakeHub } from '../../helpers/fake-hub';
-import { repoRoot } from '../../helpers/fixtures';
+import { defaultModelDir, repoRoot } from '../../helpers/fixtures';
 import { startTestServer, type TestServer } from './server-helpers';
 
 const REPO = 'onnx-community/tiny-chat';
@@ -309,4 +309,61 @@ describe('kvdesk pull', () => {
       rmSync(dataDir, { recursive: true, force: true });
     }
   }, 60_000);
+
+  it('into the data directory of a running server: it answers the pulled model, and its own saves keep it', async () => {
+    // A second package the server knows, loaded on first use after the pull: its save must keep the pulled one.
+    const other = path.join(mkdtempSync(path.join(os.tmpdir(), 'kvdesk-pull-other-')), 'other');
+    cpSync(defaultModelDir, other, { recursive: true });
+    const s = await startTestServer({ intraOpNumThreads: 1 }, { hub: { endpoint: hub.url } });
+    try {
+      const loaded = await s.hostApi.call('loadModel', { path: other });
+      expect(loaded.ok).toBe(true);
+      expect((await s.hostApi.call('unloadModel', { id: 'other' })).ok).toBe(true);
+      await s.hostApi.libraryChecked;
+      const r = await kvdesk(['pull', REPO, '--data-dir', s.dataDir]);
+      expect(r.status, r.stderr).toBe(0);
+      const ids = () =>
+        JSON.parse(readFileSync(path.join(s.dataDir, 'library.json'), 'utf8')).packages.map(
+          (p: { id: string }) => p.id,
+        );
+      expect(ids()).toContain('tiny-chat-q4');
+      // The server lists it and answers it, by its id and by the name it was pulled by.
+      const tags = (await (await fetch(`${s.url}/api/tags`)).json()) as { models: Array<{ name: string }> };
+      expect(tags.models.map((m) => m.name)).toContain('tiny-chat-q4:latest');
+      const chat = await post2(s.url, '/api/chat', {
+        model: 'tiny-chat-q4',
+        stream: false,
+        options: { num_predict: 2 },
+        messages: [{ role: 'user', content: 'hi' }],
+      });
+      expect(chat.status, chat.text).toBe(200);
+      // Another library package loaded on first use: the server writes the library, keeping the pulled one.
+      const chat2 = await post2(s.url, '/v1/chat/completions', {
+        model: 'other',
+        max_tokens: 2,
+        messages: [{ role: 'user', content: 'hi' }],
+      });
+      expect(chat2.status, chat2.text).toBe(200);
+      await s.hostApi.library.flush();
+      expect(ids().sort()).toEqual(['default', 'other', 'tiny-chat-q4']);
+      const listed = await kvdesk(['list', '--json', '--data-dir', s.dataDir]);
+      expect(
+        JSON.parse(listed.stdout)
+          .packages.map((p: { id: string }) => p.id)
+          .sort(),
+      ).toEqual(['default', 'other', 'tiny-chat-q4']);
+    } finally {
+      await s.close();
+      rmSync(path.dirname(other), { recursive: true, force: true });
+    }
+  }, 90_000);
 });
+
+async function post2(url: string, p: string, body: unknown): Promise<{ status: number; text: string }> {
+  const res = await fetch(`${url}${p}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  return { status: res.status, text: await res.text() };
+}
