@@ -479,7 +479,7 @@ export async function downloadHubModel(
       await rm(staging, { recursive: true, force: true });
       throw new KvdeskError(
         'PACKAGE_INVALID',
-        `${repo} (${variant.name}) downloaded, but is not a package kvdesk can load: ${problem.message.split(`${staging}${path.sep}`).join('').split(staging).join('the package')}. Its files (${formatBytes(variant.bytes)}, as the hub has them) were deleted: downloading it again brings the same package; pick another variant or repository.`,
+        `${repo} (${variant.name}) downloaded, but is not a package kvdesk can load: ${problem.message.split(`${staging}${path.sep}`).join('').split(staging).join('the package').replace(/\.$/, '')}. Its files (${formatBytes(variant.bytes)}, as the hub has them) were deleted: downloading it again brings the same package; pick another variant or repository.`,
         { repo, ...(problem.file ? { file: problem.file } : {}), ...(problem.field ? { field: problem.field } : {}) },
       );
     }

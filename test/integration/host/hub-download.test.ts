@@ -594,6 +594,7 @@ describe('staging folders that no download would ever use', () => {
       ),
     });
     expect((err as Error).message).not.toContain('.partial');
+    expect((err as Error).message).not.toContain('..');
     expect(await fs.readdir(modelsDir)).toEqual([]);
   });
 
