@@ -16,6 +16,7 @@ import {
   type GenerationResult,
   type SamplingSettings,
 } from '../shared/contract';
+import { editDistance } from '../shared/edit-distance';
 import { type ErrorInfo, KvdeskError } from '../shared/errors';
 import { dataDirOf } from './data-dir';
 
@@ -480,23 +481,6 @@ export function nearestFlags(name: string, flags: readonly string[]): string[] {
   const scored = flags.map((f) => ({ f, d: editDistance(name, f) }));
   const best = Math.min(...scored.map((s) => s.d));
   return best <= 2 ? scored.filter((s) => s.d === best).map((s) => s.f) : [];
-}
-
-/** Levenshtein distance: insertions, deletions and substitutions. */
-function editDistance(a: string, b: string): number {
-  let row = Array.from({ length: b.length + 1 }, (_, j) => j);
-  for (let i = 1; i <= a.length; i++) {
-    const next = [i];
-    for (let j = 1; j <= b.length; j++) {
-      next[j] = Math.min(
-        (row[j] as number) + 1,
-        (next[j - 1] as number) + 1,
-        (row[j - 1] as number) + (a[i - 1] === b[j - 1] ? 0 : 1),
-      );
-    }
-    row = next;
-  }
-  return row[b.length] as number;
 }
 
 /** Whether a command's arguments ask for its help: `--help` or `-h`, not as a flag's value nor after `--`. */

@@ -1,4 +1,5 @@
 import path from 'node:path';
+import { editDistance } from '../../shared/edit-distance';
 import type { DecoderPorts, KvSpec, ModelSpec } from '../../shared/model-spec';
 import { ConfigFields, readConfigFile } from './config-file';
 import {
@@ -59,23 +60,6 @@ const IO_FIELDS = [
   'kv_outputs',
   'static_cache',
 ] as const;
-
-/** Edit distance of two short names (a misspelt field is one or two edits from the right one). */
-function editDistance(a: string, b: string): number {
-  let row = Array.from({ length: b.length + 1 }, (_, j) => j);
-  for (let i = 1; i <= a.length; i++) {
-    const next = [i];
-    for (let j = 1; j <= b.length; j++) {
-      next[j] = Math.min(
-        (row[j] as number) + 1,
-        (next[j - 1] as number) + 1,
-        (row[j - 1] as number) + (a[i - 1] === b[j - 1] ? 0 : 1),
-      );
-    }
-    row = next;
-  }
-  return row[b.length] as number;
-}
 
 /** Which `model.io` field binds a graph input the metadata leaves unbound, with any misspelt field that was meant to. */
 function unboundAdvice(meta: ConfigFields, input: string): UnboundAdvice {
