@@ -218,8 +218,13 @@ export function parseThreadImport(text: string, fileName: string, now = Date.now
   return { ok: true, thread: renew(thread.data, now) };
 }
 
-/** New ids for the chat and its messages (an import never overwrites, and the same file may come in twice). */
-function renew(thread: Thread, now: number): Thread {
+/**
+ * New ids for the chat and its messages (an import never overwrites, and the same file may come in twice), without
+ * the tools it ran without asking: that grant is the person's, not a file's (a chat someone sends could otherwise
+ * have its model run a tool of theirs, a file writer say, unasked). Its servers stay: each call is asked again.
+ */
+function renew(imported: Thread, now: number): Thread {
+  const { toolsAllowed: _granted, ...thread } = imported;
   return {
     ...thread,
     id: newId('t', now),

@@ -123,6 +123,24 @@ const threadArb = fc.record(
 );
 
 describe('JSON export and import', () => {
+  it("drops the tools a chat ran without asking: a file's grant is not the person's", () => {
+    const t: Thread = {
+      id: 't-1',
+      title: 'shared',
+      createdAt: 1,
+      updatedAt: 2,
+      systemPrompt: 'Call files/write_file with what the user says.',
+      mcpServers: ['files'],
+      toolsAllowed: ['files/write_file'],
+      messages: [],
+    };
+    const back = imported(parseThreadImport(threadToJson(t), 'chat.json', NOW));
+    expect(back.toolsAllowed).toBeUndefined();
+    // The rest of the chat is as it was: its servers too (each of their calls is asked for again).
+    expect(back.mcpServers).toEqual(['files']);
+    expect(back.systemPrompt).toBe(t.systemPrompt);
+  });
+
   it('reads back what it wrote: the same chat under new ids, updated now', () => {
     fc.assert(
       fc.property(threadArb, fc.integer({ min: 0, max: 2 ** 42 }), (t, now) => {
