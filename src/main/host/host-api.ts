@@ -83,6 +83,8 @@ export interface HostApi {
   importStaged(upload: { name: string; staging: string; load?: boolean }): Promise<Result<ImportedPackage>>;
   /** Electron drop / dialog: loads a package folder by path. */
   importPath(path: string, how?: LoadModelRequest): Promise<Result<ModelInfo>>;
+  /** The tools a stored chat runs without asking (none for a chat not stored). */
+  toolGrants(threadId: string): Promise<string[]>;
   /** The packages loaded before (remembered across restarts). */
   readonly library: ModelLibrary;
   /** Model downloads from the Hugging Face Hub into the library. */
@@ -805,6 +807,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     runner,
     library,
     downloads,
+    toolGrants: (threadId) => store.toolGrants(threadId),
     get libraryChecked() {
       return libraryChecked;
     },

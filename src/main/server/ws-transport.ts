@@ -31,6 +31,19 @@ export interface WsTransport {
 /** Calls that make the host run programs as the person (MCP servers and their tools). */
 const TOOL_CALLS = new Set(['mcpStart', 'mcpCall']);
 
+/**
+ * Whether a chat saved by `request` runs other tools without asking than the chat as stored does (none stored:
+ * none). A request that is no chat is no change here (the call refuses it itself).
+ */
+async function grantsChange(hostApi: HostApi, request: unknown): Promise<boolean> {
+  if (typeof request !== 'object' || request === null) return false;
+  const { id, toolsAllowed } = request as { id?: unknown; toolsAllowed?: unknown };
+  if (typeof id !== 'string') return false;
+  const asked = Array.isArray(toolsAllowed) ? toolsAllowed.map(String).sort() : [];
+  const had = [...(await hostApi.toolGrants(id))].sort();
+  return asked.length !== had.length || asked.some((t, n) => t !== had[n]);
+}
+
 /** Why a page served without a token runs no tools (said in its tools settings, and to a call refused). */
 const TOOLS_NEED_A_TOKEN =
   'MCP tools run programs as you, and this page is served without a token (any program or user on this computer could run them): start `kvdesk serve --token SECRET` and open the address it prints, turn on the desktop window’s API key (Models view → API server), or use the desktop window.';
@@ -92,6 +105,8 @@ export function createWsTransport(
     sockets.add(ws);
     if (sockets.size === 1) subscribe();
     const generations = new Map<string, (reason: 'user' | 'disconnect') => void>();
+    /** This connection's chat saves when it may run no tools (each checked first), in the order it sent them. */
+    let saves: Promise<void> = Promise.resolve();
     (ws as WebSocket & { kvdeskAlive?: boolean }).kvdeskAlive = true;
     ws.on('pong', () => {
       (ws as WebSocket & { kvdeskAlive?: boolean }).kvdeskAlive = true;
@@ -122,12 +137,24 @@ export function createWsTransport(
             });
             return;
           }
-          if (TOOL_CALLS.has(msg.name) && opts.toolsAllowed !== true) {
+          const refuse = () => {
             const error = { code: 'BAD_REQUEST' as const, message: TOOLS_NEED_A_TOKEN };
             send(ws, { t: 'result', id, result: { ok: false, error } });
+          };
+          if (TOOL_CALLS.has(msg.name) && opts.toolsAllowed !== true) return refuse();
+          const name = msg.name as CallName;
+          const request = msg.request;
+          if (name === 'saveThread' && opts.toolsAllowed !== true) {
+            // Nor may such a page grant a chat tools that run without asking (the window, which runs them, would).
+            // Its saves go one after another, in the order sent, as the check before each takes a moment.
+            saves = saves.then(async () => {
+              const grants = await grantsChange(hostApi, request).catch(() => true);
+              if (grants) return refuse();
+              send(ws, { t: 'result', id, result: await hostApi.call(name, request) });
+            });
             return;
           }
-          void hostApi.call(msg.name as CallName, msg.request).then((result) => {
+          void hostApi.call(name, request).then((result) => {
             // The tools settings say at once that this page runs none (before a chat counts on them).
             if (msg.name === 'mcpStatus' && result.ok && opts.toolsAllowed !== true) {
               send(ws, {

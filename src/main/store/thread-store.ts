@@ -180,6 +180,14 @@ export class ThreadStore {
     return { ...extra.top, ...thread, messages };
   }
 
+  /** The tools chat `id` runs without asking, as its file says now: none when there is no such chat to read. */
+  async toolGrants(id: string): Promise<string[]> {
+    if (!SAFE_ID.test(id)) return [];
+    const file = path.join(this.threadsDir, `${id}.json`);
+    const read = await this.inOrder(file, () => this.readThread(file));
+    return 'thread' in read ? (read.thread.toolsAllowed ?? []) : [];
+  }
+
   async save(thread: Thread): Promise<void> {
     const file = this.fileOf(thread.id);
     const data = JSON.stringify(this.withExtras(thread));

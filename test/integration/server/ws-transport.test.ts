@@ -105,6 +105,32 @@ describe('WebSocket transport', () => {
     c.ws.close();
   });
 
+  it('a page served without a token may save chats, but not change the tools they run without asking', async () => {
+    const c = await Client.open(t.url);
+    const chat = { id: 'ws-grants', title: 'one', createdAt: 1, updatedAt: 1, messages: [] };
+    expect(await c.invoke('saveThread', chat)).toEqual({ ok: true, value: null });
+    const granted = await c.invoke('saveThread', { ...chat, toolsAllowed: ['files/write_file'] });
+    expect(granted).toMatchObject({ ok: false, error: { code: 'BAD_REQUEST', message: /served without a token/ } });
+    // The window (which holds no token to check) grants one; the page saves the chat as it is, grant and all.
+    expect((await t.hostApi.call('saveThread', { ...chat, toolsAllowed: ['files/read_file'] })).ok).toBe(true);
+    expect(await c.invoke('saveThread', { ...chat, title: 'two', toolsAllowed: ['files/read_file'] })).toEqual({
+      ok: true,
+      value: null,
+    });
+    expect((await c.invoke('saveThread', { ...chat, title: 'three' })).ok).toBe(false);
+    // Saves sent at once land in the order sent (each checked first).
+    const titles = Array.from({ length: 8 }, (_, i) => `t${i}`);
+    const results = await Promise.all(
+      titles.map((title) => c.invoke('saveThread', { ...chat, title, toolsAllowed: ['files/read_file'] })),
+    );
+    expect(results.every((r) => r.ok)).toBe(true);
+    const stored = await t.hostApi.call('listThreads', undefined);
+    const saved = stored.ok ? stored.value.find((x) => x.id === chat.id) : undefined;
+    expect(saved).toMatchObject({ title: 't7', toolsAllowed: ['files/read_file'] });
+    expect((await c.invoke('deleteThread', { id: chat.id })).ok).toBe(true);
+    c.ws.close();
+  });
+
   it('streams frames in order (accepted, admitted, tokens, done), multiplexed by id', async () => {
     const c = await Client.open(t.url);
     const req = (n: number) => ({ promptIds: [10, 20, 30], maxNewTokens: n, sampling: { greedy: true } });
