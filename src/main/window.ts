@@ -202,7 +202,10 @@ export function createExternalOpener(
   };
 }
 
-/** Permission requests and checks denied (see decidePermission); downloads refused. */
+/**
+ * Permission requests and checks denied (see decidePermission); downloads refused but the app's own files (a chat
+ * saved as Markdown or JSON: a `blob:` URL of the app's origin, which Electron then asks where to save).
+ */
 export function hardenSession(ses: Session, appOrigin: string): void {
   ses.setPermissionRequestHandler((contents, permission, callback, details) => {
     callback(decidePermission(permission, details.requestingUrl ?? contents.getURL(), appOrigin));
@@ -211,7 +214,9 @@ export function hardenSession(ses: Session, appOrigin: string): void {
     decidePermission(permission, requestingOrigin, appOrigin),
   );
   ses.setDevicePermissionHandler(() => false);
-  ses.on('will-download', (event) => event.preventDefault());
+  ses.on('will-download', (event, item) => {
+    if (!item.getURL().toLowerCase().startsWith(`blob:${appOrigin.toLowerCase()}/`)) event.preventDefault();
+  });
 }
 
 /** Adds the CSP header to dev-server documents (electron-vite dev only; production uses the protocol handler). */

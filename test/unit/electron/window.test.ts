@@ -271,9 +271,17 @@ describe('permissions', () => {
     expect(answers).toEqual([false, true, false]);
     expect(check(wc, 'geolocation', 'kvdesk://app')).toBe(false);
     expect(device()).toBe(false);
-    const download = { preventDefault: vi.fn() };
-    ses.emit('will-download', download);
-    expect(download.preventDefault).toHaveBeenCalled();
+    const download = (url: string) => {
+      const event = { preventDefault: vi.fn() };
+      ses.emit('will-download', event, { getURL: () => url });
+      return event.preventDefault.mock.calls.length > 0 ? 'refused' : 'asked where';
+    };
+    // A chat saved from the app (its own blob: URL, Electron asks where to save it); nothing else.
+    expect(download('blob:kvdesk://app/6f1c0e2a-5b1d-4e7a-9d1b-1f2e3d4c5b6a')).toBe('asked where');
+    expect(download('https://evil.example/payload.exe')).toBe('refused');
+    expect(download('blob:https://evil.example/6f1c0e2a')).toBe('refused');
+    expect(download('blob:kvdesk://app.evil/6f1c0e2a')).toBe('refused');
+    expect(download('data:text/plain,hi')).toBe('refused');
   });
 });
 
