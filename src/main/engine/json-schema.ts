@@ -160,8 +160,24 @@ function typesOf(v: unknown): string[] {
   return [typeof v];
 }
 
-/** Keywords that shape a value, which const, enum and anyOf / oneOf must not be mixed with. */
-const SHAPING = ['type', 'properties', 'items', 'minItems', 'maxItems', 'enum', 'const', 'anyOf', 'oneOf'];
+/**
+ * Keywords that shape a value, which const, enum and anyOf / oneOf must not be mixed with (an object's `required` and
+ * `additionalProperties: false` too: beside a union they would have to hold in each of its objects, and dropped they
+ * let a reply through that breaks them).
+ */
+const SHAPING = [
+  'type',
+  'properties',
+  'required',
+  'additionalProperties',
+  'items',
+  'minItems',
+  'maxItems',
+  'enum',
+  'const',
+  'anyOf',
+  'oneOf',
+];
 
 /** Bytes a value of this node can start with. */
 function firstBytes(node: SchemaNode): Set<number> {
@@ -380,7 +396,12 @@ function compileNode(schema: unknown, path: string, depth: number): SchemaNode {
   if (alone.length > 0) {
     const name = alone[0] as string;
     const beside = SHAPING.filter(
-      (k) => k !== name && s[k] !== undefined && !(k === 'type' && name !== 'anyOf' && name !== 'oneOf'),
+      (k) =>
+        k !== name &&
+        s[k] !== undefined &&
+        !(k === 'type' && name !== 'anyOf' && name !== 'oneOf') &&
+        // Any other property allowed is what a union or a literal says anyway.
+        !(k === 'additionalProperties' && s[k] === true),
     );
     if (beside.length > 0) {
       throw new SchemaError(

@@ -515,6 +515,25 @@ describe('the schema recogniser', () => {
       [{ type: 'object', properties: { a: { type: 'string', enum: ['x', 1] } } }, 'schema.properties.a.enum'],
       [{ type: 'object', properties: { a: { type: 'integer', const: 1.5 } } }, 'schema.properties.a.const'],
       [{ type: 'object', properties: { a: { const: 'a', enum: ['b'] } } }, 'schema.properties.a.enum'],
+      // An object's required and additionalProperties: false beside a union or a literal (dropped, a reply {"x": {}}
+      // or {"a": "x"} went through that breaks them).
+      [
+        {
+          type: 'object',
+          properties: { x: { anyOf: [{ type: 'object', properties: { a: { type: 'string' } } }], required: ['a'] } },
+          required: ['x'],
+        },
+        'schema.properties.x.required',
+      ],
+      [{ anyOf: [{ type: 'object', properties: { a: { type: 'string' } } }], required: ['a'] }, 'schema.required'],
+      [
+        {
+          anyOf: [{ type: 'object', properties: { a: { type: 'string' } }, required: ['a'] }],
+          additionalProperties: false,
+        },
+        'schema.additionalProperties',
+      ],
+      [{ type: 'object', properties: { a: { const: {}, required: ['b'] } } }, 'schema.properties.a.required'],
       [
         { type: 'object', properties: { a: { type: 'string', anyOf: [{ type: 'null' }] } } },
         'schema.properties.a.type',
