@@ -57,6 +57,7 @@ import { backendProvider, providerShortName } from '../packages/execution-provid
 import type { LoadOptions } from '../packages/load-options';
 import { createScheduler, type Scheduler } from '../scheduler';
 import {
+  type AnswerPart,
   applyChat,
   createHarmonySplitter,
   createReasoningSplitter,
@@ -1481,6 +1482,13 @@ class Generation {
   /** With tools: each row's reader of calls, and the calls read so far. */
   private readonly toolFilters: ToolCallFilter[] | undefined;
   private readonly rowCalls: ToolCall[][];
+  /**
+   * A Harmony call being read on each row (between kvdesk's markup around it): its arguments as the model wrote
+   * them, given back as text should it not be read as a call, and whether it was.
+   */
+  private readonly rowHarmonyCall: Array<{ body: string; read: boolean } | undefined>;
+  /** Whether each row's stop matcher matched (kvdesk's markup, which skips it, is dropped after that too). */
+  private readonly rowMatched: boolean[];
   private readonly started: number;
   private admittedAt = 0;
   private firstTokenAt = 0;
@@ -1551,6 +1559,8 @@ class Generation {
         )
       : undefined;
     this.rowCalls = rows.map(() => []);
+    this.rowHarmonyCall = rows.map(() => undefined);
+    this.rowMatched = rows.map(() => false);
     this.promptTokens = Math.max(...rows.map((r) => r.length));
     this.sched = host.schedulerOf(model.id);
   }
@@ -1863,26 +1873,98 @@ class Generation {
     end = false,
   ): void {
     const splitter = this.splitters?.[r];
-    let answer = piece;
+    let parts: AnswerPart[] = [{ kind: 'text', text: piece }];
     if (splitter) {
       const before = splitter.state;
       const split = splitter.push(piece);
       const tail = end ? splitter.flush() : { reasoning: '', content: '' };
       out.reasoning += split.reasoning + tail.reasoning;
-      answer = split.content + tail.content;
+      const answer = split.content + tail.content;
+      parts = split.parts ? [...split.parts, ...(tail.parts ?? [])] : [{ kind: 'text', text: answer }];
       if (!end) this.countReasoning(r, before, splitter.state);
     }
-    const m = this.matchers[r]?.push(answer);
-    (this.rowAnswerFed[r] as number) += answer.length;
-    if (m) {
+    for (const part of parts) this.passPart(r, part, out, calls, deltas);
+    if (end && !this.rowMatched[r]) this.release(r, out, calls, deltas);
+  }
+
+  /**
+   * One part of the answer: what the model wrote goes through the stop strings, then the tool-call reader;
+   * kvdesk's markup around a Harmony call only to the reader (the text either side of it is not contiguous).
+   */
+  private passPart(
+    r: number,
+    part: AnswerPart,
+    out: { text: string; reasoning: string },
+    calls: ToolCall[],
+    deltas: ToolCallDelta[],
+  ): void {
+    if (this.rowMatched[r]) return;
+    if (part.kind === 'text' || part.kind === 'args') {
+      const m = this.matchers[r]?.push(part.text);
+      (this.rowAnswerFed[r] as number) += part.text.length;
+      if (!m) return;
       (this.rowAnswerEmitted[r] as number) += m.emit.length;
-      out.text += this.readCalls(r, m.emit, calls, deltas);
-      if (m.stopped) this.stopRow(r, m.stop);
+      this.answer(r, m.emit, out, calls, deltas);
+      if (m.stopped) {
+        this.rowMatched[r] = true;
+        this.stopRow(r, m.stop);
+      }
+      return;
     }
-    if (end && !this.rowStopped[r]) {
-      const rest = this.matchers[r]?.flush() ?? '';
-      (this.rowAnswerEmitted[r] as number) += rest.length;
-      out.text += this.readCalls(r, rest, calls, deltas);
+    // The model's text held back before kvdesk's markup cannot run on into what follows it.
+    this.release(r, out, calls, deltas);
+    const filter = this.toolFilters?.[r];
+    if (part.kind === 'open') this.rowHarmonyCall[r] = { body: '', read: false };
+    const call = this.rowHarmonyCall[r];
+    if (filter && call) {
+      // (The line break before a call is kvdesk's too: the reader drops white space between calls.)
+      const o = filter.push(part.kind === 'open' ? part.text.trimStart() : part.text);
+      if (o.calls.length > 0) call.read = true;
+      // At the opening, the reader gives the model's text it held back; later, what it gives as text is the
+      // call's markup, or the call given back: its body goes instead.
+      out.text += this.takeCalls(r, part.kind === 'open' ? o : { ...o, content: '' }, calls, deltas);
+    }
+    if (part.kind === 'close') {
+      if (call && filter && !call.read) {
+        // A call not read (broken, or to an unknown tool) may still hold the reader: its text is dropped.
+        filter.flush();
+        out.text += call.body;
+      }
+      this.rowHarmonyCall[r] = undefined;
+    }
+  }
+
+  /** Releases the text row r's stop matcher holds back. */
+  private release(
+    r: number,
+    out: { text: string; reasoning: string },
+    calls: ToolCall[],
+    deltas: ToolCallDelta[],
+  ): void {
+    const rest = this.matchers[r]?.flush() ?? '';
+    (this.rowAnswerEmitted[r] as number) += rest.length;
+    this.answer(r, rest, out, calls, deltas);
+  }
+
+  /** Answer text the model wrote, past the stop strings: a Harmony call's arguments, or text for the reader. */
+  private answer(
+    r: number,
+    text: string,
+    out: { text: string; reasoning: string },
+    calls: ToolCall[],
+    deltas: ToolCallDelta[],
+  ): void {
+    const call = this.rowHarmonyCall[r];
+    const filter = this.toolFilters?.[r];
+    if (call && filter) {
+      call.body += text;
+      const o = filter.push(text);
+      if (o.calls.length > 0) call.read = true;
+      this.takeCalls(r, { ...o, content: '' }, calls, deltas);
+    } else if (call) {
+      out.text += text;
+    } else {
+      out.text += this.readCalls(r, text, calls, deltas);
     }
   }
 
@@ -1949,9 +2031,15 @@ class Generation {
       const lastLogprobs: GeneratedTokenLogprob[] = [];
       if (this.rowLogprobs) this.releaseLogprobs(r, lastLogprobs, true);
       let text = out.text;
-      // A call left incomplete is the reply's text.
+      // A call left incomplete is the reply's text (a Harmony call's, what the model wrote of it).
       const filter = this.toolFilters?.[r];
-      if (filter) text += this.takeCalls(r, filter.flush(), calls, deltas);
+      const call = this.rowHarmonyCall[r];
+      this.rowHarmonyCall[r] = undefined;
+      if (filter && call) {
+        const o = filter.flush();
+        text += this.takeCalls(r, { ...o, content: '' }, calls, deltas);
+        if (o.calls.length === 0 && !call.read) text += call.body;
+      } else if (filter) text += this.takeCalls(r, filter.flush(), calls, deltas);
       this.rowText[r] += text;
       this.rowReasoning[r] += out.reasoning;
       tail.push({

@@ -12,7 +12,13 @@
  * sent to one of gpt-oss's built-in tools (browser, python), which kvdesk does not run, is reasoning. A reply
  * that never writes a header (a model prompted another way) is all answer.
  */
-import { partialSuffix, type ReasoningPush, type ReasoningSplitter, type ReasoningState } from './reasoning-splitter';
+import {
+  type AnswerPart,
+  partialSuffix,
+  type ReasoningPush,
+  type ReasoningSplitter,
+  type ReasoningState,
+} from './reasoning-splitter';
 
 const MESSAGE = '<|message|>';
 /** What ends a body: the message's end, a call's or the reply's (should the text hold them), the next start. */
@@ -40,12 +46,19 @@ export function createHarmonySplitter(opts: { inside: boolean; answering?: boole
   // Whether the call being read has written any of its arguments.
   let callArgs = false;
 
+  /** Answer text, as what the model wrote or kvdesk's markup around a call (see {@link ReasoningPush.parts}). */
+  const answer = (out: ReasoningPush, kind: AnswerPart['kind'], text: string): void => {
+    if (text.length === 0 && (kind === 'text' || kind === 'args')) return;
+    out.content += text;
+    out.parts?.push({ kind, text });
+  };
+
   const push = (text: string): ReasoningPush => {
-    const out: ReasoningPush = { reasoning: '', content: '' };
+    const out: ReasoningPush = { reasoning: '', content: '', parts: [] };
     held += text;
     for (;;) {
       if (phase === 'plain') {
-        out.content += held;
+        answer(out, 'text', held);
         held = '';
         return out;
       }
@@ -100,7 +113,7 @@ export function createHarmonySplitter(opts: { inside: boolean; answering?: boole
       kind = 'call';
       callArgs = false;
       const name = to.slice('functions.'.length);
-      out.content += `${given.content ? '\n' : ''}<tool_call>\n{"name": ${JSON.stringify(name)}, "arguments": `;
+      answer(out, 'open', `${given.content ? '\n' : ''}<tool_call>\n{"name": ${JSON.stringify(name)}, "arguments": `);
       given.content = true;
       bodyStarted = true;
       return;
@@ -111,21 +124,26 @@ export function createHarmonySplitter(opts: { inside: boolean; answering?: boole
   /** Body text: leading whitespace of a body is dropped, and a blank line parts bodies of the same side. */
   function give(text: string, out: ReasoningPush): void {
     if (kind === 'call') {
-      out.content += text;
+      answer(out, 'args', text);
       if (text.trim() !== '') callArgs = true;
       return;
     }
     const body = bodyStarted ? text : text.trimStart();
     if (body.length === 0) return;
     const side = kind === 'reasoning' ? 'reasoning' : 'content';
-    out[side] += (!bodyStarted && given[side] ? '\n\n' : '') + body;
+    const piece = (!bodyStarted && given[side] ? '\n\n' : '') + body;
+    if (side === 'content') answer(out, 'text', piece);
+    else out.reasoning += piece;
     given[side] = true;
     bodyStarted = true;
   }
 
   /** The end of a body: a call's arguments are closed (a call without any, `{}`). */
   function finish(out: ReasoningPush): void {
-    if (kind === 'call') out.content += `${callArgs ? '' : '{}'}}\n</tool_call>`;
+    if (kind === 'call') {
+      // A call without arguments has none: `{}` is kvdesk's, not the model's.
+      answer(out, 'close', `${callArgs ? '' : '{}'}}\n</tool_call>`);
+    }
     kind = 'content';
     bodyStarted = false;
   }
@@ -133,12 +151,12 @@ export function createHarmonySplitter(opts: { inside: boolean; answering?: boole
   return {
     push,
     flush() {
-      const out: ReasoningPush = { reasoning: '', content: '' };
+      const out: ReasoningPush = { reasoning: '', content: '', parts: [] };
       if (phase === 'body') {
         give(held.trimEnd(), out);
         finish(out);
       } else if (phase === 'header' && !began) {
-        out.content = held;
+        answer(out, 'text', held);
       }
       held = '';
       phase = 'header';

@@ -8,6 +8,7 @@ export {
 } from './chat-template';
 export { createHarmonySplitter } from './harmony-splitter';
 export {
+  type AnswerPart,
   createReasoningSplitter,
   promptOpensReasoning,
   type ReasoningSplitter,

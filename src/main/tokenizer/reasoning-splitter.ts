@@ -4,6 +4,17 @@ import type { ReasoningSpec } from '../../shared/reasoning';
 export interface ReasoningPush {
   reasoning: string;
   content: string;
+  /**
+   * The answer in order, where the splitter writes text of its own (Harmony's calls, given in kvdesk's Hermes
+   * form): `text` and a call's `args` are what the model wrote, `open` and `close` kvdesk's markup around the
+   * call (so stop strings are not matched against it, nor is it given back as text). `content` is all of them.
+   */
+  parts?: AnswerPart[];
+}
+
+export interface AnswerPart {
+  kind: 'text' | 'args' | 'open' | 'close';
+  text: string;
 }
 
 /**

@@ -36,6 +36,25 @@ afterAll(async () => {
 const run = (req: Partial<GenerateRequest>, sink?: (f: StreamFrame) => void) =>
   h.generate({ model: 'reply', messages: ASK, maxNewTokens: 64, sampling: { greedy: true }, ...req }, sink).result;
 
+const WEATHER: ChatMessage[] = [{ role: 'user', content: 'Weather in Paris?' }];
+const WEATHER_TOOLS = [
+  { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } },
+];
+/** A reply that reasons, then calls get_weather (its body last). */
+const CALL_PARTS = [
+  '<|channel|>',
+  'analysis',
+  '<|message|>',
+  'Need weather.',
+  '<|end|>',
+  '<|start|>',
+  'assistant to=functions.get_weather',
+  '<|channel|>',
+  'commentary json',
+  '<|message|>',
+  '{"city": "Paris"}',
+];
+
 describe('a Harmony (gpt-oss) model', () => {
   it('is a thinking model whose reasoning is its analysis channel', () => {
     expect(h.listModels().find((m) => m.id === 'reply')?.spec.reasoning).toEqual(HARMONY);
@@ -164,6 +183,46 @@ describe('a Harmony (gpt-oss) model', () => {
     }).result;
     expect(budgeted.tokenIds).toEqual(r.tokenIds);
     expect(budgeted.rows[0]?.toolCalls?.[0]?.name).toBe('get_weather');
+  });
+
+  it("matches stop strings only against what the model wrote, never kvdesk's markup around a call", async () => {
+    const parts = [...CALL_PARTS, '<|call|>'];
+    const p = harmonyPackage('stop-caller', parts);
+    await h.loadModel(p.dir, { id: 'stop-caller' });
+    const ask = { model: 'stop-caller', messages: WEATHER, maxNewTokens: 256, sampling: { greedy: true } };
+    // The Hermes text kvdesk hands the call on in has line breaks; the model wrote none.
+    const r = await h.generate({ ...ask, tools: WEATHER_TOOLS, stop: ['\n', '"name"'] }).result;
+    expect(r.rows[0]?.toolCalls?.map((c) => [c.name, JSON.parse(c.arguments)])).toEqual([
+      ['get_weather', { city: 'Paris' }],
+    ]);
+    expect(r.text).toBe('');
+    expect(r.finishReason).toBe('tool_calls');
+    // A stop string the model wrote in the arguments cuts the call: it is text, as far as the model wrote it.
+    const cut = await h.generate({ ...ask, tools: WEATHER_TOOLS, stop: ['Paris'] }).result;
+    expect(cut.rows[0]?.toolCalls).toBeUndefined();
+    expect(cut.text).toBe('{"city": "');
+    expect(cut.finishReason).toBe('stop');
+  });
+
+  it('gives a call not read as one back as the body the model wrote, without markup', async () => {
+    const p = harmonyPackage('plain-caller', [...CALL_PARTS, '<|call|>']);
+    await h.loadModel(p.dir, { id: 'plain-caller' });
+    const ask = { model: 'plain-caller', messages: WEATHER, maxNewTokens: 256, sampling: { greedy: true } };
+    for (const req of [{}, { tools: WEATHER_TOOLS, toolChoice: 'none' as const }]) {
+      const frames: StreamFrame[] = [];
+      const r = await h.generate({ ...ask, ...req }, (f) => frames.push(f)).result;
+      expect(r.text).toBe('{"city": "Paris"}');
+      expect(r.rows[0]?.toolCalls).toBeUndefined();
+      const rows = frames.flatMap((f) => (f.type === 'tokens' ? f.rows : []));
+      expect(rows.map((row) => row.text).join('')).toBe('{"city": "Paris"}');
+    }
+    // Cut by max tokens inside its arguments: what the model wrote of them, no brace or tag of kvdesk's.
+    const upTo = tokens(p, CALL_PARTS.slice(0, -1)).length + tokens(p, ['{"city":']).length;
+    expect(tokens(p, ['{"city":'])).toEqual(tokens(p, ['{"city": "Paris"}']).slice(0, tokens(p, ['{"city":']).length));
+    const cut = await h.generate({ ...ask, tools: WEATHER_TOOLS, maxNewTokens: upTo }).result;
+    expect(cut.rows[0]?.toolCalls).toBeUndefined();
+    expect(cut.text).toBe('{"city":');
+    expect(cut.finishReason).toBe('length');
   });
 
   it('sends a calling turn back with its preamble joined to its reasoning, which the template takes', () => {
