@@ -149,9 +149,18 @@ export function isJsonObjectText(text: string): boolean {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
-/** A call as the model would have written it in the Hermes form. */
+/**
+ * A call as the model would have written it in the Hermes form: compact, its numbers as written (JSON.parse
+ * would round 12345678901234567890, make 1e400 null and 1.0 1).
+ */
 function hermesText(call: ToolCall): string {
-  return `<tool_call>\n${JSON.stringify({ name: call.name, arguments: parsedArguments(call.arguments) })}\n</tool_call>`;
+  let args: unknown;
+  try {
+    args = losslessParse(call.arguments);
+  } catch {
+    args = call.arguments;
+  }
+  return `<tool_call>\n${losslessStringify({ name: call.name, arguments: args })}\n</tool_call>`;
 }
 
 /**

@@ -492,6 +492,22 @@ describe('toolChatTurns', () => {
     expect(toolChatTurns(conversation, undefined, false).messages[0]?.content).toBe('Be brief.');
   });
 
+  it("writes an earlier call's numbers back as the model wrote them, none rounded or made null", () => {
+    const args = '{"id": 12345678901234567890, "big": 1e400, "f": 1.0, "p": 0.1e1, "s": "1.0"}';
+    const { messages } = toolChatTurns(
+      [
+        { role: 'user', content: 'go' },
+        { role: 'assistant', content: '', toolCalls: [{ id: 'c1', name: 'f', arguments: args }] },
+        { role: 'tool', toolCallId: 'c1', content: 'ok' },
+      ],
+      undefined,
+      false,
+    );
+    expect(messages[1]?.content).toBe(
+      '<tool_call>\n{"name":"f","arguments":{"id":12345678901234567890,"big":1e400,"f":1.0,"p":0.1e1,"s":"1.0"}}\n</tool_call>',
+    );
+  });
+
   it("Mistral's forms: ids the template would refuse are mapped to 9 characters, the same for a call and its result", () => {
     const { messages } = toolChatTurns(conversation, tools, true, MISTRAL);
     const mapped = messages[2]?.tool_calls?.[0]?.id;
