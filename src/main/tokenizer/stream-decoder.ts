@@ -64,7 +64,15 @@ export function createStreamDecoder(tok: Pick<TextTokenizer, 'decode'>, opts?: D
         // The ids since the last stable point become the next window's context, once they wrote text: an id
         // that decodes to nothing (a skipped special token) would be no context at all, and the next word would
         // lose the space its decoder puts after the word before.
-        if (text.length > contextText || window.length > MAX_STREAM_WINDOW) restartWindowAt(contextEnd);
+        if (text.length > contextText) restartWindowAt(contextEnd);
+        else if (window.length > MAX_STREAM_WINDOW) {
+          // Too many ids that wrote nothing (skipped special tokens): drop them but keep the context ids, which
+          // did write text. Restarting at them instead left no context, and a Metaspace/Strip decoder then took
+          // the next ▁word for the start of the text and dropped its space ("helloworld" after 64 × </s>).
+          window = window.slice(0, contextEnd);
+          sent = tok.decode(window, decodeOpts).length;
+          contextText = sent;
+        }
       } else if (window.length > MAX_STREAM_WINDOW) {
         out += text.slice(sent);
         restartWindowAt(window.length - 1);

@@ -208,6 +208,57 @@ describe('streaming SentencePiece-style <0xNN> byte fallback', () => {
   });
 });
 
+describe('streaming past a long run of skipped special tokens', () => {
+  // The Llama-2 Replace/ByteFallback/Fuse/Strip decoder, and the same vocabulary with a Metaspace decoder:
+  // both drop the space of a ▁word that opens the text, so the word before is needed as context.
+  const metaspaceJson = byteFallbackTokenizerJson();
+  metaspaceJson.decoder = {
+    type: 'Sequence',
+    decoders: [
+      { type: 'ByteFallback' },
+      { type: 'Fuse' },
+      { type: 'Metaspace', replacement: '▁', prepend_scheme: 'always', split: true },
+    ],
+  };
+  const metaspace = createTextTokenizer({ tokenizerJson: metaspaceJson, vocabSize: 270 });
+
+  for (const [name, tok] of [
+    ['Replace/Strip', byteFallback],
+    ['Metaspace', metaspace],
+  ] as const) {
+    it(`${name}: hello + n × </s> + ▁world streams as decode does, around the window cap`, () => {
+      const hello = tok.encode('hello', { addSpecialTokens: false });
+      const world = tok.encode('world wide', { addSpecialTokens: false });
+      for (const n of [0, 1, 10, MAX_STREAM_WINDOW - 1, MAX_STREAM_WINDOW, MAX_STREAM_WINDOW + 1, 70, 200]) {
+        const ids = [...hello, ...Array<number>(n).fill(2), ...world];
+        expect(tok.decode(ids, { skipSpecialTokens: true })).toBe('hello world wide');
+        expect(stream(tok, ids, true).join(''), `${n} × </s>`).toBe('hello world wide');
+        expect(stream(tok, [1, ...ids], true).join(''), `<s> + ${n} × </s>`).toBe('hello world wide');
+        expect(stream(tok, ids).join(''), `${n} × </s> kept`).toBe(tok.decode(ids));
+      }
+    });
+  }
+
+  it('a word split over byte tokens after the run keeps its space too', () => {
+    const ids = [
+      ...byteFallback.encode('hello', { addSpecialTokens: false }),
+      ...Array<number>(MAX_STREAM_WINDOW + 5).fill(2),
+      ...byteFallback.encode('wörld 😀', { addSpecialTokens: false }),
+    ];
+    const chunks = stream(byteFallback, ids, true);
+    expectWholeChunks(chunks);
+    expect(chunks.join('')).toBe(byteFallback.decode(ids, { skipSpecialTokens: true }));
+    expect(chunks.join('')).toBe('hello wörld 😀');
+  });
+
+  it('still decodes a bounded window per token through the run', () => {
+    const counting = countingDecode(byteFallback);
+    const ids = [...byteFallback.encode('hello', { addSpecialTokens: false }), ...Array<number>(1000).fill(2)];
+    stream(counting.tok, [...ids, ...byteFallback.encode('world', { addSpecialTokens: false })], true);
+    expect(Math.max(...counting.sizes)).toBeLessThanOrEqual(MAX_STREAM_WINDOW + 1);
+  });
+});
+
 describe('streaming WordLevel with whitespace-joining decoders', () => {
   it('puts the spaces of a WordPiece decoder between words as decode does', () => {
     const ids = wordLevel.encode('hello é world 中 . hello', { addSpecialTokens: false });
