@@ -117,6 +117,29 @@ Interpreter.prototype.evaluate = function guardedEvaluate(
   return value;
 };
 
+// The library's `string` filter refuses None ("Cannot apply filter "string" to type: NullValue") and writes
+// booleans as JSON does, where templates are written for Python's str(): Qwen3-Coder's writes each argument of an
+// earlier tool call with `args_value | string`, so a null argument failed the whole chat and true came out as
+// `true` (kvdesk's own reader of those calls expects True). The library takes no custom filters, so its filter
+// step is wrapped for this one case; every other filter and value goes through unchanged.
+type FilterNode = { type: string; value?: unknown };
+type RuntimeValue = { type: string; value: unknown };
+type ApplyFilter = (this: Interpreter, operand: RuntimeValue, filter: FilterNode, environment: unknown) => RuntimeValue;
+const interpreterProto = Interpreter.prototype as unknown as { applyFilter: ApplyFilter };
+const applyFilter = interpreterProto.applyFilter;
+if (typeof applyFilter !== 'function') throw new Error('@huggingface/jinja: Interpreter.applyFilter not found');
+// The library exports no value classes; its StringValue is what rendering an empty template returns.
+const emptyRendered = new Interpreter().run(new Template('').parsed);
+if (emptyRendered.type !== 'StringValue') throw new Error('@huggingface/jinja: StringValue not found');
+const StringValue = emptyRendered.constructor as new (value: string) => RuntimeValue;
+interpreterProto.applyFilter = function pythonStringFilter(operand, filter, environment) {
+  if (filter.type === 'Identifier' && filter.value === 'string') {
+    if (operand.type === 'NullValue') return new StringValue('None');
+    if (operand.type === 'BooleanValue') return new StringValue(operand.value ? 'True' : 'False');
+  }
+  return applyFilter.call(this, operand, filter, environment);
+};
+
 function overTime(guard: RenderGuard): void {
   if (performance.now() > guard.deadline) {
     throw new TemplateOverLimit(`it ran for over ${guard.limits.ms / 1000} s and was stopped`);

@@ -192,6 +192,47 @@ describe.skipIf(!haveFixtures)(
   },
 );
 
+describe("the string filter writes values as Python's str() does", () => {
+  // Qwen3-Coder's own template (its tokenizer_config.json), the part that writes an earlier turn's tool calls.
+  const QWEN3_CODER_CALLS =
+    "{%- for message in messages %}{%- if message.tool_calls is defined and message.tool_calls %}{%- for tool_call in message.tool_calls %}{%- if tool_call.function is defined %}{%- set tool_call = tool_call.function %}{%- endif %}{{- '\\n<tool_call>\\n<function=' + tool_call.name + '>\\n' }}{%- if tool_call.arguments is defined %}{%- for args_name, args_value in tool_call.arguments|items %}{{- '<parameter=' + args_name + '>\\n' }}{%- set args_value = args_value | tojson | safe if args_value is mapping or (args_value is sequence and args_value is not string) else args_value | string %}{{- args_value }}{{- '\\n</parameter>\\n' }}{%- endfor %}{%- endif %}{{- '</function>\\n</tool_call>' }}{%- endfor %}{%- endif %}{%- endfor %}";
+  const render = (args: Record<string, unknown>) =>
+    renderChatTemplate(
+      QWEN3_CODER_CALLS,
+      [
+        { role: 'user', content: 'go' },
+        {
+          role: 'assistant',
+          content: '',
+          tool_calls: [{ id: 'c1', type: 'function', function: { name: 'f', arguments: args } }],
+        },
+      ],
+      { addGenerationPrompt: false },
+    );
+  const param = (name: string, text: string) => `<parameter=${name}>\n${text}\n</parameter>\n`;
+
+  it('null, true and false render as None, True and False (null failed the render)', () => {
+    expect(render({ a: null, b: true, c: false })).toBe(
+      `\n<tool_call>\n<function=f>\n${param('a', 'None')}${param('b', 'True')}${param('c', 'False')}</function>\n</tool_call>`,
+    );
+  });
+
+  it('numbers, strings, lists and objects render as before', () => {
+    expect(render({ n: 2, x: 2.5, s: 'null', t: 'True', l: [1, true, null], o: { k: false, v: null } })).toBe(
+      `\n<tool_call>\n<function=f>\n${param('n', '2')}${param('x', '2.5')}${param('s', 'null')}${param('t', 'True')}${param('l', '[1, true, null]')}${param('o', '{"k": false, "v": null}')}</function>\n</tool_call>`,
+    );
+  });
+
+  it('only the string filter changes: tojson and plain printing of the same values do not', () => {
+    const out = renderChatTemplate(
+      '{{ v | tojson }} {{ b | tojson }} {{ v }}|{{ b }}|{{ 3 | string }}|{{ "s" | string }}|{{ [none] | string }}',
+      [{ role: 'user', content: 'x' }],
+      { addGenerationPrompt: false, vars: { v: null, b: true } },
+    );
+    expect(out).toBe('null true |true|3|s|[null]');
+  });
+});
+
 describe('applyChat', () => {
   const fallback = createTextTokenizer({ tokenizerJson: byteFallbackTokenizerJson(), vocabSize: 270 });
   const bos = fallback.specialTokens.bos?.id;
