@@ -1,4 +1,5 @@
-import { Interpreter, Template } from '@huggingface/jinja';
+import { randomBytes } from 'node:crypto';
+import { Environment, Interpreter, Template } from '@huggingface/jinja';
 import { KvdeskError } from '../../shared/errors';
 import { FIX_PACKAGE_TEMPLATE } from '../../shared/model-spec';
 import { isHarmonyTemplate } from '../../shared/reasoning';
@@ -96,11 +97,11 @@ Interpreter.prototype.evaluate = function guardedEvaluate(
   ...args: Parameters<Interpreter['evaluate']>
 ): ReturnType<Interpreter['evaluate']> {
   const guard = activeGuard;
-  if (guard === undefined) return evaluate.apply(this, args);
+  if (guard === undefined) return exactNumberValue(evaluate.apply(this, args));
   // Before and after every call: a loop with an empty body runs all its turns between two calls (as many as its
   // list has items, which the limit on lists bounds).
   overTime(guard);
-  const value = evaluate.apply(this, args);
+  const value = exactNumberValue(evaluate.apply(this, args));
   overTime(guard);
   const made = value.value;
   if (typeof made === 'string' && made.length > guard.limits.chars) {
@@ -121,24 +122,125 @@ Interpreter.prototype.evaluate = function guardedEvaluate(
 // booleans as JSON does, where templates are written for Python's str(): Qwen3-Coder's writes each argument of an
 // earlier tool call with `args_value | string`, so a null argument failed the whole chat and true came out as
 // `true` (kvdesk's own reader of those calls expects True). The library takes no custom filters, so its filter
-// step is wrapped for this one case; every other filter and value goes through unchanged.
-type FilterNode = { type: string; value?: unknown };
-type RuntimeValue = { type: string; value: unknown };
+// step is wrapped for this case (and for exact numbers in tojson, below); every other filter and value goes through
+// unchanged.
+type FilterNode = { type: string; value?: unknown; callee?: { type: string; value?: unknown } };
 type ApplyFilter = (this: Interpreter, operand: RuntimeValue, filter: FilterNode, environment: unknown) => RuntimeValue;
 const interpreterProto = Interpreter.prototype as unknown as { applyFilter: ApplyFilter };
 const applyFilter = interpreterProto.applyFilter;
 if (typeof applyFilter !== 'function') throw new Error('@huggingface/jinja: Interpreter.applyFilter not found');
-// The library exports no value classes; its StringValue is what rendering an empty template returns.
-const emptyRendered = new Interpreter().run(new Template('').parsed);
-if (emptyRendered.type !== 'StringValue') throw new Error('@huggingface/jinja: StringValue not found');
-const StringValue = emptyRendered.constructor as new (value: string) => RuntimeValue;
 interpreterProto.applyFilter = function pythonStringFilter(operand, filter, environment) {
-  if (filter.type === 'Identifier' && filter.value === 'string') {
+  const name =
+    filter.type === 'Identifier' ? filter.value : filter.callee?.type === 'Identifier' && filter.callee.value;
+  if (filter.type === 'Identifier' && name === 'string') {
     if (operand.type === 'NullValue') return new StringValue('None');
     if (operand.type === 'BooleanValue') return new StringValue(operand.value ? 'True' : 'False');
   }
+  if (name === 'tojson' || (name === 'string' && (operand.type === 'ArrayValue' || operand.type === 'ObjectValue'))) {
+    return withExactNumbersAsWritten(operand, (op) => applyFilter.call(this, op, filter, environment));
+  }
   return applyFilter.call(this, operand, filter, environment);
 };
+
+/**
+ * A number for a chat template as written, where JSON.parse would change it (12345678901234567890 rounded,
+ * 1e400 Infinity, 1.0 the integer 1): an earlier tool call's arguments reach the template as the model wrote them.
+ * The template sees a number (`is number`, arithmetic on its double value); printing it, `string` and `tojson`
+ * write its text.
+ */
+export function exactNumber(text: string): Record<string, string> {
+  return { [EXACT_NUMBER_KEY]: text };
+}
+
+// exactNumber's marker: the library turns every object into a mapping before the template runs, so the marker is
+// one (with a key no data has), turned into a number where the template reads it (every read goes through evaluate).
+const EXACT_NUMBER_KEY = `__kvdesk_exact_number_${randomBytes(8).toString('hex')}`;
+const EXACT = Symbol('kvdesk exact number text');
+
+type RuntimeValue = { type: string; value: unknown; [EXACT]?: string };
+type RuntimeValueClass = new (value: unknown) => RuntimeValue;
+// The library exports no value classes: they are taken from values it makes.
+const sample = new Environment();
+sample.set('s', '');
+sample.set('i', 1);
+sample.set('f', 1.5);
+sample.set('a', []);
+sample.set('o', {});
+const valueClass = (name: string, type: string): RuntimeValueClass => {
+  const value = sample.lookupVariable(name) as unknown as RuntimeValue;
+  if (value.type !== type) throw new Error(`@huggingface/jinja: ${type} not found`);
+  return value.constructor as RuntimeValueClass;
+};
+const StringValue = valueClass('s', 'StringValue');
+const IntegerValue = valueClass('i', 'IntegerValue');
+const FloatValue = valueClass('f', 'FloatValue');
+const ArrayValue = valueClass('a', 'ArrayValue');
+const ObjectValue = valueClass('o', 'ObjectValue');
+
+// Printing a list or mapping (`{{ args }}`) writes its JSON too.
+for (const cls of [ArrayValue, ObjectValue]) {
+  const jsonText = cls.prototype.toString as (this: RuntimeValue) => string;
+  cls.prototype.toString = function exactToString(this: RuntimeValue): string {
+    return withExactNumbersAsWritten(this, (v) => new StringValue(jsonText.call(v))).value as string;
+  };
+}
+
+/** The text of an exactNumber marker, or of the number made from one. */
+function exactText(value: RuntimeValue): string | undefined {
+  if (value[EXACT] !== undefined) return value[EXACT];
+  if (value.type !== 'ObjectValue' || !(value.value instanceof Map) || value.value.size !== 1) return undefined;
+  const text = (value.value.get(EXACT_NUMBER_KEY) as RuntimeValue | undefined)?.value;
+  return typeof text === 'string' ? text : undefined;
+}
+
+/** An exactNumber marker as the number the template reads; any other value as it is. */
+function exactNumberValue<T>(value: T): T {
+  const v = value as unknown as RuntimeValue;
+  if (v.type !== 'ObjectValue' || v[EXACT] !== undefined) return value;
+  const text = exactText(v);
+  if (text === undefined) return value;
+  const n = Number(text);
+  const num = Number.isInteger(n) && !/[.eE]/.test(text) ? new IntegerValue(n) : new FloatValue(n);
+  num[EXACT] = text;
+  // Printing and `string` use toString.
+  Object.defineProperty(num, 'toString', { value: () => text });
+  return num as unknown as T;
+}
+
+/**
+ * Runs a filter that writes JSON (tojson, string of a list or mapping) with each exact number inside the operand
+ * in its place as written: the library's JSON writer takes a number's double value.
+ */
+function withExactNumbersAsWritten(operand: RuntimeValue, filter: (op: RuntimeValue) => RuntimeValue): RuntimeValue {
+  const texts: string[] = [];
+  const placeholder = (i: number) => `${EXACT_NUMBER_KEY}#${i}`;
+  const swap = (v: RuntimeValue): RuntimeValue => {
+    const text = exactText(v);
+    if (text !== undefined) {
+      texts.push(text);
+      return new StringValue(placeholder(texts.length - 1));
+    }
+    if (v.type === 'ArrayValue' && Array.isArray(v.value)) {
+      const items = v.value as RuntimeValue[];
+      const swapped = items.map(swap);
+      return swapped.some((x, i) => x !== items[i]) ? new ArrayValue(swapped) : v;
+    }
+    if (v.type === 'ObjectValue' && v.value instanceof Map) {
+      const entries = [...(v.value as Map<string, RuntimeValue>)];
+      const swapped = entries.map(([k, x]): [string, RuntimeValue] => [k, swap(x)]);
+      return swapped.some(([, x], i) => x !== entries[i]?.[1]) ? new ObjectValue(new Map(swapped)) : v;
+    }
+    return v;
+  };
+  const swapped = swap(operand);
+  const out = filter(swapped);
+  if (texts.length === 0 || typeof out.value !== 'string') return out;
+  let json = out.value;
+  texts.forEach((text, i) => {
+    json = json.replaceAll(JSON.stringify(placeholder(i)), text);
+  });
+  return new StringValue(json);
+}
 
 function overTime(guard: RenderGuard): void {
   if (performance.now() > guard.deadline) {

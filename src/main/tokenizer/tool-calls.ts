@@ -15,7 +15,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { isLosslessNumber, parse as losslessParse, stringify as losslessStringify } from 'lossless-json';
 import type { ChatMessage, ToolCall, ToolCallDelta, ToolDefinition } from '../../shared/contract';
 import { isHarmonyTemplate } from '../../shared/reasoning';
-import type { ChatMessage as TemplateMessage } from './chat-template';
+import { exactNumber, type ChatMessage as TemplateMessage } from './chat-template';
 
 export type { ToolCall };
 
@@ -143,6 +143,37 @@ function parsedArguments(text: string): unknown {
   }
 }
 
+/**
+ * A call's arguments for a template that reads them: parsedArguments, but with each number JSON.parse would change
+ * (12345678901234567890 rounded, 1e400 null, 1.0 the integer 1) kept as the model wrote it, so `tojson` writes it
+ * back unchanged.
+ */
+function templateArguments(text: string): unknown {
+  let value: unknown;
+  try {
+    value = losslessParse(text);
+  } catch {
+    // Not JSON, or JSON that lossless-json refuses (a repeated key): as JSON.parse reads it.
+    return parsedArguments(text);
+  }
+  const exact = (v: unknown): unknown => {
+    if (isLosslessNumber(v)) {
+      const n = Number(v.value);
+      return JSON.stringify(n) === v.value ? n : exactNumber(v.value);
+    }
+    if (Array.isArray(v)) return v.map(exact);
+    if (typeof v === 'object' && v !== null) {
+      const out: Record<string, unknown> = {};
+      // defineProperty: a key "__proto__" stays a key, as JSON.parse makes it.
+      for (const [k, x] of Object.entries(v))
+        Object.defineProperty(out, k, { value: exact(x), enumerable: true, writable: true, configurable: true });
+      return out;
+    }
+    return v;
+  };
+  return exact(value);
+}
+
 /** Whether text is the JSON of an object (a call's arguments must be). */
 export function isJsonObjectText(text: string): boolean {
   const v = parsedArguments(text);
@@ -189,7 +220,7 @@ export function toolChatTurns(
           return {
             id: id(c.id),
             type: 'function',
-            function: { name: c.name, arguments: parsedArguments(c.arguments) },
+            function: { name: c.name, arguments: templateArguments(c.arguments) },
           };
         });
       }

@@ -508,6 +508,37 @@ describe('toolChatTurns', () => {
     );
   });
 
+  it("a template that reads tool calls writes an earlier call's numbers as the model wrote them", () => {
+    // Qwen2.5's template (its tokenizer_config.json), the part that writes an assistant turn and its calls.
+    const qwen25 =
+      "{%- for message in messages %}{%- if message.role == \"assistant\" %}{{- '<|im_start|>' + message.role }}{%- if message.content %}{{- '\\n' + message.content }}{%- endif %}{%- for tool_call in message.tool_calls %}{%- if tool_call.function is defined %}{%- set tool_call = tool_call.function %}{%- endif %}{{- '\\n<tool_call>\\n{\"name\": \"' }}{{- tool_call.name }}{{- '\", \"arguments\": ' }}{{- tool_call.arguments | tojson }}{{- '}\\n</tool_call>' }}{%- endfor %}{{- '<|im_end|>\\n' }}{%- endif %}{%- endfor %}";
+    const args =
+      '{"id": 12345678901234567890, "big": 1e400, "f": 1.0, "p": 0.1e1, "n": -2, "x": 0.5, "s": "1.0", "l": [1.50, {"z": -0}], "o": {"k": 1e400}}';
+    const { messages } = toolChatTurns(
+      [
+        { role: 'user', content: 'go' },
+        { role: 'assistant', content: '', toolCalls: [{ id: 'c1', name: 'f', arguments: args }] },
+      ],
+      undefined,
+      true,
+    );
+    expect(renderChatTemplate(qwen25, messages, { addGenerationPrompt: false })).toBe(
+      `<|im_start|>assistant\n<tool_call>\n{"name": "f", "arguments": {"id": 12345678901234567890, "big": 1e400, "f": 1.0, "p": 0.1e1, "n": -2, "x": 0.5, "s": "1.0", "l": [1.50, {"z": -0}], "o": {"k": 1e400}}}\n</tool_call><|im_end|>\n`,
+    );
+    // Printed, through `string` (Qwen3-Coder's `args_value | string`) and inside a printed list, as written too;
+    // the template still sees numbers.
+    const reads =
+      '{%- for c in messages[1].tool_calls %}{%- for k, v in c.function.arguments | items %}{{ k }}={{ v }},{% if v is not mapping %}{{ v | string }}{% endif %},{{ v is number }},{{ v is mapping }};{% endfor %}{% endfor %}';
+    expect(renderChatTemplate(reads, messages, { addGenerationPrompt: false })).toBe(
+      'id=12345678901234567890,12345678901234567890,true,false;big=1e400,1e400,true,false;f=1.0,1.0,true,false;p=0.1e1,0.1e1,true,false;n=-2,-2,true,false;x=0.5,0.5,true,false;s=1.0,1.0,false,false;l=[1.50, {"z": -0}],[1.50, {"z": -0}],false,false;o={"k": 1e400},,false,true;',
+    );
+    expect(
+      renderChatTemplate('{{ (messages[1].tool_calls[0].function.arguments.f + 1) | string }}', messages, {
+        addGenerationPrompt: false,
+      }),
+    ).toBe('2.0');
+  });
+
   it("Mistral's forms: ids the template would refuse are mapped to 9 characters, the same for a call and its result", () => {
     const { messages } = toolChatTurns(conversation, tools, true, MISTRAL);
     const mapped = messages[2]?.tool_calls?.[0]?.id;
