@@ -10,10 +10,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { onnx } from 'onnx-proto';
 import * as ort from 'onnxruntime-node';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { RunnerService } from '../../../src/main/host/runner-service';
+import { describe, expect, it } from 'vitest';
 import { refusal } from '../../unit/packages/refusal';
-import { copyDefault, editGraph, removeEditedCopies } from './edited-default';
+import { copyDefault, editGraph, editsHost } from './edited-default';
 
 const BF16 = 16;
 const castTo = (to: number, input: string, output: string): onnx.INodeProto => ({
@@ -23,14 +22,7 @@ const castTo = (to: number, input: string, output: string): onnx.INodeProto => (
   attribute: [{ name: 'to', type: onnx.AttributeProto.AttributeType.INT, i: to }],
 });
 
-let host: RunnerService;
-beforeAll(() => {
-  host = new RunnerService({ intraOpNumThreads: 1 });
-});
-afterAll(async () => {
-  await host?.close();
-  await removeEditedCopies();
-});
+const edits = editsHost();
 
 describe('bfloat16 graph ports', () => {
   it('onnxruntime-node cannot open a graph with a bfloat16 output (the reason the refusal gives)', async () => {
@@ -77,7 +69,7 @@ describe('bfloat16 graph ports', () => {
       }
       g.node = [...before, ...(g.node ?? []), ...after];
     });
-    const err = await refusal(host.loadModel(dir), {
+    const err = await refusal(edits.host.loadModel(dir), {
       file: 'onnx/model.onnx',
       field: 'input "past_key_values.0.key"',
     });

@@ -5,24 +5,16 @@
  */
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { RunnerService } from '../../../src/main/host/runner-service';
+import { describe, expect, it } from 'vitest';
 import { toErrorInfo } from '../../../src/shared/errors';
 import { BROKEN_TEMPLATE_WARNING } from '../../../src/shared/model-spec';
-import { copyDefault, editJson, removeEditedCopies } from './edited-default';
+import { copyDefault, editJson, editsHost } from './edited-default';
 
-let host: RunnerService;
-beforeAll(() => {
-  host = new RunnerService({ intraOpNumThreads: 1 });
-});
-afterAll(async () => {
-  await host?.close();
-  await removeEditedCopies();
-});
+const edits = editsHost();
 
 async function chatError(model: string) {
   try {
-    await host.generate({ model, messages: [{ role: 'user', content: 'hi' }], maxNewTokens: 2 }).result;
+    await edits.host.generate({ model, messages: [{ role: 'user', content: 'hi' }], maxNewTokens: 2 }).result;
   } catch (err) {
     return toErrorInfo(err);
   }
@@ -33,7 +25,7 @@ describe("the package's chat template, named by its file", () => {
   it('a broken chat_template.jinja: the card and the chat name chat_template.jinja; completions work', async () => {
     const dir = await copyDefault('jinja-broken');
     await fs.writeFile(path.join(dir, 'chat_template.jinja'), '{% if %}');
-    const info = await host.loadModel(dir, { id: 'jinja-broken' });
+    const info = await edits.host.loadModel(dir, { id: 'jinja-broken' });
     expect(info.spec.warnings.find((w) => w.startsWith(BROKEN_TEMPLATE_WARNING))).toContain(
       'the one in chat_template.jinja is not valid Jinja',
     );
@@ -41,7 +33,7 @@ describe("the package's chat template, named by its file", () => {
     expect(err.code).toBe('PACKAGE_INVALID');
     expect(err.message).toMatch(/^The chat template in chat_template\.jinja is not a valid Jinja template: /);
     expect(err.message).not.toContain('tokenizer_config.json');
-    const done = await host.generate({ model: 'jinja-broken', prompt: 'hello', maxNewTokens: 2 }).result;
+    const done = await edits.host.generate({ model: 'jinja-broken', prompt: 'hello', maxNewTokens: 2 }).result;
     expect(done.tokenIds).toHaveLength(2);
   });
 
@@ -50,7 +42,7 @@ describe("the package's chat template, named by its file", () => {
     await editJson(dir, 'tokenizer_config.json', (j) => {
       j.chat_template = '{{ messages | nosuchfilter }}';
     });
-    const info = await host.loadModel(dir, { id: 'field-fails' });
+    const info = await edits.host.loadModel(dir, { id: 'field-fails' });
     expect(info.spec.warnings.find((w) => w.startsWith(BROKEN_TEMPLATE_WARNING))).toContain(
       'the one in tokenizer_config.json (field chat_template) fails on a one-message chat',
     );

@@ -6,6 +6,8 @@ import { promises as fs } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { onnx } from 'onnx-proto';
+import { afterAll, beforeAll } from 'vitest';
+import { RunnerService } from '../../../src/main/host/runner-service';
 import { defaultModelDir } from '../../helpers/fixtures';
 
 const made: string[] = [];
@@ -13,6 +15,27 @@ const made: string[] = [];
 /** Removes every copy made (call from afterAll). */
 export async function removeEditedCopies(): Promise<void> {
   await Promise.all(made.splice(0).map((d) => fs.rm(d, { recursive: true, force: true })));
+}
+
+/**
+ * A test file's RunnerService (one intra-op thread) for loading its edited copies: made before its tests, closed
+ * after them, when the copies are removed too. Its `host` is read in the tests.
+ */
+export function editsHost(): { readonly host: RunnerService } {
+  let host: RunnerService | undefined;
+  beforeAll(() => {
+    host = new RunnerService({ intraOpNumThreads: 1 });
+  });
+  afterAll(async () => {
+    await host?.close();
+    await removeEditedCopies();
+  });
+  return {
+    get host() {
+      if (!host) throw new Error('editsHost: read in a test, after beforeAll');
+      return host;
+    },
+  };
 }
 
 /** The default package copied to a fresh folder named `name`. */

@@ -4,22 +4,14 @@
  * so every request failed "unresolved dimension num_kv_heads". Now the spec's shape carries the size, and the
  * package generates, as the same package with fixed dims does.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { RunnerService } from '../../../src/main/host/runner-service';
+import { describe, expect, it } from 'vitest';
 import { loadModelSpec } from '../../../src/main/packages/index';
 import { defaultModelDir } from '../../helpers/fixtures';
-import { copyDefault, editGraph, removeEditedCopies, symbolicDim } from './edited-default';
+import { copyDefault, editGraph, editsHost, symbolicDim } from './edited-default';
 
 const isKv = (name: string) => name.startsWith('past_key_values.') || name.startsWith('present.');
 
-let host: RunnerService;
-beforeAll(() => {
-  host = new RunnerService({ intraOpNumThreads: 1 });
-});
-afterAll(async () => {
-  await host?.close();
-  await removeEditedCopies();
-});
+const edits = editsHost();
 
 describe('KV heads symbolic in the graph, given by config.json', () => {
   it("the spec's KV shapes carry config.json's 2 heads, and the model generates what the fixed-dims one does", async () => {
@@ -28,16 +20,16 @@ describe('KV heads symbolic in the graph, given by config.json', () => {
     const spec = await loadModelSpec(dir);
     expect(spec.warnings.some((w) => w.includes('using kv_heads = 2 from config.json'))).toBe(true);
 
-    await host.loadModel(defaultModelDir, { id: 'fixed' });
-    await host.loadModel(dir, { id: 'symbolic' });
+    await edits.host.loadModel(defaultModelDir, { id: 'fixed' });
+    await edits.host.loadModel(dir, { id: 'symbolic' });
     const ask = (model: string) =>
-      host.generate({ model, prompt: 'hello world', maxNewTokens: 6, sampling: { greedy: true } }).result;
+      edits.host.generate({ model, prompt: 'hello world', maxNewTokens: 6, sampling: { greedy: true } }).result;
     const fixed = await ask('fixed');
     const symbolic = await ask('symbolic');
     expect(symbolic.tokenIds).toHaveLength(6);
     expect(symbolic.tokenIds).toEqual(fixed.tokenIds);
     // A second turn in a session reuses the cache the first one left.
-    const chat = await host.generate({
+    const chat = await edits.host.generate({
       model: 'symbolic',
       messages: [{ role: 'user', content: 'hi' }],
       maxNewTokens: 4,

@@ -5,11 +5,10 @@
  * refused now, naming the field; a vocabulary somewhat larger than the tokenizer (padded) loads, and JSON mode's
  * token table holds the tokenizer's ids only.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { RunnerService } from '../../../src/main/host/runner-service';
+import { describe, expect, it } from 'vitest';
 import { loadModelSpec } from '../../../src/main/packages/index';
 import { refusal } from '../../unit/packages/refusal';
-import { copyDefault, editGraph, editJson, removeEditedCopies, symbolicDim } from './edited-default';
+import { copyDefault, editGraph, editJson, editsHost, symbolicDim } from './edited-default';
 
 /** The default package with its logits' vocabulary axis symbolic and config.json's vocab_size set to `vocab`. */
 async function openVocab(name: string, vocab: number | undefined): Promise<string> {
@@ -22,14 +21,7 @@ async function openVocab(name: string, vocab: number | undefined): Promise<strin
   return dir;
 }
 
-let host: RunnerService;
-beforeAll(() => {
-  host = new RunnerService({ intraOpNumThreads: 1 });
-});
-afterAll(async () => {
-  await host?.close();
-  await removeEditedCopies();
-});
+const edits = editsHost();
 
 describe('a vocabulary size far past the tokenizer', () => {
   for (const vocab of [2_000_000_000, 1e15]) {
@@ -41,7 +33,7 @@ describe('a vocabulary size far past the tokenizer', () => {
         'onnx/model.onnx leaves it open (output "logits" [batch_size, sequence_length, vocab])',
       );
       expect(err.message).toContain("remove the field to use tokenizer.json's 512");
-      await refusal(host.loadModel(dir), { file: 'config.json', field: 'vocab_size' });
+      await refusal(edits.host.loadModel(dir), { file: 'config.json', field: 'vocab_size' });
     });
   }
 
@@ -69,9 +61,9 @@ describe('a vocabulary size far past the tokenizer', () => {
 describe('a vocabulary somewhat larger than the tokenizer (padded)', () => {
   it('loads; JSON mode replies, with a token table of the tokenizer’s 512 ids, not 4096', async () => {
     const dir = await openVocab('vocab-4096', 4096);
-    const info = await host.loadModel(dir, { id: 'padded' });
+    const info = await edits.host.loadModel(dir, { id: 'padded' });
     expect(info.spec.vocabSize).toBe(4096);
-    const r = await host.generate({
+    const r = await edits.host.generate({
       model: 'padded',
       messages: [{ role: 'user', content: 'Reply in JSON.' }],
       maxNewTokens: 8,
@@ -79,7 +71,7 @@ describe('a vocabulary somewhat larger than the tokenizer (padded)', () => {
       responseFormat: 'json',
     }).result;
     expect(r.text.startsWith('{')).toBe(true);
-    const tables = (await host.engine.stats()).tokenTables.filter((t) => t.modelId === 'padded');
+    const tables = (await edits.host.engine.stats()).tokenTables.filter((t) => t.modelId === 'padded');
     expect(tables.map((t) => t.tokens)).toEqual([512]);
   });
 });
