@@ -413,6 +413,27 @@ function int64Initializer(name: string, values: bigint[]): Buffer {
   );
 }
 
+/** One key = value entry of a tensor's external_data. */
+function externalEntry(key: string, value: string): Buffer {
+  return lenField(TENSOR_EXTERNAL_DATA, Buffer.concat([stringField(ENTRY_KEY, key), stringField(ENTRY_VALUE, value)]));
+}
+
+/** A tensor's external_data entries (of its fields, `tensor`): key → its value and the entry's field. */
+function externalEntries(file: FileBytes, tensor: WireField[]): Map<string, { value: string; entry: WireField }> {
+  const entries = new Map<string, { value: string; entry: WireField }>();
+  for (const g of tensor) {
+    if (g.field !== TENSOR_EXTERNAL_DATA || g.wire !== WIRE_LEN) continue;
+    let key = '';
+    let value = '';
+    for (const e of fields(file, g.valueStart, g.end)) {
+      if (e.field === ENTRY_KEY) key = text(file, e);
+      else if (e.field === ENTRY_VALUE) value = text(file, e);
+    }
+    entries.set(key, { value, entry: g });
+  }
+  return entries;
+}
+
 /**
  * An initializer as an external-data reference to its own raw bytes in `file`;
  * null when it is already external, small, or stores no raw_data (copied as it is).
@@ -427,12 +448,10 @@ function externalised(file: FileBytes, f: WireField, location: string): Buffer |
   const parts = tensor
     .filter((g) => g !== raw && g.field !== TENSOR_DATA_LOCATION)
     .map((g) => copy(file, g.tagStart, g.end));
-  const entry = (key: string, value: string) =>
-    lenField(TENSOR_EXTERNAL_DATA, Buffer.concat([stringField(ENTRY_KEY, key), stringField(ENTRY_VALUE, value)]));
   parts.push(
-    entry('location', location),
-    entry('offset', String(raw.valueStart)),
-    entry('length', String(raw.end - raw.valueStart)),
+    externalEntry('location', location),
+    externalEntry('offset', String(raw.valueStart)),
+    externalEntry('length', String(raw.end - raw.valueStart)),
     varintField(TENSOR_DATA_LOCATION, DATA_LOCATION_EXTERNAL),
   );
   return lenField(GRAPH_INITIALIZER, Buffer.concat(parts));
@@ -446,33 +465,17 @@ function externalised(file: FileBytes, f: WireField, location: string): Buffer |
  */
 function relocated(file: FileBytes, f: WireField, graphDir: string, folder: string): Buffer | null {
   const tensor = [...fields(file, f.valueStart, f.end)];
-  let location: WireField | undefined;
-  let name = '';
-  for (const g of tensor) {
-    if (g.field !== TENSOR_EXTERNAL_DATA || g.wire !== WIRE_LEN) continue;
-    let key = '';
-    let value: WireField | undefined;
-    for (const e of fields(file, g.valueStart, g.end)) {
-      if (e.field === ENTRY_KEY) key = text(file, e);
-      else if (e.field === ENTRY_VALUE) value = e;
-    }
-    if (key === 'location' && value) {
-      location = g;
-      name = text(file, value);
-    }
-  }
+  const location = externalEntries(file, tensor).get('location');
   if (!location) return null;
+  const name = location.value;
   const target = realpathSync(path.join(graphDir, name));
   const from = path.relative(folder, target);
   if (from === name) return null;
   if (from.startsWith('..') || path.isAbsolute(from)) {
     throw new DataElsewhere(`the external data "${name}" is not in the folder of the graph's real file (${folder})`);
   }
-  const entry = lenField(
-    TENSOR_EXTERNAL_DATA,
-    Buffer.concat([stringField(ENTRY_KEY, 'location'), stringField(ENTRY_VALUE, from)]),
-  );
-  const parts = tensor.map((g) => (g === location ? entry : copy(file, g.tagStart, g.end)));
+  const entry = externalEntry('location', from);
+  const parts = tensor.map((g) => (g === location.entry ? entry : copy(file, g.tagStart, g.end)));
   return lenField(GRAPH_INITIALIZER, Buffer.concat(parts));
 }
 
@@ -634,21 +637,11 @@ function readFloats(
     file.readInto(raw.valueStart, bytes);
     return { values: out, path: file.path, offset: raw.valueStart };
   }
-  const entries = new Map<string, string>();
-  for (const g of tensor) {
-    if (g.field !== TENSOR_EXTERNAL_DATA || g.wire !== WIRE_LEN) continue;
-    let key = '';
-    let value = '';
-    for (const e of fields(file, g.valueStart, g.end)) {
-      if (e.field === ENTRY_KEY) key = text(file, e);
-      else if (e.field === ENTRY_VALUE) value = text(file, e);
-    }
-    entries.set(key, value);
-  }
-  const location = entries.get('location');
+  const entries = externalEntries(file, tensor);
+  const location = entries.get('location')?.value;
   if (!location) return `"${name}" stores its values in a way the screen does not read`;
-  const offset = Number(entries.get('offset') ?? 0);
-  const length = Number(entries.get('length') ?? 4 * count);
+  const offset = Number(entries.get('offset')?.value ?? 0);
+  const length = Number(entries.get('length')?.value ?? 4 * count);
   if (length !== 4 * count) return `"${name}" holds ${length} bytes, not ${4 * count}`;
   const externalPath = path.join(folder, location);
   const external = new FileBytes(externalPath);

@@ -39,7 +39,7 @@ let self: Promise<Omit<LockHolder, 'token'>> | undefined;
 /** This process, as a lock names it. */
 function whoAmI(): Promise<Omit<LockHolder, 'token'>> {
   self ??= (async () => {
-    const start = await startOf(process.pid);
+    const start = (await procStat(process.pid))?.start;
     const ns = await readlink(`/proc/${process.pid}/ns/pid`).catch(() => undefined);
     const boot = (await readFile('/proc/sys/kernel/random/boot_id', 'utf8').catch(() => '')).trim() || undefined;
     return {
@@ -51,11 +51,6 @@ function whoAmI(): Promise<Omit<LockHolder, 'token'>> {
     };
   })();
   return self;
-}
-
-/** A process's start time (field 22 of /proc/<pid>/stat), or undefined where it cannot be read. */
-async function startOf(pid: number): Promise<string | undefined> {
-  return (await procStat(pid))?.start;
 }
 
 /** A process's state and start time from /proc/<pid>/stat; undefined where there is none (no /proc, no process). */
