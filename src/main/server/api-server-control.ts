@@ -7,12 +7,12 @@
  * `kvdesk serve` has its own server; {@link serveControl} reports it.
  */
 import { randomBytes } from 'node:crypto';
-import { chmod, mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import os from 'node:os';
-import path from 'node:path';
 import type { ApiServerRequest, ApiServerStatus } from '../../shared/api';
 import { KvdeskError } from '../../shared/errors';
 import type { ApiServerControl, HostApi } from '../host/host-api';
+import { writeAtomic } from '../store/write-atomic';
 import { type RunningServer, startServer } from './server';
 
 /** The API key's file in the window's data folder. */
@@ -91,11 +91,7 @@ export function createApiServerControl(opts: {
   };
   const writeKey = async (): Promise<string> => {
     const made = `kvd-${randomBytes(32).toString('base64url')}`;
-    await mkdir(path.dirname(opts.keyFile), { recursive: true });
-    const tmp = `${opts.keyFile}.${process.pid}.tmp`;
-    await writeFile(tmp, `${made}\n`, { mode: 0o600 });
-    await chmod(tmp, 0o600);
-    await rename(tmp, opts.keyFile);
+    await writeAtomic(opts.keyFile, `${made}\n`, { mode: 0o600 });
     return made;
   };
   /** The key kept in keyFile, or a new one where there is none (or what is there is not a key kvdesk made). */
