@@ -715,6 +715,42 @@ describe('sessions across loads', () => {
   });
 });
 
+describe('a thread that switches models on one device', () => {
+  it("starts over on the new model once the old one's turn ended; a turn still running there is waited for", async () => {
+    const h = new RunnerService({ intraOpNumThreads: 2, maxRunning: 2 });
+    hosts.push(h);
+    await h.loadModel(defaultModelDir, { id: 'a' });
+    await h.loadModel(slowModel(), { id: 'b' });
+    const bBpt = h.listModels().find((m) => m.id === 'b')?.spec.bpt as number;
+    const turn = (model: string, maxNewTokens: number) =>
+      h.generate({ model, sessionId: 't', promptIds: prompt, maxNewTokens, sampling: greedy });
+    await turn('a', 4).result;
+    expect(h.scheduler.sessionInfo('t')).toMatchObject({ modelId: 'a', state: 'idle' });
+    // While a's turn runs, b's is refused (nothing dropped), in words that say what to do.
+    const held = holdReplyEnds(h.engine);
+    const running = turn('a', 1500);
+    const err = await rejection(turn('b', 3).result);
+    expect(err.code).toBe('SESSION_INVALID');
+    expect(err.message).toBe(
+      `Session t has a running turn (${running.requestId}) on model a (cpu); this turn is for model b (cpu). ` +
+        'Wait for that turn to end or cancel it, then send this one.',
+    );
+    running.cancel('user');
+    await running.result.catch(() => undefined);
+    held.restore();
+    // Idle now: a's KV goes (budget, engine, mirror) and the turn on b runs from the start, as a cold run does.
+    const onB = await turn('b', 3).result;
+    expect(onB.reusedTokens).toBe(0);
+    const cold = await h.generate({ model: 'b', promptIds: prompt, maxNewTokens: 3, sampling: greedy }).result;
+    expect(onB.tokenIds).toEqual(cold.tokenIds);
+    const kept = prompt.length + onB.tokenIds.length - 1;
+    expect(h.scheduler.sessionInfo('t')).toMatchObject({ modelId: 'b', state: 'idle', tokens: kept });
+    expect(h.snapshot().heldBytes).toBe(kept * bBpt);
+    expect(h.sessionMirror('t')?.modelId).toBe('b');
+    expect((await h.engine.stats()).sessions).toEqual([{ sessionId: 't', tokens: kept, kvBytes: kept * bBpt }]);
+  });
+});
+
 describe('the engine under a load of the same id', () => {
   it('a reply running on the replaced graph finishes on it; the next runs on the new one', async () => {
     const h = await host({}, slowModel());

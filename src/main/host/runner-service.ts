@@ -1254,16 +1254,19 @@ export class RunnerService {
   }
 
   /**
-   * @internal used by Generation before a session turn on `modelId`: the session's idle KV on any other device is
-   * dropped. A turn of it still queued or running on another device is refused (returned, nothing dropped): the
-   * engine keys a session by its id alone, so both turns would share one KV while two budgets count it.
+   * @internal used by Generation before a session turn on `modelId`: the session's idle KV built by another model
+   * (on any device, this one included: a chat that switched models) is dropped, so the turn starts over. A turn of it
+   * still queued or running for another model is refused (returned, nothing dropped): the engine keys a session by
+   * its id alone, so both turns would share one KV while two budgets (or two models' bpt) count it.
    */
-  releaseSessionElsewhere(sessionId: string, modelId: string): ErrorInfo | undefined {
+  releaseSessionOfOtherModels(sessionId: string, modelId: string): ErrorInfo | undefined {
     const here = this.deviceOfModel(modelId);
-    const elsewhere = [...this.devices.values()].filter((d) => d.key !== here);
-    for (const d of elsewhere) {
+    const others = [...this.devices.values()].flatMap((d) => {
       const info = d.scheduler.sessionInfo(sessionId);
-      if (info === undefined || info.state === 'idle') continue;
+      return info !== undefined && (d.key !== here || info.modelId !== modelId) ? [{ d, info }] : [];
+    });
+    for (const { d, info } of others) {
+      if (info.state === 'idle') continue;
       return {
         code: 'SESSION_INVALID',
         message:
@@ -1279,12 +1282,10 @@ export class RunnerService {
         },
       };
     }
-    for (const d of elsewhere) {
-      if (d.scheduler.sessionInfo(sessionId)?.state === 'idle') {
-        d.scheduler.closeSession(sessionId);
-        this.engine.dropSession(sessionId);
-        this.sessions.delete(sessionId);
-      }
+    for (const { d } of others) {
+      d.scheduler.closeSession(sessionId);
+      this.engine.dropSession(sessionId);
+      this.sessions.delete(sessionId);
     }
     return undefined;
   }
@@ -1592,8 +1593,8 @@ class Generation {
         return;
       }
       const mirror = this.host.sessionMirror(sessionId);
-      // A thread that switches to a model on another device leaves its KV there: free it (once its turn there ended).
-      const busy = this.host.releaseSessionElsewhere(sessionId, this.model.id);
+      // A thread that switches models leaves the other model's KV: free it (once its turn there ended).
+      const busy = this.host.releaseSessionOfOtherModels(sessionId, this.model.id);
       if (busy) {
         this.fail(new KvdeskError(busy.code, busy.message, busy.detail));
         return;
