@@ -46,6 +46,24 @@ export interface KvTensorSpec {
   headDim: number;
   /** Bytes one more position adds to this tensor at batch 1: fixed dims × dtype width. */
   bytesPerToken: number;
+  /** The sizes in `shape` the graph leaves symbolic and the package config gave (checked against a run at load). */
+  configured?: ConfiguredKvSize[];
+}
+
+/** Where the package config says a KV size is: the file (relative to the package root) and the field that sets it. */
+export interface KvSizeSource {
+  file: string;
+  field: string;
+  /** How the size was read when `field` is absent, e.g. `num_attention_heads`. */
+  readFrom?: string;
+}
+
+/** A KV size the graph leaves symbolic, as the package config gave it. */
+export interface ConfiguredKvSize extends KvSizeSource {
+  /** The axis of the tensor's shape it sizes. */
+  axis: number;
+  size: number;
+  what: 'KV heads' | 'head size' | 'width';
 }
 
 /** Static (pre-allocated, written in place) cache ports, as in onnx-genai `static_cache`. */

@@ -6,7 +6,7 @@ import { realpathSync } from 'node:fs';
 import path from 'node:path';
 import * as ort from 'onnxruntime-node';
 import { KvdeskError } from '../../shared/errors';
-import type { KvTensorSpec, ModelSpec } from '../../shared/model-spec';
+import type { ConfiguredKvSize, KvTensorSpec, ModelSpec } from '../../shared/model-spec';
 import { ContinuousBatcher, type LookupDecoding, PREFILL_CHUNK_TOKENS, rowSeed, SCREENED } from './batcher';
 import { idTensor, maskTensor } from './feeds';
 import { exactPick, screenBytes, worstBoundShare } from './head-screen';
@@ -454,6 +454,56 @@ async function scoresEveryPosition(session: ort.InferenceSession, spec: ModelSpe
   }
 }
 
+/** What a configured size says, e.g. `4 KV heads`, `head size 8`. */
+function sizeSaid(c: ConfiguredKvSize, size = c.size): string {
+  return c.what === 'KV heads' ? `${size} KV heads` : `${c.what} ${size}`;
+}
+
+/** Where a configured size was read, e.g. "config.json: `num_key_value_heads` says 4 KV heads". */
+function configSaid(c: ConfiguredKvSize): string {
+  return c.readFrom === undefined
+    ? `${c.file}: \`${c.field}\` says ${sizeSaid(c)}`
+    : `${c.file} has no \`${c.field}\`, and ${c.readFrom} there says ${sizeSaid(c)}`;
+}
+
+/**
+ * The load's refusal when a graph computes another KV size than the package config gave where the graph leaves it
+ * symbolic: the engine would build the cache with the config's size (every request fails when a run's positions
+ * are added to it) and the KV budget would count the config's bytes per token.
+ */
+function configuredKvWrong(
+  spec: ModelSpec,
+  t: KvTensorSpec,
+  c: ConfiguredKvSize,
+  dims: readonly number[],
+  graphBpt: number,
+): KvdeskError {
+  const graph = path.relative(spec.root, spec.graphPath) || spec.graphPath;
+  const actual = dims[c.axis] as number;
+  const shape = t.shape.map((d, i) => (i === t.batchAxis || i === t.seqAxis ? 1 : d));
+  return new KvdeskError(
+    'PACKAGE_INVALID',
+    `${configSaid(c)}, but ${graph} computes ${sizeSaid(c, actual)}: a one-token trial run's "${t.present}" came out ` +
+      `[${dims.join(', ')}], not [${shape.join(', ')}] (the graph leaves that axis of "${t.past}" symbolic). ` +
+      `Every request would fail, and the KV budget would count ${spec.bpt} bytes per token where the graph's KV takes ${graphBpt}. ` +
+      `Set \`${c.field}\` to ${actual} in ${c.file}, or re-export the graph with fixed KV dims.`,
+    { file: c.file, field: c.field, port: t.past, configured: c.size, graph: actual, graphFile: graph },
+  );
+}
+
+/** The load's refusal when the trial run of a graph fed KV of the sizes the package config gave fails. */
+function configuredKvFailed(spec: ModelSpec, c: ConfiguredKvSize, err: unknown): KvdeskError {
+  const graph = path.relative(spec.root, spec.graphPath) || spec.graphPath;
+  const reason = err instanceof Error ? err.message : String(err);
+  return new KvdeskError(
+    'MODEL_LOAD_FAILED',
+    `A one-token trial run of ${graph}, fed KV of the sizes the package config gives where the graph leaves them ` +
+      `symbolic (${configSaid(c)}), failed: ${reason}. If that size is wrong, set \`${c.field}\` in ${c.file} to ` +
+      'what the graph computes, or re-export the graph with fixed KV dims.',
+    { file: c.file, field: c.field },
+  );
+}
+
 /** A decoder session plus the spec that says how to bind it. */
 export class LoadedDecoder {
   /**
@@ -488,6 +538,7 @@ export class LoadedDecoder {
     /** Whether runs keep room in the KV after its positions (checked: gapChecked). */
     kvGap = false,
   ) {
+    this.kvAdded = kvAdded;
     const presents = new Set(kvTensors.map((t) => t.present));
     this.fetches = kvAdded ? session.outputNames.filter((n) => !presents.has(n)) : undefined;
     this.batcher = new ContinuousBatcher(
@@ -515,6 +566,7 @@ export class LoadedDecoder {
 
   /** The outputs every run fetches: all but the presents where runs return the positions they add; else all. */
   private readonly fetches: string[] | undefined;
+  private readonly kvAdded: ReadonlyMap<string, string> | null;
 
   private run(feeds: Record<string, ort.Tensor>): Promise<ort.InferenceSession.OnnxValueMapType> {
     const scoring = scoringLast(feeds, this.startsInput, this.fullInput);
@@ -529,6 +581,43 @@ export class LoadedDecoder {
       await this.run(probeFeeds(this.spec, [[first], [first]]));
     } catch {
       this.batchable = false;
+    }
+  }
+
+  /**
+   * Sizes the package config gave where the graph's KV inputs are symbolic (kv-geometry.ts) are what the cache is
+   * built with and what the spec's bpt counts: one one-token run, from an empty cache, tells whether the graph
+   * computes them. Graphs that fix their KV dims skip it.
+   */
+  private async checkConfiguredKv(): Promise<void> {
+    if (this.spec.kv.kind !== 'dynamic') return;
+    const tensors = this.spec.kv.tensors;
+    const configured = tensors.filter((t) => t.configured !== undefined && t.configured.length > 0);
+    const [firstConfigured] = configured.flatMap((t) => t.configured ?? []);
+    if (firstConfigured === undefined) return;
+    const token = this.spec.bosTokenId ?? this.spec.eosTokenIds[0] ?? 0;
+    let out: ort.InferenceSession.OnnxValueMapType;
+    try {
+      out = await this.run(probeFeeds(this.spec, [[token]]));
+    } catch (err) {
+      throw configuredKvFailed(this.spec, firstConfigured, err);
+    }
+    // The positions a run adds have the present's dims but for the sequence axis.
+    const dimsOf = (t: KvTensorSpec) => {
+      const name = this.kvAdded?.get(t.past) ?? t.present;
+      const v = out[name];
+      return v && 'dims' in v ? { dims: v.dims } : undefined;
+    };
+    const inner = (t: KvTensorSpec, dims: readonly (number | string)[]) =>
+      dims.reduce<number>((p, d, i) => (i === t.batchAxis || i === t.seqAxis ? p : p * Number(d)), 1);
+    const graphBpt = tensors.reduce((sum, t) => {
+      const got = dimsOf(t);
+      return sum + (got ? (t.bytesPerToken * inner(t, got.dims)) / inner(t, t.shape) : t.bytesPerToken);
+    }, 0);
+    for (const t of configured) {
+      const got = dimsOf(t);
+      const wrong = got && t.configured?.find((c) => got.dims[c.axis] !== c.size);
+      if (got && wrong) throw configuredKvWrong(this.spec, t, wrong, got.dims, graphBpt);
     }
   }
 
@@ -621,6 +710,12 @@ export class LoadedDecoder {
       kvAdded ?? null,
       kvGap,
     );
+    try {
+      await decoder.checkConfiguredKv();
+    } catch (err) {
+      await decoder.dispose();
+      throw err;
+    }
     await decoder.probeBatch();
     return decoder;
   }

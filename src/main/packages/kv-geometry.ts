@@ -1,4 +1,4 @@
-import type { KvDtype, KvTensorSpec, StaticCacheSpec } from '../../shared/model-spec';
+import type { ConfiguredKvSize, KvDtype, KvSizeSource, KvTensorSpec, StaticCacheSpec } from '../../shared/model-spec';
 import {
   describeGraphIo,
   findInput,
@@ -26,6 +26,9 @@ export interface KvFallback {
   source: string;
   /** What to add to make geometry derivable (file and field names). */
   fieldsHint: string;
+  /** The fields kvHeads and headDim were read from, for the engine's load-time check of what it fills in. */
+  kvHeadsFrom?: KvSizeSource;
+  headDimFrom?: KvSizeSource;
 }
 
 /** One past input and the present output that replaces it, before geometry is derived. */
@@ -104,6 +107,8 @@ interface Geometry {
    * ones worked out here (from the package config), which is what the engine builds the cache tensors with.
    */
   shape: Array<number | string>;
+  /** The sizes of `shape` taken from the package config. */
+  configured: ConfiguredKvSize[];
 }
 
 /**
@@ -186,6 +191,17 @@ function deriveGeometry(
 
   const inner = shape.map((_, i) => i).filter((i) => i !== kvAxis && i !== batchAxis && i !== seqAxis);
   const filled: string[] = [];
+  const configured: ConfiguredKvSize[] = [];
+  const configuredSize = (axis: number | undefined, size: number | undefined, what: ConfiguredKvSize['what']) => {
+    const source = what === 'head size' ? fallback.headDimFrom : fallback.kvHeadsFrom;
+    if (axis === undefined || size === undefined || source === undefined) return;
+    if (what !== 'width') configured.push({ axis, size, what, ...source });
+    else {
+      const dims = fallback.headDimFrom;
+      const read = (s: KvSizeSource) => s.readFrom ?? `\`${s.field}\``;
+      configured.push({ axis, size, what, ...source, readFrom: `${read(source)} × ${dims ? read(dims) : '?'}` });
+    }
+  };
   const fixed = (axis: number | undefined): number | undefined => {
     const d = axis === undefined ? undefined : shape[axis];
     return typeof d === 'number' ? d : undefined;
@@ -198,6 +214,7 @@ function deriveGeometry(
     if (kvHeads === undefined) {
       kvHeads = fallback.kvHeads;
       filled.push(`kv_heads = ${kvHeads ?? '?'}`);
+      configuredSize(inner[0], kvHeads, 'KV heads');
     } else if (fallback.kvHeads !== undefined && fallback.kvHeads !== kvHeads) {
       const graphHeads = kvHeads;
       note(
@@ -209,6 +226,7 @@ function deriveGeometry(
     if (headDim === undefined) {
       headDim = fallback.headDim;
       filled.push(`head_dim = ${headDim ?? '?'}`);
+      configuredSize(inner[1], headDim, 'head size');
     } else if (fallback.headDim !== undefined && fallback.headDim !== headDim) {
       const graphDim = headDim;
       note(
@@ -242,6 +260,7 @@ function deriveGeometry(
         );
       width = fromConfig;
       filled.push(`width = ${width}`);
+      configuredSize(inner[0], width, 'width');
     }
     if (fromConfig === width && fallback.kvHeads !== undefined && fallback.headDim !== undefined) {
       kvHeads = fallback.kvHeads;
@@ -268,6 +287,7 @@ function deriveGeometry(
     headDim,
     elementsPerToken: (combined ? 2 : 1) * kvHeads * headDim,
     shape: resolved,
+    configured,
   };
 }
 
@@ -377,6 +397,7 @@ export function buildDynamicKv(
       kvHeads: g.kvHeads,
       headDim: g.headDim,
       bytesPerToken: g.elementsPerToken * kvDtypeBytes(dtype),
+      ...(g.configured.length > 0 ? { configured: g.configured } : {}),
     });
     const seen = roles.get(pair.layer) ?? new Set();
     if (seen.has(pair.role)) {

@@ -24,7 +24,7 @@ import { buildDynamicKv, matchKvTemplates } from './kv-geometry';
 import type { LoadOptions } from './load-options';
 import { packageError } from './package-error';
 import { findFile, listFileNames, type PackageContext, relName } from './package-fs';
-import { definedNumbers, finishSpec, missingField, readSearchDefaults, resolveVocab } from './spec-assembly';
+import { definedNumbers, finishSpec, missingField, readFrom, readSearchDefaults, resolveVocab } from './spec-assembly';
 import { readTokenizerFiles, type TokenIds } from './tokenizer-files';
 
 // model.onnx, model_fp16.onnx, model_q4f16.onnx, model_quantized.onnx, ... (Optimum / transformers.js naming).
@@ -199,6 +199,8 @@ export async function loadHfOptimumLayout(ctx: PackageContext, options: LoadOpti
   ]);
   const heads = cfg.int('num_attention_heads', 1) ?? cfg.int('n_head', 1);
   const hidden = cfg.int('hidden_size', 1) ?? cfg.int('n_embd', 1);
+  const headsField = cfg.has('num_attention_heads') ? 'num_attention_heads' : 'n_head';
+  const hiddenField = cfg.has('hidden_size') ? 'hidden_size' : 'n_embd';
   const headDim =
     cfg.int('head_dim', 1) ??
     (hidden !== undefined && heads !== undefined && hidden % heads === 0 ? hidden / heads : undefined);
@@ -206,6 +208,8 @@ export async function loadHfOptimumLayout(ctx: PackageContext, options: LoadOpti
     source: `${file} (num_key_value_heads / head_dim)`,
     fieldsHint: `Add \`num_key_value_heads\` and \`head_dim\` (or \`hidden_size\` and \`num_attention_heads\`) to ${file}, or re-export the graph with fixed head dims.`,
     ...definedNumbers({ kvHeads: cfg.int('num_key_value_heads', 1) ?? heads, headDim }),
+    kvHeadsFrom: readFrom(cfg, 'num_key_value_heads', `\`${headsField}\``),
+    headDimFrom: readFrom(cfg, 'head_dim', `\`${hiddenField}\` / \`${headsField}\``),
   };
   let kv: KvSpec = { kind: 'none' };
   let bpt = 0;

@@ -275,6 +275,8 @@ export async function loadOnnxGenaiLayout(ctx: PackageContext, options: LoadOpti
         kvHeads: meta.int('model.attention.num_kv_heads', 1),
         headDim: meta.int('model.attention.head_dim', 1),
       }),
+      kvHeadsFrom: { file, field: 'model.attention.num_kv_heads' },
+      headDimFrom: { file, field: 'model.attention.head_dim' },
     };
     const d = buildDynamicKv(ctx, graph, pairs, fallback);
     kv = { kind: 'dynamic', tensors: d.tensors };

@@ -18,7 +18,7 @@ import { buildDynamicKv, matchKvTemplates } from './kv-geometry';
 import type { LoadOptions } from './load-options';
 import { packageError } from './package-error';
 import { findFile, type PackageContext, relName, resolveConfigPath } from './package-fs';
-import { definedNumbers, finishSpec, missingField, readSearchDefaults, resolveVocab } from './spec-assembly';
+import { definedNumbers, finishSpec, missingField, readFrom, readSearchDefaults, resolveVocab } from './spec-assembly';
 import { readTokenizerFiles, type TokenIds } from './tokenizer-files';
 
 /** Execution providers named in `session_options.provider_options` (a list of `{ name: {options} }`). */
@@ -200,6 +200,12 @@ export async function loadOrtGenaiLayout(ctx: PackageContext, options: LoadOptio
       kvHeads: cfg.int('model.decoder.num_key_value_heads', 1) ?? numHeads,
       headDim: headSize !== undefined && Number.isInteger(headSize) ? headSize : undefined,
     }),
+    kvHeadsFrom: readFrom(cfg, 'model.decoder.num_key_value_heads', '`model.decoder.num_attention_heads`'),
+    headDimFrom: readFrom(
+      cfg,
+      'model.decoder.head_size',
+      '`model.decoder.hidden_size` / `model.decoder.num_attention_heads`',
+    ),
   };
   const d = buildDynamicKv(ctx, graph, pairs, fallback);
   const kv: KvSpec = { kind: 'dynamic', tensors: d.tensors };

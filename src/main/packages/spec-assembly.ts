@@ -3,6 +3,7 @@ import type {
   DecoderPorts,
   GraphPort,
   GraphVariant,
+  KvSizeSource,
   KvSpec,
   ModelSpec,
   PackageLayout,
@@ -252,6 +253,11 @@ export async function finishSpec(ctx: PackageContext, parts: SpecParts): Promise
 /** A required field that is missing: the error names the field and what to write. */
 export function missingField(file: string, field: string, fix: string): Error {
   return packageError(`${file}: \`${field}\` is missing. ${fix}`, { file, field });
+}
+
+/** Where a config sets a KV size: `field`, or, where the config lacks it, as `otherwise` reads it. */
+export function readFrom(cfg: ConfigFields, field: string, otherwise: string): KvSizeSource {
+  return cfg.has(field) ? { file: cfg.file, field } : { file: cfg.file, field, readFrom: otherwise };
 }
 
 /** Drops undefined entries so optional fields stay absent rather than present-and-undefined. */

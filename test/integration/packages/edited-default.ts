@@ -39,17 +39,26 @@ export function editsHost(): { readonly host: RunnerService } {
 }
 
 /** The default package copied to a fresh folder named `name`. */
-export async function copyDefault(name: string): Promise<string> {
+export function copyDefault(name: string): Promise<string> {
+  return copyPackage(defaultModelDir, name);
+}
+
+/** The package at `source` copied to a fresh folder named `name`. */
+export async function copyPackage(source: string, name: string): Promise<string> {
   const parent = await fs.mkdtemp(path.join(os.tmpdir(), 'kvdesk-edited-'));
   made.push(parent);
   const dir = path.join(parent, name);
-  await fs.cp(defaultModelDir, dir, { recursive: true });
+  await fs.cp(source, dir, { recursive: true });
   return dir;
 }
 
-/** Rewrites `onnx/model.onnx` of a copy with `edit`. */
-export async function editGraph(dir: string, edit: (graph: onnx.IGraphProto) => void): Promise<void> {
-  const file = path.join(dir, 'onnx/model.onnx');
+/** Rewrites the graph of a copy (`onnx/model.onnx` unless `graph` names another) with `edit`. */
+export async function editGraph(
+  dir: string,
+  edit: (graph: onnx.IGraphProto) => void,
+  graph = 'onnx/model.onnx',
+): Promise<void> {
+  const file = path.join(dir, graph);
   const model = onnx.ModelProto.decode(await fs.readFile(file));
   edit(model.graph as onnx.IGraphProto);
   await fs.writeFile(file, onnx.ModelProto.encode(model).finish());
