@@ -19,8 +19,9 @@
  *
  * Faults, settable any time through `hub.faults`: `cutAfter` (the next download of that path sends `bytes` bytes of
  * its body, then the socket is destroyed; once; with `after`, only once those paths were sent whole), `corrupt` (paths served with their first byte flipped),
- * `ignoreRange` (200 and the whole file, whatever the Range). `requests` logs every request; `served` counts the
- * body bytes sent of each path.
+ * `ignoreRange` (200 and the whole file, whatever the Range), `refuseRange` (416 to every Range, as a server or proxy
+ * that will not serve a part's rest). `requests` logs every request; `served` counts the body bytes sent of each
+ * path. A Range from the file's end or past it is a 416 (RFC 9110), as the hub's.
  */
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
@@ -62,6 +63,7 @@ export interface FakeHubFaults {
   stall?: string | undefined;
   corrupt: Set<string>;
   ignoreRange: boolean;
+  refuseRange: boolean;
 }
 
 export interface FakeRequest {
@@ -100,7 +102,7 @@ export async function startFakeHub(
     meta: opts.meta ?? {},
     ...(opts.token ? { token: opts.token } : {}),
   };
-  const faults: FakeHubFaults = { corrupt: new Set(), ignoreRange: false };
+  const faults: FakeHubFaults = { corrupt: new Set(), ignoreRange: false, refuseRange: false };
   const requests: FakeRequest[] = [];
   const served = new Map<string, number>();
   const isLfs = (p: string, data: Buffer) => /\.onnx$|\.onnx_data/.test(p) || data.length >= options.lfsMinBytes;
@@ -196,7 +198,9 @@ export async function startFakeHub(
     }
     const m = /^bytes=(\d+)-$/.exec(req.headers.range ?? '');
     const from = m && !faults.ignoreRange ? Number(m[1]) : 0;
-    if (from > data.length) return void res.writeHead(416, { 'content-range': `bytes */${data.length}` }).end();
+    if (m && !faults.ignoreRange && (from >= data.length || faults.refuseRange)) {
+      return void res.writeHead(416, { 'content-range': `bytes */${data.length}` }).end();
+    }
     let body = data.subarray(from);
     res.writeHead(m && !faults.ignoreRange ? 206 : 200, {
       'content-type': 'application/octet-stream',

@@ -597,7 +597,7 @@ async function checkRoom(dir: string, need: number): Promise<void> {
 
 /**
  * One file, into `to.part` (resumed from its length with an HTTP range), checked against the listing, then
- * renamed to `to`. `progress` gets the bytes of each piece written.
+ * renamed to `to`. `progress` gets the bytes of each piece written (less, when a part is dropped).
  */
 async function fetchFile(
   repo: string,
@@ -613,6 +613,34 @@ async function fetchFile(
     await rm(part, { force: true });
     from = 0;
   }
+  let wrong = await fetchPart(repo, revision, f, part, from, opts, progress);
+  // What an earlier try left may not be this file's start (other bytes, or a range the server will not serve:
+  // 416): it goes, and the file comes whole once more before the download fails for it.
+  if (wrong && from > 0) {
+    progress(-(await sizeOf(part)));
+    await rm(part, { force: true });
+    wrong = await fetchPart(repo, revision, f, part, 0, opts, progress);
+  }
+  if (wrong) {
+    await rm(part, { force: true });
+    throw wrong;
+  }
+  await rename(part, to);
+}
+
+/**
+ * The file into `part` from byte `from` (what is there before it counted already); what is wrong with the part
+ * then (its size or hash is not the listing's, or the server refused the range), else undefined.
+ */
+async function fetchPart(
+  repo: string,
+  revision: string,
+  f: HubFile,
+  part: string,
+  from: number,
+  opts: HubOptions & { signal?: AbortSignal },
+  progress: (bytes: number) => void,
+): Promise<KvdeskError | undefined> {
   const url = `${endpointOf(opts)}/${repo}/resolve/${encodeURIComponent(revision)}/${f.path
     .split('/')
     .map(encodeURIComponent)
@@ -624,6 +652,14 @@ async function fetchFile(
       ...(from > 0 ? { headers: { range: `bytes=${from}-` } } : {}),
       ...(opts.signal ? { signal: opts.signal } : {}),
     });
+    if (res.status === 416 && from > 0) {
+      void res.body?.cancel().catch(() => {});
+      return new KvdeskError(
+        'DOWNLOAD_FAILED',
+        `${f.path}: the hub would not resume it from byte ${from} (HTTP 416): run the download again.`,
+        { file: f.path, repo },
+      );
+    }
     if (!res.ok) throw hubError(res, f.path, repo, opts);
     // A server that ignores the range sends the whole file: start over.
     if (from > 0 && res.status !== 206) {
@@ -652,17 +688,14 @@ async function fetchFile(
   const size = await sizeOf(part);
   const digest = hash?.digest('hex');
   const expected = f.sha256 ?? f.blob;
-  if (size !== f.size || (expected && digest !== expected)) {
-    await rm(part, { force: true });
-    throw new KvdeskError(
-      'DOWNLOAD_FAILED',
-      size !== f.size
-        ? `${f.path}: ${formatBytes(size)} arrived of ${formatBytes(f.size)}; the download was cut off: run it again to resume.`
-        : `${f.path} does not match the hub's ${f.sha256 ? 'SHA-256' : 'git hash'} (${expected}, got ${digest}): it was deleted; run the download again.`,
-      { file: f.path, repo },
-    );
-  }
-  await rename(part, to);
+  if (size === f.size && (!expected || digest === expected)) return undefined;
+  return new KvdeskError(
+    'DOWNLOAD_FAILED',
+    size !== f.size
+      ? `${f.path}: ${formatBytes(size)} arrived of ${formatBytes(f.size)}; the download was cut off: run it again to resume.`
+      : `${f.path} does not match the hub's ${f.sha256 ? 'SHA-256' : 'git hash'} (${expected}, got ${digest}): it was deleted; run the download again.`,
+    { file: f.path, repo },
+  );
 }
 
 /**

@@ -106,6 +106,7 @@ beforeEach(async () => {
   hub.faults.cutAfter = undefined;
   hub.faults.corrupt.clear();
   hub.faults.ignoreRange = false;
+  hub.faults.refuseRange = false;
   hub.faults.stall = undefined;
   hub.options.pageSize = Number.POSITIVE_INFINITY;
 });
@@ -265,6 +266,63 @@ describe('downloadHubModel', () => {
     expect(progress.at(-1)?.doneBytes).toBe(sizeOf(Q4));
     expect((await fs.readFile(path.join(root, FILE))).equals(graph)).toBe(true);
     await loadModelSpec(root);
+  });
+
+  it('a part the hub will not resume (416): the file comes whole in the same download, which succeeds', async () => {
+    const FILE = 'onnx/model_q4.onnx';
+    hub.faults.cutAfter = { path: FILE, bytes: 300_000 };
+    await expect(downloadHubModel(CHAT, modelsDir, opts())).rejects.toMatchObject({ code: 'DOWNLOAD_FAILED' });
+    hub.faults.refuseRange = true;
+    hub.requests.length = 0;
+    hub.served.clear();
+    const progress: DownloadProgress[] = [];
+    const { root } = await downloadHubModel(CHAT, modelsDir, { ...opts(), onProgress: (p) => progress.push(p) });
+    // The ranged request refused, then the file whole.
+    expect(hub.requests.filter((r) => r.path.endsWith(FILE)).map((r) => r.range)).toEqual([
+      expect.stringMatching(/^bytes=\d+-$/),
+      undefined,
+    ]);
+    expect(hub.served.get(FILE)).toBe(graph.length);
+    expect(progress.at(-1)?.doneBytes).toBe(sizeOf(Q4));
+    expect(progress.every((p) => p.doneBytes <= p.totalBytes)).toBe(true);
+    expect((await fs.readFile(path.join(root, FILE))).equals(graph)).toBe(true);
+  });
+
+  it("a part whose bytes are not the file's (complete or not): fetched whole in the same download", async () => {
+    const FILE = 'onnx/model_q4.onnx';
+    hub.faults.cutAfter = { path: FILE, bytes: 300_000, after: () => placed(SIDE) };
+    await expect(downloadHubModel(CHAT, modelsDir, opts())).rejects.toMatchObject({ code: 'DOWNLOAD_FAILED' });
+    const part = path.join(staging('tiny-chat-q4'), `${FILE}.part`);
+    // The part as the cut left it (resumed, then found wrong at its end), then one of the file's length.
+    const cases: Array<[Buffer, unknown[]]> = [
+      [await fs.readFile(part), [expect.stringMatching(/^bytes=\d+-$/), undefined]],
+      [Buffer.from(graph), [undefined]],
+    ];
+    for (const [bytes, ranges] of cases) {
+      bytes[10] = (bytes[10] as number) ^ 0xff;
+      await fs.writeFile(part, bytes);
+      hub.requests.length = 0;
+      const progress: DownloadProgress[] = [];
+      const { root } = await downloadHubModel(CHAT, modelsDir, { ...opts(), onProgress: (p) => progress.push(p) });
+      expect(hub.requests.filter((r) => r.path.endsWith(FILE)).map((r) => r.range)).toEqual(ranges);
+      expect(progress.at(-1)?.doneBytes).toBe(sizeOf(Q4));
+      expect(progress.every((p) => p.doneBytes <= p.totalBytes)).toBe(true);
+      expect((await fs.readFile(path.join(root, FILE))).equals(graph)).toBe(true);
+      // Staged again for the complete part's turn.
+      await fs.rm(root, { recursive: true });
+      await fs.mkdir(path.dirname(part), { recursive: true });
+    }
+  });
+
+  it('a complete part (cut before its rename) is checked, not asked for: no range past its end', async () => {
+    const FILE = 'onnx/model_q4.onnx';
+    hub.faults.cutAfter = { path: FILE, bytes: 300_000, after: () => placed(SIDE) };
+    await expect(downloadHubModel(CHAT, modelsDir, opts())).rejects.toMatchObject({ code: 'DOWNLOAD_FAILED' });
+    await fs.writeFile(path.join(staging('tiny-chat-q4'), `${FILE}.part`), graph);
+    hub.requests.length = 0;
+    const { root } = await downloadHubModel(CHAT, modelsDir, opts());
+    expect(hub.requests.filter((r) => r.path.includes('/resolve/') || r.path.startsWith('/cdn/'))).toEqual([]);
+    expect((await fs.readFile(path.join(root, FILE))).equals(graph)).toBe(true);
   });
 
   it.each([
