@@ -63,6 +63,12 @@ export async function pull(args: string[], io: Io, stderrIsTty = process.stderr.
         await downloadHubModel(listing.repo, modelsDir, {
           ...hub,
           plan,
+          // What it removes (stopped downloads of this package at other revisions), a line each.
+          log: (line) => {
+            if (stderrIsTty && drawn) io.err('\n');
+            drawn = false;
+            io.err(`${line}\n`);
+          },
           onProgress: (p) => {
             const now = Date.now();
             if (json || (now - last < 250 && p.doneBytes < p.totalBytes)) return;

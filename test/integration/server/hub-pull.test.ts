@@ -9,6 +9,7 @@ import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { downloadHubModel } from '../../../src/main/host/hub-download';
 import type { DownloadStatus } from '../../../src/shared/api';
 import { defaultModelRepo, type FakeHub, startFakeHub } from '../../helpers/fake-hub';
 import { defaultModelDir, repoRoot } from '../../helpers/fixtures';
@@ -306,6 +307,28 @@ describe('kvdesk pull', () => {
       expect(worse.status).toBe(2);
       expect(worse.stderr).toContain('is not a Hugging Face repository');
     } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
+  it('says what it sweeps: a stopped download of the package at another revision, a line each', async () => {
+    const dataDir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-pull-'));
+    const modelsDir = path.join(dataDir, 'models');
+    try {
+      // A download at the commit main is at, cut off: its staging folder stays, for a try at that revision.
+      hub.faults.cutAfter = { path: 'onnx/model_q4.onnx', bytes: 1000 };
+      await expect(
+        downloadHubModel(`${REPO}@${hub.head(REPO)}`, modelsDir, { endpoint: hub.url, token: '' }),
+      ).rejects.toMatchObject({ code: 'DOWNLOAD_FAILED' });
+      const stopped = readdirSync(modelsDir).map((n) => path.join(modelsDir, n));
+      expect(stopped).toEqual([expect.stringMatching(/\.partial$/)]);
+      const r = await kvdesk(['pull', REPO, '--data-dir', dataDir]);
+      expect(r.status, r.stderr).toBe(0);
+      expect(readdirSync(modelsDir)).toEqual(['tiny-chat-q4']);
+      expect(r.stderr).toContain(`kvdesk: removed ${stopped[0]} (`);
+      expect(r.stderr).toContain(`${path.join(modelsDir, 'tiny-chat-q4')} is there already`);
+    } finally {
+      hub.faults.cutAfter = undefined;
       rmSync(dataDir, { recursive: true, force: true });
     }
   }, 60_000);
