@@ -14,7 +14,8 @@
  * cannot be read (permissions) is left as it is and never written over (store/data-file.ts). A relative root is
  * read from the data directory. A data directory that is a file is refused.
  */
-import { lstat, readdir, realpath, rm, stat } from 'node:fs/promises';
+import { createHash } from 'node:crypto';
+import { lstat, readdir, readFile, realpath, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
 import { CHAT_TEMPLATE_MAX, type LibraryEntry, type LoadModelRequest } from '../../shared/api';
@@ -50,6 +51,8 @@ const StoredEntry = z.object({
       chatTemplate: z.string().min(1).max(CHAT_TEMPLATE_MAX).optional(),
     })
     .optional(),
+  /** Which model the folder held when the pick was made (modelIdentity): another model there since drops it. */
+  pickedFor: z.string().min(1).max(200).optional(),
 });
 type StoredEntry = z.infer<typeof StoredEntry>;
 
@@ -102,6 +105,44 @@ interface Held {
   missing: boolean;
   source?: HubSource;
   load?: KeptPick;
+  pickedFor?: string;
+}
+
+/** The files that say which model a package is (its graphs aside: a variant picked is no other model). */
+const IDENTITY_FILES = [
+  'config.json',
+  'genai_config.json',
+  'manifest.json',
+  'inference_metadata.yaml',
+  'inference_metadata.yml',
+  'inference_metadata.json',
+  'tokenizer.json',
+];
+
+/**
+ * Which model a folder holds: a hash of the files that say so. A person's pick (their template, their trust) is
+ * for that model; undefined when none can be read (a folder gone: nothing to tell).
+ */
+async function modelIdentity(root: string): Promise<string | undefined> {
+  const hash = createHash('sha256');
+  let found = false;
+  for (const name of IDENTITY_FILES) {
+    const data = await readFile(path.join(root, name)).catch(() => null);
+    if (data === null) continue;
+    hash.update(`${name}\0${data.length}\0`).update(data);
+    found = true;
+  }
+  return found ? hash.digest('hex').slice(0, 32) : undefined;
+}
+
+/** What a kept pick says, for a note that it was dropped. */
+function describePick(pick: KeptPick): string {
+  return [
+    ...(pick.variant !== undefined ? [`variant ${pick.variant}`] : []),
+    ...(pick.backend !== undefined ? [`backend ${pick.backend}`] : []),
+    ...(pick.chatTemplate !== undefined ? ['a chat template of your own'] : []),
+    ...(pick.trustInstalled ? ['your trust in its installed layout'] : []),
+  ].join(', ');
 }
 
 /** A package as the file keeps it, held in memory (not checked yet: no spec). */
@@ -115,6 +156,7 @@ function heldOf(root: string, p: StoredEntry): Held {
     id: p.id ?? path.basename(root),
     missing: false,
     ...(load ? { load } : {}),
+    ...(load && p.pickedFor ? { pickedFor: p.pickedFor } : {}),
   };
 }
 
@@ -258,7 +300,7 @@ export class ModelLibrary {
   private saidDropped = '';
   /** Checks of packages another process added (the next change event says what they found). */
   private checking: Promise<void> = Promise.resolve();
-  /** What was wrong with the library file at open, and what was done (for a front end to show). */
+  /** What was wrong with the library file at open, or a kept pick dropped, and what was done (for a front end to show). */
   readonly problems: string[] = [];
   /**
    * An upload or a download the file does not list was added since it was written, and not loaded since: so when
@@ -402,6 +444,8 @@ export class ModelLibrary {
         else delete r.neverLoaded;
         if (load) r.load = load;
         else delete r.load;
+        if (load && p.pickedFor) r.pickedFor = p.pickedFor;
+        else delete r.pickedFor;
       }
       next.push(r);
     }
@@ -416,8 +460,27 @@ export class ModelLibrary {
   private async checkRoots(roots: string[]): Promise<void> {
     for (const root of roots) {
       const r = this.records.find((x) => x.root === root);
-      if (r) this.apply(r, await check(r.root, r.load));
+      if (r) this.apply(r, await check(r.root, await this.keptPick(r)));
     }
+  }
+
+  /**
+   * The pick kept for a package, while its folder holds the model it was made for: one made for another (the
+   * folder's files replaced since: another download, another package copied there) is dropped, and said.
+   */
+  private async keptPick(r: Held): Promise<KeptPick | undefined> {
+    if (!r.load || r.pickedFor === undefined) return r.load;
+    const now = await modelIdentity(r.root);
+    if (now === undefined || now === r.pickedFor) return r.load;
+    this.say(
+      `${r.root} holds another model than the one its last pick was made for (its config or tokenizer files differ): that pick (${describePick(r.load)}) was dropped; it loads as kvdesk picks until you pick again`,
+    );
+    delete r.load;
+    delete r.pickedFor;
+    this.changed.add(r.root);
+    // Not awaited: a check inside a read of the file (sync) would wait on itself.
+    void this.save();
+    return undefined;
   }
 
   /** Entries of the file this kvdesk cannot read, said once per text of the file. */
@@ -501,7 +564,12 @@ export class ModelLibrary {
   /** How the person last loaded the package at `root` (their pick), if they picked anything. */
   async pickFor(root: string): Promise<LoadModelRequest | undefined> {
     const abs = await canonicalPath(root);
-    return this.records.find((r) => r.root === abs)?.load;
+    const r = this.records.find((x) => x.root === abs);
+    if (!r) return undefined;
+    const had = r.load;
+    const kept = await this.keptPick(r);
+    if (kept !== had) this.onChange(this.list());
+    return kept;
   }
 
   /**
@@ -539,7 +607,7 @@ export class ModelLibrary {
       this.changed.add(root);
       found++;
     }
-    for (const r of [...this.records]) this.apply(r, await check(r.root, r.load));
+    for (const r of [...this.records]) this.apply(r, await check(r.root, await this.keptPick(r)));
     this.sort();
     // From this scan on, what is new in the folder was added this session (a download), whatever the file knew.
     this.fileKnewAll = true;
@@ -559,7 +627,7 @@ export class ModelLibrary {
         const abs = await canonicalPath(root).catch(() => root);
         const r = this.records.find((x) => x.root === abs);
         if (r === undefined) return;
-        this.apply(r, await check(r.root, r.load));
+        this.apply(r, await check(r.root, await this.keptPick(r)));
         this.onChange(this.list());
       })().finally(() => this.rechecks.delete(root));
       this.rechecks.set(root, pending);
@@ -583,10 +651,14 @@ export class ModelLibrary {
       // The whole pick it loaded with (the host merges a new one into the kept one before it loads).
       if (pick) r.load = pick;
       else if (how === null) delete r.load;
+      const identity = r.load ? await modelIdentity(abs) : undefined;
+      if (identity) r.pickedFor = identity;
+      else delete r.pickedFor;
       this.apply(r, { spec });
       this.records = this.records.filter((x) => x !== r);
     } else {
       const source = await hubSourceOf(abs);
+      const identity = pick ? await modelIdentity(abs) : undefined;
       r = {
         root: abs,
         addedAt: t,
@@ -596,6 +668,7 @@ export class ModelLibrary {
         missing: false,
         ...(source ? { source } : {}),
         ...(pick ? { load: pick } : {}),
+        ...(identity ? { pickedFor: identity } : {}),
       };
     }
     // First, then a stable sort: a load in the same millisecond as another still comes first.
@@ -759,6 +832,7 @@ export class ModelLibrary {
         lastLoadedAt: r.lastLoadedAt,
         ...(r.neverLoaded ? { neverLoaded: true as const } : {}),
         ...(r.load ? { load: r.load } : {}),
+        ...(r.load && r.pickedFor ? { pickedFor: r.pickedFor } : {}),
       })),
     };
     return `${JSON.stringify(data, null, 2)}\n`;

@@ -19,7 +19,7 @@ import { KvdeskError } from '../../../src/shared/errors';
 import type { ModelSpec } from '../../../src/shared/model-spec';
 import { defaultModelDir } from '../../helpers/fixtures';
 import { holdReplyEnds, noEndBias } from '../../helpers/hold-replies';
-import { graphVariantsModel } from '../../helpers/models';
+import { graphVariantsModel, installedPackage, thinkingModel } from '../../helpers/models';
 import { rejection } from '../../helpers/rejection';
 
 const tmpDirs: string[] = [];
@@ -284,6 +284,61 @@ describe('how a package was loaded', () => {
     // An explicit pick the package lacks is refused, not replaced.
     const refused = await api.call('loadModel', { path: dir, variant: 'q4' });
     expect(refused.ok).toBe(false);
+  });
+});
+
+describe('a kept pick follows the model, not the folder', () => {
+  const TEMPLATE = '{% for m in messages %}<<{{ m.content }}>>{% endfor %}';
+
+  it("another package copied into the folder: the person's template is not applied to it; dropped, and said", async () => {
+    const dataDir = await tmp();
+    const dir = await copyPackage(path.join(await tmp(), 'mine'));
+    const log: string[] = [];
+    const api = await makeApi(dataDir, { log });
+    const first = await api.call('loadModel', { path: dir, chatTemplate: TEMPLATE });
+    expect(first.ok && first.value.spec.chatTemplate).toBe(TEMPLATE);
+    expect((await api.call('unloadModel', { id: 'mine' })).ok).toBe(true);
+    // The same model again: its pick holds.
+    const again = await api.call('loadModel', { path: dir });
+    expect(again.ok && again.value.spec.chatTemplate).toBe(TEMPLATE);
+    expect((await api.call('unloadModel', { id: 'mine' })).ok).toBe(true);
+    // Another model in its place (a thinking model, whose own template marks its reasoning).
+    await rm(dir, { recursive: true });
+    await copyPackage(dir, thinkingModel());
+    const other = await api.call('loadModel', { path: dir });
+    if (!other.ok) throw new Error(other.error.message);
+    expect(other.value.spec.chatTemplateEdited).toBeUndefined();
+    expect(other.value.spec.chatTemplate).toBe((await specOf(thinkingModel())).chatTemplate);
+    expect(log.filter((l) => l.includes(`${dir} holds another model than the one its last pick was made for`))).toEqual(
+      [expect.stringContaining('a chat template of your own')],
+    );
+    const listed = await api.call('listLibrary', {});
+    expect(listed.ok && listed.value.find((e) => e.root === dir)?.load).toBeUndefined();
+    await api.library.flush();
+    const stored = (await readStored(dataDir)).packages.find((p) => p.root === dir) as { load?: unknown };
+    expect(stored.load).toBeUndefined();
+  });
+
+  it('trust given to an "installed" package is not given to another one put in its folder', async () => {
+    const dataDir = await tmp();
+    const dir = await copyPackage(path.join(await tmp(), 'installed'), installedPackage());
+    const api = await makeApi(dataDir);
+    expect((await api.call('loadModel', { path: dir, trustInstalled: true })).ok).toBe(true);
+    const id = api.runner.listModels()[0]?.id as string;
+    expect((await api.call('unloadModel', { id })).ok).toBe(true);
+    // Loaded again: trusted still.
+    expect((await api.call('loadModel', { path: dir })).ok).toBe(true);
+    expect((await api.call('unloadModel', { id })).ok).toBe(true);
+    // Another installed package's manifest there now, naming another folder of this machine.
+    const manifest = JSON.parse(await readFile(path.join(dir, 'manifest.json'), 'utf8'));
+    manifest.package_name = 'someone-else';
+    manifest.components.model.variants.cpu.variant_directory = graphVariantsModel();
+    await writeFile(path.join(dir, 'manifest.json'), JSON.stringify(manifest));
+    const refused = await api.call('loadModel', { path: dir });
+    expect(refused.ok).toBe(false);
+    if (!refused.ok) expect(refused.error.message).toContain('only when you trust it explicitly');
+    // Trusted anew, it loads.
+    expect((await api.call('loadModel', { path: dir, trustInstalled: true })).ok).toBe(true);
   });
 });
 
