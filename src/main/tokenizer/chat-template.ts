@@ -122,8 +122,8 @@ Interpreter.prototype.evaluate = function guardedEvaluate(
 // booleans as JSON does, where templates are written for Python's str(): Qwen3-Coder's writes each argument of an
 // earlier tool call with `args_value | string`, so a null argument failed the whole chat and true came out as
 // `true` (kvdesk's own reader of those calls expects True). The library takes no custom filters, so its filter
-// step is wrapped for this case (and for exact numbers in tojson, below); every other filter and value goes through
-// unchanged.
+// step is wrapped for these values (and for exact numbers in tojson, below); every other filter and value goes
+// through unchanged.
 type FilterNode = { type: string; value?: unknown; callee?: { type: string; value?: unknown } };
 type ApplyFilter = (this: Interpreter, operand: RuntimeValue, filter: FilterNode, environment: unknown) => RuntimeValue;
 const interpreterProto = Interpreter.prototype as unknown as { applyFilter: ApplyFilter };
@@ -132,9 +132,8 @@ if (typeof applyFilter !== 'function') throw new Error('@huggingface/jinja: Inte
 interpreterProto.applyFilter = function pythonStringFilter(operand, filter, environment) {
   const name =
     filter.type === 'Identifier' ? filter.value : filter.callee?.type === 'Identifier' && filter.callee.value;
-  if (filter.type === 'Identifier' && name === 'string') {
-    if (operand.type === 'NullValue') return new StringValue('None');
-    if (operand.type === 'BooleanValue') return new StringValue(operand.value ? 'True' : 'False');
+  if (filter.type === 'Identifier' && name === 'string' && PYTHON_STR_TYPES.has(operand.type)) {
+    return new StringValue(pythonStr(operand));
   }
   if (name === 'tojson' || (name === 'string' && (operand.type === 'ArrayValue' || operand.type === 'ObjectValue'))) {
     return withExactNumbersAsWritten(operand, (op) => applyFilter.call(this, op, filter, environment));
@@ -184,6 +183,58 @@ for (const cls of [ArrayValue, ObjectValue]) {
     return withExactNumbersAsWritten(this, (v) => new StringValue(jsonText.call(v))).value as string;
   };
 }
+
+// Printing (`{{ x }}`) and `~` write None, True and False as Jinja2 does, with Python's str(), where the library
+// prints nothing for None and true / false (and fails on `~` with None or an undefined value): templates print a
+// tool call's argument values or flags so. An undefined value is '' in both. Only an expression's value is
+// printed: a statement's own (a set, a macro, a comment) is none, and prints nothing.
+const PYTHON_STR_TYPES = new Set(['NullValue', 'BooleanValue', 'UndefinedValue']);
+
+/** A value as Jinja2 prints it (Python's str(); an undefined value is ''). */
+function pythonStr(value: RuntimeValue): string {
+  if (value.type === 'NullValue') return 'None';
+  if (value.type === 'UndefinedValue') return '';
+  if (value.type === 'BooleanValue') return value.value ? 'True' : 'False';
+  return value.toString();
+}
+
+// The library exports no syntax classes: Expression is taken as the parent class of a parsed name, checked to hold
+// a literal and not a set statement.
+const Expression = (() => {
+  const [name, literal, set] = new Template('{{ x }}{{ 1 }}{% set y = 1 %}').parsed.body as object[];
+  const cls = Object.getPrototypeOf(Object.getPrototypeOf(name)).constructor as abstract new () => object;
+  if (!(literal instanceof cls) || set instanceof cls) throw new Error('@huggingface/jinja: Expression not found');
+  return cls;
+})();
+
+type SyntaxNode = NonNullable<Parameters<Interpreter['evaluate']>[0]>;
+type Scope = Parameters<Interpreter['evaluate']>[1];
+type BinaryNode = SyntaxNode & { operator: { value: string }; left: SyntaxNode; right: SyntaxNode };
+const printing = Interpreter.prototype as unknown as {
+  evaluateBlock: (this: Interpreter, statements: SyntaxNode[], environment: Scope) => RuntimeValue;
+  evaluateBinaryExpression: (this: Interpreter, node: BinaryNode, environment: Scope) => RuntimeValue;
+};
+const evaluateBinary = printing.evaluateBinaryExpression;
+if (typeof printing.evaluateBlock !== 'function' || typeof evaluateBinary !== 'function') {
+  throw new Error('@huggingface/jinja: Interpreter.evaluateBlock or evaluateBinaryExpression not found');
+}
+const evaluated = (it: Interpreter, node: SyntaxNode, environment: Scope) =>
+  it.evaluate(node, environment) as unknown as RuntimeValue;
+printing.evaluateBlock = function pythonPrint(statements, environment) {
+  let out = '';
+  for (const statement of statements) {
+    const value = evaluated(this, statement, environment);
+    if (statement instanceof Expression) out += pythonStr(value);
+    else if (value.type !== 'NullValue' && value.type !== 'UndefinedValue') out += value.toString();
+  }
+  return new StringValue(out);
+};
+printing.evaluateBinaryExpression = function pythonConcat(node, environment) {
+  if (node.operator.value !== '~') return evaluateBinary.call(this, node, environment);
+  return new StringValue(
+    pythonStr(evaluated(this, node.left, environment)) + pythonStr(evaluated(this, node.right, environment)),
+  );
+};
 
 /** The text of an exactNumber marker, or of the number made from one. */
 function exactText(value: RuntimeValue): string | undefined {

@@ -8,7 +8,9 @@ import {
   loadTokenizer,
   renderChatTemplate,
 } from '../../../src/main/tokenizer';
+import { exactNumber } from '../../../src/main/tokenizer/chat-template';
 import { KvdeskError } from '../../../src/shared/errors';
+import { QWEN3_CODER_CALLS } from '../../helpers/chat-templates';
 import { fixture, fixturesSkipReason, haveFixtures } from '../../helpers/fixtures';
 import { byteFallbackTokenizerJson, byteLevelTokenizerJson } from './tokenizer-builders';
 
@@ -193,9 +195,6 @@ describe.skipIf(!haveFixtures)(
 );
 
 describe("the string filter writes values as Python's str() does", () => {
-  // Qwen3-Coder's own template (its tokenizer_config.json), the part that writes an earlier turn's tool calls.
-  const QWEN3_CODER_CALLS =
-    "{%- for message in messages %}{%- if message.tool_calls is defined and message.tool_calls %}{%- for tool_call in message.tool_calls %}{%- if tool_call.function is defined %}{%- set tool_call = tool_call.function %}{%- endif %}{{- '\\n<tool_call>\\n<function=' + tool_call.name + '>\\n' }}{%- if tool_call.arguments is defined %}{%- for args_name, args_value in tool_call.arguments|items %}{{- '<parameter=' + args_name + '>\\n' }}{%- set args_value = args_value | tojson | safe if args_value is mapping or (args_value is sequence and args_value is not string) else args_value | string %}{{- args_value }}{{- '\\n</parameter>\\n' }}{%- endfor %}{%- endif %}{{- '</function>\\n</tool_call>' }}{%- endfor %}{%- endif %}{%- endfor %}";
   const render = (args: Record<string, unknown>) =>
     renderChatTemplate(
       QWEN3_CODER_CALLS,
@@ -223,13 +222,70 @@ describe("the string filter writes values as Python's str() does", () => {
     );
   });
 
-  it('only the string filter changes: tojson and plain printing of the same values do not', () => {
+  it('tojson of the same values does not change; other values under string do not either', () => {
     const out = renderChatTemplate(
-      '{{ v | tojson }} {{ b | tojson }} {{ v }}|{{ b }}|{{ 3 | string }}|{{ "s" | string }}|{{ [none] | string }}',
+      '{{ v | tojson }} {{ b | tojson }}|{{ 3 | string }}|{{ "s" | string }}|{{ [none] | string }}|{{ nope | string }}',
       [{ role: 'user', content: 'x' }],
       { addGenerationPrompt: false, vars: { v: null, b: true } },
     );
-    expect(out).toBe('null true |true|3|s|[null]');
+    expect(out).toBe('null true|3|s|[null]|');
+  });
+});
+
+// Expected texts are what Jinja2 3.1 (transformers' renderer) gives for the same template and values.
+describe('printing writes values as Jinja2 does (Python str())', () => {
+  const print = (template: string, vars: Record<string, unknown> = {}) =>
+    renderChatTemplate(template, [{ role: 'user', content: 'x' }], { addGenerationPrompt: false, vars });
+
+  it("a tool call's argument values printed bare: None, True and False (they printed '', true and false)", () => {
+    const template =
+      '{% for m in messages %}{% for c in m.tool_calls or [] %}{{ c.function.name }}({% for k, v in c.function.arguments | items %}{{ k }}={{ v }};{% endfor %}){% endfor %}{% endfor %}';
+    const out = renderChatTemplate(
+      template,
+      [
+        { role: 'user', content: 'go' },
+        {
+          role: 'assistant',
+          content: '',
+          tool_calls: [
+            {
+              id: 'c1',
+              type: 'function',
+              function: { name: 'ls', arguments: { path: 'a', recursive: true, hidden: false, depth: null, n: 2 } },
+            },
+          ],
+        },
+      ],
+      { addGenerationPrompt: false },
+    );
+    expect(out).toBe('ls(path=a;recursive=True;hidden=False;depth=None;n=2;)');
+  });
+
+  it('None, True and False print so; an undefined value prints nothing', () => {
+    expect(
+      print("{{ v }}|{{ b }}|{{ f }}|{{ missing }}|{{ d.nope }}|{{ d.get('k') }}|{{ 'y' if f }}", {
+        v: null,
+        b: true,
+        f: false,
+        d: {},
+      }),
+    ).toBe('None|True|False|||None|');
+  });
+
+  it('a set, a macro or a comment prints nothing, as before', () => {
+    expect(print('{% set x = none %}{% macro m() %}{% endmacro %}{# c #}[{{ x }}]{{ m() }}')).toBe('[None]');
+  });
+
+  it('~ writes each side as printing does (None failed the render, an undefined side too)', () => {
+    expect(print("{{ 'a' ~ none ~ true ~ nope ~ 1.0 ~ [1] }}")).toBe('aNoneTrue1.0[1]');
+    // (A number of an earlier call's arguments is written as the model wrote it, as printing writes it.)
+    expect(print("{{ 'n=' ~ n }}|{{ n }}", { n: exactNumber('1.50') })).toBe('n=1.50|1.50');
+  });
+
+  it('tojson still writes JSON: null, true, false', () => {
+    expect(print('{{ v | tojson }} {{ b | tojson }} {{ [v, false] | tojson }}', { v: null, b: true })).toBe(
+      'null true [null, false]',
+    );
   });
 });
 

@@ -530,7 +530,7 @@ describe('toolChatTurns', () => {
     const reads =
       '{%- for c in messages[1].tool_calls %}{%- for k, v in c.function.arguments | items %}{{ k }}={{ v }},{% if v is not mapping %}{{ v | string }}{% endif %},{{ v is number }},{{ v is mapping }};{% endfor %}{% endfor %}';
     expect(renderChatTemplate(reads, messages, { addGenerationPrompt: false })).toBe(
-      'id=12345678901234567890,12345678901234567890,true,false;big=1e400,1e400,true,false;f=1.0,1.0,true,false;p=0.1e1,0.1e1,true,false;n=-2,-2,true,false;x=0.5,0.5,true,false;s=1.0,1.0,false,false;l=[1.50, {"z": -0}],[1.50, {"z": -0}],false,false;o={"k": 1e400},,false,true;',
+      'id=12345678901234567890,12345678901234567890,True,False;big=1e400,1e400,True,False;f=1.0,1.0,True,False;p=0.1e1,0.1e1,True,False;n=-2,-2,True,False;x=0.5,0.5,True,False;s=1.0,1.0,False,False;l=[1.50, {"z": -0}],[1.50, {"z": -0}],False,False;o={"k": 1e400},,False,True;',
     );
     expect(
       renderChatTemplate('{{ (messages[1].tool_calls[0].function.arguments.f + 1) | string }}', messages, {
