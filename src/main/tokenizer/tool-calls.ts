@@ -461,14 +461,30 @@ function fitsSchema(value: unknown, schema: Record<string, unknown>): boolean {
   });
 }
 
+/** Whether a parameter's schema lets its value be this text: by its type, enum or const, or having none of them. */
+function allowsText(schema: Record<string, unknown>, text: string): boolean {
+  const nested = [schema.anyOf, schema.oneOf]
+    .flatMap((a) => (Array.isArray(a) ? a : []))
+    .filter((alt): alt is Record<string, unknown> => typeof alt === 'object' && alt !== null);
+  if (nested.some((alt) => allowsText(alt, text))) return true;
+  if (schema.const !== undefined) return schema.const === text;
+  if (Array.isArray(schema.enum)) return schema.enum.includes(text);
+  if (schema.type === undefined) return nested.length === 0;
+  return (Array.isArray(schema.type) ? schema.type : [schema.type]).includes('string');
+}
+
 /**
  * A parameter's value as an XML form writes it (plain text): JSON when it parses to a value (not a string) that
  * the parameter's schema allows — Python's `True` / `False` read as booleans, as the templates render them —,
- * else the text itself (a parameter without a schema is text, as vLLM reads it).
+ * else the text itself (a parameter without a schema is text, as vLLM reads it). `None` or `null` is null where the
+ * parameter cannot be that text: Qwen3-Coder's template writes a null argument as None (Python's str()); where it
+ * can (a string), the string "None" is written the same.
  */
 function xmlValue(text: string, schema: Record<string, unknown> | undefined): unknown {
   if (schema === undefined) return text;
-  const json = text === 'True' || text === 'False' ? text.toLowerCase() : text.trim();
+  const trimmed = text.trim();
+  if ((trimmed === 'None' || trimmed.toLowerCase() === 'null') && !allowsText(schema, text)) return null;
+  const json = text === 'True' || text === 'False' ? text.toLowerCase() : trimmed;
   try {
     const value: unknown = JSON.parse(json);
     if (typeof value !== 'string' && fitsSchema(value, schema)) return value;

@@ -23,6 +23,7 @@ import {
   toolChatTurns,
 } from '../../../src/main/tokenizer/tool-calls';
 import type { ToolCallDelta } from '../../../src/shared/contract';
+import { QWEN3_CODER_CALLS } from '../../helpers/chat-templates';
 import { byteLevelTokenizerJson } from './tokenizer-builders';
 
 const NAMES = new Set(['get_weather', 'search']);
@@ -255,6 +256,63 @@ describe('createToolCallFilter', () => {
     // Prose that mentions the tag is given back at once, not held until the reply ends.
     const f = createToolCallFilter(QWEN_XML, NAMES, { paramSchemas });
     expect(f.push('Use the <tool_call> tag when').content).toBe('Use the <tool_call> tag when');
+  });
+
+  it("Qwen3-Coder: an earlier call's null argument, which its template writes None, reads back as null", () => {
+    const paramSchemas = new Map([
+      [
+        'search',
+        {
+          q: { type: 'string' },
+          limit: { type: 'integer' },
+          opts: { type: 'object' },
+          exact: { type: 'boolean' },
+          after: { type: ['integer', 'null'] },
+          any: {},
+          label: { anyOf: [{ type: 'string' }, { type: 'null' }] },
+          mode: { enum: ['a', null] },
+          kind: { enum: ['None', 'Some'] },
+        },
+      ],
+    ]);
+    const args = {
+      q: 'x',
+      limit: null,
+      opts: null,
+      exact: null,
+      after: null,
+      any: null,
+      label: null,
+      mode: null,
+      kind: null,
+    };
+    const { messages } = toolChatTurns(
+      [
+        { role: 'user', content: 'go' },
+        { role: 'assistant', content: '', toolCalls: [{ id: 'c1', name: 'search', arguments: JSON.stringify(args) }] },
+      ],
+      undefined,
+      true,
+      QWEN_XML,
+    );
+    const written = renderChatTemplate(QWEN3_CODER_CALLS, messages, { addGenerationPrompt: false });
+    expect(written).toContain('<parameter=limit>\nNone\n</parameter>');
+    const f = createToolCallFilter(QWEN_XML, NAMES, { paramSchemas });
+    const calls = [f.push(written), f.flush()].flatMap((o) => o.calls);
+    // A parameter that may be a string keeps the text: the string "None" is written the same.
+    expect(JSON.parse(calls[0]?.arguments ?? '')).toEqual({
+      ...args,
+      q: 'x',
+      any: 'None',
+      label: 'None',
+      kind: 'None',
+    });
+    // The model's own null is read the same way.
+    const g = createToolCallFilter(QWEN_XML, NAMES, { paramSchemas });
+    const own = g.push(
+      '<tool_call>\n<function=search>\n<parameter=limit>\nnull\n</parameter>\n</function>\n</tool_call>',
+    );
+    expect(own.calls.map((c) => JSON.parse(c.arguments))).toEqual([{ limit: null }]);
   });
 
   it('a call whose closing tag never came is still a call', () => {
