@@ -1890,7 +1890,8 @@ class Generation {
 
   /**
    * One part of the answer: what the model wrote goes through the stop strings, then the tool-call reader;
-   * kvdesk's markup around a Harmony call only to the reader (the text either side of it is not contiguous).
+   * kvdesk's markup around a Harmony call, and its line between two messages, only to the reader (the text
+   * either side of them is not contiguous).
    */
   private passPart(
     r: number,
@@ -1912,8 +1913,13 @@ class Generation {
       }
       return;
     }
-    // The model's text held back before kvdesk's markup cannot run on into what follows it.
+    // The model's text held back before kvdesk's markup (or its line between two messages) cannot run on into
+    // what follows it.
     this.release(r, out, calls, deltas);
+    if (part.kind === 'join') {
+      this.answer(r, part.text, out, calls, deltas);
+      return;
+    }
     const filter = this.toolFilters?.[r];
     if (part.kind === 'open') this.rowHarmonyCall[r] = { body: '', read: false };
     const call = this.rowHarmonyCall[r];

@@ -46,9 +46,12 @@ export function createHarmonySplitter(opts: { inside: boolean; answering?: boole
   // Whether the call being read has written any of its arguments.
   let callArgs = false;
 
-  /** Answer text, as what the model wrote or kvdesk's markup around a call (see {@link ReasoningPush.parts}). */
+  /**
+   * Answer text: what the model wrote, kvdesk's markup around a call, or its line between messages (see
+   * {@link ReasoningPush.parts}).
+   */
   const answer = (out: ReasoningPush, kind: AnswerPart['kind'], text: string): void => {
-    if (text.length === 0 && (kind === 'text' || kind === 'args')) return;
+    if (text.length === 0) return;
     out.content += text;
     out.parts?.push({ kind, text });
   };
@@ -131,9 +134,11 @@ export function createHarmonySplitter(opts: { inside: boolean; answering?: boole
     const body = bodyStarted ? text : text.trimStart();
     if (body.length === 0) return;
     const side = kind === 'reasoning' ? 'reasoning' : 'content';
-    const piece = (!bodyStarted && given[side] ? '\n\n' : '') + body;
-    if (side === 'content') answer(out, 'text', piece);
-    else out.reasoning += piece;
+    const join = !bodyStarted && given[side] ? '\n\n' : '';
+    if (side === 'content') {
+      answer(out, 'join', join);
+      answer(out, 'text', body);
+    } else out.reasoning += join + body;
     given[side] = true;
     bodyStarted = true;
   }

@@ -6,14 +6,16 @@ export interface ReasoningPush {
   content: string;
   /**
    * The answer in order, where the splitter writes text of its own (Harmony's calls, given in kvdesk's Hermes
-   * form): `text` and a call's `args` are what the model wrote, `open` and `close` kvdesk's markup around the
-   * call (so stop strings are not matched against it, nor is it given back as text). `content` is all of them.
+   * form, and the blank line between two answer messages): `text` and a call's `args` are what the model wrote,
+   * `open` and `close` kvdesk's markup around the call (so stop strings are not matched against it, nor is it
+   * given back as text), `join` kvdesk's line break between messages (text, but not the model's: stop strings
+   * are not matched against it). `content` is all of them.
    */
   parts?: AnswerPart[];
 }
 
 export interface AnswerPart {
-  kind: 'text' | 'args' | 'open' | 'close';
+  kind: 'text' | 'args' | 'open' | 'close' | 'join';
   text: string;
 }
 

@@ -204,6 +204,37 @@ describe('a Harmony (gpt-oss) model', () => {
     expect(cut.finishReason).toBe('stop');
   });
 
+  it("matches stop strings only against what the model wrote, never kvdesk's blank line between two messages", async () => {
+    const parts = [
+      '<|channel|>',
+      'commentary',
+      '<|message|>',
+      'Let me see.',
+      '<|end|>',
+      '<|start|>',
+      'assistant',
+      '<|channel|>',
+      'final',
+      '<|message|>',
+      'It is 4.',
+    ];
+    const p = harmonyPackage('two-messages', parts);
+    await h.loadModel(p.dir, { id: 'two-messages' });
+    const ask = { model: 'two-messages', messages: ASK, maxNewTokens: 256, sampling: { greedy: true } };
+    const frames: StreamFrame[] = [];
+    const r = await h.generate({ ...ask, stop: ['\n\n', '\n', '.I'] }, (f) => frames.push(f)).result;
+    expect(r.text).toBe('Let me see.\n\nIt is 4.');
+    expect(r.finishReason).toBe('eos');
+    expect(r.rows[0]?.stopSequence).toBeUndefined();
+    const rows = frames.flatMap((f) => (f.type === 'tokens' ? f.rows : []));
+    expect(rows.map((row) => row.text).join('')).toBe('Let me see.\n\nIt is 4.');
+    // A stop string the model wrote in the second message still ends the reply there.
+    const cut = await h.generate({ ...ask, stop: ['\n\n', 'is 4'] }).result;
+    expect(cut.text).toBe('Let me see.\n\nIt ');
+    expect(cut.finishReason).toBe('stop');
+    expect(cut.rows[0]?.stopSequence).toBe('is 4');
+  });
+
   it('gives a call not read as one back as the body the model wrote, without markup', async () => {
     const p = harmonyPackage('plain-caller', [...CALL_PARTS, '<|call|>']);
     await h.loadModel(p.dir, { id: 'plain-caller' });
