@@ -224,7 +224,10 @@ export interface TokenLogprob {
 /** A generated token's log-probability and the most likely alternatives at its position (most likely first). */
 export interface GeneratedTokenLogprob extends TokenLogprob {
   top: TokenLogprob[];
-  /** Where this token's text starts in the row's decoded text (UTF-16 code units). */
+  /**
+   * Where this token's text starts in the row's decoded text (UTF-16 code units): where the character that
+   * holds its first byte starts (a byte token in the middle of a character points at that character).
+   */
   textOffset: number;
 }
 

@@ -708,10 +708,45 @@ function chatToken(t: TokenLogprob): Record<string, unknown> {
 }
 
 /**
+ * A reply's text as it grows, and where a host offset (UTF-16 code units) is in it in characters (code points):
+ * OpenAI's and vLLM's `text_offset` index the text as Python does, and an emoji is two code units but one character.
+ */
+export class CharOffsets {
+  private unit = 0;
+  private chars = 0;
+
+  constructor(private text = '') {}
+
+  add(text: string): void {
+    this.text += text;
+  }
+
+  /** Characters before code unit `unit` of the text added so far. */
+  at(unit: number): number {
+    // Offsets only grow within a reply; count from the start again for one that does not.
+    if (unit < this.unit) {
+      this.unit = 0;
+      this.chars = 0;
+    }
+    while (this.unit < unit && this.unit < this.text.length) {
+      this.unit += (this.text.codePointAt(this.unit) as number) > 0xffff ? 2 : 1;
+      this.chars++;
+    }
+    return this.chars;
+  }
+}
+
+/**
  * The `logprobs` of a choice (or of one streamed chunk's tokens): chat's `content` list, or the legacy
  * completions arrays, whose `top_logprobs` maps token text to log-probability and always holds the chosen token.
+ * A completion's `text_offset` is in characters of its text: `chars` reads the host's offsets in it (without it,
+ * they stay in UTF-16 code units).
  */
-export function logprobsJson(kind: OpenAiKind, tokens: GeneratedTokenLogprob[] | undefined): unknown {
+export function logprobsJson(
+  kind: OpenAiKind,
+  tokens: GeneratedTokenLogprob[] | undefined,
+  chars?: CharOffsets,
+): unknown {
   if (!tokens) return null;
   if (kind === 'chat') {
     return { content: tokens.map((t) => ({ ...chatToken(t), top_logprobs: t.top.map(chatToken) })), refusal: null };
@@ -725,7 +760,7 @@ export function logprobsJson(kind: OpenAiKind, tokens: GeneratedTokenLogprob[] |
       if (!(t.token in top)) top[t.token] = t.logprob;
       return top;
     }),
-    text_offset: tokens.map((t) => t.textOffset),
+    text_offset: tokens.map((t) => (chars ? chars.at(t.textOffset) : t.textOffset)),
   };
 }
 
@@ -747,7 +782,7 @@ export function completionBody(
       : {
           index,
           text: row.text,
-          logprobs: logprobsJson(kind, row.logprobs),
+          logprobs: logprobsJson(kind, row.logprobs, new CharOffsets(row.text)),
           finish_reason: openAiFinishReason(row.finishReason),
         },
   );
@@ -779,15 +814,19 @@ export function chunk(
   };
 }
 
-/** A streamed choice carrying text and its tokens' logprobs when asked for (or, for chat, the opening role). */
+/**
+ * A streamed choice carrying text and its tokens' logprobs when asked for (or, for chat, the opening role).
+ * `chars`: the choice's text so far, this chunk's included (a completion's offsets count its characters).
+ */
 export function deltaChoice(
   kind: OpenAiKind,
   index: number,
   text: string,
   role = false,
   logprobs?: GeneratedTokenLogprob[],
+  chars?: CharOffsets,
 ): Record<string, unknown> {
-  const lp = logprobsJson(kind, logprobs);
+  const lp = logprobsJson(kind, logprobs, chars);
   if (kind === 'completion') return { index, text, logprobs: lp, finish_reason: null };
   return {
     index,

@@ -13,6 +13,7 @@ import { toErrorInfo } from '../../shared/errors';
 import type { HostApi } from '../host/host-api';
 import { errorFromInfo, HttpError, SSE_HEADERS, sendHttpError, sendJson } from './http-util';
 import {
+  CharOffsets,
   chunk,
   completionBody,
   deltaChoice,
@@ -68,6 +69,11 @@ export function serveCompletion(
   // Calls streamed so far per choice: the next call's index; and the calls whose arguments went out as written.
   const callsSent = new Array<number>(choices).fill(0);
   const argumentsStreamed = Array.from({ length: choices }, () => new Set<number>());
+  // Each completion's text so far, where its tokens' offsets count characters.
+  const texts =
+    kind === 'completion' && mapped.request.logprobs !== undefined
+      ? Array.from({ length: choices }, () => new CharOffsets())
+      : undefined;
   return runGeneration(hostApi, mapped.request, req, res, (frame, finish) => {
     const sse = (data: unknown) => {
       res.write(`data: ${typeof data === 'string' ? data : JSON.stringify(data)}\n\n`);
@@ -94,9 +100,11 @@ export function serveCompletion(
         frame.rows.forEach((row, i) => {
           if (kind === 'chat' && row.reasoning) sse(chunk(kind, h, [reasoningChoice(i, row.reasoning)], usageNull));
           const withLogprobs = row.logprobs !== undefined && row.logprobs.length > 0;
+          const chars = texts?.[i];
+          chars?.add(row.text);
           if (row.text.length > 0 || withLogprobs) {
             const lp = withLogprobs ? row.logprobs : undefined;
-            sse(chunk(kind, h, [deltaChoice(kind, i, row.text, false, lp)], usageNull));
+            sse(chunk(kind, h, [deltaChoice(kind, i, row.text, false, lp, chars)], usageNull));
           }
           const streamed = argumentsStreamed[i] as Set<number>;
           if (kind === 'chat' && row.toolCallDeltas && row.toolCallDeltas.length > 0) {

@@ -576,6 +576,50 @@ describe('logprobs, penalties, logit bias and JSON mode', () => {
     }
   });
 
+  it('completions: text offsets count characters, as Python does, past emoji and tokens that end mid-character', async () => {
+    // The schema makes the reply write this value; the byte-level model spells its characters in byte tokens.
+    const value = 'é😀x€y 🎉!';
+    const body = {
+      model: 'default',
+      prompt: 'Once upon',
+      max_tokens: 60,
+      temperature: 0,
+      logprobs: 1,
+      response_format: {
+        type: 'json_schema',
+        json_schema: { name: 'v', schema: { type: 'object', properties: { s: { const: value } }, required: ['s'] } },
+      },
+    };
+    const r = await client.completions.create(body as OpenAI.CompletionCreateParamsNonStreaming);
+    const choice = r.choices[0] as (typeof r.choices)[number];
+    expect(JSON.parse(choice.text)).toEqual({ s: value });
+    const lp = choice.logprobs as NonNullable<typeof choice.logprobs>;
+    const tokens = lp.tokens as string[];
+    const offsets = lp.text_offset as number[];
+    expect(offsets).toHaveLength(tokens.length);
+    // Python's view of the text: one index per character (code point).
+    const chars = [...choice.text];
+    for (const [i, token] of tokens.entries()) {
+      const at = offsets[i] as number;
+      if (i > 0) expect(at, `token ${i}`).toBeGreaterThanOrEqual(offsets[i - 1] as number);
+      // A token that is a piece of a character points at that character; a whole one at its own text.
+      if (token.includes('\ufffd')) expect(Buffer.byteLength(chars[at] ?? ''), `token ${i}`).toBeGreaterThan(1);
+      else
+        expect(chars.slice(at).join('').startsWith(token), `token ${i} ${JSON.stringify(token)} at ${at}`).toBe(true);
+    }
+    // The reply spelled characters in pieces, and wrote whole tokens after them.
+    const pieceAt = tokens.findIndex((tk) => tk.includes('\ufffd'));
+    expect(pieceAt, 'a token ends mid-character').toBeGreaterThanOrEqual(0);
+    expect(tokens.slice(pieceAt).some((tk) => !tk.includes('\ufffd') && tk !== '"' && tk !== '}')).toBe(true);
+    const stream = await client.completions.create({ ...body, stream: true } as OpenAI.CompletionCreateParamsStreaming);
+    const streamed = { tokens: [] as string[], offsets: [] as number[] };
+    for await (const ch of stream) {
+      streamed.tokens.push(...(ch.choices[0]?.logprobs?.tokens ?? []));
+      streamed.offsets.push(...(ch.choices[0]?.logprobs?.text_offset ?? []));
+    }
+    expect(streamed).toEqual({ tokens, offsets });
+  });
+
   it('frequency and presence penalties change a greedy reply; logit bias forces a token', async () => {
     const ask = (extra: Record<string, unknown>) =>
       client.chat.completions.create({
