@@ -55,7 +55,7 @@ import type {
 import { detectLayout, loadModelSpec, variantOption as variantOf } from '../packages';
 import { backendProvider, providerShortName } from '../packages/execution-providers';
 import type { LoadOptions } from '../packages/load-options';
-import { createScheduler, type Scheduler } from '../scheduler';
+import { createScheduler, formatBytes, type Scheduler } from '../scheduler';
 import {
   type AnswerPart,
   applyChat,
@@ -915,10 +915,10 @@ export class RunnerService {
       tok.validateIds(req.promptIds);
       rows = [req.promptIds];
     } else if (req.promptIdRows) {
-      for (const r of req.promptIdRows) tok.validateIds(r);
+      for (const [i, r] of req.promptIdRows.entries()) atPrompt(req, i, () => tok.validateIds(r));
       rows = req.promptIdRows;
     } else if (req.prompts) {
-      rows = req.prompts.map((p) => tok.encode(p, { addSpecialTokens: true }));
+      rows = req.prompts.map((p, i) => atPrompt(req, i, () => tok.encode(p, { addSpecialTokens: true })));
     } else {
       const messages: ChatMessage[] | undefined =
         req.messages ?? (req.chat ? [{ role: 'user', content: req.prompt ?? '' }] : undefined);
@@ -965,10 +965,17 @@ export class RunnerService {
         rows = [tok.encode(req.prompt ?? '', { addSpecialTokens: true })];
       }
     }
-    if (rows.some((r) => r.length === 0)) {
-      throw new KvdeskError('BAD_REQUEST', 'the prompt is empty after tokenization: give at least one token', {
-        field: req.messages ? 'messages' : req.prompts ? 'prompts' : req.promptIdRows ? 'promptIdRows' : 'prompt',
-      });
+    const empty = rows.findIndex((r) => r.length === 0);
+    if (empty >= 0) {
+      const one = promptField(req, empty);
+      throw new KvdeskError(
+        'BAD_REQUEST',
+        `${one ?? 'the prompt'} is empty after tokenization: give ${one ? 'it ' : ''}at least one token`,
+        {
+          field:
+            one ?? (req.messages ? 'messages' : req.prompts ? 'prompts' : req.promptIdRows ? 'promptIdRows' : 'prompt'),
+        },
+      );
     }
     const copies = req.rows ?? 1;
     if (copies > 1) {
@@ -1435,6 +1442,24 @@ function markupOutOfVocab(err: unknown, renderEmpty: () => unknown): unknown {
   }
 }
 
+/** The contract's name of prompt `i` of a request that sent several (`prompts[1]`, `promptIdRows[1]`). */
+function promptField(req: GenerateRequest, i: number): string | undefined {
+  const several = req.prompts ?? req.promptIdRows;
+  if (!several || several.length < 2 || i < 0) return undefined;
+  return `${req.prompts ? 'prompts' : 'promptIdRows'}[${i}]`;
+}
+
+/** Reads prompt `i` of a request with `read`: a refusal of one of several prompts names it (field and message). */
+function atPrompt<T>(req: GenerateRequest, i: number, read: () => T): T {
+  try {
+    return read();
+  } catch (err) {
+    const field = promptField(req, i);
+    if (field === undefined || !(err instanceof KvdeskError)) throw err;
+    throw new KvdeskError(err.code, `${field}: ${err.message}`, { ...err.detail, field });
+  }
+}
+
 /** One request's journey through the funnel. */
 /**
  * Lookup decoding's count of a reply as it went out: every token drafted, and of the draft tokens the model took,
@@ -1640,7 +1665,7 @@ class Generation {
       },
     );
     if (!submitted.ok) {
-      this.fail(this.host.onDevice(this.model.id, submitted.error));
+      this.fail(this.host.onDevice(this.model.id, this.namePrompt(submitted.error)));
       return;
     }
     if (sessionId?.startsWith(PROMPT_CACHE_PREFIX)) this.host.notePromptCache(sessionId, this.model.id);
@@ -2207,7 +2232,48 @@ class Generation {
   /** The scheduler refused this queued request (the limit was lowered under its minimum). */
   refused(error: ErrorInfo): void {
     if (this.grant) return;
-    this.fail(this.host.onDevice(this.model.id, error));
+    this.fail(this.host.onDevice(this.model.id, this.namePrompt(error)));
+  }
+
+  /**
+   * A refusal of several prompts that one of them causes names it: rows are padded to the longest, which leaves
+   * no room in the context, or whose one row alone is over the KV budget. A batch that is too big as a whole
+   * (each prompt fits alone) stays the request's.
+   */
+  private namePrompt(error: ErrorInfo): ErrorInfo {
+    const longest = this.promptTokens;
+    const field = promptField(
+      this.req,
+      this.rows.findIndex((r) => r.length === longest),
+    );
+    const d = error.detail ?? {};
+    if (field === undefined) return error;
+    if (error.code === 'CONTEXT_OVERFLOW' && typeof d.contextLength === 'number') {
+      return {
+        ...error,
+        message:
+          `${field} has ${longest} tokens, which leaves no room for a reply in the model's context of ` +
+          `${d.contextLength} tokens. Shorten it or leave it out.`,
+        detail: { ...d, field },
+      };
+    }
+    const spec = this.model.spec;
+    const alone = (longest + 1) * spec.bpt;
+    if (
+      error.code === 'KV_BUDGET_EXCEEDED' &&
+      staticPositions(spec) === undefined &&
+      typeof d.budgetBytes === 'number' &&
+      alone > d.budgetBytes
+    ) {
+      return {
+        ...error,
+        message:
+          `${field} alone needs ${formatBytes(alone)} of KV cache ((${longest} prompt + 1) tokens × ${spec.bpt} ` +
+          `B/token), but the KV budget is ${formatBytes(d.budgetBytes)}. Shorten it or leave it out, or raise the KV budget.`,
+        detail: { ...d, field },
+      };
+    }
+    return error;
   }
 
   private cancelError(when: string): KvdeskError {

@@ -118,6 +118,13 @@ function openAiParam(field: string, api: ParamApi): string {
     : snake.replace(/^tools\[(\d+)\]\.(parameters|name|description)/, 'tools[$1].function.$2');
 }
 
+/** The client's name of the host's prompt row (`prompts[j]`, `promptIdRows[j]`): each prompt ran as `copies` rows. */
+function promptParam(field: string, hint: ParamHint): string | undefined {
+  const m = /^(?:prompts|promptIdRows)\[(\d+)\]/.exec(field);
+  if (!m) return undefined;
+  return `${hint.prompt}[${Math.floor(Number(m[1]) / (hint.promptCopies ?? 1))}]${field.slice(m[0].length)}`;
+}
+
 /** Which API's parameter names a refusal uses. */
 export type ParamApi = 'chat' | 'responses' | 'anthropic';
 
@@ -135,6 +142,8 @@ export interface MessageOrigin {
 export interface ParamHint {
   /** The parameter that holds the prompt (context overflow, tokens out of vocabulary). */
   prompt: string;
+  /** Rows the host ran of each of several prompts (OpenAI's `n`): its row j is prompt[j / promptCopies]. */
+  promptCopies?: number;
   api?: ParamApi;
   /** One per message of the host request, where they are not the body's own `messages`. */
   origins?: readonly MessageOrigin[];
@@ -232,6 +241,9 @@ export function errorFromInfo(info: ErrorInfo, paramHint?: ParamHint): HttpError
           ? clientMessagePath(field, api, paramHint.origins)
           : openAiParam(field, api);
   }
+  // One of several prompts, whatever the refusal (too long for the context or the budget, ids out of vocabulary).
+  const prompt = paramHint && field !== undefined ? promptParam(field, paramHint) : undefined;
+  if (prompt !== undefined) param = prompt;
   const message =
     paramHint && paramHint.rename !== false ? clientMessage(info.message, field, param, paramHint) : info.message;
   const numbers: Record<string, unknown> = {};

@@ -998,6 +998,56 @@ describe('refusals', () => {
     }
   });
 
+  it('names which of several prompts is refused (prompt[i], in param and message), streamed or not, whatever n', async () => {
+    const refusal = async (body: Record<string, unknown>) => {
+      const err = await apiError(
+        client.completions.create({ model: 'default', max_tokens: 2, ...body } as OpenAI.CompletionCreateParams),
+      );
+      expect(err.status).toBe(400);
+      return err;
+    };
+    const long = Array(2048).fill(7);
+    for (const extra of [{}, { stream: true }, { n: 2 }, { n: 3, stream: true }]) {
+      const err = await refusal({ prompt: [[7, 7], long, [8]], ...extra });
+      expect(err.code, JSON.stringify(extra)).toBe('context_length_exceeded');
+      expect(err.param).toBe('prompt[1]');
+      expect(err.message).toMatch(/^400 prompt\[1\] has 2048 tokens, .* context of 2048 tokens/);
+      expect(err.error).toMatchObject({ n_prompt_tokens: 2048, n_ctx: 2048 });
+    }
+    const oov = await refusal({ prompt: [[1, 2], [3], [5, 99999]], n: 2 });
+    expect(oov.code).toBe('token_out_of_vocab');
+    expect(oov.param).toBe('prompt[2]');
+    expect(oov.message).toMatch(/^400 prompt\[2\]: Prompt id 99999 at position 1 /);
+    const empty = await refusal({ prompt: ['hi', ''], stream: true });
+    expect(empty.param).toBe('prompt[1]');
+    expect(empty.message).toMatch(/^400 prompt\[1\] is empty/);
+    await t.hostApi.call('configureBudget', { kvBudgetBytes: 8 * 1024 });
+    try {
+      // Its one row alone is over the budget: that prompt is the one to shorten.
+      for (const extra of [{}, { stream: true }]) {
+        const err = await refusal({ prompt: [[7], Array(10).fill(7)], ...extra });
+        expect(err.code).toBe('kv_budget_exceeded');
+        expect(err.param).toBe('prompt[1]');
+        expect(err.message).toMatch(/^400 prompt\[1\] alone needs 11\.0 KiB of KV cache .* KV budget is 8\.0 KiB/);
+        expect(err.error).toMatchObject({ budget_bytes: 8 * 1024, n_prompt_tokens: 10, rows: 2 });
+      }
+      // Each fits alone, not the batch: the request's, not one prompt's.
+      const batch = await refusal({
+        prompt: [
+          [7, 7, 7],
+          [7, 7, 7, 7],
+        ],
+      });
+      expect(batch.code).toBe('kv_budget_exceeded');
+      expect(batch.param).toBeNull();
+      expect(batch.message).toMatch(/2 rows/);
+    } finally {
+      await t.hostApi.call('configureBudget', { kvBudgetBytes: BUDGET });
+    }
+    // One prompt is still `prompt`.
+    expect((await refusal({ prompt: [long] })).param).toBe('prompt');
+  });
+
   it('429 with Retry-After when the queue is full, and the queued request still completes', async () => {
     await t.hostApi.call('configureBudget', { maxRunning: 1, maxQueue: 1 });
     // Hold the first request's engine start so it stays running while the queue fills: deterministic, no timing.
