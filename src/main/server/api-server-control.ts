@@ -12,7 +12,7 @@ import os from 'node:os';
 import type { ApiServerRequest, ApiServerStatus } from '../../shared/api';
 import { KvdeskError } from '../../shared/errors';
 import type { ApiServerControl, HostApi } from '../host/host-api';
-import { writeAtomic } from '../store/write-atomic';
+import { writePrivateFile } from '../host/private-file';
 import { type RunningServer, startServer } from './server';
 
 /** The API key's file in the window's data folder. */
@@ -91,7 +91,7 @@ export function createApiServerControl(opts: {
   };
   const writeKey = async (): Promise<string> => {
     const made = `kvd-${randomBytes(32).toString('base64url')}`;
-    await writeAtomic(opts.keyFile, `${made}\n`, { mode: 0o600 });
+    await writePrivateFile(opts.keyFile, `${made}\n`);
     return made;
   };
   /** The key kept in keyFile, or a new one where there is none (or what is there is not a key kvdesk made). */
