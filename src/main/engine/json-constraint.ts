@@ -8,14 +8,22 @@
  *
  * Strings accept any byte from 0x20 up except `"` and `\` (escapes are
  * checked), so a multi-byte character may be split across tokens; a byte-level
- * vocabulary's pieces of characters stay possible. Runs of whitespace outside
- * strings are capped, so a model cannot pad the reply with blank lines forever.
+ * vocabulary's pieces of characters stay possible. Numbers that JavaScript
+ * would read as ±Infinity are refused at the digit that makes them so. Runs of
+ * whitespace outside strings are capped, so a model cannot pad the reply with
+ * blank lines forever.
  */
 import { CallConstraint, type CompiledCallGrammar } from './call-constraint';
 import {
+  expDigit,
+  expNegative,
   feedSchemaBytes,
+  fracDigit,
   initialSchemaState,
+  intDigit,
   MAX_NUMBER_DIGITS,
+  type Magnitude,
+  magnitudeZero,
   type SchemaNode,
   type SchemaState,
 } from './json-schema';
@@ -78,8 +86,8 @@ const isWs = (b: number) => b === 0x20 || b === 0x0a || b === 0x0d || b === 0x09
 const isDigit = (b: number) => b >= 0x30 && b <= 0x39;
 const isHex = (b: number) => isDigit(b) || (b >= 0x41 && b <= 0x46) || (b >= 0x61 && b <= 0x66);
 
-/** The recogniser's whole state: small, so a candidate token is tried on a copy. */
-export interface JsonState {
+/** The recogniser's whole state: small, so a candidate token is tried on a copy. In a number, its Magnitude. */
+export interface JsonState extends Magnitude {
   s: S;
   /** Open containers: bit i of the 128 set when container i (outermost 0) is an array. */
   arrays: Uint32Array;
@@ -92,7 +100,19 @@ export interface JsonState {
 }
 
 export function initialJsonState(): JsonState {
-  return { s: S.Start, arrays: new Uint32Array(MAX_DEPTH / 32), depth: 0, key: false, literal: 0, at: 0, ws: 0 };
+  return {
+    s: S.Start,
+    arrays: new Uint32Array(MAX_DEPTH / 32),
+    depth: 0,
+    key: false,
+    literal: 0,
+    at: 0,
+    ws: 0,
+    sig: 0,
+    cmp: 0,
+    scale: 0,
+    exp: 0,
+  };
 }
 
 /** Copies `src` into `dst` without allocating. */
@@ -103,6 +123,10 @@ function copyInto(dst: JsonState, src: JsonState): JsonState {
   dst.at = src.at;
   dst.ws = src.ws;
   dst.depth = src.depth;
+  dst.sig = src.sig;
+  dst.cmp = src.cmp;
+  dst.scale = src.scale;
+  dst.exp = src.exp;
   dst.arrays.set(src.arrays);
   return dst;
 }
@@ -142,10 +166,15 @@ function startValue(st: JsonState, b: number): boolean {
   if (b === 0x22) {
     st.s = S.String;
     st.key = false;
-  } else if (b === 0x2d) st.s = S.Minus;
-  else if (b === 0x30) st.s = S.Zero;
-  else if (isDigit(b)) digitsBegin(st, S.Int);
-  else {
+  } else if (b === 0x2d || isDigit(b)) {
+    magnitudeZero(st);
+    if (b === 0x2d) st.s = S.Minus;
+    else if (b === 0x30) st.s = S.Zero;
+    else {
+      digitsBegin(st, S.Int);
+      intDigit(st, b - 0x30);
+    }
+  } else {
     const literal = LITERALS.findIndex((w) => w[0] === b);
     if (literal < 0) return false;
     st.s = S.Literal;
@@ -225,12 +254,15 @@ export function feedByte(st: JsonState, b: number): boolean {
       return true;
     case S.Minus:
       if (b === 0x30) st.s = S.Zero;
-      else if (isDigit(b)) digitsBegin(st, S.Int);
-      else return false;
+      else if (isDigit(b)) {
+        digitsBegin(st, S.Int);
+        intDigit(st, b - 0x30);
+      } else return false;
       return true;
     case S.Zero:
     case S.Int:
-      if (isDigit(b) && st.s === S.Int) return anotherDigit(st, MAX_NUMBER_DIGITS.int);
+      // Digits that would make the number ±Infinity are refused.
+      if (isDigit(b) && st.s === S.Int) return anotherDigit(st, MAX_NUMBER_DIGITS.int) && intDigit(st, b - 0x30);
       if (b === 0x2e) st.s = S.Dot;
       else if (b === 0x65 || b === 0x45) st.s = S.Exp;
       else return afterNumber(st, b);
@@ -238,25 +270,35 @@ export function feedByte(st: JsonState, b: number): boolean {
     case S.Dot:
       if (!isDigit(b)) return false;
       digitsBegin(st, S.Frac);
+      fracDigit(st, b - 0x30);
       return true;
     case S.Frac:
-      if (isDigit(b)) return anotherDigit(st, MAX_NUMBER_DIGITS.frac);
+      if (isDigit(b)) {
+        if (!anotherDigit(st, MAX_NUMBER_DIGITS.frac)) return false;
+        fracDigit(st, b - 0x30);
+        return true;
+      }
       if (b === 0x65 || b === 0x45) {
         st.s = S.Exp;
         return true;
       }
       return afterNumber(st, b);
     case S.Exp:
-      if (b === 0x2b || b === 0x2d) st.s = S.ExpSign;
-      else if (isDigit(b)) digitsBegin(st, S.ExpDigits);
-      else return false;
-      return true;
+      if (b === 0x2b || b === 0x2d) {
+        st.s = S.ExpSign;
+        if (b === 0x2d) expNegative(st);
+        return true;
+      }
+      if (!isDigit(b)) return false;
+      digitsBegin(st, S.ExpDigits);
+      return expDigit(st, b - 0x30);
     case S.ExpSign:
       if (!isDigit(b)) return false;
       digitsBegin(st, S.ExpDigits);
-      return true;
+      return expDigit(st, b - 0x30);
     case S.ExpDigits:
-      return isDigit(b) ? anotherDigit(st, MAX_NUMBER_DIGITS.exp) : afterNumber(st, b);
+      if (!isDigit(b)) return afterNumber(st, b);
+      return anotherDigit(st, MAX_NUMBER_DIGITS.exp) && expDigit(st, b - 0x30);
     case S.Literal: {
       const word = LITERALS[st.literal] as number[];
       if (word[st.at] !== b) return false;

@@ -495,7 +495,8 @@ type Frame =
    */
   | { k: 'array'; node: Extract<SchemaNode, { k: 'array' }>; count: number; after: boolean; item: boolean }
   | { k: 'string'; esc: number }
-  | { k: 'number'; integer: boolean; s: number; n: number }
+  /** `n`: digits so far of the number's current part (its integer part, fraction or exponent). */
+  | ({ k: 'number'; integer: boolean; s: number; n: number } & Magnitude)
   /** Options[lo, hi) (sorted) share the `at` bytes read so far; a complete one comes first. */
   | { k: 'literals'; options: Uint8Array[]; lo: number; hi: number; at: number };
 
@@ -528,20 +529,101 @@ const arrayFrame = (node: ArrayFrame['node'], count: number, after: boolean, ite
   after,
   item,
 });
-/** `n`: digits so far of the number's current part (its integer part, fraction or exponent). */
-const numberFrame = (integer: boolean, s: number, n = 1): Frame => ({ k: 'number', integer, s, n });
+type NumberFrame = Extract<Frame, { k: 'number' }>;
+const numberFrame = (integer: boolean, s: number, n: number, m: Magnitude): NumberFrame => ({
+  k: 'number',
+  integer,
+  s,
+  n,
+  sig: m.sig,
+  cmp: m.cmp,
+  scale: m.scale,
+  exp: m.exp,
+});
+const ZERO: Magnitude = { sig: 0, cmp: 0, scale: 0, exp: 0 };
 
 /**
- * Most digits a number's parts may have (JSON sets none), enough for every number JSON.stringify writes — 21
- * before the point (it writes 1e20 in full), 24 after it, 3 in the exponent —, so a model gone astray cannot run
- * on with digits (`9E+4444…`, which JavaScript reads as Infinity; a 50-digit integer).
+ * Most digits a number's parts may have (JSON sets none), so a model gone astray cannot run on with digits: 309
+ * before the point (a finite double has no more; `intDigit` stops most numbers sooner), 24 after it, 3 in the
+ * exponent. Every number JSON.stringify writes fits.
  */
-export const MAX_NUMBER_DIGITS = { int: 21, frac: 24, exp: 3 } as const;
+export const MAX_NUMBER_DIGITS = { int: 309, frac: 24, exp: 3 } as const;
 const DIGITS_OF_STATE: Record<number, number> = {
   3: MAX_NUMBER_DIGITS.int,
   5: MAX_NUMBER_DIGITS.frac,
   8: MAX_NUMBER_DIGITS.exp,
 };
+
+/**
+ * The digits of 2^1024 - 2^970, the least value a double rounds to Infinity (half way from Number.MAX_VALUE to
+ * 2^1024; the tie goes to the even one, 2^1024): 309 of them, the last not 0.
+ */
+const INFINITY_DIGITS = Uint8Array.from((2n ** 1024n - 2n ** 970n).toString(), (c) => c.charCodeAt(0) - 0x30);
+
+/**
+ * Enough of a number to tell whether JavaScript reads it as ±Infinity (JSON.parse would, and JSON.stringify
+ * then writes null): its significant digits D (`sig` of them) make 0.D × 10^(scale + exp). D itself is not
+ * kept, only how it compares with INFINITY_DIGITS, so the state stays small however many digits come.
+ */
+export interface Magnitude {
+  sig: number;
+  /** -1, 0 or 1: D against the first `sig` of INFINITY_DIGITS (0 beyond the last). */
+  cmp: number;
+  /** The decimal point's place in D: the digits before it, or minus the zeros after it before D begins. */
+  scale: number;
+  /** The exponent's digits so far (a negative exponent only shrinks the value: it sets sig to 0 instead). */
+  exp: number;
+}
+
+/** The magnitude of a number before its first digit (or its `-`): zero. */
+export function magnitudeZero(m: Magnitude): void {
+  m.sig = 0;
+  m.cmp = 0;
+  m.scale = 0;
+  m.exp = 0;
+}
+
+/** Whether m, with the point at `scale`, is at least 2^1024 - 2^970. */
+function overflows(m: Magnitude, scale: number): boolean {
+  if (m.sig === 0 || scale < INFINITY_DIGITS.length) return false;
+  return scale > INFINITY_DIGITS.length || m.cmp > 0 || (m.cmp === 0 && m.sig >= INFINITY_DIGITS.length);
+}
+
+function significant(m: Magnitude, d: number): void {
+  if (m.cmp === 0) {
+    const t = m.sig < INFINITY_DIGITS.length ? (INFINITY_DIGITS[m.sig] as number) : 0;
+    m.cmp = d < t ? -1 : d > t ? 1 : 0;
+  }
+  m.sig++;
+}
+
+/** Digit d of the integer part (past its leading zero, if any); false when the number then reads as Infinity. */
+export function intDigit(m: Magnitude, d: number): boolean {
+  significant(m, d);
+  m.scale++;
+  return !overflows(m, m.scale);
+}
+
+/**
+ * Digit d after the point. It never makes a finite number infinite: the least infinite value is an integer
+ * (so an integer part below it stays below with any fraction).
+ */
+export function fracDigit(m: Magnitude, d: number): void {
+  if (m.sig === 0 && d === 0) m.scale--;
+  else significant(m, d);
+}
+
+/** Digit d of the exponent; false when the number then reads as Infinity. */
+export function expDigit(m: Magnitude, d: number): boolean {
+  m.exp = m.exp * 10 + d;
+  return !overflows(m, m.scale + m.exp);
+}
+
+/** A `-` after the `e`: the value can only shrink now (to 0 at worst, which JSON keeps). */
+export function expNegative(m: Magnitude): void {
+  m.sig = 0;
+}
+
 /** String frames hold nothing but the escape state: one of each serves every string. */
 const STRING_FRAMES: Frame[] = Array.from({ length: 6 }, (_, esc) => ({ k: 'string', esc }));
 
@@ -591,9 +673,14 @@ function start(node: SchemaNode, b: number): Frame | Frame[] | null {
     case 'string':
       return b === 0x22 ? (STRING_FRAMES[0] as Frame) : null;
     case 'number':
-      if (b === 0x2d) return numberFrame(node.integer, 1);
-      if (b === 0x30) return numberFrame(node.integer, 2);
-      return isDigit(b) ? numberFrame(node.integer, 3) : null;
+      if (b === 0x2d) return numberFrame(node.integer, 1, 1, ZERO);
+      if (b === 0x30) return numberFrame(node.integer, 2, 1, ZERO);
+      if (!isDigit(b)) return null;
+      {
+        const f = numberFrame(node.integer, 3, 1, ZERO);
+        intDigit(f, b - 0x30);
+        return f;
+      }
     case 'literals':
       return narrow(node.options, 0, node.options.length, 0, b);
     case 'union': {
@@ -751,7 +838,14 @@ function stepFrame(f: Frame, b: number): Step {
       const s = numberStep(f.s, f.integer, b);
       if (s > 0) {
         const n = s === f.s ? f.n + 1 : 1;
-        return n > (DIGITS_OF_STATE[s] ?? 1) ? null : stay(numberFrame(f.integer, s, n));
+        if (n > (DIGITS_OF_STATE[s] ?? 1)) return null;
+        const next = numberFrame(f.integer, s, n, f);
+        // Digits that would make the number ±Infinity are refused.
+        if (s === 3) return intDigit(next, b - 0x30) ? stay(next) : null;
+        if (s === 5) fracDigit(next, b - 0x30);
+        else if (s === 8) return expDigit(next, b - 0x30) ? stay(next) : null;
+        else if (b === 0x2d && s === 7) expNegative(next);
+        return stay(next);
       }
       return s === 0 && NUMBER_COMPLETE.has(f.s) ? END_BEFORE : null;
     }

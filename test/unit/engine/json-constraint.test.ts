@@ -1,5 +1,5 @@
 import fc from 'fast-check';
-import { describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import {
   feedByte,
   initialJsonState,
@@ -12,6 +12,8 @@ import {
 import { MAX_NUMBER_DIGITS } from '../../../src/main/engine/json-schema';
 import type { SamplingParams } from '../../../src/main/engine/protocol';
 import { Sampler } from '../../../src/main/engine/sampling';
+import { fixturesSkipReason, haveFixtures } from '../../helpers/fixtures';
+import { acceptedBytes, boundaryNumbers, gpt2Table, LEAST_INFINITE, tokenOf } from '../../helpers/json-text';
 
 /** Feeds a text's UTF-8 bytes; how many were accepted and whether the object closed. */
 function feed(text: string): { accepted: number; total: number; done: boolean; doneBefore: boolean } {
@@ -99,6 +101,51 @@ describe('the JSON recogniser', () => {
     }
   });
 
+  it('refuses a number at the digit that makes JavaScript read it as ±Infinity, and every finite one stays', () => {
+    const maxValue = ((2n ** 53n - 1n) * 2n ** 971n).toString();
+    const cases: [string, boolean][] = [
+      ['1e999', false],
+      ['-1e400', false],
+      ['1e309', false],
+      [`1${'0'.repeat(309)}`, false],
+      [LEAST_INFINITE, false],
+      [`-${LEAST_INFINITE}`, false],
+      [`${LEAST_INFINITE.slice(0, 300)}.5e9`, false],
+      ['1.7976931348623159e308', false],
+      ['0.001e312', false],
+      ['1e308', true],
+      [`1${'0'.repeat(308)}`, true],
+      [maxValue, true],
+      [`-${maxValue}.999`, true],
+      [(BigInt(LEAST_INFINITE) - 1n).toString(), true],
+      [`${(BigInt(LEAST_INFINITE) - 1n).toString()}.${'9'.repeat(24)}`, true],
+      ['1.7976931348623157e308', true],
+      // Rounds down to Number.MAX_VALUE.
+      ['1.7976931348623158e308', true],
+      ['0.001e311', true],
+      // Zero and underflow to zero are finite.
+      ['0e999', true],
+      ['-0.000e999', true],
+      ['1e-999', true],
+      [`${maxValue}e-999`, true],
+    ];
+    for (const [n, finite] of cases) {
+      expect(Number.isFinite(Number(n)), n).toBe(finite);
+      const text = `{"a":${n}}`;
+      const r = feed(text);
+      expect(r.accepted, n).toBe(acceptedBytes('{"a":', n, '}'));
+      expect(r.done, n).toBe(finite);
+    }
+    // Near the boundary, in every form: the recogniser agrees with JavaScript byte by byte.
+    fc.assert(
+      fc.property(boundaryNumbers, (n) => {
+        const r = feed(`{"a":${n}}`);
+        expect(r.accepted, n).toBe(acceptedBytes('{"a":', n, '}'));
+      }),
+      { numRuns: 2000 },
+    );
+  });
+
   it('nests objects and arrays up to MAX_DEPTH levels, and no deeper', () => {
     const deep = `{"a":${'['.repeat(MAX_DEPTH - 1)}1${']'.repeat(MAX_DEPTH - 1)}}`;
     expect(feed(deep).done).toBe(true);
@@ -147,6 +194,35 @@ describe('JsonConstraint', () => {
     expect(() => c.accept(1)).toThrow(/does not continue/);
   });
 });
+
+describe.skipIf(!haveFixtures)(
+  `JsonConstraint over tiny-random-gpt2's byte-level vocabulary (${haveFixtures ? 'fixtures' : fixturesSkipReason})`,
+  () => {
+    let table: Awaited<ReturnType<typeof gpt2Table>>;
+    beforeAll(async () => {
+      table = await gpt2Table();
+    });
+    const id = (bytes: number[]) => {
+      const found = tokenOf(table, bytes);
+      if (found < 0) throw new Error(`no token is ${Buffer.from(bytes).toString('hex')}`);
+      return found;
+    };
+
+    it('refuses number tokens that would make the number ±Infinity', () => {
+      const after = (text: string) => {
+        const c = new JsonConstraint(table);
+        for (const b of Buffer.from(text)) c.accept(id([b]));
+        return (n: string) => c.allows(id([...Buffer.from(n)]));
+      };
+      const exponent = after('{"a":1e');
+      expect(['308', '309', '400', '999'].map(exponent)).toEqual([true, false, false, false]);
+      const negative = after('{"a":-1.8e');
+      expect(['307', '308'].map(negative)).toEqual([true, false]);
+      // Tiny numbers underflow to 0, which JSON keeps.
+      expect(after('{"a":1e-')('999')).toBe(true);
+    });
+  },
+);
 
 describe('Sampler in JSON mode', () => {
   // Ids: 0 '{', 1 '}', 2 'x', 3 '"k":1', 4 special, 5 ' '.

@@ -22,6 +22,7 @@ import {
   schemaPathCount,
 } from '../../../src/main/engine/json-schema';
 import { createRng } from '../../../src/main/engine/sampling';
+import { acceptedBytes, boundaryNumbers, LEAST_INFINITE } from '../../helpers/json-text';
 
 type Schema = Record<string, unknown>;
 
@@ -445,6 +446,45 @@ describe('the schema recogniser', () => {
       const r = feedAll(root, text);
       expect(r.accepted, text).toBeLessThan(r.total);
     }
+  });
+
+  it('refuses a number at the digit that makes JavaScript read it as ±Infinity, and every finite one stays', () => {
+    const root = compileSchema({
+      type: 'object',
+      properties: { x: { type: 'number' }, n: { type: 'integer' } },
+      required: ['x', 'n'],
+    });
+    const maxValue = ((2n ** 53n - 1n) * 2n ** 971n).toString();
+    for (const [x, n] of [
+      ['1e999', '1'],
+      ['-1e400', '1'],
+      ['1.7976931348623159e308', '1'],
+      ['1.7976931348623158e308', '1'],
+      ['1.7976931348623157e308', LEAST_INFINITE],
+      ['0e999', `-${LEAST_INFINITE}`],
+      ['1e-999', maxValue],
+      ['0.001e311', `-${maxValue}`],
+      ['0.001e312', '1'],
+      [`${maxValue}e-999`, (BigInt(LEAST_INFINITE) - 1n).toString()],
+    ]) {
+      const text = `{"x":${x},"n":${n}}`;
+      const xEnds = acceptedBytes('{"x":', x as string, '');
+      const expected = xEnds < 5 + (x as string).length ? xEnds : acceptedBytes(`{"x":${x},"n":`, n as string, '}');
+      const r = feedAll(root, text);
+      expect(r.accepted, text).toBe(expected);
+      expect(r.done, text).toBe(expected === text.length);
+    }
+    const rnd = createRng(5);
+    fc.assert(
+      fc.property(boundaryNumbers, (x) => {
+        const text = `{"x":${x},"n":1}`;
+        const r = feedAll(root, text);
+        expect(r.accepted, x).toBe(acceptedBytes('{"x":', x, ',"n":1}'));
+        // Several bytes at once (as tokens come) agree.
+        expect(feedChunks(root, text, rnd)?.done ?? false, x).toBe(r.done);
+      }),
+      { numRuns: 1000 },
+    );
   });
 
   it('refuses what is not that schema: missing required or reordered properties, wrong types, counts, commas, whitespace', () => {
