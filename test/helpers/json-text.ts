@@ -45,6 +45,26 @@ export const boundaryNumbers = fc
     return `${sign}${p === 0 ? '0' : d.slice(0, p)}${frac ? `.${frac}` : ''}${e}${309 - p + shift}`;
   });
 
+/** Whether bytes are UTF-8 that a streaming decoder could still complete (`whole`: that it is complete). */
+export function validUtf8(bytes: Uint8Array, whole: boolean): boolean {
+  try {
+    new TextDecoder('utf-8', { fatal: true }).decode(bytes, { stream: !whole });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Whether JSON.parse reads a text. */
+export function parses(text: string): boolean {
+  try {
+    JSON.parse(text);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 /**
  * The token table of tiny-random-gpt2's byte-level BPE vocabulary (50,295 tokens, the 256 single bytes among
  * them), built as the host builds it for JSON mode.
@@ -68,4 +88,30 @@ export function tokenOf(table: TokenTable, bytes: readonly number[]): number {
     if (bytes.every((b, i) => table.bytes[from + i] === b)) return id;
   }
   return -1;
+}
+
+/**
+ * A random walk through a constraint over a vocabulary: each step masks the logits and draws among the tokens
+ * left, those with bytes ≥ 0x80 (pieces of characters) most of the time when any is allowed. The bytes written.
+ */
+export function walkTokens(
+  c: { mask(x: Float32Array, vocab: number): number; accept(id: number): void; done: boolean },
+  table: TokenTable,
+  steps: number,
+  rnd: () => number,
+): number[] {
+  const vocab = table.offsets.length - 1;
+  const written: number[] = [];
+  const x = new Float32Array(vocab);
+  for (let s = 0; s < steps && !c.done; s++) {
+    x.fill(0);
+    if (c.mask(x, vocab) === 0) throw new Error(`no token continues after ${Buffer.from(written).toString('hex')}`);
+    const allowed = [...x.keys()].filter((id) => x[id] === 0);
+    const high = allowed.filter((id) => (table.bytes[table.offsets[id] as number] as number) >= 0x80);
+    const pool = high.length > 0 && rnd() < 0.8 ? high : allowed;
+    const id = pool[Math.floor(rnd() * pool.length)] as number;
+    c.accept(id);
+    written.push(...table.bytes.subarray(table.offsets[id] as number, table.offsets[id + 1] as number));
+  }
+  return written;
 }

@@ -6,12 +6,13 @@
  * those that can, so the distribution it samples is the model's, renormalised
  * over valid continuations. The reply ends as soon as the object closes.
  *
- * Strings accept any byte from 0x20 up except `"` and `\` (escapes are
- * checked), so a multi-byte character may be split across tokens; a byte-level
- * vocabulary's pieces of characters stay possible. Numbers that JavaScript
- * would read as ±Infinity are refused at the digit that makes them so. Runs of
- * whitespace outside strings are capped, so a model cannot pad the reply with
- * blank lines forever.
+ * Strings accept any valid UTF-8 from 0x20 up except `"` and `\` (escapes are
+ * checked); a multi-byte character may be split across tokens, so a byte-level
+ * vocabulary's pieces of characters stay possible, but a string cannot close
+ * with one cut short, nor take bytes that are no character's. Numbers that
+ * JavaScript would read as ±Infinity are refused at the digit that makes them
+ * so. Runs of whitespace outside strings are capped, so a model cannot pad the
+ * reply with blank lines forever.
  */
 import { CallConstraint, type CompiledCallGrammar } from './call-constraint';
 import {
@@ -26,6 +27,7 @@ import {
   magnitudeZero,
   type SchemaNode,
   type SchemaState,
+  UTF8_NEXT,
 } from './json-schema';
 import { type CompiledBudget, ReasoningBudget } from './reasoning-budget';
 
@@ -82,6 +84,9 @@ const LITERALS = ['true', 'false', 'null'].map((w) => [...w].map((c) => c.charCo
 /** Longest run of whitespace bytes accepted between tokens of the JSON text. */
 export const MAX_WHITESPACE_RUN = 32;
 
+/** Held here: through an import binding (tsx: the tests, the CLI from source), each read would cost a call. */
+const UTF8 = UTF8_NEXT;
+
 const isWs = (b: number) => b === 0x20 || b === 0x0a || b === 0x0d || b === 0x09;
 const isDigit = (b: number) => b >= 0x30 && b <= 0x39;
 const isHex = (b: number) => isDigit(b) || (b >= 0x41 && b <= 0x46) || (b >= 0x61 && b <= 0x66);
@@ -95,6 +100,7 @@ export interface JsonState extends Magnitude {
   /** Whether the string being read is an object key. */
   key: boolean;
   literal: number;
+  /** Where in a literal; digits of a number's part; in a string, its UTF-8 state (UTF8_NEXT). */
   at: number;
   ws: number;
 }
@@ -166,6 +172,7 @@ function startValue(st: JsonState, b: number): boolean {
   if (b === 0x22) {
     st.s = S.String;
     st.key = false;
+    st.at = 0;
   } else if (b === 0x2d || isDigit(b)) {
     magnitudeZero(st);
     if (b === 0x2d) st.s = S.Minus;
@@ -215,6 +222,7 @@ export function feedByte(st: JsonState, b: number): boolean {
       if (b !== 0x22) return false;
       st.s = S.String;
       st.key = true;
+      st.at = 0;
       return true;
     case S.Colon:
       if (b !== 0x3a) return false;
@@ -227,6 +235,12 @@ export function feedByte(st: JsonState, b: number): boolean {
       }
       return close(st, b);
     case S.String:
+      if (b >= 0x80) {
+        st.at = UTF8[(st.at << 8) | b] as number;
+        return st.at >= 0;
+      }
+      // Not inside a character (not one cut short).
+      if (st.at !== 0) return false;
       if (b === 0x22) {
         if (st.key) st.s = S.Colon;
         else endValue(st);

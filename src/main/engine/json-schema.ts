@@ -494,6 +494,7 @@ type Frame =
    * both after a comma and one space.
    */
   | { k: 'array'; node: Extract<SchemaNode, { k: 'array' }>; count: number; after: boolean; item: boolean }
+  /** `esc`: 0 between characters, 1 after a backslash, 2 to 5 in a `\u` escape, UTF8_ESC + u in a character. */
   | { k: 'string'; esc: number }
   /** `n`: digits so far of the number's current part (its integer part, fraction or exponent). */
   | ({ k: 'number'; integer: boolean; s: number; n: number } & Magnitude)
@@ -624,8 +625,38 @@ export function expNegative(m: Magnitude): void {
   m.sig = 0;
 }
 
-/** String frames hold nothing but the escape state: one of each serves every string. */
-const STRING_FRAMES: Frame[] = Array.from({ length: 6 }, (_, esc) => ({ k: 'string', esc }));
+/**
+ * UTF-8 in strings (RFC 3629): UTF8_NEXT[u << 8 | b] is the state after byte b ≥ 0x80 in state u, -1 when no
+ * valid text goes on so. State 0: between characters; 1, 2: that many continuation bytes to come; 3 to 7 (after
+ * E0, ED, F0, F1–F3, F4): the next one is from a narrower range (no overlong forms, no surrogates, nothing past
+ * U+10FFFF), then 1 or 2 more. A byte-level vocabulary has tokens that are pieces of characters (and bytes
+ * that are none): these keep a reply from writing what would decode to U+FFFD.
+ */
+export const UTF8_NEXT = new Int8Array(8 << 8).fill(-1);
+for (const [u, lo, hi, next] of [
+  [0, 0xc2, 0xdf, 1],
+  [0, 0xe0, 0xe0, 3],
+  [0, 0xe1, 0xec, 2],
+  [0, 0xed, 0xed, 4],
+  [0, 0xee, 0xef, 2],
+  [0, 0xf0, 0xf0, 5],
+  [0, 0xf1, 0xf3, 6],
+  [0, 0xf4, 0xf4, 7],
+  [1, 0x80, 0xbf, 0],
+  [2, 0x80, 0xbf, 1],
+  [3, 0xa0, 0xbf, 1],
+  [4, 0x80, 0x9f, 1],
+  [5, 0x90, 0xbf, 2],
+  [6, 0x80, 0xbf, 2],
+  [7, 0x80, 0x8f, 2],
+] as const) {
+  UTF8_NEXT.fill(next, (u << 8) | lo, ((u << 8) | hi) + 1);
+}
+
+/** A string frame's `esc` inside a character: UTF8_ESC + its UTF-8 state (1 to 7). */
+const UTF8_ESC = 5;
+/** String frames hold nothing but `esc`: one of each serves every string. */
+const STRING_FRAMES: Frame[] = Array.from({ length: UTF8_ESC + 8 }, (_, esc) => ({ k: 'string', esc }));
 
 // Number states: 1 after '-', 2 zero, 3 integer digits, 4 after '.', 5 fraction, 6 after 'e', 7 after its sign, 8 exponent.
 const NUMBER_COMPLETE = new Set([2, 3, 5, 8]);
@@ -823,6 +854,14 @@ function stepFrame(f: Frame, b: number): Step {
       return child ? { t: 'push', frame: arrayFrame(f.node, f.count + 1, true, false), child } : null;
     }
     case 'string':
+      if (b >= 0x80) {
+        // A character's byte (escapes are ASCII).
+        if (f.esc !== 0 && f.esc <= UTF8_ESC) return null;
+        const u = UTF8_NEXT[((f.esc === 0 ? 0 : f.esc - UTF8_ESC) << 8) | b] as number;
+        return u < 0 ? null : stay(STRING_FRAMES[u === 0 ? 0 : UTF8_ESC + u] as Frame);
+      }
+      // Not inside a character (not one cut short).
+      if (f.esc > UTF8_ESC) return null;
       if (f.esc === 0) {
         if (b === 0x22) return END;
         if (b === 0x5c) return stay(STRING_FRAMES[1] as Frame);
@@ -953,11 +992,37 @@ function stepTop(root: SchemaNode, stack: readonly Frame[], b: number): Step {
   return child ? { t: 'open', child } : null;
 }
 
-/** Whether byte b changes nothing on a stack: a plain byte inside a string. */
+/** Whether byte b changes nothing on a stack: a plain ASCII byte inside a string, between characters. */
 function inert(stack: readonly Frame[], b: number): boolean {
-  if (b < 0x20 || b === 0x22 || b === 0x5c || stack.length === 0) return false;
+  if (b < 0x20 || b === 0x22 || b === 0x5c || b >= 0x80 || stack.length === 0) return false;
   const top = stack[stack.length - 1] as Frame;
   return top.k === 'string' && top.esc === 0;
+}
+
+/** Set by charRun: the string frame's `esc` after the bytes it read. */
+let runEsc = 0;
+
+/**
+ * Reads bytes[i, to) from byte i (≥ 0x80) on while they are characters' bytes and plain ones of the string
+ * that is the stack's top (if it is one, outside an escape): where it stopped (i itself when it read nothing),
+ * -1 when a byte is no valid UTF-8 there. Frames are not made for each byte: a token of whole characters in a
+ * string (most of a vocabulary, in many languages) costs a table lookup a byte, as ASCII ones cost a test.
+ */
+function charRun(stack: readonly Frame[], bytes: Uint8Array, i: number, to: number): number {
+  if (stack.length === 0) return i;
+  const top = stack[stack.length - 1] as Frame;
+  if (top.k !== 'string' || (top.esc !== 0 && top.esc <= UTF8_ESC)) return i;
+  let u = top.esc === 0 ? 0 : top.esc - UTF8_ESC;
+  let j = i;
+  for (; j < to; j++) {
+    const c = bytes[j] as number;
+    if (c >= 0x80) {
+      u = UTF8_NEXT[(u << 8) | c] as number;
+      if (u < 0) return -1;
+    } else if (u !== 0 || c < 0x20 || c === 0x22 || c === 0x5c) break;
+  }
+  runEsc = u === 0 ? 0 : UTF8_ESC + u;
+  return j;
 }
 
 // Merging paths: frames compare by content, schema nodes and option lists by identity.
@@ -1121,6 +1186,19 @@ export function feedSchemaBytes(
     const b = bytes[i] as number;
     if (paths === null) {
       if (inert(stack, b)) continue;
+      if (b >= 0x80) {
+        const j = charRun(stack, bytes, i, to);
+        if (j < 0) return null;
+        if (j > i) {
+          if (runEsc !== (stack[stack.length - 1] as Extract<Frame, { k: 'string' }>).esc) {
+            if (!owned) stack = stack.slice();
+            owned = true;
+            stack[stack.length - 1] = STRING_FRAMES[runEsc] as Frame;
+          }
+          i = j - 1;
+          continue;
+        }
+      }
       const r = stepTop(root, stack, b);
       if (r === null) return null;
       if (!owned) {
@@ -1141,7 +1219,7 @@ export function feedSchemaBytes(
       }
       continue;
     }
-    if (strings && b >= 0x20 && b !== 0x22 && b !== 0x5c) continue;
+    if (strings && b >= 0x20 && b !== 0x22 && b !== 0x5c && b < 0x80) continue;
     let next: Frame[][] | null = null;
     let nextOwned: boolean[] = [];
     mayMerge = false;

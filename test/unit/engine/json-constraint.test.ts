@@ -11,13 +11,22 @@ import {
 } from '../../../src/main/engine/json-constraint';
 import { MAX_NUMBER_DIGITS } from '../../../src/main/engine/json-schema';
 import type { SamplingParams } from '../../../src/main/engine/protocol';
-import { Sampler } from '../../../src/main/engine/sampling';
+import { createRng, Sampler } from '../../../src/main/engine/sampling';
 import { fixturesSkipReason, haveFixtures } from '../../helpers/fixtures';
-import { acceptedBytes, boundaryNumbers, gpt2Table, LEAST_INFINITE, tokenOf } from '../../helpers/json-text';
+import {
+  acceptedBytes,
+  boundaryNumbers,
+  gpt2Table,
+  LEAST_INFINITE,
+  parses,
+  tokenOf,
+  validUtf8,
+  walkTokens,
+} from '../../helpers/json-text';
 
-/** Feeds a text's UTF-8 bytes; how many were accepted and whether the object closed. */
-function feed(text: string): { accepted: number; total: number; done: boolean; doneBefore: boolean } {
-  const bytes = Buffer.from(text, 'utf8');
+/** Feeds a text's UTF-8 bytes (or bytes); how many were accepted and whether the object closed. */
+function feed(text: string | Uint8Array): { accepted: number; total: number; done: boolean; doneBefore: boolean } {
+  const bytes = typeof text === 'string' ? Buffer.from(text, 'utf8') : text;
   const st = initialJsonState();
   let doneBefore = false;
   for (const [i, b] of bytes.entries()) {
@@ -146,6 +155,63 @@ describe('the JSON recogniser', () => {
     );
   });
 
+  it('takes only valid UTF-8 in strings: a character may be cut across bytes, a string never closes inside one', () => {
+    const hex = (h: string) => Buffer.from(h.replace(/ /g, ''), 'hex');
+    // Each character at the edges of its form's range.
+    for (const h of ['c2 80', 'df bf', 'e0 a0 80', 'ed 9f bf', 'ee 80 80', 'ef bf bf', 'f0 90 80 80', 'f4 8f bf bf']) {
+      for (const [open, close] of [
+        ['{"a":"', '"}'],
+        ['{"', '":1}'],
+      ] as const) {
+        const bytes = Buffer.concat([Buffer.from(open), hex(h), Buffer.from(close)]);
+        expect(feed(bytes), h).toMatchObject({ done: true });
+      }
+    }
+    // Bytes no valid text has there, refused at the byte (the count of bytes before it).
+    for (const [h, at] of [
+      ['80', 0], // a continuation byte with no lead
+      ['bf', 0],
+      ['c0 80', 0], // overlong forms
+      ['c1 bf', 0],
+      ['e0 9f bf', 1],
+      ['f0 8f bf bf', 1],
+      ['ed a0 80', 1], // a surrogate (U+D800)
+      ['ed bf bf', 1],
+      ['f4 90 80 80', 1], // past U+10FFFF
+      ['f5 80 80 80', 0],
+      ['ff', 0],
+      ['c3 41', 1], // a lead byte then no continuation
+      ['e2 82 22', 2], // the closing quote inside a character
+      ['e2 82 5c', 2],
+      ['f0 9f 98 c3', 3],
+    ] as const) {
+      for (const [open, close] of [
+        ['{"a":"', '"}'],
+        ['{"', '":1}'],
+      ] as const) {
+        const bytes = Buffer.concat([Buffer.from(open), hex(h), Buffer.from(close)]);
+        expect(feed(bytes).accepted, `${open}${h}`).toBe(open.length + at);
+      }
+    }
+    // Characters' bytes, whole or not.
+    const pieces = fc
+      .tuple(fc.string({ unit: 'binary', minLength: 1, maxLength: 1 }), fc.nat(3))
+      .map(([c, cut]) => Buffer.from(c).subarray(0, cut === 0 ? undefined : cut));
+    // Any bytes in a string: taken whole exactly when they are UTF-8 that JSON.parse reads.
+    fc.assert(
+      fc.property(
+        fc.array(fc.oneof(fc.uint8Array({ minLength: 1, maxLength: 1 }), pieces), { maxLength: 8 }),
+        (parts) => {
+          const content = Buffer.concat(parts);
+          const bytes = Buffer.concat([Buffer.from('{"a":"'), content, Buffer.from('"}')]);
+          // (Valid UTF-8 decodes to a string that says what its bytes do.)
+          expect(feed(bytes).done).toBe(validUtf8(content, true) && parses(bytes.toString('utf8')));
+        },
+      ),
+      { numRuns: 3000 },
+    );
+  });
+
   it('nests objects and arrays up to MAX_DEPTH levels, and no deeper', () => {
     const deep = `{"a":${'['.repeat(MAX_DEPTH - 1)}1${']'.repeat(MAX_DEPTH - 1)}}`;
     expect(feed(deep).done).toBe(true);
@@ -207,6 +273,39 @@ describe.skipIf(!haveFixtures)(
       if (found < 0) throw new Error(`no token is ${Buffer.from(bytes).toString('hex')}`);
       return found;
     };
+
+    it('allows the byte tokens that continue a character in a string, and no other byte, nor the closing quote', () => {
+      const c = new JsonConstraint(table);
+      for (const b of Buffer.from('{"a":"')) c.accept(id([b]));
+      const bytesAllowed = () => Array.from({ length: 256 }, (_, b) => b).filter((b) => c.allows(id([b])));
+      // Between characters: ASCII text but the quote's closing and the escape, and lead bytes.
+      const ascii = Array.from({ length: 0x60 }, (_, i) => 0x20 + i);
+      const leads = Array.from({ length: 0xf5 - 0xc2 }, (_, i) => 0xc2 + i);
+      expect(bytesAllowed()).toEqual([...ascii, ...leads]);
+      c.accept(id([0xe2]));
+      expect(bytesAllowed()).toEqual(Array.from({ length: 0x40 }, (_, i) => 0x80 + i));
+      expect(c.allows(id([0x22]))).toBe(false);
+      c.accept(id([0x82]));
+      c.accept(id([0xac]));
+      expect(c.allows(id([0x22]))).toBe(true);
+      // After ED only 80-9F (no surrogates); after F4 only 80-8F.
+      c.accept(id([0xed]));
+      expect(bytesAllowed()).toEqual(Array.from({ length: 0x20 }, (_, i) => 0x80 + i));
+    });
+
+    it('random walks that favour pieces of characters write only valid UTF-8, and JSON that parses when done', () => {
+      const rnd = createRng(11);
+      let multiByte = 0;
+      for (let w = 0; w < 6; w++) {
+        const c = new JsonConstraint(table);
+        const bytes = Uint8Array.from(walkTokens(c, table, 30, rnd));
+        multiByte += bytes.filter((b) => b >= 0xc2).length;
+        expect(validUtf8(bytes, c.done), Buffer.from(bytes).toString('hex')).toBe(true);
+        if (c.done) expect(typeof JSON.parse(Buffer.from(bytes).toString('utf8'))).toBe('object');
+      }
+      // The walks wrote characters of several bytes.
+      expect(multiByte).toBeGreaterThan(20);
+    });
 
     it('refuses number tokens that would make the number ±Infinity', () => {
       const after = (text: string) => {

@@ -1,6 +1,6 @@
 import Ajv from 'ajv';
 import fc from 'fast-check';
-import { describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import {
   constraintFor,
   type ReplyConstraint,
@@ -22,7 +22,17 @@ import {
   schemaPathCount,
 } from '../../../src/main/engine/json-schema';
 import { createRng } from '../../../src/main/engine/sampling';
-import { acceptedBytes, boundaryNumbers, LEAST_INFINITE } from '../../helpers/json-text';
+import { fixturesSkipReason, haveFixtures } from '../../helpers/fixtures';
+import {
+  acceptedBytes,
+  boundaryNumbers,
+  gpt2Table,
+  LEAST_INFINITE,
+  parses,
+  tokenOf,
+  validUtf8,
+  walkTokens,
+} from '../../helpers/json-text';
 
 type Schema = Record<string, unknown>;
 
@@ -53,8 +63,8 @@ const PAIR: Schema = {
 };
 const SCHEMAS = [PERSON, EMPTY, PAIR];
 
-function feedAll(root: SchemaNode, text: string): { accepted: number; total: number; done: boolean } {
-  const bytes = Buffer.from(text, 'utf8');
+function feedAll(root: SchemaNode, text: string | Uint8Array): { accepted: number; total: number; done: boolean } {
+  const bytes = typeof text === 'string' ? Buffer.from(text, 'utf8') : text;
   let st: SchemaState | null = initialSchemaState();
   for (const [i, b] of bytes.entries()) {
     st = feedSchemaByte(root, st as SchemaState, b);
@@ -64,8 +74,8 @@ function feedAll(root: SchemaNode, text: string): { accepted: number; total: num
 }
 
 /** Feeds `text` in chunks of random sizes (as tokens come), each through one feedSchemaBytes call. */
-function feedChunks(root: SchemaNode, text: string, rnd: () => number): SchemaState | null {
-  const bytes = Buffer.from(text, 'utf8');
+function feedChunks(root: SchemaNode, text: string | Uint8Array, rnd: () => number): SchemaState | null {
+  const bytes = typeof text === 'string' ? Buffer.from(text, 'utf8') : text;
   let st: SchemaState | null = initialSchemaState();
   for (let i = 0; i < bytes.length && st; ) {
     const n = 1 + Math.floor(rnd() * 6);
@@ -484,6 +494,61 @@ describe('the schema recogniser', () => {
         expect(feedChunks(root, text, rnd)?.done ?? false, x).toBe(r.done);
       }),
       { numRuns: 1000 },
+    );
+  });
+
+  it('takes only valid UTF-8 in strings, a byte at a time or several at once, along one path or several', () => {
+    const one = compileSchema({ type: 'object', properties: { a: { type: 'string' } }, required: ['a'] });
+    // Two alternatives read the same string (both objects whose property a is a string).
+    const two = compileSchema({
+      anyOf: [
+        { type: 'object', properties: { a: { type: 'string' }, b: { type: 'integer' } }, required: ['a', 'b'] },
+        { type: 'object', properties: { a: { type: 'string' }, c: { type: 'null' } }, required: ['a', 'c'] },
+      ],
+    });
+    const hex = (h: string) => Buffer.from(h.replace(/ /g, ''), 'hex');
+    for (const [h, at] of [
+      ['c2 80 df bf e0 a0 80 ed 9f bf ee 80 80 ef bf bf f0 90 80 80 f4 8f bf bf', -1],
+      ['80', 0],
+      ['c0 80', 0],
+      ['c1 bf', 0],
+      ['e0 9f bf', 1],
+      ['f0 8f bf bf', 1],
+      ['ed a0 80', 1],
+      ['f4 90 80 80', 1],
+      ['f5 80 80 80', 0],
+      ['c3 41', 1],
+      ['e2 82 22', 2],
+      ['e2 82 5c', 2],
+    ] as const) {
+      for (const [root, close] of [
+        [one, '"}'],
+        [two, '","b":1}'],
+      ] as const) {
+        const bytes = Buffer.concat([Buffer.from('{"a":"'), hex(h), Buffer.from(close)]);
+        const r = feedAll(root, bytes);
+        expect(r.accepted, h).toBe(at < 0 ? bytes.length : 6 + at);
+        expect(r.done, h).toBe(at < 0);
+      }
+    }
+    const pieces = fc
+      .tuple(fc.string({ unit: 'binary', minLength: 1, maxLength: 1 }), fc.nat(3))
+      .map(([c, cut]) => Buffer.from(c).subarray(0, cut === 0 ? undefined : cut));
+    const rnd = createRng(9);
+    fc.assert(
+      fc.property(
+        fc.array(fc.oneof(fc.uint8Array({ minLength: 1, maxLength: 1 }), pieces), { maxLength: 8 }),
+        fc.constantFrom(one, two),
+        (parts, root) => {
+          const content = Buffer.concat(parts);
+          const bytes = Buffer.concat([Buffer.from('{"a":"'), content, Buffer.from(root === one ? '"}' : '","b":1}')]);
+          // (Valid UTF-8 decodes to a string that says what its bytes do.)
+          const valid = validUtf8(content, true) && parses(bytes.toString('utf8'));
+          expect(feedAll(root, bytes).done).toBe(valid);
+          expect(feedChunks(root, bytes, rnd)?.done ?? false).toBe(valid);
+        },
+      ),
+      { numRuns: 3000 },
     );
   });
 
@@ -1194,3 +1259,53 @@ describe('a schema constraint over a vocabulary', () => {
     expect(c.done).toBe(true);
   });
 });
+
+describe.skipIf(!haveFixtures)(
+  `a schema constraint over tiny-random-gpt2's byte-level vocabulary (${haveFixtures ? 'fixtures' : fixturesSkipReason})`,
+  () => {
+    let table: Awaited<ReturnType<typeof gpt2Table>>;
+    beforeAll(async () => {
+      table = await gpt2Table();
+    });
+    const NOTE: Schema = {
+      type: 'object',
+      properties: { title: { type: 'string' }, tags: { type: 'array', items: { type: 'string' }, maxItems: 3 } },
+      required: ['title', 'tags'],
+    };
+    const id = (bytes: number[]) => {
+      const found = tokenOf(table, bytes);
+      if (found < 0) throw new Error(`no token is ${Buffer.from(bytes).toString('hex')}`);
+      return found;
+    };
+
+    it('allows the byte tokens that continue a character in a string, and no other byte, nor the closing quote', () => {
+      const c = jsonConstraint({ table, schema: compileSchema(NOTE) });
+      for (const b of Buffer.from('{"title": "')) c.accept(id([b]));
+      const bytesAllowed = () => Array.from({ length: 256 }, (_, b) => b).filter((b) => c.allows(id([b])));
+      const ascii = Array.from({ length: 0x60 }, (_, i) => 0x20 + i);
+      const leads = Array.from({ length: 0xf5 - 0xc2 }, (_, i) => 0xc2 + i);
+      expect(bytesAllowed()).toEqual([...ascii, ...leads]);
+      // After F0 only 90-BF (no overlong form), then any continuation byte, and the quote once it is whole.
+      c.accept(id([0xf0]));
+      expect(bytesAllowed()).toEqual(Array.from({ length: 0x30 }, (_, i) => 0x90 + i));
+      c.accept(id([0x9f]));
+      expect(bytesAllowed()).toEqual(Array.from({ length: 0x40 }, (_, i) => 0x80 + i));
+      c.accept(id([0x98]));
+      c.accept(id([0x80]));
+      expect(c.allows(id([0x22]))).toBe(true);
+    });
+
+    it('random walks that favour pieces of characters write only valid UTF-8, and replies ajv accepts when done', () => {
+      const rnd = createRng(13);
+      let multiByte = 0;
+      for (let w = 0; w < 6; w++) {
+        const c = jsonConstraint({ table, schema: compileSchema(NOTE) });
+        const bytes = Uint8Array.from(walkTokens(c, table, 30, rnd));
+        multiByte += bytes.filter((b) => b >= 0xc2).length;
+        expect(validUtf8(bytes, c.done), Buffer.from(bytes).toString('hex')).toBe(true);
+        if (c.done) expect(conforms(JSON.parse(Buffer.from(bytes).toString('utf8')), NOTE)).toBe(true);
+      }
+      expect(multiByte).toBeGreaterThan(20);
+    });
+  },
+);
