@@ -449,14 +449,13 @@ function EditBox({
     setEditing(null);
   };
   const box = useRef<HTMLTextAreaElement>(null);
-  // Opened: the caret at the end of the text (where a change usually goes), and the whole box in view — its label
-  // too, which a focus's own scroll would leave under the header.
+  // Opened: the caret at the end of the text (where a change usually goes). The list keeps the whole box in view —
+  // its label too, which a focus's own scroll would leave under the header.
   useEffect(() => {
     const el = box.current;
     if (!el) return;
     el.focus({ preventScroll: true });
     el.setSelectionRange(el.value.length, el.value.length);
-    el.closest('.message')?.scrollIntoView({ block: 'nearest' });
   }, []);
   return (
     <>
@@ -508,6 +507,8 @@ function ReplyEditor({ message, threadId }: { message: StoredMessage; threadId: 
   const threadBusy = useApp((s) => Object.values(s.live).some((l) => l.threadId === threadId));
   const [draft, setDraft] = useState(message.content);
   const save = () => {
+    // Closed: the reply's edit button takes the focus back, as after Cancel.
+    editEnded = message.id;
     if (draft !== message.content) bridge.editReply(threadId, message.id, draft);
     else setEditing(null);
   };
@@ -816,7 +817,9 @@ function useFocusAfterEdit(messageId: string, editing: boolean) {
   useEffect(() => {
     if (editing || editEnded !== messageId) return;
     editEnded = null;
-    if (document.activeElement === document.body || document.activeElement === null) ref.current?.focus();
+    // Without the focus's own scroll: the list keeps the message where its editor was.
+    if (document.activeElement === document.body || document.activeElement === null)
+      ref.current?.focus({ preventScroll: true });
   }, [editing, messageId]);
   return ref;
 }

@@ -2,7 +2,8 @@
  * The thread's messages, virtualized: only the rows on screen (plus a few) are
  * mounted, so a thread with thousands of messages scrolls as smoothly as a
  * short one. Heights are measured as rows render (Markdown varies a lot).
- * Sticks to the bottom while a reply streams, unless the person scrolled up.
+ * Sticks to the bottom while a reply streams, unless the person scrolled up, or edits a message: the message being
+ * edited keeps its place on screen while its editor opens, the rows re-measure, and the editor closes.
  * With a find (ChatView's find bar), the rows on screen mark its occurrences, and the current one is scrolled to.
  */
 import { useVirtualizer } from '@tanstack/react-virtual';
@@ -62,19 +63,86 @@ export function MessageList({ threadId, find }: { threadId: string; find?: FindV
     if (el && stick.current) el.scrollTop = el.scrollHeight;
   }, []);
 
+  // The message being edited: its editor opens where it is (all of it in view), and stays there while the rows
+  // around it re-measure; closed without sending, the message stays where its editor was.
+  const editingId = useApp((s) => s.editingMessageId);
+  const editingIndex = editingId === null ? -1 : messages.findIndex((m) => m.id === editingId);
+  const editing = useRef(false);
+  editing.current = editingIndex >= 0;
+  /** The message kept in place, and its top's distance from the list's top. */
+  const anchor = useRef<{ id: string; top: number } | null>(null);
+  /** When the anchor goes once the editor closed (its row settled by then). */
+  const release = useRef(0);
+  const messagesRef = useRef(messages);
+  messagesRef.current = messages;
+  const holdAnchor = useCallback(() => {
+    const el = scrollRef.current;
+    const a = anchor.current;
+    if (!el || !a) return;
+    const i = messagesRef.current.findIndex((m) => m.id === a.id);
+    const start = i < 0 ? undefined : virtualizer.measurementsCache[i]?.start;
+    if (start === undefined) return;
+    const top = start + 12 - a.top;
+    if (Math.abs(el.scrollTop - top) >= 1) el.scrollTop = top;
+  }, [virtualizer]);
+  const edited = useRef<string | null>(null);
+  // biome-ignore lint/correctness/useExhaustiveDependencies: the message edited is the trigger
+  useLayoutEffect(() => {
+    const el = scrollRef.current;
+    const id = editingIndex >= 0 ? editingId : null;
+    const closed = edited.current;
+    edited.current = id;
+    if (!el) return;
+    if (id !== null) {
+      // Not following the chat's end while a message is edited: its editor's growth would push it up and away.
+      stick.current = false;
+      window.clearTimeout(release.current);
+      const row = el.querySelector<HTMLElement>(`[data-index="${editingIndex}"]`);
+      const start = virtualizer.measurementsCache[editingIndex]?.start;
+      if (!row || start === undefined) {
+        virtualizer.scrollToIndex(editingIndex, { align: 'start' });
+        return;
+      }
+      // Where it is, moved only as far as the whole editor needs to be seen (its label first, when it is taller).
+      const top = start + 12 - el.scrollTop;
+      const fit = Math.min(Math.max(top, 0), Math.max(0, el.clientHeight - row.offsetHeight));
+      anchor.current = { id, top: fit };
+      holdAnchor();
+    } else if (closed !== null) {
+      if (!messages.some((m) => m.id === closed)) {
+        // Sent: a new turn, which the list follows as any other.
+        anchor.current = null;
+        stick.current = true;
+        setAway(false);
+        toBottom();
+        return;
+      }
+      holdAnchor();
+      release.current = window.setTimeout(() => {
+        anchor.current = null;
+      }, 1000);
+    }
+  }, [editingId, editingIndex]);
+  useEffect(() => () => window.clearTimeout(release.current), []);
+
   // A new thread opens at its end.
   // biome-ignore lint/correctness/useExhaustiveDependencies: runs when the thread changes
   useLayoutEffect(() => {
     stick.current = true;
+    anchor.current = null;
     setAway(false);
     if (messages.length > 0) virtualizer.scrollToIndex(messages.length - 1, { align: 'end' });
   }, [threadId]);
 
   const last = messages[messages.length - 1];
   const total = virtualizer.getTotalSize();
-  // Follow growth (new messages, streamed text, re-measured rows) when pinned to the bottom.
+  // Follow growth (new messages, streamed text, re-measured rows) when pinned to the bottom; else the message
+  // edited keeps its place.
   // biome-ignore lint/correctness/useExhaustiveDependencies: these values are the triggers
-  useLayoutEffect(toBottom, [messages.length, last?.content.length, total]);
+  useLayoutEffect(() => {
+    if (anchor.current) holdAnchor();
+    else toBottom();
+  }, [messages.length, last?.content.length, total]);
 
   // The occurrence shown: its row scrolled to (the marks below bring its text to the centre once it is on screen).
   const reveal = useRef(false);
@@ -84,6 +152,7 @@ export function MessageList({ threadId, find }: { threadId: string; find?: FindV
   useLayoutEffect(() => {
     if (!current) return;
     stick.current = false;
+    anchor.current = null;
     // Not following the reply any more (even when the occurrence is on screen and nothing scrolls): the button says so.
     setAway(true);
     reveal.current = true;
@@ -117,6 +186,7 @@ export function MessageList({ threadId, find }: { threadId: string; find?: FindV
 
   const jumpToEnd = () => {
     stick.current = true;
+    anchor.current = null;
     setAway(false);
     if (messages.length > 0) virtualizer.scrollToIndex(messages.length - 1, { align: 'end' });
     toBottom();
@@ -134,8 +204,13 @@ export function MessageList({ threadId, find }: { threadId: string; find?: FindV
         data-testid="message-list"
         onScroll={(e) => {
           const el = e.currentTarget;
-          stick.current = el.scrollHeight - el.scrollTop - el.clientHeight < 60;
+          stick.current = !editing.current && el.scrollHeight - el.scrollTop - el.clientHeight < 60;
           setAway(!stick.current);
+          // Scrolled while editing: the message edited stays where the person put it.
+          const a = anchor.current;
+          const i = a ? messages.findIndex((m) => m.id === a.id) : -1;
+          const start = i < 0 ? undefined : virtualizer.measurementsCache[i]?.start;
+          if (a && start !== undefined) a.top = start + 12 - el.scrollTop;
         }}
       >
         <div className="messages-inner" style={{ height: total + 24 }}>

@@ -1,0 +1,127 @@
+/**
+ * Editing a message keeps it in view: the list stops following the chat's end while an editor is open, and
+ * closing the editor (Cancel, Esc, Save) leaves the message where it was, its edit button focused and on screen.
+ */
+import type { Locator, Page } from '@playwright/test';
+import { expect, test, wsCall } from './fixtures';
+import type { ServeHandle } from './serve';
+
+const PARAGRAPH =
+  'The lighthouse keeper climbed the stairs every evening, counting the steps as his father had, and lit the lamp ' +
+  'before the fishing boats came round the point. ';
+
+/** A saved chat of `turns` questions and answers (each answer a few lines long), opened in the page. */
+async function openSeeded(app: Page, server: ServeHandle, turns: number): Promise<string> {
+  const now = Date.now();
+  const id = `t-view-${now}-${turns}`;
+  const messages = [];
+  for (let i = 0; i < turns; i++) {
+    messages.push({ id: `u${i}`, role: 'user', content: `Question ${i + 1}: and then?`, createdAt: now + 2 * i });
+    messages.push({
+      id: `a${i}`,
+      role: 'assistant',
+      content: PARAGRAPH.repeat(3 + (i % 3)),
+      createdAt: now + 2 * i + 1,
+      stats: { tokens: 90, promptTokens: 40 * i + 20, finishReason: 'length' },
+    });
+  }
+  const saved = await wsCall(server, 'saveThread', {
+    id,
+    title: `View ${turns}`,
+    createdAt: now,
+    updatedAt: now,
+    messages,
+  });
+  expect(saved.ok).toBe(true);
+  await app.reload();
+  await app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click({ timeout: 15_000 });
+  await expect(app.getByTestId('chat-view')).toHaveAttribute('data-thread-id', id);
+  return id;
+}
+
+/** The list scrolled to its end (as a person who read the chat to its end has it), once the rows have settled. */
+async function scrollToEnd(list: Locator): Promise<void> {
+  await expect(list.locator('[data-message-id]').first()).toBeVisible();
+  await expect
+    .poll(async () =>
+      list.evaluate((el) => {
+        el.scrollTop = el.scrollHeight;
+        return el.scrollHeight - el.clientHeight - el.scrollTop;
+      }),
+    )
+    .toBeLessThan(2);
+  await list.page().waitForTimeout(300);
+}
+
+/** Waits until `box()` gives the same top twice 250 ms apart (the list's scroll and its rows' measures settled). */
+async function settledTop(page: Page, box: () => Promise<{ y: number } | null>): Promise<number> {
+  let before = Number.NaN;
+  for (let i = 0; i < 20; i++) {
+    await page.waitForTimeout(250);
+    const now = (await box())?.y ?? Number.NaN;
+    if (Math.abs(now - before) < 0.5) return now;
+    before = now;
+  }
+  return before;
+}
+
+/** `inner`'s box lies inside `outer`'s (to half a pixel). */
+async function expectInside(inner: Locator, outer: Locator, what: string): Promise<void> {
+  const i = await inner.boundingBox();
+  const o = await outer.boundingBox();
+  expect(i, what).not.toBeNull();
+  expect(o).not.toBeNull();
+  if (!i || !o) return;
+  expect(i.y, `${what}: top inside the list`).toBeGreaterThanOrEqual(o.y - 0.5);
+  expect(i.y + i.height, `${what}: bottom inside the list`).toBeLessThanOrEqual(o.y + o.height + 0.5);
+}
+
+for (const turns of [3, 12]) {
+  test(`edit and Cancel keep the message in view and in place (${turns} turns, read to the end)`, async ({
+    app,
+    server,
+  }) => {
+    await openSeeded(app, server, turns);
+    const list = app.getByTestId('message-list');
+    await scrollToEnd(list);
+    // The question before the last one: its editor is taller than it, and the rows after it fill the view.
+    const user = list.locator(`[data-message-id="u${turns - 2}"]`);
+    await user.scrollIntoViewIfNeeded();
+    await user.hover();
+    await user.getByTestId('edit-message').click();
+    const input = app.getByTestId('edit-input');
+    await expect(input).toBeFocused();
+    const editorTop = await settledTop(app, () => user.boundingBox());
+    // The whole editor in view: its label, its box and its buttons (the list does not run off to the end).
+    await expectInside(user, list, 'the editor');
+    await expectInside(input, list, 'the edit box');
+
+    await app.getByRole('button', { name: 'Cancel', exact: true }).click();
+    const edit = user.getByTestId('edit-message');
+    await expect(edit).toBeFocused();
+    const afterTop = await settledTop(app, () => user.boundingBox());
+    expect(Math.abs(afterTop - editorTop), 'the message stays where its editor was').toBeLessThan(2);
+    await expectInside(user.locator('.who'), list, "the message's label");
+    await expect(edit).toBeFocused();
+
+    // A reply's editor: the same, and Save leaves the reply (edited) where it was.
+    const reply = list.locator(`[data-message-id="a${turns - 2}"]`);
+    await reply.hover();
+    await reply.getByTestId('edit-reply').click();
+    const replyInput = app.getByTestId('reply-edit-input');
+    await expect(replyInput).toBeFocused();
+    const replyTop = await settledTop(app, () => reply.boundingBox());
+    await expectInside(replyInput, list, "the reply's edit box");
+    await replyInput.fill('A shorter reply.');
+    await app.getByTestId('reply-edit-save').click();
+    await expect(reply.getByTestId('message-text')).toHaveText('A shorter reply.');
+    const savedTop = await settledTop(app, () => reply.boundingBox());
+    // Where its editor was; or, the list at its end with less below than the editor took, lower by only that.
+    const atEnd = await list.evaluate((el) => el.scrollHeight - el.clientHeight - el.scrollTop < 1);
+    if (atEnd)
+      expect(savedTop, 'the reply moved down only as the list lost height').toBeGreaterThanOrEqual(replyTop - 1);
+    else expect(Math.abs(savedTop - replyTop), 'the reply stays where its editor was').toBeLessThan(2);
+    await expect(reply.getByTestId('edit-reply')).toBeFocused();
+    await expectInside(reply.getByTestId('edit-reply'), list, "the reply's edit button");
+  });
+}
