@@ -118,8 +118,14 @@ export const MessageStats = z.object({
   contextDrop: z.object({ messages: z.number().int().min(0).max(10_000), contextLength: z.number() }).optional(),
   /** Lookup decoding: tokens guessed from earlier text, and those the model took (each a decode step saved). */
   lookup: z.object({ drafted: z.number().int().min(0), accepted: z.number().int().min(0) }).optional(),
+  /** A reply stopped before its first token: where it was then (sent, waiting in the queue, reading its prompt). */
+  stoppedWhile: z.enum(['sending', 'queued', 'reading']).optional(),
   error: z.object({ code: z.string(), message: z.string() }).optional(),
 });
+
+/** A model as a reply keeps it: its id, and its name as the window showed it then (absent when not known). */
+export const ModelRef = z.object({ id: z.string().min(1).max(200), name: z.string().max(200).optional() });
+export type ModelRef = z.infer<typeof ModelRef>;
 
 /** One version of a reply: what regenerating it replaced, or what replaced it. */
 /** Most tokens a reply keeps the probabilities of (a reply longer than that keeps its first ones). */
@@ -154,6 +160,8 @@ export const MessageVersion = z.object({
   format: z.enum(['json']).optional(),
   /** Generation facts shown under an assistant reply. */
   stats: MessageStats.optional(),
+  /** The models that wrote a reply, in order (a reply continued on another model has both; older chats none). */
+  writtenBy: z.array(ModelRef).min(1).max(16).optional(),
   /** A reply whose text the person changed (what the model reads in later turns, and goes on from). */
   edited: z.boolean().optional(),
   /** Each token the reply's generation wrote, with its probability (a thread set to keep them). */

@@ -25,7 +25,15 @@ import { TokenView } from './TokenView';
 
 type Stats = NonNullable<StoredMessage['stats']>;
 
-function StatsLine({ stats, edited }: { stats: Stats; edited?: boolean | undefined }) {
+function StatsLine({
+  stats,
+  edited,
+  writtenBy,
+}: {
+  stats: Stats;
+  edited?: boolean | undefined;
+  writtenBy?: StoredMessage['writtenBy'];
+}) {
   const parts: string[] = [];
   if (stats.ttftMs !== undefined) parts.push(`ttft ${formatMs(stats.ttftMs)}`);
   if (stats.tokensPerSecond !== undefined && stats.tokensPerSecond > 0) parts.push(formatRate(stats.tokensPerSecond));
@@ -35,7 +43,17 @@ function StatsLine({ stats, edited }: { stats: Stats; edited?: boolean | undefin
   if (stats.finishReason) parts.push(stats.finishReason === 'cancelled' ? 'stopped' : stats.finishReason);
   // `interrupted`: the page went while the reply was being written (its text so far was saved).
   if (edited) parts.push('edited');
-  if (parts.length === 0) return null;
+  if (parts.length === 0 && !writtenBy) return null;
+  // Which model wrote it (a chat can go from one model to another); a chat saved before kvdesk kept this has none.
+  const model = writtenBy && (
+    <span
+      data-testid="message-model"
+      data-model-id={writtenBy.map((m) => m.id).join(' ')}
+      title={`Written by ${writtenBy.map((m) => (m.name && m.name !== m.id ? `${m.name} (${m.id})` : m.id)).join(', then ')}`}
+    >
+      {writtenBy.map((m) => m.name ?? m.id).join(' + ')}
+    </span>
+  );
   return (
     <div
       className="stats num"
@@ -47,6 +65,8 @@ function StatsLine({ stats, edited }: { stats: Stats; edited?: boolean | undefin
           : undefined
       }
     >
+      {model}
+      {model && parts.length > 0 && ' · '}
       {parts.join(' · ')}
     </div>
   );
@@ -100,6 +120,13 @@ function Reasoning({
     </div>
   );
 }
+
+/** What a reply stopped before it wrote anything says in place of its text, by where it was stopped. */
+const STOPPED_EMPTY = {
+  sending: 'stopped before it was sent — no reply',
+  queued: 'stopped while queued — no reply',
+  reading: 'stopped while it read the prompt — no reply',
+} as const;
 
 /** Why a reply that is all reasoning has no answer. */
 function unansweredNote(finishReason: string | undefined): string {
@@ -587,6 +614,13 @@ function AssistantReply({
   });
   const clipText = clip && !live ? clipNote(clip, stats?.finishReason, earlierTurns) : null;
   const writtenElsewhere = !live && stats?.finishReason === INTERRUPTED && elsewhere;
+  // Stopped before its first token (queued, say): nothing to show but that.
+  const stoppedEmpty =
+    stats?.finishReason === 'cancelled' &&
+    !stats.tokens &&
+    !message.content &&
+    !message.reasoning &&
+    !message.toolCalls?.length;
   const interrupted = !live && stats?.finishReason === INTERRUPTED && !elsewhere;
   const state = live
     ? live.phase
@@ -695,6 +729,11 @@ function AssistantReply({
         ) : (
           text && <Markdown text={message.format === 'json' ? jsonBlock(text) : text} streaming={live !== undefined} />
         )}
+        {!live && stoppedEmpty && (
+          <span className="muted empty-reply" data-testid="stopped-empty" data-while={stats?.stoppedWhile}>
+            {stats?.stoppedWhile ? STOPPED_EMPTY[stats.stoppedWhile] : 'stopped before it wrote anything — no reply'}
+          </span>
+        )}
         {!live && endedEmpty(message) && (
           <span className="muted empty-reply" data-testid="empty-reply">
             the model ended without writing anything
@@ -721,7 +760,9 @@ function AssistantReply({
           continue or regenerate it).
         </div>
       )}
-      {(stats || message.edited) && !live && <StatsLine stats={stats ?? {}} edited={message.edited} />}
+      {(stats || message.edited) && !live && (
+        <StatsLine stats={stats ?? {}} edited={message.edited} writtenBy={message.writtenBy} />
+      )}
     </article>
   );
 }

@@ -54,7 +54,9 @@ export function threadToMarkdown(thread: Thread, modelName?: string): string {
           : m.role === 'tool'
             ? `Tool ${m.toolName ?? ''}${m.isError ? ' (failed)' : ''}`.trimEnd()
             : 'System';
-    lines.push(`### ${who}`, '');
+    // The model that wrote a reply, where the chat kept it (a chat may go from one model to another).
+    const by = m.writtenBy?.map((w) => w.name ?? w.id).join(' + ');
+    lines.push(by ? `### ${who} · ${by}` : `### ${who}`, '');
     // A thinking model's reasoning, quoted above its reply.
     if (m.reasoning) lines.push('*Thinking*', '', quote(m.reasoning), '');
     // A reply that failed part way keeps what it wrote, as the window shows it.

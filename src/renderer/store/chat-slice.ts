@@ -78,6 +78,11 @@ export function liveTimings(live: LiveReply): Pick<NonNullable<StoredMessage['st
   return { ttftMs, ...(later > 0 && ms > 0 ? { tokensPerSecond: (later * 1000) / ms } : {}) };
 }
 
+/** Where a reply stopped before its first token was: sent (not yet accepted), queued, or reading its prompt. */
+function stoppedWhile(live: LiveReply): 'sending' | 'queued' | 'reading' {
+  return live.phase === 'running' ? 'reading' : live.phase;
+}
+
 /** Marks a reply that was still being written when the page went (its text so far was saved as it streamed). */
 export const INTERRUPTED = 'interrupted';
 
@@ -117,6 +122,8 @@ export function reduceFrames(
   frames: StreamFrame[],
   errors: { set(error: ErrorInfo): void },
   now: number = Date.now(),
+  /** A model's name as the window shows it (kept with the reply it writes). */
+  nameOf: (modelId: string) => string | undefined = () => undefined,
 ): { message: StoredMessage; live: LiveReply | undefined } {
   let content = message.content;
   let reasoning = message.reasoning;
@@ -125,6 +132,14 @@ export function reduceFrames(
   let toolCalls = message.toolCalls;
   let next: LiveReply | undefined = { ...live };
   let stats = message.stats;
+  let writtenBy = message.writtenBy;
+  /** The model the host runs the reply on writes it (a continuation on another model: after the one before). */
+  const writer = (modelId: string) => {
+    if (writtenBy?.at(-1)?.id === modelId) return;
+    const name = nameOf(modelId);
+    const ref = { id: modelId, ...(name ? { name } : {}) };
+    writtenBy = next?.continues && writtenBy ? [...writtenBy, ref].slice(-16) : [ref];
+  };
   for (const frame of frames) {
     if (next === undefined) break; // nothing may follow done/error
     switch (frame.type) {
@@ -138,7 +153,10 @@ export function reduceFrames(
           fixedTokens: frame.fixedTokens,
           clipped: frame.clipped,
           contextDrop: frame.contextDrop,
+          modelId: frame.modelId,
         };
+        // A new reply is its model's from the start; a continuation only once it writes.
+        if (!next.continues) writer(frame.modelId);
         break;
       case 'admitted':
         next = {
@@ -160,6 +178,7 @@ export function reduceFrames(
           if (row.logprobs && row.logprobs.length > 0) probabilities = withProbabilities(probabilities, row.logprobs);
           // A call written whole: its card shows while the reply goes on.
           if (row.toolCalls?.length) toolCalls = [...(toolCalls ?? []), ...row.toolCalls];
+          if (row.ids.length > 0 && next.continues && next.modelId) writer(next.modelId);
           next = { ...next, phase: 'running', tokens: next.tokens + row.ids.length };
           if (row.ids.length > 0) {
             // The first tokens' arrival (all that came at that moment count as first), and the latest.
@@ -222,6 +241,8 @@ export function reduceFrames(
             tokens: before + next.tokens,
             ...(next.promptTokens !== undefined ? { promptTokens: Math.max(0, next.promptTokens - before) } : {}),
             finishReason: 'cancelled',
+            // Nothing written: where it was stopped (the window says so in place of a reply).
+            ...(next.tokens === 0 && !next.continues ? { stoppedWhile: stoppedWhile(next) } : {}),
             ...(next.continues ? reasoningStats(undefined, message.stats) : {}),
             ...capAndClip,
           };
@@ -248,6 +269,7 @@ export function reduceFrames(
       ...(stats ? { stats } : {}),
       ...(probabilities ? { probabilities } : {}),
       ...(toolCalls?.length ? { toolCalls } : {}),
+      ...(writtenBy ? { writtenBy } : {}),
     },
     live: next,
   };
@@ -402,6 +424,7 @@ export const createChatSlice: StateCreator<AppState, [], [], ChatSlice> = (set, 
             },
           },
           now,
+          (id) => s.models.find((m) => m.id === id)?.spec.displayName,
         );
         const ended = result.live === undefined;
         threads = mapThread(threads, thread.id, (t) => ({

@@ -72,6 +72,8 @@ export interface LiveReply {
   threadId: string;
   messageId: string;
   requestId?: string;
+  /** The model the host runs it on (from its acceptance). */
+  modelId?: string;
   phase: ReplyPhase;
   /** Client clock when the request was sent. */
   startedAt: number;

@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { createFrameCoalescer } from '../../../src/renderer/bridge/frame-coalescer';
 import { createAppStore } from '../../../src/renderer/store';
 import { sortThreads, titleFrom, UNTITLED } from '../../../src/renderer/store/chat-slice';
+import type { ModelInfo } from '../../../src/shared/api';
 import type { StreamFrame } from '../../../src/shared/contract';
 import { result, thread, tokens } from './fixtures';
 
@@ -257,6 +258,55 @@ describe('replies', () => {
       finishReason: 'cancelled',
     });
     expect(store.getState().errorDetails).toEqual({});
+  });
+
+  it('a reply keeps the model the host ran it on (its name as shown); a continuation on another model adds it', () => {
+    const store = storeWithThread();
+    const model = (id: string, displayName: string) =>
+      ({ id, isDefault: id === 'default', backend: 'cpu', loadMs: 1, spec: { id, displayName } }) as ModelInfo;
+    store.getState().setModels([model('default', 'Tiny Llama'), model('other', 'Other 1B')]);
+    start(store);
+    store.getState().applyFrames([{ messageId: 'a1', frames: [accepted] }], 11);
+    const written = [{ id: 'default', name: 'Tiny Llama' }];
+    expect(store.getState().threads[0]?.messages[1]?.writtenBy).toEqual(written);
+    const done = { type: 'done', requestId: 'r1', result: result({ text: 'Once' }) } as const;
+    store.getState().applyFrames([{ messageId: 'a1', frames: [admitted, tokens('Once', [1]), done] }], 12);
+    expect(store.getState().threads[0]?.messages[1]?.writtenBy).toEqual(written);
+    // Continued on the other model, stopped before it wrote anything: still the first model's alone.
+    const onOther = { ...accepted, requestId: 'r2', modelId: 'other' };
+    const stop = { type: 'error', requestId: 'r2', error: { code: 'CANCELLED' as const, message: 'stopped' } } as const;
+    store.getState().resumeReply({ threadId: 't1', messageId: 'a1', now: 20, modelId: 'other' });
+    store.getState().applyFrames([{ messageId: 'a1', frames: [onOther, stop] }], 21);
+    expect(store.getState().threads[0]?.messages[1]?.writtenBy).toEqual(written);
+    // Once it writes, both wrote it, in order.
+    store.getState().resumeReply({ threadId: 't1', messageId: 'a1', now: 30, modelId: 'other' });
+    store.getState().applyFrames([{ messageId: 'a1', frames: [onOther, admitted, tokens(' upon', [2])] }], 31);
+    expect(store.getState().threads[0]?.messages[1]?.writtenBy).toEqual([
+      ...written,
+      { id: 'other', name: 'Other 1B' },
+    ]);
+  });
+
+  it('a reply stopped before its first token says where it was: sent, queued, or reading its prompt', () => {
+    const stop = { type: 'error', requestId: 'r1', error: { code: 'CANCELLED' as const, message: 'stopped' } } as const;
+    const prefill = { type: 'prefill', requestId: 'r1', doneTokens: 2, totalTokens: 7 } as const;
+    for (const [frames, where] of [
+      [[], 'sending'],
+      [[accepted], 'queued'],
+      [[accepted, admitted, prefill], 'reading'],
+    ] as const) {
+      const store = storeWithThread();
+      start(store);
+      store.getState().applyFrames([{ messageId: 'a1', frames: [...frames, stop] }], 20);
+      const m = store.getState().threads[0]?.messages[1];
+      expect(m?.content).toBe('');
+      expect(m?.stats).toMatchObject({ tokens: 0, finishReason: 'cancelled', stoppedWhile: where });
+    }
+    // One that wrote something is a reply stopped part way, not one stopped before it began.
+    const store = storeWithThread();
+    start(store);
+    store.getState().applyFrames([{ messageId: 'a1', frames: [accepted, admitted, tokens('Hi', [1]), stop] }], 20);
+    expect(store.getState().threads[0]?.messages[1]?.stats).not.toHaveProperty('stoppedWhile');
   });
 
   it('a context drop shows from acceptance and stays on the reply, finished or stopped', () => {

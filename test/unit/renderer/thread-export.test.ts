@@ -237,6 +237,23 @@ describe('importing a conversation ({messages: [{role, content}]})', () => {
     );
   });
 
+  it('names the model that wrote each reply, where the chat kept it (in the Markdown; the JSON keeps it as it is)', () => {
+    const t = imported(parseThreadImport(JSON.stringify({ messages: conversation }), 'c.json', NOW));
+    const [first, reply] = t.messages;
+    if (!first || !reply) throw new Error('the conversation has a question and a reply');
+    const written: Thread = {
+      ...t,
+      messages: [first, { ...reply, writtenBy: [{ id: 'qwen3-0.6b', name: 'Qwen3 0.6B' }, { id: 'tiny' }] }],
+    };
+    expect(threadToMarkdown(written)).toContain(
+      '### Assistant · Qwen3 0.6B + tiny\n\nA tower with a light for ships.\n',
+    );
+    // A chat from before kvdesk kept it: the heading alone.
+    expect(threadToMarkdown(t)).toContain('### Assistant\n\nA tower with a light for ships.\n');
+    const back = imported(parseThreadImport(threadToJson(written), 'c.json', NOW));
+    expect(back.messages[1]?.writtenBy).toEqual([{ id: 'qwen3-0.6b', name: 'Qwen3 0.6B' }, { id: 'tiny' }]);
+  });
+
   it("keeps OpenAI's tool calls and their answers: the calls on the reply, each answer after it, by its call", () => {
     const t = imported(
       parseThreadImport(

@@ -1,9 +1,11 @@
 /**
- * Editing a message keeps it in view: the list stops following the chat's end while an editor is open, and
- * closing the editor (Cancel, Esc, Save) leaves the message where it was, its edit button focused and on screen.
+ * What a message shows and how the list holds it. Editing a message keeps it in view: the list stops following
+ * the chat's end while an editor is open, and closing the editor (Cancel, Esc, Save) leaves the message where it
+ * was, its edit button focused and on screen. A reply names the model that wrote it; one stopped before it wrote
+ * anything says so.
  */
 import type { Locator, Page } from '@playwright/test';
-import { expect, test, wsCall } from './fixtures';
+import { expect, lastReply, newChat, send, setSettings, test, wsCall } from './fixtures';
 import type { ServeHandle } from './serve';
 
 const PARAGRAPH =
@@ -125,3 +127,67 @@ for (const turns of [3, 12]) {
     await expectInside(reply.getByTestId('edit-reply'), list, "the reply's edit button");
   });
 }
+
+test('a reply names the model that wrote it (after a reload too); one from an older chat names none', async ({
+  app,
+}) => {
+  await newChat(app);
+  await setSettings(app, { maxNewTokens: 4, seed: 1 });
+  await send(app, 'Hello');
+  const reply = lastReply(app);
+  await expect(reply).toHaveAttribute('data-state', 'done', { timeout: 30_000 });
+  const picked = (await app.getByTestId('model-picker').locator('option:checked').textContent())?.trim() ?? '';
+  const modelId = await app.getByTestId('model-picker').inputValue();
+  const model = reply.getByTestId('message-model');
+  await expect(model).toHaveText(picked.split(/\s+[·(]/)[0] ?? picked);
+  await expect(model).toHaveAttribute('data-model-id', modelId);
+  await expect(reply.getByTestId('message-stats')).toContainText(/^.+ · ttft /);
+  await app.reload();
+  await expect(lastReply(app).getByTestId('message-model')).toHaveAttribute('data-model-id', modelId);
+});
+
+test('a reply stopped before it wrote anything says where it was stopped, not just "0 tok"', async ({
+  app,
+  server,
+}) => {
+  const now = Date.now();
+  const id = `t-stopped-${now}`;
+  const stopped = (n: number, stats: Record<string, unknown>) => ({
+    id: `a${n}`,
+    role: 'assistant',
+    content: '',
+    createdAt: now + 2 * n + 1,
+    stats: { tokens: 0, finishReason: 'cancelled', ...stats },
+  });
+  const saved = await wsCall(server, 'saveThread', {
+    id,
+    title: 'Stopped',
+    createdAt: now,
+    updatedAt: now,
+    messages: [
+      { id: 'u0', role: 'user', content: 'One', createdAt: now },
+      stopped(0, { promptTokens: 9, stoppedWhile: 'queued' }),
+      { id: 'u1', role: 'user', content: 'Two', createdAt: now + 2 },
+      // Saved before kvdesk said where: that it wrote nothing.
+      stopped(1, { promptTokens: 9 }),
+      { id: 'u2', role: 'user', content: 'Three', createdAt: now + 4 },
+      {
+        id: 'a2',
+        role: 'assistant',
+        content: 'Part',
+        createdAt: now + 5,
+        stats: { tokens: 1, finishReason: 'cancelled' },
+      },
+    ],
+  });
+  expect(saved.ok).toBe(true);
+  await app.reload();
+  await app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click({ timeout: 15_000 });
+  const reply = (n: number) => app.locator(`[data-testid="message-assistant"][data-message-id="a${n}"]`);
+  await expect(reply(0).getByTestId('message-text')).toHaveText('stopped while queued — no reply');
+  await expect(reply(1).getByTestId('message-text')).toHaveText('stopped before it wrote anything — no reply');
+  // Stopped after it wrote: its text, and no such note. None of these chats kept its model: none is named.
+  await expect(reply(2).getByTestId('message-text')).toHaveText('Part');
+  await expect(reply(2).getByTestId('stopped-empty')).toHaveCount(0);
+  await expect(app.getByTestId('message-model')).toHaveCount(0);
+});
