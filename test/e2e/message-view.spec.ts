@@ -191,3 +191,41 @@ test('a reply stopped before it wrote anything says where it was stopped, not ju
   await expect(reply(2).getByTestId('stopped-empty')).toHaveCount(0);
   await expect(app.getByTestId('message-model')).toHaveCount(0);
 });
+
+test("the context meter counts an edited reply's text, not the tokens the model wrote", async ({ app, server }) => {
+  const now = Date.now();
+  const id = `t-meter-${now}`;
+  const saved = await wsCall(server, 'saveThread', {
+    id,
+    title: 'Meter',
+    createdAt: now,
+    updatedAt: now,
+    messages: [
+      { id: 'u0', role: 'user', content: 'Hi', createdAt: now },
+      {
+        id: 'a0',
+        role: 'assistant',
+        content: 'Hello.',
+        createdAt: now + 1,
+        stats: { tokens: 2, promptTokens: 10, finishReason: 'eos' },
+      },
+    ],
+  });
+  expect(saved.ok).toBe(true);
+  await app.reload();
+  await app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click({ timeout: 15_000 });
+  const meter = app.getByTestId('context-meter');
+  await expect(meter).toHaveAttribute('data-used', '12');
+  await expect(meter).toHaveAttribute('data-count', 'kept');
+  const reply = lastReply(app);
+  await reply.hover();
+  await reply.getByTestId('edit-reply').click();
+  await app.getByTestId('reply-edit-input').fill(PARAGRAPH.repeat(8));
+  await app.getByTestId('reply-edit-save').click();
+  // Counted again by the host, as the next turn would send the chat: the long text, not the 2 tokens.
+  await expect(meter).toHaveAttribute('data-count', 'recounted');
+  const used = Number(await meter.getAttribute('data-used'));
+  expect(used).toBeGreaterThan(200);
+  await expect(meter).not.toContainText('≈');
+  await expect(meter).toContainText(`context ${used.toLocaleString('en-US')} /`);
+});

@@ -1,7 +1,8 @@
 /** The open thread: title, messages (with Ctrl/Cmd+F's find bar), composer. */
 import { useEffect, useMemo, useRef, useState } from 'react';
 import { useShallow } from 'zustand/react/shallow';
-import { useApp, useAppStore } from '../bridge/context';
+import type { StoredMessage } from '../../shared/api';
+import { useApp, useAppStore, useBridge } from '../bridge/context';
 import { contextUsed, currentDrop } from '../bridge/prompt';
 import { findMatches, MAX_MATCHES } from '../lib/find';
 import { formatInteger } from '../lib/format';
@@ -189,7 +190,39 @@ function EmptyThread() {
  * model's, which the next turn runs on (the tokens are counted as the latest reply's model counted them).
  */
 function ContextMeter({ threadId }: { threadId: string }) {
-  const { used, context, dropped } = useApp(
+  const bridge = useBridge();
+  // A reply the person edited: the counts the replies kept are the model's text's, not the chat's now. The host
+  // counts the chat again (as the next turn would send it); until it answers, an estimate from the characters.
+  const { messages, edits, pickedId } = useApp(
+    useShallow((s) => {
+      const t = s.threads.find((x) => x.id === threadId);
+      const all = t?.messages ?? EMPTY;
+      const idle = !Object.values(s.live).some((l) => l.threadId === threadId);
+      return {
+        messages: all,
+        edits: idle && all.some((m) => m.role === 'assistant' && m.edited),
+        pickedId: s.activeModelId,
+      };
+    }),
+  );
+  const [recount, setRecount] = useState<{ of: StoredMessage[]; model: string | null; tokens: number } | null>(null);
+  useEffect(() => {
+    if (!edits) return;
+    let current = true;
+    void bridge.measureDraft(threadId, '').then((m) => {
+      if (current && m) setRecount({ of: messages, model: pickedId, tokens: m.promptTokens });
+    });
+    return () => {
+      current = false;
+    };
+  }, [bridge, threadId, messages, edits, pickedId]);
+  const counted = edits && recount?.of === messages && recount.model === pickedId ? recount.tokens : undefined;
+  const {
+    used: kept,
+    context,
+    dropped,
+    estimate,
+  } = useApp(
     useShallow((s) => {
       const t = s.threads.find((x) => x.id === threadId);
       const messages = t?.messages ?? [];
@@ -202,9 +235,12 @@ function ContextMeter({ threadId }: { threadId: string }) {
         used: contextUsed(messages, s.live),
         context: model?.spec.contextLength,
         dropped: currentDrop(messages, s.live)?.drop.messages ?? 0,
+        estimate: editedEstimate(messages),
       };
     }),
   );
+  const approximate = edits && counted === undefined;
+  const used = counted ?? (approximate && kept !== undefined ? kept + estimate : kept);
   if (used === undefined || context === undefined) return null;
   const share = Math.min(1, used / context);
   return (
@@ -213,15 +249,22 @@ function ContextMeter({ threadId }: { threadId: string }) {
       data-testid="context-meter"
       data-used={used}
       data-context={context}
+      data-count={counted !== undefined ? 'recounted' : approximate ? 'estimate' : 'kept'}
       title={
-        `The conversation as the model sees it fills ${formatInteger(used)} of its ${formatInteger(context)} tokens of context.` +
+        `The conversation as the model sees it fills ${approximate ? 'about ' : ''}${formatInteger(used)} of its ${formatInteger(context)} tokens of context.` +
+        (counted !== undefined
+          ? ' Counted again after your edit of a reply (as the next turn would send it).'
+          : approximate
+            ? ' Your edit of a reply is estimated from its characters until it is counted.'
+            : '') +
         (dropped > 0
           ? ` The first ${dropped} messages are out of view.`
           : ' When it is full, the oldest messages are left out.')
       }
     >
       <span className="num">
-        context {formatInteger(used)} / {formatInteger(context)}
+        context {approximate ? '≈' : ''}
+        {formatInteger(used)} / {formatInteger(context)}
         {dropped > 0 ? ` · ${dropped} out of view` : ''}
       </span>
       <span className="meter">
@@ -229,6 +272,17 @@ function ContextMeter({ threadId }: { threadId: string }) {
       </span>
     </div>
   );
+}
+
+/**
+ * What the last reply's edit changed in the count, roughly: its text's characters over 4 (a typical token's),
+ * instead of the tokens the model wrote; nothing when the last reply is not edited (an earlier edit is only known
+ * once the host counts it).
+ */
+function editedEstimate(messages: StoredMessage[]): number {
+  const last = messages.findLast((m) => m.role === 'assistant');
+  if (!last?.edited) return 0;
+  return Math.ceil((last.content.length + (last.reasoning?.length ?? 0)) / 4) - (last.stats?.tokens ?? 0);
 }
 
 /**
