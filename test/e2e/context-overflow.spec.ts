@@ -141,6 +141,43 @@ test('a thread set to stop at the limit gets the refusal instead', async ({ page
   await expect(page.getByTestId('context-start')).toHaveCount(0);
 });
 
+test('a model picked in a chat is its model from then on, before any reply: opening it again or reloading keeps the pick', async ({
+  page,
+  smallServer: server,
+}) => {
+  await openSmallChat(page, server);
+  const small = (await page.getByTestId('chat-view').getAttribute('data-thread-id')) ?? '';
+  await turn(page, 'Hello small model');
+  const other = await newChat(page);
+  await page.getByTestId('model-picker').selectOption('default');
+  await turn(page, 'Hello default model');
+
+  const picker = page.getByTestId('model-picker');
+  const open = (id: string) =>
+    page.getByTestId('thread-list').locator(`[data-thread-id="${id}"] [data-testid="thread-title"]`).click();
+  // The chat that last ran on context-256 gets default, with no reply since.
+  await open(small);
+  await expect(picker).toHaveValue('context-256');
+  await picker.selectOption('default');
+  await open(other);
+  await expect(picker).toHaveValue('default');
+  // …and the other chat context-256.
+  await picker.selectOption('context-256');
+  await open(small);
+  await expect(picker).toHaveValue('default');
+  await open(other);
+  await expect(picker).toHaveValue('context-256');
+  // Kept with the chats: after a reload too.
+  await open(small);
+  await expect(async () => {
+    await page.reload();
+    await expect(page.getByTestId('chat-view')).toHaveAttribute('data-thread-id', small, { timeout: 2000 });
+    await expect(picker).toHaveValue('default', { timeout: 2000 });
+  }).toPass({ timeout: 20_000 });
+  await open(other);
+  await expect(picker).toHaveValue('context-256');
+});
+
 test('a chat keeps its model: opening it again, or reloading, picks it; a model no longer loaded is named', async ({
   page,
   smallServer: server,

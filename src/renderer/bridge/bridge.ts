@@ -226,6 +226,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     endStreamSaves(id);
     s().removeThread(id);
     sessionModel.delete(id);
+    pendingPicks.delete(id);
     forgetDrafts();
   }
 
@@ -253,7 +254,8 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       const written = m.content || m.reasoning || m.toolCalls?.length || m.alternatives?.length;
       return written ? [partialReply(m, l)] : [];
     });
-    const thread: Thread = { ...t, messages };
+    const picked = pendingPicks.get(threadId);
+    const thread: Thread = { ...t, messages, ...(picked ? { modelId: picked } : {}) };
     void api.invoke('saveThread', { ...thread, savedBy: pageId }).then((r) => report('Could not save the chat', r));
   }
 
@@ -304,9 +306,41 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     const st = s();
     if (id === null || st.models.length === 0) return; // no models known yet: when they are
     restoreFor = null;
-    const modelId = st.threads.find((t) => t.id === id)?.modelId;
+    const modelId = pendingPicks.get(id) ?? st.threads.find((t) => t.id === id)?.modelId;
     if (st.activeThreadId !== id || !modelId) return;
     if (modelId !== st.activeModelId && st.models.some((m) => m.id === modelId)) st.setActiveModel(modelId);
+  }
+
+  /**
+   * Models picked in a chat while its reply runs: that reply goes on with the model it started on (its thread's
+   * modelId until it ends), the chat's next turns go to the pick (saved with the chat, and its once the reply ends).
+   */
+  const pendingPicks = new Map<string, string>();
+
+  /** The person picks a model: new replies go to it, and it is the open chat's model from now on (as LM Studio's). */
+  function pickModel(id: string): void {
+    s().setActiveModel(id);
+    restoreFor = null; // the pick, not the chat's earlier model
+    const t = activeThread();
+    if (!t) return;
+    if (liveIn(t.id)) {
+      if (id === t.modelId) pendingPicks.delete(t.id);
+      else pendingPicks.set(t.id, id);
+      saveThread(t.id);
+      return;
+    }
+    pendingPicks.delete(t.id);
+    if (t.modelId === id) return;
+    s().updateThread(t.id, { modelId: id });
+    saveThread(t.id);
+  }
+
+  /** A chat's reply ended: a model picked in it meanwhile becomes its model. */
+  function takePendingPick(threadId: string): void {
+    const picked = pendingPicks.get(threadId);
+    if (picked === undefined) return;
+    pendingPicks.delete(threadId);
+    s().updateThread(threadId, { modelId: picked });
   }
 
   function saveSettings(): void {
@@ -335,6 +369,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         if (was && !now) {
           cancels.delete(b.messageId);
           endStreamSaves(was.threadId);
+          takePendingPick(was.threadId);
           saveThread(was.threadId);
           runAllowedTools(was.threadId, b.messageId);
         } else if (now && now.tokens > 0) saveWhileStreaming(now.threadId);
@@ -988,7 +1023,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   async function loadAndUse(root: string, how: LoadModelRequest = {}): Promise<string | null> {
     const { said, id } = await loadPackageAs(root, how);
     // Only a load that went through: a failed one leaves new replies where they went.
-    if (id !== undefined && s().models.some((m) => m.id === id)) s().setActiveModel(id);
+    if (id !== undefined && s().models.some((m) => m.id === id)) pickModel(id);
     return said;
   }
 
@@ -1197,9 +1232,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       const branch = branchWith(t, at);
       runTurn(branch.id, [{ ...original, id: newId('m'), content, createdAt: Date.now() }]);
     },
-    setActiveModel(id) {
-      s().setActiveModel(id);
-    },
+    setActiveModel: pickModel,
     importFiles,
     cancelImport() {
       if (!uploading) return;

@@ -89,7 +89,7 @@ function ModelPicker() {
           if (v.startsWith(LIBRARY_VALUE)) void bridge.loadAndUse(v.slice(LIBRARY_VALUE.length));
           else bridge.setActiveModel(v);
         }}
-        title="Model for new replies (Ctrl/Cmd+K); a library package loads when picked"
+        title="This chat's model, for its next replies (Ctrl/Cmd+K); a library package loads when picked"
       >
         {models.length === 0 && <option value="">no model loaded</option>}
         <optgroup label="Loaded">
