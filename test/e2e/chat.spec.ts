@@ -620,3 +620,48 @@ test('another tab renames a chat while this one writes a reply in it: the reply 
     await other.close();
   }
 });
+
+test('a model picked while the chat replies: the chat says the reply goes on with its model and the next goes to the pick', async ({
+  app,
+}) => {
+  const other = await saveEndlessChat(slow, { maxNewTokens: 8 });
+  const id = await longReplyOnSlow(app);
+  const reply = lastReply(app);
+  await expect(reply).toHaveAttribute('data-state', 'running');
+  const picker = app.getByTestId('model-picker');
+  const note = app.getByTestId('pick-while-replying');
+  await expect(note).toHaveCount(0);
+  await picker.selectOption('default');
+  // Said where the person looks, while the reply keeps running on the model it started on.
+  await expect(note).toHaveText('This reply goes on with slow-llama; your next message goes to default.');
+  await expect(note).toHaveAttribute('role', 'status');
+  await expect(reply).toHaveAttribute('data-state', 'running');
+  // Another chat and back while it still runs: the pick is still this chat's.
+  await openChat(app, other);
+  await expect(note).toHaveCount(0);
+  await app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click();
+  await expect(picker).toHaveValue('default');
+  await expect(note).toBeVisible();
+  // Picked back: nothing to say.
+  await picker.selectOption('slow-llama');
+  await expect(note).toHaveCount(0);
+  await picker.selectOption('default');
+  await expect(note).toBeVisible();
+  // The reply ends: the pick is the chat's model, kept over a reload.
+  await expect(reply).toHaveAttribute('data-state', 'running');
+  await app.getByTestId('stop-button').click();
+  await expect(reply).toHaveAttribute('data-state', 'cancelled');
+  await expect(note).toHaveCount(0);
+  await expect(picker).toHaveValue('default');
+  await app.reload();
+  await expect(app.getByTestId('chat-view')).toHaveAttribute('data-thread-id', id);
+  await expect(picker).toHaveValue('default');
+  // The next message goes to the pick.
+  await send(app, 'and now?');
+  await expect(lastReply(app)).toHaveAttribute('data-state', /done|error/, { timeout: 30_000 });
+  const threads = (await wsCall(slow, 'listThreads', {})) as {
+    ok: boolean;
+    value?: Array<{ id: string; modelId?: string }>;
+  };
+  expect(threads.value?.find((t) => t.id === id)?.modelId).toBe('default');
+});
