@@ -6,7 +6,7 @@
  * (arrows inside), Esc from the find bar goes back to the message box.
  */
 import type { Locator, Page } from '@playwright/test';
-import { expect, lastReply, newChat, send, setSettings, test, wsCall } from './fixtures';
+import { apiSnapshot, expect, lastReply, newChat, send, setSettings, test, wsCall } from './fixtures';
 
 /** What the page's functions use of the browser's window (these tests' types have no DOM). */
 interface Win {
@@ -326,6 +326,76 @@ test("the inspector's request table fits its width and shows the newest 20 ended
     return el.getBoundingClientRect().width <= wrap.clientWidth + 1;
   });
   expect(fits).toBe(true);
+});
+
+/** Every header and cell of the request table inside the inspector's visible width (no column behind a scroll). */
+async function requestColumnsShown(page: Page): Promise<string[]> {
+  return page.getByTestId('request-table').evaluate((table) => {
+    const wrap = table.parentElement as unknown as {
+      getBoundingClientRect(): { left: number; right: number };
+      clientWidth: number;
+    };
+    const inspector = table.closest('[data-testid="inspector"]') as unknown as {
+      getBoundingClientRect(): { left: number; right: number };
+      clientWidth: number;
+    };
+    const left = wrap.getBoundingClientRect().left;
+    const right = Math.min(left + wrap.clientWidth, inspector.getBoundingClientRect().left + inspector.clientWidth);
+    const cut: string[] = [];
+    for (const cell of table.querySelectorAll('th, td')) {
+      const b = cell.getBoundingClientRect();
+      if (b.right > right + 0.5) cut.push(`${(cell.textContent ?? '').trim()} ends at ${b.right}, past ${right}`);
+      // Nothing inside a cell runs past it either (its text cut unseen).
+      const inner = cell as unknown as { scrollWidth: number; clientWidth: number };
+      if (inner.scrollWidth > inner.clientWidth + 1 && !cell.matches('td.thread'))
+        cut.push(`${(cell.textContent ?? '').trim()} overflows its cell`);
+    }
+    return cut;
+  });
+}
+
+test("the inspector's request table shows every column at 1000 and 1200 px, with wide rows: refused, capped, a session's", async ({
+  app,
+  server,
+}) => {
+  const post = async (body: object) => {
+    const res = await fetch(`${server.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'default', temperature: 0, ...body }),
+    });
+    return { status: res.status, body: (await res.json()) as { choices?: Array<{ message: { content: string } }> } };
+  };
+  const story = 'Once upon a time a river ran through the old town, and the bakers there sang. '.repeat(30);
+  try {
+    // A chat of the window with a long title, whose second turn reuses the first's KV (prefix + new, four digits).
+    await newChat(app);
+    await send(app, story);
+    await expect(lastReply(app)).toHaveAttribute('data-state', /done|error/, { timeout: 30_000 });
+    await send(app, 'And then what happened to the bakers?');
+    await expect(lastReply(app)).toHaveAttribute('data-state', /done|error/, { timeout: 30_000 });
+    // Refused by a tiny budget (its error code under its state), then capped.
+    const short = [{ role: 'user', content: 'Tell me about the river' }];
+    expect((await wsCall(server, 'configureBudget', { kvBudgetBytes: 8192 })).ok).toBe(true);
+    expect((await post({ messages: [{ role: 'user', content: story }], max_tokens: 1800 })).status).toBe(400);
+    // The latest refusal (earlier tests on this server had theirs).
+    const refused = (await apiSnapshot(server)).recent
+      .filter((r) => r.error?.code === 'KV_BUDGET_EXCEEDED')
+      .sort((a, b) => (b.endedAt ?? 0) - (a.endedAt ?? 0));
+    const prompt = refused[0]?.promptTokens ?? 0;
+    expect(prompt).toBeGreaterThan(999);
+    // Room for the short prompt and about 1,500 tokens of the 1,800 asked: capped, four digits each.
+    expect((await wsCall(server, 'configureBudget', { kvBudgetBytes: 1536 * 1024 })).ok).toBe(true);
+    expect((await post({ messages: short, max_tokens: 1800 })).status).toBe(200);
+  } finally {
+    expect((await wsCall(server, 'configureBudget', { kvBudgetBytes: null })).ok).toBe(true);
+  }
+  await expect(app.getByTestId('request-cap').first()).toHaveText(/^\d{4}\/ ?1800$/);
+  await expect(app.getByTestId('request-error').first()).toHaveText('KV_BUDGET_EXCEEDED');
+  for (const width of [1000, 1200]) {
+    await app.setViewportSize({ width, height: 700 });
+    await expect.poll(() => requestColumnsShown(app), { message: `at ${width} px` }).toEqual([]);
+  }
 });
 
 test('the chat list is one Tab stop: arrows move in it, its pin, rename and delete are reachable', async ({ app }) => {

@@ -3,7 +3,7 @@
  * how the limit was derived, live controls, the requests and sessions behind
  * the numbers, and the scheduler's event timeline.
  */
-import { memo, useEffect, useMemo, useRef, useState } from 'react';
+import { memo, type ReactNode, useEffect, useMemo, useRef, useState } from 'react';
 import type { Thread } from '../../shared/api';
 import { formatDuration } from '../../shared/duration';
 import { PROMPT_CACHE_PREFIX } from '../../shared/prompt-cache';
@@ -313,6 +313,16 @@ function Controls({ devices }: { devices: DeviceBudgetSnapshot[] }) {
   );
 }
 
+/** An error code that may break after its underscores (KV_BUDGET_ / EXCEEDED): its column stays narrow. */
+function breakable(code: string): ReactNode[] {
+  let at = 0;
+  return code.split('_').flatMap((part) => {
+    const start = at;
+    at += part.length + 1;
+    return start === 0 ? [part] : ['_', <wbr key={start} />, part];
+  });
+}
+
 /** Ended requests the table shows (the newest); it counts the older ones the host still reports. */
 export const SHOWN_ENDED_REQUESTS = 20;
 
@@ -346,7 +356,7 @@ function RequestRow({
     >
       <WhoCell id={r.id} threadId={r.threadId} modelId={r.modelId} title={title} showModel={showModel} />
       {device !== undefined && <td className="mono">{device}</td>}
-      <td>
+      <td className="state-cell">
         <span className={`state ${r.state}`}>{r.state}</span>
         {reloading && r.state === 'queued' && (
           <div
@@ -359,7 +369,7 @@ function RequestRow({
         )}
         {r.error && r.state !== 'cancelled' && (
           <div className="sub mono" data-testid="request-error">
-            {r.error.code}
+            {breakable(r.error.code)}
           </div>
         )}
       </td>
@@ -402,7 +412,12 @@ function RequestRow({
             : undefined
         }
       >
-        {r.budgetCap ? `${r.budgetCap.admittedMaxTokens}/${r.budgetCap.requestedMaxTokens}` : ''}
+        {r.budgetCap && (
+          <>
+            <div>{r.budgetCap.admittedMaxTokens}</div>
+            <div>/ {r.budgetCap.requestedMaxTokens}</div>
+          </>
+        )}
       </td>
     </tr>
   );
