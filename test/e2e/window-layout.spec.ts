@@ -6,6 +6,7 @@
  * (arrows inside), Esc from the find bar goes back to the message box.
  */
 import type { Locator, Page } from '@playwright/test';
+import { generatedModel } from '../helpers/models';
 import { apiSnapshot, expect, lastReply, newChat, send, setSettings, test, wsCall } from './fixtures';
 
 /** What the page's functions use of the browser's window (these tests' types have no DOM). */
@@ -185,6 +186,49 @@ test('at 800 px the header keeps its budget bar and figures clear of the buttons
   const inspector = await box(app.getByTestId('inspector-toggle'));
   expect(inspector.x + inspector.width).toBeLessThanOrEqual(800);
 });
+
+test('from 901 to 1240 px the header keeps its budget figures whole and clear of the theme button', async ({
+  app,
+  server,
+}) => {
+  // KV held by a chat: the figures at their longer ("35.0 MiB / 11.2 GiB").
+  await newChat(app);
+  await setSettings(app, { maxNewTokens: 2 });
+  await send(app, 'hello');
+  await expect(lastReply(app)).toHaveAttribute('data-state', 'done');
+  // A model of a long name loaded too: the picker at its widest.
+  const long = generatedModel('a-model-with-a-rather-long-name', {});
+  expect((await wsCall(server, 'loadModel', { path: long })).ok).toBe(true);
+  try {
+    await expect(
+      app.locator('[data-testid="model-picker"] option[value="a-model-with-a-rather-long-name"]'),
+    ).toHaveCount(1);
+    await headerAtWidths(app);
+  } finally {
+    expect((await wsCall(server, 'unloadModel', { id: 'a-model-with-a-rather-long-name' })).ok).toBe(true);
+    expect((await wsCall(server, 'forgetModel', { root: long })).ok).toBe(true);
+  }
+});
+
+async function headerAtWidths(app: Page): Promise<void> {
+  for (const width of [901, 920, 950, 1000, 1100, 1240]) {
+    await app.setViewportSize({ width, height: 700 });
+    const figures = app.getByTestId('header-budget-figures');
+    // Whole: its text not cut inside it…
+    expect(await figures.evaluate((el) => el.scrollWidth - el.clientWidth), `${width} px`).toBeLessThanOrEqual(0);
+    const f = await box(figures);
+    const bar = await box(app.getByTestId('budget-bar'));
+    const theme = await box(app.getByTestId('theme-toggle'));
+    const toggle = await box(app.getByTestId('inspector-toggle'));
+    // …nor under the theme button, the bar before it and still a bar; every control inside the window.
+    expect(f.x + f.width, `${width} px`).toBeLessThanOrEqual(theme.x);
+    expect(bar.x + bar.width, `${width} px`).toBeLessThanOrEqual(f.x);
+    expect(bar.width, `${width} px`).toBeGreaterThanOrEqual(40);
+    expect(toggle.x + toggle.width, `${width} px`).toBeLessThanOrEqual(width);
+    const models = await box(app.getByTestId('models-toggle'));
+    expect(models.x + models.width, `${width} px`).toBeLessThanOrEqual(bar.x);
+  }
+}
 
 test('at 320 px (a phone, or 200 % zoom) the header wraps: every control and the budget figures inside the window', async ({
   app,
