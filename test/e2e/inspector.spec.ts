@@ -344,3 +344,15 @@ test('new timeline events leave the rows and ticks of earlier ones in place (nei
     expect(Math.abs(t.x - (t.width * (1 - (newest - t.at) / 60_000) - 3))).toBeLessThan(1);
   }
 });
+
+test("the budget names each model's bytes per token, from its load on (not one model's figure for all)", async ({
+  app,
+}) => {
+  await openServer(app, slow);
+  if (!(await app.getByTestId('inspector').isVisible())) await app.getByTestId('inspector-toggle').click();
+  // Both models' KV lives on the CPU: each named with its own bpt, as its spec says (1 KiB and 16 KiB a token).
+  const bpts = app.getByTestId('inspector-budget').getByTestId('budget-bpt-model');
+  await expect(bpts).toHaveCount(2);
+  await expect(bpts.nth(1)).toHaveAttribute('data-model-id', 'slow-llama');
+  await expect(app.getByTestId('budget-bpt')).toHaveText('bpt default 1,024 B · slow-llama 16,384 B');
+});

@@ -3,7 +3,9 @@
  * how the limit was derived, live controls, the requests and sessions behind
  * the numbers, and the scheduler's event timeline.
  */
+
 import { memo, type ReactNode, useEffect, useMemo, useRef, useState } from 'react';
+import { useShallow } from 'zustand/react/shallow';
 import type { Thread } from '../../shared/api';
 import { formatDuration } from '../../shared/duration';
 import { PROMPT_CACHE_PREFIX } from '../../shared/prompt-cache';
@@ -72,6 +74,26 @@ function Derivation({ snap }: { snap: SchedulerSnapshot }) {
   );
 }
 
+/**
+ * KV bytes per token of each model placed on the device, named: the models' specs say it from their load on (the
+ * scheduler's own figure comes with a model's first request, and only while it knows one model).
+ */
+function ModelBpts({ ids }: { ids: string[] }) {
+  const models = useApp(useShallow((s) => s.models.filter((m) => ids.includes(m.id))));
+  if (models.length === 0) return null;
+  return (
+    <span data-testid="budget-bpt" title="KV bytes per token of each model whose KV lives here (batch 1)">
+      bpt
+      {models.map((m, i) => (
+        <span key={m.id} data-testid="budget-bpt-model" data-model-id={m.id} title={exactBytes(m.spec.bpt)}>
+          {i > 0 ? ' · ' : ' '}
+          {m.spec.displayName} <span className="num">{formatInteger(m.spec.bpt)} B</span>
+        </span>
+      ))}
+    </span>
+  );
+}
+
 function BudgetSection({ snap, several }: { snap: DeviceBudgetSnapshot; several: boolean }) {
   const reservedUnused = Math.max(0, snap.reservedBytes - snap.usedBytes);
   return (
@@ -107,11 +129,7 @@ function BudgetSection({ snap, several }: { snap: DeviceBudgetSnapshot; several:
         <span>
           reserved <Bytes value={snap.reservedBytes} testId="budget-reserved-bytes" /> (used + not yet used)
         </span>
-        {snap.bpt !== null && (
-          <span title={exactBytes(snap.bpt)}>
-            bpt <span className="num">{formatInteger(snap.bpt)} B</span>
-          </span>
-        )}
+        <ModelBpts ids={snap.models} />
         <span data-testid="budget-running-count">
           running {snap.running.length}/{snap.maxRunning}
         </span>
