@@ -3,7 +3,7 @@
  * shown (card with bpt and fit badge), then loaded by its Load; a broken
  * package chosen with the folder input shows its error with file and field.
  */
-import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { defaultModelDir } from '../helpers/fixtures';
@@ -139,6 +139,26 @@ test('an empty folder chosen is refused with a message, as an empty folder dropp
     await expect(error.getByTestId('model-error-message')).toHaveText('The folder is empty.');
     await error.getByTestId('model-error-dismiss').click();
     await expect(error).toHaveCount(0);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a folder with no package kvdesk recognises is named as the folder, not as the file "."', async ({ app }) => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-notes-'));
+  const folder = path.join(dir, 'just-notes');
+  try {
+    mkdirSync(folder);
+    writeFileSync(path.join(folder, 'notes.txt'), 'hi\n');
+    await app.getByTestId('models-toggle').click();
+    await app.getByTestId('model-file-input').setInputFiles(folder);
+    const error = app.getByTestId('model-error');
+    await expect(error).toHaveAttribute('data-code', 'PACKAGE_INVALID');
+    await expect(error.getByTestId('model-error-message')).toContainText('not a model package kvdesk recognises');
+    await expect(error.getByTestId('model-error-folder')).toHaveText('just-notes');
+    await expect(error.getByTestId('model-error-file')).toHaveCount(0);
+    await expect(error).not.toContainText('file .');
+    await error.getByTestId('model-error-dismiss').click();
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

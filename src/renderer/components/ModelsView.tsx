@@ -75,13 +75,23 @@ function ImportResult() {
         </div>
         {(imp.error.file || imp.error.field) && (
           <div className="where">
-            {imp.error.file && (
+            {/* "." is the package folder itself (no file of it was recognised): named as the folder. */}
+            {imp.error.file === '.' ? (
               <span>
-                file{' '}
-                <b className="mono" data-testid="model-error-file">
-                  {imp.error.file}
+                folder{' '}
+                <b className="mono" data-testid="model-error-folder">
+                  {imp.path ?? imp.name}
                 </b>
               </span>
+            ) : (
+              imp.error.file && (
+                <span>
+                  file{' '}
+                  <b className="mono" data-testid="model-error-file">
+                    {imp.error.file}
+                  </b>
+                </span>
+              )
             )}
             {imp.error.field && (
               <span>
