@@ -356,3 +356,42 @@ test("the budget names each model's bytes per token, from its load on (not one m
   await expect(bpts.nth(1)).toHaveAttribute('data-model-id', 'slow-llama');
   await expect(app.getByTestId('budget-bpt')).toHaveText('bpt default 1,024 B · slow-llama 16,384 B');
 });
+
+test("a control's error goes once its field is changed; a 0 B limit is asked about, saying it refuses every request", async ({
+  app,
+  server,
+}) => {
+  const running = app.getByTestId('max-running-input');
+  const error = app.getByTestId('budget-control-error');
+  await running.fill('0');
+  await running.press('Enter');
+  await expect(error).toHaveText('Max running is a whole number from 1 to 256.');
+  // Corrected (not yet set): what was said about 0 no longer stands.
+  await running.fill('3');
+  await expect(error).toHaveCount(0);
+  await expect(running).not.toHaveAttribute('aria-invalid', 'true');
+  await running.fill('');
+  const limit = app.getByTestId('budget-limit-input');
+  await limit.fill('lots');
+  await limit.press('Enter');
+  await expect(error).toContainText('"lots" is not a size');
+  await limit.fill('64');
+  await expect(error).toHaveCount(0);
+  await expect(limit).not.toHaveAttribute('aria-invalid', 'true');
+
+  // 0 B: asked first, whether or not idle sessions hold KV, saying what it does; Cancel keeps the limit.
+  const before = (await apiSnapshot(server)).limitBytes;
+  await limit.fill('0');
+  await limit.press('Enter');
+  const ask = app.getByTestId('budget-limit-ask');
+  await expect(ask.getByTestId('budget-limit-zero')).toContainText(
+    'A 0 B budget refuses every request that needs KV (every chat reply, every API request of a model with a KV cache) until the limit is raised',
+  );
+  await expect(ask.getByTestId('budget-limit-zero')).toHaveText(
+    /raised(, and drops the kept KV of \d+ idle sessions? \(chats, API prompt caches\))?\. Set it\?$/,
+  );
+  await app.getByTestId('budget-limit-cancel').click();
+  await expect(ask).toHaveCount(0);
+  expect((await apiSnapshot(server)).limitBytes).toBe(before);
+  await limit.fill('');
+});

@@ -179,7 +179,8 @@ function Controls({ devices }: { devices: DeviceBudgetSnapshot[] }) {
       return;
     }
     const drops = sure ? 0 : sessionsDroppedBy(snap, bytes);
-    if (drops > 0) {
+    // 0 B is asked about whatever it drops: no request that needs KV gets in until the limit is raised.
+    if (drops > 0 || (!sure && bytes === 0)) {
       setError(null);
       setAsking({ bytes, drops, derived: false });
       return;
@@ -243,6 +244,8 @@ function Controls({ devices }: { devices: DeviceBudgetSnapshot[] }) {
           onChange={(e) => {
             setLimit(e.target.value);
             setAsking(null);
+            // What was said about the value typed before goes with it.
+            if (errorOf === 'limit') setError(null);
           }}
           onKeyDown={(e) => {
             if (e.key === 'Enter') void applyLimit();
@@ -267,7 +270,10 @@ function Controls({ devices }: { devices: DeviceBudgetSnapshot[] }) {
           aria-describedby={errorOf === 'running' ? 'budget-control-error' : undefined}
           placeholder={String(snap.maxRunning)}
           value={maxRunning}
-          onChange={(e) => setMaxRunning(e.target.value)}
+          onChange={(e) => {
+            setMaxRunning(e.target.value);
+            if (errorOf === 'running') setError(null);
+          }}
           onKeyDown={(e) => {
             if (e.key === 'Enter') void applyRunning();
           }}
@@ -308,11 +314,22 @@ function Controls({ devices }: { devices: DeviceBudgetSnapshot[] }) {
               setAsking(null);
             }}
           >
-            <span>
-              {asking.derived ? `The derived limit (${formatBytes(asking.bytes)})` : formatBytes(asking.bytes)} drops
-              the kept KV of {asking.drops} idle {asking.drops === 1 ? 'session' : 'sessions'} (chats, API prompt
-              caches): a chat's next turn then reads it whole again. Set it?
-            </span>
+            {asking.bytes === 0 && !asking.derived ? (
+              <span data-testid="budget-limit-zero">
+                A 0 B budget refuses every request that needs KV (every chat reply, every API request of a model with a
+                KV cache) until the limit is raised
+                {asking.drops > 0
+                  ? `, and drops the kept KV of ${asking.drops} idle ${asking.drops === 1 ? 'session' : 'sessions'} (chats, API prompt caches)`
+                  : ''}
+                . Set it?
+              </span>
+            ) : (
+              <span>
+                {asking.derived ? `The derived limit (${formatBytes(asking.bytes)})` : formatBytes(asking.bytes)} drops
+                the kept KV of {asking.drops} idle {asking.drops === 1 ? 'session' : 'sessions'} (chats, API prompt
+                caches): a chat's next turn then reads it whole again. Set it?
+              </span>
+            )}
             <button
               type="button"
               className="small danger"
