@@ -28,6 +28,7 @@ import { autoRunCalls, chatTools, MAX_AUTO_ROUNDS, SKIPPED_ANSWER, toolKey } fro
 import { mergeThread } from '../lib/merge-thread';
 import { blank, carriedSettings, chatSetup } from '../lib/presets';
 import { parseThreadImport } from '../lib/thread-export';
+import { turnModel } from '../lib/turn-model';
 import type { AppStore } from '../store';
 import { partialReply, UNTITLED } from '../store/chat-slice';
 import type { PackageImport } from '../store/types';
@@ -317,6 +318,9 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
    */
   const pendingPicks = new Map<string, string>();
 
+  /** The model a chat's next turn goes to (turn-model.ts). */
+  const modelFor = (threadId: string) => turnModel(s(), threadId, pendingPicks.get(threadId));
+
   /** The person picks a model: new replies go to it, and it is the open chat's model from now on (as LM Studio's). */
   function pickModel(id: string): void {
     s().setActiveModel(id);
@@ -563,7 +567,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   /** Starts a turn: the store gets the new messages, the host gets the request, frames flow back through the coalescer. */
   function runTurn(threadId: string, append: StoredMessage[], keepBefore?: string, replaces?: string): boolean {
     if (!canRun(threadId)) return false;
-    const modelId = s().activeModelId;
+    const modelId = modelFor(threadId);
     const assistantId = newId('m');
     s().startReply({
       threadId,
@@ -702,7 +706,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
    */
   async function fitAnswer(threadId: string, messageId: string, call: ToolCall, content: string): Promise<string> {
     const thread = s().threads.find((t) => t.id === threadId);
-    const modelId = s().activeModelId;
+    const modelId = modelFor(threadId);
     const spec = modelOf(modelId)?.spec;
     if (!thread || !spec) return content;
     const at = thread.messages.findIndex((m) => m.id === messageId);
@@ -804,7 +808,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     if (!thread || last?.role !== 'assistant' || !last.content || last.stats?.error || last.format === 'json') return;
     // A reply that called tools goes on once they answer.
     if (last.toolCalls?.length) return;
-    const modelId = s().activeModelId;
+    const modelId = modelFor(threadId);
     s().resumeReply({ threadId, messageId: last.id, now: Date.now(), ...(modelId ? { modelId } : {}) });
     const request = buildChatRequest(thread, thread.messages, modelId, modelOf(modelId)?.spec);
     generateInto(threadId, last.id, { ...request, continueFinal: true }, modelId);
@@ -1058,7 +1062,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     },
     async measureDraft(threadId, text, attachments = []) {
       const thread = s().threads.find((t) => t.id === threadId);
-      const modelId = s().activeModelId;
+      const modelId = modelFor(threadId);
       const model = modelOf(modelId);
       if (!thread || !model) return null;
       const live = s().live;
@@ -1076,7 +1080,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     },
     async measureSystemPrompt(threadId) {
       const thread = s().threads.find((t) => t.id === threadId);
-      const modelId = s().activeModelId;
+      const modelId = modelFor(threadId);
       const model = modelOf(modelId);
       if (!thread?.systemPrompt?.trim() || !model) return null;
       const empty: StoredMessage = { id: 'draft', role: 'user', content: '', createdAt: 0 };
