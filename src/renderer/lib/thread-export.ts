@@ -45,6 +45,9 @@ export function threadToMarkdown(thread: Thread, modelName?: string): string {
   if (modelName ?? thread.modelId) facts.push(`model ${modelName ?? thread.modelId}`);
   lines.push(`*${facts.join(' · ')}*`, '');
   if (thread.systemPrompt?.trim()) lines.push('**System prompt**', '', quote(thread.systemPrompt.trim()), '');
+  // Each reply names its model where the chat went from one model to another (else the line above says it).
+  const writers = new Set(thread.messages.flatMap((m) => m.writtenBy?.map((w) => w.id) ?? []));
+  const mixed = writers.size > 1 || (writers.size === 1 && !writers.has(thread.modelId ?? ''));
   for (const m of thread.messages) {
     const who =
       m.role === 'user'
@@ -54,8 +57,7 @@ export function threadToMarkdown(thread: Thread, modelName?: string): string {
           : m.role === 'tool'
             ? `Tool ${m.toolName ?? ''}${m.isError ? ' (failed)' : ''}`.trimEnd()
             : 'System';
-    // The model that wrote a reply, where the chat kept it (a chat may go from one model to another).
-    const by = m.writtenBy?.map((w) => w.name ?? w.id).join(' + ');
+    const by = mixed ? m.writtenBy?.map((w) => w.name ?? w.id).join(' + ') : undefined;
     lines.push(by ? `### ${who} · ${by}` : `### ${who}`, '');
     // A thinking model's reasoning, quoted above its reply.
     if (m.reasoning) lines.push('*Thinking*', '', quote(m.reasoning), '');

@@ -250,6 +250,13 @@ describe('importing a conversation ({messages: [{role, content}]})', () => {
     );
     // A chat from before kvdesk kept it: the heading alone.
     expect(threadToMarkdown(t)).toContain('### Assistant\n\nA tower with a light for ships.\n');
+    // Written by the chat's one model, which the line under the title names: not said again under each heading.
+    const one: Thread = { ...t, modelId: 'tiny', messages: [first, { ...reply, writtenBy: [{ id: 'tiny' }] }] };
+    expect(threadToMarkdown(one)).toContain('*kvdesk chat, ');
+    expect(threadToMarkdown(one)).toMatch(/ · model tiny\*\n/);
+    expect(threadToMarkdown(one)).toContain('### Assistant\n\nA tower with a light for ships.\n');
+    // One model that is not the chat's (it moved on since): named.
+    expect(threadToMarkdown({ ...one, modelId: 'other' })).toContain('### Assistant · tiny\n');
     const back = imported(parseThreadImport(threadToJson(written), 'c.json', NOW));
     expect(back.messages[1]?.writtenBy).toEqual([{ id: 'qwen3-0.6b', name: 'Qwen3 0.6B' }, { id: 'tiny' }]);
   });
