@@ -17,6 +17,7 @@ import {
   messageId,
 } from './anthropic-adapter';
 import { errorFromInfo, HttpError, type MessageOrigin, SSE_HEADERS, sendJson, writeEvents } from './http-util';
+import { apiModelName } from './model-names';
 import { runGeneration } from './openai-routes';
 
 const PARAM_HINT = { prompt: 'messages', api: 'anthropic' as const };
@@ -38,8 +39,9 @@ export async function serveCountTokens(hostApi: HostApi, body: unknown, res: Ser
     const mapped = mapMessagesRequest(body, { countOnly: true });
     origins = mapped.origins;
     // Counting needs the model's tokenizer: a library package is loaded as a message to it would load it.
-    await hostApi.ensureModel(mapped.request.model);
-    sendJson(res, 200, { input_tokens: hostApi.runner.countPromptTokens(mapped.request) });
+    const request = { ...mapped.request, model: await apiModelName(hostApi, mapped.request.model) };
+    await hostApi.ensureModel(request.model);
+    sendJson(res, 200, { input_tokens: hostApi.runner.countPromptTokens(request) });
   } catch (err) {
     sendAnthropicError(
       res,

@@ -9,11 +9,11 @@ import { statSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { LibraryEntry, ModelInfo } from '../../shared/api';
 import { toErrorInfo } from '../../shared/errors';
-import type { ModelSpec } from '../../shared/model-spec';
 import type { HostApi } from '../host/host-api';
 import { stripHubPrefix } from '../host/hub-download';
 import { ownPackage } from '../host/own-package';
 import { errorFromInfo, HttpError, httpError, sendJson, streamHeaders } from './http-util';
+import { installedModels, loadedModels, pulledName } from './model-names';
 import {
   loadReply,
   type MappedOllamaRequest,
@@ -71,25 +71,6 @@ function factsOf(m: ModelInfo): ModelFacts {
     // The folder is gone (the model stays loaded): Go clients need a time, so the server's start stands in.
     return { modifiedAt: startedAt };
   }
-}
-
-async function loadedModels(hostApi: HostApi): Promise<ModelInfo[]> {
-  const models = await hostApi.call('listModels', {});
-  if (!models.ok) throw errorFromInfo(models.error);
-  return models.value;
-}
-
-/**
- * What a request may name, as Ollama's "installed" models: the loaded ones, then the library's packages that
- * load on first use (described by their last check; no backend until they load).
- */
-async function installedModels(hostApi: HostApi): Promise<ModelInfo[]> {
-  // The library as another process (`kvdesk pull`) may have left it: read again when the file changed.
-  await hostApi.library.sync();
-  const library = hostApi
-    .loadable()
-    .map((e): ModelInfo => ({ id: e.id, spec: e.spec as ModelSpec, loadMs: 0, backend: '', isDefault: false }));
-  return [...(await loadedModels(hostApi)), ...library];
 }
 
 /** GET /api/tags: the models a request may name (loaded, or in the library: loaded on first use). */
@@ -270,23 +251,6 @@ export function pullTarget(body: unknown): { repo: string; variant?: string; str
   const tag = colon < 0 ? undefined : bare.slice(colon + 1);
   const stream = b.stream !== false;
   return { repo, ...(tag && tag !== 'latest' ? { variant: tag } : {}), stream };
-}
-
-/**
- * The library id of a package pulled from the hub under the name a client pulled it by (`hf.co/owner/Name:q4`,
- * `owner/name`), so it can chat with it by that name as with Ollama's; the name itself otherwise.
- */
-export function pulledName(hostApi: HostApi, name: string): string {
-  const bare = stripHubPrefix(name);
-  if (!bare.includes('/')) return name;
-  const colon = bare.lastIndexOf(':');
-  const repo = (colon < 0 ? bare : bare.slice(0, colon)).toLowerCase();
-  const tag = colon < 0 ? 'latest' : bare.slice(colon + 1);
-  // Most recently loaded first, as a name of several packages resolves; the library read where each came from.
-  const hit = hostApi.library
-    .list()
-    .find((e) => e.source?.repo.toLowerCase() === repo && (tag === 'latest' || e.source.variant === tag));
-  return hit?.id ?? name;
 }
 
 /**

@@ -12,6 +12,7 @@ import type { GenerateRequest, GenerationResult, StreamFrame } from '../../share
 import { toErrorInfo } from '../../shared/errors';
 import type { HostApi } from '../host/host-api';
 import { errorFromInfo, HttpError, SSE_HEADERS, sendHttpError, sendJson } from './http-util';
+import { apiModelName } from './model-names';
 import {
   CharOffsets,
   chunk,
@@ -191,6 +192,9 @@ export async function runGeneration(
 ): Promise<void> {
   // A library package the request names is loaded first (just in time); its failure is the answer.
   try {
+    // Named as Ollama lists it (`default:latest`): the model itself.
+    const model = await apiModelName(hostApi, request.model);
+    if (model !== request.model) request = { ...request, model };
     await hostApi.ensureModel(request.model);
   } catch (err) {
     if (!res.headersSent && !res.destroyed) sendError(res, errorFromInfo(toErrorInfo(err)));

@@ -26,6 +26,7 @@ import {
   tooLarge,
 } from './http-util';
 import { PROMETHEUS_CONTENT_TYPE, prometheusText } from './metrics';
+import { apiModelName } from './model-names';
 import {
   sendOllamaError,
   serveOllamaDelete,
@@ -334,7 +335,8 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
         );
       }
       const models = await listedModels();
-      const model = models.find((m) => m.id === id);
+      const named = await apiModelName(hostApi, id);
+      const model = models.find((m) => m.id === named);
       if (!model) {
         const known = models.map((m) => m.id).join(', ') || 'none';
         throw httpError(

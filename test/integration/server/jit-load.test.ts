@@ -476,3 +476,27 @@ describe("Ollama's listings, load and unload", () => {
     expect((await hostApi.call('unloadModel', { id: 'second' })).ok).toBe(true);
   });
 });
+
+describe("a name as Ollama's listings give it, on every API", () => {
+  // Last: it loads library packages, which changes the listings' order the tests above read.
+  it('default:latest and second:latest (what /api/tags lists) name those models on the OpenAI, Responses and Anthropic routes', async () => {
+    const tags = await get('/api/tags');
+    expect((tags.body.models as Array<{ name: string }>).map((m) => m.name)).toContain('second:latest');
+    // Listed by Ollama's name, then used on /v1 (as VS Code's Ollama provider and Open WebUI do).
+    expect((await ok(chat('default:latest'))).usage).toMatchObject({ completion_tokens: 2 });
+    // Answered under the name it was asked by, as Ollama's OpenAI routes do.
+    expect((await ok(chat('second:latest'))).model).toBe('second:latest');
+    expect(firstUseLoads('second')).toHaveLength(1);
+    await ok(post('/v1/responses', { model: 'third:latest', input: 'hi', max_output_tokens: 2 }));
+    expect(loadedIds()).toContain('third');
+    const msg = { model: 'default:latest', max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] };
+    expect((await ok(post('/v1/messages', msg))).type).toBe('message');
+    expect((await ok(post('/v1/messages/count_tokens', msg))).input_tokens).toBeGreaterThan(0);
+    const one = await get('/v1/models/default%3Alatest');
+    expect(one).toMatchObject({ status: 200, body: { id: 'default' } });
+    // A name that means nothing is still a 404 naming the models there are.
+    const res = await chat('nope:latest');
+    expect(res.status).toBe(404);
+    expect(await res.text()).toContain('model \\"nope:latest\\" is neither loaded nor in the library');
+  });
+});

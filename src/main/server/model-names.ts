@@ -1,0 +1,63 @@
+/**
+ * The model a request names, on every API: the id itself, or a name as Ollama's listings give it (`default:latest`)
+ * or as a client pulled it from the hub (`hf.co/owner/Name:q4`). Clients list models with /api/tags and then chat
+ * on /v1 (VS Code's Ollama provider, Open WebUI), as Ollama's own OpenAI-compatible routes allow.
+ */
+import type { ModelInfo } from '../../shared/api';
+import type { ModelSpec } from '../../shared/model-spec';
+import type { HostApi } from '../host/host-api';
+import { stripHubPrefix } from '../host/hub-download';
+import { errorFromInfo } from './http-util';
+import { resolveModel } from './ollama-adapter';
+
+/** The loaded models. */
+export async function loadedModels(hostApi: HostApi): Promise<ModelInfo[]> {
+  const models = await hostApi.call('listModels', {});
+  if (!models.ok) throw errorFromInfo(models.error);
+  return models.value;
+}
+
+/**
+ * What a request may name, as Ollama's "installed" models: the loaded ones, then the library's packages that
+ * load on first use (described by their last check; no backend until they load).
+ */
+export async function installedModels(hostApi: HostApi): Promise<ModelInfo[]> {
+  // The library as another process (`kvdesk pull`) may have left it: read again when the file changed.
+  await hostApi.library.sync();
+  const library = hostApi
+    .loadable()
+    .map((e): ModelInfo => ({ id: e.id, spec: e.spec as ModelSpec, loadMs: 0, backend: '', isDefault: false }));
+  return [...(await loadedModels(hostApi)), ...library];
+}
+
+/**
+ * The library id of a package pulled from the hub under the name a client pulled it by (`hf.co/owner/Name:q4`,
+ * `owner/name`), so it can chat with it by that name as with Ollama's; the name itself otherwise.
+ */
+export function pulledName(hostApi: HostApi, name: string): string {
+  const bare = stripHubPrefix(name);
+  if (!bare.includes('/')) return name;
+  const colon = bare.lastIndexOf(':');
+  const repo = (colon < 0 ? bare : bare.slice(0, colon)).toLowerCase();
+  const tag = colon < 0 ? 'latest' : bare.slice(colon + 1);
+  // Most recently loaded first, as a name of several packages resolves; the library read where each came from.
+  const hit = hostApi.library
+    .list()
+    .find((e) => e.source?.repo.toLowerCase() === repo && (tag === 'latest' || e.source.variant === tag));
+  return hit?.id ?? name;
+}
+
+/**
+ * The id a request's `model` means on any API: itself when a model has it, else what Ollama's names resolve to
+ * (above). A name that means nothing goes on as it is: the host's refusal names the models there are.
+ */
+export async function apiModelName(hostApi: HostApi, name: string | undefined): Promise<string | undefined> {
+  if (name === undefined || hostApi.runner.listModels().some((m) => m.id === name)) return name;
+  const ids = (await installedModels(hostApi)).map((m) => m.id);
+  if (ids.includes(name)) return name;
+  try {
+    return resolveModel(pulledName(hostApi, name), ids);
+  } catch {
+    return name;
+  }
+}
