@@ -4,11 +4,12 @@
  * Also the serve command in-process, to see its shutdown close everything.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { serve } from '../../../src/cli/serve';
 import { defaultModelDir, repoRoot } from '../../helpers/fixtures';
 import { holdReplyEnds, noEndBias } from '../../helpers/hold-replies';
@@ -162,6 +163,43 @@ describe('kvdesk serve --port 0 (a real process)', () => {
     }
     await expect(fetch(`${url}/health`)).rejects.toThrow();
   });
+});
+
+describe.skipIf(process.platform !== 'linux')('the kvdesk wrapper killed outright (SIGKILL, an OOM kill)', () => {
+  it('takes the server it started with it: nothing keeps the port, nothing is left adopted by init', async () => {
+    const dataDir = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-serve-kill-'));
+    const child = spawn(
+      process.execPath,
+      [path.join(repoRoot, 'bin/kvdesk.cjs'), 'serve', '--port', '0', '--threads', '1', '--data-dir', dataDir],
+      { cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'], detached: true },
+    );
+    const wrapper = child.pid as number;
+    let stderr = '';
+    child.stderr?.on('data', (d: Buffer) => {
+      stderr += d.toString();
+    });
+    try {
+      const url = await printedUrl(child, () => stderr);
+      // The server is the wrapper's child (then the engine, its own).
+      const [server] = readFileSync(`/proc/${wrapper}/task/${wrapper}/children`, 'utf8')
+        .trim()
+        .split(/\s+/)
+        .map(Number);
+      expect(server).toBeGreaterThan(0);
+      process.kill(wrapper, 'SIGKILL');
+      await vi.waitFor(() => expect(alive(server as number)).toBe(false), { timeout: 15_000, interval: 100 });
+      await expect(fetch(`${url}/health`)).rejects.toThrow();
+      // Nothing of the group is left (the engine went with the server).
+      await vi.waitFor(() => expect(() => process.kill(-wrapper, 0)).toThrow(), { timeout: 15_000, interval: 100 });
+    } finally {
+      try {
+        process.kill(-wrapper, 'SIGKILL');
+      } catch {
+        // Gone already.
+      }
+      await rm(dataDir, { recursive: true, force: true });
+    }
+  }, 90_000);
 });
 
 describe('Ctrl+C on kvdesk serve (SIGINT to its process group, as a terminal sends it)', () => {
