@@ -294,7 +294,7 @@ export interface LookupCount {
   accepted: number;
 }
 
-/** Frames of one generation stream, in order: accepted → admitted → tokens* → done | error. */
+/** Frames of one generation stream, in order: accepted → admitted → started → prefill* → tokens* → done | error. */
 export type StreamFrame =
   | {
       type: 'accepted';
@@ -315,6 +315,11 @@ export type StreamFrame =
       admittedMaxTokens: number;
       budgetCap?: BudgetCap;
     }
+  /**
+   * The engine began reading the prompt: reusedTokens of it came from KV already held (a session's or the
+   * prompt cache's), as the result will say. Not sent for a request that ends before it starts.
+   */
+  | { type: 'started'; requestId: string; reusedTokens: number }
   /** A long prompt is being read: prompt positions done and in all (a reused session prefix counts as done). */
   | { type: 'prefill'; requestId: string; doneTokens: number; totalTokens: number }
   | {

@@ -80,6 +80,8 @@ describe('the admission funnel', () => {
     expect(log.filter((l) => l === 'sched:released')).toHaveLength(1);
     expect(frames[0]).toBe('accepted');
     expect(frames[1]).toBe('admitted');
+    // The engine's start (with the prompt tokens it reused) before any token.
+    expect(frames[2]).toBe('started');
     expect(frames.at(-1)).toBe('done');
     expect(result.reservedBytes).toBe(9 * 1024);
     expectEmptyLedger(h);
@@ -252,7 +254,7 @@ describe('every terminal path returns the reservation', () => {
     const r = await queued.result;
     expect(r.tokenIds).toEqual(reference.tokenIds);
     // Never admitted onto the dead engine: only once its model was in again, and once.
-    expect(log.filter((l) => l !== 'tokens')).toEqual(['accepted', 'load', 'loaded', 'admitted', 'done']);
+    expect(log.filter((l) => l !== 'tokens')).toEqual(['accepted', 'load', 'loaded', 'admitted', 'started', 'done']);
     expect(log.indexOf('tokens')).toBeGreaterThan(log.indexOf('admitted'));
     expect(h.snapshot().counters.admitted).toBe(3);
     expectEmptyLedger(h);

@@ -1043,7 +1043,7 @@ export class RunnerService {
   }
 
   /**
-   * Starts a generation. Frames go to `sink` in order (accepted → admitted →
+   * Starts a generation. Frames go to `sink` in order (accepted → admitted → started →
    * tokens* → done | error); the handle's promise settles with the same outcome.
    * Validation errors reject before any frame is sent.
    */
@@ -1773,6 +1773,7 @@ class Generation {
         {
           onStarted: (_prefill, reused) => {
             this.reused = reused;
+            if (!this.ended) this.emit({ type: 'started', requestId: this.id, reusedTokens: reused });
           },
           onPrefill: (doneTokens, totalTokens, kvBytes) => {
             if (this.ended) return;

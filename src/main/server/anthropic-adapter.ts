@@ -335,8 +335,7 @@ export function stopReason(reason: FinishReason): string {
 }
 
 /** Anthropic's usage block: kvdesk's prompt cache reads count as cache reads. */
-export function messageUsage(result: GenerationResult | null, inputTokens: number, outputTokens: number) {
-  const cached = result?.reusedTokens ?? 0;
+export function messageUsage(cached: number, inputTokens: number, outputTokens: number) {
   return {
     input_tokens: inputTokens - cached,
     cache_creation_input_tokens: 0,
@@ -388,7 +387,7 @@ export function messageBody(model: string, result: GenerationResult, showThinkin
     stop_reason: stopReason(result.finishReason),
     stop_sequence: result.rows[0]?.stopSequence ?? null,
     ...MESSAGE_NULLS,
-    usage: messageUsage(result, result.promptTokens, output),
+    usage: messageUsage(result.reusedTokens, result.promptTokens, output),
     kvdesk: kvdeskExtras(result),
   };
 }
@@ -416,7 +415,12 @@ export class MessageEvents {
     private readonly model: string,
   ) {}
 
-  start(promptTokens: number): MessageEvent[] {
+  /** Whether message_start went out: it is sent once, before anything else of the message. */
+  private startSent = false;
+
+  start(promptTokens: number, reusedTokens: number): MessageEvent[] {
+    if (this.startSent) return [];
+    this.startSent = true;
     return [
       {
         type: 'message_start',
@@ -429,7 +433,7 @@ export class MessageEvents {
           stop_reason: null,
           stop_sequence: null,
           ...MESSAGE_NULLS,
-          usage: messageUsage(null, promptTokens, 0),
+          usage: messageUsage(reusedTokens, promptTokens, 0),
         },
       },
     ];
@@ -554,7 +558,7 @@ export class MessageEvents {
     this.closeThinking(out);
     this.closeTool(out);
     this.closeText(out);
-    // The whole usage: message_start knew neither the reused prompt tokens nor the output.
+    // The whole usage again (as Anthropic sends it), now with the output.
     out.push({
       type: 'message_delta',
       delta: {
@@ -563,7 +567,7 @@ export class MessageEvents {
         container: null,
         stop_details: null,
       },
-      usage: messageUsage(result, result.promptTokens, result.rows[0]?.tokenIds.length ?? 0),
+      usage: messageUsage(result.reusedTokens, result.promptTokens, result.rows[0]?.tokenIds.length ?? 0),
       // As the whole reply has it: whether the budget or the context cut the reply short, and why.
       kvdesk: kvdeskExtras(result),
     });

@@ -86,19 +86,24 @@ export function serveMessages(
           if (!mapped.stream) return;
           res.writeHead(200, SSE_HEADERS);
           events = new MessageEvents(messageId(frame.requestId), mapped.model);
-          send(events.start(promptTokens));
+          return;
+        case 'started':
+          // message_start carries the final input and cache-read counts: the reused tokens are known only now.
+          if (events) send(events.start(promptTokens, frame.reusedTokens));
           return;
         case 'tokens': {
           const row = frame.rows[0];
+          // message_start first, should tokens come without a started frame before them.
           if (events && row)
-            send(
-              events.tokens(
+            send([
+              ...events.start(promptTokens, 0),
+              ...events.tokens(
                 row.text,
                 row.toolCalls ?? [],
                 row.toolCallDeltas ?? [],
                 mapped.showThinking ? row.reasoning : undefined,
               ),
-            );
+            ]);
           return;
         }
         case 'done':
@@ -107,7 +112,7 @@ export function serveMessages(
             sendJson(res, 200, messageBody(mapped.model, frame.result, mapped.showThinking));
             return;
           }
-          send(events.done(frame.result));
+          send([...events.start(frame.result.promptTokens, frame.result.reusedTokens), ...events.done(frame.result)]);
           res.end();
           return;
         case 'error': {

@@ -122,7 +122,7 @@ describe('a request queued when the engine crashes', () => {
     rmSync(hold);
     const r = await queued.result;
     expect(r.tokenIds).toEqual(reference.tokenIds);
-    expect(frames.filter((f) => f !== 'tokens')).toEqual(['accepted', 'admitted', 'done']);
+    expect(frames.filter((f) => f !== 'tokens')).toEqual(['accepted', 'admitted', 'started', 'done']);
     expect(typesOf(events, queued.requestId)).toEqual(['accepted', 'queued', 'admitted', 'finished', 'released']);
     expect(pending(h)).toEqual({ generations: 0, cancels: 0 });
     expect(h.listModels().map((m) => m.reloading)).toEqual([undefined, undefined]);

@@ -240,9 +240,17 @@ describe('POST /v1/messages', () => {
     const first = await client.messages.stream({ ...params, max_tokens: 1 }).finalMessage();
     expect(first.usage.input_tokens + (first.usage.cache_read_input_tokens ?? 0)).toBe(counted.input_tokens);
     // Sent again, the prompt is read from the prompt cache (all of it but the last token), streamed or not.
-    const again = await client.messages.stream({ ...params, max_tokens: 1 }).finalMessage();
+    const events: Anthropic.MessageStreamEvent[] = [];
+    const again = await client.messages
+      .stream({ ...params, max_tokens: 1 })
+      .on('streamEvent', (e) => events.push(structuredClone(e))) // a copy: the helper updates its message in place
+      .finalMessage();
     expect(again.usage.cache_read_input_tokens).toBe(counted.input_tokens - 1);
     expect(again.usage.input_tokens).toBe(1);
+    // message_start already has the final input and cache-read counts (clients read them from there).
+    const start = events.find((e) => e.type === 'message_start');
+    expect(start?.message.usage).toMatchObject({ input_tokens: 1, cache_read_input_tokens: counted.input_tokens - 1 });
+    expect(events[0]?.type).toBe('message_start');
     const plain = await client.messages.create({ ...params, max_tokens: 1 });
     expect(plain.usage).toMatchObject({ input_tokens: 1, cache_read_input_tokens: counted.input_tokens - 1 });
     // The tools are in the prompt.

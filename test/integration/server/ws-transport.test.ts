@@ -131,7 +131,7 @@ describe('WebSocket transport', () => {
     c.ws.close();
   });
 
-  it('streams frames in order (accepted, admitted, tokens, done), multiplexed by id', async () => {
+  it('streams frames in order (accepted, admitted, started, tokens, done), multiplexed by id', async () => {
     const c = await Client.open(t.url);
     const req = (n: number) => ({ promptIds: [10, 20, 30], maxNewTokens: n, sampling: { greedy: true } });
     c.ws.send(JSON.stringify({ t: 'generate', id: 'a', request: req(5) }));
@@ -146,8 +146,9 @@ describe('WebSocket transport', () => {
       const types = frames.map((f) => f.type);
       expect(types[0]).toBe('accepted');
       expect(types[1]).toBe('admitted');
+      expect(types[2]).toBe('started');
       expect(types[types.length - 1]).toBe('done');
-      expect(types.slice(2, -1).every((x) => x === 'tokens')).toBe(true);
+      expect(types.slice(3, -1).every((x) => x === 'tokens')).toBe(true);
       const ids = frames.flatMap((f) => (f.type === 'tokens' ? (f.rows[0]?.ids ?? []) : []));
       const result = (end as Extract<StreamFrame, { type: 'done' }>).result;
       expect(ids).toEqual(result.tokenIds);

@@ -143,7 +143,7 @@ function assembleMessage(events: MessageEvent[]): Json[] {
 function streamMessage(frames: Frame[], result: GenerationResult): MessageEvent[] {
   const m = new MessageEvents('msg_1', 'm');
   const events = [
-    ...m.start(7),
+    ...m.start(7, 0),
     ...frames.flatMap((f) => m.tokens(f.text ?? '', f.calls ?? [], f.deltas ?? [], f.reasoning ?? '')),
     ...m.done(result),
   ];
