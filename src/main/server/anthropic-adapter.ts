@@ -16,7 +16,7 @@ import type {
   ToolChoice,
   ToolDefinition,
 } from '../../shared/contract';
-import { type HttpError, inFrameOrder, type MessageOrigin } from './http-util';
+import { type HttpError, inFrameOrder, type MessageOrigin, RawJson } from './http-util';
 import {
   addReasoning,
   type Body,
@@ -371,7 +371,8 @@ function contentBlocks(result: GenerationResult, showThinking: boolean): unknown
   if (showThinking && row?.reasoning) blocks.push(thinkingBlock(row.reasoning));
   if (calls.length === 0 ? text.length > 0 : text.trim().length > 0)
     blocks.push({ type: 'text', text, citations: null });
-  for (const call of calls) blocks.push(toolUse(call, JSON.parse(call.arguments)));
+  // The input as the model wrote it (as the stream's input_json_delta has it): jsonText writes it unchanged.
+  for (const call of calls) blocks.push(toolUse(call, new RawJson(call.arguments)));
   return blocks;
 }
 

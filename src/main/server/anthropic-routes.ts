@@ -16,7 +16,16 @@ import {
   messageBody,
   messageId,
 } from './anthropic-adapter';
-import { errorFromInfo, HttpError, type MessageOrigin, SSE_HEADERS, sendJson, writeEvents } from './http-util';
+import {
+  errorFromInfo,
+  HttpError,
+  jsonText,
+  type MessageOrigin,
+  SSE_HEADERS,
+  sendJson,
+  sendJsonText,
+  writeEvents,
+} from './http-util';
 import { apiModelName } from './model-names';
 import { runGeneration } from './openai-routes';
 
@@ -109,7 +118,7 @@ export function serveMessages(
         case 'done':
           finish();
           if (!events) {
-            sendJson(res, 200, messageBody(mapped.model, frame.result, mapped.showThinking));
+            sendJsonText(res, 200, jsonText(messageBody(mapped.model, frame.result, mapped.showThinking)));
             return;
           }
           send([...events.start(frame.result.promptTokens, frame.result.reusedTokens), ...events.done(frame.result)]);

@@ -2,6 +2,7 @@
  * Small HTTP helpers shared by the routes: bounded body reading, JSON replies
  * and the OpenAI-shaped error envelope every route answers with.
  */
+import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { ToolCallDelta } from '../../shared/contract';
 import type { ErrorCode, ErrorInfo } from '../../shared/errors';
@@ -298,6 +299,35 @@ export function writeEvents(res: ServerResponse, events: ReadonlyArray<{ type: s
   for (const e of events) res.write(`event: ${e.type}\ndata: ${JSON.stringify(e)}\n\n`);
 }
 
+/**
+ * JSON text a body carries as it was written (a call's arguments: JSON.parse would round 500444428064428312 and
+ * write a long integer as 2.1767856718508063e+53). jsonText writes it in place; JSON.stringify, as parsed.
+ */
+export class RawJson {
+  constructor(readonly text: string) {
+    JSON.parse(text); // only JSON goes into a body
+  }
+
+  toJSON(): unknown {
+    return JSON.parse(this.text);
+  }
+}
+
+/** A body's JSON with each RawJson's text as it was written. */
+export function jsonText(body: unknown): string {
+  const raws: string[] = [];
+  // A mark no string of the body holds: each raw value goes out as a string holding it, then takes its place.
+  const mark = `kvdesk-raw-${randomUUID()}-`;
+  const text = JSON.stringify(body, function (this: Record<string, unknown>, key, value) {
+    const held = this[key];
+    if (!(held instanceof RawJson)) return value;
+    raws.push(held.text);
+    return `${mark}${raws.length - 1}`;
+  });
+  if (raws.length === 0) return text;
+  return text.replace(new RegExp(`"${mark}(\\d+)"`, 'g'), (_, i: string) => raws[Number(i)] as string);
+}
+
 /** Sends a JSON answer. */
 export function sendJson(
   res: ServerResponse,
@@ -305,7 +335,16 @@ export function sendJson(
   body: unknown,
   headers: Record<string, string> = {},
 ): void {
-  const text = JSON.stringify(body);
+  sendJsonText(res, status, JSON.stringify(body), headers);
+}
+
+/** Sends JSON already written (jsonText's). */
+export function sendJsonText(
+  res: ServerResponse,
+  status: number,
+  text: string,
+  headers: Record<string, string> = {},
+): void {
   res.writeHead(status, {
     ...API_HEADERS,
     'content-type': 'application/json; charset=utf-8',

@@ -438,7 +438,11 @@ export function replyMetrics(result: GenerationResult, loadMs = 0): Record<strin
   };
 }
 
-/** Calls in Ollama's form: arguments as an object (the host gives their JSON text), the call's id beside. */
+/**
+ * Calls in Ollama's form: arguments as an object (the host gives their JSON text), the call's id beside. Parsed as
+ * Ollama's server reads them (its numbers are Go float64s): the same values its clients get, never a number (1e400)
+ * that a Go client could not read.
+ */
 export function ollamaToolCalls(calls: readonly ToolCall[], first = 0): Array<Record<string, unknown>> {
   return calls.map((c, i) => ({
     id: c.id,

@@ -5,6 +5,7 @@
  * request uses, the server's token as x-api-key, and refusals in Anthropic's error shape.
  */
 import Anthropic from '@anthropic-ai/sdk';
+import { type LosslessNumber, parse as losslessParse } from 'lossless-json';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { failure } from '../../helpers/rejection';
 import { chatPromptOfToolTurn, openaiClient, settled, startTestServer, type TestServer } from './server-helpers';
@@ -210,6 +211,35 @@ describe('POST /v1/messages', () => {
     expect(final.content).toEqual([
       expect.objectContaining({ type: 'tool_use', name: 'set_lamp', input: JSON.parse(json) }),
     ]);
+  });
+
+  it("a tool_use input has the model's own numbers, streamed or not (none rounded or rewritten)", async () => {
+    // The greedy reply writes a number JSON.parse changes (293E+86 comes back as 2.93e+88 once parsed and written).
+    const request = {
+      model: 'default',
+      messages: [{ role: 'user', content: 'n?' }],
+      tools: [
+        { name: 'count', input_schema: { type: 'object', properties: { n: { type: 'number' } }, required: ['n'] } },
+      ],
+      tool_choice: { type: 'tool', name: 'count' },
+      max_tokens: 60,
+      temperature: 0,
+    };
+    const post = (body: object) =>
+      fetch(`${t.url}/v1/messages`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      }).then((r) => r.text());
+    const whole = losslessParse(await post(request)) as { content: Array<{ type: string; input?: unknown }> };
+    let streamed = '';
+    for (const line of (await post({ ...request, stream: true })).split('\n')) {
+      const e = line.startsWith('data: ') ? JSON.parse(line.slice(6)) : null;
+      if (e?.delta?.type === 'input_json_delta') streamed += e.delta.partial_json;
+    }
+    const input = whole.content.find((b) => b.type === 'tool_use')?.input as { n: LosslessNumber };
+    expect(input).toEqual(losslessParse(streamed));
+    expect(JSON.stringify(JSON.parse(input.n.value))).not.toBe(input.n.value);
   });
 
   it('output_config.format json_schema: the reply conforms', async () => {

@@ -1,6 +1,7 @@
 /** Anthropic's streamed content blocks around calls whose input streams as it is written (MessageEvents). */
 import { describe, expect, it } from 'vitest';
-import { type MessageEvent, MessageEvents } from '../../../src/main/server/anthropic-adapter';
+import { type MessageEvent, MessageEvents, messageBody } from '../../../src/main/server/anthropic-adapter';
+import { jsonText } from '../../../src/main/server/http-util';
 import type { GenerationResult, ToolCall } from '../../../src/shared/contract';
 
 /** Each event as "type index detail": the block sequence at a glance. */
@@ -87,5 +88,23 @@ describe('MessageEvents with streamed input', () => {
       'message_delta',
       'message_stop',
     ]);
+  });
+
+  it("the whole reply's tool_use input is the call's text, its numbers as written (the stream's pieces have them)", () => {
+    const args =
+      '{"id": 500444428064428312, "big": 217678567180585060000000000000000000000000000000000000, "s": "1.0"}';
+    const text = jsonText(
+      messageBody('default', {
+        ...result,
+        rows: [{ ...result.rows[0], toolCalls: [call('toolu_a', args)] }],
+      } as GenerationResult),
+    );
+    expect(text).toContain(`"input":${args}`);
+    expect(JSON.parse(text).content[0]).toEqual({
+      type: 'tool_use',
+      id: 'toolu_a',
+      name: 'set_lamp',
+      input: JSON.parse(args),
+    });
   });
 });

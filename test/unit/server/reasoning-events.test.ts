@@ -16,6 +16,7 @@ import {
   mapMessagesRequest,
   messageBody,
 } from '../../../src/main/server/anthropic-adapter';
+import { jsonText } from '../../../src/main/server/http-util';
 import { completionBody, mapOpenAiRequest, usageOf } from '../../../src/main/server/openai-adapter';
 import {
   mapResponsesRequest,
@@ -147,7 +148,7 @@ function streamMessage(frames: Frame[], result: GenerationResult): MessageEvent[
     ...frames.flatMap((f) => m.tokens(f.text ?? '', f.calls ?? [], f.deltas ?? [], f.reasoning ?? '')),
     ...m.done(result),
   ];
-  expect(assembleMessage(events)).toEqual(messageBody('m', result).content);
+  expect(assembleMessage(events)).toEqual(JSON.parse(jsonText(messageBody('m', result))).content);
   return events;
 }
 
