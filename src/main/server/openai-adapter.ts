@@ -654,8 +654,9 @@ export interface Usage {
   /** `cached_tokens`: prompt tokens whose KV came from the prompt cache instead of being computed. */
   prompt_tokens_details: { cached_tokens: number };
   /**
-   * A thinking model's reasoning tokens (counted in completion_tokens); with lookup decoding (a `prediction`, or
-   * text the reply repeats), the drafted tokens the model took and those it did not, as OpenAI counts a prediction's.
+   * A thinking model's reasoning tokens (counted in completion_tokens); for a request with a `prediction`, the
+   * drafted tokens the model took and those it did not, as OpenAI counts a prediction's. Lookup decoding's own
+   * drafts (text the reply repeats) are not a prediction's: kvdesk.lookup alone counts them.
    */
   completion_tokens_details?: {
     reasoning_tokens?: number;
@@ -664,24 +665,29 @@ export interface Usage {
   };
 }
 
-/** Usage of a finished request: prompt tokens once per prompt (not per copy), every row's new tokens. */
-export function usageOf(result: GenerationResult, promptTokens: number): Usage {
+/**
+ * Usage of a finished request: prompt tokens once per prompt (not per copy), every row's new tokens; the
+ * prediction's tokens taken and not when the request sent one (`predicted`).
+ */
+export function usageOf(result: GenerationResult, promptTokens: number, predicted = false): Usage {
   const completion = result.rows.reduce((s, r) => s + r.tokenIds.length, 0);
+  const lookup = result.lookup ?? { drafted: 0, accepted: 0 };
   return {
     prompt_tokens: promptTokens,
     completion_tokens: completion,
     total_tokens: promptTokens + completion,
     prompt_tokens_details: { cached_tokens: result.reusedTokens },
-    ...(result.reasoningTokens !== undefined || result.lookup
+    ...(result.reasoningTokens !== undefined || predicted
       ? {
           completion_tokens_details: {
             ...(result.reasoningTokens !== undefined
               ? { reasoning_tokens: result.rows.reduce((s, r) => s + (r.reasoningTokens ?? 0), 0) }
               : {}),
-            ...(result.lookup
+            // Clients take rejected ones as paid for: only a prediction the client sent has them.
+            ...(predicted
               ? {
-                  accepted_prediction_tokens: result.lookup.accepted,
-                  rejected_prediction_tokens: result.lookup.drafted - result.lookup.accepted,
+                  accepted_prediction_tokens: lookup.accepted,
+                  rejected_prediction_tokens: lookup.drafted - lookup.accepted,
                 }
               : {}),
           },

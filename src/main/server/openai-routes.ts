@@ -122,7 +122,7 @@ export function serveCompletion(
       }
       case 'done': {
         const result = frame.result;
-        const usage = usageOf(result, promptTokensOf(hostApi, mapped, result));
+        const usage = usageOf(result, promptTokensOf(hostApi, mapped, result), mapped.request.prediction !== undefined);
         finish();
         if (!mapped.stream || head === null) {
           const h = head ?? { id: replyId(kind, result.requestId), created, model: mapped.model };

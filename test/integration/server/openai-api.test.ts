@@ -275,6 +275,11 @@ describe('chat completions', () => {
     const plain = await ask({});
     const text = plain.choices[0]?.message.content ?? '';
     expect(text.length).toBeGreaterThan(0);
+    // Without a prediction, lookup decoding's own drafts (the greedy reply repeats itself) are kvdesk's figures
+    // only: OpenAI counts prediction tokens for Predicted Outputs, and clients bill the rejected ones.
+    const own = (plain as unknown as { kvdesk: { lookup?: { drafted_tokens: number } } }).kvdesk.lookup;
+    expect(own?.drafted_tokens).toBeGreaterThan(0);
+    expect(plain.usage?.completion_tokens_details).toBeUndefined();
     const predicted = await ask({ prediction: { type: 'content', content: text } });
     expect(predicted.choices[0]?.message.content).toBe(text);
     const details = predicted.usage?.completion_tokens_details as
