@@ -42,6 +42,7 @@ import {
   openAiFinishReason,
   present,
   repeatLastN,
+  seedOf,
 } from './openai-adapter';
 
 /** Which generating endpoint a body came to. */
@@ -139,9 +140,9 @@ export function mapOptions(body: Body): MappedOptions {
   if (topK !== undefined) s.topK = Math.max(0, topK);
   const minP = optionNumber(opts, 'min_p', { min: 0, max: 1 });
   if (minP !== undefined) s.minP = minP;
-  // Ollama's -1 (any negative seed) asks for a random one, which is what no seed gives.
-  const seed = optionNumber(opts, 'seed', { int: true, max: Number.MAX_SAFE_INTEGER });
-  if (seed !== undefined && seed >= 0) s.seed = seed;
+  // Ollama's -1 asks for a random one (what no seed gives); another negative is a seed, as in Ollama's sampler.
+  const seed = seedOf(opts, 'seed', { field: 'options.seed' });
+  if (seed !== undefined) s.seed = seed;
   const fp = optionNumber(opts, 'frequency_penalty', { min: -2, max: 2 });
   if (fp !== undefined && fp !== 0) s.frequencyPenalty = fp;
   const pp = optionNumber(opts, 'presence_penalty', { min: -2, max: 2 });

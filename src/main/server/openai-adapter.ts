@@ -76,6 +76,24 @@ export function number(
 }
 
 /**
+ * A seed as OpenAI (an int64) and Ollama take it, in the contract's range: -1 asks for a random seed (llama.cpp's
+ * and Ollama's), as no seed does; 0 … 2^53-1 is the seed itself; any other integer (a negative, or one past 2^53,
+ * which JSON.parse rounds, the same text always the same way) is mixed into that range, so the same seed gives the
+ * same tokens.
+ */
+export function seedOf(body: Body, key: string, opts: { field?: string } = {}): number | undefined {
+  const v = number(body, key, { int: true, ...opts });
+  if (v === undefined || v === -1) return undefined;
+  if (v >= 0 && v <= Number.MAX_SAFE_INTEGER) return v;
+  // Its 64 bits (a negative's two's complement, as Ollama's uint64(seed)), mixed by splitmix64's finalizer: the
+  // engine's generator reads a seed's low 32 bits, which a large number's rounding leaves zero.
+  let x = BigInt.asUintN(64, BigInt(v));
+  x = BigInt.asUintN(64, (x ^ (x >> 30n)) * 0xbf58476d1ce4e5b9n);
+  x = BigInt.asUintN(64, (x ^ (x >> 27n)) * 0x94d049bb133111ebn);
+  return Number((x ^ (x >> 31n)) & BigInt(Number.MAX_SAFE_INTEGER));
+}
+
+/**
  * llama.cpp's `repeat_last_n` (Ollama's option, llama.cpp's server field) on the contract's sampling: the last
  * n tokens the repetition penalty looks at; -1 all of them (the context), 0 turns the penalty off.
  */
@@ -436,9 +454,8 @@ export function mapOpenAiRequest(kind: OpenAiKind, input: unknown): MappedReques
   if (temperature !== undefined) sampling.temperature = temperature;
   const topP = number(body, 'top_p', { min: 0, max: 1 });
   if (topP !== undefined) sampling.topP = topP;
-  // -1 is llama.cpp's "a random seed", as no seed.
-  const seed = number(body, 'seed', { int: true, min: -1, max: Number.MAX_SAFE_INTEGER });
-  if (seed !== undefined && seed >= 0) sampling.seed = seed;
+  const seed = seedOf(body, 'seed');
+  if (seed !== undefined) sampling.seed = seed;
   // vLLM's extra sampling parameters, which OpenAI clients pass through `extra_body`.
   const topK = number(body, 'top_k', { int: true, min: -1 });
   if (topK !== undefined) sampling.topK = topK === -1 ? 0 : topK;

@@ -261,6 +261,23 @@ describe('chat completions', () => {
     const a = await ask(11);
     const b = await ask(11);
     expect(a.choices[0]?.message.content).toBe(b.choices[0]?.message.content);
+    // OpenAI's seed is an int64: a negative one, or one past 2^53 (sent as written), is a seed too; -1 a random one.
+    const raw = async (seed: string) => {
+      const res = await fetch(`${t.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: `{"model": "default", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 16, "temperature": 1, "seed": ${seed}}`,
+      });
+      expect(res.status, seed).toBe(200);
+      return ((await res.json()) as OpenAI.ChatCompletion).choices[0]?.message.content;
+    };
+    const replies: Array<string | null | undefined> = [];
+    for (const seed of ['9223372036854775807', '-5']) {
+      const first = await raw(seed);
+      expect(await raw(seed), seed).toBe(first);
+      replies.push(first);
+    }
+    expect(replies[0]).not.toBe(replies[1]);
   });
 
   it('takes a predicted reply (Predicted Outputs): the same reply, its drafts counted in usage; a bad one is a 400', async () => {

@@ -15,6 +15,7 @@ import {
   showJson,
   tagJson,
 } from '../../../src/main/server/ollama-adapter';
+import { mapOpenAiRequest } from '../../../src/main/server/openai-adapter';
 import type { ModelInfo } from '../../../src/shared/api';
 import type { GenerationResult } from '../../../src/shared/contract';
 import type { ModelSpec } from '../../../src/shared/model-spec';
@@ -90,18 +91,22 @@ describe('mapOllamaRequest: /api/chat', () => {
     });
   });
 
-  it('num_predict below 1 leaves the length to the context; a negative seed is a random one; top_k ≤ 0 is none', () => {
+  it('num_predict below 1 leaves the length to the context; seed -1 is a random one; top_k ≤ 0 is none', () => {
     for (const n of [-1, -2, 0, -3])
       expect(chat({ options: { num_predict: n } }).request?.maxNewTokens).toBe(1_000_000);
     // Beyond kvdesk's longest reply: kept as asked, for runGeneration to ask the longest and name it in the clip.
     expect(chat({ options: { num_predict: 5_000_000 } }).request?.maxNewTokens).toBe(5_000_000);
     expect(chat({ options: { seed: -1 } }).request?.sampling).toEqual({ repetitionWindow: 64 });
-    // The largest exact integer is the largest seed, as the contract and the CLI take it.
+    // Up to the largest exact integer, the seed itself; any other integer (Ollama's is an int64) is a seed too, as
+    // the OpenAI endpoints map it.
     const max = Number.MAX_SAFE_INTEGER;
     expect(chat({ options: { seed: max } }).request?.sampling).toEqual({ seed: max, repetitionWindow: 64 });
-    expect(refusal(() => chat({ options: { seed: 2 ** 53 } })).message).toBe(
-      `"options.seed" must be in (-∞, ${max}], got ${2 ** 53}.`,
-    );
+    for (const seed of [-2, 2 ** 53, 2 ** 63])
+      expect(chat({ options: { seed } }).request?.sampling?.seed).toBe(
+        mapOpenAiRequest('chat', { model: 'm', messages: [{ role: 'user', content: 'x' }], seed }).request.sampling
+          ?.seed,
+      );
+    expect(refusal(() => chat({ options: { seed: 1.5 } })).message).toBe('"options.seed" must be an integer, got 1.5.');
     expect(chat({ options: { top_k: -1 } }).request?.sampling).toEqual({ topK: 0, repetitionWindow: 64 });
     expect(chat({ options: { temperature: null } }).request?.sampling).toEqual({ repetitionWindow: 64 });
   });

@@ -104,14 +104,19 @@ describe('mapOpenAiRequest', () => {
     expect(mapOpenAiRequest('chat', chat({ top_k: -1 })).request.sampling).toEqual({ topK: 0 });
     // llama.cpp's -1: a random seed.
     expect(mapOpenAiRequest('chat', chat({ seed: -1 })).request.sampling).toBeUndefined();
-    // The largest exact integer is the largest seed, as the contract and the CLI take it; one past it is refused here.
+    // Up to the largest exact integer (the contract's and the CLI's), the seed itself. OpenAI's seed is an int64:
+    // a negative, or one past 2^53 (JSON.parse rounds it, the same text always the same way), is a seed in that
+    // range, a different one for each (the engine reads a seed's low 32 bits: they differ too).
     const max = Number.MAX_SAFE_INTEGER;
     expect(mapOpenAiRequest('chat', chat({ seed: max })).request.sampling).toEqual({ seed: max });
-    expect(refusal(() => mapOpenAiRequest('chat', chat({ seed: 2 ** 53 }))).message).toBe(
-      `"seed" must be in [-1, ${max}], got ${2 ** 53}.`,
-    );
+    const seeds = [-2, -(2 ** 62), 2 ** 53, 2 ** 53 + 2, JSON.parse('9223372036854775807'), 2 ** 63 - 2 ** 11, 1e300];
+    const mapped = seeds.map((seed) => mapOpenAiRequest('chat', chat({ seed })).request.sampling?.seed as number);
+    for (const s of mapped) expect(Number.isSafeInteger(s) && s >= 0).toBe(true);
+    expect(new Set(mapped.map((s) => s % 2 ** 32)).size).toBe(seeds.length);
+    expect(mapOpenAiRequest('chat', chat({ seed: -2 })).request.sampling?.seed).toBe(mapped[0]);
     for (const [extra, param] of [
-      [{ seed: -2 }, 'seed'],
+      [{ seed: 1.5 }, 'seed'],
+      [{ seed: '7' }, 'seed'],
       [{ top_k: -5 }, 'top_k'],
       [{ min_p: 2 }, 'min_p'],
       [{ repetition_penalty: 0 }, 'repetition_penalty'],
