@@ -20,7 +20,7 @@
  * Faults, settable any time through `hub.faults`: `cutAfter` (the next download of that path sends `bytes` bytes of
  * its body, then the socket is destroyed; once; with `after`, only once those paths were sent whole), `corrupt` (paths served with their first byte flipped),
  * `ignoreRange` (200 and the whole file, whatever the Range), `refuseRange` (416 to every Range, as a server or proxy
- * that will not serve a part's rest). `requests` logs every request; `served` counts the body bytes sent of each
+ * that will not serve a part's rest), `silent` (no answer at all). `requests` logs every request; `served` counts the body bytes sent of each
  * path. A Range from the file's end or past it is a 416 (RFC 9110), as the hub's.
  */
 import { createHash } from 'node:crypto';
@@ -61,6 +61,8 @@ export interface FakeHubFaults {
   cutAfter?: { path: string; bytes: number; after?: () => boolean } | undefined;
   /** Downloads of this path send half the file, then nothing more until the client goes (a stalled transfer). */
   stall?: string | undefined;
+  /** Requests are taken and never answered (no status, no headers), as a hub that hangs. */
+  silent?: boolean;
   corrupt: Set<string>;
   ignoreRange: boolean;
   refuseRange: boolean;
@@ -236,6 +238,7 @@ export async function startFakeHub(
       ...(req.headers.range ? { range: req.headers.range } : {}),
       ...(req.headers.authorization ? { auth: req.headers.authorization } : {}),
     });
+    if (faults.silent) return;
     const fail = (status: number, error: string) =>
       res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify({ error }));
     const segs = url.pathname.split('/').filter(Boolean).map(decodeURIComponent);

@@ -1039,7 +1039,7 @@ describe('the CLI around its commands: a closed stdout, help, versions, stdin, t
         const r = kvdeskWith({ env }, ...args);
         expect(r.code, `${args.join(' ')}: ${r.stderr}`).toBe(4);
         expect(r.stderr).toMatch(
-          /^kvdesk: could not reach http:\/\/127\.0\.0\.1:\d+: .*Check the network \(or HF_ENDPOINT\)/,
+          /^kvdesk: could not reach http:\/\/127\.0\.0\.1:\d+: fetch failed \(ECONNREFUSED.*\)\. Check the network \(or HF_ENDPOINT\)/,
         );
       }
       const json = kvdeskWith({ env }, 'search', 'qwen3', '--json');
@@ -1047,6 +1047,44 @@ describe('the CLI around its commands: a closed stdout, help, versions, stdin, t
       expect((json.json.error as { code: string }).code).toBe('DOWNLOAD_FAILED');
     } finally {
       rmSync(data, { recursive: true, force: true });
+    }
+  }, 60_000);
+
+  it('search and pull with a hub that takes the connection and never answers fail within the timeout, saying so', async () => {
+    // Listening, never answering: the kernel takes the connection while this process waits on the CLI.
+    const silent = net.createServer(() => {});
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    const at = `http://127.0.0.1:${(silent.address() as net.AddressInfo).port}`;
+    const env = { ...process.env, HF_ENDPOINT: at, HF_TOKEN: '', KVDESK_HUB_TIMEOUT_MS: '500' };
+    try {
+      for (const args of [
+        ['search', 'qwen3'],
+        ['pull', 'onnx-community/tiny-chat', '--list'],
+      ]) {
+        const started = Date.now();
+        const r = kvdeskWith({ env }, ...args);
+        expect(r.code, `${args.join(' ')}: ${r.stderr}`).toBe(4);
+        expect(r.stderr).toBe(
+          `kvdesk: the hub at ${at} accepted the connection but did not answer within 500 ms: try again later, or check HF_ENDPOINT.\n`,
+        );
+        expect(Date.now() - started).toBeLessThan(20_000);
+      }
+    } finally {
+      silent.close();
+    }
+  }, 60_000);
+
+  it('an HF_ENDPOINT that is no address is bad input naming it (exit 2), not an internal error', () => {
+    for (const HF_ENDPOINT of ['notaurl', 'huggingface.co']) {
+      const r = kvdeskWith({ env: { ...process.env, HF_ENDPOINT } }, 'pull', 'a/b', '--json');
+      expect(r.code, r.stderr).toBe(2);
+      expect(r.json.error).toMatchObject({
+        code: 'BAD_REQUEST',
+        message: `HF_ENDPOINT "${HF_ENDPOINT}" is not an http(s) address: set it to the hub or a mirror of its API, e.g. https://huggingface.co or https://hf-mirror.com (or unset it).`,
+      });
+      const search = kvdeskWith({ env: { ...process.env, HF_ENDPOINT } }, 'search', 'qwen3');
+      expect(search.code).toBe(2);
+      expect(search.stderr).toContain(`HF_ENDPOINT "${HF_ENDPOINT}" is not an http(s) address`);
     }
   }, 60_000);
 });

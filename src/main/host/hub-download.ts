@@ -30,6 +30,11 @@ export interface HubOptions {
   token?: string;
   revision?: string;
   fetch?: typeof fetch;
+  /**
+   * How long the hub may take to answer a request (its headers), and a download may go without a byte, before it
+   * fails. Default `KVDESK_HUB_TIMEOUT_MS`, else 30 s.
+   */
+  timeoutMs?: number;
 }
 
 /** A file of a repository, as the hub lists it. */
@@ -116,9 +121,33 @@ const TreeEntry = z.object({
     .optional(),
 });
 
+/** The hub's address: checked, as a wrong HF_ENDPOINT would otherwise fail as an unreachable hub. */
 export function endpointOf(opts: HubOptions): string {
-  return (opts.endpoint ?? process.env.HF_ENDPOINT ?? 'https://huggingface.co').replace(/\/+$/, '');
+  const given = opts.endpoint ?? process.env.HF_ENDPOINT;
+  const endpoint = (given || 'https://huggingface.co').replace(/\/+$/, '');
+  let url: URL | null = null;
+  try {
+    url = new URL(endpoint);
+  } catch {}
+  if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:')) {
+    const what = opts.endpoint !== undefined ? 'the hub endpoint' : 'HF_ENDPOINT';
+    throw new KvdeskError(
+      'BAD_REQUEST',
+      `${what} "${given}" is not an http(s) address: set it to the hub or a mirror of its API, e.g. https://huggingface.co or https://hf-mirror.com (or unset it).`,
+      { field: opts.endpoint !== undefined ? 'endpoint' : 'HF_ENDPOINT' },
+    );
+  }
+  return endpoint;
 }
+
+const DEFAULT_TIMEOUT_MS = 30_000;
+
+export function timeoutOf(opts: HubOptions): number {
+  const env = Number(process.env.KVDESK_HUB_TIMEOUT_MS);
+  return opts.timeoutMs ?? (Number.isFinite(env) && env > 0 ? env : DEFAULT_TIMEOUT_MS);
+}
+
+const seconds = (ms: number) => (ms >= 1000 ? `${Math.round(ms / 1000)} s` : `${ms} ms`);
 
 export function headersOf(opts: HubOptions): Record<string, string> {
   const token = opts.token ?? process.env.HF_TOKEN;
@@ -153,19 +182,41 @@ function hubError(res: Response, what: string, repo: string, opts: HubOptions): 
   });
 }
 
+/**
+ * A request to the hub, failed when it does not answer (its headers) within the timeout: undici waits 5 minutes.
+ * The body is not timed here (a download's stalls are: streamTo).
+ */
 export async function hubGet(url: string, opts: HubOptions, init: RequestInit = {}): Promise<Response> {
+  const ms = timeoutOf(opts);
+  const timer = new AbortController();
+  const late = setTimeout(() => timer.abort(), ms);
+  const signal = init.signal ? AbortSignal.any([init.signal, timer.signal]) : timer.signal;
+  const origin = URL.canParse(url) ? new URL(url).origin : url;
   try {
     return await (opts.fetch ?? fetch)(url, {
       ...init,
+      signal,
       headers: { ...headersOf(opts), ...(init.headers as Record<string, string> | undefined) },
     });
   } catch (err) {
+    if (timer.signal.aborted && !init.signal?.aborted) {
+      throw new KvdeskError(
+        'DOWNLOAD_FAILED',
+        `the hub at ${origin} accepted the connection but did not answer within ${seconds(ms)}: try again later, or check HF_ENDPOINT.`,
+        { url },
+      );
+    }
     if ((err as Error).name === 'AbortError') throw err;
+    // fetch says only "fetch failed": what failed is its cause (ECONNREFUSED, ENOTFOUND, a certificate…).
+    const cause = (err as Error).cause as (Error & { code?: string }) | undefined;
+    const why = cause ? ` (${[cause.code, cause.message].filter(Boolean).join(': ')})` : '';
     throw new KvdeskError(
       'DOWNLOAD_FAILED',
-      `could not reach ${new URL(url).origin}: ${(err as Error).message}. Check the network (or HF_ENDPOINT).`,
-      { url },
+      `could not reach ${origin}: ${(err as Error).message}${why}. Check the network (or HF_ENDPOINT).`,
+      { url, ...(cause?.code ? { cause: cause.code } : {}) },
     );
+  } finally {
+    clearTimeout(late);
   }
 }
 
@@ -683,6 +734,7 @@ async function fetchPart(
       createWriteStream(part, { flags: from > 0 ? 'a' : 'w' }),
       opts.signal,
       f.path,
+      timeoutOf(opts),
     );
   }
   const size = await sizeOf(part);
@@ -699,8 +751,8 @@ async function fetchPart(
 }
 
 /**
- * The body into the file through `transform`. A connection lost part way is DOWNLOAD_FAILED (what arrived stays in
- * the file, for the next try to resume from); a cancel stays an abort.
+ * The body into the file through `transform`. A connection lost part way, or silent for `stallMs`, is
+ * DOWNLOAD_FAILED (what arrived stays in the file, for the next try to resume from); a cancel stays an abort.
  */
 async function streamTo(
   body: Readable,
@@ -708,16 +760,33 @@ async function streamTo(
   out: NodeJS.WritableStream,
   signal: AbortSignal | undefined,
   file: string,
+  stallMs: number,
 ): Promise<void> {
+  let stalled = false;
+  const stall = () =>
+    setTimeout(() => {
+      stalled = true;
+      body.destroy(new Error(`no data for ${seconds(stallMs)}`));
+    }, stallMs);
+  let timer = stall();
+  const timed = async function* (source: AsyncIterable<Buffer>) {
+    for await (const chunk of source) {
+      clearTimeout(timer);
+      timer = stall();
+      yield chunk;
+    }
+  };
   try {
-    await pipeline(body, transform, out, ...(signal ? [{ signal }] : []));
+    await pipeline(body, timed, transform, out, ...(signal ? [{ signal }] : []));
   } catch (err) {
-    if (signal?.aborted || (err as Error).name === 'AbortError') throw err;
+    if (signal?.aborted || ((err as Error).name === 'AbortError' && !stalled)) throw err;
     throw new KvdeskError(
       'DOWNLOAD_FAILED',
       `${file}: the download was cut off (${(err as Error).message}); run it again to resume where it stopped.`,
       { file },
     );
+  } finally {
+    clearTimeout(timer);
   }
 }
 

@@ -108,6 +108,7 @@ beforeEach(async () => {
   hub.faults.ignoreRange = false;
   hub.faults.refuseRange = false;
   hub.faults.stall = undefined;
+  hub.faults.silent = false;
   hub.options.pageSize = Number.POSITIVE_INFINITY;
 });
 afterEach(async () => {
@@ -577,6 +578,45 @@ describe('what the models folder holds already', () => {
     // Released: the next one resumes and finishes.
     const { root } = await downloadHubModel(CHAT, modelsDir, opts());
     expect(await missing(path.join(root, '.lock'))).toBe(true);
+  });
+});
+
+describe('a hub that does not answer', () => {
+  it('one that takes the connection and never answers fails within the timeout, saying so', async () => {
+    hub.faults.silent = true;
+    const started = Date.now();
+    const err = await listHubVariants(CHAT, { ...opts(), timeoutMs: 300 }).catch((e: unknown) => e);
+    expect(err).toMatchObject({
+      code: 'DOWNLOAD_FAILED',
+      message: `the hub at ${hub.url} accepted the connection but did not answer within 300 ms: try again later, or check HF_ENDPOINT.`,
+    });
+    expect(Date.now() - started).toBeLessThan(5_000);
+    expect(hub.requests.length).toBe(1);
+  });
+
+  it('a download that stops sending is cut after the timeout without data, and the next try resumes it', async () => {
+    hub.faults.stall = 'onnx/model_q4.onnx';
+    const err = await downloadHubModel(CHAT, modelsDir, { ...opts(), timeoutMs: 500 }).catch((e: unknown) => e);
+    expect(err).toMatchObject({
+      code: 'DOWNLOAD_FAILED',
+      message:
+        'onnx/model_q4.onnx: the download was cut off (no data for 500 ms); run it again to resume where it stopped.',
+    });
+    hub.faults.stall = undefined;
+    hub.requests.length = 0;
+    const { root } = await downloadHubModel(CHAT, modelsDir, { ...opts(), timeoutMs: 500 });
+    expect(await packages()).toEqual(['tiny-chat-q4']);
+    expect(hub.requests.find((r) => r.path.startsWith('/cdn/'))?.range).toBe(`bytes=${graph.length >> 1}-`);
+    expect(await missing(path.join(root, '.lock'))).toBe(true);
+  });
+
+  it('an endpoint that is no http(s) address is a BAD_REQUEST naming it, not an unreachable hub', async () => {
+    for (const endpoint of ['notaurl', 'ftp://hub.example']) {
+      await expect(listHubVariants(CHAT, { endpoint })).rejects.toMatchObject({
+        code: 'BAD_REQUEST',
+        message: expect.stringContaining(`the hub endpoint "${endpoint}" is not an http(s) address`),
+      });
+    }
   });
 });
 
