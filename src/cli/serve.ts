@@ -4,6 +4,7 @@
  * A thin composition: RunnerService from flags, HostApi (which loads the
  * default model), each --model, then startServer. Runs until SIGINT/SIGTERM.
  */
+import net from 'node:net';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { type ApiServerControl, createHostApi, type HostApi } from '../main/host/host-api';
@@ -173,6 +174,8 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
       );
     }
 
+    // A port taken is said before the models load (seconds each), not after.
+    if (port !== 0) await probePort(host, port);
     runner = new RunnerService({ ...settings, ...control.settings });
     let resolveHost!: (h: HostApi) => void;
     const hostReady = new Promise<HostApi>((r) => {
@@ -238,4 +241,14 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     if (hostApi) await hostApi.close();
     else await runner?.close();
   }
+}
+
+/** Whether `host:port` can be listened on now: a listen closed at once; its error (EADDRINUSE…) is thrown. */
+async function probePort(host: string, port: number): Promise<void> {
+  const probe = net.createServer();
+  await new Promise<void>((resolve, reject) => {
+    probe.once('error', reject);
+    probe.listen(port, host, resolve);
+  });
+  await new Promise((resolve) => probe.close(resolve));
 }

@@ -5,7 +5,8 @@
  * directory given is the home folder.
  */
 import { spawn, spawnSync } from 'node:child_process';
-import { chmod, cp, lstat, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { chmod, cp, lstat, mkdir, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -108,6 +109,51 @@ describe('a data directory that is a regular file', () => {
     expect(out).toContain(file);
     expect(code).toBe(2);
   });
+});
+
+describe('a data directory this user cannot write', () => {
+  // As root, modes stop nobody: the CLI runs as the nobody user (setpriv), as bad-input-cli.test.ts does.
+  const setpriv = ['/usr/bin/setpriv', '/bin/setpriv'].find((p) => existsSync(p));
+  const root = process.getuid?.() === 0;
+  it.skipIf(root && setpriv === undefined)(
+    'kvdesk serve refuses it at start (exit 2), naming the folder and EACCES',
+    async () => {
+      const base = await tmp();
+      const home = path.join(base, 'home');
+      await mkdir(home, { mode: 0o777 });
+      await chmod(home, 0o777);
+      await chmod(base, 0o755);
+      const as = root
+        ? [setpriv as string, '--reuid', '65534', '--regid', '65534', '--clear-groups', 'env', `HOME=${home}`]
+        : [];
+      for (const [dir, why] of [
+        [path.join(base, 'kvd'), `${path.join(base, 'kvd')} could not be made (EACCES)`],
+        [base, 'kvdesk cannot write there (EACCES)'],
+      ] as const) {
+        // A serve that starts anyway runs until stopped: the timeout ends it, and the test fails.
+        const r = spawnSync(
+          as[0] ?? process.execPath,
+          [
+            ...as.slice(1),
+            ...(root ? [process.execPath] : []),
+            path.join(repoRoot, 'bin/kvdesk.cjs'),
+            'serve',
+            '--port',
+            '0',
+            '--data-dir',
+            dir,
+          ],
+          { cwd: repoRoot, encoding: 'utf8', timeout: 30_000 },
+        );
+        expect(r.stdout).not.toContain('kvdesk serving');
+        expect(r.stderr).toBe(
+          `kvdesk: the data directory ${dir} cannot be used: ${why}. Give a folder kvdesk can write (--data-dir DIR, or $KVDESK_DATA_DIR), or let this user write there\n`,
+        );
+        expect(r.status).toBe(2);
+      }
+    },
+    90_000,
+  );
 });
 
 describe('the CLI and a library file that is not JSON', () => {

@@ -34,7 +34,7 @@ import { Downloads } from './downloads';
 import { type HeldLock, takeLock } from './folder-lock';
 import type { HubOptions } from './hub-download';
 import { McpHub } from './mcp';
-import { canonicalPath, ModelLibrary, mergePick, pickOf } from './model-library';
+import { canonicalPath, ModelLibrary, mergePick, pickOf, prepareDataDir } from './model-library';
 import type { RunnerService } from './runner-service';
 import { incomingLockOf, sweepStaging } from './staging-sweep';
 
@@ -306,6 +306,7 @@ function inFolder(err: unknown, staging: string, name: string): unknown {
 /** Creates the host API and loads the default model (a failure there is logged, never fatal). */
 export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
   const { runner } = opts;
+  await prepareDataDir(opts.dataDir);
   /** Chats deleted while this host runs: a late save of one is refused. */
   const deletedThreads = new Set<string>();
   const apiServer = opts.apiServer ?? NO_API_SERVER;

@@ -15,7 +15,7 @@
  * read from the data directory. A data directory that is a file is refused.
  */
 import { createHash } from 'node:crypto';
-import { lstat, readdir, readFile, realpath, rm, stat } from 'node:fs/promises';
+import { lstat, mkdir, readdir, readFile, realpath, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
 import { CHAT_TEMPLATE_MAX, type LibraryEntry, type LoadModelRequest } from '../../shared/api';
@@ -274,6 +274,49 @@ async function assertFolderOrNothing(dataDir: string): Promise<void> {
     `the data directory ${dir} is a file, not a folder: kvdesk keeps its library, chats and settings in a folder. Give a folder (--data-dir DIR, or $KVDESK_DATA_DIR), or move that file away`,
     { file: dir },
   );
+}
+
+/**
+ * A data directory a host can keep its library, chats and settings in: made when it is not there (a folder at a
+ * time: Node's recursive mkdir loops for good where the kernel answers ENOENT to every mkdir, as under /proc), and
+ * written to once. One that cannot be stops the start, naming the folder and why: else the host would run, saving
+ * nothing.
+ */
+export async function prepareDataDir(dataDir: string): Promise<void> {
+  const dir = path.resolve(dataDir);
+  await assertFolderOrNothing(dir);
+  const refuse = (what: string, err: unknown) => {
+    const e = err as NodeJS.ErrnoException;
+    return new KvdeskError(
+      'BAD_REQUEST',
+      `the data directory ${dir} cannot be used: ${what} (${e.code ?? e.message}). Give a folder kvdesk can write (--data-dir DIR, or $KVDESK_DATA_DIR)${e.code === 'EACCES' || e.code === 'EPERM' ? ', or let this user write there' : ''}`,
+      { file: dir, ...(e.code ? { cause: e.code } : {}) },
+    );
+  };
+  // The folders missing, outermost first.
+  const missing: string[] = [];
+  for (let at = dir; ; at = path.dirname(at)) {
+    const s = await stat(at).catch((err: NodeJS.ErrnoException) => err);
+    if (!(s instanceof Error)) {
+      if (!s.isDirectory()) throw refuse(`${at} is not a folder`, { code: 'ENOTDIR' });
+      break;
+    }
+    if ((s.code !== 'ENOENT' && s.code !== 'ENOTDIR') || at === path.dirname(at))
+      throw refuse(`${at} cannot be read`, s);
+    missing.unshift(at);
+  }
+  for (const at of missing) {
+    await mkdir(at).catch((err: NodeJS.ErrnoException) => {
+      if (err.code !== 'EEXIST') throw refuse(`${at} could not be made`, err);
+    });
+  }
+  const probe = path.join(dir, `.kvdesk-write-test-${process.pid}`);
+  try {
+    await writeFile(probe, '');
+  } catch (err) {
+    throw refuse('kvdesk cannot write there', err);
+  }
+  await rm(probe, { force: true });
 }
 
 /** The library of one data directory. */

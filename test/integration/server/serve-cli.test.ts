@@ -4,13 +4,15 @@
  * Also the serve command in-process, to see its shutdown close everything.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { existsSync, readFileSync } from 'node:fs';
+import { chmod, mkdtemp, rm } from 'node:fs/promises';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { serve } from '../../../src/cli/serve';
+import { prepareDataDir } from '../../../src/main/host/model-library';
 import { defaultModelDir, repoRoot } from '../../helpers/fixtures';
 import { holdReplyEnds, noEndBias } from '../../helpers/hold-replies';
 import { slowModel } from '../../helpers/models';
@@ -283,6 +285,68 @@ describe('serve (in-process)', () => {
     expect(err).toMatch(/--prefill-chunk expects a whole number ≥ 1, got "0"/);
     expect(await serve(['--first-use-ttl', 'soon'], io)).toBe(2);
     expect(err).toMatch(/--first-use-ttl expects a duration such as 90s, 60m or 2h, or never; got "soon"/);
+  });
+
+  it('a port taken is said before any --model loads (exit 2)', async () => {
+    const taken = net.createServer();
+    await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+    const { port } = taken.address() as net.AddressInfo;
+    const dataDir = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-serve-taken-'));
+    let err = '';
+    try {
+      const code = await serve(['--port', String(port), '--model', defaultModelDir, '--data-dir', dataDir], {
+        out: () => {},
+        err: (s) => (err += s),
+      });
+      expect(code).toBe(2);
+      expect(err).toBe(
+        `kvdesk: cannot listen: listen EADDRINUSE: address already in use 127.0.0.1:${port}. Choose another --port or --host.\n`,
+      );
+    } finally {
+      taken.close();
+      await rm(dataDir, { recursive: true, force: true });
+    }
+  });
+
+  it('a data directory that cannot be made or written is refused before anything loads (exit 2), naming why', async () => {
+    const cases: Array<[string, string]> = [
+      ['/dev/null/kvd', '/dev/null is not a folder (ENOTDIR)'],
+      ...(existsSync('/proc/self')
+        ? ([['/proc/kvd', '/proc/kvd could not be made (ENOENT)']] as Array<[string, string]>)
+        : []),
+    ];
+    for (const [dir, why] of cases) {
+      let err = '';
+      const code = await serve(['--port', '0', '--model', defaultModelDir, '--data-dir', dir], {
+        out: () => {},
+        err: (s) => (err += s),
+      });
+      expect(code, err).toBe(2);
+      expect(err).toBe(
+        `kvdesk: the data directory ${dir} cannot be used: ${why}. Give a folder kvdesk can write (--data-dir DIR, or $KVDESK_DATA_DIR)\n`,
+      );
+    }
+  }, 30_000);
+
+  it('a data directory is made a folder at a time, and one this user cannot write is refused', async () => {
+    const base = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-serve-dirs-'));
+    try {
+      await prepareDataDir(path.join(base, 'a/b/c'));
+      expect(existsSync(path.join(base, 'a/b/c'))).toBe(true);
+      // Root writes through any mode: the refusal needs a user that modes stop.
+      if (process.getuid?.() === 0) return;
+      await chmod(path.join(base, 'a'), 0o500);
+      await expect(prepareDataDir(path.join(base, 'a/d'))).rejects.toMatchObject({
+        code: 'BAD_REQUEST',
+        message: `the data directory ${path.join(base, 'a/d')} cannot be used: ${path.join(base, 'a/d')} could not be made (EACCES). Give a folder kvdesk can write (--data-dir DIR, or $KVDESK_DATA_DIR), or let this user write there`,
+      });
+      await expect(prepareDataDir(path.join(base, 'a/b'))).rejects.toMatchObject({
+        message: expect.stringContaining('kvdesk cannot write there (EACCES)'),
+      });
+    } finally {
+      await chmod(path.join(base, 'a'), 0o700).catch(() => {});
+      await rm(base, { recursive: true, force: true });
+    }
   });
 
   it('loads each --model, serves, and closes the engine when told to stop', async () => {
