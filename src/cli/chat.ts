@@ -574,6 +574,11 @@ async function repl(session: ChatSession, input: NodeJS.ReadableStream, interact
       rl.close();
     }
   };
+  // Ctrl+D while a reply is written closes the input: the chat ends after that reply, as at the prompt.
+  let closed = false;
+  rl.once('close', () => {
+    closed = true;
+  });
   rl.on('SIGINT', onInterrupt);
   // Without a terminal, readline sees no Ctrl+C: the signal comes to the process.
   if (!interactive) process.on('SIGINT', onInterrupt);
@@ -585,8 +590,10 @@ async function repl(session: ChatSession, input: NodeJS.ReadableStream, interact
       const turn = reader.read(line);
       if (turn !== null) await session.line(turn.text, turn.block);
       if (session.ended) break;
-      if (interactive) rl.setPrompt(turn === null ? '... ' : '>>> ');
-      if (interactive) rl.prompt();
+      if (interactive && !closed) {
+        rl.setPrompt(turn === null ? '... ' : '>>> ');
+        rl.prompt();
+      }
     }
     // The input ended inside a block (a file without its closing """): it is still a message.
     const rest = session.ended ? null : reader.flush();

@@ -302,6 +302,44 @@ describe('kvdesk chat', () => {
     60_000,
   );
 
+  it.skipIf(script.status !== 0)(
+    'in a terminal: Ctrl+D while a reply is written ends the chat after that reply, exit 0',
+    async () => {
+      // A greedy reply of some 340 tokens on this model: seconds, long enough to press Ctrl+D in.
+      const command = [BIN, 'chat', slowModel(), '--greedy', '--max-new-tokens', '2000', '--verbose']
+        .map((a) => `'${a}'`)
+        .join(' ');
+      const child = spawn('script', ['-qec', `'${process.execPath}' ${command}`, '/dev/null'], {
+        cwd: repoRoot,
+        stdio: ['pipe', 'pipe', 'pipe'],
+      });
+      let output = '';
+      const waiters: Array<{ test: () => boolean; resolve: () => void }> = [];
+      child.stdout.on('data', (d) => {
+        output += String(d);
+        for (const w of waiters.splice(0))
+          if (w.test()) w.resolve();
+          else waiters.push(w);
+      });
+      const until = (test: () => boolean) =>
+        test() ? Promise.resolve() : new Promise<void>((resolve) => waiters.push({ test, resolve }));
+      const exited = new Promise<number>((resolve) => child.on('exit', (code) => resolve(code ?? -1)));
+      await until(() => output.includes('>>> '));
+      child.stdin.write('once upon a time\r');
+      const typed = () => output.indexOf('once upon a time');
+      await until(() => typed() >= 0 && output.length > typed() + 40);
+      // Still being written: it has no figures line yet.
+      expect(figures(output)).toHaveLength(0);
+      child.stdin.write('\x04');
+      const hung = setTimeout(() => child.kill('SIGKILL'), 20_000);
+      const code = await exited;
+      clearTimeout(hung);
+      expect(code, output).toBe(0);
+      expect(figures(output)).toHaveLength(1);
+    },
+    60_000,
+  );
+
   it('bad arguments exit 2 and name them', () => {
     const none = kvdesk(['chat']);
     expect(none.code).toBe(2);
