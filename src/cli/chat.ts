@@ -5,8 +5,9 @@
  * without its oldest turns, as the window's chats do. Commands start with a slash (/? lists them). Ctrl+C stops
  * a reply (what it wrote so far stays in the conversation); Ctrl+D or /bye ends the chat.
  *
- * With a terminal, it prompts (`>>> `); with stdin from a pipe or a file, it reads every line as a turn, prints
- * only the replies, and ends at the end of its input. A thinking model's reasoning goes to stderr, between
+ * With a terminal, it prompts (`>>> `; on stderr when stdout goes to a file, which gets the replies alone); with
+ * stdin from a pipe or a file, it reads every line as a turn, prints only the replies, and ends at the end of its
+ * input. A thinking model's reasoning goes to stderr, between
  * "Thinking..." and "...done thinking." (as Ollama shows it), so stdout holds the replies alone.
  */
 import { randomUUID } from 'node:crypto';
@@ -551,9 +552,12 @@ export async function chat(
 
 /** Reads turns from `input` and hands them to the session one at a time (lines typed meanwhile wait). */
 async function repl(session: ChatSession, input: NodeJS.ReadableStream, interactive: boolean, io: Io): Promise<void> {
+  // Prompts and the typed text go to the terminal: with stdout in a file (`> out.txt`, `| tee`) to stderr, so the
+  // file gets the replies alone.
+  const terminal = process.stdout.isTTY ? process.stdout : process.stderr;
   const rl = createInterface({
     input,
-    ...(interactive ? { output: process.stdout, terminal: true, prompt: '>>> ' } : { terminal: false }),
+    ...(interactive ? { output: terminal, terminal: true, prompt: '>>> ' } : { terminal: false }),
   });
   const reader = new TurnReader();
   const onInterrupt = () => {

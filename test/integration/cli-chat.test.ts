@@ -7,6 +7,8 @@
  * reply alone to stdout, and /set nothink turns it off.
  */
 import { spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { RunnerService } from '../../src/main/host/runner-service';
@@ -336,6 +338,44 @@ describe('kvdesk chat', () => {
       clearTimeout(hung);
       expect(code, output).toBe(0);
       expect(figures(output)).toHaveLength(1);
+    },
+    60_000,
+  );
+
+  it.skipIf(script.status !== 0)(
+    'in a terminal with stdout in a file: prompts and typing on the terminal, the replies alone in the file',
+    async () => {
+      const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-chat-out-'));
+      const file = path.join(dir, 'out.txt');
+      try {
+        const command = [BIN, 'chat', defaultModelDir, ...GREEDY].map((a) => `'${a}'`).join(' ');
+        const child = spawn('script', ['-qec', `'${process.execPath}' ${command} > '${file}'`, '/dev/null'], {
+          cwd: repoRoot,
+          stdio: ['pipe', 'pipe', 'pipe'],
+        });
+        let output = '';
+        const waiters: Array<{ test: () => boolean; resolve: () => void }> = [];
+        child.stdout.on('data', (d) => {
+          output += String(d);
+          for (const w of waiters.splice(0))
+            if (w.test()) w.resolve();
+            else waiters.push(w);
+        });
+        const until = (test: () => boolean) =>
+          test() ? Promise.resolve() : new Promise<void>((resolve) => waiters.push({ test, resolve }));
+        const prompts = () => output.split('>>> ').length - 1;
+        const exited = new Promise<number>((resolve) => child.on('exit', (code) => resolve(code ?? -1)));
+        await until(() => prompts() >= 1);
+        child.stdin.write('Tell me about rivers.\r');
+        await until(() => prompts() >= 2);
+        child.stdin.write('/bye\r');
+        expect(await exited, output).toBe(0);
+        expect(output).toContain('Tell me about rivers.');
+        const piped = kvdesk(['chat', defaultModelDir, ...GREEDY], 'Tell me about rivers.\n');
+        expect(readFileSync(file, 'utf8')).toBe(piped.stdout);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
     },
     60_000,
   );
