@@ -120,7 +120,10 @@ export class ChatSession {
   ended = false;
   /** A piped chat ended by SIGINT (Ctrl+C between its turns): it exits 130, as a command the signal ended. */
   interrupted = false;
-  /** The first turn that failed (not one stopped): a piped chat exits with its code. */
+  /**
+   * The first turn that failed (not one stopped), or the first command not understood: a piped chat exits with its
+   * code, so a script learns that a line did not do what it meant.
+   */
   failed: ErrorInfo | null = null;
 
   constructor(
@@ -252,8 +255,16 @@ export class ChatSession {
       case '/show':
         return this.show(arg);
       default:
-        this.io.err(`kvdesk: unknown command "${name}"; type /? for the commands\n`);
+        this.refuse(
+          `unknown command "${name}"; type /? for the commands, or put a message that starts with / between """ lines`,
+        );
     }
+  }
+
+  /** A command not understood (or not possible): said, and a piped chat exits 2 at its end. */
+  private refuse(message: string): void {
+    this.io.err(`kvdesk: ${message}\n`);
+    this.failed ??= { code: 'BAD_REQUEST', message };
   }
 
   private set(what: string | undefined, value: string): void {
@@ -270,9 +281,7 @@ export class ChatSession {
       case 'nothink': {
         const reasoning = this.model.spec.reasoning;
         if (!reasoning) {
-          this.io.err(
-            `kvdesk: ${this.model.id} does not think: there is nothing to turn ${what === 'think' ? 'on' : 'off'}\n`,
-          );
+          this.refuse(`${this.model.id} does not think: there is nothing to turn ${what === 'think' ? 'on' : 'off'}`);
           return;
         }
         this.options.thinking = what === 'think';
@@ -290,7 +299,7 @@ export class ChatSession {
           this.io.err(`kvdesk: unknown parameter ${name}${hint}\n`);
         }
         if (!name || !key || raw === undefined) {
-          this.io.err(`kvdesk: /set parameter NAME VALUE, NAME one of ${Object.keys(PARAMETERS).join(', ')}\n`);
+          this.refuse(`/set parameter NAME VALUE, NAME one of ${Object.keys(PARAMETERS).join(', ')}`);
           return;
         }
         const n = Number(raw);
@@ -300,7 +309,7 @@ export class ChatSession {
           mapped = mapOptions({ options: { [name]: n } });
         } catch (err) {
           // Nothing is set: the next turns keep what they had.
-          this.io.err(`kvdesk: ${(err as Error).message.replace(/"options\.(\w+)"/g, '$1')}\n`);
+          this.refuse((err as Error).message.replace(/"options\.(\w+)"/g, '$1'));
           return;
         }
         const v = key === 'maxNewTokens' ? mapped.maxNewTokens : mapped.sampling[key];
@@ -332,8 +341,8 @@ export class ChatSession {
         return;
       }
       default:
-        this.io.err(
-          'kvdesk: /set system TEXT, /set parameter NAME VALUE, /set verbose, /set quiet, /set think or /set nothink\n',
+        this.refuse(
+          '/set system TEXT, /set parameter NAME VALUE, /set verbose, /set quiet, /set think or /set nothink',
         );
     }
   }
@@ -365,7 +374,7 @@ export class ChatSession {
         return;
       }
       default:
-        this.io.err('kvdesk: /show info, /show system or /show parameters\n');
+        this.refuse('/show info, /show system or /show parameters');
     }
   }
 
@@ -539,8 +548,8 @@ export async function chat(
     };
     io.closed?.addEventListener('abort', onClosed, { once: true });
     await repl(session, input, interactive, io).finally(() => io.closed?.removeEventListener('abort', onClosed));
-    // A script learns that it was interrupted (its later turns never ran), or that a turn failed (the person at a
-    // terminal saw it and went on).
+    // A script learns that it was interrupted (its later turns never ran), or that a turn failed or a command was
+    // not understood (the person at a terminal saw it and went on).
     if (session.interrupted) return SIGINT_EXIT;
     return !interactive && session.failed ? exitCodeFor(session.failed.code) : 0;
   } catch (err) {

@@ -84,7 +84,7 @@ describe('kvdesk chat', () => {
     expect(r.stdout).toBe(alone.stdout);
   }, 60_000);
 
-  it('commands answer on stderr and the chat goes on; /bye ends it', () => {
+  it('commands answer on stderr and the chat goes on; /bye ends it; a piped chat with lines not understood exits 2', () => {
     const r = kvdesk(
       ['chat', defaultModelDir, ...GREEDY, '--verbose'],
       [
@@ -111,7 +111,8 @@ describe('kvdesk chat', () => {
         '',
       ].join('\n'),
     );
-    expect(r.code, r.stderr).toBe(0);
+    // The chat went on past the lines it did not understand; a script still learns of them.
+    expect(r.code, r.stderr).toBe(2);
     expect(r.stderr).toContain('unknown command "/nonsense"');
     // A name it does not know is said, with the one meant where it is a typo or another tool's name away.
     expect(r.stderr).toContain(
@@ -138,6 +139,24 @@ describe('kvdesk chat', () => {
     // num_predict applies: at most 4 tokens; and /bye ended the chat before the last line.
     expect(r.stderr).toMatch(/kvdesk: [1-4] tokens, finish/);
     expect(figures(r.stderr)).toHaveLength(1);
+  }, 60_000);
+
+  it('a piped line that starts with / but is no command is said, the chat goes on, and it exits 2', () => {
+    const r = kvdesk(
+      ['chat', defaultModelDir, ...GREEDY, '--verbose'],
+      '/etc/hosts: what is this file for?\nTell me about rivers.\n',
+    );
+    expect(r.stderr).toContain(
+      'kvdesk: unknown command "/etc/hosts:"; type /? for the commands, or put a message that starts with / between """ lines',
+    );
+    expect(figures(r.stderr)).toHaveLength(1);
+    expect(r.code, r.stderr).toBe(2);
+    // Bad /set and /show lines too; good commands alone exit 0.
+    for (const line of ['/set', '/set parameter top_k many', '/show everything']) {
+      expect(kvdesk(['chat', defaultModelDir, ...GREEDY], `${line}\n`).code, line).toBe(2);
+    }
+    const good = kvdesk(['chat', defaultModelDir, ...GREEDY], '/set parameter top_k 5\n/show info\n/?\n');
+    expect(good.code, good.stderr).toBe(0);
   }, 60_000);
 
   it('a conversation longer than the context goes on without its oldest turns, or is refused and goes on', () => {
@@ -298,6 +317,9 @@ describe('kvdesk chat', () => {
       await until(() => prompts() >= 2);
       child.stdin.write('\x03');
       await until(() => output.includes('Use Ctrl + d or /bye to exit.'));
+      // A line not understood is said; the person saw it, and the chat still exits 0.
+      child.stdin.write('/nonsense\r');
+      await until(() => output.includes('unknown command "/nonsense"'));
       child.stdin.write('\x04');
       expect(await exited, output).toBe(0);
     },
@@ -463,6 +485,7 @@ describe('kvdesk chat', () => {
     // A model that does not think says so and changes nothing.
     const plain = kvdesk(['chat', defaultModelDir, ...GREEDY], '/set think\n');
     expect(plain.stderr).toContain('default does not think: there is nothing to turn on');
+    expect(plain.code).toBe(2);
     const flag = kvdesk(['chat', defaultModelDir, '--think'], 'hi\n');
     expect(flag.code).toBe(2);
     expect(flag.stderr).toContain('--think: default does not think');
