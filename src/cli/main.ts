@@ -563,7 +563,7 @@ async function list(args: string[], io: Io): Promise<number> {
     }
     if (entries.length === 0) {
       io.out(
-        `The library at ${dataDir} is empty: packages join it when kvdesk loads them, or when they are uploaded or pulled.\n`,
+        `The library at ${dataDir} is empty: packages join it when kvdesk serve loads them, or when they are uploaded or pulled (generate and chat only read it).\n`,
       );
       return 0;
     }

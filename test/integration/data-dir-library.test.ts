@@ -210,6 +210,28 @@ describe('a data directory given with a leading ~ (--data-dir=~/kvd, or KVDESK_D
   }, 60_000);
 });
 
+describe('generate and chat read the library, and never add to it', () => {
+  it('a folder they load is not listed after; list says what adds one', async () => {
+    const dataDir = await tmp();
+    const run = (args: string[], input?: string) =>
+      spawnSync(process.execPath, [path.join(repoRoot, 'bin/kvdesk.cjs'), ...args, '--data-dir', dataDir], {
+        cwd: repoRoot,
+        encoding: 'utf8',
+        timeout: 60_000,
+        ...(input !== undefined ? { input } : {}),
+      });
+    const gen = run(['generate', defaultModelDir, '--prompt', 'Hi', '--greedy', '--max-new-tokens', '2']);
+    expect(gen.status, gen.stderr).toBe(0);
+    const chat = run(['chat', defaultModelDir, '--greedy', '--max-new-tokens', '2'], 'Hi\n');
+    expect(chat.status, chat.stderr).toBe(0);
+    const list = run(['list']);
+    expect(list.status, list.stderr).toBe(0);
+    expect(list.stdout).toBe(
+      `The library at ${dataDir} is empty: packages join it when kvdesk serve loads them, or when they are uploaded or pulled (generate and chat only read it).\n`,
+    );
+  }, 60_000);
+});
+
 describe('kvdesk list and a library file with an entry it cannot read', () => {
   it('lists the rest, names the entry and why, and leaves the file as it is', async () => {
     const dataDir = await tmp();
