@@ -491,6 +491,12 @@ export async function chat(
   let host: RunnerService | undefined;
   try {
     const { values, positionals } = parseFlags(args, CHAT_OPTIONS, 'chat');
+    if (positionals.length > 1) {
+      // A prompt after the model (as `ollama run M "…"`): chat takes its turns from the terminal or stdin.
+      throw badArgs(
+        `chat takes exactly one package path or library id, got ${positionals.length} arguments; for one reply to a prompt use \`kvdesk generate M --chat --prompt "…"\`, or pipe the turns in: \`echo "…" | kvdesk chat M\``,
+      );
+    }
     if (positionals.length !== 1) throw badArgs('chat takes exactly one package path or library id');
     const overflow = values['context-overflow'] ?? 'drop-oldest';
     if (overflow !== 'drop-oldest' && overflow !== 'refuse') {

@@ -95,7 +95,7 @@ generate options:
   --tool-choice C          auto (default), none, required, or a tool's name (the reply is a call to it)
   --seed S                 the same seed gives the same tokens
   --stop STR               stop string (repeatable)
-  --rows N                 generate N rows of the same prompt as one batched request
+  --rows N                 generate N rows of the same prompt as one batched request (1 to 64)
   --kv-budget [DEV=]SIZE   KV budget, e.g. 512, 64KiB, 2GiB for the CPU (default: derived from RAM), cuda:0=6GiB
                            for a GPU (repeatable)
   --device-memory DEV=SIZE memory of a GPU kvdesk cannot query, e.g. webgpu:0=8GiB
@@ -118,6 +118,7 @@ generate options:
 
 chat options (a conversation, as ollama run: a line is a turn, """ starts and ends one of several lines; Ctrl+C
 stops a reply, Ctrl+D or /bye ends, /? lists the commands; with stdin from a pipe, each line is a turn):
+  --system TEXT            the system prompt (also /set system)
   --verbose                each reply's figures (tokens, speed, prompt and reused tokens, KV) on stderr
   --think | --nothink      a thinking model reasons first, or replies at once (also /set think, /set nothink);
                            its reasoning goes to stderr between "Thinking..." and "...done thinking."
@@ -125,7 +126,7 @@ stops a reply, Ctrl+D or /bye ends, /? lists the commands; with stdin from a pip
   --effort LEVEL           a thinking model's reasoning effort: minimal, low, medium, high
   --context-overflow P     drop-oldest (default: a conversation longer than the context goes on without its
                            oldest turns) or refuse
-  and generate's --system, --max-new-tokens, sampling options, --kv-budget, --device-memory, --threads,
+  and generate's --max-new-tokens, sampling options, --kv-budget, --device-memory, --threads,
     --prefill-chunk, --lookup, --data-dir, --variant, --backend, --trust-installed, --chat-template,
     --package-template
 
@@ -338,7 +339,13 @@ async function generate(
     // More than the context holds is as many as it leaves (the host says it clipped), as llama.cpp's -n.
     if (maxNew !== undefined) request.maxNewTokens = maxNew;
     const rows = parseNumber('rows', values.rows, true);
+    if (rows !== undefined && rows > 1 && prompts.length > 1) {
+      throw badArgs(
+        `--rows copies one prompt ${rows} times: give a single --prompt with it, or several --prompt flags alone (a row each)`,
+      );
+    }
     if (rows !== undefined) request.rows = rows;
+    if (values.stop?.some((s) => s === '')) throw badArgs('--stop expects the text to stop at, got an empty one');
     if (values.stop) request.stop = values.stop;
     const logprobs = parseNumber('logprobs', values.logprobs, true);
     if (logprobs !== undefined && !json) throw badArgs('--logprobs adds them to the JSON result: use it with --json');
@@ -354,6 +361,21 @@ async function generate(
     const predictionFile = values['prediction-file'];
     if (predictionFile !== undefined) request.prediction = readTextFile('--prediction-file', predictionFile);
     const choice = values['tool-choice'];
+    if (choice !== undefined && choice !== 'auto' && choice !== 'none') {
+      // Said with the flags' names here (the host names the request's fields).
+      const what = choice === 'required' ? 'asks for a tool call' : `names the tool "${choice}"`;
+      if (!Array.isArray(request.tools)) throw badArgs(`--tool-choice ${what}, but no --tools FILE lists any tools`);
+      const names = request.tools.flatMap((t) =>
+        typeof t === 'object' && t !== null && typeof (t as { name?: unknown }).name === 'string'
+          ? [(t as { name: string }).name]
+          : [],
+      );
+      if (choice !== 'required' && !names.includes(choice)) {
+        throw badArgs(
+          `--tool-choice names the tool "${choice}", which ${values.tools} does not list (it has: ${names.join(', ')}); or give auto, none or required`,
+        );
+      }
+    }
     if (choice !== undefined) {
       request.toolChoice = choice === 'auto' || choice === 'none' || choice === 'required' ? choice : { name: choice };
     }
@@ -719,7 +741,9 @@ async function run(argv: string[], io: Io): Promise<number> {
     case 'help':
       // `kvdesk help generate` as `kvdesk generate --help`.
       if (command === 'help' && rest[0] !== undefined && rest[0] !== 'help') return run([rest[0], '--help'], io);
-      io.out(`${USAGE}\n`);
+      // Asked for, on stdout; given for want of a command, an error's (exit 2) on stderr.
+      if (command === undefined) io.err(`${USAGE}\n`);
+      else io.out(`${USAGE}\n`);
       return command === undefined ? 2 : 0;
     default: {
       // Said in one line, with the command meant when one is a typo away (the whole help would scroll it away).

@@ -914,6 +914,55 @@ describe('the CLI around its commands: a closed stdout, help, versions, stdin, t
     );
   });
 
+  it('help and refusals name the flags a person typed, and say what to do', async () => {
+    const { main } = await import('../../src/cli/main');
+    const cli = async (...args: string[]) => {
+      let stdout = '';
+      let stderr = '';
+      const code = await main(args, { out: (t) => (stdout += t), err: (t) => (stderr += t) });
+      return { code, stdout, stderr };
+    };
+    // chat's --system is its own (chat has no --chat); --rows says its limit.
+    const chatHelp = (await cli('chat', '--help')).stdout;
+    expect(chatHelp).toContain('\n  --system TEXT            the system prompt (also /set system)\n');
+    expect(chatHelp).not.toContain('with --chat');
+    expect((await cli('generate', '--help')).stdout).toContain('one batched request (1 to 64)');
+    // kvdesk alone: the usage is an error's, on stderr.
+    const bare = await cli();
+    expect(bare.code).toBe(2);
+    expect(bare.stdout).toBe('');
+    expect(bare.stderr).toMatch(/^kvdesk — .*\n\nUsage:\n/);
+    expect((await cli('--help')).stdout).toBe(bare.stderr);
+    const tools = path.join(mkdtempSync(path.join(os.tmpdir(), 'kvdesk-cli-tools-')), 'tools.json');
+    writeFileSync(tools, JSON.stringify([{ type: 'function', function: { name: 'get_weather', parameters: {} } }]));
+    const gen = ['generate', defaultModelDir, '--chat', '--prompt', 'x'];
+    for (const [args, text] of [
+      [[...gen, '--tool-choice', 'nope'], '--tool-choice names the tool "nope", but no --tools FILE lists any tools'],
+      [
+        [...gen, '--tool-choice', 'required'],
+        '--tool-choice asks for a tool call, but no --tools FILE lists any tools',
+      ],
+      [
+        [...gen, '--tools', tools, '--tool-choice', 'nope'],
+        `--tool-choice names the tool "nope", which ${tools} does not list (it has: get_weather); or give auto, none or required`,
+      ],
+      [[...gen, '--stop', ''], '--stop expects the text to stop at, got an empty one'],
+      [
+        ['generate', defaultModelDir, '--rows', '2', '--prompt', 'x', '--prompt', 'y'],
+        '--rows copies one prompt 2 times: give a single --prompt with it, or several --prompt flags alone (a row each)',
+      ],
+      [
+        ['chat', defaultModelDir, 'some prompt'],
+        'chat takes exactly one package path or library id, got 2 arguments; for one reply to a prompt use `kvdesk generate M --chat --prompt "…"`, or pipe the turns in: `echo "…" | kvdesk chat M`',
+      ],
+    ] as const) {
+      const r = await cli(...args);
+      expect(r.code, args.join(' ')).toBe(2);
+      expect(r.stderr).toBe(`kvdesk: ${text} (see kvdesk --help)\n`);
+    }
+    rmSync(path.dirname(tools), { recursive: true, force: true });
+  });
+
   it('--version, -v and version print kvdesk’s version and onnxruntime’s', async () => {
     const pkg = JSON.parse(readFileSync(path.join(repoRoot, 'package.json'), 'utf8')) as { version: string };
     const ort = JSON.parse(readFileSync(path.join(repoRoot, 'node_modules/onnxruntime-node/package.json'), 'utf8')) as {
