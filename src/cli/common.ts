@@ -8,6 +8,7 @@ import { checkChatTemplate } from '../main/host/chat-template-pick';
 import { ModelLibrary, mergePick } from '../main/host/model-library';
 import { detectLayout } from '../main/packages';
 import { parseByteSize } from '../main/scheduler';
+import { resolveUserPath } from '../main/store/user-path';
 import { CHAT_TEMPLATE_MAX, type LoadModelRequest } from '../shared/api';
 import {
   type BudgetCap,
@@ -250,7 +251,8 @@ export const libraryLog = (line: string): void => {
  * the folder; otherwise the library's most recently loaded valid package with that id.
  */
 export async function packageDir(arg: string, dataDirFlag: string | undefined): Promise<string> {
-  const dir = path.resolve(arg);
+  // A leading ~ is the home folder, as for --data-dir (also quoted, where the shell leaves it).
+  const dir = resolveUserPath(arg);
   if (existsSync(dir) || arg.includes('/') || arg.includes(path.sep)) return dir;
   const library = await ModelLibrary.open(dataDirOf(dataDirFlag), { log: libraryLog });
   const entry = library.list().find((e) => e.id === arg && !e.missing && existsSync(e.root));
@@ -321,7 +323,7 @@ function chatTemplateFlag(file: string | undefined): string | undefined {
   if (file === undefined) return undefined;
   let text: string;
   try {
-    text = readFileSync(file, 'utf8');
+    text = readFileSync(resolveUserPath(file), 'utf8');
   } catch (err) {
     throw badArgs(`--chat-template: cannot read ${file} (${(err as Error).message}): give a file of Jinja`);
   }

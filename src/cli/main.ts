@@ -22,6 +22,7 @@ import { withChatTemplate, withKeptTemplate } from '../main/host/chat-template-p
 import { ModelLibrary } from '../main/host/model-library';
 import { defaultHostSettings, type HostSettings, RunnerService } from '../main/host/runner-service';
 import { backendProvider, kvBytesForTokens, loadModelSpec, variantOption } from '../main/packages';
+import { resolveUserPath } from '../main/store/user-path';
 import type { GenerationResult } from '../shared/contract';
 import { toErrorInfo } from '../shared/errors';
 import { formatBytes } from '../shared/format';
@@ -517,7 +518,7 @@ async function promptsOf(
 /** A file a flag names, as UTF-8 text; one that cannot be read is BAD_REQUEST naming the flag and the file. */
 function readTextFile(flag: string, file: string): string {
   try {
-    return readFileSync(file, 'utf8');
+    return readFileSync(resolveUserPath(file), 'utf8');
   } catch (err) {
     throw badArgs(`${flag}: cannot read ${file}: ${(err as Error).message}`);
   }

@@ -10,6 +10,7 @@ import { parseArgs } from 'node:util';
 import { type ApiServerControl, createHostApi, type HostApi } from '../main/host/host-api';
 import { type HostSettings, RunnerService } from '../main/host/runner-service';
 import { allowedOriginsOf, assertBindable, type RunningServer, serveControl, startServer } from '../main/server';
+import { resolveUserPath } from '../main/store/user-path';
 import { parseDuration } from '../shared/duration';
 import { KvdeskError, toErrorInfo } from '../shared/errors';
 import { byteSizeFlag, flagError, type Io, joinValues, lookupFlag, threadsFlag } from './common';
@@ -193,7 +194,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     resolveHost(hostApi);
     for (const dir of values.model ?? []) {
       const loaded = await hostApi.importPath(
-        path.resolve(dir),
+        resolveUserPath(dir),
         values['trust-installed'] === true ? { trustInstalled: true } : {},
       );
       if (!loaded.ok)
@@ -208,7 +209,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
       port,
       ...(token !== undefined ? { token } : {}),
       ...(origins.length > 0 ? { allowedOrigins: origins } : {}),
-      ...(values['static-dir'] !== undefined ? { staticDir: path.resolve(values['static-dir']) } : {}),
+      ...(values['static-dir'] !== undefined ? { staticDir: resolveUserPath(values['static-dir']) } : {}),
       ...(maxUpload !== undefined ? { maxUploadBytes: maxUpload } : {}),
       ...(maxBody !== undefined ? { maxJsonBytes: maxBody } : {}),
       raiseLimits: {

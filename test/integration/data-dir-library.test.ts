@@ -2,7 +2,7 @@
  * The data directory's library file when kvdesk cannot use it (ModelLibrary.open): one that exists but cannot
  * be read is never written over (loads are not remembered until it can be, and the log says what to do); a data
  * directory that is a regular file stops `serve` at start, with a message naming it; a leading `~` in the data
- * directory given is the home folder.
+ * directory given, a package path or a flag's file is the home folder; generate and chat never add to the library.
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -206,6 +206,44 @@ describe('a data directory given with a leading ~ (--data-dir=~/kvd, or KVDESK_D
     expect(list([], '~/kvd')).toEqual(kvd);
     // `~` alone is the home folder itself: its library is empty.
     expect(list(['--data-dir=~'])).toEqual({ dataDir: home, ids: [] });
+    expect(await readdir(cwd)).toEqual([]);
+  }, 60_000);
+});
+
+describe('a package path or a file flag given with a leading ~ (quoted, where the shell leaves it)', () => {
+  it('is under the home folder, as --data-dir is', async () => {
+    const home = await tmp();
+    const cwd = await tmp();
+    await cp(defaultModelDir, path.join(home, 'mymodel'), { recursive: true });
+    await writeFile(path.join(home, 'expected.txt'), 'Hello there');
+    await writeFile(
+      path.join(home, 'mine.jinja'),
+      '{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}' +
+        '{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}',
+    );
+    const env: NodeJS.ProcessEnv = { ...process.env, HOME: home, USERPROFILE: home };
+    const r = spawnSync(
+      process.execPath,
+      [
+        path.join(repoRoot, 'bin/kvdesk.cjs'),
+        'generate',
+        '~/mymodel',
+        '--prompt',
+        'Hi',
+        '--greedy',
+        '--max-new-tokens',
+        '2',
+        '--prediction-file',
+        '~/expected.txt',
+        '--chat',
+        '--chat-template',
+        '~/mine.jinja',
+        '--data-dir',
+        path.join(home, 'kvd'),
+      ],
+      { cwd, encoding: 'utf8', timeout: 60_000, env },
+    );
+    expect(r.status, r.stderr).toBe(0);
     expect(await readdir(cwd)).toEqual([]);
   }, 60_000);
 });
