@@ -68,8 +68,16 @@ function refuseUnsupported(body: Body): void {
   }
   if (body.background === true)
     throw bad('"background" responses are not supported: kvdesk keeps no responses.', 'background');
-  if (Array.isArray(body.include) && body.include.length > 0) {
-    throw bad('"include" is not supported: send the request without it.', 'include');
+  // Codex and the Agents SDK ask for reasoning.encrypted_content (with store: false) to send the reasoning back
+  // next turn: kvdesk's reasoning items carry it whole, as plain text, in their content. Nothing else is had.
+  if (Array.isArray(body.include)) {
+    for (const [i, value] of body.include.entries()) {
+      if (value === 'reasoning.encrypted_content') continue;
+      throw bad(
+        `"include" value ${JSON.stringify(value)} is not supported: kvdesk can include only "reasoning.encrypted_content" (its reasoning items carry their text whole; nothing is encrypted). Leave the other values out.`,
+        `include[${i}]`,
+      );
+    }
   }
   if (present(body, 'truncation') && body.truncation !== 'disabled' && body.truncation !== 'auto') {
     throw bad(

@@ -200,6 +200,18 @@ describe('POST /v1/responses', () => {
     expect([{ on: true }, { on: false }]).toContainEqual(JSON.parse(r.output_text));
   });
 
+  it("takes Codex's include of reasoning.encrypted_content with store: false (the reasoning items carry it whole)", async () => {
+    const r = await client.responses.create({
+      model: 'default',
+      input: 'hi',
+      max_output_tokens: 2,
+      store: false,
+      include: ['reasoning.encrypted_content'],
+    });
+    expect(r.status).toBe('incomplete');
+    expect(r.usage?.output_tokens).toBe(2);
+  });
+
   it('refuses what needs stored state or hosted tools with 400 naming the parameter; nothing is left reserved', async () => {
     const cases: Array<[Record<string, unknown>, string]> = [
       [{ previous_response_id: 'resp_1' }, 'previous_response_id'],
@@ -219,6 +231,7 @@ describe('POST /v1/responses', () => {
         'input[1].arguments',
       ],
       [{ max_tool_calls: 1 }, 'max_tool_calls'],
+      [{ include: ['reasoning.encrypted_content', 'message.output_text.logprobs'] }, 'include[1]'],
       [
         {
           tools: [{ ...lamp, parameters: { type: 'object', properties: { n: { type: 'integer', minimum: 1 } } } }],
