@@ -375,6 +375,8 @@ function typeNode(type: string, schema: Record<string, unknown>, path: string, d
   }
 }
 
+const isPlainObject = (v: unknown): boolean => typeof v === 'object' && v !== null && !Array.isArray(v);
+
 function compileNode(schema: unknown, path: string, depth: number): SchemaNode {
   if (depth > MAX_SCHEMA_DEPTH)
     throw new SchemaError(path, `schemas nested deeper than ${MAX_SCHEMA_DEPTH} are not supported`);
@@ -386,6 +388,9 @@ function compileNode(schema: unknown, path: string, depth: number): SchemaNode {
   }
   const s = schema as Record<string, unknown>;
   for (const key of Object.keys(s)) {
+    // Definitions are only read through $ref, which is refused where it is used: unused ones (Pydantic's and
+    // zod-to-json-schema's, often empty) change nothing.
+    if ((key === '$defs' || key === 'definitions') && isPlainObject(s[key])) continue;
     if (!ANNOTATIONS.has(key)) throw new SchemaError(`${path}.${key}`, `"${key}" is not supported by kvdesk`);
   }
   if (s.additionalProperties !== undefined && typeof s.additionalProperties !== 'boolean') {

@@ -593,6 +593,24 @@ describe('the schema recogniser', () => {
     expect(feedAll(compileSchema(EMPTY), '{"a":1}').done).toBe(false);
   });
 
+  it('takes definitions nothing refers to ($defs, definitions: Pydantic and zod-to-json-schema write them)', () => {
+    for (const key of ['$defs', 'definitions']) {
+      const root = compileSchema({
+        type: 'object',
+        properties: { a: { type: 'string' } },
+        required: ['a'],
+        additionalProperties: false,
+        [key]: key === '$defs' ? {} : { Unused: { type: 'integer' } },
+      });
+      expect(feedAll(root, '{"a":"x"}').done).toBe(true);
+    }
+    // A schema of definitions alone still says what it lacks.
+    expect(() => compileSchema({ $defs: {} })).toThrow();
+    expect(() =>
+      compileSchema({ type: 'object', properties: { a: { $ref: '#/$defs/x' } }, $defs: { x: { type: 'string' } } }),
+    ).toThrow(/\$ref/);
+  });
+
   it('refuses schemas it cannot enforce, naming the place', () => {
     const cases: Array<[Schema, string]> = [
       [{ type: 'object', properties: { a: { type: 'string', pattern: '^x' } } }, 'schema.properties.a.pattern'],
