@@ -291,37 +291,45 @@ describe('kvdesk chat', () => {
 
   // A terminal: `script` gives the CLI a pseudo-terminal, as a person's shell does.
   const script = spawnSync('script', ['--version'], { encoding: 'utf8' });
+  /**
+   * `node <args>` in a pseudo-terminal (`script`), with `shellTail` after it on its shell line (a redirection):
+   * what the terminal shows so far, a wait for it to show something, and the exit code.
+   */
+  const inTerminal = (args: string[], shellTail = '') => {
+    const command = args.map((a) => `'${a}'`).join(' ');
+    const child = spawn('script', ['-qec', `'${process.execPath}' ${command}${shellTail}`, '/dev/null'], {
+      cwd: repoRoot,
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    let output = '';
+    const waiters: Array<{ test: () => boolean; resolve: () => void }> = [];
+    child.stdout.on('data', (d) => {
+      output += String(d);
+      for (const w of waiters.splice(0))
+        if (w.test()) w.resolve();
+        else waiters.push(w);
+    });
+    const until = (test: () => boolean) =>
+      test() ? Promise.resolve() : new Promise<void>((resolve) => waiters.push({ test, resolve }));
+    const exited = new Promise<number>((resolve) => child.on('exit', (code) => resolve(code ?? -1)));
+    return { child, output: () => output, until, exited };
+  };
   it.skipIf(script.status !== 0)(
     `in a terminal: prompts, Ctrl+C at the prompt says how to leave, Ctrl+D leaves${script.status !== 0 ? ' (skipped: no `script` command to give it a terminal)' : ''}`,
     async () => {
-      const command = [BIN, 'chat', defaultModelDir, ...GREEDY].map((a) => `'${a}'`).join(' ');
-      const child = spawn('script', ['-qec', `'${process.execPath}' ${command}`, '/dev/null'], {
-        cwd: repoRoot,
-        stdio: ['pipe', 'pipe', 'pipe'],
-      });
-      let output = '';
-      const waiters: Array<{ test: () => boolean; resolve: () => void }> = [];
-      child.stdout.on('data', (d) => {
-        output += String(d);
-        for (const w of waiters.splice(0))
-          if (w.test()) w.resolve();
-          else waiters.push(w);
-      });
-      const until = (test: () => boolean) =>
-        test() ? Promise.resolve() : new Promise<void>((resolve) => waiters.push({ test, resolve }));
-      const prompts = () => output.split('>>> ').length - 1;
-      const exited = new Promise<number>((resolve) => child.on('exit', (code) => resolve(code ?? -1)));
+      const { child, output, until, exited } = inTerminal([BIN, 'chat', defaultModelDir, ...GREEDY]);
+      const prompts = () => output().split('>>> ').length - 1;
       await until(() => prompts() >= 1);
-      expect(output).toContain('/? for help, Ctrl+D or /bye to end.');
+      expect(output()).toContain('/? for help, Ctrl+D or /bye to end.');
       child.stdin.write('Tell me about rivers.\r');
       await until(() => prompts() >= 2);
       child.stdin.write('\x03');
-      await until(() => output.includes('Use Ctrl + d or /bye to exit.'));
+      await until(() => output().includes('Use Ctrl + d or /bye to exit.'));
       // A line not understood is said; the person saw it, and the chat still exits 0.
       child.stdin.write('/nonsense\r');
-      await until(() => output.includes('unknown command "/nonsense"'));
+      await until(() => output().includes('unknown command "/nonsense"'));
       child.stdin.write('\x04');
-      expect(await exited, output).toBe(0);
+      expect(await exited, output()).toBe(0);
     },
     60_000,
   );
@@ -330,36 +338,27 @@ describe('kvdesk chat', () => {
     'in a terminal: Ctrl+D while a reply is written ends the chat after that reply, exit 0',
     async () => {
       // A greedy reply of some 340 tokens on this model: seconds, long enough to press Ctrl+D in.
-      const command = [BIN, 'chat', slowModel(), '--greedy', '--max-new-tokens', '2000', '--verbose']
-        .map((a) => `'${a}'`)
-        .join(' ');
-      const child = spawn('script', ['-qec', `'${process.execPath}' ${command}`, '/dev/null'], {
-        cwd: repoRoot,
-        stdio: ['pipe', 'pipe', 'pipe'],
-      });
-      let output = '';
-      const waiters: Array<{ test: () => boolean; resolve: () => void }> = [];
-      child.stdout.on('data', (d) => {
-        output += String(d);
-        for (const w of waiters.splice(0))
-          if (w.test()) w.resolve();
-          else waiters.push(w);
-      });
-      const until = (test: () => boolean) =>
-        test() ? Promise.resolve() : new Promise<void>((resolve) => waiters.push({ test, resolve }));
-      const exited = new Promise<number>((resolve) => child.on('exit', (code) => resolve(code ?? -1)));
-      await until(() => output.includes('>>> '));
+      const { child, output, until, exited } = inTerminal([
+        BIN,
+        'chat',
+        slowModel(),
+        '--greedy',
+        '--max-new-tokens',
+        '2000',
+        '--verbose',
+      ]);
+      await until(() => output().includes('>>> '));
       child.stdin.write('once upon a time\r');
-      const typed = () => output.indexOf('once upon a time');
-      await until(() => typed() >= 0 && output.length > typed() + 40);
+      const typed = () => output().indexOf('once upon a time');
+      await until(() => typed() >= 0 && output().length > typed() + 40);
       // Still being written: it has no figures line yet.
-      expect(figures(output)).toHaveLength(0);
+      expect(figures(output())).toHaveLength(0);
       child.stdin.write('\x04');
       const hung = setTimeout(() => child.kill('SIGKILL'), 20_000);
       const code = await exited;
       clearTimeout(hung);
-      expect(code, output).toBe(0);
-      expect(figures(output)).toHaveLength(1);
+      expect(code, output()).toBe(0);
+      expect(figures(output())).toHaveLength(1);
     },
     60_000,
   );
@@ -370,29 +369,14 @@ describe('kvdesk chat', () => {
       const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-chat-out-'));
       const file = path.join(dir, 'out.txt');
       try {
-        const command = [BIN, 'chat', defaultModelDir, ...GREEDY].map((a) => `'${a}'`).join(' ');
-        const child = spawn('script', ['-qec', `'${process.execPath}' ${command} > '${file}'`, '/dev/null'], {
-          cwd: repoRoot,
-          stdio: ['pipe', 'pipe', 'pipe'],
-        });
-        let output = '';
-        const waiters: Array<{ test: () => boolean; resolve: () => void }> = [];
-        child.stdout.on('data', (d) => {
-          output += String(d);
-          for (const w of waiters.splice(0))
-            if (w.test()) w.resolve();
-            else waiters.push(w);
-        });
-        const until = (test: () => boolean) =>
-          test() ? Promise.resolve() : new Promise<void>((resolve) => waiters.push({ test, resolve }));
-        const prompts = () => output.split('>>> ').length - 1;
-        const exited = new Promise<number>((resolve) => child.on('exit', (code) => resolve(code ?? -1)));
+        const { child, output, until, exited } = inTerminal([BIN, 'chat', defaultModelDir, ...GREEDY], ` > '${file}'`);
+        const prompts = () => output().split('>>> ').length - 1;
         await until(() => prompts() >= 1);
         child.stdin.write('Tell me about rivers.\r');
         await until(() => prompts() >= 2);
         child.stdin.write('/bye\r');
-        expect(await exited, output).toBe(0);
-        expect(output).toContain('Tell me about rivers.');
+        expect(await exited, output()).toBe(0);
+        expect(output()).toContain('Tell me about rivers.');
         const piped = kvdesk(['chat', defaultModelDir, ...GREEDY], 'Tell me about rivers.\n');
         expect(readFileSync(file, 'utf8')).toBe(piped.stdout);
       } finally {
