@@ -127,6 +127,9 @@ describe('mapOpenAiRequest', () => {
       expect(err.body.error.param, JSON.stringify(extra)).toBe(param);
       expect(err.message).toMatch(new RegExp(`^"${param}" must be`));
     }
+    // Past a double's range (1e400 parses as Infinity, which JSON writes as null): said so, not "got null".
+    const huge = refusal(() => mapOpenAiRequest('chat', chat({ temperature: JSON.parse('1e400') })));
+    expect(huge.message).toBe('"temperature" must be a number, got a number too large to hold (Infinity).');
   });
 
   it('refuses a tool message without tool_call_id, naming it', () => {
