@@ -595,8 +595,13 @@ async function repl(session: ChatSession, input: NodeJS.ReadableStream, interact
   };
   // Ctrl+D while a reply is written closes the input: the chat ends after that reply, as at the prompt.
   let closed = false;
+  // …and gives the terminal back, whose Ctrl+C then comes to the process: it still stops just that reply.
+  const stopReply = () => {
+    session.stop();
+  };
   rl.once('close', () => {
     closed = true;
+    if (interactive) process.on('SIGINT', stopReply);
   });
   rl.on('SIGINT', onInterrupt);
   // Without a terminal, readline sees no Ctrl+C: the signal comes to the process.
@@ -623,5 +628,6 @@ async function repl(session: ChatSession, input: NodeJS.ReadableStream, interact
   } finally {
     process.off('SIGINT', onInterrupt);
     rl.close();
+    process.off('SIGINT', stopReply);
   }
 }

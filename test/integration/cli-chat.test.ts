@@ -364,6 +364,36 @@ describe('kvdesk chat', () => {
   );
 
   it.skipIf(script.status !== 0)(
+    'in a terminal: Ctrl+C after that Ctrl+D still stops just the reply (the terminal was given back), exit 0',
+    async () => {
+      const { child, output, until, exited } = inTerminal([
+        BIN,
+        'chat',
+        slowModel(),
+        '--greedy',
+        '--max-new-tokens',
+        '2000',
+        '--verbose',
+      ]);
+      await until(() => output().includes('>>> '));
+      child.stdin.write('once upon a time\r');
+      const typed = () => output().indexOf('once upon a time');
+      await until(() => typed() >= 0 && output().length > typed() + 40);
+      child.stdin.write('\x04');
+      const after = output().length;
+      await until(() => output().length > after + 20);
+      child.stdin.write('\x03');
+      const hung = setTimeout(() => child.kill('SIGKILL'), 20_000);
+      const code = await exited;
+      clearTimeout(hung);
+      expect(code, output()).toBe(0);
+      // Stopped: no figures line, which only a reply that ended by itself prints.
+      expect(figures(output())).toHaveLength(0);
+    },
+    60_000,
+  );
+
+  it.skipIf(script.status !== 0)(
     'in a terminal with stdout in a file: prompts and typing on the terminal, the replies alone in the file',
     async () => {
       const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-chat-out-'));
