@@ -754,6 +754,19 @@ describe('a thread that switches models on one device', () => {
 });
 
 describe('the engine under a load of the same id', () => {
+  it('two loads of one id at once keep one onnxruntime session, and an unload leaves none', async () => {
+    const h = await host({}, slowModel());
+    const model = h.listModels()[0] as { id: string; spec: Parameters<RunnerService['engine']['load']>[1] };
+    expect((await h.engine.stats()).openSessions).toBe(1);
+    // Straight to the engine (as a first-use load and a person's load of the same package can reach it).
+    await Promise.all([0, 1, 2].map(() => h.engine.load(model.id, model.spec, ['cpu'])));
+    expect((await h.engine.stats()).openSessions).toBe(1);
+    const r = await h.generate({ promptIds: prompt, maxNewTokens: 3, sampling: greedy }).result;
+    expect(r.tokenIds).toHaveLength(3);
+    await h.unloadModel(model.id);
+    expect((await h.engine.stats()).openSessions).toBe(0);
+  });
+
   it('a reply running on the replaced graph finishes on it; the next runs on the new one', async () => {
     const h = await host({}, slowModel());
     const model = h.listModels()[0] as { id: string; spec: Parameters<RunnerService['engine']['load']>[1] };

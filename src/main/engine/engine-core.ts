@@ -63,6 +63,8 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
    */
   const tokenTables = new Map<string, { key: number; table: TokenTable }>();
   const stats = { runs: 0, generations: 0, refused: 0 };
+  /** Every decoder whose onnxruntime session is open: loaded ones, and replaced ones a reply still runs on. */
+  const openDecoders = new Set<LoadedDecoder>();
 
   function reply(callId: number, fn: () => Promise<unknown>): void {
     fn().then(
@@ -83,6 +85,7 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
       peakBatchRows: Math.max(0, ...[...models.values()].map((m) => m.peakBatchRows)),
       peakBatchKvBytes: Math.max(0, ...[...models.values()].map((m) => m.peakBatchKvBytes)),
       models: [...models.keys()],
+      openSessions: openDecoders.size,
       tokenTables: [...tokenTables].map(([modelId, t]) => ({
         modelId,
         key: t.key,
@@ -206,7 +209,7 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
       else {
         inUse.delete(model);
         // Replaced or unloaded while this ran on it: released now that nothing does.
-        if (retired.delete(model)) void model.dispose();
+        if (retired.delete(model)) void dispose(model);
       }
     }
   }
@@ -217,8 +220,14 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
    * session from under replies).
    */
   async function release(decoder: LoadedDecoder): Promise<void> {
-    if ((inUse.get(decoder) ?? 0) === 0) await decoder.dispose();
+    if ((inUse.get(decoder) ?? 0) === 0) await dispose(decoder);
     else retired.add(decoder);
+  }
+
+  /** Ends a decoder's onnxruntime session (its weights' memory with it). */
+  function dispose(decoder: LoadedDecoder): Promise<void> {
+    openDecoders.delete(decoder);
+    return decoder.dispose();
   }
 
   /** Handles one command from the host. */
@@ -227,8 +236,11 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
       case 'load':
         reply(cmd.callId, async () => {
           await heldLoad();
-          const previous = models.get(cmd.modelId);
           const decoder = await LoadedDecoder.load(cmd.spec, cmd.options);
+          openDecoders.add(decoder);
+          // Read once this load is done: another load of the id may have ended while it ran (two loads at once
+          // each found none before), and its decoder is replaced here too, not left holding its weights.
+          const previous = models.get(cmd.modelId);
           models.set(cmd.modelId, decoder);
           if (previous) await release(previous);
           const loaded: EngineLoadResult = { modelId: cmd.modelId, logits: decoder.logits, batches: decoder.batchable };

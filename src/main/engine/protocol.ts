@@ -225,6 +225,8 @@ export interface EngineStats {
   /** Most bytes of KV (present tensors, padding included) one run of a batch has produced. */
   peakBatchKvBytes: number;
   models: string[];
+  /** onnxruntime sessions open in the engine: one per loaded model, plus replaced ones replies still run on. */
+  openSessions: number;
   /** The token tables JSON mode uses: model, load key, tokens. */
   tokenTables: Array<{ modelId: string; key: number; tokens: number }>;
   sessions: Array<{ sessionId: string; tokens: number; kvBytes: number }>;
