@@ -179,6 +179,24 @@ const VALUE_BOUNDS = [
   'uniqueItems',
 ];
 
+/** Most levels of JSON a tool's parameters may nest (objects and arrays; a schema of 64 levels takes about 128). */
+const MAX_TOOL_NESTING = 256;
+
+/** How many levels of objects and arrays a JSON value nests, counted without recursion. */
+function nesting(value: unknown): number {
+  let most = 0;
+  const todo: Array<[unknown, number]> = [[value, 1]];
+  for (let next = todo.pop(); next !== undefined; next = todo.pop()) {
+    const [v, level] = next;
+    if (typeof v !== 'object' || v === null) continue;
+    if (level > most) most = level;
+    // Deep enough to refuse: no need to walk the rest.
+    if (most > MAX_TOOL_NESTING) return most;
+    for (const child of Object.values(v)) todo.push([child, level + 1]);
+  }
+  return most;
+}
+
 /**
  * A schema that accepts everything `schema` does, in the shapes kvdesk's recogniser holds: value bounds
  * (minimum, pattern, format, …) dropped, and oneOf read as anyOf. What it still cannot hold ($ref, a value of
@@ -266,6 +284,14 @@ export function planTools(
   }
   const names = new Set<string>();
   for (const [i, t] of tools.entries()) {
+    // Shown to the model as JSON text: one nested thousands deep overflows the stack of JSON.stringify itself.
+    const depth = nesting(t.parameters);
+    if (depth > MAX_TOOL_NESTING) {
+      throw bad(
+        `tools[${i}].parameters ("${t.name}") nests ${depth} levels deep; kvdesk takes at most ${MAX_TOOL_NESTING}: flatten the schema.`,
+        `tools[${i}].parameters`,
+      );
+    }
     if (names.has(t.name))
       throw bad(`tools[${i}]: the name "${t.name}" is listed twice; tool names must differ.`, `tools[${i}].name`);
     names.add(t.name);

@@ -69,6 +69,17 @@ describe('planTools', () => {
     );
     // With auto, the schema is only shown to the model, never enforced: accepted.
     expect(planTools({ messages, tools: [bound] } as GenerateRequest, undefined, tok)?.forced).toBe(false);
+    // Nested thousands deep (shown to the model as JSON, it overflowed JSON.stringify's stack: a 500, INTERNAL).
+    let deep: Record<string, unknown> = { type: 'string' };
+    for (let i = 0; i < 5000; i++) deep = { type: 'object', properties: { a: deep } };
+    for (const toolChoice of ['auto', 'required'] as const) {
+      const nested = refusal({ tools: [weather, { name: 'deep', parameters: deep }], toolChoice });
+      expect(nested.code).toBe('BAD_REQUEST');
+      expect(nested.detail).toEqual({ field: 'tools[1].parameters' });
+      expect(nested.message).toMatch(
+        /^tools\[1\]\.parameters \("deep"\) nests 257 levels deep; kvdesk takes at most 256/,
+      );
+    }
   });
 
   it('refuses parameters that are not an object, history arguments that are not one, and forms it cannot read', () => {
