@@ -560,14 +560,17 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     close() {
       closed ??= (async () => {
         const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
-        await ws.close();
-        // Generations in flight over HTTP end first, as a shutdown: a stream writes its last event (an error the
-        // client may retry), an answer not begun is a retryable 503. Then what is left is cut.
+        // Generations in flight end first, as a shutdown: an HTTP stream writes its last event (an error the client
+        // may retry), an answer not begun is a retryable 503, a WebSocket stream gets its last frame and the socket
+        // closes as going away. Then what is left is cut.
         const ours = [...liveGenerations].filter((g) => g.res.socket !== null && connections.has(g.res.socket));
         for (const g of ours) g.cancel('shutdown');
-        await Promise.race([
-          Promise.all(ours.map((g) => g.over)),
-          new Promise((resolve) => setTimeout(resolve, SHUTDOWN_GRACE_MS).unref()),
+        await Promise.all([
+          ws.close(SHUTDOWN_GRACE_MS),
+          Promise.race([
+            Promise.all(ours.map((g) => g.over)),
+            new Promise((resolve) => setTimeout(resolve, SHUTDOWN_GRACE_MS).unref()),
+          ]),
         ]);
         server.closeAllConnections();
         await stopped;

@@ -3,7 +3,9 @@
  * `invoke` → HostApi.call, `generate` → HostApi.generate with frames
  * multiplexed by the client's id, `cancel`; host events are broadcast to every
  * socket. A socket that closes cancels its generations (reason 'disconnect'),
- * which returns their reservations. A socket's first message is `hello`, naming the UI build the server serves.
+ * which returns their reservations. A server that stops ends them as a shutdown
+ * (each stream's last frame says so), then closes the socket as going away (1001).
+ * A socket's first message is `hello`, naming the UI build the server serves.
  */
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
@@ -24,8 +26,11 @@ export interface WsTransport {
   handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void;
   /** Open sockets. */
   readonly size: number;
-  /** Closes every socket (cancelling their generations). */
-  close(): Promise<void>;
+  /**
+   * Ends every socket's generations as a shutdown (each stream gets its last frame), closes the sockets as going
+   * away (1001), and cuts those still open after `graceMs`.
+   */
+  close(graceMs?: number): Promise<void>;
 }
 
 /** Calls that make the host run programs as the person (MCP servers and their tools). */
@@ -59,6 +64,8 @@ export function createWsTransport(
 ): WsTransport {
   const wss = new WebSocketServer({ noServer: true, maxPayload: opts.maxPayloadBytes ?? 64 * 1024 * 1024 });
   const sockets = new Set<WebSocket>();
+  /** Per socket: ends its generations as a shutdown, then closes it once they have all sent their last frame. */
+  const shutdowns = new Map<WebSocket, () => void>();
   let unsubscribe: Array<() => void> = [];
 
   function send(ws: WebSocket, msg: WsServerMessage): void {
@@ -104,7 +111,16 @@ export function createWsTransport(
   function onConnection(ws: WebSocket): void {
     sockets.add(ws);
     if (sockets.size === 1) subscribe();
-    const generations = new Map<string, (reason: 'user' | 'disconnect') => void>();
+    const generations = new Map<string, (reason: 'user' | 'disconnect' | 'shutdown') => void>();
+    let stopping = false;
+    const goAwayWhenIdle = () => {
+      if (stopping && generations.size === 0 && ws.readyState === ws.OPEN) ws.close(1001, 'kvdesk is shutting down');
+    };
+    shutdowns.set(ws, () => {
+      stopping = true;
+      for (const cancel of [...generations.values()]) cancel('shutdown');
+      goAwayWhenIdle();
+    });
     /** This connection's chat saves when it may run no tools (each checked first), in the order it sent them. */
     let saves: Promise<void> = Promise.resolve();
     (ws as WebSocket & { kvdeskAlive?: boolean }).kvdeskAlive = true;
@@ -187,14 +203,18 @@ export function createWsTransport(
           }
           let ended = false;
           const handle = hostApi.generate(msg.request, (frame) => {
-            if (frame.type === 'done' || frame.type === 'error') {
+            const last = frame.type === 'done' || frame.type === 'error';
+            if (last) {
               ended = true;
               generations.delete(id);
             }
             send(ws, { t: 'frame', id, frame });
+            if (last) goAwayWhenIdle();
           });
           // Frames may all arrive inside generate (an immediate refusal): only live streams are tracked.
           if (!ended) generations.set(id, (reason) => handle.cancel(reason));
+          // One sent while the server stops ends as the others did.
+          if (!ended && stopping) handle.cancel('shutdown');
           return;
         }
         case 'cancel': {
@@ -209,6 +229,7 @@ export function createWsTransport(
 
     ws.on('close', () => {
       sockets.delete(ws);
+      shutdowns.delete(ws);
       if (sockets.size === 0) {
         for (const u of unsubscribe) u();
         unsubscribe = [];
@@ -229,15 +250,20 @@ export function createWsTransport(
     get size() {
       return sockets.size;
     },
-    async close() {
+    async close(graceMs = 0) {
       clearInterval(pinger);
-      const closing = [...sockets].map(
-        (ws) =>
-          new Promise<void>((resolve) => {
-            ws.once('close', () => resolve());
-            ws.terminate();
-          }),
-      );
+      const open = [...sockets];
+      const closing = open.map((ws) => new Promise<void>((resolve) => ws.once('close', () => resolve())));
+      for (const ws of open) shutdowns.get(ws)?.();
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        Promise.all(closing),
+        new Promise<void>((resolve) => {
+          timer = setTimeout(resolve, graceMs);
+        }),
+      ]);
+      clearTimeout(timer);
+      for (const ws of open) ws.terminate();
       await Promise.all(closing);
       await new Promise<void>((resolve) => wss.close(() => resolve()));
     },

@@ -1,10 +1,13 @@
 /**
  * A server that stops (`kvdesk serve` on Ctrl+C, the desktop window's API server turned off) ends the generations
  * in flight over HTTP as a shutdown before it cuts their connections: a stream writes its last event, an error the
- * client may retry, and closes cleanly; a request not answered yet gets a retryable 503. A generation of another
- * front end (the window, over the same host) goes on.
+ * client may retry, and closes cleanly; a request not answered yet gets a retryable 503; a WebSocket stream gets its
+ * last frame, and then the socket closes as going away (1001). A generation of another front end (the window, over
+ * the same host) goes on.
  */
 import { afterEach, describe, expect, it } from 'vitest';
+import WebSocket from 'ws';
+import type { WsServerMessage } from '../../../src/shared/api';
 import type { StreamFrame } from '../../../src/shared/contract';
 import { holdReplyEnds, noEndBias } from '../../helpers/hold-replies';
 import { eventually, startTestServer, type TestServer } from './server-helpers';
@@ -87,5 +90,66 @@ describe('a server that stops', () => {
     } finally {
       held.restore();
     }
+  });
+
+  it('ends the streams of its WebSocket clients with their last frame, a shutdown, then closes the socket (1001)', async () => {
+    t = await startTestServer();
+    const server = t;
+    await server.hostApi.call('configureBudget', { maxRunning: 1 });
+    // The running reply's end waits for the server's cancel; the one queued behind it never starts.
+    const held = holdReplyEnds(server.runner.engine);
+    try {
+      const ws = new WebSocket(`${server.url.replace(/^http/, 'ws')}/ws`);
+      const messages: WsServerMessage[] = [];
+      ws.on('message', (data) => messages.push(JSON.parse(data.toString()) as WsServerMessage));
+      const closed = new Promise<{ code: number; reason: string }>((resolve) =>
+        ws.on('close', (code, reason) => resolve({ code, reason: reason.toString() })),
+      );
+      await new Promise((resolve, reject) => {
+        ws.once('open', resolve);
+        ws.once('error', reject);
+      });
+      const request = { promptIds: [5, 6, 7], maxNewTokens: 2000, sampling: { greedy: true, logitBias: noEndBias() } };
+      ws.send(JSON.stringify({ t: 'generate', id: 'running', request }));
+      ws.send(JSON.stringify({ t: 'generate', id: 'queued', request }));
+      const frames = (id: string) => messages.flatMap((m) => (m.t === 'frame' && m.id === id ? [m.frame] : []));
+      await eventually(
+        async () => frames('running').some((f) => f.type === 'tokens') && frames('queued').length > 0,
+        (ready) => ready,
+      );
+
+      await server.server.close();
+
+      // Each stream's last frame came before the socket closed, and says the server stopped it.
+      expect(await closed).toEqual({ code: 1001, reason: expect.stringMatching(/shutting down/) });
+      for (const id of ['running', 'queued']) {
+        const last = frames(id).at(-1);
+        expect(last).toMatchObject({ type: 'error', error: { code: 'CANCELLED', message: /shutdown/ } });
+        expect(server.runner.snapshot().recent.find((r) => r.id === last?.requestId)).toMatchObject({
+          state: 'cancelled',
+          endReason: 'shutdown',
+        });
+      }
+      expect(held.cancelled).toHaveLength(1);
+    } finally {
+      held.restore();
+    }
+  });
+
+  it('cuts a WebSocket that does not answer its close within the grace, rather than wait on it', async () => {
+    t = await startTestServer();
+    const server = t;
+    const ws = new WebSocket(`${server.url.replace(/^http/, 'ws')}/ws`);
+    await new Promise((resolve, reject) => {
+      ws.once('open', resolve);
+      ws.once('error', reject);
+    });
+    // A client that reads nothing more never answers the server's close frame.
+    (ws as unknown as { _socket: { pause(): void } })._socket.pause();
+    const started = Date.now();
+    await server.server.close();
+    // The grace is 2 s; ws's own close handshake would wait 30 s.
+    expect(Date.now() - started).toBeLessThan(10_000);
+    ws.terminate();
   });
 });
