@@ -11,7 +11,6 @@ import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { type RawData, type WebSocket, WebSocketServer } from 'ws';
 import { type CallName, CallSchemas, type HostEventName, type WsServerMessage } from '../../shared/api';
-import type { StreamFrame } from '../../shared/contract';
 import type { HostApi } from '../host/host-api';
 
 /** Budget snapshots are dropped (latest wins anyway) for a socket with this much unsent. */
@@ -31,6 +30,13 @@ export interface WsTransport {
    * away (1001), and cuts those still open after `graceMs`.
    */
   close(graceMs?: number): Promise<void>;
+}
+
+/** A close frame's reason holds at most 123 bytes (UTF-8): longer is cut at a character's edge. */
+function closeReason(why: string): string {
+  const chars = [...why];
+  while (Buffer.byteLength(chars.join('')) > 123) chars.pop();
+  return chars.join('');
 }
 
 /** Calls that make the host run programs as the person (MCP servers and their tools). */
@@ -128,7 +134,7 @@ export function createWsTransport(
       (ws as WebSocket & { kvdeskAlive?: boolean }).kvdeskAlive = true;
     });
 
-    const protocolError = (why: string) => ws.close(1008, why.slice(0, 120));
+    const protocolError = (why: string) => ws.close(1008, closeReason(why));
     // First, which UI build the server serves: a page of another build (open across an update) says to reload.
     send(ws, { t: 'hello', ...(opts.build !== undefined ? { build: opts.build } : {}) });
 
@@ -144,7 +150,8 @@ export function createWsTransport(
       switch (msg.t) {
         case 'invoke': {
           const id = msg.id;
-          if (typeof id !== 'number') return protocolError('invoke needs a numeric id');
+          // A number past a double's range (1e400) parses as Infinity, which an answer would carry as null.
+          if (typeof id !== 'number' || !Number.isFinite(id)) return protocolError('invoke needs a finite numeric id');
           if (typeof msg.name !== 'string' || !Object.hasOwn(CallSchemas, msg.name)) {
             send(ws, {
               t: 'result',
@@ -189,17 +196,9 @@ export function createWsTransport(
           if (typeof id !== 'string' || id.length === 0 || id.length > MAX_GENERATION_ID) {
             return protocolError('generate needs a string id of 1-200 characters');
           }
+          // A refusal as a frame under this id would read as the live stream's end (and more frames follow it).
           if (generations.has(id)) {
-            const frame: StreamFrame = {
-              type: 'error',
-              requestId: '',
-              error: {
-                code: 'BAD_REQUEST',
-                message: `generation id "${id}" is already streaming on this connection; use a new id`,
-              },
-            };
-            send(ws, { t: 'frame', id, frame });
-            return;
+            return protocolError(`generate id ${JSON.stringify(id)} is already streaming on this socket; use a new id`);
           }
           let ended = false;
           const handle = hostApi.generate(msg.request, (frame) => {

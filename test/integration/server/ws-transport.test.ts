@@ -28,13 +28,15 @@ class Client {
   private waiters: Array<() => void> = [];
   private nextId = 1;
   closeCode: number | null = null;
+  closeReason = '';
   constructor(readonly ws: WebSocket) {
     ws.on('message', (data) => {
       this.messages.push(JSON.parse(data.toString()) as WsServerMessage);
       for (const w of this.waiters.splice(0)) w();
     });
-    ws.on('close', (code) => {
+    ws.on('close', (code, reason) => {
       this.closeCode = code;
+      this.closeReason = reason.toString();
       for (const w of this.waiters.splice(0)) w();
     });
   }
@@ -243,5 +245,50 @@ describe('WebSocket transport', () => {
       (code) => code !== null,
     );
     expect(c.closeCode).toBe(1008);
+  });
+
+  it('closes the socket (1008) on an invoke whose id is past a number (1e400), which no answer could carry', async () => {
+    const c = await Client.open(t.url);
+    c.ws.send('{"t":"invoke","id":1e400,"name":"listModels","request":{}}');
+    await eventually(
+      () => c.closeCode,
+      (code) => code !== null,
+    );
+    expect(c.closeCode).toBe(1008);
+    expect(c.closeReason).toMatch(/finite numeric id/);
+    expect(c.messages.filter((m) => m.t === 'result')).toEqual([]);
+  });
+
+  it("closes the socket (1008) on a generate with a live stream's id, sending that stream no end it did not have", async () => {
+    const held = holdReplyEnds(t.runner.engine);
+    try {
+      const c = await Client.open(t.url);
+      c.ws.send(JSON.stringify({ t: 'generate', id: 'dup', request: endless }));
+      await c.until(() => c.frames('dup').find((f) => f.type === 'tokens'));
+      c.ws.send(JSON.stringify({ t: 'generate', id: 'dup', request: { promptIds: [1, 2], maxNewTokens: 2 } }));
+      await eventually(
+        () => c.closeCode,
+        (code) => code !== null,
+      );
+      expect(c.closeCode).toBe(1008);
+      expect(c.closeReason).toMatch(/"dup" is already streaming/);
+      // The live stream's frames are all its own: no refusal among them reads as its end.
+      expect(c.frames('dup').filter((f) => f.type === 'done' || f.type === 'error')).toEqual([]);
+      await settled(t.url);
+    } finally {
+      held.restore();
+    }
+  });
+
+  it('cuts a close reason at 123 bytes without splitting a character (a long, non-ASCII message type)', async () => {
+    const c = await Client.open(t.url);
+    c.ws.send(JSON.stringify({ t: 'é'.repeat(100) }));
+    await eventually(
+      () => c.closeCode,
+      (code) => code !== null,
+    );
+    expect(c.closeCode).toBe(1008);
+    expect(c.closeReason).toMatch(/^unknown message type "é+$/);
+    expect(Buffer.byteLength(c.closeReason)).toBeLessThanOrEqual(123);
   });
 });
