@@ -334,30 +334,33 @@ describe('kvdesk chat', () => {
     60_000,
   );
 
+  /**
+   * A chat in a terminal writing a long reply (greedy, some 340 tokens on this model: seconds, long enough to press
+   * keys in), once it has begun; `ended` is its exit code, a hung chat killed after 20 s (-1).
+   */
+  const longReply = async () => {
+    const t = inTerminal([BIN, 'chat', slowModel(), '--greedy', '--max-new-tokens', '2000', '--verbose']);
+    await t.until(() => t.output().includes('>>> '));
+    t.child.stdin.write('once upon a time\r');
+    const typed = () => t.output().indexOf('once upon a time');
+    await t.until(() => typed() >= 0 && t.output().length > typed() + 40);
+    const ended = async () => {
+      const hung = setTimeout(() => t.child.kill('SIGKILL'), 20_000);
+      const code = await t.exited;
+      clearTimeout(hung);
+      return code;
+    };
+    return { ...t, ended };
+  };
+
   it.skipIf(script.status !== 0)(
     'in a terminal: Ctrl+D while a reply is written ends the chat after that reply, exit 0',
     async () => {
-      // A greedy reply of some 340 tokens on this model: seconds, long enough to press Ctrl+D in.
-      const { child, output, until, exited } = inTerminal([
-        BIN,
-        'chat',
-        slowModel(),
-        '--greedy',
-        '--max-new-tokens',
-        '2000',
-        '--verbose',
-      ]);
-      await until(() => output().includes('>>> '));
-      child.stdin.write('once upon a time\r');
-      const typed = () => output().indexOf('once upon a time');
-      await until(() => typed() >= 0 && output().length > typed() + 40);
+      const { child, output, ended } = await longReply();
       // Still being written: it has no figures line yet.
       expect(figures(output())).toHaveLength(0);
       child.stdin.write('\x04');
-      const hung = setTimeout(() => child.kill('SIGKILL'), 20_000);
-      const code = await exited;
-      clearTimeout(hung);
-      expect(code, output()).toBe(0);
+      expect(await ended(), output()).toBe(0);
       expect(figures(output())).toHaveLength(1);
     },
     60_000,
@@ -366,27 +369,12 @@ describe('kvdesk chat', () => {
   it.skipIf(script.status !== 0)(
     'in a terminal: Ctrl+C after that Ctrl+D still stops just the reply (the terminal was given back), exit 0',
     async () => {
-      const { child, output, until, exited } = inTerminal([
-        BIN,
-        'chat',
-        slowModel(),
-        '--greedy',
-        '--max-new-tokens',
-        '2000',
-        '--verbose',
-      ]);
-      await until(() => output().includes('>>> '));
-      child.stdin.write('once upon a time\r');
-      const typed = () => output().indexOf('once upon a time');
-      await until(() => typed() >= 0 && output().length > typed() + 40);
+      const { child, output, until, ended } = await longReply();
       child.stdin.write('\x04');
       const after = output().length;
       await until(() => output().length > after + 20);
       child.stdin.write('\x03');
-      const hung = setTimeout(() => child.kill('SIGKILL'), 20_000);
-      const code = await exited;
-      clearTimeout(hung);
-      expect(code, output()).toBe(0);
+      expect(await ended(), output()).toBe(0);
       // Stopped: no figures line, which only a reply that ended by itself prints.
       expect(figures(output())).toHaveLength(0);
     },
