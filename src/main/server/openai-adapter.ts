@@ -66,7 +66,8 @@ export function number(
   const field = opts.field ?? key;
   if (typeof v !== 'number' || !Number.isFinite(v) || (opts.int && !Number.isInteger(v))) {
     // A number past a double's range (1e400) parsed as ±Infinity, which JSON would write as null.
-    const got = typeof v === 'number' && !Number.isNaN(v) ? `a number too large to hold (${v})` : JSON.stringify(v);
+    const huge = typeof v === 'number' && !Number.isFinite(v) && !Number.isNaN(v);
+    const got = huge ? `a number too large to hold (${v})` : JSON.stringify(v);
     throw bad(`"${field}" must be ${opts.int ? 'an integer' : 'a number'}, got ${got}.`, field);
   }
   const low = opts.min !== undefined && (opts.minExclusive ? v <= opts.min : v < opts.min);
