@@ -818,11 +818,13 @@ describe('engine facts', () => {
         const rollup = await readFile(`/proc/${h.engine.pid}/smaps_rollup`, 'utf8');
         return Number(/AnonHugePages:\s+(\d+) kB/.exec(rollup)?.[1]);
       };
-      // ≈ 100 MB of weights: most of them in 2 MiB pages, also when the person sets other tunables (merged).
+      // ≈ 100 MB of weights in 2 MiB pages, also when the person sets other tunables (merged). How many the kernel
+      // finds at once depends on how fragmented memory is (a CI run under parallel tests once gave 38 MiB of
+      // them): at least some, where the tunable off gives none.
       // (Not read back from /proc/PID/environ: glibc cuts that copy at the first ':' while parsing it.)
-      expect(await hugeKiB({})).toBeGreaterThan(50 * 1024);
+      expect(await hugeKiB({})).toBeGreaterThan(10 * 1024);
       expect(await hugeKiB({ engineEnv: { GLIBC_TUNABLES: 'glibc.malloc.tcache_count=0' } })).toBeGreaterThan(
-        50 * 1024,
+        10 * 1024,
       );
       expect(await hugeKiB({ engineEnv: { GLIBC_TUNABLES: 'glibc.malloc.hugetlb=0' } })).toBe(0);
     },
