@@ -78,7 +78,8 @@ export const TOKENIZER_MODEL_TYPES: readonly string[] = MODEL_TYPES;
 const REPLACE_TOKENIZER =
   "Replace it with the tokenizer.json saved with this model (by transformers' save_pretrained).";
 
-function isRecord(value: unknown): value is Record<string, unknown> {
+/** A JSON object (not an array, not null). */
+export function isRecord(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 

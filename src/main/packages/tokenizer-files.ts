@@ -11,7 +11,7 @@ import {
 } from './config-file';
 import { packageError } from './package-error';
 import { findFile, listFileNames, type PackageContext, relName } from './package-fs';
-import { checkTokenizerConfig, checkTokenizerJson, fieldKey } from './tokenizer-check';
+import { checkTokenizerConfig, checkTokenizerJson, fieldKey, isRecord } from './tokenizer-check';
 
 /** tokenizer.json carries the whole vocabulary (Gemma's is ~33 MB); this only guards against absurd files. */
 export const TOKENIZER_MAX_BYTES = 256 * 1024 * 1024;
@@ -60,10 +60,6 @@ export interface TokenizerFacts {
  */
 export function idSpaceLimit(tokens: number): number {
   return 2 * tokens + 65536;
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
 /** A special token's text as tokenizer_config writes it: a plain string or an AddedToken object `{ content }`. */

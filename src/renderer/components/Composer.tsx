@@ -120,10 +120,9 @@ export function ThreadModelNote({ thread }: { thread: Thread }) {
  * A model picked while the chat's reply runs: that reply goes on with the model it started on (a reply cannot
  * change model midway), the next one goes to the pick; said here rather than left to the picker to imply.
  */
-function PickWhileReplying({ thread }: { thread: Thread }) {
+function PickWhileReplying({ thread, streaming }: { thread: Thread; streaming: boolean }) {
   const { writing, next } = useApp(
     useShallow((s) => {
-      const streaming = Object.values(s.live).some((l) => l.threadId === thread.id);
       const name = (id: string | null | undefined) => s.models.find((m) => m.id === id)?.spec.displayName ?? id;
       return streaming && thread.modelId && s.activeModelId && s.activeModelId !== thread.modelId
         ? { writing: name(thread.modelId), next: name(s.activeModelId) }
@@ -322,7 +321,7 @@ export function Composer({ threadId }: { threadId: string | null }) {
         </div>
       )}
       {thread && <ThreadModelNote thread={thread} />}
-      {thread && <PickWhileReplying thread={thread} />}
+      {thread && <PickWhileReplying thread={thread} streaming={streaming} />}
       {offline && (
         <div className="model-note" role="status" data-testid="offline-note">
           kvdesk cannot be reached (reconnecting…): what you write stays here; send it once the connection is back.
