@@ -1,4 +1,4 @@
-import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
+import { closeSync, fstatSync, openSync, readSync, type Stats } from 'node:fs';
 import { KvdeskError } from '../../shared/errors';
 import { gumbel, NOISE_HIGH, NOISE_LOW, NOISE_SHIFT, noiseHash } from './gumbel';
 import { SCREEN_TOP_K, topKIndices } from './sampling';
@@ -112,8 +112,8 @@ export const FILE_ROWS_KEPT = 2048;
  */
 export class FileRows implements HeadRows {
   private fd: number | null;
-  /** The file as it was opened: its device, inode, size and time of change. */
-  private readonly opened: string;
+  /** The file as it was opened (its device, inode, size and time of change are compared at each read). */
+  private readonly opened: Stats;
   private readonly row: Float32Array;
   private readonly rowBytes: Uint8Array;
   /** The rows kept, `kept` × hidden (made at the first read). */
@@ -134,11 +134,7 @@ export class FileRows implements HeadRows {
     if (!(kept >= 1)) throw new Error(`a file's head rows keep at least one row, not ${kept}`);
     this.bytes = kept * hidden * 4;
     this.fd = openSync(path, 'r');
-    this.opened = FileRows.identity(this.fd);
-  }
-  private static identity(fd: number): string {
-    const s = fstatSync(fd);
-    return `${s.dev}:${s.ino}:${s.size}:${s.mtimeMs}`;
+    this.opened = fstatSync(this.fd);
   }
   dot(n: number, h: Float32Array, hAt: number): number {
     const slot = this.slotOf.get(n) ?? this.load(n);
@@ -150,8 +146,11 @@ export class FileRows implements HeadRows {
   }
   /** Reads token n's row into the slab (in place of the oldest kept, when full); returns its place. */
   private load(n: number): number {
+    // Closed, then read again: opened by its path, which the check below holds to the file first opened.
     this.fd ??= openSync(this.path, 'r');
-    if (FileRows.identity(this.fd) !== this.opened) {
+    const now = fstatSync(this.fd);
+    const was = this.opened;
+    if (now.dev !== was.dev || now.ino !== was.ino || now.size !== was.size || now.mtimeMs !== was.mtimeMs) {
       throw new KvdeskError(
         'ENGINE_FAILED',
         `${this.path} changed on disk after the model was loaded: the LM head's exact scores would come from another file. Load the model again.`,
