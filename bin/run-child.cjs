@@ -13,7 +13,10 @@ function runNodeChild(args) {
   });
   // Forward termination so `kill <this pid>` stops the program, not just this wrapper.
   for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
-    process.on(signal, () => child.kill(signal));
+    process.on(signal, () => {
+      if (signal === 'SIGINT' && typedInForeground()) return;
+      child.kill(signal);
+    });
   }
   child.on('error', (err) => {
     process.stderr.write(`kvdesk: could not start node: ${err.message}\n`);
@@ -22,6 +25,24 @@ function runNodeChild(args) {
   child.on('exit', (code, signal) => {
     process.exit(code ?? (signal ? 128 + (require('node:os').constants.signals[signal] ?? 0) : 1));
   });
+}
+
+/**
+ * Whether a SIGINT now is most likely the Ctrl+C of a person typing to this program: its input is a terminal whose
+ * foreground process group is this one (Linux's /proc/self/stat; elsewhere false). The terminal signals the whole group,
+ * the child too, so passing it on made every Ctrl+C come twice (a chat stopping a reply got the copy as it exited, and
+ * died by it). A `kill -INT` of this pid from elsewhere while it runs in the foreground is then not passed on.
+ */
+function typedInForeground() {
+  if (!require('node:tty').isatty(0)) return false;
+  try {
+    const stat = require('node:fs').readFileSync('/proc/self/stat', 'utf8');
+    // After "pid (name) ": state ppid pgrp session tty_nr tpgid
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return Number(fields[5]) > 0 && fields[2] === fields[5];
+  } catch {
+    return false;
+  }
 }
 
 module.exports = { runNodeChild };

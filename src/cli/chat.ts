@@ -64,13 +64,13 @@ const HELP = `Commands:
 Ctrl+C stops a reply; what it wrote stays in the conversation.
 `;
 
+/** A piped chat's exit code after SIGINT: 128 + the signal's number, as a shell reports a command it ended. */
+const SIGINT_EXIT = 130;
+
 /**
  * Ollama's parameter names for /set parameter, and where each goes. Values are read as Ollama's API reads them
  * (its ranges; -1 for seed and num_predict: none, i.e. random and up to the context), by the Ollama adapter.
  */
-/** A piped chat's exit code after SIGINT: 128 + the signal's number, as a shell reports a command it ended. */
-const SIGINT_EXIT = 130;
-
 const PARAMETERS: Record<string, keyof SamplingSettings | 'maxNewTokens'> = {
   temperature: 'temperature',
   top_k: 'topK',

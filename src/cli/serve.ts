@@ -76,7 +76,8 @@ function positiveInt(name: string, value: string | undefined, min = 1): number |
 
 /**
  * A second signal this soon after the first is the same Ctrl+C, not the person's second: the terminal signals the
- * whole process group, so the `kvdesk` wrapper's forwarded copy arrives too.
+ * whole process group, so a wrapper's forwarded copy can arrive too (`npm start`'s; the `kvdesk` wrapper's where it
+ * cannot tell that the terminal sent it, bin/run-child.cjs).
  */
 const SAME_SIGNAL_MS = 1000;
 
