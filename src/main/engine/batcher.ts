@@ -45,7 +45,7 @@ import type { LastPositionScreen } from './last-position';
 import { type LogitsRows, logitsRows } from './logits';
 import { type Drafter, LOOKUP_MAX_REST, LOOKUP_MAX_REST_PREDICTED } from './lookup';
 import type { FinishReason, StepLogprob } from './protocol';
-import { logprobsOf, notANumber, Sampler } from './sampling';
+import { logprobsOf, notANumber, Sampler, seed32 } from './sampling';
 
 type RunFn = (feeds: Record<string, ort.Tensor>) => Promise<ort.InferenceSession.OnnxValueMapType>;
 
@@ -217,7 +217,7 @@ function seqOf(kvTensors: readonly KvTensorSpec[], past: ReadonlyMap<string, ort
 
 /** Seed of row `i` of a request: distinct per row, row 0 unchanged. */
 export function rowSeed(seed: number, i: number): number {
-  return i === 0 ? seed : (seed + Math.imul(i, 0x9e3779b1)) >>> 0;
+  return i === 0 ? seed : (seed32(seed) + Math.imul(i, 0x9e3779b1)) >>> 0;
 }
 
 /** Per-model batcher; `submit` resolves when the request ends. */

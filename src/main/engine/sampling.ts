@@ -24,9 +24,21 @@ export const SCREEN_DRAW_MOST = 2048;
 const SCREEN_REST_FIRST = 8;
 const SCREEN_REST_MOST = 256;
 
+/**
+ * A seed (a whole number up to 2^53) as the generator's 32 bits: its low 32 bits, with its high bits mixed in (murmur3's
+ * finalizer, which keeps 0 at 0: a seed below 2^32 is itself). Taking the low bits alone gave 0 and 2^32 the same tokens.
+ */
+export function seed32(seed: number): number {
+  const whole = Math.floor(seed);
+  let hi = Math.floor(whole / 4294967296) >>> 0;
+  hi = Math.imul(hi ^ (hi >>> 16), 0x85ebca6b);
+  hi = Math.imul(hi ^ (hi >>> 13), 0xc2b2ae35);
+  return ((whole >>> 0) ^ hi ^ (hi >>> 16)) >>> 0;
+}
+
 /** A deterministic 32-bit PRNG (mulberry32): the same seed gives the same tokens. */
 export function createRng(seed: number): () => number {
-  let a = (Math.floor(seed) >>> 0) ^ 0x9e3779b9;
+  let a = seed32(seed) ^ 0x9e3779b9;
   return () => {
     a = (a + 0x6d2b79f5) >>> 0;
     let t = a;

@@ -88,8 +88,8 @@ export function seedOf(body: Body, key: string, opts: { field?: string } = {}): 
   const v = number(body, key, { int: true, ...opts });
   if (v === undefined || v === -1) return undefined;
   if (v >= 0 && v <= Number.MAX_SAFE_INTEGER) return v;
-  // Its 64 bits (a negative's two's complement, as Ollama's uint64(seed)), mixed by splitmix64's finalizer: the
-  // engine's generator reads a seed's low 32 bits, which a large number's rounding leaves zero.
+  // Its 64 bits (a negative's two's complement, as Ollama's uint64(seed)), mixed by splitmix64's finalizer: a large
+  // number's rounding leaves its low bits zero.
   let x = BigInt.asUintN(64, BigInt(v));
   x = BigInt.asUintN(64, (x ^ (x >> 30n)) * 0xbf58476d1ce4e5b9n);
   x = BigInt.asUintN(64, (x ^ (x >> 27n)) * 0x94d049bb133111ebn);

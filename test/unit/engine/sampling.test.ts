@@ -151,6 +151,10 @@ describe('Sampler', () => {
     };
     expect(draw(7)).toEqual(draw(7));
     expect(draw(7)).not.toEqual(draw(8));
+    // Seeds that differ only above their low 32 bits (any whole number up to 2^53 is a seed) differ too.
+    expect(draw(0)).not.toEqual(draw(2 ** 32));
+    expect(draw(7)).not.toEqual(draw(7 + 2 ** 40));
+    expect(draw(2 ** 53 - 1)).not.toEqual(draw(2 ** 32 - 1));
   });
 
   it('top-k 1 is greedy', () => {

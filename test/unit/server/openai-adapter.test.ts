@@ -106,7 +106,7 @@ describe('mapOpenAiRequest', () => {
     expect(mapOpenAiRequest('chat', chat({ seed: -1 })).request.sampling).toBeUndefined();
     // Up to the largest exact integer (the contract's and the CLI's), the seed itself. OpenAI's seed is an int64:
     // a negative, or one past 2^53 (JSON.parse rounds it, the same text always the same way), is a seed in that
-    // range, a different one for each (the engine reads a seed's low 32 bits: they differ too).
+    // range, a different one for each (their low 32 bits differ too).
     const max = Number.MAX_SAFE_INTEGER;
     expect(mapOpenAiRequest('chat', chat({ seed: max })).request.sampling).toEqual({ seed: max });
     const seeds = [-2, -(2 ** 62), 2 ** 53, 2 ** 53 + 2, JSON.parse('9223372036854775807'), 2 ** 63 - 2 ** 11, 1e300];
