@@ -8,7 +8,7 @@
 import path from 'node:path';
 import { downloadHubModel, listHubVariants, planDownload } from '../main/host/hub-download';
 import { searchHub } from '../main/host/hub-search';
-import { canonicalPath, ModelLibrary } from '../main/host/model-library';
+import { canonicalPath, ModelLibrary, prepareDataDir } from '../main/host/model-library';
 import { toErrorInfo } from '../shared/errors';
 import { formatBytes } from '../shared/format';
 import { badArgs, fail, type Io, libraryLog, parseFlags, parseNumber } from './common';
@@ -51,6 +51,8 @@ export async function pull(args: string[], io: Io, stderrIsTty = process.stderr.
       return 0;
     }
     const dataDir = dataDirOf(values['data-dir']);
+    // Checked before anything downloads, as `serve` checks it (under /proc a recursive mkdir spins for good).
+    await prepareDataDir(dataDir);
     const modelsDir = path.join(dataDir, 'models');
     const plan = await planDownload(listing, modelsDir, values.variant);
     const { root, variant } = plan;

@@ -5,7 +5,7 @@
  * progress lines, then the model answering `/api/chat` by its library id), and `kvdesk pull` (a real process).
  */
 import { execFile } from 'node:child_process';
-import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -51,6 +51,17 @@ async function post(p: string, body: unknown): Promise<{ status: number; text: s
   });
   return { status: res.status, text: await res.text() };
 }
+
+/** `kvdesk <args>` (a real process) against the fake hub; not spawnSync: the hub answers from this process. */
+const kvdesk = (args: string[], timeout = 60_000) =>
+  new Promise<{ status: number | null; stdout: string; stderr: string }>((resolve) => {
+    execFile(
+      process.execPath,
+      [path.join(repoRoot, 'bin/kvdesk.cjs'), ...args],
+      { cwd: repoRoot, env: { ...process.env, HF_ENDPOINT: hub.url, HF_TOKEN: '' }, timeout },
+      (err, stdout, stderr) => resolve({ status: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+    );
+  });
 
 describe('the window: look up, download, the library', () => {
   it('lists the variants, downloads one into the library with progress, and loads it', async () => {
@@ -133,33 +144,23 @@ describe('searching the hub', () => {
   });
 
   it('kvdesk search prints the hits (as JSON with --json), and says when there are none', async () => {
-    const run = (args: string[]) =>
-      new Promise<{ status: number | null; stdout: string; stderr: string }>((resolve) => {
-        execFile(
-          process.execPath,
-          [path.join(repoRoot, 'bin/kvdesk.cjs'), ...args],
-          { cwd: repoRoot, env: { ...process.env, HF_ENDPOINT: hub.url, HF_TOKEN: '' }, timeout: 60_000 },
-          (err, stdout, stderr) =>
-            resolve({ status: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
-        );
-      });
-    const found = await run(['search', 'tiny', 'chat']);
+    const found = await kvdesk(['search', 'tiny', 'chat']);
     expect(found.status, found.stderr).toBe(0);
     expect(found.stdout).toMatch(/^onnx-community\/tiny-chat +0 downloads +0 likes +2026-11-01\n$/);
     expect(found.stderr).toContain(`kvdesk pull ${REPO} --list`);
     // Of two words, the hub is asked for one; the hits hold both.
     expect(new URL(hub.requests.at(-1)?.path ?? '', hub.url).searchParams.get('search')).toBe('tiny');
-    const json = await run(['search', 'tiny', '--json', '--limit', '5']);
+    const json = await kvdesk(['search', 'tiny', '--json', '--limit', '5']);
     expect(JSON.parse(json.stdout)).toEqual([expect.objectContaining({ repo: REPO, downloads: 0 })]);
-    const none = await run(['search', 'zzz']);
+    const none = await kvdesk(['search', 'zzz']);
     expect(none.status).toBe(0);
     expect(none.stdout).toBe('');
     expect(none.stderr).toContain('no ONNX language model on the hub matches "zzz"');
     for (const args of [['search'], ['search', 'x', '--limit', '0']]) {
-      const bad = await run(args);
+      const bad = await kvdesk(args);
       expect(bad.status, args.join(' ')).toBe(2);
     }
-    const word = await run(['search', 'x', '--limit', 'abc']);
+    const word = await kvdesk(['search', 'x', '--limit', 'abc']);
     expect(word.stderr).toContain('kvdesk: --limit expects an integer, got "abc"');
   }, 60_000);
 });
@@ -263,17 +264,6 @@ describe("Ollama's /api/pull", () => {
 });
 
 describe('kvdesk pull', () => {
-  // Not spawnSync: the fake hub answers from this process.
-  const kvdesk = (args: string[]) =>
-    new Promise<{ status: number | null; stdout: string; stderr: string }>((resolve) => {
-      execFile(
-        process.execPath,
-        [path.join(repoRoot, 'bin/kvdesk.cjs'), ...args],
-        { cwd: repoRoot, env: { ...process.env, HF_ENDPOINT: hub.url, HF_TOKEN: '' }, timeout: 60_000 },
-        (err, stdout, stderr) => resolve({ status: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
-      );
-    });
-
   it('lists, downloads into the library (the id on stdout), and refuses a bad name with exit 2', async () => {
     const dataDir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-pull-'));
     try {
@@ -308,6 +298,23 @@ describe('kvdesk pull', () => {
       expect(worse.stderr).toContain('is not a Hugging Face repository');
     } finally {
       rmSync(dataDir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
+  it('a data directory that cannot be made or written is refused before anything downloads (exit 2), naming why', async () => {
+    const cases: Array<[string, string]> = [
+      ['/dev/null/kvd', '/dev/null is not a folder (ENOTDIR)'],
+      // Node's recursive mkdir spins for good there (the kernel answers ENOENT to every mkdir).
+      ...(existsSync('/proc/self')
+        ? ([['/proc/kvd', '/proc/kvd could not be made (ENOENT)']] as Array<[string, string]>)
+        : []),
+    ];
+    for (const [dir, why] of cases) {
+      const r = await kvdesk(['pull', REPO, '--data-dir', dir], 15_000);
+      expect(r.status, r.stderr).toBe(2);
+      expect(r.stderr).toBe(
+        `kvdesk: the data directory ${dir} cannot be used: ${why}. Give a folder kvdesk can write (--data-dir DIR, or $KVDESK_DATA_DIR)\n`,
+      );
     }
   }, 60_000);
 
