@@ -119,20 +119,34 @@ const IDENTITY_FILES = [
   'tokenizer.json',
 ];
 
+/** Each folder's identity, with the stat of its files it was hashed from. */
+const identities = new Map<string, { files: string; identity: string | undefined }>();
+
 /**
  * Which model a folder holds: a hash of the files that say so. A person's pick (their template, their trust) is
- * for that model; undefined when none can be read (a folder gone: nothing to tell).
+ * for that model; undefined when none can be read (a folder gone: nothing to tell). Hashed again only when a file's
+ * stat changed (a tokenizer.json is megabytes, and every refresh asks for each package with a pick).
  */
-async function modelIdentity(root: string): Promise<string | undefined> {
+export async function modelIdentity(
+  root: string,
+  read: (file: string) => Promise<Buffer> = readFile,
+): Promise<string | undefined> {
+  const stats = await Promise.all(IDENTITY_FILES.map((name) => stat(path.join(root, name)).catch(() => null)));
+  const files = stats.map((s) => (s ? `${s.ino}:${s.size}:${s.mtimeMs}:${s.ctimeMs}` : '')).join('|');
+  const known = identities.get(root);
+  if (known?.files === files) return known.identity;
   const hash = createHash('sha256');
   let found = false;
-  for (const name of IDENTITY_FILES) {
-    const data = await readFile(path.join(root, name)).catch(() => null);
+  for (const [i, name] of IDENTITY_FILES.entries()) {
+    if (!stats[i]) continue;
+    const data = await read(path.join(root, name)).catch(() => null);
     if (data === null) continue;
     hash.update(`${name}\0${data.length}\0`).update(data);
     found = true;
   }
-  return found ? hash.digest('hex').slice(0, 32) : undefined;
+  const identity = found ? hash.digest('hex').slice(0, 32) : undefined;
+  identities.set(root, { files, identity });
+  return identity;
 }
 
 /** What a kept pick says, for a note that it was dropped. */
