@@ -9,7 +9,7 @@
  * kept aside), and one that cannot be read is an error, with every save refused until it can be. Fields of a
  * newer kvdesk that this one does not know are written back with each save.
  */
-import { readdir, readFile, rm } from 'node:fs/promises';
+import { readdir, readFile, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { StoredMessage, Thread, UiSettings } from '../../shared/api';
 import { KvdeskError } from '../../shared/errors';
@@ -54,6 +54,8 @@ export class ThreadStore {
   private readonly extras = new Map<string, ThreadExtras>();
   /** Pending writes and deletes per file, run in call order: the last save wins, a delete stays deleted. */
   private readonly pending = new Map<string, Promise<unknown>>();
+  /** Each chat's tool grants as its file held them, with that file's stat: read again only when the file changed. */
+  private readonly grants = new Map<string, { file: string; grants: string[] }>();
 
   constructor(dataDir: string, opts: ThreadStoreOptions = {}) {
     this.threadsDir = path.join(dataDir, 'threads');
@@ -184,19 +186,34 @@ export class ThreadStore {
   async toolGrants(id: string): Promise<string[]> {
     if (!SAFE_ID.test(id)) return [];
     const file = path.join(this.threadsDir, `${id}.json`);
-    const read = await this.inOrder(file, () => this.readThread(file));
-    return 'thread' in read ? (read.thread.toolsAllowed ?? []) : [];
+    // A page without a token asks before each save (about once a second while a reply streams): a long chat's file
+    // is read and checked again only when another process (or a hand) changed it.
+    return this.inOrder(file, async () => {
+      const now = await statOf(file);
+      const known = this.grants.get(id);
+      if (now !== null && known?.file === now) return known.grants;
+      const read = await this.readThread(file);
+      const grants = 'thread' in read ? (read.thread.toolsAllowed ?? []) : [];
+      if (now !== null && 'thread' in read) this.grants.set(id, { file: now, grants });
+      return grants;
+    });
   }
 
   async save(thread: Thread): Promise<void> {
     const file = this.fileOf(thread.id);
     const data = JSON.stringify(this.withExtras(thread));
-    await this.inOrder(file, () => writeAtomic(file, data));
+    await this.inOrder(file, async () => {
+      this.grants.delete(thread.id);
+      await writeAtomic(file, data);
+      const now = await statOf(file);
+      if (now !== null) this.grants.set(thread.id, { file: now, grants: thread.toolsAllowed ?? [] });
+    });
   }
 
   async delete(id: string): Promise<void> {
     const file = this.fileOf(id);
     this.extras.delete(id);
+    this.grants.delete(id);
     await this.inOrder(file, () => rm(file, { force: true }));
   }
 
@@ -276,4 +293,10 @@ export class ThreadStore {
     this.sayOnce(error.message);
     return error;
   }
+}
+
+/** A file's stat as a string that changes whenever the file does (null: none there). */
+async function statOf(file: string): Promise<string | null> {
+  const s = await stat(file).catch(() => null);
+  return s ? `${s.ino}:${s.size}:${s.mtimeMs}:${s.ctimeMs}` : null;
 }

@@ -1,7 +1,7 @@
-import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { ThreadStore } from '../../../src/main/store/thread-store';
 import type { Thread } from '../../../src/shared/api';
 
@@ -45,5 +45,24 @@ describe('ThreadStore', () => {
     const { s } = store();
     await Promise.all(Array.from({ length: 10 }, (_, i) => s.saveSettings({ lastThreadId: `t${i}` })));
     expect(await s.getSettings()).toEqual({ lastThreadId: 't9' });
+  });
+
+  it("a chat's tool grants: what was saved, without reading the chat again; a file another process changed is read", async () => {
+    const { s, dir } = store();
+    const reads = vi.spyOn(s as unknown as { readThread: (file: string) => Promise<unknown> }, 'readThread');
+    await s.save({ ...thread('t3', 'a'), toolsAllowed: ['fs.read'] });
+    expect(await s.toolGrants('t3')).toEqual(['fs.read']);
+    await s.save({ ...thread('t3', 'a'), toolsAllowed: [] });
+    expect(await s.toolGrants('t3')).toEqual([]);
+    expect(reads).not.toHaveBeenCalled();
+    // Another process (the window, a hand) grants one: read, once.
+    const file = path.join(dir, 'threads', 't3.json');
+    writeFileSync(file, JSON.stringify({ ...JSON.parse(readFileSync(file, 'utf8')), toolsAllowed: ['web.fetch'] }));
+    expect(await s.toolGrants('t3')).toEqual(['web.fetch']);
+    expect(await s.toolGrants('t3')).toEqual(['web.fetch']);
+    expect(reads).toHaveBeenCalledTimes(1);
+    // Deleted: none, whatever was known.
+    await s.delete('t3');
+    expect(await s.toolGrants('t3')).toEqual([]);
   });
 });
