@@ -65,7 +65,7 @@ Usage:
   kvdesk inspect <package or library id> [--json] [--backend cuda|cpu|…] [--variant NAME] [--trust-installed] [--chat-template FILE | --package-template] [--device-memory webgpu:0=8GiB]… [--data-dir DIR]
   kvdesk generate <package or library id> (--prompt TEXT | --prompt-ids 1,2,3 | < FILE) [options]
   kvdesk chat <package or library id> [options]   a conversation in the terminal (see below)
-  kvdesk list [--json] [--data-dir DIR]   the model library: packages kvdesk serve has loaded before
+  kvdesk list [--json] [--data-dir DIR]   the model library: packages serve loaded, uploaded or pulled
   kvdesk pull owner/name[@rev] [--variant V] [--list] [--json] [--data-dir DIR]   an ONNX model from the Hugging
                            Face Hub into the library (HF_TOKEN for gated models, HF_ENDPOINT for a mirror)
   kvdesk search WORDS [--limit N] [--json]   repositories on the hub with ONNX language models whose name

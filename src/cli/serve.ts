@@ -33,7 +33,7 @@ serve options:
                            (default: derived from its memory); repeatable
   --device-memory DEV=SIZE memory of a GPU kvdesk cannot query, e.g. webgpu:0=8GiB (NVIDIA GPUs are read with nvidia-smi)
   --max-running N          requests that run at once (default 4)
-  --max-queue N            requests that may wait (default 256; beyond it the API answers 429)
+  --max-queue N            requests that may wait (default 256; beyond it the API answers 429, Ollama's routes 503)
   --data-dir DIR           threads, settings and uploaded models (default $KVDESK_DATA_DIR or ~/.kvdesk)
   --static-dir DIR         the built UI (default out/renderer)
   --max-upload SIZE        largest package upload from the browser (default 2GiB; bigger ones get 413)
@@ -68,7 +68,7 @@ function positiveInt(name: string, value: string | undefined, min = 1): number |
   if (!Number.isInteger(n) || n < min) {
     throw new KvdeskError(
       'BAD_REQUEST',
-      `--${name} expects a whole number ≥ ${min}, got "${value}" (see kvdesk --help)`,
+      `--${name} expects a whole number ≥ ${min}, got "${value}" (see kvdesk serve --help)`,
     );
   }
   return n;
@@ -172,7 +172,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     if (firstUseTtlMs === undefined && ttlText !== undefined) {
       throw new KvdeskError(
         'BAD_REQUEST',
-        `--first-use-ttl expects a duration such as 90s, 60m or 2h, or never; got "${ttlText}" (see kvdesk --help)`,
+        `--first-use-ttl expects a duration such as 90s, 60m or 2h, or never; got "${ttlText}" (see kvdesk serve --help)`,
       );
     }
 

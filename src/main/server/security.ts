@@ -182,11 +182,17 @@ export function checkAccess(req: IncomingMessage, url: URL, policy: AccessPolicy
     }
     foreign = originHost === null || !policy.allowedHosts.has(originHost);
     if (foreign && crossOrigin(req, url, policy) === null) {
+      // An origin it was started with that calls a route beyond the model APIs is told that, not to allow it again.
+      const normal = normalOrigin(origin);
+      const allowed =
+        normal !== null && normal !== '*' && (policy.allowedOrigins?.has('*') || policy.allowedOrigins?.has(normal));
       return {
         ok: false,
         status: 403,
         code: 'origin_not_allowed',
-        message: `Origin "${origin}" may not call this server: only pages it serves itself may, and pages of origins it was started with (kvdesk serve --allow-origin ${origin}), which may call the model APIs only. Open the UI from the server's own address.`,
+        message: allowed
+          ? `Origin "${origin}" may call this server's model APIs only (/v1/chat/completions, /v1/completions, /v1/responses, /v1/messages, /v1/models, /api/chat, /api/generate, /api/tags, /api/show, /api/ps, /api/version), not ${url.pathname}: the rest (the UI, its chats and tools, uploads, downloads, kvdesk's own routes, /metrics) answers only pages the server serves itself. Open the UI from the server's own address.`
+          : `Origin "${origin}" may not call this server: only pages it serves itself may, and pages of origins it was started with (kvdesk serve --allow-origin ${origin}), which may call the model APIs only. Open the UI from the server's own address.`,
       };
     }
   }

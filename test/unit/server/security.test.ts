@@ -87,6 +87,21 @@ describe('checkAccess', () => {
     }
   });
 
+  it('an origin it was started with, calling beyond the model APIs: told those are all it may call, not to allow it', () => {
+    const p = { ...policy(), allowedOrigins: new Set(['http://localhost:3000']) };
+    const h = { host: '127.0.0.1:8080', origin: 'http://localhost:3000' };
+    expect(checkAccess(req(h), url('v1/chat/completions'), p).ok).toBe(true);
+    const refused = checkAccess(req(h), url('v1/kvdesk/budget'), p);
+    expect(refused).toMatchObject({ ok: false, status: 403, code: 'origin_not_allowed' });
+    const message = refused.ok ? '' : refused.message;
+    expect(message).toContain("may call this server's model APIs only");
+    expect(message).toContain('not /v1/kvdesk/budget');
+    expect(message).not.toContain('--allow-origin');
+    // Another origin is told how it could be let in.
+    const other = checkAccess(req({ ...h, origin: 'http://localhost:4000' }), url('v1/chat/completions'), p);
+    expect(other.ok ? '' : other.message).toContain('kvdesk serve --allow-origin http://localhost:4000');
+  });
+
   it('with a token: 401 without it, accepted as Bearer, query (setting a cookie) or cookie', () => {
     const p = policy('s3cret');
     const h = { host: '127.0.0.1:8080' };
