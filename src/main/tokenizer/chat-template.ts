@@ -377,7 +377,11 @@ function tryRender(template: string, messages: ChatMessage[], opts: RenderChatOp
 export function renderChatTemplate(template: string, messages: ChatMessage[], opts: RenderChatOptions): string {
   const source = opts.source ?? 'chat template';
   validateMessages(messages);
-  const outcome = tryRender(template, messages, opts);
+  // A template that ran past the limits on the one-message chat it was tried on when its package was read is not
+  // run again for each request (a second each, on the host's thread): it fails as it did then.
+  const over = overran.get(template);
+  const outcome: RenderOutcome =
+    over !== undefined ? { ok: false, why: 'over', reason: over } : tryRender(template, messages, opts);
   if (outcome.ok) return outcome.text;
   const fix = opts.fix ?? FIX_PACKAGE_TEMPLATE;
   switch (outcome.why) {
@@ -412,6 +416,8 @@ const PROBE_CHAT: ChatMessage[] = [{ role: 'user', content: 'Hello' }];
 /** Templates tried already (a library lists the same packages again and again): template → what was found. */
 const probed = new Map<string, string | undefined>();
 const PROBED_KEPT = 64;
+/** Templates whose try ran past the limits (a loop): template → why it was stopped. */
+const overran = new Map<string, string>();
 
 /**
  * Why a package's chat template cannot be used for chats (undefined when it can): it is not valid Jinja, or
@@ -437,6 +443,10 @@ export function templateProblem(template: string, tokens: { bos?: string; eos?: 
           : `fails on a one-message chat (${outcome.reason})`;
   if (probed.size >= PROBED_KEPT) probed.delete(probed.keys().next().value as string);
   probed.set(key, found);
+  if (!outcome.ok && outcome.why === 'over') {
+    if (overran.size >= PROBED_KEPT) overran.delete(overran.keys().next().value as string);
+    overran.set(template, outcome.reason);
+  }
   return found;
 }
 

@@ -8,7 +8,7 @@ import {
   loadTokenizer,
   renderChatTemplate,
 } from '../../../src/main/tokenizer';
-import { exactNumber } from '../../../src/main/tokenizer/chat-template';
+import { exactNumber, templateProblem } from '../../../src/main/tokenizer/chat-template';
 import { KvdeskError } from '../../../src/shared/errors';
 import { QWEN3_CODER_CALLS } from '../../helpers/chat-templates';
 import { fixture, fixturesSkipReason, haveFixtures } from '../../helpers/fixtures';
@@ -89,6 +89,20 @@ describe('renderChatTemplate', () => {
       expect(err.code).toBe('PACKAGE_INVALID');
       expect(err.message).toMatch(
         /^The tokenizer_config\.json field chat_template did not finish rendering: it ran for over 0\.2 s and was stopped\. Fix the template/,
+      );
+    });
+
+    it("a package's template that ran past the limit when it was read is not run again for each chat", () => {
+      // A loop of its own text (no other test's template), flagged as its package is read.
+      const loops = '{% for i in range(100000) %}{% for j in range(99999) %}{% endfor %}{% endfor %}';
+      expect(templateProblem(loops)).toMatch(/^did not finish rendering a one-message chat \(it ran for over 1 s/);
+      // Given a minute, a render would run that long (past this test's time): it fails at once, as it did then.
+      const err = thrown(() =>
+        renderChatTemplate(loops, conversation, { ...opts, limits: { ms: 60_000, chars: 1e6, listItems: 1e5 } }),
+      );
+      expect(err.code).toBe('PACKAGE_INVALID');
+      expect(err.message).toMatch(
+        /^The tokenizer_config\.json field chat_template did not finish rendering: it ran for over 1 s and was stopped\. Fix the template/,
       );
     });
 
