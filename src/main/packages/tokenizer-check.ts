@@ -6,6 +6,7 @@
  */
 import { describeValue } from './config-file';
 import { packageError } from './package-error';
+import { nestedRepeat } from './regex-nesting';
 
 /** Tokenizer models the library builds (WordLevel is read by its fallback model). */
 const MODEL_TYPES = ['BPE', 'WordPiece', 'WordLevel', 'Unigram'] as const;
@@ -188,6 +189,18 @@ function checkComponent(
       `is ${describeValue(type)}, which kvdesk's tokenizer cannot build (it builds ${spec.types.join(', ')})`,
       REPLACE_TOKENIZER,
     );
+  }
+  const pattern = value.pattern;
+  if (isRecord(pattern) && typeof pattern.Regex === 'string') {
+    const at = nestedRepeat(pattern.Regex);
+    if (at !== undefined) {
+      fail(
+        file,
+        `${field}.pattern.Regex`,
+        `repeats a group that itself repeats (${JSON.stringify(pattern.Regex.slice(at, at + 40))}): such a pattern can take hours on some text, holding kvdesk (a regular expression cannot be stopped once it runs)`,
+        REPLACE_TOKENIZER,
+      );
+    }
   }
   if (type !== 'Sequence') return;
   const inner = value[spec.list];

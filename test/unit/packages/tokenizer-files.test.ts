@@ -142,6 +142,27 @@ describe('tokenizer files the tokenizer cannot load are refused while the packag
   });
 });
 
+describe('a tokenizer pattern that can backtrack for hours', () => {
+  it('a split that repeats a repeating group: refused naming the field (the tokenizer would take it, and hang)', async () => {
+    const split = { type: 'Split', pattern: { Regex: '(a+)+b' }, behavior: 'Isolated', invert: false };
+    const files = { 'tokenizer.json': { ...base(), pre_tokenizer: { type: 'Sequence', pretokenizers: [split] } } };
+    const dir = await hfPackage(files as Parameters<typeof hfPackage>[0]);
+    const field = 'pre_tokenizer.pretokenizers[0].pattern.Regex';
+    const err = await refusal(loadModelSpec(dir), { file: 'tokenizer.json', field });
+    expect(err.message).toBe(
+      `tokenizer.json: \`${field}\` repeats a group that itself repeats ("(a+)+b"): such a pattern can take hours on some text, holding kvdesk (a regular expression cannot be stopped once it runs). Replace it with the tokenizer.json saved with this model (by transformers' save_pretrained).`,
+    );
+    // The tokenizer library itself takes it.
+    await expect(hostTokenizer(dir)).resolves.toBeDefined();
+    // A normalizer's Replace is checked too.
+    const replace = { type: 'Replace', pattern: { Regex: '(?:\\s*x)*y' }, content: ' ' };
+    const dir2 = await hfPackage({ 'tokenizer.json': { ...base(), normalizer: replace } } as Parameters<
+      typeof hfPackage
+    >[0]);
+    await refusal(loadModelSpec(dir2), { file: 'tokenizer.json', field: 'normalizer.pattern.Regex' });
+  });
+});
+
 describe('a UTF-8 BOM', () => {
   it('before tokenizer.json and tokenizer_config.json: the package loads and so does its tokenizer', async () => {
     const dir = await hfPackage({
