@@ -132,6 +132,18 @@ function looksPadded(vocabSize: number, missing: number): boolean {
   return vocabSize % 16 === 0 && missing <= vocabSize / 32;
 }
 
+/** The runs of ids in [0, end) that `known` lacks, as [first, last] pairs. */
+function idHoles(known: ReadonlySet<number>, end: number): Array<[number, number]> {
+  const holes: Array<[number, number]> = [];
+  for (let id = 0; id < end; id++) {
+    if (known.has(id)) continue;
+    const last = holes[holes.length - 1];
+    if (last && last[1] === id - 1) last[1] = id;
+    else holes.push([id, id]);
+  }
+  return holes;
+}
+
 /** `<|im_start|>`, `<|eot_id|>`: how most chat templates write their special tokens. */
 const BAR_TOKEN = /<\|[^\s|<>]{1,64}\|>/g;
 
@@ -147,6 +159,16 @@ function checkTokenizerCovers(ctx: PackageContext, tokenizer: TokenizerFacts, vo
   if (missing > 0 && !looksPadded(vocabSize, missing)) {
     ctx.warnings.push(
       `${file} knows ${tokenizer.size} tokens but the model scores ${vocabSize}: ids ${tokenizer.size}..${vocabSize - 1} have no text, so a reply that samples one shows nothing for it. Check that ${file} belongs to this model.`,
+    );
+  }
+  // Ids below its highest that it gives no token (a vocabulary cut short, its added tokens still at the end): the
+  // text that needs them is lost from prompts, and replies that sample them show nothing. A few are let be.
+  const holes = idHoles(tokenizer.known, Math.min(tokenizer.size, vocabSize));
+  const count = holes.reduce((n, [a, b]) => n + b - a + 1, 0);
+  if (count > Math.max(16, vocabSize / 1000)) {
+    const shown = holes.slice(0, 3).map(([a, b]) => (a === b ? `${a}` : `${a}..${b}`));
+    ctx.warnings.push(
+      `${file} has no token for ${count} of the ids below its highest (ids ${shown.join(', ')}${holes.length > 3 ? ', …' : ''}): text that needs them is dropped from prompts, and a reply that samples one shows nothing for it. Check that ${file} belongs to this model, whole.`,
     );
   }
   const fromTemplate = new Set(tokenizer.chatTemplate?.match(BAR_TOKEN) ?? []);

@@ -40,6 +40,8 @@ export interface TokenizerFacts {
   spec: TokenizerSpec;
   /** Highest token id in tokenizer.json plus one (vocabulary and added tokens). */
   size: number;
+  /** Every id tokenizer.json gives a token (vocabulary and added tokens). */
+  known: ReadonlySet<number>;
   tokenizerConfig: ConfigDoc | undefined;
   chatTemplate: string | undefined;
   /** The file the chat template was read from, for messages: `chat_template.jinja`, `tokenizer_config.json (field chat_template)`. */
@@ -233,6 +235,7 @@ export async function readTokenizerFiles(ctx: PackageContext, dir: string = ctx.
   return {
     spec,
     size,
+    known: given,
     tokenizerConfig,
     chatTemplate: template?.text,
     ...(template === undefined ? {} : { chatTemplateSource: template.source }),

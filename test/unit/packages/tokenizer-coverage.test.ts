@@ -35,6 +35,23 @@ describe('a tokenizer smaller than the vocabulary the model scores', () => {
     expect((await loadModelSpec(gptj)).warnings.filter((x) => x.includes('tokenizer.json knows'))).toEqual([]);
   });
 
+  it('a vocabulary cut short, its special tokens still at the end: warns naming the ids it has no token for', async () => {
+    // A 64-token vocabulary of which ids 10..59 are gone; </s> moved to 63 keeps the highest id where it was.
+    const json = JSON.parse(tokenizerJson(64, { '<pad>': 0, '<unk>': 1, '<s>': 2, '</s>': 63 }));
+    for (const [piece, id] of Object.entries(json.model.vocab as Record<string, number>))
+      if (id >= 10 && id < 60) delete json.model.vocab[piece];
+    const dir = await hfPackage({ 'tokenizer.json': json }, { vocab: 64 });
+    const w = (await loadModelSpec(dir)).warnings.filter((x) => x.startsWith('tokenizer.json'));
+    expect(w).toEqual([
+      'tokenizer.json has no token for 50 of the ids below its highest (ids 10..59): text that needs them is dropped from prompts, and a reply that samples one shows nothing for it. Check that tokenizer.json belongs to this model, whole.',
+    ]);
+    // A few gaps are let be.
+    const few = JSON.parse(tokenizerJson(64));
+    delete few.model.vocab.w20;
+    const spec = await loadModelSpec(await hfPackage({ 'tokenizer.json': few }, { vocab: 64 }));
+    expect(spec.warnings.filter((x) => x.startsWith('tokenizer.json'))).toEqual([]);
+  });
+
   it('the same size, or larger, changes nothing here', async () => {
     const spec = await loadModelSpec(await hfPackage());
     expect(spec.warnings.filter((x) => x.includes('tokenizer.json knows'))).toEqual([]);
