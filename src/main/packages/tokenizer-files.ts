@@ -56,6 +56,48 @@ export interface TokenizerFacts {
 }
 
 /**
+ * A TemplateProcessing post-processor (alone, or in a Sequence's `processors`) adds the special tokens its `single`
+ * and `pair` name, by their `special_tokens` entry's ids: a name without an entry, or an id the file gives no
+ * token, failed every prompt with a refusal that blamed the prompt's words.
+ */
+function checkTemplateProcessing(pp: unknown, field: string, known: ReadonlySet<number>, file: string): void {
+  if (!isRecord(pp)) return;
+  if (pp.type === 'Sequence' && Array.isArray(pp.processors)) {
+    for (const [i, inner] of pp.processors.entries())
+      checkTemplateProcessing(inner, `${field}.processors[${i}]`, known, file);
+    return;
+  }
+  if (pp.type !== 'TemplateProcessing') return;
+  const specials = isRecord(pp.special_tokens) ? pp.special_tokens : {};
+  const fix = `Fix ${field} (or replace ${file} with the one saved with this model).`;
+  for (const [name, entry] of Object.entries(specials)) {
+    const list = isRecord(entry) ? entry.ids : undefined;
+    if (!Array.isArray(list)) continue;
+    for (const [i, id] of list.entries()) {
+      if (typeof id === 'number' && known.has(id)) continue;
+      const at = `${fieldKey(`${field}.special_tokens`, name)}.ids[${i}]`;
+      throw packageError(`${file}: \`${at}\` is ${JSON.stringify(id)}, an id ${file} gives no token. ${fix}`, {
+        file,
+        field: at,
+      });
+    }
+  }
+  for (const part of ['single', 'pair'] as const) {
+    const pieces = pp[part];
+    if (!Array.isArray(pieces)) continue;
+    for (const [i, piece] of pieces.entries()) {
+      const special = isRecord(piece) && isRecord(piece.SpecialToken) ? piece.SpecialToken.id : undefined;
+      if (typeof special !== 'string' || Object.hasOwn(specials, special)) continue;
+      const at = `${field}.${part}[${i}].SpecialToken.id`;
+      throw packageError(
+        `${file}: \`${at}\` is ${JSON.stringify(special)}, which ${field}.special_tokens does not define (so no prompt could be encoded). ${fix}`,
+        { file, field: at },
+      );
+    }
+  }
+}
+
+/**
  * The largest id space a tokenizer of `tokens` distinct ids is taken to have: twice its tokens and 65536 more. Real
  * ones are dense (added tokens follow the vocabulary; a model's vocabulary pads a few hundred ids at most), so only a
  * stray id (2000000000 in a file of 50000 tokens) or a vocabulary size with a typo goes past it.
@@ -175,6 +217,7 @@ export async function readTokenizerFiles(ctx: PackageContext, dir: string = ctx.
       { id: highest.id, tokens: given.size },
     );
   }
+  checkTemplateProcessing(tok.post_processor, 'post_processor', given, file);
   const idOf = (token: string): number | undefined => specialIds.get(token) ?? ids.get(token);
 
   const configPath = await findFile(ctx, 'tokenizer_config.json', dir);

@@ -142,6 +142,45 @@ describe('tokenizer files the tokenizer cannot load are refused while the packag
   });
 });
 
+describe('a post-processor that names special tokens it cannot write', () => {
+  const processor = (single: unknown[], special_tokens: Record<string, unknown>) => ({
+    'tokenizer.json': {
+      ...base(),
+      post_processor: {
+        type: 'Sequence',
+        processors: [{ type: 'TemplateProcessing', single, pair: [], special_tokens }],
+      },
+    },
+  });
+  it('a special token without an entry, or an id without a token: refused naming the field (the prompt was blamed)', async () => {
+    const nope = await hfPackage(
+      processor([{ SpecialToken: { id: '<nope>', type_id: 0 } }], {}) as Parameters<typeof hfPackage>[0],
+    );
+    const err = await refusal(loadModelSpec(nope), {
+      file: 'tokenizer.json',
+      field: 'post_processor.processors[0].single[0].SpecialToken.id',
+    });
+    expect(err.message).toContain('is "<nope>", which post_processor.processors[0].special_tokens does not define');
+    const far = await hfPackage(
+      processor([{ SpecialToken: { id: '<s>', type_id: 0 } }], {
+        '<s>': { id: '<s>', ids: [99], tokens: ['<s>'] },
+      }) as Parameters<typeof hfPackage>[0],
+    );
+    const err2 = await refusal(loadModelSpec(far), {
+      file: 'tokenizer.json',
+      field: 'post_processor.processors[0].special_tokens["<s>"].ids[0]',
+    });
+    expect(err2.message).toContain('is 99, an id tokenizer.json gives no token');
+    // Right, it loads.
+    const ok = await hfPackage(
+      processor([{ SpecialToken: { id: '<s>', type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } }], {
+        '<s>': { id: '<s>', ids: [2], tokens: ['<s>'] },
+      }) as Parameters<typeof hfPackage>[0],
+    );
+    await expect(loadModelSpec(ok)).resolves.toBeDefined();
+  });
+});
+
 describe('a tokenizer pattern that can backtrack for hours', () => {
   it('a split that repeats a repeating group: refused naming the field (the tokenizer would take it, and hang)', async () => {
     const split = { type: 'Split', pattern: { Regex: '(a+)+b' }, behavior: 'Isolated', invert: false };
