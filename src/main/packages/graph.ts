@@ -123,6 +123,18 @@ export async function loadGraph(ctx: PackageContext, absPath: string): Promise<L
   // Big exports reference one data file from hundreds of initializers: check each location once.
   const resolved = new Map<string, string>();
   for (const ref of info.externalData) {
+    // onnxruntime reads exactly dims × element width and refuses any other `length` at load ("external data size
+    // mismatch"); a length that disagrees is a damaged or hand-edited graph.
+    if (ref.length !== undefined && ref.tensorBytes !== undefined && ref.length !== ref.tensorBytes) {
+      throw packageError(
+        `${file}: initializer "${ref.tensor}" says its external data in ${ref.location} is ${ref.length} bytes long ` +
+          `(\`external_data.length\`), but its shape ${formatShape(ref.dims)} of ${onnxTypeName(ref.elemType)} takes ` +
+          `${ref.tensorBytes} bytes, and onnxruntime refuses a graph whose lengths disagree. Re-export ${file} with its ` +
+          `external data, or set that initializer's external_data.length to ${ref.tensorBytes}.`,
+        { file, field: `initializer "${ref.tensor}" external_data.length` },
+        { graphFile: file, tensor: ref.tensor, length: ref.length, tensorBytes: ref.tensorBytes },
+      );
+    }
     const where: PackageWhere = { file, field: `initializer "${ref.tensor}" external_data.location` };
     let dataPath = resolved.get(ref.location);
     if (dataPath === undefined) {

@@ -39,6 +39,11 @@ export interface OnnxExternalRef {
   offset: number;
   /** `length` when written; otherwise computed from dims × element width when the type has a fixed width. */
   length: number | undefined;
+  /** dims × element width, when the type has a fixed width: what onnxruntime will read, whatever `length` says. */
+  tensorBytes: number | undefined;
+  dims: number[];
+  /** onnx.TensorProto.DataType. */
+  elemType: number;
 }
 
 /** What kvdesk needs to know about a graph, read without loading its weights. */
@@ -318,7 +323,15 @@ export async function readOnnxGraphInfo(absPath: string, file: string): Promise<
                 ) {
                   throw new MalformedOnnx(`initializer "${t.name}" has an invalid external offset/length`);
                 }
-                info.externalData.push({ tensor: t.name, location, offset, length });
+                info.externalData.push({
+                  tensor: t.name,
+                  location,
+                  offset,
+                  length,
+                  tensorBytes: computed,
+                  dims: t.dims,
+                  elemType: t.dataType,
+                });
               }
             }
           });

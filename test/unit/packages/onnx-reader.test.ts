@@ -71,8 +71,24 @@ describe('readOnnxGraphInfo', () => {
     const info = await readOnnxGraphInfo(p, 'model.onnx');
     expect(info.initializerCount).toBe(3);
     expect(info.externalData).toEqual([
-      { tensor: 'w1', location: 'model.onnx.data', offset: 0, length: 64 },
-      { tensor: 'w2', location: 'model.onnx.data', offset: 64, length: 12 },
+      {
+        tensor: 'w1',
+        location: 'model.onnx.data',
+        offset: 0,
+        length: 64,
+        tensorBytes: 64,
+        dims: [4, 4],
+        elemType: T.f32,
+      },
+      {
+        tensor: 'w2',
+        location: 'model.onnx.data',
+        offset: 64,
+        length: 12,
+        tensorBytes: 12,
+        dims: [2, 3],
+        elemType: T.f16,
+      },
     ]);
   });
 
