@@ -216,6 +216,8 @@ export interface ModelSpec {
   /** KV bytes per token at batch 1 (SCHEDULER.md "bpt"). */
   bpt: number;
   contextLength: number;
+  /** Where the package config declares the context length (for messages about it); absent in specs made elsewhere. */
+  contextSource?: { file: string; field: string };
   vocabSize: number;
   eosTokenIds: number[];
   bosTokenId?: number;

@@ -13,7 +13,7 @@ import * as ort from 'onnxruntime-node';
 import { KvdeskError } from '../../shared/errors';
 import type { KvTensorSpec, ModelSpec } from '../../shared/model-spec';
 import type { GenerationHooks, GenerationJob, GenerationOutcome } from './decoder';
-import { commonPrefix, idTensor, maskTensor } from './feeds';
+import { commonPrefix, generationFailed, idTensor, maskTensor } from './feeds';
 import {
   exactDraw,
   exactMinP,
@@ -387,15 +387,13 @@ export class ContinuousBatcher {
     }
   }
 
-  private async runCounted(hooks: GenerationHooks, feeds: Record<string, ort.Tensor>) {
+  /** One run of the graph, counted; `from`..`to` are the KV columns its inputs take (for a failure's message). */
+  private async runCounted(hooks: GenerationHooks, feeds: Record<string, ort.Tensor>, from: number, to: number) {
     hooks.countRun();
     try {
       return await this.run(feeds);
     } catch (err) {
-      throw new KvdeskError(
-        'ENGINE_FAILED',
-        `onnxruntime failed during generation: ${err instanceof Error ? err.message : String(err)}`,
-      );
+      throw generationFailed(this.spec, err, from, to);
     }
   }
 
@@ -797,7 +795,7 @@ export class ContinuousBatcher {
       }
       const fed = this.kvTensors.map((t) => past.get(t.past) as ort.Tensor);
       for (const [i, t] of this.kvTensors.entries()) feeds[t.past] = fed[i] as ort.Tensor;
-      out = await this.runCounted((group[0] as Member).hooks, feeds);
+      out = await this.runCounted((group[0] as Member).hooks, feeds, pastLen + from, pastLen + to - 1);
       // The past tensors are dead now: freed before the next chunk or sampling.
       for (const t of this.kvTensors) delete feeds[t.past];
       // The group's KV as it is reaches at most its width and its shortest reply (its first member to end then
@@ -972,7 +970,7 @@ export class ContinuousBatcher {
     if (screened) feeds[(this.screen as LastPositionScreen).fullInput] = SCREENED;
     const fed = this.kvTensors.map((t) => this.past.get(t.past) as ort.Tensor);
     for (const [i, t] of this.kvTensors.entries()) feeds[t.past] = fed[i] as ort.Tensor;
-    const out = await this.runCounted(hooks, feeds);
+    const out = await this.runCounted(hooks, feeds, L, L + n - 1);
     // Drop the last references to the previous KV at once (the async frame keeps `feeds` alive until the
     // step ends): the engine then holds one copy per token while it samples and sends frames, not two.
     for (const t of this.kvTensors) delete feeds[t.past];

@@ -504,6 +504,23 @@ function configuredKvFailed(spec: ModelSpec, c: ConfiguredKvSize, err: unknown):
   );
 }
 
+/**
+ * The load's refusal when the graph holds fewer positions than the package's declared context: a one-token run at
+ * position `limit` failed where one at `limit - 1` ran.
+ */
+function contextPastPositions(spec: ModelSpec, limit: number, err: unknown): KvdeskError {
+  const graph = path.relative(spec.root, spec.graphPath) || spec.graphPath;
+  const reason = err instanceof Error ? err.message : String(err);
+  const { file, field } = spec.contextSource ?? { file: graph, field: 'context length' };
+  return new KvdeskError(
+    'PACKAGE_INVALID',
+    `${file}: \`${field}\` says the context is ${spec.contextLength} tokens, but ${graph} holds ${limit} positions: ` +
+      `a one-token trial run at position ${limit - 1} ran and one at position ${limit} failed (${reason}). ` +
+      `Every request that reached position ${limit} would fail mid-reply. Set \`${field}\` to ${limit} in ${file}.`,
+    { file, field, configured: spec.contextLength, graph: limit, graphFile: graph },
+  );
+}
+
 /** A decoder session plus the spec that says how to bind it. */
 export class LoadedDecoder {
   /**
@@ -621,6 +638,44 @@ export class LoadedDecoder {
     }
   }
 
+  /**
+   * A graph fed its positions (a position_ids input) may read them from a table of its own size, which the declared
+   * context can pass: the requests that reach it then fail mid-reply. One one-token run at the context's last
+   * position, from an empty cache, tells; where it fails and one at position 0 runs, a search for the last position
+   * that runs (a run per halving) gives the graph's real limit for the refusal. Graphs that compute their positions
+   * from the mask or the cache cannot be probed this cheaply; their failure is named at run time instead.
+   */
+  private async checkContextPositions(): Promise<void> {
+    const port = this.spec.ports.positionIds;
+    if (this.spec.kv.kind !== 'dynamic' || port === undefined || this.spec.contextLength < 2) return;
+    const token = this.spec.bosTokenId ?? this.spec.eosTokenIds[0] ?? 0;
+    const runsAt = async (position: number): Promise<unknown> => {
+      const feeds = probeFeeds(this.spec, [[token]]);
+      feeds[port.name] = idTensor(port, [position], [1, 1]);
+      try {
+        await this.run(feeds);
+        return undefined;
+      } catch (err) {
+        return err ?? new Error('the run failed');
+      }
+    };
+    // An int32 port cannot be fed a position past 2^31 - 1 (it would wrap to a negative one, which Gather takes).
+    const last = Math.min(this.spec.contextLength - 1, port.dtype === 'int32' ? 2 ** 31 - 1 : Number.MAX_SAFE_INTEGER);
+    const atEnd = await runsAt(last);
+    // A graph that fails at position 0 too fails for another reason, which its first request will tell.
+    if (atEnd === undefined || (await runsAt(0)) !== undefined) return;
+    let ran = 0;
+    let failed = last;
+    let failure = atEnd;
+    while (failed - ran > 1) {
+      const mid = Math.floor((ran + failed) / 2);
+      const err = await runsAt(mid);
+      if (err === undefined) ran = mid;
+      else [failed, failure] = [mid, err];
+    }
+    throw contextPastPositions(this.spec, failed, failure);
+  }
+
   /** Creates the onnxruntime session; a graph onnxruntime cannot run is a MODEL_LOAD_FAILED error. */
   static async load(spec: ModelSpec, options: EngineSessionOptions): Promise<LoadedDecoder> {
     const sessionOptions: ort.InferenceSession.SessionOptions = {
@@ -712,6 +767,7 @@ export class LoadedDecoder {
     );
     try {
       await decoder.checkConfiguredKv();
+      await decoder.checkContextPositions();
     } catch (err) {
       await decoder.dispose();
       throw err;

@@ -1,7 +1,7 @@
 /** Building the id/mask/position tensors a decoder graph is fed. */
 import * as ort from 'onnxruntime-node';
 import { KvdeskError } from '../../shared/errors';
-import type { GraphPort } from '../../shared/model-spec';
+import type { GraphPort, ModelSpec } from '../../shared/model-spec';
 
 /** An int32 or int64 tensor, as the graph port declares. */
 export function idTensor(port: GraphPort, values: number[], dims: number[]): ort.Tensor {
@@ -55,5 +55,32 @@ export function maskTensor(port: GraphPort, pads: number[], length: number, gap?
   throw new KvdeskError(
     'MODEL_LOAD_FAILED',
     `graph input ${port.name} has type ${port.dtype}; attention masks must be int32 or int64`,
+  );
+}
+
+/** onnxruntime's words for an index past a table: Gather's "indices element out of data bounds", the contrib ops' "out of range". */
+const INDEX_OUT_OF_RANGE = /out of (data )?bounds|out of range/i;
+
+/**
+ * The error of a run that failed mid-generation. A run at positions `from`..`to` (0-based, the last one included)
+ * that failed on an index out of range most likely read a position table shorter than the declared context (the load
+ * probes this only for graphs fed their positions): the message names the package field that declares the context,
+ * the positions and what to set.
+ */
+export function generationFailed(spec: ModelSpec, err: unknown, from: number, to: number): KvdeskError {
+  const reason = err instanceof Error ? err.message : String(err);
+  const source = spec.contextSource;
+  if (source === undefined || (from === 0 && to === 0) || !INDEX_OUT_OF_RANGE.test(reason)) {
+    return new KvdeskError('ENGINE_FAILED', `onnxruntime failed during generation: ${reason}`);
+  }
+  const at = from === to ? `position ${to}` : `positions ${from}..${to}`;
+  const ran = from > 0 ? ` (it ran up to position ${from - 1})` : '';
+  return new KvdeskError(
+    'ENGINE_FAILED',
+    `onnxruntime failed during generation at ${at}: ${reason}. An index out of range there means the graph most likely ` +
+      `holds fewer positions than the ${spec.contextLength}-token context \`${source.field}\` in ${source.file} declares${ran}. ` +
+      `Set \`${source.field}\` in ${source.file} to the number of positions the model was built for (at most ${to}), ` +
+      'and keep prompt and reply shorter than that until then.',
+    { file: source.file, field: source.field, contextLength: spec.contextLength, from, to },
   );
 }

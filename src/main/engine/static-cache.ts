@@ -20,7 +20,7 @@ import * as ort from 'onnxruntime-node';
 import { KvdeskError } from '../../shared/errors';
 import { type ModelSpec, type StaticCacheSpec, staticPositions } from '../../shared/model-spec';
 import type { GenerationHooks, GenerationJob, GenerationOutcome } from './decoder';
-import { commonPrefix, idTensor } from './feeds';
+import { commonPrefix, generationFailed, idTensor } from './feeds';
 import { constraintFor } from './json-constraint';
 import { kvArray } from './kv-cache';
 import { logitsRows } from './logits';
@@ -185,10 +185,7 @@ export class StaticCacheRunner {
     try {
       out = await this.run(feeds, fetches);
     } catch (err) {
-      throw new KvdeskError(
-        'ENGINE_FAILED',
-        `onnxruntime failed during generation: ${err instanceof Error ? err.message : String(err)}`,
-      );
+      throw generationFailed(this.spec, err, from, from + ids.length - 1);
     }
     const logits = out[this.spec.ports.logits.name];
     if (!logits) throw new KvdeskError('ENGINE_FAILED', `the graph produced no ${this.spec.ports.logits.name} output`);

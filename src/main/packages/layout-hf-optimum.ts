@@ -275,6 +275,7 @@ export async function loadHfOptimumLayout(ctx: PackageContext, options: LoadOpti
     numLayers,
     bpt,
     contextLength,
+    contextSource: { file, field: contextField },
     vocabSize,
     eos,
     ...(bos === undefined ? {} : { bos }),

@@ -322,6 +322,7 @@ export async function loadOnnxGenaiLayout(ctx: PackageContext, options: LoadOpti
     numLayers,
     bpt,
     contextLength,
+    contextSource: { file, field: 'model.max_sequence_length' },
     vocabSize,
     eos,
     ...(bos === undefined ? {} : { bos }),

@@ -273,6 +273,7 @@ export async function loadOrtGenaiLayout(ctx: PackageContext, options: LoadOptio
     numLayers,
     bpt,
     contextLength,
+    contextSource: { file, field: 'model.context_length' },
     vocabSize,
     eos,
     ...(bos === undefined ? {} : { bos }),

@@ -27,6 +27,8 @@ export interface SpecParts {
   numLayers: number;
   bpt: number;
   contextLength: number;
+  /** The config file and field that declare contextLength. */
+  contextSource: { file: string; field: string };
   vocabSize: number;
   eos: TokenIds;
   bos?: TokenIds;
@@ -250,6 +252,7 @@ export async function finishSpec(ctx: PackageContext, parts: SpecParts): Promise
     numLayers: parts.numLayers,
     bpt: parts.bpt,
     contextLength: parts.contextLength,
+    contextSource: parts.contextSource,
     vocabSize: parts.vocabSize,
     eosTokenIds: [...new Set(parts.eos.ids)],
     tokenizer: parts.tokenizer.spec,
