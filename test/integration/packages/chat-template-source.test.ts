@@ -51,4 +51,15 @@ describe("the package's chat template, named by its file", () => {
       /^The chat template in tokenizer_config\.json \(field chat_template\) failed while rendering: .*nosuchfilter/,
     );
   });
+
+  it('a template that writes nothing of the messages: the chat names the template, not the prompt', async () => {
+    const dir = await copyDefault('writes-nothing');
+    await fs.writeFile(path.join(dir, 'chat_template.jinja'), '{{ messages[5].content }}');
+    await edits.host.loadModel(dir, { id: 'writes-nothing' });
+    const err = await chatError('writes-nothing');
+    expect(err.code).toBe('BAD_REQUEST');
+    expect(err.message).toBe(
+      "the chat template in chat_template.jinja wrote no text for these messages, so there is nothing to send the model. Check that the template writes each message's content (fix it, or give the model another chat template).",
+    );
+  });
 });
