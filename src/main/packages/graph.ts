@@ -188,6 +188,8 @@ export interface PortSource {
   where: PackageWhere | undefined;
   /** The config field (and file) that can name this port, for the "set … to" hint. */
   hint: string;
+  /** What to do instead of setting a field (a layout with no field that names its ports): a whole sentence. */
+  fix?: string;
 }
 
 /**
@@ -211,7 +213,7 @@ export function bindPort(
         : `${describeWhere(source.where)} names the ${kind} "${name}"`;
     throw packageError(
       `${origin}, but the graph has no such ${kind}. ${describeGraphIo(graph)}. ` +
-        `Set ${source.hint} to the right name, or use the graph that belongs to this package.`,
+        (source.fix ?? `Set ${source.hint} to the right name, or use the graph that belongs to this package.`),
       where,
       {
         port: name,

@@ -170,27 +170,19 @@ export async function loadHfOptimumLayout(ctx: PackageContext, options: LoadOpti
       : variants.find((v) => path.resolve(v.abs) === path.resolve(options.graphFile ?? ''));
   const graph = await loadGraph(ctx, variant?.abs ?? options.graphFile ?? '');
 
-  const hint = (name: string): string =>
-    `the graph (Optimum names the ${name} port "${name}"; re-export with optimum-cli export onnx --task text-generation-with-past)`;
+  // This layout has no field that names a port: Optimum's exports name them so.
+  const source = (name: string) => ({
+    where: undefined,
+    hint: 'the graph',
+    fix: `Optimum's exports name that port "${name}": re-export the model with \`optimum-cli export onnx --task text-generation-with-past\`, or use the graph that belongs to this package.`,
+  });
   const ports: DecoderPorts = {
-    inputIds: bindPort(graph, 'input', 'input_ids', { where: undefined, hint: hint('input_ids') }, ID_DTYPES),
-    logits: bindPort(graph, 'output', 'logits', { where: undefined, hint: hint('logits') }, LOGITS_DTYPES),
+    inputIds: bindPort(graph, 'input', 'input_ids', source('input_ids'), ID_DTYPES),
+    logits: bindPort(graph, 'output', 'logits', source('logits'), LOGITS_DTYPES),
   };
-  const attentionMask = bindOptionalPort(
-    graph,
-    'input',
-    'attention_mask',
-    { where: undefined, hint: hint('attention_mask') },
-    MASK_DTYPES,
-  );
+  const attentionMask = bindOptionalPort(graph, 'input', 'attention_mask', source('attention_mask'), MASK_DTYPES);
   if (attentionMask !== undefined) ports.attentionMask = attentionMask;
-  const positionIds = bindOptionalPort(
-    graph,
-    'input',
-    'position_ids',
-    { where: undefined, hint: hint('position_ids') },
-    ID_DTYPES,
-  );
+  const positionIds = bindOptionalPort(graph, 'input', 'position_ids', source('position_ids'), ID_DTYPES);
   if (positionIds !== undefined) ports.positionIds = positionIds;
 
   const pairs = matchKvTemplates(graph, [

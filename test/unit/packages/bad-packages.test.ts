@@ -354,6 +354,10 @@ describe('metadata naming a port the graph does not have', () => {
     expect(err.message).toContain(
       'kvdesk expects the input "input_ids" (the layout\'s convention), but the graph has no such input',
     );
+    // What to do reads as a sentence (it was "Set the graph (Optimum names…) to the right name").
+    expect(err.message).toMatch(
+      /\. Optimum's exports name that port "input_ids": re-export the model with `optimum-cli export onnx --task text-generation-with-past`, or use the graph that belongs to this package\.$/,
+    );
   });
 
   it('onnx-genai metadata without model.io', async () => {
