@@ -126,6 +126,9 @@ export function describeValue(value: unknown): string {
   if (value === null) return 'null';
   if (Array.isArray(value)) return 'a list';
   if (typeof value === 'object') return 'an object';
+  // JSON's 1e400 and YAML's .inf read as Infinity (JSON.stringify would say null); YAML's .nan as NaN.
+  if (typeof value === 'number' && !Number.isFinite(value))
+    return Number.isNaN(value) ? 'not a number (NaN)' : `${value < 0 ? '-' : ''}a number too large to hold (infinity)`;
   const text = JSON.stringify(value);
   return text.length > 60 ? `${text.slice(0, 57)}...` : text;
 }

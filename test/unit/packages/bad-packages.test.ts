@@ -824,6 +824,16 @@ describe('missing required fields', () => {
 });
 
 describe('wrongly typed fields', () => {
+  it('a number too large for a double (1e400 reads as infinity) is said so, not "null"', async () => {
+    const dir = await hfPackage({
+      'config.json':
+        '{"model_type": "llama", "num_hidden_layers": 2, "num_key_value_heads": 2, "eos_token_id": 3, "max_position_embeddings": 1e400}',
+    });
+    const err = await refusal(loadModelSpec(dir), { file: 'config.json', field: 'max_position_embeddings' });
+    expect(err.message).toContain('is a number too large to hold (infinity)');
+    expect(err.message).not.toContain('is null');
+  });
+
   it('context_length as a string', async () => {
     const dir = await genaiPackage({ model: { context_length: '4k' } });
     const err = await refusal(loadModelSpec(dir), { field: 'model.context_length' });
