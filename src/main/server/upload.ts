@@ -98,7 +98,8 @@ export function uploadFromJson(body: unknown): DecodedUpload {
  * Streams a browser's multipart upload (a text field `name`, one file part per file, named by its path in the
  * folder) into `dir`, each file written as its bytes arrive; returns the upload's name (the field, else the
  * first file's folder). Refuses with 413 past `limit` bytes (`raise`: how the person running the server raises
- * it), with 400 for a path that leaves the folder or a body that breaks its boundary.
+ * it), with 400 for a path that leaves the folder, a body that breaks its boundary or one cut off (its client
+ * gone, at any point).
  */
 export function receiveMultipart(
   req: Readable & { headers: IncomingHttpHeaders },
@@ -134,6 +135,16 @@ export function receiveMultipart(
       for (const stream of open) stream.destroy();
       reject(err);
     };
+    /** The client went before the body's end (a cancelled upload, a closed tab): nothing more comes. */
+    const cutOff = () =>
+      fail(
+        httpError(
+          400,
+          'The upload was cut off: the connection closed before the end of its body. Send the whole folder again.',
+          'invalid_upload',
+          'body',
+        ),
+      );
     parser.on('field', (field, value) => {
       if (field === 'name') name = value.trim();
     });
@@ -195,6 +206,12 @@ export function receiveMultipart(
       fail(httpError(400, `The multipart body is malformed: ${err.message}.`, 'invalid_multipart', 'body')),
     );
     req.on('error', fail);
-    req.pipe(parser);
+    // A request gone before this ran (its client left while the caller made the folder) emits nothing more: no
+    // 'end' reaches the parser and no 'error' (nobody listened then), so it is told here.
+    req.on('close', () => {
+      if (!req.readableEnded) cutOff();
+    });
+    if (req.destroyed) cutOff();
+    else req.pipe(parser);
   });
 }

@@ -97,6 +97,38 @@ describe('multipart uploads, streamed to disk', () => {
   });
 });
 
+/** Settles as `p` does, or fails once `ms` passed without it settling: an upload that never ends. */
+function within<T>(p: Promise<T>, ms = 10_000): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`the upload had not ended after ${ms} ms`)), ms);
+  });
+  return Promise.race([p, late]).finally(() => clearTimeout(timer));
+}
+
+describe('an upload cut off part way', () => {
+  it('ends with a 400 when its client went before the body ended, before the upload began or during it', async () => {
+    const form = new FormData();
+    form.append('name', 'cut');
+    form.append('file', new Blob([new Uint8Array(200_000)]), 'cut/a.bin');
+    const { body, type } = await encode(form);
+    // Gone while the server made the upload's folder: the request emits nothing more.
+    const gone = request(body, type);
+    gone.destroy();
+    const early = await failure(within(receiveMultipart(gone, tempDir(), 1 << 20)), HttpError);
+    expect(early.status).toBe(400);
+    expect(early.message).toMatch(/cut off/);
+    // Gone in the middle of the file: destroyed without an error, as a request whose socket closed.
+    const half = new Readable({ read() {} }) as Readable & { headers: Record<string, string> };
+    half.headers = { 'content-type': type, 'content-length': String(body.length) };
+    half.push(body.subarray(0, body.length / 2));
+    const dir = tempDir();
+    const received = receiveMultipart(half, dir, 1 << 20);
+    setImmediate(() => half.destroy());
+    expect((await failure(within(received), HttpError)).message).toMatch(/cut off/);
+  });
+});
+
 describe('JSON uploads', () => {
   it('decode base64 files', () => {
     const u = uploadFromJson({
