@@ -99,7 +99,7 @@ export function uploadFromJson(body: unknown): DecodedUpload {
  * folder) into `dir`, each file written as its bytes arrive; returns the upload's name (the field, else the
  * first file's folder). Refuses with 413 past `limit` bytes (`raise`: how the person running the server raises
  * it), with 400 for a path that leaves the folder, a body that breaks its boundary or one cut off (its client
- * gone, at any point).
+ * gone, at any point). It settles once each file it wrote is closed, so the caller may remove `dir` then.
  */
 export function receiveMultipart(
   req: Readable & { headers: IncomingHttpHeaders },
@@ -125,15 +125,23 @@ export function receiveMultipart(
     let first: string | undefined;
     let failed = false;
     const writes: Array<Promise<void>> = [];
-    /** File parts being written: a failure ends them (their files close), the rest of the body is dropped. */
-    const open = new Set<Readable>();
+    /**
+     * File parts being written, each with the stream that counts its bytes: a failure ends them (their files
+     * close), the rest of the body is dropped. The count is ended too: a part whose end busboy had read but not yet
+     * emitted counts as done to pipeline once destroyed, and its file would then never finish (nor close).
+     */
+    const open = new Map<Readable, Transform>();
     const fail = (err: unknown) => {
       if (failed) return;
       failed = true;
       req.unpipe(parser);
       req.resume();
-      for (const stream of open) stream.destroy();
-      reject(err);
+      for (const [stream, counted] of open) {
+        counted.destroy();
+        stream.destroy();
+      }
+      // The files being written close first: the folder the caller removes next has nothing more coming.
+      void Promise.allSettled(writes).then(() => reject(err));
     };
     /** The client went before the body's end (a cancelled upload, a closed tab): nothing more comes. */
     const cutOff = () =>
@@ -164,7 +172,6 @@ export function receiveMultipart(
         return;
       }
       first ??= rel;
-      open.add(stream);
       const target = path.join(dir, rel);
       const counted = new Transform({
         transform(chunk: Buffer, _enc, done) {
@@ -173,10 +180,19 @@ export function receiveMultipart(
           else done(null, chunk);
         },
       });
+      open.set(stream, counted);
       writes.push(
         (async () => {
           await mkdir(path.dirname(target), { recursive: true });
-          await pipeline(stream, counted, createWriteStream(target, { flags: 'wx' }));
+          // Failed meanwhile (the part is destroyed): no file is made in the folder the caller removes next.
+          if (failed) return;
+          const file = createWriteStream(target, { flags: 'wx' });
+          try {
+            await pipeline(stream, counted, file);
+          } finally {
+            // pipeline settles at an error before the file has closed: the caller hears once nothing is written.
+            if (!file.closed) await new Promise<void>((closed) => file.once('close', () => closed()));
+          }
           open.delete(stream);
         })().catch((err: unknown) => {
           open.delete(stream);

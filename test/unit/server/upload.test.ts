@@ -1,4 +1,4 @@
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Readable } from 'node:stream';
@@ -106,7 +106,19 @@ function within<T>(p: Promise<T>, ms = 10_000): Promise<T> {
   return Promise.race([p, late]).finally(() => clearTimeout(timer));
 }
 
-describe('an upload cut off part way', () => {
+/** Files under `dir` this process holds open (Linux's /proc/self/fd). */
+function openUnder(dir: string): string[] {
+  return readdirSync('/proc/self/fd').flatMap((fd) => {
+    try {
+      const target = readlinkSync(`/proc/self/fd/${fd}`);
+      return target.startsWith(`${dir}${path.sep}`) ? [target] : [];
+    } catch {
+      return [];
+    }
+  });
+}
+
+describe('an upload cut off or refused part way', () => {
   it('ends with a 400 when its client went before the body ended, before the upload began or during it', async () => {
     const form = new FormData();
     form.append('name', 'cut');
@@ -126,6 +138,22 @@ describe('an upload cut off part way', () => {
     const received = receiveMultipart(half, dir, 1 << 20);
     setImmediate(() => half.destroy());
     expect((await failure(within(received), HttpError)).message).toMatch(/cut off/);
+    if (existsSync('/proc/self/fd')) expect(openUnder(dir)).toEqual([]);
+  });
+
+  it.skipIf(!existsSync('/proc/self/fd'))('closes every file it was writing before it refuses', async () => {
+    for (let i = 0; i < 5; i++) {
+      const form = new FormData();
+      form.append('name', 'clash');
+      form.append('file', new Blob([new Uint8Array(3_000_000).fill(7)]), 'clash/a.bin');
+      form.append('file', new Blob(['x']), 'clash/a.bin/x');
+      const { body, type } = await encode(form);
+      const dir = tempDir();
+      const refused = await failure(within(receiveMultipart(request(body, type, 50), dir, 1 << 30)), HttpError);
+      expect(refused.message).toContain('both as a file and as the folder');
+      // The caller removes the folder next: no file of it is still being written.
+      expect(openUnder(dir)).toEqual([]);
+    }
   });
 });
 
