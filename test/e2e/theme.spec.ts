@@ -72,3 +72,32 @@ test("the page's icon is kvdesk's, served beside it", async ({ app, server }) =>
   expect(res.headers.get('content-type')).toContain('image/svg+xml');
   expect(await res.text()).toContain('<svg');
 });
+
+/** WCAG's contrast ratio of two `rgb(r, g, b)` colours. */
+function contrast(a: string, b: string): number {
+  const lum = (c: string) => {
+    const [r, g, bl] = (c.match(/\d+(\.\d+)?/g) ?? []).slice(0, 3).map((v) => {
+      const s = Number(v) / 255;
+      return s <= 0.03928 ? s / 12.92 : ((s + 0.055) / 1.055) ** 2.4;
+    }) as [number, number, number];
+    return 0.2126 * r + 0.7152 * g + 0.0722 * bl;
+  };
+  const [hi, lo] = [lum(a), lum(b)].sort((x, y) => y - x) as [number, number];
+  return (hi + 0.05) / (lo + 0.05);
+}
+
+test('placeholders (the message box hint, the limit now) read at 4.5:1 in both themes', async ({ app }) => {
+  const input = app.locator('#chat-input');
+  await expect(input).toHaveAttribute('placeholder', /.+/);
+  const colours = () =>
+    input.evaluate((e) => {
+      const g = globalThis as unknown as {
+        getComputedStyle(e: unknown, pseudo?: string): { color: string; backgroundColor: string };
+      };
+      return { text: g.getComputedStyle(e, '::placeholder').color, bg: g.getComputedStyle(e).backgroundColor };
+    });
+  for (const colorScheme of ['light', 'dark'] as const) {
+    await app.emulateMedia({ colorScheme });
+    await expect.poll(async () => contrast((await colours()).text, (await colours()).bg)).toBeGreaterThanOrEqual(4.5);
+  }
+});
