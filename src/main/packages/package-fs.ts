@@ -179,7 +179,17 @@ export async function findFile(ctx: PackageContext, name: string, dir: string = 
   const real = await realPathInside(ctx, abs, { file: relName(ctx, abs) });
   if (real === undefined) return undefined;
   const stat = await fs.stat(real);
-  return stat.isFile() ? abs : undefined;
+  if (stat.isFile() || name === '') return stat.isFile() ? abs : undefined;
+  // There, but no file: said so, not "missing" (a folder of that name, a pipe that would never end a read).
+  const kind = stat.isDirectory()
+    ? 'a folder'
+    : stat.isFIFO()
+      ? 'a named pipe (FIFO)'
+      : stat.isSocket()
+        ? 'a socket'
+        : 'a device';
+  const file = relName(ctx, abs);
+  throw packageError(`${file} is ${kind}, not a file. Put the package's ${name} there instead.`, { file });
 }
 
 /** Names of the regular files (or symlinks to them) directly inside `dir`; empty when `dir` is missing. */

@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import { promises as fs } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -820,6 +821,21 @@ describe('missing required fields', () => {
     });
     const err = await refusal(loadModelSpec(dir), { file: 'generation_config.json', field: 'eos_token_id' });
     expect(err.message).toContain('No end-of-sequence token is known');
+  });
+});
+
+describe('a file of the package that is not a file', () => {
+  it('a folder named tokenizer.json, a pipe named config.json: said so (not "missing")', async () => {
+    const dir = await hfPackage({ 'tokenizer.json': null });
+    await fs.mkdir(path.join(dir, 'tokenizer.json'));
+    const err = await refusal(loadModelSpec(dir), { file: 'tokenizer.json' });
+    expect(err.message).toBe("tokenizer.json is a folder, not a file. Put the package's tokenizer.json there instead.");
+    if (process.platform !== 'win32') {
+      const piped = await hfPackage({ 'config.json': null });
+      execFileSync('mkfifo', [path.join(piped, 'config.json')]);
+      const err2 = await refusal(loadModelSpec(piped), { file: 'config.json' });
+      expect(err2.message).toContain('config.json is a named pipe (FIFO), not a file');
+    }
   });
 });
 
