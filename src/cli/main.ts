@@ -26,7 +26,7 @@ import { resolveUserPath } from '../main/store/user-path';
 import type { GenerationResult } from '../shared/contract';
 import { toErrorInfo } from '../shared/errors';
 import { formatBytes } from '../shared/format';
-import type { ModelSpec } from '../shared/model-spec';
+import type { KvTensorSpec, ModelSpec } from '../shared/model-spec';
 import { reasoningWhere } from '../shared/reasoning';
 import {
   badArgs,
@@ -174,7 +174,7 @@ export function inspectJson(spec: ModelSpec): Record<string, unknown> {
   };
 }
 
-function inspectText(spec: ModelSpec): string {
+export function inspectText(spec: ModelSpec): string {
   const kv = spec.kv;
   const full = kvBytesForTokens(spec, spec.contextLength);
   const lines = [
@@ -187,8 +187,16 @@ function inspectText(spec: ModelSpec): string {
   ];
   if (kv.kind === 'dynamic') {
     const first = kv.tensors[0];
+    // Each figure once when every tensor has it, else each value with how many have it (a graph whose layers differ).
+    const figure = (of: (t: KvTensorSpec) => string | number) => {
+      const counts = new Map<string | number, number>();
+      for (const t of kv.tensors) counts.set(of(t), (counts.get(of(t)) ?? 0) + 1);
+      return counts.size === 1
+        ? String([...counts.keys()][0])
+        : [...counts].map(([value, n]) => `${value} (${n} tensor${n === 1 ? '' : 's'})`).join(' / ');
+    };
     lines.push(
-      `  kv             ${kv.tensors.length} tensors, ${first?.role === 'combined' ? 'combined K/V' : 'split K/V'}, ${first?.kvHeads} heads × ${first?.headDim} dims, ${first?.dtype}`,
+      `  kv             ${kv.tensors.length} tensors, ${first?.role === 'combined' ? 'combined K/V' : 'split K/V'}, ${figure((t) => t.kvHeads)} heads × ${figure((t) => t.headDim)} dims, ${figure((t) => t.dtype)}`,
     );
   } else if (kv.kind === 'static') {
     lines.push(
