@@ -175,6 +175,58 @@ test('a narrow window opens on the chat: the inspector is a drawer from the head
   await expect(app.getByTestId('inspector-backdrop')).toHaveCount(0);
 });
 
+/** Whether the element is the topmost thing at its centre (nothing, a drawer's backdrop say, over it). */
+function uncovered(locator: Locator): Promise<boolean> {
+  return locator.evaluate((el) => {
+    const r = el.getBoundingClientRect();
+    const doc = el.ownerDocument as unknown as { elementFromPoint(x: number, y: number): unknown };
+    const top = doc.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
+    return top === el || (el as unknown as { contains(o: unknown): boolean }).contains(top);
+  });
+}
+
+test('in a narrow window Ctrl/Cmd+K, N and F close an open drawer first: the focus never lands under it', async ({
+  app,
+}) => {
+  await app.setViewportSize({ width: 800, height: 600 });
+  // A chat with a message, so that Ctrl/Cmd+F has something to find.
+  await app.getByTestId('sidebar-toggle').click();
+  const id = await newChat(app);
+  await setSettings(app, { maxNewTokens: 2 });
+  await send(app, 'hello');
+  await expect(lastReply(app)).toHaveAttribute('data-state', /done|error/, { timeout: 30_000 });
+  const drawers = [
+    { button: 'inspector-toggle', drawer: app.getByTestId('inspector'), backdrop: 'inspector-backdrop' },
+    { button: 'sidebar-toggle', drawer: app.getByTestId('sidebar'), backdrop: 'sidebar-backdrop' },
+  ];
+  const shortcuts = [
+    { key: 'ControlOrMeta+k', target: 'model-picker' },
+    { key: 'ControlOrMeta+f', target: 'find-input' },
+    { key: 'ControlOrMeta+n', target: 'chat-input' },
+  ];
+  for (const { button, drawer, backdrop } of drawers) {
+    for (const { key, target } of shortcuts) {
+      const what = `${key} from the ${button.replace('-toggle', '')} drawer`;
+      await app.getByTestId(button).focus();
+      await app.keyboard.press('Enter');
+      await expect(drawer, what).toBeVisible();
+      await app.keyboard.press(key);
+      await expect(app.getByTestId(target), what).toBeFocused();
+      await expect(drawer, what).toBeHidden();
+      await expect(app.getByTestId(backdrop), what).toHaveCount(0);
+      await expect.poll(() => uncovered(app.getByTestId(target)), { message: what }).toBe(true);
+      await app.keyboard.press('Escape');
+      await expect(app.getByTestId('find-bar')).toHaveCount(0);
+      // Back to the chat with the message (Ctrl/Cmd+N opened an empty one).
+      if (key === 'ControlOrMeta+n') {
+        await app.getByTestId('sidebar-toggle').click();
+        await app.locator(`#chat-list [data-thread-id="${id}"] [data-testid="thread-title"]`).click();
+        await expect(app.getByTestId('chat-view')).toHaveAttribute('data-thread-id', id);
+      }
+    }
+  }
+});
+
 test('at 800 px the header keeps its budget bar and figures clear of the buttons', async ({ app }) => {
   await app.setViewportSize({ width: 800, height: 600 });
   const bar = await box(app.getByTestId('budget-bar'));

@@ -7,6 +7,7 @@ import { ChatView } from './ChatView';
 import { ATTACH_EVENT, CHAT_INPUT_ID } from './Composer';
 import {
   CHAT_LIST_ID,
+  closeDrawers,
   Header,
   INSPECTOR_TOGGLE_ID,
   MODEL_PICKER_ID,
@@ -103,6 +104,7 @@ function useWindowDrop(): boolean {
   return over;
 }
 
+/** Ctrl/Cmd+N (a new chat), Ctrl/Cmd+K (the model picker), Esc (a drawer, else the reply). */
 function useShortcuts(): void {
   const bridge = useBridge();
   const store = useAppStore();
@@ -113,11 +115,14 @@ function useShortcuts(): void {
       const mod = e.ctrlKey || e.metaKey;
       if (mod && !e.shiftKey && !e.altKey && e.key.toLowerCase() === 'n') {
         e.preventDefault();
+        // A narrow window's drawer closes first: the focus must not go under it.
+        closeDrawers(store);
         bridge.newThread();
         focusInput = requestAnimationFrame(() => document.getElementById(CHAT_INPUT_ID)?.focus());
       } else if (mod && !e.shiftKey && !e.altKey && e.key.toLowerCase() === 'k') {
         e.preventDefault();
         cancelAnimationFrame(focusInput);
+        closeDrawers(store);
         document.getElementById(MODEL_PICKER_ID)?.focus();
       } else if (e.key === 'Escape' && !e.defaultPrevented) {
         const s = store.getState();

@@ -54,6 +54,7 @@ function ExportButtons({ threadId }: { threadId: string }) {
 }
 
 import { CHAT_INPUT_ID, Composer } from './Composer';
+import { closeDrawers } from './Header';
 import { type FindView, MessageList } from './MessageList';
 
 const EMPTY: never[] = [];
@@ -323,7 +324,9 @@ export function ChatView() {
       };
     }),
   );
-  // Ctrl/Cmd+F: the find bar (the page's own find cannot see the rows off screen); again: back to its box.
+  const store = useAppStore();
+  // Ctrl/Cmd+F: the find bar (the page's own find cannot see the rows off screen); again: back to its box. A
+  // narrow window's drawer closes first (the bar would be under it).
   const [findAsk, setFindAsk] = useState(0);
   const [find, setFind] = useState<FindView | undefined>(undefined);
   // An empty chat has nothing to find (the page's own find stays).
@@ -334,12 +337,13 @@ export function ChatView() {
       if (!hasMessages.current) return;
       if ((e.ctrlKey || e.metaKey) && !e.shiftKey && !e.altKey && e.key.toLowerCase() === 'f') {
         e.preventDefault();
+        closeDrawers(store);
         setFindAsk((n) => n + 1);
       }
     };
     window.addEventListener('keydown', onKey);
     return () => window.removeEventListener('keydown', onKey);
-  }, []);
+  }, [store]);
   // Another chat: the find starts over.
   // biome-ignore lint/correctness/useExhaustiveDependencies: the thread is the trigger
   useEffect(() => {

@@ -7,6 +7,7 @@ import { useApp, useBridge } from '../bridge/context';
 import { exactBytes, formatBytes } from '../lib/format';
 import { unloadedEntries } from '../lib/library';
 import { openOnArrow } from '../lib/open-on-arrow';
+import type { AppStore } from '../store';
 import { BudgetBar } from './BudgetBar';
 import { BackendOptions, useBackends } from './backends';
 import { MenuIcon } from './Icons';
@@ -29,6 +30,16 @@ function onNarrowChange(changed: () => void): () => void {
 /** Whether the window is narrow now (NARROW_WINDOW): the chat list and the inspector are drawers. */
 export function narrowWindow(): boolean {
   return narrowQuery()?.matches === true;
+}
+
+/**
+ * Closes a narrow window's drawers (the chat list, the inspector): a shortcut (Ctrl/Cmd+K, N, F) takes the focus to
+ * the page under them, which must not stay covered (the person pressing it wants the picker, the chat, the find bar).
+ */
+export function closeDrawers(store: AppStore): void {
+  const s = store.getState();
+  if (s.inspectorDrawer) s.setInspectorDrawer(false);
+  if (s.sidebarOpen) s.setSidebarOpen(false);
 }
 
 /** narrowWindow(), followed as the window is resized. */
