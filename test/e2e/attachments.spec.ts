@@ -114,3 +114,11 @@ test('a text file dropped on the conversation (not the message box) is attached,
   await expect(page.getByTestId('models-view')).toBeVisible();
   await expect(page.getByTestId('composer-attachment')).toHaveCount(0);
 });
+
+test('the paper clip is named in two words; what it takes is its description', async ({ app: page }) => {
+  const clip = page.getByTestId('attach-button');
+  // A screen reader says the name before anything else: not a sentence of 100 characters.
+  await expect(page.getByRole('button', { name: 'Attach files', exact: true })).toHaveCount(1);
+  await expect(clip).toHaveAccessibleName('Attach files');
+  await expect(clip).toHaveAccessibleDescription(/^Attach text files \(notes, code, CSV, JSON…\): .*drop them here\.$/);
+});

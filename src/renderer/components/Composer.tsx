@@ -343,6 +343,8 @@ export function Composer({ threadId }: { threadId: string | null }) {
           type="button"
           className="ghost attach"
           data-testid="attach-button"
+          // A short name; the title says the rest (its description).
+          aria-label="Attach files"
           title="Attach text files (notes, code, CSV, JSON…): the model reads them with your message. Or drop them here."
           disabled={streaming}
           onClick={() => fileInput.current?.click()}
