@@ -85,6 +85,9 @@ test('a narrow window shows the chats in a drawer from the header; Esc closes it
   await toggle.click();
   await expect(sidebar).toBeVisible();
   await expect(toggle).toHaveAttribute('aria-expanded', 'true');
+  // Over the page as a modal dialog, named: a screen reader keeps to it, as the inspector's drawer.
+  await expect(app.getByRole('dialog', { name: 'Chats' })).toBeVisible();
+  await expect(sidebar).toHaveAttribute('aria-modal', 'true');
   await expect(app.getByTestId('new-thread')).toBeInViewport();
   await expect(app.getByTestId('thread-search')).toBeInViewport();
   // Focus went into the drawer, and Tab keeps it there; Esc closes it and gives the focus back to its button.
@@ -112,6 +115,12 @@ test('a narrow window shows the chats in a drawer from the header; Esc closes it
   await app.setViewportSize({ width: 1280, height: 800 });
   await expect(toggle).toBeHidden();
   await expect(sidebar).toBeVisible();
+  // A column beside the chat: the chats' navigation landmark, no dialog (even left open in the narrow window).
+  await toggle.evaluate((el) => (el as unknown as { click(): void }).click());
+  await expect(app.getByRole('navigation', { name: 'Chats' })).toBeVisible();
+  await expect(sidebar).not.toHaveAttribute('role');
+  await expect(sidebar).not.toHaveAttribute('aria-modal');
+  await expect(app.getByRole('dialog')).toHaveCount(0);
 });
 
 test('a narrow window opens on the chat: the inspector is a drawer from the header; Esc or a click beside closes it', async ({

@@ -308,7 +308,8 @@ export function ThreadList() {
   }, [open]);
   // Open as a drawer, the list keeps the focus until it closes (Tab wraps inside it).
   const narrow = useNarrowWindow();
-  useFocusTrap(nav, open && narrow);
+  const drawer = open && narrow;
+  useFocusTrap(nav, drawer);
   return (
     <nav
       ref={nav}
@@ -317,6 +318,9 @@ export function ThreadList() {
       aria-label="Chats"
       data-testid="sidebar"
       data-open={open}
+      // A drawer over the page is a modal dialog (as the inspector's): a screen reader keeps to it, not to the chat
+      // it covers. Beside the chat, the column is the chats' navigation.
+      {...(drawer ? { role: 'dialog', 'aria-modal': true } : {})}
     >
       <div className="sidebar-actions">
         <button
