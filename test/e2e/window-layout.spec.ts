@@ -1,9 +1,10 @@
 /**
- * The window at the sizes people use (1280×800, 800×600): the settings panel scrolls on its own under a thread
- * that stays in view, a narrow window reaches its chats through a drawer, the header's budget keeps its bar and
- * figures, the message box grows with wrapped text, tables keep their words whole, the settings' summary stays
- * one line, and the inspector's request table fits and stays short. The keyboard: the chat list is one Tab stop
- * (arrows inside), Esc from the find bar goes back to the message box.
+ * The window at the sizes people use (1280×800, 800×600, and 400×300: 800×600 at 200 % zoom, where the messages
+ * keep their room): the settings panel scrolls on its own under a thread that stays in view, a narrow window
+ * reaches its chats through a drawer, the header's budget keeps its bar and figures, the message box grows with
+ * wrapped text, tables keep their words whole, the settings' summary stays one line, and the inspector's request
+ * table fits and stays short. The keyboard: the chat list is one Tab stop (arrows inside), Esc from the find bar
+ * goes back to the message box, Ctrl/Cmd+K, N and F close a drawer first.
  */
 import type { Locator, Page } from '@playwright/test';
 import { generatedModel } from '../helpers/models';
@@ -325,10 +326,12 @@ test('at 320 px (a phone, or 200 % zoom) the header wraps: every control and the
       await app.getByTestId('message-list').evaluate((el) => el.scrollWidth - el.clientWidth),
       `${width} px`,
     ).toBeLessThanOrEqual(0);
-    // And none under another: the figures end before the theme button on their line.
+    // And none under another: on the theme button's line (a short window's header puts the budget beside its last
+    // buttons), the figures end before it or start after it.
     const figures = await box(app.getByTestId('header-budget-figures'));
     const theme = await box(app.getByTestId('theme-toggle'));
-    if (Math.abs(figures.y - theme.y) < theme.height) expect(figures.x + figures.width).toBeLessThanOrEqual(theme.x);
+    if (Math.abs(figures.y - theme.y) < theme.height)
+      expect(figures.x + figures.width <= theme.x || figures.x >= theme.x + theme.width, `${width} px`).toBe(true);
   }
 });
 
@@ -708,4 +711,65 @@ test('scrolled up from the end, a button brings the chat back to its latest mess
   await expect.poll(fromEnd).toBeLessThan(60);
   await expect(jump).toHaveCount(0);
   await expect(app.locator('[data-message-id="m29"]')).toBeInViewport();
+});
+
+test.describe('at 200 % zoom', () => {
+  test.use({ deviceScaleFactor: 2 });
+
+  test('an 800×600 window (400×300) keeps room for the conversation, settings open too; 1280×800 is as it was', async ({
+    app,
+  }) => {
+    await app.setViewportSize({ width: 1280, height: 800 });
+    await newChat(app);
+    await setSettings(app, { maxNewTokens: 30 });
+    await send(app, 'hello');
+    await expect(lastReply(app)).toHaveAttribute('data-state', /done|error/, { timeout: 30_000 });
+    const computed = (selector: string, prop: string) =>
+      app
+        .locator(selector)
+        .first()
+        .evaluate(
+          (el, p) =>
+            (globalThis as unknown as { getComputedStyle(e: unknown): Record<string, string> }).getComputedStyle(el)[p],
+          prop,
+        );
+    // A window of a usual size: the header one line, everything spaced as before, the column not scrolling.
+    expect((await box(app.locator('header.header'))).height).toBeLessThan(60);
+    for (const [selector, prop, value] of [
+      ['header.header', 'padding', '8px 12px'],
+      ['.chat-head', 'padding', '8px 16px'],
+      ['.composer', 'padding', '10px 24px 12px'],
+      ['#chat-input', 'maxHeight', '200px'],
+      ['#chat-input', 'padding', '9px 10px'],
+      ['.main', 'overflowY', 'visible'],
+      ['.messages-wrap', 'minHeight', '0px'],
+    ] as const) {
+      expect(await computed(selector, prop), `${selector} ${prop}`).toBe(value);
+    }
+
+    await app.setViewportSize({ width: 400, height: 300 });
+    const column = app.getByTestId('chat-view');
+    const messages = app.getByTestId('message-list');
+    // The messages keep 40 % of the column (they had 21 px of its 194: a line of the reply), the reply's end
+    // and the whole message box in view.
+    const roomy = async (what: string) => {
+      const m = (await box(messages)).height;
+      expect(m, what).toBeGreaterThanOrEqual(90);
+      expect(m, what).toBeGreaterThanOrEqual(0.4 * (await box(column)).height - 1);
+    };
+    await roomy('settings closed');
+    await expect(app.getByTestId('chat-input')).toBeInViewport({ ratio: 1 });
+    await expect(app.getByTestId('send-button')).toBeInViewport({ ratio: 1 });
+    await expect(lastReply(app)).toBeInViewport();
+    const end = await lastReply(app).evaluate((el) => el.getBoundingClientRect().bottom);
+    expect(end).toBeLessThanOrEqual((await box(messages)).y + (await box(messages)).height + 1);
+    // Settings open, a field of theirs focused: the messages keep their room (the column scrolls), and the
+    // window's header stays where it is.
+    await app.getByTestId('settings-toggle').click();
+    await app.getByTestId('setting-temperature').focus();
+    await expect(app.getByTestId('setting-temperature')).toBeInViewport({ ratio: 1 });
+    await roomy('settings open');
+    expect((await box(app.locator('header.header'))).y).toBe(0);
+    await expect(app.getByTestId('inspector-toggle')).toBeInViewport({ ratio: 1 });
+  });
 });
