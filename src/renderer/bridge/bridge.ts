@@ -26,6 +26,7 @@ import { noteOwnRequest } from '../lib/busy-elsewhere';
 import { drafts } from '../lib/drafts';
 import { autoRunCalls, chatTools, MAX_AUTO_ROUNDS, SKIPPED_ANSWER, toolKey } from '../lib/mcp-tools';
 import { mergeThread } from '../lib/merge-thread';
+import { loadedAnnouncement, unloadedAnnouncement, validatedAnnouncement } from '../lib/model-announcement';
 import { blank, carriedSettings, chatSetup } from '../lib/presets';
 import { parseThreadImport } from '../lib/thread-export';
 import { turnModel } from '../lib/turn-model';
@@ -944,6 +945,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     }
     if (superseded) return;
     if (r.ok) {
+      s().announce(validatedAnnouncement(r.value.spec, s().snapshot?.devices ?? []));
       s().setPackageImport({
         name,
         status: 'ready',
@@ -973,6 +975,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     } else if (!r.value.ok) {
       s().setPackageImport({ name, status: 'error', path, error: r.value.error, ...trusted });
     } else {
+      s().announce(validatedAnnouncement(r.value.spec, s().snapshot?.devices ?? []));
       s().setPackageImport({ name, status: 'ready', path, spec: r.value.spec, ...trusted });
     }
   }
@@ -999,7 +1002,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       }
       if (current?.path === path || current?.spec?.root === path) {
         s().setPackageImport({ ...current, status: 'error', error: packageError(r.error) });
-      } else notify(`Could not load the model: ${r.error.message}`);
+      } else s().setNotice(`Could not load the model: ${r.error.message}`, false, true);
       return { said: null };
     }
     const current = s().packageImport;
@@ -1007,6 +1010,11 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       s().setPackageImport({ ...current, modelId: r.value.id, spec: r.value.spec });
     }
     await refreshModels();
+    // Said: the card's badge changes, or the card moves to the loaded ones, away from the focus. A template of the
+    // person's own on a loaded model is said by its editor ("Yours is in use from the next reply").
+    if (!loaded || how.chatTemplate === undefined) {
+      s().announce(loadedAnnouncement(r.value.spec.displayName, r.value.backend, loaded !== undefined));
+    }
     return { said: null, id: r.value.id };
   }
 
@@ -1015,13 +1023,17 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     s().setModelBusy(id, true);
     const r = await api.invoke('unloadModel', { id });
     s().setModelBusy(id, false);
-    if (!report('Could not unload the model', r)) return;
+    if (!r.ok) {
+      s().setNotice(`Could not unload the model: ${r.error.message}`, false, true);
+      return;
+    }
     const current = s().packageImport;
     if (current?.modelId === id) {
       const { modelId: _dropped, ...rest } = current;
       s().setPackageImport({ ...rest, path: model?.spec.root ?? current.path });
     }
     await refreshModels();
+    s().announce(unloadedAnnouncement(model?.spec.displayName ?? id));
   }
 
   async function loadAndUse(root: string, how: LoadModelRequest = {}): Promise<string | null> {

@@ -3,6 +3,7 @@ import { useEffect, useRef, useState } from 'react';
 import { useApp, useAppStore, useBridge } from '../bridge/context';
 import { installFocusRescue } from '../lib/focus-rescue';
 import { captureDrop } from '../lib/folder-drop';
+import { Announcer } from './Announcer';
 import { ChatView } from './ChatView';
 import { ATTACH_EVENT, CHAT_INPUT_ID } from './Composer';
 import {
@@ -161,6 +162,7 @@ const NOTICE_MS = 10_000;
 /** The notices under the header: one that stays until dismissed, above the passing one. */
 function Notices() {
   const notice = useApp((s) => s.notice);
+  const urgent = useApp((s) => s.noticeUrgent);
   const sticky = useApp((s) => s.stickyNotice);
   const setNotice = useApp((s) => s.setNotice);
   const offline = useApp((s) => s.connection === 'reconnecting');
@@ -199,7 +201,13 @@ function Notices() {
         </div>
       )}
       {notice && (
-        <div className="notice" data-testid="notice">
+        // A failure the person must hear now (a model that did not load or unload) is an alert of its own.
+        <div
+          className="notice"
+          data-testid="notice"
+          key={urgent ? 'alert' : 'notice'}
+          role={urgent ? 'alert' : undefined}
+        >
           <span>{notice}</span>
           <button type="button" className="small" aria-label="Dismiss the notice" onClick={() => setNotice(null)}>
             dismiss
@@ -258,6 +266,7 @@ export function App() {
         {inspectorOpen && <Inspector />}
       </div>
       <Notices />
+      <Announcer />
       {dragging && <div className="drop-overlay">Drop a model package folder to validate it</div>}
     </div>
   );

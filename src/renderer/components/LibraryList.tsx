@@ -9,6 +9,7 @@ import { useApp, useBridge } from '../bridge/context';
 import { fitClass, fitLabel, modelFit } from '../lib/fit';
 import { formatInteger } from '../lib/format';
 import { lastLoaded, unloadedEntries } from '../lib/library';
+import { focusWhenDone } from '../lib/model-focus';
 import { Bytes } from './Bytes';
 
 function Row({ entry, busy }: { entry: LibraryEntry; busy: boolean }) {
@@ -128,7 +129,8 @@ function Row({ entry, busy }: { entry: LibraryEntry; busy: boolean }) {
             className="primary"
             data-testid="library-load"
             disabled={busy || confirming}
-            onClick={() => void bridge.loadPackage(entry.root)}
+            // Loaded, the focus goes to its Unload among the loaded models (this row goes).
+            onClick={(e) => void focusWhenDone(bridge.loadPackage(entry.root), e.currentTarget, entry.root)}
           >
             {busy ? 'Loading…' : 'Load'}
           </button>

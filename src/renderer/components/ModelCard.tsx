@@ -8,6 +8,7 @@ import { reasoningWhere } from '../../shared/reasoning';
 import { useApp, useBridge } from '../bridge/context';
 import { FIT_CONCURRENCY, fitClass, fitLabel, modelFit } from '../lib/fit';
 import { exactBytes, formatBytes, formatInteger } from '../lib/format';
+import { focusWhenDone } from '../lib/model-focus';
 import { Bytes } from './Bytes';
 import { BackendOptions, useBackends, whyNotUsable } from './backends';
 
@@ -136,7 +137,8 @@ function RunWith({ spec, loaded, busy, onLoad }: LoadControlProps) {
           className="primary"
           data-testid={loaded ? 'model-reload' : 'model-load'}
           disabled={busy}
-          onClick={() => void onLoad(how)}
+          // Loaded, the focus goes to its Unload (the button goes).
+          onClick={(e) => void focusWhenDone(onLoad(how), e.currentTarget, spec.root)}
         >
           {busy ? 'Loading…' : loaded ? 'Load again with these' : 'Load'}
         </button>
@@ -319,7 +321,7 @@ export function ModelCard({
   /** Being loaded again (by this window or another front end): requests on it wait until the load is in. */
   reloading?: boolean | undefined;
   onLoad?: (how: LoadModelRequest) => Promise<string | null>;
-  onUnload?: () => void;
+  onUnload?: () => Promise<void>;
   onUse?: () => void;
   /** The card of a package just chosen: closing it leaves the package where it is (loaded, or in the library). */
   onClose?: () => void;
@@ -334,7 +336,7 @@ export function ModelCard({
   const badgeClass = fitClass(fit);
   const oneContext = spec.bpt * (positions ?? spec.contextLength);
   return (
-    <div className="card" data-testid={testId} data-model-id={spec.id} data-loaded={loaded}>
+    <div className="card" data-testid={testId} data-model-id={spec.id} data-root={spec.root} data-loaded={loaded}>
       <div className="top">
         <h3 data-testid="model-name" title={spec.displayName}>
           {spec.displayName}
@@ -470,7 +472,13 @@ export function ModelCard({
           </button>
         )}
         {loaded && onUnload && (
-          <button type="button" data-testid="model-unload" disabled={busy || reloading} onClick={onUnload}>
+          <button
+            type="button"
+            data-testid="model-unload"
+            disabled={busy || reloading}
+            // Unloaded, the focus goes to its Load, wherever its card is then.
+            onClick={(e) => void focusWhenDone(onUnload(), e.currentTarget, spec.root)}
+          >
             {busy && !reloading ? 'Unloading…' : 'Unload'}
           </button>
         )}

@@ -4,6 +4,7 @@ import { useShallow } from 'zustand/react/shallow';
 import { useApp, useBridge } from '../bridge/context';
 import { fromFileList } from '../lib/folder-drop';
 import { formatBytes, formatInteger } from '../lib/format';
+import { LOADED_HEADING_ID } from '../lib/model-focus';
 import { ApiServerPanel } from './ApiServerPanel';
 import { HubDownload } from './HubDownload';
 import { LibraryList } from './LibraryList';
@@ -65,7 +66,13 @@ function ImportResult() {
   }
   if (imp.status === 'error' && imp.error) {
     return (
-      <div className="card error" role="alert" data-testid="model-error" data-code={imp.error.code}>
+      <div
+        className="card error"
+        role="alert"
+        data-testid="model-error"
+        data-code={imp.error.code}
+        data-root={imp.path ?? imp.spec?.root}
+      >
         <div className="top">
           <h3>{imp.name}</h3>
           <span className="badge bad">{imp.error.code}</span>
@@ -134,7 +141,7 @@ function ImportResult() {
       reloading={loadedModel?.reloading}
       // Chosen to be used: once loaded, new replies go to it.
       onLoad={(how) => bridge.loadAndUse(path, imp.trusted ? { ...how, trustInstalled: true } : how)}
-      onUnload={loadedModel ? () => void bridge.unloadModel(loadedModel.id) : undefined}
+      onUnload={loadedModel ? () => bridge.unloadModel(loadedModel.id) : undefined}
       onUse={loadedModel ? () => bridge.setActiveModel(loadedModel.id) : undefined}
       onClose={() => setPackageImport(null)}
       note={
@@ -259,7 +266,10 @@ export function ModelsView() {
         )}
         <HubDownload />
         <ApiServerPanel />
-        <h2 className="section-title">Loaded</h2>
+        {/* The focus comes here when a model unloaded has no card left (focusWhenDone). */}
+        <h2 className="section-title" id={LOADED_HEADING_ID} tabIndex={-1}>
+          Loaded
+        </h2>
         {/* One loaded from the card above is listed there, not twice. */}
         {models.length === 0 ? (
           <div className="muted">No model is loaded.</div>
@@ -285,7 +295,7 @@ export function ModelsView() {
               busy={busyModels.includes(m.id)}
               reloading={m.reloading}
               onLoad={(how) => bridge.loadPackage(m.spec.root, how)}
-              onUnload={() => void bridge.unloadModel(m.id)}
+              onUnload={() => bridge.unloadModel(m.id)}
               onUse={() => bridge.setActiveModel(m.id)}
             />
           ))}

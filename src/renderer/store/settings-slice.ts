@@ -9,6 +9,8 @@ export const createSettingsSlice: StateCreator<AppState, [], [], SettingsSlice> 
   transport: null,
   notice: null,
   stickyNotice: null,
+  noticeUrgent: false,
+  announcement: null,
   apiServer: null,
   sidebarOpen: false,
   inspectorDrawer: false,
@@ -31,8 +33,11 @@ export const createSettingsSlice: StateCreator<AppState, [], [], SettingsSlice> 
   setTransport(transport) {
     set({ transport });
   },
-  setNotice(notice, stays = false) {
-    set(stays ? { stickyNotice: notice } : { notice });
+  setNotice(notice, stays = false, urgent = false) {
+    set(stays ? { stickyNotice: notice } : { notice, noticeUrgent: urgent });
+  },
+  announce(text) {
+    set((s) => ({ announcement: { text, seq: (s.announcement?.seq ?? 0) + 1 } }));
   },
   setApiServer(apiServer) {
     set({ apiServer });

@@ -193,6 +193,13 @@ export interface SettingsSlice {
    * beside the passing ones, which never take its place.
    */
   stickyNotice: string | null;
+  /** The passing notice is a failure the person must hear now: said as an alert, not politely. */
+  noticeUrgent: boolean;
+  /**
+   * What a screen reader is told politely of a change done without a sign where the focus is (a model loaded or
+   * unloaded, a package validated, a control's value set); `seq` tells the same words said again from the last.
+   */
+  announcement: { text: string; seq: number } | null;
   /** Where the HTTP API answers (null until the host said). */
   apiServer: ApiServerStatus | null;
   /** A narrow window's chat list, shown as a drawer over the chat (a wide one always shows it). */
@@ -209,7 +216,8 @@ export interface SettingsSlice {
   setView(view: MainView): void;
   setConnection(state: ConnectionState): void;
   setTransport(kind: 'electron' | 'websocket'): void;
-  setNotice(text: string | null, stays?: boolean): void;
+  setNotice(text: string | null, stays?: boolean, urgent?: boolean): void;
+  announce(text: string): void;
 }
 
 export type AppState = ModelsSlice & ChatSlice & SchedulerSlice & SettingsSlice;
