@@ -1,13 +1,14 @@
 /**
  * What a screen reader hears of a change made without a sign where the focus is, and where the keyboard's focus
  * goes then: a package validated, a model loaded and unloaded from its card, the library or the loaded list (the
- * card's next button, never the whole view), and a load refused (an alert).
+ * card's next button, never the whole view), a load refused (an alert), and the inspector's limit and max running
+ * set (the limit's question answered hands the focus back to its field; its three "Set" buttons are told apart).
  */
 import { cpSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { defaultModelDir } from '../helpers/fixtures';
-import { expect, test } from './fixtures';
+import { apiSnapshot, expect, lastReply, newChat, send, setSettings, test } from './fixtures';
 
 test('a package validated, loaded and unloaded is said politely, and the focus goes to its card’s next button', async ({
   app,
@@ -77,4 +78,61 @@ test('a package validated, loaded and unloaded is said politely, and the focus g
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+test('the limit and max running set are said; the question answered gives the focus back to the limit', async ({
+  app,
+  server,
+}) => {
+  const announcer = app.getByTestId('announcer');
+  const controls = app.getByTestId('inspector-controls');
+  // Three buttons read "Set": each is named for what it sets.
+  await expect(app.getByTestId('budget-limit-apply')).toHaveAccessibleName('Set KV limit');
+  await expect(app.getByTestId('max-running-apply')).toHaveAccessibleName('Set max running');
+
+  const limit = controls.getByRole('textbox', { name: 'limit' });
+  await limit.fill('1GiB');
+  await limit.press('Enter');
+  await expect(app.getByTestId('budget-limit-bytes')).toHaveAttribute('data-bytes', String(1024 ** 3));
+  await expect(announcer).toHaveText('KV limit set to 1.00 GiB');
+
+  const running = app.getByTestId('max-running-input');
+  const before = (await apiSnapshot(server)).maxRunning;
+  await running.fill('3');
+  await running.press('Enter');
+  await expect(announcer).toHaveText('Max running set to 3');
+  await running.fill(String(before));
+  await controls.getByRole('button', { name: 'Set max running' }).click();
+  await expect(announcer).toHaveText(`Max running set to ${before}`);
+
+  // A chat whose KV is kept: 8 KiB drops it, so it is asked first.
+  await newChat(app);
+  await setSettings(app, { maxNewTokens: 4, seed: 3 });
+  await send(app, 'Keep my cache');
+  await expect(lastReply(app)).toHaveAttribute('data-state', 'done', { timeout: 30_000 });
+  await expect.poll(async () => (await apiSnapshot(server)).heldBytes).toBeGreaterThan(8192);
+  await limit.fill('8KiB');
+  await limit.press('Enter');
+  const ask = app.getByTestId('budget-limit-ask');
+  await expect(ask).toContainText('drops the kept KV');
+  // Esc answers no: the focus is back on the limit.
+  await ask.getByRole('button', { name: 'Cancel' }).focus();
+  await app.keyboard.press('Escape');
+  await expect(ask).toHaveCount(0);
+  await expect(limit).toBeFocused();
+  await limit.press('Enter');
+  const confirm = ask.getByRole('button', { name: 'Set limit and drop idle KV' });
+  await confirm.focus();
+  await app.keyboard.press('Enter');
+  await expect(app.getByTestId('budget-limit-bytes')).toHaveAttribute('data-bytes', '8192');
+  await expect(announcer).toHaveText('KV limit set to 8.00 KiB');
+  await expect(limit).toBeFocused();
+  await expect(app.getByTestId('inspector')).not.toBeFocused();
+
+  // Back to the derived limit for the other tests: said, and the focus on the limit (its button goes).
+  await app.getByTestId('budget-use-derived').focus();
+  await app.keyboard.press('Enter');
+  await expect(app.getByTestId('budget-derivation')).toHaveAttribute('data-source', 'derived');
+  await expect(announcer).toHaveText(/^KV limit back to the derived [\d.]+ [KMGT]iB$/);
+  await expect(limit).toBeFocused();
 });

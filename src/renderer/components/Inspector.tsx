@@ -16,7 +16,7 @@ import type {
   SchedulerSessionView,
   SchedulerSnapshot,
 } from '../../shared/scheduler-types';
-import { useApp, useBridge } from '../bridge/context';
+import { useApp, useAppStore, useBridge } from '../bridge/context';
 import { useFocusTrap } from '../lib/focus-trap';
 import { byteChange, exactBytes, formatBytes, formatInteger, formatMs, parseByteSize } from '../lib/format';
 import { derivedLimitDrops, sessionsDroppedBy } from '../lib/limit-change';
@@ -164,12 +164,37 @@ function Controls({ devices }: { devices: DeviceBudgetSnapshot[] }) {
   const [asking, setAsking] = useState<{ bytes: number; drops: number; derived: boolean } | null>(null);
   const [device, setDevice] = useState('cpu');
   const snap = devices.find((d) => d.device === device) ?? (devices[0] as DeviceBudgetSnapshot);
+  const store = useAppStore();
+  const limitField = useRef<HTMLInputElement>(null);
+  const derivedButton = useRef<HTMLButtonElement>(null);
   const apply = async (patch: Parameters<typeof bridge.configureBudget>[0]) => {
     const r = await bridge.configureBudget(
       patch.kvBudgetBytes !== undefined ? { ...patch, device: snap.device } : patch,
     );
     setError(r.ok ? null : r.error.message, patch.maxRunning !== undefined ? 'running' : 'limit');
+    // Set, it shows only in the field's placeholder: said, with the figure the scheduler took.
+    if (r.ok) {
+      const now = store.getState().snapshot?.devices.find((d) => d.device === snap.device) ?? snap;
+      const where = devices.length > 1 ? ` on ${snap.device}` : '';
+      store
+        .getState()
+        .announce(
+          patch.maxRunning !== undefined
+            ? `Max running set to ${now.maxRunning}`
+            : patch.kvBudgetBytes === null
+              ? `KV limit${where} back to the derived ${formatBytes(now.limitBytes)}`
+              : `KV limit${where} set to ${formatBytes(now.limitBytes)}`,
+        );
+    }
     return r.ok;
+  };
+  /**
+   * The question answered (Set, Cancel, Esc): its buttons go, and the focus goes back to the field it is about (to
+   * "use the derived limit again" when that was asked and it is still there).
+   */
+  const answered = (derived: boolean) => {
+    setAsking(null);
+    (derived ? (derivedButton.current ?? limitField.current) : limitField.current)?.focus();
   };
   const applyLimit = async (sure = false) => {
     const bytes = parseByteSize(limit);
@@ -234,6 +259,7 @@ function Controls({ devices }: { devices: DeviceBudgetSnapshot[] }) {
         )}
         <label htmlFor="budget-limit">limit</label>
         <input
+          ref={limitField}
           id="budget-limit"
           type="text"
           data-testid="budget-limit-input"
@@ -254,6 +280,8 @@ function Controls({ devices }: { devices: DeviceBudgetSnapshot[] }) {
         <button
           type="button"
           data-testid="budget-limit-apply"
+          // Three buttons here read "Set": each named for what it sets.
+          aria-label="Set KV limit"
           disabled={!limit.trim()}
           onClick={() => void applyLimit()}
         >
@@ -281,6 +309,7 @@ function Controls({ devices }: { devices: DeviceBudgetSnapshot[] }) {
         <button
           type="button"
           data-testid="max-running-apply"
+          aria-label="Set max running"
           disabled={!maxRunning.trim()}
           onClick={() => void applyRunning()}
         >
@@ -292,7 +321,19 @@ function Controls({ devices }: { devices: DeviceBudgetSnapshot[] }) {
             className="ghost"
             style={{ gridColumn: '1 / -1', justifySelf: 'start' }}
             data-testid="budget-use-derived"
-            onClick={() => void backToDerived()}
+            ref={derivedButton}
+            onClick={(e) => {
+              const button = e.currentTarget;
+              const home = button.closest('[data-focus-home]');
+              // Set at once, the button goes (at its next render): the focus goes to the limit field, unless the
+              // person put it elsewhere meanwhile. Asked first, it is there already.
+              void backToDerived().then(() =>
+                setTimeout(() => {
+                  const active = document.activeElement;
+                  if (!button.isConnected && (active === document.body || active === home)) limitField.current?.focus();
+                }, 0),
+              );
+            }}
           >
             use the derived limit again
           </button>
@@ -311,7 +352,7 @@ function Controls({ devices }: { devices: DeviceBudgetSnapshot[] }) {
             onKeyDown={(e) => {
               if (e.key !== 'Escape') return;
               e.stopPropagation();
-              setAsking(null);
+              answered(asking.derived);
             }}
           >
             {asking.bytes === 0 && !asking.derived ? (
@@ -334,11 +375,27 @@ function Controls({ devices }: { devices: DeviceBudgetSnapshot[] }) {
               type="button"
               className="small danger"
               data-testid="budget-limit-confirm"
-              onClick={() => void (asking.derived ? backToDerived(true) : applyLimit(true))}
+              aria-label={
+                asking.derived
+                  ? 'Set the derived limit and drop idle KV'
+                  : asking.drops > 0
+                    ? 'Set limit and drop idle KV'
+                    : 'Set the 0 B limit'
+              }
+              onClick={() => {
+                // The derived limit set, its button goes: the focus goes to the limit field either way.
+                answered(false);
+                void (asking.derived ? backToDerived(true) : applyLimit(true));
+              }}
             >
               Set
             </button>
-            <button type="button" className="small" data-testid="budget-limit-cancel" onClick={() => setAsking(null)}>
+            <button
+              type="button"
+              className="small"
+              data-testid="budget-limit-cancel"
+              onClick={() => answered(asking.derived)}
+            >
               Cancel
             </button>
           </div>
