@@ -197,7 +197,7 @@ function checkComponent(
       fail(
         file,
         `${field}.pattern.Regex`,
-        `repeats a group that itself repeats (${JSON.stringify(pattern.Regex.slice(at, at + 40))}): such a pattern can take hours on some text, holding kvdesk (a regular expression cannot be stopped once it runs)`,
+        `repeats something that has a repeat inside it (${JSON.stringify(pattern.Regex.slice(at, at + 40))}): such a pattern may take hours on some text, holding kvdesk (a regular expression cannot be stopped once it runs)`,
         REPLACE_TOKENIZER,
       );
     }

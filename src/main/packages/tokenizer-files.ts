@@ -82,7 +82,8 @@ function checkTemplateProcessing(pp: unknown, field: string, known: ReadonlySet<
       });
     }
   }
-  for (const part of ['single', 'pair'] as const) {
+  // `pair` is read only for a pair of texts, which kvdesk never encodes.
+  for (const part of ['single'] as const) {
     const pieces = pp[part];
     if (!Array.isArray(pieces)) continue;
     for (const [i, piece] of pieces.entries()) {

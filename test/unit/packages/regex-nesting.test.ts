@@ -41,6 +41,12 @@ describe('nestedRepeat', () => {
       ['((?:a|b)+c)+', 0],
       ['(?i:a+)+', 0],
       ['(a+?)+?', 0],
+      // The tokenizer library reads `X{n,m}+` as `(?:X{n,m})+`, and `{,n}` as `{0,n}`.
+      ['a{1,}+b', 0],
+      ['x\\p{L}{2,}+(?!\\S)', 1],
+      ['\\s{1,3}*x', 0],
+      ['(?:a+){,30}b', 0],
+      ['(?:a{,9})+b', 0],
     ] as const) {
       expect(nestedRepeat(pattern), pattern).toBe(at);
     }
@@ -58,6 +64,11 @@ describe('nestedRepeat', () => {
       '\\p{L}+\\u{1F600}*',
       '(?=a+)b',
       '[a-z]{1,3}(?:x){2}',
+      // A fixed count is a run in a row, `?` once or not: the right-to-left digit split, line ends repeated.
+      '(?:\\d{3})+',
+      '\\p{N}{1,3}(?=(?:\\p{N}{3})*(?!\\p{N}))',
+      '(?:\\r?\\n)+',
+      '(?:\\x{20}|b)+',
     ]) {
       expect(nestedRepeat(pattern), pattern).toBeUndefined();
     }

@@ -189,7 +189,7 @@ describe('a tokenizer pattern that can backtrack for hours', () => {
     const field = 'pre_tokenizer.pretokenizers[0].pattern.Regex';
     const err = await refusal(loadModelSpec(dir), { file: 'tokenizer.json', field });
     expect(err.message).toBe(
-      `tokenizer.json: \`${field}\` repeats a group that itself repeats ("(a+)+b"): such a pattern can take hours on some text, holding kvdesk (a regular expression cannot be stopped once it runs). Replace it with the tokenizer.json saved with this model (by transformers' save_pretrained).`,
+      `tokenizer.json: \`${field}\` repeats something that has a repeat inside it ("(a+)+b"): such a pattern may take hours on some text, holding kvdesk (a regular expression cannot be stopped once it runs). Replace it with the tokenizer.json saved with this model (by transformers' save_pretrained).`,
     );
     // The tokenizer library itself takes it.
     await expect(hostTokenizer(dir)).resolves.toBeDefined();
