@@ -378,10 +378,17 @@ export function renderChatTemplate(template: string, messages: ChatMessage[], op
   const source = opts.source ?? 'chat template';
   validateMessages(messages);
   // A template that ran past the limits on the one-message chat it was tried on when its package was read is not
-  // run again for each request (a second each, on the host's thread): it fails as it did then.
+  // run again for each request (a second each, on the host's thread): it fails as it did then. Tried again after a
+  // minute (a one-off stall of the machine during the trial is not held against it for good).
   const over = overran.get(template);
-  const outcome: RenderOutcome =
-    over !== undefined ? { ok: false, why: 'over', reason: over } : tryRender(template, messages, opts);
+  const fresh = over !== undefined && Date.now() - over.at < OVERRAN_KEPT_MS;
+  const outcome: RenderOutcome = fresh
+    ? { ok: false, why: 'over', reason: over.reason }
+    : tryRender(template, messages, opts);
+  if (over !== undefined && !fresh) {
+    if (!outcome.ok && outcome.why === 'over') overran.set(template, { reason: outcome.reason, at: Date.now() });
+    else overran.delete(template);
+  }
   if (outcome.ok) return outcome.text;
   const fix = opts.fix ?? FIX_PACKAGE_TEMPLATE;
   switch (outcome.why) {
@@ -416,8 +423,10 @@ const PROBE_CHAT: ChatMessage[] = [{ role: 'user', content: 'Hello' }];
 /** Templates tried already (a library lists the same packages again and again): template → what was found. */
 const probed = new Map<string, string | undefined>();
 const PROBED_KEPT = 64;
-/** Templates whose try ran past the limits (a loop): template → why it was stopped. */
-const overran = new Map<string, string>();
+/** Templates whose try ran past the limits (a loop): template → why it was stopped, and when. */
+const overran = new Map<string, { reason: string; at: number }>();
+/** How long a template that ran past the limits fails at once before it is run again. */
+const OVERRAN_KEPT_MS = 60_000;
 
 /**
  * Why a package's chat template cannot be used for chats (undefined when it can): it is not valid Jinja, or
@@ -445,7 +454,7 @@ export function templateProblem(template: string, tokens: { bos?: string; eos?: 
   probed.set(key, found);
   if (!outcome.ok && outcome.why === 'over') {
     if (overran.size >= PROBED_KEPT) overran.delete(overran.keys().next().value as string);
-    overran.set(template, outcome.reason);
+    overran.set(template, { reason: outcome.reason, at: Date.now() });
   }
   return found;
 }
