@@ -12,12 +12,17 @@ function runNodeChild(args) {
     env: { ...process.env, KVDESK_WRAPPER_PID: String(process.pid) },
   });
   // Forward termination so `kill <this pid>` stops the program, not just this wrapper.
-  for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
+  // On Windows the console gives Ctrl+C to every process attached to it, and a kill is TerminateProcess (SIGHUP
+  // cannot be sent at all): only SIGTERM is passed on there.
+  const windows = process.platform === 'win32';
+  for (const signal of windows ? ['SIGTERM'] : ['SIGINT', 'SIGTERM', 'SIGHUP']) {
     process.on(signal, () => {
       if (signal === 'SIGINT' && typedInForeground()) return;
       child.kill(signal);
     });
   }
+  // Still heard, so this wrapper is not ended by them before its program.
+  if (windows) for (const signal of ['SIGINT', 'SIGHUP']) process.on(signal, () => {});
   child.on('error', (err) => {
     process.stderr.write(`kvdesk: could not start node: ${err.message}\n`);
     process.exit(1);

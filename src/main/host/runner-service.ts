@@ -966,9 +966,8 @@ export class RunnerService {
       }
     }
     const empty = rows.findIndex((r) => r.length === 0);
-    if (empty >= 0 && req.messages) {
+    if (empty >= 0 && rendered !== undefined) {
       // The messages were there: the template wrote nothing of them, or the tokenizer made no tokens of what it wrote.
-      const spec = model.spec;
       const source = spec.chatTemplateEdited
         ? 'the chat template of your own'
         : spec.chatTemplate
@@ -976,9 +975,9 @@ export class RunnerService {
           : "kvdesk's ChatML template";
       throw new KvdeskError(
         'BAD_REQUEST',
-        (rendered ?? '').trim() === ''
+        rendered.trim() === ''
           ? `${source} wrote no text for these messages, so there is nothing to send the model. Check that the template writes each message's content (fix it, or give the model another chat template).`
-          : `the tokenizer made no tokens of the ${(rendered ?? '').length} characters ${source} wrote for these messages. Check that the package's tokenizer.json belongs to this model.`,
+          : `the tokenizer made no tokens of the ${rendered.length} characters ${source} wrote for these messages. Check that the package's tokenizer.json belongs to this model.`,
         { field: 'messages' },
       );
     }

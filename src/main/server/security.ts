@@ -191,7 +191,7 @@ export function checkAccess(req: IncomingMessage, url: URL, policy: AccessPolicy
         status: 403,
         code: 'origin_not_allowed',
         message: allowed
-          ? `Origin "${origin}" may call this server's model APIs only (/v1/chat/completions, /v1/completions, /v1/responses, /v1/messages, /v1/models, /api/chat, /api/generate, /api/tags, /api/show, /api/ps, /api/version), not ${url.pathname}: the rest (the UI, its chats and tools, uploads, downloads, kvdesk's own routes, /metrics) answers only pages the server serves itself. Open the UI from the server's own address.`
+          ? `Origin "${origin}" may call this server's model APIs only (OpenAI's, Anthropic's and Ollama's routes), not ${url.pathname}: the rest (the UI, its chats and tools, uploads, downloads, kvdesk's own routes, /metrics) answers only pages the server serves itself. Open the UI from the server's own address.`
           : `Origin "${origin}" may not call this server: only pages it serves itself may, and pages of origins it was started with (kvdesk serve --allow-origin ${origin}), which may call the model APIs only. Open the UI from the server's own address.`,
       };
     }
