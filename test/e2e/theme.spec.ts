@@ -89,15 +89,24 @@ function contrast(a: string, b: string): number {
 test('placeholders (the message box hint, the limit now) read at 4.5:1 in both themes', async ({ app }) => {
   const input = app.locator('#chat-input');
   await expect(input).toHaveAttribute('placeholder', /.+/);
+  // The OS's scheme decides (no pick left by another test on this server).
+  await expect(app.getByTestId('theme-toggle')).toHaveAttribute('data-theme', 'system');
   const colours = () =>
     input.evaluate((e) => {
       const g = globalThis as unknown as {
         getComputedStyle(e: unknown, pseudo?: string): { color: string; backgroundColor: string };
       };
-      return { text: g.getComputedStyle(e, '::placeholder').color, bg: g.getComputedStyle(e).backgroundColor };
+      return {
+        text: g.getComputedStyle(e, '::placeholder').color,
+        own: g.getComputedStyle(e).color,
+        bg: g.getComputedStyle(e).backgroundColor,
+      };
     });
   for (const colorScheme of ['light', 'dark'] as const) {
     await app.emulateMedia({ colorScheme });
     await expect.poll(async () => contrast((await colours()).text, (await colours()).bg)).toBeGreaterThanOrEqual(4.5);
+    // The placeholder's own colour was read (not the text's, which passes anyway).
+    const { text, own } = await colours();
+    expect(text).not.toBe(own);
   }
 });

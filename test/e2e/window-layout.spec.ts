@@ -713,6 +713,24 @@ test('scrolled up from the end, a button brings the chat back to its latest mess
   await expect(app.locator('[data-message-id="m29"]')).toBeInViewport();
 });
 
+test('a window made shorter keeps the chat at its end', async ({ app }) => {
+  await app.setViewportSize({ width: 1280, height: 800 });
+  await newChat(app);
+  await setSettings(app, { maxNewTokens: 30 });
+  await send(app, 'hello, '.repeat(150));
+  await expect(lastReply(app)).toHaveAttribute('data-state', /done|error/, { timeout: 30_000 });
+  // Only the height changes: no row is measured again, so no growth moves the list; its size does.
+  await app.setViewportSize({ width: 1280, height: 360 });
+  const messages = app.getByTestId('message-list');
+  await expect
+    .poll(async () => {
+      const end = await lastReply(app).evaluate((el) => el.getBoundingClientRect().bottom);
+      return end - ((await box(messages)).y + (await box(messages)).height);
+    })
+    .toBeLessThanOrEqual(1);
+  await app.setViewportSize({ width: 1280, height: 800 });
+});
+
 test.describe('at 200 % zoom', () => {
   test.use({ deviceScaleFactor: 2 });
 
@@ -722,7 +740,8 @@ test.describe('at 200 % zoom', () => {
     await app.setViewportSize({ width: 1280, height: 800 });
     await newChat(app);
     await setSettings(app, { maxNewTokens: 30 });
-    await send(app, 'hello');
+    // A message of several lines at 400 px: the chat is taller than the list there (all of it shows at 1280×800).
+    await send(app, 'hello, '.repeat(40));
     await expect(lastReply(app)).toHaveAttribute('data-state', /done|error/, { timeout: 30_000 });
     const computed = (selector: string, prop: string) =>
       app
@@ -760,9 +779,29 @@ test.describe('at 200 % zoom', () => {
     await roomy('settings closed');
     await expect(app.getByTestId('chat-input')).toBeInViewport({ ratio: 1 });
     await expect(app.getByTestId('send-button')).toBeInViewport({ ratio: 1 });
+    // The list followed the chat's end as it shrank (it showed the top of the chat once, the reply below it).
+    await expect
+      .poll(async () => {
+        const end = await lastReply(app).evaluate((el) => el.getBoundingClientRect().bottom);
+        return end - ((await box(messages)).y + (await box(messages)).height);
+      })
+      .toBeLessThanOrEqual(1);
     await expect(lastReply(app)).toBeInViewport();
-    const end = await lastReply(app).evaluate((el) => el.getBoundingClientRect().bottom);
-    expect(end).toBeLessThanOrEqual((await box(messages)).y + (await box(messages)).height + 1);
+    // A draft of many lines: the box stops at its short window's height and scrolls (it was cut off unscrollable).
+    const input = app.getByTestId('chat-input');
+    await input.fill(Array.from({ length: 12 }, (_, i) => `line ${i + 1}`).join('\n'));
+    await expect
+      .poll(() =>
+        input.evaluate(
+          (el) =>
+            el.scrollHeight > el.clientHeight &&
+            (globalThis as unknown as { getComputedStyle(e: unknown): { overflowY: string } }).getComputedStyle(el)
+              .overflowY,
+        ),
+      )
+      .toBe('auto');
+    expect((await box(input)).height).toBeLessThanOrEqual(0.3 * 300 + 1);
+    await input.fill('');
     // Settings open, a field of theirs focused: the messages keep their room (the column scrolls), and the
     // window's header stays where it is.
     await app.getByTestId('settings-toggle').click();

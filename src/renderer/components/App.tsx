@@ -184,9 +184,10 @@ function Notices() {
     observer.observe(header);
     return () => observer.disconnect();
   }, []);
-  // One polite live region, always on the page: a region that appears with its text is often not read out.
+  // One polite live region, always on the page: a region that appears with its text is often not read out. An
+  // urgent notice is an alert of its own, not nested in it (some screen readers would say it twice).
   return (
-    <div className="notices" role="status">
+    <div className="notices" role={notice && urgent ? undefined : 'status'}>
       {sticky && (
         <div className="notice" data-testid="sticky-notice">
           <span>{sticky}</span>

@@ -23,13 +23,18 @@ export const ATTACH_EVENT = 'kvdesk:attach';
 /** The message box grows with its text (wrapped lines too) up to this height, then scrolls. */
 const MAX_INPUT_HEIGHT = 200;
 
-/** Sizes the message box to its text: its content's height (borders included), at most MAX_INPUT_HEIGHT. */
+/**
+ * Sizes the message box to its text: its content's height (borders included), at most MAX_INPUT_HEIGHT or the
+ * style's max-height (a short window's is less), scrolling past that.
+ */
 function fitHeight(el: HTMLTextAreaElement): void {
   el.style.height = 'auto';
   const border = el.offsetHeight - el.clientHeight;
   const needed = el.scrollHeight + border;
-  el.style.height = `${Math.min(MAX_INPUT_HEIGHT, needed)}px`;
-  el.style.overflowY = needed > MAX_INPUT_HEIGHT ? 'auto' : 'hidden';
+  const styled = Number.parseFloat(getComputedStyle(el).maxHeight);
+  const most = Number.isFinite(styled) ? Math.min(MAX_INPUT_HEIGHT, styled) : MAX_INPUT_HEIGHT;
+  el.style.height = `${Math.min(most, needed)}px`;
+  el.style.overflowY = needed > most ? 'auto' : 'hidden';
 }
 
 /**
@@ -188,7 +193,13 @@ export function Composer({ threadId }: { threadId: string | null }) {
       fitHeight(el);
     });
     observer.observe(el);
-    return () => observer.disconnect();
+    // A window made shorter or taller changes the box's max-height (a short window's is 30 % of it).
+    const onResize = () => fitHeight(el);
+    window.addEventListener('resize', onResize);
+    return () => {
+      observer.disconnect();
+      window.removeEventListener('resize', onResize);
+    };
   }, []);
   const fileInput = useRef<HTMLInputElement>(null);
   /** Files attached or being read. */

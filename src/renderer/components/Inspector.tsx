@@ -21,6 +21,7 @@ import { useFocusTrap } from '../lib/focus-trap';
 import { byteChange, exactBytes, formatBytes, formatInteger, formatMs, parseByteSize } from '../lib/format';
 import { derivedLimitDrops, sessionsDroppedBy } from '../lib/limit-change';
 import type { TimelineEvent } from '../store/types';
+import { Announcer } from './Announcer';
 import { BudgetBar } from './BudgetBar';
 import { Bytes } from './Bytes';
 import { INSPECTOR_ID, INSPECTOR_TOGGLE_ID, useNarrowWindow } from './Header';
@@ -867,6 +868,7 @@ export function Inspector() {
       data-focus-home="self"
       {...(drawer ? { role: 'dialog', 'aria-modal': true } : {})}
     >
+      <Announcer inDrawer />
       {drawer && (
         <button
           type="button"

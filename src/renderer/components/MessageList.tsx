@@ -144,6 +144,18 @@ export function MessageList({ threadId, find }: { threadId: string; find?: FindV
     else toBottom();
   }, [messages.length, last?.content.length, total]);
 
+  // The list made shorter or narrower (a window resized, the settings opened below it): still at the chat's end if
+  // it was following it.
+  useEffect(() => {
+    const el = scrollRef.current;
+    if (!el || typeof ResizeObserver === 'undefined') return;
+    const observer = new ResizeObserver(() => {
+      if (!anchor.current) toBottom();
+    });
+    observer.observe(el);
+    return () => observer.disconnect();
+  }, [toBottom]);
+
   // The occurrence shown: its row scrolled to (the marks below bring its text to the centre once it is on screen).
   const reveal = useRef(false);
   const query = find?.query ?? '';

@@ -8,9 +8,9 @@
  */
 
 /** A card's button for what comes next, in the order looked for. */
-const NEXT = ['model-unload', 'model-load', 'library-load', 'model-error-dismiss', 'library-forget']
-  .map((id) => `button[data-testid="${id}"]:not(:disabled)`)
-  .join(', ');
+const NEXT = ['model-unload', 'model-load', 'library-load', 'model-error-dismiss', 'library-forget'].map(
+  (id) => `button[data-testid="${id}"]:not(:disabled)`,
+);
 
 /** The Models view's Loaded heading: where the focus goes when the package has no card left. */
 export const LOADED_HEADING_ID = 'models-loaded';
@@ -26,6 +26,8 @@ export async function focusWhenDone(done: Promise<unknown>, pressed: HTMLElement
   for (const ms of CHECKS_MS) {
     await new Promise((resolve) => setTimeout(resolve, ms));
     const active = doc.activeElement;
+    // The button pressed is still there to press again (a load again that failed): the focus stays on it.
+    if (active === pressed && pressed.isConnected && !(pressed as HTMLButtonElement).disabled) return;
     // Moved on purpose meanwhile (not to the page, the view, or the button pressed): it stays there.
     if (!(active === null || active === doc.body || active === home || active === pressed)) return;
     const target = nextControl(doc, card, root);
@@ -44,8 +46,10 @@ function nextControl(doc: Document, card: Element | null, root: string): HTMLEle
     ...Array.from(doc.querySelectorAll('.card[data-root]')).filter((c) => c.getAttribute('data-root') === root),
   ];
   for (const c of cards) {
-    const button = c.querySelector<HTMLElement>(NEXT);
-    if (button) return button;
+    for (const selector of NEXT) {
+      const button = c.querySelector<HTMLElement>(selector);
+      if (button) return button;
+    }
   }
   return null;
 }
