@@ -133,9 +133,12 @@ async function findGraph(ctx: PackageContext, options: LoadOptions): Promise<str
       { candidates: shown },
     );
   }
-  const real = await findFile(ctx, chosen ?? '');
-  if (real === undefined)
-    throw packageError(`${chosen} is not a regular file.`, { file: relName(ctx, path.join(ctx.dir, chosen ?? '')) });
+  const real = chosen === undefined ? undefined : await findFile(ctx, chosen);
+  // Listed a moment ago, gone now.
+  if (real === undefined || chosen === undefined)
+    throw packageError(`${chosen ?? 'The graph'} is missing (it was there a moment ago).`, {
+      file: relName(ctx, path.join(ctx.dir, chosen ?? '')),
+    });
   return real;
 }
 

@@ -179,7 +179,7 @@ export async function findFile(ctx: PackageContext, name: string, dir: string = 
   const real = await realPathInside(ctx, abs, { file: relName(ctx, abs) });
   if (real === undefined) return undefined;
   const stat = await fs.stat(real);
-  if (stat.isFile() || name === '') return stat.isFile() ? abs : undefined;
+  if (stat.isFile()) return abs;
   // There, but no file: said so, not "missing" (a folder of that name, a pipe that would never end a read).
   const kind = stat.isDirectory()
     ? 'a folder'

@@ -125,9 +125,14 @@ export function crossOrigin(req: IncomingMessage, url: URL, policy: AccessPolicy
   const origin = req.headers.origin;
   if (origin === undefined || !policy.allowedOrigins || policy.allowedOrigins.size === 0) return null;
   if (!CROSS_ORIGIN_PATHS.test(url.pathname)) return null;
+  return originAllowed(origin, policy) ? origin : null;
+}
+
+/** Whether `origin` is one the server was started with (`--allow-origin`), whatever the route. */
+function originAllowed(origin: string, policy: AccessPolicy): boolean {
   const normal = normalOrigin(origin);
-  if (normal === null || normal === '*') return null;
-  return policy.allowedOrigins.has('*') || policy.allowedOrigins.has(normal) ? origin : null;
+  if (normal === null || normal === '*' || !policy.allowedOrigins) return false;
+  return policy.allowedOrigins.has('*') || policy.allowedOrigins.has(normal);
 }
 
 function digest(s: string): Buffer {
@@ -183,9 +188,7 @@ export function checkAccess(req: IncomingMessage, url: URL, policy: AccessPolicy
     foreign = originHost === null || !policy.allowedHosts.has(originHost);
     if (foreign && crossOrigin(req, url, policy) === null) {
       // An origin it was started with that calls a route beyond the model APIs is told that, not to allow it again.
-      const normal = normalOrigin(origin);
-      const allowed =
-        normal !== null && normal !== '*' && (policy.allowedOrigins?.has('*') || policy.allowedOrigins?.has(normal));
+      const allowed = originAllowed(origin, policy);
       return {
         ok: false,
         status: 403,

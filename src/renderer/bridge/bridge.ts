@@ -232,12 +232,13 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     forgetDrafts();
   }
 
-  function notify(text: string): void {
-    s().setNotice(text);
+  /** A notice; `urgent`: a failure the person must hear now (an alert). */
+  function notify(text: string, urgent = false): void {
+    s().setNotice(text, false, urgent);
   }
 
-  function report<T>(what: string, r: Result<T>): r is { ok: true; value: T } {
-    if (!r.ok) notify(`${what}: ${r.error.message}`);
+  function report<T>(what: string, r: Result<T>, urgent = false): r is { ok: true; value: T } {
+    if (!r.ok) notify(`${what}: ${r.error.message}`, urgent);
     return r.ok;
   }
 
@@ -1002,7 +1003,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       }
       if (current?.path === path || current?.spec?.root === path) {
         s().setPackageImport({ ...current, status: 'error', error: packageError(r.error) });
-      } else s().setNotice(`Could not load the model: ${r.error.message}`, false, true);
+      } else notify(`Could not load the model: ${r.error.message}`, true);
       return { said: null };
     }
     const current = s().packageImport;
@@ -1023,10 +1024,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     s().setModelBusy(id, true);
     const r = await api.invoke('unloadModel', { id });
     s().setModelBusy(id, false);
-    if (!r.ok) {
-      s().setNotice(`Could not unload the model: ${r.error.message}`, false, true);
-      return;
-    }
+    if (!report('Could not unload the model', r, true)) return;
     const current = s().packageImport;
     if (current?.modelId === id) {
       const { modelId: _dropped, ...rest } = current;

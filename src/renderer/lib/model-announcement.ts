@@ -3,6 +3,7 @@
  * validated, a model loaded or unloaded (the card's badge changes, or the card moves to another list).
  */
 
+import { backendName } from '../../shared/devices';
 import type { ModelSpec } from '../../shared/model-spec';
 import type { DeviceBudgetSnapshot } from '../../shared/scheduler-types';
 import { fitLabel, modelFit } from './fit';
@@ -10,7 +11,7 @@ import { formatInteger } from './format';
 
 /** A backend as said: the short ones by their letters (cpu → CPU, cuda → CUDA), the others as the card writes them. */
 function backendSaid(backend: string): string {
-  const name = backend.replace(/ExecutionProvider$/, '');
+  const name = backendName(backend);
   return /^[a-z]{2,4}$/.test(name) ? name.toUpperCase() : name;
 }
 
