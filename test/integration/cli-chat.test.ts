@@ -289,7 +289,8 @@ describe('kvdesk chat', () => {
     expect(code, stderr).toBe(141);
   }, 90_000);
 
-  // A terminal: `script` gives the CLI a pseudo-terminal, as a person's shell does.
+  // A terminal: `script` gives the CLI a pseudo-terminal, as a person's shell does. The command is `exec`ed: a shell
+  // that stays as its parent (dash, when SHELL is /bin/sh) is in the terminal's foreground group and dies by Ctrl+C.
   const script = spawnSync('script', ['--version'], { encoding: 'utf8' });
   /**
    * `node <args>` in a pseudo-terminal (`script`), with `shellTail` after it on its shell line (a redirection):
@@ -297,7 +298,7 @@ describe('kvdesk chat', () => {
    */
   const inTerminal = (args: string[], shellTail = '') => {
     const command = args.map((a) => `'${a}'`).join(' ');
-    const child = spawn('script', ['-qec', `'${process.execPath}' ${command}${shellTail}`, '/dev/null'], {
+    const child = spawn('script', ['-qec', `exec '${process.execPath}' ${command}${shellTail}`, '/dev/null'], {
       cwd: repoRoot,
       stdio: ['pipe', 'pipe', 'pipe'],
     });

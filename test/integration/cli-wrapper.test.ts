@@ -55,7 +55,8 @@ describe('the kvdesk wrapper passes signals on', () => {
   it.skipIf(script.status !== 0)(
     `in a terminal, Ctrl+C reaches the program once${script.status !== 0 ? ' (skipped: no `script` command to give it a terminal)' : ''}`,
     async () => {
-      const command = `'${process.execPath}' -e '${launcher}'`;
+      // `exec`: a shell left as the wrapper's parent (dash, when SHELL is /bin/sh) would die by the Ctrl+C itself.
+      const command = `exec '${process.execPath}' -e '${launcher}'`;
       const child = spawn('script', ['-qec', command, '/dev/null'], { stdio: ['pipe', 'pipe', 'pipe'] });
       const { code, output } = await run(child, () => child.stdin?.write('\x03'));
       expect(output).toContain('SIGINTs: 1\r\n');
