@@ -180,7 +180,7 @@ describe('structured output (a JSON Schema)', () => {
   });
 
   it('refuses a schema it cannot enforce, naming the place, before anything runs', async () => {
-    const bad = { type: 'object', properties: { age: { type: 'integer', minimum: 0 } } };
+    const bad = { type: 'object', properties: { age: { type: 'number', minimum: 0 } } };
     await expect(ask(1, { jsonSchema: bad }).result).rejects.toMatchObject({
       code: 'BAD_REQUEST',
       message: expect.stringContaining('schema.properties.age.minimum'),

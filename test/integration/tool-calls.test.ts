@@ -347,7 +347,7 @@ describe('tool calls', () => {
   it('refuses a forced call to a schema it cannot enforce, naming the place', async () => {
     const strict: ToolDefinition = {
       name: 'count',
-      parameters: { type: 'object', properties: { n: { type: 'integer', maximum: 9 } } },
+      parameters: { type: 'object', properties: { n: { type: 'number', maximum: 9 } } },
     };
     const err = await host.generate({ messages, tools: [strict], toolChoice: 'required' }).result.then(
       () => null,

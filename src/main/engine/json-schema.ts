@@ -12,8 +12,10 @@
  * an opening brace (`{"a": 1, "b": [1, 2]}`, as Python's json.dumps and chat
  * templates' `tojson` write the calls models learn from), and no other white
  * space. Keywords that constrain
- * values in ways the recogniser cannot enforce (pattern, format, minimum, $ref,
- * …) are refused with the schema path, never ignored.
+ * values in ways the recogniser cannot enforce (pattern, format, a number's
+ * minimum, $ref, …) are refused with the schema path, never ignored. An
+ * integer's bounds (minimum, maximum and their exclusive forms, up to ±(2^53 − 1):
+ * zod writes those two for every `.int()`) are enforced digit by digit.
  *
  * Optional properties: where the next key may be one of several (the next
  * optional property, any later one up to the next required one, or the closing
@@ -73,7 +75,8 @@ export type SchemaNode =
     }
   | { k: 'array'; item: SchemaNode; min: number; max: number }
   | { k: 'string' }
-  | { k: 'number'; integer: boolean }
+  /** lo, hi: an integer's bounds (whole numbers, or ∓Infinity); a number (not an integer) has none. */
+  | { k: 'number'; integer: boolean; lo: number; hi: number }
   /** Byte strings in byte order, without repeats: the values of an enum, const, boolean or null. */
   | { k: 'literals'; options: Uint8Array[] }
   /**
@@ -82,7 +85,10 @@ export type SchemaNode =
    */
   | { k: 'union'; branches: SchemaNode[]; first: (SchemaNode[] | null)[] };
 
-/** Keywords that only describe: accepted and ignored. */
+/** The bound keywords, in the order an error names them. */
+const BOUNDS = ['minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum'] as const;
+
+/** Keywords that only describe, or that typeNode reads: accepted here. */
 const ANNOTATIONS = new Set([
   'title',
   'description',
@@ -106,6 +112,8 @@ const ANNOTATIONS = new Set([
   'const',
   'anyOf',
   'oneOf',
+  // An integer's bounds (typeNode reads them; on a number they are refused there).
+  ...BOUNDS,
 ]);
 
 const utf8 = (s: string) => new TextEncoder().encode(s);
@@ -177,6 +185,7 @@ const SHAPING = [
   'const',
   'anyOf',
   'oneOf',
+  ...BOUNDS,
 ];
 
 /** Bytes a value of this node can start with. */
@@ -188,8 +197,13 @@ function firstBytes(node: SchemaNode): Set<number> {
       return new Set([0x5b]);
     case 'string':
       return new Set([0x22]);
-    case 'number':
-      return new Set([0x2d, ...Array.from({ length: 10 }, (_, i) => 0x30 + i)]);
+    case 'number': {
+      // (An integer's bounds may leave out the sign, 0 or some first digits.)
+      const bytes = new Set<number>();
+      if (node.lo <= 0) bytes.add(0x2d);
+      for (let d = 0; d <= 9; d++) if (reachable(d, false, node.lo, node.hi, d > 0)) bytes.add(0x30 + d);
+      return bytes;
+    }
     case 'literals':
       return new Set(node.options.map((o) => o[0] as number));
     case 'union':
@@ -364,8 +378,18 @@ function typeNode(type: string, schema: Record<string, unknown>, path: string, d
     case 'string':
       return { k: 'string' };
     case 'number':
-    case 'integer':
-      return { k: 'number', integer: type === 'integer' };
+    case 'integer': {
+      const integer = type === 'integer';
+      const given = BOUNDS.find((k) => schema[k] !== undefined);
+      if (given !== undefined && !integer) {
+        throw new SchemaError(
+          `${path}.${given}`,
+          `"${given}" on a number is not supported by kvdesk (only an integer's bounds are): use "type": "integer", or leave the bound to the description`,
+        );
+      }
+      const [lo, hi] = integerBounds(schema, path);
+      return { k: 'number', integer, lo, hi };
+    }
     case 'boolean':
       return literals([false, true]);
     case 'null':
@@ -373,6 +397,66 @@ function typeNode(type: string, schema: Record<string, unknown>, path: string, d
     default:
       throw new SchemaError(`${path}.type`, `unknown type ${JSON.stringify(type)}`);
   }
+}
+
+/** Largest bound an integer may have (zod writes ±this for every `.int()`); past it doubles skip integers. */
+const MAX_BOUND = Number.MAX_SAFE_INTEGER;
+
+/**
+ * An integer schema's bounds as the least and greatest whole number it allows (∓Infinity where it sets none).
+ * `exclusiveMinimum` / `exclusiveMaximum` may be numbers (JSON Schema 6 on) or booleans on the inclusive one
+ * (draft 4, as OpenAPI 3.0 writes them).
+ */
+function integerBounds(schema: Record<string, unknown>, path: string): [number, number] {
+  let lo = Number.NEGATIVE_INFINITY;
+  let hi = Number.POSITIVE_INFINITY;
+  for (const key of BOUNDS) {
+    const v = schema[key];
+    if (v === undefined || typeof v === 'boolean') {
+      if (typeof v === 'boolean' && (key === 'minimum' || key === 'maximum')) {
+        throw new SchemaError(`${path}.${key}`, 'must be a number');
+      }
+      continue;
+    }
+    if (typeof v !== 'number' || !Number.isFinite(v)) throw new SchemaError(`${path}.${key}`, 'must be a number');
+    if (Math.abs(v) > MAX_BOUND) {
+      throw new SchemaError(
+        `${path}.${key}`,
+        `${v} is beyond what kvdesk enforces (±${MAX_BOUND}, Number.MAX_SAFE_INTEGER): leave the bound out, or use one within it`,
+      );
+    }
+    const exclusive =
+      key.startsWith('exclusive') || schema[`exclusive${key[0]?.toUpperCase()}${key.slice(1)}`] === true;
+    if (key === 'minimum' || key === 'exclusiveMinimum')
+      lo = Math.max(lo, exclusive ? Math.floor(v) + 1 : Math.ceil(v));
+    else hi = Math.min(hi, exclusive ? Math.ceil(v) - 1 : Math.floor(v));
+  }
+  for (const flag of ['exclusiveMinimum', 'exclusiveMaximum'] as const) {
+    const v = schema[flag];
+    if (typeof v === 'boolean' && schema[flag === 'exclusiveMinimum' ? 'minimum' : 'maximum'] === undefined) {
+      throw new SchemaError(
+        `${path}.${flag}`,
+        `true or false needs a ${flag === 'exclusiveMinimum' ? 'minimum' : 'maximum'} beside it`,
+      );
+    }
+  }
+  if (lo > hi) throw new SchemaError(path, `no integer is within its bounds (from ${lo} to ${hi})`);
+  return [lo, hi];
+}
+
+/**
+ * Whether an integer whose digits so far read v (negative when `neg`) can end within [lo, hi]: as it is, or, when
+ * `more` digits may follow, as v·10^j + r (0 ≤ r < 10^j) for some j. v is never 0 with `more` (a JSON integer
+ * begins with 0 only when it is 0).
+ */
+function reachable(v: number, neg: boolean, lo: number, hi: number, more: boolean): boolean {
+  // The bounds of its magnitude.
+  const least = neg ? -hi : lo;
+  const most = neg ? -lo : hi;
+  if (!more) return v >= least && v <= most;
+  if (most === Number.POSITIVE_INFINITY) return true;
+  for (let scale = 1; v * scale <= most; scale *= 10) if ((v + 1) * scale - 1 >= least) return true;
+  return false;
 }
 
 const isPlainObject = (v: unknown): boolean => typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -501,8 +585,20 @@ type Frame =
   | { k: 'array'; node: Extract<SchemaNode, { k: 'array' }>; count: number; after: boolean; item: boolean }
   /** `esc`: 0 between characters, 1 after a backslash, 2 to 5 in a `\u` escape, UTF8_ESC + u in a character. */
   | { k: 'string'; esc: number }
-  /** `n`: digits so far of the number's current part (its integer part, fraction or exponent). */
-  | ({ k: 'number'; integer: boolean; s: number; n: number } & Magnitude)
+  /**
+   * `n`: digits so far of the number's current part (its integer part, fraction or exponent). lo, hi: an
+   * integer's bounds (see SchemaNode); then `v` is what its digits read so far and `neg` whether it has a `-`.
+   */
+  | ({
+      k: 'number';
+      integer: boolean;
+      s: number;
+      n: number;
+      lo: number;
+      hi: number;
+      v: number;
+      neg: boolean;
+    } & Magnitude)
   /** Options[lo, hi) (sorted) share the `at` bytes read so far; a complete one comes first. */
   | { k: 'literals'; options: Uint8Array[]; lo: number; hi: number; at: number };
 
@@ -536,7 +632,16 @@ const arrayFrame = (node: ArrayFrame['node'], count: number, after: boolean, ite
   item,
 });
 type NumberFrame = Extract<Frame, { k: 'number' }>;
-const numberFrame = (integer: boolean, s: number, n: number, m: Magnitude): NumberFrame => ({
+const numberFrame = (
+  integer: boolean,
+  s: number,
+  n: number,
+  m: Magnitude,
+  lo: number,
+  hi: number,
+  v: number,
+  neg: boolean,
+): NumberFrame => ({
   k: 'number',
   integer,
   s,
@@ -545,7 +650,14 @@ const numberFrame = (integer: boolean, s: number, n: number, m: Magnitude): Numb
   cmp: m.cmp,
   scale: m.scale,
   exp: m.exp,
+  lo,
+  hi,
+  v,
+  neg,
 });
+/** Whether a number frame has bounds to hold. */
+const bounded = (f: { lo: number; hi: number }) =>
+  f.lo !== Number.NEGATIVE_INFINITY || f.hi !== Number.POSITIVE_INFINITY;
 const ZERO: Magnitude = { sig: 0, cmp: 0, scale: 0, exp: 0 };
 
 /**
@@ -708,15 +820,16 @@ function start(node: SchemaNode, b: number): Frame | Frame[] | null {
       return b === 0x5b ? arrayFrame(node, 0, false, false) : null;
     case 'string':
       return b === 0x22 ? (STRING_FRAMES[0] as Frame) : null;
-    case 'number':
-      if (b === 0x2d) return numberFrame(node.integer, 1, 1, ZERO);
-      if (b === 0x30) return numberFrame(node.integer, 2, 1, ZERO);
-      if (!isDigit(b)) return null;
-      {
-        const f = numberFrame(node.integer, 3, 1, ZERO);
-        intDigit(f, b - 0x30);
-        return f;
-      }
+    case 'number': {
+      const { integer, lo, hi } = node;
+      if (b === 0x2d) return lo <= 0 ? numberFrame(integer, 1, 1, ZERO, lo, hi, 0, true) : null;
+      if (b === 0x30)
+        return reachable(0, false, lo, hi, false) ? numberFrame(integer, 2, 1, ZERO, lo, hi, 0, false) : null;
+      if (!isDigit(b) || !reachable(b - 0x30, false, lo, hi, true)) return null;
+      const f = numberFrame(integer, 3, 1, ZERO, lo, hi, b - 0x30, false);
+      intDigit(f, b - 0x30);
+      return f;
+    }
     case 'literals':
       return narrow(node.options, 0, node.options.length, 0, b);
     case 'union': {
@@ -883,7 +996,14 @@ function stepFrame(f: Frame, b: number): Step {
       if (s > 0) {
         const n = s === f.s ? f.n + 1 : 1;
         if (n > (DIGITS_OF_STATE[s] ?? 1)) return null;
-        const next = numberFrame(f.integer, s, n, f);
+        if (s <= 3 && bounded(f)) {
+          // An integer's digit (or its 0): only one its bounds can still be met after.
+          const v = s === 3 ? f.v * 10 + (b - 0x30) : 0;
+          if (!reachable(v, f.neg, f.lo, f.hi, s === 3)) return null;
+          const next = numberFrame(f.integer, s, n, f, f.lo, f.hi, v, f.neg);
+          return s === 2 || intDigit(next, b - 0x30) ? stay(next) : null;
+        }
+        const next = numberFrame(f.integer, s, n, f, f.lo, f.hi, 0, f.neg);
         // Digits that would make the number ±Infinity are refused.
         if (s === 3) return intDigit(next, b - 0x30) ? stay(next) : null;
         if (s === 5) fracDigit(next, b - 0x30);
@@ -891,7 +1011,8 @@ function stepFrame(f: Frame, b: number): Step {
         else if (b === 0x2d && s === 7) expNegative(next);
         return stay(next);
       }
-      return s === 0 && NUMBER_COMPLETE.has(f.s) ? END_BEFORE : null;
+      if (s !== 0 || !NUMBER_COMPLETE.has(f.s)) return null;
+      return !bounded(f) || reachable(f.v, f.neg, f.lo, f.hi, false) ? END_BEFORE : null;
     }
     case 'literals': {
       const next = narrow(f.options, f.lo, f.hi, f.at, b);
@@ -1041,7 +1162,15 @@ function sameFrame(x: Frame, y: Frame): boolean {
     case 'string':
       return y.k === 'string' && x.esc === y.esc;
     case 'number':
-      return y.k === 'number' && x.integer === y.integer && x.s === y.s;
+      return (
+        y.k === 'number' &&
+        x.integer === y.integer &&
+        x.s === y.s &&
+        x.lo === y.lo &&
+        x.hi === y.hi &&
+        x.v === y.v &&
+        x.neg === y.neg
+      );
     case 'literals':
       return y.k === 'literals' && x.options === y.options && x.lo === y.lo && x.hi === y.hi && x.at === y.at;
   }

@@ -308,7 +308,7 @@ describe('POST /v1/messages', () => {
       ],
       [
         {
-          tools: [{ ...lamp, input_schema: { type: 'object', properties: { n: { type: 'integer', minimum: 1 } } } }],
+          tools: [{ ...lamp, input_schema: { type: 'object', properties: { n: { type: 'number', minimum: 1 } } } }],
           tool_choice: { type: 'any' },
         },
         'tools[0].input_schema.properties.n.minimum',

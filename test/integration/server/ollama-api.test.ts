@@ -341,7 +341,7 @@ describe("errors in Ollama's shape", () => {
       /"context"/,
     );
     // A refusal from the host names Ollama's field too.
-    const schema = { type: 'object', properties: { n: { type: 'integer', minimum: 1 } }, required: ['n'] };
+    const schema = { type: 'object', properties: { n: { type: 'number', minimum: 1 } }, required: ['n'] };
     for (const p of ['/api/chat', '/api/generate']) {
       const refused = await error(
         await post(p, { model: 'default', messages: hello, prompt: 'hi', format: schema }),

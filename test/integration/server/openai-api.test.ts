@@ -5,7 +5,9 @@
  * every refusal with its status code and numbers.
  */
 import OpenAI from 'openai';
+import { zodResponseFormat } from 'openai/helpers/zod';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { z } from 'zod';
 import { PROMPT_CACHE_PREFIX } from '../../../src/shared/prompt-cache';
 import { holdReplyEnds, noEndBias } from '../../helpers/hold-replies';
 import { slowModel } from '../../helpers/models';
@@ -758,6 +760,31 @@ describe('logprobs, penalties, logit bias and JSON mode', () => {
     expect(err.message).toContain('schema.properties.s.format');
     // In the API's own names.
     expect(err.message).toMatch(/^400 response_format\.json_schema\.schema is not one kvdesk can enforce: /);
+  });
+
+  it("the SDK's zodResponseFormat: an integer's bounds (zod writes ±2^53 − 1 for every .int()) are held", async () => {
+    const shape = z.object({ stars: z.number().int().min(1).max(5), count: z.number().int(), ok: z.boolean() });
+    const format = zodResponseFormat(shape, 'review');
+    // (What the SDK sends: bounds on both integers.)
+    expect(JSON.stringify(format.json_schema.schema)).toContain('"maximum":9007199254740991');
+    let stopped = 0;
+    for (const seed of [1, 2, 3, 4, 5, 6]) {
+      const r = await client.chat.completions.create({
+        model: 'default',
+        messages: hi,
+        max_tokens: 120,
+        temperature: 1,
+        seed,
+        response_format: format,
+      });
+      const c = r.choices[0] as (typeof r.choices)[number];
+      const text = c.message.content ?? '';
+      expect(text, text).toMatch(/^\{ ?"stars": ?[1-5][,}]/);
+      if (c.finish_reason !== 'stop') continue;
+      stopped++;
+      expect(shape.safeParse(JSON.parse(text)).success, text).toBe(true);
+    }
+    expect(stopped).toBeGreaterThan(0);
   });
 
   it('names a field over what kvdesk takes as the client wrote it', async () => {

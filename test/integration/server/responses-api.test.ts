@@ -234,7 +234,7 @@ describe('POST /v1/responses', () => {
       [{ include: ['reasoning.encrypted_content', 'message.output_text.logprobs'] }, 'include[1]'],
       [
         {
-          tools: [{ ...lamp, parameters: { type: 'object', properties: { n: { type: 'integer', minimum: 1 } } } }],
+          tools: [{ ...lamp, parameters: { type: 'object', properties: { n: { type: 'number', minimum: 1 } } } }],
           tool_choice: 'required',
         },
         'tools[0].parameters.properties.n.minimum',

@@ -497,6 +497,139 @@ describe('the schema recogniser', () => {
     );
   });
 
+  it("holds an integer's bounds digit by digit: takes exactly the integers ajv accepts, and every walk ends in one", () => {
+    const MAX = Number.MAX_SAFE_INTEGER;
+    // Each: the bounds as written, and as the draft ajv reads (draft 4's boolean exclusive forms rewritten).
+    const cases: Array<[Schema, Schema?]> = [
+      [{ minimum: 0 }],
+      [{ minimum: 1 }],
+      [{ maximum: -1 }],
+      [{ maximum: 0 }],
+      [{ minimum: 5, maximum: 9 }],
+      [{ minimum: 10, maximum: 15 }],
+      [{ minimum: -15, maximum: -10 }],
+      [{ minimum: -3, maximum: 120 }],
+      [{ minimum: 100, maximum: 100 }],
+      [{ minimum: 0, maximum: 1_000_000 }],
+      [{ exclusiveMinimum: 0, exclusiveMaximum: 100 }],
+      [{ minimum: 1.5, maximum: 99.5 }],
+      [{ exclusiveMinimum: -0.5, exclusiveMaximum: 2.5 }],
+      [{ minimum: 7, exclusiveMinimum: true }, { exclusiveMinimum: 7 }],
+      [{ maximum: 7, exclusiveMaximum: false }, { maximum: 7 }],
+      // What zod writes for every .int() (and so the OpenAI SDK's zodResponseFormat).
+      [{ minimum: -MAX, maximum: MAX }],
+      [{ minimum: MAX - 3 }],
+    ];
+    const rnd = createRng(11);
+    let walked = 0;
+    for (const [bounds, asAjv] of cases) {
+      const schema = (b: Schema): Schema => ({
+        type: 'object',
+        properties: { n: { type: 'integer', ...b } },
+        required: ['n'],
+      });
+      const root = compileSchema(schema(bounds));
+      const ajvSchema = schema(asAjv ?? bounds);
+      const edges = [bounds.minimum, bounds.maximum, bounds.exclusiveMinimum, bounds.exclusiveMaximum]
+        .filter((v): v is number => typeof v === 'number')
+        .map((v) => BigInt(Math.trunc(v)));
+      const texts = new Set(['0', '-0', '1', '-1', '9', '10', '99', '100', '101', String(MAX), String(-MAX)]);
+      for (const e of edges) for (let d = -2n; d <= 2n; d++) texts.add(String(e + d));
+      for (const e of [MAX, -MAX]) texts.add(String(BigInt(e) + (e > 0 ? 1n : -1n)));
+      texts.add(`1${'0'.repeat(20)}`);
+      for (let i = 0; i < 200; i++) {
+        const digits = 1 + Math.floor(rnd() * 17);
+        texts.add(`${rnd() < 0.4 ? '-' : ''}${Math.floor(rnd() * 10 ** digits)}`);
+      }
+      for (const t of texts) {
+        const text = `{"n":${t}}`;
+        expect(accepts(root, text), `${t} within ${JSON.stringify(bounds)}`).toBe(
+          conforms(JSON.parse(text), ajvSchema),
+        );
+      }
+      // Every walk over the bytes it allows reaches an integer within the bounds (no byte leads where none is).
+      for (let seed = 0; seed < 40; seed++) {
+        const w = walk(root, seed * 7919 + walked);
+        if (w === null) continue;
+        walked++;
+        expect(conforms(JSON.parse(w), ajvSchema), `${w} within ${JSON.stringify(bounds)}`).toBe(true);
+      }
+    }
+    expect(walked).toBeGreaterThan(cases.length * 30);
+    // zod's optional integer: an anyOf with null; two integer alternatives of their own bounds are read apart.
+    const union = compileSchema({
+      type: 'object',
+      properties: {
+        n: {
+          anyOf: [
+            { type: 'integer', minimum: 1, maximum: 3 },
+            { type: 'integer', minimum: 20 },
+          ],
+        },
+      },
+      required: ['n'],
+    });
+    for (const [t, ok] of [
+      ['2', true],
+      ['5', false],
+      ['25', true],
+      ['4', false],
+      ['3', true],
+      ['19', false],
+    ] as const) {
+      expect(accepts(union, `{"n":${t}}`), t).toBe(ok);
+    }
+    // Read along both until they part (here: at the end), not merged as one.
+    const alike = compileSchema({
+      type: 'object',
+      properties: {
+        n: {
+          anyOf: [
+            { type: 'integer', minimum: 20, maximum: 30 },
+            { type: 'integer', minimum: 2, maximum: 30 },
+          ],
+        },
+      },
+      required: ['n'],
+    });
+    for (const [t, ok] of [
+      ['2', true],
+      ['25', true],
+      ['31', false],
+      ['1', false],
+    ] as const) {
+      expect(accepts(alike, `{"n":${t}}`), t).toBe(ok);
+    }
+  });
+
+  it('refuses bounds it cannot hold, naming the place', () => {
+    const at = (n: Schema) => ({ type: 'object', properties: { n } });
+    const cases: Array<[Schema, RegExp]> = [
+      [
+        at({ type: 'number', minimum: 0 }),
+        /properties\.n\.minimum: "minimum" on a number is not supported.*"type": "integer"/,
+      ],
+      [at({ type: ['number', 'null'], exclusiveMaximum: 1 }), /properties\.n\.exclusiveMaximum: /],
+      [at({ type: 'integer', maximum: 2 ** 60 }), /properties\.n\.maximum: .*beyond what kvdesk enforces/],
+      [
+        at({ type: 'integer', minimum: 5, maximum: 4 }),
+        /properties\.n: no integer is within its bounds \(from 5 to 4\)/,
+      ],
+      [at({ type: 'integer', minimum: 1.2, maximum: 1.8 }), /no integer is within its bounds/],
+      [
+        at({ type: 'integer', exclusiveMinimum: true }),
+        /properties\.n\.exclusiveMinimum: true or false needs a minimum/,
+      ],
+      [at({ type: 'integer', minimum: '3' }), /properties\.n\.minimum: must be a number/],
+      [at({ type: 'integer', minimum: true }), /properties\.n\.minimum: must be a number/],
+      // Beside an enum, a bound would be dropped: refused, as other keywords there are.
+      [at({ enum: [1, 2], minimum: 2 }), /properties\.n\.minimum: "minimum" beside "enum"/],
+    ];
+    for (const [schema, message] of cases) expect(() => compileSchema(schema), JSON.stringify(schema)).toThrow(message);
+    // A bound on a string (JSON Schema applies it to numbers only) changes nothing.
+    expect(accepts(compileSchema(at({ type: 'string', minimum: 3 })), '{"n":"a"}')).toBe(true);
+  });
+
   it('takes only valid UTF-8 in strings, a byte at a time or several at once, along one path or several', () => {
     const one = compileSchema({ type: 'object', properties: { a: { type: 'string' } }, required: ['a'] });
     // Two alternatives read the same string (both objects whose property a is a string).
@@ -614,7 +747,7 @@ describe('the schema recogniser', () => {
   it('refuses schemas it cannot enforce, naming the place', () => {
     const cases: Array<[Schema, string]> = [
       [{ type: 'object', properties: { a: { type: 'string', pattern: '^x' } } }, 'schema.properties.a.pattern'],
-      [{ type: 'object', properties: { a: { type: 'integer', minimum: 0 } } }, 'schema.properties.a.minimum'],
+      [{ type: 'object', properties: { a: { type: 'number', minimum: 0 } } }, 'schema.properties.a.minimum'],
       [{ type: 'object', properties: { a: { $ref: '#/$defs/x' } } }, 'schema.properties.a.$ref'],
       [{ type: 'object', properties: { a: {} } }, 'schema.properties.a'],
       [{ type: 'array', items: { type: 'string' } }, 'schema.type'],
