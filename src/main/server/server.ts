@@ -177,11 +177,16 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   function modelJson(m: ModelInfo | LibraryEntry) {
     const spec = m.spec as ModelSpec;
     const loaded = 'backend' in m;
+    const created = loaded ? startedAt : Math.floor(m.addedAt / 1000);
     return {
       id: m.id,
       object: 'model',
-      created: loaded ? startedAt : Math.floor(m.addedAt / 1000),
+      created,
       owned_by: 'kvdesk',
+      // Anthropic's names for the same (its SDK's models.list() and retrieve() read these).
+      type: 'model',
+      display_name: m.id,
+      created_at: new Date(created * 1000).toISOString(),
       max_model_len: spec.contextLength,
       kvdesk: {
         loaded,
@@ -231,7 +236,15 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
       }
       case '/v1/models': {
         only('GET');
-        sendJson(res, 200, { object: 'list', data: (await listedModels()).map(modelJson) });
+        const data = (await listedModels()).map(modelJson);
+        // OpenAI's list, and Anthropic's page of it (one page: every model).
+        sendJson(res, 200, {
+          object: 'list',
+          data,
+          has_more: false,
+          first_id: data[0]?.id ?? null,
+          last_id: data.at(-1)?.id ?? null,
+        });
         return;
       }
       case '/v1/chat/completions':

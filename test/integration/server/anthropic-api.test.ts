@@ -412,6 +412,24 @@ describe('POST /v1/messages', () => {
   });
 });
 
+describe('GET /v1/models through the Anthropic client', () => {
+  it("lists and retrieves models in Anthropic's shape too (type, display_name, created_at, one page)", async () => {
+    const page = await client.models.list();
+    expect(page.data.map((m) => m.id)).toEqual(['default']);
+    const m = page.data[0] as (typeof page.data)[number];
+    expect(m).toMatchObject({ type: 'model', id: 'default', display_name: 'default' });
+    expect(Number.isNaN(Date.parse(m.created_at))).toBe(false);
+    expect(m.created_at).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$/);
+    expect(page.has_more).toBe(false);
+    expect(page).toMatchObject({ first_id: 'default', last_id: 'default' });
+    expect(await client.models.retrieve('default')).toMatchObject({
+      type: 'model',
+      id: 'default',
+      display_name: 'default',
+    });
+  });
+});
+
 describe('the access token as x-api-key', () => {
   let secured: TestServer;
   beforeAll(async () => {
