@@ -100,6 +100,13 @@ function kvTensors(spec: ModelSpec) {
   return spec.kv.tensors;
 }
 
+/** A session's KV holds exactly `tokens` positions, as `bpt` counts them. */
+function expectSessionKv(spec: ModelSpec, session: SessionKv, tokens: number): void {
+  for (const t of kvTensors(spec)) expect(session.past.get(t.past)?.dims[t.seqAxis]).toBe(tokens);
+  const bytes = [...session.past.values()].reduce((n, t) => n + (t.data as Float32Array).byteLength, 0);
+  expect(bytes).toBe(tokens * spec.bpt);
+}
+
 const prompt = (n: number, salt: number) => Array.from({ length: n }, (_, i) => 3 + ((i * 37 + salt * 101) % 500));
 
 describe('chunked prefill on the default model (Llama family, RoPE, GQA)', () => {
@@ -314,6 +321,81 @@ describe('chunked prefill on the default model (Llama family, RoPE, GQA)', () =>
     expect(middle.ids).toEqual([[], []]);
     expect(a.ids).toEqual(soloA);
     expect(c.ids).toEqual(soloC);
+  });
+
+  it("a session turn stopped between its new message's chunks keeps the conversation's KV and the part it read; the next turn on it gives a cold run's tokens", async () => {
+    const session: SessionKv = { tokens: [], past: new Map() };
+    await generate(e.batcher(64), [prompt(40, 19)], 5, { session }).outcome;
+    const conversation = session.tokens.slice();
+    const second = [...conversation, ...prompt(130, 20)];
+    // Stopped once its first chunk (44 of the 130 new positions) has run: it ends before the second.
+    const turn2: Gen = generate(e.batcher(64), [second], 8, { session, onPrefill: () => turn2.stop() });
+    const kept = conversation.length + 44;
+    expect(await turn2.outcome).toMatchObject({ finishReason: 'cancelled', generatedTokens: 0, sessionTokens: kept });
+    expect(turn2.ids).toEqual([[]]);
+    expect(session.tokens).toEqual(second.slice(0, kept));
+    expectSessionKv(e.spec, session, kept);
+    // Sent again: only what it had not read is prefilled.
+    const third = [...second, 7, 8, 9];
+    e.runs.length = 0;
+    const turn3 = generate(e.batcher(100_000), [third], 8, { session });
+    await turn3.outcome;
+    expect(e.runs[0]).toBe(`1×${third.length - kept}`);
+    const cold = generate(e.batcher(100_000), [third], 8);
+    await cold.outcome;
+    expect(turn3.ids).toEqual(cold.ids);
+  });
+
+  it('a joint prefill: a session turn stopped between chunks keeps the KV of its own row read so far, without the padding', async () => {
+    const mine = prompt(180, 21);
+    const other = prompt(190, 22);
+    const soloOther = generate(e.batcher(100_000), [other], 8);
+    await soloOther.outcome;
+    e.runs.length = 0;
+    const session: SessionKv = { tokens: [], past: new Map() };
+    const b = e.batcher(100);
+    const first: Gen = generate(b, [mine], 8, { session, onPrefill: () => first.stop() });
+    const second = generate(b, [other], 8);
+    // Two rows × 48 positions per chunk (190 in 4): its row's first 10 are padding, 38 are its prompt's.
+    const [stopped] = await Promise.all([first.outcome, second.outcome]);
+    expect(stopped).toMatchObject({ finishReason: 'cancelled', generatedTokens: 0, sessionTokens: 38 });
+    expect(e.runs.slice(0, 2)).toEqual(['2×48', '1×48']);
+    expect(second.ids).toEqual(soloOther.ids);
+    expect(session.tokens).toEqual(mine.slice(0, 38));
+    expectSessionKv(e.spec, session, 38);
+    const next = [...mine, 7, 8];
+    const turn = generate(e.batcher(100_000), [next], 8, { session });
+    await turn.outcome;
+    const cold = generate(e.batcher(100_000), [next], 8);
+    await cold.outcome;
+    expect(turn.ids).toEqual(cold.ids);
+  });
+
+  it('a session turn stopped before its prefill keeps the part of its KV that its prompt continues, and frees the rest', async () => {
+    const session: SessionKv = { tokens: [], past: new Map() };
+    await generate(e.batcher(64), [prompt(40, 23)], 5, { session }).outcome;
+    const conversation = session.tokens.slice();
+    const old = [...session.past.values()];
+    // An edited message: the turn continues the conversation's first 30 positions.
+    const edited = [...conversation.slice(0, 30), ...prompt(20, 24)];
+    expect(edited[30]).not.toBe(conversation[30]);
+    e.runs.length = 0;
+    const turn = generate(e.batcher(64), [edited], 8, { session });
+    // Before the batcher's loop takes it (on the next macrotask).
+    turn.stop();
+    expect(await turn.outcome).toMatchObject({ finishReason: 'cancelled', generatedTokens: 0, sessionTokens: 30 });
+    expect(e.runs).toEqual([]);
+    expect(session.tokens).toEqual(conversation.slice(0, 30));
+    expectSessionKv(e.spec, session, 30);
+    // What it held past them is freed, not left to the collector.
+    expect(old.filter((t) => (t.data as Float32Array).byteLength > 0)).toHaveLength(0);
+    const next = [...edited, 7];
+    const again = generate(e.batcher(100_000), [next], 8, { session });
+    await again.outcome;
+    expect(e.runs[0]).toBe(`1×${next.length - 30}`);
+    const cold = generate(e.batcher(100_000), [next], 8);
+    await cold.outcome;
+    expect(again.ids).toEqual(cold.ids);
   });
 });
 

@@ -632,6 +632,92 @@ describe('sessions keep their KV between turns', () => {
     expect(next.reusedTokens).toBe(kept.length);
   });
 
+  it('a turn stopped as it is admitted keeps the KV its prompt continues, in the budget, the engine and the mirror', async () => {
+    const h = await host();
+    const turn1 = await h.generate({ promptIds: prompt, maxNewTokens: 6, sampling: greedy, sessionId: 'a' }).result;
+    const conversation = [...prompt, ...turn1.tokenIds].slice(0, h.scheduler.sessionInfo('a')?.tokens);
+    const agree = async (kept: number[]) => {
+      expect(h.scheduler.sessionInfo('a')).toMatchObject({ state: 'idle', tokens: kept.length });
+      expect(h.snapshot().heldBytes).toBe(kept.length * 1024);
+      expect(h.sessionMirror('a')?.tokens ?? []).toEqual(kept);
+      expect((await h.engine.stats()).sessions).toEqual(
+        kept.length > 0 ? [{ sessionId: 'a', tokens: kept.length, kvBytes: kept.length * 1024 }] : [],
+      );
+      expectEmptyLedger(h);
+    };
+    // A new message on the whole conversation keeps all of it; an edited one (continuing its first 7 positions)
+    // keeps those, as its admission left the session, and the engine frees the rest.
+    const edited = [...conversation.slice(0, 7), 99, 98];
+    for (const [promptIds, kept] of [
+      [[...conversation, 60, 70], conversation],
+      [edited, conversation.slice(0, 7)],
+    ] as const) {
+      const turn = h.generate({ promptIds, maxNewTokens: 4, sampling: greedy, sessionId: 'a' }, (f) => {
+        if (f.type === 'admitted') h.cancel(f.requestId, 'user');
+      });
+      const err = await rejection(turn.result);
+      expect(err.code).toBe('CANCELLED');
+      expect(err.message).toMatch(/before it started/);
+      await agree([...kept]);
+    }
+    const next = await h.generate({ promptIds: [...edited, 60], maxNewTokens: 3, sampling: greedy, sessionId: 'a' })
+      .result;
+    expect(next.reusedTokens).toBe(7);
+    const cold = await h.generate({ promptIds: [...edited, 60], maxNewTokens: 3, sampling: greedy }).result;
+    expect(next.tokenIds).toEqual(cold.tokenIds);
+    // A time limit that ends a turn keeps nothing of its session, as it does during the reply.
+    const timedOut = h.generate(
+      { promptIds: [...edited, 60, 61], maxNewTokens: 4, sampling: greedy, sessionId: 'a' },
+      (f) => {
+        if (f.type === 'admitted') h.cancel(f.requestId, 'timeout');
+      },
+    );
+    expect((await rejection(timedOut.result)).code).toBe('TIMEOUT');
+    await agree([]);
+  });
+
+  it("a turn stopped during its new message's prefill keeps the conversation's KV and the part read; the next turn reuses it and matches a cold run", async () => {
+    const h = await host({ prefillChunkTokens: 16 });
+    const turn1 = await h.generate({ promptIds: prompt, maxNewTokens: 6, sampling: greedy, sessionId: 'p' }).result;
+    const conversation = [...prompt, ...turn1.tokenIds].slice(0, h.scheduler.sessionInfo('p')?.tokens);
+    // A long message, read 16 positions at a time: the stop reaches the engine long before its end.
+    const promptIds = [...conversation, ...Array.from({ length: 1500 }, (_, i) => 3 + ((i * 7) % 400))];
+    const turn2 = h.generate({ promptIds, maxNewTokens: 4, sampling: greedy, sessionId: 'p' }, (f) => {
+      if (f.type === 'prefill') h.cancel(f.requestId, 'user');
+    });
+    expect((await rejection(turn2.result)).code).toBe('CANCELLED');
+    const held = h.scheduler.sessionInfo('p');
+    const tokens = held?.tokens ?? 0;
+    // The conversation and at least the chunk read before the stop (the engine may have read more before it heard
+    // of it), not the whole message.
+    expect(tokens).toBeGreaterThanOrEqual(conversation.length + 16);
+    expect(tokens).toBeLessThan(promptIds.length);
+    expect(held?.heldBytes).toBe(tokens * 1024);
+    expect(h.snapshot().heldBytes).toBe(tokens * 1024);
+    expect(h.sessionMirror('p')?.tokens).toEqual(promptIds.slice(0, tokens));
+    expect((await h.engine.stats()).sessions).toEqual([{ sessionId: 'p', tokens, kvBytes: tokens * 1024 }]);
+    expectEmptyLedger(h);
+    const next = [...promptIds, 60];
+    const turn3 = await h.generate({ promptIds: next, maxNewTokens: 5, sampling: greedy, sessionId: 'p' }).result;
+    expect(turn3.reusedTokens).toBe(tokens);
+    const cold = await h.generate({ promptIds: next, maxNewTokens: 5, sampling: greedy }).result;
+    expect(turn3.tokenIds).toEqual(cold.tokenIds);
+  });
+
+  it("a turn that fails during its new message's prefill keeps nothing of its session, in the engine and the mirror too", async () => {
+    // The first turn takes one run (its prompt, then its one token); the second fails on its second chunk.
+    const h = await host({ prefillChunkTokens: 16, engineEnv: { KVDESK_ENGINE_FAULT_AFTER_RUNS: '2' } });
+    const turn1 = await h.generate({ promptIds: prompt, maxNewTokens: 1, sampling: greedy, sessionId: 'e' }).result;
+    expect(h.scheduler.sessionInfo('e')?.tokens).toBe(prompt.length);
+    const promptIds = [...prompt, ...turn1.tokenIds, ...Array.from({ length: 40 }, (_, i) => 3 + i)];
+    const err = await rejection(h.generate({ promptIds, maxNewTokens: 4, sampling: greedy, sessionId: 'e' }).result);
+    expect(err.message).toMatch(/injected engine fault/);
+    expect(h.scheduler.sessionInfo('e')).toMatchObject({ state: 'idle', tokens: 0, heldBytes: 0 });
+    expect(h.sessionMirror('e')).toBeUndefined();
+    expect((await h.engine.stats()).sessions).toEqual([]);
+    expectEmptyLedger(h);
+  });
+
   it('a turn admitted but refused by the engine client keeps nothing, in the engine and the mirror too', async () => {
     const h = await host();
     await h.generate({ promptIds: prompt, maxNewTokens: 6, sampling: greedy, sessionId: 'f' }).result;

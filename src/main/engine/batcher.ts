@@ -12,7 +12,7 @@
 import * as ort from 'onnxruntime-node';
 import { KvdeskError } from '../../shared/errors';
 import type { KvTensorSpec, ModelSpec } from '../../shared/model-spec';
-import type { GenerationHooks, GenerationJob, GenerationOutcome } from './decoder';
+import type { GenerationHooks, GenerationJob, GenerationOutcome, SessionKv } from './decoder';
 import { commonPrefix, generationFailed, idTensor, maskTensor } from './feeds';
 import {
   exactDraw,
@@ -166,17 +166,6 @@ function screens(sampler: Sampler): boolean {
   );
 }
 
-/** Ends a request that was asked to stop before its prefill finished: nothing generated, no KV kept. */
-function endUnstarted(m: Member, reason: 'stop' | 'cancelled'): void {
-  m.resolve({
-    finishReason: reason,
-    rowFinishReasons: m.job.rows.map(() => reason),
-    kvBytes: 0,
-    generatedTokens: 0,
-    sessionTokens: 0,
-  });
-}
-
 /**
  * Lookup decoding for a stream running alone: where its drafts come from, how
  * many tokens a check feeds at most, and the graph input that makes a run score
@@ -325,7 +314,7 @@ export class ContinuousBatcher {
           const live: Member[] = [];
           for (const m of arrived) {
             const stop = m.hooks.stopRequested();
-            if (stop) endUnstarted(m, stop);
+            if (stop) this.endUnstarted(m, stop);
             else live.push(m);
           }
           // Session turns that reuse their KV are prefilled alone; fresh prompts in groups of similar length.
@@ -367,7 +356,7 @@ export class ContinuousBatcher {
     });
     this.pending = this.pending.filter((m) => {
       const stop = m.hooks.stopRequested();
-      if (stop) endUnstarted(m, stop);
+      if (stop) this.endUnstarted(m, stop);
       return !stop;
     });
   }
@@ -639,6 +628,59 @@ export class ContinuousBatcher {
     return true;
   }
 
+  /**
+   * Ends a request that was asked to stop before its first token: nothing generated. A session turn's session keeps
+   * the part of its KV that its prompt continues (before its prefill, what the turn would have reused; during it,
+   * what keepPrefilled put back), as the turn's end reports it: the host keeps that for the next turn, or drops it.
+   */
+  private endUnstarted(m: Member, reason: 'stop' | 'cancelled'): void {
+    const session = m.job.session;
+    if (session) this.cutSession(session, this.reusable(m));
+    m.resolve({
+      finishReason: reason,
+      rowFinishReasons: m.job.rows.map(() => reason),
+      kvBytes: 0,
+      generatedTokens: 0,
+      sessionTokens: session ? session.tokens.length : 0,
+    });
+  }
+
+  /** A session's KV cut to its first `keep` positions (what lies past them is freed). */
+  private cutSession(session: SessionKv, keep: number): void {
+    if (keep >= session.tokens.length) return;
+    const past = new Map<string, ort.Tensor>();
+    if (keep > 0) {
+      for (const t of this.kvTensors) {
+        const held = session.past.get(t.past);
+        if (held) past.set(t.past, truncateSeq(t, held, keep));
+      }
+    }
+    releaseKv(session.past.values(), past);
+    session.past = past;
+    session.tokens = session.tokens.slice(0, keep);
+  }
+
+  /**
+   * A session turn asked to stop during its prefill (which took its session's KV) puts back the KV of its prompt
+   * computed so far: its row (`at` of `rows` in `past`, whose `seq` positions are those computed) without the
+   * padding on its left, copied exactly as large. The conversation it continues is not lost with the new message.
+   */
+  private keepPrefilled(m: Member, past: Map<string, ort.Tensor>, at: number, rows: number, seq: number): void {
+    const session = m.job.session;
+    const row = m.rows[0];
+    if (!session || !row || seq - row.pad <= 0) return;
+    const kept = new Map<string, ort.Tensor>();
+    for (const t of this.kvTensors) {
+      const all = past.get(t.past) as ort.Tensor;
+      const mine = rows > 1 ? selectBatch(t, all, [at]) : all;
+      kept.set(t.past, sliceSeq(t, mine, row.pad, seq));
+      if (mine !== all) releaseKv([mine], kept);
+    }
+    releaseKv(session.past.values(), kept);
+    session.past = kept;
+    session.tokens = (m.job.rows[0] as number[]).slice(0, seq - row.pad);
+  }
+
   /** Session KV positions a newcomer can reuse (0 for a fresh prompt). */
   private reusable(m: Member): number {
     const session = m.job.session;
@@ -676,8 +718,9 @@ export class ContinuousBatcher {
     if (pastLen === 0) past = new Map(this.kvTensors.map((t) => [t.past, emptyPast(t, R)]));
     // A session's KV is this turn's from here (what it reuses is in `past`): the scheduler counts the turn's
     // reservation instead of the session's held KV until the turn ends and the session gets the turn's KV. Kept
-    // alive beside the turn's own copy, it was counted nowhere; nor would it be of use after a failure or a cancel
-    // (the engine and the host drop the session then). Freed now; a prefix fed as it is, once its chunk has run.
+    // alive beside the turn's own copy, it was counted nowhere; nor would it be of use after a failure (the engine
+    // and the host drop the session then), and a turn stopped before its first token puts back the KV it has so far
+    // (keepPrefilled). Freed now; a prefix fed as it is, once its chunk has run.
     for (const m of group) {
       const own = m.job.session;
       if (!own) continue;
@@ -730,8 +773,10 @@ export class ContinuousBatcher {
           const staying: Member[] = [];
           group.forEach((m, g) => {
             const stop = stops[g];
-            if (stop) endUnstarted(m, stop);
-            else {
+            if (stop) {
+              this.keepPrefilled(m, past, firstRow.get(m) as number, R, pastLen + from);
+              this.endUnstarted(m, stop);
+            } else {
               staying.push(m);
               const base = firstRow.get(m) as number;
               for (let i = 0; i < m.rows.length; i++) keep.push(base + i);

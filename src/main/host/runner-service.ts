@@ -1727,10 +1727,7 @@ class Generation {
       ...(grant.budgetCap ? { budgetCap: grant.budgetCap } : {}),
     });
     if (this.cancelReason) {
-      this.sched.cancel(this.id, this.cancelReason);
-      // The scheduler keeps nothing of the session of a turn admitted and stopped at once: nor may the engine.
-      this.forgetSession();
-      this.fail(this.cancelError('before it started'));
+      this.endAdmitted(grant);
       return;
     }
     const spec = this.model.spec;
@@ -2129,9 +2126,7 @@ class Generation {
       // it: the next turn, which holds the conversation and what the reply wrote, reuses it. A timeout or a
       // shutdown keeps nothing.
       const kept =
-        sessionId && sessionTokens > 0 && (reason === 'user' || reason === 'disconnect')
-          ? this.keptTokens(sessionTokens)
-          : undefined;
+        sessionId && sessionTokens > 0 && this.stopKeepsSession() ? this.keptTokens(sessionTokens) : undefined;
       this.sched.cancel(this.id, reason, kept ? { sessionTokens: kept.length } : {});
       if (sessionId && kept) this.mirrorSession(sessionId, kept, sessionTokens);
       else this.forgetSession();
@@ -2315,6 +2310,31 @@ class Generation {
       return;
     }
     this.host.engine.cancel(this.id, 'cancelled');
+  }
+
+  /** Whether this stop keeps the session's KV: the person's (Stop, Ctrl+C) or a gone client's; not a time limit's. */
+  private stopKeepsSession(): boolean {
+    const reason = this.cancelReason ?? 'user';
+    return reason === 'user' || reason === 'disconnect';
+  }
+
+  /**
+   * Ends the request, cancelled as it was admitted (no engine work was sent). The engine's KV of its session is as
+   * the last turn left it: a stop that keeps the session's KV keeps the part this turn continues (what the scheduler
+   * counts since the admission), as a stop during the reply would; the engine cuts the rest. A session evicted
+   * since the turn was accepted has none to keep.
+   */
+  private endAdmitted(grant: AdmissionGrant): void {
+    const reason = this.cancelReason ?? 'user';
+    const sessionId = this.req.sessionId;
+    const prefix = grant.session && !grant.session.recompute ? grant.session.prefixTokens : 0;
+    const kept = sessionId && prefix > 0 && this.stopKeepsSession() ? this.keptTokens(prefix) : undefined;
+    this.sched.cancel(this.id, reason, kept ? { sessionTokens: kept.length } : {});
+    if (sessionId && kept) {
+      const engineTokens = this.host.sessionMirror(sessionId)?.tokens.length ?? Number.POSITIVE_INFINITY;
+      this.mirrorSession(sessionId, kept, engineTokens);
+    } else this.forgetSession();
+    this.fail(this.cancelError('before it started'));
   }
 
   /** Ends the request, cancelled while it waits for admission (no engine work exists). */
