@@ -52,6 +52,12 @@ export const RequestShapeSchema = z.object({
    * the turn reserves only what it keeps. Default: all of them.
    */
   sessionReuseTokens: z.int().nonnegative().optional(),
+  /**
+   * The session is the host's prompt cache, which the client never opened (an HTTP API client sends the whole
+   * conversation each time): a refusal counts the session tokens the turn continues from as the prompt's and
+   * names no session, as it would for the same prompt without the cache.
+   */
+  anonymousSession: z.boolean().optional(),
   /** Chat thread, for display only. */
   threadId: z.string().optional(),
   /**

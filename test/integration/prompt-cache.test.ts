@@ -10,6 +10,7 @@
 import { afterAll, describe, expect, it, vi } from 'vitest';
 import { type HostSettings, RunnerService } from '../../src/main/host/runner-service';
 import type { ChatMessage, GenerationResult } from '../../src/shared/contract';
+import type { KvdeskError } from '../../src/shared/errors';
 import { PROMPT_CACHE_PREFIX } from '../../src/shared/prompt-cache';
 import { defaultModelDir } from '../helpers/fixtures';
 import { generatedModel } from '../helpers/models';
@@ -124,6 +125,37 @@ describe('the prompt cache', () => {
       [1, 2, 3, 4, 5].map((i) => turn(h, [{ role: 'user', content: `Parallel chat ${i}: count to three.` }])),
     );
     expect(cacheSessions(h)).toHaveLength(2);
+  });
+
+  it('a refusal of a prompt that continues a cache names the whole prompt, as without the cache', async () => {
+    // 1.6 MiB: the first turn's 1,504 tokens fit, its next turn of 1,704 does not.
+    const h = await host({ kvBudgetBytes: 1600 * 1024 });
+    const ids = (n: number, from = 0) => Array.from({ length: n }, (_, i) => 3 + ((i * 7 + from) % 400));
+    const greedy = { greedy: true };
+    const first = await h.generate({ promptIds: ids(1500), promptCache: true, maxNewTokens: 4, sampling: greedy })
+      .result;
+    const refusal = async (extra: number, promptCache: boolean) => {
+      const promptIds = [...ids(1500), ...first.tokenIds, ...ids(extra, 1)];
+      const e = await h.generate({ promptIds, promptCache, maxNewTokens: 10, sampling: greedy }).result.then(
+        () => expect.unreachable('refused'),
+        (err: KvdeskError) => err,
+      );
+      return { length: promptIds.length, code: e.code, message: e.message, detail: e.detail };
+    };
+    // Past the context (2,104 tokens of 2,048), then past the budget: the client, which opened no session, trims
+    // its history from the prompt's whole length.
+    for (const [extra, code] of [
+      [600, 'CONTEXT_OVERFLOW'],
+      [200, 'KV_BUDGET_EXCEEDED'],
+    ] as const) {
+      const cached = await refusal(extra, true);
+      expect(cached).toMatchObject({ code, detail: { promptTokens: cached.length, sessionTokens: 0 } });
+      expect(cached.message).toContain(code === 'CONTEXT_OVERFLOW' ? `has ${cached.length} tokens,` : '(1704 prompt');
+      expect(cached.message).not.toContain('session');
+      expect(cached).toEqual(await refusal(extra, false));
+    }
+    // The cache was there to continue all along.
+    expect(cacheSessions(h)).toMatchObject([{ state: 'idle', tokens: 1500 + first.tokenIds.length - 1 }]);
   });
 
   it('a cache left holding nothing goes: its turn stopped while queued, or its KV evicted for another request', async () => {

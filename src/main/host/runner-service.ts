@@ -1670,6 +1670,8 @@ class Generation {
         ...(this.req.priority !== undefined ? { priority: this.req.priority } : {}),
         // The turn keeps only the session KV its prompt continues; the scheduler drops the rest.
         ...(sessionId ? { sessionId, sessionReuseTokens: this.reused } : {}),
+        // A prompt cache's client opened no session: a refusal names the whole prompt it sent.
+        ...(sessionId?.startsWith(PROMPT_CACHE_PREFIX) ? { anonymousSession: true } : {}),
         ...(this.req.threadId ? { threadId: this.req.threadId } : {}),
       },
       {

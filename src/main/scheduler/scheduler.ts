@@ -768,12 +768,23 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     return result;
   }
 
+  /**
+   * The prompt and session tokens a refusal names: a prompt cache's tokens are the prompt's (its client sent them
+   * and trims them from the prompt, knowing of no session).
+   */
+  function refusedTokens(shape: RequestShape, prefixTokens: number): { prompt: number; session: number } {
+    return shape.anonymousSession === true
+      ? { prompt: prefixTokens + shape.promptTokens, session: 0 }
+      : { prompt: shape.promptTokens, session: prefixTokens };
+  }
+
   function budgetExceeded(
     shape: RequestShape,
     prefixTokens: number,
     requiredBytes: number,
     why: string,
   ): { message: string; detail: ErrorDetail } {
+    const tokens = refusedTokens(shape, prefixTokens);
     return {
       message:
         `This request needs at least ${formatBytes(requiredBytes)} of KV cache (${shape.rows} ` +
@@ -782,16 +793,16 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
           ? `a static cache of ${shape.fixedTokens} positions × ${shape.bpt} B/token), but ${why} ` +
             `${formatBytes(limits.limitBytes)}. This model allocates its whole cache per row: ` +
             `${shape.rows > 1 ? 'send fewer rows, or raise' : 'raise'} the KV budget.`
-          : `(${prefixTokens > 0 ? `${prefixTokens} session + ` : ''}${shape.promptTokens} prompt + 1) tokens × ` +
+          : `(${tokens.session > 0 ? `${tokens.session} session + ` : ''}${tokens.prompt} prompt + 1) tokens × ` +
             `${shape.bpt} B/token), but ${why} ${formatBytes(limits.limitBytes)}. ` +
             `Shorten the prompt, ${shape.rows > 1 ? 'send fewer rows, ' : ''}or raise the KV budget.`),
       detail: {
         requiredBytes,
         budgetBytes: limits.limitBytes,
         bpt: shape.bpt,
-        promptTokens: shape.promptTokens,
+        promptTokens: tokens.prompt,
         rows: shape.rows,
-        sessionTokens: prefixTokens,
+        sessionTokens: tokens.session,
       },
     };
   }
@@ -856,14 +867,15 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     // The part of the session's KV the turn continues from; the rest is dropped when the turn is admitted.
     const prefixTokens = Math.min(session?.tokens ?? 0, shape.sessionReuseTokens ?? Number.POSITIVE_INFINITY);
     if (prefixTokens + promptTokens + 1 > contextLength) {
+      const tokens = refusedTokens(shape, prefixTokens);
       return refuse(
         shape,
         at,
         'CONTEXT_OVERFLOW',
-        `The prompt has ${promptTokens} tokens${prefixTokens > 0 ? ` on top of ${prefixTokens} in the session` : ''}, ` +
+        `The prompt has ${tokens.prompt} tokens${tokens.session > 0 ? ` on top of ${tokens.session} in the session` : ''}, ` +
           `which leaves no room for a reply in the model's context of ${contextLength} tokens. ` +
           'Shorten the prompt or start a new chat.',
-        { promptTokens, contextLength, sessionTokens: prefixTokens },
+        { promptTokens: tokens.prompt, contextLength, sessionTokens: tokens.session },
       );
     }
     const minimumBytes = rows * (fixedTokens ?? prefixTokens + promptTokens + 1) * bpt;

@@ -250,6 +250,37 @@ describe('sessions: turns and retained KV', () => {
     );
   });
 
+  it("an anonymous session (the host's prompt cache): a refusal names the whole prompt and no session", () => {
+    const t = createTestScheduler({ limit: 128 * 128, maxRunning: 1 });
+    seed(t, 'cache', 60);
+    const overflow = errorOf(
+      t.submit({ ...req({ id: 'a', session: 'cache', prompt: 4, context: 64 }), anonymousSession: true }),
+    );
+    expect(overflow).toEqual({
+      code: 'CONTEXT_OVERFLOW',
+      message:
+        "The prompt has 64 tokens, which leaves no room for a reply in the model's context of 64 tokens. " +
+        'Shorten the prompt or start a new chat.',
+      detail: { promptTokens: 64, contextLength: 64, sessionTokens: 0 },
+    });
+    const tooBig = errorOf(
+      t.submit({ ...req({ id: 'b', session: 'cache', prompt: 80, context: 256 }), anonymousSession: true }),
+    );
+    expect(tooBig.code).toBe('KV_BUDGET_EXCEEDED');
+    expect(tooBig.detail).toMatchObject({ requiredBytes: 141 * 128, promptTokens: 140, sessionTokens: 0 });
+    expect(tooBig.message).toContain('(1 row × (140 prompt + 1) tokens × 128 B/token)');
+    // Queued, then the budget is lowered under its minimum: the same figures.
+    unwrap(t.submit(req({ id: 'run' })));
+    unwrap(
+      t.submit({ ...req({ id: 'c', session: 'cache', prompt: 4, max: 2, context: 256 }), anonymousSession: true }),
+    );
+    expect(unwrap(t.scheduler.reconfigure({ limitBytes: 60 * 128 })).rejectedRequestIds).toEqual(['c']);
+    expect(t.ofType('rejected').at(-1)?.error).toMatchObject({
+      message: expect.stringContaining('(1 row × (64 prompt + 1) tokens × 128 B/token)'),
+      detail: { promptTokens: 64, sessionTokens: 0 },
+    });
+  });
+
   it('clips N to the context left after the session prefix', () => {
     const t = createTestScheduler();
     seed(t, 's', 50);
