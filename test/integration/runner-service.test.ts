@@ -4,13 +4,15 @@
  * funnel and that every terminal path returns the reservation.
  */
 import { readFileSync } from 'node:fs';
-import { cp, mkdtemp, readFile, writeFile } from 'node:fs/promises';
+import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { onnx } from 'onnx-proto';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { type HostSettings, RunnerService } from '../../src/main/host/runner-service';
+import { errorFromInfo } from '../../src/main/server/http-util';
 import type { StreamFrame } from '../../src/shared/contract';
+import { type KvdeskError, toErrorInfo } from '../../src/shared/errors';
 import { defaultModelDir, fixture, haveFixtures } from '../helpers/fixtures';
 import { holdReplyEnds } from '../helpers/hold-replies';
 import { graphVariantsModel, installedPackage, slowModel } from '../helpers/models';
@@ -491,6 +493,44 @@ describe("the person's pick of variant and backend", () => {
     const q4 = await h.generate({ model: id, promptIds: prompt, maxNewTokens: 8, sampling: greedy }).result;
     expect(waited.tokenIds).toEqual(q4.tokenIds);
     expect(waited.tokenIds).not.toEqual(fp32.tokenIds);
+  });
+
+  it("requests beyond the queue's places while a model loads again are refused at once, as the queue would", async () => {
+    const work = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-reload-queue-'));
+    // While this file exists, the engine's loads wait.
+    const hold = path.join(work, 'hold-loads');
+    const h = await host({ maxRunning: 1, maxQueue: 1, engineEnv: { KVDESK_ENGINE_HOLD_LOADS: hold } });
+    await writeFile(hold, '');
+    const reload = h.loadModel(defaultModelDir, { whileIdle: true });
+    await vi.waitFor(() => expect(h.listModels()[0]?.reloading).toBe(true), { interval: 1, timeout: 10_000 });
+    // One runs once the load is in and one queues behind it (one running slot, one queue place): the other four
+    // hear it now, not when the load is in.
+    const sent = Array.from({ length: 6 }, () => h.generate({ promptIds: prompt, maxNewTokens: 2, sampling: greedy }));
+    const ended = new Map<number, KvdeskError>();
+    for (const [i, g] of sent.entries()) g.result.catch((err: KvdeskError) => ended.set(i, err));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect([...ended.keys()]).toEqual([2, 3, 4, 5]);
+    const refused = [...ended.values()];
+    expect(h.listModels()[0]?.reloading).toBe(true);
+    expect(h.snapshot().reloadWaits?.map((w) => w.requestId)).toEqual(sent.slice(0, 2).map((g) => g.requestId));
+    for (const err of refused) {
+      expect(err).toMatchObject({
+        code: 'QUEUE_FULL',
+        detail: { queueLength: 1, maxQueue: 1, retryAfterMs: expect.any(Number) },
+      });
+      expect(err.message).toMatch(/^The admission queue is full \(1 waiting, limit 1, .*Retry in about \d+ s\.$/);
+    }
+    // The HTTP APIs answer 429 with a Retry-After.
+    const http = errorFromInfo(toErrorInfo(refused[0]));
+    expect(http.status).toBe(429);
+    expect(Number(http.headers['retry-after'])).toBeGreaterThanOrEqual(1);
+    expect(h.snapshot().counters.rejections).toEqual({ QUEUE_FULL: 4 });
+    await rm(hold);
+    await reload;
+    for (const g of sent.slice(0, 2)) expect((await g.result).tokenIds).toHaveLength(2);
+    // Nothing more was refused once the load was in.
+    expect(h.snapshot().counters.rejections).toEqual({ QUEUE_FULL: 4 });
+    await rm(work, { recursive: true, force: true });
   });
 
   it('an "installed" ORT package: refused, naming the field, until trusted; then it runs as its folder does', async () => {

@@ -1131,6 +1131,33 @@ export class RunnerService {
     return { requestId, result, cancel };
   }
 
+  /**
+   * A request on a model that loads again, when those queued on its device and those waiting for loads there
+   * already take every place its scheduler will have once the load is in (its free running slots and its queue):
+   * the QUEUE_FULL it would get then, at once (counted as the scheduler's are).
+   */
+  private reloadQueueFull(model: LoadedModel, requestId: string): KvdeskError | undefined {
+    const sched = (this.devices.get(model.device) as DeviceState).scheduler;
+    const snap = sched.snapshot();
+    let waiting = snap.queue.length;
+    for (const w of this.reloadWaits.values()) {
+      // (Not its own wait for an earlier load, which it leaves as it starts.)
+      if (w.requestId !== requestId && this.models.get(w.modelId)?.device === model.device) waiting += 1;
+    }
+    // As many as there are free running slots are admitted when the load is in: the rest queue.
+    const queued = waiting - Math.max(0, snap.maxRunning - snap.running.length);
+    if (queued < snap.maxQueue) return undefined;
+    // The load takes about as long as the model's last one did.
+    const retryAfterMs = Math.max(1000, Math.ceil(model.loadMs));
+    sched.countRejection('QUEUE_FULL');
+    return new KvdeskError(
+      'QUEUE_FULL',
+      `The admission queue is full (${queued} waiting, limit ${snap.maxQueue}, with those that wait for model ` +
+        `${model.id} to load again). Retry in about ${Math.ceil(retryAfterMs / 1000)} s.`,
+      { queueLength: queued, maxQueue: snap.maxQueue, retryAfterMs, modelId: model.id },
+    );
+  }
+
   /** `waited`: the reload the request has waited for (it does not wait for that one again). */
   private generateAs(
     requestId: string,
@@ -1159,6 +1186,8 @@ export class RunnerService {
       model = this.resolveModel(req.model);
       const reload = this.reloading.get(model.id);
       if (reload && reload !== waited) {
+        const full = this.reloadQueueFull(model, requestId);
+        if (full) throw full;
         const wait = { modelId: model.id, threadId: req.threadId, timeoutMs: req.timeoutMs };
         return this.waitForReload(requestId, input, sink, reload, wait);
       }

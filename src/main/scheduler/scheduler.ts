@@ -177,6 +177,11 @@ export interface Scheduler {
    * counting it.
    */
   forgetModel(modelId: string): void;
+  /**
+   * Called by the host when it refuses a request before submitting it, on the scheduler's grounds (QUEUE_FULL for
+   * one that would wait for its model's load beyond the queue's places): the rejection counters count it.
+   */
+  countRejection(code: ErrorCode): void;
   /** Called by the host when a chat thread is closed or deleted; false if unknown. */
   closeSession(sessionId: string): boolean;
   /** Called by the host when a person frees a session's KV; the session must not be running. */
@@ -1279,6 +1284,9 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     resumeModel,
     forgetModel: (modelId: string) => {
       models.delete(modelId);
+    },
+    countRejection: (code: ErrorCode) => {
+      counters.rejections[code] = (counters.rejections[code] ?? 0) + 1;
     },
     closeSession,
     evictSession,

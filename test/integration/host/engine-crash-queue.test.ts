@@ -170,6 +170,31 @@ describe('a request queued when the engine crashes', () => {
     expect(pending(h)).toEqual({ generations: 0, cancels: 0 });
   });
 
+  it('requests sent while its model loads back take what places it leaves; the rest are refused at once', async () => {
+    const { h, hold } = await setup();
+    h.configure({ maxQueue: 1 });
+    const reference = await h.generate({ promptIds: SHORT, maxNewTokens: 4, sampling: greedy }).result;
+    const { running, queued } = crashWithOneQueued(h, () => writeFileSync(hold, ''));
+    expect((await rejection(running.result)).code).toBe('ENGINE_FAILED');
+    expect(h.listModels()[0]?.reloading).toBe(true);
+    // The queued one runs when the model is back and one more queues behind it: a third hears now that the
+    // queue is full.
+    const waiting = h.generate({ promptIds: SHORT, maxNewTokens: 4, sampling: greedy });
+    const surplus = h.generate({ promptIds: SHORT, maxNewTokens: 4, sampling: greedy });
+    let refused: unknown;
+    surplus.result.catch((err: unknown) => {
+      refused = err;
+    });
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(refused).toMatchObject({ code: 'QUEUE_FULL', detail: { queueLength: 1, maxQueue: 1 } });
+    expect(h.listModels()[0]?.reloading).toBe(true);
+    expect(h.snapshot().reloadWaits?.map((w) => w.requestId)).toEqual([waiting.requestId]);
+    rmSync(hold);
+    for (const g of [queued, waiting]) expect((await g.result).tokenIds).toEqual(reference.tokenIds);
+    expect(h.snapshot().counters.rejections).toEqual({ QUEUE_FULL: 1 });
+    expect(pending(h)).toEqual({ generations: 0, cancels: 0 });
+  });
+
   it('stops waiting after three crashes in a row while its model loads back: refused, saying so', async () => {
     const { h, hold } = await setup();
     let pid = h.engine.pid;
