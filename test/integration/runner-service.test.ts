@@ -15,7 +15,7 @@ import type { StreamFrame } from '../../src/shared/contract';
 import { type KvdeskError, toErrorInfo } from '../../src/shared/errors';
 import { defaultModelDir, fixture, haveFixtures } from '../helpers/fixtures';
 import { holdReplyEnds } from '../helpers/hold-replies';
-import { graphVariantsModel, installedPackage, slowModel } from '../helpers/models';
+import { generatedModel, graphVariantsModel, installedPackage, slowModel } from '../helpers/models';
 import { rejection } from '../helpers/rejection';
 
 const hosts: RunnerService[] = [];
@@ -840,6 +840,25 @@ describe('sessions across loads', () => {
       sampling: greedy,
     }).result;
     expect(next.tokenIds.length).toBeGreaterThan(0);
+  });
+
+  it("the budget stops showing the old package's bytes per token once another is loaded under its id", async () => {
+    const h = new RunnerService({ intraOpNumThreads: 2 });
+    hosts.push(h);
+    await h.loadModel(defaultModelDir, { id: 'm' });
+    expect(h.snapshot().bpt).toBeNull();
+    await h.generate({ model: 'm', promptIds: prompt, maxNewTokens: 2, sampling: greedy }).result;
+    expect(h.snapshot().bpt).toBe(1024);
+    // Half the layers: half the KV per token.
+    const other = await h.loadModel(generatedModel('same-id-two-layers', { numLayers: 2 }), {
+      id: 'm',
+      whileIdle: true,
+    });
+    expect(other.spec.bpt).toBe(512);
+    // Counted from its first request, as a first load's are: never the old package's meanwhile.
+    expect(h.snapshot().bpt).toBeNull();
+    await h.generate({ model: 'm', promptIds: prompt, maxNewTokens: 2, sampling: greedy }).result;
+    expect(h.snapshot().bpt).toBe(512);
   });
 });
 

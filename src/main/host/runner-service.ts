@@ -736,11 +736,10 @@ export class RunnerService {
     this.closeSessionsOf(id);
     this.models.set(id, model);
     this.dropDeviceIfUnused(intended);
-    if (previous && previous.device !== device) {
-      // Moved to another device: the budget it left stops counting its bytes per token.
-      this.devices.get(previous.device)?.scheduler.forgetModel(id);
-      this.dropDeviceIfUnused(previous.device);
-    }
+    // The budget stops counting the old load's bytes per token (another package's may differ): the new load's
+    // count from its first request, as a first load's do.
+    if (previous) this.devices.get(previous.device)?.scheduler.forgetModel(id);
+    if (previous && previous.device !== device) this.dropDeviceIfUnused(previous.device);
     this.refreshBudget();
     return { id, spec: model.spec, loadMs: model.loadMs, logits: model.logits };
   }
