@@ -13,7 +13,17 @@
  */
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { app, BrowserWindow, protocol, type Session, shell, type WebContents, type WebPreferences } from 'electron';
+import {
+  app,
+  BrowserWindow,
+  dialog,
+  protocol,
+  type Session,
+  shell,
+  type WebContents,
+  type WebPreferences,
+} from 'electron';
+import { RECOVERED_FRAGMENT } from '../shared/api';
 import { contentTypeOf } from '../shared/content-types';
 import { originOf } from './ipc/validate';
 
@@ -250,6 +260,27 @@ export function hardenWebContents(contents: WebContents, appOrigin: string): voi
   contents.on('will-attach-webview', (event) => event.preventDefault());
 }
 
+/** Times within CRASH_WINDOW_MS the window's page is loaded again after its process was gone, before giving up. */
+export const CRASH_RELOADS = 3;
+const CRASH_WINDOW_MS = 60_000;
+
+/**
+ * What to do when the window's page process is gone (`render-process-gone`'s reason): load the page again, or, when
+ * it was gone CRASH_RELOADS times within a minute already, give up (a page that crashes as it loads would loop);
+ * nothing for a clean exit.
+ */
+export function createCrashPolicy(now: () => number = Date.now): (reason: string) => 'reload' | 'give-up' | 'none' {
+  const times: number[] = [];
+  return (reason) => {
+    if (reason === 'clean-exit') return 'none';
+    const t = now();
+    while (times.length > 0 && t - (times[0] as number) >= CRASH_WINDOW_MS) times.shift();
+    if (times.length >= CRASH_RELOADS) return 'give-up';
+    times.push(t);
+    return 'reload';
+  };
+}
+
 /** Where the window's renderer comes from. */
 export interface WindowSource {
   /** Absolute path of the built preload (out/preload/index.js). */
@@ -274,6 +305,23 @@ export function createMainWindow(source: WindowSource): BrowserWindow {
     webPreferences: buildWebPreferences(source.preloadPath),
   });
   win.once('ready-to-show', () => win.show());
+  // A page whose process crashed (or was killed for memory) is loaded again, not left blank: the replies it was
+  // streaming were stopped with it (their KV kept), their text saved up to the last second.
+  const crashed = createCrashPolicy();
+  win.webContents.on('render-process-gone', (_event, details) => {
+    const what = crashed(details.reason);
+    if (what === 'none' || win.isDestroyed()) return;
+    process.stderr.write(
+      `kvdesk: the window's page stopped (${details.reason}, exit code ${details.exitCode})${what === 'reload' ? '; loading it again' : ''}\n`,
+    );
+    if (what === 'reload') void win.loadURL(source.url + RECOVERED_FRAGMENT);
+    else {
+      dialog.showErrorBox(
+        'kvdesk',
+        `The window's page stopped (${details.reason}) ${CRASH_RELOADS + 1} times within a minute, so kvdesk does not load it again. Your chats are saved; quit kvdesk and start it again. If it keeps happening, start it from a terminal (npm start) and report what it prints.`,
+      );
+    }
+  });
   void win.loadURL(source.url);
   return win;
 }

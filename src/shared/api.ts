@@ -282,6 +282,9 @@ export interface LoadModelRequest {
 /** The longest chat template kvdesk takes from a person (real models' run to tens of KiB). */
 export const CHAT_TEMPLATE_MAX = 256 * 1024;
 
+/** The fragment of a window's page loaded again after its process was gone (Electron), so the page can say so. */
+export const RECOVERED_FRAGMENT = '#recovered';
+
 /** What a request's prompt would be (measurePrompt): its tokens, the model's context, what would be left out. */
 export interface PromptMeasure {
   promptTokens: number;

@@ -20,6 +20,7 @@ import type {
   StoredMessage,
   Thread,
 } from '../../shared/api';
+import { RECOVERED_FRAGMENT } from '../../shared/api';
 import type { GenerateRequest, SamplingSettings, ToolCall } from '../../shared/contract';
 import type { ErrorInfo, Result } from '../../shared/errors';
 import { noteOwnRequest } from '../lib/busy-elsewhere';
@@ -456,13 +457,27 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     }
     // Saved data kvdesk could not use (a chat file left out, settings moved aside or unreadable): said until
     // dismissed, each file named with what to do.
-    if (!settings.ok) s().setNotice(`Could not read your settings: ${settings.error.message}`, true);
-    else if (threads.ok) {
+    let problem = false;
+    if (!settings.ok) {
+      problem = true;
+      s().setNotice(`Could not read your settings: ${settings.error.message}`, true);
+    } else if (threads.ok) {
       const problems = await api.invoke('dataProblems', {});
       if (problems.ok && problems.value.length > 0) {
+        problem = true;
         const more = problems.value.length - 1;
         s().setNotice(
           `Some saved data could not be used: ${problems.value[0]?.replace(/[.\s]+$/, '')}${more > 0 ? ` (and ${more} more: see kvdesk's log)` : ''}.`,
+          true,
+        );
+      }
+    }
+    // The window's page was loaded again after its process was gone (window.ts): said once, until dismissed.
+    if (location.hash === RECOVERED_FRAGMENT) {
+      history.replaceState(null, '', location.pathname + location.search);
+      if (!problem) {
+        s().setNotice(
+          "kvdesk's window stopped unexpectedly and was loaded again. A reply that was streaming stopped there; its text is saved up to its last second.",
           true,
         );
       }

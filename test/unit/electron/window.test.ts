@@ -6,9 +6,10 @@ import { beforeEach, describe, expect, it, vi } from 'vitest';
 
 // The Electron binary is not needed (nor present everywhere): the module is replaced by recorders.
 const electron = vi.hoisted(() => {
-  const windows: Array<{ options: Record<string, unknown>; url: string | null }> = [];
+  const windows: Array<{ options: Record<string, unknown>; url: string | null; win: unknown }> = [];
   return {
     windows,
+    showErrorBox: vi.fn(),
     openExternal: vi.fn(async (_url: string) => {}),
     registerSchemesAsPrivileged: vi.fn(),
     enableSandbox: vi.fn(),
@@ -17,19 +18,24 @@ const electron = vi.hoisted(() => {
 });
 vi.mock('electron', () => {
   class BrowserWindow {
+    readonly webContents = new EventEmitter();
     constructor(options: Record<string, unknown>) {
-      electron.windows.push({ options, url: null });
+      electron.windows.push({ options, url: null, win: this });
     }
     once() {}
     show() {}
+    isDestroyed() {
+      return false;
+    }
     loadURL(url: string) {
-      const last = electron.windows[electron.windows.length - 1];
-      if (last) last.url = url;
+      const mine = electron.windows.find((w) => w.win === this);
+      if (mine) mine.url = url;
       return Promise.resolve();
     }
   }
   return {
     app: { enableSandbox: electron.enableSandbox, on: electron.appOn },
+    dialog: { showErrorBox: electron.showErrorBox },
     BrowserWindow,
     protocol: { registerSchemesAsPrivileged: electron.registerSchemesAsPrivileged },
     shell: { openExternal: electron.openExternal },
@@ -41,6 +47,8 @@ import {
   APP_ORIGIN,
   buildContentSecurityPolicy,
   buildWebPreferences,
+  CRASH_RELOADS,
+  createCrashPolicy,
   createExternalOpener,
   createMainWindow,
   decideNavigation,
@@ -53,6 +61,7 @@ import {
   registerAppScheme,
   resolveAppAsset,
 } from '../../../src/main/window';
+import { RECOVERED_FRAGMENT } from '../../../src/shared/api';
 import { contentTypeOf } from '../../../src/shared/content-types';
 
 beforeEach(() => {
@@ -100,6 +109,48 @@ describe('webPreferences', () => {
     expect(electron.windows).toHaveLength(1);
     expect(electron.windows[0]?.options.webPreferences).toEqual(buildWebPreferences('/p/index.js'));
     expect(electron.windows[0]?.url).toBe('kvdesk://app/index.html');
+  });
+});
+
+describe('a window whose page process is gone', () => {
+  it('loads the page again, saying so in its fragment; a page that keeps crashing is given up on, and said so', () => {
+    electron.showErrorBox.mockClear();
+    createMainWindow({ preloadPath: '/p/index.js', url: APP_ENTRY_URL });
+    const w = electron.windows[0] as { url: string | null; win: { webContents: EventEmitter } };
+    const gone = (reason: string) => w.win.webContents.emit('render-process-gone', {}, { reason, exitCode: 1 });
+    const stderr = vi.spyOn(process.stderr, 'write').mockImplementation(() => true);
+    try {
+      w.url = null;
+      gone('clean-exit');
+      expect(w.url).toBeNull();
+      for (let i = 0; i < CRASH_RELOADS; i++) {
+        w.url = null;
+        gone(i === 0 ? 'oom' : 'crashed');
+        expect(w.url).toBe(`${APP_ENTRY_URL}${RECOVERED_FRAGMENT}`);
+      }
+      w.url = null;
+      gone('crashed');
+      expect(w.url).toBeNull();
+      expect(electron.showErrorBox).toHaveBeenCalledTimes(1);
+      expect(electron.showErrorBox.mock.calls[0]?.[1]).toMatch(/stopped \(crashed\) 4 times within a minute/);
+    } finally {
+      stderr.mockRestore();
+    }
+  });
+
+  it('the policy: a clean exit is nothing; reloads at most CRASH_RELOADS times a minute, then again once it passed', () => {
+    let t = 0;
+    const policy = createCrashPolicy(() => t);
+    expect(policy('clean-exit')).toBe('none');
+    for (let i = 0; i < CRASH_RELOADS; i++) {
+      expect(policy('crashed')).toBe('reload');
+      t += 10_000;
+    }
+    expect(policy('killed')).toBe('give-up');
+    // The first crash a minute ago no longer counts.
+    t = 60_000;
+    expect(policy('crashed')).toBe('reload');
+    expect(policy('crashed')).toBe('give-up');
   });
 });
 
