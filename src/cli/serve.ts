@@ -16,6 +16,7 @@ import { KvdeskError, toErrorInfo } from '../shared/errors';
 import { byteSizeFlag, flagError, type Io, joinValues, lookupFlag, threadsFlag } from './common';
 import { dataDirOf } from './data-dir';
 import { applyDeviceFlags } from './device-flags';
+import { DEFAULT_PORT, SERVE_OPTIONS } from './serve-options';
 
 /** Usage lines of `serve` (main.ts shows them in its help). */
 export const SERVE_USAGE = `  kvdesk serve [--port N] [--host 127.0.0.1] [--token T] [--model PATH]... [options]
@@ -102,27 +103,7 @@ function signalled(io: Io): Promise<void> {
 
 /** Runs `kvdesk serve`; resolves with the exit code once the server has shut down. */
 export async function serve(args: string[], io: Io, control: ServeControl = {}): Promise<number> {
-  const options = {
-    port: { type: 'string' },
-    host: { type: 'string' },
-    token: { type: 'string' },
-    'allow-origin': { type: 'string', multiple: true },
-    model: { type: 'string', multiple: true },
-    'kv-budget': { type: 'string', multiple: true },
-    'device-memory': { type: 'string', multiple: true },
-    'max-running': { type: 'string' },
-    'max-queue': { type: 'string' },
-    'data-dir': { type: 'string' },
-    'static-dir': { type: 'string' },
-    'max-upload': { type: 'string' },
-    'max-body': { type: 'string' },
-    'trust-installed': { type: 'boolean' },
-    threads: { type: 'string' },
-    'prefill-chunk': { type: 'string' },
-    lookup: { type: 'string' },
-    'prompt-cache': { type: 'string' },
-    'first-use-ttl': { type: 'string' },
-  } as const;
+  const options = SERVE_OPTIONS;
   if (args.includes('--help') || args.includes('-h')) {
     io.out(`Usage:\n${SERVE_USAGE}\n`);
     return 0;
@@ -140,7 +121,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     } catch (err) {
       throw flagError(err, 'serve', options);
     }
-    const port = positiveInt('port', values.port, 0) ?? 8080;
+    const port = positiveInt('port', values.port, 0) ?? DEFAULT_PORT;
     if (port > 65535) throw new KvdeskError('BAD_REQUEST', `--port must be at most 65535, got ${port}`);
     const settings: Partial<HostSettings> = {};
     applyDeviceFlags(settings, values['kv-budget'], values['device-memory']);

@@ -7,12 +7,15 @@
  *   npm run serve        build the renderer when missing or stale, then `kvdesk serve`.
  *
  * Arguments after `--` go to Electron (`npm start -- --no-sandbox`) or to `kvdesk serve`
- * (`npm run serve -- --port 8080`). The Electron binary is found without `require('electron')`,
- * whose first call tries to download it (and fails offline).
+ * (`npm run serve -- --port 8080`); where `npm start` runs the headless UI, `kvdesk serve`'s flags
+ * among them go to it (`npm start -- --port 9000`). The Electron binary is found without
+ * `require('electron')`, whose first call tries to download it (and fails offline).
  */
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
+import { DEFAULT_PORT, SERVE_OPTIONS } from './serve-options';
 
 /** Repository root (this file is src/cli/start.ts). */
 export const ROOT = path.resolve(__dirname, '../..');
@@ -233,6 +236,79 @@ export function servedUrl(line: string): string | null {
   return m?.[1] ?? null;
 }
 
+/**
+ * Splits the arguments given after `--` into `kvdesk serve`'s flags (each with its value) and the others: the
+ * window's (Electron's and Chromium's switches, `--no-sandbox`), which the headless UI has no use for.
+ */
+export function splitServeArgs(argv: readonly string[]): { serve: string[]; other: string[] } {
+  const serve: string[] = [];
+  const other: string[] = [];
+  const serveFlag = (arg: string | undefined) => {
+    const name = arg?.startsWith('--') ? (arg.slice(2).split('=')[0] as string) : '';
+    return Object.hasOwn(SERVE_OPTIONS, name) ? SERVE_OPTIONS[name as keyof typeof SERVE_OPTIONS] : undefined;
+  };
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i] as string;
+    const flag = serveFlag(arg);
+    if (!flag) {
+      other.push(arg);
+      continue;
+    }
+    serve.push(arg);
+    // `--port 9000`: the value is the next argument, unless that is another of serve's flags (serve says the value
+    // is missing).
+    const next = argv[i + 1];
+    if (flag.type === 'string' && !arg.includes('=') && next !== undefined && !serveFlag(next)) {
+      serve.push(next);
+      i++;
+    }
+  }
+  return { serve, other };
+}
+
+/** The last value of `--name` among `kvdesk serve`'s arguments (`--name V` or `--name=V`), or undefined. */
+export function serveFlagValue(args: readonly string[], name: string): string | undefined {
+  let value: string | undefined;
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i] as string;
+    if (arg === `--${name}`) value = args[i + 1];
+    else if (arg.startsWith(`--${name}=`)) value = arg.slice(name.length + 3);
+  }
+  return value;
+}
+
+/** Whether another program listens on `host:port` now (a listen tried there, and closed at once where it worked). */
+export function portTaken(host: string, port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const probe = net.createServer();
+    probe.once('error', (err: NodeJS.ErrnoException) => resolve(err.code === 'EADDRINUSE'));
+    probe.listen(port, host, () => probe.close(() => resolve(false)));
+  });
+}
+
+/**
+ * `kvdesk serve`'s arguments for the headless UI that `npm start` runs where the window cannot open, and the lines
+ * to say first: the serve flags given after `--` (the window's are left out, and named); without --port, a free
+ * port where `defaultPort` (serve's 8080) is taken, by another kvdesk or another program, so the UI starts anyway
+ * (`kvdesk serve` itself refuses a port taken: there it is the person's to choose).
+ */
+export async function headlessArgs(
+  argv: readonly string[],
+  defaultPort = DEFAULT_PORT,
+): Promise<{ args: string[]; notes: string }> {
+  const { serve, other } = splitServeArgs(argv);
+  let notes = '';
+  if (other.length > 0) {
+    notes += `kvdesk: the browser UI leaves out ${other.join(' ')}: the window's, not \`kvdesk serve\`'s.\n`;
+  }
+  if (serveFlagValue(serve, 'port') !== undefined) return { args: serve, notes };
+  if (!(await portTaken(serveFlagValue(serve, 'host') ?? '127.0.0.1', defaultPort))) return { args: serve, notes };
+  notes +=
+    `kvdesk: port ${defaultPort} is in use (another kvdesk, or another program), so the browser UI takes a free ` +
+    `port: its URL is below. To choose the port: \`npm start -- --port N\` (or \`npm run serve -- --port N\`).\n`;
+  return { args: [...serve, '--port', '0'], notes };
+}
+
 function forwardSignals(child: ChildProcess): void {
   for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
     process.on(signal, () => {
@@ -317,10 +393,18 @@ function electronVersion(electronDir: string): string | null {
   }
 }
 
-/** `npm start` (argv: extra Electron arguments) or, with `serve` first, `npm run serve`. */
+/** Builds the renderer when serve is to serve it: not for a UI of its own (--static-dir). */
+function ensureServedUi(serveArgs: readonly string[]): boolean {
+  return serveFlagValue(serveArgs, 'static-dir') !== undefined || ensureRendererBuild();
+}
+
+/**
+ * `npm start` (argv: the arguments after `--`: Electron's, and serve's for the headless UI) or, with `serve` first,
+ * `npm run serve`.
+ */
 export async function main(argv: string[]): Promise<number> {
   if (argv[0] === 'serve') {
-    if (!ensureRendererBuild()) return 1;
+    if (!ensureServedUi(argv.slice(1))) return 1;
     ensureCliBuild();
     return runServe(argv.slice(1));
   }
@@ -331,9 +415,11 @@ export async function main(argv: string[]): Promise<number> {
     return runElectron(location.path, argv);
   }
   say(`${location.found ? noDisplayMessage() : missingElectronMessage(location, electronVersion(electronDir))}\n`);
-  if (!ensureRendererBuild()) return 1;
+  if (!ensureServedUi(splitServeArgs(argv).serve)) return 1;
   ensureCliBuild();
-  return runServe([]);
+  const { args, notes } = await headlessArgs(argv);
+  say(notes);
+  return runServe(args);
 }
 
 if (typeof require !== 'undefined' && typeof module !== 'undefined' && require.main === module) {

@@ -1,14 +1,18 @@
 import { mkdtempSync, utimesSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import {
   electronPlatformPath,
+  headlessArgs,
   lacksDisplay,
   locateElectron,
   missingElectronMessage,
   noDisplayMessage,
   servedUrl,
+  serveFlagValue,
+  splitServeArgs,
   staleReason,
 } from '../../../src/cli/start';
 
@@ -136,5 +140,64 @@ describe('build staleness', () => {
     expect(staleReason([out], [tmp])).toBeNull(); // out itself is in tmp but not newer than itself
     writeFileSync(path.join(tmp, 'late.ts'), 'z');
     expect(staleReason([out], [tmp])).toMatch(/changed/);
+  });
+});
+
+describe("npm start's headless UI takes kvdesk serve's flags", () => {
+  it("splits the arguments after -- into serve's flags, with their values, and the window's", () => {
+    expect(
+      splitServeArgs([
+        '--no-sandbox',
+        '--port',
+        '9011',
+        '--data-dir=/d',
+        '--enable-logging',
+        '--trust-installed',
+        '--model',
+        'a',
+      ]),
+    ).toEqual({
+      serve: ['--port', '9011', '--data-dir=/d', '--trust-installed', '--model', 'a'],
+      other: ['--no-sandbox', '--enable-logging'],
+    });
+    // A flag of serve's is not taken as another's value (serve then says the value is missing).
+    expect(splitServeArgs(['--host', '--port', '1'])).toEqual({ serve: ['--host', '--port', '1'], other: [] });
+    expect(serveFlagValue(['--port', '1', '--host=::1', '--port=2'], 'port')).toBe('2');
+    expect(serveFlagValue(['--port', '1', '--host=::1'], 'host')).toBe('::1');
+    expect(serveFlagValue(['--data-dir', '/d'], 'port')).toBeUndefined();
+  });
+
+  /** A port another program (this test) listens on while `run` runs. */
+  async function whileTaken<T>(run: (port: number) => Promise<T>): Promise<T> {
+    const taken = net.createServer();
+    await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+    try {
+      return await run((taken.address() as net.AddressInfo).port);
+    } finally {
+      await new Promise((resolve) => taken.close(resolve));
+    }
+  }
+
+  it('takes a free port, and says so, where the default port is taken and the person chose none', async () => {
+    // The default port stands in for 8080 (which other programs of this machine may use).
+    const { args, notes, port } = await whileTaken(async (port) => ({
+      ...(await headlessArgs(['--data-dir', '/d'], port)),
+      port,
+    }));
+    expect(args).toEqual(['--data-dir', '/d', '--port', '0']);
+    expect(notes).toBe(
+      `kvdesk: port ${port} is in use (another kvdesk, or another program), so the browser UI takes a free port: its URL is below. To choose the port: \`npm start -- --port N\` (or \`npm run serve -- --port N\`).\n`,
+    );
+  });
+
+  it('keeps a port the person chose, taken or not (serve says so), and the default where it is free', async () => {
+    await whileTaken(async (port) => {
+      expect(await headlessArgs([`--port=${port}`], port)).toEqual({ args: [`--port=${port}`], notes: '' });
+    });
+    const free = await whileTaken(async (port) => port); // closed again: free now
+    expect(await headlessArgs(['--no-sandbox', '--threads', '1'], free)).toEqual({
+      args: ['--threads', '1'],
+      notes: "kvdesk: the browser UI leaves out --no-sandbox: the window's, not `kvdesk serve`'s.\n",
+    });
   });
 });
