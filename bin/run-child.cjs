@@ -1,10 +1,12 @@
 // Runs node with `args` as a child of this process: its stdio is this process's, the signals that stop this
-// process stop it, it ends when this process is killed outright, and this process exits as it does (128 + the
-// signal's number when a signal ended it).
+// process stop it, it ends when this process is killed outright (and when this process's parent is gone, where that
+// is an npm script's shell: endsWithParent), and this process exits as it does (128 + the signal's number when a
+// signal ended it).
 'use strict';
 const { spawn } = require('node:child_process');
 
 function runNodeChild(args) {
+  const parent = endsWithParent() ? process.ppid : null;
   // It ends itself when this wrapper is killed outright (parent-watch.cjs).
   const watch = require('node:path').join(__dirname, 'parent-watch.cjs');
   const child = spawn(process.execPath, ['--require', watch, ...args], {
@@ -23,6 +25,16 @@ function runNodeChild(args) {
   }
   // Still heard, so this wrapper is not ended by them before its program.
   if (windows) for (const signal of ['SIGINT', 'SIGHUP']) process.on(signal, () => {});
+  // The program is stopped as by a SIGTERM when this wrapper's parent is gone, where that parent would not pass a
+  // signal on (endsWithParent); this wrapper exits as it does.
+  if (parent !== null) {
+    const timer = setInterval(() => {
+      if (process.ppid === parent) return;
+      clearInterval(timer);
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+    }, 500);
+    timer.unref();
+  }
   child.on('error', (err) => {
     process.stderr.write(`kvdesk: could not start node: ${err.message}\n`);
     process.exit(1);
@@ -30,6 +42,20 @@ function runNodeChild(args) {
   child.on('exit', (code, signal) => {
     process.exit(code ?? (signal ? 128 + (require('node:os').constants.signals[signal] ?? 0) : 1));
   });
+}
+
+/**
+ * Whether this wrapper ends its program when its parent is gone (POSIX: it is adopted, its ppid changes), where no
+ * signal would reach it: started by an npm script (`npm start`, `npm run serve`, `npx kvdesk`), whose shell npm passes
+ * a `kill <npm pid>` to, and dash (sh on Debian and Ubuntu) dies by it without passing it on; or by `npm start`'s own
+ * program (src/cli/start.ts) killed outright, which names itself in KVDESK_END_WITH_PID. Else the wrapper ran on,
+ * adopted by init, with the program, its server on its port and its engine. A wrapper started otherwise outlives
+ * its shell (`nohup kvdesk serve &`).
+ */
+function endsWithParent() {
+  const starter = Number(process.env.KVDESK_END_WITH_PID);
+  delete process.env.KVDESK_END_WITH_PID;
+  return Boolean(process.env.npm_lifecycle_event) || (starter > 0 && starter === process.ppid);
 }
 
 /**

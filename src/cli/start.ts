@@ -330,9 +330,12 @@ export function runServe(args: string[]): Promise<number> {
     );
     return Promise.resolve(1);
   }
+  // The kvdesk wrapper ends the server with this process, also when this one is killed outright (SIGKILL, an OOM
+  // kill): KVDESK_END_WITH_PID (bin/run-child.cjs).
   const child = spawn(process.execPath, [path.join(ROOT, 'bin/kvdesk.cjs'), 'serve', ...args], {
     cwd: ROOT,
     stdio: ['inherit', 'pipe', 'inherit'],
+    env: { ...process.env, KVDESK_END_WITH_PID: String(process.pid) },
   });
   forwardSignals(child);
   let buffered = '';
