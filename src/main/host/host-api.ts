@@ -94,11 +94,12 @@ export interface HostApi {
   /**
    * Makes sure a request's model is loaded: a library package named by its id
    * is loaded on first use (the APIs' just-in-time loading), unloading the
-   * package loaded that way before it when that one is idle. A name neither
-   * loaded nor in the library is left for the request to refuse. A model
-   * loaded this way is unloaded once idle for its time to live (the option's
-   * default, or `keepAliveMs` as the request gave it, Ollama's keep_alive;
-   * null: never); each request naming it starts that time again.
+   * package loaded that way before it when that one is idle and not kept for
+   * ever. A name neither loaded nor in the library is left for the request to
+   * refuse. A model loaded this way is unloaded once idle for its time to live
+   * (the option's default, or `keepAliveMs` as the request gave it, Ollama's
+   * keep_alive; null: never; 0: once the request is over); each request naming
+   * it starts that time again.
    */
   ensureModel(id: string | undefined, keepAliveMs?: number | null): Promise<void>;
   /** Library packages a request may name that are not loaded now: valid, present, one per id. */
@@ -471,6 +472,13 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
   const defaultTtl = opts.firstUseTtlMs === undefined ? DEFAULT_FIRST_USE_TTL_MS : opts.firstUseTtlMs;
   /** Loads in progress by id: concurrent requests for one package share its load. */
   const jitLoads = new Map<string, Promise<void>>();
+  /**
+   * When a request last named each model loaded on first use (a count, not a time: two in one millisecond
+   * differ). A reply that ends lets a model kept 0 ms go only if no request named it since its own did: that
+   * one may not have started on it yet.
+   */
+  const lastNamed = new Map<string, number>();
+  let namings = 0;
 
   /** Locks of the upload folders being written (their lock beside each: staging-sweep.ts). */
   const stagingLocks = new Map<string, HeldLock>();
@@ -613,6 +621,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       if (f) {
         f.lastUsedAt = Date.now();
         if (keepAliveMs !== undefined) f.ttlMs = keepAliveMs;
+        lastNamed.set(id, ++namings);
       }
       return;
     }
@@ -650,8 +659,9 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       pending = (async () => {
         for (const other of [...firstUse.keys()]) {
           // Requests still running on it keep it: then both are loaded. So does a load not yet over (its library
-          // record still being written): the request that loaded it has not started on it yet.
-          if (jitLoads.has(other)) continue;
+          // record still being written): the request that loaded it has not started on it yet. And one kept for
+          // ever (keep_alive -1, --first-use-ttl never): /api/ps and its card say it stays until unloaded.
+          if (jitLoads.has(other) || firstUse.get(other)?.ttlMs === null) continue;
           await unloadFirstUse(other, `to load ${id}`);
         }
         await load(entry.root, { ttlMs: keepAliveMs === undefined ? defaultTtl : keepAliveMs, lastUsedAt: Date.now() });
@@ -662,7 +672,20 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     await pending;
     // Every request that waited for the load uses the model now.
     const f = firstUse.get(id);
-    if (f) f.lastUsedAt = Date.now();
+    if (f) {
+      f.lastUsedAt = Date.now();
+      lastNamed.set(id, ++namings);
+    }
+  }
+
+  /**
+   * After a request on a model loaded on first use: one kept 0 ms (keep_alive 0) goes now, as Ollama's does,
+   * not at the next sweep; unless a request named it since this one did (it goes after that one), or requests
+   * still run on it (the sweep takes it once they are over).
+   */
+  function requestOver(id: string, named: number | undefined): void {
+    if (firstUse.get(id)?.ttlMs !== 0 || lastNamed.get(id) !== named || jitLoads.has(id)) return;
+    void unloadFirstUse(id, 'after its request (keep_alive 0)');
   }
 
   // Models loaded on first use go once idle for their time to live; one still busy counts as used now.
@@ -833,14 +856,21 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     },
     generate(request, onFrame) {
       let errored = false;
+      // Not validated yet (the runner does it): its model, if it names one.
+      const model = (request as { model?: unknown } | null)?.model;
+      const named = typeof model === 'string' ? lastNamed.get(model) : undefined;
       const handle = runner.generate(request, (frame) => {
         if (frame.type === 'error') errored = true;
         onFrame(frame);
       });
-      handle.result.catch((err) => {
-        // Validation failures reject before any frame: the stream still ends with an error frame.
-        if (!errored) onFrame({ type: 'error', requestId: handle.requestId, error: toErrorInfo(err) });
-      });
+      handle.result
+        .catch((err) => {
+          // Validation failures reject before any frame: the stream still ends with an error frame.
+          if (!errored) onFrame({ type: 'error', requestId: handle.requestId, error: toErrorInfo(err) });
+        })
+        .finally(() => {
+          if (typeof model === 'string') requestOver(model, named);
+        });
       return { requestId: handle.requestId, cancel: (reason = 'user') => handle.cancel(reason) };
     },
     importPath(dir, how = {}) {

@@ -2,8 +2,10 @@
  * Loading on first use against a real server: packages loaded before (the library) are listed beside the
  * loaded models by OpenAI's and Ollama's listings, and a request that names one loads it first, on every
  * generating route; concurrent requests share one load; a package loaded that way gives way to the next one
- * loaded that way when it is idle, never to a model the person loaded; Ollama's empty request loads and its
- * `keep_alive: 0` unloads; a name in neither place is still a 404.
+ * loaded that way when it is idle, never to a model the person loaded nor to one kept for ever (`keep_alive: -1`);
+ * Ollama's empty request loads and its `keep_alive: 0` unloads, and a reply with `keep_alive: 0` unloads its model
+ * once over; a name in neither place is still a 404. No sweep of idle models runs here (an hour apart): what
+ * unloads a model is a request's doing.
  */
 import { cp, mkdtemp, readdir, rename, rm } from 'node:fs/promises';
 import os from 'node:os';
@@ -15,7 +17,7 @@ import { type RunningServer, startServer } from '../../../src/main/server';
 import type { LibraryEntry, ModelInfo } from '../../../src/shared/api';
 import { defaultModelDir } from '../../helpers/fixtures';
 import { holdReplyEnds, noEndBias } from '../../helpers/hold-replies';
-import { LONG_CHAT, settled } from './server-helpers';
+import { eventually, LONG_CHAT, ndjsonLines, settled } from './server-helpers';
 
 type Json = Record<string, unknown>;
 
@@ -38,7 +40,13 @@ beforeAll(async () => {
   await cp(defaultModelDir, second, { recursive: true });
   await cp(defaultModelDir, third, { recursive: true });
   runner = new RunnerService({ intraOpNumThreads: 1 });
-  hostApi = await createHostApi({ runner, dataDir, defaultModelDir, log: (l) => logs.push(l) });
+  hostApi = await createHostApi({
+    runner,
+    dataDir,
+    defaultModelDir,
+    log: (l) => logs.push(l),
+    firstUseSweepMs: 60 * 60_000,
+  });
   server = await startServer({ hostApi, staticDir: path.join(dataDir, 'no-renderer') });
   url = server.url;
   // The person loads both once and unloads them: they stay in the library.
@@ -241,6 +249,80 @@ describe('loading on first use', () => {
     expect(loadedIds()).toEqual(['default', 'second']);
     // The library still offers the one unloaded.
     expect(hostApi.loadable().map((e) => e.id)).toEqual(['third']);
+  });
+
+  it('a package kept for ever (keep_alive -1) never gives way; one with a time to live still does', async () => {
+    await ok(chat('third'));
+    const forEver = await ok(
+      post('/api/generate', {
+        model: 'second',
+        prompt: 'hi',
+        keep_alive: -1,
+        stream: false,
+        options: { num_predict: 2 },
+      }),
+    );
+    expect(forEver).toMatchObject({ done: true });
+    // third, kept 60 minutes idle, made way for second.
+    expect(loadedIds()).toEqual(['default', 'second']);
+    expect(logs).toContain('kvdesk: unloaded third (loaded on first use) to load second');
+    // second is kept for ever: third loads beside it, as /api/ps promised.
+    await ok(chat('third'));
+    expect(loadedIds()).toEqual(['default', 'second', 'third']);
+    expect(logs).not.toContain('kvdesk: unloaded second (loaded on first use) to load third');
+    const ps = (await get('/api/ps')).body.models as Array<{ name: string; expires_at: string }>;
+    expect(ps.find((m) => m.name === 'second:latest')?.expires_at).toBe('9999-12-31T23:59:59Z');
+    // A keep_alive with an end gives it a time to live again: it gives way once more.
+    await ok(post('/api/chat', { model: 'second', messages: [], keep_alive: '10m', stream: false }));
+    expect((await hostApi.call('unloadModel', { id: 'third' })).ok).toBe(true);
+    await ok(chat('third'));
+    expect(loadedIds()).toEqual(['default', 'third']);
+  });
+
+  it('a reply with keep_alive 0 unloads its library package once over, streamed or not; the person’s model stays', async () => {
+    await ok(chat('second'));
+    const reply = await ok(
+      post('/api/chat', {
+        model: 'second',
+        messages: [{ role: 'user', content: 'hi' }],
+        keep_alive: 0,
+        stream: false,
+        options: { num_predict: 2 },
+      }),
+    );
+    expect(reply).toMatchObject({ done: true, done_reason: 'length' });
+    // Right after the reply, not at a sweep (none runs here).
+    const said = (id: string) => `kvdesk: unloaded ${id} (loaded on first use) after its request (keep_alive 0)`;
+    await eventually(
+      () => logs,
+      (l) => l.includes(said('second')),
+      5_000,
+    );
+    expect(loadedIds()).toEqual(['default']);
+    // Loaded by that very request, streamed.
+    const lines = await ndjsonLines(
+      await post('/api/generate', { model: 'third', prompt: 'hi', keep_alive: '0s', options: { num_predict: 2 } }),
+    );
+    expect(lines.at(-1)).toMatchObject({ done: true });
+    expect(firstUseLoads('third')).toHaveLength(1);
+    await eventually(
+      () => logs,
+      (l) => l.includes(said('third')),
+      5_000,
+    );
+    expect(loadedIds()).toEqual(['default']);
+    // A model loaded otherwise stays until unloaded.
+    await ok(
+      post('/api/chat', {
+        model: 'default',
+        messages: [{ role: 'user', content: 'hi' }],
+        keep_alive: 0,
+        stream: false,
+        options: { num_predict: 2 },
+      }),
+    );
+    await new Promise((r) => setTimeout(r, 200));
+    expect(loadedIds()).toEqual(['default']);
   });
 
   it('a package the person loaded never gives way', async () => {
