@@ -18,7 +18,8 @@
  *   (as the hub hides private ones); 404 for an unknown repo with a token, and for an unknown revision or file.
  *
  * Faults, settable any time through `hub.faults`: `cutAfter` (the next download of that path sends `bytes` bytes of
- * its body, then the socket is destroyed; once; with `after`, only once those paths were sent whole), `corrupt` (paths served with their first byte flipped),
+ * its body, then the socket is destroyed; once; with `after`, only once those paths were sent whole), `hold` (downloads of
+ * that path send half of it, then the rest once `until` returns true), `corrupt` (paths served with their first byte flipped),
  * `ignoreRange` (200 and the whole file, whatever the Range), `refuseRange` (416 to every Range, as a server or proxy
  * that will not serve a part's rest), `silent` (no answer at all). `requests` logs every request; `served` counts the body bytes sent of each
  * path. A Range from the file's end or past it is a 416 (RFC 9110), as the hub's.
@@ -61,6 +62,8 @@ export interface FakeHubFaults {
   cutAfter?: { path: string; bytes: number; after?: () => boolean } | undefined;
   /** Downloads of this path send half the file, then nothing more until the client goes (a stalled transfer). */
   stall?: string | undefined;
+  /** Downloads of `path` send half the file, then the rest once `until` returns true (a transfer held half way). */
+  hold?: { path: string; until: () => boolean } | undefined;
   /** Requests are taken and never answered (no status, no headers), as a hub that hangs. */
   silent?: boolean;
   corrupt: Set<string>;
@@ -217,8 +220,18 @@ export async function startFakeHub(
     }
     if (faults.stall === filePath) body = body.subarray(0, body.length >> 1);
     served.set(filePath, (served.get(filePath) ?? 0) + body.length);
+    const hold = faults.hold?.path === filePath ? faults.hold : undefined;
     if (faults.stall === filePath) res.write(body);
-    else if (cut) {
+    else if (hold) {
+      const half = body.length >> 1;
+      res.write(body.subarray(0, half));
+      const rest = () => {
+        if (res.destroyed) return;
+        if (hold.until()) res.end(body.subarray(half));
+        else setTimeout(rest, 10);
+      };
+      rest();
+    } else if (cut) {
       const send = () => res.write(body, () => res.socket?.destroy());
       const after = cut.after;
       // Without `after`, a moment for the files already under way (the client aborts the others when the cut comes).

@@ -2,8 +2,8 @@
  * The host's model downloads from the Hugging Face Hub (src/main/host/hub-download.ts): each runs in the
  * background into the data directory's models folder, its progress goes out as the `downloads` event (at most
  * a few times a second while bytes arrive), and a finished one joins the library. One download per repository
- * and variant at a time; a cancelled or failed one leaves its staging folder, which the next download of it
- * resumes.
+ * and variant at a time: a second API pull of it follows the running one (as Ollama's does); a cancelled or failed
+ * one leaves its staging folder, which the next download of it resumes.
  */
 import { randomUUID } from 'node:crypto';
 import type { DownloadStatus, HubSearchHit, HubVariantsInfo } from '../../shared/api';
@@ -25,10 +25,21 @@ const PROGRESS_MS = 250;
 /** Ended downloads kept in the list (the newest). */
 const KEEP_ENDED = 20;
 
+/** Who follows a running download. */
+interface Followers {
+  /** Progress listeners: the one that started it, then those of the pulls that followed it. */
+  listeners: Set<(p: DownloadProgress) => void>;
+  /** Pulls (API clients) waiting on it; null when the window started it (no client's going stops it). */
+  pulls: number | null;
+  /** Settles with its status when it ends. */
+  ended: Promise<DownloadStatus>;
+}
+
 export class Downloads {
   private readonly all: DownloadStatus[] = [];
   private readonly aborts = new Map<string, AbortController>();
   private readonly running = new Set<Promise<unknown>>();
+  private readonly followers = new Map<string, Followers>();
   private closed = false;
   private lastSent = 0;
   private pending: ReturnType<typeof setTimeout> | null = null;
@@ -65,13 +76,16 @@ export class Downloads {
   /**
    * Starts a download (`spec`: owner/name[@revision]); the status comes back at once, and `done` settles when it
    * ends (also on failure, with the status saying why). Refused at once: a bad name, a repository or variant the
-   * hub does not have, one downloaded already (`detail.present`, `detail.root`) or downloading now.
+   * hub does not have, one downloaded already (`detail.present`, `detail.root`) or downloading now — but for an
+   * API pull (`pull`), which follows the running download instead (`followed`: its progress, then its end), as
+   * Ollama's second pull of a model does. A pull's client that goes away calls `leave`.
    */
   async start(
     spec: string,
     variant?: string,
     onProgress?: (p: DownloadProgress) => void,
-  ): Promise<{ status: DownloadStatus; done: Promise<DownloadStatus> }> {
+    how: { pull?: boolean } = {},
+  ): Promise<{ status: DownloadStatus; done: Promise<DownloadStatus>; followed?: true }> {
     if (this.closed) throw new KvdeskError('CANCELLED', 'kvdesk is shutting down: download it after the restart.');
     const listing = await listHubVariants(spec, this.hub);
     const plan = await planDownload(listing, this.modelsDir, variant);
@@ -79,7 +93,13 @@ export class Downloads {
     if (plan.present) throw downloadedAlready(plan);
     const running = this.all.find((d) => d.state === 'running' && d.repo === listing.repo && d.variant === name);
     if (running) {
-      throw new KvdeskError('BAD_REQUEST', `${listing.repo} (${name}) is downloading already.`, { field: 'repo' });
+      const following = how.pull ? this.followers.get(running.id) : undefined;
+      if (!following) {
+        throw new KvdeskError('BAD_REQUEST', `${listing.repo} (${name}) is downloading already.`, { field: 'repo' });
+      }
+      if (onProgress) following.listeners.add(onProgress);
+      if (following.pulls !== null) following.pulls++;
+      return { status: { ...running }, done: following.ended, followed: true };
     }
     const status: DownloadStatus = {
       id: randomUUID(),
@@ -111,6 +131,7 @@ export class Downloads {
       measure();
       this.changed(false);
     };
+    const listeners = new Set(onProgress ? [onProgress] : []);
     this.all.unshift(status);
     this.aborts.set(status.id, abort);
     this.changed(true);
@@ -127,7 +148,7 @@ export class Downloads {
           ticker = setInterval(tick, 1000);
           ticker.unref();
         }
-        onProgress?.(p);
+        for (const listener of listeners) listener(p);
         this.changed(false);
       },
     });
@@ -160,10 +181,12 @@ export class Downloads {
       .finally(() => clearInterval(ticker));
     const ended = done.then(() => {
       this.aborts.delete(status.id);
+      this.followers.delete(status.id);
       this.trim();
       if (!this.closed) this.changed(true);
       return { ...status };
     });
+    this.followers.set(status.id, { listeners, pulls: how.pull ? 1 : null, ended });
     this.running.add(ended);
     void ended.finally(() => this.running.delete(ended));
     return { status: { ...status }, done: ended };
@@ -176,6 +199,20 @@ export class Downloads {
     if (!abort || !status || (status.totalBytes > 0 && status.doneBytes >= status.totalBytes)) return false;
     abort.abort();
     return true;
+  }
+
+  /**
+   * A pull's client went away (`onProgress` as it gave it to `start`): it no longer hears of the download, which
+   * stops once no pull follows it (as Ollama's pull stops when its last client goes), unless the window started
+   * it. True when that stopped it.
+   */
+  leave(id: string, onProgress?: (p: DownloadProgress) => void): boolean {
+    const following = this.followers.get(id);
+    if (!following) return false;
+    if (onProgress) following.listeners.delete(onProgress);
+    if (following.pulls === null) return false;
+    following.pulls--;
+    return following.pulls === 0 && this.cancel(id);
   }
 
   /** Stops every download and waits for them to end (shutdown); their staging folders stay for a later resume. */

@@ -10,7 +10,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { LibraryEntry, ModelInfo } from '../../shared/api';
 import { toErrorInfo } from '../../shared/errors';
 import type { HostApi } from '../host/host-api';
-import { stripHubPrefix } from '../host/hub-download';
+import { type DownloadProgress, stripHubPrefix } from '../host/hub-download';
 import { ownPackage } from '../host/own-package';
 import { errorFromInfo, HttpError, httpError, sendJson, streamHeaders } from './http-util';
 import { installedModels, loadedModels, pulledName } from './model-names';
@@ -262,22 +262,26 @@ export async function servePull(hostApi: HostApi, body: unknown, res: ServerResp
   const target = pullTarget(body);
   const line = (value: unknown) => res.write(`${JSON.stringify(value)}\n`);
   let last = 0;
-  // Refusals before the download starts (no such repository, no ONNX, downloaded already) are plain errors.
+  // One "layer" for the whole package: clients draw a bar per digest.
+  const progressLine = (p: { repo: string; variant: string; doneBytes: number; totalBytes: number }) =>
+    line({
+      status: `pulling ${p.variant}`,
+      digest: `${p.repo}:${p.variant}`,
+      total: p.totalBytes,
+      completed: p.doneBytes,
+    });
+  const onProgress = (p: DownloadProgress) => {
+    if (!target.stream || !res.headersSent) return;
+    const now = Date.now();
+    if (now - last < 200 && p.doneBytes < p.totalBytes) return;
+    last = now;
+    progressLine(p);
+  };
+  // Refusals before the download starts (no such repository, no ONNX, downloaded already) are plain errors; a
+  // download of it running already (another client's pull) is followed, as Ollama's second pull is.
   let started: Awaited<ReturnType<HostApi['downloads']['start']>>;
   try {
-    started = await hostApi.downloads.start(target.repo, target.variant, (p) => {
-      if (!target.stream || !res.headersSent) return;
-      const now = Date.now();
-      if (now - last < 200 && p.doneBytes < p.totalBytes) return;
-      last = now;
-      // One "layer" for the whole package: clients draw a bar per digest.
-      line({
-        status: `pulling ${p.variant}`,
-        digest: `${p.repo}:${p.variant}`,
-        total: p.totalBytes,
-        completed: p.doneBytes,
-      });
-    });
+    started = await hostApi.downloads.start(target.repo, target.variant, onProgress, { pull: true });
   } catch (err) {
     const info = toErrorInfo(err);
     // As Ollama's pull of a model it has: success.
@@ -295,10 +299,13 @@ export async function servePull(hostApi: HostApi, body: unknown, res: ServerResp
   if (target.stream) {
     res.writeHead(200, NDJSON_HEADERS);
     line({ status: 'pulling manifest' });
+    // Followed: how far it has come (its next progress may be a while: the package being checked).
+    if (started.followed && started.status.doneBytes > 0) progressLine(started.status);
   }
-  // A client that goes away stops its pull, as Ollama's does (what arrived stays for the next pull to resume).
+  // A client that goes away stops its pull, as Ollama's does, once no other client's pull follows it (what
+  // arrived stays for the next pull to resume).
   const leave = () => {
-    if (!res.writableFinished) hostApi.downloads.cancel(started.status.id);
+    if (!res.writableFinished) hostApi.downloads.leave(started.status.id, onProgress);
   };
   res.once('close', leave);
   const status = await started.done;

@@ -2,7 +2,8 @@
  * Downloads from the Hugging Face Hub through the host and its front ends, against a local imitation of the hub's
  * file API (test/helpers/fake-hub.ts) serving the generated default model: the window's calls (look up the
  * variants, download with progress in the `downloads` event, cancel, refusals), Ollama's `POST /api/pull` (its
- * progress lines, then the model answering `/api/chat` by its library id), and `kvdesk pull` (a real process).
+ * progress lines, then the model answering `/api/chat` by its library id; a second client's pull following the
+ * first's download), and `kvdesk pull` (a real process).
  */
 import { execFile } from 'node:child_process';
 import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
@@ -13,7 +14,7 @@ import { downloadHubModel } from '../../../src/main/host/hub-download';
 import type { DownloadStatus } from '../../../src/shared/api';
 import { defaultModelRepo, type FakeHub, startFakeHub } from '../../helpers/fake-hub';
 import { defaultModelDir, repoRoot } from '../../helpers/fixtures';
-import { startTestServer, type TestServer } from './server-helpers';
+import { eventually, startTestServer, type TestServer } from './server-helpers';
 
 const REPO = 'onnx-community/tiny-chat';
 let hub: FakeHub;
@@ -249,6 +250,58 @@ describe("Ollama's /api/pull", () => {
       expect(await again.json()).toEqual({ status: 'success' });
     } finally {
       hub.faults.stall = undefined;
+      await t2.close();
+    }
+  }, 60_000);
+
+  it("a second client's pull of a model downloading follows that download to its end; the first client's going does not stop it", async () => {
+    const t2 = await startTestServer({ intraOpNumThreads: 2 }, { hub: { endpoint: hub.url }, loadDefault: false });
+    // The graph is held half way until the other clients follow the download.
+    let release = false;
+    hub.faults.hold = { path: 'onnx/model.onnx', until: () => release };
+    const graphBytes = (defaultModelRepo()['onnx/model.onnx'] as Buffer).length;
+    const servedBefore = hub.served.get('onnx/model.onnx') ?? 0;
+    const pull = (body: Record<string, unknown>, signal?: AbortSignal) =>
+      fetch(`${t2.url}/api/pull`, {
+        method: 'POST',
+        body: JSON.stringify({ model: `hf.co/${REPO}:fp32`, ...body }),
+        ...(signal ? { signal } : {}),
+      });
+    try {
+      const first = new AbortController();
+      const a = await pull({}, first.signal);
+      expect(a.status).toBe(200);
+      const downloads = () => t2.hostApi.downloads.list().filter((d) => d.variant === 'fp32');
+      await eventually(downloads, (l) => l[0]?.state === 'running' && l[0].doneBytes > 0);
+      const b = await pull({});
+      expect(b.status).toBe(200);
+      const c = pull({ stream: false });
+      // The first client goes: the download runs on for the others.
+      first.abort();
+      await new Promise((r) => setTimeout(r, 300));
+      expect(downloads()[0]?.state).toBe('running');
+      release = true;
+      const lines = (await b.text())
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l) as { status?: string; total?: number; completed?: number });
+      expect(lines[0]).toEqual({ status: 'pulling manifest' });
+      // The running download's progress, from how far it had come to its end.
+      const pulling = lines.filter((l) => l.status === 'pulling fp32');
+      expect(pulling[0]?.completed).toBeGreaterThan(0);
+      expect(pulling.at(-1)?.completed).toBe(pulling.at(-1)?.total);
+      expect(lines.at(-1)).toEqual({ status: 'success' });
+      const unstreamed = await c;
+      expect(unstreamed.status).toBe(200);
+      expect(await unstreamed.json()).toEqual({ status: 'success' });
+      // One download: the graph came from the hub once.
+      expect(downloads().map((d) => d.state)).toEqual(['done']);
+      expect((hub.served.get('onnx/model.onnx') ?? 0) - servedBefore).toBe(graphBytes);
+      const tags = (await (await fetch(`${t2.url}/api/tags`)).json()) as { models: Array<{ name: string }> };
+      expect(tags.models.map((m) => m.name)).toContain('tiny-chat-fp32:latest');
+    } finally {
+      release = true;
+      hub.faults.hold = undefined;
       await t2.close();
     }
   }, 60_000);
