@@ -114,3 +114,59 @@ describe("Ollama's keep_alive longer than any clock", () => {
     }
   });
 });
+
+describe("a call's arguments in the history nested thousands of levels deep", () => {
+  /** `{"a":{"a":…1…}}`, `levels` deep, as JSON text: the test's own JSON.stringify could not write it either. */
+  const deep = (levels: number) => `${'{"a":'.repeat(levels)}1${'}'.repeat(levels)}`;
+  async function send(p: string, body: string): Promise<{ status: number; text: string }> {
+    const r = await fetch(`${t.url}${p}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+    return { status: r.status, text: await r.text() };
+  }
+  const openai = (args: string) =>
+    `{"model":"default","max_tokens":2,"messages":[{"role":"user","content":"x"},{"role":"assistant","content":null,"tool_calls":[{"id":"a","type":"function","function":{"name":"x","arguments":${args}}}]},{"role":"tool","tool_call_id":"a","content":"r"}]}`;
+  const ollama = (args: string) =>
+    `{"model":"default","stream":false,"options":{"num_predict":2},"messages":[{"role":"user","content":"x"},{"role":"assistant","content":"","tool_calls":[{"function":{"name":"x","arguments":${args}}}]},{"role":"tool","content":"r"}]}`;
+  const anthropic = (input: string) =>
+    `{"model":"default","max_tokens":2,"messages":[{"role":"user","content":"x"},{"role":"assistant","content":[{"type":"tool_use","id":"a","name":"x","input":${input}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"a","content":"r"}]}]}`;
+
+  it('are a 400 naming the arguments on every API (OpenAI, Ollama, Anthropic), not a 500; the server goes on', async () => {
+    const said =
+      /nests more than 256 levels of objects and arrays, the most kvdesk takes: send the call's arguments less deeply nested\.$/;
+    const chat = await send('/v1/chat/completions', openai(deep(5000)));
+    expect(chat.status, chat.text).toBe(400);
+    const err = (JSON.parse(chat.text) as { error: { message: string; param: string } }).error;
+    expect(err.param).toBe('messages[1].tool_calls[0].function.arguments');
+    expect(err.message).toMatch(said);
+    expect(err.message).toMatch(/^messages\[1\]\.tool_calls\[0\]\.function\.arguments nests/);
+
+    // Ollama's arguments as an object, and as JSON text (read into one).
+    for (const args of [deep(5000), JSON.stringify(deep(5000))]) {
+      const r = await send('/api/chat', ollama(args));
+      expect(r.status, r.text.slice(0, 300)).toBe(400);
+      const message = (JSON.parse(r.text) as { error: string }).error;
+      expect(message).toMatch(/^messages\[1\]\.tool_calls\[0\]\.function\.arguments nests/);
+      expect(message).toMatch(said);
+    }
+
+    const messages = await send('/v1/messages', anthropic(deep(5000)));
+    expect(messages.status, messages.text).toBe(400);
+    const refusal = JSON.parse(messages.text) as { type: string; error: { type: string; message: string } };
+    expect(refusal).toMatchObject({
+      type: 'error',
+      error: { type: 'invalid_request_error', param: 'messages[1].content[0].input' },
+    });
+    expect(refusal.error.message).toMatch(/^messages\[1\]\.content\[0\]\.input nests/);
+    expect(refusal.error.message).toMatch(said);
+
+    // Arguments nested as a tool's parameters may be are taken.
+    for (const [p, body] of [
+      ['/v1/chat/completions', openai(deep(100))],
+      ['/api/chat', ollama(deep(100))],
+      ['/v1/messages', anthropic(deep(100))],
+    ] as const) {
+      const r = await send(p, body);
+      expect(r.status, `${p}: ${r.text.slice(0, 300)}`).toBe(200);
+    }
+    expect((await fetch(`${t.url}/health`)).status).toBe(200);
+  });
+});

@@ -179,11 +179,17 @@ const VALUE_BOUNDS = [
   'uniqueItems',
 ];
 
-/** Most levels of JSON a tool's parameters may nest (objects and arrays; a schema of 64 levels takes about 128). */
-const MAX_TOOL_NESTING = 256;
+/**
+ * Most levels of JSON a tool's parameters may nest (objects and arrays; a schema of 64 levels takes about 128), and
+ * a call's arguments in the history.
+ */
+export const MAX_TOOL_NESTING = 256;
 
-/** How many levels of objects and arrays a JSON value nests, counted without recursion. */
-function nesting(value: unknown): number {
+/**
+ * How many levels of objects and arrays a JSON value nests, counted without recursion (past MAX_TOOL_NESTING, the
+ * level it got to first: enough to refuse).
+ */
+export function nesting(value: unknown): number {
   let most = 0;
   const todo: Array<[unknown, number]> = [[value, 1]];
   for (let next = todo.pop(); next !== undefined; next = todo.pop()) {

@@ -19,6 +19,7 @@ import type {
 import { type HttpError, inFrameOrder, type MessageOrigin, RawJson } from './http-util';
 import {
   addReasoning,
+  argumentsText,
   type Body,
   bad,
   boolean,
@@ -94,7 +95,7 @@ function turnsOf(role: 'user' | 'assistant', content: unknown, i: number): Turn[
       if (typeof input !== 'object' || input === null || Array.isArray(input)) {
         throw bad(`${at}.input must be an object.`, `${at}.input`);
       }
-      calls.push({ id: block.id, name: block.name, arguments: JSON.stringify(input) });
+      calls.push({ id: block.id, name: block.name, arguments: argumentsText(input, `${at}.input`) });
       callPaths.push(at);
     } else if (type === 'tool_result' && role === 'user') {
       if (typeof block?.tool_use_id !== 'string') throw bad(`${at}: a tool_result block needs "tool_use_id".`, at);

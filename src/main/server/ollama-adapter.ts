@@ -32,6 +32,7 @@ import {
 import { parseDuration } from '../../shared/duration';
 import { type HttpError, httpError } from './http-util';
 import {
+  argumentsText,
   type Body,
   bad,
   boolean,
@@ -232,7 +233,7 @@ function callsOf(m: Record<string, unknown>, i: number): ToolCall[] | undefined 
       throw bad(`${where}[${j}].function.arguments must be an object.`, `${where}[${j}].function.arguments`);
     }
     const id = typeof c.id === 'string' && c.id.length > 0 ? c.id : `call_${i}_${j}`;
-    return { id, name: fn.name, arguments: JSON.stringify(args) };
+    return { id, name: fn.name, arguments: argumentsText(args, `${where}[${j}].function.arguments`) };
   });
 }
 

@@ -19,6 +19,7 @@ import type {
   ToolDefinition,
 } from '../../shared/contract';
 import type { BudgetCap, ContextClip } from '../../shared/scheduler-types';
+import { MAX_TOOL_NESTING, nesting } from '../host/tool-plan';
 import { type HttpError, httpError } from './http-util';
 
 /** Which endpoint a body came to. */
@@ -46,6 +47,20 @@ export type Body = Record<string, unknown>;
 
 export function bad(message: string, param: string): HttpError {
   return httpError(400, message, 'invalid_request', param);
+}
+
+/**
+ * A call's arguments in the history, sent as an object, as the JSON text the host takes; refused past the nesting a
+ * tool's parameters may have (thousands of levels overflow the stack of JSON.stringify itself).
+ */
+export function argumentsText(args: unknown, param: string): string {
+  if (nesting(args) > MAX_TOOL_NESTING) {
+    throw bad(
+      `${param} nests more than ${MAX_TOOL_NESTING} levels of objects and arrays, the most kvdesk takes: send the call's arguments less deeply nested.`,
+      param,
+    );
+  }
+  return JSON.stringify(args);
 }
 
 export function present(body: Body, key: string): boolean {
@@ -328,7 +343,7 @@ function messageToolCalls(m: Record<string, unknown>, i: number): ToolCall[] | u
     return {
       id: call.id,
       name: fn.name,
-      arguments: typeof args === 'string' ? args : JSON.stringify(args),
+      arguments: typeof args === 'string' ? args : argumentsText(args, `${where}[${j}].function.arguments`),
     };
   });
 }
