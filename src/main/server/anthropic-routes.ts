@@ -138,5 +138,6 @@ export function serveMessages(
       }
     },
     sendAnthropicError,
+    { ...PARAM_HINT, origins: mapped.origins },
   );
 }

@@ -164,6 +164,7 @@ export async function serveOllamaGeneration(
   const line = (value: unknown) => res.write(`${JSON.stringify(value)}\n`);
   // Calls streamed so far: Ollama numbers each call of a reply.
   let callsSent = 0;
+  const paramHint = { prompt: kind === 'chat' ? 'messages' : 'prompt', rename: false };
   await runGeneration(
     hostApi,
     request,
@@ -203,7 +204,7 @@ export async function serveOllamaGeneration(
           return;
         case 'error': {
           finish();
-          const err = errorFromInfo(frame.error, { prompt: kind === 'chat' ? 'messages' : 'prompt', rename: false });
+          const err = errorFromInfo(frame.error, paramHint);
           if (!res.headersSent) {
             sendOllamaError(res, err, kind);
             return;
@@ -216,6 +217,7 @@ export async function serveOllamaGeneration(
       }
     },
     (r, e) => sendOllamaError(r, e, kind),
+    paramHint,
   );
 }
 

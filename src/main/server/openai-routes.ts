@@ -11,7 +11,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { GenerateRequest, GenerationResult, StreamFrame } from '../../shared/contract';
 import { toErrorInfo } from '../../shared/errors';
 import type { HostApi } from '../host/host-api';
-import { errorFromInfo, HttpError, SSE_HEADERS, sendHttpError, sendJson } from './http-util';
+import { errorFromInfo, HttpError, type ParamHint, SSE_HEADERS, sendHttpError, sendJson } from './http-util';
 import { apiModelName } from './model-names';
 import {
   CharOffsets,
@@ -75,88 +75,100 @@ export function serveCompletion(
     kind === 'completion' && mapped.request.logprobs !== undefined
       ? Array.from({ length: choices }, () => new CharOffsets())
       : undefined;
-  return runGeneration(hostApi, mapped.request, req, res, (frame, finish) => {
-    const sse = (data: unknown) => {
-      res.write(`data: ${typeof data === 'string' ? data : JSON.stringify(data)}\n\n`);
-    };
+  return runGeneration(
+    hostApi,
+    mapped.request,
+    req,
+    res,
+    (frame, finish) => {
+      const sse = (data: unknown) => {
+        res.write(`data: ${typeof data === 'string' ? data : JSON.stringify(data)}\n\n`);
+      };
 
-    switch (frame.type) {
-      case 'accepted':
-        return;
-      case 'admitted': {
-        if (!mapped.stream) return;
-        head = { id: replyId(kind, frame.requestId), created, model: mapped.model };
-        res.writeHead(200, SSE_HEADERS);
-        if (kind === 'chat') {
-          for (let i = 0; i < choices; i++) sse(chunk(kind, head, [deltaChoice(kind, i, '', true)], usageNull));
-        } else {
-          // Completions have no role chunk; flushing the headers tells the client it was admitted.
-          res.flushHeaders();
-        }
-        return;
-      }
-      case 'tokens': {
-        if (!mapped.stream || head === null) return;
-        const h = head;
-        frame.rows.forEach((row, i) => {
-          if (kind === 'chat' && row.reasoning) sse(chunk(kind, h, [reasoningChoice(i, row.reasoning)], usageNull));
-          const withLogprobs = row.logprobs !== undefined && row.logprobs.length > 0;
-          const chars = texts?.[i];
-          chars?.add(row.text);
-          if (row.text.length > 0 || withLogprobs) {
-            const lp = withLogprobs ? row.logprobs : undefined;
-            sse(chunk(kind, h, [deltaChoice(kind, i, row.text, false, lp, chars)], usageNull));
+      switch (frame.type) {
+        case 'accepted':
+          return;
+        case 'admitted': {
+          if (!mapped.stream) return;
+          head = { id: replyId(kind, frame.requestId), created, model: mapped.model };
+          res.writeHead(200, SSE_HEADERS);
+          if (kind === 'chat') {
+            for (let i = 0; i < choices; i++) sse(chunk(kind, head, [deltaChoice(kind, i, '', true)], usageNull));
+          } else {
+            // Completions have no role chunk; flushing the headers tells the client it was admitted.
+            res.flushHeaders();
           }
-          const streamed = argumentsStreamed[i] as Set<number>;
-          if (kind === 'chat' && row.toolCallDeltas && row.toolCallDeltas.length > 0) {
-            sse(chunk(kind, h, [toolCallDeltasChoice(i, row.toolCallDeltas)], usageNull));
-            for (const d of row.toolCallDeltas) streamed.add(d.index);
-          }
-          if (row.toolCalls && row.toolCalls.length > 0) {
-            const choice = toolCallsChoice(i, row.toolCalls, callsSent[i] ?? 0, streamed);
-            if (choice) sse(chunk(kind, h, [choice], usageNull));
-            callsSent[i] = (callsSent[i] ?? 0) + row.toolCalls.length;
-          }
-        });
-        return;
-      }
-      case 'done': {
-        const result = frame.result;
-        const usage = usageOf(result, promptTokensOf(hostApi, mapped, result), mapped.request.prediction !== undefined);
-        finish();
-        if (!mapped.stream || head === null) {
-          const h = head ?? { id: replyId(kind, result.requestId), created, model: mapped.model };
-          sendJson(res, 200, completionBody(kind, h, result, usage));
           return;
         }
-        const extras = kvdeskExtras(result);
-        result.rows.forEach((row, i) => {
-          sse(
-            chunk(kind, head as ReplyHeader, [finalChoice(kind, i, row.finishReason)], {
-              ...usageNull,
-              kvdesk: extras,
-            }),
+        case 'tokens': {
+          if (!mapped.stream || head === null) return;
+          const h = head;
+          frame.rows.forEach((row, i) => {
+            if (kind === 'chat' && row.reasoning) sse(chunk(kind, h, [reasoningChoice(i, row.reasoning)], usageNull));
+            const withLogprobs = row.logprobs !== undefined && row.logprobs.length > 0;
+            const chars = texts?.[i];
+            chars?.add(row.text);
+            if (row.text.length > 0 || withLogprobs) {
+              const lp = withLogprobs ? row.logprobs : undefined;
+              sse(chunk(kind, h, [deltaChoice(kind, i, row.text, false, lp, chars)], usageNull));
+            }
+            const streamed = argumentsStreamed[i] as Set<number>;
+            if (kind === 'chat' && row.toolCallDeltas && row.toolCallDeltas.length > 0) {
+              sse(chunk(kind, h, [toolCallDeltasChoice(i, row.toolCallDeltas)], usageNull));
+              for (const d of row.toolCallDeltas) streamed.add(d.index);
+            }
+            if (row.toolCalls && row.toolCalls.length > 0) {
+              const choice = toolCallsChoice(i, row.toolCalls, callsSent[i] ?? 0, streamed);
+              if (choice) sse(chunk(kind, h, [choice], usageNull));
+              callsSent[i] = (callsSent[i] ?? 0) + row.toolCalls.length;
+            }
+          });
+          return;
+        }
+        case 'done': {
+          const result = frame.result;
+          const usage = usageOf(
+            result,
+            promptTokensOf(hostApi, mapped, result),
+            mapped.request.prediction !== undefined,
           );
-        });
-        if (mapped.includeUsage) sse(chunk(kind, head, [], { usage }));
-        sse('[DONE]');
-        res.end();
-        return;
-      }
-      case 'error': {
-        finish();
-        const err = errorFromInfo(frame.error, paramHint);
-        if (!res.headersSent) {
-          sendHttpError(res, err);
+          finish();
+          if (!mapped.stream || head === null) {
+            const h = head ?? { id: replyId(kind, result.requestId), created, model: mapped.model };
+            sendJson(res, 200, completionBody(kind, h, result, usage));
+            return;
+          }
+          const extras = kvdeskExtras(result);
+          result.rows.forEach((row, i) => {
+            sse(
+              chunk(kind, head as ReplyHeader, [finalChoice(kind, i, row.finishReason)], {
+                ...usageNull,
+                kvdesk: extras,
+              }),
+            );
+          });
+          if (mapped.includeUsage) sse(chunk(kind, head, [], { usage }));
+          sse('[DONE]');
+          res.end();
           return;
         }
-        // After admission the status is already 200: the error travels in the stream, as OpenAI's does.
-        sse(err.body);
-        res.end();
-        return;
+        case 'error': {
+          finish();
+          const err = errorFromInfo(frame.error, paramHint);
+          if (!res.headersSent) {
+            sendHttpError(res, err);
+            return;
+          }
+          // After admission the status is already 200: the error travels in the stream, as OpenAI's does.
+          sse(err.body);
+          res.end();
+          return;
+        }
       }
-    }
-  });
+    },
+    sendHttpError,
+    paramHint,
+  );
 }
 
 /** A generation an HTTP response is streaming or waiting for, and how to stop it. */
@@ -189,6 +201,8 @@ export async function runGeneration(
   handleFrame: (frame: StreamFrame, finish: () => void) => void,
   /** How the API answers an error (its own shape). */
   sendError: (res: ServerResponse, err: HttpError) => void = sendHttpError,
+  /** The API's names of the fields an error of its own (a model that cannot load) names, as its other errors. */
+  paramHint?: ParamHint,
 ): Promise<void> {
   // A library package the request names is loaded first (just in time); its failure is the answer.
   try {
@@ -197,7 +211,7 @@ export async function runGeneration(
     if (model !== request.model) request = { ...request, model };
     await hostApi.ensureModel(request.model);
   } catch (err) {
-    if (!res.headersSent && !res.destroyed) sendError(res, errorFromInfo(toErrorInfo(err)));
+    if (!res.headersSent && !res.destroyed) sendError(res, errorFromInfo(toErrorInfo(err), paramHint));
     return;
   }
   let resolve!: () => void;
@@ -219,7 +233,7 @@ export async function runGeneration(
       // The host swallows errors thrown by a frame sink, so a failure here must answer the client itself.
       const running = !over && frame.type !== 'done' && frame.type !== 'error';
       finish();
-      if (!res.headersSent) sendError(res, errorFromInfo(toErrorInfo(err)));
+      if (!res.headersSent) sendError(res, errorFromInfo(toErrorInfo(err), paramHint));
       else res.destroy();
       if (running) {
         if (handle) handle.cancel('disconnect');

@@ -7,7 +7,15 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { HostApi } from '../host/host-api';
-import { errorFromInfo, HttpError, SSE_HEADERS, sendHttpError, sendJson, writeEvents } from './http-util';
+import {
+  errorFromInfo,
+  HttpError,
+  type ParamHint,
+  SSE_HEADERS,
+  sendHttpError,
+  sendJson,
+  writeEvents,
+} from './http-util';
 import { runGeneration } from './openai-routes';
 import {
   incomplete,
@@ -42,49 +50,59 @@ export function serveResponse(
   let head: ResponseHead | null = null;
   let events: ResponseEvents | null = null;
   const send = (list: StreamEvent[]) => writeEvents(res, list);
-  return runGeneration(hostApi, mapped.request, req, res, (frame, finish) => {
-    switch (frame.type) {
-      case 'accepted':
-      case 'prefill':
-        return;
-      case 'admitted': {
-        head = { id: responseId(frame.requestId), created_at: createdAt, model: mapped.model };
-        if (!mapped.stream) return;
-        res.writeHead(200, SSE_HEADERS);
-        events = new ResponseEvents(head, echo);
-        send(events.start());
-        return;
-      }
-      case 'tokens': {
-        const row = frame.rows[0];
-        if (events && row) send(events.tokens(row.text, row.toolCalls ?? [], row.toolCallDeltas ?? [], row.reasoning));
-        return;
-      }
-      case 'done': {
-        const result = frame.result;
-        const h = head ?? { id: responseId(result.requestId), created_at: createdAt, model: mapped.model };
-        const status = incomplete(result) ? 'incomplete' : 'completed';
-        finish();
-        if (!events) {
-          sendJson(res, 200, responseBody(h, echo, status, outputItems(h, result), result));
+  const paramHint: ParamHint = { prompt: 'input', api: 'responses', origins: mapped.origins };
+  return runGeneration(
+    hostApi,
+    mapped.request,
+    req,
+    res,
+    (frame, finish) => {
+      switch (frame.type) {
+        case 'accepted':
+        case 'prefill':
+          return;
+        case 'admitted': {
+          head = { id: responseId(frame.requestId), created_at: createdAt, model: mapped.model };
+          if (!mapped.stream) return;
+          res.writeHead(200, SSE_HEADERS);
+          events = new ResponseEvents(head, echo);
+          send(events.start());
           return;
         }
-        send(events.done(result));
-        res.end();
-        return;
-      }
-      case 'error': {
-        finish();
-        const err = errorFromInfo(frame.error, { prompt: 'input', api: 'responses', origins: mapped.origins });
-        if (!res.headersSent) {
-          sendHttpError(res, err);
+        case 'tokens': {
+          const row = frame.rows[0];
+          if (events && row)
+            send(events.tokens(row.text, row.toolCalls ?? [], row.toolCallDeltas ?? [], row.reasoning));
           return;
         }
-        const e = err.body.error as { code?: string; message?: string; param?: string | null };
-        if (events) send(events.failed(e.code ?? 'server_error', e.message ?? '', e.param ?? null));
-        res.end();
-        return;
+        case 'done': {
+          const result = frame.result;
+          const h = head ?? { id: responseId(result.requestId), created_at: createdAt, model: mapped.model };
+          const status = incomplete(result) ? 'incomplete' : 'completed';
+          finish();
+          if (!events) {
+            sendJson(res, 200, responseBody(h, echo, status, outputItems(h, result), result));
+            return;
+          }
+          send(events.done(result));
+          res.end();
+          return;
+        }
+        case 'error': {
+          finish();
+          const err = errorFromInfo(frame.error, paramHint);
+          if (!res.headersSent) {
+            sendHttpError(res, err);
+            return;
+          }
+          const e = err.body.error as { code?: string; message?: string; param?: string | null };
+          if (events) send(events.failed(e.code ?? 'server_error', e.message ?? '', e.param ?? null));
+          res.end();
+          return;
+        }
       }
-    }
-  });
+    },
+    sendHttpError,
+    paramHint,
+  );
 }

@@ -384,7 +384,17 @@ describe('POST /v1/messages', () => {
       client.messages.create({ model: 'nope', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 }),
     );
     expect(missing.status).toBe(404);
-    expect((missing.error as { error: { type: string } }).error.type).toBe('not_found_error');
+    // As the route's other errors (and count_tokens'): `param` names the field, nothing beside it.
+    expect(missing.error).toEqual({
+      type: 'error',
+      error: {
+        type: 'not_found_error',
+        message: 'model "nope" is neither loaded nor in the library (known: default)',
+        code: 'model_not_found',
+        param: 'model',
+        kvdesk_code: 'MODEL_NOT_LOADED',
+      },
+    });
     // Errors the server raises before the route (a body that is not JSON) are in Anthropic's shape too.
     const notJson = await fetch(`${t.url}/v1/messages`, {
       method: 'POST',

@@ -1222,6 +1222,26 @@ describe('refusals', () => {
     expect(err.code).toBe('model_not_found');
     expect(err.param).toBe('model');
     expect(err.message).toMatch(/gpt-4o/);
+    // In the shape of the route's other errors: the field at fault is `param`, nothing beside it.
+    const message = 'model "gpt-4o" is neither loaded nor in the library (known: default)';
+    const shape = {
+      error: {
+        message,
+        type: 'invalid_request_error',
+        code: 'model_not_found',
+        param: 'model',
+        kvdesk_code: 'MODEL_NOT_LOADED',
+      },
+    };
+    expect(err.error).toEqual(shape.error);
+    for (const [p, body] of [
+      ['/v1/completions', { model: 'gpt-4o', prompt: 'hi' }],
+      ['/v1/responses', { model: 'gpt-4o', input: 'hi' }],
+    ] as const) {
+      const res = await fetch(`${t.url}${p}`, { method: 'POST', body: JSON.stringify(body) });
+      expect(res.status, p).toBe(404);
+      expect(await res.json(), p).toEqual(shape);
+    }
   });
 
   it('400 for malformed parameters, naming the parameter', async () => {
