@@ -856,14 +856,15 @@ export function chunk(
 }
 
 /**
- * A streamed choice carrying text and its tokens' logprobs when asked for (or, for chat, the opening role).
- * `chars`: the choice's text so far, this chunk's included (a completion's offsets count its characters).
+ * A streamed choice carrying text and its tokens' logprobs when asked for (or, for chat, the opening role: `'call'`
+ * for a reply that is a call, whose content is null as OpenAI sends it). `chars`: the choice's text so far, this
+ * chunk's included (a completion's offsets count its characters).
  */
 export function deltaChoice(
   kind: OpenAiKind,
   index: number,
   text: string,
-  role = false,
+  role: boolean | 'call' = false,
   logprobs?: GeneratedTokenLogprob[],
   chars?: CharOffsets,
 ): Record<string, unknown> {
@@ -871,7 +872,7 @@ export function deltaChoice(
   if (kind === 'completion') return { index, text, logprobs: lp, finish_reason: null };
   return {
     index,
-    delta: role ? { role: 'assistant', content: '' } : { content: text },
+    delta: role ? { role: 'assistant', content: role === 'call' ? null : '' } : { content: text },
     logprobs: lp,
     finish_reason: null,
   };

@@ -32,6 +32,10 @@ import {
 } from './openai-adapter';
 
 /** Prompt tokens for usage: one count per prompt, however many copies (n) ran. */
+/** Whether a request's reply is a call (tool_choice required or a named tool): it has no text. */
+const forcedCall = (r: GenerateRequest): boolean =>
+  (r.tools?.length ?? 0) > 0 && r.toolChoice !== undefined && r.toolChoice !== 'auto' && r.toolChoice !== 'none';
+
 function promptTokensOf(hostApi: HostApi, mapped: MappedRequest, result: GenerationResult): number {
   if (mapped.promptIdLengths) return mapped.promptIdLengths.reduce((a, b) => a + b, 0);
   if (mapped.promptTexts) {
@@ -93,7 +97,8 @@ export function serveCompletion(
           head = { id: replyId(kind, frame.requestId), created, model: mapped.model };
           res.writeHead(200, SSE_HEADERS);
           if (kind === 'chat') {
-            for (let i = 0; i < choices; i++) sse(chunk(kind, head, [deltaChoice(kind, i, '', true)], usageNull));
+            const role = forcedCall(mapped.request) ? 'call' : true;
+            for (let i = 0; i < choices; i++) sse(chunk(kind, head, [deltaChoice(kind, i, '', role)], usageNull));
           } else {
             // Completions have no role chunk; flushing the headers tells the client it was admitted.
             res.flushHeaders();

@@ -941,9 +941,13 @@ describe('tool calls', () => {
     }> = [];
     let finish: string | null = null;
     let content = '';
+    let opening: unknown;
     for await (const part of stream) {
       const choice = part.choices[0];
       if (!choice) continue;
+      // The role chunk of a reply that is a call has no text: content null, as OpenAI sends it (an AI SDK made an
+      // empty text part of "").
+      opening ??= choice.delta;
       content += choice.delta.content ?? '';
       const inChunk = (choice.delta.tool_calls ?? []) as typeof deltas;
       // One entry per call in a chunk, as OpenAI sends (a frame's pieces of the call are joined).
@@ -951,6 +955,7 @@ describe('tool calls', () => {
       deltas.push(...inChunk);
       finish = choice.finish_reason ?? finish;
     }
+    expect(opening).toEqual({ role: 'assistant', content: null });
     expect(content).toBe('');
     expect(finish).toBe('tool_calls');
     // (That the arguments go out as written, over several frames, is the host's test: tool-calls.test.ts.)
