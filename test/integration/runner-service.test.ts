@@ -33,6 +33,25 @@ async function host(settings: Partial<HostSettings> = {}, model = defaultModelDi
 const greedy = { greedy: true };
 const prompt = [10, 20, 30, 40, 50];
 
+/**
+ * Blocks this thread until process `pid`, killed, is a zombie (its files, the IPC channel among them, closed), so
+ * that this process has not yet heard of its exit; where /proc is missing, half a second.
+ */
+function goneUnheard(pid: number): void {
+  const wait = (ms: number) => Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+  if (process.platform !== 'linux') {
+    wait(500);
+    return;
+  }
+  const deadline = Date.now() + 10_000;
+  while (Date.now() < deadline) {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    if (stat.slice(stat.lastIndexOf(')') + 2).startsWith('Z')) return;
+    wait(5);
+  }
+  throw new Error(`process ${pid} did not die within 10 s of SIGKILL`);
+}
+
 function expectEmptyLedger(h: RunnerService): void {
   const s = h.snapshot();
   expect(s.reservedBytes).toBe(0);
@@ -225,6 +244,35 @@ describe('every terminal path returns the reservation', () => {
     await vi.waitFor(async () => expect((await h.engine.stats()).models).toHaveLength(1), { timeout: 30_000 });
     const again = await h.generate({ promptIds: prompt, maxNewTokens: 2, sampling: greedy }).result;
     expect(again.tokenIds.length).toBeGreaterThan(0);
+  });
+
+  it('after the engine process dies as its client leaves (the cancel meets a closed channel): the host recovers', async () => {
+    const h = await host({}, slowModel());
+    // The failed write of the cancel, unhandled, took the whole host down (every other stream, the window).
+    const uncaught: unknown[] = [];
+    const onUncaught = (err: unknown) => uncaught.push(err);
+    process.on('uncaughtException', onUncaught);
+    try {
+      let killed = false;
+      const handle = h.generate({ promptIds: prompt, maxNewTokens: 2000, sampling: greedy }, (f) => {
+        if (f.type !== 'tokens' || killed) return;
+        killed = true;
+        const pid = h.engine.pid as number;
+        process.kill(pid, 'SIGKILL');
+        // Gone, and its channel closed, before this process hears of it: the client leaves now.
+        goneUnheard(pid);
+        handle.cancel('disconnect');
+      });
+      const err = await rejection(handle.result);
+      expect(err.code).toBe('ENGINE_FAILED');
+      expectEmptyLedger(h);
+      await vi.waitFor(async () => expect((await h.engine.stats()).models).toHaveLength(1), { timeout: 30_000 });
+      const again = await h.generate({ promptIds: prompt, maxNewTokens: 2, sampling: greedy }).result;
+      expect(again.tokenIds.length).toBeGreaterThan(0);
+      expect(uncaught).toEqual([]);
+    } finally {
+      process.off('uncaughtException', onUncaught);
+    }
   });
 
   it('after an engine crash with a request queued: it waits for its model to load again, then runs as it would have', async () => {

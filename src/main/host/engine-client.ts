@@ -155,6 +155,12 @@ export class EngineClient {
         this.dispatch(msg);
       });
       child.on('exit', (code, signal) => this.onExit(child, code, signal));
+      // A write to an engine that died before this process heard of it (a cancel as its client leaves) fails with
+      // EPIPE: unheard, that error ended the host. The channel is gone, so is the engine: its exit (killed here, if
+      // it is still running) fails its work and the host recovers.
+      child.on('error', () => {
+        if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      });
     });
     return this.ready;
   }
@@ -321,7 +327,7 @@ export class EngineClient {
     if (!child) return;
     await new Promise<void>((resolve) => {
       child.once('exit', () => resolve());
-      child.disconnect();
+      if (child.connected) child.disconnect();
       setTimeout(() => child.kill('SIGKILL'), 2000).unref();
     });
   }
