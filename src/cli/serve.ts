@@ -82,23 +82,35 @@ function positiveInt(name: string, value: string | undefined, min = 1): number |
  */
 const SAME_SIGNAL_MS = 1000;
 
-/** Waits for SIGINT or SIGTERM (a second one, later, exits at once, for a shutdown that hangs). */
-function signalled(io: Io): Promise<void> {
-  return new Promise((resolve) => {
-    let first = 0;
-    const onSignal = (signal: NodeJS.Signals) => {
-      if (first === 0) {
-        first = Date.now();
-        io.err(`kvdesk: ${signal}: shutting down (send it again to exit at once)\n`);
-        resolve();
-        return;
-      }
-      if (Date.now() - first < SAME_SIGNAL_MS) return;
-      process.exit(signal === 'SIGINT' ? 130 : 143);
-    };
-    process.on('SIGINT', onSignal);
-    process.on('SIGTERM', onSignal);
+/**
+ * Resolves `stopped` at SIGINT or SIGTERM (a second one, later, exits at once, for a shutdown that hangs); `dispose`
+ * stops listening.
+ */
+function signalled(io: Io): { stopped: Promise<void>; dispose: () => void } {
+  let first = 0;
+  let resolve!: () => void;
+  const stopped = new Promise<void>((r) => {
+    resolve = r;
   });
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (first === 0) {
+      first = Date.now();
+      io.err(`kvdesk: ${signal}: shutting down (send it again to exit at once)\n`);
+      resolve();
+      return;
+    }
+    if (Date.now() - first < SAME_SIGNAL_MS) return;
+    process.exit(signal === 'SIGINT' ? 130 : 143);
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  return {
+    stopped,
+    dispose: () => {
+      process.off('SIGINT', onSignal);
+      process.off('SIGTERM', onSignal);
+    },
+  };
 }
 
 /** Runs `kvdesk serve`; resolves with the exit code once the server has shut down. */
@@ -112,6 +124,9 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
   let runner: RunnerService | undefined;
   let server: RunningServer | undefined;
   let windowControl: (ApiServerControl & { close(): Promise<void> }) | undefined;
+  let signals: ReturnType<typeof signalled> | undefined;
+  /** Told to stop (a signal, `control.until`). */
+  let stopping = false;
   try {
     let values: ReturnType<
       typeof parseArgs<{ args: string[]; options: typeof options; allowPositionals: false }>
@@ -157,8 +172,23 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
       );
     }
 
+    // Heard before anything loads: a model loads for seconds (minutes for a large one), and its engine, blocked in
+    // onnxruntime, hears no disconnect meanwhile. A stop then closes the runner at once, which kills the engine
+    // under the load; nothing more starts.
+    signals = control.until ? undefined : signalled(io);
+    const until = control.until ?? (signals as ReturnType<typeof signalled>).stopped;
+    void until.then(
+      () => {
+        stopping = true;
+        // Serving: the shutdown below ends the streams first.
+        if (!server) void runner?.close();
+      },
+      () => {},
+    );
+
     // A port taken is said before the models load (seconds each), not after.
     if (port !== 0) await probePort(host, port);
+    if (stopping) return 0;
     runner = new RunnerService({ ...settings, ...control.settings });
     let resolveHost!: (h: HostApi) => void;
     const hostReady = new Promise<HostApi>((r) => {
@@ -175,6 +205,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     });
     resolveHost(hostApi);
     for (const dir of values.model ?? []) {
+      if (stopping) return 0;
       const loaded = await hostApi.importPath(
         resolveUserPath(dir),
         values['trust-installed'] === true ? { trustInstalled: true } : {},
@@ -185,6 +216,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
         `kvdesk: loaded ${loaded.value.id} (bpt ${loaded.value.spec.bpt}, context ${loaded.value.spec.contextLength})\n`,
       );
     }
+    if (stopping) return 0;
     server = await startServer({
       hostApi,
       host,
@@ -207,9 +239,11 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
       );
     }
     if (token !== undefined) io.out(`kvdesk: open ${server.url}/?token=${encodeURIComponent(token)} in a browser\n`);
-    await (control.until ?? signalled(io));
+    await until;
     return 0;
   } catch (err) {
+    // What a start cut short by the stop failed of (the engine stopped under a load) is no failure of serve.
+    if (stopping) return 0;
     const info = toErrorInfo(err);
     const listen = (err as NodeJS.ErrnoException).code;
     if (listen === 'EADDRINUSE' || listen === 'EACCES' || listen === 'EADDRNOTAVAIL') {
@@ -223,6 +257,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     await server?.close();
     if (hostApi) await hostApi.close();
     else await runner?.close();
+    signals?.dispose();
   }
 }
 

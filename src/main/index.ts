@@ -61,6 +61,8 @@ function defaultModelDir(): string {
 let mainWindow: BrowserWindow | null = null;
 let runner: RunnerService | null = null;
 let hostPromise: Promise<HostApi> | null = null;
+/** The host, once up (hostPromise settled with it). */
+let hostUp: HostApi | null = null;
 let ipc: IpcHandle | null = null;
 let apiServer: ReturnType<typeof createApiServerControl> | null = null;
 
@@ -109,15 +111,21 @@ async function start(): Promise<void> {
     ...(existsSync(modelDir) ? { defaultModelDir: modelDir } : {}),
     apiServer: control,
   });
-  hostPromise.catch((err) => {
-    process.stderr.write(`kvdesk: the host did not start: ${toErrorInfo(err).message}\n`);
-  });
+  hostPromise.then(
+    (h) => {
+      hostUp = h;
+    },
+    (err) => {
+      process.stderr.write(`kvdesk: the host did not start: ${toErrorInfo(err).message}\n`);
+    },
+  );
   // A server the person set to start with kvdesk.
   void hostPromise.then(
     async (host) => {
       const settings = await host.call('getSettings', {});
       const wanted = settings.ok ? settings.value.apiServer : undefined;
-      if (!wanted?.autostart) return;
+      // Up only as kvdesk quits (the load cut short): nothing starts.
+      if (!wanted?.autostart || quitState !== 'running') return;
       // Through the host, so the window hears that it runs.
       const started = await host.call('startApiServer', {
         port: wanted.port,
@@ -146,9 +154,15 @@ async function shutdown(): Promise<void> {
   ipc?.dispose();
   const closing = (async () => {
     await apiServer?.close().catch(() => {});
-    const host = hostPromise ? await hostPromise.catch(() => null) : null;
-    if (host) await host.close();
-    else await runner?.close();
+    if (hostUp) {
+      await hostUp.close();
+      return;
+    }
+    // Not up yet: the default model loads (seconds, minutes for a large one), its engine blocked in onnxruntime.
+    // The runner stops the engine under the load now; the host, up once the load has failed, closes the rest.
+    await runner?.close();
+    const late = hostPromise ? await hostPromise.catch(() => null) : null;
+    await late?.close();
   })();
   const timeout = new Promise<void>((resolve) => setTimeout(resolve, SHUTDOWN_TIMEOUT_MS).unref());
   await Promise.race([closing.catch(() => {}), timeout]);

@@ -340,6 +340,17 @@ describe('every terminal path returns the reservation', () => {
     expect(h.snapshot().counters.accepted).toBe(1);
   });
 
+  it('closed, it loads nothing: a load is a shutdown, and starts no engine process (it would outlive the quit)', async () => {
+    const h = new RunnerService({ intraOpNumThreads: 2 });
+    hosts.push(h);
+    await h.close();
+    const err = await rejection(h.loadModel(defaultModelDir));
+    expect(err).toMatchObject({ code: 'CANCELLED', detail: { reason: 'shutdown' } });
+    expect(err.message).toMatch(/loading model default was cancelled \(shutdown\): kvdesk is closing/);
+    expect(h.engine.pid).toBeUndefined();
+    expect(h.listModels()).toEqual([]);
+  });
+
   it('after a timeout', async () => {
     const h = await host({}, slowModel());
     const err = await rejection(

@@ -3,7 +3,7 @@
  * child process today; an Electron utilityProcess later). Holds loaded models,
  * session KV and running generations; emits EngineEvents.
  */
-import { existsSync } from 'node:fs';
+import { existsSync, writeFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { KvdeskError, toErrorInfo } from '../../shared/errors';
 import { compileCallGrammar } from './call-constraint';
@@ -45,6 +45,20 @@ function faultAfterRuns(): number {
 async function heldLoad(): Promise<void> {
   const file = process.env.KVDESK_ENGINE_HOLD_LOADS;
   while (file && existsSync(file)) await sleep(25);
+}
+
+/**
+ * Test failpoint: with KVDESK_ENGINE_BLOCK_LOADS=<file>, a load blocks the engine's thread while that file exists,
+ * as onnxruntime's own model load does (seconds for a large model, minutes for a 7B): no command, no disconnect is
+ * heard meanwhile. The engine first writes its pid into the file, so a test knows that it is blocked, and which
+ * process to look for.
+ */
+function blockedLoad(): void {
+  const file = process.env.KVDESK_ENGINE_BLOCK_LOADS;
+  if (!file || !existsSync(file)) return;
+  writeFileSync(file, String(process.pid));
+  const cell = new Int32Array(new SharedArrayBuffer(4));
+  while (existsSync(file)) Atomics.wait(cell, 0, 0, 25);
 }
 
 /** Creates an engine that reports through `emit`. */
@@ -236,6 +250,7 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
       case 'load':
         reply(cmd.callId, async () => {
           await heldLoad();
+          blockedLoad();
           const decoder = await LoadedDecoder.load(cmd.spec, cmd.options);
           openDecoders.add(decoder);
           // Read once this load is done: another load of the id may have ended while it ran (two loads at once

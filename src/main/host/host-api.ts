@@ -942,7 +942,10 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       defaultModelId = (await load(opts.defaultModelDir)).id;
       emit('models', models());
     } catch (err) {
-      log(`kvdesk: the default model at ${opts.defaultModelDir} did not load: ${toErrorInfo(err).message}`);
+      const info = toErrorInfo(err);
+      // Cut short by kvdesk closing (a quit while it loads): nothing failed.
+      if (info.code !== 'CANCELLED')
+        log(`kvdesk: the default model at ${opts.defaultModelDir} did not load: ${info.message}`);
     }
   }
   // In the background: a library of large packages must not hold up the start.

@@ -691,6 +691,8 @@ export class RunnerService {
     await this.ensureDevice(intended);
     let loaded: EngineLoadResult;
     try {
+      // Closing: a load would start the engine again under the quit (and one under way ends with the engine).
+      if (this.closed) throw loadCancelled(id);
       try {
         loaded = await this.engine.load(id, { ...spec, id }, [providerShortName(ep) ?? 'cpu']);
       } catch (err) {
@@ -719,7 +721,7 @@ export class RunnerService {
       }
     } catch (err) {
       this.dropDeviceIfUnused(intended);
-      throw err;
+      throw this.closed ? loadCancelled(id) : err;
     }
     const device = this.deviceOf(spec);
     const model: LoadedModel = {
@@ -1461,6 +1463,13 @@ export class RunnerService {
     while (this.generations.size > 0 && Date.now() < deadline) await sleep(10);
     await this.engine.close();
   }
+}
+
+/** A load that kvdesk closing stopped, or did not start. */
+function loadCancelled(id: string): KvdeskError {
+  return new KvdeskError('CANCELLED', `loading model ${id} was cancelled (shutdown): kvdesk is closing`, {
+    reason: 'shutdown',
+  });
 }
 
 /**

@@ -4,7 +4,7 @@
  * Also the serve command in-process, to see its shutdown close everything.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { chmod, mkdtemp, rm } from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
@@ -24,6 +24,17 @@ function alive(pid: number): boolean {
     return true;
   } catch {
     return false;
+  }
+}
+
+/** Whether process `pid` runs: a zombie (dead, not yet reaped: an orphan's, where init does not reap) does not. */
+function running(pid: number): boolean {
+  if (!alive(pid)) return false;
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return !stat.slice(stat.lastIndexOf(')') + 2).startsWith('Z');
+  } catch {
+    return process.platform !== 'linux';
   }
 }
 
@@ -254,6 +265,73 @@ describe('Ctrl+C on kvdesk serve (SIGINT to its process group, as a terminal sen
       await rm(dataDir, { recursive: true, force: true });
     }
   }, 120_000);
+});
+
+/**
+ * `kvdesk serve` in its own process group, its engine blocked in the default model's load (as onnxruntime's load
+ * blocks it: seconds, minutes for a large model) until `release` (the KVDESK_ENGINE_BLOCK_LOADS failpoint).
+ */
+async function serveBlockedInLoad(): Promise<{
+  group: number;
+  engine: number;
+  stderr: () => string;
+  release: () => Promise<void>;
+}> {
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-serve-block-'));
+  const block = path.join(dir, 'block-loads');
+  writeFileSync(block, '');
+  const child = spawn(
+    process.execPath,
+    [path.join(repoRoot, 'bin/kvdesk.cjs'), 'serve', '--port', '0', '--data-dir', path.join(dir, 'data')],
+    {
+      cwd: repoRoot,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      detached: true,
+      env: { ...process.env, KVDESK_ENGINE_BLOCK_LOADS: block },
+    },
+  );
+  const group = child.pid as number;
+  let stderr = '';
+  child.stderr?.on('data', (d: Buffer) => {
+    stderr += d.toString();
+  });
+  const release = async () => {
+    rmSync(block, { force: true });
+    if (alive(-group)) process.kill(-group, 'SIGKILL');
+    await rm(dir, { recursive: true, force: true });
+  };
+  try {
+    // The engine writes its pid there as it blocks.
+    const engine = await vi.waitFor(
+      () => {
+        const pid = Number(readFileSync(block, 'utf8'));
+        if (!(pid > 0)) throw new Error(`the engine has not started loading; stderr: ${stderr}`);
+        return pid;
+      },
+      { timeout: 60_000, interval: 50 },
+    );
+    return { group, engine, stderr: () => stderr, release };
+  } catch (err) {
+    await release();
+    throw err;
+  }
+}
+
+describe('kvdesk serve stopped while a model loads (its engine blocked in the load)', () => {
+  it('Ctrl+C: it says it shuts down, and stops, its engine too, without waiting for the load', async () => {
+    const s = await serveBlockedInLoad();
+    try {
+      process.kill(-s.group, 'SIGINT');
+      // The load never ends by itself: the engine is stopped under it (after a grace of 2 s).
+      await vi.waitFor(() => expect(alive(-s.group), s.stderr()).toBe(false), { timeout: 15_000, interval: 50 });
+      expect(running(s.engine)).toBe(false);
+      expect(s.stderr()).toContain('SIGINT: shutting down');
+      // The load it cut short is no failure to report.
+      expect(s.stderr()).not.toMatch(/did not load/);
+    } finally {
+      await s.release();
+    }
+  }, 90_000);
 });
 
 describe('serve (in-process)', () => {
