@@ -215,55 +215,69 @@ describe.skipIf(process.platform !== 'linux')('the kvdesk wrapper killed outrigh
   }, 90_000);
 });
 
+/**
+ * Streams a long reply from `kvdesk serve` in its own process group, sends `signal` to the whole group, and checks
+ * that the stream ends with its shutdown event and that every process of the group exits.
+ */
+async function signalWhileStreaming(signal: 'SIGINT' | 'SIGTERM'): Promise<void> {
+  const dataDir = await mkdtemp(path.join(os.tmpdir(), `kvdesk-serve-${signal.toLowerCase()}-`));
+  const child = spawn(
+    process.execPath,
+    [path.join(repoRoot, 'bin/kvdesk.cjs'), 'serve', '--port', '0', '--model', slowModel(), '--data-dir', dataDir],
+    { cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'], detached: true },
+  );
+  const pid = child.pid as number;
+  let stderr = '';
+  child.stderr?.on('data', (d: Buffer) => {
+    stderr += d.toString();
+  });
+  try {
+    const url = await printedUrl(child, () => stderr);
+    const res = await fetch(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model: path.basename(slowModel()),
+        messages: [{ role: 'user', content: 'Tell me a long story.' }],
+        max_tokens: 2000,
+        logit_bias: noEndBias(slowModel()),
+        stream: true,
+      }),
+    });
+    const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+    const decoder = new TextDecoder();
+    let text = '';
+    while (!text.includes('"content"')) text += decoder.decode((await reader.read()).value);
+    // The wrapper forwards the signal it got to the server, which got its own: two at once, one signal.
+    process.kill(-pid, signal);
+    for (;;) {
+      const chunk = await reader.read();
+      if (chunk.done) break;
+      text += decoder.decode(chunk.value);
+    }
+    const events = text.split('\n\n').filter((e) => e.startsWith('data: '));
+    expect(events.at(-1), stderr).toMatch(/"reason":"shutdown"/);
+    const deadline = Date.now() + 15_000;
+    while (alive(-pid)) {
+      if (Date.now() > deadline) throw new Error(`group ${pid} still running; stderr: ${stderr}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    expect(stderr).toContain(`${signal}: shutting down`);
+  } finally {
+    if (alive(-pid)) process.kill(-pid, 'SIGKILL');
+    await rm(dataDir, { recursive: true, force: true });
+  }
+}
+
 describe('Ctrl+C on kvdesk serve (SIGINT to its process group, as a terminal sends it)', () => {
   it('ends a stream in flight with its shutdown event, then every process of the group exits', async () => {
-    const dataDir = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-serve-sigint-'));
-    const child = spawn(
-      process.execPath,
-      [path.join(repoRoot, 'bin/kvdesk.cjs'), 'serve', '--port', '0', '--model', slowModel(), '--data-dir', dataDir],
-      { cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'], detached: true },
-    );
-    const pid = child.pid as number;
-    let stderr = '';
-    child.stderr?.on('data', (d: Buffer) => {
-      stderr += d.toString();
-    });
-    try {
-      const url = await printedUrl(child, () => stderr);
-      const res = await fetch(`${url}/v1/chat/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({
-          model: path.basename(slowModel()),
-          messages: [{ role: 'user', content: 'Tell me a long story.' }],
-          max_tokens: 2000,
-          logit_bias: noEndBias(slowModel()),
-          stream: true,
-        }),
-      });
-      const reader = (res.body as ReadableStream<Uint8Array>).getReader();
-      const decoder = new TextDecoder();
-      let text = '';
-      while (!text.includes('"content"')) text += decoder.decode((await reader.read()).value);
-      // The wrapper forwards the signal it got to the server, which got its own: two at once, one Ctrl+C.
-      process.kill(-pid, 'SIGINT');
-      for (;;) {
-        const chunk = await reader.read();
-        if (chunk.done) break;
-        text += decoder.decode(chunk.value);
-      }
-      const events = text.split('\n\n').filter((e) => e.startsWith('data: '));
-      expect(events.at(-1), stderr).toMatch(/"reason":"shutdown"/);
-      const deadline = Date.now() + 15_000;
-      while (alive(-pid)) {
-        if (Date.now() > deadline) throw new Error(`group ${pid} still running; stderr: ${stderr}`);
-        await new Promise((r) => setTimeout(r, 50));
-      }
-      expect(stderr).toContain('SIGINT: shutting down');
-    } finally {
-      if (alive(-pid)) process.kill(-pid, 'SIGKILL');
-      await rm(dataDir, { recursive: true, force: true });
-    }
+    await signalWhileStreaming('SIGINT');
+  }, 120_000);
+});
+
+describe("SIGTERM to kvdesk serve's process group (systemd's stop, `kill -TERM -PGID`)", () => {
+  it('ends a stream in flight with its shutdown event (the engine is not killed under it), then the group exits', async () => {
+    await signalWhileStreaming('SIGTERM');
   }, 120_000);
 });
 
@@ -332,6 +346,23 @@ describe('kvdesk serve stopped while a model loads (its engine blocked in the lo
       await s.release();
     }
   }, 90_000);
+
+  it.skipIf(process.platform !== 'linux')(
+    'killed outright (SIGKILL, an OOM kill): its engine does not run on, though the load blocks it',
+    async () => {
+      const s = await serveBlockedInLoad();
+      try {
+        const stat = readFileSync(`/proc/${s.engine}/stat`, 'utf8');
+        const server = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+        expect(server).not.toBe(s.group);
+        process.kill(server, 'SIGKILL');
+        await vi.waitFor(() => expect(running(s.engine), s.stderr()).toBe(false), { timeout: 10_000, interval: 50 });
+      } finally {
+        await s.release();
+      }
+    },
+    90_000,
+  );
 });
 
 describe('serve (in-process)', () => {
