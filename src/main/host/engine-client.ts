@@ -158,8 +158,12 @@ export class EngineClient {
       // A write to an engine that died before this process heard of it (a cancel as its client leaves) fails with
       // EPIPE: unheard, that error ended the host. The channel is gone, so is the engine: its exit (killed here, if
       // it is still running) fails its work and the host recovers.
+      let killed = false;
       child.on('error', () => {
-        if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+        // Once: a kill that fails is itself an 'error'.
+        if (killed || child.exitCode !== null || child.signalCode !== null) return;
+        killed = true;
+        child.kill('SIGKILL');
       });
     });
     return this.ready;
