@@ -34,6 +34,8 @@ import {
 
 /** The host gets this long to stop generations and the engine on quit. */
 const SHUTDOWN_TIMEOUT_MS = 5000;
+/** The window gets this long to close (its page's last save) before the host closes. */
+const WINDOW_CLOSE_MS = 1000;
 
 // Tests and side-by-side runs get their own data folder (and with it their own single-instance lock).
 if (process.env.KVDESK_DATA_DIR) app.setPath('userData', resolveUserPath(process.env.KVDESK_DATA_DIR));
@@ -149,8 +151,23 @@ async function start(): Promise<void> {
 
 let quitState: 'running' | 'closing' | 'closed' = 'running';
 
-/** Stops every stream (releasing its reservation), then the host and its engine process. */
+/**
+ * Closes the window, waiting at most a second: its page's last save (on pagehide: the reply streaming, written at
+ * most once a second) reaches the host while IPC still answers, and its streams end as a closed window's do.
+ */
+function closeWindow(): Promise<void> {
+  const win = mainWindow;
+  if (win === null || win.isDestroyed()) return Promise.resolve();
+  return new Promise<void>((resolve) => {
+    win.once('closed', () => resolve());
+    setTimeout(resolve, WINDOW_CLOSE_MS).unref();
+    win.close();
+  });
+}
+
+/** Closes the window, then stops every stream (releasing its reservation), then the host and its engine process. */
 async function shutdown(): Promise<void> {
+  await closeWindow();
   ipc?.dispose();
   const closing = (async () => {
     await apiServer?.close().catch(() => {});
@@ -173,14 +190,15 @@ if (!app.requestSingleInstanceLock()) {
   app.quit();
 } else {
   app.on('second-instance', () => {
-    if (app.isReady()) focusWindow();
+    // (While quitting, a window would open without IPC, and close with the app.)
+    if (app.isReady() && quitState === 'running') focusWindow();
   });
   app.on('window-all-closed', () => {
     // macOS keeps apps alive without windows; the engine stays loaded for the next window.
     if (process.platform !== 'darwin') app.quit();
   });
   app.on('activate', () => {
-    if (app.isReady() && mainWindow === null) openWindow();
+    if (app.isReady() && mainWindow === null && quitState === 'running') openWindow();
   });
   app.on('before-quit', (event) => {
     if (quitState === 'closed') return;

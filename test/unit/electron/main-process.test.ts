@@ -36,6 +36,8 @@ const fake = vi.hoisted(() => {
     sandboxed: false,
     lockRequested: false,
     nextId: 1,
+    /** For each window the app closed: whether IPC still answered as it closed. */
+    closesWithIpc: [] as boolean[],
   };
   return state;
 });
@@ -77,6 +79,11 @@ vi.mock('electron', () => {
     restore() {}
     focus() {}
     show() {}
+    /** The app closes the window: its page's last save (pagehide) calls the host, as a page does. */
+    close() {
+      fake.closesWithIpc.push(fake.handlers.size > 0);
+      this.closeNow();
+    }
     /** The person closes the window. */
     closeNow() {
       this.destroyed = true;
@@ -314,7 +321,7 @@ describe('the Electron main process (against a stand-in for electron)', () => {
     expect((r.error as { message?: string } | undefined)?.message).toMatch(/IPC refused/);
   });
 
-  it('quits cleanly: streams stopped, engine process gone', async () => {
+  it('quits cleanly: the window closed first, streams stopped, engine process gone, no window opened meanwhile', async () => {
     const port = generate({ prompt: 'Count to a thousand', chat: true, maxNewTokens: 100_000 });
     await port.until((f) => f.type === 'tokens');
     const enginePids = await findEnginePids();
@@ -323,8 +330,15 @@ describe('the Electron main process (against a stand-in for electron)', () => {
     fake.onQuitCompleted = () => {
       aliveWhenQuitWentThrough = enginePids.filter(alive);
     };
+    const windows = fake.windows.length;
     fake.appEvents.emit('window-all-closed');
+    // A second launch while it quits opens no window (it would have no IPC), nor does macOS's activate.
+    fake.appEvents.emit('second-instance');
+    fake.appEvents.emit('activate');
+    expect(fake.windows).toHaveLength(windows);
     await vi.waitFor(() => expect(aliveWhenQuitWentThrough).not.toBeNull(), { timeout: 10_000 });
+    // The open window was closed first, while IPC still answered its page's last save.
+    expect(fake.closesWithIpc).toEqual([true]);
     // The first quit waited for the host to close; the process may end only once the engine is gone.
     expect(fake.preventedQuits).toBe(1);
     expect(aliveWhenQuitWentThrough).toEqual([]);
