@@ -7,6 +7,8 @@ import { useEffect, useState } from 'react';
 import { useShallow } from 'zustand/react/shallow';
 import type { ApiServerSettings } from '../../shared/api';
 import { useApp, useBridge } from '../bridge/context';
+import { COPY_UNAVAILABLE, copyText } from '../lib/clipboard';
+import { capitalized } from '../lib/format';
 import { CopyButton } from './Markdown';
 
 /** LM Studio's port, which many tools expect of a local server. */
@@ -30,7 +32,7 @@ function ApiAddress({ url, href = url }: { url: string; href?: string }) {
 /** The window's API key: hidden until asked, copied with a click, replaced on demand. */
 function ApiKey({ apiKey, busy, renew }: { apiKey: string; busy: boolean; renew: () => void }) {
   const [shown, setShown] = useState(false);
-  const [copied, setCopied] = useState(false);
+  const [copied, setCopied] = useState<'copied' | 'failed' | null>(null);
   return (
     <div className="row api-key" data-testid="api-key">
       API key{' '}
@@ -45,13 +47,14 @@ function ApiKey({ apiKey, busy, renew }: { apiKey: string; busy: boolean; renew:
         className="small"
         data-testid="api-key-copy"
         onClick={() => {
-          void navigator.clipboard?.writeText(apiKey).then(
-            () => setCopied(true),
-            () => setShown(true),
-          );
+          void copyText(apiKey).then((done) => {
+            // Not copied: the key shown, to select.
+            if (!done) setShown(true);
+            setCopied(done ? 'copied' : 'failed');
+          });
         }}
       >
-        {copied ? 'Copied' : 'Copy'}
+        {copied === 'copied' ? 'Copied' : copied === 'failed' ? capitalized(COPY_UNAVAILABLE) : 'Copy'}
       </button>
       <button
         type="button"
@@ -60,7 +63,7 @@ function ApiKey({ apiKey, busy, renew }: { apiKey: string; busy: boolean; renew:
         data-testid="api-key-new"
         title="Make a new key: clients with the old one are refused"
         onClick={() => {
-          setCopied(false);
+          setCopied(null);
           renew();
         }}
       >

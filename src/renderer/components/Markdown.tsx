@@ -12,6 +12,7 @@ import rehypeHighlight from 'rehype-highlight';
 import rehypeKatex from 'rehype-katex';
 import remarkGfm from 'remark-gfm';
 import remarkMath from 'remark-math';
+import { COPY_UNAVAILABLE, copyText } from '../lib/clipboard';
 import { fenced } from '../lib/fence';
 import { capitalized } from '../lib/format';
 import { markdownBlocks } from '../lib/markdown-blocks';
@@ -43,37 +44,40 @@ export function CopyButton({
   label?: string;
   testId?: string;
 }) {
-  const [done, setDone] = useState(false);
+  /** What the last press did: copied, or failed (the browser took the text neither way); null once said. */
+  const [done, setDone] = useState<'copied' | 'failed' | null>(null);
   /** Copies made: each one's words are a new node in the live region, so a second copy is said again. */
   const [copies, setCopies] = useState(0);
   // biome-ignore lint/correctness/useExhaustiveDependencies: each copy shows "copied" for its full time
   useEffect(() => {
     if (!done) return;
-    const timer = setTimeout(() => setDone(false), 1200);
+    // A failure stays long enough to read what to do instead.
+    const timer = setTimeout(() => setDone(null), done === 'failed' ? 6000 : 1200);
     return () => clearTimeout(timer);
   }, [done, copies]);
   return (
     <>
       <button
         type="button"
-        className="copy small"
+        className={`copy small ${done === 'failed' ? 'failed' : ''}`}
         data-testid={testId}
         aria-label={`Copy ${what}`}
         onClick={() => {
-          void navigator.clipboard?.writeText(text).then(
-            () => {
-              setDone(true);
-              setCopies((n) => n + 1);
-            },
-            () => {},
-          );
+          void copyText(text).then((copied) => {
+            setDone(copied ? 'copied' : 'failed');
+            setCopies((n) => n + 1);
+          });
         }}
       >
-        {done ? 'copied' : label}
+        {done === 'copied' ? 'copied' : done === 'failed' ? COPY_UNAVAILABLE : label}
       </button>
       {/* "copied" said politely, by a region of this button's own: only its press speaks there. */}
       <span className="sr-only" role="status">
-        {done && <span key={copies}>{`${capitalized(what)} copied`}</span>}
+        {done && (
+          <span key={copies}>
+            {done === 'copied' ? `${capitalized(what)} copied` : `${capitalized(what)} not copied: ${COPY_UNAVAILABLE}`}
+          </span>
+        )}
       </span>
     </>
   );
