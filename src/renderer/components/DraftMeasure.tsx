@@ -20,7 +20,9 @@ export function DraftMeasure({ threadId, text, files }: { threadId: string; text
     })),
   );
   const [measure, setMeasure] = useState<PromptMeasure | null>(null);
-  const messages = thread?.messages.length ?? 0;
+  // The chat as it is, not only how many messages: another version shown, a reply edited, or a reply that another
+  // window writes into it change the prompt too.
+  const messages = thread?.messages;
   const model = useApp((s) => s.activeModelId);
   // One measure in flight at a time: a pause while one runs measures again once it is back.
   const inFlight = useRef(false);
@@ -59,8 +61,10 @@ export function DraftMeasure({ threadId, text, files }: { threadId: string; text
   ]);
   if (!measure || (!text.trim() && files.length === 0) || !thread) return null;
   const before = lastReplyDrop(thread.messages)?.messages ?? 0;
-  const more = (measure.droppedMessages ?? 0) - before;
-  const over = thread.contextOverflow === 'refuse' && measure.promptTokens >= measure.contextLength;
+  // Refused, whichever way the chat overflows: leaving out all the older messages does not make room for one
+  // that is itself longer than the context (nothing is then left out: the turn is refused).
+  const over = measure.promptTokens >= measure.contextLength;
+  const more = over ? 0 : (measure.droppedMessages ?? 0) - before;
   return (
     <span
       className={`num draft-measure ${over ? 'over' : ''}`}
