@@ -229,3 +229,45 @@ test("the context meter counts an edited reply's text, not the tokens the model 
   await expect(meter).not.toContainText('≈');
   await expect(meter).toContainText(`context ${used.toLocaleString('en-US')} /`);
 });
+
+test('a reply edited past the context fills the meter and says what the next turn leaves out', async ({
+  app,
+  server,
+}) => {
+  const now = Date.now();
+  const id = `t-meter-over-${now}`;
+  const saved = await wsCall(server, 'saveThread', {
+    id,
+    title: 'Meter over',
+    createdAt: now,
+    updatedAt: now,
+    messages: [
+      { id: 'u0', role: 'user', content: 'Hi', createdAt: now },
+      {
+        id: 'a0',
+        role: 'assistant',
+        content: 'Hello.',
+        createdAt: now + 1,
+        stats: { tokens: 2, promptTokens: 10, finishReason: 'eos' },
+      },
+    ],
+  });
+  expect(saved.ok).toBe(true);
+  await app.reload();
+  await app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click({ timeout: 15_000 });
+  const meter = app.getByTestId('context-meter');
+  await expect(meter).toHaveAttribute('data-used', '12');
+  const reply = lastReply(app);
+  await reply.hover();
+  await reply.getByTestId('edit-reply').click();
+  // Longer than the default model's 2,048-token context.
+  await app.getByTestId('reply-edit-input').fill(PARAGRAPH.repeat(100));
+  await app.getByTestId('reply-edit-save').click();
+  await expect(meter).toHaveAttribute('data-count', 'recounted');
+  await expect(meter).toHaveAttribute('data-context', '2048');
+  // All of the chat, not the few tokens left once the next turn has left it out.
+  expect(Number(await meter.getAttribute('data-used'))).toBeGreaterThanOrEqual(2048);
+  await expect(meter).toContainText('2 out of view');
+  await expect(meter).toHaveAttribute('title', /The next turn leaves out the first 2 messages/);
+  await expect(meter.locator('.meter > span')).toHaveAttribute('style', /width: 100%/);
+});

@@ -36,7 +36,7 @@ import { partialReply, UNTITLED } from '../store/chat-slice';
 import type { PackageImport } from '../store/types';
 import type { Transport } from '../transport';
 import { createFrameCoalescer, type Flush } from './frame-coalescer';
-import { buildChatRequest, newId } from './prompt';
+import { buildChatRequest, currentDrop, newId } from './prompt';
 
 /** A file of a dropped folder, read in the browser. */
 export interface DroppedFile {
@@ -73,6 +73,13 @@ export interface Bridge {
   measureDraft(threadId: string, text: string, attachments?: Attachment[]): Promise<PromptMeasure | null>;
   /** The prompt of the thread's system prompt alone (with an empty message of the person's): null without one. */
   measureSystemPrompt(threadId: string): Promise<PromptMeasure | null>;
+  /**
+   * The conversation as the model sees it now (from where its latest reply's view starts), counted again as the
+   * next turn would send it and all of it, as `refuse` counts (leaving out the oldest messages would hide what an
+   * edit added); where that outgrows the context and the thread leaves out its oldest messages, how many the next
+   * turn would leave out. Null without a model or a thread.
+   */
+  measureContext(threadId: string): Promise<PromptMeasure | null>;
   /** Saves the thread's settings as a preset under `name` (replacing one of that name). */
   savePreset(threadId: string, name: string): void;
   /** Gives the thread a preset's settings (what the preset leaves out goes back to the package's defaults). */
@@ -1111,6 +1118,32 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       const empty: StoredMessage = { id: 'draft', role: 'user', content: '', createdAt: 0 };
       const r = await api.invoke('measurePrompt', buildChatRequest(thread, [empty], modelId, model.spec));
       return r.ok ? r.value : null;
+    },
+    async measureContext(threadId) {
+      const thread = s().threads.find((t) => t.id === threadId);
+      const modelId = modelFor(threadId);
+      const model = modelOf(modelId);
+      if (!thread || !model) return null;
+      const live = s().live;
+      const history = thread.messages.filter((m) => live[m.id] === undefined);
+      const next: StoredMessage = { id: 'draft', role: 'user', content: '', createdAt: 0 };
+      // What the latest reply left out stays out: the count starts where its view does.
+      const start = currentDrop(history, {})?.start ?? 0;
+      const whole = await api.invoke(
+        'measurePrompt',
+        buildChatRequest(
+          { ...thread, contextOverflow: 'refuse' },
+          [...history.slice(start), next],
+          modelId,
+          model.spec,
+        ),
+      );
+      if (!whole.ok) return null;
+      const { promptTokens, contextLength } = whole.value;
+      if (promptTokens < contextLength || thread.contextOverflow === 'refuse') return { promptTokens, contextLength };
+      const fit = await api.invoke('measurePrompt', buildChatRequest(thread, [...history, next], modelId, model.spec));
+      const dropped = fit.ok ? fit.value.droppedMessages : undefined;
+      return { promptTokens, contextLength, ...(dropped !== undefined ? { droppedMessages: dropped } : {}) };
     },
     savePreset(threadId, name) {
       const t = s().threads.find((x) => x.id === threadId);

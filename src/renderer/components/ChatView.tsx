@@ -206,22 +206,31 @@ function ContextMeter({ threadId }: { threadId: string }) {
       };
     }),
   );
-  const [recount, setRecount] = useState<{ of: StoredMessage[]; model: string | null; tokens: number } | null>(null);
+  const [recount, setRecount] = useState<{
+    of: StoredMessage[];
+    model: string | null;
+    tokens: number;
+    dropped: number;
+  } | null>(null);
   useEffect(() => {
     if (!edits) return;
     let current = true;
-    void bridge.measureDraft(threadId, '').then((m) => {
-      if (current && m) setRecount({ of: messages, model: pickedId, tokens: m.promptTokens });
+    // All of it, not what would be left once the oldest messages are left out (a reply edited past the context
+    // would count as the few tokens after them).
+    void bridge.measureContext(threadId).then((m) => {
+      if (current && m)
+        setRecount({ of: messages, model: pickedId, tokens: m.promptTokens, dropped: m.droppedMessages ?? 0 });
     });
     return () => {
       current = false;
     };
   }, [bridge, threadId, messages, edits, pickedId]);
-  const counted = edits && recount?.of === messages && recount.model === pickedId ? recount.tokens : undefined;
+  const counts = edits && recount?.of === messages && recount.model === pickedId ? recount : undefined;
+  const counted = counts?.tokens;
   const {
     used: kept,
     context,
-    dropped,
+    left,
     estimate,
   } = useApp(
     useShallow((s) => {
@@ -235,7 +244,7 @@ function ContextMeter({ threadId }: { threadId: string }) {
       return {
         used: contextUsed(messages, s.live),
         context: model?.spec.contextLength,
-        dropped: currentDrop(messages, s.live)?.drop.messages ?? 0,
+        left: currentDrop(messages, s.live)?.drop.messages ?? 0,
         estimate: editedEstimate(messages),
       };
     }),
@@ -243,6 +252,9 @@ function ContextMeter({ threadId }: { threadId: string }) {
   const approximate = edits && counted === undefined;
   const used = counted ?? (approximate && kept !== undefined ? kept + estimate : kept);
   if (used === undefined || context === undefined) return null;
+  // Outgrown (an edited reply longer than the context): the bar full, and what the next turn leaves out.
+  const over = used >= context;
+  const dropped = Math.max(left, counts?.dropped ?? 0);
   const share = Math.min(1, used / context);
   return (
     <div
@@ -252,21 +264,27 @@ function ContextMeter({ threadId }: { threadId: string }) {
       data-context={context}
       data-count={counted !== undefined ? 'recounted' : approximate ? 'estimate' : 'kept'}
       title={
-        `The conversation as the model sees it fills ${approximate ? 'about ' : ''}${formatInteger(used)} of its ${formatInteger(context)} tokens of context.` +
+        (over
+          ? `The conversation as the model sees it is ${approximate ? 'about ' : ''}${formatInteger(used)} tokens, more than its ${formatInteger(context)} tokens of context.`
+          : `The conversation as the model sees it fills ${approximate ? 'about ' : ''}${formatInteger(used)} of its ${formatInteger(context)} tokens of context.`) +
         (counted !== undefined
           ? ' Counted again after your edit of a reply (as the next turn would send it).'
           : approximate
             ? ' Your edit of a reply is estimated from its characters until it is counted.'
             : '') +
-        (dropped > 0
-          ? ` The first ${dropped} messages are out of view.`
-          : ' When it is full, the oldest messages are left out.')
+        (dropped > left
+          ? ` The next turn leaves out the first ${dropped} messages.`
+          : dropped > 0
+            ? ` The first ${dropped} messages are out of view.`
+            : over
+              ? ' The next turn is refused: shorten a message, or start a new chat.'
+              : ' When it is full, the oldest messages are left out.')
       }
     >
       <span className="num">
         context {approximate ? '≈' : ''}
         {formatInteger(used)} / {formatInteger(context)}
-        {dropped > 0 ? ` · ${dropped} out of view` : ''}
+        {dropped > 0 ? ` · ${dropped} out of view` : over ? ' · too long for the context' : ''}
       </span>
       <span className="meter">
         <span style={{ width: `${(share * 100).toFixed(1)}%` }} />
