@@ -7,15 +7,15 @@ import { parseProblem } from '../lib/json-problem';
 import type { LiveReply } from '../store/types';
 
 /**
- * The conversation the model sees: every user message and every assistant reply
- * that has text. Refused or failed turns (no text) are left out, so a retry
- * after raising the budget sends the same prompt the refusal was about.
+ * The conversation the model sees: every user message and every assistant reply that has text. Refused or failed
+ * turns (no text) are left out, so a retry after raising the budget sends the same prompt the refusal was about;
+ * once the person writes on instead, the message such a reply answered goes too (see {@link leftOutMessages}).
  */
 export function conversationOf(messages: StoredMessage[]): ChatMessage[] {
   // Files go with user messages only (an imported chat's other messages cannot hide text the window never shows).
   // A reply's reasoning goes with it: templates that show earlier reasoning (few do) read it.
   // A reply's tool calls go with it, and each tool's answer as a tool message after it.
-  return messages.filter(inConversation).map((m) => ({
+  return conversationMessages(messages).map((m) => ({
     role: m.role,
     content: m.role === 'user' ? withAttachments(m.content, m.attachments) : m.content,
     ...(m.role === 'assistant' && m.reasoning ? { reasoning: m.reasoning } : {}),
@@ -25,6 +25,34 @@ export function conversationOf(messages: StoredMessage[]): ChatMessage[] {
     ...(m.role === 'tool' && m.toolCallId ? { toolCallId: m.toolCallId } : {}),
     ...(m.role === 'tool' && m.toolName ? { name: m.toolName } : {}),
   }));
+}
+
+/** The thread's messages conversationOf sends, in order. */
+function conversationMessages(messages: StoredMessage[]): StoredMessage[] {
+  const out = leftOutMessages(messages);
+  return messages.filter((m) => inConversation(m) && !out.has(m.id));
+}
+
+/**
+ * The ids of the exchanges left out of the conversation although their messages stay in the chat: a user message
+ * whose replies were all left out (refused, failed, stopped or cut off by a reload before they wrote anything),
+ * with those replies, once a later user message follows. Sent, it would make two user turns in a row, which the
+ * templates of Gemma, Mistral or Llama 2 refuse ("Conversation roles must alternate"), breaking every later turn;
+ * and a message refused for its length would be sent again with the shorter one written in its place. As in
+ * LM Studio and Jan, a failed exchange is no part of the context. A last message still waiting for its reply (a
+ * regenerate) stays.
+ */
+export function leftOutMessages(messages: StoredMessage[]): Set<string> {
+  const out = new Set<string>();
+  for (let i = 0; i < messages.length; i++) {
+    if (messages[i]?.role !== 'user') continue;
+    let j = i + 1;
+    while (messages[j]?.role === 'assistant' && !inConversation(messages[j] as StoredMessage)) j++;
+    if (j === i + 1 || messages[j]?.role !== 'user') continue;
+    for (const m of messages.slice(i, j)) out.add(m.id);
+    i = j - 1;
+  }
+  return out;
 }
 
 function inConversation(m: StoredMessage): boolean {
@@ -121,8 +149,9 @@ export function lastReplyDrop(messages: StoredMessage[]): ContextDrop | undefine
 export function contextStartIndex(messages: StoredMessage[], dropped: number): number | undefined {
   if (dropped <= 0) return undefined;
   let seen = 0;
+  const out = leftOutMessages(messages);
   for (const [i, m] of messages.entries()) {
-    if (!inConversation(m) || m.role === 'system') continue;
+    if (!inConversation(m) || out.has(m.id) || m.role === 'system') continue;
     if (seen === dropped) return i;
     seen++;
   }

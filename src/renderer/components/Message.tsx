@@ -563,16 +563,24 @@ function AssistantMessage({
   threadId,
   isLast,
   nth,
+  leftOut,
 }: {
   message: StoredMessage;
   threadId: string;
   isLast: boolean;
   nth: number;
+  leftOut: boolean;
 }) {
   const editing = useApp((s) => s.editingMessageId === message.id);
   if (editing) return <ReplyEditor message={message} threadId={threadId} />;
   return (
-    <AssistantReply message={message} threadId={threadId} isLast={isLast} which={messageWhich('assistant', nth)} />
+    <AssistantReply
+      message={message}
+      threadId={threadId}
+      isLast={isLast}
+      which={messageWhich('assistant', nth)}
+      leftOut={leftOut}
+    />
   );
 }
 
@@ -581,11 +589,13 @@ function AssistantReply({
   threadId,
   isLast,
   which,
+  leftOut,
 }: {
   message: StoredMessage;
   threadId: string;
   isLast: boolean;
   which: string;
+  leftOut: boolean;
 }) {
   const bridge = useBridge();
   const setEditing = useApp((s) => s.setEditing);
@@ -640,6 +650,7 @@ function AssistantReply({
       data-testid="message-assistant"
       data-message-id={message.id}
       data-state={state}
+      data-left-out={leftOut || undefined}
     >
       <div className="who">
         assistant
@@ -760,6 +771,12 @@ function AssistantReply({
           continue or regenerate it).
         </div>
       )}
+      {leftOut && (
+        <div className="note subtle" data-testid="left-out-note">
+          Left out: the chat went on without a reply to your message above, so the model no longer sees it (send it
+          again to ask it).
+        </div>
+      )}
       {(stats || message.edited) && !live && (
         <StatsLine stats={stats ?? {}} edited={message.edited} writtenBy={message.writtenBy} />
       )}
@@ -865,7 +882,17 @@ function useFocusAfterEdit(messageId: string, editing: boolean) {
   return ref;
 }
 
-function UserMessage({ message, threadId, nth }: { message: StoredMessage; threadId: string; nth: number }) {
+function UserMessage({
+  message,
+  threadId,
+  nth,
+  leftOut,
+}: {
+  message: StoredMessage;
+  threadId: string;
+  nth: number;
+  leftOut: boolean;
+}) {
   const which = messageWhich('user', nth);
   const bridge = useBridge();
   const { editing, threadBusy } = useApp(
@@ -931,6 +958,7 @@ function UserMessage({ message, threadId, nth }: { message: StoredMessage; threa
       aria-label={capitalized(which)}
       data-testid="message-user"
       data-message-id={message.id}
+      data-left-out={leftOut || undefined}
     >
       <div className="who">
         you
@@ -1003,17 +1031,20 @@ export const Message = memo(function Message({
   threadId,
   isLast,
   nth,
+  leftOut = false,
 }: {
   message: StoredMessage;
   threadId: string;
   isLast: boolean;
   /** Its place among its writer's messages in the chat, from 1 (what its buttons' names call it: messageWhich). */
   nth: number;
+  /** Part of an exchange the chat went on past without a reply: not in the conversation (prompt.ts leftOutMessages). */
+  leftOut?: boolean;
 }) {
   return message.role === 'user' ? (
-    <UserMessage message={message} threadId={threadId} nth={nth} />
+    <UserMessage message={message} threadId={threadId} nth={nth} leftOut={leftOut} />
   ) : message.role === 'assistant' ? (
-    <AssistantMessage message={message} threadId={threadId} isLast={isLast} nth={nth} />
+    <AssistantMessage message={message} threadId={threadId} isLast={isLast} nth={nth} leftOut={leftOut} />
   ) : message.role === 'tool' ? (
     <div className="message tool" data-testid="message-tool" data-message-id={message.id}>
       <ToolResult message={message} />

@@ -10,7 +10,7 @@ import { useVirtualizer } from '@tanstack/react-virtual';
 import { useCallback, useEffect, useLayoutEffect, useMemo, useRef, useState } from 'react';
 import { useShallow } from 'zustand/react/shallow';
 import { useApp } from '../bridge/context';
-import { currentDrop } from '../bridge/prompt';
+import { currentDrop, leftOutMessages } from '../bridge/prompt';
 import type { FindMatch } from '../lib/find';
 import { CHAT_INPUT_ID } from './Composer';
 import { clearMarks, markMatches } from './find-marks';
@@ -45,6 +45,8 @@ export function MessageList({ threadId, find }: { threadId: string; find?: FindV
       return n;
     });
   }, [messages]);
+  // The exchanges the chat went on past without a reply: the model no longer sees them (their replies say so).
+  const leftOut = useMemo(() => leftOutMessages(messages), [messages]);
   const scrollRef = useRef<HTMLDivElement>(null);
   const stick = useRef(true);
   /** Scrolled up from the end: a button brings the person back (and the list follows the reply again). */
@@ -248,6 +250,7 @@ export function MessageList({ threadId, find }: { threadId: string; find?: FindV
                   threadId={threadId}
                   isLast={item.index === messages.length - 1}
                   nth={nths[item.index] ?? 1}
+                  leftOut={leftOut.has(m.id)}
                 />
               </div>
             );

@@ -6,6 +6,7 @@ import {
   conversationOf,
   currentDrop,
   lastReplyDrop,
+  leftOutMessages,
   newId,
   parseSchema,
   schemaProblem,
@@ -30,8 +31,49 @@ describe('chat requests', () => {
     { id: 'u3', role: 'user' as const, content: 'and?', createdAt: 5 },
   ];
 
-  it('leaves refused and empty replies out of the conversation', () => {
-    expect(conversationOf(history).map((m) => m.content)).toEqual(['hi', 'hi again', 'hello', 'and?']);
+  it('leaves refused and empty replies out of the conversation, and the messages they left unanswered', () => {
+    expect(conversationOf(history).map((m) => m.content)).toEqual(['hi again', 'hello', 'and?']);
+  });
+
+  it('a message left unanswered (refused, failed, stopped or cut off before a word) goes once the chat goes on', () => {
+    const user = (id: string, content: string): StoredMessage => ({ id, role: 'user', content, createdAt: 0 });
+    const reply = (id: string, extra: Partial<StoredMessage> = {}): StoredMessage => ({
+      id,
+      role: 'assistant',
+      content: '',
+      createdAt: 0,
+      ...extra,
+    });
+    const refused = reply('r-refused', { stats: { error: { code: 'KV_BUDGET_EXCEEDED', message: 'no' } } });
+    const stopped = reply('r-stopped', { stats: { tokens: 0, finishReason: 'cancelled', stoppedWhile: 'queued' } });
+    const reloaded = reply('r-reloaded', { stats: { tokens: 0, finishReason: 'interrupted', stoppedWhile: 'queued' } });
+    const messages = [
+      user('u1', 'one'),
+      reply('r1', { content: 'first answer' }),
+      user('u2', 'refused question'),
+      refused,
+      user('u3', 'stopped question'),
+      stopped,
+      user('u4', 'reloaded question'),
+      reloaded,
+      user('u5', 'two'),
+      reply('r5', { content: 'second answer' }),
+      user('u6', 'last'),
+    ];
+    const conversation = conversationOf(messages);
+    expect(conversation.map((m) => m.content)).toEqual(['one', 'first answer', 'two', 'second answer', 'last']);
+    // User and assistant alternate, as the templates of Gemma, Mistral and Llama 2 insist.
+    expect(conversation.map((m) => m.role)).toEqual(['user', 'assistant', 'user', 'assistant', 'user']);
+    expect([...leftOutMessages(messages)]).toEqual(['u2', 'r-refused', 'u3', 'r-stopped', 'u4', 'r-reloaded']);
+    // The last message and its refusal stay until the chat goes on: a regenerate sends it again.
+    const lastRefused = [...messages.slice(0, 2), user('u2', 'refused question'), refused];
+    expect(conversationOf(lastRefused).map((m) => m.content)).toEqual(['one', 'first answer', 'refused question']);
+    expect(leftOutMessages(lastRefused).size).toBe(0);
+    // A reply that only reasoned, or only called tools, answered: its message stays.
+    const thought = [user('u1', 'one'), reply('r1', { reasoning: 'Hm' }), user('u2', 'two')];
+    expect(conversationOf(thought)).toHaveLength(3);
+    // Two messages of the person's in a row with no reply between (an imported chat) are as they were written.
+    expect(conversationOf([user('u1', 'one'), user('u2', 'two')])).toHaveLength(2);
   });
 
   it('uses the thread id as session and thread, with the thread settings', () => {
@@ -94,7 +136,7 @@ describe('chat requests', () => {
 
   it("sends a reply's reasoning with it, and the thread's thinking setting to a thinking model only", () => {
     const withThought = history.map((m) => (m.id === 'a2' ? { ...m, reasoning: 'A greeting back.' } : m));
-    expect(conversationOf(withThought)[2]).toEqual({
+    expect(conversationOf(withThought)[1]).toEqual({
       role: 'assistant',
       content: 'hello',
       reasoning: 'A greeting back.',
@@ -194,7 +236,8 @@ describe('a chat longer than the context', () => {
     { id: 'u1', role: 'user', content: 'one', createdAt: 1 },
     { id: 'a1', role: 'assistant', content: 'r1', createdAt: 2, stats: { tokens: 1 } },
     { id: 'u2', role: 'user', content: 'two', createdAt: 3 },
-    // Refused: not part of the conversation, so not counted.
+    // Refused, and the chat went on: neither it nor the message it did not answer is part of the conversation, so
+    // neither is counted.
     { id: 'a2', role: 'assistant', content: '', createdAt: 4, stats: { error: { code: 'X', message: 'no' } } },
     { id: 'u3', role: 'user', content: 'three', createdAt: 5 },
     { id: 'a3', role: 'assistant', content: 'r3', createdAt: 6, stats: { tokens: 1, ...drop(2) } },
@@ -236,13 +279,14 @@ describe('a chat longer than the context', () => {
     expect(lastReplyDrop([...history, refused])?.messages).toBe(2);
     expect(lastReplyDrop([...history, stoppedEarly])?.messages).toBe(2);
     // Nor do they hide the divider.
-    expect(currentDrop([...history, stoppedEarly], {})).toMatchObject({ start: 2 });
+    expect(currentDrop([...history, stoppedEarly], {})).toMatchObject({ start: 4 });
   });
 
-  it('the context starts at the first conversation message the reply saw, skipping refused replies', () => {
-    // Conversation: one, r1, two, three, r3, four — two left out: it starts at "two".
-    expect(contextStartIndex(history, 2)).toBe(2);
-    expect(contextStartIndex(history, 3)).toBe(4); // "three", past the refused reply
+  it('the context starts at the first conversation message the reply saw, skipping refused exchanges', () => {
+    // Conversation: one, r1, three, r3, four — two left out: it starts at "three", past the refused exchange.
+    expect(contextStartIndex(history, 1)).toBe(1);
+    expect(contextStartIndex(history, 2)).toBe(4);
+    expect(contextStartIndex(history, 3)).toBe(5);
     expect(contextStartIndex(history, 0)).toBeUndefined();
   });
 
@@ -252,9 +296,9 @@ describe('a chat longer than the context', () => {
     const live = (l: Partial<LiveReply>): Record<string, LiveReply> => ({
       a4: { threadId: 't1', messageId: 'a4', phase: 'running', startedAt: 0, tokens: 0, ...l },
     });
-    expect(currentDrop(messages, {})).toMatchObject({ start: 2 });
-    expect(currentDrop(messages, live({ phase: 'sending' }))).toMatchObject({ start: 2 });
-    expect(currentDrop(messages, live(drop(4)))).toMatchObject({ start: 5, drop: { messages: 4 } });
+    expect(currentDrop(messages, {})).toMatchObject({ start: 4 });
+    expect(currentDrop(messages, live({ phase: 'sending' }))).toMatchObject({ start: 4 });
+    expect(currentDrop(messages, live(drop(4)))).toMatchObject({ start: 6, drop: { messages: 4 } });
     // An accepted reply that saw everything: no divider.
     expect(currentDrop(messages, live({}))).toBeUndefined();
   });
