@@ -252,10 +252,13 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
 
   /**
    * Persists a thread. A reply still streaming goes with its text so far, marked interrupted (its end saves it
-   * again, whole): a reload or a crash keeps what it had written, to continue or regenerate. One with nothing yet
-   * is left out.
+   * again, whole): a reload or a crash keeps what it had written, to continue or regenerate. One that has written
+   * nothing goes too once the host has it (queued, reading its prompt), or as the page goes: a reload then shows it
+   * interrupted where it was, to regenerate, not a message with no reply and nothing to do. Before the host has it,
+   * it is left out (another tab would show it interrupted while it is only on its way, for as long as the chat's
+   * tools take to start).
    */
-  function saveThread(threadId: string): void {
+  function saveThread(threadId: string, pageGoing = false): void {
     const t = s().threads.find((x) => x.id === threadId);
     if (!t) return;
     const live = s().live;
@@ -263,7 +266,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       const l = live[m.id];
       if (!l) return [m];
       const written = m.content || m.reasoning || m.toolCalls?.length || m.alternatives?.length;
-      return written ? [partialReply(m, l)] : [];
+      return written || l.phase !== 'sending' || pageGoing ? [partialReply(m, l)] : [];
     });
     const picked = pendingPicks.get(threadId);
     const thread: Thread = { ...t, messages, ...(picked ? { modelId: picked } : {}) };
@@ -299,7 +302,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   if (typeof window !== 'undefined') {
     window.addEventListener('pagehide', () => {
       const threads = new Set(Object.values(s().live).map((l) => l.threadId));
-      for (const id of threads) saveThread(id);
+      for (const id of threads) saveThread(id, true);
     });
   }
 
@@ -387,6 +390,8 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
           saveThread(was.threadId);
           runAllowedTools(was.threadId, b.messageId);
         } else if (now && now.tokens > 0) saveWhileStreaming(now.threadId);
+        // Accepted (queued), or reading its prompt, with nothing written yet: saved as it is, where it is now.
+        else if (now && was && now.phase !== was.phase && !now.continues) saveThread(now.threadId);
       }
     },
   });

@@ -624,14 +624,10 @@ function AssistantReply({
   });
   const clipText = clip && !live ? clipNote(clip, stats?.finishReason, earlierTurns) : null;
   const writtenElsewhere = !live && stats?.finishReason === INTERRUPTED && elsewhere;
-  // Stopped before its first token (queued, say): nothing to show but that.
-  const stoppedEmpty =
-    stats?.finishReason === 'cancelled' &&
-    !stats.tokens &&
-    !message.content &&
-    !message.reasoning &&
-    !message.toolCalls?.length;
   const interrupted = !live && stats?.finishReason === INTERRUPTED && !elsewhere;
+  const nothingWritten = !stats?.tokens && !message.content && !message.reasoning && !message.toolCalls?.length;
+  // Stopped before its first token (queued, say), by the person or by the page going: nothing to show but that.
+  const stoppedEmpty = (stats?.finishReason === 'cancelled' || interrupted) && nothingWritten;
   const state = live
     ? live.phase
     : writtenElsewhere
@@ -767,8 +763,9 @@ function AssistantReply({
       )}
       {interrupted && (
         <div className="note subtle" data-testid="interrupted-note">
-          Interrupted: the page was closed or reloaded while this reply was being written (its text so far is kept;
-          continue or regenerate it).
+          {nothingWritten
+            ? 'Interrupted: the page was closed or reloaded before this reply began (regenerate it).'
+            : 'Interrupted: the page was closed or reloaded while this reply was being written (its text so far is kept; continue or regenerate it).'}
         </div>
       )}
       {leftOut && (

@@ -89,10 +89,12 @@ export const INTERRUPTED = 'interrupted';
 /**
  * A reply being written as it is saved while it streams: its text so far, marked interrupted, with its figures so
  * far. Should the page go before the reply ends (a reload, a crash), that is what opens again — a reply cut short,
- * to continue or regenerate. The end of the reply saves it again, whole.
+ * to continue or regenerate; one that had written nothing yet says where it was then (sent, queued, reading its
+ * prompt), as a reply stopped there does. The end of the reply saves it again, whole.
  */
 export function partialReply(message: StoredMessage, live: LiveReply): StoredMessage {
   const before = live.continues?.tokens ?? 0;
+  const written = message.content || message.reasoning || message.toolCalls?.length;
   const capAndClip = {
     ...(live.budgetCap ? { budgetCap: live.budgetCap } : {}),
     ...(live.clipped ? { clipped: live.clipped } : {}),
@@ -105,6 +107,7 @@ export function partialReply(message: StoredMessage, live: LiveReply): StoredMes
       tokens: before + live.tokens,
       ...(live.promptTokens !== undefined ? { promptTokens: Math.max(0, live.promptTokens - before) } : {}),
       finishReason: INTERRUPTED,
+      ...(live.tokens === 0 && !live.continues && !written ? { stoppedWhile: stoppedWhile(live) } : {}),
       ...(live.continues ? reasoningStats(undefined, message.stats) : {}),
       ...capAndClip,
     },

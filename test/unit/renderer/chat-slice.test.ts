@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { createFrameCoalescer } from '../../../src/renderer/bridge/frame-coalescer';
 import { createAppStore } from '../../../src/renderer/store';
-import { sortThreads, titleFrom, UNTITLED } from '../../../src/renderer/store/chat-slice';
+import { partialReply, sortThreads, titleFrom, UNTITLED } from '../../../src/renderer/store/chat-slice';
 import type { ModelInfo } from '../../../src/shared/api';
 import type { StreamFrame } from '../../../src/shared/contract';
 import { result, thread, tokens } from './fixtures';
@@ -307,6 +307,37 @@ describe('replies', () => {
     start(store);
     store.getState().applyFrames([{ messageId: 'a1', frames: [accepted, admitted, tokens('Hi', [1]), stop] }], 20);
     expect(store.getState().threads[0]?.messages[1]?.stats).not.toHaveProperty('stoppedWhile');
+  });
+
+  it('a reply saved before it wrote anything (the page going) is interrupted where it was, as a stop there says', () => {
+    const prefill = { type: 'prefill', requestId: 'r1', doneTokens: 2, totalTokens: 7 } as const;
+    for (const [frames, where] of [
+      [[], 'sending'],
+      [[accepted], 'queued'],
+      [[accepted, admitted, prefill], 'reading'],
+    ] as const) {
+      const store = storeWithThread();
+      start(store);
+      store.getState().applyFrames([{ messageId: 'a1', frames: [...frames] }], 20);
+      const live = store.getState().live.a1;
+      const m = store.getState().threads[0]?.messages[1];
+      if (!m || !live) throw new Error('no reply');
+      expect(partialReply(m, live).stats).toMatchObject({
+        tokens: 0,
+        finishReason: 'interrupted',
+        stoppedWhile: where,
+      });
+    }
+    // One that wrote something was cut off part way, and a continuation had its text: neither says where it stopped.
+    const store = storeWithThread();
+    start(store);
+    store.getState().applyFrames([{ messageId: 'a1', frames: [accepted, admitted, tokens('Hi', [1])] }], 20);
+    const m = store.getState().threads[0]?.messages[1];
+    const live = store.getState().live.a1;
+    if (!m || !live) throw new Error('no reply');
+    expect(partialReply(m, live).stats).not.toHaveProperty('stoppedWhile');
+    const continuing = { ...live, tokens: 0, continues: { text: 'Hi', tokens: 1 } };
+    expect(partialReply(m, continuing).stats).not.toHaveProperty('stoppedWhile');
   });
 
   it('a context drop shows from acceptance and stays on the reply, finished or stopped', () => {
