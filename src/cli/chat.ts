@@ -198,14 +198,18 @@ export class ChatSession {
       printer.end();
       const written = printer.text;
       if (info.code === 'CANCELLED') {
-        // Stopped by the person: what was written stays, its reasoning too, as in the window (a reply stopped
-        // before it began leaves the question alone; the drop it was read with, if the host read it, still holds).
+        // Stopped by the person: what was written stays, its reasoning too, as in the window. A reply stopped
+        // before it began takes its question with it, as a failed turn does and as the window leaves such an
+        // exchange out once the chat goes on: kept, the next turn would put two user messages in a row, which the
+        // templates of Gemma, Mistral or Llama 2 refuse (and with them every later turn). The drop it was read
+        // with, if the host read it, still holds.
         this.io.out('\n');
         const reasoning = printer.reasoning ? { reasoning: printer.reasoning } : {};
-        this.messages =
-          written || printer.reasoning
-            ? [...messages, { role: 'assistant', content: written, ...reasoning }]
-            : messages;
+        if (written || printer.reasoning) {
+          this.messages = [...messages, { role: 'assistant', content: written, ...reasoning }];
+        } else if (!this.ended) {
+          this.io.err('kvdesk: stopped before the reply began: that message was not added to the conversation.\n');
+        }
         if (accepted !== null) this.noteDrop(accepted);
       } else {
         if (written) this.io.out('\n');

@@ -11,9 +11,12 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { ChatSession } from '../../src/cli/chat';
 import { RunnerService } from '../../src/main/host/runner-service';
 import type { GenerationResult } from '../../src/shared/contract';
+import { ALTERNATING_CHATML } from '../helpers/chat-templates';
 import { defaultModelDir, repoRoot } from '../helpers/fixtures';
+import { holdReplyEnds, noEndBias } from '../helpers/hold-replies';
 import { naturalThinkingQuestion, slowModel, smallContextModel, thinkingModel } from '../helpers/models';
 
 const BIN = path.join(repoRoot, 'bin/kvdesk.cjs');
@@ -240,6 +243,56 @@ describe('kvdesk chat', () => {
     expect(figures(stderr)).toHaveLength(1);
     expect(stderr).toMatch(/kvdesk: [1-3] tokens, finish/);
   }, 90_000);
+
+  it('a reply stopped before it began takes its message with it: the next turn is answered where turns must alternate', async () => {
+    // A template that refuses two user messages in a row, as Gemma's, Mistral's and Llama 2's do; one running slot,
+    // held by a reply that cannot end before it is stopped, so the chat's turn waits in the queue.
+    const host = new RunnerService({ intraOpNumThreads: 2, maxRunning: 1 });
+    const held = holdReplyEnds(host.engine);
+    try {
+      const model = await host.loadModel(defaultModelDir, { id: 'alternating', chatTemplate: ALTERNATING_CHATML });
+      const blocker = host.generate({
+        model: 'alternating',
+        messages: [{ role: 'user', content: 'Hold the slot' }],
+        maxNewTokens: 1000,
+        sampling: { logitBias: noEndBias() },
+      });
+      await held.tokens();
+      let out = '';
+      let err = '';
+      const io = {
+        out: (s: string) => {
+          out += s;
+        },
+        err: (s: string) => {
+          err += s;
+        },
+      };
+      const options = {
+        sampling: { greedy: true },
+        maxNewTokens: 4,
+        verbose: false,
+        contextOverflow: 'refuse' as const,
+      };
+      const session = new ChatSession(host, model, options, io);
+      // Stopped (Ctrl+C) while it waits in the queue.
+      const stopped = session.line('A question stopped before its reply');
+      expect(session.stop()).toBe(true);
+      await stopped;
+      expect(err).toContain('kvdesk: stopped before the reply began: that message was not added to the conversation.');
+      expect(out.trim()).toBe('');
+      blocker.cancel();
+      await blocker.result.catch(() => undefined);
+      held.restore();
+      await session.line('Another question');
+      expect(session.failed, err).toBeNull();
+      expect(err).not.toContain('Conversation roles must alternate');
+      expect(out.trim().length).toBeGreaterThan(0);
+    } finally {
+      held.restore();
+      await host.close();
+    }
+  }, 60_000);
 
   it('Ctrl+C between the turns of a piped chat ends it, exit 130 (as generate): the later turns do not run', async () => {
     const child = spawn(process.execPath, [BIN, 'chat', defaultModelDir, ...GREEDY, '--verbose'], {
