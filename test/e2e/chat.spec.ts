@@ -287,6 +287,19 @@ test('keyboard: Ctrl+N starts a chat, Ctrl+K focuses the model picker, Shift+Ent
   await app.getByTestId('settings-toggle').click();
 });
 
+test('keyboard: Ctrl+Shift+O starts a chat too (a browser keeps Ctrl+N for a new window)', async ({ app }) => {
+  await newChat(app);
+  await send(app, 'hello');
+  await expect(lastReply(app)).toHaveAttribute('data-state', /done|error/, { timeout: 30_000 });
+  const before = await app.getByTestId('thread-item').count();
+  const open = await app.getByTestId('chat-view').getAttribute('data-thread-id');
+  await app.getByTestId('chat-view').click();
+  await app.keyboard.press('ControlOrMeta+Shift+O');
+  await expect(app.getByTestId('thread-item')).toHaveCount(before + 1);
+  await expect(app.getByTestId('chat-view')).not.toHaveAttribute('data-thread-id', open ?? '');
+  await expect(app.getByTestId('chat-input')).toBeFocused();
+});
+
 test('a thread’s frequency and presence penalties reach the model: the same greedy question gets another reply', async ({
   app,
 }) => {

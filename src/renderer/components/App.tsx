@@ -105,7 +105,10 @@ function useWindowDrop(): boolean {
   return over;
 }
 
-/** Ctrl/Cmd+N (a new chat), Ctrl/Cmd+K (the model picker), Esc (a drawer, else the reply). */
+/**
+ * Ctrl/Cmd+N or Ctrl/Cmd+Shift+O (a new chat: a browser keeps Ctrl+N for a window, the page never sees it),
+ * Ctrl/Cmd+K (the model picker), Esc (a drawer, else the reply).
+ */
 function useShortcuts(): void {
   const bridge = useBridge();
   const store = useAppStore();
@@ -114,13 +117,14 @@ function useShortcuts(): void {
     let focusInput = 0;
     const onKey = (e: KeyboardEvent) => {
       const mod = e.ctrlKey || e.metaKey;
-      if (mod && !e.shiftKey && !e.altKey && e.key.toLowerCase() === 'n') {
+      const key = e.key.toLowerCase();
+      if (mod && !e.altKey && ((!e.shiftKey && key === 'n') || (e.shiftKey && key === 'o'))) {
         e.preventDefault();
         // A narrow window's drawer closes first: the focus must not go under it.
         closeDrawers(store);
         bridge.newThread();
         focusInput = requestAnimationFrame(() => document.getElementById(CHAT_INPUT_ID)?.focus());
-      } else if (mod && !e.shiftKey && !e.altKey && e.key.toLowerCase() === 'k') {
+      } else if (mod && !e.shiftKey && !e.altKey && key === 'k') {
         e.preventDefault();
         cancelAnimationFrame(focusInput);
         closeDrawers(store);
