@@ -56,6 +56,73 @@ test("each chat keeps its own draft: another chat's box is its own, Enter there 
   await expect(input).toHaveValue('');
 });
 
+test('a message sent in one tab is no draft in the others: their box empties, and Enter there sends nothing', async ({
+  app: page,
+  server,
+}) => {
+  const other = await newChat(page);
+  await setSettings(page, { maxNewTokens: 2 });
+  await send(page, 'a chat to be on meanwhile');
+  await expect(lastReply(page)).toHaveAttribute('data-state', /done|error/);
+  const y = await newChat(page);
+  await send(page, 'first turn of Y');
+  await expect(lastReply(page)).toHaveAttribute('data-state', /done|error/);
+  const input = page.getByTestId('chat-input');
+  await input.fill('hello from tab B');
+  await page.getByTestId('attach-input').setInputFiles({
+    name: 'notes.txt',
+    mimeType: 'text/plain',
+    buffer: Buffer.from('notes from tab B\n'),
+  });
+  await expect(page.getByTestId('composer-attachment')).toHaveText(/notes\.txt/);
+
+  // Two more tabs open while the draft is there: one on chat Y (the last open), one on another chat.
+  const tab = async () => {
+    const t = await page.context().newPage();
+    await t.goto(server.url);
+    await expect(t.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+    await expect(t.getByTestId('chat-view')).toHaveAttribute('data-thread-id', y);
+    await expect(t.getByTestId('chat-input')).toHaveValue('hello from tab B');
+    await expect(t.getByTestId('composer-attachment')).toHaveText(/notes\.txt/);
+    return t;
+  };
+  const onY = await tab();
+  const elsewhere = await tab();
+  try {
+    await open(elsewhere, other);
+    await expect(elsewhere.getByTestId('chat-input')).toHaveValue('');
+
+    // Sent here: the tab on Y shows its box empty (its Send off), and so does the other one when it opens Y.
+    await input.press('Enter');
+    await expect(lastReply(page)).toHaveAttribute('data-state', /done|error/);
+    const userTexts = (p: Page) => p.getByTestId('message-user').getByTestId('message-text');
+    for (const t of [onY, elsewhere]) {
+      if (t === elsewhere) await open(t, y);
+      await expect(userTexts(t)).toHaveText(['first turn of Y', 'hello from tab B']);
+      await expect(t.getByTestId('chat-input')).toHaveValue('');
+      await expect(t.getByTestId('composer-attachment')).toHaveCount(0);
+      await expect(t.getByTestId('send-button')).toBeDisabled();
+      // Enter sends nothing again (given time to).
+      await t.getByTestId('chat-input').press('Enter');
+      await t.waitForTimeout(300);
+      await expect(userTexts(page)).toHaveText(['first turn of Y', 'hello from tab B']);
+    }
+
+    // A draft written in one tab shows in another on the same chat, and is the one a reload there keeps.
+    // Typed key by key there: each key's change reaches this tab, none comes back to undo a later one.
+    await onY.getByTestId('chat-input').pressSequentially('written in the other tab', { delay: 20 });
+    await expect(onY.getByTestId('chat-input')).toHaveValue('written in the other tab');
+    await expect(input).toHaveValue('written in the other tab');
+    await page.reload();
+    await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+    await open(page, y);
+    await expect(input).toHaveValue('written in the other tab');
+  } finally {
+    await onY.close();
+    await elsewhere.close();
+  }
+});
+
 test('the open chat deleted in another tab: this tab says so, and its draft does not move to the next chat', async ({
   app: page,
 }) => {

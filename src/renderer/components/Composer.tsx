@@ -144,6 +144,11 @@ function PickWhileReplying({ thread, streaming }: { thread: Thread; streaming: b
   );
 }
 
+/** Whether two drafts' files are the same (none is none, however made). */
+function sameFiles(a: Attachment[], b: Attachment[]): boolean {
+  return a === b || (a.length === 0 && b.length === 0);
+}
+
 export function Composer({ threadId }: { threadId: string | null }) {
   const bridge = useBridge();
   const { thread, streaming } = useApp(
@@ -204,6 +209,8 @@ export function Composer({ threadId }: { threadId: string | null }) {
   const fileInput = useRef<HTMLInputElement>(null);
   /** Files attached or being read. */
   const slots = useRef(files.length);
+  /** Files attached or removed here, not yet kept in the drafts (the effect below keeps them). */
+  const filesEdited = useRef(false);
   /** The chat whose draft the box shows. */
   const shownFor = useRef(threadId);
   useLayoutEffect(() => {
@@ -219,12 +226,37 @@ export function Composer({ threadId }: { threadId: string | null }) {
     }
     setText(next.text);
     setFiles(next.files);
+    filesEdited.current = false;
     slots.current = next.files.length;
     setFileError(null);
   }, [threadId]);
+  // What is changed here is kept (what is typed as it is typed; files attached or removed once the box has them).
+  // What the box took from the drafts (another chat opened, another tab's change) is not written back: the drafts
+  // may be newer by then, from another tab.
   useEffect(() => {
-    drafts().set(shownFor.current, { text, files });
-  }, [text, files]);
+    if (!filesEdited.current) return;
+    filesEdited.current = false;
+    drafts().setFiles(shownFor.current, files);
+  }, [files]);
+  // Another tab or window changed the draft shown (sent it, wrote more of it): the box shows what it has now, unless
+  // it was changed here since (then what is here stays, and is kept at its next change).
+  const shown = useRef({ text, files });
+  shown.current = { text, files };
+  useEffect(
+    () =>
+      drafts().onChangedElsewhere((id, before) => {
+        if (id !== shownFor.current) return;
+        const now = drafts().get(id);
+        const here = shown.current;
+        if (here.text === before.text) setText(now.text);
+        // Files being read here (slots taken, not yet attached), or not yet kept, are a change here.
+        if (sameFiles(here.files, before.files) && slots.current === here.files.length && !filesEdited.current) {
+          setFiles(now.files);
+          slots.current = now.files.length;
+        }
+      }),
+    [],
+  );
   // The files kept from before a reload come a moment after the page: the draft shown takes its own then (unless
   // files were attached meanwhile).
   useEffect(() => {
@@ -280,7 +312,10 @@ export function Composer({ threadId }: { threadId: string | null }) {
       if (added.length > 0) drafts().set(chat, { text: d.text, files: [...d.files, ...added] });
       return;
     }
-    if (added.length > 0) setFiles((had) => [...had, ...added]);
+    if (added.length > 0) {
+      filesEdited.current = true;
+      setFiles((had) => [...had, ...added]);
+    }
     setFileError(errors.length > 0 ? errors.join(' ') : null);
   };
 
@@ -322,6 +357,7 @@ export function Composer({ threadId }: { threadId: string | null }) {
                 data-testid="composer-attachment-remove"
                 onClick={() => {
                   slots.current--;
+                  filesEdited.current = true;
                   setFiles((had) => had.filter((_, j) => j !== i));
                 }}
               >
@@ -381,7 +417,10 @@ export function Composer({ threadId }: { threadId: string | null }) {
           rows={1}
           placeholder={placeholder}
           value={text}
-          onChange={(e) => setText(e.target.value)}
+          onChange={(e) => {
+            setText(e.target.value);
+            drafts().setText(shownFor.current, e.target.value);
+          }}
           onKeyDown={(e) => {
             if (e.key === 'Enter' && !e.shiftKey && !e.nativeEvent.isComposing) {
               e.preventDefault();

@@ -2,7 +2,9 @@
  * What the person is writing, per chat: the message box keeps each chat's own draft when another chat is opened,
  * so a draft never follows to a chat it was not meant for (where Enter would send it). The text is kept in the
  * page's storage (it survives a reload; the server is not told); attached files, which can be megabytes, in the
- * page's IndexedDB (read back after a reload, a moment after the texts).
+ * page's IndexedDB (read back after a reload, a moment after the texts). The page's other tabs and windows hear of
+ * each change (the storage's event for the texts, a BroadcastChannel for the files), so a draft sent or changed in
+ * one is not an older one in another (where Enter would send it again).
  */
 import { Attachment } from '../../shared/api';
 
@@ -25,6 +27,14 @@ export interface DraftFileStore {
   write(threadId: string, files: Attachment[]): void;
 }
 
+/** How the page's other tabs and windows are told of a chat's files changed here (a BroadcastChannel in the page). */
+export interface DraftFilesShare {
+  post(threadId: string, files: Attachment[]): void;
+}
+
+/** Told that another tab or window changed a chat's draft; `before`: the draft as this page had it until then. */
+export type DraftChangedElsewhere = (threadId: string, before: Draft) => void;
+
 /** The key of the page's storage that holds the drafts' texts. */
 export const DRAFTS_KEY = 'kvdesk.drafts';
 /** How many chats' drafts are kept (the least recently written go first). */
@@ -39,6 +49,7 @@ export class Drafts {
   /** Chats whose files changed on this page before the kept ones were read: what was kept is older. */
   private readonly touched = new Set<string>();
   private readonly filesReadListeners = new Set<() => void>();
+  private readonly elsewhereListeners = new Set<DraftChangedElsewhere>();
   /** The chats there are, as keepOnly last heard (null: not yet): files kept for others are let go when read. */
   private alive: ReadonlySet<string> | null = null;
   /** Texts by chat id, the most recently written last. */
@@ -47,6 +58,7 @@ export class Drafts {
   constructor(
     private readonly storage: DraftStorage | undefined,
     private readonly fileStore?: DraftFileStore,
+    private readonly share?: DraftFilesShare,
   ) {
     this.texts = new Map(readTexts(storage));
     fileStore?.readAll().then(
@@ -71,6 +83,43 @@ export class Drafts {
     return () => this.filesReadListeners.delete(listener);
   }
 
+  /** Called when another tab or window changed a chat's draft (this page's copy already is the new one). */
+  onChangedElsewhere(listener: DraftChangedElsewhere): () => void {
+    this.elsewhereListeners.add(listener);
+    return () => this.elsewhereListeners.delete(listener);
+  }
+
+  /**
+   * Another tab or window wrote the texts (the storage's event: the value before and after; both null when it
+   * cleared the storage): this page's copy is read again, and the chats whose text changed are told.
+   */
+  textsChangedElsewhere(oldValue: string | null, newValue: string | null): void {
+    const had = new Map(this.texts);
+    const before = oldValue === null && newValue === null ? had : new Map(parseTexts(oldValue));
+    const after = new Map(parseTexts(newValue));
+    // As stored now (a later write, of this page or another, may be there already: its own event follows).
+    this.reload();
+    for (const id of new Set([...before.keys(), ...after.keys()])) {
+      if (before.get(id) === after.get(id)) continue;
+      // What this page showed was that text (unless it had been changed here since: then this page's stays).
+      this.tellElsewhere(id, { text: before.get(id) ?? '', files: this.files.get(id) ?? [] });
+    }
+  }
+
+  /** Another tab or window changed a chat's files (sent, removed, attached): this page's are those now. */
+  filesChangedElsewhere(threadId: string, files: Attachment[]): void {
+    const before = this.get(threadId);
+    // Newer than those kept from before this page loaded (should those be read later).
+    this.touched.add(threadId);
+    this.files.delete(threadId);
+    if (files.length > 0) this.files.set(threadId, files);
+    this.tellElsewhere(threadId, before);
+  }
+
+  private tellElsewhere(threadId: string, before: Draft): void {
+    for (const l of this.elsewhereListeners) l(threadId, before);
+  }
+
   /** The chat's draft (empty when it has none). */
   get(threadId: string | null): Draft {
     const id = threadId ?? NO_CHAT;
@@ -81,26 +130,39 @@ export class Drafts {
 
   /** Keeps the chat's draft; an empty one is forgotten. */
   set(threadId: string | null, draft: Draft): void {
+    this.setFiles(threadId, draft.files);
+    this.setText(threadId, draft.text);
+  }
+
+  /**
+   * Keeps the chat's files, leaving its text as it is (the message box gives each part as it changes there: a
+   * part it did not change may be newer in this page, from another tab, than the box shows yet).
+   */
+  setFiles(threadId: string | null, files: Attachment[]): void {
     const id = threadId ?? NO_CHAT;
     const hadFiles = this.files.get(id) ?? [];
-    if (hadFiles !== draft.files && (hadFiles.length > 0 || draft.files.length > 0)) {
-      this.touched.add(id);
-      this.fileStore?.write(id, draft.files);
-      // The most recently given last; as many chats' files as texts are kept (megabytes each, at most).
-      this.files.delete(id);
-      if (draft.files.length > 0) this.files.set(id, draft.files);
-      while (this.files.size > MAX_DRAFTS) {
-        const oldest = this.files.keys().next().value as string;
-        this.files.delete(oldest);
-        this.fileStore?.write(oldest, []);
-      }
+    if (hadFiles === files || (hadFiles.length === 0 && files.length === 0)) return;
+    this.touched.add(id);
+    this.keepFiles(id, files);
+    // The most recently given last; as many chats' files as texts are kept (megabytes each, at most).
+    this.files.delete(id);
+    if (files.length > 0) this.files.set(id, files);
+    while (this.files.size > MAX_DRAFTS) {
+      const oldest = this.files.keys().next().value as string;
+      this.files.delete(oldest);
+      this.keepFiles(oldest, []);
     }
+  }
+
+  /** Keeps the chat's text, leaving its files as they are (see setFiles). */
+  setText(threadId: string | null, text: string): void {
+    const id = threadId ?? NO_CHAT;
     const had = this.texts.get(id);
-    if (had === draft.text || (had === undefined && draft.text === '')) return;
+    if (had === text || (had === undefined && text === '')) return;
     // What the other tabs and windows of this page wrote meanwhile stays: only this chat's entry changes.
     this.reload();
     this.texts.delete(id);
-    if (draft.text !== '') this.texts.set(id, draft.text);
+    if (text !== '') this.texts.set(id, text);
     while (this.texts.size > MAX_DRAFTS) {
       const oldest = this.texts.keys().next().value as string;
       this.texts.delete(oldest);
@@ -121,9 +183,15 @@ export class Drafts {
     for (const id of [...this.files.keys()]) {
       if (id === NO_CHAT || threadIds.has(id)) continue;
       this.files.delete(id);
-      this.fileStore?.write(id, []);
+      this.keepFiles(id, []);
     }
     if (changed) this.save();
+  }
+
+  /** Keeps a chat's files (none: forgets them) across reloads, and tells the page's other tabs and windows. */
+  private keepFiles(threadId: string, files: Attachment[]): void {
+    this.fileStore?.write(threadId, files);
+    this.share?.post(threadId, files);
   }
 
   /** The stored texts as they are now (another tab may have written since this one read them). */
@@ -143,7 +211,15 @@ export class Drafts {
 /** The stored texts; anything unreadable there is no draft (never an error: a draft is a convenience). */
 function readTexts(storage: DraftStorage | undefined): Array<[string, string]> {
   try {
-    const raw = storage?.getItem(DRAFTS_KEY);
+    return parseTexts(storage?.getItem(DRAFTS_KEY));
+  } catch {
+    return []; // storage denied
+  }
+}
+
+/** The texts a stored value holds (none where it holds nothing readable). */
+function parseTexts(raw: string | null | undefined): Array<[string, string]> {
+  try {
     if (!raw) return [];
     const parsed: unknown = JSON.parse(raw);
     if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return [];
@@ -153,17 +229,51 @@ function readTexts(storage: DraftStorage | undefined): Array<[string, string]> {
   }
 }
 
-/** The page's drafts (one for all its components), kept in its localStorage where it has one. */
+/** The part of the page's window drafts use (this file is also type-checked without the DOM library). */
+interface DraftWindow {
+  localStorage?: DraftStorage;
+  addEventListener?(
+    type: 'storage',
+    listener: (e: { key: string | null; oldValue: string | null; newValue: string | null }) => void,
+  ): void;
+  BroadcastChannel?: new (
+    name: string,
+  ) => { postMessage(message: unknown): void; onmessage: ((e: { data: unknown }) => void) | null };
+}
+
+/**
+ * The page's drafts (one for all its components), kept in its localStorage where it has one; its other tabs and
+ * windows hear of each change.
+ */
 let pageDrafts: Drafts | undefined;
 export function drafts(): Drafts {
   if (!pageDrafts) {
+    const page = globalThis as unknown as DraftWindow;
     let storage: DraftStorage | undefined;
     try {
-      storage = (globalThis as { localStorage?: DraftStorage }).localStorage;
+      storage = page.localStorage;
     } catch {
       storage = undefined; // storage denied (sandboxed page): drafts for this page's life only
     }
-    pageDrafts = new Drafts(storage, indexedDbFiles());
+    const channel = page.BroadcastChannel ? new page.BroadcastChannel('kvdesk.drafts') : undefined;
+    const made = new Drafts(
+      storage,
+      indexedDbFiles(),
+      channel && { post: (threadId, files) => channel.postMessage({ threadId, files }) },
+    );
+    if (channel) {
+      channel.onmessage = (e) => {
+        const data = e.data as { threadId?: unknown; files?: unknown } | null;
+        // What another version of the page sent and this one cannot read is left.
+        const files = Attachment.array().safeParse(data?.files);
+        if (typeof data?.threadId === 'string' && files.success) made.filesChangedElsewhere(data.threadId, files.data);
+      };
+    }
+    // Another tab's write (the event does not come for this page's own).
+    page.addEventListener?.('storage', (e) => {
+      if (e.key === DRAFTS_KEY || e.key === null) made.textsChangedElsewhere(e.oldValue, e.newValue);
+    });
+    pageDrafts = made;
   }
   return pageDrafts;
 }

@@ -127,6 +127,40 @@ describe('per-chat drafts', () => {
     expect(reloaded.get('b').text).toBe('from tab two');
   });
 
+  it("another tab's change of a draft is this page's at once, and the chat's listeners are told what it was", () => {
+    const storage = memoryStorage();
+    const here = new Drafts(storage);
+    const shared: Array<[string, unknown[]]> = [];
+    const there = new Drafts(storage, undefined, { post: (id, files) => shared.push([id, files]) });
+    there.set('y', { text: 'hello', files: [file] });
+    const told: Array<[string, unknown]> = [];
+    here.onChangedElsewhere((id, before) => told.push([id, before]));
+    // The storage's event, as the page gets it: the value before and after.
+    let was = storage.raw();
+    here.textsChangedElsewhere(null, was);
+    for (const [id, files] of shared.splice(0)) here.filesChangedElsewhere(id, files as (typeof file)[]);
+    expect(here.get('y')).toEqual({ text: 'hello', files: [file] });
+    told.length = 0;
+    // Sent there: gone here too.
+    there.set('y', { text: '', files: [] });
+    here.textsChangedElsewhere(was, storage.raw());
+    for (const [id, files] of shared.splice(0)) here.filesChangedElsewhere(id, files as (typeof file)[]);
+    expect(here.get('y')).toEqual({ text: '', files: [] });
+    expect(told).toEqual([
+      ['y', { text: 'hello', files: [file] }],
+      ['y', { text: '', files: [file] }],
+    ]);
+    // Only the chats whose text changed are told; the storage cleared is every draft gone.
+    told.length = 0;
+    was = storage.raw();
+    there.set('a', { text: 'a', files: [] });
+    here.textsChangedElsewhere(was, storage.raw());
+    storage.setItem(DRAFTS_KEY, '{}'); // another tab's localStorage.clear()
+    here.textsChangedElsewhere(null, null);
+    expect(told.map(([id]) => id)).toEqual(['a', 'a']);
+    expect(here.get('a').text).toBe('');
+  });
+
   it('an emptied draft is forgotten, in storage too', () => {
     const storage = memoryStorage();
     const d = new Drafts(storage);
