@@ -49,7 +49,7 @@ export async function newChat(page: Page): Promise<string> {
   return (await page.getByTestId('chat-view').getAttribute('data-thread-id')) ?? '';
 }
 
-/** Sets the open thread's sampling/limits through the settings panel (they commit on blur). */
+/** Sets the open thread's sampling/limits through the settings panel (each taken at once as its field is left). */
 export async function setSettings(
   page: Page,
   s: { greedy?: boolean; maxNewTokens?: number; seed?: number; frequencyPenalty?: number; presencePenalty?: number },

@@ -218,3 +218,74 @@ test('a reload while a reply streams keeps its text so far, marked interrupted, 
   await expect.poll(async () => (await savedReply())?.stats?.finishReason).not.toBe('interrupted');
   expect((await savedReply())?.content.startsWith(saved)).toBe(true);
 });
+
+test('a setting typed is kept without leaving its field: through a reload, and in the chat Ctrl+N leaves', async ({
+  app,
+  server,
+}) => {
+  const id = await newChat(app);
+  await setSettings(app, { maxNewTokens: 2 });
+  await send(app, 'settings: a turn');
+  await expect(lastReply(app)).toHaveAttribute('data-state', /done|error/, { timeout: 30_000 });
+  const summary = app.getByTestId('settings-summary');
+  const toggle = app.getByTestId('settings-toggle');
+  const saved = async () => {
+    const r = await wsCall(server, 'listThreads', {});
+    return (r.value as Array<{ id: string; maxNewTokens?: number; systemPrompt?: string }>).find((t) => t.id === id);
+  };
+
+  // The chat's saves, as the page sends them.
+  let saves = 0;
+  app.on('websocket', (ws) =>
+    ws.on('framesent', ({ payload }) => {
+      if (typeof payload === 'string' && payload.includes('"name":"saveThread"')) saves++;
+    }),
+  );
+
+  // Typed, then the page reloaded at once (no blur comes then): the value is the chat's.
+  await toggle.click();
+  await app.getByTestId('setting-maxNewTokens').click();
+  await app.keyboard.press('ControlOrMeta+a');
+  await app.keyboard.type('64');
+  await app.reload();
+  await expect(app.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+  await expect(app.getByTestId('chat-view')).toHaveAttribute('data-thread-id', id);
+  await expect(summary).toContainText('max 64');
+  await toggle.click();
+  await expect(app.getByTestId('setting-maxNewTokens')).toHaveValue('64');
+
+  // Typed, then left alone: taken a moment after the last key (the field still focused), in one save.
+  const temperature = app.getByTestId('setting-temperature');
+  await temperature.click();
+  const before = saves;
+  await app.keyboard.type('0.25', { delay: 150 });
+  await expect(summary).toContainText('temp 0.25');
+  await expect(temperature).toBeFocused();
+  await expect(temperature).toHaveValue('0.25');
+  await app.waitForTimeout(1000);
+  expect(saves - before).toBe(1);
+  // Half typed ("-" alone is no number yet): nothing is taken, the field keeps what is typed.
+  await app.keyboard.press('ControlOrMeta+a');
+  await app.keyboard.type('-');
+  await app.waitForTimeout(1000);
+  await expect(summary).toContainText('temp 0.25');
+  await expect(app.getByTestId('setting-error-temperature')).toHaveCount(0);
+  await app.keyboard.press('Backspace');
+  await app.keyboard.type('0.3');
+
+  // The system prompt typed, then Ctrl+N without leaving it: this chat keeps it, and the new chat takes it (as it
+  // takes the other settings, and as a click on New chat would).
+  await app.getByTestId('system-prompt').click();
+  await app.keyboard.type('Answer in French.');
+  await app.keyboard.press('ControlOrMeta+n');
+  await expect(app.getByTestId('chat-view')).not.toHaveAttribute('data-thread-id', id);
+  await expect(app.getByTestId('chat-input')).toBeFocused();
+  await expect(app.getByTestId('system-prompt')).toHaveValue('Answer in French.');
+  await expect(summary).toContainText('temp 0.3');
+  await expect(summary).toContainText('max 64');
+  await expect.poll(async () => (await saved())?.systemPrompt).toBe('Answer in French.');
+  await app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click();
+  await expect(app.getByTestId('system-prompt')).toHaveValue('Answer in French.');
+  await expect(summary).toContainText('temp 0.3');
+  expect((await saved())?.maxNewTokens).toBe(64);
+});

@@ -120,6 +120,9 @@ function useShortcuts(): void {
       const key = e.key.toLowerCase();
       if (mod && !e.altKey && ((!e.shiftKey && key === 'n') || (e.shiftKey && key === 'o'))) {
         e.preventDefault();
+        // The field being typed in is left first, as a click on New chat leaves it: what it holds is taken (a
+        // setting typed goes with the chat it was typed for, and on to the new one as its other settings do).
+        if (document.activeElement instanceof HTMLElement) document.activeElement.blur();
         // A narrow window's drawer closes first: the focus must not go under it.
         closeDrawers(store);
         bridge.newThread();

@@ -4,7 +4,7 @@ import type { McpStatus, Thread } from '../../shared/api';
 import type { SamplingSettings } from '../../shared/contract';
 import type { SearchDefaults } from '../../shared/model-spec';
 import { reasoningWhere } from '../../shared/reasoning';
-import { useApp, useBridge } from '../bridge/context';
+import { useApp, useAppStore, useBridge } from '../bridge/context';
 import { schemaProblem } from '../bridge/prompt';
 import { formatInteger } from '../lib/format';
 import { openOnArrow } from '../lib/open-on-arrow';
@@ -60,13 +60,77 @@ function emptyMeans(f: NumField, search: SearchDefaults | undefined, sampled: bo
   return f.key === 'topK' && packaged === 0 ? '0 (off)' : String(packaged);
 }
 
-/** Reads a number box: empty means "model default" (undefined); out-of-range values are clamped by the host's schema, so refuse them here. */
-function readNumber(text: string, f: Pick<NumField, 'min' | 'max' | 'int'>): number | undefined | null {
+/**
+ * Reads a number box: empty means "model default" (undefined); out-of-range values are clamped by the host's
+ * schema, so refuse them here, as what is no number yet ("-", "1e": the field's value is empty then).
+ */
+function readNumber(
+  field: { value: string; validity?: { badInput: boolean } },
+  f: Pick<NumField, 'min' | 'max' | 'int'>,
+): number | undefined | null {
+  const text = field.value;
+  if (field.validity?.badInput) return null;
   if (text.trim() === '') return undefined;
   const n = Number(text);
   if (!Number.isFinite(n) || n < f.min || (f.max !== undefined && n > f.max) || (f.int && !Number.isInteger(n)))
     return null;
   return n;
+}
+
+/** How long after the last key a field's value is taken (each take saves the chat: not one at every key). */
+export const TAKE_AFTER_MS = 500;
+
+/**
+ * A field's value taken as it is typed: a moment after the last key, at once when the field is left, and before
+ * the panel goes (another chat opened, a preset applied) or the page does (a reload, the window closed), which
+ * Chromium does without a blur. `later` (on each change) waits for the keys to stop; `now` (on blur) takes it at
+ * once. A take reads the chat as it is then (useLatest), not as it was at the key.
+ */
+function useTakes(): { later(key: string, take: () => void): void; now(key: string, take: () => void): void } {
+  const pending = useRef(new Map<string, { take: () => void; timer: ReturnType<typeof setTimeout> }>());
+  useEffect(() => {
+    const all = pending.current;
+    const takeAll = () => {
+      for (const { take, timer } of all.values()) {
+        clearTimeout(timer);
+        take();
+      }
+      all.clear();
+    };
+    window.addEventListener('pagehide', takeAll);
+    return () => {
+      window.removeEventListener('pagehide', takeAll);
+      takeAll();
+    };
+  }, []);
+  const drop = (key: string) => {
+    const had = pending.current.get(key);
+    if (had) clearTimeout(had.timer);
+    pending.current.delete(key);
+  };
+  return {
+    later(key, take) {
+      drop(key);
+      const timer = setTimeout(() => {
+        pending.current.delete(key);
+        take();
+      }, TAKE_AFTER_MS);
+      pending.current.set(key, { take, timer });
+    },
+    now(key, take) {
+      drop(key);
+      take();
+    },
+  };
+}
+
+/**
+ * The chat as it is now (the store's), for what runs after the render that made it: a take due later, the panel's
+ * last one, or a second take before the panel shows the first.
+ */
+function useLatest(thread: Thread): () => Thread {
+  const store = useAppStore();
+  return () => store.getState().threads.find((t) => t.id === thread.id) ?? thread;
 }
 
 /** What the settings panel needs from the composer for presets (kept there: applying one remounts the panel). */
@@ -350,6 +414,13 @@ function ReasoningEffort({ thread }: { thread: Thread }) {
 function ThinkingBudget({ thread }: { thread: Thread }) {
   const bridge = useBridge();
   const [errors, check, editing] = useFieldErrors();
+  const takes = useTakes();
+  const latest = useLatest(thread);
+  const read = (field: HTMLInputElement) => readNumber(field, { min: 0, max: 1_000_000, int: true });
+  const take = (v: number | undefined | null) => {
+    const t = latest();
+    if (v !== null && v !== t.thinkingBudget) bridge.updateThreadSettings(t.id, { thinkingBudget: v });
+  };
   return (
     <Field name="thinkingBudget" errors={errors}>
       <label title="A thinking model reasons for at most this many tokens; then kvdesk closes its reasoning and it answers. Empty: no limit but max tokens.">
@@ -362,12 +433,15 @@ function ThinkingBudget({ thread }: { thread: Thread }) {
           step={1}
           placeholder="no limit"
           defaultValue={thread.thinkingBudget ?? ''}
-          onChange={(e) => editing('thinkingBudget', e.target)}
+          onChange={(e) => {
+            editing('thinkingBudget', e.target);
+            const v = read(e.target);
+            takes.later('thinkingBudget', () => take(v));
+          }}
           onBlur={(e) => {
-            const v = readNumber(e.target.value, { min: 0, max: 1_000_000, int: true });
+            const v = read(e.target);
             check('thinkingBudget', e.target, v === null ? 'a whole number of tokens, 0 or more' : null);
-            if (v !== null && v !== thread.thinkingBudget)
-              bridge.updateThreadSettings(thread.id, { thinkingBudget: v });
+            takes.now('thinkingBudget', () => take(v));
           }}
         />
       </label>
@@ -520,15 +594,48 @@ function allowedRange(f: { min: number; max?: number; int?: boolean }): string {
 export function SettingsPanel({ thread, presets }: { thread: Thread; presets: PresetProps }) {
   const bridge = useBridge();
   const [errors, check, editing] = useFieldErrors();
+  const takes = useTakes();
+  // What a take reads and changes: the chat as it is when it runs (a take is due after its key).
+  const latest = useLatest(thread);
   const sampling = thread.sampling ?? {};
   // What empty fields mean comes from the model replies go to.
   const search = useApp((s) => s.models.find((m) => m.id === s.activeModelId)?.spec.search);
   const greedyByDefault = greedyByPackage(sampling, search);
   const setSampling = (key: keyof SamplingSettings, value: number | boolean | undefined) => {
-    const next: SamplingSettings = { ...sampling };
+    const t = latest();
+    const next: SamplingSettings = { ...t.sampling };
     if (value === undefined) delete next[key];
     else (next as Record<string, number | boolean>)[key] = value;
-    bridge.updateThreadSettings(thread.id, { sampling: next });
+    bridge.updateThreadSettings(t.id, { sampling: next });
+  };
+  const takeSystemPrompt = (text: string) => {
+    const t = latest();
+    if (text !== (t.systemPrompt ?? '')) bridge.updateThreadSettings(t.id, { systemPrompt: text });
+  };
+  const takeNumber = (f: NumField, v: number | undefined | null) => {
+    if (v !== null && v !== latest().sampling?.[f.key]) setSampling(f.key, v);
+  };
+  const readMax = (field: HTMLInputElement) => readNumber(field, { min: 1, max: 1_000_000, int: true });
+  const takeMax = (v: number | undefined | null) => {
+    const t = latest();
+    if (v !== null && v !== t.maxNewTokens) bridge.updateThreadSettings(t.id, { maxNewTokens: v });
+  };
+  /** The stop strings typed (undefined: none), or null where they cannot be taken. */
+  const readStop = (text: string) => {
+    const lines = text.split('\n').filter((l) => l.length > 0);
+    if (lines.length > 16 || lines.some((l) => l.length > 200)) return null;
+    return lines.length > 0 ? lines : undefined;
+  };
+  const takeStop = (next: string[] | undefined | null) => {
+    const t = latest();
+    if (next !== null && JSON.stringify(next) !== JSON.stringify(t.stop))
+      bridge.updateThreadSettings(t.id, { stop: next });
+  };
+  const takeSchema = (text: string) => {
+    const t = latest();
+    if (schemaProblem(text)) return;
+    const next = text.trim() === '' ? undefined : text;
+    if (next !== t.jsonSchema) bridge.updateThreadSettings(t.id, { jsonSchema: next });
   };
   return (
     <div className="settings" data-testid="settings-panel">
@@ -539,9 +646,13 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
           data-testid="system-prompt"
           defaultValue={thread.systemPrompt ?? ''}
           placeholder="None. For example: You are a helpful assistant."
+          onChange={(e) => {
+            const text = e.target.value;
+            takes.later('systemPrompt', () => takeSystemPrompt(text));
+          }}
           onBlur={(e) => {
-            if (e.target.value !== (thread.systemPrompt ?? ''))
-              bridge.updateThreadSettings(thread.id, { systemPrompt: e.target.value });
+            const text = e.target.value;
+            takes.now('systemPrompt', () => takeSystemPrompt(text));
           }}
         />
       </label>
@@ -557,11 +668,15 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
               step={f.step}
               placeholder={emptyMeans(f, search, sampling.greedy === false)}
               defaultValue={(sampling[f.key] as number | undefined) ?? ''}
-              onChange={(e) => editing(f.key, e.target)}
+              onChange={(e) => {
+                editing(f.key, e.target);
+                const v = readNumber(e.target, f);
+                takes.later(f.key, () => takeNumber(f, v));
+              }}
               onBlur={(e) => {
-                const v = readNumber(e.target.value, f);
+                const v = readNumber(e.target, f);
                 check(f.key, e.target, v === null ? allowedRange(f) : null);
-                if (v !== null && v !== sampling[f.key]) setSampling(f.key, v);
+                takes.now(f.key, () => takeNumber(f, v));
               }}
             />
           </label>
@@ -577,9 +692,13 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
             step={1}
             placeholder={search?.maxNewTokens !== undefined ? String(search.maxNewTokens) : 'model default'}
             defaultValue={thread.maxNewTokens ?? ''}
-            onChange={(e) => editing('maxNewTokens', e.target)}
+            onChange={(e) => {
+              editing('maxNewTokens', e.target);
+              const v = readMax(e.target);
+              takes.later('maxNewTokens', () => takeMax(v));
+            }}
             onBlur={(e) => {
-              const v = readNumber(e.target.value, { min: 1, max: 1_000_000, int: true });
+              const v = readMax(e.target);
               // Not taken, and it says why (as the other number fields do).
               check(
                 'maxNewTokens',
@@ -588,7 +707,7 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
                   ? `a whole number of tokens from 1 to ${formatInteger(1_000_000)} (a reply also ends where the context does; empty: the model default)`
                   : null,
               );
-              if (v !== null && v !== thread.maxNewTokens) bridge.updateThreadSettings(thread.id, { maxNewTokens: v });
+              takes.now('maxNewTokens', () => takeMax(v));
             }}
           />
         </label>
@@ -640,15 +759,15 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
             data-testid="setting-stop"
             defaultValue={(thread.stop ?? []).join('\n')}
             placeholder={'e.g. ###\nUser:'}
-            onChange={(e) => editing('stop', e.target)}
+            onChange={(e) => {
+              editing('stop', e.target);
+              const next = readStop(e.target.value);
+              takes.later('stop', () => takeStop(next));
+            }}
             onBlur={(e) => {
-              const lines = e.target.value.split('\n').filter((l) => l.length > 0);
-              const bad = lines.length > 16 || lines.some((l) => l.length > 200);
-              check('stop', e.target, bad ? 'at most 16 stop strings of at most 200 characters' : null);
-              if (bad) return;
-              const next = lines.length > 0 ? lines : undefined;
-              if (JSON.stringify(next) !== JSON.stringify(thread.stop))
-                bridge.updateThreadSettings(thread.id, { stop: next });
+              const next = readStop(e.target.value);
+              check('stop', e.target, next === null ? 'at most 16 stop strings of at most 200 characters' : null);
+              takes.now('stop', () => takeStop(next));
             }}
           />
         </label>
@@ -683,14 +802,15 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
               data-testid="setting-json-schema"
               defaultValue={thread.jsonSchema ?? ''}
               placeholder='{"type": "object", "properties": {"answer": {"type": "string"}}}'
-              onChange={(e) => editing('jsonSchema', e.target)}
+              onChange={(e) => {
+                editing('jsonSchema', e.target);
+                const text = e.target.value;
+                takes.later('jsonSchema', () => takeSchema(text));
+              }}
               onBlur={(e) => {
                 const text = e.target.value;
-                const problem = schemaProblem(text);
-                check('jsonSchema', e.target, problem);
-                if (problem) return;
-                const next = text.trim() === '' ? undefined : text;
-                if (next !== thread.jsonSchema) bridge.updateThreadSettings(thread.id, { jsonSchema: next });
+                check('jsonSchema', e.target, schemaProblem(text));
+                takes.now('jsonSchema', () => takeSchema(text));
               }}
             />
           </label>
