@@ -140,6 +140,57 @@ test('the search box finds chats by title or by what was said', async ({ app: pa
   expect(await items.count()).toBeGreaterThanOrEqual(2);
 });
 
+test('a chat made while a search is typed shows in the list: the search empties (a chat deleted keeps it)', async ({
+  app: page,
+}) => {
+  const openId = () => page.getByTestId('chat-view').getAttribute('data-thread-id');
+  await newChat(page);
+  await setSettings(page, { maxNewTokens: 2 });
+  await send(page, 'About the pangolin');
+  await expect(lastReply(page)).toHaveAttribute('data-state', /done|error/);
+  const first = await openId();
+  await newChat(page);
+  await send(page, 'The pangolin again');
+  await expect(lastReply(page)).toHaveAttribute('data-state', /done|error/);
+  const second = await openId();
+
+  const search = page.getByTestId('thread-search');
+  const items = page.getByTestId('thread-item');
+  const listed = (id: string | null) => items.and(page.locator(`[data-thread-id="${id}"]`));
+  await search.fill('pangolin');
+  await expect(items).toHaveCount(2);
+  // New chat: the list shows every chat again, the new one first and marked open.
+  await page.getByTestId('new-thread').click();
+  await expect(page.getByTestId('chat-view')).not.toHaveAttribute('data-thread-id', second ?? '');
+  const made = await openId();
+  await expect(search).toHaveValue('');
+  await expect(page.getByTestId('thread-search-empty')).toHaveCount(0);
+  await expect(items.first()).toHaveAttribute('data-thread-id', made ?? '');
+  await expect(items.first()).toHaveAttribute('aria-current', 'true');
+
+  // Ctrl+N from the search box, the open chat one the search shows: the same.
+  await search.fill('pangolin');
+  await listed(second).getByTestId('thread-title').click();
+  await search.focus();
+  await page.keyboard.press('ControlOrMeta+n');
+  await expect(page.getByTestId('chat-view')).not.toHaveAttribute('data-thread-id', second ?? '');
+  await expect(search).toHaveValue('');
+  await expect(items.first()).toHaveAttribute('aria-current', 'true');
+  await expect(items.first()).toHaveAttribute('data-thread-id', (await openId()) ?? '');
+
+  // A chat deleted while searching: the chat that opens instead is not one made here, and the search stays.
+  await search.fill('pangolin');
+  const doomed = listed(first);
+  await doomed.getByTestId('thread-title').click();
+  await doomed.hover();
+  await doomed.getByTestId('thread-delete').click();
+  await doomed.getByTestId('thread-delete').click();
+  await expect(doomed).toHaveCount(0);
+  await expect(search).toHaveValue('pangolin');
+  await expect(items).toHaveCount(1);
+  await expect(items).toHaveAttribute('data-thread-id', second ?? '');
+});
+
 test('branch: a new chat with the messages up to a reply, going on without touching the original', async ({
   app: page,
 }) => {
