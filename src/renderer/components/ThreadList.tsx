@@ -343,7 +343,7 @@ export function ThreadList() {
             bridge.newThread();
             if (store.getState().sidebarOpen) setOpen(false);
           }}
-          title="New chat (Ctrl/Cmd+N)"
+          title="New chat (Ctrl/Cmd+N; in a browser Ctrl/Cmd+Shift+O)"
         >
           + New chat
         </button>
