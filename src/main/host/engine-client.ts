@@ -42,6 +42,8 @@ export interface EngineClientOptions {
   entry?: string;
   /** Extra environment for the engine process (tests set failpoints here). */
   env?: Record<string, string>;
+  /** The runtime the engine process runs on; default this process's (tests name one that is not there). */
+  execPath?: string;
 }
 
 /**
@@ -130,12 +132,25 @@ export class EngineClient {
     if (this.ready) return this.ready;
     this.closing = false;
     const { file, execArgv } = resolveEntry(this.options.entry);
-    const child = fork(file, [], {
-      execArgv,
-      serialization: 'advanced',
-      env: engineEnvironment(process.env, this.options.env),
-      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-    });
+    const execPath = this.options.execPath ?? process.execPath;
+    const cannotStart = (err: Error) =>
+      new KvdeskError(
+        'ENGINE_FAILED',
+        `could not start the engine process (${execPath}): ${err.message}; check that the runtime is still installed and that this machine can start processes, then try again`,
+      );
+    let child: ChildProcess;
+    try {
+      child = fork(file, [], {
+        execPath,
+        execArgv,
+        serialization: 'advanced',
+        env: engineEnvironment(process.env, this.options.env),
+        stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+      });
+    } catch (err) {
+      // (An environment too large to exec: E2BIG, thrown at once.)
+      return Promise.reject(cannotStart(err as Error));
+    }
     this.child = child;
     this.ready = new Promise<void>((resolve, reject) => {
       const onEarlyExit = (code: number | null, signal: NodeJS.Signals | null) =>
@@ -159,7 +174,18 @@ export class EngineClient {
       // EPIPE: unheard, that error ended the host. The channel is gone, so is the engine: its exit (killed here, if
       // it is still running) fails its work and the host recovers.
       let killed = false;
-      child.on('error', () => {
+      child.on('error', (err) => {
+        if (child.pid === undefined) {
+          // It never started (the runtime's binary gone, a process limit): no exit comes, and what waits for its
+          // start would wait for good.
+          child.off('exit', onEarlyExit);
+          if (this.child === child) {
+            this.child = null;
+            this.ready = null;
+          }
+          reject(cannotStart(err));
+          return;
+        }
         // Once: a kill that fails is itself an 'error'.
         if (killed || child.exitCode !== null || child.signalCode !== null) return;
         killed = true;

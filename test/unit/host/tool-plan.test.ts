@@ -61,7 +61,7 @@ describe('planTools', () => {
     expect(refusal({ tools: [weather], toolChoice: { name: 'search' } }).message).toMatch(
       /names "search", which is not among the tools \(get_weather\)/,
     );
-    const bound = { name: 'f', parameters: { type: 'object', properties: { n: { type: 'integer', minimum: 0 } } } };
+    const bound = { name: 'f', parameters: { type: 'object', properties: { n: { type: 'number', minimum: 0 } } } };
     const err = refusal({ tools: [weather, bound], toolChoice: 'required' });
     expect(err.detail).toEqual({ field: 'tools[1].parameters.properties.n.minimum' });
     expect(err.message).toMatch(
