@@ -314,12 +314,18 @@ export function createMainWindow(source: WindowSource): BrowserWindow {
     process.stderr.write(
       `kvdesk: the window's page stopped (${details.reason}, exit code ${details.exitCode})${what === 'reload' ? '; loading it again' : ''}\n`,
     );
-    if (what === 'reload') void win.loadURL(source.url + RECOVERED_FRAGMENT);
-    else {
-      dialog.showErrorBox(
-        'kvdesk',
-        `The window's page stopped (${details.reason}) ${CRASH_RELOADS + 1} times within a minute, so kvdesk does not load it again. Your chats are saved; quit kvdesk and start it again. If it keeps happening, start it from a terminal (npm start) and report what it prints.`,
-      );
+    if (what === 'reload') {
+      // (A page that crashes as it loads rejects the load: the next crash comes here again.)
+      win.loadURL(source.url + RECOVERED_FRAGMENT).catch(() => {});
+    } else {
+      // Not showErrorBox: that one blocks this process, the host and its API server with it, until answered.
+      void dialog.showMessageBox(win, {
+        type: 'error',
+        title: 'kvdesk',
+        message: `The window's page stopped (${details.reason}) ${CRASH_RELOADS + 1} times within a minute, so kvdesk does not load it again.`,
+        detail:
+          'Your chats are saved. Quit kvdesk and start it again; if it keeps happening, start it from a terminal (npm start) and report what it prints.',
+      });
     }
   });
   void win.loadURL(source.url);

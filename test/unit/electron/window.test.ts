@@ -9,7 +9,7 @@ const electron = vi.hoisted(() => {
   const windows: Array<{ options: Record<string, unknown>; url: string | null; win: unknown }> = [];
   return {
     windows,
-    showErrorBox: vi.fn(),
+    showMessageBox: vi.fn(async () => ({ response: 0 })),
     openExternal: vi.fn(async (_url: string) => {}),
     registerSchemesAsPrivileged: vi.fn(),
     enableSandbox: vi.fn(),
@@ -35,7 +35,7 @@ vi.mock('electron', () => {
   }
   return {
     app: { enableSandbox: electron.enableSandbox, on: electron.appOn },
-    dialog: { showErrorBox: electron.showErrorBox },
+    dialog: { showMessageBox: electron.showMessageBox },
     BrowserWindow,
     protocol: { registerSchemesAsPrivileged: electron.registerSchemesAsPrivileged },
     shell: { openExternal: electron.openExternal },
@@ -114,7 +114,7 @@ describe('webPreferences', () => {
 
 describe('a window whose page process is gone', () => {
   it('loads the page again, saying so in its fragment; a page that keeps crashing is given up on, and said so', () => {
-    electron.showErrorBox.mockClear();
+    electron.showMessageBox.mockClear();
     createMainWindow({ preloadPath: '/p/index.js', url: APP_ENTRY_URL });
     const w = electron.windows[0] as { url: string | null; win: { webContents: EventEmitter } };
     const gone = (reason: string) => w.win.webContents.emit('render-process-gone', {}, { reason, exitCode: 1 });
@@ -131,8 +131,10 @@ describe('a window whose page process is gone', () => {
       w.url = null;
       gone('crashed');
       expect(w.url).toBeNull();
-      expect(electron.showErrorBox).toHaveBeenCalledTimes(1);
-      expect(electron.showErrorBox.mock.calls[0]?.[1]).toMatch(/stopped \(crashed\) 4 times within a minute/);
+      expect(electron.showMessageBox).toHaveBeenCalledTimes(1);
+      const [parent, box] = electron.showMessageBox.mock.calls[0] as unknown as [unknown, { message: string }];
+      expect(parent).toBe(w.win);
+      expect(box.message).toMatch(/stopped \(crashed\) 4 times within a minute/);
     } finally {
       stderr.mockRestore();
     }
