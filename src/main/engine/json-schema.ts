@@ -440,7 +440,12 @@ function integerBounds(schema: Record<string, unknown>, path: string): [number, 
       );
     }
   }
-  if (lo > hi) throw new SchemaError(path, `no integer is within its bounds (from ${lo} to ${hi})`);
+  if (lo > hi) {
+    throw new SchemaError(
+      path,
+      `no integer is within its bounds (from ${lo} to ${hi}): check its minimum, maximum and their exclusive forms`,
+    );
+  }
   return [lo, hi];
 }
 
@@ -546,6 +551,20 @@ function compileNode(schema: unknown, path: string, depth: number): SchemaNode {
   }
   // Every integer is a number: with both, the type is number.
   const types = listed.includes('number') ? listed.filter((t) => t !== 'integer') : listed;
+  // A bound on a schema of no number type would bind nothing: most likely another keyword was meant.
+  const bound = BOUNDS.find((k) => s[k] !== undefined);
+  if (bound !== undefined && !types.some((t) => t === 'integer' || t === 'number')) {
+    const hint =
+      s.type === 'string'
+        ? ` (a string's length is "minLength" / "maxLength", which kvdesk does not hold)`
+        : s.type === 'array'
+          ? ` (an array's count of items is "minItems" / "maxItems")`
+          : '';
+    throw new SchemaError(
+      `${path}.${bound}`,
+      `"${bound}" bounds numbers, and this schema's type is ${JSON.stringify(s.type)}: leave it out${hint}`,
+    );
+  }
   return union(
     (types as string[]).map((t) => typeNode(t, s, path, depth)),
     `${path}.type`,

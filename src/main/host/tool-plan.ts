@@ -225,8 +225,8 @@ function loosened(schema: unknown): unknown {
 /**
  * The grammar of the calls a model makes when it chooses to (`auto`): its form's opening, then each call held
  * to its tool's schema, then the form's close (Hermes' `</tool_call>`; the others end with the call or the
- * array). A call the model chose to make is held to its shape, not to value bounds (those a forced call's
- * schema is refused for). Undefined where kvdesk cannot hold every tool's calls: then calls are read, not held.
+ * array). A call the model chose to make is held to its shape, not to value bounds (a forced call's schema is
+ * refused for those it cannot hold, and held to an integer's). Undefined where kvdesk cannot hold every tool's calls: then calls are read, not held.
  */
 function autoGrammar(tools: readonly ToolDefinition[], format: ToolCallFormat): CallGrammar | undefined {
   if (format.xml === 'glm' || tools.some(freeFormArguments)) return undefined;

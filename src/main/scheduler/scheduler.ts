@@ -16,9 +16,11 @@
  *   running leaves the session exactly as the engine has it.
  * - Evicting a session whose turn is queued does not invalidate the turn: the
  *   prefix was reserved at submit, and the grant says `recompute: true`.
- * - After a running turn is cancelled or fails, its session keeps nothing (the
- *   partial KV is cheaper to recompute than to trust); a queued turn that ends
- *   leaves the session's KV as it was.
+ * - After a running turn fails, or is cancelled by a time limit or a shutdown,
+ *   its session keeps nothing (the partial KV is cheaper to recompute than to
+ *   trust); one stopped by the person or a client that went away keeps the
+ *   tokens the host says (`sessionTokens`: the conversation so far, also before
+ *   the first token); a queued turn that ends leaves the session's KV as it was.
  * - A request on a static KV cache (`fixedTokens`: buffers of that many
  *   positions, allocated whole) reserves R × fixedTokens × bpt whatever P and N,
  *   is never capped (its cost does not depend on N), and its session holds

@@ -31,11 +31,11 @@ import {
   usageOf,
 } from './openai-adapter';
 
-/** Prompt tokens for usage: one count per prompt, however many copies (n) ran. */
 /** Whether a request's reply is a call (tool_choice required or a named tool): it has no text. */
 const forcedCall = (r: GenerateRequest): boolean =>
   (r.tools?.length ?? 0) > 0 && r.toolChoice !== undefined && r.toolChoice !== 'auto' && r.toolChoice !== 'none';
 
+/** Prompt tokens for usage: one count per prompt, however many copies (n) ran. */
 function promptTokensOf(hostApi: HostApi, mapped: MappedRequest, result: GenerationResult): number {
   if (mapped.promptIdLengths) return mapped.promptIdLengths.reduce((a, b) => a + b, 0);
   if (mapped.promptTexts) {

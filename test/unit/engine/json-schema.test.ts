@@ -613,7 +613,7 @@ describe('the schema recogniser', () => {
       [at({ type: 'integer', maximum: 2 ** 60 }), /properties\.n\.maximum: .*beyond what kvdesk enforces/],
       [
         at({ type: 'integer', minimum: 5, maximum: 4 }),
-        /properties\.n: no integer is within its bounds \(from 5 to 4\)/,
+        /properties\.n: no integer is within its bounds \(from 5 to 4\): check its minimum/,
       ],
       [at({ type: 'integer', minimum: 1.2, maximum: 1.8 }), /no integer is within its bounds/],
       [
@@ -626,8 +626,13 @@ describe('the schema recogniser', () => {
       [at({ enum: [1, 2], minimum: 2 }), /properties\.n\.minimum: "minimum" beside "enum"/],
     ];
     for (const [schema, message] of cases) expect(() => compileSchema(schema), JSON.stringify(schema)).toThrow(message);
-    // A bound on a string (JSON Schema applies it to numbers only) changes nothing.
-    expect(accepts(compileSchema(at({ type: 'string', minimum: 3 })), '{"n":"a"}')).toBe(true);
+    // A bound on a string would bind nothing (JSON Schema applies it to numbers only): a keyword mistaken, refused.
+    expect(() => compileSchema(at({ type: 'string', minimum: 3 }))).toThrow(
+      /properties\.n\.minimum: "minimum" bounds numbers, and this schema's type is "string": leave it out \(a string's length is "minLength"/,
+    );
+    expect(() => compileSchema(at({ type: ['string', 'null'], maximum: 3 }))).toThrow(/properties\.n\.maximum: /);
+    // Beside a number type in a list, it binds the integer.
+    expect(accepts(compileSchema(at({ type: ['integer', 'null'], maximum: 3 })), '{"n":4}')).toBe(false);
   });
 
   it('takes only valid UTF-8 in strings, a byte at a time or several at once, along one path or several', () => {
