@@ -156,7 +156,15 @@ export const DEFAULT_FIRST_USE_TTL_MS = 60 * 60_000;
 interface FirstUse {
   ttlMs: number | null;
   lastUsedAt: number;
+  /**
+   * A request asked to keep it for ever (Ollama's keep_alive -1): it does not make way for the next library model.
+   * (`--first-use-ttl never` only stops the idle unload: with it, a client switching models keeps one loaded.)
+   */
+  pinned?: boolean;
 }
+
+/** What the model list says of a model loaded on first use. */
+const shownFirstUse = (f: FirstUse) => ({ ttlMs: f.ttlMs, lastUsedAt: f.lastUsedAt });
 
 /** The longest name of one file or folder that ext4, APFS, NTFS and most other file systems take. */
 const NAME_MAX_BYTES = 255;
@@ -351,7 +359,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       backend: providerShortName(m.spec.executionProvider ?? 'CPUExecutionProvider') ?? 'cpu',
       isDefault: m.id === defaultModelId,
       logits: m.logits,
-      ...(firstUse.has(m.id) ? { firstUse: { ...(firstUse.get(m.id) as FirstUse) } } : {}),
+      ...(firstUse.has(m.id) ? { firstUse: shownFirstUse(firstUse.get(m.id) as FirstUse) } : {}),
       ...(m.reloading ? { reloading: true } : {}),
     }));
   }
@@ -620,7 +628,10 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       const f = firstUse.get(id);
       if (f) {
         f.lastUsedAt = Date.now();
-        if (keepAliveMs !== undefined) f.ttlMs = keepAliveMs;
+        if (keepAliveMs !== undefined) {
+          f.ttlMs = keepAliveMs;
+          f.pinned = keepAliveMs === null;
+        }
         lastNamed.set(id, ++namings);
       }
       return;
@@ -659,12 +670,16 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       pending = (async () => {
         for (const other of [...firstUse.keys()]) {
           // Requests still running on it keep it: then both are loaded. So does a load not yet over (its library
-          // record still being written): the request that loaded it has not started on it yet. And one kept for
-          // ever (keep_alive -1, --first-use-ttl never): /api/ps and its card say it stays until unloaded.
-          if (jitLoads.has(other) || firstUse.get(other)?.ttlMs === null) continue;
+          // record still being written): the request that loaded it has not started on it yet. And one a request
+          // asked to keep for ever (keep_alive -1): /api/ps and its card say it stays until unloaded.
+          if (jitLoads.has(other) || firstUse.get(other)?.pinned === true) continue;
           await unloadFirstUse(other, `to load ${id}`);
         }
-        await load(entry.root, { ttlMs: keepAliveMs === undefined ? defaultTtl : keepAliveMs, lastUsedAt: Date.now() });
+        await load(entry.root, {
+          ttlMs: keepAliveMs === undefined ? defaultTtl : keepAliveMs,
+          lastUsedAt: Date.now(),
+          ...(keepAliveMs === null ? { pinned: true } : {}),
+        });
         log(`kvdesk: loaded ${id} from ${entry.root} on first use`);
       })().finally(() => jitLoads.delete(id));
       jitLoads.set(id, pending);

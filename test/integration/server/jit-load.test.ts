@@ -582,3 +582,48 @@ describe("a name as Ollama's listings give it, on every API", () => {
     expect(await res.text()).toContain('model \\"nope:latest\\" is neither loaded nor in the library');
   });
 });
+
+describe('with --first-use-ttl never', () => {
+  it('a library model still makes way for the next (only a request’s keep_alive -1 keeps one beside it)', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-jit-never-'));
+    const lines: string[] = [];
+    const never = new RunnerService({ intraOpNumThreads: 1 });
+    const host = await createHostApi({
+      runner: never,
+      dataDir: dir,
+      defaultModelDir,
+      log: (l) => lines.push(l),
+      firstUseTtlMs: null,
+      firstUseSweepMs: 60 * 60_000,
+    });
+    const srv = await startServer({ hostApi: host, staticDir: path.join(dir, 'no-renderer') });
+    try {
+      for (const d of [second, third]) {
+        const r = await host.call('loadModel', { path: d });
+        if (!r.ok) throw new Error(r.error.message);
+        expect((await host.call('unloadModel', { id: r.value.id })).ok).toBe(true);
+      }
+      const ask = async (model: string) => {
+        const r = await fetch(`${srv.url}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ model, messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 }),
+        });
+        expect(r.status, await r.text()).toBe(200);
+      };
+      const ids = () =>
+        never
+          .listModels()
+          .map((m) => m.id)
+          .sort();
+      await ask('second');
+      await ask('third');
+      expect(ids()).toEqual(['default', 'third']);
+      expect(lines).toContain('kvdesk: unloaded second (loaded on first use) to load third');
+    } finally {
+      await srv.close();
+      await host.close();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
