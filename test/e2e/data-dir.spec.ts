@@ -6,6 +6,7 @@ import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, 
 import os from 'node:os';
 import path from 'node:path';
 import { expect, test } from '@playwright/test';
+import { RECOVERED_FRAGMENT } from '../../src/shared/api';
 import { startServe } from './serve';
 
 test('a damaged chat file and settings file: named in the window, left on disk, the rest of the chats there', async ({
@@ -27,10 +28,12 @@ test('a damaged chat file and settings file: named in the window, left on disk, 
   try {
     // The page's clock, to run past the other notices' 10 s without waiting them out.
     await page.clock.install();
-    await page.goto(server.url);
+    // (As a page loaded again after its process was gone: that is said in the same notice.)
+    await page.goto(server.url + RECOVERED_FRAGMENT);
     await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
     await expect(page.getByTestId('thread-list').locator('[data-thread-id="t-good"]')).toBeVisible();
     const notice = page.getByTestId('sticky-notice');
+    await expect(notice).toContainText("kvdesk's window stopped unexpectedly and was loaded again");
     await expect(notice).toContainText('Some saved data could not be used');
     await expect(notice).toContainText('t-cut.json is not valid JSON');
     await expect(notice).toContainText('1 more');

@@ -467,33 +467,27 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       notify(`Could not read saved chats: ${threads.error.message}`);
       s().loadThreads([]);
     }
-    // Saved data kvdesk could not use (a chat file left out, settings moved aside or unreadable): said until
-    // dismissed, each file named with what to do.
-    let problem = false;
-    if (!settings.ok) {
-      problem = true;
-      s().setNotice(`Could not read your settings: ${settings.error.message}`, true);
-    } else if (threads.ok) {
+    // Saved data kvdesk could not use (a chat file left out, settings moved aside or unreadable; each file named with
+    // what to do), and a page loaded again after its process was gone (window.ts): said together in the notice that
+    // stays until dismissed.
+    const stays: string[] = [];
+    if (!settings.ok) stays.push(`Could not read your settings: ${settings.error.message}`);
+    else if (threads.ok) {
       const problems = await api.invoke('dataProblems', {});
       if (problems.ok && problems.value.length > 0) {
-        problem = true;
         const more = problems.value.length - 1;
-        s().setNotice(
+        stays.push(
           `Some saved data could not be used: ${problems.value[0]?.replace(/[.\s]+$/, '')}${more > 0 ? ` (and ${more} more: see kvdesk's log)` : ''}.`,
-          true,
         );
       }
     }
-    // The window's page was loaded again after its process was gone (window.ts): said once, until dismissed.
     if (location.hash === RECOVERED_FRAGMENT) {
       history.replaceState(null, '', location.pathname + location.search);
-      if (!problem) {
-        s().setNotice(
-          "kvdesk's window stopped unexpectedly and was loaded again. A reply that was streaming stopped there; its text is saved up to its last second.",
-          true,
-        );
-      }
+      stays.unshift(
+        "kvdesk's window stopped unexpectedly and was loaded again. A reply that was streaming stopped there; its text is saved up to its last second.",
+      );
     }
+    if (stays.length > 0) s().setNotice(stays.join(' '), true);
   }
 
   s().setTransport(api.transport);
