@@ -210,6 +210,38 @@ describe('a data directory given with a leading ~ (--data-dir=~/kvd, or KVDESK_D
   }, 60_000);
 });
 
+describe('an empty data directory (KVDESK_DATA_DIR= , or --data-dir "$DIR" with DIR unset)', () => {
+  it('the variable empty is unset (~/.kvdesk), not the working directory; the flag empty is refused naming it', async () => {
+    const home = await tmp();
+    const cwd = await tmp();
+    const env: NodeJS.ProcessEnv = { ...process.env, HOME: home, USERPROFILE: home, KVDESK_DATA_DIR: '' };
+    const kvdesk = (...args: string[]) =>
+      spawnSync(process.execPath, [path.join(repoRoot, 'bin/kvdesk.cjs'), ...args], {
+        cwd,
+        encoding: 'utf8',
+        timeout: 60_000,
+        env,
+      });
+    const listed = kvdesk('list', '--json');
+    expect(listed.status, listed.stderr).toBe(0);
+    expect((JSON.parse(listed.stdout) as { dataDir: string }).dataDir).toBe(path.join(home, '.kvdesk'));
+    for (const args of [
+      ['list', '--data-dir', ''],
+      ['list', '--data-dir='],
+      ['generate', defaultModelDir, '--prompt', 'Hi', '--data-dir', ''],
+      ['serve', '--port', '0', '--data-dir', ''],
+    ]) {
+      // A serve that starts anyway runs until stopped: the timeout ends it, and the test fails.
+      const r = kvdesk(...args);
+      expect(r.stderr, args.join(' ')).toBe(
+        'kvdesk: --data-dir is empty: give a folder, or leave the flag out for $KVDESK_DATA_DIR or ~/.kvdesk\n',
+      );
+      expect(r.status, args.join(' ')).toBe(2);
+    }
+    expect(await readdir(cwd)).toEqual([]);
+  }, 90_000);
+});
+
 describe('a package path or a file flag given with a leading ~ (quoted, where the shell leaves it)', () => {
   it('is under the home folder, as --data-dir is', async () => {
     const home = await tmp();
