@@ -179,8 +179,18 @@ export function threadsFlag(value: string | undefined): number | undefined {
   return n;
 }
 
+/**
+ * A flag's value that is empty or blank (`--temperature "$T"` with T unset), refused naming the flag: Number reads
+ * it as 0, a value nobody gave (--temperature 0 is greedy, --seed 0 a seed, --lookup 0 off).
+ */
+function refuseEmpty(name: string, value: string, what: string): void {
+  if (value.trim() === '')
+    throw badArgs(`--${name} expects ${what}, got an empty value: give one, or leave the flag out`);
+}
+
 export function parseNumber(name: string, value: string | undefined, integer = false): number | undefined {
   if (value === undefined) return undefined;
+  refuseEmpty(name, value, integer ? 'an integer' : 'a number');
   const n = Number(value);
   if (!Number.isFinite(n) || (integer && !Number.isInteger(n))) {
     throw badArgs(`--${name} expects ${integer ? 'an integer' : 'a number'}, got "${value}"`);
@@ -401,9 +411,11 @@ export const MAX_LOOKUP_DRAFT = 16;
 /** `--lookup N`: lookup decoding's draft tokens per check (0 turns it off), checked. */
 export function lookupFlag(value: string | undefined): number | undefined {
   if (value === undefined) return undefined;
+  const what = `a whole number from 0 (off) to ${MAX_LOOKUP_DRAFT}`;
+  refuseEmpty('lookup', value, what);
   const n = Number(value);
   if (!Number.isInteger(n) || n < 0 || n > MAX_LOOKUP_DRAFT) {
-    throw badArgs(`--lookup expects a whole number from 0 (off) to ${MAX_LOOKUP_DRAFT}, got "${value}"`);
+    throw badArgs(`--lookup expects ${what}, got "${value}"`);
   }
   return n;
 }

@@ -66,10 +66,11 @@ export interface ServeControl {
 function positiveInt(name: string, value: string | undefined, min = 1): number | undefined {
   if (value === undefined) return undefined;
   const n = Number(value);
-  if (!Number.isInteger(n) || n < min) {
+  // Empty or blank (`--port "$PORT"` with PORT unset) is no number, though Number reads it as 0 (a free port).
+  if (value.trim() === '' || !Number.isInteger(n) || n < min) {
     throw new KvdeskError(
       'BAD_REQUEST',
-      `--${name} expects a whole number ≥ ${min}, got "${value}" (see kvdesk serve --help)`,
+      `--${name} expects a whole number ≥ ${min}, got ${value.trim() === '' ? 'an empty value' : `"${value}"`} (see kvdesk serve --help)`,
     );
   }
   return n;

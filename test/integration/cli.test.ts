@@ -963,6 +963,29 @@ describe('the CLI around its commands: a closed stdout, help, versions, stdin, t
     rmSync(path.dirname(tools), { recursive: true, force: true });
   });
 
+  it('a number flag given an empty value (`--temperature "$T"` with T unset) is refused naming it, not read as 0', async () => {
+    const { main } = await import('../../src/cli/main');
+    const cli = async (...args: string[]) => {
+      let stderr = '';
+      const code = await main(args, { out: () => {}, err: (t) => (stderr += t) });
+      return { code, stderr };
+    };
+    const left = 'got an empty value: give one, or leave the flag out (see kvdesk --help)';
+    for (const [command, args, text] of [
+      ['generate', ['--temperature', ''], `--temperature expects a number, ${left}`],
+      ['generate', ['--seed', ''], `--seed expects an integer, ${left}`],
+      ['generate', ['--top-k', ' '], `--top-k expects an integer, ${left}`],
+      ['generate', ['--max-new-tokens='], `--max-new-tokens expects an integer, ${left}`],
+      ['generate', ['--threads='], `--threads expects an integer, ${left}`],
+      ['generate', ['--lookup', ''], `--lookup expects a whole number from 0 (off) to 16, ${left}`],
+      ['chat', ['--temperature', ''], `--temperature expects a number, ${left}`],
+    ] as const) {
+      const prompt = command === 'generate' ? ['--prompt', 'x'] : [];
+      const r = await cli(command, defaultModelDir, ...prompt, ...args);
+      expect(r, `${command} ${args.join(' ')}`).toEqual({ code: 2, stderr: `kvdesk: ${text}\n` });
+    }
+  });
+
   it('--version, -v and version print kvdesk’s version and onnxruntime’s', async () => {
     const pkg = JSON.parse(readFileSync(path.join(repoRoot, 'package.json'), 'utf8')) as { version: string };
     const ort = JSON.parse(readFileSync(path.join(repoRoot, 'node_modules/onnxruntime-node/package.json'), 'utf8')) as {

@@ -394,6 +394,22 @@ describe('serve (in-process)', () => {
     expect(err).toMatch(/--prefill-chunk expects a whole number ≥ 1, got "0"/);
     expect(await serve(['--first-use-ttl', 'soon'], io)).toBe(2);
     expect(err).toMatch(/--first-use-ttl expects a duration such as 90s, 60m or 2h, or never; got "soon"/);
+    // An empty value (`--port "$PORT"` with PORT unset) is no number, not 0 (a free port). A serve that starts anyway
+    // stops at once: `until` has come.
+    for (const [flag, min] of [
+      ['port', 0],
+      ['max-running', 1],
+      ['prompt-cache', 0],
+    ] as const) {
+      err = '';
+      expect(await serve([`--${flag}`, '', '--data-dir', os.tmpdir()], io, { until: Promise.resolve() })).toBe(2);
+      expect(err).toBe(
+        `kvdesk: --${flag} expects a whole number ≥ ${min}, got an empty value (see kvdesk serve --help)\n`,
+      );
+    }
+    err = '';
+    expect(await serve(['--threads', ' '], io, { until: Promise.resolve() })).toBe(2);
+    expect(err).toMatch(/^kvdesk: --threads expects an integer, got an empty value: give one, or leave the flag out/);
   });
 
   it('a port taken is said before any --model loads (exit 2)', async () => {
