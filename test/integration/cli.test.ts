@@ -19,6 +19,7 @@ import {
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { defaultModelDir, fixture, fixturesSkipReason, haveFixtures, repoRoot } from '../helpers/fixtures';
 import { graphVariantsModel, installedPackage, slowModel, thinkingModel } from '../helpers/models';
@@ -34,8 +35,8 @@ function kvdesk(...args: string[]): CliRun {
   return kvdeskWith({}, ...args);
 }
 
-/** kvdesk with its stdin (`input`) or environment given. */
-function kvdeskWith(opts: { input?: string; env?: NodeJS.ProcessEnv }, ...args: string[]): CliRun {
+/** kvdesk with its stdin (`input`), environment or working directory given. */
+function kvdeskWith(opts: { input?: string; env?: NodeJS.ProcessEnv; cwd?: string }, ...args: string[]): CliRun {
   const r = spawnSync(process.execPath, [path.join(repoRoot, 'bin/kvdesk.cjs'), ...args], {
     cwd: repoRoot,
     encoding: 'utf8',
@@ -985,6 +986,50 @@ describe('the CLI around its commands: a closed stdout, help, versions, stdin, t
       expect(r, `${command} ${args.join(' ')}`).toEqual({ code: 2, stderr: `kvdesk: ${text}\n` });
     }
   });
+
+  it("onnxruntime's own log prints no warning of a $HOME it cannot write (a service account): not in generate, not in the backend probe", () => {
+    const work = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-cli-home-'));
+    try {
+      // A home that is a file: nothing can be made under it, whoever runs the test (root too).
+      const home = path.join(work, 'home');
+      writeFileSync(home, '');
+      const env = { ...process.env, HOME: home, USERPROFILE: home, NO_COLOR: '1' };
+      // Run in the temporary folder: onnxruntime keeps its telemetry session (`:memory:.ses`) in the working directory
+      // when it cannot under $HOME.
+      const r = kvdeskWith(
+        { env, cwd: work },
+        'generate',
+        defaultModelDir,
+        '--prompt',
+        'Hi',
+        '--greedy',
+        '--max-new-tokens',
+        '2',
+        '--data-dir',
+        path.join(work, 'data'),
+      );
+      expect(r.code, r.stderr).toBe(0);
+      // The summary line alone: no `[W:onnxruntime:…] Failed to persist telemetry device ID`, coloured or not.
+      expect(r.stderr).toMatch(/^kvdesk: 2 tokens, finish length, [^\n]*\n$/);
+      // The probe process (inspect's, the window's): what it prints is the reason given when a provider crashes it.
+      const probe = spawnSync(
+        process.execPath,
+        [
+          '--import',
+          pathToFileURL(require.resolve('tsx')).href,
+          path.join(repoRoot, 'src/main/backends/probe-process.ts'),
+          '--skip=',
+        ],
+        { cwd: work, encoding: 'utf8', timeout: 60_000, env },
+      );
+      expect(probe.status, probe.stderr).toBe(0);
+      expect(JSON.parse(probe.stdout.trim().split('\n').at(-1) as string)).toMatchObject({ type: 'report' });
+      // (A GPU runtime may say what it could not load: WebGPU's Vulkan, on a machine without it.)
+      expect(probe.stderr).not.toMatch(/onnxruntime|telemetry/);
+    } finally {
+      rmSync(work, { recursive: true, force: true });
+    }
+  }, 60_000);
 
   it('--version, -v and version print kvdesk’s version and onnxruntime’s', async () => {
     const pkg = JSON.parse(readFileSync(path.join(repoRoot, 'package.json'), 'utf8')) as { version: string };

@@ -114,6 +114,9 @@ export async function probeWithOnnxruntime(backend: string): Promise<void> {
     );
   }
   const ort = await import('onnxruntime-node');
+  // onnxruntime's own log at errors, as in the engine process (engine/ort-log.ts): its warnings say nothing a person
+  // can act on, and what the probe process printed is the reason given when a provider crashes it.
+  ort.env.logLevel = 'error';
   const session = await ort.InferenceSession.create(probeModelBytes(), {
     executionProviders: [backend],
     // Failures come back as the thrown error; onnxruntime's own log would only repeat them.

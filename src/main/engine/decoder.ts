@@ -15,6 +15,7 @@ import { appendSeq, emptyPast, withRoom } from './kv-cache';
 import { type LastPositionScreen, lastPositionGraph } from './last-position';
 import { logitsRows } from './logits';
 import { LOOKUP_DRAFT_TOKENS, lookupDraft } from './lookup';
+import { quietOrtLog } from './ort-log';
 import type {
   EngineLookupCount,
   EngineSessionOptions,
@@ -24,6 +25,9 @@ import type {
   StepLogprob,
 } from './protocol';
 import { StaticCacheRunner, staticProbeFeeds } from './static-cache';
+
+// Before this process's first session, which fixes onnxruntime's own log level (see quietOrtLog).
+quietOrtLog(ort.env);
 
 /** KV a chat session keeps between turns, and the exact tokens it encodes. */
 export interface SessionKv {
