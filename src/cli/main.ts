@@ -554,6 +554,20 @@ function round(n: number): number {
   return Math.round(n * 100) / 100;
 }
 
+/**
+ * Text for a terminal, each character that is not one it shows as itself written as an escape (`\x1c`, `\u202e`):
+ * control and format characters (the raw bytes of a file an error quotes, a line break in a folder's name, a
+ * right-to-left override) and U+FFFD, what bytes that are not UTF-8 read as. They would break the table's lines, or
+ * make text look like what it is not.
+ */
+function printable(text: string): string {
+  return text.replace(/[\p{Cc}\p{Cf}\p{Cs}\p{Co}\p{Zl}\p{Zp}\ufffd]/gu, (c) => {
+    const code = c.codePointAt(0) as number;
+    const hex = code.toString(16);
+    return code <= 0xff ? `\\x${hex.padStart(2, '0')}` : code <= 0xffff ? `\\u${hex.padStart(4, '0')}` : `\\u{${hex}}`;
+  });
+}
+
 /** `kvdesk list`'s flags. */
 export const LIST_OPTIONS = { json: { type: 'boolean' }, 'data-dir': { type: 'string' } } as const;
 
@@ -599,36 +613,43 @@ async function list(args: string[], io: Io): Promise<number> {
       return 0;
     }
     const table = [['ID', 'STATE', 'WEIGHTS', 'B/TOKEN', 'CONTEXT', 'LAST LOADED', 'FOLDER']];
+    // Why a package is invalid, on a line of its own under its row: in the STATE column, one long reason made
+    // every row of the table that wide.
+    const reasons = new Map<number, string>();
     for (const e of entries) {
-      table.push([
-        e.id,
-        e.missing
-          ? 'missing'
-          : e.error
-            ? `invalid: ${e.error.message}`
-            : e.source
-              ? `ok (hf.co/${e.source.repo} ${e.source.variant})`
-              : e.uploaded
-                ? 'ok (upload)'
-                : 'ok',
-        e.spec ? formatBytes(e.spec.weightsBytes) : '—',
-        e.spec ? String(e.spec.bpt) : '—',
-        e.spec ? String(e.spec.contextLength) : '—',
-        e.neverLoaded ? 'never' : new Date(e.lastLoadedAt).toISOString().slice(0, 16).replace('T', ' '),
-        e.root,
-      ]);
+      if (e.error && !e.missing) reasons.set(table.length, e.error.message);
+      table.push(
+        [
+          e.id,
+          e.missing
+            ? 'missing'
+            : e.error
+              ? 'invalid'
+              : e.source
+                ? `ok (hf.co/${e.source.repo} ${e.source.variant})`
+                : e.uploaded
+                  ? 'ok (upload)'
+                  : 'ok',
+          e.spec ? formatBytes(e.spec.weightsBytes) : '—',
+          e.spec ? String(e.spec.bpt) : '—',
+          e.spec ? String(e.spec.contextLength) : '—',
+          e.neverLoaded ? 'never' : new Date(e.lastLoadedAt).toISOString().slice(0, 16).replace('T', ' '),
+          e.root,
+        ].map(printable),
+      );
     }
     const widths = (table[0] as string[]).map((_, c) => Math.max(...table.map((r) => (r[c] as string).length)));
-    io.out(
-      `${table
-        .map((r) =>
-          r
-            .map((cell, c) => cell.padEnd(widths[c] as number))
-            .join('  ')
-            .trimEnd(),
-        )
-        .join('\n')}\n`,
-    );
+    // Under the STATE column.
+    const indent = ' '.repeat((widths[0] as number) + 2);
+    const lines = table.flatMap((r, i) => {
+      const line = r
+        .map((cell, c) => cell.padEnd(widths[c] as number))
+        .join('  ')
+        .trimEnd();
+      const reason = reasons.get(i);
+      return reason === undefined ? [line] : [line, `${indent}${printable(reason)}`];
+    });
+    io.out(`${lines.join('\n')}\n`);
     return 0;
   } catch (err) {
     return fail(io, json, toErrorInfo(err));

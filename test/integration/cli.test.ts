@@ -616,6 +616,47 @@ describe('CLI on the generated default model', () => {
     expect(rows.stderr).toMatch(/^kvdesk: 9 tokens in 3 rows \(3 each\), finish length, .* tok\/s per row, /m);
   });
 
+  it('list says a package is invalid in its row, and why on a line below, the bytes of a file it quotes escaped', async () => {
+    const { ModelLibrary } = await import('../../src/main/host/model-library');
+    const { loadModelSpec } = await import('../../src/main/packages');
+    const work = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-cli-invalid-'));
+    try {
+      const dataDir = path.join(work, 'data');
+      const good = path.join(work, 'good-model');
+      const bad = path.join(work, 'bad-model');
+      cpSync(defaultModelDir, good, { recursive: true });
+      cpSync(defaultModelDir, bad, { recursive: true });
+      const library = await ModelLibrary.open(dataDir);
+      await library.loaded(good, await loadModelSpec(good));
+      await library.loaded(bad, await loadModelSpec(bad));
+      await library.flush();
+      // A file gone bad: gzip's first bytes, a control character, bytes that are not UTF-8.
+      writeFileSync(path.join(bad, 'tokenizer.json'), Buffer.from([0x1f, 0x8b, 0x08, 0x64, 0x6b, 0x1c, 0xff, 0x45]));
+      const r = kvdesk('list', '--data-dir', dataDir);
+      expect(r.code, r.stderr).toBe(0);
+      const lines = r.stdout.trimEnd().split('\n');
+      expect(lines).toHaveLength(4);
+      expect(lines[0]).toMatch(/^ID {10}STATE {4}WEIGHTS/);
+      expect(lines[1]).toMatch(/^bad-model {3}invalid {2}— /);
+      expect(lines[1]).toContain(bad);
+      // Under STATE, what is wrong, said as kvdesk says it elsewhere, each character a terminal would not show escaped.
+      expect(lines[2]).toMatch(/^ {12}tokenizer\.json is not valid JSON: .*\\x1f\\ufffd\\x08dk\\x1c\\ufffdE/);
+      expect(lines[3]).toMatch(/^good-model {2}ok {7}989 KiB/);
+      // biome-ignore lint/suspicious/noControlCharactersInRegex: finding control characters is the point
+      expect(r.stdout).not.toMatch(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f\ufffd]/);
+      // The JSON keeps the message as it is.
+      const listed = kvdesk('list', '--data-dir', dataDir, '--json');
+      const rows = listed.json.packages as Array<{ id: string; state: string; error?: { message: string } }>;
+      expect(rows.map((p) => [p.id, p.state])).toEqual([
+        ['bad-model', 'invalid'],
+        ['good-model', 'ok'],
+      ]);
+      expect(rows[0]?.error?.message).toContain('\u001c');
+    } finally {
+      rmSync(work, { recursive: true, force: true });
+    }
+  });
+
   it('bad arguments exit 2 with a JSON error and no stack trace', () => {
     const r = kvdesk('generate', defaultModelDir, '--prompt-ids', '1,x', '--json');
     expect(r.code).toBe(2);
