@@ -264,16 +264,25 @@ export async function packageDir(arg: string, dataDirFlag: string | undefined): 
   // A leading ~ is the home folder, as for --data-dir (also quoted, where the shell leaves it).
   const dir = resolveUserPath(arg);
   if (existsSync(dir) || arg.includes('/') || arg.includes(path.sep)) return dir;
-  const library = await ModelLibrary.open(dataDirOf(dataDirFlag), { log: libraryLog });
-  const entry = library.list().find((e) => e.id === arg && !e.missing && existsSync(e.root));
-  if (!entry) {
-    const known = [...new Set(library.list().map((e) => e.id))].join(', ') || 'none';
+  const dataDir = dataDirOf(dataDirFlag);
+  const library = await ModelLibrary.open(dataDir, { log: libraryLog });
+  const present = library.list().filter((e) => !e.missing && existsSync(e.root));
+  const entry = present.find((e) => e.id === arg);
+  if (entry) return entry.root;
+  // In the library, but its folder has gone (moved, deleted): said so, as `kvdesk list` says it is missing.
+  const gone = library.list().find((e) => e.id === arg);
+  if (gone) {
     throw new KvdeskError(
       'BAD_REQUEST',
-      `there is no package folder "${arg}", and no package of that id in the library at ${dataDirOf(dataDirFlag)} (it has: ${known}); give a folder, or an id \`kvdesk list\` shows`,
+      `there is no package folder "${arg}", and the library's package of that id was at ${gone.root}, which is not there any more: put that folder back, or give another package (\`kvdesk list\` shows the library; Forget on its row in kvdesk serve's window takes it out)`,
+      { root: gone.root },
     );
   }
-  return entry.root;
+  const known = [...new Set(present.map((e) => e.id))].join(', ') || 'none';
+  throw new KvdeskError(
+    'BAD_REQUEST',
+    `there is no package folder "${arg}", and no package of that id in the library at ${dataDir} (it has: ${known}); give a folder, or an id \`kvdesk list\` shows`,
+  );
 }
 
 /**

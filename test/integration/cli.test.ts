@@ -493,10 +493,17 @@ describe('CLI on the generated default model', () => {
       const byId = kvdesk('generate', 'lib-model', '--data-dir', dataDir, ...args);
       expect(byId.code, byId.stderr).toBe(0);
       expect(byId.json.tokenIds).toEqual(kvdesk('generate', mine, ...args).json.tokenIds);
-      const unknown = kvdesk('generate', 'gone-model', '--data-dir', dataDir, ...args);
+      // One whose folder has gone is said so (not "no package of that id… it has: gone-model"), with what to do.
+      const missing = kvdesk('generate', 'gone-model', '--data-dir', dataDir, ...args);
+      expect(missing.code).toBe(2);
+      expect((missing.json.error as Record<string, unknown>).message).toBe(
+        `there is no package folder "gone-model", and the library's package of that id was at ${gone}, which is not there any more: put that folder back, or give another package (\`kvdesk list\` shows the library; Forget on its row in kvdesk serve's window takes it out)`,
+      );
+      // An id it has not: the ids it has that load.
+      const unknown = kvdesk('generate', 'no-such-model', '--data-dir', dataDir, ...args);
       expect(unknown.code).toBe(2);
       expect((unknown.json.error as Record<string, unknown>).message).toMatch(
-        /no package of that id in the library at .* \(it has: lib-model, gone-model\)/,
+        /no package of that id in the library at .* \(it has: lib-model\)/,
       );
       // A package given (an upload, a download) and never loaded says so.
       const given = path.join(work, 'given-model');
