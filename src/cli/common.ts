@@ -143,11 +143,22 @@ const FLAG_OF: Readonly<Record<string, string>> = {
 /** A byte-size flag's value (undefined when absent); a bad one is refused naming the flag. */
 export function byteSizeFlag(name: string, value: string | undefined): number | undefined {
   if (value === undefined) return undefined;
+  let bytes: number;
   try {
-    return parseByteSize(value);
+    bytes = parseByteSize(value);
   } catch (err) {
     throw new KvdeskError('BAD_REQUEST', `--${name}: ${(err as Error).message}`, { flag: name });
   }
+  // `--kv-budget 0.5` is no byte (a size rounds down to whole bytes): a budget that admits nothing, a memory of
+  // nothing, a limit every upload and body is over. Said, not taken as "0 B".
+  if (bytes === 0) {
+    throw new KvdeskError(
+      'BAD_REQUEST',
+      `--${name}: "${value.trim()}" is 0 bytes${/^\s*0*(\.0*)?\s*[a-z]*\s*$/i.test(value) ? '' : ' (a size rounds down to whole bytes)'}; give 1 byte or more, e.g. 512MiB or 2GiB`,
+      { flag: name },
+    );
+  }
+  return bytes;
 }
 
 /** `--prefill-chunk N`: prompt tokens one prefill run computes at most (a whole number ≥ 1), checked. */
@@ -481,15 +492,31 @@ export function flagError(err: unknown, command: string, options: NonNullable<Pa
   const flag = e.code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' ? /'(-[^']*)'/.exec(e.message)?.[1] : undefined;
   if (flag === undefined) return new KvdeskError('BAD_REQUEST', `${e.message} ${see}`);
   const bare = flag.replace(/^-+/, '');
-  // Other tools' names for kvdesk's flags (OpenAI's and llama.cpp's), too far apart for a typo.
-  const known = FLAG_ALIASES[bare];
-  const near = known !== undefined && known in options ? [known] : nearestFlags(bare, Object.keys(options));
-  const hint = near.length > 0 ? `: did you mean ${near.map((n) => `--${n}`).join(' or ')}?` : '';
+  // Other tools' names for kvdesk's flags (OpenAI's, llama.cpp's, Ollama's parameters: `repeat_penalty`), too far
+  // apart for a typo: the first the command takes, else what to do instead where the command has no such flag.
+  const alias = bare.replace(/_/g, '-');
+  const aliases = Object.hasOwn(FLAG_ALIASES, alias) ? [FLAG_ALIASES[alias] ?? []].flat() : [];
+  const known = aliases.find((a) => a in options);
+  const near = known !== undefined ? [known] : nearestFlags(bare, Object.keys(options));
+  // kvdesk's own name given to a command without that flag (`kvdesk chat M --prompt …`) too.
+  const instead = [...aliases, alias]
+    .map((a) => (Object.hasOwn(FLAG_HINTS, a) ? FLAG_HINTS[a]?.(command) : undefined))
+    .find((h) => h !== undefined);
+  const hint =
+    near.length > 0
+      ? `: did you mean ${near.map((n) => `--${n}`).join(' or ')}?`
+      : instead !== undefined
+        ? `: ${instead}`
+        : '';
   return new KvdeskError('BAD_REQUEST', `unknown option ${flag} for kvdesk ${command}${hint} ${see}`, { flag });
 }
 
-/** What other tools call kvdesk's flags: `--max-tokens` (OpenAI), `-n`/`--n-predict` (llama.cpp), `--temp`. */
-const FLAG_ALIASES: Record<string, string> = {
+/**
+ * What other tools call kvdesk's flags: `--max-tokens` (OpenAI), `-n`/`--n-predict`, `-p`, `-s`, `-t`,
+ * `--repeat-penalty`, `--repeat-last-n` (llama.cpp), `--temp`; `-p` is serve's --port. Several: the first a command
+ * takes.
+ */
+const FLAG_ALIASES: Record<string, string | readonly string[]> = {
   n: 'max-new-tokens',
   'max-tokens': 'max-new-tokens',
   'max-completion-tokens': 'max-new-tokens',
@@ -497,6 +524,26 @@ const FLAG_ALIASES: Record<string, string> = {
   'num-predict': 'max-new-tokens',
   temp: 'temperature',
   'system-prompt': 'system',
+  p: ['prompt', 'port'],
+  m: 'model',
+  s: 'seed',
+  t: 'threads',
+  'repeat-penalty': 'repetition-penalty',
+  'repeat-last-n': 'repetition-window',
+};
+
+/** What to do instead, where a command has no flag of that name (`kvdesk generate -m M`, `kvdesk chat -p "…"`). */
+const FLAG_HINTS: Readonly<Record<string, (command: string) => string | undefined>> = {
+  model: (command) =>
+    command === 'generate' || command === 'chat' || command === 'inspect'
+      ? `the package is the command's argument, not a flag: kvdesk ${command} PACKAGE (a folder, or a library id)`
+      : command === 'pull'
+        ? 'the repository is the argument, not a flag: kvdesk pull owner/name'
+        : undefined,
+  prompt: (command) =>
+    command === 'chat'
+      ? 'chat takes its turns as you type them, or from a pipe (`echo "…" | kvdesk chat M`); for one reply to a prompt use `kvdesk generate M --chat --prompt "…"`'
+      : undefined,
 };
 
 /** The flags at the least edit distance from `name`, when that is at most 2 (`promt` → `prompt`). */

@@ -319,7 +319,15 @@ async function generate(
   const { values, positionals } = parsed;
   let host: RunnerService | undefined;
   try {
-    if (positionals.length !== 1) throw badArgs('generate takes exactly one package path');
+    if (positionals.length !== 1) {
+      // `kvdesk generate M "why…"`, as `ollama run M "why…"` and llama.cpp's prompt: the prompt is a flag here.
+      throw badArgs(
+        `generate takes exactly one package path or library id, got ${positionals.length === 0 ? 'none' : `${positionals.length} arguments`}` +
+          (positionals.length > 1 && values.prompt === undefined
+            ? '; give the prompt with --prompt: `kvdesk generate M --prompt "…"` (or on stdin: `echo "…" | kvdesk generate M`)'
+            : ''),
+      );
+    }
     const prompts = await promptsOf(values.prompt, values['prompt-ids'], input, io.err);
     const devices: Partial<HostSettings> = {};
     applyDeviceFlags(devices, values['kv-budget'], values['device-memory']);
@@ -721,6 +729,18 @@ function versions(): string {
 /** The commands, as `kvdesk --help` lists them. */
 const COMMANDS = ['inspect', 'generate', 'chat', 'list', 'pull', 'search', 'serve', 'version', 'help'];
 
+/** What to use for another tool's command (Ollama's): `run`, `show`, `rm`. */
+const FOREIGN_COMMANDS: Readonly<Record<string, string>> = {
+  run: 'did you mean chat? `kvdesk chat M` talks with a model as `ollama run M` does; `kvdesk generate M --prompt "…"` gives one reply',
+  show: 'did you mean inspect?',
+  ...Object.fromEntries(
+    ['rm', 'remove', 'delete'].map((c) => [
+      c,
+      "the library forgets a package with Forget on its row in kvdesk serve's window, or DELETE /api/delete to a running kvdesk serve (a folder of yours stays where it is; kvdesk's copy of an upload is deleted)",
+    ]),
+  ),
+};
+
 /** Runs the CLI with arguments (without node and script); returns the exit code. */
 export async function main(argv: string[], io: Io): Promise<number> {
   const code = await run(argv, io);
@@ -778,7 +798,11 @@ async function run(argv: string[], io: Io): Promise<number> {
     default: {
       // Said in one line, with the command meant when one is a typo away (the whole help would scroll it away).
       const near = nearestFlags(command.replace(/^-+/, ''), COMMANDS);
-      const hint = near.length > 0 ? `: did you mean ${near.join(' or ')}?` : '';
+      const hint = Object.hasOwn(FOREIGN_COMMANDS, command)
+        ? `: ${FOREIGN_COMMANDS[command]}`
+        : near.length > 0
+          ? `: did you mean ${near.join(' or ')}?`
+          : '';
       io.err(`kvdesk: unknown command "${command}"${hint} (commands: ${COMMANDS.join(', ')}; see kvdesk --help)\n`);
       return 2;
     }

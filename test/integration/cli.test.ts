@@ -963,6 +963,64 @@ describe('the CLI around its commands: a closed stdout, help, versions, stdin, t
     );
   });
 
+  it('habits from Ollama and llama.cpp (a prompt as an argument, `run`, `-p`, `-m`, `--repeat-penalty`) get what to use instead', async () => {
+    const { main } = await import('../../src/cli/main');
+    const cli = async (...args: string[]) => {
+      let stderr = '';
+      const code = await main(args, { out: () => {}, err: (t) => (stderr += t) });
+      expect(code, args.join(' ')).toBe(2);
+      return stderr;
+    };
+    const M = defaultModelDir;
+    // A prompt given as ollama run takes it.
+    expect(await cli('generate', M, 'why is the sky blue?')).toBe(
+      'kvdesk: generate takes exactly one package path or library id, got 2 arguments; give the prompt with --prompt: `kvdesk generate M --prompt "…"` (or on stdin: `echo "…" | kvdesk generate M`) (see kvdesk --help)\n',
+    );
+    // Ollama's commands.
+    const commands = 'commands: inspect, generate, chat, list, pull, search, serve, version, help; see kvdesk --help';
+    expect(await cli('run', M)).toBe(
+      `kvdesk: unknown command "run": did you mean chat? \`kvdesk chat M\` talks with a model as \`ollama run M\` does; \`kvdesk generate M --prompt "…"\` gives one reply (${commands})\n`,
+    );
+    expect(await cli('show', M)).toBe(`kvdesk: unknown command "show": did you mean inspect? (${commands})\n`);
+    expect(await cli('rm', 'default')).toBe(
+      `kvdesk: unknown command "rm": the library forgets a package with Forget on its row in kvdesk serve's window, or DELETE /api/delete to a running kvdesk serve (a folder of yours stays where it is; kvdesk's copy of an upload is deleted) (${commands})\n`,
+    );
+    // llama.cpp's flags (and Ollama's parameters), with the command's own flag, or what to do where it has none.
+    const unknown = (flag: string, command: string, hint: string) =>
+      `kvdesk: unknown option ${flag} for kvdesk ${command}: ${hint} (see kvdesk ${command} --help)\n`;
+    for (const [args, flag, hint] of [
+      [['generate', M, '-p', 'hi'], '-p', 'did you mean --prompt?'],
+      [['generate', M, '-s', '1'], '-s', 'did you mean --seed?'],
+      [['generate', M, '-t', '2'], '-t', 'did you mean --threads?'],
+      [['generate', M, '--repeat-penalty', '1.1'], '--repeat-penalty', 'did you mean --repetition-penalty?'],
+      [['chat', M, '--repeat_last_n', '64'], '--repeat_last_n', 'did you mean --repetition-window?'],
+      [
+        ['generate', '-m', M],
+        '-m',
+        "the package is the command's argument, not a flag: kvdesk generate PACKAGE (a folder, or a library id)",
+      ],
+      [
+        ['chat', M, '-p', 'hi'],
+        '-p',
+        'chat takes its turns as you type them, or from a pipe (`echo "…" | kvdesk chat M`); for one reply to a prompt use `kvdesk generate M --chat --prompt "…"`',
+      ],
+      [['serve', '-p', '8080'], '-p', 'did you mean --port?'],
+      [['serve', '-m', M], '-m', 'did you mean --model?'],
+    ] as const) {
+      expect(await cli(...args), args.join(' ')).toBe(unknown(flag, args[0], hint));
+    }
+    expect(await cli('list', '--constructor')).toBe(
+      'kvdesk: unknown option --constructor for kvdesk list (see kvdesk list --help)\n',
+    );
+    // A KV budget that rounds down to no byte is refused, not taken as "0 B".
+    expect(await cli('generate', M, '--prompt', 'x', '--kv-budget', '0.5')).toBe(
+      'kvdesk: --kv-budget: "0.5" is 0 bytes (a size rounds down to whole bytes); give 1 byte or more, e.g. 512MiB or 2GiB\n',
+    );
+    expect(await cli('chat', M, '--kv-budget', 'cuda:0=0')).toBe(
+      'kvdesk: --kv-budget: "0" is 0 bytes; give 1 byte or more, e.g. 512MiB or 2GiB\n',
+    );
+  });
+
   it('help and refusals name the flags a person typed, and say what to do', async () => {
     const { main } = await import('../../src/cli/main');
     const cli = async (...args: string[]) => {
