@@ -9,8 +9,10 @@ import {
   closeSync,
   cpSync,
   existsSync,
+  mkdirSync,
   mkdtempSync,
   openSync,
+  readdirSync,
   readFileSync,
   rmSync,
   writeFileSync,
@@ -1132,6 +1134,34 @@ describe('the CLI around its commands: a closed stdout, help, versions, stdin, t
       expect(JSON.parse(probe.stdout.trim().split('\n').at(-1) as string)).toMatchObject({ type: 'report' });
       // (A GPU runtime may say what it could not load: WebGPU's Vulkan, on a machine without it.)
       expect(probe.stderr).not.toMatch(/onnxruntime|telemetry/);
+    } finally {
+      rmSync(work, { recursive: true, force: true });
+    }
+  }, 60_000);
+
+  it("leaves nothing of onnxruntime's telemetry in $HOME or the working folder (a device id, an event queue)", () => {
+    const work = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-cli-telemetry-'));
+    try {
+      const home = path.join(work, 'home');
+      const cwd = path.join(work, 'cwd');
+      mkdirSync(home);
+      mkdirSync(cwd);
+      const { ORT_DISABLE_TELEMETRY: _own, ...rest } = process.env;
+      const r = kvdeskWith(
+        { env: { ...rest, HOME: home, USERPROFILE: home }, cwd },
+        'generate',
+        defaultModelDir,
+        '--prompt',
+        'Hi',
+        '--max-new-tokens',
+        '2',
+        '--data-dir',
+        path.join(work, 'data'),
+      );
+      expect(r.code, r.stderr).toBe(0);
+      // (It kept ~/.cache/Microsoft/DeveloperTools/.onnxruntime/{deviceid,onnxruntime.db}.)
+      expect(readdirSync(home)).toEqual([]);
+      expect(readdirSync(cwd)).toEqual([]);
     } finally {
       rmSync(work, { recursive: true, force: true });
     }

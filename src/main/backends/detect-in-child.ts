@@ -10,6 +10,7 @@ import { fork } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { ORT_ENV } from '../../shared/ort-env';
 import { providerName } from '../packages/execution-providers';
 import { setupHint } from './cuda-setup';
 import { type BackendReport, stripAnsi } from './detect';
@@ -43,6 +44,7 @@ function runOnce(skip: string[], options: ChildDetectOptions): Promise<RunResult
   const child = fork(file, [`--skip=${skip.join(',')}`], {
     execArgv,
     serialization: 'advanced',
+    env: { ...ORT_ENV, ...process.env },
     stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
   });
   let stderr = '';

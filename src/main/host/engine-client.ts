@@ -10,6 +10,7 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { type ErrorInfo, KvdeskError } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
+import { ORT_ENV } from '../../shared/ort-env';
 import type {
   EngineCommand,
   EngineEvent,
@@ -102,7 +103,7 @@ export function engineEnvironment(
   base: NodeJS.ProcessEnv,
   explicit: Record<string, string> | undefined,
 ): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = { ...ENGINE_MALLOC_ENV, ...base, ...explicit };
+  const env: NodeJS.ProcessEnv = { ...ENGINE_MALLOC_ENV, ...ORT_ENV, ...base, ...explicit };
   const tunables = env.GLIBC_TUNABLES ?? '';
   const names = tunables.split(':').map((t) => t.split('=')[0]);
   if (!names.includes(ENGINE_HUGEPAGE_TUNABLE)) {
