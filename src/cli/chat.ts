@@ -3,7 +3,8 @@
  * (a block between lines of `"""` is one turn of several lines); replies stream as they are written. The
  * conversation keeps its KV between turns (a session), and a conversation longer than the model's context goes on
  * without its oldest turns, as the window's chats do. Commands start with a slash (/? lists them). Ctrl+C stops
- * a reply (what it wrote so far stays in the conversation); Ctrl+D or /bye ends the chat.
+ * a reply (what it wrote so far stays in the conversation), or drops the line being typed; Ctrl+D or /bye ends the
+ * chat.
  *
  * With a terminal, it prompts (`>>> `; on stderr when stdout goes to a file, which gets the replies alone); with
  * stdin from a pipe or a file, it reads every line as a turn, prints only the replies, and ends at the end of its
@@ -11,7 +12,8 @@
  * "Thinking..." and "...done thinking." (as Ollama shows it), so stdout holds the replies alone.
  */
 import { randomUUID } from 'node:crypto';
-import { createInterface } from 'node:readline';
+import { createInterface, emitKeypressEvents, type Interface } from 'node:readline';
+import { PassThrough } from 'node:stream';
 import type { HostSettings, ModelInfo, RunnerService } from '../main/host/runner-service';
 import { mapOptions } from '../main/server/ollama-adapter';
 import {
@@ -61,7 +63,7 @@ const HELP = `Commands:
   /clear                  forget the conversation (and its KV)
   /bye                    end the chat (also Ctrl+D)
   """                     starts and ends a message of several lines
-Ctrl+C stops a reply; what it wrote stays in the conversation.
+Ctrl+C stops a reply (what it wrote stays in the conversation), or drops the line being typed.
 `;
 
 /** A piped chat's exit code after SIGINT: 128 + the signal's number, as a shell reports a command it ended. */
@@ -480,6 +482,9 @@ export const CHAT_OPTIONS = {
   ...LOAD_OPTIONS,
 } as const;
 
+/** What chat reads its turns from: stdin, a terminal or not. */
+type ChatInput = NodeJS.ReadableStream & { isTTY?: boolean; setRawMode?: (mode: boolean) => unknown };
+
 /** `kvdesk chat`: loads the package and runs the conversation on stdin until /bye or the end of the input. */
 export async function chat(
   args: string[],
@@ -490,7 +495,7 @@ export async function chat(
     lookup?: number;
     prefillChunk?: number;
   }) => RunnerService,
-  input: NodeJS.ReadableStream & { isTTY?: boolean } = process.stdin,
+  input: ChatInput = process.stdin,
 ): Promise<number> {
   let host: RunnerService | undefined;
   try {
@@ -570,58 +575,27 @@ export async function chat(
 }
 
 /** Reads turns from `input` and hands them to the session one at a time (lines typed meanwhile wait). */
-async function repl(session: ChatSession, input: NodeJS.ReadableStream, interactive: boolean, io: Io): Promise<void> {
-  // Prompts and the typed text go to the terminal: with stdout in a file (`> out.txt`, `| tee`) to stderr, so the
-  // file gets the replies alone.
-  const terminal = process.stdout.isTTY ? process.stdout : process.stderr;
-  const rl = createInterface({
-    input,
-    ...(interactive ? { output: terminal, terminal: true, prompt: '>>> ' } : { terminal: false }),
-  });
+async function repl(session: ChatSession, input: ChatInput, interactive: boolean, io: Io): Promise<void> {
+  if (interactive) return terminalRepl(session, input, io);
+  const rl = createInterface({ input, terminal: false });
   const reader = new TurnReader();
+  // Without a terminal, readline sees no Ctrl+C: the signal comes to the process. Between turns the chat ends
+  // there, and says so in its exit code (128 + SIGINT's 2, as a shell reports a command the signal ended, and as
+  // generate ends).
   const onInterrupt = () => {
     if (session.stop()) return;
-    if (interactive) {
-      if (reader.open) {
-        // Ctrl+C in a block drops it, as a shell drops the line being typed.
-        reader.reset();
-        io.err('\n');
-      } else io.err('\nUse Ctrl + d or /bye to exit.\n');
-      rl.setPrompt('>>> ');
-      rl.prompt();
-    } else {
-      // Between turns: the chat ends there, and says so in its exit code (128 + SIGINT's 2, as a shell reports a
-      // command the signal ended, and as generate ends).
-      session.ended = true;
-      session.interrupted = true;
-      rl.close();
-    }
+    session.ended = true;
+    session.interrupted = true;
+    rl.close();
   };
-  // Ctrl+D while a reply is written closes the input: the chat ends after that reply, as at the prompt.
-  let closed = false;
-  // …and gives the terminal back, whose Ctrl+C then comes to the process: it still stops just that reply.
-  const stopReply = () => {
-    session.stop();
-  };
-  rl.once('close', () => {
-    closed = true;
-    if (interactive) process.on('SIGINT', stopReply);
-  });
-  rl.on('SIGINT', onInterrupt);
-  // Without a terminal, readline sees no Ctrl+C: the signal comes to the process.
-  if (!interactive) process.on('SIGINT', onInterrupt);
+  process.on('SIGINT', onInterrupt);
   try {
-    if (interactive) rl.prompt();
     for await (const line of rl) {
       // (A line read before the interrupt closed the input is not a turn any more.)
       if (session.ended) break;
       const turn = reader.read(line);
       if (turn !== null) await session.line(turn.text, turn.block);
       if (session.ended) break;
-      if (interactive && !closed) {
-        rl.setPrompt(turn === null ? '... ' : '>>> ');
-        rl.prompt();
-      }
     }
     // The input ended inside a block (a file without its closing """): it is still a message.
     const rest = session.ended ? null : reader.flush();
@@ -632,6 +606,160 @@ async function repl(session: ChatSession, input: NodeJS.ReadableStream, interact
   } finally {
     process.off('SIGINT', onInterrupt);
     rl.close();
-    process.off('SIGINT', stopReply);
+  }
+}
+
+/** A key as readline's keypress events give it. */
+interface Key {
+  sequence?: string;
+  name?: string;
+  ctrl?: boolean;
+  meta?: boolean;
+  shift?: boolean;
+}
+
+/**
+ * The chat at a terminal. kvdesk reads the keys itself (raw mode) and hands them to a readline for the line being
+ * typed, a fresh one at each prompt, so that what is sent is what the screen shows: a line Ctrl+C dropped is gone,
+ * not kept unseen in front of the next one. While a reply is written, keys are not echoed into it: they wait, and
+ * show at the next prompt as if typed there (a shell's type-ahead), except Ctrl+C (stops the reply, and drops them
+ * as a terminal drops its type-ahead), Ctrl+D (the chat ends after the reply) and Ctrl+Z.
+ */
+async function terminalRepl(session: ChatSession, input: ChatInput, io: Io): Promise<void> {
+  // Prompts and the typed text go to the terminal: with stdout in a file (`> out.txt`, `| tee`) to stderr, so the
+  // file gets the replies alone.
+  const terminal = process.stdout.isTTY ? process.stdout : process.stderr;
+  const raw = (on: boolean) => input.setRawMode?.(on);
+  const reader = new TurnReader();
+  // One history for the chat: each prompt's readline goes on with it (up, down).
+  const history: string[] = [];
+  /** The line being typed: null while a turn runs. */
+  let line: Interface | null = null;
+  /** What the wait for a line resolves with: the line, or null (Ctrl+D, or the chat ended). */
+  let answer: ((text: string | null) => void) | null = null;
+  /** Keys typed while a turn runs, for the next prompt. */
+  let typedAhead: Array<[string | undefined, Key]> = [];
+  let endAfterReply = false;
+
+  const finish = (text: string | null) => {
+    const done = line;
+    line = null;
+    done?.close();
+    const resolve = answer;
+    answer = null;
+    resolve?.(text);
+  };
+  const toLine = (rl: Interface, s: string | undefined, key: Key) => {
+    rl.write(s ?? null, key);
+    // Half of a surrogate pair is drawn again once the character is whole, as readline does with its own keys.
+    const c = key.sequence?.charCodeAt(0) ?? 0;
+    if (c >= 0xd800 && c <= 0xdfff && line === rl) rl.prompt(true);
+  };
+  const open = () => {
+    const rl = createInterface({
+      // Fed by toLine alone: readline never reads the terminal itself.
+      input: new PassThrough(),
+      output: terminal,
+      terminal: true,
+      history,
+      prompt: reader.open ? '... ' : '>>> ',
+    });
+    line = rl;
+    rl.on('line', (text) => finish(text));
+    // Ctrl+D on an empty line: readline closes itself. (finish and Ctrl+C close it too, once it is not the line.)
+    rl.on('close', () => {
+      if (line !== rl) return;
+      terminal.write('\n');
+      finish(null);
+    });
+    rl.on('SIGINT', () => {
+      // Ctrl+C drops the line being typed, a block too, as a shell drops its line.
+      const typed = rl.line.length > 0 || reader.open;
+      rl.write(null, { ctrl: true, name: 'e' });
+      line = null;
+      rl.close();
+      if (typed) terminal.write('\n');
+      else io.err('\nUse Ctrl + d or /bye to exit.\n');
+      reader.reset();
+      open();
+    });
+    rl.on('SIGTSTP', suspend);
+    rl.prompt();
+    // What was typed while the last turn ran, as if typed now (an Enter in it sends its line).
+    while (line === rl && typedAhead.length > 0) {
+      const [s, key] = typedAhead.shift() as [string | undefined, Key];
+      toLine(rl, s, key);
+    }
+  };
+  const onKey = (s: string | undefined, key: Key | undefined) => {
+    const k = key ?? { sequence: s };
+    if (line) return toLine(line, s, k);
+    // A turn runs.
+    if (k.ctrl && k.name === 'c') {
+      typedAhead = [];
+      session.stop();
+    } else if (k.ctrl && k.name === 'd') endAfterReply = true;
+    else if (k.ctrl && k.name === 'z') suspend();
+    else typedAhead.push([s, k]);
+  };
+  /**
+   * Ctrl+Z: the terminal as it was, and the whole job stopped, as the terminal's own Ctrl+Z stops it: the `kvdesk`
+   * wrapper too, which the shell waits for (stopped alone, the chat left the shell waiting and the terminal dead).
+   * Where no shell could start the job again (an orphaned process group, as under `script` alone), the kernel drops
+   * the signal and the chat goes on.
+   */
+  function suspend(): void {
+    if (process.platform === 'win32') return;
+    raw(false);
+    process.kill(0, 'SIGTSTP');
+    raw(true);
+  }
+  // Started again (fg): raw mode again (the shell had the terminal), and the line being typed drawn again.
+  const onContinue = () => {
+    raw(true);
+    line?.prompt(true);
+  };
+  // A SIGINT from elsewhere (kill -INT): it stops the reply being written, or ends the chat between turns (130).
+  const onSignal = () => {
+    if (session.stop()) return;
+    session.ended = true;
+    session.interrupted = true;
+    finish(null);
+  };
+  // The terminal is gone: the chat ends after the reply being written, as by Ctrl+D.
+  const onEnd = () => {
+    endAfterReply = true;
+    finish(null);
+  };
+  emitKeypressEvents(input);
+  input.on('keypress', onKey);
+  input.on('end', onEnd);
+  process.on('SIGCONT', onContinue);
+  process.on('SIGINT', onSignal);
+  raw(true);
+  input.resume();
+  try {
+    while (!session.ended && !endAfterReply) {
+      const text = await new Promise<string | null>((resolve) => {
+        answer = resolve;
+        open();
+      });
+      if (session.ended) break;
+      if (text === null) {
+        // Ctrl+D in a block ends the chat without it: half a message is not sent (a file's is, by repl).
+        if (reader.open) io.err('kvdesk: the """ block was not sent: the chat ended before its closing """\n');
+        break;
+      }
+      const turn = reader.read(text);
+      if (turn !== null) await session.line(turn.text, turn.block);
+    }
+  } finally {
+    finish(null);
+    input.off('keypress', onKey);
+    input.off('end', onEnd);
+    process.off('SIGCONT', onContinue);
+    process.off('SIGINT', onSignal);
+    raw(false);
+    input.pause();
   }
 }

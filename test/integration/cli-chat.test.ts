@@ -6,11 +6,11 @@
  * stops a reply without ending the chat; a thinking model's reasoning goes to stderr between Ollama's lines, its
  * reply alone to stdout, and /set nothink turns it off.
  */
-import { spawn, spawnSync } from 'node:child_process';
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { ChatSession } from '../../src/cli/chat';
 import { RunnerService } from '../../src/main/host/runner-service';
 import type { GenerationResult } from '../../src/shared/contract';
@@ -345,16 +345,18 @@ describe('kvdesk chat', () => {
   // A terminal: `script` gives the CLI a pseudo-terminal, as a person's shell does. The command is `exec`ed: a shell
   // that stays as its parent (dash, when SHELL is /bin/sh) is in the terminal's foreground group and dies by Ctrl+C.
   const script = spawnSync('script', ['--version'], { encoding: 'utf8' });
+  // A test that failed leaves no terminal behind: its chat (or shell) ends with the terminal (SIGHUP).
+  const terminals: ChildProcess[] = [];
+  afterEach(() => {
+    for (const child of terminals.splice(0)) child.kill('SIGKILL');
+  });
   /**
-   * `node <args>` in a pseudo-terminal (`script`), with `shellTail` after it on its shell line (a redirection):
-   * what the terminal shows so far, a wait for it to show something, and the exit code.
+   * The shell line `command` in a pseudo-terminal (`script`): what the terminal shows so far (and as text alone), a
+   * wait for it to show something, and the exit code.
    */
-  const inTerminal = (args: string[], shellTail = '') => {
-    const command = args.map((a) => `'${a}'`).join(' ');
-    const child = spawn('script', ['-qec', `exec '${process.execPath}' ${command}${shellTail}`, '/dev/null'], {
-      cwd: repoRoot,
-      stdio: ['pipe', 'pipe', 'pipe'],
-    });
+  const underScript = (command: string) => {
+    const child = spawn('script', ['-qec', command, '/dev/null'], { cwd: repoRoot, stdio: ['pipe', 'pipe', 'pipe'] });
+    terminals.push(child);
     let output = '';
     const waiters: Array<{ test: () => boolean; resolve: () => void }> = [];
     child.stdout.on('data', (d) => {
@@ -363,10 +365,38 @@ describe('kvdesk chat', () => {
         if (w.test()) w.resolve();
         else waiters.push(w);
     });
+    /** What the terminal shows so far as text: the cursor's moves, the line's erasing and carriage returns left out. */
+    // biome-ignore lint/suspicious/noControlCharactersInRegex: the terminal's escape sequences are what it drops
+    const plain = () => output.replace(/\x1b\[[0-9;?]*[A-Za-z]|\r/g, '');
+    // A wait that fails after 30 s saying what the terminal shows, rather than the test's timeout saying nothing.
     const until = (test: () => boolean) =>
-      test() ? Promise.resolve() : new Promise<void>((resolve) => waiters.push({ test, resolve }));
+      test()
+        ? Promise.resolve()
+        : new Promise<void>((resolve, reject) => {
+            const late = setTimeout(
+              () => reject(new Error(`still waiting after 30 s; the terminal shows:\n${plain()}`)),
+              30_000,
+            );
+            waiters.push({
+              test,
+              resolve: () => {
+                clearTimeout(late);
+                resolve();
+              },
+            });
+          });
     const exited = new Promise<number>((resolve) => child.on('exit', (code) => resolve(code ?? -1)));
-    return { child, output: () => output, until, exited };
+    return { child, output: () => output, plain, until, exited };
+  };
+  /** `node <args>` in a pseudo-terminal, with `shellTail` after it on its shell line (a redirection). */
+  const inTerminal = (args: string[], shellTail = '') =>
+    underScript(`exec '${process.execPath}' ${args.map((a) => `'${a}'`).join(' ')}${shellTail}`);
+  /** A chat's exit code, a chat still running after `ms` killed (-1): the test says what it did, not a timeout. */
+  const endedWithin = async (t: { child: ReturnType<typeof spawn>; exited: Promise<number> }, ms = 20_000) => {
+    const hung = setTimeout(() => t.child.kill('SIGKILL'), ms);
+    const code = await t.exited;
+    clearTimeout(hung);
+    return code;
   };
   it.skipIf(script.status !== 0)(
     `in a terminal: prompts, Ctrl+C at the prompt says how to leave, Ctrl+D leaves${script.status !== 0 ? ' (skipped: no `script` command to give it a terminal)' : ''}`,
@@ -398,13 +428,7 @@ describe('kvdesk chat', () => {
     t.child.stdin.write('once upon a time\r');
     const typed = () => t.output().indexOf('once upon a time');
     await t.until(() => typed() >= 0 && t.output().length > typed() + 40);
-    const ended = async () => {
-      const hung = setTimeout(() => t.child.kill('SIGKILL'), 20_000);
-      const code = await t.exited;
-      clearTimeout(hung);
-      return code;
-    };
-    return { ...t, ended };
+    return { ...t, ended: () => endedWithin(t) };
   };
 
   it.skipIf(script.status !== 0)(
@@ -421,7 +445,7 @@ describe('kvdesk chat', () => {
   );
 
   it.skipIf(script.status !== 0)(
-    'in a terminal: Ctrl+C after that Ctrl+D still stops just the reply (the terminal was given back), exit 0',
+    'in a terminal: Ctrl+C after that Ctrl+D still stops just the reply, exit 0',
     async () => {
       const { child, output, until, ended } = await longReply();
       child.stdin.write('\x04');
@@ -454,6 +478,123 @@ describe('kvdesk chat', () => {
       } finally {
         rmSync(dir, { recursive: true, force: true });
       }
+    },
+    60_000,
+  );
+
+  it.skipIf(script.status !== 0)(
+    'in a terminal: Ctrl+C drops the line being typed, so what is sent is what the screen shows',
+    async () => {
+      const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-chat-out-'));
+      const file = path.join(dir, 'out.txt');
+      try {
+        const t = inTerminal([BIN, 'chat', defaultModelDir, ...GREEDY, '--verbose'], ` > '${file}'`);
+        const prompts = () => t.output().split('>>> ').length - 1;
+        await t.until(() => prompts() >= 1);
+        // A command typed, then dropped; a message typed, then dropped.
+        t.child.stdin.write('/foo');
+        await t.until(() => t.plain().endsWith('/foo'));
+        t.child.stdin.write('\x03');
+        await t.until(() => prompts() >= 2);
+        t.child.stdin.write('never mind');
+        await t.until(() => t.plain().endsWith('never mind'));
+        t.child.stdin.write('\x03');
+        await t.until(() => prompts() >= 3);
+        t.child.stdin.write('Tell me about rivers.\r');
+        await t.until(() => figures(t.output()).length > 0 || t.output().includes('unknown command'));
+        // The line on screen was the whole message: the reply is the one to it alone.
+        expect(t.output()).not.toContain('unknown command');
+        t.child.stdin.write('/bye\r');
+        expect(await endedWithin(t), t.output()).toBe(0);
+        const piped = kvdesk(['chat', defaultModelDir, ...GREEDY], 'Tell me about rivers.\n');
+        expect(readFileSync(file, 'utf8')).toBe(piped.stdout);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    },
+    60_000,
+  );
+
+  it.skipIf(script.status !== 0)(
+    'in a terminal: keys typed while a reply is written stay out of it and show at the next prompt, as typed there',
+    async () => {
+      const t = await longReply();
+      const start = t.plain().indexOf('once upon a time');
+      t.child.stdin.write('/by');
+      await t.until(() => figures(t.output()).length > 0);
+      // The reply (up to its figures line) has none of it; the next prompt has it, and goes on with what is typed.
+      const reply = t.plain().slice(start, t.plain().indexOf('kvdesk: ', start));
+      expect(reply).not.toContain('/by');
+      await t.until(() => t.plain().endsWith('>>> /by'));
+      t.child.stdin.write('e\r');
+      expect(await t.ended(), t.output()).toBe(0);
+    },
+    60_000,
+  );
+
+  it.skipIf(script.status !== 0)(
+    'in a terminal: Ctrl+C while a reply is written drops what was typed meanwhile with the reply',
+    async () => {
+      const t = await longReply();
+      const prompts = () => t.output().split('>>> ').length - 1;
+      t.child.stdin.write('and so');
+      const after = t.output().length;
+      await t.until(() => t.output().length > after + 20);
+      t.child.stdin.write('\x03');
+      await t.until(() => prompts() >= 2);
+      t.child.stdin.write('/bye\r');
+      expect(await t.ended(), t.output()).toBe(0);
+      expect(t.plain()).not.toContain('and so');
+      expect(t.plain()).toContain('>>> /bye\n');
+    },
+    60_000,
+  );
+
+  it.skipIf(script.status !== 0)(
+    'in a terminal: Ctrl+D inside a """ block ends the chat without sending the block, and says so',
+    async () => {
+      const t = inTerminal([BIN, 'chat', defaultModelDir, ...GREEDY, '--verbose']);
+      await t.until(() => t.output().includes('>>> '));
+      t.child.stdin.write('"""\r');
+      await t.until(() => t.plain().endsWith('... '));
+      t.child.stdin.write('half a draft\r');
+      await t.until(() => t.plain().endsWith('half a draft\n... '));
+      t.child.stdin.write('\x04');
+      expect(await endedWithin(t), t.output()).toBe(0);
+      expect(t.output()).toContain('kvdesk: the """ block was not sent: the chat ended before its closing """');
+      expect(t.output()).not.toContain('sending it as it is');
+      expect(figures(t.output())).toHaveLength(0);
+    },
+    60_000,
+  );
+
+  const bash = spawnSync('bash', ['--version'], { encoding: 'utf8' });
+  it.skipIf(script.status !== 0 || bash.status !== 0)(
+    'in a terminal: Ctrl+Z stops the chat (the `kvdesk` wrapper too) and gives the shell back; fg goes on where it was',
+    async () => {
+      // A shell with job control, as a person's.
+      const t = underScript("export PS1='sh> ' HISTFILE=/dev/null; exec bash --norc --noprofile -i");
+      const shellPrompts = () => t.plain().split('\nsh> ').length - 1;
+      await t.until(() => t.plain().includes('sh> '));
+      t.child.stdin.write(`'${process.execPath}' '${BIN}' chat '${defaultModelDir}' ${GREEDY.join(' ')} --verbose\r`);
+      await t.until(() => t.plain().includes('>>> '));
+      t.child.stdin.write('Tell me');
+      await t.until(() => t.plain().endsWith('>>> Tell me'));
+      const before = shellPrompts();
+      t.child.stdin.write('\x1a');
+      // The shell has the terminal again: the job is stopped, the wrapper with the chat.
+      await t.until(() => shellPrompts() > before);
+      expect(t.plain()).toMatch(/\[1\]\+ +Stopped/);
+      t.child.stdin.write('fg\r');
+      // Drawn again with what was typed, and read again.
+      await t.until(() => /fg\n.*\n>>> Tell me$/.test(t.plain()));
+      t.child.stdin.write(' about rivers.\r');
+      await t.until(() => figures(t.output()).length > 0);
+      t.child.stdin.write('/bye\r');
+      await t.until(() => shellPrompts() > before + 1);
+      t.child.stdin.write('echo "chat exit code $?"; exit\r');
+      expect(await endedWithin(t), t.output()).toBe(0);
+      expect(t.plain()).toContain('chat exit code 0');
     },
     60_000,
   );
