@@ -194,6 +194,19 @@ export class ChatSession {
       if (result.budgetCap) {
         this.io.err(budgetCapLine(result.budgetCap, 'raise --kv-budget, or /clear to start a shorter conversation'));
       }
+      // A reply the default limit (the package's, or 256 tokens) stopped says so too: else it just ends mid-sentence,
+      // and only --verbose's "finish length" tells why. A limit the person set is no news.
+      if (
+        result.finishReason === 'length' &&
+        this.options.maxNewTokens === undefined &&
+        !result.clipped &&
+        !result.budgetCap
+      ) {
+        this.io.err(
+          `kvdesk: the reply stopped at its limit of ${result.tokenIds.length} tokens: /set parameter num_predict N ` +
+            'for longer ones (-1: as many as the context leaves), or start the chat with --max-new-tokens N\n',
+        );
+      }
       if (this.options.verbose) this.io.err(figures(result));
     } catch (err) {
       const info = toErrorInfo(err);

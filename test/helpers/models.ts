@@ -198,6 +198,18 @@ export function unloadablePackage(): string {
   });
 }
 
+/**
+ * The default package with a limit of its own on a reply's tokens (generation_config's max_new_tokens): `limit`,
+ * short enough that a reply stops there.
+ */
+export function replyLimitModel(limit = 8): string {
+  return sharedPackage(`reply-limit-${limit}`, (dir) => {
+    cpSync(defaultModelDir, dir, { recursive: true });
+    const at = path.join(dir, 'generation_config.json');
+    writeFileSync(at, JSON.stringify({ ...JSON.parse(readFileSync(at, 'utf8')), max_new_tokens: limit }));
+  });
+}
+
 /** The id of `</think>` in {@link thinkingModel}: one token (the unused `<|endoftext|>`, renamed), as in Qwen3's vocabulary. */
 export const THINK_END_ID = 509;
 

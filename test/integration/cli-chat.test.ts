@@ -17,7 +17,13 @@ import type { GenerationResult } from '../../src/shared/contract';
 import { ALTERNATING_CHATML } from '../helpers/chat-templates';
 import { defaultModelDir, repoRoot } from '../helpers/fixtures';
 import { holdReplyEnds, noEndBias } from '../helpers/hold-replies';
-import { naturalThinkingQuestion, slowModel, smallContextModel, thinkingModel } from '../helpers/models';
+import {
+  naturalThinkingQuestion,
+  replyLimitModel,
+  slowModel,
+  smallContextModel,
+  thinkingModel,
+} from '../helpers/models';
 
 const BIN = path.join(repoRoot, 'bin/kvdesk.cjs');
 const GREEDY = ['--greedy', '--max-new-tokens', '12'];
@@ -210,6 +216,24 @@ describe('kvdesk chat', () => {
     const whole = kvdesk(['chat', defaultModelDir, ...GREEDY], 'Hi\n');
     expect(whole.stderr).not.toMatch(/capped at|clipped from/);
   });
+
+  it("a reply the default limit (the package's) stops says so, with how to raise it; a limit set is no news", () => {
+    const model = replyLimitModel(8);
+    const r = kvdesk(
+      ['chat', model, '--greedy', '--verbose'],
+      'Tell me about rivers.\n/set parameter num_predict 8\nTell me about rivers.\n',
+    );
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr.match(/kvdesk: 8 tokens, finish length/g)).toHaveLength(2);
+    // Once: the second reply stopped at the limit the chat set.
+    expect(r.stderr.match(/stopped at its limit/g)).toHaveLength(1);
+    expect(r.stderr).toContain(
+      'kvdesk: the reply stopped at its limit of 8 tokens: /set parameter num_predict N for longer ones (-1: as many as the context leaves), or start the chat with --max-new-tokens N\n',
+    );
+    const flag = kvdesk(['chat', model, '--greedy', '--max-new-tokens', '8'], 'Tell me about rivers.\n');
+    expect(flag.code, flag.stderr).toBe(0);
+    expect(flag.stderr).not.toContain('stopped at its limit');
+  }, 60_000);
 
   it('Ctrl+C stops the reply being written, and the chat goes on', async () => {
     const child = spawn(
