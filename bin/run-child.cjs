@@ -6,7 +6,8 @@
 const { spawn } = require('node:child_process');
 
 function runNodeChild(args) {
-  const parent = endsWithParent() ? process.ppid : null;
+  // (Windows never gives an orphan another parent: there is nothing to watch for.)
+  const parent = process.platform !== 'win32' && endsWithParent() ? process.ppid : null;
   // It ends itself when this wrapper is killed outright (parent-watch.cjs).
   const watch = require('node:path').join(__dirname, 'parent-watch.cjs');
   const child = spawn(process.execPath, ['--require', watch, ...args], {
