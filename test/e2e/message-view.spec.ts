@@ -267,7 +267,62 @@ test('a reply edited past the context fills the meter and says what the next tur
   await expect(meter).toHaveAttribute('data-context', '2048');
   // All of the chat, not the few tokens left once the next turn has left it out.
   expect(Number(await meter.getAttribute('data-used'))).toBeGreaterThanOrEqual(2048);
-  await expect(meter).toContainText('2 out of view');
+  // Not out of view yet (the list shows them until the next reply): the next turn leaves them out.
+  await expect(meter).toContainText('2 will be left out');
   await expect(meter).toHaveAttribute('title', /The next turn leaves out the first 2 messages/);
   await expect(meter.locator('.meter > span')).toHaveAttribute('style', /width: 100%/);
+});
+
+test('a full context says the next turn leaves out the oldest messages, and "refused" only in a chat set to refuse', async ({
+  app,
+  server,
+}) => {
+  const now = Date.now();
+  /** A saved chat whose reply stopped at `used` tokens of the default model's 2,048, opened in the page. */
+  async function openFull(name: string, used: number, refuse: boolean) {
+    const id = `t-meter-full-${name}-${now}`;
+    const saved = await wsCall(server, 'saveThread', {
+      id,
+      title: `Meter ${name}`,
+      createdAt: now,
+      updatedAt: now,
+      ...(refuse ? { contextOverflow: 'refuse' } : {}),
+      messages: [
+        { id: 'u0', role: 'user', content: 'Tell me a long story.', createdAt: now },
+        {
+          id: 'a0',
+          role: 'assistant',
+          content: PARAGRAPH,
+          createdAt: now + 1,
+          stats: { tokens: used - 1500, promptTokens: 1500, finishReason: 'length' },
+        },
+      ],
+    });
+    expect(saved.ok).toBe(true);
+    await app.reload();
+    await app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click({ timeout: 15_000 });
+    await expect(app.getByTestId('chat-view')).toHaveAttribute('data-thread-id', id);
+  }
+  const meter = app.getByTestId('context-meter');
+
+  // A reply stopped at the end of the context, in a chat that leaves out its oldest messages (the default).
+  await openFull('drop', 2048, false);
+  await expect(meter).toHaveAttribute('data-used', '2048');
+  await expect(meter).toHaveAttribute('data-context', '2048');
+  await expect(meter).toContainText('the oldest will be left out');
+  await expect(meter).not.toContainText('too long');
+  await expect(meter).toHaveAttribute(
+    'title',
+    /fills all 2,048 tokens of its context\. The next turn leaves out the oldest messages\.$/,
+  );
+  await expect(meter).not.toHaveAttribute('title', /refused|more than/);
+
+  // The same in a chat set to refuse, past the context.
+  await openFull('refuse', 2100, true);
+  await expect(meter).toHaveAttribute('data-used', '2100');
+  await expect(meter).toContainText('too long for the context');
+  await expect(meter).toHaveAttribute(
+    'title',
+    /2,100 tokens, more than its 2,048 tokens of context\. The next turn is refused/,
+  );
 });

@@ -232,6 +232,7 @@ function ContextMeter({ threadId }: { threadId: string }) {
     context,
     left,
     estimate,
+    refuses,
   } = useApp(
     useShallow((s) => {
       const t = s.threads.find((x) => x.id === threadId);
@@ -246,13 +247,16 @@ function ContextMeter({ threadId }: { threadId: string }) {
         context: model?.spec.contextLength,
         left: currentDrop(messages, s.live)?.drop.messages ?? 0,
         estimate: editedEstimate(messages),
+        refuses: t?.contextOverflow === 'refuse',
       };
     }),
   );
   const approximate = edits && counted === undefined;
   const used = counted ?? (approximate && kept !== undefined ? kept + estimate : kept);
   if (used === undefined || context === undefined) return null;
-  // Outgrown (an edited reply longer than the context): the bar full, and what the next turn leaves out.
+  // Full or outgrown (a reply stopped at the end of the context, an edited reply longer than it, a model with less
+  // context picked): the bar full, and what the next turn does: leaves out the oldest messages, or, in a chat set
+  // to refuse, is refused.
   const over = used >= context;
   const dropped = Math.max(left, counts?.dropped ?? 0);
   const share = Math.min(1, used / context);
@@ -264,9 +268,11 @@ function ContextMeter({ threadId }: { threadId: string }) {
       data-context={context}
       data-count={counted !== undefined ? 'recounted' : approximate ? 'estimate' : 'kept'}
       title={
-        (over
+        (used > context
           ? `The conversation as the model sees it is ${approximate ? 'about ' : ''}${formatInteger(used)} tokens, more than its ${formatInteger(context)} tokens of context.`
-          : `The conversation as the model sees it fills ${approximate ? 'about ' : ''}${formatInteger(used)} of its ${formatInteger(context)} tokens of context.`) +
+          : over
+            ? `The conversation as the model sees it fills ${approximate ? 'about ' : ''}all ${formatInteger(context)} tokens of its context.`
+            : `The conversation as the model sees it fills ${approximate ? 'about ' : ''}${formatInteger(used)} of its ${formatInteger(context)} tokens of context.`) +
         (counted !== undefined
           ? ' Counted again after your edit of a reply (as the next turn would send it).'
           : approximate
@@ -277,14 +283,26 @@ function ContextMeter({ threadId }: { threadId: string }) {
           : dropped > 0
             ? ` The first ${dropped} messages are out of view.`
             : over
-              ? ' The next turn is refused: shorten a message, or start a new chat.'
-              : ' When it is full, the oldest messages are left out.')
+              ? refuses
+                ? ' The next turn is refused: shorten a message, or start a new chat.'
+                : ' The next turn leaves out the oldest messages.'
+              : refuses
+                ? ' When it is full, the next turn is refused.'
+                : ' When it is full, the oldest messages are left out.')
       }
     >
       <span className="num">
         context {approximate ? '≈' : ''}
         {formatInteger(used)} / {formatInteger(context)}
-        {dropped > 0 ? ` · ${dropped} out of view` : over ? ' · too long for the context' : ''}
+        {dropped > left
+          ? ` · ${dropped} will be left out`
+          : dropped > 0
+            ? ` · ${dropped} out of view`
+            : over
+              ? refuses
+                ? ' · too long for the context'
+                : ' · the oldest will be left out'
+              : ''}
       </span>
       <span className="meter">
         <span style={{ width: `${(share * 100).toFixed(1)}%` }} />
