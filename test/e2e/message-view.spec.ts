@@ -326,3 +326,45 @@ test('a full context says the next turn leaves out the oldest messages, and "ref
     /2,100 tokens, more than its 2,048 tokens of context\. The next turn is refused/,
   );
 });
+
+test('a reply edited to leave the next reply too little room says what the next turn leaves out, short of the context', async ({
+  app,
+  server,
+}) => {
+  const now = Date.now();
+  const id = `t-meter-room-${now}`;
+  // Replies of up to 1,024 tokens: the host leaves out the oldest messages once the prompt passes 1,024 of 2,048.
+  const saved = await wsCall(server, 'saveThread', {
+    id,
+    title: 'Meter room',
+    createdAt: now,
+    updatedAt: now,
+    maxNewTokens: 1024,
+    messages: [
+      { id: 'u0', role: 'user', content: 'Hi', createdAt: now },
+      {
+        id: 'a0',
+        role: 'assistant',
+        content: 'Hello.',
+        createdAt: now + 1,
+        stats: { tokens: 2, promptTokens: 10, finishReason: 'eos' },
+      },
+    ],
+  });
+  expect(saved.ok).toBe(true);
+  await app.reload();
+  await app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click({ timeout: 15_000 });
+  const meter = app.getByTestId('context-meter');
+  await expect(meter).toHaveAttribute('data-used', '12');
+  const reply = lastReply(app);
+  await reply.hover();
+  await reply.getByTestId('edit-reply').click();
+  await app.getByTestId('reply-edit-input').fill(PARAGRAPH.repeat(23));
+  await app.getByTestId('reply-edit-save').click();
+  await expect(meter).toHaveAttribute('data-count', 'recounted');
+  const used = Number(await meter.getAttribute('data-used'));
+  expect(used).toBeGreaterThan(1200);
+  expect(used).toBeLessThan(2048);
+  await expect(meter).toContainText('2 will be left out');
+  await expect(meter).toHaveAttribute('title', /The next turn leaves out the first 2 messages/);
+});

@@ -76,8 +76,8 @@ export interface Bridge {
   /**
    * The conversation as the model sees it now (from where its latest reply's view starts), counted again as the
    * next turn would send it and all of it, as `refuse` counts (leaving out the oldest messages would hide what an
-   * edit added); where that outgrows the context and the thread leaves out its oldest messages, how many the next
-   * turn would leave out. Null without a model or a thread.
+   * edit added); where the thread leaves out its oldest messages, how many the next turn would leave out (the host
+   * leaves some out before the chat fills the context, to leave its reply room). Null without a model or a thread.
    */
   measureContext(threadId: string): Promise<PromptMeasure | null>;
   /** Saves the thread's settings as a preset under `name` (replacing one of that name). */
@@ -1062,6 +1062,30 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     return said;
   }
 
+  /** The next turn's prompt with `text` (and its files) sent: the bridge's measureDraft, which measureContext uses too. */
+  async function measureDraft(
+    threadId: string,
+    text: string,
+    attachments: Attachment[] = [],
+  ): Promise<PromptMeasure | null> {
+    const thread = s().threads.find((t) => t.id === threadId);
+    const modelId = modelFor(threadId);
+    const model = modelOf(modelId);
+    if (!thread || !model) return null;
+    const live = s().live;
+    const history = thread.messages.filter((m) => live[m.id] === undefined);
+    const draft: StoredMessage = {
+      id: 'draft',
+      role: 'user',
+      content: text,
+      createdAt: 0,
+      ...(attachments.length > 0 ? { attachments } : {}),
+    };
+    const request = buildChatRequest(thread, [...history, draft], modelId, model.spec);
+    const r = await api.invoke('measurePrompt', request);
+    return r.ok ? r.value : null;
+  }
+
   async function forgetPackage(root: string): Promise<void> {
     s().setModelBusy(root, true);
     const r = await api.invoke('forgetModel', { root });
@@ -1091,24 +1115,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       saveSettings();
       return null;
     },
-    async measureDraft(threadId, text, attachments = []) {
-      const thread = s().threads.find((t) => t.id === threadId);
-      const modelId = modelFor(threadId);
-      const model = modelOf(modelId);
-      if (!thread || !model) return null;
-      const live = s().live;
-      const history = thread.messages.filter((m) => live[m.id] === undefined);
-      const draft: StoredMessage = {
-        id: 'draft',
-        role: 'user',
-        content: text,
-        createdAt: 0,
-        ...(attachments.length > 0 ? { attachments } : {}),
-      };
-      const request = buildChatRequest(thread, [...history, draft], modelId, model.spec);
-      const r = await api.invoke('measurePrompt', request);
-      return r.ok ? r.value : null;
-    },
+    measureDraft,
     async measureSystemPrompt(threadId) {
       const thread = s().threads.find((t) => t.id === threadId);
       const modelId = modelFor(threadId);
@@ -1139,9 +1146,11 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       );
       if (!whole.ok) return null;
       const { promptTokens, contextLength } = whole.value;
-      if (promptTokens < contextLength || thread.contextOverflow === 'refuse') return { promptTokens, contextLength };
-      const fit = await api.invoke('measurePrompt', buildChatRequest(thread, [...history, next], modelId, model.spec));
-      const dropped = fit.ok ? fit.value.droppedMessages : undefined;
+      if (thread.contextOverflow === 'refuse') return { promptTokens, contextLength };
+      // What the next turn leaves out, as the host would send it: also when the chat is shorter than the context,
+      // since the host leaves out the oldest messages once it leaves the reply too little room (up to half of it).
+      const fit = await measureDraft(threadId, '');
+      const dropped = fit?.droppedMessages;
       return { promptTokens, contextLength, ...(dropped !== undefined ? { droppedMessages: dropped } : {}) };
     },
     savePreset(threadId, name) {
