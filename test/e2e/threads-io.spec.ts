@@ -168,6 +168,22 @@ test('a chat made while a search is typed shows in the list: the search empties 
   await expect(items.first()).toHaveAttribute('data-thread-id', made ?? '');
   await expect(items.first()).toHaveAttribute('aria-current', 'true');
 
+  // New chat again, the new chat untouched: it opens again (the open chat stays the same), and shows in the list.
+  await search.fill('pangolin');
+  await expect(listed(made)).toHaveCount(0);
+  await page.getByTestId('new-thread').click();
+  await expect(search).toHaveValue('');
+  expect(await openId()).toBe(made);
+  await expect(listed(made)).toHaveAttribute('aria-current', 'true');
+  // The same with Ctrl+N from the search box.
+  await search.fill('pangolin');
+  await expect(listed(made)).toHaveCount(0);
+  await search.focus();
+  await page.keyboard.press('ControlOrMeta+n');
+  await expect(search).toHaveValue('');
+  expect(await openId()).toBe(made);
+  await expect(listed(made)).toHaveAttribute('aria-current', 'true');
+
   // Ctrl+N from the search box, the open chat one the search shows: the same.
   await search.fill('pangolin');
   await listed(second).getByTestId('thread-title').click();

@@ -555,6 +555,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     if (active && untouched(active)) {
       s().setView('chat');
       s().setEditing(null);
+      s().chatMade();
       return active;
     }
     const thread: Thread = {
@@ -568,6 +569,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       ...(active?.preset ? { preset: active.preset } : {}),
     };
     s().addThread(thread);
+    s().chatMade();
     madeAs.set(thread.id, chatSetup(thread));
     if (active && Object.keys(carriedSettings(active)).length > 0) carriedFrom.set(thread.id, active.title);
     s().setView('chat');
@@ -903,6 +905,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         .map((m, i) => ({ ...m, id: `${newId('m', now)}-${i}` })),
     };
     s().addThread(branch);
+    s().chatMade();
     s().setView('chat');
     saveThread(branch.id);
     rememberOpen(branch.id);
@@ -1227,6 +1230,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       for (let n = 1; taken.has(title); n++)
         title = `${r.thread.title.slice(0, 180)} (imported${n > 1 ? ` ${n}` : ''})`;
       s().addThread({ ...r.thread, title });
+      s().chatMade();
       s().setView('chat');
       saveThread(r.thread.id);
       rememberOpen(r.thread.id);

@@ -295,18 +295,16 @@ export function ThreadList() {
     setImportError(error);
     if (!error) setOpen(false);
   };
-  // A chat made here (New chat, Ctrl+N, a branch, an import) opens where the list shows it: a search that would hide
-  // it empties. The chat that opens in place of one deleted leaves the search as it is (the next to delete may be
-  // among its chats).
-  const wasOpen = useRef(activeId);
-  // biome-ignore lint/correctness/useExhaustiveDependencies: only a chat opening asks; the search and its chats are read as they are then
+  // A chat made here (New chat, Ctrl+N, a branch, an import), or the untouched open chat New chat opens again,
+  // shows where the list has it: a search that would hide it empties (the store counts those chats, as the open
+  // chat may be the same one). Another chat opened (one picked, the one in place of a chat deleted) leaves the
+  // search as it is (the next to delete may be among its chats).
+  const made = useApp((s) => s.chatsMade);
+  // biome-ignore lint/correctness/useExhaustiveDependencies: only a chat made asks; the search and its chats are read as they are then
   useEffect(() => {
-    const was = wasOpen.current;
-    wasOpen.current = activeId;
-    if (activeId === was || activeId === null || !query || ids.includes(activeId)) return;
-    if (was !== null && !store.getState().threads.some((t) => t.id === was)) return;
+    if (activeId === null || !query || ids.includes(activeId)) return;
     setQuery('');
-  }, [activeId]);
+  }, [made]);
   const inList = (id: string | null): id is string => id !== null && ids.includes(id);
   const tabbable = inList(roving) ? roving : inList(activeId) ? activeId : ids[0];
   // The drawer opened: focus goes into it (to the chat in the Tab order, else New chat).

@@ -286,6 +286,7 @@ export const createChatSlice: StateCreator<AppState, [], [], ChatSlice> = (set, 
   errorDetails: {},
   editingMessageId: null,
   toolRuns: {},
+  chatsMade: 0,
 
   setToolRun(callId, threadId) {
     set((s) => {
@@ -307,6 +308,10 @@ export const createChatSlice: StateCreator<AppState, [], [], ChatSlice> = (set, 
 
   addThread(thread) {
     set((s) => ({ threads: [thread, ...s.threads.filter((t) => t.id !== thread.id)], activeThreadId: thread.id }));
+  },
+
+  chatMade() {
+    set((s) => ({ chatsMade: s.chatsMade + 1 }));
   },
 
   receiveThread(thread) {

@@ -123,6 +123,12 @@ export interface ChatSlice {
   setToolRun(callId: string, threadId: string | null): void;
   loadThreads(threads: Thread[], openThreadId?: string): void;
   addThread(thread: Thread): void;
+  /**
+   * Counts the chats made (or, New chat on an untouched open chat, opened again) here: New chat, Ctrl+N, a branch,
+   * an import. The chat list empties a search that would hide the chat each time.
+   */
+  chatsMade: number;
+  chatMade(): void;
   /** A chat another tab or window saved: it replaces this page's copy (or joins the list), the open one stays. */
   receiveThread(thread: Thread): void;
   selectThread(id: string | null): void;
