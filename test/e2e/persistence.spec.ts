@@ -234,42 +234,59 @@ test('a setting typed is kept without leaving its field: through a reload, and i
     return (r.value as Array<{ id: string; maxNewTokens?: number; systemPrompt?: string }>).find((t) => t.id === id);
   };
 
-  // The chat's saves, as the page sends them.
-  let saves = 0;
+  // The chat's saves, as the page sends them: the temperature each one carries.
+  const temperatures: Array<number | undefined> = [];
   app.on('websocket', (ws) =>
     ws.on('framesent', ({ payload }) => {
-      if (typeof payload === 'string' && payload.includes('"name":"saveThread"')) saves++;
+      if (typeof payload !== 'string' || !payload.includes('"name":"saveThread"')) return;
+      const sent = JSON.parse(payload) as { request?: { id?: string; sampling?: { temperature?: number } } };
+      if (sent.request?.id === id) temperatures.push(sent.request.sampling?.temperature);
     }),
   );
 
-  // Typed, then the page reloaded at once (no blur comes then): the value is the chat's.
+  // The page's clock, held still while keys are typed: a take a moment after the last key comes only when the
+  // test moves the clock on, however slowly the machine types (installed for the context, so from the reload on).
+  await app.clock.install();
+  await app.reload();
+  await expect(app.getByTestId('chat-view')).toHaveAttribute('data-thread-id', id);
+  const TAKE_AFTER_MS = 500; // SettingsPanel's
+  const hold = () => app.evaluate(() => Date.now()).then((now) => app.clock.pauseAt(now + 1));
+
+  // Typed, then the page reloaded (no blur comes then, and the clock never reaches the moment after the last key):
+  // the page going takes it, and the value is the chat's.
   await toggle.click();
   await app.getByTestId('setting-maxNewTokens').click();
+  await hold();
   await app.keyboard.press('ControlOrMeta+a');
   await app.keyboard.type('64');
   await app.reload();
+  await app.clock.resume();
   await expect(app.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
   await expect(app.getByTestId('chat-view')).toHaveAttribute('data-thread-id', id);
   await expect(summary).toContainText('max 64');
+  expect((await saved())?.maxNewTokens).toBe(64);
   await toggle.click();
   await expect(app.getByTestId('setting-maxNewTokens')).toHaveValue('64');
 
-  // Typed, then left alone: taken a moment after the last key (the field still focused), in one save.
+  // Typed, then left alone: taken a moment after the last key (the field still focused), in one save of the
+  // value typed (none of what was there between the keys).
   const temperature = app.getByTestId('setting-temperature');
   await temperature.click();
-  const before = saves;
-  await app.keyboard.type('0.25', { delay: 150 });
+  await hold();
+  const before = temperatures.length;
+  await app.keyboard.type('0.25');
+  await app.clock.runFor(TAKE_AFTER_MS + 100);
   await expect(summary).toContainText('temp 0.25');
   await expect(temperature).toBeFocused();
   await expect(temperature).toHaveValue('0.25');
-  await app.waitForTimeout(1000);
-  expect(saves - before).toBe(1);
+  await expect.poll(() => temperatures.slice(before)).toEqual([0.25]);
   // Half typed ("-" alone is no number yet): nothing is taken, the field keeps what is typed.
   await app.keyboard.press('ControlOrMeta+a');
   await app.keyboard.type('-');
-  await app.waitForTimeout(1000);
+  await app.clock.runFor(TAKE_AFTER_MS * 2);
   await expect(summary).toContainText('temp 0.25');
   await expect(app.getByTestId('setting-error-temperature')).toHaveCount(0);
+  await app.clock.resume();
   await app.keyboard.press('Backspace');
   await app.keyboard.type('0.3');
 
