@@ -306,3 +306,45 @@ test('a setting typed is kept without leaving its field: through a reload, and i
   await expect(summary).toContainText('temp 0.3');
   expect((await saved())?.maxNewTokens).toBe(64);
 });
+
+test("a setting's field left without an edit saves nothing: another tab's newer value stays", async ({
+  app,
+  server,
+}) => {
+  const id = await newChat(app);
+  await setSettings(app, { maxNewTokens: 2 });
+  const summary = app.getByTestId('settings-summary');
+  const saved = async () => {
+    const r = await wsCall(server, 'listThreads', {});
+    return (r.value as Array<{ id: string; maxNewTokens?: number; sampling?: { temperature?: number } }>).find(
+      (t) => t.id === id,
+    );
+  };
+  await expect.poll(async () => (await saved())?.maxNewTokens).toBe(2);
+  await app.getByTestId('settings-toggle').click();
+  // A temperature typed and taken here (the field keeps its text from then on: it shows what was typed).
+  const temperature = app.getByTestId('setting-temperature');
+  await temperature.fill('0.5');
+  await temperature.blur();
+  await expect.poll(async () => (await saved())?.sampling?.temperature).toBe(0.5);
+  await temperature.click();
+
+  // Another tab sets the temperature while this one's field has the focus (and the text typed before).
+  const other = await saved();
+  const changed = await wsCall(server, 'saveThread', {
+    ...other,
+    sampling: { temperature: 0.9 },
+    updatedAt: Date.now(),
+  });
+  expect(changed.ok).toBe(true);
+  await expect(summary).toContainText('temp 0.9');
+
+  // Left without an edit, then another field typed and left (its save comes after anything the first one sent).
+  await app.keyboard.press('Tab');
+  await expect(temperature).not.toBeFocused();
+  await app.getByTestId('setting-maxNewTokens').fill('7');
+  await app.getByTestId('setting-maxNewTokens').blur();
+  await expect.poll(async () => (await saved())?.maxNewTokens).toBe(7);
+  expect((await saved())?.sampling?.temperature).toBe(0.9);
+  await expect(summary).toContainText('temp 0.9');
+});

@@ -84,7 +84,8 @@ export const TAKE_AFTER_MS = 500;
  * A field's value taken as it is typed: a moment after the last key, at once when the field is left, and before
  * the panel goes (another chat opened, a preset applied) or the page does (a reload, the window closed), which
  * Chromium does without a blur. `later` (on each change) waits for the keys to stop; `now` (on blur) takes it at
- * once. A take reads the chat as it is then (useLatest), not as it was at the key.
+ * once, if it changed since it was last taken. A take reads the chat as it is then (useLatest), not as it was at
+ * the key.
  */
 function useTakes(): { later(key: string, take: () => void): void; now(key: string, take: () => void): void } {
   const pending = useRef(new Map<string, { take: () => void; timer: ReturnType<typeof setTimeout> }>());
@@ -118,6 +119,9 @@ function useTakes(): { later(key: string, take: () => void): void; now(key: stri
       pending.current.set(key, { take, timer });
     },
     now(key, take) {
+      // Only a field changed since its last take: one left as it was would save its text (the chat's value when
+      // it was typed) over a newer one (another tab's).
+      if (!pending.current.has(key)) return;
       drop(key);
       take();
     },
