@@ -348,3 +348,46 @@ test("a setting's field left without an edit saves nothing: another tab's newer 
   expect((await saved())?.sampling?.temperature).toBe(0.9);
   await expect(summary).toContainText('temp 0.9');
 });
+
+test('the page going while a reply is on its way to the host and a setting is typed saves both: the reply too', async ({
+  app,
+  server,
+}) => {
+  // The page's requests for replies never reach the host: a reply sent stays on its way ('sending').
+  await app.routeWebSocket(/.*/, (ws) => {
+    const host = ws.connectToServer();
+    ws.onMessage((message) => {
+      if (typeof message === 'string' && message.includes('"t":"generate"')) return;
+      host.send(message);
+    });
+  });
+  await app.reload();
+  await expect(app.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+  const id = await newChat(app);
+  await setSettings(app, { maxNewTokens: 2 });
+  await send(app, 'On its way');
+  await expect(lastReply(app)).toHaveAttribute('data-state', 'sending');
+  const saved = async () => {
+    const r = await wsCall(server, 'listThreads', {});
+    return (r.value as Array<{ id: string; maxNewTokens?: number; messages: Array<{ role: string }> }>).find(
+      (t) => t.id === id,
+    );
+  };
+
+  // A setting typed and not left, then the page goes. Its pagehide, without the reload: the routed socket would
+  // lose what the page sends as it unloads (a real reload of it is in 'a setting typed is kept…').
+  await app.getByTestId('settings-toggle').click();
+  await app.getByTestId('setting-maxNewTokens').click();
+  await app.keyboard.press('ControlOrMeta+a');
+  await app.keyboard.type('64');
+  await app.evaluate(() => {
+    const w = globalThis as unknown as {
+      PageTransitionEvent: new (type: string) => unknown;
+      dispatchEvent(event: unknown): boolean;
+    };
+    w.dispatchEvent(new w.PageTransitionEvent('pagehide'));
+  });
+  // The settings' save, after the one of the replies on their way: it keeps the reply as that one did.
+  await expect.poll(async () => (await saved())?.maxNewTokens).toBe(64);
+  expect((await saved())?.messages.map((m) => m.role)).toEqual(['user', 'assistant']);
+});

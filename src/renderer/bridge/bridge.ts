@@ -250,6 +250,9 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     return r.ok;
   }
 
+  /** The page is going (its pagehide came): see saveThread. */
+  let pageGoing = false;
+
   /**
    * Persists a thread. A reply still streaming goes with its text so far, marked interrupted (its end saves it
    * again, whole): a reload or a crash keeps what it had written, to continue or regenerate. One that has written
@@ -258,7 +261,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
    * it is left out (another tab would show it interrupted while it is only on its way, for as long as the chat's
    * tools take to start).
    */
-  function saveThread(threadId: string, pageGoing = false): void {
+  function saveThread(threadId: string): void {
     const t = s().threads.find((x) => x.id === threadId);
     if (!t) return;
     const live = s().live;
@@ -298,11 +301,17 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     if (entry?.timer !== undefined) clearTimeout(entry.timer);
     streamSaves.delete(threadId);
   }
-  // The page going (a reload, the window closing): the replies streaming are saved as they are now.
+  // The page going (a reload, the window closing): the replies streaming are saved as they are now. Every save
+  // from then on (the settings' fields taken as the page goes, after this) keeps a reply not yet with the host too.
   if (typeof window !== 'undefined') {
     window.addEventListener('pagehide', () => {
+      pageGoing = true;
       const threads = new Set(Object.values(s().live).map((l) => l.threadId));
-      for (const id of threads) saveThread(id, true);
+      for (const id of threads) saveThread(id);
+    });
+    // Back from the back/forward cache: the page stays after all.
+    window.addEventListener('pageshow', () => {
+      pageGoing = false;
     });
   }
 
