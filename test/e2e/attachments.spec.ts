@@ -122,3 +122,40 @@ test('the paper clip is named in two words; what it takes is its description', a
   await expect(clip).toHaveAccessibleName('Attach files');
   await expect(clip).toHaveAccessibleDescription(/^Attach text files \(notes, code, CSV, JSON…\): .*drop them here\.$/);
 });
+
+test('a file sent the moment it is attached does not come back as the chat’s draft', async ({ app: page }) => {
+  const id = await newChat(page);
+  await setSettings(page, { maxNewTokens: 2 });
+  await page.getByTestId('chat-input').fill('About these notes');
+  // Enter pressed as soon as the file's chip shows (before the box has kept it in the drafts).
+  await page.evaluate(() => {
+    const w = globalThis as unknown as {
+      MutationObserver: new (
+        cb: () => void,
+      ) => { observe(node: unknown, o: { childList: boolean; subtree: boolean }): void; disconnect(): void };
+      KeyboardEvent: new (type: string, init: { key: string; bubbles: boolean; cancelable: boolean }) => unknown;
+      document: {
+        body: unknown;
+        querySelector(s: string): { dispatchEvent(event: unknown): boolean } | null;
+      };
+    };
+    const observer = new w.MutationObserver(() => {
+      if (!w.document.querySelector('[data-testid="composer-attachment"]')) return;
+      observer.disconnect();
+      w.document
+        .querySelector('[data-testid="chat-input"]')
+        ?.dispatchEvent(new w.KeyboardEvent('keydown', { key: 'Enter', bubbles: true, cancelable: true }));
+    });
+    observer.observe(w.document.body, { childList: true, subtree: true });
+  });
+  await dropOnChat(page, [['sent.txt', 'Sent notes.\n']]);
+  await expect(page.getByTestId('message-user')).toHaveCount(1);
+  await expect(page.getByTestId('message-user')).toContainText('sent.txt');
+  await expect(lastReply(page)).toHaveAttribute('data-state', /done|error/);
+  // Another chat opened and this one again: its draft is empty, no file in it.
+  await newChat(page);
+  await page.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).getByTestId('thread-title').click();
+  await expect(page.getByTestId('chat-view')).toHaveAttribute('data-thread-id', id);
+  await expect(page.getByTestId('chat-input')).toHaveValue('');
+  await expect(page.getByTestId('composer-attachment')).toHaveCount(0);
+});

@@ -282,6 +282,8 @@ export function Composer({ threadId }: { threadId: string | null }) {
     }
     setText('');
     setFiles([]);
+    // Files attached a moment ago and not yet kept (their effect not run yet) are sent: not kept as a draft now.
+    filesEdited.current = false;
     slots.current = 0;
     setFileError(null);
   };
