@@ -8,7 +8,7 @@ import { appendFileSync, cpSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { expect, type Page } from '@playwright/test';
-import { lastReply, newChat, send, setSettings, test } from './fixtures';
+import { lastReply, newChat, send, setSettings, test, wsCall } from './fixtures';
 import { ROOT, startServe } from './serve';
 
 const threadRow = (page: Page, id: string) => page.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`);
@@ -96,15 +96,25 @@ test('a message sent in one tab is no draft in the others: their box empties, an
     await input.press('Enter');
     await expect(lastReply(page)).toHaveAttribute('data-state', /done|error/);
     const userTexts = (p: Page) => p.getByTestId('message-user').getByTestId('message-text');
-    for (const t of [onY, elsewhere]) {
+    const savedUserTexts = async () => {
+      const r = await wsCall(server, 'listThreads', {});
+      const t = (
+        r.value as Array<{ id: string; maxNewTokens?: number; messages: Array<{ role: string; content: string }> }>
+      ).find((x) => x.id === y);
+      return { max: t?.maxNewTokens, texts: t?.messages.filter((m) => m.role === 'user').map((m) => m.content) };
+    };
+    for (const [i, t] of [onY, elsewhere].entries()) {
       if (t === elsewhere) await open(t, y);
       await expect(userTexts(t)).toHaveText(['first turn of Y', 'hello from tab B']);
       await expect(t.getByTestId('chat-input')).toHaveValue('');
       await expect(t.getByTestId('composer-attachment')).toHaveCount(0);
       await expect(t.getByTestId('send-button')).toBeDisabled();
-      // Enter sends nothing again (given time to).
+      // Enter sends nothing again. Then a setting changed there: its save reaches the host after any message that
+      // Enter would have sent (and has that tab's messages), so the host's chat says what Enter did.
       await t.getByTestId('chat-input').press('Enter');
-      await t.waitForTimeout(300);
+      await setSettings(t, { maxNewTokens: 3 + i });
+      await expect.poll(async () => (await savedUserTexts()).max).toBe(3 + i);
+      expect((await savedUserTexts()).texts).toEqual(['first turn of Y', 'hello from tab B']);
       await expect(userTexts(page)).toHaveText(['first turn of Y', 'hello from tab B']);
     }
 
