@@ -7,13 +7,12 @@
  */
 import os from 'node:os';
 import { expect, test } from '@playwright/test';
+import { COPY_UNAVAILABLE } from '../../src/renderer/lib/copy-unavailable';
 import { CHROMIUM, CHROMIUM_ARGS } from './chromium';
 import { lastReply, newChat, send, setSettings } from './fixtures';
 import { type ServeHandle, startServe } from './serve';
 
 const TOKEN = 'lan-copy-token';
-/** What a copy button says when the browser took the text neither way. */
-const COPY_UNAVAILABLE = 'copy is not available here: select the text';
 // The name the server answers to when bound to every address (with its addresses): this computer's.
 const NAME = os.hostname().toLowerCase();
 

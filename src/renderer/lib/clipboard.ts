@@ -4,8 +4,7 @@
  * has none, and copies the older way instead, a hidden text area selected and copied on the click.
  */
 
-/** What a copy button says when neither way took the text. */
-export const COPY_UNAVAILABLE = 'copy is not available here: select the text';
+export { COPY_UNAVAILABLE } from './copy-unavailable';
 
 /** Puts `text` on the clipboard; false when the browser took it neither way (say so: the person selects it). */
 export async function copyText(text: string): Promise<boolean> {
