@@ -55,8 +55,12 @@ test('the window’s API server: started with the key, a new key, the local netw
   await card.getByTestId('api-key-show').click();
   await expect(value).toHaveText(/^kvd-[A-Za-z0-9_-]{43}$/);
   const key = (await value.textContent()) ?? '';
-  await card.getByTestId('api-key-copy').click();
-  await expect(card.getByTestId('api-key-copy')).toHaveText('Copied');
+  const copy = card.getByRole('button', { name: 'Copy the API key' });
+  await copy.click();
+  await expect(copy).toHaveText('copied');
+  await expect(card.getByTestId('api-key').getByRole('status')).toHaveText('The API key copied');
+  // Said for a moment, then the button is as it was (the next press says it again).
+  await expect(copy).toHaveText('Copy');
   const clipboard = () =>
     (
       globalThis as unknown as { navigator: { clipboard: { readText(): Promise<string> } } }

@@ -7,8 +7,6 @@ import { useEffect, useState } from 'react';
 import { useShallow } from 'zustand/react/shallow';
 import type { ApiServerSettings } from '../../shared/api';
 import { useApp, useBridge } from '../bridge/context';
-import { COPY_UNAVAILABLE, copyText } from '../lib/clipboard';
-import { capitalized } from '../lib/format';
 import { CopyButton } from './Markdown';
 
 /** LM Studio's port, which many tools expect of a local server. */
@@ -32,7 +30,6 @@ function ApiAddress({ url, href = url }: { url: string; href?: string }) {
 /** The window's API key: hidden until asked, copied with a click, replaced on demand. */
 function ApiKey({ apiKey, busy, renew }: { apiKey: string; busy: boolean; renew: () => void }) {
   const [shown, setShown] = useState(false);
-  const [copied, setCopied] = useState<'copied' | 'failed' | null>(null);
   return (
     <div className="row api-key" data-testid="api-key">
       API key{' '}
@@ -42,30 +39,23 @@ function ApiKey({ apiKey, busy, renew }: { apiKey: string; busy: boolean; renew:
       <button type="button" className="small" data-testid="api-key-show" onClick={() => setShown(!shown)}>
         {shown ? 'Hide' : 'Show'}
       </button>
-      <button
-        type="button"
-        className="small"
-        data-testid="api-key-copy"
-        onClick={() => {
-          void copyText(apiKey).then((done) => {
-            // Not copied: the key shown, to select.
-            if (!done) setShown(true);
-            setCopied(done ? 'copied' : 'failed');
-          });
+      {/* Not copied: the key shown, to select. */}
+      <CopyButton
+        text={apiKey}
+        what="the API key"
+        label="Copy"
+        testId="api-key-copy"
+        onCopy={(done) => {
+          if (!done) setShown(true);
         }}
-      >
-        {copied === 'copied' ? 'Copied' : copied === 'failed' ? capitalized(COPY_UNAVAILABLE) : 'Copy'}
-      </button>
+      />
       <button
         type="button"
         className="small"
         disabled={busy}
         data-testid="api-key-new"
         title="Make a new key: clients with the old one are refused"
-        onClick={() => {
-          setCopied(null);
-          renew();
-        }}
+        onClick={renew}
       >
         New key
       </button>

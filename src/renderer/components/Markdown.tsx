@@ -37,12 +37,15 @@ export function CopyButton({
   what,
   label = 'copy',
   testId,
+  onCopy,
 }: {
   text: string;
   /** What it copies, for its name ("Copy reply 3") and what is said once it has ("Reply 3 copied"). */
   what: string;
   label?: string;
   testId?: string;
+  /** Told what a press did: copied, or not (the browser took the text neither way). */
+  onCopy?: (copied: boolean) => void;
 }) {
   /** What the last press did: copied, or failed (the browser took the text neither way); null once said. */
   const [done, setDone] = useState<'copied' | 'failed' | null>(null);
@@ -66,6 +69,7 @@ export function CopyButton({
           void copyText(text).then((copied) => {
             setDone(copied ? 'copied' : 'failed');
             setCopies((n) => n + 1);
+            onCopy?.(copied);
           });
         }}
       >
