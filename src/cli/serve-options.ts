@@ -3,6 +3,18 @@
  * to the browser UI it starts in place of the window, without loading the server to do so.
  */
 
+import net from 'node:net';
+
+/** Whether `host:port` can be listened on now: a listen closed at once; its error (EADDRINUSE…) is thrown. */
+export async function probePort(host: string, port: number): Promise<void> {
+  const probe = net.createServer();
+  await new Promise<void>((resolve, reject) => {
+    probe.once('error', reject);
+    probe.listen(port, host, resolve);
+  });
+  await new Promise((resolve) => probe.close(resolve));
+}
+
 /** The port `kvdesk serve` listens on without --port. */
 export const DEFAULT_PORT = 8080;
 

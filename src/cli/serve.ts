@@ -4,7 +4,6 @@
  * A thin composition: RunnerService from flags, HostApi (which loads the
  * default model), each --model, then startServer. Runs until SIGINT/SIGTERM.
  */
-import net from 'node:net';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { type ApiServerControl, createHostApi, type HostApi } from '../main/host/host-api';
@@ -16,7 +15,7 @@ import { KvdeskError, toErrorInfo } from '../shared/errors';
 import { byteSizeFlag, flagError, type Io, joinValues, lookupFlag, threadsFlag } from './common';
 import { dataDirOf } from './data-dir';
 import { applyDeviceFlags } from './device-flags';
-import { DEFAULT_PORT, SERVE_OPTIONS } from './serve-options';
+import { DEFAULT_PORT, probePort, SERVE_OPTIONS } from './serve-options';
 
 /** Usage lines of `serve` (main.ts shows them in its help). */
 export const SERVE_USAGE = `  kvdesk serve [--port N] [--host 127.0.0.1] [--token T] [--model PATH]... [options]
@@ -260,14 +259,4 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     else await runner?.close();
     signals?.dispose();
   }
-}
-
-/** Whether `host:port` can be listened on now: a listen closed at once; its error (EADDRINUSE…) is thrown. */
-async function probePort(host: string, port: number): Promise<void> {
-  const probe = net.createServer();
-  await new Promise<void>((resolve, reject) => {
-    probe.once('error', reject);
-    probe.listen(port, host, resolve);
-  });
-  await new Promise((resolve) => probe.close(resolve));
 }

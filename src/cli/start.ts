@@ -13,9 +13,8 @@
  */
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
-import net from 'node:net';
 import path from 'node:path';
-import { DEFAULT_PORT, SERVE_OPTIONS } from './serve-options';
+import { DEFAULT_PORT, probePort, SERVE_OPTIONS } from './serve-options';
 
 /** Repository root (this file is src/cli/start.ts). */
 export const ROOT = path.resolve(__dirname, '../..');
@@ -279,11 +278,10 @@ export function serveFlagValue(args: readonly string[], name: string): string | 
 
 /** Whether another program listens on `host:port` now (a listen tried there, and closed at once where it worked). */
 export function portTaken(host: string, port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const probe = net.createServer();
-    probe.once('error', (err: NodeJS.ErrnoException) => resolve(err.code === 'EADDRINUSE'));
-    probe.listen(port, host, () => probe.close(() => resolve(false)));
-  });
+  return probePort(host, port).then(
+    () => false,
+    (err: NodeJS.ErrnoException) => err.code === 'EADDRINUSE',
+  );
 }
 
 /**

@@ -4,45 +4,17 @@
  * oldest messages cannot make room for it: the turn is refused), and the line follows the chat as it changes,
  * not only as messages are added.
  */
-import type { Page } from '@playwright/test';
-import { expect, lastReply, test, wsCall } from './fixtures';
-import type { ServeHandle } from './serve';
+import { expect, lastReply, openGreeting, test } from './fixtures';
 
 const PARAGRAPH =
   'The lighthouse keeper climbed the stairs every evening, counting the steps as his father had, and lit the lamp ' +
   'before the fishing boats came round the point. ';
 
-/** A saved chat of one question and a short answer (left out the oldest messages, as new chats do), opened. */
-async function openSeeded(app: Page, server: ServeHandle, name: string): Promise<void> {
-  const now = Date.now();
-  const id = `t-${name}-${now}`;
-  const saved = await wsCall(server, 'saveThread', {
-    id,
-    title: name,
-    createdAt: now,
-    updatedAt: now,
-    messages: [
-      { id: 'u0', role: 'user', content: 'Hi', createdAt: now },
-      {
-        id: 'a0',
-        role: 'assistant',
-        content: 'Hello.',
-        createdAt: now + 1,
-        stats: { tokens: 2, promptTokens: 10, finishReason: 'eos' },
-      },
-    ],
-  });
-  expect(saved.ok).toBe(true);
-  await app.reload();
-  await app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click({ timeout: 15_000 });
-  await expect(app.getByTestId('chat-view')).toHaveAttribute('data-thread-id', id);
-}
-
 test('a message longer than the context is flagged when the chat leaves out its oldest messages too', async ({
   app,
   server,
 }) => {
-  await openSeeded(app, server, 'too-long');
+  await openGreeting(app, server, 'too-long');
   const measure = app.getByTestId('draft-measure');
   // A message that fits: no flag.
   await app.getByTestId('chat-input').fill('And then?');
@@ -64,7 +36,7 @@ test('the draft is measured again when a reply is edited (the chat changed, not 
   app,
   server,
 }) => {
-  await openSeeded(app, server, 'edited');
+  await openGreeting(app, server, 'edited');
   const measure = app.getByTestId('draft-measure');
   const tokens = async () => Number(await measure.getAttribute('data-prompt-tokens'));
   await app.getByTestId('chat-input').fill('And then?');

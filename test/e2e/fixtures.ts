@@ -160,3 +160,33 @@ export async function apiThinkingQuestion(url: string, model = 'thinking'): Prom
   });
   return { question, reasoning: reply.reasoning ?? '', content: reply.text, reasoningTokens: reply.reasoningTokens };
 }
+
+/**
+ * A saved chat of one question and a short answer (it leaves out the oldest messages, as new chats do), opened;
+ * its id.
+ */
+export async function openGreeting(app: Page, server: ServeHandle, name: string): Promise<string> {
+  const now = Date.now();
+  const id = `t-${name}-${now}`;
+  const saved = await wsCall(server, 'saveThread', {
+    id,
+    title: name,
+    createdAt: now,
+    updatedAt: now,
+    messages: [
+      { id: 'u0', role: 'user', content: 'Hi', createdAt: now },
+      {
+        id: 'a0',
+        role: 'assistant',
+        content: 'Hello.',
+        createdAt: now + 1,
+        stats: { tokens: 2, promptTokens: 10, finishReason: 'eos' },
+      },
+    ],
+  });
+  expect(saved.ok).toBe(true);
+  await app.reload();
+  await app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click({ timeout: 15_000 });
+  await expect(app.getByTestId('chat-view')).toHaveAttribute('data-thread-id', id);
+  return id;
+}

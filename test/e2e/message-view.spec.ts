@@ -5,7 +5,7 @@
  * anything says so.
  */
 import type { Locator, Page } from '@playwright/test';
-import { expect, lastReply, newChat, send, setSettings, test, wsCall } from './fixtures';
+import { expect, lastReply, newChat, openGreeting, send, setSettings, test, wsCall } from './fixtures';
 import type { ServeHandle } from './serve';
 
 const PARAGRAPH =
@@ -193,27 +193,7 @@ test('a reply stopped before it wrote anything says where it was stopped, not ju
 });
 
 test("the context meter counts an edited reply's text, not the tokens the model wrote", async ({ app, server }) => {
-  const now = Date.now();
-  const id = `t-meter-${now}`;
-  const saved = await wsCall(server, 'saveThread', {
-    id,
-    title: 'Meter',
-    createdAt: now,
-    updatedAt: now,
-    messages: [
-      { id: 'u0', role: 'user', content: 'Hi', createdAt: now },
-      {
-        id: 'a0',
-        role: 'assistant',
-        content: 'Hello.',
-        createdAt: now + 1,
-        stats: { tokens: 2, promptTokens: 10, finishReason: 'eos' },
-      },
-    ],
-  });
-  expect(saved.ok).toBe(true);
-  await app.reload();
-  await app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click({ timeout: 15_000 });
+  await openGreeting(app, server, 'meter');
   const meter = app.getByTestId('context-meter');
   await expect(meter).toHaveAttribute('data-used', '12');
   await expect(meter).toHaveAttribute('data-count', 'kept');
@@ -234,27 +214,7 @@ test('a reply edited past the context fills the meter and says what the next tur
   app,
   server,
 }) => {
-  const now = Date.now();
-  const id = `t-meter-over-${now}`;
-  const saved = await wsCall(server, 'saveThread', {
-    id,
-    title: 'Meter over',
-    createdAt: now,
-    updatedAt: now,
-    messages: [
-      { id: 'u0', role: 'user', content: 'Hi', createdAt: now },
-      {
-        id: 'a0',
-        role: 'assistant',
-        content: 'Hello.',
-        createdAt: now + 1,
-        stats: { tokens: 2, promptTokens: 10, finishReason: 'eos' },
-      },
-    ],
-  });
-  expect(saved.ok).toBe(true);
-  await app.reload();
-  await app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click({ timeout: 15_000 });
+  await openGreeting(app, server, 'meter-over');
   const meter = app.getByTestId('context-meter');
   await expect(meter).toHaveAttribute('data-used', '12');
   const reply = lastReply(app);
