@@ -12,7 +12,7 @@
  * A multipart body is streamed to a folder on disk as it arrives (receiveMultipart), never held in memory;
  * validation is the host's job (importStaged, importFiles).
  */
-import { createWriteStream } from 'node:fs';
+import { createWriteStream, type WriteStream } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import path from 'node:path';
@@ -126,19 +126,22 @@ export function receiveMultipart(
     let failed = false;
     const writes: Array<Promise<void>> = [];
     /**
-     * File parts being written, each with the stream that counts its bytes: a failure ends them (their files
-     * close), the rest of the body is dropped. The count is ended too: a part whose end busboy had read but not yet
-     * emitted counts as done to pipeline once destroyed, and its file would then never finish (nor close).
+     * File parts being written, each with the stream that counts its bytes and the file it goes to: a failure
+     * destroys all three, the rest of the body is dropped. Each is destroyed, as none alone settles every
+     * pipeline: a part whose end busboy had read but not yet emitted counts as done to pipeline once destroyed, and
+     * a count destroyed after its part ended but before its own end reached the file leaves that file waiting for
+     * ever (it never finishes nor closes, and the upload is never answered: seen on a loaded machine).
      */
-    const open = new Map<Readable, Transform>();
+    const open = new Map<Readable, { counted: Transform; file?: WriteStream }>();
     const fail = (err: unknown) => {
       if (failed) return;
       failed = true;
       req.unpipe(parser);
       req.resume();
-      for (const [stream, counted] of open) {
+      for (const [stream, { counted, file }] of open) {
         counted.destroy();
         stream.destroy();
+        file?.destroy();
       }
       // The files being written close first: the folder the caller removes next has nothing more coming.
       void Promise.allSettled(writes).then(() => reject(err));
@@ -180,13 +183,15 @@ export function receiveMultipart(
           else done(null, chunk);
         },
       });
-      open.set(stream, counted);
+      const writing: { counted: Transform; file?: WriteStream } = { counted };
+      open.set(stream, writing);
       writes.push(
         (async () => {
           await mkdir(path.dirname(target), { recursive: true });
           // Failed meanwhile (the part is destroyed): no file is made in the folder the caller removes next.
           if (failed) return;
           const file = createWriteStream(target, { flags: 'wx' });
+          writing.file = file;
           try {
             await pipeline(stream, counted, file);
           } finally {

@@ -1,7 +1,9 @@
+import { pbkdf2 } from 'node:crypto';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Readable } from 'node:stream';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
 import { HttpError } from '../../../src/main/server/http-util';
 import { multipartBoundary, receiveMultipart, uploadFromJson } from '../../../src/main/server/upload';
@@ -154,6 +156,42 @@ describe('an upload cut off or refused part way', () => {
       // The caller removes the folder next: no file of it is still being written.
       expect(openUnder(dir)).toEqual([]);
     }
+  });
+});
+
+describe('a refusal while a file waits on the disk', () => {
+  it('answers, though the file had the whole part but not yet its end', async () => {
+    // A part fully read, its file still writing (the disk slow: here libuv's thread pool busy) and the rest of it
+    // waiting in the stream that counts its bytes; then a part whose path clashes. Ending the counting stream alone
+    // left that file waiting for ever: the upload was never answered (seen on a loaded machine).
+    const headers = (name: string) =>
+      `content-disposition: form-data; name="file"; filename="${name}"\r\ncontent-type: application/octet-stream\r\n\r\n`;
+    const req = new Readable({ read() {} }) as Readable & { headers: Record<string, string> };
+    req.headers = { 'content-type': 'multipart/form-data; boundary=B' };
+    const dir = tempDir();
+    const received = receiveMultipart(req, dir, 1 << 20);
+    req.push(`--B\r\n${headers('p/a/b')}`);
+    req.push(Buffer.alloc(1, 1));
+    // Its file open: the write goes on.
+    for (let i = 0; i < 500 && !existsSync(path.join(dir, 'p/a/b')); i++) await sleep(10);
+    expect(existsSync(path.join(dir, 'p/a/b'))).toBe(true);
+    await sleep(50);
+    // Every thread of the pool busy for a while: the file's next writes wait.
+    const threads = Number(process.env.UV_THREADPOOL_SIZE) || 4;
+    const busy = Array.from(
+      { length: threads },
+      () => new Promise((done) => pbkdf2('x', 'y', 6_000_000, 32, 'sha256', done)),
+    );
+    // More than the file takes before it pushes back, then the rest of the part and its end.
+    req.push(Buffer.alloc(40_000, 2));
+    await sleep(50);
+    req.push(Buffer.concat([Buffer.alloc(8_000, 3), Buffer.from('\r\n--B\r\n')]));
+    await sleep(100);
+    req.push(`${headers('p/a')}x\r\n--B--\r\n`);
+    req.push(null);
+    const refused = await failure(within(received), HttpError);
+    expect(refused.message).toContain('both as a file and as the folder');
+    await Promise.all(busy);
   });
 });
 
