@@ -55,7 +55,7 @@ import type {
 import { detectLayout, loadModelSpec, variantOption as variantOf } from '../packages';
 import { backendProvider, providerShortName } from '../packages/execution-providers';
 import type { LoadOptions } from '../packages/load-options';
-import { createScheduler, formatBytes, type Scheduler } from '../scheduler';
+import { createScheduler, formatBytesApart, type Scheduler } from '../scheduler';
 import {
   type AnswerPart,
   applyChat,
@@ -2315,11 +2315,12 @@ class Generation {
       typeof d.budgetBytes === 'number' &&
       alone > d.budgetBytes
     ) {
+      const [needs, budget] = formatBytesApart(alone, d.budgetBytes);
       return {
         ...error,
         message:
-          `${field} alone needs ${formatBytes(alone)} of KV cache ((${longest} prompt + 1) tokens × ${spec.bpt} ` +
-          `B/token), but the KV budget is ${formatBytes(d.budgetBytes)}. Shorten it or leave it out, or raise the KV budget.`,
+          `${field} alone needs ${needs} of KV cache ((${longest} prompt + 1) tokens × ${spec.bpt} ` +
+          `B/token), but the KV budget is ${budget}. Shorten it or leave it out, or raise the KV budget.`,
         detail: { ...d, field },
       };
     }

@@ -12,7 +12,7 @@ const UNITS = ['KiB', 'MiB', 'GiB', 'TiB'] as const;
  * Formats bytes with binary units and one decimal (`3.2 GiB`), as the UI does;
  * exact bytes below 1 KiB. Called when building derivation formulas and messages.
  */
-export function formatBytes(bytes: number): string {
+export function formatBytes(bytes: number, decimals = 1): string {
   const sign = bytes < 0 ? '−' : '';
   let value = Math.abs(bytes);
   if (value < 1024) return `${sign}${value} B`;
@@ -23,7 +23,20 @@ export function formatBytes(bytes: number): string {
     value /= 1024;
     unit += 1;
   }
-  return `${sign}${value.toFixed(1)} ${UNITS[unit]}`;
+  return `${sign}${value.toFixed(decimals)} ${UNITS[unit]}`;
+}
+
+/**
+ * Two sizes a message sets side by side ("needs 1.57 MiB …, but the budget is 1.56 MiB"), with as many decimals as
+ * it takes for different sizes to read differently (one decimal wrote "needs 1.6 MiB … budget is 1.6 MiB"), up to
+ * exact bytes.
+ */
+export function formatBytesApart(a: number, b: number): [string, string] {
+  for (let decimals = 1; decimals <= 3; decimals++) {
+    const pair: [string, string] = [formatBytes(a, decimals), formatBytes(b, decimals)];
+    if (a === b || pair[0] !== pair[1]) return pair;
+  }
+  return [`${a.toLocaleString('en-US')} B`, `${b.toLocaleString('en-US')} B`];
 }
 
 /** Inputs of {@link deriveCpuBudget}; all byte counts are whole bytes. */

@@ -1,6 +1,13 @@
 /** The KV scheduler's public surface; the host imports from here only. */
 
-export { type CpuBudgetInputs, deriveCpuBudget, explicitDerivation, formatBytes, parseByteSize } from './budget';
+export {
+  type CpuBudgetInputs,
+  deriveCpuBudget,
+  explicitDerivation,
+  formatBytes,
+  formatBytesApart,
+  parseByteSize,
+} from './budget';
 export {
   createScheduler,
   type FinishOptions,

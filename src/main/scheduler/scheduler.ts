@@ -65,7 +65,7 @@ import {
   type SchedulerSnapshot,
   type SchedulerViolation,
 } from '../../shared/scheduler-types';
-import { explicitDerivation, formatBytes } from './budget';
+import { explicitDerivation, formatBytesApart } from './budget';
 
 /** Options of {@link createScheduler}. */
 export interface SchedulerOptions extends SchedulerLimits {
@@ -792,16 +792,17 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     why: string,
   ): { message: string; detail: ErrorDetail } {
     const tokens = refusedTokens(shape, prefixTokens);
+    const [required, limit] = formatBytesApart(requiredBytes, limits.limitBytes);
     return {
       message:
-        `This request needs at least ${formatBytes(requiredBytes)} of KV cache (${shape.rows} ` +
+        `This request needs at least ${required} of KV cache (${shape.rows} ` +
         `${shape.rows === 1 ? 'row' : 'rows'} × ` +
         (shape.fixedTokens !== undefined
           ? `a static cache of ${shape.fixedTokens} positions × ${shape.bpt} B/token), but ${why} ` +
-            `${formatBytes(limits.limitBytes)}. This model allocates its whole cache per row: ` +
+            `${limit}. This model allocates its whole cache per row: ` +
             `${shape.rows > 1 ? 'send fewer rows, or raise' : 'raise'} the KV budget.`
           : `(${tokens.session > 0 ? `${tokens.session} session + ` : ''}${tokens.prompt} prompt + 1) tokens × ` +
-            `${shape.bpt} B/token), but ${why} ${formatBytes(limits.limitBytes)}. ` +
+            `${shape.bpt} B/token), but ${why} ${limit}. ` +
             `Shorten the prompt, ${shape.rows > 1 ? 'send fewer rows, ' : ''}or raise the KV budget.`),
       detail: {
         requiredBytes,

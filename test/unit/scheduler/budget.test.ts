@@ -1,5 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { deriveCpuBudget, explicitDerivation, formatBytes, parseByteSize } from '../../../src/main/scheduler/budget';
+import {
+  deriveCpuBudget,
+  explicitDerivation,
+  formatBytes,
+  formatBytesApart,
+  parseByteSize,
+} from '../../../src/main/scheduler/budget';
 import { KvdeskError } from '../../../src/shared/errors';
 
 const GiB = 1024 ** 3;
@@ -31,6 +37,14 @@ describe('formatBytes', () => {
 
   it('stops at TiB', () => {
     expect(formatBytes(1024 ** 5)).toBe('1024.0 TiB');
+  });
+
+  it('sets two sizes side by side with as many decimals as tell them apart, up to exact bytes', () => {
+    expect(formatBytesApart(1645568, 1635328)).toEqual(['1.57 MiB', '1.56 MiB']);
+    expect(formatBytesApart(3 * GiB, 2 * GiB)).toEqual(['3.0 GiB', '2.0 GiB']);
+    expect(formatBytesApart(GiB, GiB)).toEqual(['1.0 GiB', '1.0 GiB']);
+    expect(formatBytesApart(GiB + 1, GiB)).toEqual(['1,073,741,825 B', '1,073,741,824 B']);
+    expect(formatBytesApart(400, 512)).toEqual(['400 B', '512 B']);
   });
 
   it('marks negative sizes with a minus sign', () => {

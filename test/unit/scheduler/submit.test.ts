@@ -149,6 +149,14 @@ describe('submit: never fits', () => {
     expect(t.types()).toEqual(['rejected']);
   });
 
+  it('writes the two sizes with the decimals that tell them apart (1597 KiB against 1607 KiB: not "1.6 MiB" twice)', () => {
+    const t = createTestScheduler({ limit: 1597 * 1024 });
+    const error = errorOf(t.submit(req({ id: 'a', prompt: 12_855, max: 8, context: 16_384 })));
+    expect(error.detail).toMatchObject({ requiredBytes: 12_856 * 128, budgetBytes: 1597 * 1024 });
+    expect(error.message).toContain('needs at least 1.57 MiB of KV cache');
+    expect(error.message).toContain('but the KV budget is 1.56 MiB.');
+  });
+
   it('counts every row', () => {
     const t = createTestScheduler({ limit: 1023 });
     const error = errorOf(t.submit(req({ rows: 2, prompt: 3 })));
