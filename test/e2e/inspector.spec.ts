@@ -147,8 +147,9 @@ test('a request over a small budget is refused with its numbers; a partial fit i
   await expect(reply).toHaveAttribute('data-state', /done|cancelled/, { timeout: 30_000 });
   await expect(reply.getByTestId('budget-cap-note')).toHaveAttribute('data-admitted', '20');
   await expect(reply.getByTestId('budget-cap-note')).toHaveAttribute('data-requested', '200');
+  // The chat's first reply: its prompt is the message alone, so a new chat would give it no more room.
   await expect(reply.getByTestId('budget-cap-note')).toContainText(
-    "raise the limit in the inspector, or go on in a new chat (a reply's prompt is the whole conversation so far)",
+    'raise the limit in the inspector, or send a shorter message (the reply has what its prompt leaves).',
   );
 
   // A limit past the machine's memory is taken, and the derivation says what that gives up.

@@ -135,7 +135,11 @@ function unansweredNote(finishReason: string | undefined): string {
   return finishReason ? ' · no reply after it' : '';
 }
 
-function CapNote({ cap }: { cap: NonNullable<Stats['budgetCap']> }) {
+/**
+ * A reply the KV budget capped, and what gives it more room: a new chat only where its prompt held earlier turns
+ * (a chat's first reply has the message alone).
+ */
+function CapNote({ cap, earlierTurns }: { cap: NonNullable<Stats['budgetCap']>; earlierTurns: boolean }) {
   return (
     <div
       className="note"
@@ -146,8 +150,10 @@ function CapNote({ cap }: { cap: NonNullable<Stats['budgetCap']> }) {
       ⚠ Reply capped at {formatInteger(cap.admittedMaxTokens)} tokens by the KV budget (asked{' '}
       {formatInteger(cap.requestedMaxTokens)}:{' '}
       <span title={exactBytes(cap.requestedBytes)}>{formatBytes(cap.requestedBytes)}</span> needed,{' '}
-      <span title={exactBytes(cap.availableBytes)}>{formatBytes(cap.availableBytes)}</span> free) — raise the limit in
-      the inspector, or go on in a new chat (a reply's prompt is the whole conversation so far).
+      <span title={exactBytes(cap.availableBytes)}>{formatBytes(cap.availableBytes)}</span> free) —{' '}
+      {!earlierTurns
+        ? 'raise the limit in the inspector, or send a shorter message (the reply has what its prompt leaves).'
+        : "raise the limit in the inspector, or go on in a new chat (a reply's prompt is the whole conversation so far)."}
     </div>
   );
 }
@@ -752,7 +758,7 @@ function AssistantReply({
       )}
       {live && <LivePhase live={live} />}
       {stats?.error && <Refusal messageId={message.id} threadId={threadId} error={stats.error} />}
-      {cap && <CapNote cap={cap} />}
+      {cap && <CapNote cap={cap} earlierTurns={earlierTurns} />}
       {clipText && <ClipNote text={clipText} />}
       {drop && !stats?.error && <DropNote drop={drop} />}
       {writtenElsewhere && (
