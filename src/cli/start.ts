@@ -89,17 +89,70 @@ export function locateElectron(options: {
   };
 }
 
-/** The one paragraph printed when the window cannot open. */
-export function missingElectronMessage(location: { expected: string; reason: string }, version: string | null): string {
+/**
+ * The one paragraph printed when the window cannot open. `download`: how the download of the binary that `npm start`
+ * tried went (npm install does not fetch it: the electron package downloads it on first use), or why none was tried.
+ */
+export function missingElectronMessage(
+  location: { expected: string; reason: string },
+  version: string | null,
+  download?: string,
+): string {
   const v = version ? ` ${version}` : '';
   return (
     `kvdesk: cannot open the desktop window: ${location.reason}. ` +
-    `npm installs Electron's binary in a separate download that fails offline or behind a blocking proxy ` +
-    `(and is skipped with ELECTRON_SKIP_BINARY_DOWNLOAD). To get it, run \`node node_modules/electron/install.js\` ` +
+    (download === undefined
+      ? `Electron's binary is a separate download (about 100 MB) that fails offline or behind a blocking proxy. `
+      : `${download} `) +
+    `To get it, run \`node node_modules/electron/install.js\` ` +
     `(or \`npx install-electron\`) on a machine with internet access, or set ELECTRON_OVERRIDE_DIST_PATH to a folder ` +
     `holding an Electron${v} build, then run \`npm start\` again. Until then kvdesk runs its headless UI: ` +
     `the same app in your browser, at the URL below.\n`
   );
+}
+
+/** How long `npm start` lets Electron's download run before it gives up on it (it is about 100 MB). */
+const ELECTRON_DOWNLOAD_MS = 10 * 60_000;
+
+/**
+ * Downloads Electron's binary with the electron package's own installer (install.js), as the package itself does on
+ * its first `require('electron')`, which `npm start` never makes (it only looks, locateElectron): without this, npm
+ * install and npm start would never fetch it. Not tried where ELECTRON_SKIP_BINARY_DOWNLOAD is set or the package has
+ * no installer. Returns null once the installer succeeded, else a sentence saying what happened (for
+ * missingElectronMessage).
+ */
+export function downloadElectron(
+  electronDir: string,
+  env: NodeJS.ProcessEnv,
+  timeoutMs = ELECTRON_DOWNLOAD_MS,
+): string | null {
+  const skip = env.ELECTRON_SKIP_BINARY_DOWNLOAD;
+  if (skip && skip !== '0' && skip !== 'false') {
+    return 'ELECTRON_SKIP_BINARY_DOWNLOAD is set, so kvdesk did not download the binary.';
+  }
+  const installer = path.join(electronDir, 'install.js');
+  if (!existsSync(installer)) return `The electron package has no installer (${installer}) to download it with.`;
+  say("kvdesk: downloading Electron's binary, once (about 100 MB: npm install leaves it to the first start)…\n");
+  const run = spawnSync(process.execPath, [installer], {
+    cwd: electronDir,
+    env,
+    stdio: ['ignore', 'inherit', 'pipe'],
+    encoding: 'utf8',
+    timeout: timeoutMs,
+    killSignal: 'SIGKILL',
+  });
+  if (run.status === 0) return null;
+  if (run.error || run.signal) {
+    const why = run.signal ? `it was still running after ${Math.round(timeoutMs / 1000)} s` : run.error?.message;
+    return `The download of Electron's binary failed: ${why}.`;
+  }
+  // The installer's error is a stack trace: its first line says what failed ("TypeError: fetch failed", an HTTP status).
+  const first =
+    (run.stderr ?? '')
+      .split('\n')
+      .find((line) => line.trim().length > 0)
+      ?.trim() ?? `exit ${run.status}`;
+  return `The download of Electron's binary failed (${first.slice(0, 200)}): offline, or a proxy or firewall blocks it?`;
 }
 
 /** The paragraph printed when Linux has no display to show a window on. */
@@ -410,12 +463,27 @@ export async function main(argv: string[]): Promise<number> {
     return runServe(argv.slice(1));
   }
   const electronDir = path.join(ROOT, 'node_modules/electron');
-  const location = locateElectron({ electronDir, env: process.env, platform: process.platform });
-  if (location.found && !lacksDisplay(process.platform, process.env)) {
+  let location = locateElectron({ electronDir, env: process.env, platform: process.platform });
+  const display = !lacksDisplay(process.platform, process.env);
+  // The package without its binary (not a folder ELECTRON_OVERRIDE_DIST_PATH names): fetched here, on first start.
+  let download: string | null | undefined;
+  const packaged = path.join(electronDir, 'dist') + path.sep;
+  if (
+    !location.found &&
+    display &&
+    !process.env.ELECTRON_OVERRIDE_DIST_PATH &&
+    location.expected.startsWith(packaged)
+  ) {
+    download = downloadElectron(electronDir, process.env);
+    if (download === null) location = locateElectron({ electronDir, env: process.env, platform: process.platform });
+  }
+  if (location.found && display) {
     if (!ensureAppBuild()) return 1;
     return runElectron(location.path, argv);
   }
-  say(`${location.found ? noDisplayMessage() : missingElectronMessage(location, electronVersion(electronDir))}\n`);
+  say(
+    `${location.found ? noDisplayMessage() : missingElectronMessage(location, electronVersion(electronDir), download ?? undefined)}\n`,
+  );
   if (!ensureServedUi(splitServeArgs(argv).serve)) return 1;
   ensureCliBuild();
   const { args, notes } = await headlessArgs(argv);

@@ -182,3 +182,34 @@ describe.skipIf(process.platform !== 'linux')('npm start killed outright (SIGKIL
     await allGone(wrapper, url, output);
   }, 150_000);
 });
+
+describe.skipIf(
+  process.platform !== 'linux' ||
+    existsSync(path.join(repoRoot, 'node_modules/electron/dist')) ||
+    !existsSync(path.join(repoRoot, 'node_modules/electron/install.js')),
+)("npm start where Electron's binary was never downloaded", () => {
+  it('tries the download itself (npm install does not make it), says why it failed, and serves the browser UI', async () => {
+    const port = await freePort();
+    const { flags } = await serveFlags(port);
+    // A screen to open the window on, and a download that cannot succeed here (a mirror on a closed port, no cache).
+    const closed = await freePort();
+    const { child, output } = startGroup(
+      process.execPath,
+      [path.join(repoRoot, 'bin/run-ts.cjs'), 'src/cli/start.ts', ...flags],
+      plainEnv({
+        DISPLAY: ':99',
+        ELECTRON_MIRROR: `http://127.0.0.1:${closed}/`,
+        electron_config_cache: await tmp('kvdesk-electron-cache-'),
+      }),
+    );
+    const url = await servedAt(child, output);
+    expect(url).toBe(`http://127.0.0.1:${port}`);
+    expect(output()).toContain("kvdesk: downloading Electron's binary, once");
+    expect(output()).toContain(
+      "The download of Electron's binary failed (TypeError: fetch failed): offline, or a proxy or firewall blocks it?",
+    );
+    expect(output()).toContain('Until then kvdesk runs its headless UI');
+    // Nothing of the failed download was left in the package (the next start tries again).
+    expect(existsSync(path.join(repoRoot, 'node_modules/electron/dist'))).toBe(false);
+  }, 150_000);
+});

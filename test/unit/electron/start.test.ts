@@ -1,9 +1,10 @@
-import { mkdtempSync, utimesSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, utimesSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import {
+  downloadElectron,
   electronPlatformPath,
   headlessArgs,
   lacksDisplay,
@@ -74,6 +75,59 @@ describe('finding the Electron binary without downloading it', () => {
     expect(electronPlatformPath('win32')).toBe('electron.exe');
     expect(electronPlatformPath('darwin')).toBe('Electron.app/Contents/MacOS/Electron');
     expect(electronPlatformPath('aix')).toBeNull();
+  });
+});
+
+describe("npm start fetches Electron's binary itself (npm install does not: the package downloads it on first use)", () => {
+  /** An electron package folder whose installer (install.js) is `script`. */
+  function electronPackage(script: string): string {
+    const d = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-electron-pkg-'));
+    writeFileSync(path.join(d, 'package.json'), '{"name":"electron","version":"45.5.0"}');
+    writeFileSync(path.join(d, 'install.js'), script);
+    return d;
+  }
+  const env = { PATH: process.env.PATH };
+
+  it("runs the package's installer; once it put the binary in place, the window can open", () => {
+    const d = electronPackage(
+      "const fs = require('fs'); fs.mkdirSync('dist'); fs.writeFileSync('dist/electron', ''); fs.writeFileSync('path.txt', 'electron');",
+    );
+    expect(locateElectron({ electronDir: d, env, platform: 'linux' }).found).toBe(false);
+    expect(downloadElectron(d, env)).toBeNull();
+    expect(locateElectron({ electronDir: d, env, platform: 'linux' })).toEqual({
+      found: true,
+      path: path.join(d, 'dist/electron'),
+    });
+  });
+
+  it("says why a download failed, from the first line of the installer's stack trace, and what to check", () => {
+    const d = electronPackage(
+      "console.error('TypeError: fetch failed\\n    at somewhere (x.js:1:1)'); process.exit(1);",
+    );
+    const said = downloadElectron(d, env);
+    expect(said).toBe(
+      "The download of Electron's binary failed (TypeError: fetch failed): offline, or a proxy or firewall blocks it?",
+    );
+    expect(missingElectronMessage({ expected: d, reason: 'no binary' }, '45.5.0', said ?? '')).toContain(
+      `${said} To get it, run \`node node_modules/electron/install.js\``,
+    );
+  });
+
+  it('gives up on a download that does not end in time', () => {
+    const d = electronPackage('setTimeout(() => {}, 60_000);');
+    expect(downloadElectron(d, env, 500)).toBe(
+      "The download of Electron's binary failed: it was still running after 1 s.",
+    );
+  });
+
+  it('downloads nothing where ELECTRON_SKIP_BINARY_DOWNLOAD is set, and says so', () => {
+    const d = electronPackage("require('fs').writeFileSync('ran', '');");
+    expect(downloadElectron(d, { ...env, ELECTRON_SKIP_BINARY_DOWNLOAD: '1' })).toContain(
+      'ELECTRON_SKIP_BINARY_DOWNLOAD is set',
+    );
+    expect(existsSync(path.join(d, 'ran'))).toBe(false);
+    expect(downloadElectron(d, { ...env, ELECTRON_SKIP_BINARY_DOWNLOAD: '0' })).toBeNull();
+    expect(existsSync(path.join(d, 'ran'))).toBe(true);
   });
 });
 
