@@ -13,6 +13,7 @@ import { mkdir, readdir, readFile, rename, rm, stat, statfs, writeFile } from 'n
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
+import { EnvHttpProxyAgent, fetch as undiciFetch } from 'undici';
 import { z } from 'zod';
 import { KvdeskError } from '../../shared/errors';
 import { formatBytes } from '../../shared/format';
@@ -182,6 +183,31 @@ function hubError(res: Response, what: string, repo: string, opts: HubOptions): 
   });
 }
 
+/** The variables naming a proxy, as curl, pip and Ollama read them. */
+const PROXY_VARIABLES = ['HTTPS_PROXY', 'https_proxy', 'HTTP_PROXY', 'http_proxy'] as const;
+
+let proxied: { settings: string; agent: EnvHttpProxyAgent } | undefined;
+
+/**
+ * fetch through the proxy the environment names (HTTPS_PROXY / HTTP_PROXY, NO_PROXY for hosts to reach directly, in
+ * either case), or undefined where none is named: Node's own fetch ignores them, so behind a proxy every request
+ * to the hub failed as "could not reach". The proxy, for messages, with it.
+ */
+function proxyFetch(): { fetch: typeof fetch; proxy: string } | undefined {
+  const proxy = PROXY_VARIABLES.map((name) => process.env[name]).find((v) => v !== undefined && v.trim() !== '');
+  if (proxy === undefined) return undefined;
+  const settings = [...PROXY_VARIABLES, 'NO_PROXY', 'no_proxy'].map((name) => process.env[name] ?? '').join('\n');
+  // One agent (its connections kept) while the settings stay as they are.
+  if (proxied?.settings !== settings) {
+    void proxied?.agent.close().catch(() => {});
+    proxied = { settings, agent: new EnvHttpProxyAgent() };
+  }
+  const dispatcher = proxied.agent;
+  const through = (url: string | URL | Request, init?: RequestInit) =>
+    undiciFetch(url as string, { ...(init as object), dispatcher });
+  return { fetch: through as unknown as typeof fetch, proxy: proxy.replace(/\/\/[^@/]*@/, '//') };
+}
+
 /**
  * A request to the hub, failed when it does not answer (its headers) within the timeout: undici waits 5 minutes.
  * The body is not timed here (a download's stalls are: streamTo).
@@ -192,8 +218,9 @@ export async function hubGet(url: string, opts: HubOptions, init: RequestInit = 
   const late = setTimeout(() => timer.abort(), ms);
   const signal = init.signal ? AbortSignal.any([init.signal, timer.signal]) : timer.signal;
   const origin = URL.canParse(url) ? new URL(url).origin : url;
+  const viaProxy = opts.fetch ? undefined : proxyFetch();
   try {
-    return await (opts.fetch ?? fetch)(url, {
+    return await (opts.fetch ?? viaProxy?.fetch ?? fetch)(url, {
       ...init,
       signal,
       headers: { ...headersOf(opts), ...(init.headers as Record<string, string> | undefined) },
@@ -212,7 +239,10 @@ export async function hubGet(url: string, opts: HubOptions, init: RequestInit = 
     const why = cause ? ` (${[cause.code, cause.message].filter(Boolean).join(': ')})` : '';
     throw new KvdeskError(
       'DOWNLOAD_FAILED',
-      `could not reach ${origin}: ${(err as Error).message}${why}. Check the network (or HF_ENDPOINT).`,
+      viaProxy
+        ? `could not reach ${origin} through the proxy ${viaProxy.proxy}: ${(err as Error).message}${why}. ` +
+            'Check the proxy (HTTPS_PROXY, HTTP_PROXY, NO_PROXY) and the network (or HF_ENDPOINT).'
+        : `could not reach ${origin}: ${(err as Error).message}${why}. Check the network (or HF_ENDPOINT).`,
       { url, ...(cause?.code ? { cause: cause.code } : {}) },
     );
   } finally {
