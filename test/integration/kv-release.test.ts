@@ -7,7 +7,9 @@ import { runInNewContext } from 'node:vm';
 import * as ort from 'onnxruntime-node';
 import { describe, expect, it, vi } from 'vitest';
 import { LoadedDecoder, type SessionKv } from '../../src/main/engine/decoder';
+import { createEngineCore } from '../../src/main/engine/engine-core';
 import { KV_GROWTH_POSITIONS, tensorsBytes } from '../../src/main/engine/kv-cache';
+import type { EngineEvent } from '../../src/main/engine/protocol';
 import { loadModelSpec } from '../../src/main/packages';
 import { defaultModelDir } from '../helpers/fixtures';
 import { GREEDY } from '../helpers/generation';
@@ -231,6 +233,73 @@ describe('dead KV', () => {
       expect(worst).toBeLessThan(1.5);
     } finally {
       await decoder.dispose();
+    }
+  });
+});
+
+describe("a session's KV", () => {
+  it('is freed when the session is dropped or its model unloaded, not left to a collection an idle engine never makes', async () => {
+    const events: EngineEvent[] = [];
+    const core = createEngineCore((e) => events.push(e));
+    const answered = (pick: (e: EngineEvent) => boolean) =>
+      vi.waitFor(
+        () => {
+          const e = events.find(pick);
+          if (!e) throw new Error('not yet');
+          return e;
+        },
+        { timeout: 30_000, interval: 5 },
+      );
+    const spec = await loadModelSpec(defaultModelDir);
+    const load = (callId: number) => {
+      core.handle({
+        type: 'load',
+        callId,
+        modelId: 'm',
+        spec,
+        options: { intraOpNumThreads: 2, executionProviders: ['cpu'], lookupDraftTokens: 0 },
+      });
+      return answered((e) => e.type === 'reply' && e.callId === callId);
+    };
+    /** Chats of a 400-token prompt each, their KV kept in the engine under their session ids. */
+    const chats = async (ids: string[]) => {
+      for (const id of ids) {
+        core.handle({
+          type: 'generate',
+          requestId: id,
+          grantToken: 'grant',
+          modelId: 'm',
+          rows: [Array.from({ length: 400 }, (_, i) => 3 + ((i * 37) % 400))],
+          maxNewTokens: 4,
+          sampling: GREEDY,
+          eosTokenIds: [],
+          sessionId: id,
+        });
+        const end = await answered((e) => (e.type === 'done' || e.type === 'failed') && e.requestId === id);
+        expect(end.type).toBe('done');
+      }
+    };
+    const held = () => core.stats().sessions.reduce((sum, s) => sum + s.kvBytes, 0);
+    expect(((await load(1)) as { ok: boolean }).ok).toBe(true);
+    try {
+      await chats(['a', 'b', 'c']);
+      const kept = held();
+      expect(kept).toBeGreaterThan(3 * 400 * spec.bpt);
+      // Dropped (a chat deleted, a prompt cache pruned): its bytes go at once, with no collection.
+      let before = process.memoryUsage().arrayBuffers;
+      for (const id of ['a', 'b', 'c']) core.handle({ type: 'dropSession', sessionId: id });
+      expect(core.stats().sessions).toEqual([]);
+      expect(before - process.memoryUsage().arrayBuffers).toBeGreaterThanOrEqual(kept * 0.95);
+      // Its model unloaded: the same for the sessions on it.
+      await chats(['d', 'e']);
+      const second = held();
+      before = process.memoryUsage().arrayBuffers;
+      core.handle({ type: 'unload', callId: 2, modelId: 'm' });
+      await answered((e) => e.type === 'reply' && e.callId === 2);
+      expect(before - process.memoryUsage().arrayBuffers).toBeGreaterThanOrEqual(second * 0.95);
+    } finally {
+      core.handle({ type: 'unload', callId: 3, modelId: 'm' });
+      await answered((e) => e.type === 'reply' && e.callId === 3);
     }
   });
 });

@@ -10,7 +10,7 @@ import { compileCallGrammar } from './call-constraint';
 import { LoadedDecoder, type SessionKv } from './decoder';
 import type { ReplyForm, TokenTable } from './json-constraint';
 import { compileSchema } from './json-schema';
-import { truncateSeq } from './kv-cache';
+import { releaseKv, truncateSeq } from './kv-cache';
 import type { EngineCommand, EngineEvent, EngineLoadResult, EngineStats, StepLogprob } from './protocol';
 import { compileBudget } from './reasoning-budget';
 
@@ -68,6 +68,20 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
   /** Chat sessions' KV, with the decoder that computed it (a package loaded again under the same id is another). */
   const sessions = new Map<string, { modelId: string; decoder: LoadedDecoder; kv: SessionKv }>();
   const running = new Map<string, RunningGeneration>();
+  /** Sessions a generation is running on now: their KV is in use. */
+  const busySessions = new Set<object>();
+
+  /**
+   * Forgets a session and frees its KV's memory now (releaseKv), not at some later garbage collection: an idle engine
+   * allocates nothing, so none would come, and a deleted chat or an unloaded model kept its KV's bytes for as long as
+   * the engine stayed idle. A session a generation still runs on is only forgotten (the collector frees it after).
+   */
+  function dropSession(id: string): void {
+    const session = sessions.get(id);
+    if (!session) return;
+    sessions.delete(id);
+    if (!busySessions.has(session)) releaseKv(session.kv.past.values(), new Map());
+  }
   /** Generations running on each decoder, and decoders replaced or unloaded while some still ran. */
   const inUse = new Map<LoadedDecoder, number>();
   const retired = new Set<LoadedDecoder>();
@@ -120,7 +134,7 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
     if (cmd.sessionId) {
       session = sessions.get(cmd.sessionId);
       if (session && (session.modelId !== cmd.modelId || session.decoder !== model)) {
-        sessions.delete(cmd.sessionId);
+        dropSession(cmd.sessionId);
         session = undefined;
       }
       if (!session) {
@@ -148,6 +162,7 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
     const state: RunningGeneration = { stop: null };
     running.set(cmd.requestId, state);
     inUse.set(model, (inUse.get(model) ?? 0) + 1);
+    if (session) busySessions.add(session);
     stats.generations++;
     const R = cmd.rows.length;
     const withLogprobs = cmd.logprobs !== undefined;
@@ -218,6 +233,7 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
       emit({ type: 'failed', requestId: cmd.requestId, error: toErrorInfo(err) });
     } finally {
       running.delete(cmd.requestId);
+      if (session) busySessions.delete(session);
       const left = (inUse.get(model) ?? 1) - 1;
       if (left > 0) inUse.set(model, left);
       else {
@@ -267,7 +283,7 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
           const model = models.get(cmd.modelId);
           models.delete(cmd.modelId);
           tokenTables.delete(cmd.modelId);
-          for (const [id, s] of sessions) if (s.modelId === cmd.modelId) sessions.delete(id);
+          for (const [id, s] of sessions) if (s.modelId === cmd.modelId) dropSession(id);
           if (model) await release(model);
           return { modelId: cmd.modelId };
         });
@@ -297,7 +313,7 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
         });
         return;
       case 'dropSession':
-        sessions.delete(cmd.sessionId);
+        dropSession(cmd.sessionId);
         return;
       case 'trimSession': {
         const s = sessions.get(cmd.sessionId);
