@@ -3,7 +3,7 @@ import { mkdtemp, readdir, readFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createHostApi, type HostApi, safeRelativePath } from '../../src/main/host/host-api';
+import { createHostApi, DELETED_THREADS_KEPT, type HostApi, safeRelativePath } from '../../src/main/host/host-api';
 import { RunnerService } from '../../src/main/host/runner-service';
 import type { Thread } from '../../src/shared/api';
 import type { StreamFrame } from '../../src/shared/contract';
@@ -203,6 +203,24 @@ describe('HostApi', () => {
     expect(late).toMatchObject({ ok: false, error: { message: expect.stringContaining('was deleted') } });
     const still = await api.call('listThreads', {});
     expect(still.ok && still.value).toEqual([]);
+  });
+
+  it('remembers the latest deleted chats only, and no id it refused (the set grew with every call for ever)', async () => {
+    const { api } = await makeApi();
+    const thread: Thread = { id: 'old', title: 'Old', createdAt: 1, updatedAt: 2, messages: [] };
+    // An id refused as no chat's name is not remembered: that chat could not exist, and a save of it is refused anyway.
+    const refused = await api.call('deleteThread', { id: '../x' });
+    expect(refused).toMatchObject({ ok: false, error: { code: 'BAD_REQUEST' } });
+    expect((await api.call('saveThread', thread)).ok).toBe(true);
+    expect((await api.call('deleteThread', { id: 'old' })).ok).toBe(true);
+    expect((await api.call('saveThread', thread)).ok).toBe(false);
+    // As many later deletes as are remembered: the oldest is forgotten, and its late save taken.
+    const later = Array.from({ length: DELETED_THREADS_KEPT }, (_, i) => `gone-${i}`);
+    for (const ids of [later.slice(0, 1), later.slice(1)]) {
+      await Promise.all(ids.map((id) => api.call('deleteThread', { id })));
+    }
+    expect((await api.call('saveThread', thread)).ok).toBe(true);
+    expect((await api.call('saveThread', { ...thread, id: 'gone-0' })).ok).toBe(false);
   });
 
   it('tells every page of a saved or deleted chat, with the page that saved it', async () => {

@@ -312,11 +312,17 @@ function inFolder(err: unknown, staging: string, name: string): unknown {
   return new KvdeskError(err.code, named(err.message), detail);
 }
 
+/** How many deleted chats' ids the host remembers, to refuse a late save of one from another window or tab. */
+export const DELETED_THREADS_KEPT = 1000;
+
 /** Creates the host API and loads the default model (a failure there is logged, never fatal). */
 export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
   const { runner } = opts;
   await prepareDataDir(opts.dataDir);
-  /** Chats deleted while this host runs: a late save of one is refused. */
+  /**
+   * Chats deleted while this host runs: a late save of one is refused. The latest DELETED_THREADS_KEPT only (the
+   * set grew by every deleteThread call, ids refused as invalid included, for as long as the host ran).
+   */
   const deletedThreads = new Set<string>();
   const apiServer = opts.apiServer ?? NO_API_SERVER;
   const limits: UploadLimits = { ...DEFAULT_UPLOAD_LIMITS, ...opts.uploadLimits };
@@ -808,8 +814,19 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       return null;
     },
     deleteThread: async (req: { id: string }) => {
+      // In the set before the file goes (a save racing the delete is refused), out again when the store refuses
+      // the id (no chat's file name); the latest ones only.
+      const known = deletedThreads.delete(req.id);
       deletedThreads.add(req.id);
-      await store.delete(req.id);
+      try {
+        await store.delete(req.id);
+      } catch (err) {
+        if (!known) deletedThreads.delete(req.id);
+        throw err;
+      }
+      if (deletedThreads.size > DELETED_THREADS_KEPT) {
+        deletedThreads.delete(deletedThreads.values().next().value as string);
+      }
       emit('threadDeleted', { id: req.id });
       // A deleted thread's retained KV is dead weight in the budget.
       runner.closeSession(req.id);
