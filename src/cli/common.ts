@@ -5,6 +5,7 @@ import path from 'node:path';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
 import { z } from 'zod';
 import { checkChatTemplate } from '../main/host/chat-template-pick';
+import { hubNameOf, hubSourceOf, pulledEntry } from '../main/host/hub-download';
 import { ModelLibrary, mergePick } from '../main/host/model-library';
 import { detectLayout } from '../main/packages';
 import { parseByteSize } from '../main/scheduler';
@@ -269,12 +270,20 @@ export const libraryLog = (line: string): void => {
 
 /**
  * A package folder, or the id of a library package (as `ollama run NAME` takes a name): a path that exists is
- * the folder; otherwise the library's most recently loaded valid package with that id.
+ * the folder; otherwise the library's most recently loaded valid package with that id, or, for a name such as
+ * `owner/name`, `hf.co/owner/name:variant`, the one pulled from the hub under it (as the server's Ollama routes
+ * resolve it: `kvdesk pull X` then `kvdesk chat X`).
  */
 export async function packageDir(arg: string, dataDirFlag: string | undefined): Promise<string> {
   // A leading ~ is the home folder, as for --data-dir (also quoted, where the shell leaves it).
   const dir = resolveUserPath(arg);
-  if (existsSync(dir) || arg.includes('/') || arg.includes(path.sep)) return dir;
+  if (existsSync(dir)) return dir;
+  const hub = hubNameOf(arg);
+  if (arg.includes('/') || arg.includes(path.sep)) {
+    // A path that is no hub name (`./model`, `/abs/model`): the load says it is not there.
+    if (!hub) return dir;
+    return pulledDir(arg, dir, hub, dataDirOf(dataDirFlag));
+  }
   const dataDir = dataDirOf(dataDirFlag);
   const library = await ModelLibrary.open(dataDir, { log: libraryLog });
   const present = library.list().filter((e) => !e.missing && existsSync(e.root));
@@ -293,6 +302,34 @@ export async function packageDir(arg: string, dataDirFlag: string | undefined): 
   throw new KvdeskError(
     'BAD_REQUEST',
     `there is no package folder "${arg}", and no package of that id in the library at ${dataDir} (it has: ${known}); give a folder, or an id \`kvdesk list\` shows`,
+  );
+}
+
+/** The folder of the library's package pulled from the hub as `arg` (no folder of that name is there). */
+async function pulledDir(
+  arg: string,
+  dir: string,
+  hub: { repo: string; tag: string },
+  dataDir: string,
+): Promise<string> {
+  const library = await ModelLibrary.open(dataDir, { log: libraryLog });
+  // Where each came from is in its folder (the library reads it when it checks them, which generate need not wait for).
+  const present = await Promise.all(
+    library
+      .list()
+      .filter((e) => !e.missing && existsSync(e.root))
+      .map(async (e) => {
+        const source = await hubSourceOf(e.root);
+        return source ? { ...e, source } : e;
+      }),
+  );
+  const entry = pulledEntry(present, arg);
+  if (entry) return entry.root;
+  const pulled = present.flatMap((e) => (e.source ? [`hf.co/${e.source.repo} ${e.source.variant}`] : []));
+  const name = `${hub.repo}${hub.tag === 'latest' ? '' : `:${hub.tag}`}`;
+  throw new KvdeskError(
+    'BAD_REQUEST',
+    `there is no package folder ${dir}, and no package in the library at ${dataDir} was pulled from the hub as ${name} (${pulled.length > 0 ? `pulled: ${pulled.join(', ')}` : 'none was pulled'}); give a folder, or a package \`kvdesk list\` shows (\`kvdesk pull ${hub.repo}${hub.tag === 'latest' ? '' : ` --variant ${hub.tag}`}\` downloads it)`,
   );
 }
 

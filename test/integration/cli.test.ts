@@ -14,6 +14,7 @@ import {
   openSync,
   readdirSync,
   readFileSync,
+  realpathSync,
   rmSync,
   writeFileSync,
   writeSync,
@@ -216,6 +217,52 @@ describe.skipIf(!haveFixtures)(
       );
       expect(r.code).toBe(2);
       expect((r.json.error as Record<string, unknown>).code).toBe('TOKEN_OUT_OF_VOCAB');
+    });
+
+    it('a package pulled from the hub is named by its hub name too (owner/name, hf.co/owner/name[:variant]), as on the Ollama API', () => {
+      const work = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-cli-pulled-'));
+      try {
+        const dataDir = path.join(work, 'data');
+        const root = path.join(dataDir, 'models', 'tiny-llm');
+        cpSync(fixture('onnx-genai/tiny-llm'), root, { recursive: true });
+        // As `kvdesk pull someone/tiny-llm` leaves it.
+        writeFileSync(
+          path.join(root, '.kvdesk-source.json'),
+          JSON.stringify({ repo: 'someone/tiny-llm', revision: 'main', variant: 'fp32' }),
+        );
+        expect(kvdesk('list', '--data-dir', dataDir).stdout).toMatch(
+          /\ntiny-llm\s+ok \(hf\.co\/someone\/tiny-llm fp32\)/,
+        );
+        const args = ['--data-dir', dataDir, '--prompt-ids', '5,6,7', '--max-new-tokens', '8', '--greedy', '--json'];
+        for (const name of ['someone/tiny-llm', 'hf.co/someone/tiny-llm', 'hf.co/Someone/Tiny-LLM:fp32']) {
+          const r = kvdesk('generate', name, ...args);
+          expect(r.code, `${name}: ${r.stderr}`).toBe(0);
+          expect(r.json.tokenIds).toEqual([22, 22, 20, 1, 1, 18, 22, 25]);
+        }
+        const inspected = kvdesk('inspect', 'hf.co/someone/tiny-llm', '--data-dir', dataDir, '--json');
+        expect(inspected.code, inspected.stderr).toBe(0);
+        expect(inspected.json).toMatchObject({ root: realpathSync(root) });
+        const chat = kvdeskWith({ input: '' }, 'chat', 'someone/tiny-llm', '--data-dir', dataDir);
+        expect(chat.code, chat.stderr).toBe(0);
+        expect(chat.stderr).toMatch(/^kvdesk: tiny-llm \(.*\) loaded in/m);
+        // Neither a folder nor a pulled package: both said, with what there is.
+        for (const [name, pull] of [
+          ['someone/other-llm', 'kvdesk pull someone/other-llm'],
+          ['someone/tiny-llm:q4', 'kvdesk pull someone/tiny-llm --variant q4'],
+        ] as const) {
+          const missing = kvdesk('generate', name, ...args);
+          expect(missing.code).toBe(2);
+          expect((missing.json.error as Record<string, unknown>).message).toBe(
+            `there is no package folder ${path.join(repoRoot, name)}, and no package in the library at ${dataDir} was pulled from the hub as ${name} (pulled: hf.co/someone/tiny-llm fp32); give a folder, or a package \`kvdesk list\` shows (\`${pull}\` downloads it)`,
+          );
+        }
+        // A path that is no hub name is a folder to load, as before.
+        expect(kvdesk('generate', './no/such-model', ...args).json.error).toMatchObject({
+          message: expect.stringContaining('does not exist. Pick the folder that holds the model package.'),
+        });
+      } finally {
+        rmSync(work, { recursive: true, force: true });
+      }
     });
   },
 );

@@ -424,6 +424,35 @@ export async function hubSourceOf(root: string): Promise<HubSource | undefined> 
 
 const sameRepo = (a: string, b: string) => a.toLowerCase() === b.toLowerCase();
 
+/**
+ * A package name as a client pulled it from the hub (`hf.co/owner/Name:q4`, `owner/name`): its repository and the
+ * variant after `:` (`latest`: any); undefined for a name that is no repository (`default`, `./folder`).
+ */
+export function hubNameOf(name: string): { repo: string; tag: string } | undefined {
+  const bare = stripHubPrefix(name);
+  const colon = bare.lastIndexOf(':');
+  const repo = colon < 0 ? bare : bare.slice(0, colon);
+  return REPO.test(repo) ? { repo, tag: colon < 0 ? 'latest' : bare.slice(colon + 1) } : undefined;
+}
+
+/**
+ * The first of `entries` (most recently loaded first) pulled from the hub under that name (hubNameOf): the
+ * repository in any case, the variant the tag names (`latest`: any).
+ */
+export function pulledEntry<E extends { source?: HubSource | undefined }>(
+  entries: readonly E[],
+  name: string,
+): E | undefined {
+  const hub = hubNameOf(name);
+  if (!hub) return undefined;
+  return entries.find(
+    (e) =>
+      e.source !== undefined &&
+      sameRepo(e.source.repo, hub.repo) &&
+      (hub.tag === 'latest' || e.source.variant === hub.tag),
+  );
+}
+
 /** A download about to run: its variant, where it lands and is staged, and what is there already. */
 export interface DownloadPlan {
   listing: HubListing;

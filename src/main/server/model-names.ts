@@ -6,7 +6,7 @@
 import type { ModelInfo } from '../../shared/api';
 import type { ModelSpec } from '../../shared/model-spec';
 import type { HostApi } from '../host/host-api';
-import { stripHubPrefix } from '../host/hub-download';
+import { pulledEntry } from '../host/hub-download';
 import { errorFromInfo } from './http-util';
 import { resolveModel } from './ollama-adapter';
 
@@ -35,16 +35,8 @@ export async function installedModels(hostApi: HostApi): Promise<ModelInfo[]> {
  * `owner/name`), so it can chat with it by that name as with Ollama's; the name itself otherwise.
  */
 export function pulledName(hostApi: HostApi, name: string): string {
-  const bare = stripHubPrefix(name);
-  if (!bare.includes('/')) return name;
-  const colon = bare.lastIndexOf(':');
-  const repo = (colon < 0 ? bare : bare.slice(0, colon)).toLowerCase();
-  const tag = colon < 0 ? 'latest' : bare.slice(colon + 1);
   // Most recently loaded first, as a name of several packages resolves; the library read where each came from.
-  const hit = hostApi.library
-    .list()
-    .find((e) => e.source?.repo.toLowerCase() === repo && (tag === 'latest' || e.source.variant === tag));
-  return hit?.id ?? name;
+  return pulledEntry(hostApi.library.list(), name)?.id ?? name;
 }
 
 /**
