@@ -45,6 +45,7 @@ import {
   parseFlags,
   parseNumber,
   prefillChunkFlag,
+  printBudgetNotes,
   printWarnings,
   ReplyPrinter,
   SAMPLING_OPTIONS,
@@ -561,6 +562,7 @@ export async function chat(
     });
     const model = await host.loadModel(dir, await loadFlags(dir, values));
     printWarnings(io, model.spec.warnings);
+    printBudgetNotes(io, host.snapshot());
     if (chatOptions.thinking === true && !model.spec.reasoning)
       throw badArgs(`--think: ${model.id} does not think (its chat template has no reasoning markers)`);
     const interactive = input.isTTY === true;

@@ -20,6 +20,7 @@ import {
 } from '../shared/contract';
 import { editDistance } from '../shared/edit-distance';
 import { type ErrorInfo, KvdeskError } from '../shared/errors';
+import type { DeviceBudgetSnapshot } from '../shared/scheduler-types';
 import { dataDirOf } from './data-dir';
 
 /**
@@ -448,6 +449,21 @@ export async function loadFlags(
 /** What the loaded package's spec warns of (a backend it could not use, a variant picked for it), on stderr. */
 export function printWarnings(io: Io, warnings: readonly string[]): void {
   for (const w of warnings) io.err(`kvdesk: warning: ${w}\n`);
+}
+
+/**
+ * What each device's KV budget derivation warns of, a line each on stderr: a --kv-budget over what the memory holds
+ * beside the weights, weights that leave the budget nothing, a GPU whose memory kvdesk cannot read. Under a
+ * --kv-budget, only what is said of it: not the note that the flag was taken, nor what the derivation it replaced
+ * would have left.
+ */
+export function printBudgetNotes(io: Io, budget: { devices: readonly DeviceBudgetSnapshot[] }): void {
+  for (const { derivation: d } of budget.devices) {
+    const taken = d.notes.findIndex((n) => n.startsWith('Set by override'));
+    for (const note of d.source === 'override' ? d.notes.slice(taken + 1) : d.notes) {
+      io.err(`kvdesk: KV budget note: ${note}\n`);
+    }
+  }
 }
 
 /** `--effort`: a thinking model's reasoning effort (GenerateRequest.reasoningEffort), checked. */

@@ -47,6 +47,7 @@ import {
   parseIds,
   parseNumber,
   prefillChunkFlag,
+  printBudgetNotes,
   printWarnings,
   ReplyPrinter,
   SAMPLING_OPTIONS,
@@ -409,6 +410,7 @@ async function generate(
     // On stderr with --json too (stdout is the JSON's), and in the JSON: a backend that fell back to the CPU is
     // never silent.
     printWarnings(io, info.spec.warnings);
+    printBudgetNotes(io, host.snapshot());
     const multiRow = (request.prompts as unknown[] | undefined)?.length !== undefined || (rows ?? 1) > 1;
     const printer = new ReplyPrinter(io);
     const handle = host.generate(request, (frame) => {

@@ -12,7 +12,7 @@ import { allowedOriginsOf, assertBindable, type RunningServer, serveControl, sta
 import { resolveUserPath } from '../main/store/user-path';
 import { parseDuration } from '../shared/duration';
 import { KvdeskError, toErrorInfo } from '../shared/errors';
-import { byteSizeFlag, flagError, type Io, joinValues, lookupFlag, threadsFlag } from './common';
+import { byteSizeFlag, flagError, type Io, joinValues, lookupFlag, printBudgetNotes, threadsFlag } from './common';
 import { dataDirOf } from './data-dir';
 import { applyDeviceFlags } from './device-flags';
 import { DEFAULT_PORT, probePort, SERVE_OPTIONS } from './serve-options';
@@ -217,6 +217,8 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
       );
     }
     if (stopping) return 0;
+    // A --kv-budget over what the memory holds is taken, and said (as the inspector shows it).
+    printBudgetNotes(io, runner.snapshot());
     server = await startServer({
       hostApi,
       host,

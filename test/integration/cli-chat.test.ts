@@ -194,6 +194,12 @@ describe('kvdesk chat', () => {
     expect(figures(refused.stderr).length).toBeLessThan(8);
   }, 90_000);
 
+  it('a --kv-budget over what the memory holds is taken, with its note on stderr', () => {
+    const r = kvdesk(['chat', defaultModelDir, ...GREEDY, '--kv-budget', '64TiB'], 'Hi\n');
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).toMatch(/^kvdesk: KV budget note: 64\.0 TiB is more than system RAM holds beside the weights/m);
+  }, 60_000);
+
   it('a reply the context or the KV budget cuts short says so, with what to do', () => {
     const clipped = kvdesk(['chat', smallContextModel(), '--greedy', '--max-new-tokens', '1000'], 'Hi\n');
     expect(clipped.code, clipped.stderr).toBe(0);

@@ -500,6 +500,18 @@ describe('--effort', () => {
 });
 
 describe('CLI on the generated default model', () => {
+  it('a --kv-budget over what the memory holds is taken, with its note on stderr; one that fits says nothing', () => {
+    const args = ['generate', defaultModelDir, '--prompt-ids', '1,2,3', '--max-new-tokens', '2', '--greedy', '--json'];
+    const over = kvdesk(...args, '--kv-budget', '64TiB');
+    expect(over.code, over.stderr).toBe(0);
+    expect(over.stderr).toMatch(
+      /^kvdesk: KV budget note: 64\.0 TiB is more than system RAM holds beside the weights \(.+\): replies admitted under it can run out of memory before the budget stops them\.$/m,
+    );
+    const fits = kvdesk(...args, '--kv-budget', '64KiB');
+    expect(fits.code, fits.stderr).toBe(0);
+    expect(fits.stderr).not.toContain('KV budget note');
+  });
+
   it('list shows the library serve keeps; generate takes a library id as it takes a folder', async () => {
     const { ModelLibrary } = await import('../../src/main/host/model-library');
     const { loadModelSpec } = await import('../../src/main/packages');

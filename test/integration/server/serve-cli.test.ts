@@ -474,6 +474,35 @@ describe('serve (in-process)', () => {
     }
   });
 
+  it('a --kv-budget over what the memory holds is taken, with its note on stderr', async () => {
+    const dataDir = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-serve-budget-'));
+    let out = '';
+    let err = '';
+    let stop!: () => void;
+    const until = new Promise<void>((r) => {
+      stop = r;
+    });
+    const running = serve(
+      ['--port', '0', '--kv-budget', '64TiB', '--data-dir', dataDir, '--threads', '1'],
+      { out: (s) => (out += s), err: (s) => (err += s) },
+      { until },
+    );
+    try {
+      await eventually(
+        () => out,
+        (o) => /kvdesk serving/.test(o),
+        30_000,
+      );
+      expect(err).toMatch(
+        /^kvdesk: KV budget note: 64\.0 TiB is more than system RAM holds beside the weights \(.+\): replies admitted under it can run out of memory before the budget stops them\.$/m,
+      );
+    } finally {
+      stop();
+      expect(await running).toBe(0);
+      await rm(dataDir, { recursive: true, force: true });
+    }
+  });
+
   it('loads each --model, serves, and closes the engine when told to stop', async () => {
     const dataDir = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-serve-inproc-'));
     let out = '';
