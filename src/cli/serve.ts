@@ -8,7 +8,15 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { type ApiServerControl, createHostApi, type HostApi } from '../main/host/host-api';
 import { type HostSettings, RunnerService } from '../main/host/runner-service';
-import { allowedOriginsOf, assertBindable, type RunningServer, serveControl, startServer } from '../main/server';
+import {
+  allowedOriginsOf,
+  assertBindable,
+  isWildcard,
+  lanAddresses,
+  type RunningServer,
+  serveControl,
+  startServer,
+} from '../main/server';
 import { resolveUserPath } from '../main/store/user-path';
 import { parseDuration } from '../shared/duration';
 import { KvdeskError, toErrorInfo } from '../shared/errors';
@@ -234,13 +242,25 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
       },
     });
     io.out(`kvdesk serving ${server.url}\n`);
+    // Bound to every address: where a phone or another computer reaches it (server.url is this computer's own).
+    const listening = server.port;
+    const lan = isWildcard(host) ? lanAddresses().map((a) => `http://${a}:${listening}`) : [];
+    if (isWildcard(host)) {
+      io.out(
+        `kvdesk: on the local network ${lan.length > 0 ? `at ${lan.join(', ')}` : 'once this computer has an address (it has none now)'}\n`,
+      );
+    }
     if (origins.length > 0) {
       const any = origins.some((o) => o.trim() === '*');
       io.err(
         `kvdesk: ${any ? 'any web page' : `pages of ${origins.map((o) => o.trim()).join(', ')}`} may call the model APIs from a browser${token === undefined ? (any ? ' — with no --token, any site you open can use your models' : ' (no --token: they need none)') : ' with the token'}\n`,
       );
     }
-    if (token !== undefined) io.out(`kvdesk: open ${server.url}/?token=${encodeURIComponent(token)} in a browser\n`);
+    if (token !== undefined) {
+      const query = `/?token=${encodeURIComponent(token)}`;
+      const other = lan.length > 0 ? ` (on another device: ${lan.map((u) => `${u}${query}`).join(', ')})` : '';
+      io.out(`kvdesk: open ${server.url}${query} in a browser${other}\n`);
+    }
     await until;
     return 0;
   } catch (err) {

@@ -1,5 +1,6 @@
 /** The headless server's public surface: the CLI's `serve` and tests import from here only. */
 export { API_KEY_FILE, createApiServerControl, lanAddresses, serveControl } from './api-server-control';
+export { isWildcard } from './security';
 export {
   allowedOriginsOf,
   assertBindable,

@@ -14,7 +14,8 @@ export function isLoopback(host: string): boolean {
   return h === 'localhost' || h === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h);
 }
 
-function isWildcard(host: string): boolean {
+/** True for the addresses that bind every interface (`0.0.0.0`, `::`). */
+export function isWildcard(host: string): boolean {
   const h = host.replace(/^\[|\]$/g, '');
   return h === '0.0.0.0' || h === '::' || h === '';
 }

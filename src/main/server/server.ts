@@ -39,7 +39,15 @@ import {
 } from './ollama-routes';
 import { liveGenerations, serveCompletion } from './openai-routes';
 import { serveResponse } from './responses-routes';
-import { type AccessPolicy, checkAccess, crossOrigin, isLoopback, liveAllowedHosts, normalOrigin } from './security';
+import {
+  type AccessPolicy,
+  checkAccess,
+  crossOrigin,
+  isLoopback,
+  isWildcard,
+  liveAllowedHosts,
+  normalOrigin,
+} from './security';
 import { PAGE_HEADERS, serveStatic, uiBuildOf } from './static-files';
 import {
   type DecodedUpload,
@@ -82,7 +90,10 @@ export interface ServerOptions {
 
 /** A running server. */
 export interface RunningServer {
-  /** Base URL a local client can use, e.g. http://127.0.0.1:8080 (loopback even when bound to a wildcard). */
+  /**
+   * Base URL a local client can use, e.g. http://127.0.0.1:8080 (loopback when bound to a wildcard; the address
+   * itself when bound to one off loopback).
+   */
   url: string;
   port: number;
   /** The address bound. */
@@ -563,7 +574,8 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   const port = (server.address() as AddressInfo).port;
   policy.allowedHosts = liveAllowedHosts(bindHost, port, opts.allowedHosts);
   policy.cookieName = `kvdesk_token_${port}`;
-  const urlHost = isLoopback(bindHost) ? bindHost : '127.0.0.1';
+  // Bound to one address off loopback (a LAN address), only that one answers.
+  const urlHost = isWildcard(bindHost) ? '127.0.0.1' : bindHost;
 
   let closed: Promise<void> | null = null;
   return {

@@ -13,6 +13,7 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { serve } from '../../../src/cli/serve';
 import { prepareDataDir } from '../../../src/main/host/model-library';
+import { lanAddresses } from '../../../src/main/server';
 import { defaultModelDir, repoRoot } from '../../helpers/fixtures';
 import { holdReplyEnds, noEndBias } from '../../helpers/hold-replies';
 import { slowModel } from '../../helpers/models';
@@ -502,6 +503,67 @@ describe('serve (in-process)', () => {
       await rm(dataDir, { recursive: true, force: true });
     }
   });
+
+  it('bound to every address, says where other devices reach it; bound to a LAN address, serves at that one', async () => {
+    const lan = lanAddresses();
+    const dataDir = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-serve-lan-'));
+    /** serve on `host` until its URL is printed: what it printed, and the stop. */
+    const start = async (host: string) => {
+      let out = '';
+      let stop!: () => void;
+      const until = new Promise<void>((r) => {
+        stop = r;
+      });
+      const running = serve(
+        ['--host', host, '--port', '0', '--token', 'tok-lan', '--data-dir', dataDir, '--threads', '1'],
+        { out: (s) => (out += s), err: () => {} },
+        { until },
+      );
+      const printed = await eventually(
+        () => out,
+        (o) => /kvdesk serving/.test(o) || o.includes('cannot'),
+        30_000,
+      );
+      return {
+        out: printed,
+        stop: async () => {
+          stop();
+          expect(await running).toBe(0);
+        },
+      };
+    };
+    const bearer = { headers: { authorization: 'Bearer tok-lan' } };
+    try {
+      const wild = await start('0.0.0.0');
+      try {
+        const port = Number((/kvdesk serving http:\/\/127\.0\.0\.1:(\d+)\n/.exec(wild.out) as RegExpExecArray)[1]);
+        const urls = lan.map((a) => `http://${a}:${port}`);
+        expect(wild.out).toContain(
+          `kvdesk: on the local network ${urls.length > 0 ? `at ${urls.join(', ')}` : 'once this computer has an address (it has none now)'}\n`,
+        );
+        expect(wild.out).toContain(
+          `kvdesk: open http://127.0.0.1:${port}/?token=tok-lan in a browser${urls.length > 0 ? ` (on another device: ${urls.map((u) => `${u}/?token=tok-lan`).join(', ')})` : ''}\n`,
+        );
+        for (const url of urls) expect((await fetch(`${url}/health`, bearer)).status).toBe(200);
+      } finally {
+        await wild.stop();
+      }
+      // Bound to one LAN address, nothing listens on 127.0.0.1: the URL printed is that address's.
+      const address = lan[0];
+      if (address === undefined) return;
+      const one = await start(address);
+      try {
+        const url = (/^kvdesk serving (\S+)$/m.exec(one.out) as RegExpExecArray)[1] as string;
+        expect(new URL(url).hostname).toBe(address);
+        expect((await fetch(`${url}/health`, bearer)).status).toBe(200);
+        expect(one.out).not.toContain('on the local network');
+      } finally {
+        await one.stop();
+      }
+    } finally {
+      await rm(dataDir, { recursive: true, force: true });
+    }
+  }, 90_000);
 
   it('loads each --model, serves, and closes the engine when told to stop', async () => {
     const dataDir = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-serve-inproc-'));
