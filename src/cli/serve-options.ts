@@ -24,6 +24,7 @@ export const SERVE_OPTIONS = {
   host: { type: 'string' },
   token: { type: 'string' },
   'allow-origin': { type: 'string', multiple: true },
+  'allow-host': { type: 'string', multiple: true },
   model: { type: 'string', multiple: true },
   'kv-budget': { type: 'string', multiple: true },
   'device-memory': { type: 'string', multiple: true },

@@ -9,6 +9,7 @@ import { parseArgs } from 'node:util';
 import { type ApiServerControl, createHostApi, type HostApi } from '../main/host/host-api';
 import { type HostSettings, RunnerService } from '../main/host/runner-service';
 import {
+  allowedHostsOf,
   allowedOriginsOf,
   assertBindable,
   isWildcard,
@@ -35,6 +36,10 @@ serve options:
   --allow-origin ORIGIN    a web page's origin (http://localhost:3000) that may call the model APIs from a browser
                            (CORS); * for any page; repeatable, or comma-separated in $KVDESK_ORIGINS. --token is
                            still required where given
+  --allow-host NAME        a name clients reach the server by beside its addresses, which the DNS-rebinding guard
+                           refuses otherwise (403 host_not_allowed): host.docker.internal for Open WebUI in Docker,
+                           box.local, a reverse proxy's proxy.example:443; repeatable, or comma-separated in
+                           $KVDESK_ALLOWED_HOSTS
   --model PATH             load a model package at start (repeatable; the default model loads too)
   --trust-installed        --model may name ORT packages of the "installed" layout (files outside their folder)
   --kv-budget [DEV=]SIZE   KV budget, e.g. 2GiB for the CPU (default: derived from RAM), cuda:0=6GiB for a GPU
@@ -168,6 +173,11 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     allowedOriginsOf(fromEnv, '$KVDESK_ORIGINS');
     allowedOriginsOf(values['allow-origin'] ?? [], '--allow-origin');
     const origins = [...(values['allow-origin'] ?? []), ...fromEnv];
+    const hostsFromEnv = (process.env.KVDESK_ALLOWED_HOSTS ?? '').split(',').filter((h) => h.trim() !== '');
+    const hosts = [
+      ...allowedHostsOf(values['allow-host'] ?? [], '--allow-host'),
+      ...allowedHostsOf(hostsFromEnv, '$KVDESK_ALLOWED_HOSTS'),
+    ];
     const maxUpload = byteSizeFlag('max-upload', values['max-upload']);
     const maxBody = byteSizeFlag('max-body', values['max-body']);
     assertBindable(host, token);
@@ -233,6 +243,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
       port,
       ...(token !== undefined ? { token } : {}),
       ...(origins.length > 0 ? { allowedOrigins: origins } : {}),
+      ...(hosts.length > 0 ? { allowedHosts: hosts } : {}),
       ...(values['static-dir'] !== undefined ? { staticDir: resolveUserPath(values['static-dir']) } : {}),
       ...(maxUpload !== undefined ? { maxUploadBytes: maxUpload } : {}),
       ...(maxBody !== undefined ? { maxJsonBytes: maxBody } : {}),

@@ -2,6 +2,7 @@
 export { API_KEY_FILE, createApiServerControl, lanAddresses, serveControl } from './api-server-control';
 export { isWildcard } from './security';
 export {
+  allowedHostsOf,
   allowedOriginsOf,
   assertBindable,
   DEFAULT_STATIC_DIR,

@@ -172,7 +172,7 @@ export function checkAccess(req: IncomingMessage, url: URL, policy: AccessPolicy
       ok: false,
       status: 403,
       code: 'host_not_allowed',
-      message: `Host "${host ?? ''}" is not a name this server answers to. This protects against DNS rebinding: open the server by its own address (e.g. 127.0.0.1 or localhost with its port).`,
+      message: `Host "${host ?? ''}" is not a name this server answers to. This protects against DNS rebinding: open the server by its own address (e.g. 127.0.0.1 or localhost with its port), or, for a name of yours (a reverse proxy's, Docker's host.docker.internal), start kvdesk serve with --allow-host NAME.`,
     };
   }
   const origin = req.headers.origin;

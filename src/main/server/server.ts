@@ -156,6 +156,40 @@ export function allowedOriginsOf(given: string[], from = 'allowedOrigins'): Set<
 }
 
 /**
+ * Host names to answer to beside the server's own addresses (a reverse proxy's, Docker's `host.docker.internal`, a
+ * LAN name), checked: each as a Host header says it, `name` or `name:port`, lower-cased; `from` names where they came
+ * from in the refusal.
+ */
+export function allowedHostsOf(given: string[], from = 'allowedHosts'): string[] {
+  return given.map((text) => {
+    const name = text.trim().toLowerCase();
+    if (name === '*') {
+      throw new KvdeskError(
+        'BAD_REQUEST',
+        `${from}: "*" would let any name in, which undoes the DNS-rebinding guard; give each name clients reach the server by`,
+        { field: 'allowedHosts' },
+      );
+    }
+    let host: string | undefined;
+    try {
+      const u = new URL(`http://${name}`);
+      host = u.username === '' && u.password === '' && !/[/?#@]/.test(name) ? u.host : undefined;
+    } catch {
+      host = undefined;
+    }
+    // The URL parser drops an explicit :80; any other change (a scheme, a path, a character no Host has): no name.
+    if (name === '' || host === undefined || (host !== name && `${host}:80` !== name)) {
+      throw new KvdeskError(
+        'BAD_REQUEST',
+        `${from}: "${text}" is not a host name to allow: give the name clients reach the server by, as their Host header says it (no scheme, no path), e.g. host.docker.internal, box.local or proxy.example:443 (a port where it is not the server's)`,
+        { field: 'allowedHosts' },
+      );
+    }
+    return name;
+  });
+}
+
+/**
  * Starts the server and resolves once it listens.
  * @throws KvdeskError BAD_REQUEST when asked to bind off loopback without a token.
  */
@@ -175,6 +209,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     cookieName: 'kvdesk_token',
     allowedOrigins: allowedOriginsOf(opts.allowedOrigins ?? []),
   };
+  const extraHosts = allowedHostsOf(opts.allowedHosts ?? []);
   // MCP tools (programs run as the person) only where every request needs the token.
   const ws: WsTransport = createWsTransport(hostApi, {
     toolsAllowed: token !== undefined,
@@ -572,7 +607,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     throw err;
   }
   const port = (server.address() as AddressInfo).port;
-  policy.allowedHosts = liveAllowedHosts(bindHost, port, opts.allowedHosts);
+  policy.allowedHosts = liveAllowedHosts(bindHost, port, extraHosts);
   policy.cookieName = `kvdesk_token_${port}`;
   // Bound to one address off loopback (a LAN address), only that one answers.
   const urlHost = isWildcard(bindHost) ? '127.0.0.1' : bindHost;

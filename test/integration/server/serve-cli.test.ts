@@ -17,7 +17,7 @@ import { lanAddresses } from '../../../src/main/server';
 import { defaultModelDir, repoRoot } from '../../helpers/fixtures';
 import { holdReplyEnds, noEndBias } from '../../helpers/hold-replies';
 import { slowModel } from '../../helpers/models';
-import { eventually, LONG_CHAT, openaiClient, startTestServer } from './server-helpers';
+import { eventually, LONG_CHAT, openaiClient, rawRequest, startTestServer } from './server-helpers';
 
 function alive(pid: number): boolean {
   try {
@@ -564,6 +564,71 @@ describe('serve (in-process)', () => {
       await rm(dataDir, { recursive: true, force: true });
     }
   }, 90_000);
+
+  it('--allow-host and $KVDESK_ALLOWED_HOSTS let names of yours in (Open WebUI in Docker); others stay refused', async () => {
+    let help = '';
+    expect(await serve(['--help'], { out: (s) => (help += s), err: () => {} })).toBe(0);
+    expect(help).toMatch(/\n {2}--allow-host NAME +a name clients reach the server by/);
+    expect(help).toContain('host.docker.internal for Open WebUI in Docker');
+    const dataDir = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-serve-hosts-'));
+    vi.stubEnv('KVDESK_ALLOWED_HOSTS', 'box.local, proxy.example:443');
+    let out = '';
+    let stop!: () => void;
+    const until = new Promise<void>((r) => {
+      stop = r;
+    });
+    const running = serve(
+      ['--port', '0', '--allow-host', 'host.docker.internal', '--allow-host', 'Nas.LAN', '--data-dir', dataDir],
+      { out: (s) => (out += s), err: () => {} },
+      { until },
+    );
+    try {
+      await eventually(
+        () => out,
+        (o) => /kvdesk serving/.test(o),
+        30_000,
+      );
+      const url = (/kvdesk serving (\S+)/.exec(out) as RegExpExecArray)[1] as string;
+      const port = new URL(url).port;
+      for (const host of [
+        `host.docker.internal:${port}`,
+        `nas.lan:${port}`,
+        `box.local:${port}`,
+        'proxy.example:443',
+      ]) {
+        expect((await rawRequest(url, { path: '/v1/models', headers: { host } })).status, host).toBe(200);
+      }
+      for (const host of [`evil.example:${port}`, 'host.docker.internal:1', `proxy.example:${port}`]) {
+        const r = await rawRequest(url, { path: '/v1/models', headers: { host } });
+        expect(r.status, host).toBe(403);
+        expect(JSON.parse(r.body).error).toMatchObject({
+          code: 'host_not_allowed',
+          message: expect.stringContaining('start kvdesk serve with --allow-host NAME'),
+        });
+      }
+    } finally {
+      stop();
+      expect(await running).toBe(0);
+      vi.unstubAllEnvs();
+      await rm(dataDir, { recursive: true, force: true });
+    }
+    // A name that is none is refused before anything loads, naming where it came from.
+    let err = '';
+    const io = { out: () => {}, err: (s: string) => (err += s) };
+    expect(await serve(['--allow-host', 'http://box.local', '--data-dir', dataDir], io)).toBe(2);
+    expect(err).toBe(
+      'kvdesk: --allow-host: "http://box.local" is not a host name to allow: give the name clients reach the server by, as their Host header says it (no scheme, no path), e.g. host.docker.internal, box.local or proxy.example:443 (a port where it is not the server\'s)\n',
+    );
+    expect(await serve(['--allow-host', '*', '--data-dir', dataDir], io)).toBe(2);
+    expect(err).toMatch(/--allow-host: "\*" would let any name in, which undoes the DNS-rebinding guard/);
+    vi.stubEnv('KVDESK_ALLOWED_HOSTS', 'box.local/ui');
+    try {
+      expect(await serve(['--data-dir', dataDir], io)).toBe(2);
+      expect(err).toMatch(/\$KVDESK_ALLOWED_HOSTS: "box\.local\/ui" is not a host name to allow/);
+    } finally {
+      vi.unstubAllEnvs();
+    }
+  }, 60_000);
 
   it('loads each --model, serves, and closes the engine when told to stop', async () => {
     const dataDir = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-serve-inproc-'));
