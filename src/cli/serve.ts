@@ -12,11 +12,13 @@ import {
   allowedHostsOf,
   allowedOriginsOf,
   assertBindable,
+  DEFAULT_STATIC_DIR,
   isWildcard,
   lanAddresses,
   type RunningServer,
   serveControl,
   startServer,
+  uiBuildOf,
 } from '../main/server';
 import { resolveUserPath } from '../main/store/user-path';
 import { parseDuration } from '../shared/duration';
@@ -253,6 +255,13 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
       },
     });
     io.out(`kvdesk serving ${server.url}\n`);
+    const ui = values['static-dir'] !== undefined ? resolveUserPath(values['static-dir']) : DEFAULT_STATIC_DIR;
+    if (uiBuildOf(ui) === undefined) {
+      io.err(
+        `kvdesk: the browser UI is not built (no index.html in ${ui}): run \`npm run build\` in kvdesk's folder, or ` +
+          'start it with `npm run serve`, which builds it; the API works meanwhile.\n',
+      );
+    }
     // Bound to every address: where a phone or another computer reaches it (server.url is this computer's own).
     const listening = server.port;
     const lan = isWildcard(host) ? lanAddresses().map((a) => `http://${a}:${listening}`) : [];

@@ -10,3 +10,4 @@ export {
   type ServerOptions,
   startServer,
 } from './server';
+export { uiBuildOf } from './static-files';

@@ -475,8 +475,9 @@ describe('serve (in-process)', () => {
     }
   });
 
-  it('a --kv-budget over what the memory holds is taken, with its note on stderr', async () => {
+  it('a --kv-budget over what the memory holds is taken, with its note on stderr; so is a UI not built', async () => {
     const dataDir = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-serve-budget-'));
+    const noUi = path.join(dataDir, 'no-ui');
     let out = '';
     let err = '';
     let stop!: () => void;
@@ -484,7 +485,7 @@ describe('serve (in-process)', () => {
       stop = r;
     });
     const running = serve(
-      ['--port', '0', '--kv-budget', '64TiB', '--data-dir', dataDir, '--threads', '1'],
+      ['--port', '0', '--kv-budget', '64TiB', '--data-dir', dataDir, '--threads', '1', '--static-dir', noUi],
       { out: (s) => (out += s), err: (s) => (err += s) },
       { until },
     );
@@ -496,6 +497,9 @@ describe('serve (in-process)', () => {
       );
       expect(err).toMatch(
         /^kvdesk: KV budget note: 64\.0 TiB is more than system RAM holds beside the weights \(.+\): replies admitted under it can run out of memory before the budget stops them\.$/m,
+      );
+      expect(err).toContain(
+        `kvdesk: the browser UI is not built (no index.html in ${noUi}): run \`npm run build\` in kvdesk's folder, or start it with \`npm run serve\`, which builds it; the API works meanwhile.\n`,
       );
     } finally {
       stop();
