@@ -6,6 +6,7 @@
  * request then waits for it, whatever the budget). DOM-free, for the chat's queued note.
  */
 import type { BudgetSnapshot, DeviceBudgetSnapshot, SchedulerRequestView } from '../../shared/scheduler-types';
+import { formatBytes, formatInteger } from './format';
 
 export interface QueueWait {
   /** 0 for the head of the queue. */
@@ -65,4 +66,24 @@ export function queueWait(
     };
   }
   return null;
+}
+
+/**
+ * Where a queued request is and why it waits, in a few words (the inspector's request row; the chat's note says it
+ * whole, with what to do): `position 2 · 1 ahead of it`.
+ */
+export function queueWaitBrief(wait: QueueWait): string {
+  const why =
+    wait.reason === 'slots'
+      ? wait.maxRunning === 1
+        ? 'the one running slot is taken'
+        : `all ${wait.maxRunning} running slots are taken`
+      : wait.reason === 'behind'
+        ? 'first come, first served'
+        : wait.reason === 'reloading'
+          ? 'its model is loading again'
+          : wait.reason === 'padding'
+            ? `its ${formatBytes(wait.ownBytes ?? 0)} would fit, not padded to the batch's ${formatInteger(wait.batchWidth ?? 0)} positions`
+            : `waits for KV: ${formatBytes(wait.freeBytes)} free of ${formatBytes(wait.limitBytes)}`;
+  return `position ${wait.position + 1} · ${why}`;
 }

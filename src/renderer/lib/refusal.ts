@@ -187,3 +187,67 @@ function systemPromptAction(context: RefusalContext): string | undefined {
     ? `The chat's system prompt alone is ${formatInteger(sp.tokens)} tokens (with the chat template), more than the model's context of ${formatInteger(sp.contextLength)}: ${where}`
     : `The chat's system prompt alone takes ${formatInteger(sp.tokens)} of the model's ${formatInteger(sp.contextLength)} tokens (with the chat template): ${where}`;
 }
+
+/** A refusal or failure in a few words, for a table row or a timeline line: why, and the one thing to do. */
+export interface RefusalBrief {
+  /** Why, with the error's numbers where it has them: `needs 1.57 MiB, budget 1.50 MiB`. */
+  reason: string;
+  /** The one thing to do, in a few words (empty where there is none to say). */
+  action: string;
+}
+
+/** A message's first sentence, for an error without the numbers to say it in brief (its whole message goes beside). */
+function firstSentence(message: string): string {
+  const m = /^(.+?[.!?])(\s|$)/.exec(message.trim());
+  return (m?.[1] ?? message.trim()).replace(/\.$/, '');
+}
+
+/**
+ * Says a request's refusal (or failure) in brief, from its error's detail numbers (the host's message has the whole
+ * of it); `request` (its rows, a static cache) picks what to do: a static cache cannot be shortened, rows can be fewer.
+ */
+export function refusalBrief(error: ErrorInfo, request: { rows?: number; fixedTokens?: number } = {}): RefusalBrief {
+  const d = error.detail;
+  switch (error.code) {
+    case 'KV_BUDGET_EXCEEDED': {
+      const required = num(d, 'requiredBytes');
+      const budget = num(d, 'budgetBytes');
+      if (required === undefined || budget === undefined) break;
+      const rows = (num(d, 'rows') ?? request.rows ?? 1) > 1 ? 'send fewer rows' : '';
+      const steps = [request.fixedTokens === undefined ? 'shorten the prompt' : '', rows].filter(Boolean);
+      return {
+        reason: `needs ${formatBytes(required)}, budget ${formatBytes(budget)}`,
+        action: `${steps.join(', ')}${steps.length > 0 ? ' or ' : ''}raise the limit`,
+      };
+    }
+    case 'CONTEXT_OVERFLOW': {
+      const prompt = num(d, 'promptTokens');
+      const context = num(d, 'contextLength');
+      if (prompt === undefined || context === undefined) break;
+      const session = num(d, 'sessionTokens') ?? 0;
+      return {
+        reason: `${formatInteger(prompt)}${session > 0 ? ` + ${formatInteger(session)} earlier` : ''} tokens fill the ${formatInteger(context)}-token context`,
+        action: 'shorten the prompt',
+      };
+    }
+    case 'QUEUE_FULL': {
+      const waiting = num(d, 'queueLength');
+      const max = num(d, 'maxQueue');
+      if (waiting === undefined || max === undefined) break;
+      const retry = num(d, 'retryAfterMs');
+      return {
+        reason: `the queue was full (${formatInteger(waiting)} waiting, limit ${formatInteger(max)})`,
+        action:
+          retry === undefined
+            ? 'try again in a moment'
+            : `try again in about ${Math.max(1, Math.ceil(retry / 1000))} s`,
+      };
+    }
+    case 'SESSION_INVALID':
+      if (typeof d?.state === 'string') {
+        return { reason: `its session had another turn ${d.state}`, action: 'send it once that turn ends' };
+      }
+      break;
+  }
+  return { reason: firstSentence(error.message), action: '' };
+}

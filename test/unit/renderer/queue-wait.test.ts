@@ -3,7 +3,8 @@
  * of the batch it would join; or its model loading again.
  */
 import { describe, expect, it } from 'vitest';
-import { queueWait } from '../../../src/renderer/lib/queue-wait';
+import type { QueueWait } from '../../../src/renderer/lib/queue-wait';
+import { queueWait, queueWaitBrief } from '../../../src/renderer/lib/queue-wait';
 import { deviceSnapshot, requestView, snapshot } from './fixtures';
 
 const queued = (id: string) => requestView({ id, state: 'queued', reservedBytes: 0 });
@@ -67,5 +68,35 @@ describe('queueWait', () => {
     expect(queueWait(snapshot({ running: [running('a')] }), 'a')).toBeNull();
     expect(queueWait(null, 'a')).toBeNull();
     expect(queueWait(snapshot(), undefined)).toBeNull();
+  });
+});
+
+describe('queueWaitBrief', () => {
+  it("a queued request's place and why it waits, in a few words (the inspector's row)", () => {
+    const slots = snapshot({
+      maxRunning: 2,
+      running: [running('a'), running('b')],
+      queue: [queued('q1'), queued('q2')],
+    });
+    expect(queueWaitBrief(queueWait(slots, 'q2') as QueueWait)).toBe('position 2 · all 2 running slots are taken');
+    const one = snapshot({ maxRunning: 1, running: [running('a')], queue: [queued('q1')] });
+    expect(queueWaitBrief(queueWait(one, 'q1') as QueueWait)).toBe('position 1 · the one running slot is taken');
+    const kv = snapshot({
+      maxRunning: 4,
+      freeBytes: 5000,
+      limitBytes: 64 * 1024 * 1024,
+      running: [running('a')],
+      queue: [queued('q1'), queued('q2')],
+    });
+    expect(queueWaitBrief(queueWait(kv, 'q1') as QueueWait)).toBe(
+      'position 1 · waits for KV: 4.88 KiB free of 64.0 MiB',
+    );
+    expect(queueWaitBrief(queueWait(kv, 'q2') as QueueWait)).toBe('position 2 · first come, first served');
+    const long = requestView({ id: 'a', promptTokens: 600, maxNewTokens: 40, reservedBytes: 640 * 1024 });
+    const short = requestView({ id: 'q1', state: 'queued', reservedBytes: 0, promptTokens: 5, maxNewTokens: 30 });
+    const padded = snapshot({ maxRunning: 4, freeBytes: 50_000, limitBytes: 700_000, running: [long], queue: [short] });
+    expect(queueWaitBrief(queueWait(padded, 'q1') as QueueWait)).toBe(
+      "position 1 · its 35.0 KiB would fit, not padded to the batch's 640 positions",
+    );
   });
 });

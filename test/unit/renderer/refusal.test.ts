@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { describeRefusal } from '../../../src/renderer/lib/refusal';
+import { describeRefusal, refusalBrief } from '../../../src/renderer/lib/refusal';
 
 describe('describeRefusal', () => {
   it('KV_BUDGET_EXCEEDED: required vs budget bytes, and what to do', () => {
@@ -130,5 +130,62 @@ describe('describeRefusal', () => {
 
   it('other failures are not refusals', () => {
     expect(describeRefusal({ code: 'ENGINE_FAILED', message: 'boom' }).refused).toBe(false);
+  });
+});
+
+describe('refusalBrief', () => {
+  const budget = {
+    code: 'KV_BUDGET_EXCEEDED' as const,
+    message:
+      'This request needs at least 1.57 MiB of KV cache (1 row × (1606 prompt + 1) tokens × 1024 B/token), but the KV budget is 1.50 MiB. Shorten the prompt, or raise the KV budget.',
+    detail: { requiredBytes: 1607 * 1024, budgetBytes: 1536 * 1024, bpt: 1024, promptTokens: 1606, rows: 1 },
+  };
+
+  it('a request over the budget: what it needs against the budget, from the numbers, and what to do', () => {
+    expect(refusalBrief(budget)).toEqual({
+      reason: 'needs 1.57 MiB, budget 1.50 MiB',
+      action: 'shorten the prompt or raise the limit',
+    });
+    // Several rows can be fewer; a static cache cannot be shortened.
+    const rows = { ...budget, detail: { ...budget.detail, rows: 4 } };
+    expect(refusalBrief(rows).action).toBe('shorten the prompt, send fewer rows or raise the limit');
+    expect(refusalBrief(rows, { rows: 4, fixedTokens: 48 }).action).toBe('send fewer rows or raise the limit');
+    expect(refusalBrief(budget, { rows: 1, fixedTokens: 48 }).action).toBe('raise the limit');
+  });
+
+  it('a prompt that fills the context, and a full queue: their numbers, and what to do', () => {
+    expect(
+      refusalBrief({
+        code: 'CONTEXT_OVERFLOW',
+        message: "The prompt has 2101 tokens, which leaves no room for a reply in the model's context of 2048 tokens.",
+        detail: { promptTokens: 2101, contextLength: 2048, sessionTokens: 0 },
+      }),
+    ).toEqual({ reason: '2,101 tokens fill the 2,048-token context', action: 'shorten the prompt' });
+    expect(
+      refusalBrief({
+        code: 'CONTEXT_OVERFLOW',
+        message: '…',
+        detail: { promptTokens: 20, contextLength: 2048, sessionTokens: 2030 },
+      }).reason,
+    ).toBe('20 + 2,030 earlier tokens fill the 2,048-token context');
+    expect(
+      refusalBrief({
+        code: 'QUEUE_FULL',
+        message: 'The admission queue is full (24 waiting, limit 24). Retry in about 2 s.',
+        detail: { queueLength: 24, maxQueue: 24, retryAfterMs: 1820 },
+      }),
+    ).toEqual({ reason: 'the queue was full (24 waiting, limit 24)', action: 'try again in about 2 s' });
+  });
+
+  it("without its numbers (an error read back from disk), the host's first sentence, no action", () => {
+    expect(refusalBrief({ code: 'KV_BUDGET_EXCEEDED', message: budget.message })).toEqual({
+      reason:
+        'This request needs at least 1.57 MiB of KV cache (1 row × (1606 prompt + 1) tokens × 1024 B/token), but the KV budget is 1.50 MiB',
+      action: '',
+    });
+    expect(refusalBrief({ code: 'ENGINE_FAILED', message: 'The engine stopped. It is loading again.' })).toEqual({
+      reason: 'The engine stopped',
+      action: '',
+    });
   });
 });
