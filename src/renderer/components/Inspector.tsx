@@ -10,6 +10,7 @@ import type { Thread } from '../../shared/api';
 import { formatDuration } from '../../shared/duration';
 import { PROMPT_CACHE_PREFIX } from '../../shared/prompt-cache';
 import type {
+  BudgetSnapshot,
   DeviceBudgetSnapshot,
   ReloadWait,
   SchedulerRequestView,
@@ -20,6 +21,8 @@ import { useApp, useAppStore, useBridge } from '../bridge/context';
 import { useFocusTrap } from '../lib/focus-trap';
 import { byteChange, exactBytes, formatBytes, formatInteger, formatMs, parseByteSize } from '../lib/format';
 import { derivedLimitDrops, sessionsDroppedBy } from '../lib/limit-change';
+import { type QueueWait, queueWait, queueWaitBrief } from '../lib/queue-wait';
+import { refusalBrief } from '../lib/refusal';
 import type { TimelineEvent } from '../store/types';
 import { Announcer } from './Announcer';
 import { BudgetBar } from './BudgetBar';
@@ -97,6 +100,8 @@ function ModelBpts({ ids }: { ids: string[] }) {
 
 function BudgetSection({ snap, several }: { snap: DeviceBudgetSnapshot; several: boolean }) {
   const reservedUnused = Math.max(0, snap.reservedBytes - snap.usedBytes);
+  // A limit lowered under what running replies reserve (and idle sessions hold) takes effect as they end.
+  const over = snap.reservedBytes + snap.heldBytes - snap.limitBytes;
   return (
     <section data-testid="inspector-budget" data-device={snap.device}>
       <h2>
@@ -138,6 +143,12 @@ function BudgetSection({ snap, several }: { snap: DeviceBudgetSnapshot; several:
           queued {snap.queue.length}/{snap.maxQueue}
         </span>
       </div>
+      {over > 0 && (
+        // The bar shows it as a thin mark past its end: said, with what happens now.
+        <div className="refusal over-limit" data-testid="budget-over-limit">
+          <Bytes value={over} /> over the limit: running replies finish, nothing new starts until it is under
+        </div>
+      )}
       {snap.violations.length > 0 && (
         <div className="refusal failed" data-testid="budget-violations">
           {snap.violations.length} broken promise(s) recorded: {snap.violations[snap.violations.length - 1]?.message}
@@ -419,12 +430,15 @@ function breakable(code: string): ReactNode[] {
 /** Ended requests the table shows (the newest); it counts the older ones the host still reports. */
 export const SHOWN_ENDED_REQUESTS = 20;
 
+/** Queued requests the table shows (the head of the queue, every running one besides); it counts the rest. */
+export const SHOWN_QUEUED_REQUESTS = 20;
+
 function RequestRow({
   r,
   title,
   device,
   showModel,
-  reloading,
+  wait,
 }: {
   r: SchedulerRequestView;
   title: string | undefined;
@@ -432,12 +446,17 @@ function RequestRow({
   device: string | undefined;
   /** The request's model beside its id, when the table holds requests of several models. */
   showModel: boolean;
-  /** Its model is loading again (as after the engine stopped): a queued request waits for that, whatever the budget. */
-  reloading: boolean;
+  /** A queued request's place and why it waits (its model loading again among the reasons). */
+  wait: QueueWait | null;
 }) {
   const n = r.admittedMaxTokens ?? r.maxNewTokens;
   const prompt = r.sessionPrefixTokens > 0 ? `${r.sessionPrefixTokens}+${r.promptTokens}` : String(r.promptTokens);
-  // Two short lines a cell (the chat over the request's id, used over reserved…): the table fits the inspector.
+  const [open, setOpen] = useState(false);
+  const brief = r.error && r.state !== 'cancelled' ? refusalBrief(r.error, r) : null;
+  const required = r.error?.code === 'KV_BUDGET_EXCEEDED' ? r.error.detail?.requiredBytes : undefined;
+  const messageId = `request-message-${r.id}`;
+  // Two short lines a cell (the chat over the request's id, used over reserved…): the table fits the inspector. Why
+  // a request waits or was refused is the state's second line, in words (the host's whole message a click away).
   return (
     <tr
       data-testid="request-row"
@@ -445,25 +464,59 @@ function RequestRow({
       data-state={r.state}
       data-reserved-bytes={r.reservedBytes}
       data-used-bytes={r.usedBytes}
-      title={r.error ? `${r.error.code}: ${r.error.message}` : r.id}
+      title={r.id}
     >
       <WhoCell id={r.id} threadId={r.threadId} modelId={r.modelId} title={title} showModel={showModel} />
       {device !== undefined && <td className="mono">{device}</td>}
       <td className="state-cell">
         <span className={`state ${r.state}`}>{r.state}</span>
-        {reloading && r.state === 'queued' && (
-          <div
-            className="sub"
-            data-testid="request-held"
-            title={`${r.modelId} is loading again: the queue waits for it, whatever the budget`}
-          >
-            for {r.modelId} to load again
+        {wait && (
+          <div className="sub" data-testid="request-queue-note" data-reason={wait.reason}>
+            {wait.reason === 'reloading' ? (
+              <>
+                position {wait.position + 1} ·{' '}
+                <span
+                  data-testid="request-held"
+                  title={`${r.modelId} is loading again: the queue waits for it, whatever the budget`}
+                >
+                  for {r.modelId} to load again
+                </span>
+              </>
+            ) : (
+              queueWaitBrief(wait)
+            )}
           </div>
         )}
-        {r.error && r.state !== 'cancelled' && (
-          <div className="sub mono" data-testid="request-error">
-            {breakable(r.error.code)}
+        {r.paddingBytes ? (
+          <div
+            className="sub"
+            data-testid="request-padding-note"
+            title={`Batched with a longer reply, its ${r.rows === 1 ? 'row is' : 'rows are'} padded to that reply's width: ${exactBytes(r.paddingBytes)} of its reservation hold no token`}
+          >
+            incl. {formatBytes(r.paddingBytes)} padding
           </div>
+        ) : null}
+        {brief && r.error && (
+          <>
+            <div className="sub reason" data-testid="request-reason">
+              {brief.reason}
+              {brief.action && ` — ${brief.action}`}
+            </div>
+            <button
+              type="button"
+              className="link sub mono disclosure"
+              data-testid="request-error"
+              aria-expanded={open}
+              aria-controls={messageId}
+              aria-label={`${r.error.code}: the host's whole message`}
+              onClick={() => setOpen(!open)}
+            >
+              {breakable(r.error.code)}
+            </button>
+            <div className="sub message" id={messageId} data-testid="request-message" hidden={!open}>
+              {r.error.message}
+            </div>
+          </>
         )}
       </td>
       <td className="r num">{r.rows}</td>
@@ -476,26 +529,7 @@ function RequestRow({
         <div>{prompt}</div>
         <div>+ {n}</div>
       </td>
-      <td
-        className="r"
-        data-testid={
-          r.fixedTokens !== undefined ? 'request-static-cache' : r.paddingBytes ? 'request-padding' : undefined
-        }
-        title={
-          r.fixedTokens !== undefined
-            ? `static KV cache: ${r.rows} ${r.rows === 1 ? 'row' : 'rows'} × ${r.fixedTokens} positions × ${r.bpt} B, held whole from the first token`
-            : r.paddingBytes
-              ? `${formatBytes(r.paddingBytes)} of the reservation is padding: batched with a longer reply, its ${r.rows === 1 ? 'row is' : 'rows are'} padded to that reply's width`
-              : undefined
-        }
-      >
-        <div>
-          <Bytes value={r.usedBytes} />
-        </div>
-        <div>
-          / <Bytes value={r.reservedBytes} />
-        </div>
-      </td>
+      <KvCell r={r} required={typeof required === 'number' ? required : undefined} />
       <td
         className="r num"
         data-testid={r.budgetCap ? 'request-cap' : undefined}
@@ -513,6 +547,65 @@ function RequestRow({
         )}
       </td>
     </tr>
+  );
+}
+
+/** The bytes a queued request waits to reserve: its whole reservation (admitted, the budget may cap it). */
+function wantedBytes(r: SchedulerRequestView): number {
+  return r.rows * (r.fixedTokens ?? r.sessionPrefixTokens + r.promptTokens + r.maxNewTokens) * r.bpt;
+}
+
+/**
+ * A request's KV: used over reserved, and the padding of that in words; what a queued one waits to reserve; what a
+ * refused one needed (never admitted, it reserved nothing).
+ */
+function KvCell({ r, required }: { r: SchedulerRequestView; required: number | undefined }) {
+  if (r.state === 'queued' || r.state === 'refused') {
+    const bytes = r.state === 'queued' ? wantedBytes(r) : required;
+    return (
+      <td
+        className="r"
+        data-testid={r.state === 'queued' ? 'request-wants' : 'request-needed'}
+        title={
+          r.state === 'queued'
+            ? 'Nothing is reserved while it waits; admitted, it reserves this (or less, capped by the budget)'
+            : 'Never admitted: nothing was reserved'
+        }
+      >
+        {bytes === undefined ? (
+          <div className="muted">none</div>
+        ) : (
+          <>
+            <div className="muted">{r.state === 'queued' ? 'wants' : 'needs'}</div>
+            <div>
+              <Bytes value={bytes} />
+            </div>
+          </>
+        )}
+      </td>
+    );
+  }
+  return (
+    <td
+      className="r"
+      data-testid={
+        r.fixedTokens !== undefined ? 'request-static-cache' : r.paddingBytes ? 'request-padding' : undefined
+      }
+      title={
+        r.fixedTokens !== undefined
+          ? `static KV cache: ${r.rows} ${r.rows === 1 ? 'row' : 'rows'} × ${r.fixedTokens} positions × ${r.bpt} B, held whole from the first token`
+          : r.paddingBytes
+            ? `${exactBytes(r.paddingBytes)} of the reservation is padding: batched with a longer reply, its ${r.rows === 1 ? 'row is' : 'rows are'} padded to that reply's width`
+            : undefined
+      }
+    >
+      <div>
+        <Bytes value={r.usedBytes} />
+      </div>
+      <div>
+        / <Bytes value={r.reservedBytes} />
+      </div>
+    </td>
   );
 }
 
@@ -572,7 +665,8 @@ function ReloadWaitRow({
   );
 }
 
-function Requests({ devices, waits }: { devices: DeviceBudgetSnapshot[]; waits: ReloadWait[] }) {
+function Requests({ snapshot, waits }: { snapshot: BudgetSnapshot; waits: ReloadWait[] }) {
+  const devices = snapshot.devices;
   const titles = useThreadTitles();
   const models = useApp((s) => s.models);
   const reloading = useMemo(() => new Set(models.filter((m) => m.reloading).map((m) => m.id)), [models]);
@@ -580,14 +674,19 @@ function Requests({ devices, waits }: { devices: DeviceBudgetSnapshot[]; waits: 
   const deviceOf = new Map<string, string>();
   for (const d of devices) for (const r of [...d.running, ...d.queue, ...d.recent]) deviceOf.set(r.id, d.device);
   // Live work first (running, then queued in admission order, then waiting for a model to load again), then what
-  // ended, newest first (the latest few).
+  // ended, newest first (the latest few). A long queue shows its head: a row each for sixty queued API requests
+  // would have the page lay out the table again at every snapshot, slowing the replies it shows.
   const byEnd = (a: SchedulerRequestView, b: SchedulerRequestView) => (b.endedAt ?? 0) - (a.endedAt ?? 0);
   const ended = devices.flatMap((d) => d.recent).sort(byEnd);
   const older = Math.max(0, ended.length - SHOWN_ENDED_REQUESTS);
-  const live = [...devices.flatMap((d) => d.running), ...devices.flatMap((d) => d.queue)];
+  const queued = devices.flatMap((d) => d.queue);
+  const shownQueued = queued.slice(0, SHOWN_QUEUED_REQUESTS);
+  const moreQueued = queued.length - shownQueued.length;
+  const live = [...devices.flatMap((d) => d.running), ...shownQueued];
   const shownEnded = ended.slice(0, SHOWN_ENDED_REQUESTS);
   const rows = [...live, ...shownEnded];
   const modelCount = new Set([...rows.map((r) => r.modelId), ...waits.map((w) => w.modelId)]).size;
+  const columns = 6 + (several ? 1 : 0);
   const row = (r: SchedulerRequestView) => (
     <RequestRow
       key={r.id}
@@ -595,7 +694,7 @@ function Requests({ devices, waits }: { devices: DeviceBudgetSnapshot[]; waits: 
       title={r.threadId ? titles.get(r.threadId) : undefined}
       device={several ? deviceOf.get(r.id) : undefined}
       showModel={modelCount > 1}
-      reloading={reloading.has(r.modelId)}
+      wait={r.state === 'queued' ? queueWait(snapshot, r.id, reloading) : null}
     />
   );
   return (
@@ -627,6 +726,14 @@ function Requests({ devices, waits }: { devices: DeviceBudgetSnapshot[]; waits: 
             </thead>
             <tbody>
               {live.map(row)}
+              {moreQueued > 0 && (
+                <tr data-testid="requests-more-queued">
+                  <td className="muted" colSpan={columns}>
+                    and {moreQueued} more queued behind {moreQueued === 1 ? 'it' : 'them'} (the first{' '}
+                    {SHOWN_QUEUED_REQUESTS} are shown)
+                  </td>
+                </tr>
+              )}
               {waits.map((w) => (
                 <ReloadWaitRow
                   key={w.requestId}
@@ -653,68 +760,86 @@ function Requests({ devices, waits }: { devices: DeviceBudgetSnapshot[]; waits: 
 
 function Sessions({ devices }: { devices: DeviceBudgetSnapshot[] }) {
   const titles = useThreadTitles();
-  const sessions: SchedulerSessionView[] = devices.flatMap((d) => d.sessions);
-  if (sessions.length === 0) return null;
+  const all: SchedulerSessionView[] = devices.flatMap((d) => d.sessions);
+  // An API request's prompt cache, while its turn is queued or running, is that request (its row above): listed
+  // again, sixty queued API requests would read as sixty rows of "API prompt cache · in its request".
+  const sessions = all.filter((s) => s.state === 'idle' || !s.sessionId.startsWith(PROMPT_CACHE_PREFIX));
+  const inRequests = all.length - sessions.length;
+  if (all.length === 0) return null;
   return (
     <section>
       <h2>Sessions</h2>
-      <table className="table" data-testid="session-table">
-        <thead>
-          <tr>
-            <th>chat</th>
-            <th>state</th>
-            <th className="r">tokens</th>
-            <th className="r">held</th>
-          </tr>
-        </thead>
-        <tbody>
-          {sessions.map((s) => {
-            const name =
-              titles.get(s.sessionId) ??
-              (s.sessionId.startsWith(PROMPT_CACHE_PREFIX) ? 'API prompt cache' : s.sessionId.slice(0, 10));
-            // A turn running: its KV is its request's (the requests' table), the session holds it once it ends.
-            const inRequest = s.state !== 'idle';
-            const empty = s.state === 'idle' && s.tokens === 0;
-            return (
-              <tr
-                key={s.sessionId}
-                data-testid="session-row"
-                data-session-id={s.sessionId}
-                data-held-bytes={s.heldBytes}
-              >
-                <td className="thread" title={`${name} (${s.sessionId})`}>
-                  {name}
-                </td>
-                <td>
-                  <span
-                    className={`state ${s.state === 'idle' ? 'cancelled' : s.state}`}
-                    title={empty ? 'Its KV was dropped: its next turn reads the whole conversation again' : undefined}
-                  >
-                    {empty ? 'idle · nothing kept' : s.state}
-                  </span>
-                </td>
-                {inRequest ? (
-                  <td
-                    className="r muted"
-                    colSpan={2}
-                    data-testid="session-in-request"
-                    title="While its turn runs, its KV is counted in the request's row above; the session holds it once the turn ends"
-                  >
-                    in its request
+      {sessions.length > 0 && (
+        <table className="table sessions" data-testid="session-table">
+          <thead>
+            <tr>
+              <th>chat</th>
+              <th>state</th>
+              <th className="r">tokens</th>
+              <th className="r">held</th>
+            </tr>
+          </thead>
+          <tbody>
+            {sessions.map((s) => {
+              const cache = s.sessionId.startsWith(PROMPT_CACHE_PREFIX);
+              const name = titles.get(s.sessionId) ?? (cache ? 'API prompt cache' : s.sessionId.slice(0, 10));
+              // A turn running: its KV is its request's (the requests' table), the session holds it once it ends.
+              const inRequest = s.state !== 'idle';
+              const empty = s.state === 'idle' && s.tokens === 0;
+              return (
+                <tr
+                  key={s.sessionId}
+                  data-testid="session-row"
+                  data-session-id={s.sessionId}
+                  data-held-bytes={s.heldBytes}
+                >
+                  <td className="thread" title={`${name} (${s.sessionId} · ${s.modelId})`}>
+                    {name}
+                    {cache && (
+                      // One prompt cache from another: its id's first characters, and its model.
+                      <div className="sub mono" data-testid="session-id">
+                        {s.sessionId.slice(PROMPT_CACHE_PREFIX.length, PROMPT_CACHE_PREFIX.length + 6)} · {s.modelId}
+                      </div>
+                    )}
                   </td>
-                ) : (
-                  <>
-                    <td className="r num">{formatInteger(s.tokens)}</td>
-                    <td className="r">
-                      <Bytes value={s.heldBytes} />
+                  <td>
+                    <span
+                      className={`state ${s.state === 'idle' ? 'cancelled' : s.state}`}
+                      title={empty ? 'Its KV was dropped: its next turn reads the whole conversation again' : undefined}
+                    >
+                      {empty ? 'idle · nothing kept' : s.state}
+                    </span>
+                  </td>
+                  {inRequest ? (
+                    <td
+                      className="r muted"
+                      colSpan={2}
+                      data-testid="session-in-request"
+                      title="While its turn runs, its KV is counted in the request's row above; the session holds it once the turn ends"
+                    >
+                      in its request
                     </td>
-                  </>
-                )}
-              </tr>
-            );
-          })}
-        </tbody>
-      </table>
+                  ) : (
+                    <>
+                      <td className="r num">{formatInteger(s.tokens)}</td>
+                      <td className="r">
+                        <Bytes value={s.heldBytes} />
+                      </td>
+                    </>
+                  )}
+                </tr>
+              );
+            })}
+          </tbody>
+        </table>
+      )}
+      {inRequests > 0 && (
+        <div className="muted" data-testid="sessions-in-requests" style={{ fontSize: 12, marginTop: 4 }}>
+          {sessions.length > 0 ? 'and ' : ''}
+          {inRequests} API prompt {inRequests === 1 ? 'cache' : 'caches'} in{' '}
+          {inRequests === 1 ? 'its request' : 'their requests'}, queued or running
+        </div>
+      )}
       <div className="muted" style={{ fontSize: 12, marginTop: 4 }}>
         Idle sessions keep their KV so the next turn only computes what is new; they are evicted (least recently used
         first) when a request needs the room.
@@ -737,7 +862,7 @@ export function describeEvent(e: TimelineEvent): string {
     case 'admitted':
       return `${short(e.requestId)} reserved ${formatBytes(e.reservedBytes)} for ${e.admittedMaxTokens} tok after ${formatMs(e.queueMs)}${e.budgetCap ? ` (capped from ${e.budgetCap.requestedMaxTokens})` : ''}`;
     case 'rejected':
-      return `${short(e.requestId)} ${e.error.code}${e.stage === 'queued' ? ' while queued' : ''}`;
+      return `${short(e.requestId)} ${e.error.code}${e.stage === 'queued' ? ' while queued' : ''}: ${refusalBrief(e.error).reason}`;
     case 'firstToken':
       return `${short(e.requestId)} first token after ${formatMs(e.ttftMs)}`;
     case 'finished':
@@ -890,7 +1015,7 @@ export function Inspector() {
             <BudgetSection key={d.device} snap={d} several={snap.devices.length > 1} />
           ))}
           <Controls devices={snap.devices} />
-          <Requests devices={snap.devices} waits={snap.reloadWaits ?? []} />
+          <Requests snapshot={snap} waits={snap.reloadWaits ?? []} />
           <Sessions devices={snap.devices} />
         </>
       ) : (
