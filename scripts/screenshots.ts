@@ -168,6 +168,22 @@ async function main(): Promise<void> {
       long.push((await page.getByTestId('chat-view').getAttribute('data-thread-id')) ?? '');
     }
     await page.getByTestId('budget-running-count').filter({ hasText: 'running 3/' }).waitFor({ timeout: 10_000 });
+    // Two API clients beside them: one whose prompt does not fit what the three leave (it queues, and says for
+    // what), and one asking five replies to a long prompt, more than the whole budget (refused, saying why).
+    const api = (words: number, extra: Record<string, unknown>) =>
+      fetch(`${server.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          model: 'default',
+          messages: [{ role: 'user', content: 'the keeper '.repeat(words) }],
+          ...extra,
+        }),
+      }).then((r) => r.text());
+    const queued = api(300, { max_tokens: 64 }).catch(() => '');
+    await api(700, { max_tokens: 16, n: 5 });
+    await page.getByTestId('request-queue-note').first().waitFor({ timeout: 10_000 });
+    await page.getByTestId('request-reason').first().waitFor({ timeout: 10_000 });
     await page.waitForTimeout(700);
     await page.screenshot({ path: path.join(DOCS, 'inspector.png'), animations: 'disabled' });
     console.log('wrote docs/inspector.png');
@@ -178,6 +194,7 @@ async function main(): Promise<void> {
         .click({ timeout: 1000 })
         .catch(() => {});
     }
+    await queued;
 
     // The models view: a dropped fixture package, validated and loaded, beside the default model; then a package
     // with a static KV cache, checked and shown before it loads.
