@@ -220,6 +220,33 @@ describe.skipIf(process.platform !== 'linux')('the kvdesk wrapper killed outrigh
  * Streams a long reply from `kvdesk serve` in its own process group, sends `signal` to the whole group, and checks
  * that the stream ends with its shutdown event and that every process of the group exits.
  */
+/**
+ * `kvdesk serve ARGS` in this process until it printed its URL: what it printed on stdout and stderr so far, and its
+ * stop (which checks it exits 0).
+ */
+async function serveHere(args: string[]): Promise<{ out: () => string; err: () => string; stop(): Promise<void> }> {
+  let out = '';
+  let err = '';
+  let stop!: () => void;
+  const until = new Promise<void>((r) => {
+    stop = r;
+  });
+  const running = serve(args, { out: (s) => (out += s), err: (s) => (err += s) }, { until });
+  await eventually(
+    () => out,
+    (o) => /kvdesk serving/.test(o),
+    30_000,
+  );
+  return {
+    out: () => out,
+    err: () => err,
+    stop: async () => {
+      stop();
+      expect(await running).toBe(0);
+    },
+  };
+}
+
 async function signalWhileStreaming(signal: 'SIGINT' | 'SIGTERM'): Promise<void> {
   const dataDir = await mkdtemp(path.join(os.tmpdir(), `kvdesk-serve-${signal.toLowerCase()}-`));
   const child = spawn(
@@ -478,32 +505,27 @@ describe('serve (in-process)', () => {
   it('a --kv-budget over what the memory holds is taken, with its note on stderr; so is a UI not built', async () => {
     const dataDir = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-serve-budget-'));
     const noUi = path.join(dataDir, 'no-ui');
-    let out = '';
-    let err = '';
-    let stop!: () => void;
-    const until = new Promise<void>((r) => {
-      stop = r;
-    });
-    const running = serve(
-      ['--port', '0', '--kv-budget', '64TiB', '--data-dir', dataDir, '--threads', '1', '--static-dir', noUi],
-      { out: (s) => (out += s), err: (s) => (err += s) },
-      { until },
-    );
+    const server = await serveHere([
+      '--port',
+      '0',
+      '--kv-budget',
+      '64TiB',
+      '--data-dir',
+      dataDir,
+      '--threads',
+      '1',
+      '--static-dir',
+      noUi,
+    ]);
     try {
-      await eventually(
-        () => out,
-        (o) => /kvdesk serving/.test(o),
-        30_000,
-      );
-      expect(err).toMatch(
+      expect(server.err()).toMatch(
         /^kvdesk: KV budget note: 64\.0 TiB is more than system RAM holds beside the weights \(.+\): replies admitted under it can run out of memory before the budget stops them\.$/m,
       );
-      expect(err).toContain(
+      expect(server.err()).toContain(
         `kvdesk: the browser UI is not built (no index.html in ${noUi}): run \`npm run build\` in kvdesk's folder, or start it with \`npm run serve\`, which builds it; the API works meanwhile.\n`,
       );
     } finally {
-      stop();
-      expect(await running).toBe(0);
+      await server.stop();
       await rm(dataDir, { recursive: true, force: true });
     }
   });
@@ -511,41 +533,19 @@ describe('serve (in-process)', () => {
   it('bound to every address, says where other devices reach it; bound to a LAN address, serves at that one', async () => {
     const lan = lanAddresses();
     const dataDir = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-serve-lan-'));
-    /** serve on `host` until its URL is printed: what it printed, and the stop. */
-    const start = async (host: string) => {
-      let out = '';
-      let stop!: () => void;
-      const until = new Promise<void>((r) => {
-        stop = r;
-      });
-      const running = serve(
-        ['--host', host, '--port', '0', '--token', 'tok-lan', '--data-dir', dataDir, '--threads', '1'],
-        { out: (s) => (out += s), err: () => {} },
-        { until },
-      );
-      const printed = await eventually(
-        () => out,
-        (o) => /kvdesk serving/.test(o) || o.includes('cannot'),
-        30_000,
-      );
-      return {
-        out: printed,
-        stop: async () => {
-          stop();
-          expect(await running).toBe(0);
-        },
-      };
-    };
+    /** serve on `host` until its URL is printed. */
+    const start = (host: string) =>
+      serveHere(['--host', host, '--port', '0', '--token', 'tok-lan', '--data-dir', dataDir, '--threads', '1']);
     const bearer = { headers: { authorization: 'Bearer tok-lan' } };
     try {
       const wild = await start('0.0.0.0');
       try {
-        const port = Number((/kvdesk serving http:\/\/127\.0\.0\.1:(\d+)\n/.exec(wild.out) as RegExpExecArray)[1]);
+        const port = Number((/kvdesk serving http:\/\/127\.0\.0\.1:(\d+)\n/.exec(wild.out()) as RegExpExecArray)[1]);
         const urls = lan.map((a) => `http://${a}:${port}`);
-        expect(wild.out).toContain(
+        expect(wild.out()).toContain(
           `kvdesk: on the local network ${urls.length > 0 ? `at ${urls.join(', ')}` : 'once this computer has an address (it has none now)'}\n`,
         );
-        expect(wild.out).toContain(
+        expect(wild.out()).toContain(
           `kvdesk: open http://127.0.0.1:${port}/?token=tok-lan in a browser${urls.length > 0 ? ` (on another device: ${urls.map((u) => `${u}/?token=tok-lan`).join(', ')})` : ''}\n`,
         );
         for (const url of urls) expect((await fetch(`${url}/health`, bearer)).status).toBe(200);
@@ -557,10 +557,10 @@ describe('serve (in-process)', () => {
       if (address === undefined) return;
       const one = await start(address);
       try {
-        const url = (/^kvdesk serving (\S+)$/m.exec(one.out) as RegExpExecArray)[1] as string;
+        const url = (/^kvdesk serving (\S+)$/m.exec(one.out()) as RegExpExecArray)[1] as string;
         expect(new URL(url).hostname).toBe(address);
         expect((await fetch(`${url}/health`, bearer)).status).toBe(200);
-        expect(one.out).not.toContain('on the local network');
+        expect(one.out()).not.toContain('on the local network');
       } finally {
         await one.stop();
       }
@@ -576,23 +576,18 @@ describe('serve (in-process)', () => {
     expect(help).toContain('host.docker.internal for Open WebUI in Docker');
     const dataDir = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-serve-hosts-'));
     vi.stubEnv('KVDESK_ALLOWED_HOSTS', 'box.local, proxy.example:443');
-    let out = '';
-    let stop!: () => void;
-    const until = new Promise<void>((r) => {
-      stop = r;
-    });
-    const running = serve(
-      ['--port', '0', '--allow-host', 'host.docker.internal', '--allow-host', 'Nas.LAN', '--data-dir', dataDir],
-      { out: (s) => (out += s), err: () => {} },
-      { until },
-    );
+    const server = await serveHere([
+      '--port',
+      '0',
+      '--allow-host',
+      'host.docker.internal',
+      '--allow-host',
+      'Nas.LAN',
+      '--data-dir',
+      dataDir,
+    ]);
     try {
-      await eventually(
-        () => out,
-        (o) => /kvdesk serving/.test(o),
-        30_000,
-      );
-      const url = (/kvdesk serving (\S+)/.exec(out) as RegExpExecArray)[1] as string;
+      const url = (/kvdesk serving (\S+)/.exec(server.out()) as RegExpExecArray)[1] as string;
       const port = new URL(url).port;
       for (const host of [
         `host.docker.internal:${port}`,
@@ -611,8 +606,7 @@ describe('serve (in-process)', () => {
         });
       }
     } finally {
-      stop();
-      expect(await running).toBe(0);
+      await server.stop();
       vi.unstubAllEnvs();
       await rm(dataDir, { recursive: true, force: true });
     }
