@@ -74,7 +74,7 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
   /**
    * Forgets a session and frees its KV's memory now (releaseKv), not at some later garbage collection: an idle engine
    * allocates nothing, so none would come, and a deleted chat or an unloaded model kept its KV's bytes for as long as
-   * the engine stayed idle. A session a generation still runs on is only forgotten (the collector frees it after).
+   * the engine stayed idle. A session a generation still runs on is forgotten now and freed when that ends.
    */
   function dropSession(id: string): void {
     const session = sessions.get(id);
@@ -233,7 +233,12 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
       emit({ type: 'failed', requestId: cmd.requestId, error: toErrorInfo(err) });
     } finally {
       running.delete(cmd.requestId);
-      if (session) busySessions.delete(session);
+      if (session) {
+        busySessions.delete(session);
+        // Dropped while this ran on it (its chat deleted mid-reply, its model unloaded), or by a failure: the KV
+        // the turn left it is freed now that nothing reads it.
+        if (cmd.sessionId && sessions.get(cmd.sessionId) !== session) releaseKv(session.kv.past.values(), new Map());
+      }
       const left = (inUse.get(model) ?? 1) - 1;
       if (left > 0) inUse.set(model, left);
       else {
