@@ -41,18 +41,24 @@ export function allowedHostsFor(bindHost: string, port: number, extra: string[] 
     names.push(bindHost);
   }
   const allowed = new Set<string>();
+  const bareOf = (n: string) => {
+    const bare = n.replace(/^\[|\]$/g, '').toLowerCase();
+    return bare.includes(':') ? `[${bare}]` : bare;
+  };
+  const given = new Set(extra);
   for (const n of names) {
     // Extra names may carry their own port (a proxy's public port).
-    if (/^[^[\]:]+:\d+$/.test(n) || /^\[.*\]:\d+$/.test(n)) {
+    const withPort = /^([^[\]:]+):(\d+)$/.exec(n) ?? /^(\[.*\]):(\d+)$/.exec(n);
+    if (withPort) {
       allowed.add(n.toLowerCase());
+      // Browsers and proxies leave a default port out of Host: https://proxy.example/ sends "proxy.example".
+      if (withPort[2] === '80' || withPort[2] === '443') allowed.add(bareOf(withPort[1] as string));
       continue;
     }
     allowed.add(hostWithPort(n, port));
-    // Browsers leave the default port out of Host and Origin.
-    if (port === 80) {
-      const bare = n.replace(/^\[|\]$/g, '').toLowerCase();
-      allowed.add(bare.includes(':') ? `[${bare}]` : bare);
-    }
+    // Browsers leave the default port out of Host and Origin; a name given without a port is a name of the
+    // person's (a reverse proxy's, Docker's host.docker.internal), reached on the proxy's port as often as on this.
+    if (port === 80 || given.has(n)) allowed.add(bareOf(n));
   }
   return allowed;
 }

@@ -589,11 +589,16 @@ describe('serve (in-process)', () => {
     try {
       const url = (/kvdesk serving (\S+)/.exec(server.out()) as RegExpExecArray)[1] as string;
       const port = new URL(url).port;
+      // A name given is taken with the server's port and without (a proxy on 80 or 443 sends none); one given with
+      // 443 also bare (https://proxy.example/ sends "proxy.example").
       for (const host of [
         `host.docker.internal:${port}`,
+        'host.docker.internal',
         `nas.lan:${port}`,
+        'nas.lan',
         `box.local:${port}`,
         'proxy.example:443',
+        'proxy.example',
       ]) {
         expect((await rawRequest(url, { path: '/v1/models', headers: { host } })).status, host).toBe(200);
       }

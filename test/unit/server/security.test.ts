@@ -37,11 +37,17 @@ describe('allowed hosts', () => {
     }
   });
 
-  it('take extra names with their own port as given', () => {
-    const hosts = allowedHostsFor('127.0.0.1', 9000, ['proxy.lan:443', 'box']);
+  it('take extra names with their own port as given, and bare where a client sends none (a default port)', () => {
+    const hosts = allowedHostsFor('127.0.0.1', 9000, ['proxy.lan:443', 'box', 'alt.lan:8443']);
     expect(hosts.has('proxy.lan:443')).toBe(true);
+    expect(hosts.has('proxy.lan')).toBe(true);
     expect(hosts.has('box:9000')).toBe(true);
-    expect(hosts.has('box')).toBe(false);
+    expect(hosts.has('box')).toBe(true);
+    expect(hosts.has('box:1')).toBe(false);
+    expect(hosts.has('alt.lan:8443')).toBe(true);
+    expect(hosts.has('alt.lan')).toBe(false);
+    // The server's own names keep their port (a page of another site on port 80 is not this server).
+    expect(hosts.has('localhost')).toBe(false);
   });
 
   it('include the bare names on port 80, where browsers omit the port', () => {
