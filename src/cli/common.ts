@@ -326,7 +326,7 @@ async function pulledDir(
   );
   const entry = pulledEntry(present, arg);
   if (entry) return entry.root;
-  const pulled = present.flatMap((e) => (e.source ? [`hf.co/${e.source.repo} ${e.source.variant}`] : []));
+  const pulled = present.flatMap((e) => (e.source ? [`hf.co/${e.source.repo}:${e.source.variant}`] : []));
   const name = `${hub.repo}${hub.tag === 'latest' ? '' : `:${hub.tag}`}`;
   throw new KvdeskError(
     'BAD_REQUEST',

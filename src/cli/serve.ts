@@ -255,11 +255,14 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
       },
     });
     io.out(`kvdesk serving ${server.url}\n`);
-    const ui = values['static-dir'] !== undefined ? resolveUserPath(values['static-dir']) : DEFAULT_STATIC_DIR;
+    const ownUi = values['static-dir'] !== undefined;
+    const ui = ownUi ? resolveUserPath(values['static-dir'] as string) : DEFAULT_STATIC_DIR;
     if (uiBuildOf(ui) === undefined) {
       io.err(
-        `kvdesk: the browser UI is not built (no index.html in ${ui}): run \`npm run build\` in kvdesk's folder, or ` +
-          'start it with `npm run serve`, which builds it; the API works meanwhile.\n',
+        ownUi
+          ? `kvdesk: --static-dir ${ui} has no index.html: the browser UI there answers a "not built" page; the API works.\n`
+          : `kvdesk: the browser UI is not built (no index.html in ${ui}): run \`npm run build\` in kvdesk's folder, or ` +
+              'start it with `npm run serve`, which builds it; the API works meanwhile.\n',
       );
     }
     // Bound to every address: where a phone or another computer reaches it (server.url is this computer's own).

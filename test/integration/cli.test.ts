@@ -253,7 +253,7 @@ describe.skipIf(!haveFixtures)(
           const missing = kvdesk('generate', name, ...args);
           expect(missing.code).toBe(2);
           expect((missing.json.error as Record<string, unknown>).message).toBe(
-            `there is no package folder ${path.join(repoRoot, name)}, and no package in the library at ${dataDir} was pulled from the hub as ${name} (pulled: hf.co/someone/tiny-llm fp32); give a folder, or a package \`kvdesk list\` shows (\`${pull}\` downloads it)`,
+            `there is no package folder ${path.join(repoRoot, name)}, and no package in the library at ${dataDir} was pulled from the hub as ${name} (pulled: hf.co/someone/tiny-llm:fp32); give a folder, or a package \`kvdesk list\` shows (\`${pull}\` downloads it)`,
           );
         }
         // A path that is no hub name is a folder to load, as before.

@@ -193,9 +193,12 @@ let proxied: { settings: string; agent: EnvHttpProxyAgent } | undefined;
  * either case), or undefined where none is named: Node's own fetch ignores them, so behind a proxy every request
  * to the hub failed as "could not reach". The proxy, for messages, with it.
  */
-function proxyFetch(): { fetch: typeof fetch; proxy: string } | undefined {
-  const proxy = PROXY_VARIABLES.map((name) => process.env[name]).find((v) => v !== undefined && v.trim() !== '');
-  if (proxy === undefined) return undefined;
+function proxyFetch(url: string): { fetch: typeof fetch; proxy: string } | undefined {
+  // The proxy undici's agent takes for this URL (the lower-case variable first, as it reads them); none: direct.
+  const env = process.env;
+  const httpProxy = env.http_proxy?.trim() || env.HTTP_PROXY?.trim();
+  const proxy = url.startsWith('https:') ? env.https_proxy?.trim() || env.HTTPS_PROXY?.trim() || httpProxy : httpProxy;
+  if (!proxy) return undefined;
   const settings = [...PROXY_VARIABLES, 'NO_PROXY', 'no_proxy'].map((name) => process.env[name] ?? '').join('\n');
   // One agent (its connections kept) while the settings stay as they are.
   if (proxied?.settings !== settings) {
@@ -205,7 +208,10 @@ function proxyFetch(): { fetch: typeof fetch; proxy: string } | undefined {
   const dispatcher = proxied.agent;
   const through = (url: string | URL | Request, init?: RequestInit) =>
     undiciFetch(url as string, { ...(init as object), dispatcher });
-  return { fetch: through as unknown as typeof fetch, proxy: proxy.replace(/\/\/[^@/]*@/, '//') };
+  return {
+    fetch: through as unknown as typeof fetch,
+    proxy: proxy.replace(/\/\/[^@/]*@/, '//'),
+  };
 }
 
 /**
@@ -218,7 +224,7 @@ export async function hubGet(url: string, opts: HubOptions, init: RequestInit = 
   const late = setTimeout(() => timer.abort(), ms);
   const signal = init.signal ? AbortSignal.any([init.signal, timer.signal]) : timer.signal;
   const origin = URL.canParse(url) ? new URL(url).origin : url;
-  const viaProxy = opts.fetch ? undefined : proxyFetch();
+  const viaProxy = opts.fetch ? undefined : proxyFetch(url);
   try {
     return await (opts.fetch ?? viaProxy?.fetch ?? fetch)(url, {
       ...init,

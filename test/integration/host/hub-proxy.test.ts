@@ -89,6 +89,13 @@ describe('the hub behind a proxy', () => {
     expect(proxy.tunnels.filter((t) => t === hubAt).length).toBeGreaterThan(1);
   });
 
+  it('takes HTTPS_PROXY for https only: a hub at an http address is reached directly', async () => {
+    setProxy({ HTTPS_PROXY: proxy.url });
+    proxy.tunnels.length = 0;
+    expect(await searchHub('tiny', { endpoint: hub.url })).toHaveLength(1);
+    expect(proxy.tunnels).toEqual([]);
+  });
+
   it('goes straight to a host NO_PROXY names', async () => {
     setProxy({ HTTP_PROXY: proxy.url, NO_PROXY: '127.0.0.1' });
     proxy.tunnels.length = 0;

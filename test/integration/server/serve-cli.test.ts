@@ -522,7 +522,7 @@ describe('serve (in-process)', () => {
         /^kvdesk: KV budget note: 64\.0 TiB is more than system RAM holds beside the weights \(.+\): replies admitted under it can run out of memory before the budget stops them\.$/m,
       );
       expect(server.err()).toContain(
-        `kvdesk: the browser UI is not built (no index.html in ${noUi}): run \`npm run build\` in kvdesk's folder, or start it with \`npm run serve\`, which builds it; the API works meanwhile.\n`,
+        `kvdesk: --static-dir ${noUi} has no index.html: the browser UI there answers a "not built" page; the API works.\n`,
       );
     } finally {
       await server.stop();
