@@ -118,12 +118,12 @@ export function deriveCpuBudget(inputs: CpuBudgetInputs): { limitBytes: number; 
  */
 export function overMemoryNote(overrideBytes: number, totalMemoryBytes: number, weightsBytes: number, where: string) {
   const room = totalMemoryBytes - weightsBytes;
-  return overrideBytes > room
-    ? [
-        `${formatBytes(overrideBytes)} is more than ${where} holds beside the weights (${formatBytes(Math.max(0, room))}): ` +
-          'replies admitted under it can run out of memory before the budget stops them.',
-      ]
-    : [];
+  if (overrideBytes <= room) return [];
+  const [limit, holds] = formatBytesApart(overrideBytes, Math.max(0, room));
+  return [
+    `${limit} is more than ${where} holds beside the weights (${holds}): ` +
+      'replies admitted under it can run out of memory before the budget stops them.',
+  ];
 }
 
 /** A derivation for a limit set directly (settings, CLI flag, tests). Called wherever no memory sizes are involved. */

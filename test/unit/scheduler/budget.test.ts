@@ -156,7 +156,8 @@ describe('deriveCpuBudget', () => {
     ]);
     expect(deriveCpuBudget({ ...inputs, overrideBytes: 14 * GiB + 1 }).derivation.notes).toEqual([
       'Set by override; the derivation would give 5.0 GiB.',
-      '14.0 GiB is more than system RAM holds beside the weights (14.0 GiB): replies admitted under it can run out of memory before the budget stops them.',
+      // One byte over: said in bytes, not "14.0 GiB is more than … (14.0 GiB)".
+      '15,032,385,537 B is more than system RAM holds beside the weights (15,032,385,536 B): replies admitted under it can run out of memory before the budget stops them.',
     ]);
   });
 
