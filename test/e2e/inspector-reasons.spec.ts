@@ -97,6 +97,11 @@ test("an API request's refusal says why in its row, with its numbers and what to
   await expect(
     page.getByRole('row', { name: /needs 1\.57 MiB, budget 1\.50 MiB — shorten the prompt or raise the limit/ }),
   ).toHaveCount(1);
+  // Its figures in exact bytes on hover.
+  await expect(r.getByTestId('request-reason')).toHaveAttribute(
+    'title',
+    'needs 1,645,568 bytes, budget 1,572,864 bytes',
+  );
   // Its KV cell says what it needed (it reserved nothing), not "0 B / 0 B".
   await expect(r.getByTestId('request-needed')).toHaveText('needs1.57 MiB');
   await expect(r.getByTestId('request-needed').locator('[data-bytes]')).toHaveAttribute(

@@ -498,7 +498,7 @@ function RequestRow({
         ) : null}
         {brief && r.error && (
           <>
-            <div className="sub reason" data-testid="request-reason">
+            <div className="sub reason" data-testid="request-reason" title={brief.title}>
               {brief.reason}
               {brief.action && ` — ${brief.action}`}
             </div>

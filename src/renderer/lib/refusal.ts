@@ -4,7 +4,7 @@
  */
 import type { ErrorInfo } from '../../shared/errors';
 import { FIX_PACKAGE_TEMPLATE } from '../../shared/model-spec';
-import { formatBytes, formatInteger } from './format';
+import { exactBytes, formatBytes, formatInteger } from './format';
 
 export interface RefusalFigure {
   label: string;
@@ -194,6 +194,18 @@ export interface RefusalBrief {
   reason: string;
   /** The one thing to do, in a few words (empty where there is none to say). */
   action: string;
+  /** The reason's figures in exact bytes, for a tooltip (where it has bytes). */
+  title?: string;
+}
+
+/**
+ * Two sizes said side by side; where their rounded figures read the same but they differ (1,537 KiB against 1,536
+ * KiB, both `1.50 MiB`), in exact bytes, so the difference shows.
+ */
+function twoSizes(a: number, b: number): [string, string] {
+  const x = formatBytes(a);
+  const y = formatBytes(b);
+  return x === y && a !== b ? [exactBytes(a), exactBytes(b)] : [x, y];
 }
 
 /** A message's first sentence, for an error without the numbers to say it in brief (its whole message goes beside). */
@@ -215,9 +227,11 @@ export function refusalBrief(error: ErrorInfo, request: { rows?: number; fixedTo
       if (required === undefined || budget === undefined) break;
       const rows = (num(d, 'rows') ?? request.rows ?? 1) > 1 ? 'send fewer rows' : '';
       const steps = [request.fixedTokens === undefined ? 'shorten the prompt' : '', rows].filter(Boolean);
+      const [needs, limit] = twoSizes(required, budget);
       return {
-        reason: `needs ${formatBytes(required)}, budget ${formatBytes(budget)}`,
+        reason: `needs ${needs}, budget ${limit}`,
         action: `${steps.join(', ')}${steps.length > 0 ? ' or ' : ''}raise the limit`,
+        title: `needs ${exactBytes(required)}, budget ${exactBytes(budget)}`,
       };
     }
     case 'CONTEXT_OVERFLOW': {

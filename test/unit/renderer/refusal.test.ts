@@ -145,12 +145,19 @@ describe('refusalBrief', () => {
     expect(refusalBrief(budget)).toEqual({
       reason: 'needs 1.57 MiB, budget 1.50 MiB',
       action: 'shorten the prompt or raise the limit',
+      title: 'needs 1,645,568 bytes, budget 1,572,864 bytes',
     });
     // Several rows can be fewer; a static cache cannot be shortened.
     const rows = { ...budget, detail: { ...budget.detail, rows: 4 } };
     expect(refusalBrief(rows).action).toBe('shorten the prompt, send fewer rows or raise the limit');
     expect(refusalBrief(rows, { rows: 4, fixedTokens: 48 }).action).toBe('send fewer rows or raise the limit');
     expect(refusalBrief(budget, { rows: 1, fixedTokens: 48 }).action).toBe('raise the limit');
+  });
+
+  it('sizes that round to the same figure are said in exact bytes, so they differ', () => {
+    // One token (1 KiB) over: both read 1.50 MiB rounded.
+    const close = { ...budget, detail: { ...budget.detail, requiredBytes: 1537 * 1024 } };
+    expect(refusalBrief(close).reason).toBe('needs 1,573,888 bytes, budget 1,572,864 bytes');
   });
 
   it('a prompt that fills the context, and a full queue: their numbers, and what to do', () => {
