@@ -241,7 +241,8 @@ export function refusalBrief(error: ErrorInfo, request: { rows?: number; fixedTo
       const session = num(d, 'sessionTokens') ?? 0;
       return {
         reason: `${formatInteger(prompt)}${session > 0 ? ` + ${formatInteger(session)} earlier` : ''} tokens fill the ${formatInteger(context)}-token context`,
-        action: 'shorten the prompt',
+        // Earlier turns fill it too: a new chat starts without them.
+        action: session > 0 ? 'start a new chat or shorten the prompt' : 'shorten the prompt',
       };
     }
     case 'QUEUE_FULL': {

@@ -168,13 +168,17 @@ describe('refusalBrief', () => {
         detail: { promptTokens: 2101, contextLength: 2048, sessionTokens: 0 },
       }),
     ).toEqual({ reason: '2,101 tokens fill the 2,048-token context', action: 'shorten the prompt' });
+    // Earlier turns fill it: a new chat starts without them.
     expect(
       refusalBrief({
         code: 'CONTEXT_OVERFLOW',
         message: '…',
         detail: { promptTokens: 20, contextLength: 2048, sessionTokens: 2030 },
-      }).reason,
-    ).toBe('20 + 2,030 earlier tokens fill the 2,048-token context');
+      }),
+    ).toEqual({
+      reason: '20 + 2,030 earlier tokens fill the 2,048-token context',
+      action: 'start a new chat or shorten the prompt',
+    });
     expect(
       refusalBrief({
         code: 'QUEUE_FULL',
