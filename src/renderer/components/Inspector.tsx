@@ -21,7 +21,7 @@ import { useApp, useAppStore, useBridge } from '../bridge/context';
 import { useFocusTrap } from '../lib/focus-trap';
 import { byteChange, exactBytes, formatBytes, formatInteger, formatMs, parseByteSize } from '../lib/format';
 import { derivedLimitDrops, sessionsDroppedBy } from '../lib/limit-change';
-import { type QueueWait, queueWait, queueWaitBrief } from '../lib/queue-wait';
+import { leastReservation, type QueueWait, queueWait, queueWaitBrief } from '../lib/queue-wait';
 import { refusalBrief } from '../lib/refusal';
 import type { TimelineEvent } from '../store/types';
 import { Announcer } from './Announcer';
@@ -550,25 +550,20 @@ function RequestRow({
   );
 }
 
-/** The bytes a queued request waits to reserve: its whole reservation (admitted, the budget may cap it). */
-function wantedBytes(r: SchedulerRequestView): number {
-  return r.rows * (r.fixedTokens ?? r.sessionPrefixTokens + r.promptTokens + r.maxNewTokens) * r.bpt;
-}
-
 /**
  * A request's KV: used over reserved, and the padding of that in words; what a queued one waits to reserve; what a
  * refused one needed (never admitted, it reserved nothing).
  */
 function KvCell({ r, required }: { r: SchedulerRequestView; required: number | undefined }) {
   if (r.state === 'queued' || r.state === 'refused') {
-    const bytes = r.state === 'queued' ? wantedBytes(r) : required;
+    const bytes = r.state === 'queued' ? leastReservation(r) : required;
     return (
       <td
         className="r"
         data-testid={r.state === 'queued' ? 'request-wants' : 'request-needed'}
         title={
           r.state === 'queued'
-            ? 'Nothing is reserved while it waits; admitted, it reserves this (or less, capped by the budget)'
+            ? 'Nothing is reserved while it waits. Admitted, it reserves at least this (less only where the budget caps its reply); joining a batch of longer replies pads its rows to their width, which takes more'
             : 'Never admitted: nothing was reserved'
         }
       >
@@ -576,7 +571,7 @@ function KvCell({ r, required }: { r: SchedulerRequestView; required: number | u
           <div className="muted">none</div>
         ) : (
           <>
-            <div className="muted">{r.state === 'queued' ? 'wants' : 'needs'}</div>
+            <div className="muted">{r.state === 'queued' ? 'needs at least' : 'needs'}</div>
             <div>
               <Bytes value={bytes} />
             </div>

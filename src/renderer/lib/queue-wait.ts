@@ -23,6 +23,15 @@ export interface QueueWait {
 }
 
 /**
+ * The least a queued request reserves once admitted: its rows × its own positions (its session's prefix, prompt and
+ * max tokens, or a static cache's fixed length) × bytes per token. Joining a batch of longer replies pads its rows
+ * to their width, which takes more; the scheduler reckons that (and a budget cap) only as it admits it.
+ */
+export function leastReservation(r: SchedulerRequestView): number {
+  return r.rows * (r.fixedTokens ?? r.sessionPrefixTokens + r.promptTokens + r.maxNewTokens) * r.bpt;
+}
+
+/**
  * Where the request waits and why; null when the snapshot does not have it queued. `reloading`: the models being
  * loaded again (ModelInfo.reloading); a queued request of one waits for it.
  */
@@ -37,7 +46,7 @@ export function queueWait(
     const position = d.queue.findIndex((q) => q.id === requestId);
     if (position < 0) continue;
     const head = d.queue[position] as SchedulerRequestView;
-    const ownBytes = head.rows * (head.sessionPrefixTokens + head.promptTokens + head.maxNewTokens) * head.bpt;
+    const ownBytes = leastReservation(head);
     // Fitting alone, it waits only because its rows would be padded to the batch's widest reservation (every
     // running request of a padded batch reserves its rows that wide).
     const widths = d.running

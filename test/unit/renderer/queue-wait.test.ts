@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { QueueWait } from '../../../src/renderer/lib/queue-wait';
-import { queueWait, queueWaitBrief } from '../../../src/renderer/lib/queue-wait';
+import { leastReservation, queueWait, queueWaitBrief } from '../../../src/renderer/lib/queue-wait';
 import { deviceSnapshot, requestView, snapshot } from './fixtures';
 
 const queued = (id: string) => requestView({ id, state: 'queued', reservedBytes: 0 });
@@ -62,6 +62,20 @@ describe('queueWait', () => {
     // Another model's request waits as it would.
     expect(queueWait(s, 'q2', back)).toMatchObject({ position: 1, reason: 'slots' });
     expect(queueWait(s, 'q1')).toMatchObject({ reason: 'slots' });
+  });
+
+  it("the least a queued request reserves: its own positions, a static cache's fixed length", () => {
+    const own = requestView({
+      id: 'q',
+      rows: 2,
+      sessionPrefixTokens: 10,
+      promptTokens: 5,
+      maxNewTokens: 30,
+      bpt: 1024,
+    });
+    expect(leastReservation(own)).toBe(2 * 45 * 1024);
+    // A static cache reserves its whole length, whatever the prompt and max tokens.
+    expect(leastReservation({ ...own, fixedTokens: 48 })).toBe(2 * 48 * 1024);
   });
 
   it('not queued (or no snapshot yet): null', () => {
