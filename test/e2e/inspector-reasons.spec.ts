@@ -14,7 +14,7 @@ import { apiSnapshot, expect, test, wsCall } from './fixtures';
 import { type ServeHandle, startServe } from './serve';
 
 // The budget of the review that found these (1.5 MiB: 1,536 tokens of the default model), a queue of 24, and the
-// slow model, whose replies (their end of text banned) run until they are stopped.
+// slow model, whose replies (their end of text banned) run until they are stopped or write their max tokens.
 let server: ServeHandle;
 test.beforeAll(async () => {
   server = await startServe(['--model', slowModel(), '--kv-budget', '1536KiB', '--max-queue', '24']);
@@ -58,6 +58,25 @@ async function post(body: object): Promise<number> {
   });
   await res.text();
   return res.status;
+}
+
+/**
+ * A slow-model reply near its context (4,096 tokens): about half a minute on this machine, where the tests that hold
+ * it take a few seconds. The engine ends it at its max tokens whatever the test, so each test checks at its end that
+ * what it held still runs ({@link stillHeld}).
+ */
+const LONG = 4000;
+
+/** The running requests' ids. */
+async function runningIds(): Promise<string[]> {
+  return (await apiSnapshot(server)).running.map((r) => r.id).sort();
+}
+
+/** Fails as an expired set-up (not as a wrong row) where a held reply ended before the test was done with it. */
+async function stillHeld(ids: string[]): Promise<void> {
+  expect(await runningIds(), 'set-up expired: a held reply ended before the test was done; hold it longer').toEqual(
+    ids,
+  );
 }
 
 async function budget(patch: { kvBudgetBytes?: number; maxRunning?: number }): Promise<void> {
@@ -143,14 +162,14 @@ test("an API request's refusal says why in its row, with its numbers and what to
 test("queued rows say their place and what they wait for; a reservation's padding is said in words", async ({
   page,
 }) => {
-  await budget({ kvBudgetBytes: 64 * MiB, maxRunning: 4 });
+  await budget({ kvBudgetBytes: 128 * MiB, maxRunning: 4 });
   await open(page);
   const held: Array<ReturnType<typeof hold>> = [];
   try {
     // A long reply, and a shorter one batched beside it: padded to the long one's width.
-    held.push(endless('Once', 1900));
+    held.push(endless('Once', LONG));
     await expect.poll(async () => (await apiSnapshot(server)).running.length).toBe(1);
-    held.push(endless('Hi', 1000));
+    held.push(endless('Hi', LONG - 1000));
     await expect.poll(async () => (await apiSnapshot(server)).running.length).toBe(2);
     // A third one no longer fits (it would be as wide): it waits for KV; a short chat waits behind it.
     held.push(endless('Hey', 1000));
@@ -160,12 +179,13 @@ test("queued rows say their place and what they wait for; a reservation's paddin
     );
     await expect.poll(async () => (await apiSnapshot(server)).queue.length).toBe(2);
     const snap = await apiSnapshot(server);
+    const holding = await runningIds();
     const [head, behind] = snap.queue as [SchedulerRequestView, SchedulerRequestView];
     const padded = snap.running.find((x) => (x.paddingBytes ?? 0) > 0) as SchedulerRequestView;
     expect(padded.paddingBytes).toBeGreaterThan(10 * MiB);
 
     await expect(row(page, head.id).getByTestId('request-queue-note')).toHaveText(
-      `position 1 · waits for KV: ${formatBytes(snap.freeBytes)} free of 64.0 MiB`,
+      `position 1 · waits for KV: ${formatBytes(snap.freeBytes)} free of 128 MiB`,
     );
     // Its own reservation is the least it takes: joining the long reply's batch pads it to that width (more).
     const wants = row(page, head.id).getByTestId('request-wants');
@@ -190,6 +210,7 @@ test("queued rows say their place and what they wait for; a reservation's paddin
       });
       expect(fits, `the request table fits at ${width} px`).toBe(true);
     }
+    await stillHeld(holding);
   } finally {
     for (const h of held) h.abort();
     await Promise.all(held.map((h) => h.done));
@@ -199,12 +220,13 @@ test("queued rows say their place and what they wait for; a reservation's paddin
 test('under load the table lists the running requests and the head of the queue; prompt caches in their requests are not listed again', async ({
   page,
 }) => {
-  await budget({ kvBudgetBytes: 64 * MiB, maxRunning: 1 });
+  await budget({ kvBudgetBytes: 128 * MiB, maxRunning: 1 });
   await open(page);
-  const long = endless('Once', 1900);
+  const long = endless('Once', LONG);
   const queued: Array<ReturnType<typeof hold>> = [];
   try {
     await expect.poll(async () => (await apiSnapshot(server)).running.length).toBe(1);
+    const holding = await runningIds();
     for (let i = 0; i < 24; i++) {
       queued.push(
         hold('/v1/chat/completions', {
@@ -249,6 +271,7 @@ test('under load the table lists the running requests and the head of the queue;
     await expect(page.getByTestId('sessions-in-requests')).toHaveText(
       /^(and )?25 API prompt caches in their requests, queued or running$/,
     );
+    await stillHeld(holding);
   } finally {
     // The long one stops; the queued ones then run and end.
     long.abort();
@@ -268,11 +291,12 @@ test('under load the table lists the running requests and the head of the queue;
 test('a limit lowered under what running replies hold says by how much, and that nothing new starts until under', async ({
   page,
 }) => {
-  await budget({ kvBudgetBytes: 64 * MiB, maxRunning: 4 });
+  await budget({ kvBudgetBytes: 128 * MiB, maxRunning: 4 });
   await open(page);
-  const long = endless('Once', 1900);
+  const long = endless('Once', LONG);
   try {
     await expect.poll(async () => (await apiSnapshot(server)).running.length).toBe(1);
+    const holding = await runningIds();
     await expect(page.getByTestId('budget-over-limit')).toHaveCount(0);
     // Set in the window as a person would (asked first where it drops idle sessions' KV).
     await page.getByTestId('budget-limit-input').fill('8MiB');
@@ -289,6 +313,7 @@ test('a limit lowered under what running replies hold says by how much, and that
     await expect(page.getByTestId('budget-over-limit')).toHaveText(
       `${formatBytes(over)} over the limit: running replies finish, nothing new starts until it is under`,
     );
+    await stillHeld(holding);
   } finally {
     long.abort();
     await long.done;
