@@ -760,6 +760,14 @@ function Sessions({ devices }: { devices: DeviceBudgetSnapshot[] }) {
   // again, sixty queued API requests would read as sixty rows of "API prompt cache · in its request".
   const sessions = all.filter((s) => s.state === 'idle' || !s.sessionId.startsWith(PROMPT_CACHE_PREFIX));
   const inRequests = all.length - sessions.length;
+  // Of those, the ones whose requests wait beyond the head of the queue the request table shows: counted, not seen.
+  const beyondShown = new Set(
+    devices
+      .flatMap((d) => d.queue)
+      .slice(SHOWN_QUEUED_REQUESTS)
+      .map((q) => q.sessionId),
+  );
+  const hidden = all.filter((s) => !sessions.includes(s) && beyondShown.has(s.sessionId)).length;
   if (all.length === 0) return null;
   return (
     <section>
@@ -833,6 +841,7 @@ function Sessions({ devices }: { devices: DeviceBudgetSnapshot[] }) {
           {sessions.length > 0 ? 'and ' : ''}
           {inRequests} API prompt {inRequests === 1 ? 'cache' : 'caches'} in{' '}
           {inRequests === 1 ? 'its request' : 'their requests'}, queued or running
+          {hidden > 0 && ` (${hidden} of them queued beyond the rows shown)`}
         </div>
       )}
       <div className="muted" style={{ fontSize: 12, marginTop: 4 }}>
