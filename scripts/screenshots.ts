@@ -182,9 +182,9 @@ async function main(): Promise<void> {
       }).then((r) => r.text());
     const queued = api(300, { max_tokens: 64 }).catch(() => '');
     await api(700, { max_tokens: 16, n: 5 });
-    await page.getByTestId('request-queue-note').first().waitFor({ timeout: 10_000 });
     await page.getByTestId('request-reason').first().waitFor({ timeout: 10_000 });
-    await page.waitForTimeout(700);
+    // Taken while the queued one still waits (a sampled story may end, and let it in).
+    await page.getByTestId('request-queue-note').first().waitFor({ timeout: 10_000 });
     await page.screenshot({ path: path.join(DOCS, 'inspector.png'), animations: 'disabled' });
     console.log('wrote docs/inspector.png');
     for (const id of long) {
