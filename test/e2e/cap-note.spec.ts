@@ -2,11 +2,9 @@
  * A reply the KV budget capped says what would give it more room: in a conversation, a new chat (its prompt is the
  * whole conversation so far); on a chat's first reply, whose prompt is the message alone, a shorter message.
  */
-import { expect, test, wsCall } from './fixtures';
+import { expect, openSavedChat, test } from './fixtures';
 
 test("a capped reply's advice fits where it is in the chat", async ({ app, server }) => {
-  const now = Date.now();
-  const id = `t-capped-${now}`;
   const cap = {
     requestedMaxTokens: 256,
     admittedMaxTokens: 40,
@@ -15,21 +13,12 @@ test("a capped reply's advice fits where it is in the chat", async ({ app, serve
     availableBytes: 43_008,
   };
   const stats = { tokens: 40, promptTokens: 12, finishReason: 'length', budgetCap: cap };
-  const saved = await wsCall(server, 'saveThread', {
-    id,
-    title: 'capped twice',
-    createdAt: now,
-    updatedAt: now,
-    messages: [
-      { id: 'u0', role: 'user', content: 'Tell me a story', createdAt: now },
-      { id: 'a0', role: 'assistant', content: 'Once upon a time', createdAt: now + 1, stats },
-      { id: 'u1', role: 'user', content: 'Go on', createdAt: now + 2 },
-      { id: 'a1', role: 'assistant', content: 'and then', createdAt: now + 3, stats },
-    ],
-  });
-  expect(saved.ok).toBe(true);
-  await app.reload();
-  await app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click();
+  await openSavedChat(app, server, 'capped', [
+    { id: 'u0', role: 'user', content: 'Tell me a story' },
+    { id: 'a0', role: 'assistant', content: 'Once upon a time', stats },
+    { id: 'u1', role: 'user', content: 'Go on' },
+    { id: 'a1', role: 'assistant', content: 'and then', stats },
+  ]);
   const notes = app.getByTestId('budget-cap-note');
   await expect(notes).toHaveCount(2);
   await expect(notes.first()).toContainText('Reply capped at 40 tokens by the KV budget (asked 256');

@@ -162,10 +162,16 @@ export async function apiThinkingQuestion(url: string, model = 'thinking'): Prom
 }
 
 /**
- * A saved chat of one question and a short answer (it leaves out the oldest messages, as new chats do), opened;
- * its id.
+ * A chat saved through the host as another window would save it (its messages, timed a millisecond apart, and any
+ * other fields of the thread), then opened: its id.
  */
-export async function openGreeting(app: Page, server: ServeHandle, name: string): Promise<string> {
+export async function openSavedChat(
+  app: Page,
+  server: ServeHandle,
+  name: string,
+  messages: Array<Record<string, unknown>>,
+  fields: Record<string, unknown> = {},
+): Promise<string> {
   const now = Date.now();
   const id = `t-${name}-${now}`;
   const saved = await wsCall(server, 'saveThread', {
@@ -173,20 +179,34 @@ export async function openGreeting(app: Page, server: ServeHandle, name: string)
     title: name,
     createdAt: now,
     updatedAt: now,
-    messages: [
-      { id: 'u0', role: 'user', content: 'Hi', createdAt: now },
-      {
-        id: 'a0',
-        role: 'assistant',
-        content: 'Hello.',
-        createdAt: now + 1,
-        stats: { tokens: 2, promptTokens: 10, finishReason: 'eos' },
-      },
-    ],
+    ...fields,
+    messages: messages.map((m, i) => ({ createdAt: now + i, ...m })),
   });
   expect(saved.ok).toBe(true);
   await app.reload();
   await app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click({ timeout: 15_000 });
   await expect(app.getByTestId('chat-view')).toHaveAttribute('data-thread-id', id);
   return id;
+}
+
+/**
+ * A saved chat of one question and a short answer (it leaves out the oldest messages, as new chats do), with any
+ * other fields of the thread, opened; its id.
+ */
+export function openGreeting(
+  app: Page,
+  server: ServeHandle,
+  name: string,
+  fields: Record<string, unknown> = {},
+): Promise<string> {
+  return openSavedChat(
+    app,
+    server,
+    name,
+    [
+      { id: 'u0', role: 'user', content: 'Hi' },
+      { id: 'a0', role: 'assistant', content: 'Hello.', stats: { tokens: 2, promptTokens: 10, finishReason: 'eos' } },
+    ],
+    fields,
+  );
 }

@@ -4,7 +4,7 @@
  * written; code blocks highlighted by their language, their copy button giving the source, not the markup.
  */
 import type { Page as Tab } from '@playwright/test';
-import { expect, lastReply, test, wsCall } from './fixtures';
+import { expect, lastReply, openSavedChat, test, wsCall } from './fixtures';
 
 /** What this test reads of the page's globals (the e2e tests type-check without the DOM's types). */
 interface Page {
@@ -59,22 +59,10 @@ async function openStoppedReply(
   name: string,
   content: string,
 ): Promise<ReturnType<typeof lastReply>> {
-  const now = Date.now();
-  const id = `t-${name}-${now}`;
-  const saved = await wsCall(server, 'saveThread', {
-    id,
-    title: name,
-    createdAt: now,
-    updatedAt: now,
-    messages: [
-      { id: 'u', role: 'user', content: 'Write', createdAt: now },
-      { id: 'a', role: 'assistant', content, createdAt: now + 1, stats: { tokens: 10, finishReason: 'length' } },
-    ],
-  });
-  expect(saved.ok).toBe(true);
-  await app.reload();
-  await expect(app.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
-  await app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click();
+  await openSavedChat(app, server, name, [
+    { id: 'u', role: 'user', content: 'Write' },
+    { id: 'a', role: 'assistant', content, stats: { tokens: 10, finishReason: 'length' } },
+  ]);
   return lastReply(app);
 }
 

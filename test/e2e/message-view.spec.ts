@@ -291,29 +291,8 @@ test('a reply edited to leave the next reply too little room says what the next 
   app,
   server,
 }) => {
-  const now = Date.now();
-  const id = `t-meter-room-${now}`;
   // Replies of up to 1,024 tokens: the host leaves out the oldest messages once the prompt passes 1,024 of 2,048.
-  const saved = await wsCall(server, 'saveThread', {
-    id,
-    title: 'Meter room',
-    createdAt: now,
-    updatedAt: now,
-    maxNewTokens: 1024,
-    messages: [
-      { id: 'u0', role: 'user', content: 'Hi', createdAt: now },
-      {
-        id: 'a0',
-        role: 'assistant',
-        content: 'Hello.',
-        createdAt: now + 1,
-        stats: { tokens: 2, promptTokens: 10, finishReason: 'eos' },
-      },
-    ],
-  });
-  expect(saved.ok).toBe(true);
-  await app.reload();
-  await app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click({ timeout: 15_000 });
+  await openGreeting(app, server, 'meter-room', { maxNewTokens: 1024 });
   const meter = app.getByTestId('context-meter');
   await expect(meter).toHaveAttribute('data-used', '12');
   const reply = lastReply(app);
