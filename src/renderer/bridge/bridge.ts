@@ -1075,17 +1075,27 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   }
 
   /** The next turn's prompt with `text` (and its files) sent: the bridge's measureDraft, which measureContext uses too. */
-  async function measureDraft(
-    threadId: string,
-    text: string,
-    attachments: Attachment[] = [],
-  ): Promise<PromptMeasure | null> {
+  /**
+   * What a count of a thread's prompt starts from: the thread, its model, and its messages but those still being
+   * written; null without the thread or a model.
+   */
+  function promptBase(threadId: string) {
     const thread = s().threads.find((t) => t.id === threadId);
     const modelId = modelFor(threadId);
     const model = modelOf(modelId);
     if (!thread || !model) return null;
     const live = s().live;
-    const history = thread.messages.filter((m) => live[m.id] === undefined);
+    return { thread, modelId, spec: model.spec, history: thread.messages.filter((m) => live[m.id] === undefined) };
+  }
+
+  async function measureDraft(
+    threadId: string,
+    text: string,
+    attachments: Attachment[] = [],
+  ): Promise<PromptMeasure | null> {
+    const base = promptBase(threadId);
+    if (!base) return null;
+    const { thread, modelId, spec, history } = base;
     const draft: StoredMessage = {
       id: 'draft',
       role: 'user',
@@ -1093,7 +1103,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       createdAt: 0,
       ...(attachments.length > 0 ? { attachments } : {}),
     };
-    const request = buildChatRequest(thread, [...history, draft], modelId, model.spec);
+    const request = buildChatRequest(thread, [...history, draft], modelId, spec);
     const r = await api.invoke('measurePrompt', request);
     return r.ok ? r.value : null;
   }
@@ -1129,32 +1139,22 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     },
     measureDraft,
     async measureSystemPrompt(threadId) {
-      const thread = s().threads.find((t) => t.id === threadId);
-      const modelId = modelFor(threadId);
-      const model = modelOf(modelId);
-      if (!thread?.systemPrompt?.trim() || !model) return null;
+      const base = promptBase(threadId);
+      if (!base?.thread.systemPrompt?.trim()) return null;
       const empty: StoredMessage = { id: 'draft', role: 'user', content: '', createdAt: 0 };
-      const r = await api.invoke('measurePrompt', buildChatRequest(thread, [empty], modelId, model.spec));
+      const r = await api.invoke('measurePrompt', buildChatRequest(base.thread, [empty], base.modelId, base.spec));
       return r.ok ? r.value : null;
     },
     async measureContext(threadId) {
-      const thread = s().threads.find((t) => t.id === threadId);
-      const modelId = modelFor(threadId);
-      const model = modelOf(modelId);
-      if (!thread || !model) return null;
-      const live = s().live;
-      const history = thread.messages.filter((m) => live[m.id] === undefined);
+      const base = promptBase(threadId);
+      if (!base) return null;
+      const { thread, modelId, spec, history } = base;
       const next: StoredMessage = { id: 'draft', role: 'user', content: '', createdAt: 0 };
       // What the latest reply left out stays out: the count starts where its view does.
       const start = currentDrop(history, {})?.start ?? 0;
       const whole = await api.invoke(
         'measurePrompt',
-        buildChatRequest(
-          { ...thread, contextOverflow: 'refuse' },
-          [...history.slice(start), next],
-          modelId,
-          model.spec,
-        ),
+        buildChatRequest({ ...thread, contextOverflow: 'refuse' }, [...history.slice(start), next], modelId, spec),
       );
       if (!whole.ok) return null;
       const { promptTokens, contextLength } = whole.value;
