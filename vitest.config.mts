@@ -1,3 +1,4 @@
+import { fileURLToPath } from 'node:url';
 import { configDefaults, defineConfig } from 'vitest/config';
 
 // onnxruntime-node needs a real Node context: the vm* pools break its typed-array checks.
@@ -13,6 +14,9 @@ export default defineConfig({
       typeof (ArrayBuffer.prototype as { transfer?: unknown }).transfer === 'function'
         ? []
         : ['--harmony-rab-gsab-transfer'],
+    // The engines and backend probes the tests start run the bundles the global setup makes from the sources
+    // (out/cli), as a person's do, rather than the sources through tsx: about a third of a second less each.
+    env: { KVDESK_BUNDLE_DIR: fileURLToPath(new URL('./out/cli', import.meta.url)) },
     testTimeout: 60_000,
     hookTimeout: 120_000,
     globalSetup: ['test/global-setup.ts'],

@@ -7,14 +7,13 @@
  * starts a new one for the backends not yet probed.
  */
 import { fork } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import path from 'node:path';
-import { pathToFileURL } from 'node:url';
 import { ORT_ENV } from '../../shared/ort-env';
 import { providerName } from '../packages/execution-providers';
 import { setupHint } from './cuda-setup';
 import { type BackendReport, stripAnsi } from './detect';
 import type { ProbeMessage } from './probe-process';
+import { type ProcessEntry, processEntry } from './process-entry';
 
 /** Options of detectBackendsInChildProcess. */
 export interface ChildDetectOptions {
@@ -25,11 +24,8 @@ export interface ChildDetectOptions {
 }
 
 /** The probe entry: the bundled probe-process.js in a build, else the TS source run through tsx. */
-function resolveEntry(explicit?: string): { file: string; execArgv: string[] } {
-  const candidates = explicit !== undefined ? [explicit] : [path.join(__dirname, 'probe-process.js')];
-  for (const file of candidates) if (file.endsWith('.js') && existsSync(file)) return { file, execArgv: [] };
-  const source = explicit ?? path.join(__dirname, 'probe-process.ts');
-  return { file: source, execArgv: ['--import', pathToFileURL(require.resolve('tsx')).href] };
+function resolveEntry(explicit?: string): ProcessEntry {
+  return processEntry('probe-process', [__dirname], path.join(__dirname, 'probe-process.ts'), explicit);
 }
 
 interface RunResult {

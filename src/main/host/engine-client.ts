@@ -5,12 +5,11 @@
  * refuses any grant the scheduler does not vouch for.
  */
 import { type ChildProcess, fork } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import path from 'node:path';
-import { pathToFileURL } from 'node:url';
 import { type ErrorInfo, KvdeskError } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
 import { ORT_ENV } from '../../shared/ort-env';
+import { type ProcessEntry, processEntry } from '../backends/process-entry';
 import type {
   EngineCommand,
   EngineEvent,
@@ -57,16 +56,10 @@ export const ENGINE_V8_FLAGS: readonly string[] =
     ? []
     : ['--harmony-rab-gsab-transfer'];
 
-/** Locates the engine entry: the bundled process.js in a build, else the TS source run through tsx. */
-function resolveEntry(explicit?: string): { file: string; execArgv: string[] } {
-  const built = [path.join(__dirname, 'engine.js'), path.join(__dirname, '../engine/process.js')];
-  const candidates = explicit ? [explicit] : built;
-  for (const file of candidates) {
-    if (file.endsWith('.js') && existsSync(file)) return { file, execArgv: [...ENGINE_V8_FLAGS] };
-  }
-  const source = explicit ?? path.join(__dirname, '../engine/process.ts');
-  const tsx = require.resolve('tsx');
-  return { file: source, execArgv: [...ENGINE_V8_FLAGS, '--import', pathToFileURL(tsx).href] };
+/** Locates the engine entry: the bundled engine.js in a build, else the TS source run through tsx. */
+function resolveEntry(explicit?: string): ProcessEntry {
+  // Built, it is beside this file's bundle: out/cli/engine.js, out/main/engine.js.
+  return processEntry('engine', [__dirname], path.join(__dirname, '../engine/process.ts'), explicit, ENGINE_V8_FLAGS);
 }
 
 /**
