@@ -1,7 +1,8 @@
 /**
- * The CLI as a person runs it: a real `kvdesk` process per command, real
- * onnxruntime, real packages. These are the acceptance commands of the
- * foundation and scheduler issues.
+ * The CLI as a person runs it, on real onnxruntime and real packages: the acceptance commands of the foundation and
+ * scheduler issues. What a command says and does runs through the CLI's own main() in this process (`kvdesk`; its
+ * engine is a process of its own, as always); what the process around it does — the binary, its exit code, its
+ * streams, stdin, its environment, a reader gone — runs a real `kvdesk` process (`kvdeskProcess`, `kvdeskWith`).
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
@@ -24,6 +25,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { GENERATE_OPTIONS, INSPECT_OPTIONS, LIST_OPTIONS, main } from '../../src/cli/main';
 import { defaultModelDir, fixture, fixturesSkipReason, haveFixtures, repoRoot } from '../helpers/fixtures';
 import { graphVariantsModel, installedPackage, slowModel, thinkingModel } from '../helpers/models';
 
@@ -34,8 +36,30 @@ interface CliRun {
   json: Record<string, unknown>;
 }
 
-function kvdesk(...args: string[]): CliRun {
+/** A real `kvdesk` process (bin/kvdesk.cjs, the bundle it runs): the process around the command is under test. */
+function kvdeskProcess(...args: string[]): CliRun {
   return kvdeskWith({}, ...args);
+}
+
+/**
+ * `kvdesk ARGS` run here, through the CLI's own main() (what bin/kvdesk.cjs runs, in this process): what a command
+ * says and does, without two Node processes started for each (the engine it loads is still a process of its own).
+ * Its output is what the command writes through its Io; the process around it (streams, exit, stdin, environment)
+ * is tested with kvdeskProcess and kvdeskWith.
+ */
+async function kvdesk(...args: string[]): Promise<CliRun> {
+  let stdout = '';
+  let stderr = '';
+  const code = await main(args, { out: (s) => (stdout += s), err: (s) => (stderr += s) });
+  return { code, stdout, stderr, json: jsonOf(args, stdout, stderr) };
+}
+
+/** The one JSON line a command given --json writes on stdout; {} without --json. */
+function jsonOf(args: string[], stdout: string, stderr: string): Record<string, unknown> {
+  if (!args.includes('--json')) return {};
+  const lines = stdout.trim().split('\n');
+  expect(lines, `stdout must be exactly one JSON line, got: ${stdout} / stderr: ${stderr}`).toHaveLength(1);
+  return JSON.parse(lines[0] as string);
 }
 
 /** kvdesk with its stdin (`input`), environment or working directory given. */
@@ -46,13 +70,7 @@ function kvdeskWith(opts: { input?: string; env?: NodeJS.ProcessEnv; cwd?: strin
     timeout: 60_000,
     ...opts,
   });
-  let json: Record<string, unknown> = {};
-  if (args.includes('--json')) {
-    const lines = r.stdout.trim().split('\n');
-    expect(lines, `stdout must be exactly one JSON line, got: ${r.stdout} / stderr: ${r.stderr}`).toHaveLength(1);
-    json = JSON.parse(lines[0] as string);
-  }
-  return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr, json };
+  return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr, json: jsonOf(args, r.stdout, r.stderr) };
 }
 
 const tinyLlmFamily = ['tiny-llm', 'tiny-llm-explicit-io', 'tiny-reasoning', 'tiny-llm-sharedbuffer'];
@@ -60,8 +78,8 @@ const tinyLlmFamily = ['tiny-llm', 'tiny-llm-explicit-io', 'tiny-reasoning', 'ti
 describe.skipIf(!haveFixtures)(
   `CLI on shared fixtures${haveFixtures ? '' : ` (skipped: ${fixturesSkipReason})`}`,
   () => {
-    it.each(tinyLlmFamily)('%s: greedy ids 5,6,7 give the known 8 tokens', (name) => {
-      const r = kvdesk(
+    it.each(tinyLlmFamily)('%s: greedy ids 5,6,7 give the known 8 tokens', async (name) => {
+      const r = await kvdesk(
         'generate',
         fixture(`onnx-genai/${name}`),
         '--prompt-ids',
@@ -82,7 +100,7 @@ describe.skipIf(!haveFixtures)(
       ['0,0,195,731', [731, 114, 114, 114, 114, 114]],
       ['0,0,0,52', [204, 204, 204, 204, 204, 204]],
     ])('tiny-random-gpt2-fp32: prompt %s matches the onnxruntime-genai oracle', (ids, expected) => {
-      const r = kvdesk(
+      const r = kvdeskProcess(
         'generate',
         fixture('onnxruntime-genai/tiny-random-gpt2-fp32'),
         '--prompt-ids',
@@ -96,12 +114,12 @@ describe.skipIf(!haveFixtures)(
       expect(r.json.tokenIds).toEqual(expected);
     });
 
-    it('inspect --json reports bpt 128 for tiny-llm and 1280 for tiny-random-gpt2-fp32', () => {
-      const a = kvdesk('inspect', fixture('onnx-genai/tiny-llm'), '--json');
+    it('inspect --json reports bpt 128 for tiny-llm and 1280 for tiny-random-gpt2-fp32', async () => {
+      const a = await kvdesk('inspect', fixture('onnx-genai/tiny-llm'), '--json');
       expect(a.code, a.stderr).toBe(0);
       expect(a.json.bpt).toBe(128);
       expect(a.json.kvBytesFullContext).toBe(128 * 16);
-      const b = kvdesk('inspect', fixture('onnxruntime-genai/tiny-random-gpt2-fp32'), '--json');
+      const b = await kvdesk('inspect', fixture('onnxruntime-genai/tiny-random-gpt2-fp32'), '--json');
       expect(b.code, b.stderr).toBe(0);
       expect(b.json.bpt).toBe(1280);
       expect(b.json.kvBytesFullContext).toBe(1280 * 512);
@@ -110,8 +128,8 @@ describe.skipIf(!haveFixtures)(
     const tinyLlm = () => fixture('onnx-genai/tiny-llm');
     const budgetArgs = ['--prompt-ids', '5,6,7', '--max-new-tokens', '8', '--greedy', '--json'];
 
-    it('--kv-budget 400 refuses with KV_BUDGET_EXCEEDED and exit 3', () => {
-      const r = kvdesk('generate', tinyLlm(), ...budgetArgs, '--kv-budget', '400');
+    it('--kv-budget 400 refuses with KV_BUDGET_EXCEEDED and exit 3', async () => {
+      const r = await kvdesk('generate', tinyLlm(), ...budgetArgs, '--kv-budget', '400');
       expect(r.code).toBe(3);
       const error = r.json.error as Record<string, unknown>;
       expect(error).toMatchObject({
@@ -125,8 +143,8 @@ describe.skipIf(!haveFixtures)(
       expect(error.message).toMatch(/512/);
     });
 
-    it('--kv-budget 400 without --json prints one human line with the numbers', () => {
-      const r = kvdesk(
+    it('--kv-budget 400 without --json prints one human line with the numbers', async () => {
+      const r = await kvdesk(
         'generate',
         tinyLlm(),
         '--prompt-ids',
@@ -144,8 +162,8 @@ describe.skipIf(!haveFixtures)(
       expect(r.stderr).toMatch(/400/);
     });
 
-    it('--kv-budget 1024 caps the reply at 5 tokens and says so', () => {
-      const r = kvdesk('generate', tinyLlm(), ...budgetArgs, '--kv-budget', '1024');
+    it('--kv-budget 1024 caps the reply at 5 tokens and says so', async () => {
+      const r = await kvdesk('generate', tinyLlm(), ...budgetArgs, '--kv-budget', '1024');
       expect(r.code, r.stderr).toBe(0);
       expect(r.json.tokenIds).toEqual([22, 22, 20, 1, 1]);
       expect(r.json.budgetCap).toMatchObject({
@@ -154,7 +172,7 @@ describe.skipIf(!haveFixtures)(
         requestedBytes: 1408,
         admittedBytes: 1024,
       });
-      const human = kvdesk(
+      const human = await kvdesk(
         'generate',
         tinyLlm(),
         '--prompt-ids',
@@ -169,17 +187,17 @@ describe.skipIf(!haveFixtures)(
       expect(human.stderr).toMatch(/capped at 5 tokens/);
     });
 
-    it('--kv-budget 1408 gives the full 8 tokens and no budgetCap', () => {
-      const r = kvdesk('generate', tinyLlm(), ...budgetArgs, '--kv-budget', '1408');
+    it('--kv-budget 1408 gives the full 8 tokens and no budgetCap', async () => {
+      const r = await kvdesk('generate', tinyLlm(), ...budgetArgs, '--kv-budget', '1408');
       expect(r.code, r.stderr).toBe(0);
       expect(r.json.tokenIds).toEqual([22, 22, 20, 1, 1, 18, 22, 25]);
       expect(r.json.budgetCap).toBeUndefined();
       expect(r.json.reservedBytes).toBe(1408);
     });
 
-    it('a 16-token prompt on a 16-token context is CONTEXT_OVERFLOW, exit 2', () => {
+    it('a 16-token prompt on a 16-token context is CONTEXT_OVERFLOW, exit 2', async () => {
       const ids = Array.from({ length: 16 }, (_, i) => 4 + (i % 20)).join(',');
-      const r = kvdesk('generate', tinyLlm(), '--prompt-ids', ids, '--max-new-tokens', '8', '--greedy', '--json');
+      const r = await kvdesk('generate', tinyLlm(), '--prompt-ids', ids, '--max-new-tokens', '8', '--greedy', '--json');
       expect(r.code).toBe(2);
       const error = r.json.error as Record<string, unknown>;
       expect(error.code).toBe('CONTEXT_OVERFLOW');
@@ -187,8 +205,8 @@ describe.skipIf(!haveFixtures)(
       expect(error.message).toMatch(/context.*16|16.*context/i);
     });
 
-    it('--rows 4 reserves for all four rows and runs them as one batch', () => {
-      const r = kvdesk(
+    it('--rows 4 reserves for all four rows and runs them as one batch', async () => {
+      const r = await kvdesk(
         'generate',
         fixture('onnxruntime-genai/tiny-random-gpt2-fp32'),
         '--prompt-ids',
@@ -207,8 +225,8 @@ describe.skipIf(!haveFixtures)(
       for (const row of rows) expect(row.tokenIds).toEqual([731, 114, 114, 114]);
     });
 
-    it('text the model vocabulary does not cover is refused with exit 2', () => {
-      const r = kvdesk(
+    it('text the model vocabulary does not cover is refused with exit 2', async () => {
+      const r = await kvdesk(
         'generate',
         fixture('onnxruntime-genai/tiny-random-gpt2-fp32'),
         '--prompt',
@@ -219,7 +237,7 @@ describe.skipIf(!haveFixtures)(
       expect((r.json.error as Record<string, unknown>).code).toBe('TOKEN_OUT_OF_VOCAB');
     });
 
-    it('a package pulled from the hub is named by its hub name too (owner/name, hf.co/owner/name[:variant]), as on the Ollama API', () => {
+    it('a package pulled from the hub is named by its hub name too (owner/name, hf.co/owner/name[:variant]), as on the Ollama API', async () => {
       const work = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-cli-pulled-'));
       try {
         const dataDir = path.join(work, 'data');
@@ -230,16 +248,16 @@ describe.skipIf(!haveFixtures)(
           path.join(root, '.kvdesk-source.json'),
           JSON.stringify({ repo: 'someone/tiny-llm', revision: 'main', variant: 'fp32' }),
         );
-        expect(kvdesk('list', '--data-dir', dataDir).stdout).toMatch(
+        expect((await kvdesk('list', '--data-dir', dataDir)).stdout).toMatch(
           /\ntiny-llm\s+ok \(hf\.co\/someone\/tiny-llm fp32\)/,
         );
         const args = ['--data-dir', dataDir, '--prompt-ids', '5,6,7', '--max-new-tokens', '8', '--greedy', '--json'];
         for (const name of ['someone/tiny-llm', 'hf.co/someone/tiny-llm', 'hf.co/Someone/Tiny-LLM:fp32']) {
-          const r = kvdesk('generate', name, ...args);
+          const r = await kvdesk('generate', name, ...args);
           expect(r.code, `${name}: ${r.stderr}`).toBe(0);
           expect(r.json.tokenIds).toEqual([22, 22, 20, 1, 1, 18, 22, 25]);
         }
-        const inspected = kvdesk('inspect', 'hf.co/someone/tiny-llm', '--data-dir', dataDir, '--json');
+        const inspected = await kvdesk('inspect', 'hf.co/someone/tiny-llm', '--data-dir', dataDir, '--json');
         expect(inspected.code, inspected.stderr).toBe(0);
         expect(inspected.json).toMatchObject({ root: realpathSync(root) });
         const chat = kvdeskWith({ input: '' }, 'chat', 'someone/tiny-llm', '--data-dir', dataDir);
@@ -250,14 +268,14 @@ describe.skipIf(!haveFixtures)(
           ['someone/other-llm', 'kvdesk pull someone/other-llm'],
           ['someone/tiny-llm:q4', 'kvdesk pull someone/tiny-llm --variant q4'],
         ] as const) {
-          const missing = kvdesk('generate', name, ...args);
+          const missing = await kvdesk('generate', name, ...args);
           expect(missing.code).toBe(2);
           expect((missing.json.error as Record<string, unknown>).message).toBe(
             `there is no package folder ${path.join(repoRoot, name)}, and no package in the library at ${dataDir} was pulled from the hub as ${name} (pulled: hf.co/someone/tiny-llm:fp32); give a folder, or a package \`kvdesk list\` shows (\`${pull}\` downloads it)`,
           );
         }
         // A path that is no hub name is a folder to load, as before.
-        expect(kvdesk('generate', './no/such-model', ...args).json.error).toMatchObject({
+        expect((await kvdesk('generate', './no/such-model', ...args)).json.error).toMatchObject({
           message: expect.stringContaining('does not exist. Pick the folder that holds the model package.'),
         });
       } finally {
@@ -268,10 +286,10 @@ describe.skipIf(!haveFixtures)(
 );
 
 describe('--variant and --backend', () => {
-  it('generate and chat load the variant asked for; a backend this machine cannot use says so and runs on the CPU', () => {
+  it('generate and chat load the variant asked for; a backend this machine cannot use says so and runs on the CPU', async () => {
     const dir = graphVariantsModel();
-    const ids = (...extra: string[]) => {
-      const r = kvdesk(
+    const ids = async (...extra: string[]) => {
+      const r = await kvdesk(
         'generate',
         dir,
         '--prompt-ids',
@@ -285,16 +303,26 @@ describe('--variant and --backend', () => {
       expect(r.code, r.stderr).toBe(0);
       return r.json.tokenIds;
     };
-    const fp32 = ids();
+    const fp32 = await ids();
     // With --json too, a backend this machine cannot use is said: in the JSON's warnings, and on stderr.
-    const cuda = kvdesk('generate', dir, '--prompt-ids', '5', '--max-new-tokens', '1', '--json', '--backend', 'cuda');
+    const cuda = await kvdesk(
+      'generate',
+      dir,
+      '--prompt-ids',
+      '5',
+      '--max-new-tokens',
+      '1',
+      '--json',
+      '--backend',
+      'cuda',
+    );
     expect(cuda.code, cuda.stderr).toBe(0);
     const fellBack = /^cuda was picked, but this machine cannot use it \(.+\).*; kvdesk runs the model on the CPU$/;
     expect(cuda.json.warnings).toEqual([expect.stringMatching(fellBack)]);
     expect(cuda.stderr).toContain(`kvdesk: warning: ${(cuda.json.warnings as string[])[0]}\n`);
-    expect(ids('--variant', 'fp32')).toEqual(fp32);
-    expect(ids('--variant', 'q4')).not.toEqual(fp32);
-    const wrong = kvdesk('generate', dir, '--prompt-ids', '5', '--variant', 'int8');
+    expect(await ids('--variant', 'fp32')).toEqual(fp32);
+    expect(await ids('--variant', 'q4')).not.toEqual(fp32);
+    const wrong = await kvdesk('generate', dir, '--prompt-ids', '5', '--variant', 'int8');
     expect(wrong.code).toBe(2);
     expect(wrong.stderr).toContain('Graph variant "int8" is not in the package; the package offers: ');
 
@@ -309,16 +337,24 @@ describe('--variant and --backend', () => {
     );
     // An "installed" ORT package: refused without --trust-installed (exit 2, naming the field), loaded with it.
     const installed = installedPackage();
-    const untrusted = kvdesk('generate', installed, '--prompt-ids', '5', '--max-new-tokens', '2');
+    const untrusted = await kvdesk('generate', installed, '--prompt-ids', '5', '--max-new-tokens', '2');
     expect(untrusted.code).toBe(2);
     expect(untrusted.stderr).toContain('only when you trust it explicitly');
-    const trusted = kvdesk('generate', installed, '--prompt-ids', '5', '--max-new-tokens', '2', '--trust-installed');
+    const trusted = await kvdesk(
+      'generate',
+      installed,
+      '--prompt-ids',
+      '5',
+      '--max-new-tokens',
+      '2',
+      '--trust-installed',
+    );
     expect(trusted.code, trusted.stderr).toBe(0);
     expect(trusted.stderr).toContain('was trusted');
-    const inspected = kvdesk('inspect', installed, '--trust-installed', '--json');
+    const inspected = await kvdesk('inspect', installed, '--trust-installed', '--json');
     expect(inspected.code, inspected.stderr).toBe(0);
     expect(inspected.json.layout).toBe('ort-package');
-    const unknown = kvdesk('generate', dir, '--prompt-ids', '5', '--backend', 'quantum');
+    const unknown = await kvdesk('generate', dir, '--prompt-ids', '5', '--backend', 'quantum');
     expect(unknown.code).toBe(2);
     expect(unknown.stderr).toContain('"quantum" is no backend onnxruntime knows');
   });
@@ -336,8 +372,8 @@ describe('the library pick in the CLI', () => {
       const library = await ModelLibrary.open(dataDir);
       await library.loaded(dir, await loadModelSpec(dir, { graphVariant: 'q4' }), { variant: 'q4' });
       await library.flush();
-      const ids = (...extra: string[]) => {
-        const r = kvdesk(
+      const ids = async (...extra: string[]) => {
+        const r = await kvdesk(
           'generate',
           dir,
           '--data-dir',
@@ -353,9 +389,9 @@ describe('the library pick in the CLI', () => {
         expect(r.code, r.stderr).toBe(0);
         return r.json.tokenIds;
       };
-      const kept = ids();
-      expect(kept).toEqual(ids('--variant', 'q4'));
-      expect(ids('--variant', 'fp32')).not.toEqual(kept);
+      const kept = await ids();
+      expect(kept).toEqual(await ids('--variant', 'q4'));
+      expect(await ids('--variant', 'fp32')).not.toEqual(kept);
     } finally {
       rmSync(work, { recursive: true, force: true });
     }
@@ -376,24 +412,24 @@ describe('the library pick in the CLI', () => {
         chatTemplate: template,
       });
       await library.flush();
-      const inspect = (...extra: string[]) => {
-        const r = kvdesk('inspect', dir, '--data-dir', dataDir, '--json', ...extra);
+      const inspect = async (...extra: string[]) => {
+        const r = await kvdesk('inspect', dir, '--data-dir', dataDir, '--json', ...extra);
         expect(r.code, r.stderr).toBe(0);
         return r.json;
       };
       // The graph it reads, as its text says it.
-      const graph = (...extra: string[]) => {
-        const r = kvdesk('inspect', dir, '--data-dir', dataDir, ...extra);
+      const graph = async (...extra: string[]) => {
+        const r = await kvdesk('inspect', dir, '--data-dir', dataDir, ...extra);
         expect(r.code, r.stderr).toBe(0);
         return /graph {10}(\S+)/.exec(r.stdout)?.[1];
       };
-      expect(inspect().chatTemplateEdited).toBe(true);
-      expect(graph()).toBe('onnx/model_q4.onnx');
+      expect((await inspect()).chatTemplateEdited).toBe(true);
+      expect(await graph()).toBe('onnx/model_q4.onnx');
       // By the library id too, as generate takes it.
-      expect(kvdesk('inspect', 'pkga', '--data-dir', dataDir, '--json').json.chatTemplateEdited).toBe(true);
+      expect((await kvdesk('inspect', 'pkga', '--data-dir', dataDir, '--json')).json.chatTemplateEdited).toBe(true);
       // The flags win over the kept pick.
-      expect(inspect('--package-template').chatTemplateEdited).toBe(false);
-      expect(graph('--variant', 'fp32')).toBe('onnx/model.onnx');
+      expect((await inspect('--package-template')).chatTemplateEdited).toBe(false);
+      expect(await graph('--variant', 'fp32')).toBe('onnx/model.onnx');
     } finally {
       rmSync(work, { recursive: true, force: true });
     }
@@ -413,8 +449,8 @@ describe('--chat-template', () => {
         file,
         "{% for m in messages %}{{ m.role + ': ' + m.content + '\\n' }}{% endfor %}assistant: <think>",
       );
-      const prompt = (...extra: string[]) => {
-        const r = kvdesk(
+      const prompt = async (...extra: string[]) => {
+        const r = await kvdesk(
           'generate',
           defaultModelDir,
           '--data-dir',
@@ -431,14 +467,14 @@ describe('--chat-template', () => {
         expect(r.code, r.stderr).toBe(0);
         return r.json;
       };
-      const packaged = prompt();
-      const mine = prompt('--chat-template', file);
+      const packaged = await prompt();
+      const mine = await prompt('--chat-template', file);
       // "user: Why?\nassistant: <think>" — its reply starts inside the reasoning the template opened.
       expect(mine.promptTokens).not.toBe(packaged.promptTokens);
       expect(mine.reasoningTokens).toBe(3);
       expect(packaged.reasoningTokens).toBeUndefined();
       // inspect shows the model as the template makes it.
-      const inspected = kvdesk('inspect', defaultModelDir, '--chat-template', file, '--json');
+      const inspected = await kvdesk('inspect', defaultModelDir, '--chat-template', file, '--json');
       expect(inspected.code, inspected.stderr).toBe(0);
       expect(inspected.json.reasoning).toMatchObject({ open: '<think>', close: '</think>' });
       // The library's kept template (picked on the card in the window) is the default; the flag still wins.
@@ -446,17 +482,25 @@ describe('--chat-template', () => {
       const spec = await loadModelSpec(defaultModelDir, {});
       await library.loaded(defaultModelDir, spec, { chatTemplate: '{{ messages[0].content }}' });
       await library.flush();
-      const kept = prompt();
+      const kept = await prompt();
       expect(kept.promptTokens).toBeLessThan(packaged.promptTokens as number);
-      expect(prompt('--chat-template', file).promptTokens).toBe(mine.promptTokens);
+      expect((await prompt('--chat-template', file)).promptTokens).toBe(mine.promptTokens);
       // --package-template: the package's own for this run, the kept one left kept; with --chat-template, exit 2.
-      expect(prompt('--package-template').promptTokens).toBe(packaged.promptTokens);
+      expect((await prompt('--package-template')).promptTokens).toBe(packaged.promptTokens);
       expect((await ModelLibrary.open(dataDir)).list()[0]?.load).toEqual({ chatTemplate: '{{ messages[0].content }}' });
-      const both = kvdesk('generate', defaultModelDir, '--prompt', 'x', '--package-template', '--chat-template', file);
+      const both = await kvdesk(
+        'generate',
+        defaultModelDir,
+        '--prompt',
+        'x',
+        '--package-template',
+        '--chat-template',
+        file,
+      );
       expect(both.code).toBe(2);
       expect(both.stderr).toContain('--package-template and --chat-template contradict');
       // A file that is not there, or a template that does not render: exit 2, naming the flag or the field.
-      const missing = kvdesk(
+      const missing = await kvdesk(
         'generate',
         defaultModelDir,
         '--prompt',
@@ -468,7 +512,7 @@ describe('--chat-template', () => {
       expect(missing.stderr).toContain('--chat-template: cannot read');
       const broken = path.join(work, 'broken.jinja');
       writeFileSync(broken, '{% for m in messages %}');
-      const bad = kvdesk('generate', defaultModelDir, '--prompt', 'x', '--chat-template', broken);
+      const bad = await kvdesk('generate', defaultModelDir, '--prompt', 'x', '--chat-template', broken);
       expect(bad.code).toBe(2);
       expect(bad.stderr).toContain(`--chat-template ${broken} cannot be used: The chat template is not a valid Jinja`);
     } finally {
@@ -478,36 +522,36 @@ describe('--chat-template', () => {
 });
 
 describe('--effort', () => {
-  it('a thinking model takes it with --chat; a level it does not know, or no --chat, is exit 2 naming it', () => {
+  it('a thinking model takes it with --chat; a level it does not know, or no --chat, is exit 2 naming it', async () => {
     // A template that shows the effort it gets: the prompt grows by that line.
     const model = thinkingModel(
       'thinking-effort-cli',
       "{{ messages[0].content + '\\n' }}{% if reasoning_effort is defined %}{{ 'Reasoning: ' + reasoning_effort + '\\n' }}{% endif %}{{ '<think>\\n' }}",
     );
-    const run = (...extra: string[]) =>
-      kvdesk('generate', model, '--chat', '--prompt', 'Why?', '--max-new-tokens', '2', '--json', ...extra);
-    const without = run();
-    const ok = run('--effort', 'low');
+    const run = async (...extra: string[]) =>
+      await kvdesk('generate', model, '--chat', '--prompt', 'Why?', '--max-new-tokens', '2', '--json', ...extra);
+    const without = await run();
+    const ok = await run('--effort', 'low');
     expect(ok.code, ok.stderr).toBe(0);
     expect(ok.json.promptTokens as number).toBeGreaterThan(without.json.promptTokens as number);
-    const bad = kvdesk('generate', model, '--chat', '--prompt', 'Why?', '--effort', 'extreme');
+    const bad = await kvdesk('generate', model, '--chat', '--prompt', 'Why?', '--effort', 'extreme');
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain('--effort expects minimal, low, medium, high; got "extreme"');
-    const plain = kvdesk('generate', model, '--prompt', 'Why?', '--effort', 'low');
+    const plain = await kvdesk('generate', model, '--prompt', 'Why?', '--effort', 'low');
     expect(plain.code).toBe(2);
     expect(plain.stderr).toContain('--effort goes with --chat');
   });
 });
 
 describe('CLI on the generated default model', () => {
-  it('a --kv-budget over what the memory holds is taken, with its note on stderr; one that fits says nothing', () => {
+  it('a --kv-budget over what the memory holds is taken, with its note on stderr; one that fits says nothing', async () => {
     const args = ['generate', defaultModelDir, '--prompt-ids', '1,2,3', '--max-new-tokens', '2', '--greedy', '--json'];
-    const over = kvdesk(...args, '--kv-budget', '64TiB');
+    const over = await kvdesk(...args, '--kv-budget', '64TiB');
     expect(over.code, over.stderr).toBe(0);
     expect(over.stderr).toMatch(
       /^kvdesk: KV budget note: 64\.0 TiB is more than system RAM holds beside the weights \(.+\): replies admitted under it can run out of memory before the budget stops them\.$/m,
     );
-    const fits = kvdesk(...args, '--kv-budget', '64KiB');
+    const fits = await kvdesk(...args, '--kv-budget', '64KiB');
     expect(fits.code, fits.stderr).toBe(0);
     expect(fits.stderr).not.toContain('KV budget note');
   });
@@ -528,7 +572,7 @@ describe('CLI on the generated default model', () => {
       await library.flush();
       rmSync(gone, { recursive: true, force: true });
 
-      const listed = kvdesk('list', '--data-dir', dataDir, '--json');
+      const listed = await kvdesk('list', '--data-dir', dataDir, '--json');
       expect(listed.code, listed.stderr).toBe(0);
       expect(listed.json.packages).toMatchObject([
         {
@@ -542,26 +586,26 @@ describe('CLI on the generated default model', () => {
         },
         { id: 'gone-model', root: gone, state: 'missing' },
       ]);
-      const text = kvdesk('list', '--data-dir', dataDir);
+      const text = await kvdesk('list', '--data-dir', dataDir);
       expect(text.stdout).toMatch(/^ID\s+STATE\s+WEIGHTS/);
       expect(text.stdout).toMatch(/\nlib-model\s+ok\s+/);
       expect(text.stdout).toMatch(/\ngone-model\s+missing\s+/);
 
       const args = ['--prompt-ids', '1,2,3', '--max-new-tokens', '6', '--greedy', '--json'];
-      const inspected = kvdesk('inspect', 'lib-model', '--data-dir', dataDir, '--json');
+      const inspected = await kvdesk('inspect', 'lib-model', '--data-dir', dataDir, '--json');
       expect(inspected.code, inspected.stderr).toBe(0);
       expect(inspected.json).toMatchObject({ root: mine });
-      const byId = kvdesk('generate', 'lib-model', '--data-dir', dataDir, ...args);
+      const byId = await kvdesk('generate', 'lib-model', '--data-dir', dataDir, ...args);
       expect(byId.code, byId.stderr).toBe(0);
-      expect(byId.json.tokenIds).toEqual(kvdesk('generate', mine, ...args).json.tokenIds);
+      expect(byId.json.tokenIds).toEqual((await kvdesk('generate', mine, ...args)).json.tokenIds);
       // One whose folder has gone is said so (not "no package of that id… it has: gone-model"), with what to do.
-      const missing = kvdesk('generate', 'gone-model', '--data-dir', dataDir, ...args);
+      const missing = await kvdesk('generate', 'gone-model', '--data-dir', dataDir, ...args);
       expect(missing.code).toBe(2);
       expect((missing.json.error as Record<string, unknown>).message).toBe(
         `there is no package folder "gone-model", and the library's package of that id was at ${gone}, which is not there any more: put that folder back, or give another package (\`kvdesk list\` shows the library; Forget on its row in kvdesk serve's window takes it out)`,
       );
       // An id it has not: the ids it has that load.
-      const unknown = kvdesk('generate', 'no-such-model', '--data-dir', dataDir, ...args);
+      const unknown = await kvdesk('generate', 'no-such-model', '--data-dir', dataDir, ...args);
       expect(unknown.code).toBe(2);
       expect((unknown.json.error as Record<string, unknown>).message).toMatch(
         /no package of that id in the library at .* \(it has: lib-model\)/,
@@ -571,16 +615,16 @@ describe('CLI on the generated default model', () => {
       cpSync(defaultModelDir, given, { recursive: true });
       await library.added(given, await loadModelSpec(given));
       await library.flush();
-      const withGiven = kvdesk('list', '--data-dir', dataDir, '--json');
+      const withGiven = await kvdesk('list', '--data-dir', dataDir, '--json');
       expect(withGiven.json.packages).toContainEqual(expect.objectContaining({ id: 'given-model', neverLoaded: true }));
-      expect(kvdesk('list', '--data-dir', dataDir).stdout).toMatch(/\ngiven-model\s+ok\s+.*\s+never\s+/);
+      expect((await kvdesk('list', '--data-dir', dataDir)).stdout).toMatch(/\ngiven-model\s+ok\s+.*\s+never\s+/);
     } finally {
       rmSync(work, { recursive: true, force: true });
     }
   });
 
-  it('generate --json works offline on the default model', () => {
-    const r = kvdesk('generate', defaultModelDir, '--prompt', 'Hello', '--max-new-tokens', '16', '--json');
+  it('generate --json works offline on the default model', async () => {
+    const r = await kvdesk('generate', defaultModelDir, '--prompt', 'Hello', '--max-new-tokens', '16', '--json');
     expect(r.code, r.stderr).toBe(0);
     const ids = r.json.tokenIds as number[];
     expect(ids.length).toBeGreaterThan(0);
@@ -592,9 +636,9 @@ describe('CLI on the generated default model', () => {
     expect(timings.tokensPerSecond).toBeGreaterThan(0);
   });
 
-  it('--logprobs N adds each token’s log-probability and N alternatives; penalties and JSON mode reach the model', () => {
+  it('--logprobs N adds each token’s log-probability and N alternatives; penalties and JSON mode reach the model', async () => {
     const args = ['generate', defaultModelDir, '--prompt', 'Hello', '--max-new-tokens', '12', '--greedy', '--json'];
-    const r = kvdesk(...args, '--logprobs', '2');
+    const r = await kvdesk(...args, '--logprobs', '2');
     expect(r.code, r.stderr).toBe(0);
     const lps = r.json.logprobs as Array<{ id: number; logprob: number; top: Array<{ id: number }> }>;
     expect(lps.map((t) => t.id)).toEqual(r.json.tokenIds);
@@ -602,36 +646,36 @@ describe('CLI on the generated default model', () => {
       expect(t.top).toHaveLength(2);
       expect(t.top[0]?.id).toBe(t.id);
     }
-    expect(kvdesk(...args).json.logprobs).toBeUndefined();
-    const textOnly = kvdesk('generate', defaultModelDir, '--prompt', 'Hello', '--logprobs', '2');
+    expect((await kvdesk(...args)).json.logprobs).toBeUndefined();
+    const textOnly = await kvdesk('generate', defaultModelDir, '--prompt', 'Hello', '--logprobs', '2');
     expect(textOnly.code).toBe(2);
     expect(textOnly.stderr).toContain('--logprobs adds them to the JSON result');
-    const penalized = kvdesk(...args, '--frequency-penalty', '1.5', '--presence-penalty', '1');
+    const penalized = await kvdesk(...args, '--frequency-penalty', '1.5', '--presence-penalty', '1');
     expect(penalized.code, penalized.stderr).toBe(0);
     expect(penalized.json.tokenIds).not.toEqual(r.json.tokenIds);
-    const json = kvdesk(...args, '--response-format', 'json', '--max-new-tokens', '40');
+    const json = await kvdesk(...args, '--response-format', 'json', '--max-new-tokens', '40');
     expect(json.code, json.stderr).toBe(0);
     expect((json.json.text as string).startsWith('{')).toBe(true);
-    expect(kvdesk(...args, '--response-format', 'yaml').code).toBe(2);
+    expect((await kvdesk(...args, '--response-format', 'yaml')).code).toBe(2);
     const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-cli-schema-'));
     const file = path.join(dir, 'schema.json');
     writeFileSync(file, JSON.stringify({ type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'] }));
-    const structured = kvdesk(...args, '--json-schema', file, '--max-new-tokens', '40');
+    const structured = await kvdesk(...args, '--json-schema', file, '--max-new-tokens', '40');
     expect(structured.code, structured.stderr).toBe(0);
     expect([{ ok: true }, { ok: false }]).toContainEqual(JSON.parse(structured.json.text as string));
     writeFileSync(file, JSON.stringify({ type: 'object', properties: { ok: { type: 'string', pattern: 'x' } } }));
-    const refused = kvdesk(...args, '--json-schema', file);
+    const refused = await kvdesk(...args, '--json-schema', file);
     expect(refused.code).toBe(2);
     expect((refused.json.error as Record<string, unknown>).message).toContain('schema.properties.ok.pattern');
     rmSync(dir, { recursive: true, force: true });
-    const bad = kvdesk(...args, '--presence-penalty', '3');
+    const bad = await kvdesk(...args, '--presence-penalty', '3');
     expect(bad.code).toBe(2);
     expect((bad.json.error as Record<string, unknown>).message).toContain(
       '--presence-penalty must be between -2 and 2, got 3',
     );
   });
 
-  it('--tools with --tool-choice makes the reply a call, in the JSON result and as a line of text', () => {
+  it('--tools with --tool-choice makes the reply a call, in the JSON result and as a line of text', async () => {
     const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-cli-tools-'));
     const file = path.join(dir, 'tools.json');
     writeFileSync(
@@ -647,29 +691,39 @@ describe('CLI on the generated default model', () => {
       ]),
     );
     const args = ['generate', defaultModelDir, '--chat', '--prompt', 'Light?', '--max-new-tokens', '40', '--greedy'];
-    const json = kvdesk(...args, '--tools', file, '--tool-choice', 'lamp', '--json');
+    const json = await kvdesk(...args, '--tools', file, '--tool-choice', 'lamp', '--json');
     expect(json.code, json.stderr).toBe(0);
     expect(json.json.finishReason).toBe('tool_calls');
     const calls = json.json.toolCalls as Array<{ name: string; arguments: string }>;
     expect(calls).toHaveLength(1);
     expect(calls[0]?.name).toBe('lamp');
     expect([{ on: true }, { on: false }]).toContainEqual(JSON.parse(calls[0]?.arguments ?? ''));
-    const text = kvdesk(...args, '--tools', file, '--tool-choice', 'required');
+    const text = await kvdesk(...args, '--tools', file, '--tool-choice', 'required');
     expect(text.code, text.stderr).toBe(0);
     expect(text.stdout).toMatch(/^call lamp\(\{"on":(true|false)\}\)$/m);
     writeFileSync(file, '{"name": "lamp"}');
-    const notList = kvdesk(...args, '--tools', file, '--json');
+    const notList = await kvdesk(...args, '--tools', file, '--json');
     expect(notList.code).toBe(2);
     expect((notList.json.error as Record<string, unknown>).message).toContain('--tools: the file must hold');
     rmSync(dir, { recursive: true, force: true });
   });
 
   it('streams text to stdout and a summary to stderr without --json', () => {
-    const r = kvdesk('generate', defaultModelDir, '--chat', '--prompt', 'Hi', '--max-new-tokens', '8', '--seed', '3');
+    const r = kvdeskProcess(
+      'generate',
+      defaultModelDir,
+      '--chat',
+      '--prompt',
+      'Hi',
+      '--max-new-tokens',
+      '8',
+      '--seed',
+      '3',
+    );
     expect(r.code, r.stderr).toBe(0);
     expect(r.stderr).toMatch(/tokens, finish/);
     // Several rows: every row's tokens, not the first row's alone.
-    const rows = kvdesk(
+    const rows = kvdeskProcess(
       'generate',
       defaultModelDir,
       '--prompt',
@@ -700,7 +754,7 @@ describe('CLI on the generated default model', () => {
       await library.flush();
       // A file gone bad: gzip's first bytes, a control character, bytes that are not UTF-8.
       writeFileSync(path.join(bad, 'tokenizer.json'), Buffer.from([0x1f, 0x8b, 0x08, 0x64, 0x6b, 0x1c, 0xff, 0x45]));
-      const r = kvdesk('list', '--data-dir', dataDir);
+      const r = await kvdesk('list', '--data-dir', dataDir);
       expect(r.code, r.stderr).toBe(0);
       const lines = r.stdout.trimEnd().split('\n');
       expect(lines).toHaveLength(4);
@@ -713,7 +767,7 @@ describe('CLI on the generated default model', () => {
       // biome-ignore lint/suspicious/noControlCharactersInRegex: finding control characters is the point
       expect(r.stdout).not.toMatch(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f\ufffd]/);
       // The JSON keeps the message as it is.
-      const listed = kvdesk('list', '--data-dir', dataDir, '--json');
+      const listed = await kvdesk('list', '--data-dir', dataDir, '--json');
       const rows = listed.json.packages as Array<{ id: string; state: string; error?: { message: string } }>;
       expect(rows.map((p) => [p.id, p.state])).toEqual([
         ['bad-model', 'invalid'],
@@ -726,13 +780,13 @@ describe('CLI on the generated default model', () => {
   });
 
   it('bad arguments exit 2 with a JSON error and no stack trace', () => {
-    const r = kvdesk('generate', defaultModelDir, '--prompt-ids', '1,x', '--json');
+    const r = kvdeskProcess('generate', defaultModelDir, '--prompt-ids', '1,x', '--json');
     expect(r.code).toBe(2);
     expect((r.json.error as Record<string, unknown>).code).toBe('BAD_REQUEST');
     expect(r.stderr).not.toMatch(/\n\s+at /);
   });
 
-  it('flags that contradict, or values out of range, exit 2 naming the flag, before anything loads', () => {
+  it('flags that contradict, or values out of range, exit 2 naming the flag, before anything loads', async () => {
     const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-flags-'));
     const badTools = path.join(dir, 'tools.json');
     writeFileSync(badTools, JSON.stringify([{ type: 'function', function: { name: 'get weather' } }]));
@@ -753,28 +807,28 @@ describe('CLI on the generated default model', () => {
       [['--system', '--chat'], /^--system needs a value \(see kvdesk generate --help\)$/],
     ];
     for (const [flags, message] of cases) {
-      const r = kvdesk('generate', defaultModelDir, '--prompt', 'Hello', ...flags, '--json');
+      const r = await kvdesk('generate', defaultModelDir, '--prompt', 'Hello', ...flags, '--json');
       expect(r.code, flags.join(' ')).toBe(2);
       expect((r.json.error as Record<string, unknown>).message, flags.join(' ')).toMatch(message);
     }
-    const inspect = kvdesk('inspect', defaultModelDir, '--backend', 'bogus', '--json');
+    const inspect = await kvdesk('inspect', defaultModelDir, '--backend', 'bogus', '--json');
     expect(inspect.code).toBe(2);
     expect((inspect.json.error as Record<string, unknown>).message).toMatch(/"bogus" is no backend/);
-    const unknown = kvdesk('inspect', defaultModelDir, '--bogus', '--json');
+    const unknown = await kvdesk('inspect', defaultModelDir, '--bogus', '--json');
     expect(unknown.code).toBe(2);
     expect((unknown.json.error as Record<string, unknown>).code).toBe('BAD_REQUEST');
     rmSync(dir, { recursive: true, force: true });
   });
 
-  it('takes a value that starts with "-", a per-device KV budget, and more new tokens than any context (clipped)', () => {
+  it('takes a value that starts with "-", a per-device KV budget, and more new tokens than any context (clipped)', async () => {
     const base = ['generate', defaultModelDir, '--greedy', '--max-new-tokens', '4', '--json'];
-    const r = kvdesk(...base, '--prompt', '- a list', '--frequency-penalty', '-0.5', '--presence-penalty', '-1');
+    const r = await kvdesk(...base, '--prompt', '- a list', '--frequency-penalty', '-0.5', '--presence-penalty', '-1');
     expect(r.code, r.stderr).toBe(0);
-    const same = kvdesk(...base, '--prompt=- a list', '--frequency-penalty=-0.5', '--presence-penalty=-1');
+    const same = await kvdesk(...base, '--prompt=- a list', '--frequency-penalty=-0.5', '--presence-penalty=-1');
     expect(r.json.tokenIds).toEqual(same.json.tokenIds);
     expect(r.json.promptTokens).toBe(same.json.promptTokens);
     // The CPU's budget as a device key, another device's memory beside it: the request runs under the CPU's.
-    const devices = kvdesk(
+    const devices = await kvdesk(
       'generate',
       defaultModelDir,
       '--prompt',
@@ -791,10 +845,10 @@ describe('CLI on the generated default model', () => {
     expect(devices.code, devices.stderr).toBe(0);
     expect((devices.json.budgetCap as { availableBytes: number }).availableBytes).toBe(40 * 1024);
     // Clipped as the HTTP API clips max_tokens, and the note names the number asked, not the ceiling it passed.
-    const huge = kvdesk('generate', defaultModelDir, '--prompt', 'x', '--greedy', '--max-new-tokens', '1e9');
+    const huge = await kvdesk('generate', defaultModelDir, '--prompt', 'x', '--greedy', '--max-new-tokens', '1e9');
     expect(huge.code, huge.stderr).toBe(0);
     expect(huge.stderr).toMatch(/max new tokens clipped from 1000000000 to 2047 by the context window \(2048 tokens\)/);
-    const hugeJson = kvdesk(
+    const hugeJson = await kvdesk(
       'generate',
       defaultModelDir,
       '--prompt',
@@ -807,46 +861,46 @@ describe('CLI on the generated default model', () => {
     expect(hugeJson.json.clipped).toEqual({ requestedMaxTokens: 1e9, clippedMaxTokens: 2047, contextLength: 2048 });
   });
 
-  it('--prefill-chunk below 1 exits 2 naming the flag', () => {
-    const r = kvdesk('generate', defaultModelDir, '--prompt', 'Hello', '--prefill-chunk', '0', '--json');
+  it('--prefill-chunk below 1 exits 2 naming the flag', async () => {
+    const r = await kvdesk('generate', defaultModelDir, '--prompt', 'Hello', '--prefill-chunk', '0', '--json');
     expect(r.code).toBe(2);
     expect((r.json.error as Record<string, unknown>).message).toMatch(/--prefill-chunk expects a whole number ≥ 1/);
   });
 
-  it('--lookup and --prediction-file: drafts reach the JSON and the summary line, 0 turns them off with the same tokens, 17 exits 2', () => {
+  it('--lookup and --prediction-file: drafts reach the JSON and the summary line, 0 turns them off with the same tokens, 17 exits 2', async () => {
     // The default model's greedy reply to this prompt repeats a few pairs of its own tokens: lookup drafts there.
     const args = ['generate', defaultModelDir, '--prompt', '1 2 3 4 5 6 7 8 9 10 11 12', '--greedy'];
-    const on = kvdesk(...args, '--max-new-tokens', '96', '--json');
+    const on = await kvdesk(...args, '--max-new-tokens', '96', '--json');
     expect(on.code, on.stderr).toBe(0);
     const lookup = on.json.lookup as { drafted: number; accepted: number };
     expect(lookup.drafted).toBeGreaterThan(0);
     expect(lookup.accepted).toBeLessThanOrEqual(lookup.drafted);
-    const off = kvdesk(...args, '--max-new-tokens', '96', '--lookup', '0', '--json');
+    const off = await kvdesk(...args, '--max-new-tokens', '96', '--lookup', '0', '--json');
     expect(off.code, off.stderr).toBe(0);
     expect(off.json.lookup).toBeUndefined();
     expect(off.json.tokenIds).toEqual(on.json.tokenIds);
-    const text = kvdesk(...args, '--max-new-tokens', '96');
+    const text = await kvdesk(...args, '--max-new-tokens', '96');
     expect(text.stderr).toMatch(/lookup took \d+ of \d+ drafted tokens/);
     // A predicted reply (the reply itself): the same tokens, most of them drafted from it.
     const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-prediction-'));
     const file = path.join(dir, 'expected.txt');
     writeFileSync(file, on.json.text as string);
-    const predicted = kvdesk(...args, '--max-new-tokens', '96', '--prediction-file', file, '--json');
+    const predicted = await kvdesk(...args, '--max-new-tokens', '96', '--prediction-file', file, '--json');
     expect(predicted.json.tokenIds).toEqual(on.json.tokenIds);
     expect((predicted.json.lookup as { accepted: number }).accepted).toBeGreaterThan(lookup.accepted + 40);
-    const missing = kvdesk(...args, '--prediction-file', path.join(dir, 'none.txt'), '--json');
+    const missing = await kvdesk(...args, '--prediction-file', path.join(dir, 'none.txt'), '--json');
     expect(missing.code).toBe(2);
     expect((missing.json.error as Record<string, unknown>).message).toMatch(/--prediction-file: cannot read/);
     rmSync(dir, { recursive: true, force: true });
-    const bad = kvdesk(...args, '--lookup', '17', '--json');
+    const bad = await kvdesk(...args, '--lookup', '17', '--json');
     expect(bad.code).toBe(2);
     expect((bad.json.error as Record<string, unknown>).message).toMatch(
       /--lookup expects a whole number from 0 \(off\) to 16/,
     );
   });
 
-  it('a folder that is not a package exits 2 naming the problem', () => {
-    const r = kvdesk('inspect', path.join(repoRoot, 'src'), '--json');
+  it('a folder that is not a package exits 2 naming the problem', async () => {
+    const r = await kvdesk('inspect', path.join(repoRoot, 'src'), '--json');
     expect(r.code).toBe(2);
     expect((r.json.error as Record<string, unknown>).code).toBe('PACKAGE_INVALID');
   });
@@ -942,15 +996,8 @@ describe('the CLI around its commands: a closed stdout, help, versions, stdin, t
 
   it('each command answers --help and -h with its usage and every flag it takes; kvdesk help COMMAND too', async () => {
     const { CHAT_OPTIONS } = await import('../../src/cli/chat');
-    const { GENERATE_OPTIONS, INSPECT_OPTIONS, LIST_OPTIONS, main } = await import('../../src/cli/main');
     const { PULL_OPTIONS, SEARCH_OPTIONS } = await import('../../src/cli/pull');
     // In this process (help loads nothing); the real binary once, below.
-    const cli = async (...args: string[]) => {
-      let stdout = '';
-      let stderr = '';
-      const code = await main(args, { out: (t) => (stdout += t), err: (t) => (stderr += t) });
-      return { code, stdout, stderr };
-    };
     const commands: Array<[string, Record<string, unknown>]> = [
       ['generate', GENERATE_OPTIONS],
       ['chat', CHAT_OPTIONS],
@@ -960,41 +1007,41 @@ describe('the CLI around its commands: a closed stdout, help, versions, stdin, t
       ['search', SEARCH_OPTIONS],
     ];
     for (const [command, options] of commands) {
-      const r = await cli(command, '--help');
+      const r = await kvdesk(command, '--help');
       expect(r.code, `${command}: ${r.stderr}`).toBe(0);
       expect(r.stdout).toMatch(new RegExp(`^Usage:\\n  kvdesk ${command} `));
       // Each flag once, on a line of its own description (a line of several sampling flags counts for each).
       for (const flag of Object.keys(options)) {
         expect(r.stdout, `${command} --help: --${flag}`).toMatch(new RegExp(`\\n  (--[a-z-]+ [^\\n]*)?--${flag}\\b`));
       }
-      expect((await cli(command, '-h')).stdout, `${command} -h`).toBe(r.stdout);
+      expect((await kvdesk(command, '-h')).stdout, `${command} -h`).toBe(r.stdout);
     }
     // Generate's lines, as the top-level help has them: one source.
-    const top = (await cli('--help')).stdout;
-    const generate = kvdesk('generate', '--help');
+    const top = (await kvdesk('--help')).stdout;
+    const generate = kvdeskProcess('generate', '--help');
     expect(generate.code).toBe(0);
-    expect(generate.stdout).toBe((await cli('generate', '--help')).stdout);
+    expect(generate.stdout).toBe((await kvdesk('generate', '--help')).stdout);
     for (const line of generate.stdout.split('\n').filter((l) => l.startsWith('  --'))) expect(top).toContain(line);
-    expect((await cli('help', 'generate')).stdout).toBe(generate.stdout);
+    expect((await kvdesk('help', 'generate')).stdout).toBe(generate.stdout);
     // A flag's value is not a request for help; serve's help still works.
-    expect(kvdesk('generate', defaultModelDir, '--prompt', '-h', '--max-new-tokens', '1').code).toBe(0);
-    const serve = kvdesk('serve', '--help');
+    expect((await kvdesk('generate', defaultModelDir, '--prompt', '-h', '--max-new-tokens', '1')).code).toBe(0);
+    const serve = await kvdesk('serve', '--help');
     expect(serve.code).toBe(0);
     expect(serve.stdout).toContain('--first-use-ttl TIME');
   }, 90_000);
 
   it('an unknown flag is named with its command, with the flag meant when one is a typo away', async () => {
-    const typo = kvdesk('generate', defaultModelDir, '--promt', 'hi');
+    const typo = await kvdesk('generate', defaultModelDir, '--promt', 'hi');
     expect(typo.code).toBe(2);
     expect(typo.stderr).toBe(
       'kvdesk: unknown option --promt for kvdesk generate: did you mean --prompt? (see kvdesk generate --help)\n',
     );
-    const two = kvdesk('chat', defaultModelDir, '--top-x', '3');
+    const two = await kvdesk('chat', defaultModelDir, '--top-x', '3');
     expect(two.stderr).toContain('unknown option --top-x for kvdesk chat: did you mean --top-k or --top-p?');
-    const far = kvdesk('list', '--colourful');
+    const far = await kvdesk('list', '--colourful');
     expect(far.code).toBe(2);
     expect(far.stderr).toBe('kvdesk: unknown option --colourful for kvdesk list (see kvdesk list --help)\n');
-    const json = kvdesk('inspect', defaultModelDir, '--jsn', '--json');
+    const json = await kvdesk('inspect', defaultModelDir, '--jsn', '--json');
     expect(json.json.error).toMatchObject({ code: 'BAD_REQUEST', flag: '--jsn' });
     expect((json.json.error as { message: string }).message).toContain('did you mean --json?');
     for (const r of [typo, two, far]) {
@@ -1002,22 +1049,18 @@ describe('the CLI around its commands: a closed stdout, help, versions, stdin, t
       expect(r.stderr.split('"').length % 2, r.stderr).toBe(1);
     }
     // Other tools' names, a flag without its value, a command typed wrong: one line each, saying what to do.
-    const { main } = await import('../../src/cli/main');
-    const cli = async (...args: string[]) => {
-      let stderr = '';
-      const code = await main(args, { out: () => {}, err: (t) => (stderr += t) });
-      return { code, stderr };
-    };
-    expect(await cli('generate', defaultModelDir, '--max-tokens', '3')).toEqual({
+    expect(await kvdesk('generate', defaultModelDir, '--max-tokens', '3')).toMatchObject({
       code: 2,
+      stdout: '',
       stderr:
         'kvdesk: unknown option --max-tokens for kvdesk generate: did you mean --max-new-tokens? (see kvdesk generate --help)\n',
     });
-    expect(await cli('chat', defaultModelDir, '--temperature')).toEqual({
+    expect(await kvdesk('chat', defaultModelDir, '--temperature')).toMatchObject({
       code: 2,
+      stdout: '',
       stderr: 'kvdesk: --temperature needs a value (see kvdesk chat --help)\n',
     });
-    const command = await cli('genrate', defaultModelDir);
+    const command = await kvdesk('genrate', defaultModelDir);
     expect(command.code).toBe(2);
     expect(command.stderr).toMatch(
       /^kvdesk: unknown command "genrate": did you mean generate\? \(commands: inspect, .*\)\n$/,
@@ -1025,25 +1068,24 @@ describe('the CLI around its commands: a closed stdout, help, versions, stdin, t
   });
 
   it('habits from Ollama and llama.cpp (a prompt as an argument, `run`, `-p`, `-m`, `--repeat-penalty`) get what to use instead', async () => {
-    const { main } = await import('../../src/cli/main');
-    const cli = async (...args: string[]) => {
-      let stderr = '';
-      const code = await main(args, { out: () => {}, err: (t) => (stderr += t) });
-      expect(code, args.join(' ')).toBe(2);
-      return stderr;
+    /** What a refused command says (exit 2). */
+    const refused = async (...args: string[]) => {
+      const r = await kvdesk(...args);
+      expect(r.code, args.join(' ')).toBe(2);
+      return r.stderr;
     };
     const M = defaultModelDir;
     // A prompt given as ollama run takes it.
-    expect(await cli('generate', M, 'why is the sky blue?')).toBe(
+    expect(await refused('generate', M, 'why is the sky blue?')).toBe(
       'kvdesk: generate takes exactly one package path or library id, got 2 arguments; give the prompt with --prompt: `kvdesk generate M --prompt "…"` (or on stdin: `echo "…" | kvdesk generate M`) (see kvdesk --help)\n',
     );
     // Ollama's commands.
     const commands = 'commands: inspect, generate, chat, list, pull, search, serve, version, help; see kvdesk --help';
-    expect(await cli('run', M)).toBe(
+    expect(await refused('run', M)).toBe(
       `kvdesk: unknown command "run": did you mean chat? \`kvdesk chat M\` talks with a model as \`ollama run M\` does; \`kvdesk generate M --prompt "…"\` gives one reply (${commands})\n`,
     );
-    expect(await cli('show', M)).toBe(`kvdesk: unknown command "show": did you mean inspect? (${commands})\n`);
-    expect(await cli('rm', 'default')).toBe(
+    expect(await refused('show', M)).toBe(`kvdesk: unknown command "show": did you mean inspect? (${commands})\n`);
+    expect(await refused('rm', 'default')).toBe(
       `kvdesk: unknown command "rm": the library forgets a package with Forget on its row in kvdesk serve's window, or DELETE /api/delete to a running kvdesk serve (a folder of yours stays where it is; kvdesk's copy of an upload is deleted) (${commands})\n`,
     );
     // llama.cpp's flags (and Ollama's parameters), with the command's own flag, or what to do where it has none.
@@ -1068,39 +1110,32 @@ describe('the CLI around its commands: a closed stdout, help, versions, stdin, t
       [['serve', '-p', '8080'], '-p', 'did you mean --port?'],
       [['serve', '-m', M], '-m', 'did you mean --model?'],
     ] as const) {
-      expect(await cli(...args), args.join(' ')).toBe(unknown(flag, args[0], hint));
+      expect(await refused(...args), args.join(' ')).toBe(unknown(flag, args[0], hint));
     }
-    expect(await cli('list', '--constructor')).toBe(
+    expect(await refused('list', '--constructor')).toBe(
       'kvdesk: unknown option --constructor for kvdesk list (see kvdesk list --help)\n',
     );
     // A KV budget that rounds down to no byte is refused, not taken as "0 B".
-    expect(await cli('generate', M, '--prompt', 'x', '--kv-budget', '0.5')).toBe(
+    expect(await refused('generate', M, '--prompt', 'x', '--kv-budget', '0.5')).toBe(
       'kvdesk: --kv-budget: "0.5" is 0 bytes (a size rounds down to whole bytes); give 1 byte or more, e.g. 512MiB or 2GiB\n',
     );
-    expect(await cli('chat', M, '--kv-budget', 'cuda:0=0')).toBe(
+    expect(await refused('chat', M, '--kv-budget', 'cuda:0=0')).toBe(
       'kvdesk: --kv-budget: "0" is 0 bytes; give 1 byte or more, e.g. 512MiB or 2GiB\n',
     );
   });
 
   it('help and refusals name the flags a person typed, and say what to do', async () => {
-    const { main } = await import('../../src/cli/main');
-    const cli = async (...args: string[]) => {
-      let stdout = '';
-      let stderr = '';
-      const code = await main(args, { out: (t) => (stdout += t), err: (t) => (stderr += t) });
-      return { code, stdout, stderr };
-    };
     // chat's --system is its own (chat has no --chat); --rows says its limit.
-    const chatHelp = (await cli('chat', '--help')).stdout;
+    const chatHelp = (await kvdesk('chat', '--help')).stdout;
     expect(chatHelp).toContain('\n  --system TEXT            the system prompt (also /set system)\n');
     expect(chatHelp).not.toContain('with --chat');
-    expect((await cli('generate', '--help')).stdout).toContain('one batched request (1 to 64)');
+    expect((await kvdesk('generate', '--help')).stdout).toContain('one batched request (1 to 64)');
     // kvdesk alone: the usage is an error's, on stderr.
-    const bare = await cli();
+    const bare = await kvdesk();
     expect(bare.code).toBe(2);
     expect(bare.stdout).toBe('');
     expect(bare.stderr).toMatch(/^kvdesk — .*\n\nUsage:\n/);
-    expect((await cli('--help')).stdout).toBe(bare.stderr);
+    expect((await kvdesk('--help')).stdout).toBe(bare.stderr);
     const tools = path.join(mkdtempSync(path.join(os.tmpdir(), 'kvdesk-cli-tools-')), 'tools.json');
     writeFileSync(tools, JSON.stringify([{ type: 'function', function: { name: 'get_weather', parameters: {} } }]));
     const gen = ['generate', defaultModelDir, '--chat', '--prompt', 'x'];
@@ -1124,7 +1159,7 @@ describe('the CLI around its commands: a closed stdout, help, versions, stdin, t
         'chat takes exactly one package path or library id, got 2 arguments; for one reply to a prompt use `kvdesk generate M --chat --prompt "…"`, or pipe the turns in: `echo "…" | kvdesk chat M`',
       ],
     ] as const) {
-      const r = await cli(...args);
+      const r = await kvdesk(...args);
       expect(r.code, args.join(' ')).toBe(2);
       expect(r.stderr).toBe(`kvdesk: ${text} (see kvdesk --help)\n`);
     }
@@ -1132,12 +1167,6 @@ describe('the CLI around its commands: a closed stdout, help, versions, stdin, t
   });
 
   it('a number flag given an empty value (`--temperature "$T"` with T unset) is refused naming it, not read as 0', async () => {
-    const { main } = await import('../../src/cli/main');
-    const cli = async (...args: string[]) => {
-      let stderr = '';
-      const code = await main(args, { out: () => {}, err: (t) => (stderr += t) });
-      return { code, stderr };
-    };
     const left = 'got an empty value: give one, or leave the flag out (see kvdesk --help)';
     for (const [command, args, text] of [
       ['generate', ['--temperature', ''], `--temperature expects a number, ${left}`],
@@ -1149,8 +1178,8 @@ describe('the CLI around its commands: a closed stdout, help, versions, stdin, t
       ['chat', ['--temperature', ''], `--temperature expects a number, ${left}`],
     ] as const) {
       const prompt = command === 'generate' ? ['--prompt', 'x'] : [];
-      const r = await cli(command, defaultModelDir, ...prompt, ...args);
-      expect(r, `${command} ${args.join(' ')}`).toEqual({ code: 2, stderr: `kvdesk: ${text}\n` });
+      const r = await kvdesk(command, defaultModelDir, ...prompt, ...args);
+      expect(r, `${command} ${args.join(' ')}`).toMatchObject({ code: 2, stdout: '', stderr: `kvdesk: ${text}\n` });
     }
   });
 
@@ -1232,7 +1261,7 @@ describe('the CLI around its commands: a closed stdout, help, versions, stdin, t
       version: string;
     };
     for (const flag of ['--version', '-v', 'version']) {
-      const r = kvdesk(flag);
+      const r = kvdeskProcess(flag);
       expect(r.code, flag).toBe(0);
       expect(r.stdout).toBe(`kvdesk ${pkg.version}\nonnxruntime-node ${ort.version}\n`);
     }
@@ -1240,7 +1269,7 @@ describe('the CLI around its commands: a closed stdout, help, versions, stdin, t
 
   it('generate reads its prompt from stdin: --prompt -, or no prompt flag with stdin from a pipe; empty stdin is exit 2', () => {
     const args = ['generate', defaultModelDir, '--greedy', '--max-new-tokens', '6', '--json'];
-    const flag = kvdesk(...args, '--prompt', 'Tell me about rivers.');
+    const flag = kvdeskProcess(...args, '--prompt', 'Tell me about rivers.');
     expect(flag.code, flag.stderr).toBe(0);
     // The last line break is dropped, as `$(cat FILE)` drops it.
     const piped = kvdeskWith({ input: 'Tell me about rivers.\n' }, ...args);
@@ -1262,7 +1291,7 @@ describe('the CLI around its commands: a closed stdout, help, versions, stdin, t
     expect((twice.json.error as { message: string }).message).toMatch(/--prompt - reads stdin once/);
   }, 60_000);
 
-  it('a package whose weights are damaged (scores that are not numbers) fails as the package, not as a reply of token 0', () => {
+  it('a package whose weights are damaged (scores that are not numbers) fails as the package, not as a reply of token 0', async () => {
     const root = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-nan-'));
     try {
       const pkg = path.join(root, 'damaged');
@@ -1274,7 +1303,7 @@ describe('the CLI around its commands: a closed stdout, help, versions, stdin, t
       } finally {
         closeSync(fd);
       }
-      const r = kvdesk(
+      const r = await kvdesk(
         'generate',
         pkg,
         '--prompt',
