@@ -250,7 +250,19 @@ test('a setting typed is kept without leaving its field: through a reload, and i
   await app.reload();
   await expect(app.getByTestId('chat-view')).toHaveAttribute('data-thread-id', id);
   const TAKE_AFTER_MS = 500; // SettingsPanel's
-  const hold = () => app.evaluate(() => Date.now()).then((now) => app.clock.pauseAt(now + 1));
+  // The clock held where the page's is now: its time read, then a pause a moment ahead of it. The page's clock runs on
+  // between the two calls, past that moment on a loaded machine (pauseAt: "Cannot fast-forward to the past"), and
+  // then it is read again.
+  const hold = async () => {
+    for (let tries = 1; ; tries++) {
+      const now = await app.evaluate(() => Date.now());
+      try {
+        return await app.clock.pauseAt(now + 20);
+      } catch (err) {
+        if (tries === 5 || !String(err).includes('to the past')) throw err;
+      }
+    }
+  };
 
   // Typed, then the page reloaded (no blur comes then, and the clock never reaches the moment after the last key):
   // the page going takes it, and the value is the chat's.
