@@ -1,5 +1,5 @@
 import { defineConfig } from '@playwright/test';
-import { CHROMIUM, CHROMIUM_ARGS } from './test/e2e/chromium';
+import { CHROMIUM_ARGS, TEST_CHROMIUM } from './test/e2e/chromium';
 
 // Browser end-to-end tests: `npx playwright test` (this config). They drive the renderer in Debian
 // Chromium against a real `kvdesk serve --port 0` (real engine and scheduler), started once per worker.
@@ -22,6 +22,6 @@ export default defineConfig({
     headless: true,
     viewport: { width: 1400, height: 900 },
     screenshot: 'only-on-failure',
-    launchOptions: { executablePath: CHROMIUM, args: CHROMIUM_ARGS },
+    launchOptions: { executablePath: TEST_CHROMIUM, args: CHROMIUM_ARGS },
   },
 });

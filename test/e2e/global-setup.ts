@@ -5,14 +5,15 @@
 import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import path from 'node:path';
-import { CHROMIUM } from './chromium';
+import { TEST_CHROMIUM } from './chromium';
 import { buildRenderer, ROOT } from './serve';
 
 export default function globalSetup(): void {
-  if (!existsSync(CHROMIUM)) {
+  if (!existsSync(TEST_CHROMIUM)) {
     throw new Error(
-      `The browser tests run in Debian's Chromium at ${CHROMIUM}, which is missing. Install it with ` +
-        '`apt-get update && apt-get install -y chromium` (or set KVDESK_CHROMIUM to another Chromium binary).',
+      `The browser tests run in Debian's Chromium at ${TEST_CHROMIUM}, which is missing. Install it with ` +
+        '`apt-get update && apt-get install -y chromium chromium-headless-shell` (the headless shell: the same ' +
+        'browser, faster tests; or set KVDESK_CHROMIUM to another Chromium binary).',
     );
   }
   if (!existsSync(path.join(ROOT, 'resources/models/default/onnx/model.onnx'))) {

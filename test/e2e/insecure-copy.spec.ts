@@ -8,7 +8,7 @@
 import os from 'node:os';
 import { expect, test } from '@playwright/test';
 import { COPY_UNAVAILABLE } from '../../src/renderer/lib/copy-unavailable';
-import { CHROMIUM, CHROMIUM_ARGS } from './chromium';
+import { CHROMIUM_ARGS, TEST_CHROMIUM } from './chromium';
 import { lastReply, newChat, send, setSettings } from './fixtures';
 import { type ServeHandle, startServe } from './serve';
 
@@ -17,7 +17,10 @@ const TOKEN = 'lan-copy-token';
 const NAME = os.hostname().toLowerCase();
 
 test.use({
-  launchOptions: { executablePath: CHROMIUM, args: [...CHROMIUM_ARGS, `--host-resolver-rules=MAP ${NAME} 127.0.0.1`] },
+  launchOptions: {
+    executablePath: TEST_CHROMIUM,
+    args: [...CHROMIUM_ARGS, `--host-resolver-rules=MAP ${NAME} 127.0.0.1`],
+  },
 });
 
 let server: ServeHandle;
