@@ -3,7 +3,11 @@
  * events, budget snapshots) and hands it to the store at most once per
  * animation frame. A model can produce thousands of tokens per second; the
  * screen refreshes 60 times. Consecutive token frames of one generation are
- * merged, so a flush applies one text append per generation.
+ * merged, so a flush applies one text append per generation. Budget snapshots
+ * come as often as the scheduler changes (every token of every running reply),
+ * and each one redraws the header's bar and the inspector's tables: they are
+ * applied at most every `snapshotEveryMs` (the latest one, never lost), which a
+ * person reading the numbers cannot tell from every frame.
  *
  * Pure: the scheduling function is injected (requestAnimationFrame in the app,
  * a manual trigger in tests).
@@ -47,36 +51,76 @@ export function mergeTokenFrames(a: TokensFrame, b: TokensFrame): TokensFrame {
   return { type: 'tokens', requestId: b.requestId, rows };
 }
 
+/** How often budget snapshots reach the store at most: ten times a second. */
+export const SNAPSHOT_EVERY_MS = 100;
+
 export function createFrameCoalescer(opts: {
   schedule: (flush: () => void) => void;
   apply: (flush: Flush) => void;
+  /** Budget snapshots are applied at most this often (ms); 0: with every flush. Default SNAPSHOT_EVERY_MS. */
+  snapshotEveryMs?: number;
+  /** The clock and the timer (tests give their own). */
+  now?: () => number;
+  later?: (fn: () => void, ms: number) => void;
 }): FrameCoalescer {
+  const every = opts.snapshotEveryMs ?? SNAPSHOT_EVERY_MS;
+  const now = opts.now ?? (() => performance.now());
+  const later = opts.later ?? ((fn, ms) => void setTimeout(fn, ms));
   let frames = new Map<string, StreamFrame[]>();
   let events: SchedulerEvent[] = [];
   let snapshot: BudgetSnapshot | null = null;
+  let snapshotAppliedAt = Number.NEGATIVE_INFINITY;
+  /** A held snapshot's timer is set: it asks for a flush once the snapshot may be applied. */
+  let snapshotTimer = false;
   let scheduled = false;
   let count = 0;
 
-  function flushNow(): void {
+  /** Applies what is pending; a snapshot too soon after the last one stays for a later flush unless `all`. */
+  function flush(all: boolean): void {
     scheduled = false;
-    if (count === 0 && snapshot === null) return;
+    const t = now();
+    const snapshotDue = snapshot !== null && (all || t - snapshotAppliedAt >= every);
+    if (count === 0 && !snapshotDue) {
+      if (snapshot !== null) holdSnapshot(t);
+      return;
+    }
     const out: Flush = {
       batches: [...frames].map(([messageId, list]) => ({ messageId, frames: list })),
       events,
-      snapshot,
+      snapshot: snapshotDue ? snapshot : null,
     };
     frames = new Map();
     events = [];
-    snapshot = null;
     count = 0;
+    if (snapshotDue) {
+      snapshot = null;
+      snapshotAppliedAt = t;
+    } else if (snapshot !== null) holdSnapshot(t);
     opts.apply(out);
+  }
+
+  /** The held snapshot gets a flush of its own when its time comes, whatever else streams in or not. */
+  function holdSnapshot(t: number): void {
+    if (snapshotTimer) return;
+    snapshotTimer = true;
+    later(
+      () => {
+        snapshotTimer = false;
+        if (snapshot !== null) request();
+      },
+      Math.max(0, snapshotAppliedAt + every - t),
+    );
+  }
+
+  function flushNow(): void {
+    flush(true);
   }
 
   function request(): void {
     if (scheduled) return;
     scheduled = true;
     opts.schedule(() => {
-      if (scheduled) flushNow();
+      if (scheduled) flush(false);
     });
   }
 

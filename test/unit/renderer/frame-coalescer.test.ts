@@ -1,12 +1,19 @@
 import { describe, expect, it } from 'vitest';
-import { createFrameCoalescer, type Flush, mergeTokenFrames } from '../../../src/renderer/bridge/frame-coalescer';
+import {
+  createFrameCoalescer,
+  type Flush,
+  mergeTokenFrames,
+  SNAPSHOT_EVERY_MS,
+} from '../../../src/renderer/bridge/frame-coalescer';
 import { result, snapshot, tokens } from './fixtures';
 
-/** A coalescer whose "animation frame" fires when the test says so. */
+/** A coalescer whose "animation frame" fires, and whose clock moves, when the test says so. */
 function harness() {
   const flushes: Flush[] = [];
   let pendingFrame: (() => void) | null = null;
   let scheduled = 0;
+  let clock = 0;
+  let timers: Array<{ at: number; fn: () => void }> = [];
   const c = createFrameCoalescer({
     schedule(fn) {
       scheduled += 1;
@@ -15,15 +22,27 @@ function harness() {
     apply(f) {
       flushes.push(f);
     },
+    now: () => clock,
+    later(fn, ms) {
+      timers.push({ at: clock + ms, fn });
+    },
   });
   return {
     c,
     flushes,
     scheduledCount: () => scheduled,
+    timers: () => timers.length,
     animationFrame() {
       const fn = pendingFrame;
       pendingFrame = null;
       fn?.();
+    },
+    /** Moves the clock on, running the timers that come due. */
+    advance(ms: number) {
+      clock += ms;
+      const due = timers.filter((t) => t.at <= clock);
+      timers = timers.filter((t) => t.at > clock);
+      for (const t of due) t.fn();
     },
   };
 }
@@ -79,6 +98,50 @@ describe('frame coalescer', () => {
     expect(h.flushes).toHaveLength(1);
     expect(h.flushes[0]?.snapshot?.at).toBe(2);
     expect(h.flushes[0]?.events.map((e) => e.type)).toEqual(['queued', 'firstToken']);
+  });
+
+  it('applies budget snapshots at most every 100 ms: the latest one, held while tokens still flow every frame', () => {
+    const h = harness();
+    h.c.snapshot(snapshot({ at: 1 }));
+    h.animationFrame();
+    expect(h.flushes.map((f) => f.snapshot?.at)).toEqual([1]);
+    // 16 ms on: the tokens are applied, the snapshot waits.
+    h.advance(16);
+    h.c.snapshot(snapshot({ at: 2 }));
+    h.c.frame('m1', tokens('a'));
+    h.animationFrame();
+    expect(h.flushes).toHaveLength(2);
+    expect(h.flushes[1]?.batches).toHaveLength(1);
+    expect(h.flushes[1]?.snapshot).toBeNull();
+    expect(h.c.pending()).toBe(1);
+    // A newer one replaces it; a frame with nothing else due applies nothing.
+    h.advance(16);
+    h.c.snapshot(snapshot({ at: 3 }));
+    h.animationFrame();
+    expect(h.flushes).toHaveLength(2);
+    // Its time come, it is applied without anything else streaming in: the latest, once.
+    expect(h.timers()).toBe(1);
+    h.advance(SNAPSHOT_EVERY_MS - 32);
+    h.animationFrame();
+    expect(h.flushes.map((f) => f.snapshot?.at ?? null)).toEqual([1, null, 3]);
+    expect(h.c.pending()).toBe(0);
+    h.advance(SNAPSHOT_EVERY_MS);
+    h.animationFrame();
+    expect(h.flushes).toHaveLength(3);
+  });
+
+  it('applies a snapshot that comes after a quiet spell at once, and a held one when flushed now', () => {
+    const h = harness();
+    h.c.snapshot(snapshot({ at: 1 }));
+    h.animationFrame();
+    h.advance(SNAPSHOT_EVERY_MS);
+    h.c.snapshot(snapshot({ at: 2 }));
+    h.animationFrame();
+    expect(h.flushes.map((f) => f.snapshot?.at)).toEqual([1, 2]);
+    h.advance(1);
+    h.c.snapshot(snapshot({ at: 3 }));
+    h.c.flushNow();
+    expect(h.flushes.map((f) => f.snapshot?.at)).toEqual([1, 2, 3]);
   });
 
   it('starts over after a flush and does nothing when idle', () => {
