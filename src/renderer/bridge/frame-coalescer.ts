@@ -3,11 +3,13 @@
  * events, budget snapshots) and hands it to the store at most once per
  * animation frame. A model can produce thousands of tokens per second; the
  * screen refreshes 60 times. Consecutive token frames of one generation are
- * merged, so a flush applies one text append per generation. Budget snapshots
- * come as often as the scheduler changes (every token of every running reply),
- * and each one redraws the header's bar and the inspector's tables: they are
- * applied at most every `snapshotEveryMs` (the latest one, never lost), which a
- * person reading the numbers cannot tell from every frame.
+ * merged, so a flush applies one text append per generation. The scheduler's
+ * side — its events and budget snapshots, which come as often as it changes
+ * (every token of every running reply, every request of an API client) and
+ * redraw the header's bar and the inspector's tables — is applied at most every
+ * `schedulerEveryMs` (every event in order, the latest snapshot, never lost),
+ * which a person reading the numbers cannot tell from every frame; the replies'
+ * own frames still come every frame.
  *
  * Pure: the scheduling function is injected (requestAnimationFrame in the app,
  * a manual trigger in tests).
@@ -51,64 +53,67 @@ export function mergeTokenFrames(a: TokensFrame, b: TokensFrame): TokensFrame {
   return { type: 'tokens', requestId: b.requestId, rows };
 }
 
-/** How often budget snapshots reach the store at most: ten times a second. */
-export const SNAPSHOT_EVERY_MS = 100;
+/** How often the scheduler's events and budget snapshots reach the store at most: ten times a second. */
+export const SCHEDULER_EVERY_MS = 100;
 
 export function createFrameCoalescer(opts: {
   schedule: (flush: () => void) => void;
   apply: (flush: Flush) => void;
-  /** Budget snapshots are applied at most this often (ms); 0: with every flush. Default SNAPSHOT_EVERY_MS. */
-  snapshotEveryMs?: number;
+  /** Scheduler events and snapshots are applied at most this often (ms); 0: with every flush. Default SCHEDULER_EVERY_MS. */
+  schedulerEveryMs?: number;
   /** The clock and the timer (tests give their own). */
   now?: () => number;
   later?: (fn: () => void, ms: number) => void;
 }): FrameCoalescer {
-  const every = opts.snapshotEveryMs ?? SNAPSHOT_EVERY_MS;
+  const every = opts.schedulerEveryMs ?? SCHEDULER_EVERY_MS;
   const now = opts.now ?? (() => performance.now());
   const later = opts.later ?? ((fn, ms) => void setTimeout(fn, ms));
   let frames = new Map<string, StreamFrame[]>();
+  /** Reply frames waiting (consecutive token frames merged count once). */
+  let count = 0;
   let events: SchedulerEvent[] = [];
   let snapshot: BudgetSnapshot | null = null;
-  let snapshotAppliedAt = Number.NEGATIVE_INFINITY;
-  /** A held snapshot's timer is set: it asks for a flush once the snapshot may be applied. */
-  let snapshotTimer = false;
+  let schedulerAppliedAt = Number.NEGATIVE_INFINITY;
+  /** Held scheduler news has its timer: it asks for a flush once that news may be applied. */
+  let schedulerTimer = false;
   let scheduled = false;
-  let count = 0;
 
-  /** Applies what is pending; a snapshot too soon after the last one stays for a later flush unless `all`. */
+  const schedulerWaits = () => events.length > 0 || snapshot !== null;
+
+  /** Applies what is pending; the scheduler's news too soon after the last stays for a later flush unless `all`. */
   function flush(all: boolean): void {
     scheduled = false;
     const t = now();
-    const snapshotDue = snapshot !== null && (all || t - snapshotAppliedAt >= every);
-    if (count === 0 && !snapshotDue) {
-      if (snapshot !== null) holdSnapshot(t);
+    const schedulerDue = schedulerWaits() && (all || t - schedulerAppliedAt >= every);
+    if (count === 0 && !schedulerDue) {
+      if (schedulerWaits()) holdScheduler(t);
       return;
     }
     const out: Flush = {
       batches: [...frames].map(([messageId, list]) => ({ messageId, frames: list })),
-      events,
-      snapshot: snapshotDue ? snapshot : null,
+      events: schedulerDue ? events : [],
+      snapshot: schedulerDue ? snapshot : null,
     };
     frames = new Map();
-    events = [];
     count = 0;
-    if (snapshotDue) {
+    if (schedulerDue) {
+      events = [];
       snapshot = null;
-      snapshotAppliedAt = t;
-    } else if (snapshot !== null) holdSnapshot(t);
+      schedulerAppliedAt = t;
+    } else holdScheduler(t);
     opts.apply(out);
   }
 
-  /** The held snapshot gets a flush of its own when its time comes, whatever else streams in or not. */
-  function holdSnapshot(t: number): void {
-    if (snapshotTimer) return;
-    snapshotTimer = true;
+  /** Held scheduler news gets a flush of its own when its time comes, whatever else streams in or not. */
+  function holdScheduler(t: number): void {
+    if (schedulerTimer) return;
+    schedulerTimer = true;
     later(
       () => {
-        snapshotTimer = false;
-        if (snapshot !== null) request();
+        schedulerTimer = false;
+        if (schedulerWaits()) request();
       },
-      Math.max(0, snapshotAppliedAt + every - t),
+      Math.max(0, schedulerAppliedAt + every - t),
     );
   }
 
@@ -141,7 +146,6 @@ export function createFrameCoalescer(opts: {
     },
     event(event) {
       events.push(event);
-      count += 1;
       request();
     },
     snapshot(next) {
@@ -150,7 +154,7 @@ export function createFrameCoalescer(opts: {
     },
     flushNow,
     pending() {
-      return count + (snapshot ? 1 : 0);
+      return count + events.length + (snapshot ? 1 : 0);
     },
   };
 }

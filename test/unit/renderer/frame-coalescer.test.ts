@@ -3,7 +3,7 @@ import {
   createFrameCoalescer,
   type Flush,
   mergeTokenFrames,
-  SNAPSHOT_EVERY_MS,
+  SCHEDULER_EVERY_MS,
 } from '../../../src/renderer/bridge/frame-coalescer';
 import { result, snapshot, tokens } from './fixtures';
 
@@ -121,20 +121,41 @@ describe('frame coalescer', () => {
     expect(h.flushes).toHaveLength(2);
     // Its time come, it is applied without anything else streaming in: the latest, once.
     expect(h.timers()).toBe(1);
-    h.advance(SNAPSHOT_EVERY_MS - 32);
+    h.advance(SCHEDULER_EVERY_MS - 32);
     h.animationFrame();
     expect(h.flushes.map((f) => f.snapshot?.at ?? null)).toEqual([1, null, 3]);
     expect(h.c.pending()).toBe(0);
-    h.advance(SNAPSHOT_EVERY_MS);
+    h.advance(SCHEDULER_EVERY_MS);
     h.animationFrame();
     expect(h.flushes).toHaveLength(3);
+  });
+
+  it("holds the scheduler's events with its snapshot: every one, in order, while the replies' frames go on", () => {
+    const h = harness();
+    h.c.event({ type: 'queued', at: 1, requestId: 'a', position: 0, queueLength: 1 });
+    h.animationFrame();
+    expect(h.flushes.map((f) => f.events.length)).toEqual([1]);
+    h.advance(16);
+    h.c.event({ type: 'admitted', at: 2, requestId: 'a', reservedBytes: 10, admittedMaxTokens: 4, queueMs: 1 });
+    h.c.frame('m1', tokens('a'));
+    h.animationFrame();
+    h.advance(16);
+    h.c.event({ type: 'firstToken', at: 3, requestId: 'a', ttftMs: 5 });
+    h.c.frame('m1', tokens('b'));
+    h.animationFrame();
+    expect(h.flushes.map((f) => f.events.length)).toEqual([1, 0, 0]);
+    expect(h.c.pending()).toBe(2);
+    h.advance(SCHEDULER_EVERY_MS);
+    h.animationFrame();
+    expect(h.flushes[3]?.events.map((e) => e.type)).toEqual(['admitted', 'firstToken']);
+    expect(h.c.pending()).toBe(0);
   });
 
   it('applies a snapshot that comes after a quiet spell at once, and a held one when flushed now', () => {
     const h = harness();
     h.c.snapshot(snapshot({ at: 1 }));
     h.animationFrame();
-    h.advance(SNAPSHOT_EVERY_MS);
+    h.advance(SCHEDULER_EVERY_MS);
     h.c.snapshot(snapshot({ at: 2 }));
     h.animationFrame();
     expect(h.flushes.map((f) => f.snapshot?.at)).toEqual([1, 2]);
