@@ -4,12 +4,13 @@
  * animation frame. A model can produce thousands of tokens per second; the
  * screen refreshes 60 times. Consecutive token frames of one generation are
  * merged, so a flush applies one text append per generation. The scheduler's
- * side — its events and budget snapshots, which come as often as it changes
- * (every token of every running reply, every request of an API client) and
- * redraw the header's bar and the inspector's tables — is applied at most every
- * `schedulerEveryMs` (every event in order, the latest snapshot, never lost),
- * which a person reading the numbers cannot tell from every frame; the replies'
- * own frames still come every frame.
+ * side is applied at most every `schedulerEveryMs` (every event in order, the
+ * latest snapshot, never lost), which a person reading the numbers cannot tell
+ * from every frame: its events come as often as it acts (five or six for each
+ * request of an API client) and each batch redrew the inspector's timeline and
+ * tables; its snapshots, which the host already sends at most ten times a
+ * second, come with them, so the two never disagree on screen longer than that.
+ * The replies' own frames still come every frame.
  *
  * Pure: the scheduling function is injected (requestAnimationFrame in the app,
  * a manual trigger in tests).
