@@ -471,7 +471,16 @@ function RequestRow({
       <td className="state-cell">
         <span className={`state ${r.state}`}>{r.state}</span>
         {wait && (
-          <div className="sub" data-testid="request-queue-note" data-reason={wait.reason}>
+          <div
+            className="sub"
+            data-testid="request-queue-note"
+            data-reason={wait.reason}
+            title={
+              wait.reason === 'behind'
+                ? `waits for the ${wait.position === 1 ? 'request' : `${wait.position} requests`} ahead of it: first come, first served`
+                : undefined
+            }
+          >
             {wait.reason === 'reloading' ? (
               <>
                 position {wait.position + 1} ·{' '}
@@ -554,7 +563,15 @@ function RequestRow({
  * A request's KV: used over reserved, and the padding of that in words; what a queued one waits to reserve; what a
  * refused one needed (never admitted, it reserved nothing).
  */
-function KvCell({ r, required }: { r: SchedulerRequestView; required: number | undefined }) {
+export function KvCell({ r, required }: { r: SchedulerRequestView; required: number | undefined }) {
+  // Ended before it was admitted (cancelled while queued): it never had KV, which "0 B / 0 B" did not say.
+  if (r.state === 'cancelled' && r.admittedAt === undefined) {
+    return (
+      <td className="r" data-testid="request-never-admitted" title="Cancelled while queued: nothing was reserved">
+        <div className="muted">none</div>
+      </td>
+    );
+  }
   if (r.state === 'queued' || r.state === 'refused') {
     const bytes = r.state === 'queued' ? leastReservation(r) : required;
     return (
@@ -753,13 +770,24 @@ function Requests({ snapshot, waits }: { snapshot: BudgetSnapshot; waits: Reload
   );
 }
 
-function Sessions({ devices }: { devices: DeviceBudgetSnapshot[] }) {
+/** Session rows the table shows at most; the rest are counted, with the KV they hold. */
+export const SHOWN_SESSIONS = 20;
+
+export function Sessions({ devices }: { devices: DeviceBudgetSnapshot[] }) {
   const titles = useThreadTitles();
   const all: SchedulerSessionView[] = devices.flatMap((d) => d.sessions);
   // An API request's prompt cache, while its turn is queued or running, is that request (its row above): listed
   // again, sixty queued API requests would read as sixty rows of "API prompt cache · in its request".
-  const sessions = all.filter((s) => s.state === 'idle' || !s.sessionId.startsWith(PROMPT_CACHE_PREFIX));
-  const inRequests = all.length - sessions.length;
+  const listed = all.filter((s) => s.state === 'idle' || !s.sessionId.startsWith(PROMPT_CACHE_PREFIX));
+  // A client that keeps a prompt cache per conversation leaves hundreds: the running ones and those holding the most
+  // KV are shown, the rest counted with what they hold (the whole list would redraw with every change of any).
+  const ranked = [...listed].sort(
+    (a, b) => Number(a.state === 'idle') - Number(b.state === 'idle') || b.heldBytes - a.heldBytes,
+  );
+  const sessions = ranked.length > SHOWN_SESSIONS ? ranked.slice(0, SHOWN_SESSIONS) : listed;
+  const notShown = ranked.slice(SHOWN_SESSIONS);
+  const notShownBytes = notShown.reduce((sum, s) => sum + s.heldBytes, 0);
+  const inRequests = all.length - listed.length;
   // Of those, the ones whose requests wait beyond the head of the queue the request table shows: counted, not seen.
   const beyondShown = new Set(
     devices
@@ -767,7 +795,7 @@ function Sessions({ devices }: { devices: DeviceBudgetSnapshot[] }) {
       .slice(SHOWN_QUEUED_REQUESTS)
       .map((q) => q.sessionId),
   );
-  const hidden = all.filter((s) => !sessions.includes(s) && beyondShown.has(s.sessionId)).length;
+  const hidden = all.filter((s) => !listed.includes(s) && beyondShown.has(s.sessionId)).length;
   if (all.length === 0) return null;
   return (
     <section>
@@ -836,6 +864,12 @@ function Sessions({ devices }: { devices: DeviceBudgetSnapshot[] }) {
           </tbody>
         </table>
       )}
+      {notShown.length > 0 && (
+        <div className="muted" data-testid="sessions-not-shown" style={{ fontSize: 12, marginTop: 4 }}>
+          and {formatInteger(notShown.length)} more {notShown.length === 1 ? 'session' : 'sessions'}, holding{' '}
+          <Bytes value={notShownBytes} />
+        </div>
+      )}
       {inRequests > 0 && (
         <div className="muted" data-testid="sessions-in-requests" style={{ fontSize: 12, marginTop: 4 }}>
           {sessions.length > 0 ? 'and ' : ''}
@@ -856,8 +890,18 @@ function short(id: string | undefined): string {
   return id ? `#${id.slice(0, 6)}` : '';
 }
 
-/** One line per event: what happened, with its numbers. */
-export function describeEvent(e: TimelineEvent): string {
+/** A session as a person knows it: its chat's title, an API prompt cache, or its id. */
+function sessionName(sessionId: string, titles?: ReadonlyMap<string, string>): string {
+  const title = titles?.get(sessionId);
+  if (title !== undefined) return `chat “${title}”`;
+  if (sessionId.startsWith(PROMPT_CACHE_PREFIX)) {
+    return `API prompt cache ${sessionId.slice(PROMPT_CACHE_PREFIX.length, PROMPT_CACHE_PREFIX.length + 6)}`;
+  }
+  return `session ${sessionId.slice(0, 10)}`;
+}
+
+/** One line per event: what happened, with its numbers; `titles`: the chats' titles by id. */
+export function describeEvent(e: TimelineEvent, titles?: ReadonlyMap<string, string>): string {
   switch (e.type) {
     case 'accepted':
       return `${short(e.requestId)} ${e.promptTokens} prompt + ${e.maxNewTokens} max tok${e.rows > 1 ? ` × ${e.rows} rows` : ''}${e.clipped ? ' (clipped)' : ''}`;
@@ -878,7 +922,7 @@ export function describeEvent(e: TimelineEvent): string {
     case 'released':
       return `${short(e.requestId)} returned ${formatBytes(e.bytes)}${e.retainedBytes > 0 ? `, session keeps ${formatBytes(e.retainedBytes)}` : ''}`;
     case 'evicted':
-      return `session ${e.sessionId.slice(0, 10)} dropped ${formatBytes(e.bytes)} (${e.reason})`;
+      return `${sessionName(e.sessionId, titles)} dropped ${formatBytes(e.bytes)} (${e.reason})`;
     case 'reconfigured':
       return `limit ${byteChange(e.limits.before.limitBytes, e.limits.after.limitBytes)}, max running ${e.limits.after.maxRunning}${e.overLimit ? ', over the new limit' : ''}${e.rejectedRequestIds.length ? `, refused ${e.rejectedRequestIds.length} queued` : ''}`;
     case 'violation':
@@ -927,6 +971,7 @@ function eventKey(e: TimelineEvent): number {
 
 const Timeline = memo(function Timeline() {
   const events = useApp((s) => s.events);
+  const titles = useThreadTitles();
   const shown = events.slice(-120).reverse();
   const newest = shown[0]?.at ?? 0;
   const span = 60_000;
@@ -953,7 +998,7 @@ const Timeline = memo(function Timeline() {
                 data-testid="timeline-tick"
                 data-at={e.at}
                 style={{ left: `calc(${(1 + (e.at - from) / span) * 100}% - 3px)` }}
-                title={`${e.type}: ${describeEvent(e)}`}
+                title={`${e.type}: ${describeEvent(e, titles)}`}
               />
             ))}
         </div>
@@ -966,7 +1011,7 @@ const Timeline = memo(function Timeline() {
             <li key={eventKey(e)} data-testid="timeline-event" data-type={e.type}>
               <span className="t num">{i === 0 ? 'latest' : `−${((newest - e.at) / 1000).toFixed(2)}s`}</span>
               <span className={`k ${e.type}`}>{e.type}</span>
-              <span>{describeEvent(e)}</span>
+              <span>{describeEvent(e, titles)}</span>
             </li>
           ))}
         </ul>

@@ -1,0 +1,131 @@
+/**
+ * The inspector's tables (Inspector.tsx), rendered to markup: its Sessions table (a client that keeps a prompt cache
+ * per conversation leaves hundreds of idle sessions, which it must not list one by one), a request's KV cell, and
+ * its timeline's line for an evicted session, named as the person knows it.
+ */
+import path from 'node:path';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { createStore } from 'zustand/vanilla';
+import { type AppState, createAppStore } from '../../../src/renderer/store';
+import type { TimelineEvent } from '../../../src/renderer/store/types';
+import type { Thread } from '../../../src/shared/api';
+import { PROMPT_CACHE_PREFIX } from '../../../src/shared/prompt-cache';
+import type { DeviceBudgetSnapshot, SchedulerSessionView } from '../../../src/shared/scheduler-types';
+import { deviceSnapshot, requestView } from './fixtures';
+
+// Loaded by name, not imported: the node project's type check leaves out React's types and the renderer's JSX.
+const RENDERER = path.resolve(__dirname, '../../../src/renderer');
+const load = <T>(module: string): Promise<T> => import(/* @vite-ignore */ module);
+type Create = (type: unknown, props: unknown, ...children: unknown[]) => unknown;
+let h: Create;
+let renderToStaticMarkup: (element: unknown) => string;
+let Sessions: unknown;
+let KvCell: unknown;
+let SHOWN_SESSIONS: number;
+let describeEvent: (e: TimelineEvent, titles?: ReadonlyMap<string, string>) => string;
+let AppContext: { Provider: unknown };
+beforeAll(async () => {
+  h = (await load<{ createElement: Create }>('react')).createElement;
+  ({ renderToStaticMarkup } = await load<{ renderToStaticMarkup: typeof renderToStaticMarkup }>('react-dom/server'));
+  ({ Sessions, KvCell, SHOWN_SESSIONS, describeEvent } = await load<{
+    Sessions: unknown;
+    KvCell: unknown;
+    SHOWN_SESSIONS: number;
+    describeEvent: typeof describeEvent;
+  }>(`${RENDERER}/components/Inspector.tsx`));
+  ({ AppContext } = await load<{ AppContext: typeof AppContext }>(`${RENDERER}/bridge/context.ts`));
+});
+
+function session(sessionId: string, over: Partial<SchedulerSessionView> = {}): SchedulerSessionView {
+  return {
+    sessionId,
+    modelId: 'default',
+    state: 'idle',
+    tokens: 10,
+    heldBytes: 10 * 1024,
+    bpt: 1024,
+    createdAt: 1,
+    lastUsedAt: 1,
+    ...over,
+  } as SchedulerSessionView;
+}
+
+/** The Sessions section's markup for these sessions, with these chats in the store. */
+function render(sessions: SchedulerSessionView[], threads: Array<Pick<Thread, 'id' | 'title'>> = []): string {
+  const store = createStore<AppState>()(() => ({
+    ...createAppStore().getState(),
+    threads: threads as Thread[],
+  }));
+  const devices: DeviceBudgetSnapshot[] = [deviceSnapshot({ sessions })];
+  return renderToStaticMarkup(h(AppContext.Provider, { value: { store, bridge: {} } }, h(Sessions, { devices })));
+}
+
+const rowIds = (html: string) => [...html.matchAll(/data-session-id="([^"]+)"/g)].map((m) => m[1]);
+
+describe('Sessions', () => {
+  it('lists a few sessions as the scheduler has them', () => {
+    const html = render(
+      [session('t-a', { heldBytes: 1 }), session('t-b', { heldBytes: 2 })],
+      [{ id: 't-a', title: 'A' }],
+    );
+    expect(rowIds(html)).toEqual(['t-a', 't-b']);
+    expect(html).not.toContain('data-testid="sessions-not-shown"');
+  });
+
+  it('shows the running ones and those holding the most, and counts the rest with the KV they hold', () => {
+    // 30 idle prompt caches holding 1..30 KiB, and a chat's turn running (its KV in its request).
+    const caches = Array.from({ length: 30 }, (_, i) =>
+      session(`${PROMPT_CACHE_PREFIX}${String(i).padStart(6, '0')}`, { heldBytes: (i + 1) * 1024 }),
+    );
+    const html = render([...caches, session('t-run', { state: 'running', heldBytes: 0 })]);
+    const ids = rowIds(html);
+    expect(ids).toHaveLength(SHOWN_SESSIONS);
+    expect(ids[0]).toBe('t-run');
+    // The 19 largest, largest first: 30 KiB down to 12 KiB.
+    expect(ids.slice(1)).toEqual(
+      Array.from({ length: SHOWN_SESSIONS - 1 }, (_, i) => `${PROMPT_CACHE_PREFIX}${String(29 - i).padStart(6, '0')}`),
+    );
+    // The other 11 hold 1 + … + 11 KiB = 66 KiB.
+    const line = /data-testid="sessions-not-shown"[^>]*>(.*?)<\/div>/.exec(html)?.[1]?.replace(/<[^>]+>/g, '');
+    expect(line).toBe('and 11 more sessions, holding 66.0 KiB');
+  });
+});
+
+describe('the timeline line of an evicted session', () => {
+  const evicted = (sessionId: string): TimelineEvent => ({
+    type: 'evicted',
+    at: 1,
+    sessionId,
+    modelId: 'default',
+    tokens: 10,
+    bytes: 10 * 1024,
+    reason: 'admission',
+  });
+
+  it('names its chat, an API prompt cache, or its id', () => {
+    const titles = new Map([['t-123', 'Rivers']]);
+    expect(describeEvent(evicted('t-123'), titles)).toMatch(/^chat “Rivers” dropped 10(\.0)? KiB \(admission\)$/);
+    expect(describeEvent(evicted(`${PROMPT_CACHE_PREFIX}abcdef0123`), titles)).toMatch(
+      /^API prompt cache abcdef dropped /,
+    );
+    expect(describeEvent(evicted('t-456789abcdef'), titles)).toMatch(/^session t-456789ab dropped /);
+  });
+});
+
+describe("a request's KV cell", () => {
+  const cell = (over: Parameters<typeof requestView>[0]) =>
+    renderToStaticMarkup(h('table', null, h('tbody', null, h('tr', null, h(KvCell, { r: requestView(over) })))))
+      .replace(/<[^>]+>/g, ' ')
+      .replace(/\s+/g, ' ')
+      .trim();
+
+  it('of one cancelled while it was queued: none, never "0 B / 0 B"', () => {
+    expect(cell({ state: 'cancelled', reservedBytes: 0, usedBytes: 0 })).toBe('none');
+  });
+
+  it('of one cancelled while it ran: what it used of what it had reserved', () => {
+    expect(cell({ state: 'cancelled', admittedAt: 5, reservedBytes: 2048, usedBytes: 1024 })).toMatch(
+      /^1(\.0+)? KiB \/ 2(\.0+)? KiB$/,
+    );
+  });
+});
