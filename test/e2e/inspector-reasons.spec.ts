@@ -193,10 +193,11 @@ test("queued rows say their place and what they wait for; a reservation's paddin
       `needs at least${formatBytes(head.rows * (head.sessionPrefixTokens + head.promptTokens + head.maxNewTokens) * head.bpt)}`,
     );
     await expect(wants).toHaveAttribute('title', /at least this.*pads its rows to their width, which takes more/);
-    await expect(row(page, behind.id).getByTestId('request-queue-note')).toHaveText(
-      'position 2 · first come, first served',
-    );
-    await expect(page.getByRole('row', { name: /position 2 · first come, first served/ })).toHaveCount(1);
+    // Behind the head, its place alone (why the queue waits is the head's line), the rule on hover.
+    const behindNote = row(page, behind.id).getByTestId('request-queue-note');
+    await expect(behindNote).toHaveText('position 2');
+    await expect(behindNote).toHaveAttribute('title', 'waits for the request ahead of it: first come, first served');
+    await expect(page.getByRole('row', { name: /position 2(?!\d)/ })).toHaveCount(1);
     await expect(row(page, padded.id).getByTestId('request-padding-note')).toHaveText(
       `incl. ${formatBytes(padded.paddingBytes as number)} padding`,
     );
@@ -314,6 +315,10 @@ test('a limit lowered under what running replies hold says by how much, and that
     await expect(page.getByTestId('budget-over-limit')).toHaveText(
       `${formatBytes(over)} over the limit: running replies finish, nothing new starts until it is under`,
     );
+    // The header's bar, which has no line of its own, says it on its limit's mark and to a screen reader.
+    const said = `limit ${formatBytes(8 * MiB)}, ${formatBytes(over)} over it`;
+    await expect(page.getByTestId('budget-bar-limit-mark')).toHaveAttribute('title', new RegExp(`^${said}: `));
+    await expect(page.getByTestId('budget-bar')).toHaveAttribute('aria-label', new RegExp(`; ${said}: `));
     await stillHeld(holding);
   } finally {
     long.abort();

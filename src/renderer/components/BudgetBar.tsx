@@ -30,7 +30,7 @@ export function BudgetBar({
       data-used-bytes={snapshot.usedBytes}
       data-held-bytes={snapshot.heldBytes}
       role="img"
-      aria-label={`KV budget: ${model.segments.map((s) => s.label).join('; ')}`}
+      aria-label={`KV budget: ${model.segments.map((s) => s.label).join('; ')}${model.limitAt < 1 ? `; ${model.limitLabel}` : ''}`}
     >
       {model.segments.map((s, i) => (
         <div
@@ -44,7 +44,14 @@ export function BudgetBar({
           data-bytes={s.bytes}
         />
       ))}
-      {model.limitAt < 1 && <div className="limit-mark" style={{ left: `${model.limitAt * 100}%` }} title="limit" />}
+      {model.limitAt < 1 && (
+        <div
+          className="limit-mark"
+          data-testid={`${testId}-limit-mark`}
+          style={{ left: `${model.limitAt * 100}%` }}
+          title={model.limitLabel}
+        />
+      )}
     </div>
   );
 }

@@ -25,6 +25,8 @@ export interface BudgetBarModel {
   scaleBytes: number;
   /** Where the limit sits (0..1); below 1 only when over the limit. */
   limitAt: number;
+  /** The limit's mark, said: where it is, and how far over it the budget is (when it is). */
+  limitLabel: string;
   totals: Record<SegmentKind, number>;
 }
 
@@ -79,6 +81,10 @@ export function budgetBar(snap: SchedulerSnapshot, nameOf: NameOf = () => undefi
     segments: segments.map((s) => ({ ...s, fraction: s.bytes / scaleBytes })),
     scaleBytes,
     limitAt: snap.limitBytes / scaleBytes,
+    limitLabel:
+      taken > snap.limitBytes
+        ? `limit ${formatBytes(snap.limitBytes)}, ${formatBytes(taken - snap.limitBytes)} over it: running replies finish, nothing new starts until it is under`
+        : `limit ${formatBytes(snap.limitBytes)}`,
     totals,
   };
 }

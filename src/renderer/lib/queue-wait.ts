@@ -79,20 +79,21 @@ export function queueWait(
 
 /**
  * Where a queued request is and why it waits, in a few words (the inspector's request row; the chat's note says it
- * whole, with what to do): `position 2 · 1 ahead of it`.
+ * whole, with what to do): `position 1 · all 4 running slots are taken`. One that waits only for those ahead of it
+ * says its place alone (the head's row says why the queue waits; "first come, first served" on every row after it
+ * said nothing new).
  */
 export function queueWaitBrief(wait: QueueWait): string {
+  if (wait.reason === 'behind') return `position ${wait.position + 1}`;
   const why =
     wait.reason === 'slots'
       ? wait.maxRunning === 1
         ? 'the one running slot is taken'
         : `all ${wait.maxRunning} running slots are taken`
-      : wait.reason === 'behind'
-        ? 'first come, first served'
-        : wait.reason === 'reloading'
-          ? 'its model is loading again'
-          : wait.reason === 'padding'
-            ? `its ${formatBytes(wait.ownBytes ?? 0)} would fit, not padded to the batch's ${formatInteger(wait.batchWidth ?? 0)} positions`
-            : `waits for KV: ${formatBytes(wait.freeBytes)} free of ${formatBytes(wait.limitBytes)}`;
+      : wait.reason === 'reloading'
+        ? 'its model is loading again'
+        : wait.reason === 'padding'
+          ? `its ${formatBytes(wait.ownBytes ?? 0)} would fit, not padded to the batch's ${formatInteger(wait.batchWidth ?? 0)} positions`
+          : `waits for KV: ${formatBytes(wait.freeBytes)} free of ${formatBytes(wait.limitBytes)}`;
   return `position ${wait.position + 1} · ${why}`;
 }

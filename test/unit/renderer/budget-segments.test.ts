@@ -66,6 +66,11 @@ describe('budget bar segments', () => {
     expect(bar.scaleBytes).toBe(1000);
     expect(bar.limitAt).toBe(0.5);
     expect(bar.segments.map((s) => s.kind)).toEqual(['reserved']);
+    // The mark says where the limit is and by how much the budget is over it.
+    expect(bar.limitLabel).toBe(
+      'limit 500 B, 500 B over it: running replies finish, nothing new starts until it is under',
+    );
+    expect(budgetBar(snapshot({ limitBytes: 500, freeBytes: 500 })).limitLabel).toBe('limit 500 B');
   });
 
   it('an idle budget is one free segment', () => {

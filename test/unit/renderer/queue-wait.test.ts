@@ -105,7 +105,7 @@ describe('queueWaitBrief', () => {
     expect(queueWaitBrief(queueWait(kv, 'q1') as QueueWait)).toBe(
       'position 1 · waits for KV: 4.88 KiB free of 64.0 MiB',
     );
-    expect(queueWaitBrief(queueWait(kv, 'q2') as QueueWait)).toBe('position 2 · first come, first served');
+    expect(queueWaitBrief(queueWait(kv, 'q2') as QueueWait)).toBe('position 2');
     const long = requestView({ id: 'a', promptTokens: 600, maxNewTokens: 40, reservedBytes: 640 * 1024 });
     const short = requestView({ id: 'q1', state: 'queued', reservedBytes: 0, promptTokens: 5, maxNewTokens: 30 });
     const padded = snapshot({ maxRunning: 4, freeBytes: 50_000, limitBytes: 700_000, running: [long], queue: [short] });
