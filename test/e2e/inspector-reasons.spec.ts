@@ -193,9 +193,11 @@ test("queued rows say their place and what they wait for; a reservation's paddin
       `needs at least${formatBytes(head.rows * (head.sessionPrefixTokens + head.promptTokens + head.maxNewTokens) * head.bpt)}`,
     );
     await expect(wants).toHaveAttribute('title', /at least this.*pads its rows to their width, which takes more/);
-    // Behind the head, its place alone (why the queue waits is the head's line), the rule on hover.
+    // Behind the head, its place alone (why the queue waits is the head's line), the rule on hover and to a screen
+    // reader.
     const behindNote = row(page, behind.id).getByTestId('request-queue-note');
-    await expect(behindNote).toHaveText('position 2');
+    await expect(behindNote).toHaveText('position 2 (first come, first served)');
+    await expect(behindNote.locator('.sr-only')).toHaveText(/^\s*\(first come, first served\)$/);
     await expect(behindNote).toHaveAttribute('title', 'waits for the request ahead of it: first come, first served');
     await expect(page.getByRole('row', { name: /position 2(?!\d)/ })).toHaveCount(1);
     await expect(row(page, padded.id).getByTestId('request-padding-note')).toHaveText(
@@ -282,7 +284,10 @@ test('under load the table lists the running requests and the head of the queue;
     await budget({ maxRunning: 4 });
   }
   // The prompt caches they leave (idle) are listed, each with its id and model.
-  const idle = (await apiSnapshot(server)).sessions.filter((s) => s.state === 'idle' && s.modelId === 'default');
+  // The one used last: the table lists the latest first (the worker's server keeps other files' sessions too).
+  const idle = (await apiSnapshot(server)).sessions
+    .filter((s) => s.state === 'idle' && s.modelId === 'default')
+    .sort((a, b) => b.lastUsedAt - a.lastUsedAt);
   expect(idle.length).toBeGreaterThan(0);
   const cache = idle[0]?.sessionId as string;
   const cacheRow = page.locator(`[data-testid="session-row"][data-session-id="${cache}"]`);

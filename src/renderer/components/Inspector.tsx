@@ -18,6 +18,7 @@ import type {
   SchedulerSnapshot,
 } from '../../shared/scheduler-types';
 import { useApp, useAppStore, useBridge } from '../bridge/context';
+import { OVER_LIMIT_EFFECT } from '../lib/budget-segments';
 import { useFocusTrap } from '../lib/focus-trap';
 import { byteChange, exactBytes, formatBytes, formatInteger, formatMs, parseByteSize } from '../lib/format';
 import { derivedLimitDrops, sessionsDroppedBy } from '../lib/limit-change';
@@ -29,9 +30,25 @@ import { BudgetBar } from './BudgetBar';
 import { Bytes } from './Bytes';
 import { INSPECTOR_ID, INSPECTOR_TOGGLE_ID, useNarrowWindow } from './Header';
 
+/**
+ * The chats' titles by id. The store's chat list is a new array with every frame of a streaming reply: read as one
+ * string, which changes only when a chat is added, renamed or deleted, so the tables and the timeline that name
+ * chats do not redraw sixty times a second while a reply streams.
+ */
 function useThreadTitles(): Map<string, string> {
-  const threads = useApp((s) => s.threads);
-  return useMemo(() => new Map(threads.map((t: Thread) => [t.id, t.title])), [threads]);
+  const key = useApp((s) => s.threads.map((t: Thread) => `${t.id}\u0000${t.title}`).join('\u0001'));
+  return useMemo(
+    () =>
+      new Map(
+        key === ''
+          ? []
+          : key.split('\u0001').map((pair) => {
+              const at = pair.indexOf('\u0000');
+              return [pair.slice(0, at), pair.slice(at + 1)] as const;
+            }),
+      ),
+    [key],
+  );
 }
 
 function Derivation({ snap }: { snap: SchedulerSnapshot }) {
@@ -146,7 +163,7 @@ function BudgetSection({ snap, several }: { snap: DeviceBudgetSnapshot; several:
       {over > 0 && (
         // The bar shows it as a thin mark past its end: said, with what happens now.
         <div className="refusal over-limit" data-testid="budget-over-limit">
-          <Bytes value={over} /> over the limit: running replies finish, nothing new starts until it is under
+          <Bytes value={over} /> over the limit: {OVER_LIMIT_EFFECT}
         </div>
       )}
       {snap.violations.length > 0 && (
@@ -492,7 +509,10 @@ function RequestRow({
                 </span>
               </>
             ) : (
-              queueWaitBrief(wait)
+              <>
+                {queueWaitBrief(wait)}
+                {wait.reason === 'behind' && <span className="sr-only"> (first come, first served)</span>}
+              </>
             )}
           </div>
         )}
@@ -564,10 +584,15 @@ function RequestRow({
  * refused one needed (never admitted, it reserved nothing).
  */
 export function KvCell({ r, required }: { r: SchedulerRequestView; required: number | undefined }) {
-  // Ended before it was admitted (cancelled while queued): it never had KV, which "0 B / 0 B" did not say.
-  if (r.state === 'cancelled' && r.admittedAt === undefined) {
+  // Ended before it was admitted (cancelled while queued, or failed with its model): it never had KV, which
+  // "0 B / 0 B" did not say.
+  if ((r.state === 'cancelled' || r.state === 'failed') && r.admittedAt === undefined) {
     return (
-      <td className="r" data-testid="request-never-admitted" title="Cancelled while queued: nothing was reserved">
+      <td
+        className="r"
+        data-testid="request-never-admitted"
+        title={`${r.state === 'cancelled' ? 'Cancelled' : 'Failed'} while queued: nothing was reserved`}
+      >
         <div className="muted">none</div>
       </td>
     );
@@ -779,12 +804,12 @@ export function Sessions({ devices }: { devices: DeviceBudgetSnapshot[] }) {
   // An API request's prompt cache, while its turn is queued or running, is that request (its row above): listed
   // again, sixty queued API requests would read as sixty rows of "API prompt cache · in its request".
   const listed = all.filter((s) => s.state === 'idle' || !s.sessionId.startsWith(PROMPT_CACHE_PREFIX));
-  // A client that keeps a prompt cache per conversation leaves hundreds: the running ones and those holding the most
-  // KV are shown, the rest counted with what they hold (the whole list would redraw with every change of any).
-  const ranked = [...listed].sort(
-    (a, b) => Number(a.state === 'idle') - Number(b.state === 'idle') || b.heldBytes - a.heldBytes,
-  );
-  const sessions = ranked.length > SHOWN_SESSIONS ? ranked.slice(0, SHOWN_SESSIONS) : listed;
+  // A client that keeps a prompt cache per conversation leaves hundreds: the busy ones (running, then queued) and the
+  // idle ones used last are shown — the next to be evicted are the least recently used —, the rest counted with what
+  // they hold (the whole list would redraw with every change of any).
+  const busyRank = { running: 0, queued: 1, idle: 2 } as const;
+  const ranked = [...listed].sort((a, b) => busyRank[a.state] - busyRank[b.state] || b.lastUsedAt - a.lastUsedAt);
+  const sessions = ranked.slice(0, SHOWN_SESSIONS);
   const notShown = ranked.slice(SHOWN_SESSIONS);
   const notShownBytes = notShown.reduce((sum, s) => sum + s.heldBytes, 0);
   const inRequests = all.length - listed.length;
@@ -829,7 +854,7 @@ export function Sessions({ devices }: { devices: DeviceBudgetSnapshot[] }) {
                     {cache && (
                       // One prompt cache from another: its id's first characters, and its model.
                       <div className="sub mono" data-testid="session-id">
-                        {s.sessionId.slice(PROMPT_CACHE_PREFIX.length, PROMPT_CACHE_PREFIX.length + 6)} · {s.modelId}
+                        {promptCacheShortId(s.sessionId)} · {s.modelId}
                       </div>
                     )}
                   </td>
@@ -890,13 +915,16 @@ function short(id: string | undefined): string {
   return id ? `#${id.slice(0, 6)}` : '';
 }
 
+/** One API prompt cache from another: the first characters of its id after the prefix. */
+function promptCacheShortId(sessionId: string): string {
+  return sessionId.slice(PROMPT_CACHE_PREFIX.length, PROMPT_CACHE_PREFIX.length + 6);
+}
+
 /** A session as a person knows it: its chat's title, an API prompt cache, or its id. */
 function sessionName(sessionId: string, titles?: ReadonlyMap<string, string>): string {
   const title = titles?.get(sessionId);
   if (title !== undefined) return `chat “${title}”`;
-  if (sessionId.startsWith(PROMPT_CACHE_PREFIX)) {
-    return `API prompt cache ${sessionId.slice(PROMPT_CACHE_PREFIX.length, PROMPT_CACHE_PREFIX.length + 6)}`;
-  }
+  if (sessionId.startsWith(PROMPT_CACHE_PREFIX)) return `API prompt cache ${promptCacheShortId(sessionId)}`;
   return `session ${sessionId.slice(0, 10)}`;
 }
 

@@ -19,6 +19,9 @@ export interface BudgetSegment {
   owner?: string;
 }
 
+/** What a budget over its limit (one lowered under running replies) does: said with it wherever it is shown. */
+export const OVER_LIMIT_EFFECT = 'running replies finish, nothing new starts until it is under';
+
 export interface BudgetBarModel {
   segments: BudgetSegment[];
   /** Bytes the bar's full width stands for: the limit, or more when usage is over a lowered limit. */
@@ -83,7 +86,7 @@ export function budgetBar(snap: SchedulerSnapshot, nameOf: NameOf = () => undefi
     limitAt: snap.limitBytes / scaleBytes,
     limitLabel:
       taken > snap.limitBytes
-        ? `limit ${formatBytes(snap.limitBytes)}, ${formatBytes(taken - snap.limitBytes)} over it: running replies finish, nothing new starts until it is under`
+        ? `limit ${formatBytes(snap.limitBytes)}, ${formatBytes(taken - snap.limitBytes)} over it: ${OVER_LIMIT_EFFECT}`
         : `limit ${formatBytes(snap.limitBytes)}`,
     totals,
   };

@@ -72,22 +72,30 @@ describe('Sessions', () => {
     expect(html).not.toContain('data-testid="sessions-not-shown"');
   });
 
-  it('shows the running ones and those holding the most, and counts the rest with the KV they hold', () => {
-    // 30 idle prompt caches holding 1..30 KiB, and a chat's turn running (its KV in its request).
+  it('shows the busy ones (running, then queued) and the idle ones used last; the rest counted with their KV', () => {
+    // 30 idle prompt caches, the later used holding less (the order is recency, not size), a chat's turn queued and
+    // another's running (its KV in its request).
     const caches = Array.from({ length: 30 }, (_, i) =>
-      session(`${PROMPT_CACHE_PREFIX}${String(i).padStart(6, '0')}`, { heldBytes: (i + 1) * 1024 }),
+      session(`${PROMPT_CACHE_PREFIX}${String(i).padStart(6, '0')}`, {
+        lastUsedAt: 100 + i,
+        heldBytes: (30 - i) * 1024,
+      }),
     );
-    const html = render([...caches, session('t-run', { state: 'running', heldBytes: 0 })]);
+    const html = render([
+      ...caches,
+      session('t-queued', { state: 'queued', lastUsedAt: 1 }),
+      session('t-run', { state: 'running', heldBytes: 0, lastUsedAt: 2 }),
+    ]);
     const ids = rowIds(html);
     expect(ids).toHaveLength(SHOWN_SESSIONS);
-    expect(ids[0]).toBe('t-run');
-    // The 19 largest, largest first: 30 KiB down to 12 KiB.
-    expect(ids.slice(1)).toEqual(
-      Array.from({ length: SHOWN_SESSIONS - 1 }, (_, i) => `${PROMPT_CACHE_PREFIX}${String(29 - i).padStart(6, '0')}`),
+    expect(ids.slice(0, 2)).toEqual(['t-run', 't-queued']);
+    // The 18 used last, the latest first.
+    expect(ids.slice(2)).toEqual(
+      Array.from({ length: SHOWN_SESSIONS - 2 }, (_, i) => `${PROMPT_CACHE_PREFIX}${String(29 - i).padStart(6, '0')}`),
     );
-    // The other 11 hold 1 + … + 11 KiB = 66 KiB.
+    // The 12 used longest ago hold 30 + 29 + … + 19 KiB = 294 KiB.
     const line = /data-testid="sessions-not-shown"[^>]*>(.*?)<\/div>/.exec(html)?.[1]?.replace(/<[^>]+>/g, '');
-    expect(line).toBe('and 11 more sessions, holding 66.0 KiB');
+    expect(line).toBe('and 12 more sessions, holding 294 KiB');
   });
 });
 
