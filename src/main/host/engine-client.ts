@@ -38,7 +38,7 @@ export interface EngineClientOptions {
   verifyGrant: (grantToken: string) => boolean;
   /** Called when the engine process exits unexpectedly (after in-flight work was failed). */
   onCrash?: (reason: string) => void;
-  /** Explicit engine entry (tests); defaults to the built process.js or the TypeScript source. */
+  /** Explicit engine entry (tests); defaults to the built engine.js or the TypeScript source (process-entry.ts). */
   entry?: string;
   /** Extra environment for the engine process (tests set failpoints here). */
   env?: Record<string, string>;

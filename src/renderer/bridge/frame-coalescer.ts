@@ -12,8 +12,9 @@
  * second, come with them, so the two never disagree on screen longer than that.
  * The replies' own frames still come every frame.
  *
- * Pure: the scheduling function is injected (requestAnimationFrame in the app,
- * a manual trigger in tests).
+ * Pure but for its clock: the scheduling function is injected
+ * (requestAnimationFrame in the app, a manual trigger in tests), and so are
+ * the clock and the timer it holds the scheduler's news by (tests give their own).
  */
 import type { StreamFrame } from '../../shared/contract';
 import type { BudgetSnapshot, SchedulerEvent } from '../../shared/scheduler-types';

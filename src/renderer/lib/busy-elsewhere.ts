@@ -18,8 +18,8 @@ export function busyElsewhere(
   for (const l of liveHere) if (l.threadId === threadId) return false;
   if (!snapshot) return false;
   // A request this page sent is its own, also just after its reply ended here; and one whose end the host has
-  // announced is over (the budget, sent at most ten times a second, may list either a moment longer, while the
-  // events come as they happen: a turn sent then must not be refused as busy).
+  // announced is over (the budget, sent at most ten times a second, may list either a moment longer than the events
+  // that come with it say: a turn sent then must not be refused as busy).
   const over = (id: string) => events.some((e) => ENDS.has(e.type) && 'requestId' in e && e.requestId === id);
   const theirs = (id: string, thread: string | undefined) => thread === threadId && !own.has(id) && !over(id);
   const devices = snapshot.devices.length > 0 ? snapshot.devices : [snapshot];
