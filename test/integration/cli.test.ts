@@ -50,8 +50,19 @@ function kvdeskProcess(...args: string[]): CliRun {
 async function kvdesk(...args: string[]): Promise<CliRun> {
   let stdout = '';
   let stderr = '';
+  const before = processesRunning();
   const code = await main(args, { out: (s) => (stdout += s), err: (s) => (stderr += s) });
+  // What a real process would have shown by never exiting: a command that leaves its engine running (an engine
+  // that has exited is listed until its handle closes, a moment later).
+  await expect
+    .poll(processesRunning, { message: `kvdesk ${args.join(' ')} left a process running`, timeout: 5_000 })
+    .toBe(before);
   return { code, stdout, stderr, json: jsonOf(args, stdout, stderr) };
+}
+
+/** Child processes of this process still running. */
+function processesRunning(): number {
+  return process.getActiveResourcesInfo().filter((r) => r === 'ProcessWrap').length;
 }
 
 /** The one JSON line a command given --json writes on stdout; {} without --json. */
@@ -143,8 +154,9 @@ describe.skipIf(!haveFixtures)(
       expect(error.message).toMatch(/512/);
     });
 
-    it('--kv-budget 400 without --json prints one human line with the numbers', async () => {
-      const r = await kvdesk(
+    it('--kv-budget 400 without --json prints one human line with the numbers', () => {
+      // A real process: its stderr is the engine's too.
+      const r = kvdeskProcess(
         'generate',
         tinyLlm(),
         '--prompt-ids',
