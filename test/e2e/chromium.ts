@@ -13,7 +13,7 @@ const HEADLESS_SHELL = '/usr/lib/chromium/chromium-headless-shell';
  * as the pages' — else Chromium. KVDESK_CHROMIUM names another binary for both.
  */
 export const TEST_CHROMIUM =
-  process.env.KVDESK_CHROMIUM ?? (existsSync(HEADLESS_SHELL) ? HEADLESS_SHELL : '/usr/bin/chromium');
+  process.env.KVDESK_CHROMIUM === undefined && existsSync(HEADLESS_SHELL) ? HEADLESS_SHELL : CHROMIUM;
 
 /** The flags they run with (root in a container: no sandbox; no network chatter). */
 export const CHROMIUM_ARGS = [
