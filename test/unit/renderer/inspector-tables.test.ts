@@ -127,8 +127,9 @@ describe("a request's KV cell", () => {
       .replace(/\s+/g, ' ')
       .trim();
 
-  it('of one cancelled while it was queued: none, never "0 B / 0 B"', () => {
+  it('of one cancelled, or failed with its model, while it was queued: none, never "0 B / 0 B"', () => {
     expect(cell({ state: 'cancelled', reservedBytes: 0, usedBytes: 0 })).toBe('none');
+    expect(cell({ state: 'failed', reservedBytes: 0, usedBytes: 0 })).toBe('none');
   });
 
   it('of one cancelled while it ran: what it used of what it had reserved', () => {
