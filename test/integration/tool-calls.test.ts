@@ -194,6 +194,17 @@ describe('tool calls', () => {
     expect(none.text).toBe(plain.text);
   });
 
+  it('JSON output with tool_choice none: a JSON reply that calls no tool, as without the tools', async () => {
+    const schema = { type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'] };
+    const asked = { maxNewTokens: 40, jsonSchema: schema, sampling: { temperature: 1, seed: 3 } };
+    const plain = await host.generate({ messages, ...asked }).result;
+    const none = await ask(3, { ...asked, toolChoice: 'none' });
+    expect(none.rows[0]?.toolCalls).toBeUndefined();
+    expect(none.text).toBe(plain.text);
+    expect([{ ok: true }, { ok: false }]).toContainEqual(JSON.parse(none.text));
+    await expect(ask(3, { ...asked, toolChoice: 'auto' })).rejects.toMatchObject({ detail: { field: 'tools' } });
+  });
+
   it('earlier calls and results reach a template without tool support as the text kvdesk describes', async () => {
     const args = '{"city":"Oslo","days":2,"hourly":false}';
     const withCalls = await host.generate({

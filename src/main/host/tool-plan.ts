@@ -282,9 +282,11 @@ export function planTools(
       'tools',
     );
   }
-  if (req.responseFormat === 'json' || req.jsonSchema !== undefined) {
+  // With toolChoice "none" the tools are neither shown nor called: the reply is JSON, as asked (agent frameworks send
+  // their tools with every request, and JSON output with "none" where a step must not call one).
+  if ((req.responseFormat === 'json' || req.jsonSchema !== undefined) && req.toolChoice !== 'none') {
     throw bad(
-      'tools cannot be combined with JSON output (responseFormat / jsonSchema) in kvdesk: send one of them.',
+      'tools cannot be combined with JSON output (responseFormat / jsonSchema) in kvdesk while they may be called: send one of them, or toolChoice (tool_choice) "none" for a JSON reply that calls no tool.',
       'tools',
     );
   }

@@ -57,6 +57,17 @@ describe('planTools', () => {
   it('refuses what it cannot honour, naming the field', () => {
     expect(refusal({ messages: undefined, prompt: 'x', tools: [weather] }).detail).toEqual({ field: 'tools' });
     expect(refusal({ tools: [weather], responseFormat: 'json' }).message).toMatch(/cannot be combined with JSON/);
+    expect(refusal({ tools: [weather], jsonSchema: {}, toolChoice: 'required' }).message).toMatch(
+      /or toolChoice \(tool_choice\) "none" for a JSON reply that calls no tool\.$/,
+    );
+    // With "none" the tools are neither shown nor read: JSON output is taken.
+    const none = planTools(
+      { messages, tools: [weather], toolChoice: 'none', responseFormat: 'json' } as GenerateRequest,
+      undefined,
+      tok,
+    );
+    expect(none).toMatchObject({ reads: false, forced: false });
+    expect(none?.shown).toBeUndefined();
     expect(refusal({ tools: [weather, weather] }).detail).toEqual({ field: 'tools[1].name' });
     expect(refusal({ tools: [weather], toolChoice: { name: 'search' } }).message).toMatch(
       /names "search", which is not among the tools \(get_weather\)/,
