@@ -36,19 +36,8 @@ import { INSPECTOR_ID, INSPECTOR_TOGGLE_ID, useNarrowWindow } from './Header';
  * chats do not redraw sixty times a second while a reply streams.
  */
 function useThreadTitles(): Map<string, string> {
-  const key = useApp((s) => s.threads.map((t: Thread) => `${t.id}\u0000${t.title}`).join('\u0001'));
-  return useMemo(
-    () =>
-      new Map(
-        key === ''
-          ? []
-          : key.split('\u0001').map((pair) => {
-              const at = pair.indexOf('\u0000');
-              return [pair.slice(0, at), pair.slice(at + 1)] as const;
-            }),
-      ),
-    [key],
-  );
+  const key = useApp((s) => JSON.stringify(s.threads.map((t: Thread) => [t.id, t.title])));
+  return useMemo(() => new Map(JSON.parse(key) as Array<[string, string]>), [key]);
 }
 
 function Derivation({ snap }: { snap: SchedulerSnapshot }) {

@@ -69,6 +69,9 @@ describe('Sessions', () => {
       [{ id: 't-a', title: 'A' }],
     );
     expect(rowIds(html)).toEqual(['t-a', 't-b']);
+    // A chat's session is named by its title; another by its id.
+    expect(html).toMatch(/data-session-id="t-a"[^>]*><td class="thread" title="A \(t-a · default\)">A</);
+    expect(html).toMatch(/data-session-id="t-b"[^>]*><td class="thread" title="t-b \(t-b · default\)">t-b</);
     expect(html).not.toContain('data-testid="sessions-not-shown"');
   });
 
