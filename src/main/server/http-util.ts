@@ -195,6 +195,10 @@ function clientMessage(message: string, field: string | undefined, param: string
   const text = message
     .replace(MESSAGE_PATH, (path) => clientMessagePath(path, api, hint.origins))
     .replace(/\btoolCallId \(tool_call_id\)/g, CALL_ID[api])
+    // A choice named with its value, as each API writes it (Anthropic's is an object).
+    .replace(/\btoolChoice \(tool_choice\) "(none|auto)"/g, (_, v: string) =>
+      api === 'anthropic' ? `tool_choice {"type": "${v}"}` : `tool_choice "${v}"`,
+    )
     .replace(/\btoolChoice \(tool_choice\)/g, 'tool_choice')
     .replace(/\bsampling\.logitBias \(logit_bias\)/g, 'logit_bias')
     .replace(/\(responseFormat \/ jsonSchema\)/g, `(${JSON_OUTPUT[api]})`)

@@ -505,12 +505,19 @@ describe('errorFromInfo', () => {
     );
     const json = {
       code: 'BAD_REQUEST' as const,
-      message: 'tools cannot be combined with JSON output (responseFormat / jsonSchema) in kvdesk',
+      message:
+        'tools cannot be combined with JSON output (responseFormat / jsonSchema) in kvdesk while they may be called: send one of them, or toolChoice (tool_choice) "none" for a JSON reply that calls no tool.',
       detail: { field: 'tools' },
     };
-    expect(errorFromInfo(json, hint).body.error.message).toMatch(/\(response_format\)/);
+    expect(errorFromInfo(json, hint).body.error.message).toMatch(
+      /\(response_format\) .* or tool_choice "none" for a JSON reply/,
+    );
+    expect(errorFromInfo(json, { prompt: 'input', api: 'responses' }).body.error.message).toMatch(
+      /or tool_choice "none" for a JSON reply/,
+    );
+    // Anthropic's choice is an object: what to send, as it is sent there.
     expect(errorFromInfo(json, { prompt: 'messages', api: 'anthropic' }).body.error.message).toMatch(
-      /\(output_config\.format\)/,
+      /\(output_config\.format\) .* or tool_choice \{"type": "none"\} for a JSON reply/,
     );
     // A tool's schema where each API keeps it: the message and its param agree.
     const object = {
