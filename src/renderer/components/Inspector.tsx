@@ -32,8 +32,8 @@ import { INSPECTOR_ID, INSPECTOR_TOGGLE_ID, useNarrowWindow } from './Header';
 
 /**
  * The chats' titles by id. The store's chat list is a new array with every frame of a streaming reply: read as one
- * string, which changes only when a chat is added, renamed or deleted, so the tables and the timeline that name
- * chats do not redraw sixty times a second while a reply streams.
+ * string, which changes only when a chat is added, renamed, deleted or moved in the list (a message sent), so the
+ * tables and the timeline that name chats do not redraw sixty times a second while a reply streams.
  */
 function useThreadTitles(): Map<string, string> {
   const key = useApp((s) => JSON.stringify(s.threads.map((t: Thread) => [t.id, t.title])));

@@ -63,7 +63,7 @@ function render(sessions: SchedulerSessionView[], threads: Array<Pick<Thread, 'i
 const rowIds = (html: string) => [...html.matchAll(/data-session-id="([^"]+)"/g)].map((m) => m[1]);
 
 describe('Sessions', () => {
-  it('lists a few sessions as the scheduler has them', () => {
+  it('lists a few sessions, each named by its chat where it has one', () => {
     const html = render(
       [session('t-a', { heldBytes: 1 }), session('t-b', { heldBytes: 2 })],
       [{ id: 't-a', title: 'A' }],
