@@ -496,6 +496,8 @@ export function mapOpenAiRequest(kind: OpenAiKind, input: unknown): MappedReques
   const parallel = boolean(body, 'parallel_tool_calls');
   // vLLM's: write on past the end-of-text tokens, to max_tokens (for benchmarks).
   const ignoreEos = boolean(body, 'ignore_eos');
+  // llama.cpp's: false computes the prompt afresh, neither continuing an earlier request's KV nor kept for the next.
+  const cachePrompt = boolean(body, 'cache_prompt');
 
   const request: GenerateRequest = { model: body.model };
   let promptCount = 1;
@@ -557,7 +559,7 @@ export function mapOpenAiRequest(kind: OpenAiKind, input: unknown): MappedReques
   }
   if (maxTokens !== undefined) request.maxNewTokens = maxTokens;
   // One prompt, one reply: its KV can continue an earlier request's and serve the next (the host's prompt cache).
-  if (promptCount === 1 && n === 1) request.promptCache = true;
+  if (promptCount === 1 && n === 1 && cachePrompt !== false) request.promptCache = true;
   if (logprobs !== undefined) request.logprobs = logprobs;
   if (format === 'json') request.responseFormat = 'json';
   else if (typeof format === 'object') request.jsonSchema = format.schema;

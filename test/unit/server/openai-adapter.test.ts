@@ -65,6 +65,11 @@ describe('mapOpenAiRequest', () => {
     expect(mapOpenAiRequest('chat', chat({ ignore_eos: true })).request.ignoreEos).toBe(true);
     expect(mapOpenAiRequest('completion', { model: 'm', prompt: 'a', ignore_eos: true }).request.ignoreEos).toBe(true);
     expect(mapOpenAiRequest('chat', chat({ ignore_eos: false })).request.ignoreEos).toBeUndefined();
+    // llama.cpp's cache_prompt: false keeps the request out of the prompt cache.
+    expect(mapOpenAiRequest('chat', chat({})).request.promptCache).toBe(true);
+    expect(mapOpenAiRequest('chat', chat({ cache_prompt: true })).request.promptCache).toBe(true);
+    expect(mapOpenAiRequest('chat', chat({ cache_prompt: false })).request.promptCache).toBeUndefined();
+    expect(() => mapOpenAiRequest('chat', chat({ cache_prompt: 'no' }))).toThrow(/cache_prompt/);
   });
 
   it("reads llama.cpp's repeat_last_n as the repetition penalty's window: -1 all tokens, 0 off", () => {
