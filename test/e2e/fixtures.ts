@@ -40,18 +40,12 @@ export async function apiSnapshot(server: ServeHandle): Promise<SchedulerSnapsho
 
 /**
  * Starts a new chat and returns its thread id: an empty chat open (the open one, when it is untouched: no messages,
- * its settings as they were made — New chat opens it instead of adding another). A new chat takes the open chat's
- * settings, and the page opens on the chat the worker's server last had open, another test's (a system prompt,
- * penalties): they are dropped for the defaults unless `carried` (the tests of that carrying).
+ * its settings as they were made — New chat opens it instead of adding another).
  */
-export async function newChat(page: Page, opts: { carried?: boolean } = {}): Promise<string> {
+export async function newChat(page: Page): Promise<string> {
   await page.getByTestId('new-thread').click();
   await expect(page.getByTestId('chat-view')).toHaveAttribute('data-thread-id', /.+/);
   await expect(page.getByTestId('message-list').locator('[data-message-id]')).toHaveCount(0);
-  if (!opts.carried && (await page.getByTestId('carried-settings').isVisible())) {
-    await page.getByTestId('carried-reset').click();
-    await expect(page.getByTestId('carried-settings')).toHaveCount(0);
-  }
   return (await page.getByTestId('chat-view').getAttribute('data-thread-id')) ?? '';
 }
 

@@ -18,7 +18,7 @@ async function setField(page: Page, testId: string, value: string) {
 test('a preset saves a chat’s settings and gives them to another chat; it survives a reload until deleted', async ({
   app: page,
 }) => {
-  await newChat(page, { carried: true });
+  await newChat(page);
   await openSettings(page);
   await setField(page, 'system-prompt', 'You are a careful pirate.');
   await setField(page, 'setting-temperature', '0.3');
@@ -44,7 +44,7 @@ test('a preset saves a chat’s settings and gives them to another chat; it surv
   await expect(page.getByTestId('preset-select')).toHaveValue('Pirate');
 
   // Another chat, which takes these settings: the preset they are is named there too.
-  await newChat(page, { carried: true });
+  await newChat(page);
   await openSettings(page);
   await expect(page.getByTestId('preset-select')).toHaveValue('Pirate');
   // Its settings cleared.
@@ -122,7 +122,7 @@ test('a preset saved in one page shows in another open on the same kvdesk, witho
   await other.goto(server.url);
   await expect(other.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
   await openSettings(other);
-  await newChat(page, { carried: true });
+  await newChat(page);
   await openSettings(page);
   await page.getByTestId('preset-name').fill('Shared');
   await page.getByTestId('preset-save').click();
@@ -136,7 +136,7 @@ test('a preset saved in one page shows in another open on the same kvdesk, witho
 });
 
 test('a new chat says whose settings it took, and starts from the defaults in one click', async ({ app: page }) => {
-  await newChat(page, { carried: true });
+  await newChat(page);
   await openSettings(page);
   await setField(page, 'system-prompt', 'You are terse.');
   await setField(page, 'setting-temperature', '1.5');
@@ -144,7 +144,7 @@ test('a new chat says whose settings it took, and starts from the defaults in on
   const from = (await page.getByTestId('chat-view').getAttribute('data-thread-id')) ?? '';
   const fromTitle = (await page.locator(`#chat-list [data-thread-id="${from}"]`).getAttribute('title')) ?? '';
   // The new chat takes them, and says from where.
-  const id = await newChat(page, { carried: true });
+  const id = await newChat(page);
   expect(id).not.toBe(from);
   await expect(page.getByTestId('settings-summary')).toContainText('temp 1.5');
   await expect(page.getByTestId('carried-settings')).toHaveText(`· from “${fromTitle}”use the defaults`);
@@ -156,17 +156,17 @@ test('a new chat says whose settings it took, and starts from the defaults in on
   await expect(page.getByTestId('settings-summary')).toContainText('temp default');
   await expect(page.getByTestId('setting-temperature')).toHaveValue('');
   await expect(page.getByTestId('system-prompt')).toHaveValue('');
-  expect(await newChat(page, { carried: true })).toBe(id);
+  expect(await newChat(page)).toBe(id);
   // A chat whose carried settings the person changed no longer says they are another chat's.
   await page.locator(`#chat-list [data-thread-id="${from}"] [data-testid="thread-title"]`).click();
-  const second = await newChat(page, { carried: true });
+  const second = await newChat(page);
   await expect(page.getByTestId('carried-settings')).toBeVisible();
   await openSettings(page);
   await setField(page, 'setting-temperature', '0.9');
   await expect(page.getByTestId('carried-settings')).toHaveCount(0);
   expect(second).not.toBe(from);
   // The next tests' chats start from the defaults (a new chat takes the open one's settings).
-  await newChat(page, { carried: true });
+  await newChat(page);
   await page.getByTestId('carried-reset').click();
   await expect(page.getByTestId('settings-summary')).toContainText('temp default');
   await expect(page.getByTestId('system-prompt')).toHaveValue('');
