@@ -12,6 +12,13 @@ test("a reply's tokens with their probabilities, as the API gives them, kept wit
   server,
 }) => {
   await newChat(app);
+  // The page opens on the chat the worker's server last had open, another test's, whose settings (a system prompt,
+  // a temperature) a new chat takes: this one starts from the defaults, as the API request below does.
+  if (await app.getByTestId('carried-settings').isVisible()) {
+    await app.getByTestId('carried-reset').click();
+    await expect(app.getByTestId('carried-settings')).toHaveCount(0);
+    await expect(app.getByTestId('settings-summary')).toHaveText('temp default (0.7) · max default (256)');
+  }
   await setSettings(app, { greedy: true, maxNewTokens: 8 });
   await app.getByTestId('settings-toggle').click();
   await app.getByTestId('setting-probabilities').check();
