@@ -1074,7 +1074,6 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     return said;
   }
 
-  /** The next turn's prompt with `text` (and its files) sent: the bridge's measureDraft, which measureContext uses too. */
   /**
    * What a count of a thread's prompt starts from: the thread, its model, and its messages but those still being
    * written; null without the thread or a model.
@@ -1088,6 +1087,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     return { thread, modelId, spec: model.spec, history: thread.messages.filter((m) => live[m.id] === undefined) };
   }
 
+  /** The next turn's prompt with `text` (and its files) sent: the bridge's measureDraft, which measureContext uses too. */
   async function measureDraft(
     threadId: string,
     text: string,
