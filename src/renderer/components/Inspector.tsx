@@ -792,7 +792,8 @@ export function Sessions({ devices }: { devices: DeviceBudgetSnapshot[] }) {
   const all: SchedulerSessionView[] = devices.flatMap((d) => d.sessions);
   // An API request's prompt cache, while its turn is queued or running, is that request (its row above): listed
   // again, sixty queued API requests would read as sixty rows of "API prompt cache · in its request".
-  const listed = all.filter((s) => s.state === 'idle' || !s.sessionId.startsWith(PROMPT_CACHE_PREFIX));
+  const busyCache = (s: SchedulerSessionView) => s.state !== 'idle' && s.sessionId.startsWith(PROMPT_CACHE_PREFIX);
+  const listed = all.filter((s) => !busyCache(s));
   // A client that keeps a prompt cache per conversation leaves hundreds: the busy ones (running, then queued) and the
   // idle ones used last are shown — the next to be evicted are the least recently used —, the rest counted with what
   // they hold (the whole list would redraw with every change of any).
@@ -801,7 +802,8 @@ export function Sessions({ devices }: { devices: DeviceBudgetSnapshot[] }) {
   const sessions = ranked.slice(0, SHOWN_SESSIONS);
   const notShown = ranked.slice(SHOWN_SESSIONS);
   const notShownBytes = notShown.reduce((sum, s) => sum + s.heldBytes, 0);
-  const inRequests = all.length - listed.length;
+  const busyCaches = all.filter(busyCache);
+  const inRequests = busyCaches.length;
   // Of those, the ones whose requests wait beyond the head of the queue the request table shows: counted, not seen.
   const beyondShown = new Set(
     devices
@@ -809,7 +811,7 @@ export function Sessions({ devices }: { devices: DeviceBudgetSnapshot[] }) {
       .slice(SHOWN_QUEUED_REQUESTS)
       .map((q) => q.sessionId),
   );
-  const hidden = all.filter((s) => !listed.includes(s) && beyondShown.has(s.sessionId)).length;
+  const hidden = busyCaches.filter((s) => beyondShown.has(s.sessionId)).length;
   if (all.length === 0) return null;
   return (
     <section>
