@@ -206,7 +206,11 @@ test("queued rows say their place and what they wait for; a reservation's paddin
     // The side panel stays narrow: the table fits the inspector, and the drawer of a narrow window.
     for (const width of [1000, 800]) {
       await page.setViewportSize({ width, height: 800 });
-      if (!(await page.getByTestId('inspector').isVisible())) await page.getByTestId('inspector-toggle').click();
+      // The window turns the side panel into a closed drawer a moment after the resize: opened once it has.
+      await expect(async () => {
+        if (!(await page.getByTestId('inspector').isVisible())) await page.getByTestId('inspector-toggle').click();
+        await expect(page.getByTestId('request-table')).toBeVisible({ timeout: 1000 });
+      }).toPass({ timeout: 10_000 });
       const fits = await page.getByTestId('request-table').evaluate((el) => {
         const wrap = el.parentElement as unknown as { clientWidth: number };
         return el.getBoundingClientRect().width <= wrap.clientWidth + 1;
