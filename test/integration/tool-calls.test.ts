@@ -202,7 +202,45 @@ describe('tool calls', () => {
     expect(none.rows[0]?.toolCalls).toBeUndefined();
     expect(none.text).toBe(plain.text);
     expect([{ ok: true }, { ok: false }]).toContainEqual(JSON.parse(none.text));
-    await expect(ask(3, { ...asked, toolChoice: 'auto' })).rejects.toMatchObject({ detail: { field: 'tools' } });
+    // A required call is the whole reply: it cannot be the JSON too.
+    await expect(ask(3, { ...asked, toolChoice: 'required' })).rejects.toMatchObject({
+      detail: { field: 'toolChoice' },
+    });
+  });
+
+  it('JSON output with tool_choice auto: each reply is calls held to their tools, or the JSON held to its schema', async () => {
+    const schema = { type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'] };
+    const tok = host.tokenizerOf('hermes');
+    const lt = tok.encode('<', { addSpecialTokens: false });
+    expect(lt).toHaveLength(1);
+    const run = (seed: number, bias: number) =>
+      host.generate({
+        model: 'hermes',
+        messages,
+        tools: TOOLS,
+        jsonSchema: schema,
+        maxNewTokens: 200,
+        // Toward the call's opening (one token here), or away from it (whole or begun with `<`).
+        sampling: {
+          temperature: 1,
+          seed,
+          logitBias: { [TOOL_CALL_ID]: bias, ...(bias < 0 ? { [lt[0] as number]: bias } : {}) },
+        },
+      }).result;
+    for (const seed of [1, 2, 3]) {
+      const called = await run(seed, 12);
+      const row = called.rows[0] as { text: string; toolCalls?: ToolCall[]; finishReason: string };
+      expect(called.tokenIds[0], `seed ${seed}`).toBe(TOOL_CALL_ID);
+      expect(row.toolCalls?.length, `seed ${seed}: ${row.text}`).toBeGreaterThan(0);
+      for (const call of row.toolCalls ?? []) {
+        expect(ajv.validate(schemaOf(call.name), JSON.parse(call.arguments)), call.arguments).toBe(true);
+      }
+      // Away from a call, the reply is the JSON, ended as its object closes: no call, no text around it.
+      const answered = await run(seed, -100);
+      expect(answered.rows[0]?.toolCalls, `seed ${seed}`).toBeUndefined();
+      expect(answered.finishReason).toBe('eos');
+      expect([{ ok: true }, { ok: false }]).toContainEqual(JSON.parse(answered.text));
+    }
   });
 
   it('earlier calls and results reach a template without tool support as the text kvdesk describes', async () => {

@@ -184,7 +184,7 @@ enum P {
 }
 
 /** The constraint's state: never changed (a step makes a new one), so a candidate token is tried on it. */
-interface CallState {
+export interface CallState {
   readonly p: P;
   readonly n: number;
   readonly head: number;
@@ -443,6 +443,14 @@ export function initialCallState(g: CompiledCallGrammar): CallState {
   return { p, n: 0, head: 0, obj: null, alt: -1 };
 }
 
+/**
+ * Whether a special token may come in this state: free text's, or the form's own text (a head's marker, a tag) —
+ * never inside a JSON object or an XML value.
+ */
+export function takesSpecial(st: CallState): boolean {
+  return st.p !== P.Object && st.p !== P.XmlValue;
+}
+
 /** Whether a reply in this state is inside a call (free text otherwise). */
 export function inCall(st: CallState): boolean {
   return !isFree(st.p);
@@ -455,8 +463,10 @@ export class CallConstraint implements ReplyConstraint {
   constructor(
     private readonly table: TokenTable,
     private readonly grammar: CompiledCallGrammar,
+    /** Where the reply is (a reply that began as something else and turned out to be a call: call-or-json.ts). */
+    state: CallState = initialCallState(grammar),
   ) {
-    this.state = initialCallState(grammar);
+    this.state = state;
   }
 
   /** A reply with calls ends when the model ends it (never because a call closed). */
@@ -472,14 +482,11 @@ export class CallConstraint implements ReplyConstraint {
   allows(id: number): boolean {
     const { bytes, offsets, special } = this.table;
     if (id < 0 || id >= offsets.length - 1) return false;
-    const p = this.state.p;
     const from = offsets[id] as number;
     const to = offsets[id + 1] as number;
     // A token without bytes (an end token, often) writes nothing a call could take.
-    if (from === to) return isFree(p);
-    // Special tokens are free text's, or the form's own text (a head's marker, a tag): never inside a JSON
-    // object or an XML value.
-    if (special.has(id) && (p === P.Object || p === P.XmlValue)) return false;
+    if (from === to) return isFree(this.state.p);
+    if (special.has(id) && !takesSpecial(this.state)) return false;
     return feedCallBytes(this.grammar, this.state, bytes, from, to) !== null;
   }
 

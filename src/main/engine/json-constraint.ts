@@ -15,6 +15,7 @@
  * reply with blank lines forever.
  */
 import { CallConstraint, type CompiledCallGrammar } from './call-constraint';
+import { CallOrJsonConstraint } from './call-or-json';
 import {
   expDigit,
   expNegative,
@@ -442,8 +443,10 @@ export class TokenConstraint<S> implements ReplyConstraint {
   constructor(
     private readonly table: TokenTable,
     private readonly recogniser: Recogniser<S>,
+    /** Where the reply is (one that could also have been a tool call until now: call-or-json.ts). */
+    state: S = recogniser.initial(),
   ) {
-    this.state = recogniser.initial();
+    this.state = state;
   }
 
   /** True once the reply is complete: its object closed. */
@@ -492,7 +495,8 @@ export class JsonConstraint extends TokenConstraint<JsonState> {
 
 /**
  * What a job asks of its replies' form, with the vocabulary's bytes: one JSON object (conforming to a compiled
- * schema for structured output), or free text whose tool calls follow a call grammar.
+ * schema for structured output), free text whose tool calls follow a call grammar, or (both) tool calls or the
+ * JSON object.
  */
 export interface ReplyForm {
   table: TokenTable;
@@ -506,12 +510,17 @@ export interface ReplyForm {
 
 /** A new row's constraint for a job's reply form (undefined: the reply is free). */
 export function constraintFor(form: ReplyForm): ReplyConstraint | undefined {
-  const inner = form.calls
-    ? new CallConstraint(form.table, form.calls)
-    : form.schema
-      ? new TokenConstraint(form.table, schemaRecogniser(form.schema))
-      : form.json
-        ? new JsonConstraint(form.table)
-        : undefined;
-  return form.budget ? new ReasoningBudget(form.table, form.budget, inner) : inner;
+  const { table, calls } = form;
+  const json = (form.schema ? schemaRecogniser(form.schema) : form.json ? objectRecogniser() : undefined) as
+    | Recogniser<unknown>
+    | undefined;
+  const inner =
+    calls && json
+      ? new CallOrJsonConstraint(table, calls, json, (at) => new TokenConstraint(table, json, at))
+      : calls
+        ? new CallConstraint(table, calls)
+        : json
+          ? new TokenConstraint(table, json)
+          : undefined;
+  return form.budget ? new ReasoningBudget(table, form.budget, inner) : inner;
 }

@@ -139,7 +139,8 @@ export type EngineCommand =
       jsonSchema?: Record<string, unknown>;
       /**
        * Tool calls the model may make (tool_choice "auto"), each held to its tool's schema once it opens one;
-       * with the token table sent under `key` before. Not with `json`.
+       * with the token table sent under `key` before. With `json`: the reply is the calls or the JSON object
+       * (call-or-json.ts).
        */
       calls?: { key: number; grammar: CallGrammar };
       /**

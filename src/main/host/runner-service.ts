@@ -904,7 +904,9 @@ export class RunnerService {
     req: GenerateRequest,
     model: LoadedModel,
   ): { rows: number[][]; tools: ToolPlan | undefined; contextDrop?: ContextDrop; reasoning?: ReasoningPlan } {
-    const tools = planTools(req, model.spec.chatTemplate, model.tokenizer);
+    const tools = planTools(req, model.spec.chatTemplate, model.tokenizer, {
+      harmony: model.spec.reasoning?.harmony === true,
+    });
     const thinking = thinkingVars(req, model.spec);
     const tok = model.tokenizer;
     const spec = model.spec;

@@ -136,7 +136,7 @@ function checkedSchema(
     const inner = err.path.slice((prefix || 'schema').length);
     throw new KvdeskError(
       'BAD_REQUEST',
-      `tools[${i}].parameters${inner} ("${name}"): kvdesk cannot make a call follow this schema: ${err.message.slice(err.path.length + 2)}. Simplify the schema, or let the model choose (toolChoice / tool_choice "auto"), where the schema is only shown to it.`,
+      `tools[${i}].parameters${inner} ("${name}"): kvdesk cannot make a call follow this schema: ${err.message.slice(err.path.length + 2)}. Simplify the schema, or let the model choose (toolChoice (tool_choice) "auto"), where the schema is only shown to it.`,
       { field: `tools[${i}].parameters${inner}` },
     );
   }
@@ -258,14 +258,35 @@ function autoGrammar(tools: readonly ToolDefinition[], format: ToolCallFormat): 
 }
 
 /**
+ * Why the calls of an `auto` request with JSON output cannot be held to a grammar (autoGrammar gave none), which
+ * such a reply needs to tell a call from the JSON.
+ */
+function unheldBesideJson(tools: readonly ToolDefinition[], format: ToolCallFormat): KvdeskError {
+  const free = tools.findIndex(freeFormArguments);
+  const why =
+    format.xml === 'glm'
+      ? "this model writes calls as GLM's XML tags, which kvdesk reads but cannot hold to a grammar"
+      : free >= 0
+        ? `tools[${free}].parameters ("${(tools[free] as ToolDefinition).name}") takes keys it does not list (additionalProperties, or no properties), which kvdesk cannot hold a call to`
+        : "kvdesk cannot hold a call to these tools' schemas";
+  return bad(
+    `tools beside JSON output (responseFormat / jsonSchema): a reply that may be either needs its calls held to a grammar, and ${why}. Send toolChoice (tool_choice) "none" for the JSON alone, or the tools without JSON output.`,
+    free >= 0 && format.xml !== 'glm' ? `tools[${free}].parameters` : 'tools',
+  );
+}
+
+/**
  * The plan for a request's tools, or undefined when it has none. Throws BAD_REQUEST naming the field for
- * tools that cannot be honoured: no chat messages, JSON output beside them, repeated names, a choice of a
+ * tools that cannot be honoured: no chat messages, JSON output beside a forced call (or calls kvdesk cannot tell
+ * from the JSON), repeated names, a choice of a
  * tool not listed, or (when the reply must be a call) a parameters schema kvdesk cannot enforce.
  */
 export function planTools(
   req: GenerateRequest,
   template: string | undefined,
   tok: Pick<TextTokenizer, 'tokenToId' | 'isSpecial'>,
+  /** `harmony`: the model writes gpt-oss's channels (its calls are messages of their own). */
+  opts: { harmony?: boolean } = {},
 ): ToolPlan | undefined {
   checkHistory(req.messages);
   const tools = req.tools;
@@ -282,11 +303,20 @@ export function planTools(
       'tools',
     );
   }
-  // With toolChoice "none" the tools are neither shown nor called: the reply is JSON, as asked (agent frameworks send
-  // their tools with every request, and JSON output with "none" where a step must not call one).
-  if ((req.responseFormat === 'json' || req.jsonSchema !== undefined) && req.toolChoice !== 'none') {
+  // JSON output beside tools: with toolChoice "none" the tools are neither shown nor called and the reply is JSON, as
+  // asked; with "auto" the reply is calls or the JSON (an agent with an output type calls tools, then answers in
+  // it: below). A required or named call is the whole reply, which then cannot be the JSON too.
+  const jsonOutput = req.responseFormat === 'json' || req.jsonSchema !== undefined;
+  const choice = req.toolChoice ?? 'auto';
+  if (jsonOutput && choice !== 'none' && choice !== 'auto') {
     throw bad(
-      'tools cannot be combined with JSON output (responseFormat / jsonSchema) in kvdesk while they may be called: send one of them, or toolChoice (tool_choice) "none" for a JSON reply that calls no tool.',
+      'tools with a required or named call (toolChoice (tool_choice)) cannot be combined with JSON output (responseFormat / jsonSchema): the reply is then the call. Send toolChoice (tool_choice) "auto" for a reply that is tool calls or the JSON, or toolChoice (tool_choice) "none" for the JSON alone.',
+      'toolChoice',
+    );
+  }
+  if (jsonOutput && choice === 'auto' && opts.harmony) {
+    throw bad(
+      'This model (gpt-oss) writes JSON output in its final message, where it cannot call a tool: send tools or JSON output (responseFormat / jsonSchema), or toolChoice (tool_choice) "none" for the JSON alone.',
       'tools',
     );
   }
@@ -311,7 +341,6 @@ export function planTools(
       );
     }
   }
-  const choice = req.toolChoice ?? 'auto';
   if (typeof choice === 'object' && !names.has(choice.name)) {
     throw bad(
       `toolChoice (tool_choice) names "${choice.name}", which is not among the tools (${[...names].join(', ')}).`,
@@ -342,12 +371,14 @@ export function planTools(
   if (!plan.forced) {
     const grammar = choice === 'auto' ? autoGrammar(tools, format) : undefined;
     if (grammar) plan.grammar = grammar;
+    // Calls or the JSON: a call is told from the JSON by its grammar, which the engine then holds it to.
+    else if (jsonOutput && choice === 'auto') throw unheldBesideJson(tools, format);
     return plan;
   }
 
   if (format.xml) {
     throw bad(
-      'This model writes calls as XML tags with plain-text values: kvdesk reads them, but cannot make the model write one (tool_choice required or a named tool); let the model choose (toolChoice / tool_choice "auto").',
+      'This model writes calls as XML tags with plain-text values: kvdesk reads them, but cannot make the model write one (tool_choice required or a named tool); let the model choose (toolChoice (tool_choice) "auto").',
       'toolChoice',
     );
   }

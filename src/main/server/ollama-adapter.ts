@@ -341,10 +341,8 @@ export function mapOllamaRequest(kind: OllamaKind, input: unknown): MappedOllama
     const last = raw[raw.length - 1];
     // As Ollama: a conversation that ends with an assistant message is a reply to continue.
     const continues = isObject(last) && typeof last.role === 'string' && last.role.toLowerCase() === 'assistant';
+    // With `format` too, the reply is calls or the JSON (Ollama has no tool_choice: its tools are "auto").
     const tools = functionTools(body.tools, { typeOptional: true });
-    if (tools && (format.responseFormat || format.jsonSchema)) {
-      throw bad('"format" cannot be combined with "tools" in kvdesk: send one of them.', 'format');
-    }
     request = raw.length === 0 ? null : conversationRequest(model, null, chatMessages(raw), { ...fields, tools });
     // As Ollama: a conversation longer than the context loses its oldest turns (system messages stay).
     if (request) request.contextOverflow = 'drop-oldest';

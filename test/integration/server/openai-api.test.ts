@@ -762,6 +762,48 @@ describe('logprobs, penalties, logit bias and JSON mode', () => {
     expect(err.message).toMatch(/^400 response_format\.json_schema\.schema is not one kvdesk can enforce: /);
   });
 
+  it('tools beside response_format (an Agents SDK agent with an output type): each reply is calls or the JSON', async () => {
+    const format = zodResponseFormat(z.object({ ok: z.boolean() }), 'verdict');
+    const city = z.object({ city: z.enum(['Paris', 'Oslo']) });
+    const tools = [
+      {
+        type: 'function' as const,
+        function: { name: 'get_weather', parameters: zodResponseFormat(city, 'x').json_schema.schema, strict: true },
+      },
+    ];
+    const finished = { calls: 0, json: 0 };
+    for (const seed of [1, 2, 3, 4, 5, 6]) {
+      const r = await client.chat.completions.create({
+        model: 'default',
+        messages: hi,
+        max_tokens: 120,
+        temperature: 1,
+        seed,
+        tools,
+        response_format: format,
+      });
+      const c = r.choices[0] as (typeof r.choices)[number];
+      const text = c.message.content ?? '';
+      if (c.message.tool_calls?.length) {
+        finished.calls++;
+        for (const call of c.message.tool_calls) {
+          if (call.type !== 'function') throw new Error(`a ${call.type} call`);
+          expect(call.function.name).toBe('get_weather');
+          expect(city.safeParse(JSON.parse(call.function.arguments)).success, call.function.arguments).toBe(true);
+        }
+        continue;
+      }
+      // Never free text: the JSON, or its start where max_tokens cut it.
+      expect(text, text).toMatch(/^\{/);
+      if (c.finish_reason !== 'stop') continue;
+      finished.json++;
+      expect([{ ok: true }, { ok: false }]).toContainEqual(JSON.parse(text));
+    }
+    // Both came up (with these seeds: one call, five answers).
+    expect(finished.calls, JSON.stringify(finished)).toBeGreaterThan(0);
+    expect(finished.json, JSON.stringify(finished)).toBeGreaterThan(0);
+  });
+
   it("the SDK's zodResponseFormat: an integer's bounds (zod writes ±2^53 − 1 for every .int()) are held", async () => {
     const shape = z.object({ stars: z.number().int().min(1).max(5), count: z.number().int(), ok: z.boolean() });
     const format = zodResponseFormat(shape, 'review');

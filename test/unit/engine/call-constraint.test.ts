@@ -7,7 +7,8 @@ import {
   compileCallGrammar,
   MAX_CALL_WHITESPACE,
 } from '../../../src/main/engine/call-constraint';
-import { tokenTable } from '../../../src/main/engine/json-constraint';
+import { constraintFor, type ReplyConstraint, tokenTable } from '../../../src/main/engine/json-constraint';
+import { compileSchema } from '../../../src/main/engine/json-schema';
 import { Sampler } from '../../../src/main/engine/sampling';
 import { jsonValueEnd } from '../../../src/main/tokenizer/tool-calls';
 
@@ -415,5 +416,135 @@ describe("a thinking model's reasoning holds no call", () => {
     expect(text.allows(plain('{"'))).toBe(true);
     text.accept(plain('{"'));
     expect(text.inCall).toBe(false);
+  });
+});
+
+describe('tool calls or the JSON value (tool_choice "auto" beside JSON output)', () => {
+  // The reply's JSON: an object the walks can finish.
+  const ANSWER = {
+    type: 'object',
+    properties: { answer: { enum: ['Paris', 'Oslo'] } },
+    required: ['answer'],
+    additionalProperties: false,
+  };
+  const either = (g: CallGrammar, schema: object | null = ANSWER) =>
+    constraintFor({
+      table,
+      calls: compileCallGrammar(g),
+      ...(schema ? { schema: compileSchema(schema) } : { json: true }),
+    }) as ReplyConstraint;
+  const writeEither = (g: CallGrammar, parts: Array<string | number>, schema?: object | null) => {
+    const c = either(g, schema);
+    for (const part of parts) {
+      const id = typeof part === 'number' ? part : plain(part);
+      if (!c.allows(id)) throw new Error(`refused ${JSON.stringify(VOCAB[id])} after ${JSON.stringify(parts)}`);
+      c.accept(id);
+    }
+    return c;
+  };
+  const answer = ['{"', ...chars('answer":"'), 'Paris', '"}'];
+  const call = ['<tool_call>', '{"', ...chars('name":"set_lights","arguments":{"on":'), 'true', '}}</tool_call>'];
+
+  it("begins as a call's opening or the JSON, nothing else: no free text, no end, no other special token", () => {
+    const c = either(HERMES);
+    const allowed = VOCAB.filter((_, id) => c.allows(id));
+    // Neither begins after white space (JSON mode's object does not).
+    expect(allowed.sort()).toEqual(['<', '<tool', '<tool_call>', '<tool_call>{"', '{', '{"'].sort());
+    expect(c.done).toBe(false);
+    // Mistral's opening is a special token: allowed as the opening.
+    expect(either(MISTRAL).allows(idOf('[TOOL_CALLS]'))).toBe(true);
+    expect(either(MISTRAL).allows(idOf('<|im_end|>'))).toBe(false);
+  });
+
+  it('a JSON reply is held to its schema and ends as it closes; no call can open in it', () => {
+    const c = writeEither(HERMES, answer.slice(0, -1));
+    expect(c.allows(plain('<tool_call>'))).toBe(false);
+    expect(c.allows(EOS)).toBe(false);
+    expect(c.done).toBe(false);
+    c.accept(plain('"}'));
+    expect(c.done).toBe(true);
+    // Keys the schema does not list are refused; without a schema, any object (JSON mode).
+    const d = writeEither(HERMES, ['{"']);
+    expect(d.allows(plain('a'))).toBe(true);
+    expect(d.allows(plain('x'))).toBe(false);
+    expect(writeEither(HERMES, ['{"', 'x'], null).allows(plain('y'))).toBe(true);
+  });
+
+  it('a call is held to its grammar, then the reply goes on as a reply with calls does (never ended by it)', () => {
+    // The opening in pieces: once begun, it must be finished (the JSON is out of the running).
+    const begun = writeEither(HERMES, ['<tool']);
+    expect(begun.allows(plain('_call>'))).toBe(true);
+    expect(begun.allows(plain('{"'))).toBe(false);
+    expect(begun.allows(EOS)).toBe(false);
+    const c = writeEither(HERMES, call.slice(0, 2));
+    // The call's name: a listed tool's only.
+    expect(c.allows(plain('x'))).toBe(false);
+    expect(c.allows(plain('n'))).toBe(true);
+    const done = writeEither(HERMES, call);
+    expect(done.done).toBe(false);
+    expect(done.allows(EOS)).toBe(true);
+    expect(done.allows(plain('<tool_call>'))).toBe(true);
+  });
+
+  it("a bare-JSON form's call and the JSON both begin with `{`: either object is taken, and ends the JSON reading", () => {
+    const asCall = writeEither(BARE, ['{"', ...chars('name":"set_lights","arguments":{"on":'), 'true', '}}']);
+    // Not the JSON's (its keys): the call's grammar alone, which leaves the reply free after the call.
+    expect(asCall.done).toBe(false);
+    expect(asCall.allows(EOS)).toBe(true);
+    const asAnswer = writeEither(BARE, answer);
+    expect(asAnswer.done).toBe(true);
+    // Keys of either object go on; others do not.
+    const first = writeEither(BARE, ['{"']);
+    expect(first.allows(plain('n'))).toBe(true);
+    expect(first.allows(plain('a'))).toBe(true);
+    expect(first.allows(plain('x'))).toBe(false);
+  });
+
+  it('random walks: every reply is a call the schemas accept or the JSON its schema accepts', () => {
+    const validateCall = ajv.compile(CALL_SCHEMA);
+    const validateAnswer = ajv.compile(ANSWER);
+    for (const g of [HERMES, MISTRAL, BARE]) {
+      const seen = { calls: 0, answers: 0 };
+      fc.assert(
+        fc.property(fc.array(fc.nat(), { minLength: 120, maxLength: 120 }), (draws) => {
+          const c = either(g);
+          let text = '';
+          for (const d of draws) {
+            if (c.done) break;
+            const allowed = VOCAB.map((_, id) => id).filter((id) => c.allows(id));
+            expect(allowed.length, text).toBeGreaterThan(0);
+            const id = allowed[d % allowed.length] as number;
+            if (id === EOS) break;
+            c.accept(id);
+            text += VOCAB[id];
+          }
+          if (c.done) {
+            seen.answers++;
+            expect(validateAnswer(JSON.parse(text)), text).toBe(true);
+            return;
+          }
+          // Not the JSON: a call from the reply's first byte (cut off by the walk's end, or followed by text).
+          const opening = g.trigger === '' ? '{' : g.trigger;
+          if (!text.startsWith(opening)) {
+            // Cut off inside the opening, or inside the JSON.
+            expect(opening.startsWith(text) || text.startsWith('{'), text).toBe(true);
+            return;
+          }
+          const at = g === BARE ? 0 : skipWs(text, opening.length);
+          const end = jsonValueEnd(text, at);
+          expect(end, text).not.toBe(-2);
+          if (end < 0) return;
+          const value = JSON.parse(text.slice(at, end));
+          for (const one of Array.isArray(value) ? value : [value]) {
+            seen.calls++;
+            expect(validateCall(one), text).toBe(true);
+          }
+        }),
+        { numRuns: 150 },
+      );
+      // Both kinds of reply came up (a property over one kind alone would prove half of it).
+      expect(seen.calls, g.trigger).toBeGreaterThan(3);
+      expect(seen.answers, g.trigger).toBeGreaterThan(3);
+    }
   });
 });

@@ -56,10 +56,14 @@ describe('planTools', () => {
 
   it('refuses what it cannot honour, naming the field', () => {
     expect(refusal({ messages: undefined, prompt: 'x', tools: [weather] }).detail).toEqual({ field: 'tools' });
-    expect(refusal({ tools: [weather], responseFormat: 'json' }).message).toMatch(/cannot be combined with JSON/);
-    expect(refusal({ tools: [weather], jsonSchema: {}, toolChoice: 'required' }).message).toMatch(
-      /or toolChoice \(tool_choice\) "none" for a JSON reply that calls no tool\.$/,
-    );
+    // JSON output beside a call the reply must be.
+    for (const toolChoice of ['required', { name: 'get_weather' }] as const) {
+      const err = refusal({ tools: [weather], jsonSchema: {}, toolChoice });
+      expect(err.detail).toEqual({ field: 'toolChoice' });
+      expect(err.message).toMatch(
+        /cannot be combined with JSON output .* or toolChoice \(tool_choice\) "none" for the JSON alone\.$/,
+      );
+    }
     // With "none" the tools are neither shown nor read: JSON output is taken.
     const none = planTools(
       { messages, tools: [weather], toolChoice: 'none', responseFormat: 'json' } as GenerateRequest,
@@ -68,6 +72,26 @@ describe('planTools', () => {
     );
     expect(none).toMatchObject({ reads: false, forced: false });
     expect(none?.shown).toBeUndefined();
+    // With "auto" (the default) the reply is calls or the JSON: the calls' grammar tells them apart.
+    const auto = planTools({ messages, tools: [weather], responseFormat: 'json' } as GenerateRequest, undefined, tok);
+    expect(auto).toMatchObject({ reads: true, forced: false, shown: [weather] });
+    expect(auto?.grammar?.trigger).toBe('<tool_call>');
+    // … which it needs: a tool that takes keys it does not list has none, nor has gpt-oss's form (JSON goes in its
+    // final message).
+    const anything = { name: 'anything', parameters: { type: 'object' } };
+    const free = refusal({ tools: [weather, anything], jsonSchema: { type: 'object' } });
+    expect(free.detail).toEqual({ field: 'tools[1].parameters' });
+    expect(free.message).toMatch(/^tools beside JSON output .* tools\[1\]\.parameters \("anything"\) takes keys/);
+    expect(planTools({ messages, tools: [anything] } as GenerateRequest, undefined, tok)?.grammar).toBeUndefined();
+    let harmony: unknown;
+    try {
+      planTools({ messages, tools: [weather], responseFormat: 'json' } as GenerateRequest, undefined, tok, {
+        harmony: true,
+      });
+    } catch (err) {
+      harmony = err;
+    }
+    expect(harmony).toMatchObject({ message: expect.stringMatching(/^This model \(gpt-oss\) writes JSON output/) });
     expect(refusal({ tools: [weather, weather] }).detail).toEqual({ field: 'tools[1].name' });
     expect(refusal({ tools: [weather], toolChoice: { name: 'search' } }).message).toMatch(
       /names "search", which is not among the tools \(get_weather\)/,

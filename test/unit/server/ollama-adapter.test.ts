@@ -177,6 +177,8 @@ describe('mapOllamaRequest: /api/chat', () => {
     expect(m.request?.tools).toEqual([
       { name: 'get_weather', description: 'Weather of a city', parameters: weather.function.parameters },
     ]);
+    // With a format: the reply is calls or the JSON (the host decides whether it can be either).
+    expect(chat({ tools: [weather], format: 'json' }).request).toMatchObject({ responseFormat: 'json', tools: [{}] });
     expect(mapOllamaRequest('chat', { model: 'm', messages: [] }).request).toBeNull();
     expect(mapOllamaRequest('chat', { model: 'm' }).request).toBeNull();
   });
@@ -188,7 +190,6 @@ describe('mapOllamaRequest: /api/chat', () => {
       [{ think: 'max' }, 'think'],
       [{ think: 1 }, 'think'],
       [{ format: 'xml' }, 'format'],
-      [{ format: 'json', tools: [weather] }, 'format'],
       [{ options: 'hot' }, 'options'],
       [{ options: { temperature: 'hot' } }, 'options.temperature'],
       [{ options: { temperature: -1 } }, 'options.temperature'],
@@ -527,13 +528,14 @@ describe('ollamaError', () => {
     const withTools = ollamaError(
       errorFromInfo({
         code: 'BAD_REQUEST',
-        message: 'tools cannot be combined with JSON output (responseFormat / jsonSchema) in kvdesk: send one of them.',
+        message:
+          "tools beside JSON output (responseFormat / jsonSchema): a reply that may be either needs its calls held to a grammar, and kvdesk cannot hold a call to these tools' schemas.",
         detail: { field: 'tools' },
       }),
       'chat',
     );
     expect(withTools.body.error).toBe(
-      'tools cannot be combined with JSON output (format) in kvdesk: send one of them.',
+      "tools beside JSON output (format): a reply that may be either needs its calls held to a grammar, and kvdesk cannot hold a call to these tools' schemas.",
     );
     const temp = ollamaError(
       errorFromInfo({ code: 'BAD_REQUEST', message: 'bad', detail: { field: 'sampling.topP' } }),

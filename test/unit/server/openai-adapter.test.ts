@@ -511,18 +511,18 @@ describe('errorFromInfo', () => {
     const json = {
       code: 'BAD_REQUEST' as const,
       message:
-        'tools cannot be combined with JSON output (responseFormat / jsonSchema) in kvdesk while they may be called: send one of them, or toolChoice (tool_choice) "none" for a JSON reply that calls no tool.',
-      detail: { field: 'tools' },
+        'tools with a required or named call (toolChoice (tool_choice)) cannot be combined with JSON output (responseFormat / jsonSchema): the reply is then the call. Send toolChoice (tool_choice) "auto" for a reply that is tool calls or the JSON, or toolChoice (tool_choice) "none" for the JSON alone.',
+      detail: { field: 'toolChoice' },
     };
     expect(errorFromInfo(json, hint).body.error.message).toMatch(
-      /\(response_format\) .* or tool_choice "none" for a JSON reply/,
+      /^tools with a required or named call \(tool_choice\) .* \(response_format\): .* Send tool_choice "auto" for .*, or tool_choice "none" for the JSON alone/,
     );
     expect(errorFromInfo(json, { prompt: 'input', api: 'responses' }).body.error.message).toMatch(
-      /or tool_choice "none" for a JSON reply/,
+      /Send tool_choice "auto" for .*, or tool_choice "none" for the JSON alone/,
     );
     // Anthropic's choice is an object: what to send, as it is sent there.
     expect(errorFromInfo(json, { prompt: 'messages', api: 'anthropic' }).body.error.message).toMatch(
-      /\(output_config\.format\) .* or tool_choice \{"type": "none"\} for a JSON reply/,
+      /\(output_config\.format\): .* Send tool_choice \{"type": "auto"\} for .*, or tool_choice \{"type": "none"\} for the JSON alone/,
     );
     // A tool's schema where each API keeps it: the message and its param agree.
     const object = {
