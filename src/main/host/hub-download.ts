@@ -13,7 +13,6 @@ import { mkdir, readdir, readFile, rename, rm, stat, statfs, writeFile } from 'n
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import type { EnvHttpProxyAgent } from 'undici';
 import { z } from 'zod';
 import { KvdeskError } from '../../shared/errors';
 import { formatBytes } from '../../shared/format';
@@ -21,6 +20,7 @@ import { cpuVariantRank } from '../../shared/model-spec';
 import { loadModelSpec } from '../packages';
 import { packageProblem } from '../packages/package-error';
 import { describeHolder, takeLock } from './folder-lock';
+import { proxyFetch } from './proxy-fetch';
 import { sweepStaging } from './staging-sweep';
 
 /** Where the hub answers and who asks (a token for gated or private repositories). */
@@ -181,39 +181,6 @@ function hubError(res: Response, what: string, repo: string, opts: HubOptions): 
     status: res.status,
     repo,
   });
-}
-
-/** The variables naming a proxy, as curl, pip and Ollama read them. */
-const PROXY_VARIABLES = ['HTTPS_PROXY', 'https_proxy', 'HTTP_PROXY', 'http_proxy'] as const;
-
-let proxied: { settings: string; agent: EnvHttpProxyAgent } | undefined;
-
-/**
- * fetch through the proxy the environment names (HTTPS_PROXY / HTTP_PROXY, NO_PROXY for hosts to reach directly, in
- * either case), or undefined where none is named: Node's own fetch ignores them, so behind a proxy every request
- * to the hub failed as "could not reach". The proxy, for messages, with it.
- */
-function proxyFetch(url: string): { fetch: typeof fetch; proxy: string } | undefined {
-  // The proxy undici's agent takes for this URL (the lower-case variable first, as it reads them); none: direct.
-  const env = process.env;
-  const httpProxy = env.http_proxy?.trim() || env.HTTP_PROXY?.trim();
-  const proxy = url.startsWith('https:') ? env.https_proxy?.trim() || env.HTTPS_PROXY?.trim() || httpProxy : httpProxy;
-  if (!proxy) return undefined;
-  const settings = [...PROXY_VARIABLES, 'NO_PROXY', 'no_proxy'].map((name) => process.env[name] ?? '').join('\n');
-  // Loaded here, not with this module: undici takes a tenth of a second to load, which every kvdesk command paid.
-  const undici = require('undici') as typeof import('undici');
-  // One agent (its connections kept) while the settings stay as they are.
-  if (proxied?.settings !== settings) {
-    void proxied?.agent.close().catch(() => {});
-    proxied = { settings, agent: new undici.EnvHttpProxyAgent() };
-  }
-  const dispatcher = proxied.agent;
-  const through = (url: string | URL | Request, init?: RequestInit) =>
-    undici.fetch(url as string, { ...(init as object), dispatcher });
-  return {
-    fetch: through as unknown as typeof fetch,
-    proxy: proxy.replace(/\/\/[^@/]*@/, '//'),
-  };
 }
 
 /**

@@ -25,6 +25,7 @@ import { isLosslessNumber, parse as losslessParse } from 'lossless-json';
 import { z } from 'zod';
 import type { McpServerStatus, McpStatus, McpToolResult } from '../../shared/api';
 import { KvdeskError } from '../../shared/errors';
+import { proxyFetch } from './proxy-fetch';
 
 export const MCP_FILE = 'mcp.json';
 
@@ -356,7 +357,10 @@ export class McpHub {
       const shown = `${url.origin}${url.pathname}`;
       const scrub = (text: string) => (url.search ? text.split(url.search).join('?…') : text);
       const requestInit: RequestInit = { headers };
-      const sse = () => attempt(new SSEClientTransport(url, { requestInit }));
+      // Through the proxy the environment names (HTTPS_PROXY, HTTP_PROXY, NO_PROXY), which Node's fetch ignores.
+      const viaProxy = proxyFetch(url.href);
+      const options = { requestInit, ...(viaProxy ? { fetch: viaProxy.fetch } : {}) };
+      const sse = () => attempt(new SSEClientTransport(url, options));
       const because = (err: unknown) => {
         const code = (err as { code?: unknown }).code;
         if (typeof code === 'number' && code >= 100) {
@@ -365,12 +369,12 @@ export class McpHub {
         }
         const cause = (err as { cause?: { code?: unknown } }).cause?.code;
         return new Error(
-          `${shown} did not answer: ${scrub((err as Error).message)}${typeof cause === 'string' ? ` (${cause})` : ''}; is the server running?`,
+          `${shown} did not answer${viaProxy ? ` through the proxy ${viaProxy.proxy}` : ''}: ${scrub((err as Error).message)}${typeof cause === 'string' ? ` (${cause})` : ''}; ${viaProxy ? 'is the server running, and the proxy (HTTPS_PROXY, HTTP_PROXY, NO_PROXY) right?' : 'is the server running?'}`,
         );
       };
       if (entry.type === 'sse') return sse().catch((err) => Promise.reject(because(err)));
       try {
-        return await attempt(new StreamableHTTPClientTransport(url, { requestInit }));
+        return await attempt(new StreamableHTTPClientTransport(url, options));
       } catch (err) {
         // A 4xx other than "who are you" from a server of the older HTTP+SSE transport: that one, as the spec says.
         const code = err instanceof StreamableHTTPError ? err.code : undefined;

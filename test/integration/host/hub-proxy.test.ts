@@ -10,56 +10,13 @@ import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { downloadHubModel } from '../../../src/main/host/hub-download';
 import { searchHub } from '../../../src/main/host/hub-search';
+import { type ConnectProxy, restoreProxy, setProxy, startProxy } from '../../helpers/connect-proxy';
 import { defaultModelRepo, type FakeHub, startFakeHub } from '../../helpers/fake-hub';
 
-/** A proxy that tunnels each CONNECT to its target, as a corporate proxy does; `tunnels` lists the targets. */
-async function startProxy(): Promise<{ url: string; tunnels: string[]; close(): void }> {
-  const tunnels: string[] = [];
-  const sockets = new Set<net.Socket>();
-  const server = net.createServer((client) => {
-    sockets.add(client);
-    client.once('data', (head) => {
-      const m = /^CONNECT (\S+):(\d+) HTTP\/1\.[01]\r\n/.exec(head.toString('latin1'));
-      if (!m) {
-        client.end('HTTP/1.1 405 Method Not Allowed\r\n\r\n');
-        return;
-      }
-      tunnels.push(`${m[1]}:${m[2]}`);
-      const target = net.connect(Number(m[2]), m[1] as string, () => {
-        client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
-        client.pipe(target).pipe(client);
-      });
-      sockets.add(target);
-      target.on('error', () => client.destroy());
-      client.on('error', () => target.destroy());
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    url: `http://127.0.0.1:${(server.address() as net.AddressInfo).port}`,
-    tunnels,
-    close() {
-      for (const s of sockets) s.destroy();
-      server.close();
-    },
-  };
-}
-
-const VARIABLES = ['HTTPS_PROXY', 'https_proxy', 'HTTP_PROXY', 'http_proxy', 'NO_PROXY', 'no_proxy'] as const;
-const saved = Object.fromEntries(VARIABLES.map((n) => [n, process.env[n]]));
-function setProxy(vars: Partial<Record<(typeof VARIABLES)[number], string>>): void {
-  for (const n of VARIABLES) delete process.env[n];
-  Object.assign(process.env, vars);
-}
-afterEach(() => {
-  for (const n of VARIABLES) {
-    if (saved[n] === undefined) delete process.env[n];
-    else process.env[n] = saved[n];
-  }
-});
+afterEach(restoreProxy);
 
 let hub: FakeHub;
-let proxy: Awaited<ReturnType<typeof startProxy>>;
+let proxy: ConnectProxy;
 const repo = defaultModelRepo();
 beforeAll(async () => {
   hub = await startFakeHub({ 'onnx-community/tiny-chat': repo }, { meta: { 'onnx-community/tiny-chat': {} } });

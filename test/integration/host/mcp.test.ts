@@ -3,13 +3,15 @@
  * (test/helpers/mcp-server.ts, the official SDK over stdio): mcp.json read and checked (errors name the field),
  * servers started on use with their tools listed, tools called, failures said, the file read again when it changes;
  * and servers at a URL (test/helpers/mcp-http-server.ts): Streamable HTTP with the entry's headers, the older
- * HTTP+SSE transport when the URL is one of those, and what a refused or absent server says.
+ * HTTP+SSE transport when the URL is one of those, through the proxy the environment names, and what a refused or
+ * absent server says.
  */
 import { mkdtempSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { MCP_FILE, McpHub } from '../../../src/main/host/mcp';
+import { restoreProxy, setProxy, startProxy } from '../../helpers/connect-proxy';
 import { repoRoot } from '../../helpers/fixtures';
 import { type McpHttpServer, startMcpHttp } from '../../helpers/mcp-http-server';
 
@@ -35,6 +37,7 @@ beforeEach(() => {
   hub = new McpHub(dir);
 });
 afterEach(async () => {
+  restoreProxy();
   await hub.close();
   rmSync(dir, { recursive: true, force: true });
 });
@@ -173,6 +176,34 @@ describe('McpHub, servers at a URL', () => {
       remote.requests.filter((r) => r.startsWith('GET /mcp') || r.startsWith('DELETE /mcp')),
     );
     expect(remote.requests.some((r) => r.includes('/sse'))).toBe(false);
+  }, 60_000);
+
+  it('through the proxy the environment names (HTTP_PROXY; NO_PROXY reaches directly); one not there is named', async () => {
+    remote = await startMcpHttp({});
+    const proxy = await startProxy();
+    try {
+      setProxy({ HTTP_PROXY: proxy.url });
+      write({ mcpServers: { web: { url: remote.url } } });
+      expect(await hub.call('web', 'add', '{"a": 2, "b": 40}')).toEqual({ content: '42', isError: false });
+      expect(proxy.tunnels).toContain(new URL(remote.url).host);
+      await hub.close();
+      hub = new McpHub(dir);
+      setProxy({ HTTP_PROXY: proxy.url, NO_PROXY: '127.0.0.1' });
+      proxy.tunnels.length = 0;
+      expect(await hub.call('web', 'add', '{"a": 1, "b": 1}')).toEqual({ content: '2', isError: false });
+      expect(proxy.tunnels).toEqual([]);
+    } finally {
+      proxy.close();
+    }
+    // A proxy that is not there (its port closed): named, without its password, with what to check.
+    await hub.close();
+    hub = new McpHub(dir);
+    setProxy({ http_proxy: new URL(proxy.url).origin.replace('//', '//me:pw@') });
+    const web = (await hub.start(['web'])).servers[0];
+    expect(web?.state).toBe('failed');
+    expect(web?.error).toContain(`did not answer through the proxy ${proxy.url}:`);
+    expect(web?.error).toContain('the proxy (HTTPS_PROXY, HTTP_PROXY, NO_PROXY) right?');
+    expect(web?.error).not.toContain('pw');
   }, 60_000);
 
   it('a session the server ended (it restarted): the call says so, and the next one connects again', async () => {
