@@ -20,7 +20,7 @@ export function proxyFetch(url: string): { fetch: typeof fetch; proxy: string } 
   const env = process.env;
   const httpProxy = env.http_proxy?.trim() || env.HTTP_PROXY?.trim();
   const proxy = url.startsWith('https:') ? env.https_proxy?.trim() || env.HTTPS_PROXY?.trim() || httpProxy : httpProxy;
-  if (!proxy) return undefined;
+  if (!proxy || reachedDirectly(url)) return undefined;
   const settings = [...PROXY_VARIABLES, 'NO_PROXY', 'no_proxy'].map((name) => process.env[name] ?? '').join('\n');
   // Loaded here, not with this module: undici takes a tenth of a second to load, which every kvdesk command paid.
   const undici = require('undici') as typeof import('undici');
@@ -36,4 +36,27 @@ export function proxyFetch(url: string): { fetch: typeof fetch; proxy: string } 
     fetch: through as unknown as typeof fetch,
     proxy: proxy.replace(/\/\/[^@/]*@/, '//'),
   };
+}
+
+/**
+ * Whether NO_PROXY (or no_proxy, read first) names the URL's host — a host, a domain whose subdomains it covers
+ * (`example.com`, `.example.com`, `*.example.com`), with a port or not, or `*` for all — as undici's agent reads it
+ * (its requests then go straight to the host, and kvdesk's messages must not say "through the proxy").
+ */
+export function reachedDirectly(url: string): boolean {
+  if (!URL.canParse(url)) return false;
+  const value = process.env.no_proxy ?? process.env.NO_PROXY ?? '';
+  if (value === '*') return true;
+  const u = new URL(url);
+  // The host without its port, IPv6 brackets kept (as undici compares it).
+  const host = u.host.replace(/:\d*$/, '').toLowerCase();
+  const port = Number.parseInt(u.port, 10) || (u.protocol === 'https:' ? 443 : u.protocol === 'http:' ? 80 : 0);
+  for (const entry of value.split(/[,\s]/)) {
+    if (!entry) continue;
+    const m = /^(.+):(\d+)$/.exec(entry);
+    const name = (m ? (m[1] as string) : entry).replace(/^\*?\./, '').toLowerCase();
+    if (m && Number.parseInt(m[2] as string, 10) !== port) continue;
+    if (host === name || host.endsWith(`.${name}`)) return true;
+  }
+  return false;
 }

@@ -58,6 +58,9 @@ describe('the hub behind a proxy', () => {
     proxy.tunnels.length = 0;
     expect(await searchHub('tiny', { endpoint: hub.url })).toHaveLength(1);
     expect(proxy.tunnels).toEqual([]);
+    // Such a host that does not answer is not blamed on the proxy, which was not used.
+    const err = await searchHub('tiny', { endpoint: 'http://127.0.0.1:9' }).catch((e: unknown) => e as Error);
+    expect((err as Error).message).toMatch(/^could not reach http:\/\/127\.0\.0\.1:9: /);
   });
 
   it('a proxy that cannot be reached is named in the error, with what to check', async () => {
