@@ -243,6 +243,57 @@ describe('tool calls', () => {
     }
   });
 
+  it("JSON output with auto in Llama 3's bare form: an object is a call only where the call's grammar took it", async () => {
+    // The default package with a template that shows tools and has no call marker: calls are bare JSON objects.
+    const bareDir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-bare-'));
+    try {
+      cpSync(defaultModelDir, bareDir, { recursive: true });
+      const configPath = path.join(bareDir, 'tokenizer_config.json');
+      const config = JSON.parse(readFileSync(configPath, 'utf8'));
+      config.chat_template =
+        "{% if tools %}{{ '<|im_start|>system\\n' + (tools | tojson) + '<|im_end|>\\n' }}{% endif %}" +
+        "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endfor %}" +
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+      writeFileSync(configPath, JSON.stringify(config));
+      await host.loadModel(bareDir, { id: 'bare' });
+      // An answer whose first key is a call's, naming a tool: the two readings go together until one refuses a byte.
+      const answer = {
+        type: 'object',
+        properties: { name: { enum: ['get_weather', 'set_lights'] }, ok: { type: 'boolean' } },
+        required: ['name', 'ok'],
+      };
+      const kinds = { calls: 0, answers: 0 };
+      for (let seed = 1; seed <= 8; seed++) {
+        const r = await host.generate({
+          model: 'bare',
+          messages,
+          tools: TOOLS,
+          jsonSchema: answer,
+          maxNewTokens: 120,
+          sampling: { temperature: 1, seed },
+        }).result;
+        const row = r.rows[0] as { text: string; toolCalls?: ToolCall[]; finishReason: string };
+        if (row.toolCalls) {
+          kinds.calls++;
+          for (const call of row.toolCalls) {
+            expect(ajv.validate(schemaOf(call.name), JSON.parse(call.arguments)), call.arguments).toBe(true);
+          }
+        } else if (row.finishReason === 'eos') {
+          kinds.answers++;
+          expect(ajv.validate(answer, JSON.parse(row.text)), row.text).toBe(true);
+        } else {
+          expect(row.text, `seed ${seed}`).toMatch(/^\{/);
+        }
+      }
+      // Both came up (with these seeds: four of each).
+      expect(kinds.calls, JSON.stringify(kinds)).toBeGreaterThan(0);
+      expect(kinds.answers, JSON.stringify(kinds)).toBeGreaterThan(0);
+    } finally {
+      await host.unloadModel('bare').catch(() => {});
+      rmSync(bareDir, { recursive: true, force: true });
+    }
+  });
+
   it('earlier calls and results reach a template without tool support as the text kvdesk describes', async () => {
     const args = '{"city":"Oslo","days":2,"hourly":false}';
     const withCalls = await host.generate({

@@ -80,7 +80,7 @@ import { dropOldest } from './context-fit';
 import { deriveHostDeviceBudget } from './device-budgets';
 import { EngineClient } from './engine-client';
 import { closingSuffix, type ReasoningPlan, reasoningPlan, thinkingBudgetOf, thinkingVars } from './reasoning-plan';
-import { nativeTemplate, planTools, type ToolPlan } from './tool-plan';
+import { bareCallTest, nativeTemplate, planTools, type ToolPlan } from './tool-plan';
 
 const CPU = 'CPUExecutionProvider';
 /** Max new tokens of a request that names none, in a package whose generation config names none either. */
@@ -1626,15 +1626,21 @@ class Generation {
     this.rowOpening = rows.map(() => 0);
     // A forced call or a JSON reply ends when its object closes: a stop string inside it would only break it.
     this.matchers = rows.map(() => createStopMatcher(tools?.forced || jsonMode(req) ? [] : (req.stop ?? [])));
+    // A bare-JSON call beside JSON output: an object may be either until the call's grammar refuses it.
+    const mayBeCall =
+      reads?.grammar && reads.format.open === '' && jsonMode(req) ? bareCallTest(reads.grammar) : undefined;
     this.toolFilters = reads
       ? rows.map(() =>
           createToolCallFilter(reads.format, reads.names, {
             forced: reads.forced,
             paramSchemas: reads.paramSchemas,
             // A call held to its schema (forced, or by auto's grammar) cannot turn out to be text, so its arguments
-            // may go out as they are written; not where a stop string could still cut it into text.
-            streamArguments: reads.forced || (reads.grammar !== undefined && (req.stop ?? []).length === 0),
+            // may go out as they are written; not where a stop string could still cut it into text, nor where the
+            // object may still turn out to be the reply's JSON.
+            streamArguments:
+              reads.forced || (reads.grammar !== undefined && (req.stop ?? []).length === 0 && !mayBeCall),
             ...(reads.forcedName ? { forcedName: reads.forcedName } : {}),
+            ...(mayBeCall ? { mayBeCall } : {}),
           }),
         )
       : undefined;

@@ -5,7 +5,7 @@
  */
 import type { ChatMessage, GenerateRequest, ToolDefinition } from '../../shared/contract';
 import { KvdeskError } from '../../shared/errors';
-import type { CallGrammar } from '../engine/call-constraint';
+import { type CallGrammar, compileCallGrammar, feedCallBytes, initialCallState } from '../engine/call-constraint';
 import { compileSchema, SchemaError } from '../engine/json-schema';
 import { templateShowsTools } from '../tokenizer/chat-template';
 import type { TextTokenizer } from '../tokenizer/text-tokenizer';
@@ -258,20 +258,51 @@ function autoGrammar(tools: readonly ToolDefinition[], format: ToolCallFormat): 
 }
 
 /**
+ * Whether a reply's text (from its `{`) may be a call, where a call and the reply's JSON both begin with `{` (JSON
+ * output beside `auto` tools, in the bare-JSON form of Llama 3's templates): the engine follows both readings, and
+ * where the call's grammar refuses a byte the JSON's goes on, to an object that may still name a tool. Only text
+ * the grammar takes is a call: checked at every piece the filter reads, so a call read was taken whole.
+ */
+export function bareCallTest(grammar: CallGrammar): (text: string) => boolean {
+  const g = compileCallGrammar(grammar);
+  const utf8 = new TextEncoder();
+  return (text) => {
+    const bytes = utf8.encode(text);
+    // An object from its first byte (the filter's call text begins at it; an array is no bare call).
+    return bytes[0] === 0x7b && feedCallBytes(g, initialCallState(g), bytes, 0, bytes.length) !== null;
+  };
+}
+
+/**
  * Why the calls of an `auto` request with JSON output cannot be held to a grammar (autoGrammar gave none), which
  * such a reply needs to tell a call from the JSON.
  */
 function unheldBesideJson(tools: readonly ToolDefinition[], format: ToolCallFormat): KvdeskError {
+  let why = "kvdesk cannot hold a call to these tools' schemas";
+  let field = 'tools';
   const free = tools.findIndex(freeFormArguments);
-  const why =
-    format.xml === 'glm'
-      ? "this model writes calls as GLM's XML tags, which kvdesk reads but cannot hold to a grammar"
-      : free >= 0
-        ? `tools[${free}].parameters ("${(tools[free] as ToolDefinition).name}") takes keys it does not list (additionalProperties, or no properties), which kvdesk cannot hold a call to`
-        : "kvdesk cannot hold a call to these tools' schemas";
+  if (format.xml === 'glm') {
+    why = "this model writes calls as GLM's XML tags, which kvdesk reads but cannot hold to a grammar";
+  } else if (free >= 0) {
+    why = `tools[${free}].parameters ("${(tools[free] as ToolDefinition).name}") takes keys it does not list (additionalProperties, or no properties), which kvdesk cannot hold a call to`;
+    field = `tools[${free}].parameters`;
+  } else {
+    // The tool whose schema the grammar could not take, and where (a $ref, say).
+    for (const [i, t] of tools.entries()) {
+      try {
+        compileSchema(loosened(argumentsSchema(t)));
+      } catch (err) {
+        if (!(err instanceof SchemaError)) throw err;
+        const inner = err.path.slice('schema'.length);
+        why = `kvdesk cannot hold a call to tools[${i}].parameters${inner} ("${t.name}"): ${err.message.slice(err.path.length + 2)}`;
+        field = `tools[${i}].parameters${inner}`;
+        break;
+      }
+    }
+  }
   return bad(
     `tools beside JSON output (responseFormat / jsonSchema): a reply that may be either needs its calls held to a grammar, and ${why}. Send toolChoice (tool_choice) "none" for the JSON alone, or the tools without JSON output.`,
-    free >= 0 && format.xml !== 'glm' ? `tools[${free}].parameters` : 'tools',
+    field,
   );
 }
 

@@ -723,9 +723,16 @@ function ollamaParam(field: string, kind: OllamaKind): string | null {
  * names of the JSON output it mentions are Ollama's `format`.
  */
 function ollamaMessage(message: string): string {
-  return message
-    .replace(/\bjsonSchema \(json_schema\.schema\)/g, 'format')
-    .replace(/\(responseFormat \/ jsonSchema\)/g, '(format)');
+  return (
+    message
+      .replace(/\bjsonSchema \(json_schema\.schema\)/g, 'format')
+      .replace(/\(responseFormat \/ jsonSchema\)/g, '(format)')
+      // Ollama's API has no tool_choice: its tools may always be called.
+      .replace(
+        /\btool(Choice \(tool_choice\)|_choice) "none" for the JSON alone/g,
+        'the request without tools for the JSON alone',
+      )
+  );
 }
 
 /**

@@ -577,6 +577,12 @@ export function createToolCallFilter(
      * text (calls held to their schemas by a grammar): a client cannot take back what it was sent.
      */
     streamArguments?: boolean;
+    /**
+     * Where a call and the reply's JSON (JSON output) both begin with `{` (the bare-JSON form): whether the call
+     * text read so far is one the call grammar takes. Once it is not, the object is the reply's JSON (which the
+     * engine let go on where the call's grammar refused it), given as written; a call read is one it took whole.
+     */
+    mayBeCall?: (text: string) => boolean;
   } = {},
 ): ToolCallFilter {
   const bare = format.open === '';
@@ -717,7 +723,7 @@ export function createToolCallFilter(
       if (state === 'call') {
         // Whatever of the arguments is written goes out first (all of it when the call is complete).
         streamPartial(out);
-        const read = readCall();
+        const read = opts.mayBeCall && !opts.mayBeCall(buffer) ? null : readCall();
         if (read === -1) return;
         if (read === null) {
           streaming = [];

@@ -4,9 +4,9 @@
  */
 import { describe, expect, it } from 'vitest';
 import { compileSchema } from '../../../src/main/engine/json-schema';
-import { planTools } from '../../../src/main/host/tool-plan';
+import { bareCallTest, planTools } from '../../../src/main/host/tool-plan';
 import { templateShowsTools } from '../../../src/main/tokenizer/chat-template';
-import { HERMES, MISTRAL, QWEN_XML } from '../../../src/main/tokenizer/tool-calls';
+import { BARE_JSON, createToolCallFilter, HERMES, MISTRAL, QWEN_XML } from '../../../src/main/tokenizer/tool-calls';
 import type { GenerateRequest } from '../../../src/shared/contract';
 import { KvdeskError } from '../../../src/shared/errors';
 
@@ -83,6 +83,20 @@ describe('planTools', () => {
     expect(free.detail).toEqual({ field: 'tools[1].parameters' });
     expect(free.message).toMatch(/^tools beside JSON output .* tools\[1\]\.parameters \("anything"\) takes keys/);
     expect(planTools({ messages, tools: [anything] } as GenerateRequest, undefined, tok)?.grammar).toBeUndefined();
+    // A schema the grammar cannot take (pydantic's $defs and $ref for a nested model): the tool and the place.
+    const nested = {
+      name: 'lookup',
+      parameters: {
+        type: 'object',
+        properties: { at: { $ref: '#/$defs/Place' } },
+        $defs: { Place: { type: 'object', properties: { city: { type: 'string' } } } },
+      },
+    };
+    const ref = refusal({ tools: [weather, nested], responseFormat: 'json' });
+    expect(ref.detail).toEqual({ field: 'tools[1].parameters.properties.at.$ref' });
+    expect(ref.message).toMatch(
+      /and kvdesk cannot hold a call to tools\[1\]\.parameters\.properties\.at\.\$ref \("lookup"\): "\$ref" is not supported/,
+    );
     let harmony: unknown;
     try {
       planTools({ messages, tools: [weather], responseFormat: 'json' } as GenerateRequest, undefined, tok, {
@@ -317,5 +331,52 @@ describe('planTools', () => {
         planTools({ messages, tools: [weather], toolChoice } as GenerateRequest, undefined, tok)?.grammar,
       ).toBeUndefined();
     }
+  });
+});
+
+describe("bare-JSON calls beside JSON output (Llama 3's form)", () => {
+  // A template that shows tools and has no call marker: calls are bare JSON objects, as the JSON reply is.
+  const template = '{% if tools %}{{ tools | tojson }}{% endif %}{% for m in messages %}{{ m.content }}{% endfor %}';
+  const cities = {
+    name: 'get_weather',
+    parameters: { type: 'object', properties: { city: { enum: ['Paris', 'Oslo'] } }, required: ['city'] },
+  };
+  const plan = planTools({ messages, tools: [cities], responseFormat: 'json' } as GenerateRequest, template, tok);
+  /** The reply through the host's filter as the window and the APIs read it, in pieces of `size` characters. */
+  const read = (text: string, size = 1000) => {
+    if (!plan?.grammar) throw new Error('no grammar');
+    const f = createToolCallFilter(plan.format, plan.names, { mayBeCall: bareCallTest(plan.grammar) });
+    const pushes = [];
+    for (let i = 0; i < text.length; i += size) pushes.push(f.push(text.slice(i, i + size)));
+    pushes.push(f.flush());
+    return {
+      content: pushes.map((p) => p.content).join(''),
+      calls: pushes.flatMap((p) => p.calls).map((c) => [c.name, c.arguments]),
+      firstContentAt: pushes.findIndex((p) => p.content.length > 0),
+    };
+  };
+
+  it('an object is a call only where the call grammar took it whole; else the JSON reply, as written', () => {
+    expect(plan?.format).toBe(BARE_JSON);
+    expect(read('{"name":"get_weather","parameters":{"city":"Oslo"}}')).toMatchObject({
+      content: '',
+      calls: [['get_weather', '{"city":"Oslo"}']],
+    });
+    // Objects the engine's JSON reading went on with after the call's refused them (a city not listed, the
+    // required argument left out, another key, a JSON answer whose "name" is a tool's): text, not calls.
+    for (const json of [
+      '{"name":"get_weather","parameters":{"city":"Berlin"}}',
+      '{"name":"get_weather"}',
+      '{"name":"get_weather","arguments":{"town":1}}',
+      '{"name":"get_weather","summary":"the tool I would use"}',
+    ]) {
+      expect(read(json), json).toMatchObject({ content: json, calls: [] });
+    }
+  });
+
+  it('the JSON reply streams once it cannot be a call, not only when its object closes', () => {
+    const answer = `{"summary": "${'sunny '.repeat(20)}"}`;
+    // Its first piece (`{"summar`) already is no call's beginning.
+    expect(read(answer, 8)).toMatchObject({ content: answer, calls: [], firstContentAt: 0 });
   });
 });

@@ -537,6 +537,19 @@ describe('ollamaError', () => {
     expect(withTools.body.error).toBe(
       "tools beside JSON output (format): a reply that may be either needs its calls held to a grammar, and kvdesk cannot hold a call to these tools' schemas.",
     );
+    // Ollama has no tool_choice: what to send instead.
+    const noChoice = ollamaError(
+      errorFromInfo({
+        code: 'BAD_REQUEST',
+        message:
+          'This model (gpt-oss) writes JSON output in its final message, where it cannot call a tool: send tools or JSON output (responseFormat / jsonSchema), or toolChoice (tool_choice) "none" for the JSON alone.',
+        detail: { field: 'tools' },
+      }),
+      'chat',
+    );
+    expect(noChoice.body.error).toBe(
+      "This model (gpt-oss) writes JSON output in its final message, where it cannot call a tool: send tools or JSON output (format), or the request without tools for the JSON alone.",
+    );
     const temp = ollamaError(
       errorFromInfo({ code: 'BAD_REQUEST', message: 'bad', detail: { field: 'sampling.topP' } }),
       'generate',
