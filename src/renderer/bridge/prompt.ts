@@ -94,7 +94,8 @@ export function buildChatRequest(
     ...(thread.maxNewTokens ? { maxNewTokens: thread.maxNewTokens } : {}),
     ...(sampling ? { sampling } : {}),
     ...(thread.stop && thread.stop.length > 0 ? { stop: thread.stop } : {}),
-    ...jsonForm(thread),
+    // A turn that must call a tool replies with the call alone: JSON output is for the reply after the tools answer.
+    ...(tools?.required && tools.definitions.length > 0 ? {} : jsonForm(thread)),
     ...(thread.thinking !== undefined && model?.reasoning ? { thinking: thread.thinking } : {}),
     ...(thread.thinkingBudget !== undefined && thread.thinking !== false && model?.reasoning
       ? { thinkingBudget: thread.thinkingBudget }

@@ -125,6 +125,17 @@ describe('chat requests', () => {
     expect(
       buildChatRequest(thread('t1'), withTools, 'default', undefined, { definitions: [], required: true }).tools,
     ).toBeUndefined();
+    // JSON output: a turn that must call a tool is the call alone; the reply after the answers is the JSON (or more
+    // calls).
+    const json = thread('t1', { responseFormat: 'json', jsonSchema: '{"type": "object", "properties": {}}' });
+    expect(buildChatRequest(json, withTools, 'default', undefined, tools)).not.toHaveProperty('jsonSchema');
+    expect(buildChatRequest(json, withTools, 'default', undefined, { ...tools, required: false })).toMatchObject({
+      toolChoice: 'auto',
+      jsonSchema: { type: 'object', properties: {} },
+    });
+    expect(buildChatRequest(json, withTools, 'default', undefined, { definitions: [], required: true })).toHaveProperty(
+      'jsonSchema',
+    );
   });
 
   it("asks for each token's probability and 5 alternatives only in a thread set to keep them", () => {
