@@ -13,7 +13,9 @@
  * templates' `tojson` write the calls models learn from), and no other white
  * space. Keywords that constrain
  * values in ways the recogniser cannot enforce (pattern, format, a number's
- * minimum, $ref, …) are refused with the schema path, never ignored. An
+ * minimum, …) are refused with the schema path, never ignored. A `$ref` inside
+ * the schema (`#/$defs/Name`, as Pydantic writes nested models) is compiled as
+ * the definition it points at; a recursive one is refused. An
  * integer's bounds (minimum, maximum and their exclusive forms, up to ±(2^53 − 1):
  * zod writes those two for every `.int()`) are enforced digit by digit.
  *
@@ -327,7 +329,7 @@ function requireDisjoint(schemas: unknown[], nodes: SchemaNode[], path: string):
   }
 }
 
-function typeNode(type: string, schema: Record<string, unknown>, path: string, depth: number): SchemaNode {
+function typeNode(type: string, schema: Record<string, unknown>, path: string, depth: number, refs: Refs): SchemaNode {
   switch (type) {
     case 'object': {
       const props = schema.properties ?? {};
@@ -346,7 +348,7 @@ function typeNode(type: string, schema: Record<string, unknown>, path: string, d
           `${JSON.stringify(required[missing])} is required but not among the properties; kvdesk writes only the properties listed`,
         );
       }
-      const values = entries.map(([key, value]) => compileNode(value, `${path}.properties.${key}`, depth + 1));
+      const values = entries.map(([key, value]) => compileNode(value, `${path}.properties.${key}`, depth + 1, refs));
       const written = entries.map(([key]) => utf8(`${JSON.stringify(key)}:`));
       const index = written
         .map((_, i) => i)
@@ -370,7 +372,7 @@ function typeNode(type: string, schema: Record<string, unknown>, path: string, d
       if (schema.items === undefined) throw new SchemaError(`${path}.items`, 'is required for an array');
       return {
         k: 'array',
-        item: compileNode(schema.items, `${path}.items`, depth + 1),
+        item: compileNode(schema.items, `${path}.items`, depth + 1, refs),
         min: min as number,
         max: max as number,
       };
@@ -466,7 +468,121 @@ function reachable(v: number, neg: boolean, lo: number, hi: number, more: boolea
 
 const isPlainObject = (v: unknown): boolean => typeof v === 'object' && v !== null && !Array.isArray(v);
 
-function compileNode(schema: unknown, path: string, depth: number): SchemaNode {
+/**
+ * The schema a `$ref` is read in — the root, or the nearest enclosing schema with an `$id` (a resource of its own,
+ * as kvdesk gives each tool's parameters inside a call's schema) — and its path; the references being followed (a
+ * reference met again among them is a recursive schema); and those compiled already (a definition used in several
+ * places is compiled once), per resource.
+ */
+interface Refs {
+  root: unknown;
+  rootPath: string;
+  active: string[];
+  compiled: Map<unknown, Map<string, SchemaNode>>;
+}
+
+/** Keywords that may stand beside a `$ref`: they describe (Pydantic writes a field's description there). */
+const BESIDE_REF = new Set([
+  'title',
+  'description',
+  'default',
+  'examples',
+  '$comment',
+  'deprecated',
+  'readOnly',
+  'writeOnly',
+  // A root that is a reference keeps its definitions beside it (zod-to-json-schema writes one so).
+  '$defs',
+  'definitions',
+  '$schema',
+  '$id',
+]);
+
+/**
+ * Where a `$ref` points inside the schema (`#/$defs/Name`, `#/definitions/Name`, any JSON pointer from the root):
+ * the schema there and its path. Throws SchemaError for another document's or a name's reference, or one that
+ * points at nothing.
+ */
+function resolveRef(ref: unknown, path: string, refs: Refs): { schema: unknown; path: string } {
+  if (typeof ref !== 'string' || (ref !== '#' && !ref.startsWith('#/'))) {
+    throw new SchemaError(
+      `${path}.$ref`,
+      `only a reference inside the schema is supported ("#/$defs/Name"), not ${JSON.stringify(ref)}`,
+    );
+  }
+  let at: unknown = refs.root;
+  let where = refs.rootPath;
+  for (const raw of ref === '#' ? [] : ref.slice(2).split('/')) {
+    let part: string;
+    try {
+      part = decodeURIComponent(raw).replace(/~1/g, '/').replace(/~0/g, '~');
+    } catch {
+      part = raw;
+    }
+    const next =
+      typeof at === 'object' && at !== null && Object.hasOwn(at, part)
+        ? (at as Record<string, unknown>)[part]
+        : undefined;
+    if (next === undefined)
+      throw new SchemaError(`${path}.$ref`, `${JSON.stringify(ref)} points at nothing in the schema`);
+    at = next;
+    where += Array.isArray(at) || /^[A-Za-z_$][\w$]*$/.test(part) ? `.${part}` : `[${JSON.stringify(part)}]`;
+  }
+  return { schema: at, path: where };
+}
+
+/** A schema with its `$ref`s followed (for what reads schemas as written: a oneOf's alternatives). */
+function derefed(schema: unknown, refs: Refs): unknown {
+  let s = schema;
+  for (
+    let hops = 0;
+    hops <= MAX_SCHEMA_DEPTH && isPlainObject(s) && (s as Record<string, unknown>).$ref !== undefined;
+    hops++
+  ) {
+    try {
+      s = resolveRef((s as Record<string, unknown>).$ref, 'schema', refs).schema;
+    } catch {
+      return s;
+    }
+  }
+  return s;
+}
+
+/** A `$ref` (with only descriptions beside it): the schema it points at, compiled once. */
+function compileRef(s: Record<string, unknown>, path: string, depth: number, refs: Refs): SchemaNode {
+  const beside = Object.keys(s).find((k) => k !== '$ref' && !BESIDE_REF.has(k));
+  if (beside !== undefined) {
+    throw new SchemaError(
+      `${path}.${beside}`,
+      `"${beside}" beside "$ref" is not supported: move it into the definition`,
+    );
+  }
+  const ref = s.$ref as string;
+  let compiled = refs.compiled.get(refs.root);
+  if (!compiled) {
+    compiled = new Map();
+    refs.compiled.set(refs.root, compiled);
+  }
+  const known = compiled.get(ref);
+  if (known) return known;
+  const target = resolveRef(ref, path, refs);
+  if (refs.active.includes(ref)) {
+    throw new SchemaError(
+      `${path}.$ref`,
+      `${JSON.stringify(ref)} refers back to itself (a recursive schema), which kvdesk cannot hold: give the nesting a fixed depth`,
+    );
+  }
+  refs.active.push(ref);
+  try {
+    const node = compileNode(target.schema, target.path, depth + 1, refs);
+    compiled.set(ref, node);
+    return node;
+  } finally {
+    refs.active.pop();
+  }
+}
+
+function compileNode(schema: unknown, path: string, depth: number, refs: Refs): SchemaNode {
   if (depth > MAX_SCHEMA_DEPTH)
     throw new SchemaError(path, `schemas nested deeper than ${MAX_SCHEMA_DEPTH} are not supported`);
   if (schema === true || (typeof schema === 'object' && schema !== null && Object.keys(schema).length === 0)) {
@@ -476,9 +592,13 @@ function compileNode(schema: unknown, path: string, depth: number): SchemaNode {
     throw new SchemaError(path, 'must be a schema object');
   }
   const s = schema as Record<string, unknown>;
+  // A schema with an $id is a resource of its own: the references inside it are read in it.
+  if (s.$id !== undefined && s !== refs.root) {
+    return compileNode(schema, path, depth, { root: s, rootPath: path, active: [], compiled: refs.compiled });
+  }
+  if (s.$ref !== undefined) return compileRef(s, path, depth, refs);
   for (const key of Object.keys(s)) {
-    // Definitions are only read through $ref, which is refused where it is used: unused ones (Pydantic's and
-    // zod-to-json-schema's, often empty) change nothing.
+    // Definitions are read through $ref only (Pydantic's and zod-to-json-schema's, often unused or empty).
     if ((key === '$defs' || key === 'definitions') && isPlainObject(s[key])) continue;
     if (!ANNOTATIONS.has(key)) throw new SchemaError(`${path}.${key}`, `"${key}" is not supported by kvdesk`);
   }
@@ -540,8 +660,14 @@ function compileNode(schema: unknown, path: string, depth: number): SchemaNode {
         `lists ${alternatives.length} alternatives; at most ${MAX_UNION_ALTERNATIVES} are supported`,
       );
     }
-    const nodes = alternatives.map((a, i) => compileNode(a, `${path}.${name}[${i}]`, depth + 1));
-    if (name === 'oneOf') requireDisjoint(alternatives, nodes, `${path}.oneOf`);
+    const nodes = alternatives.map((a, i) => compileNode(a, `${path}.${name}[${i}]`, depth + 1, refs));
+    if (name === 'oneOf') {
+      requireDisjoint(
+        alternatives.map((a) => derefed(a, refs)),
+        nodes,
+        `${path}.oneOf`,
+      );
+    }
     return union(nodes, `${path}.${name}`);
   }
   if (s.type === undefined) throw new SchemaError(`${path}.type`, 'is required (or enum, const, anyOf)');
@@ -566,7 +692,7 @@ function compileNode(schema: unknown, path: string, depth: number): SchemaNode {
     );
   }
   return union(
-    (types as string[]).map((t) => typeNode(t, s, path, depth)),
+    (types as string[]).map((t) => typeNode(t, s, path, depth, refs)),
     `${path}.type`,
   );
 }
@@ -576,7 +702,7 @@ function compileNode(schema: unknown, path: string, depth: number): SchemaNode {
  * cannot enforce.
  */
 export function compileSchema(schema: unknown): SchemaNode {
-  const root = compileNode(schema, 'schema', 0);
+  const root = compileNode(schema, 'schema', 0, { root: schema, rootPath: 'schema', active: [], compiled: new Map() });
   if (root.k !== 'object' && !(root.k === 'union' && root.branches.every((b) => b.k === 'object'))) {
     const s = schema as Record<string, unknown>;
     throw new SchemaError(

@@ -143,11 +143,17 @@ function checkedSchema(
   return schema;
 }
 
-/** The reply of a forced call to `tool`: `{"name": <its name>, <argsKey>: <its arguments>}`. */
+/**
+ * The reply of a forced call to `tool`: `{"name": <its name>, <argsKey>: <its arguments>}`. The arguments' schema
+ * is a resource of its own (an `$id`), so that its `$ref`s (`#/$defs/…`, as Pydantic writes nested models) are
+ * read in it, not in the call's schema.
+ */
 function callSchema(tool: ToolDefinition, argsKey: string): Record<string, unknown> {
+  const args = argumentsSchema(tool);
+  const refers = JSON.stringify(args).includes('"$ref"');
   return {
     type: 'object',
-    properties: { name: { const: tool.name }, [argsKey]: argumentsSchema(tool) },
+    properties: { name: { const: tool.name }, [argsKey]: refers ? { $id: 'kvdesk:arguments', ...args } : args },
     required: ['name', argsKey],
   };
 }
@@ -205,7 +211,7 @@ export function nesting(value: unknown): number {
 
 /**
  * A schema that accepts everything `schema` does, in the shapes kvdesk's recogniser holds: value bounds
- * (minimum, pattern, format, …) dropped, and oneOf read as anyOf. What it still cannot hold ($ref, a value of
+ * (minimum, pattern, format, …) dropped, and oneOf read as anyOf. What it still cannot hold (a recursive $ref, a value of
  * any type, …) stays, to be refused when compiled.
  */
 function loosened(schema: unknown): unknown {
@@ -213,8 +219,8 @@ function loosened(schema: unknown): unknown {
   const out: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(schema)) {
     if (VALUE_BOUNDS.includes(key)) continue;
-    if (key === 'properties' && typeof value === 'object' && value !== null) {
-      out.properties = Object.fromEntries(Object.entries(value).map(([k, v]) => [k, loosened(v)]));
+    if ((key === 'properties' || key === '$defs' || key === 'definitions') && typeof value === 'object' && value) {
+      out[key] = Object.fromEntries(Object.entries(value).map(([k, v]) => [k, loosened(v)]));
     } else if (key === 'items') out.items = loosened(value);
     else if ((key === 'anyOf' || key === 'oneOf') && Array.isArray(value)) out.anyOf = value.map(loosened);
     else out[key] = value;
@@ -287,7 +293,7 @@ function unheldBesideJson(tools: readonly ToolDefinition[], format: ToolCallForm
     why = `tools[${free}].parameters ("${(tools[free] as ToolDefinition).name}") takes keys it does not list (additionalProperties, or no properties), which kvdesk cannot hold a call to`;
     field = `tools[${free}].parameters`;
   } else {
-    // The tool whose schema the grammar could not take, and where (a $ref, say).
+    // The tool whose schema the grammar could not take, and where (a recursive $ref, say).
     for (const [i, t] of tools.entries()) {
       try {
         compileSchema(loosened(argumentsSchema(t)));

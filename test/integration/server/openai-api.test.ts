@@ -4,6 +4,7 @@
  * chat and completions, stream and not, n, stop, usage, budget caps, and
  * every refusal with its status code and numbers.
  */
+import Ajv from 'ajv';
 import OpenAI from 'openai';
 import { zodResponseFormat } from 'openai/helpers/zod';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -760,6 +761,46 @@ describe('logprobs, penalties, logit bias and JSON mode', () => {
     expect(err.message).toContain('schema.properties.s.format');
     // In the API's own names.
     expect(err.message).toMatch(/^400 response_format\.json_schema\.schema is not one kvdesk can enforce: /);
+  });
+
+  it('response_format from a Pydantic model with a nested one ($defs, $ref): replies conform to it', async () => {
+    // As the Python SDK sends `response_format=Trip` (a model using Place twice; a Literal city, which the random
+    // model finishes: a free string may run on).
+    const schema = {
+      $defs: {
+        Place: {
+          type: 'object',
+          properties: { city: { enum: ['Oslo', 'Lima'], title: 'City' }, sunny: { type: 'boolean', title: 'Sunny' } },
+          required: ['city', 'sunny'],
+          additionalProperties: false,
+          title: 'Place',
+        },
+      },
+      type: 'object',
+      properties: { start: { $ref: '#/$defs/Place' }, end: { $ref: '#/$defs/Place' } },
+      required: ['start', 'end'],
+      additionalProperties: false,
+      title: 'Trip',
+    };
+    const validate = new Ajv({ strict: false }).compile(schema);
+    let stopped = 0;
+    for (const seed of [1, 2, 3, 4]) {
+      const r = await client.chat.completions.create({
+        model: 'default',
+        messages: hi,
+        max_tokens: 200,
+        temperature: 1,
+        seed,
+        response_format: { type: 'json_schema', json_schema: { name: 'Trip', schema, strict: true } },
+      });
+      const c = r.choices[0] as (typeof r.choices)[number];
+      const text = c.message.content ?? '';
+      expect(text, text).toMatch(/^\{ ?"start": ?\{ ?"city": ?"(O|L)/);
+      if (c.finish_reason !== 'stop') continue;
+      stopped++;
+      expect(validate(JSON.parse(text)), text).toBe(true);
+    }
+    expect(stopped).toBeGreaterThan(0);
   });
 
   it('tools beside response_format (an Agents SDK agent with an output type): each reply is calls or the JSON', async () => {

@@ -17,6 +17,7 @@ import {
   MAX_SCHEMA_DEPTH,
   MAX_SCHEMA_PATHS,
   MAX_UNION_ALTERNATIVES,
+  type SchemaError,
   type SchemaNode,
   type SchemaState,
   schemaPathCount,
@@ -744,9 +745,114 @@ describe('the schema recogniser', () => {
     }
     // A schema of definitions alone still says what it lacks.
     expect(() => compileSchema({ $defs: {} })).toThrow();
-    expect(() =>
-      compileSchema({ type: 'object', properties: { a: { $ref: '#/$defs/x' } }, $defs: { x: { type: 'string' } } }),
-    ).toThrow(/\$ref/);
+  });
+
+  it('follows a $ref inside the schema to its definition (Pydantic nested models), once per definition', () => {
+    // As Pydantic's model_json_schema() writes a model with a nested one, used twice (a description beside one).
+    const place = {
+      type: 'object',
+      properties: { city: { type: 'string' }, n: { type: 'integer', minimum: 0 } },
+      required: ['city', 'n'],
+      additionalProperties: false,
+    };
+    const trip = {
+      type: 'object',
+      properties: {
+        home: { $ref: '#/$defs/Place', description: 'where' },
+        stops: { type: 'array', items: { $ref: '#/$defs/Place' } },
+      },
+      required: ['home', 'stops'],
+      $defs: { Place: place },
+    };
+    const root = compileSchema(trip);
+    expect(feedAll(root, '{"home": {"city": "Oslo", "n": 1}, "stops": [{"city": "Lima", "n": 2}]}').done).toBe(true);
+    // The definition's own rules hold where it is used: n ≥ 0 (a "-" may begin -0; "-1" is refused at its 1).
+    expect(feedAll(root, '{"home": {"city": "Oslo", "n": -1').accepted).toBe(32);
+    expect(feedAll(root, '{"home": {"town').accepted).toBe(11);
+    // Compiled once: both uses are one node.
+    const props = (root as Extract<SchemaNode, { k: 'object' }>).values;
+    expect((props[1] as Extract<SchemaNode, { k: 'array' }>).item).toBe(props[0]);
+    // A root that is a reference (zod-to-json-schema's), `definitions`, a JSON pointer, an escaped name.
+    expect(
+      feedAll(compileSchema({ $ref: '#/definitions/P', definitions: { P: place } }), '{"city": "a", "n": 0}').done,
+    ).toBe(true);
+    const escaped = {
+      type: 'object',
+      properties: { a: { $ref: '#/$defs/x~1y' } },
+      required: ['a'],
+      $defs: { 'x/y': { type: 'boolean' } },
+    };
+    expect(feedAll(compileSchema(escaped), '{"a": true}').done).toBe(true);
+    expect(
+      feedAll(
+        compileSchema({ ...trip, properties: { home: { $ref: '#/$defs/Place/properties/n' } }, required: ['home'] }),
+        '{"home": 3}',
+      ).done,
+    ).toBe(true);
+    // A oneOf of references is told apart by what they point at.
+    const tagged = (tag: string) => ({ type: 'object', properties: { kind: { const: tag } }, required: ['kind'] });
+    const either = {
+      type: 'object',
+      properties: { x: { oneOf: [{ $ref: '#/$defs/A' }, { $ref: '#/$defs/B' }] } },
+      $defs: { A: tagged('a'), B: tagged('b') },
+    };
+    expect(feedAll(compileSchema(either), '{"x": {"kind": "b"}}').done).toBe(true);
+  });
+
+  it("refuses a $ref it cannot follow, naming where (the definition's own place for what is inside it)", () => {
+    const at = (schema: Schema) => {
+      try {
+        compileSchema(schema);
+      } catch (err) {
+        return [(err as SchemaError).path, (err as Error).message];
+      }
+      return null;
+    };
+    const obj = (a: Schema, defs: Record<string, Schema> = {}) => ({ type: 'object', properties: { a }, $defs: defs });
+    expect(at(obj({ $ref: '#/$defs/x' }))).toEqual([
+      'schema.properties.a.$ref',
+      expect.stringContaining('"#/$defs/x" points at nothing'),
+    ]);
+    expect(at(obj({ $ref: 'https://example.com/s.json' }))?.[1]).toMatch(
+      /only a reference inside the schema is supported/,
+    );
+    expect(at(obj({ $ref: '#name' }))?.[0]).toBe('schema.properties.a.$ref');
+    expect(at(obj({ $ref: '#/$defs/P', type: 'object' }, { P: { type: 'string' } }))).toEqual([
+      'schema.properties.a.type',
+      expect.stringContaining('"type" beside "$ref" is not supported'),
+    ]);
+    expect(at(obj({ $ref: '#/$defs/P' }, { P: { type: 'string', pattern: 'x' } }))?.[0]).toBe('schema.$defs.P.pattern');
+    // Recursive: a tree of nodes, or a definition that is itself.
+    const tree = obj(
+      { $ref: '#/$defs/N' },
+      { N: { type: 'object', properties: { kids: { type: 'array', items: { $ref: '#/$defs/N' } } } } },
+    );
+    expect(at(tree)).toEqual([
+      'schema.$defs.N.properties.kids.items.$ref',
+      expect.stringContaining('refers back to itself'),
+    ]);
+    expect(at(obj({ $ref: '#/$defs/L' }, { L: { $ref: '#/$defs/L' } }))?.[1]).toMatch(/refers back to itself/);
+  });
+
+  it("reads the $refs of a schema with an $id in it (a tool's parameters inside a call's schema)", () => {
+    const params = {
+      $id: 'kvdesk:arguments',
+      type: 'object',
+      properties: { at: { $ref: '#/$defs/P' } },
+      required: ['at'],
+      $defs: { P: { enum: [1, 2] } },
+    };
+    const call = {
+      type: 'object',
+      properties: { name: { const: 'f' }, arguments: params },
+      required: ['name', 'arguments'],
+    };
+    expect(feedAll(compileSchema(call), '{"name": "f", "arguments": {"at": 2}}').done).toBe(true);
+    // Without the $id the reference is read in the call's schema, which has no $defs.
+    const { $id: _, ...plain } = params;
+    expect(() => compileSchema({ ...call, properties: { ...call.properties, arguments: plain } })).toThrow(
+      /schema\.properties\.arguments\.properties\.at\.\$ref: "#\/\$defs\/P" points at nothing/,
+    );
   });
 
   it('refuses schemas it cannot enforce, naming the place', () => {

@@ -3,7 +3,7 @@
  * package's template, and the schema a forced call is written to.
  */
 import { describe, expect, it } from 'vitest';
-import { compileSchema } from '../../../src/main/engine/json-schema';
+import { compileSchema, feedSchemaBytes, initialSchemaState } from '../../../src/main/engine/json-schema';
 import { bareCallTest, planTools } from '../../../src/main/host/tool-plan';
 import { templateShowsTools } from '../../../src/main/tokenizer/chat-template';
 import { BARE_JSON, createToolCallFilter, HERMES, MISTRAL, QWEN_XML } from '../../../src/main/tokenizer/tool-calls';
@@ -83,19 +83,43 @@ describe('planTools', () => {
     expect(free.detail).toEqual({ field: 'tools[1].parameters' });
     expect(free.message).toMatch(/^tools beside JSON output .* tools\[1\]\.parameters \("anything"\) takes keys/);
     expect(planTools({ messages, tools: [anything] } as GenerateRequest, undefined, tok)?.grammar).toBeUndefined();
-    // A schema the grammar cannot take (pydantic's $defs and $ref for a nested model): the tool and the place.
+    // Pydantic's $defs and $ref for a nested model: held, read in the tool's own parameters.
+    const place = { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] };
     const nested = {
       name: 'lookup',
+      parameters: { type: 'object', properties: { at: { $ref: '#/$defs/Place' } }, $defs: { Place: place } },
+    };
+    const held = planTools(
+      { messages, tools: [weather, nested], responseFormat: 'json' } as GenerateRequest,
+      undefined,
+      tok,
+    );
+    expect(held?.grammar).toBeDefined();
+    // … and a forced call to it is written to them.
+    const forced = planTools(
+      { messages, tools: [weather, nested], toolChoice: 'required' } as GenerateRequest,
+      undefined,
+      tok,
+    );
+    const written = (text: string) => {
+      const bytes = new TextEncoder().encode(text);
+      return feedSchemaBytes(compileSchema(forced?.schema), initialSchemaState(), bytes, 0, bytes.length);
+    };
+    expect(written('{"name": "lookup", "arguments": {"at": {"city": "Oslo"}}}')?.done).toBe(true);
+    expect(written('{"name": "lookup", "arguments": {"at": {"town"')).toBeNull();
+    // A schema the grammar cannot take (a recursive one): the tool and the place.
+    const tree = {
+      name: 'tree',
       parameters: {
         type: 'object',
-        properties: { at: { $ref: '#/$defs/Place' } },
-        $defs: { Place: { type: 'object', properties: { city: { type: 'string' } } } },
+        properties: { root: { $ref: '#/$defs/Node' } },
+        $defs: { Node: { type: 'object', properties: { kids: { type: 'array', items: { $ref: '#/$defs/Node' } } } } },
       },
     };
-    const ref = refusal({ tools: [weather, nested], responseFormat: 'json' });
-    expect(ref.detail).toEqual({ field: 'tools[1].parameters.properties.at.$ref' });
+    const ref = refusal({ tools: [weather, tree], responseFormat: 'json' });
+    expect(ref.detail).toEqual({ field: 'tools[1].parameters.$defs.Node.properties.kids.items.$ref' });
     expect(ref.message).toMatch(
-      /and kvdesk cannot hold a call to tools\[1\]\.parameters\.properties\.at\.\$ref \("lookup"\): "\$ref" is not supported/,
+      /and kvdesk cannot hold a call to tools\[1\]\.parameters\.\$defs\.Node\.properties\.kids\.items\.\$ref \("tree"\): "#\/\$defs\/Node" refers back to itself/,
     );
     let harmony: unknown;
     try {
