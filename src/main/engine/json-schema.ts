@@ -213,7 +213,11 @@ function firstBytes(node: SchemaNode): Set<number> {
   }
 }
 
-/** Paths a value of each node can keep alive at once (unions record theirs; see `width`). */
+/**
+ * Paths a value of each node can keep alive at once (unions record theirs; see `width`). Objects and arrays keep
+ * theirs once counted: a definition a `$ref` names is one node wherever it is used, and counting its uses again
+ * would take time exponential in how deep such uses nest.
+ */
 const widths = new WeakMap<SchemaNode, number>();
 
 /**
@@ -224,16 +228,12 @@ const widths = new WeakMap<SchemaNode, number>();
  * a byte can begin along several alternatives adds up theirs.
  */
 function width(node: SchemaNode): number {
-  switch (node.k) {
-    case 'object':
-      return node.values.reduce((w, v) => Math.max(w, width(v)), 1);
-    case 'array':
-      return width(node.item);
-    case 'union':
-      return widths.get(node) ?? 1;
-    default:
-      return 1;
-  }
+  const known = widths.get(node);
+  if (known !== undefined || node.k === 'union') return known ?? 1;
+  if (node.k !== 'object' && node.k !== 'array') return 1;
+  const w = node.k === 'object' ? node.values.reduce((most, v) => Math.max(most, width(v)), 1) : width(node.item);
+  widths.set(node, w);
+  return w;
 }
 
 /**
