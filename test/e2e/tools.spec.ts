@@ -142,6 +142,45 @@ test("a chat's MCP tools: the model's call waits for Run, the tool answers, the 
   await expect(page.getByTestId('tool-call').first()).toHaveAttribute('data-state', want.error ? 'error' : 'done');
 });
 
+test('JSON output with a tool to call: the call first, then, after its answer, the JSON or more calls', async ({
+  page,
+  toolServer: server,
+}) => {
+  const sent = requests(page);
+  await page.goto(`${server.url}/?token=${TOKEN}`);
+  await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+  await newChat(page);
+  await setSettings(page, { maxNewTokens: 120, seed: 2 });
+  await page.getByTestId('settings-toggle').click();
+  await page.locator('[data-testid="mcp-server"][data-server="calc"]').getByTestId('mcp-server-toggle').check();
+  await page.getByTestId('setting-tools-required').check();
+  await page.getByTestId('setting-json').check();
+  const schema = { type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'] };
+  await page.getByTestId('setting-json-schema').fill(JSON.stringify(schema));
+  await page.getByTestId('setting-json-schema').blur();
+  await expect(page.getByTestId('settings-summary')).toContainText('JSON schema');
+  await page.getByTestId('settings-toggle').click();
+
+  await send(page, 'Is 2 + 40 even?');
+  const card = lastReply(page).getByTestId('tool-call');
+  await expect(card).toHaveAttribute('data-state', 'waiting', { timeout: 60_000 });
+  // The turn that must call a tool is the call alone: no JSON asked of it (the host refuses the two together).
+  expect(sent[0]).toMatchObject({ toolChoice: 'required' });
+  expect(sent[0]).not.toHaveProperty('jsonSchema');
+  await card.getByTestId('tool-run').click();
+  await expect(page.getByTestId('message-tool')).toHaveCount(1);
+  await expect(page.getByTestId('message-assistant')).toHaveCount(2);
+  const next = lastReply(page);
+  await expect(next).toHaveAttribute('data-state', 'done', { timeout: 60_000 });
+  // After the answer: the tools beside the JSON, and a reply that is one of them — never a refusal.
+  expect(sent[1]).toMatchObject({ toolChoice: 'auto', jsonSchema: schema });
+  await expect(next.getByTestId('refusal')).toHaveCount(0);
+  if ((await next.getByTestId('tool-call').count()) === 0) {
+    const text = (await next.getByTestId('message-text').locator('pre code').textContent()) ?? '';
+    expect([{ ok: true }, { ok: false }]).toContainEqual(JSON.parse(text.trim()));
+  }
+});
+
 test('a page served without a token may not run tools, and says how to', async ({ page }) => {
   const dataDir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-e2e-tools-open-'));
   const servers = { calc: { command: 'true' }, other: { command: 'true' } };
