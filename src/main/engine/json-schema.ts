@@ -114,6 +114,9 @@ const ANNOTATIONS = new Set([
   'const',
   'anyOf',
   'oneOf',
+  // OpenAPI's (Pydantic writes it beside a oneOf): which property tells the alternatives apart, which a oneOf's
+  // check proves for itself.
+  'discriminator',
   // An integer's bounds (typeNode reads them; on a number they are refused there).
   ...BOUNDS,
 ]);
@@ -470,15 +473,17 @@ const isPlainObject = (v: unknown): boolean => typeof v === 'object' && v !== nu
 
 /**
  * The schema a `$ref` is read in — the root, or the nearest enclosing schema with an `$id` (a resource of its own,
- * as kvdesk gives each tool's parameters inside a call's schema) — and its path; the references being followed (a
- * reference met again among them is a recursive schema); and those compiled already (a definition used in several
- * places is compiled once), per resource.
+ * as kvdesk gives each tool's parameters inside a call's schema) — and its path; the definitions being followed (a
+ * definition met again among them is a recursive schema); those compiled already (a definition used in several
+ * places, however its references spell it, is compiled once), with how many levels they nest; and the deepest
+ * level the compile has reached.
  */
 interface Refs {
   root: unknown;
   rootPath: string;
-  active: string[];
-  compiled: Map<unknown, Map<string, SchemaNode>>;
+  active: unknown[];
+  compiled: Map<unknown, { node: SchemaNode; height: number }>;
+  deepest: number;
 }
 
 /** Keywords that may stand beside a `$ref`: they describe (Pydantic writes a field's description there). */
@@ -498,19 +503,38 @@ const BESIDE_REF = new Set([
   '$id',
 ]);
 
+/** Whether a schema starts a resource of its own: an `$id` that is an address (draft 6/7's `"#name"` is a name). */
+const startsResource = (s: Record<string, unknown>) => typeof s.$id === 'string' && !s.$id.startsWith('#');
+
+/**
+ * The reference a schema stands for: its `$ref`, or the one schema of an `allOf` that holds nothing else (Pydantic
+ * 1 and Pydantic 2 before 2.9 wrap a `$ref` with a description beside it so); undefined for other schemas.
+ */
+function referenceOf(s: Record<string, unknown>): { ref: unknown; key: string } | undefined {
+  if (s.$ref !== undefined) return { ref: s.$ref, key: '$ref' };
+  const all = s.allOf;
+  if (Array.isArray(all) && all.length === 1 && isPlainObject(all[0])) {
+    const only = all[0] as Record<string, unknown>;
+    if (only.$ref !== undefined && Object.keys(only).every((k) => k === '$ref' || BESIDE_REF.has(k))) {
+      return { ref: only.$ref, key: 'allOf[0].$ref' };
+    }
+  }
+  return undefined;
+}
+
 /**
  * Where a `$ref` points inside the schema (`#/$defs/Name`, `#/definitions/Name`, any JSON pointer from the root):
  * the schema there and its path. Throws SchemaError for another document's or a name's reference, or one that
  * points at nothing.
  */
-function resolveRef(ref: unknown, path: string, refs: Refs): { schema: unknown; path: string } {
+function resolveRef(ref: unknown, at: string, refs: Refs): { schema: unknown; path: string } {
   if (typeof ref !== 'string' || (ref !== '#' && !ref.startsWith('#/'))) {
     throw new SchemaError(
-      `${path}.$ref`,
-      `only a reference inside the schema is supported ("#/$defs/Name"), not ${JSON.stringify(ref)}`,
+      at,
+      `only a JSON pointer inside the schema is supported ("#/$defs/Name"), not ${JSON.stringify(ref)}`,
     );
   }
-  let at: unknown = refs.root;
+  let node: unknown = refs.root;
   let where = refs.rootPath;
   for (const raw of ref === '#' ? [] : ref.slice(2).split('/')) {
     let part: string;
@@ -520,27 +544,31 @@ function resolveRef(ref: unknown, path: string, refs: Refs): { schema: unknown; 
       part = raw;
     }
     const next =
-      typeof at === 'object' && at !== null && Object.hasOwn(at, part)
-        ? (at as Record<string, unknown>)[part]
+      typeof node === 'object' && node !== null && Object.hasOwn(node, part)
+        ? (node as Record<string, unknown>)[part]
         : undefined;
-    if (next === undefined)
-      throw new SchemaError(`${path}.$ref`, `${JSON.stringify(ref)} points at nothing in the schema`);
-    at = next;
-    where += Array.isArray(at) || /^[A-Za-z_$][\w$]*$/.test(part) ? `.${part}` : `[${JSON.stringify(part)}]`;
+    if (next === undefined) throw new SchemaError(at, `${JSON.stringify(ref)} points at nothing in the schema`);
+    where += Array.isArray(node)
+      ? `[${part}]`
+      : /^[A-Za-z_$][\w$]*$/.test(part)
+        ? `.${part}`
+        : `[${JSON.stringify(part)}]`;
+    node = next;
   }
-  return { schema: at, path: where };
+  return { schema: node, path: where };
 }
 
-/** A schema with its `$ref`s followed (for what reads schemas as written: a oneOf's alternatives). */
+/** A schema with its references followed (for what reads schemas as written: a oneOf's alternatives). */
 function derefed(schema: unknown, refs: Refs): unknown {
   let s = schema;
-  for (
-    let hops = 0;
-    hops <= MAX_SCHEMA_DEPTH && isPlainObject(s) && (s as Record<string, unknown>).$ref !== undefined;
-    hops++
-  ) {
+  let scope = refs;
+  for (let hops = 0; hops <= MAX_SCHEMA_DEPTH && isPlainObject(s); hops++) {
+    const o = s as Record<string, unknown>;
+    if (startsResource(o) && o !== scope.root) scope = { ...scope, root: o };
+    const reference = referenceOf(o);
+    if (!reference) return s;
     try {
-      s = resolveRef((s as Record<string, unknown>).$ref, 'schema', refs).schema;
+      s = resolveRef(reference.ref, 'schema', scope).schema;
     } catch {
       return s;
     }
@@ -548,36 +576,43 @@ function derefed(schema: unknown, refs: Refs): unknown {
   return s;
 }
 
-/** A `$ref` (with only descriptions beside it): the schema it points at, compiled once. */
+/**
+ * A reference (with only descriptions beside it): the schema it points at, compiled once however many places use
+ * it — each of which must still leave room for its levels under MAX_SCHEMA_DEPTH.
+ */
 function compileRef(s: Record<string, unknown>, path: string, depth: number, refs: Refs): SchemaNode {
-  const beside = Object.keys(s).find((k) => k !== '$ref' && !BESIDE_REF.has(k));
+  const reference = referenceOf(s) as { ref: unknown; key: string };
+  const beside = Object.keys(s).find((k) => !(k === reference.key.split('[')[0] || BESIDE_REF.has(k)));
   if (beside !== undefined) {
     throw new SchemaError(
       `${path}.${beside}`,
       `"${beside}" beside "$ref" is not supported: move it into the definition`,
     );
   }
-  const ref = s.$ref as string;
-  let compiled = refs.compiled.get(refs.root);
-  if (!compiled) {
-    compiled = new Map();
-    refs.compiled.set(refs.root, compiled);
+  const target = resolveRef(reference.ref, `${path}.${reference.key}`, refs);
+  const known = refs.compiled.get(target.schema);
+  if (known) {
+    if (depth + 1 + known.height > MAX_SCHEMA_DEPTH) {
+      throw new SchemaError(path, `schemas nested deeper than ${MAX_SCHEMA_DEPTH} are not supported`);
+    }
+    refs.deepest = Math.max(refs.deepest, depth + 1 + known.height);
+    return known.node;
   }
-  const known = compiled.get(ref);
-  if (known) return known;
-  const target = resolveRef(ref, path, refs);
-  if (refs.active.includes(ref)) {
+  if (refs.active.includes(target.schema)) {
     throw new SchemaError(
-      `${path}.$ref`,
-      `${JSON.stringify(ref)} refers back to itself (a recursive schema), which kvdesk cannot hold: give the nesting a fixed depth`,
+      `${path}.${reference.key}`,
+      `${JSON.stringify(reference.ref)} refers back to itself (a recursive schema), which kvdesk cannot hold: give the nesting a fixed depth`,
     );
   }
-  refs.active.push(ref);
+  refs.active.push(target.schema);
+  const outer = refs.deepest;
+  refs.deepest = depth + 1;
   try {
     const node = compileNode(target.schema, target.path, depth + 1, refs);
-    compiled.set(ref, node);
+    refs.compiled.set(target.schema, { node, height: refs.deepest - (depth + 1) });
     return node;
   } finally {
+    refs.deepest = Math.max(outer, refs.deepest);
     refs.active.pop();
   }
 }
@@ -585,6 +620,7 @@ function compileRef(s: Record<string, unknown>, path: string, depth: number, ref
 function compileNode(schema: unknown, path: string, depth: number, refs: Refs): SchemaNode {
   if (depth > MAX_SCHEMA_DEPTH)
     throw new SchemaError(path, `schemas nested deeper than ${MAX_SCHEMA_DEPTH} are not supported`);
+  if (depth > refs.deepest) refs.deepest = depth;
   if (schema === true || (typeof schema === 'object' && schema !== null && Object.keys(schema).length === 0)) {
     throw new SchemaError(path, 'an empty schema (any value) is not supported: give its type');
   }
@@ -593,10 +629,13 @@ function compileNode(schema: unknown, path: string, depth: number, refs: Refs): 
   }
   const s = schema as Record<string, unknown>;
   // A schema with an $id is a resource of its own: the references inside it are read in it.
-  if (s.$id !== undefined && s !== refs.root) {
-    return compileNode(schema, path, depth, { root: s, rootPath: path, active: [], compiled: refs.compiled });
+  if (startsResource(s) && s !== refs.root) {
+    const inner: Refs = { ...refs, root: s, rootPath: path, active: [] };
+    const node = compileNode(schema, path, depth, inner);
+    refs.deepest = Math.max(refs.deepest, inner.deepest);
+    return node;
   }
-  if (s.$ref !== undefined) return compileRef(s, path, depth, refs);
+  if (referenceOf(s)) return compileRef(s, path, depth, refs);
   for (const key of Object.keys(s)) {
     // Definitions are read through $ref only (Pydantic's and zod-to-json-schema's, often unused or empty).
     if ((key === '$defs' || key === 'definitions') && isPlainObject(s[key])) continue;
@@ -702,7 +741,13 @@ function compileNode(schema: unknown, path: string, depth: number, refs: Refs): 
  * cannot enforce.
  */
 export function compileSchema(schema: unknown): SchemaNode {
-  const root = compileNode(schema, 'schema', 0, { root: schema, rootPath: 'schema', active: [], compiled: new Map() });
+  const root = compileNode(schema, 'schema', 0, {
+    root: schema,
+    rootPath: 'schema',
+    active: [],
+    compiled: new Map(),
+    deepest: 0,
+  });
   if (root.k !== 'object' && !(root.k === 'union' && root.branches.every((b) => b.k === 'object'))) {
     const s = schema as Record<string, unknown>;
     throw new SchemaError(

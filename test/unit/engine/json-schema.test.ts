@@ -799,6 +799,79 @@ describe('the schema recogniser', () => {
     expect(feedAll(compileSchema(either), '{"x": {"kind": "b"}}').done).toBe(true);
   });
 
+  it('reads the forms Pydantic writes around a $ref: allOf of one (before 2.9), a discriminated oneOf', () => {
+    const place = { type: 'object', properties: { city: { enum: ['Oslo'] } }, required: ['city'] };
+    const v1 = {
+      type: 'object',
+      properties: { at: { allOf: [{ $ref: '#/$defs/P' }], description: 'where' } },
+      required: ['at'],
+      $defs: { P: place },
+    };
+    expect(feedAll(compileSchema(v1), '{"at": {"city": "Oslo"}}').done).toBe(true);
+    const pet = (kind: string) => ({
+      type: 'object',
+      properties: { kind: { const: kind }, name: { type: 'string' } },
+      required: ['kind', 'name'],
+    });
+    const pets = {
+      type: 'object',
+      properties: {
+        pet: {
+          oneOf: [{ $ref: '#/$defs/Cat' }, { $ref: '#/$defs/Dog' }],
+          discriminator: { propertyName: 'kind', mapping: { cat: '#/$defs/Cat', dog: '#/$defs/Dog' } },
+        },
+      },
+      required: ['pet'],
+      $defs: { Cat: pet('cat'), Dog: pet('dog') },
+    };
+    expect(feedAll(compileSchema(pets), '{"pet": {"kind": "dog", "name": "Rex"}}').done).toBe(true);
+    // An allOf of more, or with a shape beside its one: not a reference.
+    expect(() =>
+      compileSchema({ ...v1, properties: { at: { allOf: [{ $ref: '#/$defs/P' }, { $ref: '#/$defs/P' }] } } }),
+    ).toThrow(/"allOf" is not supported/);
+  });
+
+  it('a definition is one node however its references spell it, and counts its levels wherever it is used', () => {
+    const leaf = { type: 'object', properties: { x: { type: 'boolean' } } };
+    const spelled = {
+      type: 'object',
+      properties: { a: { $ref: '#/$defs/P' }, b: { $ref: '#/%24defs/P' } },
+      $defs: { P: leaf },
+    };
+    const props = (compileSchema(spelled) as Extract<SchemaNode, { k: 'object' }>).values;
+    expect(props[1]).toBe(props[0]);
+    // A definition 40 levels deep used at the top and again under 30 levels: refused in either order.
+    const $defs: Record<string, Schema> = { L40: { type: 'boolean' } };
+    for (let i = 0; i < 40; i++) $defs[`L${i}`] = { type: 'object', properties: { n: { $ref: `#/$defs/L${i + 1}` } } };
+    let deep: Schema = { $ref: '#/$defs/L0' };
+    for (let i = 0; i < 30; i++) deep = { type: 'object', properties: { n: deep } };
+    for (const order of [
+      ['a', 'b'],
+      ['b', 'a'],
+    ]) {
+      const properties = Object.fromEntries(order.map((k) => [k, k === 'a' ? { $ref: '#/$defs/L0' } : deep]));
+      expect(() => compileSchema({ type: 'object', properties, $defs }), order.join()).toThrow(/nested deeper than 64/);
+    }
+  });
+
+  it("names a pointer's place as the other paths do, and takes draft 7's $id names for names, not resources", () => {
+    const at = {
+      type: 'object',
+      properties: { a: { $ref: '#/$defs/U/anyOf/0' } },
+      $defs: { U: { anyOf: [{ type: 'string', pattern: 'x' }] } },
+    };
+    expect(() => compileSchema(at)).toThrow(/^schema\.\$defs\.U\.anyOf\[0\]\.pattern: /);
+    const anchored = {
+      type: 'object',
+      properties: { home: { $ref: '#/definitions/addr' } },
+      definitions: {
+        street: { enum: ['Main'] },
+        addr: { $id: '#addr', type: 'object', properties: { street: { $ref: '#/definitions/street' } } },
+      },
+    };
+    expect(feedAll(compileSchema(anchored), '{"home": {"street": "Main"}}').done).toBe(true);
+  });
+
   it('a definition used twice at every level compiles once per definition (not once per way to reach it)', () => {
     // D0 uses D1 twice, D1 uses D2 twice, …: 2^30 ways to reach D30, inside a union (which counts its paths).
     const $defs: Record<string, Schema> = { D30: { type: 'boolean' } };
@@ -829,7 +902,7 @@ describe('the schema recogniser', () => {
       expect.stringContaining('"#/$defs/x" points at nothing'),
     ]);
     expect(at(obj({ $ref: 'https://example.com/s.json' }))?.[1]).toMatch(
-      /only a reference inside the schema is supported/,
+      /only a JSON pointer inside the schema is supported/,
     );
     expect(at(obj({ $ref: '#name' }))?.[0]).toBe('schema.properties.a.$ref');
     expect(at(obj({ $ref: '#/$defs/P', type: 'object' }, { P: { type: 'string' } }))).toEqual([
