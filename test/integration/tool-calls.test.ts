@@ -232,6 +232,9 @@ describe('tool calls', () => {
       const row = called.rows[0] as { text: string; toolCalls?: ToolCall[]; finishReason: string };
       expect(called.tokenIds[0], `seed ${seed}`).toBe(TOOL_CALL_ID);
       expect(row.toolCalls?.length, `seed ${seed}: ${row.text}`).toBeGreaterThan(0);
+      // Calls only: no text between or after them (a client that asked for JSON would parse it) — but for a
+      // call the token limit cut, given back as it was written.
+      expect(row.text.replace(/^<tool_call>[\s\S]*$/, ''), `seed ${seed} (${row.finishReason})`).toBe('');
       for (const call of row.toolCalls ?? []) {
         expect(ajv.validate(schemaOf(call.name), JSON.parse(call.arguments)), call.arguments).toBe(true);
       }

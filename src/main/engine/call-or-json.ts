@@ -5,41 +5,51 @@
  * call tools until done, then answer in the output type.
  *
  * Both readings are followed from the reply's first byte while both can be, and the first token only one of them
- * takes decides: from there that one's constraint runs alone. Each begins the reply, as JSON mode's object does
- * (no white space before it): a call's opening (`<tool_call>`, `[TOOL_CALLS]`) or, in a form whose call is a bare
- * JSON object, that object, which the JSON reading follows too (the object's close ends the reply; the host reads
- * it as a call where it names a listed tool). Before either reading has begun, the end of the reply is refused,
- * and special tokens are allowed only as (part of) a call's opening.
+ * takes decides. Each begins the reply, as JSON mode's object does (no white space before it): a call's opening
+ * (`<tool_call>`, `[TOOL_CALLS]`) or, in a form whose call is a bare JSON object, that object, which the JSON
+ * reading follows too (the object's close ends the reply; the host reads it as a call where the call's grammar
+ * took it). Before either reading has begun, the end of the reply is refused, and special tokens are allowed only
+ * as (part of) a call's opening.
+ *
+ * A reply of calls is calls only, as OpenAI's: after a call comes white space, another call's opening (not in the
+ * bare form, whose grammar takes one call) or the end — never text, which a client that asked for JSON would try
+ * to parse.
  *
  * No npm packages: the engine process imports this file.
  */
 import {
-  CallConstraint,
   type CallState,
   type CompiledCallGrammar,
   feedCallBytes,
+  inCall,
   initialCallState,
+  MAX_CALL_WHITESPACE,
   takesSpecial,
 } from './call-constraint';
 import type { Recogniser, ReplyConstraint, TokenTable } from './json-constraint';
 
-/** The call reading of a reply that may still be JSON. */
+/** The call reading: before a call's opening is whole, how far it is; then the call grammar's state. */
 interface CallPath {
   /** Bytes of the call's opening read (the trigger, or the bare form's `{`). */
   readonly lead: number;
-  /** The call grammar's state once the opening is read whole (before that, its initial state). */
+  /** White-space bytes before the opening (after a call only). */
+  readonly ws: number;
+  /** The call grammar's state: its state before the opening until the opening is whole. */
   readonly st: CallState;
+  /** Calls closed so far: after one, the reply is calls (white space between them, then the end). */
+  readonly calls: number;
 }
 
 const BRACE = new Uint8Array([0x7b]);
+const isWs = (b: number) => b === 0x20 || b === 0x0a || b === 0x0d || b === 0x09;
 
 /** A reply that is tool calls or one JSON value (see the file's comment). */
 export class CallOrJsonConstraint<S> implements ReplyConstraint {
-  /** Null once the reply cannot be a call. */
+  /** Null once the reply cannot be (more) calls. */
   private call: CallPath | null;
   /** Null once the reply cannot be the JSON value. */
   private json: S | null;
-  /** The reading the reply turned out to be, once only one goes on (its own constraint). */
+  /** The JSON value's own constraint, once only it goes on. */
   private decided: ReplyConstraint | null = null;
   /** What opens a call: the form's trigger, or `{` where a call is a bare JSON object. */
   private readonly opening: Uint8Array;
@@ -48,43 +58,66 @@ export class CallOrJsonConstraint<S> implements ReplyConstraint {
     private readonly table: TokenTable,
     private readonly grammar: CompiledCallGrammar,
     private readonly recogniser: Recogniser<S>,
-    /** The JSON reading's own constraint, from the state it reached. */
+    /** The JSON value's own constraint, from the state it reached. */
     private readonly jsonFrom: (state: S) => ReplyConstraint,
   ) {
     // JSON output closes a thinking model's reasoning in the prompt (reasoning-plan.ts): none comes first here.
     if (grammar.reasoning) throw new Error('a reply that may be JSON has no reasoning before its calls');
     this.opening = grammar.atStart ? BRACE : grammar.trigger;
-    this.call = { lead: 0, st: initialCallState(grammar) };
+    this.call = { lead: 0, ws: 0, st: initialCallState(grammar), calls: 0 };
     this.json = recogniser.initial();
   }
 
-  /** The JSON value closed (a call's reply ends when the model ends it). */
+  /** The JSON value closed (a reply of calls ends when the model ends it). */
   get done(): boolean {
     if (this.decided) return this.decided.done;
     return this.json !== null && this.recogniser.done(this.json);
   }
 
-  /** The call reading after bytes[from, to), or null where they cannot continue a call that begins the reply. */
+  /**
+   * The call reading after bytes[from, to), or null where they cannot go on with calls: before a call, its opening
+   * (after a call, white space first: the bare form's grammar takes one call); in a call, what its grammar takes,
+   * up to its close, after which the rest is read as between calls.
+   */
   private callAfter(path: CallPath, bytes: Uint8Array, from: number, to: number): CallPath | null {
     const g = this.grammar;
     const opening = this.opening;
-    let { lead, st } = path;
+    let { lead, ws, st, calls } = path;
     let i = from;
-    while (i < to && lead < opening.length) {
-      if (bytes[i] !== opening[lead]) return null;
-      i++;
-      if (++lead === opening.length) {
-        const begun = feedCallBytes(g, st, opening, 0, opening.length);
-        if (!begun) return null;
-        st = begun;
+    for (;;) {
+      while (i < to && lead < opening.length) {
+        const b = bytes[i] as number;
+        if (calls > 0 && lead === 0 && isWs(b)) {
+          if (++ws > MAX_CALL_WHITESPACE) return null;
+        } else if (calls > 0 && g.atStart) {
+          return null;
+        } else if (b === opening[lead]) {
+          if (++lead === opening.length) {
+            const begun = feedCallBytes(g, st, opening, 0, opening.length);
+            if (!begun) return null;
+            st = begun;
+          }
+        } else {
+          return null;
+        }
+        i++;
       }
-    }
-    if (i < to) {
+      if (i === to) return { lead, ws, st, calls };
+      // In the call: its grammar takes the rest of the token, unless the call closes inside it.
       const next = feedCallBytes(g, st, bytes, i, to);
       if (!next) return null;
-      st = next;
+      if (inCall(next)) return { lead, ws, st: next, calls };
+      // The call closed in these bytes: where (the shortest part that closes it); the rest is between calls.
+      let k = i + 1;
+      let closed = feedCallBytes(g, st, bytes, i, k);
+      while (closed && inCall(closed) && k < to) closed = feedCallBytes(g, st, bytes, i, ++k);
+      if (!closed) return null;
+      st = closed;
+      i = k;
+      lead = 0;
+      ws = 0;
+      calls++;
     }
-    return { lead, st };
   }
 
   allows(id: number): boolean {
@@ -93,10 +126,10 @@ export class CallOrJsonConstraint<S> implements ReplyConstraint {
     if (id < 0 || id >= offsets.length - 1) return false;
     const from = offsets[id] as number;
     const to = offsets[id + 1] as number;
-    // Nothing written yet that either reading ends with: the end of the reply (often a token without bytes) waits.
-    if (from === to) return false;
-    const isSpecial = special.has(id);
     const call = this.call;
+    // A token without bytes (the end of the reply, often): after calls, between them; never before either reading.
+    if (from === to) return call !== null && call.calls > 0 && call.lead === 0;
+    const isSpecial = special.has(id);
     if (call && (!isSpecial || takesSpecial(call.st)) && this.callAfter(call, bytes, from, to)) return true;
     return !isSpecial && this.json !== null && this.recogniser.accepts(this.json, bytes, from, to);
   }
@@ -120,18 +153,16 @@ export class CallOrJsonConstraint<S> implements ReplyConstraint {
     const { bytes, offsets, special } = this.table;
     const from = offsets[id] as number;
     const to = offsets[id + 1] as number;
+    // The end of the reply (allowed after calls): nothing to read.
+    if (from === to) return;
     const isSpecial = special.has(id);
-    const call =
-      this.call && (!isSpecial || takesSpecial(this.call.st)) ? this.callAfter(this.call, bytes, from, to) : null;
+    const before = this.call;
+    const call = before && (!isSpecial || takesSpecial(before.st)) ? this.callAfter(before, bytes, from, to) : null;
     const json = this.json !== null && !isSpecial ? this.recogniser.advance(this.json, bytes, from, to) : null;
-    if (!call && json === null) throw new Error(`token ${id} begins neither a tool call nor the JSON reply`);
+    if (!call && json === null) throw new Error(`token ${id} continues neither the reply's calls nor its JSON`);
     this.call = call;
     this.json = json;
-    // One reading left: its own constraint from here. A call only once its opening is whole (before, the reply
-    // could still write anything after it).
+    // Only the JSON goes on: its own constraint from here.
     if (json !== null && !call) this.decided = this.jsonFrom(json);
-    else if (call && json === null && call.lead === this.opening.length) {
-      this.decided = new CallConstraint(this.table, this.grammar, call.st);
-    }
   }
 }

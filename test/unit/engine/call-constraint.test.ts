@@ -470,7 +470,7 @@ describe('tool calls or the JSON value (tool_choice "auto" beside JSON output)',
     expect(writeEither(HERMES, ['{"', 'x'], null).allows(plain('y'))).toBe(true);
   });
 
-  it('a call is held to its grammar, then the reply goes on as a reply with calls does (never ended by it)', () => {
+  it('a call is held to its grammar; after it, only white space, another call or the end (never text)', () => {
     // The opening in pieces: once begun, it must be finished (the JSON is out of the running).
     const begun = writeEither(HERMES, ['<tool']);
     expect(begun.allows(plain('_call>'))).toBe(true);
@@ -484,13 +484,29 @@ describe('tool calls or the JSON value (tool_choice "auto" beside JSON output)',
     expect(done.done).toBe(false);
     expect(done.allows(EOS)).toBe(true);
     expect(done.allows(plain('<tool_call>'))).toBe(true);
+    expect(done.allows(plain('\n'))).toBe(true);
+    for (const text of ['x', 'hello', '{"', '<tool_call>x']) expect(done.allows(plain(text)), text).toBe(false);
+    // White space, then another call (the end waits while an opening is begun).
+    const again = writeEither(HERMES, [...call, '\n', '<tool']);
+    expect(again.allows(EOS)).toBe(false);
+    expect(again.allows(plain('_call>'))).toBe(true);
+    // The close may come in the token that ends the object, or after white space.
+    const closing = writeEither(HERMES, call.slice(0, -1));
+    expect(closing.allows(plain('}}</tool_call>'))).toBe(true);
+    expect(closing.allows(plain('}}\n'))).toBe(true);
+    const closed = writeEither(HERMES, [...call.slice(0, -1), '}}\n', ...chars('</tool_call')]);
+    expect(closed.allows(plain('>'))).toBe(true);
+    expect(closed.allows(EOS)).toBe(false);
   });
 
   it("a bare-JSON form's call and the JSON both begin with `{`: either object is taken, and ends the JSON reading", () => {
     const asCall = writeEither(BARE, ['{"', ...chars('name":"set_lights","arguments":{"on":'), 'true', '}}']);
-    // Not the JSON's (its keys): the call's grammar alone, which leaves the reply free after the call.
+    // Not the JSON's (its keys): a call, after which only white space and the end (the form takes one call).
     expect(asCall.done).toBe(false);
     expect(asCall.allows(EOS)).toBe(true);
+    expect(asCall.allows(plain(' '))).toBe(true);
+    expect(asCall.allows(plain('{"'))).toBe(false);
+    expect(asCall.allows(plain('x'))).toBe(false);
     const asAnswer = writeEither(BARE, answer);
     expect(asAnswer.done).toBe(true);
     // Keys of either object go on; others do not.
@@ -523,7 +539,7 @@ describe('tool calls or the JSON value (tool_choice "auto" beside JSON output)',
             expect(validateAnswer(JSON.parse(text)), text).toBe(true);
             return;
           }
-          // Not the JSON: a call from the reply's first byte (cut off by the walk's end, or followed by text).
+          // Not the JSON: calls from the reply's first byte (the last may be cut off by the walk's end).
           const opening = g.trigger === '' ? '{' : g.trigger;
           if (!text.startsWith(opening)) {
             // Cut off inside the opening, or inside the JSON.
@@ -539,6 +555,12 @@ describe('tool calls or the JSON value (tool_choice "auto" beside JSON output)',
             seen.calls++;
             expect(validateCall(one), text).toBe(true);
           }
+          // Between and after the calls, white space only (and the start of another call): never text.
+          const rest =
+            g === HERMES
+              ? text.replace(/<tool_call>[\s\S]*?<\/tool_call>/g, '').replace(/<tool_call>[\s\S]*$/, '')
+              : text.slice(end);
+          if (g !== MISTRAL) expect(rest, text).toMatch(/^\s*(<[a-z_]*)?$/);
         }),
         { numRuns: 150 },
       );
