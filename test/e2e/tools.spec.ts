@@ -164,7 +164,7 @@ test('JSON output with a tool to call: the call first, then, after its answer, t
   await send(page, 'Is 2 + 40 even?');
   const card = lastReply(page).getByTestId('tool-call');
   await expect(card).toHaveAttribute('data-state', 'waiting', { timeout: 60_000 });
-  // The turn that must call a tool is the call alone: no JSON asked of it (the host refuses the two together).
+  // The turn that must call a tool is the call alone: no JSON asked of it.
   expect(sent[0]).toMatchObject({ toolChoice: 'required' });
   expect(sent[0]).not.toHaveProperty('jsonSchema');
   await card.getByTestId('tool-run').click();

@@ -202,10 +202,18 @@ describe('tool calls', () => {
     expect(none.rows[0]?.toolCalls).toBeUndefined();
     expect(none.text).toBe(plain.text);
     expect([{ ok: true }, { ok: false }]).toContainEqual(JSON.parse(none.text));
-    // A required call is the whole reply: it cannot be the JSON too.
-    await expect(ask(3, { ...asked, toolChoice: 'required' })).rejects.toMatchObject({
-      detail: { field: 'toolChoice' },
-    });
+    // A required call is the whole reply, written to the call's schema: the JSON output is for the replies after it.
+    let calls = 0;
+    for (const seed of [1, 2, 3]) {
+      if (
+        expectOneValidCall(
+          (await ask(seed, { ...asked, maxNewTokens: 160, toolChoice: 'required' })).rows[0] as never,
+          `seed ${seed}`,
+        )
+      )
+        calls++;
+    }
+    expect(calls).toBeGreaterThan(0);
   });
 
   it('JSON output with tool_choice auto: each reply is calls held to their tools, or the JSON held to its schema', async () => {

@@ -314,8 +314,8 @@ function unheldBesideJson(tools: readonly ToolDefinition[], format: ToolCallForm
 
 /**
  * The plan for a request's tools, or undefined when it has none. Throws BAD_REQUEST naming the field for
- * tools that cannot be honoured: no chat messages, JSON output beside a forced call (or calls kvdesk cannot tell
- * from the JSON), repeated names, a choice of a
+ * tools that cannot be honoured: no chat messages, JSON output beside calls kvdesk cannot tell from the JSON,
+ * repeated names, a choice of a
  * tool not listed, or (when the reply must be a call) a parameters schema kvdesk cannot enforce.
  */
 export function planTools(
@@ -342,15 +342,11 @@ export function planTools(
   }
   // JSON output beside tools: with toolChoice "none" the tools are neither shown nor called and the reply is JSON, as
   // asked; with "auto" the reply is calls or the JSON (an agent with an output type calls tools, then answers in
-  // it: below). A required or named call is the whole reply, which then cannot be the JSON too.
+  // it: below). A required or named call is the whole reply: written to the call's schema, the JSON output is for
+  // the replies after it (an Agents SDK agent with toolChoice "required" sends both on its first turn, as OpenAI
+  // serves it).
   const jsonOutput = req.responseFormat === 'json' || req.jsonSchema !== undefined;
   const choice = req.toolChoice ?? 'auto';
-  if (jsonOutput && choice !== 'none' && choice !== 'auto') {
-    throw bad(
-      'tools with a required or named call (toolChoice (tool_choice)) cannot be combined with JSON output (responseFormat / jsonSchema): the reply is then the call. Send toolChoice (tool_choice) "auto" for a reply that is tool calls or the JSON, or toolChoice (tool_choice) "none" for the JSON alone.',
-      'toolChoice',
-    );
-  }
   if (jsonOutput && choice === 'auto' && opts.harmony) {
     throw bad(
       'This model (gpt-oss) writes JSON output in its final message, where it cannot call a tool: send tools or JSON output (responseFormat / jsonSchema), or toolChoice (tool_choice) "none" for the JSON alone.',

@@ -56,13 +56,15 @@ describe('planTools', () => {
 
   it('refuses what it cannot honour, naming the field', () => {
     expect(refusal({ messages: undefined, prompt: 'x', tools: [weather] }).detail).toEqual({ field: 'tools' });
-    // JSON output beside a call the reply must be.
+    // JSON output beside a call the reply must be: the reply is the call, written to the call's schema (the JSON
+    // output is for the replies after it).
     for (const toolChoice of ['required', { name: 'get_weather' }] as const) {
-      const err = refusal({ tools: [weather], jsonSchema: {}, toolChoice });
-      expect(err.detail).toEqual({ field: 'toolChoice' });
-      expect(err.message).toMatch(
-        /cannot be combined with JSON output .* or toolChoice \(tool_choice\) "none" for the JSON alone\.$/,
+      const plan = planTools(
+        { messages, tools: [weather], jsonSchema: {}, toolChoice } as GenerateRequest,
+        undefined,
+        tok,
       );
+      expect(plan).toMatchObject({ forced: true, schema: { properties: { name: { const: 'get_weather' } } } });
     }
     // With "none" the tools are neither shown nor read: JSON output is taken.
     const none = planTools(
