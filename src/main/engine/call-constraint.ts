@@ -26,6 +26,8 @@ export interface CallGrammar {
   trigger: string;
   /** After the opening comes a JSON array of calls (`[{…}, {…}]`), not one. */
   array: boolean;
+  /** An array of one call only (parallel_tool_calls false): after its first call, the array closes. */
+  single?: boolean;
   /** Text that must close the call (or the array) before the reply goes on; '' when none. */
   close: string;
   /**
@@ -64,6 +66,7 @@ export interface CompiledCallGrammar {
   fail: Int32Array;
   atStart: boolean;
   array: boolean;
+  single: boolean;
   close: Uint8Array;
   heads: Uint8Array[];
   schemas: SchemaNode[];
@@ -87,6 +90,7 @@ export function compileCallGrammar(g: CallGrammar): CompiledCallGrammar {
     fail: failureOf(trigger),
     atStart: g.trigger === '',
     array: g.array,
+    single: g.single === true,
     close: utf8(g.close),
     heads: g.xml ? g.xml.tools.map((t) => utf8(`<function=${t.name}>`)) : g.calls.map((c) => utf8(c.head)),
     schemas: g.calls.map((c) => compileSchema(c.schema)),
@@ -328,7 +332,7 @@ export function feedCallBytes(
           p = P.Object;
           obj = initialSchemaState();
         } else if (p === P.After) {
-          if (b === 0x2c) {
+          if (b === 0x2c && !g.single) {
             p = P.Item;
             n = 0;
           } else if (b === 0x5d) {

@@ -234,16 +234,23 @@ function loosened(schema: unknown): unknown {
  * array). A call the model chose to make is held to its shape, not to value bounds (a forced call's schema is
  * refused for those it cannot hold, and held to an integer's). Undefined where kvdesk cannot hold every tool's calls: then calls are read, not held.
  */
-function autoGrammar(tools: readonly ToolDefinition[], format: ToolCallFormat): CallGrammar | undefined {
+function autoGrammar(
+  tools: readonly ToolDefinition[],
+  format: ToolCallFormat,
+  parallel: boolean,
+): CallGrammar | undefined {
   if (format.xml === 'glm' || tools.some(freeFormArguments)) return undefined;
   if (format.xml === 'qwen') {
     // Plain-text values: the call's structure is held (a listed tool, its own parameter names), not its values.
     const xmlTools = tools.map((t) => ({ name: t.name, params: Object.keys(argumentsSchema(t).properties ?? {}) }));
     return { trigger: format.open, array: false, close: format.close, calls: [], xml: { tools: xmlTools } };
   }
+  const array = format.lead.trim() === '[';
   const base = {
     trigger: format.open,
-    array: format.lead.trim() === '[',
+    array,
+    // Without parallel calls an array form's array holds one (the reply ends with the first call).
+    ...(array && !parallel ? { single: true } : {}),
     close: format === HERMES ? format.close : '',
   };
   const shapes = tools.map((t) => ({ ...t, parameters: loosened(argumentsSchema(t)) as Record<string, unknown> }));
@@ -402,7 +409,7 @@ export function planTools(
   };
   if (choice !== 'none') plan.shown = tools;
   if (!plan.forced) {
-    const grammar = choice === 'auto' ? autoGrammar(tools, format) : undefined;
+    const grammar = choice === 'auto' ? autoGrammar(tools, format, plan.parallel) : undefined;
     if (grammar) plan.grammar = grammar;
     // Calls or the JSON: a call is told from the JSON by its grammar, which the engine then holds it to.
     else if (jsonOutput && choice === 'auto') throw unheldBesideJson(tools, format);

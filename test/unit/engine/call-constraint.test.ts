@@ -212,6 +212,11 @@ describe('lazy tool-call constraint', () => {
     const d = write(MISTRAL, [idOf('[TOOL_CALLS]')]);
     expect(d.allows(plain('{"'))).toBe(false);
     expect(d.allows(plain(' ['))).toBe(true);
+    // Without parallel calls, the array holds one: after it, its close.
+    const single = write({ ...MISTRAL, single: true }, [idOf('[TOOL_CALLS]'), ' [', ...chars(one)]);
+    expect(single.allows(plain(','))).toBe(false);
+    expect(single.allows(plain(' '))).toBe(true);
+    expect(single.allows(plain(']'))).toBe(true);
   });
 
   it('named forms: a listed name and the marker (special or written), then that tool’s arguments', () => {

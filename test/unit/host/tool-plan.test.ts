@@ -289,6 +289,14 @@ describe('planTools', () => {
     });
     // Mistral's: an array of calls after the marker, nothing to close.
     expect(auto([weather, search], NATIVE_MISTRAL)).toMatchObject({ trigger: '[TOOL_CALLS]', array: true, close: '' });
+    expect(auto([weather, search], NATIVE_MISTRAL)?.single).toBeUndefined();
+    // Without parallel calls, an array of one.
+    const one = planTools(
+      { messages, tools: [weather], parallelToolCalls: false } as GenerateRequest,
+      NATIVE_MISTRAL,
+      tok,
+    )?.grammar;
+    expect(one).toMatchObject({ array: true, single: true });
     expect(auto([weather, search], NATIVE_MISTRAL)?.calls[0]?.schema).toEqual({
       anyOf: [
         envelope('get_weather', weather.parameters),
