@@ -577,6 +577,14 @@ function derefed(schema: unknown, refs: Refs): unknown {
 }
 
 /**
+ * `schema` with its references followed in `root` (a tool's parameters, say: what reads a schema as written, as
+ * the XML tool-call forms read a parameter's type); as it is where one cannot be followed.
+ */
+export function followRefs(schema: unknown, root: unknown): unknown {
+  return derefed(schema, { root, rootPath: 'schema', active: [], compiled: new Map(), deepest: 0 });
+}
+
+/**
  * A reference (with only descriptions beside it): the schema it points at, compiled once however many places use
  * it — each of which must still leave room for its levels under MAX_SCHEMA_DEPTH.
  */

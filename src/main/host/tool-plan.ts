@@ -6,7 +6,7 @@
 import type { ChatMessage, GenerateRequest, ToolDefinition } from '../../shared/contract';
 import { KvdeskError } from '../../shared/errors';
 import { type CallGrammar, compileCallGrammar, feedCallBytes, initialCallState } from '../engine/call-constraint';
-import { compileSchema, SchemaError } from '../engine/json-schema';
+import { compileSchema, followRefs, SchemaError } from '../engine/json-schema';
 import { templateShowsTools } from '../tokenizer/chat-template';
 import type { TextTokenizer } from '../tokenizer/text-tokenizer';
 import {
@@ -112,11 +112,37 @@ function bad(message: string, field: string): KvdeskError {
 
 /** A tool's arguments schema as kvdesk writes it: no parameters is an empty object. */
 function argumentsSchema(tool: ToolDefinition): Record<string, unknown> {
-  const p = tool.parameters;
+  let p = tool.parameters;
   if (p === undefined || Object.keys(p).length === 0) return { type: 'object', properties: {} };
+  // A root that is a reference (zod-to-json-schema with a name writes one): its definition, the definitions kept.
+  const target = p.$ref !== undefined ? followRefs(p, p) : p;
+  if (target !== p && typeof target === 'object' && target !== null && !Array.isArray(target)) {
+    const { $defs, definitions } = p;
+    p = {
+      ...(target as Record<string, unknown>),
+      ...($defs ? { $defs } : {}),
+      ...(definitions ? { definitions } : {}),
+    };
+  }
   // OpenAI's examples often leave out the root's type; properties say it is an object.
   if (p.type === undefined && p.properties !== undefined) return { type: 'object', ...p };
   return p;
+}
+
+/**
+ * Each parameter's schema with its references followed in the tool's parameters (and those of its alternatives),
+ * for the XML forms, which read a plain-text value by its schema's type.
+ */
+function parameterSchemas(tool: ToolDefinition): Record<string, Record<string, unknown>> {
+  const args = argumentsSchema(tool);
+  const follow = (s: unknown) => followRefs(s, args) as Record<string, unknown>;
+  return Object.fromEntries(
+    Object.entries((args.properties ?? {}) as Record<string, unknown>).map(([key, value]) => {
+      const s = follow(value);
+      const alternatives = s?.anyOf ?? s?.oneOf;
+      return [key, Array.isArray(alternatives) ? { ...s, [s.anyOf ? 'anyOf' : 'oneOf']: alternatives.map(follow) } : s];
+    }),
+  );
 }
 
 /**
@@ -164,8 +190,7 @@ function callSchema(tool: ToolDefinition, argsKey: string): Record<string, unkno
  * `"properties": {}`, is a tool without arguments.)
  */
 function freeFormArguments(tool: ToolDefinition): boolean {
-  const p = tool.parameters;
-  if (p === undefined || Object.keys(p).length === 0) return false;
+  const p = argumentsSchema(tool);
   const extra = p.additionalProperties;
   if (extra !== undefined && extra !== false) return true;
   return p.properties === undefined && extra !== false;
@@ -223,6 +248,8 @@ function loosened(schema: unknown): unknown {
       out[key] = Object.fromEntries(Object.entries(value).map(([k, v]) => [k, loosened(v)]));
     } else if (key === 'items') out.items = loosened(value);
     else if ((key === 'anyOf' || key === 'oneOf') && Array.isArray(value)) out.anyOf = value.map(loosened);
+    // A pointer through a oneOf goes through the anyOf it became.
+    else if (key === '$ref' && typeof value === 'string') out.$ref = value.replace(/\/oneOf\//g, '/anyOf/');
     else out[key] = value;
   }
   return out;
@@ -403,9 +430,7 @@ export function planTools(
     names,
     parallel: req.parallelToolCalls ?? true,
     keepIds,
-    paramSchemas: new Map(
-      tools.map((t) => [t.name, (argumentsSchema(t).properties ?? {}) as Record<string, Record<string, unknown>>]),
-    ),
+    paramSchemas: new Map(tools.map((t) => [t.name, parameterSchemas(t)])),
   };
   if (choice !== 'none') plan.shown = tools;
   if (!plan.forced) {

@@ -109,6 +109,37 @@ describe('planTools', () => {
     };
     expect(written('{"name": "lookup", "arguments": {"at": {"city": "Oslo"}}}')?.done).toBe(true);
     expect(written('{"name": "lookup", "arguments": {"at": {"town"')).toBeNull();
+    // Parameters that are a reference (zod-to-json-schema with a name), a pointer through a oneOf (which the grammar
+    // reads as an anyOf), and the XML forms' parameter schemas with their references followed.
+    const named = {
+      name: 'named',
+      parameters: {
+        $ref: '#/definitions/Args',
+        definitions: {
+          Args: { type: 'object', properties: { at: { $ref: '#/definitions/P' } }, required: ['at'] },
+          P: place,
+        },
+      },
+    };
+    const pick = {
+      name: 'pick',
+      parameters: {
+        type: 'object',
+        properties: { a: { oneOf: [{ type: 'string' }, { type: 'integer' }] }, b: { $ref: '#/properties/a/oneOf/1' } },
+      },
+    };
+    for (const tool of [named, pick]) {
+      expect(
+        planTools({ messages, tools: [tool], responseFormat: 'json' } as GenerateRequest, undefined, tok)?.grammar,
+        tool.name,
+      ).toBeDefined();
+      expect(
+        planTools({ messages, tools: [tool], toolChoice: 'required' } as GenerateRequest, undefined, tok)?.forced,
+      ).toBe(true);
+    }
+    const params = planTools({ messages, tools: [named, pick] } as GenerateRequest, undefined, tok)?.paramSchemas;
+    expect(params?.get('named')?.at).toEqual(place);
+    expect(params?.get('pick')?.b).toEqual({ type: 'integer' });
     // A schema the grammar cannot take (a recursive one): the tool and the place.
     const tree = {
       name: 'tree',
