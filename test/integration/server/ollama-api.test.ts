@@ -166,6 +166,39 @@ describe('POST /api/chat', () => {
     expect(got[got.length - 1]).toMatchObject({ done: true, done_reason: 'stop' });
   });
 
+  it('tools with a format: each reply is calls (arguments as objects) or the JSON the format asks for', async () => {
+    const lamp = {
+      name: 'set_lamp',
+      parameters: { type: 'object', properties: { on: { type: 'boolean' } }, required: ['on'] },
+    };
+    const format = { type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'] };
+    const seen = { calls: 0, json: 0 };
+    for (const seed of [1, 2, 3, 4, 5, 6]) {
+      const body = await json('/api/chat', {
+        model: 'default',
+        messages: [{ role: 'user', content: 'Lamp on please' }],
+        tools: [{ type: 'function', function: lamp }],
+        format,
+        stream: false,
+        options: { temperature: 1, seed, num_predict: 120 },
+      });
+      const reply = message(body);
+      if (reply.tool_calls?.length) {
+        seen.calls++;
+        expect(reply.content.trim()).toBe('');
+        for (const call of reply.tool_calls) {
+          expect(call).toMatchObject({ function: { name: 'set_lamp', arguments: { on: expect.any(Boolean) } } });
+        }
+      } else if (body.done_reason === 'stop') {
+        seen.json++;
+        expect([{ ok: true }, { ok: false }]).toContainEqual(JSON.parse(reply.content));
+      }
+    }
+    // Both came up (with these seeds: one call, five answers).
+    expect(seen.calls, JSON.stringify(seen)).toBeGreaterThan(0);
+    expect(seen.json, JSON.stringify(seen)).toBeGreaterThan(0);
+  });
+
   it('tool history without call ids renders as chat completions renders it; the reply is well-formed', async () => {
     const tool = {
       name: 'set_lamp',
