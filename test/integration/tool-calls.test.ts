@@ -286,6 +286,9 @@ describe('tool calls', () => {
         const row = r.rows[0] as { text: string; toolCalls?: ToolCall[]; finishReason: string };
         if (row.toolCalls) {
           kinds.calls++;
+          // The form takes one call; then the reply ends (its end token has text in this vocabulary: `<|im_end|>`).
+          expect(row.finishReason, `seed ${seed}: ${row.text}`).toBe('tool_calls');
+          expect(row.text.trim()).toBe('');
           for (const call of row.toolCalls) {
             expect(ajv.validate(schemaOf(call.name), JSON.parse(call.arguments)), call.arguments).toBe(true);
           }

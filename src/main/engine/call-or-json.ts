@@ -128,10 +128,19 @@ export class CallOrJsonConstraint<S> implements ReplyConstraint {
     const to = offsets[id + 1] as number;
     const call = this.call;
     // A token without bytes (the end of the reply, often): after calls, between them; never before either reading.
-    if (from === to) return call !== null && call.calls > 0 && call.lead === 0;
+    if (from === to) return call !== null && this.between(call);
     const isSpecial = special.has(id);
     if (call && (!isSpecial || takesSpecial(call.st)) && this.callAfter(call, bytes, from, to)) return true;
-    return !isSpecial && this.json !== null && this.recogniser.accepts(this.json, bytes, from, to);
+    if (isSpecial) return call !== null && this.between(call);
+    return this.json !== null && this.recogniser.accepts(this.json, bytes, from, to);
+  }
+
+  /**
+   * After a call and before the next one's opening: where a special token may come (the model's end token, which
+   * the table may give its text, `<|im_end|>`; the host shows no special token as text).
+   */
+  private between(call: CallPath): boolean {
+    return call.calls > 0 && call.lead === 0;
   }
 
   // TokenConstraint's loop (each class keeps its own: see CallConstraint.mask).
@@ -153,11 +162,13 @@ export class CallOrJsonConstraint<S> implements ReplyConstraint {
     const { bytes, offsets, special } = this.table;
     const from = offsets[id] as number;
     const to = offsets[id + 1] as number;
-    // The end of the reply (allowed after calls): nothing to read.
+    // The end of the reply (allowed after calls), a token without bytes: nothing to read.
     if (from === to) return;
     const isSpecial = special.has(id);
     const before = this.call;
-    const call = before && (!isSpecial || takesSpecial(before.st)) ? this.callAfter(before, bytes, from, to) : null;
+    let call = before && (!isSpecial || takesSpecial(before.st)) ? this.callAfter(before, bytes, from, to) : null;
+    // A special token between calls (not an opening): nothing to read.
+    if (!call && isSpecial && before && this.between(before)) call = before;
     const json = this.json !== null && !isSpecial ? this.recogniser.advance(this.json, bytes, from, to) : null;
     if (!call && json === null) throw new Error(`token ${id} continues neither the reply's calls nor its JSON`);
     this.call = call;
