@@ -60,6 +60,8 @@ export class CallOrJsonConstraint<S> implements ReplyConstraint {
     private readonly recogniser: Recogniser<S>,
     /** The JSON value's own constraint, from the state it reached. */
     private readonly jsonFrom: (state: S) => ReplyConstraint,
+    /** The tokens that end the reply (the table may give them their text: `<|im_end|>`). */
+    private readonly ends: ReadonlySet<number> = new Set(),
   ) {
     // JSON output closes a thinking model's reasoning in the prompt (reasoning-plan.ts): none comes first here.
     if (grammar.reasoning) throw new Error('a reply that may be JSON has no reasoning before its calls');
@@ -103,15 +105,20 @@ export class CallOrJsonConstraint<S> implements ReplyConstraint {
         i++;
       }
       if (i === to) return { lead, ws, st, calls };
-      // In the call: its grammar takes the rest of the token, unless the call closes inside it.
+      // In the call: its grammar takes the rest of the token, unless the call closes inside it — then what follows
+      // is between calls. A token that ends in a call may still have closed one and opened the next (with text
+      // between, which the grammar's free state would take): only one with the opening's first byte can.
       const next = feedCallBytes(g, st, bytes, i, to);
       if (!next) return null;
-      if (inCall(next)) return { lead, ws, st: next, calls };
-      // The call closed in these bytes: where (the shortest part that closes it); the rest is between calls.
+      if (inCall(next) && (g.atStart || bytes.subarray(i, to).indexOf(opening[0] as number) < 0)) {
+        return { lead, ws, st: next, calls };
+      }
+      // Where the call closes (the shortest part that closes it), if it does.
       let k = i + 1;
       let closed = feedCallBytes(g, st, bytes, i, k);
       while (closed && inCall(closed) && k < to) closed = feedCallBytes(g, st, bytes, i, ++k);
       if (!closed) return null;
+      if (inCall(closed)) return { lead, ws, st: closed, calls };
       st = closed;
       i = k;
       lead = 0;
@@ -131,14 +138,11 @@ export class CallOrJsonConstraint<S> implements ReplyConstraint {
     if (from === to) return call !== null && this.between(call);
     const isSpecial = special.has(id);
     if (call && (!isSpecial || takesSpecial(call.st)) && this.callAfter(call, bytes, from, to)) return true;
-    if (isSpecial) return call !== null && this.between(call);
+    if (isSpecial) return this.ends.has(id) && call !== null && this.between(call);
     return this.json !== null && this.recogniser.accepts(this.json, bytes, from, to);
   }
 
-  /**
-   * After a call and before the next one's opening: where a special token may come (the model's end token, which
-   * the table may give its text, `<|im_end|>`; the host shows no special token as text).
-   */
+  /** After a call and before the next one's opening: where the reply may end. */
   private between(call: CallPath): boolean {
     return call.calls > 0 && call.lead === 0;
   }
@@ -167,8 +171,8 @@ export class CallOrJsonConstraint<S> implements ReplyConstraint {
     const isSpecial = special.has(id);
     const before = this.call;
     let call = before && (!isSpecial || takesSpecial(before.st)) ? this.callAfter(before, bytes, from, to) : null;
-    // A special token between calls (not an opening): nothing to read.
-    if (!call && isSpecial && before && this.between(before)) call = before;
+    // The end token between calls (where the table gives it text): nothing to read.
+    if (!call && this.ends.has(id) && before && this.between(before)) call = before;
     const json = this.json !== null && !isSpecial ? this.recogniser.advance(this.json, bytes, from, to) : null;
     if (!call && json === null) throw new Error(`token ${id} continues neither the reply's calls nor its JSON`);
     this.call = call;

@@ -156,7 +156,7 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
       table: held.table,
       ...(cmd.json !== undefined ? { json: true } : {}),
       ...(cmd.jsonSchema !== undefined ? { schema: compileSchema(cmd.jsonSchema) } : {}),
-      ...(cmd.calls ? { calls: compileCallGrammar(cmd.calls.grammar) } : {}),
+      ...(cmd.calls ? { calls: compileCallGrammar(cmd.calls.grammar), ends: new Set(cmd.eosTokenIds) } : {}),
       ...(cmd.json === undefined && cmd.budget ? { budget: compileBudget(cmd.budget.spec) } : {}),
     };
     const state: RunningGeneration = { stop: null };

@@ -506,6 +506,8 @@ export interface ReplyForm {
   calls?: CompiledCallGrammar;
   /** A thinking budget around the rest. */
   budget?: CompiledBudget;
+  /** The tokens that end the reply (with `calls` beside JSON output: the end of a reply of calls). */
+  ends?: ReadonlySet<number>;
 }
 
 /** A new row's constraint for a job's reply form (undefined: the reply is free). */
@@ -516,7 +518,7 @@ export function constraintFor(form: ReplyForm): ReplyConstraint | undefined {
     | undefined;
   const inner =
     calls && json
-      ? new CallOrJsonConstraint(table, calls, json, (at) => new TokenConstraint(table, json, at))
+      ? new CallOrJsonConstraint(table, calls, json, (at) => new TokenConstraint(table, json, at), form.ends)
       : calls
         ? new CallConstraint(table, calls)
         : json

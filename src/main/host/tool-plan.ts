@@ -118,10 +118,11 @@ function argumentsSchema(tool: ToolDefinition): Record<string, unknown> {
   const target = p.$ref !== undefined ? followRefs(p, p) : p;
   if (target !== p && typeof target === 'object' && target !== null && !Array.isArray(target)) {
     const { $defs, definitions } = p;
+    // The root's definitions, unless the definition has its own.
     p = {
-      ...(target as Record<string, unknown>),
       ...($defs ? { $defs } : {}),
       ...(definitions ? { definitions } : {}),
+      ...(target as Record<string, unknown>),
     };
   }
   // OpenAI's examples often leave out the root's type; properties say it is an object.
@@ -239,20 +240,50 @@ export function nesting(value: unknown): number {
  * (minimum, pattern, format, …) dropped, and oneOf read as anyOf. What it still cannot hold (a recursive $ref, a value of
  * any type, …) stays, to be refused when compiled.
  */
-function loosened(schema: unknown): unknown {
+function loosened(schema: unknown, root: unknown = schema): unknown {
   if (typeof schema !== 'object' || schema === null || Array.isArray(schema)) return schema;
   const out: Record<string, unknown> = {};
+  const inner = (v: unknown) => loosened(v, root);
   for (const [key, value] of Object.entries(schema)) {
     if (VALUE_BOUNDS.includes(key)) continue;
-    if ((key === 'properties' || key === '$defs' || key === 'definitions') && typeof value === 'object' && value) {
-      out[key] = Object.fromEntries(Object.entries(value).map(([k, v]) => [k, loosened(v)]));
-    } else if (key === 'items') out.items = loosened(value);
-    else if ((key === 'anyOf' || key === 'oneOf') && Array.isArray(value)) out.anyOf = value.map(loosened);
-    // A pointer through a oneOf goes through the anyOf it became.
-    else if (key === '$ref' && typeof value === 'string') out.$ref = value.replace(/\/oneOf\//g, '/anyOf/');
+    if (MAPS.has(key) && typeof value === 'object' && value) {
+      out[key] = Object.fromEntries(Object.entries(value).map(([k, v]) => [k, inner(v)]));
+    } else if (key === 'items') out.items = inner(value);
+    else if ((key === 'anyOf' || key === 'oneOf') && Array.isArray(value)) out.anyOf = value.map(inner);
+    // A pointer through a oneOf this made an anyOf goes through the anyOf.
+    else if (key === '$ref' && typeof value === 'string') out.$ref = loosenedPointer(value, root);
     else out[key] = value;
   }
   return out;
+}
+
+/** Keywords whose value maps names to schemas, which loosened() reads into. */
+const MAPS = new Set(['properties', '$defs', 'definitions']);
+
+/**
+ * A JSON pointer into `root` as it points into loosened(root): each `oneOf` that loosened() turned into an
+ * `anyOf` (one of a schema it reads into: through properties, definitions, items and alternatives from the root)
+ * is named so; a property called "oneOf", or a oneOf loosened() leaves as it is, keeps its name.
+ */
+function loosenedPointer(ref: string, root: unknown): string {
+  if (!ref.startsWith('#/')) return ref;
+  const parts = ref.slice(2).split('/');
+  let node: unknown = root;
+  // Whether `node` is a schema loosened() reads into, and whether the next segment names a child in a map or list.
+  let read = true;
+  let next: 'schema' | 'map' | 'list' = 'schema';
+  const out = parts.map((raw) => {
+    const key = raw.replace(/~1/g, '/').replace(/~0/g, '~');
+    let name = raw;
+    if (next === 'schema') {
+      if (read && key === 'oneOf' && Array.isArray((node as Record<string, unknown> | null)?.oneOf)) name = 'anyOf';
+      next = MAPS.has(key) ? 'map' : key === 'anyOf' || key === 'oneOf' ? 'list' : 'schema';
+      read = read && (next !== 'schema' || key === 'items');
+    } else next = 'schema';
+    node = typeof node === 'object' && node !== null ? (node as Record<string, unknown>)[key] : undefined;
+    return name;
+  });
+  return `#/${out.join('/')}`;
 }
 
 /**

@@ -432,11 +432,13 @@ describe('tool calls or the JSON value (tool_choice "auto" beside JSON output)',
     required: ['answer'],
     additionalProperties: false,
   };
-  const either = (g: CallGrammar, schema: object | null = ANSWER) =>
+  // The model's end token is `<|im_end|>` here, which the table gives its text (as the host's tables do).
+  const either = (g: CallGrammar, schema: object | null = ANSWER, over = table) =>
     constraintFor({
-      table,
+      table: over,
       calls: compileCallGrammar(g),
       ...(schema ? { schema: compileSchema(schema) } : { json: true }),
+      ends: new Set([idOf('<|im_end|>')]),
     }) as ReplyConstraint;
   const writeEither = (g: CallGrammar, parts: Array<string | number>, schema?: object | null) => {
     const c = either(g, schema);
@@ -491,10 +493,21 @@ describe('tool calls or the JSON value (tool_choice "auto" beside JSON output)',
     expect(done.allows(plain('<tool_call>'))).toBe(true);
     expect(done.allows(plain('\n'))).toBe(true);
     for (const text of ['x', 'hello', '{"', '<tool_call>x']) expect(done.allows(plain(text)), text).toBe(false);
-    // The model's end token where the table gives it its text (a special token), as the end without bytes.
+    // The model's end token where the table gives it its text, as the end without bytes; not another special one.
     expect(done.allows(idOf('<|im_end|>'))).toBe(true);
+    expect(done.allows(idOf('[ARGS]'))).toBe(false);
     expect(either(HERMES).allows(idOf('<|im_end|>'))).toBe(false);
     expect(writeEither(HERMES, ['<tool']).allows(idOf('<|im_end|>'))).toBe(false);
+    // A token that closes a call and opens the next, with text between, is refused; with white space, taken.
+    const extra = ['}}</tool_call>hi<tool_call>{"', '}}</tool_call>\n<tool_call>{"'];
+    const wide = tokenTable(
+      [...VOCAB, ...extra].map((p) => [...Buffer.from(p, 'utf8')]),
+      SPECIAL.map((_, i) => i),
+    );
+    const spanning = either(HERMES, ANSWER, wide);
+    for (const part of call.slice(0, -1)) spanning.accept(plain(part));
+    expect(spanning.allows(VOCAB.length)).toBe(false);
+    expect(spanning.allows(VOCAB.length + 1)).toBe(true);
     // White space, then another call (the end waits while an opening is begun).
     const again = writeEither(HERMES, [...call, '\n', '<tool']);
     expect(again.allows(EOS)).toBe(false);

@@ -128,7 +128,32 @@ describe('planTools', () => {
         properties: { a: { oneOf: [{ type: 'string' }, { type: 'integer' }] }, b: { $ref: '#/properties/a/oneOf/1' } },
       },
     };
-    for (const tool of [named, pick]) {
+    // A property called "oneOf" is no oneOf; a definition with its own definitions keeps them.
+    const called = {
+      name: 'called',
+      parameters: {
+        type: 'object',
+        properties: {
+          oneOf: { type: 'object', properties: { a: { type: 'string' } } },
+          b: { $ref: '#/properties/oneOf/properties/a' },
+        },
+      },
+    };
+    const bundled = {
+      name: 'bundled',
+      parameters: {
+        $ref: '#/$defs/Args',
+        $defs: {
+          Args: {
+            $id: 'urn:args',
+            type: 'object',
+            properties: { p: { $ref: '#/$defs/P' } },
+            $defs: { P: { type: 'boolean' } },
+          },
+        },
+      },
+    };
+    for (const tool of [named, pick, called, bundled]) {
       expect(
         planTools({ messages, tools: [tool], responseFormat: 'json' } as GenerateRequest, undefined, tok)?.grammar,
         tool.name,
