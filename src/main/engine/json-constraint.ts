@@ -486,13 +486,6 @@ export class TokenConstraint<S> implements ReplyConstraint {
   }
 }
 
-/** JSON mode's constraint: any JSON object. */
-export class JsonConstraint extends TokenConstraint<JsonState> {
-  constructor(table: TokenTable) {
-    super(table, objectRecogniser());
-  }
-}
-
 /**
  * What a job asks of its replies' form, with the vocabulary's bytes: one JSON object (conforming to a compiled
  * schema for structured output), free text whose tool calls follow a call grammar, or (both) tool calls or the

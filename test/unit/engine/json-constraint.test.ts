@@ -1,12 +1,14 @@
 import fc from 'fast-check';
 import { beforeAll, describe, expect, it } from 'vitest';
 import {
+  constraintFor,
   feedByte,
   initialJsonState,
-  JsonConstraint,
   jsonDone,
   MAX_DEPTH,
   MAX_WHITESPACE_RUN,
+  type ReplyConstraint,
+  type TokenTable,
   tokenTable,
 } from '../../../src/main/engine/json-constraint';
 import { MAX_NUMBER_DIGITS } from '../../../src/main/engine/json-schema';
@@ -230,20 +232,23 @@ describe('the JSON recogniser', () => {
   });
 });
 
-describe('JsonConstraint', () => {
+/** JSON mode's constraint (any JSON object), as the engine builds it. */
+const jsonMode = (t: TokenTable) => constraintFor({ table: t, json: true }) as ReplyConstraint;
+
+describe('JSON mode constraint', () => {
   const pieces = ['{', '}', '"a"', ':', '1', ' ', 'x', '{"', '', '</s>', '"', 'b', '}}'];
   const table = tokenTable(
     pieces.map((p) => [...Buffer.from(p)]),
     [9],
   );
-  const allowedNow = (c: JsonConstraint) => {
+  const allowedNow = (c: ReplyConstraint) => {
     const x = new Float32Array(pieces.length + 2);
     c.mask(x, x.length);
     return [...x.keys()].filter((i) => x[i] !== Number.NEGATIVE_INFINITY).map((i) => pieces[i] ?? `#${i}`);
   };
 
   it('allows only tokens that continue a JSON object, never special or empty tokens, and ends at the close', () => {
-    const c = new JsonConstraint(table);
+    const c = jsonMode(table);
     expect(allowedNow(c)).toEqual(['{', '{"']);
     c.accept(0);
     expect(allowedNow(c)).toEqual(['}', '"a"', ' ', '"']);
@@ -262,7 +267,7 @@ describe('JsonConstraint', () => {
 });
 
 describe.skipIf(!haveFixtures)(
-  `JsonConstraint over tiny-random-gpt2's byte-level vocabulary (${haveFixtures ? 'fixtures' : fixturesSkipReason})`,
+  `JSON mode's constraint over tiny-random-gpt2's byte-level vocabulary (${haveFixtures ? 'fixtures' : fixturesSkipReason})`,
   () => {
     let table: Awaited<ReturnType<typeof gpt2Table>>;
     beforeAll(async () => {
@@ -275,7 +280,7 @@ describe.skipIf(!haveFixtures)(
     };
 
     it('allows the byte tokens that continue a character in a string, and no other byte, nor the closing quote', () => {
-      const c = new JsonConstraint(table);
+      const c = jsonMode(table);
       for (const b of Buffer.from('{"a":"')) c.accept(id([b]));
       const bytesAllowed = () => Array.from({ length: 256 }, (_, b) => b).filter((b) => c.allows(id([b])));
       // Between characters: ASCII text but the quote's closing and the escape, and lead bytes.
@@ -297,7 +302,7 @@ describe.skipIf(!haveFixtures)(
       const rnd = createRng(11);
       let multiByte = 0;
       for (let w = 0; w < 6; w++) {
-        const c = new JsonConstraint(table);
+        const c = jsonMode(table);
         const bytes = Uint8Array.from(walkTokens(c, table, 30, rnd));
         multiByte += bytes.filter((b) => b >= 0xc2).length;
         expect(validUtf8(bytes, c.done), Buffer.from(bytes).toString('hex')).toBe(true);
@@ -309,7 +314,7 @@ describe.skipIf(!haveFixtures)(
 
     it('refuses number tokens that would make the number ±Infinity', () => {
       const after = (text: string) => {
-        const c = new JsonConstraint(table);
+        const c = jsonMode(table);
         for (const b of Buffer.from(text)) c.accept(id([b]));
         return (n: string) => c.allows(id([...Buffer.from(n)]));
       };
@@ -334,7 +339,7 @@ describe('Sampler in JSON mode', () => {
       { greedy: false, temperature: 1, topK: 0, topP: 1, minP: 0, repetitionPenalty: 1, seed: 3, ...p },
       6,
       [],
-      new JsonConstraint(table),
+      jsonMode(table),
     );
 
   it('greedy takes the most likely token that continues the object, and is finished when it closes', () => {
