@@ -467,10 +467,8 @@ export class CallConstraint implements ReplyConstraint {
   constructor(
     private readonly table: TokenTable,
     private readonly grammar: CompiledCallGrammar,
-    /** Where the reply is (a reply that began as something else and turned out to be a call: call-or-json.ts). */
-    state: CallState = initialCallState(grammar),
   ) {
-    this.state = state;
+    this.state = initialCallState(grammar);
   }
 
   /** A reply with calls ends when the model ends it (never because a call closed). */
