@@ -486,6 +486,9 @@ interface Refs {
   deepest: number;
 }
 
+/** A compile's references, read in `root`. */
+const refsIn = (root: unknown): Refs => ({ root, rootPath: 'schema', active: [], compiled: new Map(), deepest: 0 });
+
 /** Keywords that may stand beside a `$ref`: they describe (Pydantic writes a field's description there). */
 const BESIDE_REF = new Set([
   'title',
@@ -506,17 +509,24 @@ const BESIDE_REF = new Set([
 /** Whether a schema starts a resource of its own: an `$id` that is an address (draft 6/7's `"#name"` is a name). */
 const startsResource = (s: Record<string, unknown>) => typeof s.$id === 'string' && !s.$id.startsWith('#');
 
+/** A reference: what it says, where it is written (for messages), and the keyword that holds it. */
+interface Reference {
+  ref: unknown;
+  key: string;
+  keyword: '$ref' | 'allOf';
+}
+
 /**
  * The reference a schema stands for: its `$ref`, or the one schema of an `allOf` that holds nothing else (Pydantic
  * 1 and Pydantic 2 before 2.9 wrap a `$ref` with a description beside it so); undefined for other schemas.
  */
-function referenceOf(s: Record<string, unknown>): { ref: unknown; key: string } | undefined {
-  if (s.$ref !== undefined) return { ref: s.$ref, key: '$ref' };
+function referenceOf(s: Record<string, unknown>): Reference | undefined {
+  if (s.$ref !== undefined) return { ref: s.$ref, key: '$ref', keyword: '$ref' };
   const all = s.allOf;
   if (Array.isArray(all) && all.length === 1 && isPlainObject(all[0])) {
     const only = all[0] as Record<string, unknown>;
     if (only.$ref !== undefined && Object.keys(only).every((k) => k === '$ref' || BESIDE_REF.has(k))) {
-      return { ref: only.$ref, key: 'allOf[0].$ref' };
+      return { ref: only.$ref, key: 'allOf[0].$ref', keyword: 'allOf' };
     }
   }
   return undefined;
@@ -581,16 +591,21 @@ function derefed(schema: unknown, refs: Refs): unknown {
  * the XML tool-call forms read a parameter's type); as it is where one cannot be followed.
  */
 export function followRefs(schema: unknown, root: unknown): unknown {
-  return derefed(schema, { root, rootPath: 'schema', active: [], compiled: new Map(), deepest: 0 });
+  return derefed(schema, refsIn(root));
 }
 
 /**
  * A reference (with only descriptions beside it): the schema it points at, compiled once however many places use
  * it — each of which must still leave room for its levels under MAX_SCHEMA_DEPTH.
  */
-function compileRef(s: Record<string, unknown>, path: string, depth: number, refs: Refs): SchemaNode {
-  const reference = referenceOf(s) as { ref: unknown; key: string };
-  const beside = Object.keys(s).find((k) => !(k === reference.key.split('[')[0] || BESIDE_REF.has(k)));
+function compileRef(
+  s: Record<string, unknown>,
+  reference: Reference,
+  path: string,
+  depth: number,
+  refs: Refs,
+): SchemaNode {
+  const beside = Object.keys(s).find((k) => k !== reference.keyword && !BESIDE_REF.has(k));
   if (beside !== undefined) {
     throw new SchemaError(
       `${path}.${beside}`,
@@ -643,7 +658,8 @@ function compileNode(schema: unknown, path: string, depth: number, refs: Refs): 
     refs.deepest = Math.max(refs.deepest, inner.deepest);
     return node;
   }
-  if (referenceOf(s)) return compileRef(s, path, depth, refs);
+  const reference = referenceOf(s);
+  if (reference) return compileRef(s, reference, path, depth, refs);
   for (const key of Object.keys(s)) {
     // Definitions are read through $ref only (Pydantic's and zod-to-json-schema's, often unused or empty).
     if ((key === '$defs' || key === 'definitions') && isPlainObject(s[key])) continue;
@@ -749,13 +765,7 @@ function compileNode(schema: unknown, path: string, depth: number, refs: Refs): 
  * cannot enforce.
  */
 export function compileSchema(schema: unknown): SchemaNode {
-  const root = compileNode(schema, 'schema', 0, {
-    root: schema,
-    rootPath: 'schema',
-    active: [],
-    compiled: new Map(),
-    deepest: 0,
-  });
+  const root = compileNode(schema, 'schema', 0, refsIn(schema));
   if (root.k !== 'object' && !(root.k === 'union' && root.branches.every((b) => b.k === 'object'))) {
     const s = schema as Record<string, unknown>;
     throw new SchemaError(
