@@ -35,7 +35,7 @@ export interface ToolPlan {
   names: ReadonlySet<string>;
   /** False: a reply ends after its first call. */
   parallel: boolean;
-  /** Each tool's parameter schemas (the XML forms write values as plain text, typed by them). */
+  /** Each tool's parameter schemas, for the XML forms (which write values as plain text, typed by them); else empty. */
   paramSchemas: ParamSchemas;
   /** The format's markers that are special tokens: kept in the text the filter reads. */
   keepIds: ReadonlySet<number>;
@@ -461,7 +461,8 @@ export function planTools(
     names,
     parallel: req.parallelToolCalls ?? true,
     keepIds,
-    paramSchemas: new Map(tools.map((t) => [t.name, parameterSchemas(t)])),
+    // Read by the XML forms only (their values are plain text, typed by these).
+    paramSchemas: new Map(format.xml ? tools.map((t) => [t.name, parameterSchemas(t)]) : []),
   };
   if (choice !== 'none') plan.shown = tools;
   if (!plan.forced) {

@@ -162,7 +162,8 @@ describe('planTools', () => {
         planTools({ messages, tools: [tool], toolChoice: 'required' } as GenerateRequest, undefined, tok)?.forced,
       ).toBe(true);
     }
-    const params = planTools({ messages, tools: [named, pick] } as GenerateRequest, undefined, tok)?.paramSchemas;
+    const xmlForm = '{{ tools | tojson }}<tool_call><function={{ messages[0].content }}>';
+    const params = planTools({ messages, tools: [named, pick] } as GenerateRequest, xmlForm, tok)?.paramSchemas;
     expect(params?.get('named')?.at).toEqual(place);
     expect(params?.get('pick')?.b).toEqual({ type: 'integer' });
     // A schema the grammar cannot take (a recursive one): the tool and the place.
