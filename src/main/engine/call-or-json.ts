@@ -63,7 +63,7 @@ export class CallOrJsonConstraint<S> implements ReplyConstraint {
     /** The tokens that end the reply (the table may give them their text: `<|im_end|>`). */
     private readonly ends: ReadonlySet<number> = new Set(),
   ) {
-    // JSON output closes a thinking model's reasoning in the prompt (reasoning-plan.ts): none comes first here.
+    // A thinking model's reasoning before JSON output is read around this constraint (reasoning-budget.ts, held).
     if (grammar.reasoning) throw new Error('a reply that may be JSON has no reasoning before its calls');
     this.opening = grammar.atStart ? BRACE : grammar.trigger;
     this.call = { lead: 0, ws: 0, st: initialCallState(grammar), calls: 0 };

@@ -156,8 +156,9 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
       table: held.table,
       ...(cmd.json !== undefined ? { json: true } : {}),
       ...(cmd.jsonSchema !== undefined ? { schema: compileSchema(cmd.jsonSchema) } : {}),
-      ...(cmd.calls ? { calls: compileCallGrammar(cmd.calls.grammar), ends: new Set(cmd.eosTokenIds) } : {}),
-      ...(cmd.json === undefined && cmd.budget ? { budget: compileBudget(cmd.budget.spec) } : {}),
+      ...(cmd.calls ? { calls: compileCallGrammar(cmd.calls.grammar) } : {}),
+      ...(cmd.calls || cmd.budget?.spec.held ? { ends: new Set(cmd.eosTokenIds) } : {}),
+      ...(cmd.budget ? { budget: compileBudget(cmd.budget.spec) } : {}),
     };
     const state: RunningGeneration = { stop: null };
     running.set(cmd.requestId, state);

@@ -497,9 +497,12 @@ export interface ReplyForm {
   json?: boolean;
   schema?: SchemaNode;
   calls?: CompiledCallGrammar;
-  /** A thinking budget around the rest. */
+  /** A thinking model's reasoning around the rest: its budget, or (held) the answer's constraint after it. */
   budget?: CompiledBudget;
-  /** The tokens that end the reply (with `calls` beside JSON output: the end of a reply of calls). */
+  /**
+   * The tokens that end the reply (with `calls` beside JSON output: the end of a reply of calls; held after a
+   * reasoning: refused before the answer).
+   */
   ends?: ReadonlySet<number>;
 }
 
@@ -517,5 +520,5 @@ export function constraintFor(form: ReplyForm): ReplyConstraint | undefined {
         : json
           ? new TokenConstraint(table, json)
           : undefined;
-  return form.budget ? new ReasoningBudget(table, form.budget, inner) : inner;
+  return form.budget ? new ReasoningBudget(table, form.budget, inner, form.ends) : inner;
 }

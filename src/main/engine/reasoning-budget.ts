@@ -1,8 +1,10 @@
 /**
  * A thinking budget: a thinking model may reason for at most this many tokens; then the reasoning is closed for
  * it (the sampler may only write the tokens of a line break and the closing marker, as the tokenizer writes
- * them), and the reply goes on as the answer — the "budget forcing" of Qwen3's thinking budget and of s1. Wraps the reply's other constraint (tool calls),
- * which holds no call inside the reasoning anyway.
+ * them), and the reply goes on as the answer — the "budget forcing" of Qwen3's thinking budget and of s1. Wraps the
+ * reply's other constraint: tool calls, whose grammar holds no call inside the reasoning anyway; or, `held`, the
+ * answer's constraint alone (JSON output, tool calls beside it), which a thinking model's reasoning comes before —
+ * the reasoning is free text, white space may follow its close, and the answer is held from its first byte.
  *
  * No npm packages: the engine process imports this file.
  */
@@ -14,10 +16,21 @@ export interface BudgetSpec {
   close: string;
   /** The prompt opened the reasoning; else a reply that begins with `open` reasons first. */
   inside: boolean;
-  /** Reasoning tokens allowed before the reasoning is closed. */
-  tokens: number;
+  /** Reasoning tokens allowed before the reasoning is closed (absent: no bound). */
+  tokens?: number;
   /** The tokens that close it: a line break, the closing marker, a blank line (as the tokenizer encodes them). */
   force: number[];
+  /**
+   * The inner constraint holds the answer only, after the reasoning (JSON output): not the reasoning, the
+   * markers and the white space around them. The reply may also skip the reasoning (where the prompt did not open
+   * it) and begin with the answer.
+   */
+  held?: boolean;
+  /**
+   * Held: the white-space bytes that may come between the close and the answer (default MAX_GAP_WHITESPACE, as a
+   * model writes `</think>` and a blank line; 0 where the close is the answer's header: gpt-oss's final message).
+   */
+  gap?: number;
 }
 
 export interface CompiledBudget {
@@ -27,7 +40,10 @@ export interface CompiledBudget {
   /** The tokens written for the model when its budget is spent. */
   force: readonly number[];
   inside: boolean;
+  /** Infinity: no bound. */
   tokens: number;
+  held: boolean;
+  gap: number;
 }
 
 const utf8 = (s: string) => new TextEncoder().encode(s);
@@ -47,43 +63,77 @@ export function compileBudget(spec: BudgetSpec): CompiledBudget {
     closeFail,
     force: spec.force,
     inside: spec.inside,
-    tokens: Math.max(0, Math.floor(spec.tokens)),
+    tokens: spec.tokens === undefined ? Number.POSITIVE_INFINITY : Math.max(0, Math.floor(spec.tokens)),
+    held: spec.held === true,
+    gap: spec.gap ?? MAX_GAP_WHITESPACE,
   };
 }
 
-type Phase = 'opening' | 'inside' | 'forcing' | 'after';
+type Phase = 'opening' | 'inside' | 'forcing' | 'gap' | 'after';
 
-/** One row's thinking budget around its other constraint (if any). */
+/** Longest run of white space between the reasoning's close and the answer, when `held` (unless it says less). */
+export const MAX_GAP_WHITESPACE = 32;
+
+/**
+ * One row's reasoning around its other constraint (if any): a thinking budget, and where the inner constraint
+ * holds the answer only (`held`: JSON output), the reasoning kept free of it.
+ */
 export class ReasoningBudget implements ReplyConstraint {
   private phase: Phase;
   /** opening: bytes of the opening marker read; inside: bytes of the close matched; forcing: tokens written. */
   private n = 0;
   private spent = 0;
+  /** White-space bytes read in the gap (held only). */
+  private ws = 0;
 
   constructor(
     private readonly table: TokenTable,
     private readonly budget: CompiledBudget,
     private readonly inner?: ReplyConstraint,
+    /** The tokens that end the reply: refused until the answer has begun where the inner constraint is held. */
+    private readonly ends: ReadonlySet<number> = new Set(),
   ) {
     this.phase = budget.inside ? 'inside' : 'opening';
     if (this.phase === 'inside' && budget.tokens === 0) this.phase = 'forcing';
   }
 
   get done(): boolean {
+    if (this.budget.held) return this.phase === 'after' && (this.inner?.done ?? false);
     return this.inner?.done ?? false;
   }
 
   allows(id: number): boolean {
-    if (this.phase === 'forcing' && !this.continuesForce(id)) return false;
-    return this.inner ? this.inner.allows(id) : true;
+    if (!this.budget.held) {
+      if (this.phase === 'forcing' && !this.continuesForce(id)) return false;
+      return this.inner ? this.inner.allows(id) : true;
+    }
+    switch (this.phase) {
+      case 'after':
+        return this.inner ? this.inner.allows(id) : true;
+      case 'forcing':
+        return this.continuesForce(id);
+      default:
+        return this.heldAllows(id);
+    }
   }
 
   mask(x: Float32Array, vocab: number): number {
+    if (this.budget.held && this.phase !== 'forcing' && this.phase !== 'after') {
+      let allowed = 0;
+      for (let id = 0; id < vocab; id++) {
+        if (x[id] === Number.NEGATIVE_INFINITY) continue;
+        if (this.heldAllows(id)) allowed++;
+        else x[id] = Number.NEGATIVE_INFINITY;
+      }
+      return allowed;
+    }
     if (this.phase !== 'forcing') return this.inner ? this.inner.mask(x, vocab) : vocab;
     // One token may come: the close's next.
     const id = this.budget.force[this.n] as number;
     const keep =
-      id < vocab && (this.inner ? this.inner.allows(id) : true) ? (x[id] as number) : Number.NEGATIVE_INFINITY;
+      id < vocab && (this.budget.held || !this.inner || this.inner.allows(id))
+        ? (x[id] as number)
+        : Number.NEGATIVE_INFINITY;
     x.fill(Number.NEGATIVE_INFINITY, 0, vocab);
     if (keep === Number.NEGATIVE_INFINITY) return 0;
     x[id] = keep;
@@ -91,21 +141,90 @@ export class ReasoningBudget implements ReplyConstraint {
   }
 
   accept(id: number): void {
-    this.inner?.accept(id);
+    const held = this.budget.held;
+    if (!held) this.inner?.accept(id);
+    else if (this.phase === 'after' || this.startsAnswer(id)) {
+      this.phase = 'after';
+      this.inner?.accept(id);
+      return;
+    }
     const { bytes, offsets } = this.table;
     const from = offsets[id] as number;
     const to = offsets[id + 1] as number;
     if (this.phase === 'forcing') {
-      if (++this.n >= this.budget.force.length) this.phase = 'after';
+      if (++this.n >= this.budget.force.length) this.phase = held ? 'gap' : 'after';
       return;
     }
     if (this.phase === 'opening') this.readOpening(bytes, from, to);
     else if (this.phase === 'inside') this.readInside(bytes, from, to);
+    else if (this.phase === 'gap') this.ws += to - from;
   }
 
   /** The next token of the forced close. */
   private continuesForce(id: number): boolean {
     return id === this.budget.force[this.n];
+  }
+
+  /**
+   * Held: whether a token that is not the answer's first fits where the reply is (before the reasoning's
+   * opening, inside the reasoning, or in the white space after it): its bytes, or (where the reasoning's text
+   * may end) the inner constraint's start.
+   */
+  private heldAllows(id: number): boolean {
+    if (this.ends.has(id)) return false;
+    if (this.startsAnswer(id)) return true;
+    const { bytes, offsets } = this.table;
+    if (id < 0 || id >= offsets.length - 1) return false;
+    const from = offsets[id] as number;
+    const to = offsets[id + 1] as number;
+    if (this.phase === 'gap') return from < to && this.spaceFits(bytes, from, to);
+    if (this.phase === 'inside') return this.closeLeavesSpace(bytes, from, to, this.n);
+    // Opening: the marker's bytes (no white space before them: the reply begins with its reasoning or its answer),
+    // then (once it is whole) reasoning.
+    const open = this.budget.open;
+    let n = this.n;
+    for (let k = from; k < to; k++) {
+      const b = bytes[k] as number;
+      if (b !== open[n]) {
+        return false;
+      } else if (++n === open.length) {
+        return this.closeLeavesSpace(bytes, k + 1, to, 0);
+      }
+    }
+    return from < to;
+  }
+
+  /**
+   * Held: whether token `id` begins the answer, read by the inner constraint from its start — where the reply may
+   * go on without a reasoning (before any of its opening has been written) or after it (in the gap).
+   */
+  private startsAnswer(id: number): boolean {
+    const begins = this.phase === 'gap' || (this.phase === 'opening' && this.n === 0);
+    return begins && !this.ends.has(id) && (this.inner ? this.inner.allows(id) : false);
+  }
+
+  /** Whether bytes[from, to) are white space that fits in the gap's room. */
+  private spaceFits(bytes: Uint8Array, from: number, to: number): boolean {
+    if (this.ws + (to - from) > this.budget.gap) return false;
+    for (let k = from; k < to; k++) if (!isWs(bytes[k] as number)) return false;
+    return true;
+  }
+
+  /** Inside the reasoning (`n` bytes of the close matched): whether any bytes after a close in them are white space. */
+  private closeLeavesSpace(bytes: Uint8Array, from: number, to: number, matched: number): boolean {
+    const { close, closeFail } = this.budget;
+    let n = matched;
+    for (let k = from; k < to; k++) {
+      const b = bytes[k] as number;
+      while (n > 0 && b !== close[n]) n = closeFail[n - 1] as number;
+      if (b === close[n]) n++;
+      if (n === close.length) {
+        if (to - (k + 1) > this.budget.gap) return false;
+        for (let j = k + 1; j < to; j++) if (!isWs(bytes[j] as number)) return false;
+        return true;
+      }
+    }
+    return true;
   }
 
   private readOpening(bytes: Uint8Array, from: number, to: number): void {
@@ -135,8 +254,10 @@ export class ReasoningBudget implements ReplyConstraint {
       while (n > 0 && b !== close[n]) n = closeFail[n - 1] as number;
       this.n = b === close[n] ? n + 1 : n;
       if (this.n === close.length) {
-        this.phase = 'after'; // the model closed it itself
+        // The model closed it itself; held, the white space after it is the gap's.
+        this.phase = this.budget.held ? 'gap' : 'after';
         this.n = 0;
+        this.ws = to - (k + 1);
         return;
       }
     }

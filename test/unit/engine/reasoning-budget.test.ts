@@ -2,17 +2,23 @@
  * The thinking budget's constraint (src/main/engine/reasoning-budget.ts) over a small vocabulary: it counts the
  * reasoning's tokens (the prompt's or the reply's own opening), then allows only the close's tokens in order, and
  * nothing more once the reasoning is over; a reasoning closed in time is left alone; an inner constraint (tool
- * calls) still holds.
+ * calls) still holds. Held (JSON output after a thinking model's reasoning): the reasoning is free text, the JSON is
+ * held from its first byte after the close and white space, the reply may skip the reasoning, and it cannot end
+ * before its answer is whole.
  */
 import { describe, expect, it } from 'vitest';
 import { CallConstraint, compileCallGrammar } from '../../../src/main/engine/call-constraint';
-import { tokenTable } from '../../../src/main/engine/json-constraint';
-import { compileBudget, ReasoningBudget } from '../../../src/main/engine/reasoning-budget';
+import { constraintFor, tokenTable } from '../../../src/main/engine/json-constraint';
+import { compileBudget, MAX_GAP_WHITESPACE, ReasoningBudget } from '../../../src/main/engine/reasoning-budget';
 
-const VOCAB = ['<think>', '</think>', '\n', 'a', 'b', ' ', '<th', 'ink>', '<tool_call>', '{"', 'x', '</', 'think>'];
+const VOCAB = [
+  ...['<think>', '</think>', '\n', 'a', 'b', ' ', '<th', 'ink>', '<tool_call>', '{"', 'x', '</', 'think>'],
+  ...['":', ' 1', '}', '<|end|>', '</think>\n\n', '</think>{"', '{', '\n\n'],
+];
+// `<|end|>` is a special token with its text (as the host's tables give them).
 const table = tokenTable(
   VOCAB.map((p) => [...Buffer.from(p)]),
-  [],
+  [VOCAB.indexOf('<|end|>')],
 );
 const id = (piece: string) => VOCAB.indexOf(piece);
 const CLOSE = [id('\n'), id('</think>'), id('\n'), id('\n')];
@@ -91,5 +97,114 @@ describe('a thinking budget', () => {
     // In the call: only what continues its object.
     expect(c.allows(id('a'))).toBe(false);
     expect(c.allows(id('{"'))).toBe(true);
+  });
+
+  describe('held: JSON output after the reasoning', () => {
+    const END = id('<|end|>');
+    const held = (inside: boolean, tokens?: number) =>
+      new ReasoningBudget(
+        table,
+        compileBudget({ open: '<think>', close: '</think>', inside, force: CLOSE, held: true, tokens }),
+        constraintFor({ table, json: true }),
+        new Set([END]),
+      );
+    const ANSWER = ['{"', 'x', '":', ' 1', '}'];
+
+    it('the reasoning is free text (its end token refused); after the close and white space, only the JSON', () => {
+      const c = held(true);
+      // Inside: anything but the end, and a token that closes the reasoning and goes on with the answer.
+      expect(VOCAB.filter((_, i) => !c.allows(i))).toEqual(['<|end|>', '</think>{"']);
+      write(c, ['a', '{"', '}', '<tool_call>', 'b', '</think>']);
+      expect(c.done).toBe(false);
+      // The gap: white space, or the answer's start.
+      expect(VOCAB.filter((_, i) => c.allows(i))).toEqual(['\n', ' ', '{"', '{', '\n\n']);
+      write(c, ['\n\n', ...ANSWER]);
+      expect(c.done).toBe(true);
+      // A close with white space in its token leaves the gap after it.
+      const d = held(true);
+      write(d, ['a', '</think>\n\n']);
+      expect(d.allows(id('{"'))).toBe(true);
+      expect(d.allows(id('a'))).toBe(false);
+      // The mask agrees with allows, and counts what is left.
+      const x = new Float32Array(VOCAB.length);
+      expect(d.mask(x, VOCAB.length)).toBe(5);
+      expect(VOCAB.filter((_, i) => x[i] !== Number.NEGATIVE_INFINITY)).toEqual(['\n', ' ', '{"', '{', '\n\n']);
+    });
+
+    it('white space after the close is bounded (none where the close is the answer’s header, as gpt-oss’s is)', () => {
+      const c = held(true);
+      write(c, ['</think>']);
+      for (let i = 0; i < MAX_GAP_WHITESPACE; i++) write(c, [' ']);
+      expect(c.allows(id(' '))).toBe(false);
+      expect(c.allows(id('{"'))).toBe(true);
+      const header = new ReasoningBudget(
+        table,
+        compileBudget({ open: '<think>', close: '</think>', inside: true, force: CLOSE, held: true, gap: 0 }),
+        constraintFor({ table, json: true }),
+      );
+      expect(header.allows(id('</think>\n\n'))).toBe(false);
+      write(header, ['a', '</think>']);
+      expect(VOCAB.filter((_, i) => header.allows(i))).toEqual(['{"', '{']);
+    });
+
+    it('a reply the prompt did not open begins with its reasoning (the opening whole or in pieces) or its answer', () => {
+      for (const opening of [['<think>'], ['<th', 'ink>']]) {
+        const c = held(false);
+        write(c, [...opening, 'a', '</think>', '\n', ...ANSWER]);
+        expect(c.done).toBe(true);
+      }
+      const direct = held(false);
+      // Not white space: JSON output's object comes first, or the reasoning's opening.
+      expect(VOCAB.filter((_, i) => direct.allows(i))).toEqual(['<think>', '<th', '{"', '{']);
+      write(direct, ANSWER);
+      expect(direct.done).toBe(true);
+      // Half an opening is not an answer.
+      const half = held(false);
+      write(half, ['<th']);
+      expect(half.allows(id('{"'))).toBe(false);
+      expect(VOCAB.filter((_, i) => half.allows(i))).toEqual(['ink>']);
+    });
+
+    it('with a budget, the close is written for the model and the JSON follows', () => {
+      const c = held(true, 1);
+      write(c, ['a']);
+      for (const next of CLOSE) {
+        expect(VOCAB.filter((_, i) => c.allows(i))).toEqual([VOCAB[next]]);
+        c.accept(next);
+      }
+      expect(c.allows(id('a'))).toBe(false);
+      write(c, ANSWER);
+      expect(c.done).toBe(true);
+    });
+  });
+
+  it('held around tool calls beside JSON output: a call written while reasoning is text; after it, calls or JSON', () => {
+    const grammar = compileCallGrammar({
+      trigger: '<tool_call>',
+      array: false,
+      close: '',
+      calls: [{ head: '', schema: { type: 'object', properties: { x: { type: 'integer' } }, required: ['x'] } }],
+    });
+    const END = id('<|end|>');
+    const form = (inside: boolean) =>
+      constraintFor({
+        table,
+        json: true,
+        calls: grammar,
+        ends: new Set([END]),
+        budget: compileBudget({ open: '<think>', close: '</think>', inside, force: CLOSE, held: true }),
+      }) as ReasoningBudget;
+    const c = form(true);
+    write(c, ['<tool_call>', 'a', '</think>', '\n']);
+    // After the reasoning: a call's opening or the JSON's, not text, not the end.
+    expect(c.allows(id('a'))).toBe(false);
+    expect(c.allows(END)).toBe(false);
+    write(c, ['<tool_call>', '{"', 'x', '":', ' 1', '}']);
+    // A reply of calls may end after its call.
+    expect(c.allows(END)).toBe(true);
+    expect(c.allows(id('a'))).toBe(false);
+    const json = form(false);
+    write(json, ['<think>', 'b', '</think>', '{"', 'x', '":', ' 1', '}']);
+    expect(json.done).toBe(true);
   });
 });
