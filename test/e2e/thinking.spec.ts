@@ -3,7 +3,7 @@
  * opened with <think>): the reply's reasoning folds above it ("Thought for …"), opens on a click, and is the
  * reasoning the OpenAI API gives for the same greedy turn, as the reply is its content; it survives a reload;
  * the thread's "reply at once" setting turns the reasoning off (the template closes it), and the settings say
- * what the current model does.
+ * what the current model does; with JSON output it reasons first, and its reply is the JSON.
  */
 import { test as base, expect, type Page } from '@playwright/test';
 import { thinkingModel } from '../helpers/models';
@@ -137,6 +137,54 @@ test('a thinking model: the reasoning folds above the reply, opens on a click, a
   await expect(lastReply(page)).toHaveAttribute('data-state', 'done');
   await expect(lastReply(page).getByTestId('reasoning')).toHaveCount(0);
   await expect(lastReply(page).getByTestId('message-text')).not.toBeEmpty();
+});
+
+test('JSON output on a thinking model: it reasons first, and its reply is the JSON', async ({
+  page,
+  thinkServer: server,
+}) => {
+  const schema = {
+    type: 'object',
+    properties: { answer: { type: 'string', enum: ['yes', 'no'] } },
+    required: ['answer'],
+    additionalProperties: false,
+  };
+  // The same greedy turn through the API: its reasoning, then its JSON content.
+  const res = await fetch(`${server.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({
+      model: 'thinking',
+      messages: [{ role: 'user', content: server.natural.question }],
+      max_tokens: 48,
+      temperature: 0,
+      response_format: { type: 'json_schema', json_schema: { name: 'answer', schema } },
+    }),
+  });
+  const api = ((await res.json()) as { choices: Array<{ message: { content: string; reasoning_content?: string } }> })
+    .choices[0]?.message;
+  expect(api?.reasoning_content?.length).toBeGreaterThan(0);
+  expect(JSON.parse(api?.content ?? '')).toHaveProperty('answer');
+
+  await openThinkingChat(page, server.url);
+  await setSettings(page, { maxNewTokens: 48 });
+  await page.getByTestId('settings-toggle').click();
+  // (A new chat takes the last one's settings: another test of this worker may have turned thinking off.)
+  await page.getByTestId('setting-thinking').selectOption('default');
+  await page.getByTestId('setting-json').check();
+  await page.getByTestId('setting-json-schema').fill(JSON.stringify(schema));
+  await page.getByTestId('setting-json-schema').blur();
+  await page.getByTestId('settings-toggle').click();
+  await expect(page.getByTestId('settings-summary')).toContainText('JSON schema');
+  await send(page, server.natural.question);
+  const reply = lastReply(page);
+  await expect(reply).toHaveAttribute('data-state', 'done');
+  // The answer is shown as a JSON code block, folded reasoning above it.
+  const code = reply.getByTestId('message-text').locator('pre code');
+  await expect(code).toHaveClass(/language-json/);
+  await expect(code).toHaveText(api?.content ?? '');
+  await reply.getByTestId('reasoning-toggle').click();
+  await expect(reply.getByTestId('reasoning-text')).toHaveText(api?.reasoning_content ?? '');
 });
 
 test('the model card says which model thinks', async ({ page, thinkServer: server }) => {

@@ -72,11 +72,19 @@ export function thinkingBudgetOf(req: GenerateRequest): number | undefined {
 }
 
 /**
+ * Whether a request's reply is written to a grammar from its first token, with no room to reason before it: a
+ * forced tool call (the prompt ends in the call's opening). JSON output (JSON mode, structured output) lets a
+ * thinking model reason first: the engine holds the answer after the reasoning (reasoning-budget.ts, held) —
+ * for gpt-oss, its final message.
+ */
+const heldFromFirstToken = (tools: ToolPlan | undefined): boolean => tools?.forced === true;
+
+/**
  * What to append to a thinking model's rendered chat prompt (`rendered`, before any tool-call opening) so its
  * reply starts after an empty, closed reasoning — as Qwen3's template writes it with its switch off: for
  * `thinking: false` where the template has no switch (DeepSeek-R1's always opens the reasoning), and for a reply
- * written to a grammar from its first token (JSON mode, a forced call) whose prompt opened the reasoning, which
- * would otherwise be written inside it. Empty when nothing is to be closed.
+ * written to a grammar from its first token (a forced call) whose prompt opened the reasoning, which would
+ * otherwise be written inside it; with thinking off, JSON output after it. Empty when nothing is to be closed.
  */
 export function closingSuffix(
   req: GenerateRequest,
@@ -86,13 +94,13 @@ export function closingSuffix(
 ): string {
   const reasoning = spec.reasoning;
   if (!reasoning || req.continueFinal) return '';
-  const constrained = req.responseFormat === 'json' || req.jsonSchema !== undefined || tools?.forced === true;
+  const constrained = heldFromFirstToken(tools);
   const off = req.thinking === false && reasoning.toggle === undefined;
   if (!constrained && !off) return '';
   if (reasoning.harmony) {
     // gpt-oss writes each message after a header. `thinking: false`: an empty analysis, then the final message —
     // or, where it may call tools (a call is a commentary message), the next message's start, its channel left
-    // to the model. A grammar's reply (JSON, or a forced call in kvdesk's form) goes in the final channel.
+    // to the model. A forced call in kvdesk's form goes in the final channel.
     if (off && !constrained && tools) return `${reasoning.open}<|end|><|start|>assistant`;
     return off ? reasoning.open + reasoning.close : '<|channel|>final<|message|>';
   }
@@ -103,8 +111,8 @@ export function closingSuffix(
 /**
  * Whether a thinking model's chat reply (`prompt`: as rendered) is split into reasoning and answer, and whether
  * it starts inside the reasoning: the prompt ended with the opening marker, or continues a reply whose reasoning
- * is not closed. Not a reply written to a grammar from its first token (JSON mode, a forced call): it has no
- * room to reason.
+ * is not closed. Not a reply written to a grammar from its first token (a forced call): it has no room to reason.
+ * JSON output is the answer after the reasoning.
  */
 export function reasoningPlan(
   req: GenerateRequest,
@@ -115,7 +123,7 @@ export function reasoningPlan(
 ): ReasoningPlan | undefined {
   const reasoning = spec.reasoning;
   if (!reasoning) return undefined;
-  if (req.responseFormat === 'json' || req.jsonSchema !== undefined || tools?.forced) return undefined;
+  if (heldFromFirstToken(tools)) return undefined;
   const keepIds = new Set<number>();
   for (const marker of reasoning.harmony ? HARMONY_TOKENS : [reasoning.open, reasoning.close]) {
     const id = tok.tokenToId(marker);

@@ -1782,24 +1782,30 @@ class Generation {
       // A thinking model's calls come after its reasoning: the grammar waits for its close. Harmony's reasoning
       // ends with its analysis message (the next message may be a call or a preamble, not only the final one).
       const plan = this.reasoning;
-      const reasoningEnd = plan?.spec.harmony ? '<|end|>' : plan?.spec.close;
+      // JSON output (tool calls beside it too) is the answer after the reasoning: the engine holds it there (for
+      // gpt-oss, in the final message, whose header ends the reasoning). Told not to think (the prompt closed the
+      // reasoning), the reply is held from its first token as for any model.
+      const held = plan !== undefined && jsonMode(this.req) && this.req.thinking !== false;
+      const reasoningEnd = plan?.spec.harmony && !held ? '<|end|>' : plan?.spec.close;
       const calls = this.tools?.grammar;
       const grammar =
-        calls && plan && reasoningEnd !== undefined
+        calls && plan && reasoningEnd !== undefined && !held
           ? { ...calls, reasoning: { open: plan.spec.open, close: reasoningEnd, inside: plan.inside } }
           : calls;
       // A thinking budget: the engine closes the reasoning after that many tokens.
       const thinkingBudget = thinkingBudgetOf(this.req);
       const budget =
-        plan && thinkingBudget !== undefined && reasoningEnd !== undefined
+        plan && (thinkingBudget !== undefined || held) && reasoningEnd !== undefined
           ? {
               key: this.model.loadKey,
               spec: {
                 open: plan.spec.open,
                 close: reasoningEnd,
                 inside: plan.inside,
-                tokens: thinkingBudget,
+                ...(thinkingBudget !== undefined ? { tokens: thinkingBudget } : {}),
                 force: closeIds(this.model.tokenizer, plan.spec),
+                // gpt-oss's close is its final message's header: the answer comes right after it.
+                ...(held ? { held, ...(plan.spec.harmony ? { gap: 0 } : {}) } : {}),
               },
             }
           : undefined;

@@ -776,7 +776,7 @@ export function SettingsPanel({ thread, presets }: { thread: Thread; presets: Pr
           />
         </label>
       </Field>
-      <label title="Every reply is one JSON object: sampling keeps to tokens that can continue one, and the reply ends when it closes. Ask for JSON in your message too, so the model means it.">
+      <label title="Every reply is one JSON object: sampling keeps to tokens that can continue one, and the reply ends when it closes. A thinking model reasons first, then answers in JSON. Ask for JSON in your message too, so the model means it.">
         JSON output
         <input
           type="checkbox"

@@ -115,8 +115,9 @@ describe('a Harmony (gpt-oss) model', () => {
     const suffix = tokens(direct, ['<|channel|>', 'analysis', '<|message|>', '<|end|>', '<|start|>', 'assistant']);
     const final = tokens(direct, ['<|channel|>', 'final', '<|message|>']);
     expect(measure({ thinking: false }) - measure({})).toBe(suffix.length + final.length);
-    // JSON replies are written in the final channel.
-    expect(measure({ responseFormat: 'json' }) - measure({})).toBe(final.length);
+    // JSON output: the model reasons first (nothing added); told not to, the final message is opened for it.
+    expect(measure({ responseFormat: 'json' })).toBe(measure({}));
+    expect(measure({ responseFormat: 'json', thinking: false })).toBe(measure({ thinking: false }));
     // With tools the next message's channel is left to the model: a call is a commentary message.
     const tools = [{ name: 'now', parameters: { type: 'object', properties: {} } }];
     expect(measure({ thinking: false, tools }) - measure({ tools })).toBe(suffix.length);
@@ -130,6 +131,43 @@ describe('a Harmony (gpt-oss) model', () => {
     // The answer streams as it is written (the splitter starts in the final body, holding nothing back).
     const texts = frames.flatMap((f) => (f.type === 'tokens' ? f.rows.map((row) => row.text) : []));
     expect(texts.filter((t) => t !== '').length).toBeGreaterThan(0);
+  });
+
+  it('JSON output: the analysis is the reasoning, the final message the JSON, held from its first byte', async () => {
+    const json = '{"color": "blue"}';
+    const parts = REPLY.slice(0, -1);
+    const pkg = harmonyPackage('json', [...parts, json]);
+    await h.loadModel(pkg.dir, { id: 'json' });
+    const schema = { type: 'object', properties: { color: { type: 'string' } }, required: ['color'] };
+    const r = await h.generate({
+      model: 'json',
+      messages: ASK,
+      jsonSchema: schema,
+      maxNewTokens: 64,
+      sampling: { greedy: true },
+    }).result;
+    expect(r.reasoning).toBe(ANALYSIS);
+    expect(r.text).toBe(json);
+    expect(r.finishReason).toBe('eos');
+    // Its text is held: a final message that is no JSON object is not written; the object comes right after the
+    // final message's header.
+    const plain = await h.generate({
+      model: 'reply',
+      messages: ASK,
+      responseFormat: 'json',
+      maxNewTokens: 48,
+      sampling: { greedy: true },
+    }).result;
+    expect(plain.reasoning).toBe(ANALYSIS);
+    expect(plain.text.startsWith('{')).toBe(true);
+    const header = plain.tokenIds.indexOf(
+      reply.ids['<|message|>'] as number,
+      tokens(reply, ['<|channel|>', 'analysis', '<|message|>']).length,
+    );
+    expect(header).toBeGreaterThan(0);
+    expect(reply.tokenizer.decode(plain.tokenIds.slice(header + 1, header + 2)).startsWith('{')).toBe(true);
+    expect(plain.text).not.toContain(ANSWER);
+    await h.unloadModel('json');
   });
 
   it('reads a message to a function as a tool call', async () => {

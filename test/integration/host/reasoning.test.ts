@@ -100,14 +100,57 @@ describe('a thinking model', () => {
     expect(withIt.promptTokens).toBeGreaterThan(without.promptTokens);
   });
 
-  it('a reply held to JSON from its first token is not split: the prompt closes the reasoning first', async () => {
-    const r = await run({ responseFormat: 'json', sampling: { greedy: true } });
-    expect(r.reasoning).toBeUndefined();
-    expect(r.reasoningTokens).toBeUndefined();
-    expect(r.text.startsWith('{')).toBe(true);
-    // The prompt the template writes with its switch off: <think>, an empty line, </think>.
-    const json = h.measurePrompt({ model: 'thinking', messages: ASK, responseFormat: 'json' });
-    expect(json).toEqual(h.measurePrompt({ model: 'thinking', messages: ASK, thinking: false }));
+  it('JSON output is the answer after the reasoning: the model reasons freely, then writes the JSON', async () => {
+    const schema = {
+      type: 'object',
+      properties: { answer: { enum: ['yes', 'no'] } },
+      required: ['answer'],
+      additionalProperties: false,
+    };
+    const free = await run({ maxNewTokens: 64 });
+    const at = free.tokenIds.indexOf(THINK_END_ID);
+    for (const form of [{ jsonSchema: schema }, { responseFormat: 'json' as const }]) {
+      const r = await run({ ...form, maxNewTokens: 64 });
+      // The reasoning is the free reply's, up to its own </think>: nothing holds it.
+      expect(r.tokenIds.slice(0, at + 1)).toEqual(free.tokenIds.slice(0, at + 1));
+      expect(r.reasoning).toBe(free.reasoning);
+      expect(r.reasoningTokens).toBe(at + 1);
+      // Then the answer is the JSON, whole (the reply ends as its object closes).
+      expect(r.finishReason).toBe('eos');
+      expect(r.text).toBe(decode(r.tokenIds.slice(at + 1)).trim());
+      const value = JSON.parse(r.text);
+      if (form.jsonSchema) expect(['yes', 'no']).toContain(value.answer);
+      else expect(typeof value).toBe('object');
+    }
+    // The prompt is the thinking one: nothing closes the reasoning in it.
+    expect(h.measurePrompt({ model: 'thinking', messages: ASK, jsonSchema: schema })).toEqual(
+      h.measurePrompt({ model: 'thinking', messages: ASK }),
+    );
+    // Told not to think, the prompt closes the reasoning (the template's switch) and the reply is the JSON alone.
+    const off = await run({ jsonSchema: schema, thinking: false, maxNewTokens: 64 });
+    expect(h.measurePrompt({ model: 'thinking', messages: ASK, jsonSchema: schema, thinking: false })).toEqual(
+      h.measurePrompt({ model: 'thinking', messages: ASK, thinking: false }),
+    );
+    expect(off.reasoning).toBe('');
+    expect(off.text.startsWith('{')).toBe(true);
+    expect(JSON.parse(off.text).answer).toMatch(/^(yes|no)$/);
+  });
+
+  it('JSON output after a reasoning the prompt opened, and after a thinking budget closes it', async () => {
+    const schema = { type: 'object', properties: { n: { type: 'integer' } }, required: ['n'] };
+    const sampling = { greedy: true, logitBias: { [THINK_END_ID]: bias } };
+    const r = await h.generate({ model: 'always', messages: ASK, jsonSchema: schema, maxNewTokens: 64, sampling })
+      .result;
+    const at = r.tokenIds.indexOf(THINK_END_ID);
+    expect(at).toBeGreaterThan(0);
+    expect(r.reasoning).toBe(decode(r.tokenIds.slice(0, at)).trim());
+    expect(Number.isInteger(JSON.parse(r.text).n)).toBe(true);
+    // A budget of 2: two tokens of reasoning, the close written for the model, then the JSON.
+    const close = h.tokenizerOf('thinking').encode('\n</think>\n\n', { addSpecialTokens: false });
+    const budgeted = await run({ jsonSchema: schema, thinkingBudget: 2, maxNewTokens: 64, sampling: { greedy: true } });
+    expect(budgeted.tokenIds.slice(2, 2 + close.length)).toEqual(close);
+    expect(budgeted.reasoningTokens).toBe(2 + close.length - 2);
+    expect(Number.isInteger(JSON.parse(budgeted.text).n)).toBe(true);
   });
 
   it('thinking: false for a template without the switch closes the reasoning before it begins', async () => {

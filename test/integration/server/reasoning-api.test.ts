@@ -49,6 +49,14 @@ function host(req: Partial<GenerateRequest> = {}): Promise<GenerationResult> {
 const promptOf = (messages: ChatMessage[], extra: Partial<GenerateRequest> = {}) =>
   t.runner.countPromptTokens({ model, messages, ...extra });
 
+/** Structured output's schema in the JSON-output tests: a short answer, so the reply fits after its reasoning. */
+const ANSWER_SCHEMA = {
+  type: 'object',
+  properties: { answer: { type: 'string', enum: ['yes', 'no'] } },
+  required: ['answer'],
+  additionalProperties: false,
+};
+
 /** An earlier assistant turn's reasoning, sent back with the conversation. */
 const REASONED = 'They greet me, so I greet them back.';
 /** A conversation with an earlier assistant turn (and its reasoning, if given), as the host takes it. */
@@ -162,6 +170,20 @@ describe('OpenAI chat completions', () => {
     }
     expectPieces(pieces);
     expect(usage?.completion_tokens_details?.reasoning_tokens).toBe(ON.reasoningTokens);
+  });
+
+  it('response_format json_schema: reasoning_content is the reasoning, content the JSON after it', async () => {
+    const oracle = await host({ jsonSchema: ANSWER_SCHEMA, maxNewTokens: 48 });
+    expect(oracle.reasoning?.length).toBeGreaterThan(0);
+    const c = await chat({
+      max_tokens: 48,
+      response_format: { type: 'json_schema', json_schema: { name: 'answer', schema: ANSWER_SCHEMA, strict: true } },
+    });
+    const message = c.choices[0]?.message as unknown as ChatMessageOut;
+    expect(message.reasoning_content).toBe(oracle.reasoning);
+    expect(message.content).toBe(oracle.text);
+    expect(JSON.parse(message.content ?? '')).toEqual({ answer: expect.stringMatching(/^(yes|no)$/) });
+    expect(c.choices[0]?.finish_reason).toBe('stop');
   });
 
   it('enable_thinking false or reasoning_effort "none": no reasoning_content, the longer prompt, the host reply', async () => {
@@ -306,6 +328,18 @@ describe('Ollama', () => {
     const got = await lines(await post('/api/generate', { model, prompt: NATURAL, options: greedy }));
     expect(got[got.length - 1]).toMatchObject({ done: true, response: '' });
     expectPieces(got.slice(0, -1).map((l) => ({ reasoning: l.thinking as string, text: l.response as string })));
+  });
+
+  it('format with a schema: thinking is the reasoning, content the JSON after it', async () => {
+    const oracle = await host({ jsonSchema: ANSWER_SCHEMA, maxNewTokens: 48 });
+    const body = await ollama('/api/chat', {
+      model,
+      messages: ask(),
+      options: { ...greedy, num_predict: 48 },
+      format: ANSWER_SCHEMA,
+    });
+    expect(messageOf(body)).toEqual({ role: 'assistant', content: oracle.text, thinking: oracle.reasoning });
+    expect(JSON.parse(messageOf(body).content)).toHaveProperty('answer');
   });
 
   it('think false: no thinking, the longer prompt, the host reply', async () => {
