@@ -156,7 +156,7 @@ test('JSON output on a thinking model: it reasons first, and its reply is the JS
     body: JSON.stringify({
       model: 'thinking',
       messages: [{ role: 'user', content: server.natural.question }],
-      max_tokens: 48,
+      max_tokens: 128,
       temperature: 0,
       response_format: { type: 'json_schema', json_schema: { name: 'answer', schema } },
     }),
@@ -167,7 +167,7 @@ test('JSON output on a thinking model: it reasons first, and its reply is the JS
   expect(JSON.parse(api?.content ?? '')).toHaveProperty('answer');
 
   await openThinkingChat(page, server.url);
-  await setSettings(page, { maxNewTokens: 48 });
+  await setSettings(page, { maxNewTokens: 128 });
   await page.getByTestId('settings-toggle').click();
   // (A new chat takes the last one's settings: another test of this worker may have turned thinking off.)
   await page.getByTestId('setting-thinking').selectOption('default');

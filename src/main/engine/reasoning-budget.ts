@@ -31,6 +31,11 @@ export interface BudgetSpec {
    * model writes `</think>` and a blank line; 0 where the close is the answer's header: gpt-oss's final message).
    */
   gap?: number;
+  /**
+   * Held: the tokens written for the model after it closes the reasoning itself (gpt-oss: its final message's
+   * header after the analysis's `<|end|>`, so that no other message comes between).
+   */
+  then?: number[];
 }
 
 export interface CompiledBudget {
@@ -44,6 +49,7 @@ export interface CompiledBudget {
   tokens: number;
   held: boolean;
   gap: number;
+  then: readonly number[];
 }
 
 const utf8 = (s: string) => new TextEncoder().encode(s);
@@ -66,6 +72,7 @@ export function compileBudget(spec: BudgetSpec): CompiledBudget {
     tokens: spec.tokens === undefined ? Number.POSITIVE_INFINITY : Math.max(0, Math.floor(spec.tokens)),
     held: spec.held === true,
     gap: spec.gap ?? MAX_GAP_WHITESPACE,
+    then: spec.then ?? [],
   };
 }
 
@@ -85,6 +92,8 @@ export class ReasoningBudget implements ReplyConstraint {
   private spent = 0;
   /** White-space bytes read in the gap (held only). */
   private ws = 0;
+  /** The tokens being written for the model (forcing): the close, or (held) what follows the model's own. */
+  private forced: readonly number[];
 
   constructor(
     private readonly table: TokenTable,
@@ -93,6 +102,7 @@ export class ReasoningBudget implements ReplyConstraint {
     /** The tokens that end the reply: refused until the answer has begun where the inner constraint is held. */
     private readonly ends: ReadonlySet<number> = new Set(),
   ) {
+    this.forced = budget.force;
     this.phase = budget.inside ? 'inside' : 'opening';
     if (this.phase === 'inside' && budget.tokens === 0) this.phase = 'forcing';
   }
@@ -102,7 +112,16 @@ export class ReasoningBudget implements ReplyConstraint {
     return this.inner?.done ?? false;
   }
 
+  /**
+   * Whether token `id` can come next. Held, the sampler asks first about the model's own pick (sampling.ts,
+   * batcher.ts): an end token picked inside the reasoning is refused, and the reasoning is closed for the model
+   * (as a spent budget closes it), so a model that meant to stop goes on to its answer rather than reasoning on.
+   */
   allows(id: number): boolean {
+    if (this.budget.held && this.phase === 'inside' && this.ends.has(id)) {
+      this.startForcing(this.budget.force);
+      return false;
+    }
     if (!this.budget.held) {
       if (this.phase === 'forcing' && !this.continuesForce(id)) return false;
       return this.inner ? this.inner.allows(id) : true;
@@ -129,7 +148,7 @@ export class ReasoningBudget implements ReplyConstraint {
     }
     if (this.phase !== 'forcing') return this.inner ? this.inner.mask(x, vocab) : vocab;
     // One token may come: the close's next.
-    const id = this.budget.force[this.n] as number;
+    const id = this.forced[this.n] as number;
     const keep =
       id < vocab && (this.budget.held || !this.inner || this.inner.allows(id))
         ? (x[id] as number)
@@ -152,7 +171,7 @@ export class ReasoningBudget implements ReplyConstraint {
     const from = offsets[id] as number;
     const to = offsets[id + 1] as number;
     if (this.phase === 'forcing') {
-      if (++this.n >= this.budget.force.length) this.phase = held ? 'gap' : 'after';
+      if (++this.n >= this.forced.length) this.phase = held ? 'gap' : 'after';
       return;
     }
     if (this.phase === 'opening') this.readOpening(bytes, from, to);
@@ -162,7 +181,14 @@ export class ReasoningBudget implements ReplyConstraint {
 
   /** The next token of the forced close. */
   private continuesForce(id: number): boolean {
-    return id === this.budget.force[this.n];
+    return id === this.forced[this.n];
+  }
+
+  /** Writes `tokens` for the model next (none: held, the gap follows). */
+  private startForcing(tokens: readonly number[]): void {
+    this.forced = tokens;
+    this.n = 0;
+    this.phase = tokens.length > 0 ? 'forcing' : 'gap';
   }
 
   /**
@@ -254,19 +280,18 @@ export class ReasoningBudget implements ReplyConstraint {
       while (n > 0 && b !== close[n]) n = closeFail[n - 1] as number;
       this.n = b === close[n] ? n + 1 : n;
       if (this.n === close.length) {
-        // The model closed it itself; held, the white space after it is the gap's.
-        this.phase = this.budget.held ? 'gap' : 'after';
+        // The model closed it itself; held, what is written for it after its close (if anything), and the white
+        // space after it is the gap's.
         this.n = 0;
         this.ws = to - (k + 1);
+        if (this.budget.held) this.startForcing(this.budget.then);
+        else this.phase = 'after';
         return;
       }
     }
     if (count) this.spent++;
     // Spent: the close is written for the model — unless it is writing the marker itself (a few tokens' grace).
     const over = this.spent - this.budget.tokens;
-    if (over >= 0 && (this.n === 0 || over >= close.length)) {
-      this.phase = 'forcing';
-      this.n = 0;
-    }
+    if (over >= 0 && (this.n === 0 || over >= close.length)) this.startForcing(this.budget.force);
   }
 }

@@ -79,6 +79,20 @@ export function thinkingBudgetOf(req: GenerateRequest): number | undefined {
  */
 const heldFromFirstToken = (tools: ToolPlan | undefined): boolean => tools?.forced === true;
 
+/** Whether replies are JSON output: JSON mode, or structured output with a schema. */
+export const jsonOutput = (req: GenerateRequest): boolean =>
+  req.responseFormat === 'json' || req.jsonSchema !== undefined;
+
+/**
+ * The reasoning tokens a reply held to JSON after its reasoning may take when the request sets no thinking budget:
+ * its token limit less room for the answer — a quarter of the limit, 64 to 1 024 tokens — so that a long
+ * reasoning is closed for the model in time for it to write the JSON, not cut off before it.
+ */
+export function answerRoomBudget(maxTokens: number): number {
+  const room = Math.min(1024, Math.max(64, Math.floor(maxTokens / 4)));
+  return Math.max(0, maxTokens - room);
+}
+
 /**
  * What to append to a thinking model's rendered chat prompt (`rendered`, before any tool-call opening) so its
  * reply starts after an empty, closed reasoning — as Qwen3's template writes it with its switch off: for
@@ -96,6 +110,9 @@ export function closingSuffix(
   if (!reasoning || req.continueFinal) return '';
   const constrained = heldFromFirstToken(tools);
   const off = req.thinking === false && reasoning.toggle === undefined;
+  // gpt-oss's JSON output: its analysis opened for it, which the engine ends with the final message's header
+  // (the JSON is that message's body; nothing else comes between).
+  if (reasoning.harmony && !constrained && req.thinking !== false && jsonOutput(req)) return reasoning.open;
   if (!constrained && !off) return '';
   if (reasoning.harmony) {
     // gpt-oss writes each message after a header. `thinking: false`: an empty analysis, then the final message —

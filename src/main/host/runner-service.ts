@@ -79,7 +79,15 @@ import { checkedTemplate, differsOnlyInTemplate, withChatTemplate } from './chat
 import { dropOldest } from './context-fit';
 import { deriveHostDeviceBudget } from './device-budgets';
 import { EngineClient } from './engine-client';
-import { closingSuffix, type ReasoningPlan, reasoningPlan, thinkingBudgetOf, thinkingVars } from './reasoning-plan';
+import {
+  answerRoomBudget,
+  closingSuffix,
+  jsonOutput,
+  type ReasoningPlan,
+  reasoningPlan,
+  thinkingBudgetOf,
+  thinkingVars,
+} from './reasoning-plan';
 import { bareCallTest, nativeTemplate, planTools, type ToolPlan } from './tool-plan';
 
 const CPU = 'CPUExecutionProvider';
@@ -269,8 +277,15 @@ export function closeIds(tok: TextTokenizer, spec: Pick<ReasoningSpec, 'close' |
 }
 
 /** Whether replies are JSON: JSON mode, or structured output with a schema. */
-function jsonMode(req: GenerateRequest): boolean {
-  return req.responseFormat === 'json' || req.jsonSchema !== undefined;
+const jsonMode = jsonOutput;
+
+/**
+ * gpt-oss's reply held to JSON after its analysis: the analysis ends at its `<|end|>`, then the final message's
+ * header is written for the model and the JSON is its body, right after it (no white space, no other message).
+ */
+function heldHarmony(tok: TextTokenizer, spec: ReasoningSpec): { gap?: number; then?: number[] } {
+  if (!spec.harmony) return {};
+  return { gap: 0, then: tok.encode('<|start|>assistant<|channel|>final<|message|>', { addSpecialTokens: false }) };
 }
 
 /** A schema kvdesk cannot enforce is refused, naming the place in it. */
@@ -1786,14 +1801,16 @@ class Generation {
       // gpt-oss, in the final message, whose header ends the reasoning). Told not to think (the prompt closed the
       // reasoning), the reply is held from its first token as for any model.
       const held = plan !== undefined && jsonMode(this.req) && this.req.thinking !== false;
-      const reasoningEnd = plan?.spec.harmony && !held ? '<|end|>' : plan?.spec.close;
+      const reasoningEnd = plan?.spec.harmony ? '<|end|>' : plan?.spec.close;
       const calls = this.tools?.grammar;
       const grammar =
         calls && plan && reasoningEnd !== undefined && !held
           ? { ...calls, reasoning: { open: plan.spec.open, close: reasoningEnd, inside: plan.inside } }
           : calls;
-      // A thinking budget: the engine closes the reasoning after that many tokens.
-      const thinkingBudget = thinkingBudgetOf(this.req);
+      // A thinking budget: the engine closes the reasoning after that many tokens. Held, without one of the
+      // request's own, the reasoning is closed in time to leave the JSON room.
+      const thinkingBudget =
+        thinkingBudgetOf(this.req) ?? (held ? answerRoomBudget(grant.admittedMaxTokens) : undefined);
       const budget =
         plan && (thinkingBudget !== undefined || held) && reasoningEnd !== undefined
           ? {
@@ -1804,8 +1821,7 @@ class Generation {
                 inside: plan.inside,
                 ...(thinkingBudget !== undefined ? { tokens: thinkingBudget } : {}),
                 force: closeIds(this.model.tokenizer, plan.spec),
-                // gpt-oss's close is its final message's header: the answer comes right after it.
-                ...(held ? { held, ...(plan.spec.harmony ? { gap: 0 } : {}) } : {}),
+                ...(held ? { held, ...heldHarmony(this.model.tokenizer, plan.spec) } : {}),
               },
             }
           : undefined;

@@ -115,8 +115,10 @@ describe('a Harmony (gpt-oss) model', () => {
     const suffix = tokens(direct, ['<|channel|>', 'analysis', '<|message|>', '<|end|>', '<|start|>', 'assistant']);
     const final = tokens(direct, ['<|channel|>', 'final', '<|message|>']);
     expect(measure({ thinking: false }) - measure({})).toBe(suffix.length + final.length);
-    // JSON output: the model reasons first (nothing added); told not to, the final message is opened for it.
-    expect(measure({ responseFormat: 'json' })).toBe(measure({}));
+    // JSON output: the analysis is opened for the model (the engine ends it with the final message's header);
+    // told not to think, the final message is opened for it.
+    const analysis = tokens(direct, ['<|channel|>', 'analysis', '<|message|>']);
+    expect(measure({ responseFormat: 'json' }) - measure({})).toBe(analysis.length);
     expect(measure({ responseFormat: 'json', thinking: false })).toBe(measure({ thinking: false }));
     // With tools the next message's channel is left to the model: a call is a commentary message.
     const tools = [{ name: 'now', parameters: { type: 'object', properties: {} } }];
@@ -133,40 +135,37 @@ describe('a Harmony (gpt-oss) model', () => {
     expect(texts.filter((t) => t !== '').length).toBeGreaterThan(0);
   });
 
-  it('JSON output: the analysis is the reasoning, the final message the JSON, held from its first byte', async () => {
+  it('JSON output: the analysis (opened in the prompt) is the reasoning, the final message the JSON', async () => {
     const json = '{"color": "blue"}';
-    const parts = REPLY.slice(0, -1);
-    const pkg = harmonyPackage('json', [...parts, json]);
+    const header = ['<|end|>', '<|start|>', 'assistant', '<|channel|>', 'final', '<|message|>'];
+    // The prompt opens the analysis: the model writes its body.
+    const pkg = harmonyPackage('json', [ANALYSIS, ...header, json]);
     await h.loadModel(pkg.dir, { id: 'json' });
     const schema = { type: 'object', properties: { color: { type: 'string' } }, required: ['color'] };
-    const r = await h.generate({
-      model: 'json',
-      messages: ASK,
-      jsonSchema: schema,
-      maxNewTokens: 64,
-      sampling: { greedy: true },
-    }).result;
+    const ask = (model: string) =>
+      h.generate({ model, messages: ASK, jsonSchema: schema, maxNewTokens: 128, sampling: { greedy: true } }).result;
+    const r = await ask('json');
     expect(r.reasoning).toBe(ANALYSIS);
     expect(r.text).toBe(json);
     expect(r.finishReason).toBe('eos');
-    // Its text is held: a final message that is no JSON object is not written; the object comes right after the
-    // final message's header.
-    const plain = await h.generate({
-      model: 'reply',
-      messages: ASK,
-      responseFormat: 'json',
-      maxNewTokens: 48,
-      sampling: { greedy: true },
-    }).result;
-    expect(plain.reasoning).toBe(ANALYSIS);
-    expect(plain.text.startsWith('{')).toBe(true);
-    const header = plain.tokenIds.indexOf(
-      reply.ids['<|message|>'] as number,
-      tokens(reply, ['<|channel|>', 'analysis', '<|message|>']).length,
-    );
-    expect(header).toBeGreaterThan(0);
-    expect(reply.tokenizer.decode(plain.tokenIds.slice(header + 1, header + 2)).startsWith('{')).toBe(true);
-    expect(plain.text).not.toContain(ANSWER);
+    // A model that would head its final message otherwise (gpt-oss writes `<|constrain|>json` in it when asked for
+    // JSON) or write another message first (a commentary preamble): once its analysis ends, the final message's
+    // header is written for it, and the JSON is that message's body, held from its first byte.
+    for (const [name, after] of [
+      ['constrain', ['<|start|>', 'assistant', '<|channel|>', 'final', ' ', '<|constrain|>', 'json', '<|message|>']],
+      ['preamble', ['<|start|>', 'assistant', '<|channel|>', 'commentary', '<|message|>', 'In JSON.', '<|end|>']],
+    ] as const) {
+      const other = harmonyPackage(name, [ANALYSIS, '<|end|>', ...after, json]);
+      await h.loadModel(other.dir, { id: name });
+      const o = await ask(name);
+      expect(o.reasoning, name).toBe(ANALYSIS);
+      const end = o.tokenIds.indexOf(other.ids['<|end|>'] as number);
+      const written = tokens(other, header);
+      expect(o.tokenIds.slice(end, end + written.length), name).toEqual(written);
+      expect(o.text.startsWith('{'), name).toBe(true);
+      expect(o.text, name).not.toContain('In JSON.');
+      await h.unloadModel(name);
+    }
     await h.unloadModel('json');
   });
 

@@ -107,10 +107,10 @@ describe('a thinking model', () => {
       required: ['answer'],
       additionalProperties: false,
     };
-    const free = await run({ maxNewTokens: 64 });
+    const free = await run({ maxNewTokens: 128 });
     const at = free.tokenIds.indexOf(THINK_END_ID);
     for (const form of [{ jsonSchema: schema }, { responseFormat: 'json' as const }]) {
-      const r = await run({ ...form, maxNewTokens: 64 });
+      const r = await run({ ...form, maxNewTokens: 128 });
       // The reasoning is the free reply's, up to its own </think>: nothing holds it.
       expect(r.tokenIds.slice(0, at + 1)).toEqual(free.tokenIds.slice(0, at + 1));
       expect(r.reasoning).toBe(free.reasoning);
@@ -139,7 +139,7 @@ describe('a thinking model', () => {
   it('JSON output after a reasoning the prompt opened, and after a thinking budget closes it', async () => {
     const schema = { type: 'object', properties: { n: { type: 'integer' } }, required: ['n'] };
     const sampling = { greedy: true, logitBias: { [THINK_END_ID]: bias } };
-    const r = await h.generate({ model: 'always', messages: ASK, jsonSchema: schema, maxNewTokens: 64, sampling })
+    const r = await h.generate({ model: 'always', messages: ASK, jsonSchema: schema, maxNewTokens: 128, sampling })
       .result;
     const at = r.tokenIds.indexOf(THINK_END_ID);
     expect(at).toBeGreaterThan(0);
@@ -151,6 +151,35 @@ describe('a thinking model', () => {
     expect(budgeted.tokenIds.slice(2, 2 + close.length)).toEqual(close);
     expect(budgeted.reasoningTokens).toBe(2 + close.length - 2);
     expect(Number.isInteger(JSON.parse(budgeted.text).n)).toBe(true);
+  });
+
+  it('JSON output leaves its answer room: a reasoning that would run on is closed for the model in time', async () => {
+    const schema = { type: 'object', properties: { n: { type: 'integer' } }, required: ['n'] };
+    // A bias against </think>: the reply would reason to its limit, and never write the JSON.
+    const sampling = { greedy: true, logitBias: { [THINK_END_ID]: -100 } };
+    const close = h.tokenizerOf('thinking').encode('\n</think>\n\n', { addSpecialTokens: false });
+    for (const [limit, room] of [
+      [128, 64],
+      [1000, 250],
+    ] as const) {
+      const r = await run({ jsonSchema: schema, maxNewTokens: limit, sampling });
+      const reasoned = limit - room;
+      expect(r.tokenIds.slice(reasoned, reasoned + close.length), `${limit}`).toEqual(close);
+      expect(r.finishReason).toBe('eos');
+      expect(Number.isInteger(JSON.parse(r.text).n)).toBe(true);
+    }
+    // A budget of the request's own wins.
+    const own = await run({ jsonSchema: schema, maxNewTokens: 128, thinkingBudget: 10, sampling });
+    expect(own.tokenIds.slice(10, 10 + close.length)).toEqual(close);
+    // An end the model picks while it reasons closes the reasoning for it, and it answers.
+    const EOS_ID = h.listModels().find((m) => m.id === 'thinking')?.spec.eosTokenIds[0] as number;
+    const ending = await run({
+      jsonSchema: schema,
+      maxNewTokens: 128,
+      sampling: { greedy: true, logitBias: { [THINK_END_ID]: -100, [EOS_ID]: 100 } },
+    });
+    expect(ending.tokenIds.slice(0, close.length)).toEqual(close);
+    expect(Number.isInteger(JSON.parse(ending.text).n)).toBe(true);
   });
 
   it('thinking: false for a template without the switch closes the reasoning before it begins', async () => {

@@ -173,10 +173,10 @@ describe('OpenAI chat completions', () => {
   });
 
   it('response_format json_schema: reasoning_content is the reasoning, content the JSON after it', async () => {
-    const oracle = await host({ jsonSchema: ANSWER_SCHEMA, maxNewTokens: 48 });
+    const oracle = await host({ jsonSchema: ANSWER_SCHEMA, maxNewTokens: 128 });
     expect(oracle.reasoning?.length).toBeGreaterThan(0);
     const c = await chat({
-      max_tokens: 48,
+      max_tokens: 128,
       response_format: { type: 'json_schema', json_schema: { name: 'answer', schema: ANSWER_SCHEMA, strict: true } },
     });
     const message = c.choices[0]?.message as unknown as ChatMessageOut;
@@ -331,11 +331,11 @@ describe('Ollama', () => {
   });
 
   it('format with a schema: thinking is the reasoning, content the JSON after it', async () => {
-    const oracle = await host({ jsonSchema: ANSWER_SCHEMA, maxNewTokens: 48 });
+    const oracle = await host({ jsonSchema: ANSWER_SCHEMA, maxNewTokens: 128 });
     const body = await ollama('/api/chat', {
       model,
       messages: ask(),
-      options: { ...greedy, num_predict: 48 },
+      options: { ...greedy, num_predict: 128 },
       format: ANSWER_SCHEMA,
     });
     expect(messageOf(body)).toEqual({ role: 'assistant', content: oracle.text, thinking: oracle.reasoning });

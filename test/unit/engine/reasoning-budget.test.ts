@@ -112,8 +112,8 @@ describe('a thinking budget', () => {
 
     it('the reasoning is free text (its end token refused); after the close and white space, only the JSON', () => {
       const c = held(true);
-      // Inside: anything but the end, and a token that closes the reasoning and goes on with the answer.
-      expect(VOCAB.filter((_, i) => !c.allows(i))).toEqual(['<|end|>', '</think>{"']);
+      // Inside: anything but a token that closes the reasoning and goes on with the answer (the end: below).
+      expect(VOCAB.filter((_, i) => i !== END && !c.allows(i))).toEqual(['</think>{"']);
       write(c, ['a', '{"', '}', '<tool_call>', 'b', '</think>']);
       expect(c.done).toBe(false);
       // The gap: white space, or the answer's start.
@@ -129,6 +129,46 @@ describe('a thinking budget', () => {
       const x = new Float32Array(VOCAB.length);
       expect(d.mask(x, VOCAB.length)).toBe(5);
       expect(VOCAB.filter((_, i) => x[i] !== Number.NEGATIVE_INFINITY)).toEqual(['\n', ' ', '{"', '{', '\n\n']);
+    });
+
+    it('an end the model picks inside the reasoning closes it for the model, and the JSON follows', () => {
+      const c = held(true);
+      write(c, ['a']);
+      expect(c.allows(END)).toBe(false);
+      for (const next of CLOSE) {
+        expect(VOCAB.filter((_, i) => c.allows(i))).toEqual([VOCAB[next]]);
+        c.accept(next);
+      }
+      expect(c.allows(END)).toBe(false);
+      write(c, ANSWER);
+      expect(c.done).toBe(true);
+      // Before a reasoning the reply did not open, the end is refused and the answer comes.
+      const d = held(false);
+      expect(d.allows(END)).toBe(false);
+      expect(d.allows(id('{"'))).toBe(true);
+    });
+
+    it('what is written for the model after its own close (gpt-oss: the final header), then the JSON', () => {
+      const c = new ReasoningBudget(
+        table,
+        compileBudget({
+          open: '<think>',
+          close: '</think>',
+          inside: true,
+          force: CLOSE,
+          held: true,
+          gap: 0,
+          then: [id('\n'), id('\n')],
+        }),
+        constraintFor({ table, json: true }),
+        new Set([END]),
+      );
+      write(c, ['a', '</think>']);
+      for (const next of [id('\n'), id('\n')]) {
+        expect(VOCAB.filter((_, i) => c.allows(i))).toEqual([VOCAB[next]]);
+        c.accept(next);
+      }
+      expect(VOCAB.filter((_, i) => c.allows(i))).toEqual(['{"', '{']);
     });
 
     it('white space after the close is bounded (none where the close is the answer’s header, as gpt-oss’s is)', () => {
