@@ -179,6 +179,44 @@ describe('structured output (a JSON Schema)', () => {
     expect(complete).toBeGreaterThanOrEqual(2);
   });
 
+  it('free-form values (Pydantic Any, dict[str, int]): replies that ended by themselves conform', async () => {
+    const free = {
+      type: 'object',
+      properties: {
+        meta: { title: 'Meta' },
+        counts: { type: 'object', additionalProperties: { type: 'integer' } },
+      },
+      required: ['meta', 'counts'],
+    };
+    // The random model rarely closes a string or an object by itself (its keys here are its own): a bias on the
+    // quote and the brace makes them short.
+    const tok = host.tokenizerOf('default');
+    const logitBias = Object.fromEntries(['"', '}'].map((c) => [tok.encode(c, { addSpecialTokens: false })[0], 4]));
+    let complete = 0;
+    let nonEmpty = 0;
+    for (let seed = 1; seed <= 12; seed++) {
+      const r = await ask(seed, {
+        jsonSchema: free,
+        maxNewTokens: 200,
+        sampling: { temperature: 1, seed, logitBias },
+      }).result;
+      expect(r.text, r.text).toMatch(/^\{ ?"meta": ?/);
+      if (r.finishReason !== 'eos') {
+        expect(r.finishReason).toBe('length');
+        continue;
+      }
+      complete++;
+      const v = JSON.parse(r.text) as { meta: unknown; counts: Record<string, unknown> };
+      expect(Object.keys(v), r.text).toEqual(['meta', 'counts']);
+      expect(typeof v.counts === 'object' && v.counts !== null && !Array.isArray(v.counts), r.text).toBe(true);
+      for (const n of Object.values(v.counts)) expect(Number.isInteger(n), r.text).toBe(true);
+      if (Object.keys(v.counts).length > 0) nonEmpty++;
+    }
+    expect(complete).toBeGreaterThanOrEqual(2);
+    // The map takes keys of the model's own (an object of no listed keys could only have been {}).
+    expect(nonEmpty).toBeGreaterThan(0);
+  });
+
   it('refuses a schema it cannot enforce, naming the place, before anything runs', async () => {
     const bad = { type: 'object', properties: { age: { type: 'number', minimum: 0 } } };
     await expect(ask(1, { jsonSchema: bad }).result).rejects.toMatchObject({

@@ -8,7 +8,10 @@
  * keys it does not list are never written, whatever `additionalProperties`
  * says); strings, numbers, integers, enums and constants, booleans and null,
  * arrays with item counts, nested objects, and unions (anyOf, oneOf, type
- * lists). Outside strings, JSON has one space at most after a colon, a comma or
+ * lists). Free-form values: the empty schema (any JSON value), and an object that
+ * lists no properties (any keys, each value conforming to its
+ * `additionalProperties` schema, or any value), nesting up to MAX_VALUE_NESTING
+ * open values. Outside strings, JSON has one space at most after a colon, a comma or
  * an opening brace (`{"a": 1, "b": [1, 2]}`, as Python's json.dumps and chat
  * templates' `tojson` write the calls models learn from), and no other white
  * space. Keywords that constrain
@@ -85,7 +88,35 @@ export type SchemaNode =
    * Alternatives, none of them a union and at most one of them literals. `first[b]` lists those whose value
    * can begin with byte b (null when none): a value that begins with b is read along each of them.
    */
-  | { k: 'union'; branches: SchemaNode[]; first: (SchemaNode[] | null)[] };
+  | { k: 'union'; branches: SchemaNode[]; first: (SchemaNode[] | null)[] }
+  /**
+   * An object whose keys are any strings (a free-form object: no `properties`, `additionalProperties` not false),
+   * each value conforming to `value` (its `additionalProperties` schema; any value where it has none).
+   */
+  | { k: 'map'; value: SchemaNode }
+  /** Any JSON value (the empty schema `{}`, `true`, a schema of descriptions alone). */
+  | { k: 'any' };
+
+type MapNode = Extract<SchemaNode, { k: 'map' }>;
+
+/** Any JSON value: its kinds, read as the schema's own are (compact white space, finite numbers, UTF-8). */
+export const ANY: SchemaNode = { k: 'any' };
+const ANY_OBJECT: MapNode = { k: 'map', value: ANY };
+const ANY_ARRAY: SchemaNode = { k: 'array', item: ANY, min: 0, max: Number.POSITIVE_INFINITY };
+const ANY_STRING: SchemaNode = { k: 'string' };
+const ANY_NUMBER: SchemaNode = {
+  k: 'number',
+  integer: false,
+  lo: Number.NEGATIVE_INFINITY,
+  hi: Number.POSITIVE_INFINITY,
+};
+
+/**
+ * Deepest nesting of open values a reply may reach (frames on a path's stack): a compiled schema nests at most
+ * MAX_SCHEMA_DEPTH levels, but any value (`{}`) and a free-form object's values may nest without end — this bounds
+ * them, as JSON mode's depth does.
+ */
+export const MAX_VALUE_NESTING = 128;
 
 /** The bound keywords, in the order an error names them. */
 const BOUNDS = ['minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum'] as const;
@@ -213,8 +244,24 @@ function firstBytes(node: SchemaNode): Set<number> {
       return new Set(node.options.map((o) => o[0] as number));
     case 'union':
       return new Set(node.branches.flatMap((b) => [...firstBytes(b)]));
+    case 'map':
+      return new Set([0x7b]);
+    case 'any':
+      return ANY_FIRST;
   }
 }
+
+/** Bytes any value can start with. */
+const ANY_FIRST = new Set([
+  0x7b,
+  0x5b,
+  0x22,
+  0x2d,
+  0x74,
+  0x66,
+  0x6e,
+  ...Array.from({ length: 10 }, (_, d) => 0x30 + d),
+]);
 
 /**
  * Paths a value of each node can keep alive at once (unions record theirs; see `width`). Objects and arrays keep
@@ -233,8 +280,11 @@ const widths = new WeakMap<SchemaNode, number>();
 function width(node: SchemaNode): number {
   const known = widths.get(node);
   if (known !== undefined || node.k === 'union') return known ?? 1;
-  if (node.k !== 'object' && node.k !== 'array') return 1;
-  const w = node.k === 'object' ? node.values.reduce((most, v) => Math.max(most, width(v)), 1) : width(node.item);
+  if (node.k !== 'object' && node.k !== 'array' && node.k !== 'map') return 1;
+  const w =
+    node.k === 'object'
+      ? node.values.reduce((most, v) => Math.max(most, width(v)), 1)
+      : width(node.k === 'map' ? node.value : node.item);
   widths.set(node, w);
   return w;
 }
@@ -335,6 +385,22 @@ function requireDisjoint(schemas: unknown[], nodes: SchemaNode[], path: string):
 function typeNode(type: string, schema: Record<string, unknown>, path: string, depth: number, refs: Refs): SchemaNode {
   switch (type) {
     case 'object': {
+      const extra = schema.additionalProperties;
+      // Extra keys' values: their schema's, where additionalProperties gives one (also where properties are
+      // listed: compiled so a schema kvdesk cannot hold is refused, though only listed keys are written then).
+      const extraNode = isPlainObject(extra)
+        ? compileNode(extra, `${path}.additionalProperties`, depth + 1, refs)
+        : undefined;
+      if (schema.properties === undefined && extra !== false) {
+        // A free-form object: any keys (none required: a required name needs its property listed).
+        if (Array.isArray(schema.required) && schema.required.length > 0) {
+          throw new SchemaError(
+            `${path}.required[0]`,
+            `${JSON.stringify(schema.required[0])} is required but not among the properties; kvdesk writes only the properties listed`,
+          );
+        }
+        return extraNode ? { k: 'map', value: extraNode } : ANY_OBJECT;
+      }
       const props = schema.properties ?? {};
       if (typeof props !== 'object' || props === null || Array.isArray(props)) {
         throw new SchemaError(`${path}.properties`, 'must be an object of schemas');
@@ -488,6 +554,22 @@ interface Refs {
 
 /** A compile's references, read in `root`. */
 const refsIn = (root: unknown): Refs => ({ root, rootPath: 'schema', active: [], compiled: new Map(), deepest: 0 });
+
+/** Keywords that only describe: a schema of nothing else allows any value. */
+const DESCRIBING = new Set([
+  'title',
+  'description',
+  'default',
+  'examples',
+  '$comment',
+  'deprecated',
+  'readOnly',
+  'writeOnly',
+  '$schema',
+  '$id',
+  '$defs',
+  'definitions',
+]);
 
 /** Keywords that may stand beside a `$ref`: they describe (Pydantic writes a field's description there). */
 const BESIDE_REF = new Set([
@@ -644,8 +726,9 @@ function compileNode(schema: unknown, path: string, depth: number, refs: Refs): 
   if (depth > MAX_SCHEMA_DEPTH)
     throw new SchemaError(path, `schemas nested deeper than ${MAX_SCHEMA_DEPTH} are not supported`);
   if (depth > refs.deepest) refs.deepest = depth;
+  // The empty schema (Pydantic's Any, a free-form field) allows any value.
   if (schema === true || (typeof schema === 'object' && schema !== null && Object.keys(schema).length === 0)) {
-    throw new SchemaError(path, 'an empty schema (any value) is not supported: give its type');
+    return ANY;
   }
   if (typeof schema !== 'object' || schema === null || Array.isArray(schema)) {
     throw new SchemaError(path, 'must be a schema object');
@@ -665,8 +748,9 @@ function compileNode(schema: unknown, path: string, depth: number, refs: Refs): 
     if ((key === '$defs' || key === 'definitions') && isPlainObject(s[key])) continue;
     if (!ANNOTATIONS.has(key)) throw new SchemaError(`${path}.${key}`, `"${key}" is not supported by kvdesk`);
   }
-  if (s.additionalProperties !== undefined && typeof s.additionalProperties !== 'boolean') {
-    throw new SchemaError(`${path}.additionalProperties`, 'only true or false is supported');
+  const extra = s.additionalProperties;
+  if (extra !== undefined && typeof extra !== 'boolean' && !isPlainObject(extra)) {
+    throw new SchemaError(`${path}.additionalProperties`, 'must be true, false or a schema');
   }
   // const, enum and anyOf / oneOf stand alone (with a type only where every literal has it).
   const alone = ['const', 'enum', 'anyOf', 'oneOf'].filter((k) => s[k] !== undefined);
@@ -733,7 +817,11 @@ function compileNode(schema: unknown, path: string, depth: number, refs: Refs): 
     }
     return union(nodes, `${path}.${name}`);
   }
-  if (s.type === undefined) throw new SchemaError(`${path}.type`, 'is required (or enum, const, anyOf)');
+  if (s.type === undefined) {
+    // Descriptions alone (Pydantic writes a title for an Any field): any value.
+    if (Object.keys(s).every((k) => DESCRIBING.has(k))) return ANY;
+    throw new SchemaError(`${path}.type`, 'is required (or enum, const, anyOf)');
+  }
   const listed = Array.isArray(s.type) ? s.type : [s.type];
   if (listed.length === 0 || listed.some((t) => typeof t !== 'string')) {
     throw new SchemaError(`${path}.type`, 'must be a type name or a list of them');
@@ -766,7 +854,8 @@ function compileNode(schema: unknown, path: string, depth: number, refs: Refs): 
  */
 export function compileSchema(schema: unknown): SchemaNode {
   const root = compileNode(schema, 'schema', 0, refsIn(schema));
-  if (root.k !== 'object' && !(root.k === 'union' && root.branches.every((b) => b.k === 'object'))) {
+  const isObject = (n: SchemaNode) => n.k === 'object' || n.k === 'map';
+  if (!isObject(root) && !(root.k === 'union' && root.branches.every(isObject))) {
     const s = schema as Record<string, unknown>;
     throw new SchemaError(
       s.anyOf !== undefined ? 'schema.anyOf' : s.oneOf !== undefined ? 'schema.oneOf' : 'schema.type',
@@ -808,7 +897,24 @@ type Frame =
       neg: boolean;
     } & Magnitude)
   /** Options[lo, hi) (sorted) share the `at` bytes read so far; a complete one comes first. */
-  | { k: 'literals'; options: Uint8Array[]; lo: number; hi: number; at: number };
+  | { k: 'literals'; options: Uint8Array[]; lo: number; hi: number; at: number }
+  /** A free-form object: where it is (one of the MAP_ states); its key or value is read above it. */
+  | { k: 'map'; node: MapNode; at: number };
+
+// A map frame's `at`: after `{` (a key or `}`), after it and one space (a key), after a comma (a key), after it and
+// one space (a key), a key being read (above), after a key (`:`), after the colon (a value), after it and one space
+// (a value), a value being read (above), after a value (`,` or `}`).
+const MAP_OPEN = 0;
+const MAP_OPEN_SPACED = 1;
+const MAP_COMMA = 2;
+const MAP_COMMA_SPACED = 3;
+const MAP_KEY = 4;
+const MAP_COLON = 5;
+const MAP_VALUE = 6;
+const MAP_VALUE_SPACED = 7;
+const MAP_IN_VALUE = 8;
+const MAP_AFTER = 9;
+const mapFrame = (node: MapNode, at: number): Frame => ({ k: 'map', node, at });
 
 type ObjectFrame = Extract<Frame, { k: 'object' }>;
 type ArrayFrame = Extract<Frame, { k: 'array' }>;
@@ -832,6 +938,12 @@ const VALUE_SPACED = -3;
 const KEY_SPACED = -4;
 /** The object frame below a value of property `parent.i` once that value has ended. */
 const afterValue = (parent: ObjectFrame): Frame => objectFrame(parent.node, parent.i + 1, AFTER, 0, 0);
+/** The frame below a value (or a free-form object's key) once it has ended. */
+function afterChild(parent: Frame): Frame {
+  if (parent.k === 'object') return afterValue(parent);
+  if (parent.k === 'map') return mapFrame(parent.node, parent.at === MAP_KEY ? MAP_COLON : MAP_AFTER);
+  return parent;
+}
 const arrayFrame = (node: ArrayFrame['node'], count: number, after: boolean, item: boolean): Frame => ({
   k: 'array',
   node,
@@ -1040,6 +1152,21 @@ function start(node: SchemaNode, b: number): Frame | Frame[] | null {
     }
     case 'literals':
       return narrow(node.options, 0, node.options.length, 0, b);
+    case 'map':
+      return b === 0x7b ? mapFrame(node, MAP_OPEN) : null;
+    case 'any':
+      return start(
+        b === 0x7b
+          ? ANY_OBJECT
+          : b === 0x5b
+            ? ANY_ARRAY
+            : b === 0x22
+              ? ANY_STRING
+              : isNumberStart(b)
+                ? ANY_NUMBER
+                : ANY_LITERALS,
+        b,
+      );
     case 'union': {
       // Branches are never unions, so each start below is one frame (and not null: `first` says they begin so).
       const branches = node.first[b];
@@ -1054,6 +1181,10 @@ function start(node: SchemaNode, b: number): Frame | Frame[] | null {
     }
   }
 }
+
+const isNumberStart = (b: number) => b === 0x2d || isDigit(b);
+/** true, false and null, as any value's literals. */
+const ANY_LITERALS = literals([true, false, null]);
 
 /** What one byte does to the top frame. */
 type Step =
@@ -1227,6 +1358,37 @@ function stepFrame(f: Frame, b: number): Step {
       if (next) return stay(next);
       return (f.options[f.lo] as Uint8Array).length === f.at ? END_BEFORE : null;
     }
+    case 'map':
+      return stepMap(f, b);
+  }
+}
+
+/** Byte b of a free-form object (as an object's, one space at most after its brace, a colon or a comma). */
+function stepMap(f: Extract<Frame, { k: 'map' }>, b: number): Step {
+  const { node, at } = f;
+  switch (at) {
+    case MAP_OPEN:
+    case MAP_COMMA:
+      if (b === 0x20) return stay(mapFrame(node, at + 1));
+      if (b === 0x7d && at === MAP_OPEN) return END;
+      return b === 0x22 ? { t: 'push', frame: mapFrame(node, MAP_KEY), child: STRING_FRAMES[0] as Frame } : null;
+    case MAP_OPEN_SPACED:
+    case MAP_COMMA_SPACED:
+      return b === 0x22 ? { t: 'push', frame: mapFrame(node, MAP_KEY), child: STRING_FRAMES[0] as Frame } : null;
+    case MAP_COLON:
+      return b === 0x3a ? stay(mapFrame(node, MAP_VALUE)) : null;
+    case MAP_VALUE:
+    case MAP_VALUE_SPACED: {
+      if (b === 0x20 && at === MAP_VALUE) return stay(mapFrame(node, MAP_VALUE_SPACED));
+      const child = start(node.value, b);
+      return child ? { t: 'push', frame: mapFrame(node, MAP_IN_VALUE), child } : null;
+    }
+    case MAP_AFTER:
+      if (b === 0x2c) return stay(mapFrame(node, MAP_COMMA));
+      return b === 0x7d ? END : null;
+    default:
+      // (A key or value is read above this frame.)
+      return null;
   }
 }
 
@@ -1279,6 +1441,8 @@ function advance(stack: Frame[], b: number, r: NonNullable<Step>): number {
         stack[stack.length - 1] = r.frame;
         return ALIVE;
       case 'push':
+        // Any value and free-form objects nest as deep as the reply goes: bounded here.
+        if (stack.length >= MAX_VALUE_NESTING) return DEAD;
         stack[stack.length - 1] = r.frame;
         pushChild(stack, r.child);
         return ALIVE;
@@ -1291,8 +1455,9 @@ function advance(stack: Frame[], b: number, r: NonNullable<Step>): number {
     // Only the root object ends here, and it ends with its own closing brace.
     if (stack.length === 0) return r.t === 'end' ? CLOSED : DEAD;
     const parent = stack[stack.length - 1] as Frame;
-    // A value inside an object ended: a comma or the object's closing brace comes next.
-    const next = parent.k === 'object' ? afterValue(parent) : parent;
+    // A value inside an object ended: a comma or the object's closing brace comes next (a free-form object's key:
+    // its colon).
+    const next = afterChild(parent);
     stack[stack.length - 1] = next;
     if (r.t === 'end') return ALIVE;
     // endBefore: the byte is the parent's.
@@ -1312,7 +1477,7 @@ function survivesEnd(stack: readonly Frame[], b: number, r: NonNullable<Step>): 
     if (depth === 0) return r.t === 'end';
     if (r.t === 'end') return true;
     const parent = stack[depth - 1] as Frame;
-    const s = stepFrame(parent.k === 'object' ? afterValue(parent) : parent, b);
+    const s = stepFrame(afterChild(parent), b);
     if (s === null) return false;
     r = s;
   }
@@ -1381,6 +1546,8 @@ function sameFrame(x: Frame, y: Frame): boolean {
       );
     case 'literals':
       return y.k === 'literals' && x.options === y.options && x.lo === y.lo && x.hi === y.hi && x.at === y.at;
+    case 'map':
+      return y.k === 'map' && x.node === y.node && x.at === y.at;
   }
 }
 
@@ -1418,6 +1585,8 @@ function frameHash(f: Frame): number {
       return mix(mix(4, f.integer ? 1 : 0), f.s);
     case 'literals':
       return mix(mix(mix(mix(5, idOf(f.options)), f.lo), f.hi), f.at);
+    case 'map':
+      return mix(mix(6, idOf(f.node)), f.at);
   }
 }
 

@@ -186,15 +186,16 @@ function callSchema(tool: ToolDefinition, argsKey: string): Record<string, unkno
 }
 
 /**
- * Arguments kvdesk would hold to fewer keys than the tool takes: a schema that lists no properties yet does
- * not forbid others (`{"type": "object"}`), or says others are allowed. (No parameters at all, or
- * `"properties": {}`, is a tool without arguments.)
+ * Arguments kvdesk would hold to fewer keys than the tool takes: properties listed beside others allowed
+ * (`additionalProperties` true or a schema: kvdesk writes the listed ones only). A schema that lists none
+ * (`{"type": "object"}`, a map) is held as a free-form object in a JSON call form, but an XML form holds a call
+ * to the listed names. (No parameters at all, or `"properties": {}`, is a tool without arguments.)
  */
-function freeFormArguments(tool: ToolDefinition): boolean {
+function freeFormArguments(tool: ToolDefinition, format: ToolCallFormat): boolean {
   const p = argumentsSchema(tool);
   const extra = p.additionalProperties;
-  if (extra !== undefined && extra !== false) return true;
-  return p.properties === undefined && extra !== false;
+  if (p.properties === undefined) return extra !== false && format.xml !== undefined;
+  return extra !== undefined && extra !== false;
 }
 
 /** Keywords that bound a value without changing its shape: an auto call's grammar goes without them. */
@@ -248,8 +249,9 @@ function loosened(schema: unknown, root: unknown = schema): unknown {
     if (VALUE_BOUNDS.includes(key)) continue;
     if (MAPS.has(key) && typeof value === 'object' && value) {
       out[key] = Object.fromEntries(Object.entries(value).map(([k, v]) => [k, inner(v)]));
-    } else if (key === 'items') out.items = inner(value);
-    else if ((key === 'anyOf' || key === 'oneOf') && Array.isArray(value)) out.anyOf = value.map(inner);
+    } else if (key === 'items' || (key === 'additionalProperties' && typeof value === 'object' && value !== null)) {
+      out[key] = inner(value);
+    } else if ((key === 'anyOf' || key === 'oneOf') && Array.isArray(value)) out.anyOf = value.map(inner);
     // A pointer through a oneOf this made an anyOf goes through the anyOf.
     else if (key === '$ref' && typeof value === 'string') out.$ref = loosenedPointer(value, root);
     else out[key] = value;
@@ -297,7 +299,7 @@ function autoGrammar(
   format: ToolCallFormat,
   parallel: boolean,
 ): CallGrammar | undefined {
-  if (format.xml === 'glm' || tools.some(freeFormArguments)) return undefined;
+  if (format.xml === 'glm' || tools.some((t) => freeFormArguments(t, format))) return undefined;
   if (format.xml === 'qwen') {
     // Plain-text values: the call's structure is held (a listed tool, its own parameter names), not its values.
     const xmlTools = tools.map((t) => ({ name: t.name, params: Object.keys(argumentsSchema(t).properties ?? {}) }));
@@ -351,11 +353,11 @@ export function bareCallTest(grammar: CallGrammar): (text: string) => boolean {
 function unheldBesideJson(tools: readonly ToolDefinition[], format: ToolCallFormat): KvdeskError {
   let why = "kvdesk cannot hold a call to these tools' schemas";
   let field = 'tools';
-  const free = tools.findIndex(freeFormArguments);
+  const free = tools.findIndex((t) => freeFormArguments(t, format));
   if (format.xml === 'glm') {
     why = "this model writes calls as GLM's XML tags, which kvdesk reads but cannot hold to a grammar";
   } else if (free >= 0) {
-    why = `tools[${free}].parameters ("${(tools[free] as ToolDefinition).name}") takes keys it does not list (additionalProperties, or no properties), which kvdesk cannot hold a call to`;
+    why = `tools[${free}].parameters ("${(tools[free] as ToolDefinition).name}") takes keys it does not list (additionalProperties beside properties${format.xml ? ', or no properties in this XML call form' : ''}), which kvdesk cannot hold a call to`;
     field = `tools[${free}].parameters`;
   } else {
     // The tool whose schema the grammar could not take, and where (a recursive $ref, say).

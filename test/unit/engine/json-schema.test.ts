@@ -62,7 +62,18 @@ const PAIR: Schema = {
   properties: { list: { type: 'array', items: { type: 'integer' }, minItems: 2, maxItems: 2 }, n: { type: 'null' } },
   required: ['list'],
 };
-const SCHEMAS = [PERSON, EMPTY, PAIR];
+/** Free-form parts (Pydantic's Any, dict[str, int], dict): any value, a map of integers, a free-form object. */
+const FREE: Schema = {
+  type: 'object',
+  properties: {
+    meta: {},
+    counts: { type: 'object', additionalProperties: { type: 'integer' } },
+    extra: { type: 'object', title: 'Extra' },
+    loose: { title: 'Loose', description: 'anything' },
+  },
+  required: ['meta', 'counts'],
+};
+const SCHEMAS = [PERSON, EMPTY, PAIR, FREE];
 
 function feedAll(root: SchemaNode, text: string | Uint8Array): { accepted: number; total: number; done: boolean } {
   const bytes = typeof text === 'string' ? Buffer.from(text, 'utf8') : text;
@@ -104,6 +115,8 @@ function text(x: Instance): string {
  */
 function instance(s: Schema, rnd: () => number, keep = 0.5, sites: Instance[] | null = null): Instance {
   if ('const' in s) return { v: s.const };
+  // Any value: one of a few of each kind, nested.
+  if (!('type' in s) && !('enum' in s) && !('anyOf' in s) && !('oneOf' in s)) return anyInstance(rnd, 2);
   if ('enum' in s) return { v: (s.enum as unknown[])[Math.floor(rnd() * (s.enum as unknown[]).length)] };
   const alternatives = (s.anyOf ?? s.oneOf) as Schema[] | undefined;
   if (alternatives) return instance(alternatives[Math.floor(rnd() * alternatives.length)] as Schema, rnd, keep);
@@ -128,6 +141,14 @@ function instance(s: Schema, rnd: () => number, keep = 0.5, sites: Instance[] | 
       return { a: Array.from({ length: n }, () => instance(s.items as Schema, rnd, keep, inner)) };
     }
     default: {
+      if (s.properties === undefined && s.additionalProperties !== false) {
+        // A free-form object: keys of its own, values of additionalProperties' schema (any where it has none).
+        const values = typeof s.additionalProperties === 'object' ? (s.additionalProperties as Schema) : {};
+        const n = Math.floor(rnd() * 3);
+        return {
+          o: Array.from({ length: n }, (_, i) => ({ key: `k${i}`, value: instance(values, rnd), required: false })),
+        };
+      }
       const props = (s.properties ?? {}) as Record<string, Schema>;
       const required = new Set((s.required ?? []) as string[]);
       const o: Instance = { o: [] };
@@ -139,6 +160,20 @@ function instance(s: Schema, rnd: () => number, keep = 0.5, sites: Instance[] | 
       return o;
     }
   }
+}
+
+/** Any JSON value, nested up to `depth` levels. */
+function anyInstance(rnd: () => number, depth: number): Instance {
+  const kind = Math.floor(rnd() * (depth > 0 ? 6 : 4));
+  if (kind === 0) return { v: ['', 'x', 'é \\ "q"'][Math.floor(rnd() * 3)] };
+  if (kind === 1) return { v: [0, -2.5e-3, 7, 1e21][Math.floor(rnd() * 4)] };
+  if (kind === 2) return { v: [true, false][Math.floor(rnd() * 2)] };
+  if (kind === 3) return { v: null };
+  const n = Math.floor(rnd() * 3);
+  if (kind === 4) return { a: Array.from({ length: n }, () => anyInstance(rnd, depth - 1)) };
+  return {
+    o: Array.from({ length: n }, (_, i) => ({ key: `k${i}`, value: anyInstance(rnd, depth - 1), required: false })),
+  };
 }
 
 /** Every instance of an object schema with each subset of its optional properties (the values drawn by `rnd`). */
@@ -214,6 +249,10 @@ const generatedSchema: fc.Arbitrary<Schema> = fc.letrec<{
       { anyOf: [{ type: 'number' }, { const: 12 }, { type: 'integer' }] },
       { anyOf: [{ enum: ['a', 'ab'] }, { type: 'string' }, { type: 'null' }] },
       { oneOf: [{ const: 'a' }, { enum: ['ab', 1] }, { type: 'string', enum: ['b'] }] },
+      {},
+      { type: 'object' },
+      { type: 'object', additionalProperties: { type: ['integer', 'null'] } },
+      { anyOf: [{ type: 'string' }, {}] },
     ),
     // (Not objects with keys toString or valueOf: ajv's deep equality calls them as methods.)
     fc
@@ -283,6 +322,68 @@ function compileGenerated(schema: Schema): SchemaNode | null {
 }
 
 describe('the schema recogniser', () => {
+  it('any value ({}, a schema of descriptions) and free-form objects (no properties; additionalProperties a schema)', () => {
+    const data = compileSchema({ type: 'object', properties: { data: {} }, required: ['data'] });
+    fc.assert(
+      fc.property(fc.jsonValue({ maxDepth: 4 }), (v) => {
+        const written = JSON.stringify({ data: v });
+        expect(feedAll(data, written), written).toEqual({
+          accepted: Buffer.byteLength(written),
+          total: Buffer.byteLength(written),
+          done: true,
+        });
+      }),
+      { numRuns: 300 },
+    );
+    // One space after a brace, colon or comma, as Python's json.dumps writes; no other white space.
+    const ok = (root: SchemaNode, t: string) => expect(feedAll(root, t).done, t).toBe(true);
+    const refused = (root: SchemaNode, t: string) =>
+      expect(feedAll(root, t).accepted, t).toBeLessThan(Buffer.byteLength(t));
+    ok(data, '{"data": {"a": [1, 2.5e-3], "b": null, "c": {"d": "é"}}}');
+    ok(data, '{"data": { "a": true}}');
+    refused(data, '{"data": {"a" : 1}}');
+    refused(data, '{"data": {\n"a": 1}}');
+    refused(data, '{"data": {"a": 1,}}');
+    refused(data, '{"data": {,}}');
+    refused(data, '{"data": { }}');
+    refused(data, '{"data": [1e999]}');
+    // A map: any keys, each value its schema's.
+    const counts = compileSchema({ type: 'object', additionalProperties: { type: 'integer' } });
+    ok(counts, '{}');
+    ok(counts, '{"a": 1, "b b": -2, "": 0}');
+    refused(counts, '{"a": 1.5}');
+    refused(counts, '{"a": "1"}');
+    refused(counts, '{"a" 1}');
+    // A free-form object (no properties; additionalProperties true or absent) takes any object; with properties
+    // listed it writes those (as before), and false leaves only {}.
+    const free = compileSchema({ type: 'object', title: 'Free' });
+    fc.assert(
+      fc.property(fc.dictionary(fc.string(), fc.jsonValue({ maxDepth: 2 }), { maxKeys: 4 }), (o) => {
+        const t = JSON.stringify(o);
+        expect(feedAll(free, t).done, t).toBe(true);
+      }),
+    );
+    ok(compileSchema({ type: 'object', additionalProperties: true }), '{"x": [{}]}');
+    refused(compileSchema({ type: 'object', additionalProperties: false }), '{"x": 1}');
+    refused(
+      compileSchema({
+        type: 'object',
+        properties: { a: { type: 'integer' } },
+        additionalProperties: { type: 'string' },
+      }),
+      '{"b": "x"}',
+    );
+    // Descriptions alone are any value too (Pydantic writes a title for an Any field).
+    ok(compileSchema({ type: 'object', properties: { x: { title: 'X' } } }), '{"x": [null]}');
+    // Nesting is bounded: 100 levels of arrays inside the value, not 200.
+    ok(data, `{"data": ${'['.repeat(100)}${']'.repeat(100)}}`);
+    refused(data, `{"data": ${'['.repeat(200)}${']'.repeat(200)}}`);
+    // Beside other alternatives: the value is read along each that fits.
+    const either = compileSchema({ type: 'object', properties: { v: { anyOf: [{ type: 'integer' }, {}] } } });
+    ok(either, '{"v": 1.5}');
+    ok(either, '{"v": {"w": 1}}');
+  });
+
   it('accepts every conforming instance written compactly with its properties in schema order, any optional ones left out (fixed and generated schemas)', () => {
     fc.assert(
       fc.property(
@@ -948,7 +1049,22 @@ describe('the schema recogniser', () => {
       [{ type: 'object', properties: { a: { type: 'string', pattern: '^x' } } }, 'schema.properties.a.pattern'],
       [{ type: 'object', properties: { a: { type: 'number', minimum: 0 } } }, 'schema.properties.a.minimum'],
       [{ type: 'object', properties: { a: { $ref: '#/$defs/x' } } }, 'schema.properties.a.$ref'],
-      [{ type: 'object', properties: { a: {} } }, 'schema.properties.a'],
+      [
+        { type: 'object', properties: { a: { type: 'object', minProperties: 1 } } },
+        'schema.properties.a.minProperties',
+      ],
+      [
+        { type: 'object', properties: { a: { type: 'object', additionalProperties: 1 } } },
+        'schema.properties.a.additionalProperties',
+      ],
+      [
+        {
+          type: 'object',
+          properties: { a: { type: 'object', additionalProperties: { type: 'string', pattern: 'x' } } },
+        },
+        'schema.properties.a.additionalProperties.pattern',
+      ],
+      [{ type: 'object', required: ['a'] }, 'schema.required[0]'],
       [{ type: 'array', items: { type: 'string' } }, 'schema.type'],
       // oneOf alternatives that begin alike, which kvdesk cannot prove never both match.
       [

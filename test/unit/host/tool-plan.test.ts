@@ -78,9 +78,17 @@ describe('planTools', () => {
     const auto = planTools({ messages, tools: [weather], responseFormat: 'json' } as GenerateRequest, undefined, tok);
     expect(auto).toMatchObject({ reads: true, forced: false, shown: [weather] });
     expect(auto?.grammar?.trigger).toBe('<tool_call>');
-    // … which it needs: a tool that takes keys it does not list has none, nor has gpt-oss's form (JSON goes in its
-    // final message).
-    const anything = { name: 'anything', parameters: { type: 'object' } };
+    // … which it needs: a tool that takes keys beside those it lists has none, nor has gpt-oss's form (JSON goes in
+    // its final message). One that lists none is a free-form object, held as one.
+    const anything = {
+      name: 'anything',
+      parameters: { type: 'object', properties: { q: { type: 'string' } }, additionalProperties: true },
+    };
+    const freeForm = { name: 'free', parameters: { type: 'object', description: 'any keys' } };
+    expect(
+      planTools({ messages, tools: [weather, freeForm], responseFormat: 'json' } as GenerateRequest, undefined, tok)
+        ?.grammar,
+    ).toBeDefined();
     const free = refusal({ tools: [weather, anything], jsonSchema: { type: 'object' } });
     expect(free.detail).toEqual({ field: 'tools[1].parameters' });
     expect(free.message).toMatch(/^tools beside JSON output .* tools\[1\]\.parameters \("anything"\) takes keys/);
@@ -388,9 +396,15 @@ describe('planTools', () => {
         ],
       },
     });
-    // None: GLM's XML form; free-form arguments (any keys); a schema kvdesk cannot enforce; forced or none choices.
+    // None: GLM's XML form; arguments beside the listed ones (additionalProperties), or free-form ones in an XML
+    // form (which holds the listed names); a schema kvdesk cannot enforce; forced or none choices. Free-form
+    // arguments in a JSON form are held as any object (a map of additionalProperties' schema where it gives one).
     expect(auto([weather], '{{ tools | tojson }}<tool_call>x<arg_key>')).toBeUndefined();
-    expect(auto([weather, { name: 'run', parameters: { type: 'object' } }])).toBeUndefined();
+    const run = { name: 'run', parameters: { type: 'object' } };
+    expect(auto([weather, run])?.calls[0]?.schema).toEqual({
+      anyOf: [envelope('get_weather', weather.parameters), envelope('run', run.parameters)],
+    });
+    expect(auto([weather, run], '{{ tools | tojson }}<tool_call><function=x>')).toBeUndefined();
     expect(
       auto([{ name: 'run', parameters: { type: 'object', properties: {}, additionalProperties: true } }]),
     ).toBeUndefined();
