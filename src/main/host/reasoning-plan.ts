@@ -84,13 +84,14 @@ export const jsonOutput = (req: GenerateRequest): boolean =>
   req.responseFormat === 'json' || req.jsonSchema !== undefined;
 
 /**
- * The reasoning tokens a reply held to JSON after its reasoning may take when the request sets no thinking budget:
- * its token limit less room for the answer — a quarter of the limit, 64 to 1 024 tokens — so that a long
- * reasoning is closed for the model in time for it to write the JSON, not cut off before it.
+ * The most reasoning tokens a reply held to JSON after its reasoning may take (whatever budget the request set):
+ * its token limit less room for the answer — a quarter of the limit, 64 to 1 024 tokens — and less the tokens
+ * written for the model to close the reasoning (`closing`), so that a long reasoning is closed in time for it to
+ * write the JSON, not cut off before it.
  */
-export function answerRoomBudget(maxTokens: number): number {
+export function answerRoomBudget(maxTokens: number, closing = 0): number {
   const room = Math.min(1024, Math.max(64, Math.floor(maxTokens / 4)));
-  return Math.max(0, maxTokens - room);
+  return Math.max(0, maxTokens - room - closing);
 }
 
 /**

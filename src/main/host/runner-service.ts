@@ -1807,10 +1807,18 @@ class Generation {
         calls && plan && reasoningEnd !== undefined && !held
           ? { ...calls, reasoning: { open: plan.spec.open, close: reasoningEnd, inside: plan.inside } }
           : calls;
-      // A thinking budget: the engine closes the reasoning after that many tokens. Held, without one of the
-      // request's own, the reasoning is closed in time to leave the JSON room.
-      const thinkingBudget =
-        thinkingBudgetOf(this.req) ?? (held ? answerRoomBudget(grant.admittedMaxTokens) : undefined);
+      // A thinking budget (the request's, or its effort's): the engine closes the reasoning after that many tokens.
+      // Held, the reasoning is closed in time to leave the JSON room, whatever budget the request gave (one
+      // sized for the limit it asked, which the scheduler may have cut).
+      const force = plan ? closeIds(this.model.tokenizer, plan.spec) : [];
+      const harmony = held && plan ? heldHarmony(this.model.tokenizer, plan.spec) : {};
+      const asked = thinkingBudgetOf(this.req);
+      const thinkingBudget = held
+        ? Math.min(
+            asked ?? Number.POSITIVE_INFINITY,
+            answerRoomBudget(grant.admittedMaxTokens, force.length + (harmony.then?.length ?? 0)),
+          )
+        : asked;
       const budget =
         plan && (thinkingBudget !== undefined || held) && reasoningEnd !== undefined
           ? {
@@ -1820,8 +1828,8 @@ class Generation {
                 close: reasoningEnd,
                 inside: plan.inside,
                 ...(thinkingBudget !== undefined ? { tokens: thinkingBudget } : {}),
-                force: closeIds(this.model.tokenizer, plan.spec),
-                ...(held ? { held, ...heldHarmony(this.model.tokenizer, plan.spec) } : {}),
+                force,
+                ...(held ? { held, ...harmony } : {}),
               },
             }
           : undefined;

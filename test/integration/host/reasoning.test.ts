@@ -147,7 +147,12 @@ describe('a thinking model', () => {
     expect(Number.isInteger(JSON.parse(r.text).n)).toBe(true);
     // A budget of 2: two tokens of reasoning, the close written for the model, then the JSON.
     const close = h.tokenizerOf('thinking').encode('\n</think>\n\n', { addSpecialTokens: false });
-    const budgeted = await run({ jsonSchema: schema, thinkingBudget: 2, maxNewTokens: 64, sampling: { greedy: true } });
+    const budgeted = await run({
+      jsonSchema: schema,
+      thinkingBudget: 2,
+      maxNewTokens: 128,
+      sampling: { greedy: true },
+    });
     expect(budgeted.tokenIds.slice(2, 2 + close.length)).toEqual(close);
     expect(budgeted.reasoningTokens).toBe(2 + close.length - 2);
     expect(Number.isInteger(JSON.parse(budgeted.text).n)).toBe(true);
@@ -163,14 +168,22 @@ describe('a thinking model', () => {
       [1000, 250],
     ] as const) {
       const r = await run({ jsonSchema: schema, maxNewTokens: limit, sampling });
-      const reasoned = limit - room;
+      // The room is the answer's: the close written for the model comes out of the reasoning's share.
+      const reasoned = limit - room - close.length;
       expect(r.tokenIds.slice(reasoned, reasoned + close.length), `${limit}`).toEqual(close);
       expect(r.finishReason).toBe('eos');
       expect(Number.isInteger(JSON.parse(r.text).n)).toBe(true);
     }
-    // A budget of the request's own wins.
+    // A smaller budget of the request's own closes it sooner; a larger one (or an effort's: low's 1 024) is cut
+    // to leave the room.
     const own = await run({ jsonSchema: schema, maxNewTokens: 128, thinkingBudget: 10, sampling });
     expect(own.tokenIds.slice(10, 10 + close.length)).toEqual(close);
+    for (const more of [{ thinkingBudget: 300 }, { reasoningEffort: 'low' as const }]) {
+      const r = await run({ jsonSchema: schema, maxNewTokens: 128, sampling, ...more });
+      const reasoned = 128 - 64 - close.length;
+      expect(r.tokenIds.slice(reasoned, reasoned + close.length), JSON.stringify(more)).toEqual(close);
+      expect(Number.isInteger(JSON.parse(r.text).n)).toBe(true);
+    }
     // An end the model picks while it reasons closes the reasoning for it, and it answers.
     const EOS_ID = h.listModels().find((m) => m.id === 'thinking')?.spec.eosTokenIds[0] as number;
     const ending = await run({
