@@ -112,9 +112,9 @@ const ANY_NUMBER: SchemaNode = {
 };
 
 /**
- * Deepest nesting of open values a reply may reach (frames on a path's stack): a compiled schema nests at most
- * MAX_SCHEMA_DEPTH levels, but any value (`{}`) and a free-form object's values may nest without end — this bounds
- * them, as JSON mode's depth does.
+ * Deepest nesting of objects and arrays a reply may reach, as JSON mode's MAX_DEPTH (a path's stack holds one
+ * frame more at most: the key, string, number or literal read inside the deepest): a compiled schema nests at
+ * most MAX_SCHEMA_DEPTH levels, but any value (`{}`) and a free-form object's values may nest without end.
  */
 export const MAX_VALUE_NESTING = 128;
 
@@ -391,12 +391,22 @@ function typeNode(type: string, schema: Record<string, unknown>, path: string, d
       const extraNode = isPlainObject(extra)
         ? compileNode(extra, `${path}.additionalProperties`, depth + 1, refs)
         : undefined;
-      if (schema.properties === undefined && extra !== false) {
-        // A free-form object: any keys (none required: a required name needs its property listed).
-        if (Array.isArray(schema.required) && schema.required.length > 0) {
+      // A free-form object: no properties listed (none, or `{}` beside an additionalProperties that allows others),
+      // any keys — none required: a required name needs its property listed.
+      const listsNone =
+        schema.properties === undefined ||
+        (isPlainObject(schema.properties) &&
+          Object.keys(schema.properties as object).length === 0 &&
+          extra !== undefined);
+      if (listsNone && extra !== false) {
+        const required = schema.required ?? [];
+        if (!Array.isArray(required) || required.some((r) => typeof r !== 'string')) {
+          throw new SchemaError(`${path}.required`, 'must be a list of property names');
+        }
+        if (required.length > 0) {
           throw new SchemaError(
             `${path}.required[0]`,
-            `${JSON.stringify(schema.required[0])} is required but not among the properties; kvdesk writes only the properties listed`,
+            `${JSON.stringify(required[0])} is required but not among the properties; kvdesk writes only the properties listed`,
           );
         }
         return extraNode ? { k: 'map', value: extraNode } : ANY_OBJECT;
@@ -1422,6 +1432,12 @@ const forked: Frame[][] = [];
 /** Set by `advance` when a frame ended or a value forked: only then can two paths have become the same. */
 let mayMerge = false;
 
+/** Whether a child value is an object or array (a fork's alternatives all begin with the same byte). */
+function opensContainer(child: Frame | Frame[]): boolean {
+  const k = (Array.isArray(child) ? (child[0] as Frame) : child).k;
+  return k === 'object' || k === 'array' || k === 'map';
+}
+
 /** Puts the child frame(s) of a `push` or `open` on the stack; a fork copies the stack for each other child. */
 function pushChild(stack: Frame[], child: Frame | Frame[]): void {
   if (!Array.isArray(child)) {
@@ -1442,7 +1458,7 @@ function advance(stack: Frame[], b: number, r: NonNullable<Step>): number {
         return ALIVE;
       case 'push':
         // Any value and free-form objects nest as deep as the reply goes: bounded here.
-        if (stack.length >= MAX_VALUE_NESTING) return DEAD;
+        if (stack.length >= MAX_VALUE_NESTING + (opensContainer(r.child) ? 0 : 1)) return DEAD;
         stack[stack.length - 1] = r.frame;
         pushChild(stack, r.child);
         return ALIVE;
@@ -1590,9 +1606,10 @@ function frameHash(f: Frame): number {
   }
 }
 
+/** A path's hash, from its length and its top frames (paths that differ mostly differ there; deep ones are long). */
 function pathHash(p: readonly Frame[]): number {
   let h = p.length;
-  for (const f of p) h = mix(h, frameHash(f));
+  for (let i = Math.max(0, p.length - 8); i < p.length; i++) h = mix(h, frameHash(p[i] as Frame));
   return h;
 }
 

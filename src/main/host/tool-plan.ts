@@ -42,7 +42,8 @@ export interface ToolPlan {
   /**
    * `auto`: the grammar a call the model opens is held to (its tool's schema; in Qwen3-Coder's XML form, its
    * tool's name and parameter names), in the engine. Absent where kvdesk cannot hold it: GLM's XML form, a tool
-   * whose arguments are free-form, a schema it cannot enforce.
+   * whose arguments hold an object that lists properties beside others allowed (or, in an XML form, free-form
+   * arguments), a schema it cannot enforce.
    */
   grammar?: CallGrammar;
 }
@@ -186,16 +187,50 @@ function callSchema(tool: ToolDefinition, argsKey: string): Record<string, unkno
 }
 
 /**
- * Arguments kvdesk would hold to fewer keys than the tool takes: properties listed beside others allowed
- * (`additionalProperties` true or a schema: kvdesk writes the listed ones only). A schema that lists none
- * (`{"type": "object"}`, a map) is held as a free-form object in a JSON call form, but an XML form holds a call
- * to the listed names. (No parameters at all, or `"properties": {}`, is a tool without arguments.)
+ * Arguments kvdesk would hold to fewer keys than the tool takes: an object in them, at any depth, that lists
+ * properties beside others allowed (`additionalProperties` true or a schema: kvdesk writes the listed ones
+ * only). One that lists none (`{"type": "object"}`, a map) is held as a free-form object in a JSON call form,
+ * but an XML form holds a call to the listed names. (No parameters at all, or `"properties": {}` alone, is a
+ * tool without arguments.)
  */
 function freeFormArguments(tool: ToolDefinition, format: ToolCallFormat): boolean {
   const p = argumentsSchema(tool);
   const extra = p.additionalProperties;
-  if (p.properties === undefined) return extra !== false && format.xml !== undefined;
-  return extra !== undefined && extra !== false;
+  const listsNone = p.properties === undefined || (isEmptyObject(p.properties) && extra !== undefined);
+  if (format.xml !== undefined && listsNone && extra !== false) return true;
+  return listsBesideOthers(p);
+}
+
+const isEmptyObject = (v: unknown) =>
+  typeof v === 'object' && v !== null && !Array.isArray(v) && Object.keys(v).length === 0;
+
+/**
+ * Whether a schema holds (anywhere: properties, items, alternatives, definitions) an object that lists properties
+ * and allows others beside them. Walked without recursion (a request's schema may nest deep).
+ */
+function listsBesideOthers(schema: unknown): boolean {
+  const todo: unknown[] = [schema];
+  for (let v = todo.pop(); v !== undefined || todo.length > 0; v = todo.pop()) {
+    if (typeof v !== 'object' || v === null) continue;
+    if (Array.isArray(v)) {
+      todo.push(...v);
+      continue;
+    }
+    const o = v as Record<string, unknown>;
+    const extra = o.additionalProperties;
+    const props = o.properties;
+    if (
+      typeof props === 'object' &&
+      props !== null &&
+      !isEmptyObject(props) &&
+      extra !== undefined &&
+      extra !== false
+    ) {
+      return true;
+    }
+    todo.push(...Object.values(o));
+  }
+  return false;
 }
 
 /** Keywords that bound a value without changing its shape: an auto call's grammar goes without them. */
@@ -280,7 +315,7 @@ function loosenedPointer(ref: string, root: unknown): string {
     if (next === 'schema') {
       if (read && key === 'oneOf' && Array.isArray((node as Record<string, unknown> | null)?.oneOf)) name = 'anyOf';
       next = MAPS.has(key) ? 'map' : key === 'anyOf' || key === 'oneOf' ? 'list' : 'schema';
-      read = read && (next !== 'schema' || key === 'items');
+      read = read && (next !== 'schema' || key === 'items' || key === 'additionalProperties');
     } else next = 'schema';
     node = typeof node === 'object' && node !== null ? (node as Record<string, unknown>)[key] : undefined;
     return name;

@@ -364,6 +364,9 @@ describe('the schema recogniser', () => {
       }),
     );
     ok(compileSchema({ type: 'object', additionalProperties: true }), '{"x": [{}]}');
+    // `properties: {}` beside an additionalProperties that allows others lists none too; alone it is {} only.
+    ok(compileSchema({ type: 'object', properties: {}, additionalProperties: { type: 'integer' } }), '{"a": 1}');
+    refused(compileSchema({ type: 'object', properties: {} }), '{"a": 1}');
     refused(compileSchema({ type: 'object', additionalProperties: false }), '{"x": 1}');
     refused(
       compileSchema({
@@ -375,9 +378,11 @@ describe('the schema recogniser', () => {
     );
     // Descriptions alone are any value too (Pydantic writes a title for an Any field).
     ok(compileSchema({ type: 'object', properties: { x: { title: 'X' } } }), '{"x": [null]}');
-    // Nesting is bounded: 100 levels of arrays inside the value, not 200.
-    ok(data, `{"data": ${'['.repeat(100)}${']'.repeat(100)}}`);
-    refused(data, `{"data": ${'['.repeat(200)}${']'.repeat(200)}}`);
+    // Nesting is bounded as JSON mode's is: 128 objects and arrays (the root among them), a value inside the last.
+    ok(data, `{"data": ${'['.repeat(127)}1${']'.repeat(127)}}`);
+    refused(data, `{"data": ${'['.repeat(128)}${']'.repeat(128)}}`);
+    ok(free, `${'{"a":'.repeat(128)}"x"${'}'.repeat(128)}`);
+    refused(free, `${'{"a":'.repeat(129)}1${'}'.repeat(129)}`);
     // Beside other alternatives: the value is read along each that fits.
     const either = compileSchema({ type: 'object', properties: { v: { anyOf: [{ type: 'integer' }, {}] } } });
     ok(either, '{"v": 1.5}');
@@ -1065,6 +1070,7 @@ describe('the schema recogniser', () => {
         'schema.properties.a.additionalProperties.pattern',
       ],
       [{ type: 'object', required: ['a'] }, 'schema.required[0]'],
+      [{ type: 'object', required: 'a' }, 'schema.required'],
       [{ type: 'array', items: { type: 'string' } }, 'schema.type'],
       // oneOf alternatives that begin alike, which kvdesk cannot prove never both match.
       [

@@ -405,9 +405,50 @@ describe('planTools', () => {
       anyOf: [envelope('get_weather', weather.parameters), envelope('run', run.parameters)],
     });
     expect(auto([weather, run], '{{ tools | tojson }}<tool_call><function=x>')).toBeUndefined();
+    // A map beside `properties: {}` is free-form too; an object listing properties beside others, at any depth
+    // (a dict field beside listed ones), is not held.
+    const tagged = {
+      name: 'tag',
+      parameters: { type: 'object', properties: {}, additionalProperties: { type: 'string' } },
+    };
+    expect(auto([tagged])?.calls[0]?.schema).toEqual(envelope('tag', tagged.parameters));
+    const labels = {
+      name: 'label',
+      parameters: {
+        type: 'object',
+        properties: {
+          repo: { type: 'string' },
+          labels: {
+            type: 'object',
+            properties: { priority: { type: 'string' } },
+            additionalProperties: { type: 'string' },
+          },
+        },
+        required: ['repo'],
+      },
+    };
+    expect(auto([weather, labels])).toBeUndefined();
+    const deep = {
+      name: 'deep',
+      parameters: { type: 'object', properties: { l: { type: 'array', items: labels.parameters } } },
+    };
+    expect(auto([deep])).toBeUndefined();
+    // A pointer into a oneOf under additionalProperties follows it where the grammar reads it as an anyOf.
+    const pointed = {
+      name: 'pointed',
+      parameters: {
+        type: 'object',
+        properties: {
+          a: { $ref: '#/properties/b/additionalProperties/oneOf/0' },
+          b: { type: 'object', additionalProperties: { oneOf: [{ type: 'integer' }, { type: 'string' }] } },
+        },
+      },
+    };
+    expect(auto([pointed])).toBeDefined();
+    // (`properties: {}` with additionalProperties true: any keys, held as such.)
     expect(
       auto([{ name: 'run', parameters: { type: 'object', properties: {}, additionalProperties: true } }]),
-    ).toBeUndefined();
+    ).toBeDefined();
     expect(
       auto([{ name: 'run', parameters: { type: 'object', properties: { n: { $ref: '#/$defs/n' } } } }]),
     ).toBeUndefined();
