@@ -195,8 +195,9 @@ export class ChatSession {
       if (result.budgetCap) {
         this.io.err(budgetCapLine(result.budgetCap, 'raise --kv-budget, or /clear to start a shorter conversation'));
       }
-      // A reply the default limit (the package's, or 256 tokens) stopped says so too: else it just ends mid-sentence,
-      // and only --verbose's "finish length" tells why. A limit the person set is no news.
+      // A reply the default limit (the package's, or the host's: 256 tokens, 2 048 when it reasons) stopped says so
+      // too: else it just ends mid-sentence, and only --verbose's "finish length" tells why. A limit the person set
+      // is no news.
       if (
         result.finishReason === 'length' &&
         this.options.maxNewTokens === undefined &&

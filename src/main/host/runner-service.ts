@@ -93,6 +93,20 @@ import { bareCallTest, nativeTemplate, planTools, type ToolPlan } from './tool-p
 const CPU = 'CPUExecutionProvider';
 /** Max new tokens of a request that names none, in a package whose generation config names none either. */
 const DEFAULT_MAX_NEW_TOKENS = 256;
+/**
+ * The same for a thinking model's chat reply that reasons: its reasoning alone runs to hundreds of tokens, so 256
+ * would cut nearly every reply before its answer.
+ */
+const DEFAULT_MAX_NEW_TOKENS_REASONING = 2048;
+
+/** A request's reply limit: its own, else the package's (generation_config.json), else the default. */
+function maxNewTokensOf(req: GenerateRequest, spec: ModelSpec): number {
+  if (req.maxNewTokens !== undefined) return req.maxNewTokens;
+  if (spec.search.maxNewTokens !== undefined) return spec.search.maxNewTokens;
+  const reasons =
+    spec.reasoning !== undefined && req.thinking !== false && (req.messages !== undefined || req.chat === true);
+  return reasons ? DEFAULT_MAX_NEW_TOKENS_REASONING : DEFAULT_MAX_NEW_TOKENS;
+}
 
 /** Budget and engine settings of a host. */
 export interface HostSettings {
@@ -1032,7 +1046,7 @@ export class RunnerService {
   ): { ids: number[]; dropped: number } {
     const spec = model.spec;
     const context = spec.contextLength;
-    const reply = Math.min(req.maxNewTokens ?? spec.search.maxNewTokens ?? DEFAULT_MAX_NEW_TOKENS, context >> 1);
+    const reply = Math.min(maxNewTokensOf(req, spec), context >> 1);
     const limit = context - Math.max(1, reply);
     // A client that remembers nothing but resends the conversation (the HTTP APIs, through the prompt cache):
     // where an earlier turn's start still fits, its prompt continues that turn's cached KV — keep it.
@@ -1712,7 +1726,7 @@ class Generation {
         promptTokens = row.length - this.reused;
       }
     }
-    const maxNewTokens = this.req.maxNewTokens ?? spec.search.maxNewTokens ?? DEFAULT_MAX_NEW_TOKENS;
+    const maxNewTokens = maxNewTokensOf(this.req, spec);
     // A static cache: the request holds all its positions whatever its length (undefined otherwise).
     const fixedTokens = staticPositions(spec);
     const submitted = this.sched.submit(

@@ -4,6 +4,9 @@
  * the shared tiny-reasoning fixture. The split is checked against the reply's own tokens: the reasoning is the
  * text of the tokens before `</think>`, the answer the text of those after it.
  */
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RunnerService } from '../../../src/main/host/runner-service';
 import type { ChatMessage, GenerateRequest, GenerationResult, StreamFrame } from '../../../src/shared/contract';
@@ -315,6 +318,36 @@ describe('a thinking model', () => {
       expect(await promptOf(asked), asked).toBe(count(`${ASK[0]?.content}\nReasoning: ${shown}\n<think>\n`));
     }
     await h.unloadModel('effort');
+  });
+
+  it('a chat reply that reasons may be 2 048 tokens long where the request and the package set no limit; others 256', async () => {
+    const EOS_ID = h.listModels().find((m) => m.id === 'thinking')?.spec.eosTokenIds[0] as number;
+    // The thinking package without the limit the default package's generation_config.json sets (Qwen3's sets none).
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-unbounded-'));
+    cpSync(thinkingModel(), dir, { recursive: true });
+    const config = path.join(dir, 'generation_config.json');
+    const { max_new_tokens: _, ...rest } = JSON.parse(readFileSync(config, 'utf8'));
+    writeFileSync(config, JSON.stringify(rest));
+    await h.loadModel(dir, { id: 'unbounded' });
+    const admitted = async (req: Partial<GenerateRequest>, model = 'unbounded') => {
+      let max: number | undefined;
+      const r = await h.generate(
+        { model, messages: ASK, sampling: { greedy: true, logitBias: { [EOS_ID]: 100 } }, ...req },
+        (f) => {
+          if (f.type === 'admitted') max = f.admittedMaxTokens;
+        },
+      ).result;
+      // (Clipped to the context: what it asked for.)
+      return r.clipped?.requestedMaxTokens ?? max;
+    };
+    expect(await admitted({})).toBe(2048);
+    expect(await admitted({ thinking: false })).toBe(256);
+    expect(await admitted({ messages: undefined, prompt: 'Why' })).toBe(256);
+    expect(await admitted({ maxNewTokens: 40 })).toBe(40);
+    // The package's own limit wins.
+    expect(await admitted({}, 'thinking')).toBe(256);
+    await h.unloadModel('unbounded');
+    rmSync(dir, { recursive: true, force: true });
   });
 
   it('a plain completion (no chat template) is the text as written', async () => {
