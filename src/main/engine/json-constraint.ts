@@ -512,7 +512,7 @@ export function constraintFor(form: ReplyForm): ReplyConstraint | undefined {
   const json = (form.schema ? schemaRecogniser(form.schema) : form.json ? objectRecogniser() : undefined) as
     | Recogniser<unknown>
     | undefined;
-  const inner =
+  const make = (): ReplyConstraint | undefined =>
     calls && json
       ? new CallOrJsonConstraint(table, calls, json, (at) => new TokenConstraint(table, json, at), form.ends)
       : calls
@@ -520,5 +520,9 @@ export function constraintFor(form: ReplyForm): ReplyConstraint | undefined {
         : json
           ? new TokenConstraint(table, json)
           : undefined;
-  return form.budget ? new ReasoningBudget(table, form.budget, inner, form.ends) : inner;
+  const inner = make();
+  if (!form.budget) return inner;
+  // Held, the answer may be read from the reply's start while it might still open its reasoning (made anew then).
+  const fresh = form.budget.held && inner ? () => make() as ReplyConstraint : undefined;
+  return new ReasoningBudget(table, form.budget, inner, form.ends, fresh);
 }

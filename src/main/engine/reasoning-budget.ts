@@ -35,7 +35,7 @@ export interface BudgetSpec {
    * Held: the tokens written for the model after it closes the reasoning itself (gpt-oss: its final message's
    * header after the analysis's `<|end|>`, so that no other message comes between).
    */
-  then?: number[];
+  afterClose?: number[];
 }
 
 export interface CompiledBudget {
@@ -49,7 +49,7 @@ export interface CompiledBudget {
   tokens: number;
   held: boolean;
   gap: number;
-  then: readonly number[];
+  afterClose: readonly number[];
 }
 
 const utf8 = (s: string) => new TextEncoder().encode(s);
@@ -72,7 +72,7 @@ export function compileBudget(spec: BudgetSpec): CompiledBudget {
     tokens: spec.tokens === undefined ? Number.POSITIVE_INFINITY : Math.max(0, Math.floor(spec.tokens)),
     held: spec.held === true,
     gap: spec.gap ?? MAX_GAP_WHITESPACE,
-    then: spec.then ?? [],
+    afterClose: spec.afterClose ?? [],
   };
 }
 
@@ -94,13 +94,20 @@ export class ReasoningBudget implements ReplyConstraint {
   private ws = 0;
   /** The tokens being written for the model (forcing): the close, or (held) what follows the model's own. */
   private forced: readonly number[];
+  /**
+   * Held, opening: the tokens so far begin the opening marker and the answer both (`<` opens `<think>` and
+   * `<tool_call>`): the inner constraint has read them, and is made anew if the marker is completed.
+   */
+  private both = false;
 
   constructor(
     private readonly table: TokenTable,
     private readonly budget: CompiledBudget,
-    private readonly inner?: ReplyConstraint,
+    private inner?: ReplyConstraint,
     /** The tokens that end the reply: refused until the answer has begun where the inner constraint is held. */
     private readonly ends: ReadonlySet<number> = new Set(),
+    /** Held: a new inner constraint (for an answer the reply began reading that turned out to be the reasoning). */
+    private readonly fresh?: () => ReplyConstraint,
   ) {
     this.forced = budget.force;
     this.phase = budget.inside ? 'inside' : 'opening';
@@ -161,15 +168,36 @@ export class ReasoningBudget implements ReplyConstraint {
 
   accept(id: number): void {
     const held = this.budget.held;
-    if (!held) this.inner?.accept(id);
-    else if (this.phase === 'after' || this.startsAnswer(id)) {
-      this.phase = 'after';
-      this.inner?.accept(id);
-      return;
-    }
     const { bytes, offsets } = this.table;
     const from = offsets[id] as number;
     const to = offsets[id + 1] as number;
+    if (!held) this.inner?.accept(id);
+    else if (
+      this.phase === 'opening' &&
+      this.fresh &&
+      this.startsAnswer(id) &&
+      this.continuesOpening(bytes, from, to)
+    ) {
+      // Both readings go on: the answer's (the inner constraint reads the token) and the opening's (below).
+      this.inner?.accept(id);
+      this.both = true;
+      this.readOpening(bytes, from, to);
+      // The marker is whole: the reply reasons, and the answer after it starts anew.
+      if (this.phase !== 'opening') {
+        this.inner = this.fresh();
+        this.both = false;
+      }
+      return;
+    } else if (this.phase === 'after' || this.startsAnswer(id)) {
+      this.phase = 'after';
+      this.both = false;
+      this.inner?.accept(id);
+      return;
+    } else if (this.phase === 'opening' && this.both) {
+      // Only the opening's reading goes on: the answer read so far was not one (its constraint starts anew).
+      this.both = false;
+      if (this.fresh) this.inner = this.fresh();
+    }
     if (this.phase === 'forcing') {
       if (++this.n >= this.forced.length) this.phase = held ? 'gap' : 'after';
       return;
@@ -207,26 +235,28 @@ export class ReasoningBudget implements ReplyConstraint {
     if (this.phase === 'inside') return this.closeLeavesSpace(bytes, from, to, this.n);
     // Opening: the marker's bytes (no white space before them: the reply begins with its reasoning or its answer),
     // then (once it is whole) reasoning.
-    const open = this.budget.open;
-    let n = this.n;
-    for (let k = from; k < to; k++) {
-      const b = bytes[k] as number;
-      if (b !== open[n]) {
-        return false;
-      } else if (++n === open.length) {
-        return this.closeLeavesSpace(bytes, k + 1, to, 0);
-      }
-    }
-    return from < to;
+    return this.continuesOpening(bytes, from, to);
   }
 
   /**
-   * Held: whether token `id` begins the answer, read by the inner constraint from its start — where the reply may
-   * go on without a reasoning (before any of its opening has been written) or after it (in the gap).
+   * Held: whether token `id` begins (or goes on with) the answer, read by the inner constraint from its start —
+   * where the reply may go on without a reasoning (before any of its opening has been written, or while what was
+   * written of it began the answer too) or after it (in the gap).
    */
   private startsAnswer(id: number): boolean {
-    const begins = this.phase === 'gap' || (this.phase === 'opening' && this.n === 0);
+    const begins = this.phase === 'gap' || (this.phase === 'opening' && (this.n === 0 || this.both));
     return begins && !this.ends.has(id) && (this.inner ? this.inner.allows(id) : false);
+  }
+
+  /** Opening: whether bytes[from, to) go on with the opening marker (and, once it is whole, the reasoning). */
+  private continuesOpening(bytes: Uint8Array, from: number, to: number): boolean {
+    const open = this.budget.open;
+    let n = this.n;
+    for (let k = from; k < to; k++) {
+      if (bytes[k] !== open[n]) return false;
+      if (++n === open.length) return this.closeLeavesSpace(bytes, k + 1, to, 0);
+    }
+    return from < to;
   }
 
   /** Whether bytes[from, to) are white space that fits in the gap's room. */
@@ -284,7 +314,7 @@ export class ReasoningBudget implements ReplyConstraint {
         // space after it is the gap's.
         this.n = 0;
         this.ws = to - (k + 1);
-        if (this.budget.held) this.startForcing(this.budget.then);
+        if (this.budget.held) this.startForcing(this.budget.afterClose);
         else this.phase = 'after';
         return;
       }

@@ -297,9 +297,12 @@ const jsonMode = jsonOutput;
  * gpt-oss's reply held to JSON after its analysis: the analysis ends at its `<|end|>`, then the final message's
  * header is written for the model and the JSON is its body, right after it (no white space, no other message).
  */
-function heldHarmony(tok: TextTokenizer, spec: ReasoningSpec): { gap?: number; then?: number[] } {
+function heldHarmony(tok: TextTokenizer, spec: ReasoningSpec): { gap?: number; afterClose?: number[] } {
   if (!spec.harmony) return {};
-  return { gap: 0, then: tok.encode('<|start|>assistant<|channel|>final<|message|>', { addSpecialTokens: false }) };
+  return {
+    gap: 0,
+    afterClose: tok.encode('<|start|>assistant<|channel|>final<|message|>', { addSpecialTokens: false }),
+  };
 }
 
 /** A schema kvdesk cannot enforce is refused, naming the place in it. */
@@ -1830,7 +1833,7 @@ class Generation {
       const thinkingBudget = held
         ? Math.min(
             asked ?? Number.POSITIVE_INFINITY,
-            answerRoomBudget(grant.admittedMaxTokens, force.length + (harmony.then?.length ?? 0)),
+            answerRoomBudget(grant.admittedMaxTokens, force.length + (harmony.afterClose?.length ?? 0)),
           )
         : asked;
       const budget =

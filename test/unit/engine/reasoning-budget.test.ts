@@ -13,7 +13,7 @@ import { compileBudget, MAX_GAP_WHITESPACE, ReasoningBudget } from '../../../src
 
 const VOCAB = [
   ...['<think>', '</think>', '\n', 'a', 'b', ' ', '<th', 'ink>', '<tool_call>', '{"', 'x', '</', 'think>'],
-  ...['":', ' 1', '}', '<|end|>', '</think>\n\n', '</think>{"', '{', '\n\n'],
+  ...['":', ' 1', '}', '<|end|>', '</think>\n\n', '</think>{"', '{', '\n\n', '<', 'think>', 'tool_call>'],
 ];
 // `<|end|>` is a special token with its text (as the host's tables give them).
 const table = tokenTable(
@@ -158,7 +158,7 @@ describe('a thinking budget', () => {
           force: CLOSE,
           held: true,
           gap: 0,
-          then: [id('\n'), id('\n')],
+          afterClose: [id('\n'), id('\n')],
         }),
         constraintFor({ table, json: true }),
         new Set([END]),
@@ -195,7 +195,7 @@ describe('a thinking budget', () => {
       }
       const direct = held(false);
       // Not white space: JSON output's object comes first, or the reasoning's opening.
-      expect(VOCAB.filter((_, i) => direct.allows(i))).toEqual(['<think>', '<th', '{"', '{']);
+      expect(VOCAB.filter((_, i) => direct.allows(i))).toEqual(['<think>', '<th', '{"', '{', '<']);
       write(direct, ANSWER);
       expect(direct.done).toBe(true);
       // Half an opening is not an answer.
@@ -216,6 +216,39 @@ describe('a thinking budget', () => {
       write(c, ANSWER);
       expect(c.done).toBe(true);
     });
+  });
+
+  it('held around tool calls beside JSON output: an opening in pieces that a call also begins keeps both readings', () => {
+    const grammar = compileCallGrammar({
+      trigger: '<tool_call>',
+      array: false,
+      close: '',
+      calls: [{ head: '', schema: { type: 'object', properties: { x: { type: 'integer' } }, required: ['x'] } }],
+    });
+    const END = id('<|end|>');
+    const form = () =>
+      constraintFor({
+        table,
+        json: true,
+        calls: grammar,
+        ends: new Set([END]),
+        budget: compileBudget({ open: '<think>', close: '</think>', inside: false, force: CLOSE, held: true }),
+      }) as ReasoningBudget;
+    // `<` begins both the reasoning's opening and a call's: either may follow.
+    const reasons = form();
+    write(reasons, ['<']);
+    expect(reasons.allows(id('think>'))).toBe(true);
+    expect(reasons.allows(id('tool_call>'))).toBe(true);
+    // The opening completed: the reasoning, then calls or JSON read from their start.
+    write(reasons, ['think>', 'a', '<tool_call>', '</think>', '<tool_call>', '{"', 'x', '":', ' 1', '}']);
+    expect(reasons.allows(END)).toBe(true);
+    // The call's opening completed: the call, held.
+    const calls = form();
+    write(calls, ['<', 'tool_call>']);
+    expect(calls.allows(id('a'))).toBe(false);
+    expect(calls.allows(id('think>'))).toBe(false);
+    write(calls, ['{"', 'x', '":', ' 1', '}']);
+    expect(calls.allows(END)).toBe(true);
   });
 
   it('held around tool calls beside JSON output: a call written while reasoning is text; after it, calls or JSON', () => {

@@ -548,7 +548,7 @@ describe('ollamaError', () => {
       'chat',
     );
     expect(noChoice.body.error).toBe(
-      "This model (gpt-oss) writes JSON output in its final message, where it cannot call a tool: send tools or JSON output (format), or the request without tools for the JSON alone.",
+      'This model (gpt-oss) writes JSON output in its final message, where it cannot call a tool: send tools or JSON output (format), or the request without tools for the JSON alone.',
     );
     const temp = ollamaError(
       errorFromInfo({ code: 'BAD_REQUEST', message: 'bad', detail: { field: 'sampling.topP' } }),
