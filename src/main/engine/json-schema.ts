@@ -565,7 +565,11 @@ interface Refs {
 /** A compile's references, read in `root`. */
 const refsIn = (root: unknown): Refs => ({ root, rootPath: 'schema', active: [], compiled: new Map(), deepest: 0 });
 
-/** Keywords that only describe: a schema of nothing else allows any value. */
+/**
+ * Keywords that only describe (definitions among them: read through `$ref` only): a schema of nothing else allows
+ * any value, and they may stand beside a `$ref` (Pydantic writes a field's description there; zod-to-json-schema a
+ * root reference with its definitions beside it).
+ */
 const DESCRIBING = new Set([
   'title',
   'description',
@@ -580,23 +584,7 @@ const DESCRIBING = new Set([
   '$defs',
   'definitions',
 ]);
-
-/** Keywords that may stand beside a `$ref`: they describe (Pydantic writes a field's description there). */
-const BESIDE_REF = new Set([
-  'title',
-  'description',
-  'default',
-  'examples',
-  '$comment',
-  'deprecated',
-  'readOnly',
-  'writeOnly',
-  // A root that is a reference keeps its definitions beside it (zod-to-json-schema writes one so).
-  '$defs',
-  'definitions',
-  '$schema',
-  '$id',
-]);
+const BESIDE_REF = DESCRIBING;
 
 /** Whether a schema starts a resource of its own: an `$id` that is an address (draft 6/7's `"#name"` is a name). */
 const startsResource = (s: Record<string, unknown>) => typeof s.$id === 'string' && !s.$id.startsWith('#');

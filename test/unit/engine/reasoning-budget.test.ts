@@ -218,22 +218,24 @@ describe('a thinking budget', () => {
     });
   });
 
+  /** Tool calls (an integer x) beside JSON output, after a held reasoning (opened by the prompt, or not). */
+  const callsOrJson = (inside: boolean) =>
+    constraintFor({
+      table,
+      json: true,
+      calls: compileCallGrammar({
+        trigger: '<tool_call>',
+        array: false,
+        close: '',
+        calls: [{ head: '', schema: { type: 'object', properties: { x: { type: 'integer' } }, required: ['x'] } }],
+      }),
+      ends: new Set([id('<|end|>')]),
+      budget: compileBudget({ open: '<think>', close: '</think>', inside, force: CLOSE, held: true }),
+    }) as ReasoningBudget;
+
   it('held around tool calls beside JSON output: an opening in pieces that a call also begins keeps both readings', () => {
-    const grammar = compileCallGrammar({
-      trigger: '<tool_call>',
-      array: false,
-      close: '',
-      calls: [{ head: '', schema: { type: 'object', properties: { x: { type: 'integer' } }, required: ['x'] } }],
-    });
     const END = id('<|end|>');
-    const form = () =>
-      constraintFor({
-        table,
-        json: true,
-        calls: grammar,
-        ends: new Set([END]),
-        budget: compileBudget({ open: '<think>', close: '</think>', inside: false, force: CLOSE, held: true }),
-      }) as ReasoningBudget;
+    const form = () => callsOrJson(false);
     // `<` begins both the reasoning's opening and a call's: either may follow.
     const reasons = form();
     write(reasons, ['<']);
@@ -252,21 +254,8 @@ describe('a thinking budget', () => {
   });
 
   it('held around tool calls beside JSON output: a call written while reasoning is text; after it, calls or JSON', () => {
-    const grammar = compileCallGrammar({
-      trigger: '<tool_call>',
-      array: false,
-      close: '',
-      calls: [{ head: '', schema: { type: 'object', properties: { x: { type: 'integer' } }, required: ['x'] } }],
-    });
     const END = id('<|end|>');
-    const form = (inside: boolean) =>
-      constraintFor({
-        table,
-        json: true,
-        calls: grammar,
-        ends: new Set([END]),
-        budget: compileBudget({ open: '<think>', close: '</think>', inside, force: CLOSE, held: true }),
-      }) as ReasoningBudget;
+    const form = callsOrJson;
     const c = form(true);
     write(c, ['<tool_call>', 'a', '</think>', '\n']);
     // After the reasoning: a call's opening or the JSON's, not text, not the end.
