@@ -85,7 +85,8 @@ generate options:
   --thinking-budget N      with --chat, a thinking model reasons for at most N tokens, then answers
   --effort LEVEL           with --chat, a thinking model's reasoning effort: minimal, low, medium, high (its
                            template's reasoning_effort; minimal and low bound the reasoning at 256 and 1024 tokens)
-  --max-new-tokens N       tokens to generate (default: package default or 256)
+  --max-new-tokens N       tokens to generate (default: package default, else 256; a thinking model's --chat reply
+                           that reasons: 2048, at most a quarter of the context)
   --greedy                 always take the most likely token
   --temperature T --top-k K --top-p P --min-p M --repetition-penalty R
   --repetition-window N    the repetition penalty looks at the last N tokens only (default 0: all of them)

@@ -391,14 +391,8 @@ function typeNode(type: string, schema: Record<string, unknown>, path: string, d
       const extraNode = isPlainObject(extra)
         ? compileNode(extra, `${path}.additionalProperties`, depth + 1, refs)
         : undefined;
-      // A free-form object: no properties listed (none, or `{}` beside an additionalProperties that allows others),
-      // any keys — none required: a required name needs its property listed.
-      const listsNone =
-        schema.properties === undefined ||
-        (isPlainObject(schema.properties) &&
-          Object.keys(schema.properties as object).length === 0 &&
-          extra !== undefined);
-      if (listsNone && extra !== false) {
+      // A free-form object: any keys — none required: a required name needs its property listed.
+      if (freeFormObject(schema)) {
         const required = schema.required ?? [];
         if (!Array.isArray(required) || required.some((r) => typeof r !== 'string')) {
           throw new SchemaError(`${path}.required`, 'must be a list of property names');
@@ -478,6 +472,29 @@ function typeNode(type: string, schema: Record<string, unknown>, path: string, d
     default:
       throw new SchemaError(`${path}.type`, `unknown type ${JSON.stringify(type)}`);
   }
+}
+
+/**
+ * Whether an object schema takes keys it does not list, and lists none: no `properties` (or `{}` beside an
+ * `additionalProperties` that allows others), `additionalProperties` not false — a free-form object (a map).
+ */
+export function freeFormObject(schema: Record<string, unknown>): boolean {
+  const extra = schema.additionalProperties;
+  if (extra === false) return false;
+  const props = schema.properties;
+  return (
+    props === undefined || (isPlainObject(props) && Object.keys(props as object).length === 0 && extra !== undefined)
+  );
+}
+
+/**
+ * Whether an object schema lists properties and allows others beside them (`additionalProperties` true or a
+ * schema): kvdesk writes the listed ones only.
+ */
+export function listsBesideOthers(schema: Record<string, unknown>): boolean {
+  const extra = schema.additionalProperties;
+  const props = schema.properties;
+  return isPlainObject(props) && Object.keys(props as object).length > 0 && extra !== undefined && extra !== false;
 }
 
 /** Largest bound an integer may have (zod writes ±this for every `.int()`); past it doubles skip integers. */

@@ -109,6 +109,8 @@ export class ReasoningBudget implements ReplyConstraint {
     /** Held: a new inner constraint (for an answer the reply began reading that turned out to be the reasoning). */
     private readonly fresh?: () => ReplyConstraint,
   ) {
+    // Held is for an answer's constraint (JSON output): without one there is nothing to hold after the reasoning.
+    if (budget.held && !inner) throw new Error('a held reasoning needs the constraint of the answer after it');
     this.forced = budget.force;
     this.phase = budget.inside ? 'inside' : 'opening';
     if (this.phase === 'inside' && budget.tokens === 0) this.phase = 'forcing';

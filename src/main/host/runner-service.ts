@@ -95,17 +95,20 @@ const CPU = 'CPUExecutionProvider';
 const DEFAULT_MAX_NEW_TOKENS = 256;
 /**
  * The same for a thinking model's chat reply that reasons: its reasoning alone runs to hundreds of tokens, so 256
- * would cut nearly every reply before its answer.
+ * would cut nearly every reply before its answer. A quarter of the context where that is less (not below 256), so
+ * that a small context is not mostly kept for the reply (history dropped, the limit clipped).
  */
 const DEFAULT_MAX_NEW_TOKENS_REASONING = 2048;
 
-/** A request's reply limit: its own, else the package's (generation_config.json), else the default. */
-function maxNewTokensOf(req: GenerateRequest, spec: ModelSpec): number {
+/**
+ * A request's reply limit: its own, else the package's (generation_config.json), else the default — the larger one
+ * where the reply reasons (a thinking model's chat reply, thinking not off, no forced call).
+ */
+function maxNewTokensOf(req: GenerateRequest, spec: ModelSpec, reasons: boolean): number {
   if (req.maxNewTokens !== undefined) return req.maxNewTokens;
   if (spec.search.maxNewTokens !== undefined) return spec.search.maxNewTokens;
-  const reasons =
-    spec.reasoning !== undefined && req.thinking !== false && (req.messages !== undefined || req.chat === true);
-  return reasons ? DEFAULT_MAX_NEW_TOKENS_REASONING : DEFAULT_MAX_NEW_TOKENS;
+  if (!reasons || req.thinking === false) return DEFAULT_MAX_NEW_TOKENS;
+  return Math.max(DEFAULT_MAX_NEW_TOKENS, Math.min(DEFAULT_MAX_NEW_TOKENS_REASONING, spec.contextLength >> 2));
 }
 
 /** Budget and engine settings of a host. */
@@ -299,10 +302,9 @@ const jsonMode = jsonOutput;
  */
 function heldHarmony(tok: TextTokenizer, spec: ReasoningSpec): { gap?: number; afterClose?: number[] } {
   if (!spec.harmony) return {};
-  return {
-    gap: 0,
-    afterClose: tok.encode('<|start|>assistant<|channel|>final<|message|>', { addSpecialTokens: false }),
-  };
+  // Harmony's close is the analysis's end and the final message's header.
+  const header = spec.close.slice(spec.close.indexOf('<|start|>'));
+  return { gap: 0, afterClose: tok.encode(header, { addSpecialTokens: false }) };
 }
 
 /** A schema kvdesk cannot enforce is refused, naming the place in it. */
@@ -987,7 +989,9 @@ export class RunnerService {
         };
         try {
           if (req.contextOverflow === 'drop-oldest') {
-            const fit = this.fitContext(req, model, messages, render);
+            // (Whether the reply reasons, as reasoningPlan decides once the prompt is rendered.)
+            const reasons = spec.reasoning !== undefined && !tools?.forced;
+            const fit = this.fitContext(req, model, messages, render, reasons);
             rows = [fit.ids];
             if (fit.dropped > 0) contextDrop = { messages: fit.dropped, contextLength: spec.contextLength };
           } else {
@@ -1046,10 +1050,11 @@ export class RunnerService {
     model: LoadedModel,
     messages: ChatMessage[],
     render: (kept: ChatMessage[]) => number[],
+    reasons: boolean,
   ): { ids: number[]; dropped: number } {
     const spec = model.spec;
     const context = spec.contextLength;
-    const reply = Math.min(maxNewTokensOf(req, spec), context >> 1);
+    const reply = Math.min(maxNewTokensOf(req, spec, reasons), context >> 1);
     const limit = context - Math.max(1, reply);
     // A client that remembers nothing but resends the conversation (the HTTP APIs, through the prompt cache):
     // where an earlier turn's start still fits, its prompt continues that turn's cached KV — keep it.
@@ -1729,7 +1734,7 @@ class Generation {
         promptTokens = row.length - this.reused;
       }
     }
-    const maxNewTokens = maxNewTokensOf(this.req, spec);
+    const maxNewTokens = maxNewTokensOf(this.req, spec, this.reasoning !== undefined);
     // A static cache: the request holds all its positions whatever its length (undefined otherwise).
     const fixedTokens = staticPositions(spec);
     const submitted = this.sched.submit(
@@ -1820,8 +1825,9 @@ class Generation {
       const held = plan !== undefined && jsonMode(this.req) && this.req.thinking !== false;
       const reasoningEnd = plan?.spec.harmony ? '<|end|>' : plan?.spec.close;
       const calls = this.tools?.grammar;
+      // (Beside JSON output the calls are the answer: after a held reasoning, or — thinking off — from the start.)
       const grammar =
-        calls && plan && reasoningEnd !== undefined && !held
+        calls && plan && reasoningEnd !== undefined && !jsonMode(this.req)
           ? { ...calls, reasoning: { open: plan.spec.open, close: reasoningEnd, inside: plan.inside } }
           : calls;
       // A thinking budget (the request's, or its effort's): the engine closes the reasoning after that many tokens.
@@ -1833,7 +1839,8 @@ class Generation {
       const thinkingBudget = held
         ? Math.min(
             asked ?? Number.POSITIVE_INFINITY,
-            answerRoomBudget(grant.admittedMaxTokens, force.length + (harmony.afterClose?.length ?? 0)),
+            // (The close is written for the model, or — its own close — what follows it: the longer counts.)
+            answerRoomBudget(grant.admittedMaxTokens, Math.max(force.length, 1 + (harmony.afterClose?.length ?? 0))),
           )
         : asked;
       const budget =

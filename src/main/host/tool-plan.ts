@@ -6,7 +6,7 @@
 import type { ChatMessage, GenerateRequest, ToolDefinition } from '../../shared/contract';
 import { KvdeskError } from '../../shared/errors';
 import { type CallGrammar, compileCallGrammar, feedCallBytes, initialCallState } from '../engine/call-constraint';
-import { compileSchema, followRefs, SchemaError } from '../engine/json-schema';
+import { compileSchema, followRefs, freeFormObject, listsBesideOthers, SchemaError } from '../engine/json-schema';
 import { templateShowsTools } from '../tokenizer/chat-template';
 import type { TextTokenizer } from '../tokenizer/text-tokenizer';
 import {
@@ -195,40 +195,31 @@ function callSchema(tool: ToolDefinition, argsKey: string): Record<string, unkno
  */
 function freeFormArguments(tool: ToolDefinition, format: ToolCallFormat): boolean {
   const p = argumentsSchema(tool);
-  const extra = p.additionalProperties;
-  const listsNone = p.properties === undefined || (isEmptyObject(p.properties) && extra !== undefined);
-  if (format.xml !== undefined && listsNone && extra !== false) return true;
-  return listsBesideOthers(p);
+  if (format.xml !== undefined && freeFormObject(p)) return true;
+  return holdsListedBesideOthers(p);
 }
 
-const isEmptyObject = (v: unknown) =>
-  typeof v === 'object' && v !== null && !Array.isArray(v) && Object.keys(v).length === 0;
-
 /**
- * Whether a schema holds (anywhere: properties, items, alternatives, definitions) an object that lists properties
- * and allows others beside them. Walked without recursion (a request's schema may nest deep).
+ * Whether a schema holds, at a schema's place (properties, items, additionalProperties, alternatives, definitions;
+ * not in data such as a default or an enum), an object that lists properties and allows others beside them.
+ * Walked without recursion (a request's schema may nest deep).
  */
-function listsBesideOthers(schema: unknown): boolean {
+function holdsListedBesideOthers(schema: unknown): boolean {
   const todo: unknown[] = [schema];
-  for (let v = todo.pop(); v !== undefined || todo.length > 0; v = todo.pop()) {
-    if (typeof v !== 'object' || v === null) continue;
-    if (Array.isArray(v)) {
-      todo.push(...v);
-      continue;
-    }
+  while (todo.length > 0) {
+    const v = todo.pop();
+    if (typeof v !== 'object' || v === null || Array.isArray(v)) continue;
     const o = v as Record<string, unknown>;
-    const extra = o.additionalProperties;
-    const props = o.properties;
-    if (
-      typeof props === 'object' &&
-      props !== null &&
-      !isEmptyObject(props) &&
-      extra !== undefined &&
-      extra !== false
-    ) {
-      return true;
+    if (listsBesideOthers(o)) return true;
+    for (const key of ['properties', '$defs', 'definitions']) {
+      const map = o[key];
+      if (typeof map === 'object' && map !== null && !Array.isArray(map)) todo.push(...Object.values(map));
     }
-    todo.push(...Object.values(o));
+    for (const key of ['items', 'additionalProperties', 'anyOf', 'oneOf', 'allOf']) {
+      const sub = o[key];
+      if (Array.isArray(sub)) todo.push(...sub);
+      else todo.push(sub);
+    }
   }
   return false;
 }

@@ -161,6 +161,22 @@ describe('a thinking model', () => {
     expect(Number.isInteger(JSON.parse(budgeted.text).n)).toBe(true);
   });
 
+  it('tools beside JSON output: after the reasoning, or with thinking off from the start, calls or the JSON', async () => {
+    const tools = [
+      { name: 'f', parameters: { type: 'object', properties: { x: { type: 'integer' } }, required: ['x'] } },
+    ];
+    for (const extra of [{}, { thinking: false }]) {
+      const r = await run({ tools, responseFormat: 'json', maxNewTokens: 128, ...extra });
+      const label = JSON.stringify(extra);
+      if (extra.thinking === false) expect(r.reasoning ?? '', label).toBe('');
+      else expect(r.reasoning?.length, label).toBeGreaterThan(0);
+      // The answer is a call or the JSON: never free text.
+      const calls = r.rows[0]?.toolCalls ?? [];
+      if (calls.length > 0) expect(calls[0]?.name, label).toBe('f');
+      else expect(r.text.startsWith('{'), `${label}: ${r.text}`).toBe(true);
+    }
+  });
+
   it('JSON output leaves its answer room: a reasoning that would run on is closed for the model in time', async () => {
     const schema = { type: 'object', properties: { n: { type: 'integer' } }, required: ['n'] };
     // A bias against </think>: the reply would reason to its limit, and never write the JSON.
@@ -320,15 +336,25 @@ describe('a thinking model', () => {
     await h.unloadModel('effort');
   });
 
-  it('a chat reply that reasons may be 2 048 tokens long where the request and the package set no limit; others 256', async () => {
+  it('a chat reply that reasons may be up to 2 048 tokens long (a quarter of the context) where nothing sets a limit', async () => {
     const EOS_ID = h.listModels().find((m) => m.id === 'thinking')?.spec.eosTokenIds[0] as number;
-    // The thinking package without the limit the default package's generation_config.json sets (Qwen3's sets none).
-    const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-unbounded-'));
-    cpSync(thinkingModel(), dir, { recursive: true });
-    const config = path.join(dir, 'generation_config.json');
-    const { max_new_tokens: _, ...rest } = JSON.parse(readFileSync(config, 'utf8'));
-    writeFileSync(config, JSON.stringify(rest));
-    await h.loadModel(dir, { id: 'unbounded' });
+    // The thinking package without the limit the default package's generation_config.json sets (Qwen3's sets none),
+    // with its context (2 048) and with a longer one (RoPE: the graph takes any position).
+    const unbounded = (context?: number) => {
+      const dir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-unbounded-'));
+      cpSync(thinkingModel(), dir, { recursive: true });
+      const edit = (file: string, change: (json: Record<string, unknown>) => void) => {
+        const json = JSON.parse(readFileSync(path.join(dir, file), 'utf8'));
+        change(json);
+        writeFileSync(path.join(dir, file), JSON.stringify(json));
+      };
+      edit('generation_config.json', (g) => delete g.max_new_tokens);
+      if (context) edit('config.json', (c) => Object.assign(c, { max_position_embeddings: context }));
+      return dir;
+    };
+    const dirs = [unbounded(), unbounded(16_384)];
+    await h.loadModel(dirs[0] as string, { id: 'unbounded' });
+    await h.loadModel(dirs[1] as string, { id: 'long' });
     const admitted = async (req: Partial<GenerateRequest>, model = 'unbounded') => {
       let max: number | undefined;
       const r = await h.generate(
@@ -337,17 +363,23 @@ describe('a thinking model', () => {
           if (f.type === 'admitted') max = f.admittedMaxTokens;
         },
       ).result;
-      // (Clipped to the context: what it asked for.)
-      return r.clipped?.requestedMaxTokens ?? max;
+      // A default is not clipped by the context.
+      expect(r.clipped).toBeUndefined();
+      return max;
     };
-    expect(await admitted({})).toBe(2048);
+    expect(await admitted({}, 'long')).toBe(2048);
+    expect(await admitted({})).toBe(512);
+    // Replies that do not reason: thinking off, a plain prompt, a forced call.
     expect(await admitted({ thinking: false })).toBe(256);
     expect(await admitted({ messages: undefined, prompt: 'Why' })).toBe(256);
+    const now = { name: 'now', parameters: { type: 'object', properties: {} } };
+    expect(await admitted({ tools: [now], toolChoice: 'required' }, 'long')).toBe(256);
     expect(await admitted({ maxNewTokens: 40 })).toBe(40);
     // The package's own limit wins.
     expect(await admitted({}, 'thinking')).toBe(256);
     await h.unloadModel('unbounded');
-    rmSync(dir, { recursive: true, force: true });
+    await h.unloadModel('long');
+    for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
   });
 
   it('a plain completion (no chat template) is the text as written', async () => {

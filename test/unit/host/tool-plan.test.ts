@@ -428,6 +428,16 @@ describe('planTools', () => {
       },
     };
     expect(auto([weather, labels])).toBeUndefined();
+    // Data and names are not schemas: properties named so, a default holding such keys, are held.
+    const named = {
+      name: 'named',
+      parameters: {
+        type: 'object',
+        properties: { properties: { type: 'string' }, additionalProperties: { type: 'boolean' } },
+        default: { properties: { a: 1 }, additionalProperties: true },
+      },
+    };
+    expect(auto([named])).toBeDefined();
     const deep = {
       name: 'deep',
       parameters: { type: 'object', properties: { l: { type: 'array', items: labels.parameters } } },
