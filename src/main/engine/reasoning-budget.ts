@@ -201,6 +201,8 @@ export class ReasoningBudget implements ReplyConstraint {
       if (this.fresh) this.inner = this.fresh();
     }
     if (this.phase === 'forcing') {
+      // Held, the white space the written tokens end with (a blank line after the close) counts in the gap.
+      if (held) this.ws = this.spaceOnly(bytes, from, to) ? this.ws + (to - from) : 0;
       if (++this.n >= this.forced.length) this.phase = held ? 'gap' : 'after';
       return;
     }
@@ -263,7 +265,10 @@ export class ReasoningBudget implements ReplyConstraint {
 
   /** Whether bytes[from, to) are white space that fits in the gap's room. */
   private spaceFits(bytes: Uint8Array, from: number, to: number): boolean {
-    if (this.ws + (to - from) > this.budget.gap) return false;
+    return this.ws + (to - from) <= this.budget.gap && this.spaceOnly(bytes, from, to);
+  }
+
+  private spaceOnly(bytes: Uint8Array, from: number, to: number): boolean {
     for (let k = from; k < to; k++) if (!isWs(bytes[k] as number)) return false;
     return true;
   }

@@ -213,6 +213,11 @@ describe('a thinking budget', () => {
         c.accept(next);
       }
       expect(c.allows(id('a'))).toBe(false);
+      // The close's blank line counts in the gap's room: 30 more bytes of white space, not 32.
+      const d = held(true, 0);
+      for (const next of CLOSE) d.accept(next);
+      for (let i = 0; i < MAX_GAP_WHITESPACE - 2; i++) write(d, [' ']);
+      expect(d.allows(id(' '))).toBe(false);
       write(c, ANSWER);
       expect(c.done).toBe(true);
     });
