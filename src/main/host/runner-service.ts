@@ -85,7 +85,6 @@ import {
   jsonOutput,
   type ReasoningPlan,
   reasoningPlan,
-  reasonsBeforeCall,
   thinkingBudgetOf,
   thinkingVars,
 } from './reasoning-plan';
@@ -939,12 +938,9 @@ export class RunnerService {
     req: GenerateRequest,
     model: LoadedModel,
   ): { rows: number[][]; tools: ToolPlan | undefined; contextDrop?: ContextDrop; reasoning?: ReasoningPlan } {
-    const planned = planTools(req, model.spec.chatTemplate, model.tokenizer, {
+    const tools = planTools(req, model.spec.chatTemplate, model.tokenizer, {
       harmony: model.spec.reasoning?.harmony === true,
     });
-    // A forced call a thinking model reasons before: its opening is not in the prompt (the call's JSON, held, comes
-    // after the reasoning).
-    const tools = planned && reasonsBeforeCall(req, model.spec, planned) ? { ...planned, suffix: '' } : planned;
     const thinking = thinkingVars(req, model.spec);
     const tok = model.tokenizer;
     const spec = model.spec;
@@ -994,7 +990,7 @@ export class RunnerService {
         try {
           if (req.contextOverflow === 'drop-oldest') {
             // (Whether the reply reasons, as reasoningPlan decides once the prompt is rendered.)
-            const reasons = spec.reasoning !== undefined && (!tools?.forced || reasonsBeforeCall(req, spec, tools));
+            const reasons = spec.reasoning !== undefined && !tools?.forced;
             const fit = this.fitContext(req, model, messages, render, reasons);
             rows = [fit.ids];
             if (fit.dropped > 0) contextDrop = { messages: fit.dropped, contextLength: spec.contextLength };

@@ -177,39 +177,6 @@ describe('a thinking model', () => {
     }
   });
 
-  it('a forced tool call: the model reasons, then writes the call (its opening not in the prompt)', async () => {
-    const tools = [
-      { name: 'f', parameters: { type: 'object', properties: { x: { type: 'integer' } }, required: ['x'] } },
-    ];
-    // A reasoning of four tokens (the budget closes it), then the call.
-    const sampling = { greedy: true, logitBias: { [THINK_END_ID]: -100 } };
-    const close = h.tokenizerOf('thinking').encode('\n</think>\n\n', { addSpecialTokens: false });
-    for (const toolChoice of ['required', { name: 'f' }] as const) {
-      const r = await run({ tools, toolChoice, thinkingBudget: 4, maxNewTokens: 128, sampling });
-      const label = JSON.stringify(toolChoice);
-      expect(r.tokenIds.slice(4, 4 + close.length), label).toEqual(close);
-      expect(r.reasoning?.length, label).toBeGreaterThan(0);
-      expect(r.finishReason, label).toBe('tool_calls');
-      const calls = r.rows[0]?.toolCalls ?? [];
-      expect(
-        calls.map((c) => c.name),
-        label,
-      ).toEqual(['f']);
-      expect(Number.isInteger(JSON.parse(calls[0]?.arguments ?? '').x), label).toBe(true);
-      expect(r.text, label).toBe('');
-    }
-    // The prompt is the thinking one (no call's opening); told not to think, the call's opening ends it.
-    const forced = { messages: ASK, tools, toolChoice: 'required' as const };
-    const plain = h.measurePrompt({ model: 'thinking', messages: ASK, tools });
-    expect(h.measurePrompt({ model: 'thinking', ...forced })).toEqual(plain);
-    const off = await run({ ...forced, thinking: false, maxNewTokens: 128, sampling: { greedy: true } });
-    expect(off.reasoning ?? '').toBe('');
-    expect(off.rows[0]?.toolCalls?.map((c) => c.name)).toEqual(['f']);
-    expect(h.measurePrompt({ model: 'thinking', ...forced, thinking: false }).promptTokens).toBeGreaterThan(
-      h.measurePrompt({ model: 'thinking', messages: ASK, tools, thinking: false }).promptTokens,
-    );
-  });
-
   it('JSON output leaves its answer room: a reasoning that would run on is closed for the model in time', async () => {
     const schema = { type: 'object', properties: { n: { type: 'integer' } }, required: ['n'] };
     // A bias against </think>: the reply would reason to its limit, and never write the JSON.
@@ -402,12 +369,11 @@ describe('a thinking model', () => {
     };
     expect(await admitted({}, 'long')).toBe(2048);
     expect(await admitted({})).toBe(512);
-    // A forced call reasons first too; replies that do not reason: thinking off (a forced call's too), a plain prompt.
-    const now = { name: 'now', parameters: { type: 'object', properties: {} } };
-    expect(await admitted({ tools: [now], toolChoice: 'required' }, 'long')).toBe(2048);
-    expect(await admitted({ tools: [now], toolChoice: 'required', thinking: false }, 'long')).toBe(256);
+    // Replies that do not reason: thinking off, a plain prompt, a forced call.
     expect(await admitted({ thinking: false })).toBe(256);
     expect(await admitted({ messages: undefined, prompt: 'Why' })).toBe(256);
+    const now = { name: 'now', parameters: { type: 'object', properties: {} } };
+    expect(await admitted({ tools: [now], toolChoice: 'required' }, 'long')).toBe(256);
     expect(await admitted({ maxNewTokens: 40 })).toBe(40);
     // The package's own limit wins.
     expect(await admitted({}, 'thinking')).toBe(256);
