@@ -71,13 +71,34 @@ export function thinkingBudgetOf(req: GenerateRequest): number | undefined {
   return req.reasoningEffort === undefined ? undefined : EFFORT_THINKING_BUDGET[req.reasoningEffort];
 }
 
+/** The least max new tokens a request that sets its own must give for a forced call to come after a reasoning. */
+export const MIN_TOKENS_REASONING_BEFORE_CALL = 1024;
+
+/**
+ * Whether a forced tool call comes after the model's reasoning: a thinking model not told otherwise writes its
+ * reasoning, then — once it closes it — the call's opening is written for it (it is not in the prompt) and the
+ * call's JSON is held to its schema (reasoning-budget.ts, held). Not gpt-oss (its forced call goes in a final
+ * message kvdesk opens in the prompt), and not where the request's own limit is small (a limit sized for the call
+ * would go to the reasoning).
+ */
+export function reasonsBeforeCall(req: GenerateRequest, spec: ModelSpec, tools: ToolPlan | undefined): boolean {
+  return (
+    tools?.forced === true &&
+    spec.reasoning !== undefined &&
+    !spec.reasoning.harmony &&
+    req.thinking !== false &&
+    (req.maxNewTokens === undefined || req.maxNewTokens >= MIN_TOKENS_REASONING_BEFORE_CALL)
+  );
+}
+
 /**
  * Whether a request's reply is written to a grammar from its first token, with no room to reason before it: a
- * forced tool call (the prompt ends in the call's opening). JSON output (JSON mode, structured output) lets a
- * thinking model reason first: the engine holds the answer after the reasoning (reasoning-budget.ts, held) —
- * for gpt-oss, its final message.
+ * forced tool call the model does not reason before (the prompt ends in the call's opening). JSON output (JSON
+ * mode, structured output) lets a thinking model reason first: the engine holds the answer after the reasoning
+ * (reasoning-budget.ts, held) — for gpt-oss, its final message.
  */
-const heldFromFirstToken = (tools: ToolPlan | undefined): boolean => tools?.forced === true;
+const heldFromFirstToken = (req: GenerateRequest, spec: ModelSpec, tools: ToolPlan | undefined): boolean =>
+  tools?.forced === true && !reasonsBeforeCall(req, spec, tools);
 
 /** Whether replies are JSON output: JSON mode, or structured output with a schema. */
 export const jsonOutput = (req: GenerateRequest): boolean =>
@@ -109,7 +130,7 @@ export function closingSuffix(
 ): string {
   const reasoning = spec.reasoning;
   if (!reasoning || req.continueFinal) return '';
-  const constrained = heldFromFirstToken(tools);
+  const constrained = heldFromFirstToken(req, spec, tools);
   const off = req.thinking === false && reasoning.toggle === undefined;
   // gpt-oss's JSON output: its analysis opened for it, which the engine ends with the final message's header
   // (the JSON is that message's body; nothing else comes between).
@@ -141,7 +162,7 @@ export function reasoningPlan(
 ): ReasoningPlan | undefined {
   const reasoning = spec.reasoning;
   if (!reasoning) return undefined;
-  if (heldFromFirstToken(tools)) return undefined;
+  if (heldFromFirstToken(req, spec, tools)) return undefined;
   const keepIds = new Set<number>();
   for (const marker of reasoning.harmony ? HARMONY_TOKENS : [reasoning.open, reasoning.close]) {
     const id = tok.tokenToId(marker);

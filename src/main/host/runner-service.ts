@@ -85,6 +85,7 @@ import {
   jsonOutput,
   type ReasoningPlan,
   reasoningPlan,
+  reasonsBeforeCall,
   thinkingBudgetOf,
   thinkingVars,
 } from './reasoning-plan';
@@ -938,9 +939,15 @@ export class RunnerService {
     req: GenerateRequest,
     model: LoadedModel,
   ): { rows: number[][]; tools: ToolPlan | undefined; contextDrop?: ContextDrop; reasoning?: ReasoningPlan } {
-    const tools = planTools(req, model.spec.chatTemplate, model.tokenizer, {
+    const planned = planTools(req, model.spec.chatTemplate, model.tokenizer, {
       harmony: model.spec.reasoning?.harmony === true,
     });
+    // A forced call a thinking model reasons before: its opening is not in the prompt (it is written for the model
+    // after the reasoning, then the call's JSON, held).
+    const tools =
+      planned && reasonsBeforeCall(req, model.spec, planned)
+        ? { ...planned, suffix: '', afterReasoning: planned.suffix }
+        : planned;
     const thinking = thinkingVars(req, model.spec);
     const tok = model.tokenizer;
     const spec = model.spec;
@@ -990,7 +997,7 @@ export class RunnerService {
         try {
           if (req.contextOverflow === 'drop-oldest') {
             // (Whether the reply reasons, as reasoningPlan decides once the prompt is rendered.)
-            const reasons = spec.reasoning !== undefined && !tools?.forced;
+            const reasons = spec.reasoning !== undefined && (!tools?.forced || reasonsBeforeCall(req, spec, tools));
             const fit = this.fitContext(req, model, messages, render, reasons);
             rows = [fit.ids];
             if (fit.dropped > 0) contextDrop = { messages: fit.dropped, contextLength: spec.contextLength };
@@ -1670,6 +1677,8 @@ class Generation {
       ? rows.map(() =>
           createToolCallFilter(reads.format, reads.names, {
             forced: reads.forced,
+            // (Its opening, written for the model after its reasoning, comes before the call.)
+            ...(reads.afterReasoning ? { skip: reads.afterReasoning } : {}),
             paramSchemas: reads.paramSchemas,
             // A call held to its schema (forced, or by auto's grammar) cannot turn out to be text, so its arguments
             // may go out as they are written; not where a stop string could still cut it into text, nor where the
@@ -1833,8 +1842,19 @@ class Generation {
       // A thinking budget (the request's, or its effort's): the engine closes the reasoning after that many tokens.
       // Held, the reasoning is closed in time to leave the JSON room, whatever budget the request gave (one
       // sized for the limit it asked, which the scheduler may have cut).
-      const force = plan ? closeIds(this.model.tokenizer, plan.spec) : [];
-      const harmony = held && plan ? heldHarmony(this.model.tokenizer, plan.spec) : {};
+      const tok = this.model.tokenizer;
+      // A forced call after the reasoning: its opening is written after the close (the budget's, or the model's
+      // own, with the blank line the model would write).
+      const opening = held ? this.tools?.afterReasoning : undefined;
+      const force = plan
+        ? [...closeIds(tok, plan.spec), ...(opening ? tok.encode(opening, { addSpecialTokens: false }) : [])]
+        : [];
+      const harmony =
+        held && plan
+          ? opening
+            ? { afterClose: tok.encode(`\n\n${opening}`, { addSpecialTokens: false }) }
+            : heldHarmony(tok, plan.spec)
+          : {};
       const asked = thinkingBudgetOf(this.req);
       const thinkingBudget = held
         ? Math.min(

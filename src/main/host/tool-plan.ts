@@ -29,6 +29,11 @@ export interface ToolPlan {
   /** The reply is one call: the prompt ends with `suffix`, and the reply is written to `schema`. */
   forced: boolean;
   suffix: string;
+  /**
+   * A forced call a thinking model reasons before: the call's opening (the suffix the prompt would have ended
+   * with), written for the model once its reasoning closes; the prompt's `suffix` is then empty.
+   */
+  afterReasoning?: string;
   schema?: Record<string, unknown>;
   /** A forced call in a form that writes the name apart (`[TOOL_CALLS]name[ARGS]`): the tool it calls. */
   forcedName?: string;

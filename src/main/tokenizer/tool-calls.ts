@@ -570,6 +570,11 @@ export function createToolCallFilter(
   opts: {
     forced?: boolean;
     forcedName?: string;
+    /**
+     * Forced: the call's opening, which the reply writes first (after white space) instead of the prompt ending
+     * with it (a thinking model's forced call after its reasoning); read past. A reply without it is the call.
+     */
+    skip?: string;
     /** For the XML forms: each tool's parameter schemas, which say how to read a plain-text value. */
     paramSchemas?: ParamSchemas;
     /**
@@ -764,15 +769,36 @@ export function createToolCallFilter(
     }
   };
 
+  // Forced with `skip`: the text read while it may still be the opening (white space, then the opening's start).
+  let skip = opts.forced ? (opts.skip ?? '') : '';
+  let skipped = '';
+  /** Text past the opening `skip` names (held while it may still be part of it). */
+  const pastOpening = (text: string): string => {
+    if (skip === '') return text;
+    skipped += text;
+    const lead = skipped.trimStart();
+    if (lead.length < skip.length && skip.startsWith(lead)) return '';
+    const past = lead.startsWith(skip) ? lead.slice(skip.length) : skipped;
+    skip = '';
+    skipped = '';
+    return past;
+  };
+
   return {
     push(text) {
       const out: ToolCallOutput = { content: '', calls: [], deltas: [] };
-      buffer += text;
+      buffer += pastOpening(text);
       step(out);
       return out;
     },
     flush() {
       const out: ToolCallOutput = { content: '', calls: [], deltas: [] };
+      // A reply that ended inside the opening: what it wrote.
+      if (skip !== '' && skipped !== '') {
+        buffer += skipped;
+        skip = '';
+        skipped = '';
+      }
       // A call cut before its end (the reply ran out of tokens) is text, as without streaming; a client that was
       // streamed its arguments has them as far as they were written, as OpenAI's clients get a cut call.
       streaming = [];

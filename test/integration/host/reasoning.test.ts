@@ -177,6 +177,96 @@ describe('a thinking model', () => {
     }
   });
 
+  it('a forced tool call: the model reasons, then its opening is written for it, then the call', async () => {
+    const tools = [
+      { name: 'f', parameters: { type: 'object', properties: { x: { type: 'integer' } }, required: ['x'] } },
+    ];
+    const tok = h.tokenizerOf('thinking');
+    const ids = (text: string) => tok.encode(text, { addSpecialTokens: false });
+    // The call's opening the prompt ends with when the model does not reason (Hermes' form: this template shows no
+    // tools, so kvdesk's).
+    const forced = { messages: ASK, tools, toolChoice: 'required' as const };
+    const plain = h.measurePrompt({ model: 'thinking', messages: ASK, tools });
+    const opening = ids('<tool_call>\n');
+    // A reasoning of four tokens (the budget closes it), then the opening, then the call; or the model's own close
+    // (the bias), a blank line and the opening.
+    const close = ids('\n</think>\n\n');
+    const cases = [
+      {
+        sampling: { greedy: true, logitBias: { [THINK_END_ID]: -100 } },
+        thinkingBudget: 4,
+        after: [...close, ...opening],
+      },
+      {
+        sampling: { greedy: true, logitBias: { [THINK_END_ID]: bias } },
+        after: [THINK_END_ID, ...ids('\n\n<tool_call>\n')],
+      },
+    ];
+    for (const toolChoice of ['required', { name: 'f' }] as const) {
+      for (const { after, ...c } of cases) {
+        const r = await run({ ...forced, toolChoice, maxNewTokens: 1024, ...c });
+        const label = `${JSON.stringify(toolChoice)} ${JSON.stringify(c)}`;
+        const at = r.tokenIds.indexOf(after[0] as number, 1);
+        expect(at, label).toBeGreaterThan(0);
+        expect(r.tokenIds.slice(at, at + after.length), label).toEqual(after);
+        expect(r.reasoning?.length, label).toBeGreaterThan(0);
+        expect(r.finishReason, label).toBe('tool_calls');
+        const calls = r.rows[0]?.toolCalls ?? [];
+        expect(
+          calls.map((call) => call.name),
+          label,
+        ).toEqual(['f']);
+        expect(Number.isInteger(JSON.parse(calls[0]?.arguments ?? '').x), label).toBe(true);
+        expect(r.text, label).toBe('');
+      }
+    }
+    // Reasoning first, the prompt is the thinking one (no call's opening in it).
+    expect(h.measurePrompt({ model: 'thinking', ...forced })).toEqual(plain);
+    // A limit of the request's own under 1 024 (sized for the call) or thinking off: the call's opening ends the
+    // prompt, the reasoning closed there, and the reply is the call.
+    for (const extra of [{ maxNewTokens: 128 }, { thinking: false, maxNewTokens: 1024 }]) {
+      const r = await run({ ...forced, ...extra, sampling: { greedy: true } });
+      expect(r.reasoning ?? '', JSON.stringify(extra)).toBe('');
+      expect(r.rows[0]?.toolCalls?.map((call) => call.name)).toEqual(['f']);
+      expect(h.measurePrompt({ model: 'thinking', ...forced, ...extra }).promptTokens).toBeGreaterThan(
+        plain.promptTokens,
+      );
+    }
+  });
+
+  it('a forced call in a form that writes the name apart: the opening written after the reasoning names the tool', async () => {
+    // Magistral's manner: tools listed, calls as [TOOL_CALLS]name[ARGS]{…}, the reply opened with [THINK].
+    const template =
+      '{% if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]{% endif %}' +
+      "{% for m in messages %}{% if m.role == 'user' %}[INST]{{ m.content }}[/INST]{% elif m.tool_calls %}" +
+      '{% for c in m.tool_calls %}[TOOL_CALLS]{{ c.function.name }}[ARGS]{{ c.function.arguments | tojson }}{% endfor %}</s>' +
+      '{% else %}{% if m.reasoning_content %}[THINK]{{ m.reasoning_content }}[/THINK]{% endif %}{{ m.content }}</s>{% endif %}{% endfor %}' +
+      '{% if add_generation_prompt %}[THINK]{% endif %}';
+    await h.loadModel(thinkingModel('thinking-name-apart', template), { id: 'apart' });
+    const tools = [
+      { name: 'f', parameters: { type: 'object', properties: { x: { type: 'integer' } }, required: ['x'] } },
+      { name: 'g', parameters: { type: 'object', properties: { s: { type: 'string' } }, required: ['s'] } },
+    ];
+    const r = await h.generate({
+      model: 'apart',
+      messages: ASK,
+      tools,
+      toolChoice: { name: 'g' },
+      maxNewTokens: 1024,
+      thinkingBudget: 4,
+      sampling: { greedy: true },
+    }).result;
+    const tok = h.tokenizerOf('apart');
+    const written = tok.decode(r.tokenIds, { skipSpecialTokens: false });
+    // The reasoning, its close, then the call as the format writes it: the tool's name before its arguments.
+    expect(written).toMatch(/^.*\[\/THINK\]\n\n\[TOOL_CALLS\]g\[ARGS\]\s*\{/s);
+    expect(r.reasoning?.length).toBeGreaterThan(0);
+    expect(r.rows[0]?.toolCalls?.map((c) => c.name)).toEqual(['g']);
+    expect(typeof JSON.parse(r.rows[0]?.toolCalls?.[0]?.arguments ?? '').s).toBe('string');
+    expect(r.text).toBe('');
+    await h.unloadModel('apart');
+  });
+
   it('JSON output leaves its answer room: a reasoning that would run on is closed for the model in time', async () => {
     const schema = { type: 'object', properties: { n: { type: 'integer' } }, required: ['n'] };
     // A bias against </think>: the reply would reason to its limit, and never write the JSON.
@@ -369,11 +459,12 @@ describe('a thinking model', () => {
     };
     expect(await admitted({}, 'long')).toBe(2048);
     expect(await admitted({})).toBe(512);
-    // Replies that do not reason: thinking off, a plain prompt, a forced call.
+    // A forced call reasons first too; replies that do not reason: thinking off (a forced call's too), a plain prompt.
+    const now = { name: 'now', parameters: { type: 'object', properties: {} } };
+    expect(await admitted({ tools: [now], toolChoice: 'required' }, 'long')).toBe(2048);
+    expect(await admitted({ tools: [now], toolChoice: 'required', thinking: false }, 'long')).toBe(256);
     expect(await admitted({ thinking: false })).toBe(256);
     expect(await admitted({ messages: undefined, prompt: 'Why' })).toBe(256);
-    const now = { name: 'now', parameters: { type: 'object', properties: {} } };
-    expect(await admitted({ tools: [now], toolChoice: 'required' }, 'long')).toBe(256);
     expect(await admitted({ maxNewTokens: 40 })).toBe(40);
     // The package's own limit wins.
     expect(await admitted({}, 'thinking')).toBe(256);

@@ -186,6 +186,50 @@ describe('OpenAI chat completions', () => {
     expect(c.choices[0]?.finish_reason).toBe('stop');
   });
 
+  it('tool_choice required: reasoning_content is the reasoning, then the call (streamed alike)', async () => {
+    const tools = [
+      { name: 'f', parameters: { type: 'object', properties: { x: { type: 'integer' } }, required: ['x'] } },
+    ];
+    const oracle = await host({ tools, toolChoice: 'required', maxNewTokens: 1024 });
+    expect(oracle.reasoning?.length).toBeGreaterThan(0);
+    const call = oracle.rows[0]?.toolCalls?.[0];
+    expect(call?.name).toBe('f');
+    const request = {
+      max_tokens: 1024,
+      tools: tools.map((t) => ({ type: 'function', function: t })),
+      tool_choice: 'required',
+    };
+    const c = await chat(request);
+    const message = c.choices[0]?.message as unknown as ChatMessageOut & {
+      tool_calls?: Array<{ function: { name: string; arguments: string } }>;
+    };
+    expect(message.reasoning_content).toBe(oracle.reasoning);
+    expect(message.tool_calls?.map((t) => t.function)).toEqual([{ name: 'f', arguments: call?.arguments }]);
+    expect(c.choices[0]?.finish_reason).toBe('tool_calls');
+    const stream = await openai.chat.completions.create({
+      model,
+      messages: ask(),
+      temperature: 0,
+      stream: true,
+      ...request,
+    } as unknown as OpenAI.Chat.ChatCompletionCreateParamsStreaming);
+    let reasoning = '';
+    let args = '';
+    for await (const chunk of stream) {
+      const delta = chunk.choices[0]?.delta as {
+        reasoning_content?: string;
+        tool_calls?: Array<{ function?: { arguments?: string } }>;
+      };
+      // The call's arguments come after the reasoning, not inside it.
+      if (delta?.reasoning_content) expect(args).toBe('');
+      reasoning += delta?.reasoning_content ?? '';
+      args += delta?.tool_calls?.map((t) => t.function?.arguments ?? '').join('') ?? '';
+    }
+    expect(reasoning).toBe(oracle.reasoning);
+    // (As the model wrote them; the whole call's are the same JSON, written compactly.)
+    expect(JSON.parse(args)).toEqual(JSON.parse(call?.arguments ?? ''));
+  });
+
   it('enable_thinking false or reasoning_effort "none": no reasoning_content, the longer prompt, the host reply', async () => {
     for (const extra of [
       { chat_template_kwargs: { enable_thinking: false } },

@@ -29,7 +29,11 @@ import { byteLevelTokenizerJson } from './tokenizer-builders';
 const NAMES = new Set(['get_weather', 'search']);
 
 /** Feeds `chunks` through a fresh filter; the content and the calls (ids left out). */
-function run(format: ToolCallFormat, chunks: string[], opts: { forced?: boolean; forcedName?: string } = {}) {
+function run(
+  format: ToolCallFormat,
+  chunks: string[],
+  opts: { forced?: boolean; forcedName?: string; skip?: string } = {},
+) {
   const f = createToolCallFilter(format, NAMES, opts);
   let content = '';
   const calls: ToolCall[] = [];
@@ -353,6 +357,32 @@ describe('createToolCallFilter', () => {
       content: '{"name":"search","arguments":{"q":',
       calls: [],
     });
+  });
+
+  it('forced with the opening written after a reasoning (skip): read past it, in any pieces; a reply without it is the call', () => {
+    const body = '{"name":"search","arguments":{"q":"x"}}';
+    for (const chunks of [
+      ['\n\n<tool_call>\n', body],
+      ['\n', '<tool', '_call>', '\n{"name":"search",', '"arguments":{"q":"x"}}'],
+      [body],
+    ]) {
+      expect(run(HERMES, chunks, { forced: true, skip: '<tool_call>\n' }), JSON.stringify(chunks)).toEqual({
+        content: '',
+        calls: [call('search', { q: 'x' })],
+      });
+    }
+    expect(
+      run(MISTRAL_ARGS, ['[TOOL_CALLS]search[ARGS]', '{"q":"y"}'], {
+        forced: true,
+        forcedName: 'search',
+        skip: '[TOOL_CALLS]search[ARGS]',
+      }),
+    ).toEqual({
+      content: '',
+      calls: [call('search', { q: 'y' })],
+    });
+    // Cut inside the opening: what it wrote is content.
+    expect(run(HERMES, ['<tool'], { forced: true, skip: '<tool_call>\n' })).toEqual({ content: '<tool', calls: [] });
   });
 
   it('reads calls streamed token by token from a real tokenizer, keeping a special marker token', () => {
