@@ -71,23 +71,25 @@ export function thinkingBudgetOf(req: GenerateRequest): number | undefined {
   return req.reasoningEffort === undefined ? undefined : EFFORT_THINKING_BUDGET[req.reasoningEffort];
 }
 
-/** The least max new tokens a request that sets its own must give for a forced call to come after a reasoning. */
+/** The least max new tokens a request (or its package) that sets them must give for a forced call to come after a reasoning. */
 export const MIN_TOKENS_REASONING_BEFORE_CALL = 1024;
 
 /**
  * Whether a forced tool call comes after the model's reasoning: a thinking model not told otherwise writes its
  * reasoning, then — once it closes it — the call's opening is written for it (it is not in the prompt) and the
  * call's JSON is held to its schema (reasoning-budget.ts, held). Not gpt-oss (its forced call goes in a final
- * message kvdesk opens in the prompt), and not where the request's own limit is small (a limit sized for the call
- * would go to the reasoning).
+ * message kvdesk opens in the prompt), and not where the request's limit (or the package's) is small (a limit
+ * sized for the call would go to the reasoning).
  */
 export function reasonsBeforeCall(req: GenerateRequest, spec: ModelSpec, tools: ToolPlan | undefined): boolean {
+  // The request's limit, or the package's (a thinking model's reasoning default, 2 048, is none of them).
+  const limit = req.maxNewTokens ?? spec.search.maxNewTokens;
   return (
     tools?.forced === true &&
     spec.reasoning !== undefined &&
     !spec.reasoning.harmony &&
     req.thinking !== false &&
-    (req.maxNewTokens === undefined || req.maxNewTokens >= MIN_TOKENS_REASONING_BEFORE_CALL)
+    (limit === undefined || limit >= MIN_TOKENS_REASONING_BEFORE_CALL)
   );
 }
 

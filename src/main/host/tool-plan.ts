@@ -481,7 +481,9 @@ export function planTools(
   const native = nativeTemplate(template);
   const format = toolCallFormat(template, native);
   const keepIds = new Set<number>();
-  for (const marker of [format.open, format.close, ...(format.xml === 'glm' ? GLM_MARKERS : [])]) {
+  // (Mistral's [ARGS], between a call's name and its arguments, is a special token in its tokenizers.)
+  const markers = [format.open, format.close, format.argsMarker ?? '', ...(format.xml === 'glm' ? GLM_MARKERS : [])];
+  for (const marker of markers) {
     const id = marker === '' ? undefined : tok.tokenToId(marker);
     if (id !== undefined && tok.isSpecial(id)) keepIds.add(id);
   }

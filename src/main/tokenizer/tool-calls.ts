@@ -572,7 +572,8 @@ export function createToolCallFilter(
     forcedName?: string;
     /**
      * Forced: the call's opening, which the reply writes first (after white space) instead of the prompt ending
-     * with it (a thinking model's forced call after its reasoning); read past. A reply without it is the call.
+     * with it (kvdesk writes it for a thinking model after its reasoning); read past, and dropped where the reply
+     * ends inside it. A reply without it is the call.
      */
     skip?: string;
     /** For the XML forms: each tool's parameter schemas, which say how to read a plain-text value. */
@@ -793,12 +794,9 @@ export function createToolCallFilter(
     },
     flush() {
       const out: ToolCallOutput = { content: '', calls: [], deltas: [] };
-      // A reply that ended inside the opening: what it wrote.
-      if (skip !== '' && skipped !== '') {
-        buffer += skipped;
-        skip = '';
-        skipped = '';
-      }
+      // A reply that ended inside the opening: kvdesk wrote that part, not the model (dropped).
+      skip = '';
+      skipped = '';
       // A call cut before its end (the reply ran out of tokens) is text, as without streaming; a client that was
       // streamed its arguments has them as far as they were written, as OpenAI's clients get a cut call.
       streaming = [];

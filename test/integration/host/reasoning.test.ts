@@ -221,10 +221,11 @@ describe('a thinking model', () => {
       }
     }
     // Reasoning first, the prompt is the thinking one (no call's opening in it).
-    expect(h.measurePrompt({ model: 'thinking', ...forced })).toEqual(plain);
-    // A limit of the request's own under 1 024 (sized for the call) or thinking off: the call's opening ends the
-    // prompt, the reasoning closed there, and the reply is the call.
-    for (const extra of [{ maxNewTokens: 128 }, { thinking: false, maxNewTokens: 1024 }]) {
+    expect(h.measurePrompt({ model: 'thinking', ...forced, maxNewTokens: 1024 })).toEqual(plain);
+    // A limit under 1 024 — the request's own (sized for the call), or its package's (this one's 256) where it
+    // sets none — or thinking off: the call's opening ends the prompt, the reasoning closed there, and the reply is
+    // the call.
+    for (const extra of [{ maxNewTokens: 128 }, { maxNewTokens: undefined }, { thinking: false, maxNewTokens: 1024 }]) {
       const r = await run({ ...forced, ...extra, sampling: { greedy: true } });
       expect(r.reasoning ?? '', JSON.stringify(extra)).toBe('');
       expect(r.rows[0]?.toolCalls?.map((call) => call.name)).toEqual(['f']);

@@ -18,8 +18,8 @@ const weather = {
 const search = { name: 'search', parameters: { properties: { q: { type: 'string' } } } };
 /** A vocabulary where `[TOOL_CALLS]` is special token 7. */
 const tok = {
-  tokenToId: (t: string) => (t === '[TOOL_CALLS]' ? 7 : undefined),
-  isSpecial: (id: number) => id === 7,
+  tokenToId: (t: string) => (t === '[TOOL_CALLS]' ? 7 : t === '[ARGS]' ? 8 : undefined),
+  isSpecial: (id: number) => id === 7 || id === 8,
 };
 const NATIVE_MISTRAL = '{% if tools %}{{ tools | tojson }}{% endif %}{% for m in messages %}[TOOL_CALLS]{% endfor %}';
 
@@ -305,6 +305,10 @@ describe('planTools', () => {
       parallel: false,
     });
     expect([...(plan?.keepIds ?? [])]).toEqual([7]);
+    // The name-apart form's [ARGS] too (a special token in Mistral's tokenizers): the filter reads the name before it.
+    const apart = '{{ tools | tojson }}{% for m in messages %}[TOOL_CALLS]{{ m.content }}[ARGS]{% endfor %}';
+    const named = planTools({ messages, tools: [weather], toolChoice: 'required' } as GenerateRequest, apart, tok);
+    expect([...(named?.keepIds ?? [])].sort()).toEqual([7, 8]);
     expect(plan?.schema).toEqual({
       anyOf: [
         {

@@ -381,8 +381,8 @@ describe('createToolCallFilter', () => {
       content: '',
       calls: [call('search', { q: 'y' })],
     });
-    // Cut inside the opening: what it wrote is content.
-    expect(run(HERMES, ['<tool'], { forced: true, skip: '<tool_call>\n' })).toEqual({ content: '<tool', calls: [] });
+    // Cut inside the opening (kvdesk's text, not the model's): nothing.
+    expect(run(HERMES, ['\n<tool'], { forced: true, skip: '<tool_call>\n' })).toEqual({ content: '', calls: [] });
   });
 
   it('reads calls streamed token by token from a real tokenizer, keeping a special marker token', () => {
