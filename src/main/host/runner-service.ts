@@ -1839,28 +1839,31 @@ class Generation {
         calls && plan && reasoningEnd !== undefined && !jsonMode(this.req)
           ? { ...calls, reasoning: { open: plan.spec.open, close: reasoningEnd, inside: plan.inside } }
           : calls;
-      // A thinking budget (the request's, or its effort's): the engine closes the reasoning after that many tokens.
-      // Held, the reasoning is closed in time to leave the JSON room, whatever budget the request gave (one
-      // sized for the limit it asked, which the scheduler may have cut).
       const tok = this.model.tokenizer;
       // A forced call after the reasoning: its opening is written after the close (the budget's, or the model's
-      // own, with the blank line the model would write).
+      // own, with the blank line the model would write); gpt-oss's final header after its analysis.
       const opening = held ? this.tools?.afterReasoning : undefined;
       const force = plan
         ? [...closeIds(tok, plan.spec), ...(opening ? tok.encode(opening, { addSpecialTokens: false }) : [])]
         : [];
-      const harmony =
+      const afterOwnClose =
         held && plan
           ? opening
             ? { afterClose: tok.encode(`\n\n${opening}`, { addSpecialTokens: false }) }
             : heldHarmony(tok, plan.spec)
           : {};
+      // A thinking budget (the request's, or its effort's): the engine closes the reasoning after that many tokens.
+      // Held, the reasoning is closed in time to leave the answer room, whatever budget the request gave (one
+      // sized for the limit it asked, which the scheduler may have cut).
       const asked = thinkingBudgetOf(this.req);
       const thinkingBudget = held
         ? Math.min(
             asked ?? Number.POSITIVE_INFINITY,
             // (The close is written for the model, or — its own close — what follows it: the longer counts.)
-            answerRoomBudget(grant.admittedMaxTokens, Math.max(force.length, 1 + (harmony.afterClose?.length ?? 0))),
+            answerRoomBudget(
+              grant.admittedMaxTokens,
+              Math.max(force.length, 1 + (afterOwnClose.afterClose?.length ?? 0)),
+            ),
           )
         : asked;
       const budget =
@@ -1873,7 +1876,7 @@ class Generation {
                 inside: plan.inside,
                 ...(thinkingBudget !== undefined ? { tokens: thinkingBudget } : {}),
                 force,
-                ...(held ? { held, ...harmony } : {}),
+                ...(held ? { held, ...afterOwnClose } : {}),
               },
             }
           : undefined;
