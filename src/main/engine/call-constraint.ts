@@ -118,7 +118,7 @@ export function compileCallGrammar(g: CallGrammar): CompiledCallGrammar {
 }
 
 /** KMP failure function: fail[i] = the longest proper border of t[0, i]. */
-function failureOf(t: Uint8Array): Int32Array {
+export function failureOf(t: Uint8Array): Int32Array {
   const fail = new Int32Array(t.length);
   for (let i = 1, k = 0; i < t.length; i++) {
     while (k > 0 && t[i] !== t[k]) k = fail[k - 1] as number;
@@ -129,7 +129,7 @@ function failureOf(t: Uint8Array): Int32Array {
 }
 
 /** A KMP automaton's step: with n bytes of `t` matched (`fail` its failure function), how many after byte b. */
-function matchStep(t: Uint8Array, fail: Int32Array, n: number, b: number): number {
+export function matchStep(t: Uint8Array, fail: Int32Array, n: number, b: number): number {
   while (n > 0 && b !== t[n]) n = fail[n - 1] as number;
   return b === t[n] ? n + 1 : n;
 }

@@ -601,7 +601,6 @@ const DESCRIBING = new Set([
   '$defs',
   'definitions',
 ]);
-const BESIDE_REF = DESCRIBING;
 
 /** Whether a schema starts a resource of its own: an `$id` that is an address (draft 6/7's `"#name"` is a name). */
 const startsResource = (s: Record<string, unknown>) => typeof s.$id === 'string' && !s.$id.startsWith('#');
@@ -622,7 +621,7 @@ function referenceOf(s: Record<string, unknown>): Reference | undefined {
   const all = s.allOf;
   if (Array.isArray(all) && all.length === 1 && isPlainObject(all[0])) {
     const only = all[0] as Record<string, unknown>;
-    if (only.$ref !== undefined && Object.keys(only).every((k) => k === '$ref' || BESIDE_REF.has(k))) {
+    if (only.$ref !== undefined && Object.keys(only).every((k) => k === '$ref' || DESCRIBING.has(k))) {
       return { ref: only.$ref, key: 'allOf[0].$ref', keyword: 'allOf' };
     }
   }
@@ -702,7 +701,7 @@ function compileRef(
   depth: number,
   refs: Refs,
 ): SchemaNode {
-  const beside = Object.keys(s).find((k) => k !== reference.keyword && !BESIDE_REF.has(k));
+  const beside = Object.keys(s).find((k) => k !== reference.keyword && !DESCRIBING.has(k));
   if (beside !== undefined) {
     throw new SchemaError(
       `${path}.${beside}`,

@@ -8,6 +8,7 @@
  *
  * No npm packages: the engine process imports this file.
  */
+import { failureOf, matchStep } from './call-constraint';
 import type { ReplyConstraint, TokenTable } from './json-constraint';
 
 /** What the host asks for (sent in the generate command). */
@@ -57,16 +58,10 @@ const isWs = (b: number) => b === 0x20 || b === 0x0a || b === 0x0d || b === 0x09
 
 export function compileBudget(spec: BudgetSpec): CompiledBudget {
   const close = utf8(spec.close);
-  const closeFail = new Int32Array(close.length);
-  for (let i = 1, k = 0; i < close.length; i++) {
-    while (k > 0 && close[i] !== close[k]) k = closeFail[k - 1] as number;
-    if (close[i] === close[k]) k++;
-    closeFail[i] = k;
-  }
   return {
     open: utf8(spec.open),
     close,
-    closeFail,
+    closeFail: failureOf(close),
     force: spec.force,
     inside: spec.inside,
     tokens: spec.tokens === undefined ? Number.POSITIVE_INFINITY : Math.max(0, Math.floor(spec.tokens)),
@@ -278,9 +273,7 @@ export class ReasoningBudget implements ReplyConstraint {
     const { close, closeFail } = this.budget;
     let n = matched;
     for (let k = from; k < to; k++) {
-      const b = bytes[k] as number;
-      while (n > 0 && b !== close[n]) n = closeFail[n - 1] as number;
-      if (b === close[n]) n++;
+      n = matchStep(close, closeFail, n, bytes[k] as number);
       if (n === close.length) {
         if (to - (k + 1) > this.budget.gap) return false;
         for (let j = k + 1; j < to; j++) if (!isWs(bytes[j] as number)) return false;
@@ -312,10 +305,7 @@ export class ReasoningBudget implements ReplyConstraint {
   private readInside(bytes: Uint8Array, from: number, to: number, count = true): void {
     const { close, closeFail } = this.budget;
     for (let k = from; k < to; k++) {
-      const b = bytes[k] as number;
-      let n = this.n;
-      while (n > 0 && b !== close[n]) n = closeFail[n - 1] as number;
-      this.n = b === close[n] ? n + 1 : n;
+      this.n = matchStep(close, closeFail, this.n, bytes[k] as number);
       if (this.n === close.length) {
         // The model closed it itself; held, what is written for it after its close (if anything), and the white
         // space after it is the gap's.

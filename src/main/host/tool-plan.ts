@@ -216,7 +216,7 @@ function holdsListedBesideOthers(schema: unknown): boolean {
     if (typeof v !== 'object' || v === null || Array.isArray(v)) continue;
     const o = v as Record<string, unknown>;
     if (listsBesideOthers(o)) return true;
-    for (const key of ['properties', '$defs', 'definitions']) {
+    for (const key of MAPS) {
       const map = o[key];
       if (typeof map === 'object' && map !== null && !Array.isArray(map)) todo.push(...Object.values(map));
     }
