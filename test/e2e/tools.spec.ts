@@ -147,13 +147,7 @@ test('JSON output with a tool to call: the call first, then, after its answer, t
   toolServer: server,
 }) => {
   const sent = requests(page);
-  await page.goto(`${server.url}/?token=${TOKEN}`);
-  await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
-  await newChat(page);
-  await setSettings(page, { maxNewTokens: 120, seed: 2 });
-  await page.getByTestId('settings-toggle').click();
-  await page.locator('[data-testid="mcp-server"][data-server="calc"]').getByTestId('mcp-server-toggle').check();
-  await page.getByTestId('setting-tools-required').check();
+  await requiredToolChat(page, server, { maxNewTokens: 120, seed: 2 });
   await page.getByTestId('setting-json').check();
   const schema = { type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'] };
   await page.getByTestId('setting-json-schema').fill(JSON.stringify(schema));
@@ -250,15 +244,28 @@ test('servers that do not start are all named in one notice, and the turn goes o
   }
 });
 
-/** A new chat with a server's tools (calc's by default), which must call one: its reply's call card, waiting. */
-async function waitingCall(page: Page, server: ServeHandle, tools = 'calc') {
+/**
+ * A new chat in the window with a server's tools (calc's by default) turned on, which must call one; its settings
+ * left open.
+ */
+async function requiredToolChat(
+  page: Page,
+  server: ServeHandle,
+  s: { maxNewTokens: number; seed: number; tools?: string },
+): Promise<void> {
   await page.goto(`${server.url}/?token=${TOKEN}`);
   await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
   await newChat(page);
-  await setSettings(page, { maxNewTokens: 200, seed: 2 });
+  await setSettings(page, { maxNewTokens: s.maxNewTokens, seed: s.seed });
   await page.getByTestId('settings-toggle').click();
+  const tools = s.tools ?? 'calc';
   await page.locator(`[data-testid="mcp-server"][data-server="${tools}"]`).getByTestId('mcp-server-toggle').check();
   await page.getByTestId('setting-tools-required').check();
+}
+
+/** A new chat with a server's tools (calc's by default), which must call one: its reply's call card, waiting. */
+async function waitingCall(page: Page, server: ServeHandle, tools = 'calc') {
+  await requiredToolChat(page, server, { maxNewTokens: 200, seed: 2, tools });
   await page.getByTestId('settings-toggle').click();
   await send(page, 'Add 3 and 4.');
   const id = await lastReply(page).getAttribute('data-message-id');
@@ -331,13 +338,7 @@ test('Always: that tool runs without asking in this chat from then on, until the
   page,
   toolServer: server,
 }) => {
-  await page.goto(`${server.url}/?token=${TOKEN}`);
-  await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
-  await newChat(page);
-  await setSettings(page, { maxNewTokens: 64, seed: 1 });
-  await page.getByTestId('settings-toggle').click();
-  await page.locator('[data-testid="mcp-server"][data-server="broken"]').getByTestId('mcp-server-toggle').check();
-  await page.getByTestId('setting-tools-required').check();
+  await requiredToolChat(page, server, { maxNewTokens: 64, seed: 1, tools: 'broken' });
   await page.getByTestId('settings-toggle').click();
   const calls = page.getByTestId('tool-call');
   const answers = page.getByTestId('message-tool');

@@ -294,9 +294,6 @@ export function closeIds(tok: TextTokenizer, spec: Pick<ReasoningSpec, 'close' |
   return [...plain('\n'), id, ...plain('\n\n')];
 }
 
-/** Whether replies are JSON: JSON mode, or structured output with a schema. */
-const jsonMode = jsonOutput;
-
 /**
  * gpt-oss's reply held to JSON after its analysis: the analysis ends at its `<|end|>`, then the final message's
  * header is written for the model and the JSON is its body, right after it (no white space, no other message).
@@ -1669,10 +1666,10 @@ class Generation {
     this.rowReasoningTokens = rows.map(() => 0);
     this.rowOpening = rows.map(() => 0);
     // A forced call or a JSON reply ends when its object closes: a stop string inside it would only break it.
-    this.matchers = rows.map(() => createStopMatcher(tools?.forced || jsonMode(req) ? [] : (req.stop ?? [])));
+    this.matchers = rows.map(() => createStopMatcher(tools?.forced || jsonOutput(req) ? [] : (req.stop ?? [])));
     // A bare-JSON call beside JSON output: an object may be either until the call's grammar refuses it.
     const mayBeCall =
-      reads?.grammar && reads.format.open === '' && jsonMode(req) ? bareCallTest(reads.grammar) : undefined;
+      reads?.grammar && reads.format.open === '' && jsonOutput(req) ? bareCallTest(reads.grammar) : undefined;
     this.toolFilters = reads
       ? rows.map(() =>
           createToolCallFilter(reads.format, reads.names, {
@@ -1831,12 +1828,12 @@ class Generation {
       // JSON output (tool calls beside it too) is the answer after the reasoning: the engine holds it there (for
       // gpt-oss, in the final message, whose header ends the reasoning). Told not to think (the prompt closed the
       // reasoning), the reply is held from its first token as for any model.
-      const held = plan !== undefined && jsonMode(this.req) && this.req.thinking !== false;
+      const held = plan !== undefined && jsonOutput(this.req) && this.req.thinking !== false;
       const reasoningEnd = plan?.spec.harmony ? '<|end|>' : plan?.spec.close;
       const calls = this.tools?.grammar;
       // (Beside JSON output the calls are the answer: after a held reasoning, or — thinking off — from the start.)
       const grammar =
-        calls && plan && reasoningEnd !== undefined && !jsonMode(this.req)
+        calls && plan && reasoningEnd !== undefined && !jsonOutput(this.req)
           ? { ...calls, reasoning: { open: plan.spec.open, close: reasoningEnd, inside: plan.inside } }
           : calls;
       const tok = this.model.tokenizer;
@@ -1880,7 +1877,7 @@ class Generation {
               },
             }
           : undefined;
-      if (jsonMode(this.req) || grammar || budget) {
+      if (jsonOutput(this.req) || grammar || budget) {
         const model = this.model;
         this.host.engine.ensureTokenTable(model.id, model.loadKey, () => {
           model.tokenBytes ??= tokenBytesOf(model);
@@ -1897,7 +1894,7 @@ class Generation {
           sampling: resolveSampling(this.req, spec),
           eosTokenIds: this.req.ignoreEos ? [] : spec.eosTokenIds,
           ...(this.req.logprobs !== undefined ? { logprobs: this.req.logprobs } : {}),
-          ...(jsonMode(this.req) ? { json: this.model.loadKey } : {}),
+          ...(jsonOutput(this.req) ? { json: this.model.loadKey } : {}),
           ...(this.req.jsonSchema ? { jsonSchema: this.req.jsonSchema } : {}),
           ...(grammar ? { calls: { key: this.model.loadKey, grammar } } : {}),
           ...(budget ? { budget } : {}),
