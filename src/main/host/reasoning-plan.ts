@@ -145,8 +145,19 @@ export function closingSuffix(
     if (off && !constrained && tools) return `${reasoning.open}<|end|><|start|>assistant`;
     return off ? reasoning.open + reasoning.close : '<|channel|>final<|message|>';
   }
-  if (promptOpensReasoning(rendered, reasoning)) return `\n${reasoning.close}\n\n`;
-  return off ? `${reasoning.open}\n\n${reasoning.close}\n\n` : '';
+  const [before, after] = closeLines(reasoning.close);
+  const closed = `${before}${reasoning.close}${after}`;
+  if (promptOpensReasoning(rendered, reasoning)) return closed;
+  // An empty reasoning, as the template writes one: `<think>\n\n</think>\n\n` (Qwen3's, its switch off), `[THINK][/THINK]`.
+  return off ? `${reasoning.open}${before}${closed}` : '';
+}
+
+/**
+ * What a template writes around a reasoning's close: a tag (`</think>`) on its own line, then a blank line;
+ * Magistral's `[/THINK]` bare (its template writes `[THINK]…[/THINK]answer`).
+ */
+export function closeLines(close: string): readonly [before: string, after: string] {
+  return close.startsWith('<') ? ['\n', '\n\n'] : ['', ''];
 }
 
 /**

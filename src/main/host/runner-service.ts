@@ -81,6 +81,7 @@ import { deriveHostDeviceBudget } from './device-budgets';
 import { EngineClient } from './engine-client';
 import {
   answerRoomBudget,
+  closeLines,
   closingSuffix,
   jsonOutput,
   type ReasoningPlan,
@@ -279,19 +280,20 @@ function resolveSampling(req: GenerateRequest, spec: ModelSpec): SamplingParams 
 }
 
 /**
- * The tokens that close a reasoning the budget ends: the close as the tokenizer writes it between newlines (the
- * model knows its marker as one token, often); where the vocabulary holds the marker as one token but encoding
- * the text does not give it (a pre-tokenizer splits `</think>` into pieces), that token, as the model writes it.
- * Harmony's close (the analysis message's end and the final one's header) is written as it is, without lines.
+ * The tokens that close a reasoning the budget ends, as the model's template writes them (`closeLines`); Harmony's
+ * close (the analysis message's end and the final one's header) as it is. Where the vocabulary holds the marker as
+ * one token but encoding the text does not give it (a pre-tokenizer splits `</think>` into pieces), that token, as
+ * the model writes it.
  */
 export function closeIds(tok: TextTokenizer, spec: Pick<ReasoningSpec, 'close' | 'harmony'>): number[] {
   const close = spec.close;
-  if (spec.harmony) return tok.encode(close, { addSpecialTokens: false });
-  const text = tok.encode(`\n${close}\n\n`, { addSpecialTokens: false });
+  const plain = (s: string) => tok.encode(s, { addSpecialTokens: false });
+  if (spec.harmony) return plain(close);
+  const [before, after] = closeLines(close);
+  const text = plain(`${before}${close}${after}`);
   const id = tok.tokenToId(close);
   if (id === undefined || text.includes(id)) return text;
-  const plain = (s: string) => tok.encode(s, { addSpecialTokens: false });
-  return [...plain('\n'), id, ...plain('\n\n')];
+  return [...(before ? plain(before) : []), id, ...(after ? plain(after) : [])];
 }
 
 /**
@@ -1838,7 +1840,7 @@ class Generation {
           : calls;
       const tok = this.model.tokenizer;
       // A forced call after the reasoning: its opening is written after the close (the budget's, or the model's
-      // own, with the blank line the model would write); gpt-oss's final header after its analysis.
+      // own, with the blank line a tag's template writes); gpt-oss's final header after its analysis.
       const opening = held ? this.tools?.afterReasoning : undefined;
       const force = plan
         ? [...closeIds(tok, plan.spec), ...(opening ? tok.encode(opening, { addSpecialTokens: false }) : [])]
@@ -1846,7 +1848,7 @@ class Generation {
       const afterOwnClose =
         held && plan
           ? opening
-            ? { afterClose: tok.encode(`\n\n${opening}`, { addSpecialTokens: false }) }
+            ? { afterClose: tok.encode(`${closeLines(plan.spec.close)[1]}${opening}`, { addSpecialTokens: false }) }
             : heldHarmony(tok, plan.spec)
           : {};
       // A thinking budget (the request's, or its effort's): the engine closes the reasoning after that many tokens.

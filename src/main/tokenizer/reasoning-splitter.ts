@@ -107,7 +107,8 @@ export function createReasoningSplitter(
     flush() {
       const out: ReasoningPush = { reasoning: '', content: '' };
       if (state === 'inside') {
-        const rest = held.trimEnd();
+        // A close cut off mid-write (the limit reached while a budget wrote it in pieces) is not reasoning.
+        const rest = held.slice(0, held.length - partialSuffix(held, spec.close)).trimEnd();
         out.reasoning = reasoned ? rest : rest.trimStart();
       } else if (state === 'start') {
         out.content = held;

@@ -259,8 +259,12 @@ describe('a thinking model', () => {
     }).result;
     const tok = h.tokenizerOf('apart');
     const written = tok.decode(r.tokenIds, { skipSpecialTokens: false });
-    // The reasoning, its close, then the call as the format writes it: the tool's name before its arguments.
-    expect(written).toMatch(/^.*\[\/THINK\]\n\n\[TOOL_CALLS\]g\[ARGS\]\s*\{/s);
+    // The reasoning, its close as the template writes it (no line breaks around Magistral's), then the call as the
+    // format writes it: the tool's name before its arguments.
+    expect(written).toMatch(/^.*\[\/THINK\]\[TOOL_CALLS\]g\[ARGS\]\s*\{/s);
+    expect(tok.decode(r.tokenIds.slice(4), { skipSpecialTokens: false })).toMatch(
+      /^\[\/THINK\]\[TOOL_CALLS\]g\[ARGS\]/,
+    );
     expect(r.reasoning?.length).toBeGreaterThan(0);
     expect(r.rows[0]?.toolCalls?.map((c) => c.name)).toEqual(['g']);
     expect(typeof JSON.parse(r.rows[0]?.toolCalls?.[0]?.arguments ?? '').s).toBe('string');
