@@ -546,10 +546,14 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
    *
    * Capping: when even after eviction the full reservation does not fit but
    * the minimum does, the head is admitted with the largest N' that fits if
-   * nothing waits behind it, or if nothing is running. The second case is a
-   * deliberate extension of SCHEDULER.md step 4: with nothing running, the
-   * free budget cannot grow, so a head whose full reservation exceeds the whole
-   * budget would otherwise block the queue for ever (invariant 6).
+   * nothing is running, or if nothing waits behind it and its full reservation
+   * exceeds the whole budget. The first case is a deliberate extension of
+   * SCHEDULER.md step 4: with nothing running, the free budget cannot grow, so a
+   * head whose full reservation exceeds the whole budget would otherwise block
+   * the queue for ever (invariant 6). The second narrows step 4's "may": a head
+   * that fits whole once the running work ends waits for it rather than being
+   * cut short (an API client reads a capped reply as one that ran to its
+   * max_tokens).
    */
   function admitHead(): boolean {
     const head = queue[0];
@@ -567,7 +571,7 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     const minimumBytes = cost(1);
     const victims = evictionVictims(own);
     const reachable = victims.reduce((sum, s) => sum + heldOf(s), available);
-    const mayCap = queue.length === 1 || running.size === 0;
+    const mayCap = running.size === 0 || (queue.length === 1 && bytesFor(head, head.maxNewTokens) > limits.limitBytes);
     if (reachable < fullBytes && !(mayCap && reachable >= minimumBytes)) return false;
 
     const at = now();

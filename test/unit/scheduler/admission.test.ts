@@ -145,18 +145,28 @@ describe('admission: slots and order', () => {
 });
 
 describe('admission: capping', () => {
-  it('caps a head when nothing waits behind it, even while others run', () => {
+  it('caps a head that never fits whole when nothing waits behind it, even while others run', () => {
     const t = createTestScheduler({ limit: 2048 });
     t.submit(req({ id: 'a' })); // 1408, 640 left
-    t.submit(req({ id: 'b' })); // minimum 512 fits: N' = 2
+    t.submit(req({ id: 'b', max: 20 })); // full 2944 > the whole budget; minimum 512 fits: N' = 2
     expect(t.grants.get('b')).toMatchObject({ admittedMaxTokens: 2, reservedBytes: 640 });
     expect(t.grants.get('b')?.budgetCap).toEqual({
-      requestedMaxTokens: 8,
+      requestedMaxTokens: 20,
       admittedMaxTokens: 2,
-      requestedBytes: 1408,
+      requestedBytes: 2944,
       admittedBytes: 640,
       availableBytes: 640,
     });
+  });
+
+  it('does not cap a head that fits whole once the running work ends: it waits for it', () => {
+    const t = createTestScheduler({ limit: 2048 });
+    t.submit(req({ id: 'a' })); // 1408, 640 left
+    t.submit(req({ id: 'b' })); // full 1408: not now, but alone
+    expect(t.grants.has('b')).toBe(false);
+    t.scheduler.finish('a', 'eos');
+    expect(t.grants.get('b')).toMatchObject({ admittedMaxTokens: 8, reservedBytes: 1408 });
+    expect(t.grants.get('b')?.budgetCap).toBeUndefined();
   });
 
   it('does not cap while others run and more requests wait behind the head', () => {
@@ -192,7 +202,7 @@ describe('admission: capping', () => {
   it("admits at the minimum exactly (N' = 1)", () => {
     const t = createTestScheduler({ limit: 1920 });
     t.submit(req({ id: 'a' }));
-    t.submit(req({ id: 'b', prompt: 3 })); // minimum 512 = 512 left
+    t.submit(req({ id: 'b', prompt: 3, max: 20 })); // full 2944 > the whole budget; minimum 512 = 512 left
     expect(t.grants.get('b')).toMatchObject({ admittedMaxTokens: 1, reservedBytes: 512 });
   });
 });

@@ -97,8 +97,9 @@ function run(limit: number, actions: Action[]): void {
     if (head !== undefined && snap.running.length < snap.maxRunning) {
       const free = snap.limitBytes - snap.reservedBytes;
       const next = head.modelId === 'p' ? batch : [];
-      const mayCap = snap.queue.length === 1 || snap.running.length === 0;
       const full = cost(head, next, head.promptTokens + head.maxNewTokens);
+      const alone = head.rows * (head.promptTokens + head.maxNewTokens) * head.bpt;
+      const mayCap = snap.running.length === 0 || (snap.queue.length === 1 && alone > snap.limitBytes);
       const minimum = cost(head, next, head.promptTokens + 1);
       expect(full > free && !(mayCap && minimum <= free), `head ${head.id} fits but waits`).toBe(true);
     }

@@ -126,7 +126,9 @@ function headAdmissible(snap: SchedulerSnapshot, held: ReadonlySet<string>): boo
   // Every retained byte outside a running turn is either the head's own session (it becomes part of the
   // turn) or an idle session that may be evicted: so all of the limit but the running reservations is reachable.
   const reachable = snap.limitBytes - snap.reservedBytes;
-  const mayCap = snap.queue.length === 1 || snap.running.length === 0;
+  // Capped: with nothing running, or with nothing behind it when it never fits whole (it waits for the running
+  // work to end where that gives it its full reservation).
+  const mayCap = snap.running.length === 0 || (snap.queue.length === 1 && fullOf(head) > snap.limitBytes);
   return reachable >= fullOf(head) || (mayCap && reachable >= minimumOf(head));
 }
 
@@ -201,6 +203,18 @@ function checkEventLog(m: Model, r: Real, snap: SchedulerSnapshot, drained: bool
       expect(perToken * (prefix + shape.promptTokens + e.admittedMaxTokens + 1)).toBeGreaterThan(
         e.budgetCap.availableBytes,
       );
+      // Capped beside running work only when its full reservation would not fit even once that work ends.
+      const admittedBefore = new Set<string>();
+      for (const x of r.events.slice(0, i)) {
+        if (x.type === 'admitted') admittedBefore.add(x.requestId);
+        else if (x.type === 'released') admittedBefore.delete(x.requestId);
+      }
+      if (admittedBefore.size > 0) {
+        expect(
+          perToken * (prefix + shape.promptTokens + maxN),
+          `${e.requestId} capped beside running work`,
+        ).toBeGreaterThan(r.s.snapshot().limitBytes);
+      }
     }
   }
   m.checkedEvents = r.events.length;

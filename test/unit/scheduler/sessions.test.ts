@@ -415,7 +415,7 @@ describe('sessions: eviction to admit', () => {
     const t = createTestScheduler({ limit: 3000 });
     seed(t, 's', 5);
     t.submit(req({ id: 'turn', session: 's', prompt: 3, max: 1 })); // running, 1152
-    t.submit(req({ id: 'b', prompt: 3, max: 20 })); // full 2944 does not fit in 1848; capped
+    t.submit(req({ id: 'b', prompt: 3, max: 21 })); // full 3072 > the whole budget, and does not fit in 1848: capped
     expect(t.ofType('evicted')).toEqual([]);
     expect(t.grants.get('b')).toMatchObject({ admittedMaxTokens: 11 });
     expect(t.scheduler.sessionInfo('s')).toMatchObject({ state: 'running', tokens: 5 });
