@@ -109,7 +109,7 @@ export const GenerateRequest = z
      * `minimal` and `low` bound the reasoning (256 and 1024 tokens). `none` is `thinking: false`.
      */
     reasoningEffort: z.enum(['minimal', 'low', 'medium', 'high', 'xhigh', 'max']).optional(),
-    /** Copies of the prompt to generate (OpenAI `n`); multi-row requests reserve for every row. */
+    /** Copies of the prompt (of each, with prompts or promptIdRows) to generate (OpenAI `n`); every row reserves. */
     rows: z.number().int().min(1).max(64).optional(),
     /**
      * Any whole number: beyond what the context leaves, the scheduler clips it to that and says so (the clip names

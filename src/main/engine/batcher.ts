@@ -44,7 +44,7 @@ import {
 import type { LastPositionScreen } from './last-position';
 import { type LogitsRows, logitsRows } from './logits';
 import { type Drafter, LOOKUP_MAX_REST, LOOKUP_MAX_REST_PREDICTED } from './lookup';
-import type { FinishReason, StepLogprob } from './protocol';
+import type { FinishReason, SamplingParams, StepLogprob } from './protocol';
 import { logprobsOf, notANumber, Sampler, seed32 } from './sampling';
 
 type RunFn = (feeds: Record<string, ort.Tensor>) => Promise<ort.InferenceSession.OnnxValueMapType>;
@@ -204,9 +204,10 @@ function seqOf(kvTensors: readonly KvTensorSpec[], past: ReadonlyMap<string, ort
   return first && t ? (t.dims[first.seqAxis] as number) : none;
 }
 
-/** Seed of row `i` of a request: distinct per row, row 0 unchanged. */
-export function rowSeed(seed: number, i: number): number {
-  return i === 0 ? seed : (seed32(seed) + Math.imul(i, 0x9e3779b1)) >>> 0;
+/** Seed of row `i` of a request: distinct per copy of a prompt, the first copy's unchanged. */
+export function rowSeed(sampling: Pick<SamplingParams, 'seed' | 'copies'>, i: number): number {
+  const copy = sampling.copies === undefined ? i : i % sampling.copies;
+  return copy === 0 ? sampling.seed : (seed32(sampling.seed) + Math.imul(copy, 0x9e3779b1)) >>> 0;
 }
 
 /** Per-model batcher; `submit` resolves when the request ends. */
@@ -273,7 +274,7 @@ export class ContinuousBatcher {
         samplers: job.rows.map(
           (r, i) =>
             new Sampler(
-              { ...job.sampling, seed: rowSeed(job.sampling.seed, i) },
+              { ...job.sampling, seed: rowSeed(job.sampling, i) },
               vocab,
               r,
               job.json ? constraintFor(job.json) : undefined,

@@ -820,7 +820,7 @@ export class LoadedDecoder {
     for (let r = 0; r < R; r++) {
       const outcome = await one(
         // Each row its own random stream, as in a batch (row 0 keeps the seed).
-        { ...job, rows: [job.rows[r] as number[]], sampling: { ...job.sampling, seed: rowSeed(job.sampling.seed, r) } },
+        { ...job, rows: [job.rows[r] as number[]], sampling: { ...job.sampling, seed: rowSeed(job.sampling, r) } },
         {
           onStart: (prefill, reused) => r === 0 && hooks.onStart(prefill * R, reused),
           onPrefill: (done, total, kvBytes) => r === 0 && hooks.onPrefill?.(done, total, doneKv + kvBytes),

@@ -27,6 +27,12 @@ export interface SamplingParams {
   /** [token id, bias] pairs added to the logits before sampling (absent: none). */
   logitBias?: Array<[number, number]>;
   seed: number;
+  /**
+   * Rows come in runs of this many copies of one prompt (several prompts, OpenAI's `n` of each): a row's seed is
+   * its copy's (`rowSeed(seed, i % copies)`), so a prompt's replies do not depend on where it sits among the others.
+   * Absent: every row is a copy of one prompt.
+   */
+  copies?: number;
 }
 
 /** A token id and its log-probability under the model's own distribution. */

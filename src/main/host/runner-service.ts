@@ -276,6 +276,8 @@ function resolveSampling(req: GenerateRequest, spec: ModelSpec): SamplingParams 
     presencePenalty: s.presencePenalty ?? 0,
     logitBias: Object.entries(s.logitBias ?? {}).map(([id, bias]) => [Number(id), bias]),
     seed: s.seed ?? Math.floor(Math.random() * 2 ** 31),
+    // Several prompts: each prompt's copies are seeded as a request of that prompt alone would be.
+    ...(req.prompts || req.promptIdRows ? { copies: req.rows ?? 1 } : {}),
   };
 }
 
@@ -1037,11 +1039,9 @@ export class RunnerService {
         },
       );
     }
+    // Copies of each prompt, one after another (choice i of prompt p is row p × copies + i).
     const copies = req.rows ?? 1;
-    if (copies > 1) {
-      if (rows.length !== 1) throw new KvdeskError('BAD_REQUEST', 'rows > 1 needs a single prompt to copy');
-      rows = Array.from({ length: copies }, () => (rows[0] as number[]).slice());
-    }
+    if (copies > 1) rows = rows.flatMap((row) => Array.from({ length: copies }, () => row.slice()));
     const reasoning = rendered === undefined ? undefined : reasoningPlan(req, spec, tok, tools, rendered);
     return { rows, tools, ...(contextDrop ? { contextDrop } : {}), ...(reasoning ? { reasoning } : {}) };
   }
@@ -2376,10 +2376,9 @@ class Generation {
    */
   private namePrompt(error: ErrorInfo): ErrorInfo {
     const longest = this.promptTokens;
-    const field = promptField(
-      this.req,
-      this.rows.findIndex((r) => r.length === longest),
-    );
+    // (Each prompt ran as `rows` copies, one after another.)
+    const at = this.rows.findIndex((r) => r.length === longest);
+    const field = promptField(this.req, at < 0 ? at : Math.floor(at / (this.req.rows ?? 1)));
     const d = error.detail ?? {};
     if (field === undefined) return error;
     if (error.code === 'CONTEXT_OVERFLOW' && typeof d.contextLength === 'number') {

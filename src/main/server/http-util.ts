@@ -119,11 +119,11 @@ function openAiParam(field: string, api: ParamApi): string {
     : snake.replace(/^tools\[(\d+)\]\.(parameters|name|description)/, 'tools[$1].function.$2');
 }
 
-/** The client's name of the host's prompt row (`prompts[j]`, `promptIdRows[j]`): each prompt ran as `copies` rows. */
+/** The client's name of the host's prompt (`prompts[j]`, `promptIdRows[j]`). */
 function promptParam(field: string, hint: ParamHint): string | undefined {
   const m = /^(?:prompts|promptIdRows)\[(\d+)\]/.exec(field);
   if (!m) return undefined;
-  return `${hint.prompt}[${Math.floor(Number(m[1]) / (hint.promptCopies ?? 1))}]${field.slice(m[0].length)}`;
+  return `${hint.prompt}[${m[1]}]${field.slice(m[0].length)}`;
 }
 
 /** Which API's parameter names a refusal uses. */
@@ -143,8 +143,6 @@ export interface MessageOrigin {
 export interface ParamHint {
   /** The parameter that holds the prompt (context overflow, tokens out of vocabulary). */
   prompt: string;
-  /** Rows the host ran of each of several prompts (OpenAI's `n`): its row j is prompt[j / promptCopies]. */
-  promptCopies?: number;
   api?: ParamApi;
   /** One per message of the host request, where they are not the body's own `messages`. */
   origins?: readonly MessageOrigin[];

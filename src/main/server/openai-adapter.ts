@@ -546,16 +546,14 @@ export function mapOpenAiRequest(kind: OpenAiKind, input: unknown): MappedReques
     promptCount = (texts ?? ids ?? []).length;
     if (ids) promptIdLengths = ids.map((r) => r.length);
     if (texts && texts.length > 1) promptTexts = texts;
-    // Several prompts run as one batched request; each is repeated n times so choice i is row i.
+    // Several prompts run as one batched request; each is repeated n times so choice i is row i (each prompt's
+    // replies seeded as that prompt's request alone).
     if (promptCount === 1) {
       if (texts) request.prompt = texts[0] as string;
       else request.promptIds = (ids as number[][])[0] as number[];
-      if (n > 1) request.rows = n;
-    } else if (texts) {
-      request.prompts = texts.flatMap((t) => Array.from({ length: n }, () => t));
-    } else {
-      request.promptIdRows = (ids as number[][]).flatMap((r) => Array.from({ length: n }, () => r));
-    }
+    } else if (texts) request.prompts = texts;
+    else request.promptIdRows = ids as number[][];
+    if (n > 1) request.rows = n;
   }
   if (maxTokens !== undefined) request.maxNewTokens = maxTokens;
   // One prompt, one reply: its KV can continue an earlier request's and serve the next (the host's prompt cache).

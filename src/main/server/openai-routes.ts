@@ -65,7 +65,7 @@ export function serveCompletion(
     sendHttpError(res, err);
     return Promise.resolve();
   }
-  const paramHint = { prompt: kind === 'chat' ? 'messages' : 'prompt', promptCopies: mapped.n };
+  const paramHint = { prompt: kind === 'chat' ? 'messages' : 'prompt' };
   const created = Math.floor(Date.now() / 1000);
   const choices = mapped.promptCount * mapped.n;
   const usageNull = mapped.includeUsage ? { usage: null } : {};

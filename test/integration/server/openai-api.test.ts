@@ -553,6 +553,17 @@ describe('completions', () => {
     expect(r.usage?.prompt_tokens).toBe(10);
   });
 
+  it("seeds each prompt's replies as its request alone: the same whatever else the list holds", async () => {
+    const sampled = { model: 'default', max_tokens: 6, temperature: 1, seed: 4 };
+    const alone = await client.completions.create({ ...sampled, prompt: 'Hi', n: 2 });
+    const listed = await client.completions.create({ ...sampled, prompt: ['Once upon a time there', 'Hi'], n: 2 });
+    expect(listed.choices.slice(2).map((c) => c.text)).toEqual(alone.choices.map((c) => c.text));
+    // n's copies still differ from one another; a prompt listed twice gets the same replies twice.
+    expect(alone.choices[0]?.text).not.toBe(alone.choices[1]?.text);
+    const twice = await client.completions.create({ ...sampled, prompt: ['Hi', 'Hi'] });
+    expect(twice.choices.map((c) => c.text)).toEqual([alone.choices[0]?.text, alone.choices[0]?.text]);
+  });
+
   it('accepts token ids as the prompt', async () => {
     const r = await client.completions.create({
       model: 'default',

@@ -190,7 +190,7 @@ describe('mapOpenAiRequest', () => {
     ]);
   });
 
-  it('maps completion prompts: text, ids, several of each (each repeated n times)', () => {
+  it('maps completion prompts: text, ids, several of each (each run n times)', () => {
     // One prompt and one reply go through the prompt cache; several rows or prompts do not.
     expect(mapOpenAiRequest('completion', { model: 'm', prompt: 'x' }).request).toEqual({
       model: 'm',
@@ -203,7 +203,7 @@ describe('mapOpenAiRequest', () => {
       rows: 3,
     });
     const texts = mapOpenAiRequest('completion', { model: 'm', prompt: ['a', 'b'], n: 2 });
-    expect(texts.request.prompts).toEqual(['a', 'a', 'b', 'b']);
+    expect(texts.request).toMatchObject({ prompts: ['a', 'b'], rows: 2 });
     expect(texts).toMatchObject({ promptCount: 2, promptTexts: ['a', 'b'], promptIdLengths: null });
     const ids = mapOpenAiRequest('completion', { model: 'm', prompt: [[1], [2, 3]] });
     expect(ids.request.promptIdRows).toEqual([[1], [2, 3]]);
