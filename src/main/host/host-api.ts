@@ -99,7 +99,8 @@ export interface HostApi {
    * refuse. A model loaded this way is unloaded once idle for its time to live
    * (the option's default, or `keepAliveMs` as the request gave it, Ollama's
    * keep_alive; null: never; 0: once the request is over); each request naming
-   * it starts that time again.
+   * it starts that time again, with its own time to live (the default where it
+   * gives none).
    */
   ensureModel(id: string | undefined, keepAliveMs?: number | null): Promise<void>;
   /** Library packages a request may name that are not loaded now: valid, present, one per id. */
@@ -634,10 +635,10 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       const f = firstUse.get(id);
       if (f) {
         f.lastUsedAt = Date.now();
-        if (keepAliveMs !== undefined) {
-          f.ttlMs = keepAliveMs;
-          f.pinned = keepAliveMs === null;
-        }
+        // Each request sets its time to live, as Ollama's do: one that gives none, the default (an earlier
+        // request's `keep_alive: -1` or `10m` is not every later client's).
+        f.ttlMs = keepAliveMs === undefined ? defaultTtl : keepAliveMs;
+        f.pinned = keepAliveMs === null;
         lastNamed.set(id, ++namings);
       }
       return;

@@ -218,6 +218,7 @@ export async function serveOllamaGeneration(
     },
     (r, e) => sendOllamaError(r, e, kind),
     paramHint,
+    mapped.keepAliveMs,
   );
 }
 

@@ -208,13 +208,15 @@ export async function runGeneration(
   sendError: (res: ServerResponse, err: HttpError) => void = sendHttpError,
   /** The API's names of the fields an error of its own (a model that cannot load) names, as its other errors. */
   paramHint?: ParamHint,
+  /** Ollama's `keep_alive` (HostApi.ensureModel): absent, the default time to live. */
+  keepAliveMs?: number | null,
 ): Promise<void> {
   // A library package the request names is loaded first (just in time); its failure is the answer.
   try {
     // Named as Ollama lists it (`default:latest`): the model itself.
     const model = await apiModelName(hostApi, request.model);
     if (model !== request.model) request = { ...request, model };
-    await hostApi.ensureModel(request.model);
+    await hostApi.ensureModel(request.model, keepAliveMs);
   } catch (err) {
     if (!res.headersSent && !res.destroyed) sendError(res, errorFromInfo(toErrorInfo(err), paramHint));
     return;

@@ -526,6 +526,17 @@ describe("Ollama's listings, load and unload", () => {
     expect(Math.abs(ten - (Date.now() + 10 * 60_000))).toBeLessThan(5_000);
     await ok(post('/api/generate', { model: 'second', prompt: '', keep_alive: -1, stream: false }));
     expect(await expiry('second:latest')).toBe('9999-12-31T23:59:59Z');
+    // A request without one (any route) sets the default again, as Ollama's do: the last one's is not every client's.
+    await ok(post('/api/chat', { model: 'second', messages: [], stream: false }));
+    const again = Date.parse((await expiry('second:latest')) ?? '');
+    expect(Math.abs(again - (Date.now() + 60 * 60_000))).toBeLessThan(5_000);
+    await ok(post('/api/generate', { model: 'second', prompt: '', keep_alive: '10m', stream: false }));
+    await ok(
+      post('/v1/chat/completions', { model: 'second', messages: [{ role: 'user', content: 'hi' }], max_tokens: 1 }),
+    );
+    expect(Math.abs(Date.parse((await expiry('second:latest')) ?? '') - (Date.now() + 60 * 60_000))).toBeLessThan(
+      5_000,
+    );
     // A keep_alive that is no duration is a 400 naming it.
     const bad = await post('/api/chat', { model: 'second', messages: [], keep_alive: 'soon' });
     expect(bad.status).toBe(400);
