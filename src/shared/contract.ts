@@ -276,7 +276,10 @@ export interface GenerationResult {
   bpt: number;
   /** KV bytes the request's tensors held at the end. */
   kvBytes: number;
+  /** What the KV budget held for it at its end: its own reservation and, in a padded batch, its padding. */
   reservedBytes: number;
+  /** Of `reservedBytes`, the padding a batch's wider rows charged it (absent: none). */
+  paddingBytes?: number;
   budgetCap?: BudgetCap;
   clipped?: ContextClip;
   contextDrop?: ContextDrop;

@@ -298,6 +298,9 @@ describe('padding in a batch', () => {
     // The short one reserved its row as wide as the long one's reservation, not its own 35 positions.
     expect(admitted.get(b.requestId)).toBe((600 + longBudget) * bpt);
     expect(admitted.get(first.requestId)).toBe((600 + longBudget) * bpt);
+    // Its result says so (the APIs' kvdesk.reserved_bytes): the budget held its padding too.
+    expect(b.reservedBytes).toBe((600 + longBudget) * bpt);
+    expect(b.paddingBytes).toBe((600 + longBudget - 35) * bpt);
     expect(stats.peakBatchKvBytes).toBeLessThanOrEqual(peakReserved);
     expect(h.scheduler.snapshot().reservedBytes).toBe(0);
   });

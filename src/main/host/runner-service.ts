@@ -2258,16 +2258,19 @@ class Generation {
     }
     const schedReason =
       finishReason === 'stop' ? 'stop' : finishReason === 'eos' || finishReason === 'tool_calls' ? 'eos' : 'length';
+    // What the budget held for it at the end: its own bytes and its share of a padded batch's.
+    const own = this.grant?.reservedBytes ?? 0;
+    let released: number;
     if (sessionId) {
       const tokens = this.keptTokens(sessionTokens);
-      this.sched.finish(this.id, schedReason, {
+      released = this.sched.finish(this.id, schedReason, {
         sessionTokens: tokens.length,
         generatedTokens: this.generated,
         allRowsTokens: this.allRowsTokens(),
       });
       this.mirrorSession(sessionId, tokens, sessionTokens);
     } else {
-      this.sched.finish(this.id, schedReason, {
+      released = this.sched.finish(this.id, schedReason, {
         generatedTokens: this.generated,
         allRowsTokens: this.allRowsTokens(),
       });
@@ -2304,7 +2307,8 @@ class Generation {
         staticPositions(this.model.spec) === undefined
           ? Math.min(kvBytes, this.rows.length * (this.promptTokens + this.generated - 1) * this.model.spec.bpt)
           : kvBytes,
-      reservedBytes: this.grant?.reservedBytes ?? 0,
+      reservedBytes: Math.max(released, own),
+      ...(released > own ? { paddingBytes: released - own } : {}),
       ...(this.budgetCap ? { budgetCap: this.budgetCap } : {}),
       ...(this.clipped ? { clipped: this.clipped } : {}),
       ...(this.contextDrop ? { contextDrop: this.contextDrop } : {}),

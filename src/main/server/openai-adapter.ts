@@ -663,6 +663,7 @@ export function kvdeskExtras(result: GenerationResult): Record<string, unknown> 
     request_id: result.requestId,
     bpt: result.bpt,
     reserved_bytes: result.reservedBytes,
+    ...(result.paddingBytes ? { padding_bytes: result.paddingBytes } : {}),
     kv_bytes: result.kvBytes,
     ...(result.budgetCap ? { budget_cap: budgetCapJson(result.budgetCap) } : {}),
     ...(result.clipped ? { context_clip: clipJson(result.clipped) } : {}),
