@@ -240,6 +240,8 @@ const TTFT_BOUNDS = [
 const QUEUE_BOUNDS = [0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960, 1920, 7680];
 /** Retry hint floor: Retry-After is whole seconds, and a sooner retry would only meet the same full queue. */
 const MIN_RETRY_MS = 1000;
+/** Idle sessions holding nothing that stay listed (forgetEmptySessions). */
+export const EMPTY_SESSIONS_KEPT = 64;
 
 function histogram(bounds: number[]): HistogramView {
   return { bounds, counts: bounds.map(() => 0), count: 0, sum: 0 };
@@ -377,10 +379,28 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
         while (admitHead()) {
           // admitHead admits at most one request per call; repeat until the head waits.
         }
+        forgetEmptySessions();
         flush();
       } while (dirty);
     } finally {
       settling = false;
+    }
+  }
+
+  /**
+   * Idle sessions that hold nothing (evicted, or a turn that kept nothing) stay listed ("idle · nothing kept"),
+   * the most recently used EMPTY_SESSIONS_KEPT of them: the rest are forgotten (a next turn starts a new record),
+   * so clients that name a new session per request do not grow every snapshot without end.
+   */
+  function forgetEmptySessions(): void {
+    let empty = 0;
+    for (const s of sessions.values()) if (s.state === 'idle' && s.tokens === 0) empty += 1;
+    // The map runs from the least recently used (touch moves a session to its end).
+    for (const s of sessions.values()) {
+      if (empty <= EMPTY_SESSIONS_KEPT) return;
+      if (s.state !== 'idle' || s.tokens !== 0) continue;
+      sessions.delete(s.id);
+      empty -= 1;
     }
   }
 

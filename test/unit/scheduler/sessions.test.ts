@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { explicitDerivation } from '../../../src/main/scheduler/budget';
-import { createScheduler } from '../../../src/main/scheduler/scheduler';
+import { createScheduler, EMPTY_SESSIONS_KEPT } from '../../../src/main/scheduler/scheduler';
 import { createTestScheduler, errorOf, req, type TestScheduler, unwrap } from './helpers';
 
 let seeds = 0;
@@ -13,6 +13,28 @@ function seed(t: TestScheduler, sid: string, tokens: number, model = 'm'): void 
   if (!t.grants.has(id)) throw new Error(`seed turn ${id} was not admitted`);
   t.scheduler.finish(id, 'eos', { sessionTokens: tokens });
 }
+
+describe('sessions: records that hold nothing', () => {
+  it('lists the most recently used idle sessions that hold nothing, and forgets the rest', () => {
+    const t = createTestScheduler({ limit: 1 << 20 });
+    seed(t, 'kept', 5);
+    const extra = 10;
+    // Turns that keep nothing (a reply whose KV was not kept).
+    for (let i = 0; i < EMPTY_SESSIONS_KEPT + extra; i++) {
+      unwrap(t.submit(req({ id: `e${i}`, session: `empty${i}`, prompt: 2, max: 1 })));
+      t.scheduler.finish(`e${i}`, 'eos', { sessionTokens: 0 });
+    }
+    const listed = t.scheduler.snapshot().sessions.map((s) => s.sessionId);
+    // A session that holds KV is never forgotten; of the empty ones, the last used stay.
+    expect(listed).toContain('kept');
+    expect(listed.filter((id) => id.startsWith('empty'))).toHaveLength(EMPTY_SESSIONS_KEPT);
+    expect(listed).not.toContain('empty0');
+    expect(listed).toContain(`empty${EMPTY_SESSIONS_KEPT + extra - 1}`);
+    // A forgotten one's next turn starts a new record.
+    seed(t, 'empty0', 3);
+    expect(t.scheduler.sessionInfo('empty0')).toMatchObject({ state: 'idle', tokens: 3 });
+  });
+});
 
 describe('sessions: turns and retained KV', () => {
   it('creates the session with its first turn and marks it busy', () => {
