@@ -4,6 +4,9 @@
  * chat and completions, stream and not, n, stop, usage, budget caps, and
  * every refusal with its status code and numbers.
  */
+import { mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
 import Ajv from 'ajv';
 import OpenAI from 'openai';
 import { zodResponseFormat } from 'openai/helpers/zod';
@@ -13,6 +16,7 @@ import { PROMPT_CACHE_PREFIX } from '../../../src/shared/prompt-cache';
 import { holdReplyEnds, noEndBias } from '../../helpers/hold-replies';
 import { slowModel } from '../../helpers/models';
 import { failure } from '../../helpers/rejection';
+import { scriptedPackage } from '../../helpers/scripted-model';
 import {
   budget,
   eventually,
@@ -1096,6 +1100,74 @@ describe('tool calls', () => {
     expect(err.status).toBe(400);
     expect(err.param).toBe('tools[0].function.parameters.properties.s.pattern');
     expect(err.message).toMatch(/let the model choose/);
+  });
+});
+
+describe('a call whose arguments repeat a key', () => {
+  // A package whose model writes one Hermes call whose free-form arguments name "a" twice (the grammar holds no
+  // keys distinct); a template that shows the tools (no long description of them: the script holds only for a
+  // prompt read in one run) and whose model writes calls in the Hermes form. On a server without the prompt
+  // cache, which would give the second request a cached prompt.
+  const CALL = '<tool_call>\n{"name": "f", "arguments": {"a": 1, "a": 2}}\n</tool_call>';
+  const TEMPLATE =
+    '{# calls: <tool_call>{"name": …, "arguments": …}</tool_call> #}{% for t in tools %}{{ t.function.name }};{% endfor %}' +
+    '{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}';
+  let cold: TestServer;
+  let dir: string;
+  let model: string;
+  beforeAll(async () => {
+    dir = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-repeated-key-'));
+    const pkg = scriptedPackage(dir, {
+      template: TEMPLATE,
+      specials: ['<|end|>'],
+      ends: ['<|end|>'],
+      script: (p) => p.tokenizer.encode(CALL, { addSpecialTokens: false }),
+    });
+    cold = await startTestServer({ kvBudgetBytes: BUDGET, promptCacheSessions: 0 }, { loadDefault: false });
+    const loaded = await cold.hostApi.call('loadModel', { path: pkg.dir });
+    if (!loaded.ok) throw new Error(loaded.error.message);
+    model = loaded.value.id;
+  }, 60_000);
+  afterAll(async () => {
+    await cold?.close();
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  it('is a call streamed and whole alike, read as JSON.parse reads it (the last "a")', async () => {
+    const request = {
+      model,
+      messages: hi,
+      tools: [{ type: 'function' as const, function: { name: 'f', parameters: { type: 'object' } } }],
+      max_tokens: 64,
+      temperature: 0,
+    };
+    const c = openaiClient(cold.url);
+    const whole = (await c.chat.completions.create(request)).choices[0];
+    expect(whole?.finish_reason).toBe('tool_calls');
+    expect(whole?.message.content).toBeNull();
+    const call = whole?.message.tool_calls?.[0] as { function: { name: string; arguments: string } } | undefined;
+    expect(whole?.message.tool_calls).toHaveLength(1);
+    expect(call?.function).toEqual({ name: 'f', arguments: '{"a":2}' });
+
+    let content = '';
+    let finish: string | null = null;
+    let args = '';
+    const names: string[] = [];
+    for await (const part of await c.chat.completions.create({ ...request, stream: true })) {
+      const choice = part.choices[0];
+      if (!choice) continue;
+      content += choice.delta.content ?? '';
+      for (const d of choice.delta.tool_calls ?? []) {
+        if (d.function?.name) names.push(d.function.name);
+        args += d.function?.arguments ?? '';
+      }
+      finish = choice.finish_reason ?? finish;
+    }
+    // The call streamed is the reply's call: not taken back as text at the end.
+    expect(content).toBe('');
+    expect(finish).toBe('tool_calls');
+    expect(names).toEqual(['f']);
+    expect(JSON.parse(args)).toEqual(JSON.parse(call?.function.arguments ?? ''));
   });
 });
 
