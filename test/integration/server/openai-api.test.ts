@@ -13,6 +13,7 @@ import { zodResponseFormat } from 'openai/helpers/zod';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
 import { PROMPT_CACHE_PREFIX } from '../../../src/shared/prompt-cache';
+import { fixture, haveFixtures } from '../../helpers/fixtures';
 import { holdReplyEnds, noEndBias } from '../../helpers/hold-replies';
 import { slowModel } from '../../helpers/models';
 import { failure } from '../../helpers/rejection';
@@ -569,6 +570,14 @@ describe('completions', () => {
   });
 });
 
+/** A completion token's bytes: its text, or the bytes a `bytes:\xNN…` name spells. */
+function tokenBytes(token: string): Buffer {
+  if (!token.startsWith('bytes:')) return Buffer.from(token, 'utf8');
+  const hex = token.slice('bytes:'.length);
+  expect(hex).toMatch(/^(\\x[0-9a-f]{2})+$/);
+  return Buffer.from(hex.replaceAll('\\x', ''), 'hex');
+}
+
 describe('logprobs, penalties, logit bias and JSON mode', () => {
   // The default model's end tokens, banned so that replies run to max_tokens.
   const noEnd = { '509': -100, '511': -100 };
@@ -630,7 +639,7 @@ describe('logprobs, penalties, logit bias and JSON mode', () => {
       expect(Object.keys(top).length).toBeGreaterThanOrEqual(1);
       expect(Object.keys(top).length).toBeLessThanOrEqual(3);
       const offset = lp.text_offset?.[i] as number;
-      if (!token.includes('\ufffd')) expect(choice.text.slice(offset, offset + token.length)).toBe(token);
+      if (!token.startsWith('bytes:')) expect(choice.text.slice(offset, offset + token.length)).toBe(token);
     }
   });
 
@@ -661,14 +670,16 @@ describe('logprobs, penalties, logit bias and JSON mode', () => {
       const at = offsets[i] as number;
       if (i > 0) expect(at, `token ${i}`).toBeGreaterThanOrEqual(offsets[i - 1] as number);
       // A token that is a piece of a character points at that character; a whole one at its own text.
-      if (token.includes('\ufffd')) expect(Buffer.byteLength(chars[at] ?? ''), `token ${i}`).toBeGreaterThan(1);
+      if (token.startsWith('bytes:')) expect(Buffer.byteLength(chars[at] ?? ''), `token ${i}`).toBeGreaterThan(1);
       else
         expect(chars.slice(at).join('').startsWith(token), `token ${i} ${JSON.stringify(token)} at ${at}`).toBe(true);
     }
     // The reply spelled characters in pieces, and wrote whole tokens after them.
-    const pieceAt = tokens.findIndex((tk) => tk.includes('\ufffd'));
+    const pieceAt = tokens.findIndex((tk) => tk.startsWith('bytes:'));
     expect(pieceAt, 'a token ends mid-character').toBeGreaterThanOrEqual(0);
-    expect(tokens.slice(pieceAt).some((tk) => !tk.includes('\ufffd') && tk !== '"' && tk !== '}')).toBe(true);
+    expect(tokens.slice(pieceAt).some((tk) => !tk.startsWith('bytes:') && tk !== '"' && tk !== '}')).toBe(true);
+    // Each piece named by its bytes (\xNN, as OpenAI's legacy API names them): together the tokens are the text.
+    expect(Buffer.concat(tokens.map(tokenBytes)).toString('utf8')).toBe(choice.text);
     const stream = await client.completions.create({ ...body, stream: true } as OpenAI.CompletionCreateParamsStreaming);
     const streamed = { tokens: [] as string[], offsets: [] as number[] };
     for await (const ch of stream) {
@@ -677,6 +688,66 @@ describe('logprobs, penalties, logit bias and JSON mode', () => {
     }
     expect(streamed).toEqual({ tokens, offsets });
   });
+
+  it.skipIf(!haveFixtures)(
+    'completions: top_logprobs holds N tokens, pieces of characters each a key of its own (bytes:\\xNN), the chosen one with its own logprob',
+    async () => {
+      // tiny-random-gpt2's byte-level vocabulary: these rows' alternatives are many single bytes, the second row's
+      // reply pieces of characters.
+      const dir = fixture('onnxruntime-genai/tiny-random-gpt2-fp32');
+      const loaded = await t.hostApi.call('loadModel', { path: dir });
+      if (!loaded.ok) throw new Error(loaded.error.message);
+      const model = loaded.value.id;
+      try {
+        const body = {
+          model,
+          prompt: [
+            [0, 0, 0, 52],
+            [0, 0, 195, 731],
+            [100, 150, 120],
+          ],
+          max_tokens: 4,
+          temperature: 0,
+          logprobs: 20,
+        };
+        const whole = await client.completions.create(body);
+        const stream = await client.completions.create({ ...body, stream: true });
+        const streamed: Array<{ tokens: string[]; top: Array<Record<string, number>> }> = [];
+        for await (const ch of stream) {
+          for (const c of ch.choices) {
+            const row = streamed[c.index] ?? { tokens: [], top: [] };
+            streamed[c.index] = row;
+            row.tokens.push(...(c.logprobs?.tokens ?? []));
+            row.top.push(...((c.logprobs?.top_logprobs ?? []) as Array<Record<string, number>>));
+          }
+        }
+        expect(whole.choices).toHaveLength(3);
+        let pieces = 0;
+        for (const choice of whole.choices) {
+          const lp = choice.logprobs as NonNullable<typeof choice.logprobs>;
+          const tokens = lp.tokens as string[];
+          const top = lp.top_logprobs as Array<Record<string, number>>;
+          for (const [i, token] of tokens.entries()) {
+            const keys = Object.keys(top[i] ?? {});
+            // 20 alternatives (OpenAI's N), and the chosen token beside them where it is not one (N + 1).
+            expect([20, 21], `choice ${choice.index} token ${i}: ${JSON.stringify(keys)}`).toContain(keys.length);
+            if (keys.length === 21) expect(keys[20]).toBe(token);
+            expect(top[i]?.[token]).toBe(lp.token_logprobs?.[i]);
+            pieces += keys.filter((k) => k.startsWith('bytes:')).length;
+            for (const k of keys) tokenBytes(k);
+          }
+          expect(Buffer.concat(tokens.map(tokenBytes)).toString('utf8')).toBe(choice.text);
+          expect(streamed[choice.index]).toEqual({ tokens, top });
+        }
+        expect(pieces).toBeGreaterThan(0);
+        expect(whole.choices[1]?.logprobs?.tokens?.slice(1).every((tk) => tk.startsWith('bytes:'))).toBe(true);
+      } finally {
+        expect((await t.hostApi.call('unloadModel', { id: model })).ok).toBe(true);
+        // Out of the library too (the fixture's files stay): the other tests' model lists are the default alone.
+        expect((await t.hostApi.call('forgetModel', { root: dir })).ok).toBe(true);
+      }
+    },
+  );
 
   it('frequency and presence penalties change a greedy reply; logit bias forces a token', async () => {
     const ask = (extra: Record<string, unknown>) =>

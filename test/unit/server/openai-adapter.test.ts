@@ -736,11 +736,11 @@ describe('responses', () => {
       refusal: null,
     });
     expect(logprobsJson('completion', tokens)).toEqual({
-      tokens: [' a', '\ufffd'],
+      tokens: [' a', 'bytes:\\xe2'],
       token_logprobs: [-0.5, -2],
       top_logprobs: [
         { ' b': -0.25, ' a': -0.5 },
-        { x: -1, '\ufffd': -2 },
+        { x: -1, 'bytes:\\xe2': -2 },
       ],
       text_offset: [0, 2],
     });
@@ -750,5 +750,45 @@ describe('responses', () => {
     const choices = body.choices as Array<Record<string, unknown>>;
     expect(choices[0]?.logprobs).toEqual(logprobsJson('chat', tokens));
     expect(choices[1]?.logprobs).toBeNull();
+  });
+
+  it("name a completion's pieces of characters by their bytes, each its own key, the chosen token's logprob its own", () => {
+    const piece = (id: number, bytes: number[], logprob: number) => ({
+      id,
+      token: Buffer.from(bytes).toString('utf8'),
+      bytes,
+      logprob,
+    });
+    const alts = [
+      piece(10, [0xe2, 0x80], -1),
+      piece(11, [0x99], -1.5),
+      piece(12, [0x20, 0xf0, 0x9f], -2),
+      // A whole character, even U+FFFD itself, is its text.
+      piece(13, [0xef, 0xbf, 0xbd], -2.5),
+      piece(14, [0xc3, 0xa9], -3),
+      // Keys an object's prototype would hide.
+      piece(15, [...Buffer.from('constructor')], -3.5),
+      piece(16, [...Buffer.from('__proto__')], -4),
+    ];
+    // The chosen token is the second piece (not the first with U+FFFD as its text), then one outside the top.
+    const tokens = [
+      { ...piece(11, [0x99], -1.5), textOffset: 0, top: alts },
+      { ...piece(17, [0xa9], -9), textOffset: 1, top: alts },
+    ];
+    const lp = logprobsJson('completion', tokens) as { tokens: string[]; top_logprobs: Array<Record<string, number>> };
+    expect(lp.tokens).toEqual(['bytes:\\x99', 'bytes:\\xa9']);
+    const top = [
+      ['bytes:\\xe2\\x80', -1],
+      ['bytes:\\x99', -1.5],
+      ['bytes:\\x20\\xf0\\x9f', -2],
+      ['\ufffd', -2.5],
+      ['é', -3],
+      ['constructor', -3.5],
+      ['__proto__', -4],
+    ];
+    // (As the client reads the JSON: JSON.parse makes "__proto__" a key like the others.)
+    const [first, second] = lp.top_logprobs.map((m) => Object.entries(JSON.parse(JSON.stringify(m))));
+    expect(first).toEqual(top);
+    expect(second).toEqual([...top, ['bytes:\\xa9', -9]]);
   });
 });
