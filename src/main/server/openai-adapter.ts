@@ -139,15 +139,22 @@ export function boolean(body: Body, key: string): boolean | undefined {
 
 /** Parameters that change what OpenAI would return and that kvdesk cannot honour: refused, never ignored. */
 function refuseUnsupported(body: Body): void {
+  // (Empty: null, "", [] or {}, which ask for nothing.)
   const nonEmpty = (k: string) => {
     const v = body[k];
     return (
       present(body, k) &&
+      v !== '' &&
       !(Array.isArray(v) && v.length === 0) &&
       !(typeof v === 'object' && v !== null && !Array.isArray(v) && Object.keys(v).length === 0)
     );
   };
-  if (nonEmpty('suffix')) throw bad('"suffix" is not supported by kvdesk; send the request without it.', 'suffix');
+  if (nonEmpty('suffix')) {
+    throw bad(
+      '"suffix" (text after the completion: fill-in-the-middle) is not supported by kvdesk; send the request without it.',
+      'suffix',
+    );
+  }
   // The deprecated forms of tools.
   if (nonEmpty('functions')) throw bad('"functions" is deprecated and not supported: send "tools".', 'functions');
   if (present(body, 'function_call') && body.function_call !== 'none' && body.function_call !== 'auto') {

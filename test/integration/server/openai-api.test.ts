@@ -1519,6 +1519,21 @@ describe('refusals', () => {
     expect(nucleus.choices[0]?.message.content).toBe(greedy.choices[0]?.message.content);
   });
 
+  it('takes an empty suffix as none: the reply of the same request without it', async () => {
+    // "" asks for no text after the completion: the request is one without a suffix.
+    const plain = await client.completions.create({ model: 'default', prompt: 'a', max_tokens: 2, temperature: 0 });
+    const suffixed = await client.completions.create({
+      model: 'default',
+      prompt: 'a',
+      max_tokens: 2,
+      temperature: 0,
+      suffix: '',
+    });
+    expect(suffixed.choices[0]?.text).toBe(plain.choices[0]?.text);
+    const filled = await apiError(client.completions.create({ model: 'default', prompt: 'a', suffix: 'z' }));
+    expect(filled.param).toBe('suffix');
+  });
+
   it('400 invalid_json for a body that is not JSON', async () => {
     const res = await fetch(`${t.url}/v1/chat/completions`, {
       method: 'POST',

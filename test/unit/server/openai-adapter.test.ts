@@ -283,6 +283,12 @@ describe('mapOpenAiRequest', () => {
     }
   });
 
+  it('takes an empty suffix as none', () => {
+    for (const extra of [{ suffix: '' }, { suffix: null }, { suffix: [] }]) {
+      expect(mapOpenAiRequest('completion', { model: 'm', prompt: 'a', ...extra }).request.prompt).toBe('a');
+    }
+  });
+
   it('maps penalties, logit bias, logprobs and JSON mode', () => {
     const c = mapOpenAiRequest(
       'chat',
