@@ -155,6 +155,31 @@ function refuseUnsupported(body: Body): void {
       'suffix',
     );
   }
+  // Output other than text: kvdesk's models write text.
+  if (present(body, 'modalities')) {
+    const m = body.modalities;
+    if (!Array.isArray(m)) throw bad('"modalities" must be an array such as ["text"].', 'modalities');
+    for (const [i, v] of m.entries()) {
+      if (v === 'text') continue;
+      throw bad(
+        `"modalities" value ${JSON.stringify(v)} is not supported: kvdesk's models write text only. Send "modalities": ["text"], or leave it out.`,
+        `modalities[${i}]`,
+      );
+    }
+  }
+  if (present(body, 'audio')) {
+    throw bad(
+      '"audio" (spoken output) is not supported: kvdesk\'s models write text only. Send the request without it (and without "audio" in "modalities").',
+      'audio',
+    );
+  }
+  // Even {}: OpenAI searches the web with its defaults.
+  if (present(body, 'web_search_options')) {
+    throw bad(
+      '"web_search_options" is not supported: kvdesk does not search the web. Send the request without it, or give the model a search function in "tools".',
+      'web_search_options',
+    );
+  }
   // The deprecated forms of tools.
   if (nonEmpty('functions')) throw bad('"functions" is deprecated and not supported: send "tools".', 'functions');
   if (present(body, 'function_call') && body.function_call !== 'none' && body.function_call !== 'auto') {

@@ -1519,6 +1519,28 @@ describe('refusals', () => {
     expect(nucleus.choices[0]?.message.content).toBe(greedy.choices[0]?.message.content);
   });
 
+  it('400 for what would change the reply and kvdesk cannot do (audio out, a web search); modalities ["text"] is taken', async () => {
+    const refused: Array<[Record<string, unknown>, string]> = [
+      [{ modalities: ['text', 'audio'], audio: { voice: 'alloy', format: 'wav' } }, 'modalities[1]'],
+      [{ audio: { voice: 'alloy', format: 'wav' } }, 'audio'],
+      [{ web_search_options: {} }, 'web_search_options'],
+    ];
+    for (const [extra, param] of refused) {
+      const body = { model: 'default', messages: hi, max_tokens: 2, ...extra };
+      const err = await apiError(client.chat.completions.create(body as OpenAI.ChatCompletionCreateParamsNonStreaming));
+      expect(err.status, JSON.stringify(extra)).toBe(400);
+      expect(err.param).toBe(param);
+      expect(err.message).toMatch(/not supported: kvdesk/);
+    }
+    const text = await client.chat.completions.create({
+      model: 'default',
+      messages: hi,
+      max_tokens: 2,
+      modalities: ['text'],
+    });
+    expect(text.choices[0]?.finish_reason).toBeDefined();
+  });
+
   it('takes an empty suffix as none: the reply of the same request without it', async () => {
     // "" asks for no text after the completion: the request is one without a suffix.
     const plain = await client.completions.create({ model: 'default', prompt: 'a', max_tokens: 2, temperature: 0 });

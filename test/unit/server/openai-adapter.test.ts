@@ -274,6 +274,11 @@ describe('mapOpenAiRequest', () => {
       ['completion', { model: 'm', prompt: 'a', echo: true }, 'echo'],
       ['completion', { model: 'm', prompt: 'a', suffix: 'z' }, 'suffix'],
       ['completion', { model: 'm', prompt: 'a', best_of: 3 }, 'best_of'],
+      ['chat', chat({ modalities: ['text', 'audio'] }), 'modalities[1]'],
+      ['chat', chat({ modalities: 'text' }), 'modalities'],
+      ['chat', chat({ audio: { voice: 'alloy', format: 'wav' } }), 'audio'],
+      ['chat', chat({ web_search_options: {} }), 'web_search_options'],
+      ['chat', chat({ web_search_options: { search_context_size: 'low' } }), 'web_search_options'],
     ];
     for (const [kind, body, param] of cases) {
       const err = refusal(() => mapOpenAiRequest(kind as 'chat' | 'completion', body));
@@ -287,6 +292,20 @@ describe('mapOpenAiRequest', () => {
     for (const extra of [{ suffix: '' }, { suffix: null }, { suffix: [] }]) {
       expect(mapOpenAiRequest('completion', { model: 'm', prompt: 'a', ...extra }).request.prompt).toBe('a');
     }
+  });
+
+  it('takes modalities ["text"], and audio or web_search_options null, as asking for nothing', () => {
+    for (const extra of [{ modalities: ['text'] }, { modalities: [] }, { audio: null }, { web_search_options: null }]) {
+      expect(mapOpenAiRequest('chat', chat(extra)).request.messages).toEqual([{ role: 'user', content: 'hi' }]);
+    }
+  });
+
+  it('says what to do with output kvdesk cannot write (audio) or a web search it cannot make', () => {
+    const message = (extra: Record<string, unknown>) =>
+      refusal(() => mapOpenAiRequest('chat', chat(extra))).body.error.message;
+    expect(message({ modalities: ['text', 'audio'] })).toMatch(/"audio".*text only.*\["text"\]/);
+    expect(message({ audio: { voice: 'alloy', format: 'wav' } })).toMatch(/"audio".*without it/);
+    expect(message({ web_search_options: {} })).toMatch(/does not search the web.*"tools"/);
   });
 
   it('maps penalties, logit bias, logprobs and JSON mode', () => {
