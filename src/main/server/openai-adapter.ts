@@ -139,15 +139,47 @@ export function boolean(body: Body, key: string): boolean | undefined {
 
 /** Parameters that change what OpenAI would return and that kvdesk cannot honour: refused, never ignored. */
 function refuseUnsupported(body: Body): void {
+  // (Empty: null, "", [] or {}, which ask for nothing.)
   const nonEmpty = (k: string) => {
     const v = body[k];
     return (
       present(body, k) &&
+      v !== '' &&
       !(Array.isArray(v) && v.length === 0) &&
       !(typeof v === 'object' && v !== null && !Array.isArray(v) && Object.keys(v).length === 0)
     );
   };
-  if (nonEmpty('suffix')) throw bad('"suffix" is not supported by kvdesk; send the request without it.', 'suffix');
+  if (nonEmpty('suffix')) {
+    throw bad(
+      '"suffix" (text after the completion: fill-in-the-middle) is not supported by kvdesk; send the request without it.',
+      'suffix',
+    );
+  }
+  // Output other than text: kvdesk's models write text.
+  if (present(body, 'modalities')) {
+    const m = body.modalities;
+    if (!Array.isArray(m)) throw bad('"modalities" must be an array such as ["text"].', 'modalities');
+    for (const [i, v] of m.entries()) {
+      if (v === 'text') continue;
+      throw bad(
+        `"modalities" value ${JSON.stringify(v)} is not supported: kvdesk's models write text only. Send "modalities": ["text"], or leave it out.`,
+        `modalities[${i}]`,
+      );
+    }
+  }
+  if (present(body, 'audio')) {
+    throw bad(
+      '"audio" (spoken output) is not supported: kvdesk\'s models write text only. Send the request without it (and without "audio" in "modalities").',
+      'audio',
+    );
+  }
+  // Even {}: OpenAI searches the web with its defaults.
+  if (present(body, 'web_search_options')) {
+    throw bad(
+      '"web_search_options" is not supported: kvdesk does not search the web. Send the request without it, or give the model a search function in "tools".',
+      'web_search_options',
+    );
+  }
   // The deprecated forms of tools.
   if (nonEmpty('functions')) throw bad('"functions" is deprecated and not supported: send "tools".', 'functions');
   if (present(body, 'function_call') && body.function_call !== 'none' && body.function_call !== 'auto') {
@@ -778,9 +810,27 @@ export class CharOffsets {
   }
 }
 
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+/**
+ * A token as the legacy completions API names it: its text, or, for one that holds a piece of a character (bytes
+ * that are not UTF-8 on their own, each such piece written U+FFFD in its text), `bytes:` and each of its bytes as
+ * `\xNN`, as OpenAI's names it (`bytes:\xe2\x80`): such tokens are then keys of their own in `top_logprobs`.
+ */
+function legacyToken(t: TokenLogprob): string {
+  if (!t.token.includes('\ufffd')) return t.token;
+  try {
+    utf8.decode(Uint8Array.from(t.bytes));
+    return t.token;
+  } catch {
+    return `bytes:${t.bytes.map((b) => `\\x${b.toString(16).padStart(2, '0')}`).join('')}`;
+  }
+}
+
 /**
  * The `logprobs` of a choice (or of one streamed chunk's tokens): chat's `content` list, or the legacy
- * completions arrays, whose `top_logprobs` maps token text to log-probability and always holds the chosen token.
+ * completions arrays, whose `top_logprobs` maps each token (named by legacyToken) to its log-probability and always
+ * holds the chosen token's own.
  * A completion's `text_offset` is in characters of its text: `chars` reads the host's offsets in it (without it,
  * they stay in UTF-16 code units).
  */
@@ -794,12 +844,18 @@ export function logprobsJson(
     return { content: tokens.map((t) => ({ ...chatToken(t), top_logprobs: t.top.map(chatToken) })), refusal: null };
   }
   return {
-    tokens: tokens.map((t) => t.token),
+    tokens: tokens.map(legacyToken),
     token_logprobs: tokens.map((t) => t.logprob),
     top_logprobs: tokens.map((t) => {
-      const top: Record<string, number> = {};
-      for (const alt of t.top) if (!(alt.token in top)) top[alt.token] = alt.logprob;
-      if (!(t.token in top)) top[t.token] = t.logprob;
+      // (No prototype: a token "constructor" or "__proto__" is a key like any other.)
+      const top: Record<string, number> = Object.create(null);
+      // Most likely first: of two tokens with the same bytes (SentencePiece's <0x41> and A), the likelier one.
+      for (const alt of t.top) {
+        const key = legacyToken(alt);
+        if (!(key in top)) top[key] = alt.logprob;
+      }
+      // The chosen token's own, under its own key, whatever another token of the same text had.
+      top[legacyToken(t)] = t.logprob;
       return top;
     }),
     text_offset: tokens.map((t) => (chars ? chars.at(t.textOffset) : t.textOffset)),

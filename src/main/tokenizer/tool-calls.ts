@@ -134,6 +134,15 @@ export function toolsSystemText(tools: readonly ToolDefinition[]): string {
   ].join('\n');
 }
 
+/**
+ * JSON text read with its numbers as written (lossless-json's numbers). A repeated key, which lossless-json would
+ * refuse, is read as JSON.parse reads it, the last one winning: a free-form object's keys are not held distinct, so
+ * a call the engine wrote (and may have streamed) must read as one.
+ */
+function readJson(text: string): unknown {
+  return losslessParse(text, null, { onDuplicateKey: ({ newValue }) => newValue });
+}
+
 /** A call's arguments as the template sees them: the object when the text is JSON (transformers' form). */
 function parsedArguments(text: string): unknown {
   try {
@@ -151,9 +160,9 @@ function parsedArguments(text: string): unknown {
 function templateArguments(text: string): unknown {
   let value: unknown;
   try {
-    value = losslessParse(text);
+    value = readJson(text);
   } catch {
-    // Not JSON, or JSON that lossless-json refuses (a repeated key): as JSON.parse reads it.
+    // Not JSON: as JSON.parse reads it (the text itself).
     return parsedArguments(text);
   }
   const exact = (v: unknown): unknown => {
@@ -187,7 +196,7 @@ export function isJsonObjectText(text: string): boolean {
 function hermesText(call: ToolCall): string {
   let args: unknown;
   try {
-    args = losslessParse(call.arguments);
+    args = readJson(call.arguments);
   } catch {
     args = call.arguments;
   }
@@ -675,7 +684,7 @@ export function createToolCallFilter(
     let value: unknown;
     try {
       // Numbers kept as written: 9e999 or 12345678901234567890 go to the tool as the model wrote them.
-      value = losslessParse(buffer.slice(from, end));
+      value = readJson(buffer.slice(from, end));
     } catch {
       return null;
     }

@@ -4,15 +4,20 @@
  * chat and completions, stream and not, n, stop, usage, budget caps, and
  * every refusal with its status code and numbers.
  */
+import { mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
 import Ajv from 'ajv';
 import OpenAI from 'openai';
 import { zodResponseFormat } from 'openai/helpers/zod';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
 import { PROMPT_CACHE_PREFIX } from '../../../src/shared/prompt-cache';
+import { fixture, haveFixtures } from '../../helpers/fixtures';
 import { holdReplyEnds, noEndBias } from '../../helpers/hold-replies';
 import { slowModel } from '../../helpers/models';
 import { failure } from '../../helpers/rejection';
+import { scriptedPackage } from '../../helpers/scripted-model';
 import {
   budget,
   eventually,
@@ -576,6 +581,14 @@ describe('completions', () => {
   });
 });
 
+/** A completion token's bytes: its text, or the bytes a `bytes:\xNN…` name spells. */
+function tokenBytes(token: string): Buffer {
+  if (!token.startsWith('bytes:')) return Buffer.from(token, 'utf8');
+  const hex = token.slice('bytes:'.length);
+  expect(hex).toMatch(/^(\\x[0-9a-f]{2})+$/);
+  return Buffer.from(hex.replaceAll('\\x', ''), 'hex');
+}
+
 describe('logprobs, penalties, logit bias and JSON mode', () => {
   // The default model's end tokens, banned so that replies run to max_tokens.
   const noEnd = { '509': -100, '511': -100 };
@@ -637,7 +650,7 @@ describe('logprobs, penalties, logit bias and JSON mode', () => {
       expect(Object.keys(top).length).toBeGreaterThanOrEqual(1);
       expect(Object.keys(top).length).toBeLessThanOrEqual(3);
       const offset = lp.text_offset?.[i] as number;
-      if (!token.includes('\ufffd')) expect(choice.text.slice(offset, offset + token.length)).toBe(token);
+      if (!token.startsWith('bytes:')) expect(choice.text.slice(offset, offset + token.length)).toBe(token);
     }
   });
 
@@ -668,14 +681,16 @@ describe('logprobs, penalties, logit bias and JSON mode', () => {
       const at = offsets[i] as number;
       if (i > 0) expect(at, `token ${i}`).toBeGreaterThanOrEqual(offsets[i - 1] as number);
       // A token that is a piece of a character points at that character; a whole one at its own text.
-      if (token.includes('\ufffd')) expect(Buffer.byteLength(chars[at] ?? ''), `token ${i}`).toBeGreaterThan(1);
+      if (token.startsWith('bytes:')) expect(Buffer.byteLength(chars[at] ?? ''), `token ${i}`).toBeGreaterThan(1);
       else
         expect(chars.slice(at).join('').startsWith(token), `token ${i} ${JSON.stringify(token)} at ${at}`).toBe(true);
     }
     // The reply spelled characters in pieces, and wrote whole tokens after them.
-    const pieceAt = tokens.findIndex((tk) => tk.includes('\ufffd'));
+    const pieceAt = tokens.findIndex((tk) => tk.startsWith('bytes:'));
     expect(pieceAt, 'a token ends mid-character').toBeGreaterThanOrEqual(0);
-    expect(tokens.slice(pieceAt).some((tk) => !tk.includes('\ufffd') && tk !== '"' && tk !== '}')).toBe(true);
+    expect(tokens.slice(pieceAt).some((tk) => !tk.startsWith('bytes:') && tk !== '"' && tk !== '}')).toBe(true);
+    // Each piece named by its bytes (\xNN, as OpenAI's legacy API names them): together the tokens are the text.
+    expect(Buffer.concat(tokens.map(tokenBytes)).toString('utf8')).toBe(choice.text);
     const stream = await client.completions.create({ ...body, stream: true } as OpenAI.CompletionCreateParamsStreaming);
     const streamed = { tokens: [] as string[], offsets: [] as number[] };
     for await (const ch of stream) {
@@ -684,6 +699,66 @@ describe('logprobs, penalties, logit bias and JSON mode', () => {
     }
     expect(streamed).toEqual({ tokens, offsets });
   });
+
+  it.skipIf(!haveFixtures)(
+    'completions: top_logprobs holds N tokens, pieces of characters each a key of its own (bytes:\\xNN), the chosen one with its own logprob',
+    async () => {
+      // tiny-random-gpt2's byte-level vocabulary: these rows' alternatives are many single bytes, the second row's
+      // reply pieces of characters.
+      const dir = fixture('onnxruntime-genai/tiny-random-gpt2-fp32');
+      const loaded = await t.hostApi.call('loadModel', { path: dir });
+      if (!loaded.ok) throw new Error(loaded.error.message);
+      const model = loaded.value.id;
+      try {
+        const body = {
+          model,
+          prompt: [
+            [0, 0, 0, 52],
+            [0, 0, 195, 731],
+            [100, 150, 120],
+          ],
+          max_tokens: 4,
+          temperature: 0,
+          logprobs: 20,
+        };
+        const whole = await client.completions.create(body);
+        const stream = await client.completions.create({ ...body, stream: true });
+        const streamed: Array<{ tokens: string[]; top: Array<Record<string, number>> }> = [];
+        for await (const ch of stream) {
+          for (const c of ch.choices) {
+            const row = streamed[c.index] ?? { tokens: [], top: [] };
+            streamed[c.index] = row;
+            row.tokens.push(...(c.logprobs?.tokens ?? []));
+            row.top.push(...((c.logprobs?.top_logprobs ?? []) as Array<Record<string, number>>));
+          }
+        }
+        expect(whole.choices).toHaveLength(3);
+        let pieces = 0;
+        for (const choice of whole.choices) {
+          const lp = choice.logprobs as NonNullable<typeof choice.logprobs>;
+          const tokens = lp.tokens as string[];
+          const top = lp.top_logprobs as Array<Record<string, number>>;
+          for (const [i, token] of tokens.entries()) {
+            const keys = Object.keys(top[i] ?? {});
+            // 20 alternatives (OpenAI's N), and the chosen token beside them where it is not one (N + 1).
+            expect([20, 21], `choice ${choice.index} token ${i}: ${JSON.stringify(keys)}`).toContain(keys.length);
+            if (keys.length === 21) expect(keys[20]).toBe(token);
+            expect(top[i]?.[token]).toBe(lp.token_logprobs?.[i]);
+            pieces += keys.filter((k) => k.startsWith('bytes:')).length;
+            for (const k of keys) tokenBytes(k);
+          }
+          expect(Buffer.concat(tokens.map(tokenBytes)).toString('utf8')).toBe(choice.text);
+          expect(streamed[choice.index]).toEqual({ tokens, top });
+        }
+        expect(pieces).toBeGreaterThan(0);
+        expect(whole.choices[1]?.logprobs?.tokens?.slice(1).every((tk) => tk.startsWith('bytes:'))).toBe(true);
+      } finally {
+        expect((await t.hostApi.call('unloadModel', { id: model })).ok).toBe(true);
+        // Out of the library too (the fixture's files stay): the other tests' model lists are the default alone.
+        expect((await t.hostApi.call('forgetModel', { root: dir })).ok).toBe(true);
+      }
+    },
+  );
 
   it('frequency and presence penalties change a greedy reply; logit bias forces a token', async () => {
     const ask = (extra: Record<string, unknown>) =>
@@ -1110,6 +1185,74 @@ describe('tool calls', () => {
   });
 });
 
+describe('a call whose arguments repeat a key', () => {
+  // A package whose model writes one Hermes call whose free-form arguments name "a" twice (the grammar holds no
+  // keys distinct); a template that shows the tools (no long description of them: the script holds only for a
+  // prompt read in one run) and whose model writes calls in the Hermes form. On a server without the prompt
+  // cache, which would give the second request a cached prompt.
+  const CALL = '<tool_call>\n{"name": "f", "arguments": {"a": 1, "a": 2}}\n</tool_call>';
+  const TEMPLATE =
+    '{# calls: <tool_call>{"name": …, "arguments": …}</tool_call> #}{% for t in tools %}{{ t.function.name }};{% endfor %}' +
+    '{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}';
+  let cold: TestServer;
+  let dir: string;
+  let model: string;
+  beforeAll(async () => {
+    dir = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-repeated-key-'));
+    const pkg = scriptedPackage(dir, {
+      template: TEMPLATE,
+      specials: ['<|end|>'],
+      ends: ['<|end|>'],
+      script: (p) => p.tokenizer.encode(CALL, { addSpecialTokens: false }),
+    });
+    cold = await startTestServer({ kvBudgetBytes: BUDGET, promptCacheSessions: 0 }, { loadDefault: false });
+    const loaded = await cold.hostApi.call('loadModel', { path: pkg.dir });
+    if (!loaded.ok) throw new Error(loaded.error.message);
+    model = loaded.value.id;
+  }, 60_000);
+  afterAll(async () => {
+    await cold?.close();
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  it('is a call streamed and whole alike, read as JSON.parse reads it (the last "a")', async () => {
+    const request = {
+      model,
+      messages: hi,
+      tools: [{ type: 'function' as const, function: { name: 'f', parameters: { type: 'object' } } }],
+      max_tokens: 64,
+      temperature: 0,
+    };
+    const c = openaiClient(cold.url);
+    const whole = (await c.chat.completions.create(request)).choices[0];
+    expect(whole?.finish_reason).toBe('tool_calls');
+    expect(whole?.message.content).toBeNull();
+    const call = whole?.message.tool_calls?.[0] as { function: { name: string; arguments: string } } | undefined;
+    expect(whole?.message.tool_calls).toHaveLength(1);
+    expect(call?.function).toEqual({ name: 'f', arguments: '{"a":2}' });
+
+    let content = '';
+    let finish: string | null = null;
+    let args = '';
+    const names: string[] = [];
+    for await (const part of await c.chat.completions.create({ ...request, stream: true })) {
+      const choice = part.choices[0];
+      if (!choice) continue;
+      content += choice.delta.content ?? '';
+      for (const d of choice.delta.tool_calls ?? []) {
+        if (d.function?.name) names.push(d.function.name);
+        args += d.function?.arguments ?? '';
+      }
+      finish = choice.finish_reason ?? finish;
+    }
+    // The call streamed is the reply's call: not taken back as text at the end.
+    expect(content).toBe('');
+    expect(finish).toBe('tool_calls');
+    expect(names).toEqual(['f']);
+    expect(JSON.parse(args)).toEqual(JSON.parse(call?.function.arguments ?? ''));
+  });
+});
+
 describe('refusals', () => {
   it('400 context_length_exceeded with the prompt and context sizes', async () => {
     const err = await apiError(
@@ -1385,6 +1528,43 @@ describe('refusals', () => {
       temperature: 0,
     });
     expect(nucleus.choices[0]?.message.content).toBe(greedy.choices[0]?.message.content);
+  });
+
+  it('400 for what would change the reply and kvdesk cannot do (audio out, a web search); modalities ["text"] is taken', async () => {
+    const refused: Array<[Record<string, unknown>, string]> = [
+      [{ modalities: ['text', 'audio'], audio: { voice: 'alloy', format: 'wav' } }, 'modalities[1]'],
+      [{ audio: { voice: 'alloy', format: 'wav' } }, 'audio'],
+      [{ web_search_options: {} }, 'web_search_options'],
+    ];
+    for (const [extra, param] of refused) {
+      const body = { model: 'default', messages: hi, max_tokens: 2, ...extra };
+      const err = await apiError(client.chat.completions.create(body as OpenAI.ChatCompletionCreateParamsNonStreaming));
+      expect(err.status, JSON.stringify(extra)).toBe(400);
+      expect(err.param).toBe(param);
+      expect(err.message).toMatch(/not supported: kvdesk/);
+    }
+    const text = await client.chat.completions.create({
+      model: 'default',
+      messages: hi,
+      max_tokens: 2,
+      modalities: ['text'],
+    });
+    expect(text.choices[0]?.finish_reason).toBeDefined();
+  });
+
+  it('takes an empty suffix as none: the reply of the same request without it', async () => {
+    // "" asks for no text after the completion: the request is one without a suffix.
+    const plain = await client.completions.create({ model: 'default', prompt: 'a', max_tokens: 2, temperature: 0 });
+    const suffixed = await client.completions.create({
+      model: 'default',
+      prompt: 'a',
+      max_tokens: 2,
+      temperature: 0,
+      suffix: '',
+    });
+    expect(suffixed.choices[0]?.text).toBe(plain.choices[0]?.text);
+    const filled = await apiError(client.completions.create({ model: 'default', prompt: 'a', suffix: 'z' }));
+    expect(filled.param).toBe('suffix');
   });
 
   it('400 invalid_json for a body that is not JSON', async () => {

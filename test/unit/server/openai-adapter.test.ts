@@ -274,6 +274,11 @@ describe('mapOpenAiRequest', () => {
       ['completion', { model: 'm', prompt: 'a', echo: true }, 'echo'],
       ['completion', { model: 'm', prompt: 'a', suffix: 'z' }, 'suffix'],
       ['completion', { model: 'm', prompt: 'a', best_of: 3 }, 'best_of'],
+      ['chat', chat({ modalities: ['text', 'audio'] }), 'modalities[1]'],
+      ['chat', chat({ modalities: 'text' }), 'modalities'],
+      ['chat', chat({ audio: { voice: 'alloy', format: 'wav' } }), 'audio'],
+      ['chat', chat({ web_search_options: {} }), 'web_search_options'],
+      ['chat', chat({ web_search_options: { search_context_size: 'low' } }), 'web_search_options'],
     ];
     for (const [kind, body, param] of cases) {
       const err = refusal(() => mapOpenAiRequest(kind as 'chat' | 'completion', body));
@@ -281,6 +286,26 @@ describe('mapOpenAiRequest', () => {
       expect(err.body.error.param, JSON.stringify(body)).toBe(param);
       expect(err.body.error.type).toBe('invalid_request_error');
     }
+  });
+
+  it('takes an empty suffix as none', () => {
+    for (const extra of [{ suffix: '' }, { suffix: null }, { suffix: [] }]) {
+      expect(mapOpenAiRequest('completion', { model: 'm', prompt: 'a', ...extra }).request.prompt).toBe('a');
+    }
+  });
+
+  it('takes modalities ["text"], and audio or web_search_options null, as asking for nothing', () => {
+    for (const extra of [{ modalities: ['text'] }, { modalities: [] }, { audio: null }, { web_search_options: null }]) {
+      expect(mapOpenAiRequest('chat', chat(extra)).request.messages).toEqual([{ role: 'user', content: 'hi' }]);
+    }
+  });
+
+  it('says what to do with output kvdesk cannot write (audio) or a web search it cannot make', () => {
+    const message = (extra: Record<string, unknown>) =>
+      refusal(() => mapOpenAiRequest('chat', chat(extra))).body.error.message;
+    expect(message({ modalities: ['text', 'audio'] })).toMatch(/"audio".*text only.*\["text"\]/);
+    expect(message({ audio: { voice: 'alloy', format: 'wav' } })).toMatch(/"audio".*without it/);
+    expect(message({ web_search_options: {} })).toMatch(/does not search the web.*"tools"/);
   });
 
   it('maps penalties, logit bias, logprobs and JSON mode', () => {
@@ -736,11 +761,11 @@ describe('responses', () => {
       refusal: null,
     });
     expect(logprobsJson('completion', tokens)).toEqual({
-      tokens: [' a', '\ufffd'],
+      tokens: [' a', 'bytes:\\xe2'],
       token_logprobs: [-0.5, -2],
       top_logprobs: [
         { ' b': -0.25, ' a': -0.5 },
-        { x: -1, '\ufffd': -2 },
+        { x: -1, 'bytes:\\xe2': -2 },
       ],
       text_offset: [0, 2],
     });
@@ -750,5 +775,45 @@ describe('responses', () => {
     const choices = body.choices as Array<Record<string, unknown>>;
     expect(choices[0]?.logprobs).toEqual(logprobsJson('chat', tokens));
     expect(choices[1]?.logprobs).toBeNull();
+  });
+
+  it("name a completion's pieces of characters by their bytes, each its own key, the chosen token's logprob its own", () => {
+    const piece = (id: number, bytes: number[], logprob: number) => ({
+      id,
+      token: Buffer.from(bytes).toString('utf8'),
+      bytes,
+      logprob,
+    });
+    const alts = [
+      piece(10, [0xe2, 0x80], -1),
+      piece(11, [0x99], -1.5),
+      piece(12, [0x20, 0xf0, 0x9f], -2),
+      // A whole character, even U+FFFD itself, is its text.
+      piece(13, [0xef, 0xbf, 0xbd], -2.5),
+      piece(14, [0xc3, 0xa9], -3),
+      // Keys an object's prototype would hide.
+      piece(15, [...Buffer.from('constructor')], -3.5),
+      piece(16, [...Buffer.from('__proto__')], -4),
+    ];
+    // The chosen token is the second piece (not the first with U+FFFD as its text), then one outside the top.
+    const tokens = [
+      { ...piece(11, [0x99], -1.5), textOffset: 0, top: alts },
+      { ...piece(17, [0xa9], -9), textOffset: 1, top: alts },
+    ];
+    const lp = logprobsJson('completion', tokens) as { tokens: string[]; top_logprobs: Array<Record<string, number>> };
+    expect(lp.tokens).toEqual(['bytes:\\x99', 'bytes:\\xa9']);
+    const top = [
+      ['bytes:\\xe2\\x80', -1],
+      ['bytes:\\x99', -1.5],
+      ['bytes:\\x20\\xf0\\x9f', -2],
+      ['\ufffd', -2.5],
+      ['é', -3],
+      ['constructor', -3.5],
+      ['__proto__', -4],
+    ];
+    // (As the client reads the JSON: JSON.parse makes "__proto__" a key like the others.)
+    const [first, second] = lp.top_logprobs.map((m) => Object.entries(JSON.parse(JSON.stringify(m))));
+    expect(first).toEqual(top);
+    expect(second).toEqual([...top, ['bytes:\\xa9', -9]]);
   });
 });

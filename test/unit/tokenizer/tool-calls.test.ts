@@ -139,6 +139,13 @@ describe('createToolCallFilter', () => {
     expect(sameForEveryChunking(HERMES, text).calls).toEqual([
       { name: 'search', arguments: '{"q":9e999,"id":12345678901234567890,"r":[1.50,-0.0E+2]}' },
     ]);
+    // A repeated key (free-form arguments do not hold keys distinct) reads as JSON.parse reads it, the last one
+    // winning, its numbers still as written: a call, not text.
+    const repeated = '<tool_call>\n{"name": "search", "arguments": {"a": 1, "a": 12345678901234567890}}\n</tool_call>';
+    expect(sameForEveryChunking(HERMES, repeated)).toEqual({
+      content: '',
+      calls: [{ name: 'search', arguments: '{"a":12345678901234567890}' }],
+    });
     // An arguments value that is a number is no arguments object.
     const number = 'A <tool_call>{"name": "search", "arguments": 5}</tool_call> B';
     expect(sameForEveryChunking(HERMES, number)).toEqual({ content: number, calls: [] });
@@ -468,6 +475,11 @@ describe('createToolCallFilter: arguments streamed as they are written', () => {
       '[TOOL_CALLS][{"name": "search", "arguments": {"q": "x"}}, {"name": "get_weather", "arguments": {"city": "Oslo"}}]',
     ],
     ['name[ARGS]', MISTRAL_ARGS, '[TOOL_CALLS]get_weather[ARGS]{"city": "Rome", "days": 3}'],
+    [
+      'Hermes, a key written twice',
+      HERMES,
+      '<tool_call>\n{"name": "search", "arguments": {"a": 1, "a": 2}}\n</tool_call>',
+    ],
     ['bare JSON', BARE_JSON, '{"name": "search", "parameters": {"q": "y"}}'],
     ['forced', HERMES, '{"name": "get_weather", "arguments": {"city": "Lima"}}', { forced: true }],
     ['forced name[ARGS]', MISTRAL_ARGS, '{"city": "Kyiv"}', { forced: true, forcedName: 'get_weather' }],
@@ -594,6 +606,18 @@ describe('toolChatTurns', () => {
     expect(messages[1]?.content).toBe(
       '<tool_call>\n{"name":"f","arguments":{"id":12345678901234567890,"big":1e400,"f":1.0,"p":0.1e1,"s":"1.0"}}\n</tool_call>',
     );
+  });
+
+  it('writes an earlier call whose arguments repeat a key as JSON.parse reads them (the last one), not as a string', () => {
+    const { messages } = toolChatTurns(
+      [
+        { role: 'user', content: 'go' },
+        { role: 'assistant', content: '', toolCalls: [{ id: 'c1', name: 'f', arguments: '{"a": 1, "a": 1e400}' }] },
+      ],
+      undefined,
+      false,
+    );
+    expect(messages[1]?.content).toBe('<tool_call>\n{"name":"f","arguments":{"a":1e400}}\n</tool_call>');
   });
 
   it("a template that reads tool calls writes an earlier call's numbers as the model wrote them", () => {
