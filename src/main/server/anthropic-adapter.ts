@@ -399,7 +399,7 @@ export type MessageEvent = { type: string } & Record<string, unknown>;
 
 /**
  * A reply's event stream: message_start; for each content block (a thinking model's reasoning, text, then a
- * tool_use per call; text after calls opens another text block) content_block_start, its deltas and
+ * tool_use per call; text after calls or reasoning opens another text block) content_block_start, its deltas and
  * content_block_stop; then message_delta with the stop reason and the whole usage, and message_stop.
  */
 export class MessageEvents {
@@ -463,10 +463,16 @@ export class MessageEvents {
     return out;
   }
 
-  /** Reasoning comes before anything else of the reply: its block opens with the first piece. */
+  /**
+   * Reasoning mostly comes before anything else of the reply: its block opens with the first piece. A model may
+   * reason again after text or a call (gpt-oss: a preamble, then another analysis message): the open text or
+   * tool_use block closes first, and text after the reasoning opens a new block.
+   */
   private thinking(out: MessageEvent[], reasoning: string | undefined): void {
     if (!reasoning) return;
     if (!this.thinkingOpen) {
+      this.closeText(out);
+      this.closeTool(out);
       out.push({ type: 'content_block_start', index: this.index, content_block: thinkingBlock('') });
       this.thinkingOpen = true;
     }

@@ -462,8 +462,8 @@ export type StreamEvent = { type: string; sequence_number: number } & Record<str
 
 /**
  * A response's event stream, from the host's frames: response.created and .in_progress; for each output item
- * (a message, a function call) its added, delta and done events in order — text after calls opens a new
- * message —; then response.completed (or .incomplete) with the output exactly as streamed.
+ * (reasoning, a message, a function call) its added, delta and done events in order — text after calls or
+ * reasoning opens a new message —; then response.completed (or .incomplete) with the output exactly as streamed.
  */
 export class ResponseEvents {
   private sequence = 0;
@@ -517,10 +517,16 @@ export class ResponseEvents {
     return out;
   }
 
-  /** Reasoning comes first: its item is added with its first piece, and done when anything else begins. */
+  /**
+   * Reasoning mostly comes first: its item is added with its first piece, and done when anything else begins. A
+   * model may reason again after text or a call (gpt-oss: a preamble, then another analysis message): the open
+   * message (or call) is done first, and text after the reasoning opens a new message.
+   */
   private reasoning(out: StreamEvent[], text: string): void {
     if (text.length === 0) return;
     if (!this.thought) {
+      this.closeMessage(out, 'completed');
+      this.endCall(out, 'incomplete');
       const index = this.output.length;
       const id = reasoningItemId(this.head, index);
       this.output.push(reasoningItem(id, '', 'in_progress'));
