@@ -47,21 +47,24 @@ const REFUSED: ReadonlyArray<[string, string]> = [
   ['mcp_servers', 'kvdesk connects to no MCP servers'],
 ];
 
-/** The text of a block list (or a string); other blocks are refused, naming their place. */
+/**
+ * The text of a block list (or a string), its blocks one per line (as vLLM joins them: glued, "Summarize the
+ * file." and "The file says hi." would read as one sentence); other blocks are refused, naming their place.
+ */
 function textOf(content: unknown, where: string): string {
   if (typeof content === 'string') return content;
   if (!Array.isArray(content)) throw bad(`${where} must be a string or a list of text blocks.`, where);
-  let text = '';
+  const texts: string[] = [];
   for (const [j, raw] of content.entries()) {
     const block = raw as { type?: unknown; text?: unknown } | null;
-    if (block?.type === 'text' && typeof block.text === 'string') text += block.text;
+    if (block?.type === 'text' && typeof block.text === 'string') texts.push(block.text);
     else
       throw bad(
         `${where}[${j}]: only text blocks are supported here, got ${JSON.stringify(block?.type)}.`,
         `${where}[${j}]`,
       );
   }
-  return text;
+  return texts.join('\n');
 }
 
 /**
@@ -73,7 +76,8 @@ function turnsOf(role: 'user' | 'assistant', content: unknown, i: number): Turn[
   const path = `messages[${i}]`;
   if (typeof content === 'string') return [{ msg: { role, content }, origin: { path } }];
   if (!Array.isArray(content)) throw bad(`${where} must be a string or a list of content blocks.`, where);
-  let text = '';
+  // Its text blocks one per line, as textOf joins them.
+  const texts: string[] = [];
   let reasoning: string | undefined;
   const calls: ToolCall[] = [];
   const callPaths: string[] = [];
@@ -82,7 +86,7 @@ function turnsOf(role: 'user' | 'assistant', content: unknown, i: number): Turn[
     const block = raw as Record<string, unknown> | null;
     const at = `${where}[${j}]`;
     const type = block?.type;
-    if (type === 'text' && typeof block?.text === 'string') text += block.text;
+    if (type === 'text' && typeof block?.text === 'string') texts.push(block.text);
     else if (type === 'thinking' && role === 'assistant' && typeof block?.thinking === 'string') {
       reasoning = (reasoning ?? '') + block.thinking;
     } else if (type === 'redacted_thinking' && role === 'assistant') {
@@ -115,6 +119,7 @@ function turnsOf(role: 'user' | 'assistant', content: unknown, i: number): Turn[
       );
     }
   }
+  const text = texts.join('\n');
   if (role === 'assistant') {
     const turn: ChatMessage = { role, content: text };
     if (reasoning !== undefined) turn.reasoning = reasoning;

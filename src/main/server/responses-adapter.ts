@@ -87,14 +87,14 @@ function refuseUnsupported(body: Body): void {
   }
 }
 
-/** A message's text: a string, or input_text / output_text parts. */
+/** A message's text: a string, or input_text / output_text parts, one per line (as vLLM joins them). */
 function contentText(content: unknown, where: string): string {
   if (typeof content === 'string') return content;
   if (!Array.isArray(content)) throw bad(`${where} must be a string or a list of text parts.`, where);
-  let text = '';
+  const texts: string[] = [];
   for (const [j, part] of content.entries()) {
     const p = part as { type?: unknown; text?: unknown } | null;
-    if ((p?.type === 'input_text' || p?.type === 'output_text') && typeof p.text === 'string') text += p.text;
+    if ((p?.type === 'input_text' || p?.type === 'output_text') && typeof p.text === 'string') texts.push(p.text);
     else {
       throw bad(
         `${where}[${j}]: only input_text and output_text parts are supported, got ${JSON.stringify(p?.type)}.`,
@@ -102,7 +102,7 @@ function contentText(content: unknown, where: string): string {
       );
     }
   }
-  return text;
+  return texts.join('\n');
 }
 
 /**

@@ -1,6 +1,14 @@
-/** Anthropic's streamed content blocks around calls whose input streams as it is written (MessageEvents). */
+/**
+ * Anthropic's streamed content blocks around calls whose input streams as it is written (MessageEvents); text
+ * blocks joined one per line.
+ */
 import { describe, expect, it } from 'vitest';
-import { type MessageEvent, MessageEvents, messageBody } from '../../../src/main/server/anthropic-adapter';
+import {
+  type MessageEvent,
+  MessageEvents,
+  mapMessagesRequest,
+  messageBody,
+} from '../../../src/main/server/anthropic-adapter';
 import { jsonText } from '../../../src/main/server/http-util';
 import type { GenerationResult, ToolCall } from '../../../src/shared/contract';
 
@@ -106,5 +114,38 @@ describe('MessageEvents with streamed input', () => {
       name: 'set_lamp',
       input: JSON.parse(args),
     });
+  });
+});
+
+describe('mapMessagesRequest: text blocks', () => {
+  it('are joined one per line, as vLLM joins them (glued, two sentences would run into one): system included', () => {
+    const text = (t: string) => ({ type: 'text', text: t });
+    const m = mapMessagesRequest({
+      model: 'm',
+      max_tokens: 8,
+      system: [text('Be brief.'), text('Be kind.')],
+      messages: [
+        { role: 'user', content: [text('Summarize the file.'), text('The file says hi.')] },
+        {
+          role: 'assistant',
+          content: [text('It'), text('greets.'), { type: 'tool_use', id: 't1', name: 'f', input: {} }],
+        },
+        {
+          role: 'user',
+          content: [
+            { type: 'tool_result', tool_use_id: 't1', content: [text('a'), text('b')] },
+            text('Thanks.'),
+            text('More?'),
+          ],
+        },
+      ],
+    });
+    expect(m.request.messages).toEqual([
+      { role: 'system', content: 'Be brief.\nBe kind.' },
+      { role: 'user', content: 'Summarize the file.\nThe file says hi.' },
+      { role: 'assistant', content: 'It\ngreets.', toolCalls: [{ id: 't1', name: 'f', arguments: '{}' }] },
+      { role: 'tool', content: 'a\nb', toolCallId: 't1' },
+      { role: 'user', content: 'Thanks.\nMore?' },
+    ]);
   });
 });

@@ -168,24 +168,30 @@ describe('mapOpenAiRequest', () => {
     ).not.toThrow();
   });
 
-  it('turns developer into system and joins text parts', () => {
+  it('turns developer into system and joins text parts one per line (as vLLM: glued, two sentences run into one)', () => {
     const m = mapOpenAiRequest('chat', {
       model: 'm',
       messages: [
-        { role: 'developer', content: 'be brief' },
+        {
+          role: 'developer',
+          content: [
+            { type: 'text', text: 'be brief' },
+            { type: 'text', text: 'be kind' },
+          ],
+        },
         {
           role: 'user',
           content: [
-            { type: 'text', text: 'a' },
-            { type: 'text', text: 'b' },
+            { type: 'text', text: 'Summarize the file.' },
+            { type: 'text', text: 'The file says hi.' },
           ],
         },
         { role: 'assistant', content: null },
       ],
     });
     expect(m.request.messages).toEqual([
-      { role: 'system', content: 'be brief' },
-      { role: 'user', content: 'ab' },
+      { role: 'system', content: 'be brief\nbe kind' },
+      { role: 'user', content: 'Summarize the file.\nThe file says hi.' },
       { role: 'assistant', content: '' },
     ]);
   });
