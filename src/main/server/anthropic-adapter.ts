@@ -618,9 +618,26 @@ export function anthropicError(err: HttpError): {
   headers: Record<string, string>;
 } {
   const { message, type: _openAiType, ...rest } = err.body.error as Record<string, unknown>;
+  const head = tooLong(rest);
   return {
     status: err.status,
-    body: { type: 'error', error: { type: errorType(err.status), message, ...rest } },
+    body: {
+      type: 'error',
+      error: { type: errorType(err.status), message: head === undefined ? message : `${head}. ${message}`, ...rest },
+    },
     headers: err.headers,
   };
+}
+
+/**
+ * A prompt the context cannot take, in Anthropic's words, which clients match: Claude Code compacts the
+ * conversation on /prompt is too long[^0-9]*(\d+)\s*tokens?/, LiteLLM raises ContextWindowExceededError. The
+ * maximum is the longest prompt that leaves room for a reply (one token short of the context); kvdesk's numbers
+ * are the error's (n_prompt_tokens, n_ctx, session_tokens).
+ */
+function tooLong(error: Record<string, unknown>): string | undefined {
+  const { kvdesk_code: code, n_prompt_tokens: prompt, n_ctx: context, session_tokens: session } = error;
+  if (code !== 'CONTEXT_OVERFLOW' || typeof prompt !== 'number' || typeof context !== 'number') return undefined;
+  const tokens = prompt + (typeof session === 'number' ? session : 0);
+  return `prompt is too long: ${tokens} tokens > ${context - 1} maximum`;
 }

@@ -67,6 +67,9 @@ async function chat(messages: Message[], extra: Json = {}) {
 const contextDrop = (body: unknown) =>
   (body as { kvdesk?: { context_drop?: { dropped_messages: number; n_ctx: number } } }).kvdesk?.context_drop;
 
+/** A message's opening, as long as `expected`: to compare with it. */
+const opening = (message: unknown, expected: string) => String(message).slice(0, expected.length);
+
 /** The prompt tokens of a conversation, as the host renders it. */
 const promptTokens = (messages: Message[]) => t.runner.countPromptTokens({ model, messages });
 
@@ -79,6 +82,46 @@ describe('a conversation longer than the context, through the HTTP APIs', () => 
       expect(err.code).toBe('context_length_exceeded');
       expect(err.param).toBe('messages');
     }
+  });
+
+  it("the refusal's message opens in each API's own words, which clients match; kvdesk's explanation follows", async () => {
+    const tokens = promptTokens(MESSAGES);
+    const explained = `The prompt has ${tokens} tokens, which leaves no room for a reply in the model's context of ${CONTEXT} tokens.`;
+    // OpenAI's, as LiteLLM's ContextWindowExceededError reads it ("maximum context length"), in each endpoint.
+    const openAi = (what: string) =>
+      `This model's maximum context length is ${CONTEXT} tokens. However, your ${what} resulted in ${tokens} tokens. ${explained}`;
+    const chatError = await post('/v1/chat/completions', { model, messages: MESSAGES, max_tokens: MAX_TOKENS });
+    expect(chatError.status).toBe(400);
+    expect(opening((chatError.body.error as Json).message, openAi('messages'))).toBe(openAi('messages'));
+    const input = TURNS.map((m) => ({ role: m.role, content: m.content }));
+    const responsesError = await post('/v1/responses', { model, instructions: SYSTEM.content, input });
+    expect(responsesError.status).toBe(400);
+    expect(opening((responsesError.body.error as Json).message, openAi('input'))).toBe(openAi('input'));
+    const prompt = 'word '.repeat(CONTEXT);
+    const promptLength = t.runner.countPromptTokens({ model, prompt });
+    const completionError = await post('/v1/completions', { model, prompt, max_tokens: MAX_TOKENS });
+    expect(completionError.status).toBe(400);
+    const completionOpening = `This model's maximum context length is ${CONTEXT} tokens. However, your prompt resulted in ${promptLength} tokens. `;
+    expect(opening((completionError.body.error as Json).message, completionOpening)).toBe(completionOpening);
+    // Anthropic's, which Claude Code compacts on and LiteLLM reads: the longest prompt leaves a token for the reply.
+    for (const stream of [false, true]) {
+      const anthropic = await post('/v1/messages', {
+        model,
+        system: SYSTEM.content,
+        messages: TURNS,
+        max_tokens: MAX_TOKENS,
+        stream,
+      });
+      expect(anthropic.status).toBe(400);
+      expect(anthropic.body).toMatchObject({ type: 'error', error: { type: 'invalid_request_error' } });
+      const message = (anthropic.body.error as Json).message as string;
+      expect(message).toBe(
+        `prompt is too long: ${tokens} tokens > ${CONTEXT - 1} maximum. ${explained} Shorten the prompt or start a new chat.`,
+      );
+      expect(Number(/prompt is too long[^0-9]*(\d+)\s*tokens?/.exec(message)?.[1])).toBe(tokens);
+      expect(message).not.toContain('maximum context length');
+    }
+    expect((await settled(t.url)).reservedBytes).toBe(0);
   });
 
   it('chat completions with truncation "auto": the oldest whole turns left out, the reply the kept turns get alone', async () => {

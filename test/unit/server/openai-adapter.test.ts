@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { anthropicError } from '../../../src/main/server/anthropic-adapter';
 import { errorFromInfo } from '../../../src/main/server/http-util';
 import {
   completionBody,
@@ -566,7 +567,9 @@ describe('errorFromInfo', () => {
     );
     expect(e.status).toBe(400);
     expect(e.body.error).toEqual({
-      message: 'too long',
+      // OpenAI's words first, which clients match ("maximum context length"); kvdesk's after them.
+      message:
+        "This model's maximum context length is 2048 tokens. However, your prompt resulted in 3000 tokens. too long",
       type: 'invalid_request_error',
       code: 'context_length_exceeded',
       param: 'prompt',
@@ -575,6 +578,28 @@ describe('errorFromInfo', () => {
       session_tokens: 0,
       kvdesk_code: 'CONTEXT_OVERFLOW',
     });
+    // A session's tokens count with the prompt's; the Responses API's prompt is its input.
+    const info = {
+      code: 'CONTEXT_OVERFLOW' as const,
+      message: 'too long',
+      detail: { promptTokens: 40, contextLength: 64, sessionTokens: 30 },
+    };
+    expect(errorFromInfo(info, { prompt: 'input', api: 'responses' }).body.error).toMatchObject({
+      message: "This model's maximum context length is 64 tokens. However, your input resulted in 70 tokens. too long",
+    });
+    // Anthropic's route says it in Anthropic's words; Ollama's keeps the host's.
+    const anthropic = errorFromInfo(info, { prompt: 'messages', api: 'anthropic' });
+    expect(anthropic.body.error).toMatchObject({ message: 'too long' });
+    expect(anthropicError(anthropic).body.error).toMatchObject({
+      type: 'invalid_request_error',
+      message: 'prompt is too long: 70 tokens > 63 maximum. too long',
+    });
+    expect(errorFromInfo(info, { prompt: 'messages', rename: false }).body.error).toMatchObject({
+      message: 'too long',
+    });
+    // Another 400 keeps its message in Anthropic's shape.
+    const other = errorFromInfo({ code: 'BAD_REQUEST', message: 'no' }, { prompt: 'messages', api: 'anthropic' });
+    expect(anthropicError(other).body.error).toMatchObject({ message: 'no' });
   });
 
   it('maps budget refusals to 400 kv_budget_exceeded with required_bytes and budget_bytes', () => {
