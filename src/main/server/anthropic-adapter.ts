@@ -8,7 +8,6 @@
  */
 import type {
   ChatMessage,
-  FinishReason,
   GenerateRequest,
   GenerationResult,
   ToolCall,
@@ -324,9 +323,19 @@ function thinkingOf(body: Body): boolean | undefined {
   );
 }
 
-/** Why a reply stopped, in Anthropic's words. */
-export function stopReason(reason: FinishReason): string {
-  switch (reason) {
+/**
+ * Why a reply stopped, in Anthropic's words. max_tokens beyond the room the context leaves is clipped to it
+ * (kvdesk.context_clip): a reply that ran to the clipped limit was cut by the context window, not by max_tokens.
+ */
+export function stopReason(result: Pick<GenerationResult, 'finishReason' | 'clipped' | 'rows'>): string {
+  const clip = result.clipped;
+  if (
+    result.finishReason === 'length' &&
+    clip !== undefined &&
+    (result.rows[0]?.tokenIds.length ?? 0) >= clip.clippedMaxTokens
+  )
+    return 'model_context_window_exceeded';
+  switch (result.finishReason) {
     case 'eos':
       return 'end_turn';
     case 'stop':
@@ -391,7 +400,7 @@ export function messageBody(model: string, result: GenerationResult, showThinkin
     role: 'assistant',
     model,
     content: contentBlocks(result, showThinking),
-    stop_reason: stopReason(result.finishReason),
+    stop_reason: stopReason(result),
     stop_sequence: result.rows[0]?.stopSequence ?? null,
     ...MESSAGE_NULLS,
     usage: messageUsage(result.reusedTokens, result.promptTokens, output),
@@ -575,7 +584,7 @@ export class MessageEvents {
     out.push({
       type: 'message_delta',
       delta: {
-        stop_reason: stopReason(result.finishReason),
+        stop_reason: stopReason(result),
         stop_sequence: result.rows[0]?.stopSequence ?? null,
         container: null,
         stop_details: null,

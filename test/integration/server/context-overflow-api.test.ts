@@ -124,6 +124,35 @@ describe('a conversation longer than the context, through the HTTP APIs', () => 
     expect((await settled(t.url)).reservedBytes).toBe(0);
   });
 
+  it('Anthropic: a reply the context window cut (max_tokens clipped to the room left) stops with model_context_window_exceeded', async () => {
+    const messages = [{ role: 'user', content: 'Tell me a long story' }];
+    const room = CONTEXT - t.runner.countPromptTokens({ model, messages: messages as Message[] });
+    const ask = (maxTokens: number, stream = false) =>
+      fetch(`${t.url}/v1/messages`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model, messages, max_tokens: maxTokens, temperature: 0, stream }),
+      });
+    const cut = (await (await ask(10 * CONTEXT)).json()) as Json;
+    // The reply ran to the room the context left: the window cut it, not max_tokens.
+    expect(cut.kvdesk).toMatchObject({
+      context_clip: { requested_max_tokens: 10 * CONTEXT, clipped_max_tokens: room },
+    });
+    expect((cut.usage as Json).output_tokens).toBe(room);
+    expect(cut.stop_reason).toBe('model_context_window_exceeded');
+    const streamed = await (await ask(10 * CONTEXT, true)).text();
+    const delta = streamed
+      .split('\n')
+      .filter((l) => l.startsWith('data: '))
+      .map((l) => JSON.parse(l.slice(6)) as Json)
+      .find((e) => e.type === 'message_delta');
+    expect(delta?.delta).toMatchObject({ stop_reason: 'model_context_window_exceeded' });
+    // max_tokens the context leaves room for: the reply cut at it stops with max_tokens, as before.
+    const short = (await (await ask(8)).json()) as Json;
+    expect((short.kvdesk as Json).context_clip).toBeUndefined();
+    expect(short.stop_reason).toBe('max_tokens');
+  });
+
   it('chat completions with truncation "auto": the oldest whole turns left out, the reply the kept turns get alone', async () => {
     const r = await chat(MESSAGES, { truncation: 'auto' });
     const drop = contextDrop(r);

@@ -1,6 +1,6 @@
 /**
- * Anthropic's streamed content blocks around calls whose input streams as it is written (MessageEvents); text
- * blocks joined one per line.
+ * Anthropic's streamed content blocks around calls whose input streams as it is written (MessageEvents); the
+ * stop reason of a reply the context window cut; text blocks joined one per line.
  */
 import { describe, expect, it } from 'vitest';
 import {
@@ -8,6 +8,7 @@ import {
   MessageEvents,
   mapMessagesRequest,
   messageBody,
+  stopReason,
 } from '../../../src/main/server/anthropic-adapter';
 import { jsonText } from '../../../src/main/server/http-util';
 import type { GenerationResult, ToolCall } from '../../../src/shared/contract';
@@ -114,6 +115,28 @@ describe('MessageEvents with streamed input', () => {
       name: 'set_lamp',
       input: JSON.parse(args),
     });
+  });
+});
+
+describe('stopReason', () => {
+  const reply = (finishReason: GenerationResult['finishReason'], tokens: number, clipped?: number) => ({
+    finishReason,
+    rows: [{ tokenIds: Array.from({ length: tokens }, (_, i) => i), text: '', finishReason }],
+    ...(clipped !== undefined
+      ? { clipped: { requestedMaxTokens: 100, clippedMaxTokens: clipped, contextLength: 16 } }
+      : {}),
+  });
+
+  it('a reply that ran to max_tokens clipped by the context: model_context_window_exceeded', () => {
+    expect(stopReason(reply('length', 9, 9))).toBe('model_context_window_exceeded');
+    expect(stopReason(reply('context', 9))).toBe('model_context_window_exceeded');
+  });
+
+  it('cut before the clipped limit (the KV budget admitted fewer), or not clipped: max_tokens', () => {
+    expect(stopReason(reply('length', 5, 9))).toBe('max_tokens');
+    expect(stopReason(reply('length', 9))).toBe('max_tokens');
+    // Ended by itself within the clipped limit.
+    expect(stopReason(reply('eos', 9, 9))).toBe('end_turn');
   });
 });
 
