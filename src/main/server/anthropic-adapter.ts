@@ -8,7 +8,6 @@
  */
 import type {
   ChatMessage,
-  FinishReason,
   GenerateRequest,
   GenerationResult,
   ToolCall,
@@ -47,21 +46,24 @@ const REFUSED: ReadonlyArray<[string, string]> = [
   ['mcp_servers', 'kvdesk connects to no MCP servers'],
 ];
 
-/** The text of a block list (or a string); other blocks are refused, naming their place. */
+/**
+ * The text of a block list (or a string), its blocks one per line (as vLLM joins them: glued, "Summarize the
+ * file." and "The file says hi." would read as one sentence); other blocks are refused, naming their place.
+ */
 function textOf(content: unknown, where: string): string {
   if (typeof content === 'string') return content;
   if (!Array.isArray(content)) throw bad(`${where} must be a string or a list of text blocks.`, where);
-  let text = '';
+  const texts: string[] = [];
   for (const [j, raw] of content.entries()) {
     const block = raw as { type?: unknown; text?: unknown } | null;
-    if (block?.type === 'text' && typeof block.text === 'string') text += block.text;
+    if (block?.type === 'text' && typeof block.text === 'string') texts.push(block.text);
     else
       throw bad(
         `${where}[${j}]: only text blocks are supported here, got ${JSON.stringify(block?.type)}.`,
         `${where}[${j}]`,
       );
   }
-  return text;
+  return texts.join('\n');
 }
 
 /**
@@ -73,7 +75,8 @@ function turnsOf(role: 'user' | 'assistant', content: unknown, i: number): Turn[
   const path = `messages[${i}]`;
   if (typeof content === 'string') return [{ msg: { role, content }, origin: { path } }];
   if (!Array.isArray(content)) throw bad(`${where} must be a string or a list of content blocks.`, where);
-  let text = '';
+  // Its text blocks one per line, as textOf joins them.
+  const texts: string[] = [];
   let reasoning: string | undefined;
   const calls: ToolCall[] = [];
   const callPaths: string[] = [];
@@ -82,7 +85,7 @@ function turnsOf(role: 'user' | 'assistant', content: unknown, i: number): Turn[
     const block = raw as Record<string, unknown> | null;
     const at = `${where}[${j}]`;
     const type = block?.type;
-    if (type === 'text' && typeof block?.text === 'string') text += block.text;
+    if (type === 'text' && typeof block?.text === 'string') texts.push(block.text);
     else if (type === 'thinking' && role === 'assistant' && typeof block?.thinking === 'string') {
       reasoning = (reasoning ?? '') + block.thinking;
     } else if (type === 'redacted_thinking' && role === 'assistant') {
@@ -115,6 +118,7 @@ function turnsOf(role: 'user' | 'assistant', content: unknown, i: number): Turn[
       );
     }
   }
+  const text = texts.join('\n');
   if (role === 'assistant') {
     const turn: ChatMessage = { role, content: text };
     if (reasoning !== undefined) turn.reasoning = reasoning;
@@ -319,9 +323,19 @@ function thinkingOf(body: Body): boolean | undefined {
   );
 }
 
-/** Why a reply stopped, in Anthropic's words. */
-export function stopReason(reason: FinishReason): string {
-  switch (reason) {
+/**
+ * Why a reply stopped, in Anthropic's words. max_tokens beyond the room the context leaves is clipped to it
+ * (kvdesk.context_clip): a reply that ran to the clipped limit was cut by the context window, not by max_tokens.
+ */
+export function stopReason(result: Pick<GenerationResult, 'finishReason' | 'clipped' | 'rows'>): string {
+  const clip = result.clipped;
+  if (
+    result.finishReason === 'length' &&
+    clip !== undefined &&
+    (result.rows[0]?.tokenIds.length ?? 0) >= clip.clippedMaxTokens
+  )
+    return 'model_context_window_exceeded';
+  switch (result.finishReason) {
     case 'eos':
       return 'end_turn';
     case 'stop':
@@ -386,7 +400,7 @@ export function messageBody(model: string, result: GenerationResult, showThinkin
     role: 'assistant',
     model,
     content: contentBlocks(result, showThinking),
-    stop_reason: stopReason(result.finishReason),
+    stop_reason: stopReason(result),
     stop_sequence: result.rows[0]?.stopSequence ?? null,
     ...MESSAGE_NULLS,
     usage: messageUsage(result.reusedTokens, result.promptTokens, output),
@@ -399,7 +413,7 @@ export type MessageEvent = { type: string } & Record<string, unknown>;
 
 /**
  * A reply's event stream: message_start; for each content block (a thinking model's reasoning, text, then a
- * tool_use per call; text after calls opens another text block) content_block_start, its deltas and
+ * tool_use per call; text after calls or reasoning opens another text block) content_block_start, its deltas and
  * content_block_stop; then message_delta with the stop reason and the whole usage, and message_stop.
  */
 export class MessageEvents {
@@ -463,10 +477,16 @@ export class MessageEvents {
     return out;
   }
 
-  /** Reasoning comes before anything else of the reply: its block opens with the first piece. */
+  /**
+   * Reasoning mostly comes before anything else of the reply: its block opens with the first piece. A model may
+   * reason again after text or a call (gpt-oss: a preamble, then another analysis message): the open text or
+   * tool_use block closes first, and text after the reasoning opens a new block.
+   */
   private thinking(out: MessageEvent[], reasoning: string | undefined): void {
     if (!reasoning) return;
     if (!this.thinkingOpen) {
+      this.closeText(out);
+      this.closeTool(out);
       out.push({ type: 'content_block_start', index: this.index, content_block: thinkingBlock('') });
       this.thinkingOpen = true;
     }
@@ -564,7 +584,7 @@ export class MessageEvents {
     out.push({
       type: 'message_delta',
       delta: {
-        stop_reason: stopReason(result.finishReason),
+        stop_reason: stopReason(result),
         stop_sequence: result.rows[0]?.stopSequence ?? null,
         container: null,
         stop_details: null,
@@ -607,9 +627,26 @@ export function anthropicError(err: HttpError): {
   headers: Record<string, string>;
 } {
   const { message, type: _openAiType, ...rest } = err.body.error as Record<string, unknown>;
+  const head = tooLong(rest);
   return {
     status: err.status,
-    body: { type: 'error', error: { type: errorType(err.status), message, ...rest } },
+    body: {
+      type: 'error',
+      error: { type: errorType(err.status), message: head === undefined ? message : `${head}. ${message}`, ...rest },
+    },
     headers: err.headers,
   };
+}
+
+/**
+ * A prompt the context cannot take, in Anthropic's words, which clients match: Claude Code compacts the
+ * conversation on /prompt is too long[^0-9]*(\d+)\s*tokens?/, LiteLLM raises ContextWindowExceededError. The
+ * maximum is the longest prompt that leaves room for a reply (one token short of the context); kvdesk's numbers
+ * are the error's (n_prompt_tokens, n_ctx, session_tokens).
+ */
+function tooLong(error: Record<string, unknown>): string | undefined {
+  const { kvdesk_code: code, n_prompt_tokens: prompt, n_ctx: context, session_tokens: session } = error;
+  if (code !== 'CONTEXT_OVERFLOW' || typeof prompt !== 'number' || typeof context !== 'number') return undefined;
+  const tokens = prompt + (typeof session === 'number' ? session : 0);
+  return `prompt is too long: ${tokens} tokens > ${context - 1} maximum`;
 }

@@ -214,6 +214,19 @@ function clientMessage(message: string, field: string | undefined, param: string
   return /[.[]/.test(field) ? named.split(field).join(param) : named;
 }
 
+/**
+ * A prompt the context cannot take, in OpenAI's words, which clients match (LiteLLM's ContextWindowExceededError
+ * reads "maximum context length"): kvdesk's explanation follows. Anthropic's route says it in Anthropic's words
+ * (anthropicError).
+ */
+function openAiTooLong(info: ErrorInfo, param: string | null, hint: ParamHint): string | undefined {
+  const { promptTokens, contextLength, sessionTokens } = info.detail ?? {};
+  if (info.code !== 'CONTEXT_OVERFLOW' || hint.api === 'anthropic') return undefined;
+  if (typeof promptTokens !== 'number' || typeof contextLength !== 'number') return undefined;
+  const tokens = promptTokens + (typeof sessionTokens === 'number' ? sessionTokens : 0);
+  return `This model's maximum context length is ${contextLength} tokens. However, your ${param ?? hint.prompt} resulted in ${tokens} tokens.`;
+}
+
 /** Detail keys renamed to the names llama.cpp and vLLM clients already read. */
 const DETAIL_NAMES: Record<string, string> = {
   promptTokens: 'n_prompt_tokens',
@@ -247,8 +260,10 @@ export function errorFromInfo(info: ErrorInfo, paramHint?: ParamHint): HttpError
   // One of several prompts, whatever the refusal (too long for the context or the budget, ids out of vocabulary).
   const prompt = paramHint && field !== undefined ? promptParam(field, paramHint) : undefined;
   if (prompt !== undefined) param = prompt;
-  const message =
+  let message =
     paramHint && paramHint.rename !== false ? clientMessage(info.message, field, param, paramHint) : info.message;
+  const overflow = paramHint && paramHint.rename !== false ? openAiTooLong(info, param, paramHint) : undefined;
+  if (overflow !== undefined) message = `${overflow} ${message}`;
   const numbers: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(info.detail ?? {})) {
     if (value !== undefined) numbers[DETAIL_NAMES[key] ?? snakeCase(key)] = value;

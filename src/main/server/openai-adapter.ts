@@ -345,16 +345,19 @@ function messageContent(m: Record<string, unknown>, i: number): string {
   return textContent(c, `messages[${i}].content`);
 }
 
-/** Text as OpenAI writes it: a string, or an array of `{type: "text", text}` parts (joined); `param` for a 400. */
+/**
+ * Text as OpenAI writes it: a string, or an array of `{type: "text", text}` parts, one per line (as vLLM joins
+ * them: glued, "Summarize the file." and "The file says hi." would read as one sentence); `param` for a 400.
+ */
 function textContent(c: unknown, where: string, param = where): string {
   if (typeof c === 'string') return c;
   if (Array.isArray(c)) {
-    let text = '';
+    const texts: string[] = [];
     for (const part of c as Array<Record<string, unknown>>) {
-      if (part && part.type === 'text' && typeof part.text === 'string') text += part.text;
+      if (part && part.type === 'text' && typeof part.text === 'string') texts.push(part.text);
       else throw bad(`${where}: only text parts are supported, got ${JSON.stringify(part?.type)}.`, param);
     }
-    return text;
+    return texts.join('\n');
   }
   throw bad(`${where} must be a string or an array of text parts.`, param);
 }

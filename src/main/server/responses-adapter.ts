@@ -87,14 +87,14 @@ function refuseUnsupported(body: Body): void {
   }
 }
 
-/** A message's text: a string, or input_text / output_text parts. */
+/** A message's text: a string, or input_text / output_text parts, one per line (as vLLM joins them). */
 function contentText(content: unknown, where: string): string {
   if (typeof content === 'string') return content;
   if (!Array.isArray(content)) throw bad(`${where} must be a string or a list of text parts.`, where);
-  let text = '';
+  const texts: string[] = [];
   for (const [j, part] of content.entries()) {
     const p = part as { type?: unknown; text?: unknown } | null;
-    if ((p?.type === 'input_text' || p?.type === 'output_text') && typeof p.text === 'string') text += p.text;
+    if ((p?.type === 'input_text' || p?.type === 'output_text') && typeof p.text === 'string') texts.push(p.text);
     else {
       throw bad(
         `${where}[${j}]: only input_text and output_text parts are supported, got ${JSON.stringify(p?.type)}.`,
@@ -102,7 +102,7 @@ function contentText(content: unknown, where: string): string {
       );
     }
   }
-  return text;
+  return texts.join('\n');
 }
 
 /**
@@ -462,8 +462,8 @@ export type StreamEvent = { type: string; sequence_number: number } & Record<str
 
 /**
  * A response's event stream, from the host's frames: response.created and .in_progress; for each output item
- * (a message, a function call) its added, delta and done events in order — text after calls opens a new
- * message —; then response.completed (or .incomplete) with the output exactly as streamed.
+ * (reasoning, a message, a function call) its added, delta and done events in order — text after calls or
+ * reasoning opens a new message —; then response.completed (or .incomplete) with the output exactly as streamed.
  */
 export class ResponseEvents {
   private sequence = 0;
@@ -517,10 +517,16 @@ export class ResponseEvents {
     return out;
   }
 
-  /** Reasoning comes first: its item is added with its first piece, and done when anything else begins. */
+  /**
+   * Reasoning mostly comes first: its item is added with its first piece, and done when anything else begins. A
+   * model may reason again after text or a call (gpt-oss: a preamble, then another analysis message): the open
+   * message (or call) is done first, and text after the reasoning opens a new message.
+   */
   private reasoning(out: StreamEvent[], text: string): void {
     if (text.length === 0) return;
     if (!this.thought) {
+      this.closeMessage(out, 'completed');
+      this.endCall(out, 'incomplete');
       const index = this.output.length;
       const id = reasoningItemId(this.head, index);
       this.output.push(reasoningItem(id, '', 'in_progress'));

@@ -422,6 +422,61 @@ describe('POST /v1/messages', () => {
   });
 });
 
+describe('text blocks and parts, in every API', () => {
+  it('reach the model one per line (as vLLM joins them): counted, run and read from the prompt cache as that text', async () => {
+    const text = (t: string) => ({ type: 'text' as const, text: t });
+    const system = 'Be brief.\nBe kind.';
+    const ask = 'Summarize the file.\nThe file says hi.';
+    const parts = {
+      model: 'default',
+      system: [text('Be brief.'), text('Be kind.')],
+      messages: [{ role: 'user' as const, content: [text('Summarize the file.'), text('The file says hi.')] }],
+    };
+    const joined = { model: 'default', system, messages: [{ role: 'user' as const, content: ask }] };
+    const counted = (await client.messages.countTokens(parts)).input_tokens;
+    expect(counted).toBe((await client.messages.countTokens(joined)).input_tokens);
+    // Glued, the two sentences would be other tokens.
+    const glued = {
+      ...joined,
+      system: 'Be brief.Be kind.',
+      messages: [{ role: 'user' as const, content: ask.replace('\n', '') }],
+    };
+    expect((await client.messages.countTokens(glued)).input_tokens).not.toBe(counted);
+    // The blocks' request and the text's are one prompt: the second reads all of the first's KV but its last token.
+    const first = await client.messages.create({ ...parts, max_tokens: 1 });
+    expect(first.usage.input_tokens + (first.usage.cache_read_input_tokens ?? 0)).toBe(counted);
+    const second = await client.messages.create({ ...joined, max_tokens: 1 });
+    expect(second.usage.cache_read_input_tokens).toBe(counted - 1);
+    // Chat completions' text parts and the Responses API's input_text parts: the same prompt as the text.
+    const openai = openaiClient(t.url);
+    const chat = (content: string | Array<{ type: 'text'; text: string }>, sys: typeof content) =>
+      openai.chat.completions.create({
+        model: 'default',
+        messages: [
+          { role: 'system', content: sys },
+          { role: 'user', content },
+        ],
+        max_tokens: 1,
+      } as Parameters<typeof openai.chat.completions.create>[0] & { stream?: false });
+    const chatParts = await chat(parts.messages[0]?.content ?? [], parts.system);
+    const chatText = await chat(ask, system);
+    expect(chatParts.usage?.prompt_tokens).toBe(chatText.usage?.prompt_tokens);
+    expect(chatText.usage?.prompt_tokens_details?.cached_tokens).toBe((chatText.usage?.prompt_tokens ?? 0) - 1);
+    const input = (content: string | Array<{ type: 'input_text'; text: string }>) =>
+      openai.responses.create({
+        model: 'default',
+        instructions: system,
+        input: [{ role: 'user', content }],
+        max_output_tokens: 16,
+      });
+    const responseParts = await input([
+      { type: 'input_text', text: 'Summarize the file.' },
+      { type: 'input_text', text: 'The file says hi.' },
+    ]);
+    expect(responseParts.usage?.input_tokens).toBe((await input(ask)).usage?.input_tokens);
+  });
+});
+
 describe('GET /v1/models through the Anthropic client', () => {
   it("lists and retrieves models in Anthropic's shape too (type, display_name, created_at, one page)", async () => {
     const page = await client.models.list();

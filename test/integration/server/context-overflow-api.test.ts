@@ -67,6 +67,9 @@ async function chat(messages: Message[], extra: Json = {}) {
 const contextDrop = (body: unknown) =>
   (body as { kvdesk?: { context_drop?: { dropped_messages: number; n_ctx: number } } }).kvdesk?.context_drop;
 
+/** A message's opening, as long as `expected`: to compare with it. */
+const opening = (message: unknown, expected: string) => String(message).slice(0, expected.length);
+
 /** The prompt tokens of a conversation, as the host renders it. */
 const promptTokens = (messages: Message[]) => t.runner.countPromptTokens({ model, messages });
 
@@ -79,6 +82,75 @@ describe('a conversation longer than the context, through the HTTP APIs', () => 
       expect(err.code).toBe('context_length_exceeded');
       expect(err.param).toBe('messages');
     }
+  });
+
+  it("the refusal's message opens in each API's own words, which clients match; kvdesk's explanation follows", async () => {
+    const tokens = promptTokens(MESSAGES);
+    const explained = `The prompt has ${tokens} tokens, which leaves no room for a reply in the model's context of ${CONTEXT} tokens.`;
+    // OpenAI's, as LiteLLM's ContextWindowExceededError reads it ("maximum context length"), in each endpoint.
+    const openAi = (what: string) =>
+      `This model's maximum context length is ${CONTEXT} tokens. However, your ${what} resulted in ${tokens} tokens. ${explained}`;
+    const chatError = await post('/v1/chat/completions', { model, messages: MESSAGES, max_tokens: MAX_TOKENS });
+    expect(chatError.status).toBe(400);
+    expect(opening((chatError.body.error as Json).message, openAi('messages'))).toBe(openAi('messages'));
+    const input = TURNS.map((m) => ({ role: m.role, content: m.content }));
+    const responsesError = await post('/v1/responses', { model, instructions: SYSTEM.content, input });
+    expect(responsesError.status).toBe(400);
+    expect(opening((responsesError.body.error as Json).message, openAi('input'))).toBe(openAi('input'));
+    const prompt = 'word '.repeat(CONTEXT);
+    const promptLength = t.runner.countPromptTokens({ model, prompt });
+    const completionError = await post('/v1/completions', { model, prompt, max_tokens: MAX_TOKENS });
+    expect(completionError.status).toBe(400);
+    const completionOpening = `This model's maximum context length is ${CONTEXT} tokens. However, your prompt resulted in ${promptLength} tokens. `;
+    expect(opening((completionError.body.error as Json).message, completionOpening)).toBe(completionOpening);
+    // Anthropic's, which Claude Code compacts on and LiteLLM reads: the longest prompt leaves a token for the reply.
+    for (const stream of [false, true]) {
+      const anthropic = await post('/v1/messages', {
+        model,
+        system: SYSTEM.content,
+        messages: TURNS,
+        max_tokens: MAX_TOKENS,
+        stream,
+      });
+      expect(anthropic.status).toBe(400);
+      expect(anthropic.body).toMatchObject({ type: 'error', error: { type: 'invalid_request_error' } });
+      const message = (anthropic.body.error as Json).message as string;
+      expect(message).toBe(
+        `prompt is too long: ${tokens} tokens > ${CONTEXT - 1} maximum. ${explained} Shorten the prompt or start a new chat.`,
+      );
+      expect(Number(/prompt is too long[^0-9]*(\d+)\s*tokens?/.exec(message)?.[1])).toBe(tokens);
+      expect(message).not.toContain('maximum context length');
+    }
+    expect((await settled(t.url)).reservedBytes).toBe(0);
+  });
+
+  it('Anthropic: a reply the context window cut (max_tokens clipped to the room left) stops with model_context_window_exceeded', async () => {
+    const messages = [{ role: 'user', content: 'Tell me a long story' }];
+    const room = CONTEXT - t.runner.countPromptTokens({ model, messages: messages as Message[] });
+    const ask = (maxTokens: number, stream = false) =>
+      fetch(`${t.url}/v1/messages`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model, messages, max_tokens: maxTokens, temperature: 0, stream }),
+      });
+    const cut = (await (await ask(10 * CONTEXT)).json()) as Json;
+    // The reply ran to the room the context left: the window cut it, not max_tokens.
+    expect(cut.kvdesk).toMatchObject({
+      context_clip: { requested_max_tokens: 10 * CONTEXT, clipped_max_tokens: room },
+    });
+    expect((cut.usage as Json).output_tokens).toBe(room);
+    expect(cut.stop_reason).toBe('model_context_window_exceeded');
+    const streamed = await (await ask(10 * CONTEXT, true)).text();
+    const delta = streamed
+      .split('\n')
+      .filter((l) => l.startsWith('data: '))
+      .map((l) => JSON.parse(l.slice(6)) as Json)
+      .find((e) => e.type === 'message_delta');
+    expect(delta?.delta).toMatchObject({ stop_reason: 'model_context_window_exceeded' });
+    // max_tokens the context leaves room for: the reply cut at it stops with max_tokens, as before.
+    const short = (await (await ask(8)).json()) as Json;
+    expect((short.kvdesk as Json).context_clip).toBeUndefined();
+    expect(short.stop_reason).toBe('max_tokens');
   });
 
   it('chat completions with truncation "auto": the oldest whole turns left out, the reply the kept turns get alone', async () => {

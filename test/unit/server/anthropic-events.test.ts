@@ -1,6 +1,15 @@
-/** Anthropic's streamed content blocks around calls whose input streams as it is written (MessageEvents). */
+/**
+ * Anthropic's streamed content blocks around calls whose input streams as it is written (MessageEvents); the
+ * stop reason of a reply the context window cut; text blocks joined one per line.
+ */
 import { describe, expect, it } from 'vitest';
-import { type MessageEvent, MessageEvents, messageBody } from '../../../src/main/server/anthropic-adapter';
+import {
+  type MessageEvent,
+  MessageEvents,
+  mapMessagesRequest,
+  messageBody,
+  stopReason,
+} from '../../../src/main/server/anthropic-adapter';
 import { jsonText } from '../../../src/main/server/http-util';
 import type { GenerationResult, ToolCall } from '../../../src/shared/contract';
 
@@ -106,5 +115,60 @@ describe('MessageEvents with streamed input', () => {
       name: 'set_lamp',
       input: JSON.parse(args),
     });
+  });
+});
+
+describe('stopReason', () => {
+  const reply = (finishReason: GenerationResult['finishReason'], tokens: number, clipped?: number) => ({
+    finishReason,
+    rows: [{ tokenIds: Array.from({ length: tokens }, (_, i) => i), text: '', finishReason }],
+    ...(clipped !== undefined
+      ? { clipped: { requestedMaxTokens: 100, clippedMaxTokens: clipped, contextLength: 16 } }
+      : {}),
+  });
+
+  it('a reply that ran to max_tokens clipped by the context: model_context_window_exceeded', () => {
+    expect(stopReason(reply('length', 9, 9))).toBe('model_context_window_exceeded');
+    expect(stopReason(reply('context', 9))).toBe('model_context_window_exceeded');
+  });
+
+  it('cut before the clipped limit (the KV budget admitted fewer), or not clipped: max_tokens', () => {
+    expect(stopReason(reply('length', 5, 9))).toBe('max_tokens');
+    expect(stopReason(reply('length', 9))).toBe('max_tokens');
+    // Ended by itself within the clipped limit.
+    expect(stopReason(reply('eos', 9, 9))).toBe('end_turn');
+  });
+});
+
+describe('mapMessagesRequest: text blocks', () => {
+  it('are joined one per line, as vLLM joins them (glued, two sentences would run into one): system included', () => {
+    const text = (t: string) => ({ type: 'text', text: t });
+    const m = mapMessagesRequest({
+      model: 'm',
+      max_tokens: 8,
+      system: [text('Be brief.'), text('Be kind.')],
+      messages: [
+        { role: 'user', content: [text('Summarize the file.'), text('The file says hi.')] },
+        {
+          role: 'assistant',
+          content: [text('It'), text('greets.'), { type: 'tool_use', id: 't1', name: 'f', input: {} }],
+        },
+        {
+          role: 'user',
+          content: [
+            { type: 'tool_result', tool_use_id: 't1', content: [text('a'), text('b')] },
+            text('Thanks.'),
+            text('More?'),
+          ],
+        },
+      ],
+    });
+    expect(m.request.messages).toEqual([
+      { role: 'system', content: 'Be brief.\nBe kind.' },
+      { role: 'user', content: 'Summarize the file.\nThe file says hi.' },
+      { role: 'assistant', content: 'It\ngreets.', toolCalls: [{ id: 't1', name: 'f', arguments: '{}' }] },
+      { role: 'tool', content: 'a\nb', toolCallId: 't1' },
+      { role: 'user', content: 'Thanks.\nMore?' },
+    ]);
   });
 });

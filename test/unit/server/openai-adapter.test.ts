@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { anthropicError } from '../../../src/main/server/anthropic-adapter';
 import { errorFromInfo } from '../../../src/main/server/http-util';
 import {
   completionBody,
@@ -168,24 +169,30 @@ describe('mapOpenAiRequest', () => {
     ).not.toThrow();
   });
 
-  it('turns developer into system and joins text parts', () => {
+  it('turns developer into system and joins text parts one per line (as vLLM: glued, two sentences run into one)', () => {
     const m = mapOpenAiRequest('chat', {
       model: 'm',
       messages: [
-        { role: 'developer', content: 'be brief' },
+        {
+          role: 'developer',
+          content: [
+            { type: 'text', text: 'be brief' },
+            { type: 'text', text: 'be kind' },
+          ],
+        },
         {
           role: 'user',
           content: [
-            { type: 'text', text: 'a' },
-            { type: 'text', text: 'b' },
+            { type: 'text', text: 'Summarize the file.' },
+            { type: 'text', text: 'The file says hi.' },
           ],
         },
         { role: 'assistant', content: null },
       ],
     });
     expect(m.request.messages).toEqual([
-      { role: 'system', content: 'be brief' },
-      { role: 'user', content: 'ab' },
+      { role: 'system', content: 'be brief\nbe kind' },
+      { role: 'user', content: 'Summarize the file.\nThe file says hi.' },
       { role: 'assistant', content: '' },
     ]);
   });
@@ -585,7 +592,9 @@ describe('errorFromInfo', () => {
     );
     expect(e.status).toBe(400);
     expect(e.body.error).toEqual({
-      message: 'too long',
+      // OpenAI's words first, which clients match ("maximum context length"); kvdesk's after them.
+      message:
+        "This model's maximum context length is 2048 tokens. However, your prompt resulted in 3000 tokens. too long",
       type: 'invalid_request_error',
       code: 'context_length_exceeded',
       param: 'prompt',
@@ -594,6 +603,28 @@ describe('errorFromInfo', () => {
       session_tokens: 0,
       kvdesk_code: 'CONTEXT_OVERFLOW',
     });
+    // A session's tokens count with the prompt's; the Responses API's prompt is its input.
+    const info = {
+      code: 'CONTEXT_OVERFLOW' as const,
+      message: 'too long',
+      detail: { promptTokens: 40, contextLength: 64, sessionTokens: 30 },
+    };
+    expect(errorFromInfo(info, { prompt: 'input', api: 'responses' }).body.error).toMatchObject({
+      message: "This model's maximum context length is 64 tokens. However, your input resulted in 70 tokens. too long",
+    });
+    // Anthropic's route says it in Anthropic's words; Ollama's keeps the host's.
+    const anthropic = errorFromInfo(info, { prompt: 'messages', api: 'anthropic' });
+    expect(anthropic.body.error).toMatchObject({ message: 'too long' });
+    expect(anthropicError(anthropic).body.error).toMatchObject({
+      type: 'invalid_request_error',
+      message: 'prompt is too long: 70 tokens > 63 maximum. too long',
+    });
+    expect(errorFromInfo(info, { prompt: 'messages', rename: false }).body.error).toMatchObject({
+      message: 'too long',
+    });
+    // Another 400 keeps its message in Anthropic's shape.
+    const other = errorFromInfo({ code: 'BAD_REQUEST', message: 'no' }, { prompt: 'messages', api: 'anthropic' });
+    expect(anthropicError(other).body.error).toMatchObject({ message: 'no' });
   });
 
   it('maps budget refusals to 400 kv_budget_exceeded with required_bytes and budget_bytes', () => {

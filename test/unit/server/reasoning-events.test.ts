@@ -266,6 +266,88 @@ describe('MessageEvents: a thinking block first', () => {
   });
 });
 
+describe('MessageEvents: reasoning after text or a call (gpt-oss: a preamble, then another analysis message)', () => {
+  /** The text of the stream's blocks of one type, in order, added up: what a client that joins them reads. */
+  const joined = (blocks: Json[], type: string, key: string) =>
+    blocks
+      .filter((b) => b.type === type)
+      .map((b) => b[key])
+      .join('');
+
+  it('the text block closes before the thinking block opens; text after the reasoning is a new block', () => {
+    const result = resultOf('eos', {
+      reasoning: 'Need weather.\n\nThe preamble is out.',
+      text: 'Let me check.\n\nIt is sunny.',
+    });
+    const m = new MessageEvents('msg_1', 'm');
+    const frames: Frame[] = [
+      { reasoning: 'Need weather.' },
+      { text: 'Let me check.' },
+      { reasoning: '\n\nThe preamble' },
+      { reasoning: ' is out.' },
+      { text: '\n\nIt is sunny.' },
+    ];
+    const events = [
+      ...m.start(7, 0),
+      ...frames.flatMap((f) => m.tokens(f.text ?? '', f.calls ?? [], f.deltas ?? [], f.reasoning ?? '')),
+      ...m.done(result),
+    ];
+    expect(brief(events)).toEqual([
+      'message_start',
+      'start 0 thinking',
+      'thinking_delta 0 Need weather.',
+      'signature_delta 0 ""',
+      'stop 0',
+      'start 1 text',
+      'text_delta 1 Let me check.',
+      'stop 1',
+      'start 2 thinking',
+      'thinking_delta 2 \n\nThe preamble',
+      'thinking_delta 2  is out.',
+      'signature_delta 2 ""',
+      'stop 2',
+      'start 3 text',
+      'text_delta 3 \n\nIt is sunny.',
+      'stop 3',
+      'message_delta',
+      'message_stop',
+    ]);
+    // Every piece is in a block that was started: added up, they are the whole reply's reasoning and text.
+    const blocks = assembleMessage(events);
+    expect(blocks.map((b) => b.type)).toEqual(['thinking', 'text', 'thinking', 'text']);
+    expect(joined(blocks, 'thinking', 'thinking')).toBe(result.reasoning);
+    expect(joined(blocks, 'text', 'text')).toBe(result.text);
+    // The whole reply, which has no order between them, puts the reasoning first.
+    expect(messageBody('m', result).content).toEqual([
+      { type: 'thinking', thinking: result.reasoning, signature: '' },
+      { type: 'text', text: result.text, citations: null },
+    ]);
+  });
+
+  it('a call, then reasoning, then text: the tool_use block is stopped before the thinking block', () => {
+    const call = lamp('toolu_a', '{"on": true}');
+    const result = resultOf('eos', { reasoning: 'The lamp.\n\nIt is on.', text: 'Done.', toolCalls: [call] });
+    const m = new MessageEvents('msg_1', 'm');
+    const frames: Frame[] = [
+      { reasoning: 'The lamp.' },
+      { deltas: [{ index: 0, id: 'toolu_a', name: 'set_lamp', arguments: '{"on": ' }] },
+      { calls: [call], deltas: [{ index: 0, arguments: 'true}' }] },
+      { reasoning: '\n\nIt is on.' },
+      { text: 'Done.' },
+    ];
+    const events = [
+      ...m.start(7, 0),
+      ...frames.flatMap((f) => m.tokens(f.text ?? '', f.calls ?? [], f.deltas ?? [], f.reasoning ?? '')),
+      ...m.done(result),
+    ];
+    const blocks = assembleMessage(events);
+    expect(blocks.map((b) => b.type)).toEqual(['thinking', 'tool_use', 'thinking', 'text']);
+    expect(blocks[1]).toMatchObject({ id: 'toolu_a', input: { on: true } });
+    expect(joined(blocks, 'thinking', 'thinking')).toBe(result.reasoning);
+    expect(blocks[3]).toMatchObject({ text: 'Done.' });
+  });
+});
+
 // ---------------------------------------------------------------------------------------------------------------
 // Responses: ResponseEvents
 // ---------------------------------------------------------------------------------------------------------------
@@ -453,6 +535,72 @@ describe('ResponseEvents: a reasoning item first', () => {
         output: [{ type: 'reasoning', status: 'incomplete', content: [{ type: 'reasoning_text', text: 'Let me' }] }],
       },
     });
+  });
+});
+
+describe('ResponseEvents: reasoning after text or a call (gpt-oss: a preamble, then another analysis message)', () => {
+  it('the message is done before the reasoning item is added; text after the reasoning is a new message', () => {
+    const result = resultOf('eos', {
+      reasoning: 'Need weather.\n\nThe preamble is out.',
+      text: 'Let me check.\n\nIt is sunny.',
+    });
+    const s = new ResponseEvents(head, echo);
+    const frames: Frame[] = [
+      { reasoning: 'Need weather.' },
+      { text: 'Let me check.' },
+      { reasoning: '\n\nThe preamble' },
+      { reasoning: ' is out.' },
+      { text: '\n\nIt is sunny.' },
+    ];
+    const events = [
+      ...s.start(),
+      ...frames.flatMap((f) => s.tokens(f.text ?? '', f.calls ?? [], f.deltas ?? [], f.reasoning ?? '')),
+      ...s.done(result),
+    ];
+    const { output, status } = checkResponseStream(events);
+    expect(status).toBe('completed');
+    const items = output as Array<{ type: string; id: string; status: string; content: Array<{ text: string }> }>;
+    expect(items.map((i) => `${i.type} ${i.id} ${i.status}`)).toEqual([
+      'reasoning rs_abc_0 completed',
+      'message msg_abc_1 completed',
+      'reasoning rs_abc_2 completed',
+      'message msg_abc_3 completed',
+    ]);
+    // Added up, the items' texts are the whole reply's reasoning and text.
+    const text = (type: string) =>
+      items
+        .filter((i) => i.type === type)
+        .map((i) => i.content[0]?.text)
+        .join('');
+    expect(text('reasoning')).toBe(result.reasoning);
+    expect(text('message')).toBe(result.text);
+    // The whole reply, which has no order between them, puts the reasoning first.
+    expect((outputItems(head, result) as Array<{ type: string }>).map((i) => i.type)).toEqual(['reasoning', 'message']);
+  });
+
+  it('a call, then reasoning, then text: the call is done before the reasoning item is added', () => {
+    const call = lamp('call_1', '{"on": true}');
+    const result = resultOf('eos', { reasoning: 'The lamp.\n\nIt is on.', text: 'Done.', toolCalls: [call] });
+    const s = new ResponseEvents(head, echo);
+    const frames: Frame[] = [
+      { reasoning: 'The lamp.' },
+      { deltas: [{ index: 0, id: 'call_1', name: 'set_lamp', arguments: '{"on": ' }] },
+      { calls: [call], deltas: [{ index: 0, arguments: 'true}' }] },
+      { reasoning: '\n\nIt is on.' },
+      { text: 'Done.' },
+    ];
+    const events = [
+      ...s.start(),
+      ...frames.flatMap((f) => s.tokens(f.text ?? '', f.calls ?? [], f.deltas ?? [], f.reasoning ?? '')),
+      ...s.done(result),
+    ];
+    const { output } = checkResponseStream(events);
+    expect(output).toMatchObject([
+      { type: 'reasoning', content: [{ text: 'The lamp.' }] },
+      { type: 'function_call', call_id: 'call_1', arguments: '{"on": true}', status: 'completed' },
+      { type: 'reasoning', content: [{ text: '\n\nIt is on.' }] },
+      { type: 'message', content: [{ text: 'Done.' }] },
+    ]);
   });
 });
 

@@ -18,14 +18,21 @@ describe('mapResponsesRequest', () => {
           type: 'message',
           role: 'user',
           content: [
-            { type: 'input_text', text: 'Find ' },
-            { type: 'input_text', text: 'x' },
+            { type: 'input_text', text: 'Find x.' },
+            { type: 'input_text', text: 'Be quick.' },
           ],
         },
         { type: 'function_call', call_id: 'c1', name: 'search', arguments: '{"q":"x"}' },
         { type: 'function_call', call_id: 'c2', name: 'search', arguments: '{"q":"y"}' },
         { type: 'function_call_output', call_id: 'c1', output: 'x=1' },
-        { type: 'function_call_output', call_id: 'c2', output: [{ type: 'input_text', text: 'y=2' }] },
+        {
+          type: 'function_call_output',
+          call_id: 'c2',
+          output: [
+            { type: 'input_text', text: 'y=2' },
+            { type: 'input_text', text: 'z=3' },
+          ],
+        },
         { role: 'assistant', content: [{ type: 'output_text', text: 'Done.' }] },
         { type: 'function_call', call_id: 'c3', name: 'search', arguments: '{}' },
       ],
@@ -38,7 +45,8 @@ describe('mapResponsesRequest', () => {
     expect(m.request.messages).toEqual([
       { role: 'system', content: 'Be brief.' },
       { role: 'system', content: 'Use tools.' },
-      { role: 'user', content: 'Find x' },
+      // Parts one per line, as vLLM joins them.
+      { role: 'user', content: 'Find x.\nBe quick.' },
       {
         role: 'assistant',
         content: '',
@@ -48,7 +56,7 @@ describe('mapResponsesRequest', () => {
         ],
       },
       { role: 'tool', content: 'x=1', toolCallId: 'c1' },
-      { role: 'tool', content: 'y=2', toolCallId: 'c2' },
+      { role: 'tool', content: 'y=2\nz=3', toolCallId: 'c2' },
       { role: 'assistant', content: 'Done.', toolCalls: [{ id: 'c3', name: 'search', arguments: '{}' }] },
     ]);
     expect(m.request).toMatchObject({

@@ -1,0 +1,137 @@
+/**
+ * A gpt-oss (Harmony) reply that reasons again after answer text, through the Responses API's stream, on a real
+ * server with a scripted Harmony package (test/helpers/harmony-model.ts). Thinking off, the prompt opens the final
+ * message and the reply writes text, then an analysis message, then the final one; the engine sends the first
+ * token in a frame of its own, so the text reaches the stream before the reasoning. The message item is done
+ * before the reasoning item is added and the text after it is a new message, so the official client's response
+ * holds all of the reply; the whole reply, which keeps no order between them, has the reasoning first. (Anthropic's
+ * stream, whose thinking blocks need thinking on, is driven with the same frames in
+ * test/unit/server/reasoning-events.test.ts.)
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import type OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { harmonyPackage } from '../../helpers/harmony-model';
+import { openaiClient, startTestServer, type TestServer } from './server-helpers';
+
+const PREAMBLE = 'Let me check.';
+const THOUGHT = 'The preamble is out.';
+const FINAL = 'It is sunny.';
+/**
+ * A reply in the final message the prompt opened (after an empty analysis, thinking off), then an analysis
+ * message, then the final one again: answer text, reasoning, answer text.
+ */
+const INTERLEAVED = [
+  PREAMBLE,
+  '<|end|>',
+  '<|start|>',
+  'assistant',
+  '<|channel|>',
+  'analysis',
+  '<|message|>',
+  THOUGHT,
+  '<|end|>',
+  '<|start|>',
+  'assistant',
+  '<|channel|>',
+  'final',
+  '<|message|>',
+  FINAL,
+];
+/** The reply as the host splits it: answer bodies parted by a blank line. */
+const TEXT = `${PREAMBLE}\n\n${FINAL}`;
+
+let root: string;
+let t: TestServer;
+let openai: OpenAI;
+let model: string;
+
+beforeAll(async () => {
+  root = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-harmony-api-'));
+  // The scripted model's reply holds for a prompt read in one run with an empty cache: no prompt cache.
+  t = await startTestServer({ intraOpNumThreads: 2, promptCacheSessions: 0 }, { loadDefault: false });
+  openai = openaiClient(t.url);
+  const pkg = harmonyPackage(path.join(root, 'interleaved'), INTERLEAVED);
+  const r = await t.hostApi.call('loadModel', { path: pkg.dir });
+  if (!r.ok) throw new Error(r.error.message);
+  model = r.value.id;
+}, 120_000);
+afterAll(async () => {
+  await t?.close();
+  rmSync(root, { recursive: true, force: true });
+});
+
+const ASK = [{ role: 'user' as const, content: 'Weather in Paris?' }];
+
+/**
+ * Output items as a stream builds them: each is added at the next index while none is open, its text pieces go
+ * to it, it is done once. Returns each one's type and its pieces added up.
+ */
+function replay(events: readonly OpenAI.Responses.ResponseStreamEvent[]): Array<{ kind: string; text: string }> {
+  const built: Array<{ kind: string; text: string }> = [];
+  let open: number | null = null;
+  for (const e of events) {
+    if (e.type === 'response.output_item.added') {
+      expect(open, 'an item added while another is open').toBeNull();
+      expect(e.output_index, 'an item added at the next index').toBe(built.length);
+      built.push({ kind: e.item.type, text: '' });
+      open = e.output_index;
+    } else if (e.type === 'response.output_text.delta' || e.type === 'response.reasoning_text.delta') {
+      expect(e.output_index, 'a piece of an item that is not open').toBe(open);
+      (built[e.output_index] as { text: string }).text += e.delta;
+    } else if (e.type === 'response.output_item.done') {
+      expect(e.output_index, 'an item done that is not open').toBe(open);
+      open = null;
+    }
+  }
+  expect(open, 'an item still open at the end').toBeNull();
+  return built;
+}
+
+describe('reasoning after answer text (gpt-oss: another analysis message after a preamble)', () => {
+  it('the host reads the reply as answer text, reasoning, answer text', async () => {
+    const frames: Array<{ text: string; reasoning: string }> = [];
+    const r = await t.runner.generate(
+      { model, messages: ASK, thinking: false, maxNewTokens: 128, sampling: { greedy: true } },
+      (f) => {
+        if (f.type === 'tokens')
+          for (const row of f.rows) frames.push({ text: row.text, reasoning: row.reasoning ?? '' });
+      },
+    ).result;
+    expect(r.reasoning).toBe(THOUGHT);
+    expect(r.text).toBe(TEXT);
+    expect(r.finishReason).toBe('eos');
+    // The engine sends the first token in a frame of its own: answer text before any reasoning.
+    expect(frames[0]?.text.length).toBeGreaterThan(0);
+    expect(frames[0]?.reasoning).toBe('');
+  });
+
+  it('the Responses stream: the message is done before the reasoning item is added, and text after it is a new message', async () => {
+    // Thinking off: the prompt opens the final message after an empty analysis, and the reply starts with its text.
+    const params = { model, input: ASK, max_output_tokens: 128, reasoning: { effort: 'none' as const } };
+    const stream = openai.responses.stream(params);
+    const events: OpenAI.Responses.ResponseStreamEvent[] = [];
+    stream.on('event', (e) => events.push(structuredClone(e)));
+    const streamed = await stream.finalResponse();
+    const items = replay(events);
+    expect(items[0]?.kind).toBe('message');
+    expect(items.slice(1).some((i) => i.kind === 'reasoning')).toBe(true);
+    const joined = (kind: string) =>
+      items
+        .filter((i) => i.kind === kind)
+        .map((i) => i.text)
+        .join('');
+    expect(joined('reasoning')).toBe(THOUGHT);
+    expect(joined('message')).toBe(TEXT);
+    expect(streamed.status).toBe('completed');
+    // The client's response has all of it, each item complete.
+    const output = streamed.output as Array<{ type: string; status: string; content: Array<{ text: string }> }>;
+    expect(output.map((i) => ({ kind: i.type, text: i.content.map((c) => c.text).join('') }))).toEqual(items);
+    expect(output.every((i) => i.status === 'completed')).toBe(true);
+    const whole = await openai.responses.create(params);
+    expect(whole.output.map((i) => i.type)).toEqual(['reasoning', 'message']);
+    expect(whole.output_text).toBe(TEXT);
+  });
+});
