@@ -41,6 +41,8 @@ describe('HostApi', () => {
       expect(r.value[0]).toMatchObject({ isDefault: true, backend: 'cpu', logits: { last: true } });
       expect(r.value[0]?.spec.bpt).toBe(1024);
     }
+    // The budget's snapshot counts its bytes per token from its load, before any request.
+    expect(api.runner.snapshot().bpt).toBe(1024);
   });
 
   it('refuses malformed requests with BAD_REQUEST naming the field', async () => {

@@ -774,10 +774,11 @@ export class RunnerService {
     this.closeSessionsOf(id);
     this.models.set(id, model);
     this.dropDeviceIfUnused(intended);
-    // The budget stops counting the old load's bytes per token (another package's may differ): the new load's
-    // count from its first request, as a first load's do.
+    // The budget stops counting the old load's bytes per token (another package's may differ), and counts the new
+    // load's from now (the snapshot's bpt, before any request).
     if (previous) this.devices.get(previous.device)?.scheduler.forgetModel(id);
     if (previous && previous.device !== device) this.dropDeviceIfUnused(previous.device);
+    this.devices.get(device)?.scheduler.noteModel(id, spec.bpt);
     this.refreshBudget();
     return { id, spec: model.spec, loadMs: model.loadMs, logits: model.logits };
   }

@@ -179,6 +179,8 @@ export interface Scheduler {
    * counting it.
    */
   forgetModel(modelId: string): void;
+  /** Called by the host when it loads a model: the snapshot's `bpt` counts it before its first request. */
+  noteModel(modelId: string, bpt: number): void;
   /**
    * Called by the host when it refuses a request before submitting it, on the scheduler's grounds (QUEUE_FULL for
    * one that would wait for its model's load beyond the queue's places): the rejection counters count it.
@@ -1311,6 +1313,9 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     resumeModel,
     forgetModel: (modelId: string) => {
       models.delete(modelId);
+    },
+    noteModel: (modelId: string, bpt: number) => {
+      models.set(modelId, bpt);
     },
     countRejection: (code: ErrorCode) => {
       counters.rejections[code] = (counters.rejections[code] ?? 0) + 1;
