@@ -16,6 +16,8 @@ export interface ReasoningPlan {
   inside: boolean;
   /** Harmony: the prompt opened the final message (after an empty analysis), so the reply starts in its body. */
   answering?: true;
+  /** Harmony, answering: the prompt ends inside the final message's text (a prefill the reply continues). */
+  continuing?: true;
   /** Markers that are special tokens: kept in the text the splitter reads. */
   keepIds: ReadonlySet<number>;
 }
@@ -184,10 +186,17 @@ export function reasoningPlan(
   // A reply that continues a final message's text is inside the reasoning when that text left it open; an empty
   // final message is a new reply, which the prompt opened (or not).
   const final = req.messages?.[req.messages.length - 1];
-  const inside =
-    req.continueFinal && final && final.content.trim() !== ''
-      ? final.content.lastIndexOf(reasoning.open) > final.content.lastIndexOf(reasoning.close)
-      : promptOpensReasoning(prompt, reasoning);
-  const answering = reasoning.harmony && !inside && prompt.trimEnd().endsWith('<|message|>');
-  return { spec: reasoning, inside, keepIds, ...(answering ? { answering } : {}) };
+  const continues = req.continueFinal === true && final !== undefined && final.content.trim() !== '';
+  const inside = continues
+    ? final.content.lastIndexOf(reasoning.open) > final.content.lastIndexOf(reasoning.close)
+    : promptOpensReasoning(prompt, reasoning);
+  // gpt-oss: the prompt opened the final message, or continues its text (a prefill: the reply is its rest).
+  const answering = reasoning.harmony && !inside && (continues || prompt.trimEnd().endsWith('<|message|>'));
+  return {
+    spec: reasoning,
+    inside,
+    keepIds,
+    ...(answering ? { answering } : {}),
+    ...(answering && continues ? { continuing: true as const } : {}),
+  };
 }

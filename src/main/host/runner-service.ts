@@ -1661,7 +1661,11 @@ class Generation {
     this.splitters = reasoning
       ? rows.map(() =>
           reasoning.spec.harmony
-            ? createHarmonySplitter({ inside: reasoning.inside, answering: reasoning.answering === true })
+            ? createHarmonySplitter({
+                inside: reasoning.inside,
+                answering: reasoning.answering === true,
+                continuing: reasoning.continuing === true,
+              })
             : createReasoningSplitter(reasoning.spec, { inside: reasoning.inside }),
         )
       : undefined;

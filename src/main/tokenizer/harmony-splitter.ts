@@ -30,9 +30,14 @@ type Kind = 'reasoning' | 'content' | 'call';
 
 /**
  * `inside`: the prompt opened the analysis message (the reply starts in its body); `answering`: it opened the
- * final one (after an empty analysis, for a reply told not to think). Otherwise the reply starts with a header.
+ * final one (after an empty analysis, for a reply told not to think), or — `continuing` — ended inside its text
+ * (a prefill the reply continues: its leading whitespace is the model's). Otherwise the reply starts with a header.
  */
-export function createHarmonySplitter(opts: { inside: boolean; answering?: boolean }): ReasoningSplitter {
+export function createHarmonySplitter(opts: {
+  inside: boolean;
+  answering?: boolean;
+  continuing?: boolean;
+}): ReasoningSplitter {
   // header: reading a header; body: a message's body; plain: the reply is no Harmony (all answer).
   let phase: 'header' | 'body' | 'plain' = opts.inside || opts.answering ? 'body' : 'header';
   let kind: Kind = opts.inside ? 'reasoning' : 'content';
@@ -41,7 +46,7 @@ export function createHarmonySplitter(opts: { inside: boolean; answering?: boole
   // Whether any message began (a header was read, or the prompt opened one).
   let began = opts.inside || opts.answering === true;
   // Whether the current message's body has given text; whether each side has.
-  let bodyStarted = false;
+  let bodyStarted = opts.answering === true && opts.continuing === true;
   const given = { reasoning: false, content: false };
   // Whether the call being read has written any of its arguments.
   let callArgs = false;

@@ -293,6 +293,24 @@ describe('a Harmony (gpt-oss) model', () => {
     expect(cut.finishReason).toBe('length');
   });
 
+  it("continues a final message's text (a prefill) as the answer, not as a message's header", async () => {
+    const more = harmonyPackage('more', [' because of', ' Rayleigh scattering.', '<|return|>']);
+    await h.loadModel(more.dir, { id: 'more' });
+    try {
+      const r = await h.generate({
+        model: 'more',
+        messages: [...ASK, { role: 'assistant', content: 'Blue light scatters more' }],
+        continueFinal: true,
+        maxNewTokens: 64,
+        sampling: { greedy: true },
+      }).result;
+      expect(r.text).toBe(' because of Rayleigh scattering.');
+      expect(r.reasoning ?? '').toBe('');
+    } finally {
+      await h.unloadModel('more');
+    }
+  });
+
   it('sends a calling turn back with its preamble joined to its reasoning, which the template takes', () => {
     const calling = (content: string): ChatMessage[] => [
       { role: 'user', content: 'Weather in Tokyo?' },
