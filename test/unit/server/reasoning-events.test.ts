@@ -266,6 +266,17 @@ describe('MessageEvents: a thinking block first', () => {
   });
 });
 
+/** gpt-oss's reply as frames: reasoning, a preamble, more reasoning (another analysis message), the answer. */
+const INTERLEAVED: Frame[] = [
+  { reasoning: 'Need weather.' },
+  { text: 'Let me check.' },
+  { reasoning: '\n\nThe preamble' },
+  { reasoning: ' is out.' },
+  { text: '\n\nIt is sunny.' },
+];
+const INTERLEAVED_RESULT = () =>
+  resultOf('eos', { reasoning: 'Need weather.\n\nThe preamble is out.', text: 'Let me check.\n\nIt is sunny.' });
+
 describe('MessageEvents: reasoning after text or a call (gpt-oss: a preamble, then another analysis message)', () => {
   /** The text of the stream's blocks of one type, in order, added up: what a client that joins them reads. */
   const joined = (blocks: Json[], type: string, key: string) =>
@@ -275,18 +286,9 @@ describe('MessageEvents: reasoning after text or a call (gpt-oss: a preamble, th
       .join('');
 
   it('the text block closes before the thinking block opens; text after the reasoning is a new block', () => {
-    const result = resultOf('eos', {
-      reasoning: 'Need weather.\n\nThe preamble is out.',
-      text: 'Let me check.\n\nIt is sunny.',
-    });
+    const result = INTERLEAVED_RESULT();
     const m = new MessageEvents('msg_1', 'm');
-    const frames: Frame[] = [
-      { reasoning: 'Need weather.' },
-      { text: 'Let me check.' },
-      { reasoning: '\n\nThe preamble' },
-      { reasoning: ' is out.' },
-      { text: '\n\nIt is sunny.' },
-    ];
+    const frames = INTERLEAVED;
     const events = [
       ...m.start(7, 0),
       ...frames.flatMap((f) => m.tokens(f.text ?? '', f.calls ?? [], f.deltas ?? [], f.reasoning ?? '')),
@@ -540,18 +542,9 @@ describe('ResponseEvents: a reasoning item first', () => {
 
 describe('ResponseEvents: reasoning after text or a call (gpt-oss: a preamble, then another analysis message)', () => {
   it('the message is done before the reasoning item is added; text after the reasoning is a new message', () => {
-    const result = resultOf('eos', {
-      reasoning: 'Need weather.\n\nThe preamble is out.',
-      text: 'Let me check.\n\nIt is sunny.',
-    });
+    const result = INTERLEAVED_RESULT();
     const s = new ResponseEvents(head, echo);
-    const frames: Frame[] = [
-      { reasoning: 'Need weather.' },
-      { text: 'Let me check.' },
-      { reasoning: '\n\nThe preamble' },
-      { reasoning: ' is out.' },
-      { text: '\n\nIt is sunny.' },
-    ];
+    const frames = INTERLEAVED;
     const events = [
       ...s.start(),
       ...frames.flatMap((f) => s.tokens(f.text ?? '', f.calls ?? [], f.deltas ?? [], f.reasoning ?? '')),
