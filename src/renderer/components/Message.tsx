@@ -3,7 +3,7 @@
  * refusals (its text editable: later turns, and continuing it, go on from the person's text).
  */
 import { parse as losslessParse, stringify as losslessStringify } from 'lossless-json';
-import { memo, type ReactNode, useDeferredValue, useEffect, useMemo, useRef, useState } from 'react';
+import { memo, type ReactNode, useDeferredValue, useEffect, useLayoutEffect, useMemo, useRef, useState } from 'react';
 import { useShallow } from 'zustand/react/shallow';
 import type { StoredMessage } from '../../shared/api';
 import { useApp, useBridge } from '../bridge/context';
@@ -101,6 +101,16 @@ function Reasoning({
       : `Thought${ms !== undefined && ms > 0 ? ` for ${formatMs(ms)}` : ''}${
           stats?.reasoningTokens ? ` · ${formatInteger(stats.reasoningTokens)} tok` : ''
         }${unanswered ? unansweredNote(stats?.finishReason) : ''}`;
+  const shown = live ? deferred : text;
+  // Its box follows the reasoning as it streams (as the chat follows a reply); scrolled up in it, it stays where the
+  // person put it, until they scroll back to its end.
+  const box = useRef<HTMLDivElement>(null);
+  const follow = useRef(true);
+  // biome-ignore lint/correctness/useExhaustiveDependencies: the text shown, and the box opening, are the triggers
+  useLayoutEffect(() => {
+    const el = box.current;
+    if (el && live && follow.current) el.scrollTop = el.scrollHeight;
+  }, [shown, open, live]);
   return (
     <div className={`reasoning ${open ? 'open' : ''}`} data-testid="reasoning" data-open={open}>
       <button
@@ -113,8 +123,16 @@ function Reasoning({
         <span className="caret">{open ? '▾' : '▸'}</span> {label}
       </button>
       {open && (
-        <div className="reasoning-text" data-testid="reasoning-text">
-          {live ? deferred : text}
+        <div
+          className="reasoning-text"
+          data-testid="reasoning-text"
+          ref={box}
+          onScroll={(e) => {
+            const el = e.currentTarget;
+            follow.current = el.scrollHeight - el.scrollTop - el.clientHeight < 24;
+          }}
+        >
+          {shown}
         </div>
       )}
     </div>
