@@ -13,7 +13,7 @@ import { capitalized, exactBytes, formatBytes, formatInteger, formatMs, formatRa
 import { SKIPPED_ANSWER } from '../lib/mcp-tools';
 import { type QueueWait, queueWait } from '../lib/queue-wait';
 import { describeRefusal, type RefusalContext } from '../lib/refusal';
-import { clipNote } from '../lib/reply-notes';
+import { clipNote, interruptedNote, reasoningCutNote } from '../lib/reply-notes';
 import { endedEmpty } from '../lib/versions';
 import { INTERRUPTED } from '../store/chat-slice';
 import type { LiveReply } from '../store/types';
@@ -650,6 +650,10 @@ function AssistantReply({
   const writtenElsewhere = !live && stats?.finishReason === INTERRUPTED && elsewhere;
   const interrupted = !live && stats?.finishReason === INTERRUPTED && !elsewhere;
   const nothingWritten = !stats?.tokens && !message.content && !message.reasoning && !message.toolCalls?.length;
+  // What continue can go on from: an answer begun (a reply that only reasoned is regenerated; bridge.continueReply),
+  // not JSON, nor a reply that called tools (it goes on once they answer).
+  const continuable =
+    message.content.length > 0 && message.format !== 'json' && !jsonThread && !message.toolCalls?.length;
   // Stopped before its first token (queued, say), by the person or by the page going: nothing to show but that.
   const stoppedEmpty = (stats?.finishReason === 'cancelled' || interrupted) && nothingWritten;
   const state = live
@@ -700,10 +704,7 @@ function AssistantReply({
             )}
             {isLast &&
               !threadBusy &&
-              message.content &&
-              message.format !== 'json' &&
-              !jsonThread &&
-              !message.toolCalls?.length &&
+              continuable &&
               // Cut short, or the person wrote its start: the model goes on from there.
               (stats?.finishReason === 'length' ||
                 stats?.finishReason === 'cancelled' ||
@@ -787,9 +788,12 @@ function AssistantReply({
       )}
       {interrupted && (
         <div className="note subtle" data-testid="interrupted-note">
-          {nothingWritten
-            ? 'Interrupted: the page was closed or reloaded before this reply began (regenerate it).'
-            : 'Interrupted: the page was closed or reloaded while this reply was being written (its text so far is kept; continue or regenerate it).'}
+          {interruptedNote(nothingWritten, continuable)}
+        </div>
+      )}
+      {!live && !message.content && message.reasoning && stats?.finishReason === 'length' && !cap && !clip && (
+        <div className="note" data-testid="reasoning-cut-note">
+          {reasoningCutNote(stats.tokens)}
         </div>
       )}
       {leftOut && (

@@ -16,3 +16,24 @@ export function clipNote(clip: ContextClip, finishReason: string | undefined, ea
     ? `${cut} so the reply fits the model's context of ${formatInteger(clip.contextLength)} tokens — start a new chat for a longer reply.`
     : `${cut}: the model's context is ${formatInteger(clip.contextLength)} tokens, and the prompt takes the rest of it — a shorter message (or system prompt) leaves the reply more room.`;
 }
+
+/**
+ * What an interrupted reply (the page went while it was written) says to do: continue where it was cut
+ * (`continuable`: it has an answer begun to go on from), else regenerate.
+ */
+export function interruptedNote(nothingWritten: boolean, continuable: boolean): string {
+  const why = 'the page was closed or reloaded';
+  if (nothingWritten) return `Interrupted: ${why} before this reply began (regenerate it).`;
+  return continuable
+    ? `Interrupted: ${why} while this reply was being written (its text so far is kept; continue or regenerate it).`
+    : `Interrupted: ${why} while this reply was being written (what it wrote is kept; regenerate it).`;
+}
+
+/**
+ * A reply that ran out of its max tokens while it reasoned, before it answered: how many went to the reasoning,
+ * and the one thing to do (the settings are the composer's "system & sampling…").
+ */
+export function reasoningCutNote(tokens: number | undefined): string {
+  const all = tokens ? `All ${formatInteger(tokens)} of its max tokens` : 'All of its max tokens';
+  return `${all} went to its reasoning, before it answered — raise max tokens in the chat's settings (system & sampling…, under the message box), then regenerate it.`;
+}
