@@ -787,8 +787,8 @@ function AssistantReply({
         </div>
       )}
       {interrupted && (
-        <div className="note subtle" data-testid="interrupted-note">
-          {interruptedNote(nothingWritten, continuable)}
+        <div className="note subtle" data-testid="interrupted-note" data-by={stats?.interruptedBy}>
+          {interruptedNote(stats?.interruptedBy, nothingWritten, continuable)}
         </div>
       )}
       {!live && !message.content && message.reasoning && stats?.finishReason === 'length' && !cap && !clip && (

@@ -1,6 +1,7 @@
 /**
  * The notes under a reply, as sentences: pure, for the message view and its tests.
  */
+import type { StoredMessage } from '../../shared/api';
 import type { ContextClip } from '../../shared/contract';
 import { formatInteger } from './format';
 
@@ -18,11 +19,20 @@ export function clipNote(clip: ContextClip, finishReason: string | undefined, ea
 }
 
 /**
- * What an interrupted reply (the page went while it was written) says to do: continue where it was cut
- * (`continuable`: it has an answer begun to go on from), else regenerate.
+ * Why a reply was interrupted, and what to do: continue where it was cut (`continuable`: it has an answer begun to
+ * go on from), else regenerate. `by`: what ended it (absent: the page went, a reload or the window closing).
  */
-export function interruptedNote(nothingWritten: boolean, continuable: boolean): string {
-  const why = 'the page was closed or reloaded';
+export function interruptedNote(
+  by: NonNullable<StoredMessage['stats']>['interruptedBy'],
+  nothingWritten: boolean,
+  continuable: boolean,
+): string {
+  const why =
+    by === 'shutdown'
+      ? 'kvdesk stopped'
+      : by === 'disconnect'
+        ? 'the connection to kvdesk was lost'
+        : 'the page was closed or reloaded';
   if (nothingWritten) return `Interrupted: ${why} before this reply began (regenerate it).`;
   return continuable
     ? `Interrupted: ${why} while this reply was being written (its text so far is kept; continue or regenerate it).`
