@@ -120,6 +120,11 @@ export const MessageStats = z.object({
   lookup: z.object({ drafted: z.number().int().min(0), accepted: z.number().int().min(0) }).optional(),
   /** A reply stopped before its first token: where it was then (sent, waiting in the queue, reading its prompt). */
   stoppedWhile: z.enum(['sending', 'queued', 'reading']).optional(),
+  /**
+   * An interrupted reply (finishReason `interrupted`) that the page did not end by going: kvdesk stopped while it was
+   * written (`shutdown`), or the page's connection to it was lost (`disconnect`).
+   */
+  interruptedBy: z.enum(['shutdown', 'disconnect']).optional(),
   error: z.object({ code: z.string(), message: z.string() }).optional(),
 });
 

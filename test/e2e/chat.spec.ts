@@ -136,7 +136,7 @@ test('a finished reply shows ttft, rate, tokens and finish reason; Esc stops the
   await openChat(app, id);
   await expect(app.getByTestId('reply-announcer')).toHaveText('');
 
-  // Esc stops a streaming reply from anywhere in the window.
+  // Esc in the chat (the message box here) stops a streaming reply.
   await setSettings(app, { greedy: true, maxNewTokens: 1900 });
   await send(app, LONG);
   await expect(lastReply(app)).toHaveAttribute('data-state', 'running');

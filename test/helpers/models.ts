@@ -222,32 +222,52 @@ export const THINK_END_ID = 509;
 export function thinkingModel(name = 'thinking', template = THINKING_TEMPLATE): string {
   return sharedPackage(name, (dir) => {
     cpSync(defaultModelDir, dir, { recursive: true });
-    const edit = (file: string, change: (json: Record<string, unknown>) => void) => {
-      const at = path.join(dir, file);
-      const json = JSON.parse(readFileSync(at, 'utf8'));
-      change(json);
-      writeFileSync(at, JSON.stringify(json));
+    asThinkingModel(dir, THINK_END_ID, 511, template);
+  });
+}
+
+/** The id of `</think>` in {@link slowThinkingModel} (its unused `<|endoftext|>`, renamed). */
+export const SLOW_THINK_END_ID = 2045;
+
+/**
+ * The slow model ({@link slowModel}: milliseconds a token on a CPU) as a thinking model, as {@link thinkingModel}
+ * makes the default one: with `</think>` and its end-of-text banned, a reply reasons until it is stopped.
+ */
+export function slowThinkingModel(): string {
+  const base = slowModel();
+  return sharedPackage('slow-thinking', (dir) => {
+    cpSync(base, dir, { recursive: true });
+    asThinkingModel(dir, SLOW_THINK_END_ID, 2047, THINKING_TEMPLATE);
+  });
+}
+
+/** Makes the package in `dir` a thinking model: token `endId` becomes `</think>`, `eosId` its only end of text. */
+function asThinkingModel(dir: string, endId: number, eosId: number, template: string): void {
+  const edit = (file: string, change: (json: Record<string, unknown>) => void) => {
+    const at = path.join(dir, file);
+    const json = JSON.parse(readFileSync(at, 'utf8'));
+    change(json);
+    writeFileSync(at, JSON.stringify(json));
+  };
+  edit('tokenizer.json', (t) => {
+    const added = (t.added_tokens as Array<{ id: number }>).find((a) => a.id === endId);
+    Object.assign(added as object, { content: '</think>', special: false });
+  });
+  edit('tokenizer_config.json', (c) => {
+    (c.added_tokens_decoder as Record<string, unknown>)[String(endId)] = {
+      content: '</think>',
+      special: false,
     };
-    edit('tokenizer.json', (t) => {
-      const added = (t.added_tokens as Array<{ id: number }>).find((a) => a.id === THINK_END_ID);
-      Object.assign(added as object, { content: '</think>', special: false });
-    });
-    edit('tokenizer_config.json', (c) => {
-      (c.added_tokens_decoder as Record<string, unknown>)[String(THINK_END_ID)] = {
-        content: '</think>',
-        special: false,
-      };
-      c.bos_token = null;
-      c.pad_token = null;
-      c.chat_template = template;
-    });
-    edit('generation_config.json', (g) => {
-      g.eos_token_id = 511;
-    });
-    edit('config.json', (c) => {
-      c.bos_token_id = null;
-      c.pad_token_id = null;
-    });
+    c.bos_token = null;
+    c.pad_token = null;
+    c.chat_template = template;
+  });
+  edit('generation_config.json', (g) => {
+    g.eos_token_id = eosId;
+  });
+  edit('config.json', (c) => {
+    c.bos_token_id = null;
+    c.pad_token_id = null;
   });
 }
 

@@ -106,8 +106,21 @@ function useWindowDrop(): boolean {
 }
 
 /**
+ * Whether an Esc is the chat's, to stop its reply: pressed in the chat view (its messages, its message box and
+ * buttons), or with the focus on nothing. Not in the chat's settings (a field being typed in), nor anywhere else in
+ * the window (the header's pickers, the chat list, the inspector): there it backs out of what it is in, and a reply
+ * lost to it could not be had back.
+ */
+function escForTheChat(): boolean {
+  const at = document.activeElement;
+  if (!at || at === document.body) return true;
+  const chat = document.querySelector('[data-testid="chat-view"]');
+  return (chat?.contains(at) ?? false) && !at.closest('[data-testid="settings-panel"]');
+}
+
+/**
  * Ctrl/Cmd+N or Ctrl/Cmd+Shift+O (a new chat: a browser keeps Ctrl+N for a window, the page never sees it),
- * Ctrl/Cmd+K (the model picker), Esc (a drawer, else the reply).
+ * Ctrl/Cmd+K (the model picker), Esc (a drawer, else the reply, from the chat: see escForTheChat).
  */
 function useShortcuts(): void {
   const bridge = useBridge();
@@ -152,7 +165,12 @@ function useShortcuts(): void {
           if (inDrawer || document.activeElement === document.body) document.getElementById(SIDEBAR_TOGGLE_ID)?.focus();
           return;
         }
-        if (s.activeThreadId && Object.values(s.live).some((l) => l.threadId === s.activeThreadId)) {
+        if (
+          s.view === 'chat' &&
+          escForTheChat() &&
+          s.activeThreadId &&
+          Object.values(s.live).some((l) => l.threadId === s.activeThreadId)
+        ) {
           e.preventDefault();
           bridge.stop();
         }

@@ -174,7 +174,10 @@ function Row({ entry, busy }: { entry: LibraryEntry; busy: boolean }) {
               data-testid="library-delete-keep"
               onClick={() => setConfirming(false)}
               onKeyDown={(e) => {
-                if (e.key === 'Escape') setConfirming(false);
+                if (e.key !== 'Escape') return;
+                // The question's answer, not a stop of the reply streaming (App's Esc).
+                e.preventDefault();
+                setConfirming(false);
               }}
             >
               Keep

@@ -3,7 +3,7 @@
  * refusals (its text editable: later turns, and continuing it, go on from the person's text).
  */
 import { parse as losslessParse, stringify as losslessStringify } from 'lossless-json';
-import { memo, type ReactNode, useDeferredValue, useEffect, useMemo, useRef, useState } from 'react';
+import { memo, type ReactNode, useDeferredValue, useEffect, useLayoutEffect, useMemo, useRef, useState } from 'react';
 import { useShallow } from 'zustand/react/shallow';
 import type { StoredMessage } from '../../shared/api';
 import { useApp, useBridge } from '../bridge/context';
@@ -13,7 +13,7 @@ import { capitalized, exactBytes, formatBytes, formatInteger, formatMs, formatRa
 import { SKIPPED_ANSWER } from '../lib/mcp-tools';
 import { type QueueWait, queueWait } from '../lib/queue-wait';
 import { describeRefusal, type RefusalContext } from '../lib/refusal';
-import { clipNote } from '../lib/reply-notes';
+import { clipNote, interruptedNote, reasoningCutNote } from '../lib/reply-notes';
 import { endedEmpty } from '../lib/versions';
 import { INTERRUPTED } from '../store/chat-slice';
 import type { LiveReply } from '../store/types';
@@ -101,6 +101,16 @@ function Reasoning({
       : `Thought${ms !== undefined && ms > 0 ? ` for ${formatMs(ms)}` : ''}${
           stats?.reasoningTokens ? ` · ${formatInteger(stats.reasoningTokens)} tok` : ''
         }${unanswered ? unansweredNote(stats?.finishReason) : ''}`;
+  const shown = live ? deferred : text;
+  // Its box follows the reasoning as it streams (as the chat follows a reply); scrolled up in it, it stays where the
+  // person put it, until they scroll back to its end.
+  const box = useRef<HTMLDivElement>(null);
+  const follow = useRef(true);
+  // biome-ignore lint/correctness/useExhaustiveDependencies: the text shown, and the box opening, are the triggers
+  useLayoutEffect(() => {
+    const el = box.current;
+    if (el && live && follow.current) el.scrollTop = el.scrollHeight;
+  }, [shown, open, live]);
   return (
     <div className={`reasoning ${open ? 'open' : ''}`} data-testid="reasoning" data-open={open}>
       <button
@@ -113,8 +123,16 @@ function Reasoning({
         <span className="caret">{open ? '▾' : '▸'}</span> {label}
       </button>
       {open && (
-        <div className="reasoning-text" data-testid="reasoning-text">
-          {live ? deferred : text}
+        <div
+          className="reasoning-text"
+          data-testid="reasoning-text"
+          ref={box}
+          onScroll={(e) => {
+            const el = e.currentTarget;
+            follow.current = el.scrollHeight - el.scrollTop - el.clientHeight < 24;
+          }}
+        >
+          {shown}
         </div>
       )}
     </div>
@@ -632,6 +650,10 @@ function AssistantReply({
   const writtenElsewhere = !live && stats?.finishReason === INTERRUPTED && elsewhere;
   const interrupted = !live && stats?.finishReason === INTERRUPTED && !elsewhere;
   const nothingWritten = !stats?.tokens && !message.content && !message.reasoning && !message.toolCalls?.length;
+  // What continue can go on from: an answer begun (a reply that only reasoned is regenerated; bridge.continueReply),
+  // not JSON, nor a reply that called tools (it goes on once they answer).
+  const continuable =
+    message.content.length > 0 && message.format !== 'json' && !jsonThread && !message.toolCalls?.length;
   // Stopped before its first token (queued, say), by the person or by the page going: nothing to show but that.
   const stoppedEmpty = (stats?.finishReason === 'cancelled' || interrupted) && nothingWritten;
   const state = live
@@ -682,10 +704,7 @@ function AssistantReply({
             )}
             {isLast &&
               !threadBusy &&
-              message.content &&
-              message.format !== 'json' &&
-              !jsonThread &&
-              !message.toolCalls?.length &&
+              continuable &&
               // Cut short, or the person wrote its start: the model goes on from there.
               (stats?.finishReason === 'length' ||
                 stats?.finishReason === 'cancelled' ||
@@ -768,10 +787,13 @@ function AssistantReply({
         </div>
       )}
       {interrupted && (
-        <div className="note subtle" data-testid="interrupted-note">
-          {nothingWritten
-            ? 'Interrupted: the page was closed or reloaded before this reply began (regenerate it).'
-            : 'Interrupted: the page was closed or reloaded while this reply was being written (its text so far is kept; continue or regenerate it).'}
+        <div className="note subtle" data-testid="interrupted-note" data-by={stats?.interruptedBy}>
+          {interruptedNote(stats?.interruptedBy, nothingWritten, continuable)}
+        </div>
+      )}
+      {!live && !message.content && message.reasoning && stats?.finishReason === 'length' && !cap && !clip && (
+        <div className="note" data-testid="reasoning-cut-note">
+          {reasoningCutNote(stats.tokens)}
         </div>
       )}
       {leftOut && (

@@ -23,5 +23,15 @@ export function replyAnnouncement({ phase, last }: ReplyState): string {
     ? `; capped at ${formatInteger(s.budgetCap.admittedMaxTokens)} tokens by the KV budget`
     : '';
   if (s.finishReason === 'cancelled') return `Reply stopped${tokens ? ` after ${tokens}` : ''}${capped}.`;
+  // Cut off by kvdesk stopping, or the connection to it lost, as it is said under the reply (not the person's stop).
+  if (s.finishReason === 'interrupted') {
+    const why =
+      s.interruptedBy === 'shutdown'
+        ? 'kvdesk stopped'
+        : s.interruptedBy === 'disconnect'
+          ? 'the connection to kvdesk was lost'
+          : 'the page was closed or reloaded';
+    return `Reply interrupted${tokens ? ` after ${tokens}` : ''}: ${why}.`;
+  }
   return `Reply done${tokens ? `: ${tokens}` : ''}${capped}.`;
 }

@@ -1,6 +1,7 @@
 /**
  * The notes under a reply, as sentences: pure, for the message view and its tests.
  */
+import type { StoredMessage } from '../../shared/api';
 import type { ContextClip } from '../../shared/contract';
 import { formatInteger } from './format';
 
@@ -15,4 +16,34 @@ export function clipNote(clip: ContextClip, finishReason: string | undefined, ea
   return earlier
     ? `${cut} so the reply fits the model's context of ${formatInteger(clip.contextLength)} tokens — start a new chat for a longer reply.`
     : `${cut}: the model's context is ${formatInteger(clip.contextLength)} tokens, and the prompt takes the rest of it — a shorter message (or system prompt) leaves the reply more room.`;
+}
+
+/**
+ * Why a reply was interrupted, and what to do: continue where it was cut (`continuable`: it has an answer begun to
+ * go on from), else regenerate. `by`: what ended it (absent: the page went, a reload or the window closing).
+ */
+export function interruptedNote(
+  by: NonNullable<StoredMessage['stats']>['interruptedBy'],
+  nothingWritten: boolean,
+  continuable: boolean,
+): string {
+  const why =
+    by === 'shutdown'
+      ? 'kvdesk stopped'
+      : by === 'disconnect'
+        ? 'the connection to kvdesk was lost'
+        : 'the page was closed or reloaded';
+  if (nothingWritten) return `Interrupted: ${why} before this reply began (regenerate it).`;
+  return continuable
+    ? `Interrupted: ${why} while this reply was being written (its text so far is kept; continue or regenerate it).`
+    : `Interrupted: ${why} while this reply was being written (what it wrote is kept; regenerate it).`;
+}
+
+/**
+ * A reply that ran out of its max tokens while it reasoned, before it answered: how many went to the reasoning,
+ * and the one thing to do (the settings are the composer's "system & sampling…").
+ */
+export function reasoningCutNote(tokens: number | undefined): string {
+  const all = tokens ? `All ${formatInteger(tokens)} of its max tokens` : 'All of its max tokens';
+  return `${all} went to its reasoning, before it answered — raise max tokens in the chat's settings (system & sampling…, under the message box), then regenerate it.`;
 }

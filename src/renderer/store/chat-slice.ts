@@ -233,8 +233,19 @@ export function reduceFrames(
           ...(next.clipped ? { clipped: next.clipped } : {}),
           ...(next.contextDrop ? { contextDrop: next.contextDrop } : {}),
         };
+        const by = frame.error.detail?.reason;
         if (frame.error.code === 'CANCELLED' && next.continues && next.tokens === 0) {
           // A continuation stopped before it wrote anything: the reply stays as it was, its stats too.
+        } else if (frame.error.code === 'CANCELLED' && (by === 'shutdown' || by === 'disconnect')) {
+          // Not the person's stop: kvdesk stopped, or the page's connection to it was lost. Interrupted, as a reply
+          // the page's going cut off, with what it wrote so far and the same things to do.
+          const sofar = {
+            ...message,
+            content,
+            ...(reasoning ? { reasoning } : {}),
+            ...(toolCalls ? { toolCalls } : {}),
+          };
+          stats = { ...partialReply(sofar, next).stats, interruptedBy: by };
         } else if (frame.error.code === 'CANCELLED') {
           // Stopped by the person: the partial reply is theirs to keep.
           const before = next.continues?.tokens ?? 0;

@@ -221,14 +221,25 @@ export function createWsClient(options: WsClientOptions): WsClient {
       // Calls and streams on the old socket cannot be answered any more: end them now.
       for (const [id, done] of invokes) {
         invokes.delete(id);
-        done({ ok: false, error: lost('The connection to kvdesk closed before it answered. Try again.') });
+        done({
+          ok: false,
+          error: {
+            ...lost('The connection to kvdesk closed before it answered. Try again.'),
+            detail: { reason: 'disconnect' },
+          },
+        });
       }
       for (const [id, sink] of generations) {
         generations.delete(id);
+        // Cancelled as the host cancels a stream whose socket closed (it stopped it): not the person's stop.
         sink({
           type: 'error',
           requestId: '',
-          error: lost('The connection to kvdesk closed while this reply was streaming; the host stopped it.'),
+          error: {
+            code: 'CANCELLED',
+            message: 'The connection to kvdesk closed while this reply was streaming; the host stopped it.',
+            detail: { reason: 'disconnect' },
+          },
         });
       }
       if (closed) return;

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { createFrameCoalescer } from '../../../src/renderer/bridge/frame-coalescer';
 import { createAppStore } from '../../../src/renderer/store';
-import { partialReply, sortThreads, titleFrom, UNTITLED } from '../../../src/renderer/store/chat-slice';
+import { INTERRUPTED, partialReply, sortThreads, titleFrom, UNTITLED } from '../../../src/renderer/store/chat-slice';
 import type { ModelInfo } from '../../../src/shared/api';
 import type { StreamFrame } from '../../../src/shared/contract';
 import { result, thread, tokens } from './fixtures';
@@ -258,6 +258,32 @@ describe('replies', () => {
       finishReason: 'cancelled',
     });
     expect(store.getState().errorDetails).toEqual({});
+  });
+
+  it('kvdesk stopping (or the connection lost) mid-reply leaves it interrupted, not stopped by the person', () => {
+    for (const reason of ['shutdown', 'disconnect'] as const) {
+      const store = storeWithThread();
+      start(store);
+      store.getState().applyFrames([{ messageId: 'a1', frames: [accepted, admitted, tokens('par', [1, 2])] }], 40);
+      const error = { code: 'CANCELLED' as const, message: `cancelled (${reason})`, detail: { reason } };
+      store
+        .getState()
+        .applyFrames(
+          [{ messageId: 'a1', frames: [tokens('tial', [3, 4, 5]), { type: 'error', requestId: 'r1', error }] }],
+          140,
+        );
+      expect(store.getState().live).toEqual({});
+      const m = store.getState().threads[0]?.messages[1];
+      expect(m?.content).toBe('partial');
+      expect(m?.stats).toEqual({
+        ttftMs: 30,
+        tokensPerSecond: 30,
+        tokens: 5,
+        promptTokens: 7,
+        finishReason: INTERRUPTED,
+        interruptedBy: reason,
+      });
+    }
   });
 
   it('a reply keeps the model the host ran it on (its name as shown); a continuation on another model adds it', () => {

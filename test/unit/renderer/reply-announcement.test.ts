@@ -29,6 +29,15 @@ describe('what a screen reader is told of a reply', () => {
     );
   });
 
+  it('interrupted, not stopped, when kvdesk stopped or the connection to it was lost', () => {
+    expect(
+      replyAnnouncement({ last: reply({ tokens: 202, finishReason: 'interrupted', interruptedBy: 'shutdown' }) }),
+    ).toBe('Reply interrupted after 202 tokens: kvdesk stopped.');
+    expect(
+      replyAnnouncement({ last: reply({ tokens: 3, finishReason: 'interrupted', interruptedBy: 'disconnect' }) }),
+    ).toBe('Reply interrupted after 3 tokens: the connection to kvdesk was lost.');
+  });
+
   it('nothing for a refusal (its alert says it), a message of the person, or no message', () => {
     expect(replyAnnouncement({ last: reply({ error: { code: 'KV_BUDGET_EXCEEDED', message: 'x' } }) })).toBe('');
     expect(replyAnnouncement({ last: { ...reply({}), role: 'user' } as StoredMessage })).toBe('');

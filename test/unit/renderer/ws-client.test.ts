@@ -193,6 +193,10 @@ describe('WebSocket client', () => {
     expect(r.ok).toBe(false);
     expect(frames).toHaveLength(1);
     expect(frames[0]?.type).toBe('error');
+    // Not answered, not stopped by the person: the host cancelled them as the socket closed (the page saves again,
+    // and shows the reply interrupted).
+    expect(r.ok === false && r.error.detail?.reason).toBe('disconnect');
+    expect(frames[0]).toMatchObject({ error: { code: 'CANCELLED', detail: { reason: 'disconnect' } } });
     expect(states).toEqual(['open', 'reconnecting']);
     expect(timers).toHaveLength(1);
     timers[0]?.fn();
