@@ -634,16 +634,18 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
 
   async function ensureModel(id: string | undefined, keepAliveMs?: number | null): Promise<void> {
     if (id === undefined) return;
-    if (runner.listModels().some((m) => m.id === id)) {
+    // Each request sets the time to live of a model loaded on first use, as Ollama's do: one that gives none, the
+    // default (an earlier request's `keep_alive: -1` or `10m` is not every later client's).
+    const named = () => {
       const f = firstUse.get(id);
-      if (f) {
-        f.lastUsedAt = Date.now();
-        // Each request sets its time to live, as Ollama's do: one that gives none, the default (an earlier
-        // request's `keep_alive: -1` or `10m` is not every later client's).
-        f.ttlMs = keepAliveMs === undefined ? defaultTtl : keepAliveMs;
-        f.pinned = keepAliveMs === null;
-        lastNamed.set(id, ++namings);
-      }
+      if (!f) return;
+      f.lastUsedAt = Date.now();
+      f.ttlMs = keepAliveMs === undefined ? defaultTtl : keepAliveMs;
+      f.pinned = keepAliveMs === null;
+      lastNamed.set(id, ++namings);
+    };
+    if (runner.listModels().some((m) => m.id === id)) {
+      named();
       return;
     }
     let entry: LibraryEntry | undefined = library.find(id);
@@ -695,12 +697,8 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       jitLoads.set(id, pending);
     }
     await pending;
-    // Every request that waited for the load uses the model now.
-    const f = firstUse.get(id);
-    if (f) {
-      f.lastUsedAt = Date.now();
-      lastNamed.set(id, ++namings);
-    }
+    // Every request that waited for the load uses the model now, with its own time to live.
+    named();
   }
 
   /**

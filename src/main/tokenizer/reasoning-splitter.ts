@@ -107,8 +107,7 @@ export function createReasoningSplitter(
     flush() {
       const out: ReasoningPush = { reasoning: '', content: '' };
       if (state === 'inside') {
-        // A close cut off mid-write (the limit reached while a budget wrote it in pieces) is not reasoning.
-        const rest = held.slice(0, held.length - partialSuffix(held, spec.close)).trimEnd();
+        const rest = held.trimEnd();
         out.reasoning = reasoned ? rest : rest.trimStart();
       } else if (state === 'start') {
         out.content = held;

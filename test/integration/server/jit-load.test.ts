@@ -543,6 +543,20 @@ describe("Ollama's listings, load and unload", () => {
     expect(((await bad.json()) as Json).error).toMatch(/keep_alive/);
   });
 
+  it('a request that waited for another one’s load on first use sets its own keep_alive too', async () => {
+    await hostApi.call('unloadModel', { id: 'second' });
+    const expiry = async () =>
+      ((await get('/api/ps')).body.models as Array<{ name: string; expires_at: string }>).find(
+        (m) => m.name === 'second:latest',
+      )?.expires_at;
+    // The first loads it (10 minutes); the second, sent while it loads, asks for ever, and comes last.
+    const loading = post('/api/generate', { model: 'second', prompt: '', keep_alive: '10m', stream: false });
+    const waiting = post('/api/generate', { model: 'second', prompt: '', keep_alive: -1, stream: false });
+    await ok(loading);
+    await ok(waiting);
+    expect(await expiry()).toBe('9999-12-31T23:59:59Z');
+  });
+
   it('DELETE /api/delete forgets a library package (its folder stays); loaded, it is unloaded first; unknown, a 404', async () => {
     const del = (model: string) =>
       fetch(`${url}/api/delete`, {

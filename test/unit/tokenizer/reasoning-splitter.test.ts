@@ -31,12 +31,7 @@ function oracle(text: string, inside: boolean, spec = THINK): { reasoning: strin
     rest = body.slice(spec.open.length);
   }
   const at = rest.indexOf(spec.close);
-  if (at < 0) {
-    // Cut off before its close: a close cut mid-write is not part of it.
-    let cut = 0;
-    for (let n = 1; n < spec.close.length && n <= rest.length; n++) if (rest.endsWith(spec.close.slice(0, n))) cut = n;
-    return { reasoning: rest.slice(0, rest.length - cut).trim(), content: '' };
-  }
+  if (at < 0) return { reasoning: rest.trim(), content: '' };
   return { reasoning: rest.slice(0, at).trim(), content: rest.slice(at + spec.close.length).trimStart() };
 }
 
@@ -62,15 +57,6 @@ describe('createReasoningSplitter', () => {
   it('keeps reasoning cut off before its end as reasoning, and an empty reasoning as none', () => {
     expect(run(['thinking about it  '], true)).toMatchObject({ reasoning: 'thinking about it', content: '' });
     expect(run(['\n\n</think>\n\nHello'], true)).toMatchObject({ reasoning: '', content: 'Hello' });
-  });
-
-  it('leaves out a close cut off mid-write (the limit reached while a budget wrote it in pieces)', () => {
-    const magistral = { open: '[THINK]', close: '[/THINK]' };
-    expect(run(['thinking it over', '[/', 'TH'], true, magistral)).toMatchObject({
-      reasoning: 'thinking it over',
-      content: '',
-    });
-    expect(run(['so a ', '\n</'], true)).toMatchObject({ reasoning: 'so a', content: '' });
   });
 
   it('says where the text ends: before anything, inside the reasoning, after it, in the answer', () => {
