@@ -200,3 +200,20 @@ describe('packages that used to give INTERNAL (exit 1) name their file: exit 2',
     expect(r.stderr).toContain('inference_metadata.yaml: `model.io.kv_inputs[2]` repeats "past_key_values.0.key"');
   });
 });
+
+describe('a package cloned without Git LFS', () => {
+  const pointer = 'version https://git-lfs.github.com/spec/v1\noid sha256:4d7a2146\nsize 1012842\n';
+
+  it.each(['onnx/model.onnx', 'tokenizer.json'])(
+    '%s a Git LFS pointer: inspect says so and how to get the file (exit 2)',
+    (file) => {
+      const dir = pkg(`lfs-${file.replace(/\W/g, '-')}`, (d) => writeFileSync(path.join(d, file), pointer));
+      const r = kvdesk(['inspect', dir, '--data-dir', dataDir]);
+      expect(r.code, r.stderr).toBe(2);
+      expect(r.stderr).toContain(
+        `kvdesk: ${file} is a Git LFS pointer, not the file itself: run \`git lfs install && git lfs pull\` in the package's folder`,
+      );
+      expect(r.stderr).not.toMatch(/wire type|not valid JSON/);
+    },
+  );
+});
