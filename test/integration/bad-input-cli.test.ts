@@ -9,6 +9,7 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { defaultModelDir, repoRoot } from '../helpers/fixtures';
 import { installedPackage } from '../helpers/models';
+import { externalWeights } from './packages/edited-default';
 
 const work = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-bad-input-cli-'));
 chmodSync(work, 0o755);
@@ -24,6 +25,10 @@ function kvdesk(args: string[], opts: { as?: string[]; input?: string } = {}) {
   );
   return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr };
 }
+
+// As root a file of mode 000 is readable all the same: the tests of unreadable files run kvdesk as nobody then.
+const setpriv = ['/usr/bin/setpriv', '/bin/setpriv'].find((p) => existsSync(p));
+const root = process.getuid?.() === 0;
 
 /** A copy of the default package, changed by `edit`. */
 function pkg(name: string, edit: (dir: string) => void = () => {}): string {
@@ -152,8 +157,6 @@ describe('packages that used to give INTERNAL (exit 1) name their file: exit 2',
     expect(r.stderr).toMatch(/^kvdesk: inference_metadata\.yaml /);
   });
 
-  const setpriv = ['/usr/bin/setpriv', '/bin/setpriv'].find((p) => existsSync(p));
-  const root = process.getuid?.() === 0;
   it.skipIf(root && setpriv === undefined)('a package folder its user cannot read (mode 000)', () => {
     const dir = pkg('locked');
     const nobodyData = path.join(work, 'nobody-data');
@@ -214,6 +217,32 @@ describe('a package cloned without Git LFS', () => {
         `kvdesk: ${file} is a Git LFS pointer, not the file itself: run \`git lfs install && git lfs pull\` in the package's folder`,
       );
       expect(r.stderr).not.toMatch(/wire type|not valid JSON/);
+    },
+  );
+});
+
+describe('an external-data file its user cannot read (mode 000)', () => {
+  it.skipIf(root && setpriv === undefined)(
+    'inspect refuses it, naming the file and EACCES (exit 2), instead of passing it to fail at load',
+    async () => {
+      const dir = pkg('data-unreadable');
+      await externalWeights(dir);
+      const nobodyData = path.join(work, 'nobody-data-2');
+      mkdirSync(nobodyData, { mode: 0o777 });
+      chmodSync(nobodyData, 0o777);
+      const data = path.join(dir, 'onnx/model.onnx.data');
+      chmodSync(data, 0o000);
+      try {
+        const as = root
+          ? [setpriv as string, '--reuid', '65534', '--regid', '65534', '--clear-groups', 'env', `HOME=${nobodyData}`]
+          : undefined;
+        const r = kvdesk(['inspect', dir, '--data-dir', nobodyData], as ? { as } : {});
+        expect(r.code, r.stderr).toBe(2);
+        expect(r.stderr).toContain('kvdesk: Could not read onnx/model.onnx.data in the package (EACCES');
+        expect(r.stderr).toContain('Check that the folder and its files are readable (their permissions)');
+      } finally {
+        chmodSync(data, 0o644);
+      }
     },
   );
 });

@@ -1,4 +1,4 @@
-import { promises as fs } from 'node:fs';
+import { promises as fs, constants as fsConstants } from 'node:fs';
 import path from 'node:path';
 import type { GraphPort, KvDtype, PortDtype } from '../../shared/model-spec';
 import { isLfsPointerFile, lfsPointerError } from './lfs-pointer';
@@ -140,6 +140,9 @@ export async function loadGraph(ctx: PackageContext, absPath: string): Promise<L
     let dataPath = resolved.get(ref.location);
     if (dataPath === undefined) {
       dataPath = await resolveConfigPath(ctx, ref.location, where, path.dirname(absPath));
+      // onnxruntime opens it only at load, and then blames the graph ("may use operators this build lacks"): a
+      // data file this user may not read is refused here as every other unreadable package file is (EACCES).
+      await fs.access(dataPath, fsConstants.R_OK);
       resolved.set(ref.location, dataPath);
     }
     let size = dataSizes.get(dataPath);
