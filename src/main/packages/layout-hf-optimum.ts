@@ -77,13 +77,27 @@ function chooseVariant(
   }
   if (options.graphVariant !== undefined) {
     const want = options.graphVariant;
-    const matches = variants.filter((v) => v.name === want || v.path === want || path.posix.basename(v.path) === want);
-    const [only, ...more] = matches;
-    if (only === undefined || more.length > 0) {
+    // A path names one graph: with both model.onnx and onnx/model.onnx, "model.onnx" is the root's (it is also the
+    // other's file name, and both are fp32). Then a name, then a file name (model_q4.onnx).
+    const matches = [
+      variants.filter((v) => v.path === want),
+      variants.filter((v) => v.name === want),
+      variants.filter((v) => path.posix.basename(v.path) === want),
+    ].find((m) => m.length > 0);
+    const [only, ...more] = matches ?? [];
+    if (only === undefined) {
       throw packageError(
-        `Graph variant "${want}" ${only === undefined ? 'is not in the package' : 'matches several graphs'}; the package offers: ${listing}. Pick one by name or by path.`,
+        `Graph variant "${want}" is not in the package; the package offers: ${listing}. Pick one by name or by path.`,
         here,
         { candidates: variants.map((v) => v.path) },
+      );
+    }
+    if (more.length > 0) {
+      const paths = [only, ...more].map((v) => v.path);
+      throw packageError(
+        `Graph variant "${want}" matches several graphs (${paths.join(', ')}); the package offers: ${listing}. Pick one by its path (e.g. ${paths[0]}).`,
+        here,
+        { candidates: paths },
       );
     }
     return only;
