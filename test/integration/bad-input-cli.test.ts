@@ -246,3 +246,32 @@ describe('an external-data file its user cannot read (mode 000)', () => {
     },
   );
 });
+
+describe('serve --token that is empty or only whitespace', () => {
+  /** `kvdesk serve` with `env` added to the environment, without $KVDESK_TOKEN unless it sets one. */
+  function serveWith(args: string[], env: Record<string, string> = {}) {
+    const { KVDESK_TOKEN: _, ...rest } = process.env;
+    const r = spawnSync(process.execPath, [path.join(repoRoot, 'bin/kvdesk.cjs'), 'serve', '--port', '0', ...args], {
+      cwd: repoRoot,
+      encoding: 'utf8',
+      timeout: 30_000,
+      env: { ...rest, ...env },
+    });
+    return { code: r.status ?? -1, stderr: r.stderr };
+  }
+
+  // It ran with no token asked for, and printed "open http://…/?token= in a browser".
+  it.each([
+    ['--token ""', ['--token', ''], {}, '--token is empty'],
+    ['--token "  "', ['--token', '  '], {}, '--token is only whitespace'],
+    ['KVDESK_TOKEN=""', [], { KVDESK_TOKEN: '' }, '$KVDESK_TOKEN is empty'],
+    ['KVDESK_TOKEN=" "', [], { KVDESK_TOKEN: ' ' }, '$KVDESK_TOKEN is only whitespace'],
+  ] as const)('%s: exit 2 before it listens, naming where it came from', (_, args, env, said) => {
+    const r = serveWith([...args, '--data-dir', dataDir], env);
+    expect(r.code, r.stderr).toBe(2);
+    expect(r.stderr).toMatch(new RegExp(`^kvdesk: ${said.replace(/[$]/g, '\\$')}, which protects nothing`));
+    expect(r.stderr).toContain('Give the secret clients must send');
+    expect(r.stderr).not.toContain('serving');
+    expect(r.stderr).not.toContain('?token=');
+  });
+});
