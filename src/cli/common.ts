@@ -137,6 +137,7 @@ function rangeWords(schema: z.ZodNumber, value: unknown): string | undefined {
 /** Request fields whose flag is not their name in kebab case. */
 const FLAG_OF: Readonly<Record<string, string>> = {
   prompts: 'prompt',
+  promptIdRows: 'prompt-ids',
   messages: 'prompt',
   prediction: 'prediction-file',
   reasoningEffort: 'effort',

@@ -24,7 +24,7 @@ import { defaultHostSettings, type HostSettings, RunnerService } from '../main/h
 import { backendProvider, kvBytesForTokens, loadModelSpec, variantOption } from '../main/packages';
 import { resolveUserPath } from '../main/store/user-path';
 import type { GenerationResult } from '../shared/contract';
-import { toErrorInfo } from '../shared/errors';
+import { type ErrorInfo, toErrorInfo } from '../shared/errors';
 import { formatBytes } from '../shared/format';
 import type { KvTensorSpec, ModelSpec } from '../shared/model-spec';
 import { reasoningWhere } from '../shared/reasoning';
@@ -68,7 +68,8 @@ Usage:
   kvdesk chat <package or library id> [options]   a conversation in the terminal (see below)
   kvdesk list [--json] [--data-dir DIR]   the model library: packages serve loaded, uploaded or pulled
   kvdesk pull owner/name[@rev] [--variant V] [--list] [--json] [--data-dir DIR]   an ONNX model from the Hugging
-                           Face Hub into the library (HF_TOKEN for gated models, HF_ENDPOINT for a mirror)
+                           Face Hub into the library (HF_TOKEN for gated models, HF_ENDPOINT for a mirror);
+                           hf.co/owner/name:V (as ollama pull) is --variant V
   kvdesk search WORDS [--limit N] [--json]   repositories on the hub with ONNX language models whose name
                            matches, most downloaded first
   kvdesk serve [--port N] [--host 127.0.0.1] [--token T] [--model PATH]... (see kvdesk serve --help)
@@ -77,7 +78,7 @@ Usage:
 generate options:
   --prompt TEXT            prompt text (repeat for a multi-row batch); - reads it from stdin, as does no --prompt
                            with stdin from a pipe or a file
-  --prompt-ids IDS         comma-separated token ids
+  --prompt-ids IDS         comma-separated token ids (repeat for a multi-row batch)
   --chat                   render the prompt with the package's chat template
   --system TEXT            system prompt (with --chat)
   --think | --nothink      with --chat, a thinking model (Qwen3…): reason first, or reply at once; its
@@ -282,7 +283,7 @@ async function inspect(args: string[], io: Io): Promise<number> {
 /** `kvdesk generate`'s flags (USAGE describes each). */
 export const GENERATE_OPTIONS = {
   prompt: { type: 'string', multiple: true },
-  'prompt-ids': { type: 'string' },
+  'prompt-ids': { type: 'string', multiple: true },
   chat: { type: 'boolean' },
   system: { type: 'string' },
   think: { type: 'boolean' },
@@ -338,7 +339,10 @@ async function generate(
     const lookup = lookupFlag(values.lookup);
     const sampling = samplingFlags(values);
     const request: Record<string, unknown> = { sampling };
-    if (values['prompt-ids'] !== undefined) request.promptIds = parseIds(values['prompt-ids']);
+    const idRows = values['prompt-ids']?.map(parseIds);
+    // Several --prompt-ids are a batch of those prompts, a row each, as several --prompt are.
+    if (idRows !== undefined && idRows.length > 1) request.promptIdRows = idRows;
+    else if (idRows !== undefined) request.promptIds = idRows[0];
     else if (prompts.length > 1) request.prompts = prompts;
     else request.prompt = prompts[0];
     if (values.chat) request.chat = true;
@@ -358,9 +362,10 @@ async function generate(
     // More than the context holds is as many as it leaves (the host says it clipped), as llama.cpp's -n.
     if (maxNew !== undefined) request.maxNewTokens = maxNew;
     const rows = parseNumber('rows', values.rows, true);
-    if (rows !== undefined && rows > 1 && prompts.length > 1) {
+    if (rows !== undefined && rows > 1 && (prompts.length > 1 || (idRows?.length ?? 0) > 1)) {
+      const flag = prompts.length > 1 ? '--prompt' : '--prompt-ids';
       throw badArgs(
-        `--rows copies one prompt ${rows} times: give a single --prompt with it, or several --prompt flags alone (a row each)`,
+        `--rows copies one prompt ${rows} times: give a single ${flag} with it, or several ${flag} flags alone (a row each)`,
       );
     }
     if (rows !== undefined) request.rows = rows;
@@ -412,7 +417,7 @@ async function generate(
     // never silent.
     printWarnings(io, info.spec.warnings);
     printBudgetNotes(io, host.snapshot());
-    const multiRow = (request.prompts as unknown[] | undefined)?.length !== undefined || (rows ?? 1) > 1;
+    const multiRow = request.prompts !== undefined || request.promptIdRows !== undefined || (rows ?? 1) > 1;
     const printer = new ReplyPrinter(io);
     const handle = host.generate(request, (frame) => {
       if (json) return;
@@ -467,10 +472,22 @@ async function generate(
     }
     return 0;
   } catch (err) {
-    return fail(io, json, toErrorInfo(err));
+    return fail(io, json, rowOfFlag(toErrorInfo(err)));
   } finally {
     await host?.close();
   }
+}
+
+/**
+ * A refusal of one of several prompts, as the host names it (`promptIdRows[1]: …`), named by its flag and its row
+ * as the output numbers them (`--prompt-ids, row 1: …`).
+ */
+function rowOfFlag(info: ErrorInfo): ErrorInfo {
+  const field = info.detail?.field;
+  const m = typeof field === 'string' ? /^(prompts|promptIdRows)\[(\d+)\]$/.exec(field) : null;
+  if (!m || !info.message.startsWith(`${field}: `)) return info;
+  const flag = m[1] === 'prompts' ? '--prompt' : '--prompt-ids';
+  return { ...info, message: `${flag}, row ${m[2]}: ${info.message.slice(`${field}: `.length)}` };
 }
 
 /**
@@ -496,7 +513,7 @@ const STDIN_HINT_MS = 2000;
  */
 async function promptsOf(
   flags: string[] | undefined,
-  ids: string | undefined,
+  ids: string[] | undefined,
   input: NodeJS.ReadableStream & { isTTY?: boolean },
   err: (s: string) => void,
 ): Promise<string[]> {

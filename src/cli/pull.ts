@@ -1,12 +1,12 @@
 /**
- * `kvdesk pull owner/name[@revision]`: a model package from the Hugging Face Hub into the library, as `ollama pull`
+ * `kvdesk pull owner/name[@revision]` (or `hf.co/owner/name:variant`, as `ollama pull`): a model package from the Hugging Face Hub into the library, as `ollama pull`
  * (see src/main/host/hub-download.ts); `kvdesk search WORDS` finds one. `--list` shows the repository's variants
  * and sizes; `--variant` picks one (default: the one that runs best on a CPU). Progress goes to stderr; the
  * package's library id ends the output. A package downloaded already is not downloaded again (its id is printed all
  * the same).
  */
 import path from 'node:path';
-import { downloadHubModel, listHubVariants, planDownload } from '../main/host/hub-download';
+import { downloadHubModel, hubNameOf, listHubVariants, planDownload, stripHubPrefix } from '../main/host/hub-download';
 import { searchHub } from '../main/host/hub-search';
 import { canonicalPath, ModelLibrary, prepareDataDir } from '../main/host/model-library';
 import { toErrorInfo } from '../shared/errors';
@@ -37,8 +37,9 @@ export async function pull(args: string[], io: Io, stderrIsTty = process.stderr.
         `"${positionals[0]}" is not a repository (owner/name): find one with kvdesk search ${JSON.stringify(positionals[0])}`,
       );
     }
+    const { repo, variant: named } = pullName(positionals[0] as string, values.variant);
     const hub = values.revision !== undefined ? { revision: values.revision } : {};
-    const listing = await listHubVariants(positionals[0] as string, hub);
+    const listing = await listHubVariants(repo, hub);
     if (values.list) {
       if (json) io.out(`${JSON.stringify(listing)}\n`);
       else {
@@ -54,7 +55,7 @@ export async function pull(args: string[], io: Io, stderrIsTty = process.stderr.
     // Checked before anything downloads, as `serve` checks it (under /proc a recursive mkdir spins for good).
     await prepareDataDir(dataDir);
     const modelsDir = path.join(dataDir, 'models');
-    const plan = await planDownload(listing, modelsDir, values.variant);
+    const plan = await planDownload(listing, modelsDir, named);
     const { root, variant } = plan;
     // As `ollama pull` of a model it has: nothing to do.
     if (plan.present) io.err(`kvdesk: ${listing.repo} (${variant.name}) is downloaded already, in ${root}\n`);
@@ -99,6 +100,28 @@ export async function pull(args: string[], io: Io, stderrIsTty = process.stderr.
   } catch (err) {
     return fail(io, json, toErrorInfo(err));
   }
+}
+
+/**
+ * The repository and variant `kvdesk pull` names: `owner/name[@revision]`, or as `ollama pull` and chat/generate
+ * take it, `hf.co/owner/name[:variant]` (the server's /api/pull splits it so too); `:latest` is the variant kvdesk
+ * would take. A variant after `:` and a different --variant are refused: which one was meant is not known.
+ */
+function pullName(arg: string, flag: string | undefined): { repo: string; variant?: string } {
+  const bare = stripHubPrefix(arg);
+  const colon = bare.lastIndexOf(':');
+  const repo = bare.slice(0, colon);
+  // No repository before the colon (`https://example.com/x`): parseRepo refuses the name as given.
+  if (colon < 0 || hubNameOf(repo.split('@')[0] as string) === undefined) {
+    return { repo: arg, ...(flag !== undefined ? { variant: flag } : {}) };
+  }
+  const tag = bare.slice(colon + 1);
+  const variant = tag === '' || tag === 'latest' ? undefined : tag;
+  if (variant !== undefined && flag !== undefined && variant !== flag) {
+    throw badArgs(`"${arg}" names the variant ${variant}, and --variant ${flag}: give one`);
+  }
+  const chosen = variant ?? flag;
+  return { repo, ...(chosen !== undefined ? { variant: chosen } : {}) };
 }
 
 /**

@@ -91,6 +91,23 @@ function positiveInt(name: string, value: string | undefined, min = 1): number |
 }
 
 /**
+ * The token clients must send: --token, else $KVDESK_TOKEN. One that is empty or only spaces (`--token "$SECRET"`
+ * with SECRET unset) is refused: the server took it for no token and asked for none, while it printed a
+ * `/?token=` link as if it had one; a person who sets it means to protect the server.
+ */
+function tokenOf(flag: string | undefined, env: string | undefined): string | undefined {
+  const from = flag !== undefined ? '--token' : '$KVDESK_TOKEN';
+  const given = flag ?? env;
+  if (given === undefined || given.trim() !== '') return given;
+  throw new KvdeskError(
+    'BAD_REQUEST',
+    `${from} is ${given === '' ? 'empty' : 'only whitespace'}, which protects nothing (an empty one made the server ask clients for no token). ` +
+      `Give the secret clients must send (e.g. --token "$(openssl rand -hex 16)"), or ${from === '--token' ? 'leave --token out' : 'unset $KVDESK_TOKEN'} to serve on 127.0.0.1 without one (see kvdesk serve --help)`,
+    { flag: 'token' },
+  );
+}
+
+/**
  * A second signal this soon after the first is the same Ctrl+C, not the person's second: the terminal signals the
  * whole process group, so a wrapper's forwarded copy can arrive too (`npm start`'s; the `kvdesk` wrapper's where it
  * cannot tell that the terminal sent it, bin/run-child.cjs).
@@ -168,7 +185,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     const promptCache = positiveInt('prompt-cache', values['prompt-cache'], 0);
     if (promptCache !== undefined) settings.promptCacheSessions = promptCache;
     const dataDir = dataDirOf(values['data-dir']);
-    const token = values.token ?? (process.env.KVDESK_TOKEN || undefined);
+    const token = tokenOf(values.token, process.env.KVDESK_TOKEN);
     const host = values.host ?? '127.0.0.1';
     // Checked before anything loads, each list naming where it came from.
     const fromEnv = (process.env.KVDESK_ORIGINS ?? '').split(',').filter((o) => o.trim() !== '');

@@ -9,6 +9,7 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { defaultModelDir, repoRoot } from '../helpers/fixtures';
 import { installedPackage } from '../helpers/models';
+import { externalWeights } from './packages/edited-default';
 
 const work = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-bad-input-cli-'));
 chmodSync(work, 0o755);
@@ -24,6 +25,10 @@ function kvdesk(args: string[], opts: { as?: string[]; input?: string } = {}) {
   );
   return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr };
 }
+
+// As root a file of mode 000 is readable all the same: the tests of unreadable files run kvdesk as nobody then.
+const setpriv = ['/usr/bin/setpriv', '/bin/setpriv'].find((p) => existsSync(p));
+const root = process.getuid?.() === 0;
 
 /** A copy of the default package, changed by `edit`. */
 function pkg(name: string, edit: (dir: string) => void = () => {}): string {
@@ -152,8 +157,6 @@ describe('packages that used to give INTERNAL (exit 1) name their file: exit 2',
     expect(r.stderr).toMatch(/^kvdesk: inference_metadata\.yaml /);
   });
 
-  const setpriv = ['/usr/bin/setpriv', '/bin/setpriv'].find((p) => existsSync(p));
-  const root = process.getuid?.() === 0;
   it.skipIf(root && setpriv === undefined)('a package folder its user cannot read (mode 000)', () => {
     const dir = pkg('locked');
     const nobodyData = path.join(work, 'nobody-data');
@@ -198,5 +201,77 @@ describe('packages that used to give INTERNAL (exit 1) name their file: exit 2',
     const r = kvdesk(['generate', dir, '--prompt-ids', '5,6,7', '--max-new-tokens', '2', '--data-dir', dataDir]);
     expect(r.code, r.stderr).toBe(2);
     expect(r.stderr).toContain('inference_metadata.yaml: `model.io.kv_inputs[2]` repeats "past_key_values.0.key"');
+  });
+});
+
+describe('a package cloned without Git LFS', () => {
+  const pointer = 'version https://git-lfs.github.com/spec/v1\noid sha256:4d7a2146\nsize 1012842\n';
+
+  it.each(['onnx/model.onnx', 'tokenizer.json'])(
+    '%s a Git LFS pointer: inspect says so and how to get the file (exit 2)',
+    (file) => {
+      const dir = pkg(`lfs-${file.replace(/\W/g, '-')}`, (d) => writeFileSync(path.join(d, file), pointer));
+      const r = kvdesk(['inspect', dir, '--data-dir', dataDir]);
+      expect(r.code, r.stderr).toBe(2);
+      expect(r.stderr).toContain(
+        `kvdesk: ${file} is a Git LFS pointer, not the file itself: run \`git lfs install && git lfs pull\` in the package's folder`,
+      );
+      expect(r.stderr).not.toMatch(/wire type|not valid JSON/);
+    },
+  );
+});
+
+describe('an external-data file its user cannot read (mode 000)', () => {
+  it.skipIf(root && setpriv === undefined)(
+    'inspect refuses it, naming the file and EACCES (exit 2), instead of passing it to fail at load',
+    async () => {
+      const dir = pkg('data-unreadable');
+      await externalWeights(dir);
+      const nobodyData = path.join(work, 'nobody-data-2');
+      mkdirSync(nobodyData, { mode: 0o777 });
+      chmodSync(nobodyData, 0o777);
+      const data = path.join(dir, 'onnx/model.onnx.data');
+      chmodSync(data, 0o000);
+      try {
+        const as = root
+          ? [setpriv as string, '--reuid', '65534', '--regid', '65534', '--clear-groups', 'env', `HOME=${nobodyData}`]
+          : undefined;
+        const r = kvdesk(['inspect', dir, '--data-dir', nobodyData], as ? { as } : {});
+        expect(r.code, r.stderr).toBe(2);
+        expect(r.stderr).toContain('kvdesk: Could not read onnx/model.onnx.data in the package (EACCES');
+        expect(r.stderr).toContain('Check that the folder and its files are readable (their permissions)');
+      } finally {
+        chmodSync(data, 0o644);
+      }
+    },
+  );
+});
+
+describe('serve --token that is empty or only whitespace', () => {
+  /** `kvdesk serve` with `env` added to the environment, without $KVDESK_TOKEN unless it sets one. */
+  function serveWith(args: string[], env: Record<string, string> = {}) {
+    const { KVDESK_TOKEN: _, ...rest } = process.env;
+    const r = spawnSync(process.execPath, [path.join(repoRoot, 'bin/kvdesk.cjs'), 'serve', '--port', '0', ...args], {
+      cwd: repoRoot,
+      encoding: 'utf8',
+      timeout: 30_000,
+      env: { ...rest, ...env },
+    });
+    return { code: r.status ?? -1, stderr: r.stderr };
+  }
+
+  // It ran with no token asked for, and printed "open http://…/?token= in a browser".
+  it.each([
+    ['--token ""', ['--token', ''], {}, '--token is empty'],
+    ['--token "  "', ['--token', '  '], {}, '--token is only whitespace'],
+    ['KVDESK_TOKEN=""', [], { KVDESK_TOKEN: '' }, '$KVDESK_TOKEN is empty'],
+    ['KVDESK_TOKEN=" "', [], { KVDESK_TOKEN: ' ' }, '$KVDESK_TOKEN is only whitespace'],
+  ] as const)('%s: exit 2 before it listens, naming where it came from', (_, args, env, said) => {
+    const r = serveWith([...args, '--data-dir', dataDir], env);
+    expect(r.code, r.stderr).toBe(2);
+    expect(r.stderr).toMatch(new RegExp(`^kvdesk: ${said.replace(/[$]/g, '\\$')}, which protects nothing`));
+    expect(r.stderr).toContain('Give the secret clients must send');
+    expect(r.stderr).not.toContain('serving');
+    expect(r.stderr).not.toContain('?token=');
   });
 });

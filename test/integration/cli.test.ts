@@ -1303,6 +1303,53 @@ describe('the CLI around its commands: a closed stdout, help, versions, stdin, t
     expect((twice.json.error as { message: string }).message).toMatch(/--prompt - reads stdin once/);
   }, 60_000);
 
+  it('--prompt-ids repeated is a batch, a row each, as --prompt repeated is (only the last was kept)', async () => {
+    const args = ['generate', defaultModelDir, '--greedy', '--max-new-tokens', '4', '--json'];
+    const one = await kvdesk(...args, '--prompt-ids', '5,6,7');
+    const two = await kvdesk(...args, '--prompt-ids', '9');
+    expect(one.code, one.stderr).toBe(0);
+    const batch = await kvdesk(...args, '--prompt-ids', '5,6,7', '--prompt-ids', '9');
+    expect(batch.code, batch.stderr).toBe(0);
+    expect((batch.json.rows as Array<{ tokenIds: number[] }>).map((r) => r.tokenIds)).toEqual([
+      one.json.tokenIds,
+      two.json.tokenIds,
+    ]);
+    // Without --json: a line per row, as for several --prompt.
+    const text = await kvdesk(
+      'generate',
+      defaultModelDir,
+      '--greedy',
+      '--max-new-tokens',
+      '2',
+      '--prompt-ids',
+      '5,6,7',
+      '--prompt-ids',
+      '9',
+    );
+    expect(text.stdout).toMatch(/^\[row 0\] .*\n\[row 1\] .*\n$/);
+    expect(text.stderr).toContain('4 tokens in 2 rows (2 each)');
+    // A row the model cannot take is named by its flag and row; --rows copies one prompt, not several.
+    const bad = await kvdesk(
+      'generate',
+      defaultModelDir,
+      '--max-new-tokens',
+      '1',
+      '--prompt-ids',
+      '5',
+      '--prompt-ids',
+      '99999',
+    );
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(
+      /^kvdesk: --prompt-ids, row 1: Prompt id 99999 at position 0 is outside the model's vocabulary/,
+    );
+    const rows = await kvdesk('generate', defaultModelDir, '--rows', '2', '--prompt-ids', '5', '--prompt-ids', '6');
+    expect(rows.code).toBe(2);
+    expect(rows.stderr).toBe(
+      'kvdesk: --rows copies one prompt 2 times: give a single --prompt-ids with it, or several --prompt-ids flags alone (a row each) (see kvdesk --help)\n',
+    );
+  }, 60_000);
+
   it('a package whose weights are damaged (scores that are not numbers) fails as the package, not as a reply of token 0', async () => {
     const root = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-nan-'));
     try {

@@ -1,6 +1,7 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { parseDocument } from 'yaml';
+import { isLfsPointer, lfsPointerError } from './lfs-pointer';
 import { describeWhere, formatBytes, type PackageWhere, packageError } from './package-error';
 import { type PackageContext, relName } from './package-fs';
 
@@ -36,7 +37,10 @@ export async function readLimitedText(
       { bytes: stat.size, maxBytes },
     );
   }
-  return fs.readFile(abs, 'utf8');
+  const text = await fs.readFile(abs, 'utf8');
+  // A clone without Git LFS: the pointer would be "not valid JSON" (or YAML that parses as the wrong thing).
+  if (isLfsPointer(text)) throw lfsPointerError(file);
+  return text;
 }
 
 /** Reads and parses a JSON or YAML (by extension) config/metadata file, with the size limit. */

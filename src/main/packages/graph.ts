@@ -1,6 +1,7 @@
-import { promises as fs } from 'node:fs';
+import { promises as fs, constants as fsConstants } from 'node:fs';
 import path from 'node:path';
 import type { GraphPort, KvDtype, PortDtype } from '../../shared/model-spec';
+import { isLfsPointerFile, lfsPointerError } from './lfs-pointer';
 import { type OnnxGraphInfo, type OnnxValueInfo, readOnnxGraphInfo } from './onnx-reader';
 import { describeWhere, formatBytes, type PackageWhere, packageError } from './package-error';
 import { type PackageContext, relName, resolveConfigPath } from './package-fs';
@@ -139,11 +140,16 @@ export async function loadGraph(ctx: PackageContext, absPath: string): Promise<L
     let dataPath = resolved.get(ref.location);
     if (dataPath === undefined) {
       dataPath = await resolveConfigPath(ctx, ref.location, where, path.dirname(absPath));
+      // onnxruntime opens it only at load, and then blames the graph ("may use operators this build lacks"): a
+      // data file this user may not read is refused here as every other unreadable package file is (EACCES).
+      await fs.access(dataPath, fsConstants.R_OK);
       resolved.set(ref.location, dataPath);
     }
     let size = dataSizes.get(dataPath);
     if (size === undefined) {
       size = (await fs.stat(dataPath)).size;
+      // A clone without Git LFS: the pointer in place of the weights would read as a truncated data file.
+      if (await isLfsPointerFile(dataPath, size)) throw lfsPointerError(relName(ctx, dataPath));
       dataSizes.set(dataPath, size);
     }
     const end = ref.offset + (ref.length ?? 0);

@@ -1,5 +1,6 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
+import type { KvdeskError } from '../../shared/errors';
 import {
   cpuVariantRank,
   type DecoderPorts,
@@ -23,7 +24,7 @@ import {
 import { buildDynamicKv, matchKvTemplates } from './kv-geometry';
 import type { LoadOptions } from './load-options';
 import { packageError } from './package-error';
-import { findFile, listFileNames, type PackageContext, relName } from './package-fs';
+import { brokenLink, findFile, listFileNames, type PackageContext, relName } from './package-fs';
 import { definedNumbers, finishSpec, missingField, readFrom, readSearchDefaults, resolveVocab } from './spec-assembly';
 import { readTokenizerFiles, type TokenIds } from './tokenizer-files';
 
@@ -35,12 +36,23 @@ export interface FoundVariant extends GraphVariant {
   abs: string;
 }
 
-/** Graph files of an Optimum package: `onnx/model*.onnx` and `model*.onnx` at the root. */
+/** A graph file that is a symbolic link kvdesk cannot follow (it loops, or leads to nothing), and why. */
+export interface UnresolvedVariant {
+  name: string;
+  path: string;
+  error: KvdeskError;
+}
+
+/**
+ * Graph files of an Optimum package: `onnx/model*.onnx` and `model*.onnx` at the root. A graph that is a symbolic
+ * link kvdesk cannot follow is no variant to offer: it is returned apart, with its refusal.
+ */
 export async function findGraphVariants(
   ctx: PackageContext,
-): Promise<{ variants: FoundVariant[]; otherOnnx: string[] }> {
+): Promise<{ variants: FoundVariant[]; otherOnnx: string[]; unresolved: UnresolvedVariant[] }> {
   const variants: FoundVariant[] = [];
   const otherOnnx: string[] = [];
+  const unresolved: UnresolvedVariant[] = [];
   for (const folder of [path.join(ctx.dir, 'onnx'), ctx.dir]) {
     for (const name of await listFileNames(folder)) {
       if (!name.toLowerCase().endsWith('.onnx')) continue;
@@ -50,21 +62,51 @@ export async function findGraphVariants(
         otherOnnx.push(relName(ctx, abs));
         continue;
       }
-      if ((await findFile(ctx, name, folder)) === undefined) continue;
+      let found: string | undefined;
+      try {
+        found = await findFile(ctx, name, folder);
+      } catch (err) {
+        const error = brokenLink(err);
+        if (error === undefined) throw err;
+        unresolved.push({ name: m[1] ?? 'fp32', path: relName(ctx, abs), error });
+        continue;
+      }
+      if (found === undefined) continue;
       variants.push({ name: m[1] ?? 'fp32', path: relName(ctx, abs), bytes: (await fs.stat(abs)).size, abs });
     }
   }
-  return { variants, otherOnnx };
+  return { variants, otherOnnx, unresolved };
+}
+
+/** The graphs `want` (a `--variant`) names: those of that path, else of that name, else of that file name. */
+function variantsNamed<V extends { name: string; path: string }>(variants: V[], want: string): V[] {
+  return (
+    [
+      variants.filter((v) => v.path === want),
+      variants.filter((v) => v.name === want),
+      variants.filter((v) => path.posix.basename(v.path) === want),
+    ].find((m) => m.length > 0) ?? []
+  );
 }
 
 function chooseVariant(
   ctx: PackageContext,
-  variants: FoundVariant[],
-  otherOnnx: string[],
+  found: { variants: FoundVariant[]; otherOnnx: string[]; unresolved: UnresolvedVariant[] },
   options: LoadOptions,
 ): FoundVariant {
+  const { variants, otherOnnx, unresolved } = found;
   const here = { file: relName(ctx, ctx.dir) };
   const listing = variants.map((v) => `${v.name} (${v.path})`).join(', ');
+  // A graph that is a link kvdesk cannot follow: refused when it is the one asked for or the only one; beside
+  // others it is left out of the choice, with a warning.
+  const want = options.graphVariant;
+  if (want !== undefined && variantsNamed(variants, want).length === 0) {
+    const [broken] = variantsNamed(unresolved, want);
+    if (broken !== undefined) throw broken.error;
+  }
+  if (variants.length === 0 && unresolved[0] !== undefined) throw unresolved[0].error;
+  for (const u of unresolved)
+    ctx.warnings.push(`${u.error.message} Until then it is left out of the graphs to choose from.`);
   if (variants.length === 0) {
     throw packageError(
       otherOnnx.length > 0
@@ -77,13 +119,22 @@ function chooseVariant(
   }
   if (options.graphVariant !== undefined) {
     const want = options.graphVariant;
-    const matches = variants.filter((v) => v.name === want || v.path === want || path.posix.basename(v.path) === want);
-    const [only, ...more] = matches;
-    if (only === undefined || more.length > 0) {
+    // A path names one graph: with both model.onnx and onnx/model.onnx, "model.onnx" is the root's (it is also the
+    // other's file name, and both are fp32). Then a name, then a file name (model_q4.onnx).
+    const [only, ...more] = variantsNamed(variants, want);
+    if (only === undefined) {
       throw packageError(
-        `Graph variant "${want}" ${only === undefined ? 'is not in the package' : 'matches several graphs'}; the package offers: ${listing}. Pick one by name or by path.`,
+        `Graph variant "${want}" is not in the package; the package offers: ${listing}. Pick one by name or by path.`,
         here,
         { candidates: variants.map((v) => v.path) },
+      );
+    }
+    if (more.length > 0) {
+      const paths = [only, ...more].map((v) => v.path);
+      throw packageError(
+        `Graph variant "${want}" matches several graphs (${paths.join(', ')}); the package offers: ${listing}. Pick one by its path (e.g. ${paths[0]}).`,
+        here,
+        { candidates: paths },
       );
     }
     return only;
@@ -162,11 +213,12 @@ export async function loadHfOptimumLayout(ctx: PackageContext, options: LoadOpti
     );
   }
 
-  const { variants, otherOnnx } = await findGraphVariants(ctx);
+  const found = await findGraphVariants(ctx);
+  const { variants } = found;
   // An ORT package's executor_info.ort.model_file names the graph outright; the Optimum naming rule is then moot.
   const variant: FoundVariant | undefined =
     options.graphFile === undefined
-      ? chooseVariant(ctx, variants, otherOnnx, options)
+      ? chooseVariant(ctx, found, options)
       : variants.find((v) => path.resolve(v.abs) === path.resolve(options.graphFile ?? ''));
   const graph = await loadGraph(ctx, variant?.abs ?? options.graphFile ?? '');
 

@@ -1,5 +1,6 @@
 import path from 'node:path';
 import { editDistance } from '../../shared/edit-distance';
+import type { KvdeskError } from '../../shared/errors';
 import type { DecoderPorts, KvSpec, ModelSpec } from '../../shared/model-spec';
 import { ConfigFields, readConfigFile } from './config-file';
 import {
@@ -16,7 +17,7 @@ import {
 import { buildDynamicKv, buildStaticKv, type KvPairRef } from './kv-geometry';
 import type { LoadOptions } from './load-options';
 import { formatBytes, packageError } from './package-error';
-import { findFile, listFileNames, type PackageContext, relName } from './package-fs';
+import { brokenLink, findFile, listFileNames, type PackageContext, realPathInside, relName } from './package-fs';
 import { definedNumbers, finishSpec, missingField, readSearchDefaults, resolveVocab } from './spec-assembly';
 import { readTokenizerFiles, type TokenIds } from './tokenizer-files';
 
@@ -102,7 +103,19 @@ function variantName(file: string): string {
 async function findGraph(ctx: PackageContext, options: LoadOptions): Promise<string> {
   // Named by an ORT package's executor_info.ort.model_file, already checked against the package's path rules.
   if (options.graphFile !== undefined) return options.graphFile;
-  const onnxFiles = (await listFileNames(ctx.dir)).filter((n) => n.toLowerCase().endsWith('.onnx'));
+  // A graph that is a symbolic link kvdesk cannot follow (it loops, or leads to nothing) is none to choose from:
+  // refused when it is the one asked for, the decoder.onnx or the only graph; beside others, left out with a warning.
+  const onnxFiles: string[] = [];
+  const unresolved = new Map<string, KvdeskError>();
+  for (const name of (await listFileNames(ctx.dir)).filter((n) => n.toLowerCase().endsWith('.onnx'))) {
+    const abs = path.join(ctx.dir, name);
+    const error = await realPathInside(ctx, abs, { file: relName(ctx, abs) }).then(
+      () => undefined,
+      (err: unknown) => brokenLink(err),
+    );
+    if (error === undefined) onnxFiles.push(name);
+    else unresolved.set(name, error);
+  }
   const shown = onnxFiles.map((n) => relName(ctx, path.join(ctx.dir, n)));
   let chosen: string | undefined;
   if (options.graphVariant !== undefined) {
@@ -110,6 +123,8 @@ async function findGraph(ctx: PackageContext, options: LoadOptions): Promise<str
       ? options.graphVariant
       : `${options.graphVariant}.onnx`;
     chosen = onnxFiles.find((n) => n === want);
+    const broken = unresolved.get(want);
+    if (chosen === undefined && broken !== undefined) throw broken;
     if (chosen === undefined) {
       throw packageError(
         `Graph variant "${options.graphVariant}" is not in the package; its ONNX graphs are: ${shown.join(', ') || 'none'}. Pick one of those.`,
@@ -119,6 +134,10 @@ async function findGraph(ctx: PackageContext, options: LoadOptions): Promise<str
     }
   } else if (onnxFiles.includes('decoder.onnx')) {
     chosen = 'decoder.onnx';
+  } else if (unresolved.has('decoder.onnx')) {
+    throw unresolved.get('decoder.onnx');
+  } else if (onnxFiles.length === 0 && unresolved.size > 0) {
+    throw [...unresolved.values()][0];
   } else if (onnxFiles.length === 1) {
     chosen = onnxFiles[0];
   } else if (onnxFiles.length === 0) {
@@ -132,6 +151,9 @@ async function findGraph(ctx: PackageContext, options: LoadOptions): Promise<str
       { file: relName(ctx, ctx.dir) },
       { candidates: shown },
     );
+  }
+  for (const error of unresolved.values()) {
+    ctx.warnings.push(`${error.message} Until then it is left out of the graphs to choose from.`);
   }
   const real = chosen === undefined ? undefined : await findFile(ctx, chosen);
   // Listed a moment ago, gone now.

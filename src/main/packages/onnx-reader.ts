@@ -18,6 +18,7 @@ import {
   WIRE_LEN,
   WIRE_VARINT,
 } from '../../shared/onnx-fields';
+import { isLfsPointerFile, lfsPointerError } from './lfs-pointer';
 import { packageError } from './package-error';
 
 /**
@@ -277,6 +278,8 @@ export async function readOnnxGraphInfo(absPath: string, file: string): Promise<
   const handle = await fs.open(absPath, 'r');
   try {
     const size = (await handle.stat()).size;
+    // A clone without Git LFS: its "graph" is a few lines of text, which would read as a broken protobuf.
+    if (await isLfsPointerFile(absPath, size)) throw lfsPointerError(file);
     const reader = new PositionedReader(handle, size);
     const info: OnnxGraphInfo = {
       irVersion: 0,

@@ -1,5 +1,6 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
+import { KvdeskError } from '../../shared/errors';
 import type { PackageFile } from '../../shared/model-spec';
 import { describeWhere, type PackageWhere, packageError } from './package-error';
 
@@ -73,9 +74,20 @@ export async function realPathInside(
         throw packageError(
           `${describeWhere(where)}: ${relName(ctx, abs)} is a symlink to a file that does not exist. Replace it with the real file.`,
           where,
+          { symlink: 'dangling' },
         );
       }
       return undefined;
+    }
+    // model.onnx → a.onnx → model.onnx: no permission would help (it was "Could not read … Check … permissions").
+    if ((err as { code?: unknown } | null)?.code === 'ELOOP') {
+      const file = relName(ctx, abs);
+      const at = where.field === undefined && where.file === file ? '' : `${describeWhere(where)}: `;
+      throw packageError(
+        `${at}${file} is a symbolic link that loops (following it leads back to itself); replace it with the real file.`,
+        where,
+        { symlink: 'loop' },
+      );
     }
     throw err;
   }
@@ -88,6 +100,15 @@ export async function realPathInside(
     );
   }
   return real;
+}
+
+/**
+ * The refusal of a symbolic link that cannot be followed (one that loops, or leads to nothing), as realPathInside
+ * throws it; undefined for any other error.
+ */
+export function brokenLink(err: unknown): KvdeskError | undefined {
+  const kind = err instanceof KvdeskError ? err.detail?.symlink : undefined;
+  return kind === 'loop' || kind === 'dangling' ? (err as KvdeskError) : undefined;
 }
 
 /**

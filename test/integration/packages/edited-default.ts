@@ -92,3 +92,35 @@ export async function editJson(dir: string, file: string, edit: (json: Record<st
   edit(json);
   await fs.writeFile(abs, JSON.stringify(json, null, 2));
 }
+
+/**
+ * Moves every initializer of 1 KiB or more of a copy's `onnx/model.onnx` to `onnx/<location>` (as an export with
+ * external weights writes it); `misstate` changes the `length` written for the first one by that many bytes.
+ * Returns the graph's path and the first moved initializer's name and size.
+ */
+export async function externalWeights(dir: string, location = 'model.onnx.data', misstate = 0) {
+  const file = path.join(dir, 'onnx/model.onnx');
+  const model = onnx.ModelProto.decode(await fs.readFile(file));
+  const data: Buffer[] = [];
+  let offset = 0;
+  let first: { name: string; bytes: number } | undefined;
+  for (const t of model.graph?.initializer ?? []) {
+    const raw = t.rawData;
+    if (!raw || raw.length < 1024) continue;
+    const length = first === undefined ? raw.length + misstate : raw.length;
+    first ??= { name: t.name ?? '', bytes: raw.length };
+    t.externalData = [
+      { key: 'location', value: location },
+      { key: 'offset', value: String(offset) },
+      { key: 'length', value: String(length) },
+    ];
+    t.dataLocation = onnx.TensorProto.DataLocation.EXTERNAL;
+    t.rawData = new Uint8Array(0);
+    data.push(Buffer.from(raw));
+    offset += raw.length;
+  }
+  await fs.writeFile(path.join(dir, 'onnx', location), Buffer.concat(data));
+  await fs.writeFile(file, onnx.ModelProto.encode(model).finish());
+  if (first === undefined) throw new Error('the default graph has no initializer of 1 KiB or more');
+  return { graph: file, tensor: first.name, bytes: first.bytes };
+}

@@ -4,50 +4,20 @@
  * package used to pass validation (`kvdesk inspect` said nothing) and then fail at load with onnxruntime's text; it
  * is refused now, naming the initializer, `external_data.length` and the size to set.
  */
-import { promises as fs } from 'node:fs';
-import path from 'node:path';
-import { onnx } from 'onnx-proto';
 import * as ort from 'onnxruntime-node';
 import { describe, expect, it } from 'vitest';
 import { loadModelSpec } from '../../../src/main/packages/index';
 import { refusal } from '../../unit/packages/refusal';
-import { copyDefault, editsHost } from './edited-default';
+import { copyDefault, editsHost, externalWeights } from './edited-default';
 
 const edits = editsHost();
 const GRAPH = 'onnx/model.onnx';
 const DATA = 'model.onnx.data';
 
-/**
- * The default package with every initializer of 1 KiB or more moved to `onnx/model.onnx.data` (as an export with
- * external weights writes it); `misstate` changes the `length` written for the first one by that many bytes.
- * Returns the folder and the first moved initializer's name and size.
- */
+/** A copy of the default package with its weights in `onnx/model.onnx.data`, the first one's length misstated. */
 async function externalCopy(name: string, misstate = 0) {
   const dir = await copyDefault(name);
-  const file = path.join(dir, GRAPH);
-  const model = onnx.ModelProto.decode(await fs.readFile(file));
-  const data: Buffer[] = [];
-  let offset = 0;
-  let first: { name: string; bytes: number } | undefined;
-  for (const t of model.graph?.initializer ?? []) {
-    const raw = t.rawData;
-    if (!raw || raw.length < 1024) continue;
-    const length = first === undefined ? raw.length + misstate : raw.length;
-    first ??= { name: t.name ?? '', bytes: raw.length };
-    t.externalData = [
-      { key: 'location', value: DATA },
-      { key: 'offset', value: String(offset) },
-      { key: 'length', value: String(length) },
-    ];
-    t.dataLocation = onnx.TensorProto.DataLocation.EXTERNAL;
-    t.rawData = new Uint8Array(0);
-    data.push(Buffer.from(raw));
-    offset += raw.length;
-  }
-  await fs.writeFile(path.join(dir, 'onnx', DATA), Buffer.concat(data));
-  await fs.writeFile(file, onnx.ModelProto.encode(model).finish());
-  if (first === undefined) throw new Error('the default graph has no initializer of 1 KiB or more');
-  return { dir, graph: file, tensor: first.name, bytes: first.bytes };
+  return { dir, ...(await externalWeights(dir, DATA, misstate)) };
 }
 
 describe('external_data.length that is not the tensor size', () => {

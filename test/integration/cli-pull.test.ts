@@ -1,0 +1,77 @@
+/**
+ * `kvdesk pull` (a real process) named as `ollama pull` and chat/generate name a hub model: `hf.co/owner/name:variant`,
+ * the variant after the colon, against a local imitation of the hub's file API (test/helpers/fake-hub.ts) serving
+ * the generated default model. The name was refused ("is not a Hugging Face repository") though the server's
+ * /api/pull and `kvdesk chat` took it.
+ */
+import { execFile } from 'node:child_process';
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { defaultModelRepo, type FakeHub, startFakeHub } from '../helpers/fake-hub';
+import { repoRoot } from '../helpers/fixtures';
+
+const REPO = 'onnx-community/tiny-chat';
+let hub: FakeHub;
+const dataDir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-cli-pull-'));
+
+beforeAll(async () => {
+  hub = await startFakeHub({ [REPO]: defaultModelRepo() }, { lfsMinBytes: 10_000 });
+}, 60_000);
+afterAll(async () => {
+  await hub?.close();
+  rmSync(dataDir, { recursive: true, force: true });
+});
+
+/** `kvdesk <args>` (a real process) against the fake hub; not spawnSync: the hub answers from this process. */
+const kvdesk = (args: string[]) =>
+  new Promise<{ status: number | null; stdout: string; stderr: string }>((resolve) => {
+    execFile(
+      process.execPath,
+      [path.join(repoRoot, 'bin/kvdesk.cjs'), ...args],
+      { cwd: repoRoot, env: { ...process.env, HF_ENDPOINT: hub.url, HF_TOKEN: '' }, timeout: 60_000 },
+      (err, stdout, stderr) => resolve({ status: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+    );
+  });
+
+describe('kvdesk pull hf.co/owner/name:variant', () => {
+  it('downloads the variant after the colon, as --variant does', async () => {
+    const r = await kvdesk(['pull', `hf.co/${REPO}:fp32`, '--data-dir', dataDir]);
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stdout).toBe('tiny-chat-fp32\n');
+    expect(r.stderr).toContain(`kvdesk: ${REPO} (fp32) is in the library as tiny-chat-fp32`);
+    expect(readdirSync(path.join(dataDir, 'models'))).toEqual(['tiny-chat-fp32']);
+    // The same with --variant naming it too, and as its page's address: there already.
+    for (const name of [`${REPO}:fp32`, `https://huggingface.co/${REPO}:fp32`]) {
+      const again = await kvdesk(['pull', name, '--variant', 'fp32', '--data-dir', dataDir]);
+      expect(again.status, again.stderr).toBe(0);
+      expect(again.stdout).toBe('tiny-chat-fp32\n');
+      expect(again.stderr).toContain(`kvdesk: ${REPO} (fp32) is downloaded already`);
+    }
+  }, 60_000);
+
+  it('with --list: the repository behind the name', async () => {
+    const r = await kvdesk(['pull', `hf.co/${REPO}:q4`, '--list', '--data-dir', dataDir]);
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/q4 .*hf-optimum \(default\)/);
+  });
+
+  it(':latest is the variant kvdesk would take; a revision goes before the colon', async () => {
+    const r = await kvdesk(['pull', `hf.co/${REPO}@main:latest`, '--json', '--data-dir', dataDir]);
+    expect(r.status, r.stderr).toBe(0);
+    expect(JSON.parse(r.stdout)).toMatchObject({ id: 'tiny-chat-q4', variant: 'q4' });
+  }, 60_000);
+
+  it('a variant after the colon and another --variant: refused naming both (exit 2)', async () => {
+    const r = await kvdesk(['pull', `hf.co/${REPO}:q4`, '--variant', 'fp32', '--data-dir', dataDir]);
+    expect(r.status).toBe(2);
+    expect(r.stderr).toContain(`kvdesk: "hf.co/${REPO}:q4" names the variant q4, and --variant fp32: give one`);
+  });
+
+  it('a variant the repository lacks is said as for --variant', async () => {
+    const r = await kvdesk(['pull', `hf.co/${REPO}:q8`, '--data-dir', dataDir]);
+    expect(r.status).toBe(2);
+    expect(r.stderr).toMatch(/has no variant "q8": it offers q4 .*, fp32/);
+  });
+});
