@@ -1956,49 +1956,76 @@ class Generation {
     // Tokens the engine wrote after every row stopped (before it heard so) are not the reply's: its speed ends
     // at the last token it kept.
     if (this.rowStopped.some((s) => s === null)) this.lastTokenAt = now;
-    const frameRows: Array<{
+    // Each row's tokens in pieces: a frame carries a row's reasoning and its answer apart (clients put the
+    // reasoning first), so reasoning that follows answer text (gpt-oss: a preamble, then another analysis message)
+    // starts a piece of its own, sent in the next frame: clients read the two in the model's order.
+    type Piece = {
       ids: number[];
-      text: string;
-      reasoning?: string;
-      logprobs?: GeneratedTokenLogprob[];
-      toolCalls?: ToolCall[];
-      toolCallDeltas?: ToolCallDelta[];
-    }> = [];
+      out: { text: string; reasoning: string };
+      logprobs: GeneratedTokenLogprob[] | undefined;
+      calls: ToolCall[];
+      deltas: ToolCallDelta[];
+    };
+    const newPiece = (): Piece => ({
+      ids: [],
+      out: { text: '', reasoning: '' },
+      logprobs: this.rowLogprobs ? [] : undefined,
+      calls: [],
+      deltas: [],
+    });
+    const rowPieces: Piece[][] = [];
     let maxRowTokens = 0;
     for (let r = 0; r < ids.length; r++) {
-      const fresh: number[] = [];
-      const freshLogprobs: GeneratedTokenLogprob[] | undefined = this.rowLogprobs ? [] : undefined;
-      const calls: ToolCall[] = [];
-      const deltas: ToolCallDelta[] = [];
-      const out = { text: '', reasoning: '' };
+      let piece = newPiece();
+      const pieces = [piece];
       for (const [i, id] of (ids[r] ?? []).entries()) {
         if (this.rowStopped[r]) break;
-        fresh.push(id);
         (this.rowIds[r] as number[]).push(id);
         const textOffset = this.rowDecoded[r] as number;
-        const piece = this.decoders[r]?.push(id) ?? '';
-        this.rowDecoded[r] = textOffset + piece.length;
+        const written = this.decoders[r]?.push(id) ?? '';
+        this.rowDecoded[r] = textOffset + written.length;
         const lp = logprobs?.[r]?.[i];
-        if (freshLogprobs && lp) this.rowHeldLogprobs[r]?.push(this.named(lp, textOffset));
-        this.pass(r, piece, out, calls, deltas);
-        if (freshLogprobs) this.releaseLogprobs(r, freshLogprobs);
+        if (piece.logprobs && lp) this.rowHeldLogprobs[r]?.push(this.named(lp, textOffset));
+        const step = { text: '', reasoning: '' };
+        const calls: ToolCall[] = [];
+        const deltas: ToolCallDelta[] = [];
+        this.pass(r, written, step, calls, deltas);
+        if (step.reasoning.length > 0 && (piece.out.text.length > 0 || piece.calls.length + piece.deltas.length > 0)) {
+          piece = newPiece();
+          pieces.push(piece);
+        }
+        piece.ids.push(id);
+        piece.out.text += step.text;
+        piece.out.reasoning += step.reasoning;
+        piece.calls.push(...calls);
+        piece.deltas.push(...deltas);
+        if (piece.logprobs) this.releaseLogprobs(r, piece.logprobs);
       }
-      const text = out.text;
-      this.rowText[r] += text;
-      this.rowReasoning[r] += out.reasoning;
-      frameRows.push({
-        ids: fresh,
-        text,
-        ...(out.reasoning.length > 0 ? { reasoning: out.reasoning } : {}),
-        ...(freshLogprobs ? { logprobs: freshLogprobs } : {}),
-        ...(calls.length > 0 ? { toolCalls: calls } : {}),
-        ...(deltas.length > 0 ? { toolCallDeltas: deltas } : {}),
-      });
+      for (const p of pieces) {
+        this.rowText[r] += p.out.text;
+        this.rowReasoning[r] += p.out.reasoning;
+      }
+      rowPieces.push(pieces);
       maxRowTokens = Math.max(maxRowTokens, (this.rowIds[r] as number[]).length);
     }
     this.generated = maxRowTokens;
     this.sched.progress(this.id, { generatedTokens: maxRowTokens, usedBytes, allRowsTokens: this.allRowsTokens() });
-    this.emit({ type: 'tokens', requestId: this.id, rows: frameRows });
+    const frames = Math.max(1, ...rowPieces.map((p) => p.length));
+    for (let k = 0; k < frames; k++) {
+      const rows = rowPieces.map((pieces) => {
+        const p = pieces[k];
+        if (p === undefined) return { ids: [], text: '', ...(this.rowLogprobs ? { logprobs: [] } : {}) };
+        return {
+          ids: p.ids,
+          text: p.out.text,
+          ...(p.out.reasoning.length > 0 ? { reasoning: p.out.reasoning } : {}),
+          ...(p.logprobs ? { logprobs: p.logprobs } : {}),
+          ...(p.calls.length > 0 ? { toolCalls: p.calls } : {}),
+          ...(p.deltas.length > 0 ? { toolCallDeltas: p.deltas } : {}),
+        };
+      });
+      this.emit({ type: 'tokens', requestId: this.id, rows });
+    }
     if (this.rowStopped.every((s) => s !== null)) this.host.engine.cancel(this.id, 'stop');
   }
 

@@ -15,7 +15,7 @@ import type {
   ToolChoice,
   ToolDefinition,
 } from '../../shared/contract';
-import { type HttpError, inFrameOrder, type MessageOrigin, RawJson } from './http-util';
+import { type HttpError, inFrameOrder, joinTextParts, type MessageOrigin, RawJson } from './http-util';
 import {
   addReasoning,
   argumentsText,
@@ -63,7 +63,7 @@ function textOf(content: unknown, where: string): string {
         `${where}[${j}]`,
       );
   }
-  return texts.join('\n');
+  return joinTextParts(texts);
 }
 
 /**
@@ -118,7 +118,7 @@ function turnsOf(role: 'user' | 'assistant', content: unknown, i: number): Turn[
       );
     }
   }
-  const text = texts.join('\n');
+  const text = joinTextParts(texts);
   if (role === 'assistant') {
     const turn: ChatMessage = { role, content: text };
     if (reasoning !== undefined) turn.reasoning = reasoning;

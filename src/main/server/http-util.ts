@@ -331,6 +331,21 @@ export class RawJson {
 }
 
 /** A body's JSON with each RawJson's text as it was written. */
+/**
+ * A message's text parts (blocks) as one text: one per line, as vLLM joins them ("Summarize the file." and "The
+ * file says hi." glued would read as one sentence) — but where a part already ends or the next begins with a line
+ * break, nothing is added: a reply kvdesk streamed in several blocks (text, reasoning, text) and sent back whole is
+ * the text the model wrote.
+ */
+export function joinTextParts(texts: readonly string[]): string {
+  let out = '';
+  for (const [i, t] of texts.entries()) {
+    if (i > 0 && !out.endsWith('\n') && !t.startsWith('\n')) out += '\n';
+    out += t;
+  }
+  return out;
+}
+
 export function jsonText(body: unknown): string {
   const raws: string[] = [];
   // A mark no string of the body holds: each raw value goes out as a string holding it, then takes its place.

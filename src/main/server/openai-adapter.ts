@@ -20,7 +20,7 @@ import type {
 } from '../../shared/contract';
 import type { BudgetCap, ContextClip } from '../../shared/scheduler-types';
 import { MAX_TOOL_NESTING, nesting } from '../host/tool-plan';
-import { type HttpError, httpError } from './http-util';
+import { type HttpError, httpError, joinTextParts } from './http-util';
 
 /** Which endpoint a body came to. */
 export type OpenAiKind = 'chat' | 'completion';
@@ -301,7 +301,8 @@ function prediction(body: Record<string, unknown>): string | undefined {
     );
   if (typeof p !== 'object' || p === null || Array.isArray(p) || p.type !== 'content') throw wrong();
   if (p.content === undefined || p.content === null) throw wrong();
-  return textContent(p.content, 'prediction.content', 'prediction');
+  // (A prediction's parts are pieces of one text, the reply expected: glued as written.)
+  return textContent(p.content, 'prediction.content', 'prediction', (texts) => texts.join(''));
 }
 
 /** OpenAI's logit_bias: token ids (as keys) to a bias in -100…100. */
@@ -346,10 +347,10 @@ function messageContent(m: Record<string, unknown>, i: number): string {
 }
 
 /**
- * Text as OpenAI writes it: a string, or an array of `{type: "text", text}` parts, one per line (as vLLM joins
+ * Text as OpenAI writes it: a string, or an array of `{type: "text", text}` parts, one per line (joinTextParts; as vLLM joins
  * them: glued, "Summarize the file." and "The file says hi." would read as one sentence); `param` for a 400.
  */
-function textContent(c: unknown, where: string, param = where): string {
+function textContent(c: unknown, where: string, param = where, join = joinTextParts): string {
   if (typeof c === 'string') return c;
   if (Array.isArray(c)) {
     const texts: string[] = [];
@@ -357,7 +358,7 @@ function textContent(c: unknown, where: string, param = where): string {
       if (part && part.type === 'text' && typeof part.text === 'string') texts.push(part.text);
       else throw bad(`${where}: only text parts are supported, got ${JSON.stringify(part?.type)}.`, param);
     }
-    return texts.join('\n');
+    return join(texts);
   }
   throw bad(`${where} must be a string or an array of text parts.`, param);
 }

@@ -13,7 +13,7 @@ import type {
   ToolChoice,
   ToolDefinition,
 } from '../../shared/contract';
-import { inFrameOrder, type MessageOrigin } from './http-util';
+import { inFrameOrder, joinTextParts, type MessageOrigin } from './http-util';
 import {
   addReasoning,
   type Body,
@@ -102,7 +102,7 @@ function contentText(content: unknown, where: string): string {
       );
     }
   }
-  return texts.join('\n');
+  return joinTextParts(texts);
 }
 
 /**

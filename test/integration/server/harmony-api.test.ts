@@ -2,7 +2,8 @@
  * A gpt-oss (Harmony) reply that reasons again after answer text, through the Responses API's stream, on a real
  * server with a scripted Harmony package (test/helpers/harmony-model.ts). Thinking off, the prompt opens the final
  * message and the reply writes text, then an analysis message, then the final one; the engine sends the first
- * token in a frame of its own, so the text reaches the stream before the reasoning. The message item is done
+ * token in a frame of its own, then many a frame: the host starts a new frame where reasoning follows text, so
+ * clients (which put a frame's reasoning before its text) see them in the model's order. The message item is done
  * before the reasoning item is added and the text after it is a new message, so the official client's response
  * holds all of the reply; the whole reply, which keeps no order between them, has the reasoning first. (Anthropic's
  * stream, whose thinking blocks need thinking on, is driven with the same frames in
@@ -106,6 +107,24 @@ describe('reasoning after answer text (gpt-oss: another analysis message after a
     // The engine sends the first token in a frame of its own: answer text before any reasoning.
     expect(frames[0]?.text.length).toBeGreaterThan(0);
     expect(frames[0]?.reasoning).toBe('');
+    // Read as a client reads a frame (its reasoning, then its text), the frames give the reply in the model's order:
+    // no frame holds reasoning that came after text of its own.
+    const order: Array<{ kind: string; text: string }> = [];
+    const add = (kind: string, text: string) => {
+      if (text === '') return;
+      const last = order.at(-1);
+      if (last?.kind === kind) last.text += text;
+      else order.push({ kind, text });
+    };
+    for (const f of frames) {
+      add('reasoning', f.reasoning);
+      add('text', f.text);
+    }
+    expect(order).toEqual([
+      { kind: 'text', text: PREAMBLE },
+      { kind: 'reasoning', text: THOUGHT },
+      { kind: 'text', text: `\n\n${FINAL}` },
+    ]);
   });
 
   it('the Responses stream: the message is done before the reasoning item is added, and text after it is a new message', async () => {
@@ -116,15 +135,13 @@ describe('reasoning after answer text (gpt-oss: another analysis message after a
     stream.on('event', (e) => events.push(structuredClone(e)));
     const streamed = await stream.finalResponse();
     const items = replay(events);
-    expect(items[0]?.kind).toBe('message');
-    expect(items.slice(1).some((i) => i.kind === 'reasoning')).toBe(true);
-    const joined = (kind: string) =>
-      items
-        .filter((i) => i.kind === kind)
-        .map((i) => i.text)
-        .join('');
-    expect(joined('reasoning')).toBe(THOUGHT);
-    expect(joined('message')).toBe(TEXT);
+    // In the model's order, each part whole: a frame that holds the preamble's end and the reasoning's start (the
+    // engine sends many tokens a frame) does not cut the preamble or put the reasoning before its end.
+    expect(items).toEqual([
+      { kind: 'message', text: PREAMBLE },
+      { kind: 'reasoning', text: THOUGHT },
+      { kind: 'message', text: `\n\n${FINAL}` },
+    ]);
     expect(streamed.status).toBe('completed');
     // The client's response has all of it, each item complete.
     const output = streamed.output as Array<{ type: string; status: string; content: Array<{ text: string }> }>;

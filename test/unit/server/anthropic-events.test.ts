@@ -171,4 +171,24 @@ describe('mapMessagesRequest: text blocks', () => {
       { role: 'user', content: 'Thanks.\nMore?' },
     ]);
   });
+
+  it("sent back as kvdesk streamed them (text, thinking, text), they are the model's text: no line break added", () => {
+    const m = mapMessagesRequest({
+      model: 'm',
+      max_tokens: 8,
+      messages: [
+        { role: 'user', content: 'Weather?' },
+        {
+          role: 'assistant',
+          content: [
+            { type: 'text', text: 'Let me check.' },
+            { type: 'thinking', thinking: 'The preamble is out.', signature: '' },
+            { type: 'text', text: '\n\nIt is sunny.' },
+          ],
+        },
+        { role: 'user', content: 'Thanks.' },
+      ],
+    });
+    expect(m.request.messages?.[1]).toMatchObject({ role: 'assistant', content: 'Let me check.\n\nIt is sunny.' });
+  });
 });
