@@ -2227,8 +2227,13 @@ class Generation {
       const deltas: ToolCallDelta[] = [];
       // Reasoning cut off (by max tokens) stays reasoning.
       if (!this.rowStopped[r]) this.pass(r, this.decoders[r]?.flush() ?? '', out, calls, deltas, true);
-      // Tokens whose text was held back go out with it now (those of a reply that stopped were dropped).
+      // Tokens whose text was held back go out with it now (those of a reply that stopped were dropped). The end
+      // token a reply ended at is no token of its text (OpenAI lists none): its entry goes.
       const lastLogprobs: GeneratedTokenLogprob[] = [];
+      const held = this.rowHeldLogprobs[r];
+      if (rowFinishReasons[r] === 'eos' && held && this.model.spec.eosTokenIds.includes(held.at(-1)?.id ?? -1)) {
+        held.pop();
+      }
       if (this.rowLogprobs) this.releaseLogprobs(r, lastLogprobs, true);
       let text = out.text;
       // A call left incomplete is the reply's text (a Harmony call's, what the model wrote of it).

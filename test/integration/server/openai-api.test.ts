@@ -593,6 +593,24 @@ describe('logprobs, penalties, logit bias and JSON mode', () => {
   // The default model's end tokens, banned so that replies run to max_tokens.
   const noEnd = { '509': -100, '511': -100 };
 
+  it('a reply that ends at an end token lists no entry for it: the bytes spell the content', async () => {
+    let ended = 0;
+    for (const seed of [1, 2, 3, 4, 5, 6, 7, 8]) {
+      const body = { model: 'default', messages: hi, max_tokens: 48, temperature: 1.5, seed, logprobs: true };
+      const r = await client.chat.completions.create(body);
+      const choice = r.choices[0] as (typeof r.choices)[number];
+      if (choice.finish_reason !== 'stop') continue;
+      ended += 1;
+      const content = choice.logprobs?.content ?? [];
+      expect(Buffer.from(content.flatMap((t) => t.bytes ?? [])).toString('utf8'), `seed ${seed}`).toBe(
+        choice.message.content,
+      );
+      expect(content.map((t) => t.token)).not.toContain('<|im_end|>');
+      expect(content.map((t) => t.token)).not.toContain('<|endoftext|>');
+    }
+    expect(ended, 'some replies must end at an end token').toBeGreaterThan(0);
+  });
+
   it('chat: each token with its log-probability, bytes and alternatives, the same streamed and not', async () => {
     const body = {
       model: 'default',
