@@ -15,7 +15,6 @@
  * read from the data directory. A data directory that is a file is refused.
  */
 import { createHash } from 'node:crypto';
-import { existsSync } from 'node:fs';
 import { lstat, mkdir, readdir, readFile, realpath, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
@@ -470,6 +469,7 @@ export class ModelLibrary {
   /** The packages of a file (each folder once, links resolved; a relative root read from the data directory). */
   private async take(packages: StoredEntry[]): Promise<void> {
     for (const [root, p] of await this.byRoot(packages)) this.records.push(heldOf(root, p));
+    this.assignIds();
   }
 
   /** A file's packages by their folder (links resolved, a relative root read from the data directory), first wins. */
@@ -517,6 +517,7 @@ export class ModelLibrary {
     // Added or loaded here and not in the file yet; the rest the file no longer lists, another process forgot.
     for (const r of this.records) if (!fromFile.has(r.root) && this.changed.has(r.root)) next.push(r);
     this.records = next;
+    this.assignIds();
     this.sort();
     return toCheck;
   }
@@ -668,7 +669,7 @@ export class ModelLibrary {
       if (!s?.isDirectory() || this.records.some((r) => r.root === root)) continue;
       const when = s.mtimeMs;
       const added = this.fileKnewAll ? { neverLoaded: true as const } : {};
-      this.records.push({ root, addedAt: when, lastLoadedAt: when, ...added, id: this.newId(root), missing: false });
+      this.records.push({ root, addedAt: when, lastLoadedAt: when, ...added, id: name, missing: false });
       this.changed.add(root);
       found++;
     }
@@ -724,13 +725,12 @@ export class ModelLibrary {
     } else {
       const source = await hubSourceOf(abs);
       const identity = pick ? await modelIdentity(abs) : undefined;
-      const id = this.records.some((x) => x.id === spec.id && existsSync(x.root)) ? this.newId(abs) : spec.id;
       r = {
         root: abs,
         addedAt: t,
         lastLoadedAt: t,
-        id,
-        spec: { ...spec, id },
+        id: spec.id,
+        spec,
         missing: false,
         ...(source ? { source } : {}),
         ...(pick ? { load: pick } : {}),
@@ -739,6 +739,7 @@ export class ModelLibrary {
     }
     // First, then a stable sort: a load in the same millisecond as another still comes first.
     this.records.unshift(r);
+    this.assignIds();
     this.sort();
     this.changed.add(abs);
     this.forgotten.delete(abs);
@@ -754,16 +755,16 @@ export class ModelLibrary {
     const abs = await canonicalPath(root);
     if (this.records.some((x) => x.root === abs)) return;
     const t = this.now();
-    const id = this.newId(abs);
     this.records.unshift({
       root: abs,
       addedAt: t,
       lastLoadedAt: t,
       neverLoaded: true,
-      id,
-      spec: { ...spec, id },
+      id: spec.id,
+      spec,
       missing: false,
     });
+    this.assignIds();
     this.sort();
     this.changed.add(abs);
     this.forgotten.delete(abs);
@@ -809,27 +810,35 @@ export class ModelLibrary {
   }
 
   /**
-   * The id a package new to the library gets: its folder's name (as its spec gives it) or, where another package of
-   * the library whose folder is there has that id, `name-2`, `name-3`… (two folders may share a name:
-   * `…/qwen/cpu-int4` and `…/phi/cpu-int4`; each is reached by its own id, and loads beside the other). A package's
-   * id never changes once given (models are loaded, threads saved, clients configured under it); one whose folder is
-   * gone leaves its id to a new folder of that name (the app moved: its default model stays `default`).
+   * The ids requests name packages by: each its folder's name (as its spec gives it) or, where a package of the
+   * library added before it has that id, `name-2`, `name-3`… (two folders may share a name: `…/qwen/cpu-int4` and
+   * `…/phi/cpu-int4`; each is reached by its own id, and loads beside the other). An id once given stays while it is
+   * the package's alone (forgetting the first does not rename the second, loaded under its id); a missing
+   * package's id is free.
    */
-  private newId(abs: string): string {
-    const taken = new Set(this.records.filter((r) => r.root !== abs && existsSync(r.root)).map((r) => r.id));
-    return freeId(slugify(path.basename(abs)), taken);
+  private assignIds(): void {
+    const taken = new Set<string>();
+    for (const r of [...this.records].sort((a, b) => a.addedAt - b.addedAt)) {
+      if (r.missing) continue;
+      const base = slugify(path.basename(r.root));
+      const suffix = r.id.startsWith(`${base}-`) ? r.id.slice(base.length + 1) : '';
+      if ((r.id !== base && !/^[1-9]\d*$/.test(suffix)) || taken.has(r.id)) r.id = freeId(base, taken);
+      taken.add(r.id);
+      if (r.spec && r.spec.id !== r.id) r.spec = { ...r.spec, id: r.id };
+    }
   }
 
-  /** The id a package loads under: the library's, or for a package new to it the one it will get (newId). */
+  /** The id a package loads under: the library's, or for a package new to it the one it will get (assignIds). */
   async idFor(root: string): Promise<string> {
     const abs = await canonicalPath(root);
-    return this.records.find((r) => r.root === abs)?.id ?? this.newId(abs);
+    const known = this.records.find((r) => r.root === abs);
+    if (known) return known.id;
+    return freeId(slugify(path.basename(abs)), new Set(this.records.filter((r) => !r.missing).map((r) => r.id)));
   }
 
   private apply(r: Held, c: Check): void {
     if ('spec' in c) {
-      // (Under the library's id: a spec names its package by its folder.)
-      r.spec = c.spec.id === r.id ? c.spec : { ...c.spec, id: r.id };
+      r.spec = c.spec;
       if (c.source) r.source = c.source;
       r.error = undefined;
       r.missing = false;
@@ -838,6 +847,7 @@ export class ModelLibrary {
       r.error = c.error;
       r.missing = c.missing;
     }
+    this.assignIds();
   }
 
   private sort(): void {
