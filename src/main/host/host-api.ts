@@ -437,11 +437,8 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     let info: Awaited<ReturnType<RunnerService['loadModel']>>;
     // A change of chat template alone: the model takes it without loading again (when nothing else differs).
     const templateOnly = Object.keys(named).length === 1 && 'chatTemplate' in named;
-    // Under the library's id for it: two folders of one name are two models (model, model-2), not one replacing
-    // the other.
-    const id = await library.idFor(dir);
     try {
-      info = await runner.loadModel(dir, { ...pick, whileIdle, templateOnly, id });
+      info = await runner.loadModel(dir, { ...pick, whileIdle, templateOnly });
     } catch (err) {
       const problem = toErrorInfo(err);
       let retry: LoadModelRequest;
@@ -473,7 +470,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
           ...(typeof pick.chatTemplate === 'string' ? { chatTemplate: pick.chatTemplate } : {}),
         };
       } else throw err;
-      info = await runner.loadModel(dir, { ...retry, whileIdle, id });
+      info = await runner.loadModel(dir, { ...retry, whileIdle });
       pick = retry;
     }
     // Its idle time counts from now: a load that took longer than the time to live does not make it stale.

@@ -23,7 +23,6 @@ import { KvdeskError } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
 import { loadModelSpec, variantOption } from '../packages';
 import { packageProblem } from '../packages/package-error';
-import { slugify } from '../packages/spec-assembly';
 import { isPlainObject, readIfThere, setAside, unreadableFile } from '../store/data-file';
 import { writeAtomic } from '../store/write-atomic';
 import { withKeptTemplate } from './chat-template-pick';
@@ -158,12 +157,6 @@ function describePick(pick: KeptPick): string {
     ...(pick.chatTemplate !== undefined ? ['a chat template of your own'] : []),
     ...(pick.trustInstalled ? ['your trust in its installed layout'] : []),
   ].join(', ');
-}
-
-/** `base`, or the first of `base-2`, `base-3`… that is not taken. */
-function freeId(base: string, taken: ReadonlySet<string>): string {
-  if (!taken.has(base)) return base;
-  for (let n = 2; ; n++) if (!taken.has(`${base}-${n}`)) return `${base}-${n}`;
 }
 
 /** A package as the file keeps it, held in memory (not checked yet: no spec). */
@@ -469,7 +462,6 @@ export class ModelLibrary {
   /** The packages of a file (each folder once, links resolved; a relative root read from the data directory). */
   private async take(packages: StoredEntry[]): Promise<void> {
     for (const [root, p] of await this.byRoot(packages)) this.records.push(heldOf(root, p));
-    this.assignIds();
   }
 
   /** A file's packages by their folder (links resolved, a relative root read from the data directory), first wins. */
@@ -517,7 +509,6 @@ export class ModelLibrary {
     // Added or loaded here and not in the file yet; the rest the file no longer lists, another process forgot.
     for (const r of this.records) if (!fromFile.has(r.root) && this.changed.has(r.root)) next.push(r);
     this.records = next;
-    this.assignIds();
     this.sort();
     return toCheck;
   }
@@ -739,7 +730,6 @@ export class ModelLibrary {
     }
     // First, then a stable sort: a load in the same millisecond as another still comes first.
     this.records.unshift(r);
-    this.assignIds();
     this.sort();
     this.changed.add(abs);
     this.forgotten.delete(abs);
@@ -764,7 +754,6 @@ export class ModelLibrary {
       spec,
       missing: false,
     });
-    this.assignIds();
     this.sort();
     this.changed.add(abs);
     this.forgotten.delete(abs);
@@ -809,36 +798,10 @@ export class ModelLibrary {
     return path.dirname(root) === this.uploadsDir;
   }
 
-  /**
-   * The ids requests name packages by: each its folder's name (as its spec gives it) or, where a package of the
-   * library added before it has that id, `name-2`, `name-3`… (two folders may share a name: `…/qwen/cpu-int4` and
-   * `…/phi/cpu-int4`; each is reached by its own id, and loads beside the other). An id once given stays while it is
-   * the package's alone (forgetting the first does not rename the second, loaded under its id); a missing
-   * package's id is free.
-   */
-  private assignIds(): void {
-    const taken = new Set<string>();
-    for (const r of [...this.records].sort((a, b) => a.addedAt - b.addedAt)) {
-      if (r.missing) continue;
-      const base = slugify(path.basename(r.root));
-      const suffix = r.id.startsWith(`${base}-`) ? r.id.slice(base.length + 1) : '';
-      if ((r.id !== base && !/^[1-9]\d*$/.test(suffix)) || taken.has(r.id)) r.id = freeId(base, taken);
-      taken.add(r.id);
-      if (r.spec && r.spec.id !== r.id) r.spec = { ...r.spec, id: r.id };
-    }
-  }
-
-  /** The id a package loads under: the library's, or for a package new to it the one it will get (assignIds). */
-  async idFor(root: string): Promise<string> {
-    const abs = await canonicalPath(root);
-    const known = this.records.find((r) => r.root === abs);
-    if (known) return known.id;
-    return freeId(slugify(path.basename(abs)), new Set(this.records.filter((r) => !r.missing).map((r) => r.id)));
-  }
-
   private apply(r: Held, c: Check): void {
     if ('spec' in c) {
       r.spec = c.spec;
+      r.id = c.spec.id;
       if (c.source) r.source = c.source;
       r.error = undefined;
       r.missing = false;
@@ -847,7 +810,6 @@ export class ModelLibrary {
       r.error = c.error;
       r.missing = c.missing;
     }
-    this.assignIds();
   }
 
   private sort(): void {

@@ -3,7 +3,7 @@
  * loads remembered across restarts (and loadable again from the remembered folder), most recently loaded first,
  * a corrupt library file moved aside (never overwritten), uploads found under `<dataDir>/models`, folders gone or
  * packages gone bad since their load, forgetting (own folders kept, uploads deleted, a loaded upload refused),
- * two folders with one name, and the `library` event.
+ * two folders with one id, and the `library` event.
  */
 import { existsSync } from 'node:fs';
 import { cp, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
@@ -689,86 +689,44 @@ describe('forget', () => {
   });
 });
 
-describe('two folders with one name', () => {
-  it('each gets its own id: the first added its name, the next name-2, which it keeps', async () => {
+describe('two folders with one id', () => {
+  it('find() gives the most recently loaded valid one; loadable() offers one per id', async () => {
     const dataDir = await tmp();
     const pkgs = await tmp();
     const a = await copyPackage(path.join(pkgs, 'a', 'same'));
     const b = await copyPackage(path.join(pkgs, 'b', 'same'));
     const lib = await ModelLibrary.open(dataDir, { now: clock() });
-    expect(await lib.idFor(a)).toBe('same');
     await lib.loaded(a, await specOf(a));
-    expect(await lib.idFor(b)).toBe('same-2');
     await lib.loaded(b, await specOf(b));
-    expect(lib.list().map((e) => [e.id, e.root, e.spec?.id])).toEqual([
-      ['same-2', b, 'same-2'],
-      ['same', a, 'same'],
-    ]);
-    expect(lib.find('same')?.root).toBe(a);
-    expect(lib.find('same-2')?.root).toBe(b);
-    // Loaded again, each keeps its id; so does the file, read again.
+    expect(lib.list().map((e) => e.id)).toEqual(['same', 'same']);
+    expect(lib.find('same')?.root).toBe(b);
     await lib.loaded(a, await specOf(a));
     expect(lib.find('same')?.root).toBe(a);
-    await lib.flush();
-    const again = await ModelLibrary.open(dataDir);
-    await again.refresh();
-    expect(again.find('same-2')?.root).toBe(b);
-    expect(await again.idFor(path.join(pkgs, 'c', 'same'))).toBe('same-3');
+    expect(lib.find('other')).toBeUndefined();
 
-    // One gone bad is not stood in for by the other: a request names the one it means.
+    // The most recent one gone bad: the other is the one a request gets.
     await rm(path.join(a, 'tokenizer.json'));
     await lib.refresh();
+    expect(lib.find('same')?.root).toBe(b);
+    await rm(b, { recursive: true });
+    await lib.refresh();
     expect(lib.find('same')).toBeUndefined();
-    expect(lib.find('same-2')?.root).toBe(b);
-    // The first forgotten, the second keeps its id (a model loaded under it stays reachable).
-    await lib.forget(a);
-    await lib.refresh();
-    expect(lib.list().map((e) => e.id)).toEqual(['same-2']);
   });
 
-  it("a library file that gave both one id (an older kvdesk's): the one added later becomes name-2", async () => {
-    const dataDir = await tmp();
-    const pkgs = await tmp();
-    const a = await copyPackage(path.join(pkgs, 'a', 'same'));
-    const b = await copyPackage(path.join(pkgs, 'b', 'same'));
-    const packages = [
-      { root: b, id: 'same', addedAt: 2, lastLoadedAt: 5 },
-      { root: a, id: 'same', addedAt: 1, lastLoadedAt: 3 },
-    ];
-    await writeFile(path.join(dataDir, 'library.json'), `${JSON.stringify({ version: 1, packages })}\n`);
-    const lib = await ModelLibrary.open(dataDir);
-    await lib.refresh();
-    expect(lib.list().map((e) => [e.id, e.root])).toEqual([
-      ['same-2', b],
-      ['same', a],
-    ]);
-  });
-
-  it('through HostApi: both load, each under its own id, and a request reaches either', async () => {
+  it('through HostApi: one entry per id is loadable, and ensureModel loads the most recent folder', async () => {
     const dataDir = await tmp();
     const pkgs = await tmp();
     const a = await copyPackage(path.join(pkgs, 'a', 'same'));
     const b = await copyPackage(path.join(pkgs, 'b', 'same'));
     const api = await makeApi(dataDir);
     expect((await api.call('loadModel', { path: a })).ok).toBe(true);
+    await new Promise((r) => setTimeout(r, 5));
     expect((await api.call('loadModel', { path: b })).ok).toBe(true);
-    const loaded = () =>
-      api.runner
-        .listModels()
-        .map((m) => [m.id, m.spec.root])
-        .sort();
-    expect(loaded()).toEqual([
-      ['same', a],
-      ['same-2', b],
-    ]);
-    expect((await api.call('unloadModel', { id: 'same-2' })).ok).toBe(true);
+    expect((await api.call('unloadModel', { id: 'same' })).ok).toBe(true);
     await api.libraryChecked;
-    expect(api.loadable()).toEqual([expect.objectContaining({ id: 'same-2', root: b })]);
-    await api.ensureModel('same-2');
-    expect(loaded()).toEqual([
-      ['same', a],
-      ['same-2', b],
-    ]);
+    expect(api.loadable()).toEqual([expect.objectContaining({ id: 'same', root: b })]);
+    await api.ensureModel('same');
+    expect(api.runner.listModels().map((m) => [m.id, m.spec.root])).toEqual([['same', b]]);
     expect(api.loadable()).toEqual([]);
   });
 });
