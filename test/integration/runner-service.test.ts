@@ -526,7 +526,8 @@ describe("the person's pick of variant and backend", () => {
     // Stopped by id while it waits: it ends at once, the load still on its way.
     expect(h.cancel(stopped.requestId)).toBe(true);
     const cancelled = rejection(stopped.result);
-    expect((await cancelled).code).toBe('CANCELLED');
+    // Its reason goes with it (a page shows a stop by kvdesk's shutdown apart from the person's).
+    expect(await cancelled).toMatchObject({ code: 'CANCELLED', detail: { reason: 'user' } });
     expect(h.listModels().find((m) => m.id === id)?.reloading).toBe(true);
     expect(h.snapshot().reloadWaits?.map((w) => w.requestId)).toEqual([waiting.requestId]);
     // Nor may it be unloaded under the load.

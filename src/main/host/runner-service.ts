@@ -1134,7 +1134,9 @@ export class RunnerService {
             ? new KvdeskError('TIMEOUT', `the request timed out while its model loaded again (limit ${timeoutMs} ms)`, {
                 timeoutMs: timeoutMs ?? null,
               })
-            : new KvdeskError('CANCELLED', `request ${requestId} was cancelled (${reason}) before it started`),
+            : new KvdeskError('CANCELLED', `request ${requestId} was cancelled (${reason}) before it started`, {
+                reason,
+              }),
         );
     });
     const timer = timeoutMs === undefined ? undefined : setTimeout(() => cancel('timeout'), timeoutMs);

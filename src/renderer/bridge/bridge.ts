@@ -252,8 +252,6 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
 
   /** The page is going (its pagehide came): see saveThread. */
   let pageGoing = false;
-  /** Chats whose save the lost connection left unanswered: saved again when it is back (onOpen). */
-  const unsaved = new Set<string>();
 
   /**
    * Persists a thread. A reply still streaming goes with its text so far, marked interrupted (its end saves it
@@ -276,9 +274,11 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     const picked = pendingPicks.get(threadId);
     const thread: Thread = { ...t, messages, ...(picked ? { modelId: picked } : {}) };
     void api.invoke('saveThread', { ...thread, savedBy: pageId }).then((r) => {
-      // The connection went before the host answered: saved again once it is back (not the person's to retry).
-      if (!r.ok && r.error.detail?.reason === 'disconnect') unsaved.add(threadId);
-      else report('Could not save the chat', r);
+      // The connection went before the host answered: what it saved before (a streaming reply's text, each second)
+      // stays. Not saved again once it is back: another page may have saved newer turns of the chat since.
+      if (!r.ok && r.error.detail?.reason === 'disconnect') {
+        notify("The chat's last change was not saved: the connection to kvdesk closed before it answered.");
+      } else report('Could not save the chat', r);
     });
   }
 
@@ -512,9 +512,6 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     const replace = !firstOpen;
     if (firstOpen) void loadPersisted();
     firstOpen = false;
-    const again = [...unsaved];
-    unsaved.clear();
-    for (const id of again) saveThread(id);
     void refreshHostState(replace);
     s().setNotice(null);
   };

@@ -32,7 +32,7 @@ export function interruptedNote(
       ? 'kvdesk stopped'
       : by === 'disconnect'
         ? 'the connection to kvdesk was lost'
-        : 'the page was closed or reloaded';
+        : 'the page was closed or reloaded, or kvdesk stopped,';
   if (nothingWritten) return `Interrupted: ${why} before this reply began (regenerate it).`;
   return continuable
     ? `Interrupted: ${why} while this reply was being written (its text so far is kept; continue or regenerate it).`
