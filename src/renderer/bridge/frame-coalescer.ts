@@ -38,18 +38,28 @@ export interface FrameCoalescer {
 
 type TokensFrame = Extract<StreamFrame, { type: 'tokens' }>;
 
-/** Appends b's rows to a's, row by row (rows of one request stream in lockstep). */
+/**
+ * Appends b's rows to a's, row by row (rows of one request stream in lockstep): their tokens, text, reasoning, and
+ * what goes with the tokens (log-probabilities, calls completed, call arguments being written).
+ */
 export function mergeTokenFrames(a: TokensFrame, b: TokensFrame): TokensFrame {
   const n = Math.max(a.rows.length, b.rows.length);
   const rows: TokensFrame['rows'] = [];
+  const both = <T>(x: T[] | undefined, y: T[] | undefined) => (x || y ? { list: [...(x ?? []), ...(y ?? [])] } : null);
   for (let i = 0; i < n; i++) {
     const x = a.rows[i];
     const y = b.rows[i];
     const reasoning = (x?.reasoning ?? '') + (y?.reasoning ?? '');
+    const logprobs = both(x?.logprobs, y?.logprobs);
+    const toolCalls = both(x?.toolCalls, y?.toolCalls);
+    const toolCallDeltas = both(x?.toolCallDeltas, y?.toolCallDeltas);
     rows.push({
       ids: [...(x?.ids ?? []), ...(y?.ids ?? [])],
       text: (x?.text ?? '') + (y?.text ?? ''),
       ...(reasoning ? { reasoning } : {}),
+      ...(logprobs ? { logprobs: logprobs.list } : {}),
+      ...(toolCalls ? { toolCalls: toolCalls.list } : {}),
+      ...(toolCallDeltas ? { toolCallDeltas: toolCallDeltas.list } : {}),
     });
   }
   return { type: 'tokens', requestId: b.requestId, rows };

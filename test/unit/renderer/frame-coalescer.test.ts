@@ -217,4 +217,24 @@ describe('frame coalescer', () => {
     ]);
     expect(mergeTokenFrames(frame([1], 'a'), frame([2], 'b')).rows[0]).not.toHaveProperty('reasoning');
   });
+
+  it("keeps what goes with the tokens: log-probabilities, calls completed and calls' arguments being written", () => {
+    const lp = (id: number) => ({ id, token: `t${id}`, bytes: [id], logprob: -1, top: [], textOffset: 0 });
+    const call = { id: 'c1', name: 'f', arguments: '{}' };
+    const delta = { index: 0, id: 'c2', name: 'g', arguments: '{"a"' };
+    const a = {
+      type: 'tokens' as const,
+      requestId: 'r',
+      rows: [{ ids: [1], text: 'a', logprobs: [lp(1)], toolCalls: [call] }],
+    };
+    const b = {
+      type: 'tokens' as const,
+      requestId: 'r',
+      rows: [{ ids: [2], text: '', logprobs: [lp(2)], toolCallDeltas: [delta] }],
+    };
+    expect(mergeTokenFrames(a, b).rows).toEqual([
+      { ids: [1, 2], text: 'a', logprobs: [lp(1), lp(2)], toolCalls: [call], toolCallDeltas: [delta] },
+    ]);
+    expect(mergeTokenFrames(b, b).rows[0]).not.toHaveProperty('toolCalls');
+  });
 });
