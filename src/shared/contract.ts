@@ -248,7 +248,7 @@ export interface RowResult {
   tokenIds: number[];
   text: string;
   finishReason: FinishReason;
-  /** With `logprobs`: one entry per token of tokenIds. */
+  /** With `logprobs`: one entry per token of tokenIds, but the end token a reply ended at (OpenAI lists none). */
   logprobs?: GeneratedTokenLogprob[];
   /** With `tools`: the calls the reply made (`text` is the rest of it). */
   toolCalls?: ToolCall[];

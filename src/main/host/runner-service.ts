@@ -1987,7 +1987,11 @@ class Generation {
         const written = this.decoders[r]?.push(id) ?? '';
         this.rowDecoded[r] = textOffset + written.length;
         const lp = logprobs?.[r]?.[i];
-        if (piece.logprobs && lp) this.rowHeldLogprobs[r]?.push(this.named(lp, textOffset));
+        // The end token a reply ends at is no token of its text (OpenAI lists none), even where its text is read
+        // (gpt-oss's <|return|>, which the splitter reads).
+        if (piece.logprobs && lp && !(this.req.ignoreEos !== true && this.model.spec.eosTokenIds.includes(id))) {
+          this.rowHeldLogprobs[r]?.push(this.named(lp, textOffset));
+        }
         const step = { text: '', reasoning: '' };
         const calls: ToolCall[] = [];
         const deltas: ToolCallDelta[] = [];
@@ -2229,13 +2233,8 @@ class Generation {
       const deltas: ToolCallDelta[] = [];
       // Reasoning cut off (by max tokens) stays reasoning.
       if (!this.rowStopped[r]) this.pass(r, this.decoders[r]?.flush() ?? '', out, calls, deltas, true);
-      // Tokens whose text was held back go out with it now (those of a reply that stopped were dropped). The end
-      // token a reply ended at is no token of its text (OpenAI lists none): its entry goes.
+      // Tokens whose text was held back go out with it now (those of a reply that stopped were dropped).
       const lastLogprobs: GeneratedTokenLogprob[] = [];
-      const held = this.rowHeldLogprobs[r];
-      if (rowFinishReasons[r] === 'eos' && held && this.model.spec.eosTokenIds.includes(held.at(-1)?.id ?? -1)) {
-        held.pop();
-      }
       if (this.rowLogprobs) this.releaseLogprobs(r, lastLogprobs, true);
       let text = out.text;
       // A call left incomplete is the reply's text (a Harmony call's, what the model wrote of it).

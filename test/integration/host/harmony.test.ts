@@ -293,6 +293,14 @@ describe('a Harmony (gpt-oss) model', () => {
     expect(cut.finishReason).toBe('length');
   });
 
+  it('lists no log-probability for the end token the reply ended at (its text is read, as <|return|>)', async () => {
+    const r = await run({ logprobs: 0 });
+    expect(r.finishReason).toBe('eos');
+    const listed = r.rows[0]?.logprobs ?? [];
+    expect(listed.length).toBe(r.tokenIds.length - 1);
+    expect(listed.map((l) => l.id)).toEqual(r.tokenIds.slice(0, -1));
+  });
+
   it("continues a final message's text (a prefill) as the answer, not as a message's header", async () => {
     const more = harmonyPackage('more', [' because of', ' Rayleigh scattering.', '<|return|>']);
     await h.loadModel(more.dir, { id: 'more' });
