@@ -38,6 +38,17 @@ function pkg(name: string, edit: (dir: string) => void = () => {}): string {
   return dir;
 }
 
+/** `kvdesk inspect dir` as a user who owns nothing here (root reads every file): nobody, with a data folder of its own. */
+function inspectAsNobody(dir: string, dataName: string) {
+  const nobodyData = path.join(work, dataName);
+  mkdirSync(nobodyData, { mode: 0o777 });
+  chmodSync(nobodyData, 0o777);
+  const as = root
+    ? [setpriv as string, '--reuid', '65534', '--regid', '65534', '--clear-groups', 'env', `HOME=${nobodyData}`]
+    : undefined;
+  return kvdesk(['inspect', dir, '--data-dir', nobodyData], as ? { as } : {});
+}
+
 describe('--threads is checked before anything loads', () => {
   const max = 4 * os.availableParallelism();
 
@@ -159,15 +170,9 @@ describe('packages that used to give INTERNAL (exit 1) name their file: exit 2',
 
   it.skipIf(root && setpriv === undefined)('a package folder its user cannot read (mode 000)', () => {
     const dir = pkg('locked');
-    const nobodyData = path.join(work, 'nobody-data');
-    mkdirSync(nobodyData, { mode: 0o777 });
-    chmodSync(nobodyData, 0o777);
     chmodSync(dir, 0o000);
     try {
-      const as = root
-        ? [setpriv as string, '--reuid', '65534', '--regid', '65534', '--clear-groups', 'env', `HOME=${nobodyData}`]
-        : undefined;
-      const r = kvdesk(['inspect', dir, '--data-dir', nobodyData], as ? { as } : {});
+      const r = inspectAsNobody(dir, 'nobody-data');
       expect(r.code, r.stderr).toBe(2);
       expect(r.stderr).toContain(`the package folder ${dir}`);
       expect(r.stderr).toContain('EACCES');
@@ -227,16 +232,10 @@ describe('an external-data file its user cannot read (mode 000)', () => {
     async () => {
       const dir = pkg('data-unreadable');
       await externalWeights(dir);
-      const nobodyData = path.join(work, 'nobody-data-2');
-      mkdirSync(nobodyData, { mode: 0o777 });
-      chmodSync(nobodyData, 0o777);
       const data = path.join(dir, 'onnx/model.onnx.data');
       chmodSync(data, 0o000);
       try {
-        const as = root
-          ? [setpriv as string, '--reuid', '65534', '--regid', '65534', '--clear-groups', 'env', `HOME=${nobodyData}`]
-          : undefined;
-        const r = kvdesk(['inspect', dir, '--data-dir', nobodyData], as ? { as } : {});
+        const r = inspectAsNobody(dir, 'nobody-data-2');
         expect(r.code, r.stderr).toBe(2);
         expect(r.stderr).toContain('kvdesk: Could not read onnx/model.onnx.data in the package (EACCES');
         expect(r.stderr).toContain('Check that the folder and its files are readable (their permissions)');
