@@ -242,6 +242,9 @@ export function createWsClient(options: WsClientOptions): WsClient {
           },
         });
       }
+      // What waited in the outbox was theirs (or a cancel of theirs): ended now, it is not sent once a socket
+      // opens (a generation nobody hears would run to its max tokens; a save would go after the page's own).
+      outbox = [];
       if (closed) return;
       setState('reconnecting');
       setTimer(connect, backoff(attempt++));

@@ -193,8 +193,8 @@ describe('WebSocket client', () => {
     expect(r.ok).toBe(false);
     expect(frames).toHaveLength(1);
     expect(frames[0]?.type).toBe('error');
-    // Not answered, not stopped by the person: the host cancelled them as the socket closed (the page saves again,
-    // and shows the reply interrupted).
+    // Not answered, not stopped by the person: the host cancelled them as the socket closed (the page shows the
+    // reply interrupted).
     expect(r.ok === false && r.error.detail?.reason).toBe('disconnect');
     expect(frames[0]).toMatchObject({ error: { code: 'CANCELLED', detail: { reason: 'disconnect' } } });
     expect(states).toEqual(['open', 'reconnecting']);
@@ -207,6 +207,22 @@ describe('WebSocket client', () => {
     expect(last().sent).toEqual([{ t: 'invoke', id: 2, name: 'listModels', request: {} }]);
     last().receive({ t: 'result', id: 2, result: { ok: true, value: [] } });
     expect((await again).ok).toBe(true);
+  });
+
+  it('what was written while no socket was open, and ended by a close, is not sent once one opens', async () => {
+    const { client, timers, last } = setup();
+    // Written before the first socket opens: they wait in the outbox.
+    const call = client.invoke('saveThread', { id: 't1' } as never);
+    const frames: StreamFrame[] = [];
+    client.generate({ prompt: 'x' }, (f) => frames.push(f));
+    last().close();
+    // Ended (not answered, the reply interrupted)…
+    expect((await call).ok).toBe(false);
+    expect(frames[0]?.type).toBe('error');
+    timers[0]?.fn();
+    last().open();
+    // …so not sent once a socket opens: no save of what the page has since changed, no reply nobody hears.
+    expect(last().sent).toEqual([]);
   });
 
   it('ignores malformed server messages', () => {
