@@ -1993,9 +1993,11 @@ class Generation {
           this.rowHeldLogprobs[r]?.push(this.named(lp, textOffset));
         }
         const step = { text: '', reasoning: '' };
+        const lead = { text: '', reasoning: '' };
         const calls: ToolCall[] = [];
         const deltas: ToolCallDelta[] = [];
-        this.pass(r, written, step, calls, deltas);
+        this.pass(r, written, step, calls, deltas, false, lead);
+        piece.out.text += lead.text;
         if (step.reasoning.length > 0 && (piece.out.text.length > 0 || piece.calls.length + piece.deltas.length > 0)) {
           piece = newPiece();
           pieces.push(piece);
@@ -2071,6 +2073,7 @@ class Generation {
     calls: ToolCall[],
     deltas: ToolCallDelta[],
     end = false,
+    lead?: { text: string; reasoning: string },
   ): void {
     const splitter = this.splitters?.[r];
     let parts: AnswerPart[] = [{ kind: 'text', text: piece }];
@@ -2078,7 +2081,11 @@ class Generation {
       const before = splitter.state;
       const split = splitter.push(piece);
       const tail = end ? splitter.flush() : { reasoning: '', content: '' };
-      out.reasoning += split.reasoning + tail.reasoning;
+      const reasoning = split.reasoning + tail.reasoning;
+      // The answer gives way to reasoning (gpt-oss: another analysis message): the text the stop strings held back
+      // goes out first, into `lead` (it came before the reasoning; no stop string spans a message).
+      if (reasoning !== '' && lead && !this.rowMatched[r]) this.release(r, lead, calls, deltas);
+      out.reasoning += reasoning;
       const answer = split.content + tail.content;
       parts = split.parts ? [...split.parts, ...(tail.parts ?? [])] : [{ kind: 'text', text: answer }];
       if (!end) this.countReasoning(r, before, splitter.state);

@@ -92,10 +92,14 @@ function replay(events: readonly OpenAI.Responses.ResponseStreamEvent[]): Array<
 }
 
 describe('reasoning after answer text (gpt-oss: another analysis message after a preamble)', () => {
-  it('the host reads the reply as answer text, reasoning, answer text', async () => {
+  it.each([
+    ['', []],
+    // The end of the preamble, "check.", could begin this stop string: held back when the reasoning begins.
+    [', a stop string holding back its end', ['check. Done']],
+  ])('the host reads the reply as answer text, reasoning, answer text%s', async (_, stop) => {
     const frames: Array<{ text: string; reasoning: string }> = [];
     const r = await t.runner.generate(
-      { model, messages: ASK, thinking: false, maxNewTokens: 128, sampling: { greedy: true } },
+      { model, messages: ASK, thinking: false, maxNewTokens: 128, sampling: { greedy: true }, stop },
       (f) => {
         if (f.type === 'tokens')
           for (const row of f.rows) frames.push({ text: row.text, reasoning: row.reasoning ?? '' });
