@@ -330,7 +330,6 @@ export class RawJson {
   }
 }
 
-/** A body's JSON with each RawJson's text as it was written. */
 /**
  * A message's text parts (blocks) as one text: one per line, as vLLM joins them ("Summarize the file." and "The
  * file says hi." glued would read as one sentence) — but where a part already ends or the next begins with a line
@@ -346,6 +345,7 @@ export function joinTextParts(texts: readonly string[]): string {
   return out;
 }
 
+/** A body's JSON with each RawJson's text as it was written. */
 export function jsonText(body: unknown): string {
   const raws: string[] = [];
   // A mark no string of the body holds: each raw value goes out as a string holding it, then takes its place.
