@@ -52,7 +52,7 @@ test('a reply kvdesk stopping cut off is interrupted, not stopped, and kept so o
     await page.reload();
     await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
     await expect(lastReply(page).getByTestId('interrupted-note')).toHaveText(
-      /^Interrupted: (kvdesk stopped|the page was closed or reloaded, or kvdesk stopped,) while this reply was being written \(its text so far is kept; continue or regenerate it\)\.$/,
+      /^Interrupted: (kvdesk stopped|the page was closed or reloaded \(or kvdesk stopped\)) while this reply was being written \(its text so far is kept; continue or regenerate it\)\.$/,
     );
     expect(text.startsWith((await lastReply(page).getByTestId('message-text').textContent()) ?? '')).toBe(true);
     await lastReply(page).hover();

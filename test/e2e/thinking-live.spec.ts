@@ -73,7 +73,7 @@ test('a reply that only reasoned offers no continue: cut by a reload it says to 
   await expect(reply).toHaveAttribute('data-state', 'interrupted');
   await expect(reply.getByTestId('reasoning-text')).not.toBeEmpty();
   await expect(reply.getByTestId('interrupted-note')).toHaveText(
-    'Interrupted: the page was closed or reloaded, or kvdesk stopped, while this reply was being written (what it wrote is kept; regenerate it).',
+    'Interrupted: the page was closed or reloaded (or kvdesk stopped) while this reply was being written (what it wrote is kept; regenerate it).',
   );
   await reply.hover();
   await expect(reply.getByTestId('regenerate')).toBeVisible();

@@ -97,7 +97,7 @@ test('a reload while a reply waits in the queue keeps it, interrupted there, to 
   await expect(reply).toHaveAttribute('data-state', 'interrupted');
   await expect(reply.getByTestId('stopped-empty')).toHaveText('stopped while queued — no reply');
   await expect(reply.getByTestId('interrupted-note')).toHaveText(
-    'Interrupted: the page was closed or reloaded, or kvdesk stopped, before this reply began (regenerate it).',
+    'Interrupted: the page was closed or reloaded (or kvdesk stopped) before this reply began (regenerate it).',
   );
   // The stopped one before it is passed by: the chat went on without its reply.
   await expect(page.getByRole('article', { name: 'Reply 1' }).getByTestId('left-out-note')).toBeVisible();

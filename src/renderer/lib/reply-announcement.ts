@@ -4,6 +4,7 @@
  */
 import type { StoredMessage } from '../../shared/api';
 import { formatInteger } from './format';
+import { interruptedCause } from './reply-notes';
 
 export interface ReplyState {
   /** The live reply's phase, when one is on its way. */
@@ -25,13 +26,7 @@ export function replyAnnouncement({ phase, last }: ReplyState): string {
   if (s.finishReason === 'cancelled') return `Reply stopped${tokens ? ` after ${tokens}` : ''}${capped}.`;
   // Cut off by kvdesk stopping, or the connection to it lost, as it is said under the reply (not the person's stop).
   if (s.finishReason === 'interrupted') {
-    const why =
-      s.interruptedBy === 'shutdown'
-        ? 'kvdesk stopped'
-        : s.interruptedBy === 'disconnect'
-          ? 'the connection to kvdesk was lost'
-          : 'the page was closed or reloaded';
-    return `Reply interrupted${tokens ? ` after ${tokens}` : ''}: ${why}.`;
+    return `Reply interrupted${tokens ? ` after ${tokens}` : ''}: ${interruptedCause(s.interruptedBy)}.`;
   }
   return `Reply done${tokens ? `: ${tokens}` : ''}${capped}.`;
 }

@@ -18,21 +18,26 @@ export function clipNote(clip: ContextClip, finishReason: string | undefined, ea
     : `${cut}: the model's context is ${formatInteger(clip.contextLength)} tokens, and the prompt takes the rest of it — a shorter message (or system prompt) leaves the reply more room.`;
 }
 
+type InterruptedBy = NonNullable<StoredMessage['stats']>['interruptedBy'];
+
+/**
+ * What interrupted a reply, in words: `by` as the page heard it, or (absent) what the page could not hear — it went
+ * (a reload, the window closing), or kvdesk stopped and the page's last save of the reply did not reach it.
+ */
+export function interruptedCause(by: InterruptedBy): string {
+  return by === 'shutdown'
+    ? 'kvdesk stopped'
+    : by === 'disconnect'
+      ? 'the connection to kvdesk was lost'
+      : 'the page was closed or reloaded (or kvdesk stopped)';
+}
+
 /**
  * Why a reply was interrupted, and what to do: continue where it was cut (`continuable`: it has an answer begun to
- * go on from), else regenerate. `by`: what ended it (absent: the page went, a reload or the window closing).
+ * go on from), else regenerate.
  */
-export function interruptedNote(
-  by: NonNullable<StoredMessage['stats']>['interruptedBy'],
-  nothingWritten: boolean,
-  continuable: boolean,
-): string {
-  const why =
-    by === 'shutdown'
-      ? 'kvdesk stopped'
-      : by === 'disconnect'
-        ? 'the connection to kvdesk was lost'
-        : 'the page was closed or reloaded, or kvdesk stopped,';
+export function interruptedNote(by: InterruptedBy, nothingWritten: boolean, continuable: boolean): string {
+  const why = interruptedCause(by);
   if (nothingWritten) return `Interrupted: ${why} before this reply began (regenerate it).`;
   return continuable
     ? `Interrupted: ${why} while this reply was being written (its text so far is kept; continue or regenerate it).`
