@@ -1977,6 +1977,12 @@ class Generation {
     });
     const rowPieces: Piece[][] = [];
     let maxRowTokens = 0;
+    // One token's output, before it goes into a piece: the text the stop strings held back that it let out ahead of
+    // reasoning (`lead`), then its reasoning and text, calls and call deltas (emptied for each token).
+    const step = { text: '', reasoning: '' };
+    const lead = { text: '', reasoning: '' };
+    const calls: ToolCall[] = [];
+    const deltas: ToolCallDelta[] = [];
     for (let r = 0; r < ids.length; r++) {
       let piece = newPiece();
       const pieces = [piece];
@@ -1992,10 +1998,8 @@ class Generation {
         if (piece.logprobs && lp && !(this.req.ignoreEos !== true && this.model.spec.eosTokenIds.includes(id))) {
           this.rowHeldLogprobs[r]?.push(this.named(lp, textOffset));
         }
-        const step = { text: '', reasoning: '' };
-        const lead = { text: '', reasoning: '' };
-        const calls: ToolCall[] = [];
-        const deltas: ToolCallDelta[] = [];
+        step.text = step.reasoning = lead.text = '';
+        calls.length = deltas.length = 0;
         this.pass(r, written, step, calls, deltas, false, lead);
         piece.out.text += lead.text;
         if (step.reasoning.length > 0 && (piece.out.text.length > 0 || piece.calls.length + piece.deltas.length > 0)) {
