@@ -27,22 +27,20 @@ export const TEMPLATE =
   "{% elif m.role == 'tool' %}<|start|>functions.{{ m.name }} to=assistant<|channel|>commentary<|message|>{{ m.content }}<|end|>" +
   '{% endif %}{% endfor %}{% if add_generation_prompt %}<|start|>assistant{% endif %}';
 
-export const ANALYSIS = 'The user asks why the sky is blue.';
-export const ANSWER = 'Rayleigh scattering.';
-/** A reply that reasons, then answers: the analysis message, then the final one. */
-export const REPLY = [
-  '<|channel|>',
-  'analysis',
-  '<|message|>',
-  ANALYSIS,
+/** A script's parts that end the message being written and open the assistant's next one, in `channel`. */
+export const nextMessage = (channel: string): string[] => [
   '<|end|>',
   '<|start|>',
   'assistant',
   '<|channel|>',
-  'final',
+  channel,
   '<|message|>',
-  ANSWER,
 ];
+
+export const ANALYSIS = 'The user asks why the sky is blue.';
+export const ANSWER = 'Rayleigh scattering.';
+/** A reply that reasons, then answers: the analysis message, then the final one. */
+export const REPLY = ['<|channel|>', 'analysis', '<|message|>', ANALYSIS, ...nextMessage('final'), ANSWER];
 
 /** A script's tokens: Harmony's special tokens by name, the rest as the tokenizer writes the text. */
 export function tokens(p: ScriptedPackage, parts: string[]): number[] {

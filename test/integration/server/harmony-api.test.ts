@@ -14,7 +14,7 @@ import os from 'node:os';
 import path from 'node:path';
 import type OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { harmonyPackage } from '../../helpers/harmony-model';
+import { harmonyPackage, nextMessage } from '../../helpers/harmony-model';
 import { openaiClient, startTestServer, type TestServer } from './server-helpers';
 
 const PREAMBLE = 'Let me check.';
@@ -24,23 +24,7 @@ const FINAL = 'It is sunny.';
  * A reply in the final message the prompt opened (after an empty analysis, thinking off), then an analysis
  * message, then the final one again: answer text, reasoning, answer text.
  */
-const INTERLEAVED = [
-  PREAMBLE,
-  '<|end|>',
-  '<|start|>',
-  'assistant',
-  '<|channel|>',
-  'analysis',
-  '<|message|>',
-  THOUGHT,
-  '<|end|>',
-  '<|start|>',
-  'assistant',
-  '<|channel|>',
-  'final',
-  '<|message|>',
-  FINAL,
-];
+const INTERLEAVED = [PREAMBLE, ...nextMessage('analysis'), THOUGHT, ...nextMessage('final'), FINAL];
 /** The reply as the host splits it: answer bodies parted by a blank line. */
 const TEXT = `${PREAMBLE}\n\n${FINAL}`;
 
