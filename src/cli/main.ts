@@ -69,7 +69,8 @@ Usage:
   kvdesk list [--json] [--data-dir DIR]   the model library: packages serve loaded, uploaded or pulled
   kvdesk pull owner/name[@rev] [--variant V] [--list] [--json] [--data-dir DIR]   an ONNX model from the Hugging
                            Face Hub into the library (HF_TOKEN for gated models, HF_ENDPOINT for a mirror);
-                           hf.co/owner/name:V (as ollama pull) is --variant V
+                           hf.co/owner/name:V (as ollama pull) is --variant V; a revision before or after
+                           it: owner/name@rev:V, owner/name:V@rev
   kvdesk search WORDS [--limit N] [--json]   repositories on the hub with ONNX language models whose name
                            matches, most downloaded first
   kvdesk serve [--port N] [--host 127.0.0.1] [--token T] [--model PATH]... (see kvdesk serve --help)

@@ -1,12 +1,12 @@
 /**
- * `kvdesk pull owner/name[@revision]` (or `hf.co/owner/name:variant`, as `ollama pull`): a model package from the Hugging Face Hub into the library, as `ollama pull`
+ * `kvdesk pull owner/name[@revision]` (or `hf.co/owner/name[@revision]:variant`, as `ollama pull`): a model package from the Hugging Face Hub into the library, as `ollama pull`
  * (see src/main/host/hub-download.ts); `kvdesk search WORDS` finds one. `--list` shows the repository's variants
  * and sizes; `--variant` picks one (default: the one that runs best on a CPU). Progress goes to stderr; the
  * package's library id ends the output. A package downloaded already is not downloaded again (its id is printed all
  * the same).
  */
 import path from 'node:path';
-import { downloadHubModel, hubNameOf, listHubVariants, planDownload, stripHubPrefix } from '../main/host/hub-download';
+import { downloadHubModel, listHubVariants, planDownload, splitPullName } from '../main/host/hub-download';
 import { searchHub } from '../main/host/hub-search';
 import { canonicalPath, ModelLibrary, prepareDataDir } from '../main/host/model-library';
 import { toErrorInfo } from '../shared/errors';
@@ -104,19 +104,15 @@ export async function pull(args: string[], io: Io, stderrIsTty = process.stderr.
 
 /**
  * The repository and variant `kvdesk pull` names: `owner/name[@revision]`, or as `ollama pull` and chat/generate
- * take it, `hf.co/owner/name[:variant]` (the server's /api/pull splits it so too); `:latest` is the variant kvdesk
- * would take. A variant after `:` and a different --variant are refused: which one was meant is not known.
+ * take it, `hf.co/owner/name[:variant]` (the server's /api/pull splits it so too: splitPullName), the revision also
+ * after the variant (`owner/name:variant@revision`); `:latest` is the variant kvdesk would take. A variant after `:`
+ * and a different --variant are refused: which one was meant is not known.
  */
 function pullName(arg: string, flag: string | undefined): { repo: string; variant?: string } {
-  const bare = stripHubPrefix(arg);
-  const colon = bare.lastIndexOf(':');
-  const repo = bare.slice(0, colon);
+  const split = splitPullName(arg);
   // No repository before the colon (`https://example.com/x`): parseRepo refuses the name as given.
-  if (colon < 0 || hubNameOf(repo.split('@')[0] as string) === undefined) {
-    return { repo: arg, ...(flag !== undefined ? { variant: flag } : {}) };
-  }
-  const tag = bare.slice(colon + 1);
-  const variant = tag === '' || tag === 'latest' ? undefined : tag;
+  if (split === undefined) return { repo: arg, ...(flag !== undefined ? { variant: flag } : {}) };
+  const { spec: repo, variant } = split;
   if (variant !== undefined && flag !== undefined && variant !== flag) {
     throw badArgs(`"${arg}" names the variant ${variant}, and --variant ${flag}: give one`);
   }

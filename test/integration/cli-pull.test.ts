@@ -63,6 +63,20 @@ describe('kvdesk pull hf.co/owner/name:variant', () => {
     expect(JSON.parse(r.stdout)).toMatchObject({ id: 'tiny-chat-q4', variant: 'q4' });
   }, 60_000);
 
+  it('a revision after the variant (:fp32@rev) is taken as that revision; two different ones are refused (exit 2)', async () => {
+    const commit = hub.head(REPO);
+    const asked = hub.requests.length;
+    const r = await kvdesk(['pull', `hf.co/${REPO}:fp32@${commit}`, '--json', '--data-dir', dataDir]);
+    expect(r.status, r.stderr).toBe(0);
+    expect(JSON.parse(r.stdout)).toMatchObject({ id: 'tiny-chat-fp32', variant: 'fp32', commit });
+    expect(hub.requests.slice(asked).map((q) => q.path)).toContain(`/api/models/${REPO}/revision/${commit}`);
+    const two = await kvdesk(['pull', `${REPO}@main:fp32@${commit}`, '--data-dir', dataDir]);
+    expect(two.status).toBe(2);
+    expect(two.stderr).toContain(
+      `kvdesk: "${REPO}@main:fp32@${commit}" names two revisions, main and ${commit}: name one, as owner/name@revision:variant.`,
+    );
+  }, 60_000);
+
   it('a variant after the colon and another --variant: refused naming both (exit 2)', async () => {
     const r = await kvdesk(['pull', `hf.co/${REPO}:q4`, '--variant', 'fp32', '--data-dir', dataDir]);
     expect(r.status).toBe(2);

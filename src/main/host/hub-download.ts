@@ -411,6 +411,40 @@ export function hubNameOf(name: string): { repo: string; tag: string } | undefin
 }
 
 /**
+ * What a pull names (`kvdesk pull`, /api/pull): `[hf.co/]owner/name[@revision][:variant]`, the variant after the
+ * colon as `ollama pull` takes it (`latest`, or none: the one kvdesk would take), the revision before it or after it
+ * (`owner/name:variant@revision`: a revision holds no colon, a variant no `@`). `spec` is the repository with its
+ * revision, as parseRepo takes it. Undefined when no repository comes before the colon (parseRepo then refuses
+ * the name as given); two different revisions are refused.
+ */
+export function splitPullName(name: string): { spec: string; variant?: string } | undefined {
+  const bare = stripHubPrefix(name);
+  const colon = bare.lastIndexOf(':');
+  if (colon < 0) return { spec: bare };
+  const head = bare.slice(0, colon);
+  const at = head.indexOf('@');
+  const repo = at < 0 ? head : head.slice(0, at);
+  if (!REPO.test(repo)) return undefined;
+  const before = at < 0 ? undefined : head.slice(at + 1);
+  const tail = bare.slice(colon + 1);
+  const at2 = tail.indexOf('@');
+  const tag = at2 < 0 ? tail : tail.slice(0, at2);
+  const after = at2 < 0 ? undefined : tail.slice(at2 + 1);
+  if (before !== undefined && after !== undefined && before !== after) {
+    throw new KvdeskError(
+      'BAD_REQUEST',
+      `"${name}" names two revisions, ${before} and ${after}: name one, as owner/name@revision:variant.`,
+      { field: 'revision' },
+    );
+  }
+  const revision = before ?? after;
+  return {
+    spec: revision === undefined ? repo : `${repo}@${revision}`,
+    ...(tag !== '' && tag !== 'latest' ? { variant: tag } : {}),
+  };
+}
+
+/**
  * The first of `entries` (most recently loaded first) pulled from the hub under that name (hubNameOf): the
  * repository in any case, the variant the tag names (`latest`: any).
  */

@@ -10,7 +10,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { LibraryEntry, ModelInfo } from '../../shared/api';
 import { toErrorInfo } from '../../shared/errors';
 import type { HostApi } from '../host/host-api';
-import { type DownloadProgress, stripHubPrefix } from '../host/hub-download';
+import { type DownloadProgress, splitPullName } from '../host/hub-download';
 import { ownPackage } from '../host/own-package';
 import { errorFromInfo, HttpError, httpError, sendJson, streamHeaders } from './http-util';
 import { installedModels, loadedModels, pulledName } from './model-names';
@@ -235,7 +235,8 @@ function sendLoad(res: ServerResponse, kind: OllamaKind, mapped: MappedOllamaReq
 
 /**
  * The repository and variant an Ollama pull names: `hf.co/owner/name[:variant]` (Ollama's form for Hugging Face
- * models), `huggingface.co/…`, or `owner/name[:variant]`; `:latest` is the variant kvdesk would take.
+ * models), `huggingface.co/…`, or `owner/name[:variant]`; `:latest` is the variant kvdesk would take. A revision
+ * goes before the colon or after the variant (splitPullName).
  */
 export function pullTarget(body: unknown): { repo: string; variant?: string; stream: boolean } {
   const b = (body && typeof body === 'object' ? body : {}) as Record<string, unknown>;
@@ -248,12 +249,15 @@ export function pullTarget(body: unknown): { repo: string; variant?: string; str
       'model',
     );
   }
-  const bare = stripHubPrefix(name);
-  const colon = bare.lastIndexOf(':');
-  const repo = colon < 0 ? bare : bare.slice(0, colon);
-  const tag = colon < 0 ? undefined : bare.slice(colon + 1);
-  const stream = b.stream !== false;
-  return { repo, ...(tag && tag !== 'latest' ? { variant: tag } : {}), stream };
+  let split: ReturnType<typeof splitPullName>;
+  try {
+    split = splitPullName(name);
+  } catch (err) {
+    throw httpError(400, toErrorInfo(err).message, 'invalid_request', 'model');
+  }
+  // No repository before a colon: the download refuses the name as given.
+  const { spec: repo, variant } = split ?? { spec: name };
+  return { repo, ...(variant !== undefined ? { variant } : {}), stream: b.stream !== false };
 }
 
 /**

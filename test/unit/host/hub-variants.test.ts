@@ -3,7 +3,8 @@
  * on synthetic listings, no network.
  */
 import { describe, expect, it } from 'vitest';
-import { type HubFile, hubVariants, listHubFiles, parseRepo } from '../../../src/main/host/hub-download';
+import { type HubFile, hubVariants, listHubFiles, parseRepo, splitPullName } from '../../../src/main/host/hub-download';
+import { pullTarget } from '../../../src/main/server/ollama-routes';
 
 const file = (path: string, size = 10, extra: Partial<HubFile> = {}): HubFile => ({ path, size, ...extra });
 const byName = (vs: ReturnType<typeof hubVariants>) => Object.fromEntries(vs.map((v) => [v.name, v]));
@@ -191,6 +192,48 @@ describe('parseRepo', () => {
   it.each(['owner/name@', 'owner/name@../x', 'owner/name@a b'])('refuses the revision of %j', (spec) => {
     expect(() => parseRepo(spec)).toThrow(
       expect.objectContaining({ code: 'BAD_REQUEST', detail: { field: 'revision' } }),
+    );
+  });
+});
+
+describe('what a pull names: splitPullName (kvdesk pull) and pullTarget (/api/pull)', () => {
+  it('the variant after the colon, the revision before it or after the variant', () => {
+    const cases: Array<[string, { spec: string; variant?: string }]> = [
+      ['owner/name', { spec: 'owner/name' }],
+      ['hf.co/owner/name@v1', { spec: 'owner/name@v1' }],
+      ['owner/name:q4', { spec: 'owner/name', variant: 'q4' }],
+      ['owner/name:latest', { spec: 'owner/name' }],
+      ['owner/name@main:q4', { spec: 'owner/name@main', variant: 'q4' }],
+      // The revision after the variant: `q4@main` was taken for the variant's name.
+      ['owner/name:q4@main', { spec: 'owner/name@main', variant: 'q4' }],
+      ['hf.co/owner/name:q4@abc123', { spec: 'owner/name@abc123', variant: 'q4' }],
+      ['owner/name:latest@refs/pr/3', { spec: 'owner/name@refs/pr/3' }],
+      ['owner/name@v1:q4@v1', { spec: 'owner/name@v1', variant: 'q4' }],
+      ['owner/name:cpu_and_mobile/cpu-int4@dev', { spec: 'owner/name@dev', variant: 'cpu_and_mobile/cpu-int4' }],
+    ];
+    for (const [name, split] of cases) {
+      expect(splitPullName(name), name).toEqual(split);
+      const { variant, spec } = split;
+      expect(pullTarget({ model: name }), name).toEqual({ repo: spec, stream: true, ...(variant ? { variant } : {}) });
+      expect(parseRepo(spec).revision).toBe(spec.split('@')[1] ?? 'main');
+    }
+    // No repository before the colon: the name goes on as given, for parseRepo to refuse.
+    expect(splitPullName('https://example.com/x')).toBeUndefined();
+    expect(pullTarget({ name: 'https://example.com/x:q4', stream: false })).toEqual({
+      repo: 'https://example.com/x:q4',
+      stream: false,
+    });
+  });
+
+  it('two different revisions are refused, saying the form to use', () => {
+    expect(() => splitPullName('owner/name@v1:q4@v2')).toThrow(
+      expect.objectContaining({
+        code: 'BAD_REQUEST',
+        message: '"owner/name@v1:q4@v2" names two revisions, v1 and v2: name one, as owner/name@revision:variant.',
+      }),
+    );
+    expect(() => pullTarget({ model: 'owner/name@v1:q4@v2' })).toThrow(
+      expect.objectContaining({ status: 400, message: expect.stringContaining('names two revisions, v1 and v2') }),
     );
   });
 });
