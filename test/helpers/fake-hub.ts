@@ -19,7 +19,8 @@
  *
  * Faults, settable any time through `hub.faults`: `cutAfter` (the next download of that path sends `bytes` bytes of
  * its body, then the socket is destroyed; once; with `after`, only once those paths were sent whole), `hold` (downloads of
- * that path send half of it, then the rest once `until` returns true), `corrupt` (paths served with their first byte flipped),
+ * that path send half of it, then the rest once `until` returns true), `holdListing` (the listing's requests answered once
+ * it returns true), `corrupt` (paths served with their first byte flipped),
  * `ignoreRange` (200 and the whole file, whatever the Range), `refuseRange` (416 to every Range, as a server or proxy
  * that will not serve a part's rest), `silent` (no answer at all). `requests` logs every request; `served` counts the body bytes sent of each
  * path. A Range from the file's end or past it is a 416 (RFC 9110), as the hub's.
@@ -66,6 +67,8 @@ export interface FakeHubFaults {
   hold?: { path: string; until: () => boolean } | undefined;
   /** Requests are taken and never answered (no status, no headers), as a hub that hangs. */
   silent?: boolean;
+  /** The listing's requests (a revision's commit, the file tree) are answered once it returns true. */
+  holdListing?: (() => boolean) | undefined;
   corrupt: Set<string>;
   ignoreRange: boolean;
   refuseRange: boolean;
@@ -252,6 +255,19 @@ export async function startFakeHub(
       ...(req.headers.authorization ? { auth: req.headers.authorization } : {}),
     });
     if (faults.silent) return;
+    const until = faults.holdListing;
+    if (until && /^\/api\/models\/[^/]+\/[^/]+\/(tree|revision)\//.test(url.pathname)) {
+      const answer = () => {
+        if (res.destroyed) return;
+        if (until()) respond(req, res, url);
+        else setTimeout(answer, 10);
+      };
+      return answer();
+    }
+    return respond(req, res, url);
+  };
+
+  const respond = (req: http.IncomingMessage, res: http.ServerResponse, url: URL): unknown => {
     const fail = (status: number, error: string) =>
       res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify({ error }));
     const segs = url.pathname.split('/').filter(Boolean).map(decodeURIComponent);

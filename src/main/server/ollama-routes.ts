@@ -287,6 +287,13 @@ export async function servePull(hostApi: HostApi, body: unknown, res: ServerResp
   // Refusals before the download starts (no such repository, no ONNX, downloaded already) are plain errors; a
   // download of it running already (another client's pull) is followed, as Ollama's second pull is.
   let started: Awaited<ReturnType<HostApi['downloads']['start']>>;
+  // A client that goes before its pull is counted (while the hub is asked, or a cancelled download of it ends)
+  // leaves as soon as it is.
+  let gone = false;
+  const goneEarly = () => {
+    gone = true;
+  };
+  res.once('close', goneEarly);
   try {
     started = await hostApi.downloads.start(target.repo, target.variant, onProgress, { pull: true });
   } catch (err) {
@@ -302,6 +309,8 @@ export async function servePull(hostApi: HostApi, body: unknown, res: ServerResp
       return;
     }
     throw errorFromInfo(info, { prompt: 'model' });
+  } finally {
+    res.off('close', goneEarly);
   }
   if (target.stream) {
     res.writeHead(200, NDJSON_HEADERS);
@@ -314,7 +323,8 @@ export async function servePull(hostApi: HostApi, body: unknown, res: ServerResp
   const leave = () => {
     if (!res.writableFinished) hostApi.downloads.leave(started.status.id, onProgress);
   };
-  res.once('close', leave);
+  if (gone) leave();
+  else res.once('close', leave);
   const status = await started.done;
   res.off('close', leave);
   if (status.state !== 'done') {

@@ -3,7 +3,7 @@
  * file API (test/helpers/fake-hub.ts) serving the generated default model: the window's calls (look up the
  * variants, download with progress in the `downloads` event, cancel, refusals), Ollama's `POST /api/pull` (its
  * progress lines, then the model answering `/api/chat` by its library id; a second client's pull following the
- * first's download), and `kvdesk pull` (a real process).
+ * first's download; a client gone during the hub's listing), and `kvdesk pull` (a real process).
  */
 import { execFile } from 'node:child_process';
 import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
@@ -302,6 +302,54 @@ describe("Ollama's /api/pull", () => {
     } finally {
       release = true;
       hub.faults.hold = undefined;
+      await t2.close();
+    }
+  }, 60_000);
+
+  it('a client that goes away while the hub is asked for the listing does not keep the download going for the others', async () => {
+    const t2 = await startTestServer({ intraOpNumThreads: 2 }, { hub: { endpoint: hub.url }, loadDefault: false });
+    // The graph is held half way: the download runs until the last client goes.
+    hub.faults.hold = { path: 'onnx/model.onnx', until: () => false };
+    const downloads = () => t2.hostApi.downloads.list().filter((d) => d.variant === 'fp32');
+    // Each pull's download as it comes back to the server (followed or not).
+    const returned: Array<{ followed?: true }> = [];
+    const start = t2.hostApi.downloads.start.bind(t2.hostApi.downloads);
+    t2.hostApi.downloads.start = async (...args) => {
+      const started = await start(...args);
+      returned.push(started);
+      return started;
+    };
+    const pull = (signal: AbortSignal) =>
+      fetch(`${t2.url}/api/pull`, { method: 'POST', body: JSON.stringify({ model: `hf.co/${REPO}:fp32` }), signal });
+    try {
+      const first = new AbortController();
+      expect((await pull(first.signal)).status).toBe(200);
+      await eventually(downloads, (l) => l[0]?.state === 'running' && l[0].doneBytes > 0);
+      // A second client's pull: it goes while the hub is asked for the listing, before it follows the download.
+      let listed = false;
+      hub.faults.holdListing = () => listed;
+      const asked = hub.requests.length;
+      const second = new AbortController();
+      const gone = pull(second.signal).catch((err: Error) => err.name);
+      await eventually(
+        () => hub.requests.slice(asked),
+        (r) => r.some((q) => q.path.includes('/revision/')),
+      );
+      second.abort();
+      expect(await gone).toBe('AbortError');
+      await new Promise((r) => setTimeout(r, 300));
+      listed = true;
+      await eventually(
+        () => returned.length,
+        (n) => n === 2,
+      );
+      expect(returned[1]?.followed).toBe(true);
+      // The first client goes, the last one left: the download stops.
+      first.abort();
+      await eventually(downloads, (l) => l[0]?.state === 'cancelled', 5000);
+    } finally {
+      hub.faults.hold = undefined;
+      hub.faults.holdListing = undefined;
       await t2.close();
     }
   }, 60_000);
