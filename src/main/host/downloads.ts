@@ -78,7 +78,8 @@ export class Downloads {
    * ends (also on failure, with the status saying why). Refused at once: a bad name, a repository or variant the
    * hub does not have, one downloaded already (`detail.present`, `detail.root`) or downloading now — but for an
    * API pull (`pull`), which follows the running download instead (`followed`: its progress, then its end), as
-   * Ollama's second pull of a model does. A pull's client that goes away calls `leave`.
+   * Ollama's second pull of a model does. One being cancelled is waited for, then downloaded afresh. A pull's client
+   * that goes away calls `leave`.
    */
   async start(
     spec: string,
@@ -88,10 +89,19 @@ export class Downloads {
   ): Promise<{ status: DownloadStatus; done: Promise<DownloadStatus>; followed?: true }> {
     if (this.closed) throw new KvdeskError('CANCELLED', 'kvdesk is shutting down: download it after the restart.');
     const listing = await listHubVariants(spec, this.hub);
-    const plan = await planDownload(listing, this.modelsDir, variant);
+    let plan = await planDownload(listing, this.modelsDir, variant);
     const name = plan.variant.name;
+    const runningNow = () =>
+      this.all.find((d) => d.state === 'running' && d.repo === listing.repo && d.variant === name);
+    // One being cancelled is not followed to its "cancelled": a fresh download, once it has let go of its
+    // staging folder (which the fresh one resumes).
+    for (let d = runningNow(); d && this.aborts.get(d.id)?.signal.aborted; d = runningNow()) {
+      await this.followers.get(d.id)?.ended;
+      plan = await planDownload(listing, this.modelsDir, variant);
+    }
+    if (this.closed) throw new KvdeskError('CANCELLED', 'kvdesk is shutting down: download it after the restart.');
     if (plan.present) throw downloadedAlready(plan);
-    const running = this.all.find((d) => d.state === 'running' && d.repo === listing.repo && d.variant === name);
+    const running = runningNow();
     if (running) {
       const following = how.pull ? this.followers.get(running.id) : undefined;
       if (!following) {

@@ -3,7 +3,8 @@
  * file API (test/helpers/fake-hub.ts) serving the generated default model: the window's calls (look up the
  * variants, download with progress in the `downloads` event, cancel, refusals), Ollama's `POST /api/pull` (its
  * progress lines, then the model answering `/api/chat` by its library id; a second client's pull following the
- * first's download; a client gone during the hub's listing), and `kvdesk pull` (a real process).
+ * first's download; a client gone during the hub's listing, and a pull arriving while the download is being
+ * cancelled), and `kvdesk pull` (a real process).
  */
 import { execFile } from 'node:child_process';
 import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
@@ -350,6 +351,74 @@ describe("Ollama's /api/pull", () => {
     } finally {
       hub.faults.hold = undefined;
       hub.faults.holdListing = undefined;
+      await t2.close();
+    }
+  }, 60_000);
+
+  it('a pull arriving while the download of it is being cancelled downloads it afresh, not following it to "cancelled"', async () => {
+    // The graph's transfer, once cancelled, lets go when the test says (as a connection slow to close): until
+    // then the download is being cancelled, still running.
+    let unwind = () => {};
+    const unwound = new Promise<void>((r) => {
+      unwind = r;
+    });
+    let slow = true;
+    const slowToStop: typeof fetch = async (input, init) => {
+      if (!slow || !String(input).endsWith('/onnx/model.onnx')) return fetch(input, init);
+      slow = false;
+      const { signal: _, ...rest } = init ?? {};
+      const res = await fetch(input, rest);
+      const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+      const body = new ReadableStream<Uint8Array>({
+        async pull(c) {
+          const r = await reader.read();
+          if (r.done) c.close();
+          else c.enqueue(r.value);
+        },
+        async cancel(reason) {
+          await unwound;
+          await reader.cancel(reason);
+        },
+      });
+      return new Response(body, { status: res.status, headers: res.headers });
+    };
+    const t2 = await startTestServer(
+      { intraOpNumThreads: 2 },
+      { hub: { endpoint: hub.url, fetch: slowToStop }, loadDefault: false },
+    );
+    let release = false;
+    hub.faults.hold = { path: 'onnx/model.onnx', until: () => release };
+    const downloads = () => t2.hostApi.downloads.list().filter((d) => d.variant === 'fp32');
+    try {
+      // The window's download, cancelled there.
+      const started = await t2.hostApi.call('downloadModel', { repo: REPO, variant: 'fp32' });
+      if (!started.ok) throw new Error(started.error.message);
+      // Half the graph in (the side files are a few kB): its transfer is the one under way.
+      const graphBytes = (defaultModelRepo()['onnx/model.onnx'] as Buffer).length;
+      await eventually(downloads, (l) => l[0]?.state === 'running' && l[0].doneBytes >= graphBytes >> 1);
+      expect((await t2.hostApi.call('cancelDownload', { id: started.value.id })).ok).toBe(true);
+      await new Promise((r) => setTimeout(r, 100));
+      expect(downloads().map((d) => d.state)).toEqual(['running']);
+      // A pull meanwhile: it looks the repository up, and finds the download being cancelled.
+      const asked = hub.requests.length;
+      const pulled = fetch(`${t2.url}/api/pull`, {
+        method: 'POST',
+        body: JSON.stringify({ model: `hf.co/${REPO}:fp32`, stream: false }),
+      });
+      await eventually(
+        () => hub.requests.slice(asked),
+        (r) => r.some((q) => q.path.includes('/tree/')),
+      );
+      await new Promise((r) => setTimeout(r, 200));
+      release = true;
+      unwind();
+      const res = await pulled;
+      expect(await res.json()).toEqual({ status: 'success' });
+      expect(downloads().map((d) => d.state)).toEqual(['done', 'cancelled']);
+    } finally {
+      release = true;
+      unwind();
+      hub.faults.hold = undefined;
       await t2.close();
     }
   }, 60_000);
