@@ -218,6 +218,8 @@ export interface TokenLogprob {
   token: string;
   /** The token's UTF-8 bytes (for byte-level vocabularies, the exact bytes, even of a partial character). */
   bytes: number[];
+  /** A SentencePiece byte token (`<0x41>`), whose text and bytes may be another token's too (`A`). */
+  byte?: true;
   logprob: number;
 }
 
