@@ -492,6 +492,11 @@ export class RunnerService {
   /** Lookup decoding's drafted and accepted tokens, every request since the host started (/metrics). */
   private readonly lookupTotals = { drafted: 0, accepted: 0 };
 
+  /** Whether lookup decoding is off (lookupDraftTokens 0): a request's prediction is not drafted from. */
+  get lookupOff(): boolean {
+    return this.settings.lookupDraftTokens === 0;
+  }
+
   /** Adds a finished generation's lookup figures to the totals. */
   countLookup(lookup: LookupCount | undefined): void {
     if (!lookup) return;
@@ -2371,6 +2376,7 @@ class Generation {
       ...(this.clipped ? { clipped: this.clipped } : {}),
       ...(this.contextDrop ? { contextDrop: this.contextDrop } : {}),
       ...(done.lookup ? { lookup: keptLookup(done.lookup, this.generated) } : {}),
+      ...(this.req.prediction !== undefined && this.host.lookupOff ? { predictionUnused: 'lookup_off' as const } : {}),
       timings: {
         queueMs: this.admittedAt - this.started,
         ttftMs: this.firstTokenAt > 0 ? this.firstTokenAt - this.started : 0,

@@ -693,7 +693,21 @@ function clipJson(c: ContextClip) {
   return { requested_max_tokens: c.requestedMaxTokens, clipped_max_tokens: c.clippedMaxTokens, n_ctx: c.contextLength };
 }
 
-/** kvdesk's own facts about a reply: the reservation, and whether the budget or the context cut it short. */
+/** Why a request's prediction went unused, for the client: a reason to read and what to do. */
+function predictionUnusedJson(reason: NonNullable<GenerationResult['predictionUnused']>) {
+  return {
+    reason,
+    message:
+      'lookup decoding is off on this server (--lookup 0), so the prediction was not drafted from: the reply is the ' +
+      "model's, at plain decoding's speed, and no prediction tokens are counted. Start the server with --lookup N " +
+      '(N ≥ 1; the default is 4) to use predictions.',
+  };
+}
+
+/**
+ * kvdesk's own facts about a reply: the reservation, whether the budget or the context cut it short, and whether
+ * a prediction went unused.
+ */
 export function kvdeskExtras(result: GenerationResult): Record<string, unknown> {
   return {
     request_id: result.requestId,
@@ -709,6 +723,7 @@ export function kvdeskExtras(result: GenerationResult): Record<string, unknown> 
     ...(result.lookup
       ? { lookup: { drafted_tokens: result.lookup.drafted, accepted_tokens: result.lookup.accepted } }
       : {}),
+    ...(result.predictionUnused ? { prediction_unused: predictionUnusedJson(result.predictionUnused) } : {}),
     timings: {
       queue_ms: result.timings.queueMs,
       ttft_ms: result.timings.ttftMs,
