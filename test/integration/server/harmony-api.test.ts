@@ -203,5 +203,25 @@ describe('reasoning after answer text (gpt-oss: another analysis message after a
       { kind: 'text', text: PREAMBLE },
       { kind: 'reasoning', text: '<' },
     ]);
+    // Ollama's stream: each line's message (its thinking, then its content) in the same order.
+    const ollama = await fetch(`${t.url}/api/chat`, {
+      method: 'POST',
+      body: JSON.stringify({
+        model: cutModel,
+        messages: ASK,
+        think: false,
+        options: { num_predict: cutTokens, stop: ['check. Done'], temperature: 0 },
+      }),
+    });
+    const lines = (await ollama.text())
+      .split('\n')
+      .filter((l) => l.trim() !== '')
+      .map((l) => JSON.parse(l) as { message?: { content?: string; thinking?: string } });
+    expect(
+      inOrder(lines.map((l) => ({ text: l.message?.content ?? '', reasoning: l.message?.thinking ?? '' }))),
+    ).toEqual([
+      { kind: 'text', text: PREAMBLE },
+      { kind: 'reasoning', text: '<' },
+    ]);
   });
 });
