@@ -384,6 +384,11 @@ async function generate(
     if (schemaFile !== undefined) request.jsonSchema = readJsonFile('--json-schema', schemaFile);
     if (values.tools !== undefined) request.tools = toolsOf(readJsonFile('--tools', values.tools));
     const predictionFile = values['prediction-file'];
+    if (predictionFile !== undefined && lookup === 0) {
+      throw badArgs(
+        '--prediction-file is drafted from by lookup decoding, which --lookup 0 turns off: drop one of them',
+      );
+    }
     if (predictionFile !== undefined) request.prediction = readTextFile('--prediction-file', predictionFile);
     const choice = values['tool-choice'];
     if (choice !== undefined && choice !== 'auto' && choice !== 'none') {

@@ -218,6 +218,8 @@ export interface TokenLogprob {
   token: string;
   /** The token's UTF-8 bytes (for byte-level vocabularies, the exact bytes, even of a partial character). */
   bytes: number[];
+  /** A SentencePiece byte token (`<0x41>`), whose text and bytes may be another token's too (`A`). */
+  byte?: true;
   logprob: number;
 }
 
@@ -288,6 +290,11 @@ export interface GenerationResult {
    * took — each one taken is a decode step saved.
    */
   lookup?: LookupCount;
+  /**
+   * Why the request's `prediction` went unused (absent: it was drafted from, or there was none): `lookup_off`, the
+   * host's lookup decoding is off (serve --lookup 0). The reply is the model's either way.
+   */
+  predictionUnused?: 'lookup_off';
   timings: { queueMs: number; ttftMs: number; totalMs: number; tokensPerSecond: number };
 }
 

@@ -903,6 +903,10 @@ describe('CLI on the generated default model', () => {
     const missing = await kvdesk(...args, '--prediction-file', path.join(dir, 'none.txt'), '--json');
     expect(missing.code).toBe(2);
     expect((missing.json.error as Record<string, unknown>).message).toMatch(/--prediction-file: cannot read/);
+    // A prediction with lookup decoding off would do nothing: said, not ignored.
+    const unused = await kvdesk(...args, '--prediction-file', file, '--lookup', '0', '--json');
+    expect(unused.code).toBe(2);
+    expect((unused.json.error as Record<string, unknown>).message).toMatch(/--prediction-file .*--lookup 0/);
     rmSync(dir, { recursive: true, force: true });
     const bad = await kvdesk(...args, '--lookup', '17', '--json');
     expect(bad.code).toBe(2);

@@ -492,6 +492,11 @@ export class RunnerService {
   /** Lookup decoding's drafted and accepted tokens, every request since the host started (/metrics). */
   private readonly lookupTotals = { drafted: 0, accepted: 0 };
 
+  /** Whether lookup decoding is off (lookupDraftTokens 0): a request's prediction is not drafted from. */
+  get lookupOff(): boolean {
+    return this.settings.lookupDraftTokens === 0;
+  }
+
   /** Adds a finished generation's lookup figures to the totals. */
   countLookup(lookup: LookupCount | undefined): void {
     if (!lookup) return;
@@ -2229,21 +2234,26 @@ class Generation {
     if (this.ended) return;
     const sessionId = this.req.sessionId;
     // Flush text held back by the decoders and stop matchers.
-    const tail: Array<{
+    type TailRow = {
       ids: number[];
       text: string;
       reasoning?: string;
       logprobs?: GeneratedTokenLogprob[];
       toolCalls?: ToolCall[];
       toolCallDeltas?: ToolCallDelta[];
-    }> = [];
+    };
+    const tail: TailRow[] = [];
+    // Text held back that came before reasoning let out at the end (a reply cut by max tokens just after another
+    // analysis message began): it goes in a frame of its own, first, as onTokens parts a frame.
+    const leads: TailRow[] = [];
     for (let r = 0; r < this.rows.length; r++) {
       const out = { text: '', reasoning: '' };
+      const lead = { text: '', reasoning: '' };
       const calls: ToolCall[] = [];
       // The last pieces of a streamed call may come with the text held back until now.
       const deltas: ToolCallDelta[] = [];
       // Reasoning cut off (by max tokens) stays reasoning.
-      if (!this.rowStopped[r]) this.pass(r, this.decoders[r]?.flush() ?? '', out, calls, deltas, true);
+      if (!this.rowStopped[r]) this.pass(r, this.decoders[r]?.flush() ?? '', out, calls, deltas, true, lead);
       // Tokens whose text was held back go out with it now (those of a reply that stopped were dropped).
       const lastLogprobs: GeneratedTokenLogprob[] = [];
       if (this.rowLogprobs) this.releaseLogprobs(r, lastLogprobs, true);
@@ -2257,17 +2267,21 @@ class Generation {
         text += this.takeCalls(r, { ...o, content: '' }, calls, deltas);
         if (o.calls.length === 0 && !call.read) text += call.body;
       } else if (filter) text += this.takeCalls(r, filter.flush(), calls, deltas);
-      this.rowText[r] += text;
+      this.rowText[r] += lead.text + text;
       this.rowReasoning[r] += out.reasoning;
+      // The tokens' log-probabilities go with the first text that goes out.
+      const logprobs = lastLogprobs.length > 0 ? { logprobs: lastLogprobs } : {};
+      leads.push({ ids: [], text: lead.text, ...(lead.text.length > 0 ? logprobs : {}) });
       tail.push({
         ids: [],
         text,
         ...(out.reasoning.length > 0 ? { reasoning: out.reasoning } : {}),
-        ...(lastLogprobs.length > 0 ? { logprobs: lastLogprobs } : {}),
+        ...(lead.text.length > 0 ? {} : logprobs),
         ...(calls.length > 0 ? { toolCalls: calls } : {}),
         ...(deltas.length > 0 ? { toolCallDeltas: deltas } : {}),
       });
     }
+    if (leads.some((t) => t.text.length > 0)) this.emit({ type: 'tokens', requestId: this.id, rows: leads });
     if (tail.some((t) => t.text.length > 0 || t.reasoning || t.logprobs || t.toolCalls || t.toolCallDeltas))
       this.emit({ type: 'tokens', requestId: this.id, rows: tail });
 
@@ -2362,6 +2376,7 @@ class Generation {
       ...(this.clipped ? { clipped: this.clipped } : {}),
       ...(this.contextDrop ? { contextDrop: this.contextDrop } : {}),
       ...(done.lookup ? { lookup: keptLookup(done.lookup, this.generated) } : {}),
+      ...(this.req.prediction !== undefined && this.host.lookupOff ? { predictionUnused: 'lookup_off' as const } : {}),
       timings: {
         queueMs: this.admittedAt - this.started,
         ttftMs: this.firstTokenAt > 0 ? this.firstTokenAt - this.started : 0,

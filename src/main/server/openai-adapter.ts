@@ -693,7 +693,21 @@ function clipJson(c: ContextClip) {
   return { requested_max_tokens: c.requestedMaxTokens, clipped_max_tokens: c.clippedMaxTokens, n_ctx: c.contextLength };
 }
 
-/** kvdesk's own facts about a reply: the reservation, and whether the budget or the context cut it short. */
+/** Why a request's prediction went unused, for the client: a reason to read and what to do. */
+function predictionUnusedJson(reason: NonNullable<GenerationResult['predictionUnused']>) {
+  return {
+    reason,
+    message:
+      'lookup decoding is off on this server (--lookup 0), so the prediction was not drafted from: the reply is the ' +
+      "model's, at plain decoding's speed, and no prediction tokens are counted. Start the server with --lookup N " +
+      '(N ≥ 1; the default is 4) to use predictions.',
+  };
+}
+
+/**
+ * kvdesk's own facts about a reply: the reservation, whether the budget or the context cut it short, and whether
+ * a prediction went unused.
+ */
 export function kvdeskExtras(result: GenerationResult): Record<string, unknown> {
   return {
     request_id: result.requestId,
@@ -709,6 +723,7 @@ export function kvdeskExtras(result: GenerationResult): Record<string, unknown> 
     ...(result.lookup
       ? { lookup: { drafted_tokens: result.lookup.drafted, accepted_tokens: result.lookup.accepted } }
       : {}),
+    ...(result.predictionUnused ? { prediction_unused: predictionUnusedJson(result.predictionUnused) } : {}),
     timings: {
       queue_ms: result.timings.queueMs,
       ttft_ms: result.timings.ttftMs,
@@ -820,20 +835,32 @@ const utf8 = new TextDecoder('utf-8', { fatal: true });
  * A token as the legacy completions API names it: its text, or, for one that holds a piece of a character (bytes
  * that are not UTF-8 on their own, each such piece written U+FFFD in its text), `bytes:` and each of its bytes as
  * `\xNN`, as OpenAI's names it (`bytes:\xe2\x80`): such tokens are then keys of their own in `top_logprobs`.
+ * `bytes`: named by its bytes whatever its text (a byte token whose text another token has).
  */
-function legacyToken(t: TokenLogprob): string {
+function legacyToken(t: TokenLogprob, bytes = false): string {
+  const named = `bytes:${t.bytes.map((b) => `\\x${b.toString(16).padStart(2, '0')}`).join('')}`;
+  if (bytes) return named;
   if (!t.token.includes('\ufffd')) return t.token;
   try {
     utf8.decode(Uint8Array.from(t.bytes));
     return t.token;
   } catch {
-    return `bytes:${t.bytes.map((b) => `\\x${b.toString(16).padStart(2, '0')}`).join('')}`;
+    return named;
   }
 }
 
 /**
+ * How one position's tokens are named: a SentencePiece byte token (`<0x41>`) whose text another of them has (`A`)
+ * by its bytes (`bytes:\x41`), so that each is a key of its own in `top_logprobs`.
+ */
+function legacyNames(t: GeneratedTokenLogprob): (e: TokenLogprob) => string {
+  const texts = new Set([t, ...t.top].filter((e) => !e.byte).map((e) => legacyToken(e)));
+  return (e) => legacyToken(e, e.byte === true && texts.has(legacyToken(e)));
+}
+
+/**
  * The `logprobs` of a choice (or of one streamed chunk's tokens): chat's `content` list, or the legacy
- * completions arrays, whose `top_logprobs` maps each token (named by legacyToken) to its log-probability and always
+ * completions arrays, whose `top_logprobs` maps each token (named by legacyNames) to its log-probability and always
  * holds the chosen token's own.
  * A completion's `text_offset` is in characters of its text: `chars` reads the host's offsets in it (without it,
  * they stay in UTF-16 code units).
@@ -847,19 +874,21 @@ export function logprobsJson(
   if (kind === 'chat') {
     return { content: tokens.map((t) => ({ ...chatToken(t), top_logprobs: t.top.map(chatToken) })), refusal: null };
   }
+  const names = tokens.map(legacyNames);
   return {
-    tokens: tokens.map(legacyToken),
+    tokens: tokens.map((t, i) => (names[i] as (e: TokenLogprob) => string)(t)),
     token_logprobs: tokens.map((t) => t.logprob),
-    top_logprobs: tokens.map((t) => {
+    top_logprobs: tokens.map((t, i) => {
+      const name = names[i] as (e: TokenLogprob) => string;
       // (No prototype: a token "constructor" or "__proto__" is a key like any other.)
       const top: Record<string, number> = Object.create(null);
-      // Most likely first: of two tokens with the same bytes (SentencePiece's <0x41> and A), the likelier one.
+      // Most likely first: of two tokens with the same name (the same text, neither a byte token), the likelier one.
       for (const alt of t.top) {
-        const key = legacyToken(alt);
+        const key = name(alt);
         if (!(key in top)) top[key] = alt.logprob;
       }
-      // The chosen token's own, under its own key, whatever another token of the same text had.
-      top[legacyToken(t)] = t.logprob;
+      // The chosen token's own, under its own key, whatever another token of the same name had.
+      top[name(t)] = t.logprob;
       return top;
     }),
     text_offset: tokens.map((t) => (chars ? chars.at(t.textOffset) : t.textOffset)),

@@ -29,6 +29,8 @@ export interface EncodeOptions {
 export interface TokenPiece {
   token: string;
   bytes: number[];
+  /** A SentencePiece byte token (`<0x41>`): its text and bytes may be another token's too (`A`). */
+  byte?: true;
 }
 
 /** Options of {@link TextTokenizer.decode}. */
@@ -299,7 +301,7 @@ export function createTextTokenizer(input: TextTokenizerInput): TextTokenizer {
         const m = /^<0x([0-9A-Fa-f]{2})>$/.exec(raw);
         if (m) {
           const bytes = [Number.parseInt(m[1] as string, 16)];
-          piece = { token: Buffer.from(bytes).toString('utf8'), bytes };
+          piece = { token: Buffer.from(bytes).toString('utf8'), bytes, byte: true };
         } else {
           // Decoding one token alone would strip its leading space (the decoder's Strip / prepend_scheme).
           const token = raw.replaceAll('▁', ' ');

@@ -14,7 +14,7 @@ import os from 'node:os';
 import path from 'node:path';
 import type OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { harmonyPackage, nextMessage } from '../../helpers/harmony-model';
+import { harmonyPackage, nextMessage, tokens } from '../../helpers/harmony-model';
 import { openaiClient, startTestServer, type TestServer } from './server-helpers';
 
 const PREAMBLE = 'Let me check.';
@@ -28,10 +28,20 @@ const INTERLEAVED = [PREAMBLE, ...nextMessage('analysis'), THOUGHT, ...nextMessa
 /** The reply as the host splits it: answer bodies parted by a blank line. */
 const TEXT = `${PREAMBLE}\n\n${FINAL}`;
 
+/**
+ * A reply cut by max tokens just after it opens another analysis message, whose only text, `<` (it could begin
+ * `<|end|>`), the splitter holds until the end: the reply's last frame holds the reasoning and, with a stop
+ * string, the preamble's end held back before it.
+ */
+const CUT_BEFORE = [PREAMBLE, ...nextMessage('analysis'), '<'];
+const CUT = [...CUT_BEFORE, 'b> is bold.'];
+
 let root: string;
 let t: TestServer;
 let openai: OpenAI;
 let model: string;
+let cutModel: string;
+let cutTokens: number;
 
 beforeAll(async () => {
   root = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-harmony-api-'));
@@ -42,6 +52,11 @@ beforeAll(async () => {
   const r = await t.hostApi.call('loadModel', { path: pkg.dir });
   if (!r.ok) throw new Error(r.error.message);
   model = r.value.id;
+  const cut = harmonyPackage(path.join(root, 'cut'), CUT);
+  cutTokens = tokens(cut, CUT_BEFORE).length;
+  const c = await t.hostApi.call('loadModel', { path: cut.dir });
+  if (!c.ok) throw new Error(c.error.message);
+  cutModel = c.value.id;
 }, 120_000);
 afterAll(async () => {
   await t?.close();
@@ -75,6 +90,22 @@ function replay(events: readonly OpenAI.Responses.ResponseStreamEvent[]): Array<
   return built;
 }
 
+/** Frames read as a client reads each (its reasoning, then its text), runs of one kind joined. */
+function inOrder(frames: ReadonlyArray<{ text: string; reasoning: string }>): Array<{ kind: string; text: string }> {
+  const order: Array<{ kind: string; text: string }> = [];
+  const add = (kind: string, text: string) => {
+    if (text === '') return;
+    const last = order.at(-1);
+    if (last?.kind === kind) last.text += text;
+    else order.push({ kind, text });
+  };
+  for (const f of frames) {
+    add('reasoning', f.reasoning);
+    add('text', f.text);
+  }
+  return order;
+}
+
 describe('reasoning after answer text (gpt-oss: another analysis message after a preamble)', () => {
   it.each([
     ['', []],
@@ -97,18 +128,7 @@ describe('reasoning after answer text (gpt-oss: another analysis message after a
     expect(frames[0]?.reasoning).toBe('');
     // Read as a client reads a frame (its reasoning, then its text), the frames give the reply in the model's order:
     // no frame holds reasoning that came after text of its own.
-    const order: Array<{ kind: string; text: string }> = [];
-    const add = (kind: string, text: string) => {
-      if (text === '') return;
-      const last = order.at(-1);
-      if (last?.kind === kind) last.text += text;
-      else order.push({ kind, text });
-    };
-    for (const f of frames) {
-      add('reasoning', f.reasoning);
-      add('text', f.text);
-    }
-    expect(order).toEqual([
+    expect(inOrder(frames)).toEqual([
       { kind: 'text', text: PREAMBLE },
       { kind: 'reasoning', text: THOUGHT },
       { kind: 'text', text: `\n\n${FINAL}` },
@@ -138,5 +158,70 @@ describe('reasoning after answer text (gpt-oss: another analysis message after a
     const whole = await openai.responses.create(params);
     expect(whole.output.map((i) => i.type)).toEqual(['reasoning', 'message']);
     expect(whole.output_text).toBe(TEXT);
+  });
+
+  // The reply's last frame (the engine's end) is split as the others are: the text held back goes out before the
+  // reasoning the splitter let go at the end.
+  it('cut by max tokens inside the reasoning, the text held back before it goes out first', async () => {
+    const frames: Array<{ text: string; reasoning: string }> = [];
+    const r = await t.runner.generate(
+      {
+        model: cutModel,
+        messages: ASK,
+        thinking: false,
+        maxNewTokens: cutTokens,
+        sampling: { greedy: true },
+        stop: ['check. Done'],
+      },
+      (f) => {
+        if (f.type === 'tokens')
+          for (const row of f.rows) frames.push({ text: row.text, reasoning: row.reasoning ?? '' });
+      },
+    ).result;
+    expect(r.finishReason).toBe('length');
+    expect(r.text).toBe(PREAMBLE);
+    expect(r.reasoning).toBe('<');
+    expect(inOrder(frames)).toEqual([
+      { kind: 'text', text: PREAMBLE },
+      { kind: 'reasoning', text: '<' },
+    ]);
+    // The chat stream's chunks (reasoning_content, content) in the same order.
+    const stream = await openai.chat.completions.create({
+      model: cutModel,
+      messages: ASK,
+      max_tokens: cutTokens,
+      stop: ['check. Done'],
+      reasoning_effort: 'none' as never,
+      stream: true,
+    });
+    const chunks: Array<{ text: string; reasoning: string }> = [];
+    for await (const c of stream) {
+      const d = c.choices[0]?.delta as { content?: string | null; reasoning_content?: string } | undefined;
+      chunks.push({ text: d?.content ?? '', reasoning: d?.reasoning_content ?? '' });
+    }
+    expect(inOrder(chunks)).toEqual([
+      { kind: 'text', text: PREAMBLE },
+      { kind: 'reasoning', text: '<' },
+    ]);
+    // Ollama's stream: each line's message (its thinking, then its content) in the same order.
+    const ollama = await fetch(`${t.url}/api/chat`, {
+      method: 'POST',
+      body: JSON.stringify({
+        model: cutModel,
+        messages: ASK,
+        think: false,
+        options: { num_predict: cutTokens, stop: ['check. Done'], temperature: 0 },
+      }),
+    });
+    const lines = (await ollama.text())
+      .split('\n')
+      .filter((l) => l.trim() !== '')
+      .map((l) => JSON.parse(l) as { message?: { content?: string; thinking?: string } });
+    expect(
+      inOrder(lines.map((l) => ({ text: l.message?.content ?? '', reasoning: l.message?.thinking ?? '' }))),
+    ).toEqual([
+      { kind: 'text', text: PREAMBLE },
+      { kind: 'reasoning', text: '<' },
+    ]);
   });
 });

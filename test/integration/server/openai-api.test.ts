@@ -382,6 +382,45 @@ describe('chat completions', () => {
     );
   });
 
+  it('says a prediction went unused where lookup decoding is off (serve --lookup 0): kvdesk.prediction_unused, none counted', async () => {
+    const off = await startTestServer({ kvBudgetBytes: BUDGET, lookupDraftTokens: 0 });
+    try {
+      const offClient = openaiClient(off.url);
+      const params = {
+        model: 'default',
+        messages: [{ role: 'user' as const, content: 'Write out the list again' }],
+        max_tokens: 16,
+        temperature: 0,
+      };
+      const plain = await offClient.chat.completions.create(params);
+      const text = plain.choices[0]?.message.content ?? '';
+      type Extras = { kvdesk: { prediction_unused?: { reason: string; message: string }; lookup?: unknown } };
+      expect((plain as unknown as Extras).kvdesk.prediction_unused).toBeUndefined();
+      const prediction = { type: 'content' as const, content: text };
+      const predicted = await offClient.chat.completions.create({ ...params, prediction });
+      // The reply is the model's all the same; no draft was checked, and usage says so.
+      expect(predicted.choices[0]?.message.content).toBe(text);
+      expect(predicted.usage?.completion_tokens_details).toEqual({
+        accepted_prediction_tokens: 0,
+        rejected_prediction_tokens: 0,
+      });
+      const unused = (predicted as unknown as Extras).kvdesk;
+      expect(unused.lookup).toBeUndefined();
+      expect(unused.prediction_unused?.reason).toBe('lookup_off');
+      expect(unused.prediction_unused?.message).toMatch(/--lookup 0/);
+      // A stream says it in its last chunk's kvdesk object, as it does a budget cap.
+      const stream = await offClient.chat.completions.create({ ...params, prediction, stream: true });
+      const said: unknown[] = [];
+      for await (const c of stream) {
+        const extras = (c as unknown as Partial<Extras>).kvdesk;
+        if (extras) said.push(extras.prediction_unused);
+      }
+      expect(said).toEqual([unused.prediction_unused]);
+    } finally {
+      await off.close();
+    }
+  });
+
   it('says when the KV budget capped the reply: finish_reason length and kvdesk.budget_cap, in every API', async () => {
     // Find the prompt length, then give a budget that holds it plus exactly 10 new tokens.
     const probe = await client.chat.completions.create({ model: 'default', messages: LONG_CHAT, max_tokens: 1 });

@@ -10,8 +10,10 @@ import {
   toolCallsChoice,
   usageOf,
 } from '../../../src/main/server/openai-adapter';
+import { createTextTokenizer } from '../../../src/main/tokenizer';
 import type { GenerationResult } from '../../../src/shared/contract';
 import { refusal } from '../../helpers/rejection';
+import { byteFallbackTokenizerJson } from '../tokenizer/tokenizer-builders';
 
 const chat = (extra: Record<string, unknown> = {}) => ({
   model: 'm',
@@ -846,5 +848,56 @@ describe('responses', () => {
     const [first, second] = lp.top_logprobs.map((m) => Object.entries(JSON.parse(JSON.stringify(m))));
     expect(first).toEqual(top);
     expect(second).toEqual([...top, ['bytes:\\xa9', -9]]);
+  });
+
+  it('name a SentencePiece byte token by its bytes where another token has its text: each its own key and logprob', () => {
+    type TP = { id: number; token: string; bytes: number[]; byte?: true };
+    // A SentencePiece vocabulary's h and <0x68>, e and <0x65>: the same text and bytes, as its tokenizer gives them.
+    const tok = createTextTokenizer({ tokenizerJson: byteFallbackTokenizerJson(), vocabSize: 270 });
+    const piece = (raw: string) => ({
+      id: tok.tokenToId(raw) as number,
+      ...tok.tokenPiece(tok.tokenToId(raw) as number),
+    });
+    const [a, byteA, b, byteB] = ['h', '<0x68>', 'e', '<0x65>'].map(piece) as [TP, TP, TP, TP];
+    const tokens = [
+      // The byte token the likelier: still its bytes, A its text.
+      {
+        ...a,
+        logprob: -1,
+        textOffset: 0,
+        top: [
+          { ...byteA, logprob: -0.5 },
+          { ...a, logprob: -1 },
+          { ...b, logprob: -2 },
+        ],
+      },
+      // The byte token chosen, A among the alternatives: the chosen token is named by its bytes in tokens too.
+      {
+        ...byteA,
+        logprob: -0.7,
+        textOffset: 1,
+        top: [
+          { ...a, logprob: -0.6 },
+          { ...b, logprob: -3 },
+        ],
+      },
+      // No other token with its text: a byte token is its text, as before.
+      {
+        ...byteB,
+        logprob: -0.1,
+        textOffset: 2,
+        top: [
+          { ...byteB, logprob: -0.1 },
+          { ...a, logprob: -4 },
+        ],
+      },
+    ];
+    const lp = logprobsJson('completion', tokens) as { tokens: string[]; top_logprobs: Array<Record<string, number>> };
+    expect(lp.tokens).toEqual(['h', 'bytes:\\x68', 'e']);
+    expect(lp.top_logprobs).toEqual([
+      { 'bytes:\\x68': -0.5, h: -1, e: -2 },
+      { h: -0.6, e: -3, 'bytes:\\x68': -0.7 },
+      { e: -0.1, h: -4 },
+    ]);
   });
 });

@@ -385,11 +385,14 @@ describe('tokenPiece', () => {
     const pieces = ids.map((id) => tok.tokenPiece(id));
     expect(pieces[0]).toEqual({ token: ' h', bytes: [32, 104] });
     expect(pieces.slice(-3)).toEqual([
-      { token: '\ufffd', bytes: [0xe4] },
-      { token: '\ufffd', bytes: [0xb8] },
-      { token: '\ufffd', bytes: [0xad] },
+      { token: '\ufffd', bytes: [0xe4], byte: true },
+      { token: '\ufffd', bytes: [0xb8], byte: true },
+      { token: '\ufffd', bytes: [0xad], byte: true },
     ]);
     expect(utf8(pieces.map((p) => p.bytes))).toBe(' hello 中');
+    // A byte token whose byte is a whole character has the text of the token for it: it is marked a byte token.
+    expect(tok.tokenPiece(tok.tokenToId('<0x68>') as number)).toEqual({ token: 'h', bytes: [0x68], byte: true });
+    expect(tok.tokenPiece(tok.tokenToId('h') as number)).toEqual({ token: 'h', bytes: [0x68] });
     expect(tok.tokenPiece(2)).toEqual({ token: '</s>', bytes: [...Buffer.from('</s>')] });
   });
 
