@@ -172,7 +172,25 @@ describe('planTools', () => {
         },
       },
     };
-    for (const tool of [named, pick, called, bundled, anchored]) {
+    // A pointer through a oneOf inside a schema with its own $id: read from that schema, as the grammar reads it.
+    const embedded = {
+      name: 'embedded',
+      parameters: {
+        type: 'object',
+        properties: { q: { $ref: '#/$defs/Q' } },
+        $defs: {
+          Q: {
+            $id: 'urn:q',
+            type: 'object',
+            properties: {
+              a: { oneOf: [{ type: 'string' }, { type: 'integer' }] },
+              b: { $ref: '#/properties/a/oneOf/1' },
+            },
+          },
+        },
+      },
+    };
+    for (const tool of [named, pick, called, bundled, anchored, embedded]) {
       expect(
         planTools({ messages, tools: [tool], responseFormat: 'json' } as GenerateRequest, undefined, tok)?.grammar,
         tool.name,
