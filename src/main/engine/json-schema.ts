@@ -17,8 +17,11 @@
  * space. Keywords that constrain
  * values in ways the recogniser cannot enforce (pattern, format, a number's
  * minimum, …) are refused with the schema path, never ignored. A `$ref` inside
- * the schema (`#/$defs/Name`, as Pydantic writes nested models) is compiled as
- * the definition it points at; a recursive one is refused. An
+ * the schema (`#/$defs/Name`, as Pydantic writes nested models; `#name`, a
+ * schema's `$anchor`; an embedded schema's `$id`) is compiled as the schema it
+ * points at, read against the `$id` of the schema it is written in (JSON Schema
+ * 2020-12's base URI); a recursive one, another document's and `$dynamicRef` are
+ * refused. An
  * integer's bounds (minimum, maximum and their exclusive forms, up to ±(2^53 − 1):
  * zod writes those two for every `.int()`) are enforced digit by digit.
  *
@@ -129,6 +132,9 @@ const ANNOTATIONS = new Set([
   'examples',
   '$schema',
   '$id',
+  // Names for `$ref` ("#name"), read where the document's resources are indexed.
+  '$anchor',
+  '$dynamicAnchor',
   '$comment',
   'deprecated',
   'readOnly',
@@ -565,22 +571,135 @@ function reachable(v: number, neg: boolean, lo: number, hi: number, more: boolea
 const isPlainObject = (v: unknown): boolean => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /**
- * The schema a `$ref` is read in — the root, or the nearest enclosing schema with an `$id` (a resource of its own,
- * as kvdesk gives each tool's parameters inside a call's schema) — and its path; the definitions being followed (a
- * definition met again among them is a recursive schema); those compiled already (a definition used in several
- * places, however its references spell it, is compiled once), with how many levels they nest; and the deepest
- * level the compile has reached.
+ * A schema resource: the root, or a schema with an `$id` that is an address (its own document embedded in the
+ * other, as kvdesk gives each tool's parameters inside a call's schema). `uri` is its `$id` read against the
+ * enclosing resource's (the root's, where it has none, a stand-in address); `anchors` the schemas named in it by
+ * `$anchor` (draft 6/7: an `$id` of `"#name"`; a `$dynamicAnchor` is a name for `$ref` too), each with its place,
+ * or null where two schemas take the same name.
+ */
+interface Resource {
+  schema: object;
+  path: string;
+  uri: string;
+  anchors: Map<string, { schema: unknown; path: string } | null>;
+}
+
+/**
+ * The resources of one schema document: by their address, and for each schema in the document the resource it is
+ * written in (the nearest enclosing one: its `$ref`s are read against that resource's address) and its place.
+ */
+interface ResourceIndex {
+  root: Resource;
+  byUri: Map<string, Resource>;
+  scope: Map<object, Resource>;
+}
+
+/** The address of a root without an `$id` (a stand-in: a reference to another address names no schema here). */
+const ROOT_URI = 'https://kvdesk.invalid/schema.json';
+
+/** Keywords whose value is data, not schemas: an `$id` or `$anchor` inside is not one. */
+const DATA = new Set(['const', 'enum', 'default', 'examples']);
+/** Keywords whose value maps names to schemas (a property called "enum" is a schema). */
+const NAMED_SCHEMAS = new Set(['properties', '$defs', 'definitions', 'patternProperties', 'dependentSchemas']);
+
+/** `ref` read against `base`, without its fragment, and the fragment (decoded; '' where there is none). */
+function splitUri(ref: string, base: string): { uri: string; fragment: string } {
+  const hash = ref.indexOf('#');
+  const raw = hash < 0 ? '' : ref.slice(hash + 1);
+  let fragment: string;
+  try {
+    fragment = decodeURIComponent(raw);
+  } catch {
+    fragment = raw;
+  }
+  const before = hash < 0 ? ref : ref.slice(0, hash);
+  if (before === '') return { uri: base, fragment };
+  let uri: string;
+  try {
+    const url = new URL(before, base);
+    url.hash = '';
+    uri = url.href;
+  } catch {
+    // A base that is no hierarchy (`kvdesk:arguments`) reads no relative address: the text as written.
+    uri = before;
+  }
+  return { uri, fragment };
+}
+
+/** A key's place after `path`, as a pointer's places are named (`.key`, `["a b"]`, `[0]`). */
+function placeOf(path: string, key: string, inArray: boolean): string {
+  if (inArray) return `${path}[${key}]`;
+  return /^[A-Za-z_$][\w$]*$/.test(key) ? `${path}.${key}` : `${path}[${JSON.stringify(key)}]`;
+}
+
+/** Whether a schema starts a resource of its own: an `$id` that is an address (draft 6/7's `"#name"` is a name). */
+const startsResource = (s: Record<string, unknown>) => typeof s.$id === 'string' && !s.$id.startsWith('#');
+
+/** What an `$anchor` may be (JSON Schema 2020-12: an XML name without colons). */
+const ANCHOR_NAME = /^[A-Za-z_][-A-Za-z0-9._]*$/;
+
+/** Names a schema by `$anchor`, `$dynamicAnchor` or a draft 6/7 `$id` of `"#name"`, in `resource`. */
+function addAnchors(s: Record<string, unknown>, path: string, resource: Resource): void {
+  const names: unknown[] = [s.$anchor, s.$dynamicAnchor];
+  if (typeof s.$id === 'string' && s.$id.startsWith('#') && s.$id.length > 1) names.push(s.$id.slice(1));
+  for (const name of names) {
+    if (typeof name !== 'string' || name === '') continue;
+    const known = resource.anchors.get(name);
+    if (known === undefined) resource.anchors.set(name, { schema: s, path });
+    else if (known !== null && known.schema !== s) resource.anchors.set(name, null);
+  }
+}
+
+/** The resources of the document `root` (read once per compile: one walk of the whole document). */
+function indexOf(root: unknown): ResourceIndex {
+  const doc = (typeof root === 'object' && root !== null ? root : {}) as Record<string, unknown>;
+  const rootResource: Resource = {
+    schema: doc,
+    path: 'schema',
+    uri: startsResource(doc) ? splitUri(doc.$id as string, ROOT_URI).uri : ROOT_URI,
+    anchors: new Map(),
+  };
+  const index: ResourceIndex = { root: rootResource, byUri: new Map(), scope: new Map() };
+  // Each value with its place, the resource around it, and whether its keys are names (of properties, definitions).
+  const todo: Array<[unknown, string, Resource, boolean]> = [[doc, 'schema', rootResource, false]];
+  while (todo.length > 0) {
+    const [value, path, outer, names] = todo.pop() as [unknown, string, Resource, boolean];
+    if (typeof value !== 'object' || value === null || index.scope.has(value)) continue;
+    let resource = outer;
+    if (!Array.isArray(value) && !names) {
+      const s = value as Record<string, unknown>;
+      if (s === doc) resource = rootResource;
+      else if (startsResource(s)) {
+        resource = { schema: s, path, uri: splitUri(s.$id as string, outer.uri).uri, anchors: new Map() };
+      }
+      // The first resource with an address keeps it (an address used twice names the outer one).
+      if (!index.byUri.has(resource.uri)) index.byUri.set(resource.uri, resource);
+      addAnchors(s, path, resource);
+    }
+    index.scope.set(value, resource);
+    const inArray = Array.isArray(value);
+    for (const [key, child] of Object.entries(value)) {
+      if (!inArray && !names && DATA.has(key)) continue;
+      todo.push([child, placeOf(path, key, inArray), resource, !inArray && !names && NAMED_SCHEMAS.has(key)]);
+    }
+  }
+  return index;
+}
+
+/**
+ * The document's resources; the definitions being followed (a definition met again among them is a recursive
+ * schema); those compiled already (a definition used in several places, however its references spell it, is
+ * compiled once), with how many levels they nest; and the deepest level the compile has reached.
  */
 interface Refs {
-  root: unknown;
-  rootPath: string;
+  index: ResourceIndex;
   active: unknown[];
   compiled: Map<unknown, { node: SchemaNode; height: number }>;
   deepest: number;
 }
 
 /** A compile's references, read in `root`. */
-const refsIn = (root: unknown): Refs => ({ root, rootPath: 'schema', active: [], compiled: new Map(), deepest: 0 });
+const refsIn = (root: unknown): Refs => ({ index: indexOf(root), active: [], compiled: new Map(), deepest: 0 });
 
 /**
  * Keywords that only describe (definitions among them: read through `$ref` only): a schema of nothing else allows
@@ -598,18 +717,19 @@ const DESCRIBING = new Set([
   'writeOnly',
   '$schema',
   '$id',
+  '$anchor',
+  '$dynamicAnchor',
   '$defs',
   'definitions',
 ]);
-
-/** Whether a schema starts a resource of its own: an `$id` that is an address (draft 6/7's `"#name"` is a name). */
-const startsResource = (s: Record<string, unknown>) => typeof s.$id === 'string' && !s.$id.startsWith('#');
 
 /** A reference: what it says, where it is written (for messages), and the keyword that holds it. */
 interface Reference {
   ref: unknown;
   key: string;
   keyword: '$ref' | 'allOf';
+  /** The schema the `$ref` is written in (its resource's address is what the reference is read against). */
+  holder: Record<string, unknown>;
 }
 
 /**
@@ -617,32 +737,56 @@ interface Reference {
  * 1 and Pydantic 2 before 2.9 wrap a `$ref` with a description beside it so); undefined for other schemas.
  */
 function referenceOf(s: Record<string, unknown>): Reference | undefined {
-  if (s.$ref !== undefined) return { ref: s.$ref, key: '$ref', keyword: '$ref' };
+  if (s.$ref !== undefined) return { ref: s.$ref, key: '$ref', keyword: '$ref', holder: s };
   const all = s.allOf;
   if (Array.isArray(all) && all.length === 1 && isPlainObject(all[0])) {
     const only = all[0] as Record<string, unknown>;
     if (only.$ref !== undefined && Object.keys(only).every((k) => k === '$ref' || DESCRIBING.has(k))) {
-      return { ref: only.$ref, key: 'allOf[0].$ref', keyword: 'allOf' };
+      return { ref: only.$ref, key: 'allOf[0].$ref', keyword: 'allOf', holder: only };
     }
   }
   return undefined;
 }
 
 /**
- * Where a `$ref` points inside the schema (`#/$defs/Name`, `#/definitions/Name`, any JSON pointer from the root):
- * the schema there and its path. Throws SchemaError for another document's or a name's reference, or one that
- * points at nothing.
+ * Where a `$ref` written in `from` points inside the schema: read against the address of the resource `from` is
+ * written in (the nearest enclosing schema with an `$id`), a JSON pointer (`#/$defs/Name`, `#/definitions/Name`)
+ * from that resource's root, or the one a name (`#node`) names by `$anchor` in it; an address (`item.json`,
+ * `item.json#/properties/a`) names the resource embedded with that `$id`. The schema there and its place. Throws
+ * SchemaError for another document's reference, a name no schema takes, or a pointer to nothing.
  */
-function resolveRef(ref: unknown, at: string, refs: Refs): { schema: unknown; path: string } {
-  if (typeof ref !== 'string' || (ref !== '#' && !ref.startsWith('#/'))) {
+function resolveRef(ref: unknown, at: string, from: unknown, index: ResourceIndex): { schema: unknown; path: string } {
+  if (typeof ref !== 'string') {
+    throw new SchemaError(at, `must be a string ("#/$defs/Name" or "#name"), not ${JSON.stringify(ref)}`);
+  }
+  const scope = (typeof from === 'object' && from !== null && index.scope.get(from)) || index.root;
+  const { uri, fragment } = splitUri(ref, scope.uri);
+  const resource = index.byUri.get(uri);
+  if (!resource) {
     throw new SchemaError(
       at,
-      `only a JSON pointer inside the schema is supported ("#/$defs/Name"), not ${JSON.stringify(ref)}`,
+      `${JSON.stringify(ref)} refers to another document, and kvdesk reads only references inside the schema: put that schema under "$defs" and refer to it as "#/$defs/Name"`,
     );
   }
-  let node: unknown = refs.root;
-  let where = refs.rootPath;
-  for (const raw of ref === '#' ? [] : ref.slice(2).split('/')) {
+  if (fragment !== '' && !fragment.startsWith('/')) {
+    const named = resource.anchors.get(fragment);
+    if (named === undefined) {
+      throw new SchemaError(
+        at,
+        `${JSON.stringify(ref)} names no schema: no "$anchor": ${JSON.stringify(fragment)} in ${resource.path}`,
+      );
+    }
+    if (named === null) {
+      throw new SchemaError(
+        at,
+        `${JSON.stringify(ref)} is ambiguous: two schemas in ${resource.path} take the "$anchor" ${JSON.stringify(fragment)}`,
+      );
+    }
+    return named;
+  }
+  let node: unknown = resource.schema;
+  let where = resource.path;
+  for (const raw of fragment === '' ? [] : fragment.slice(1).split('/')) {
     let part: string;
     try {
       part = decodeURIComponent(raw).replace(/~1/g, '/').replace(/~0/g, '~');
@@ -654,11 +798,7 @@ function resolveRef(ref: unknown, at: string, refs: Refs): { schema: unknown; pa
         ? (node as Record<string, unknown>)[part]
         : undefined;
     if (next === undefined) throw new SchemaError(at, `${JSON.stringify(ref)} points at nothing in the schema`);
-    where += Array.isArray(node)
-      ? `[${part}]`
-      : /^[A-Za-z_$][\w$]*$/.test(part)
-        ? `.${part}`
-        : `[${JSON.stringify(part)}]`;
+    where = placeOf(where, part, Array.isArray(node));
     node = next;
   }
   return { schema: node, path: where };
@@ -667,14 +807,11 @@ function resolveRef(ref: unknown, at: string, refs: Refs): { schema: unknown; pa
 /** A schema with its references followed (for what reads schemas as written: a oneOf's alternatives). */
 function derefed(schema: unknown, refs: Refs): unknown {
   let s = schema;
-  let scope = refs;
   for (let hops = 0; hops <= MAX_SCHEMA_DEPTH && isPlainObject(s); hops++) {
-    const o = s as Record<string, unknown>;
-    if (startsResource(o) && o !== scope.root) scope = { ...scope, root: o };
-    const reference = referenceOf(o);
+    const reference = referenceOf(s as Record<string, unknown>);
     if (!reference) return s;
     try {
-      s = resolveRef(reference.ref, 'schema', scope).schema;
+      s = resolveRef(reference.ref, 'schema', reference.holder, refs.index).schema;
     } catch {
       return s;
     }
@@ -708,7 +845,7 @@ function compileRef(
       `"${beside}" beside "$ref" is not supported: move it into the definition`,
     );
   }
-  const target = resolveRef(reference.ref, `${path}.${reference.key}`, refs);
+  const target = resolveRef(reference.ref, `${path}.${reference.key}`, reference.holder, refs.index);
   const known = refs.compiled.get(target.schema);
   if (known) {
     if (depth + 1 + known.height > MAX_SCHEMA_DEPTH) {
@@ -748,12 +885,21 @@ function compileNode(schema: unknown, path: string, depth: number, refs: Refs): 
     throw new SchemaError(path, 'must be a schema object');
   }
   const s = schema as Record<string, unknown>;
-  // A schema with an $id is a resource of its own: the references inside it are read in it.
-  if (startsResource(s) && s !== refs.root) {
-    const inner: Refs = { ...refs, root: s, rootPath: path, active: [] };
-    const node = compileNode(schema, path, depth, inner);
-    refs.deepest = Math.max(refs.deepest, inner.deepest);
-    return node;
+  for (const key of ['$anchor', '$dynamicAnchor'] as const) {
+    const name = s[key];
+    if (name !== undefined && (typeof name !== 'string' || !ANCHOR_NAME.test(name))) {
+      throw new SchemaError(
+        `${path}.${key}`,
+        `must be a name (a letter or "_", then letters, digits, "-", "_" or "."), not ${JSON.stringify(name)}`,
+      );
+    }
+  }
+  if (s.$dynamicRef !== undefined || s.$recursiveRef !== undefined) {
+    const key = s.$dynamicRef !== undefined ? '$dynamicRef' : '$recursiveRef';
+    throw new SchemaError(
+      `${path}.${key}`,
+      `"${key}" is not supported by kvdesk (it extends a recursive schema, which kvdesk cannot hold): use "$ref" to a schema of fixed depth`,
+    );
   }
   const reference = referenceOf(s);
   if (reference) return compileRef(s, reference, path, depth, refs);

@@ -272,9 +272,12 @@ export function nesting(value: unknown): number {
  * (minimum, pattern, format, …) dropped, and oneOf read as anyOf. What it still cannot hold (a recursive $ref, a value of
  * any type, …) stays, to be refused when compiled.
  */
-function loosened(schema: unknown, root: unknown = schema): unknown {
+function loosened(schema: unknown, outer: unknown = schema): unknown {
   if (typeof schema !== 'object' || schema === null || Array.isArray(schema)) return schema;
   const out: Record<string, unknown> = {};
+  // A schema with an $id (an address, not draft 7's "#name") is a resource of its own: its pointers start there.
+  const id = (schema as Record<string, unknown>).$id;
+  const root = typeof id === 'string' && !id.startsWith('#') ? schema : outer;
   const inner = (v: unknown) => loosened(v, root);
   for (const [key, value] of Object.entries(schema)) {
     if (VALUE_BOUNDS.includes(key)) continue;

@@ -6,7 +6,7 @@
  */
 import { describeValue } from './config-file';
 import { packageError } from './package-error';
-import { nestedRepeat } from './regex-nesting';
+import { nestedRepeat, overlappingRepeat } from './regex-nesting';
 
 /** Tokenizer models the library builds (WordLevel is read by its fallback model). */
 const MODEL_TYPES = ['BPE', 'WordPiece', 'WordLevel', 'Unigram'] as const;
@@ -198,6 +198,15 @@ function checkComponent(
         file,
         `${field}.pattern.Regex`,
         `repeats something that has a repeat inside it (${JSON.stringify(pattern.Regex.slice(at, at + 40))}): such a pattern may take hours on some text, holding kvdesk (a regular expression cannot be stopped once it runs)`,
+        REPLACE_TOKENIZER,
+      );
+    }
+    const overlap = overlappingRepeat(pattern.Regex);
+    if (overlap !== undefined) {
+      fail(
+        file,
+        `${field}.pattern.Regex`,
+        `repeats a choice whose alternatives can begin with the same character (${JSON.stringify(pattern.Regex.slice(overlap, overlap + 40))}): a run of such characters splits among them in exponentially many ways, and such a pattern may take hours on some text, holding kvdesk (a regular expression cannot be stopped once it runs)`,
         REPLACE_TOKENIZER,
       );
     }

@@ -8,6 +8,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import Ajv from 'ajv';
+import Ajv2020 from 'ajv/dist/2020';
 import OpenAI from 'openai';
 import { zodResponseFormat } from 'openai/helpers/zod';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -941,6 +942,36 @@ describe('logprobs, penalties, logit bias and JSON mode', () => {
       title: 'Trip',
     };
     const validate = new Ajv({ strict: false }).compile(schema);
+    const replies = await schemaReplies('Trip', schema, 200, /^\{ ?"start": ?\{ ?"city": ?"(O|L)/);
+    for (const text of replies) expect(validate(JSON.parse(text)), text).toBe(true);
+  });
+
+  it('response_format whose $refs name schemas by $anchor ("#place") and by an embedded $id: replies conform to it', async () => {
+    // A generator's `$anchor` names (`#place`), and a pointer into a model embedded as a resource of its own (its
+    // `$id`), whose `#/$defs/city` is its own city, not the root's (which the replies would break).
+    const schema = {
+      $defs: {
+        Place: {
+          $anchor: 'place',
+          type: 'object',
+          properties: { city: { $ref: '#/$defs/Town/properties/name' }, sunny: { type: 'boolean' } },
+          required: ['city', 'sunny'],
+          additionalProperties: false,
+        },
+        Town: {
+          $id: 'https://example.com/town.json',
+          type: 'object',
+          properties: { name: { $ref: '#/$defs/city' } },
+          $defs: { city: { enum: ['Oslo', 'Lima'] } },
+        },
+        city: { enum: ['Rome'] },
+      },
+      type: 'object',
+      properties: { start: { $ref: '#place' }, end: { $ref: '#place' } },
+      required: ['start', 'end'],
+      additionalProperties: false,
+    };
+    const validate = new Ajv2020({ strict: false }).compile(schema);
     const replies = await schemaReplies('Trip', schema, 200, /^\{ ?"start": ?\{ ?"city": ?"(O|L)/);
     for (const text of replies) expect(validate(JSON.parse(text)), text).toBe(true);
   });

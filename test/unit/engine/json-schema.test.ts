@@ -1,4 +1,5 @@
 import Ajv from 'ajv';
+import Ajv2020 from 'ajv/dist/2020';
 import fc from 'fast-check';
 import { beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -1008,9 +1009,12 @@ describe('the schema recogniser', () => {
       expect.stringContaining('"#/$defs/x" points at nothing'),
     ]);
     expect(at(obj({ $ref: 'https://example.com/s.json' }))?.[1]).toMatch(
-      /only a JSON pointer inside the schema is supported/,
+      /"https:\/\/example\.com\/s\.json" refers to another document, and kvdesk reads only references inside the schema: put that schema under "\$defs"/,
     );
-    expect(at(obj({ $ref: '#name' }))?.[0]).toBe('schema.properties.a.$ref');
+    expect(at(obj({ $ref: '#name' }))).toEqual([
+      'schema.properties.a.$ref',
+      expect.stringContaining('"#name" names no schema: no "$anchor": "name" in schema'),
+    ]);
     expect(at(obj({ $ref: '#/$defs/P', type: 'object' }, { P: { type: 'string' } }))).toEqual([
       'schema.properties.a.type',
       expect.stringContaining('"type" beside "$ref" is not supported'),
@@ -1047,6 +1051,165 @@ describe('the schema recogniser', () => {
     expect(() => compileSchema({ ...call, properties: { ...call.properties, arguments: plain } })).toThrow(
       /schema\.properties\.arguments\.properties\.at\.\$ref: "#\/\$defs\/P" points at nothing/,
     );
+  });
+
+  it('reads a pointer into a schema with an $id of its own in that schema: its $refs are read against its $id', () => {
+    // `#/$defs/a/properties/b` enters the resource `a`; b's `#/$defs/c` is a's c, not the root's.
+    const schema: Schema = {
+      type: 'object',
+      properties: { b: { $ref: '#/$defs/a/properties/b' } },
+      required: ['b'],
+      $defs: {
+        a: {
+          $id: 'https://example.com/a.json',
+          type: 'object',
+          properties: { b: { $ref: '#/$defs/c' } },
+          $defs: { c: { enum: ['inner'] } },
+        },
+        c: { enum: ['outer'] },
+      },
+    };
+    const root = compileSchema(schema);
+    expect(feedAll(root, '{"b": "inner"}').done).toBe(true);
+    expect(feedAll(root, '{"b": "outer"}').done).toBe(false);
+    // As a full validator of 2020-12 reads it.
+    const validate = new Ajv2020({ strict: false }).compile(schema);
+    expect([validate({ b: 'inner' }), validate({ b: 'outer' })]).toEqual([true, false]);
+    // Where the root has no c, the reference is still followed (it was "points at nothing" before).
+    const { c: _, ...inner } = schema.$defs as Record<string, Schema>;
+    expect(feedAll(compileSchema({ ...schema, $defs: inner }), '{"b": "inner"}').done).toBe(true);
+    // A reference that follows a pointer into the resource, as a oneOf's check reads it.
+    const pets = {
+      type: 'object',
+      properties: { pet: { oneOf: [{ $ref: '#/$defs/zoo/$defs/cat' }, { $ref: '#/$defs/zoo/$defs/dog' }] } },
+      $defs: {
+        zoo: {
+          $id: 'zoo.json',
+          $defs: {
+            cat: { $ref: '#/$defs/tagged/anyOf/0' },
+            dog: { $ref: '#/$defs/tagged/anyOf/1' },
+            tagged: { anyOf: [{ const: 'cat' }, { const: 'dog' }] },
+          },
+        },
+      },
+    };
+    expect(feedAll(compileSchema(pets), '{"pet": "dog"}').done).toBe(true);
+  });
+
+  it("reads an address (an embedded schema's $id, relative or absolute) as that schema", () => {
+    const item = {
+      $id: 'item.json',
+      type: 'object',
+      properties: { n: { $ref: '#/$defs/n' } },
+      $defs: { n: { enum: [7] } },
+    };
+    const schema: Schema = {
+      $id: 'https://example.com/schemas/order.json',
+      type: 'object',
+      properties: {
+        first: { $ref: 'item.json' },
+        again: { $ref: 'https://example.com/schemas/item.json' },
+        n: { $ref: 'item.json#/$defs/n' },
+      },
+      required: ['first', 'again', 'n'],
+      $defs: { item },
+    };
+    const text = '{"first": {"n": 7}, "again": {"n": 7}, "n": 7}';
+    expect(feedAll(compileSchema(schema), text).done).toBe(true);
+    expect(new Ajv2020({ strict: false }).validate(schema, JSON.parse(text))).toBe(true);
+    expect(feedAll(compileSchema(schema), '{"first": {"n": 8}').accepted).toBeLessThan(17);
+    // An address no schema here has is another document's, which kvdesk does not fetch.
+    expect(() =>
+      compileSchema({ ...schema, properties: { x: { $ref: 'other.json#/$defs/n' } }, required: [] }),
+    ).toThrow(
+      /^schema\.properties\.x\.\$ref: "other\.json#\/\$defs\/n" refers to another document, and kvdesk reads only references inside the schema/,
+    );
+  });
+
+  it('follows "#name" to the schema whose $anchor is that name, in the resource the reference is written in', () => {
+    const schema: Schema = {
+      type: 'object',
+      properties: { home: { $ref: '#place' }, trips: { type: 'array', items: { $ref: '#place' }, maxItems: 2 } },
+      required: ['home'],
+      $defs: {
+        Place: {
+          $anchor: 'place',
+          type: 'object',
+          properties: { city: { enum: ['Oslo', 'Lima'] }, code: { $ref: '#code' } },
+          required: ['city'],
+        },
+        Code: { $anchor: 'code', type: 'integer', minimum: 0, maximum: 9 },
+      },
+    };
+    const root = compileSchema(schema);
+    const ok = '{"home": {"city": "Oslo", "code": 4}, "trips": [{"city": "Lima"}]}';
+    expect(feedAll(root, ok).done).toBe(true);
+    expect(new Ajv2020({ strict: false }).validate(schema, JSON.parse(ok))).toBe(true);
+    expect(feedAll(root, '{"home": {"city": "Rome"').done).toBe(false);
+    expect(feedAll(root, '{"home": {"city": "Oslo", "code": 12').done).toBe(false);
+    // An anchor inside an embedded resource is its own: "#x" there is read in it; from outside, by its address.
+    const scoped: Schema = {
+      type: 'object',
+      properties: { a: { $ref: 'inner.json#x' }, b: { $ref: '#/$defs/inner/properties/v' } },
+      required: ['a', 'b'],
+      $defs: {
+        inner: {
+          $id: 'inner.json',
+          type: 'object',
+          properties: { v: { $ref: '#x' } },
+          $defs: { x: { $anchor: 'x', const: 'in' } },
+        },
+        x: { $dynamicAnchor: 'x', const: 'out' },
+      },
+    };
+    expect(feedAll(compileSchema(scoped), '{"a": "in", "b": "in"}').done).toBe(true);
+    expect(new Ajv2020({ strict: false }).validate(scoped, { a: 'in', b: 'in' })).toBe(true);
+    // A $dynamicAnchor is a name for $ref as well.
+    const outer = { ...scoped, properties: { a: { $ref: '#x' } }, required: ['a'] };
+    expect(feedAll(compileSchema(outer), '{"a": "out"}').done).toBe(true);
+    // A property called "default" or "enum" is a schema (its $anchor a name); a const's value is not one.
+    const props = {
+      type: 'object',
+      properties: { default: { $anchor: 'd', enum: [1] }, enum: { $ref: '#d' }, c: { const: { $anchor: 'e' } } },
+      required: ['enum'],
+    };
+    expect(feedAll(compileSchema(props), '{"enum": 1}').done).toBe(true);
+    expect(() => compileSchema({ ...props, properties: { ...props.properties, x: { $ref: '#e' } } })).toThrow(
+      /"#e" names no schema/,
+    );
+  });
+
+  it('refuses a name no schema takes, a name two take, a malformed $anchor and $dynamicRef, naming the place', () => {
+    const at = (schema: Schema) => {
+      try {
+        compileSchema(schema);
+      } catch (err) {
+        return [(err as SchemaError).path, (err as Error).message];
+      }
+      return null;
+    };
+    const obj = (a: Schema, defs: Record<string, Schema> = {}) => ({ type: 'object', properties: { a }, $defs: defs });
+    expect(at(obj({ $ref: '#p' }, { P: { $anchor: 'q', type: 'string' } }))).toEqual([
+      'schema.properties.a.$ref',
+      'schema.properties.a.$ref: "#p" names no schema: no "$anchor": "p" in schema',
+    ]);
+    expect(at(obj({ $ref: '#p' }, { P: { $anchor: 'p', type: 'string' }, Q: { $anchor: 'p', type: 'null' } }))).toEqual(
+      [
+        'schema.properties.a.$ref',
+        'schema.properties.a.$ref: "#p" is ambiguous: two schemas in schema take the "$anchor" "p"',
+      ],
+    );
+    expect(at(obj({ $ref: '#/$defs/P' }, { P: { $anchor: '1p', type: 'string' } }))?.[0]).toBe(
+      'schema.$defs.P.$anchor',
+    );
+    // A recursive schema through a name is refused as through a pointer.
+    expect(at(obj({ $ref: '#n' }, { N: { $anchor: 'n', type: 'array', items: { $ref: '#n' } } }))?.[1]).toMatch(
+      /^schema\.\$defs\.N\.items\.\$ref: "#n" refers back to itself/,
+    );
+    expect(at(obj({ $dynamicRef: '#n' }, { N: { $dynamicAnchor: 'n', type: 'string' } }))).toEqual([
+      'schema.properties.a.$dynamicRef',
+      expect.stringContaining('"$dynamicRef" is not supported by kvdesk'),
+    ]);
   });
 
   it('refuses schemas it cannot enforce, naming the place', () => {

@@ -161,7 +161,36 @@ describe('planTools', () => {
         },
       },
     };
-    for (const tool of [named, pick, called, bundled]) {
+    // Names by $anchor (`#place`), the root's among them.
+    const anchored = {
+      name: 'anchored',
+      parameters: {
+        $ref: '#args',
+        $defs: {
+          Args: { $anchor: 'args', type: 'object', properties: { at: { $ref: '#place' } }, required: ['at'] },
+          Place: { $anchor: 'place', ...place },
+        },
+      },
+    };
+    // A pointer through a oneOf inside a schema with its own $id: read from that schema, as the grammar reads it.
+    const embedded = {
+      name: 'embedded',
+      parameters: {
+        type: 'object',
+        properties: { q: { $ref: '#/$defs/Q' } },
+        $defs: {
+          Q: {
+            $id: 'urn:q',
+            type: 'object',
+            properties: {
+              a: { oneOf: [{ type: 'string' }, { type: 'integer' }] },
+              b: { $ref: '#/properties/a/oneOf/1' },
+            },
+          },
+        },
+      },
+    };
+    for (const tool of [named, pick, called, bundled, anchored, embedded]) {
       expect(
         planTools({ messages, tools: [tool], responseFormat: 'json' } as GenerateRequest, undefined, tok)?.grammar,
         tool.name,
@@ -171,8 +200,24 @@ describe('planTools', () => {
       ).toBe(true);
     }
     const xmlForm = '{{ tools | tojson }}<tool_call><function={{ messages[0].content }}>';
-    const params = planTools({ messages, tools: [named, pick] } as GenerateRequest, xmlForm, tok)?.paramSchemas;
+    const params = planTools(
+      { messages, tools: [named, pick, anchored] } as GenerateRequest,
+      xmlForm,
+      tok,
+    )?.paramSchemas;
     expect(params?.get('named')?.at).toEqual(place);
+    expect(params?.get('anchored')?.at).toEqual({ $anchor: 'place', ...place });
+    const byName = planTools(
+      { messages, tools: [anchored], toolChoice: 'required' } as GenerateRequest,
+      undefined,
+      tok,
+    );
+    const call = (text: string) => {
+      const bytes = new TextEncoder().encode(text);
+      return feedSchemaBytes(compileSchema(byName?.schema), initialSchemaState(), bytes, 0, bytes.length);
+    };
+    expect(call('{"name": "anchored", "arguments": {"at": {"city": "Oslo"}}}')?.done).toBe(true);
+    expect(call('{"name": "anchored", "arguments": {"at": {"town"')).toBeNull();
     expect(params?.get('pick')?.b).toEqual({ type: 'integer' });
     // A schema the grammar cannot take (a recursive one): the tool and the place.
     const tree = {

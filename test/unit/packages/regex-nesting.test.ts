@@ -1,10 +1,11 @@
 /**
  * nestedRepeat: the tokenizer patterns real models ship pass; a group that repeats while something inside it
  * repeats (the patterns that backtrack for hours on some text) is found, where it opens; escapes, classes and group
- * prefixes are read as what they are.
+ * prefixes are read as what they are. overlappingRepeat: a group that repeats while two of the alternatives inside it
+ * can begin with the same character is found; alternatives that begin differently, and choices not repeated, pass.
  */
 import { describe, expect, it } from 'vitest';
-import { nestedRepeat } from '../../../src/main/packages/regex-nesting';
+import { nestedRepeat, overlappingRepeat } from '../../../src/main/packages/regex-nesting';
 
 /** Split patterns of real tokenizer.json files (pre_tokenizer.pretokenizers[…].pattern.Regex). */
 const REAL: Record<string, string> = {
@@ -71,6 +72,53 @@ describe('nestedRepeat', () => {
       '(?:\\x{20}|b)+',
     ]) {
       expect(nestedRepeat(pattern), pattern).toBeUndefined();
+    }
+  });
+});
+
+describe('overlappingRepeat', () => {
+  for (const [name, pattern] of Object.entries(REAL)) {
+    it(`${name}: none`, () => {
+      expect(overlappingRepeat(pattern)).toBeUndefined();
+    });
+  }
+
+  it('finds a repeated choice whose alternatives can begin alike, where the repeated group opens', () => {
+    for (const [pattern, at] of [
+      ['(a|a)*b', 0],
+      ['(a|aa)+$', 0],
+      ['(\\w|\\d)*x', 0],
+      // Deeper inside the repeat, repeated a fixed number of times, either case, classes that meet.
+      ['x((a|a)b)*c', 1],
+      ['(?:a|a){30}', 0],
+      ['(?i:a|A)+', 0],
+      ['ok|(?:[a-z]|[x-y])+', 3],
+      ['(?:\\p{L}|[一-龥])+', 0],
+      ['(?:[^\\s]|\\u{1F600})+', 0],
+      // After what may match nothing, past a lookahead, and a backreference (which may match anything).
+      ['(?:b?a|a)+', 0],
+      ['(?:x|(?=y)x)*', 0],
+      ['(?:(\\w)|\\1)+', 0],
+    ] as const) {
+      expect(overlappingRepeat(pattern), pattern).toBe(at);
+    }
+  });
+
+  it('passes choices that begin differently or do not repeat, and common validation patterns', () => {
+    for (const pattern of [
+      '(?:\\x{20}|b)+',
+      '(?:a|b)+',
+      '(?i:a|b)+',
+      '(?:[a-m]|[n-z])*',
+      '(?:\\p{Lu}|\\p{Ll})+',
+      '(a|a)?b',
+      '(?:\\r\\n|\\n)+',
+      '^[A-Z]{3}-\\d{4}$',
+      '^(\\+\\d{1,3})?\\d{10}$',
+      '^[\\w.+-]+@[\\w-]+\\.[\\w.-]+$',
+      '^\\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\\d|3[01])$',
+    ]) {
+      expect(overlappingRepeat(pattern), pattern).toBeUndefined();
     }
   });
 });

@@ -200,6 +200,25 @@ describe('a tokenizer pattern that can backtrack for hours', () => {
     >[0]);
     await refusal(loadModelSpec(dir2), { file: 'tokenizer.json', field: 'normalizer.pattern.Regex' });
   });
+
+  it('a split that repeats a choice of alternatives that begin alike ((a|a)*b): refused naming the field', async () => {
+    const split = { type: 'Split', pattern: { Regex: 'x|(a|aa)+$' }, behavior: 'Isolated', invert: false };
+    const files = { 'tokenizer.json': { ...base(), pre_tokenizer: { type: 'Sequence', pretokenizers: [split] } } };
+    const dir = await hfPackage(files as Parameters<typeof hfPackage>[0]);
+    const field = 'pre_tokenizer.pretokenizers[0].pattern.Regex';
+    const err = await refusal(loadModelSpec(dir), { file: 'tokenizer.json', field });
+    expect(err.message).toBe(
+      `tokenizer.json: \`${field}\` repeats a choice whose alternatives can begin with the same character ("(a|aa)+$"): a run of such characters splits among them in exponentially many ways, and such a pattern may take hours on some text, holding kvdesk (a regular expression cannot be stopped once it runs). Replace it with the tokenizer.json saved with this model (by transformers' save_pretrained).`,
+    );
+    // The tokenizer library itself takes it.
+    await expect(hostTokenizer(dir)).resolves.toBeDefined();
+    // Alternatives that begin differently, repeated, load.
+    const fine = { ...split, pattern: { Regex: '(?:\\r\\n|\\n)+|\\s+' } };
+    const ok = await hfPackage({
+      'tokenizer.json': { ...base(), pre_tokenizer: { type: 'Sequence', pretokenizers: [fine] } },
+    } as Parameters<typeof hfPackage>[0]);
+    await expect(loadModelSpec(ok)).resolves.toBeDefined();
+  });
 });
 
 describe('a UTF-8 BOM', () => {
