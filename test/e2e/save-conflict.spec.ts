@@ -76,6 +76,24 @@ test("a page that had not seen another's save keeps its turn as a copy of the ch
     await expect(lastReply(other)).toHaveAttribute('data-state', 'done', { timeout: 30_000 });
     await expect.poll(async () => (await listed()).find((t) => t.id === id)?.messages.length).toBe(6);
     await expect(app.getByTestId('message-user')).toHaveCount(3);
+
+    // Renamed in both, the second not hearing of the first's: the first's name stands, and the second is told.
+    deaf = true;
+    const rename = async (page: typeof app, title: string) => {
+      await page.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).dblclick();
+      await page.getByTestId('thread-rename-input').fill(title);
+      await page.getByTestId('thread-rename-input').press('Enter');
+    };
+    await rename(app, 'Named in the first tab');
+    await expect.poll(async () => (await listed()).find((t) => t.id === id)?.title).toBe('Named in the first tab');
+    await rename(other, 'Named in the second tab');
+    await expect(other.getByTestId('notice')).toContainText(
+      "before this one's change of its name or settings was saved: it shows that one now",
+    );
+    await expect(other.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`)).toContainText(
+      'Named in the first tab',
+    );
+    expect((await listed()).find((t) => t.id === id)?.messages).toHaveLength(6);
   } finally {
     await other.close();
   }
