@@ -234,6 +234,11 @@ export const Thread = z.object({
   pinned: z.boolean().optional(),
   /** Tools (`server/tool`) this chat runs without asking (the person's "Always"). */
   toolsAllowed: z.array(z.string().min(3).max(301)).max(256).optional(),
+  /**
+   * The store's count of this chat's saves (absent: never saved with one, as 0). A save names the revision it was
+   * made from; one made from an older revision than the file's (another page saved since) is refused.
+   */
+  revision: z.number().int().min(0).optional(),
   messages: z.array(StoredMessage).max(10_000),
 });
 export type Thread = z.infer<typeof Thread>;
@@ -488,7 +493,10 @@ export const CallSchemas = {
   cancel: z.object({ requestId: z.string().min(1).max(200) }).strict(),
   closeSession: z.object({ sessionId: z.string().min(1).max(200) }).strict(),
   listThreads: Empty,
-  /** `savedBy`: the page or window that saves it (the others are sent the chat; that one has it). */
+  /**
+   * `savedBy`: the page or window that saves it (the others are sent the chat; that one has it). `revision`: the one
+   * the page's copy was made from; a chat saved since by another page answers SAVE_CONFLICT, nothing written.
+   */
   saveThread: Thread.extend({ savedBy: z.string().min(1).max(100).optional() }),
   deleteThread: Id,
   getSettings: Empty,
@@ -542,7 +550,8 @@ export interface CallResponses {
   cancel: { cancelled: boolean };
   closeSession: null;
   listThreads: Thread[];
-  saveThread: null;
+  /** The chat's revision now: the page's next save of it names this one. */
+  saveThread: { revision: number };
   deleteThread: null;
   getSettings: UiSettings;
   dataProblems: string[];

@@ -34,6 +34,8 @@ export const ERROR_CODES = [
   'SESSION_INVALID',
   /** A model download from a hub failed (network, the hub's answer, a file that does not match, disk space). */
   'DOWNLOAD_FAILED',
+  /** A chat saved from a copy older than the one saved since (another window or tab saved it): nothing written. */
+  'SAVE_CONFLICT',
   /** A bug: anything not covered above. */
   'INTERNAL',
 ] as const;

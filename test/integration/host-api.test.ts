@@ -1,5 +1,5 @@
 /** HostApi over a real RunnerService: call validation, uploads, threads, throttled budget events. */
-import { mkdtemp, readdir, readFile } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -240,6 +240,69 @@ describe('HostApi', () => {
     // The page's name is not part of the chat.
     const listed = await api.call('listThreads', {});
     expect(listed.ok && listed.value).toEqual([]);
+  });
+
+  it("refuses a save made from a revision another page saved over (nothing written), and takes one page's saves in a row", async () => {
+    const { api, dataDir } = await makeApi();
+    const seen: unknown[] = [];
+    api.on('thread', (e) => seen.push([e.savedBy, e.thread.revision, e.thread.messages.length]));
+    const msg = (id: string, content: string) => ({ id, role: 'user' as const, content, createdAt: 1 });
+    const chat: Thread = { id: 't3', title: 'Two pages', createdAt: 1, updatedAt: 2, messages: [msg('m1', 'hi')] };
+    // The first save of a new chat; both pages open it as saved.
+    expect(await api.call('saveThread', { ...chat, savedBy: 'page-a' })).toEqual({ ok: true, value: { revision: 1 } });
+    const opened = await api.call('listThreads', {});
+    expect(opened.ok && opened.value[0]?.revision).toBe(1);
+    // Page A saves its turn, and again before the first is answered (both made from revision 1): both taken.
+    const a = { ...chat, revision: 1, savedBy: 'page-a', messages: [msg('m1', 'hi'), msg('a5', 'A turn')] };
+    const [a1, a2] = await Promise.all([
+      api.call('saveThread', a),
+      api.call('saveThread', { ...a, messages: [...a.messages, msg('a6', 'A more')] }),
+    ]);
+    expect([a1, a2]).toEqual([
+      { ok: true, value: { revision: 2 } },
+      { ok: true, value: { revision: 3 } },
+    ]);
+    // Page B had not heard of them: its turn, made from revision 1, is refused and writes nothing.
+    const b = { ...chat, revision: 1, savedBy: 'page-b', messages: [msg('m1', 'hi'), msg('b5', 'B turn')] };
+    const late = await api.call('saveThread', b);
+    expect(late).toMatchObject({
+      ok: false,
+      error: { code: 'SAVE_CONFLICT', detail: { id: 't3', revision: 3, base: 1 } },
+    });
+    expect(!late.ok && late.error.message).toContain('was saved in another window or tab');
+    const listed = await api.call('listThreads', {});
+    expect(listed.ok && listed.value[0]).toMatchObject({
+      revision: 3,
+      messages: [{ id: 'm1' }, { id: 'a5' }, { id: 'a6' }],
+    });
+    // Made from the revision saved, B's save is taken; A's next from its old one is refused in turn.
+    expect(await api.call('saveThread', { ...b, revision: 3 })).toEqual({ ok: true, value: { revision: 4 } });
+    expect(await api.call('saveThread', { ...a, revision: 3 })).toMatchObject({
+      ok: false,
+      error: { code: 'SAVE_CONFLICT' },
+    });
+    expect(seen).toEqual([
+      ['page-a', 1, 1],
+      ['page-a', 2, 2],
+      ['page-a', 3, 3],
+      ['page-b', 4, 2],
+    ]);
+    // A chat file from before revisions loads, and saves as revision 0 (a copy from it without one too).
+    const old = { id: 'old1', title: 'Before revisions', createdAt: 1, updatedAt: 1, messages: [msg('m1', 'kept')] };
+    await writeFile(path.join(dataDir, 'threads', 'old1.json'), JSON.stringify(old));
+    const all = await api.call('listThreads', {});
+    expect(all.ok && all.value.find((t) => t.id === 'old1')).toEqual(old);
+    expect(await api.call('saveThread', { ...old, savedBy: 'page-a' })).toEqual({ ok: true, value: { revision: 1 } });
+    expect(await api.call('saveThread', { ...old, savedBy: 'page-b' })).toMatchObject({
+      ok: false,
+      error: { code: 'SAVE_CONFLICT' },
+    });
+    // Renamed from the revision saved, and deleted: both as before.
+    expect(await api.call('saveThread', { ...old, title: 'Renamed', revision: 1 })).toEqual({
+      ok: true,
+      value: { revision: 2 },
+    });
+    expect((await api.call('deleteThread', { id: 'old1' })).ok).toBe(true);
   });
 
   it('broadcasts budget snapshots at most 10 times a second, the last state included', async () => {

@@ -807,10 +807,11 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
           field: 'id',
         });
       }
-      await store.save(thread);
+      const revision = await store.save(thread, savedBy);
+      const saved = { ...thread, revision };
       // The same chat open in another tab or window shows what was saved, rather than overwrite it later.
-      emit('thread', savedBy === undefined ? { thread } : { thread, savedBy });
-      return null;
+      emit('thread', savedBy === undefined ? { thread: saved } : { thread: saved, savedBy });
+      return { revision };
     },
     deleteThread: async (req: { id: string }) => {
       // In the set before the file goes (a save racing the delete is refused), out again when the store refuses

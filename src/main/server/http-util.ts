@@ -77,6 +77,7 @@ const STATUS: Record<ErrorCode, { status: number; code: string }> = {
   NOT_ADMITTED: { status: 500, code: 'internal_error' },
   SESSION_INVALID: { status: 409, code: 'session_invalid' },
   DOWNLOAD_FAILED: { status: 502, code: 'download_failed' },
+  SAVE_CONFLICT: { status: 409, code: 'save_conflict' },
   INTERNAL: { status: 500, code: 'internal_error' },
 };
 

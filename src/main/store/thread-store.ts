@@ -56,6 +56,11 @@ export class ThreadStore {
   private readonly pending = new Map<string, Promise<unknown>>();
   /** Each chat's tool grants as its file held them, with that file's stat: read again only when the file changed. */
   private readonly grants = new Map<string, { file: string; grants: string[] }>();
+  /**
+   * Each chat's revision as its file holds it, with that file's stat (read again only when the file changed), and
+   * the page that saved it last (this run only).
+   */
+  private readonly revisions = new Map<string, { file: string; revision: number; by?: string }>();
 
   constructor(dataDir: string, opts: ThreadStoreOptions = {}) {
     this.threadsDir = path.join(dataDir, 'threads');
@@ -199,21 +204,59 @@ export class ThreadStore {
     });
   }
 
-  async save(thread: Thread): Promise<void> {
+  /**
+   * Writes the chat as revision (its file's revision, or the one it was made from, whichever is later) + 1, and
+   * returns that revision. Refused with SAVE_CONFLICT, nothing written, when the file has moved on from the revision
+   * the chat was made from (`thread.revision`, absent: 0) through another saver's save: that saver's turns would be
+   * lost. The same saver's own saves may overtake each other (a page sends the next before the last is answered).
+   */
+  async save(thread: Thread, savedBy?: string): Promise<number> {
     const file = this.fileOf(thread.id);
-    const data = JSON.stringify(this.withExtras(thread));
-    await this.inOrder(file, async () => {
+    const base = thread.revision ?? 0;
+    return this.inOrder(file, async () => {
+      const stored = await this.storedRevision(thread.id, file);
+      if (stored && stored.revision !== base && !(stored.revision > base && savedBy && stored.by === savedBy)) {
+        throw new KvdeskError(
+          'SAVE_CONFLICT',
+          `the chat "${thread.title}" was saved in another window or tab since this copy of it (revision ${stored.revision}, this copy's ${base}): not saved over it; reload the page to see the one saved`,
+          { id: thread.id, revision: stored.revision, base },
+        );
+      }
+      const revision = Math.max(stored?.revision ?? 0, base) + 1;
+      const data = JSON.stringify(this.withExtras({ ...thread, revision }));
       this.grants.delete(thread.id);
+      this.revisions.delete(thread.id);
       await writeAtomic(file, data);
       const now = await statOf(file);
-      if (now !== null) this.grants.set(thread.id, { file: now, grants: thread.toolsAllowed ?? [] });
+      if (now !== null) {
+        this.grants.set(thread.id, { file: now, grants: thread.toolsAllowed ?? [] });
+        this.revisions.set(thread.id, { file: now, revision, ...(savedBy ? { by: savedBy } : {}) });
+      }
+      return revision;
     });
+  }
+
+  /**
+   * The revision of chat `id`'s file (0 for a file from before revisions); null when there is no file, or none this
+   * kvdesk can read (a save writes over it, as before).
+   */
+  private async storedRevision(id: string, file: string): Promise<{ revision: number; by?: string } | null> {
+    const now = await statOf(file);
+    if (now === null) return null;
+    const known = this.revisions.get(id);
+    if (known?.file === now) return known;
+    const read = await this.readThread(file);
+    if (!('thread' in read)) return null;
+    const found = { file: now, revision: read.thread.revision ?? 0 };
+    this.revisions.set(id, found);
+    return found;
   }
 
   async delete(id: string): Promise<void> {
     const file = this.fileOf(id);
     this.extras.delete(id);
     this.grants.delete(id);
+    this.revisions.delete(id);
     await this.inOrder(file, () => rm(file, { force: true }));
   }
 

@@ -26,7 +26,7 @@ import type { ErrorInfo, Result } from '../../shared/errors';
 import { noteOwnRequest } from '../lib/busy-elsewhere';
 import { drafts } from '../lib/drafts';
 import { autoRunCalls, chatTools, MAX_AUTO_ROUNDS, SKIPPED_ANSWER, toolKey } from '../lib/mcp-tools';
-import { mergeThread } from '../lib/merge-thread';
+import { conflictCopy, holdsAll, mergeThread, sameSettings } from '../lib/merge-thread';
 import { loadedAnnouncement, unloadedAnnouncement, validatedAnnouncement } from '../lib/model-announcement';
 import { blank, carriedSettings, chatSetup } from '../lib/presets';
 import { parseThreadImport } from '../lib/thread-export';
@@ -273,13 +273,95 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     });
     const picked = pendingPicks.get(threadId);
     const thread: Thread = { ...t, messages, ...(picked ? { modelId: picked } : {}) };
+    saving.set(threadId, (saving.get(threadId) ?? 0) + 1);
     void api.invoke('saveThread', { ...thread, savedBy: pageId }).then((r) => {
-      // The connection went before the host answered: what it saved before (a streaming reply's text, each second)
-      // stays. Not saved again once it is back: another page may have saved newer turns of the chat since.
-      if (!r.ok && r.error.detail?.reason === 'disconnect') {
+      const left = (saving.get(threadId) ?? 1) - 1;
+      if (left > 0) saving.set(threadId, left);
+      else saving.delete(threadId);
+      if (r.ok) {
+        // The page's next save of it is made from this revision (or from a later one it heard of meanwhile).
+        const now = s().threads.find((x) => x.id === threadId);
+        if (now && (now.revision ?? 0) < r.value.revision) s().updateThread(threadId, { revision: r.value.revision });
+      } else if (r.error.code === 'SAVE_CONFLICT') {
+        refused.set(threadId, thread); // the later of this page's saves: what it has most
+      } else if (r.error.detail?.reason === 'disconnect') {
+        // The connection went before the host answered: what it saved before (a streaming reply's text, each
+        // second) stays.
         notify("The chat's last change was not saved: the connection to kvdesk closed before it answered.");
       } else report('Could not save the chat', r);
+      if (left === 0 && (refused.has(threadId) || heard.has(threadId))) void settle(threadId);
     });
+  }
+
+  /** Saves of each chat sent and not answered yet. */
+  const saving = new Map<string, number>();
+  /** Each chat's last save refused (another page saved the chat first), until settled. */
+  const refused = new Map<string, Thread>();
+  /** Chats another page saved while this page's own saves of them were on their way (so are refused). */
+  const heard = new Set<string>();
+  /** Chats being settled (the saved one on its way); those whose settling waits for their reply's end. */
+  const settling = new Set<string>();
+  const settleAtEnd = new Set<string>();
+
+  /**
+   * Another page saved the chat before this page's saves of it reached the host (they were refused, nothing
+   * written): the chat here becomes the one saved, and nothing of either is lost. A reply being written in it here
+   * goes on in it, merged with the saved one (as when the other's save is heard first), unless the other page added
+   * turns: then, as when no reply is being written, this page's copy becomes a chat of its own, beside it, which
+   * the person is told of (from the reply's end, its last save refused too).
+   */
+  async function settle(threadId: string): Promise<void> {
+    if (settling.has(threadId) || (settleAtEnd.has(threadId) && liveIn(threadId))) return;
+    settling.add(threadId);
+    const listed = await api.invoke('listThreads', {});
+    settling.delete(threadId);
+    // More of this page's saves went meanwhile: settled once they are answered (the last refused has the most).
+    if (saving.has(threadId)) return;
+    const mine = refused.get(threadId);
+    const local = s().threads.find((t) => t.id === threadId);
+    if (!listed.ok) {
+      notify(
+        `“${local?.title ?? mine?.title}” was saved in another window or tab, and could not be read: ${listed.error.message} Reload the page.`,
+      );
+      return;
+    }
+    const saved = listed.value.find((t) => t.id === threadId);
+    const live = liveIn(threadId);
+    if (live && local && saved) {
+      const added = saved.messages.some((m) => !local.messages.some((x) => x.id === m.id));
+      if (mine && added) {
+        settleAtEnd.add(threadId);
+        return;
+      }
+    }
+    refused.delete(threadId);
+    heard.delete(threadId);
+    settleAtEnd.delete(threadId);
+    // Gone meanwhile (deleted: its event says so), or nothing to keep of this page's.
+    if (!saved || !local) return;
+    if (live) {
+      s().receiveThread(mergeThread(saved, local, new Set([live])));
+      saveThread(threadId);
+      return;
+    }
+    s().receiveThread(saved);
+    if (!mine) return;
+    if (holdsAll(saved, mine)) {
+      // Nothing said is lost; a name or setting changed here is (the other's stands): the person is told.
+      if (!sameSettings(saved, mine)) {
+        notify(
+          `“${saved.title}” was changed in another window or tab before this one's change of its name or settings was saved: it shows that one now. Make the change again if you still want it.`,
+        );
+      }
+      return;
+    }
+    const now = Date.now();
+    const copy = conflictCopy(mine, newId('t', now), newId('m', now), now);
+    s().receiveThread(copy);
+    saveThread(copy.id);
+    notify(
+      `“${saved.title}” was changed in another window or tab before this one's changes were saved. Both are kept: theirs as “${saved.title}”, this one's as “${copy.title}”.`,
+    );
   }
 
   /** At most one save a second of a chat whose reply streams (its text so far); the reply's end saves it whole. */
@@ -430,6 +512,12 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   // writing over it.
   api.on('thread', ({ thread, savedBy }) => {
     if (savedBy === pageId) return;
+    // This page's own saves of it on their way are refused (made from the copy before this one): settled when
+    // answered, rather than this page's turns written over now.
+    if (saving.has(thread.id) || settling.has(thread.id) || refused.has(thread.id)) {
+      heard.add(thread.id);
+      return;
+    }
     const live = liveIn(thread.id);
     const local = s().threads.find((t) => t.id === thread.id);
     // Writing a reply in it here: the other's copy, with this page's reply (and anything it has that the other

@@ -26,3 +26,54 @@ export function mergeThread(remote: Thread, local: Thread, keep: ReadonlySet<str
   }
   return { ...remote, messages: out };
 }
+
+/** Whether `saved` has each of `mine`'s messages as `mine` has it (its text, its reasoning, its tool calls). */
+export function holdsAll(saved: Thread, mine: Thread): boolean {
+  const theirs = new Map(saved.messages.map((m) => [m.id, m]));
+  return mine.messages.every((m) => {
+    const t = theirs.get(m.id);
+    return (
+      t !== undefined &&
+      t.role === m.role &&
+      t.content === m.content &&
+      (t.reasoning ?? '') === (m.reasoning ?? '') &&
+      JSON.stringify(t.toolCalls ?? []) === JSON.stringify(m.toolCalls ?? []) &&
+      (t.alternatives?.length ?? 0) === (m.alternatives?.length ?? 0)
+    );
+  });
+}
+
+/** Whether two copies of a chat have the same name and settings (its messages, revision and times aside). */
+export function sameSettings(a: Thread, b: Thread): boolean {
+  const settings = ({ messages: _m, revision: _r, updatedAt: _u, ...rest }: Thread) => canonical(rest);
+  return settings(a) === settings(b);
+}
+
+/** JSON with each object's keys in order: the same for the same values, however they were put together. */
+function canonical(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonical).join(',')}]`;
+  if (value === null || typeof value !== 'object') return JSON.stringify(value) ?? 'null';
+  const entries = Object.entries(value).filter(([, v]) => v !== undefined);
+  entries.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonical(v)}`).join(',')}}`;
+}
+
+/** What a conflicted copy's title ends with. */
+export const CONFLICTED_COPY = ' (conflicted copy)';
+
+/**
+ * This page's copy of a chat that another page saved first, as a chat of its own beside it: new ids (`id`, and
+ * `messageId` with each message's place), its title saying what it is, no revision (its first save) and no tools
+ * that run without asking (granted again, where wanted).
+ */
+export function conflictCopy(mine: Thread, id: string, messageId: string, now: number): Thread {
+  const { revision: _revision, toolsAllowed: _tools, pinned: _pinned, ...rest } = mine;
+  return {
+    ...rest,
+    id,
+    title: `${mine.title.slice(0, 200 - CONFLICTED_COPY.length)}${CONFLICTED_COPY}`,
+    createdAt: now,
+    updatedAt: now,
+    messages: mine.messages.map((m, i) => ({ ...m, id: `${messageId}-${i}` })),
+  };
+}

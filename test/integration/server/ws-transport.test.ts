@@ -110,20 +110,21 @@ describe('WebSocket transport', () => {
   it('a page served without a token may save chats, but not change the tools they run without asking', async () => {
     const c = await Client.open(t.url);
     const chat = { id: 'ws-grants', title: 'one', createdAt: 1, updatedAt: 1, messages: [] };
-    expect(await c.invoke('saveThread', chat)).toEqual({ ok: true, value: null });
+    expect(await c.invoke('saveThread', chat)).toEqual({ ok: true, value: { revision: 1 } });
     const granted = await c.invoke('saveThread', { ...chat, toolsAllowed: ['files/write_file'] });
     expect(granted).toMatchObject({ ok: false, error: { code: 'BAD_REQUEST', message: /served without a token/ } });
     // The window (which holds no token to check) grants one; the page saves the chat as it is, grant and all.
-    expect((await t.hostApi.call('saveThread', { ...chat, toolsAllowed: ['files/read_file'] })).ok).toBe(true);
-    expect(await c.invoke('saveThread', { ...chat, title: 'two', toolsAllowed: ['files/read_file'] })).toEqual({
-      ok: true,
-      value: null,
-    });
+    const windowSave = { ...chat, toolsAllowed: ['files/read_file'], revision: 1 };
+    expect((await t.hostApi.call('saveThread', windowSave)).ok).toBe(true);
+    const two = { ...chat, title: 'two', toolsAllowed: ['files/read_file'], revision: 2 };
+    expect(await c.invoke('saveThread', two)).toEqual({ ok: true, value: { revision: 3 } });
     expect((await c.invoke('saveThread', { ...chat, title: 'three' })).ok).toBe(false);
     // Saves sent at once land in the order sent (each checked first).
     const titles = Array.from({ length: 8 }, (_, i) => `t${i}`);
     const results = await Promise.all(
-      titles.map((title) => c.invoke('saveThread', { ...chat, title, toolsAllowed: ['files/read_file'] })),
+      titles.map((title) =>
+        c.invoke('saveThread', { ...chat, title, toolsAllowed: ['files/read_file'], revision: 3, savedBy: 'page-c' }),
+      ),
     );
     expect(results.every((r) => r.ok)).toBe(true);
     const stored = await t.hostApi.call('listThreads', undefined);

@@ -3,7 +3,7 @@
  * messages, this page's reply as it has it, and what only this page has, where it has it.
  */
 import { describe, expect, it } from 'vitest';
-import { mergeThread } from '../../../src/renderer/lib/merge-thread';
+import { conflictCopy, holdsAll, mergeThread, sameSettings } from '../../../src/renderer/lib/merge-thread';
 import type { Thread } from '../../../src/shared/api';
 
 const msg = (id: string, role: 'user' | 'assistant', content: string) => ({ id, role, content, createdAt: 1 });
@@ -35,5 +35,42 @@ describe('mergeThread', () => {
       ['u2', 'only here'],
       ['u3', 'sent elsewhere'],
     ]);
+  });
+
+  it("a save another page got in first: what of this page's copy it lacks, and that copy as a chat of its own", () => {
+    const saved = {
+      ...thread('Chat', [msg('u1', 'user', 'hi'), msg('a1', 'assistant', 'hello'), msg('u2', 'user', 'theirs')]),
+      revision: 4,
+    };
+    const same = thread('Chat', [msg('a1', 'assistant', 'hello'), msg('u1', 'user', 'hi')]);
+    expect(holdsAll(saved, same)).toBe(true);
+    // A turn it has not, or a reply it has shorter (saved from this page before it ended): lacking.
+    expect(holdsAll(saved, thread('Chat', [msg('u1', 'user', 'hi'), msg('u3', 'user', 'mine')]))).toBe(false);
+    expect(holdsAll(saved, thread('Chat', [msg('u1', 'user', 'hi'), msg('a1', 'assistant', 'hello there')]))).toBe(
+      false,
+    );
+    // Settings compared whatever the order their fields were put in.
+    const a = { ...saved, sampling: { temperature: 0.5, topP: 0.9 } };
+    const b = { ...saved, revision: 5, sampling: { topP: 0.9, temperature: 0.5 } };
+    expect(sameSettings(a, b)).toBe(true);
+    expect(sameSettings(a, { ...b, title: 'Renamed' })).toBe(false);
+    const mine = {
+      ...thread('Chat', [msg('u1', 'user', 'hi'), msg('u3', 'user', 'mine')]),
+      revision: 3,
+      pinned: true,
+      toolsAllowed: ['fs/read'],
+    };
+    const copy = conflictCopy(mine, 't-copy', 'm-copy', 99);
+    expect(copy).toEqual({
+      id: 't-copy',
+      title: 'Chat (conflicted copy)',
+      createdAt: 99,
+      updatedAt: 99,
+      messages: [
+        { ...msg('u1', 'user', 'hi'), id: 'm-copy-0' },
+        { ...msg('u3', 'user', 'mine'), id: 'm-copy-1' },
+      ],
+    });
+    expect(conflictCopy({ ...mine, title: 'x'.repeat(200) }, 't', 'm', 1).title).toHaveLength(200);
   });
 });

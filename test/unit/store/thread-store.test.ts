@@ -25,10 +25,11 @@ const thread = (id: string, title: string): Thread => ({
 });
 
 describe('ThreadStore', () => {
-  it('concurrent saves of one thread all succeed and the last one wins', async () => {
+  it("concurrent saves of one thread (one page's) all succeed and the last one wins", async () => {
     const { s, dir } = store();
     // Same millisecond, same file: these used to share a temp file, and all but one rename failed (ENOENT).
-    await Promise.all(Array.from({ length: 20 }, (_, i) => s.save(thread('t1', `v${i}`))));
+    const revisions = await Promise.all(Array.from({ length: 20 }, (_, i) => s.save(thread('t1', `v${i}`), 'page')));
+    expect(revisions).toEqual(Array.from({ length: 20 }, (_, i) => i + 1));
     expect((await s.list()).map((t) => t.title)).toEqual(['v19']);
     expect(readdirSync(path.join(dir, 'threads'))).toEqual(['t1.json']);
   });
@@ -52,7 +53,7 @@ describe('ThreadStore', () => {
     const reads = vi.spyOn(s as unknown as { readThread: (file: string) => Promise<unknown> }, 'readThread');
     await s.save({ ...thread('t3', 'a'), toolsAllowed: ['fs.read'] });
     expect(await s.toolGrants('t3')).toEqual(['fs.read']);
-    await s.save({ ...thread('t3', 'a'), toolsAllowed: [] });
+    await s.save({ ...thread('t3', 'a'), toolsAllowed: [], revision: 1 });
     expect(await s.toolGrants('t3')).toEqual([]);
     expect(reads).not.toHaveBeenCalled();
     // Another process (the window, a hand) grants one: read, once.
