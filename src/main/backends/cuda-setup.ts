@@ -9,15 +9,14 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 
 /**
- * The command that runs onnxruntime-node's installer for the CUDA 12 provider
- * libraries (node_modules/onnxruntime-node/script/install.js; the flag is
- * parsed by parseInstallFlag in script/install-utils.js, and `cuda12` is the
- * only manifest script/install-metadata.js defines, for linux/x64 only).
- * `ONNXRUNTIME_NODE_INSTALL=cuda12` in the environment is equivalent.
+ * The command that installs the CUDA 12 provider libraries: scripts/setup-cuda.cjs, which runs onnxruntime-node's
+ * installer (node_modules/onnxruntime-node/script/install.js) with `--onnxruntime-node-install` outside npm's
+ * environment and then checks the libraries are there. The installer's own `--onnxruntime-node-install=cuda12` (or
+ * `ONNXRUNTIME_NODE_INSTALL=cuda12`) is not used: onnxruntime-node 1.30's parser drops a named value, and under
+ * `npm run` the installer then exits 0 having installed nothing.
  */
-export const CUDA_SETUP_COMMAND = 'node node_modules/onnxruntime-node/script/install --onnxruntime-node-install=cuda12';
+export const CUDA_SETUP_COMMAND = 'node scripts/setup-cuda.cjs';
 
-/** The npm script name the README documents for CUDA_SETUP_COMMAND. */
 export const CUDA_SETUP_SCRIPT = 'setup:cuda';
 
 /**
@@ -63,7 +62,7 @@ export function setupHint(backend: string, platform: string = process.platform):
     case 'cuda':
     case 'tensorrt':
       return platform === 'linux' && process.arch === 'x64'
-        ? `Install the provider libraries with onnxruntime-node's installer: npm run ${CUDA_SETUP_SCRIPT} (runs \`${CUDA_SETUP_COMMAND}\`); ` +
+        ? `Install the provider libraries with onnxruntime-node's installer: run \`npm run ${CUDA_SETUP_SCRIPT}\` in kvdesk's folder; ` +
             `the machine also needs an NVIDIA driver, CUDA 12 and cuDNN 9${backend === 'tensorrt' ? ' and TensorRT 10' : ''} on the library path.`
         : `onnxruntime-node publishes ${backend === 'cuda' ? 'CUDA' : 'TensorRT'} provider libraries for linux/x64 only; on this platform use another backend.`;
     case 'webgpu':

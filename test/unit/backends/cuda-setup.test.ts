@@ -12,22 +12,28 @@ import { repoRoot } from '../../helpers/fixtures';
 const ORT_NODE = path.join(repoRoot, 'node_modules/onnxruntime-node');
 
 describe('CUDA setup command', () => {
-  it("runs onnxruntime-node's install script with a flag its parser knows", () => {
-    const [node, script, flag, ...rest] = CUDA_SETUP_COMMAND.split(' ');
-    expect(node).toBe('node');
-    expect(rest).toEqual([]);
-    expect(script).toBe('node_modules/onnxruntime-node/script/install');
-    // The package's own postinstall runs the same script.
-    const pkg = JSON.parse(readFileSync(path.join(ORT_NODE, 'package.json'), 'utf8')) as {
-      scripts: { postinstall: string };
+  it("is package.json's setup:cuda, and runs onnxruntime-node's installer with a flag its parser keeps", () => {
+    const pkg = JSON.parse(readFileSync(path.join(repoRoot, 'package.json'), 'utf8')) as {
+      scripts: Record<string, string>;
     };
-    expect(pkg.scripts.postinstall).toBe('node ./script/install');
+    expect(pkg.scripts['setup:cuda']).toBe(CUDA_SETUP_COMMAND);
+    const script = readFileSync(path.join(repoRoot, 'scripts/setup-cuda.cjs'), 'utf8');
+    expect(script).toContain("[installer, '--onnxruntime-node-install']");
+    // The bare flag is read as "install" (true), which installs the platform's required manifests: cuda12 here.
     const utils = readFileSync(path.join(ORT_NODE, 'script/install-utils.js'), 'utf8');
-    const [name, value] = (flag ?? '').split('=');
-    expect(utils).toContain(`startsWith('${name}=')`);
-    const metadata = readFileSync(path.join(ORT_NODE, 'script/install-metadata.js'), 'utf8');
-    expect(metadata).toContain(`'linux/x64:${value}'`);
-    expect(metadata).toContain('libonnxruntime_providers_cuda.so');
+    expect(utils).toContain("process.argv[i] === '--onnxruntime-node-install'");
+    const metadata = require(path.join(ORT_NODE, 'script/install-metadata.js')) as {
+      requirements: Record<string, string[]>;
+      manifests: Record<string, Record<string, unknown>>;
+    };
+    expect(metadata.requirements['linux/x64']).toEqual(['cuda12']);
+    // The libraries the script checks for are those the manifest installs.
+    const { LIBRARIES } = require(path.join(repoRoot, 'scripts/setup-cuda.cjs')) as { LIBRARIES: string[] };
+    expect(
+      Object.keys(metadata.manifests['linux/x64:cuda12'] ?? {})
+        .map((f) => path.basename(f))
+        .sort(),
+    ).toEqual([...LIBRARIES].sort());
   });
 });
 

@@ -49,7 +49,7 @@ describe('detectBackends', () => {
     expect(report[1]?.reason).toBe('Failed to get a WebGPU adapter: No supported adapters.');
     expect(report[1]?.hint).toContain('Vulkan');
     expect(report[2]?.reason).toBe('OrtSessionOptionsAppendExecutionProvider_Cuda: Failed to load shared library');
-    expect(report[2]?.hint).toContain('--onnxruntime-node-install=cuda12');
+    expect(report[2]?.hint).toContain('npm run setup:cuda');
   });
 
   it('measures each probe', async () => {
