@@ -440,6 +440,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     const outcome = await serveStatic(staticDir, p, res, {
       head: method === 'HEAD',
       extraHeaders: setCookie ? { 'set-cookie': setCookie } : {},
+      ownBuild: staticDir === path.resolve(DEFAULT_STATIC_DIR),
     });
     if (outcome === 'bad-path') throw httpError(400, `The path ${p} is not a file of the UI.`, 'bad_path');
     if (outcome === 'not-found') throw httpError(404, `There is no file ${p} in the UI build.`, 'not_found');

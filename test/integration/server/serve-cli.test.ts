@@ -556,6 +556,12 @@ describe('serve (in-process)', () => {
       expect(server.err()).toContain(
         `kvdesk: --static-dir ${noUi} has no index.html: the browser UI there answers a "not built" page; the API works.\n`,
       );
+      // The page names that folder and what fills it: `npm run build` writes kvdesk's own UI elsewhere.
+      const url = (/kvdesk serving (\S+)/.exec(server.out()) as RegExpExecArray)[1];
+      const page = await (await fetch(`${url}/`)).text();
+      expect(page).toContain(`<code>${noUi}</code>`);
+      expect(page).toContain('That folder is the one <code>--static-dir</code> named: put a built UI in it');
+      expect(page).not.toContain('<pre>npm run build</pre>');
     } finally {
       await server.stop();
       await rm(dataDir, { recursive: true, force: true });
