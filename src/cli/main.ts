@@ -22,6 +22,7 @@ import { withChatTemplate, withKeptTemplate } from '../main/host/chat-template-p
 import { ModelLibrary } from '../main/host/model-library';
 import { defaultHostSettings, type HostSettings, RunnerService } from '../main/host/runner-service';
 import { backendProvider, kvBytesForTokens, loadModelSpec, variantOption } from '../main/packages';
+import { isTemplateTokenWarning } from '../main/packages/spec-assembly';
 import { resolveUserPath } from '../main/store/user-path';
 import type { GenerationResult } from '../shared/contract';
 import { type ErrorInfo, toErrorInfo } from '../shared/errors';
@@ -421,7 +422,10 @@ async function generate(
     const info = await host.loadModel(dir, await loadFlags(dir, values));
     // On stderr with --json too (stdout is the JSON's), and in the JSON: a backend that fell back to the CPU is
     // never silent.
-    printWarnings(io, info.spec.warnings);
+    // A prompt of ids renders no template and encodes no text: what tokenizer.json lacks for them is of no use here.
+    const ids = request.promptIds !== undefined || request.promptIdRows !== undefined;
+    const warnings = ids ? info.spec.warnings.filter((w) => !isTemplateTokenWarning(w)) : info.spec.warnings;
+    printWarnings(io, warnings);
     printBudgetNotes(io, host.snapshot());
     const multiRow = request.prompts !== undefined || request.promptIdRows !== undefined || (rows ?? 1) > 1;
     const printer = new ReplyPrinter(io);
@@ -457,7 +461,7 @@ async function generate(
           ...(result.clipped ? { clipped: result.clipped } : {}),
           ...(result.lookup ? { lookup: result.lookup } : {}),
           ...(result.rows.length > 1 ? { rows: result.rows } : {}),
-          ...(info.spec.warnings.length > 0 ? { warnings: info.spec.warnings } : {}),
+          ...(warnings.length > 0 ? { warnings } : {}),
           timings: {
             loadMs: round(info.loadMs),
             ttftMs: round(result.timings.ttftMs),
@@ -638,6 +642,12 @@ async function list(args: string[], io: Io): Promise<number> {
         ...(e.load ? { load: e.load } : {}),
       }));
       io.out(`${JSON.stringify({ dataDir, packages: rows })}\n`);
+      return 0;
+    }
+    if (entries.length === 0 && library.problems.length > 0) {
+      io.out(
+        `The library at ${dataDir} lists no package: no entry of it could be read (the warning above says why).\n`,
+      );
       return 0;
     }
     if (entries.length === 0) {

@@ -156,10 +156,18 @@ export function downloadElectron(
 }
 
 /** The paragraph printed when Linux has no display to show a window on. */
-export function noDisplayMessage(): string {
+export function noDisplayMessage(missing?: { reason: string; version: string | null; downloadable: boolean }): string {
+  const v = missing?.version ? ` ${missing.version}` : '';
+  const binary =
+    missing === undefined
+      ? ''
+      : ` Electron's binary is missing too (${missing.reason}): kvdesk did not download it, as no window could ` +
+        (missing.downloadable
+          ? 'open here; a start with a screen downloads it (about 100 MB), or run `node node_modules/electron/install.js`.'
+          : `open here; set ELECTRON_OVERRIDE_DIST_PATH to a folder holding an Electron${v} build.`);
   return (
     'kvdesk: cannot open the desktop window: neither DISPLAY nor WAYLAND_DISPLAY is set, so there is no screen ' +
-    'to show it on (a server, a container, an SSH session). Run `npm start` in a desktop session, or under ' +
+    `to show it on (a server, a container, an SSH session).${binary} Run \`npm start\` in a desktop session, or under ` +
     '`xvfb-run npm start` for a virtual one. Until then kvdesk runs its headless UI: the same app in your browser, ' +
     'at the URL below.\n'
   );
@@ -481,8 +489,20 @@ export async function main(argv: string[]): Promise<number> {
     if (!ensureAppBuild()) return 1;
     return runElectron(location.path, argv);
   }
+  const version = electronVersion(electronDir);
+  // Without a screen no download was tried (the window could not open with the binary either): both are said.
   say(
-    `${location.found ? noDisplayMessage() : missingElectronMessage(location, electronVersion(electronDir), download ?? undefined)}\n`,
+    `${
+      location.found
+        ? noDisplayMessage()
+        : display
+          ? missingElectronMessage(location, version, download ?? undefined)
+          : noDisplayMessage({
+              reason: location.reason,
+              version,
+              downloadable: !process.env.ELECTRON_OVERRIDE_DIST_PATH && location.expected.startsWith(packaged),
+            })
+    }\n`,
   );
   if (!ensureServedUi(splitServeArgs(argv).serve)) return 1;
   ensureCliBuild();

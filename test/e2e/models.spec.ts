@@ -273,3 +273,11 @@ test('an upload shows its bytes sent, and Cancel stops it: the host keeps nothin
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('the drop zone names every package layout kvdesk reads, the ORT model package too', async ({ app }) => {
+  await app.getByTestId('models-toggle').click();
+  const layouts = app.getByTestId('model-layouts');
+  for (const file of ['inference_metadata.yaml', 'genai_config.json', 'config.json + onnx/', 'manifest.json']) {
+    await expect(layouts).toContainText(file);
+  }
+});

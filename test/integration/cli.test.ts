@@ -533,6 +533,34 @@ describe('--chat-template', () => {
   });
 });
 
+describe('generate --prompt-ids on a package whose tokenizer.json lacks a token its chat template writes', () => {
+  it('says nothing of it (no template rendered, no text encoded); a text prompt still warns', async () => {
+    const work = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-cli-lacking-'));
+    try {
+      const dir = path.join(work, 'lacking');
+      cpSync(defaultModelDir, dir, { recursive: true });
+      const configFile = path.join(dir, 'tokenizer_config.json');
+      const config = JSON.parse(readFileSync(configFile, 'utf8')) as Record<string, unknown>;
+      config.chat_template = "{% for m in messages %}{{ m.content }}{% endfor %}{{ '<|assistant|>' }}";
+      writeFileSync(configFile, JSON.stringify(config));
+      const run = (...prompt: string[]) => kvdesk('generate', dir, ...prompt, '--max-new-tokens', '2', '--greedy');
+      const text = await run('--chat', '--prompt', 'Hi');
+      expect(text.code, text.stderr).toBe(0);
+      expect(text.stderr).toContain('tokenizer.json has no token for <|assistant|>, which the chat template writes');
+      for (const ids of [
+        ['--prompt-ids', '5,6,7'],
+        ['--prompt-ids', '5,6', '--prompt-ids', '7,8'],
+      ]) {
+        const r = await run(...ids);
+        expect(r.code, r.stderr).toBe(0);
+        expect(r.stderr).not.toContain('has no token for');
+      }
+    } finally {
+      rmSync(work, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('--effort', () => {
   it('a thinking model takes it with --chat; a level it does not know, or no --chat, is exit 2 naming it', async () => {
     // A template that shows the effort it gets: the prompt grows by that line.

@@ -342,4 +342,20 @@ describe('kvdesk list and a library file with an entry it cannot read', () => {
     expect(await readFile(file, 'utf8')).toBe(text);
     expect((await readdir(dataDir)).sort()).toEqual(['library.json', 'pkgs']);
   }, 60_000);
+
+  it('a library whose only entry cannot be read is not called empty: list says no entry could be read', async () => {
+    const dataDir = await tmp();
+    const text = JSON.stringify({ version: 1, packages: [{ root: '/somewhere/else', addedAt: 'yesterday' }] });
+    await writeFile(path.join(dataDir, 'library.json'), text);
+    const list = spawnSync(process.execPath, [path.join(repoRoot, 'bin/kvdesk.cjs'), 'list', '--data-dir', dataDir], {
+      cwd: repoRoot,
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
+    expect(list.status, list.stderr).toBe(0);
+    expect(list.stderr).toContain('packages.0.addedAt (/somewhere/else)');
+    expect(list.stdout).toBe(
+      `The library at ${dataDir} lists no package: no entry of it could be read (the warning above says why).\n`,
+    );
+  }, 60_000);
 });

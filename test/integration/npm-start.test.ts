@@ -212,4 +212,24 @@ describe.skipIf(
     // Nothing of the failed download was left in the package (the next start tries again).
     expect(existsSync(path.join(repoRoot, 'node_modules/electron/dist'))).toBe(false);
   }, 150_000);
+
+  it('without a screen tries no download, and says both: no display here, and the binary is missing', async () => {
+    const port = await freePort();
+    const { flags } = await serveFlags(port);
+    const { child, output } = startGroup(
+      process.execPath,
+      [path.join(repoRoot, 'bin/run-ts.cjs'), 'src/cli/start.ts', ...flags],
+      plainEnv({ DISPLAY: undefined, WAYLAND_DISPLAY: undefined }),
+    );
+    await servedAt(child, output);
+    expect(output()).not.toContain("kvdesk: downloading Electron's binary");
+    expect(output()).not.toContain('fails offline');
+    expect(output()).toContain('neither DISPLAY nor WAYLAND_DISPLAY is set');
+    expect(output()).toContain(
+      "Electron's binary is missing too (the electron package is installed without its binary",
+    );
+    expect(output()).toContain('kvdesk did not download it, as no window could open here');
+    expect(output()).toContain('xvfb-run npm start');
+    expect(output()).toContain('Until then kvdesk runs its headless UI');
+  }, 150_000);
 });

@@ -149,6 +149,17 @@ function idHoles(known: ReadonlySet<number>, end: number): Array<[number, number
 /** `<|im_start|>`, `<|eot_id|>`: how most chat templates write their special tokens. */
 const BAR_TOKEN = /<\|[^\s|<>]{1,64}\|>/g;
 
+/** What the warning of special tokens tokenizer.json lacks says of the text that holds them (checkTokenizerCovers). */
+const ENCODED_PLAIN = 'is encoded as plain characters, so the model does not see';
+
+/**
+ * The warning that tokenizer.json lacks tokens the chat template or tokenizer_config.json writes: it is of text
+ * encoded, so a prompt given as token ids (nothing rendered, nothing encoded) has no use for it.
+ */
+export function isTemplateTokenWarning(warning: string): boolean {
+  return warning.includes(ENCODED_PLAIN);
+}
+
 /**
  * Warns when tokenizer.json cannot write every token the model may emit (it is smaller than the vocabulary,
  * beyond padding), and when it has no token for a special token the chat template writes or
@@ -202,7 +213,7 @@ function checkTokenizerCovers(ctx: PackageContext, tokenizer: TokenizerFacts, vo
     .join(' or ');
   const shown = lacking.slice(0, 8).join(', ') + (lacking.length > 8 ? `, … (${lacking.length} in all)` : '');
   ctx.warnings.push(
-    `${file} has no token for ${shown}, which ${by}: text holding ${lacking.length === 1 ? 'it' : 'them'} is encoded as plain characters, so the model does not see ${lacking.length === 1 ? 'it' : 'them'} as the special ${lacking.length === 1 ? 'token' : 'tokens'} it was trained on. Use the ${file} saved with this model (its added_tokens hold them).`,
+    `${file} has no token for ${shown}, which ${by}: text holding ${lacking.length === 1 ? 'it' : 'them'} ${ENCODED_PLAIN} ${lacking.length === 1 ? 'it' : 'them'} as the special ${lacking.length === 1 ? 'token' : 'tokens'} it was trained on. Use the ${file} saved with this model (its added_tokens hold them).`,
   );
 }
 

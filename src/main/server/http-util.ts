@@ -217,15 +217,23 @@ function clientMessage(message: string, field: string | undefined, param: string
 
 /**
  * A prompt the context cannot take, in OpenAI's words, which clients match (LiteLLM's ContextWindowExceededError
- * reads "maximum context length"): kvdesk's explanation follows. Anthropic's route says it in Anthropic's words
- * (anthropicError).
+ * reads "maximum context length"), the numbers said once, and what to do in that API's terms: the whole message
+ * (the host's explanation, which says the numbers again and speaks of chats, is left out). Anthropic's route says
+ * it in Anthropic's words (anthropicError).
  */
 function openAiTooLong(info: ErrorInfo, param: string | null, hint: ParamHint): string | undefined {
   const { promptTokens, contextLength, sessionTokens } = info.detail ?? {};
   if (info.code !== 'CONTEXT_OVERFLOW' || hint.api === 'anthropic') return undefined;
   if (typeof promptTokens !== 'number' || typeof contextLength !== 'number') return undefined;
   const tokens = promptTokens + (typeof sessionTokens === 'number' ? sessionTokens : 0);
-  return `This model's maximum context length is ${contextLength} tokens. However, your ${param ?? hint.prompt} resulted in ${tokens} tokens.`;
+  const what = param ?? hint.prompt;
+  // Completions: one prompt (or prompt[i] of several); chat completions and Responses: a conversation, whose
+  // oldest turns kvdesk leaves out with truncation "auto".
+  const advice =
+    hint.prompt === 'prompt'
+      ? `Shorten ${what === 'prompt' ? 'the prompt' : `${what} or leave it out`}, or use a model with a longer context.`
+      : `Shorten the ${what}, or leave out the oldest turns ("truncation": "auto" has kvdesk do that).`;
+  return `This model's maximum context length is ${contextLength} tokens. However, your ${what} resulted in ${tokens} tokens, which leaves no room for a reply. ${advice}`;
 }
 
 /** Detail keys renamed to the names llama.cpp and vLLM clients already read. */
@@ -264,7 +272,7 @@ export function errorFromInfo(info: ErrorInfo, paramHint?: ParamHint): HttpError
   let message =
     paramHint && paramHint.rename !== false ? clientMessage(info.message, field, param, paramHint) : info.message;
   const overflow = paramHint && paramHint.rename !== false ? openAiTooLong(info, param, paramHint) : undefined;
-  if (overflow !== undefined) message = `${overflow} ${message}`;
+  if (overflow !== undefined) message = overflow;
   const numbers: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(info.detail ?? {})) {
     if (value !== undefined) numbers[DETAIL_NAMES[key] ?? snakeCase(key)] = value;

@@ -276,8 +276,29 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
         only('GET', 'HEAD');
         const models = await hostApi.call('listModels', {});
         const ids = models.ok ? models.value.map((m) => m.id) : [];
-        if (ids.length > 0) sendJson(res, 200, { status: 'ok', models: ids });
-        else sendJson(res, 503, { status: 'loading', models: [], message: 'No model is loaded yet.' });
+        if (ids.length > 0) {
+          sendJson(res, 200, { status: 'ok', models: ids });
+          return;
+        }
+        // None loaded now (unloaded: keep_alive 0, Unload, a first-use model's idle time): still ready while the
+        // library holds packages a request loads on first use. Not ready only when nothing could serve one.
+        await hostApi.library.sync();
+        const loadable = [...new Set(hostApi.loadable().map((e) => e.id))];
+        if (loadable.length > 0) {
+          sendJson(res, 200, {
+            status: 'idle',
+            models: [],
+            loadable,
+            message: 'No model is loaded now; the first request naming one of `loadable` loads it.',
+          });
+        } else {
+          sendJson(res, 503, {
+            status: 'no_model',
+            models: [],
+            message:
+              'No model is loaded and the library has none to load: start kvdesk serve with --model DIR, or add a package (kvdesk pull, or the Models view).',
+          });
+        }
         return;
       }
       case '/v1/models': {
@@ -419,6 +440,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     const outcome = await serveStatic(staticDir, p, res, {
       head: method === 'HEAD',
       extraHeaders: setCookie ? { 'set-cookie': setCookie } : {},
+      ownBuild: staticDir === path.resolve(DEFAULT_STATIC_DIR),
     });
     if (outcome === 'bad-path') throw httpError(400, `The path ${p} is not a file of the UI.`, 'bad_path');
     if (outcome === 'not-found') throw httpError(404, `There is no file ${p} in the UI build.`, 'not_found');

@@ -68,15 +68,23 @@ export async function resolveStaticFile(root: string, urlPath: string): Promise<
   }
 }
 
-/** The page `/` answers when the renderer has not been built. */
-export function noBuildPage(staticDir: string): string {
+/**
+ * The page `/` answers when the renderer has not been built. `ownBuild`: `staticDir` is where `npm run build` writes
+ * kvdesk's UI (out/renderer); else a folder of the person's (`--static-dir`), which that build does not fill.
+ */
+export function noBuildPage(staticDir: string, ownBuild = true): string {
+  const fix = ownBuild
+    ? `<code>index.html</code> there yet. Build it once (in kvdesk's folder), then reload this page:</p>
+<pre>npm run build</pre>`
+    : `<code>index.html</code> there. That folder is the one <code>--static-dir</code> named: put a built UI in it,
+or start <code>kvdesk serve</code> without <code>--static-dir</code> to serve kvdesk's own UI (which
+<code>npm run build</code> builds into kvdesk's out/renderer, not there), then reload this page.</p>`;
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>kvdesk: the UI is not built</title></head>
 <body style="font-family: system-ui, sans-serif; max-width: 40rem; margin: 3rem auto; line-height: 1.5">
 <h1>kvdesk is running, but its UI is not built</h1>
 <p>The headless server serves the renderer from <code>${escapeHtml(staticDir)}</code>, and there is no
-<code>index.html</code> there yet. Build it once, then reload this page:</p>
-<pre>npm run build</pre>
+${fix}
 <p>The API works already: <a href="/health">/health</a>, <a href="/v1/models">/v1/models</a>,
 <a href="/v1/kvdesk/budget">/v1/kvdesk/budget</a>, <a href="/metrics">/metrics</a>, and the OpenAI-compatible
 <code>POST /v1/chat/completions</code> and <code>POST /v1/completions</code>.</p>
@@ -93,13 +101,13 @@ export async function serveStatic(
   root: string,
   urlPath: string,
   res: ServerResponse,
-  opts: { head: boolean; extraHeaders?: Record<string, string> },
+  opts: { head: boolean; extraHeaders?: Record<string, string>; ownBuild?: boolean },
 ): Promise<StaticOutcome> {
   const found = await resolveStaticFile(root, urlPath);
   if (found === 'bad-path') return 'bad-path';
   if (found === null) {
     if (urlPath !== '/' && urlPath !== '/index.html') return 'not-found';
-    const page = noBuildPage(root);
+    const page = noBuildPage(root, opts.ownBuild);
     res.writeHead(200, {
       ...PAGE_HEADERS,
       ...opts.extraHeaders,

@@ -245,10 +245,10 @@ export function ModelsView() {
             multiple
             onChange={(e) => void onChoose(e.target.files)}
           />
-          <div className="muted" style={{ marginTop: 6 }}>
-            onnx-genai (inference_metadata.yaml), onnxruntime-genai (genai_config.json) or Hugging Face Optimum
-            (config.json + onnx/) layouts. kvdesk validates the graph and computes its KV bytes per token before
-            anything is loaded. No package at hand? Download one from Hugging Face below.
+          <div className="muted" style={{ marginTop: 6 }} data-testid="model-layouts">
+            onnx-genai (inference_metadata.yaml), onnxruntime-genai (genai_config.json), Hugging Face Optimum
+            (config.json + onnx/) or ORT model package (manifest.json) layouts. kvdesk validates the graph and computes
+            its KV bytes per token before anything is loaded. No package at hand? Download one from Hugging Face below.
           </div>
           {readError && (
             <div className="refusal failed" data-testid="model-read-error">

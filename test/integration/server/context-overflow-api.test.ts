@@ -67,9 +67,6 @@ async function chat(messages: Message[], extra: Json = {}) {
 const contextDrop = (body: unknown) =>
   (body as { kvdesk?: { context_drop?: { dropped_messages: number; n_ctx: number } } }).kvdesk?.context_drop;
 
-/** A message's opening, as long as `expected`: to compare with it. */
-const opening = (message: unknown, expected: string) => String(message).slice(0, expected.length);
-
 /** The prompt tokens of a conversation, as the host renders it. */
 const promptTokens = (messages: Message[]) => t.runner.countPromptTokens({ model, messages });
 
@@ -84,25 +81,30 @@ describe('a conversation longer than the context, through the HTTP APIs', () => 
     }
   });
 
-  it("the refusal's message opens in each API's own words, which clients match; kvdesk's explanation follows", async () => {
+  it("the refusal's message is in each API's own words, which clients match: the numbers once, and what to do there", async () => {
     const tokens = promptTokens(MESSAGES);
     const explained = `The prompt has ${tokens} tokens, which leaves no room for a reply in the model's context of ${CONTEXT} tokens.`;
-    // OpenAI's, as LiteLLM's ContextWindowExceededError reads it ("maximum context length"), in each endpoint.
-    const openAi = (what: string) =>
-      `This model's maximum context length is ${CONTEXT} tokens. However, your ${what} resulted in ${tokens} tokens. ${explained}`;
+    // OpenAI's, as LiteLLM's ContextWindowExceededError reads it ("maximum context length"), in each endpoint; a
+    // conversation's turns may be left out ("truncation": "auto").
+    const openAi = (what: string, count: number) =>
+      `This model's maximum context length is ${CONTEXT} tokens. However, your ${what} resulted in ${count} tokens, which leaves no room for a reply.`;
+    const leaveOut = (what: string) =>
+      `${openAi(what, tokens)} Shorten the ${what}, or leave out the oldest turns ("truncation": "auto" has kvdesk do that).`;
     const chatError = await post('/v1/chat/completions', { model, messages: MESSAGES, max_tokens: MAX_TOKENS });
     expect(chatError.status).toBe(400);
-    expect(opening((chatError.body.error as Json).message, openAi('messages'))).toBe(openAi('messages'));
+    expect((chatError.body.error as Json).message).toBe(leaveOut('messages'));
     const input = TURNS.map((m) => ({ role: m.role, content: m.content }));
     const responsesError = await post('/v1/responses', { model, instructions: SYSTEM.content, input });
     expect(responsesError.status).toBe(400);
-    expect(opening((responsesError.body.error as Json).message, openAi('input'))).toBe(openAi('input'));
+    expect((responsesError.body.error as Json).message).toBe(leaveOut('input'));
+    // A completion's prompt has no turns, nor a chat to start anew.
     const prompt = 'word '.repeat(CONTEXT);
     const promptLength = t.runner.countPromptTokens({ model, prompt });
     const completionError = await post('/v1/completions', { model, prompt, max_tokens: MAX_TOKENS });
     expect(completionError.status).toBe(400);
-    const completionOpening = `This model's maximum context length is ${CONTEXT} tokens. However, your prompt resulted in ${promptLength} tokens. `;
-    expect(opening((completionError.body.error as Json).message, completionOpening)).toBe(completionOpening);
+    expect((completionError.body.error as Json).message).toBe(
+      `${openAi('prompt', promptLength)} Shorten the prompt, or use a model with a longer context.`,
+    );
     // Anthropic's, which Claude Code compacts on and LiteLLM reads: the longest prompt leaves a token for the reply.
     for (const stream of [false, true]) {
       const anthropic = await post('/v1/messages', {

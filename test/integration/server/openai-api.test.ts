@@ -1389,9 +1389,9 @@ describe('refusals', () => {
       const err = await refusal({ prompt: [[7, 7], long, [8]], ...extra });
       expect(err.code, JSON.stringify(extra)).toBe('context_length_exceeded');
       expect(err.param).toBe('prompt[1]');
-      // OpenAI's words first (clients match "maximum context length"), naming the prompt; kvdesk's after them.
-      expect(err.message).toMatch(
-        /^400 This model's maximum context length is 2048 tokens\. However, your prompt\[1\] resulted in 2048 tokens\. prompt\[1\] has 2048 tokens, .* context of 2048 tokens/,
+      // OpenAI's words (clients match "maximum context length"), naming the prompt, its count said once.
+      expect(err.message).toBe(
+        "400 This model's maximum context length is 2048 tokens. However, your prompt[1] resulted in 2048 tokens, which leaves no room for a reply. Shorten prompt[1] or leave it out, or use a model with a longer context.",
       );
       expect(err.error).toMatchObject({ n_prompt_tokens: 2048, n_ctx: 2048 });
     }

@@ -159,6 +159,27 @@ describe('kvdesk serve --port 0 (a real process)', () => {
     expect((await fetch(`${url}/health`)).status).toBe(200);
   });
 
+  it('/health stays 200 once the model is unloaded (keep_alive 0): idle, naming what loads on first request', async () => {
+    const unload = await fetch(`${url}/api/generate`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'default', prompt: '', keep_alive: 0, stream: false }),
+    });
+    expect(unload.status).toBe(200);
+    const idle = await fetch(`${url}/health`);
+    expect(idle.status).toBe(200);
+    expect(await idle.json()).toEqual({
+      status: 'idle',
+      models: [],
+      loadable: ['default'],
+      message: 'No model is loaded now; the first request naming one of `loadable` loads it.',
+    });
+    // The next request loads it again, as /health said.
+    const reply = await openaiClient(url).completions.create({ model: 'default', prompt: 'Once', max_tokens: 2 });
+    expect(reply.choices[0]?.text).toBeTypeOf('string');
+    expect(await (await fetch(`${url}/health`)).json()).toEqual({ status: 'ok', models: ['default'] });
+  });
+
   it('stops on SIGTERM, leaving no process behind', async () => {
     const pid = child.pid as number;
     process.kill(-pid, 'SIGTERM');
@@ -394,6 +415,17 @@ describe('kvdesk serve stopped while a model loads (its engine blocked in the lo
 });
 
 describe('serve (in-process)', () => {
+  it('/health is 503 only when no model is loaded and the library has none to load', async () => {
+    const t = await startTestServer({}, { loadDefault: false });
+    try {
+      const res = await fetch(`${t.url}/health`);
+      expect(res.status).toBe(503);
+      expect(await res.json()).toMatchObject({ status: 'no_model', models: [], message: /--model DIR/ });
+    } finally {
+      await t.close();
+    }
+  });
+
   it('refuses to bind off loopback without a token, with a clear message and exit code 2', async () => {
     let err = '';
     const code = await serve(['--host', '0.0.0.0', '--port', '0', '--data-dir', os.tmpdir()], {
@@ -524,6 +556,12 @@ describe('serve (in-process)', () => {
       expect(server.err()).toContain(
         `kvdesk: --static-dir ${noUi} has no index.html: the browser UI there answers a "not built" page; the API works.\n`,
       );
+      // The page names that folder and what fills it: `npm run build` writes kvdesk's own UI elsewhere.
+      const url = (/kvdesk serving (\S+)/.exec(server.out()) as RegExpExecArray)[1];
+      const page = await (await fetch(`${url}/`)).text();
+      expect(page).toContain(`<code>${noUi}</code>`);
+      expect(page).toContain('That folder is the one <code>--static-dir</code> named: put a built UI in it');
+      expect(page).not.toContain('<pre>npm run build</pre>');
     } finally {
       await server.stop();
       await rm(dataDir, { recursive: true, force: true });

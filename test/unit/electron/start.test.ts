@@ -153,6 +153,19 @@ describe('the messages', () => {
     expect(noDisplayMessage()).toContain('xvfb-run');
   });
 
+  it('says a missing display and a missing binary together, and how to get each', () => {
+    const missing = { reason: 'the electron package is installed without its binary (no /x/dist/electron)' };
+    const packaged = noDisplayMessage({ ...missing, version: '45.5.0', downloadable: true });
+    expect(packaged.trimEnd().split('\n')).toHaveLength(1);
+    expect(packaged).toContain('neither DISPLAY nor WAYLAND_DISPLAY is set');
+    expect(packaged).toContain(`Electron's binary is missing too (${missing.reason})`);
+    expect(packaged).toContain('node node_modules/electron/install.js');
+    expect(packaged).toContain('xvfb-run');
+    expect(packaged).not.toContain('fails offline');
+    const overridden = noDisplayMessage({ ...missing, version: '45.5.0', downloadable: false });
+    expect(overridden).toContain('ELECTRON_OVERRIDE_DIST_PATH to a folder holding an Electron 45.5.0 build');
+  });
+
   it('detects a Linux session without a display', () => {
     expect(lacksDisplay('linux', {})).toBe(true);
     expect(lacksDisplay('linux', { DISPLAY: ':0' })).toBe(false);

@@ -594,9 +594,10 @@ describe('errorFromInfo', () => {
     );
     expect(e.status).toBe(400);
     expect(e.body.error).toEqual({
-      // OpenAI's words first, which clients match ("maximum context length"); kvdesk's after them.
+      // OpenAI's words, which clients match ("maximum context length"), the numbers once, and what to do with a
+      // prompt (the host's words, which say the numbers again and speak of chats, left out).
       message:
-        "This model's maximum context length is 2048 tokens. However, your prompt resulted in 3000 tokens. too long",
+        "This model's maximum context length is 2048 tokens. However, your prompt resulted in 3000 tokens, which leaves no room for a reply. Shorten the prompt, or use a model with a longer context.",
       type: 'invalid_request_error',
       code: 'context_length_exceeded',
       param: 'prompt',
@@ -612,7 +613,8 @@ describe('errorFromInfo', () => {
       detail: { promptTokens: 40, contextLength: 64, sessionTokens: 30 },
     };
     expect(errorFromInfo(info, { prompt: 'input', api: 'responses' }).body.error).toMatchObject({
-      message: "This model's maximum context length is 64 tokens. However, your input resulted in 70 tokens. too long",
+      message:
+        'This model\'s maximum context length is 64 tokens. However, your input resulted in 70 tokens, which leaves no room for a reply. Shorten the input, or leave out the oldest turns ("truncation": "auto" has kvdesk do that).',
     });
     // Anthropic's route says it in Anthropic's words; Ollama's keeps the host's.
     const anthropic = errorFromInfo(info, { prompt: 'messages', api: 'anthropic' });

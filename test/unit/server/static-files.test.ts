@@ -2,7 +2,7 @@ import { mkdir, mkdtemp, realpath, rm, symlink, writeFile } from 'node:fs/promis
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { resolveStaticFile } from '../../../src/main/server/static-files';
+import { noBuildPage, resolveStaticFile } from '../../../src/main/server/static-files';
 import { contentTypeOf } from '../../../src/shared/content-types';
 
 let base: string;
@@ -52,6 +52,16 @@ describe('resolveStaticFile', () => {
     for (const p of ['/../secret.txt', '/assets/..%2f..%2fsecret.txt', '/..%2fsecret.txt']) {
       expect(await resolveStaticFile(root, p), p).toBeNull();
     }
+  });
+});
+
+describe('noBuildPage', () => {
+  it("says npm run build for kvdesk's own out/renderer, and for a --static-dir folder what fills that one", () => {
+    expect(noBuildPage('/k/out/renderer')).toContain('<pre>npm run build</pre>');
+    const own = noBuildPage('/srv/ui', false);
+    expect(own).toContain('<code>/srv/ui</code>');
+    expect(own).toContain('put a built UI in it');
+    expect(own).not.toContain('<pre>npm run build</pre>');
   });
 });
 
