@@ -632,7 +632,12 @@ export function anthropicError(err: HttpError): {
     status: err.status,
     body: {
       type: 'error',
-      error: { type: errorType(err.status), message: head === undefined ? message : `${head}. ${message}`, ...rest },
+      error: {
+        type: errorType(err.status),
+        // The host's explanation says the numbers again and speaks of chats: Anthropic's words say it once.
+        message: head === undefined ? message : `${head}. Shorten the messages, or leave out the oldest turns.`,
+        ...rest,
+      },
     },
     headers: err.headers,
   };

@@ -118,7 +118,7 @@ describe('a conversation longer than the context, through the HTTP APIs', () => 
       expect(anthropic.body).toMatchObject({ type: 'error', error: { type: 'invalid_request_error' } });
       const message = (anthropic.body.error as Json).message as string;
       expect(message).toBe(
-        `prompt is too long: ${tokens} tokens > ${CONTEXT - 1} maximum. ${explained} Shorten the prompt or start a new chat.`,
+        `prompt is too long: ${tokens} tokens > ${CONTEXT - 1} maximum. Shorten the messages, or leave out the oldest turns.`,
       );
       expect(Number(/prompt is too long[^0-9]*(\d+)\s*tokens?/.exec(message)?.[1])).toBe(tokens);
       expect(message).not.toContain('maximum context length');

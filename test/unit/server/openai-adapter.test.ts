@@ -621,7 +621,7 @@ describe('errorFromInfo', () => {
     expect(anthropic.body.error).toMatchObject({ message: 'too long' });
     expect(anthropicError(anthropic).body.error).toMatchObject({
       type: 'invalid_request_error',
-      message: 'prompt is too long: 70 tokens > 63 maximum. too long',
+      message: 'prompt is too long: 70 tokens > 63 maximum. Shorten the messages, or leave out the oldest turns.',
     });
     expect(errorFromInfo(info, { prompt: 'messages', rename: false }).body.error).toMatchObject({
       message: 'too long',
