@@ -5,7 +5,7 @@ import path from 'node:path';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
 import { z } from 'zod';
 import { checkChatTemplate } from '../main/host/chat-template-pick';
-import { hubNameOf, hubSourceOf, pulledEntry } from '../main/host/hub-download';
+import { hubSourceOf, type PulledName, pulledEntry, pulledNameOf, pullNameOf } from '../main/host/hub-download';
 import { ModelLibrary, mergePick } from '../main/host/model-library';
 import { detectLayout } from '../main/packages';
 import { parseByteSize } from '../main/scheduler';
@@ -280,7 +280,7 @@ export async function packageDir(arg: string, dataDirFlag: string | undefined): 
   // A leading ~ is the home folder, as for --data-dir (also quoted, where the shell leaves it).
   const dir = resolveUserPath(arg);
   if (existsSync(dir)) return dir;
-  const hub = hubNameOf(arg);
+  const hub = pulledNameOf(arg);
   if (arg.includes('/') || arg.includes(path.sep)) {
     // A path that is no hub name (`./model`, `/abs/model`): the load says it is not there.
     if (!hub) return dir;
@@ -308,12 +308,7 @@ export async function packageDir(arg: string, dataDirFlag: string | undefined): 
 }
 
 /** The folder of the library's package pulled from the hub as `arg` (no folder of that name is there). */
-async function pulledDir(
-  arg: string,
-  dir: string,
-  hub: { repo: string; tag: string },
-  dataDir: string,
-): Promise<string> {
+async function pulledDir(arg: string, dir: string, hub: PulledName, dataDir: string): Promise<string> {
   const library = await ModelLibrary.open(dataDir, { log: libraryLog });
   // Where each came from is in its folder (the library reads it when it checks them, which generate need not wait for).
   const present = await Promise.all(
@@ -325,15 +320,19 @@ async function pulledDir(
         return source ? { ...e, source } : e;
       }),
   );
-  const entry = pulledEntry(present, arg);
+  // Pulled at another revision: said so, with the package to delete and the pull that replaces it.
+  const entry = pulledEntry(present, arg, (e, named) => `delete ${e.root}, then \`${pullCommand(named)}\``);
   if (entry) return entry.root;
   const pulled = present.flatMap((e) => (e.source ? [`hf.co/${e.source.repo}:${e.source.variant}`] : []));
-  const name = `${hub.repo}${hub.tag === 'latest' ? '' : `:${hub.tag}`}`;
   throw new KvdeskError(
     'BAD_REQUEST',
-    `there is no package folder ${dir}, and no package in the library at ${dataDir} was pulled from the hub as ${name} (${pulled.length > 0 ? `pulled: ${pulled.join(', ')}` : 'none was pulled'}); give a folder, or a package \`kvdesk list\` shows (\`kvdesk pull ${hub.repo}${hub.tag === 'latest' ? '' : ` --variant ${hub.tag}`}\` downloads it)`,
+    `there is no package folder ${dir}, and no package in the library at ${dataDir} was pulled from the hub as ${pullNameOf(hub)} (${pulled.length > 0 ? `pulled: ${pulled.join(', ')}` : 'none was pulled'}); give a folder, or a package \`kvdesk list\` shows (\`${pullCommand(hub)}\` downloads it)`,
   );
 }
+
+/** The `kvdesk pull` of a package named so: `kvdesk pull owner/name[@revision] [--variant V]`. */
+const pullCommand = (named: PulledName): string =>
+  `kvdesk pull ${named.repo}${named.revision !== undefined ? `@${named.revision}` : ''}${named.variant !== undefined ? ` --variant ${named.variant}` : ''}`;
 
 /**
  * A reply streamed to the terminal: a thinking model's reasoning to stderr between "Thinking..." and

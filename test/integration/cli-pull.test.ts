@@ -5,7 +5,7 @@
  * /api/pull and `kvdesk chat` took it.
  */
 import { execFile } from 'node:child_process';
-import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, realpathSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -17,7 +17,7 @@ let hub: FakeHub;
 const dataDir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-cli-pull-'));
 
 beforeAll(async () => {
-  hub = await startFakeHub({ [REPO]: defaultModelRepo() }, { lfsMinBytes: 10_000 });
+  hub = await startFakeHub({ [REPO]: defaultModelRepo() }, { lfsMinBytes: 10_000, revisions: ['main', 'dev'] });
 }, 60_000);
 afterAll(async () => {
   await hub?.close();
@@ -88,4 +88,35 @@ describe('kvdesk pull hf.co/owner/name:variant', () => {
     expect(r.status).toBe(2);
     expect(r.stderr).toMatch(/has no variant "q8": it offers q4 .*, fp32/);
   });
+
+  it('generate takes every name pull takes (a revision before or after the variant); a revision not pulled says how to pull it (exit 2)', async () => {
+    // Pulled by the name with its revision after the variant (there already: the earlier test's, at main).
+    const pulled = await kvdesk(['pull', `hf.co/${REPO}:q4@main`, '--data-dir', dataDir]);
+    expect(pulled.status, pulled.stderr).toBe(0);
+    const commit = hub.head(REPO);
+    const gen = ['--data-dir', dataDir, '--prompt', 'hi', '--max-new-tokens', '1'];
+    // Each was refused (exit 2) as "pulled from the hub as onnx-community/tiny-chat:q4@main".
+    for (const name of [`hf.co/${REPO}:q4@main`, `${REPO}@main:q4`, `${REPO}:fp32@${commit.slice(0, 7)}`]) {
+      const r = await kvdesk(['generate', name, ...gen]);
+      expect(r.status, `${name}: ${r.stderr}`).toBe(0);
+    }
+    const root = realpathSync(path.join(dataDir, 'models', 'tiny-chat-q4'));
+    const dev = await kvdesk(['generate', `hf.co/${REPO}:q4@dev`, ...gen]);
+    expect(dev.status).toBe(2);
+    expect(dev.stderr).toBe(
+      `kvdesk: "hf.co/${REPO}:q4@dev" names ${REPO} (q4) at revision dev, and the library's tiny-chat-q4 was pulled from ${REPO}:q4 at main (commit ${commit.slice(0, 12)}), not at dev: name it as ${REPO}:q4 or ${REPO}@main:q4, or, to have dev instead, delete ${root}, then \`kvdesk pull ${REPO}@dev --variant q4\`.\n`,
+    );
+    // A variant not pulled: the pull said names the revision, not "--variant int8@main".
+    const none = await kvdesk(['generate', `hf.co/${REPO}:int8@main`, ...gen]);
+    expect(none.status).toBe(2);
+    expect(none.stderr).toContain(
+      `was pulled from the hub as ${REPO}@main:int8 (pulled: hf.co/${REPO}:q4, hf.co/${REPO}:fp32); give a folder, or a package \`kvdesk list\` shows (\`kvdesk pull ${REPO}@main --variant int8\` downloads it)`,
+    );
+    // Doing as it says: the name at dev runs.
+    rmSync(root, { recursive: true, force: true });
+    const again = await kvdesk(['pull', `${REPO}@dev`, '--variant', 'q4', '--data-dir', dataDir]);
+    expect(again.status, again.stderr).toBe(0);
+    const atDev = await kvdesk(['generate', `hf.co/${REPO}:q4@dev`, ...gen]);
+    expect(atDev.status, atDev.stderr).toBe(0);
+  }, 90_000);
 });

@@ -400,17 +400,6 @@ export async function hubSourceOf(root: string): Promise<HubSource | undefined> 
 const sameRepo = (a: string, b: string) => a.toLowerCase() === b.toLowerCase();
 
 /**
- * A package name as a client pulled it from the hub (`hf.co/owner/Name:q4`, `owner/name`): its repository and the
- * variant after `:` (`latest`: any); undefined for a name that is no repository (`default`, `./folder`).
- */
-export function hubNameOf(name: string): { repo: string; tag: string } | undefined {
-  const bare = stripHubPrefix(name);
-  const colon = bare.lastIndexOf(':');
-  const repo = colon < 0 ? bare : bare.slice(0, colon);
-  return REPO.test(repo) ? { repo, tag: colon < 0 ? 'latest' : bare.slice(colon + 1) } : undefined;
-}
-
-/**
  * What a pull names (`kvdesk pull`, /api/pull): `[hf.co/]owner/name[@revision][:variant]`, the variant after the
  * colon as `ollama pull` takes it (`latest`, or none: the one kvdesk would take), the revision before it or after it
  * (`owner/name:variant@revision`: a revision holds no colon, a variant no `@`). `spec` is the repository with its
@@ -444,21 +433,78 @@ export function splitPullName(name: string): { spec: string; variant?: string } 
   };
 }
 
+/** A name a package may have been pulled by: its repository, the variant it names and the revision. */
+export interface PulledName {
+  repo: string;
+  /** None (`latest`, or no colon): any variant. */
+  variant?: string;
+  /** None: whatever revision it was pulled at. */
+  revision?: string;
+}
+
 /**
- * The first of `entries` (most recently loaded first) pulled from the hub under that name (hubNameOf): the
- * repository in any case, the variant the tag names (`latest`: any).
+ * A name as `kvdesk pull` and /api/pull take it (splitPullName): `[hf.co/]owner/name[@revision][:variant]`, or
+ * `owner/name:variant@revision`. Undefined for a name that is no repository (`default`, `./folder`); a name of two
+ * different revisions is refused, as pull refuses it.
  */
-export function pulledEntry<E extends { source?: HubSource | undefined }>(
+export function pulledNameOf(name: string): PulledName | undefined {
+  const split = splitPullName(name);
+  if (!split) return undefined;
+  const at = split.spec.indexOf('@');
+  const repo = at < 0 ? split.spec : split.spec.slice(0, at);
+  const revision = at < 0 ? undefined : split.spec.slice(at + 1);
+  if (!REPO.test(repo) || (revision !== undefined && !REVISION.test(revision))) return undefined;
+  return {
+    repo,
+    ...(split.variant !== undefined ? { variant: split.variant } : {}),
+    ...(revision !== undefined ? { revision } : {}),
+  };
+}
+
+/** The name `kvdesk pull` and /api/pull take for it: `owner/name[@revision][:variant]`. */
+export function pullNameOf(named: PulledName): string {
+  return `${named.repo}${named.revision !== undefined ? `@${named.revision}` : ''}${named.variant !== undefined ? `:${named.variant}` : ''}`;
+}
+
+/**
+ * Whether a package from `source` is at the revision a name names: the branch or tag it was pulled at, or its
+ * commit (in full, or its first 7 or more hex digits). A package that recorded neither is taken at any revision.
+ */
+function atRevision(source: HubSource, revision: string | undefined): boolean {
+  if (revision === undefined || (source.revision === '' && source.commit === undefined)) return true;
+  if (revision === source.revision) return true;
+  return source.commit !== undefined && /^[0-9a-f]{7,40}$/.test(revision) && source.commit.startsWith(revision);
+}
+
+/**
+ * The first of `entries` (most recently loaded first) pulled from the hub under that name (pulledNameOf): the
+ * repository in any case, the variant it names (none: any) at the revision it names (none: any). A name whose
+ * repository and variant were pulled, but at another revision, is refused saying which revision is there and how
+ * to have the one named instead (`replace`: the command or request that deletes `entry`, then pulls `name`).
+ */
+export function pulledEntry<E extends { id: string; root: string; source?: HubSource | undefined }>(
   entries: readonly E[],
   name: string,
+  replace: (entry: E, name: PulledName) => string,
 ): E | undefined {
-  const hub = hubNameOf(name);
-  if (!hub) return undefined;
-  return entries.find(
-    (e) =>
+  const named = pulledNameOf(name);
+  if (!named) return undefined;
+  const pulled = entries.filter(
+    (e): e is E & { source: HubSource } =>
       e.source !== undefined &&
-      sameRepo(e.source.repo, hub.repo) &&
-      (hub.tag === 'latest' || e.source.variant === hub.tag),
+      sameRepo(e.source.repo, named.repo) &&
+      (named.variant === undefined || e.source.variant === named.variant),
+  );
+  const entry = pulled.find((e) => atRevision(e.source, named.revision));
+  const other = pulled[0];
+  if (entry || !other || named.revision === undefined) return entry;
+  const { source } = other;
+  const at = `${source.revision || 'a revision not recorded'}${source.commit ? ` (commit ${source.commit.slice(0, 12)})` : ''}`;
+  const itself = pullNameOf({ repo: source.repo, variant: source.variant });
+  throw new KvdeskError(
+    'BAD_REQUEST',
+    `"${name}" names ${named.repo}${named.variant !== undefined ? ` (${named.variant})` : ''} at revision ${named.revision}, and the library's ${other.id} was pulled from ${itself} at ${at}, not at ${named.revision}: name it as ${itself}${source.revision ? ` or ${pullNameOf({ repo: source.repo, revision: source.revision, variant: source.variant })}` : ''}, or, to have ${named.revision} instead, ${replace(other, { ...named, variant: source.variant })}.`,
+    { field: 'model', root: other.root, revision: source.revision },
   );
 }
 

@@ -4,9 +4,10 @@
  * on /v1 (VS Code's Ollama provider, Open WebUI), as Ollama's own OpenAI-compatible routes allow.
  */
 import type { ModelInfo } from '../../shared/api';
+import { KvdeskError, toErrorInfo } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
 import type { HostApi } from '../host/host-api';
-import { pulledEntry } from '../host/hub-download';
+import { pulledEntry, pullNameOf } from '../host/hub-download';
 import { errorFromInfo } from './http-util';
 import { resolveModel } from './ollama-adapter';
 
@@ -32,11 +33,28 @@ export async function installedModels(hostApi: HostApi): Promise<ModelInfo[]> {
 
 /**
  * The library id of a package pulled from the hub under the name a client pulled it by (`hf.co/owner/Name:q4`,
- * `owner/name`), so it can chat with it by that name as with Ollama's; the name itself otherwise.
+ * `owner/name`, `owner/name:q4@main`: any name /api/pull takes), so it can chat with it by that name as with
+ * Ollama's; the name itself otherwise. A name of a revision other than the one pulled is refused (404) saying so
+ * and how to pull it; one of two revisions as /api/pull refuses it (400).
  */
 export function pulledName(hostApi: HostApi, name: string): string {
-  // Most recently loaded first, as a name of several packages resolves; the library read where each came from.
-  return pulledEntry(hostApi.library.list(), name)?.id ?? name;
+  try {
+    // Most recently loaded first, as a name of several packages resolves; the library read where each came from.
+    const entry = pulledEntry(
+      hostApi.library.list(),
+      name,
+      (e, named) =>
+        `DELETE /api/delete ${JSON.stringify({ model: e.id })}, then POST /api/pull ${JSON.stringify({ model: pullNameOf(named) })}`,
+    );
+    return entry?.id ?? name;
+  } catch (err) {
+    // The request's `model` is at fault, in every API's answer; at another revision, not found (404).
+    const info = toErrorInfo(err);
+    throw new KvdeskError(info.detail?.root !== undefined ? 'MODEL_NOT_LOADED' : info.code, info.message, {
+      ...info.detail,
+      field: 'model',
+    });
+  }
 }
 
 /**
@@ -47,8 +65,10 @@ export async function apiModelName(hostApi: HostApi, name: string | undefined): 
   if (name === undefined || hostApi.runner.listModels().some((m) => m.id === name)) return name;
   const ids = (await installedModels(hostApi)).map((m) => m.id);
   if (ids.includes(name)) return name;
+  // A hub name at a revision that is not the one pulled is refused here, saying so.
+  const pulled = pulledName(hostApi, name);
   try {
-    return resolveModel(pulledName(hostApi, name), ids);
+    return resolveModel(pulled, ids);
   } catch {
     return name;
   }

@@ -22,7 +22,7 @@ let hub: FakeHub;
 let t: TestServer;
 
 beforeAll(async () => {
-  hub = await startFakeHub({ [REPO]: defaultModelRepo() }, { lfsMinBytes: 10_000 });
+  hub = await startFakeHub({ [REPO]: defaultModelRepo() }, { lfsMinBytes: 10_000, revisions: ['main', 'dev'] });
   t = await startTestServer({ intraOpNumThreads: 2 }, { hub: { endpoint: hub.url } });
 }, 60_000);
 afterAll(async () => {
@@ -419,6 +419,66 @@ describe("Ollama's /api/pull", () => {
       release = true;
       unwind();
       hub.faults.hold = undefined;
+      await t2.close();
+    }
+  }, 60_000);
+
+  it('the model answers by every name /api/pull takes (a revision before or after the variant); a revision not pulled says how to pull it', async () => {
+    const t2 = await startTestServer({ intraOpNumThreads: 2 }, { hub: { endpoint: hub.url }, loadDefault: false });
+    try {
+      const pulled = await post2(t2.url, '/api/pull', { model: `hf.co/${REPO}:q4@main`, stream: false });
+      expect(pulled.status, pulled.text).toBe(200);
+      const commit = hub.head(REPO);
+      // /api/show answered 404 (`kvdesk knows tiny-chat-q4`) for each: the tag was read as "q4@main".
+      for (const model of [
+        `hf.co/${REPO}:q4@main`,
+        `${REPO}@main:q4`,
+        `${REPO}@main`,
+        `hf.co/${REPO}:latest@main`,
+        `${REPO}:q4@${commit}`,
+      ]) {
+        const show = await post2(t2.url, '/api/show', { model });
+        expect(show.status, `${model}: ${show.text}`).toBe(200);
+      }
+      const chat = await post2(t2.url, '/api/chat', {
+        model: `hf.co/${REPO}:q4@main`,
+        messages: [{ role: 'user', content: 'Hi' }],
+        stream: false,
+        options: { num_predict: 2 },
+      });
+      expect(chat.status, chat.text).toBe(200);
+      expect(JSON.parse(chat.text).model).toBe(`hf.co/${REPO}:q4@main`);
+      const openai = await post2(t2.url, '/v1/chat/completions', {
+        model: `${REPO}@main:q4`,
+        max_tokens: 2,
+        messages: [{ role: 'user', content: 'Hi' }],
+      });
+      expect(openai.status, openai.text).toBe(200);
+      // At a revision it was not pulled at: said so, with the package there and the requests that pull the other.
+      const why = `"hf.co/${REPO}:q4@dev" names ${REPO} (q4) at revision dev, and the library's tiny-chat-q4 was pulled from ${REPO}:q4 at main (commit ${commit.slice(0, 12)}), not at dev: name it as ${REPO}:q4 or ${REPO}@main:q4, or, to have dev instead, DELETE /api/delete {"model":"tiny-chat-q4"}, then POST /api/pull {"model":"${REPO}@dev:q4"}.`;
+      const dev = await post2(t2.url, '/api/show', { model: `hf.co/${REPO}:q4@dev` });
+      expect(dev.status).toBe(404);
+      expect(JSON.parse(dev.text)).toEqual({ error: why });
+      const devOpenai = await post2(t2.url, '/v1/chat/completions', {
+        model: `hf.co/${REPO}:q4@dev`,
+        max_tokens: 2,
+        messages: [{ role: 'user', content: 'Hi' }],
+      });
+      expect(devOpenai.status).toBe(404);
+      expect(JSON.parse(devOpenai.text).error).toMatchObject({ message: why, code: 'model_not_found', param: 'model' });
+      // Doing as it says: the name at dev answers, and the one at main is the one not pulled now.
+      const del = await fetch(`${t2.url}/api/delete`, {
+        method: 'DELETE',
+        body: JSON.stringify({ model: 'tiny-chat-q4' }),
+      });
+      expect(del.status).toBe(200);
+      const again = await post2(t2.url, '/api/pull', { model: `${REPO}@dev:q4`, stream: false });
+      expect(again.status, again.text).toBe(200);
+      expect((await post2(t2.url, '/api/show', { model: `hf.co/${REPO}:q4@dev` })).status).toBe(200);
+      const main = await post2(t2.url, '/api/show', { model: `hf.co/${REPO}:q4@main` });
+      expect(main.status).toBe(404);
+      expect(JSON.parse(main.text).error).toContain('pulled from onnx-community/tiny-chat:q4 at dev');
+    } finally {
       await t2.close();
     }
   }, 60_000);

@@ -3,7 +3,17 @@
  * on synthetic listings, no network.
  */
 import { describe, expect, it } from 'vitest';
-import { type HubFile, hubVariants, listHubFiles, parseRepo, splitPullName } from '../../../src/main/host/hub-download';
+import {
+  type HubFile,
+  type HubSource,
+  hubVariants,
+  listHubFiles,
+  parseRepo,
+  pulledEntry,
+  pulledNameOf,
+  pullNameOf,
+  splitPullName,
+} from '../../../src/main/host/hub-download';
 import { pullTarget } from '../../../src/main/server/ollama-routes';
 
 const file = (path: string, size = 10, extra: Partial<HubFile> = {}): HubFile => ({ path, size, ...extra });
@@ -235,6 +245,82 @@ describe('what a pull names: splitPullName (kvdesk pull) and pullTarget (/api/pu
     expect(() => pullTarget({ model: 'owner/name@v1:q4@v2' })).toThrow(
       expect.objectContaining({ status: 400, message: expect.stringContaining('names two revisions, v1 and v2') }),
     );
+  });
+});
+
+describe('a pulled package by any name pull takes: pulledNameOf and pulledEntry', () => {
+  const commit = 'abcdef0123456789abcdef0123456789abcdef01';
+  const source = (variant: string, extra: Partial<HubSource> = {}): HubSource => ({
+    repo: 'Owner/Name',
+    revision: 'main',
+    variant,
+    commit,
+    ...extra,
+  });
+  const entries = [
+    { id: 'name-q4', root: '/m/name-q4', source: source('q4') },
+    { id: 'name-fp32', root: '/m/name-fp32', source: source('fp32') },
+    { id: 'own', root: '/elsewhere/own' },
+  ];
+  const replace = (e: { root: string }, named: Parameters<typeof pullNameOf>[0]) =>
+    `delete ${e.root}, then pull ${pullNameOf(named)}`;
+  const idOf = (name: string) => pulledEntry(entries, name, replace)?.id;
+
+  it('reads the repository, the variant and the revision wherever pull takes them', () => {
+    const cases: Array<[string, ReturnType<typeof pulledNameOf>]> = [
+      ['owner/name', { repo: 'owner/name' }],
+      ['hf.co/owner/name:latest', { repo: 'owner/name' }],
+      ['owner/name@main', { repo: 'owner/name', revision: 'main' }],
+      ['hf.co/owner/name:q4@main', { repo: 'owner/name', variant: 'q4', revision: 'main' }],
+      ['owner/name@dev:q4', { repo: 'owner/name', variant: 'q4', revision: 'dev' }],
+      ['owner/name:cpu/int4@refs/pr/3', { repo: 'owner/name', variant: 'cpu/int4', revision: 'refs/pr/3' }],
+      ['default', undefined],
+      ['./folder', undefined],
+      ['owner/name@', undefined],
+    ];
+    for (const [name, named] of cases) {
+      expect(pulledNameOf(name), name).toEqual(named);
+      if (named) expect(pulledNameOf(pullNameOf(named)), name).toEqual(named);
+    }
+  });
+
+  it('finds the package at the revision it was pulled at: the branch, the commit or its first digits', () => {
+    for (const name of [
+      'hf.co/owner/name:q4',
+      'hf.co/owner/name:q4@main',
+      'owner/name@main:q4',
+      `owner/name:q4@${commit}`,
+      'owner/name:q4@abcdef0',
+      'owner/name@main',
+      'owner/name',
+    ]) {
+      expect(idOf(name), name).toBe('name-q4');
+    }
+    expect(idOf('hf.co/owner/name:fp32@main')).toBe('name-fp32');
+    // Not pulled at all: nothing (the caller says what there is).
+    expect(idOf('owner/name:int8@main')).toBeUndefined();
+    expect(idOf('other/name@main')).toBeUndefined();
+    expect(idOf('default')).toBeUndefined();
+  });
+
+  it('a revision other than the one pulled is refused, naming the one there and how to have the other', () => {
+    expect(() => idOf('hf.co/owner/name:q4@dev')).toThrow(
+      expect.objectContaining({
+        code: 'BAD_REQUEST',
+        message:
+          '"hf.co/owner/name:q4@dev" names owner/name (q4) at revision dev, and the library\'s name-q4 was pulled from Owner/Name:q4 at main (commit abcdef012345), not at dev: name it as Owner/Name:q4 or Owner/Name@main:q4, or, to have dev instead, delete /m/name-q4, then pull owner/name@dev:q4.',
+        detail: expect.objectContaining({ field: 'model', root: '/m/name-q4' }),
+      }),
+    );
+    // No variant named: the most recently loaded package of the repository says so, pulled again as its variant.
+    expect(() => idOf('owner/name@abcdef1')).toThrow(/name-q4 was pulled .* then pull owner\/name@abcdef1:q4\.$/);
+    // Two revisions: refused as pull refuses them.
+    expect(() => idOf('owner/name@v1:q4@v2')).toThrow(/names two revisions, v1 and v2/);
+  });
+
+  it('a package that recorded no revision is taken at any', () => {
+    const old = [{ id: 'old', root: '/m/old', source: { repo: 'owner/name', revision: '', variant: 'q4' } }];
+    expect(pulledEntry(old, 'owner/name:q4@dev', replace)?.id).toBe('old');
   });
 });
 
