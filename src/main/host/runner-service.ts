@@ -1577,6 +1577,17 @@ function keptLookup(lookup: EngineLookupCount, kept: number): LookupCount {
   return { drafted: lookup.drafted, accepted };
 }
 
+/**
+ * What a reply let out, at a step, ahead of reasoning that followed its answer text (gpt-oss: another analysis
+ * message): the text the stop strings and the tool-call reader held back, and any call that text completed.
+ */
+interface Lead {
+  text: string;
+  reasoning: string;
+  calls: ToolCall[];
+  deltas: ToolCallDelta[];
+}
+
 class Generation {
   private grant: AdmissionGrant | null = null;
   private acceptedSent = false;
@@ -1982,10 +1993,11 @@ class Generation {
     });
     const rowPieces: Piece[][] = [];
     let maxRowTokens = 0;
-    // One token's output, before it goes into a piece: the text the stop strings held back that it let out ahead of
-    // reasoning (`lead`), then its reasoning and text, calls and call deltas (emptied for each token).
+    // One token's output, before it goes into a piece: the text the stop strings and the tool-call reader held back
+    // that it let out ahead of reasoning (`lead`), then its reasoning and text, calls and call deltas (emptied for
+    // each token).
     const step = { text: '', reasoning: '' };
-    const lead = { text: '', reasoning: '' };
+    const lead: Lead = { text: '', reasoning: '', calls: [], deltas: [] };
     const calls: ToolCall[] = [];
     const deltas: ToolCallDelta[] = [];
     for (let r = 0; r < ids.length; r++) {
@@ -2004,9 +2016,11 @@ class Generation {
           this.rowHeldLogprobs[r]?.push(this.named(lp, textOffset));
         }
         step.text = step.reasoning = lead.text = '';
-        calls.length = deltas.length = 0;
+        calls.length = deltas.length = lead.calls.length = lead.deltas.length = 0;
         this.pass(r, written, step, calls, deltas, false, lead);
         piece.out.text += lead.text;
+        piece.calls.push(...lead.calls);
+        piece.deltas.push(...lead.deltas);
         if (step.reasoning.length > 0 && (piece.out.text.length > 0 || piece.calls.length + piece.deltas.length > 0)) {
           piece = newPiece();
           pieces.push(piece);
@@ -2082,7 +2096,7 @@ class Generation {
     calls: ToolCall[],
     deltas: ToolCallDelta[],
     end = false,
-    lead?: { text: string; reasoning: string },
+    lead?: Lead,
   ): void {
     const splitter = this.splitters?.[r];
     let parts: AnswerPart[] = [{ kind: 'text', text: piece }];
@@ -2091,9 +2105,16 @@ class Generation {
       const split = splitter.push(piece);
       const tail = end ? splitter.flush() : { reasoning: '', content: '' };
       const reasoning = split.reasoning + tail.reasoning;
-      // The answer gives way to reasoning (gpt-oss: another analysis message): the text the stop strings held back
-      // goes out first, into `lead` (it came before the reasoning; no stop string spans a message).
-      if (reasoning !== '' && lead && !this.rowMatched[r]) this.release(r, lead, calls, deltas);
+      // The answer gives way to reasoning (gpt-oss: another analysis message): the text the stop strings held back,
+      // then what the tool-call reader held, go out first, into `lead` (they came before the reasoning; no stop
+      // string and no call spans a message).
+      if (reasoning !== '' && lead && !this.rowMatched[r]) {
+        this.release(r, lead, lead.calls, lead.deltas);
+        const filter = this.toolFilters?.[r];
+        if (filter && !this.rowHarmonyCall[r]) {
+          lead.text += this.takeCalls(r, filter.release(), lead.calls, lead.deltas);
+        }
+      }
       out.reasoning += reasoning;
       const answer = split.content + tail.content;
       parts = split.parts ? [...split.parts, ...(tail.parts ?? [])] : [{ kind: 'text', text: answer }];
@@ -2248,7 +2269,7 @@ class Generation {
     const leads: TailRow[] = [];
     for (let r = 0; r < this.rows.length; r++) {
       const out = { text: '', reasoning: '' };
-      const lead = { text: '', reasoning: '' };
+      const lead: Lead = { text: '', reasoning: '', calls: [], deltas: [] };
       const calls: ToolCall[] = [];
       // The last pieces of a streamed call may come with the text held back until now.
       const deltas: ToolCallDelta[] = [];
@@ -2271,17 +2292,25 @@ class Generation {
       this.rowReasoning[r] += out.reasoning;
       // The tokens' log-probabilities go with the first text that goes out.
       const logprobs = lastLogprobs.length > 0 ? { logprobs: lastLogprobs } : {};
-      leads.push({ ids: [], text: lead.text, ...(lead.text.length > 0 ? logprobs : {}) });
+      const leading = lead.text.length > 0 || lead.calls.length + lead.deltas.length > 0;
+      leads.push({
+        ids: [],
+        text: lead.text,
+        ...(leading ? logprobs : {}),
+        ...(lead.calls.length > 0 ? { toolCalls: lead.calls } : {}),
+        ...(lead.deltas.length > 0 ? { toolCallDeltas: lead.deltas } : {}),
+      });
       tail.push({
         ids: [],
         text,
         ...(out.reasoning.length > 0 ? { reasoning: out.reasoning } : {}),
-        ...(lead.text.length > 0 ? {} : logprobs),
+        ...(leading ? {} : logprobs),
         ...(calls.length > 0 ? { toolCalls: calls } : {}),
         ...(deltas.length > 0 ? { toolCallDeltas: deltas } : {}),
       });
     }
-    if (leads.some((t) => t.text.length > 0)) this.emit({ type: 'tokens', requestId: this.id, rows: leads });
+    if (leads.some((t) => t.text.length > 0 || t.toolCalls || t.toolCallDeltas))
+      this.emit({ type: 'tokens', requestId: this.id, rows: leads });
     if (tail.some((t) => t.text.length > 0 || t.reasoning || t.logprobs || t.toolCalls || t.toolCallDeltas))
       this.emit({ type: 'tokens', requestId: this.id, rows: tail });
 
