@@ -2405,7 +2405,15 @@ class Generation {
       ...(this.clipped ? { clipped: this.clipped } : {}),
       ...(this.contextDrop ? { contextDrop: this.contextDrop } : {}),
       ...(done.lookup ? { lookup: keptLookup(done.lookup, this.generated) } : {}),
-      ...(this.req.prediction !== undefined && this.host.lookupOff ? { predictionUnused: 'lookup_off' as const } : {}),
+      // A prediction not drafted from: lookup decoding off on this host, or (the engine's word) impossible for the
+      // model, or the reply ran beside other streams all along.
+      ...(this.req.prediction === undefined
+        ? {}
+        : this.host.lookupOff
+          ? { predictionUnused: { reason: 'lookup_off' as const } }
+          : done.predictionUnused
+            ? { predictionUnused: done.predictionUnused }
+            : {}),
       timings: {
         queueMs: this.admittedAt - this.started,
         ttftMs: this.firstTokenAt > 0 ? this.firstTokenAt - this.started : 0,
