@@ -498,6 +498,19 @@ export function lookupLine(r: GenerationResult): string {
   return r.lookup ? `, lookup took ${r.lookup.accepted} of ${r.lookup.drafted} drafted tokens` : '';
 }
 
+/** The line that says a --prediction-file was not drafted from, and why (never silent); empty when it was. */
+export function predictionUnusedLine(r: GenerationResult): string {
+  const u = r.predictionUnused;
+  if (!u) return '';
+  const why =
+    u.reason === 'lookup_off'
+      ? 'lookup decoding is off (--lookup 0)'
+      : u.reason === 'lookup_unavailable'
+        ? `lookup decoding cannot run on this model: ${u.detail ?? 'its graph cannot check drafts'}`
+        : 'the reply ran beside other requests all along (lookup decoding drafts for a request running alone)';
+  return `kvdesk: --prediction-file was not drafted from: ${why}; the reply is the model's, at plain decoding's speed\n`;
+}
+
 /** The line that says the KV budget cut a reply's max new tokens (never silent), and what to do. */
 export function budgetCapLine(c: BudgetCap, remedy: string): string {
   return `kvdesk: reply capped at ${c.admittedMaxTokens} tokens by the KV budget (asked ${c.requestedMaxTokens}; needs ${c.requestedBytes} bytes, ${c.availableBytes} available): ${remedy}\n`;

@@ -47,6 +47,7 @@ import {
   parseFlags,
   parseIds,
   parseNumber,
+  predictionUnusedLine,
   prefillChunkFlag,
   printBudgetNotes,
   printWarnings,
@@ -442,6 +443,8 @@ async function generate(
     io.closed?.addEventListener('abort', stop, { once: true });
     const result = await handle.result.finally(() => io.closed?.removeEventListener('abort', stop));
     printer.end();
+    // On stderr with --json too: a prediction that went unused is never silent.
+    if (result.predictionUnused) io.err(predictionUnusedLine(result));
     if (json) {
       io.out(
         `${JSON.stringify({
@@ -460,6 +463,7 @@ async function generate(
           ...(result.budgetCap ? { budgetCap: result.budgetCap } : {}),
           ...(result.clipped ? { clipped: result.clipped } : {}),
           ...(result.lookup ? { lookup: result.lookup } : {}),
+          ...(result.predictionUnused ? { predictionUnused: result.predictionUnused } : {}),
           ...(result.rows.length > 1 ? { rows: result.rows } : {}),
           ...(warnings.length > 0 ? { warnings } : {}),
           timings: {

@@ -291,14 +291,25 @@ export interface GenerationResult {
    */
   lookup?: LookupCount;
   /**
-   * Why the request's `prediction` went unused (absent: it was drafted from, or there was none): `lookup_off`, the
-   * host's lookup decoding is off (serve --lookup 0). The reply is the model's either way.
+   * Why the request's `prediction` went unused (absent: it was drafted from, or there was none). The reply is the
+   * model's either way.
    */
-  predictionUnused?: 'lookup_off';
+  predictionUnused?: PredictionUnused;
   timings: { queueMs: number; ttftMs: number; totalMs: number; tokensPerSecond: number };
 }
 
 /** Lookup decoding in a generation (or since the host started): tokens drafted and checked, and those taken. */
+/**
+ * Why a request's `prediction` was not drafted from: `lookup_off`, the host's lookup decoding is off (serve --lookup
+ * 0); `lookup_unavailable`, the loaded model's graph cannot check drafts (`detail` says why); `batched`, the reply
+ * ran beside other streams all along (lookup decoding drafts for a stream running alone).
+ */
+export interface PredictionUnused {
+  reason: 'lookup_off' | 'lookup_unavailable' | 'batched';
+  /** lookup_unavailable: what about the model keeps lookup decoding off. */
+  detail?: string;
+}
+
 export interface LookupCount {
   drafted: number;
   accepted: number;

@@ -28,6 +28,7 @@ import { describe, expect, it } from 'vitest';
 import { GENERATE_OPTIONS, INSPECT_OPTIONS, LIST_OPTIONS, main } from '../../src/cli/main';
 import { defaultModelDir, fixture, fixturesSkipReason, haveFixtures, repoRoot } from '../helpers/fixtures';
 import { graphVariantsModel, installedPackage, slowModel, thinkingModel } from '../helpers/models';
+import { writeTwinPackages } from '../helpers/static-cache-models';
 
 interface CliRun {
   code: number;
@@ -935,6 +936,22 @@ describe('CLI on the generated default model', () => {
     const unused = await kvdesk(...args, '--prediction-file', file, '--lookup', '0', '--json');
     expect(unused.code).toBe(2);
     expect((unused.json.error as Record<string, unknown>).message).toMatch(/--prediction-file .*--lookup 0/);
+    // A model whose graph cannot check drafts (a static KV cache): the reply is the model's, and the prediction's
+    // fate is said on stderr and in the JSON.
+    const twins = writeTwinPackages(dir, { layers: 2, hidden: 32, heads: 2, capacity: 256, seed: 7 });
+    const fixed = ['generate', twins.staticDir, '--prompt', '1 2 3', '--greedy', '--max-new-tokens', '8'];
+    const own = await kvdesk(...fixed, '--json');
+    writeFileSync(file, own.json.text as string);
+    const staticUnused = await kvdesk(...fixed, '--prediction-file', file, '--json');
+    expect(staticUnused.code, staticUnused.stderr).toBe(0);
+    expect(staticUnused.json.tokenIds).toEqual(own.json.tokenIds);
+    expect(staticUnused.json.predictionUnused).toEqual({
+      reason: 'lookup_unavailable',
+      detail: expect.stringMatching(/static/),
+    });
+    expect(staticUnused.stderr).toMatch(
+      /--prediction-file was not drafted from: lookup decoding cannot run on this model/,
+    );
     rmSync(dir, { recursive: true, force: true });
     const bad = await kvdesk(...args, '--lookup', '17', '--json');
     expect(bad.code).toBe(2);

@@ -245,6 +245,42 @@ describe('static-cache graphs: twin packages with the same weights', () => {
     expect(err.message).toContain(`holds ${CAPACITY} positions`);
   });
 
+  it('a prediction lookup decoding cannot use says why: the static graph can check no draft; a reply that never ran alone', async () => {
+    const promptIds = prompt(8, 21);
+    const hooks = (ids: number[]): GenerationHooks => ({
+      onStart: () => {},
+      onStep: (step) => ids.push(...step.filter((id) => id >= 0)),
+      stopRequested: () => null,
+      countRun: () => {},
+    });
+    const job = (maxNewTokens: number, prediction?: number[]): GenerationJob => ({
+      rows: [promptIds],
+      maxNewTokens,
+      sampling: GREEDY,
+      eosTokenIds: [],
+      ...(prediction ? { prediction } : {}),
+    });
+    // The prediction is the reply itself: where lookup runs (the dynamic twin, alone), every draft is taken.
+    const reply: number[] = [];
+    const plain = await dynamic.generate(job(12), hooks(reply));
+    expect(plain.predictionUnused).toBeUndefined();
+    const drafted = await dynamic.generate(job(12, reply), hooks([]));
+    expect(drafted.lookup?.accepted).toBeGreaterThan(0);
+    expect(drafted.predictionUnused).toBeUndefined();
+    // The static twin writes the same reply, and says the prediction went unused, and why.
+    const ids: number[] = [];
+    const unused = await fixed.generate(job(12, reply), hooks(ids));
+    expect(ids).toEqual(reply);
+    expect(unused.lookup).toBeUndefined();
+    expect(unused.predictionUnused).toEqual({ reason: 'lookup_unavailable', detail: expect.stringMatching(/static/) });
+    // On the dynamic twin beside a longer reply all along, the predicted reply never ran alone (lookup's condition).
+    const other = dynamic.generate(job(30), hooks([]));
+    const beside = await dynamic.generate(job(12, reply), hooks([]));
+    await other;
+    expect(beside.lookup).toBeUndefined();
+    expect(beside.predictionUnused).toEqual({ reason: 'batched' });
+  });
+
   it('runs through the host: the scheduler reserves the whole cache, and a session holds it between turns', async () => {
     const h = new RunnerService({ intraOpNumThreads: 2 });
     try {

@@ -76,6 +76,12 @@ interface Member {
   acceptedAt: number[];
   misses: number;
   restUntil: number;
+  /**
+   * Its decode steps beside other streams, and whether it ever ran alone (where lookup decoding may draft): a
+   * prediction of a reply that never did was not drafted from, and its outcome says so.
+   */
+  besideOthers: number;
+  ranAlone: boolean;
   resolve: (o: GenerationOutcome) => void;
   reject: (e: Error) => void;
   /** Its scores were not numbers (NaN): it fails at its settle, alone (the batch's other requests go on). */
@@ -289,6 +295,8 @@ export class ContinuousBatcher {
         acceptedAt: [],
         misses: 0,
         restUntil: 0,
+        besideOthers: 0,
+        ranAlone: false,
         resolve,
         reject,
       });
@@ -910,9 +918,14 @@ export class ContinuousBatcher {
    */
   private draftFor(): number[] {
     const lookup = this.lookup;
-    if (!lookup || this.rows.length !== 1) return [];
+    if (!lookup) return [];
+    if (this.rows.length !== 1) {
+      for (const m of this.members()) if (m.job.prediction) m.besideOthers++;
+      return [];
+    }
     const row = this.rows[0] as Row;
     const m = row.req;
+    m.ranAlone = true;
     if (m.job.rows.length !== 1 || row.done || m.generated < m.restUntil) return [];
     const max = Math.min(lookup.maxDraft, m.job.maxNewTokens - m.generated - 1, this.spec.contextLength - m.length - 1);
     if (max < 1) return [];
@@ -1082,6 +1095,7 @@ export class ContinuousBatcher {
       generatedTokens: m.generated,
       sessionTokens: session ? session.tokens.length : 0,
       ...(m.drafted > 0 ? { lookup: { drafted: m.drafted, accepted: m.accepted, acceptedAt: m.acceptedAt } } : {}),
+      ...(m.job.prediction && !m.ranAlone && m.besideOthers > 0 ? { predictionUnused: { reason: 'batched' } } : {}),
     });
   }
 

@@ -5,6 +5,7 @@
 import { realpathSync } from 'node:fs';
 import path from 'node:path';
 import * as ort from 'onnxruntime-node';
+import type { PredictionUnused } from '../../shared/contract';
 import { KvdeskError } from '../../shared/errors';
 import type { ConfiguredKvSize, KvTensorSpec, ModelSpec } from '../../shared/model-spec';
 import { ContinuousBatcher, type LookupDecoding, PREFILL_CHUNK_TOKENS, rowSeed, SCREENED } from './batcher';
@@ -83,6 +84,8 @@ export interface GenerationOutcome {
   sessionTokens: number;
   /** Lookup decoding's drafted tokens and those the model took (present when any draft was checked). */
   lookup?: EngineLookupCount;
+  /** The job's prediction was not drafted from: the graph cannot check drafts, or the reply never ran alone. */
+  predictionUnused?: PredictionUnused;
 }
 
 /** The onnxruntime session config entry that says where external weights are, for a graph loaded from memory. */
@@ -535,6 +538,11 @@ export class LoadedDecoder {
   private readonly batcher: ContinuousBatcher;
   /** The generation loop of a static-cache graph, whose rows always take turns (static-cache.ts). */
   private readonly staticRunner: StaticCacheRunner | null;
+  /**
+   * Why lookup decoding cannot run on this graph though it is on (a static KV cache, a graph that scores only a
+   * run's last position): a job's prediction is then not drafted from, and its outcome says so. Null otherwise.
+   */
+  lookupUnavailable: string | null = null;
 
   private constructor(
     readonly spec: ModelSpec,
@@ -751,10 +759,18 @@ export class LoadedDecoder {
     }
     const maxDraft = options.lookupDraftTokens ?? LOOKUP_DRAFT_TOKENS;
     let lookup: LookupDecoding | null = null;
-    if (maxDraft > 0 && spec.kv.kind === 'dynamic') {
+    let lookupUnavailable: string | null = null;
+    if (maxDraft > 0 && spec.kv.kind !== 'dynamic') {
+      lookupUnavailable = 'its KV cache is static (fixed-size buffers), whose runs cannot check a draft';
+    } else if (maxDraft > 0) {
       // The last-position copy checks drafts through its start input; a graph as it is, if it scores every position.
       if (logits.last) lookup = window ? { drafter: lookupDraft, maxDraft, startsInput } : null;
       else if (await scoresEveryPosition(session, spec)) lookup = { drafter: lookupDraft, maxDraft };
+      if (!lookup) {
+        lookupUnavailable = logits.last
+          ? "kvdesk's copy of its graph that scores only the last position could not be checked scoring a draft's positions"
+          : 'its graph scores only the last position of a run, not each position of a draft';
+      }
     }
     const decoder = new LoadedDecoder(
       spec,
@@ -769,6 +785,7 @@ export class LoadedDecoder {
       kvAdded ?? null,
       kvGap,
     );
+    decoder.lookupUnavailable = lookupUnavailable;
     try {
       await decoder.checkConfiguredKv();
       await decoder.checkContextPositions();
@@ -810,6 +827,15 @@ export class LoadedDecoder {
 
   /** Runs one generation to its end. Throws KvdeskError on engine failure. */
   async generate(job: GenerationJob, hooks: GenerationHooks): Promise<GenerationOutcome> {
+    const outcome = await this.generateRows(job, hooks);
+    // A prediction this graph cannot draft from is said to be unused, not quietly dropped.
+    if (job.prediction !== undefined && this.lookupUnavailable !== null) {
+      return { ...outcome, predictionUnused: { reason: 'lookup_unavailable', detail: this.lookupUnavailable } };
+    }
+    return outcome;
+  }
+
+  private async generateRows(job: GenerationJob, hooks: GenerationHooks): Promise<GenerationOutcome> {
     const runner = this.staticRunner;
     const one = (j: GenerationJob, h: GenerationHooks) => (runner ? runner.submit(j, h) : this.batcher.submit(j, h));
     if (job.rows.length === 1 || (this.batchable && !runner)) return one(job, hooks);

@@ -4,7 +4,7 @@
  * thread it runs on; the host's event loop must stay free for the UI and API.
  */
 
-import type { LookupCount } from '../../shared/contract';
+import type { LookupCount, PredictionUnused } from '../../shared/contract';
 import type { ErrorInfo } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
 import type { CallGrammar } from './call-constraint';
@@ -219,6 +219,8 @@ export type EngineEvent =
       sessionTokens: number;
       generatedTokens: number;
       lookup?: EngineLookupCount;
+      /** The job's prediction was not drafted from: the model cannot check drafts, or the reply never ran alone. */
+      predictionUnused?: PredictionUnused;
     }
   | { type: 'failed'; requestId: string; error: ErrorInfo };
 

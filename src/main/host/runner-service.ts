@@ -1577,6 +1577,17 @@ function keptLookup(lookup: EngineLookupCount, kept: number): LookupCount {
   return { drafted: lookup.drafted, accepted };
 }
 
+/**
+ * What a reply let out, at a step, ahead of reasoning that followed its answer text (gpt-oss: another analysis
+ * message): the text the stop strings and the tool-call reader held back, and any call that text completed.
+ */
+interface Lead {
+  text: string;
+  reasoning: string;
+  calls: ToolCall[];
+  deltas: ToolCallDelta[];
+}
+
 class Generation {
   private grant: AdmissionGrant | null = null;
   private acceptedSent = false;
@@ -1599,6 +1610,12 @@ class Generation {
    * the text they wrote; those at or after a stop string never do, as that text does not.
    */
   private readonly rowHeldLogprobs: GeneratedTokenLogprob[][];
+  /**
+   * Beside each held token: the characters of the answer fed to the stop matcher before its text and after it
+   * (`from` = `to`: none of its text reached the matcher — a marker, reasoning), and whether the decoder held all
+   * of its text (a piece of a character, which goes out with the token that completes it).
+   */
+  private readonly rowHeldSpans: Array<Array<{ from: number; to: number; partial: boolean }>>;
   /** Characters of each row's answer fed to its stop matcher, and those it let through. */
   private readonly rowAnswerFed: number[];
   private readonly rowAnswerEmitted: number[];
@@ -1653,6 +1670,7 @@ class Generation {
     this.rowLogprobs = req.logprobs !== undefined ? rows.map(() => []) : undefined;
     this.rowDecoded = rows.map(() => 0);
     this.rowHeldLogprobs = rows.map(() => []);
+    this.rowHeldSpans = rows.map(() => []);
     this.rowAnswerFed = rows.map(() => 0);
     this.rowAnswerEmitted = rows.map(() => 0);
     const reads = tools?.reads ? tools : undefined;
@@ -1982,10 +2000,11 @@ class Generation {
     });
     const rowPieces: Piece[][] = [];
     let maxRowTokens = 0;
-    // One token's output, before it goes into a piece: the text the stop strings held back that it let out ahead of
-    // reasoning (`lead`), then its reasoning and text, calls and call deltas (emptied for each token).
+    // One token's output, before it goes into a piece: the text the stop strings and the tool-call reader held back
+    // that it let out ahead of reasoning (`lead`), then its reasoning and text, calls and call deltas (emptied for
+    // each token).
     const step = { text: '', reasoning: '' };
-    const lead = { text: '', reasoning: '' };
+    const lead: Lead = { text: '', reasoning: '', calls: [], deltas: [] };
     const calls: ToolCall[] = [];
     const deltas: ToolCallDelta[] = [];
     for (let r = 0; r < ids.length; r++) {
@@ -2000,13 +2019,22 @@ class Generation {
         const lp = logprobs?.[r]?.[i];
         // The end token a reply ends at is no token of its text (OpenAI lists none), even where its text is read
         // (gpt-oss's <|return|>, which the splitter reads).
+        let span: { from: number; to: number; partial: boolean } | undefined;
         if (piece.logprobs && lp && !(this.req.ignoreEos !== true && this.model.spec.eosTokenIds.includes(id))) {
           this.rowHeldLogprobs[r]?.push(this.named(lp, textOffset));
+          const fed = this.rowAnswerFed[r] as number;
+          span = { from: fed, to: fed, partial: written.length === 0 };
+          this.rowHeldSpans[r]?.push(span);
         }
         step.text = step.reasoning = lead.text = '';
-        calls.length = deltas.length = 0;
+        calls.length = deltas.length = lead.calls.length = lead.deltas.length = 0;
         this.pass(r, written, step, calls, deltas, false, lead);
+        if (span) span.to = this.rowAnswerFed[r] as number;
         piece.out.text += lead.text;
+        piece.calls.push(...lead.calls);
+        piece.deltas.push(...lead.deltas);
+        // The tokens of the text let out ahead of the reasoning go with it (this token's, after, with its own piece).
+        if (piece.logprobs && lead.text.length > 0) this.releaseLogprobs(r, piece.logprobs, false, span ? 1 : 0);
         if (step.reasoning.length > 0 && (piece.out.text.length > 0 || piece.calls.length + piece.deltas.length > 0)) {
           piece = newPiece();
           pieces.push(piece);
@@ -2047,20 +2075,34 @@ class Generation {
   }
 
   /**
-   * Moves row r's held log-probabilities whose text has gone out (they begin before the end of the text let
-   * through) to `into` and the row's list. Once the row stopped, the rest began at or after the stop string:
-   * they are dropped, so the tokens reported are those of the text returned.
+   * Moves row r's held log-probabilities whose text has gone out (some of it let through by the stop matcher; a
+   * token none of whose text reached the matcher — a marker, reasoning — once all the text before it has) to `into`
+   * and the row's list, in order, leaving the last `keep` held. A token whose text the decoder held goes with the
+   * next one. Once the row stopped, the rest began at or after the stop string: they are dropped, so the tokens
+   * reported are those of the text returned.
    */
-  private releaseLogprobs(r: number, into: GeneratedTokenLogprob[], all = false): void {
+  private releaseLogprobs(r: number, into: GeneratedTokenLogprob[], all = false, keep = 0): void {
     const held = this.rowHeldLogprobs[r] as GeneratedTokenLogprob[];
-    const through =
-      (this.rowDecoded[r] as number) - ((this.rowAnswerFed[r] as number) - (this.rowAnswerEmitted[r] as number));
+    const spans = this.rowHeldSpans[r] as Array<{ from: number; to: number; partial: boolean }>;
+    const emitted = this.rowAnswerEmitted[r] as number;
     let n = 0;
-    while (n < held.length && (all || (held[n] as GeneratedTokenLogprob).textOffset < through)) n++;
+    if (all) n = held.length;
+    else {
+      for (let k = 0; k < held.length - keep; k++) {
+        const span = spans[k] as { from: number; to: number; partial: boolean };
+        const out = span.from < span.to ? span.from < emitted : span.from <= emitted;
+        if (!out) break;
+        if (!span.partial) n = k + 1;
+      }
+    }
     const out = held.splice(0, n);
+    spans.splice(0, n);
     into.push(...out);
     this.rowLogprobs?.[r]?.push(...out);
-    if (this.rowStopped[r]) held.length = 0;
+    if (this.rowStopped[r]) {
+      held.length = 0;
+      spans.length = 0;
+    }
   }
 
   /** Row r matched a stop string (the first to end it counts). */
@@ -2082,7 +2124,7 @@ class Generation {
     calls: ToolCall[],
     deltas: ToolCallDelta[],
     end = false,
-    lead?: { text: string; reasoning: string },
+    lead?: Lead,
   ): void {
     const splitter = this.splitters?.[r];
     let parts: AnswerPart[] = [{ kind: 'text', text: piece }];
@@ -2091,9 +2133,16 @@ class Generation {
       const split = splitter.push(piece);
       const tail = end ? splitter.flush() : { reasoning: '', content: '' };
       const reasoning = split.reasoning + tail.reasoning;
-      // The answer gives way to reasoning (gpt-oss: another analysis message): the text the stop strings held back
-      // goes out first, into `lead` (it came before the reasoning; no stop string spans a message).
-      if (reasoning !== '' && lead && !this.rowMatched[r]) this.release(r, lead, calls, deltas);
+      // The answer gives way to reasoning (gpt-oss: another analysis message): the text the stop strings held back,
+      // then what the tool-call reader held, go out first, into `lead` (they came before the reasoning; no stop
+      // string and no call spans a message).
+      if (reasoning !== '' && lead && !this.rowMatched[r]) {
+        this.release(r, lead, lead.calls, lead.deltas);
+        const filter = this.toolFilters?.[r];
+        if (filter && !this.rowHarmonyCall[r]) {
+          lead.text += this.takeCalls(r, filter.release(), lead.calls, lead.deltas);
+        }
+      }
       out.reasoning += reasoning;
       const answer = split.content + tail.content;
       parts = split.parts ? [...split.parts, ...(tail.parts ?? [])] : [{ kind: 'text', text: answer }];
@@ -2248,7 +2297,7 @@ class Generation {
     const leads: TailRow[] = [];
     for (let r = 0; r < this.rows.length; r++) {
       const out = { text: '', reasoning: '' };
-      const lead = { text: '', reasoning: '' };
+      const lead: Lead = { text: '', reasoning: '', calls: [], deltas: [] };
       const calls: ToolCall[] = [];
       // The last pieces of a streamed call may come with the text held back until now.
       const deltas: ToolCallDelta[] = [];
@@ -2271,17 +2320,25 @@ class Generation {
       this.rowReasoning[r] += out.reasoning;
       // The tokens' log-probabilities go with the first text that goes out.
       const logprobs = lastLogprobs.length > 0 ? { logprobs: lastLogprobs } : {};
-      leads.push({ ids: [], text: lead.text, ...(lead.text.length > 0 ? logprobs : {}) });
+      const leading = lead.text.length > 0 || lead.calls.length + lead.deltas.length > 0;
+      leads.push({
+        ids: [],
+        text: lead.text,
+        ...(leading ? logprobs : {}),
+        ...(lead.calls.length > 0 ? { toolCalls: lead.calls } : {}),
+        ...(lead.deltas.length > 0 ? { toolCallDeltas: lead.deltas } : {}),
+      });
       tail.push({
         ids: [],
         text,
         ...(out.reasoning.length > 0 ? { reasoning: out.reasoning } : {}),
-        ...(lead.text.length > 0 ? {} : logprobs),
+        ...(leading ? {} : logprobs),
         ...(calls.length > 0 ? { toolCalls: calls } : {}),
         ...(deltas.length > 0 ? { toolCallDeltas: deltas } : {}),
       });
     }
-    if (leads.some((t) => t.text.length > 0)) this.emit({ type: 'tokens', requestId: this.id, rows: leads });
+    if (leads.some((t) => t.text.length > 0 || t.toolCalls || t.toolCallDeltas))
+      this.emit({ type: 'tokens', requestId: this.id, rows: leads });
     if (tail.some((t) => t.text.length > 0 || t.reasoning || t.logprobs || t.toolCalls || t.toolCallDeltas))
       this.emit({ type: 'tokens', requestId: this.id, rows: tail });
 
@@ -2376,7 +2433,15 @@ class Generation {
       ...(this.clipped ? { clipped: this.clipped } : {}),
       ...(this.contextDrop ? { contextDrop: this.contextDrop } : {}),
       ...(done.lookup ? { lookup: keptLookup(done.lookup, this.generated) } : {}),
-      ...(this.req.prediction !== undefined && this.host.lookupOff ? { predictionUnused: 'lookup_off' as const } : {}),
+      // A prediction not drafted from: lookup decoding off on this host, or (the engine's word) impossible for the
+      // model, or the reply ran beside other streams all along.
+      ...(this.req.prediction === undefined
+        ? {}
+        : this.host.lookupOff
+          ? { predictionUnused: { reason: 'lookup_off' as const } }
+          : done.predictionUnused
+            ? { predictionUnused: done.predictionUnused }
+            : {}),
       timings: {
         queueMs: this.admittedAt - this.started,
         ttftMs: this.firstTokenAt > 0 ? this.firstTokenAt - this.started : 0,

@@ -694,14 +694,20 @@ function clipJson(c: ContextClip) {
 }
 
 /** Why a request's prediction went unused, for the client: a reason to read and what to do. */
-function predictionUnusedJson(reason: NonNullable<GenerationResult['predictionUnused']>) {
-  return {
-    reason,
-    message:
-      'lookup decoding is off on this server (--lookup 0), so the prediction was not drafted from: the reply is the ' +
-      "model's, at plain decoding's speed, and no prediction tokens are counted. Start the server with --lookup N " +
-      '(N ≥ 1; the default is 4) to use predictions.',
-  };
+function predictionUnusedJson(unused: NonNullable<GenerationResult['predictionUnused']>) {
+  const outcome =
+    "so the prediction was not drafted from: the reply is the model's, at plain decoding's speed, and no prediction " +
+    'tokens are counted.';
+  const message =
+    unused.reason === 'lookup_off'
+      ? `lookup decoding is off on this server (--lookup 0), ${outcome} Start the server with --lookup N (N ≥ 1; the ` +
+        'default is 4) to use predictions.'
+      : unused.reason === 'lookup_unavailable'
+        ? `lookup decoding cannot run on this model: ${unused.detail ?? 'its graph cannot check drafts'}; ${outcome} ` +
+          'A model whose graph has a dynamic KV cache and scores every position a run feeds can use predictions.'
+        : 'the reply ran beside other requests all along, and lookup decoding drafts only for a request running ' +
+          `alone, ${outcome} Send it when the server has no other reply under way to use the prediction.`;
+  return { reason: unused.reason, message };
 }
 
 /**

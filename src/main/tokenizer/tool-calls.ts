@@ -449,6 +449,13 @@ export interface ToolCallFilter {
   push(text: string): ToolCallOutput;
   /** End of the reply: a call left incomplete is given back as content (nothing is lost). */
   flush(): ToolCallOutput;
+  /**
+   * The reply's text gives way to reasoning (gpt-oss: another analysis message), which no call spans: text held
+   * that could begin a call's opening, and a call begun and left incomplete, are let out as {@link flush} lets
+   * them out; the reader reads on after. What it holds before the reply's text began (a bare-JSON reply's
+   * leading white space, a forced call's opening) or after a call (its closing tag) it keeps.
+   */
+  release(): ToolCallOutput;
 }
 
 /** A JSON Schema and the alternatives of its anyOf / oneOf, for a shallow check of one value. */
@@ -817,6 +824,24 @@ export function createToolCallFilter(
       else if (state === 'start') out.content += buffer;
       buffer = '';
       state = 'content';
+      return out;
+    },
+    release() {
+      const out: ToolCallOutput = { content: '', calls: [], deltas: [] };
+      if (state === 'content' && !afterCall) {
+        out.content += buffer;
+        buffer = '';
+      } else if (state === 'call' && !opts.forced) {
+        streaming = [];
+        const lastCall = format.xml ? xmlCalls(buffer) : null;
+        if (lastCall) {
+          callsMade += lastCall.length;
+          out.calls.push(...lastCall);
+          afterCall = true;
+        } else out.content += opening + buffer;
+        buffer = '';
+        state = 'content';
+      }
       return out;
     },
   };

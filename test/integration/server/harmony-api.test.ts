@@ -36,12 +36,24 @@ const TEXT = `${PREAMBLE}\n\n${FINAL}`;
 const CUT_BEFORE = [PREAMBLE, ...nextMessage('analysis'), '<'];
 const CUT = [...CUT_BEFORE, 'b> is bold.'];
 
+/**
+ * A preamble (a commentary message) ending in `<`, which could begin a call (`<tool_call>`): with tools the
+ * tool-call reader holds it when the analysis message begins; an analysis message whose first text, `<`, the
+ * splitter holds (a reply cut there ends with it), then the final message.
+ */
+const HELD_BY_READER = 'Let me check <';
+const READER_BEFORE = ['<|channel|>', 'commentary', '<|message|>', HELD_BY_READER, ...nextMessage('analysis'), '<'];
+const READER = [...READER_BEFORE, 'b> hmm.', ...nextMessage('final'), 'Done.'];
+const LAMP = { type: 'function' as const, function: { name: 'lamp', parameters: { type: 'object', properties: {} } } };
+
 let root: string;
 let t: TestServer;
 let openai: OpenAI;
 let model: string;
 let cutModel: string;
 let cutTokens: number;
+let readerModel: string;
+let readerTokens: number;
 
 beforeAll(async () => {
   root = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-harmony-api-'));
@@ -57,6 +69,11 @@ beforeAll(async () => {
   const c = await t.hostApi.call('loadModel', { path: cut.dir });
   if (!c.ok) throw new Error(c.error.message);
   cutModel = c.value.id;
+  const reader = harmonyPackage(path.join(root, 'reader'), READER);
+  readerTokens = tokens(reader, READER_BEFORE).length;
+  const h = await t.hostApi.call('loadModel', { path: reader.dir });
+  if (!h.ok) throw new Error(h.error.message);
+  readerModel = h.value.id;
 }, 120_000);
 afterAll(async () => {
   await t?.close();
@@ -223,5 +240,90 @@ describe('reasoning after answer text (gpt-oss: another analysis message after a
       { kind: 'text', text: PREAMBLE },
       { kind: 'reasoning', text: '<' },
     ]);
+  });
+
+  // The log-probabilities of tokens whose text a stop string held go out with that text, not before it: the held
+  // text is followed by Harmony's markers, whose text does not count as text let through.
+  it("with logprobs, a held token's log-probability goes out no sooner than its text", async () => {
+    const frames: Array<{ text: string; tokens: string[] }> = [];
+    const r = await t.runner.generate(
+      {
+        model: cutModel,
+        messages: ASK,
+        thinking: false,
+        maxNewTokens: cutTokens,
+        sampling: { greedy: true },
+        stop: ['check. Done'],
+        logprobs: 0,
+      },
+      (f) => {
+        if (f.type === 'tokens') {
+          const row = f.rows[0];
+          if (row) frames.push({ text: row.text, tokens: (row.logprobs ?? []).map((l) => l.token) });
+        }
+      },
+    ).result;
+    expect(r.text).toBe(PREAMBLE);
+    let text = '';
+    let tokensText = '';
+    for (const f of frames) {
+      text += f.text;
+      // The preamble's tokens (the markers after it are no text of the answer): each begins in the text sent so far.
+      for (const tok of f.tokens) {
+        if (!PREAMBLE.startsWith(tokensText + tok)) continue;
+        expect(
+          tokensText.length,
+          `${JSON.stringify(tok)} sent before its text, with ${JSON.stringify(text)}`,
+        ).toBeLessThan(text.length);
+        tokensText += tok;
+      }
+    }
+    expect(tokensText).toBe(PREAMBLE);
+  });
+
+  // Text the tool-call reader holds (it could begin a call) when reasoning begins cannot be a call (none spans
+  // into reasoning): it goes out before the reasoning, in each frame and in the last.
+  it.each([
+    ['the whole reply', 128, `${HELD_BY_READER}\n\nDone.`, '<b> hmm.'],
+    ['a reply cut by max tokens inside the reasoning', -1, HELD_BY_READER, '<'],
+  ])('with tools, the text the call reader held goes out before the reasoning: %s', async (_, max, text, reasoning) => {
+    const maxTokens = max > 0 ? max : readerTokens;
+    const frames: Array<{ text: string; reasoning: string }> = [];
+    const r = await t.runner.generate(
+      {
+        model: readerModel,
+        messages: ASK,
+        maxNewTokens: maxTokens,
+        sampling: { greedy: true },
+        tools: [LAMP.function],
+      },
+      (f) => {
+        if (f.type === 'tokens')
+          for (const row of f.rows) frames.push({ text: row.text, reasoning: row.reasoning ?? '' });
+      },
+    ).result;
+    expect(r.text).toBe(text);
+    expect(r.reasoning).toBe(reasoning);
+    expect(r.rows[0]?.toolCalls ?? []).toEqual([]);
+    const order = [
+      { kind: 'text', text: HELD_BY_READER },
+      { kind: 'reasoning', text: reasoning },
+      ...(max > 0 ? [{ kind: 'text', text: '\n\nDone.' }] : []),
+    ];
+    expect(inOrder(frames)).toEqual(order);
+    // The chat stream's chunks (reasoning_content, content) in the same order.
+    const stream = await openai.chat.completions.create({
+      model: readerModel,
+      messages: ASK,
+      max_tokens: maxTokens,
+      tools: [LAMP],
+      stream: true,
+    });
+    const chunks: Array<{ text: string; reasoning: string }> = [];
+    for await (const c of stream) {
+      const d = c.choices[0]?.delta as { content?: string | null; reasoning_content?: string } | undefined;
+      chunks.push({ text: d?.content ?? '', reasoning: d?.reasoning_content ?? '' });
+    }
+    expect(inOrder(chunks)).toEqual(order);
   });
 });

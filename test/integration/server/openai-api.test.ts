@@ -19,6 +19,7 @@ import { holdReplyEnds, noEndBias } from '../../helpers/hold-replies';
 import { slowModel } from '../../helpers/models';
 import { failure } from '../../helpers/rejection';
 import { scriptedPackage } from '../../helpers/scripted-model';
+import { writeTwinPackages } from '../../helpers/static-cache-models';
 import {
   budget,
   eventually,
@@ -419,6 +420,55 @@ describe('chat completions', () => {
       expect(said).toEqual([unused.prediction_unused]);
     } finally {
       await off.close();
+    }
+  });
+
+  it('says a prediction went unused where the model cannot run lookup decoding (a static KV cache): lookup_unavailable', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-twins-'));
+    const twins = writeTwinPackages(dir, { layers: 2, hidden: 32, heads: 2, capacity: 256, seed: 7 });
+    const s = await startTestServer({ kvBudgetBytes: BUDGET }, { loadDefault: false });
+    try {
+      const ids: Record<string, string> = {};
+      for (const [kind, at] of [
+        ['static', twins.staticDir],
+        ['dynamic', twins.dynamicDir],
+      ] as const) {
+        const r = await s.hostApi.call('loadModel', { path: at });
+        if (!r.ok) throw new Error(r.error.message);
+        ids[kind] = r.value.id;
+      }
+      const sc = openaiClient(s.url);
+      type Extras = { kvdesk: { prediction_unused?: { reason: string; message: string }; lookup?: unknown } };
+      const ask = (model: string, content?: string) =>
+        sc.chat.completions.create({
+          model,
+          messages: [{ role: 'user' as const, content: 'Write out the list again' }],
+          max_tokens: 16,
+          temperature: 0,
+          ...(content !== undefined ? { prediction: { type: 'content' as const, content } } : {}),
+        });
+      for (const kind of ['dynamic', 'static'] as const) {
+        const text = (await ask(ids[kind] as string)).choices[0]?.message.content ?? '';
+        const predicted = await ask(ids[kind] as string, text);
+        expect(predicted.choices[0]?.message.content).toBe(text);
+        const extras = (predicted as unknown as Extras).kvdesk;
+        if (kind === 'dynamic') {
+          // The same weights with a growing cache draft from it.
+          expect(extras.prediction_unused).toBeUndefined();
+          expect(predicted.usage?.completion_tokens_details?.accepted_prediction_tokens).toBeGreaterThan(0);
+        } else {
+          expect(extras.lookup).toBeUndefined();
+          expect(predicted.usage?.completion_tokens_details).toEqual({
+            accepted_prediction_tokens: 0,
+            rejected_prediction_tokens: 0,
+          });
+          expect(extras.prediction_unused?.reason).toBe('lookup_unavailable');
+          expect(extras.prediction_unused?.message).toMatch(/cannot run on this model: its KV cache is static/);
+        }
+      }
+    } finally {
+      await s.close();
+      await rm(dir, { recursive: true, force: true });
     }
   });
 

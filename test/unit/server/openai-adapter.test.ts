@@ -3,6 +3,7 @@ import { anthropicError } from '../../../src/main/server/anthropic-adapter';
 import { errorFromInfo } from '../../../src/main/server/http-util';
 import {
   completionBody,
+  kvdeskExtras,
   logprobsJson,
   mapOpenAiRequest,
   openAiFinishReason,
@@ -709,6 +710,23 @@ describe('responses', () => {
     },
     timings: { queueMs: 1, ttftMs: 2, totalMs: 3, tokensPerSecond: 4 },
   };
+
+  it('say why a prediction went unused, and what to do, for each reason', () => {
+    const said = (predictionUnused: NonNullable<GenerationResult['predictionUnused']>) =>
+      (kvdeskExtras({ ...result, predictionUnused }) as { prediction_unused: { reason: string; message: string } })
+        .prediction_unused;
+    expect(said({ reason: 'lookup_off' })).toEqual({
+      reason: 'lookup_off',
+      message: expect.stringMatching(/--lookup 0/),
+    });
+    const unavailable = said({ reason: 'lookup_unavailable', detail: 'its KV cache is static' });
+    expect(unavailable.reason).toBe('lookup_unavailable');
+    expect(unavailable.message).toMatch(/cannot run on this model: its KV cache is static; so the prediction/);
+    const batched = said({ reason: 'batched' });
+    expect(batched.reason).toBe('batched');
+    expect(batched.message).toMatch(/beside other requests .* no other reply under way/);
+    expect(kvdeskExtras(result).prediction_unused).toBeUndefined();
+  });
 
   it('map finish reasons: the reply ended by itself → stop, ran out of room → length', () => {
     expect(openAiFinishReason('eos')).toBe('stop');

@@ -159,6 +159,32 @@ describe('createToolCallFilter', () => {
     expect(f.flush().content).toBe('<');
   });
 
+  it('release (reasoning follows): lets out what it held, a call cut off as text, and reads on after', () => {
+    const f = createToolCallFilter(HERMES, NAMES);
+    expect(f.push('Let me check <').content).toBe('Let me check ');
+    expect(f.release()).toEqual({ content: '<', calls: [], deltas: [] });
+    expect(f.push('<tool_call>{"name": "search"').content).toBe('');
+    expect(f.release().content).toBe('<tool_call>{"name": "search"');
+    const after = f.push('<tool_call>{"name": "search", "arguments": {}}</tool_call>');
+    expect(after.calls.map((c) => c.name)).toEqual(['search']);
+    // After a call, the white space it holds (dropped unless text follows) and its closing tag stay held.
+    expect(f.release().content).toBe('');
+    expect(f.flush().content).toBe('');
+    // An XML call whose closing tag never came is one, as at the end.
+    const x = createToolCallFilter(QWEN_XML, NAMES);
+    x.push('<tool_call>\n<function=search>\n<parameter=q>\nx\n</parameter>\n</function>\n');
+    expect(x.release().calls.map(({ name, arguments: a }) => ({ name, arguments: a }))).toEqual([
+      call('search', { q: 'x' }),
+    ]);
+    // A bare-JSON reply's leading white space, and a forced call, are not given up.
+    const bare = createToolCallFilter(BARE_JSON, NAMES);
+    expect(bare.push('\n').content + bare.release().content).toBe('');
+    expect(bare.push('{"name": "search", "arguments": {}}').calls.map((c) => c.name)).toEqual(['search']);
+    const forced = createToolCallFilter(HERMES, NAMES, { forced: true });
+    expect(forced.release().content).toBe('');
+    expect(forced.push('{"name": "search", "arguments": {}}').calls.map((c) => c.name)).toEqual(['search']);
+  });
+
   it('gives back as content a block that is not a call: unknown tool, bad JSON, no JSON, or cut off', () => {
     for (const text of [
       'A <tool_call>{"name": "rm_rf", "arguments": {}}</tool_call> B',
