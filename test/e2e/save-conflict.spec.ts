@@ -239,3 +239,56 @@ test('a page whose saves are refused while its reply runs keeps its turn as a co
     await server.stop();
   }
 });
+
+test("a tab renaming a chat while another tab's reply streams in it: the name is taken, the reply not copied", async ({
+  page,
+}) => {
+  test.setTimeout(180_000);
+  const server = await startSlowServe();
+  const other = await page.context().newPage();
+  // The other tab hears nothing of the chats saved from the moment `deaf` is set: the reply it shows stays behind.
+  let deaf = false;
+  await other.routeWebSocket(/\/ws/, (ws) => {
+    const host = ws.connectToServer();
+    host.onMessage((m) => {
+      if (deaf && typeof m === 'string' && m.startsWith('{"t":"event","event":"thread"')) return;
+      ws.send(m);
+    });
+  });
+  try {
+    const id = await saveEndlessChat(server, { greedy: true, maxNewTokens: 1900 });
+    await openServer(page, server);
+    await openChat(page, id);
+    await openServer(other, server);
+    await openChat(other, id);
+    await send(page, 'asked in the first tab');
+    await expect(other.getByTestId('message-assistant').getByTestId('message-text')).not.toBeEmpty();
+    deaf = true;
+    const listed = async () => ((await wsCall(server, 'listThreads', {})).value ?? []) as Saved[];
+    const reply = async () => (await listed()).find((t) => t.id === id)?.messages[1]?.content.length ?? 0;
+    const shown = (await other.getByTestId('message-assistant').getByTestId('message-text').textContent()) ?? '';
+    await expect.poll(reply).toBeGreaterThan(shown.length);
+    // Renamed in the other tab, from the chat as it last heard of it: refused (the reply was saved since), then
+    // taken, as the name is all it changed.
+    await other.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).dblclick();
+    await other.getByTestId('thread-rename-input').fill('Named in the other tab');
+    await other.getByTestId('thread-rename-input').press('Enter');
+    await expect.poll(async () => (await listed()).find((t) => t.id === id)?.title).toBe('Named in the other tab');
+    deaf = false;
+    await expect(page.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`)).toContainText(
+      'Named in the other tab',
+    );
+    await expect(lastReply(page)).toHaveAttribute('data-state', 'running');
+    await page.getByTestId('stop-button').click();
+    await expect(lastReply(page)).toHaveAttribute('data-state', 'cancelled');
+    await page.waitForTimeout(1500);
+    const threads = await listed();
+    expect(threads.filter((t) => t.title.includes('conflicted copy')).map((t) => t.title)).toEqual([]);
+    expect(threads.find((t) => t.id === id)?.title).toBe('Named in the other tab');
+    await expect(other.getByTestId('notice')).toHaveCount(0);
+    await expect(page.getByTestId('notice')).toHaveCount(0);
+  } finally {
+    await other.close();
+    await server.stop();
+  }
+});
