@@ -2,7 +2,12 @@
  * Two pages on one chat, the second not hearing of the first's save (as when its saves waited while it was
  * offline, or crossed the other's): its save is refused, not written over the other's turns, and both are kept.
  */
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { openChat, openServer, saveEndlessChat, startSlowServe } from './endless';
 import { expect, lastReply, newChat, send, setSettings, test, wsCall } from './fixtures';
+import { startServe } from './serve';
 
 interface Saved {
   id: string;
@@ -96,5 +101,194 @@ test("a page that had not seen another's save keeps its turn as a copy of the ch
     expect((await listed()).find((t) => t.id === id)?.messages).toHaveLength(6);
   } finally {
     await other.close();
+  }
+});
+
+test("kvdesk stopping with a page's save unanswered: the page saves it again once kvdesk is back, as its own", async ({
+  page,
+}) => {
+  test.setTimeout(180_000);
+  const dataDir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-e2e-saves-'));
+  let server = await startServe([], 90_000, undefined, dataDir);
+  const port = new URL(server.url).port;
+  // What happens to the page's chat saves on the way: sent and answered, never sent, or sent and their answer lost.
+  let saves: 'pass' | 'swallow' | 'mute' = 'pass';
+  const muted = new Set<number>();
+  await page.routeWebSocket(/\/ws/, (ws) => {
+    const host = ws.connectToServer();
+    ws.onMessage((m) => {
+      const sent = typeof m === 'string' ? (JSON.parse(m) as { t?: string; id?: number; name?: string }) : {};
+      if (sent.t === 'invoke' && sent.name === 'saveThread' && saves !== 'pass') {
+        if (saves === 'swallow') return;
+        muted.add(sent.id ?? -1);
+      }
+      host.send(m);
+    });
+    host.onMessage((m) => {
+      const got = typeof m === 'string' ? (JSON.parse(m) as { t?: string; id?: number }) : {};
+      if (got.t === 'result' && muted.has(got.id ?? -1)) return;
+      ws.send(m);
+    });
+  });
+  const stored = async () =>
+    ((await wsCall(server, 'listThreads', {})).value as Saved[] | undefined)?.find((t) => t.id === id)?.title;
+  const rename = async (title: string) => {
+    await page.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).dblclick();
+    await page.getByTestId('thread-rename-input').fill(title);
+    await page.getByTestId('thread-rename-input').press('Enter');
+  };
+  const restart = async () => {
+    await server.stop();
+    await expect(page.getByTestId('offline-note')).toBeVisible();
+    server = await startServe(['--port', port], 90_000, undefined, dataDir);
+  };
+  let id = '';
+  try {
+    await page.goto(server.url);
+    await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+    id = await newChat(page);
+    await setSettings(page, { maxNewTokens: 2 });
+    await send(page, 'a question');
+    await expect(lastReply(page)).toHaveAttribute('data-state', 'done', { timeout: 30_000 });
+    await expect.poll(stored).toBe('a question');
+
+    // A change whose save never reached kvdesk before it stopped: saved once kvdesk is back, nothing else done.
+    saves = 'swallow';
+    await rename('Renamed as kvdesk stopped');
+    await page.waitForTimeout(300);
+    expect(await stored()).toBe('a question');
+    await restart();
+    saves = 'pass';
+    await expect(page.getByTestId('offline-note')).toHaveCount(0, { timeout: 30_000 });
+    await expect.poll(stored).toBe('Renamed as kvdesk stopped');
+
+    // One kvdesk wrote, its answer lost as it stopped; then one made while it was away: this page's own, in a row.
+    saves = 'mute';
+    await rename('Renamed before the restart');
+    await expect.poll(stored).toBe('Renamed before the restart');
+    await restart();
+    saves = 'pass';
+    await rename('Renamed while kvdesk was away');
+    await expect(page.getByTestId('offline-note')).toHaveCount(0, { timeout: 30_000 });
+    await expect.poll(stored).toBe('Renamed while kvdesk was away');
+    await page.waitForTimeout(1000);
+    await expect(page.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`)).toContainText(
+      'Renamed while kvdesk was away',
+    );
+    await expect(page.getByTestId('notice')).toHaveCount(0);
+    expect(await stored()).toBe('Renamed while kvdesk was away');
+  } finally {
+    await server.stop();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+});
+
+test('a page whose saves are refused while its reply runs keeps its turn as a copy at once: a reload then loses nothing', async ({
+  page,
+}) => {
+  test.setTimeout(180_000);
+  const server = await startSlowServe();
+  // This page hears nothing of the chats saved from the moment `deaf` is set.
+  let deaf = false;
+  await page.routeWebSocket(/\/ws/, (ws) => {
+    const host = ws.connectToServer();
+    host.onMessage((m) => {
+      if (deaf && typeof m === 'string' && m.startsWith('{"t":"event","event":"thread"')) return;
+      ws.send(m);
+    });
+  });
+  const other = await page.context().newPage();
+  try {
+    const id = await saveEndlessChat(server, { greedy: true, maxNewTokens: 1900 });
+    await openServer(page, server);
+    await openChat(page, id);
+    await openServer(other, server);
+    await openChat(other, id);
+    deaf = true;
+    // The other page's turn, saved; this page does not hear of it.
+    await send(other, 'asked in the other tab');
+    await expect(lastReply(other).getByTestId('message-text')).not.toBeEmpty();
+    await other.getByTestId('stop-button').click();
+    await expect(lastReply(other)).toHaveAttribute('data-state', 'cancelled');
+    // This page's turn, made from the chat as it was before: its saves are refused, and its reply runs on.
+    await send(page, 'asked in this tab');
+    await expect(lastReply(page).getByTestId('message-text')).not.toBeEmpty();
+    await expect(page.getByTestId('notice')).toContainText('Endless (conflicted copy)');
+    const listed = async () => ((await wsCall(server, 'listThreads', {})).value ?? []) as Saved[];
+    const copy = async () => (await listed()).find((t) => t.title === 'Endless (conflicted copy)');
+    // The copy is saved while the reply runs, its text so far with it.
+    await expect
+      .poll(async () => (await copy())?.messages.map((m) => [m.role, m.content.length > 0]))
+      .toEqual([
+        ['user', true],
+        ['assistant', true],
+      ]);
+    expect((await copy())?.messages[0]?.content).toBe('asked in this tab');
+    await expect(lastReply(page)).toHaveAttribute('data-state', 'running');
+    // Reloaded before the reply ends: its question and reply so far are kept in the copy, the other's in the chat.
+    await page.reload();
+    await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+    await expect(page.getByTestId('thread-list')).toContainText('Endless (conflicted copy)');
+    const kept = await copy();
+    expect(kept?.messages.map((m) => m.role)).toEqual(['user', 'assistant']);
+    expect(kept?.messages[1]?.content.length).toBeGreaterThan(0);
+    const chat = (await listed()).find((t) => t.id === id);
+    expect(chat?.messages.filter((m) => m.role === 'user').map((m) => m.content)).toEqual(['asked in the other tab']);
+  } finally {
+    await other.close();
+    await server.stop();
+  }
+});
+
+test("a tab renaming a chat while another tab's reply streams in it: the name is taken, the reply not copied", async ({
+  page,
+}) => {
+  test.setTimeout(180_000);
+  const server = await startSlowServe();
+  const other = await page.context().newPage();
+  // The other tab hears nothing of the chats saved from the moment `deaf` is set: the reply it shows stays behind.
+  let deaf = false;
+  await other.routeWebSocket(/\/ws/, (ws) => {
+    const host = ws.connectToServer();
+    host.onMessage((m) => {
+      if (deaf && typeof m === 'string' && m.startsWith('{"t":"event","event":"thread"')) return;
+      ws.send(m);
+    });
+  });
+  try {
+    const id = await saveEndlessChat(server, { greedy: true, maxNewTokens: 1900 });
+    await openServer(page, server);
+    await openChat(page, id);
+    await openServer(other, server);
+    await openChat(other, id);
+    await send(page, 'asked in the first tab');
+    await expect(other.getByTestId('message-assistant').getByTestId('message-text')).not.toBeEmpty();
+    deaf = true;
+    const listed = async () => ((await wsCall(server, 'listThreads', {})).value ?? []) as Saved[];
+    const reply = async () => (await listed()).find((t) => t.id === id)?.messages[1]?.content.length ?? 0;
+    const shown = (await other.getByTestId('message-assistant').getByTestId('message-text').textContent()) ?? '';
+    await expect.poll(reply).toBeGreaterThan(shown.length);
+    // Renamed in the other tab, from the chat as it last heard of it: refused (the reply was saved since), then
+    // taken, as the name is all it changed.
+    await other.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).dblclick();
+    await other.getByTestId('thread-rename-input').fill('Named in the other tab');
+    await other.getByTestId('thread-rename-input').press('Enter');
+    await expect.poll(async () => (await listed()).find((t) => t.id === id)?.title).toBe('Named in the other tab');
+    deaf = false;
+    await expect(page.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`)).toContainText(
+      'Named in the other tab',
+    );
+    await expect(lastReply(page)).toHaveAttribute('data-state', 'running');
+    await page.getByTestId('stop-button').click();
+    await expect(lastReply(page)).toHaveAttribute('data-state', 'cancelled');
+    await page.waitForTimeout(1500);
+    const threads = await listed();
+    expect(threads.filter((t) => t.title.includes('conflicted copy')).map((t) => t.title)).toEqual([]);
+    expect(threads.find((t) => t.id === id)?.title).toBe('Named in the other tab');
+    await expect(other.getByTestId('notice')).toHaveCount(0);
+    await expect(page.getByTestId('notice')).toHaveCount(0);
+  } finally {
+    await other.close();
+    await server.stop();
   }
 });

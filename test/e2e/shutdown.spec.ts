@@ -1,9 +1,9 @@
 /**
  * kvdesk stopping while a reply streams (its serve ended, as Ctrl+C or the system's shutdown ends it): the host
  * cancels the reply as a shutdown, which the page shows interrupted — not stopped by the person — with the text so
- * far and the same things to do as a reply a reload cut off. A save the closing connection left unanswered is not
- * made again once kvdesk is back (another page may have saved newer turns since): what was saved while it streamed
- * stays. The slow model (endless.ts) writes the reply.
+ * far and the same things to do as a reply a reload cut off. A save the closing connection left unanswered is made
+ * again once kvdesk is back (refused, and settled as a conflict, where another page saved the chat since): what was
+ * saved while it streamed stays. The slow model (endless.ts) writes the reply.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';

@@ -58,7 +58,8 @@ export class ThreadStore {
   private readonly grants = new Map<string, { file: string; grants: string[] }>();
   /**
    * Each chat's revision as its file holds it, with that file's stat (read again only when the file changed), and
-   * the page that saved it last (this run only).
+   * the page that saved it last (its `savedBy`, kept in the file: a page's save the host wrote just before it
+   * stopped, its answer lost, is that page's own once kvdesk is back).
    */
   private readonly revisions = new Map<string, { file: string; revision: number; by?: string }>();
 
@@ -128,7 +129,7 @@ export class ThreadStore {
   }
 
   /** One thread file: its thread (with its fields of a newer kvdesk noted, for its saves), or what is wrong. */
-  private async readThread(file: string): Promise<{ thread: Thread } | { problem: string }> {
+  private async readThread(file: string): Promise<{ thread: Thread; savedBy?: string } | { problem: string }> {
     const leftAlone = `it is not listed, and left as it is: mend it, or move it out of ${this.threadsDir}`;
     let text: string;
     try {
@@ -164,11 +165,13 @@ export class ThreadStore {
       return { problem: `the chat file ${file} has the id "${id}", which is not ${SAFE_ID_TEXT}; ${leftAlone}` };
     }
     this.noteExtras(id, raw);
-    return { thread: parsed.data };
+    const savedBy = isPlainObject(raw) && typeof raw.savedBy === 'string' ? raw.savedBy : undefined;
+    return { thread: parsed.data, ...(savedBy !== undefined ? { savedBy } : {}) };
   }
 
   private noteExtras(id: string, raw: unknown): void {
-    const top = fieldsUnknown(raw, Thread.shape);
+    // The last saver is the store's (each save writes its own), not a newer kvdesk's field to write back.
+    const { savedBy: _savedBy, ...top } = fieldsUnknown(raw, Thread.shape);
     const messages = new Map<string, Record<string, unknown>>();
     const rawMessages: unknown[] = isPlainObject(raw) && Array.isArray(raw.messages) ? raw.messages : [];
     for (const m of rawMessages) {
@@ -208,7 +211,8 @@ export class ThreadStore {
    * Writes the chat as revision (its file's revision, or the one it was made from, whichever is later) + 1, and
    * returns that revision. Refused with SAVE_CONFLICT, nothing written, when the file has moved on from the revision
    * the chat was made from (`thread.revision`, absent: 0) through another saver's save: that saver's turns would be
-   * lost. The same saver's own saves may overtake each other (a page sends the next before the last is answered).
+   * lost. The same saver's own saves may overtake each other (a page sends the next before the last is answered, or
+   * kvdesk wrote its last and stopped before answering): the file names its last saver (`savedBy`, never listed).
    */
   async save(thread: Thread, savedBy?: string): Promise<number> {
     const file = this.fileOf(thread.id);
@@ -223,7 +227,7 @@ export class ThreadStore {
         );
       }
       const revision = Math.max(stored?.revision ?? 0, base) + 1;
-      const data = JSON.stringify(this.withExtras({ ...thread, revision }));
+      const data = JSON.stringify({ ...this.withExtras({ ...thread, revision }), ...(savedBy ? { savedBy } : {}) });
       this.grants.delete(thread.id);
       this.revisions.delete(thread.id);
       await writeAtomic(file, data);
@@ -247,7 +251,11 @@ export class ThreadStore {
     if (known?.file === now) return known;
     const read = await this.readThread(file);
     if (!('thread' in read)) return null;
-    const found = { file: now, revision: read.thread.revision ?? 0 };
+    const found = {
+      file: now,
+      revision: read.thread.revision ?? 0,
+      ...(read.savedBy !== undefined ? { by: read.savedBy } : {}),
+    };
     this.revisions.set(id, found);
     return found;
   }

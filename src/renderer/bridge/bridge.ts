@@ -26,7 +26,7 @@ import type { ErrorInfo, Result } from '../../shared/errors';
 import { noteOwnRequest } from '../lib/busy-elsewhere';
 import { drafts } from '../lib/drafts';
 import { autoRunCalls, chatTools, MAX_AUTO_ROUNDS, SKIPPED_ANSWER, toolKey } from '../lib/mcp-tools';
-import { conflictCopy, holdsAll, mergeThread, sameSettings } from '../lib/merge-thread';
+import { conflictCopy, conflictTitle, holdsAll, mergeThread, sameSettings, takeSettings } from '../lib/merge-thread';
 import { loadedAnnouncement, unloadedAnnouncement, validatedAnnouncement } from '../lib/model-announcement';
 import { blank, carriedSettings, chatSetup } from '../lib/presets';
 import { parseThreadImport } from '../lib/thread-export';
@@ -234,6 +234,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   function dropThread(id: string): void {
     stop(id);
     endStreamSaves(id);
+    known.delete(id);
     s().removeThread(id);
     sessionModel.delete(id);
     pendingPicks.delete(id);
@@ -273,21 +274,34 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     });
     const picked = pendingPicks.get(threadId);
     const thread: Thread = { ...t, messages, ...(picked ? { modelId: picked } : {}) };
+    // Refused (another page saved first) while its reply is written here, and the page goes before that is
+    // settled: what it has is saved as a chat of its own now, or it would go with the page.
+    const doubtful = refused.has(threadId) || settling.has(threadId) || (heard.has(threadId) && saving.has(threadId));
+    if (pageGoing && !copying.has(threadId) && liveIn(threadId) && doubtful) {
+      startCopy(threadId, t.title);
+    }
+    const copy = copying.get(threadId);
+    if (copy) {
+      saveCopy(threadId, thread, copy);
+      return;
+    }
     saving.set(threadId, (saving.get(threadId) ?? 0) + 1);
     void api.invoke('saveThread', { ...thread, savedBy: pageId }).then((r) => {
       const left = (saving.get(threadId) ?? 1) - 1;
       if (left > 0) saving.set(threadId, left);
       else saving.delete(threadId);
       if (r.ok) {
+        known.set(threadId, thread);
         // The page's next save of it is made from this revision (or from a later one it heard of meanwhile).
         const now = s().threads.find((x) => x.id === threadId);
         if (now && (now.revision ?? 0) < r.value.revision) s().updateThread(threadId, { revision: r.value.revision });
       } else if (r.error.code === 'SAVE_CONFLICT') {
         refused.set(threadId, thread); // the later of this page's saves: what it has most
       } else if (r.error.detail?.reason === 'disconnect') {
-        // The connection went before the host answered: what it saved before (a streaming reply's text, each
-        // second) stays.
-        notify("The chat's last change was not saved: the connection to kvdesk closed before it answered.");
+        // The connection went before the host answered (it may have written it, or not): saved again once it is
+        // back. Taken as this page's own save in a row either way, or refused and settled if another page saved
+        // the chat meanwhile.
+        unanswered.add(threadId);
       } else report('Could not save the chat', r);
       if (left === 0 && (refused.has(threadId) || heard.has(threadId))) void settle(threadId);
     });
@@ -299,19 +313,54 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   const refused = new Map<string, Thread>();
   /** Chats another page saved while this page's own saves of them were on their way (so are refused). */
   const heard = new Set<string>();
-  /** Chats being settled (the saved one on its way); those whose settling waits for their reply's end. */
+  /** Chats being settled (the saved one on its way). */
   const settling = new Set<string>();
-  const settleAtEnd = new Set<string>();
+  /** Each chat as the host last had it, as far as this page knows (what it last heard of, or saved). */
+  const known = new Map<string, Thread>();
+  /** Chats whose last save the closing connection left unanswered: saved again once it is back. */
+  const unanswered = new Set<string>();
+  /**
+   * Chats whose saves were refused while a reply is written in them here, another page having added turns: what
+   * this page has of each is saved, from then on, as a chat of its own (the copy's id, its messages' ids, when made).
+   */
+  const copying = new Map<string, { id: string; messageId: string; at: number }>();
+
+  /** Chat `threadId`'s saves go to a copy of it from now on (see copying); the person is told. */
+  function startCopy(threadId: string, title: string, mine = title): void {
+    const now = Date.now();
+    const copy = { id: newId('t', now), messageId: newId('m', now), at: now };
+    copying.set(threadId, copy);
+    notify(
+      `“${title}” was changed in another window or tab while this one's reply was being written. Both are kept: theirs as “${title}”, this one's as a chat of its own, “${conflictTitle(mine)}”.`,
+    );
+  }
+
+  /**
+   * Saves `thread` (this page's copy of the chat, a reply so far included) as its conflicted copy; once its reply
+   * ended, the chat here becomes the one saved.
+   */
+  function saveCopy(threadId: string, thread: Thread, copy: { id: string; messageId: string; at: number }): void {
+    const before = s().threads.find((x) => x.id === copy.id);
+    const made = conflictCopy(thread, copy.id, copy.messageId, copy.at);
+    s().receiveThread({ ...made, ...(before?.revision !== undefined ? { revision: before.revision } : {}) });
+    saveThread(copy.id);
+    if (liveIn(threadId)) return;
+    copying.delete(threadId);
+    refused.delete(threadId);
+    void settle(threadId);
+  }
 
   /**
    * Another page saved the chat before this page's saves of it reached the host (they were refused, nothing
    * written): the chat here becomes the one saved, and nothing of either is lost. A reply being written in it here
    * goes on in it, merged with the saved one (as when the other's save is heard first), unless the other page added
    * turns: then, as when no reply is being written, this page's copy becomes a chat of its own, beside it, which
-   * the person is told of (from the reply's end, its last save refused too).
+   * the person is told of, saved at once and as the reply goes on (a reload meanwhile keeps it); the chat here
+   * becomes the saved one at the reply's end. What this page has as it last heard of it (another page's reply,
+   * shown as it was then) is not its own to keep; a name or setting changed only here is taken.
    */
   async function settle(threadId: string): Promise<void> {
-    if (settling.has(threadId) || (settleAtEnd.has(threadId) && liveIn(threadId))) return;
+    if (settling.has(threadId) || copying.has(threadId)) return;
     settling.add(threadId);
     const listed = await api.invoke('listThreads', {});
     settling.delete(threadId);
@@ -330,15 +379,18 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     if (live && local && saved) {
       const added = saved.messages.some((m) => !local.messages.some((x) => x.id === m.id));
       if (mine && added) {
-        settleAtEnd.add(threadId);
+        // Its turns go on being saved, as a chat of their own, from now on: nothing of them waits in the page.
+        startCopy(threadId, saved.title, local.title);
+        saveThread(threadId);
         return;
       }
     }
     refused.delete(threadId);
     heard.delete(threadId);
-    settleAtEnd.delete(threadId);
     // Gone meanwhile (deleted: its event says so), or nothing to keep of this page's.
     if (!saved || !local) return;
+    const base = known.get(threadId);
+    known.set(threadId, saved);
     if (live) {
       s().receiveThread(mergeThread(saved, local, new Set([live])));
       saveThread(threadId);
@@ -346,9 +398,14 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     }
     s().receiveThread(saved);
     if (!mine) return;
-    if (holdsAll(saved, mine)) {
-      // Nothing said is lost; a name or setting changed here is (the other's stands): the person is told.
-      if (!sameSettings(saved, mine)) {
+    if (holdsAll(saved, mine, base)) {
+      // Nothing said here is lost. A name or setting changed here that the other left as it was is taken; one
+      // the other changed too is the other's (the person is told).
+      const taken = takeSettings(saved, mine, base);
+      if (taken) {
+        s().receiveThread(taken);
+        saveThread(threadId);
+      } else if (!sameSettings(saved, mine)) {
         notify(
           `“${saved.title}” was changed in another window or tab before this one's change of its name or settings was saved: it shows that one now. Make the change again if you still want it.`,
         );
@@ -518,6 +575,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       heard.add(thread.id);
       return;
     }
+    known.set(thread.id, thread);
     const live = liveIn(thread.id);
     const local = s().threads.find((t) => t.id === thread.id);
     // Writing a reply in it here: the other's copy, with this page's reply (and anything it has that the other
@@ -563,7 +621,10 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     }
     if (threads.ok) {
       s().loadThreads(threads.value, ui.lastThreadId);
-      for (const t of threads.value) if (t.modelId) sessionModel.set(t.id, t.modelId);
+      for (const t of threads.value) {
+        if (t.modelId) sessionModel.set(t.id, t.modelId);
+        known.set(t.id, t);
+      }
       forgetDrafts();
       restoreModel(s().activeThreadId);
     } else {
@@ -600,6 +661,10 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     const replace = !firstOpen;
     if (firstOpen) void loadPersisted();
     firstOpen = false;
+    for (const id of [...unanswered]) {
+      unanswered.delete(id);
+      saveThread(id);
+    }
     void refreshHostState(replace);
     s().setNotice(null);
   };

@@ -3,7 +3,13 @@
  * messages, this page's reply as it has it, and what only this page has, where it has it.
  */
 import { describe, expect, it } from 'vitest';
-import { conflictCopy, holdsAll, mergeThread, sameSettings } from '../../../src/renderer/lib/merge-thread';
+import {
+  conflictCopy,
+  holdsAll,
+  mergeThread,
+  sameSettings,
+  takeSettings,
+} from '../../../src/renderer/lib/merge-thread';
 import type { Thread } from '../../../src/shared/api';
 
 const msg = (id: string, role: 'user' | 'assistant', content: string) => ({ id, role, content, createdAt: 1 });
@@ -72,5 +78,26 @@ describe('mergeThread', () => {
       ],
     });
     expect(conflictCopy({ ...mine, title: 'x'.repeat(200) }, 't', 'm', 1).title).toHaveLength(200);
+  });
+
+  it("another page's reply that this page only showed, grown since: not this page's to keep, and a rename made here is taken", () => {
+    // Page B heard A's reply at 'Once' (revision 3), renamed the chat, and its save was refused: A saved more since.
+    const base = { ...thread('Chat', [msg('u1', 'user', 'hi'), msg('a1', 'assistant', 'Once')]), revision: 3 };
+    const saved = {
+      ...thread('Chat', [msg('u1', 'user', 'hi'), msg('a1', 'assistant', 'Once upon a time')]),
+      revision: 5,
+      updatedAt: 9,
+    };
+    const mine = { ...base, title: 'Renamed in B' };
+    expect(holdsAll(saved, mine)).toBe(false);
+    expect(holdsAll(saved, mine, base)).toBe(true);
+    // A turn B wrote since is still B's: lacking.
+    expect(holdsAll(saved, { ...mine, messages: [...mine.messages, msg('u2', 'user', 'mine')] }, base)).toBe(false);
+    // Only the name changed here, and the other left it: B's name on the chat as saved (its messages, its revision).
+    expect(takeSettings(saved, mine, base)).toEqual({ ...saved, title: 'Renamed in B' });
+    // Renamed in both: the other's stands (null: B is told). Nothing changed here, or nothing known: null.
+    expect(takeSettings({ ...saved, title: 'Renamed in A' }, mine, base)).toBeNull();
+    expect(takeSettings(saved, { ...base, revision: 3 }, base)).toBeNull();
+    expect(takeSettings(saved, mine, undefined)).toBeNull();
   });
 });

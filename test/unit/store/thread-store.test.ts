@@ -34,6 +34,26 @@ describe('ThreadStore', () => {
     expect(readdirSync(path.join(dir, 'threads'))).toEqual(['t1.json']);
   });
 
+  it("a page's save written as kvdesk stopped, its answer lost, is still that page's own once kvdesk is back", async () => {
+    const { s, dir } = store();
+    expect(await s.save(thread('t9', 'a'), 'page-a')).toBe(1);
+    // Page A's next save is written, and kvdesk stops before A hears its revision: A still has revision 1.
+    expect(await s.save({ ...thread('t9', 'b'), revision: 1 }, 'page-a')).toBe(2);
+    const again = new ThreadStore(dir);
+    // Another page's save made from revision 1 is refused; A's own (made from 1 too) is taken, as before the restart.
+    await expect(again.save({ ...thread('t9', 'c'), revision: 1 }, 'page-b')).rejects.toMatchObject({
+      code: 'SAVE_CONFLICT',
+    });
+    expect(await new ThreadStore(dir).save({ ...thread('t9', 'd'), revision: 1 }, 'page-a')).toBe(3);
+    // The last saver is the store's, not the chat's: never listed, and a save without one names none.
+    expect(await new ThreadStore(dir).list()).toEqual([{ ...thread('t9', 'd'), revision: 3 }]);
+    await s.save({ ...thread('t9', 'e'), revision: 3 });
+    expect(JSON.parse(readFileSync(path.join(dir, 'threads', 't9.json'), 'utf8')).savedBy).toBeUndefined();
+    await expect(new ThreadStore(dir).save({ ...thread('t9', 'f'), revision: 3 }, 'page-a')).rejects.toMatchObject({
+      code: 'SAVE_CONFLICT',
+    });
+  });
+
   it('a delete issued after a save stays deleted', async () => {
     const { s } = store();
     await Promise.all([s.save(thread('t2', 'a')), s.delete('t2')]);
