@@ -384,8 +384,11 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       budgetTimer = null;
       if (!budgetDirty) return;
       budgetDirty = false;
+      // The window is counted from the emit itself, not from before the snapshot is taken (which takes a while on a
+      // busy machine): two emits are never less than the interval apart.
+      const snapshot = runner.snapshot();
       lastBudget = Date.now();
-      emit('budget', runner.snapshot());
+      emit('budget', snapshot);
     }, wait);
   }
   const unsubscribe = runner.onSchedulerEvent((e) => {
