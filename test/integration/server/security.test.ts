@@ -143,10 +143,10 @@ describe('a loopback server without a model', () => {
     expect(wrong.headers.get('allow')).toBe('POST');
   });
 
-  it('health is 503 until a model is loaded, then 200 with the model', async () => {
+  it('health is 503 while no model is loaded nor could be, then 200 with the model', async () => {
     const before = await fetch(`${t.url}/health`);
     expect(before.status).toBe(503);
-    expect(await before.json()).toMatchObject({ status: 'loading', models: [] });
+    expect(await before.json()).toMatchObject({ status: 'no_model', models: [] });
     const loaded = await t.hostApi.call('loadModel', { path: defaultModelDir });
     expect(loaded.ok).toBe(true);
     const after = await fetch(`${t.url}/health`);
