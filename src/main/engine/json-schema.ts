@@ -582,15 +582,18 @@ interface Resource {
   path: string;
   uri: string;
   anchors: Map<string, { schema: unknown; path: string } | null>;
+  /** The resource it is embedded in (none for the root). */
+  outer?: Resource;
 }
 
 /**
- * The resources of one schema document: by their address, and for each schema in the document the resource it is
- * written in (the nearest enclosing one: its `$ref`s are read against that resource's address) and its place.
+ * The resources of one schema document: by their address (each resource that takes it, in the order met: two
+ * tools' parameters inside one call's schema may take the same), and for each schema in the document the resource
+ * it is written in (the nearest enclosing one: its `$ref`s are read against that resource's address).
  */
 interface ResourceIndex {
   root: Resource;
-  byUri: Map<string, Resource>;
+  byUri: Map<string, Resource[]>;
   scope: Map<object, Resource>;
 }
 
@@ -620,7 +623,7 @@ function splitUri(ref: string, base: string): { uri: string; fragment: string } 
     url.hash = '';
     uri = url.href;
   } catch {
-    // A base that is no hierarchy (`kvdesk:arguments`) reads no relative address: the text as written.
+    // A base that is no hierarchy (`urn:…`) reads no relative address: the text as written.
     uri = before;
   }
   return { uri, fragment };
@@ -670,10 +673,13 @@ function indexOf(root: unknown): ResourceIndex {
       const s = value as Record<string, unknown>;
       if (s === doc) resource = rootResource;
       else if (startsResource(s)) {
-        resource = { schema: s, path, uri: splitUri(s.$id as string, outer.uri).uri, anchors: new Map() };
+        resource = { schema: s, path, uri: splitUri(s.$id as string, outer.uri).uri, anchors: new Map(), outer };
       }
-      // The first resource with an address keeps it (an address used twice names the outer one).
-      if (!index.byUri.has(resource.uri)) index.byUri.set(resource.uri, resource);
+      if (resource !== outer || s === doc) {
+        const taking = index.byUri.get(resource.uri);
+        if (!taking) index.byUri.set(resource.uri, [resource]);
+        else if (!taking.includes(resource)) taking.push(resource);
+      }
       addAnchors(s, path, resource);
     }
     index.scope.set(value, resource);
@@ -761,7 +767,9 @@ function resolveRef(ref: unknown, at: string, from: unknown, index: ResourceInde
   }
   const scope = (typeof from === 'object' && from !== null && index.scope.get(from)) || index.root;
   const { uri, fragment } = splitUri(ref, scope.uri);
-  const resource = index.byUri.get(uri);
+  // A fragment alone (`#/$defs/Name`, `#name`) is read in the resource the `$ref` is written in, whatever other
+  // resource takes its address; an address names the nearest resource that takes it.
+  const resource = ref.startsWith('#') ? scope : nearest(index.byUri.get(uri), scope);
   if (!resource) {
     throw new SchemaError(
       at,
@@ -802,6 +810,24 @@ function resolveRef(ref: unknown, at: string, from: unknown, index: ResourceInde
     node = next;
   }
   return { schema: node, path: where };
+}
+
+/**
+ * Of the resources that take one address, the one a reference written in `scope` names: `scope` or the resource
+ * around it that takes it, else one inside the nearest of those around it (a tool's own, before another tool's).
+ */
+function nearest(taking: Resource[] | undefined, scope: Resource): Resource | undefined {
+  if (!taking || taking.length < 2) return taking?.[0];
+  const within = (r: Resource, around: Resource) => {
+    for (let o: Resource | undefined = r; o; o = o.outer) if (o === around) return true;
+    return false;
+  };
+  for (let around: Resource | undefined = scope; around; around = around.outer) {
+    if (taking.includes(around)) return around;
+    const inside = taking.find((r) => within(r, around));
+    if (inside) return inside;
+  }
+  return taking[0];
 }
 
 /** A schema with its references followed (for what reads schemas as written: a oneOf's alternatives). */

@@ -177,16 +177,17 @@ function checkedSchema(
 }
 
 /**
- * The reply of a forced call to `tool`: `{"name": <its name>, <argsKey>: <its arguments>}`. The arguments' schema
- * is a resource of its own (an `$id`), so that its `$ref`s (`#/$defs/…`, as Pydantic writes nested models) are
- * read in it, not in the call's schema.
+ * The reply of a forced call to `tool` (tools[i]): `{"name": <its name>, <argsKey>: <its arguments>}`. The
+ * arguments' schema is a resource of its own (an `$id`, each tool's its own), so that its `$ref`s (`#/$defs/…`, as
+ * Pydantic writes nested models) are read in it, not in the call's schema nor in another tool's parameters.
  */
-function callSchema(tool: ToolDefinition, argsKey: string): Record<string, unknown> {
+function callSchema(tool: ToolDefinition, argsKey: string, i: number): Record<string, unknown> {
   const args = argumentsSchema(tool);
   const refers = JSON.stringify(args).includes('"$ref"');
+  const id = `https://kvdesk.invalid/tools/${i}/arguments.json`;
   return {
     type: 'object',
-    properties: { name: { const: tool.name }, [argsKey]: refers ? { $id: 'kvdesk:arguments', ...args } : args },
+    properties: { name: { const: tool.name }, [argsKey]: refers ? { $id: id, ...args } : args },
     required: ['name', argsKey],
   };
 }
@@ -354,7 +355,7 @@ function autoGrammar(
       for (const c of calls) compileSchema(c.schema);
       return { ...base, calls };
     }
-    const alternatives = shapes.map((t) => callSchema(t, format.argsKey));
+    const alternatives = shapes.map((t, i) => callSchema(t, format.argsKey, i));
     const schema = alternatives.length === 1 ? (alternatives[0] as Record<string, unknown>) : { anyOf: alternatives };
     compileSchema(schema);
     return { ...base, calls: [{ head: '', schema }] };
@@ -533,7 +534,12 @@ export function planTools(
     return plan;
   }
   const alternatives = callable.map((t) =>
-    checkedSchema(callSchema(t, format.argsKey), tools.indexOf(t), t.name, `schema.properties.${format.argsKey}`),
+    checkedSchema(
+      callSchema(t, format.argsKey, tools.indexOf(t)),
+      tools.indexOf(t),
+      t.name,
+      `schema.properties.${format.argsKey}`,
+    ),
   );
   plan.schema = alternatives.length === 1 ? (alternatives[0] as Record<string, unknown>) : { anyOf: alternatives };
   try {

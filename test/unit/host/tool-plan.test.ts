@@ -267,6 +267,52 @@ describe('planTools', () => {
     }
   });
 
+  it("reads each tool's $refs in its own parameters, where two tools' definitions take the same name", () => {
+    // Pydantic names each tool's nested model in its own $defs; two tools may each have an "Item".
+    const item = (key: string, type: string) => ({
+      type: 'object',
+      properties: { [key]: { type } },
+      required: [key],
+      additionalProperties: false,
+    });
+    const tool = (name: string, arg: string, def: string, schema: unknown) => ({
+      name,
+      parameters: {
+        type: 'object',
+        properties: { [arg]: { $ref: `#/$defs/${def}` } },
+        required: [arg],
+        additionalProperties: false,
+        $defs: { [def]: schema },
+      },
+    });
+    const variants = {
+      same: [
+        tool('place_order', 'order', 'Item', item('qty', 'integer')),
+        tool('set_toggle', 'toggle', 'Item', item('flag', 'boolean')),
+      ],
+      distinct: [
+        tool('place_order', 'order', 'OrderItem', item('qty', 'integer')),
+        tool('set_toggle', 'toggle', 'ToggleItem', item('flag', 'boolean')),
+      ],
+    };
+    const takes = (schema: unknown, text: string) => {
+      const bytes = new TextEncoder().encode(text);
+      return feedSchemaBytes(compileSchema(schema), initialSchemaState(), bytes, 0, bytes.length)?.done === true;
+    };
+    for (const [variant, tools] of Object.entries(variants)) {
+      const forced = planTools({ messages, tools, toolChoice: 'required' } as GenerateRequest, undefined, tok);
+      const auto = planTools({ messages, tools, responseFormat: 'json' } as GenerateRequest, undefined, tok);
+      const grammar = auto?.grammar?.calls[0]?.schema;
+      expect(grammar, variant).toBeDefined();
+      for (const schema of [forced?.schema, grammar]) {
+        expect(takes(schema, '{"name": "place_order", "arguments": {"order": {"qty": 3}}}'), variant).toBe(true);
+        expect(takes(schema, '{"name": "set_toggle", "arguments": {"toggle": {"flag": true}}}'), variant).toBe(true);
+        expect(takes(schema, '{"name": "place_order", "arguments": {"order": {"flag": false}}}'), variant).toBe(false);
+        expect(takes(schema, '{"name": "set_toggle", "arguments": {"toggle": {"qty": 1}}}'), variant).toBe(false);
+      }
+    }
+  });
+
   it('refuses parameters that are not an object, history arguments that are not one, and forms it cannot read', () => {
     const text = { name: 'say', parameters: { type: 'string' } };
     expect(refusal({ tools: [weather, text] }).detail).toEqual({ field: 'tools[1].parameters.type' });
