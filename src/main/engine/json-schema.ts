@@ -597,7 +597,10 @@ interface ResourceIndex {
   scope: Map<object, Resource>;
 }
 
-/** The address of a root without an `$id` (a stand-in: a reference to another address names no schema here). */
+/**
+ * The address a root without an `$id` reads relative addresses against (a stand-in: the root itself takes no
+ * address, so that an embedded `"$id": "schema.json"`, which this reads to the same, is no second root).
+ */
 const ROOT_URI = 'https://kvdesk.invalid/schema.json';
 
 /** Keywords whose value is data, not schemas: an `$id` or `$anchor` inside is not one. */
@@ -675,7 +678,7 @@ function indexOf(root: unknown): ResourceIndex {
       else if (startsResource(s)) {
         resource = { schema: s, path, uri: splitUri(s.$id as string, outer.uri).uri, anchors: new Map(), outer };
       }
-      if (resource !== outer || s === doc) {
+      if (resource !== outer || (s === doc && startsResource(doc))) {
         const taking = index.byUri.get(resource.uri);
         if (!taking) index.byUri.set(resource.uri, [resource]);
         else if (!taking.includes(resource)) taking.push(resource);
@@ -769,7 +772,7 @@ function resolveRef(ref: unknown, at: string, from: unknown, index: ResourceInde
   const { uri, fragment } = splitUri(ref, scope.uri);
   // A fragment alone (`#/$defs/Name`, `#name`) is read in the resource the `$ref` is written in, whatever other
   // resource takes its address; an address names the nearest resource that takes it.
-  const resource = ref.startsWith('#') ? scope : nearest(index.byUri.get(uri), scope);
+  const resource = ref === '' || ref.startsWith('#') ? scope : nearest(index.byUri.get(uri), scope);
   if (!resource) {
     throw new SchemaError(
       at,
@@ -794,13 +797,9 @@ function resolveRef(ref: unknown, at: string, from: unknown, index: ResourceInde
   }
   let node: unknown = resource.schema;
   let where = resource.path;
+  // (Percent-decoded once, as a whole, by splitUri: `%2525` is a key's `%25`.)
   for (const raw of fragment === '' ? [] : fragment.slice(1).split('/')) {
-    let part: string;
-    try {
-      part = decodeURIComponent(raw).replace(/~1/g, '/').replace(/~0/g, '~');
-    } catch {
-      part = raw;
-    }
+    const part = raw.replace(/~1/g, '/').replace(/~0/g, '~');
     const next =
       typeof node === 'object' && node !== null && Object.hasOwn(node, part)
         ? (node as Record<string, unknown>)[part]
