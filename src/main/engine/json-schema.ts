@@ -829,6 +829,19 @@ function nearest(taking: Resource[] | undefined, scope: Resource): Resource | un
   return taking[0];
 }
 
+/**
+ * For the document `doc`: the resource (a schema object) a `$ref` written in `holder` reads its fragment in — the
+ * one it is written in for a fragment alone, the one its address names — or undefined where none here takes it.
+ */
+export function refResources(doc: unknown): (ref: string, holder: object) => object | undefined {
+  const index = indexOf(doc);
+  return (ref, holder) => {
+    const scope = index.scope.get(holder) ?? index.root;
+    if (ref === '' || ref.startsWith('#')) return scope.schema;
+    return nearest(index.byUri.get(splitUri(ref, scope.uri).uri), scope)?.schema;
+  };
+}
+
 /** A schema with its references followed (for what reads schemas as written: a oneOf's alternatives). */
 function derefed(schema: unknown, refs: Refs): unknown {
   let s = schema;

@@ -190,7 +190,38 @@ describe('planTools', () => {
         },
       },
     };
-    for (const tool of [named, pick, called, bundled, anchored, embedded]) {
+    // … through an address (an embedded schema's $id) and through a key written percent-encoded.
+    const addressed = {
+      name: 'addressed',
+      parameters: {
+        type: 'object',
+        properties: { q: { $ref: 'q.json#/properties/a/oneOf/1' } },
+        required: ['q'],
+        $defs: {
+          Q: { $id: 'q.json', type: 'object', properties: { a: { oneOf: [{ type: 'string' }, { type: 'integer' }] } } },
+        },
+      },
+    };
+    const percent = {
+      name: 'percent',
+      parameters: {
+        type: 'object',
+        properties: { q: { $ref: '#/$defs/a%20b%2525/oneOf/1' } },
+        required: ['q'],
+        $defs: { 'a b%25': { oneOf: [{ type: 'string' }, { type: 'integer' }] } },
+      },
+    };
+    for (const tool of [addressed, percent]) {
+      const calls = planTools({ messages, tools: [tool], responseFormat: 'json' } as GenerateRequest, undefined, tok)
+        ?.grammar?.calls[0]?.schema;
+      const takes = (text: string) => {
+        const bytes = new TextEncoder().encode(text);
+        return feedSchemaBytes(compileSchema(calls), initialSchemaState(), bytes, 0, bytes.length)?.done === true;
+      };
+      expect(takes(`{"name": "${tool.name}", "arguments": {"q": 5}}`), tool.name).toBe(true);
+      expect(takes(`{"name": "${tool.name}", "arguments": {"q": "x"}}`), tool.name).toBe(false);
+    }
+    for (const tool of [named, pick, called, bundled, anchored, embedded, addressed, percent]) {
       expect(
         planTools({ messages, tools: [tool], responseFormat: 'json' } as GenerateRequest, undefined, tok)?.grammar,
         tool.name,
