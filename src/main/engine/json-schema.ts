@@ -582,19 +582,25 @@ interface Resource {
   path: string;
   uri: string;
   anchors: Map<string, { schema: unknown; path: string } | null>;
+  /** The resource it is embedded in (none for the root). */
+  outer?: Resource;
 }
 
 /**
- * The resources of one schema document: by their address, and for each schema in the document the resource it is
- * written in (the nearest enclosing one: its `$ref`s are read against that resource's address) and its place.
+ * The resources of one schema document: by their address (each resource that takes it, in the order met: two
+ * tools' parameters inside one call's schema may take the same), and for each schema in the document the resource
+ * it is written in (the nearest enclosing one: its `$ref`s are read against that resource's address).
  */
 interface ResourceIndex {
   root: Resource;
-  byUri: Map<string, Resource>;
+  byUri: Map<string, Resource[]>;
   scope: Map<object, Resource>;
 }
 
-/** The address of a root without an `$id` (a stand-in: a reference to another address names no schema here). */
+/**
+ * The address a root without an `$id` reads relative addresses against (a stand-in: the root itself takes no
+ * address, so that an embedded `"$id": "schema.json"`, which this reads to the same, is no second root).
+ */
 const ROOT_URI = 'https://kvdesk.invalid/schema.json';
 
 /** Keywords whose value is data, not schemas: an `$id` or `$anchor` inside is not one. */
@@ -620,7 +626,7 @@ function splitUri(ref: string, base: string): { uri: string; fragment: string } 
     url.hash = '';
     uri = url.href;
   } catch {
-    // A base that is no hierarchy (`kvdesk:arguments`) reads no relative address: the text as written.
+    // A base that is no hierarchy (`urn:…`) reads no relative address: the text as written.
     uri = before;
   }
   return { uri, fragment };
@@ -670,10 +676,13 @@ function indexOf(root: unknown): ResourceIndex {
       const s = value as Record<string, unknown>;
       if (s === doc) resource = rootResource;
       else if (startsResource(s)) {
-        resource = { schema: s, path, uri: splitUri(s.$id as string, outer.uri).uri, anchors: new Map() };
+        resource = { schema: s, path, uri: splitUri(s.$id as string, outer.uri).uri, anchors: new Map(), outer };
       }
-      // The first resource with an address keeps it (an address used twice names the outer one).
-      if (!index.byUri.has(resource.uri)) index.byUri.set(resource.uri, resource);
+      if (resource !== outer || (s === doc && startsResource(doc))) {
+        const taking = index.byUri.get(resource.uri);
+        if (!taking) index.byUri.set(resource.uri, [resource]);
+        else if (!taking.includes(resource)) taking.push(resource);
+      }
       addAnchors(s, path, resource);
     }
     index.scope.set(value, resource);
@@ -761,7 +770,9 @@ function resolveRef(ref: unknown, at: string, from: unknown, index: ResourceInde
   }
   const scope = (typeof from === 'object' && from !== null && index.scope.get(from)) || index.root;
   const { uri, fragment } = splitUri(ref, scope.uri);
-  const resource = index.byUri.get(uri);
+  // A fragment alone (`#/$defs/Name`, `#name`) is read in the resource the `$ref` is written in, whatever other
+  // resource takes its address; an address names the nearest resource that takes it.
+  const resource = ref === '' || ref.startsWith('#') ? scope : nearest(index.byUri.get(uri), scope);
   if (!resource) {
     throw new SchemaError(
       at,
@@ -786,13 +797,9 @@ function resolveRef(ref: unknown, at: string, from: unknown, index: ResourceInde
   }
   let node: unknown = resource.schema;
   let where = resource.path;
+  // (Percent-decoded once, as a whole, by splitUri: `%2525` is a key's `%25`.)
   for (const raw of fragment === '' ? [] : fragment.slice(1).split('/')) {
-    let part: string;
-    try {
-      part = decodeURIComponent(raw).replace(/~1/g, '/').replace(/~0/g, '~');
-    } catch {
-      part = raw;
-    }
+    const part = raw.replace(/~1/g, '/').replace(/~0/g, '~');
     const next =
       typeof node === 'object' && node !== null && Object.hasOwn(node, part)
         ? (node as Record<string, unknown>)[part]
@@ -802,6 +809,37 @@ function resolveRef(ref: unknown, at: string, from: unknown, index: ResourceInde
     node = next;
   }
   return { schema: node, path: where };
+}
+
+/**
+ * Of the resources that take one address, the one a reference written in `scope` names: `scope` or the resource
+ * around it that takes it, else one inside the nearest of those around it (a tool's own, before another tool's).
+ */
+function nearest(taking: Resource[] | undefined, scope: Resource): Resource | undefined {
+  if (!taking || taking.length < 2) return taking?.[0];
+  const within = (r: Resource, around: Resource) => {
+    for (let o: Resource | undefined = r; o; o = o.outer) if (o === around) return true;
+    return false;
+  };
+  for (let around: Resource | undefined = scope; around; around = around.outer) {
+    if (taking.includes(around)) return around;
+    const inside = taking.find((r) => within(r, around));
+    if (inside) return inside;
+  }
+  return taking[0];
+}
+
+/**
+ * For the document `doc`: the resource (a schema object) a `$ref` written in `holder` reads its fragment in — the
+ * one it is written in for a fragment alone, the one its address names — or undefined where none here takes it.
+ */
+export function refResources(doc: unknown): (ref: string, holder: object) => object | undefined {
+  const index = indexOf(doc);
+  return (ref, holder) => {
+    const scope = index.scope.get(holder) ?? index.root;
+    if (ref === '' || ref.startsWith('#')) return scope.schema;
+    return nearest(index.byUri.get(splitUri(ref, scope.uri).uri), scope)?.schema;
+  };
 }
 
 /** A schema with its references followed (for what reads schemas as written: a oneOf's alternatives). */

@@ -6,7 +6,14 @@
 import type { ChatMessage, GenerateRequest, ToolDefinition } from '../../shared/contract';
 import { KvdeskError } from '../../shared/errors';
 import { type CallGrammar, compileCallGrammar, feedCallBytes, initialCallState } from '../engine/call-constraint';
-import { compileSchema, followRefs, freeFormObject, listsBesideOthers, SchemaError } from '../engine/json-schema';
+import {
+  compileSchema,
+  followRefs,
+  freeFormObject,
+  listsBesideOthers,
+  refResources,
+  SchemaError,
+} from '../engine/json-schema';
 import { templateShowsTools } from '../tokenizer/chat-template';
 import type { TextTokenizer } from '../tokenizer/text-tokenizer';
 import {
@@ -177,16 +184,17 @@ function checkedSchema(
 }
 
 /**
- * The reply of a forced call to `tool`: `{"name": <its name>, <argsKey>: <its arguments>}`. The arguments' schema
- * is a resource of its own (an `$id`), so that its `$ref`s (`#/$defs/…`, as Pydantic writes nested models) are
- * read in it, not in the call's schema.
+ * The reply of a forced call to `tool` (tools[i]): `{"name": <its name>, <argsKey>: <its arguments>}`. The
+ * arguments' schema is a resource of its own (an `$id`, each tool's its own), so that its `$ref`s (`#/$defs/…`, as
+ * Pydantic writes nested models) are read in it, not in the call's schema nor in another tool's parameters.
  */
-function callSchema(tool: ToolDefinition, argsKey: string): Record<string, unknown> {
+function callSchema(tool: ToolDefinition, argsKey: string, i: number): Record<string, unknown> {
   const args = argumentsSchema(tool);
   const refers = JSON.stringify(args).includes('"$ref"');
+  const id = `https://kvdesk.invalid/tools/${i}/arguments.json`;
   return {
     type: 'object',
-    properties: { name: { const: tool.name }, [argsKey]: refers ? { $id: 'kvdesk:arguments', ...args } : args },
+    properties: { name: { const: tool.name }, [argsKey]: refers ? { $id: id, ...args } : args },
     required: ['name', argsKey],
   };
 }
@@ -272,54 +280,73 @@ export function nesting(value: unknown): number {
  * (minimum, pattern, format, …) dropped, and oneOf read as anyOf. What it still cannot hold (a recursive $ref, a value of
  * any type, …) stays, to be refused when compiled.
  */
-function loosened(schema: unknown, outer: unknown = schema): unknown {
-  if (typeof schema !== 'object' || schema === null || Array.isArray(schema)) return schema;
-  const out: Record<string, unknown> = {};
-  // A schema with an $id (an address, not draft 7's "#name") is a resource of its own: its pointers start there.
-  const id = (schema as Record<string, unknown>).$id;
-  const root = typeof id === 'string' && !id.startsWith('#') ? schema : outer;
-  const inner = (v: unknown) => loosened(v, root);
-  for (const [key, value] of Object.entries(schema)) {
-    if (VALUE_BOUNDS.includes(key)) continue;
-    if (MAPS.has(key) && typeof value === 'object' && value) {
-      out[key] = Object.fromEntries(Object.entries(value).map(([k, v]) => [k, inner(v)]));
-    } else if (key === 'items' || (key === 'additionalProperties' && typeof value === 'object' && value !== null)) {
-      out[key] = inner(value);
-    } else if ((key === 'anyOf' || key === 'oneOf') && Array.isArray(value)) out.anyOf = value.map(inner);
-    // A pointer through a oneOf this made an anyOf goes through the anyOf.
-    else if (key === '$ref' && typeof value === 'string') out.$ref = loosenedPointer(value, root);
-    else out[key] = value;
-  }
-  return out;
+function loosened(schema: unknown): unknown {
+  const resourceOf = refResources(schema);
+  const loosen = (s: unknown): unknown => {
+    if (typeof s !== 'object' || s === null || Array.isArray(s)) return s;
+    const out: Record<string, unknown> = {};
+    for (const [key, value] of Object.entries(s)) {
+      if (VALUE_BOUNDS.includes(key)) continue;
+      if (MAPS.has(key) && typeof value === 'object' && value) {
+        out[key] = Object.fromEntries(Object.entries(value).map(([k, v]) => [k, loosen(v)]));
+      } else if (key === 'items' || (key === 'additionalProperties' && typeof value === 'object' && value !== null)) {
+        out[key] = loosen(value);
+      } else if ((key === 'anyOf' || key === 'oneOf') && Array.isArray(value)) out.anyOf = value.map(loosen);
+      // A pointer through a oneOf this made an anyOf goes through the anyOf (read from the resource the $ref
+      // names: the one it is written in, or the one its address names).
+      else if (key === '$ref' && typeof value === 'string') {
+        const resource = resourceOf(value, s);
+        out.$ref = resource ? loosenedPointer(value, resource) : value;
+      } else out[key] = value;
+    }
+    return out;
+  };
+  return loosen(schema);
 }
 
 /** Keywords whose value maps names to schemas, which loosened() reads into. */
 const MAPS = new Set(['properties', '$defs', 'definitions']);
 
 /**
- * A JSON pointer into `root` as it points into loosened(root): each `oneOf` that loosened() turned into an
- * `anyOf` (one of a schema it reads into: through properties, definitions, items and alternatives from the root)
- * is named so; a property called "oneOf", or a oneOf loosened() leaves as it is, keeps its name.
+ * A reference whose fragment is a JSON pointer into `root` (its resource), as it points into loosened(root): each
+ * `oneOf` that loosened() turned into an `anyOf` (one of a schema it reads into: through properties, definitions,
+ * items and alternatives from the root) is named so; a property called "oneOf", or a oneOf loosened() leaves as it
+ * is, keeps its name. Its address (`q.json#…`) stays; its keys are read percent-decoded, as the compile reads them.
  */
 function loosenedPointer(ref: string, root: unknown): string {
-  if (!ref.startsWith('#/')) return ref;
-  const parts = ref.slice(2).split('/');
+  const hash = ref.indexOf('#');
+  const raw = hash < 0 ? '' : ref.slice(hash + 1);
+  if (!raw.startsWith('/')) return ref;
+  let fragment: string;
+  try {
+    fragment = decodeURIComponent(raw);
+  } catch {
+    fragment = raw;
+  }
   let node: unknown = root;
   // Whether `node` is a schema loosened() reads into, and whether the next segment names a child in a map or list.
   let read = true;
   let next: 'schema' | 'map' | 'list' = 'schema';
-  const out = parts.map((raw) => {
-    const key = raw.replace(/~1/g, '/').replace(/~0/g, '~');
-    let name = raw;
-    if (next === 'schema') {
-      if (read && key === 'oneOf' && Array.isArray((node as Record<string, unknown> | null)?.oneOf)) name = 'anyOf';
-      next = MAPS.has(key) ? 'map' : key === 'anyOf' || key === 'oneOf' ? 'list' : 'schema';
-      read = read && (next !== 'schema' || key === 'items' || key === 'additionalProperties');
-    } else next = 'schema';
-    node = typeof node === 'object' && node !== null ? (node as Record<string, unknown>)[key] : undefined;
-    return name;
-  });
-  return `#/${out.join('/')}`;
+  let renamed = false;
+  const out = fragment
+    .slice(1)
+    .split('/')
+    .map((segment) => {
+      const key = segment.replace(/~1/g, '/').replace(/~0/g, '~');
+      let name = segment;
+      if (next === 'schema') {
+        if (read && key === 'oneOf' && Array.isArray((node as Record<string, unknown> | null)?.oneOf)) {
+          name = 'anyOf';
+          renamed = true;
+        }
+        next = MAPS.has(key) ? 'map' : key === 'anyOf' || key === 'oneOf' ? 'list' : 'schema';
+        read = read && (next !== 'schema' || key === 'items' || key === 'additionalProperties');
+      } else next = 'schema';
+      node = typeof node === 'object' && node !== null ? (node as Record<string, unknown>)[key] : undefined;
+      // Decoded once when compiled: a `%` in a key is written `%25`.
+      return name.replace(/%/g, '%25');
+    });
+  return renamed ? `${ref.slice(0, hash)}#/${out.join('/')}` : ref;
 }
 
 /**
@@ -354,7 +381,7 @@ function autoGrammar(
       for (const c of calls) compileSchema(c.schema);
       return { ...base, calls };
     }
-    const alternatives = shapes.map((t) => callSchema(t, format.argsKey));
+    const alternatives = shapes.map((t, i) => callSchema(t, format.argsKey, i));
     const schema = alternatives.length === 1 ? (alternatives[0] as Record<string, unknown>) : { anyOf: alternatives };
     compileSchema(schema);
     return { ...base, calls: [{ head: '', schema }] };
@@ -533,7 +560,12 @@ export function planTools(
     return plan;
   }
   const alternatives = callable.map((t) =>
-    checkedSchema(callSchema(t, format.argsKey), tools.indexOf(t), t.name, `schema.properties.${format.argsKey}`),
+    checkedSchema(
+      callSchema(t, format.argsKey, tools.indexOf(t)),
+      tools.indexOf(t),
+      t.name,
+      `schema.properties.${format.argsKey}`,
+    ),
   );
   plan.schema = alternatives.length === 1 ? (alternatives[0] as Record<string, unknown>) : { anyOf: alternatives };
   try {

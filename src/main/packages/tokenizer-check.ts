@@ -6,7 +6,7 @@
  */
 import { describeValue } from './config-file';
 import { packageError } from './package-error';
-import { nestedRepeat, overlappingRepeat } from './regex-nesting';
+import { groupDepth, MAX_GROUP_DEPTH, nestedRepeat, overlappingRepeat } from './regex-nesting';
 
 /** Tokenizer models the library builds (WordLevel is read by its fallback model). */
 const MODEL_TYPES = ['BPE', 'WordPiece', 'WordLevel', 'Unigram'] as const;
@@ -192,6 +192,15 @@ function checkComponent(
   }
   const pattern = value.pattern;
   if (isRecord(pattern) && typeof pattern.Regex === 'string') {
+    const deep = groupDepth(pattern.Regex);
+    if (deep.depth > MAX_GROUP_DEPTH) {
+      fail(
+        file,
+        `${field}.pattern.Regex`,
+        `nests groups ${deep.depth} deep (from ${JSON.stringify(pattern.Regex.slice(deep.at, deep.at + 40))}); kvdesk reads tokenizer patterns nested at most ${MAX_GROUP_DEPTH} deep`,
+        REPLACE_TOKENIZER,
+      );
+    }
     const at = nestedRepeat(pattern.Regex);
     if (at !== undefined) {
       fail(
@@ -206,7 +215,7 @@ function checkComponent(
       fail(
         file,
         `${field}.pattern.Regex`,
-        `repeats a choice whose alternatives can begin with the same character (${JSON.stringify(pattern.Regex.slice(overlap, overlap + 40))}): a run of such characters splits among them in exponentially many ways, and such a pattern may take hours on some text, holding kvdesk (a regular expression cannot be stopped once it runs)`,
+        `repeats a choice whose alternatives can begin with the same character, or repeats in a row what can match the same characters (${JSON.stringify(pattern.Regex.slice(overlap, overlap + 40))}): a run of such characters splits among them in very many ways, and such a pattern may take hours on some text, holding kvdesk (a regular expression cannot be stopped once it runs)`,
         REPLACE_TOKENIZER,
       );
     }

@@ -1228,6 +1228,86 @@ describe('tool calls', () => {
     expect(next.choices[0]?.message.role).toBe('assistant');
   });
 
+  it("holds each call to its own tool's schema where two tools' Pydantic models share a $defs name", async () => {
+    // Before: the second tool's "#/$defs/Item" was read in the first tool's parameters (place_order got {"flag": …}).
+    const item = (key: string, type: string) => ({
+      type: 'object',
+      properties: { [key]: { type } },
+      required: [key],
+      additionalProperties: false,
+    });
+    const tool = (name: string, arg: string, def: string, schema: unknown) => ({
+      type: 'function' as const,
+      function: {
+        name,
+        parameters: {
+          type: 'object',
+          properties: { [arg]: { $ref: `#/$defs/${def}` } },
+          required: [arg],
+          additionalProperties: false,
+          $defs: { [def]: schema },
+        },
+      },
+    });
+    const variants = [
+      [
+        tool('place_order', 'order', 'Item', item('qty', 'integer')),
+        tool('set_toggle', 'toggle', 'Item', item('flag', 'boolean')),
+      ],
+      [
+        tool('place_order', 'order', 'OrderItem', item('qty', 'integer')),
+        tool('set_toggle', 'toggle', 'ToggleItem', item('flag', 'boolean')),
+      ],
+    ];
+    const called = new Set<string>();
+    for (const tools of variants) {
+      const validate = new Map(
+        tools.map((t) => [t.function.name, new Ajv2020({ strict: false }).compile(t.function.parameters)]),
+      );
+      const choices = ['required', { type: 'function' as const, function: { name: 'set_toggle' } }] as const;
+      for (const tool_choice of choices) {
+        for (const seed of [1, 3]) {
+          const r = await client.chat.completions.create({
+            model: 'default',
+            messages: ask,
+            tools,
+            tool_choice,
+            max_tokens: 120,
+            temperature: 1,
+            seed,
+          });
+          const c = r.choices[0] as (typeof r.choices)[number];
+          expect(c.finish_reason).toBe('tool_calls');
+          for (const call of c.message.tool_calls ?? []) {
+            if (call.type !== 'function') throw new Error(`a ${call.type} call`);
+            const check = validate.get(call.function.name);
+            expect(check, call.function.name).toBeDefined();
+            const ok = check?.(JSON.parse(call.function.arguments));
+            expect(ok, `${call.function.name} ${call.function.arguments} ${JSON.stringify(check?.errors)}`).toBe(true);
+            called.add(call.function.name);
+          }
+        }
+      }
+      // Beside JSON output the calls must be held to a grammar: it takes both tools (before: a 400).
+      const r = await client.chat.completions.create({
+        model: 'default',
+        messages: ask,
+        tools,
+        response_format: { type: 'json_object' },
+        max_tokens: 60,
+        temperature: 1,
+        seed: 1,
+      });
+      for (const call of r.choices[0]?.message.tool_calls ?? []) {
+        if (call.type !== 'function') throw new Error(`a ${call.type} call`);
+        expect(validate.get(call.function.name)?.(JSON.parse(call.function.arguments)), call.function.arguments).toBe(
+          true,
+        );
+      }
+    }
+    expect([...called].sort()).toEqual(['place_order', 'set_toggle']);
+  });
+
   it('streams a forced call as OpenAI does: id and name first, then its arguments as they are written', async () => {
     const request = {
       model: 'default',

@@ -1126,6 +1126,68 @@ describe('the schema recogniser', () => {
     );
   });
 
+  it("reads a pointer's keys percent-decoded once, and an embedded $id the root's stand-in address would take as its own", () => {
+    // `%2525` is the key's `%25`; a `%` that is no escape is read as written, its `~1` still a `/`.
+    const pct: Schema = {
+      type: 'object',
+      properties: { p: { $ref: '#/$defs/a%2525b' }, q: { $ref: '#/$defs/c%ZZ~1d' } },
+      required: ['p', 'q'],
+      additionalProperties: false,
+      $defs: { 'a%25b': { type: 'integer' }, 'a%b': { type: 'string' }, 'c%ZZ/d': { type: 'boolean' } },
+    };
+    const ok = '{"p": 1, "q": true}';
+    expect(feedAll(compileSchema(pct), ok).done).toBe(true);
+    expect(feedAll(compileSchema(pct), '{"p": "').done).toBe(false);
+    // An embedded "schema.json" (read against the root's stand-in address, the same address): its own "#/$defs/X" is
+    // its own, and so is its address, from inside it and from the root (which has no address); the root's pointer
+    // is the root's.
+    const collide: Schema = {
+      type: 'object',
+      properties: { e: { $ref: '#/$defs/E' }, r: { $ref: '#/$defs/X' }, i: { $ref: 'schema.json#/$defs/X' } },
+      required: ['e', 'r', 'i'],
+      additionalProperties: false,
+      $defs: {
+        X: { type: 'string' },
+        E: {
+          $id: 'schema.json',
+          type: 'object',
+          properties: { z: { $ref: '#/$defs/X' }, w: { $ref: 'schema.json#/$defs/X' } },
+          required: ['z', 'w'],
+          additionalProperties: false,
+          $defs: { X: { type: 'integer' } },
+        },
+      },
+    };
+    const text = '{"e": {"z": 1, "w": 2}, "r": "s", "i": 3}';
+    expect(new Ajv2020({ strict: false }).validate(collide, JSON.parse(text))).toBe(true);
+    expect(feedAll(compileSchema(collide), text).done).toBe(true);
+    // Two embedded resources that take one address: each reads its own.
+    const twice: Schema = {
+      type: 'object',
+      properties: { a: { $ref: '#/$defs/A' }, b: { $ref: '#/$defs/B' } },
+      required: ['a', 'b'],
+      additionalProperties: false,
+      $defs: {
+        A: {
+          $id: 'urn:same',
+          type: 'object',
+          properties: { v: { $ref: 'urn:same#/$defs/V' } },
+          required: ['v'],
+          $defs: { V: { type: 'integer' } },
+        },
+        B: {
+          $id: 'urn:same',
+          type: 'object',
+          properties: { v: { $ref: '#/$defs/V' } },
+          required: ['v'],
+          $defs: { V: { type: 'boolean' } },
+        },
+      },
+    };
+    expect(feedAll(compileSchema(twice), '{"a": {"v": 1}, "b": {"v": true}}').done).toBe(true);
+    expect(feedAll(compileSchema(twice), '{"a": {"v": 1}, "b": {"v": 1').done).toBe(false);
+  });
+
   it('follows "#name" to the schema whose $anchor is that name, in the resource the reference is written in', () => {
     const schema: Schema = {
       type: 'object',

@@ -190,7 +190,38 @@ describe('planTools', () => {
         },
       },
     };
-    for (const tool of [named, pick, called, bundled, anchored, embedded]) {
+    // … through an address (an embedded schema's $id) and through a key written percent-encoded.
+    const addressed = {
+      name: 'addressed',
+      parameters: {
+        type: 'object',
+        properties: { q: { $ref: 'q.json#/properties/a/oneOf/1' } },
+        required: ['q'],
+        $defs: {
+          Q: { $id: 'q.json', type: 'object', properties: { a: { oneOf: [{ type: 'string' }, { type: 'integer' }] } } },
+        },
+      },
+    };
+    const percent = {
+      name: 'percent',
+      parameters: {
+        type: 'object',
+        properties: { q: { $ref: '#/$defs/a%20b%2525/oneOf/1' } },
+        required: ['q'],
+        $defs: { 'a b%25': { oneOf: [{ type: 'string' }, { type: 'integer' }] } },
+      },
+    };
+    for (const tool of [addressed, percent]) {
+      const calls = planTools({ messages, tools: [tool], responseFormat: 'json' } as GenerateRequest, undefined, tok)
+        ?.grammar?.calls[0]?.schema;
+      const takes = (text: string) => {
+        const bytes = new TextEncoder().encode(text);
+        return feedSchemaBytes(compileSchema(calls), initialSchemaState(), bytes, 0, bytes.length)?.done === true;
+      };
+      expect(takes(`{"name": "${tool.name}", "arguments": {"q": 5}}`), tool.name).toBe(true);
+      expect(takes(`{"name": "${tool.name}", "arguments": {"q": "x"}}`), tool.name).toBe(false);
+    }
+    for (const tool of [named, pick, called, bundled, anchored, embedded, addressed, percent]) {
       expect(
         planTools({ messages, tools: [tool], responseFormat: 'json' } as GenerateRequest, undefined, tok)?.grammar,
         tool.name,
@@ -264,6 +295,52 @@ describe('planTools', () => {
       expect(nested.message).toMatch(
         /^tools\[1\]\.parameters \("deep"\) nests 257 levels deep; kvdesk takes at most 256/,
       );
+    }
+  });
+
+  it("reads each tool's $refs in its own parameters, where two tools' definitions take the same name", () => {
+    // Pydantic names each tool's nested model in its own $defs; two tools may each have an "Item".
+    const item = (key: string, type: string) => ({
+      type: 'object',
+      properties: { [key]: { type } },
+      required: [key],
+      additionalProperties: false,
+    });
+    const tool = (name: string, arg: string, def: string, schema: unknown) => ({
+      name,
+      parameters: {
+        type: 'object',
+        properties: { [arg]: { $ref: `#/$defs/${def}` } },
+        required: [arg],
+        additionalProperties: false,
+        $defs: { [def]: schema },
+      },
+    });
+    const variants = {
+      same: [
+        tool('place_order', 'order', 'Item', item('qty', 'integer')),
+        tool('set_toggle', 'toggle', 'Item', item('flag', 'boolean')),
+      ],
+      distinct: [
+        tool('place_order', 'order', 'OrderItem', item('qty', 'integer')),
+        tool('set_toggle', 'toggle', 'ToggleItem', item('flag', 'boolean')),
+      ],
+    };
+    const takes = (schema: unknown, text: string) => {
+      const bytes = new TextEncoder().encode(text);
+      return feedSchemaBytes(compileSchema(schema), initialSchemaState(), bytes, 0, bytes.length)?.done === true;
+    };
+    for (const [variant, tools] of Object.entries(variants)) {
+      const forced = planTools({ messages, tools, toolChoice: 'required' } as GenerateRequest, undefined, tok);
+      const auto = planTools({ messages, tools, responseFormat: 'json' } as GenerateRequest, undefined, tok);
+      const grammar = auto?.grammar?.calls[0]?.schema;
+      expect(grammar, variant).toBeDefined();
+      for (const schema of [forced?.schema, grammar]) {
+        expect(takes(schema, '{"name": "place_order", "arguments": {"order": {"qty": 3}}}'), variant).toBe(true);
+        expect(takes(schema, '{"name": "set_toggle", "arguments": {"toggle": {"flag": true}}}'), variant).toBe(true);
+        expect(takes(schema, '{"name": "place_order", "arguments": {"order": {"flag": false}}}'), variant).toBe(false);
+        expect(takes(schema, '{"name": "set_toggle", "arguments": {"toggle": {"qty": 1}}}'), variant).toBe(false);
+      }
     }
   });
 

@@ -5,7 +5,7 @@
  * can begin with the same character is found; alternatives that begin differently, and choices not repeated, pass.
  */
 import { describe, expect, it } from 'vitest';
-import { nestedRepeat, overlappingRepeat } from '../../../src/main/packages/regex-nesting';
+import { groupDepth, MAX_GROUP_DEPTH, nestedRepeat, overlappingRepeat } from '../../../src/main/packages/regex-nesting';
 
 /** Split patterns of real tokenizer.json files (pre_tokenizer.pretokenizers[…].pattern.Regex). */
 const REAL: Record<string, string> = {
@@ -21,6 +21,17 @@ const REAL: Record<string, string> = {
   'DeepSeek-V3 (words)':
     '[!"#$%&\'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+',
   'line ends, repeated': '(?:\\r?\\n)+',
+  Tekken:
+    '[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+',
+  'DeepSeek LLM': '\\s?[!-/:-~！-／：-～‘-‟　-。]+',
+  Falcon: '[\\p{P}\\$\\+<=>\\^~\\|`]+',
+  BLOOM: ' ?[^(\\s|[.,!?…。，、।۔،])]+',
+  Chameleon: '(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z',
+  'Chameleon (spaces)': '([\\t\\n]|    |  )',
+  // Possessive repeats, which the tokenizer library reads as plain ones.
+  Bailing:
+    "'(?i:[sdmt]|ll|ve|re)|[^\\r\\n\\p{L}\\p{N}]?+\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]++[\\r\\n]*|\\s*[\\r\\n]|\\s+(?!\\S)|\\s+",
+  SuperBPE: '(?=(\\d{3})+(?!\\d))',
 };
 
 describe('nestedRepeat', () => {
@@ -99,6 +110,19 @@ describe('overlappingRepeat', () => {
       ['(?:b?a|a)+', 0],
       ['(?:x|(?=y)x)*', 0],
       ['(?:(\\w)|\\1)+', 0],
+      // Read as the tokenizer library runs them: an atomic group is a plain one (it backtracks into it), `.`
+      // matches `\r` (the library reads it as `[^\n]`), a script meets a case (`α` is both).
+      ['(?>a|a)*b', 0],
+      ['(?:.|\\r)+!', 0],
+      ['(?:\\p{sc=Greek}|\\p{Ll})+!', 0],
+      ['(?:\\p{Greek}|\\p{Ll})+!', 0],
+      ['(?:\\w|\\u00B2)+x', 0],
+      // Neighbours that each match a varying count of one character: in a repeat, two split a run two ways; three
+      // in a row split it n³ ways at each place a search starts.
+      ['(?:a?a?)+b', 0],
+      ['x(?:\\s*\\s+)+!', 1],
+      ['\\s*\\s*\\s*\\s*!', 0],
+      ['ab|c\\d+x?\\p{Nd}*\\d{1,5}!', 4],
     ] as const) {
       expect(overlappingRepeat(pattern), pattern).toBe(at);
     }
@@ -117,8 +141,36 @@ describe('overlappingRepeat', () => {
       '^(\\+\\d{1,3})?\\d{10}$',
       '^[\\w.+-]+@[\\w-]+\\.[\\w.-]+$',
       '^\\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\\d|3[01])$',
+      // Neighbours of different characters, a fixed count, two repeats in a row outside a repeat (Llama 3's
+      // `\s*[\r\n]+`).
+      '(?:\\r?\\n)+',
+      '(?:a?b?)+c',
+      '(?:\\d{3})+',
+      '\\s*[\\r\\n]+',
+      '(?:.|\\n)+!',
     ]) {
       expect(overlappingRepeat(pattern), pattern).toBeUndefined();
     }
+  });
+
+  // Sizes that took minutes (pairwise compiles) or overflowed the stack before: read in one pass, or refused.
+  it('reads a choice of thousands of alternatives in one pass over them', { timeout: 60_000 }, () => {
+    const alternatives = Array.from({ length: 3000 }, (_, i) => `${String.fromCodePoint(0x4e00 + i)}x`);
+    expect(overlappingRepeat(`(?:${alternatives.join('|')})+`)).toBeUndefined();
+    // The last one begins as the first does.
+    expect(overlappingRepeat(`y(?:${alternatives.join('|')}|一y)+`)).toBe(1);
+  });
+
+  it('refuses groups nested deeper than it reads, naming the depth and where, without recursing', () => {
+    const deep = `${'(?:'.repeat(5000)}a${')'.repeat(5000)}`;
+    expect(groupDepth(deep)).toEqual({ depth: 5000, at: 3 * 4999 });
+    expect(() => overlappingRepeat(deep)).toThrow(
+      `groups nested 5000 deep (at offset 14997); kvdesk reads at most ${MAX_GROUP_DEPTH}`,
+    );
+    expect(nestedRepeat(deep)).toBeUndefined();
+    const shallow = `${'('.repeat(MAX_GROUP_DEPTH)}a${')'.repeat(MAX_GROUP_DEPTH)}`;
+    expect(overlappingRepeat(shallow)).toBeUndefined();
+    // Escaped and classed parentheses are no groups.
+    expect(groupDepth('\\((a[(])').depth).toBe(1);
   });
 });

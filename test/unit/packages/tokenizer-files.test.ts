@@ -208,7 +208,7 @@ describe('a tokenizer pattern that can backtrack for hours', () => {
     const field = 'pre_tokenizer.pretokenizers[0].pattern.Regex';
     const err = await refusal(loadModelSpec(dir), { file: 'tokenizer.json', field });
     expect(err.message).toBe(
-      `tokenizer.json: \`${field}\` repeats a choice whose alternatives can begin with the same character ("(a|aa)+$"): a run of such characters splits among them in exponentially many ways, and such a pattern may take hours on some text, holding kvdesk (a regular expression cannot be stopped once it runs). Replace it with the tokenizer.json saved with this model (by transformers' save_pretrained).`,
+      `tokenizer.json: \`${field}\` repeats a choice whose alternatives can begin with the same character, or repeats in a row what can match the same characters ("(a|aa)+$"): a run of such characters splits among them in very many ways, and such a pattern may take hours on some text, holding kvdesk (a regular expression cannot be stopped once it runs). Replace it with the tokenizer.json saved with this model (by transformers' save_pretrained).`,
     );
     // The tokenizer library itself takes it.
     await expect(hostTokenizer(dir)).resolves.toBeDefined();
@@ -218,6 +218,37 @@ describe('a tokenizer pattern that can backtrack for hours', () => {
       'tokenizer.json': { ...base(), pre_tokenizer: { type: 'Sequence', pretokenizers: [fine] } },
     } as Parameters<typeof hfPackage>[0]);
     await expect(loadModelSpec(ok)).resolves.toBeDefined();
+  });
+});
+
+describe('a tokenizer pattern the guard must read as the library runs it, or that nests deep', () => {
+  const field = 'pre_tokenizer.pretokenizers[0].pattern.Regex';
+  const withSplit = (regex: string) => {
+    const split = { type: 'Split', pattern: { Regex: regex }, behavior: 'Isolated', invert: false };
+    return hfPackage({
+      'tokenizer.json': { ...base(), pre_tokenizer: { type: 'Sequence', pretokenizers: [split] } },
+    } as Parameters<typeof hfPackage>[0]);
+  };
+
+  it('an atomic group, `.` beside `\\r`, a script beside a case, neighbours that split a run: refused naming the field', async () => {
+    for (const regex of [
+      '(?>a|a)*b',
+      '(?:.|\\r)+!',
+      '(?:\\p{sc=Greek}|\\p{Ll})+!',
+      '(?:a?a?)+b',
+      '\\s*\\s*\\s*\\s*!',
+    ]) {
+      const err = await refusal(loadModelSpec(await withSplit(regex)), { file: 'tokenizer.json', field });
+      expect(err.message, regex).toContain('may take hours on some text');
+    }
+  });
+
+  it('groups nested thousands deep: refused naming the field and the depth (before: a stack overflow, no file named)', async () => {
+    const deep = `${'(?:'.repeat(3000)}a${')'.repeat(3000)}`;
+    const err = await refusal(loadModelSpec(await withSplit(deep)), { file: 'tokenizer.json', field });
+    expect(err.message).toBe(
+      `tokenizer.json: \`${field}\` nests groups 3000 deep (from "(?:a))))))))))))))))))))))))))))))))))))"); kvdesk reads tokenizer patterns nested at most 100 deep. Replace it with the tokenizer.json saved with this model (by transformers' save_pretrained).`,
+    );
   });
 });
 
