@@ -5,7 +5,8 @@
  * socket. A socket that closes cancels its generations (reason 'disconnect'),
  * which returns their reservations. A server that stops ends them as a shutdown
  * (each stream's last frame says so), then closes the socket as going away (1001).
- * A socket's first message is `hello`, naming the UI build the server serves.
+ * A socket's first message is `hello`, naming the UI build the server serves and the largest message it takes
+ * (a page refuses a larger one itself, with a clear error: sent, the server would close the socket).
  */
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
@@ -18,6 +19,12 @@ const SLOW_SOCKET_BYTES = 4 * 1024 * 1024;
 /** A socket that does not answer a ping within this interval is considered gone. */
 const PING_INTERVAL_MS = 30_000;
 const MAX_GENERATION_ID = 200;
+/**
+ * The largest message a page may send by default. A chat's save is one message with the whole chat, its attachments
+ * (8 files of up to 2 MB a message) included: 64 MiB was reached by 36 such messages. As the JSON body of a package
+ * upload (server.ts), 256 MiB: its save then holds the server at about four times that while it is read and written.
+ */
+export const DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024 ** 2;
 
 /** The WebSocket endpoint, attached to an HTTP server's upgrade path. */
 export interface WsTransport {
@@ -68,7 +75,8 @@ export function createWsTransport(
   hostApi: HostApi,
   opts: { maxPayloadBytes?: number; toolsAllowed?: boolean; build?: string } = {},
 ): WsTransport {
-  const wss = new WebSocketServer({ noServer: true, maxPayload: opts.maxPayloadBytes ?? 64 * 1024 * 1024 });
+  const maxPayload = opts.maxPayloadBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
+  const wss = new WebSocketServer({ noServer: true, maxPayload });
   const sockets = new Set<WebSocket>();
   /** Per socket: ends its generations as a shutdown, then closes it once they have all sent their last frame. */
   const shutdowns = new Map<WebSocket, () => void>();
@@ -136,7 +144,7 @@ export function createWsTransport(
 
     const protocolError = (why: string) => ws.close(1008, closeReason(why));
     // First, which UI build the server serves: a page of another build (open across an update) says to reload.
-    send(ws, { t: 'hello', ...(opts.build !== undefined ? { build: opts.build } : {}) });
+    send(ws, { t: 'hello', ...(opts.build !== undefined ? { build: opts.build } : {}), maxMessageBytes: maxPayload });
 
     ws.on('message', (data: RawData, isBinary: boolean) => {
       if (isBinary) return protocolError('binary messages are not part of the kvdesk protocol');

@@ -287,8 +287,15 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       } else if (r.error.detail?.reason === 'disconnect') {
         // The connection went before the host answered: what it saved before (a streaming reply's text, each
         // second) stays.
-        notify("The chat's last change was not saved: the connection to kvdesk closed before it answered.");
-      } else report('Could not save the chat', r);
+        notify("The chat's last change was not saved: the connection to kvdesk closed before it answered.", true);
+      } else {
+        // Nothing of this save was written (too large to send, a disk kvdesk may not write): said at once, as what
+        // the page shows is lost when it closes.
+        notify(
+          `“${t.title}” was not saved: ${r.error.message.replace(/[.\s]+$/, '')}. What it shows since its last save is lost when this page closes.`,
+          true,
+        );
+      }
       if (left === 0 && (refused.has(threadId) || heard.has(threadId))) void settle(threadId);
     });
   }
@@ -596,17 +603,19 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   s().setTransport(api.transport);
   s().setConnection(transport.state);
   let firstOpen = true;
+  const RECONNECTING = 'Connection to kvdesk lost; reconnecting…';
   const onOpen = () => {
     const replace = !firstOpen;
     if (firstOpen) void loadPersisted();
     firstOpen = false;
     void refreshHostState(replace);
-    s().setNotice(null);
+    // Back: the notice that said the connection was lost goes; one said since (a save the close ended) stays.
+    if (s().notice === RECONNECTING) s().setNotice(null);
   };
   transport.onConnection((state) => {
     s().setConnection(state);
     if (state === 'open') onOpen();
-    else if (state === 'reconnecting') notify('Connection to kvdesk lost; reconnecting…');
+    else if (state === 'reconnecting') notify(RECONNECTING);
   });
   // A page kept open while kvdesk was updated runs the old build against the new host: it is said (a notice that
   // stays) until the page is reloaded.
