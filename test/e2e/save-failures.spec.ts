@@ -1,8 +1,11 @@
 /**
- * Saves that cannot be made are said in the window, in Chromium against a real serve: a chat's save larger than
+ * Saves that cannot be made are said in the window (and the server's log), in Chromium against a real serve: a chat's save larger than
  * the server takes in one message (here `--max-message 4KiB`; by default 256MiB), whether the page knew the limit
- * (it does not send it) or not (the server closes the socket, the page reconnects: the notice stays).
+ * (it does not send it) or not (the server closes the socket, the page reconnects: the notice stays), and settings
+ * that could not be saved (a settings.json kvdesk cannot read).
  */
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
 import { test as base, expect, type Page } from '@playwright/test';
 import { newChat, send, setSettings, wsCall } from './fixtures';
 import { type ServeHandle, startServe } from './serve';
@@ -89,4 +92,24 @@ test('a save the server closed the connection over (the page did not know its li
   // …and the notice is still there to read.
   await page.waitForTimeout(1000);
   await expect(alert).toContainText("The chat's last change was not saved");
+});
+
+test('settings that could not be saved are said, and the server log says so', async ({ page, smallServer }) => {
+  await open(page, smallServer);
+  const file = path.join(smallServer.dataDir, 'settings.json');
+  // A settings.json kvdesk cannot read (here a folder in its place): saves are refused, never written over it.
+  rmSync(file, { force: true });
+  mkdirSync(file);
+  try {
+    await page.getByTestId('theme-toggle').click();
+    const alert = page.getByTestId('notice');
+    await expect(alert).toHaveAttribute('role', 'alert');
+    await expect(alert).toContainText('Your settings were not saved');
+    await expect(alert).toContainText(file);
+    await expect(alert).toContainText('lost when this page closes');
+    expect(smallServer.log()).toContain(`the settings file ${file} could not be read`);
+  } finally {
+    rmSync(file, { recursive: true, force: true });
+    writeFileSync(file, '{}');
+  }
 });

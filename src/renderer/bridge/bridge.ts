@@ -467,13 +467,23 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   function saveSettings(): void {
     if (!settingsLoaded) return; // never overwrite saved settings with defaults before they were read
     const { lastThreadId, inspectorOpen, theme, apiServer, presets } = s().ui;
-    void api.invoke('saveSettings', {
-      ...(lastThreadId ? { lastThreadId } : {}),
-      ...(inspectorOpen !== undefined ? { inspectorOpen } : {}),
-      ...(theme ? { theme } : {}),
-      ...(apiServer ? { apiServer } : {}),
-      ...(presets && presets.length > 0 ? { presets } : {}),
-    });
+    void api
+      .invoke('saveSettings', {
+        ...(lastThreadId ? { lastThreadId } : {}),
+        ...(inspectorOpen !== undefined ? { inspectorOpen } : {}),
+        ...(theme ? { theme } : {}),
+        ...(apiServer ? { apiServer } : {}),
+        ...(presets && presets.length > 0 ? { presets } : {}),
+      })
+      .then((r) => {
+        // The page shows them all the same: said at once, as they are gone at the next load.
+        if (!r.ok) {
+          notify(
+            `Your settings were not saved: ${r.error.message.replace(/[.\s]+$/, '')}. The presets, theme and choices made since are lost when this page closes.`,
+            true,
+          );
+        }
+      });
   }
 
   const coalescer = createFrameCoalescer({
