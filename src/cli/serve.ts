@@ -54,6 +54,8 @@ serve options:
   --static-dir DIR         the built UI (default out/renderer)
   --max-upload SIZE        largest package upload from the browser (default 2GiB; bigger ones get 413)
   --max-body SIZE          largest JSON request body of the API (default 32MiB; bigger ones get 413)
+  --max-message SIZE       largest message of the browser UI: a chat's save, attachments and all (default
+                           256MiB; the page says a bigger one was not saved)
   --threads N              onnxruntime intra-op threads (default: every core)
   --prefill-chunk N        prompt tokens one prefill run computes at most (default 256: a long prompt runs in
                            chunks, running replies take a step between them; lower it to use less memory)
@@ -200,6 +202,15 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     ];
     const maxUpload = byteSizeFlag('max-upload', values['max-upload']);
     const maxBody = byteSizeFlag('max-body', values['max-body']);
+    const maxMessage = byteSizeFlag('max-message', values['max-message']);
+    // Both ends read a message into one JavaScript string, which V8 caps just under 512 MiB.
+    if (maxMessage !== undefined && maxMessage > 500 * 1024 ** 2) {
+      throw new KvdeskError(
+        'BAD_REQUEST',
+        `--max-message: ${values['max-message']?.trim()} is more than a message can be (the page and the server each read it as one string, which holds about 512MiB at most); give 500MiB or less`,
+        { flag: 'max-message' },
+      );
+    }
     assertBindable(host, token);
     assertModelNamesApart(values.model ?? []);
     const ttlText = values['first-use-ttl'];
@@ -268,6 +279,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
       ...(values['static-dir'] !== undefined ? { staticDir: resolveUserPath(values['static-dir']) } : {}),
       ...(maxUpload !== undefined ? { maxUploadBytes: maxUpload } : {}),
       ...(maxBody !== undefined ? { maxJsonBytes: maxBody } : {}),
+      ...(maxMessage !== undefined ? { maxMessageBytes: maxMessage } : {}),
       raiseLimits: {
         json: 'start kvdesk serve with a larger --max-body (e.g. --max-body 64MiB)',
         upload: 'start kvdesk serve with a larger --max-upload',

@@ -84,6 +84,8 @@ export interface ServerOptions {
   maxUploadBytes?: number;
   /** Largest JSON body of the API routes; default 32 MiB. */
   maxJsonBytes?: number;
+  /** Largest message of the UI's WebSocket (a chat's save, attachments and all); default 256 MiB. */
+  maxMessageBytes?: number;
   /** How the person running the server raises each limit, for the 413's message (`kvdesk serve` names its flags). */
   raiseLimits?: { json: string; upload: string };
 }
@@ -212,6 +214,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   const extraHosts = allowedHostsOf(opts.allowedHosts ?? []);
   // MCP tools (programs run as the person) only where every request needs the token.
   const ws: WsTransport = createWsTransport(hostApi, {
+    ...(opts.maxMessageBytes !== undefined ? { maxPayloadBytes: opts.maxMessageBytes } : {}),
     toolsAllowed: token !== undefined,
     build: uiBuildOf(staticDir),
   });

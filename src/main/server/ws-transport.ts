@@ -5,12 +5,14 @@
  * socket. A socket that closes cancels its generations (reason 'disconnect'),
  * which returns their reservations. A server that stops ends them as a shutdown
  * (each stream's last frame says so), then closes the socket as going away (1001).
- * A socket's first message is `hello`, naming the UI build the server serves.
+ * A socket's first message is `hello`, naming the UI build the server serves and the largest message it takes
+ * (a page refuses a larger one itself, with a clear error: sent, the server would close the socket).
  */
 import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { type RawData, type WebSocket, WebSocketServer } from 'ws';
 import { type CallName, CallSchemas, type HostEventName, type WsServerMessage } from '../../shared/api';
+import type { Result } from '../../shared/errors';
 import type { HostApi } from '../host/host-api';
 
 /** Budget snapshots are dropped (latest wins anyway) for a socket with this much unsent. */
@@ -18,6 +20,17 @@ const SLOW_SOCKET_BYTES = 4 * 1024 * 1024;
 /** A socket that does not answer a ping within this interval is considered gone. */
 const PING_INTERVAL_MS = 30_000;
 const MAX_GENERATION_ID = 200;
+/**
+ * How long a stopping server keeps a socket open after its last stream's end, for the save its page makes of the
+ * reply as it hears of that end (at its next animation frame; a hidden page's, within 250 ms).
+ */
+const LAST_SAVE_MS = 750;
+/**
+ * The largest message a page may send by default. A chat's save is one message with the whole chat, its attachments
+ * (8 files of up to 2 MB a message) included: 64 MiB was reached by 36 such messages. As the JSON body of a package
+ * upload (server.ts), 256 MiB: its save then holds the server at about four times that while it is read and written.
+ */
+export const DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024 ** 2;
 
 /** The WebSocket endpoint, attached to an HTTP server's upgrade path. */
 export interface WsTransport {
@@ -68,7 +81,8 @@ export function createWsTransport(
   hostApi: HostApi,
   opts: { maxPayloadBytes?: number; toolsAllowed?: boolean; build?: string } = {},
 ): WsTransport {
-  const wss = new WebSocketServer({ noServer: true, maxPayload: opts.maxPayloadBytes ?? 64 * 1024 * 1024 });
+  const maxPayload = opts.maxPayloadBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
+  const wss = new WebSocketServer({ noServer: true, maxPayload });
   const sockets = new Set<WebSocket>();
   /** Per socket: ends its generations as a shutdown, then closes it once they have all sent their last frame. */
   const shutdowns = new Map<WebSocket, () => void>();
@@ -119,8 +133,32 @@ export function createWsTransport(
     if (sockets.size === 1) subscribe();
     const generations = new Map<string, (reason: 'user' | 'disconnect' | 'shutdown') => void>();
     let stopping = false;
+    /** Calls of this socket being answered; when its last stream ended (ms). */
+    let answering = 0;
+    let lastEnd = 0;
+    let goAwayTimer: NodeJS.Timeout | undefined;
+    /**
+     * Closes the socket of a server that stops once nothing of it is left to answer: its streams have sent their
+     * last frame, and the save its page makes of each reply as it hears of the end (the text it shows, where the
+     * last save while it streamed had less) has come, within LAST_SAVE_MS, and been answered.
+     */
     const goAwayWhenIdle = () => {
-      if (stopping && generations.size === 0 && ws.readyState === ws.OPEN) ws.close(1001, 'kvdesk is shutting down');
+      if (!stopping || generations.size > 0 || answering > 0 || ws.readyState !== ws.OPEN) return;
+      const wait = lastEnd + LAST_SAVE_MS - Date.now();
+      clearTimeout(goAwayTimer);
+      if (wait > 0) goAwayTimer = setTimeout(goAwayWhenIdle, wait);
+      else ws.close(1001, 'kvdesk is shutting down');
+    };
+    /** Answers a call, counted as being answered until it is (a stopping server waits for it). */
+    const answer = async (id: number, result: () => Promise<Result<unknown> | null>) => {
+      answering++;
+      try {
+        const r = await result();
+        if (r) send(ws, { t: 'result', id, result: r });
+      } finally {
+        answering--;
+        goAwayWhenIdle();
+      }
     };
     shutdowns.set(ws, () => {
       stopping = true;
@@ -136,7 +174,7 @@ export function createWsTransport(
 
     const protocolError = (why: string) => ws.close(1008, closeReason(why));
     // First, which UI build the server serves: a page of another build (open across an update) says to reload.
-    send(ws, { t: 'hello', ...(opts.build !== undefined ? { build: opts.build } : {}) });
+    send(ws, { t: 'hello', ...(opts.build !== undefined ? { build: opts.build } : {}), maxMessageBytes: maxPayload });
 
     ws.on('message', (data: RawData, isBinary: boolean) => {
       if (isBinary) return protocolError('binary messages are not part of the kvdesk protocol');
@@ -170,24 +208,31 @@ export function createWsTransport(
           if (name === 'saveThread' && opts.toolsAllowed !== true) {
             // Nor may such a page grant a chat tools that run without asking (the window, which runs them, would).
             // Its saves go one after another, in the order sent, as the check before each takes a moment.
-            saves = saves.then(async () => {
-              const grants = await grantsChange(hostApi, request).catch(() => true);
-              if (grants) return refuse();
-              send(ws, { t: 'result', id, result: await hostApi.call(name, request) });
+            const turn = saves.then(() =>
+              answer(id, async () => {
+                const grants = await grantsChange(hostApi, request).catch(() => true);
+                if (grants) {
+                  refuse();
+                  return null;
+                }
+                return hostApi.call(name, request);
+              }),
+            );
+            // Counted from now (not from its turn): a stopping server waits for the saves queued too.
+            answering++;
+            saves = turn.finally(() => {
+              answering--;
+              goAwayWhenIdle();
             });
             return;
           }
-          void hostApi.call(name, request).then((result) => {
+          void answer(id, async () => {
+            const result = await hostApi.call(name, request);
             // The tools settings say at once that this page runs none (before a chat counts on them).
             if (msg.name === 'mcpStatus' && result.ok && opts.toolsAllowed !== true) {
-              send(ws, {
-                t: 'result',
-                id,
-                result: { ok: true, value: { ...result.value, blocked: TOOLS_NEED_A_TOKEN } },
-              });
-              return;
+              return { ok: true, value: { ...result.value, blocked: TOOLS_NEED_A_TOKEN } };
             }
-            send(ws, { t: 'result', id, result });
+            return result;
           });
           return;
         }
@@ -206,6 +251,7 @@ export function createWsTransport(
             if (last) {
               ended = true;
               generations.delete(id);
+              lastEnd = Date.now();
             }
             send(ws, { t: 'frame', id, frame });
             if (last) goAwayWhenIdle();
@@ -227,6 +273,7 @@ export function createWsTransport(
     });
 
     ws.on('close', () => {
+      clearTimeout(goAwayTimer);
       sockets.delete(ws);
       shutdowns.delete(ws);
       if (sockets.size === 0) {

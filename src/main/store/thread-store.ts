@@ -50,6 +50,8 @@ export class ThreadStore {
   private settingsProblems: string[] = [];
   /** Lines said already: a file that stays unusable is said once, not at every page load. */
   private readonly said = new Set<string>();
+  /** Files whose last write failed, with what the log said of it. */
+  private readonly failing = new Map<string, string>();
   /** Fields of a newer kvdesk in the threads listed, by thread id: written back when this one saves them. */
   private readonly extras = new Map<string, ThreadExtras>();
   /** Pending writes and deletes per file, run in call order: the last save wins, a delete stays deleted. */
@@ -87,6 +89,33 @@ export class ThreadStore {
     };
     next.then(forget, forget);
     return next;
+  }
+
+  /**
+   * Writes a data file; one that cannot be written (a folder kvdesk may not write in, a full disk) is an error that
+   * names the file and what to do, said in the log too: once while each file keeps failing the same way (a reply's
+   * text is saved each second), again once it was written and fails anew.
+   */
+  private async write(file: string, data: string, what: string): Promise<void> {
+    try {
+      await writeAtomic(file, data);
+    } catch (err) {
+      const e = err as NodeJS.ErrnoException;
+      const why = e.code ?? e.message;
+      const fix =
+        e.code === 'ENOSPC' || e.code === 'EDQUOT'
+          ? 'free some space on its disk'
+          : e.code === 'EISDIR' || e.code === 'ENOTEMPTY' || e.code === 'ENOTDIR' || e.code === 'EEXIST'
+            ? 'move away what is in its place (a folder where the file belongs, or a file where a folder does)'
+            : `give your user write access to ${path.dirname(file)}`;
+      const message = `could not write ${what} to ${file} (${why}): ${fix}`;
+      if (this.failing.get(file) !== message) {
+        this.failing.set(file, message);
+        this.log(`kvdesk: ${message}`);
+      }
+      throw new KvdeskError('INTERNAL', message, { file });
+    }
+    this.failing.delete(file);
   }
 
   private sayOnce(line: string): void {
@@ -230,7 +259,7 @@ export class ThreadStore {
       const data = JSON.stringify({ ...this.withExtras({ ...thread, revision }), ...(savedBy ? { savedBy } : {}) });
       this.grants.delete(thread.id);
       this.revisions.delete(thread.id);
-      await writeAtomic(file, data);
+      await this.write(file, data, `the chat "${thread.title}"`);
       const now = await statOf(file);
       if (now !== null) {
         this.grants.set(thread.id, { file: now, grants: thread.toolsAllowed ?? [] });
@@ -280,7 +309,7 @@ export class ThreadStore {
   async saveSettings(settings: UiSettings): Promise<void> {
     await this.inOrder(this.settingsFile, async () => {
       const { newer } = await this.readSettings();
-      await writeAtomic(this.settingsFile, JSON.stringify({ ...newer, ...settings }));
+      await this.write(this.settingsFile, JSON.stringify({ ...newer, ...settings }), 'the settings');
     });
   }
 

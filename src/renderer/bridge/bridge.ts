@@ -302,7 +302,14 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         // back. Taken as this page's own save in a row either way, or refused and settled if another page saved
         // the chat meanwhile.
         unanswered.add(threadId);
-      } else report('Could not save the chat', r);
+      } else {
+        // Nothing of this save was written (too large to send, a disk kvdesk may not write): said at once, as what
+        // the page shows is lost when it closes.
+        notify(
+          `“${t.title}” was not saved: ${r.error.message.replace(/[.\s]+$/, '')}. What it shows since its last save is lost when this page closes.`,
+          true,
+        );
+      }
       if (left === 0 && (refused.has(threadId) || heard.has(threadId))) void settle(threadId);
     });
   }
@@ -517,13 +524,23 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   function saveSettings(): void {
     if (!settingsLoaded) return; // never overwrite saved settings with defaults before they were read
     const { lastThreadId, inspectorOpen, theme, apiServer, presets } = s().ui;
-    void api.invoke('saveSettings', {
-      ...(lastThreadId ? { lastThreadId } : {}),
-      ...(inspectorOpen !== undefined ? { inspectorOpen } : {}),
-      ...(theme ? { theme } : {}),
-      ...(apiServer ? { apiServer } : {}),
-      ...(presets && presets.length > 0 ? { presets } : {}),
-    });
+    void api
+      .invoke('saveSettings', {
+        ...(lastThreadId ? { lastThreadId } : {}),
+        ...(inspectorOpen !== undefined ? { inspectorOpen } : {}),
+        ...(theme ? { theme } : {}),
+        ...(apiServer ? { apiServer } : {}),
+        ...(presets && presets.length > 0 ? { presets } : {}),
+      })
+      .then((r) => {
+        // The page shows them all the same: said at once, as they are gone at the next load.
+        if (!r.ok) {
+          notify(
+            `Your settings were not saved: ${r.error.message.replace(/[.\s]+$/, '')}. The presets, theme and choices made since are lost when this page closes.`,
+            true,
+          );
+        }
+      });
   }
 
   const coalescer = createFrameCoalescer({
@@ -657,6 +674,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   s().setTransport(api.transport);
   s().setConnection(transport.state);
   let firstOpen = true;
+  const RECONNECTING = 'Connection to kvdesk lost; reconnecting…';
   const onOpen = () => {
     const replace = !firstOpen;
     if (firstOpen) void loadPersisted();
@@ -666,12 +684,13 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       saveThread(id);
     }
     void refreshHostState(replace);
-    s().setNotice(null);
+    // Back: the notice that said the connection was lost goes; one said since (a save the close ended) stays.
+    if (s().notice === RECONNECTING) s().setNotice(null);
   };
   transport.onConnection((state) => {
     s().setConnection(state);
     if (state === 'open') onOpen();
-    else if (state === 'reconnecting') notify('Connection to kvdesk lost; reconnecting…');
+    else if (state === 'reconnecting') notify(RECONNECTING);
   });
   // A page kept open while kvdesk was updated runs the old build against the new host: it is said (a notice that
   // stays) until the page is reloaded.

@@ -94,8 +94,8 @@ export function threadToJson(thread: Thread): string {
 export type ImportResult = { ok: true; thread: Thread } | { ok: false; error: string };
 
 /**
- * Largest file import reads: well under what one WebSocket message may carry (64 MiB), as the chat is saved
- * through it with the ids and dates import adds.
+ * Largest file import reads: well under what one WebSocket message may carry (256 MiB by default), as the chat is
+ * saved through it with the ids and dates import adds.
  */
 export const MAX_IMPORT_BYTES = 32 * 1024 * 1024;
 

@@ -63,6 +63,32 @@ export interface WsClient extends KvdeskApi {
 
 const OPEN = 1;
 
+/**
+ * The bytes of `text` as UTF-8; a text of at most a third of `limit` characters (three bytes at most each, a pair
+ * of surrogates four) is under it, and not counted.
+ */
+function utf8Length(text: string, limit: number): number {
+  if (text.length * 3 <= limit) return text.length;
+  let bytes = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c < 0x80) bytes += 1;
+    else if (c < 0x800) bytes += 2;
+    else if (c >= 0xd800 && c < 0xdc00 && i + 1 < text.length) {
+      bytes += 4; // a surrogate pair: one character of four bytes
+      i++;
+    } else bytes += 3;
+  }
+  return bytes;
+}
+
+/** A size to read, rounded up (what is sent must not read as the limit it is over). */
+function size(bytes: number): string {
+  if (bytes < 10 * 1024) return `${bytes} bytes`;
+  const [unit, name] = bytes < 1024 ** 2 ? [1024, 'KiB'] : [1024 ** 2, 'MiB'];
+  return `${(Math.ceil((bytes / unit) * 10) / 10).toFixed(1)} ${name}`;
+}
+
 function lost(message: string): ErrorInfo {
   return { code: 'INTERNAL', message };
 }
@@ -164,6 +190,8 @@ export function createWsClient(options: WsClientOptions): WsClient {
   const outdatedListeners = new Set<() => void>();
   /** The UI build the server named at this page's first connection (null: none yet). */
   let firstBuild: string | undefined | null = null;
+  /** The largest message the server takes, as its last hello said (undefined: not said). */
+  let maxMessageBytes: number | undefined;
 
   function setState(next: ConnectionState): void {
     if (state === next) return;
@@ -171,10 +199,24 @@ export function createWsClient(options: WsClientOptions): WsClient {
     for (const l of connectionListeners) l(next);
   }
 
-  function write(msg: WsClientMessage): void {
+  /**
+   * Sends a message (kept in the outbox while no socket is open). One larger than the server takes (its hello said
+   * how large) is not sent, as the server would close the socket on it, ending every call and reply on it: the
+   * error that says so is returned for its caller to end it with.
+   */
+  function write(msg: WsClientMessage): ErrorInfo | null {
     const text = JSON.stringify(msg);
+    const bytes = maxMessageBytes === undefined ? text.length : utf8Length(text, maxMessageBytes);
+    if (maxMessageBytes !== undefined && bytes > maxMessageBytes) {
+      return {
+        code: 'BAD_REQUEST',
+        message: `${size(bytes)} to send is more than the ${size(maxMessageBytes)} kvdesk takes in one message (kvdesk serve's --max-message raises it).`,
+        detail: { reason: 'too-large', bytes, limit: maxMessageBytes },
+      };
+    }
     if (socket && socket.readyState === OPEN) socket.send(text);
     else outbox.push(text);
+    return null;
   }
 
   function onMessage(data: unknown): void {
@@ -186,6 +228,7 @@ export function createWsClient(options: WsClientOptions): WsClient {
       return;
     }
     if (msg.t === 'hello') {
+      if (typeof msg.maxMessageBytes === 'number' && msg.maxMessageBytes > 0) maxMessageBytes = msg.maxMessageBytes;
       if (firstBuild === null) firstBuild = msg.build;
       else if (msg.build !== firstBuild) for (const l of outdatedListeners) l();
     } else if (msg.t === 'result') {
@@ -325,13 +368,21 @@ export function createWsClient(options: WsClientOptions): WsClient {
       const id = nextInvokeId++;
       return new Promise((resolve) => {
         invokes.set(id, resolve as (r: Result<unknown>) => void);
-        write({ t: 'invoke', id, name, request });
+        const refused = write({ t: 'invoke', id, name, request });
+        if (refused) {
+          invokes.delete(id);
+          resolve({ ok: false, error: refused });
+        }
       });
     },
     generate(request: GenerateRequest, onFrame: (frame: StreamFrame) => void): () => void {
       const id = `${session}-${nextGenId++}`;
       generations.set(id, onFrame);
-      write({ t: 'generate', id, request });
+      const refused = write({ t: 'generate', id, request });
+      if (refused) {
+        generations.delete(id);
+        onFrame({ type: 'error', requestId: '', error: refused });
+      }
       return () => {
         if (generations.has(id)) write({ t: 'cancel', id });
       };

@@ -448,6 +448,8 @@ describe('serve (in-process)', () => {
     expect(err).toMatch(/--device-memory 8GiB: give DEVICE=SIZE/);
     expect(await serve(['--max-body', 'lots'], io)).toBe(2);
     expect(err).toMatch(/--max-body: Cannot read "lots" as a byte size/);
+    expect(await serve(['--max-message', '1GiB'], io)).toBe(2);
+    expect(err).toMatch(/--max-message: 1GiB is more than a message can be .*give 500MiB or less/);
     expect(await serve(['--allow-origin', 'localhost:3000', '--data-dir', os.tmpdir()], io)).toBe(2);
     expect(err).toMatch(/--allow-origin: "localhost:3000" is not an origin to allow: .*http:\/\/localhost:3000/);
     expect(await serve(['--prefill-chunk', '0'], io)).toBe(2);

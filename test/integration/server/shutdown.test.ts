@@ -2,7 +2,8 @@
  * A server that stops (`kvdesk serve` on Ctrl+C, the desktop window's API server turned off) ends the generations
  * in flight over HTTP as a shutdown before it cuts their connections: a stream writes its last event, an error the
  * client may retry, and closes cleanly; a request not answered yet gets a retryable 503; a WebSocket stream gets its
- * last frame, and then the socket closes as going away (1001). A generation of another front end (the window, over
+ * last frame, and then, once the save its page makes of the reply as it hears of that end is answered (a moment),
+ * the socket closes as going away (1001). A generation of another front end (the window, over
  * the same host) goes on.
  */
 import { afterEach, describe, expect, it } from 'vitest';
@@ -101,7 +102,15 @@ describe('a server that stops', () => {
     try {
       const ws = new WebSocket(`${server.url.replace(/^http/, 'ws')}/ws`);
       const messages: WsServerMessage[] = [];
-      ws.on('message', (data) => messages.push(JSON.parse(data.toString()) as WsServerMessage));
+      // As a page does, the reply's end heard: its chat is saved as it shows it, a moment later (its next frame).
+      const chat = { id: 'ws-last-save', title: 'last words', createdAt: 1, updatedAt: 1, messages: [] };
+      ws.on('message', (data) => {
+        const msg = JSON.parse(data.toString()) as WsServerMessage;
+        messages.push(msg);
+        if (msg.t === 'frame' && msg.id === 'running' && msg.frame.type === 'error') {
+          setTimeout(() => ws.send(JSON.stringify({ t: 'invoke', id: 1, name: 'saveThread', request: chat })), 200);
+        }
+      });
       const closed = new Promise<{ code: number; reason: string }>((resolve) =>
         ws.on('close', (code, reason) => resolve({ code, reason: reason.toString() })),
       );
@@ -131,6 +140,14 @@ describe('a server that stops', () => {
         });
       }
       expect(held.cancelled).toHaveLength(1);
+      // The save the page made as it heard of the end was waited for, and answered before the socket closed.
+      expect(messages.find((m) => m.t === 'result' && m.id === 1)).toEqual({
+        t: 'result',
+        id: 1,
+        result: { ok: true, value: { revision: 1 } },
+      });
+      const listed = await server.hostApi.call('listThreads', undefined);
+      expect(listed.ok && listed.value.map((c) => c.id)).toContain(chat.id);
     } finally {
       held.restore();
     }

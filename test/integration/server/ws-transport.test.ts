@@ -4,7 +4,7 @@
  * socket that drops releases what it was generating.
  */
 import { createHash } from 'node:crypto';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -87,13 +87,29 @@ describe('WebSocket transport', () => {
     try {
       const c = await Client.open(s.url);
       const first = await c.until(() => c.messages[0]);
-      expect(first).toEqual({ t: 'hello', build: createHash('sha256').update(index).digest('hex').slice(0, 16) });
+      expect(first).toEqual({
+        t: 'hello',
+        build: createHash('sha256').update(index).digest('hex').slice(0, 16),
+        maxMessageBytes: 256 * 1024 ** 2,
+      });
       c.ws.close();
     } finally {
       await s.close();
       await rm(staticDir, { recursive: true, force: true });
     }
   });
+
+  it('saves a chat of more than 64 MiB (its attachments are in it), which once closed the socket', async () => {
+    const c = await Client.open(t.url);
+    const text = 'a'.repeat(1_990_000);
+    const messages = Array.from({ length: 35 }, (_, i) => ({ id: `m${i}`, role: 'user', content: text, createdAt: i }));
+    const chat = { id: 'ws-big', title: 'big', createdAt: 1, updatedAt: 1, messages };
+    expect(JSON.stringify(chat).length).toBeGreaterThan(64 * 1024 ** 2);
+    expect(await c.invoke('saveThread', chat)).toEqual({ ok: true, value: { revision: 1 } });
+    expect((await stat(path.join(t.dataDir, 'threads', 'ws-big.json'))).size).toBeGreaterThan(64 * 1024 ** 2);
+    expect((await c.invoke('deleteThread', { id: chat.id })).ok).toBe(true);
+    c.ws.close();
+  }, 60_000);
 
   it('answers invoke calls in the Result envelope, refusing unknown calls and bad requests', async () => {
     const c = await Client.open(t.url);

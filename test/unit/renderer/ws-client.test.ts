@@ -225,6 +225,36 @@ describe('WebSocket client', () => {
     expect(last().sent).toEqual([]);
   });
 
+  it('a message larger than the server takes (its hello says how large) is refused, not sent: the socket stays', async () => {
+    const { client, sockets, last } = setup();
+    last().open();
+    last().receive({ t: 'hello', maxMessageBytes: 1000 });
+    // 'é' is two bytes in UTF-8: 480 of them fit in characters, not in bytes.
+    const big = client.invoke('saveThread', { id: 't1', title: 'é'.repeat(480) } as never);
+    const frames: StreamFrame[] = [];
+    client.generate({ prompt: 'x'.repeat(1000) }, (f) => frames.push(f));
+    const refused = await big;
+    expect(refused.ok).toBe(false);
+    expect(refused.ok === false && refused.error).toMatchObject({
+      code: 'BAD_REQUEST',
+      detail: { reason: 'too-large', limit: 1000 },
+    });
+    expect(refused.ok === false && refused.error.message).toMatch(
+      /^10\d\d bytes to send is more than the 1000 bytes kvdesk takes in one message/,
+    );
+    expect(refused.ok === false && (refused.error.detail?.bytes as number)).toBeGreaterThan(900);
+    expect(frames).toEqual([
+      expect.objectContaining({ type: 'error', error: expect.objectContaining({ code: 'BAD_REQUEST' }) }),
+    ]);
+    expect(last().sent).toEqual([]);
+    // What fits goes, on the same socket.
+    const small = client.invoke('saveThread', { id: 't1', title: 'é'.repeat(300) } as never);
+    expect(last().sent).toHaveLength(1);
+    last().receive({ t: 'result', id: 2, result: { ok: true, value: { revision: 1 } } });
+    expect((await small).ok).toBe(true);
+    expect(sockets).toHaveLength(1);
+  });
+
   it('ignores malformed server messages', () => {
     const { client, last } = setup();
     last().open();

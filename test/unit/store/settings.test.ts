@@ -95,6 +95,24 @@ describe('settings.json that cannot be read', () => {
     expect(readdirSync(path.dirname(file))).toEqual(['settings.json']);
   });
 
+  it.skipIf(process.getuid?.() === 0)(
+    'in a folder kvdesk may not write in: an error naming it, and the log says so',
+    async () => {
+      const { s, file, dir, log } = store();
+      writeFileSync(file, JSON.stringify(saved));
+      chmodSync(dir, 0o500);
+      try {
+        await expect(s.saveSettings({ theme: 'light' })).rejects.toThrow(
+          `could not write the settings to ${file} (EACCES): give your user write access to ${dir}`,
+        );
+        expect(log.join('\n')).toContain(`could not write the settings to ${file}`);
+      } finally {
+        chmodSync(dir, 0o700);
+      }
+      expect(JSON.parse(readFileSync(file, 'utf8'))).toEqual(saved);
+    },
+  );
+
   it.skipIf(process.getuid?.() === 0)('without read permission (EACCES): not written over', async () => {
     const { s, file } = store();
     writeFileSync(file, JSON.stringify(saved));

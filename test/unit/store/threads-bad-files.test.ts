@@ -3,7 +3,7 @@
  * as it is and said (log and `problems`, naming the file); a threads folder that cannot be read is an error, not
  * an empty list; fields of a newer kvdesk survive a save from this one.
  */
-import { chmodSync, mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { Thread } from '../../../src/shared/api';
@@ -20,6 +20,43 @@ const thread = (id: string, title: string): Thread => ({
   createdAt: 1,
   updatedAt: 2,
   messages: [{ id: 'm1', role: 'user', content: 'hello', createdAt: 1 }],
+});
+
+describe('a chat that cannot be written', () => {
+  it('is an error naming the file and what to do, said in the log once while it keeps failing', async () => {
+    const { s, threads, log } = store();
+    // A folder (not empty) where the chat's file goes: no write can take its place, whoever runs kvdesk.
+    const file = path.join(threads, 't1.json');
+    mkdirSync(path.join(file, 'inside'), { recursive: true });
+    const attempt = () => s.save(thread('t1', 'My important chat'));
+    await expect(attempt()).rejects.toThrow(
+      /could not write the chat "My important chat" to .*t1\.json \(E\w+\): move away/,
+    );
+    await expect(attempt()).rejects.toThrow(file);
+    expect(log.filter((l) => l.includes(file) && l.includes('could not write'))).toHaveLength(1);
+    expect(readdirSync(threads)).toEqual(['t1.json']); // no temp file left beside it
+    // Written once the folder is gone; a failure after that is said again.
+    rmSync(file, { recursive: true });
+    expect(await attempt()).toBe(1);
+    rmSync(file);
+    mkdirSync(path.join(file, 'inside'), { recursive: true });
+    await expect(s.save({ ...thread('t1', 'My important chat'), revision: 1 })).rejects.toThrow(file);
+    expect(log.filter((l) => l.includes(file) && l.includes('could not write'))).toHaveLength(2);
+  });
+
+  it.skipIf(process.getuid?.() === 0)('in a folder kvdesk may not write in (EACCES): says to give access', async () => {
+    const { s, threads, log } = store();
+    await s.save(thread('t1', 'x'));
+    chmodSync(threads, 0o500);
+    try {
+      await expect(s.save({ ...thread('t1', 'y'), revision: 1 })).rejects.toThrow(
+        `(EACCES): give your user write access to ${threads}`,
+      );
+      expect(log.join('\n')).toContain('EACCES');
+    } finally {
+      chmodSync(threads, 0o700);
+    }
+  });
 });
 
 describe('a thread file that cannot be used', () => {

@@ -1,0 +1,115 @@
+/**
+ * Saves that cannot be made are said in the window (and the server's log), in Chromium against a real serve: a chat's save larger than
+ * the server takes in one message (here `--max-message 4KiB`; by default 256MiB), whether the page knew the limit
+ * (it does not send it) or not (the server closes the socket, the page reconnects: the notice stays), and settings
+ * that could not be saved (a settings.json kvdesk cannot read).
+ */
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { test as base, expect, type Page } from '@playwright/test';
+import { newChat, send, setSettings, wsCall } from './fixtures';
+import { type ServeHandle, startServe } from './serve';
+
+const test = base.extend<{ page: Page }, { smallServer: ServeHandle }>({
+  smallServer: [
+    // biome-ignore lint/correctness/noEmptyPattern: Playwright fixtures take their dependencies by destructuring
+    async ({}, use) => {
+      const server = await startServe(['--max-message', '4KiB']);
+      await use(server);
+      await server.stop();
+    },
+    { scope: 'worker', timeout: 120_000 },
+  ],
+});
+
+async function open(page: Page, server: ServeHandle): Promise<void> {
+  await page.goto(server.url);
+  await expect(page.getByTestId('model-picker')).toHaveValue(/.+/);
+  await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+}
+
+/** The chats as the host has them. */
+async function saved(server: ServeHandle): Promise<Array<{ id: string; messages: Array<{ content: string }> }>> {
+  return ((await wsCall(server, 'listThreads', {})).value ?? []) as Array<{
+    id: string;
+    messages: Array<{ content: string }>;
+  }>;
+}
+
+test('a chat too large to save in one message is said at once, and the connection stays', async ({
+  page,
+  smallServer,
+}) => {
+  let sockets = 0;
+  page.on('websocket', () => sockets++);
+  await open(page, smallServer);
+  const id = await newChat(page);
+  await setSettings(page, { maxNewTokens: 2 });
+  await send(page, 'a short question');
+  await expect(page.getByTestId('message-assistant').last()).toHaveAttribute('data-state', 'done', {
+    timeout: 30_000,
+  });
+  const long = `a long question ${'x'.repeat(5000)}`;
+  await page.getByTestId('chat-input').fill(long);
+  await page.getByTestId('chat-input').press('Enter');
+  const alert = page.getByTestId('notice');
+  await expect(alert).toHaveAttribute('role', 'alert');
+  await expect(alert).toContainText('“a short question” was not saved: 5');
+  await expect(alert).toContainText('bytes to send is more than the 4096 bytes kvdesk takes in one message');
+  await expect(alert).toContainText('lost when this page closes');
+  // Not sent, so the socket was not closed over it: the page never lost its connection.
+  expect(sockets).toBe(1);
+  const chat = (await saved(smallServer)).find((t) => t.id === id);
+  expect(chat?.messages.map((m) => m.content)).not.toContain(long);
+});
+
+test('a save the server closed the connection over (the page did not know its limit): said, and still said once it is back', async ({
+  page,
+  smallServer,
+}) => {
+  // A server that does not say how large a message may be (as one before it did).
+  await page.routeWebSocket(/\/ws/, (ws) => {
+    const host = ws.connectToServer();
+    host.onMessage((m) => {
+      if (typeof m === 'string' && m.startsWith('{"t":"hello"')) {
+        const hello = JSON.parse(m) as Record<string, unknown>;
+        delete hello.maxMessageBytes;
+        ws.send(JSON.stringify(hello));
+      } else ws.send(m);
+    });
+  });
+  let sockets = 0;
+  page.on('websocket', () => sockets++);
+  await open(page, smallServer);
+  await newChat(page);
+  await page.getByTestId('chat-input').fill(`too long ${'y'.repeat(5000)}`);
+  await page.getByTestId('chat-input').press('Enter');
+  const alert = page.getByTestId('notice');
+  await expect(alert).toContainText("The chat's last change was not saved: the connection to kvdesk closed");
+  // Reconnected…
+  await expect.poll(() => sockets).toBe(2);
+  await expect(page.getByTestId('connection')).toHaveCount(0, { timeout: 15_000 });
+  // …and the notice is still there to read.
+  await page.waitForTimeout(1000);
+  await expect(alert).toContainText("The chat's last change was not saved");
+});
+
+test('settings that could not be saved are said, and the server log says so', async ({ page, smallServer }) => {
+  await open(page, smallServer);
+  const file = path.join(smallServer.dataDir, 'settings.json');
+  // A settings.json kvdesk cannot read (here a folder in its place): saves are refused, never written over it.
+  rmSync(file, { force: true });
+  mkdirSync(file);
+  try {
+    await page.getByTestId('theme-toggle').click();
+    const alert = page.getByTestId('notice');
+    await expect(alert).toHaveAttribute('role', 'alert');
+    await expect(alert).toContainText('Your settings were not saved');
+    await expect(alert).toContainText(file);
+    await expect(alert).toContainText('lost when this page closes');
+    expect(smallServer.log()).toContain(`the settings file ${file} could not be read`);
+  } finally {
+    rmSync(file, { recursive: true, force: true });
+    writeFileSync(file, '{}');
+  }
+});
