@@ -83,7 +83,6 @@ describe('a conversation longer than the context, through the HTTP APIs', () => 
 
   it("the refusal's message is in each API's own words, which clients match: the numbers once, and what to do there", async () => {
     const tokens = promptTokens(MESSAGES);
-    const explained = `The prompt has ${tokens} tokens, which leaves no room for a reply in the model's context of ${CONTEXT} tokens.`;
     // OpenAI's, as LiteLLM's ContextWindowExceededError reads it ("maximum context length"), in each endpoint; a
     // conversation's turns may be left out ("truncation": "auto").
     const openAi = (what: string, count: number) =>
