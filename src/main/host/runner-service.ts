@@ -1610,12 +1610,6 @@ class Generation {
    * the text they wrote; those at or after a stop string never do, as that text does not.
    */
   private readonly rowHeldLogprobs: GeneratedTokenLogprob[][];
-  /**
-   * Beside each held token: the characters of the answer fed to the stop matcher before its text and after it
-   * (`from` = `to`: none of its text reached the matcher — a marker, reasoning), and whether the decoder held all
-   * of its text (a piece of a character, which goes out with the token that completes it).
-   */
-  private readonly rowHeldSpans: Array<Array<{ from: number; to: number; partial: boolean }>>;
   /** Characters of each row's answer fed to its stop matcher, and those it let through. */
   private readonly rowAnswerFed: number[];
   private readonly rowAnswerEmitted: number[];
@@ -1670,7 +1664,6 @@ class Generation {
     this.rowLogprobs = req.logprobs !== undefined ? rows.map(() => []) : undefined;
     this.rowDecoded = rows.map(() => 0);
     this.rowHeldLogprobs = rows.map(() => []);
-    this.rowHeldSpans = rows.map(() => []);
     this.rowAnswerFed = rows.map(() => 0);
     this.rowAnswerEmitted = rows.map(() => 0);
     const reads = tools?.reads ? tools : undefined;
@@ -2019,22 +2012,15 @@ class Generation {
         const lp = logprobs?.[r]?.[i];
         // The end token a reply ends at is no token of its text (OpenAI lists none), even where its text is read
         // (gpt-oss's <|return|>, which the splitter reads).
-        let span: { from: number; to: number; partial: boolean } | undefined;
         if (piece.logprobs && lp && !(this.req.ignoreEos !== true && this.model.spec.eosTokenIds.includes(id))) {
           this.rowHeldLogprobs[r]?.push(this.named(lp, textOffset));
-          const fed = this.rowAnswerFed[r] as number;
-          span = { from: fed, to: fed, partial: written.length === 0 };
-          this.rowHeldSpans[r]?.push(span);
         }
         step.text = step.reasoning = lead.text = '';
         calls.length = deltas.length = lead.calls.length = lead.deltas.length = 0;
         this.pass(r, written, step, calls, deltas, false, lead);
-        if (span) span.to = this.rowAnswerFed[r] as number;
         piece.out.text += lead.text;
         piece.calls.push(...lead.calls);
         piece.deltas.push(...lead.deltas);
-        // The tokens of the text let out ahead of the reasoning go with it (this token's, after, with its own piece).
-        if (piece.logprobs && lead.text.length > 0) this.releaseLogprobs(r, piece.logprobs, false, span ? 1 : 0);
         if (step.reasoning.length > 0 && (piece.out.text.length > 0 || piece.calls.length + piece.deltas.length > 0)) {
           piece = newPiece();
           pieces.push(piece);
@@ -2075,34 +2061,20 @@ class Generation {
   }
 
   /**
-   * Moves row r's held log-probabilities whose text has gone out (some of it let through by the stop matcher; a
-   * token none of whose text reached the matcher — a marker, reasoning — once all the text before it has) to `into`
-   * and the row's list, in order, leaving the last `keep` held. A token whose text the decoder held goes with the
-   * next one. Once the row stopped, the rest began at or after the stop string: they are dropped, so the tokens
-   * reported are those of the text returned.
+   * Moves row r's held log-probabilities whose text has gone out (they begin before the end of the text let
+   * through) to `into` and the row's list. Once the row stopped, the rest began at or after the stop string:
+   * they are dropped, so the tokens reported are those of the text returned.
    */
-  private releaseLogprobs(r: number, into: GeneratedTokenLogprob[], all = false, keep = 0): void {
+  private releaseLogprobs(r: number, into: GeneratedTokenLogprob[], all = false): void {
     const held = this.rowHeldLogprobs[r] as GeneratedTokenLogprob[];
-    const spans = this.rowHeldSpans[r] as Array<{ from: number; to: number; partial: boolean }>;
-    const emitted = this.rowAnswerEmitted[r] as number;
+    const through =
+      (this.rowDecoded[r] as number) - ((this.rowAnswerFed[r] as number) - (this.rowAnswerEmitted[r] as number));
     let n = 0;
-    if (all) n = held.length;
-    else {
-      for (let k = 0; k < held.length - keep; k++) {
-        const span = spans[k] as { from: number; to: number; partial: boolean };
-        const out = span.from < span.to ? span.from < emitted : span.from <= emitted;
-        if (!out) break;
-        if (!span.partial) n = k + 1;
-      }
-    }
+    while (n < held.length && (all || (held[n] as GeneratedTokenLogprob).textOffset < through)) n++;
     const out = held.splice(0, n);
-    spans.splice(0, n);
     into.push(...out);
     this.rowLogprobs?.[r]?.push(...out);
-    if (this.rowStopped[r]) {
-      held.length = 0;
-      spans.length = 0;
-    }
+    if (this.rowStopped[r]) held.length = 0;
   }
 
   /** Row r matched a stop string (the first to end it counts). */
