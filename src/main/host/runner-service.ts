@@ -1613,6 +1613,12 @@ class Generation {
   /** Characters of each row's answer fed to its stop matcher, and those it let through. */
   private readonly rowAnswerFed: number[];
   private readonly rowAnswerEmitted: number[];
+  /**
+   * Parts of each row's answer passed on (stop strings, tool-call reader), and their count when what those held
+   * was last let out ahead of reasoning: nothing new, nothing held, and nothing to do on a reasoning token.
+   */
+  private readonly rowAnswerParts: number[];
+  private readonly rowAnswerPartsReleased: number[];
   private readonly decoders;
   private readonly matchers;
   /** A thinking model's replies: each row's splitter of reasoning from answer, its reasoning and its tokens. */
@@ -1666,6 +1672,8 @@ class Generation {
     this.rowHeldLogprobs = rows.map(() => []);
     this.rowAnswerFed = rows.map(() => 0);
     this.rowAnswerEmitted = rows.map(() => 0);
+    this.rowAnswerParts = rows.map(() => 0);
+    this.rowAnswerPartsReleased = rows.map(() => 0);
     const reads = tools?.reads ? tools : undefined;
     // A tool-call marker that is a special token (Mistral's [TOOL_CALLS]) stays in the text the filter reads, and
     // reasoning markers in the text the splitter reads.
@@ -2108,7 +2116,13 @@ class Generation {
       // The answer gives way to reasoning (gpt-oss: another analysis message): the text the stop strings held back,
       // then what the tool-call reader held, go out first, into `lead` (they came before the reasoning; no stop
       // string and no call spans a message).
-      if (reasoning !== '' && lead && !this.rowMatched[r]) {
+      if (
+        reasoning !== '' &&
+        lead &&
+        !this.rowMatched[r] &&
+        this.rowAnswerParts[r] !== this.rowAnswerPartsReleased[r]
+      ) {
+        this.rowAnswerPartsReleased[r] = this.rowAnswerParts[r] as number;
         this.release(r, lead, lead.calls, lead.deltas);
         const filter = this.toolFilters?.[r];
         if (filter && !this.rowHarmonyCall[r]) {
@@ -2137,6 +2151,7 @@ class Generation {
     deltas: ToolCallDelta[],
   ): void {
     if (this.rowMatched[r]) return;
+    if (part.text !== '') (this.rowAnswerParts[r] as number)++;
     if (part.kind === 'text' || part.kind === 'args') {
       const m = this.matchers[r]?.push(part.text);
       (this.rowAnswerFed[r] as number) += part.text.length;
