@@ -292,3 +292,125 @@ test("a tab renaming a chat while another tab's reply streams in it: the name is
     await server.stop();
   }
 });
+
+test('a conflicted copy deleted while its reply runs stays deleted, and the chat then shows the one saved', async ({
+  page,
+}) => {
+  test.setTimeout(180_000);
+  const server = await startSlowServe();
+  // This page hears nothing of the chats saved from the moment `deaf` is set.
+  let deaf = false;
+  await page.routeWebSocket(/\/ws/, (ws) => {
+    const host = ws.connectToServer();
+    host.onMessage((m) => {
+      if (deaf && typeof m === 'string' && m.startsWith('{"t":"event","event":"thread"')) return;
+      ws.send(m);
+    });
+  });
+  const other = await page.context().newPage();
+  try {
+    const id = await saveEndlessChat(server, { greedy: true, maxNewTokens: 1900 });
+    await openServer(page, server);
+    await openChat(page, id);
+    await openServer(other, server);
+    await openChat(other, id);
+    deaf = true;
+    await send(other, 'asked in the other tab');
+    await expect(lastReply(other).getByTestId('message-text')).not.toBeEmpty();
+    await other.getByTestId('stop-button').click();
+    await expect(lastReply(other)).toHaveAttribute('data-state', 'cancelled');
+    await send(page, 'asked in this tab');
+    await expect(page.getByTestId('notice')).toContainText('Endless (conflicted copy)');
+    const listed = async () => ((await wsCall(server, 'listThreads', {})).value ?? []) as Saved[];
+    const copyId = async () => (await listed()).find((t) => t.title === 'Endless (conflicted copy)')?.id;
+    await expect.poll(copyId).toBeDefined();
+    const copy = (await copyId()) as string;
+    // Deleted here while the reply it keeps runs on: not made again, in the list or on disk, and no alert.
+    const row = page.getByTestId('thread-list').locator(`[data-thread-id="${copy}"]`);
+    await row.hover();
+    await row.getByTestId('thread-delete').click();
+    await row.getByTestId('thread-delete').click();
+    await expect(row).toHaveCount(0);
+    await page.waitForTimeout(2500);
+    await expect(row).toHaveCount(0);
+    expect(await copyId()).toBeUndefined();
+    await expect(page.getByTestId('notice')).not.toContainText('was not saved');
+    await expect(lastReply(page)).toHaveAttribute('data-state', 'running');
+    await page.getByTestId('stop-button').click();
+    // The reply ended: the chat here is the one saved (the other tab's turn), with no copy made again.
+    await expect(page.getByTestId('message-user')).toHaveCount(1);
+    await expect(page.getByTestId('message-user')).toContainText('asked in the other tab');
+    await page.waitForTimeout(1500);
+    expect((await listed()).filter((t) => t.title.includes('conflicted copy'))).toEqual([]);
+    await expect(row).toHaveCount(0);
+  } finally {
+    await other.close();
+    await server.stop();
+  }
+});
+
+test("the connection lost while a conflicted copy's reply runs: once back, the chat shows the one saved, and the next turn makes no second copy", async ({
+  page,
+}) => {
+  test.setTimeout(180_000);
+  const server = await startSlowServe();
+  // This page hears nothing of the chats saved while `deaf`; while `down`, its connections are refused.
+  let deaf = false;
+  let down = false;
+  const sockets = new Set<{ close: () => Promise<void> }>();
+  await page.routeWebSocket(/\/ws/, (ws) => {
+    if (down) {
+      void ws.close();
+      return;
+    }
+    const host = ws.connectToServer();
+    sockets.add(ws);
+    host.onMessage((m) => {
+      if (deaf && typeof m === 'string' && m.startsWith('{"t":"event","event":"thread"')) return;
+      ws.send(m);
+    });
+    ws.onClose(() => {
+      sockets.delete(ws);
+      void host.close();
+    });
+  });
+  const other = await page.context().newPage();
+  try {
+    const id = await saveEndlessChat(server, { greedy: true, maxNewTokens: 1900 });
+    await openServer(page, server);
+    await openChat(page, id);
+    await openServer(other, server);
+    await openChat(other, id);
+    deaf = true;
+    await send(other, 'asked in the other tab');
+    await expect(lastReply(other).getByTestId('message-text')).not.toBeEmpty();
+    await other.getByTestId('stop-button').click();
+    await expect(lastReply(other)).toHaveAttribute('data-state', 'cancelled');
+    await send(page, 'asked in this tab');
+    await expect(page.getByTestId('notice')).toContainText('Endless (conflicted copy)');
+    const listed = async () => ((await wsCall(server, 'listThreads', {})).value ?? []) as Saved[];
+    const copies = async () => (await listed()).filter((t) => t.title === 'Endless (conflicted copy)');
+    await expect.poll(async () => (await copies()).length).toBe(1);
+    // The connection goes (the reply with it) and stays away a while; then it is back.
+    down = true;
+    for (const ws of [...sockets]) await ws.close();
+    await expect(lastReply(page)).not.toHaveAttribute('data-state', 'running');
+    await page.waitForTimeout(2000);
+    deaf = false;
+    down = false;
+    // Back: the chat here is the one saved (the other tab's turn); this tab's is in the copy.
+    await expect(page.getByTestId('message-user')).toHaveCount(1, { timeout: 20_000 });
+    await expect(page.getByTestId('message-user')).toContainText('asked in the other tab');
+    await send(page, 'asked next in this tab');
+    await expect(lastReply(page).getByTestId('message-text')).not.toBeEmpty();
+    await page.getByTestId('stop-button').click();
+    await expect(lastReply(page)).toHaveAttribute('data-state', 'cancelled');
+    await expect
+      .poll(async () => (await listed()).find((t) => t.id === id)?.messages.filter((m) => m.role === 'user').length)
+      .toBe(2);
+    expect(await copies()).toHaveLength(1);
+  } finally {
+    await other.close();
+    await server.stop();
+  }
+});

@@ -232,6 +232,8 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
 
   /** A chat gone, deleted here or elsewhere: its reply stops, nothing of it is saved again, its draft goes. */
   function dropThread(id: string): void {
+    // A conflicted copy deleted while the reply it keeps is written: not made again (see copying).
+    for (const copy of copying.values()) if (copy.id === id) copy.dropped = true;
     stop(id);
     endStreamSaves(id);
     known.delete(id);
@@ -326,11 +328,14 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   const known = new Map<string, Thread>();
   /** Chats whose last save the closing connection left unanswered: saved again once it is back. */
   const unanswered = new Set<string>();
+  /** Chats whose settling the closing connection cut off (the saved one could not be read): settled once it is back. */
+  const unsettled = new Set<string>();
   /**
    * Chats whose saves were refused while a reply is written in them here, another page having added turns: what
-   * this page has of each is saved, from then on, as a chat of its own (the copy's id, its messages' ids, when made).
+   * this page has of each is saved, from then on, as a chat of its own (the copy's id, its messages' ids, when made;
+   * `dropped`: the copy was deleted, and is not made again).
    */
-  const copying = new Map<string, { id: string; messageId: string; at: number }>();
+  const copying = new Map<string, { id: string; messageId: string; at: number; dropped?: true }>();
 
   /** Chat `threadId`'s saves go to a copy of it from now on (see copying); the person is told. */
   function startCopy(threadId: string, title: string, mine = title): void {
@@ -346,11 +351,17 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
    * Saves `thread` (this page's copy of the chat, a reply so far included) as its conflicted copy; once its reply
    * ended, the chat here becomes the one saved.
    */
-  function saveCopy(threadId: string, thread: Thread, copy: { id: string; messageId: string; at: number }): void {
-    const before = s().threads.find((x) => x.id === copy.id);
-    const made = conflictCopy(thread, copy.id, copy.messageId, copy.at);
-    s().receiveThread({ ...made, ...(before?.revision !== undefined ? { revision: before.revision } : {}) });
-    saveThread(copy.id);
+  function saveCopy(
+    threadId: string,
+    thread: Thread,
+    copy: { id: string; messageId: string; at: number; dropped?: true },
+  ): void {
+    if (!copy.dropped) {
+      const before = s().threads.find((x) => x.id === copy.id);
+      const made = conflictCopy(thread, copy.id, copy.messageId, copy.at);
+      s().receiveThread({ ...made, ...(before?.revision !== undefined ? { revision: before.revision } : {}) });
+      saveThread(copy.id);
+    }
     if (liveIn(threadId)) return;
     copying.delete(threadId);
     refused.delete(threadId);
@@ -376,6 +387,11 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     const mine = refused.get(threadId);
     const local = s().threads.find((t) => t.id === threadId);
     if (!listed.ok) {
+      // The connection closed on it: settled once it is back (onOpen).
+      if (listed.error.detail?.reason === 'disconnect') {
+        unsettled.add(threadId);
+        return;
+      }
       notify(
         `“${local?.title ?? mine?.title}” was saved in another window or tab, and could not be read: ${listed.error.message} Reload the page.`,
       );
@@ -682,6 +698,10 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     for (const id of [...unanswered]) {
       unanswered.delete(id);
       saveThread(id);
+    }
+    for (const id of [...unsettled]) {
+      unsettled.delete(id);
+      void settle(id);
     }
     void refreshHostState(replace);
     // Back: the notice that said the connection was lost goes; one said since (a save the close ended) stays.
