@@ -258,18 +258,27 @@ export function createWsClient(options: WsClientOptions): WsClient {
     s.onerror = () => {
       // onclose follows; reconnecting is handled there.
     };
-    s.onclose = () => {
+    s.onclose = (ev) => {
       if (socket !== s) return;
       socket = null;
+      // 1009: kvdesk closed it over a message larger than it takes; sent again, it would close it again.
+      const tooLarge = (ev as { code?: number } | null)?.code === 1009;
       // Calls and streams on the old socket cannot be answered any more: end them now.
       for (const [id, done] of invokes) {
         invokes.delete(id);
         done({
           ok: false,
-          error: {
-            ...lost('The connection to kvdesk closed before it answered. Try again.'),
-            detail: { reason: 'disconnect' },
-          },
+          error: tooLarge
+            ? {
+                ...lost(
+                  'kvdesk closed the connection over a message larger than it takes (kvdesk serve --max-message raises that)',
+                ),
+                detail: { reason: 'too_large' },
+              }
+            : {
+                ...lost('The connection to kvdesk closed before it answered. Try again.'),
+                detail: { reason: 'disconnect' },
+              },
         });
       }
       for (const [id, sink] of generations) {
