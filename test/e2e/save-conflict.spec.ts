@@ -5,14 +5,74 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import type { Page, WebSocketRoute } from '@playwright/test';
 import { openChat, openServer, saveEndlessChat, startSlowServe } from './endless';
 import { expect, lastReply, newChat, send, setSettings, test, wsCall } from './fixtures';
-import { startServe } from './serve';
+import { type ServeHandle, startServe } from './serve';
 
 interface Saved {
   id: string;
   title: string;
   messages: Array<{ role: string; content: string }>;
+}
+
+/** A page's connection to kvdesk, routed: `deaf`, it hears nothing of the chats saved; `down`, it cannot connect. */
+interface Route {
+  deaf: boolean;
+  down: boolean;
+  /** Closes the page's open connections (it reconnects, unless `down`). */
+  cut(): Promise<void>;
+}
+
+async function route(page: Page): Promise<Route> {
+  const sockets = new Set<WebSocketRoute>();
+  const ctl: Route = {
+    deaf: false,
+    down: false,
+    cut: async () => {
+      for (const ws of [...sockets]) await ws.close();
+    },
+  };
+  await page.routeWebSocket(/\/ws/, (ws) => {
+    if (ctl.down) {
+      void ws.close();
+      return;
+    }
+    const host = ws.connectToServer();
+    sockets.add(ws);
+    host.onMessage((m) => {
+      if (ctl.deaf && typeof m === 'string' && m.startsWith('{"t":"event","event":"thread"')) return;
+      ws.send(m);
+    });
+    ws.onClose(() => {
+      sockets.delete(ws);
+      void host.close();
+    });
+  });
+  return ctl;
+}
+
+/**
+ * `page` (routed by `ctl`) and `other` open an endless chat; `page` stops hearing of its saves, `other` sends a turn
+ * (stopped), then `page` sends its own: refused, its reply runs on as a conflicted copy. The chat's id.
+ */
+async function copyWhileReplying(page: Page, other: Page, ctl: Route, server: ServeHandle): Promise<string> {
+  const id = await saveEndlessChat(server, { greedy: true, maxNewTokens: 1900 });
+  await openServer(page, server);
+  await openChat(page, id);
+  await openServer(other, server);
+  await openChat(other, id);
+  ctl.deaf = true;
+  // The other page's turn, saved; this page does not hear of it.
+  await send(other, 'asked in the other tab');
+  await expect(lastReply(other).getByTestId('message-text')).not.toBeEmpty();
+  await other.getByTestId('stop-button').click();
+  await expect(lastReply(other)).toHaveAttribute('data-state', 'cancelled');
+  // This page's turn, made from the chat as it was before: its saves are refused, and its reply runs on.
+  await send(page, 'asked in this tab');
+  await expect(lastReply(page).getByTestId('message-text')).not.toBeEmpty();
+  await expect(page.getByTestId('notice')).toContainText('Endless (conflicted copy)');
+  return id;
 }
 
 test("a page that had not seen another's save keeps its turn as a copy of the chat, and the other's stays", async ({
@@ -24,22 +84,15 @@ test("a page that had not seen another's save keeps its turn as a copy of the ch
   await send(app, 'the first question');
   await expect(lastReply(app)).toHaveAttribute('data-state', 'done', { timeout: 30_000 });
 
-  // The second page hears nothing of the chats saved from the moment `deaf` is set.
-  let deaf = false;
+  // The second page hears nothing of the chats saved from the moment it is deaf.
   const other = await app.context().newPage();
-  await other.routeWebSocket(/\/ws/, (ws) => {
-    const host = ws.connectToServer();
-    host.onMessage((m) => {
-      if (deaf && typeof m === 'string' && m.startsWith('{"t":"event","event":"thread"')) return;
-      ws.send(m);
-    });
-  });
+  const heard = await route(other);
   try {
     await other.goto(server.url);
     await expect(other.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
     await other.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click();
     await expect(other.getByTestId('message-user')).toHaveCount(1);
-    deaf = true;
+    heard.deaf = true;
 
     // The first page's turn, saved (each of its saves in a row taken)…
     await send(app, 'asked in the first tab');
@@ -76,14 +129,14 @@ test("a page that had not seen another's save keeps its turn as a copy of the ch
     await expect(app.getByTestId('notice')).toHaveCount(0);
 
     // Its next turn in the chat builds on the saved one, and is saved.
-    deaf = false;
+    heard.deaf = false;
     await send(other, 'asked again in the second tab');
     await expect(lastReply(other)).toHaveAttribute('data-state', 'done', { timeout: 30_000 });
     await expect.poll(async () => (await listed()).find((t) => t.id === id)?.messages.length).toBe(6);
     await expect(app.getByTestId('message-user')).toHaveCount(3);
 
     // Renamed in both, the second not hearing of the first's: the first's name stands, and the second is told.
-    deaf = true;
+    heard.deaf = true;
     const rename = async (page: typeof app, title: string) => {
       await page.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).dblclick();
       await page.getByTestId('thread-rename-input').fill(title);
@@ -188,32 +241,10 @@ test('a page whose saves are refused while its reply runs keeps its turn as a co
 }) => {
   test.setTimeout(180_000);
   const server = await startSlowServe();
-  // This page hears nothing of the chats saved from the moment `deaf` is set.
-  let deaf = false;
-  await page.routeWebSocket(/\/ws/, (ws) => {
-    const host = ws.connectToServer();
-    host.onMessage((m) => {
-      if (deaf && typeof m === 'string' && m.startsWith('{"t":"event","event":"thread"')) return;
-      ws.send(m);
-    });
-  });
+  const ctl = await route(page);
   const other = await page.context().newPage();
   try {
-    const id = await saveEndlessChat(server, { greedy: true, maxNewTokens: 1900 });
-    await openServer(page, server);
-    await openChat(page, id);
-    await openServer(other, server);
-    await openChat(other, id);
-    deaf = true;
-    // The other page's turn, saved; this page does not hear of it.
-    await send(other, 'asked in the other tab');
-    await expect(lastReply(other).getByTestId('message-text')).not.toBeEmpty();
-    await other.getByTestId('stop-button').click();
-    await expect(lastReply(other)).toHaveAttribute('data-state', 'cancelled');
-    // This page's turn, made from the chat as it was before: its saves are refused, and its reply runs on.
-    await send(page, 'asked in this tab');
-    await expect(lastReply(page).getByTestId('message-text')).not.toBeEmpty();
-    await expect(page.getByTestId('notice')).toContainText('Endless (conflicted copy)');
+    const id = await copyWhileReplying(page, other, ctl, server);
     const listed = async () => ((await wsCall(server, 'listThreads', {})).value ?? []) as Saved[];
     const copy = async () => (await listed()).find((t) => t.title === 'Endless (conflicted copy)');
     // The copy is saved while the reply runs, its text so far with it.
@@ -246,15 +277,8 @@ test("a tab renaming a chat while another tab's reply streams in it: the name is
   test.setTimeout(180_000);
   const server = await startSlowServe();
   const other = await page.context().newPage();
-  // The other tab hears nothing of the chats saved from the moment `deaf` is set: the reply it shows stays behind.
-  let deaf = false;
-  await other.routeWebSocket(/\/ws/, (ws) => {
-    const host = ws.connectToServer();
-    host.onMessage((m) => {
-      if (deaf && typeof m === 'string' && m.startsWith('{"t":"event","event":"thread"')) return;
-      ws.send(m);
-    });
-  });
+  // The other tab hears nothing of the chats saved from the moment it is deaf: the reply it shows stays behind.
+  const heard = await route(other);
   try {
     const id = await saveEndlessChat(server, { greedy: true, maxNewTokens: 1900 });
     await openServer(page, server);
@@ -263,7 +287,7 @@ test("a tab renaming a chat while another tab's reply streams in it: the name is
     await openChat(other, id);
     await send(page, 'asked in the first tab');
     await expect(other.getByTestId('message-assistant').getByTestId('message-text')).not.toBeEmpty();
-    deaf = true;
+    heard.deaf = true;
     const listed = async () => ((await wsCall(server, 'listThreads', {})).value ?? []) as Saved[];
     const reply = async () => (await listed()).find((t) => t.id === id)?.messages[1]?.content.length ?? 0;
     const shown = (await other.getByTestId('message-assistant').getByTestId('message-text').textContent()) ?? '';
@@ -274,7 +298,7 @@ test("a tab renaming a chat while another tab's reply streams in it: the name is
     await other.getByTestId('thread-rename-input').fill('Named in the other tab');
     await other.getByTestId('thread-rename-input').press('Enter');
     await expect.poll(async () => (await listed()).find((t) => t.id === id)?.title).toBe('Named in the other tab');
-    deaf = false;
+    heard.deaf = false;
     await expect(page.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`)).toContainText(
       'Named in the other tab',
     );
@@ -298,29 +322,10 @@ test('a conflicted copy deleted while its reply runs stays deleted, and the chat
 }) => {
   test.setTimeout(180_000);
   const server = await startSlowServe();
-  // This page hears nothing of the chats saved from the moment `deaf` is set.
-  let deaf = false;
-  await page.routeWebSocket(/\/ws/, (ws) => {
-    const host = ws.connectToServer();
-    host.onMessage((m) => {
-      if (deaf && typeof m === 'string' && m.startsWith('{"t":"event","event":"thread"')) return;
-      ws.send(m);
-    });
-  });
+  const ctl = await route(page);
   const other = await page.context().newPage();
   try {
-    const id = await saveEndlessChat(server, { greedy: true, maxNewTokens: 1900 });
-    await openServer(page, server);
-    await openChat(page, id);
-    await openServer(other, server);
-    await openChat(other, id);
-    deaf = true;
-    await send(other, 'asked in the other tab');
-    await expect(lastReply(other).getByTestId('message-text')).not.toBeEmpty();
-    await other.getByTestId('stop-button').click();
-    await expect(lastReply(other)).toHaveAttribute('data-state', 'cancelled');
-    await send(page, 'asked in this tab');
-    await expect(page.getByTestId('notice')).toContainText('Endless (conflicted copy)');
+    await copyWhileReplying(page, other, ctl, server);
     const listed = async () => ((await wsCall(server, 'listThreads', {})).value ?? []) as Saved[];
     const copyId = async () => (await listed()).find((t) => t.title === 'Endless (conflicted copy)')?.id;
     await expect.poll(copyId).toBeDefined();
@@ -354,50 +359,20 @@ test("the connection lost while a conflicted copy's reply runs: once back, the c
 }) => {
   test.setTimeout(180_000);
   const server = await startSlowServe();
-  // This page hears nothing of the chats saved while `deaf`; while `down`, its connections are refused.
-  let deaf = false;
-  let down = false;
-  const sockets = new Set<{ close: () => Promise<void> }>();
-  await page.routeWebSocket(/\/ws/, (ws) => {
-    if (down) {
-      void ws.close();
-      return;
-    }
-    const host = ws.connectToServer();
-    sockets.add(ws);
-    host.onMessage((m) => {
-      if (deaf && typeof m === 'string' && m.startsWith('{"t":"event","event":"thread"')) return;
-      ws.send(m);
-    });
-    ws.onClose(() => {
-      sockets.delete(ws);
-      void host.close();
-    });
-  });
+  const ctl = await route(page);
   const other = await page.context().newPage();
   try {
-    const id = await saveEndlessChat(server, { greedy: true, maxNewTokens: 1900 });
-    await openServer(page, server);
-    await openChat(page, id);
-    await openServer(other, server);
-    await openChat(other, id);
-    deaf = true;
-    await send(other, 'asked in the other tab');
-    await expect(lastReply(other).getByTestId('message-text')).not.toBeEmpty();
-    await other.getByTestId('stop-button').click();
-    await expect(lastReply(other)).toHaveAttribute('data-state', 'cancelled');
-    await send(page, 'asked in this tab');
-    await expect(page.getByTestId('notice')).toContainText('Endless (conflicted copy)');
+    const id = await copyWhileReplying(page, other, ctl, server);
     const listed = async () => ((await wsCall(server, 'listThreads', {})).value ?? []) as Saved[];
     const copies = async () => (await listed()).filter((t) => t.title === 'Endless (conflicted copy)');
     await expect.poll(async () => (await copies()).length).toBe(1);
     // The connection goes (the reply with it) and stays away a while; then it is back.
-    down = true;
-    for (const ws of [...sockets]) await ws.close();
+    ctl.down = true;
+    await ctl.cut();
     await expect(lastReply(page)).not.toHaveAttribute('data-state', 'running');
     await page.waitForTimeout(2000);
-    deaf = false;
-    down = false;
+    ctl.deaf = false;
+    ctl.down = false;
     // Back: the chat here is the one saved (the other tab's turn); this tab's is in the copy.
     await expect(page.getByTestId('message-user')).toHaveCount(1, { timeout: 20_000 });
     await expect(page.getByTestId('message-user')).toContainText('asked in the other tab');
