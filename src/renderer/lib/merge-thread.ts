@@ -2,6 +2,7 @@
  * Two pages on one chat (DOM-free, for the bridge and its tests).
  */
 import type { StoredMessage, Thread } from '../../shared/api';
+import { stable } from './presets';
 
 /**
  * A chat another page saved, merged with this page's copy while this page writes a reply in it: the other's
@@ -51,7 +52,7 @@ function sameMessage(t: StoredMessage | undefined, m: StoredMessage): boolean {
 
 /** Whether two copies of a chat have the same name and settings (its messages, revision and times aside). */
 export function sameSettings(a: Thread, b: Thread): boolean {
-  const settings = ({ messages: _m, revision: _r, updatedAt: _u, ...rest }: Thread) => canonical(rest);
+  const settings = ({ messages: _m, revision: _r, updatedAt: _u, ...rest }: Thread) => stable(rest);
   return settings(a) === settings(b);
 }
 
@@ -69,15 +70,6 @@ export function takeSettings(saved: Thread, mine: Thread, base: Thread | undefin
     updatedAt: Math.max(saved.updatedAt, mine.updatedAt),
     messages: saved.messages,
   };
-}
-
-/** JSON with each object's keys in order: the same for the same values, however they were put together. */
-function canonical(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(canonical).join(',')}]`;
-  if (value === null || typeof value !== 'object') return JSON.stringify(value) ?? 'null';
-  const entries = Object.entries(value).filter(([, v]) => v !== undefined);
-  entries.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-  return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonical(v)}`).join(',')}}`;
 }
 
 /** What a conflicted copy's title ends with. */

@@ -21,7 +21,7 @@ export function carriedSettings(t: Thread): Omit<Preset, 'name'> {
 }
 
 /** JSON with its objects' keys in order: two values that mean the same read the same. */
-function stable(v: unknown): string {
+export function stable(v: unknown): string {
   return JSON.stringify(v, (_k, x: unknown) =>
     x && typeof x === 'object' && !Array.isArray(x)
       ? Object.fromEntries(Object.entries(x as Record<string, unknown>).sort(([a], [b]) => a.localeCompare(b)))
