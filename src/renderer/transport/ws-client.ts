@@ -273,7 +273,7 @@ export function createWsClient(options: WsClientOptions): WsClient {
                 ...lost(
                   'kvdesk closed the connection over a message larger than it takes (kvdesk serve --max-message raises that)',
                 ),
-                detail: { reason: 'too_large' },
+                detail: { reason: 'too-large' },
               }
             : {
                 ...lost('The connection to kvdesk closed before it answered. Try again.'),
