@@ -98,7 +98,11 @@ describe('GET /v1/models', () => {
     expect(m.kvdesk).toMatchObject({
       bpt: 1024,
       is_default: true,
-      logits: { last: true, detail: expect.stringMatching(/^LM head MatMul fed the last position/) },
+      logits: {
+        last: true,
+        detail: expect.stringMatching(/^LM head MatMul fed the last position/),
+        batching: expect.stringMatching(/^requests share one batch, each row left-padded to the longest \(checked/),
+      },
     });
   });
 });
