@@ -430,7 +430,11 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
         );
       }
       const models = await listedModels();
-      const named = await apiModelName(hostApi, id);
+      const named = await apiModelName(
+        hostApi,
+        id,
+        models.map((m) => m.id),
+      );
       const model = models.find((m) => m.id === named);
       if (!model) {
         const known = models.map((m) => m.id).join(', ') || 'none';
