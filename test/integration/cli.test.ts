@@ -597,6 +597,16 @@ describe('CLI on the generated default model', () => {
     expect(fits.stderr).not.toContain('KV budget note');
   });
 
+  it('a prompt the context cannot take is said for one generate call: shorten it, or a longer context', async () => {
+    // The default model's context is 2048 tokens.
+    const ids = Array.from({ length: 2048 }, (_, i) => 1 + (i % 100)).join(',');
+    const r = await kvdesk('generate', defaultModelDir, '--prompt-ids', ids, '--max-new-tokens', '2');
+    expect(r.code).toBe(2);
+    expect(r.stderr).toBe(
+      "kvdesk: The prompt has 2048 tokens, which leaves no room for a reply in the model's context of 2048 tokens. Shorten the prompt, or use a model with a longer context.\n",
+    );
+  });
+
   it('list shows the library serve keeps; generate takes a library id as it takes a folder', async () => {
     const { ModelLibrary } = await import('../../src/main/host/model-library');
     const { loadModelSpec } = await import('../../src/main/packages');
