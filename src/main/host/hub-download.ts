@@ -468,12 +468,17 @@ export function pullNameOf(named: PulledName): string {
 
 /**
  * Whether a package from `source` is at the revision a name names: the branch or tag it was pulled at, or its
- * commit (in full, or its first 7 or more hex digits). A package that recorded neither is taken at any revision.
+ * commit (in full, or its first 7 or more hex digits, in either case: the hub writes commits in lowercase). A
+ * package that recorded neither is taken at any revision.
  */
 function atRevision(source: HubSource, revision: string | undefined): boolean {
   if (revision === undefined || (source.revision === '' && source.commit === undefined)) return true;
   if (revision === source.revision) return true;
-  return source.commit !== undefined && /^[0-9a-f]{7,40}$/.test(revision) && source.commit.startsWith(revision);
+  return (
+    source.commit !== undefined &&
+    /^[0-9a-f]{7,40}$/i.test(revision) &&
+    source.commit.startsWith(revision.toLowerCase())
+  );
 }
 
 /**

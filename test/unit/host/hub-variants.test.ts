@@ -303,6 +303,9 @@ describe('a pulled package by any name pull takes: pulledNameOf and pulledEntry'
       'owner/name@main:q4',
       `owner/name:q4@${commit}`,
       'owner/name:q4@abcdef0',
+      // A commit in capitals, as some tools print it.
+      'owner/name:q4@ABCDEF0',
+      `owner/name:q4@${commit.toUpperCase()}`,
       'owner/name@main',
       'owner/name',
     ]) {
