@@ -297,7 +297,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
             error: { code: failed.error.code, message: failed.error.message, path: failed.path },
             message:
               `The default model at ${failed.path} did not load: ${failed.error.message.replace(/[.\s]+$/, '')}. ` +
-              `Fix it and restart kvdesk serve${loadable.length > 0 ? ', or load another: a request naming one of `loadable` loads it' : ', or add a package (kvdesk pull, or the Models view)'}.`,
+              `Fix it and restart kvdesk${loadable.length > 0 ? ', or load another: a request naming one of `loadable` loads it' : ', or add a package (kvdesk pull, or the Models view)'}.`,
           });
         } else if (loadable.length > 0) {
           sendJson(res, 200, {

@@ -451,7 +451,7 @@ describe('serve (in-process)', () => {
         });
         expect(body.message).toMatch(
           new RegExp(
-            `^The default model at ${broken} did not load: .*config\\.json.*\\. Fix it and restart kvdesk serve, or load another: a request naming one of \`loadable\` loads it\\.$`,
+            `^The default model at ${broken} did not load: .*config\\.json.*\\. Fix it and restart kvdesk, or load another: a request naming one of \`loadable\` loads it\\.$`,
           ),
         );
         // A request loads the library's package: ready from then on.
