@@ -24,7 +24,7 @@ import {
   type Thread,
 } from '../../shared/api';
 import type { StreamFrame } from '../../shared/contract';
-import { KvdeskError, type Result, toErrorInfo } from '../../shared/errors';
+import { type ErrorInfo, KvdeskError, type Result, toErrorInfo } from '../../shared/errors';
 import { detectLayout, loadModelSpec, variantOption } from '../packages';
 import { providerShortName } from '../packages/execution-providers';
 import { packageProblem } from '../packages/package-error';
@@ -105,6 +105,11 @@ export interface HostApi {
   ensureModel(id: string | undefined, keepAliveMs?: number | null): Promise<void>;
   /** Library packages a request may name that are not loaded now: valid, present, one per id. */
   loadable(): LibraryEntry[];
+  /**
+   * Why the default model did not load at start (its folder, and the error), until a model loads; null when it
+   * loaded, was not there to load, or a model has loaded since. /health reports it.
+   */
+  startFailure(): { path: string; error: ErrorInfo } | null;
   /**
    * Host events: 'budget' (throttled ≤ 10 Hz), 'scheduler', 'models', 'library', 'apiServer', 'settings',
    * 'downloads'.
@@ -342,6 +347,8 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     downloads: new Set(),
   };
   let defaultModelId: string | undefined;
+  /** The default model's failed load at start, until a model loads (HostApi.startFailure). */
+  let startFailure: { path: string; error: ErrorInfo } | null = null;
   /**
    * Models the APIs loaded on first use (the ones a later such load, or their time to live, may unload), with
    * their time to live and last use.
@@ -479,6 +486,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     // Its idle time counts from now: a load that took longer than the time to live does not make it stale.
     if (jit) firstUse.set(info.id, { ...jit, lastUsedAt: Date.now() });
     else firstUse.delete(info.id);
+    startFailure = null;
     const all = models();
     emit('models', all);
     budgetChanged();
@@ -872,6 +880,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     },
     ensureModel,
     loadable: hostApiLoadable,
+    startFailure: () => startFailure,
     async call(name, request) {
       const schema = Object.hasOwn(CallSchemas, name) ? CallSchemas[name] : undefined;
       if (!schema) {
@@ -979,8 +988,10 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     } catch (err) {
       const info = toErrorInfo(err);
       // Cut short by kvdesk closing (a quit while it loads): nothing failed.
-      if (info.code !== 'CANCELLED')
+      if (info.code !== 'CANCELLED') {
         log(`kvdesk: the default model at ${opts.defaultModelDir} did not load: ${info.message}`);
+        startFailure = { path: opts.defaultModelDir, error: info };
+      }
     }
   }
   // In the background: a library of large packages must not hold up the start.

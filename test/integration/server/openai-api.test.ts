@@ -118,6 +118,30 @@ describe('GET /v1/models/{id}', () => {
     expect(err.message).toMatch(/model "gpt-4o" is neither loaded nor in the library \(known: default\)/);
   });
 
+  it('lists the models once a call: the library read once, the loaded models asked for once', async () => {
+    const sync = vi.spyOn(t.hostApi.library, 'sync');
+    const call = vi.spyOn(t.hostApi, 'call');
+    try {
+      // A name no loaded model has (resolved against the list), found or not.
+      for (const [id, status] of [
+        ['default:latest', 200],
+        ['gpt-4o', 404],
+      ] as const) {
+        sync.mockClear();
+        call.mockClear();
+        expect((await fetch(`${t.url}/v1/models/${encodeURIComponent(id)}`)).status, id).toBe(status);
+        expect(sync, id).toHaveBeenCalledTimes(1);
+        expect(
+          call.mock.calls.filter(([name]) => name === 'listModels'),
+          id,
+        ).toHaveLength(1);
+      }
+    } finally {
+      sync.mockRestore();
+      call.mockRestore();
+    }
+  });
+
   it('answers an id that is not valid percent-encoding with a 400 naming the model, and goes on', async () => {
     for (const bad of ['%E0%A4%A', '%']) {
       const res = await fetch(`${t.url}/v1/models/${bad}`);
