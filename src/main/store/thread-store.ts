@@ -26,6 +26,15 @@ interface ThreadExtras {
   messages: Map<string, Record<string, unknown>>;
 }
 
+/** What a chat's file holds, as last read or written, with the stat it had then. */
+interface Held {
+  file: string;
+  revision: number;
+  /** The page that saved it last. */
+  by?: string;
+  grants: string[];
+}
+
 /** The settings file as read: what this kvdesk uses, and the fields of a newer one, kept as they are. */
 interface SettingsRead {
   settings: UiSettings;
@@ -56,14 +65,12 @@ export class ThreadStore {
   private readonly extras = new Map<string, ThreadExtras>();
   /** Pending writes and deletes per file, run in call order: the last save wins, a delete stays deleted. */
   private readonly pending = new Map<string, Promise<unknown>>();
-  /** Each chat's tool grants as its file held them, with that file's stat: read again only when the file changed. */
-  private readonly grants = new Map<string, { file: string; grants: string[] }>();
   /**
-   * Each chat's revision as its file holds it, with that file's stat (read again only when the file changed), and
-   * the page that saved it last (its `savedBy`, kept in the file: a page's save the host wrote just before it
-   * stopped, its answer lost, is that page's own once kvdesk is back).
+   * What each chat's file held when last read or written, with that file's stat (read again only when the file
+   * changed): its revision, the page that saved it last (its `savedBy`, kept in the file: a page's save the host wrote
+   * just before it stopped, its answer lost, is that page's own once kvdesk is back) and its tool grants.
    */
-  private readonly revisions = new Map<string, { file: string; revision: number; by?: string }>();
+  private readonly held = new Map<string, Held>();
 
   constructor(dataDir: string, opts: ThreadStoreOptions = {}) {
     this.threadsDir = path.join(dataDir, 'threads');
@@ -225,15 +232,7 @@ export class ThreadStore {
     const file = path.join(this.threadsDir, `${id}.json`);
     // A page without a token asks before each save (about once a second while a reply streams): a long chat's file
     // is read and checked again only when another process (or a hand) changed it.
-    return this.inOrder(file, async () => {
-      const now = await statOf(file);
-      const known = this.grants.get(id);
-      if (now !== null && known?.file === now) return known.grants;
-      const read = await this.readThread(file);
-      const grants = 'thread' in read ? (read.thread.toolsAllowed ?? []) : [];
-      if (now !== null && 'thread' in read) this.grants.set(id, { file: now, grants });
-      return grants;
-    });
+    return this.inOrder(file, async () => (await this.heldBy(id, file))?.grants ?? []);
   }
 
   /**
@@ -247,7 +246,7 @@ export class ThreadStore {
     const file = this.fileOf(thread.id);
     const base = thread.revision ?? 0;
     return this.inOrder(file, async () => {
-      const stored = await this.storedRevision(thread.id, file);
+      const stored = await this.heldBy(thread.id, file);
       if (stored && stored.revision !== base && !(stored.revision > base && savedBy && stored.by === savedBy)) {
         throw new KvdeskError(
           'SAVE_CONFLICT',
@@ -257,43 +256,46 @@ export class ThreadStore {
       }
       const revision = Math.max(stored?.revision ?? 0, base) + 1;
       const data = JSON.stringify({ ...this.withExtras({ ...thread, revision }), ...(savedBy ? { savedBy } : {}) });
-      this.grants.delete(thread.id);
-      this.revisions.delete(thread.id);
+      this.held.delete(thread.id);
       await this.write(file, data, `the chat "${thread.title}"`);
       const now = await statOf(file);
       if (now !== null) {
-        this.grants.set(thread.id, { file: now, grants: thread.toolsAllowed ?? [] });
-        this.revisions.set(thread.id, { file: now, revision, ...(savedBy ? { by: savedBy } : {}) });
+        this.held.set(thread.id, {
+          file: now,
+          revision,
+          ...(savedBy ? { by: savedBy } : {}),
+          grants: thread.toolsAllowed ?? [],
+        });
       }
       return revision;
     });
   }
 
   /**
-   * The revision of chat `id`'s file (0 for a file from before revisions); null when there is no file, or none this
-   * kvdesk can read (a save writes over it, as before).
+   * What chat `id`'s file holds (its revision: 0 for a file from before revisions); null when there is no file, or
+   * none this kvdesk can read (a save writes over it, as before).
    */
-  private async storedRevision(id: string, file: string): Promise<{ revision: number; by?: string } | null> {
+  private async heldBy(id: string, file: string): Promise<Held | null> {
     const now = await statOf(file);
     if (now === null) return null;
-    const known = this.revisions.get(id);
+    const known = this.held.get(id);
     if (known?.file === now) return known;
     const read = await this.readThread(file);
     if (!('thread' in read)) return null;
-    const found = {
+    const found: Held = {
       file: now,
       revision: read.thread.revision ?? 0,
       ...(read.savedBy !== undefined ? { by: read.savedBy } : {}),
+      grants: read.thread.toolsAllowed ?? [],
     };
-    this.revisions.set(id, found);
+    this.held.set(id, found);
     return found;
   }
 
   async delete(id: string): Promise<void> {
     const file = this.fileOf(id);
     this.extras.delete(id);
-    this.grants.delete(id);
-    this.revisions.delete(id);
+    this.held.delete(id);
     await this.inOrder(file, () => rm(file, { force: true }));
   }
 
