@@ -17,6 +17,11 @@ import { fieldsUnknown, isPlainObject, readIfThere, setAside, unreadableFile } f
 import { issueText, salvageSettings } from './settings-salvage';
 import { writeAtomic } from './write-atomic';
 
+/** How many deleted chats' ids the data folder keeps, to refuse a late save of one from another window or tab. */
+export const DELETED_THREADS_KEPT = 1000;
+/** The file in the data folder that names the chats deleted (the latest DELETED_THREADS_KEPT). */
+export const DELETED_FILE = 'deleted-threads.json';
+
 const SAFE_ID = /^[A-Za-z0-9_-]{1,100}$/;
 const SAFE_ID_TEXT = 'letters, digits, "-" and "_" only (1–100 chars)';
 
@@ -71,10 +76,21 @@ export class ThreadStore {
    * just before it stopped, its answer lost, is that page's own once kvdesk is back) and its tool grants.
    */
   private readonly held = new Map<string, Held>();
+  /**
+   * The chats deleted (id → when), as `deleted-threads.json` in the data folder keeps them, the latest
+   * DELETED_THREADS_KEPT: a late save of one (a page that had not heard of the delete, also across a restart) is
+   * refused. Read at the first save or delete.
+   */
+  private deleted: Promise<Map<string, number>> | null = null;
+  private readonly deletedFile: string;
+  /** Deletes noted, and how many of them the file has. */
+  private deletedNoted = 0;
+  private deletedWritten = 0;
 
   constructor(dataDir: string, opts: ThreadStoreOptions = {}) {
     this.threadsDir = path.join(dataDir, 'threads');
     this.settingsFile = path.join(dataDir, 'settings.json');
+    this.deletedFile = path.join(dataDir, DELETED_FILE);
     this.log = opts.log ?? ((line) => process.stderr.write(`${line}\n`));
     this.now = opts.now ?? Date.now;
   }
@@ -247,6 +263,13 @@ export class ThreadStore {
     const base = thread.revision ?? 0;
     return this.inOrder(file, async () => {
       const stored = await this.heldBy(thread.id, file);
+      // Deleted, and not put back since (by a hand): a page that had not heard of the delete must not bring it back.
+      if ((await this.deletedChats()).has(thread.id) && (await statOf(file)) === null) {
+        throw new KvdeskError('BAD_REQUEST', `the chat "${thread.title}" was deleted in another window or tab`, {
+          field: 'id',
+          reason: 'deleted',
+        });
+      }
       if (stored && stored.revision !== base && !(stored.revision > base && savedBy && stored.by === savedBy)) {
         throw new KvdeskError(
           'SAVE_CONFLICT',
@@ -292,11 +315,71 @@ export class ThreadStore {
     return found;
   }
 
+  /**
+   * Deletes chat `id`'s file. It is noted as deleted first (in deleted-threads.json: a save of it from a page that
+   * had not heard of it is refused, also after a restart); one that cannot be noted is not deleted (the error names
+   * the file). An id that is no chat's file name is refused and not noted.
+   */
   async delete(id: string): Promise<void> {
     const file = this.fileOf(id);
     this.extras.delete(id);
     this.held.delete(id);
-    await this.inOrder(file, () => rm(file, { force: true }));
+    await this.inOrder(file, async () => {
+      await this.noteDeleted(id);
+      await rm(file, { force: true });
+    });
+  }
+
+  /** The chats deleted, as deleted-threads.json has them (read once). */
+  private deletedChats(): Promise<Map<string, number>> {
+    this.deleted ??= this.inOrder(this.deletedFile, () => this.readDeleted());
+    return this.deleted;
+  }
+
+  private async readDeleted(): Promise<Map<string, number>> {
+    const file = this.deletedFile;
+    let text: string | null;
+    try {
+      text = await readIfThere(file);
+    } catch (err) {
+      // Unreadable (access): chats are still deleted; a late save of one may bring it back until it can be read.
+      this.sayOnce(unreadableFile('the list of deleted chats', file, err, 'restart kvdesk').message);
+      return new Map();
+    }
+    if (text === null) return new Map();
+    const entries = readDeletedEntries(text);
+    if (entries === null) {
+      const aside = await setAside(file, this.now(), 'move').catch((err: KvdeskError) => err.message);
+      this.sayOnce(
+        `the list of deleted chats ${file} is not valid (it should be {"deleted": [{"id", "at"}]}); it was moved to ${aside}, and a new one is started`,
+      );
+      return new Map();
+    }
+    return new Map(entries);
+  }
+
+  /** Notes chat `id` as deleted now (the latest DELETED_THREADS_KEPT are kept), written before it is answered. */
+  private async noteDeleted(id: string): Promise<void> {
+    const deleted = await this.deletedChats();
+    const had = deleted.get(id);
+    deleted.delete(id);
+    deleted.set(id, this.now());
+    while (deleted.size > DELETED_THREADS_KEPT) deleted.delete(deleted.keys().next().value as string);
+    const version = ++this.deletedNoted;
+    try {
+      await this.inOrder(this.deletedFile, async () => {
+        // Written already with this one in it (deletes in a row: one write for those that waited).
+        if (this.deletedWritten >= version) return;
+        const upTo = this.deletedNoted;
+        const entries = [...deleted].map(([key, at]) => ({ id: key, at }));
+        await this.write(this.deletedFile, JSON.stringify({ deleted: entries }), 'the list of deleted chats');
+        this.deletedWritten = upTo;
+      });
+    } catch (err) {
+      deleted.delete(id);
+      if (had !== undefined) deleted.set(id, had);
+      throw err;
+    }
   }
 
   /** The settings; none when there is no file yet. Throws (naming the file) when it exists but cannot be read. */
@@ -381,4 +464,21 @@ export class ThreadStore {
 async function statOf(file: string): Promise<string | null> {
   const s = await stat(file).catch(() => null);
   return s ? `${s.ino}:${s.size}:${s.mtimeMs}:${s.ctimeMs}` : null;
+}
+
+/** deleted-threads.json's entries (id, when deleted), oldest first; null when it is not such a file. */
+function readDeletedEntries(text: string): Array<[string, number]> | null {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch {
+    return null;
+  }
+  if (!isPlainObject(raw) || !Array.isArray(raw.deleted)) return null;
+  const out: Array<[string, number]> = [];
+  for (const e of raw.deleted) {
+    if (!isPlainObject(e) || typeof e.id !== 'string' || typeof e.at !== 'number') return null;
+    out.push([e.id, e.at]);
+  }
+  return out.slice(-DELETED_THREADS_KEPT);
 }
