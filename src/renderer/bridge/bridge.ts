@@ -237,6 +237,8 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     for (const copy of copying.values()) if (copy.id === id) copy.dropped = true;
     stop(id);
     endStreamSaves(id);
+    // A save of it kept in the browser is not made (a delete made here is kept in its place).
+    forgetKept(id, Number.POSITIVE_INFINITY);
     known.delete(id);
     s().removeThread(id);
     sessionModel.delete(id);
