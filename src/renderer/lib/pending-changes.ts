@@ -174,7 +174,7 @@ export const ALIVE_WAIT_MS = 300;
  * that do not answer in ALIVE_WAIT_MS are gone: their kept changes are for another page to make).
  */
 export function pagesOnline(pageId: string): { alive(ids: string[]): Promise<Set<string>> } {
-  const Made = (globalThis as { BroadcastChannel?: new (name: string) => Channel }).BroadcastChannel;
+  const Made = (globalThis as unknown as { BroadcastChannel?: new (name: string) => Channel }).BroadcastChannel;
   const channel = Made ? new Made('kvdesk.pages') : undefined;
   channel?.addEventListener('message', (e) => {
     const ask = (e.data as { ask?: unknown } | null)?.ask;
