@@ -318,18 +318,13 @@ function inFolder(err: unknown, staging: string, name: string): unknown {
   return new KvdeskError(err.code, named(err.message), detail);
 }
 
-/** How many deleted chats' ids the host remembers, to refuse a late save of one from another window or tab. */
-export const DELETED_THREADS_KEPT = 1000;
+/** How many deleted chats' ids the host remembers (in its data folder), to refuse a late save of one. */
+export { DELETED_THREADS_KEPT } from '../store/thread-store';
 
 /** Creates the host API and loads the default model (a failure there is logged, never fatal). */
 export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
   const { runner } = opts;
   await prepareDataDir(opts.dataDir);
-  /**
-   * Chats deleted while this host runs: a late save of one is refused. The latest DELETED_THREADS_KEPT only (the
-   * set grew by every deleteThread call, ids refused as invalid included, for as long as the host ran).
-   */
-  const deletedThreads = new Set<string>();
   const apiServer = opts.apiServer ?? NO_API_SERVER;
   const limits: UploadLimits = { ...DEFAULT_UPLOAD_LIMITS, ...opts.uploadLimits };
   const libraryDir = path.join(opts.dataDir, 'models');
@@ -812,12 +807,8 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     listThreads: async () => store.list(),
     saveThread: async (req: Thread & { savedBy?: string }) => {
       const { savedBy, ...thread } = req;
-      // A page that had not heard of the delete yet (its reply's last save) must not bring the chat back.
-      if (deletedThreads.has(thread.id)) {
-        throw new KvdeskError('BAD_REQUEST', `the chat "${thread.title}" was deleted in another window or tab`, {
-          field: 'id',
-        });
-      }
+      // A page that had not heard of the chat's delete (its reply's last save, a save made while kvdesk was away,
+      // also across a restart) must not bring it back: the store refuses it.
       const revision = await store.save(thread, savedBy);
       const saved = { ...thread, revision };
       // The same chat open in another tab or window shows what was saved, rather than overwrite it later.
@@ -825,19 +816,8 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       return { revision };
     },
     deleteThread: async (req: { id: string }) => {
-      // In the set before the file goes (a save racing the delete is refused), out again when the store refuses
-      // the id (no chat's file name); the latest ones only.
-      const known = deletedThreads.delete(req.id);
-      deletedThreads.add(req.id);
-      try {
-        await store.delete(req.id);
-      } catch (err) {
-        if (!known) deletedThreads.delete(req.id);
-        throw err;
-      }
-      if (deletedThreads.size > DELETED_THREADS_KEPT) {
-        deletedThreads.delete(deletedThreads.values().next().value as string);
-      }
+      // Noted as deleted (on disk) before the file goes: a late save of it is refused, also after a restart.
+      await store.delete(req.id);
       emit('threadDeleted', { id: req.id });
       // A deleted thread's retained KV is dead weight in the budget.
       runner.closeSession(req.id);
