@@ -2,9 +2,10 @@
  * Two folders of one name are two models, against a real server: each loads under an id of its own (`model`,
  * `model-2`), both stay loaded and every API reaches each; loading one again keeps its id and leaves the other be;
  * the ids stay with their folders after a restart; names keep their letters (`模型`, `ünï`), so different names are
- * different ids; a reload never replaces another folder's model.
+ * different ids; an upload named as a loaded folder is told apart; and Ollama's DELETE /api/delete never unloads or
+ * deletes a package other than the one the name is.
  */
-import { cp, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { cp, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -139,5 +140,53 @@ describe('two folders of one name', () => {
     expect(ids).toEqual(['模型', '通义千问', 'sp-ace-ünï-模型', 'model']);
     for (const id of ids) expect(await answers(url, id)).toBe(200);
     expect(Object.keys(loaded(hostApi))).toEqual(expect.arrayContaining(ids));
+  });
+});
+
+describe('DELETE /api/delete with folders of one name', () => {
+  it('unloads the model the name is, and deletes no other package', async () => {
+    const dataDir = await mkdtemp(path.join(pkgs, 'data-'));
+    const mine = await pkg('p/model');
+    const { hostApi, url } = await serve(dataDir);
+    expect(await load(hostApi, mine)).toBe('model');
+    // Forgotten in the library, it stays loaded under its id.
+    expect((await hostApi.call('forgetModel', { root: mine })).ok).toBe(true);
+    expect(loaded(hostApi)).toMatchObject({ model: mine });
+    // Two uploads named model: kept apart from it and from each other.
+    const files = async (prefix: string) =>
+      (await readdir(defaultModelDir, { recursive: true, withFileTypes: true }))
+        .filter((e) => e.isFile())
+        .map((e) => path.join(e.parentPath, e.name))
+        .map(async (abs) => ({
+          path: `${prefix}/${path.relative(defaultModelDir, abs)}`,
+          data: await readFile(abs),
+        }));
+    const a = await hostApi.importFiles({ name: 'model', files: await Promise.all(await files('model')) });
+    const changed = (await Promise.all(await files('model'))).map((f) =>
+      f.path.endsWith('generation_config.json') ? { ...f, data: new TextEncoder().encode('{"max_new_tokens": 7}') } : f,
+    );
+    const b = await hostApi.importFiles({ name: 'model', files: changed, load: false });
+    if (!a.ok || !b.ok) throw new Error(JSON.stringify([a, b]));
+    // (The second upload's folder is model-2, a name the first upload's id has: so model-2-2.)
+    expect([a.value.spec.id, b.value.spec.id]).toEqual(['model-2', 'model-2-2']);
+    // Each says it is known by another id than its name.
+    expect([a.value.nameTaken, b.value.nameTaken]).toEqual([true, true]);
+    expect(loaded(hostApi)).toMatchObject({ model: mine, 'model-2': a.value.root });
+    const uploads = await readdir(path.join(dataDir, 'models'));
+    expect(uploads.sort()).toEqual(['model', 'model-2']);
+
+    const r = await fetch(`${url}/api/delete`, {
+      method: 'DELETE',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'model' }),
+    });
+    expect(r.status, await r.text()).toBe(200);
+    // The model named "model" is unloaded; the uploads stay on disk, in the library, and the loaded one loaded.
+    expect(Object.keys(loaded(hostApi))).not.toContain('model');
+    expect(loaded(hostApi)).toMatchObject({ 'model-2': a.value.root });
+    expect((await readdir(path.join(dataDir, 'models'))).sort()).toEqual(['model', 'model-2']);
+    expect(hostApi.library.list().map((e) => e.id)).toEqual(expect.arrayContaining(['model-2', 'model-2-2']));
+    // Its own folder is never deleted either.
+    expect((await readdir(mine)).length).toBeGreaterThan(0);
   });
 });
