@@ -272,7 +272,7 @@ export const libraryLog = (line: string): void => {
 
 /**
  * A package folder, or the id of a library package (as `ollama run NAME` takes a name): a path that exists is
- * the folder; otherwise the library's most recently loaded valid package with that id, or, for a name such as
+ * the folder; otherwise the library's package with that id (each folder has its own), or, for a name such as
  * `owner/name`, `hf.co/owner/name:variant`, the one pulled from the hub under it (as the server's Ollama routes
  * resolve it: `kvdesk pull X` then `kvdesk chat X`).
  */

@@ -8,7 +8,6 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { type ApiServerControl, createHostApi, type HostApi } from '../main/host/host-api';
 import { type HostSettings, RunnerService } from '../main/host/runner-service';
-import { slugify } from '../main/packages/spec-assembly';
 import {
   allowedHostsOf,
   allowedOriginsOf,
@@ -212,7 +211,6 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
       );
     }
     assertBindable(host, token);
-    assertModelNamesApart(values.model ?? []);
     const ttlText = values['first-use-ttl'];
     const firstUseTtlMs = ttlText === undefined ? undefined : ttlText === 'never' ? null : parseDuration(ttlText);
     if (firstUseTtlMs === undefined && ttlText !== undefined) {
@@ -334,26 +332,5 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     if (hostApi) await hostApi.close();
     else await runner?.close();
     signals?.dispose();
-  }
-}
-
-/**
- * A model is named by its folder, and a package loaded under a name another has replaces it: two --model folders
- * of one name would leave the first unreachable. Refused before anything loads, naming both.
- */
-function assertModelNamesApart(dirs: readonly string[]): void {
-  const byName = new Map<string, { dir: string; abs: string }>();
-  for (const dir of dirs) {
-    const abs = path.resolve(resolveUserPath(dir));
-    const name = slugify(path.basename(abs));
-    const other = byName.get(name);
-    if (other !== undefined && other.abs !== abs) {
-      throw new KvdeskError(
-        'BAD_REQUEST',
-        `--model ${other.dir} and --model ${dir} would both be the model "${name}" (kvdesk names a model by its folder), and the second would replace the first: rename one of the folders, or leave one out`,
-        { field: 'model' },
-      );
-    }
-    byName.set(name, { dir, abs });
   }
 }

@@ -44,7 +44,10 @@ export interface ImportedPackage {
   model?: ModelInfo;
   /** The library had these very files already: that copy is the one answered (no second one was made). */
   existing?: boolean;
-  /** The library has another package under the name it was given: this copy is named `<name>-2` (its root). */
+  /**
+   * Another package has the name it was given (another upload: this copy's folder is `<name>-2`; a folder of that
+   * name elsewhere): it is known by another id than its name's, `<name>-2` (its spec's id).
+   */
   nameTaken?: boolean;
 }
 

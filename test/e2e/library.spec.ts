@@ -131,4 +131,39 @@ test.describe('model library', () => {
       rmSync(work, { recursive: true, force: true });
     }
   });
+
+  test('two folders of one name are two models: the picker and the library tell them apart, and Load loads the one clicked', async ({
+    page,
+  }) => {
+    test.setTimeout(90_000);
+    const work = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-same-name-'));
+    const x = path.join(work, 'x', 'model');
+    const y = path.join(work, 'y', 'model');
+    cpSync(FIXTURE, x, { recursive: true });
+    cpSync(FIXTURE, y, { recursive: true });
+    let server: ServeHandle | null = null;
+    try {
+      server = await startServe([], 90_000, undefined, path.join(work, 'data'));
+      await open(page, server);
+      for (const dir of [x, y]) expect((await wsCall(server, 'loadModel', { path: dir })).ok).toBe(true);
+      const picker = page.getByTestId('model-picker');
+      await expect(picker.locator('option[value="model"]')).toHaveText('model');
+      await expect(picker.locator('option[value="model-2"]')).toHaveText('model (model-2)');
+      // Unloaded, the second is the library's, under its own name; its Load loads it beside the first.
+      expect((await wsCall(server, 'unloadModel', { id: 'model-2' })).ok).toBe(true);
+      await expect(picker.locator(`option[value="library:${y}"]`)).toHaveText('model (model-2)');
+      const row = page.locator('[data-testid="library-row"][data-model-id="model-2"]');
+      await expect(row).toHaveAttribute('data-root', y);
+      await row.getByTestId('library-load').click();
+      await expect(page.locator('[data-testid="loaded-model-card"][data-model-id="model-2"]')).toBeVisible({
+        timeout: 30_000,
+      });
+      await expect(page.locator('[data-testid="loaded-model-card"][data-model-id="model"]')).toBeVisible();
+      await expect(picker.locator('option[value="model"]')).toHaveCount(1);
+      await expect(picker.locator('option[value="model-2"]')).toHaveCount(1);
+    } finally {
+      await server?.stop();
+      rmSync(work, { recursive: true, force: true });
+    }
+  });
 });

@@ -246,35 +246,6 @@ describe('an external-data file its user cannot read (mode 000)', () => {
   );
 });
 
-describe('serve --model twice under one name', () => {
-  it('two folders that would both be one model (the second replacing the first): exit 2 before anything loads', () => {
-    const pkgs = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-two-names-'));
-    const a = path.join(pkgs, 'a', 'model');
-    const b = path.join(pkgs, 'b', 'model');
-    const r = spawnSync(
-      process.execPath,
-      [
-        path.join(repoRoot, 'bin/kvdesk.cjs'),
-        'serve',
-        '--port',
-        '0',
-        '--data-dir',
-        dataDir,
-        '--model',
-        a,
-        '--model',
-        b,
-      ],
-      { cwd: repoRoot, encoding: 'utf8', timeout: 30_000 },
-    );
-    expect(r.status, r.stderr).toBe(2);
-    expect(r.stderr).toContain(`--model ${a} and --model ${b} would both be the model "model"`);
-    expect(r.stderr).toContain('rename one of the folders');
-    expect(r.stderr).not.toContain('loaded');
-    rmSync(pkgs, { recursive: true, force: true });
-  });
-});
-
 describe('serve --token that is empty or only whitespace', () => {
   /** `kvdesk serve` with `env` added to the environment, without $KVDESK_TOKEN unless it sets one. */
   function serveWith(args: string[], env: Record<string, string> = {}) {

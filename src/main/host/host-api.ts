@@ -28,6 +28,7 @@ import { type ErrorInfo, KvdeskError, type Result, toErrorInfo } from '../../sha
 import { detectLayout, loadModelSpec, variantOption } from '../packages';
 import { providerShortName } from '../packages/execution-providers';
 import { packageProblem } from '../packages/package-error';
+import { slugify } from '../packages/spec-assembly';
 import { ThreadStore } from '../store/thread-store';
 import { previewChatTemplate, withKeptTemplate } from './chat-template-pick';
 import { Downloads } from './downloads';
@@ -260,10 +261,12 @@ export function uploadWriteError(err: unknown, rel: string): unknown {
   return err;
 }
 
+/** An upload's folder name in the library: letters and digits of any script kept (`模型`), the rest '-'. */
 function slug(name: string): string {
   return (
     name
-      .replace(/[^A-Za-z0-9._-]+/g, '-')
+      .normalize('NFC')
+      .replace(/[^\p{L}\p{N}\p{M}._-]+/gu, '-')
       .replace(/^[-.]+|[-.]+$/g, '')
       .slice(0, 80) || 'package'
   );
@@ -404,7 +407,14 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     budgetChanged();
   });
 
-  const library = await ModelLibrary.open(opts.dataDir, { onChange: (e) => emit('library', e), log });
+  const library = await ModelLibrary.open(opts.dataDir, {
+    onChange: (e) => emit('library', e),
+    log,
+    // A model stays loaded when its folder is forgotten: its id is given to no other folder meanwhile.
+    loaded: () => runner.listModels().map((m) => ({ id: m.id, root: m.spec.root })),
+  });
+  /** Loads under way, by folder (links resolved), and the id each takes: two folders of one name load at once apart. */
+  const loadingIds = new Map<string, string>();
   // What uploads and downloads that never ended left in the models folder (none a live kvdesk is writing).
   const swept = sweepStaging(libraryDir, { log }).then(
     () => {},
@@ -436,14 +446,41 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     // (null for the chat template: back to the package's own.)
     const named: LoadModelRequest = { ...pickOf(how), ...(how.chatTemplate === null ? { chatTemplate: null } : {}) };
     const ortPackage = kept !== undefined && (await detectLayout(dir).catch(() => undefined)) === 'ort-package';
-    let pick: LoadModelRequest = mergePick(kept, named, ortPackage);
+    const pick: LoadModelRequest = mergePick(kept, named, ortPackage);
     // A person's load: not under replies that run on the model (a request's load on first use is of one not loaded).
     const whileIdle = jit === undefined;
-    let info: Awaited<ReturnType<RunnerService['loadModel']>>;
     // A change of chat template alone: the model takes it without loading again (when nothing else differs).
     const templateOnly = Object.keys(named).length === 1 && 'chatTemplate' in named;
+    // Its own id: the one it is loaded under (a reload), or the library gave it; never another folder's (a folder
+    // of the same name elsewhere is another model, `name-2`, and loading it replaces nothing).
+    const root = await canonicalPath(dir);
+    const id = await library.idFor(root, loadingIds);
+    const reserved = !loadingIds.has(root);
+    if (reserved) loadingIds.set(root, id);
     try {
-      info = await runner.loadModel(dir, { ...pick, whileIdle, templateOnly });
+      return await loadUnder(dir, id, jit, { kept, named, pick, whileIdle, templateOnly });
+    } finally {
+      if (reserved) loadingIds.delete(root);
+    }
+  }
+
+  async function loadUnder(
+    dir: string,
+    id: string,
+    jit: FirstUse | undefined,
+    how: {
+      kept: LoadModelRequest | undefined;
+      named: LoadModelRequest;
+      pick: LoadModelRequest;
+      whileIdle: boolean;
+      templateOnly: boolean;
+    },
+  ): Promise<ModelInfo> {
+    const { kept, named, whileIdle, templateOnly } = how;
+    let { pick } = how;
+    let info: Awaited<ReturnType<RunnerService['loadModel']>>;
+    try {
+      info = await runner.loadModel(dir, { ...pick, id, whileIdle, templateOnly });
     } catch (err) {
       const problem = toErrorInfo(err);
       let retry: LoadModelRequest;
@@ -475,7 +512,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
           ...(typeof pick.chatTemplate === 'string' ? { chatTemplate: pick.chatTemplate } : {}),
         };
       } else throw err;
-      info = await runner.loadModel(dir, { ...retry, whileIdle });
+      info = await runner.loadModel(dir, { ...retry, id, whileIdle });
       pick = retry;
     }
     // Its idle time counts from now: a load that took longer than the time to live does not make it stale.
@@ -564,7 +601,10 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       // In the library from now on (its card's Load loads it; Forget deletes the copy).
       const spec = await readAsItLoads(root);
       await library.added(root, spec);
-      return { root, spec, ...again };
+      // Under the id the library gave it (`name-2` when another folder of that name has its name's).
+      const abs = await canonicalPath(root);
+      const listed = library.list().find((e) => e.root === abs)?.spec ?? spec;
+      return { root, spec: listed, ...again };
     }
     const model = await load(root);
     return { root, spec: model.spec, model, ...again };
@@ -594,7 +634,10 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     await rename(root, final);
     try {
       const got = await imported(final, loadIt);
-      return final === path.join(libraryDir, slug(name)) ? got : { ...got, nameTaken: true };
+      // Named apart from another package: its folder (another upload of that name), or its id (a folder of that
+      // name elsewhere, loaded or in the library).
+      const apart = final !== path.join(libraryDir, slug(name)) || got.spec.id !== slugify(path.basename(final));
+      return apart ? { ...got, nameTaken: true } : got;
     } catch (err) {
       await rm(final, { recursive: true, force: true });
       throw err;

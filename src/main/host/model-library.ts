@@ -23,6 +23,7 @@ import { KvdeskError } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
 import { loadModelSpec, variantOption } from '../packages';
 import { packageProblem } from '../packages/package-error';
+import { slugify, withModelId } from '../packages/spec-assembly';
 import { isPlainObject, readIfThere, setAside, unreadableFile } from '../store/data-file';
 import { writeAtomic } from '../store/write-atomic';
 import { withKeptTemplate } from './chat-template-pick';
@@ -34,7 +35,10 @@ const CPU = 'CPUExecutionProvider';
 /** One package as the library file keeps it. */
 const StoredEntry = z.object({
   root: z.string().min(1).max(4096),
-  /** The id it loaded as (shown until the check after start). */
+  /**
+   * The id the library gave the folder (its name's base id, or `name-2`… when another folder of that name had it):
+   * kept across restarts, so clients naming it reach the same folder.
+   */
   id: z.string().min(1).max(4096).optional(),
   /** Written for people reading the file; kvdesk goes by the folder's place, never by this flag. */
   uploaded: z.boolean().optional(),
@@ -99,6 +103,7 @@ interface Held {
   addedAt: number;
   lastLoadedAt: number;
   neverLoaded?: true;
+  /** '' until the library gives it one (settleIds). */
   id: string;
   spec?: ModelSpec;
   error?: LibraryEntry['error'];
@@ -167,7 +172,7 @@ function heldOf(root: string, p: StoredEntry): Held {
     addedAt: p.addedAt,
     lastLoadedAt: p.lastLoadedAt,
     ...(p.neverLoaded ? { neverLoaded: true as const } : {}),
-    id: p.id ?? path.basename(root),
+    id: p.id ?? '',
     missing: false,
     ...(load ? { load } : {}),
     ...(load && p.pickedFor ? { pickedFor: p.pickedFor } : {}),
@@ -333,6 +338,24 @@ export async function prepareDataDir(dataDir: string): Promise<void> {
   await rm(probe, { force: true });
 }
 
+export interface LibraryOptions {
+  onChange?: (entries: LibraryEntry[]) => void;
+  log?: (line: string) => void;
+  now?: () => number;
+  /**
+   * The models loaded now (the host's), by id and folder: an id a loaded model has is never given to another folder
+   * (one forgotten in the library may stay loaded under it).
+   */
+  loaded?: () => ReadonlyArray<{ id: string; root: string }>;
+}
+
+/** The ids a folder's name gives, in the order they are tried: `model`, `model-2`, `model-3`… */
+function* idsFor(root: string): Generator<string> {
+  const base = slugify(path.basename(root));
+  yield base;
+  for (let i = 2; ; i++) yield `${base}-${i}`;
+}
+
 /** The library of one data directory. */
 export class ModelLibrary {
   private readonly file: string;
@@ -367,11 +390,9 @@ export class ModelLibrary {
   private readonly onChange: (entries: LibraryEntry[]) => void;
   private readonly log: (line: string) => void;
   private readonly now: () => number;
+  private readonly loadedModels: () => ReadonlyArray<{ id: string; root: string }>;
 
-  private constructor(
-    dataDir: string,
-    opts: { onChange?: (entries: LibraryEntry[]) => void; log?: (line: string) => void; now?: () => number },
-  ) {
+  private constructor(dataDir: string, opts: LibraryOptions) {
     // Absolute, as the roots it is compared with are.
     this.dataDir = path.resolve(dataDir);
     this.file = path.join(this.dataDir, 'library.json');
@@ -379,16 +400,14 @@ export class ModelLibrary {
     this.onChange = opts.onChange ?? (() => {});
     this.log = opts.log ?? (() => {});
     this.now = opts.now ?? Date.now;
+    this.loadedModels = opts.loaded ?? (() => []);
   }
 
   /**
    * Reads the library file (a missing one is an empty library). `refresh()`
    * then validates every package again; until it has, entries carry no spec.
    */
-  static async open(
-    dataDir: string,
-    opts: { onChange?: (entries: LibraryEntry[]) => void; log?: (line: string) => void; now?: () => number } = {},
-  ): Promise<ModelLibrary> {
+  static async open(dataDir: string, opts: LibraryOptions = {}): Promise<ModelLibrary> {
     await assertFolderOrNothing(dataDir);
     const lib = new ModelLibrary(dataDir, opts);
     lib.uploadsDir = await canonicalPath(lib.uploadsDir);
@@ -606,7 +625,7 @@ export class ModelLibrary {
     return this.records.map((r) => ({
       root: r.root,
       id: r.id,
-      ...(r.spec ? { spec: r.spec } : {}),
+      ...(r.spec ? { spec: withModelId(r.spec, r.id) } : {}),
       ...(r.error ? { error: r.error } : {}),
       missing: r.missing,
       uploaded: this.isUpload(r.root),
@@ -629,10 +648,7 @@ export class ModelLibrary {
     return kept;
   }
 
-  /**
-   * The package a request naming `id` means: the most recently loaded valid
-   * one with that id (two folders may share a name).
-   */
+  /** The package a request naming `id` means (each folder has an id of its own: settleIds), when it is valid. */
   find(id: string): LibraryEntry | undefined {
     return this.list().find((e) => e.id === id && e.spec !== undefined && !e.missing);
   }
@@ -660,7 +676,7 @@ export class ModelLibrary {
       if (!s?.isDirectory() || this.records.some((r) => r.root === root)) continue;
       const when = s.mtimeMs;
       const added = this.fileKnewAll ? { neverLoaded: true as const } : {};
-      this.records.push({ root, addedAt: when, lastLoadedAt: when, ...added, id: name, missing: false });
+      this.records.push({ root, addedAt: when, lastLoadedAt: when, ...added, id: '', missing: false });
       this.changed.add(root);
       found++;
     }
@@ -720,7 +736,8 @@ export class ModelLibrary {
         root: abs,
         addedAt: t,
         lastLoadedAt: t,
-        id: spec.id,
+        // The id it is loaded under (settleIds, from the host's loaded models), else one of its own.
+        id: '',
         spec,
         missing: false,
         ...(source ? { source } : {}),
@@ -750,7 +767,7 @@ export class ModelLibrary {
       addedAt: t,
       lastLoadedAt: t,
       neverLoaded: true,
-      id: spec.id,
+      id: '',
       spec,
       missing: false,
     });
@@ -800,8 +817,8 @@ export class ModelLibrary {
 
   private apply(r: Held, c: Check): void {
     if ('spec' in c) {
+      // Read under its base id: listed under the id the library gave it (list).
       r.spec = c.spec;
-      r.id = c.spec.id;
       if (c.source) r.source = c.source;
       r.error = undefined;
       r.missing = false;
@@ -814,6 +831,68 @@ export class ModelLibrary {
 
   private sort(): void {
     this.records.sort((a, b) => b.lastLoadedAt - a.lastLoadedAt);
+    this.settleIds();
+  }
+
+  /**
+   * Gives each folder an id no other folder has (two folders named `model`, or `模型` and `model`, are two models):
+   * a folder loaded now keeps the id it is loaded under; one that has an id keeps it (across restarts), unless a
+   * folder loaded now, or one loaded more recently, has it (a file from before ids were told apart, or two
+   * processes that each gave it); the rest get the first of `name`, `name-2`… that no folder has. An id that
+   * changes is saved with the next write.
+   */
+  private settleIds(): void {
+    const loaded = this.loadedModels();
+    const loadedAs = new Map(loaded.map((m) => [m.root, m.id]));
+    const given = new Map<string, string>();
+    for (const m of loaded) given.set(m.id, m.root);
+    const held = new Map<string, number>();
+    for (const r of this.records) if (r.id !== '') held.set(r.id, (held.get(r.id) ?? 0) + 1);
+    const order = [
+      ...this.records.filter((r) => loadedAs.has(r.root)),
+      ...this.records.filter((r) => !loadedAs.has(r.root)),
+    ];
+    for (const r of order) {
+      const was = r.id;
+      const as = loadedAs.get(r.root);
+      if (as !== undefined) r.id = as;
+      else if (r.id === '' || given.has(r.id)) {
+        // Not an id another record holds either: that one keeps its own.
+        for (const id of idsFor(r.root)) {
+          if (!given.has(id) && (id === r.id || !held.has(id))) {
+            r.id = id;
+            break;
+          }
+        }
+      }
+      given.set(r.id, r.root);
+      if (r.id !== was) {
+        if (was !== '') held.set(was, (held.get(was) ?? 1) - 1);
+        if (held.get(was) === 0) held.delete(was);
+        held.set(r.id, (held.get(r.id) ?? 0) + 1);
+        this.changed.add(r.root);
+      }
+    }
+  }
+
+  /**
+   * The id a load of the folder at `root` takes: the one it is loaded under or the library gave it, else the first
+   * of `name`, `name-2`… no folder has (in the library, loaded, or `loading`: other loads under way, by folder).
+   */
+  async idFor(root: string, loading: ReadonlyMap<string, string> = new Map()): Promise<string> {
+    const abs = await canonicalPath(root);
+    const loaded = this.loadedModels();
+    const own = loaded.find((m) => m.root === abs)?.id ?? loading.get(abs);
+    if (own !== undefined) return own;
+    const r = this.records.find((x) => x.root === abs);
+    if (r !== undefined && r.id !== '') return r.id;
+    const taken = new Set([
+      ...this.records.map((x) => x.id),
+      ...loaded.map((m) => m.id),
+      ...[...loading].filter(([at]) => at !== abs).map(([, id]) => id),
+    ]);
+    for (const id of idsFor(abs)) if (!taken.has(id)) return id;
+    throw new Error('unreachable');
   }
 
   /**

@@ -55,6 +55,7 @@ import type {
 import { detectLayout, loadModelSpec, variantOption as variantOf } from '../packages';
 import { backendProvider, providerShortName } from '../packages/execution-providers';
 import type { LoadOptions } from '../packages/load-options';
+import { withModelId } from '../packages/spec-assembly';
 import { createScheduler, formatBytesApart, type Scheduler } from '../scheduler';
 import {
   type AnswerPart,
@@ -678,7 +679,7 @@ export class RunnerService {
     // the model until the new load is in (both checked here, with no wait between: generate registers at once).
     const previous = this.models.get(id);
     if (options.templateOnly === true && previous !== undefined && !this.reloading.has(id)) {
-      const swapped = { ...spec, id };
+      const swapped = withModelId(spec, id);
       if (differsOnlyInTemplate(previous.spec, swapped)) {
         this.models.set(id, { ...previous, spec: swapped });
         return { id, spec: swapped, loadMs: previous.loadMs, logits: previous.logits };
@@ -735,7 +736,7 @@ export class RunnerService {
       // Closing: a load would start the engine again under the quit (and one under way ends with the engine).
       if (this.closed) throw loadCancelled(id);
       try {
-        loaded = await this.engine.load(id, { ...spec, id }, [providerShortName(ep) ?? 'cpu']);
+        loaded = await this.engine.load(id, withModelId(spec, id), [providerShortName(ep) ?? 'cpu']);
       } catch (err) {
         const info = toErrorInfo(err);
         const canFallBack =
@@ -758,7 +759,7 @@ export class RunnerService {
             `${ep} could not start this model (${info.message}); kvdesk runs it on the CPU instead`,
           ],
         };
-        loaded = await this.engine.load(id, { ...spec, id }, ['cpu']);
+        loaded = await this.engine.load(id, withModelId(spec, id), ['cpu']);
       }
     } catch (err) {
       this.dropDeviceIfUnused(intended);
@@ -767,7 +768,7 @@ export class RunnerService {
     const device = this.deviceOf(spec);
     const model: LoadedModel = {
       id,
-      spec: { ...spec, id },
+      spec: withModelId(spec, id),
       tokenizer,
       loadMs: this.now() - started,
       device,

@@ -43,13 +43,29 @@ export interface SpecParts {
 
 export { CPU_PROVIDER };
 
-/** API id from a folder name: lowercase, runs of other characters become '-'. */
+/**
+ * The id a folder's name gives a model (its base id): lowercase, letters and digits of any script kept (`模型`,
+ * `ünï`), runs of other characters become '-'. Two folders of one name share it: the library tells them apart
+ * (`model`, `model-2`: model-library.ts, assignId).
+ */
 export function slugify(name: string): string {
   const slug = name
+    .normalize('NFC')
     .toLowerCase()
-    .replace(/[^a-z0-9._-]+/g, '-')
+    .replace(/[^\p{L}\p{N}\p{M}._-]+/gu, '-')
     .replace(/^[-.]+|[-.]+$/g, '');
   return slug === '' ? 'model' : slug;
+}
+
+/**
+ * A spec under the id the library gave it: one that is not its folder's base id (a second folder of that name,
+ * `model-2`) says so in its name too, so two folders named alike are told apart wherever models are listed.
+ */
+export function withModelId<T extends { id: string; displayName: string; root: string }>(spec: T, id: string): T {
+  if (spec.id === id) return spec;
+  const folder = path.basename(spec.root);
+  const displayName = id === slugify(folder) ? folder : `${folder} (${id})`;
+  return { ...spec, id, displayName };
 }
 
 /**

@@ -7,8 +7,9 @@
  */
 import { statSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { LibraryEntry, ModelInfo } from '../../shared/api';
-import { toErrorInfo } from '../../shared/errors';
+import path from 'node:path';
+import type { ModelInfo } from '../../shared/api';
+import { KvdeskError, toErrorInfo } from '../../shared/errors';
 import type { HostApi } from '../host/host-api';
 import { type DownloadProgress, repoSpec, splitPullName } from '../host/hub-download';
 import { ownPackage } from '../host/own-package';
@@ -104,15 +105,30 @@ export async function serveOllamaShow(hostApi: HostApi, body: unknown, res: Serv
 export async function serveOllamaDelete(hostApi: HostApi, body: unknown, res: ServerResponse): Promise<void> {
   await hostApi.library.sync();
   const entries = hostApi.library.list();
-  const id = resolveModel(pulledName(hostApi, showModelName(body)), [...new Set(entries.map((e) => e.id))]);
-  if (hostApi.runner.listModels().some((m) => m.id === id)) {
+  const loaded = hostApi.runner.listModels();
+  const id = resolveModel(pulledName(hostApi, showModelName(body)), [
+    ...new Set([...loaded.map((m) => m.id), ...entries.map((e) => e.id)]),
+  ]);
+  // The one folder the name is (each has its own id): a model loaded from it, and its library entry. A model loaded
+  // under the id from another folder than the entry's would be two packages under one name: nothing is touched.
+  const model = loaded.find((m) => m.id === id);
+  const entry = entries.find((e) => e.id === id);
+  if (model !== undefined && entry !== undefined && path.resolve(model.spec.root) !== path.resolve(entry.root)) {
+    throw new KvdeskError(
+      'BAD_REQUEST',
+      `model "${id}" is loaded from ${model.spec.root} but the library's "${id}" is ${entry.root}: nothing was deleted. Unload it first (POST /api/generate with keep_alive 0), then delete it`,
+      { field: 'model' },
+    );
+  }
+  if (model !== undefined) {
     const unloaded = await hostApi.call('unloadModel', { id });
     if (!unloaded.ok) throw errorFromInfo(unloaded.error);
   }
-  // The most recently loaded of the folders with that id, as a request naming it would load.
-  const entry = entries.find((e) => e.id === id) as LibraryEntry;
-  const r = await hostApi.call('forgetModel', { root: entry.root });
-  if (!r.ok) throw errorFromInfo(r.error);
+  // A model forgotten in the library but still loaded is only unloaded: no folder is named by it.
+  if (entry !== undefined) {
+    const r = await hostApi.call('forgetModel', { root: entry.root });
+    if (!r.ok) throw errorFromInfo(r.error);
+  }
   res.writeHead(200, { 'content-length': '0' });
   res.end();
 }

@@ -148,7 +148,7 @@ function ImportResult() {
         imp.existing
           ? 'These very files are in your library already: this is the copy kvdesk kept of them (no second one was made).'
           : imp.nameTaken
-            ? `Kept in your library as ${path.split(/[\\/]/).pop()}: a package named ${imp.name} with other files is there already.`
+            ? `Kept in your library as ${imp.spec.id}: a package named ${imp.name} with other files is there already.`
             : imp.uploaded
               ? 'Kept in your library (kvdesk’s own copy of the folder, until you delete it there).'
               : undefined

@@ -689,8 +689,8 @@ describe('forget', () => {
   });
 });
 
-describe('two folders with one id', () => {
-  it('find() gives the most recently loaded valid one; loadable() offers one per id', async () => {
+describe('two folders of one name', () => {
+  it('each has an id of its own, kept when it loads again; find() gives the folder the id is, and no other', async () => {
     const dataDir = await tmp();
     const pkgs = await tmp();
     const a = await copyPackage(path.join(pkgs, 'a', 'same'));
@@ -698,35 +698,53 @@ describe('two folders with one id', () => {
     const lib = await ModelLibrary.open(dataDir, { now: clock() });
     await lib.loaded(a, await specOf(a));
     await lib.loaded(b, await specOf(b));
-    expect(lib.list().map((e) => e.id)).toEqual(['same', 'same']);
-    expect(lib.find('same')?.root).toBe(b);
-    await lib.loaded(a, await specOf(a));
+    expect(lib.list().map((e) => [e.id, e.spec?.id, e.spec?.displayName])).toEqual([
+      ['same-2', 'same-2', 'same (same-2)'],
+      ['same', 'same', 'same'],
+    ]);
     expect(lib.find('same')?.root).toBe(a);
+    expect(lib.find('same-2')?.root).toBe(b);
+    await lib.loaded(a, await specOf(a));
+    expect(lib.list().map((e) => [e.root, e.id])).toEqual([
+      [a, 'same'],
+      [b, 'same-2'],
+    ]);
     expect(lib.find('other')).toBeUndefined();
 
-    // The most recent one gone bad: the other is the one a request gets.
+    // The one an id is gone bad: a request naming it gets no other folder.
     await rm(path.join(a, 'tokenizer.json'));
     await lib.refresh();
-    expect(lib.find('same')?.root).toBe(b);
-    await rm(b, { recursive: true });
-    await lib.refresh();
     expect(lib.find('same')).toBeUndefined();
+    expect(lib.find('same-2')?.root).toBe(b);
+    // Kept in the file: the same ids after a restart.
+    await lib.flush();
+    const again = await ModelLibrary.open(dataDir);
+    expect(again.list().map((e) => [e.root, e.id])).toEqual([
+      [a, 'same'],
+      [b, 'same-2'],
+    ]);
   });
 
-  it('through HostApi: one entry per id is loadable, and ensureModel loads the most recent folder', async () => {
+  it('through HostApi: both load and stay loaded; unloaded, each loads on first use by its id', async () => {
     const dataDir = await tmp();
     const pkgs = await tmp();
     const a = await copyPackage(path.join(pkgs, 'a', 'same'));
     const b = await copyPackage(path.join(pkgs, 'b', 'same'));
     const api = await makeApi(dataDir);
     expect((await api.call('loadModel', { path: a })).ok).toBe(true);
-    await new Promise((r) => setTimeout(r, 5));
     expect((await api.call('loadModel', { path: b })).ok).toBe(true);
-    expect((await api.call('unloadModel', { id: 'same' })).ok).toBe(true);
+    expect(api.runner.listModels().map((m) => [m.id, m.spec.root])).toEqual([
+      ['same', a],
+      ['same-2', b],
+    ]);
+    expect((await api.call('unloadModel', { id: 'same-2' })).ok).toBe(true);
     await api.libraryChecked;
-    expect(api.loadable()).toEqual([expect.objectContaining({ id: 'same', root: b })]);
-    await api.ensureModel('same');
-    expect(api.runner.listModels().map((m) => [m.id, m.spec.root])).toEqual([['same', b]]);
+    expect(api.loadable()).toEqual([expect.objectContaining({ id: 'same-2', root: b })]);
+    await api.ensureModel('same-2');
+    expect(api.runner.listModels().map((m) => [m.id, m.spec.root])).toEqual([
+      ['same', a],
+      ['same-2', b],
+    ]);
     expect(api.loadable()).toEqual([]);
   });
 });
