@@ -267,7 +267,9 @@ export function mapMessagesRequest(input: unknown, opts: { countOnly?: boolean }
     toolChoice: choice,
     parallelToolCalls: parallel,
   });
-  if (thinking !== undefined) request.thinking = thinking;
+  // As Anthropic: a request without `thinking` is one with thinking off (the model answers at once), not one
+  // whose reasoning is written and hidden.
+  request.thinking = thinking ?? false;
   if (effort !== undefined) request.reasoningEffort = effort;
   const budget = thinking === true ? (body.thinking as { budget_tokens?: unknown }).budget_tokens : undefined;
   if (budget !== undefined && budget !== null) {
@@ -309,8 +311,9 @@ export function mapMessagesRequest(input: unknown, opts: { countOnly?: boolean }
 }
 
 /**
- * `thinking`: `enabled` (or `adaptive`) asks a thinking model to reason, `disabled` to answer at once. An enabled
- * thinking's `budget_tokens` is the thinking budget (the reasoning is closed for the model after that many).
+ * `thinking`: `enabled` (or `adaptive`) asks a thinking model to reason, `disabled` — or leaving it out (null), as
+ * Anthropic's default — to answer at once. An enabled thinking's `budget_tokens` is the thinking budget (the
+ * reasoning is closed for the model after that many).
  */
 function thinkingOf(body: Body): boolean | undefined {
   if (!present(body, 'thinking')) return undefined;

@@ -13,6 +13,25 @@ export const API_HEADERS: Readonly<Record<string, string>> = {
   'x-content-type-options': 'nosniff',
 };
 
+/**
+ * The headers that carry a response's request id: OpenAI's SDKs read `x-request-id`, Anthropic's `request-id`
+ * (their `_request_id`, and an error's `requestID`).
+ */
+export const REQUEST_ID_HEADERS = ['x-request-id', 'request-id'] as const;
+
+/**
+ * Names the request a response answers in its request id headers (until its headers are sent): the server gives
+ * each request a fresh id, and a generation's is the host's own (the inspector's, and the reply's `chatcmpl-…`,
+ * `msg_…`, `resp_…` id).
+ */
+export function setRequestId(res: ServerResponse, id: string): void {
+  if (res.headersSent) return;
+  for (const name of REQUEST_ID_HEADERS) res.setHeader(name, id);
+}
+
+/** A request id for a response that no generation answers (a model list, a refusal before one began). */
+export const newRequestId = (): string => randomUUID();
+
 /** An OpenAI-compatible error body: `{ error: { message, type, code, param, …numbers } }`. */
 export interface OpenAiErrorBody {
   error: {

@@ -11,7 +11,15 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { GenerateRequest, GenerationResult, StreamFrame } from '../../shared/contract';
 import { toErrorInfo } from '../../shared/errors';
 import type { HostApi } from '../host/host-api';
-import { errorFromInfo, HttpError, type ParamHint, SSE_HEADERS, sendHttpError, sendJson } from './http-util';
+import {
+  errorFromInfo,
+  HttpError,
+  type ParamHint,
+  SSE_HEADERS,
+  sendHttpError,
+  sendJson,
+  setRequestId,
+} from './http-util';
 import { apiModelName } from './model-names';
 import {
   CharOffsets,
@@ -234,6 +242,8 @@ export async function runGeneration(
   let cancelOnStart = false;
   const onFrame = (frame: StreamFrame) => {
     if (over) return;
+    // The response names the host's request (its first frame may come before generate returns).
+    setRequestId(res, frame.requestId);
     try {
       handleFrame(frame, finish);
     } catch (err) {
@@ -250,6 +260,7 @@ export async function runGeneration(
   };
   const h = hostApi.generate(request, onFrame);
   handle = h;
+  setRequestId(res, h.requestId);
   if (cancelOnStart) h.cancel('disconnect');
   if (!over) {
     // Over once the response is out (its last event written after the generation's end), not at that end.

@@ -19,10 +19,12 @@ import {
   errorFromInfo,
   HttpError,
   httpError,
+  newRequestId,
   parseJson,
   readBody,
   sendHttpError,
   sendJson,
+  setRequestId,
   tooLarge,
 } from './http-util';
 import { PROMETHEUS_CONTENT_TYPE, prometheusText } from './metrics';
@@ -553,6 +555,8 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
   }
 
   const server = createServer((req, res) => {
+    // Every response names its request (a generation's, the host's id: runGeneration sets it).
+    setRequestId(res, newRequestId());
     let url: URL;
     try {
       url = new URL(req.url ?? '/', 'http://kvdesk.invalid');
@@ -566,7 +570,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     if (corsFrom !== null) {
       res.setHeader('access-control-allow-origin', corsFrom);
       res.setHeader('vary', 'Origin');
-      res.setHeader('access-control-expose-headers', 'retry-after, x-should-retry, x-request-id');
+      res.setHeader('access-control-expose-headers', 'retry-after, x-should-retry, x-request-id, request-id');
       if (req.method === 'OPTIONS' && policy.allowedHosts.has(req.headers.host?.toLowerCase() ?? '')) {
         res.writeHead(204, {
           'access-control-allow-methods': 'GET, POST, OPTIONS',

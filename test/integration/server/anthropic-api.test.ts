@@ -477,6 +477,42 @@ describe('text blocks and parts, in every API', () => {
   });
 });
 
+describe("the request id (Anthropic's request-id header)", () => {
+  it("is the host's id of the generation, which the message id carries: the SDK's _request_id, streamed or not", async () => {
+    const params = {
+      model: 'default',
+      messages: [{ role: 'user' as const, content: 'hi' }],
+      max_tokens: 2,
+      temperature: 0,
+    };
+    const { data, request_id } = await client.messages.create(params).withResponse();
+    expect(request_id).toMatch(/^[0-9a-f-]{36}$/);
+    expect((await client.messages.create(params))._request_id).toMatch(/^[0-9a-f-]{36}$/);
+    expect(data.id).toBe(`msg_${request_id?.replaceAll('-', '')}`);
+    const streamed = await client.messages.create({ ...params, stream: true }).withResponse();
+    let id: string | undefined;
+    for await (const e of streamed.data) if (e.type === 'message_start') id = e.message.id;
+    expect(streamed.request_id).toMatch(/^[0-9a-f-]{36}$/);
+    expect(streamed.request_id).not.toBe(request_id);
+    expect(id).toBe(`msg_${streamed.request_id?.replaceAll('-', '')}`);
+  });
+
+  it('every other answer has one too: count_tokens, the model list, an error (its requestID)', async () => {
+    const counted = await client.messages.countTokens({
+      model: 'default',
+      messages: [{ role: 'user', content: 'hi' }],
+    });
+    expect(counted._request_id).toMatch(/^[0-9a-f-]{36}$/);
+    const { request_id } = await client.models.list().withResponse();
+    expect(request_id).toMatch(/^[0-9a-f-]{36}$/);
+    const err = await apiError(
+      client.messages.create({ model: 'no-such-model', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 }),
+    );
+    expect(err.status).toBe(404);
+    expect(err.requestID).toMatch(/^[0-9a-f-]{36}$/);
+  });
+});
+
 describe('GET /v1/models through the Anthropic client', () => {
   it("lists and retrieves models in Anthropic's shape too (type, display_name, created_at, one page)", async () => {
     const page = await client.models.list();

@@ -1915,3 +1915,41 @@ describe('disconnects', () => {
     }
   });
 });
+
+describe("the request id (OpenAI's x-request-id header)", () => {
+  // A conversation of its own: the prompt cache holds no other test's.
+  const ask = [{ role: 'user' as const, content: 'Which request is this?' }];
+  it("is the host's id of the generation, the one the inspector lists: the SDK's _request_id, streamed or not", async () => {
+    const r = await client.chat.completions.create({ model: 'default', messages: ask, max_tokens: 2, temperature: 0 });
+    expect(r._request_id).toMatch(/^[0-9a-f-]{36}$/);
+    expect(r.id).toBe(`chatcmpl-${r._request_id}`);
+    expect((await recent(r._request_id as string)).id).toBe(r._request_id);
+    const streamed = await client.chat.completions
+      .create({ model: 'default', messages: ask, max_tokens: 2, temperature: 0, stream: true })
+      .withResponse();
+    let id: string | undefined;
+    for await (const c of streamed.data) id = c.id;
+    expect(streamed.request_id).toMatch(/^[0-9a-f-]{36}$/);
+    expect(id).toBe(`chatcmpl-${streamed.request_id}`);
+    const text = await client.completions.create({
+      model: 'default',
+      prompt: 'Which request?',
+      max_tokens: 2,
+      temperature: 0,
+    });
+    expect(text.id).toBe(`cmpl-${text._request_id}`);
+    const response = await client.responses.create({ model: 'default', input: 'Which request?', max_output_tokens: 2 });
+    expect(response.id).toBe(`resp_${response._request_id?.replaceAll('-', '')}`);
+  });
+
+  it('every other answer has one too: the model list, a refusal (its requestID), an Ollama line', async () => {
+    const { request_id } = await client.models.list().withResponse();
+    expect(request_id).toMatch(/^[0-9a-f-]{36}$/);
+    const err = await apiError(client.chat.completions.create({ model: 'default', messages: [], max_tokens: 2 }));
+    expect(err.status).toBe(400);
+    expect(err.requestID).toMatch(/^[0-9a-f-]{36}$/);
+    const tags = await fetch(`${t.url}/api/tags`);
+    expect(tags.headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/);
+    expect(tags.headers.get('request-id')).toBe(tags.headers.get('x-request-id'));
+  });
+});

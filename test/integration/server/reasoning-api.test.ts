@@ -470,15 +470,12 @@ describe('Anthropic Messages', () => {
       { type: 'thinking', thinking: ON.reasoning, signature: '' },
       { type: 'text', text: ON.text, citations: null },
     ];
-    // Without `thinking`, as Anthropic: no thinking block (the model reasons as its template says; the answer is
-    // the same).
     for (const thinking of [
       { thinking: { type: 'enabled', budget_tokens: MAX - 1 } },
       { thinking: { type: 'adaptive' } },
-      {},
     ]) {
       const m = await message(thinking);
-      expect(m.content, JSON.stringify(thinking)).toEqual('thinking' in thinking ? expected : expected.slice(1));
+      expect(m.content, JSON.stringify(thinking)).toEqual(expected);
       expect(m.stop_reason).toBe('max_tokens');
       expect(m.usage.output_tokens).toBe(MAX);
       expect(inputOf(m.usage)).toBe(ON.promptTokens);
@@ -523,11 +520,11 @@ describe('Anthropic Messages', () => {
       { type: 'thinking', thinking: ON.reasoning, signature: '' },
       { type: 'text', text: ON.text, citations: null },
     ]);
-    // Not enabled: the stream has the text block only.
+    // Not enabled: thinking off, the stream has the text block only.
     const plain = await anthropic.messages
       .stream({ model, messages: ask(), max_tokens: MAX, temperature: 0 })
       .finalMessage();
-    expect(plain.content).toEqual([{ type: 'text', text: ON.text, citations: null }]);
+    expect(plain.content).toEqual([{ type: 'text', text: OFF.text, citations: null }]);
   });
 
   it('thinking disabled: no thinking block, the longer prompt, the host reply', async () => {
@@ -536,6 +533,20 @@ describe('Anthropic Messages', () => {
     expect(inputOf(m.usage)).toBe(OFF.promptTokens);
     const counted = await anthropic.messages.countTokens({ model, messages: ask(), thinking: { type: 'disabled' } });
     expect(counted.input_tokens).toBe(OFF.promptTokens);
+    // Without `thinking` (or null), as Anthropic: thinking off, not a reasoning written and hidden — a reply of a
+    // few tokens is the answer, not an empty content with its tokens spent on reasoning no one sees.
+    expect(OFF.promptTokens).toBeGreaterThan(ON.promptTokens);
+    const short = await host({ thinking: false, maxNewTokens: 3 });
+    expect(short.text).toMatch(/\S/);
+    for (const thinking of [{}, { thinking: null }]) {
+      const left = await message(thinking);
+      expect(left.content, JSON.stringify(thinking)).toEqual([{ type: 'text', text: OFF.text, citations: null }]);
+      expect(inputOf(left.usage)).toBe(OFF.promptTokens);
+      const brief = await message({ ...thinking, max_tokens: 3 });
+      expect(brief.content, JSON.stringify(thinking)).toEqual([{ type: 'text', text: short.text, citations: null }]);
+      expect(brief.usage.output_tokens).toBe(3);
+    }
+    expect((await anthropic.messages.countTokens({ model, messages: ask() })).input_tokens).toBe(OFF.promptTokens);
     const stream = await anthropic.messages.create({
       model,
       messages: ask(),
@@ -587,8 +598,9 @@ describe('Anthropic Messages', () => {
       { role: 'assistant', content: [...blocks, { type: 'text', text: 'Hello.' }] },
       { role: 'user', content: NATURAL },
     ];
-    const withIt = promptOf(hostTurns(REASONED));
-    const without = promptOf(hostTurns());
+    // Without `thinking`: thinking off, as the host renders it.
+    const withIt = promptOf(hostTurns(REASONED), { thinking: false });
+    const without = promptOf(hostTurns(), { thinking: false });
     expect(withIt).toBeGreaterThan(without);
     const thought = await message({ max_tokens: 1 }, turns([{ type: 'thinking', thinking: REASONED, signature: 'x' }]));
     expect(inputOf(thought.usage)).toBe(withIt);

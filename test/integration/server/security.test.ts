@@ -289,6 +289,11 @@ describe('origins allowed to call the model APIs (--allow-origin)', () => {
     expect(call.status).toBe(200);
     expect(call.headers['access-control-allow-origin']).toBe(APP);
     expect(call.headers.vary).toMatch(/Origin/);
+    // The page may read the request id, under OpenAI's SDKs' name and Anthropic's.
+    const exposed = String(call.headers['access-control-expose-headers']).split(/,\s*/);
+    expect(exposed).toEqual(expect.arrayContaining(['x-request-id', 'request-id', 'retry-after']));
+    expect(call.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
+    expect(call.headers['request-id']).toBe(call.headers['x-request-id']);
     // Without the token: refused, in words the page can read.
     const anonymous = await rawRequest(t.url, {
       method: 'POST',

@@ -611,18 +611,20 @@ describe('mapMessagesRequest: thinking', () => {
   const map = (extra: Json = {}) =>
     mapMessagesRequest({ model: 'm', max_tokens: 4096, messages: [{ role: 'user', content: 'hi' }], ...extra }).request;
 
-  it('enabled or adaptive: thinking on; disabled: off; left out or null: as the template does', () => {
+  it('enabled or adaptive: thinking on; disabled, left out or null: off, as Anthropic', () => {
     expect(map({ thinking: { type: 'enabled', budget_tokens: 2048 } }).thinking).toBe(true);
     expect(map({ thinking: { type: 'adaptive' } }).thinking).toBe(true);
     expect(map({ thinking: { type: 'disabled' } }).thinking).toBe(false);
-    expect(map()).not.toHaveProperty('thinking');
-    expect(map({ thinking: null })).not.toHaveProperty('thinking');
+    expect(map().thinking).toBe(false);
+    expect(map({ thinking: null }).thinking).toBe(false);
     // Token counting renders the prompt the same way.
-    const counted = mapMessagesRequest(
-      { model: 'm', messages: [{ role: 'user', content: 'hi' }], thinking: { type: 'disabled' } },
-      { countOnly: true },
-    );
-    expect(counted.request.thinking).toBe(false);
+    for (const thinking of [{ thinking: { type: 'disabled' } }, {}]) {
+      const counted = mapMessagesRequest(
+        { model: 'm', messages: [{ role: 'user', content: 'hi' }], ...thinking },
+        { countOnly: true },
+      );
+      expect(counted.request.thinking).toBe(false);
+    }
   });
 
   it('refuses another thinking with a 400 naming thinking', () => {
