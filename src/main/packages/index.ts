@@ -10,7 +10,7 @@ import type { LoadOptions } from './load-options';
 import { looksLikeOrtManifest } from './ort-manifest';
 import { loadOrtPackage } from './ort-package';
 import { packageError } from './package-error';
-import { findFile, isNotFound, makeContext, type PackageContext, relName } from './package-fs';
+import { findFile, hfCacheRepo, isNotFound, makeContext, type PackageContext, relName } from './package-fs';
 
 export { CONFIG_MAX_BYTES } from './config-file';
 export {
@@ -201,6 +201,11 @@ export async function loadModelSpec(dir: string, options: LoadOptions = {}): Pro
   try {
     root = await packageRoot(dir);
     const ctx = makeContext(root);
+    const hf = await hfCacheRepo(root);
+    if (hf !== undefined) {
+      ctx.hfBlobs = hf.blobs;
+      ctx.hfRepoName = hf.name;
+    }
     const markers = await packageMarkers(root, ctx.warnings);
     const [first, ...others] = markers;
     if (first === undefined) throw await unrecognised(dir, root);

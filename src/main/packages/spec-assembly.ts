@@ -249,7 +249,7 @@ export async function finishSpec(ctx: PackageContext, parts: SpecParts): Promise
     );
   }
   checkTokenizerCovers(ctx, parts.tokenizer, parts.vocabSize);
-  const name = path.basename(ctx.root);
+  const name = ctx.hfRepoName ?? path.basename(ctx.root);
   const spec: ModelSpec = {
     id: slugify(name),
     displayName: name,
