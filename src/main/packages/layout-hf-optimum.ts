@@ -25,7 +25,15 @@ import { buildDynamicKv, matchKvTemplates } from './kv-geometry';
 import type { LoadOptions } from './load-options';
 import { packageError } from './package-error';
 import { brokenLink, findFile, listFileNames, type PackageContext, relName } from './package-fs';
-import { definedNumbers, finishSpec, missingField, readFrom, readSearchDefaults, resolveVocab } from './spec-assembly';
+import {
+  declaredPad,
+  definedNumbers,
+  finishSpec,
+  missingField,
+  readFrom,
+  readSearchDefaults,
+  resolveVocab,
+} from './spec-assembly';
 import { readTokenizerFiles, type TokenIds } from './tokenizer-files';
 
 // model.onnx, model_fp16.onnx, model_q4f16.onnx, model_quantized.onnx, ... (Optimum / transformers.js naming).
@@ -293,8 +301,14 @@ export async function loadHfOptimumLayout(ctx: PackageContext, options: LoadOpti
   const idsFrom = (kind: 'eos' | 'bos' | 'pad'): TokenIds | undefined => {
     const field = `${kind}_token_id`;
     for (const source of [gen, cfg]) {
-      const ids = source?.intList(field);
-      if (source !== undefined && ids !== undefined) return { ids, file: source.file, field, declared: true };
+      if (source === undefined) continue;
+      if (kind === 'pad') {
+        const pad = declaredPad(ctx, source, field);
+        if (pad !== undefined) return pad;
+        continue;
+      }
+      const ids = source.intList(field);
+      if (ids !== undefined) return { ids, file: source.file, field, declared: true };
     }
     return tokenizer.special(kind);
   };
