@@ -651,6 +651,26 @@ describe('files that are not ONNX models', () => {
     expect(err.message).toMatch(/^onnx\/model\.onnx is not a valid ONNX model: /);
   });
 
+  it('a damaged graph kvdesk picked itself names the other variants and how to pick one', async () => {
+    const full = decoderGraph({ layers: 4 });
+    const dir = await hfPackage({
+      'onnx/model.onnx': null,
+      'onnx/model_q4.onnx': full.subarray(0, full.length - 40),
+      'onnx/model_fp16.onnx': decoderGraph({ kvType: T.f16 }),
+    });
+    const err = await refusal(loadModelSpec(dir), { file: 'onnx/model_q4.onnx' });
+    expect(err.message).toMatch(/^onnx\/model_q4\.onnx is not a valid ONNX model: .*truncated/);
+    expect(err.message).toContain(
+      'kvdesk picked onnx/model_q4.onnx (q4) itself, as the package has no plain model.onnx; it also has fp16 (onnx/model_fp16.onnx). ' +
+        'Pick one of those: `--variant fp16` (inspect, generate, chat, serve --model), or remove or replace onnx/model_q4.onnx so that another is picked.',
+    );
+    expect(err.detail).toMatchObject({ picked: 'onnx/model_q4.onnx', candidates: ['onnx/model_fp16.onnx'] });
+    // Picked as it says, the package loads; asked for by name, the damaged one is refused without the advice.
+    expect((await loadModelSpec(dir, { graphVariant: 'fp16' })).graphPath).toMatch(/model_fp16\.onnx$/);
+    const asked = await refusal(loadModelSpec(dir, { graphVariant: 'q4' }), { file: 'onnx/model_q4.onnx' });
+    expect(asked.message).not.toContain('kvdesk picked');
+  });
+
   it('a truncated protobuf', async () => {
     const full = decoderGraph({ layers: 4 });
     const dir = await genaiPackage({}, { 'model.onnx': full.subarray(0, full.length - 40) });
