@@ -55,4 +55,12 @@ describe('a package in the Hugging Face download cache', () => {
     expect(err.message).toContain('outside the package folder');
     expect(snapshot).toContain('models--me--tiny');
   });
+
+  it('points from the repo folder to its snapshot', async () => {
+    const { repo, snapshot } = await asHfCache(await hfPackage());
+    const err = await refusal(loadModelSpec(repo), { file: '.' });
+    expect(err.message).toContain(
+      `This is a repo folder of the Hugging Face cache: pick its snapshot folder instead, ${snapshot}.`,
+    );
+  });
 });
