@@ -27,7 +27,7 @@ import { resolveUserPath } from '../main/store/user-path';
 import type { GenerationResult } from '../shared/contract';
 import { type ErrorInfo, toErrorInfo } from '../shared/errors';
 import { formatBytes } from '../shared/format';
-import type { KvTensorSpec, ModelSpec } from '../shared/model-spec';
+import { BROKEN_TEMPLATE_WARNING, type KvTensorSpec, type ModelSpec } from '../shared/model-spec';
 import { reasoningWhere } from '../shared/reasoning';
 import {
   badArgs,
@@ -180,6 +180,15 @@ export function inspectJson(spec: ModelSpec): Record<string, unknown> {
   };
 }
 
+/** inspect's chat template line: whose template, and whether chats can use it (a broken one is only present). */
+function templateLine(spec: ModelSpec): string {
+  if (spec.chatTemplateEdited) return 'yours (--chat-template)';
+  if (spec.chatTemplate === undefined) return 'no (kvdesk uses ChatML)';
+  return spec.warnings.some((w) => w.startsWith(BROKEN_TEMPLATE_WARNING))
+    ? 'present but unusable: chats are refused (see the warning below; --chat-template FILE gives another)'
+    : 'yes';
+}
+
 export function inspectText(spec: ModelSpec): string {
   const kv = spec.kv;
   const full = kvBytesForTokens(spec, spec.contextLength);
@@ -213,7 +222,7 @@ export function inspectText(spec: ModelSpec): string {
     `  ports          ids ${spec.ports.inputIds.name} (${spec.ports.inputIds.dtype}), logits ${spec.ports.logits.name}` +
       `${spec.ports.attentionMask ? `, mask ${spec.ports.attentionMask.name}` : ''}${spec.ports.positionIds ? `, positions ${spec.ports.positionIds.name}` : ''}`,
     `  eos            ${spec.eosTokenIds.join(', ') || 'none'}${spec.bosTokenId !== undefined ? `   bos ${spec.bosTokenId}` : ''}`,
-    `  chat template  ${spec.chatTemplateEdited ? 'yours (--chat-template)' : spec.chatTemplate ? 'yes' : 'no (kvdesk uses ChatML)'}${spec.reasoning ? `; a thinking model (${reasoningWhere(spec.reasoning)})` : ''}`,
+    `  chat template  ${templateLine(spec)}${spec.reasoning ? `; a thinking model (${reasoningWhere(spec.reasoning)})` : ''}`,
     `  backends       ${spec.backends.join(', ')}`,
   );
   for (const w of spec.warnings) lines.push(`  warning        ${w}`);

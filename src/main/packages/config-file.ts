@@ -215,14 +215,37 @@ export class ConfigFields {
   intList(field: string): number[] | undefined {
     const value = this.get(field);
     if (value === undefined) return undefined;
-    const list = Array.isArray(value) ? value : [value];
-    for (const item of list) {
-      if (typeof item !== 'number' || !Number.isSafeInteger(item) || item < 0) {
-        return this.wrongType(field, 'a non-negative integer or a list of them');
+    if (!Array.isArray(value)) {
+      if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 0) {
+        return this.wrongType(field, 'a token id (an integer ≥ 0) or a list of them');
       }
+      return [value];
     }
-    if (list.length === 0) this.fail(field, 'is an empty list', 'List at least one token id.');
-    return list as number[];
+    // The element at fault, named by its index: "is a list, not a list" told nothing.
+    value.forEach((item: unknown, i) => {
+      if (typeof item !== 'number' || !Number.isSafeInteger(item) || item < 0) {
+        this.fail(
+          `${field}[${i}]`,
+          `is ${describeValue(item)}, not a token id (an integer ≥ 0)`,
+          `Write the token's id there, or remove it from the list.`,
+        );
+      }
+    });
+    if (value.length === 0) this.fail(field, 'is an empty list', 'List at least one token id.');
+    return value as number[];
+  }
+
+  /**
+   * One token id (pad_token_id is never a list): undefined when absent, 'none' when negative, since older
+   * conversions (Llama's) write -1 for "no such token".
+   */
+  tokenId(field: string): number | 'none' | undefined {
+    const value = this.get(field);
+    if (value === undefined) return undefined;
+    if (typeof value !== 'number' || !Number.isSafeInteger(value)) {
+      return this.wrongType(field, 'a token id (one integer; null or -1 for none)');
+    }
+    return value < 0 ? 'none' : value;
   }
 
   strList(field: string): string[] | undefined {

@@ -10,7 +10,7 @@ import type { LoadOptions } from './load-options';
 import { looksLikeOrtManifest } from './ort-manifest';
 import { loadOrtPackage } from './ort-package';
 import { packageError } from './package-error';
-import { findFile, isNotFound, makeContext, type PackageContext, relName } from './package-fs';
+import { findFile, hfCacheRepo, isNotFound, makeContext, type PackageContext, relName } from './package-fs';
 
 export { CONFIG_MAX_BYTES } from './config-file';
 export {
@@ -107,8 +107,15 @@ async function packageMarkers(
 async function unrecognised(dir: string, realDir: string): Promise<KvdeskError> {
   const names = (await fs.readdir(realDir)).filter((n) => !n.startsWith('.')).sort();
   const shown = names.slice(0, 20).join(', ') + (names.length > 20 ? `, … (${names.length} in all)` : '');
+  // The Hugging Face cache's repo folder (models--owner--name): the files are in one of its snapshots.
+  const snapshots = /^models--./.test(path.basename(realDir)) && names.includes('snapshots') && names.includes('blobs');
+  const revisions = snapshots ? (await fs.readdir(path.join(realDir, 'snapshots')).catch(() => [])).sort() : [];
+  const pick =
+    revisions.length > 0
+      ? ` This is a repo folder of the Hugging Face cache: pick its snapshot folder instead, ${path.join(dir, 'snapshots', revisions[0] ?? '')}${revisions.length > 1 ? ` (or another of ${revisions.join(', ')})` : ''}.`
+      : '';
   return packageError(
-    `${dir} is not a model package kvdesk recognises: it has ${shown}, but none of genai_config.json, inference_metadata.yaml|yml|json, config.json or manifest.json. ${WHAT_EACH_LAYOUT_NEEDS}`,
+    `${dir} is not a model package kvdesk recognises: it has ${shown}, but none of genai_config.json, inference_metadata.yaml|yml|json, config.json or manifest.json.${pick} ${WHAT_EACH_LAYOUT_NEEDS}`,
     { file: '.' },
     { path: dir, found: names.slice(0, 50) },
   );
@@ -201,6 +208,11 @@ export async function loadModelSpec(dir: string, options: LoadOptions = {}): Pro
   try {
     root = await packageRoot(dir);
     const ctx = makeContext(root);
+    const hf = await hfCacheRepo(root);
+    if (hf !== undefined) {
+      ctx.hfBlobs = hf.blobs;
+      ctx.hfRepoName = hf.name;
+    }
     const markers = await packageMarkers(root, ctx.warnings);
     const [first, ...others] = markers;
     if (first === undefined) throw await unrecognised(dir, root);

@@ -1,6 +1,6 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
-import type { KvdeskError } from '../../shared/errors';
+import { KvdeskError } from '../../shared/errors';
 import {
   cpuVariantRank,
   type DecoderPorts,
@@ -25,7 +25,15 @@ import { buildDynamicKv, matchKvTemplates } from './kv-geometry';
 import type { LoadOptions } from './load-options';
 import { packageError } from './package-error';
 import { brokenLink, findFile, listFileNames, type PackageContext, relName } from './package-fs';
-import { definedNumbers, finishSpec, missingField, readFrom, readSearchDefaults, resolveVocab } from './spec-assembly';
+import {
+  declaredPad,
+  definedNumbers,
+  finishSpec,
+  missingField,
+  readFrom,
+  readSearchDefaults,
+  resolveVocab,
+} from './spec-assembly';
 import { readTokenizerFiles, type TokenIds } from './tokenizer-files';
 
 // model.onnx, model_fp16.onnx, model_q4f16.onnx, model_quantized.onnx, ... (Optimum / transformers.js naming).
@@ -158,6 +166,11 @@ function chooseVariant(
   return first;
 }
 
+/** Whether the package has a plain model.onnx (fp32), which kvdesk picks first. */
+function plainModel(variants: FoundVariant[]): boolean {
+  return variants.some((v) => v.name === 'fp32');
+}
+
 const REEXPORT = 'Re-export the model with optimum-cli export onnx --task text-generation-with-past';
 
 /**
@@ -220,7 +233,21 @@ export async function loadHfOptimumLayout(ctx: PackageContext, options: LoadOpti
     options.graphFile === undefined
       ? chooseVariant(ctx, found, options)
       : variants.find((v) => path.resolve(v.abs) === path.resolve(options.graphFile ?? ''));
-  const graph = await loadGraph(ctx, variant?.abs ?? options.graphFile ?? '');
+  const graph = await loadGraph(ctx, variant?.abs ?? options.graphFile ?? '').catch((err: unknown) => {
+    // kvdesk picked this graph itself: a damaged one is no reason to stop there when the package has others.
+    const picked = options.graphVariant === undefined && options.graphFile === undefined;
+    if (!picked || variant === undefined || !(err instanceof KvdeskError) || err.code !== 'PACKAGE_INVALID') throw err;
+    const others = variants.filter((v) => v !== variant);
+    if (others.length === 0) throw err;
+    const listing = others.map((v) => `${v.name} (${v.path})`).join(', ');
+    const first = others[0]?.name ?? '';
+    throw new KvdeskError(
+      'PACKAGE_INVALID',
+      `${err.message.replace(/\s+$/, '')} kvdesk picked ${variant.path} (${variant.name}) itself${plainModel(variants) ? '' : ', as the package has no plain model.onnx'}; it also has ${listing}. ` +
+        `Pick one of those: \`--variant ${first}\` (inspect, generate, chat, serve --model), or remove or replace ${variant.path} so that another is picked.`,
+      { ...err.detail, picked: variant.path, candidates: others.map((v) => v.path) },
+    );
+  });
 
   // This layout has no field that names a port: Optimum's exports name them so.
   const source = (name: string) => ({
@@ -293,8 +320,14 @@ export async function loadHfOptimumLayout(ctx: PackageContext, options: LoadOpti
   const idsFrom = (kind: 'eos' | 'bos' | 'pad'): TokenIds | undefined => {
     const field = `${kind}_token_id`;
     for (const source of [gen, cfg]) {
-      const ids = source?.intList(field);
-      if (source !== undefined && ids !== undefined) return { ids, file: source.file, field, declared: true };
+      if (source === undefined) continue;
+      if (kind === 'pad') {
+        const pad = declaredPad(ctx, source, field);
+        if (pad !== undefined) return pad;
+        continue;
+      }
+      const ids = source.intList(field);
+      if (ids !== undefined) return { ids, file: source.file, field, declared: true };
     }
     return tokenizer.special(kind);
   };

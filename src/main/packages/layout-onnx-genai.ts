@@ -18,7 +18,14 @@ import { buildDynamicKv, buildStaticKv, type KvPairRef } from './kv-geometry';
 import type { LoadOptions } from './load-options';
 import { formatBytes, packageError } from './package-error';
 import { brokenLink, findFile, listFileNames, type PackageContext, realPathInside, relName } from './package-fs';
-import { definedNumbers, finishSpec, missingField, readSearchDefaults, resolveVocab } from './spec-assembly';
+import {
+  declaredPad,
+  definedNumbers,
+  finishSpec,
+  missingField,
+  readSearchDefaults,
+  resolveVocab,
+} from './spec-assembly';
 import { readTokenizerFiles, type TokenIds } from './tokenizer-files';
 
 /** The metadata file names of this layout, in the order they are looked for. */
@@ -335,7 +342,7 @@ export async function loadOnnxGenaiLayout(ctx: PackageContext, options: LoadOpti
     );
   }
   const bos = idsFrom('model.bos_token_id') ?? tokenizer.special('bos');
-  const pad = idsFrom('model.pad_token_id') ?? tokenizer.special('pad');
+  const pad = declaredPad(ctx, meta, 'model.pad_token_id') ?? tokenizer.special('pad');
 
   refuseUnboundInputs(graph, bound, (input) => unboundAdvice(meta, input));
 

@@ -18,7 +18,15 @@ import { buildDynamicKv, matchKvTemplates } from './kv-geometry';
 import type { LoadOptions } from './load-options';
 import { packageError } from './package-error';
 import { findFile, type PackageContext, relName, resolveConfigPath } from './package-fs';
-import { definedNumbers, finishSpec, missingField, readFrom, readSearchDefaults, resolveVocab } from './spec-assembly';
+import {
+  declaredPad,
+  definedNumbers,
+  finishSpec,
+  missingField,
+  readFrom,
+  readSearchDefaults,
+  resolveVocab,
+} from './spec-assembly';
 import { readTokenizerFiles, type TokenIds } from './tokenizer-files';
 
 /** Execution providers named in `session_options.provider_options` (a list of `{ name: {options} }`). */
@@ -260,7 +268,7 @@ export async function loadOrtGenaiLayout(ctx: PackageContext, options: LoadOptio
       'Add the end-of-sequence token id (an integer or a list), e.g. "eos_token_id": 2 under "model".',
     );
   const bos = idsAt('model.bos_token_id');
-  const pad = idsAt('model.pad_token_id');
+  const pad = declaredPad(ctx, cfg, 'model.pad_token_id');
 
   const sessionOptions = cfg.object('model.decoder.session_options');
   const modelType = cfg.str('model.type');

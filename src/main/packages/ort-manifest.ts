@@ -298,7 +298,7 @@ async function resolveFolder(
 ): Promise<{ abs: string; real: string }> {
   checkPathRef(ctx, ref, where, 'a folder');
   const abs = path.isAbsolute(ref) ? path.normalize(ref) : path.resolve(base, ...ref.split(/[\\/]/));
-  const real = await realPathInside(ctx, abs, where);
+  const real = await realPathInside(ctx, abs, where, 'manifest');
   const stat = real === undefined ? undefined : await fs.stat(real);
   if (real === undefined || stat?.isDirectory() !== true) {
     throw packageError(
@@ -389,7 +389,7 @@ async function readExternalComponent(
 ): Promise<{ doc: ConfigDoc; dir: string; file: string }> {
   checkPathRef(ctx, ref, where, 'a file');
   const abs = path.isAbsolute(ref) ? path.normalize(ref) : path.resolve(ctx.root, ...ref.split(/[\\/]/));
-  const real = await realPathInside(ctx, abs, where);
+  const real = await realPathInside(ctx, abs, where, 'manifest');
   if (real === undefined) {
     throw packageError(
       `${describeWhere(where)} names ${JSON.stringify(ref)}, but ${relName(ctx, abs)} does not exist in the package. Add the component folder (with component.json) or fix the path.`,
@@ -403,7 +403,7 @@ async function readExternalComponent(
   if (stat.isDirectory()) {
     file = path.join(abs, 'component.json');
     dir = abs;
-    const inner = await realPathInside(ctx, file, where);
+    const inner = await realPathInside(ctx, file, where, 'manifest');
     if (inner === undefined) {
       throw packageError(
         `${describeWhere(where)} names the folder ${JSON.stringify(ref)}, which has no component.json. An external component folder must hold component.json with its "variants".`,

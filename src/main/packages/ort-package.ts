@@ -109,7 +109,7 @@ class SharedAssetResolver {
     const rel = override?.ref ?? defaultAssetDir(hex);
     const abs = path.isAbsolute(rel) ? path.normalize(rel) : path.resolve(this.ctx.root, ...rel.split(/[\\/]/));
     const shown = `sha256:${hex}`;
-    const real = await realPathInside(this.ctx, abs, override?.where ?? where);
+    const real = await realPathInside(this.ctx, abs, override?.where ?? where, 'manifest');
     const isDir = real !== undefined && (await fs.stat(real)).isDirectory();
     if (real === undefined || (!this.checkDigests && !isDir)) {
       throw packageError(
@@ -152,7 +152,7 @@ class SharedAssetResolver {
 async function ortInfoOf(ctx: PackageContext, variant: ManifestVariant): Promise<OrtExecutorInfo | undefined> {
   const ort = variant.ort;
   if (ort === undefined || 'place' in ort) return ort;
-  const file = await resolveConfigPath(ctx, ort.ref, ort.where, variant.realDir);
+  const file = await resolveConfigPath(ctx, ort.ref, ort.where, variant.realDir, 'file', 'manifest');
   const doc = await readConfigFile(ctx, file);
   return parseOrtInfo(ctx, doc.data, new Place(doc.file, ''), file);
 }
@@ -241,12 +241,21 @@ async function loadVariant(
 ): Promise<{ spec: ModelSpec; ort: OrtExecutorInfo | undefined; ctx: PackageContext }> {
   const ctx = makeContext(variant.realDir, root.root);
   if (root.trusted === true) ctx.trusted = true;
+  if (root.hfBlobs !== undefined) ctx.hfBlobs = root.hfBlobs;
+  if (root.hfRepoName !== undefined) ctx.hfRepoName = root.hfRepoName;
   ctx.resolveSharedRef = (ref, where, kind) => resolver.resolve(ref, where, kind);
   const ort = await ortInfoOf(ctx, variant);
   const inner: LoadOptions = { ...options };
   delete inner.graphFile;
   if (ort?.modelFile !== undefined) {
-    inner.graphFile = await resolveConfigPath(ctx, ort.modelFile.ref, ort.modelFile.where, variant.realDir);
+    inner.graphFile = await resolveConfigPath(
+      ctx,
+      ort.modelFile.ref,
+      ort.modelFile.where,
+      variant.realDir,
+      'file',
+      'manifest',
+    );
   }
   const spec = await loadFolder(ctx, inner);
   return { spec, ort, ctx };
@@ -261,8 +270,8 @@ async function sessionEntries(
   const out: Record<string, string> = { ...ort.sessionOptions };
   for (const [key, ref] of Object.entries(ort.sessionPathOptions)) {
     // A folder (external initializers) or a file (EP context): accept whichever exists.
-    out[key] = await resolveConfigPath(ctx, ref.ref, ref.where, base, 'dir').catch(() =>
-      resolveConfigPath(ctx, ref.ref, ref.where, base, 'file'),
+    out[key] = await resolveConfigPath(ctx, ref.ref, ref.where, base, 'dir', 'manifest').catch(() =>
+      resolveConfigPath(ctx, ref.ref, ref.where, base, 'file', 'manifest'),
     );
   }
   return out;

@@ -24,6 +24,15 @@ export interface PackageContext {
    */
   trusted?: boolean;
   /**
+   * Set when the package is (inside) a snapshot of the Hugging Face download cache
+   * (`models--<owner>--<name>/snapshots/<revision>/`): the real path of that repo's
+   * `blobs/` folder, where every file of a snapshot is a symlink to. Links found in
+   * the package may lead there; paths an ORT manifest names may not.
+   */
+  hfBlobs?: string;
+  /** For such a package, its name in the hub (`owner/name`, and the folder inside the snapshot if any): the revision folder's name is a hash. */
+  hfRepoName?: string;
+  /**
    * Resolves a `sha256:<hex>[/tail]` shared-asset reference to an absolute path
    * (after checking the asset's digest). Set by the ORT package loader; without
    * it such a reference is refused, since only a package has shared assets.
@@ -34,6 +43,33 @@ export interface PackageContext {
 /** Creates a context for a layout folder; `root` defaults to `dir`. Both must already be real paths. */
 export function makeContext(dir: string, root: string = dir): PackageContext {
   return { root, dir, warnings: [] };
+}
+
+/**
+ * The Hugging Face cache repo folder (`…/models--<owner>--<name>`) and the real path of its `blobs/`, when `root`
+ * (a real path) is a snapshot folder of it or a folder inside one; undefined otherwise. `huggingface-cli download`
+ * without --local-dir writes a snapshot as symlinks into blobs/.
+ */
+export async function hfCacheRepo(root: string): Promise<{ repo: string; blobs: string; name: string } | undefined> {
+  const parts = root.split(path.sep);
+  for (let i = parts.length - 2; i >= 1; i--) {
+    const repoName = parts[i - 1] ?? '';
+    if (parts[i] !== 'snapshots' || !/^models--.+/.test(repoName)) continue;
+    const repo = parts.slice(0, i).join(path.sep) || path.sep;
+    const blobs = await fs.realpath(path.join(repo, 'blobs')).catch(() => undefined);
+    const stat = blobs === undefined ? undefined : await fs.stat(blobs).catch(() => undefined);
+    if (blobs === undefined || stat?.isDirectory() !== true) return undefined;
+    // models--me--tiny is the repo me/tiny (the cache writes "/" as "--"); a folder inside the snapshot follows it.
+    const name = [repoName.slice('models--'.length).split('--').join('/'), ...parts.slice(i + 2)].join('/');
+    return { repo, blobs, name };
+  }
+  return undefined;
+}
+
+/** Whether `real` (a resolved path) may be read for this package: inside it, or a blob of its Hugging Face cache repo. */
+function allowedTarget(ctx: PackageContext, real: string, named: 'found' | 'manifest'): boolean {
+  if (isInside(ctx.root, real)) return true;
+  return named === 'found' && ctx.hfBlobs !== undefined && isInside(ctx.hfBlobs, real);
 }
 
 /** True for a `sha256:` shared-asset reference (ORT model packages), whatever follows the prefix. */
@@ -55,13 +91,15 @@ function isInside(root: string, candidate: string): boolean {
 /**
  * Checks that a path found inside the package (by listing a folder) does not
  * escape it through a symlink, and returns its real path; undefined when the
- * entry does not exist. Symlinks inside the package are fine: Hugging Face
- * caches are made of them.
+ * entry does not exist. Symlinks inside the package are fine, and so are those of
+ * a Hugging Face cache snapshot into its repo's blobs/ (`ctx.hfBlobs`), except for
+ * a path an ORT manifest names (`named: 'manifest'`), which must stay inside the package.
  */
 export async function realPathInside(
   ctx: PackageContext,
   abs: string,
   where: PackageWhere,
+  named: 'found' | 'manifest' = 'found',
 ): Promise<string | undefined> {
   let real: string;
   try {
@@ -91,9 +129,15 @@ export async function realPathInside(
     }
     throw err;
   }
-  if (ctx.trusted !== true && !isInside(ctx.root, real)) {
+  if (ctx.trusted !== true && !allowedTarget(ctx, real, named)) {
+    const blobs =
+      ctx.hfBlobs === undefined
+        ? ''
+        : named === 'manifest'
+          ? ` (links into the Hugging Face cache's ${ctx.hfBlobs} are allowed for the model's files, not for a path manifest.json names: download the package with \`huggingface-cli download <repo> --local-dir <folder>\` to get real files)`
+          : ` or the Hugging Face cache's ${ctx.hfBlobs}`;
     throw packageError(
-      `${describeWhere(where)}: ${relName(ctx, abs)} resolves through a symlink to ${real}, outside the package folder ${ctx.root}. ` +
+      `${describeWhere(where)}: ${relName(ctx, abs)} resolves through a symlink to ${real}, outside the package folder ${ctx.root}${blobs}. ` +
         'kvdesk only reads files inside the package: copy the file into the package instead of linking to it.',
       where,
       { resolvedPath: real },
@@ -151,7 +195,8 @@ export function checkPathRef(ctx: PackageContext, ref: string, where: PackageWhe
  * Resolves a path written in a config file (e.g. genai_config `decoder.filename`,
  * an external-data `location`) against `base`, refusing anything that could
  * read outside the package: absolute paths, `..` segments, and symlinks that
- * lead out. A `sha256:` reference goes to the package's shared assets. Returns
+ * lead out (`named: 'manifest'` for a path an ORT manifest names: see realPathInside).
+ * A `sha256:` reference goes to the package's shared assets. Returns
  * the absolute path; a missing file (or folder, for kind 'dir') is an error naming the field.
  */
 export async function resolveConfigPath(
@@ -160,6 +205,7 @@ export async function resolveConfigPath(
   where: PackageWhere,
   base: string = ctx.dir,
   kind: 'file' | 'dir' = 'file',
+  named: 'found' | 'manifest' = 'found',
 ): Promise<string> {
   const shown = JSON.stringify(ref);
   if (isSharedRef(ref)) {
@@ -176,7 +222,7 @@ export async function resolveConfigPath(
   checkPathRef(ctx, ref, where, what);
   // Absolute paths get here only in a trusted installed package.
   const abs = path.isAbsolute(ref) ? path.normalize(ref) : path.resolve(base, ...ref.split(/[\\/]/));
-  const real = await realPathInside(ctx, abs, where);
+  const real = await realPathInside(ctx, abs, where, named);
   const stat = real === undefined ? undefined : await fs.stat(real);
   const ok = kind === 'dir' ? stat?.isDirectory() === true : stat?.isFile() === true;
   if (!ok) {
@@ -263,7 +309,7 @@ export async function listPackageFiles(ctx: PackageContext, dir: string = ctx.di
       let real = abs;
       if (entry.isSymbolicLink()) {
         const resolved = await fs.realpath(abs).catch(() => undefined);
-        if (resolved === undefined || !isInside(ctx.root, resolved)) continue;
+        if (resolved === undefined || !allowedTarget(ctx, resolved, 'found')) continue;
         real = resolved;
       }
       const stat = await fs.stat(real).catch(() => undefined);

@@ -17,6 +17,22 @@ import { packageError } from './package-error';
 import { listPackageFiles, type PackageContext, relName } from './package-fs';
 import { idSpaceLimit, type TokenIds, type TokenizerFacts, tokenText } from './tokenizer-files';
 
+/**
+ * The pad token id `cfg` declares at `field`, or undefined (absent, or negative: older Llama conversions write
+ * `"pad_token_id": -1` for none, which is said in a warning).
+ */
+export function declaredPad(ctx: PackageContext, cfg: ConfigFields, field: string): TokenIds | undefined {
+  const id = cfg.tokenId(field);
+  if (id === undefined) return undefined;
+  if (id === 'none') {
+    ctx.warnings.push(
+      `${cfg.file}: \`${field}\` is ${String(cfg.get(field))}, which older conversions write for "no padding token": it is read as absent, as if the field were not there.`,
+    );
+    return undefined;
+  }
+  return { ids: [id], file: cfg.file, field, declared: true };
+}
+
 /** Everything a layout loader works out; finishSpec adds what is the same for every layout. */
 export interface SpecParts {
   layout: PackageLayout;
@@ -265,7 +281,7 @@ export async function finishSpec(ctx: PackageContext, parts: SpecParts): Promise
     );
   }
   checkTokenizerCovers(ctx, parts.tokenizer, parts.vocabSize);
-  const name = path.basename(ctx.root);
+  const name = ctx.hfRepoName ?? path.basename(ctx.root);
   const spec: ModelSpec = {
     id: slugify(name),
     displayName: name,

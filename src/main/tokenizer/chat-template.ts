@@ -377,17 +377,23 @@ function tryRender(template: string, messages: ChatMessage[], opts: RenderChatOp
 export function renderChatTemplate(template: string, messages: ChatMessage[], opts: RenderChatOptions): string {
   const source = opts.source ?? 'chat template';
   validateMessages(messages);
-  // A template that ran past the limits on the one-message chat it was tried on when its package was read is not
-  // run again for each request (a second each, on the host's thread): it fails as it did then. Tried again after a
-  // minute (a one-off stall of the machine during the trial is not held against it for good).
+  // A template that ran past the limits, on the one-message chat it was tried on when its package was read or on a
+  // request's chat, is not run again for each request (a second each on the host's thread, which the server and
+  // every other request wait on): a chat as long as that one or longer fails at once, as it did then (a template
+  // that loops only on longer chats still renders shorter ones). Tried again after a minute (a one-off stall of the
+  // machine is not held against it for good).
+  const now = Date.now();
   const over = overran.get(template);
-  const fresh = over !== undefined && Date.now() - over.at < OVERRAN_KEPT_MS;
+  const expired = over !== undefined && now - over.at >= OVERRAN_KEPT_MS;
+  const fresh = over !== undefined && !expired && messages.length >= over.messages;
   const outcome: RenderOutcome = fresh
     ? { ok: false, why: 'over', reason: over.reason }
     : tryRender(template, messages, opts);
-  if (over !== undefined && !fresh) {
-    if (!outcome.ok && outcome.why === 'over') overran.set(template, { reason: outcome.reason, at: Date.now() });
-    else overran.delete(template);
+  if (!fresh) {
+    if (!outcome.ok && outcome.why === 'over') {
+      const shortest = over !== undefined && !expired ? Math.min(over.messages, messages.length) : messages.length;
+      rememberOverran(template, outcome.reason, shortest);
+    } else if (expired) overran.delete(template);
   }
   if (outcome.ok) return outcome.text;
   const fix = opts.fix ?? FIX_PACKAGE_TEMPLATE;
@@ -423,10 +429,19 @@ const PROBE_CHAT: ChatMessage[] = [{ role: 'user', content: 'Hello' }];
 /** Templates tried already (a library lists the same packages again and again): template → what was found. */
 const probed = new Map<string, string | undefined>();
 const PROBED_KEPT = 64;
-/** Templates whose try ran past the limits (a loop): template → why it was stopped, and when. */
-const overran = new Map<string, { reason: string; at: number }>();
+/**
+ * Templates whose render ran past the limits (a loop): template → why it was stopped, when, and the fewest messages
+ * of a chat it was stopped on.
+ */
+const overran = new Map<string, { reason: string; at: number; messages: number }>();
 /** How long a template that ran past the limits fails at once before it is run again. */
 const OVERRAN_KEPT_MS = 60_000;
+
+function rememberOverran(template: string, reason: string, messages: number): void {
+  overran.delete(template);
+  if (overran.size >= PROBED_KEPT) overran.delete(overran.keys().next().value as string);
+  overran.set(template, { reason, at: Date.now(), messages });
+}
 
 /**
  * Why a package's chat template cannot be used for chats (undefined when it can): it is not valid Jinja, or
@@ -452,10 +467,7 @@ export function templateProblem(template: string, tokens: { bos?: string; eos?: 
           : `fails on a one-message chat (${outcome.reason})`;
   if (probed.size >= PROBED_KEPT) probed.delete(probed.keys().next().value as string);
   probed.set(key, found);
-  if (!outcome.ok && outcome.why === 'over') {
-    if (overran.size >= PROBED_KEPT) overran.delete(overran.keys().next().value as string);
-    overran.set(template, { reason: outcome.reason, at: Date.now() });
-  }
+  if (!outcome.ok && outcome.why === 'over') rememberOverran(template, outcome.reason, PROBE_CHAT.length);
   return found;
 }
 

@@ -4,6 +4,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { inspectText } from '../../../src/cli/main';
+import { checkedTemplate } from '../../../src/main/host/chat-template-pick';
 import { loadModelSpec } from '../../../src/main/packages';
 import { defaultModelDir } from '../../helpers/fixtures';
 
@@ -21,5 +22,20 @@ describe('inspect text: the KV line', () => {
     if (mixed.kv.kind !== 'dynamic') throw new Error('unreachable');
     (mixed.kv.tensors[0] as { dtype: string }).dtype = 'float16';
     expect(kvLine(inspectText(mixed))).toContain(`dims, float16 (1 tensor) / float32 (${n - 1} tensors)`);
+  });
+});
+
+describe('inspect text: the chat template line', () => {
+  const templateLine = (text: string) => text.split('\n').find((l) => l.trimStart().startsWith('chat template')) ?? '';
+
+  it('says a template it has declared unusable is present but unusable, not "yes"', async () => {
+    const spec = await loadModelSpec(defaultModelDir);
+    expect(templateLine(inspectText(checkedTemplate(spec)))).toBe('  chat template  yes');
+    const broken = checkedTemplate({ ...spec, chatTemplate: '{% for m in messages %}{{ m.content }' });
+    const text = inspectText(broken);
+    expect(templateLine(text)).toBe(
+      '  chat template  present but unusable: chats are refused (see the warning below; --chat-template FILE gives another)',
+    );
+    expect(text).toContain("warning        The package's chat template cannot be used");
   });
 });

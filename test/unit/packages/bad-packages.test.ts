@@ -8,6 +8,7 @@ import {
   decoderGraph,
   encodeGraph,
   genaiPackage,
+  HF_CONFIG,
   hfPackage,
   onnxGenaiPackage,
   removeTempDirs,
@@ -650,6 +651,26 @@ describe('files that are not ONNX models', () => {
     expect(err.message).toMatch(/^onnx\/model\.onnx is not a valid ONNX model: /);
   });
 
+  it('a damaged graph kvdesk picked itself names the other variants and how to pick one', async () => {
+    const full = decoderGraph({ layers: 4 });
+    const dir = await hfPackage({
+      'onnx/model.onnx': null,
+      'onnx/model_q4.onnx': full.subarray(0, full.length - 40),
+      'onnx/model_fp16.onnx': decoderGraph({ kvType: T.f16 }),
+    });
+    const err = await refusal(loadModelSpec(dir), { file: 'onnx/model_q4.onnx' });
+    expect(err.message).toMatch(/^onnx\/model_q4\.onnx is not a valid ONNX model: .*truncated/);
+    expect(err.message).toContain(
+      'kvdesk picked onnx/model_q4.onnx (q4) itself, as the package has no plain model.onnx; it also has fp16 (onnx/model_fp16.onnx). ' +
+        'Pick one of those: `--variant fp16` (inspect, generate, chat, serve --model), or remove or replace onnx/model_q4.onnx so that another is picked.',
+    );
+    expect(err.detail).toMatchObject({ picked: 'onnx/model_q4.onnx', candidates: ['onnx/model_fp16.onnx'] });
+    // Picked as it says, the package loads; asked for by name, the damaged one is refused without the advice.
+    expect((await loadModelSpec(dir, { graphVariant: 'fp16' })).graphPath).toMatch(/model_fp16\.onnx$/);
+    const asked = await refusal(loadModelSpec(dir, { graphVariant: 'q4' }), { file: 'onnx/model_q4.onnx' });
+    expect(asked.message).not.toContain('kvdesk picked');
+  });
+
   it('a truncated protobuf', async () => {
     const full = decoderGraph({ layers: 4 });
     const dir = await genaiPackage({}, { 'model.onnx': full.subarray(0, full.length - 40) });
@@ -872,7 +893,7 @@ describe('wrongly typed fields', () => {
 
   it('eos_token_id as a list with a string', async () => {
     const dir = await genaiPackage({ model: { eos_token_id: [1, 'two'] } });
-    await refusal(loadModelSpec(dir), { field: 'model.eos_token_id' });
+    await refusal(loadModelSpec(dir), { field: 'model.eos_token_id[1]' });
   });
 
   it('a KV name template without %d', async () => {
@@ -885,6 +906,43 @@ describe('wrongly typed fields', () => {
     const dir = await onnxGenaiPackage({}, { 'tokenizer_config.json': { eos_token: '<|im_end|>' } });
     const err = await refusal(loadModelSpec(dir), { file: 'tokenizer_config.json', field: 'eos_token' });
     expect(err.message).toContain('is "<|im_end|>", which tokenizer.json does not contain');
+  });
+});
+
+describe('token id fields', () => {
+  it('reads pad_token_id -1 (older Llama conversions) as no pad id, with a warning', async () => {
+    const dir = await hfPackage({ 'config.json': { ...HF_CONFIG, pad_token_id: -1 } });
+    const spec = await loadModelSpec(dir);
+    expect(spec.padTokenId).toBeUndefined();
+    expect(spec.warnings).toContainEqual(expect.stringContaining('config.json: `pad_token_id` is -1'));
+    // generation_config.json's -1 falls through to config.json's id, as an absent one would.
+    const both = await hfPackage({
+      'config.json': { ...HF_CONFIG, pad_token_id: 0 },
+      'generation_config.json': { eos_token_id: 3, pad_token_id: -1 },
+    });
+    expect((await loadModelSpec(both)).padTokenId).toBe(0);
+    const genai = await loadModelSpec(await genaiPackage({ model: { pad_token_id: -1 } }));
+    expect(genai.padTokenId).toBeUndefined();
+    expect(genai.warnings).toContainEqual(expect.stringContaining('`model.pad_token_id` is -1'));
+  });
+
+  it('refuses a pad_token_id that is no integer, without offering a list', async () => {
+    const dir = await hfPackage({ 'config.json': { ...HF_CONFIG, pad_token_id: [0, 1] } });
+    const err = await refusal(loadModelSpec(dir), { file: 'config.json', field: 'pad_token_id' });
+    expect(err.message).toBe(
+      'config.json: `pad_token_id` is a list, not a token id (one integer; null or -1 for none). Write a token id (one integer; null or -1 for none) there.',
+    );
+  });
+
+  it('names the bad element of an eos_token_id list and its value', async () => {
+    const dir = await hfPackage({ 'generation_config.json': { eos_token_id: [3, -1] } });
+    const err = await refusal(loadModelSpec(dir), { file: 'generation_config.json', field: 'eos_token_id[1]' });
+    expect(err.message).toBe(
+      "generation_config.json: `eos_token_id[1]` is -1, not a token id (an integer ≥ 0). Write the token's id there, or remove it from the list.",
+    );
+    const text = await genaiPackage({ model: { eos_token_id: [3, '4'] } });
+    const err2 = await refusal(loadModelSpec(text), { field: 'model.eos_token_id[1]' });
+    expect(err2.message).toContain('`model.eos_token_id[1]` is "4", not a token id');
   });
 });
 

@@ -17,6 +17,7 @@ import {
 import { detectLayout, loadModelSpec } from '../../../src/main/packages/index';
 import { hashAssetDirectory, parseSharedRef } from '../../../src/main/packages/shared-assets';
 import {
+  asHfCache,
   type DecoderDef,
   decoderGraph,
   deepMerge,
@@ -588,6 +589,19 @@ describe('ORT model package: refusals', () => {
     expect(err.message).toContain('resolves through a symlink to');
     expect(err.message).toContain('outside the package folder');
     await fs.rm(outside, { recursive: true, force: true });
+  });
+
+  it('in the Hugging Face cache, still refuses a link that the manifest names, saying how to get real files', async () => {
+    // manifest.json itself is read through its link into the repo's blobs/; the file its executor_info.ort.model_file
+    // names may not be such a link: PACKAGES.md keeps the paths a manifest names inside the package.
+    const { snapshot } = await asHfCache(await ortPackage());
+    const err = await refusal(loadModelSpec(snapshot), {
+      file: 'manifest.json',
+      field: 'components.model.variants.cpu.executor_info.ort.model_file',
+    });
+    expect(err.message).toContain('outside the package folder');
+    expect(err.message).toContain('not for a path manifest.json names');
+    expect(err.message).toContain('--local-dir');
   });
 
   it('refuses a tokenizer.json symlinked from outside inside the chosen variant', async () => {

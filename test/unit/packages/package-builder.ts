@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { promises as fs } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -382,4 +383,38 @@ export function deepMerge<T>(base: T, patch: Record<string, unknown>): T {
     } else out[k] = v;
   }
   return out as T;
+}
+
+/** Every file under `dir`, relative to it with forward slashes. */
+async function filesUnder(dir: string, rel = ''): Promise<string[]> {
+  const out: string[] = [];
+  for (const e of await fs.readdir(path.join(dir, rel), { withFileTypes: true })) {
+    const name = rel === '' ? e.name : `${rel}/${e.name}`;
+    if (e.isDirectory()) out.push(...(await filesUnder(dir, name)));
+    else out.push(name);
+  }
+  return out;
+}
+
+/**
+ * Lays `pkg` out as `huggingface-cli download` (without --local-dir) does in its cache:
+ * `<cache>/models--me--tiny/blobs/<sha>` holds each file, and `snapshots/abc123/<path>` is a relative symlink to it.
+ * Returns the snapshot folder and the repo folder.
+ */
+export async function asHfCache(pkg: string): Promise<{ snapshot: string; repo: string }> {
+  const cache = await tempPackageDir('hub');
+  const repo = path.join(cache, 'models--me--tiny');
+  const snapshot = path.join(repo, 'snapshots', 'abc123');
+  await fs.mkdir(path.join(repo, 'blobs'), { recursive: true });
+  await fs.mkdir(path.join(repo, 'refs'), { recursive: true });
+  await fs.writeFile(path.join(repo, 'refs', 'main'), 'abc123');
+  for (const rel of await filesUnder(pkg)) {
+    const bytes = await fs.readFile(path.join(pkg, rel));
+    const sha = createHash('sha256').update(bytes).digest('hex');
+    await fs.writeFile(path.join(repo, 'blobs', sha), bytes);
+    const link = path.join(snapshot, ...rel.split('/'));
+    await fs.mkdir(path.dirname(link), { recursive: true });
+    await fs.symlink(path.relative(path.dirname(link), path.join(repo, 'blobs', sha)), link);
+  }
+  return { snapshot, repo };
 }

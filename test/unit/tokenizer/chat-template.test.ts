@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { Template } from '@huggingface/jinja';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import {
   applyChat,
   createTextTokenizer,
@@ -104,6 +104,41 @@ describe('renderChatTemplate', () => {
       expect(err.message).toMatch(
         /^The tokenizer_config\.json field chat_template did not finish rendering: it ran for over 1 s and was stopped\. Fix the template/,
       );
+    });
+
+    it('a template that ran past the limit on a chat fails at once on chats as long for a minute, and renders shorter ones', () => {
+      // Slow only on chats of more than two messages: the one-message trial when its package is read passes.
+      const longOnly =
+        '{% if messages|length > 2 %}{% for i in range(100000) %}{% for j in range(99998) %}{% endfor %}{% endfor %}{% endif %}' +
+        '{% for m in messages %}{{ m.content }};{% endfor %}';
+      expect(templateProblem(longOnly)).toBeUndefined();
+      const three = [...conversation, { role: 'assistant', content: 'Hello' }];
+      const tenth = { ms: 100, chars: 1e6, listItems: 1e5 };
+      const stoppedAt = /did not finish rendering: it ran for over 0\.1 s and was stopped\. Fix the template/;
+      expect(thrown(() => renderChatTemplate(longOnly, three, { ...opts, limits: tenth })).message).toMatch(stoppedAt);
+      // Given 3 s, a render would run that long: a chat as long or longer fails at once, with the first stop's reason.
+      const roomy = { ms: 3000, chars: 1e6, listItems: 1e5 };
+      for (const chat of [three, [...three, { role: 'user', content: 'More' }]]) {
+        const started = performance.now();
+        const err = thrown(() => renderChatTemplate(longOnly, chat, { ...opts, limits: roomy }));
+        expect(performance.now() - started).toBeLessThan(500);
+        expect(err.code).toBe('PACKAGE_INVALID');
+        expect(err.message).toMatch(stoppedAt);
+      }
+      // A shorter chat does not loop, and still renders.
+      expect(renderChatTemplate(longOnly, conversation, { ...opts, limits: roomy })).toBe('Be brief.;Hi;');
+      // A minute on, it is run again (and stopped again).
+      const now = Date.now();
+      const later = vi.spyOn(Date, 'now').mockReturnValue(now + 61_000);
+      try {
+        const started = performance.now();
+        expect(thrown(() => renderChatTemplate(longOnly, three, { ...opts, limits: tenth })).message).toMatch(
+          stoppedAt,
+        );
+        expect(performance.now() - started).toBeGreaterThanOrEqual(100);
+      } finally {
+        later.mockRestore();
+      }
     });
 
     it('refuses a range() over the limit before making it', () => {
