@@ -332,7 +332,15 @@ async function pulledDir(
       }),
   );
   // Pulled at another revision: said so, with the package to delete and the pull that replaces it.
-  const entry = pulledEntry(present, arg, (e, named) => `delete ${e.root}, then \`${pullCommand(named)}\``);
+  // A path whose parent folder is here: a package pulled under that name at another revision is not it either (the
+  // folder's own error says what is wrong).
+  let entry: ReturnType<typeof pulledEntry>;
+  try {
+    entry = pulledEntry(present, arg, (e, named) => `delete ${e.root}, then \`${pullCommand(named)}\``);
+  } catch (err) {
+    if (pathFirst) return dir;
+    throw err;
+  }
   if (entry) return entry.root;
   if (pathFirst) return dir;
   const pulled = present.flatMap((e) => (e.source ? [`hf.co/${e.source.repo}:${e.source.variant}`] : []));

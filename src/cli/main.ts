@@ -518,15 +518,22 @@ function promptTooLong(info: ErrorInfo): ErrorInfo {
 }
 
 /**
- * A refusal of one of several prompts, as the host names it (`promptIdRows[1]: …`), named by its flag and its row
- * as the output numbers them (`--prompt-ids, row 1: …`).
+ * A refusal of one of several prompts, as the host names it (`promptIdRows[1]: …`, `prompts[0] has …`), named by its
+ * flag and its row as the output numbers them (`--prompt-ids, row 1: …`).
  */
 function rowOfFlag(info: ErrorInfo): ErrorInfo {
   const field = info.detail?.field;
   const m = typeof field === 'string' ? /^(prompts|promptIdRows)\[(\d+)\]$/.exec(field) : null;
-  if (!m || !info.message.startsWith(`${field}: `)) return info;
+  if (!m) return info;
   const flag = m[1] === 'prompts' ? '--prompt' : '--prompt-ids';
-  return { ...info, message: `${flag}, row ${m[2]}: ${info.message.slice(`${field}: `.length)}` };
+  // `field: what is wrong`, or a sentence with the field as its subject (`field has N tokens, …`).
+  const rest = info.message.startsWith(`${field}: `)
+    ? info.message.slice(`${field}: `.length)
+    : info.message.startsWith(`${field} `)
+      ? `the prompt ${info.message.slice(`${field} `.length)}`
+      : null;
+  if (rest === null) return info;
+  return { ...info, message: `${flag}, row ${m[2]}: ${rest}` };
 }
 
 /**

@@ -602,6 +602,18 @@ describe('CLI on the generated default model', () => {
     try {
       // `test` is a folder of the working directory (the repository's root): `test/no-such-model@1` is a folder in it.
       expect(process.cwd()).toBe(repoRoot);
+      // Also where the library holds a package pulled under that name at another revision.
+      const pulled = path.join(dataDir, 'models', 'no-such-model');
+      cpSync(defaultModelDir, pulled, { recursive: true });
+      writeFileSync(
+        path.join(pulled, '.kvdesk-source.json'),
+        JSON.stringify({ repo: 'test/no-such-model', revision: 'main', variant: 'fp32' }),
+      );
+      const { ModelLibrary } = await import('../../src/main/host/model-library');
+      const { loadModelSpec } = await import('../../src/main/packages');
+      const library = await ModelLibrary.open(dataDir);
+      await library.loaded(pulled, await loadModelSpec(pulled));
+      await library.flush();
       const inFolder = await kvdesk('generate', 'test/no-such-model@1', '--data-dir', dataDir, '--prompt', 'x');
       expect(inFolder.code).toBe(2);
       expect(inFolder.stderr).toBe(
@@ -611,7 +623,7 @@ describe('CLI on the generated default model', () => {
       const hub = await kvdesk('generate', 'no-such-owner/model@1', '--data-dir', dataDir, '--prompt', 'x');
       expect(hub.code).toBe(2);
       expect(hub.stderr).toMatch(
-        /^kvdesk: there is no package folder .*, and no package in the library at .* was pulled from the hub as no-such-owner\/model@1 \(none was pulled\); .*`kvdesk pull no-such-owner\/model@1` downloads it/,
+        /^kvdesk: there is no package folder .*, and no package in the library at .* was pulled from the hub as no-such-owner\/model@1 \(pulled: hf\.co\/test\/no-such-model:fp32\); .*`kvdesk pull no-such-owner\/model@1` downloads it/,
       );
     } finally {
       rmSync(dataDir, { recursive: true, force: true });
@@ -625,6 +637,12 @@ describe('CLI on the generated default model', () => {
     expect(r.code).toBe(2);
     expect(r.stderr).toBe(
       "kvdesk: The prompt has 2048 tokens, which leaves no room for a reply in the model's context of 2048 tokens. Shorten the prompt, or use a model with a longer context.\n",
+    );
+    // One of several: named by its flag and row, not by the request's field (promptIdRows[1]).
+    const rows = await kvdesk('generate', defaultModelDir, '--prompt-ids', '5', '--prompt-ids', ids);
+    expect(rows.code).toBe(2);
+    expect(rows.stderr).toBe(
+      "kvdesk: --prompt-ids, row 1: the prompt has 2048 tokens, which leaves no room for a reply in the model's context of 2048 tokens. Shorten it or leave it out.\n",
     );
   });
 

@@ -691,7 +691,11 @@ export class LoadedDecoder {
       await this.run(probeFeeds(this.spec, [[first], [first]]));
     } catch (err) {
       this.batchable = false;
-      this.logits.batching = `requests take turns: a run of two rows failed (${(err instanceof Error ? err.message : String(err)).trim()})`;
+      // Without onnxruntime's C++ source line and function signature, which say nothing to the reader.
+      const why = (err instanceof Error ? err.message : String(err))
+        .trim()
+        .replace(/\/\S+\.(?:h|cc|cpp):\d+ [^\n]*?\) /g, '');
+      this.logits.batching = `requests take turns: a run of two rows failed (${why.slice(0, 400)})`;
       return;
     }
     const kv = this.spec.kv.kind === 'dynamic' ? this.spec.kv.tensors : [];

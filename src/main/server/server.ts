@@ -313,7 +313,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
             status: 'no_model',
             models: [],
             message:
-              'No model is loaded and the library has none to load: start kvdesk serve with --model DIR, or add a package (kvdesk pull, or the Models view).',
+              'No model is loaded and the library has none to load: add a package (the Models view, kvdesk pull, or kvdesk serve --model DIR).',
           });
         }
         return;
