@@ -814,13 +814,19 @@ const FOREIGN_COMMANDS: Readonly<Record<string, string>> = {
 };
 
 /** Runs the CLI with arguments (without node and script); returns the exit code. */
-export async function main(argv: string[], io: Io): Promise<number> {
-  const code = await run(argv, io);
+/**
+ * `input` is what generate and chat read as stdin: the process's own (bin/kvdesk.cjs), or a stream a test gives to
+ * run them in its own process.
+ */
+export async function main(argv: string[], io: Io, input?: CommandInput): Promise<number> {
+  const code = await run(argv, io, input);
   // A command that finished while its stdout was gone wrote some of its output into nothing.
   return code === 0 && io.closed?.aborted ? STDOUT_CLOSED_EXIT : code;
 }
 
-async function run(argv: string[], io: Io): Promise<number> {
+type CommandInput = NodeJS.ReadableStream & { isTTY?: boolean };
+
+async function run(argv: string[], io: Io, input?: CommandInput): Promise<number> {
   const [command, ...rest] = argv;
   const help = (options: Readonly<Record<string, { type: 'string' | 'boolean' }>>) => {
     if (command === undefined || !wantsHelp(rest, options)) return false;
@@ -831,18 +837,23 @@ async function run(argv: string[], io: Io): Promise<number> {
     case 'inspect':
       return help(INSPECT_OPTIONS) ? 0 : inspect(rest, io);
     case 'generate':
-      return help(GENERATE_OPTIONS) ? 0 : generate(rest, io);
+      return help(GENERATE_OPTIONS) ? 0 : generate(rest, io, input);
     case 'chat': {
       const { chat, CHAT_OPTIONS } = await import('./chat');
       if (help(CHAT_OPTIONS)) return 0;
-      return chat(rest, io, ({ devices, threads, lookup, prefillChunk }) => {
-        return new RunnerService({
-          ...devices,
-          ...(threads !== undefined ? { intraOpNumThreads: threads } : {}),
-          ...(prefillChunk !== undefined ? { prefillChunkTokens: prefillChunk } : {}),
-          ...(lookup !== undefined ? { lookupDraftTokens: lookup } : {}),
-        });
-      });
+      return chat(
+        rest,
+        io,
+        ({ devices, threads, lookup, prefillChunk }) => {
+          return new RunnerService({
+            ...devices,
+            ...(threads !== undefined ? { intraOpNumThreads: threads } : {}),
+            ...(prefillChunk !== undefined ? { prefillChunkTokens: prefillChunk } : {}),
+            ...(lookup !== undefined ? { lookupDraftTokens: lookup } : {}),
+          });
+        },
+        input,
+      );
     }
     case 'pull':
       return help(PULL_OPTIONS) ? 0 : pull(rest, io);

@@ -1,6 +1,6 @@
 /**
- * `kvdesk chat` as a person (or a script) runs it: a real `kvdesk` process with stdin from a pipe, real
- * onnxruntime. A turn's reply is the one `generate --chat` gives the same message; later turns reuse the
+ * `kvdesk chat` as a person (or a script) runs it: the CLI's main() with stdin from a pipe (a real `kvdesk` process
+ * where the process itself is under test: a pipe's reply, signals, a terminal, a reader gone), real onnxruntime. A turn's reply is the one `generate --chat` gives the same message; later turns reuse the
  * conversation's KV; a block between `"""` lines is one turn; commands answer on stderr and never end the chat;
  * a conversation longer than the context goes on without its oldest turns (or is refused, and goes on); Ctrl+C
  * stops a reply without ending the chat; a thinking model's reasoning goes to stderr between Ollama's lines, its
@@ -10,8 +10,10 @@ import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { Readable } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ChatSession } from '../../src/cli/chat';
+import { main } from '../../src/cli/main';
 import { RunnerService } from '../../src/main/host/runner-service';
 import type { GenerationResult } from '../../src/shared/contract';
 import { ALTERNATING_CHATML } from '../helpers/chat-templates';
@@ -28,9 +30,23 @@ import {
 const BIN = path.join(repoRoot, 'bin/kvdesk.cjs');
 const GREEDY = ['--greedy', '--max-new-tokens', '12'];
 
-function kvdesk(args: string[], input = ''): { code: number; stdout: string; stderr: string } {
+/** A real `kvdesk` process, its stdin from a pipe that gives `input`: the process around the chat is under test. */
+function kvdeskProcess(args: string[], input = ''): { code: number; stdout: string; stderr: string } {
   const r = spawnSync(process.execPath, [BIN, ...args], { cwd: repoRoot, encoding: 'utf8', input, timeout: 90_000 });
   return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr };
+}
+
+/**
+ * `kvdesk ARGS` with `input` piped in, through the CLI's main() in this process (its engine a process of its own, as
+ * always): what the chat does with the lines it reads, without two Node processes for each run. What it writes on
+ * stdout and stderr, and its exit code. Signals, a terminal and a reader gone run a real process (kvdeskProcess).
+ */
+async function kvdesk(args: string[], input = ''): Promise<{ code: number; stdout: string; stderr: string }> {
+  let stdout = '';
+  let stderr = '';
+  const io = { out: (s: string) => (stdout += s), err: (s: string) => (stderr += s) };
+  const code = await main(args, io, Readable.from([input]));
+  return { code, stdout, stderr };
 }
 
 /** The figures line of each reply (--verbose): its prompt and reused tokens. */
@@ -42,21 +58,25 @@ function figures(stderr: string): Array<{ prompt: number; reused: number }> {
 }
 
 describe('kvdesk chat', () => {
-  it('answers a line as generate --chat answers the same message', () => {
-    const alone = kvdesk(['generate', defaultModelDir, '--chat', '--prompt', 'Tell me about rivers.', ...GREEDY]);
+  it('answers a line as generate --chat answers the same message', async () => {
+    const alone = await kvdesk(['generate', defaultModelDir, '--chat', '--prompt', 'Tell me about rivers.', ...GREEDY]);
     expect(alone.code, alone.stderr).toBe(0);
-    const r = kvdesk(['chat', defaultModelDir, ...GREEDY], 'Tell me about rivers.\n');
+    // A real process, stdin a pipe: the reply on its stdout is the reply.
+    const r = kvdeskProcess(['chat', defaultModelDir, ...GREEDY], 'Tell me about rivers.\n');
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout).toBe(alone.stdout);
     expect(r.stderr).toContain('default (hf-optimum, context 2048 tokens) loaded');
     // Prefill in chunks of 8 tokens: the same reply.
-    const chunked = kvdesk(['chat', defaultModelDir, ...GREEDY, '--prefill-chunk', '8'], 'Tell me about rivers.\n');
+    const chunked = await kvdesk(
+      ['chat', defaultModelDir, ...GREEDY, '--prefill-chunk', '8'],
+      'Tell me about rivers.\n',
+    );
     expect(chunked.code, chunked.stderr).toBe(0);
     expect(chunked.stdout).toBe(alone.stdout);
   }, 60_000);
 
-  it('keeps the conversation and its KV between turns; /clear starts over', () => {
-    const r = kvdesk(
+  it('keeps the conversation and its KV between turns; /clear starts over', async () => {
+    const r = await kvdesk(
       ['chat', defaultModelDir, ...GREEDY, '--verbose', '--system', 'You are brief.'],
       'Tell me about rivers.\nAnd lakes?\n/clear\nAnd lakes?\n',
     );
@@ -74,8 +94,8 @@ describe('kvdesk chat', () => {
     expect(replies.length).toBeGreaterThanOrEqual(3);
   }, 60_000);
 
-  it('a block is a message even when it starts with a slash, and one the input ends inside is still sent', () => {
-    const r = kvdesk(
+  it('a block is a message even when it starts with a slash, and one the input ends inside is still sent', async () => {
+    const r = await kvdesk(
       ['chat', defaultModelDir, ...GREEDY, '--verbose'],
       '"""\n/usr/bin is a folder\n"""\n"""\nunfinished\n',
     );
@@ -85,16 +105,24 @@ describe('kvdesk chat', () => {
     expect(figures(r.stderr)).toHaveLength(2);
   }, 60_000);
 
-  it('a block between """ lines is one turn of several lines', () => {
-    const alone = kvdesk(['generate', defaultModelDir, '--chat', '--prompt', 'First line\nsecond line', ...GREEDY]);
-    const r = kvdesk(['chat', defaultModelDir, ...GREEDY, '--verbose'], '"""\nFirst line\nsecond line\n"""\n');
+  it('a block between """ lines is one turn of several lines', async () => {
+    const alone = await kvdesk([
+      'generate',
+      defaultModelDir,
+      '--chat',
+      '--prompt',
+      'First line\nsecond line',
+      ...GREEDY,
+    ]);
+    expect(alone.code, alone.stderr).toBe(0);
+    const r = await kvdesk(['chat', defaultModelDir, ...GREEDY, '--verbose'], '"""\nFirst line\nsecond line\n"""\n');
     expect(r.code, r.stderr).toBe(0);
     expect(figures(r.stderr)).toHaveLength(1);
     expect(r.stdout).toBe(alone.stdout);
   }, 60_000);
 
-  it('commands answer on stderr and the chat goes on; /bye ends it; a piped chat with lines not understood exits 2', () => {
-    const r = kvdesk(
+  it('commands answer on stderr and the chat goes on; /bye ends it; a piped chat with lines not understood exits 2', async () => {
+    const r = await kvdesk(
       ['chat', defaultModelDir, ...GREEDY, '--verbose'],
       [
         '/nonsense',
@@ -150,8 +178,8 @@ describe('kvdesk chat', () => {
     expect(figures(r.stderr)).toHaveLength(1);
   }, 60_000);
 
-  it('a piped line that starts with / but is no command is said, the chat goes on, and it exits 2', () => {
-    const r = kvdesk(
+  it('a piped line that starts with / but is no command is said, the chat goes on, and it exits 2', async () => {
+    const r = await kvdesk(
       ['chat', defaultModelDir, ...GREEDY, '--verbose'],
       '/etc/hosts: what is this file for?\nTell me about rivers.\n',
     );
@@ -162,20 +190,20 @@ describe('kvdesk chat', () => {
     expect(r.code, r.stderr).toBe(2);
     // Bad /set and /show lines too; good commands alone exit 0.
     for (const line of ['/set', '/set parameter top_k many', '/show everything']) {
-      expect(kvdesk(['chat', defaultModelDir, ...GREEDY], `${line}\n`).code, line).toBe(2);
+      expect((await kvdesk(['chat', defaultModelDir, ...GREEDY], `${line}\n`)).code, line).toBe(2);
     }
-    const good = kvdesk(['chat', defaultModelDir, ...GREEDY], '/set parameter top_k 5\n/show info\n/?\n');
+    const good = await kvdesk(['chat', defaultModelDir, ...GREEDY], '/set parameter top_k 5\n/show info\n/?\n');
     expect(good.code, good.stderr).toBe(0);
   }, 60_000);
 
-  it('a conversation longer than the context goes on without its oldest turns, or is refused and goes on', () => {
+  it('a conversation longer than the context goes on without its oldest turns, or is refused and goes on', async () => {
     const small = smallContextModel();
     const lines = Array.from(
       { length: 8 },
       (_, i) => `Question ${i + 1}: what is the name of the river that runs through town number ${i + 1}?`,
     );
     const input = `${lines.join('\n')}\n`;
-    const dropped = kvdesk(['chat', small, '--greedy', '--max-new-tokens', '16', '--verbose'], input);
+    const dropped = await kvdesk(['chat', small, '--greedy', '--max-new-tokens', '16', '--verbose'], input);
     expect(dropped.code, dropped.stderr).toBe(0);
     expect(figures(dropped.stderr)).toHaveLength(8);
     expect(dropped.stderr).toMatch(
@@ -183,7 +211,7 @@ describe('kvdesk chat', () => {
     );
     expect(dropped.stderr).not.toContain('leaves no room for a reply');
 
-    const refused = kvdesk(
+    const refused = await kvdesk(
       ['chat', small, '--greedy', '--max-new-tokens', '16', '--verbose', '--context-overflow', 'refuse'],
       input,
     );
@@ -194,19 +222,19 @@ describe('kvdesk chat', () => {
     expect(figures(refused.stderr).length).toBeLessThan(8);
   }, 90_000);
 
-  it('a --kv-budget over what the memory holds is taken, with its note on stderr', () => {
-    const r = kvdesk(['chat', defaultModelDir, ...GREEDY, '--kv-budget', '64TiB'], 'Hi\n');
+  it('a --kv-budget over what the memory holds is taken, with its note on stderr', async () => {
+    const r = await kvdesk(['chat', defaultModelDir, ...GREEDY, '--kv-budget', '64TiB'], 'Hi\n');
     expect(r.code, r.stderr).toBe(0);
     expect(r.stderr).toMatch(/^kvdesk: KV budget note: 64\.0 TiB is more than system RAM holds beside the weights/m);
   }, 60_000);
 
-  it('a reply the context or the KV budget cuts short says so, with what to do', () => {
-    const clipped = kvdesk(['chat', smallContextModel(), '--greedy', '--max-new-tokens', '1000'], 'Hi\n');
+  it('a reply the context or the KV budget cuts short says so, with what to do', async () => {
+    const clipped = await kvdesk(['chat', smallContextModel(), '--greedy', '--max-new-tokens', '1000'], 'Hi\n');
     expect(clipped.code, clipped.stderr).toBe(0);
     expect(clipped.stderr).toMatch(
       /kvdesk: max new tokens clipped from 1000 to \d+ by the context window \(256 tokens\)/,
     );
-    const capped = kvdesk(
+    const capped = await kvdesk(
       ['chat', defaultModelDir, '--greedy', '--max-new-tokens', '100', '--kv-budget', '40KiB'],
       'Hi\n',
     );
@@ -215,17 +243,17 @@ describe('kvdesk chat', () => {
       /kvdesk: reply capped at \d+ tokens by the KV budget \(asked 100; needs \d+ bytes, 40960 available\): raise --kv-budget, or \/clear to start a shorter conversation/,
     );
     // More than the contract's ceiling: clipped all the same, and the note names the number asked.
-    const huge = kvdesk(['chat', smallContextModel(), '--greedy', '--max-new-tokens', '1e9'], 'Hi\n');
+    const huge = await kvdesk(['chat', smallContextModel(), '--greedy', '--max-new-tokens', '1e9'], 'Hi\n');
     expect(huge.code, huge.stderr).toBe(0);
     expect(huge.stderr).toMatch(/max new tokens clipped from 1000000000 to \d+ by the context window \(256 tokens\)/);
     // Neither says anything when nothing was cut.
-    const whole = kvdesk(['chat', defaultModelDir, ...GREEDY], 'Hi\n');
+    const whole = await kvdesk(['chat', defaultModelDir, ...GREEDY], 'Hi\n');
     expect(whole.stderr).not.toMatch(/capped at|clipped from/);
   });
 
-  it("a reply the default limit (the package's) stops says so, with how to raise it; a limit set is no news", () => {
+  it("a reply the default limit (the package's) stops says so, with how to raise it; a limit set is no news", async () => {
     const model = replyLimitModel(8);
-    const r = kvdesk(
+    const r = await kvdesk(
       ['chat', model, '--greedy', '--verbose'],
       'Tell me about rivers.\n/set parameter num_predict 8\nTell me about rivers.\n',
     );
@@ -236,7 +264,7 @@ describe('kvdesk chat', () => {
     expect(r.stderr).toContain(
       'kvdesk: the reply stopped at its limit of 8 tokens: /set parameter num_predict N for longer ones (-1: as many as the context leaves), or start the chat with --max-new-tokens N\n',
     );
-    const flag = kvdesk(['chat', model, '--greedy', '--max-new-tokens', '8'], 'Tell me about rivers.\n');
+    const flag = await kvdesk(['chat', model, '--greedy', '--max-new-tokens', '8'], 'Tell me about rivers.\n');
     expect(flag.code, flag.stderr).toBe(0);
     expect(flag.stderr).not.toContain('stopped at its limit');
   }, 60_000);
@@ -503,7 +531,7 @@ describe('kvdesk chat', () => {
         child.stdin.write('/bye\r');
         expect(await exited, output()).toBe(0);
         expect(output()).toContain('Tell me about rivers.');
-        const piped = kvdesk(['chat', defaultModelDir, ...GREEDY], 'Tell me about rivers.\n');
+        const piped = await kvdesk(['chat', defaultModelDir, ...GREEDY], 'Tell me about rivers.\n');
         expect(readFileSync(file, 'utf8')).toBe(piped.stdout);
       } finally {
         rmSync(dir, { recursive: true, force: true });
@@ -536,7 +564,7 @@ describe('kvdesk chat', () => {
         expect(t.output()).not.toContain('unknown command');
         t.child.stdin.write('/bye\r');
         expect(await endedWithin(t), t.output()).toBe(0);
-        const piped = kvdesk(['chat', defaultModelDir, ...GREEDY], 'Tell me about rivers.\n');
+        const piped = await kvdesk(['chat', defaultModelDir, ...GREEDY], 'Tell me about rivers.\n');
         expect(readFileSync(file, 'utf8')).toBe(piped.stdout);
       } finally {
         rmSync(dir, { recursive: true, force: true });
@@ -629,14 +657,14 @@ describe('kvdesk chat', () => {
     60_000,
   );
 
-  it('bad arguments exit 2 and name them', () => {
-    const none = kvdesk(['chat']);
+  it('bad arguments exit 2 and name them', async () => {
+    const none = await kvdesk(['chat']);
     expect(none.code).toBe(2);
     expect(none.stderr).toContain('chat takes exactly one package path or library id');
-    const policy = kvdesk(['chat', defaultModelDir, '--context-overflow', 'sometimes']);
+    const policy = await kvdesk(['chat', defaultModelDir, '--context-overflow', 'sometimes']);
     expect(policy.code).toBe(2);
     expect(policy.stderr).toContain('--context-overflow expects drop-oldest or refuse, got "sometimes"');
-    const missing = kvdesk(['chat', 'no-such-model', '--data-dir', path.join(repoRoot, 'no-such-dir')]);
+    const missing = await kvdesk(['chat', 'no-such-model', '--data-dir', path.join(repoRoot, 'no-such-dir')]);
     expect(missing.code).toBe(2);
     expect(missing.stderr).toContain('there is no package folder "no-such-model"');
     // Values out of range are refused before the model loads, naming the flag.
@@ -646,15 +674,15 @@ describe('kvdesk chat', () => {
       [['--seed', '-1'], '--seed must be 0 or more, got -1'],
       [['--prefill-chunk', '0'], '--prefill-chunk expects a whole number ≥ 1, got "0"'],
     ] as const) {
-      const r = kvdesk(['chat', defaultModelDir, ...flags], 'Hi\n');
+      const r = await kvdesk(['chat', defaultModelDir, ...flags], 'Hi\n');
       expect(r.code, flags.join(' ')).toBe(2);
       expect(r.stderr).toContain(text);
       expect(r.stderr).not.toContain('loaded in');
     }
   }, 60_000);
 
-  it('a piped chat whose turns were refused goes on, and exits with the refusal’s code', () => {
-    const r = kvdesk(['chat', defaultModelDir, ...GREEDY, '--kv-budget', '10'], 'Hi\nthere\n');
+  it('a piped chat whose turns were refused goes on, and exits with the refusal’s code', async () => {
+    const r = await kvdesk(['chat', defaultModelDir, ...GREEDY, '--kv-budget', '10'], 'Hi\nthere\n');
     expect(r.stderr.match(/KV budget is 10 B/g)).toHaveLength(2);
     expect(r.code).toBe(3);
   }, 60_000);
@@ -678,7 +706,7 @@ describe('kvdesk chat', () => {
     } finally {
       await host.close();
     }
-    const r = kvdesk(
+    const r = await kvdesk(
       ['chat', dir, '--greedy', '--max-new-tokens', '16'],
       `${found.question}\n/set nothink\n/show info\n${found.question}\n`,
     );
@@ -703,20 +731,27 @@ describe('kvdesk chat', () => {
       '16',
       '--json',
     ];
-    const json = JSON.parse(kvdesk(args).stdout) as { text: string; reasoning?: string; reasoningTokens?: number };
+    const json = JSON.parse((await kvdesk(args)).stdout) as {
+      text: string;
+      reasoning?: string;
+      reasoningTokens?: number;
+    };
     expect(json).toMatchObject({ text: found.reply.text, reasoning: found.reply.reasoning });
     expect(json.reasoningTokens).toBe(found.reply.reasoningTokens);
-    expect(JSON.parse(kvdesk([...args, '--nothink']).stdout)).toMatchObject({ reasoning: '', reasoningTokens: 0 });
+    expect(JSON.parse((await kvdesk([...args, '--nothink'])).stdout)).toMatchObject({
+      reasoning: '',
+      reasoningTokens: 0,
+    });
     // A budget of 0: the reasoning is closed before it begins, and the reply is the answer.
-    expect(JSON.parse(kvdesk([...args, '--thinking-budget', '0']).stdout)).toMatchObject({ reasoning: '' });
+    expect(JSON.parse((await kvdesk([...args, '--thinking-budget', '0'])).stdout)).toMatchObject({ reasoning: '' });
     // A model that does not think says so and changes nothing.
-    const plain = kvdesk(['chat', defaultModelDir, ...GREEDY], '/set think\n');
+    const plain = await kvdesk(['chat', defaultModelDir, ...GREEDY], '/set think\n');
     expect(plain.stderr).toContain('default does not think: there is nothing to turn on');
     expect(plain.code).toBe(2);
-    const flag = kvdesk(['chat', defaultModelDir, '--think'], 'hi\n');
+    const flag = await kvdesk(['chat', defaultModelDir, '--think'], 'hi\n');
     expect(flag.code).toBe(2);
     expect(flag.stderr).toContain('--think: default does not think');
-    const raw = kvdesk(['generate', defaultModelDir, '--prompt', 'hi', '--nothink']);
+    const raw = await kvdesk(['generate', defaultModelDir, '--prompt', 'hi', '--nothink']);
     expect(raw.code).toBe(2);
     expect(raw.stderr).toContain('--think and --nothink go with --chat');
   }, 90_000);

@@ -8,7 +8,7 @@ import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { onnx } from 'onnx-proto';
-import { afterEach, describe, expect, it, vi } from 'vitest';
+import { afterAll, afterEach, describe, expect, it, onTestFinished, vi } from 'vitest';
 import { type HostSettings, RunnerService } from '../../src/main/host/runner-service';
 import { errorFromInfo } from '../../src/main/server/http-util';
 import type { StreamFrame } from '../../src/shared/contract';
@@ -29,6 +29,28 @@ async function host(settings: Partial<HostSettings> = {}, model = defaultModelDi
   await h.loadModel(model);
   return h;
 }
+
+/**
+ * One host on the default model with the default settings, for the tests that only run requests on it and leave it
+ * as they found it (nothing held, nothing loaded, no spy left, its engine not killed): an engine process and a model
+ * load for them all rather than one each. A test that changes the host, or counts from a fresh one, takes host().
+ */
+let shared: Promise<RunnerService> | undefined;
+function sharedHost(): Promise<RunnerService> {
+  shared ??= (async () => {
+    const h = new RunnerService({ intraOpNumThreads: 2 });
+    await h.loadModel(defaultModelDir);
+    return h;
+  })();
+  return shared;
+}
+afterAll(async () => {
+  await (await shared)?.close();
+});
+afterEach(async () => {
+  // What the next test on it finds: an empty ledger.
+  if (shared) expectEmptyLedger(await shared);
+});
 
 const greedy = { greedy: true };
 const prompt = [10, 20, 30, 40, 50];
@@ -79,13 +101,18 @@ describe('the admission funnel', () => {
   });
 
   it('emits admitted after the reservation, and starts engine work only after admitted', async () => {
-    const h = await host();
+    const h = await sharedHost();
     const log: string[] = [];
-    h.onSchedulerEvent((e) => log.push(`sched:${e.type}`));
+    // Both taken off again at the end: the host is shared.
+    const unlisten = h.onSchedulerEvent((e) => log.push(`sched:${e.type}`));
     const realGenerate = h.engine.generate.bind(h.engine);
-    vi.spyOn(h.engine, 'generate').mockImplementation((token, cmd, handlers) => {
+    const spy = vi.spyOn(h.engine, 'generate').mockImplementation((token, cmd, handlers) => {
       log.push(`engine:generate live=${h.scheduler.isGrantLive(token)} reserved=${h.snapshot().reservedBytes}`);
       return realGenerate(token, cmd, handlers);
+    });
+    onTestFinished(() => {
+      unlisten();
+      spy.mockRestore();
     });
     const frames: StreamFrame['type'][] = [];
     const result = await h.generate({ promptIds: prompt, maxNewTokens: 4, sampling: greedy }, (f) => {
@@ -129,7 +156,7 @@ describe('the admission funnel', () => {
   });
 
   it('rows of one sampled request draw different tokens; row 0 keeps the seed', async () => {
-    const h = await host();
+    const h = await sharedHost();
     const sampling = { temperature: 1.2, seed: 5 };
     const many = await h.generate({ promptIds: prompt, rows: 3, maxNewTokens: 12, sampling }).result;
     const one = await h.generate({ promptIds: prompt, maxNewTokens: 12, sampling }).result;
@@ -138,7 +165,7 @@ describe('the admission funnel', () => {
   });
 
   it('the repetition penalty looks at the window it is given: wide enough, the same reply as no window', async () => {
-    const h = await host();
+    const h = await sharedHost();
     const run = async (repetitionWindow?: number) =>
       (
         await h.generate({
@@ -159,7 +186,7 @@ describe('the admission funnel', () => {
   });
 
   it('a multi-row request reserves for every row and each row equals its solo run', async () => {
-    const h = await host();
+    const h = await sharedHost();
     const solo = await h.generate({ promptIds: prompt, maxNewTokens: 6, sampling: greedy }).result;
     const batch = await h.generate({ promptIds: prompt, rows: 3, maxNewTokens: 6, sampling: greedy }).result;
     expect(batch.reservedBytes).toBe(3 * (5 + 6) * 1024);
@@ -175,7 +202,7 @@ describe('the admission funnel', () => {
 
 describe('every terminal path returns the reservation', () => {
   it('after success', async () => {
-    const h = await host();
+    const h = await sharedHost();
     const r = await h.generate({ promptIds: prompt, maxNewTokens: 8, sampling: greedy }).result;
     expect(r.tokenIds.length).toBeGreaterThan(0);
     expectEmptyLedger(h);
@@ -183,7 +210,7 @@ describe('every terminal path returns the reservation', () => {
   });
 
   it('after a stop string', async () => {
-    const h = await host();
+    const h = await sharedHost();
     const free = await h.generate({ promptIds: prompt, maxNewTokens: 24, sampling: greedy }).result;
     const stop = free.text.slice(3, 5);
     expect(stop.length).toBe(2);
@@ -363,7 +390,7 @@ describe('every terminal path returns the reservation', () => {
   });
 
   it('a request that ends before its time limit clears its timer (a pending one would keep the reply for hours)', async () => {
-    const h = await host();
+    const h = await sharedHost();
     const day = 24 * 3600 * 1000;
     const set = vi.spyOn(globalThis, 'setTimeout');
     const clear = vi.spyOn(globalThis, 'clearTimeout');
@@ -1041,10 +1068,12 @@ describe('engine facts', () => {
       defaultModelDir,
       ...(haveFixtures ? [fixture('onnx-genai/tiny-llm'), fixture('onnxruntime-genai/tiny-random-gpt2-fp32')] : []),
     ];
-    for (const dir of models) {
-      const h = await host({}, dir);
+    // One engine holds the three packages, as a host with several models loaded does.
+    const h = await host();
+    for (const [i, dir] of models.entries()) {
+      const model = i === 0 ? 'default' : (await h.loadModel(dir, { id: `bpt-${i}` })).id;
       const ids = dir === defaultModelDir ? prompt : [5, 6, 7];
-      const r = await h.generate({ promptIds: ids, maxNewTokens: 6, sampling: greedy, rows: 2 }).result;
+      const r = await h.generate({ model, promptIds: ids, maxNewTokens: 6, sampling: greedy, rows: 2 }).result;
       const length = ids.length + r.tokenIds.length - 1;
       expect(r.kvBytes, dir).toBe(2 * r.bpt * length);
       expect(r.rows[1]?.tokenIds, dir).toEqual(r.rows[0]?.tokenIds);
