@@ -234,7 +234,8 @@ export function MessageList({ threadId, find }: { threadId: string; find?: FindV
             return (
               <div
                 key={item.key}
-                className={`message-row ${item.index < outside.start ? 'outside-context' : ''}`}
+                // Faded when the model no longer sees it, but not while it is edited: its editor is to use.
+                className={`message-row ${item.index < outside.start && item.index !== editingIndex ? 'outside-context' : ''}`}
                 data-index={item.index}
                 ref={virtualizer.measureElement}
                 style={{ transform: `translateY(${item.start + 12}px)` }}

@@ -1,0 +1,76 @@
+/**
+ * The chat window as a reviewer met it in a long chat: what the model no longer sees is faded but still usable (its
+ * editor, buttons and refusals at full strength), a chat ending with the person's message can be answered, the
+ * list keeps following the newest reply when the window changes size, and the chat list's keyboard focus is the
+ * open chat's.
+ */
+import type { Locator, Page } from '@playwright/test';
+import { expect, openSavedChat, test } from './fixtures';
+
+/** The element's opacity as drawn: its own times its ancestors'. */
+function drawnOpacity(locator: Locator): Promise<number> {
+  return locator.evaluate((el) => {
+    interface Node {
+      parentElement: Node | null;
+    }
+    const w = globalThis as unknown as { getComputedStyle(e: Node): { opacity: string } };
+    let o = 1;
+    for (let n: Node | null = el as unknown as Node; n; n = n.parentElement) o *= Number(w.getComputedStyle(n).opacity);
+    return o;
+  });
+}
+
+/**
+ * A chat whose latest reply left out its first two messages (the model's view starts at "Third question"), with a
+ * refused reply above that line.
+ */
+function outgrownChat(page: Page, server: Parameters<typeof openSavedChat>[1]): Promise<string> {
+  const ok = (n: number) => ({ tokens: 4, promptTokens: 100 + n, finishReason: 'eos' });
+  return openSavedChat(page, server, 'outgrown', [
+    { id: 'u0', role: 'user', content: 'First question' },
+    { id: 'a0', role: 'assistant', content: 'First answer.', stats: ok(0) },
+    { id: 'u1', role: 'user', content: 'Second question' },
+    {
+      id: 'a1',
+      role: 'assistant',
+      content: '',
+      stats: { error: { code: 'KV_BUDGET_EXCEEDED', message: 'The request needs more KV than the budget has.' } },
+    },
+    { id: 'u2', role: 'user', content: 'Third question' },
+    { id: 'a2', role: 'assistant', content: 'Third answer.', stats: ok(2) },
+    { id: 'u3', role: 'user', content: 'Fourth question' },
+    {
+      id: 'a3',
+      role: 'assistant',
+      content: 'Fourth answer.',
+      stats: { ...ok(3), contextDrop: { messages: 2, contextLength: 2048 } },
+    },
+  ]);
+}
+
+test('above the "no longer sees" line the text is faded, not the buttons, refusals or an editor', async ({
+  app,
+  server,
+}) => {
+  await outgrownChat(app, server);
+  const list = app.getByTestId('message-list');
+  await expect(list.getByTestId('context-start')).toHaveCount(1);
+  const first = list.locator('[data-message-id="u0"]');
+  // The hint stays: the text of a message the model no longer sees is faded.
+  expect(await drawnOpacity(first.getByTestId('message-text'))).toBeLessThan(0.7);
+  // Its buttons (shown on hover) and the refusal above the line are drawn at full strength.
+  await first.hover();
+  await expect.poll(() => drawnOpacity(first.getByTestId('edit-message'))).toBe(1);
+  const refusal = list.locator('[data-message-id="a1"]').getByTestId('refusal');
+  await expect(refusal).toBeVisible();
+  expect(await drawnOpacity(refusal)).toBe(1);
+  // Editing it: the editor, its warning and its buttons are all at full strength.
+  await first.getByTestId('edit-message').click();
+  const editor = list.locator('[data-message-id="u0"]');
+  await expect(editor.getByTestId('edit-input')).toBeFocused();
+  for (const id of ['edit-input', 'edit-removes', 'edit-branch', 'edit-send']) {
+    expect(await drawnOpacity(editor.getByTestId(id)), id).toBe(1);
+  }
+  await app.keyboard.press('Escape');
+  await expect(first.getByTestId('edit-message')).toBeVisible();
+});
