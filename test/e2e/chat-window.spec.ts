@@ -74,3 +74,39 @@ test('above the "no longer sees" line the text is faded, not the buttons, refusa
   await app.keyboard.press('Escape');
   await expect(first.getByTestId('edit-message')).toBeVisible();
 });
+
+test("a chat ending with the person's message (imported so) shows its context and gets a reply on a click", async ({
+  app,
+  server,
+}) => {
+  await openSavedChat(
+    app,
+    server,
+    'unanswered',
+    [
+      { id: 'u0', role: 'user', content: 'Hi there' },
+      { id: 'a0', role: 'assistant', content: 'Hello! Here is a table:\n\n| a | b |\n|---|---|\n| 1 | 2 |' },
+      { id: 'u1', role: 'user', content: 'thanks' },
+    ],
+    { maxNewTokens: 8 },
+  );
+  // The meter counts the prompt the reply would read (no reply counted it yet).
+  const meter = app.getByTestId('context-meter');
+  await expect(meter).toHaveAttribute('data-count', 'recounted');
+  expect(Number(await meter.getAttribute('data-used'))).toBeGreaterThan(0);
+  await expect(meter).toHaveAttribute('title', /Counted as the reply to your last message would read it/);
+  // Only the last message offers a reply.
+  const list = app.getByTestId('message-list');
+  await expect(list.getByTestId('get-reply')).toHaveCount(1);
+  const ask = list.locator('[data-message-id="u1"]').getByRole('button', { name: 'Get a reply to your message 2' });
+  await expect(ask).toBeVisible();
+  await ask.click();
+  const reply = list.getByTestId('message-assistant').last();
+  await expect(reply).toHaveAttribute('data-state', /done|error/, { timeout: 30_000 });
+  await expect(reply).toHaveAttribute('data-state', 'done');
+  // The chat as it was, and the reply after it.
+  await expect(list.locator('[data-message-id]')).toHaveCount(4);
+  await expect(list.locator('[data-message-id]').nth(2)).toHaveAttribute('data-message-id', 'u1');
+  await expect(list.getByTestId('get-reply')).toHaveCount(0);
+  await expect(meter).toHaveAttribute('data-count', 'kept');
+});
