@@ -110,3 +110,35 @@ test("a chat ending with the person's message (imported so) shows its context an
   await expect(list.getByTestId('get-reply')).toHaveCount(0);
   await expect(meter).toHaveAttribute('data-count', 'kept');
 });
+
+test('made narrower and shorter, or zoomed in, the list stays at the newest reply and follows it', async ({
+  app,
+  server,
+}) => {
+  await app.setViewportSize({ width: 1400, height: 900 });
+  const messages = Array.from({ length: 30 }, (_, i) => ({
+    id: `m${i}`,
+    role: i % 2 === 0 ? 'user' : 'assistant',
+    content: `Message ${i}: ${'words that wrap again when the window gets narrower '.repeat(6 + (i % 5))}`,
+  }));
+  await openSavedChat(app, server, 'resized', messages);
+  const list = app.getByTestId('message-list');
+  const fromEnd = () => list.evaluate((el) => el.scrollHeight - el.scrollTop - el.clientHeight);
+  await expect.poll(fromEnd).toBeLessThan(2);
+  for (const size of [
+    { width: 1000, height: 600 },
+    { width: 700, height: 500 },
+    { width: 1400, height: 900 },
+  ]) {
+    await app.setViewportSize(size);
+    await expect.poll(fromEnd, `at ${size.width}×${size.height}`).toBeLessThan(2);
+    await expect(app.getByTestId('jump-to-end')).toHaveCount(0);
+    await expect(list.locator('[data-message-id="m29"]')).toBeInViewport();
+  }
+  // A draft of many lines grows the message box and shortens the list: still at its end.
+  await app.setViewportSize({ width: 1000, height: 600 });
+  await expect.poll(fromEnd).toBeLessThan(2);
+  await app.getByTestId('chat-input').fill(Array.from({ length: 8 }, (_, i) => `line ${i}`).join('\n'));
+  await expect.poll(fromEnd).toBeLessThan(2);
+  await expect(app.getByTestId('jump-to-end')).toHaveCount(0);
+});
