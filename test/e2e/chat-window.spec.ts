@@ -142,3 +142,25 @@ test('made narrower and shorter, or zoomed in, the list stays at the newest repl
   await expect.poll(fromEnd).toBeLessThan(2);
   await expect(app.getByTestId('jump-to-end')).toHaveCount(0);
 });
+
+test("the chat list's keyboard stop is the open chat, also one opened without the list", async ({ app, server }) => {
+  const picked = await openSavedChat(app, server, 'picked', [{ id: 'u0', role: 'user', content: 'A chat clicked' }]);
+  // Opened another way: Ctrl+Shift+O makes a new chat and opens it.
+  await app.getByTestId('chat-view').click();
+  await app.keyboard.press('ControlOrMeta+Shift+O');
+  await expect(app.getByTestId('chat-view')).not.toHaveAttribute('data-thread-id', picked);
+  const open = (await app.getByTestId('chat-view').getAttribute('data-thread-id')) ?? '';
+  const title = (id: string) => app.locator(`#chat-list [data-thread-id="${id}"] [data-testid="thread-title"]`);
+  await expect(title(open)).toBeVisible();
+  // Tab into the list: the open chat, not the one clicked before (Enter there would switch away).
+  await app.getByTestId('thread-search').focus();
+  await app.keyboard.press('Tab');
+  await expect(title(open)).toBeFocused();
+  // The drawer of a narrow window focuses the same chat.
+  await app.getByTestId('chat-input').focus();
+  await app.setViewportSize({ width: 700, height: 800 });
+  await app.getByTestId('sidebar-toggle').click();
+  await expect(title(open)).toBeFocused();
+  await app.keyboard.press('Escape');
+  await app.setViewportSize({ width: 1400, height: 900 });
+});
