@@ -114,6 +114,7 @@ test('a request over a small budget is refused with its numbers; a partial fit i
   await expect(app.getByTestId('budget-limit-ask')).toHaveCount(0);
   expect((await apiSnapshot(server)).limitBytes).toBe(before);
   expect((await apiSnapshot(server)).heldBytes).toBeGreaterThan(8192);
+  await app.getByTestId('budget-limit-input').fill('8KiB');
   await app.getByTestId('budget-limit-apply').click();
   await app.getByTestId('budget-limit-confirm').click();
   await expect(app.getByTestId('budget-limit-bytes')).toHaveAttribute('data-bytes', '8192');
