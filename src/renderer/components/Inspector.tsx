@@ -669,9 +669,14 @@ function WhoCell({
   title: string | undefined;
   showModel: boolean;
 }) {
+  // A chat's request whose chat is not in the list (once it is loaded): the chat was deleted since.
+  const loaded = useApp((s) => s.threadsLoaded);
+  const gone = title === undefined && threadId !== undefined && loaded;
   return (
-    <td className="thread" title={title ?? threadId}>
-      <div className="ellipsis">{title ?? (threadId ? threadId.slice(0, 8) : '—')}</div>
+    <td className="thread" title={title ?? (gone ? `A chat deleted since (${threadId})` : threadId)}>
+      <div className={`ellipsis${gone ? ' muted' : ''}`} data-testid="request-chat">
+        {title ?? (threadId ? (gone ? 'deleted chat' : threadId.slice(0, 8)) : '—')}
+      </div>
       <div className="sub mono" data-testid="request-id" title={`${id} · ${modelId}`}>
         {id.slice(0, 6)}
         {showModel && <span data-testid="request-model"> · {modelId}</span>}
