@@ -75,9 +75,10 @@ export interface Bridge {
   measureSystemPrompt(threadId: string): Promise<PromptMeasure | null>;
   /**
    * The conversation as the model sees it now (from where its latest reply's view starts), counted again as the
-   * next turn would send it (a chat ending with the person's message: as the reply to it reads it) and all of it, as `refuse` counts (leaving out the oldest messages would hide what an
-   * edit added); where the thread leaves out its oldest messages, how many the next turn would leave out (the host
-   * leaves some out before the chat fills the context, to leave its reply room). Null without a model or a thread.
+   * next turn would send it (a chat ending with the person's message: as the reply to it reads it) and all of it,
+   * as `refuse` counts (leaving out the oldest messages would hide what an edit added); where the thread leaves out
+   * its oldest messages, how many the next turn would leave out (the host leaves some out before the chat fills the
+   * context, to leave its reply room). Null without a model or a thread.
    */
   measureContext(threadId: string): Promise<PromptMeasure | null>;
   /** Saves the thread's settings as a preset under `name` (replacing one of that name). */
