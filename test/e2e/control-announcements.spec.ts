@@ -117,11 +117,16 @@ test('the limit and max running set are said; the question answered gives the fo
   await limit.press('Enter');
   const ask = app.getByTestId('budget-limit-ask');
   await expect(ask).toContainText('drops the kept KV');
-  // Esc answers no: the focus is back on the limit.
-  await ask.getByRole('button', { name: 'Cancel' }).focus();
+  // Asked, the focus is on the safe answer (Enter does not ask again); Esc answers no: the focus is back on the
+  // limit, which shows the limit in force again (the refused value gone, Set off).
+  await expect(ask.getByRole('button', { name: 'Cancel' })).toBeFocused();
   await app.keyboard.press('Escape');
   await expect(ask).toHaveCount(0);
   await expect(limit).toBeFocused();
+  await expect(limit).toHaveValue('');
+  await expect(controls.getByRole('button', { name: 'Set KV limit' })).toBeDisabled();
+  expect((await apiSnapshot(server)).heldBytes).toBeGreaterThan(8192);
+  await limit.fill('8KiB');
   await limit.press('Enter');
   const confirm = ask.getByRole('button', { name: 'Set limit and drop idle KV' });
   await confirm.focus();

@@ -114,6 +114,7 @@ test('a request over a small budget is refused with its numbers; a partial fit i
   await expect(app.getByTestId('budget-limit-ask')).toHaveCount(0);
   expect((await apiSnapshot(server)).limitBytes).toBe(before);
   expect((await apiSnapshot(server)).heldBytes).toBeGreaterThan(8192);
+  await app.getByTestId('budget-limit-input').fill('8KiB');
   await app.getByTestId('budget-limit-apply').click();
   await app.getByTestId('budget-limit-confirm').click();
   await expect(app.getByTestId('budget-limit-bytes')).toHaveAttribute('data-bytes', '8192');
@@ -395,4 +396,27 @@ test("a control's error goes once its field is changed; a 0 B limit is asked abo
   await expect(ask).toHaveCount(0);
   expect((await apiSnapshot(server)).limitBytes).toBe(before);
   await limit.fill('');
+});
+
+test("a deleted chat's requests say so in the inspector, not its raw id", async ({ app }) => {
+  const id = await newChat(app);
+  await setSettings(app, { maxNewTokens: 2 });
+  await send(app, 'A chat to delete soon');
+  await expect(lastReply(app)).toHaveAttribute('data-state', /done|error/, { timeout: 30_000 });
+  const row = app
+    .getByTestId('request-row')
+    .filter({ has: app.locator('td.thread .ellipsis', { hasText: 'A chat to delete soon' }) });
+  await expect(row).toHaveCount(1);
+  const requestId = (await row.getAttribute('data-request-id')) ?? '';
+  const item = app.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`);
+  await item.hover();
+  await item.getByTestId('thread-delete').click();
+  await item.getByTestId('thread-delete').click();
+  await expect(item).toHaveCount(0);
+  const after = app.locator(`[data-testid="request-row"][data-request-id="${requestId}"] td.thread .ellipsis`);
+  await expect(after).toHaveText('deleted chat');
+  await expect(app.locator(`[data-testid="request-row"][data-request-id="${requestId}"] td.thread`)).toHaveAttribute(
+    'title',
+    `A chat deleted since (${id})`,
+  );
 });

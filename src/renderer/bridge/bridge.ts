@@ -76,9 +76,10 @@ export interface Bridge {
   measureSystemPrompt(threadId: string): Promise<PromptMeasure | null>;
   /**
    * The conversation as the model sees it now (from where its latest reply's view starts), counted again as the
-   * next turn would send it and all of it, as `refuse` counts (leaving out the oldest messages would hide what an
-   * edit added); where the thread leaves out its oldest messages, how many the next turn would leave out (the host
-   * leaves some out before the chat fills the context, to leave its reply room). Null without a model or a thread.
+   * next turn would send it (a chat ending with the person's message: as the reply to it reads it) and all of it,
+   * as `refuse` counts (leaving out the oldest messages would hide what an edit added); where the thread leaves out
+   * its oldest messages, how many the next turn would leave out (the host leaves some out before the chat fills the
+   * context, to leave its reply room). Null without a model or a thread.
    */
   measureContext(threadId: string): Promise<PromptMeasure | null>;
   /** Saves the thread's settings as a preset under `name` (replacing one of that name). */
@@ -1531,19 +1532,25 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       const base = promptBase(threadId);
       if (!base) return null;
       const { thread, modelId, spec, history } = base;
-      const next: StoredMessage = { id: 'draft', role: 'user', content: '', createdAt: 0 };
+      // The next turn: a message of the person's, or, when the chat ends with one (imported so), the reply to it.
+      const answers = history.at(-1)?.role === 'user';
+      const next: StoredMessage[] = answers ? [] : [{ id: 'draft', role: 'user', content: '', createdAt: 0 }];
       // What the latest reply left out stays out: the count starts where its view does.
       const start = currentDrop(history, {})?.start ?? 0;
       const whole = await api.invoke(
         'measurePrompt',
-        buildChatRequest({ ...thread, contextOverflow: 'refuse' }, [...history.slice(start), next], modelId, spec),
+        buildChatRequest({ ...thread, contextOverflow: 'refuse' }, [...history.slice(start), ...next], modelId, spec),
       );
       if (!whole.ok) return null;
       const { promptTokens, contextLength } = whole.value;
       if (thread.contextOverflow === 'refuse') return { promptTokens, contextLength };
       // What the next turn leaves out, as the host would send it: also when the chat is shorter than the context,
       // since the host leaves out the oldest messages once it leaves the reply too little room (up to half of it).
-      const fit = await measureDraft(threadId, '');
+      const fit = answers
+        ? await api
+            .invoke('measurePrompt', buildChatRequest(thread, history, modelId, spec))
+            .then((r) => (r.ok ? r.value : null))
+        : await measureDraft(threadId, '');
       const dropped = fit?.droppedMessages;
       return { promptTokens, contextLength, ...(dropped !== undefined ? { droppedMessages: dropped } : {}) };
     },

@@ -194,6 +194,8 @@ function ContextMeter({ threadId }: { threadId: string }) {
   const bridge = useBridge();
   // A reply the person edited: the counts the replies kept are the model's text's, not the chat's now. The host
   // counts the chat again (as the next turn would send it); until it answers, an estimate from the characters.
+  // A chat ending with the person's message (imported so, say): no reply counted it; the host counts the prompt its
+  // reply would read.
   const { messages, edits, pickedId } = useApp(
     useShallow((s) => {
       const t = s.threads.find((x) => x.id === threadId);
@@ -201,11 +203,12 @@ function ContextMeter({ threadId }: { threadId: string }) {
       const idle = !Object.values(s.live).some((l) => l.threadId === threadId);
       return {
         messages: all,
-        edits: idle && all.some((m) => m.role === 'assistant' && m.edited),
+        edits: idle && (all.some((m) => m.role === 'assistant' && m.edited) || all.at(-1)?.role === 'user'),
         pickedId: s.activeModelId,
       };
     }),
   );
+  const unanswered = messages.at(-1)?.role === 'user';
   const [recount, setRecount] = useState<{
     of: StoredMessage[];
     model: string | null;
@@ -251,7 +254,7 @@ function ContextMeter({ threadId }: { threadId: string }) {
       };
     }),
   );
-  const approximate = edits && counted === undefined;
+  const approximate = edits && !unanswered && counted === undefined;
   const used = counted ?? (approximate && kept !== undefined ? kept + estimate : kept);
   if (used === undefined || context === undefined) return null;
   // Full or outgrown (a reply stopped at the end of the context, an edited reply longer than it, a model with less
@@ -274,7 +277,9 @@ function ContextMeter({ threadId }: { threadId: string }) {
             ? `The conversation as the model sees it fills ${approximate ? 'about ' : ''}all ${formatInteger(context)} tokens of its context.`
             : `The conversation as the model sees it fills ${approximate ? 'about ' : ''}${formatInteger(used)} of its ${formatInteger(context)} tokens of context.`) +
         (counted !== undefined
-          ? ' Counted again after your edit of a reply (as the next turn would send it).'
+          ? unanswered
+            ? ' Counted as the reply to your last message would read it.'
+            : ' Counted again after your edit of a reply (as the next turn would send it).'
           : approximate
             ? ' Your edit of a reply is estimated from its characters until it is counted.'
             : '') +

@@ -214,6 +214,16 @@ function Controls({ devices }: { devices: DeviceBudgetSnapshot[] }) {
     setAsking(null);
     (derived ? (derivedButton.current ?? limitField.current) : limitField.current)?.focus();
   };
+  /** Answered no (Cancel, Esc): nothing set, and the field shows the limit in force again, not the value refused. */
+  const declined = (derived: boolean) => {
+    if (!derived) setLimit('');
+    answered(derived);
+  };
+  // Asked: the focus goes to the safe answer (Cancel), so Enter does not ask again and Esc answers no.
+  const cancelButton = useRef<HTMLButtonElement>(null);
+  useEffect(() => {
+    if (asking) cancelButton.current?.focus();
+  }, [asking]);
   const applyLimit = async (sure = false) => {
     const bytes = parseByteSize(limit);
     setAsking(null);
@@ -292,7 +302,16 @@ function Controls({ devices }: { devices: DeviceBudgetSnapshot[] }) {
             if (errorOf === 'limit') setError(null);
           }}
           onKeyDown={(e) => {
-            if (e.key === 'Enter') void applyLimit();
+            if (e.key === 'Enter') {
+              // Asked, the focus moves to Cancel at once: this Enter must not press it too.
+              e.preventDefault();
+              void applyLimit();
+            }
+            // Back in the field while asked: Esc answers no there too.
+            if (e.key === 'Escape' && asking) {
+              e.stopPropagation();
+              declined(asking.derived);
+            }
           }}
         />
         <button
@@ -370,7 +389,7 @@ function Controls({ devices }: { devices: DeviceBudgetSnapshot[] }) {
             onKeyDown={(e) => {
               if (e.key !== 'Escape') return;
               e.stopPropagation();
-              answered(asking.derived);
+              declined(asking.derived);
             }}
           >
             {asking.bytes === 0 && !asking.derived ? (
@@ -412,7 +431,8 @@ function Controls({ devices }: { devices: DeviceBudgetSnapshot[] }) {
               type="button"
               className="small"
               data-testid="budget-limit-cancel"
-              onClick={() => answered(asking.derived)}
+              ref={cancelButton}
+              onClick={() => declined(asking.derived)}
             >
               Cancel
             </button>
@@ -649,9 +669,14 @@ function WhoCell({
   title: string | undefined;
   showModel: boolean;
 }) {
+  // A chat's request whose chat is not in the list (once it is loaded): the chat was deleted since.
+  const loaded = useApp((s) => s.threadsLoaded);
+  const gone = title === undefined && threadId !== undefined && loaded;
   return (
-    <td className="thread" title={title ?? threadId}>
-      <div className="ellipsis">{title ?? (threadId ? threadId.slice(0, 8) : '—')}</div>
+    <td className="thread" title={title ?? (gone ? `A chat deleted since (${threadId})` : threadId)}>
+      <div className={`ellipsis${gone ? ' muted' : ''}`} data-testid="request-chat">
+        {title ?? (threadId ? (gone ? 'deleted chat' : threadId.slice(0, 8)) : '—')}
+      </div>
       <div className="sub mono" data-testid="request-id" title={`${id} · ${modelId}`}>
         {id.slice(0, 6)}
         {showModel && <span data-testid="request-model"> · {modelId}</span>}

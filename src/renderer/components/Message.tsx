@@ -910,11 +910,13 @@ function useFocusAfterEdit(messageId: string, editing: boolean) {
 function UserMessage({
   message,
   threadId,
+  isLast,
   nth,
   leftOut,
 }: {
   message: StoredMessage;
   threadId: string;
+  isLast: boolean;
   nth: number;
   leftOut: boolean;
 }) {
@@ -1011,6 +1013,22 @@ function UserMessage({
         {message.content}
       </div>
       {message.attachments && message.attachments.length > 0 && <SentFiles files={message.attachments} />}
+      {/* The chat ends with this message and no reply (imported so, say): a button asks the model for one. */}
+      {isLast && !threadBusy && (
+        <div className="note subtle unanswered" data-testid="unanswered-note">
+          No reply yet.{' '}
+          <button
+            type="button"
+            className="small"
+            data-testid="get-reply"
+            aria-label={`Get a reply to ${which}`}
+            title="The model answers this message (the chat as it is, nothing removed)"
+            onClick={() => bridge.regenerate(threadId)}
+          >
+            Get a reply
+          </button>
+        </div>
+      )}
     </article>
   );
 }
@@ -1067,7 +1085,7 @@ export const Message = memo(function Message({
   leftOut?: boolean;
 }) {
   return message.role === 'user' ? (
-    <UserMessage message={message} threadId={threadId} nth={nth} leftOut={leftOut} />
+    <UserMessage message={message} threadId={threadId} isLast={isLast} nth={nth} leftOut={leftOut} />
   ) : message.role === 'assistant' ? (
     <AssistantMessage message={message} threadId={threadId} isLast={isLast} nth={nth} leftOut={leftOut} />
   ) : message.role === 'tool' ? (

@@ -49,6 +49,8 @@ export function MessageList({ threadId, find }: { threadId: string; find?: FindV
   const leftOut = useMemo(() => leftOutMessages(messages), [messages]);
   const scrollRef = useRef<HTMLDivElement>(null);
   const stick = useRef(true);
+  /** The list's scroll position and size at its last scroll event: less, the size the same, is the person's scroll up. */
+  const seen = useRef({ top: 0, height: 0, width: 0 });
   /** Scrolled up from the end: a button brings the person back (and the list follows the reply again). */
   const [away, setAway] = useState(false);
 
@@ -218,7 +220,19 @@ export function MessageList({ threadId, find }: { threadId: string; find?: FindV
         data-testid="message-list"
         onScroll={(e) => {
           const el = e.currentTarget;
-          stick.current = !editing.current && el.scrollHeight - el.scrollTop - el.clientHeight < 60;
+          // Following stops when the person scrolls up from the end, not when the end moves away on its own: a
+          // window made shorter, narrower or zoomed, or a message box grown by its draft, resizes the list, and
+          // Chromium then sends a scroll event (the position even moved up a little) before the resize observer
+          // above puts the list back at its end.
+          const last = seen.current;
+          const resized = el.clientHeight !== last.height || el.clientWidth !== last.width;
+          const up = el.scrollTop < last.top - 1 && !resized;
+          seen.current = { top: el.scrollTop, height: el.clientHeight, width: el.clientWidth };
+          const atEnd = el.scrollHeight - el.scrollTop - el.clientHeight < 60;
+          if (editing.current) stick.current = false;
+          else if (atEnd) stick.current = true;
+          else if (up) stick.current = false;
+          else toBottom();
           setAway(!stick.current);
           // Scrolled while editing: the message edited stays where the person put it.
           const a = anchor.current;
@@ -234,7 +248,8 @@ export function MessageList({ threadId, find }: { threadId: string; find?: FindV
             return (
               <div
                 key={item.key}
-                className={`message-row ${item.index < outside.start ? 'outside-context' : ''}`}
+                // Faded when the model no longer sees it, but not while it is edited: its editor is to use.
+                className={`message-row ${item.index < outside.start && item.index !== editingIndex ? 'outside-context' : ''}`}
                 data-index={item.index}
                 ref={virtualizer.measureElement}
                 style={{ transform: `translateY(${item.start + 12}px)` }}

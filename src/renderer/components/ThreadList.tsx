@@ -4,7 +4,7 @@
  * down the chats, and right and left to a chat's pin, rename and delete. A narrow window shows the column as a
  * drawer over the chat (the header's button; Esc closes it).
  */
-import { type KeyboardEvent, memo, useEffect, useRef, useState } from 'react';
+import { type KeyboardEvent, memo, useCallback, useEffect, useRef, useState } from 'react';
 import { useShallow } from 'zustand/react/shallow';
 import type { StoredMessage, Thread } from '../../shared/api';
 import { useApp, useAppStore, useBridge } from '../bridge/context';
@@ -269,8 +269,15 @@ export function ThreadList() {
   const open = useApp((s) => s.sidebarOpen);
   const setOpen = useApp((s) => s.setSidebarOpen);
   const activeId = useApp((s) => s.activeThreadId);
-  /** The chat last focused in the list: its one stop in the Tab order (else the open chat, else the first). */
-  const [roving, setRoving] = useState<string | null>(null);
+  /**
+   * The chat last focused in the list, and the chat open then: its one stop in the Tab order while that chat stays
+   * open (else the open chat, else the first). Another chat opened another way (Ctrl+Shift+O, a branch, an import)
+   * takes the stop: Tab or the drawer lands on the chat open, not on one focused before.
+   */
+  const [roving, setRoving] = useState<{ id: string; openChat: string | null } | null>(null);
+  const openChat = useRef(activeId);
+  openChat.current = activeId;
+  const onFocusItem = useCallback((id: string) => setRoving({ id, openChat: openChat.current }), []);
   const nav = useRef<HTMLElement>(null);
   // Pinned chats first, each group by activity.
   const ids = useApp(
@@ -306,7 +313,8 @@ export function ThreadList() {
     setQuery('');
   }, [made]);
   const inList = (id: string | null): id is string => id !== null && ids.includes(id);
-  const tabbable = inList(roving) ? roving : inList(activeId) ? activeId : ids[0];
+  const remembered = roving?.openChat === activeId ? roving.id : null;
+  const tabbable = inList(remembered) ? remembered : inList(activeId) ? activeId : ids[0];
   // The drawer opened: focus goes into it (to the chat in the Tab order, else New chat).
   useEffect(() => {
     if (!open || !narrowWindow()) return;
@@ -395,7 +403,7 @@ export function ThreadList() {
       )}
       <ul className="thread-list" data-testid="thread-list" data-loaded={loaded} onKeyDown={moveInList}>
         {ids.map((id) => (
-          <ThreadItem key={id} id={id} tabbable={id === tabbable} onFocusItem={setRoving} />
+          <ThreadItem key={id} id={id} tabbable={id === tabbable} onFocusItem={onFocusItem} />
         ))}
       </ul>
       {query && ids.length === 0 && (

@@ -326,10 +326,11 @@ export const createChatSlice: StateCreator<AppState, [], [], ChatSlice> = (set, 
   },
 
   receiveThread(thread) {
+    // Placed by its activity, as the list shows chats: one that went on in another tab moves up there too.
     set((s) =>
       s.threads.some((t) => t.id === thread.id)
-        ? { threads: s.threads.map((t) => (t.id === thread.id ? thread : t)) }
-        : { threads: [thread, ...s.threads] },
+        ? { threads: sortThreads(s.threads.map((t) => (t.id === thread.id ? thread : t))) }
+        : { threads: sortThreads([thread, ...s.threads]) },
     );
   },
 

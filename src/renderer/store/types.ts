@@ -129,7 +129,10 @@ export interface ChatSlice {
    */
   chatsMade: number;
   chatMade(): void;
-  /** A chat another tab or window saved: it replaces this page's copy (or joins the list), the open one stays. */
+  /**
+   * A chat another tab or window saved: it replaces this page's copy (or joins the list) where its activity puts it
+   * (newest first); the open one stays.
+   */
   receiveThread(thread: Thread): void;
   selectThread(id: string | null): void;
   renameThread(id: string, title: string): void;

@@ -88,6 +88,20 @@ describe('thread operations', () => {
     expect(store.getState().threads[0]?.title).toBe('Tell me a story');
   });
 
+  it('a thread saved in another tab or window takes its place by its activity: one that went on moves first', () => {
+    const store = createAppStore();
+    store
+      .getState()
+      .loadThreads([thread('a', { updatedAt: 3 }), thread('b', { updatedAt: 2 }), thread('c', { updatedAt: 1 })], 'a');
+    // Another tab sent in "c": it comes back newer than the others and goes to the top, the open chat unchanged.
+    store.getState().receiveThread(thread('c', { updatedAt: 10 }));
+    expect(store.getState().threads.map((t) => t.id)).toEqual(['c', 'a', 'b']);
+    expect(store.getState().activeThreadId).toBe('a');
+    // A new one from there goes where its time puts it.
+    store.getState().receiveThread(thread('d', { updatedAt: 5 }));
+    expect(store.getState().threads.map((t) => t.id)).toEqual(['c', 'd', 'a', 'b']);
+  });
+
   it('sortThreads breaks ties by creation time', () => {
     expect(sortThreads([thread('a', { createdAt: 1 }), thread('b', { createdAt: 2 })]).map((t) => t.id)).toEqual([
       'b',
