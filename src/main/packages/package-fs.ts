@@ -56,9 +56,10 @@ export async function hfCacheRepo(root: string): Promise<{ repo: string; blobs: 
     const repoName = parts[i - 1] ?? '';
     if (parts[i] !== 'snapshots' || !/^models--.+/.test(repoName)) continue;
     const repo = parts.slice(0, i).join(path.sep) || path.sep;
-    const blobs = await fs.realpath(path.join(repo, 'blobs')).catch(() => undefined);
-    const stat = blobs === undefined ? undefined : await fs.stat(blobs).catch(() => undefined);
-    if (blobs === undefined || stat?.isDirectory() !== true) return undefined;
+    // blobs/ itself, not a link: a blobs that links elsewhere (to /) would let a snapshot read any file.
+    const blobs = path.join(repo, 'blobs');
+    const stat = await fs.lstat(blobs).catch(() => undefined);
+    if (stat?.isDirectory() !== true) return undefined;
     // models--me--tiny is the repo me/tiny (the cache writes "/" as "--"); a folder inside the snapshot follows it.
     const name = [repoName.slice('models--'.length).split('--').join('/'), ...parts.slice(i + 2)].join('/');
     return { repo, blobs, name };

@@ -46,6 +46,20 @@ describe('a package in the Hugging Face download cache', () => {
     expect(err.message).toContain('outside the package folder');
   });
 
+  it('refuses links through a blobs that is itself a link (to / it would let a snapshot read any file)', async () => {
+    const { snapshot, repo } = await asHfCache(await hfPackage());
+    // The real blobs moved out of the repo, and a link to the folder above it in its place.
+    const away = path.join(path.dirname(repo), 'away');
+    await fs.rename(path.join(repo, 'blobs'), away);
+    await fs.symlink(path.dirname(repo), path.join(repo, 'blobs'));
+    const target = path.join(snapshot, 'config.json');
+    const blob = path.basename(await fs.readlink(target));
+    await fs.rm(target);
+    await fs.symlink(path.join('..', '..', 'blobs', 'away', blob), target);
+    const err = await refusal(loadModelSpec(snapshot), { file: 'config.json' });
+    expect(err.message).toContain('outside the package folder');
+  });
+
   it('refuses links into a blobs/ folder that is not a Hugging Face cache repo', async () => {
     const { snapshot, repo } = await asHfCache(await hfPackage());
     // The same tree under a folder not named models--*: nothing marks it as the cache.
