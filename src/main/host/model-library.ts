@@ -23,6 +23,7 @@ import { KvdeskError } from '../../shared/errors';
 import type { ModelSpec } from '../../shared/model-spec';
 import { loadModelSpec, variantOption } from '../packages';
 import { packageProblem } from '../packages/package-error';
+import { hfCachePlace } from '../packages/package-fs';
 import { slugify, withModelId } from '../packages/spec-assembly';
 import { isPlainObject, readIfThere, setAside, unreadableFile } from '../store/data-file';
 import { writeAtomic } from '../store/write-atomic';
@@ -349,9 +350,12 @@ export interface LibraryOptions {
   loaded?: () => ReadonlyArray<{ id: string; root: string }>;
 }
 
-/** The ids a folder's name gives, in the order they are tried: `model`, `model-2`, `model-3`… */
+/**
+ * The ids a folder's name gives, in the order they are tried: `model`, `model-2`, `model-3`… A Hugging Face cache
+ * snapshot goes by its repo's name (`me-tiny`), as its spec does, not by its revision hash.
+ */
 function* idsFor(root: string): Generator<string> {
-  const base = slugify(path.basename(root));
+  const base = slugify(hfCachePlace(root)?.name ?? path.basename(root));
   yield base;
   for (let i = 2; ; i++) yield `${base}-${i}`;
 }

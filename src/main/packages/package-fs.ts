@@ -51,18 +51,28 @@ export function makeContext(dir: string, root: string = dir): PackageContext {
  * without --local-dir writes a snapshot as symlinks into blobs/.
  */
 export async function hfCacheRepo(root: string): Promise<{ repo: string; blobs: string; name: string } | undefined> {
+  const at = hfCachePlace(root);
+  if (!at) return undefined;
+  // blobs/ itself, not a link: a blobs that links elsewhere (to /) would let a snapshot read any file.
+  const blobs = path.join(at.repo, 'blobs');
+  const stat = await fs.lstat(blobs).catch(() => undefined);
+  if (stat?.isDirectory() !== true) return undefined;
+  return { repo: at.repo, blobs, name: at.name };
+}
+
+/**
+ * Where `root` sits in a Hugging Face cache by its path alone: the repo folder and the name the package goes by
+ * (models--me--tiny/snapshots/<rev>/sub is me/tiny/sub: the cache writes "/" as "--"), or undefined. The library
+ * names such a folder so rather than by its revision hash.
+ */
+export function hfCachePlace(root: string): { repo: string; name: string } | undefined {
   const parts = root.split(path.sep);
   for (let i = parts.length - 2; i >= 1; i--) {
     const repoName = parts[i - 1] ?? '';
     if (parts[i] !== 'snapshots' || !/^models--.+/.test(repoName)) continue;
     const repo = parts.slice(0, i).join(path.sep) || path.sep;
-    // blobs/ itself, not a link: a blobs that links elsewhere (to /) would let a snapshot read any file.
-    const blobs = path.join(repo, 'blobs');
-    const stat = await fs.lstat(blobs).catch(() => undefined);
-    if (stat?.isDirectory() !== true) return undefined;
-    // models--me--tiny is the repo me/tiny (the cache writes "/" as "--"); a folder inside the snapshot follows it.
     const name = [repoName.slice('models--'.length).split('--').join('/'), ...parts.slice(i + 2)].join('/');
-    return { repo, blobs, name };
+    return { repo, name };
   }
   return undefined;
 }

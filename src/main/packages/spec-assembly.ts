@@ -14,7 +14,7 @@ import type { ConfigFields } from './config-file';
 import { CPU_PROVIDER } from './execution-providers';
 import { formatShape, type LoadedGraph, logitsVocab } from './graph';
 import { packageError } from './package-error';
-import { listPackageFiles, type PackageContext, relName } from './package-fs';
+import { hfCachePlace, listPackageFiles, type PackageContext, relName } from './package-fs';
 import { idSpaceLimit, type TokenIds, type TokenizerFacts, tokenText } from './tokenizer-files';
 
 /**
@@ -79,7 +79,8 @@ export function slugify(name: string): string {
  */
 export function withModelId<T extends { id: string; displayName: string; root: string }>(spec: T, id: string): T {
   if (spec.id === id) return spec;
-  const folder = path.basename(spec.root);
+  // A Hugging Face cache snapshot goes by its repo's name, not its revision hash.
+  const folder = hfCachePlace(spec.root)?.name ?? path.basename(spec.root);
   const displayName = id === slugify(folder) ? folder : `${folder} (${id})`;
   return { ...spec, id, displayName };
 }

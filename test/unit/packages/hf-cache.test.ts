@@ -1,7 +1,10 @@
 import { promises as fs } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { ModelLibrary } from '../../../src/main/host/model-library';
 import { loadModelSpec } from '../../../src/main/packages/index';
+import { withModelId } from '../../../src/main/packages/spec-assembly';
 import { asHfCache, hfPackage, removeTempDirs } from './package-builder';
 import { refusal } from './refusal';
 
@@ -24,6 +27,21 @@ describe('a package in the Hugging Face download cache', () => {
     expect(spec.files).toEqual(plain.files);
     expect(spec.eosTokenIds).toEqual(plain.eosTokenIds);
     expect(spec.numLayers).toBe(plain.numLayers);
+  });
+
+  it("is given its repo's name as its id by the library (serve, the window), not its revision hash", async () => {
+    const { snapshot } = await asHfCache(await hfPackage());
+    const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'kvdesk-hf-library-'));
+    try {
+      const library = await ModelLibrary.open(dataDir);
+      const real = await fs.realpath(snapshot);
+      expect(await library.idFor(real)).toBe('me-tiny');
+      // A second folder of that name is told apart by the repo's name too.
+      const spec = await loadModelSpec(snapshot);
+      expect(withModelId(spec, 'me-tiny-2').displayName).toBe('me/tiny (me-tiny-2)');
+    } finally {
+      await fs.rm(dataDir, { recursive: true, force: true });
+    }
   });
 
   it('names a folder inside the snapshot after the repo and that folder', async () => {
