@@ -383,7 +383,8 @@ export function renderChatTemplate(template: string, messages: ChatMessage[], op
   // that loops only on longer chats still renders shorter ones). Tried again after a minute (a one-off stall of the
   // machine is not held against it for good).
   const now = Date.now();
-  const over = overran.get(template);
+  const key = overranKey(template, opts);
+  const over = overran.get(key);
   const expired = over !== undefined && now - over.at >= OVERRAN_KEPT_MS;
   const fresh = over !== undefined && !expired && messages.length >= over.messages;
   const outcome: RenderOutcome = fresh
@@ -392,8 +393,8 @@ export function renderChatTemplate(template: string, messages: ChatMessage[], op
   if (!fresh) {
     if (!outcome.ok && outcome.why === 'over') {
       const shortest = over !== undefined && !expired ? Math.min(over.messages, messages.length) : messages.length;
-      rememberOverran(template, outcome.reason, shortest);
-    } else if (expired) overran.delete(template);
+      rememberOverran(key, outcome.reason, shortest);
+    } else if (expired) overran.delete(key);
   }
   if (outcome.ok) return outcome.text;
   const fix = opts.fix ?? FIX_PACKAGE_TEMPLATE;
@@ -430,17 +431,31 @@ const PROBE_CHAT: ChatMessage[] = [{ role: 'user', content: 'Hello' }];
 const probed = new Map<string, string | undefined>();
 const PROBED_KEPT = 64;
 /**
- * Templates whose render ran past the limits (a loop): template → why it was stopped, when, and the fewest messages
- * of a chat it was stopped on.
+ * Templates whose render ran past the limits (a loop), by template and what a request gives it besides messages
+ * (overranKey): why it was stopped, when, and the fewest messages of a chat it was stopped on.
  */
 const overran = new Map<string, { reason: string; at: number; messages: number }>();
+
+/**
+ * A template with what a render gives it besides messages — its variables' plain values, the tools' names, the
+ * generation prompt: a template that loops only with thinking on, or only with tools, must not fail another
+ * client's chat without them.
+ */
+function overranKey(template: string, opts: Pick<RenderChatOptions, 'vars' | 'tools' | 'addGenerationPrompt'>): string {
+  const plain = (v: unknown) => v === null || ['string', 'number', 'boolean'].includes(typeof v);
+  const vars = Object.entries(opts.vars ?? {})
+    .filter(([, v]) => plain(v))
+    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  const tools = opts.tools?.map((t) => (t as { function?: { name?: unknown } })?.function?.name ?? null) ?? null;
+  return `${template}\u0000${JSON.stringify([vars, tools, opts.addGenerationPrompt])}`;
+}
 /** How long a template that ran past the limits fails at once before it is run again. */
 const OVERRAN_KEPT_MS = 60_000;
 
-function rememberOverran(template: string, reason: string, messages: number): void {
-  overran.delete(template);
+function rememberOverran(key: string, reason: string, messages: number): void {
+  overran.delete(key);
   if (overran.size >= PROBED_KEPT) overran.delete(overran.keys().next().value as string);
-  overran.set(template, { reason, at: Date.now(), messages });
+  overran.set(key, { reason, at: Date.now(), messages });
 }
 
 /**
@@ -467,7 +482,9 @@ export function templateProblem(template: string, tokens: { bos?: string; eos?: 
           : `fails on a one-message chat (${outcome.reason})`;
   if (probed.size >= PROBED_KEPT) probed.delete(probed.keys().next().value as string);
   probed.set(key, found);
-  if (!outcome.ok && outcome.why === 'over') rememberOverran(template, outcome.reason, PROBE_CHAT.length);
+  if (!outcome.ok && outcome.why === 'over') {
+    rememberOverran(overranKey(template, { addGenerationPrompt: true }), outcome.reason, PROBE_CHAT.length);
+  }
   return found;
 }
 

@@ -106,6 +106,23 @@ describe('renderChatTemplate', () => {
       );
     });
 
+    it('a template that ran past the limit with thinking on (or tools) still renders a chat without them', () => {
+      const thinkingOnly =
+        '{% if enable_thinking %}{% for i in range(100000) %}{% for j in range(99997) %}{% endfor %}{% endfor %}{% endif %}' +
+        '{% for m in messages %}{{ m.content }};{% endfor %}';
+      const tenth = { ms: 100, chars: 1e6, listItems: 1e5 };
+      const on = { ...opts, vars: { enable_thinking: true }, limits: tenth };
+      expect(thrown(() => renderChatTemplate(thinkingOnly, conversation, on)).message).toMatch(/did not finish/);
+      const off = { ...opts, vars: { enable_thinking: false }, limits: { ms: 3000, chars: 1e6, listItems: 1e5 } };
+      expect(renderChatTemplate(thinkingOnly, conversation, off)).toBe('Be brief.;Hi;');
+      // With thinking on again, it fails at once for a minute.
+      const started = performance.now();
+      expect(
+        thrown(() => renderChatTemplate(thinkingOnly, conversation, { ...on, limits: off.limits })).message,
+      ).toMatch(/did not finish rendering: it ran for over 0\.1 s/);
+      expect(performance.now() - started).toBeLessThan(500);
+    });
+
     it('a template that ran past the limit on a chat fails at once on chats as long for a minute, and renders shorter ones', () => {
       // Slow only on chats of more than two messages: the one-message trial when its package is read passes.
       const longOnly =
