@@ -70,6 +70,9 @@ export async function apiModelName(
   if (name === undefined || hostApi.runner.listModels().some((m) => m.id === name)) return name;
   const ids = installed ?? (await installedModels(hostApi)).map((m) => m.id);
   if (ids.includes(name)) return name;
+  // Ids are NFC (slugify): a name typed or pasted decomposed (as macOS writes folder names: u + ◌̈) is the same name.
+  const nfc = name.normalize('NFC');
+  if (nfc !== name) return apiModelName(hostApi, nfc, ids);
   // A hub name at a revision that is not the one pulled is refused here, saying so.
   const pulled = pulledName(hostApi, name);
   try {

@@ -402,6 +402,8 @@ export function showModelName(input: unknown): string {
  */
 export function resolveModel(name: string, ids: readonly string[]): string {
   if (ids.includes(name)) return name;
+  // Ids are NFC: a name written decomposed (as macOS writes folder names) is the same name.
+  if (name.normalize('NFC') !== name) return resolveModel(name.normalize('NFC'), ids);
   const bare = name.endsWith(':latest') ? name.slice(0, -':latest'.length) : null;
   if (bare !== null && ids.includes(bare)) return bare;
   const known = ids.length > 0 ? ids.join(', ') : 'none';

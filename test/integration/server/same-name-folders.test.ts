@@ -139,6 +139,8 @@ describe('two folders of one name', () => {
     for (const dir of dirs) ids.push(await load(hostApi, dir));
     expect(ids).toEqual(['模型', '通义千问', 'sp-ace-ünï-模型', 'model']);
     for (const id of ids) expect(await answers(url, id)).toBe(200);
+    // Named decomposed (u + ◌̈, as macOS writes folder names): the same name.
+    expect(await answers(url, 'sp-ace-ünï-模型'.normalize('NFD'))).toBe(200);
     expect(Object.keys(loaded(hostApi))).toEqual(expect.arrayContaining(ids));
   });
 });
