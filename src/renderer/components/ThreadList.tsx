@@ -9,7 +9,7 @@ import { useShallow } from 'zustand/react/shallow';
 import type { StoredMessage, Thread } from '../../shared/api';
 import { useApp, useAppStore, useBridge } from '../bridge/context';
 import { useFocusTrap } from '../lib/focus-trap';
-import { MAX_IMPORT_BYTES } from '../lib/thread-export';
+import { importTooLarge } from '../lib/thread-export';
 import { CHAT_INPUT_ID } from './Composer';
 import { CHAT_LIST_ID, narrowWindow, useNarrowWindow } from './Header';
 import { PinIcon } from './Icons';
@@ -285,10 +285,9 @@ export function ThreadList() {
   const [importError, setImportError] = useState<string | null>(null);
   const file = useRef<HTMLInputElement>(null);
   const importFile = async (f: File) => {
-    if (f.size > MAX_IMPORT_BYTES) {
-      setImportError(
-        `${f.name} is ${Math.round(f.size / 1048576)} MiB: a chat to import is at most ${MAX_IMPORT_BYTES / 1048576} MiB.`,
-      );
+    const tooLarge = importTooLarge(f.name, f.size);
+    if (tooLarge) {
+      setImportError(tooLarge);
       return;
     }
     const error = bridge.importThread(await f.text(), f.name);
