@@ -74,6 +74,8 @@ const calls: CallMethods = {
   cancel: bind('cancel'),
   closeSession: bind('closeSession'),
   listThreads: bind('listThreads'),
+  openThread: bind('openThread'),
+  searchThreads: bind('searchThreads'),
   saveThread: bind('saveThread'),
   deleteThread: bind('deleteThread'),
   getSettings: bind('getSettings'),

@@ -28,7 +28,7 @@ import { KvdeskError, type Result, toErrorInfo } from '../../shared/errors';
 import { detectLayout, loadModelSpec, variantOption } from '../packages';
 import { providerShortName } from '../packages/execution-providers';
 import { packageProblem } from '../packages/package-error';
-import { ThreadStore } from '../store/thread-store';
+import { summaryOf, ThreadStore } from '../store/thread-store';
 import { previewChatTemplate, withKeptTemplate } from './chat-template-pick';
 import { Downloads } from './downloads';
 import { type HeldLock, takeLock } from './folder-lock';
@@ -802,6 +802,8 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       return null;
     },
     listThreads: async () => store.list(),
+    openThread: async (req: { id: string }) => store.get(req.id),
+    searchThreads: async (req: { query: string }) => store.search(req.query),
     saveThread: async (req: Thread & { savedBy?: string }) => {
       const { savedBy, ...thread } = req;
       // A page that had not heard of the delete yet (its reply's last save) must not bring the chat back.
@@ -811,9 +813,10 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
         });
       }
       const revision = await store.save(thread, savedBy);
-      const saved = { ...thread, revision };
-      // The same chat open in another tab or window shows what was saved, rather than overwrite it later.
-      emit('thread', savedBy === undefined ? { thread: saved } : { thread: saved, savedBy });
+      // The other tabs and windows are told of it (its summary and revision: a chat can be tens of MB): one that has
+      // it open fetches it, and shows what was saved rather than overwrite it later.
+      const summary = summaryOf({ ...thread, revision }, store.bytesOf(thread.id));
+      emit('thread', savedBy === undefined ? { summary } : { summary, savedBy });
       return { revision };
     },
     deleteThread: async (req: { id: string }) => {

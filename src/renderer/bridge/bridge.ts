@@ -19,6 +19,7 @@ import type {
   PromptMeasure,
   StoredMessage,
   Thread,
+  ThreadSummary,
 } from '../../shared/api';
 import { RECOVERED_FRAGMENT } from '../../shared/api';
 import type { GenerateRequest, SamplingSettings, ToolCall } from '../../shared/contract';
@@ -52,6 +53,11 @@ export interface Bridge {
    * returns why not (naming the field) when the file cannot be read as one.
    */
   importThread(text: string, fileName: string): string | null;
+  /**
+   * The saved chats whose title, messages or attached files contain every word of the query, found by kvdesk (the
+   * chat list's search of the chats this page has only the summary of); null when it could not search.
+   */
+  searchThreads(query: string): Promise<string[] | null>;
   /**
    * The desktop window's API server: serve the HTTP API on the port, on this computer or the local network, with
    * or without the API key (remembered, with whether it starts with kvdesk), or stop it. Resolves with why not
@@ -267,6 +273,12 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   function saveThread(threadId: string): void {
     const t = s().threads.find((x) => x.id === threadId);
     if (!t) return;
+    // Not fetched yet (its summary only, no messages): saved once it is here, with what was changed meanwhile.
+    if (s().summaries[threadId]) {
+      saveOnFetch.add(threadId);
+      fetchThread(threadId);
+      return;
+    }
     const live = s().live;
     const messages = t.messages.flatMap((m) => {
       const l = live[m.id];
@@ -380,24 +392,26 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   async function settle(threadId: string): Promise<void> {
     if (settling.has(threadId) || copying.has(threadId)) return;
     settling.add(threadId);
-    const listed = await api.invoke('listThreads', {});
+    const opened = await api.invoke('openThread', { id: threadId });
     settling.delete(threadId);
     // More of this page's saves went meanwhile: settled once they are answered (the last refused has the most).
     if (saving.has(threadId)) return;
     const mine = refused.get(threadId);
     const local = s().threads.find((t) => t.id === threadId);
-    if (!listed.ok) {
+    // Deleted meanwhile (its event says so): none saved.
+    const gone = !opened.ok && opened.error.detail?.reason === 'gone';
+    if (!opened.ok && !gone) {
       // The connection closed on it: settled once it is back (onOpen).
-      if (listed.error.detail?.reason === 'disconnect') {
+      if (opened.error.detail?.reason === 'disconnect') {
         unsettled.add(threadId);
         return;
       }
       notify(
-        `“${local?.title ?? mine?.title}” was saved in another window or tab, and could not be read: ${listed.error.message} Reload the page.`,
+        `“${local?.title ?? mine?.title}” was saved in another window or tab, and could not be read: ${opened.error.message} Reload the page.`,
       );
       return;
     }
-    const saved = listed.value.find((t) => t.id === threadId);
+    const saved = opened.ok ? opened.value : undefined;
     const live = liveIn(threadId);
     if (live && local && saved) {
       const added = saved.messages.some((m) => !local.messages.some((x) => x.id === m.id));
@@ -598,23 +612,122 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   api.on('settings', (saved) => {
     s().setUi({ presets: saved.presets, apiServer: saved.apiServer, theme: saved.theme });
   });
-  // A chat another tab or window saved: this page shows it as saved, so that its next save builds on it instead of
-  // writing over it.
-  api.on('thread', ({ thread, savedBy }) => {
+  // A chat another tab or window saved (its summary comes, not its messages): a chat this page has not fetched
+  // takes the summary; one it has open (or writes a reply in) is fetched and shown as saved, so that its next save
+  // builds on it instead of writing over it; one it has fetched and left goes back to its summary (fetched again
+  // when opened).
+  api.on('thread', ({ summary, savedBy }) => {
     if (savedBy === pageId) return;
+    const id = summary.id;
     // This page's own saves of it on their way are refused (made from the copy before this one): settled when
     // answered, rather than this page's turns written over now.
-    if (saving.has(thread.id) || settling.has(thread.id) || refused.has(thread.id)) {
-      heard.add(thread.id);
+    if (saving.has(id) || settling.has(id) || refused.has(id)) {
+      heard.add(id);
       return;
     }
-    known.set(thread.id, thread);
-    const live = liveIn(thread.id);
-    const local = s().threads.find((t) => t.id === thread.id);
+    const local = s().threads.find((t) => t.id === id);
+    if (!local || s().summaries[id]) {
+      if (fetching.has(id)) fetchAgain.add(id);
+      else s().receiveSummary(summary);
+      return;
+    }
+    if ((local.revision ?? 0) >= (summary.revision ?? 0)) return;
+    if (!liveIn(id) && s().activeThreadId !== id && !copying.has(id) && !unanswered.has(id)) {
+      known.delete(id);
+      s().receiveSummary(summary, true);
+      return;
+    }
+    void fetchSaved(id);
+  });
+
+  /** Chats being fetched as another page saved them; those saved again meanwhile (fetched again after). */
+  const refreshing = new Set<string>();
+  const refreshAgain = new Set<string>();
+  async function fetchSaved(id: string): Promise<void> {
+    if (refreshing.has(id)) {
+      refreshAgain.add(id);
+      return;
+    }
+    refreshing.add(id);
+    const r = await api.invoke('openThread', { id });
+    refreshing.delete(id);
+    if (r.ok) takeSaved(r.value);
+    if (refreshAgain.delete(id)) void fetchSaved(id);
+  }
+
+  /** Another page's save of a chat this page has, as fetched. */
+  function takeSaved(thread: Thread): void {
+    const id = thread.id;
+    if (saving.has(id) || settling.has(id) || refused.has(id)) {
+      heard.add(id);
+      return;
+    }
+    const local = s().threads.find((t) => t.id === id);
+    // Gone, or saved here since (this page's save came after the one fetched).
+    if (!local || s().summaries[id] || (local.revision ?? 0) > (thread.revision ?? 0)) return;
+    known.set(id, thread);
+    const live = liveIn(id);
     // Writing a reply in it here: the other's copy, with this page's reply (and anything it has that the other
     // has not) kept, so the reply's end saves both.
-    s().receiveThread(live && local ? mergeThread(thread, local, new Set([live])) : thread);
+    s().receiveThread(live ? mergeThread(thread, local, new Set([live])) : thread);
+  }
+
+  /** Chats being fetched (their summary only here), those saved meanwhile elsewhere, and those to save once here. */
+  const fetching = new Set<string>();
+  const fetchAgain = new Set<string>();
+  const saveOnFetch = new Set<string>();
+
+  /**
+   * Fetches a chat this page has only the summary of (it is opened, or changed from the list): its messages come
+   * whole; a name or setting changed here meanwhile (a pin, a rename) is kept, and saved.
+   */
+  function fetchThread(id: string): void {
+    if (!s().summaries[id] || fetching.has(id)) return;
+    fetching.add(id);
+    void api.invoke('openThread', { id }).then((r) => {
+      fetching.delete(id);
+      const summary = s().summaries[id];
+      const local = s().threads.find((t) => t.id === id);
+      if (!summary || !local) return;
+      if (!r.ok) {
+        saveOnFetch.delete(id);
+        if (r.error.detail?.reason === 'disconnect') return; // fetched again when the connection is back
+        if (r.error.detail?.reason === 'gone') return; // deleted: its event says so
+        notify(`“${local.title}” could not be opened: ${r.error.message}`);
+        return;
+      }
+      // A save elsewhere heard meanwhile: its summary is not this page's change.
+      const again = fetchAgain.delete(id);
+      const changed = again ? {} : changedSince(summary, local);
+      const thread: Thread = { ...r.value, ...changed };
+      known.set(id, r.value);
+      if (thread.modelId) sessionModel.set(id, thread.modelId);
+      s().receiveThread(thread);
+      if (s().activeThreadId === id) restoreModel(id);
+      if (saveOnFetch.delete(id) || Object.keys(changed).length > 0) saveThread(id);
+      // Saved elsewhere while it was on its way: what was fetched may be from before that save.
+      if (again) void fetchSaved(id);
+    });
+  }
+
+  /** The fields of a listed chat changed here since its summary came (a pin, a rename from the list). */
+  function changedSince(summary: ThreadSummary, local: Thread): Partial<Thread> {
+    const changed: Record<string, unknown> = {};
+    const keys = new Set([...Object.keys(summary), ...Object.keys(local)]);
+    for (const k of keys) {
+      if (k === 'messages' || k === 'bytes' || k === 'revision' || k === 'id') continue;
+      const a = (summary as Record<string, unknown>)[k];
+      const b = (local as Record<string, unknown>)[k];
+      if (JSON.stringify(a) !== JSON.stringify(b)) changed[k] = b;
+    }
+    return changed as Partial<Thread>;
+  }
+
+  // The chat opened (picked, at load, in place of one deleted) is fetched when only its summary is here.
+  store.subscribe((now, before) => {
+    if (now.activeThreadId !== before.activeThreadId && now.activeThreadId) fetchThread(now.activeThreadId);
   });
+
   api.on('threadDeleted', ({ id }) => {
     const gone = s().threads.find((t) => t.id === id);
     if (!gone) return;
@@ -654,12 +767,11 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     }
     if (threads.ok) {
       s().loadThreads(threads.value, ui.lastThreadId);
-      for (const t of threads.value) {
-        if (t.modelId) sessionModel.set(t.id, t.modelId);
-        known.set(t.id, t);
-      }
+      for (const t of threads.value) if (t.modelId) sessionModel.set(t.id, t.modelId);
       forgetDrafts();
-      restoreModel(s().activeThreadId);
+      const open = s().activeThreadId;
+      if (open) fetchThread(open);
+      restoreModel(open);
     } else {
       notify(`Could not read saved chats: ${threads.error.message}`);
       s().loadThreads([]);
@@ -703,6 +815,9 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       unsettled.delete(id);
       void settle(id);
     }
+    // The open chat's fetch the closing connection cut off.
+    const open = s().activeThreadId;
+    if (replace && open) fetchThread(open);
     void refreshHostState(replace);
     // Back: the notice that said the connection was lost goes; one said since (a save the close ended) stays.
     if (s().notice === RECONNECTING) s().setNotice(null);
@@ -744,7 +859,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
    * none at all: a new chat would be the same, so the new-chat action opens it instead of adding another.
    */
   function untouched(t: Thread): boolean {
-    if (t.messages.length > 0 || liveIn(t.id)) return false;
+    if (t.messages.length > 0 || liveIn(t.id) || s().summaries[t.id]) return false;
     const made = madeAs.get(t.id);
     return made !== undefined ? made === chatSetup(t) : t.title === UNTITLED && chatSetup(t) === chatSetup(bare(t));
   }
@@ -976,6 +1091,11 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
 
   /** Whether a turn may start in the chat now; if not, the notice says why. */
   function canRun(threadId: string): boolean {
+    if (s().summaries[threadId]) {
+      fetchThread(threadId);
+      notify('This chat is still being opened: send again once its messages show.');
+      return false;
+    }
     if (liveIn(threadId)) {
       notify('This chat is still replying. Stop it first (Esc).');
       return false;
@@ -1427,6 +1547,10 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         saveSettings();
       }
       return null;
+    },
+    async searchThreads(query) {
+      const r = await api.invoke('searchThreads', { query: query.slice(0, 1000) });
+      return r.ok ? r.value : null;
     },
     importThread(text, fileName) {
       const r = parseThreadImport(text, fileName);

@@ -46,7 +46,10 @@ describe('ThreadStore', () => {
     });
     expect(await new ThreadStore(dir).save({ ...thread('t9', 'd'), revision: 1 }, 'page-a')).toBe(3);
     // The last saver is the store's, not the chat's: never listed, and a save without one names none.
-    expect(await new ThreadStore(dir).list()).toEqual([{ ...thread('t9', 'd'), revision: 3 }]);
+    expect(await new ThreadStore(dir).get('t9')).toEqual({ ...thread('t9', 'd'), revision: 3 });
+    expect(await new ThreadStore(dir).list()).toEqual([
+      { ...thread('t9', 'd'), messages: undefined, revision: 3, bytes: expect.any(Number) },
+    ]);
     await s.save({ ...thread('t9', 'e'), revision: 3 });
     expect(JSON.parse(readFileSync(path.join(dir, 'threads', 't9.json'), 'utf8')).savedBy).toBeUndefined();
     await expect(new ThreadStore(dir).save({ ...thread('t9', 'f'), revision: 3 }, 'page-a')).rejects.toMatchObject({
