@@ -690,8 +690,9 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       const local = s().threads.find((t) => t.id === id);
       if (!summary || !local) return;
       if (!r.ok) {
+        // Fetched again when the connection is back (a change made meanwhile, a pin, is saved then).
+        if (r.error.detail?.reason === 'disconnect') return;
         saveOnFetch.delete(id);
-        if (r.error.detail?.reason === 'disconnect') return; // fetched again when the connection is back
         if (r.error.detail?.reason === 'gone') return; // deleted: its event says so
         notify(`“${local.title}” could not be opened: ${r.error.message}`);
         return;
@@ -815,9 +816,10 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       unsettled.delete(id);
       void settle(id);
     }
-    // The open chat's fetch the closing connection cut off.
+    // The fetches the closing connection cut off: the open chat's, and those of chats changed from the list.
     const open = s().activeThreadId;
     if (replace && open) fetchThread(open);
+    if (replace) for (const id of saveOnFetch) fetchThread(id);
     void refreshHostState(replace);
     // Back: the notice that said the connection was lost goes; one said since (a save the close ended) stays.
     if (s().notice === RECONNECTING) s().setNotice(null);
