@@ -284,7 +284,9 @@ export async function packageDir(arg: string, dataDirFlag: string | undefined): 
   if (arg.includes('/') || arg.includes(path.sep)) {
     // A path that is no hub name (`./model`, `/abs/model`): the load says it is not there.
     if (!hub) return dir;
-    return pulledDir(arg, dir, hub, dataDirOf(dataDirFlag));
+    // A name in a folder that is there (`models/x@1` beside a models folder) is a path first: a pulled package
+    // of that name is taken, else the load says the folder is not there (not that the hub name is not pulled).
+    return pulledDir(arg, dir, hub, dataDirOf(dataDirFlag), existsSync(path.dirname(dir)));
   }
   const dataDir = dataDirOf(dataDirFlag);
   const library = await ModelLibrary.open(dataDir, { log: libraryLog });
@@ -307,8 +309,17 @@ export async function packageDir(arg: string, dataDirFlag: string | undefined): 
   );
 }
 
-/** The folder of the library's package pulled from the hub as `arg` (no folder of that name is there). */
-async function pulledDir(arg: string, dir: string, hub: PulledName, dataDir: string): Promise<string> {
+/**
+ * The folder of the library's package pulled from the hub as `arg` (no folder of that name is there); none pulled so:
+ * `dir` for the load to say it is not there when `pathFirst`, else said here.
+ */
+async function pulledDir(
+  arg: string,
+  dir: string,
+  hub: PulledName,
+  dataDir: string,
+  pathFirst: boolean,
+): Promise<string> {
   const library = await ModelLibrary.open(dataDir, { log: libraryLog });
   // Where each came from is in its folder (the library reads it when it checks them, which generate need not wait for).
   const present = await Promise.all(
@@ -323,6 +334,7 @@ async function pulledDir(arg: string, dir: string, hub: PulledName, dataDir: str
   // Pulled at another revision: said so, with the package to delete and the pull that replaces it.
   const entry = pulledEntry(present, arg, (e, named) => `delete ${e.root}, then \`${pullCommand(named)}\``);
   if (entry) return entry.root;
+  if (pathFirst) return dir;
   const pulled = present.flatMap((e) => (e.source ? [`hf.co/${e.source.repo}:${e.source.variant}`] : []));
   throw new KvdeskError(
     'BAD_REQUEST',

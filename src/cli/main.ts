@@ -486,10 +486,26 @@ async function generate(
     }
     return 0;
   } catch (err) {
-    return fail(io, json, rowOfFlag(toErrorInfo(err)));
+    return fail(io, json, promptTooLong(rowOfFlag(toErrorInfo(err))));
   } finally {
     await host?.close();
   }
+}
+
+/**
+ * A prompt the context cannot take, said for one generate call: the host's words end "start a new chat", which
+ * means nothing here. (One of several prompts is named by rowOfFlag, saying to shorten it or leave it out.)
+ */
+function promptTooLong(info: ErrorInfo): ErrorInfo {
+  const { promptTokens, contextLength, field } = info.detail ?? {};
+  if (info.code !== 'CONTEXT_OVERFLOW' || field !== undefined) return info;
+  if (typeof promptTokens !== 'number' || typeof contextLength !== 'number') return info;
+  return {
+    ...info,
+    message:
+      `The prompt has ${promptTokens} tokens, which leaves no room for a reply in the model's context of ` +
+      `${contextLength} tokens. Shorten the prompt, or use a model with a longer context.`,
+  };
 }
 
 /**

@@ -6,7 +6,7 @@
  * the same).
  */
 import path from 'node:path';
-import { downloadHubModel, listHubVariants, planDownload, splitPullName } from '../main/host/hub-download';
+import { downloadHubModel, listHubVariants, planDownload, repoSpec, splitPullName } from '../main/host/hub-download';
 import { searchHub } from '../main/host/hub-search';
 import { canonicalPath, ModelLibrary, prepareDataDir } from '../main/host/model-library';
 import { toErrorInfo } from '../shared/errors';
@@ -112,7 +112,8 @@ function pullName(arg: string, flag: string | undefined): { repo: string; varian
   const split = splitPullName(arg);
   // No repository before the colon (`https://example.com/x`): parseRepo refuses the name as given.
   if (split === undefined) return { repo: arg, ...(flag !== undefined ? { variant: flag } : {}) };
-  const { spec: repo, variant } = split;
+  const { variant } = split;
+  const repo = repoSpec(split);
   if (variant !== undefined && flag !== undefined && variant !== flag) {
     throw badArgs(`"${arg}" names the variant ${variant}, and --variant ${flag}: give one`);
   }

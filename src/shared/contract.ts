@@ -315,7 +315,15 @@ export interface LookupCount {
   accepted: number;
 }
 
-/** Frames of one generation stream, in order: accepted → admitted → started → prefill* → tokens* → done | error. */
+/**
+ * Frames of one generation stream, in order: accepted → admitted → started → prefill* → tokens* → done | error, the
+ * last frame always done or error, which may come at any point: alone for a request refused before it queues
+ * (invalid, too long for the context, never within the KV budget, the queue full), after `accepted` for one cancelled
+ * or timed out while queued, after `admitted` for one that ends before the engine starts it. `prefill` frames come
+ * only while a long prompt is read in chunks. In the window, a MessagePort per stream carries them (closing it
+ * cancels); over the WebSocket, `{ t: 'frame', id, frame }` messages multiplexed by the request's id. Either keeps
+ * this order, and cancelling releases the reservation.
+ */
 export type StreamFrame =
   | {
       type: 'accepted';

@@ -597,6 +597,37 @@ describe('CLI on the generated default model', () => {
     expect(fits.stderr).not.toContain('KV budget note');
   });
 
+  it('a name in a folder that is there is a folder, not a hub name to pull; a hub name elsewhere is one', async () => {
+    const dataDir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-cli-path-'));
+    try {
+      // `test` is a folder of the working directory (the repository's root): `test/no-such-model@1` is a folder in it.
+      expect(process.cwd()).toBe(repoRoot);
+      const inFolder = await kvdesk('generate', 'test/no-such-model@1', '--data-dir', dataDir, '--prompt', 'x');
+      expect(inFolder.code).toBe(2);
+      expect(inFolder.stderr).toBe(
+        `kvdesk: ${path.join(repoRoot, 'test/no-such-model@1')} does not exist. Pick the folder that holds the model package.\n`,
+      );
+      // No folder `no-such-owner` here: a hub name, not pulled.
+      const hub = await kvdesk('generate', 'no-such-owner/model@1', '--data-dir', dataDir, '--prompt', 'x');
+      expect(hub.code).toBe(2);
+      expect(hub.stderr).toMatch(
+        /^kvdesk: there is no package folder .*, and no package in the library at .* was pulled from the hub as no-such-owner\/model@1 \(none was pulled\); .*`kvdesk pull no-such-owner\/model@1` downloads it/,
+      );
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
+  it('a prompt the context cannot take is said for one generate call: shorten it, or a longer context', async () => {
+    // The default model's context is 2048 tokens.
+    const ids = Array.from({ length: 2048 }, (_, i) => 1 + (i % 100)).join(',');
+    const r = await kvdesk('generate', defaultModelDir, '--prompt-ids', ids, '--max-new-tokens', '2');
+    expect(r.code).toBe(2);
+    expect(r.stderr).toBe(
+      "kvdesk: The prompt has 2048 tokens, which leaves no room for a reply in the model's context of 2048 tokens. Shorten the prompt, or use a model with a longer context.\n",
+    );
+  });
+
   it('list shows the library serve keeps; generate takes a library id as it takes a folder', async () => {
     const { ModelLibrary } = await import('../../src/main/host/model-library');
     const { loadModelSpec } = await import('../../src/main/packages');

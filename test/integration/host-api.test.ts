@@ -179,7 +179,7 @@ describe('HostApi', () => {
   });
 
   it('persists threads and settings, and deleting a thread closes its session', async () => {
-    const { api } = await makeApi();
+    const { api, dataDir } = await makeApi();
     const thread: Thread = { id: 't1', title: 'Hello', createdAt: 1, updatedAt: 2, messages: [] };
     expect((await api.call('saveThread', thread)).ok).toBe(true);
     expect((await api.call('saveSettings', { lastThreadId: 't1' })).ok).toBe(true);
@@ -205,6 +205,20 @@ describe('HostApi', () => {
     expect(late).toMatchObject({ ok: false, error: { message: expect.stringContaining('was deleted') } });
     const still = await api.call('listThreads', {});
     expect(still.ok && still.value).toEqual([]);
+    // Nor after kvdesk restarted (the page's save waited while it was away): its data folder remembers the delete.
+    await api.close();
+    const again = await createHostApi({
+      runner: new RunnerService({ intraOpNumThreads: 1 }),
+      dataDir,
+      defaultModelDir,
+    });
+    apis.push(again);
+    const later = await again.call('saveThread', { ...thread, revision: 1, savedBy: 'page-a' });
+    expect(later).toMatchObject({
+      ok: false,
+      error: { message: 'the chat "Hello" was deleted in another window or tab' },
+    });
+    expect(await again.call('listThreads', {})).toEqual({ ok: true, value: [] });
   });
 
   it('lists summaries and answers a chat whole when it is opened: a big chat is not sent with the list nor its saves', async () => {

@@ -7,7 +7,10 @@
  * prefilled in chunks, and the running batch takes a decode step between
  * chunks, so streams already running keep going. Requests leave
  * between steps; padding every remaining row shares is trimmed. Sampling stays
- * per request, so a request's greedy tokens do not depend on its neighbours.
+ * per request, so a request's greedy tokens do not depend on its neighbours. A
+ * graph whose padded rows score differently (GroupQueryAttention: decoder.ts
+ * paddingChecked) batches only rows that need no padding: newcomers of one
+ * prompt length, into an empty batch.
  */
 import * as ort from 'onnxruntime-node';
 import { KvdeskError } from '../../shared/errors';
@@ -161,6 +164,12 @@ export function prefillGroups(lengths: ReadonlyArray<{ rows: number; longest: nu
   return groups;
 }
 
+/** The length every row of a request's prompt has; null where they differ. */
+function oneLength(m: Member): number | null {
+  const length = (m.job.rows[0] as number[]).length;
+  return m.job.rows.every((r) => r.length === length) ? length : null;
+}
+
 /** Whether a row's tokens can come from the head's screen: a greedy pick, or a draw the screen makes exactly. */
 function screens(sampler: Sampler): boolean {
   return (
@@ -249,6 +258,11 @@ export class ContinuousBatcher {
      * each run, so a run's new positions are written in place rather than every row's block moving up.
      */
     private readonly kvGap = false,
+    /**
+     * False where a left-padded row scores differently from the same row alone (decoder.ts paddingChecked): only
+     * requests whose rows need no padding share a batch then — a group of one prompt length, into an empty batch.
+     */
+    private readonly canPad: () => boolean = () => true,
   ) {
     if (!Number.isInteger(chunkTokens) || chunkTokens < 1) {
       throw new KvdeskError('INTERNAL', `prefill chunk must be a positive whole number of tokens, got ${chunkTokens}`);
@@ -317,9 +331,16 @@ export class ContinuousBatcher {
     try {
       for (;;) {
         this.finishStopped();
-        while (this.pending.length > 0 && (this.rows.length === 0 || this.canBatch())) {
-          // A graph that cannot batch takes one newcomer at a time; otherwise every newcomer now.
-          const arrived = this.canBatch() ? this.pending.splice(0) : [this.pending.shift() as Member];
+        // A graph that cannot pad a row takes newcomers only into an empty batch: joining a running one pads.
+        const joins = this.canBatch() && this.canPad();
+        while (this.pending.length > 0 && (this.rows.length === 0 || joins)) {
+          // A graph that cannot batch takes one newcomer at a time; one that cannot pad, those of one length;
+          // otherwise every newcomer now.
+          const arrived = !this.canBatch()
+            ? [this.pending.shift() as Member]
+            : this.canPad()
+              ? this.pending.splice(0)
+              : this.unpaddedArrivals();
           const live: Member[] = [];
           for (const m of arrived) {
             const stop = m.hooks.stopRequested();
@@ -330,11 +351,16 @@ export class ContinuousBatcher {
           const reuse = new Map(live.map((m) => [m, this.reusable(m)]));
           const reusing = live.filter((m) => (reuse.get(m) as number) > 0);
           const fresh = live.filter((m) => reuse.get(m) === 0);
-          const groups = this.canBatch()
-            ? prefillGroups(
-                fresh.map((m) => ({ rows: m.job.rows.length, longest: Math.max(...m.job.rows.map((r) => r.length)) })),
-              ).map((g) => g.map((i) => fresh[i] as Member))
-            : fresh.map((m) => [m]);
+          const groups = !this.canBatch()
+            ? fresh.map((m) => [m])
+            : !this.canPad()
+              ? [fresh].filter((g) => g.length > 0)
+              : prefillGroups(
+                  fresh.map((m) => ({
+                    rows: m.job.rows.length,
+                    longest: Math.max(...m.job.rows.map((r) => r.length)),
+                  })),
+                ).map((g) => g.map((i) => fresh[i] as Member));
           for (const group of [...reusing.map((m) => [m]), ...groups]) {
             try {
               await this.prefill(group, group.length === 1 ? (reuse.get(group[0] as Member) as number) : 0);
@@ -350,6 +376,23 @@ export class ContinuousBatcher {
       this.looping = false;
     }
     if (this.pending.length > 0) void this.loop();
+  }
+
+  /**
+   * The newcomers a graph that cannot pad a row takes into its empty batch: the first waiting request, and the
+   * fresh ones right behind it whose rows all have its length (one prefill group that pads nothing; a session
+   * turn that reuses its KV runs alone). The rest wait for the batch to empty, in order.
+   */
+  private unpaddedArrivals(): Member[] {
+    const head = this.pending.shift() as Member;
+    const length = oneLength(head);
+    if (length === null || this.reusable(head) > 0) return [head];
+    let n = 0;
+    for (const m of this.pending) {
+      if (oneLength(m) !== length || this.reusable(m) > 0) break;
+      n++;
+    }
+    return [head, ...this.pending.splice(0, n)];
   }
 
   /**

@@ -360,6 +360,73 @@ export async function gapChecked(
   }
 }
 
+/**
+ * Null when a row left-padded in a batch, as the batcher pads it (a pad token its mask marks 0, at position 0),
+ * scores as the same row alone, in its prefill and in the step after it (each fed its own run's KV); else how it
+ * differed. Attention that takes a row's first positions as its own — onnxruntime's GroupQueryAttention, whose
+ * `seqlens_k` graphs compute as the mask's sum − 1 — attends to the padding and misses the row's last position.
+ */
+export async function paddingChecked(
+  run: (feeds: Record<string, ort.Tensor>) => Promise<ort.InferenceSession.OnnxValueMapType>,
+  spec: ModelSpec,
+  kv: readonly KvTensorSpec[],
+  added: ReadonlyMap<string, string> | null,
+): Promise<string | null> {
+  const { inputIds, attentionMask, positionIds, logits } = spec.ports;
+  const vocab = Math.max(1, spec.vocabSize);
+  const ids = [1, 2, 3].map((i) => i % vocab);
+  const next = 4 % vocab;
+  const pad = spec.padTokenId ?? spec.eosTokenIds[0] ?? 0;
+  // A row's last position's scores, whatever positions the run scored.
+  const lastRow = (out: ort.InferenceSession.OnnxValueMapType, r: number) => {
+    const t = out[logits.name] as ort.Tensor | undefined;
+    if (!t) throw new Error(`it gave no ${logits.name}`);
+    const { data, seq, vocab: v } = logitsRows(t);
+    return data.subarray(((r + 1) * seq - 1) * v, (r + 1) * seq * v);
+  };
+  const presents = (out: ort.InferenceSession.OnnxValueMapType) => (added ? builtPresents(kv, added, out) : out);
+  const feeds = (rows: number[][], pads: number[], from: number, past?: ort.InferenceSession.OnnxValueMapType) => {
+    const B = rows.length;
+    const S = (rows[0] as number[]).length;
+    const f: Record<string, ort.Tensor> = {};
+    f[inputIds.name] = idTensor(inputIds, rows.flat(), [B, S]);
+    if (attentionMask) f[attentionMask.name] = maskTensor(attentionMask, pads, from + S);
+    if (positionIds) {
+      const positions = rows.flatMap((r, b) => r.map((_, i) => Math.max(0, from + i - (pads[b] as number))));
+      f[positionIds.name] = idTensor(positionIds, positions, [B, S]);
+    }
+    for (const t of kv) f[t.past] = (past?.[t.present] as ort.Tensor | undefined) ?? emptyPast(t, B);
+    return f;
+  };
+  try {
+    const alone = await run(feeds([ids], [0], 0));
+    const aloneStep = await run(feeds([[next]], [0], 3, presents(alone)));
+    const padded = await run(
+      feeds(
+        [
+          [pad, ...ids],
+          [3 % vocab, ...ids],
+        ],
+        [1, 0],
+        0,
+      ),
+    );
+    const paddedStep = await run(feeds([[next], [next]], [1, 0], 4, presents(padded)));
+    const t = alone[logits.name] as ort.Tensor;
+    const prefill = logitsGap(lastRow(alone, 0), lastRow(padded, 0));
+    if (!(prefill <= roundingOf(t))) {
+      return `a left-padded row scored differently from the same row alone (by ${prefill} of the scores' scale)`;
+    }
+    const step = logitsGap(lastRow(aloneStep, 0), lastRow(paddedStep, 0));
+    if (!(step <= roundingOf(t))) {
+      return `a step of a left-padded row scored differently from the same step alone (by ${step} of the scores' scale)`;
+    }
+    return null;
+  } catch (err) {
+    return `a batch with a left-padded row could not run (${(err instanceof Error ? err.message : String(err)).trim()})`;
+  }
+}
+
 /** Whether two tensors have the same dims and bytes. */
 function sameBytes(a: ort.Tensor, b: ort.OnnxValue | undefined): boolean {
   if (!b || !('dims' in b) || a.dims.join() !== b.dims.join()) return false;
@@ -535,6 +602,12 @@ export class LoadedDecoder {
    * symbolic batch but fix it internally; their rows take turns instead.
    */
   batchable = true;
+  /**
+   * Whether a row left-padded in a batch scores as it does alone (checked at load: paddingChecked). False for
+   * attention that takes a row's first positions as its own (GroupQueryAttention's `seqlens_k`, counted from the
+   * mask): then only rows that need no padding share a batch.
+   */
+  padded = true;
   private readonly batcher: ContinuousBatcher;
   /** The generation loop of a static-cache graph, whose rows always take turns (static-cache.ts). */
   private readonly staticRunner: StaticCacheRunner | null;
@@ -580,6 +653,7 @@ export class LoadedDecoder {
       screen,
       kvAdded,
       kvGap,
+      () => this.padded,
     );
     this.staticRunner =
       spec.kv.kind === 'static'
@@ -602,15 +676,32 @@ export class LoadedDecoder {
     return this.fetches ? this.session.run(scoring, this.fetches) : this.session.run(scoring);
   }
 
-  /** One tiny two-row run at load time tells whether batching works for this graph. */
+  /**
+   * Tiny runs at load time tell whether batching works for this graph: one of two rows (else its requests take
+   * turns), then whether a left-padded row scores as it does alone (paddingChecked; else only rows that need no
+   * padding share a batch). `logits.batching` says which, and why.
+   */
   private async probeBatch(): Promise<void> {
-    if (this.staticRunner) return;
+    if (this.staticRunner) {
+      this.logits.batching = "requests take turns: a static cache's rows run one at a time";
+      return;
+    }
     const first = this.spec.bosTokenId ?? this.spec.eosTokenIds[0] ?? 0;
     try {
       await this.run(probeFeeds(this.spec, [[first], [first]]));
-    } catch {
+    } catch (err) {
       this.batchable = false;
+      this.logits.batching = `requests take turns: a run of two rows failed (${(err instanceof Error ? err.message : String(err)).trim()})`;
+      return;
     }
+    const kv = this.spec.kv.kind === 'dynamic' ? this.spec.kv.tensors : [];
+    const why = await paddingChecked((feeds) => this.run(feeds), this.spec, kv, this.kvAdded);
+    this.padded = why === null;
+    this.logits.batching =
+      why === null
+        ? 'requests share one batch, each row left-padded to the longest (checked: a padded row scores as it does alone)'
+        : "only rows that need no padding share a batch (one request's rows of one length, or requests of one prompt " +
+          `length that arrive together); others take turns: ${why}`;
   }
 
   /**
@@ -838,8 +929,11 @@ export class LoadedDecoder {
   private async generateRows(job: GenerationJob, hooks: GenerationHooks): Promise<GenerationOutcome> {
     const runner = this.staticRunner;
     const one = (j: GenerationJob, h: GenerationHooks) => (runner ? runner.submit(j, h) : this.batcher.submit(j, h));
-    if (job.rows.length === 1 || (this.batchable && !runner)) return one(job, hooks);
-    // Rows take turns on a graph that cannot batch; each row still reports in its own column.
+    const length = (job.rows[0] as number[]).length;
+    const unpadded = this.padded || job.rows.every((r) => r.length === length);
+    if (job.rows.length === 1 || (this.batchable && unpadded && !runner)) return one(job, hooks);
+    // Rows take turns on a graph that cannot batch, or cannot pad the shorter ones; each row still reports in its
+    // own column.
     const R = job.rows.length;
     const outcomes: GenerationOutcome[] = [];
     let doneKv = 0;

@@ -280,7 +280,9 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
           const previous = models.get(cmd.modelId);
           models.set(cmd.modelId, decoder);
           if (previous) await release(previous);
-          const loaded: EngineLoadResult = { modelId: cmd.modelId, logits: decoder.logits, batches: decoder.batchable };
+          // A graph whose batches take only rows that need no padding pads nothing: the scheduler charges no padding.
+          const batches = decoder.batchable && decoder.padded;
+          const loaded: EngineLoadResult = { modelId: cmd.modelId, logits: decoder.logits, batches };
           return loaded;
         });
         return;

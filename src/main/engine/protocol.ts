@@ -106,6 +106,8 @@ export interface LogitsPositions {
   kv?: string;
   /** How attention reads the KV: past and added positions apart (no Concat of the whole KV), or why the Concat. */
   attention?: string;
+  /** How concurrent requests (and a request's rows) run: one batch, padded or only unpadded, or taking turns; why. */
+  batching?: string;
 }
 
 /** The engine's reply to `load`. */
@@ -114,7 +116,9 @@ export interface EngineLoadResult {
   logits: LogitsPositions;
   /**
    * Whether its requests run as one batch, each row padded on the left to the longest (false: they take turns,
-   * as a static cache's and a graph's that cannot batch do).
+   * as a static cache's and a graph's that cannot batch do, or share a batch only where no row needs padding, as
+   * a graph's whose padded rows score differently do: logits.batching says which). The scheduler charges the
+   * padding where true.
    */
   batches: boolean;
 }

@@ -24,7 +24,7 @@ import {
   type Thread,
 } from '../../shared/api';
 import type { StreamFrame } from '../../shared/contract';
-import { KvdeskError, type Result, toErrorInfo } from '../../shared/errors';
+import { type ErrorInfo, KvdeskError, type Result, toErrorInfo } from '../../shared/errors';
 import { detectLayout, loadModelSpec, variantOption } from '../packages';
 import { providerShortName } from '../packages/execution-providers';
 import { packageProblem } from '../packages/package-error';
@@ -105,6 +105,11 @@ export interface HostApi {
   ensureModel(id: string | undefined, keepAliveMs?: number | null): Promise<void>;
   /** Library packages a request may name that are not loaded now: valid, present, one per id. */
   loadable(): LibraryEntry[];
+  /**
+   * Why the default model did not load at start (its folder, and the error), until a model loads; null when it
+   * loaded, was not there to load, or a model has loaded since. /health reports it.
+   */
+  startFailure(): { path: string; error: ErrorInfo } | null;
   /**
    * Host events: 'budget' (throttled ≤ 10 Hz), 'scheduler', 'models', 'library', 'apiServer', 'settings',
    * 'downloads'.
@@ -313,18 +318,13 @@ function inFolder(err: unknown, staging: string, name: string): unknown {
   return new KvdeskError(err.code, named(err.message), detail);
 }
 
-/** How many deleted chats' ids the host remembers, to refuse a late save of one from another window or tab. */
-export const DELETED_THREADS_KEPT = 1000;
+/** How many deleted chats' ids the host remembers (in its data folder), to refuse a late save of one. */
+export { DELETED_THREADS_KEPT } from '../store/thread-store';
 
 /** Creates the host API and loads the default model (a failure there is logged, never fatal). */
 export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
   const { runner } = opts;
   await prepareDataDir(opts.dataDir);
-  /**
-   * Chats deleted while this host runs: a late save of one is refused. The latest DELETED_THREADS_KEPT only (the
-   * set grew by every deleteThread call, ids refused as invalid included, for as long as the host ran).
-   */
-  const deletedThreads = new Set<string>();
   const apiServer = opts.apiServer ?? NO_API_SERVER;
   const limits: UploadLimits = { ...DEFAULT_UPLOAD_LIMITS, ...opts.uploadLimits };
   const libraryDir = path.join(opts.dataDir, 'models');
@@ -342,6 +342,8 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     downloads: new Set(),
   };
   let defaultModelId: string | undefined;
+  /** The default model's failed load at start, until a model loads (HostApi.startFailure). */
+  let startFailure: { path: string; error: ErrorInfo } | null = null;
   /**
    * Models the APIs loaded on first use (the ones a later such load, or their time to live, may unload), with
    * their time to live and last use.
@@ -479,6 +481,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     // Its idle time counts from now: a load that took longer than the time to live does not make it stale.
     if (jit) firstUse.set(info.id, { ...jit, lastUsedAt: Date.now() });
     else firstUse.delete(info.id);
+    startFailure = null;
     const all = models();
     emit('models', all);
     budgetChanged();
@@ -806,12 +809,8 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     searchThreads: async (req: { query: string }) => store.search(req.query),
     saveThread: async (req: Thread & { savedBy?: string }) => {
       const { savedBy, ...thread } = req;
-      // A page that had not heard of the delete yet (its reply's last save) must not bring the chat back.
-      if (deletedThreads.has(thread.id)) {
-        throw new KvdeskError('BAD_REQUEST', `the chat "${thread.title}" was deleted in another window or tab`, {
-          field: 'id',
-        });
-      }
+      // A page that had not heard of the chat's delete (its reply's last save, a save made while kvdesk was away,
+      // also across a restart) must not bring it back: the store refuses it.
       const revision = await store.save(thread, savedBy);
       // The other tabs and windows are told of it (its summary and revision: a chat can be tens of MB): one that has
       // it open fetches it, and shows what was saved rather than overwrite it later.
@@ -820,19 +819,8 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       return { revision };
     },
     deleteThread: async (req: { id: string }) => {
-      // In the set before the file goes (a save racing the delete is refused), out again when the store refuses
-      // the id (no chat's file name); the latest ones only.
-      const known = deletedThreads.delete(req.id);
-      deletedThreads.add(req.id);
-      try {
-        await store.delete(req.id);
-      } catch (err) {
-        if (!known) deletedThreads.delete(req.id);
-        throw err;
-      }
-      if (deletedThreads.size > DELETED_THREADS_KEPT) {
-        deletedThreads.delete(deletedThreads.values().next().value as string);
-      }
+      // Noted as deleted (on disk) before the file goes: a late save of it is refused, also after a restart.
+      await store.delete(req.id);
       emit('threadDeleted', { id: req.id });
       // A deleted thread's retained KV is dead weight in the budget.
       runner.closeSession(req.id);
@@ -875,6 +863,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     },
     ensureModel,
     loadable: hostApiLoadable,
+    startFailure: () => startFailure,
     async call(name, request) {
       const schema = Object.hasOwn(CallSchemas, name) ? CallSchemas[name] : undefined;
       if (!schema) {
@@ -982,8 +971,10 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     } catch (err) {
       const info = toErrorInfo(err);
       // Cut short by kvdesk closing (a quit while it loads): nothing failed.
-      if (info.code !== 'CANCELLED')
+      if (info.code !== 'CANCELLED') {
         log(`kvdesk: the default model at ${opts.defaultModelDir} did not load: ${info.message}`);
+        startFailure = { path: opts.defaultModelDir, error: info };
+      }
     }
   }
   // In the background: a library of large packages must not hold up the start.

@@ -402,19 +402,20 @@ const sameRepo = (a: string, b: string) => a.toLowerCase() === b.toLowerCase();
 /**
  * What a pull names (`kvdesk pull`, /api/pull): `[hf.co/]owner/name[@revision][:variant]`, the variant after the
  * colon as `ollama pull` takes it (`latest`, or none: the one kvdesk would take), the revision before it or after it
- * (`owner/name:variant@revision`: a revision holds no colon, a variant no `@`). `spec` is the repository with its
- * revision, as parseRepo takes it. Undefined when no repository comes before the colon (parseRepo then refuses
- * the name as given); two different revisions are refused.
+ * (`owner/name:variant@revision`: a revision holds no colon, a variant no `@`), each apart. Without a colon the
+ * repository and revision are as given, for parseRepo to refuse when they are no such thing (`repoSpec` joins them
+ * again); undefined when no repository comes before a colon (parseRepo then refuses the name as given). Two
+ * different revisions are refused.
  */
-export function splitPullName(name: string): { spec: string; variant?: string } | undefined {
+export function splitPullName(name: string): PulledName | undefined {
   const bare = stripHubPrefix(name);
   const colon = bare.lastIndexOf(':');
-  if (colon < 0) return { spec: bare };
-  const head = bare.slice(0, colon);
+  const head = colon < 0 ? bare : bare.slice(0, colon);
   const at = head.indexOf('@');
   const repo = at < 0 ? head : head.slice(0, at);
-  if (!REPO.test(repo)) return undefined;
   const before = at < 0 ? undefined : head.slice(at + 1);
+  if (colon < 0) return { repo, ...(before !== undefined ? { revision: before } : {}) };
+  if (!REPO.test(repo)) return undefined;
   const tail = bare.slice(colon + 1);
   const at2 = tail.indexOf('@');
   const tag = at2 < 0 ? tail : tail.slice(0, at2);
@@ -428,9 +429,15 @@ export function splitPullName(name: string): { spec: string; variant?: string } 
   }
   const revision = before ?? after;
   return {
-    spec: revision === undefined ? repo : `${repo}@${revision}`,
+    repo,
     ...(tag !== '' && tag !== 'latest' ? { variant: tag } : {}),
+    ...(revision !== undefined ? { revision } : {}),
   };
+}
+
+/** The repository as parseRepo, listHubVariants and the downloads take it: `owner/name[@revision]`. */
+export function repoSpec(named: { repo: string; revision?: string }): string {
+  return named.revision === undefined ? named.repo : `${named.repo}@${named.revision}`;
 }
 
 /** A name a package may have been pulled by: its repository, the variant it names and the revision. */
@@ -448,17 +455,10 @@ export interface PulledName {
  * different revisions is refused, as pull refuses it.
  */
 export function pulledNameOf(name: string): PulledName | undefined {
-  const split = splitPullName(name);
-  if (!split) return undefined;
-  const at = split.spec.indexOf('@');
-  const repo = at < 0 ? split.spec : split.spec.slice(0, at);
-  const revision = at < 0 ? undefined : split.spec.slice(at + 1);
-  if (!REPO.test(repo) || (revision !== undefined && !REVISION.test(revision))) return undefined;
-  return {
-    repo,
-    ...(split.variant !== undefined ? { variant: split.variant } : {}),
-    ...(revision !== undefined ? { revision } : {}),
-  };
+  const named = splitPullName(name);
+  if (!named) return undefined;
+  if (!REPO.test(named.repo) || (named.revision !== undefined && !REVISION.test(named.revision))) return undefined;
+  return named;
 }
 
 /** The name `kvdesk pull` and /api/pull take for it: `owner/name[@revision][:variant]`. */
@@ -468,12 +468,17 @@ export function pullNameOf(named: PulledName): string {
 
 /**
  * Whether a package from `source` is at the revision a name names: the branch or tag it was pulled at, or its
- * commit (in full, or its first 7 or more hex digits). A package that recorded neither is taken at any revision.
+ * commit (in full, or its first 7 or more hex digits, in either case: the hub writes commits in lowercase). A
+ * package that recorded neither is taken at any revision.
  */
 function atRevision(source: HubSource, revision: string | undefined): boolean {
   if (revision === undefined || (source.revision === '' && source.commit === undefined)) return true;
   if (revision === source.revision) return true;
-  return source.commit !== undefined && /^[0-9a-f]{7,40}$/.test(revision) && source.commit.startsWith(revision);
+  return (
+    source.commit !== undefined &&
+    /^[0-9a-f]{7,40}$/i.test(revision) &&
+    source.commit.startsWith(revision.toLowerCase())
+  );
 }
 
 /**

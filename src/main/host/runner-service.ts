@@ -1110,8 +1110,8 @@ export class RunnerService {
   }
 
   /**
-   * Starts a generation. Frames go to `sink` in order (accepted → admitted → started →
-   * tokens* → done | error); the handle's promise settles with the same outcome.
+   * Starts a generation. Frames go to `sink` in order (accepted → admitted → started → prefill* → tokens* →
+   * done | error, cut short by an error: see StreamFrame); the handle's promise settles with the same outcome.
    * Validation errors reject before any frame is sent.
    */
   generate(input: unknown, sink: (frame: StreamFrame) => void = () => {}): GenerationHandle {

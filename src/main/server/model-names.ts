@@ -59,11 +59,16 @@ export function pulledName(hostApi: HostApi, name: string): string {
 
 /**
  * The id a request's `model` means on any API: itself when a model has it, else what Ollama's names resolve to
- * (above). A name that means nothing goes on as it is: the host's refusal names the models there are.
+ * (above). A name that means nothing goes on as it is: the host's refusal names the models there are. `installed`:
+ * the ids of installedModels when the caller has listed them already (not listed again).
  */
-export async function apiModelName(hostApi: HostApi, name: string | undefined): Promise<string | undefined> {
+export async function apiModelName(
+  hostApi: HostApi,
+  name: string | undefined,
+  installed?: readonly string[],
+): Promise<string | undefined> {
   if (name === undefined || hostApi.runner.listModels().some((m) => m.id === name)) return name;
-  const ids = (await installedModels(hostApi)).map((m) => m.id);
+  const ids = installed ?? (await installedModels(hostApi)).map((m) => m.id);
   if (ids.includes(name)) return name;
   // A hub name at a revision that is not the one pulled is refused here, saying so.
   const pulled = pulledName(hostApi, name);

@@ -736,6 +736,21 @@ function ollamaMessage(message: string): string {
 }
 
 /**
+ * A prompt the context cannot take, said in the terms of the request (the host's words end "start a new chat", which
+ * means nothing to one /api/generate call, and /api/chat has left out the oldest turns already): undefined for any
+ * other error.
+ */
+function ollamaTooLong(e: HttpError['body']['error'], kind: OllamaKind | null): string | undefined {
+  const { n_prompt_tokens: tokens, n_ctx: context } = e as { n_prompt_tokens?: unknown; n_ctx?: unknown };
+  if (e.kvdesk_code !== 'CONTEXT_OVERFLOW' || kind === null) return undefined;
+  if (typeof tokens !== 'number' || typeof context !== 'number') return undefined;
+  const room = `which leaves no room for a reply in the model's context of ${context} tokens`;
+  return kind === 'generate'
+    ? `The prompt has ${tokens} tokens, ${room}. Shorten the prompt, or use a model with a longer context.`
+    : `The prompt has ${tokens} tokens with only the system messages and the last turn kept, ${room}. Shorten them, or use a model with a longer context.`;
+}
+
+/**
  * An error in Ollama's shape, `{"error": "<message>"}`. A full queue is Ollama's 503 (server busy) instead of
  * OpenAI's 429; a host refusal that names a contract field gets Ollama's name for it appended.
  */
@@ -744,7 +759,7 @@ export function ollamaError(
   kind: OllamaKind | null = null,
 ): { status: number; body: { error: string }; headers: Record<string, string> } {
   const e = err.body.error;
-  let message = ollamaMessage(e.message);
+  let message = ollamaTooLong(e, kind) ?? ollamaMessage(e.message);
   const field = err.field ?? (typeof e.field === 'string' ? e.field : undefined);
   if (kind && field !== undefined) {
     const param = ollamaParam(field, kind);

@@ -10,7 +10,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { LibraryEntry, ModelInfo } from '../../shared/api';
 import { toErrorInfo } from '../../shared/errors';
 import type { HostApi } from '../host/host-api';
-import { type DownloadProgress, splitPullName } from '../host/hub-download';
+import { type DownloadProgress, repoSpec, splitPullName } from '../host/hub-download';
 import { ownPackage } from '../host/own-package';
 import { errorFromInfo, HttpError, httpError, sendJson, streamHeaders } from './http-util';
 import { installedModels, loadedModels, pulledName } from './model-names';
@@ -256,7 +256,8 @@ export function pullTarget(body: unknown): { repo: string; variant?: string; str
     throw httpError(400, toErrorInfo(err).message, 'invalid_request', 'model');
   }
   // No repository before a colon: the download refuses the name as given.
-  const { spec: repo, variant } = split ?? { spec: name };
+  const repo = split ? repoSpec(split) : name;
+  const variant = split?.variant;
   return { repo, ...(variant !== undefined ? { variant } : {}), stream: b.stream !== false };
 }
 

@@ -284,10 +284,22 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
           return;
         }
         // None loaded now (unloaded: keep_alive 0, Unload, a first-use model's idle time): still ready while the
-        // library holds packages a request loads on first use. Not ready only when nothing could serve one.
+        // library holds packages a request loads on first use. Not ready when nothing could serve one, nor while
+        // the model kvdesk was started to serve failed to load (until a model loads): the operator sees why.
         await hostApi.library.sync();
         const loadable = [...new Set(hostApi.loadable().map((e) => e.id))];
-        if (loadable.length > 0) {
+        const failed = hostApi.startFailure();
+        if (failed) {
+          sendJson(res, 503, {
+            status: 'load_failed',
+            models: [],
+            loadable,
+            error: { code: failed.error.code, message: failed.error.message, path: failed.path },
+            message:
+              `The default model at ${failed.path} did not load: ${failed.error.message.replace(/[.\s]+$/, '')}. ` +
+              `Fix it and restart kvdesk${loadable.length > 0 ? ', or load another: a request naming one of `loadable` loads it' : ', or add a package (kvdesk pull, or the Models view)'}.`,
+          });
+        } else if (loadable.length > 0) {
           sendJson(res, 200, {
             status: 'idle',
             models: [],
@@ -418,7 +430,11 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
         );
       }
       const models = await listedModels();
-      const named = await apiModelName(hostApi, id);
+      const named = await apiModelName(
+        hostApi,
+        id,
+        models.map((m) => m.id),
+      );
       const model = models.find((m) => m.id === named);
       if (!model) {
         const known = models.map((m) => m.id).join(', ') || 'none';

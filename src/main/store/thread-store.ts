@@ -22,6 +22,11 @@ import { fieldsUnknown, isPlainObject, readIfThere, setAside, unreadableFile } f
 import { issueText, salvageSettings } from './settings-salvage';
 import { writeAtomic } from './write-atomic';
 
+/** How many deleted chats' ids the data folder keeps, to refuse a late save of one from another window or tab. */
+export const DELETED_THREADS_KEPT = 1000;
+/** The file in the data folder that names the chats deleted (the latest DELETED_THREADS_KEPT). */
+export const DELETED_FILE = 'deleted-threads.json';
+
 const SAFE_ID = /^[A-Za-z0-9_-]{1,100}$/;
 const SAFE_ID_TEXT = 'letters, digits, "-" and "_" only (1–100 chars)';
 
@@ -29,6 +34,15 @@ const SAFE_ID_TEXT = 'letters, digits, "-" and "_" only (1–100 chars)';
 interface ThreadExtras {
   top: Record<string, unknown>;
   messages: Map<string, Record<string, unknown>>;
+}
+
+/** What a chat's file holds, as last read or written, with the stat it had then. */
+interface Held {
+  file: string;
+  revision: number;
+  /** The page that saved it last. */
+  by?: string;
+  grants: string[];
 }
 
 /** The settings file as read: what this kvdesk uses, and the fields of a newer one, kept as they are. */
@@ -61,22 +75,31 @@ export class ThreadStore {
   private readonly extras = new Map<string, ThreadExtras>();
   /** Pending writes and deletes per file, run in call order: the last save wins, a delete stays deleted. */
   private readonly pending = new Map<string, Promise<unknown>>();
-  /** Each chat's tool grants as its file held them, with that file's stat: read again only when the file changed. */
-  private readonly grants = new Map<string, { file: string; grants: string[] }>();
   /**
-   * Each chat's revision as its file holds it, with that file's stat (read again only when the file changed), and
-   * the page that saved it last (its `savedBy`, kept in the file: a page's save the host wrote just before it
-   * stopped, its answer lost, is that page's own once kvdesk is back).
+   * What each chat's file held when last read or written, with that file's stat (read again only when the file
+   * changed): its revision, the page that saved it last (its `savedBy`, kept in the file: a page's save the host wrote
+   * just before it stopped, its answer lost, is that page's own once kvdesk is back) and its tool grants.
    */
-  private readonly revisions = new Map<string, { file: string; revision: number; by?: string }>();
+  private readonly held = new Map<string, Held>();
   /** Each chat file's summary (the chat list's), with the file's stat: read again only when the file changed. */
   private readonly summaries = new Map<string, { file: string; summary: ThreadSummary }>();
   /** Each chat's searchable text (title, messages, attached files; lower case), with its file's stat. */
   private readonly haystacks = new Map<string, { file: string; text: string }>();
+  /**
+   * The chats deleted (id → when), as `deleted-threads.json` in the data folder keeps them, the latest
+   * DELETED_THREADS_KEPT: a late save of one (a page that had not heard of the delete, also across a restart) is
+   * refused. Read at the first save or delete.
+   */
+  private deleted: Promise<Map<string, number>> | null = null;
+  private readonly deletedFile: string;
+  /** Deletes noted, and how many of them the file has. */
+  private deletedNoted = 0;
+  private deletedWritten = 0;
 
   constructor(dataDir: string, opts: ThreadStoreOptions = {}) {
     this.threadsDir = path.join(dataDir, 'threads');
     this.settingsFile = path.join(dataDir, 'settings.json');
+    this.deletedFile = path.join(dataDir, DELETED_FILE);
     this.log = opts.log ?? ((line) => process.stderr.write(`${line}\n`));
     this.now = opts.now ?? Date.now;
   }
@@ -185,7 +208,12 @@ export class ThreadStore {
         throw new KvdeskError('INTERNAL', read.problem.replace('it is not listed, and left', 'it is left'), { file });
       }
       const { thread, savedBy } = read;
-      this.revisions.set(id, { file: now, revision: thread.revision ?? 0, ...(savedBy ? { by: savedBy } : {}) });
+      this.held.set(id, {
+        file: now,
+        revision: thread.revision ?? 0,
+        ...(savedBy ? { by: savedBy } : {}),
+        grants: thread.toolsAllowed ?? [],
+      });
       this.summaries.set(id, { file: now, summary: summaryOf(thread, Number(now.split(':')[1])) });
       return thread;
     });
@@ -360,15 +388,7 @@ export class ThreadStore {
     const file = path.join(this.threadsDir, `${id}.json`);
     // A page without a token asks before each save (about once a second while a reply streams): a long chat's file
     // is read and checked again only when another process (or a hand) changed it.
-    return this.inOrder(file, async () => {
-      const now = await statOf(file);
-      const known = this.grants.get(id);
-      if (now !== null && known?.file === now) return known.grants;
-      const read = await this.readThread(file);
-      const grants = 'thread' in read ? (read.thread.toolsAllowed ?? []) : [];
-      if (now !== null && 'thread' in read) this.grants.set(id, { file: now, grants });
-      return grants;
-    });
+    return this.inOrder(file, async () => (await this.heldBy(id, file))?.grants ?? []);
   }
 
   /**
@@ -382,7 +402,14 @@ export class ThreadStore {
     const file = this.fileOf(thread.id);
     const base = thread.revision ?? 0;
     return this.inOrder(file, async () => {
-      const stored = await this.storedRevision(thread.id, file);
+      const stored = await this.heldBy(thread.id, file);
+      // Deleted, and not put back since (by a hand): a page that had not heard of the delete must not bring it back.
+      if ((await this.deletedChats()).has(thread.id) && (await statOf(file)) === null) {
+        throw new KvdeskError('BAD_REQUEST', `the chat "${thread.title}" was deleted in another window or tab`, {
+          field: 'id',
+          reason: 'deleted',
+        });
+      }
       if (stored && stored.revision !== base && !(stored.revision > base && savedBy && stored.by === savedBy)) {
         throw new KvdeskError(
           'SAVE_CONFLICT',
@@ -394,14 +421,17 @@ export class ThreadStore {
       // Its messages last: the chat list reads the fields before them (readHead).
       const { messages, ...fields } = this.withExtras({ ...thread, revision });
       const data = JSON.stringify({ ...fields, ...(savedBy ? { savedBy } : {}), messages });
-      this.grants.delete(thread.id);
-      this.revisions.delete(thread.id);
+      this.held.delete(thread.id);
       this.summaries.delete(thread.id);
       await this.write(file, data, `the chat "${thread.title}"`);
       const now = await statOf(file);
       if (now !== null) {
-        this.grants.set(thread.id, { file: now, grants: thread.toolsAllowed ?? [] });
-        this.revisions.set(thread.id, { file: now, revision, ...(savedBy ? { by: savedBy } : {}) });
+        this.held.set(thread.id, {
+          file: now,
+          revision,
+          ...(savedBy ? { by: savedBy } : {}),
+          grants: thread.toolsAllowed ?? [],
+        });
         this.summaries.set(thread.id, {
           file: now,
           summary: summaryOf({ ...thread, revision }, Number(now.split(':')[1])),
@@ -412,33 +442,93 @@ export class ThreadStore {
   }
 
   /**
-   * The revision of chat `id`'s file (0 for a file from before revisions); null when there is no file, or none this
-   * kvdesk can read (a save writes over it, as before).
+   * What chat `id`'s file holds (its revision: 0 for a file from before revisions); null when there is no file, or
+   * none this kvdesk can read (a save writes over it, as before).
    */
-  private async storedRevision(id: string, file: string): Promise<{ revision: number; by?: string } | null> {
+  private async heldBy(id: string, file: string): Promise<Held | null> {
     const now = await statOf(file);
     if (now === null) return null;
-    const known = this.revisions.get(id);
+    const known = this.held.get(id);
     if (known?.file === now) return known;
     const read = await this.readThread(file);
     if (!('thread' in read)) return null;
-    const found = {
+    const found: Held = {
       file: now,
       revision: read.thread.revision ?? 0,
       ...(read.savedBy !== undefined ? { by: read.savedBy } : {}),
+      grants: read.thread.toolsAllowed ?? [],
     };
-    this.revisions.set(id, found);
+    this.held.set(id, found);
     return found;
   }
 
+  /**
+   * Deletes chat `id`'s file. It is noted as deleted first (in deleted-threads.json: a save of it from a page that
+   * had not heard of it is refused, also after a restart); one that cannot be noted is not deleted (the error names
+   * the file). An id that is no chat's file name is refused and not noted.
+   */
   async delete(id: string): Promise<void> {
     const file = this.fileOf(id);
     this.extras.delete(id);
-    this.grants.delete(id);
-    this.revisions.delete(id);
+    this.held.delete(id);
     this.summaries.delete(id);
     this.haystacks.delete(id);
-    await this.inOrder(file, () => rm(file, { force: true }));
+    await this.inOrder(file, async () => {
+      await this.noteDeleted(id);
+      await rm(file, { force: true });
+    });
+  }
+
+  /** The chats deleted, as deleted-threads.json has them (read once). */
+  private deletedChats(): Promise<Map<string, number>> {
+    this.deleted ??= this.inOrder(this.deletedFile, () => this.readDeleted());
+    return this.deleted;
+  }
+
+  private async readDeleted(): Promise<Map<string, number>> {
+    const file = this.deletedFile;
+    let text: string | null;
+    try {
+      text = await readIfThere(file);
+    } catch (err) {
+      // Unreadable (access): chats are still deleted; a late save of one may bring it back until it can be read.
+      this.sayOnce(unreadableFile('the list of deleted chats', file, err, 'restart kvdesk').message);
+      return new Map();
+    }
+    if (text === null) return new Map();
+    const entries = readDeletedEntries(text);
+    if (entries === null) {
+      const aside = await setAside(file, this.now(), 'move').catch((err: KvdeskError) => err.message);
+      this.sayOnce(
+        `the list of deleted chats ${file} is not valid (it should be {"deleted": [{"id", "at"}]}); it was moved to ${aside}, and a new one is started`,
+      );
+      return new Map();
+    }
+    return new Map(entries);
+  }
+
+  /** Notes chat `id` as deleted now (the latest DELETED_THREADS_KEPT are kept), written before it is answered. */
+  private async noteDeleted(id: string): Promise<void> {
+    const deleted = await this.deletedChats();
+    const had = deleted.get(id);
+    deleted.delete(id);
+    deleted.set(id, this.now());
+    while (deleted.size > DELETED_THREADS_KEPT) deleted.delete(deleted.keys().next().value as string);
+    const version = ++this.deletedNoted;
+    try {
+      await this.inOrder(this.deletedFile, async () => {
+        // Written already with this one in it (deletes in a row: one write for those that waited).
+        if (this.deletedWritten >= version) return;
+        const upTo = this.deletedNoted;
+        const entries = [...deleted].map(([key, at]) => ({ id: key, at }));
+        await this.write(this.deletedFile, JSON.stringify({ deleted: entries }), 'the list of deleted chats');
+        this.deletedWritten = upTo;
+      });
+    } catch (err) {
+      deleted.delete(id);
+      if (had !== undefined) deleted.set(id, had);
+      throw err;
+    }
   }
 
   /** The settings; none when there is no file yet. Throws (naming the file) when it exists but cannot be read. */
@@ -635,4 +725,21 @@ function messagesKeyAt(text: string): number | 'more' | 'no' {
 async function statOf(file: string): Promise<string | null> {
   const s = await stat(file).catch(() => null);
   return s ? `${s.ino}:${s.size}:${s.mtimeMs}:${s.ctimeMs}` : null;
+}
+
+/** deleted-threads.json's entries (id, when deleted), oldest first; null when it is not such a file. */
+function readDeletedEntries(text: string): Array<[string, number]> | null {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch {
+    return null;
+  }
+  if (!isPlainObject(raw) || !Array.isArray(raw.deleted)) return null;
+  const out: Array<[string, number]> = [];
+  for (const e of raw.deleted) {
+    if (!isPlainObject(e) || typeof e.id !== 'string' || typeof e.at !== 'number') return null;
+    out.push([e.id, e.at]);
+  }
+  return out.slice(-DELETED_THREADS_KEPT);
 }

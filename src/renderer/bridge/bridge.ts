@@ -29,6 +29,7 @@ import { drafts } from '../lib/drafts';
 import { autoRunCalls, chatTools, MAX_AUTO_ROUNDS, SKIPPED_ANSWER, toolKey } from '../lib/mcp-tools';
 import { conflictCopy, conflictTitle, holdsAll, mergeThread, sameSettings, takeSettings } from '../lib/merge-thread';
 import { loadedAnnouncement, unloadedAnnouncement, validatedAnnouncement } from '../lib/model-announcement';
+import { indexedDbPending, type PendingChange, pagesOnline, whyNotKept } from '../lib/pending-changes';
 import { blank, carriedSettings, chatSetup } from '../lib/presets';
 import { parseThreadImport } from '../lib/thread-export';
 import { turnModel } from '../lib/turn-model';
@@ -242,6 +243,8 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     for (const copy of copying.values()) if (copy.id === id) copy.dropped = true;
     stop(id);
     endStreamSaves(id);
+    // A save of it kept in the browser is not made (a delete made here is kept in its place).
+    forgetKept(id, Number.POSITIVE_INFINITY);
     known.delete(id);
     s().removeThread(id);
     sessionModel.delete(id);
@@ -300,10 +303,18 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       return;
     }
     saving.set(threadId, (saving.get(threadId) ?? 0) + 1);
+    const at = stamp();
+    // Made while kvdesk cannot be reached: kept in the browser until it is answered (a reload meanwhile keeps it).
+    if (transport.state !== 'open') keep(threadId, t.title, at, thread);
     void api.invoke('saveThread', { ...thread, savedBy: pageId }).then((r) => {
       const left = (saving.get(threadId) ?? 1) - 1;
       if (left > 0) saving.set(threadId, left);
       else saving.delete(threadId);
+      // Answered: what the browser kept of it (and of this page's saves of it before) is let go; a refused one once
+      // it is settled.
+      if (r.ok || (r.error.code !== 'SAVE_CONFLICT' && r.error.detail?.reason !== 'disconnect')) {
+        forgetKept(threadId, at);
+      }
       if (r.ok) {
         known.set(threadId, thread);
         // The page's next save of it is made from this revision (or from a later one it heard of meanwhile).
@@ -314,8 +325,15 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       } else if (r.error.detail?.reason === 'disconnect') {
         // The connection went before the host answered (it may have written it, or not): saved again once it is
         // back. Taken as this page's own save in a row either way, or refused and settled if another page saved
-        // the chat meanwhile.
+        // the chat meanwhile. Kept in the browser till then.
         unanswered.add(threadId);
+        if ((kept.get(threadId) ?? 0) < at) keep(threadId, t.title, at, thread);
+      } else if (r.error.detail?.reason === 'deleted') {
+        // Deleted in another tab before this page heard of it: gone here too, and said (nothing of it is saved).
+        if (s().threads.some((x) => x.id === threadId)) dropThread(threadId);
+        notify(
+          `“${t.title}” was deleted in another window or tab before this page's change to it was saved: the change is not kept.`,
+        );
       } else {
         // Nothing of this save was written (too large to send, a disk kvdesk may not write): said at once, as what
         // the page shows is lost when it closes.
@@ -342,6 +360,149 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   const unanswered = new Set<string>();
   /** Chats whose settling the closing connection cut off (the saved one could not be read): settled once it is back. */
   const unsettled = new Set<string>();
+
+  /**
+   * The saves and deletes this page made while kvdesk could not be reached, kept in the browser (IndexedDB) until
+   * answered, so that a reload or a closed tab meanwhile loses none (pending-changes.ts): by chat, when the last was
+   * kept. Where the browser cannot keep one (its storage full, none at all), the window says so at once.
+   */
+  const pendingStore = indexedDbPending();
+  const pages = pagesOnline(pageId);
+  const kept = new Map<string, number>();
+  /** Chats deleted here whose delete the closing connection left unanswered: made again once it is back. */
+  const undeleted = new Map<string, string>();
+  let lastStamp = 0;
+  /** A time that orders this page's saves and deletes (later ones later). */
+  const stamp = () => {
+    lastStamp = Math.max(lastStamp + 1, Date.now());
+    return lastStamp;
+  };
+
+  /** The alert, showing now, that changes are only in this page until kvdesk is back (null: none). */
+  let unsavedAlert: string | null = null;
+  /** Alerts that a change is not saved yet (only this page has it): added to such an alert showing, not in its place. */
+  function notSavedYet(text: string): void {
+    const showing = unsavedAlert !== null && s().notice === unsavedAlert ? unsavedAlert : null;
+    if (showing?.includes(text)) return;
+    unsavedAlert = showing ? `${showing} ${text}` : text;
+    notify(unsavedAlert, true);
+  }
+
+  /** Keeps this page's save of chat `threadId` (its delete: no `thread`) in the browser until kvdesk answers it. */
+  function keep(threadId: string, title: string, at: number, thread?: Thread): void {
+    kept.set(threadId, at);
+    const notKept = (why: string) => {
+      if (kept.get(threadId) !== at) return; // a later change of it is kept, or it was answered meanwhile
+      notSavedYet(
+        thread
+          ? `Your change to “${title}” is not saved yet: kvdesk cannot be reached, and this browser could not keep the change until it can (${why}). Keep this page open: it is saved once kvdesk is back; closing or reloading the page loses it.`
+          : `“${title}” is not deleted yet: kvdesk cannot be reached, and this browser could not keep the delete until it can (${why}). Keep this page open: it is deleted once kvdesk is back; closing or reloading the page leaves it undeleted.`,
+      );
+    };
+    if (!pendingStore) {
+      notKept('it keeps no data for this page');
+      return;
+    }
+    const change: PendingChange = { threadId, savedBy: pageId, owner: pageId, at, ...(thread ? { thread } : {}) };
+    pendingStore.put(change).catch((err: unknown) => notKept(whyNotKept(err)));
+  }
+
+  /** This page's change of the chat kept in the browser, if made at or before `upTo`, is answered: let go. */
+  function forgetKept(threadId: string, upTo: number): void {
+    const at = kept.get(threadId);
+    if (at === undefined || at > upTo) return;
+    kept.delete(threadId);
+    pendingStore?.forget(pageId, threadId, at).catch(() => {});
+  }
+
+  /** Deletes the chat on the host (this page dropped it already); one the connection's close left unanswered, again. */
+  function deleteOnHost(id: string, title: string): void {
+    const at = stamp();
+    if (transport.state !== 'open') keep(id, title, at);
+    // The host also closes the thread's session, giving its retained KV back to the budget.
+    void api.invoke('deleteThread', { id }).then((r) => {
+      if (!r.ok && r.error.detail?.reason === 'disconnect') {
+        undeleted.set(id, title);
+        if ((kept.get(id) ?? 0) < at) keep(id, title, at);
+        return;
+      }
+      forgetKept(id, at);
+      report(`Could not delete “${title}”`, r);
+    });
+  }
+
+  /** Kept changes being made by this page for a page that is gone (by savedBy:threadId). */
+  const replaying = new Set<string>();
+
+  /**
+   * The changes kept in the browser by pages that are gone (reloaded, closed while kvdesk could not be reached): made
+   * now, as the page that made them, by the rules its own would have had (refused when another page saved the chat
+   * since: kept as a conflicted copy when it said more; not made when the chat was deleted elsewhere).
+   */
+  async function replayGone(): Promise<void> {
+    if (!pendingStore) return;
+    let all: PendingChange[];
+    try {
+      all = await pendingStore.readAll();
+    } catch {
+      return; // nothing could be kept either: each page said so as it made its changes
+    }
+    const theirs = all.filter((c) => c.savedBy !== pageId && !replaying.has(`${c.savedBy}:${c.threadId}`));
+    if (theirs.length === 0) return;
+    const alive = await pages.alive([...new Set(theirs.map((c) => c.owner).filter((o) => o !== pageId))]);
+    for (const c of theirs) {
+      if (c.owner !== pageId && (alive.has(c.owner) || !(await pendingStore.claim(c, pageId).catch(() => false)))) {
+        continue;
+      }
+      void replayOne(c);
+    }
+  }
+
+  async function replayOne(c: PendingChange): Promise<void> {
+    const key = `${c.savedBy}:${c.threadId}`;
+    replaying.add(key);
+    const title = c.thread?.title ?? s().threads.find((t) => t.id === c.threadId)?.title ?? UNTITLED;
+    // A delete: gone from this page at once, as where it was made (its event then finds nothing to tell of).
+    if (!c.thread && s().threads.some((t) => t.id === c.threadId)) dropThread(c.threadId);
+    const r = c.thread
+      ? await api.invoke('saveThread', { ...c.thread, savedBy: c.savedBy })
+      : await api.invoke('deleteThread', { id: c.threadId });
+    replaying.delete(key);
+    // The connection went again: made at the next (this page keeps it meanwhile).
+    if (!r.ok && r.error.detail?.reason === 'disconnect') return;
+    if (c.thread && !r.ok && r.error.code === 'SAVE_CONFLICT') {
+      // Another page saved the chat since: what the gone page said that the saved one lacks is kept as a copy.
+      const opened = await api.invoke('openThread', { id: c.threadId });
+      // Deleted since (its event says so): nothing to keep a copy beside. Otherwise read again at the next connection.
+      if (!opened.ok && opened.error.detail?.reason !== 'gone') return;
+      const saved = opened.ok ? opened.value : undefined;
+      if (saved && !holdsAll(saved, c.thread)) {
+        const now = Date.now();
+        const copy = conflictCopy(c.thread, newId('t', now), newId('m', now), now);
+        s().receiveThread(copy);
+        saveThread(copy.id);
+        notify(
+          `“${saved.title}” was changed in another window or tab before a change made while kvdesk could not be reached was saved. Both are kept: theirs as “${saved.title}”, that one as “${copy.title}”.`,
+        );
+      } else if (saved && !sameSettings(saved, c.thread)) {
+        notify(
+          `“${saved.title}” was changed in another window or tab before a change of its name or settings made while kvdesk could not be reached was saved: it shows that one now. Make the change again if you still want it.`,
+        );
+      }
+    } else if (!r.ok && r.error.detail?.reason === 'deleted') {
+      notify(
+        `“${title}” was deleted in another window or tab before a change to it made while kvdesk could not be reached was saved: the change is not kept.`,
+      );
+    } else if (!r.ok) {
+      notify(
+        c.thread
+          ? `A change to “${title}” made while kvdesk could not be reached was not saved: ${r.error.message.replace(/[.\s]+$/, '')}.`
+          : `Could not delete “${title}”: ${r.error.message}`,
+        true,
+      );
+    }
+    await pendingStore?.forget(c.savedBy, c.threadId, c.at).catch(() => {});
+  }
   /**
    * Chats whose saves were refused while a reply is written in them here, another page having added turns: what
    * this page has of each is saved, from then on, as a chat of its own (the copy's id, its messages' ids, when made;
@@ -392,6 +553,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   async function settle(threadId: string): Promise<void> {
     if (settling.has(threadId) || copying.has(threadId)) return;
     settling.add(threadId);
+    const upTo = stamp();
     const opened = await api.invoke('openThread', { id: threadId });
     settling.delete(threadId);
     // More of this page's saves went meanwhile: settled once they are answered (the last refused has the most).
@@ -411,6 +573,8 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       );
       return;
     }
+    // Settled below (what is kept of it goes on in the chat, or in a copy saved now): the browser lets it go.
+    forgetKept(threadId, upTo);
     const saved = opened.ok ? opened.value : undefined;
     const live = liveIn(threadId);
     if (live && local && saved) {
@@ -551,7 +715,10 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     s().updateThread(threadId, { modelId: picked });
   }
 
+  /** The last settings save the closing connection left unanswered: made again once it is back. */
+  let settingsUnanswered = false;
   function saveSettings(): void {
+    settingsUnanswered = false;
     if (!settingsLoaded) return; // never overwrite saved settings with defaults before they were read
     const { lastThreadId, inspectorOpen, theme, apiServer, presets } = s().ui;
     void api
@@ -563,6 +730,14 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         ...(presets && presets.length > 0 ? { presets } : {}),
       })
       .then((r) => {
+        // The connection went before kvdesk answered: saved again once it is back (only this page has them).
+        if (!r.ok && r.error.detail?.reason === 'disconnect') {
+          settingsUnanswered = true;
+          notSavedYet(
+            'Your settings are not saved yet: kvdesk cannot be reached. They are saved once it is back; closing or reloading this page meanwhile loses the presets, theme and choices made since.',
+          );
+          return;
+        }
         // The page shows them all the same: said at once, as they are gone at the next load.
         if (!r.ok) {
           notify(
@@ -806,12 +981,22 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   const RECONNECTING = 'Connection to kvdesk lost; reconnecting…';
   const onOpen = () => {
     const replace = !firstOpen;
-    if (firstOpen) void loadPersisted();
+    // Changes kept in the browser by pages gone while kvdesk could not be reached: made once the chats are read.
+    if (firstOpen) void loadPersisted().then(replayGone);
+    else void replayGone();
     firstOpen = false;
     for (const id of [...unanswered]) {
       unanswered.delete(id);
       saveThread(id);
     }
+    for (const [id, title] of [...undeleted]) {
+      undeleted.delete(id);
+      deleteOnHost(id, title);
+    }
+    if (settingsUnanswered) saveSettings();
+    // What only this page had is being saved now: the alert that said so goes.
+    if (unsavedAlert !== null && s().notice === unsavedAlert) s().setNotice(null);
+    unsavedAlert = null;
     for (const id of [...unsettled]) {
       unsettled.delete(id);
       void settle(id);
@@ -1584,9 +1769,9 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       saveThread(id);
     },
     deleteThread(id) {
+      const title = s().threads.find((t) => t.id === id)?.title ?? UNTITLED;
       dropThread(id);
-      // The host also closes the thread's session, giving its retained KV back to the budget.
-      void api.invoke('deleteThread', { id }).then((r) => report('Could not delete the chat', r));
+      deleteOnHost(id, title);
       rememberOpen(s().activeThreadId);
     },
     updateThreadSettings(id, patch) {

@@ -104,6 +104,19 @@ describe('a conversation longer than the context, through the HTTP APIs', () => 
     expect((completionError.body.error as Json).message).toBe(
       `${openAi('prompt', promptLength)} Shorten the prompt, or use a model with a longer context.`,
     );
+    // Ollama's: one /api/generate call has no chat to start anew; /api/chat has left out the oldest turns already.
+    const last: Message = { role: 'user', content: prompt };
+    const generateError = await post('/api/generate', { model, prompt, stream: false });
+    expect(generateError.status).toBe(400);
+    expect(generateError.body).toEqual({
+      // (in the chat template, as /api/generate writes a prompt without raw)
+      error: `The prompt has ${promptTokens([last])} tokens, which leaves no room for a reply in the model's context of ${CONTEXT} tokens. Shorten the prompt, or use a model with a longer context.`,
+    });
+    const ollamaChatError = await post('/api/chat', { model, messages: [SYSTEM, ...LONG, last], stream: false });
+    expect(ollamaChatError.status).toBe(400);
+    expect(ollamaChatError.body).toEqual({
+      error: `The prompt has ${promptTokens([SYSTEM, last])} tokens with only the system messages and the last turn kept, which leaves no room for a reply in the model's context of ${CONTEXT} tokens. Shorten them, or use a model with a longer context.`,
+    });
     // Anthropic's, which Claude Code compacts on and LiteLLM reads: the longest prompt leaves a token for the reply.
     for (const stream of [false, true]) {
       const anthropic = await post('/v1/messages', {

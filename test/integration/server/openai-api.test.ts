@@ -98,7 +98,11 @@ describe('GET /v1/models', () => {
     expect(m.kvdesk).toMatchObject({
       bpt: 1024,
       is_default: true,
-      logits: { last: true, detail: expect.stringMatching(/^LM head MatMul fed the last position/) },
+      logits: {
+        last: true,
+        detail: expect.stringMatching(/^LM head MatMul fed the last position/),
+        batching: expect.stringMatching(/^requests share one batch, each row left-padded to the longest \(checked/),
+      },
     });
   });
 });
@@ -112,6 +116,30 @@ describe('GET /v1/models/{id}', () => {
     expect(err.status).toBe(404);
     expect(err.code).toBe('model_not_found');
     expect(err.message).toMatch(/model "gpt-4o" is neither loaded nor in the library \(known: default\)/);
+  });
+
+  it('lists the models once a call: the library read once, the loaded models asked for once', async () => {
+    const sync = vi.spyOn(t.hostApi.library, 'sync');
+    const call = vi.spyOn(t.hostApi, 'call');
+    try {
+      // A name no loaded model has (resolved against the list), found or not.
+      for (const [id, status] of [
+        ['default:latest', 200],
+        ['gpt-4o', 404],
+      ] as const) {
+        sync.mockClear();
+        call.mockClear();
+        expect((await fetch(`${t.url}/v1/models/${encodeURIComponent(id)}`)).status, id).toBe(status);
+        expect(sync, id).toHaveBeenCalledTimes(1);
+        expect(
+          call.mock.calls.filter(([name]) => name === 'listModels'),
+          id,
+        ).toHaveLength(1);
+      }
+    } finally {
+      sync.mockRestore();
+      call.mockRestore();
+    }
   });
 
   it('answers an id that is not valid percent-encoding with a 400 naming the model, and goes on', async () => {

@@ -5,7 +5,7 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { chmod, mkdtemp, rm } from 'node:fs/promises';
+import { chmod, cp, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -423,6 +423,46 @@ describe('serve (in-process)', () => {
       expect(await res.json()).toMatchObject({ status: 'no_model', models: [], message: /--model DIR/ });
     } finally {
       await t.close();
+    }
+  });
+
+  it('/health is 503 load_failed, with the reason, while the default model failed to load and none has loaded since', async () => {
+    const dataDir = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-health-'));
+    // The default model as an update left it: config.json cut short.
+    const broken = path.join(dataDir, 'broken');
+    await cp(defaultModelDir, broken, { recursive: true });
+    await writeFile(path.join(broken, 'config.json'), '{"model_type": ');
+    try {
+      // An earlier run loaded a package, which the library keeps.
+      const earlier = await startTestServer({}, { dataDir });
+      await earlier.close();
+      const t = await startTestServer({}, { dataDir, defaultModel: broken });
+      try {
+        // (The library's packages are checked again in the background after the start.)
+        await t.hostApi.libraryChecked;
+        const res = await fetch(`${t.url}/health`);
+        expect(res.status).toBe(503);
+        const body = (await res.json()) as { message: string };
+        expect(body).toMatchObject({
+          status: 'load_failed',
+          models: [],
+          loadable: ['default'],
+          error: { code: 'PACKAGE_INVALID', path: broken, message: expect.stringContaining('config.json') },
+        });
+        expect(body.message).toMatch(
+          new RegExp(
+            `^The default model at ${broken} did not load: .*config\\.json.*\\. Fix it and restart kvdesk, or load another: a request naming one of \`loadable\` loads it\\.$`,
+          ),
+        );
+        // A request loads the library's package: ready from then on.
+        const reply = await openaiClient(t.url).completions.create({ model: 'default', prompt: 'Once', max_tokens: 1 });
+        expect(reply.choices).toHaveLength(1);
+        expect(await (await fetch(`${t.url}/health`)).json()).toEqual({ status: 'ok', models: ['default'] });
+      } finally {
+        await t.close();
+      }
+    } finally {
+      await rm(dataDir, { recursive: true, force: true });
     }
   });
 

@@ -26,18 +26,26 @@ export interface TestServer {
   close(): Promise<void>;
 }
 
-/** Starts a server; `loadDefault: false` leaves it without a model. */
+/**
+ * Starts a server; `loadDefault: false` leaves it without a model, `defaultModel` starts it with that folder as its
+ * default model instead, `dataDir` on a data folder of the test's own (left as it is on close).
+ */
 export async function startTestServer(
   settings: Partial<HostSettings> = {},
-  options: Partial<Omit<ServerOptions, 'hostApi'>> & { loadDefault?: boolean; hub?: HubOptions } = {},
+  options: Partial<Omit<ServerOptions, 'hostApi'>> & {
+    loadDefault?: boolean;
+    defaultModel?: string;
+    dataDir?: string;
+    hub?: HubOptions;
+  } = {},
 ): Promise<TestServer> {
-  const { loadDefault = true, hub, ...serverOptions } = options;
-  const dataDir = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-server-test-'));
+  const { loadDefault = true, defaultModel = defaultModelDir, dataDir: ownDataDir, hub, ...serverOptions } = options;
+  const dataDir = ownDataDir ?? (await mkdtemp(path.join(os.tmpdir(), 'kvdesk-server-test-')));
   const runner = new RunnerService({ intraOpNumThreads: 1, ...settings });
   const hostApi = await createHostApi({
     runner,
     dataDir,
-    ...(loadDefault ? { defaultModelDir } : {}),
+    ...(loadDefault ? { defaultModelDir: defaultModel } : {}),
     ...(hub ? { hub } : {}),
     log: () => {},
   });
@@ -51,7 +59,7 @@ export async function startTestServer(
     async close() {
       await server.close();
       await hostApi.close();
-      await rm(dataDir, { recursive: true, force: true });
+      if (ownDataDir === undefined) await rm(dataDir, { recursive: true, force: true });
     },
   };
 }

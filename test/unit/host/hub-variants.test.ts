@@ -12,6 +12,7 @@ import {
   pulledEntry,
   pulledNameOf,
   pullNameOf,
+  repoSpec,
   splitPullName,
 } from '../../../src/main/host/hub-download';
 import { pullTarget } from '../../../src/main/server/ollama-routes';
@@ -208,25 +209,36 @@ describe('parseRepo', () => {
 
 describe('what a pull names: splitPullName (kvdesk pull) and pullTarget (/api/pull)', () => {
   it('the variant after the colon, the revision before it or after the variant', () => {
-    const cases: Array<[string, { spec: string; variant?: string }]> = [
-      ['owner/name', { spec: 'owner/name' }],
-      ['hf.co/owner/name@v1', { spec: 'owner/name@v1' }],
-      ['owner/name:q4', { spec: 'owner/name', variant: 'q4' }],
-      ['owner/name:latest', { spec: 'owner/name' }],
-      ['owner/name@main:q4', { spec: 'owner/name@main', variant: 'q4' }],
+    const cases: Array<[string, { repo: string; revision?: string; variant?: string }]> = [
+      ['owner/name', { repo: 'owner/name' }],
+      ['hf.co/owner/name@v1', { repo: 'owner/name', revision: 'v1' }],
+      ['owner/name:q4', { repo: 'owner/name', variant: 'q4' }],
+      ['owner/name:latest', { repo: 'owner/name' }],
+      ['owner/name@main:q4', { repo: 'owner/name', revision: 'main', variant: 'q4' }],
       // The revision after the variant: `q4@main` was taken for the variant's name.
-      ['owner/name:q4@main', { spec: 'owner/name@main', variant: 'q4' }],
-      ['hf.co/owner/name:q4@abc123', { spec: 'owner/name@abc123', variant: 'q4' }],
-      ['owner/name:latest@refs/pr/3', { spec: 'owner/name@refs/pr/3' }],
-      ['owner/name@v1:q4@v1', { spec: 'owner/name@v1', variant: 'q4' }],
-      ['owner/name:cpu_and_mobile/cpu-int4@dev', { spec: 'owner/name@dev', variant: 'cpu_and_mobile/cpu-int4' }],
+      ['owner/name:q4@main', { repo: 'owner/name', revision: 'main', variant: 'q4' }],
+      ['hf.co/owner/name:q4@abc123', { repo: 'owner/name', revision: 'abc123', variant: 'q4' }],
+      ['owner/name:latest@refs/pr/3', { repo: 'owner/name', revision: 'refs/pr/3' }],
+      ['owner/name@v1:q4@v1', { repo: 'owner/name', revision: 'v1', variant: 'q4' }],
+      [
+        'owner/name:cpu_and_mobile/cpu-int4@dev',
+        { repo: 'owner/name', revision: 'dev', variant: 'cpu_and_mobile/cpu-int4' },
+      ],
     ];
     for (const [name, split] of cases) {
       expect(splitPullName(name), name).toEqual(split);
-      const { variant, spec } = split;
+      const { variant, revision } = split;
+      // The downloads take the repository and its revision as one spec.
+      const spec = repoSpec(split);
+      expect(spec).toBe(revision === undefined ? split.repo : `${split.repo}@${revision}`);
       expect(pullTarget({ model: name }), name).toEqual({ repo: spec, stream: true, ...(variant ? { variant } : {}) });
-      expect(parseRepo(spec).revision).toBe(spec.split('@')[1] ?? 'main');
+      expect(parseRepo(spec)).toEqual({ repo: split.repo, revision: revision ?? 'main' });
     }
+    // Without a colon, the repository and revision as given, apart, for parseRepo to refuse (`owner/name@` has an
+    // empty revision, which it refuses as no revision).
+    expect(splitPullName('./folder@x')).toEqual({ repo: './folder', revision: 'x' });
+    expect(splitPullName('owner/name@')).toEqual({ repo: 'owner/name', revision: '' });
+    expect(repoSpec({ repo: 'owner/name', revision: '' })).toBe('owner/name@');
     // No repository before the colon: the name goes on as given, for parseRepo to refuse.
     expect(splitPullName('https://example.com/x')).toBeUndefined();
     expect(pullTarget({ name: 'https://example.com/x:q4', stream: false })).toEqual({
@@ -291,6 +303,9 @@ describe('a pulled package by any name pull takes: pulledNameOf and pulledEntry'
       'owner/name@main:q4',
       `owner/name:q4@${commit}`,
       'owner/name:q4@abcdef0',
+      // A commit in capitals, as some tools print it.
+      'owner/name:q4@ABCDEF0',
+      `owner/name:q4@${commit.toUpperCase()}`,
       'owner/name@main',
       'owner/name',
     ]) {

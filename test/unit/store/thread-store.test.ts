@@ -2,7 +2,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'n
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { ThreadStore } from '../../../src/main/store/thread-store';
+import { DELETED_FILE, DELETED_THREADS_KEPT, ThreadStore } from '../../../src/main/store/thread-store';
 import type { Thread } from '../../../src/shared/api';
 
 const dirs: string[] = [];
@@ -61,8 +61,54 @@ describe('ThreadStore', () => {
     const { s } = store();
     await Promise.all([s.save(thread('t2', 'a')), s.delete('t2')]);
     expect(await s.list()).toEqual([]);
-    await Promise.all([s.delete('t2'), s.save(thread('t2', 'b'))]);
-    expect((await s.list()).map((t) => t.title)).toEqual(['b']);
+    // A save issued after the delete (a page that had not heard of it) does not bring it back.
+    const [, late] = await Promise.allSettled([s.delete('t2'), s.save(thread('t2', 'b'))]);
+    expect(late).toMatchObject({ status: 'rejected', reason: { code: 'BAD_REQUEST', detail: { reason: 'deleted' } } });
+    expect(await s.list()).toEqual([]);
+  });
+
+  it('a chat deleted stays deleted across a restart: a late save of an older revision is refused, a new chat saves', async () => {
+    const { s, dir } = store();
+    expect(await s.save(thread('t7', 'a'), 'page-a')).toBe(1);
+    expect(await s.save({ ...thread('t7', 'b'), revision: 1 }, 'page-a')).toBe(2);
+    await s.delete('t7');
+    // kvdesk restarts; a page that had not heard of the delete (its save waited while kvdesk was away) sends its own.
+    const again = new ThreadStore(dir);
+    for (const [revision, by] of [
+      [1, 'page-b'],
+      [2, 'page-a'],
+      [undefined, undefined],
+    ] as const) {
+      await expect(again.save({ ...thread('t7', 'late'), revision }, by)).rejects.toMatchObject({
+        code: 'BAD_REQUEST',
+        message: 'the chat "late" was deleted in another window or tab',
+        detail: { field: 'id', reason: 'deleted' },
+      });
+    }
+    expect(await again.list()).toEqual([]);
+    // A new chat (a fresh id) saves; and one put back by hand (a backup) is its own again.
+    expect(await again.save(thread('t8', 'new'), 'page-b')).toBe(1);
+    writeFileSync(path.join(dir, 'threads', 't7.json'), JSON.stringify({ ...thread('t7', 'restored'), revision: 2 }));
+    expect(await new ThreadStore(dir).save({ ...thread('t7', 'restored'), revision: 2 }, 'page-b')).toBe(3);
+  });
+
+  it('keeps the latest deleted chats in the data folder; a list it cannot read is moved aside, naming it', async () => {
+    const { s, dir } = store();
+    await Promise.all(Array.from({ length: DELETED_THREADS_KEPT + 1 }, (_, i) => s.delete(`d${i}`)));
+    const kept = JSON.parse(readFileSync(path.join(dir, DELETED_FILE), 'utf8')).deleted as Array<{ id: string }>;
+    expect(kept).toHaveLength(DELETED_THREADS_KEPT);
+    expect(kept[0]?.id).toBe('d1');
+    expect(await new ThreadStore(dir).save(thread('d0', 'forgotten'))).toBe(1);
+    await expect(new ThreadStore(dir).save(thread('d1', 'remembered'))).rejects.toMatchObject({ code: 'BAD_REQUEST' });
+    await expect(s.delete('../x')).rejects.toMatchObject({ code: 'BAD_REQUEST' });
+    writeFileSync(path.join(dir, DELETED_FILE), '{"deleted": [');
+    const log: string[] = [];
+    const fresh = new ThreadStore(dir, { log: (l) => log.push(l), now: () => 42 });
+    expect(await fresh.save(thread('d2', 'saved'))).toBe(1);
+    expect(log).toEqual([
+      `kvdesk: the list of deleted chats ${path.join(dir, DELETED_FILE)} is not valid (it should be {"deleted": [{"id", "at"}]}); it was moved to ${path.join(dir, DELETED_FILE)}.unreadable-42, and a new one is started`,
+    ]);
+    expect(readFileSync(path.join(dir, `${DELETED_FILE}.unreadable-42`), 'utf8')).toBe('{"deleted": [');
   });
 
   it('concurrent settings saves keep the last', async () => {

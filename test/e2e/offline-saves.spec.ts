@@ -1,0 +1,104 @@
+/**
+ * Changes made while kvdesk cannot be reached (serve stopped) are kept in the browser: a reload before it is back
+ * loses none of them, and the next page makes them once it is; where the browser cannot keep them, the window says
+ * the change is not saved yet.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import type { Page } from '@playwright/test';
+import { expect, test, wsCall } from './fixtures';
+import { startServe } from './serve';
+
+interface Saved {
+  id: string;
+  title: string;
+}
+
+/** How many changes the page's browser keeps for kvdesk (pending-changes.ts). */
+const keptChanges = (page: Page) =>
+  page.evaluate<number>(`new Promise((resolve) => {
+    const req = indexedDB.open('kvdesk-pending', 1);
+    req.onupgradeneeded = () => req.result.createObjectStore('changes');
+    req.onerror = () => resolve(-1);
+    req.onsuccess = () => {
+      const count = req.result.transaction('changes').objectStore('changes').count();
+      count.onsuccess = () => {
+        resolve(count.result);
+        req.result.close();
+      };
+    };
+  })`);
+
+/** A page whose browser storage refuses every write (full, or a private window's that keeps nothing). */
+const STORAGE_FULL = `IDBObjectStore.prototype.put = () => {
+  throw new DOMException('The quota has been exceeded.', 'QuotaExceededError');
+};`;
+
+test('a rename and a delete made while kvdesk is down, the page reloaded before it is back: both made once it is', async ({
+  page,
+}) => {
+  test.setTimeout(120_000);
+  const dataDir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-e2e-offline-'));
+  let server = await startServe([], 90_000, undefined, dataDir);
+  const port = new URL(server.url).port;
+  const chat = (id: string, title: string) => ({ id, title, createdAt: 1, updatedAt: 2, messages: [] });
+  for (const [id, title] of [
+    ['tkept', 'Renamed offline'],
+    ['tgone', 'Deleted offline'],
+    ['tfull', 'Renamed where nothing is kept'],
+  ] as const) {
+    expect((await wsCall(server, 'saveThread', chat(id, title))).ok).toBe(true);
+  }
+  const stored = async () => ((await wsCall(server, 'listThreads', {})).value ?? []) as Saved[];
+  const row = (p: Page, id: string) => p.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`);
+  const rename = async (p: Page, id: string, title: string) => {
+    await row(p, id).dblclick();
+    await p.getByTestId('thread-rename-input').fill(title);
+    await p.getByTestId('thread-rename-input').press('Enter');
+  };
+  // A second tab, whose browser keeps nothing.
+  const full = await page.context().newPage();
+  await full.addInitScript(STORAGE_FULL);
+  try {
+    for (const p of [page, full]) {
+      await p.goto(server.url);
+      await expect(p.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+    }
+    await server.stop();
+    await expect(page.getByTestId('offline-note')).toBeVisible();
+
+    await rename(page, 'tkept', 'Renamed while kvdesk was down');
+    const item = row(page, 'tgone');
+    await item.hover();
+    await item.getByTestId('thread-delete').click();
+    await item.getByTestId('thread-delete').click();
+    await expect(item).toHaveCount(0);
+    await expect.poll(() => keptChanges(page)).toBe(2);
+    // Where nothing can be kept, the window says the change is not saved yet, at once.
+    await rename(full, 'tfull', 'Renamed in the tab that keeps nothing');
+    await expect(full.getByTestId('notice')).toContainText(
+      "Your change to “Renamed in the tab that keeps nothing” is not saved yet: kvdesk cannot be reached, and this browser could not keep the change until it can (the browser's storage for this page is full). Keep this page open",
+    );
+
+    // Reloaded while kvdesk is down (the browser's error page), then kvdesk is back on its address.
+    await page.reload().catch(() => {});
+    server = await startServe(['--port', port], 90_000, undefined, dataDir);
+    await page.goto(server.url);
+    await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+    await expect
+      .poll(async () => (await stored()).map((t) => [t.id, t.title]).sort())
+      .toEqual([
+        ['tfull', 'Renamed in the tab that keeps nothing'],
+        ['tkept', 'Renamed while kvdesk was down'],
+      ]);
+    await expect(row(page, 'tkept')).toContainText('Renamed while kvdesk was down');
+    await expect(row(page, 'tgone')).toHaveCount(0);
+    await expect.poll(() => keptChanges(page)).toBe(0);
+    await expect(page.getByTestId('notice')).toHaveCount(0);
+  } finally {
+    await full.close();
+    await server.stop();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+});
