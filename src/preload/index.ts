@@ -77,6 +77,7 @@ const calls: CallMethods = {
   openThread: bind('openThread'),
   searchThreads: bind('searchThreads'),
   saveThread: bind('saveThread'),
+  updateThread: bind('updateThread'),
   deleteThread: bind('deleteThread'),
   getSettings: bind('getSettings'),
   dataProblems: bind('dataProblems'),

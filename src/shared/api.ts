@@ -243,6 +243,10 @@ export const Thread = z.object({
 });
 export type Thread = z.infer<typeof Thread>;
 
+/** The fields of a chat the chat list changes (updateThread): its name, its pin (false: unpinned). */
+export const ThreadFields = z.object({ title: z.string().max(200).optional(), pinned: z.boolean().optional() });
+export type ThreadFields = z.infer<typeof ThreadFields>;
+
 /** A chat's fields without its messages: what a chat file's head holds (see ThreadSummary). */
 export const ThreadHead = Thread.omit({ messages: true });
 
@@ -519,6 +523,15 @@ export const CallSchemas = {
    * the page's copy was made from; a chat saved since by another page answers SAVE_CONFLICT, nothing written.
    */
   saveThread: Thread.extend({ savedBy: z.string().min(1).max(100).optional() }),
+  /**
+   * Changes only a chat's list fields (a rename, a pin from the chat list of a chat not opened: it is not sent
+   * whole), by a save's rules (`revision`: the one the page's summary has; `savedBy`: as saveThread's).
+   */
+  updateThread: ThreadFields.extend({
+    id: z.string().min(1).max(100),
+    revision: z.number().int().min(0).optional(),
+    savedBy: z.string().min(1).max(100).optional(),
+  }).strict(),
   deleteThread: Id,
   getSettings: Empty,
   /** The files of the data directory kvdesk could not use (each named, with what was done and what to do). */
@@ -576,6 +589,7 @@ export interface CallResponses {
   searchThreads: string[];
   /** The chat's revision now: the page's next save of it names this one. */
   saveThread: { revision: number };
+  updateThread: { revision: number };
   deleteThread: null;
   getSettings: UiSettings;
   dataProblems: string[];

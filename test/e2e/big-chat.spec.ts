@@ -87,7 +87,8 @@ test('a big chat imports; the list comes without it, and opening it shows its me
   await expect(other.getByTestId('thread-item')).toHaveCount(1);
   await expect(other.getByTestId('thread-item')).toHaveAttribute('data-thread-id', bigId ?? '');
   await search.fill('');
-  // Pinned there from the list, not opened: it is fetched, then saved whole with its pin (never without its messages).
+  // Pinned there from the list, not opened: only its pin is sent (updateThread), nothing of it fetched; its messages
+  // stay.
   await other.locator(`[data-testid="thread-item"][data-thread-id="${bigId}"]`).hover();
   await other.locator(`[data-thread-id="${bigId}"] [data-testid="thread-pin"]`).click();
   await expect
@@ -97,6 +98,8 @@ test('a big chat imports; the list comes without it, and opening it shows its me
       return [t?.pinned, t?.messages.length];
     })
     .toEqual([true, 6]);
+  await expect(other.locator(`[data-testid="thread-item"][data-thread-id="${bigId}"]`)).toHaveClass(/\bpinned\b/);
+  expect(largest()).toBeLessThan(20_000);
   // Opened there: its messages are fetched and shown.
   await other.locator(`[data-thread-id="${bigId}"] [data-testid="thread-title"]`).click();
   await expect(other.getByTestId('message-user')).toHaveCount(3);

@@ -250,6 +250,29 @@ describe('HostApi', () => {
     });
     expect(await api.call('openThread', { id: '../x' })).toMatchObject({ ok: false, error: { code: 'BAD_REQUEST' } });
     expect(await api.call('searchThreads', { query: 'TABLE r.pdf' })).toEqual({ ok: true, value: ['big'] });
+    // A pin and a rename from the list: sent and told of without its messages, which stay.
+    const pin = { id: 'big', revision: 1, title: 'Report (read)', pinned: true, savedBy: 'page-b' };
+    expect(await api.call('updateThread', pin)).toEqual({ ok: true, value: { revision: 2 } });
+    expect(events).toHaveLength(2);
+    expect(events[1]?.length).toBeLessThan(500);
+    expect(JSON.parse(events[1] ?? '{}')).toMatchObject({
+      summary: { id: 'big', title: 'Report (read)', pinned: true, revision: 2 },
+      savedBy: 'page-b',
+    });
+    expect(await api.call('openThread', { id: 'big' })).toEqual({
+      ok: true,
+      value: { ...big, title: 'Report (read)', pinned: true, revision: 2 },
+    });
+    // By a save's rules: made from a revision another page saved over, refused; a field it does not change, refused.
+    expect(await api.call('updateThread', { id: 'big', revision: 1, pinned: false, savedBy: 'page-a' })).toMatchObject({
+      ok: false,
+      error: { code: 'SAVE_CONFLICT', detail: { revision: 2, base: 1 } },
+    });
+    expect(await api.call('updateThread', { id: 'big', revision: 2, messages: [] })).toMatchObject({
+      ok: false,
+      error: { code: 'BAD_REQUEST' },
+    });
+    expect(events).toHaveLength(2);
   });
 
   it('remembers the latest deleted chats only, and no id it refused (the set grew with every call for ever)', async () => {

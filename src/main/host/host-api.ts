@@ -22,6 +22,7 @@ import {
   type ModelInfo,
   type PackageCheck,
   type Thread,
+  type ThreadFields,
 } from '../../shared/api';
 import type { StreamFrame } from '../../shared/contract';
 import { type ErrorInfo, KvdeskError, type Result, toErrorInfo } from '../../shared/errors';
@@ -815,6 +816,13 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       // The other tabs and windows are told of it (its summary and revision: a chat can be tens of MB): one that has
       // it open fetches it, and shows what was saved rather than overwrite it later.
       const summary = summaryOf({ ...thread, revision }, store.bytesOf(thread.id));
+      emit('thread', savedBy === undefined ? { summary } : { summary, savedBy });
+      return { revision };
+    },
+    updateThread: async (req: ThreadFields & { id: string; revision?: number; savedBy?: string }) => {
+      const { id, revision: base, savedBy, ...fields } = req;
+      const { revision, thread } = await store.update(id, fields, base ?? 0, savedBy);
+      const summary = summaryOf(thread, store.bytesOf(id));
       emit('thread', savedBy === undefined ? { summary } : { summary, savedBy });
       return { revision };
     },

@@ -16,7 +16,7 @@
 import { open, readdir, readFile, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { StringDecoder } from 'node:string_decoder';
-import { StoredMessage, Thread, ThreadHead, type ThreadSummary, UiSettings } from '../../shared/api';
+import { StoredMessage, Thread, type ThreadFields, ThreadHead, type ThreadSummary, UiSettings } from '../../shared/api';
 import { KvdeskError } from '../../shared/errors';
 import { fieldsUnknown, isPlainObject, readIfThere, setAside, unreadableFile } from './data-file';
 import { issueText, salvageSettings } from './settings-salvage';
@@ -400,44 +400,89 @@ export class ThreadStore {
    */
   async save(thread: Thread, savedBy?: string): Promise<number> {
     const file = this.fileOf(thread.id);
+    return this.inOrder(file, () => this.writeThread(file, thread, savedBy));
+  }
+
+  /** save's work, in the file's turn. */
+  private async writeThread(file: string, thread: Thread, savedBy?: string): Promise<number> {
     const base = thread.revision ?? 0;
+    const stored = await this.heldBy(thread.id, file);
+    // Deleted, and not put back since (by a hand): a page that had not heard of the delete must not bring it back.
+    if ((await this.deletedChats()).has(thread.id) && (await statOf(file)) === null) {
+      throw new KvdeskError('BAD_REQUEST', `the chat "${thread.title}" was deleted in another window or tab`, {
+        field: 'id',
+        reason: 'deleted',
+      });
+    }
+    if (stored && stored.revision !== base && !(stored.revision > base && savedBy && stored.by === savedBy)) {
+      throw new KvdeskError(
+        'SAVE_CONFLICT',
+        `the chat "${thread.title}" was saved in another window or tab since this copy of it (revision ${stored.revision}, this copy's ${base}): not saved over it; reload the page to see the one saved`,
+        { id: thread.id, revision: stored.revision, base },
+      );
+    }
+    const revision = Math.max(stored?.revision ?? 0, base) + 1;
+    // Its messages last: the chat list reads the fields before them (readHead).
+    const { messages, ...fields } = this.withExtras({ ...thread, revision });
+    const data = JSON.stringify({ ...fields, ...(savedBy ? { savedBy } : {}), messages });
+    this.held.delete(thread.id);
+    this.summaries.delete(thread.id);
+    await this.write(file, data, `the chat "${thread.title}"`);
+    const now = await statOf(file);
+    if (now !== null) {
+      this.held.set(thread.id, {
+        file: now,
+        revision,
+        ...(savedBy ? { by: savedBy } : {}),
+        grants: thread.toolsAllowed ?? [],
+      });
+      this.summaries.set(thread.id, {
+        file: now,
+        summary: summaryOf({ ...thread, revision }, Number(now.split(':')[1])),
+      });
+    }
+    return revision;
+  }
+
+  /**
+   * Changes only chat `id`'s list fields (its name, its pin) and returns its new revision: what the chat list does to
+   * a chat it has not opened, without sending it whole (its messages can be tens of MB). The rules are a save's: made
+   * from revision `base` (refused with SAVE_CONFLICT when another saver's save came since), refused as 'deleted' for
+   * a deleted chat, 'gone' for one with no file.
+   */
+  async update(
+    id: string,
+    fields: ThreadFields,
+    base: number,
+    savedBy?: string,
+  ): Promise<{ revision: number; thread: Thread }> {
+    const file = this.fileOf(id);
     return this.inOrder(file, async () => {
-      const stored = await this.heldBy(thread.id, file);
-      // Deleted, and not put back since (by a hand): a page that had not heard of the delete must not bring it back.
-      if ((await this.deletedChats()).has(thread.id) && (await statOf(file)) === null) {
-        throw new KvdeskError('BAD_REQUEST', `the chat "${thread.title}" was deleted in another window or tab`, {
-          field: 'id',
-          reason: 'deleted',
-        });
-      }
-      if (stored && stored.revision !== base && !(stored.revision > base && savedBy && stored.by === savedBy)) {
+      if ((await statOf(file)) === null) {
+        const deleted = (await this.deletedChats()).has(id);
         throw new KvdeskError(
-          'SAVE_CONFLICT',
-          `the chat "${thread.title}" was saved in another window or tab since this copy of it (revision ${stored.revision}, this copy's ${base}): not saved over it; reload the page to see the one saved`,
-          { id: thread.id, revision: stored.revision, base },
+          'BAD_REQUEST',
+          deleted
+            ? `the chat "${fields.title ?? id}" was deleted in another window or tab`
+            : `there is no chat "${id}"`,
+          { field: 'id', reason: deleted ? 'deleted' : 'gone' },
         );
       }
-      const revision = Math.max(stored?.revision ?? 0, base) + 1;
-      // Its messages last: the chat list reads the fields before them (readHead).
-      const { messages, ...fields } = this.withExtras({ ...thread, revision });
-      const data = JSON.stringify({ ...fields, ...(savedBy ? { savedBy } : {}), messages });
-      this.held.delete(thread.id);
-      this.summaries.delete(thread.id);
-      await this.write(file, data, `the chat "${thread.title}"`);
-      const now = await statOf(file);
-      if (now !== null) {
-        this.held.set(thread.id, {
-          file: now,
-          revision,
-          ...(savedBy ? { by: savedBy } : {}),
-          grants: thread.toolsAllowed ?? [],
-        });
-        this.summaries.set(thread.id, {
-          file: now,
-          summary: summaryOf({ ...thread, revision }, Number(now.split(':')[1])),
-        });
+      const read = await this.readThread(file);
+      if (!('thread' in read)) {
+        this.sayOnce(read.problem);
+        throw new KvdeskError('INTERNAL', read.problem.replace('it is not listed, and left', 'it is left'), { file });
       }
-      return revision;
+      const { pinned, ...rest } = fields;
+      const { pinned: _was, ...thread } = read.thread;
+      const changed: Thread = {
+        ...thread,
+        ...rest,
+        ...((pinned ?? read.thread.pinned) ? { pinned: true } : {}),
+        revision: base,
+      };
+      const revision = await this.writeThread(file, changed, savedBy);
+      return { revision, thread: { ...changed, revision } };
     });
   }
 

@@ -19,6 +19,7 @@ import type {
   PromptMeasure,
   StoredMessage,
   Thread,
+  ThreadFields,
   ThreadSummary,
 } from '../../shared/api';
 import { RECOVERED_FRAGMENT } from '../../shared/api';
@@ -29,7 +30,13 @@ import { drafts } from '../lib/drafts';
 import { autoRunCalls, chatTools, MAX_AUTO_ROUNDS, SKIPPED_ANSWER, toolKey } from '../lib/mcp-tools';
 import { conflictCopy, conflictTitle, holdsAll, mergeThread, sameSettings, takeSettings } from '../lib/merge-thread';
 import { loadedAnnouncement, unloadedAnnouncement, validatedAnnouncement } from '../lib/model-announcement';
-import { indexedDbPending, type PendingChange, pagesOnline, whyNotKept } from '../lib/pending-changes';
+import {
+  type FieldsChange,
+  indexedDbPending,
+  type PendingChange,
+  pagesOnline,
+  whyNotKept,
+} from '../lib/pending-changes';
 import { blank, carriedSettings, chatSetup } from '../lib/presets';
 import { parseThreadImport } from '../lib/thread-export';
 import { turnModel } from '../lib/turn-model';
@@ -276,8 +283,16 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   function saveThread(threadId: string): void {
     const t = s().threads.find((x) => x.id === threadId);
     if (!t) return;
-    // Not fetched yet (its summary only, no messages): saved once it is here, with what was changed meanwhile.
-    if (s().summaries[threadId]) {
+    // Not fetched yet (its summary only, no messages): a rename or a pin from the list changes those fields only
+    // (updateThread: the chat, tens of MB maybe, is neither fetched nor sent); anything else is saved once it is
+    // here, with what was changed meanwhile.
+    const summary = s().summaries[threadId];
+    if (summary) {
+      const fields = listFieldsChanged(summary, t);
+      if (fields) {
+        if (Object.keys(fields).length > 0) updateFields(threadId, t.title, { ...fields, revision: summary.revision });
+        return;
+      }
       saveOnFetch.add(threadId);
       fetchThread(threadId);
       return;
@@ -305,7 +320,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     saving.set(threadId, (saving.get(threadId) ?? 0) + 1);
     const at = stamp();
     // Made while kvdesk cannot be reached: kept in the browser until it is answered (a reload meanwhile keeps it).
-    if (transport.state !== 'open') keep(threadId, t.title, at, thread);
+    if (transport.state !== 'open') keep(threadId, t.title, at, { thread });
     void api.invoke('saveThread', { ...thread, savedBy: pageId }).then((r) => {
       const left = (saving.get(threadId) ?? 1) - 1;
       if (left > 0) saving.set(threadId, left);
@@ -327,7 +342,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         // back. Taken as this page's own save in a row either way, or refused and settled if another page saved
         // the chat meanwhile. Kept in the browser till then.
         unanswered.add(threadId);
-        if ((kept.get(threadId) ?? 0) < at) keep(threadId, t.title, at, thread);
+        if ((kept.get(threadId) ?? 0) < at) keep(threadId, t.title, at, { thread });
       } else if (r.error.detail?.reason === 'deleted') {
         // Deleted in another tab before this page heard of it: gone here too, and said (nothing of it is saved).
         if (s().threads.some((x) => x.id === threadId)) dropThread(threadId);
@@ -388,13 +403,81 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     notify(unsavedAlert, true);
   }
 
-  /** Keeps this page's save of chat `threadId` (its delete: no `thread`) in the browser until kvdesk answers it. */
-  function keep(threadId: string, title: string, at: number, thread?: Thread): void {
+  /**
+   * The list fields (name, pin) a chat the page has the summary of has changed since (none: {}); null when other
+   * fields changed too (the chat is then fetched and saved whole).
+   */
+  function listFieldsChanged(summary: ThreadSummary, local: Thread): ThreadFields | null {
+    const changed = changedSince(summary, local);
+    const fields: ThreadFields = {};
+    for (const k of Object.keys(changed)) {
+      if (k === 'title') fields.title = local.title;
+      else if (k === 'pinned') fields.pinned = local.pinned === true;
+      else return null;
+    }
+    return fields;
+  }
+
+  /**
+   * Changes the list fields of a chat the page has the summary of (updateThread), by a save's rules: kept in the
+   * browser while kvdesk cannot be reached, made again when the connection's close left it unanswered.
+   */
+  function updateFields(threadId: string, title: string, fields: FieldsChange): void {
+    const at = stamp();
+    if (transport.state !== 'open') keep(threadId, title, at, { fields });
+    void api.invoke('updateThread', { id: threadId, ...fields, savedBy: pageId }).then((r) => {
+      if (!r.ok && r.error.detail?.reason === 'disconnect') {
+        // Sent again once the connection is back (saveThread finds what differs from the summary then).
+        unanswered.add(threadId);
+        if ((kept.get(threadId) ?? 0) < at) keep(threadId, title, at, { fields });
+        return;
+      }
+      forgetKept(threadId, at);
+      const summary = s().summaries[threadId];
+      const local = s().threads.find((x) => x.id === threadId);
+      if (r.ok) {
+        // Its summary is now the one saved; a change made here since (on its way) stays in the list.
+        if (!summary || !local) return;
+        const { revision: _base, ...set } = fields;
+        const saved: ThreadSummary = { ...summary, ...set, revision: r.value.revision };
+        if (set.pinned === false) delete saved.pinned;
+        if ((summary.revision ?? 0) > r.value.revision) return;
+        s().receiveSummary(saved);
+        const since = changedSince(saved, local);
+        if (Object.keys(since).length > 0) s().updateThread(threadId, since);
+      } else if (r.error.code === 'SAVE_CONFLICT') {
+        notify(
+          `“${title}” was changed in another window or tab before its name or pin changed here was saved: it shows that one now. Make the change again if you still want it.`,
+        );
+        // The list shows the chat as saved (its summary, as the other's save told of it, comes or came).
+        if (summary && local) s().receiveSummary(summary);
+      } else if (r.error.detail?.reason === 'deleted' || r.error.detail?.reason === 'gone') {
+        if (s().threads.some((x) => x.id === threadId)) dropThread(threadId);
+        notify(
+          `“${title}” was deleted in another window or tab before this page's change to it was saved: the change is not kept.`,
+        );
+      } else {
+        notify(`“${title}” was not saved: ${r.error.message.replace(/[.\s]+$/, '')}.`, true);
+      }
+    });
+  }
+
+  /**
+   * Keeps this page's save of chat `threadId` (its delete: no `thread` nor `fields`) in the browser until kvdesk
+   * answers it.
+   */
+  function keep(
+    threadId: string,
+    title: string,
+    at: number,
+    change: { thread?: Thread; fields?: FieldsChange } = {},
+  ): void {
+    const { thread, fields } = change;
     kept.set(threadId, at);
     const notKept = (why: string) => {
       if (kept.get(threadId) !== at) return; // a later change of it is kept, or it was answered meanwhile
       notSavedYet(
-        thread
+        thread || fields
           ? `Your change to “${title}” is not saved yet: kvdesk cannot be reached, and this browser could not keep the change until it can (${why}). Keep this page open: it is saved once kvdesk is back; closing or reloading the page loses it.`
           : `“${title}” is not deleted yet: kvdesk cannot be reached, and this browser could not keep the delete until it can (${why}). Keep this page open: it is deleted once kvdesk is back; closing or reloading the page leaves it undeleted.`,
       );
@@ -403,8 +486,15 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       notKept('it keeps no data for this page');
       return;
     }
-    const change: PendingChange = { threadId, savedBy: pageId, owner: pageId, at, ...(thread ? { thread } : {}) };
-    pendingStore.put(change).catch((err: unknown) => notKept(whyNotKept(err)));
+    const pending: PendingChange = {
+      threadId,
+      savedBy: pageId,
+      owner: pageId,
+      at,
+      ...(thread ? { thread } : {}),
+      ...(fields ? { fields } : {}),
+    };
+    pendingStore.put(pending).catch((err: unknown) => notKept(whyNotKept(err)));
   }
 
   /** This page's change of the chat kept in the browser, if made at or before `upTo`, is answered: let go. */
@@ -461,12 +551,14 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   async function replayOne(c: PendingChange): Promise<void> {
     const key = `${c.savedBy}:${c.threadId}`;
     replaying.add(key);
-    const title = c.thread?.title ?? s().threads.find((t) => t.id === c.threadId)?.title ?? UNTITLED;
+    const title = c.thread?.title ?? c.fields?.title ?? s().threads.find((t) => t.id === c.threadId)?.title ?? UNTITLED;
     // A delete: gone from this page at once, as where it was made (its event then finds nothing to tell of).
-    if (!c.thread && s().threads.some((t) => t.id === c.threadId)) dropThread(c.threadId);
+    if (!c.thread && !c.fields && s().threads.some((t) => t.id === c.threadId)) dropThread(c.threadId);
     const r = c.thread
       ? await api.invoke('saveThread', { ...c.thread, savedBy: c.savedBy })
-      : await api.invoke('deleteThread', { id: c.threadId });
+      : c.fields
+        ? await api.invoke('updateThread', { id: c.threadId, ...c.fields, savedBy: c.savedBy })
+        : await api.invoke('deleteThread', { id: c.threadId });
     replaying.delete(key);
     // The connection went again: made at the next (this page keeps it meanwhile).
     if (!r.ok && r.error.detail?.reason === 'disconnect') return;
@@ -489,13 +581,17 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
           `“${saved.title}” was changed in another window or tab before a change of its name or settings made while kvdesk could not be reached was saved: it shows that one now. Make the change again if you still want it.`,
         );
       }
-    } else if (!r.ok && r.error.detail?.reason === 'deleted') {
+    } else if (c.fields && !r.ok && r.error.code === 'SAVE_CONFLICT') {
+      notify(
+        `“${title}” was changed in another window or tab before a change of its name or pin made while kvdesk could not be reached was saved: it shows that one now. Make the change again if you still want it.`,
+      );
+    } else if (!r.ok && (r.error.detail?.reason === 'deleted' || (c.fields && r.error.detail?.reason === 'gone'))) {
       notify(
         `“${title}” was deleted in another window or tab before a change to it made while kvdesk could not be reached was saved: the change is not kept.`,
       );
     } else if (!r.ok) {
       notify(
-        c.thread
+        c.thread || c.fields
           ? `A change to “${title}” made while kvdesk could not be reached was not saved: ${r.error.message.replace(/[.\s]+$/, '')}.`
           : `Could not delete “${title}”: ${r.error.message}`,
         true,
