@@ -246,6 +246,23 @@ export const Thread = z.object({
 });
 export type Thread = z.infer<typeof Thread>;
 
+/** The fields of a chat the chat list changes (updateThread): its name, its pin (false: unpinned). */
+export const ThreadFields = z.object({ title: z.string().max(200).optional(), pinned: z.boolean().optional() });
+export type ThreadFields = z.infer<typeof ThreadFields>;
+
+/** A chat's fields without its messages: what a chat file's head holds (see ThreadSummary). */
+export const ThreadHead = Thread.omit({ messages: true });
+
+/**
+ * A chat as the chat list has it (listThreads, and the `thread` event of another page's save): its fields without
+ * its messages, read from the head of its file, and its file's size. Its messages (attachments included, which can
+ * run to tens of MB) come with `openThread`, when the chat is opened.
+ */
+export type ThreadSummary = z.infer<typeof ThreadHead> & {
+  /** Its file's size on disk, in bytes. */
+  bytes: number;
+};
+
 /**
  * The OpenAI-, Anthropic- and Ollama-compatible HTTP API: whether it answers, where, and who runs it — the
  * desktop window (started and stopped from the Models view), `kvdesk serve` (for as long as it runs), or
@@ -495,12 +512,29 @@ export const CallSchemas = {
   configureBudget: BudgetPatch.strict(),
   cancel: z.object({ requestId: z.string().min(1).max(200) }).strict(),
   closeSession: z.object({ sessionId: z.string().min(1).max(200) }).strict(),
+  /** Every chat's summary (its fields, not its messages), most recently updated first. */
   listThreads: Empty,
+  /** One chat, whole (its messages and their attachments): fetched when the chat is opened. */
+  openThread: Id,
+  /**
+   * The chats whose title, messages or attached files contain every word of `query` (case-insensitive), as saved:
+   * the chat list's search of the chats this page has not opened.
+   */
+  searchThreads: z.object({ query: z.string().max(1000) }).strict(),
   /**
    * `savedBy`: the page or window that saves it (the others are sent the chat; that one has it). `revision`: the one
    * the page's copy was made from; a chat saved since by another page answers SAVE_CONFLICT, nothing written.
    */
   saveThread: Thread.extend({ savedBy: z.string().min(1).max(100).optional() }),
+  /**
+   * Changes only a chat's list fields (a rename, a pin from the chat list of a chat not opened: it is not sent
+   * whole), by a save's rules (`revision`: the one the page's summary has; `savedBy`: as saveThread's).
+   */
+  updateThread: ThreadFields.extend({
+    id: z.string().min(1).max(100),
+    revision: z.number().int().min(0).optional(),
+    savedBy: z.string().min(1).max(100).optional(),
+  }).strict(),
   deleteThread: Id,
   getSettings: Empty,
   /** The files of the data directory kvdesk could not use (each named, with what was done and what to do). */
@@ -552,9 +586,13 @@ export interface CallResponses {
   configureBudget: BudgetSnapshot;
   cancel: { cancelled: boolean };
   closeSession: null;
-  listThreads: Thread[];
+  listThreads: ThreadSummary[];
+  openThread: Thread;
+  /** The ids of the chats found. */
+  searchThreads: string[];
   /** The chat's revision now: the page's next save of it names this one. */
   saveThread: { revision: number };
+  updateThread: { revision: number };
   deleteThread: null;
   getSettings: UiSettings;
   dataProblems: string[];
@@ -591,8 +629,11 @@ export interface HostEvents {
   apiServer: ApiServerStatus;
   /** A window or page saved the settings (presets, the API server's): the others take them up. */
   settings: UiSettings;
-  /** A window or page saved a chat (`savedBy`, which has it already): the others show it as saved. */
-  thread: { thread: Thread; savedBy?: string };
+  /**
+   * A window or page saved a chat (`savedBy`, which has it already): its summary and revision, not its messages (a
+   * chat can be tens of MB); a page that has it open fetches it (openThread), the others update their list.
+   */
+  thread: { summary: ThreadSummary; savedBy?: string };
   /** A window or page deleted a chat. */
   threadDeleted: { id: string };
   /** Model downloads: every one running and those that ended (throttled while bytes arrive). */

@@ -6,7 +6,7 @@
 
 import type { Page } from '@playwright/test';
 import { openChat, openServer, saveEndlessChat, startSlowServe } from './endless';
-import { apiSnapshot, expect, lastReply, newChat, send, setSettings, test, wsCall } from './fixtures';
+import { apiSnapshot, expect, lastReply, newChat, savedThreads, send, setSettings, test, wsCall } from './fixtures';
 import type { ServeHandle } from './serve';
 
 // The replies a test stops go to the slow model with their end of text banned (endless.ts): they run to their max
@@ -619,7 +619,7 @@ test('another tab renames a chat while this one writes a reply in it: the reply 
     await expect(reply).toHaveAttribute('data-state', 'cancelled');
     // …and its last save keeps both: the other tab's name and this tab's reply.
     await expect(async () => {
-      const listed = (await wsCall(slow, 'listThreads', {})) as {
+      const listed = (await savedThreads(slow)) as {
         value?: Array<{ id: string; title: string; messages: Array<{ role: string; content: string }> }>;
       };
       const saved = listed.value?.find((t) => t.id === id);
@@ -672,7 +672,7 @@ test('a model picked while the chat replies: the chat says the reply goes on wit
   // The next message goes to the pick.
   await send(app, 'and now?');
   await expect(lastReply(app)).toHaveAttribute('data-state', /done|error/, { timeout: 30_000 });
-  const threads = (await wsCall(slow, 'listThreads', {})) as {
+  const threads = (await savedThreads(slow)) as {
     ok: boolean;
     value?: Array<{ id: string; modelId?: string }>;
   };

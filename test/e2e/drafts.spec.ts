@@ -8,7 +8,7 @@ import { appendFileSync, cpSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { expect, type Page } from '@playwright/test';
-import { lastReply, newChat, send, setSettings, test, wsCall } from './fixtures';
+import { lastReply, newChat, savedThreads, send, setSettings, test } from './fixtures';
 import { ROOT, startServe } from './serve';
 
 const threadRow = (page: Page, id: string) => page.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`);
@@ -97,7 +97,7 @@ test('a message sent in one tab is no draft in the others: their box empties, an
     await expect(lastReply(page)).toHaveAttribute('data-state', /done|error/);
     const userTexts = (p: Page) => p.getByTestId('message-user').getByTestId('message-text');
     const savedUserTexts = async () => {
-      const r = await wsCall(server, 'listThreads', {});
+      const r = await savedThreads(server);
       const t = (
         r.value as Array<{ id: string; maxNewTokens?: number; messages: Array<{ role: string; content: string }> }>
       ).find((x) => x.id === y);

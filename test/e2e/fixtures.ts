@@ -88,6 +88,21 @@ export function lastReply(page: Page) {
   return page.getByTestId('message-assistant').last();
 }
 
+/**
+ * The chats saved, each whole (the list answers their summaries: each is opened), as listThreads answered before
+ * the list was made of summaries.
+ */
+export async function savedThreads(server: ServeHandle, token?: string): Promise<{ ok: boolean; value?: unknown }> {
+  const listed = await wsCall(server, 'listThreads', {}, token);
+  if (!listed.ok) return listed;
+  const threads: unknown[] = [];
+  for (const { id } of listed.value as Array<{ id: string }>) {
+    const opened = await wsCall(server, 'openThread', { id }, token);
+    if (opened.ok) threads.push(opened.value);
+  }
+  return { ok: true, value: threads };
+}
+
 /** One contract call over the server's WebSocket, as another front end would make it. */
 export async function wsCall(
   server: ServeHandle,

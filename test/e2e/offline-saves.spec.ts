@@ -102,3 +102,47 @@ test('a rename and a delete made while kvdesk is down, the page reloaded before 
     rmSync(dataDir, { recursive: true, force: true });
   }
 });
+
+test('a pin made from the list while kvdesk is down, the chat renamed elsewhere meanwhile: the page says so, nothing written over', async ({
+  page,
+}) => {
+  test.setTimeout(120_000);
+  const dataDir = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-e2e-offline-'));
+  let server = await startServe([], 90_000, undefined, dataDir);
+  const port = new URL(server.url).port;
+  const chat = { id: 'tpin', title: 'Pinned offline', createdAt: 1, updatedAt: 2, messages: [] };
+  expect((await wsCall(server, 'saveThread', chat)).ok).toBe(true);
+  // The newer chat is the one open (fetched whole): the page has only the summary of the other.
+  const open = { id: 'topen', title: 'Open', createdAt: 1, updatedAt: 5, messages: [] };
+  expect((await wsCall(server, 'saveThread', open)).ok).toBe(true);
+  const opened = async () =>
+    (await wsCall(server, 'openThread', { id: 'tpin' })).value as { title: string; pinned?: boolean; revision: number };
+  const row = page.getByTestId('thread-list').locator('[data-thread-id="tpin"]');
+  try {
+    await page.goto(server.url);
+    await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+    await expect(page.getByTestId('chat-view')).toHaveAttribute('data-thread-id', 'topen');
+    await server.stop();
+    await expect(page.getByTestId('offline-note')).toBeVisible();
+    await row.hover();
+    await row.getByTestId('thread-pin').click();
+    await expect(row).toHaveClass(/\bpinned\b/);
+    await expect.poll(() => keptChanges(page)).toBe(1);
+
+    await page.reload().catch(() => {});
+    server = await startServe(['--port', port], 90_000, undefined, dataDir);
+    // Another saver renames it (from revision 1) before the page is back.
+    expect((await wsCall(server, 'saveThread', { ...chat, title: 'Renamed elsewhere', revision: 1 })).ok).toBe(true);
+    await page.goto(server.url);
+    await expect(page.getByTestId('notice')).toContainText(
+      '“Renamed elsewhere” was changed in another window or tab before a change of its name or pin made while kvdesk could not be reached was saved: it shows that one now.',
+    );
+    await expect.poll(() => keptChanges(page)).toBe(0);
+    expect(await opened()).toMatchObject({ title: 'Renamed elsewhere', revision: 2 });
+    expect((await opened()).pinned).toBeUndefined();
+    await expect(row).toContainText('Renamed elsewhere');
+  } finally {
+    await server.stop();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+});

@@ -1,5 +1,5 @@
 /** Threads survive a reload (they live in the host's data dir) and the last open thread opens again. */
-import { expect, lastReply, newChat, send, setSettings, test, wsCall } from './fixtures';
+import { expect, lastReply, newChat, savedThreads, send, setSettings, test, wsCall } from './fixtures';
 
 test('reload keeps the threads and reopens the last open thread', async ({ app }) => {
   const alpha = await newChat(app);
@@ -89,7 +89,7 @@ test("two tabs on one chat: each shows what the other saved, and neither writes 
     const all = ['tabs: first from A', 'tabs: second from A', 'tabs: from B'];
     await expect(texts(app)).toHaveText(all);
     await expect(async () => {
-      const listed = (await wsCall(server, 'listThreads', {})) as {
+      const listed = (await savedThreads(server)) as {
         value?: Array<{ id: string; messages: Array<{ role: string; content: string }> }>;
       };
       const saved = listed.value?.find((t) => t.id === id);
@@ -176,7 +176,7 @@ test('a reload while a reply streams keeps its text so far, marked interrupted, 
 
   // Saved as it streams (at most once a second): the host has the text so far.
   const savedReply = async () => {
-    const r = await wsCall(server, 'listThreads', {});
+    const r = await savedThreads(server);
     const thread = (
       r.value as Array<{
         id: string;
@@ -230,7 +230,7 @@ test('a setting typed is kept without leaving its field: through a reload, and i
   const summary = app.getByTestId('settings-summary');
   const toggle = app.getByTestId('settings-toggle');
   const saved = async () => {
-    const r = await wsCall(server, 'listThreads', {});
+    const r = await savedThreads(server);
     return (r.value as Array<{ id: string; maxNewTokens?: number; systemPrompt?: string }>).find((t) => t.id === id);
   };
 
@@ -327,7 +327,7 @@ test("a setting's field left without an edit saves nothing: another tab's newer 
   await setSettings(app, { maxNewTokens: 2 });
   const summary = app.getByTestId('settings-summary');
   const saved = async () => {
-    const r = await wsCall(server, 'listThreads', {});
+    const r = await savedThreads(server);
     return (r.value as Array<{ id: string; maxNewTokens?: number; sampling?: { temperature?: number } }>).find(
       (t) => t.id === id,
     );
@@ -380,7 +380,7 @@ test('the page going while a reply is on its way to the host and a setting is ty
   await send(app, 'On its way');
   await expect(lastReply(app)).toHaveAttribute('data-state', 'sending');
   const saved = async () => {
-    const r = await wsCall(server, 'listThreads', {});
+    const r = await savedThreads(server);
     return (r.value as Array<{ id: string; maxNewTokens?: number; messages: Array<{ role: string }> }>).find(
       (t) => t.id === id,
     );

@@ -7,7 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import type { Page, WebSocketRoute } from '@playwright/test';
 import { openChat, openServer, saveEndlessChat, startSlowServe } from './endless';
-import { expect, lastReply, newChat, send, setSettings, test, wsCall } from './fixtures';
+import { expect, lastReply, newChat, savedThreads, send, setSettings, test } from './fixtures';
 import { type ServeHandle, startServe } from './serve';
 
 interface Saved {
@@ -97,7 +97,7 @@ test("a page that had not seen another's save keeps its turn as a copy of the ch
     // The first page's turn, saved (each of its saves in a row taken)…
     await send(app, 'asked in the first tab');
     await expect(lastReply(app)).toHaveAttribute('data-state', 'done', { timeout: 30_000 });
-    const listed = async () => ((await wsCall(server, 'listThreads', {})).value ?? []) as Saved[];
+    const listed = async () => ((await savedThreads(server)).value ?? []) as Saved[];
     await expect.poll(async () => (await listed()).find((t) => t.id === id)?.messages.length).toBe(4);
     await expect(other.getByTestId('message-user')).toHaveCount(1);
 
@@ -184,7 +184,7 @@ test("kvdesk stopping with a page's save unanswered: the page saves it again onc
     });
   });
   const stored = async () =>
-    ((await wsCall(server, 'listThreads', {})).value as Saved[] | undefined)?.find((t) => t.id === id)?.title;
+    ((await savedThreads(server)).value as Saved[] | undefined)?.find((t) => t.id === id)?.title;
   const rename = async (title: string) => {
     await page.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).dblclick();
     await page.getByTestId('thread-rename-input').fill(title);
@@ -245,7 +245,7 @@ test('a page whose saves are refused while its reply runs keeps its turn as a co
   const other = await page.context().newPage();
   try {
     const id = await copyWhileReplying(page, other, ctl, server);
-    const listed = async () => ((await wsCall(server, 'listThreads', {})).value ?? []) as Saved[];
+    const listed = async () => ((await savedThreads(server)).value ?? []) as Saved[];
     const copy = async () => (await listed()).find((t) => t.title === 'Endless (conflicted copy)');
     // The copy is saved while the reply runs, its text so far with it.
     await expect
@@ -288,7 +288,7 @@ test("a tab renaming a chat while another tab's reply streams in it: the name is
     await send(page, 'asked in the first tab');
     await expect(other.getByTestId('message-assistant').getByTestId('message-text')).not.toBeEmpty();
     heard.deaf = true;
-    const listed = async () => ((await wsCall(server, 'listThreads', {})).value ?? []) as Saved[];
+    const listed = async () => ((await savedThreads(server)).value ?? []) as Saved[];
     const reply = async () => (await listed()).find((t) => t.id === id)?.messages[1]?.content.length ?? 0;
     const shown = (await other.getByTestId('message-assistant').getByTestId('message-text').textContent()) ?? '';
     await expect.poll(reply).toBeGreaterThan(shown.length);
@@ -326,7 +326,7 @@ test('a conflicted copy deleted while its reply runs stays deleted, and the chat
   const other = await page.context().newPage();
   try {
     await copyWhileReplying(page, other, ctl, server);
-    const listed = async () => ((await wsCall(server, 'listThreads', {})).value ?? []) as Saved[];
+    const listed = async () => ((await savedThreads(server)).value ?? []) as Saved[];
     const copyId = async () => (await listed()).find((t) => t.title === 'Endless (conflicted copy)')?.id;
     await expect.poll(copyId).toBeDefined();
     const copy = (await copyId()) as string;
@@ -363,7 +363,7 @@ test("the connection lost while a conflicted copy's reply runs: once back, the c
   const other = await page.context().newPage();
   try {
     const id = await copyWhileReplying(page, other, ctl, server);
-    const listed = async () => ((await wsCall(server, 'listThreads', {})).value ?? []) as Saved[];
+    const listed = async () => ((await savedThreads(server)).value ?? []) as Saved[];
     const copies = async () => (await listed()).filter((t) => t.title === 'Endless (conflicted copy)');
     await expect.poll(async () => (await copies()).length).toBe(1);
     // The connection goes (the reply with it) and stays away a while; then it is back.

@@ -7,7 +7,7 @@
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { test as base, expect, type Page } from '@playwright/test';
-import { newChat, send, setSettings, wsCall } from './fixtures';
+import { newChat, savedThreads, send, setSettings } from './fixtures';
 import { type ServeHandle, startServe } from './serve';
 
 const test = base.extend<{ page: Page }, { smallServer: ServeHandle }>({
@@ -30,7 +30,7 @@ async function open(page: Page, server: ServeHandle): Promise<void> {
 
 /** The chats as the host has them. */
 async function saved(server: ServeHandle): Promise<Array<{ id: string; messages: Array<{ content: string }> }>> {
-  return ((await wsCall(server, 'listThreads', {})).value ?? []) as Array<{
+  return ((await savedThreads(server)).value ?? []) as Array<{
     id: string;
     messages: Array<{ content: string }>;
   }>;

@@ -221,6 +221,60 @@ describe('HostApi', () => {
     expect(await again.call('listThreads', {})).toEqual({ ok: true, value: [] });
   });
 
+  it('lists summaries and answers a chat whole when it is opened: a big chat is not sent with the list nor its saves', async () => {
+    const { api } = await makeApi();
+    const events: string[] = [];
+    api.on('thread', (e) => events.push(JSON.stringify(e)));
+    const text = 'page table entries, résumé λ\n'.repeat(60_000); // about 1.7 MB of an attached file's text
+    const big: Thread = {
+      id: 'big',
+      title: 'Report',
+      createdAt: 1,
+      updatedAt: 2,
+      messages: [{ id: 'u1', role: 'user', content: 'Read it', createdAt: 1, attachments: [{ name: 'r.pdf', text }] }],
+    };
+    expect(await api.call('saveThread', { ...big, savedBy: 'page-a' })).toEqual({ ok: true, value: { revision: 1 } });
+    const listed = await api.call('listThreads', {});
+    expect(listed).toMatchObject({ ok: true, value: [{ id: 'big', title: 'Report', revision: 1 }] });
+    expect(JSON.stringify(listed).length).toBeLessThan(500);
+    expect(listed.ok && listed.value[0]?.bytes).toBeGreaterThan(text.length);
+    // The other pages hear of the save: its summary and revision, not its 2 MB.
+    expect(events).toHaveLength(1);
+    expect(events[0]?.length).toBeLessThan(500);
+    expect(JSON.parse(events[0] ?? '{}')).toMatchObject({ summary: { id: 'big', revision: 1 }, savedBy: 'page-a' });
+    expect(await api.call('openThread', { id: 'big' })).toEqual({ ok: true, value: { ...big, revision: 1 } });
+    // A chat with no file (deleted in another tab) says so; a bad id is refused as in a save.
+    expect(await api.call('openThread', { id: 'nope' })).toMatchObject({
+      ok: false,
+      error: { code: 'BAD_REQUEST', detail: { reason: 'gone' } },
+    });
+    expect(await api.call('openThread', { id: '../x' })).toMatchObject({ ok: false, error: { code: 'BAD_REQUEST' } });
+    expect(await api.call('searchThreads', { query: 'TABLE r.pdf' })).toEqual({ ok: true, value: ['big'] });
+    // A pin and a rename from the list: sent and told of without its messages, which stay.
+    const pin = { id: 'big', revision: 1, title: 'Report (read)', pinned: true, savedBy: 'page-b' };
+    expect(await api.call('updateThread', pin)).toEqual({ ok: true, value: { revision: 2 } });
+    expect(events).toHaveLength(2);
+    expect(events[1]?.length).toBeLessThan(500);
+    expect(JSON.parse(events[1] ?? '{}')).toMatchObject({
+      summary: { id: 'big', title: 'Report (read)', pinned: true, revision: 2 },
+      savedBy: 'page-b',
+    });
+    expect(await api.call('openThread', { id: 'big' })).toEqual({
+      ok: true,
+      value: { ...big, title: 'Report (read)', pinned: true, revision: 2 },
+    });
+    // By a save's rules: made from a revision another page saved over, refused; a field it does not change, refused.
+    expect(await api.call('updateThread', { id: 'big', revision: 1, pinned: false, savedBy: 'page-a' })).toMatchObject({
+      ok: false,
+      error: { code: 'SAVE_CONFLICT', detail: { revision: 2, base: 1 } },
+    });
+    expect(await api.call('updateThread', { id: 'big', revision: 2, messages: [] })).toMatchObject({
+      ok: false,
+      error: { code: 'BAD_REQUEST' },
+    });
+    expect(events).toHaveLength(2);
+  });
+
   it('remembers the latest deleted chats only, and no id it refused (the set grew with every call for ever)', async () => {
     const { api } = await makeApi();
     const thread: Thread = { id: 'old', title: 'Old', createdAt: 1, updatedAt: 2, messages: [] };
@@ -242,7 +296,7 @@ describe('HostApi', () => {
   it('tells every page of a saved or deleted chat, with the page that saved it', async () => {
     const { api } = await makeApi();
     const seen: unknown[] = [];
-    api.on('thread', (e) => seen.push(['thread', e.thread.id, e.savedBy]));
+    api.on('thread', (e) => seen.push(['thread', e.summary.id, e.savedBy]));
     api.on('threadDeleted', (e) => seen.push(['deleted', e.id]));
     const thread: Thread = { id: 't2', title: 'Hi', createdAt: 1, updatedAt: 2, messages: [] };
     expect((await api.call('saveThread', { ...thread, savedBy: 'page-a' })).ok).toBe(true);
@@ -259,7 +313,8 @@ describe('HostApi', () => {
   it("refuses a save made from a revision another page saved over (nothing written), and takes one page's saves in a row", async () => {
     const { api, dataDir } = await makeApi();
     const seen: unknown[] = [];
-    api.on('thread', (e) => seen.push([e.savedBy, e.thread.revision, e.thread.messages.length]));
+    // Each save's summary and revision (the chat's messages are fetched by a page that has it open).
+    api.on('thread', (e) => seen.push([e.savedBy, e.summary.revision, 'messages' in e.summary]));
     const msg = (id: string, content: string) => ({ id, role: 'user' as const, content, createdAt: 1 });
     const chat: Thread = { id: 't3', title: 'Two pages', createdAt: 1, updatedAt: 2, messages: [msg('m1', 'hi')] };
     // The first save of a new chat; both pages open it as saved.
@@ -284,8 +339,8 @@ describe('HostApi', () => {
       error: { code: 'SAVE_CONFLICT', detail: { id: 't3', revision: 3, base: 1 } },
     });
     expect(!late.ok && late.error.message).toContain('was saved in another window or tab');
-    const listed = await api.call('listThreads', {});
-    expect(listed.ok && listed.value[0]).toMatchObject({
+    const listed = await api.call('openThread', { id: 't3' });
+    expect(listed.ok && listed.value).toMatchObject({
       revision: 3,
       messages: [{ id: 'm1' }, { id: 'a5' }, { id: 'a6' }],
     });
@@ -296,16 +351,16 @@ describe('HostApi', () => {
       error: { code: 'SAVE_CONFLICT' },
     });
     expect(seen).toEqual([
-      ['page-a', 1, 1],
-      ['page-a', 2, 2],
-      ['page-a', 3, 3],
-      ['page-b', 4, 2],
+      ['page-a', 1, false],
+      ['page-a', 2, false],
+      ['page-a', 3, false],
+      ['page-b', 4, false],
     ]);
     // A chat file from before revisions loads, and saves as revision 0 (a copy from it without one too).
     const old = { id: 'old1', title: 'Before revisions', createdAt: 1, updatedAt: 1, messages: [msg('m1', 'kept')] };
     await writeFile(path.join(dataDir, 'threads', 'old1.json'), JSON.stringify(old));
-    const all = await api.call('listThreads', {});
-    expect(all.ok && all.value.find((t) => t.id === 'old1')).toEqual(old);
+    const all = await api.call('openThread', { id: 'old1' });
+    expect(all.ok && all.value).toEqual(old);
     expect(await api.call('saveThread', { ...old, savedBy: 'page-a' })).toEqual({ ok: true, value: { revision: 1 } });
     expect(await api.call('saveThread', { ...old, savedBy: 'page-b' })).toMatchObject({
       ok: false,

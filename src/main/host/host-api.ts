@@ -22,6 +22,7 @@ import {
   type ModelInfo,
   type PackageCheck,
   type Thread,
+  type ThreadFields,
 } from '../../shared/api';
 import type { StreamFrame } from '../../shared/contract';
 import { type ErrorInfo, KvdeskError, type Result, toErrorInfo } from '../../shared/errors';
@@ -29,7 +30,7 @@ import { detectLayout, loadModelSpec, variantOption } from '../packages';
 import { providerShortName } from '../packages/execution-providers';
 import { packageProblem } from '../packages/package-error';
 import { slugify } from '../packages/spec-assembly';
-import { ThreadStore } from '../store/thread-store';
+import { summaryOf, ThreadStore } from '../store/thread-store';
 import { previewChatTemplate, withKeptTemplate } from './chat-template-pick';
 import { Downloads } from './downloads';
 import { type HeldLock, takeLock } from './folder-lock';
@@ -848,14 +849,24 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       return null;
     },
     listThreads: async () => store.list(),
+    openThread: async (req: { id: string }) => store.get(req.id),
+    searchThreads: async (req: { query: string }) => store.search(req.query),
     saveThread: async (req: Thread & { savedBy?: string }) => {
       const { savedBy, ...thread } = req;
       // A page that had not heard of the chat's delete (its reply's last save, a save made while kvdesk was away,
       // also across a restart) must not bring it back: the store refuses it.
       const revision = await store.save(thread, savedBy);
-      const saved = { ...thread, revision };
-      // The same chat open in another tab or window shows what was saved, rather than overwrite it later.
-      emit('thread', savedBy === undefined ? { thread: saved } : { thread: saved, savedBy });
+      // The other tabs and windows are told of it (its summary and revision: a chat can be tens of MB): one that has
+      // it open fetches it, and shows what was saved rather than overwrite it later.
+      const summary = summaryOf({ ...thread, revision }, store.bytesOf(thread.id));
+      emit('thread', savedBy === undefined ? { summary } : { summary, savedBy });
+      return { revision };
+    },
+    updateThread: async (req: ThreadFields & { id: string; revision?: number; savedBy?: string }) => {
+      const { id, revision: base, savedBy, ...fields } = req;
+      const { revision, thread } = await store.update(id, fields, base ?? 0, savedBy);
+      const summary = summaryOf(thread, store.bytesOf(id));
+      emit('thread', savedBy === undefined ? { summary } : { summary, savedBy });
       return { revision };
     },
     deleteThread: async (req: { id: string }) => {

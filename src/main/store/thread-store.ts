@@ -8,10 +8,15 @@
  * that does not parse is moved aside, one with values of a newer kvdesk keeps its valid part (the file as it was
  * kept aside), and one that cannot be read is an error, with every save refused until it can be. Fields of a
  * newer kvdesk that this one does not know are written back with each save.
+ *
+ * A chat file is written with its messages last: the chat list reads each file's head (its fields before the
+ * messages, and that the file ends where its messages do), not the tens of MB a chat's attached files can make.
+ * A file written otherwise (by kvdesk before this order, or by hand) is read whole, once while it stays unchanged.
  */
-import { readdir, readFile, rm, stat } from 'node:fs/promises';
+import { open, readdir, readFile, rm, stat } from 'node:fs/promises';
 import path from 'node:path';
-import { StoredMessage, Thread, UiSettings } from '../../shared/api';
+import { StringDecoder } from 'node:string_decoder';
+import { StoredMessage, Thread, type ThreadFields, ThreadHead, type ThreadSummary, UiSettings } from '../../shared/api';
 import { KvdeskError } from '../../shared/errors';
 import { fieldsUnknown, isPlainObject, readIfThere, setAside, unreadableFile } from './data-file';
 import { issueText, salvageSettings } from './settings-salvage';
@@ -76,6 +81,10 @@ export class ThreadStore {
    * just before it stopped, its answer lost, is that page's own once kvdesk is back) and its tool grants.
    */
   private readonly held = new Map<string, Held>();
+  /** Each chat file's summary (the chat list's), with the file's stat: read again only when the file changed. */
+  private readonly summaries = new Map<string, { file: string; summary: ThreadSummary }>();
+  /** Each chat's searchable text (title, messages, attached files; lower case), with its file's stat. */
+  private readonly haystacks = new Map<string, { file: string; text: string }>();
   /**
    * The chats deleted (id → when), as `deleted-threads.json` in the data folder keeps them, the latest
    * DELETED_THREADS_KEPT: a late save of one (a page that had not heard of the delete, also across a restart) is
@@ -154,18 +163,159 @@ export class ThreadStore {
     return path.join(this.threadsDir, `${id}.json`);
   }
 
-  /** All readable threads, most recently updated first; the files left out are in `problems` and the log. */
-  async list(): Promise<Thread[]> {
-    const threads: Thread[] = [];
+  /**
+   * Every readable chat's summary (its fields, not its messages), most recently updated first; the files left out
+   * are in `problems` and the log. Each file's head is read (see the top of this file), once while it is unchanged.
+   */
+  async list(): Promise<ThreadSummary[]> {
+    const summaries: ThreadSummary[] = [];
     const problems: string[] = [];
-    for (const name of await this.threadFileNames()) {
-      const read = await this.readThread(path.join(this.threadsDir, name));
-      if ('thread' in read) threads.push(read.thread);
+    const names = await this.threadFileNames();
+    for (const name of names) {
+      const read = await this.readSummary(path.join(this.threadsDir, name));
+      if ('summary' in read) summaries.push(read.summary);
       else problems.push(read.problem);
     }
+    const ids = new Set(names.map((n) => path.basename(n, '.json')));
+    for (const id of this.summaries.keys()) if (!ids.has(id)) this.summaries.delete(id);
     this.threadProblems = problems;
     for (const p of problems) this.sayOnce(p);
-    return threads.sort((a, b) => b.updatedAt - a.updatedAt);
+    return summaries.sort((a, b) => b.updatedAt - a.updatedAt);
+  }
+
+  /** The size of chat `id`'s file as this store last wrote or read it (0: not known). */
+  bytesOf(id: string): number {
+    return this.summaries.get(id)?.summary.bytes ?? 0;
+  }
+
+  /**
+   * Chat `id` whole, as its file holds it (its fields of a newer kvdesk noted, for its saves). A chat with no file
+   * (deleted meanwhile), or whose file cannot be used, is an error that says so.
+   */
+  async get(id: string): Promise<Thread> {
+    const file = this.fileOf(id);
+    return this.inOrder(file, async () => {
+      const now = await statOf(file);
+      if (now === null) {
+        throw new KvdeskError('BAD_REQUEST', `there is no chat "${id}" (deleted in another window or tab?)`, {
+          field: 'id',
+          reason: 'gone',
+        });
+      }
+      const read = await this.readThread(file);
+      if (!('thread' in read)) {
+        this.sayOnce(read.problem);
+        throw new KvdeskError('INTERNAL', read.problem.replace('it is not listed, and left', 'it is left'), { file });
+      }
+      const { thread, savedBy } = read;
+      this.held.set(id, {
+        file: now,
+        revision: thread.revision ?? 0,
+        ...(savedBy ? { by: savedBy } : {}),
+        grants: thread.toolsAllowed ?? [],
+      });
+      this.summaries.set(id, { file: now, summary: summaryOf(thread, Number(now.split(':')[1])) });
+      return thread;
+    });
+  }
+
+  /**
+   * The chats whose title, messages or attached files contain every word of `query` (lower case compared), as
+   * their files hold them; each file's text is read once while it is unchanged.
+   */
+  async search(query: string): Promise<string[]> {
+    const words = query.toLowerCase().split(/\s+/).filter(Boolean);
+    const found: string[] = [];
+    for (const name of await this.threadFileNames()) {
+      const id = path.basename(name, '.json');
+      const file = path.join(this.threadsDir, name);
+      const now = await statOf(file);
+      if (now === null || !SAFE_ID.test(id)) continue;
+      let text = this.haystacks.get(id)?.file === now ? this.haystacks.get(id)?.text : undefined;
+      if (text === undefined) {
+        const read = await this.readThread(file);
+        if (!('thread' in read)) continue;
+        const t = read.thread;
+        text = [
+          t.title,
+          ...t.messages.flatMap((m) => [m.content, ...(m.attachments ?? []).flatMap((a) => [a.name, a.text])]),
+        ]
+          .join('\n')
+          .toLowerCase();
+        this.haystacks.delete(id);
+        this.haystacks.set(id, { file: now, text });
+        this.trimHaystacks();
+      }
+      const haystack = text;
+      if (words.every((w) => haystack.includes(w))) found.push(id);
+    }
+    return found;
+  }
+
+  /** The search's texts kept: at most HAYSTACK_CHARS in all, the least recently read go first. */
+  private trimHaystacks(): void {
+    let total = 0;
+    for (const h of this.haystacks.values()) total += h.text.length;
+    for (const [id, h] of this.haystacks) {
+      if (total <= HAYSTACK_CHARS || this.haystacks.size <= 1) break;
+      total -= h.text.length;
+      this.haystacks.delete(id);
+    }
+  }
+
+  /**
+   * One chat file's summary: from its head when its messages are its last field (as this kvdesk writes it), else
+   * from the file read whole; or what is wrong with it (a file whose messages are not valid is listed from its head,
+   * and opening it says what is wrong).
+   */
+  private async readSummary(file: string): Promise<{ summary: ThreadSummary } | { problem: string }> {
+    const id = path.basename(file, '.json');
+    const now = await statOf(file);
+    const known = this.summaries.get(id);
+    if (now !== null && known?.file === now) return { summary: known.summary };
+    const leftAlone = `it is not listed, and left as it is: mend it, or move it out of ${this.threadsDir}`;
+    let read: { head: unknown; bytes: number } | null;
+    try {
+      read = await readHead(file);
+    } catch (err) {
+      const why = (err as Error).message;
+      return {
+        problem: `the chat file ${file} could not be read (${why}); it is not listed: give your user access to it`,
+      };
+    }
+    let summary: ThreadSummary;
+    if (read === null) {
+      // Not written with its messages last: read whole.
+      const whole = await this.readThread(file);
+      if (!('thread' in whole)) return whole;
+      summary = summaryOf(whole.thread, now === null ? 0 : Number(now.split(':')[1]));
+    } else {
+      const parsed = ThreadHead.safeParse(read.head);
+      if (!parsed.success) {
+        const why = issueText(parsed.error, []);
+        return { problem: `the chat file ${file} is not valid (${why}; a newer kvdesk's?); ${leftAlone}` };
+      }
+      const problem = this.idProblem(file, parsed.data.id, leftAlone);
+      if (problem) return { problem };
+      summary = { ...parsed.data, bytes: read.bytes };
+    }
+    if (now !== null) this.summaries.set(id, { file: now, summary });
+    return { summary };
+  }
+
+  /** What is wrong with a chat file's id (not its name, or not a safe id), if anything. */
+  private idProblem(file: string, id: string, leftAlone: string): string | null {
+    const name = path.basename(file, '.json');
+    if (id !== name) {
+      // A copy beside the chat's own file (abc-backup.json, a sync tool's conflict file): listed, it would be a
+      // second chat of the same id, and deleting that chat would remove only the other file.
+      return `the chat file ${file} holds the chat "${id}", not "${name}" as its name says (a copy, or a sync tool's conflict file?); ${leftAlone}`;
+    }
+    if (!SAFE_ID.test(id)) {
+      // Such a chat could be listed but never saved nor deleted (fileOf refuses its id).
+      return `the chat file ${file} has the id "${id}", which is not ${SAFE_ID_TEXT}; ${leftAlone}`;
+    }
+    return null;
   }
 
   /** The thread files; none before the first save. A folder that cannot be read is an error, not "no chats". */
@@ -204,18 +354,8 @@ export class ThreadStore {
       return { problem: `the chat file ${file} is not valid (${why}; a newer kvdesk's?); ${leftAlone}` };
     }
     const id = parsed.data.id;
-    const name = path.basename(file, '.json');
-    if (id !== name) {
-      // A copy beside the chat's own file (abc-backup.json, a sync tool's conflict file): listed, it would be a
-      // second chat of the same id, and deleting that chat would remove only the other file.
-      return {
-        problem: `the chat file ${file} holds the chat "${id}", not "${name}" as its name says (a copy, or a sync tool's conflict file?); ${leftAlone}`,
-      };
-    }
-    if (!SAFE_ID.test(id)) {
-      // Such a chat could be listed but never saved nor deleted (fileOf refuses its id).
-      return { problem: `the chat file ${file} has the id "${id}", which is not ${SAFE_ID_TEXT}; ${leftAlone}` };
-    }
+    const problem = this.idProblem(file, id, leftAlone);
+    if (problem) return { problem };
     this.noteExtras(id, raw);
     const savedBy = isPlainObject(raw) && typeof raw.savedBy === 'string' ? raw.savedBy : undefined;
     return { thread: parsed.data, ...(savedBy !== undefined ? { savedBy } : {}) };
@@ -260,37 +400,89 @@ export class ThreadStore {
    */
   async save(thread: Thread, savedBy?: string): Promise<number> {
     const file = this.fileOf(thread.id);
+    return this.inOrder(file, () => this.writeThread(file, thread, savedBy));
+  }
+
+  /** save's work, in the file's turn. */
+  private async writeThread(file: string, thread: Thread, savedBy?: string): Promise<number> {
     const base = thread.revision ?? 0;
+    const stored = await this.heldBy(thread.id, file);
+    // Deleted, and not put back since (by a hand): a page that had not heard of the delete must not bring it back.
+    if ((await this.deletedChats()).has(thread.id) && (await statOf(file)) === null) {
+      throw new KvdeskError('BAD_REQUEST', `the chat "${thread.title}" was deleted in another window or tab`, {
+        field: 'id',
+        reason: 'deleted',
+      });
+    }
+    if (stored && stored.revision !== base && !(stored.revision > base && savedBy && stored.by === savedBy)) {
+      throw new KvdeskError(
+        'SAVE_CONFLICT',
+        `the chat "${thread.title}" was saved in another window or tab since this copy of it (revision ${stored.revision}, this copy's ${base}): not saved over it; reload the page to see the one saved`,
+        { id: thread.id, revision: stored.revision, base },
+      );
+    }
+    const revision = Math.max(stored?.revision ?? 0, base) + 1;
+    // Its messages last: the chat list reads the fields before them (readHead).
+    const { messages, ...fields } = this.withExtras({ ...thread, revision });
+    const data = JSON.stringify({ ...fields, ...(savedBy ? { savedBy } : {}), messages });
+    this.held.delete(thread.id);
+    this.summaries.delete(thread.id);
+    await this.write(file, data, `the chat "${thread.title}"`);
+    const now = await statOf(file);
+    if (now !== null) {
+      this.held.set(thread.id, {
+        file: now,
+        revision,
+        ...(savedBy ? { by: savedBy } : {}),
+        grants: thread.toolsAllowed ?? [],
+      });
+      this.summaries.set(thread.id, {
+        file: now,
+        summary: summaryOf({ ...thread, revision }, Number(now.split(':')[1])),
+      });
+    }
+    return revision;
+  }
+
+  /**
+   * Changes only chat `id`'s list fields (its name, its pin) and returns its new revision: what the chat list does to
+   * a chat it has not opened, without sending it whole (its messages can be tens of MB). The rules are a save's: made
+   * from revision `base` (refused with SAVE_CONFLICT when another saver's save came since), refused as 'deleted' for
+   * a deleted chat, 'gone' for one with no file.
+   */
+  async update(
+    id: string,
+    fields: ThreadFields,
+    base: number,
+    savedBy?: string,
+  ): Promise<{ revision: number; thread: Thread }> {
+    const file = this.fileOf(id);
     return this.inOrder(file, async () => {
-      const stored = await this.heldBy(thread.id, file);
-      // Deleted, and not put back since (by a hand): a page that had not heard of the delete must not bring it back.
-      if ((await this.deletedChats()).has(thread.id) && (await statOf(file)) === null) {
-        throw new KvdeskError('BAD_REQUEST', `the chat "${thread.title}" was deleted in another window or tab`, {
-          field: 'id',
-          reason: 'deleted',
-        });
-      }
-      if (stored && stored.revision !== base && !(stored.revision > base && savedBy && stored.by === savedBy)) {
+      if ((await statOf(file)) === null) {
+        const deleted = (await this.deletedChats()).has(id);
         throw new KvdeskError(
-          'SAVE_CONFLICT',
-          `the chat "${thread.title}" was saved in another window or tab since this copy of it (revision ${stored.revision}, this copy's ${base}): not saved over it; reload the page to see the one saved`,
-          { id: thread.id, revision: stored.revision, base },
+          'BAD_REQUEST',
+          deleted
+            ? `the chat "${fields.title ?? id}" was deleted in another window or tab`
+            : `there is no chat "${id}"`,
+          { field: 'id', reason: deleted ? 'deleted' : 'gone' },
         );
       }
-      const revision = Math.max(stored?.revision ?? 0, base) + 1;
-      const data = JSON.stringify({ ...this.withExtras({ ...thread, revision }), ...(savedBy ? { savedBy } : {}) });
-      this.held.delete(thread.id);
-      await this.write(file, data, `the chat "${thread.title}"`);
-      const now = await statOf(file);
-      if (now !== null) {
-        this.held.set(thread.id, {
-          file: now,
-          revision,
-          ...(savedBy ? { by: savedBy } : {}),
-          grants: thread.toolsAllowed ?? [],
-        });
+      const read = await this.readThread(file);
+      if (!('thread' in read)) {
+        this.sayOnce(read.problem);
+        throw new KvdeskError('INTERNAL', read.problem.replace('it is not listed, and left', 'it is left'), { file });
       }
-      return revision;
+      const { pinned, ...rest } = fields;
+      const { pinned: _was, ...thread } = read.thread;
+      const changed: Thread = {
+        ...thread,
+        ...rest,
+        ...((pinned ?? read.thread.pinned) ? { pinned: true } : {}),
+        revision: base,
+      };
+      const revision = await this.writeThread(file, changed, savedBy);
+      return { revision, thread: { ...changed, revision } };
     });
   }
 
@@ -324,6 +516,8 @@ export class ThreadStore {
     const file = this.fileOf(id);
     this.extras.delete(id);
     this.held.delete(id);
+    this.summaries.delete(id);
+    this.haystacks.delete(id);
     await this.inOrder(file, async () => {
       await this.noteDeleted(id);
       await rm(file, { force: true });
@@ -458,6 +652,118 @@ export class ThreadStore {
     this.sayOnce(error.message);
     return error;
   }
+}
+
+/** Most characters of chats' text the search keeps between searches (the least recently read go first). */
+const HAYSTACK_CHARS = 128 * 1024 * 1024;
+
+/** A chat's summary: its fields without its messages, and its file's size. */
+export function summaryOf(thread: Thread, bytes: number): ThreadSummary {
+  return { ...ThreadHead.parse(thread), bytes };
+}
+
+/** The most of a chat file's head (its fields before its messages) read before it is read whole instead. */
+const HEAD_MAX_BYTES = 4 * 1024 * 1024;
+const HEAD_CHUNK_BYTES = 64 * 1024;
+
+/** How much of a chat file's end is read for the fields after its messages (an older kvdesk's revision and saver). */
+const TAIL_BYTES = 4096;
+
+/**
+ * The fields of a chat file without its `messages` (parsed), and the file's size: those before the messages from
+ * its head, those after them (kvdesk before messages were written last put its revision and saver there) from its
+ * end. Null when the file is not read so (read it whole, which says what is wrong with it, if anything).
+ */
+export async function readHead(file: string): Promise<{ head: unknown; bytes: number } | null> {
+  const fd = await open(file, 'r');
+  try {
+    const { size } = await fd.stat();
+    const tailBytes = Math.min(size, TAIL_BYTES);
+    const tail = Buffer.alloc(tailBytes);
+    await fd.read(tail, 0, tailBytes, size - tailBytes);
+    const after = fieldsAfterMessages(tail.toString('utf8'));
+    if (after === null) return null;
+    const decoder = new StringDecoder('utf8');
+    let text = '';
+    const chunk = Buffer.alloc(HEAD_CHUNK_BYTES);
+    for (let at = 0; at < Math.min(size, HEAD_MAX_BYTES); ) {
+      const { bytesRead } = await fd.read(chunk, 0, chunk.length, at);
+      if (bytesRead === 0) break;
+      at += bytesRead;
+      text += decoder.write(chunk.subarray(0, bytesRead));
+      const end = messagesKeyAt(text);
+      if (end === 'no') return null;
+      if (end !== 'more') {
+        const fields = text.slice(0, end).replace(/,\s*$/, '');
+        try {
+          const head: unknown = JSON.parse(`${fields}}`);
+          return isPlainObject(head) ? { head: { ...head, ...after }, bytes: size } : null;
+        } catch {
+          return null;
+        }
+      }
+    }
+    return null;
+  } finally {
+    await fd.close();
+  }
+}
+
+/**
+ * The fields after a chat file's messages, from the file's end: what follows the array's `]` up to the object's
+ * `}` (none, or `,"revision":3,"savedBy":"page-…"`); null when the end is not one of a chat file.
+ */
+function fieldsAfterMessages(tail: string): Record<string, unknown> | null {
+  let tries = 0;
+  for (let i = tail.lastIndexOf(']'); i >= 0 && tries < 64; i = tail.lastIndexOf(']', i - 1), tries++) {
+    const rest = tail.slice(i + 1).trim();
+    if (!rest.endsWith('}')) return null;
+    const members = rest.slice(0, -1).trim();
+    if (members === '') return {};
+    if (!members.startsWith(',')) continue;
+    try {
+      const parsed: unknown = JSON.parse(`{${members.slice(1)}}`);
+      if (isPlainObject(parsed) && !('messages' in parsed)) return parsed;
+    } catch {
+      // A `]` inside the last field's text: the one before it.
+    }
+  }
+  return null;
+}
+
+/**
+ * Where the top-level `"messages"` key starts in the beginning of a JSON object's text: its offset, `more` when
+ * the text ends before it, `no` when the text is not an object's beginning.
+ */
+function messagesKeyAt(text: string): number | 'more' | 'no' {
+  let depth = 0;
+  let i = 0;
+  const n = text.length;
+  while (i < n) {
+    const c = text[i];
+    if (c === '"') {
+      // A string: at depth 1 after `{` or `,`, a key.
+      const start = i;
+      i++;
+      while (i < n && text[i] !== '"') i += text[i] === '\\' ? 2 : 1;
+      if (i >= n) return 'more';
+      i++;
+      if (depth === 1) {
+        let j = start - 1;
+        while (j >= 0 && /\s/.test(text[j] as string)) j--;
+        const before = text[j];
+        if ((before === '{' || before === ',') && text.slice(start, i) === '"messages"') return start;
+      }
+      continue;
+    }
+    if (c === '{' || c === '[') depth++;
+    else if (c === '}' || c === ']') {
+      depth--;
+      if (depth <= 0) return 'no';
+    } else if (depth === 0 && !/\s/.test(c as string)) return 'no';
+    i++;
+  }
+  return 'more';
 }
 
 /** A file's stat as a string that changes whenever the file does (null: none there). */

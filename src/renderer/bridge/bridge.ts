@@ -19,6 +19,8 @@ import type {
   PromptMeasure,
   StoredMessage,
   Thread,
+  ThreadFields,
+  ThreadSummary,
 } from '../../shared/api';
 import { RECOVERED_FRAGMENT } from '../../shared/api';
 import type { GenerateRequest, SamplingSettings, ToolCall } from '../../shared/contract';
@@ -28,7 +30,13 @@ import { drafts } from '../lib/drafts';
 import { autoRunCalls, chatTools, MAX_AUTO_ROUNDS, SKIPPED_ANSWER, toolKey } from '../lib/mcp-tools';
 import { conflictCopy, conflictTitle, holdsAll, mergeThread, sameSettings, takeSettings } from '../lib/merge-thread';
 import { loadedAnnouncement, unloadedAnnouncement, validatedAnnouncement } from '../lib/model-announcement';
-import { indexedDbPending, type PendingChange, pagesOnline, whyNotKept } from '../lib/pending-changes';
+import {
+  type FieldsChange,
+  indexedDbPending,
+  type PendingChange,
+  pagesOnline,
+  whyNotKept,
+} from '../lib/pending-changes';
 import { blank, carriedSettings, chatSetup } from '../lib/presets';
 import { parseThreadImport } from '../lib/thread-export';
 import { turnModel } from '../lib/turn-model';
@@ -53,6 +61,11 @@ export interface Bridge {
    * returns why not (naming the field) when the file cannot be read as one.
    */
   importThread(text: string, fileName: string): string | null;
+  /**
+   * The saved chats whose title, messages or attached files contain every word of the query, found by kvdesk (the
+   * chat list's search of the chats this page has only the summary of); null when it could not search.
+   */
+  searchThreads(query: string): Promise<string[] | null>;
   /**
    * The desktop window's API server: serve the HTTP API on the port, on this computer or the local network, with
    * or without the API key (remembered, with whether it starts with kvdesk), or stop it. Resolves with why not
@@ -271,6 +284,20 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   function saveThread(threadId: string): void {
     const t = s().threads.find((x) => x.id === threadId);
     if (!t) return;
+    // Not fetched yet (its summary only, no messages): a rename or a pin from the list changes those fields only
+    // (updateThread: the chat, tens of MB maybe, is neither fetched nor sent); anything else is saved once it is
+    // here, with what was changed meanwhile.
+    const summary = s().summaries[threadId];
+    if (summary) {
+      const fields = listFieldsChanged(summary, t);
+      if (fields) {
+        if (Object.keys(fields).length > 0) updateFields(threadId, t.title, { ...fields, revision: summary.revision });
+        return;
+      }
+      saveOnFetch.add(threadId);
+      fetchThread(threadId);
+      return;
+    }
     const live = s().live;
     const messages = t.messages.flatMap((m) => {
       const l = live[m.id];
@@ -294,7 +321,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     saving.set(threadId, (saving.get(threadId) ?? 0) + 1);
     const at = stamp();
     // Made while kvdesk cannot be reached: kept in the browser until it is answered (a reload meanwhile keeps it).
-    if (transport.state !== 'open') keep(threadId, t.title, at, thread);
+    if (transport.state !== 'open') keep(threadId, t.title, at, { thread });
     void api.invoke('saveThread', { ...thread, savedBy: pageId }).then((r) => {
       const left = (saving.get(threadId) ?? 1) - 1;
       if (left > 0) saving.set(threadId, left);
@@ -316,7 +343,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         // back. Taken as this page's own save in a row either way, or refused and settled if another page saved
         // the chat meanwhile. Kept in the browser till then.
         unanswered.add(threadId);
-        if ((kept.get(threadId) ?? 0) < at) keep(threadId, t.title, at, thread);
+        if ((kept.get(threadId) ?? 0) < at) keep(threadId, t.title, at, { thread });
       } else if (r.error.detail?.reason === 'deleted') {
         // Deleted in another tab before this page heard of it: gone here too, and said (nothing of it is saved).
         if (s().threads.some((x) => x.id === threadId)) dropThread(threadId);
@@ -377,13 +404,81 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     notify(unsavedAlert, true);
   }
 
-  /** Keeps this page's save of chat `threadId` (its delete: no `thread`) in the browser until kvdesk answers it. */
-  function keep(threadId: string, title: string, at: number, thread?: Thread): void {
+  /**
+   * The list fields (name, pin) a chat the page has the summary of has changed since (none: {}); null when other
+   * fields changed too (the chat is then fetched and saved whole).
+   */
+  function listFieldsChanged(summary: ThreadSummary, local: Thread): ThreadFields | null {
+    const changed = changedSince(summary, local);
+    const fields: ThreadFields = {};
+    for (const k of Object.keys(changed)) {
+      if (k === 'title') fields.title = local.title;
+      else if (k === 'pinned') fields.pinned = local.pinned === true;
+      else return null;
+    }
+    return fields;
+  }
+
+  /**
+   * Changes the list fields of a chat the page has the summary of (updateThread), by a save's rules: kept in the
+   * browser while kvdesk cannot be reached, made again when the connection's close left it unanswered.
+   */
+  function updateFields(threadId: string, title: string, fields: FieldsChange): void {
+    const at = stamp();
+    if (transport.state !== 'open') keep(threadId, title, at, { fields });
+    void api.invoke('updateThread', { id: threadId, ...fields, savedBy: pageId }).then((r) => {
+      if (!r.ok && r.error.detail?.reason === 'disconnect') {
+        // Sent again once the connection is back (saveThread finds what differs from the summary then).
+        unanswered.add(threadId);
+        if ((kept.get(threadId) ?? 0) < at) keep(threadId, title, at, { fields });
+        return;
+      }
+      forgetKept(threadId, at);
+      const summary = s().summaries[threadId];
+      const local = s().threads.find((x) => x.id === threadId);
+      if (r.ok) {
+        // Its summary is now the one saved; a change made here since (on its way) stays in the list.
+        if (!summary || !local) return;
+        const { revision: _base, ...set } = fields;
+        const saved: ThreadSummary = { ...summary, ...set, revision: r.value.revision };
+        if (set.pinned === false) delete saved.pinned;
+        if ((summary.revision ?? 0) > r.value.revision) return;
+        s().receiveSummary(saved);
+        const since = changedSince(saved, local);
+        if (Object.keys(since).length > 0) s().updateThread(threadId, since);
+      } else if (r.error.code === 'SAVE_CONFLICT') {
+        notify(
+          `“${title}” was changed in another window or tab before its name or pin changed here was saved: it shows that one now. Make the change again if you still want it.`,
+        );
+        // The list shows the chat as saved (its summary, as the other's save told of it, comes or came).
+        if (summary && local) s().receiveSummary(summary);
+      } else if (r.error.detail?.reason === 'deleted' || r.error.detail?.reason === 'gone') {
+        if (s().threads.some((x) => x.id === threadId)) dropThread(threadId);
+        notify(
+          `“${title}” was deleted in another window or tab before this page's change to it was saved: the change is not kept.`,
+        );
+      } else {
+        notify(`“${title}” was not saved: ${r.error.message.replace(/[.\s]+$/, '')}.`, true);
+      }
+    });
+  }
+
+  /**
+   * Keeps this page's save of chat `threadId` (its delete: no `thread` nor `fields`) in the browser until kvdesk
+   * answers it.
+   */
+  function keep(
+    threadId: string,
+    title: string,
+    at: number,
+    change: { thread?: Thread; fields?: FieldsChange } = {},
+  ): void {
+    const { thread, fields } = change;
     kept.set(threadId, at);
     const notKept = (why: string) => {
       if (kept.get(threadId) !== at) return; // a later change of it is kept, or it was answered meanwhile
       notSavedYet(
-        thread
+        thread || fields
           ? `Your change to “${title}” is not saved yet: kvdesk cannot be reached, and this browser could not keep the change until it can (${why}). Keep this page open: it is saved once kvdesk is back; closing or reloading the page loses it.`
           : `“${title}” is not deleted yet: kvdesk cannot be reached, and this browser could not keep the delete until it can (${why}). Keep this page open: it is deleted once kvdesk is back; closing or reloading the page leaves it undeleted.`,
       );
@@ -392,8 +487,15 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       notKept('it keeps no data for this page');
       return;
     }
-    const change: PendingChange = { threadId, savedBy: pageId, owner: pageId, at, ...(thread ? { thread } : {}) };
-    pendingStore.put(change).catch((err: unknown) => notKept(whyNotKept(err)));
+    const pending: PendingChange = {
+      threadId,
+      savedBy: pageId,
+      owner: pageId,
+      at,
+      ...(thread ? { thread } : {}),
+      ...(fields ? { fields } : {}),
+    };
+    pendingStore.put(pending).catch((err: unknown) => notKept(whyNotKept(err)));
   }
 
   /** This page's change of the chat kept in the browser, if made at or before `upTo`, is answered: let go. */
@@ -450,20 +552,23 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   async function replayOne(c: PendingChange): Promise<void> {
     const key = `${c.savedBy}:${c.threadId}`;
     replaying.add(key);
-    const title = c.thread?.title ?? s().threads.find((t) => t.id === c.threadId)?.title ?? UNTITLED;
+    const title = c.thread?.title ?? c.fields?.title ?? s().threads.find((t) => t.id === c.threadId)?.title ?? UNTITLED;
     // A delete: gone from this page at once, as where it was made (its event then finds nothing to tell of).
-    if (!c.thread && s().threads.some((t) => t.id === c.threadId)) dropThread(c.threadId);
+    if (!c.thread && !c.fields && s().threads.some((t) => t.id === c.threadId)) dropThread(c.threadId);
     const r = c.thread
       ? await api.invoke('saveThread', { ...c.thread, savedBy: c.savedBy })
-      : await api.invoke('deleteThread', { id: c.threadId });
+      : c.fields
+        ? await api.invoke('updateThread', { id: c.threadId, ...c.fields, savedBy: c.savedBy })
+        : await api.invoke('deleteThread', { id: c.threadId });
     replaying.delete(key);
     // The connection went again: made at the next (this page keeps it meanwhile).
     if (!r.ok && r.error.detail?.reason === 'disconnect') return;
     if (c.thread && !r.ok && r.error.code === 'SAVE_CONFLICT') {
       // Another page saved the chat since: what the gone page said that the saved one lacks is kept as a copy.
-      const listed = await api.invoke('listThreads', {});
-      if (!listed.ok) return; // read again at the next connection
-      const saved = listed.value.find((t) => t.id === c.threadId);
+      const opened = await api.invoke('openThread', { id: c.threadId });
+      // Deleted since (its event says so): nothing to keep a copy beside. Otherwise read again at the next connection.
+      if (!opened.ok && opened.error.detail?.reason !== 'gone') return;
+      const saved = opened.ok ? opened.value : undefined;
       if (saved && !holdsAll(saved, c.thread)) {
         const now = Date.now();
         const copy = conflictCopy(c.thread, newId('t', now), newId('m', now), now);
@@ -477,13 +582,17 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
           `“${saved.title}” was changed in another window or tab before a change of its name or settings made while kvdesk could not be reached was saved: it shows that one now. Make the change again if you still want it.`,
         );
       }
-    } else if (!r.ok && r.error.detail?.reason === 'deleted') {
+    } else if (c.fields && !r.ok && r.error.code === 'SAVE_CONFLICT') {
+      notify(
+        `“${title}” was changed in another window or tab before a change of its name or pin made while kvdesk could not be reached was saved: it shows that one now. Make the change again if you still want it.`,
+      );
+    } else if (!r.ok && (r.error.detail?.reason === 'deleted' || (c.fields && r.error.detail?.reason === 'gone'))) {
       notify(
         `“${title}” was deleted in another window or tab before a change to it made while kvdesk could not be reached was saved: the change is not kept.`,
       );
     } else if (!r.ok) {
       notify(
-        c.thread
+        c.thread || c.fields
           ? `A change to “${title}” made while kvdesk could not be reached was not saved: ${r.error.message.replace(/[.\s]+$/, '')}.`
           : `Could not delete “${title}”: ${r.error.message}`,
         true,
@@ -542,26 +651,28 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     if (settling.has(threadId) || copying.has(threadId)) return;
     settling.add(threadId);
     const upTo = stamp();
-    const listed = await api.invoke('listThreads', {});
+    const opened = await api.invoke('openThread', { id: threadId });
     settling.delete(threadId);
     // More of this page's saves went meanwhile: settled once they are answered (the last refused has the most).
     if (saving.has(threadId)) return;
     const mine = refused.get(threadId);
     const local = s().threads.find((t) => t.id === threadId);
-    if (!listed.ok) {
+    // Deleted meanwhile (its event says so): none saved.
+    const gone = !opened.ok && opened.error.detail?.reason === 'gone';
+    if (!opened.ok && !gone) {
       // The connection closed on it: settled once it is back (onOpen).
-      if (listed.error.detail?.reason === 'disconnect') {
+      if (opened.error.detail?.reason === 'disconnect') {
         unsettled.add(threadId);
         return;
       }
       notify(
-        `“${local?.title ?? mine?.title}” was saved in another window or tab, and could not be read: ${listed.error.message} Reload the page.`,
+        `“${local?.title ?? mine?.title}” was saved in another window or tab, and could not be read: ${opened.error.message} Reload the page.`,
       );
       return;
     }
     // Settled below (what is kept of it goes on in the chat, or in a copy saved now): the browser lets it go.
     forgetKept(threadId, upTo);
-    const saved = listed.value.find((t) => t.id === threadId);
+    const saved = opened.ok ? opened.value : undefined;
     const live = liveIn(threadId);
     if (live && local && saved) {
       const added = saved.messages.some((m) => !local.messages.some((x) => x.id === m.id));
@@ -773,23 +884,123 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   api.on('settings', (saved) => {
     s().setUi({ presets: saved.presets, apiServer: saved.apiServer, theme: saved.theme });
   });
-  // A chat another tab or window saved: this page shows it as saved, so that its next save builds on it instead of
-  // writing over it.
-  api.on('thread', ({ thread, savedBy }) => {
+  // A chat another tab or window saved (its summary comes, not its messages): a chat this page has not fetched
+  // takes the summary; one it has open (or writes a reply in) is fetched and shown as saved, so that its next save
+  // builds on it instead of writing over it; one it has fetched and left goes back to its summary (fetched again
+  // when opened).
+  api.on('thread', ({ summary, savedBy }) => {
     if (savedBy === pageId) return;
+    const id = summary.id;
     // This page's own saves of it on their way are refused (made from the copy before this one): settled when
     // answered, rather than this page's turns written over now.
-    if (saving.has(thread.id) || settling.has(thread.id) || refused.has(thread.id)) {
-      heard.add(thread.id);
+    if (saving.has(id) || settling.has(id) || refused.has(id)) {
+      heard.add(id);
       return;
     }
-    known.set(thread.id, thread);
-    const live = liveIn(thread.id);
-    const local = s().threads.find((t) => t.id === thread.id);
+    const local = s().threads.find((t) => t.id === id);
+    if (!local || s().summaries[id]) {
+      if (fetching.has(id)) fetchAgain.add(id);
+      else s().receiveSummary(summary);
+      return;
+    }
+    if ((local.revision ?? 0) >= (summary.revision ?? 0)) return;
+    if (!liveIn(id) && s().activeThreadId !== id && !copying.has(id) && !unanswered.has(id)) {
+      known.delete(id);
+      s().receiveSummary(summary, true);
+      return;
+    }
+    void fetchSaved(id);
+  });
+
+  /** Chats being fetched as another page saved them; those saved again meanwhile (fetched again after). */
+  const refreshing = new Set<string>();
+  const refreshAgain = new Set<string>();
+  async function fetchSaved(id: string): Promise<void> {
+    if (refreshing.has(id)) {
+      refreshAgain.add(id);
+      return;
+    }
+    refreshing.add(id);
+    const r = await api.invoke('openThread', { id });
+    refreshing.delete(id);
+    if (r.ok) takeSaved(r.value);
+    if (refreshAgain.delete(id)) void fetchSaved(id);
+  }
+
+  /** Another page's save of a chat this page has, as fetched. */
+  function takeSaved(thread: Thread): void {
+    const id = thread.id;
+    if (saving.has(id) || settling.has(id) || refused.has(id)) {
+      heard.add(id);
+      return;
+    }
+    const local = s().threads.find((t) => t.id === id);
+    // Gone, or saved here since (this page's save came after the one fetched).
+    if (!local || s().summaries[id] || (local.revision ?? 0) > (thread.revision ?? 0)) return;
+    known.set(id, thread);
+    const live = liveIn(id);
     // Writing a reply in it here: the other's copy, with this page's reply (and anything it has that the other
     // has not) kept, so the reply's end saves both.
-    s().receiveThread(live && local ? mergeThread(thread, local, new Set([live])) : thread);
+    s().receiveThread(live ? mergeThread(thread, local, new Set([live])) : thread);
+  }
+
+  /** Chats being fetched (their summary only here), those saved meanwhile elsewhere, and those to save once here. */
+  const fetching = new Set<string>();
+  const fetchAgain = new Set<string>();
+  const saveOnFetch = new Set<string>();
+
+  /**
+   * Fetches a chat this page has only the summary of (it is opened, or changed from the list): its messages come
+   * whole; a name or setting changed here meanwhile (a pin, a rename) is kept, and saved.
+   */
+  function fetchThread(id: string): void {
+    if (!s().summaries[id] || fetching.has(id)) return;
+    fetching.add(id);
+    void api.invoke('openThread', { id }).then((r) => {
+      fetching.delete(id);
+      const summary = s().summaries[id];
+      const local = s().threads.find((t) => t.id === id);
+      if (!summary || !local) return;
+      if (!r.ok) {
+        // Fetched again when the connection is back (a change made meanwhile, a pin, is saved then).
+        if (r.error.detail?.reason === 'disconnect') return;
+        saveOnFetch.delete(id);
+        if (r.error.detail?.reason === 'gone') return; // deleted: its event says so
+        notify(`“${local.title}” could not be opened: ${r.error.message}`);
+        return;
+      }
+      // A save elsewhere heard meanwhile: its summary is not this page's change.
+      const again = fetchAgain.delete(id);
+      const changed = again ? {} : changedSince(summary, local);
+      const thread: Thread = { ...r.value, ...changed };
+      known.set(id, r.value);
+      if (thread.modelId) sessionModel.set(id, thread.modelId);
+      s().receiveThread(thread);
+      if (s().activeThreadId === id) restoreModel(id);
+      if (saveOnFetch.delete(id) || Object.keys(changed).length > 0) saveThread(id);
+      // Saved elsewhere while it was on its way: what was fetched may be from before that save.
+      if (again) void fetchSaved(id);
+    });
+  }
+
+  /** The fields of a listed chat changed here since its summary came (a pin, a rename from the list). */
+  function changedSince(summary: ThreadSummary, local: Thread): Partial<Thread> {
+    const changed: Record<string, unknown> = {};
+    const keys = new Set([...Object.keys(summary), ...Object.keys(local)]);
+    for (const k of keys) {
+      if (k === 'messages' || k === 'bytes' || k === 'revision' || k === 'id') continue;
+      const a = (summary as Record<string, unknown>)[k];
+      const b = (local as Record<string, unknown>)[k];
+      if (JSON.stringify(a) !== JSON.stringify(b)) changed[k] = b;
+    }
+    return changed as Partial<Thread>;
+  }
+
+  // The chat opened (picked, at load, in place of one deleted) is fetched when only its summary is here.
+  store.subscribe((now, before) => {
+    if (now.activeThreadId !== before.activeThreadId && now.activeThreadId) fetchThread(now.activeThreadId);
   });
+
   api.on('threadDeleted', ({ id }) => {
     const gone = s().threads.find((t) => t.id === id);
     if (!gone) return;
@@ -829,12 +1040,11 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     }
     if (threads.ok) {
       s().loadThreads(threads.value, ui.lastThreadId);
-      for (const t of threads.value) {
-        if (t.modelId) sessionModel.set(t.id, t.modelId);
-        known.set(t.id, t);
-      }
+      for (const t of threads.value) if (t.modelId) sessionModel.set(t.id, t.modelId);
       forgetDrafts();
-      restoreModel(s().activeThreadId);
+      const open = s().activeThreadId;
+      if (open) fetchThread(open);
+      restoreModel(open);
     } else {
       notify(`Could not read saved chats: ${threads.error.message}`);
       s().loadThreads([]);
@@ -888,6 +1098,10 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       unsettled.delete(id);
       void settle(id);
     }
+    // The fetches the closing connection cut off: the open chat's, and those of chats changed from the list.
+    const open = s().activeThreadId;
+    if (replace && open) fetchThread(open);
+    if (replace) for (const id of saveOnFetch) fetchThread(id);
     void refreshHostState(replace);
     // Back: the notice that said the connection was lost goes; one said since (a save the close ended) stays.
     if (s().notice === RECONNECTING) s().setNotice(null);
@@ -929,7 +1143,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
    * none at all: a new chat would be the same, so the new-chat action opens it instead of adding another.
    */
   function untouched(t: Thread): boolean {
-    if (t.messages.length > 0 || liveIn(t.id)) return false;
+    if (t.messages.length > 0 || liveIn(t.id) || s().summaries[t.id]) return false;
     const made = madeAs.get(t.id);
     return made !== undefined ? made === chatSetup(t) : t.title === UNTITLED && chatSetup(t) === chatSetup(bare(t));
   }
@@ -1161,6 +1375,11 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
 
   /** Whether a turn may start in the chat now; if not, the notice says why. */
   function canRun(threadId: string): boolean {
+    if (s().summaries[threadId]) {
+      fetchThread(threadId);
+      notify('This chat is still being opened: send again once its messages show.');
+      return false;
+    }
     if (liveIn(threadId)) {
       notify('This chat is still replying. Stop it first (Esc).');
       return false;
@@ -1618,6 +1837,10 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         saveSettings();
       }
       return null;
+    },
+    async searchThreads(query) {
+      const r = await api.invoke('searchThreads', { query: query.slice(0, 1000) });
+      return r.ok ? r.value : null;
     },
     importThread(text, fileName) {
       const r = parseThreadImport(text, fileName);

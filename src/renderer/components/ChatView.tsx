@@ -354,7 +354,7 @@ function ReplyAnnouncer({ threadId }: { threadId: string | null }) {
 }
 
 export function ChatView() {
-  const { threadId, title, count, loaded } = useApp(
+  const { threadId, title, count, loaded, opening } = useApp(
     useShallow((s) => {
       const t = s.threads.find((x) => x.id === s.activeThreadId);
       return {
@@ -362,6 +362,8 @@ export function ChatView() {
         title: t?.title ?? '',
         count: t?.messages.length ?? 0,
         loaded: s.threadsLoaded,
+        // Listed, its messages on their way (openThread): their size said while they come.
+        opening: t ? s.summaries[t.id]?.bytes : undefined,
       };
     }),
   );
@@ -419,7 +421,11 @@ export function ChatView() {
           }}
         />
       )}
-      {threadId && count > 0 ? (
+      {opening !== undefined ? (
+        <div className="empty" data-testid="thread-opening" role="status">
+          <p>Opening the chat{opening > 1_048_576 ? ` (${Math.round(opening / 1_048_576)} MB saved)` : ''}…</p>
+        </div>
+      ) : threadId && count > 0 ? (
         <MessageList threadId={threadId} find={findOpen ? find : undefined} />
       ) : loaded ? (
         <EmptyThread />

@@ -9,7 +9,7 @@ import { useShallow } from 'zustand/react/shallow';
 import type { StoredMessage, Thread } from '../../shared/api';
 import { useApp, useAppStore, useBridge } from '../bridge/context';
 import { useFocusTrap } from '../lib/focus-trap';
-import { MAX_IMPORT_BYTES } from '../lib/thread-export';
+import { importTooLarge } from '../lib/thread-export';
 import { CHAT_INPUT_ID } from './Composer';
 import { CHAT_LIST_ID, narrowWindow, useNarrowWindow } from './Header';
 import { PinIcon } from './Icons';
@@ -28,14 +28,28 @@ function haystack(m: StoredMessage): string {
   return h;
 }
 
-/** The chats whose title or messages contain every word of the query (all of them for an empty query). */
-export function matchingThreadIds(threads: Thread[], query: string): string[] {
+/**
+ * The chats whose title or messages contain every word of the query (all of them for an empty query). A chat this
+ * page has only the summary of (`unfetched`) is searched by kvdesk: found when its title has every word, or when
+ * kvdesk found it (`found`, the ids its search of the saved chats answered for this query).
+ */
+export function matchingThreadIds(
+  threads: Thread[],
+  query: string,
+  unfetched: Record<string, unknown> = {},
+  found: ReadonlySet<string> = new Set(),
+): string[] {
   const words = query.toLowerCase().split(/\s+/).filter(Boolean);
   if (words.length === 0) return threads.map((t) => t.id);
-  const found = (t: Thread, w: string) =>
+  const has = (t: Thread, w: string) =>
     t.title.toLowerCase().includes(w) || t.messages.some((m) => haystack(m).includes(w));
-  return threads.filter((t) => words.every((w) => found(t, w))).map((t) => t.id);
+  return threads
+    .filter((t) => (Object.hasOwn(unfetched, t.id) && found.has(t.id)) || words.every((w) => has(t, w)))
+    .map((t) => t.id);
 }
+
+/** Before kvdesk is asked to search the saved chats, the query stays this long unchanged (typing goes on). */
+const SEARCH_WAIT_MS = 150;
 
 /**
  * The arrow keys in the chat list: up and down (Home, End) to another chat's title, right and left through a
@@ -279,10 +293,31 @@ export function ThreadList() {
   openChat.current = activeId;
   const onFocusItem = useCallback((id: string) => setRoving({ id, openChat: openChat.current }), []);
   const nav = useRef<HTMLElement>(null);
+  // The chats this page has only the summary of are searched by kvdesk (their messages are not here).
+  const [searched, setSearched] = useState<{ query: string; ids: ReadonlySet<string> }>({
+    query: '',
+    ids: new Set(),
+  });
+  const someUnfetched = useApp((s) => Object.keys(s.summaries).length > 0);
+  useEffect(() => {
+    if (!query.trim() || !someUnfetched) return;
+    let current = true;
+    const timer = setTimeout(() => {
+      void bridge.searchThreads(query).then((ids) => {
+        if (current && ids) setSearched({ query, ids: new Set(ids) });
+      });
+    }, SEARCH_WAIT_MS);
+    return () => {
+      current = false;
+      clearTimeout(timer);
+    };
+  }, [bridge, query, someUnfetched]);
+  // Until kvdesk answers for this query, its last answer stands (the list does not jump at each key).
+  const hostFound = searched.ids;
   // Pinned chats first, each group by activity.
   const ids = useApp(
     useShallow((s) => {
-      const found = new Set(matchingThreadIds(s.threads, query));
+      const found = new Set(matchingThreadIds(s.threads, query, s.summaries, hostFound));
       const at = (pinned: boolean) => s.threads.filter((t) => found.has(t.id) && (t.pinned === true) === pinned);
       return [...at(true), ...at(false)].map((t) => t.id);
     }),
@@ -292,10 +327,9 @@ export function ThreadList() {
   const [importError, setImportError] = useState<string | null>(null);
   const file = useRef<HTMLInputElement>(null);
   const importFile = async (f: File) => {
-    if (f.size > MAX_IMPORT_BYTES) {
-      setImportError(
-        `${f.name} is ${Math.round(f.size / 1048576)} MiB: a chat to import is at most ${MAX_IMPORT_BYTES / 1048576} MiB.`,
-      );
+    const tooLarge = importTooLarge(f.name, f.size);
+    if (tooLarge) {
+      setImportError(tooLarge);
       return;
     }
     const error = bridge.importThread(await f.text(), f.name);

@@ -1,11 +1,20 @@
 /**
- * The chat saves and deletes a page made while kvdesk could not be reached (`serve`, the connection lost), kept in
- * the browser's IndexedDB until kvdesk answered them: a reload, or the tab closed meanwhile, does not lose them. The
- * page that made one makes it again once the connection is back; one whose page is gone is made by the next page
- * of kvdesk's address to connect, as the page that made it (bridge.ts). Pages tell each other they are alive over a
- * BroadcastChannel, so that no page makes a change another page still holds.
+ * The chat saves, list changes (a rename or pin of a chat not opened) and deletes a page made while kvdesk could not
+ * be reached (`serve`, the connection lost), kept in the browser's IndexedDB until kvdesk answered them: a reload, or
+ * the tab closed meanwhile, does not lose them. The page that made one makes it again once the connection is back;
+ * one whose page is gone is made by the next page of kvdesk's address to connect, as the page that made it
+ * (bridge.ts). Pages tell each other they are alive over a BroadcastChannel, so that no page makes a change another
+ * page still holds.
  */
-import { Thread } from '../../shared/api';
+import { z } from 'zod';
+import { Thread, ThreadFields } from '../../shared/api';
+
+/**
+ * A change of a chat's list fields only (its name, its pin: updateThread), made from the chat's revision `revision`:
+ * what the chat list changes of a chat the page has only the summary of.
+ */
+export const FieldsChange = ThreadFields.extend({ revision: z.number().int().min(0).optional() });
+export type FieldsChange = z.infer<typeof FieldsChange>;
 
 export interface PendingChange {
   threadId: string;
@@ -15,8 +24,10 @@ export interface PendingChange {
   owner: string;
   /** When it was kept: a later change of the same page to the same chat replaces it. */
   at: number;
-  /** The chat as saved; none: the chat deleted. */
+  /** The chat as saved; none (nor `fields`): the chat deleted. */
   thread?: Thread;
+  /** Its list fields changed (a rename, a pin of a chat not opened), in place of the whole chat. */
+  fields?: FieldsChange;
 }
 
 /** Where the changes are kept (IndexedDB in the page; tests give their own). */
@@ -41,6 +52,11 @@ function readChange(value: unknown): PendingChange | null {
   const v = value as Record<string, unknown>;
   if (typeof v.threadId !== 'string' || typeof v.savedBy !== 'string' || typeof v.owner !== 'string') return null;
   if (typeof v.at !== 'number') return null;
+  if (v.fields !== undefined) {
+    const fields = FieldsChange.safeParse(v.fields);
+    if (!fields.success || v.thread !== undefined) return null;
+    return { threadId: v.threadId, savedBy: v.savedBy, owner: v.owner, at: v.at, fields: fields.data };
+  }
   if (v.thread === undefined) return { threadId: v.threadId, savedBy: v.savedBy, owner: v.owner, at: v.at };
   const thread = Thread.safeParse(v.thread);
   if (!thread.success || thread.data.id !== v.threadId) return null;

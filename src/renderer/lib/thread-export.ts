@@ -94,10 +94,18 @@ export function threadToJson(thread: Thread): string {
 export type ImportResult = { ok: true; thread: Thread } | { ok: false; error: string };
 
 /**
- * Largest file import reads: well under what one WebSocket message may carry (256 MiB by default), as the chat is
- * saved through it with the ids and dates import adds.
+ * Largest file import reads: what one WebSocket message may carry by default (256 MiB), less room for the ids and
+ * dates import adds, as the chat is saved through one (a server whose --max-message is lower refuses the save,
+ * saying so). A chat with big attached files exports to tens of MB.
  */
-export const MAX_IMPORT_BYTES = 32 * 1024 * 1024;
+export const MAX_IMPORT_BYTES = 255 * 1024 * 1024;
+
+/** Why a file of `bytes` is not imported (too large: its size and the limit), or null. */
+export function importTooLarge(fileName: string, bytes: number): string | null {
+  if (bytes <= MAX_IMPORT_BYTES) return null;
+  const mib = (n: number) => `${(n / 1048576).toFixed(n % 1048576 === 0 ? 0 : 1)} MiB`;
+  return `${fileName} is ${mib(bytes)}: a chat to import is at most ${mib(MAX_IMPORT_BYTES)}. Split the chat, or remove big attached files from it.`;
+}
 
 /**
  * A chat from an imported file's text: kvdesk's export, `{messages: [...]}` (a `title` and a `system` message

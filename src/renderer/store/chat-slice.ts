@@ -5,7 +5,13 @@
  */
 
 import type { StateCreator } from 'zustand/vanilla';
-import { MAX_PROBABILITY_TOKENS, type StoredMessage, type Thread, type TokenProbability } from '../../shared/api';
+import {
+  MAX_PROBABILITY_TOKENS,
+  type StoredMessage,
+  type Thread,
+  type ThreadSummary,
+  type TokenProbability,
+} from '../../shared/api';
 import type { GeneratedTokenLogprob, GenerationResult, StreamFrame } from '../../shared/contract';
 import type { ErrorInfo } from '../../shared/errors';
 import { inheritVersions, showVersion as pickVersion } from '../lib/versions';
@@ -24,6 +30,12 @@ export function titleFrom(text: string): string {
 }
 
 /** Newest activity first, as the thread list shows them. */
+/** A listed chat as the store keeps it until it is fetched: its fields, no messages (see `summaries`). */
+function asThread(summary: ThreadSummary): Thread {
+  const { bytes: _bytes, ...fields } = summary;
+  return { ...fields, messages: [] };
+}
+
 export function sortThreads(threads: Thread[]): Thread[] {
   return [...threads].sort((a, b) => b.updatedAt - a.updatedAt || b.createdAt - a.createdAt);
 }
@@ -293,6 +305,7 @@ export const createChatSlice: StateCreator<AppState, [], [], ChatSlice> = (set, 
   threads: [],
   activeThreadId: null,
   threadsLoaded: false,
+  summaries: {},
   live: {},
   errorDetails: {},
   editingMessageId: null,
@@ -306,14 +319,38 @@ export const createChatSlice: StateCreator<AppState, [], [], ChatSlice> = (set, 
     });
   },
 
-  loadThreads(threads, openThreadId) {
+  loadThreads(listed, openThreadId) {
     set((s) => {
       // A person may have started a chat before the saved ones arrived: keep it (and keep it open).
-      const local = s.threads.filter((t) => !threads.some((x) => x.id === t.id));
-      const sorted = sortThreads([...local, ...threads.map((t) => s.threads.find((x) => x.id === t.id) ?? t)]);
+      const local = s.threads.filter((t) => !listed.some((x) => x.id === t.id));
+      const summaries = { ...s.summaries };
+      const threads = listed.map((summary) => {
+        const here = s.threads.find((x) => x.id === summary.id);
+        if (here && !s.summaries[summary.id]) return here;
+        if ('messages' in summary) {
+          delete summaries[summary.id];
+          return summary;
+        }
+        summaries[summary.id] = summary;
+        return asThread(summary);
+      });
+      const sorted = sortThreads([...local, ...threads]);
       const has = (id: string | null | undefined) => id != null && sorted.some((t) => t.id === id);
       const open = has(s.activeThreadId) ? s.activeThreadId : has(openThreadId) ? openThreadId : sorted[0]?.id;
-      return { threads: sorted, activeThreadId: open ?? null, threadsLoaded: true };
+      return { threads: sorted, summaries, activeThreadId: open ?? null, threadsLoaded: true };
+    });
+  },
+
+  receiveSummary(summary, unload = false) {
+    set((s) => {
+      const here = s.threads.some((t) => t.id === summary.id);
+      if (here && !s.summaries[summary.id] && !unload) return {};
+      const summaries = { ...s.summaries, [summary.id]: summary };
+      const thread = asThread(summary);
+      // Placed by its activity, as receiveThread places a whole chat.
+      return here
+        ? { summaries, threads: sortThreads(s.threads.map((t) => (t.id === summary.id ? thread : t))) }
+        : { summaries, threads: sortThreads([thread, ...s.threads]) };
     });
   },
 
@@ -327,11 +364,13 @@ export const createChatSlice: StateCreator<AppState, [], [], ChatSlice> = (set, 
 
   receiveThread(thread) {
     // Placed by its activity, as the list shows chats: one that went on in another tab moves up there too.
-    set((s) =>
-      s.threads.some((t) => t.id === thread.id)
-        ? { threads: sortThreads(s.threads.map((t) => (t.id === thread.id ? thread : t))) }
-        : { threads: sortThreads([thread, ...s.threads]) },
-    );
+    set((s) => {
+      const { [thread.id]: _fetched, ...summaries } = s.summaries;
+      const fetched = _fetched ? { summaries } : {};
+      return s.threads.some((t) => t.id === thread.id)
+        ? { ...fetched, threads: sortThreads(s.threads.map((t) => (t.id === thread.id ? thread : t))) }
+        : { ...fetched, threads: sortThreads([thread, ...s.threads]) };
+    });
   },
 
   selectThread(id) {
@@ -347,10 +386,11 @@ export const createChatSlice: StateCreator<AppState, [], [], ChatSlice> = (set, 
 
   removeThread(id) {
     set((s) => {
+      const { [id]: _gone, ...summaries } = s.summaries;
       const threads = s.threads.filter((t) => t.id !== id);
       const live = Object.fromEntries(Object.entries(s.live).filter(([, l]) => l.threadId !== id));
       const activeThreadId = s.activeThreadId === id ? (threads[0]?.id ?? null) : s.activeThreadId;
-      return { threads, live, activeThreadId };
+      return { threads, summaries, live, activeThreadId };
     });
   },
 

@@ -10,6 +10,7 @@ import type {
   PackageProblem,
   StoredMessage,
   Thread,
+  ThreadSummary,
   ToolRoute,
   UiSettings,
 } from '../../shared/api';
@@ -121,7 +122,22 @@ export interface ChatSlice {
   /** Tool calls running now (their MCP tool called, its answer not back): call id → thread id. */
   toolRuns: Record<string, string>;
   setToolRun(callId: string, threadId: string | null): void;
-  loadThreads(threads: Thread[], openThreadId?: string): void;
+  /**
+   * The chats whose messages this page has not fetched: each one's summary as it last heard of it (the chat is in
+   * `threads` with its fields and no messages). Fetched when opened (openThread); never saved before that.
+   */
+  summaries: Record<string, ThreadSummary>;
+  /**
+   * The chat list as listed (summaries: their messages are fetched when opened; a chat given whole is here whole);
+   * chats this page has stay.
+   */
+  loadThreads(threads: Array<ThreadSummary | Thread>, openThreadId?: string): void;
+  /**
+   * Another page saved a chat this page has not fetched (or not heard of): its summary takes the place of the one
+   * here, or joins the list. With `unload`, a chat fetched here goes back to its summary (not open, nothing of it on
+   * its way).
+   */
+  receiveSummary(summary: ThreadSummary, unload?: boolean): void;
   addThread(thread: Thread): void;
   /**
    * Counts the chats made (or, New chat on an untouched open chat, opened again) here: New chat, Ctrl+N, a branch,
@@ -130,8 +146,8 @@ export interface ChatSlice {
   chatsMade: number;
   chatMade(): void;
   /**
-   * A chat another tab or window saved: it replaces this page's copy (or joins the list) where its activity puts it
-   * (newest first); the open one stays.
+   * A chat another tab or window saved, or one fetched: it replaces this page's copy (or joins the list) where its
+   * activity puts it (newest first), the open one stays; it is here whole from now on.
    */
   receiveThread(thread: Thread): void;
   selectThread(id: string | null): void;

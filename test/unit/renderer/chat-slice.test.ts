@@ -100,6 +100,15 @@ describe('thread operations', () => {
     // A new one from there goes where its time puts it.
     store.getState().receiveThread(thread('d', { updatedAt: 5 }));
     expect(store.getState().threads.map((t) => t.id)).toEqual(['c', 'd', 'a', 'b']);
+    // A chat not opened here (listed as its summary) comes as its summary: placed by its activity too.
+    const summary = (id: string, updatedAt: number) => {
+      const { messages: _, ...fields } = thread(id, { updatedAt });
+      return { ...fields, bytes: 100 };
+    };
+    const listed = createAppStore();
+    listed.getState().loadThreads([summary('a', 3), summary('b', 2), summary('c', 1)], 'a');
+    listed.getState().receiveSummary(summary('c', 10));
+    expect(listed.getState().threads.map((t) => t.id)).toEqual(['c', 'a', 'b']);
   });
 
   it('sortThreads breaks ties by creation time', () => {

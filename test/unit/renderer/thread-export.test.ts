@@ -10,6 +10,7 @@ import {
   EXPORT_VERSION,
   exportFileName,
   type ImportResult,
+  importTooLarge,
   parseThreadImport,
   threadToJson,
   threadToMarkdown,
@@ -362,6 +363,14 @@ describe('import errors name the file and the field', () => {
   const fail = (value: unknown, name = 'chat.json') => refused(parseThreadImport(JSON.stringify(value), name, NOW));
   const kvdesk = (over: Record<string, unknown>) => ({ kind: EXPORT_KIND, version: EXPORT_VERSION, ...over });
   const valid = thread('t1', { messages: [msg('u1', 'user', 'hi'), msg('a1', 'assistant', 'hello')] });
+
+  it('takes an export of a chat with big attached files (tens of MB); a larger file than it reads names the limit', () => {
+    expect(importTooLarge('report.json', 70 * 1024 * 1024)).toBeNull();
+    expect(importTooLarge('report.json', 255 * 1024 * 1024)).toBeNull();
+    expect(importTooLarge('huge.json', 300 * 1024 * 1024)).toBe(
+      'huge.json is 300 MiB: a chat to import is at most 255 MiB. Split the chat, or remove big attached files from it.',
+    );
+  });
 
   it('refuses a file that is not JSON', () => {
     const error = refused(parseThreadImport('# My chat\n\nhello', 'notes.json', NOW));

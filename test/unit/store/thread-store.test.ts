@@ -46,7 +46,10 @@ describe('ThreadStore', () => {
     });
     expect(await new ThreadStore(dir).save({ ...thread('t9', 'd'), revision: 1 }, 'page-a')).toBe(3);
     // The last saver is the store's, not the chat's: never listed, and a save without one names none.
-    expect(await new ThreadStore(dir).list()).toEqual([{ ...thread('t9', 'd'), revision: 3 }]);
+    expect(await new ThreadStore(dir).get('t9')).toEqual({ ...thread('t9', 'd'), revision: 3 });
+    expect(await new ThreadStore(dir).list()).toEqual([
+      { ...thread('t9', 'd'), messages: undefined, revision: 3, bytes: expect.any(Number) },
+    ]);
     await s.save({ ...thread('t9', 'e'), revision: 3 });
     expect(JSON.parse(readFileSync(path.join(dir, 'threads', 't9.json'), 'utf8')).savedBy).toBeUndefined();
     await expect(new ThreadStore(dir).save({ ...thread('t9', 'f'), revision: 3 }, 'page-a')).rejects.toMatchObject({
@@ -131,5 +134,32 @@ describe('ThreadStore', () => {
     // Deleted: none, whatever was known.
     await s.delete('t3');
     expect(await s.toolGrants('t3')).toEqual([]);
+  });
+
+  it("a list change (update) writes only the chat's name and pin, by a save's revision rules; the messages stay", async () => {
+    const { s, dir } = store();
+    const message = { id: 'm1', role: 'user' as const, content: 'hello', createdAt: 1 };
+    await s.save({ ...thread('t4', 'a'), messages: [message], toolsAllowed: ['fs.read'] }, 'page-a');
+    const renamed = await s.update('t4', { title: 'b', pinned: true }, 1, 'page-b');
+    expect(renamed.revision).toBe(2);
+    const opened = await s.get('t4');
+    expect(opened).toMatchObject({ title: 'b', pinned: true, revision: 2, toolsAllowed: ['fs.read'] });
+    expect(opened.messages).toEqual([message]);
+    // Its messages stay last (the list reads the head), and its summary is the one written.
+    expect(readFileSync(path.join(dir, 'threads', 't4.json'), 'utf8')).toMatch(/"messages":\[.*\]\}$/);
+    expect((await s.list())[0]).toMatchObject({ title: 'b', pinned: true, revision: 2 });
+    expect((await s.update('t4', { pinned: false }, 2, 'page-b')).thread.pinned).toBeUndefined();
+    // Made from revision 1 while page B saved revision 3 since: refused, nothing written.
+    await expect(s.update('t4', { title: 'c' }, 1, 'page-a')).rejects.toMatchObject({
+      code: 'SAVE_CONFLICT',
+      detail: { revision: 3, base: 1 },
+    });
+    expect((await s.get('t4')).title).toBe('b');
+    await s.delete('t4');
+    await expect(s.update('t4', { pinned: true }, 3, 'page-b')).rejects.toMatchObject({
+      detail: { field: 'id', reason: 'deleted' },
+    });
+    await expect(s.update('t5', { pinned: true }, 0)).rejects.toMatchObject({ detail: { reason: 'gone' } });
+    expect(await s.list()).toEqual([]);
   });
 });

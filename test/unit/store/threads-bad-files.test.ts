@@ -82,9 +82,13 @@ describe('a thread file that cannot be used', () => {
     const { s, threads, log } = store();
     const newer = { ...thread('t1', 'x'), messages: [{ id: 'm1', role: 'developer', content: 'hi', createdAt: 1 }] };
     mkdirSync(threads, { recursive: true });
-    writeFileSync(path.join(threads, 't1.json'), JSON.stringify(newer));
-    expect(await s.list()).toEqual([]);
+    const file = path.join(threads, 't1.json');
+    writeFileSync(file, JSON.stringify(newer));
+    // The list reads the chat's head, which is valid; opening it says what is wrong, and nothing writes over it.
+    expect((await s.list()).map((t) => t.id)).toEqual(['t1']);
+    await expect(s.get('t1')).rejects.toThrow(/t1\.json is not valid \(messages\.0\.role/);
     expect(log.join('\n')).toContain('messages.0.role');
+    expect(readFileSync(file, 'utf8')).toBe(JSON.stringify(newer));
   });
 });
 
@@ -153,9 +157,9 @@ describe('fields of a newer kvdesk', () => {
     const t = thread('t1', 'x');
     const m = t.messages[0] as Thread['messages'][number];
     writeFileSync(file, JSON.stringify({ ...t, version: 2, folder: 'work', messages: [{ ...m, pinnedAt: 7 }] }));
-    const [listed] = await s.list();
-    expect(listed).toEqual(t);
-    await s.save({ ...(listed as Thread), title: 'renamed', messages: [m, { ...m, id: 'm2' }] });
+    const opened = await s.get('t1');
+    expect(opened).toEqual(t);
+    await s.save({ ...opened, title: 'renamed', messages: [m, { ...m, id: 'm2' }] });
     const onDisk = JSON.parse(readFileSync(file, 'utf8'));
     expect(onDisk).toMatchObject({ title: 'renamed', version: 2, folder: 'work' });
     expect(onDisk.messages).toEqual([

@@ -1,0 +1,114 @@
+/**
+ * A chat with big attached files (the text of PDFs, tens of MB): it imports, the chat list is made of summaries
+ * (the big chat is not sent with it, nor with its saves to the other tabs), and opening it fetches its messages.
+ */
+import { writeFileSync } from 'node:fs';
+import type { WebSocket } from '@playwright/test';
+import { expect, newChat, test, wsCall } from './fixtures';
+
+/**
+ * An export of a chat of 3 turns, each with a file of about 110 kB of text: 330 kB (bigger would only make the test
+ * slower: the page counts the open chat's tokens, attached files included, which takes seconds a MB).
+ */
+function bigExport(): string {
+  const text = 'The page cache keeps recent pages; eviction is by age. '.repeat(2_000);
+  const messages = [0, 1, 2].flatMap((k) => [
+    {
+      id: `u${k}`,
+      role: 'user',
+      content: `Compare the reports of part ${k}`,
+      createdAt: 1 + k,
+      attachments: Array.from({ length: 1 }, (_, j) => ({ name: `report-${k}-${j}.pdf`, text: `${k}${j} ${text}` })),
+    },
+    { id: `a${k}`, role: 'assistant', content: `Part ${k} says the cache is kept.`, createdAt: 2 + k },
+  ]);
+  const thread = { id: 'big', title: 'Reports', createdAt: 1, updatedAt: 9, messages };
+  return JSON.stringify({ kind: 'kvdesk.thread', version: 1, thread }, null, 2);
+}
+
+/** The largest WebSocket message a page received (from when this is called). */
+function largestReceived(page: import('@playwright/test').Page): () => number {
+  let largest = 0;
+  const watch = (ws: WebSocket) =>
+    ws.on('framereceived', (f) => {
+      largest = Math.max(largest, typeof f.payload === 'string' ? f.payload.length : f.payload.byteLength);
+    });
+  page.on('websocket', watch);
+  return () => largest;
+}
+
+test('a big chat imports; the list comes without it, and opening it shows its messages', async ({ app, server }) => {
+  test.setTimeout(90_000);
+  const file = bigExport();
+  expect(file.length).toBeGreaterThan(330_000);
+  const small = await newChat(app);
+  // From a file on disk (a buffer this big is slow to hand to the browser).
+  const path = test.info().outputPath('reports.json');
+  writeFileSync(path, file);
+  await app.getByTestId('import-thread-file').setInputFiles(path);
+  await expect(app.getByTestId('import-error')).toHaveCount(0);
+  await expect(app.getByTestId('message-user')).toHaveCount(3);
+  const title = app.getByTestId('chat-title');
+  await expect(title).toHaveText('Reports');
+  const bigId = await app.getByTestId('chat-view').getAttribute('data-thread-id');
+
+  // Saved: the list over the WebSocket has its summary (its size on disk), not its 41 MB.
+  await expect
+    .poll(async () => {
+      const r = await wsCall(server, 'listThreads', {});
+      return (r.value as Array<{ id: string; bytes: number }>).find((t) => t.id === bigId)?.bytes ?? 0;
+    })
+    .toBeGreaterThan(330_000);
+  const listed = await wsCall(server, 'listThreads', {});
+  expect(JSON.stringify(listed).length).toBeLessThan(2_000);
+
+  // A second tab, loaded with another chat open (the one this tab opens, as the last one open): its list has the big
+  // chat, and nothing of its messages came.
+  await app.locator(`[data-thread-id="${small}"] [data-testid="thread-title"]`).click();
+  await expect(app.getByTestId('chat-view')).toHaveAttribute('data-thread-id', small);
+  const other = await app.context().newPage();
+  const largest = largestReceived(other);
+  await other.goto(server.url);
+  await expect(other.locator(`[data-testid="thread-item"][data-thread-id="${bigId}"]`)).toBeVisible();
+  // The first tab renames the big chat (its whole chat saved): the other tab's list says so, from its summary.
+  await app.locator(`[data-testid="thread-item"][data-thread-id="${bigId}"]`).hover();
+  await app.locator(`[data-thread-id="${bigId}"] [data-testid="thread-rename"]`).click();
+  await app.getByTestId('thread-rename-input').fill('Reports, renamed');
+  await app.getByTestId('thread-rename-input').press('Enter');
+  await expect(other.locator(`[data-testid="thread-item"][data-thread-id="${bigId}"]`)).toHaveAttribute(
+    'title',
+    'Reports, renamed',
+  );
+  expect(largest()).toBeLessThan(20_000);
+
+  // Its search finds the big chat by a word of an attached file (kvdesk searches the chats not opened there).
+  const search = other.getByTestId('thread-search');
+  await search.fill('EVICTION report-2-0.pdf');
+  await expect(other.getByTestId('thread-item')).toHaveCount(1);
+  await expect(other.getByTestId('thread-item')).toHaveAttribute('data-thread-id', bigId ?? '');
+  await search.fill('');
+  // Pinned there from the list, not opened: only its pin is sent (updateThread), nothing of it fetched; its messages
+  // stay.
+  await other.locator(`[data-testid="thread-item"][data-thread-id="${bigId}"]`).hover();
+  await other.locator(`[data-thread-id="${bigId}"] [data-testid="thread-pin"]`).click();
+  await expect
+    .poll(async () => {
+      const r = await wsCall(server, 'openThread', { id: bigId });
+      const t = r.value as { pinned?: boolean; messages: unknown[] } | undefined;
+      return [t?.pinned, t?.messages.length];
+    })
+    .toEqual([true, 6]);
+  await expect(other.locator(`[data-testid="thread-item"][data-thread-id="${bigId}"]`)).toHaveClass(/\bpinned\b/);
+  expect(largest()).toBeLessThan(20_000);
+  // Opened there: its messages are fetched and shown.
+  await other.locator(`[data-thread-id="${bigId}"] [data-testid="thread-title"]`).click();
+  await expect(other.getByTestId('message-user')).toHaveCount(3);
+  await expect(other.getByTestId('message-assistant').last()).toContainText('Part 2 says the cache is kept.');
+  await other.close();
+
+  // Reloaded with the big chat open: the list appears, the chat's messages follow.
+  await app.reload();
+  await expect(app.locator(`[data-testid="thread-item"][data-thread-id="${bigId}"]`)).toBeVisible();
+  await expect(app.getByTestId('message-user')).toHaveCount(3);
+  await expect(title).toHaveText('Reports, renamed');
+});
