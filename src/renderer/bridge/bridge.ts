@@ -28,7 +28,7 @@ import { drafts } from '../lib/drafts';
 import { autoRunCalls, chatTools, MAX_AUTO_ROUNDS, SKIPPED_ANSWER, toolKey } from '../lib/mcp-tools';
 import { conflictCopy, conflictTitle, holdsAll, mergeThread, sameSettings, takeSettings } from '../lib/merge-thread';
 import { loadedAnnouncement, unloadedAnnouncement, validatedAnnouncement } from '../lib/model-announcement';
-import { indexedDbPending, type PendingChange, pagesOnline, whyNotKept } from '../lib/pending-changes';
+import { forThisHost, indexedDbPending, type PendingChange, pagesOnline, whyNotKept } from '../lib/pending-changes';
 import { blank, carriedSettings, chatSetup } from '../lib/presets';
 import { parseThreadImport } from '../lib/thread-export';
 import { turnModel } from '../lib/turn-model';
@@ -392,7 +392,15 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       notKept('it keeps no data for this page');
       return;
     }
-    const change: PendingChange = { threadId, savedBy: pageId, owner: pageId, at, ...(thread ? { thread } : {}) };
+    const dataId = transport.dataId;
+    const change: PendingChange = {
+      threadId,
+      savedBy: pageId,
+      owner: pageId,
+      at,
+      ...(thread ? { thread } : {}),
+      ...(dataId !== undefined ? { dataId } : {}),
+    };
     pendingStore.put(change).catch((err: unknown) => notKept(whyNotKept(err)));
   }
 
@@ -422,6 +430,8 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
 
   /** Kept changes being made by this page for a page that is gone (by savedBy:threadId). */
   const replaying = new Set<string>();
+  /** Whether the window said that changes kept for another data folder's kvdesk wait for it (said once). */
+  let saidWaiting = false;
 
   /**
    * The changes kept in the browser by pages that are gone (reloaded, closed while kvdesk could not be reached): made
@@ -436,7 +446,18 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     } catch {
       return; // nothing could be kept either: each page said so as it made its changes
     }
-    const theirs = all.filter((c) => c.savedBy !== pageId && !replaying.has(`${c.savedBy}:${c.threadId}`));
+    const gone = all.filter((c) => c.savedBy !== pageId && !replaying.has(`${c.savedBy}:${c.threadId}`));
+    if (gone.length === 0) return;
+    // Only those kept for this kvdesk's data folder: another folder's wait (kept) for a kvdesk of that one.
+    const hello = transport.hello ? await transport.hello() : {};
+    if (hello === null) return; // the connection closed first: at the next
+    const theirs = gone.filter((c) => forThisHost(c, hello.dataId));
+    if (theirs.length < gone.length && !saidWaiting) {
+      saidWaiting = true;
+      notify(
+        'Changes made in this browser while kvdesk could not be reached belong to another kvdesk data folder than the one kvdesk runs on now: they are kept, and saved once kvdesk runs on that data folder at this address again.',
+      );
+    }
     if (theirs.length === 0) return;
     const alive = await pages.alive([...new Set(theirs.map((c) => c.owner).filter((o) => o !== pageId))]);
     for (const c of theirs) {
