@@ -20,6 +20,7 @@ import {
   startServer,
   uiBuildOf,
 } from '../main/server';
+import { dataFolderId } from '../main/store/data-id';
 import { resolveUserPath } from '../main/store/user-path';
 import { parseDuration } from '../shared/duration';
 import { KvdeskError, toErrorInfo } from '../shared/errors';
@@ -267,8 +268,10 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     if (stopping) return 0;
     // A --kv-budget over what the memory holds is taken, and said (as the inspector shows it).
     printBudgetNotes(io, runner.snapshot());
+    const dataId = await dataFolderId(dataDir, (line) => io.err(`${line}\n`));
     server = await startServer({
       hostApi,
+      ...(dataId !== undefined ? { dataId } : {}),
       host,
       port,
       ...(token !== undefined ? { token } : {}),

@@ -104,6 +104,7 @@ async function start(): Promise<void> {
     host: () => hostPromise ?? Promise.reject(new Error('the host is not running')),
     keyFile: path.join(app.getPath('userData'), API_KEY_FILE),
     staticDir: path.join(__dirname, '../renderer'),
+    dataDir: app.getPath('userData'),
     log,
   });
   apiServer = control;

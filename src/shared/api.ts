@@ -687,7 +687,7 @@ export type WsServerMessage =
    * A socket's first message: the build of the UI the server serves (a digest; absent without a build), and the
    * largest message (bytes of its UTF-8 text) the server takes: a larger one closes the socket.
    */
-  | { t: 'hello'; build?: string; maxMessageBytes?: number }
+  | { t: 'hello'; build?: string; dataId?: string; maxMessageBytes?: number }
   | { t: 'result'; id: number; result: Result<unknown> }
   | { t: 'frame'; id: string; frame: StreamFrame }
   | { t: 'event'; event: HostEventName; payload: unknown };

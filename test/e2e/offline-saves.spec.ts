@@ -146,3 +146,48 @@ test('a pin made from the list while kvdesk is down, the chat renamed elsewhere 
     rmSync(dataDir, { recursive: true, force: true });
   }
 });
+
+test("a change kept for one data folder's kvdesk waits for it: another kvdesk on the same address does not get it", async ({
+  page,
+}) => {
+  test.setTimeout(120_000);
+  const dirA = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-e2e-offline-a-'));
+  const dirB = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-e2e-offline-b-'));
+  let server = await startServe([], 90_000, undefined, dirA);
+  const port = new URL(server.url).port;
+  expect(
+    (await wsCall(server, 'saveThread', { id: 'ta', title: 'A', createdAt: 1, updatedAt: 2, messages: [] })).ok,
+  ).toBe(true);
+  const row = page.getByTestId('thread-list').locator('[data-thread-id="ta"]');
+  try {
+    await page.goto(server.url);
+    await expect(page.getByTestId('thread-list')).toHaveAttribute('data-loaded', 'true');
+    await server.stop();
+    await expect(page.getByTestId('offline-note')).toBeVisible();
+    await row.dblclick();
+    await page.getByTestId('thread-rename-input').fill('Renamed for A');
+    await page.getByTestId('thread-rename-input').press('Enter');
+    await expect.poll(() => keptChanges(page)).toBe(1);
+    await page.reload().catch(() => {});
+
+    // Another data folder's kvdesk on the same address: the change waits, said once.
+    server = await startServe(['--port', port], 90_000, undefined, dirB);
+    await page.goto(server.url);
+    await expect(page.getByTestId('notice')).toContainText(
+      'belong to another kvdesk data folder than the one kvdesk runs on now: they are kept',
+    );
+    expect((await wsCall(server, 'listThreads', {})).value).toEqual([]);
+    expect(await keptChanges(page)).toBe(1);
+    await server.stop();
+
+    // Its own kvdesk back: made there.
+    server = await startServe(['--port', port], 90_000, undefined, dirA);
+    await page.goto(server.url);
+    await expect(row).toContainText('Renamed for A');
+    await expect.poll(() => keptChanges(page)).toBe(0);
+  } finally {
+    await server.stop();
+    rmSync(dirA, { recursive: true, force: true });
+    rmSync(dirB, { recursive: true, force: true });
+  }
+});

@@ -21,6 +21,7 @@ serve(
       createApiServerControl({
         host,
         keyFile: path.join(dataDir, API_KEY_FILE),
+        dataDir,
         log: (line) => process.stderr.write(`${line}\n`),
       }),
   },

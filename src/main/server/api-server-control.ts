@@ -13,6 +13,7 @@ import type { ApiServerRequest, ApiServerStatus } from '../../shared/api';
 import { KvdeskError } from '../../shared/errors';
 import type { ApiServerControl, HostApi } from '../host/host-api';
 import { writePrivateFile } from '../host/private-file';
+import { dataFolderId } from '../store/data-id';
 import { type RunningServer, startServer } from './server';
 
 /** The API key's file in the window's data folder. */
@@ -54,6 +55,8 @@ export function createApiServerControl(opts: {
   keyFile: string;
   /** The built renderer, served at / as `kvdesk serve` does. */
   staticDir?: string;
+  /** The data folder: its id (data-id.ts) is said to the pages served, as `kvdesk serve` says it. */
+  dataDir?: string;
   log?: (line: string) => void;
 }): ApiServerControl & { close(): Promise<void> } {
   let server: RunningServer | null = null;
@@ -105,6 +108,10 @@ export function createApiServerControl(opts: {
   const listen = async (next: Mode): Promise<ApiServerStatus> => {
     const hostApi = await opts.host();
     const token = next.keyed ? await loadKey() : undefined;
+    const dataId =
+      opts.dataDir !== undefined
+        ? await dataFolderId(opts.dataDir, opts.log ?? ((line) => process.stderr.write(`${line}\n`)))
+        : undefined;
     const samePort = server !== null && next.port !== 0 && server.port === next.port;
     const previous = mode;
     if (samePort) await stop();
@@ -117,6 +124,7 @@ export function createApiServerControl(opts: {
         ...(token !== undefined ? { token } : {}),
         ...(next.cors ? { allowedOrigins: ['*'] } : {}),
         ...(opts.staticDir ? { staticDir: opts.staticDir } : {}),
+        ...(dataId !== undefined ? { dataId } : {}),
       });
     } catch (err) {
       // A change on the same port that cannot listen (the port was taken meanwhile): back as it was, if it can be.

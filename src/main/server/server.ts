@@ -67,6 +67,8 @@ export const DEFAULT_STATIC_DIR = path.join(ownPackage()?.root ?? path.resolve(_
 /** Options of {@link startServer}. */
 export interface ServerOptions {
   hostApi: HostApi;
+  /** The data folder's id (data-id.ts), said to pages in the WebSocket's hello. */
+  dataId?: string;
   /** Address to bind; default 127.0.0.1. Anything but loopback requires `token`. */
   host?: string;
   /** 0 (default) picks a free port. */
@@ -219,6 +221,7 @@ export async function startServer(opts: ServerOptions): Promise<RunningServer> {
     ...(opts.maxMessageBytes !== undefined ? { maxPayloadBytes: opts.maxMessageBytes } : {}),
     toolsAllowed: token !== undefined,
     build: uiBuildOf(staticDir),
+    ...(opts.dataId !== undefined ? { dataId: opts.dataId } : {}),
   });
 
   /**

@@ -79,7 +79,7 @@ const TOOLS_NEED_A_TOKEN =
  */
 export function createWsTransport(
   hostApi: HostApi,
-  opts: { maxPayloadBytes?: number; toolsAllowed?: boolean; build?: string } = {},
+  opts: { maxPayloadBytes?: number; toolsAllowed?: boolean; build?: string; dataId?: string } = {},
 ): WsTransport {
   const maxPayload = opts.maxPayloadBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
   const wss = new WebSocketServer({ noServer: true, maxPayload });
@@ -174,7 +174,13 @@ export function createWsTransport(
 
     const protocolError = (why: string) => ws.close(1008, closeReason(why));
     // First, which UI build the server serves: a page of another build (open across an update) says to reload.
-    send(ws, { t: 'hello', ...(opts.build !== undefined ? { build: opts.build } : {}), maxMessageBytes: maxPayload });
+    // And which data folder it keeps (its id): a page's changes kept while kvdesk was away are made only in that one.
+    send(ws, {
+      t: 'hello',
+      ...(opts.build !== undefined ? { build: opts.build } : {}),
+      ...(opts.dataId !== undefined ? { dataId: opts.dataId } : {}),
+      maxMessageBytes: maxPayload,
+    });
 
     ws.on('message', (data: RawData, isBinary: boolean) => {
       if (isBinary) return protocolError('binary messages are not part of the kvdesk protocol');

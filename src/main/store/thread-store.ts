@@ -88,10 +88,13 @@ export class ThreadStore {
   /**
    * The chats deleted (id → when), as `deleted-threads.json` in the data folder keeps them, the latest
    * DELETED_THREADS_KEPT: a late save of one (a page that had not heard of the delete, also across a restart) is
-   * refused. Read at the first save or delete.
+   * refused. Read at the first save or delete, and again whenever the file changed (another kvdesk on the same data
+   * folder deleted a chat): `stat` is the file's when read.
    */
-  private deleted: Promise<Map<string, number>> | null = null;
+  private deleted: { stat: string | null; chats: Map<string, number> } | null = null;
   private readonly deletedFile: string;
+  /** Deletes noted here and not yet written to the file (they count as deleted already). */
+  private readonly deletesToWrite = new Map<string, number>();
   /** Deletes noted, and how many of them the file has. */
   private deletedNoted = 0;
   private deletedWritten = 0;
@@ -524,10 +527,22 @@ export class ThreadStore {
     });
   }
 
-  /** The chats deleted, as deleted-threads.json has them (read once). */
+  /** The chats deleted: deleted-threads.json's (read again when it changed) and those being written to it. */
   private deletedChats(): Promise<Map<string, number>> {
-    this.deleted ??= this.inOrder(this.deletedFile, () => this.readDeleted());
-    return this.deleted;
+    return this.inOrder(this.deletedFile, async () => {
+      const chats = new Map(await this.deletedOnDisk());
+      for (const [id, at] of this.deletesToWrite) chats.set(id, at);
+      return chats;
+    });
+  }
+
+  /** deleted-threads.json's chats, read again only when the file changed since (run in the file's turn). */
+  private async deletedOnDisk(): Promise<Map<string, number>> {
+    const stat = await statOf(this.deletedFile);
+    if (this.deleted === null || this.deleted.stat !== stat) {
+      this.deleted = { stat, chats: await this.readDeleted() };
+    }
+    return this.deleted.chats;
   }
 
   private async readDeleted(): Promise<Map<string, number>> {
@@ -552,26 +567,37 @@ export class ThreadStore {
     return new Map(entries);
   }
 
-  /** Notes chat `id` as deleted now (the latest DELETED_THREADS_KEPT are kept), written before it is answered. */
+  /**
+   * Notes chat `id` as deleted now (the latest DELETED_THREADS_KEPT are kept), written before it is answered. The
+   * file is read again just before it is written, so that the deletes another kvdesk on the same data folder wrote
+   * there stay.
+   */
   private async noteDeleted(id: string): Promise<void> {
-    const deleted = await this.deletedChats();
-    const had = deleted.get(id);
-    deleted.delete(id);
-    deleted.set(id, this.now());
-    while (deleted.size > DELETED_THREADS_KEPT) deleted.delete(deleted.keys().next().value as string);
+    const at = this.now();
+    this.deletesToWrite.delete(id);
+    this.deletesToWrite.set(id, at);
     const version = ++this.deletedNoted;
     try {
       await this.inOrder(this.deletedFile, async () => {
         // Written already with this one in it (deletes in a row: one write for those that waited).
         if (this.deletedWritten >= version) return;
         const upTo = this.deletedNoted;
-        const entries = [...deleted].map(([key, at]) => ({ id: key, at }));
+        const writing = [...this.deletesToWrite];
+        const chats = new Map(await this.deletedOnDisk());
+        for (const [key, when] of writing) {
+          chats.delete(key);
+          chats.set(key, when);
+        }
+        while (chats.size > DELETED_THREADS_KEPT) chats.delete(chats.keys().next().value as string);
+        const entries = [...chats].map(([key, when]) => ({ id: key, at: when }));
         await this.write(this.deletedFile, JSON.stringify({ deleted: entries }), 'the list of deleted chats');
+        // Read again at the next check (its stat is the one written, unless another kvdesk wrote it since).
+        this.deleted = null;
+        for (const [key, when] of writing) if (this.deletesToWrite.get(key) === when) this.deletesToWrite.delete(key);
         this.deletedWritten = upTo;
       });
     } catch (err) {
-      deleted.delete(id);
-      if (had !== undefined) deleted.set(id, had);
+      if (this.deletesToWrite.get(id) === at) this.deletesToWrite.delete(id);
       throw err;
     }
   }

@@ -32,6 +32,7 @@ import { conflictCopy, conflictTitle, holdsAll, mergeThread, sameSettings, takeS
 import { loadedAnnouncement, unloadedAnnouncement, validatedAnnouncement } from '../lib/model-announcement';
 import {
   type FieldsChange,
+  forThisHost,
   indexedDbPending,
   type PendingChange,
   pagesOnline,
@@ -487,6 +488,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       notKept('it keeps no data for this page');
       return;
     }
+    const dataId = transport.dataId;
     const pending: PendingChange = {
       threadId,
       savedBy: pageId,
@@ -494,6 +496,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       at,
       ...(thread ? { thread } : {}),
       ...(fields ? { fields } : {}),
+      ...(dataId !== undefined ? { dataId } : {}),
     };
     pendingStore.put(pending).catch((err: unknown) => notKept(whyNotKept(err)));
   }
@@ -524,6 +527,8 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
 
   /** Kept changes being made by this page for a page that is gone (by savedBy:threadId). */
   const replaying = new Set<string>();
+  /** Whether the window said that changes kept for another data folder's kvdesk wait for it (said once). */
+  let saidWaiting = false;
 
   /**
    * The changes kept in the browser by pages that are gone (reloaded, closed while kvdesk could not be reached): made
@@ -538,7 +543,18 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     } catch {
       return; // nothing could be kept either: each page said so as it made its changes
     }
-    const theirs = all.filter((c) => c.savedBy !== pageId && !replaying.has(`${c.savedBy}:${c.threadId}`));
+    const gone = all.filter((c) => c.savedBy !== pageId && !replaying.has(`${c.savedBy}:${c.threadId}`));
+    if (gone.length === 0) return;
+    // Only those kept for this kvdesk's data folder: another folder's wait (kept) for a kvdesk of that one.
+    const hello = transport.hello ? await transport.hello() : {};
+    if (hello === null) return; // the connection closed first: at the next
+    const theirs = gone.filter((c) => forThisHost(c, hello.dataId));
+    if (theirs.length < gone.length && !saidWaiting) {
+      saidWaiting = true;
+      notify(
+        'Changes made in this browser while kvdesk could not be reached belong to another kvdesk data folder than the one kvdesk runs on now: they are kept, and saved once kvdesk runs on that data folder at this address again.',
+      );
+    }
     if (theirs.length === 0) return;
     const alive = await pages.alive([...new Set(theirs.map((c) => c.owner).filter((o) => o !== pageId))]);
     for (const c of theirs) {

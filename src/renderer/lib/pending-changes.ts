@@ -28,6 +28,16 @@ export interface PendingChange {
   thread?: Thread;
   /** Its list fields changed (a rename, a pin of a chat not opened), in place of the whole chat. */
   fields?: FieldsChange;
+  /**
+   * The id of the data folder of the kvdesk the page was talking to (its hello's): made only in a kvdesk of that
+   * folder, never in another one started later on the same address. None: kept where none was said; made anywhere.
+   */
+  dataId?: string;
+}
+
+/** Whether a kept change may be made in the kvdesk whose data folder has id `hostDataId` (undefined: none said). */
+export function forThisHost(change: PendingChange, hostDataId: string | undefined): boolean {
+  return change.dataId === undefined || change.dataId === hostDataId;
 }
 
 /** Where the changes are kept (IndexedDB in the page; tests give their own). */
@@ -52,15 +62,23 @@ function readChange(value: unknown): PendingChange | null {
   const v = value as Record<string, unknown>;
   if (typeof v.threadId !== 'string' || typeof v.savedBy !== 'string' || typeof v.owner !== 'string') return null;
   if (typeof v.at !== 'number') return null;
+  if (v.dataId !== undefined && typeof v.dataId !== 'string') return null;
+  const base: PendingChange = {
+    threadId: v.threadId,
+    savedBy: v.savedBy,
+    owner: v.owner,
+    at: v.at,
+    ...(v.dataId !== undefined ? { dataId: v.dataId } : {}),
+  };
   if (v.fields !== undefined) {
     const fields = FieldsChange.safeParse(v.fields);
     if (!fields.success || v.thread !== undefined) return null;
-    return { threadId: v.threadId, savedBy: v.savedBy, owner: v.owner, at: v.at, fields: fields.data };
+    return { ...base, fields: fields.data };
   }
-  if (v.thread === undefined) return { threadId: v.threadId, savedBy: v.savedBy, owner: v.owner, at: v.at };
+  if (v.thread === undefined) return base;
   const thread = Thread.safeParse(v.thread);
   if (!thread.success || thread.data.id !== v.threadId) return null;
-  return { threadId: v.threadId, savedBy: v.savedBy, owner: v.owner, at: v.at, thread: thread.data };
+  return { ...base, thread: thread.data };
 }
 
 /** What an IndexedDB failure was (QuotaExceededError: …), for the person. */

@@ -4,7 +4,13 @@
  * the WebSocket on the same origin.
  */
 import type { KvdeskApi } from '../../shared/api';
-import { addressWithoutToken, type ConnectionState, createWsClient, urlsFromLocation } from './ws-client';
+import {
+  addressWithoutToken,
+  type ConnectionState,
+  createWsClient,
+  type HostHello,
+  urlsFromLocation,
+} from './ws-client';
 
 /**
  * What the Electron preload adds beyond KvdeskApi: the host path of a dropped
@@ -21,6 +27,10 @@ export interface Transport {
   onConnection(listener: (state: ConnectionState) => void): () => void;
   /** The server serves another build of the UI than this page's (a browser page kept open across an update). */
   onOutdated?(listener: () => void): () => void;
+  /** The server's hello on the connection open now (null: it closed first); none in Electron (nothing is kept). */
+  hello?(): Promise<HostHello | null>;
+  /** The data folder's id the server last said (undefined: none). */
+  readonly dataId?: string | undefined;
   readonly state: ConnectionState;
 }
 
@@ -43,6 +53,10 @@ export function createTransport(): Transport {
     api: client,
     onConnection: (l) => client.onConnection(l),
     onOutdated: (l) => client.onOutdated(l),
+    hello: () => client.hello(),
+    get dataId() {
+      return client.dataId;
+    },
     get state() {
       return client.state;
     },

@@ -57,8 +57,20 @@ export interface WsClient extends KvdeskApi {
    * another one started on its port): said at each connection while so.
    */
   onOutdated(listener: () => void): () => void;
+  /**
+   * What the server of the connection open now said in its hello (its data folder's id: changes kept while it was
+   * away are made only in a kvdesk of that folder); null when the connection closed first, or none is open.
+   */
+  hello(): Promise<HostHello | null>;
+  /** The data folder's id the server last said (undefined: none said yet, or the server has none). */
+  readonly dataId: string | undefined;
   readonly state: ConnectionState;
   close(): void;
+}
+
+/** What a server says of itself at each connection. */
+export interface HostHello {
+  dataId?: string;
 }
 
 const OPEN = 1;
@@ -192,6 +204,15 @@ export function createWsClient(options: WsClientOptions): WsClient {
   let firstBuild: string | undefined | null = null;
   /** The largest message the server takes, as its last hello said (undefined: not said). */
   let maxMessageBytes: number | undefined;
+  /** The last hello (null: none yet); whether the socket open now has said it; who waits for it to. */
+  let lastHello: HostHello | null = null;
+  let helloHeard = false;
+  let helloWaiters: Array<(said: HostHello | null) => void> = [];
+  const answerHello = (said: HostHello | null) => {
+    const waiting = helloWaiters;
+    helloWaiters = [];
+    for (const w of waiting) w(said);
+  };
 
   function setState(next: ConnectionState): void {
     if (state === next) return;
@@ -229,6 +250,9 @@ export function createWsClient(options: WsClientOptions): WsClient {
     }
     if (msg.t === 'hello') {
       if (typeof msg.maxMessageBytes === 'number' && msg.maxMessageBytes > 0) maxMessageBytes = msg.maxMessageBytes;
+      lastHello = typeof msg.dataId === 'string' ? { dataId: msg.dataId } : {};
+      helloHeard = true;
+      answerHello(lastHello);
       if (firstBuild === null) firstBuild = msg.build;
       else if (msg.build !== firstBuild) for (const l of outdatedListeners) l();
     } else if (msg.t === 'result') {
@@ -247,6 +271,7 @@ export function createWsClient(options: WsClientOptions): WsClient {
   function connect(): void {
     const s = createSocket(options.url);
     socket = s;
+    helloHeard = false;
     s.onopen = () => {
       attempt = 0;
       const pending = outbox;
@@ -261,6 +286,7 @@ export function createWsClient(options: WsClientOptions): WsClient {
     s.onclose = (ev) => {
       if (socket !== s) return;
       socket = null;
+      answerHello(null);
       // 1009: kvdesk closed it over a message larger than it takes; sent again, it would close it again.
       const tooLarge = (ev as { code?: number } | null)?.code === 1009;
       // Calls and streams on the old socket cannot be answered any more: end them now.
@@ -414,6 +440,14 @@ export function createWsClient(options: WsClientOptions): WsClient {
     onOutdated(listener) {
       outdatedListeners.add(listener);
       return () => outdatedListeners.delete(listener);
+    },
+    hello() {
+      if (!socket) return Promise.resolve(null);
+      if (helloHeard) return Promise.resolve(lastHello);
+      return new Promise((resolve) => helloWaiters.push(resolve));
+    },
+    get dataId() {
+      return lastHello?.dataId;
     },
     close() {
       closed = true;

@@ -79,17 +79,18 @@ class Client {
 }
 
 describe('WebSocket transport', () => {
-  it("says first which build of the UI it serves (a page of another build is out of date): its index.html's digest", async () => {
+  it("says first which build of the UI it serves (a page of another build is out of date): its index.html's digest, and its data folder's id", async () => {
     const staticDir = await mkdtemp(path.join(os.tmpdir(), 'kvdesk-ui-'));
     const index = '<!doctype html><script type="module" src="/assets/index-abc123.js"></script>';
     await writeFile(path.join(staticDir, 'index.html'), index);
-    const s = await startTestServer({}, { loadDefault: false, staticDir });
+    const s = await startTestServer({}, { loadDefault: false, staticDir, dataId: 'folder-1' });
     try {
       const c = await Client.open(s.url);
       const first = await c.until(() => c.messages[0]);
       expect(first).toEqual({
         t: 'hello',
         build: createHash('sha256').update(index).digest('hex').slice(0, 16),
+        dataId: 'folder-1',
         maxMessageBytes: 256 * 1024 ** 2,
       });
       c.ws.close();

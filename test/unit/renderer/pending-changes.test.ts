@@ -1,6 +1,6 @@
 /** The pages of one address tell each other they are alive (Node's BroadcastChannel is the browser's). */
 import { describe, expect, it } from 'vitest';
-import { pagesOnline, whyNotKept } from '../../../src/renderer/lib/pending-changes';
+import { forThisHost, pagesOnline, whyNotKept } from '../../../src/renderer/lib/pending-changes';
 
 describe('pending changes', () => {
   it('a page asked of answers that it is alive; a page that is gone does not, and no page answers for another', async () => {
@@ -20,5 +20,13 @@ describe('pending changes', () => {
       'InvalidStateError: The database connection is closing.',
     );
     expect(whyNotKept(new Error('no IndexedDB'))).toBe('Error: no IndexedDB');
+  });
+
+  it("a change kept for one data folder's kvdesk is made only in that one; one kept where none was said, anywhere", () => {
+    const change = { threadId: 't1', savedBy: 'p', owner: 'p', at: 1 };
+    expect(forThisHost({ ...change, dataId: 'folder-a' }, 'folder-a')).toBe(true);
+    expect(forThisHost({ ...change, dataId: 'folder-a' }, 'folder-b')).toBe(false);
+    expect(forThisHost({ ...change, dataId: 'folder-a' }, undefined)).toBe(false);
+    expect(forThisHost(change, 'folder-b')).toBe(true);
   });
 });

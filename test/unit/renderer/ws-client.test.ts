@@ -93,6 +93,29 @@ describe('WebSocket client', () => {
     client.close();
   });
 
+  it("tells the data folder's id of the open connection's server once its hello says it; null when it closes first", async () => {
+    const { client, timers, last } = setup();
+    last().open();
+    const first = client.hello();
+    last().receive({ t: 'hello', build: 'b1', dataId: 'folder-a' });
+    expect(await first).toEqual({ dataId: 'folder-a' });
+    expect(client.dataId).toBe('folder-a');
+    // A new connection: asked before its hello, told that one's; one closed first answers null.
+    last().close();
+    timers.shift()?.fn();
+    last().open();
+    const cut = client.hello();
+    last().close();
+    expect(await cut).toBeNull();
+    timers.shift()?.fn();
+    last().open();
+    const second = client.hello();
+    last().receive({ t: 'hello', build: 'b1', dataId: 'folder-b' });
+    expect(await second).toEqual({ dataId: 'folder-b' });
+    expect(client.dataId).toBe('folder-b');
+    client.close();
+  });
+
   it('says the page is out of date when a connection names another UI build than its first did, at each one', () => {
     const { client, sockets, timers, last } = setup();
     let said = 0;

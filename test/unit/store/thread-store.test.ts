@@ -92,6 +92,29 @@ describe('ThreadStore', () => {
     expect(await new ThreadStore(dir).save({ ...thread('t7', 'restored'), revision: 2 }, 'page-b')).toBe(3);
   });
 
+  it("two kvdesks on one data folder keep each other's deletes: a stale save through the other is refused", async () => {
+    const { s: a, dir } = store();
+    const b = new ThreadStore(dir);
+    await a.save(thread('ta', 'a chat'), 'page');
+    await b.save(thread('tb', 'b chat'), 'page');
+    // Both read the list before either deletes (each caches it).
+    await a.save(thread('tx', 'x'), 'page');
+    await b.save(thread('ty', 'y'), 'page');
+    await a.delete('ta');
+    await b.delete('tb');
+    const kept = JSON.parse(readFileSync(path.join(dir, DELETED_FILE), 'utf8')).deleted as Array<{ id: string }>;
+    expect(kept.map((e) => e.id)).toEqual(['ta', 'tb']);
+    // A page of B's that had not heard of A's delete saves A's chat: it must not come back.
+    await expect(b.save({ ...thread('ta', 'a chat'), revision: 1 }, 'page')).rejects.toMatchObject({
+      code: 'BAD_REQUEST',
+      detail: { reason: 'deleted' },
+    });
+    await expect(a.save({ ...thread('tb', 'b chat'), revision: 1 }, 'page')).rejects.toMatchObject({
+      detail: { reason: 'deleted' },
+    });
+    expect(readdirSync(path.join(dir, 'threads')).sort()).toEqual(['tx.json', 'ty.json']);
+  });
+
   it('keeps the latest deleted chats in the data folder; a list it cannot read is moved aside, naming it', async () => {
     const { s, dir } = store();
     await Promise.all(Array.from({ length: DELETED_THREADS_KEPT + 1 }, (_, i) => s.delete(`d${i}`)));

@@ -1,0 +1,29 @@
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { DATA_ID_FILE, dataFolderId } from '../../../src/main/store/data-id';
+
+const dirs: string[] = [];
+afterEach(() => {
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+describe('dataFolderId', () => {
+  it('is made once and kept in the data folder; another folder has another; a file that is no id is replaced', async () => {
+    const a = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-id-'));
+    const b = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-id-'));
+    dirs.push(a, b);
+    const lines: string[] = [];
+    const id = await dataFolderId(a, (l) => lines.push(l));
+    expect(id).toMatch(/^[0-9a-f-]{36}$/);
+    expect(readFileSync(path.join(a, DATA_ID_FILE), 'utf8').trim()).toBe(id);
+    expect(await dataFolderId(a, (l) => lines.push(l))).toBe(id);
+    expect(await dataFolderId(b, (l) => lines.push(l))).not.toBe(id);
+    writeFileSync(path.join(b, DATA_ID_FILE), '{cut');
+    const again = await dataFolderId(b, (l) => lines.push(l));
+    expect(again).toMatch(/^[0-9a-f-]{36}$/);
+    expect(readFileSync(path.join(b, DATA_ID_FILE), 'utf8').trim()).toBe(again);
+    expect(lines).toEqual([]);
+  });
+});
