@@ -737,24 +737,33 @@ export async function readHead(file: string): Promise<{ head: unknown; bytes: nu
 
 /**
  * The fields after a chat file's messages, from the file's end: what follows the array's `]` up to the object's
- * `}` (none, or `,"revision":3,"savedBy":"page-…"`); null when the end is not one of a chat file.
+ * `}` (none, or `,"pinned":true,"revision":3,"toolsAllowed":["files/read_file"],"savedBy":"page-…"`); null when
+ * the end is not one of a chat file. The messages' `]` is the earliest whose rest reads as fields: a later one may
+ * close a list field after them (`toolsAllowed`, `stop`), whose rest reads as fields too, fewer.
  */
 function fieldsAfterMessages(tail: string): Record<string, unknown> | null {
+  if (!tail.trimEnd().endsWith('}')) return null;
+  let found: Record<string, unknown> | null = null;
   let tries = 0;
   for (let i = tail.lastIndexOf(']'); i >= 0 && tries < 64; i = tail.lastIndexOf(']', i - 1), tries++) {
-    const rest = tail.slice(i + 1).trim();
-    if (!rest.endsWith('}')) return null;
-    const members = rest.slice(0, -1).trim();
-    if (members === '') return {};
+    const members = tail
+      .slice(i + 1)
+      .trim()
+      .slice(0, -1)
+      .trim();
+    if (members === '') {
+      found = {};
+      continue;
+    }
     if (!members.startsWith(',')) continue;
     try {
       const parsed: unknown = JSON.parse(`{${members.slice(1)}}`);
-      if (isPlainObject(parsed) && !('messages' in parsed)) return parsed;
+      if (isPlainObject(parsed) && !('messages' in parsed)) found = parsed;
     } catch {
-      // A `]` inside the last field's text: the one before it.
+      // A `]` inside a field's text, or inside the messages: not the messages' end.
     }
   }
-  return null;
+  return found;
 }
 
 /**

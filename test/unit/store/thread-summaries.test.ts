@@ -104,6 +104,19 @@ describe('the chat list', () => {
     expect((await new ThreadStore(dir).list())[0]).toMatchObject({ title: 'Renamed', revision: 5 });
   });
 
+  it('lists an older file whose list field came after its revision and pin (its `]` is not the messages end)', async () => {
+    const { dir, threads } = store();
+    mkdirSync(threads, { recursive: true });
+    const { messages, pinned: _, ...fields } = bigChat('old2', 0.05);
+    // An older kvdesk added a field a chat took after its first save at the end: "Always" on a tool.
+    const file = path.join(threads, 'old2.json');
+    const later = { pinned: true, revision: 3, toolsAllowed: ['files/read_file'], savedBy: 'page-old' };
+    writeFileSync(file, JSON.stringify({ ...fields, messages, ...later }));
+    const s = new ThreadStore(dir, { log: () => {} });
+    const { savedBy: _saver, ...listed } = later;
+    expect(await s.list()).toEqual([{ ...fields, ...listed, bytes: statSync(file).size }]);
+  });
+
   it('is searched by kvdesk: a word in an attached file finds the chat, not opened here', async () => {
     const { s } = store();
     await s.save(bigChat('big', 0.2));
