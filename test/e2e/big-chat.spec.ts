@@ -2,7 +2,8 @@
  * A chat with big attached files (the text of PDFs, tens of MB): it imports, the chat list is made of summaries
  * (the big chat is not sent with it, nor with its saves to the other tabs), and opening it fetches its messages.
  */
-import { writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
 import type { WebSocket } from '@playwright/test';
 import { expect, newChat, test, wsCall } from './fixtures';
 
@@ -111,4 +112,33 @@ test('a big chat imports; the list comes without it, and opening it shows its me
   await expect(app.locator(`[data-testid="thread-item"][data-thread-id="${bigId}"]`)).toBeVisible();
   await expect(app.getByTestId('message-user')).toHaveCount(3);
   await expect(title).toHaveText('Reports, renamed');
+});
+
+test('a listed chat whose messages cannot be read says so in its pane, not "Opening the chat…" for good', async ({
+  app,
+  server,
+}) => {
+  // Its head reads (it is listed); its messages are not a chat's: opening it is refused, the file left as it is.
+  const file = path.join(server.dataDir, 'threads', 'tdamaged.json');
+  const text = JSON.stringify({
+    id: 'tdamaged',
+    title: 'Damaged messages',
+    createdAt: 1,
+    updatedAt: 99_999_999_999_999,
+    revision: 2,
+    messages: [{ id: 'm1', role: 'bogus', content: 5 }],
+  });
+  mkdirSync(path.dirname(file), { recursive: true });
+  writeFileSync(file, text);
+  try {
+    await app.reload();
+    const row = app.locator('[data-testid="thread-item"][data-thread-id="tdamaged"]');
+    await row.click();
+    await expect(app.getByTestId('thread-open-failed')).toContainText('This chat could not be opened:');
+    await expect(app.getByTestId('thread-open-failed')).toContainText('tdamaged.json');
+    await expect(app.getByTestId('thread-opening')).toHaveCount(0);
+    expect(readFileSync(file, 'utf8')).toBe(text);
+  } finally {
+    rmSync(file, { force: true });
+  }
 });

@@ -207,8 +207,10 @@ export class ThreadStore {
       }
       const read = await this.readThread(file);
       if (!('thread' in read)) {
-        this.sayOnce(read.problem);
-        throw new KvdeskError('INTERNAL', read.problem.replace('it is not listed, and left', 'it is left'), { file });
+        // Listed from its head, which reads: the log says it as the error does.
+        const problem = read.problem.replace('it is not listed, and left', 'it is left');
+        this.sayOnce(problem);
+        throw new KvdeskError('INTERNAL', problem, { file });
       }
       const { thread, savedBy } = read;
       this.held.set(id, {
@@ -473,8 +475,10 @@ export class ThreadStore {
       }
       const read = await this.readThread(file);
       if (!('thread' in read)) {
-        this.sayOnce(read.problem);
-        throw new KvdeskError('INTERNAL', read.problem.replace('it is not listed, and left', 'it is left'), { file });
+        // Listed from its head, which reads: the log says it as the error does.
+        const problem = read.problem.replace('it is not listed, and left', 'it is left');
+        this.sayOnce(problem);
+        throw new KvdeskError('INTERNAL', problem, { file });
       }
       const { pinned, ...rest } = fields;
       const { pinned: _was, ...thread } = read.thread;

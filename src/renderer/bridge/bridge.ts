@@ -972,6 +972,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   function fetchThread(id: string): void {
     if (!s().summaries[id] || fetching.has(id)) return;
     fetching.add(id);
+    s().setOpenFailed(id, null);
     void api.invoke('openThread', { id }).then((r) => {
       fetching.delete(id);
       const summary = s().summaries[id];
@@ -983,6 +984,8 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         saveOnFetch.delete(id);
         if (r.error.detail?.reason === 'gone') return; // deleted: its event says so
         notify(`“${local.title}” could not be opened: ${r.error.message}`);
+        // The chat's pane says so too, rather than "Opening the chat…" for good (opened again, it is tried again).
+        s().setOpenFailed(id, r.error.message);
         return;
       }
       // A save elsewhere heard meanwhile: its summary is not this page's change.
@@ -1392,8 +1395,13 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   /** Whether a turn may start in the chat now; if not, the notice says why. */
   function canRun(threadId: string): boolean {
     if (s().summaries[threadId]) {
+      const failed = s().openFailed[threadId];
       fetchThread(threadId);
-      notify('This chat is still being opened: send again once its messages show.');
+      notify(
+        failed !== undefined
+          ? `This chat could not be opened (${failed}): nothing can be sent in it until it is.`
+          : 'This chat is still being opened: send again once its messages show.',
+      );
       return false;
     }
     if (liveIn(threadId)) {

@@ -354,7 +354,7 @@ function ReplyAnnouncer({ threadId }: { threadId: string | null }) {
 }
 
 export function ChatView() {
-  const { threadId, title, count, loaded, opening } = useApp(
+  const { threadId, title, count, loaded, opening, openFailed } = useApp(
     useShallow((s) => {
       const t = s.threads.find((x) => x.id === s.activeThreadId);
       return {
@@ -364,6 +364,7 @@ export function ChatView() {
         loaded: s.threadsLoaded,
         // Listed, its messages on their way (openThread): their size said while they come.
         opening: t ? s.summaries[t.id]?.bytes : undefined,
+        openFailed: t ? s.openFailed[t.id] : undefined,
       };
     }),
   );
@@ -421,7 +422,11 @@ export function ChatView() {
           }}
         />
       )}
-      {opening !== undefined ? (
+      {opening !== undefined && openFailed !== undefined ? (
+        <div className="empty" data-testid="thread-open-failed" role="alert">
+          <p>This chat could not be opened: {openFailed}</p>
+        </div>
+      ) : opening !== undefined ? (
         <div className="empty" data-testid="thread-opening" role="status">
           <p>Opening the chat{opening > 1_048_576 ? ` (${Math.round(opening / 1_048_576)} MB saved)` : ''}…</p>
         </div>

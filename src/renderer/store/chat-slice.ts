@@ -306,6 +306,17 @@ export const createChatSlice: StateCreator<AppState, [], [], ChatSlice> = (set, 
   activeThreadId: null,
   threadsLoaded: false,
   summaries: {},
+  openFailed: {},
+  setOpenFailed(id, why) {
+    set((s) => {
+      if (why === null) {
+        if (!(id in s.openFailed)) return {};
+        const { [id]: _gone, ...rest } = s.openFailed;
+        return { openFailed: rest };
+      }
+      return { openFailed: { ...s.openFailed, [id]: why } };
+    });
+  },
   live: {},
   errorDetails: {},
   editingMessageId: null,

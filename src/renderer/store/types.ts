@@ -127,6 +127,10 @@ export interface ChatSlice {
    * `threads` with its fields and no messages). Fetched when opened (openThread); never saved before that.
    */
   summaries: Record<string, ThreadSummary>;
+  /** Listed chats whose fetch failed (a damaged file, one too big to send): why, by id, until fetched again. */
+  openFailed: Record<string, string>;
+  /** Says (or, with null, forgets) why a listed chat could not be opened. */
+  setOpenFailed(id: string, why: string | null): void;
   /**
    * The chat list as listed (summaries: their messages are fetched when opened; a chat given whole is here whole);
    * chats this page has stay.

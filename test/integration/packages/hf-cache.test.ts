@@ -27,7 +27,7 @@ describe('a snapshot of the Hugging Face cache', () => {
       return { info, tokens: done.tokenIds };
     };
     const real = await run(plain, 'plain');
-    const cached = await run(snapshot, 'cached');
+    const cached = await run(snapshot, 'me-tiny');
     expect(cached.info.spec.displayName).toBe('me/tiny');
     expect(cached.info.spec.weightsBytes).toBe(real.info.spec.weightsBytes);
     expect(cached.tokens).toHaveLength(6);
