@@ -114,7 +114,7 @@ test('a big chat imports; the list comes without it, and opening it shows its me
   await expect(title).toHaveText('Reports, renamed');
 });
 
-test('a listed chat whose messages cannot be read says so in its pane, not "Opening the chat…" for good', async ({
+test('a listed chat whose messages cannot be read says so in its pane, not "Opening the chat…" for good; a pin of it is refused and undone', async ({
   app,
   server,
 }) => {
@@ -133,6 +133,12 @@ test('a listed chat whose messages cannot be read says so in its pane, not "Open
   try {
     await app.reload();
     const row = app.locator('[data-testid="thread-item"][data-thread-id="tdamaged"]');
+    // Pinned from the list: refused (the file is not a chat's), and the list shows it as its file has it.
+    const item = app.getByTestId('thread-list').locator('[data-thread-id="tdamaged"]');
+    await item.hover();
+    await item.getByTestId('thread-pin').click();
+    await expect(app.getByTestId('notice')).toContainText('“Damaged messages” was not saved:');
+    await expect(item).not.toHaveClass(/\bpinned\b/);
     await row.click();
     await expect(app.getByTestId('thread-open-failed')).toContainText('This chat could not be opened:');
     await expect(app.getByTestId('thread-open-failed')).toContainText('tdamaged.json');

@@ -460,6 +460,8 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         );
       } else {
         notify(`“${title}” was not saved: ${r.error.message.replace(/[.\s]+$/, '')}.`, true);
+        // The list shows the chat as its file has it (not pinned or renamed as the refused change would have).
+        if (summary && local) s().receiveSummary(summary);
       }
     });
   }
