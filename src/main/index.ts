@@ -19,6 +19,7 @@ import { RunnerService } from './host/runner-service';
 import { type IpcHandle, registerIpc } from './ipc';
 import { originOf } from './ipc/validate';
 import { API_KEY_FILE, createApiServerControl } from './server';
+import { dataFolderId } from './store/data-id';
 import { resolveUserPath } from './store/user-path';
 import {
   APP_ENTRY_URL,
@@ -104,7 +105,7 @@ async function start(): Promise<void> {
     host: () => hostPromise ?? Promise.reject(new Error('the host is not running')),
     keyFile: path.join(app.getPath('userData'), API_KEY_FILE),
     staticDir: path.join(__dirname, '../renderer'),
-    dataDir: app.getPath('userData'),
+    dataId: () => dataFolderId(app.getPath('userData'), log),
     log,
   });
   apiServer = control;

@@ -8,6 +8,7 @@
 import path from 'node:path';
 import { serve } from '../../src/cli/serve';
 import { API_KEY_FILE, createApiServerControl } from '../../src/main/server';
+import { dataFolderId } from '../../src/main/store/data-id';
 
 const args = process.argv.slice(2);
 serve(
@@ -21,7 +22,7 @@ serve(
       createApiServerControl({
         host,
         keyFile: path.join(dataDir, API_KEY_FILE),
-        dataDir,
+        dataId: () => dataFolderId(dataDir, (line) => process.stderr.write(`${line}\n`)),
         log: (line) => process.stderr.write(`${line}\n`),
       }),
   },

@@ -13,7 +13,6 @@ import type { ApiServerRequest, ApiServerStatus } from '../../shared/api';
 import { KvdeskError } from '../../shared/errors';
 import type { ApiServerControl, HostApi } from '../host/host-api';
 import { writePrivateFile } from '../host/private-file';
-import { dataFolderId } from '../store/data-id';
 import { type RunningServer, startServer } from './server';
 
 /** The API key's file in the window's data folder. */
@@ -55,8 +54,8 @@ export function createApiServerControl(opts: {
   keyFile: string;
   /** The built renderer, served at / as `kvdesk serve` does. */
   staticDir?: string;
-  /** The data folder: its id (data-id.ts) is said to the pages served, as `kvdesk serve` says it. */
-  dataDir?: string;
+  /** The data folder's id (store/data-id.ts), said to the pages served, as `kvdesk serve` says it. */
+  dataId?: () => Promise<string | undefined>;
   log?: (line: string) => void;
 }): ApiServerControl & { close(): Promise<void> } {
   let server: RunningServer | null = null;
@@ -108,10 +107,7 @@ export function createApiServerControl(opts: {
   const listen = async (next: Mode): Promise<ApiServerStatus> => {
     const hostApi = await opts.host();
     const token = next.keyed ? await loadKey() : undefined;
-    const dataId =
-      opts.dataDir !== undefined
-        ? await dataFolderId(opts.dataDir, opts.log ?? ((line) => process.stderr.write(`${line}\n`)))
-        : undefined;
+    const dataId = await opts.dataId?.();
     const samePort = server !== null && next.port !== 0 && server.port === next.port;
     const previous = mode;
     if (samePort) await stop();
