@@ -1052,8 +1052,15 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     if (server.ok) s().setApiServer(server.value);
   }
 
+  /** The chats and settings are not read yet: the page's first connection closed before they came (read at the next). */
+  let persistedUnread = false;
+
   async function loadPersisted(): Promise<void> {
     const [threads, settings] = await Promise.all([api.invoke('listThreads', {}), api.invoke('getSettings', {})]);
+    const lost = (r: typeof threads | typeof settings) => !r.ok && r.error.detail?.reason === 'disconnect';
+    // Not "could not read saved chats" with an empty list for good: read once the connection is there.
+    persistedUnread = lost(threads) || lost(settings);
+    if (persistedUnread) return;
     const ui = settings.ok ? settings.value : {};
     if (settings.ok) {
       s().setUi({ ...ui, inspectorOpen: ui.inspectorOpen ?? true });
@@ -1100,7 +1107,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   const onOpen = () => {
     const replace = !firstOpen;
     // Changes kept in the browser by pages gone while kvdesk could not be reached: made once the chats are read.
-    if (firstOpen) void loadPersisted().then(replayGone);
+    if (firstOpen || persistedUnread) void loadPersisted().then(replayGone);
     else void replayGone();
     firstOpen = false;
     for (const id of [...unanswered]) {
