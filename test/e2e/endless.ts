@@ -68,5 +68,7 @@ export async function saveEndlessChat(
 export async function openChat(page: Page, id: string, model = SLOW): Promise<void> {
   await page.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click();
   await expect(page.getByTestId('chat-view')).toHaveAttribute('data-thread-id', id);
+  // Listed as its summary: its messages fetched (a send before that is refused, "still being opened").
+  await expect(page.getByTestId('thread-opening')).toHaveCount(0);
   await expect(page.getByTestId('model-picker')).toHaveValue(model);
 }
