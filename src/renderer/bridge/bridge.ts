@@ -346,11 +346,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         unanswered.add(threadId);
         if ((kept.get(threadId) ?? 0) < at) keep(threadId, t.title, at, { thread });
       } else if (r.error.detail?.reason === 'deleted') {
-        // Deleted in another tab before this page heard of it: gone here too, and said (nothing of it is saved).
-        if (s().threads.some((x) => x.id === threadId)) dropThread(threadId);
-        notify(
-          `“${t.title}” was deleted in another window or tab before this page's change to it was saved: the change is not kept.`,
-        );
+        deletedElsewhere(threadId, t.title);
       } else {
         // Nothing of this save was written (too large to send, a disk kvdesk may not write): said at once, as what
         // the page shows is lost when it closes.
@@ -405,6 +401,14 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     notify(unsavedAlert, true);
   }
 
+  /** A chat deleted in another tab before this page heard of it: gone here too, and said (nothing of it is saved). */
+  function deletedElsewhere(threadId: string, title: string): void {
+    if (s().threads.some((x) => x.id === threadId)) dropThread(threadId);
+    notify(
+      `“${title}” was deleted in another window or tab before this page's change to it was saved: the change is not kept.`,
+    );
+  }
+
   /**
    * The list fields (name, pin) a chat the page has the summary of has changed since (none: {}); null when other
    * fields changed too (the chat is then fetched and saved whole).
@@ -454,10 +458,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         // The list shows the chat as saved (its summary, as the other's save told of it, comes or came).
         if (summary && local) s().receiveSummary(summary);
       } else if (r.error.detail?.reason === 'deleted' || r.error.detail?.reason === 'gone') {
-        if (s().threads.some((x) => x.id === threadId)) dropThread(threadId);
-        notify(
-          `“${title}” was deleted in another window or tab before this page's change to it was saved: the change is not kept.`,
-        );
+        deletedElsewhere(threadId, title);
       } else {
         notify(`“${title}” was not saved: ${r.error.message.replace(/[.\s]+$/, '')}.`, true);
         // The list shows the chat as its file has it (not pinned or renamed as the refused change would have).
