@@ -206,12 +206,7 @@ export class ThreadStore {
         });
       }
       const read = await this.readThread(file);
-      if (!('thread' in read)) {
-        // Listed from its head, which reads: the log says it as the error does.
-        const problem = read.problem.replace('it is not listed, and left', 'it is left');
-        this.sayOnce(problem);
-        throw new KvdeskError('INTERNAL', problem, { file });
-      }
+      if (!('thread' in read)) throw this.unopenable(file, read.problem);
       const { thread, savedBy } = read;
       this.held.set(id, {
         file: now,
@@ -306,6 +301,16 @@ export class ThreadStore {
     }
     if (now !== null) this.summaries.set(id, { file: now, summary });
     return { summary };
+  }
+
+  /**
+   * A listed chat whose file cannot be used whole (its head reads): said once in the log as the error says it, and
+   * returned to be thrown.
+   */
+  private unopenable(file: string, problem: string): KvdeskError {
+    const said = problem.replace('it is not listed, and left', 'it is left');
+    this.sayOnce(said);
+    return new KvdeskError('INTERNAL', said, { file });
   }
 
   /** What is wrong with a chat file's id (not its name, or not a safe id), if anything. */
@@ -474,12 +479,7 @@ export class ThreadStore {
         );
       }
       const read = await this.readThread(file);
-      if (!('thread' in read)) {
-        // Listed from its head, which reads: the log says it as the error does.
-        const problem = read.problem.replace('it is not listed, and left', 'it is left');
-        this.sayOnce(problem);
-        throw new KvdeskError('INTERNAL', problem, { file });
-      }
+      if (!('thread' in read)) throw this.unopenable(file, read.problem);
       const { pinned, ...rest } = fields;
       const { pinned: _was, ...thread } = read.thread;
       const changed: Thread = {
