@@ -44,7 +44,7 @@ import { turnModel } from '../lib/turn-model';
 import type { AppStore } from '../store';
 import { partialReply, UNTITLED } from '../store/chat-slice';
 import type { PackageImport } from '../store/types';
-import type { Transport } from '../transport';
+import { OTHER_FOLDER, type Transport } from '../transport';
 import { createFrameCoalescer, type Flush } from './frame-coalescer';
 import { buildChatRequest, currentDrop, newId } from './prompt';
 
@@ -236,10 +236,15 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   const sessionModel = new Map<string, string>();
   let settingsLoaded = false;
   /**
-   * This page among the tabs and windows on one host: the chats it saves come back to the others, not to it.
+   * This page among the tabs and windows on one host: the chats it saves come back to the others, not to it. A new
+   * one when the kvdesk on the page's address keeps another data folder (what the page kept in the browser for the
+   * one before is then a gone page's: made by whichever page meets that folder's kvdesk again, this one too).
    * (Not crypto.randomUUID: a page served over plain http on the LAN is not a secure context.)
    */
-  const pageId = `page-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 10)}`;
+  const newPageId = () => `page-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 10)}`;
+  let pageId = newPageId();
+  /** A call or stream written for another data folder's kvdesk than the one connected now, ended unsent. */
+  const forOtherFolder = (r: Result<unknown>) => !r.ok && r.error.detail?.reason === OTHER_FOLDER;
 
   /** The drafts of chats that are no longer here go (a chat's draft lives as long as the chat). */
   function forgetDrafts(): void {
@@ -327,6 +332,8 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       const left = (saving.get(threadId) ?? 1) - 1;
       if (left > 0) saving.set(threadId, left);
       else saving.delete(threadId);
+      // Written for another data folder's kvdesk than the one now on the address: kept in the browser for it.
+      if (forOtherFolder(r)) return;
       // Answered: what the browser kept of it (and of this page's saves of it before) is let go; a refused one once
       // it is settled.
       if (r.ok || (r.error.code !== 'SAVE_CONFLICT' && r.error.detail?.reason !== 'disconnect')) {
@@ -380,8 +387,10 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
    * kept. Where the browser cannot keep one (its storage full, none at all), the window says so at once.
    */
   const pendingStore = indexedDbPending();
-  const pages = pagesOnline(pageId);
+  const pages = pagesOnline(() => pageId);
   const kept = new Map<string, number>();
+  /** The chats whose last change kept (in `kept`) this browser could not keep: only the page has it. */
+  const unkept = new Set<string>();
   /** Chats deleted here whose delete the closing connection left unanswered: made again once it is back. */
   const undeleted = new Map<string, string>();
   let lastStamp = 0;
@@ -432,6 +441,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     const at = stamp();
     if (transport.state !== 'open') keep(threadId, title, at, { fields });
     void api.invoke('updateThread', { id: threadId, ...fields, savedBy: pageId }).then((r) => {
+      if (forOtherFolder(r)) return; // kept in the browser for its data folder's kvdesk
       if (!r.ok && r.error.detail?.reason === 'disconnect') {
         // Sent again once the connection is back (saveThread finds what differs from the summary then).
         unanswered.add(threadId);
@@ -481,6 +491,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     kept.set(threadId, at);
     const notKept = (why: string) => {
       if (kept.get(threadId) !== at) return; // a later change of it is kept, or it was answered meanwhile
+      unkept.add(threadId);
       notSavedYet(
         thread || fields
           ? `Your change to “${title}” is not saved yet: kvdesk cannot be reached, and this browser could not keep the change until it can (${why}). Keep this page open: it is saved once kvdesk is back; closing or reloading the page loses it.`
@@ -501,7 +512,12 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       ...(fields ? { fields } : {}),
       ...(dataId !== undefined ? { dataId } : {}),
     };
-    pendingStore.put(pending).catch((err: unknown) => notKept(whyNotKept(err)));
+    pendingStore.put(pending).then(
+      () => {
+        if (kept.get(threadId) === at) unkept.delete(threadId);
+      },
+      (err: unknown) => notKept(whyNotKept(err)),
+    );
   }
 
   /** This page's change of the chat kept in the browser, if made at or before `upTo`, is answered: let go. */
@@ -509,6 +525,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     const at = kept.get(threadId);
     if (at === undefined || at > upTo) return;
     kept.delete(threadId);
+    unkept.delete(threadId);
     pendingStore?.forget(pageId, threadId, at).catch(() => {});
   }
 
@@ -518,6 +535,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     if (transport.state !== 'open') keep(id, title, at);
     // The host also closes the thread's session, giving its retained KV back to the budget.
     void api.invoke('deleteThread', { id }).then((r) => {
+      if (forOtherFolder(r)) return; // kept in the browser for its data folder's kvdesk
       if (!r.ok && r.error.detail?.reason === 'disconnect') {
         undeleted.set(id, title);
         if ((kept.get(id) ?? 0) < at) keep(id, title, at);
@@ -580,8 +598,8 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         ? await api.invoke('updateThread', { id: c.threadId, ...c.fields, savedBy: c.savedBy })
         : await api.invoke('deleteThread', { id: c.threadId });
     replaying.delete(key);
-    // The connection went again: made at the next (this page keeps it meanwhile).
-    if (!r.ok && r.error.detail?.reason === 'disconnect') return;
+    // The connection went again, or came back to another data folder's kvdesk: made at the next of its own (kept).
+    if (!r.ok && (r.error.detail?.reason === 'disconnect' || forOtherFolder(r))) return;
     if (c.thread && !r.ok && r.error.code === 'SAVE_CONFLICT') {
       // Another page saved the chat since: what the gone page said that the saved one lacks is kept as a copy.
       const opened = await api.invoke('openThread', { id: c.threadId });
@@ -672,6 +690,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     const upTo = stamp();
     const opened = await api.invoke('openThread', { id: threadId });
     settling.delete(threadId);
+    if (forOtherFolder(opened)) return; // the page shows another data folder's chats now
     // More of this page's saves went meanwhile: settled once they are answered (the last refused has the most).
     if (saving.has(threadId)) return;
     const mine = refused.get(threadId);
@@ -833,10 +852,13 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
 
   /** The last settings save the closing connection left unanswered: made again once it is back. */
   let settingsUnanswered = false;
+  /** Settings saves sent and not answered yet. */
+  let settingsOnTheirWay = 0;
   function saveSettings(): void {
     settingsUnanswered = false;
     if (!settingsLoaded) return; // never overwrite saved settings with defaults before they were read
     const { lastThreadId, inspectorOpen, theme, apiServer, presets } = s().ui;
+    settingsOnTheirWay++;
     void api
       .invoke('saveSettings', {
         ...(lastThreadId ? { lastThreadId } : {}),
@@ -846,6 +868,9 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
         ...(presets && presets.length > 0 ? { presets } : {}),
       })
       .then((r) => {
+        settingsOnTheirWay--;
+        // Another data folder's kvdesk on the address now (the page said so, and reads its settings).
+        if (forOtherFolder(r)) return;
         // The connection went before kvdesk answered: saved again once it is back (only this page has them).
         if (!r.ok && r.error.detail?.reason === 'disconnect') {
           settingsUnanswered = true;
@@ -1135,6 +1160,46 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     // Back: the notice that said the connection was lost goes; one said since (a save the close ended) stays.
     if (s().notice === RECONNECTING) s().setNotice(null);
   };
+  /**
+   * The kvdesk now on the page's address keeps another data folder than the one the page's chats came from (it was
+   * started again with another --data-dir, or another kvdesk took the port): nothing the page made for the one
+   * before is sent to it (the transport ended what waited, unsent). What the browser keeps of those changes stays
+   * there, for that folder's kvdesk; the page takes a new id, so that they are a gone page's, made by whichever page
+   * of this address meets that kvdesk again (this one too). The page forgets the other folder's chats and reads this
+   * one's (onOpen, which follows), and says so.
+   */
+  transport.onOtherFolder?.(() => {
+    const waiting = [...kept.keys()].filter((id) => !unkept.has(id)).length;
+    const lost = unkept.size;
+    const settingsLost = settingsUnanswered || settingsOnTheirWay > 0;
+    pageId = newPageId();
+    for (const set of [kept, unkept, unanswered, undeleted, unsettled, refused, heard, settling, known, saving]) {
+      set.clear();
+    }
+    for (const set of [copying, fetching, fetchAgain, saveOnFetch, refreshing, refreshAgain, pendingPicks]) set.clear();
+    for (const set of [sessionModel, madeAs, carriedFrom, cancels]) set.clear();
+    for (const id of [...streamSaves.keys()]) endStreamSaves(id);
+    settingsUnanswered = false;
+    settingsLoaded = false; // not saved over this folder's before they are read
+    restoreFor = null;
+    saidWaiting = true; // said here
+    persistedUnread = true; // read at the open that follows
+    s().forgetThreads();
+    const count = (n: number, one: string, many: string) => `${n} ${n === 1 ? one : many}`;
+    const parts = ['This kvdesk keeps another data folder than the one this page showed: it shows its chats now.'];
+    if (waiting > 0) {
+      parts.push(
+        `${count(waiting, 'unsaved change made here is', 'unsaved changes made here are')} kept in this browser for the data folder ${waiting === 1 ? 'it was' : 'they were'} made in, and saved once kvdesk runs on that folder at this address again.`,
+      );
+    }
+    if (lost > 0) {
+      parts.push(
+        `${count(lost, 'change', 'changes')} this browser could not keep ${lost === 1 ? 'is' : 'are'} not saved in either folder.`,
+      );
+    }
+    if (settingsLost) parts.push('Settings changed here since kvdesk was last reached are not saved.');
+    s().setNotice(parts.join(' '), true);
+  });
   transport.onConnection((state) => {
     s().setConnection(state);
     if (state === 'open') onOpen();

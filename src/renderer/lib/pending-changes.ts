@@ -205,14 +205,18 @@ export const ALIVE_WAIT_MS = 300;
 
 /**
  * This page among the others of its address: it answers when asked whether it is alive, and asks of others (those
- * that do not answer in ALIVE_WAIT_MS are gone: their kept changes are for another page to make).
+ * that do not answer in ALIVE_WAIT_MS are gone: their kept changes are for another page to make). `pageId` may be a
+ * function: the page answers to its id now (a page that took another id answers no more for the one before, whose
+ * changes are then a gone page's).
  */
-export function pagesOnline(pageId: string): { alive(ids: string[]): Promise<Set<string>> } {
+export function pagesOnline(pageId: string | (() => string)): { alive(ids: string[]): Promise<Set<string>> } {
   const Made = (globalThis as unknown as { BroadcastChannel?: new (name: string) => Channel }).BroadcastChannel;
   const channel = Made ? new Made('kvdesk.pages') : undefined;
+  const self = typeof pageId === 'string' ? () => pageId : pageId;
   channel?.addEventListener('message', (e) => {
     const ask = (e.data as { ask?: unknown } | null)?.ask;
-    if (Array.isArray(ask) && ask.includes(pageId)) channel.postMessage({ alive: pageId });
+    const id = self();
+    if (Array.isArray(ask) && ask.includes(id)) channel.postMessage({ alive: id });
   });
   return {
     async alive(ids) {

@@ -352,6 +352,20 @@ export const createChatSlice: StateCreator<AppState, [], [], ChatSlice> = (set, 
     });
   },
 
+  forgetThreads() {
+    set({
+      threads: [],
+      summaries: {},
+      openFailed: {},
+      activeThreadId: null,
+      threadsLoaded: false,
+      live: {},
+      errorDetails: {},
+      editingMessageId: null,
+      toolRuns: {},
+    });
+  },
+
   receiveSummary(summary, unload = false) {
     set((s) => {
       const here = s.threads.some((t) => t.id === summary.id);

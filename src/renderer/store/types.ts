@@ -137,6 +137,11 @@ export interface ChatSlice {
    */
   loadThreads(threads: Array<ThreadSummary | Thread>, openThreadId?: string): void;
   /**
+   * Every chat goes, with what the page had of them (replies streaming, errors, the one open): the kvdesk now on the
+   * page's address keeps another data folder, whose chats are read again (not loaded until then).
+   */
+  forgetThreads(): void;
+  /**
    * Another page saved a chat this page has not fetched (or not heard of): its summary takes the place of the one
    * here, or joins the list. With `unload`, a chat fetched here goes back to its summary (not open, nothing of it on
    * its way).

@@ -8,6 +8,7 @@ import {
   addressWithoutToken,
   type ConnectionState,
   createWsClient,
+  type FolderChange,
   type HostHello,
   urlsFromLocation,
 } from './ws-client';
@@ -29,6 +30,11 @@ export interface Transport {
   onOutdated?(listener: () => void): () => void;
   /** The server's hello on the connection open now (null: it closed first); none in Electron (nothing is kept). */
   hello?(): Promise<HostHello | null>;
+  /**
+   * A connection's server keeps another data folder than the one the page's chats came from: nothing written for that
+   * one was sent to it (what waited ended with reason OTHER_FOLDER). Said before the connection is open.
+   */
+  onOtherFolder?(listener: (change: FolderChange) => void): () => void;
   /** The data folder's id the server last said (undefined: none). */
   readonly dataId?: string | undefined;
   readonly state: ConnectionState;
@@ -54,6 +60,7 @@ export function createTransport(): Transport {
     onConnection: (l) => client.onConnection(l),
     onOutdated: (l) => client.onOutdated(l),
     hello: () => client.hello(),
+    onOtherFolder: (l) => client.onOtherFolder(l),
     get dataId() {
       return client.dataId;
     },
@@ -63,4 +70,5 @@ export function createTransport(): Transport {
   };
 }
 
-export type { ConnectionState } from './ws-client';
+export type { ConnectionState, FolderChange } from './ws-client';
+export { OTHER_FOLDER } from './ws-client';

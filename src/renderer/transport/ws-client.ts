@@ -46,6 +46,11 @@ export interface WsClientOptions {
   post?: Post;
   /** Delay before reconnect attempt n (0-based). */
   backoffMs?: (attempt: number) => number;
+  /**
+   * How long an open socket waits for the server's hello before taking it as one that says nothing (a kvdesk of
+   * before the hello): nothing written is sent before.
+   */
+  helloWaitMs?: number;
   setTimer?: (fn: () => void, ms: number) => unknown;
 }
 
@@ -64,6 +69,11 @@ export interface WsClient extends KvdeskApi {
   hello(): Promise<HostHello | null>;
   /** The data folder's id the server last said (undefined: none said yet, or the server has none). */
   readonly dataId: string | undefined;
+  /**
+   * The server of a new connection keeps another data folder than the one of the page's first (or of the last such
+   * change): nothing written for the other one was sent to it. Said at its hello, before the connection is open.
+   */
+  onOtherFolder(listener: (change: FolderChange) => void): () => void;
   readonly state: ConnectionState;
   close(): void;
 }
@@ -72,6 +82,18 @@ export interface WsClient extends KvdeskApi {
 export interface HostHello {
   dataId?: string;
 }
+
+/** A connection's server keeps another data folder: its id (`to`) and the one before (`from`); undefined: none said. */
+export interface FolderChange {
+  from: string | undefined;
+  to: string | undefined;
+}
+
+/**
+ * Why a call or stream written while no connection was open ended unsent: the connection that opened is to a kvdesk
+ * of another data folder than the one it was written for (ErrorInfo.detail.reason).
+ */
+export const OTHER_FOLDER = 'other-data-folder';
 
 const OPEN = 1;
 
@@ -184,6 +206,7 @@ export function createWsClient(options: WsClientOptions): WsClient {
   const createSocket = options.createSocket ?? ((url: string) => new WebSocket(url) as unknown as SocketLike);
   const doPost = options.post ?? xhrPost;
   const backoff = options.backoffMs ?? ((n: number) => Math.min(5000, 250 * 2 ** n));
+  const helloWaitMs = options.helloWaitMs ?? 10_000;
   const setTimer = options.setTimer ?? ((fn: () => void, ms: number) => setTimeout(fn, ms));
 
   let socket: SocketLike | null = null;
@@ -193,8 +216,17 @@ export function createWsClient(options: WsClientOptions): WsClient {
   let nextInvokeId = 1;
   let nextGenId = 1;
   const session = Math.random().toString(36).slice(2, 8);
-  /** Messages written while the socket was not open; sent in order on (re)connect. */
-  let outbox: string[] = [];
+  /**
+   * Messages written while no connection was open (a socket open whose hello has not come is not open yet): sent in
+   * order once one is, to a kvdesk of the data folder they were written for.
+   */
+  let outbox: Array<{ text: string; msg: WsClientMessage }> = [];
+  /**
+   * The data folder (its id) the page's writes are for: the first connection's server's, then the one of each
+   * connection to a kvdesk of another one (null: no hello yet; undefined: the server said none, and any is taken).
+   */
+  let folder: string | undefined | null = null;
+  const otherFolderListeners = new Set<(change: FolderChange) => void>();
   const invokes = new Map<number, (r: Result<unknown>) => void>();
   const generations = new Map<string, (frame: StreamFrame) => void>();
   const listeners = new Map<HostEventName, Set<(payload: unknown) => void>>();
@@ -235,12 +267,61 @@ export function createWsClient(options: WsClientOptions): WsClient {
         detail: { reason: 'too-large', bytes, limit: maxMessageBytes },
       };
     }
-    if (socket && socket.readyState === OPEN) socket.send(text);
-    else outbox.push(text);
+    if (socket && socket.readyState === OPEN && state === 'open') socket.send(text);
+    else outbox.push({ text, msg });
     return null;
   }
 
-  function onMessage(data: unknown): void {
+  /** What waited in the outbox was written for another data folder's kvdesk: ended, unsent (the caller keeps it). */
+  function endOutbox(to: string | undefined): void {
+    const held = outbox;
+    outbox = [];
+    const error: ErrorInfo = {
+      code: 'INTERNAL',
+      message: `Not sent: the kvdesk now on this address keeps another data folder${to === undefined ? ' (or says none)' : ''} than the one this was made for.`,
+      detail: { reason: OTHER_FOLDER },
+    };
+    for (const { msg } of held) {
+      if (msg.t === 'invoke') {
+        const done = invokes.get(msg.id);
+        invokes.delete(msg.id);
+        done?.({ ok: false, error });
+      } else if (msg.t === 'generate') {
+        const sink = generations.get(msg.id);
+        generations.delete(msg.id);
+        sink?.({ type: 'error', requestId: '', error: { ...error, code: 'CANCELLED' } });
+      }
+    }
+  }
+
+  /**
+   * The hello of the socket open now (or, none come in time, one that says nothing): what waited is sent, and the
+   * connection is open, when its server keeps the data folder it was written for; otherwise it ends unsent, the
+   * listeners hear of the other folder (which the page's writes are for from now on), and then it is open.
+   */
+  function helloCame(s: SocketLike, said: HostHello): void {
+    if (socket !== s || helloHeard) return;
+    lastHello = said;
+    helloHeard = true;
+    answerHello(said);
+    const to = said.dataId;
+    // A first server, or one before that said no folder: nothing to tell them apart by (this one's is the page's).
+    const same = folder === null || folder === undefined || to === folder;
+    if (same && (folder === null || folder === undefined)) folder = to;
+    if (!same) {
+      const from = folder ?? undefined;
+      folder = to;
+      endOutbox(to);
+      for (const l of otherFolderListeners) l({ from, to });
+      if (socket !== s) return; // a listener closed it
+    }
+    const pending = outbox;
+    outbox = [];
+    for (const { text } of pending) s.send(text);
+    setState('open');
+  }
+
+  function onMessage(data: unknown, from?: SocketLike): void {
     if (typeof data !== 'string') return;
     let msg: WsServerMessage;
     try {
@@ -250,11 +331,9 @@ export function createWsClient(options: WsClientOptions): WsClient {
     }
     if (msg.t === 'hello') {
       if (typeof msg.maxMessageBytes === 'number' && msg.maxMessageBytes > 0) maxMessageBytes = msg.maxMessageBytes;
-      lastHello = typeof msg.dataId === 'string' ? { dataId: msg.dataId } : {};
-      helloHeard = true;
-      answerHello(lastHello);
       if (firstBuild === null) firstBuild = msg.build;
       else if (msg.build !== firstBuild) for (const l of outdatedListeners) l();
+      if (from) helloCame(from, typeof msg.dataId === 'string' ? { dataId: msg.dataId } : {});
     } else if (msg.t === 'result') {
       const done = invokes.get(msg.id);
       invokes.delete(msg.id);
@@ -274,12 +353,11 @@ export function createWsClient(options: WsClientOptions): WsClient {
     helloHeard = false;
     s.onopen = () => {
       attempt = 0;
-      const pending = outbox;
-      outbox = [];
-      for (const text of pending) s.send(text);
-      setState('open');
+      // Open once its hello says which data folder its kvdesk keeps (the first message it sends); a kvdesk that
+      // says none in time is taken as one that keeps none it can tell.
+      setTimer(() => helloCame(s, {}), helloWaitMs);
     };
-    s.onmessage = (ev) => onMessage(ev.data);
+    s.onmessage = (ev) => onMessage(ev.data, s);
     s.onerror = () => {
       // onclose follows; reconnecting is handled there.
     };
@@ -440,6 +518,10 @@ export function createWsClient(options: WsClientOptions): WsClient {
     onOutdated(listener) {
       outdatedListeners.add(listener);
       return () => outdatedListeners.delete(listener);
+    },
+    onOtherFolder(listener) {
+      otherFolderListeners.add(listener);
+      return () => otherFolderListeners.delete(listener);
     },
     hello() {
       if (!socket) return Promise.resolve(null);

@@ -2,6 +2,8 @@ import { describe, expect, it } from 'vitest';
 import {
   addressWithoutToken,
   createWsClient,
+  type FolderChange,
+  OTHER_FOLDER,
   type SocketLike,
   urlsFromLocation,
 } from '../../../src/renderer/transport/ws-client';
@@ -28,6 +30,11 @@ class FakeSocket implements SocketLike {
     this.readyState = 1;
     this.onopen?.({});
   }
+  /** Opens, and says the server's hello (its data folder's id), as kvdesk does first on each connection. */
+  ready(dataId = 'folder-a') {
+    this.open();
+    this.receive({ t: 'hello', build: 'b1', dataId });
+  }
   receive(msg: WsServerMessage) {
     this.onmessage?.({ data: JSON.stringify(msg) });
   }
@@ -36,6 +43,8 @@ class FakeSocket implements SocketLike {
 function setup() {
   const sockets: FakeSocket[] = [];
   const timers: Array<{ fn: () => void; ms: number }> = [];
+  /** The waits for a hello (each socket's, as it opens). */
+  const helloTimers: Array<{ fn: () => void; ms: number }> = [];
   const client = createWsClient({
     url: 'ws://127.0.0.1:1/ws',
     uploadUrl: 'http://127.0.0.1:1/api/models/upload',
@@ -44,10 +53,11 @@ function setup() {
       sockets.push(s);
       return s;
     },
-    setTimer: (fn, ms) => timers.push({ fn, ms }),
+    helloWaitMs: 60_000,
+    setTimer: (fn, ms) => (ms === 60_000 ? helloTimers : timers).push({ fn, ms }),
   });
   const last = () => sockets[sockets.length - 1] as FakeSocket;
-  return { client, sockets, timers, last };
+  return { client, sockets, timers, helloTimers, last };
 }
 
 describe('WebSocket client', () => {
@@ -144,12 +154,16 @@ describe('WebSocket client', () => {
     expect(addressWithoutToken('http://h:1/?x=1')).toBeNull();
   });
 
-  it('queues calls until the socket opens and routes results by id', async () => {
+  it("queues calls until the socket opens and its server's hello came, and routes results by id", async () => {
     const { client, last } = setup();
     const a = client.invoke('listThreads', {});
     const b = client.invoke('getSettings', {});
     expect(last().sent).toEqual([]);
     last().open();
+    expect(last().sent).toEqual([]);
+    expect(client.state).toBe('connecting');
+    last().receive({ t: 'hello', build: 'b1', dataId: 'folder-a' });
+    expect(client.state).toBe('open');
     expect(last().sent).toEqual([
       { t: 'invoke', id: 1, name: 'listThreads', request: {} },
       { t: 'invoke', id: 2, name: 'getSettings', request: {} },
@@ -162,7 +176,7 @@ describe('WebSocket client', () => {
 
   it('multiplexes generations by id and cancels only live ones', () => {
     const { client, last } = setup();
-    last().open();
+    last().ready();
     const got: Record<string, StreamFrame[]> = { one: [], two: [] };
     const cancelOne = client.generate({ prompt: 'a' }, (f) => got.one?.push(f));
     client.generate({ prompt: 'b' }, (f) => got.two?.push(f));
@@ -194,7 +208,7 @@ describe('WebSocket client', () => {
 
   it('delivers host events to listeners until they unsubscribe', () => {
     const { client, last } = setup();
-    last().open();
+    last().ready();
     const seen: number[] = [];
     const off = client.on('budget', (s) => seen.push(s.at));
     last().receive({ t: 'event', event: 'budget', payload: snapshot({ at: 7 }) });
@@ -207,7 +221,7 @@ describe('WebSocket client', () => {
     const { client, sockets, timers, last } = setup();
     const states: string[] = [];
     client.onConnection((s) => states.push(s));
-    last().open();
+    last().ready();
     const pending = client.invoke('listModels', {});
     const frames: StreamFrame[] = [];
     client.generate({ prompt: 'x' }, (f) => frames.push(f));
@@ -225,7 +239,7 @@ describe('WebSocket client', () => {
     timers[0]?.fn();
     expect(sockets).toHaveLength(2);
     const again = client.invoke('listModels', {});
-    last().open();
+    last().ready();
     expect(states).toEqual(['open', 'reconnecting', 'open']);
     expect(last().sent).toEqual([{ t: 'invoke', id: 2, name: 'listModels', request: {} }]);
     last().receive({ t: 'result', id: 2, result: { ok: true, value: [] } });
@@ -252,6 +266,7 @@ describe('WebSocket client', () => {
     const { client, sockets, last } = setup();
     last().open();
     last().receive({ t: 'hello', maxMessageBytes: 1000 });
+    expect(client.state).toBe('open');
     // 'é' is two bytes in UTF-8: 480 of them fit in characters, not in bytes.
     const big = client.invoke('saveThread', { id: 't1', title: 'é'.repeat(480) } as never);
     const frames: StreamFrame[] = [];
@@ -276,6 +291,84 @@ describe('WebSocket client', () => {
     last().receive({ t: 'result', id: 2, result: { ok: true, value: { revision: 1 } } });
     expect((await small).ok).toBe(true);
     expect(sockets).toHaveLength(1);
+  });
+
+  it("what waited is sent only to a kvdesk of the data folder it was written for; another folder's ends it unsent, said first", async () => {
+    const { client, timers, last } = setup();
+    const heard: string[] = [];
+    client.onConnection((s) => heard.push(s));
+    client.onOtherFolder((c: FolderChange) => heard.push(`other ${c.from} -> ${c.to}`));
+    last().ready('folder-a');
+    const down = () => {
+      last().close();
+      timers.shift()?.fn();
+    };
+    // kvdesk gone; the page saves and starts a reply meanwhile.
+    down();
+    const save = client.invoke('saveThread', { id: 't1' } as never);
+    const frames: StreamFrame[] = [];
+    client.generate({ prompt: 'x' }, (f) => frames.push(f));
+    // Another data folder's kvdesk on the address: nothing is sent before its hello, nor after it.
+    last().open();
+    expect(last().sent).toEqual([]);
+    last().receive({ t: 'hello', build: 'b1', dataId: 'folder-b' });
+    expect(last().sent).toEqual([]);
+    const ended = await save;
+    expect(ended.ok === false && ended.error.detail?.reason).toBe(OTHER_FOLDER);
+    expect(frames).toEqual([
+      expect.objectContaining({
+        type: 'error',
+        error: expect.objectContaining({ code: 'CANCELLED', detail: { reason: OTHER_FOLDER } }),
+      }),
+    ]);
+    // Said before the connection is open (the page forgets the other folder's chats first), then open.
+    expect(heard).toEqual(['open', 'reconnecting', 'other folder-a -> folder-b', 'open']);
+    // The page's writes are for this folder now: sent to it.
+    const now = client.invoke('listThreads', {});
+    expect(last().sent).toEqual([{ t: 'invoke', id: 2, name: 'listThreads', request: {} }]);
+    last().receive({ t: 'result', id: 2, result: { ok: true, value: [] } });
+    expect((await now).ok).toBe(true);
+    // The same folder's kvdesk again: what waited is sent once its hello says so.
+    down();
+    client.invoke('saveThread', { id: 't2' } as never);
+    last().open();
+    expect(last().sent).toEqual([]);
+    last().receive({ t: 'hello', build: 'b1', dataId: 'folder-b' });
+    expect(last().sent).toEqual([{ t: 'invoke', id: 3, name: 'saveThread', request: { id: 't2' } }]);
+    expect(heard.filter((h) => h.startsWith('other'))).toHaveLength(1);
+    client.close();
+  });
+
+  it('a server that says no hello in time is taken as one that says no data folder', async () => {
+    const { client, timers, helloTimers, last } = setup();
+    const changes: FolderChange[] = [];
+    client.onOtherFolder((c) => changes.push(c));
+    // The first connection: any folder is the page's.
+    const first = client.invoke('listThreads', {});
+    last().open();
+    expect(last().sent).toEqual([]);
+    helloTimers.shift()?.fn();
+    expect(client.state).toBe('open');
+    expect(last().sent).toHaveLength(1);
+    last().receive({ t: 'result', id: 1, result: { ok: true, value: [] } });
+    expect((await first).ok).toBe(true);
+    // A page whose folder is known meets one that says none: its writes are not sent there.
+    last().close();
+    timers.shift()?.fn();
+    last().ready('folder-a'); // none said before: taken as the page's
+    expect(changes).toEqual([]);
+    last().close();
+    timers.shift()?.fn();
+    const save = client.invoke('saveThread', { id: 't1' } as never);
+    last().open();
+    helloTimers.pop()?.fn();
+    expect(last().sent).toEqual([]);
+    expect(((await save) as { error?: { detail?: unknown } }).error?.detail).toEqual({ reason: OTHER_FOLDER });
+    expect(changes).toEqual([{ from: 'folder-a', to: undefined }]);
+    // A hello that comes after the wait changes nothing.
+    last().receive({ t: 'hello', build: 'b1', dataId: 'folder-a' });
+    expect(changes).toHaveLength(1);
+    client.close();
   });
 
   it('ignores malformed server messages', () => {
