@@ -19,6 +19,7 @@ import { StringDecoder } from 'node:string_decoder';
 import { StoredMessage, Thread, type ThreadFields, ThreadHead, type ThreadSummary, UiSettings } from '../../shared/api';
 import { KvdeskError } from '../../shared/errors';
 import { fieldsUnknown, isPlainObject, readIfThere, setAside, unreadableFile } from './data-file';
+import { withFileLock } from './file-lock';
 import { issueText, salvageSettings } from './settings-salvage';
 import { writeAtomic } from './write-atomic';
 
@@ -573,8 +574,9 @@ export class ThreadStore {
 
   /**
    * Notes chat `id` as deleted now (the latest DELETED_THREADS_KEPT are kept), written before it is answered. The
-   * file is read again just before it is written, so that the deletes another kvdesk on the same data folder wrote
-   * there stay.
+   * file is read again just before it is written, holding its lock (`deleted-threads.json.lock`, file-lock.ts), so
+   * that the deletes another kvdesk on the same data folder writes there meanwhile stay: without it, two kvdesks
+   * deleting at once each wrote what it had read, and one's delete was lost.
    */
   private async noteDeleted(id: string): Promise<void> {
     const at = this.now();
@@ -587,14 +589,22 @@ export class ThreadStore {
         if (this.deletedWritten >= version) return;
         const upTo = this.deletedNoted;
         const writing = [...this.deletesToWrite];
-        const chats = new Map(await this.deletedOnDisk());
-        for (const [key, when] of writing) {
-          chats.delete(key);
-          chats.set(key, when);
-        }
-        while (chats.size > DELETED_THREADS_KEPT) chats.delete(chats.keys().next().value as string);
-        const entries = [...chats].map(([key, when]) => ({ id: key, at: when }));
-        await this.write(this.deletedFile, JSON.stringify({ deleted: entries }), 'the list of deleted chats');
+        await withFileLock(
+          `${this.deletedFile}.lock`,
+          async () => {
+            // Read as it is now, under the lock (not as held: another kvdesk may have written it a moment ago).
+            this.deleted = null;
+            const chats = new Map(await this.deletedOnDisk());
+            for (const [key, when] of writing) {
+              chats.delete(key);
+              chats.set(key, when);
+            }
+            while (chats.size > DELETED_THREADS_KEPT) chats.delete(chats.keys().next().value as string);
+            const entries = [...chats].map(([key, when]) => ({ id: key, at: when }));
+            await this.write(this.deletedFile, JSON.stringify({ deleted: entries }), 'the list of deleted chats');
+          },
+          { what: 'the list of deleted chats' },
+        );
         // Read again at the next check (its stat is the one written, unless another kvdesk wrote it since).
         this.deleted = null;
         for (const [key, when] of writing) if (this.deletesToWrite.get(key) === when) this.deletesToWrite.delete(key);

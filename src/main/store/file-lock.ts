@@ -1,0 +1,157 @@
+/**
+ * A lock between processes on one data folder, for a read-merge-write of a shared file (two kvdesks on one data
+ * folder: one's write must not drop what the other wrote since it read). The lock is a file made with O_CREAT|O_EXCL
+ * (`open(path, 'wx')`): its making is atomic on every local file system of Windows, macOS and Linux, and on NFS v3
+ * and later. It names its holder (pid, host, when, a token of its own). One left by a holder that is gone (a kvdesk
+ * killed while it held it) is stale: its pid is no process any more on this host, or it is older than `staleMs` (a
+ * holder on another host, or a pid used again); it is taken away by renaming it to a name of the taker's own first
+ * (atomic: of two takers, one gets it), then checked to be the one found stale before it is removed.
+ *
+ * An append-only log (compacted later) was the other way: appends are atomic on POSIX with O_APPEND, but Windows
+ * gives no such promise to Node's writes, and compacting it is a read-merge-write again, needing a lock all the same.
+ */
+import { randomBytes } from 'node:crypto';
+import { link, mkdir, open, readFile, rename, stat, unlink } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { KvdeskError } from '../../shared/errors';
+
+export interface FileLockOptions {
+  /** A lock older than this is stale whoever holds it (the holder's work takes milliseconds). */
+  staleMs?: number;
+  /** How long to wait for a lock a live holder keeps, before the error that names it. */
+  waitMs?: number;
+  /** The pause between tries (a random part is added, so that two waiters do not try in step). */
+  retryMs?: number;
+  /** What the lock guards, for the error ("the list of deleted chats"). */
+  what?: string;
+}
+
+interface Holder {
+  pid: number;
+  host: string;
+  at: number;
+  token: string;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Whether process `pid` runs on this host (a pid this user may not signal runs: EPERM). */
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/** The lock file's text, or null when there is none now. */
+async function readLock(file: string): Promise<string | null> {
+  try {
+    return await readFile(file, 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    throw err;
+  }
+}
+
+function parseHolder(text: string): Holder | null {
+  try {
+    const v = JSON.parse(text) as Partial<Holder>;
+    if (typeof v.pid !== 'number' || typeof v.host !== 'string' || typeof v.at !== 'number') return null;
+    if (typeof v.token !== 'string') return null;
+    return v as Holder;
+  } catch {
+    return null; // being written (made, not written yet), or not a lock of kvdesk's
+  }
+}
+
+/**
+ * Runs `op` holding the lock `lockFile` (made beside the file it guards); the lock is let go after, whatever `op`
+ * did. A lock a live holder keeps for longer than `waitMs` is an error that names the lock file, its holder and what
+ * to do.
+ */
+export async function withFileLock<T>(lockFile: string, op: () => Promise<T>, opts: FileLockOptions = {}): Promise<T> {
+  const staleMs = opts.staleMs ?? 30_000;
+  const waitMs = opts.waitMs ?? 60_000;
+  const retryMs = opts.retryMs ?? 5;
+  const host = os.hostname();
+  const token = `${process.pid}-${randomBytes(8).toString('hex')}`;
+  const deadline = Date.now() + waitMs;
+  let madeFolder = false;
+  for (;;) {
+    const mine: Holder = { pid: process.pid, host, at: Date.now(), token };
+    try {
+      const fd = await open(lockFile, 'wx');
+      try {
+        await fd.writeFile(JSON.stringify(mine));
+      } finally {
+        await fd.close();
+      }
+      break;
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      // No folder yet (a data folder nothing was written in): made, as the file it guards would make it.
+      if (code === 'ENOENT' && !madeFolder) {
+        madeFolder = true;
+        await mkdir(path.dirname(lockFile), { recursive: true }).catch(() => {});
+        continue;
+      }
+      if (code !== 'EEXIST') {
+        throw new KvdeskError(
+          'INTERNAL',
+          `could not make the lock file ${lockFile}${opts.what ? ` for ${opts.what}` : ''} (${code ?? (err as Error).message}): give your user write access to its folder`,
+          { file: lockFile },
+        );
+      }
+    }
+    const text = await readLock(lockFile).catch(() => null);
+    if (text === null) continue; // let go meanwhile: try again at once
+    const holder = parseHolder(text);
+    // When it was made: as it says, or (being written, or not kvdesk's) as its file says.
+    const at =
+      holder?.at ??
+      (await stat(lockFile).then(
+        (s) => s.mtimeMs,
+        () => Date.now(),
+      ));
+    const gone = holder !== null && holder.host === host && holder.pid !== process.pid && !alive(holder.pid);
+    if (gone || Date.now() - at > staleMs) {
+      await takeStale(lockFile, text, token);
+      continue;
+    }
+    if (Date.now() > deadline) {
+      throw new KvdeskError(
+        'INTERNAL',
+        `${opts.what ?? lockFile} is locked by ${lockFile}, kept by process ${holder?.pid ?? '?'} on ${holder?.host ?? '?'} for ${Math.round((Date.now() - at) / 1000)} s: if no kvdesk runs on this data folder, delete that file`,
+        { file: lockFile },
+      );
+    }
+    await sleep(retryMs + Math.random() * retryMs);
+  }
+  try {
+    return await op();
+  } finally {
+    // Let go, if it is still this one's (one taken away as stale meanwhile is another's now).
+    const now = await readLock(lockFile).catch(() => null);
+    if (now !== null && parseHolder(now)?.token === token) await unlink(lockFile).catch(() => {});
+  }
+}
+
+/**
+ * Takes away the stale lock whose text is `seen`: renamed to a name of this taker's own (of two takers, one gets
+ * it), removed when it is the one found stale. One made meanwhile by a live holder (taken away in its place) is put
+ * back where no other was made since (a hard link makes no file over another).
+ */
+async function takeStale(lockFile: string, seen: string, token: string): Promise<void> {
+  const aside = `${lockFile}.stale-${token}`;
+  try {
+    await rename(lockFile, aside);
+  } catch {
+    return; // taken away (or let go) by another meanwhile
+  }
+  const got = await readLock(aside).catch(() => null);
+  if (got !== null && got !== seen) await link(aside, lockFile).catch(() => {});
+  await unlink(aside).catch(() => {});
+}
