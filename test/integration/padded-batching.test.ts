@@ -36,8 +36,51 @@ async function host(dir: string): Promise<RunnerService> {
   return h;
 }
 
-async function load(dir: string): Promise<LoadedDecoder> {
-  return LoadedDecoder.load(await loadModelSpec(dir), { intraOpNumThreads: 1, executionProviders: ['cpu'] });
+async function load(dir: string, prefillChunkTokens?: number): Promise<LoadedDecoder> {
+  return LoadedDecoder.load(await loadModelSpec(dir), {
+    intraOpNumThreads: 1,
+    executionProviders: ['cpu'],
+    ...(prefillChunkTokens ? { prefillChunkTokens } : {}),
+  });
+}
+
+/** A request's greedy ids and each step's three best scores. */
+type Scored = { ids: number[]; scores: number[] };
+
+/**
+ * One request of `prompt` on `d`, greedy, with each step's three best scores; `onStep` is told how many tokens it
+ * has. (Greedy ids alone barely depend on the context on this one-layer model: the scores show a lost position.)
+ */
+function scored(
+  d: LoadedDecoder,
+  prompt: number[],
+  maxNewTokens: number,
+  onStep?: (n: number) => void,
+): Promise<Scored> {
+  const ids: number[] = [];
+  const scores: number[] = [];
+  const done = d.generate(
+    { rows: [prompt], maxNewTokens, sampling: GREEDY, eosTokenIds: [], logprobs: 3 },
+    {
+      onStart: () => {},
+      onStep: (step, _kv, logprobs) => {
+        ids.push(step[0] as number);
+        for (const t of logprobs?.[0]?.top ?? []) scores.push(t.id, t.logprob);
+        onStep?.(ids.length);
+      },
+      stopRequested: () => null,
+      countRun: () => {},
+    },
+  );
+  return done.then(() => ({ ids, scores }));
+}
+
+/** The same ids, and scores within rounding: batched runs round as alone to ~1e-8 here, a lost position ~1e-5. */
+function expectSame(got: Scored | undefined, want: Scored | undefined): void {
+  if (!got || !want) throw new Error('a run is missing');
+  expect(got.ids).toEqual(want.ids);
+  expect(got.scores.length).toBe(want.scores.length);
+  for (const [k, v] of got.scores.entries()) expect(v).toBeCloseTo(want.scores[k] as number, 6);
 }
 
 describe.skipIf(!haveFixtures)(
@@ -80,58 +123,55 @@ describe.skipIf(!haveFixtures)(
       try {
         expect([d.padded, d.rightPadded]).toEqual([false, true]);
         const prompts = [[9], [5, 6, 7], [2, 4, 5, 3], [4, 9, 2, 8, 7, 6], [5, 6, 7]];
-        type Scored = { ids: number[]; scores: number[] };
-        /**
-         * One request's greedy ids and each step's three best scores; `onStep` is told how many tokens it has.
-         * (Greedy ids alone barely depend on the context on this one-layer model: the scores show a lost position.)
-         */
-        const scored = (i: number, maxNewTokens: number, onStep?: (n: number) => void): Promise<Scored> => {
-          const ids: number[] = [];
-          const scores: number[] = [];
-          const done = d.generate(
-            { rows: [prompts[i] as number[]], maxNewTokens, sampling: GREEDY, eosTokenIds: [], logprobs: 3 },
-            {
-              onStart: () => {},
-              onStep: (step, _kv, logprobs) => {
-                ids.push(step[0] as number);
-                for (const t of logprobs?.[0]?.top ?? []) scores.push(t.id, t.logprob);
-                onStep?.(ids.length);
-              },
-              stopRequested: () => null,
-              countRun: () => {},
-            },
-          );
-          return done.then(() => ({ ids, scores }));
-        };
-        const same = (got: Scored | undefined, want: Scored | undefined) => {
-          if (!got || !want) throw new Error('a run is missing');
-          expect(got.ids).toEqual(want.ids);
-          expect(got.scores.length).toBe(want.scores.length);
-          // Batched runs round as alone to ~1e-8 here; a row that lost its first positions moved by ~1e-5.
-          for (const [k, v] of got.scores.entries()) expect(v).toBeCloseTo(want.scores[k] as number, 6);
-        };
+        const run = (i: number, n: number, onStep?: (k: number) => void) =>
+          scored(d, prompts[i] as number[], n, onStep);
         // The longest prompt leaves early: the rows left are trimmed of the padding they all have then.
         const lengths = [10, 7, 4, 3, 2];
         const alone: Scored[] = [];
-        for (const [i, n] of lengths.entries()) alone.push(await scored(i, n));
+        for (const [i, n] of lengths.entries()) alone.push(await run(i, n));
         expect(alone[1]?.ids).toEqual(FROM_567.slice(0, 7));
         // All at once: four prefills (one per prompt length), then one batch of five rows; rows leave at their lengths.
-        const together = await Promise.all(lengths.map((n, i) => scored(i, n)));
-        for (const [i, got] of together.entries()) same(got, alone[i]);
+        const together = await Promise.all(lengths.map((n, i) => run(i, n)));
+        for (const [i, got] of together.entries()) expectSame(got, alone[i]);
         expect(d.peakBatchRows).toBe(5);
         // Joining a running batch: a longer prompt (the batch's rows padded on the right to it) after two steps, then
         // two shorter ones (padded themselves) after four; the longer one stays to the end this time.
-        const longer = await scored(3, 10);
+        const longer = await run(3, 10);
         const joins: Array<Promise<Scored>> = [];
-        const first = await scored(0, 10, (n) => {
-          if (n === 2) joins.push(scored(3, 10));
-          if (n === 4) joins.push(scored(1, 7), scored(2, 4));
+        const first = await run(0, 10, (n) => {
+          if (n === 2) joins.push(run(3, 10));
+          if (n === 4) joins.push(run(1, 7), run(2, 4));
         });
-        same(first, alone[0]);
+        expectSame(first, alone[0]);
         const [b, c, e] = await Promise.all(joins);
-        same(b, longer);
-        same(c, alone[1]);
-        same(e, alone[2]);
+        expectSame(b, longer);
+        expectSame(c, alone[1]);
+        expectSame(e, alone[2]);
+      } finally {
+        await d.dispose();
+      }
+    });
+
+    it('prompts prefilled in chunks join the right-padded batch, which steps between their chunks', async () => {
+      // Two tokens a prefill run: the running batch takes a step between every two positions of a newcomer's prompt.
+      const d = await load(fixture(GQA), 2);
+      try {
+        const prompts = [[9], [5, 6, 7], [2, 4, 5, 3, 8, 9, 10], [4, 9, 2, 8, 7, 6]];
+        const lengths = [8, 6, 5, 4];
+        const alone: Scored[] = [];
+        for (const [i, n] of lengths.entries()) alone.push(await scored(d, prompts[i] as number[], n));
+        const joins: Array<Promise<Scored>> = [];
+        const at = (i: number) => scored(d, prompts[i] as number[], lengths[i] as number);
+        const first = await scored(d, prompts[0] as number[], lengths[0] as number, (n) => {
+          if (n === 1) joins.push(at(2), at(1));
+          if (n === 3) joins.push(at(3));
+        });
+        expectSame(first, alone[0]);
+        const [seven, three, six] = await Promise.all(joins);
+        expectSame(seven, alone[2]);
+        expectSame(three, alone[1]);
+        expectSame(six, alone[3]);
+        expect(d.peakBatchRows).toBe(4);
       } finally {
         await d.dispose();
       }
