@@ -8,15 +8,21 @@
  * chunks, so streams already running keep going. Requests leave
  * between steps; padding every remaining row shares is trimmed. Sampling stays
  * per request, so a request's greedy tokens do not depend on its neighbours. A
- * graph whose padded rows score differently (GroupQueryAttention: decoder.ts
- * paddingChecked) batches only rows that need no padding: newcomers of one
- * prompt length, into an empty batch.
+ * graph whose left-padded rows score differently (GroupQueryAttention: decoder.ts
+ * paddingChecked) but whose right-padded ones score as alone (rightPaddingChecked)
+ * keeps the batch in the right layout: each row's own positions first, padding
+ * after them; newcomers are prefilled in groups of one prompt length (nothing
+ * padded, so each run's last position is every row's last token), merged by
+ * padding the shorter side on the right, and each step's mask marks a row's own
+ * positions, after which the graph writes its new one. A graph where neither
+ * holds batches only rows that need no padding: newcomers of one prompt length,
+ * into an empty batch.
  */
 import * as ort from 'onnxruntime-node';
 import { KvdeskError } from '../../shared/errors';
 import type { KvTensorSpec, ModelSpec } from '../../shared/model-spec';
 import type { GenerationHooks, GenerationJob, GenerationOutcome, SessionKv } from './decoder';
-import { commonPrefix, generationFailed, idTensor, maskTensor } from './feeds';
+import { commonPrefix, generationFailed, idTensor, maskTensor, rightMaskTensor } from './feeds';
 import {
   exactDraw,
   exactMinP,
@@ -37,6 +43,7 @@ import {
   emptyPast,
   kvHeldBytes,
   padSeqLeft,
+  padSeqRight,
   releaseKv,
   selectBatch,
   sliceSeq,
@@ -55,7 +62,7 @@ type RunFn = (feeds: Record<string, ort.Tensor>) => Promise<ort.InferenceSession
 interface Row {
   req: Member;
   index: number;
-  /** Zero positions on the left of this row in the batch KV. */
+  /** Zero positions on the left of this row in the batch KV (in the right layout: on its right, after its own). */
   pad: number;
   nextPos: number;
   lastId: number;
@@ -170,6 +177,18 @@ function oneLength(m: Member): number | null {
   return m.job.rows.every((r) => r.length === length) ? length : null;
 }
 
+/** Members by the length of their prompt rows, in order of arrival (each request's rows have one length here). */
+function byLength(members: Member[]): Member[][] {
+  const buckets = new Map<number, Member[]>();
+  for (const m of members) {
+    const length = oneLength(m) ?? -1;
+    const bucket = buckets.get(length);
+    if (bucket) bucket.push(m);
+    else buckets.set(length, [m]);
+  }
+  return [...buckets.values()];
+}
+
 /** Whether a row's tokens can come from the head's screen: a greedy pick, or a draw the screen makes exactly. */
 function screens(sampler: Sampler): boolean {
   return (
@@ -263,6 +282,11 @@ export class ContinuousBatcher {
      * requests whose rows need no padding share a batch then — a group of one prompt length, into an empty batch.
      */
     private readonly canPad: () => boolean = () => true,
+    /**
+     * Where canPad is false: whether rows batched with their KV padded on the right score as alone (decoder.ts
+     * rightPaddingChecked). The batch then keeps the right layout (see `right`).
+     */
+    private readonly canPadRight: () => boolean = () => false,
   ) {
     if (!Number.isInteger(chunkTokens) || chunkTokens < 1) {
       throw new KvdeskError('INTERNAL', `prefill chunk must be a positive whole number of tokens, got ${chunkTokens}`);
@@ -271,7 +295,18 @@ export class ContinuousBatcher {
 
   /** Whether decode runs keep room in the KV (kvGap, with the added positions the runs return). */
   private get gapped(): boolean {
-    return this.kvGap && this.kvAdded !== null;
+    return this.kvGap && this.kvAdded !== null && !this.right;
+  }
+
+  /**
+   * The right layout: each row's own positions first in the batch KV, its padding after them (Row.pad counts it).
+   * Newcomers are prefilled in groups of one prompt length (nothing padded) and merged padding on the right; a
+   * step's mask marks each row's own positions and the new one, which the graph writes right after them (the
+   * presents as it returns them, never the added positions appended after the whole KV: rightPaddingChecked refuses
+   * a graph with kvAdded).
+   */
+  private get right(): boolean {
+    return this.canBatch() && !this.canPad() && this.canPadRight() && this.kvAdded === null;
   }
 
   /** Largest number of rows one decode step has run (stats: proves batching happened). */
@@ -332,13 +367,14 @@ export class ContinuousBatcher {
       for (;;) {
         this.finishStopped();
         // A graph that cannot pad a row takes newcomers only into an empty batch: joining a running one pads.
-        const joins = this.canBatch() && this.canPad();
+        const right = this.right;
+        const joins = this.canBatch() && (this.canPad() || right);
         while (this.pending.length > 0 && (this.rows.length === 0 || joins)) {
           // A graph that cannot batch takes one newcomer at a time; one that cannot pad, those of one length;
           // otherwise every newcomer now.
           const arrived = !this.canBatch()
             ? [this.pending.shift() as Member]
-            : this.canPad()
+            : this.canPad() || right
               ? this.pending.splice(0)
               : this.unpaddedArrivals();
           const live: Member[] = [];
@@ -351,16 +387,21 @@ export class ContinuousBatcher {
           const reuse = new Map(live.map((m) => [m, this.reusable(m)]));
           const reusing = live.filter((m) => (reuse.get(m) as number) > 0);
           const fresh = live.filter((m) => reuse.get(m) === 0);
+          const grouped = (members: Member[]) =>
+            prefillGroups(
+              members.map((m) => ({
+                rows: m.job.rows.length,
+                longest: Math.max(...m.job.rows.map((r) => r.length)),
+              })),
+            ).map((g) => g.map((i) => members[i] as Member));
           const groups = !this.canBatch()
             ? fresh.map((m) => [m])
-            : !this.canPad()
-              ? [fresh].filter((g) => g.length > 0)
-              : prefillGroups(
-                  fresh.map((m) => ({
-                    rows: m.job.rows.length,
-                    longest: Math.max(...m.job.rows.map((r) => r.length)),
-                  })),
-                ).map((g) => g.map((i) => fresh[i] as Member));
+            : right
+              ? // Prefilled apart per prompt length, so no row of a run is padded (merge pads them on the right).
+                byLength(fresh).flatMap(grouped)
+              : !this.canPad()
+                ? [fresh].filter((g) => g.length > 0)
+                : grouped(fresh);
           for (const group of [...reusing.map((m) => [m]), ...groups]) {
             try {
               await this.prefill(group, group.length === 1 ? (reuse.get(group[0] as Member) as number) : 0);
@@ -812,6 +853,11 @@ export class ContinuousBatcher {
       m.hooks.onStart(rows.length * (m.length - pastLen), reused);
     });
     let W = pastLen + P;
+    if (this.right && group.some((m) => m.rows.some((r) => r.pad > 0))) {
+      // The right layout prefills rows of one length together (generateRows splits a request whose rows differ):
+      // a padded row's last position would not be the run's last one.
+      throw new KvdeskError('INTERNAL', 'rows of different lengths reached one prefill run of a right-padded batch');
+    }
     // Chunks of equal width, so a prompt just over the limit is not followed by a tiny chunk.
     const chunks = Math.ceil(P / Math.max(1, Math.floor(this.chunkTokens / R)));
     const cols = Math.ceil(P / chunks);
@@ -942,9 +988,11 @@ export class ContinuousBatcher {
     }
     const target = Math.max(this.seq, seq);
     const merged = new Map<string, ort.Tensor>();
+    // The shorter side's KV padded with zeros: on the left, or in the right layout after every row's own positions.
+    const pad = this.right ? padSeqRight : padSeqLeft;
     for (const t of this.kvTensors) {
-      const a = padSeqLeft(t, this.past.get(t.past) as ort.Tensor, target);
-      const b = padSeqLeft(t, present.get(t.past) as ort.Tensor, target);
+      const a = pad(t, this.past.get(t.past) as ort.Tensor, target);
+      const b = pad(t, present.get(t.past) as ort.Tensor, target);
       merged.set(t.past, concatBatch(t, [a, b]));
     }
     for (const r of this.rows) r.pad += target - this.seq;
@@ -1055,12 +1103,19 @@ export class ContinuousBatcher {
     const feeds: Record<string, ort.Tensor> = {};
     feeds[ports.inputIds.name] = idTensor(ports.inputIds, inputs.flat(), [B, n]);
     if (ports.attentionMask) {
-      feeds[ports.attentionMask.name] = maskTensor(
-        ports.attentionMask,
-        this.rows.map((r) => r.pad),
-        held + n,
-        held > L ? [L, held] : undefined,
-      );
+      feeds[ports.attentionMask.name] = this.right
+        ? // Each row's own positions and its n new ones, which the graph writes right after them; then its padding.
+          rightMaskTensor(
+            ports.attentionMask,
+            this.rows.map((r) => L - r.pad + n),
+            L + n,
+          )
+        : maskTensor(
+            ports.attentionMask,
+            this.rows.map((r) => r.pad),
+            held + n,
+            held > L ? [L, held] : undefined,
+          );
     }
     if (ports.positionIds) {
       const positions = this.rows.flatMap((r) => Array.from({ length: n }, (_, i) => r.nextPos + i));
@@ -1122,7 +1177,9 @@ export class ContinuousBatcher {
       const sessionPast = new Map<string, ort.Tensor>();
       for (const t of this.kvTensors) {
         const row = selectBatch(t, this.past.get(t.past) as ort.Tensor, [at]);
-        sessionPast.set(t.past, sliceSeq(t, row, this.seq - m.length, this.seq));
+        // Its own positions: the last ones (padding on the left), or the first ones in the right layout.
+        const from = this.right ? 0 : this.seq - m.length;
+        sessionPast.set(t.past, sliceSeq(t, row, from, from + m.length));
       }
       // What the session held is dead (its prefill took it; this frees any KV put there since).
       releaseKv(session.past.values(), sessionPast);
@@ -1189,7 +1246,9 @@ export class ContinuousBatcher {
       const drop = Math.min(...remaining.map((r) => r.pad));
       const next = new Map<string, ort.Tensor>();
       for (const t of this.kvTensors) {
-        next.set(t.past, trimSeqLeft(t, selectBatch(t, this.past.get(t.past) as ort.Tensor, keep), drop));
+        const rows = selectBatch(t, this.past.get(t.past) as ort.Tensor, keep);
+        // The padding every remaining row has: on the left, or in the right layout at the end.
+        next.set(t.past, this.right ? truncateSeq(t, rows, this.seq - drop) : trimSeqLeft(t, rows, drop));
       }
       for (const r of remaining) r.pad -= drop;
       releaseKv(this.past.values(), next);

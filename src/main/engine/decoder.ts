@@ -9,10 +9,10 @@ import type { PredictionUnused } from '../../shared/contract';
 import { KvdeskError } from '../../shared/errors';
 import type { ConfiguredKvSize, KvTensorSpec, ModelSpec } from '../../shared/model-spec';
 import { ContinuousBatcher, type LookupDecoding, PREFILL_CHUNK_TOKENS, rowSeed, SCREENED } from './batcher';
-import { idTensor, maskTensor } from './feeds';
+import { idTensor, maskTensor, rightMaskTensor } from './feeds';
 import { exactPick, screenBytes, worstBoundShare } from './head-screen';
 import type { ReplyForm } from './json-constraint';
-import { appendSeq, emptyPast, withRoom } from './kv-cache';
+import { appendSeq, concatBatch, emptyPast, padSeqRight, withRoom } from './kv-cache';
 import { type LastPositionScreen, lastPositionGraph } from './last-position';
 import { logitsRows } from './logits';
 import { LOOKUP_DRAFT_TOKENS, lookupDraft } from './lookup';
@@ -427,6 +427,118 @@ export async function paddingChecked(
   }
 }
 
+/**
+ * Null when rows batched as the batcher batches them on the right (ContinuousBatcher's right layout) score as each
+ * row alone; else how they differed. Two rows of different lengths are prefilled apart (each unpadded), merged with
+ * the shorter one's KV padded on the right with zeros, and take two steps together, each row's mask its own
+ * positions then zeros: both steps of both rows must score as alone. This holds where attention takes a row's first
+ * `mask sum` positions as its own and writes a run's new positions right after them (GroupQueryAttention, whose
+ * `seqlens_k` graphs compute as the mask's sum − 1); attention that appends after the whole KV reads the padding.
+ */
+export async function rightPaddingChecked(
+  run: (feeds: Record<string, ort.Tensor>) => Promise<ort.InferenceSession.OnnxValueMapType>,
+  spec: ModelSpec,
+  kv: readonly KvTensorSpec[],
+  added: ReadonlyMap<string, string> | null,
+): Promise<string | null> {
+  const { inputIds, attentionMask, positionIds, logits } = spec.ports;
+  if (!attentionMask) return 'the graph has no attention mask to mark the padding with';
+  if (added) return "runs return the positions they add, which the engine writes after every row's KV";
+  if (kv.length === 0) return 'the graph has no KV inputs';
+  const vocab = Math.max(1, spec.vocabSize);
+  const rows = [[1, 2, 3].map((i) => i % vocab), [3, 1, 2, 3].map((i) => i % vocab)];
+  const nexts = [4 % vocab, 5 % vocab];
+  // Each row's scores at its last position, whatever positions the run scored.
+  const lastRows = (out: ort.InferenceSession.OnnxValueMapType) => {
+    const t = out[logits.name] as ort.Tensor | undefined;
+    if (!t) throw new Error(`it gave no ${logits.name}`);
+    const { data, seq, vocab: v } = logitsRows(t);
+    const B = t.dims[0] as number;
+    return Array.from({ length: B }, (_, r) => data.subarray(((r + 1) * seq - 1) * v, (r + 1) * seq * v));
+  };
+  // A run of `ids` (one column per row) after KV of `width` positions, row b's own positions `lengths[b]`.
+  const feeds = (ids: number[][], lengths: number[], width: number, past?: Map<string, ort.Tensor>) => {
+    const B = ids.length;
+    const S = (ids[0] as number[]).length;
+    const f: Record<string, ort.Tensor> = {};
+    f[inputIds.name] = idTensor(inputIds, ids.flat(), [B, S]);
+    f[attentionMask.name] = rightMaskTensor(
+      attentionMask,
+      lengths.map((n) => n + S),
+      width + S,
+    );
+    if (positionIds) {
+      const positions = ids.flatMap((r, b) => r.map((_, i) => (lengths[b] as number) + i));
+      f[positionIds.name] = idTensor(positionIds, positions, [B, S]);
+    }
+    for (const t of kv) f[t.past] = past?.get(t.past) ?? emptyPast(t, B);
+    return f;
+  };
+  const presents = (out: ort.InferenceSession.OnnxValueMapType) => {
+    const m = new Map<string, ort.Tensor>();
+    for (const t of kv) {
+      const p = out[t.present] as ort.Tensor | undefined;
+      if (!p) throw new Error(`it gave no ${t.present}`);
+      m.set(t.past, p);
+    }
+    return m;
+  };
+  try {
+    // Each row alone: its prompt, then two steps.
+    const alone: Float32Array[][] = [];
+    const prompts: Map<string, ort.Tensor>[] = [];
+    let scale = 0;
+    for (const row of rows) {
+      const first = await run(feeds([row], [0], 0));
+      scale = roundingOf(lastRowsTensor(first, logits.name));
+      prompts.push(presents(first));
+      let past = presents(first);
+      const scores: Float32Array[] = [];
+      for (const [i, next] of nexts.entries()) {
+        const out = await run(feeds([[next]], [row.length + i], row.length + i, past));
+        scores.push(lastRows(out)[0] as Float32Array);
+        past = presents(out);
+      }
+      alone.push(scores);
+    }
+    // Together: the shorter row's KV padded on the right to the longer one's, then the same two steps.
+    const width = Math.max(...rows.map((r) => r.length));
+    let past = new Map<string, ort.Tensor>();
+    for (const t of kv) {
+      const parts = prompts.map((p) => padSeqRight(t, p.get(t.past) as ort.Tensor, width));
+      past.set(t.past, concatBatch(t, parts));
+    }
+    for (const [i, next] of nexts.entries()) {
+      const out = await run(
+        feeds(
+          rows.map(() => [next]),
+          rows.map((r) => r.length + i),
+          width + i,
+          past,
+        ),
+      );
+      const got = lastRows(out);
+      for (const [r, scores] of alone.entries()) {
+        const gap = logitsGap(scores[i] as Float32Array, got[r] as Float32Array);
+        if (!(gap <= scale)) {
+          return `step ${i + 1} of a ${r === 0 ? 'right-padded' : 'longer'} row batched with a row of another length scored differently from the same step alone (by ${gap} of the scores' scale)`;
+        }
+      }
+      past = presents(out);
+    }
+    return null;
+  } catch (err) {
+    return `a batch with a right-padded row could not run (${(err instanceof Error ? err.message : String(err)).trim()})`;
+  }
+}
+
+/** The logits tensor of a run's outputs (throws when absent). */
+function lastRowsTensor(out: ort.InferenceSession.OnnxValueMapType, name: string): ort.Tensor {
+  const t = out[name] as ort.Tensor | undefined;
+  if (!t) throw new Error(`it gave no ${name}`);
+  return t;
+}
+
 /** Whether two tensors have the same dims and bytes. */
 function sameBytes(a: ort.Tensor, b: ort.OnnxValue | undefined): boolean {
   if (!b || !('dims' in b) || a.dims.join() !== b.dims.join()) return false;
@@ -605,9 +717,16 @@ export class LoadedDecoder {
   /**
    * Whether a row left-padded in a batch scores as it does alone (checked at load: paddingChecked). False for
    * attention that takes a row's first positions as its own (GroupQueryAttention's `seqlens_k`, counted from the
-   * mask): then only rows that need no padding share a batch.
+   * mask): then rows are padded on the right where that scores as alone (rightPadded), else only rows that need no
+   * padding share a batch.
    */
   padded = true;
+  /**
+   * Where left padding is wrong: whether rows batched with their KV padded on the right score as each row alone
+   * (checked at load: rightPaddingChecked). Then requests of different prompt lengths are prefilled apart and take
+   * their decode steps in one batch (the batcher's right layout); a request's own rows of different lengths take turns.
+   */
+  rightPadded = false;
   private readonly batcher: ContinuousBatcher;
   /** The generation loop of a static-cache graph, whose rows always take turns (static-cache.ts). */
   private readonly staticRunner: StaticCacheRunner | null;
@@ -654,6 +773,7 @@ export class LoadedDecoder {
       kvAdded,
       kvGap,
       () => this.padded,
+      () => this.rightPadded,
     );
     this.staticRunner =
       spec.kv.kind === 'static'
@@ -701,11 +821,21 @@ export class LoadedDecoder {
     const kv = this.spec.kv.kind === 'dynamic' ? this.spec.kv.tensors : [];
     const why = await paddingChecked((feeds) => this.run(feeds), this.spec, kv, this.kvAdded);
     this.padded = why === null;
+    if (why === null) {
+      this.logits.batching =
+        'requests share one batch, each row left-padded to the longest (checked: a padded row scores as it does alone)';
+      return;
+    }
+    const right = await rightPaddingChecked((feeds) => this.run(feeds), this.spec, kv, this.kvAdded);
+    this.rightPadded = right === null;
     this.logits.batching =
-      why === null
-        ? 'requests share one batch, each row left-padded to the longest (checked: a padded row scores as it does alone)'
+      right === null
+        ? 'requests share one batch, each row padded on the right (its own positions first: the graph reads a ' +
+          "row's first positions as its own); prompts of different lengths are prefilled apart, then decode " +
+          "together, and one request's rows of different lengths take turns (checked: a right-padded row's steps " +
+          `score as alone; ${why})`
         : "only rows that need no padding share a batch (one request's rows of one length, or requests of one prompt " +
-          `length that arrive together); others take turns: ${why}`;
+          `length that arrive together); others take turns: ${why}; and ${right}`;
   }
 
   /**

@@ -281,7 +281,8 @@ export function createEngineCore(emit: (event: EngineEvent) => void) {
           models.set(cmd.modelId, decoder);
           if (previous) await release(previous);
           // A graph whose batches take only rows that need no padding pads nothing: the scheduler charges no padding.
-          const batches = decoder.batchable && decoder.padded;
+          // Padding on the right is padding all the same: charged.
+          const batches = decoder.batchable && (decoder.padded || decoder.rightPadded);
           const loaded: EngineLoadResult = { modelId: cmd.modelId, logits: decoder.logits, batches };
           return loaded;
         });

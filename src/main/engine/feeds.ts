@@ -58,6 +58,30 @@ export function maskTensor(port: GraphPort, pads: number[], length: number, gap?
   );
 }
 
+/**
+ * The attention mask of a right-padded batch: each row is `lengths[b]` ones (its own positions, first) then zeros
+ * up to `length`. Attention that counts a row's positions from the mask's sum (GroupQueryAttention: `seqlens_k` is
+ * the sum − 1) reads that many positions from the row's start and writes a run's new positions right after them.
+ */
+export function rightMaskTensor(port: GraphPort, lengths: number[], length: number): ort.Tensor {
+  const B = lengths.length;
+  const dims = [B, length];
+  if (port.dtype === 'int64') {
+    const data = new BigInt64Array(B * length);
+    for (const [b, n] of lengths.entries()) data.fill(1n, b * length, b * length + Math.min(n, length));
+    return new ort.Tensor('int64', data, dims);
+  }
+  if (port.dtype === 'int32') {
+    const data = new Int32Array(B * length);
+    for (const [b, n] of lengths.entries()) data.fill(1, b * length, b * length + Math.min(n, length));
+    return new ort.Tensor('int32', data, dims);
+  }
+  throw new KvdeskError(
+    'MODEL_LOAD_FAILED',
+    `graph input ${port.name} has type ${port.dtype}; attention masks must be int32 or int64`,
+  );
+}
+
 /** onnxruntime's words for an index past a table: Gather's "indices element out of data bounds", the contrib ops' "out of range". */
 const INDEX_OUT_OF_RANGE = /out of (data )?bounds|out of range/i;
 

@@ -277,6 +277,22 @@ export function padSeqLeft(spec: KvTensorSpec, tensor: ort.Tensor, seq: number):
   return new ort.Tensor(tensor.type as 'float32' | 'float16', dst, withDims(spec, tensor.dims, b.batch, seq));
 }
 
+/**
+ * Pads a KV tensor on the right of its sequence axis with zeros up to `seq` positions: the batch's layout for attention
+ * that takes a row's first positions as its own (GroupQueryAttention's `seqlens_k`), which never reads them.
+ */
+export function padSeqRight(spec: KvTensorSpec, tensor: ort.Tensor, seq: number): ort.Tensor {
+  const b = blocks(spec, tensor.dims);
+  if (seq === b.seq) return tensor;
+  const src = tensor.data as TypedArray;
+  const rows = b.pre * b.batch * b.mid;
+  const dst = kvArray(spec.dtype, rows * seq * b.post);
+  const from = b.seq * b.post;
+  const to = seq * b.post;
+  for (let i = 0; i < rows; i++) dst.set(src.subarray(i * from, (i + 1) * from), i * to);
+  return new ort.Tensor(tensor.type as 'float32' | 'float16', dst, withDims(spec, tensor.dims, b.batch, seq));
+}
+
 /** Drops the first `drop` positions of the sequence axis (padding every row has). */
 export function trimSeqLeft(spec: KvTensorSpec, tensor: ort.Tensor, drop: number): ort.Tensor {
   if (drop <= 0) return tensor;

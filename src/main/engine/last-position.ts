@@ -5,7 +5,8 @@
  * and returns rows × 256 × vocab floats, of which kvdesk samples one row each.
  * Generation only ever reads the last position, so before loading, the engine
  * feeds the LM head a Slice of the final hidden states (the last position of
- * every row: rows are left-padded, so it is the same index for all) and, where
+ * every row: rows are left-padded, so it is the same index for all; the batcher's
+ * right layout pads no row of a run whose logits it reads) and, where
  * the head's output is reshaped back to [batch, seq, vocab], reshapes it to
  * [batch, 1, vocab] instead. The Slice's start is an added input, fed −1; fed
  * −n, the copy scores the last n positions (lookup decoding checks a draft so).

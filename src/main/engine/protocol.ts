@@ -115,10 +115,11 @@ export interface EngineLoadResult {
   modelId: string;
   logits: LogitsPositions;
   /**
-   * Whether its requests run as one batch, each row padded on the left to the longest (false: they take turns,
+   * Whether its requests run as one batch, each row padded to the longest — on the left, or on the right where a
+   * graph's left-padded rows score differently but right-padded ones do not (false: they take turns,
    * as a static cache's and a graph's that cannot batch do, or share a batch only where no row needs padding, as
-   * a graph's whose padded rows score differently do: logits.batching says which). The scheduler charges the
-   * padding where true.
+   * a graph's whose rows score differently padded on either side do: logits.batching says which). The scheduler
+   * charges the padding where true.
    */
   batches: boolean;
 }
