@@ -61,6 +61,7 @@ import {
 import { dataDirOf } from './data-dir';
 import { applyDeviceFlags } from './device-flags';
 import { PULL_OPTIONS, pull, SEARCH_OPTIONS, search } from './pull';
+import { alignedRows } from './table';
 
 const USAGE = `kvdesk — run local ONNX language models with an explicit KV-cache budget
 
@@ -718,14 +719,11 @@ async function list(args: string[], io: Io): Promise<number> {
         ].map(printable),
       );
     }
-    const widths = (table[0] as string[]).map((_, c) => Math.max(...table.map((r) => (r[c] as string).length)));
+    // Lined up by terminal cells: a CJK id is twice as wide as its length.
+    const aligned = await alignedRows(table);
     // Under the STATE column.
-    const indent = ' '.repeat((widths[0] as number) + 2);
-    const lines = table.flatMap((r, i) => {
-      const line = r
-        .map((cell, c) => cell.padEnd(widths[c] as number))
-        .join('  ')
-        .trimEnd();
+    const indent = ' '.repeat((aligned.widths[0] as number) + 2);
+    const lines = aligned.lines.flatMap((line, i) => {
       const reason = reasons.get(i);
       return reason === undefined ? [line] : [line, `${indent}${printable(reason)}`];
     });

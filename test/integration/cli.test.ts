@@ -828,6 +828,35 @@ describe('CLI on the generated default model', () => {
     expect(rows.stderr).toMatch(/^kvdesk: 9 tokens in 3 rows \(3 each\), finish length, .* tok\/s per row, /m);
   });
 
+  it('list lines its columns up by terminal cells: a CJK id takes two a character', async () => {
+    const { ModelLibrary } = await import('../../src/main/host/model-library');
+    const { loadModelSpec } = await import('../../src/main/packages');
+    const work = mkdtempSync(path.join(os.tmpdir(), 'kvdesk-cli-wide-'));
+    try {
+      const dataDir = path.join(work, 'data');
+      // Six characters, twelve cells; the other id is eleven of both.
+      const wide = path.join(work, '日本語モデル');
+      const plain = path.join(work, 'plain-model');
+      cpSync(defaultModelDir, wide, { recursive: true });
+      cpSync(defaultModelDir, plain, { recursive: true });
+      const library = await ModelLibrary.open(dataDir);
+      await library.loaded(plain, await loadModelSpec(plain));
+      await library.loaded(wide, await loadModelSpec(wide));
+      await library.flush();
+      const r = await kvdesk('list', '--data-dir', dataDir);
+      expect(r.code, r.stderr).toBe(0);
+      const lines = r.stdout.trimEnd().split('\n');
+      // STATE starts at cell 14 on every line: after the widest id (12 cells) and two spaces.
+      expect(lines).toEqual([
+        expect.stringMatching(/^ID {12}STATE {2}WEIGHTS/),
+        expect.stringMatching(/^日本語モデル {2}ok {5}989 KiB/),
+        expect.stringMatching(/^plain-model {3}ok {5}989 KiB/),
+      ]);
+    } finally {
+      rmSync(work, { recursive: true, force: true });
+    }
+  });
+
   it('list says a package is invalid in its row, and why on a line below, the bytes of a file it quotes escaped', async () => {
     const { ModelLibrary } = await import('../../src/main/host/model-library');
     const { loadModelSpec } = await import('../../src/main/packages');

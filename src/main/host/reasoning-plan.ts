@@ -20,6 +20,13 @@ export interface ReasoningPlan {
   continuing?: true;
   /** Markers that are special tokens: kept in the text the splitter reads. */
   keepIds: ReadonlySet<number>;
+  /**
+   * The reply is not split: its reasoning stays in its text, markers and all. Thinking is off, yet the final
+   * message the reply continues opened a reasoning itself (a client's prefill of `<think>…`): the client asked
+   * for the rest of that text, and a request with thinking off has no reasoning to give it apart (Anthropic's
+   * route would hide it).
+   */
+  asText?: true;
 }
 
 /**
@@ -192,10 +199,13 @@ export function reasoningPlan(
     : promptOpensReasoning(prompt, reasoning);
   // gpt-oss: the prompt opened the final message, or continues its text (a prefill: the reply is its rest).
   const answering = reasoning.harmony && !inside && (continues || prompt.trimEnd().endsWith('<|message|>'));
+  // (Not gpt-oss: its splitter also reads its calls, which are messages of their own.)
+  const asText = continues && inside && req.thinking === false && !reasoning.harmony;
   return {
     spec: reasoning,
     inside,
     keepIds,
+    ...(asText ? { asText } : {}),
     ...(answering ? { answering } : {}),
     ...(answering && continues ? { continuing: true as const } : {}),
   };

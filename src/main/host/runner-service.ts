@@ -1685,17 +1685,19 @@ class Generation {
         ...(keep.size > 0 ? { keepSpecialIds: keep } : {}),
       }),
     );
-    this.splitters = reasoning
-      ? rows.map(() =>
-          reasoning.spec.harmony
-            ? createHarmonySplitter({
-                inside: reasoning.inside,
-                answering: reasoning.answering === true,
-                continuing: reasoning.continuing === true,
-              })
-            : createReasoningSplitter(reasoning.spec, { inside: reasoning.inside }),
-        )
-      : undefined;
+    // (A reply whose reasoning is its text, asText, is not split.)
+    this.splitters =
+      reasoning && !reasoning.asText
+        ? rows.map(() =>
+            reasoning.spec.harmony
+              ? createHarmonySplitter({
+                  inside: reasoning.inside,
+                  answering: reasoning.answering === true,
+                  continuing: reasoning.continuing === true,
+                })
+              : createReasoningSplitter(reasoning.spec, { inside: reasoning.inside }),
+          )
+        : undefined;
     this.rowReasoning = rows.map(() => '');
     this.rowReasoningTokens = rows.map(() => 0);
     this.rowOpening = rows.map(() => 0);

@@ -257,6 +257,10 @@ export function mapMessagesRequest(input: unknown, opts: { countOnly?: boolean }
   const { messages, origins } = messagesOf(body);
   const tools = toolList(body);
   const { choice, parallel } = toolChoice(body);
+  // As Anthropic refuses it (its forced call leaves the model no room to think first), in its words.
+  if (thinking === true && (choice === 'required' || typeof choice === 'object')) {
+    throw bad('Thinking may not be enabled when tool_choice forces tool use.', 'tool_choice');
+  }
   const request = conversationRequest(body.model, system, messages, {
     maxNewTokens: maxTokens,
     temperature: number(body, 'temperature', { min: 0, max: 1 }),

@@ -19,14 +19,29 @@ export const API_HEADERS: Readonly<Record<string, string>> = {
  */
 export const REQUEST_ID_HEADERS = ['x-request-id', 'request-id'] as const;
 
+/** The longest client request id echoed back (a longer one is not an id a log line should carry). */
+export const MAX_CLIENT_REQUEST_ID = 128;
+
+/**
+ * The request id a client sent in its own `x-request-id` header, when it is one to echo: 1 to 128 printable ASCII
+ * characters (not only spaces); else undefined (none, or one kvdesk will not write back into a header).
+ */
+export function clientRequestId(req: IncomingMessage | undefined): string | undefined {
+  const sent = req?.headers['x-request-id'];
+  if (typeof sent !== 'string' || sent.length > MAX_CLIENT_REQUEST_ID) return undefined;
+  return /^[\x20-\x7e]+$/.test(sent) && sent.trim().length > 0 ? sent : undefined;
+}
+
 /**
  * Names the request a response answers in its request id headers (until its headers are sent): the server gives
  * each request a fresh id, and a generation's is the host's own (the inspector's, and the reply's `chatcmpl-…`,
- * `msg_…`, `resp_…` id).
+ * `msg_…`, `resp_…` id). A client that sent its own `x-request-id` (clientRequestId) gets it back there, so its
+ * logs and the answer agree; `request-id` is kvdesk's id either way.
  */
 export function setRequestId(res: ServerResponse, id: string): void {
   if (res.headersSent) return;
-  for (const name of REQUEST_ID_HEADERS) res.setHeader(name, id);
+  const own = clientRequestId(res.req);
+  for (const name of REQUEST_ID_HEADERS) res.setHeader(name, name === 'x-request-id' && own ? own : id);
 }
 
 /** A request id for a response that no generation answers (a model list, a refusal before one began). */

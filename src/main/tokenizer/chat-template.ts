@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { Environment, Interpreter, Template } from '@huggingface/jinja';
 import { KvdeskError } from '../../shared/errors';
 import { FIX_PACKAGE_TEMPLATE } from '../../shared/model-spec';
@@ -437,16 +437,18 @@ const PROBED_KEPT = 64;
 const overran = new Map<string, { reason: string; at: number; messages: number }>();
 
 /**
- * A template with what a render gives it besides messages — its variables' plain values, the tools' names, the
- * generation prompt: a template that loops only with thinking on, or only with tools, must not fail another
- * client's chat without them.
+ * A template with what a render gives it besides messages — its variables' plain values, the tools (a hash of
+ * their whole definitions), the generation prompt: a template that loops only with thinking on, or only with
+ * tools, must not fail another client's chat without them, nor one whose tools have the same names and other
+ * schemas (a template may loop on a schema's parameters).
  */
 function overranKey(template: string, opts: Pick<RenderChatOptions, 'vars' | 'tools' | 'addGenerationPrompt'>): string {
   const plain = (v: unknown) => v === null || ['string', 'number', 'boolean'].includes(typeof v);
   const vars = Object.entries(opts.vars ?? {})
     .filter(([, v]) => plain(v))
     .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-  const tools = opts.tools?.map((t) => (t as { function?: { name?: unknown } })?.function?.name ?? null) ?? null;
+  const tools =
+    opts.tools === undefined ? null : createHash('sha256').update(JSON.stringify(opts.tools)).digest('base64');
   return `${template}\u0000${JSON.stringify([vars, tools, opts.addGenerationPrompt])}`;
 }
 /** How long a template that ran past the limits fails at once before it is run again. */

@@ -345,6 +345,30 @@ describe('a thinking model', () => {
     expect(continued.text).toBe(plain.text);
   });
 
+  it('a final message that opened the reasoning itself, thinking off: the reply is its text as written, not split', async () => {
+    const prefilled = {
+      messages: [...ASK, { role: 'assistant' as const, content: '<think>\nLet me' }],
+      continueFinal: true,
+      maxNewTokens: 64,
+    };
+    // Thinking on (or left to the template): the reply continues inside the reasoning and is split at its close.
+    const split = await run({ ...prefilled, thinking: true });
+    const at = split.tokenIds.indexOf(THINK_END_ID);
+    expect(at).toBeGreaterThanOrEqual(1);
+    expect(split.reasoning).toBe(decode(split.tokenIds.slice(0, at)).trim());
+    expect((await run(prefilled)).reasoning).toBe(split.reasoning);
+    // Off: the same tokens (the switch writes the generation prompt, which a continued reply has not), all text.
+    const frames: StreamFrame[] = [];
+    const off = await run({ ...prefilled, thinking: false }, (f) => frames.push(f));
+    expect(off.tokenIds).toEqual(split.tokenIds);
+    expect(off.text).toBe(decode(off.tokenIds));
+    expect(off.text).toContain('</think>');
+    expect(off.reasoning).toBeUndefined();
+    const rows = frames.flatMap((f) => (f.type === 'tokens' ? f.rows : []));
+    expect(rows.map((row) => row.text).join('')).toBe(off.text);
+    expect(rows.some((row) => (row.reasoning ?? '') !== '')).toBe(false);
+  });
+
   it('a stop string ends the answer; the reasoning is not searched for one', async () => {
     const plain = await run({});
     const word = (plain.reasoning ?? '').trim().split(/\s+/)[0] as string;

@@ -297,6 +297,8 @@ describe('POST /v1/messages', () => {
       [{ tools: [{ type: 'web_search_20250305', name: 'web_search' }] }, 'tools[0].type'],
       [{ messages: [{ role: 'user', content: [{ type: 'image', source: {} }] }] }, 'messages[0].content[0].type'],
       [{ tools: [lamp], tool_choice: { type: 'tool', name: 'nope' } }, 'tool_choice'],
+      // As Anthropic: a forced call leaves no room to think (before the default model's not thinking is said).
+      [{ thinking: { type: 'enabled', budget_tokens: 2 }, tools: [lamp], tool_choice: { type: 'any' } }, 'tool_choice'],
       [
         {
           messages: [

@@ -1952,4 +1952,45 @@ describe("the request id (OpenAI's x-request-id header)", () => {
     expect(tags.headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/);
     expect(tags.headers.get('request-id')).toBe(tags.headers.get('x-request-id'));
   });
+
+  it("a client's own sane x-request-id comes back in x-request-id; request-id stays kvdesk's (the reply's id)", async () => {
+    const own = 'trace-4f2a/retry:1 of 3';
+    const post = (path: string, body: unknown, id: string) =>
+      fetch(`${t.url}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-request-id': id },
+        body: JSON.stringify(body),
+      });
+    const chat = await post('/v1/chat/completions', { model: 'default', messages: ask, max_tokens: 2 }, own);
+    expect(chat.headers.get('x-request-id')).toBe(own);
+    const kvdesk = chat.headers.get('request-id') as string;
+    expect(kvdesk).toMatch(/^[0-9a-f-]{36}$/);
+    expect(((await chat.json()) as { id: string }).id).toBe(`chatcmpl-${kvdesk}`);
+    expect((await recent(kvdesk)).id).toBe(kvdesk);
+    // Anthropic's SDK reads request-id: kvdesk's, as the message id has it.
+    const message = await post(
+      '/v1/messages',
+      { model: 'default', messages: [{ role: 'user', content: 'Which?' }], max_tokens: 2 },
+      own,
+    );
+    expect(message.headers.get('x-request-id')).toBe(own);
+    const msgId = message.headers.get('request-id') as string;
+    expect(((await message.json()) as { id: string }).id).toBe(`msg_${msgId.replaceAll('-', '')}`);
+    // Answers no generation gives (a refusal, the model list) echo it too.
+    const refused = await post('/v1/chat/completions', { model: 'default', messages: [], max_tokens: 2 }, own);
+    expect(refused.status).toBe(400);
+    expect(refused.headers.get('x-request-id')).toBe(own);
+    expect(refused.headers.get('request-id')).toMatch(/^[0-9a-f-]{36}$/);
+    const list = await fetch(`${t.url}/v1/models`, { headers: { 'x-request-id': own } });
+    expect(list.headers.get('x-request-id')).toBe(own);
+    // One that is no id to echo (longer than 128 characters, not printable ASCII, blank): kvdesk's in both.
+    for (const odd of ['x'.repeat(129), 'caf\u00e9', '   ']) {
+      const r = await fetch(`${t.url}/v1/models`, { headers: { 'x-request-id': odd } });
+      expect(r.headers.get('x-request-id'), JSON.stringify(odd)).toMatch(/^[0-9a-f-]{36}$/);
+      expect(r.headers.get('request-id')).toBe(r.headers.get('x-request-id'));
+    }
+    const longest = 'y'.repeat(128);
+    const fits = await fetch(`${t.url}/v1/models`, { headers: { 'x-request-id': longest } });
+    expect(fits.headers.get('x-request-id')).toBe(longest);
+  });
 });

@@ -563,6 +563,58 @@ describe('Anthropic Messages', () => {
     expect(text).toBe(OFF.text);
   });
 
+  it('a prefill that opens the reasoning itself, thinking off: the reply is the text it continues, reasoning and all', async () => {
+    // The prefill's `<think>`: the prompt ends inside the reasoning whatever the switch says (the template's switch
+    // writes the generation prompt, which a prefill has not), so on and off write the same tokens. A question
+    // whose reasoning, so begun, the model ends by itself within MAX tokens:
+    const prefill = { role: 'assistant' as const, content: '<think>' };
+    const { question } = await naturalThinkingQuestion(
+      (content) =>
+        t.runner.generate({
+          model,
+          messages: [{ role: 'user', content }, prefill],
+          continueFinal: true,
+          thinking: true,
+          maxNewTokens: MAX,
+          sampling: { greedy: true },
+        }).result,
+    );
+    const prefilled = [{ role: 'user', content: question }, prefill];
+    const on = await message({ thinking: { type: 'enabled', budget_tokens: MAX - 1 } }, prefilled);
+    const [thought, answer] = on.content as Array<{ type: string; thinking?: string; text?: string }>;
+    expect(thought?.type).toBe('thinking');
+    expect(answer?.type).toBe('text');
+    for (const thinking of [{}, { thinking: { type: 'disabled' } }]) {
+      const off = await message(thinking, prefilled);
+      const label = JSON.stringify(thinking);
+      expect(
+        off.content.map((b) => b.type),
+        label,
+      ).toEqual(['text']);
+      const text = (off.content[0] as Anthropic.TextBlock).text;
+      // The reasoning's rest, its close and the answer, as the model wrote them (split, they are on's blocks).
+      expect(text, label).toContain('</think>');
+      const [rest, after] = text.split('</think>');
+      expect(rest?.trim(), label).toBe(thought?.thinking);
+      expect(after?.trim(), label).toBe(answer?.text?.trim());
+      expect(off.usage.output_tokens).toBe(on.usage.output_tokens);
+    }
+    // Streamed alike: text deltas only, adding up to the same text.
+    const stream = await anthropic.messages.create({
+      model,
+      messages: prefilled,
+      max_tokens: MAX,
+      temperature: 0,
+      stream: true,
+    } as Anthropic.MessageCreateParamsStreaming);
+    let streamed = '';
+    for await (const e of stream) {
+      if (e.type === 'content_block_start') expect(e.content_block.type).toBe('text');
+      if (e.type === 'content_block_delta' && e.delta.type === 'text_delta') streamed += e.delta.text;
+    }
+    expect(streamed.split('</think>')[0]?.trim()).toBe(thought?.thinking);
+  });
+
   it('a model that does not think: thinking enabled is a 400 invalid_request_error about thinking, and the server goes on', async () => {
     for (const stream of [false, true]) {
       const err = await anthropicError(

@@ -192,3 +192,45 @@ describe('mapMessagesRequest: text blocks', () => {
     expect(m.request.messages?.[1]).toMatchObject({ role: 'assistant', content: 'Let me check.\n\nIt is sunny.' });
   });
 });
+
+describe('mapMessagesRequest: thinking and a forced tool_choice', () => {
+  const lamp = { name: 'set_lamp', input_schema: { type: 'object', properties: { on: { type: 'boolean' } } } };
+  const body = (thinking: unknown, toolChoice: unknown) => ({
+    model: 'm',
+    max_tokens: 64,
+    messages: [{ role: 'user', content: 'Lamp on.' }],
+    tools: [lamp],
+    tool_choice: toolChoice,
+    ...(thinking === undefined ? {} : { thinking }),
+  });
+
+  it("are refused together, as Anthropic refuses them: a 400 naming tool_choice, in Anthropic's words", () => {
+    for (const thinking of [{ type: 'enabled', budget_tokens: 16 }, { type: 'adaptive' }]) {
+      for (const choice of [{ type: 'any' }, { type: 'tool', name: 'set_lamp' }]) {
+        let caught: unknown;
+        try {
+          mapMessagesRequest(body(thinking, choice));
+        } catch (err) {
+          caught = err;
+        }
+        const label = JSON.stringify({ thinking, choice });
+        expect(caught, label).toMatchObject({
+          status: 400,
+          body: {
+            error: { message: 'Thinking may not be enabled when tool_choice forces tool use.', param: 'tool_choice' },
+          },
+        });
+      }
+    }
+  });
+
+  it('thinking with auto or none, or a forced call with thinking disabled or left out, is taken', () => {
+    const ok: Array<[unknown, unknown]> = [
+      [{ type: 'enabled', budget_tokens: 16 }, { type: 'auto' }],
+      [{ type: 'adaptive' }, { type: 'none' }],
+      [{ type: 'disabled' }, { type: 'any' }],
+      [undefined, { type: 'tool', name: 'set_lamp' }],
+    ];
+    for (const [thinking, choice] of ok) expect(() => mapMessagesRequest(body(thinking, choice))).not.toThrow();
+  });
+});

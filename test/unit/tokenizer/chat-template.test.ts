@@ -123,6 +123,34 @@ describe('renderChatTemplate', () => {
       expect(performance.now() - started).toBeLessThan(500);
     });
 
+    it("a template that ran past the limit with one client's tools still renders another's of the same names", () => {
+      // Slow only on a tool with a `slow` parameter: the same tool name, another schema, is another render.
+      const slowSchema =
+        '{% if tools and tools[0].function.parameters.properties.slow is defined %}' +
+        '{% for i in range(100000) %}{% for j in range(99996) %}{% endfor %}{% endfor %}{% endif %}' +
+        '{% for m in messages %}{{ m.content }};{% endfor %}';
+      const tool = (properties: Record<string, unknown>) => ({
+        type: 'function',
+        function: { name: 'lookup', parameters: { type: 'object', properties } },
+      });
+      const slow = [tool({ slow: { type: 'boolean' } })];
+      const quick = [tool({ query: { type: 'string' } })];
+      const tenth = { ms: 100, chars: 1e6, listItems: 1e5 };
+      const roomy = { ms: 3000, chars: 1e6, listItems: 1e5 };
+      expect(
+        thrown(() => renderChatTemplate(slowSchema, conversation, { ...opts, tools: slow, limits: tenth })).message,
+      ).toMatch(/did not finish rendering: it ran for over 0\.1 s/);
+      expect(renderChatTemplate(slowSchema, conversation, { ...opts, tools: quick, limits: roomy })).toBe(
+        'Be brief.;Hi;',
+      );
+      // The slow tools again fail at once, for a minute.
+      const started = performance.now();
+      expect(
+        thrown(() => renderChatTemplate(slowSchema, conversation, { ...opts, tools: slow, limits: roomy })).message,
+      ).toMatch(/did not finish rendering: it ran for over 0\.1 s/);
+      expect(performance.now() - started).toBeLessThan(500);
+    });
+
     it('a template that ran past the limit on a chat fails at once on chats as long for a minute, and renders shorter ones', () => {
       // Slow only on chats of more than two messages: the one-message trial when its package is read passes.
       const longOnly =
