@@ -321,7 +321,22 @@ export interface PromptMeasure {
   contextLength: number;
   /** With `drop-oldest`: the oldest messages it would leave out. */
   droppedMessages?: number;
+  /**
+   * The `countUpTo` asked, when the prompt has more tokens: only its newest turns were counted (those that already
+   * pass it), and `promptTokens` is theirs — the whole prompt has at least that many.
+   */
+  countedUpTo?: number;
 }
+
+/**
+ * measurePrompt's request: a generation request, and, for a conversation sent whole (not `drop-oldest`), how far to
+ * count it (a chat longer than the context is only said to be longer, not counted to its first message).
+ */
+export const MeasurePromptRequest = z.intersection(
+  GenerateRequest,
+  z.object({ countUpTo: z.number().int().min(1).max(100_000_000).optional() }),
+);
+export type MeasurePromptRequest = z.infer<typeof MeasurePromptRequest>;
 
 /** A repository on the Hugging Face Hub: `owner/name`, optionally `@revision`. */
 export const HubRepoRequest = z.object({ repo: z.string().min(3).max(300) }).strict();
@@ -541,7 +556,7 @@ export const CallSchemas = {
   dataProblems: Empty,
   saveSettings: UiSettings,
   /** A generation request's prompt, measured without running it (the composer's token count). */
-  measurePrompt: GenerateRequest,
+  measurePrompt: MeasurePromptRequest,
   /** Where the HTTP API answers, and who runs it. */
   apiServerStatus: Empty,
   /** The desktop window: serve the HTTP API on the port (moving it when it already runs elsewhere, as asked). */

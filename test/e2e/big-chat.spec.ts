@@ -9,7 +9,7 @@ import { expect, newChat, test, wsCall } from './fixtures';
 
 /**
  * An export of a chat of 3 turns, each with a file of about 110 kB of text: 330 kB (bigger would only make the test
- * slower: the page counts the open chat's tokens, attached files included, which takes seconds a MB).
+ * slower: the page reads and checks an imported file, which takes seconds for tens of MB).
  */
 function bigExport(): string {
   const text = 'The page cache keeps recent pages; eviction is by age. '.repeat(2_000);
@@ -114,6 +114,38 @@ test('a big chat imports; the list comes without it, and opening it shows its me
   await expect(title).toHaveText('Reports, renamed');
   // Pinned, it would stay above the chats the worker's later tests make (and look for first in the list).
   expect((await wsCall(server, 'deleteThread', { id: bigId as string })).ok).toBe(true);
+});
+
+test('a chat far longer than the context, ending with your message, opens saying so from its newest turns', async ({
+  app,
+  server,
+}) => {
+  test.setTimeout(90_000);
+  // 300 exchanges (about 170 kB: to a model of 2,048 tokens, as far past its context as a chat of tens of MB is to a
+  // real one) ending with a question: its context meter counts the prompt the reply would read, which the host
+  // counted whole (twice) to say it was longer than the context — seconds a MB, with the other tabs and the API
+  // waiting. Now it is counted until its newest turns pass the context.
+  const line = 'The page cache keeps recent pages; eviction is by age. '.repeat(5);
+  const messages = Array.from({ length: 300 }, (_, k) => [
+    { role: 'user', content: `Question ${k}: ${line}` },
+    { role: 'assistant', content: `Answer ${k}: ${line}` },
+  ]).flat();
+  messages.push({ role: 'user', content: 'And what is evicted first?' });
+  const file = test.info().outputPath('long.json');
+  writeFileSync(file, JSON.stringify({ messages }));
+  await app.getByTestId('import-thread-file').setInputFiles(file);
+  await expect(app.getByTestId('import-error')).toHaveCount(0);
+  const id = await app.getByTestId('chat-view').getAttribute('data-thread-id');
+  const meter = app.getByTestId('context-meter');
+  await expect(meter).toHaveAttribute('data-count', 'recounted', { timeout: 30_000 });
+  await expect(meter).toHaveAttribute('data-more', 'true');
+  const context = Number(await meter.getAttribute('data-context'));
+  expect(Number(await meter.getAttribute('data-used'))).toBeGreaterThan(context);
+  await expect(meter).toContainText(`context ≥`);
+  // What the next turn leaves out is found as exactly as before, from the newest turns back.
+  await expect(meter).toContainText(/ · 5\d\d will be left out/);
+  await expect(meter).toHaveAttribute('title', new RegExp(`more than its ${context.toLocaleString('en-US')} tokens`));
+  expect((await wsCall(server, 'deleteThread', { id: id as string })).ok).toBe(true);
 });
 
 test('a listed chat whose messages cannot be read says so in its pane, not "Opening the chat…" for good; a pin of it is refused and undone', async ({

@@ -275,6 +275,38 @@ describe('HostApi', () => {
     expect(events).toHaveLength(2);
   });
 
+  it("measures a page's chat up to the context it asks (countUpTo): a chat far longer is said to be, not counted whole", async () => {
+    const { api } = await makeApi();
+    const line = 'the river runs past the old mill and under the stone bridge. '.repeat(12);
+    const messages = Array.from({ length: 150 }, (_, i) => [
+      { role: 'user' as const, content: `${i}: ${line}` },
+      { role: 'assistant' as const, content: `${i}. ${line}` },
+    ]).flat();
+    const tok = api.runner.tokenizerOf(api.runner.listModels()[0]?.id ?? '');
+    const encode = tok.encode.bind(tok);
+    let encoded = 0;
+    tok.encode = (text, opts) => {
+      encoded += text.length;
+      return encode(text, opts);
+    };
+    try {
+      const r = await api.call('measurePrompt', { messages, countUpTo: 2048 });
+      expect(r).toMatchObject({ ok: true, value: { contextLength: 2048, countedUpTo: 2048 } });
+      expect(r.ok && r.value.promptTokens).toBeGreaterThan(2048);
+      // A few prompts about the context's size were counted, not the chat's 115 KB.
+      expect(encoded).toBeLessThan(50_000);
+    } finally {
+      tok.encode = encode;
+    }
+    // Without it, counted whole, as before.
+    const whole = await api.call('measurePrompt', { messages });
+    expect(whole.ok && whole.value.countedUpTo).toBeUndefined();
+    expect(await api.call('measurePrompt', { messages, countUpTo: 0 })).toMatchObject({
+      ok: false,
+      error: { code: 'BAD_REQUEST', message: expect.stringContaining('countUpTo') },
+    });
+  });
+
   it('remembers the latest deleted chats only, and no id it refused (the set grew with every call for ever)', async () => {
     const { api } = await makeApi();
     const thread: Thread = { id: 'old', title: 'Old', createdAt: 1, updatedAt: 2, messages: [] };

@@ -30,6 +30,23 @@ export interface FitOptions<P extends { length: number } = number[]> {
   prefer?: (prompt: P) => boolean;
 }
 
+/**
+ * A conversation of at most this many characters per token of the limit is rendered whole first (it most likely
+ * fits, and then once is all it takes); a longer one is searched from its newest turns. Only the order of the search
+ * depends on it, never its result: a prompt averages 3–5 characters a token.
+ */
+export const WHOLE_FIRST_CHARS_PER_TOKEN = 16;
+
+/** The characters of a conversation's messages (what its prompt holds besides the template's markup). */
+function textSize(messages: ChatMessage[]): number {
+  let n = 0;
+  for (const m of messages) {
+    n += m.content.length + (m.reasoning?.length ?? 0);
+    for (const c of m.toolCalls ?? []) n += c.arguments.length;
+  }
+  return n;
+}
+
 /** Starts `prefer` looks at beyond the first that fits (each is one more render of the conversation). */
 export const PREFER_SCAN = 16;
 
@@ -93,25 +110,42 @@ export function dropOldest<P extends { length: number }>(
   // The first start the earlier turns allow (a hint past the last turn keeps the last turn).
   let first = starts.findIndex((s) => s >= opts.atLeast);
   if (first < 0) first = starts.length - 1;
-  if (tokensAt(first) <= opts.limit) return result(first);
   const last = starts.length - 1;
-  /** The first start after `first` whose prompt is within `bound` (fewer tokens the more is left out), or -1. */
+  /**
+   * The first start from `first` on whose prompt is within `bound` (fewer tokens the more is left out), or -1.
+   * Searched from the end: the newest turn, then 2, 4, 8… turns back, until a prompt passes `bound` (or `first` is
+   * reached), then halving between the two. Only prompts of about the size that fits are rendered, never the whole
+   * of a conversation far longer than the context (a chat of tens of MB measured whole took minutes).
+   */
   const firstWithin = (bound: number): number => {
-    if (first === last || tokensAt(last) > bound) return -1;
-    let lo = first + 1;
+    if (tokensAt(last) > bound) return -1;
+    // tokensAt(hi) is within bound; every start before lo passes it (or there is none).
     let hi = last;
+    let lo = first;
+    for (let step = 1; hi > first; step *= 2) {
+      const at = Math.max(first, hi - step);
+      if (tokensAt(at) > bound) {
+        lo = at + 1;
+        break;
+      }
+      hi = at;
+    }
     while (lo < hi) {
       const mid = (lo + hi) >> 1;
       if (tokensAt(mid) <= bound) hi = mid;
       else lo = mid + 1;
     }
-    return lo;
+    return hi;
   };
+  // A conversation of about the context's size or less: most likely it all fits, as it is.
+  const kept = keptMessages(messages, starts[first] as number);
+  if (textSize(kept) <= opts.limit * WHOLE_FIRST_CHARS_PER_TOKEN && tokensAt(first) <= opts.limit) return result(first);
+  const fits = firstWithin(opts.limit);
+  if (fits === first) return result(first);
   const atTarget = opts.target < opts.limit ? firstWithin(opts.target) : -1;
   if (opts.prefer) {
     // An earlier turn's start sits at or before where the target is now (its turn went down to the target, and
     // the conversation has only grown since): look back from there, nearest first.
-    const fits = firstWithin(opts.limit);
     if (fits >= 0) {
       const from = atTarget >= 0 ? atTarget : last;
       for (let i = from; i >= Math.max(fits, from - PREFER_SCAN + 1); i--) {
@@ -120,6 +154,27 @@ export function dropOldest<P extends { length: number }>(
     }
   }
   if (atTarget >= 0) return result(atTarget);
-  const atLimit = firstWithin(opts.limit);
-  return result(atLimit >= 0 ? atLimit : last);
+  return result(fits >= 0 ? fits : last);
+}
+
+/**
+ * A conversation's prompt counted no further than `cap` tokens needs: the whole prompt when it is within `cap` (or
+ * short enough to render whole first); else the prompt of its newest turns that already passes `cap`, found from the
+ * end as dropOldest searches (the newest turn, then 2, 4, 8… turns back) — the whole has at least as many tokens.
+ * A chat of tens of MB is so measured against its context without rendering it all.
+ */
+export function promptUpTo<P extends { length: number }>(
+  messages: ChatMessage[],
+  render: (kept: ChatMessage[]) => P,
+  cap: number,
+): { prompt: P; whole: boolean } {
+  if (textSize(messages) <= cap * WHOLE_FIRST_CHARS_PER_TOKEN) return { prompt: render(messages), whole: true };
+  const starts = turnStarts(messages);
+  let at = starts.length - 1;
+  for (let step = 1; ; step *= 2) {
+    const prompt = render(keptMessages(messages, starts[at] as number));
+    if (at === 0) return { prompt, whole: true };
+    if (prompt.length > cap) return { prompt, whole: false };
+    at = Math.max(0, at - step);
+  }
 }

@@ -19,6 +19,7 @@ import {
   type ImportedPackage,
   type LibraryEntry,
   type LoadModelRequest,
+  type MeasurePromptRequest,
   type ModelInfo,
   type PackageCheck,
   type Thread,
@@ -884,7 +885,8 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       emit('settings', req);
       return null;
     },
-    measurePrompt: async (req: unknown) => runner.measurePrompt(req),
+    measurePrompt: async ({ countUpTo, ...req }: MeasurePromptRequest) =>
+      runner.measurePrompt(req, countUpTo !== undefined ? { countUpTo } : {}),
     apiServerStatus: async () => apiServer.status(),
     startApiServer: async (req: ApiServerRequest) => announced(apiServer.start(req)),
     stopApiServer: async () => announced(apiServer.stop()),

@@ -77,7 +77,7 @@ import {
   toolChatTurns,
 } from '../tokenizer/tool-calls';
 import { checkedTemplate, differsOnlyInTemplate, withChatTemplate } from './chat-template-pick';
-import { dropOldest } from './context-fit';
+import { dropOldest, promptUpTo } from './context-fit';
 import { deriveHostDeviceBudget } from './device-budgets';
 import { EngineClient } from './engine-client';
 import {
@@ -946,7 +946,16 @@ export class RunnerService {
   private buildRows(
     req: GenerateRequest,
     model: LoadedModel,
-  ): { rows: number[][]; tools: ToolPlan | undefined; contextDrop?: ContextDrop; reasoning?: ReasoningPlan } {
+    /** Measuring only: a conversation's prompt counted no further than this (see measurePrompt). */
+    countUpTo?: number,
+  ): {
+    rows: number[][];
+    tools: ToolPlan | undefined;
+    contextDrop?: ContextDrop;
+    reasoning?: ReasoningPlan;
+    /** With countUpTo: the prompt passed it, and rows hold only its newest turns. */
+    partial?: true;
+  } {
     const planned = planTools(req, model.spec.chatTemplate, model.tokenizer, {
       harmony: model.spec.reasoning?.harmony === true,
     });
@@ -961,6 +970,7 @@ export class RunnerService {
     const spec = model.spec;
     let rows: number[][];
     let contextDrop: ContextDrop | undefined;
+    let partial = false;
     // The chat prompt as rendered (its end is the same whichever turns drop-oldest keeps).
     let rendered: string | undefined;
     if (req.promptIds) {
@@ -1009,6 +1019,10 @@ export class RunnerService {
             const fit = this.fitContext(req, model, messages, render, reasons);
             rows = [fit.ids];
             if (fit.dropped > 0) contextDrop = { messages: fit.dropped, contextLength: spec.contextLength };
+          } else if (countUpTo !== undefined) {
+            const counted = promptUpTo(messages, render, countUpTo);
+            rows = [counted.prompt];
+            partial = !counted.whole;
           } else {
             rows = [render(messages)];
           }
@@ -1050,7 +1064,13 @@ export class RunnerService {
     const copies = req.rows ?? 1;
     if (copies > 1) rows = rows.flatMap((row) => Array.from({ length: copies }, () => row.slice()));
     const reasoning = rendered === undefined ? undefined : reasoningPlan(req, spec, tok, tools, rendered);
-    return { rows, tools, ...(contextDrop ? { contextDrop } : {}), ...(reasoning ? { reasoning } : {}) };
+    return {
+      rows,
+      tools,
+      ...(contextDrop ? { contextDrop } : {}),
+      ...(reasoning ? { reasoning } : {}),
+      ...(partial ? { partial } : {}),
+    };
   }
 
   /**
@@ -1095,18 +1115,22 @@ export class RunnerService {
 
   /**
    * What a generation request's prompt would be, without running it: its tokens (the longest row), the model's
-   * context, and the messages `drop-oldest` would leave out.
+   * context, and the messages `drop-oldest` would leave out. `countUpTo`: a conversation sent whole (not
+   * `drop-oldest`) is counted only until its newest turns pass that many tokens (`countedUpTo` then says so, and
+   * `promptTokens` is what those turns alone have): a chat of tens of MB is not counted whole to say it is longer
+   * than the context (that took minutes, and held every other request).
    */
-  measurePrompt(input: unknown): PromptMeasure {
+  measurePrompt(input: unknown, { countUpTo }: { countUpTo?: number } = {}): PromptMeasure {
     const parsed = GenerateRequest.safeParse(input);
     if (!parsed.success) throw invalidRequest(parsed.error);
     const req = parsed.data;
     const model = this.resolveModel(req.model);
-    const { rows, contextDrop } = this.buildRows(req, model);
+    const { rows, contextDrop, partial } = this.buildRows(req, model, countUpTo);
     return {
       promptTokens: Math.max(...rows.map((r) => r.length)),
       contextLength: model.spec.contextLength,
       ...(contextDrop ? { droppedMessages: contextDrop.messages } : {}),
+      ...(partial && countUpTo !== undefined ? { countedUpTo: countUpTo } : {}),
     };
   }
 

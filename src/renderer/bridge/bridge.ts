@@ -91,7 +91,8 @@ export interface Bridge {
   /**
    * The conversation as the model sees it now (from where its latest reply's view starts), counted again as the
    * next turn would send it (a chat ending with the person's message: as the reply to it reads it) and all of it,
-   * as `refuse` counts (leaving out the oldest messages would hide what an edit added); where the thread leaves out
+   * as `refuse` counts (leaving out the oldest messages would hide what an edit added) up to the context (past it,
+   * `countedUpTo` says it is longer, from its newest turns alone); where the thread leaves out
    * its oldest messages, how many the next turn would leave out (the host leaves some out before the chat fills the
    * context, to leave its reply room). Null without a model or a thread.
    */
@@ -1855,13 +1856,21 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       const next: StoredMessage[] = answers ? [] : [{ id: 'draft', role: 'user', content: '', createdAt: 0 }];
       // What the latest reply left out stays out: the count starts where its view does.
       const start = currentDrop(history, {})?.start ?? 0;
-      const whole = await api.invoke(
-        'measurePrompt',
-        buildChatRequest({ ...thread, contextOverflow: 'refuse' }, [...history.slice(start), ...next], modelId, spec),
-      );
+      // Counted up to the context: a chat longer than it (an imported one of tens of MB) is only said to be longer,
+      // from its newest turns, not counted to its first message (that held the host for minutes).
+      const whole = await api.invoke('measurePrompt', {
+        ...buildChatRequest(
+          { ...thread, contextOverflow: 'refuse' },
+          [...history.slice(start), ...next],
+          modelId,
+          spec,
+        ),
+        countUpTo: spec.contextLength,
+      });
       if (!whole.ok) return null;
-      const { promptTokens, contextLength } = whole.value;
-      if (thread.contextOverflow === 'refuse') return { promptTokens, contextLength };
+      const { promptTokens, contextLength, countedUpTo } = whole.value;
+      const counted = { promptTokens, contextLength, ...(countedUpTo !== undefined ? { countedUpTo } : {}) };
+      if (thread.contextOverflow === 'refuse') return counted;
       // What the next turn leaves out, as the host would send it: also when the chat is shorter than the context,
       // since the host leaves out the oldest messages once it leaves the reply too little room (up to half of it).
       const fit = answers
@@ -1870,7 +1879,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
             .then((r) => (r.ok ? r.value : null))
         : await measureDraft(threadId, '');
       const dropped = fit?.droppedMessages;
-      return { promptTokens, contextLength, ...(dropped !== undefined ? { droppedMessages: dropped } : {}) };
+      return { ...counted, ...(dropped !== undefined ? { droppedMessages: dropped } : {}) };
     },
     savePreset(threadId, name) {
       const t = s().threads.find((x) => x.id === threadId);

@@ -214,6 +214,8 @@ function ContextMeter({ threadId }: { threadId: string }) {
     model: string | null;
     tokens: number;
     dropped: number;
+    /** Longer than the context: counted only until its newest turns passed it (`tokens` is theirs). */
+    more: boolean;
   } | null>(null);
   useEffect(() => {
     if (!edits) return;
@@ -222,7 +224,13 @@ function ContextMeter({ threadId }: { threadId: string }) {
     // would count as the few tokens after them).
     void bridge.measureContext(threadId).then((m) => {
       if (current && m)
-        setRecount({ of: messages, model: pickedId, tokens: m.promptTokens, dropped: m.droppedMessages ?? 0 });
+        setRecount({
+          of: messages,
+          model: pickedId,
+          tokens: m.promptTokens,
+          dropped: m.droppedMessages ?? 0,
+          more: m.countedUpTo !== undefined,
+        });
     });
     return () => {
       current = false;
@@ -230,6 +238,8 @@ function ContextMeter({ threadId }: { threadId: string }) {
   }, [bridge, threadId, messages, edits, pickedId]);
   const counts = edits && recount?.of === messages && recount.model === pickedId ? recount : undefined;
   const counted = counts?.tokens;
+  // Past the context, the count stopped there: the chat has more tokens than shown (at least those).
+  const more = counts?.more === true;
   const {
     used: kept,
     context,
@@ -270,12 +280,15 @@ function ContextMeter({ threadId }: { threadId: string }) {
       data-used={used}
       data-context={context}
       data-count={counted !== undefined ? 'recounted' : approximate ? 'estimate' : 'kept'}
+      data-more={more ? 'true' : undefined}
       title={
-        (used > context
-          ? `The conversation as the model sees it is ${approximate ? 'about ' : ''}${formatInteger(used)} tokens, more than its ${formatInteger(context)} tokens of context.`
-          : over
-            ? `The conversation as the model sees it fills ${approximate ? 'about ' : ''}all ${formatInteger(context)} tokens of its context.`
-            : `The conversation as the model sees it fills ${approximate ? 'about ' : ''}${formatInteger(used)} of its ${formatInteger(context)} tokens of context.`) +
+        (more
+          ? `The conversation as the model sees it is more than its ${formatInteger(context)} tokens of context (counted from its newest messages up to there: ${formatInteger(used)} tokens or more).`
+          : used > context
+            ? `The conversation as the model sees it is ${approximate ? 'about ' : ''}${formatInteger(used)} tokens, more than its ${formatInteger(context)} tokens of context.`
+            : over
+              ? `The conversation as the model sees it fills ${approximate ? 'about ' : ''}all ${formatInteger(context)} tokens of its context.`
+              : `The conversation as the model sees it fills ${approximate ? 'about ' : ''}${formatInteger(used)} of its ${formatInteger(context)} tokens of context.`) +
         (counted !== undefined
           ? unanswered
             ? ' Counted as the reply to your last message would read it.'
@@ -297,7 +310,7 @@ function ContextMeter({ threadId }: { threadId: string }) {
       }
     >
       <span className="num">
-        context {approximate ? '≈' : ''}
+        context {approximate ? '≈' : more ? '≥' : ''}
         {formatInteger(used)} / {formatInteger(context)}
         {dropped > left
           ? ` · ${dropped} will be left out`

@@ -153,4 +153,64 @@ describe('a conversation longer than the context', () => {
     expect(whole.promptTokens).toBeGreaterThan(CONTEXT);
     expect(whole.droppedMessages).toBeUndefined();
   });
+
+  it('a conversation of hundreds of KB is measured from its newest turns: counted only near the context, with the same results', () => {
+    // 600 exchanges of ~700 characters (~440 KB): hundreds of times the context. The host used to count it whole
+    // (the whole chat rendered and tokenized, for each of the page's measures): minutes for a chat of tens of MB,
+    // with every other request waiting behind it.
+    const para = (i: number) =>
+      `Exchange ${i}: ${'the river runs past the old mill and under the stone bridge. '.repeat(11)}`;
+    const messages: ChatMessage[] = Array.from({ length: 600 }, (_, i) => [
+      { role: 'user' as const, content: para(i) },
+      { role: 'assistant' as const, content: `Answer ${i}. ${para(i)}` },
+    ]).flat();
+    messages.push(ASK);
+    const chars = messages.reduce((n, m) => n + m.content.length, 0);
+    const tok = h.tokenizerOf('small');
+    const encoded: number[] = [];
+    const encode = tok.encode.bind(tok);
+    tok.encode = (text, opts) => {
+      encoded.push(text.length);
+      return encode(text, opts);
+    };
+    let fit: ReturnType<RunnerService['measurePrompt']>;
+    let over: ReturnType<RunnerService['measurePrompt']>;
+    try {
+      fit = h.measurePrompt({
+        model: 'small',
+        system: SYSTEM,
+        messages,
+        maxNewTokens: 16,
+        contextOverflow: 'drop-oldest',
+        droppedMessages: 0,
+      });
+      const dropEncoded = encoded.reduce((a, b) => a + b, 0);
+      over = h.measurePrompt({ model: 'small', system: SYSTEM, messages }, { countUpTo: CONTEXT });
+      const overEncoded = encoded.reduce((a, b) => a + b, 0) - dropEncoded;
+      // Only prompts of about the context's size were tokenized, a few of them: not the conversation.
+      expect(dropEncoded).toBeLessThan(chars / 20);
+      expect(overEncoded).toBeLessThan(chars / 20);
+      expect(encoded.length).toBeLessThan(40);
+    } finally {
+      tok.encode = encode;
+    }
+    // What a person sees is as it was: the fewest turns left out that leave the reply its room (drop-oldest, whose
+    // turns remember the drop, goes down to half of that), counted exactly.
+    const tokens = (k: number) => h.countPromptTokens({ model: 'small', system: SYSTEM, messages: messages.slice(k) });
+    const dropped = fit.droppedMessages ?? 0;
+    const target = (CONTEXT - 16) >> 1;
+    expect(tokens(dropped)).toBeLessThanOrEqual(target);
+    expect(tokens(dropped - 2)).toBeGreaterThan(target);
+    expect(fit.promptTokens).toBe(tokens(dropped));
+    // Longer than the context, said so from its newest turns: at least what those have, and no more than the whole.
+    expect(over.countedUpTo).toBe(CONTEXT);
+    expect(over.promptTokens).toBeGreaterThan(CONTEXT);
+    expect(over.promptTokens).toBeLessThan(tokens(messages.length - 200));
+    // A conversation within the limit asked, or not far past it, is counted whole, exactly as without it.
+    const short = [...LONG, ASK];
+    const plain = h.measurePrompt({ model: 'small', messages: short });
+    expect(plain.promptTokens).toBeGreaterThan(CONTEXT);
+    expect(h.measurePrompt({ model: 'small', messages: short }, { countUpTo: plain.promptTokens })).toEqual(plain);
+    expect(h.measurePrompt({ model: 'small', messages: short }, { countUpTo: CONTEXT })).toEqual(plain);
+  });
 });

@@ -5,7 +5,7 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { dropOldest, keptMessages, turnStarts } from '../../../src/main/host/context-fit';
+import { dropOldest, keptMessages, promptUpTo, turnStarts } from '../../../src/main/host/context-fit';
 import type { ChatMessage } from '../../../src/shared/contract';
 
 const msg = (role: ChatMessage['role'], size: number): ChatMessage => ({ role, content: 'x'.repeat(size) });
@@ -162,5 +162,49 @@ describe('dropOldest', () => {
       ),
       { numRuns: 500 },
     );
+  });
+});
+
+describe('a conversation far longer than the limit', () => {
+  // 2,000 turns of 2 × 103 tokens: 412,005 tokens, for a limit of 1,000.
+  const long = Array.from({ length: 2000 }, () => [msg('user', 100), msg('assistant', 100)]).flat();
+  const sized = () => {
+    const rendered: number[] = [];
+    return {
+      rendered,
+      render: (k: ChatMessage[]) => {
+        const p = render(k);
+        rendered.push(p.length);
+        return p;
+      },
+    };
+  };
+
+  it('dropOldest renders only prompts near the limit (searched from the newest turn), with the same result', () => {
+    const { rendered, render: counted } = sized();
+    const fit = dropOldest(long, counted, { limit: 1000, target: 500, atLeast: 0 });
+    // The fewest turns within the target: 2 turns (417), not 3 (623).
+    expect(fit.dropped).toBe(long.length - 4);
+    expect(fit.prompt.length).toBe(417);
+    expect(Math.max(...rendered)).toBeLessThan(4000);
+    expect(rendered.reduce((a, b) => a + b, 0)).toBeLessThan(12_000);
+  });
+
+  it('promptUpTo counts the whole when it is within the cap, else only newest turns that pass it', () => {
+    const { rendered, render: counted } = sized();
+    const over = promptUpTo(long, counted, 1000);
+    expect(over.whole).toBe(false);
+    expect(over.prompt.length).toBeGreaterThan(1000);
+    expect(over.prompt.length).toBeLessThanOrEqual(size(long));
+    expect(rendered.reduce((a, b) => a + b, 0)).toBeLessThan(6000);
+    // Within the cap: the whole, once.
+    const short = long.slice(-20);
+    expect(promptUpTo(short, render, 10_000)).toEqual({ prompt: render(short), whole: true });
+    // A few characters a token of the cap: rendered whole first, so counted exactly even when past it.
+    const fewTurns = long.slice(-6); // 600 characters, 623 tokens
+    expect(promptUpTo(fewTurns, render, 38)).toEqual({ prompt: render(fewTurns), whole: true });
+    const newest = promptUpTo(fewTurns, render, 10);
+    expect(newest).toMatchObject({ whole: false });
+    expect(newest.prompt.length).toBe(size(fewTurns.slice(-2)));
   });
 });
