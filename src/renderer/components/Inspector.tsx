@@ -568,23 +568,37 @@ function RequestRow({
         <div>+ {n}</div>
       </td>
       <KvCell r={r} required={typeof required === 'number' ? required : undefined} />
-      <td
-        className="r num"
-        data-testid={r.budgetCap ? 'request-cap' : undefined}
-        title={
-          r.budgetCap
-            ? `asked ${r.budgetCap.requestedMaxTokens} tokens, admitted ${r.budgetCap.admittedMaxTokens}`
-            : undefined
-        }
-      >
-        {r.budgetCap && (
-          <>
-            <div>{r.budgetCap.admittedMaxTokens}</div>
-            <div>/ {r.budgetCap.requestedMaxTokens}</div>
-          </>
-        )}
-      </td>
+      <CapCell r={r} />
     </tr>
+  );
+}
+
+/**
+ * A request's budget cap: the tokens its reservation had room for, of those asked. A fact of its reservation; once
+ * it ended, whether the cap cut it (it ended by length) or it ended before the cap (then muted: the cap took nothing).
+ */
+export function CapCell({ r }: { r: SchedulerRequestView }) {
+  const cap = r.budgetCap;
+  if (!cap) return <td className="r num" />;
+  const ended = r.endedAt !== undefined;
+  const cut = ended && r.endReason === 'length';
+  const asked = `asked ${cap.requestedMaxTokens} tokens, room reserved for ${cap.admittedMaxTokens} (the KV budget capped its reservation)`;
+  return (
+    <td
+      className={`r num${ended && !cut ? ' muted' : ''}`}
+      data-testid="request-cap"
+      data-cut={ended ? String(cut) : undefined}
+      title={
+        !ended
+          ? `${asked}: the reply stops there unless it ends first`
+          : cut
+            ? `${asked}: the cap ended the reply`
+            : `${asked}: the reply ended before the cap (${r.endReason ?? r.state}), which cut nothing`
+      }
+    >
+      <div>{cap.admittedMaxTokens}</div>
+      <div>/ {cap.requestedMaxTokens}</div>
+    </td>
   );
 }
 
