@@ -22,7 +22,7 @@ import { OVER_LIMIT_EFFECT } from '../lib/budget-segments';
 import { useFocusTrap } from '../lib/focus-trap';
 import { byteChange, exactBytes, formatBytes, formatInteger, formatMs, parseByteSize } from '../lib/format';
 import { derivedLimitDrops, sessionsDroppedBy } from '../lib/limit-change';
-import { leastReservation, type QueueWait, queueWait, queueWaitBrief } from '../lib/queue-wait';
+import { leastReservation, type QueueWait, queuedReservation, queueWait, queueWaitBrief } from '../lib/queue-wait';
 import { refusalBrief } from '../lib/refusal';
 import type { TimelineEvent } from '../store/types';
 import { Announcer } from './Announcer';
@@ -567,7 +567,7 @@ function RequestRow({
         <div>{prompt}</div>
         <div>+ {n}</div>
       </td>
-      <KvCell r={r} required={typeof required === 'number' ? required : undefined} />
+      <KvCell r={r} required={typeof required === 'number' ? required : undefined} limitBytes={wait?.limitBytes} />
       <CapCell r={r} />
     </tr>
   );
@@ -606,7 +606,16 @@ export function CapCell({ r }: { r: SchedulerRequestView }) {
  * A request's KV: used over reserved, and the padding of that in words; what a queued one waits to reserve; what a
  * refused one needed (never admitted, it reserved nothing).
  */
-export function KvCell({ r, required }: { r: SchedulerRequestView; required: number | undefined }) {
+export function KvCell({
+  r,
+  required,
+  limitBytes,
+}: {
+  r: SchedulerRequestView;
+  required: number | undefined;
+  /** Its device's limit, for a queued one: one whose reservation is more than it can only be admitted capped. */
+  limitBytes?: number;
+}) {
   // Ended before it was admitted (cancelled while queued, or failed with its model): it never had KV, which
   // "0 B / 0 B" did not say.
   if ((r.state === 'cancelled' || r.state === 'failed') && r.admittedAt === undefined) {
@@ -621,22 +630,33 @@ export function KvCell({ r, required }: { r: SchedulerRequestView; required: num
     );
   }
   if (r.state === 'queued' || r.state === 'refused') {
-    const bytes = r.state === 'queued' ? leastReservation(r) : required;
+    const wants =
+      r.state === 'queued'
+        ? limitBytes === undefined
+          ? { bytes: leastReservation(r), capped: false }
+          : queuedReservation(r, limitBytes)
+        : undefined;
+    const bytes = wants ? wants.bytes : required;
     return (
       <td
         className="r"
         data-testid={r.state === 'queued' ? 'request-wants' : 'request-needed'}
+        data-capped={wants?.capped ? 'true' : undefined}
         title={
-          r.state === 'queued'
-            ? 'Nothing is reserved while it waits. Admitted, it reserves at least this (less only where the budget caps its reply); joining a batch of longer replies pads its rows to their width, which takes more'
-            : 'Never admitted: nothing was reserved'
+          wants?.capped
+            ? `Nothing is reserved while it waits. Its whole reply (${formatBytes(leastReservation(r))}) is more than the ${formatBytes(limitBytes ?? 0)} limit: admitted, its reply is capped to what fits, at most this`
+            : r.state === 'queued'
+              ? 'Nothing is reserved while it waits. Admitted, it reserves at least this (less only where the budget caps its reply); joining a batch of longer replies pads its rows to their width, which takes more'
+              : 'Never admitted: nothing was reserved'
         }
       >
         {bytes === undefined ? (
           <div className="muted">none</div>
         ) : (
           <>
-            <div className="muted">{r.state === 'queued' ? 'needs at least' : 'needs'}</div>
+            <div className="muted">
+              {wants?.capped ? 'capped: at most' : r.state === 'queued' ? 'needs at least' : 'needs'}
+            </div>
             <div>
               <Bytes value={bytes} />
             </div>

@@ -137,6 +137,24 @@ describe("a request's KV cell", () => {
     expect(cell({ state: 'failed', reservedBytes: 0, usedBytes: 0 })).toBe('none');
   });
 
+  it('of one queued: what it needs; over the whole limit, capped to at most the limit, never more', () => {
+    const queued = { state: 'queued' as const, reservedBytes: 0, promptTokens: 18, maxNewTokens: 400 };
+    const kv = (over: Parameters<typeof requestView>[0], limitBytes?: number) =>
+      renderToStaticMarkup(
+        h('table', null, h('tbody', null, h('tr', null, h(KvCell, { r: requestView(over), limitBytes })))),
+      );
+    const text = (html: string) =>
+      html
+        .replace(/<[^>]+>/g, ' ')
+        .replace(/\s+/g, ' ')
+        .trim();
+    expect(text(kv(queued, 1024 * 1024))).toMatch(/^needs at least 418(\.0+)? KiB$/);
+    const capped = kv(queued, 100 * 1024);
+    expect(text(capped)).toMatch(/^capped: at most 100(\.0+)? KiB$/);
+    expect(capped).toContain('data-capped="true"');
+    expect(capped).toMatch(/its reply is capped to what fits/);
+  });
+
   it('of one cancelled while it ran: what it used of what it had reserved', () => {
     expect(cell({ state: 'cancelled', admittedAt: 5, reservedBytes: 2048, usedBytes: 1024 })).toMatch(
       /^1(\.0+)? KiB \/ 2(\.0+)? KiB$/,
