@@ -28,3 +28,26 @@ test("a capped reply's advice fits where it is in the chat", async ({ app, serve
     "raise the limit in the inspector, or go on in a new chat (a reply's prompt is the whole conversation so far)",
   );
 });
+
+test('a capped reply that ended on its own before the cap is not warned of', async ({ app, server }) => {
+  // 128 KiB on the default model: room for 106 of the 256 tokens asked; the model ended after 10.
+  const cap = {
+    requestedMaxTokens: 256,
+    admittedMaxTokens: 106,
+    requestedBytes: 275_456,
+    admittedBytes: 131_072,
+    availableBytes: 131_072,
+  };
+  await openSavedChat(app, server, 'capped-ended-first', [
+    { id: 'u0', role: 'user', content: 'Say hi' },
+    { id: 'a0', role: 'assistant', content: 'Hi there', stats: { tokens: 10, finishReason: 'eos', budgetCap: cap } },
+    { id: 'u1', role: 'user', content: 'Go on' },
+    { id: 'a1', role: 'assistant', content: 'and on', stats: { tokens: 106, finishReason: 'length', budgetCap: cap } },
+  ]);
+  // Only the reply the cap cut says so.
+  const notes = app.getByTestId('budget-cap-note');
+  await expect(notes).toHaveCount(1);
+  await expect(notes).toContainText('Reply capped at 106 tokens by the KV budget (asked 256');
+  await expect(app.locator('[data-message-id="a0"]')).toContainText('Hi there');
+  await expect(app.locator('[data-message-id="a0"]').getByTestId('budget-cap-note')).toHaveCount(0);
+});

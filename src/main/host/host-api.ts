@@ -409,6 +409,27 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
     budgetChanged();
   });
 
+  // The engine process dying is said, with what it cost and that kvdesk brings it back (serve's stderr).
+  const unsubscribeRecovery = runner.onEngineRecovery((e) => {
+    if (e.type === 'crashed') {
+      const plural = (n: number, what: string) => `${n} ${what}${n === 1 ? '' : 's'}`;
+      const back = e.models.length > 0 ? `, loading ${e.models.join(', ')} back` : '';
+      const queued =
+        e.queuedRequests === 0
+          ? ''
+          : e.queuedWait
+            ? `; ${plural(e.queuedRequests, 'queued request')} wait for it`
+            : `; ${plural(e.queuedRequests, 'queued request')} refused (it failed again and again)`;
+      log(
+        `kvdesk: ${e.reason}; restarting it${back}. ${plural(e.failedRequests, 'running request')} failed (ENGINE_FAILED, reservations released)${queued}`,
+      );
+    } else if (e.type === 'back') {
+      log(`kvdesk: the engine is back: ${e.modelId} loaded again after ${Math.round(e.ms)} ms`);
+    } else {
+      log(`kvdesk: the engine is back, but ${e.modelId} could not be loaded again: ${e.message}`);
+    }
+  });
+
   const library = await ModelLibrary.open(opts.dataDir, {
     onChange: (e) => emit('library', e),
     log,
@@ -1009,6 +1030,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
       await downloads.close();
       unsubscribe();
       unsubscribeReload();
+      unsubscribeRecovery();
       clearInterval(sweeper);
       if (budgetTimer) clearTimeout(budgetTimer);
       await api.libraryChecked;

@@ -176,6 +176,22 @@ export function defaultHostSettings(): HostSettings {
 let nextLoadKey = 1;
 
 /**
+ * An engine crash and its recovery, as the host's log says them: `crashed` (what died, the requests that ran on it
+ * and failed, those queued and whether they wait for their models), then each model `back` or `lost`.
+ */
+export type EngineRecovery =
+  | {
+      type: 'crashed';
+      reason: string;
+      models: string[];
+      failedRequests: number;
+      queuedRequests: number;
+      queuedWait: boolean;
+    }
+  | { type: 'back'; modelId: string; ms: number }
+  | { type: 'lost'; modelId: string; message: string };
+
+/**
  * Engine crashes in a row (each before the models it was loading back were all in) that a queued request waits
  * through; at the next it is refused, so a request never waits for ever on an engine that keeps failing.
  */
@@ -397,6 +413,8 @@ export class RunnerService {
    * (`waits`).
    */
   private readonly reloadListeners = new Set<(what: 'model' | 'waits') => void>();
+  /** Told of each engine crash and of how the recovery went (the host logs them). */
+  private readonly recoveryListeners = new Set<(e: EngineRecovery) => void>();
   /** Requests waiting for their model to load again, by id: not in any scheduler yet (they reserve nothing). */
   private readonly reloadWaits = new Map<string, ReloadWait>();
   private readonly models = new Map<string, LoadedModel>();
@@ -908,6 +926,24 @@ export class RunnerService {
     return () => {
       this.reloadListeners.delete(fn);
     };
+  }
+
+  /** Subscribes to engine crashes and their recovery: what died, what the requests lost, each model back or not. */
+  onEngineRecovery(fn: (e: EngineRecovery) => void): () => void {
+    this.recoveryListeners.add(fn);
+    return () => {
+      this.recoveryListeners.delete(fn);
+    };
+  }
+
+  private recovered(e: EngineRecovery): void {
+    for (const fn of this.recoveryListeners) {
+      try {
+        fn(e);
+      } catch {
+        // A listener's failure is its own.
+      }
+    }
   }
 
   private reloadChanged(what: 'model' | 'waits'): void {
@@ -1459,6 +1495,22 @@ export class RunnerService {
     // An engine that dies again and again while its models load back may never stay up: past a few crashes in a
     // row, the queued requests stop waiting for it.
     const hold = this.crashesInARow <= CRASHES_WAITED;
+    let running = 0;
+    let queued = 0;
+    for (const d of this.devices.values()) {
+      const snap = d.scheduler.snapshot();
+      running += snap.running.length;
+      queued += snap.queue.length;
+    }
+    this.recovered({
+      type: 'crashed',
+      reason,
+      models: models.map((m) => m.id),
+      failedRequests: running,
+      queuedRequests: queued,
+      queuedWait: hold,
+    });
+    const began = performance.now();
     // Every running request of the dead engine ends (each hears it from the engine client next), each device's
     // at once. The queued ones lost nothing: they stay queued, held, until their model is loaded again (then they
     // are admitted in their order) or cannot be (then they are refused); a slot a failed one frees is not handed
@@ -1492,11 +1544,15 @@ export class RunnerService {
           () => {
             // Back: its queued requests are admitted as usual, before those that waited for this load are sent
             // (they queue behind them). A recovery the next crash overtook leaves that to the next one.
-            if (current()) this.devices.get(m.device)?.scheduler.resumeModel(m.id);
+            if (current()) {
+              this.devices.get(m.device)?.scheduler.resumeModel(m.id);
+              this.recovered({ type: 'back', modelId: m.id, ms: performance.now() - began });
+            }
           },
           (err: unknown) => {
             // A load the next crash cut short is that recovery's to do again, not a model that cannot load.
             if (!current()) return;
+            this.recovered({ type: 'lost', modelId: m.id, message: toErrorInfo(err).message });
             this.refuseHeld(m, {
               code: 'ENGINE_FAILED',
               message:

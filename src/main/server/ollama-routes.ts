@@ -31,7 +31,7 @@ import {
   showModelName,
   tagJson,
 } from './ollama-adapter';
-import { runGeneration } from './openai-routes';
+import { clientGone, runGeneration } from './openai-routes';
 
 /** Headers of a newline-delimited JSON stream. */
 const NDJSON_HEADERS = streamHeaders('application/x-ndjson');
@@ -170,6 +170,8 @@ export async function serveOllamaGeneration(
     // model loaded so stays without requests.
     const started = performance.now();
     const wasLoaded = hostApi.runner.listModels().some((m) => m.id === id);
+    // Gone while the library was read: no load for it (runGeneration submits nothing for a client gone).
+    if (clientGone(req, res)) return;
     await hostApi.ensureModel(id, mapped.keepAliveMs);
     if (!wasLoaded) loadMs = performance.now() - started;
   } catch (err) {

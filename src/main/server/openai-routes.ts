@@ -199,10 +199,16 @@ export interface LiveGeneration {
  */
 export const liveGenerations = new Set<LiveGeneration>();
 
+/** Whether the request's client has gone: its connection is closed (or the response destroyed). */
+export function clientGone(req: IncomingMessage, res: ServerResponse): boolean {
+  return res.destroyed || req.socket.destroyed;
+}
+
 /**
  * Runs one host generation for an HTTP request (loading a library package it names first, see
  * HostApi.ensureModel); resolves when the response is complete (the handler called
- * `finish`) or the client is gone, never rejects. Frames go to `handleFrame` until then. A failure inside it
+ * `finish`) or the client is gone, never rejects. A client already gone when its model is ready is never
+ * submitted (nothing accepted, reserved or evicted for it). Frames go to `handleFrame` until then. A failure inside it
  * answers the client (an error in the API's shape if nothing was sent yet, else the socket closes) and cancels the generation; a
  * client that goes away cancels it too (reason 'disconnect', which returns its reservation).
  */
@@ -224,11 +230,17 @@ export async function runGeneration(
     // Named as Ollama lists it (`default:latest`): the model itself.
     const model = await apiModelName(hostApi, request.model);
     if (model !== request.model) request = { ...request, model };
+    // Gone already (while the route read the library): no load for it, which could unload another model.
+    if (clientGone(req, res)) return;
     await hostApi.ensureModel(request.model, keepAliveMs);
   } catch (err) {
     if (!res.headersSent && !res.destroyed) sendError(res, errorFromInfo(toErrorInfo(err), paramHint));
     return;
   }
+  // A client that left while its model loaded (or while the route read the library first) is not submitted:
+  // admitted, it would reserve KV and evict idle sessions' for a reply nobody reads. Its connection closed during
+  // those waits, so no 'close' is still to come: the socket says it.
+  if (clientGone(req, res)) return;
   let resolve!: () => void;
   const done = new Promise<void>((r) => {
     resolve = r;

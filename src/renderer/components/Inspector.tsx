@@ -22,7 +22,7 @@ import { OVER_LIMIT_EFFECT } from '../lib/budget-segments';
 import { useFocusTrap } from '../lib/focus-trap';
 import { byteChange, exactBytes, formatBytes, formatInteger, formatMs, parseByteSize } from '../lib/format';
 import { derivedLimitDrops, sessionsDroppedBy } from '../lib/limit-change';
-import { leastReservation, type QueueWait, queueWait, queueWaitBrief } from '../lib/queue-wait';
+import { leastReservation, type QueueWait, queuedReservation, queueWait, queueWaitBrief } from '../lib/queue-wait';
 import { refusalBrief } from '../lib/refusal';
 import type { TimelineEvent } from '../store/types';
 import { Announcer } from './Announcer';
@@ -567,24 +567,38 @@ function RequestRow({
         <div>{prompt}</div>
         <div>+ {n}</div>
       </td>
-      <KvCell r={r} required={typeof required === 'number' ? required : undefined} />
-      <td
-        className="r num"
-        data-testid={r.budgetCap ? 'request-cap' : undefined}
-        title={
-          r.budgetCap
-            ? `asked ${r.budgetCap.requestedMaxTokens} tokens, admitted ${r.budgetCap.admittedMaxTokens}`
-            : undefined
-        }
-      >
-        {r.budgetCap && (
-          <>
-            <div>{r.budgetCap.admittedMaxTokens}</div>
-            <div>/ {r.budgetCap.requestedMaxTokens}</div>
-          </>
-        )}
-      </td>
+      <KvCell r={r} required={typeof required === 'number' ? required : undefined} limitBytes={wait?.limitBytes} />
+      <CapCell r={r} />
     </tr>
+  );
+}
+
+/**
+ * A request's budget cap: the tokens its reservation had room for, of those asked. A fact of its reservation; once
+ * it ended, whether the cap cut it (it ended by length) or it ended before the cap (then muted: the cap took nothing).
+ */
+export function CapCell({ r }: { r: SchedulerRequestView }) {
+  const cap = r.budgetCap;
+  if (!cap) return <td className="r num" />;
+  const ended = r.endedAt !== undefined;
+  const cut = ended && r.endReason === 'length';
+  const asked = `asked ${cap.requestedMaxTokens} tokens, room reserved for ${cap.admittedMaxTokens} (the KV budget capped its reservation)`;
+  return (
+    <td
+      className={`r num${ended && !cut ? ' muted' : ''}`}
+      data-testid="request-cap"
+      data-cut={ended ? String(cut) : undefined}
+      title={
+        !ended
+          ? `${asked}: the reply stops there unless it ends first`
+          : cut
+            ? `${asked}: the cap ended the reply`
+            : `${asked}: the reply ended before the cap (${r.endReason ?? r.state}), which cut nothing`
+      }
+    >
+      <div>{cap.admittedMaxTokens}</div>
+      <div>/ {cap.requestedMaxTokens}</div>
+    </td>
   );
 }
 
@@ -592,7 +606,16 @@ function RequestRow({
  * A request's KV: used over reserved, and the padding of that in words; what a queued one waits to reserve; what a
  * refused one needed (never admitted, it reserved nothing).
  */
-export function KvCell({ r, required }: { r: SchedulerRequestView; required: number | undefined }) {
+export function KvCell({
+  r,
+  required,
+  limitBytes,
+}: {
+  r: SchedulerRequestView;
+  required: number | undefined;
+  /** Its device's limit, for a queued one: one whose reservation is more than it can only be admitted capped. */
+  limitBytes?: number;
+}) {
   // Ended before it was admitted (cancelled while queued, or failed with its model): it never had KV, which
   // "0 B / 0 B" did not say.
   if ((r.state === 'cancelled' || r.state === 'failed') && r.admittedAt === undefined) {
@@ -607,22 +630,33 @@ export function KvCell({ r, required }: { r: SchedulerRequestView; required: num
     );
   }
   if (r.state === 'queued' || r.state === 'refused') {
-    const bytes = r.state === 'queued' ? leastReservation(r) : required;
+    const wants =
+      r.state === 'queued'
+        ? limitBytes === undefined
+          ? { bytes: leastReservation(r), capped: false }
+          : queuedReservation(r, limitBytes)
+        : undefined;
+    const bytes = wants ? wants.bytes : required;
     return (
       <td
         className="r"
         data-testid={r.state === 'queued' ? 'request-wants' : 'request-needed'}
+        data-capped={wants?.capped ? 'true' : undefined}
         title={
-          r.state === 'queued'
-            ? 'Nothing is reserved while it waits. Admitted, it reserves at least this (less only where the budget caps its reply); joining a batch of longer replies pads its rows to their width, which takes more'
-            : 'Never admitted: nothing was reserved'
+          wants?.capped
+            ? `Nothing is reserved while it waits. Its whole reply (${formatBytes(leastReservation(r))}) is more than the ${formatBytes(limitBytes ?? 0)} limit: admitted, its reply is capped to what fits, at most this`
+            : r.state === 'queued'
+              ? 'Nothing is reserved while it waits. Admitted, it reserves at least this (less only where the budget caps its reply); joining a batch of longer replies pads its rows to their width, which takes more'
+              : 'Never admitted: nothing was reserved'
         }
       >
         {bytes === undefined ? (
           <div className="muted">none</div>
         ) : (
           <>
-            <div className="muted">{r.state === 'queued' ? 'needs at least' : 'needs'}</div>
+            <div className="muted">
+              {wants?.capped ? 'capped: at most' : r.state === 'queued' ? 'needs at least' : 'needs'}
+            </div>
             <div>
               <Bytes value={bytes} />
             </div>

@@ -13,7 +13,7 @@ import { capitalized, exactBytes, formatBytes, formatInteger, formatMs, formatRa
 import { SKIPPED_ANSWER } from '../lib/mcp-tools';
 import { type QueueWait, queueWait } from '../lib/queue-wait';
 import { describeRefusal, type RefusalContext } from '../lib/refusal';
-import { clipNote, interruptedNote, reasoningCutNote } from '../lib/reply-notes';
+import { clipNote, cutByBudgetCap, interruptedNote, reasoningCutNote } from '../lib/reply-notes';
 import { endedEmpty } from '../lib/versions';
 import { INTERRUPTED } from '../store/chat-slice';
 import type { LiveReply } from '../store/types';
@@ -154,8 +154,8 @@ function unansweredNote(finishReason: string | undefined): string {
 }
 
 /**
- * A reply the KV budget capped, and what gives it more room: a new chat only where its prompt held earlier turns
- * (a chat's first reply has the message alone).
+ * A reply the KV budget's cap cut (it ran into it), and what gives it more room: a new chat only where its prompt
+ * held earlier turns (a chat's first reply has the message alone).
  */
 function CapNote({ cap, earlierTurns }: { cap: NonNullable<Stats['budgetCap']>; earlierTurns: boolean }) {
   return (
@@ -172,6 +172,24 @@ function CapNote({ cap, earlierTurns }: { cap: NonNullable<Stats['budgetCap']>; 
       {!earlierTurns
         ? 'raise the limit in the inspector, or send a shorter message (the reply has what its prompt leaves).'
         : "raise the limit in the inspector, or go on in a new chat (a reply's prompt is the whole conversation so far)."}
+    </div>
+  );
+}
+
+/**
+ * A reply on its way whose reservation the KV budget capped: a fact, not yet a warning (it may end on its own
+ * before the cap; CapNote says so only once the cap has cut it).
+ */
+function CapInfo({ cap }: { cap: NonNullable<Stats['budgetCap']> }) {
+  return (
+    <div
+      className="note subtle"
+      data-testid="budget-cap-info"
+      data-admitted={cap.admittedMaxTokens}
+      data-requested={cap.requestedMaxTokens}
+    >
+      Room for {formatInteger(cap.admittedMaxTokens)} of the {formatInteger(cap.requestedMaxTokens)} tokens asked: the
+      KV budget capped this reply's reservation, so it stops there unless it ends first.
     </div>
   );
 }
@@ -636,7 +654,10 @@ function AssistantReply({
   const deferred = useDeferredValue(message.content);
   const text = live ? deferred : message.content;
   const stats = message.stats;
-  const cap = stats?.budgetCap ?? live?.budgetCap;
+  // The cap of the request on its way (a continued reply's stats hold its last one's), else of the one that wrote it.
+  const cap = live ? live.budgetCap : stats?.budgetCap;
+  // Warned of only where it cut the reply: a capped reply that ended on its own lost nothing to it.
+  const capCut = !live && cutByBudgetCap(stats);
   const clip = stats?.clipped ?? live?.clipped;
   const drop = stats?.contextDrop ?? live?.contextDrop;
   // Whether the reply's prompt held earlier turns of the chat (more than the person's message before it, and not
@@ -777,7 +798,8 @@ function AssistantReply({
       )}
       {live && <LivePhase live={live} />}
       {stats?.error && <Refusal messageId={message.id} threadId={threadId} error={stats.error} />}
-      {cap && <CapNote cap={cap} earlierTurns={earlierTurns} />}
+      {cap && live && <CapInfo cap={cap} />}
+      {cap && capCut && <CapNote cap={cap} earlierTurns={earlierTurns} />}
       {clipText && <ClipNote text={clipText} />}
       {drop && !stats?.error && <DropNote drop={drop} />}
       {writtenElsewhere && (

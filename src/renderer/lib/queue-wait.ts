@@ -32,6 +32,19 @@ export function leastReservation(r: SchedulerRequestView): number {
 }
 
 /**
+ * What a queued request reserves once admitted, as far as the limit tells: its full reservation (leastReservation),
+ * or, where that is more than the whole limit, at most the limit's whole positions — it can then only be admitted
+ * with its reply capped (SCHEDULER.md: the largest whole number of tokens that fits). A static cache is never
+ * capped. `capped`: the figure is that cap's most, not a least.
+ */
+export function queuedReservation(r: SchedulerRequestView, limitBytes: number): { bytes: number; capped: boolean } {
+  const full = leastReservation(r);
+  const perPosition = r.rows * r.bpt;
+  if (r.fixedTokens !== undefined || perPosition <= 0 || full <= limitBytes) return { bytes: full, capped: false };
+  return { bytes: Math.floor(limitBytes / perPosition) * perPosition, capped: true };
+}
+
+/**
  * Where the request waits and why; null when the snapshot does not have it queued. `reloading`: the models being
  * loaded again (ModelInfo.reloading); a queued request of one waits for it.
  */

@@ -4,7 +4,7 @@
  */
 import type { StoredMessage } from '../../shared/api';
 import { formatInteger } from './format';
-import { interruptedCause } from './reply-notes';
+import { cutByBudgetCap, interruptedCause } from './reply-notes';
 
 export interface ReplyState {
   /** The live reply's phase, when one is on its way. */
@@ -20,9 +20,11 @@ export function replyAnnouncement({ phase, last }: ReplyState): string {
   if (last?.role !== 'assistant' || !last.stats || last.stats.error) return '';
   const s = last.stats;
   const tokens = s.tokens !== undefined ? `${formatInteger(s.tokens)} tokens` : '';
-  const capped = s.budgetCap
-    ? `; capped at ${formatInteger(s.budgetCap.admittedMaxTokens)} tokens by the KV budget`
-    : '';
+  // Only a reply the cap cut says so (one that ended on its own before it was not capped in any way it could hear).
+  const capped =
+    s.budgetCap && cutByBudgetCap(s)
+      ? `; capped at ${formatInteger(s.budgetCap.admittedMaxTokens)} tokens by the KV budget`
+      : '';
   if (s.finishReason === 'cancelled') return `Reply stopped${tokens ? ` after ${tokens}` : ''}${capped}.`;
   // Cut off by kvdesk stopping, or the connection to it lost, as it is said under the reply (not the person's stop).
   if (s.finishReason === 'interrupted') {

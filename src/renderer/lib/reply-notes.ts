@@ -18,7 +18,18 @@ export function clipNote(clip: ContextClip, finishReason: string | undefined, ea
     : `${cut}: the model's context is ${formatInteger(clip.contextLength)} tokens, and the prompt takes the rest of it — a shorter message (or system prompt) leaves the reply more room.`;
 }
 
-type InterruptedBy = NonNullable<StoredMessage['stats']>['interruptedBy'];
+type Stats = NonNullable<StoredMessage['stats']>;
+type InterruptedBy = Stats['interruptedBy'];
+
+/**
+ * Whether the KV budget's cap ended a reply: it ended by length, having written the tokens its capped reservation
+ * had room for. A capped reply that ended on its own before them (or was stopped, or failed) was not cut by the cap
+ * (SCHEDULER.md: the cap is on its reservation; the API still reports it beside any finish reason).
+ */
+export function cutByBudgetCap(stats: Stats | undefined): boolean {
+  const cap = stats?.budgetCap;
+  return cap !== undefined && stats?.finishReason === 'length' && (stats.tokens ?? 0) >= cap.admittedMaxTokens;
+}
 
 /**
  * What interrupted a reply, in words: `by` as the page heard it, or (absent) what the page could not hear — it went

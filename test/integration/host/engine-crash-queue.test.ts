@@ -10,7 +10,7 @@ import { linkSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } 
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { RunnerService } from '../../../src/main/host/runner-service';
+import { type EngineRecovery, RunnerService } from '../../../src/main/host/runner-service';
 import type { SchedulerEvent } from '../../../src/shared/scheduler-types';
 import { defaultModelDir } from '../../helpers/fixtures';
 import { slowModel } from '../../helpers/models';
@@ -215,5 +215,29 @@ describe('a request queued when the engine crashes', () => {
     const again = crashWithOneQueued(h);
     expect((await rejection(again.running.result)).code).toBe('ENGINE_FAILED');
     expect((await again.queued.result).tokenIds).toHaveLength(4);
+  });
+});
+
+describe('what the host is told of a crash (its log says it)', () => {
+  it('what died, the models loading back, the running request failed and the queued one waiting; then each model back', async () => {
+    // The small default model: the long reply is killed at its first tokens whatever the model.
+    const { h } = await setup(() => defaultModelDir);
+    const told: EngineRecovery[] = [];
+    h.onEngineRecovery((e) => told.push(e));
+    const model = h.listModels()[0]?.id as string;
+    const { running, queued } = crashWithOneQueued(h);
+    expect((await rejection(running.result)).code).toBe('ENGINE_FAILED');
+    await queued.result;
+    expect(told).toEqual([
+      {
+        type: 'crashed',
+        reason: expect.stringMatching(/^the engine process exited \(code null, signal SIGKILL\)$/),
+        models: [model],
+        failedRequests: 1,
+        queuedRequests: 1,
+        queuedWait: true,
+      },
+      { type: 'back', modelId: model, ms: expect.any(Number) },
+    ]);
   });
 });

@@ -5,16 +5,17 @@
  * loaded that way when it is idle, never to a model the person loaded nor to one kept for ever (`keep_alive: -1`);
  * Ollama's empty request loads and its `keep_alive: 0` unloads, and a reply with `keep_alive: 0` unloads its model
  * once over; a name in neither place is still a 404. No sweep of idle models runs here (an hour apart): what
- * unloads a model is a request's doing.
+ * unloads a model is a request’s doing. A client that leaves while its model loads is never submitted.
  */
 import { cp, mkdtemp, readdir, rename, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createHostApi, type HostApi } from '../../../src/main/host/host-api';
 import { RunnerService } from '../../../src/main/host/runner-service';
 import { type RunningServer, startServer } from '../../../src/main/server';
 import type { LibraryEntry, ModelInfo } from '../../../src/shared/api';
+import type { SchedulerEvent } from '../../../src/shared/scheduler-types';
 import { defaultModelDir } from '../../helpers/fixtures';
 import { holdReplyEnds, noEndBias } from '../../helpers/hold-replies';
 import { eventually, LONG_CHAT, ndjsonLines, settled } from './server-helpers';
@@ -649,6 +650,86 @@ describe('with --first-use-ttl never', () => {
       await srv.close();
       await host.close();
       await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('a client that leaves while its model loads', () => {
+  it('is never admitted, on any route: the other client’s prompt cache stays and nothing is reserved', async () => {
+    // A small limit, most of it held by an idle prompt cache: admitting any 40-token reply would evict it.
+    expect((await hostApi.call('configureBudget', { kvBudgetBytes: 64 * 1024 })).ok).toBe(true);
+    // Each load is held (after the real one) until the client has gone.
+    const realLoad = runner.loadModel.bind(runner);
+    let loading: () => void = () => {};
+    let release: () => void = () => {};
+    const spy = vi.spyOn(runner, 'loadModel').mockImplementation(async (...args) => {
+      const info = await realLoad(...args);
+      const gate = new Promise<void>((r) => {
+        release = r;
+      });
+      loading();
+      await gate;
+      return info;
+    });
+    const events: SchedulerEvent[] = [];
+    const off = hostApi.on('scheduler', (e) => events.push(e));
+    try {
+      const user = [{ role: 'user', content: 'Keep this conversation, please.' }];
+      await ok(chat('default', { messages: user, max_tokens: 40, logit_bias: noEndBias() }));
+      const before = await settled(url);
+      const held = before.sessions.reduce((n, s) => n + s.heldBytes, 0);
+      expect(held).toBeGreaterThan(32 * 1024);
+      const hi = [{ role: 'user', content: 'hi' }];
+      const routes: Array<[string, string, Json]> = [
+        ['chat completions', '/v1/chat/completions', { messages: hi, max_tokens: 40 }],
+        ['chat completions, streamed', '/v1/chat/completions', { messages: hi, max_tokens: 40, stream: true }],
+        ['responses', '/v1/responses', { input: 'hi', max_output_tokens: 40 }],
+        ['messages', '/v1/messages', { messages: hi, max_tokens: 40 }],
+        ['ollama chat', '/api/chat', { messages: hi, options: { num_predict: 40 } }],
+      ];
+      for (const [name, route, body] of routes) {
+        if (loadedIds().includes('second')) expect((await hostApi.call('unloadModel', { id: 'second' })).ok).toBe(true);
+        events.length = 0;
+        const started = new Promise<void>((r) => {
+          loading = r;
+        });
+        const controller = new AbortController();
+        const sent = fetch(`${url}${route}`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ model: 'second', ...body }),
+          signal: controller.signal,
+        }).catch((err: unknown) => err);
+        await started;
+        controller.abort();
+        expect(await sent, name).toBeInstanceOf(Error);
+        // The server sees the connection close, then the load comes in.
+        await new Promise((r) => setTimeout(r, 200));
+        release();
+        await eventually(loadedIds, (ids) => ids.includes('second'));
+        await new Promise((r) => setTimeout(r, 200));
+        const after = await settled(url);
+        // No request event, no eviction (the load itself reconfigures the budget: its weights take memory).
+        expect(
+          events.filter((e) => e.type !== 'reconfigured').map((e) => e.type),
+          name,
+        ).toEqual([]);
+        expect(after.counters.accepted, name).toBe(before.counters.accepted);
+        expect(after.counters.evictions, name).toBe(before.counters.evictions);
+        expect(
+          after.sessions.reduce((n, s) => n + s.heldBytes, 0),
+          name,
+        ).toBe(held);
+        expect(after.recent.map((r) => r.id)).toEqual(before.recent.map((r) => r.id));
+      }
+      // The kept conversation is still there for its client: its prompt is read from the cache.
+      const again = await ok(chat('default', { messages: user, max_tokens: 1 }));
+      expect(((again.usage as Json).prompt_tokens_details as Json).cached_tokens).toBeGreaterThan(0);
+    } finally {
+      off();
+      spy.mockRestore();
+      release();
+      expect((await hostApi.call('configureBudget', { kvBudgetBytes: null })).ok).toBe(true);
     }
   });
 });

@@ -180,6 +180,37 @@ describe('kvdesk serve --port 0 (a real process)', () => {
     expect(await (await fetch(`${url}/health`)).json()).toEqual({ status: 'ok', models: ['default'] });
   });
 
+  it.skipIf(process.platform !== 'linux')(
+    'an engine killed outright (SIGKILL) is said on stderr: what died, that it restarts, what the requests lost',
+    async () => {
+      const children = (pid: number) =>
+        readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number);
+      // The wrapper's child is the server; the engine is the server's child running engine.js.
+      const [server] = children(child.pid as number);
+      const engine = children(server as number).find((pid) =>
+        readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('engine'),
+      );
+      expect(engine).toBeGreaterThan(0);
+      const before = stderr.length;
+      process.kill(engine as number, 'SIGKILL');
+      await vi.waitFor(
+        () => expect(stderr.slice(before)).toMatch(/the engine is back: default loaded again after \d+ ms/),
+        {
+          timeout: 30_000,
+          interval: 100,
+        },
+      );
+      expect(stderr.slice(before)).toContain(
+        'kvdesk: the engine process exited (code null, signal SIGKILL); restarting it, loading default back. ' +
+          '0 running requests failed (ENGINE_FAILED, reservations released)',
+      );
+      // And it answers again.
+      const reply = await openaiClient(url).completions.create({ model: 'default', prompt: 'Once', max_tokens: 2 });
+      expect(reply.choices[0]?.text).toBeTypeOf('string');
+    },
+    60_000,
+  );
+
   it('stops on SIGTERM, leaving no process behind', async () => {
     const pid = child.pid as number;
     process.kill(-pid, 'SIGTERM');

@@ -21,15 +21,17 @@ let h: Create;
 let renderToStaticMarkup: (element: unknown) => string;
 let Sessions: unknown;
 let KvCell: unknown;
+let CapCell: unknown;
 let SHOWN_SESSIONS: number;
 let describeEvent: (e: TimelineEvent, titles?: ReadonlyMap<string, string>) => string;
 let AppContext: { Provider: unknown };
 beforeAll(async () => {
   h = (await load<{ createElement: Create }>('react')).createElement;
   ({ renderToStaticMarkup } = await load<{ renderToStaticMarkup: typeof renderToStaticMarkup }>('react-dom/server'));
-  ({ Sessions, KvCell, SHOWN_SESSIONS, describeEvent } = await load<{
+  ({ Sessions, KvCell, CapCell, SHOWN_SESSIONS, describeEvent } = await load<{
     Sessions: unknown;
     KvCell: unknown;
+    CapCell: unknown;
     SHOWN_SESSIONS: number;
     describeEvent: typeof describeEvent;
   }>(`${RENDERER}/components/Inspector.tsx`));
@@ -135,9 +137,61 @@ describe("a request's KV cell", () => {
     expect(cell({ state: 'failed', reservedBytes: 0, usedBytes: 0 })).toBe('none');
   });
 
+  it('of one queued: what it needs; over the whole limit, capped to at most the limit, never more', () => {
+    const queued = { state: 'queued' as const, reservedBytes: 0, promptTokens: 18, maxNewTokens: 400 };
+    const kv = (over: Parameters<typeof requestView>[0], limitBytes?: number) =>
+      renderToStaticMarkup(
+        h('table', null, h('tbody', null, h('tr', null, h(KvCell, { r: requestView(over), limitBytes })))),
+      );
+    const text = (html: string) =>
+      html
+        .replace(/<[^>]+>/g, ' ')
+        .replace(/\s+/g, ' ')
+        .trim();
+    expect(text(kv(queued, 1024 * 1024))).toMatch(/^needs at least 418(\.0+)? KiB$/);
+    const capped = kv(queued, 100 * 1024);
+    expect(text(capped)).toMatch(/^capped: at most 100(\.0+)? KiB$/);
+    expect(capped).toContain('data-capped="true"');
+    expect(capped).toMatch(/its reply is capped to what fits/);
+  });
+
   it('of one cancelled while it ran: what it used of what it had reserved', () => {
     expect(cell({ state: 'cancelled', admittedAt: 5, reservedBytes: 2048, usedBytes: 1024 })).toMatch(
       /^1(\.0+)? KiB \/ 2(\.0+)? KiB$/,
     );
+  });
+});
+
+describe("a request's budget cap cell", () => {
+  const cap = {
+    requestedMaxTokens: 256,
+    admittedMaxTokens: 106,
+    requestedBytes: 1,
+    admittedBytes: 1,
+    availableBytes: 1,
+  };
+  const cell = (over: Parameters<typeof requestView>[0]) =>
+    renderToStaticMarkup(h('table', null, h('tbody', null, h('tr', null, h(CapCell, { r: requestView(over) })))));
+
+  it('running: the reservation capped, a fact (the reply may end before it)', () => {
+    const html = cell({ budgetCap: cap });
+    expect(html).toContain('<div>106</div><div>/ 256</div>');
+    expect(html).toContain('the reply stops there unless it ends first');
+    expect(html).not.toContain('data-cut');
+  });
+
+  it('ended by length: the cap cut it; ended on its own before the cap: muted, the cap cut nothing', () => {
+    const cut = cell({ state: 'finished', endedAt: 9, endReason: 'length', generatedTokens: 106, budgetCap: cap });
+    expect(cut).toContain('data-cut="true"');
+    expect(cut).toContain('the cap ended the reply');
+    expect(cut).not.toContain('muted');
+    const own = cell({ state: 'finished', endedAt: 9, endReason: 'eos', generatedTokens: 10, budgetCap: cap });
+    expect(own).toContain('data-cut="false"');
+    expect(own).toContain('class="r num muted"');
+    expect(own).toContain('the reply ended before the cap (eos), which cut nothing');
+  });
+
+  it('empty when not capped', () => {
+    expect(cell({})).toBe('<table><tbody><tr><td class="r num"></td></tr></tbody></table>');
   });
 });

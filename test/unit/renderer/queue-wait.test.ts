@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { QueueWait } from '../../../src/renderer/lib/queue-wait';
-import { leastReservation, queueWait, queueWaitBrief } from '../../../src/renderer/lib/queue-wait';
+import { leastReservation, queuedReservation, queueWait, queueWaitBrief } from '../../../src/renderer/lib/queue-wait';
 import { deviceSnapshot, requestView, snapshot } from './fixtures';
 
 const queued = (id: string) => requestView({ id, state: 'queued', reservedBytes: 0 });
@@ -76,6 +76,18 @@ describe('queueWait', () => {
     expect(leastReservation(own)).toBe(2 * 45 * 1024);
     // A static cache reserves its whole length, whatever the prompt and max tokens.
     expect(leastReservation({ ...own, fixedTokens: 48 })).toBe(2 * 48 * 1024);
+  });
+
+  it('what it reserves: never more than the limit; a reply whose whole reservation is more is admitted capped', () => {
+    // The reviewer's row: 18 prompt tokens and 400 max tokens (418 KiB) after the limit went down to 100 KiB.
+    const big = requestView({ id: 'q', state: 'queued', promptTokens: 18, maxNewTokens: 400, bpt: 1024 });
+    expect(queuedReservation(big, 1024 * 1024)).toEqual({ bytes: 418 * 1024, capped: false });
+    expect(queuedReservation(big, 418 * 1024)).toEqual({ bytes: 418 * 1024, capped: false });
+    expect(queuedReservation(big, 100 * 1024)).toEqual({ bytes: 100 * 1024, capped: true });
+    // The largest whole number of positions of its rows that fits.
+    expect(queuedReservation({ ...big, rows: 3 }, 100 * 1024)).toEqual({ bytes: 99 * 1024, capped: true });
+    // A static cache is never capped: its whole length.
+    expect(queuedReservation({ ...big, fixedTokens: 48 }, 10 * 1024)).toEqual({ bytes: 48 * 1024, capped: false });
   });
 
   it('not queued (or no snapshot yet): null', () => {

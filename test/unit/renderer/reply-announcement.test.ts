@@ -27,6 +27,10 @@ describe('what a screen reader is told of a reply', () => {
     expect(replyAnnouncement({ last: reply({ tokens: 113, finishReason: 'length', budgetCap: cap }) })).toBe(
       'Reply done: 113 tokens; capped at 113 tokens by the KV budget.',
     );
+    // Capped, but ended on its own before the cap: the cap did not cut it, and is not said.
+    expect(replyAnnouncement({ last: reply({ tokens: 10, finishReason: 'eos', budgetCap: cap }) })).toBe(
+      'Reply done: 10 tokens.',
+    );
   });
 
   it('interrupted, not stopped, when kvdesk stopped or the connection to it was lost', () => {
