@@ -418,7 +418,7 @@ export async function createHostApi(opts: HostApiOptions): Promise<HostApi> {
         e.queuedRequests === 0
           ? ''
           : e.queuedWait
-            ? `; ${plural(e.queuedRequests, 'queued request')} wait for it`
+            ? `; ${plural(e.queuedRequests, 'queued request')} ${e.queuedRequests === 1 ? 'waits' : 'wait'} for it`
             : `; ${plural(e.queuedRequests, 'queued request')} refused (it failed again and again)`;
       log(
         `kvdesk: ${e.reason}; restarting it${back}. ${plural(e.failedRequests, 'running request')} failed (ENGINE_FAILED, reservations released)${queued}`,
