@@ -278,9 +278,9 @@ export interface GenerationResult {
   bpt: number;
   /** KV bytes the request's tensors held at the end. */
   kvBytes: number;
-  /** What the KV budget held for it at its end: its own reservation and, in a padded batch, its padding. */
+  /** What the KV budget held for it at the most: its own reservation and, in a padded batch, its padding. */
   reservedBytes: number;
-  /** Of `reservedBytes`, the padding a batch's wider rows charged it (absent: none). */
+  /** Of `reservedBytes`, the most padding a batch's wider rows charged it while it ran (absent: none). */
   paddingBytes?: number;
   budgetCap?: BudgetCap;
   clipped?: ContextClip;

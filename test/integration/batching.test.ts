@@ -305,6 +305,38 @@ describe('padding in a batch', () => {
     expect(h.scheduler.snapshot().reservedBytes).toBe(0);
   });
 
+  it('a request that outlives the wider one beside it reports the padding it carried (its padding is 0 at its end)', async () => {
+    const h = await host(defaultModelDir, 4);
+    const bpt = h.listModels()[0]?.spec.bpt as number;
+    // The narrow one runs long (end-of-text banned); the wide one (a long prompt, few tokens) joins and ends first.
+    const narrowBudget = 400;
+    let startWide = () => {};
+    const wide = new Promise<GenerationResult>((resolve, reject) => {
+      startWide = () => {
+        startWide = () => {};
+        run(
+          h,
+          Array.from({ length: 600 }, (_, i) => 10 + (i % 300)),
+          5,
+        ).then(resolve, reject);
+      };
+    });
+    const narrow = h.generate(
+      { promptIds: [10, 20, 30, 40, 50], maxNewTokens: narrowBudget, sampling: { ...GREEDY, logitBias: noEndBias() } },
+      (f) => {
+        if (f.type === 'tokens') startWide();
+      },
+    );
+    const w = await wide;
+    const n = await narrow.result;
+    expect((await h.engine.stats()).peakBatchRows).toBe(2);
+    expect(w.paddingBytes).toBeUndefined();
+    // Beside the wide one its row was charged as wide as the wide one's reservation.
+    expect(n.paddingBytes).toBe((600 + 5 - (5 + narrowBudget)) * bpt);
+    expect(n.reservedBytes).toBe((600 + 5) * bpt);
+    expect(h.scheduler.snapshot().reservedBytes).toBe(0);
+  });
+
   it('the room the batch keeps to grow stays within that charge when the widest row is not the one with most to go', async () => {
     // The decoder itself, so the short one joins at a known step: the long one's 14th token of 20.
     const spec = await loadModelSpec(defaultModelDir);

@@ -2450,6 +2450,8 @@ class Generation {
       finishReason === 'stop' ? 'stop' : finishReason === 'eos' || finishReason === 'tool_calls' ? 'eos' : 'length';
     // What the budget held for it at the end: its own bytes and its share of a padded batch's.
     const own = this.grant?.reservedBytes ?? 0;
+    // Its padding at the most: a wider reply that ended first left it none at its end.
+    const peakPad = this.sched.paddingPeak(this.id);
     let released: number;
     if (sessionId) {
       const tokens = this.keptTokens(sessionTokens);
@@ -2497,8 +2499,8 @@ class Generation {
         staticPositions(this.model.spec) === undefined
           ? Math.min(kvBytes, this.rows.length * (this.promptTokens + this.generated - 1) * this.model.spec.bpt)
           : kvBytes,
-      reservedBytes: Math.max(released, own),
-      ...(released > own ? { paddingBytes: released - own } : {}),
+      reservedBytes: Math.max(released, own + Math.max(0, released - own, peakPad)),
+      ...(Math.max(released - own, peakPad) > 0 ? { paddingBytes: Math.max(released - own, peakPad) } : {}),
       ...(this.budgetCap ? { budgetCap: this.budgetCap } : {}),
       ...(this.clipped ? { clipped: this.clipped } : {}),
       ...(this.contextDrop ? { contextDrop: this.contextDrop } : {}),

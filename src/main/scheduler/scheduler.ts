@@ -196,6 +196,11 @@ export interface Scheduler {
   reconfigure(opts: ReconfigureOptions): Result<ReconfigureOutcome>;
   /** Called by the host to broadcast the budget state (throttled) and by /metrics. */
   snapshot(): SchedulerSnapshot;
+  /**
+   * The most padding a running request's rows carried in its padded batch so far (0: none, or not running): the
+   * host reads it before `finish`, as a wider reply that ended first leaves the request's padding at 0.
+   */
+  paddingPeak(id: string): number;
   /** Called by the host and tests to receive every event in order; returns the unsubscribe function. */
   subscribe(fn: (e: SchedulerEvent) => void): () => void;
 }
@@ -218,6 +223,8 @@ interface Entry {
   countedTokens: number;
   /** While running in a padded batch: the padding its rows carry (part of its reservation; see `repad`). */
   padBytes: number;
+  /** The most `padBytes` was while it ran. */
+  peakPadBytes: number;
 }
 
 interface Session {
@@ -469,6 +476,7 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     const widest = widestOf(batch);
     for (const e of batch) {
       e.padBytes = e.shape.rows * (widest - widthOf(e, (e.grant as AdmissionGrant).admittedMaxTokens)) * e.shape.bpt;
+      e.peakPadBytes = Math.max(e.peakPadBytes, e.padBytes);
     }
   }
 
@@ -947,6 +955,7 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
       generatedTokens: 0,
       countedTokens: 0,
       padBytes: 0,
+      peakPadBytes: 0,
     };
     if (session !== undefined) {
       session.state = 'queued';
@@ -1326,5 +1335,6 @@ export function createScheduler(opts: SchedulerOptions): Scheduler {
     reconfigure,
     snapshot,
     subscribe,
+    paddingPeak: (id: string) => running.get(id)?.peakPadBytes ?? 0,
   };
 }
