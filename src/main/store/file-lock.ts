@@ -80,6 +80,9 @@ export async function withFileLock<T>(lockFile: string, op: () => Promise<T>, op
   const token = `${process.pid}-${randomBytes(8).toString('hex')}`;
   const deadline = Date.now() + waitMs;
   let madeFolder = false;
+  // When this process first met each lock it waits on: a lock made on another machine whose clock is ahead says a
+  // time to come, and is aged from when it was met here instead.
+  const met = new Map<string, number>();
   for (;;) {
     const mine: Holder = { pid: process.pid, host, at: Date.now(), token };
     try {
@@ -110,12 +113,14 @@ export async function withFileLock<T>(lockFile: string, op: () => Promise<T>, op
     if (text === null) continue; // let go meanwhile: try again at once
     const holder = parseHolder(text);
     // When it was made: as it says, or (being written, or not kvdesk's) as its file says.
-    const at =
+    const said =
       holder?.at ??
       (await stat(lockFile).then(
         (s) => s.mtimeMs,
         () => Date.now(),
       ));
+    if (!met.has(text)) met.set(text, Date.now());
+    const at = Math.min(said, met.get(text) as number);
     const gone = holder !== null && holder.host === host && holder.pid !== process.pid && !alive(holder.pid);
     if (gone || Date.now() - at > staleMs) {
       await takeStale(lockFile, text, token);

@@ -46,6 +46,13 @@ describe('withFileLock', () => {
     expect(existsSync(lock)).toBe(false);
   });
 
+  it("a lock whose time is to come (another machine's clock ahead) is aged from when it was met: stale after staleMs", async () => {
+    const lock = path.join(dir, 'skew.lock');
+    writeFileSync(lock, JSON.stringify({ pid: 5, host: 'nas-peer', at: Date.now() + 600_000, token: 'ahead' }));
+    expect(await withFileLock(lock, async () => 'ran', { waitMs: 5_000, staleMs: 300 })).toBe('ran');
+    expect(existsSync(lock)).toBe(false);
+  });
+
   it('makes the folder of a lock whose folder is not there yet', async () => {
     const lock = path.join(dir, 'new', 'z.lock');
     expect(await withFileLock(lock, async () => 'ran')).toBe('ran');
