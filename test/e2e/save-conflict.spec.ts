@@ -11,8 +11,11 @@ import { expect, lastReply, newChat, savedThreads, send, setSettings, test } fro
 import { type ServeHandle, startServe } from './serve';
 
 // Once in three full CI runs (2026-12-06, a quiet machine) the routed page of the deleted-copy test lost its
-// connection to kvdesk before its own turn, cause not found (not the server's ping: a routed socket answers it); a
-// real regression fails both tries. Left in the closing note of that session for whoever takes it up.
+// connection to kvdesk before its own turn, cause not found (not the server's ping: a routed socket answers it; no
+// close of the page's socket was logged by the server in its runs under load). Under load (2 busy cores) that test
+// failed in about half its runs: once on a notice gone after its 10 s (mended below), the others with no copy made
+// at all — the page's turn ran in the chat, its save not refused, no notice in either page (cause not found). A
+// real regression fails both tries.
 test.describe.configure({ retries: 1 });
 
 interface Saved {
@@ -75,8 +78,9 @@ async function copyWhileReplying(page: Page, other: Page, ctl: Route, server: Se
   await expect(lastReply(other)).toHaveAttribute('data-state', 'cancelled');
   // This page's turn, made from the chat as it was before: its saves are refused, and its reply runs on.
   await send(page, 'asked in this tab');
-  await expect(lastReply(page).getByTestId('message-text')).not.toBeEmpty();
+  // Said as the save is refused: checked before waiting for the reply's first text (a notice goes after 10 s).
   await expect(page.getByTestId('notice')).toContainText('Endless (conflicted copy)');
+  await expect(lastReply(page).getByTestId('message-text')).not.toBeEmpty();
   return id;
 }
 
@@ -344,7 +348,9 @@ test('a conflicted copy deleted while its reply runs stays deleted, and the chat
     await page.waitForTimeout(2500);
     await expect(row).toHaveCount(0);
     expect(await copyId()).toBeUndefined();
-    await expect(page.getByTestId('notice')).not.toContainText('was not saved');
+    // No such notice: not `notice` not containing it, which fails when no notice shows at all (the copy's own has
+    // gone 10 s after it came, which under load is before this line).
+    await expect(page.getByTestId('notice').filter({ hasText: 'was not saved' })).toHaveCount(0);
     await expect(lastReply(page)).toHaveAttribute('data-state', 'running');
     await page.getByTestId('stop-button').click();
     // The reply ended: the chat here is the one saved (the other tab's turn), with no copy made again.
