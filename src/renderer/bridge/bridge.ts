@@ -328,6 +328,16 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       saveCopy(threadId, thread, copy);
       return;
     }
+    // A save of it was refused (another page saved the chat first), not settled yet, and its reply streams: another
+    // save while it does, made from the same revision, would be refused too. What it has now goes to the settling,
+    // which starts once the saves on their way are answered (the reply's saves, one a second, each answered later
+    // than that, kept one on its way for good: the chat was never settled, no copy made, every save refused until
+    // the reply ended). The reply's last save goes as before.
+    if (refused.has(threadId) && liveIn(threadId)) {
+      refused.set(threadId, thread);
+      if (!saving.has(threadId)) void settle(threadId);
+      return;
+    }
     saving.set(threadId, (saving.get(threadId) ?? 0) + 1);
     const at = stamp();
     // Made while kvdesk cannot be reached: kept in the browser until it is answered (a reload meanwhile keeps it).
