@@ -68,7 +68,8 @@ export async function saveEndlessChat(
 export async function openChat(page: Page, id: string, model = SLOW): Promise<void> {
   await page.getByTestId('thread-list').locator(`[data-thread-id="${id}"]`).click();
   await expect(page.getByTestId('chat-view')).toHaveAttribute('data-thread-id', id);
-  // Listed as its summary: its messages fetched (a send before that is refused, "still being opened").
+  // Listed as its summary: its messages fetched. A send would wait for them, but what the tests do next reads them
+  // (Get a reply, regenerate), and a page's turn must be made from the chat as fetched before another page saves.
   await expect(page.getByTestId('thread-opening')).toHaveCount(0);
   await expect(page.getByTestId('model-picker')).toHaveValue(model);
 }

@@ -11,8 +11,11 @@ import { expect, lastReply, newChat, savedThreads, send, setSettings, test } fro
 import { type ServeHandle, startServe } from './serve';
 
 // Once in three full CI runs (2026-12-06, a quiet machine) the routed page of the deleted-copy test lost its
-// connection to kvdesk before its own turn, cause not found (not the server's ping: a routed socket answers it); a
-// real regression fails both tries. Left in the closing note of that session for whoever takes it up.
+// connection to kvdesk before its own turn, cause not found (not the server's ping: a routed socket answers it; no
+// close of it was logged by the server in about twenty runs under load). Under load (2 busy cores) that test failed
+// in about half its runs otherwise, both mended: no copy made while the routed page's saves were answered slower
+// than its reply made them (see the slow-saves test), and a check that needed a notice showing. The retry stays for
+// the lost connection; a real regression fails both tries.
 test.describe.configure({ retries: 1 });
 
 interface Saved {
@@ -25,6 +28,8 @@ interface Saved {
 interface Route {
   deaf: boolean;
   down: boolean;
+  /** How long the answers to its saves take to come (ms; 0: as they come), as over a slow connection. */
+  slowSaves: number;
   /** Closes the page's open connections (it reconnects, unless `down`). */
   cut(): Promise<void>;
 }
@@ -34,6 +39,7 @@ async function route(page: Page): Promise<Route> {
   const ctl: Route = {
     deaf: false,
     down: false,
+    slowSaves: 0,
     cut: async () => {
       for (const ws of [...sockets]) await ws.close();
     },
@@ -45,8 +51,19 @@ async function route(page: Page): Promise<Route> {
     }
     const host = ws.connectToServer();
     sockets.add(ws);
+    const saves = new Set<number>();
+    ws.onMessage((m) => {
+      const msg = typeof m === 'string' ? (JSON.parse(m) as { t?: string; name?: string; id?: number }) : {};
+      if (msg.t === 'invoke' && msg.name === 'saveThread' && typeof msg.id === 'number') saves.add(msg.id);
+      host.send(m);
+    });
     host.onMessage((m) => {
       if (ctl.deaf && typeof m === 'string' && m.startsWith('{"t":"event","event":"thread"')) return;
+      const answer = typeof m === 'string' && m.startsWith('{"t":"result"') ? (JSON.parse(m) as { id: number }) : null;
+      if (answer && saves.delete(answer.id) && ctl.slowSaves > 0) {
+        setTimeout(() => ws.send(m), ctl.slowSaves);
+        return;
+      }
       ws.send(m);
     });
     ws.onClose(() => {
@@ -75,8 +92,9 @@ async function copyWhileReplying(page: Page, other: Page, ctl: Route, server: Se
   await expect(lastReply(other)).toHaveAttribute('data-state', 'cancelled');
   // This page's turn, made from the chat as it was before: its saves are refused, and its reply runs on.
   await send(page, 'asked in this tab');
-  await expect(lastReply(page).getByTestId('message-text')).not.toBeEmpty();
+  // Said as the save is refused: checked before waiting for the reply's first text (a notice goes after 10 s).
   await expect(page.getByTestId('notice')).toContainText('Endless (conflicted copy)');
+  await expect(lastReply(page).getByTestId('message-text')).not.toBeEmpty();
   return id;
 }
 
@@ -276,6 +294,27 @@ test('a page whose saves are refused while its reply runs keeps its turn as a co
   }
 });
 
+test('a page whose saves are answered slower than its reply makes them still keeps its turn as a copy while the reply runs', async ({
+  page,
+}) => {
+  test.setTimeout(180_000);
+  const server = await startSlowServe();
+  const ctl = await route(page);
+  const other = await page.context().newPage();
+  try {
+    // Each answer takes longer than the second between a streaming reply's saves: one is always on its way.
+    ctl.slowSaves = 2500;
+    await copyWhileReplying(page, other, ctl, server);
+    await expect(lastReply(page)).toHaveAttribute('data-state', 'running');
+    await expect(page.getByTestId('thread-list')).toContainText('Endless (conflicted copy)');
+    await page.getByTestId('stop-button').click();
+    await expect(lastReply(page)).not.toHaveAttribute('data-state', 'running');
+  } finally {
+    await other.close();
+    await server.stop();
+  }
+});
+
 test("a tab renaming a chat while another tab's reply streams in it: the name is taken, the reply not copied", async ({
   page,
 }) => {
@@ -344,7 +383,9 @@ test('a conflicted copy deleted while its reply runs stays deleted, and the chat
     await page.waitForTimeout(2500);
     await expect(row).toHaveCount(0);
     expect(await copyId()).toBeUndefined();
-    await expect(page.getByTestId('notice')).not.toContainText('was not saved');
+    // No such notice: not `notice` not containing it, which fails when no notice shows at all (the copy's own has
+    // gone 10 s after it came, which under load is before this line).
+    await expect(page.getByTestId('notice').filter({ hasText: 'was not saved' })).toHaveCount(0);
     await expect(lastReply(page)).toHaveAttribute('data-state', 'running');
     await page.getByTestId('stop-button').click();
     // The reply ended: the chat here is the one saved (the other tab's turn), with no copy made again.

@@ -25,7 +25,7 @@ import type {
 import { RECOVERED_FRAGMENT } from '../../shared/api';
 import type { GenerateRequest, SamplingSettings, ToolCall } from '../../shared/contract';
 import type { ErrorInfo, Result } from '../../shared/errors';
-import { noteOwnRequest } from '../lib/busy-elsewhere';
+import { busyElsewhere, noteOwnRequest } from '../lib/busy-elsewhere';
 import { drafts } from '../lib/drafts';
 import { autoRunCalls, chatTools, MAX_AUTO_ROUNDS, SKIPPED_ANSWER, toolKey } from '../lib/mcp-tools';
 import { conflictCopy, conflictTitle, holdsAll, mergeThread, sameSettings, takeSettings } from '../lib/merge-thread';
@@ -252,10 +252,14 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     drafts().keepOnly(new Set(s().threads.map((t) => t.id)));
   }
 
-  /** A chat gone, deleted here or elsewhere: its reply stops, nothing of it is saved again, its draft goes. */
-  function dropThread(id: string): void {
+  /**
+   * A chat gone, deleted here or elsewhere: its reply stops, nothing of it is saved again, its draft goes. A message
+   * waiting for it to open goes back to the message box (of the chat open now): whether one did, for the notice.
+   */
+  function dropThread(id: string): boolean {
     // A conflicted copy deleted while the reply it keeps is written: not made again (see copying).
     for (const copy of copying.values()) if (copy.id === id) copy.dropped = true;
+    const waiting = takeWaiting(id);
     stop(id);
     endStreamSaves(id);
     // A save of it kept in the browser is not made (a delete made here is kept in its place).
@@ -265,7 +269,12 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     sessionModel.delete(id);
     pendingPicks.delete(id);
     forgetDrafts();
+    if (waiting) drafts().giveBack(s().activeThreadId, { text: waiting.content, files: waiting.attachments });
+    return waiting !== undefined;
   }
+
+  /** Said when a chat a message waited for is gone. */
+  const UNSENT = 'Your message in it was not sent: it is back in the message box.';
 
   /** A notice; `urgent`: a failure the person must hear now (an alert). */
   function notify(text: string, urgent = false): void {
@@ -323,6 +332,16 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     const copy = copying.get(threadId);
     if (copy) {
       saveCopy(threadId, thread, copy);
+      return;
+    }
+    // A save of it was refused (another page saved the chat first), not settled yet, and its reply streams: another
+    // save while it does, made from the same revision, would be refused too. What it has now goes to the settling,
+    // which starts once the saves on their way are answered (the reply's saves, one a second, each answered later
+    // than that, kept one on its way for good: the chat was never settled, no copy made, every save refused until
+    // the reply ended). The reply's last save goes as before.
+    if (refused.has(threadId) && liveIn(threadId)) {
+      refused.set(threadId, thread);
+      if (!saving.has(threadId)) void settle(threadId);
       return;
     }
     saving.set(threadId, (saving.get(threadId) ?? 0) + 1);
@@ -413,9 +432,9 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
 
   /** A chat deleted in another tab before this page heard of it: gone here too, and said (nothing of it is saved). */
   function deletedElsewhere(threadId: string, title: string): void {
-    if (s().threads.some((x) => x.id === threadId)) dropThread(threadId);
+    const unsent = s().threads.some((x) => x.id === threadId) && dropThread(threadId);
     notify(
-      `“${title}” was deleted in another window or tab before this page's change to it was saved: the change is not kept.`,
+      `“${title}” was deleted in another window or tab before this page's change to it was saved: the change is not kept.${unsent ? ` ${UNSENT}` : ''}`,
     );
   }
 
@@ -790,6 +809,8 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       pageGoing = true;
       const threads = new Set(Object.values(s().live).map((l) => l.threadId));
       for (const id of threads) saveThread(id);
+      // A message waiting for its chat to open is not sent now: it is the chat's draft again (a reload keeps it).
+      for (const id of [...waitingSends.keys()]) giveBack(id);
     });
     // Back from the back/forward cache: the page stays after all.
     window.addEventListener('pageshow', () => {
@@ -989,6 +1010,52 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     s().receiveThread(live ? mergeThread(thread, local, new Set([live])) : thread);
   }
 
+  /**
+   * Messages sent in a chat still being opened (a page opens on its last chat, fetched after the list): sent once its
+   * messages are here, in that chat (another opened meanwhile or not). One whose chat cannot be opened, or is
+   * deleted, or that is stopped (Esc) goes back to the message box, nothing lost.
+   */
+  const waitingSends = new Map<string, { content: string; attachments: Attachment[] }>();
+
+  /** The message waiting for the chat to open, no longer waiting (undefined: none). */
+  function takeWaiting(threadId: string): { content: string; attachments: Attachment[] } | undefined {
+    const waiting = waitingSends.get(threadId);
+    waitingSends.delete(threadId);
+    s().setSendWaiting(threadId, null);
+    return waiting;
+  }
+
+  /** The message waiting for the chat, back in its message box (`why`: the notice that says why it was not sent). */
+  function giveBack(threadId: string, why?: string): void {
+    const waiting = takeWaiting(threadId);
+    if (!waiting) return;
+    drafts().giveBack(threadId, { text: waiting.content, files: waiting.attachments });
+    if (why) notify(why);
+  }
+
+  /** Whether the models are known (listModels answered): a turn goes to the chat's own model, restored from them. */
+  let modelsHeard = false;
+
+  /** The message waiting for the chat is sent, once its messages are here and the models known. */
+  function sendWaiting(threadId: string): void {
+    if (!waitingSends.has(threadId) || s().summaries[threadId] || !modelsHeard) return;
+    if (!s().threads.some((t) => t.id === threadId)) return void takeWaiting(threadId);
+    // Its reply being written in another window or tab: a turn now would be refused as busy.
+    if (busyElsewhere(s().snapshot, threadId, Object.values(s().live), s().events)) {
+      giveBack(
+        threadId,
+        'A reply to this chat is being written in another window or tab: your message was not sent (it is back in the message box); send it once that reply ends.',
+      );
+      return;
+    }
+    if (!canRun(threadId)) {
+      giveBack(threadId); // the notice says why
+      return;
+    }
+    const waiting = takeWaiting(threadId);
+    if (waiting) sendNow(threadId, waiting.content, waiting.attachments);
+  }
+
   /** Chats being fetched (their summary only here), those saved meanwhile elsewhere, and those to save once here. */
   const fetching = new Set<string>();
   const fetchAgain = new Set<string>();
@@ -1006,13 +1073,23 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       fetching.delete(id);
       const summary = s().summaries[id];
       const local = s().threads.find((t) => t.id === id);
-      if (!summary || !local) return;
+      if (!summary || !local) {
+        // Here whole meanwhile (another way): a message waiting for it goes now.
+        if (local) sendWaiting(id);
+        return;
+      }
       if (!r.ok) {
         // Fetched again when the connection is back (a change made meanwhile, a pin, is saved then).
         if (r.error.detail?.reason === 'disconnect') return;
         saveOnFetch.delete(id);
-        if (r.error.detail?.reason === 'gone') return; // deleted: its event says so
-        notify(`“${local.title}” could not be opened: ${r.error.message}`);
+        // Deleted: its event says so; a message waiting for it goes back to the message box now, with the chat.
+        if (r.error.detail?.reason === 'gone') {
+          if (waitingSends.has(id)) deletedThere(id);
+          return;
+        }
+        const unsent = waitingSends.has(id) ? ` ${UNSENT}` : '';
+        giveBack(id);
+        notify(`“${local.title}” could not be opened: ${r.error.message}${unsent}`);
         // The chat's pane says so too, rather than "Opening the chat…" for good (opened again, it is tried again).
         s().setOpenFailed(id, r.error.message);
         return;
@@ -1026,8 +1103,10 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       s().receiveThread(thread);
       if (s().activeThreadId === id) restoreModel(id);
       if (saveOnFetch.delete(id) || Object.keys(changed).length > 0) saveThread(id);
-      // Saved elsewhere while it was on its way: what was fetched may be from before that save.
-      if (again) void fetchSaved(id);
+      // Saved elsewhere while it was on its way: what was fetched may be from before that save (a message waiting
+      // for the chat goes after the one saved, once that is here).
+      if (again) void fetchSaved(id).then(() => sendWaiting(id));
+      else sendWaiting(id);
     });
   }
 
@@ -1049,17 +1128,21 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     if (now.activeThreadId !== before.activeThreadId && now.activeThreadId) fetchThread(now.activeThreadId);
   });
 
-  api.on('threadDeleted', ({ id }) => {
+  api.on('threadDeleted', ({ id }) => deletedThere(id));
+
+  /** A chat deleted in another window or tab: gone here too (the notice says so where the person could miss it). */
+  function deletedThere(id: string): void {
     const gone = s().threads.find((t) => t.id === id);
     if (!gone) return;
     const wasOpen = s().activeThreadId === id;
     // Deleted elsewhere: a reply this page writes in it stops, and nothing of it is saved again.
-    dropThread(id);
+    const unsent = dropThread(id);
     // The chat open here: another takes its place, which the person must not take for it.
-    if (wasOpen) {
-      notify(`The chat “${gone.title}” you had open was deleted in another window or tab.`);
+    if (wasOpen || unsent) {
+      const where = wasOpen ? ' you had open' : '';
+      notify(`The chat “${gone.title}”${where} was deleted in another window or tab.${unsent ? ` ${UNSENT}` : ''}`);
     }
-  });
+  }
 
   async function refreshHostState(replaceSnapshot: boolean): Promise<void> {
     const [models, snap, library, server, downloads] = await Promise.all([
@@ -1072,6 +1155,11 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     if (models.ok) {
       s().setModels(models.value);
       applyRestore();
+    }
+    // Answered (the models, or why not): a message waiting for its chat's model goes once the chat is here.
+    if (models.ok || models.error.detail?.reason !== 'disconnect') {
+      modelsHeard = true;
+      for (const id of [...waitingSends.keys()]) sendWaiting(id);
     }
     if (downloads.ok) s().setDownloads(downloads.value);
     if (snap.ok) s().setSnapshot(snap.value, replaceSnapshot);
@@ -1156,7 +1244,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     // The fetches the closing connection cut off: the open chat's, and those of chats changed from the list.
     const open = s().activeThreadId;
     if (replace && open) fetchThread(open);
-    if (replace) for (const id of saveOnFetch) fetchThread(id);
+    if (replace) for (const id of [...saveOnFetch, ...waitingSends.keys()]) fetchThread(id);
     void refreshHostState(replace);
     // Back: the notice that said the connection was lost goes; one said since (a save the close ended) stays.
     if (s().notice === RECONNECTING) s().setNotice(null);
@@ -1476,7 +1564,7 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
       notify(
         failed !== undefined
           ? `This chat could not be opened (${failed}): nothing can be sent in it until it is.`
-          : 'This chat is still being opened: send again once its messages show.',
+          : 'This chat is still being opened: try again once its messages show.',
       );
       return false;
     }
@@ -1555,9 +1643,25 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     if (!content && attachments.length === 0) return false;
     const thread = activeThread() ?? newThread();
     s().setView('chat');
+    // Its messages still on their way (or their fetch failed: tried again): sent once they are here.
+    if (s().summaries[thread.id]) {
+      if (waitingSends.has(thread.id)) {
+        notify('Your message before this one is sent once this chat is open: send this one after its reply.');
+        return false;
+      }
+      waitingSends.set(thread.id, { content, attachments });
+      s().setSendWaiting(thread.id, content);
+      fetchThread(thread.id);
+      return true;
+    }
     if (!canRun(thread.id)) return false;
-    skipWaitingCalls(thread.id);
-    return runTurn(thread.id, [
+    return sendNow(thread.id, content, attachments);
+  }
+
+  /** The person's message, and the turn that answers it. */
+  function sendNow(threadId: string, content: string, attachments: Attachment[]): boolean {
+    skipWaitingCalls(threadId);
+    return runTurn(threadId, [
       {
         id: newId('m'),
         role: 'user',
@@ -1571,6 +1675,8 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
   function stop(threadId?: string): void {
     const id = threadId ?? s().activeThreadId;
     if (!id) return;
+    // A message waiting for the chat to open: not sent, back in the message box.
+    giveBack(id);
     const messageId = liveIn(id);
     if (!messageId) return;
     s().markStopping(messageId);
@@ -1981,7 +2087,8 @@ export function startBridge(transport: Transport, store: AppStore): Bridge {
     },
     deleteThread(id) {
       const title = s().threads.find((t) => t.id === id)?.title ?? UNTITLED;
-      dropThread(id);
+      if (dropThread(id))
+        notify(`“${title}” was deleted before your message in it was sent: it is back in the message box.`);
       deleteOnHost(id, title);
       rememberOpen(s().activeThreadId);
     },

@@ -169,7 +169,8 @@ function useShortcuts(): void {
           s.view === 'chat' &&
           escForTheChat() &&
           s.activeThreadId &&
-          Object.values(s.live).some((l) => l.threadId === s.activeThreadId)
+          (Object.values(s.live).some((l) => l.threadId === s.activeThreadId) ||
+            s.sendWaiting[s.activeThreadId] !== undefined)
         ) {
           e.preventDefault();
           bridge.stop();

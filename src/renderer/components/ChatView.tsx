@@ -367,7 +367,7 @@ function ReplyAnnouncer({ threadId }: { threadId: string | null }) {
 }
 
 export function ChatView() {
-  const { threadId, title, count, loaded, opening, openFailed } = useApp(
+  const { threadId, title, count, loaded, opening, openFailed, waiting } = useApp(
     useShallow((s) => {
       const t = s.threads.find((x) => x.id === s.activeThreadId);
       return {
@@ -378,6 +378,7 @@ export function ChatView() {
         // Listed, its messages on their way (openThread): their size said while they come.
         opening: t ? s.summaries[t.id]?.bytes : undefined,
         openFailed: t ? s.openFailed[t.id] : undefined,
+        waiting: t ? s.sendWaiting[t.id] !== undefined : false,
       };
     }),
   );
@@ -442,6 +443,11 @@ export function ChatView() {
       ) : opening !== undefined ? (
         <div className="empty" data-testid="thread-opening" role="status">
           <p>Opening the chat{opening > 1_048_576 ? ` (${Math.round(opening / 1_048_576)} MB saved)` : ''}…</p>
+          {waiting && (
+            <p data-testid="send-waiting">
+              Your message is sent once its messages are here (Esc: not sent, back to the box).
+            </p>
+          )}
         </div>
       ) : threadId && count > 0 ? (
         <MessageList threadId={threadId} find={findOpen ? find : undefined} />

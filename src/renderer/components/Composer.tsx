@@ -157,6 +157,9 @@ export function Composer({ threadId }: { threadId: string | null }) {
       streaming: threadId !== null && Object.values(s.live).some((l) => l.threadId === threadId),
     })),
   );
+  // A message sent while the chat opens, waiting for its messages: Stop (Esc) gives it back to the box.
+  const waiting = useApp((s) => threadId !== null && s.sendWaiting[threadId] !== undefined);
+  const busy = streaming || waiting;
   const noModel = useApp((s) => s.models.length === 0);
   // The connection to the host lost (serve stopped, the network): a message sent now would fail; it stays here.
   const offline = useApp((s) => s.connection === 'reconnecting');
@@ -271,7 +274,7 @@ export function Composer({ threadId }: { threadId: string | null }) {
   }, []);
 
   const send = () => {
-    if ((!text.trim() && files.length === 0) || streaming || offline || elsewhere) return;
+    if ((!text.trim() && files.length === 0) || busy || offline || elsewhere) return;
     // Not sent now (a tool of the chat still runs: the notice says so): the text and files stay.
     // The sent draft is gone now, in its store too: sending from no chat makes one, which would take the draft of
     // "no chat" (still this text until the effect below ran) as its own.
@@ -430,13 +433,13 @@ export function Composer({ threadId }: { threadId: string | null }) {
             }
           }}
         />
-        {streaming ? (
+        {busy ? (
           <button
             type="button"
             className="danger"
             data-testid="stop-button"
             onClick={() => bridge.stop(threadId ?? undefined)}
-            title="Stop (Esc)"
+            title={waiting ? 'Do not send it (Esc): your message goes back to the box' : 'Stop (Esc)'}
           >
             Stop
           </button>

@@ -170,6 +170,18 @@ export class Drafts {
     this.save();
   }
 
+  /**
+   * A message this page took from the box and could not send (its chat could not be opened, the send was stopped):
+   * the chat's draft again, and the message box showing that chat told, as of a change made elsewhere (what was
+   * written there since stays, after it).
+   */
+  giveBack(threadId: string | null, draft: Draft): void {
+    const before = this.get(threadId);
+    const text = before.text === '' ? draft.text : draft.text === '' ? before.text : `${draft.text}\n\n${before.text}`;
+    this.set(threadId, { text, files: [...draft.files, ...before.files] });
+    this.tellElsewhere(threadId ?? NO_CHAT, before);
+  }
+
   /** Forgets the drafts of chats that are gone (deleted here or elsewhere). */
   keepOnly(threadIds: ReadonlySet<string>): void {
     this.alive = threadIds;

@@ -317,6 +317,17 @@ export const createChatSlice: StateCreator<AppState, [], [], ChatSlice> = (set, 
       return { openFailed: { ...s.openFailed, [id]: why } };
     });
   },
+  sendWaiting: {},
+  setSendWaiting(id, text) {
+    set((s) => {
+      if (text === null) {
+        if (!(id in s.sendWaiting)) return {};
+        const { [id]: _sent, ...rest } = s.sendWaiting;
+        return { sendWaiting: rest };
+      }
+      return { sendWaiting: { ...s.sendWaiting, [id]: text } };
+    });
+  },
   live: {},
   errorDetails: {},
   editingMessageId: null,

@@ -132,6 +132,13 @@ export interface ChatSlice {
   /** Says (or, with null, forgets) why a listed chat could not be opened. */
   setOpenFailed(id: string, why: string | null): void;
   /**
+   * Listed chats a message was sent in while their messages were on their way: the message's text, by id, until it
+   * is sent (once they are here) or given back to the message box (the chat could not be opened, the send stopped).
+   */
+  sendWaiting: Record<string, string>;
+  /** Says (or, with null, forgets) the message waiting for a chat to open. */
+  setSendWaiting(id: string, text: string | null): void;
+  /**
    * The chat list as listed (summaries: their messages are fetched when opened; a chat given whole is here whole);
    * chats this page has stay.
    */

@@ -111,6 +111,18 @@ describe('thread operations', () => {
     expect(listed.getState().threads.map((t) => t.id)).toEqual(['c', 'a', 'b']);
   });
 
+  it('a message waiting for a chat to open is kept by chat until it is sent or given back', () => {
+    const store = createAppStore();
+    store.getState().setSendWaiting('t1', 'hello');
+    store.getState().setSendWaiting('t2', 'there');
+    expect(store.getState().sendWaiting).toEqual({ t1: 'hello', t2: 'there' });
+    const before = store.getState().sendWaiting;
+    store.getState().setSendWaiting('t3', null);
+    expect(store.getState().sendWaiting).toBe(before);
+    store.getState().setSendWaiting('t1', null);
+    expect(store.getState().sendWaiting).toEqual({ t2: 'there' });
+  });
+
   it('sortThreads breaks ties by creation time', () => {
     expect(sortThreads([thread('a', { createdAt: 1 }), thread('b', { createdAt: 2 })]).map((t) => t.id)).toEqual([
       'b',

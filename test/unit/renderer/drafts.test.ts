@@ -127,6 +127,25 @@ describe('per-chat drafts', () => {
     expect(reloaded.get('b').text).toBe('from tab two');
   });
 
+  it('a message given back (not sent) is the draft again, before what was written since, and the box is told', () => {
+    const storage = memoryStorage();
+    const d = new Drafts(storage);
+    const told: Array<[string, unknown]> = [];
+    d.onChangedElsewhere((id, before) => told.push([id, before]));
+    d.giveBack('a', { text: 'sent', files: [file] });
+    expect(d.get('a')).toEqual({ text: 'sent', files: [file] });
+    const other = { name: 'more.txt', text: 'more' };
+    d.set('b', { text: 'written since', files: [other] });
+    d.giveBack('b', { text: 'sent', files: [file] });
+    expect(d.get('b')).toEqual({ text: 'sent\n\nwritten since', files: [file, other] });
+    expect(told).toEqual([
+      ['a', { text: '', files: [] }],
+      ['b', { text: 'written since', files: [other] }],
+    ]);
+    // Kept across a reload, as any draft.
+    expect(new Drafts(storage).get('b').text).toBe('sent\n\nwritten since');
+  });
+
   it("another tab's change of a draft is this page's at once, and the chat's listeners are told what it was", () => {
     const storage = memoryStorage();
     const here = new Drafts(storage);
