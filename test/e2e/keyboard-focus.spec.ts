@@ -13,13 +13,17 @@ import { expect, lastReply, newChat, openGreeting, openSavedChat, send, setSetti
 /** Whether the focused control's ArrowDown reaches the page as it is (not taken by the control's own handler). */
 async function arrowDownTaken(page: Page): Promise<boolean> {
   await page.evaluate(() => {
-    const w = window as unknown as { arrowTaken?: boolean };
+    // The page's own globals (the tests' TypeScript knows no DOM).
+    const w = globalThis as unknown as {
+      arrowTaken?: boolean;
+      document: { addEventListener(type: 'keydown', f: (e: { defaultPrevented: boolean }) => void, o: object): void };
+    };
     w.arrowTaken = undefined;
-    document.addEventListener('keydown', (e) => (w.arrowTaken = e.defaultPrevented), { once: true });
+    w.document.addEventListener('keydown', (e) => (w.arrowTaken = e.defaultPrevented), { once: true });
   });
   await page.keyboard.press('ArrowDown');
   await page.keyboard.press('Escape');
-  return page.evaluate(() => (window as unknown as { arrowTaken?: boolean }).arrowTaken === true);
+  return page.evaluate(() => (globalThis as unknown as { arrowTaken?: boolean }).arrowTaken === true);
 }
 
 test('a chat: version arrows keep the focus, the edit box says what Send removes, a reload says nothing', async ({
