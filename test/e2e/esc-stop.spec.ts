@@ -89,3 +89,16 @@ test('Esc elsewhere in the window backs out of what it is in; the reply streams 
   await page.keyboard.press('Escape');
   await expect(lastReply(page)).toHaveAttribute('data-state', 'cancelled');
 });
+
+test('a reply that ends by itself while Stop has the focus hands it to the message box', async ({ page }) => {
+  // Long enough to Tab onto Stop while it runs; it ends at its max tokens.
+  const id = await saveEndlessChat(server, { greedy: true, maxNewTokens: 30 });
+  await openServer(page, server);
+  await openChat(page, id);
+  await send(page, 'Count to three');
+  await expect(lastReply(page)).toHaveAttribute('data-state', 'running');
+  await page.keyboard.press('Tab');
+  await expect(page.getByTestId('stop-button')).toBeFocused();
+  await expect(lastReply(page)).toHaveAttribute('data-state', 'done', { timeout: 30_000 });
+  await expect(page.getByTestId('chat-input')).toBeFocused();
+});

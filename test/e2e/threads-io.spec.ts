@@ -165,7 +165,7 @@ test('a chat made while a search is typed shows in the list: the search empties 
   await expect(search).toHaveValue('');
   await expect(page.getByTestId('thread-search-empty')).toHaveCount(0);
   await expect(items.first()).toHaveAttribute('data-thread-id', made ?? '');
-  await expect(items.first()).toHaveAttribute('aria-current', 'true');
+  await expect(items.first().getByTestId('thread-title')).toHaveAttribute('aria-current', 'page');
 
   // New chat again, the new chat untouched: it opens again (the open chat stays the same), and shows in the list.
   await search.fill('pangolin');
@@ -173,7 +173,7 @@ test('a chat made while a search is typed shows in the list: the search empties 
   await page.getByTestId('new-thread').click();
   await expect(search).toHaveValue('');
   expect(await openId()).toBe(made);
-  await expect(listed(made)).toHaveAttribute('aria-current', 'true');
+  await expect(listed(made).getByTestId('thread-title')).toHaveAttribute('aria-current', 'page');
   // The same with Ctrl+N from the search box.
   await search.fill('pangolin');
   await expect(listed(made)).toHaveCount(0);
@@ -181,7 +181,7 @@ test('a chat made while a search is typed shows in the list: the search empties 
   await page.keyboard.press('ControlOrMeta+n');
   await expect(search).toHaveValue('');
   expect(await openId()).toBe(made);
-  await expect(listed(made)).toHaveAttribute('aria-current', 'true');
+  await expect(listed(made).getByTestId('thread-title')).toHaveAttribute('aria-current', 'page');
 
   // Ctrl+N from the search box, the open chat one the search shows: the same.
   await search.fill('pangolin');
@@ -190,7 +190,7 @@ test('a chat made while a search is typed shows in the list: the search empties 
   await page.keyboard.press('ControlOrMeta+n');
   await expect(page.getByTestId('chat-view')).not.toHaveAttribute('data-thread-id', second ?? '');
   await expect(search).toHaveValue('');
-  await expect(items.first()).toHaveAttribute('aria-current', 'true');
+  await expect(items.first().getByTestId('thread-title')).toHaveAttribute('aria-current', 'page');
   await expect(items.first()).toHaveAttribute('data-thread-id', (await openId()) ?? '');
 
   // A chat deleted while searching: the chat that opens instead is not one made here, and the search stays.

@@ -352,13 +352,25 @@ function ReplyAnnouncer({ threadId }: { threadId: string | null }) {
     const last = s.threads.find((t) => t.id === threadId)?.messages.at(-1);
     return replyAnnouncement(live ? { phase: live.phase } : { ...(last ? { last } : {}) });
   });
+  const live = useApp((s) => threadId !== null && Object.values(s.live).some((l) => l.threadId === threadId));
   const [said, setSaid] = useState('');
-  const before = useRef({ threadId, text });
+  // How a reply ended is said only for a reply seen running here: a chat opened (or the page loaded) shows its
+  // messages after its summary, and its last reply's end then is no news.
+  const before = useRef({ threadId, text, sawLive: live });
   useEffect(() => {
-    if (before.current.threadId === threadId && before.current.text !== text) setSaid(text);
-    else if (before.current.threadId !== threadId) setSaid('');
-    before.current = { threadId, text };
-  }, [threadId, text]);
+    const was = before.current;
+    if (was.threadId !== threadId) {
+      setSaid('');
+      before.current = { threadId, text, sawLive: live };
+      return;
+    }
+    let sawLive = was.sawLive || live;
+    if (was.text !== text && sawLive) {
+      setSaid(text);
+      if (!live && text) sawLive = false;
+    }
+    before.current = { threadId, text, sawLive };
+  }, [threadId, text, live]);
   return (
     <div className="sr-only" role="status" aria-live="polite" data-testid="reply-announcer">
       {said}

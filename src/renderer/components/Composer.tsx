@@ -187,6 +187,18 @@ export function Composer({ threadId }: { threadId: string | null }) {
   useLayoutEffect(() => {
     if (ref.current) fitHeight(ref.current);
   }, [text, placeholder]);
+  // The reply ended while Stop had the focus (it ended by itself, or as Stop was pressed): Stop turns into Send,
+  // greyed while the box is empty, and the browser would drop the focus to the page. It goes to the message box.
+  const stopFocused = useRef(false);
+  const sendOrStop = useRef<HTMLButtonElement>(null);
+  useLayoutEffect(() => {
+    if (streaming || !stopFocused.current) return;
+    stopFocused.current = false;
+    const active = document.activeElement;
+    if (active === null || active === document.body || active === sendOrStop.current) {
+      ref.current?.focus({ preventScroll: true });
+    }
+  }, [streaming]);
   // The window opens ready to type (where nothing else took the focus first).
   useEffect(() => {
     if (document.activeElement === document.body || document.activeElement === null) ref.current?.focus();
@@ -419,6 +431,7 @@ export function Composer({ threadId }: { threadId: string | null }) {
           id={CHAT_INPUT_ID}
           ref={ref}
           data-testid="chat-input"
+          aria-label="Message"
           rows={1}
           placeholder={placeholder}
           value={text}
@@ -438,6 +451,13 @@ export function Composer({ threadId }: { threadId: string | null }) {
             type="button"
             className="danger"
             data-testid="stop-button"
+            ref={sendOrStop}
+            onFocus={() => {
+              stopFocused.current = true;
+            }}
+            onBlur={() => {
+              stopFocused.current = false;
+            }}
             onClick={() => bridge.stop(threadId ?? undefined)}
             title={waiting ? 'Do not send it (Esc): your message goes back to the box' : 'Stop (Esc)'}
           >
@@ -448,6 +468,7 @@ export function Composer({ threadId }: { threadId: string | null }) {
             type="button"
             className="primary"
             data-testid="send-button"
+            ref={sendOrStop}
             disabled={(!text.trim() && files.length === 0) || offline || elsewhere}
             onClick={send}
             title={

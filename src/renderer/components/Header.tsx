@@ -161,6 +161,8 @@ function BackendPick({ model }: { model: ModelInfo }) {
       data-testid="model-backend"
       value={current}
       disabled={busy}
+      // Each value passed would load the model again: the arrows open the list instead.
+      onKeyDown={openOnArrow}
       title="Where the model runs: pick another backend and it loads again there"
       onChange={(e) => void bridge.loadPackage(model.spec.root, { backend: e.target.value })}
     >
@@ -246,7 +248,8 @@ export function Header() {
           {connection === 'connecting' ? 'connecting…' : 'reconnecting…'}
         </span>
       )}
-      <span className="sr-only" data-testid="transport">
+      {/* The connection's kind, for the tests: not a word for a screen reader. */}
+      <span className="sr-only" data-testid="transport" aria-hidden="true">
         {transport}
       </span>
       <button

@@ -211,6 +211,9 @@ function DropNote({ drop }: { drop: NonNullable<Stats['contextDrop']> }) {
   );
 }
 
+/** Refusals already said as an alert: shown again (the chat opened again, its row back in view), they are not news. */
+const refusalsAlerted = new Set<string>();
+
 function Refusal({
   messageId,
   threadId,
@@ -223,6 +226,12 @@ function Refusal({
   const bridge = useBridge();
   // The full detail (numbers) is known for refusals seen in this run; after a reload the host's sentence carries them.
   const detail = useApp((s) => s.errorDetails[messageId]);
+  // An alert only for a refusal that came while its chat was open here (the detail comes with it); the earlier
+  // refusals of a chat opened are read where they are, not each said at once.
+  const [news] = useState(() => detail !== undefined && !refusalsAlerted.has(messageId));
+  useEffect(() => {
+    refusalsAlerted.add(messageId);
+  }, [messageId]);
   // A prompt too long for the context, in a chat with a system prompt: how much of the context that takes alone.
   const systemPrompt = useApp((s) => s.threads.find((t) => t.id === threadId)?.systemPrompt?.trim());
   const model = useApp((s) => s.activeModelId);
@@ -245,7 +254,12 @@ function Refusal({
     measured ? { systemPrompt: measured } : {},
   );
   return (
-    <div className={`refusal ${view.refused ? '' : 'failed'}`} data-testid="refusal" data-code={view.code} role="alert">
+    <div
+      className={`refusal ${view.refused ? '' : 'failed'}`}
+      data-testid="refusal"
+      data-code={view.code}
+      role={news ? 'alert' : undefined}
+    >
       <div className="title">{view.title}</div>
       {view.figures.length > 0 && (
         <div className="figures">
@@ -497,9 +511,12 @@ function EditBox({
   modEnter,
   canSend,
   onSend,
+  describedBy,
   children,
 }: {
   children?: ReactNode;
+  /** The id of a warning about what sending does (the box's description). */
+  describedBy?: string | undefined;
   who: string;
   draft: string;
   setDraft: (text: string) => void;
@@ -533,6 +550,7 @@ function EditBox({
         ref={box}
         data-testid={inputTestId}
         aria-label={inputTestId === 'edit-input' ? 'Edit your message' : "Edit the model's reply"}
+        aria-describedby={describedBy}
         value={draft}
         {...(modEnter ? { rows: Math.min(20, Math.max(4, draft.split('\n').length + 1)) } : {})}
         onChange={(e) => setDraft(e.target.value)}
@@ -859,6 +877,20 @@ function VersionNav({
   last: boolean;
 }) {
   const bridge = useBridge();
+  const prev = useRef<HTMLButtonElement>(null);
+  const next = useRef<HTMLButtonElement>(null);
+  const pressed = useRef<HTMLButtonElement | null>(null);
+  // The arrow pressed greys out at the first or the last version: the focus goes to the other arrow, not away.
+  useLayoutEffect(() => {
+    const from = pressed.current;
+    if (!from?.disabled) return;
+    pressed.current = null;
+    const to = from === prev.current ? next.current : prev.current;
+    const active = document.activeElement;
+    if (to && !to.disabled && (active === from || active === null || active === document.body)) {
+      to.focus({ preventScroll: true });
+    }
+  });
   const count = (message.alternatives?.length ?? 0) + 1;
   if (count < 2) return null;
   const at = Math.min(message.altIndex ?? count - 1, count - 1);
@@ -876,8 +908,12 @@ function VersionNav({
         className="ghost small"
         data-testid="version-prev"
         aria-label={`Previous version of ${which}`}
+        ref={prev}
         disabled={busy || !last || at === 0}
-        onClick={() => go(at - 1)}
+        onClick={(e) => {
+          pressed.current = e.currentTarget;
+          go(at - 1);
+        }}
       >
         ‹
       </button>
@@ -887,8 +923,12 @@ function VersionNav({
         className="ghost small"
         data-testid="version-next"
         aria-label={`Next version of ${which}`}
+        ref={next}
         disabled={busy || !last || at === count - 1}
-        onClick={() => go(at + 1)}
+        onClick={(e) => {
+          pressed.current = e.currentTarget;
+          go(at + 1);
+        }}
       >
         ›
       </button>
@@ -964,6 +1004,7 @@ function UserMessage({
   });
   const [draft, setDraft] = useState(message.content);
   if (editing) {
+    const warningId = `edit-removes-${message.id}`;
     const canSend = draft.trim() !== '' && !threadBusy;
     return (
       <div className="message user edit-box" data-testid="message-user" data-message-id={message.id}>
@@ -977,10 +1018,11 @@ function UserMessage({
           modEnter={false}
           canSend={canSend}
           onSend={() => bridge.editAndResend(threadId, message.id, draft)}
+          describedBy={later > 0 ? warningId : undefined}
         >
           {later > 0 && (
             <div className="note edit-warning" data-testid="edit-removes" data-count={later}>
-              <span className="edit-warning-text">
+              <span className="edit-warning-text" id={warningId}>
                 Send removes {later === 1 ? 'the message' : `the ${formatInteger(later)} messages`} after this one (with{' '}
                 {later === 1 ? 'its' : 'their'} versions and edits) — Branch keeps them: it sends your edit in a new
                 chat.

@@ -223,6 +223,35 @@ function PresetRow({ thread, onApplied }: PresetProps & { thread: Thread }) {
     const timer = setTimeout(() => cancelRef.current?.focus({ preventScroll: true }), 0);
     return () => clearTimeout(timer);
   }, [asking]);
+  // Answered (yes, Cancel, Esc): the focus goes back to the control that asked — the name's box or Save, the
+  // delete button — or, where that went (the preset deleted, Save greyed with its name taken), to the one beside.
+  const selectRef = useRef<HTMLSelectElement>(null);
+  const nameRef = useRef<HTMLInputElement>(null);
+  const deleteRef = useRef<HTMLButtonElement>(null);
+  const saveRef = useRef<HTMLButtonElement>(null);
+  const asker = useRef<'name' | 'save' | 'delete'>('name');
+  const answeredTo = useRef<'asker' | 'select' | null>(null);
+  const answer = (to: 'asker' | 'select') => {
+    const inQuestion = document.activeElement?.closest('[data-testid="preset-ask"]') != null;
+    answeredTo.current = inQuestion ? to : null;
+    setAsking(null);
+  };
+  useEffect(() => {
+    if (asking || !answeredTo.current) return;
+    const to = answeredTo.current;
+    answeredTo.current = null;
+    const usable = (el: HTMLButtonElement | null) => (el && !el.disabled ? el : null);
+    const from = asker.current;
+    const target =
+      to === 'select'
+        ? selectRef.current
+        : from === 'delete'
+          ? (usable(deleteRef.current) ?? selectRef.current)
+          : from === 'save'
+            ? (usable(saveRef.current) ?? nameRef.current)
+            : nameRef.current;
+    target?.focus({ preventScroll: true });
+  }, [asking]);
   // The preset this chat last applied or saved (kept with the chat); none once deleted.
   const pickedPreset = presets.find((p) => p.name === thread.preset);
   const inEffect = pickedPreset && presetInEffect(thread, pickedPreset) ? pickedPreset.name : '';
@@ -242,6 +271,7 @@ function PresetRow({ thread, onApplied }: PresetProps & { thread: Thread }) {
       <label>
         preset
         <select
+          ref={selectRef}
           data-testid="preset-select"
           data-applied={inEffect || undefined}
           // The preset in effect, else "apply a preset…" (so picking one applies it).
@@ -268,7 +298,11 @@ function PresetRow({ thread, onApplied }: PresetProps & { thread: Thread }) {
           type="button"
           className="ghost small"
           data-testid="preset-delete"
-          onClick={() => setAsking({ kind: 'delete', name: pickedPreset.name })}
+          ref={deleteRef}
+          onClick={(e) => {
+            asker.current = 'delete';
+            setAsking({ kind: 'delete', name: pickedPreset.name });
+          }}
         >
           delete “{pickedPreset.name}”
         </button>
@@ -283,7 +317,7 @@ function PresetRow({ thread, onApplied }: PresetProps & { thread: Thread }) {
           onKeyDown={(e) => {
             if (e.key !== 'Escape') return;
             e.stopPropagation();
-            setAsking(null);
+            answer('asker');
           }}
         >
           <span>
@@ -296,10 +330,12 @@ function PresetRow({ thread, onApplied }: PresetProps & { thread: Thread }) {
             className={`small ${asking.kind === 'delete' ? 'danger' : 'primary'}`}
             data-testid={asking.kind === 'replace' ? 'preset-replace-confirm' : 'preset-delete-confirm'}
             onClick={() => {
-              if (asking.kind === 'replace') save(asking.name);
-              else {
+              if (asking.kind === 'replace') {
+                answer('asker');
+                save(asking.name);
+              } else {
+                answer('select');
                 bridge.deletePreset(asking.name);
-                setAsking(null);
               }
             }}
           >
@@ -310,7 +346,7 @@ function PresetRow({ thread, onApplied }: PresetProps & { thread: Thread }) {
             className="small"
             ref={cancelRef}
             data-testid="preset-ask-cancel"
-            onClick={() => setAsking(null)}
+            onClick={() => answer('asker')}
           >
             Cancel
           </button>
@@ -322,6 +358,7 @@ function PresetRow({ thread, onApplied }: PresetProps & { thread: Thread }) {
           <input
             type="text"
             data-testid="preset-name"
+            ref={nameRef}
             aria-label="preset name"
             maxLength={80}
             placeholder="name"
@@ -331,10 +368,21 @@ function PresetRow({ thread, onApplied }: PresetProps & { thread: Thread }) {
               if (asking?.kind === 'replace') setAsking(null);
             }}
             onKeyDown={(e) => {
-              if (e.key === 'Enter') askSave();
+              if (e.key !== 'Enter') return;
+              asker.current = 'name';
+              askSave();
             }}
           />
-          <button type="button" data-testid="preset-save" disabled={!name.trim()} onClick={askSave}>
+          <button
+            type="button"
+            data-testid="preset-save"
+            ref={saveRef}
+            disabled={!name.trim()}
+            onClick={() => {
+              asker.current = 'save';
+              askSave();
+            }}
+          >
             Save
           </button>
         </span>

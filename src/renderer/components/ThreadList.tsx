@@ -116,7 +116,15 @@ const ThreadItem = memo(function ThreadItem({
     if (had && list) {
       requestAnimationFrame(() => {
         const titles = list.querySelectorAll<HTMLElement>('[data-testid="thread-title"]');
-        (list.querySelector<HTMLElement>('[data-testid="thread-title"][tabindex="0"]') ?? titles[0])?.focus();
+        // No chat left in the list (the last deleted, or the only one a search found): the search box, else the
+        // message box.
+        const nav = list.closest('nav');
+        const next =
+          list.querySelector<HTMLElement>('[data-testid="thread-title"][tabindex="0"]') ??
+          titles[0] ??
+          nav?.querySelector<HTMLElement>('[data-testid="thread-search"]') ??
+          document.getElementById(CHAT_INPUT_ID);
+        next?.focus();
       });
     }
   };
@@ -159,7 +167,7 @@ const ThreadItem = memo(function ThreadItem({
       data-testid="thread-item"
       data-thread-id={id}
       data-pinned={pinned}
-      aria-current={active}
+      data-current={active}
       title={title}
     >
       {streaming && <span className="dot" role="img" aria-label="replying" title="replying" />}
@@ -173,6 +181,9 @@ const ThreadItem = memo(function ThreadItem({
         className="title"
         data-testid="thread-title"
         ref={titleRef}
+        // The open chat, and a pinned one, said as the focus reaches its title (not only as the row's look).
+        aria-current={active ? 'page' : undefined}
+        aria-description={pinned ? 'pinned' : undefined}
         tabIndex={tabbable ? 0 : -1}
         onFocus={() => onFocusItem(id)}
         onClick={(e) => {
@@ -221,7 +232,7 @@ const ThreadItem = memo(function ThreadItem({
           tabIndex={-1}
           title={pinned ? 'Unpin: back to its place by activity' : 'Pin: keep it at the top'}
           // One name, its state in aria-pressed ("Unpin, pressed" said it twice).
-          aria-label="Pin"
+          aria-label={`Pin chat “${title}”`}
           aria-pressed={pinned}
           onClick={(e) => {
             e.stopPropagation();
@@ -235,7 +246,7 @@ const ThreadItem = memo(function ThreadItem({
           className="ghost small"
           data-testid="thread-rename"
           tabIndex={-1}
-          aria-label="Rename"
+          aria-label={`Rename chat “${title}”`}
           title="Rename (F2)"
           onClick={(e) => {
             e.stopPropagation();
@@ -249,7 +260,9 @@ const ThreadItem = memo(function ThreadItem({
           className={`small ${confirmDelete ? 'danger' : 'ghost'}`}
           data-testid="thread-delete"
           tabIndex={-1}
-          aria-label={confirmDelete ? 'Delete: press again to confirm (Esc keeps it)' : 'Delete'}
+          aria-label={
+            confirmDelete ? `Delete chat “${title}”: press again to confirm (Esc keeps it)` : `Delete chat “${title}”`
+          }
           title={confirmDelete ? 'Click again (or Enter) to delete; Esc keeps it' : 'Delete'}
           onClick={(e) => {
             e.stopPropagation();
@@ -334,7 +347,14 @@ export function ThreadList() {
     }
     const error = bridge.importThread(await f.text(), f.name);
     setImportError(error);
-    if (!error) setOpen(false);
+    if (!error) closeToMessageBox();
+  };
+  /** Closes the drawer (a narrow window's) with the focus on the message box, where it was in the drawer. */
+  const closeToMessageBox = () => {
+    const inside = nav.current?.contains(document.activeElement) === true;
+    const drawer = store.getState().sidebarOpen && narrowWindow();
+    setOpen(false);
+    if (inside && drawer) requestAnimationFrame(() => document.getElementById(CHAT_INPUT_ID)?.focus());
   };
   // A chat made here (New chat, Ctrl+N, a branch, an import), or the untouched open chat New chat opens again,
   // shows where the list has it: a search that would hide it empties (the store counts those chats, as the open
@@ -381,7 +401,9 @@ export function ThreadList() {
           data-testid="new-thread"
           onClick={() => {
             bridge.newThread();
-            if (store.getState().sidebarOpen) setOpen(false);
+            // A narrow window's drawer closes: the focus goes on to the message box (as Ctrl+Shift+O's), not to the
+            // page under it.
+            if (store.getState().sidebarOpen) closeToMessageBox();
           }}
           title="New chat (Ctrl/Cmd+N; in a browser Ctrl/Cmd+Shift+O)"
         >
@@ -441,10 +463,21 @@ export function ThreadList() {
         ))}
       </ul>
       {query && ids.length === 0 && (
-        <div className="hint" data-testid="thread-search-empty">
+        // Said by the live region below (not twice).
+        <div className="hint" data-testid="thread-search-empty" aria-hidden="true">
           No chat mentions “{query}”.
         </div>
       )}
+      {/* What a search found, said politely as it changes (the list itself is not read out). */}
+      <div className="sr-only" role="status" aria-live="polite" data-testid="thread-search-said">
+        {!query.trim()
+          ? ''
+          : ids.length === 0
+            ? `No chat mentions “${query}”.`
+            : ids.length === 1
+              ? '1 chat found.'
+              : `${ids.length} chats found.`}
+      </div>
     </nav>
   );
 }
