@@ -78,6 +78,26 @@ export interface ServeControl {
    * Models view card runs in a browser); closed with serve.
    */
   apiServer?: (host: () => Promise<HostApi>, dataDir: string) => ApiServerControl & { close(): Promise<void> };
+  /** The environment that says how serve was started (npm's variables); process.env unless given (tests). */
+  env?: NodeJS.ProcessEnv;
+}
+
+/**
+ * What to do about a port or host serve cannot listen on, in the words of the command that started it: flags go
+ * after `--` through npm (`npm run serve -- --port N`, `npm start -- --port N`), straight after it otherwise.
+ */
+export function listenAdvice(env: NodeJS.ProcessEnv): string {
+  const script = env.npm_lifecycle_event;
+  // npm start (npm_command "start") and npm run <script> ("run-script"); npx and npm test pass the flags as given.
+  const npm =
+    script === 'start' && env.npm_command === 'start'
+      ? 'npm start'
+      : script && env.npm_command === 'run-script'
+        ? `npm run ${script}`
+        : undefined;
+  return npm === undefined
+    ? 'Choose another --port or --host.'
+    : `Choose another port or host: \`${npm} -- --port N\` (or \`${npm} -- --host H\`).`;
 }
 
 function positiveInt(name: string, value: string | undefined, min = 1): number | undefined {
@@ -324,7 +344,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     const info = toErrorInfo(err);
     const listen = (err as NodeJS.ErrnoException).code;
     if (listen === 'EADDRINUSE' || listen === 'EACCES' || listen === 'EADDRNOTAVAIL') {
-      io.err(`kvdesk: cannot listen: ${(err as Error).message}. Choose another --port or --host.\n`);
+      io.err(`kvdesk: cannot listen: ${(err as Error).message}. ${listenAdvice(control.env ?? process.env)}\n`);
       return 2;
     }
     io.err(`kvdesk: ${info.message}\n`);
