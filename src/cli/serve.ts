@@ -21,10 +21,18 @@ import {
   uiBuildOf,
 } from '../main/server';
 import { dataFolderId } from '../main/store/data-id';
-import { resolveUserPath } from '../main/store/user-path';
 import { parseDuration } from '../shared/duration';
 import { KvdeskError, toErrorInfo } from '../shared/errors';
-import { byteSizeFlag, flagError, type Io, joinValues, lookupFlag, printBudgetNotes, threadsFlag } from './common';
+import {
+  byteSizeFlag,
+  flagError,
+  givenPath,
+  type Io,
+  joinValues,
+  lookupFlag,
+  printBudgetNotes,
+  threadsFlag,
+} from './common';
 import { dataDirOf } from './data-dir';
 import { applyDeviceFlags } from './device-flags';
 import { DEFAULT_PORT, probePort, SERVE_OPTIONS } from './serve-options';
@@ -208,6 +216,9 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
     const promptCache = positiveInt('prompt-cache', values['prompt-cache'], 0);
     if (promptCache !== undefined) settings.promptCacheSessions = promptCache;
     const dataDir = dataDirOf(values['data-dir']);
+    // An empty path is refused, not read as the current folder (served as the UI, or loaded as a package).
+    const staticDir = values['static-dir'] === undefined ? undefined : givenPath('--static-dir', values['static-dir']);
+    const models = (values.model ?? []).map((dir) => ({ dir, at: givenPath('--model', dir) }));
     const token = tokenOf(values.token, process.env.KVDESK_TOKEN);
     const host = values.host ?? '127.0.0.1';
     // Checked before anything loads, each list naming where it came from.
@@ -273,12 +284,9 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
       apiServer: windowControl ?? serveControl(() => server ?? null, token !== undefined),
     });
     resolveHost(hostApi);
-    for (const dir of values.model ?? []) {
+    for (const { dir, at } of models) {
       if (stopping) return 0;
-      const loaded = await hostApi.importPath(
-        resolveUserPath(dir),
-        values['trust-installed'] === true ? { trustInstalled: true } : {},
-      );
+      const loaded = await hostApi.importPath(at, values['trust-installed'] === true ? { trustInstalled: true } : {});
       if (!loaded.ok)
         throw new KvdeskError(loaded.error.code, `--model ${dir}: ${loaded.error.message}`, loaded.error.detail);
       io.err(
@@ -297,7 +305,7 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
       ...(token !== undefined ? { token } : {}),
       ...(origins.length > 0 ? { allowedOrigins: origins } : {}),
       ...(hosts.length > 0 ? { allowedHosts: hosts } : {}),
-      ...(values['static-dir'] !== undefined ? { staticDir: resolveUserPath(values['static-dir']) } : {}),
+      ...(staticDir !== undefined ? { staticDir } : {}),
       ...(maxUpload !== undefined ? { maxUploadBytes: maxUpload } : {}),
       ...(maxBody !== undefined ? { maxJsonBytes: maxBody } : {}),
       ...(maxMessage !== undefined ? { maxMessageBytes: maxMessage } : {}),
@@ -307,8 +315,8 @@ export async function serve(args: string[], io: Io, control: ServeControl = {}):
       },
     });
     io.out(`kvdesk serving ${server.url}\n`);
-    const ownUi = values['static-dir'] !== undefined;
-    const ui = ownUi ? resolveUserPath(values['static-dir'] as string) : DEFAULT_STATIC_DIR;
+    const ownUi = staticDir !== undefined;
+    const ui = staticDir ?? DEFAULT_STATIC_DIR;
     if (uiBuildOf(ui) === undefined) {
       io.err(
         ownUi
